@@ -1,0 +1,141 @@
+// Package adminserver is the admin API's edge: it checks who is calling,
+// checks the shape of each request, hands it to the store and turns the
+// store's errors into gRPC codes with messages an operator can act on.
+package adminserver
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/teapot-lb/teapot-lb/api"
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+)
+
+// Store is what the admin API needs of the replicated state.
+type Store interface {
+	Apply(ctx context.Context, req *pb.ApplyRequest, internal bool) (*pb.ApplyResponse, error)
+	Delete(ctx context.Context, req *pb.DeleteRequest, internal bool) (*pb.DeleteResponse, error)
+	Get(ctx context.Context, ref *pb.ObjectRef) (*pb.Object, error)
+	List(ctx context.Context, kind, tenant string) ([]*pb.Object, uint64, error)
+	Status(ctx context.Context) (*pb.ClusterStatusResponse, error)
+	CreateJoinToken(ctx context.Context, ttl time.Duration) (*pb.CreateJoinTokenResponse, error)
+	RemoveNode(ctx context.Context, id string) error
+}
+
+// DefaultTimeout bounds a request whose caller set no deadline.
+const DefaultTimeout = 15 * time.Second
+
+// Server implements pb.AdminServer over a Store.
+type Server struct {
+	pb.UnimplementedAdminServer
+	store Store
+}
+
+var _ pb.AdminServer = (*Server)(nil)
+
+// New returns the admin API over store.
+func New(store Store) *Server { return &Server{store: store} }
+
+func withDefault(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, DefaultTimeout)
+}
+
+// readableKinds may be read through the admin API.
+var readableKinds = map[string]bool{
+	api.KindTenant: true, api.KindVIPPool: true, api.KindLoadBalancer: true, api.KindNode: true, api.KindCertificate: true,
+}
+
+func (s *Server) Apply(ctx context.Context, req *pb.ApplyRequest) (*pb.ApplyResponse, error) {
+	ctx, cancel := withDefault(ctx)
+	defer cancel()
+	resp, err := s.store.Apply(ctx, req, false)
+	return resp, api.ToStatus(err)
+}
+
+func (s *Server) Delete(ctx context.Context, req *pb.DeleteRequest) (*pb.DeleteResponse, error) {
+	ctx, cancel := withDefault(ctx)
+	defer cancel()
+	ref, err := normalizeRef(req.GetRef(), true)
+	if err != nil {
+		return nil, api.ToStatus(err)
+	}
+	resp, err := s.store.Delete(ctx, &pb.DeleteRequest{Ref: ref}, false)
+	return resp, api.ToStatus(err)
+}
+
+func (s *Server) Get(ctx context.Context, req *pb.GetRequest) (*pb.Object, error) {
+	ctx, cancel := withDefault(ctx)
+	defer cancel()
+	ref, err := normalizeRef(req.GetRef(), true)
+	if err != nil {
+		return nil, api.ToStatus(err)
+	}
+	obj, err := s.store.Get(ctx, ref)
+	return obj, api.ToStatus(err)
+}
+
+func (s *Server) List(ctx context.Context, req *pb.ListRequest) (*pb.ListResponse, error) {
+	ctx, cancel := withDefault(ctx)
+	defer cancel()
+	ref, err := normalizeRef(&pb.ObjectRef{Kind: req.GetKind(), Tenant: req.GetTenant()}, false)
+	if err != nil {
+		return nil, api.ToStatus(err)
+	}
+	objs, rev, err := s.store.List(ctx, ref.Kind, ref.Tenant)
+	if err != nil {
+		return nil, api.ToStatus(err)
+	}
+	return &pb.ListResponse{Objects: objs, Revision: rev}, nil
+}
+
+func (s *Server) ClusterStatus(ctx context.Context, _ *pb.ClusterStatusRequest) (*pb.ClusterStatusResponse, error) {
+	ctx, cancel := withDefault(ctx)
+	defer cancel()
+	resp, err := s.store.Status(ctx)
+	return resp, api.ToStatus(err)
+}
+
+func (s *Server) CreateJoinToken(ctx context.Context, req *pb.CreateJoinTokenRequest) (*pb.CreateJoinTokenResponse, error) {
+	ctx, cancel := withDefault(ctx)
+	defer cancel()
+	resp, err := s.store.CreateJoinToken(ctx, time.Duration(req.GetTtlSeconds())*time.Second)
+	return resp, api.ToStatus(err)
+}
+
+func (s *Server) RemoveNode(ctx context.Context, req *pb.RemoveNodeRequest) (*pb.RemoveNodeResponse, error) {
+	ctx, cancel := withDefault(ctx)
+	defer cancel()
+	if req.GetId() == "" {
+		return nil, api.ToStatus(fmt.Errorf("node id must not be empty: %w", api.ErrInvalid))
+	}
+	return &pb.RemoveNodeResponse{}, api.ToStatus(s.store.RemoveNode(ctx, req.GetId()))
+}
+
+// normalizeRef accepts kind aliases and checks that a name (and for
+// namespaced kinds a tenant) is given where one is needed.
+func normalizeRef(ref *pb.ObjectRef, needName bool) (*pb.ObjectRef, error) {
+	kind, err := api.ParseKind(ref.GetKind())
+	if err != nil {
+		return nil, fmt.Errorf("%v: %w", err, api.ErrInvalid)
+	}
+	if !readableKinds[kind] {
+		return nil, fmt.Errorf("%s objects are not readable through the admin API: %w", kind, api.ErrForbidden)
+	}
+	out := &pb.ObjectRef{Kind: kind, Tenant: ref.GetTenant(), Name: ref.GetName()}
+	if needName {
+		if out.Name == "" {
+			return nil, fmt.Errorf("%s needs a name: %w", kind, api.ErrInvalid)
+		}
+		if api.Namespaced(kind) && out.Tenant == "" {
+			return nil, fmt.Errorf("%s %s needs a tenant (--tenant or TENANT/NAME): %w", kind, out.Name, api.ErrInvalid)
+		}
+	}
+	if !api.Namespaced(kind) {
+		out.Tenant = ""
+	}
+	return out, nil
+}

@@ -1,0 +1,167 @@
+package consensus
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/teapot-lb/teapot-lb/api"
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+)
+
+func entry(t *testing.T, idx uint64, version uint32, txns ...*pb.Txn) *raft.Log {
+	t.Helper()
+	data, err := proto.Marshal(&pb.Command{Version: version, Stamped: timestamppb.Now(), Txns: txns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &raft.Log{Index: idx, Type: raft.LogCommand, Data: data}
+}
+
+func puts(objs ...*pb.Object) *pb.Txn {
+	txn := &pb.Txn{}
+	for _, o := range objs {
+		if l := o.GetLoadBalancer(); l != nil && l.Status == nil {
+			l.Status = &pb.LoadBalancerStatus{Address: "192.0.2.1"}
+		}
+		txn.Ops = append(txn.Ops, &pb.Op{Op: &pb.Op_Put{Put: o}})
+	}
+	return txn
+}
+
+type memSink struct {
+	bytes.Buffer
+	cancelled bool
+}
+
+func (s *memSink) ID() string    { return "mem" }
+func (s *memSink) Cancel() error { s.cancelled = true; return nil }
+func (s *memSink) Close() error  { return nil }
+
+func TestFSMApply(t *testing.T) {
+	tests := []struct {
+		name    string
+		txns    []*pb.Txn
+		wantErr []string // per txn; "" = committed
+		wantRev uint64
+	}{
+		{"one txn", []*pb.Txn{puts(pool("public", "192.0.2.0/28"))}, []string{""}, 1},
+		{"pool tenant lb in one txn", []*pb.Txn{puts(pool("public", "192.0.2.0/28"), tenant("acme", "public"), lb("acme", "shop", "public"))}, []string{""}, 1},
+		{"second txn sees first", []*pb.Txn{puts(pool("public", "192.0.2.0/28")), puts(tenant("acme", "public"))}, []string{"", ""}, 1},
+		{"invalid txn rejected, other commits", []*pb.Txn{puts(tenant("acme", "missing")), puts(pool("public", "192.0.2.0/28"))}, []string{"missing", ""}, 1},
+		{"all rejected: no revision", []*pb.Txn{puts(pool("bad", "300.0.0.0/8"))}, []string{"300.0.0.0/8"}, 0},
+		{"overlapping pools", []*pb.Txn{puts(pool("a", "192.0.2.0/28")), puts(pool("b", "192.0.2.8/29"))}, []string{"", "overlap"}, 1},
+		{"delete missing", []*pb.Txn{{Ops: []*pb.Op{{Op: &pb.Op_Delete{Delete: &pb.ObjectRef{Kind: api.KindTenant, Name: "x"}}}}}}, []string{"not found"}, 0},
+		{"create existing", []*pb.Txn{puts(pool("a", "192.0.2.0/28")), {Ops: []*pb.Op{{Op: &pb.Op_Put{Put: pool("a", "192.0.2.0/28")}, MustNotExist: true}}}}, []string{"", "already exists"}, 1},
+		{"double allocation refused", []*pb.Txn{
+			puts(pool("public", "192.0.2.0/28"), tenant("acme", "public"), lb("acme", "one", "public")),
+			puts(lb("acme", "two", "public")),
+		}, []string{"", "in use"}, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFSM(testLogger())
+			res := f.Apply(entry(t, 1, commandVersion, tt.txns...)).(*applyResult)
+			for i, want := range tt.wantErr {
+				got := res.errs[i]
+				if want == "" && got != nil {
+					t.Errorf("txn %d: unexpected error %v", i, got)
+				}
+				if want != "" && (got == nil || !strings.Contains(got.Error(), want)) {
+					t.Errorf("txn %d: error %v, want one containing %q", i, got, want)
+				}
+			}
+			if f.st.revision != tt.wantRev {
+				t.Errorf("revision %d, want %d", f.st.revision, tt.wantRev)
+			}
+		})
+	}
+}
+
+func TestFSMRefusesUnknownVersion(t *testing.T) {
+	f := newFSM(testLogger())
+	defer func() {
+		r := recover()
+		if r == nil || !strings.Contains(fmt.Sprint(r), "command version 99") {
+			t.Fatalf("want a panic naming the version, got %v", r)
+		}
+	}()
+	f.Apply(entry(t, 7, 99, puts(pool("a", "192.0.2.0/28"))))
+}
+
+func TestFSMRefusesGarbage(t *testing.T) {
+	f := newFSM(testLogger())
+	defer func() {
+		if recover() == nil {
+			t.Fatal("want a panic for an undecodable entry")
+		}
+	}()
+	f.Apply(&raft.Log{Index: 3, Type: raft.LogCommand, Data: []byte{0xff, 0xff, 0xff}})
+}
+
+func TestFSMSnapshotRestoreRoundTrip(t *testing.T) {
+	f := newFSM(testLogger())
+	f.Apply(entry(t, 1, commandVersion, puts(pool("public", "192.0.2.0/28", "2001:db8::/120"), tenant("acme", "public"))))
+	for i := 0; i < 5; i++ {
+		o := lb("acme", fmt.Sprintf("lb%d", i), "public")
+		o.GetLoadBalancer().Status = &pb.LoadBalancerStatus{Address: fmt.Sprintf("192.0.2.%d", i+1)}
+		f.Apply(entry(t, uint64(i+2), commandVersion, puts(o)))
+	}
+	snap, err := f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := &memSink{}
+	if err := snap.Persist(sink); err != nil {
+		t.Fatal(err)
+	}
+	g := newFSM(testLogger())
+	if err := g.Restore(ioNopCloser(bytes.NewReader(sink.Bytes()))); err != nil {
+		t.Fatal(err)
+	}
+	if !proto.Equal(f.st.toProto(), g.st.toProto()) {
+		t.Fatal("restored state differs")
+	}
+	if g.st.revision != 6 {
+		t.Fatalf("revision %d, want 6", g.st.revision)
+	}
+	if users := g.st.addressUsers(mustAddr("192.0.2.3")); len(users) != 1 {
+		t.Fatalf("address index not rebuilt: %v", users)
+	}
+	// A restored FSM keeps validating against the restored state.
+	res := g.Apply(entry(t, 9, commandVersion, puts(lbAt("acme", "dup", "public", "192.0.2.3")))).(*applyResult)
+	if res.errs[0] == nil {
+		t.Fatal("address held before the snapshot was allocated twice")
+	}
+	if err := g.Restore(ioNopCloser(bytes.NewReader([]byte("not a snapshot")))); err == nil {
+		t.Fatal("garbage snapshot accepted")
+	}
+}
+
+func TestFSMRejectedTxnLeavesStateUnchanged(t *testing.T) {
+	f := newFSM(testLogger())
+	f.Apply(entry(t, 1, commandVersion, puts(pool("public", "192.0.2.0/28"), tenant("acme", "public"))))
+	before := f.st.toProto()
+	bad := tenant("acme", "public")
+	bad.GetTenant().Networks = []string{"not-a-cidr"}
+	res := f.Apply(entry(t, 2, commandVersion, puts(pool("other", "198.51.100.0/24"), bad))).(*applyResult)
+	var ve *api.ValidationError
+	if !errors.As(res.errs[0], &ve) {
+		t.Fatalf("want a validation error, got %v", res.errs[0])
+	}
+	if !proto.Equal(before, f.st.toProto()) {
+		t.Fatal("a rejected transaction changed the state (all or nothing)")
+	}
+}
+
+func lbAt(ten, name, pl, addr string) *pb.Object {
+	o := lb(ten, name, pl)
+	o.GetLoadBalancer().Status = &pb.LoadBalancerStatus{Address: addr}
+	return o
+}

@@ -1,0 +1,120 @@
+package consensus
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/teapot-lb/teapot-lb/api"
+	"github.com/teapot-lb/teapot-lb/api/adminserver"
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+)
+
+// testHost is one LB host in a test: a Node and its gRPC server, wired as
+// `teapot-lb serve` wires them.
+type testHost struct {
+	cfg  Config
+	node *Node
+	srv  *grpc.Server
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func testLogger() *slog.Logger {
+	if os.Getenv("TEAPOT_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+func startHost(t *testing.T, cfg Config) *testHost {
+	t.Helper()
+	if cfg.DataDir == "" {
+		cfg.DataDir = t.TempDir()
+	}
+	if cfg.RaftAddr == "" {
+		cfg.RaftAddr = freeAddr(t)
+	}
+	if cfg.APIAddr == "" {
+		cfg.APIAddr = freeAddr(t)
+	}
+	cfg.Logger = testLogger()
+	ln, err := net.Listen("tcp", cfg.APIAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	n, err := Open(ctx, cfg)
+	if err != nil {
+		ln.Close()
+		t.Fatalf("open %s: %v", cfg.NodeID, err)
+	}
+	rules := adminserver.DefaultRules
+	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(n.ServerTLS())), grpc.ChainUnaryInterceptor(rules.Unary()))
+	pb.RegisterAdminServer(srv, adminserver.New(n))
+	pb.RegisterClusterServer(srv, n.ClusterService())
+	go srv.Serve(ln)
+	h := &testHost{cfg: cfg, node: n, srv: srv}
+	t.Cleanup(h.stop)
+	select {
+	case <-n.Ready():
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s not ready in 30s", cfg.NodeID)
+	}
+	return h
+}
+
+func (h *testHost) stop() {
+	if h.srv != nil {
+		h.srv.Stop()
+		h.node.Close()
+		h.srv = nil
+	}
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func tenant(name string, pools ...string) *pb.Object {
+	return api.Wrap(&pb.Tenant{Name: name, Domains: []string{name + ".example"}, Networks: []string{"10.20.0.0/16"}, Pools: pools})
+}
+
+func pool(name string, cidrs ...string) *pb.Object {
+	return api.Wrap(&pb.VIPPool{Name: name, Cidrs: cidrs, Mode: "arp"})
+}
+
+func lb(ten, name, pl string) *pb.Object {
+	return api.Wrap(&pb.LoadBalancer{
+		Name: name, Tenant: ten, Vip: &pb.VIPRequest{Pool: pl},
+		Listeners: []*pb.Listener{{Port: 80, Protocol: "tcp", Pool: "web"}},
+		Pools:     map[string]*pb.BackendPool{"web": {Members: []*pb.Member{{Address: "10.20.0.11:30080"}}}},
+	})
+}
+
+func apply(t *testing.T, n *Node, objs ...*pb.Object) *pb.ApplyResponse {
+	t.Helper()
+	resp, err := n.Apply(ctxT(t), &pb.ApplyRequest{Objects: objs}, false)
+	if err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	return resp
+}

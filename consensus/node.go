@@ -1,0 +1,486 @@
+package consensus
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"go.etcd.io/bbolt"
+	"google.golang.org/grpc"
+
+	"github.com/teapot-lb/teapot-lb/api"
+	"github.com/teapot-lb/teapot-lb/api/pki"
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+)
+
+// Defaults for a LAN. A follower notices a dead leader between one and two
+// heartbeat timeouts after its last contact; see DESIGN.md for the figures.
+const (
+	DefaultHeartbeatTimeout   = 250 * time.Millisecond
+	DefaultElectionTimeout    = 250 * time.Millisecond
+	DefaultLeaderLeaseTimeout = 200 * time.Millisecond
+	// MaxVoters is the size of the voting group; further hosts stay
+	// non-voters and receive the same state.
+	MaxVoters = 5
+)
+
+// Errors.
+var (
+	ErrClosed   = errors.New("node is shut down")
+	ErrNoLeader = fmt.Errorf("no leader reachable: %w", api.ErrUnavailable)
+	errRetry    = errors.New("leader changed; retry")
+)
+
+// Config configures a Node.
+type Config struct {
+	DataDir string
+	NodeID  string
+	// RaftAddr is where Raft listens and what peers dial (IP:port).
+	RaftAddr string
+	// APIAddr is where this host's gRPC API is reachable (IP:port).
+	APIAddr string
+	// Join and Token make a new host join an existing cluster through the
+	// API of one of its hosts.
+	Join  string
+	Token string
+
+	HeartbeatTimeout   time.Duration
+	ElectionTimeout    time.Duration
+	LeaderLeaseTimeout time.Duration
+
+	Logger  *slog.Logger
+	Version string
+}
+
+// Node is one LB host's member of the Raft cluster.
+type Node struct {
+	cfg       Config
+	log       *slog.Logger
+	fsm       *fsm
+	raft      *raft.Raft
+	store     *raftboltdb.BoltStore
+	transport *raft.NetworkTransport
+	creds     *hostCreds
+	peers     *peerPool
+
+	writes      chan *writeReq
+	barrierTerm atomic.Uint64
+	ready       chan struct{}
+	readyOnce   sync.Once
+	stop        chan struct{}
+	stopOnce    sync.Once
+	wg          sync.WaitGroup
+}
+
+// Open starts this host's Raft member: it bootstraps a new cluster when the
+// data directory is empty and no join address is given, joins one when it
+// is, and otherwise carries on from what is on disk.
+func Open(ctx context.Context, cfg Config) (*Node, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.HeartbeatTimeout == 0 {
+		cfg.HeartbeatTimeout = DefaultHeartbeatTimeout
+	}
+	if cfg.ElectionTimeout == 0 {
+		cfg.ElectionTimeout = DefaultElectionTimeout
+	}
+	if cfg.LeaderLeaseTimeout == 0 {
+		cfg.LeaderLeaseTimeout = DefaultLeaderLeaseTimeout
+	}
+	if err := checkAddrs(cfg); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create data dir: %w", err)
+	}
+	n := &Node{
+		cfg:    cfg,
+		log:    cfg.Logger.With("component", "consensus"),
+		writes: make(chan *writeReq, 1024),
+		ready:  make(chan struct{}),
+		stop:   make(chan struct{}),
+	}
+	n.fsm = newFSM(n.log)
+
+	creds, err := loadCredentials(cfg.DataDir)
+	bootstrap := false
+	switch {
+	case err == nil:
+		if creds.nodeID != cfg.NodeID {
+			return nil, fmt.Errorf("data dir %s belongs to node %q, not %q", cfg.DataDir, creds.nodeID, cfg.NodeID)
+		}
+		if cfg.Join != "" {
+			n.log.Info("data dir holds cluster state already; ignoring --join", "cluster", creds.clusterID)
+		}
+	case errors.Is(err, os.ErrNotExist) && cfg.Join != "":
+		if creds, err = n.join(ctx); err != nil {
+			return nil, err
+		}
+	case errors.Is(err, os.ErrNotExist):
+		if creds, err = newClusterCredentials(cfg); err != nil {
+			return nil, err
+		}
+		bootstrap = true
+	default:
+		return nil, err
+	}
+	n.creds = creds
+	n.peers = newPeerPool(creds.clientTLS)
+
+	if err := n.startRaft(bootstrap); err != nil {
+		n.peers.close()
+		return nil, err
+	}
+	n.wg.Add(2)
+	go n.runWrites()
+	go n.runMembership()
+	return n, nil
+}
+
+func checkAddrs(cfg Config) error {
+	if cfg.NodeID == "" {
+		return errors.New("node id must not be empty")
+	}
+	for flag, a := range map[string]string{"raft-addr": cfg.RaftAddr, "api-addr": cfg.APIAddr} {
+		ap, err := netip.ParseAddrPort(a)
+		if err != nil {
+			return fmt.Errorf("--%s %q: must be IP:port (for example 127.0.0.1:7300)", flag, a)
+		}
+		if ap.Addr().IsUnspecified() {
+			return fmt.Errorf("--%s %q: peers need an address they can dial, not %s", flag, a, ap.Addr())
+		}
+	}
+	return nil
+}
+
+func (n *Node) startRaft(bootstrap bool) error {
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(n.cfg.NodeID)
+	rc.HeartbeatTimeout = n.cfg.HeartbeatTimeout
+	rc.ElectionTimeout = n.cfg.ElectionTimeout
+	rc.LeaderLeaseTimeout = n.cfg.LeaderLeaseTimeout
+	rc.CommitTimeout = 20 * time.Millisecond
+	rc.SnapshotThreshold = 8192
+	rc.SnapshotInterval = 60 * time.Second
+	rc.TrailingLogs = 10240
+	rc.Logger = newHCLogger(n.cfg.Logger)
+
+	dir := filepath.Join(n.cfg.DataDir, "raft")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create raft dir: %w", err)
+	}
+	store, err := raftboltdb.New(raftboltdb.Options{
+		Path:        filepath.Join(dir, "raft.db"),
+		BoltOptions: &bbolt.Options{Timeout: time.Second},
+	})
+	if err != nil {
+		if errors.Is(err, bbolt.ErrTimeout) {
+			return fmt.Errorf("open raft log: %s is in use by another teapot-lb process", dir)
+		}
+		return fmt.Errorf("open raft log: %w", err)
+	}
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(dir, 2, rc.Logger)
+	if err != nil {
+		store.Close()
+		return fmt.Errorf("open snapshot store: %w", err)
+	}
+	layer, err := newTLSStreamLayer(n.cfg.RaftAddr, n.creds.serverTLS, n.creds.clientTLS)
+	if err != nil {
+		store.Close()
+		return err
+	}
+	trans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream: layer, MaxPool: 5, Timeout: 5 * time.Second, Logger: rc.Logger,
+	})
+	r, err := raft.NewRaft(rc, n.fsm, store, store, snaps, trans)
+	if err != nil {
+		trans.Close()
+		store.Close()
+		return fmt.Errorf("start raft: %w", err)
+	}
+	n.raft, n.store, n.transport = r, store, trans
+	if bootstrap {
+		f := r.BootstrapCluster(raft.Configuration{Servers: []raft.Server{{
+			ID: rc.LocalID, Address: raft.ServerAddress(n.cfg.RaftAddr), Suffrage: raft.Voter,
+		}}})
+		if err := f.Error(); err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
+			return fmt.Errorf("bootstrap cluster: %w", err)
+		}
+		n.log.Info("bootstrapped a new cluster", "cluster", n.creds.clusterID, "node", n.cfg.NodeID)
+	}
+	return nil
+}
+
+// Ready is closed once this host is a full member: it is in the cluster's
+// configuration, its Node object is stored, and a leader is known.
+func (n *Node) Ready() <-chan struct{} { return n.ready }
+
+// ID returns this host's node id.
+func (n *Node) ID() string { return n.cfg.NodeID }
+
+// ClusterID returns the id of the cluster this host belongs to.
+func (n *Node) ClusterID() string { return n.creds.clusterID }
+
+// CA returns the cluster CA (every host holds it so that any host can sign
+// credentials).
+func (n *Node) CA() *pki.CA { return n.creds.ca }
+
+// ServerTLS is the TLS config for this host's API listener.
+func (n *Node) ServerTLS() *tls.Config { return n.creds.serverTLS.Clone() }
+
+// IsLeader reports whether this host leads the cluster now.
+func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
+
+// Close stops the member. A leader hands leadership to another voter first
+// so that writes resume without waiting for an election.
+func (n *Node) Close() error {
+	var err error
+	n.stopOnce.Do(func() {
+		if n.raft.State() == raft.Leader && n.voters() > 1 {
+			if e := n.raft.LeadershipTransfer().Error(); e != nil {
+				n.log.Warn("leadership transfer failed", "err", e)
+			} else {
+				n.log.Info("handed leadership over before shutting down")
+			}
+		}
+		close(n.stop)
+		n.wg.Wait()
+		if e := n.raft.Shutdown().Error(); e != nil {
+			err = fmt.Errorf("shut down raft: %w", e)
+		}
+		n.transport.Close()
+		if e := n.store.Close(); e != nil && err == nil {
+			err = fmt.Errorf("close raft log: %w", e)
+		}
+		n.peers.close()
+	})
+	return err
+}
+
+func (n *Node) voters() int {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return 0
+	}
+	c := 0
+	for _, s := range f.Configuration().Servers {
+		if s.Suffrage == raft.Voter {
+			c++
+		}
+	}
+	return c
+}
+
+// leaderAPI returns the API address of the current leader ("" if unknown).
+func (n *Node) leaderAPI() (id, addr string) {
+	_, lid := n.raft.LeaderWithID()
+	if lid == "" {
+		return "", ""
+	}
+	n.fsm.mu.RLock()
+	defer n.fsm.mu.RUnlock()
+	return string(lid), n.fsm.st.get(api.KindNode, string(lid)).GetNode().GetApiAddr()
+}
+
+// waitRetry sleeps a little before another attempt, or returns ctx's error.
+func (n *Node) waitRetry(ctx context.Context, cause error) error {
+	select {
+	case <-ctx.Done():
+		if cause == nil {
+			cause = ErrNoLeader
+		}
+		return fmt.Errorf("%w (%v)", ErrNoLeader, cause)
+	case <-n.stop:
+		return ErrClosed
+	case <-time.After(15 * time.Millisecond):
+		return nil
+	}
+}
+
+// runMembership registers this host's Node object and, on a host that
+// joined as a non-voter, asks for promotion once it has caught up.
+func (n *Node) runMembership() {
+	defer n.wg.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { <-n.stop; cancel() }()
+	for {
+		err := n.ensureMember(ctx)
+		if err == nil {
+			n.readyOnce.Do(func() { close(n.ready) })
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		n.log.Debug("not a full member yet", "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func (n *Node) ensureMember(ctx context.Context) error {
+	f := n.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return err
+	}
+	var me *raft.Server
+	voters := 0
+	for _, s := range f.Configuration().Servers {
+		if s.Suffrage == raft.Voter {
+			voters++
+		}
+		if string(s.ID) == n.cfg.NodeID {
+			s := s
+			me = &s
+		}
+	}
+	if me == nil {
+		return errors.New("not in the cluster configuration yet")
+	}
+	if _, addr := n.leaderAPI(); addr == "" && n.raft.State() != raft.Leader {
+		return errors.New("no leader known yet")
+	}
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := n.ReadBarrier(wctx); err != nil {
+		return err
+	}
+	if me.Suffrage != raft.Voter && voters < MaxVoters {
+		if err := n.requestPromotion(wctx); err != nil {
+			return fmt.Errorf("promotion: %w", err)
+		}
+	}
+	want := &pb.Node{Id: n.cfg.NodeID, RaftAddr: n.cfg.RaftAddr, ApiAddr: n.cfg.APIAddr, Suffrage: suffrageOf(me.Suffrage)}
+	n.fsm.mu.RLock()
+	have := n.fsm.st.get(api.KindNode, n.cfg.NodeID).GetNode()
+	n.fsm.mu.RUnlock()
+	if have.GetRaftAddr() != want.RaftAddr || have.GetApiAddr() != want.ApiAddr {
+		if _, err := n.Apply(wctx, &pb.ApplyRequest{Objects: []*pb.Object{api.Wrap(want)}}, true); err != nil {
+			return fmt.Errorf("register node: %w", err)
+		}
+	}
+	return nil
+}
+
+func suffrageOf(s raft.ServerSuffrage) string {
+	if s == raft.Voter {
+		return "voter"
+	}
+	return "nonvoter"
+}
+
+func (n *Node) requestPromotion(ctx context.Context) error {
+	if n.raft.State() == raft.Leader {
+		return n.promote(n.cfg.NodeID)
+	}
+	_, addr := n.leaderAPI()
+	if addr == "" {
+		return ErrNoLeader
+	}
+	c, err := n.peers.cluster(addr)
+	if err != nil {
+		return err
+	}
+	_, err = c.Promote(ctx, &pb.PromoteRequest{NodeId: n.cfg.NodeID})
+	return err
+}
+
+// promote makes a caught-up non-voter a voter (leader only).
+func (n *Node) promote(id string) error {
+	f := n.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return err
+	}
+	for _, s := range f.Configuration().Servers {
+		if string(s.ID) != id {
+			continue
+		}
+		if s.Suffrage == raft.Voter {
+			return nil
+		}
+		if n.voters() >= MaxVoters {
+			return nil
+		}
+		if err := n.raft.AddVoter(s.ID, s.Address, 0, 10*time.Second).Error(); err != nil {
+			return fmt.Errorf("add voter %s: %w", id, err)
+		}
+		n.log.Info("promoted node to voter", "node", id)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		n.fsm.mu.RLock()
+		node := clone(n.fsm.st.get(api.KindNode, id))
+		n.fsm.mu.RUnlock()
+		if node != nil {
+			node.GetNode().Suffrage = "voter"
+			_, err := n.Apply(ctx, &pb.ApplyRequest{Objects: []*pb.Object{node}}, true)
+			return err
+		}
+		return nil
+	}
+	return fmt.Errorf("node %q is not in the cluster: %w", id, api.ErrNotFound)
+}
+
+func randomID() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// peerPool keeps one gRPC connection per peer API address.
+type peerPool struct {
+	mu    sync.Mutex
+	tls   *tls.Config
+	conns map[string]*grpc.ClientConn
+}
+
+func newPeerPool(t *tls.Config) *peerPool {
+	return &peerPool{tls: t, conns: make(map[string]*grpc.ClientConn)}
+}
+
+func (p *peerPool) cluster(addr string) (pb.ClusterClient, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c, ok := p.conns[addr]; ok {
+		return pb.NewClusterClient(c), nil
+	}
+	c, err := dialPeer(addr, p.tls)
+	if err != nil {
+		return nil, err
+	}
+	p.conns[addr] = c
+	return pb.NewClusterClient(c), nil
+}
+
+func (p *peerPool) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for a, c := range p.conns {
+		c.Close()
+		delete(p.conns, a)
+	}
+}
+
+func hostIP(addr string) net.IP {
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return nil
+	}
+	return net.IP(ap.Addr().AsSlice())
+}

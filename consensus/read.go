@@ -1,0 +1,118 @@
+package consensus
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/teapot-lb/teapot-lb/api"
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+)
+
+// ReadBarrier returns once this host has applied every write acknowledged
+// anywhere in the cluster before the call (a read index from the leader).
+func (n *Node) ReadBarrier(ctx context.Context) error {
+	var last error
+	for {
+		idx, err := n.readIndex(ctx)
+		if err == nil {
+			return n.waitApplied(ctx, idx)
+		}
+		if !retryable(err) {
+			return err
+		}
+		last = err
+		if werr := n.waitRetry(ctx, last); werr != nil {
+			return werr
+		}
+	}
+}
+
+func (n *Node) readIndex(ctx context.Context) (uint64, error) {
+	if n.raft.State() == raft.Leader {
+		return n.leaderReadIndex()
+	}
+	_, addr := n.leaderAPI()
+	if addr == "" {
+		return 0, errRetry
+	}
+	c, err := n.peers.cluster(addr)
+	if err != nil {
+		return 0, err
+	}
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	resp, err := c.ReadIndex(rctx, &pb.ReadIndexRequest{})
+	if err != nil {
+		if rctx.Err() != nil && ctx.Err() == nil {
+			return 0, errRetry
+		}
+		return 0, err
+	}
+	return resp.GetIndex(), nil
+}
+
+// leaderReadIndex confirms leadership with a quorum and returns the commit
+// index, which covers every acknowledged write.
+func (n *Node) leaderReadIndex() (uint64, error) {
+	idx := n.raft.CommitIndex()
+	if err := n.raft.VerifyLeader().Error(); err != nil {
+		return 0, errRetry
+	}
+	return idx, nil
+}
+
+func (n *Node) waitApplied(ctx context.Context, idx uint64) error {
+	for n.raft.AppliedIndex() < idx {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("catching up to index %d (at %d): %w", idx, n.raft.AppliedIndex(), ErrNoLeader)
+		case <-n.stop:
+			return ErrClosed
+		case <-time.After(time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// Get returns one object, linearizably.
+func (n *Node) Get(ctx context.Context, ref *pb.ObjectRef) (*pb.Object, error) {
+	if err := n.ReadBarrier(ctx); err != nil {
+		return nil, err
+	}
+	n.fsm.mu.RLock()
+	defer n.fsm.mu.RUnlock()
+	o := n.fsm.st.get(ref.GetKind(), keyOf(ref))
+	if o == nil {
+		return nil, fmt.Errorf("%s %w", api.RefString(ref), api.ErrNotFound)
+	}
+	return o, nil
+}
+
+// List returns a kind's objects (of one tenant, if given), linearizably.
+func (n *Node) List(ctx context.Context, kind, tenant string) ([]*pb.Object, uint64, error) {
+	if err := n.ReadBarrier(ctx); err != nil {
+		return nil, 0, err
+	}
+	n.fsm.mu.RLock()
+	defer n.fsm.mu.RUnlock()
+	return n.fsm.st.list(kind, tenant), n.fsm.st.revision, nil
+}
+
+// Objects returns this host's current state without asking the leader, for
+// subscribers that then follow the watch.
+func (n *Node) Objects() ([]*pb.Object, uint64) { return n.fsm.current() }
+
+// Revision returns the revision this host has applied.
+func (n *Node) Revision() uint64 {
+	n.fsm.mu.RLock()
+	defer n.fsm.mu.RUnlock()
+	return n.fsm.st.revision
+}
+
+// Watch returns a watcher that yields every committed revision after from,
+// once and in order; from 0 starts with a Reset event holding the current
+// state. Objects in events are shared and must not be modified.
+func (n *Node) Watch(from uint64) *Watcher { return n.fsm.hub.watch(from) }

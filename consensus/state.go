@@ -1,0 +1,345 @@
+package consensus
+
+import (
+	"net/netip"
+	"sort"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/teapot-lb/teapot-lb/api"
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+)
+
+// reader is what validation reads: the committed state, or an overlay of
+// uncommitted changes over it.
+type reader interface {
+	get(kind, key string) *pb.Object
+	// list returns a kind's objects sorted by key; for LoadBalancer and
+	// Certificate a non-empty tenant restricts the list to that tenant.
+	list(kind, tenant string) []*pb.Object
+	addressUsers(addr netip.Addr) []*pb.Object
+}
+
+// keyOf is the map key of a reference: "tenant/name" or "name".
+func keyOf(r *pb.ObjectRef) string {
+	if api.Namespaced(r.GetKind()) {
+		return r.GetTenant() + "/" + r.GetName()
+	}
+	return r.GetName()
+}
+
+// state is the committed replicated state. It is only changed by the FSM
+// (under the node's lock) and never handed out: readers get clones.
+type state struct {
+	revision uint64
+	objects  map[string]map[string]*pb.Object // kind → key → object
+	byTenant map[string]map[string]*pb.Object // tenant → "kind/name" → namespaced object
+	byAddr   map[netip.Addr]map[string]*pb.Object
+}
+
+var allKinds = []string{api.KindVIPPool, api.KindTenant, api.KindLoadBalancer, api.KindCertificate, api.KindNode, api.KindJoinToken}
+
+func newState() *state {
+	s := &state{
+		objects:  make(map[string]map[string]*pb.Object),
+		byTenant: make(map[string]map[string]*pb.Object),
+		byAddr:   make(map[netip.Addr]map[string]*pb.Object),
+	}
+	for _, k := range allKinds {
+		s.objects[k] = make(map[string]*pb.Object)
+	}
+	return s
+}
+
+func (s *state) get(kind, key string) *pb.Object { return s.objects[kind][key] }
+
+func (s *state) list(kind, tenant string) []*pb.Object {
+	var out []*pb.Object
+	if tenant != "" && api.Namespaced(kind) {
+		for _, o := range s.byTenant[tenant] {
+			if api.RefOf(o).GetKind() == kind {
+				out = append(out, o)
+			}
+		}
+	} else {
+		out = make([]*pb.Object, 0, len(s.objects[kind]))
+		for _, o := range s.objects[kind] {
+			out = append(out, o)
+		}
+	}
+	sortObjects(out)
+	return out
+}
+
+func (s *state) addressUsers(addr netip.Addr) []*pb.Object {
+	var out []*pb.Object
+	for _, o := range s.byAddr[addr] {
+		out = append(out, o)
+	}
+	sortObjects(out)
+	return out
+}
+
+func sortObjects(objs []*pb.Object) {
+	sort.Slice(objs, func(i, j int) bool { return keyOf(api.RefOf(objs[i])) < keyOf(api.RefOf(objs[j])) })
+}
+
+func lbAddress(o *pb.Object) (netip.Addr, bool) {
+	lb := o.GetLoadBalancer()
+	if lb == nil {
+		return netip.Addr{}, false
+	}
+	a, err := netip.ParseAddr(lb.GetStatus().GetAddress())
+	return a, err == nil
+}
+
+// put stores o (replacing any object with its reference) and keeps the
+// indexes right.
+func (s *state) put(o *pb.Object) {
+	ref := api.RefOf(o)
+	key := keyOf(ref)
+	s.remove(ref)
+	s.objects[ref.Kind][key] = o
+	if api.Namespaced(ref.Kind) {
+		m := s.byTenant[ref.Tenant]
+		if m == nil {
+			m = make(map[string]*pb.Object)
+			s.byTenant[ref.Tenant] = m
+		}
+		m[ref.Kind+"/"+ref.Name] = o
+	}
+	if a, ok := lbAddress(o); ok {
+		m := s.byAddr[a]
+		if m == nil {
+			m = make(map[string]*pb.Object)
+			s.byAddr[a] = m
+		}
+		m[key] = o
+	}
+}
+
+func (s *state) remove(ref *pb.ObjectRef) {
+	key := keyOf(ref)
+	old := s.objects[ref.Kind][key]
+	if old == nil {
+		return
+	}
+	delete(s.objects[ref.Kind], key)
+	if api.Namespaced(ref.Kind) {
+		delete(s.byTenant[ref.Tenant], ref.Kind+"/"+ref.Name)
+		if len(s.byTenant[ref.Tenant]) == 0 {
+			delete(s.byTenant, ref.Tenant)
+		}
+	}
+	if a, ok := lbAddress(old); ok {
+		delete(s.byAddr[a], key)
+		if len(s.byAddr[a]) == 0 {
+			delete(s.byAddr, a)
+		}
+	}
+}
+
+// toProto copies the whole state for a snapshot.
+func (s *state) toProto() *pb.State {
+	out := &pb.State{Revision: s.revision}
+	for _, o := range s.list(api.KindTenant, "") {
+		out.Tenants = append(out.Tenants, o.GetTenant())
+	}
+	for _, o := range s.list(api.KindVIPPool, "") {
+		out.VipPools = append(out.VipPools, o.GetVipPool())
+	}
+	for _, o := range s.list(api.KindLoadBalancer, "") {
+		out.LoadBalancers = append(out.LoadBalancers, o.GetLoadBalancer())
+	}
+	for _, o := range s.list(api.KindNode, "") {
+		out.Nodes = append(out.Nodes, o.GetNode())
+	}
+	for _, o := range s.list(api.KindCertificate, "") {
+		out.Certificates = append(out.Certificates, o.GetCertificate())
+	}
+	for _, o := range s.list(api.KindJoinToken, "") {
+		out.JoinTokens = append(out.JoinTokens, o.GetJoinToken())
+	}
+	return out
+}
+
+func stateFromProto(p *pb.State) *state {
+	s := newState()
+	s.revision = p.GetRevision()
+	for _, m := range p.GetTenants() {
+		s.put(api.Wrap(m))
+	}
+	for _, m := range p.GetVipPools() {
+		s.put(api.Wrap(m))
+	}
+	for _, m := range p.GetLoadBalancers() {
+		s.put(api.Wrap(m))
+	}
+	for _, m := range p.GetNodes() {
+		s.put(api.Wrap(m))
+	}
+	for _, m := range p.GetCertificates() {
+		s.put(api.Wrap(m))
+	}
+	for _, m := range p.GetJoinTokens() {
+		s.put(api.Wrap(m))
+	}
+	return s
+}
+
+// all returns every object, in kind order then key order.
+func (s *state) all() []*pb.Object {
+	var out []*pb.Object
+	for _, k := range allKinds {
+		out = append(out, s.list(k, "")...)
+	}
+	return out
+}
+
+// overlay is a set of uncommitted changes over a reader. A nil object in
+// changes is a deletion.
+type overlay struct {
+	parent  reader
+	changes map[string]map[string]*pb.Object
+	order   []*pb.ObjectRef
+}
+
+func newOverlay(parent reader) *overlay {
+	return &overlay{parent: parent, changes: make(map[string]map[string]*pb.Object)}
+}
+
+func (o *overlay) lookup(kind, key string) (*pb.Object, bool) {
+	obj, ok := o.changes[kind][key]
+	return obj, ok
+}
+
+func (o *overlay) get(kind, key string) *pb.Object {
+	if obj, ok := o.lookup(kind, key); ok {
+		return obj
+	}
+	return o.parent.get(kind, key)
+}
+
+func (o *overlay) list(kind, tenant string) []*pb.Object {
+	base := o.parent.list(kind, tenant)
+	ch := o.changes[kind]
+	if len(ch) == 0 {
+		return base
+	}
+	out := make([]*pb.Object, 0, len(base)+len(ch))
+	for _, b := range base {
+		if _, changed := ch[keyOf(api.RefOf(b))]; !changed {
+			out = append(out, b)
+		}
+	}
+	for _, c := range ch {
+		if c == nil {
+			continue
+		}
+		if tenant != "" && api.Namespaced(kind) && api.RefOf(c).GetTenant() != tenant {
+			continue
+		}
+		out = append(out, c)
+	}
+	sortObjects(out)
+	return out
+}
+
+func (o *overlay) addressUsers(addr netip.Addr) []*pb.Object {
+	base := o.parent.addressUsers(addr)
+	ch := o.changes[api.KindLoadBalancer]
+	if len(ch) == 0 {
+		return base
+	}
+	var out []*pb.Object
+	for _, b := range base {
+		if _, changed := ch[keyOf(api.RefOf(b))]; !changed {
+			out = append(out, b)
+		}
+	}
+	for _, c := range ch {
+		if a, ok := lbAddress(c); ok && c != nil && a == addr {
+			out = append(out, c)
+		}
+	}
+	sortObjects(out)
+	return out
+}
+
+func (o *overlay) set(ref *pb.ObjectRef, obj *pb.Object) {
+	m := o.changes[ref.Kind]
+	if m == nil {
+		m = make(map[string]*pb.Object)
+		o.changes[ref.Kind] = m
+	}
+	m[keyOf(ref)] = obj
+	o.order = append(o.order, ref)
+}
+
+// mergeInto moves o's changes into its parent overlay.
+func (o *overlay) mergeInto(parent *overlay) {
+	for _, ref := range o.order {
+		obj, _ := o.lookup(ref.Kind, keyOf(ref))
+		parent.set(ref, obj)
+	}
+}
+
+// catalog adapts a reader to api.Catalog.
+type catalog struct{ r reader }
+
+var _ api.Catalog = catalog{}
+
+func (c catalog) Tenant(name string) *pb.Tenant {
+	return c.r.get(api.KindTenant, name).GetTenant()
+}
+
+func (c catalog) Tenants() []*pb.Tenant {
+	objs := c.r.list(api.KindTenant, "")
+	out := make([]*pb.Tenant, len(objs))
+	for i, o := range objs {
+		out[i] = o.GetTenant()
+	}
+	return out
+}
+
+func (c catalog) Pool(name string) *pb.VIPPool {
+	return c.r.get(api.KindVIPPool, name).GetVipPool()
+}
+
+func (c catalog) Pools() []*pb.VIPPool {
+	objs := c.r.list(api.KindVIPPool, "")
+	out := make([]*pb.VIPPool, len(objs))
+	for i, o := range objs {
+		out[i] = o.GetVipPool()
+	}
+	return out
+}
+
+func (c catalog) LoadBalancer(tenant, name string) *pb.LoadBalancer {
+	return c.r.get(api.KindLoadBalancer, tenant+"/"+name).GetLoadBalancer()
+}
+
+func (c catalog) LoadBalancers(tenant string) []*pb.LoadBalancer {
+	objs := c.r.list(api.KindLoadBalancer, tenant)
+	out := make([]*pb.LoadBalancer, len(objs))
+	for i, o := range objs {
+		out[i] = o.GetLoadBalancer()
+	}
+	return out
+}
+
+func (c catalog) AddressUsers(addr netip.Addr) []*pb.LoadBalancer {
+	objs := c.r.addressUsers(addr)
+	out := make([]*pb.LoadBalancer, len(objs))
+	for i, o := range objs {
+		out[i] = o.GetLoadBalancer()
+	}
+	return out
+}
+
+func clone(o *pb.Object) *pb.Object {
+	if o == nil {
+		return nil
+	}
+	return proto.Clone(o).(*pb.Object)
+}

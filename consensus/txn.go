@@ -1,0 +1,86 @@
+package consensus
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"github.com/teapot-lb/teapot-lb/api"
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+)
+
+// checkTxn validates txn's operations in order against ov and records them
+// there. It is pure: the leader runs it before proposing and every FSM runs
+// it again in Apply, so that the state only ever holds what validates.
+func checkTxn(ov *overlay, txn *pb.Txn) error {
+	if len(txn.GetOps()) == 0 {
+		return errors.New("empty transaction")
+	}
+	for _, op := range txn.GetOps() {
+		switch x := op.GetOp().(type) {
+		case *pb.Op_Put:
+			ref := api.RefOf(x.Put)
+			if ref.Kind == "" {
+				return fmt.Errorf("object has no kind: %w", api.ErrInvalid)
+			}
+			existing := ov.get(ref.Kind, keyOf(ref))
+			if op.GetMustNotExist() && existing != nil {
+				return fmt.Errorf("%s %w", api.RefString(ref), api.ErrExists)
+			}
+			if op.GetMustExist() && existing == nil {
+				return fmt.Errorf("%s %w", api.RefString(ref), api.ErrNotFound)
+			}
+			if err := validate(x.Put, catalog{ov}); err != nil {
+				return err
+			}
+			ov.set(ref, x.Put)
+		case *pb.Op_Delete:
+			ref := x.Delete
+			if ov.get(ref.GetKind(), keyOf(ref)) == nil {
+				return fmt.Errorf("%s %w", api.RefString(ref), api.ErrNotFound)
+			}
+			if err := api.ValidateDelete(ref, catalog{ov}); err != nil {
+				return err
+			}
+			ov.set(ref, nil)
+		default:
+			return fmt.Errorf("unknown operation %T: %w", x, api.ErrInvalid)
+		}
+	}
+	return nil
+}
+
+func validate(o *pb.Object, c api.Catalog) error {
+	switch v := o.GetKind().(type) {
+	case *pb.Object_Tenant:
+		return api.ValidateTenant(v.Tenant, c)
+	case *pb.Object_VipPool:
+		return api.ValidatePool(v.VipPool, c)
+	case *pb.Object_LoadBalancer:
+		return api.ValidateLoadBalancer(v.LoadBalancer, c)
+	case *pb.Object_Node:
+		n := v.Node
+		var errs []api.FieldError
+		if n.GetId() == "" {
+			errs = append(errs, api.FieldError{Field: "id", Reason: "must not be empty"})
+		}
+		if _, err := netip.ParseAddrPort(n.GetRaftAddr()); err != nil {
+			errs = append(errs, api.FieldError{Field: "raftAddr", Reason: "must be IP:port"})
+		}
+		if _, err := netip.ParseAddrPort(n.GetApiAddr()); err != nil {
+			errs = append(errs, api.FieldError{Field: "apiAddr", Reason: "must be IP:port"})
+		}
+		if len(errs) > 0 {
+			return &api.ValidationError{Ref: api.RefString(api.RefOf(o)), Errors: errs}
+		}
+	case *pb.Object_JoinToken:
+		if v.JoinToken.GetId() == "" || len(v.JoinToken.GetSecretSha256()) == 0 {
+			return &api.ValidationError{Ref: "JoinToken", Errors: []api.FieldError{{Field: "id", Reason: "token needs an id and a secret hash"}}}
+		}
+	case *pb.Object_Certificate:
+		if v.Certificate.GetName() == "" || v.Certificate.GetTenant() == "" {
+			return &api.ValidationError{Ref: "Certificate", Errors: []api.FieldError{{Field: "name", Reason: "certificate needs a name and a tenant"}}}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,414 @@
+package consensus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/teapot-lb/teapot-lb/api"
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+)
+
+// maxBatch bounds how many writes share one Raft entry.
+const maxBatch = 256
+
+// writeReq is one client write waiting for the leader's write loop.
+type writeReq struct {
+	fw   *pb.ForwardRequest
+	done chan writeResp
+}
+
+type writeResp struct {
+	resp *pb.ForwardResponse
+	err  error
+}
+
+// Apply creates or updates objects, all or none, on whichever host leads.
+// internal writes may touch Node and JoinToken objects.
+func (n *Node) Apply(ctx context.Context, req *pb.ApplyRequest, internal bool) (*pb.ApplyResponse, error) {
+	resp, err := n.write(ctx, &pb.ForwardRequest{Write: &pb.ForwardRequest_Apply{Apply: req}, Internal: internal})
+	return resp.GetApply(), err
+}
+
+// Delete removes one object.
+func (n *Node) Delete(ctx context.Context, req *pb.DeleteRequest, internal bool) (*pb.DeleteResponse, error) {
+	resp, err := n.write(ctx, &pb.ForwardRequest{Write: &pb.ForwardRequest_Delete{Delete: req}, Internal: internal})
+	return resp.GetDelete(), err
+}
+
+// write runs fw on the leader: here if this host leads, else forwarded.
+// Writes that fail because leadership moved are retried until ctx ends.
+func (n *Node) write(ctx context.Context, fw *pb.ForwardRequest) (*pb.ForwardResponse, error) {
+	var last error
+	for {
+		var resp *pb.ForwardResponse
+		var err error
+		if n.raft.State() == raft.Leader {
+			resp, err = n.local(ctx, fw)
+		} else if _, addr := n.leaderAPI(); addr != "" {
+			resp, err = n.forward(ctx, addr, fw)
+		} else {
+			err = errRetry
+		}
+		if err == nil || !retryable(err) {
+			return resp, err
+		}
+		last = err
+		if werr := n.waitRetry(ctx, last); werr != nil {
+			return nil, werr
+		}
+	}
+}
+
+func retryable(err error) bool {
+	if errors.Is(err, errRetry) || errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) ||
+		errors.Is(err, raft.ErrLeadershipTransferInProgress) || errors.Is(err, raft.ErrAbortedByRestore) {
+		return true
+	}
+	if s, ok := status.FromError(err); ok && s.Code() == codes.Unavailable {
+		return true
+	}
+	return false
+}
+
+func (n *Node) forward(ctx context.Context, addr string, fw *pb.ForwardRequest) (*pb.ForwardResponse, error) {
+	c, err := n.peers.cluster(addr)
+	if err != nil {
+		return nil, err
+	}
+	actx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	resp, err := c.Forward(actx, fw)
+	if err != nil && actx.Err() != nil && ctx.Err() == nil {
+		return nil, errRetry // that leader did not answer in time
+	}
+	return resp, err
+}
+
+// local hands fw to this leader's write loop and waits for its result.
+func (n *Node) local(ctx context.Context, fw *pb.ForwardRequest) (*pb.ForwardResponse, error) {
+	if rm := fw.GetRemoveNode(); rm != nil {
+		return &pb.ForwardResponse{}, n.removeNode(ctx, rm.GetId())
+	}
+	req := &writeReq{fw: fw, done: make(chan writeResp, 1)}
+	select {
+	case n.writes <- req:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-n.stop:
+		return nil, ErrClosed
+	}
+	select {
+	case r := <-req.done:
+		return r.resp, r.err
+	case <-n.stop:
+		return nil, ErrClosed
+	}
+}
+
+// runWrites is the leader's write loop: it takes every write waiting,
+// validates and stamps each against the state plus the writes before it,
+// and proposes them all as one Raft entry (group commit).
+func (n *Node) runWrites() {
+	defer n.wg.Done()
+	for {
+		var first *writeReq
+		select {
+		case first = <-n.writes:
+		case <-n.stop:
+			return
+		}
+		batch := []*writeReq{first}
+	drain:
+		for len(batch) < maxBatch {
+			select {
+			case r := <-n.writes:
+				batch = append(batch, r)
+			default:
+				break drain
+			}
+		}
+		n.commitBatch(batch)
+	}
+}
+
+// prepared is a write that passed validation and waits for its entry.
+type prepared struct {
+	req     *writeReq
+	txn     int // index in the command; -1 when nothing changes
+	refs    []*pb.ObjectRef
+	results []string
+	objects []*pb.Object // filled for unchanged objects
+}
+
+func (n *Node) commitBatch(batch []*writeReq) {
+	fail := func(reqs []*writeReq, err error) {
+		for _, r := range reqs {
+			r.done <- writeResp{err: err}
+		}
+	}
+	if n.raft.State() != raft.Leader {
+		fail(batch, errRetry)
+		return
+	}
+	// A new leader first applies everything committed before its term so
+	// that validation below sees the latest state.
+	if term := n.raft.CurrentTerm(); n.barrierTerm.Load() != term {
+		if err := n.raft.Barrier(5 * time.Second).Error(); err != nil {
+			fail(batch, errRetry)
+			return
+		}
+		n.barrierTerm.Store(term)
+	}
+
+	now := time.Now()
+	cmd := &pb.Command{Version: commandVersion, Stamped: timestamppb.New(now)}
+	var ready []*prepared
+	n.fsm.mu.RLock()
+	ov := newOverlay(n.fsm.st)
+	for _, r := range batch {
+		p, txn, err := prepare(r, ov, now)
+		if err != nil {
+			r.done <- writeResp{err: err}
+			continue
+		}
+		p.txn = -1
+		if txn != nil {
+			child := newOverlay(ov)
+			if err := checkTxn(child, txn); err != nil {
+				r.done <- writeResp{err: err}
+				continue
+			}
+			child.mergeInto(ov)
+			p.txn = len(cmd.Txns)
+			cmd.Txns = append(cmd.Txns, txn)
+		}
+		ready = append(ready, p)
+	}
+	rev := n.fsm.st.revision
+	n.fsm.mu.RUnlock()
+
+	var res *applyResult
+	if len(cmd.Txns) > 0 {
+		data, err := proto.Marshal(cmd)
+		if err != nil {
+			fail(reqsOf(ready), fmt.Errorf("encode command: %w", err))
+			return
+		}
+		f := n.raft.Apply(data, 10*time.Second)
+		if err := f.Error(); err != nil {
+			if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
+				err = errRetry
+			}
+			fail(reqsOf(ready), err)
+			return
+		}
+		res = f.Response().(*applyResult)
+		rev = res.revision
+	}
+
+	n.fsm.mu.RLock()
+	defer n.fsm.mu.RUnlock()
+	for _, p := range ready {
+		if p.txn >= 0 && res.errs[p.txn] != nil {
+			p.req.done <- writeResp{err: res.errs[p.txn]}
+			continue
+		}
+		p.req.done <- writeResp{resp: n.respond(p, rev)}
+	}
+}
+
+func reqsOf(ps []*prepared) []*writeReq {
+	out := make([]*writeReq, len(ps))
+	for i, p := range ps {
+		out[i] = p.req
+	}
+	return out
+}
+
+// respond builds the reply of a committed write from the state.
+func (n *Node) respond(p *prepared, rev uint64) *pb.ForwardResponse {
+	if p.req.fw.GetDelete() != nil {
+		return &pb.ForwardResponse{Delete: &pb.DeleteResponse{Revision: rev}}
+	}
+	out := &pb.ApplyResponse{Revision: rev, Results: p.results}
+	for i, ref := range p.refs {
+		obj := p.objects[i]
+		if obj == nil {
+			obj = n.fsm.st.get(ref.Kind, keyOf(ref))
+		}
+		out.Objects = append(out.Objects, obj)
+	}
+	return &pb.ForwardResponse{Apply: out}
+}
+
+// kindOrder is the order in which one write's objects are applied, so that
+// a file may hold a pool, a tenant using it and its load balancers.
+var kindOrder = map[string]int{
+	api.KindVIPPool: 0, api.KindTenant: 1, api.KindLoadBalancer: 2, api.KindCertificate: 3, api.KindNode: 4, api.KindJoinToken: 5,
+}
+
+// adminKinds are the kinds operators write; the others are the cluster's.
+var adminKinds = map[string]bool{api.KindVIPPool: true, api.KindTenant: true, api.KindLoadBalancer: true}
+
+// prepare validates a write's shape and stamps it: meta, allocated
+// addresses. It returns a nil Txn when nothing would change.
+func prepare(r *writeReq, ov *overlay, now time.Time) (*prepared, *pb.Txn, error) {
+	p := &prepared{req: r}
+	if del := r.fw.GetDelete(); del != nil {
+		ref := del.GetRef()
+		if ref.GetKind() == "" || ref.GetName() == "" {
+			return nil, nil, fmt.Errorf("delete needs a kind and a name: %w", api.ErrInvalid)
+		}
+		if !r.fw.GetInternal() && !adminKinds[ref.GetKind()] && ref.GetKind() != api.KindCertificate {
+			return nil, nil, fmt.Errorf("%s objects are managed by the cluster (use `cluster remove` for nodes): %w", ref.GetKind(), api.ErrForbidden)
+		}
+		return p, &pb.Txn{Ops: []*pb.Op{{Op: &pb.Op_Delete{Delete: ref}}}}, nil
+	}
+	req := r.fw.GetApply()
+	if len(req.GetObjects()) == 0 {
+		return nil, nil, fmt.Errorf("nothing to apply: %w", api.ErrInvalid)
+	}
+	idx := make([]int, len(req.GetObjects()))
+	for i := range idx {
+		idx[i] = i
+	}
+	objs := req.GetObjects()
+	sort.SliceStable(idx, func(a, b int) bool {
+		return kindOrder[api.RefOf(objs[idx[a]]).GetKind()] < kindOrder[api.RefOf(objs[idx[b]]).GetKind()]
+	})
+	p.refs = make([]*pb.ObjectRef, len(objs))
+	p.results = make([]string, len(objs))
+	p.objects = make([]*pb.Object, len(objs))
+	seen := make(map[string]int)
+	txn := &pb.Txn{}
+	// Later objects of this write see the earlier ones (a tenant its new
+	// pool) through scratch; checkTxn validates them all for real.
+	scratch := newOverlay(ov)
+	for _, i := range idx {
+		ref := api.RefOf(objs[i])
+		switch {
+		case ref.Kind == "":
+			return nil, nil, fmt.Errorf("objects[%d]: empty object: %w", i, api.ErrInvalid)
+		case !r.fw.GetInternal() && !adminKinds[ref.Kind]:
+			return nil, nil, fmt.Errorf("objects[%d]: %s objects are managed by the cluster: %w", i, ref.Kind, api.ErrForbidden)
+		}
+		key := ref.Kind + "\x00" + keyOf(ref)
+		if j, dup := seen[key]; dup {
+			return nil, nil, fmt.Errorf("objects[%d]: %s is given twice (also objects[%d]): %w", i, api.RefString(ref), j, api.ErrInvalid)
+		}
+		seen[key] = i
+		p.refs[i] = ref
+
+		obj := clone(objs[i])
+		existing := scratch.get(ref.Kind, keyOf(ref))
+		switch {
+		case req.GetMode() == pb.ApplyMode_APPLY_MODE_CREATE && existing != nil:
+			return nil, nil, fmt.Errorf("%s %w", api.RefString(ref), api.ErrExists)
+		case req.GetMode() == pb.ApplyMode_APPLY_MODE_UPDATE && existing == nil:
+			return nil, nil, fmt.Errorf("%s %w", api.RefString(ref), api.ErrNotFound)
+		}
+		if existing != nil && specEqual(existing, obj) {
+			p.results[i] = "unchanged"
+			p.objects[i] = existing
+			continue
+		}
+		stamp(obj, existing, now)
+		if lb := obj.GetLoadBalancer(); lb != nil {
+			if err := allocate(lb, scratch); err != nil {
+				return nil, nil, err
+			}
+		}
+		op := &pb.Op{Op: &pb.Op_Put{Put: obj}}
+		switch req.GetMode() {
+		case pb.ApplyMode_APPLY_MODE_CREATE:
+			op.MustNotExist = true
+		case pb.ApplyMode_APPLY_MODE_UPDATE:
+			op.MustExist = true
+		}
+		txn.Ops = append(txn.Ops, op)
+		scratch.set(ref, obj)
+		if existing == nil {
+			p.results[i] = "created"
+		} else {
+			p.results[i] = "configured"
+		}
+	}
+	if len(txn.Ops) == 0 {
+		return p, nil, nil
+	}
+	return p, txn, nil
+}
+
+// allocate stamps the load balancer's address.
+func allocate(lb *pb.LoadBalancer, ov *overlay) error {
+	addr, err := api.AllocateAddress(lb, catalog{ov})
+	if err != nil {
+		return err
+	}
+	if lb.Status == nil {
+		lb.Status = &pb.LoadBalancerStatus{}
+	}
+	lb.Status.Address = addr.String()
+	return nil
+}
+
+// stamp sets meta (and keeps the status) of an object about to be written.
+func stamp(obj, existing *pb.Object, now time.Time) {
+	meta := &pb.Meta{Generation: 1, Created: timestamppb.New(now), Updated: timestamppb.New(now)}
+	if old := api.MetaOf(existing); old != nil {
+		meta.Generation = old.GetGeneration() + 1
+		meta.Created = old.GetCreated()
+	}
+	switch v := obj.GetKind().(type) {
+	case *pb.Object_Tenant:
+		v.Tenant.Meta = meta
+	case *pb.Object_VipPool:
+		v.VipPool.Meta = meta
+	case *pb.Object_LoadBalancer:
+		v.LoadBalancer.Meta = meta
+		v.LoadBalancer.Status = nil
+		if old := existing.GetLoadBalancer().GetStatus(); old != nil {
+			v.LoadBalancer.Status = &pb.LoadBalancerStatus{Address: old.GetAddress()}
+		}
+	case *pb.Object_Node:
+		v.Node.Meta = meta
+	case *pb.Object_Certificate:
+		v.Certificate.Meta = meta
+	case *pb.Object_JoinToken:
+		v.JoinToken.Meta = meta
+	}
+}
+
+// specEqual compares what a user wrote, ignoring meta and status.
+func specEqual(a, b *pb.Object) bool {
+	return proto.Equal(specOf(a), specOf(b))
+}
+
+func specOf(o *pb.Object) *pb.Object {
+	c := clone(o)
+	stamp(c, nil, time.Time{})
+	switch v := c.GetKind().(type) {
+	case *pb.Object_Tenant:
+		v.Tenant.Meta = nil
+	case *pb.Object_VipPool:
+		v.VipPool.Meta = nil
+	case *pb.Object_LoadBalancer:
+		v.LoadBalancer.Meta, v.LoadBalancer.Status = nil, nil
+	case *pb.Object_Node:
+		v.Node.Meta = nil
+	case *pb.Object_Certificate:
+		v.Certificate.Meta = nil
+	case *pb.Object_JoinToken:
+		v.JoinToken.Meta = nil
+	}
+	return c
+}
