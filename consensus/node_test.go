@@ -366,3 +366,23 @@ func TestAPIRequiresRoles(t *testing.T) {
 	}
 }
 
+
+func TestApplyMutualReferencesInOneWrite(t *testing.T) {
+	h := startHost(t, Config{NodeID: "n1"})
+	p := pool("private", "198.51.100.0/28")
+	p.GetVipPool().Tenants = []string{"acme"}
+	resp := apply(t, h.node, tenant("acme", "private"), p, lb("acme", "shop", "private"))
+	if got := fmt.Sprint(resp.Results); got != "[created created created]" {
+		t.Fatalf("results %s", got)
+	}
+	// The same write with a tenant the pool does not admit is refused whole.
+	q := pool("closed", "203.0.113.0/28")
+	q.GetVipPool().Tenants = []string{"acme"}
+	rev := h.node.Revision()
+	if _, err := h.node.Apply(ctxT(t), &pb.ApplyRequest{Objects: []*pb.Object{q, tenant("other", "closed"), lb("other", "x", "closed")}}, false); err == nil {
+		t.Fatal("a tenant used a pool that does not admit it")
+	}
+	if h.node.Revision() != rev {
+		t.Fatal("refused write changed the state")
+	}
+}

@@ -2,6 +2,7 @@ package consensus
 
 import (
 	"net/netip"
+	"slices"
 	"sort"
 
 	"google.golang.org/protobuf/proto"
@@ -18,6 +19,9 @@ type reader interface {
 	// Certificate a non-empty tenant restricts the list to that tenant.
 	list(kind, tenant string) []*pb.Object
 	addressUsers(addr netip.Addr) []*pb.Object
+	// usedAddresses returns the distinct load balancer addresses within
+	// [from, to], ascending.
+	usedAddresses(from, to netip.Addr) []netip.Addr
 }
 
 // keyOf is the map key of a reference: "tenant/name" or "name".
@@ -35,6 +39,7 @@ type state struct {
 	objects  map[string]map[string]*pb.Object // kind → key → object
 	byTenant map[string]map[string]*pb.Object // tenant → "kind/name" → namespaced object
 	byAddr   map[netip.Addr]map[string]*pb.Object
+	used     []netip.Addr // keys of byAddr, sorted
 }
 
 var allKinds = []string{api.KindVIPPool, api.KindTenant, api.KindLoadBalancer, api.KindCertificate, api.KindNode, api.KindJoinToken}
@@ -80,6 +85,18 @@ func (s *state) addressUsers(addr netip.Addr) []*pb.Object {
 	return out
 }
 
+func (s *state) usedAddresses(from, to netip.Addr) []netip.Addr {
+	i, _ := slices.BinarySearchFunc(s.used, from, netip.Addr.Compare)
+	j, found := slices.BinarySearchFunc(s.used, to, netip.Addr.Compare)
+	if found {
+		j++
+	}
+	if i >= j {
+		return nil
+	}
+	return s.used[i:j:j]
+}
+
 func sortObjects(objs []*pb.Object) {
 	sort.Slice(objs, func(i, j int) bool { return keyOf(api.RefOf(objs[i])) < keyOf(api.RefOf(objs[j])) })
 }
@@ -113,6 +130,8 @@ func (s *state) put(o *pb.Object) {
 		if m == nil {
 			m = make(map[string]*pb.Object)
 			s.byAddr[a] = m
+			i, _ := slices.BinarySearchFunc(s.used, a, netip.Addr.Compare)
+			s.used = slices.Insert(s.used, i, a)
 		}
 		m[key] = o
 	}
@@ -135,6 +154,9 @@ func (s *state) remove(ref *pb.ObjectRef) {
 		delete(s.byAddr[a], key)
 		if len(s.byAddr[a]) == 0 {
 			delete(s.byAddr, a)
+			if i, ok := slices.BinarySearchFunc(s.used, a, netip.Addr.Compare); ok {
+				s.used = slices.Delete(s.used, i, i+1)
+			}
 		}
 	}
 }
@@ -266,6 +288,40 @@ func (o *overlay) addressUsers(addr netip.Addr) []*pb.Object {
 	return out
 }
 
+func (o *overlay) usedAddresses(from, to netip.Addr) []netip.Addr {
+	base := o.parent.usedAddresses(from, to)
+	ch := o.changes[api.KindLoadBalancer]
+	if len(ch) == 0 {
+		return base
+	}
+	inRange := func(a netip.Addr) bool { return a.Compare(from) >= 0 && a.Compare(to) <= 0 }
+	adjust := map[netip.Addr]bool{} // true: in use, false: maybe freed
+	for key, c := range ch {
+		if a, ok := lbAddress(o.parent.get(api.KindLoadBalancer, key)); ok && inRange(a) {
+			if _, set := adjust[a]; !set {
+				adjust[a] = false
+			}
+		}
+		if a, ok := lbAddress(c); ok && c != nil && inRange(a) {
+			adjust[a] = true
+		}
+	}
+	out := slices.Clone(base)
+	for a, inUse := range adjust {
+		if !inUse && len(o.addressUsers(a)) > 0 {
+			inUse = true
+		}
+		i, found := slices.BinarySearchFunc(out, a, netip.Addr.Compare)
+		switch {
+		case inUse && !found:
+			out = slices.Insert(out, i, a)
+		case !inUse && found:
+			out = slices.Delete(out, i, i+1)
+		}
+	}
+	return out
+}
+
 func (o *overlay) set(ref *pb.ObjectRef, obj *pb.Object) {
 	m := o.changes[ref.Kind]
 	if m == nil {
@@ -287,7 +343,13 @@ func (o *overlay) mergeInto(parent *overlay) {
 // catalog adapts a reader to api.Catalog.
 type catalog struct{ r reader }
 
-var _ api.Catalog = catalog{}
+var (
+	_ api.Catalog            = catalog{}
+	_ api.AddressIndex       = catalog{}
+	_ api.NodeCatalog        = catalog{}
+	_ api.CertificateCatalog = catalog{}
+	_ api.JoinTokenCatalog   = catalog{}
+)
 
 func (c catalog) Tenant(name string) *pb.Tenant {
 	return c.r.get(api.KindTenant, name).GetTenant()
@@ -327,6 +389,18 @@ func (c catalog) LoadBalancers(tenant string) []*pb.LoadBalancer {
 	}
 	return out
 }
+
+func (c catalog) UsedAddresses(from, to netip.Addr) []netip.Addr {
+	return c.r.usedAddresses(from, to)
+}
+
+func (c catalog) Node(id string) *pb.Node { return c.r.get(api.KindNode, id).GetNode() }
+
+func (c catalog) Certificate(tenant, name string) *pb.Certificate {
+	return c.r.get(api.KindCertificate, tenant+"/"+name).GetCertificate()
+}
+
+func (c catalog) JoinToken(id string) *pb.JoinToken { return c.r.get(api.KindJoinToken, id).GetJoinToken() }
 
 func (c catalog) AddressUsers(addr netip.Addr) []*pb.LoadBalancer {
 	objs := c.r.addressUsers(addr)

@@ -13,10 +13,15 @@ import (
 // there. It is pure: the leader runs it before proposing and every FSM runs
 // it again in Apply, so that the state only ever holds what validates.
 func checkTxn(ov *overlay, txn *pb.Txn) error {
-	if len(txn.GetOps()) == 0 {
+	ops := txn.GetOps()
+	if len(ops) == 0 {
 		return errors.New("empty transaction")
 	}
-	for _, op := range txn.GetOps() {
+	// Objects written together are validated against a view that holds
+	// them all, so that a pool naming a tenant and the tenant naming the
+	// pool can arrive in one write.
+	var puts []*pb.Object
+	for _, op := range ops {
 		switch x := op.GetOp().(type) {
 		case *pb.Op_Put:
 			ref := api.RefOf(x.Put)
@@ -30,10 +35,8 @@ func checkTxn(ov *overlay, txn *pb.Txn) error {
 			if op.GetMustExist() && existing == nil {
 				return fmt.Errorf("%s %w", api.RefString(ref), api.ErrNotFound)
 			}
-			if err := validate(x.Put, catalog{ov}); err != nil {
-				return err
-			}
 			ov.set(ref, x.Put)
+			puts = append(puts, x.Put)
 		case *pb.Op_Delete:
 			ref := x.Delete
 			if ov.get(ref.GetKind(), keyOf(ref)) == nil {
@@ -45,6 +48,11 @@ func checkTxn(ov *overlay, txn *pb.Txn) error {
 			ov.set(ref, nil)
 		default:
 			return fmt.Errorf("unknown operation %T: %w", x, api.ErrInvalid)
+		}
+	}
+	for _, o := range puts {
+		if err := validate(o, catalog{ov}); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -1,0 +1,154 @@
+package api
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+)
+
+// maxWeight is the highest member weight.
+const maxWeight = 1000
+
+// checkBackendPools checks every backend pool, in key order.
+func checkBackendPools(ck *checker, lb *pb.LoadBalancer, tenant *pb.Tenant) {
+	var nets []netip.Prefix
+	if tenant != nil {
+		nets = tenantNetworks(tenant)
+	}
+	udpUsers := map[string]int{}
+	for i, l := range lb.GetListeners() {
+		if l.GetProtocol() == "udp" {
+			if _, seen := udpUsers[l.GetPool()]; !seen {
+				udpUsers[l.GetPool()] = i
+			}
+		}
+	}
+	for _, key := range sortedKeys(lb.GetPools()) {
+		f := "pools." + key
+		checkName(ck, f, key)
+		bp := lb.GetPools()[key]
+		checkAlgorithm(ck, f, bp)
+		checkMembers(ck, f, bp, tenant, nets)
+		checkHealthCheck(ck, f+".healthCheck", bp.GetHealthCheck())
+		switch pp := bp.GetProxyProtocol(); pp {
+		case "":
+		case "v1", "v2":
+			if i, ok := udpUsers[key]; ok {
+				ck.invalidf(f+".proxyProtocol", "PROXY protocol cannot be sent to UDP backends, and udp listeners[%d] uses this pool; remove proxyProtocol or use a separate pool", i)
+			}
+		default:
+			ck.invalidf(f+".proxyProtocol", "%q is not one of v1, v2 (or empty for none)", pp)
+		}
+		switch bpp := bp.GetBackendProtocol(); bpp {
+		case "", "http1", "h2c", "tls":
+		default:
+			ck.invalidf(f+".backendProtocol", "%q is not one of http1, h2c, tls", bpp)
+		}
+		checkPositive(ck, f+".connectTimeout", bp.GetConnectTimeout())
+	}
+}
+
+func checkAlgorithm(ck *checker, f string, bp *pb.BackendPool) {
+	alg, on := bp.GetAlgorithm(), bp.GetHashOn()
+	switch alg {
+	case "", "round-robin", "least-request", "hash":
+	default:
+		ck.invalidf(f+".algorithm", "%q is not one of round-robin, least-request, hash", alg)
+		return
+	}
+	if on == "" {
+		return
+	}
+	if alg != "hash" {
+		ck.invalidf(f+".hashOn", "only used with algorithm: hash; remove it or set the algorithm")
+		return
+	}
+	if on == "client-ip" {
+		return
+	}
+	if name, ok := strings.CutPrefix(on, "header:"); ok && isToken(name) {
+		return
+	}
+	ck.invalidf(f+".hashOn", "%q is not client-ip or header:NAME (like header:X-User)", on)
+}
+
+// isToken reports whether s is an HTTP header name (RFC 9110 token).
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0 {
+			continue
+		}
+		return false
+	}
+	return true
+}
+
+func checkMembers(ck *checker, f string, bp *pb.BackendPool, tenant *pb.Tenant, nets []netip.Prefix) {
+	seen := map[netip.AddrPort]int{}
+	for i, m := range bp.GetMembers() {
+		mf := fmt.Sprintf("%s.members[%d]", f, i)
+		ap, why := parseMember(m.GetAddress())
+		if why != "" {
+			ck.invalidf(mf, "%s", why)
+		} else if j, dup := seen[ap]; dup {
+			ck.invalidf(mf, "%s duplicates members[%d]", ap, j)
+		} else {
+			seen[ap] = i
+			if tenant != nil {
+				if why := memberProblem(ap.Addr(), nets, tenant.GetNetworks()); why != "" {
+					ck.invalidf(mf, "%s", why)
+				}
+			}
+		}
+		if m.Weight != nil && m.GetWeight() > maxWeight {
+			ck.invalidf(mf+".weight", "must be at most %d, got %d", maxWeight, m.GetWeight())
+		}
+	}
+}
+
+func checkHealthCheck(ck *checker, f string, hc *pb.HealthCheck) {
+	if hc == nil {
+		return
+	}
+	if hc.GetTcp() != nil && hc.GetHttp() != nil {
+		ck.invalidf(f, "set tcp or http, not both")
+	}
+	if h := hc.GetHttp(); h != nil {
+		if p := h.GetPath(); p != "" && !strings.HasPrefix(p, "/") {
+			ck.invalidf(f+".http.path", "%q must start with /", p)
+		} else if strings.ContainsAny(p, " \t\r\n") {
+			ck.invalidf(f+".http.path", "%q must not contain spaces", p)
+		}
+		if s := h.GetExpectStatus(); s != 0 && (s < 100 || s > 599) {
+			ck.invalidf(f+".http.expectStatus", "must be an HTTP status from 100 to 599, got %d", s)
+		}
+		if host := h.GetHost(); host != "" {
+			if _, err := netip.ParseAddr(host); err != nil {
+				if why := dnsNameProblem(host); why != "" {
+					ck.invalidf(f+".http.host", "%s", why)
+				}
+			}
+		}
+	}
+	checkPositive(ck, f+".interval", hc.GetInterval())
+	checkPositive(ck, f+".timeout", hc.GetTimeout())
+	if iv, to := hc.GetInterval(), hc.GetTimeout(); iv != nil && to != nil && iv.CheckValid() == nil && to.CheckValid() == nil &&
+		iv.AsDuration() > 0 && to.AsDuration() > iv.AsDuration() {
+		ck.invalidf(f+".timeout", "%s is longer than interval %s; make it at most the interval", to.AsDuration(), iv.AsDuration())
+	}
+	if hc.GetRise() > 100 {
+		ck.invalidf(f+".rise", "must be at most 100, got %d", hc.GetRise())
+	}
+	if hc.GetFall() > 100 {
+		ck.invalidf(f+".fall", "must be at most 100, got %d", hc.GetFall())
+	}
+	if hc.GetPort() > 65535 {
+		ck.invalidf(f+".port", "must be between 0 (the member's port) and 65535, got %d", hc.GetPort())
+	}
+}

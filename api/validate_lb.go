@@ -1,0 +1,267 @@
+package api
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+)
+
+// ValidateLoadBalancer checks a load balancer as it would be stored: the
+// tenant and VIP request, listeners, routes and backend pools, the tenant's
+// quotas, and status.address (when set) against its pool and the other
+// load balancers.
+func ValidateLoadBalancer(lb *pb.LoadBalancer, c Catalog) error {
+	c = orEmpty(c)
+	ck := &checker{}
+	if lb == nil {
+		ck.invalidf("", "no load balancer given")
+		return ck.err(KindLoadBalancer)
+	}
+	checkName(ck, "name", lb.GetName())
+	tenant := lookupTenant(ck, lb.GetTenant(), c)
+	vip := resolveVIP(ck, lb, tenant, c)
+	checkListeners(ck, lb, c)
+	checkRoutes(ck, lb, tenant)
+	checkBackendPools(ck, lb, tenant)
+	checkLBQuota(ck, lb, tenant, c)
+	checkStatusAddress(ck, lb, tenant, vip, c)
+	return ck.err(lbRef(lb))
+}
+
+func lookupTenant(ck *checker, name string, c Catalog) *pb.Tenant {
+	if !checkName(ck, "tenant", name) {
+		return nil
+	}
+	t := c.Tenant(name)
+	if t == nil {
+		ck.invalidf("tenant", "tenant %s does not exist", name)
+	}
+	return t
+}
+
+// vipTarget is a load balancer's VIP request resolved against the pools.
+type vipTarget struct {
+	pool   *pb.VIPPool
+	ranges []poolRange
+	// want is vip.address, when given and well-formed.
+	want netip.Addr
+	// family is vip.family: "", "ipv4" or "ipv6".
+	family string
+}
+
+func familyName(is4 bool) string {
+	if is4 {
+		return "IPv4"
+	}
+	return "IPv6"
+}
+
+// familyOK reports whether a belongs to family ("" admits both).
+func familyOK(family string, a netip.Addr) bool {
+	return family == "" || (family == "ipv4") == a.Is4()
+}
+
+func (v *vipTarget) hasFamily(is4 bool) bool {
+	for _, r := range v.ranges {
+		if r.From.Is4() == is4 {
+			return true
+		}
+	}
+	return false
+}
+
+func (v *vipTarget) describe() string {
+	return fmt.Sprintf("pool %s (%s)", v.pool.GetName(), strings.Join(v.pool.GetCidrs(), ", "))
+}
+
+// placeProblem says why a may not be a VIP in the target pool, or "".
+func (v *vipTarget) placeProblem(a netip.Addr) string {
+	if !rangesContain(v.ranges, a) {
+		return fmt.Sprintf("%s is outside %s", a, v.describe())
+	}
+	for _, r := range v.ranges {
+		if why := r.reserved(a); why != "" {
+			return fmt.Sprintf("%s is %s in pool %s and is never handed out; choose another address", a, why, v.pool.GetName())
+		}
+	}
+	return ""
+}
+
+// resolveVIP checks the VIP request and finds its pool; the result's pool
+// is nil when there is none to check against.
+func resolveVIP(ck *checker, lb *pb.LoadBalancer, tenant *pb.Tenant, c Catalog) *vipTarget {
+	v := &vipTarget{family: lb.GetVip().GetFamily()}
+	switch v.family {
+	case "", "ipv4", "ipv6":
+	default:
+		ck.invalidf("vip.family", "%q is not one of ipv4, ipv6 (or empty for the pool's default)", v.family)
+		v.family = ""
+	}
+	if s := lb.GetVip().GetAddress(); s != "" {
+		a, err := parseVIPAddr(s)
+		switch {
+		case err != nil:
+			ck.invalidf("vip.address", "%s", err.Error())
+		case !familyOK(v.family, a):
+			ck.invalidf("vip.family", "%s does not match vip.address %s", v.family, a)
+		default:
+			v.want = a
+		}
+	}
+	poolField := "vip.pool"
+	if name := lb.GetVip().GetPool(); name != "" {
+		if !checkName(ck, poolField, name) {
+			return v
+		}
+		if v.pool = c.Pool(name); v.pool == nil {
+			ck.invalidf(poolField, "VIP pool %s does not exist", name)
+			return v
+		}
+		v.ranges = parseRanges(v.pool.GetCidrs())
+	} else if v.want.IsValid() {
+		poolField = "vip.address"
+		for _, p := range parsePools(c) {
+			if rangesContain(p.ranges, v.want) {
+				v.pool, v.ranges = p.pool, p.ranges
+				break
+			}
+		}
+		if v.pool == nil {
+			ck.invalidf(poolField, "%s is not inside any VIP pool", v.want)
+			return v
+		}
+	} else {
+		if lb.GetVip().GetAddress() == "" {
+			ck.invalidf("vip.pool", "required: name a VIP pool the tenant may use, or set vip.address")
+		}
+		return v
+	}
+	if tenant != nil {
+		name := v.pool.GetName()
+		if !slices.Contains(tenant.GetPools(), name) {
+			ck.invalidf(poolField, "tenant %s may not use VIP pool %s (the tenant's pools: %s)", tenant.GetName(), name, listOrNone(tenant.GetPools(), "none"))
+		} else if ts := v.pool.GetTenants(); len(ts) > 0 && !slices.Contains(ts, tenant.GetName()) {
+			ck.invalidf(poolField, "VIP pool %s is reserved for tenants %s", name, strings.Join(ts, ", "))
+		}
+	}
+	if v.family != "" && !v.hasFamily(v.family == "ipv4") {
+		ck.invalidf("vip.family", "VIP pool %s has no %s addresses", v.pool.GetName(), familyName(v.family == "ipv4"))
+	}
+	if v.want.IsValid() {
+		if why := v.placeProblem(v.want); why != "" {
+			ck.invalidf("vip.address", "%s", why)
+		}
+	}
+	return v
+}
+
+// checkLBQuota refuses a new load balancer beyond the tenant's quota.
+func checkLBQuota(ck *checker, lb *pb.LoadBalancer, tenant *pb.Tenant, c Catalog) {
+	q := tenant.GetQuotas().GetLoadBalancers()
+	if q == 0 || c.LoadBalancer(lb.GetTenant(), lb.GetName()) != nil {
+		return
+	}
+	n := 1
+	for _, o := range c.LoadBalancers(lb.GetTenant()) {
+		if !sameLB(o, lb) {
+			n++
+		}
+	}
+	if n > int(q) {
+		ck.conflictf("tenant", "tenant %s has reached its quota of %d load balancers (quotas.loadBalancers); delete one or ask the operator to raise it", tenant.GetName(), q)
+	}
+}
+
+// addressQuotaProblem says why lb holding a would take the tenant over its
+// address quota, or returns "". An address the load balancer already held
+// is always allowed, so lowering a quota never blocks updates.
+func addressQuotaProblem(lb *pb.LoadBalancer, tenant *pb.Tenant, a netip.Addr, c Catalog) string {
+	q := tenant.GetQuotas().GetAddresses()
+	if q == 0 {
+		return ""
+	}
+	if old := c.LoadBalancer(lb.GetTenant(), lb.GetName()); old != nil && old.GetStatus().GetAddress() != "" {
+		if oa, err := netip.ParseAddr(old.GetStatus().GetAddress()); err == nil && oa == a {
+			return ""
+		}
+	}
+	held := tenantAddresses(lb, c)
+	if held[a] || len(held)+1 <= int(q) {
+		return ""
+	}
+	return fmt.Sprintf("tenant %s has reached its quota of %d addresses (quotas.addresses); share one with vip.sharingKey or ask the operator to raise it", tenant.GetName(), q)
+}
+
+// checkStatusAddress checks an allocated address against the request, the
+// pool, the other load balancers and the tenant's quota.
+func checkStatusAddress(ck *checker, lb *pb.LoadBalancer, tenant *pb.Tenant, v *vipTarget, c Catalog) {
+	s := lb.GetStatus().GetAddress()
+	if s == "" {
+		return
+	}
+	const f = "status.address"
+	a, err := parseVIPAddr(s)
+	if err != nil {
+		ck.invalidf(f, "%s", err.Error())
+		return
+	}
+	if v.want.IsValid() && a != v.want {
+		ck.invalidf(f, "%s differs from vip.address %s", a, v.want)
+		return
+	}
+	if !familyOK(v.family, a) {
+		ck.invalidf(f, "%s is not an %s address as vip.family asks", a, familyName(v.family == "ipv4"))
+		return
+	}
+	if v.pool == nil {
+		return
+	}
+	if why := v.placeProblem(a); why != "" {
+		ck.invalidf(f, "%s", why)
+		return
+	}
+	if why := addressBlocker(lb, a, v.pool, c); why != "" {
+		ck.conflictf(f, "%s", why)
+	}
+	if tenant != nil {
+		if why := addressQuotaProblem(lb, tenant, a, c); why != "" {
+			ck.conflictf(f, "%s", why)
+		}
+	}
+}
+
+// LoadBalancerProblems returns what is wrong with a valid load balancer
+// without making it invalid, for status.problems: backend pools nothing
+// sends traffic to, and http(s) listeners without routes.
+func LoadBalancerProblems(lb *pb.LoadBalancer) []*pb.Problem {
+	var out []*pb.Problem
+	used := map[string]bool{}
+	hasRoutes := len(lb.GetRoutes()) > 0
+	for _, l := range lb.GetListeners() {
+		used[l.GetPool()] = true
+	}
+	for _, r := range lb.GetRoutes() {
+		used[r.GetPool()] = true
+	}
+	for i, l := range lb.GetListeners() {
+		p := l.GetProtocol()
+		if (p == "http" || p == "https") && !hasRoutes && !l.GetRedirectToHttps() {
+			out = append(out, &pb.Problem{
+				Field:  fmt.Sprintf("listeners[%d]", i),
+				Reason: "no routes: every request gets 404; add a route",
+			})
+		}
+	}
+	for _, k := range sortedKeys(lb.GetPools()) {
+		if !used[k] {
+			out = append(out, &pb.Problem{
+				Field:  "pools." + k,
+				Reason: "unused: no listener or route sends traffic to this pool",
+			})
+		}
+	}
+	return out
+}

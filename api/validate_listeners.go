@@ -1,0 +1,210 @@
+package api
+
+import (
+	"fmt"
+	"strings"
+
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// checkListeners checks ports, protocols, backend references and TLS.
+func checkListeners(ck *checker, lb *pb.LoadBalancer, c Catalog) {
+	ls := lb.GetListeners()
+	if len(ls) == 0 {
+		ck.invalidf("listeners", "at least one listener is required, like {port: 443, protocol: https}")
+		return
+	}
+	seen := map[string]int{}
+	for i, l := range ls {
+		f := fmt.Sprintf("listeners[%d]", i)
+		port, proto := l.GetPort(), l.GetProtocol()
+		portOK := port >= 1 && port <= 65535
+		if !portOK {
+			ck.invalidf(f+".port", "must be between 1 and 65535, got %d", port)
+		}
+		protoOK := true
+		switch proto {
+		case "tcp", "udp", "http", "https", "tls-passthrough":
+		case "":
+			protoOK = false
+			ck.invalidf(f+".protocol", "required: tcp, udp, http, https or tls-passthrough")
+		default:
+			protoOK = false
+			ck.invalidf(f+".protocol", "%q is not one of tcp, udp, http, https, tls-passthrough", proto)
+		}
+		if portOK && protoOK {
+			key := fmt.Sprintf("%d/%s", port, listenerKind(proto))
+			if j, dup := seen[key]; dup {
+				ck.invalidf(f+".port", "port %s is already used by listeners[%d]", key, j)
+			} else {
+				seen[key] = i
+			}
+		}
+		switch proto {
+		case "tcp", "udp", "tls-passthrough":
+			if l.GetPool() == "" {
+				ck.invalidf(f+".pool", "required for %s listeners: name one of the load balancer's pools", proto)
+			} else if _, ok := lb.GetPools()[l.GetPool()]; !ok {
+				ck.invalidf(f+".pool", "backend pool %s is not defined in pools", l.GetPool())
+			}
+		case "http", "https":
+			if l.GetPool() != "" {
+				ck.invalidf(f+".pool", "%s listeners send traffic by routes; remove pool and add a route to %s", proto, l.GetPool())
+			}
+		}
+		checkListenerTLS(ck, f, lb, l, c)
+		if l.GetRedirectToHttps() && proto != "http" {
+			ck.invalidf(f+".redirectToHttps", "only http listeners can redirect to https")
+		}
+		checkPositive(ck, f+".idleTimeout", l.GetIdleTimeout())
+	}
+}
+
+func checkListenerTLS(ck *checker, f string, lb *pb.LoadBalancer, l *pb.Listener, c Catalog) {
+	tls := l.GetTls()
+	empty := !tls.GetAcme() && len(tls.GetCertificates()) == 0 && tls.GetMinVersion() == ""
+	if l.GetProtocol() != "https" {
+		if !empty {
+			ck.invalidf(f+".tls", "only https listeners terminate TLS; remove tls (tls-passthrough forwards TLS untouched)")
+		}
+		return
+	}
+	if !tls.GetAcme() && len(tls.GetCertificates()) == 0 {
+		ck.invalidf(f+".tls", "https listeners need tls.acme: true or tls.certificates")
+	}
+	switch tls.GetMinVersion() {
+	case "", "tls1.2", "tls1.3":
+	default:
+		ck.invalidf(f+".tls.minVersion", "%q is not one of tls1.2, tls1.3", tls.GetMinVersion())
+	}
+	certs, _ := c.(CertificateCatalog)
+	seen := map[string]int{}
+	for j, name := range tls.GetCertificates() {
+		cf := fmt.Sprintf("%s.tls.certificates[%d]", f, j)
+		if !checkName(ck, cf, name) {
+			continue
+		}
+		if k, dup := seen[name]; dup {
+			ck.invalidf(cf, "%s is already listed as certificates[%d]", name, k)
+			continue
+		}
+		seen[name] = j
+		if certs != nil && certs.Certificate(lb.GetTenant(), name) == nil {
+			ck.invalidf(cf, "certificate %s/%s does not exist; upload it first", lb.GetTenant(), name)
+		}
+	}
+}
+
+func checkPositive(ck *checker, field string, d *durationpb.Duration) {
+	if d == nil {
+		return
+	}
+	if err := d.CheckValid(); err != nil || d.AsDuration() <= 0 {
+		ck.invalidf(field, "must be a positive duration, got %s", fmtDuration(d))
+	}
+}
+
+func fmtDuration(d *durationpb.Duration) string {
+	if d.CheckValid() != nil {
+		return fmt.Sprintf("%ds%dns", d.GetSeconds(), d.GetNanos())
+	}
+	return d.AsDuration().String()
+}
+
+type routeKey struct{ host, path, pathType string }
+
+// checkRoutes checks hosts against the tenant's domains and the TLS that
+// the https listeners need for them.
+func checkRoutes(ck *checker, lb *pb.LoadBalancer, tenant *pb.Tenant) {
+	routes := lb.GetRoutes()
+	if len(routes) == 0 {
+		return
+	}
+	httpListener, acmeOnly := false, -1
+	for i, l := range lb.GetListeners() {
+		switch l.GetProtocol() {
+		case "http":
+			httpListener = true
+		case "https":
+			httpListener = true
+			if l.GetTls().GetAcme() && len(l.GetTls().GetCertificates()) == 0 && acmeOnly < 0 {
+				acmeOnly = i
+			}
+		}
+	}
+	if !httpListener {
+		ck.invalidf("routes", "routes need an http or https listener; add one or remove the routes")
+	}
+	seen := map[routeKey]int{}
+	for i, r := range routes {
+		f := fmt.Sprintf("routes[%d]", i)
+		host := r.GetHost()
+		hostOK := checkRouteHost(ck, f+".host", host)
+		if hostOK && host != "" && tenant != nil && !hostInDomains(host, tenant.GetDomains()) {
+			ck.invalidf(f+".host", "%s is not inside the tenant's domains (%s)", host, listOrNone(tenant.GetDomains(), "the tenant has none; the operator sets them"))
+		}
+		if hostOK && acmeOnly >= 0 {
+			switch {
+			case host == "":
+				ck.invalidf(f+".host", "required: listeners[%d] gets its certificate from ACME, which needs a host name", acmeOnly)
+			case strings.HasPrefix(host, "*."):
+				ck.invalidf(f+".host", "%s is a wildcard, which ACME does not issue here; upload a certificate and list it in listeners[%d].tls.certificates", host, acmeOnly)
+			}
+		}
+		path := r.GetPath()
+		switch {
+		case path != "" && !strings.HasPrefix(path, "/"):
+			ck.invalidf(f+".path", "%q must start with /", path)
+		case strings.ContainsAny(path, " ?#\t\r\n"):
+			ck.invalidf(f+".path", "%q must not contain spaces, '?' or '#'", path)
+		}
+		if path == "" {
+			path = "/"
+		}
+		pt := r.GetPathType()
+		switch pt {
+		case "", "prefix":
+			pt = "prefix"
+		case "exact":
+		default:
+			ck.invalidf(f+".pathType", "%q is not one of prefix, exact", pt)
+		}
+		key := routeKey{host, path, pt}
+		if j, dup := seen[key]; dup {
+			h := host
+			if h == "" {
+				h = "(any host)"
+			}
+			ck.invalidf(f, "duplicates routes[%d] (host %s, path %s, %s)", j, h, path, pt)
+		} else {
+			seen[key] = i
+		}
+		if r.GetPool() == "" {
+			ck.invalidf(f+".pool", "required: name one of the load balancer's pools")
+		} else if _, ok := lb.GetPools()[r.GetPool()]; !ok {
+			ck.invalidf(f+".pool", "backend pool %s is not defined in pools", r.GetPool())
+		}
+	}
+}
+
+// checkRouteHost checks the form of a route host: empty, exact, or
+// "*.suffix".
+func checkRouteHost(ck *checker, field, host string) bool {
+	if host == "" {
+		return true
+	}
+	name := host
+	if rest, ok := strings.CutPrefix(host, "*."); ok {
+		name = rest
+	}
+	if strings.Contains(name, "*") {
+		ck.invalidf(field, "%q: a wildcard must be the whole first label, like *.acme.example", host)
+		return false
+	}
+	if why := dnsNameProblem(name); why != "" {
+		ck.invalidf(field, "%s", why)
+		return false
+	}
+	return true
+}
