@@ -1,0 +1,152 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/teapot-lb/teapot-lb/api/client"
+	"github.com/teapot-lb/teapot-lb/api/manifest"
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+)
+
+func (a *app) clusterCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "cluster",
+		Short: "Inspect the LB hosts and add or remove them",
+		Args:  args(cobra.NoArgs),
+	}
+	cmd.AddCommand(a.clusterStatusCmd(), a.joinTokenCmd(), a.removeNodeCmd())
+	return cmd
+}
+
+func (a *app) clusterStatusCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "status",
+		Short: "Show the Raft state of every LB host",
+		Args:  args(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return a.call(cmd, func(ctx context.Context, c *client.Conn) error {
+				st, err := c.Admin.ClusterStatus(ctx, &pb.ClusterStatusRequest{})
+				if err != nil {
+					return err
+				}
+				if a.output != OutputTable {
+					return manifest.EncodeMessage(cmd.OutOrStdout(), st, string(a.output))
+				}
+				return writeStatus(cmd, st)
+			})
+		},
+	}
+}
+
+func writeStatus(cmd *cobra.Command, st *pb.ClusterStatusResponse) error {
+	w := cmd.OutOrStdout()
+	leader := st.GetLeaderId()
+	if leader == "" {
+		leader = "none"
+	}
+	fmt.Fprintf(w, "cluster %s: leader %s, term %d, commit index %d, revision %d, heartbeat timeout %s, election timeout %s\n\n",
+		orDash(st.GetClusterId()), leader, st.GetTerm(), st.GetCommitIndex(), st.GetRevision(),
+		orDash(st.GetHeartbeatTimeout()), orDash(st.GetElectionTimeout()))
+	t := newTable(w)
+	t.row("ID", "STATE", "HEALTHY", "SUFFRAGE", "RAFT ADDR", "API ADDR", "APPLIED", "TERM", "LAST CONTACT")
+	var failing [][]string
+	for _, n := range st.GetNodes() {
+		healthy := "no"
+		if n.GetHealthy() {
+			healthy = "yes"
+		}
+		t.row(n.GetId(), n.GetState(), healthy, n.GetSuffrage(), n.GetRaftAddr(), n.GetApiAddr(),
+			strconv.FormatUint(n.GetAppliedIndex(), 10), strconv.FormatUint(n.GetTerm(), 10), n.GetLastContact())
+		if n.GetError() != "" {
+			failing = append(failing, []string{n.GetId(), n.GetError()})
+		}
+	}
+	if err := t.flush(); err != nil {
+		return err
+	}
+	if len(failing) > 0 {
+		fmt.Fprintln(w)
+		t := newTable(w)
+		t.row("NODE", "ERROR")
+		for _, f := range failing {
+			t.row(f...)
+		}
+		return t.flush()
+	}
+	return nil
+}
+
+func (a *app) joinTokenCmd() *cobra.Command {
+	var ttl time.Duration
+	cmd := &cobra.Command{
+		Use:   "join-token",
+		Short: "Create a token that lets a new LB host join the cluster",
+		Long: "join-token prints a token for `teapot-lb serve --join`. The token alone goes to\n" +
+			"standard output, so that scripts can capture it; the command to run goes to\n" +
+			"standard error.",
+		Args: args(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			switch {
+			case ttl < time.Second:
+				return fmt.Errorf("--ttl: want at least 1s, got %s", ttl)
+			case ttl.Seconds() > math.MaxUint32:
+				return fmt.Errorf("--ttl: want at most %s, got %s", time.Duration(math.MaxUint32)*time.Second, ttl)
+			}
+			return a.call(cmd, func(ctx context.Context, c *client.Conn) error {
+				resp, err := c.Admin.CreateJoinToken(ctx, &pb.CreateJoinTokenRequest{TtlSeconds: uint32(ttl / time.Second)})
+				if err != nil {
+					return err
+				}
+				if a.output != OutputTable {
+					return manifest.EncodeMessage(cmd.OutOrStdout(), resp, string(a.output))
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), resp.GetToken())
+				servers := resp.GetServers()
+				if len(servers) == 0 {
+					servers = c.Servers
+				}
+				expires := ""
+				if resp.GetExpires() != nil {
+					expires = " (valid until " + resp.GetExpires().AsTime().UTC().Format(time.RFC3339) + ")"
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "On the new host, run%s:\n  teapot-lb serve --join %s --token %s\n",
+					expires, servers[0], resp.GetToken())
+				return nil
+			})
+		},
+	}
+	cmd.Flags().DurationVar(&ttl, "ttl", time.Hour, "how long the token stays valid")
+	return cmd
+}
+
+func (a *app) removeNodeCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "remove NODE",
+		Short: "Remove an LB host from the cluster",
+		Args:  args(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, argv []string) error {
+			return a.call(cmd, func(ctx context.Context, c *client.Conn) error {
+				if _, err := c.Admin.RemoveNode(ctx, &pb.RemoveNodeRequest{Id: argv[0]}); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "node/%s removed\n", argv[0])
+				return nil
+			})
+		},
+		ValidArgsFunction: a.completeNamesOf("Node"),
+	}
+}
+
+func orDash(s string) string {
+	if strings.TrimSpace(s) == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,362 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/teapot-lb/teapot-lb/api"
+	"github.com/teapot-lb/teapot-lb/api/client"
+	"github.com/teapot-lb/teapot-lb/api/manifest"
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+)
+
+// kindRank orders kinds so that what an object names is applied first.
+func kindRank(kind string) int {
+	for i, k := range manifest.Kinds {
+		if k == kind {
+			return i
+		}
+	}
+	return len(manifest.Kinds)
+}
+
+func (a *app) applyCmd() *cobra.Command {
+	var files []string
+	cmd := &cobra.Command{
+		Use:   "apply -f FILE",
+		Short: "Create or update the objects of manifest files",
+		Long: "Apply creates or updates every object of the given manifests in one all-or-nothing\n" +
+			"change. FILE is a YAML or JSON file, a directory of them, or - for standard input.\n" +
+			"Applying the same files again changes nothing.",
+		Example: "  teapot-lb apply -f shop.yaml\n  teapot-lb get lb acme/shop -o yaml | teapot-lb apply -f -",
+		Args:    args(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if len(files) == 0 {
+				return errors.New("apply needs -f FILE (or -f - for standard input)")
+			}
+			var objs []*pb.Object
+			for _, f := range files {
+				o, err := readManifests(cmd, f)
+				if err != nil {
+					return err
+				}
+				objs = append(objs, o...)
+			}
+			if len(objs) == 0 {
+				names := make([]string, len(files))
+				for i, f := range files {
+					names[i] = f
+					if f == "-" {
+						names[i] = "standard input"
+					}
+				}
+				return fmt.Errorf("no objects in %s", strings.Join(names, ", "))
+			}
+			sort.SliceStable(objs, func(i, j int) bool {
+				return kindRank(api.RefOf(objs[i]).GetKind()) < kindRank(api.RefOf(objs[j]).GetKind())
+			})
+			return a.apply(cmd, objs, pb.ApplyMode_APPLY_MODE_UPSERT)
+		},
+	}
+	cmd.Flags().StringArrayVarP(&files, "filename", "f", nil, "manifest file, directory or - for standard input (repeatable)")
+	_ = cmd.MarkFlagFilename("filename", "yaml", "yml", "json")
+	return cmd
+}
+
+// apply sends objects in one Apply call and reports what became of each.
+func (a *app) apply(cmd *cobra.Command, objs []*pb.Object, mode pb.ApplyMode) error {
+	return a.call(cmd, func(ctx context.Context, c *client.Conn) error {
+		resp, err := c.Admin.Apply(ctx, &pb.ApplyRequest{Objects: objs, Mode: mode})
+		if err != nil {
+			return err
+		}
+		if a.output != OutputTable {
+			return manifest.Encode(cmd.OutOrStdout(), resp.GetObjects(), string(a.output))
+		}
+		w := cmd.OutOrStdout()
+		for i, o := range objs {
+			ref := api.RefOf(o)
+			if i < len(resp.GetObjects()) {
+				ref = api.RefOf(resp.GetObjects()[i])
+			}
+			result := "configured"
+			if i < len(resp.GetResults()) {
+				result = resp.GetResults()[i]
+			}
+			fmt.Fprintf(w, "%s %s\n", objectPath(ref), result)
+		}
+		return nil
+	})
+}
+
+// readManifests decodes a file, every manifest of a directory, or
+// standard input for "-".
+func readManifests(cmd *cobra.Command, name string) ([]*pb.Object, error) {
+	if name == "-" {
+		return manifest.Decode(cmd.InOrStdin(), "stdin")
+	}
+	fi, err := os.Stat(name)
+	if err != nil {
+		return nil, fmt.Errorf("read manifest %s: %w", name, bare(err))
+	}
+	if !fi.IsDir() {
+		return decodeFile(name)
+	}
+	entries, err := os.ReadDir(name)
+	if err != nil {
+		return nil, fmt.Errorf("read manifests in %s: %w", name, bare(err))
+	}
+	var objs []*pb.Object
+	for _, e := range entries {
+		switch strings.ToLower(filepath.Ext(e.Name())) {
+		case ".yaml", ".yml", ".json":
+		default:
+			continue
+		}
+		if e.IsDir() {
+			continue
+		}
+		o, err := decodeFile(filepath.Join(name, e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		objs = append(objs, o...)
+	}
+	return objs, nil
+}
+
+// bare drops the operation and path from a file error: the message names
+// the file already.
+func bare(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+func decodeFile(path string) ([]*pb.Object, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("read manifest %s: %w", path, bare(err))
+	}
+	defer f.Close()
+	return manifest.Decode(f, path)
+}
+
+func (a *app) getCmd() *cobra.Command {
+	var tenant string
+	cmd := &cobra.Command{
+		Use:   "get KIND [NAME]",
+		Short: "List objects of a kind, or show one",
+		Long: "Get lists the objects of a kind (tenants, pools, lbs, nodes, certs), or shows one.\n" +
+			"Load balancers and certificates are named TENANT/NAME (or NAME with --tenant).",
+		Example: "  teapot-lb get pools\n  teapot-lb get lb --tenant acme\n  teapot-lb get lb acme/shop -o yaml",
+		Args:    args(cobra.RangeArgs(1, 2)),
+		RunE: func(cmd *cobra.Command, argv []string) error {
+			kind, err := api.ParseKind(argv[0])
+			if err != nil {
+				return err
+			}
+			if len(argv) == 2 {
+				ref, err := refOf(kind, argv[1], tenant)
+				if err != nil {
+					return err
+				}
+				return a.show(cmd, ref)
+			}
+			return a.list(cmd, kind, tenant)
+		},
+		ValidArgsFunction: a.completeKindAndName,
+	}
+	cmd.Flags().StringVar(&tenant, "tenant", "", "only objects of this tenant (load balancers, certificates)")
+	return cmd
+}
+
+func (a *app) deleteCmd() *cobra.Command {
+	var tenant string
+	cmd := &cobra.Command{
+		Use:     "delete KIND NAME...",
+		Short:   "Delete objects",
+		Example: "  teapot-lb delete lb acme/shop\n  teapot-lb delete pool public",
+		Args:    args(cobra.MinimumNArgs(2)),
+		RunE: func(cmd *cobra.Command, argv []string) error {
+			kind, err := api.ParseKind(argv[0])
+			if err != nil {
+				return err
+			}
+			refs := make([]*pb.ObjectRef, 0, len(argv)-1)
+			for _, name := range argv[1:] {
+				ref, err := refOf(kind, name, tenant)
+				if err != nil {
+					return err
+				}
+				refs = append(refs, ref)
+			}
+			return a.delete(cmd, refs...)
+		},
+		ValidArgsFunction: a.completeKindAndName,
+	}
+	cmd.Flags().StringVar(&tenant, "tenant", "", "tenant of the objects (load balancers, certificates)")
+	return cmd
+}
+
+// refOf names an object from the command line: NAME, or TENANT/NAME for
+// namespaced kinds.
+func refOf(kind, name, tenant string) (*pb.ObjectRef, error) {
+	ref := &pb.ObjectRef{Kind: kind, Name: name}
+	if !api.Namespaced(kind) {
+		if tenant != "" {
+			return nil, fmt.Errorf("--tenant does not apply to kind %s", kind)
+		}
+		return ref, nil
+	}
+	if t, n, ok := strings.Cut(name, "/"); ok {
+		if tenant != "" && tenant != t {
+			return nil, fmt.Errorf("%s names tenant %s but --tenant is %s", name, t, tenant)
+		}
+		ref.Tenant, ref.Name = t, n
+	} else {
+		ref.Tenant = tenant
+	}
+	if ref.Tenant == "" || ref.Name == "" {
+		return nil, fmt.Errorf("%s %q: write TENANT/NAME or pass --tenant", kind, name)
+	}
+	return ref, nil
+}
+
+// show prints one object.
+func (a *app) show(cmd *cobra.Command, ref *pb.ObjectRef) error {
+	return a.call(cmd, func(ctx context.Context, c *client.Conn) error {
+		o, err := c.Admin.Get(ctx, &pb.GetRequest{Ref: ref})
+		if err != nil {
+			return err
+		}
+		if a.output != OutputTable {
+			return manifest.Encode(cmd.OutOrStdout(), []*pb.Object{o}, string(a.output))
+		}
+		lbs, err := a.loadBalancersFor(ctx, c, ref.GetKind())
+		if err != nil {
+			return err
+		}
+		return a.writeTable(cmd.OutOrStdout(), ref.GetKind(), []*pb.Object{o}, lbs)
+	})
+}
+
+// list prints every object of a kind (of one tenant if given).
+func (a *app) list(cmd *cobra.Command, kind, tenant string) error {
+	if tenant != "" && !api.Namespaced(kind) {
+		return fmt.Errorf("--tenant does not apply to kind %s", kind)
+	}
+	return a.call(cmd, func(ctx context.Context, c *client.Conn) error {
+		resp, err := c.Admin.List(ctx, &pb.ListRequest{Kind: kind, Tenant: tenant})
+		if err != nil {
+			return err
+		}
+		objs := resp.GetObjects()
+		sortObjects(objs)
+		if a.output != OutputTable {
+			return manifest.EncodeList(cmd.OutOrStdout(), objs, string(a.output))
+		}
+		if len(objs) == 0 {
+			what := "no " + plural(kind) + " found"
+			if tenant != "" {
+				what += " for tenant " + tenant
+			}
+			fmt.Fprintln(cmd.ErrOrStderr(), what)
+			return nil
+		}
+		lbs, err := a.loadBalancersFor(ctx, c, kind)
+		if err != nil {
+			return err
+		}
+		return a.writeTable(cmd.OutOrStdout(), kind, objs, lbs)
+	})
+}
+
+// loadBalancersFor fetches every load balancer when the table of kind
+// counts them.
+func (a *app) loadBalancersFor(ctx context.Context, c *client.Conn, kind string) ([]*pb.LoadBalancer, error) {
+	if kind != api.KindTenant && kind != api.KindVIPPool {
+		return nil, nil
+	}
+	resp, err := c.Admin.List(ctx, &pb.ListRequest{Kind: api.KindLoadBalancer})
+	if err != nil {
+		return nil, err
+	}
+	lbs := make([]*pb.LoadBalancer, 0, len(resp.GetObjects()))
+	for _, o := range resp.GetObjects() {
+		lbs = append(lbs, o.GetLoadBalancer())
+	}
+	return lbs, nil
+}
+
+// delete removes objects one after the other, reporting each.
+func (a *app) delete(cmd *cobra.Command, refs ...*pb.ObjectRef) error {
+	return a.call(cmd, func(ctx context.Context, c *client.Conn) error {
+		for _, ref := range refs {
+			if _, err := c.Admin.Delete(ctx, &pb.DeleteRequest{Ref: ref}); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s deleted\n", objectPath(ref))
+		}
+		return nil
+	})
+}
+
+func plural(kind string) string {
+	switch kind {
+	case api.KindVIPPool:
+		return "pools"
+	case api.KindLoadBalancer:
+		return "load balancers"
+	}
+	return lower(kind) + "s"
+}
+
+// completeKindAndName completes the kind, then names of that kind.
+func (a *app) completeKindAndName(cmd *cobra.Command, argv []string, _ string) ([]string, cobra.ShellCompDirective) {
+	switch len(argv) {
+	case 0:
+		return []string{"tenants", "pools", "lbs", "nodes", "certs"}, cobra.ShellCompDirectiveNoFileComp
+	case 1:
+	default:
+		if cmd.Name() != "delete" {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+	}
+	kind, err := api.ParseKind(argv[0])
+	if err != nil {
+		return nil, cobra.ShellCompDirectiveError
+	}
+	var names []string
+	err = a.call(cmd, func(ctx context.Context, c *client.Conn) error {
+		resp, err := c.Admin.List(ctx, &pb.ListRequest{Kind: kind})
+		if err != nil {
+			return err
+		}
+		objs := resp.GetObjects()
+		sortObjects(objs)
+		for _, o := range objs {
+			ref := api.RefOf(o)
+			if ref.GetTenant() != "" {
+				names = append(names, ref.GetTenant()+"/"+ref.GetName())
+			} else {
+				names = append(names, ref.GetName())
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, cobra.ShellCompDirectiveError
+	}
+	return names, cobra.ShellCompDirectiveNoFileComp
+}

@@ -1,0 +1,186 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/teapot-lb/teapot-lb/api/client"
+	"github.com/teapot-lb/teapot-lb/api/manifest"
+)
+
+// Build information, set with -ldflags "-X github.com/teapot-lb/teapot-lb/api/cli.Version=...".
+var (
+	Version = "dev"
+	Commit  = "unknown"
+)
+
+// DefaultTimeout bounds one command's calls to the cluster.
+const DefaultTimeout = 10 * time.Second
+
+// Output formats of -o.
+const (
+	OutputTable = "table"
+	OutputJSON  = manifest.FormatJSON
+	OutputYAML  = manifest.FormatYAML
+)
+
+// Option changes how the commands behave; tests use them.
+type Option func(*app)
+
+// WithClock sets the clock that ages ("5m", "3h") are measured against.
+func WithClock(now func() time.Time) Option {
+	return func(a *app) { a.now = now }
+}
+
+// app holds the global flags and options the commands share.
+type app struct {
+	now        func() time.Time
+	configPath string
+	server     string
+	output     outputFlag
+	timeout    time.Duration
+}
+
+// NewRoot returns a "teapot-lb" root command with the client commands and
+// their global flags. The main package adds serve and agent to it.
+func NewRoot(opts ...Option) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "teapot-lb",
+		Short: "Multi-tenant load balancer for bare-metal Kubernetes fleets",
+		Long: "teapot-lb runs on a small cluster of LB hosts and gives tenant Kubernetes clusters\n" +
+			"load balancers on highly available virtual IPs. These commands manage the cluster\n" +
+			"through its admin API; they find credentials like kubectl does (see --config).",
+		Version: Version,
+	}
+	root.SetVersionTemplate(versionLine() + "\n")
+	AddCommands(root, opts...)
+	return root
+}
+
+// AddCommands registers the global flags (--config, --server, -o,
+// --timeout) as persistent flags of root and adds the client commands.
+func AddCommands(root *cobra.Command, opts ...Option) {
+	a := &app{now: time.Now, output: OutputTable, timeout: DefaultTimeout}
+	for _, o := range opts {
+		o(a)
+	}
+	root.SilenceUsage = true
+	root.SilenceErrors = true
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return fmt.Errorf("%w (see '%s --help')", err, c.CommandPath())
+	})
+
+	pf := root.PersistentFlags()
+	pf.StringVar(&a.configPath, "config", "", "admin config file (default: $"+client.EnvConfig+", ./"+client.DataDirConfig+", ~/.config/teapot-lb/"+client.ConfigFileName+")")
+	pf.StringVar(&a.server, "server", "", "admin API address HOST:PORT to use instead of the config's servers (comma-separated for several)")
+	pf.VarP(&a.output, "output", "o", "output format: table, json or yaml")
+	pf.DurationVar(&a.timeout, "timeout", DefaultTimeout, "give up on the cluster after this long")
+	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{OutputTable, OutputJSON, OutputYAML}, cobra.ShellCompDirectiveNoFileComp))
+
+	root.AddCommand(
+		a.applyCmd(), a.getCmd(), a.deleteCmd(),
+		a.tenantCmd(), a.poolCmd(), a.lbCmd(), a.clusterCmd(),
+		a.versionCmd(),
+	)
+}
+
+// Main runs root with the process's arguments, prints an error as one
+// line ("error: ...") on stderr and returns the exit code. The context of
+// the commands ends on SIGINT or SIGTERM.
+func Main(root *cobra.Command) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	root.SilenceUsage = true
+	root.SilenceErrors = true
+	if err := root.ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(root.ErrOrStderr(), "error: "+client.ErrorLine(err))
+		return 1
+	}
+	return 0
+}
+
+// outputFlag is the value of -o; it refuses unknown formats when parsed.
+type outputFlag string
+
+func (o *outputFlag) String() string { return string(*o) }
+func (o *outputFlag) Type() string   { return "format" }
+func (o *outputFlag) Set(s string) error {
+	switch s {
+	case OutputTable, OutputJSON, OutputYAML:
+		*o = outputFlag(s)
+		return nil
+	}
+	return fmt.Errorf("unknown format %q: use table, json or yaml", s)
+}
+
+// call connects to the cluster and runs fn with a context bounded by
+// --timeout.
+func (a *app) call(cmd *cobra.Command, fn func(ctx context.Context, c *client.Conn) error) error {
+	path, err := client.FindConfig(a.configPath)
+	if err != nil {
+		return err
+	}
+	cfg, err := client.LoadConfig(path)
+	if err != nil {
+		return err
+	}
+	if a.timeout <= 0 {
+		return errors.New("--timeout must be positive")
+	}
+	ctx, cancel := context.WithTimeout(cmd.Context(), a.timeout)
+	defer cancel()
+	conn, err := client.Dial(ctx, cfg, a.server)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	return fn(ctx, conn)
+}
+
+// args wraps a cobra argument check so its error shows the usage line.
+func args(check cobra.PositionalArgs) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, a []string) error {
+		if err := check(cmd, a); err != nil {
+			return fmt.Errorf("%w; usage: %s", err, cmd.UseLine())
+		}
+		return nil
+	}
+}
+
+func (a *app) versionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version of this binary",
+		Args:  args(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			info := []field{
+				{"version", Version}, {"commit", Commit},
+				{"go", runtime.Version()}, {"platform", runtime.GOOS + "/" + runtime.GOARCH},
+			}
+			if a.output != OutputTable {
+				return writeFields(cmd.OutOrStdout(), info, string(a.output))
+			}
+			tw := newTable(cmd.OutOrStdout())
+			for _, f := range info {
+				tw.row(f.key, f.val)
+			}
+			return tw.flush()
+		},
+	}
+}
+
+func versionLine() string {
+	return fmt.Sprintf("teapot-lb %s (commit %s, %s)", Version, Commit, runtime.Version())
+}
+
+// lower renders a kind as in "vippool/public".
+func lower(kind string) string { return strings.ToLower(kind) }
