@@ -366,7 +366,6 @@ func TestAPIRequiresRoles(t *testing.T) {
 	}
 }
 
-
 func TestApplyMutualReferencesInOneWrite(t *testing.T) {
 	h := startHost(t, Config{NodeID: "n1"})
 	p := pool("private", "198.51.100.0/28")

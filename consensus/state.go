@@ -400,7 +400,9 @@ func (c catalog) Certificate(tenant, name string) *pb.Certificate {
 	return c.r.get(api.KindCertificate, tenant+"/"+name).GetCertificate()
 }
 
-func (c catalog) JoinToken(id string) *pb.JoinToken { return c.r.get(api.KindJoinToken, id).GetJoinToken() }
+func (c catalog) JoinToken(id string) *pb.JoinToken {
+	return c.r.get(api.KindJoinToken, id).GetJoinToken()
+}
 
 func (c catalog) AddressUsers(addr netip.Addr) []*pb.LoadBalancer {
 	objs := c.r.addressUsers(addr)
