@@ -1,0 +1,95 @@
+package health
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/teapot-lb/teapot-lb/proxy/snapshot"
+)
+
+// Check failures.
+var (
+	// ErrBadStatusLine: an HTTP check got something that is not a status
+	// line.
+	ErrBadStatusLine = errors.New("malformed HTTP status line")
+	// ErrUnexpectedStatus: an HTTP check got a status it does not accept.
+	ErrUnexpectedStatus = errors.New("unexpected HTTP status")
+)
+
+// check runs one check of addr (its port replaced by hc.Port when set).
+func check(addr netip.AddrPort, hc *snapshot.HealthCheck) error {
+	if hc.Port != 0 {
+		addr = netip.AddrPortFrom(addr.Addr(), hc.Port)
+	}
+	deadline := time.Now().Add(hc.Timeout)
+	d := net.Dialer{Deadline: deadline}
+	c, err := d.Dial("tcp", addr.String())
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer c.Close()
+	if !hc.HTTP {
+		return nil
+	}
+	if err := c.SetDeadline(deadline); err != nil {
+		return fmt.Errorf("set deadline: %w", err)
+	}
+	host := hc.Host
+	if host == "" {
+		host = addr.String()
+	}
+	req := "GET " + hc.Path + " HTTP/1.1\r\nHost: " + host +
+		"\r\nUser-Agent: teapot-lb-health\r\nAccept: */*\r\nConnection: close\r\n\r\n"
+	if _, err := c.Write([]byte(req)); err != nil {
+		return fmt.Errorf("send request: %w", err)
+	}
+	line, err := bufio.NewReaderSize(c, 512).ReadSlice('\n')
+	if err != nil {
+		return fmt.Errorf("read status line: %w", err)
+	}
+	code, err := ParseStatusLine(line)
+	if err != nil {
+		return err
+	}
+	if !statusOK(code, hc.ExpectStatus) {
+		return fmt.Errorf("%w %d", ErrUnexpectedStatus, code)
+	}
+	return nil
+}
+
+func statusOK(code, want int) bool {
+	if want != 0 {
+		return code == want
+	}
+	return code >= 200 && code < 400
+}
+
+// ParseStatusLine returns the code of an HTTP/1.x status line
+// ("HTTP/1.1 200 OK\r\n"; the reason and line end are optional).
+func ParseStatusLine(line []byte) (int, error) {
+	const proto = "HTTP/1."
+	if len(line) < len(proto)+5 || string(line[:len(proto)]) != proto ||
+		line[len(proto)] < '0' || line[len(proto)] > '9' || line[len(proto)+1] != ' ' {
+		return 0, ErrBadStatusLine
+	}
+	digits := line[len(proto)+2:]
+	code := 0
+	for i := range 3 {
+		c := digits[i]
+		if c < '0' || c > '9' {
+			return 0, ErrBadStatusLine
+		}
+		code = code*10 + int(c-'0')
+	}
+	if rest := digits[3:]; len(rest) > 0 && rest[0] != ' ' && rest[0] != '\r' && rest[0] != '\n' {
+		return 0, ErrBadStatusLine
+	}
+	if code < 100 {
+		return 0, ErrBadStatusLine
+	}
+	return code, nil
+}

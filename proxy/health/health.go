@@ -1,0 +1,144 @@
+// Package health tracks whether backend members may receive traffic:
+// active checks (a TCP connect, or an HTTP GET expecting a status, with
+// interval, timeout and rise/fall thresholds) and passive outlier ejection
+// (a member whose connects fail several times in a row is taken out for a
+// backoff period that doubles while it keeps failing).
+//
+// State lives in a Registry keyed by member address and check spec, with
+// reference counts: a config change that keeps a member keeps its health,
+// in-flight count and ejection, and pools of different load balancers that
+// check the same member the same way share one Target. Checks run from
+// timers, not one goroutine per member, and at most MaxConcurrentChecks at
+// once.
+package health
+
+import (
+	"log/slog"
+	"math/rand/v2"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/teapot-lb/teapot-lb/proxy/snapshot"
+)
+
+// Options configure a Registry; zero fields take the defaults below.
+type Options struct {
+	Logger *slog.Logger
+	// EjectAfter consecutive connect failures eject a member (default 3).
+	EjectAfter int
+	// EjectFor is the first ejection's length (default 5s); it doubles for
+	// each ejection that follows without a successful connect in between,
+	// up to MaxEjectFor (default 1m).
+	EjectFor    time.Duration
+	MaxEjectFor time.Duration
+	// MaxConcurrentChecks bounds the checks in flight (default 256).
+	MaxConcurrentChecks int
+}
+
+func (o Options) withDefaults() Options {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.EjectAfter <= 0 {
+		o.EjectAfter = 3
+	}
+	if o.EjectFor <= 0 {
+		o.EjectFor = 5 * time.Second
+	}
+	if o.MaxEjectFor <= 0 {
+		o.MaxEjectFor = time.Minute
+	}
+	o.MaxEjectFor = max(o.MaxEjectFor, o.EjectFor)
+	if o.MaxConcurrentChecks <= 0 {
+		o.MaxConcurrentChecks = 256
+	}
+	return o
+}
+
+// Registry holds the Targets in use.
+type Registry struct {
+	o       Options
+	sem     chan struct{}
+	wg      sync.WaitGroup
+	mu      sync.Mutex
+	targets map[targetKey]*Target
+	closed  bool
+}
+
+type targetKey struct {
+	addr   netip.AddrPort
+	active bool
+	check  snapshot.HealthCheck
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry(o Options) *Registry {
+	o = o.withDefaults()
+	return &Registry{o: o, sem: make(chan struct{}, o.MaxConcurrentChecks), targets: map[targetKey]*Target{}}
+}
+
+// Acquire returns the Target for a member address and check (nil: no
+// active check), creating it and starting its checks on first use. Each
+// Acquire needs a Release.
+func (r *Registry) Acquire(addr netip.AddrPort, hc *snapshot.HealthCheck) *Target {
+	k := targetKey{addr: addr}
+	if hc != nil {
+		k.active, k.check = true, *hc
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t := r.targets[k]
+	if t == nil {
+		t = &Target{r: r, key: k, name: addr.String()}
+		r.targets[k] = t
+		if k.active && !r.closed {
+			first := time.Duration(rand.Int64N(int64(min(k.check.Interval, time.Second)) + 1))
+			t.schedule(first)
+		}
+	}
+	t.refs++
+	return t
+}
+
+// Release drops one reference; the last one stops the Target's checks.
+// The Target stays usable by whoever still holds it, frozen in its last
+// state.
+func (r *Registry) Release(t *Target) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if t.refs--; t.refs > 0 {
+		return
+	}
+	if r.targets[t.key] == t {
+		delete(r.targets, t.key)
+	}
+	t.stop()
+}
+
+// Len returns the number of targets in use.
+func (r *Registry) Len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.targets)
+}
+
+// Close stops every check and waits for those in flight.
+func (r *Registry) Close() {
+	r.mu.Lock()
+	r.closed = true
+	for _, t := range r.targets {
+		t.stop()
+	}
+	r.mu.Unlock()
+	r.wg.Wait()
+}
+
+// backoff returns the length of the n-th consecutive ejection (from 0).
+func (r *Registry) backoff(n int) time.Duration {
+	d := r.o.EjectFor
+	for ; n > 0 && d < r.o.MaxEjectFor; n-- {
+		d *= 2
+	}
+	return min(d, r.o.MaxEjectFor)
+}

@@ -1,0 +1,203 @@
+package health
+
+import (
+	"math/rand/v2"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// State bits; a Target is healthy when none is set.
+const (
+	bitDown    = 1 << iota // the active check says down
+	bitEjected             // passive ejection
+)
+
+// Target is the live state of one member under one check.
+type Target struct {
+	r    *Registry
+	key  targetKey
+	name string
+	refs int // guarded by r.mu
+
+	state     atomic.Uint32
+	inFlight  atomic.Int64
+	connFails atomic.Int32
+	// ejections counts ejections since the last successful connect.
+	ejections atomic.Int32
+
+	mu         sync.Mutex
+	stopped    bool
+	timer      *time.Timer
+	ejectTimer *time.Timer
+	checked    bool
+	rise, fall int // consecutive successes and failures
+	lastErr    error
+}
+
+// Addr is the member's address.
+func (t *Target) Addr() netip.AddrPort { return t.key.addr }
+
+// Name is the member's address as text ("10.0.0.1:80", "[2001:db8::1]:80").
+func (t *Target) Name() string { return t.name }
+
+// Healthy reports whether the member may receive new traffic.
+func (t *Target) Healthy() bool { return t.state.Load() == 0 }
+
+// InFlight is the number of connections or requests the member serves.
+func (t *Target) InFlight() int64 { return t.inFlight.Load() }
+
+// Begin counts a connection or request towards the member; call End when
+// it finishes.
+func (t *Target) Begin() { t.inFlight.Add(1) }
+
+// End ends what Begin counted.
+func (t *Target) End() { t.inFlight.Add(-1) }
+
+// Status is a Target's state for display.
+type Status struct {
+	// Down: the active check failed Fall times (or the first time).
+	Down bool
+	// Ejected: passive ejection after consecutive connect failures.
+	Ejected bool
+	// LastError is the last check's failure, "" after a success.
+	LastError string
+}
+
+// Status returns the Target's state.
+func (t *Target) Status() Status {
+	s := t.state.Load()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	st := Status{Down: s&bitDown != 0, Ejected: s&bitEjected != 0}
+	if t.lastErr != nil {
+		st.LastError = t.lastErr.Error()
+	}
+	return st
+}
+
+// ConnectSucceeded records a successful connect to the member.
+func (t *Target) ConnectSucceeded() {
+	if t.connFails.Load() != 0 {
+		t.connFails.Store(0)
+	}
+	if t.ejections.Load() != 0 {
+		t.ejections.Store(0)
+	}
+}
+
+// ConnectFailed records a failed connect; EjectAfter of them in a row
+// eject the member for a backoff period.
+func (t *Target) ConnectFailed() {
+	if int(t.connFails.Add(1)) < t.r.o.EjectAfter {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.stopped || t.state.Load()&bitEjected != 0 {
+		return
+	}
+	t.connFails.Store(0)
+	d := t.r.backoff(int(t.ejections.Add(1) - 1))
+	t.setBit(bitEjected, true)
+	t.r.o.Logger.Warn("member ejected after consecutive connect failures",
+		"member", t.name, "failures", t.r.o.EjectAfter, "for", d)
+	t.ejectTimer = time.AfterFunc(d, func() {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		t.setBit(bitEjected, false)
+		t.r.o.Logger.Info("member back from ejection", "member", t.name)
+	})
+}
+
+func (t *Target) setBit(bit uint32, on bool) {
+	for {
+		old := t.state.Load()
+		nw := old &^ bit
+		if on {
+			nw |= bit
+		}
+		if t.state.CompareAndSwap(old, nw) {
+			return
+		}
+	}
+}
+
+// stop ends the checks and the ejection timer; called under r.mu.
+func (t *Target) stop() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.stopped = true
+	if t.timer != nil {
+		t.timer.Stop()
+	}
+	if t.ejectTimer != nil {
+		t.ejectTimer.Stop()
+	}
+}
+
+// schedule runs the next check after d, unless stopped.
+func (t *Target) schedule(d time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.stopped {
+		return
+	}
+	t.timer = time.AfterFunc(d, t.run)
+}
+
+func (t *Target) run() {
+	t.mu.Lock()
+	if t.stopped {
+		t.mu.Unlock()
+		return
+	}
+	// Close stops every target under its lock before waiting, so no Add
+	// happens after Wait has started.
+	t.r.wg.Add(1)
+	t.mu.Unlock()
+	defer t.r.wg.Done()
+	t.r.sem <- struct{}{}
+	err := check(t.key.addr, &t.key.check)
+	<-t.r.sem
+	t.record(err)
+	// Up to 10% of jitter keeps checks of many members from bunching.
+	iv := t.key.check.Interval
+	t.schedule(iv - time.Duration(rand.Int64N(int64(iv)/10+1)))
+}
+
+// record applies one check result: the first decides at once, then Rise
+// successes bring the member up and Fall failures take it down.
+func (t *Target) record(err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.stopped {
+		return
+	}
+	t.lastErr = err
+	if err == nil {
+		t.rise, t.fall = t.rise+1, 0
+	} else {
+		t.rise, t.fall = 0, t.fall+1
+	}
+	down := t.state.Load()&bitDown != 0
+	switch {
+	case !t.checked:
+		t.checked = true
+		t.setBit(bitDown, err != nil)
+	case down && t.rise >= t.key.check.Rise:
+		t.setBit(bitDown, false)
+	case !down && t.fall >= t.key.check.Fall:
+		t.setBit(bitDown, true)
+	default:
+		return
+	}
+	if now := t.state.Load()&bitDown != 0; now != down {
+		if now {
+			t.r.o.Logger.Warn("member down", "member", t.name, "error", err)
+		} else {
+			t.r.o.Logger.Info("member up", "member", t.name)
+		}
+	}
+}

@@ -1,0 +1,56 @@
+package metrics
+
+import (
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestMemoryReport(t *testing.T) {
+	var m Memory
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for range 100 {
+				m.ConnOpened("acme/shop", "192.0.2.1:80/tcp")
+				m.BytesIn("acme/shop", "192.0.2.1:80/tcp", 10)
+				m.BytesOut("acme/shop", "192.0.2.1:80/tcp", 20)
+				m.ConnClosed("acme/shop", "192.0.2.1:80/tcp", 3*time.Millisecond)
+				m.MemberRequest("acme/shop", "web", "10.0.0.1:80", 200, 700*time.Microsecond)
+			}
+		})
+	}
+	wg.Wait()
+	m.ConnRefused("acme/shop", "192.0.2.1:80/tcp", "no-member")
+	m.MemberRequest("acme/shop", "web", "10.0.0.1:80", 502, 2*time.Minute)
+	m.RouteRequest("acme/shop", "routes[0]", 404, time.Millisecond)
+	r := m.Report()
+	if len(r.Listeners) != 1 || len(r.Members) != 1 || len(r.Routes) != 1 {
+		t.Fatalf("report %+v", r)
+	}
+	l := r.Listeners[0]
+	tests := []struct {
+		name      string
+		got, want int64
+	}{
+		{"opened", l.Opened, 400},
+		{"closed", l.Closed, 400},
+		{"bytes in", l.BytesIn, 4000},
+		{"bytes out", l.BytesOut, 8000},
+		{"refused", l.Refused["no-member"], 1},
+		{"duration count", int64(l.Duration.Count), 400},
+		{"duration bucket 5ms", int64(l.Duration.Counts[3]), 400},
+		{"member 200", r.Members[0].ByStatus[200], 400},
+		{"member 502", r.Members[0].ByStatus[502], 1},
+		{"member latency up to 1ms", int64(r.Members[0].Latency.Counts[1]), 400},
+		{"member latency overflow", int64(r.Members[0].Latency.Counts[len(Buckets)]), 1},
+		{"route 404", r.Routes[0].ByStatus[404], 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.got != tt.want {
+				t.Errorf("got %d, want %d", tt.got, tt.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,267 @@
+package proxy
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+	"github.com/teapot-lb/teapot-lb/proxy/health"
+	"github.com/teapot-lb/teapot-lb/proxy/snapshot"
+)
+
+// Errors of the proxy.
+var (
+	// ErrNoChanges: Update found nothing to change.
+	ErrNoChanges = errors.New("proxy: no changes")
+	// ErrClosed: the proxy is closed.
+	ErrClosed = errors.New("proxy: closed")
+)
+
+// Problem is something wrong with one field of a load balancer.
+type Problem = snapshot.Problem
+
+// Limits are the data plane's defaults and bounds; zero fields take the
+// defaults noted.
+type Limits struct {
+	// Defaults fill what load balancers leave unset (connect timeout 5s,
+	// idle timeouts tcp 1h, http 60s, udp 30s, 65536 connections per TCP
+	// listener and flows per UDP listener, health checks every 5s with a
+	// 2s timeout, rise 2, fall 3).
+	snapshot.Defaults
+	// MaxConnectionsPerTenant bounds a tenant's connections and UDP flows
+	// on this host across its listeners (0: no bound).
+	MaxConnectionsPerTenant int
+	// ConnectAttempts bounds the members tried for one connection
+	// (default 3).
+	ConnectAttempts int
+	// EjectAfter consecutive connect failures eject a member for EjectFor
+	// (default 3 and 5s), doubling while it keeps failing up to
+	// MaxEjectFor (default 1m).
+	EjectAfter  int
+	EjectFor    time.Duration
+	MaxEjectFor time.Duration
+}
+
+// Config configures a Proxy.
+type Config struct {
+	Logger *slog.Logger
+	// Metrics receives the counters; nil records nothing.
+	Metrics Metrics
+	// DrainTimeout is how long connections of a removed listener (or of a
+	// load balancer that lost its listener) keep running before they are
+	// closed, and how long Close waits (default 30s).
+	DrainTimeout time.Duration
+	// HTTP serves the connections of http and https listeners. Without it
+	// those listeners are not opened and report a problem.
+	HTTP   ConnHandler
+	Limits Limits
+}
+
+// DefaultDrainTimeout is used when Config.DrainTimeout is zero.
+const DefaultDrainTimeout = 30 * time.Second
+
+// Proxy is the data plane of one LB host.
+type Proxy struct {
+	cfg     Config
+	log     *slog.Logger
+	metrics Metrics
+	health  *health.Registry
+
+	// current is what each new connection reads.
+	current atomic.Pointer[served]
+
+	mu      sync.Mutex // serializes Update and Close
+	snap    *snapshot.Snapshot
+	sockets map[snapshot.Key]*socket
+	missing int // listeners that should be open but are not
+	closed  bool
+
+	statusMu sync.Mutex
+	status   map[string][]Problem
+
+	tenants sync.Map // tenant name -> *atomic.Int64 connections
+	wg      sync.WaitGroup
+}
+
+// New returns a proxy serving nothing; Update gives it the state.
+func New(cfg Config) *Proxy {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = nopMetrics{}
+	}
+	if cfg.DrainTimeout <= 0 {
+		cfg.DrainTimeout = DefaultDrainTimeout
+	}
+	cfg.Limits.Defaults = cfg.Limits.Defaults.WithDefaults()
+	if cfg.Limits.ConnectAttempts <= 0 {
+		cfg.Limits.ConnectAttempts = 3
+	}
+	log := cfg.Logger.With("component", "proxy")
+	p := &Proxy{
+		cfg:     cfg,
+		log:     log,
+		metrics: cfg.Metrics,
+		health: health.NewRegistry(health.Options{
+			Logger:      log,
+			EjectAfter:  cfg.Limits.EjectAfter,
+			EjectFor:    cfg.Limits.EjectFor,
+			MaxEjectFor: cfg.Limits.MaxEjectFor,
+		}),
+		sockets: map[snapshot.Key]*socket{},
+		status:  map[string][]Problem{},
+	}
+	p.current.Store(emptyServed())
+	return p
+}
+
+// Update makes objs, the full desired state (all LoadBalancers, Tenants
+// and VIPPools), the proxy's configuration. It compiles off the hot path,
+// opens the new listeners, swaps the snapshot that new connections read,
+// and then closes the listeners no longer wanted (their connections drain
+// for DrainTimeout). Listeners that remain keep their sockets and
+// connections. It returns ErrNoChanges when nothing changed; a listener
+// that failed to open earlier is retried on every call.
+func (p *Proxy) Update(objs []*pb.Object, revision uint64) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return ErrClosed
+	}
+	s := snapshot.Compile(objs, revision, p.cfg.Limits.Defaults, p.snap)
+	if s == p.snap && p.missing == 0 {
+		return ErrNoChanges
+	}
+	if !p.apply(s) {
+		return ErrNoChanges
+	}
+	return nil
+}
+
+// apply serves s; it reports false when s was already served and no
+// listener that was missing could be opened.
+func (p *Proxy) apply(s *snapshot.Snapshot) bool {
+	old := p.current.Load()
+	problems := make(map[string][]Problem, len(s.Problems))
+	for lb, ps := range s.Problems {
+		problems[lb] = slices.Clone(ps)
+	}
+	sockets := make(map[snapshot.Key]*socket, len(s.Listeners))
+	missing, opened := 0, 0
+	for _, k := range sortedKeys(s.Listeners) {
+		l := s.Listeners[k]
+		field := fmt.Sprintf("listeners[%d]", l.Index)
+		if l.Protocol.L7() && p.cfg.HTTP == nil {
+			problems[l.LB] = append(problems[l.LB], Problem{Field: field,
+				Reason: fmt.Sprintf("%s listeners need the L7 handler, which this host does not run; %s is not open", l.Protocol, k)})
+			continue
+		}
+		sock, isNew, err := p.acquireSocket(k)
+		if err != nil {
+			missing++
+			problems[l.LB] = append(problems[l.LB], Problem{Field: field,
+				Reason: fmt.Sprintf("cannot listen on %s: %v; retried on the next change", k, err)})
+			continue
+		}
+		if isNew {
+			opened++
+		}
+		sockets[k] = sock
+	}
+	if s == p.snap && opened == 0 {
+		for _, sock := range sockets {
+			p.releaseSocket(sock)
+		}
+		return false
+	}
+	rt, retired := p.build(s, old)
+	p.current.Store(rt)
+	for _, sock := range p.sockets {
+		p.releaseSocket(sock)
+	}
+	for k, sock := range sockets {
+		sock.setOwner(s.Listeners[k].LB)
+	}
+	for _, pool := range retired {
+		pool.release(p.health)
+	}
+	p.sockets, p.snap, p.missing = sockets, s, missing
+	p.statusMu.Lock()
+	p.status = problems
+	p.statusMu.Unlock()
+	p.log.Info("configuration applied", "revision", s.Revision, "listeners", len(sockets), "missing", missing, "opened", opened)
+	return true
+}
+
+func sortedKeys(m map[snapshot.Key]*snapshot.Listener) []snapshot.Key {
+	return slices.SortedFunc(maps.Keys(m), func(a, b snapshot.Key) int {
+		if c := a.Addr.Compare(b.Addr); c != 0 {
+			return c
+		}
+		return int(a.Network) - int(b.Network)
+	})
+}
+
+// Status returns, for every load balancer of the last Update
+// ("tenant/name"), the problems found: by the compiler, listeners that
+// could not be opened, and http listeners without an L7 handler. A load
+// balancer without problems has an empty list.
+func (p *Proxy) Status() map[string][]Problem {
+	p.statusMu.Lock()
+	defer p.statusMu.Unlock()
+	out := make(map[string][]Problem, len(p.status))
+	for lb, ps := range p.status {
+		out[lb] = slices.Clone(ps)
+	}
+	return out
+}
+
+// Close stops accepting on every listener, lets connections drain for up
+// to DrainTimeout, closes what remains and stops the health checks.
+func (p *Proxy) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	old := p.current.Load()
+	p.current.Store(emptyServed())
+	for _, sock := range p.sockets {
+		p.releaseSocket(sock)
+	}
+	p.sockets, p.snap = nil, nil
+	for _, pool := range old.pools {
+		pool.release(p.health)
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+	p.health.Close()
+	return nil
+}
+
+// admitTenant counts a connection against its tenant's bound; done undoes
+// it. It reports false when the tenant is at its bound.
+func (p *Proxy) admitTenant(tenant string) (done func(), ok bool) {
+	limit := p.cfg.Limits.MaxConnectionsPerTenant
+	if limit <= 0 {
+		return func() {}, true
+	}
+	v, _ := p.tenants.Load(tenant)
+	if v == nil {
+		v, _ = p.tenants.LoadOrStore(tenant, new(atomic.Int64))
+	}
+	n := v.(*atomic.Int64)
+	if n.Add(1) > int64(limit) {
+		n.Add(-1)
+		return nil, false
+	}
+	return func() { n.Add(-1) }, true
+}

@@ -1,0 +1,142 @@
+package proxy
+
+import (
+	"slices"
+
+	"github.com/teapot-lb/teapot-lb/proxy/balance"
+	"github.com/teapot-lb/teapot-lb/proxy/health"
+	"github.com/teapot-lb/teapot-lb/proxy/snapshot"
+)
+
+// served is a compiled snapshot joined with the live pools: what every
+// new connection reads through Proxy.current. It is never modified once
+// published.
+type served struct {
+	snap      *snapshot.Snapshot
+	listeners map[snapshot.Key]*ListenerSnapshot
+	pools     map[*snapshot.Pool]*Pool
+}
+
+func emptyServed() *served {
+	return &served{listeners: map[snapshot.Key]*ListenerSnapshot{}, pools: map[*snapshot.Pool]*Pool{}}
+}
+
+// ListenerSnapshot is one listener's compiled configuration with the live
+// pools it sends traffic to. It is immutable; a config change publishes a
+// new one (or keeps this one when the listener did not change).
+type ListenerSnapshot struct {
+	*snapshot.Listener
+	pools map[*snapshot.Pool]*Pool
+}
+
+// Pool returns the live pool of a compiled pool the listener uses (its L4
+// pool or a route's pool), or nil.
+func (l *ListenerSnapshot) Pool(p *snapshot.Pool) *Pool { return l.pools[p] }
+
+// Backend returns the live pool of a tcp, udp or tls-passthrough listener.
+func (l *ListenerSnapshot) Backend() *Pool { return l.pools[l.Listener.Pool] }
+
+// Pool is a compiled pool with its balancer over live members. Members'
+// health and in-flight counts live in health Targets, shared across
+// config changes.
+type Pool struct {
+	Spec    *snapshot.Pool
+	members []*balance.Member
+	bal     balance.Balancer
+}
+
+// Pick returns a usable member, or nil when none is. key is the client IP
+// (or, for pools hashing on a header, the header's value).
+func (p *Pool) Pick(key []byte) *balance.Member { return p.bal.Pick(key) }
+
+// Members returns the pool's members; the caller must not modify them.
+func (p *Pool) Members() []*balance.Member { return p.members }
+
+// Target returns the live state of one of the pool's members: Begin/End
+// count its load, ConnectFailed/ConnectSucceeded feed outlier ejection.
+func Target(m *balance.Member) *health.Target { return m.State.(*health.Target) }
+
+// pickUntried picks a member not in tried. When the balancer repeats one
+// (a hash pool, or one member left), it takes the next usable untried
+// member after it in pool order.
+func (p *Pool) pickUntried(key []byte, tried []*balance.Member) *balance.Member {
+	m := p.bal.Pick(key)
+	if m == nil || !slices.Contains(tried, m) {
+		return m
+	}
+	i := slices.Index(p.members, m)
+	for j := 1; j < len(p.members); j++ {
+		c := p.members[(i+j)%len(p.members)]
+		if c.Usable() && !slices.Contains(tried, c) {
+			return c
+		}
+	}
+	return nil
+}
+
+var algorithms = map[snapshot.Algorithm]balance.Algorithm{
+	snapshot.RoundRobin:   balance.RoundRobin,
+	snapshot.LeastRequest: balance.LeastRequest,
+	snapshot.Hash:         balance.Hash,
+}
+
+func newPool(sp *snapshot.Pool, reg *health.Registry) *Pool {
+	p := &Pool{Spec: sp, members: make([]*balance.Member, len(sp.Members))}
+	for i, m := range sp.Members {
+		p.members[i] = &balance.Member{Addr: m.Addr, Weight: m.Weight, State: reg.Acquire(m.Addr, sp.Health)}
+	}
+	p.bal = balance.New(algorithms[sp.Algorithm], p.members)
+	return p
+}
+
+// release gives the pool's health targets back.
+func (p *Pool) release(reg *health.Registry) {
+	for _, m := range p.members {
+		reg.Release(Target(m))
+	}
+}
+
+// build joins s with live pools, reusing old's for the pools and listeners
+// Compile kept. It returns the pools of old that s no longer uses.
+func (p *Proxy) build(s *snapshot.Snapshot, old *served) (*served, []*Pool) {
+	rt := &served{
+		snap:      s,
+		listeners: make(map[snapshot.Key]*ListenerSnapshot, len(s.Listeners)),
+		pools:     make(map[*snapshot.Pool]*Pool, len(old.pools)),
+	}
+	live := func(sp *snapshot.Pool) *Pool {
+		if lp := rt.pools[sp]; lp != nil {
+			return lp
+		}
+		lp := old.pools[sp]
+		if lp == nil {
+			lp = newPool(sp, p.health)
+		}
+		rt.pools[sp] = lp
+		return lp
+	}
+	for k, l := range s.Listeners {
+		if ol := old.listeners[k]; ol != nil && ol.Listener == l {
+			rt.listeners[k] = ol
+			for sp := range ol.pools {
+				live(sp)
+			}
+			continue
+		}
+		ls := &ListenerSnapshot{Listener: l, pools: map[*snapshot.Pool]*Pool{}}
+		if l.Pool != nil {
+			ls.pools[l.Pool] = live(l.Pool)
+		}
+		for _, r := range l.Routes.Routes() {
+			ls.pools[r.Pool] = live(r.Pool)
+		}
+		rt.listeners[k] = ls
+	}
+	var retired []*Pool
+	for sp, lp := range old.pools {
+		if rt.pools[sp] == nil {
+			retired = append(retired, lp)
+		}
+	}
+	return rt, retired
+}

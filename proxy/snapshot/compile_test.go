@@ -1,0 +1,348 @@
+package snapshot
+
+import (
+	"net/netip"
+	"slices"
+	"testing"
+	"time"
+
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+	"google.golang.org/protobuf/proto"
+)
+
+func key(s string, n Network) Key { return Key{Addr: netip.MustParseAddrPort(s), Network: n} }
+
+func TestCompileListenersAndPools(t *testing.T) {
+	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name string
+		lbs  []*pb.LoadBalancer
+		// want maps listen keys to the load balancer serving them.
+		want     map[Key]string
+		problems map[string][]Problem
+	}{
+		{
+			name:     "one tcp listener",
+			lbs:      []*pb.LoadBalancer{tcpLB("db", "192.0.2.1", 5432, "10.20.0.1:5432")},
+			want:     map[Key]string{key("192.0.2.1:5432", TCP): "acme/db"},
+			problems: map[string][]Problem{"acme/db": {}},
+		},
+		{
+			name:     "no address yet: not served, no problem",
+			lbs:      []*pb.LoadBalancer{tcpLB("db", "", 5432, "10.20.0.1:5432")},
+			want:     map[Key]string{},
+			problems: map[string][]Problem{"acme/db": {}},
+		},
+		{
+			name: "address outside every VIP pool",
+			lbs:  []*pb.LoadBalancer{tcpLB("db", "198.51.100.1", 5432, "10.20.0.1:5432")},
+			want: map[Key]string{},
+			problems: map[string][]Problem{"acme/db": {{"status.address",
+				"198.51.100.1 is not inside any VIP pool; nothing of this load balancer is served"}}},
+		},
+		{
+			name: "unknown tenant",
+			lbs: []*pb.LoadBalancer{func() *pb.LoadBalancer {
+				lb := tcpLB("db", "192.0.2.1", 5432, "10.20.0.1:5432")
+				lb.Tenant = "ghost"
+				return lb
+			}()},
+			want: map[Key]string{},
+			problems: map[string][]Problem{"ghost/db": {{"tenant",
+				"tenant ghost does not exist; nothing of this load balancer is served"}}},
+		},
+		{
+			name: "two load balancers on one port: the older keeps it, the other's other listener still serves",
+			lbs: []*pb.LoadBalancer{
+				withCreated(tcpLB("young", "192.0.2.1", 80, "10.20.0.1:80"), t0.Add(time.Hour)),
+				func() *pb.LoadBalancer {
+					lb := withCreated(tcpLB("old", "192.0.2.1", 80, "10.20.0.2:80"), t0)
+					lb.Listeners = append(lb.Listeners, &pb.Listener{Port: 81, Protocol: "tcp", Pool: "app"})
+					return lb
+				}(),
+			},
+			want: map[Key]string{key("192.0.2.1:80", TCP): "acme/old", key("192.0.2.1:81", TCP): "acme/old"},
+			problems: map[string][]Problem{
+				"acme/old": {},
+				"acme/young": {{"listeners[0]",
+					"192.0.2.1:80/tcp is already served by LoadBalancer acme/old; use another port or address"}},
+			},
+		},
+		{
+			name: "tcp and udp on one port are separate listeners",
+			lbs: []*pb.LoadBalancer{func() *pb.LoadBalancer {
+				lb := tcpLB("dns", "192.0.2.1", 53, "10.20.0.1:53")
+				lb.Listeners = append(lb.Listeners, &pb.Listener{Port: 53, Protocol: "udp", Pool: "app"})
+				return lb
+			}()},
+			want:     map[Key]string{key("192.0.2.1:53", TCP): "acme/dns", key("192.0.2.1:53", UDP): "acme/dns"},
+			problems: map[string][]Problem{"acme/dns": {}},
+		},
+		{
+			name: "one load balancer listing a port twice",
+			lbs: []*pb.LoadBalancer{func() *pb.LoadBalancer {
+				lb := tcpLB("db", "192.0.2.1", 80, "10.20.0.1:80")
+				lb.Listeners = append(lb.Listeners, &pb.Listener{Port: 80, Protocol: "tls-passthrough", Pool: "app"})
+				return lb
+			}()},
+			want: map[Key]string{key("192.0.2.1:80", TCP): "acme/db"},
+			problems: map[string][]Problem{"acme/db": {{"listeners[1].port",
+				"192.0.2.1:80/tcp duplicates listeners[0]; use another port"}}},
+		},
+		{
+			name:     "IPv6 VIP",
+			lbs:      []*pb.LoadBalancer{tcpLB("v6", "2001:db8:10::5", 443, "[2001:db8:20::1]:443")},
+			want:     map[Key]string{key("[2001:db8:10::5]:443", TCP): "acme/v6"},
+			problems: map[string][]Problem{"acme/v6": {}},
+		},
+		{
+			name: "listener to a missing pool and a bad protocol",
+			lbs: []*pb.LoadBalancer{func() *pb.LoadBalancer {
+				lb := tcpLB("db", "192.0.2.1", 80, "10.20.0.1:80")
+				lb.Listeners = append(lb.Listeners,
+					&pb.Listener{Port: 81, Protocol: "tcp", Pool: "nope"},
+					&pb.Listener{Port: 82, Protocol: "sctp", Pool: "app"},
+					&pb.Listener{Port: 83, Protocol: "https"})
+				return lb
+			}()},
+			want: map[Key]string{key("192.0.2.1:80", TCP): "acme/db"},
+			problems: map[string][]Problem{"acme/db": {
+				{"listeners[1].pool", `backend pool "nope" is not defined in pools; listener skipped`},
+				{"listeners[2].protocol", `"sctp" is not one of tcp, udp, http, https, tls-passthrough; listener skipped`},
+				{"listeners[3].tls", "https listeners need tls.acme: true or tls.certificates; listener skipped"},
+			}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := Compile(objs(tt.lbs...), 7, Defaults{}, nil)
+			got := map[Key]string{}
+			for k, l := range s.Listeners {
+				got[k] = l.LB
+				if l.Key != k || l.Name != k.String() {
+					t.Errorf("listener at %s has key %s, name %s", k, l.Key, l.Name)
+				}
+			}
+			if !mapsEqual(got, tt.want) {
+				t.Errorf("listeners = %v, want %v", got, tt.want)
+			}
+			if len(s.Problems) != len(tt.problems) {
+				t.Errorf("problems = %v, want %v", s.Problems, tt.problems)
+			}
+			for lb, want := range tt.problems {
+				if g, ok := s.Problems[lb]; !ok || !slices.Equal(g, want) {
+					t.Errorf("problems[%s] = %q, want %q", lb, g, want)
+				}
+			}
+		})
+	}
+}
+
+func mapsEqual[K comparable, V comparable](a, b map[K]V) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+func TestCompilePoolDefaultsAndMembers(t *testing.T) {
+	tests := []struct {
+		name     string
+		tenant   []string // networks
+		pool     *pb.BackendPool
+		want     *Pool
+		problems []Problem
+	}{
+		{
+			name: "defaults",
+			pool: &pb.BackendPool{Members: members("10.20.0.1:80", "[2001:db8:20::1]:80")},
+			want: &Pool{Algorithm: RoundRobin, BackendProtocol: "http1", ConnectTimeout: 5 * time.Second,
+				Members: []Member{{netip.MustParseAddrPort("10.20.0.1:80"), 1}, {netip.MustParseAddrPort("[2001:db8:20::1]:80"), 1}}},
+		},
+		{
+			name: "broken members are skipped, the rest serve",
+			pool: &pb.BackendPool{Members: []*pb.Member{
+				{Address: "10.20.0.1"}, {Address: "10.20.0.2:80"}, {Address: "10.20.0.2:80"},
+				{Address: "10.99.0.1:80"}, {Address: "[fe80::1%eth0]:80"}, weighted("10.20.0.3:80", 1001),
+				weighted("10.20.0.4:80", 0), {Address: "127.0.0.1:80"},
+			}},
+			want: &Pool{Algorithm: RoundRobin, BackendProtocol: "http1", ConnectTimeout: 5 * time.Second,
+				Members: []Member{{netip.MustParseAddrPort("10.20.0.2:80"), 1}, {netip.MustParseAddrPort("10.20.0.4:80"), 0}}},
+			problems: []Problem{
+				{"pools.app.members[0]", `"10.20.0.1" is not IP:port (like 10.20.0.11:30080 or [2001:db8::1]:80); member skipped`},
+				{"pools.app.members[2]", "10.20.0.2:80 duplicates members[1]; member skipped"},
+				{"pools.app.members[3]", "10.99.0.1 is outside the tenant's networks; member skipped"},
+				{"pools.app.members[4]", "[fe80::1%eth0]:80 must be a plain IP address with a port from 1 to 65535; member skipped"},
+				{"pools.app.members[5].weight", "must be at most 1000, got 1001; member skipped"},
+				{"pools.app.members[7]", "127.0.0.1 is outside the tenant's networks; member skipped"},
+			},
+		},
+		{
+			name:   "loopback only where the operator names it",
+			tenant: []string{"0.0.0.0/0", "127.0.0.0/24"},
+			pool:   &pb.BackendPool{Members: members("127.0.0.1:80", "127.0.1.1:80", "10.1.1.1:80")},
+			want: &Pool{Algorithm: RoundRobin, BackendProtocol: "http1", ConnectTimeout: 5 * time.Second,
+				Members: []Member{{netip.MustParseAddrPort("127.0.0.1:80"), 1}, {netip.MustParseAddrPort("10.1.1.1:80"), 1}}},
+			problems: []Problem{{"pools.app.members[1]",
+				"127.0.1.1 is a special-purpose address (127.0.0.0/8) that the tenant's network 0.0.0.0/0 does not name on purpose; member skipped"}},
+		},
+		{
+			name: "hash on a header, PROXY v2, health check defaults",
+			pool: &pb.BackendPool{Algorithm: "hash", HashOn: "header:x-user", ProxyProtocol: "v2",
+				ConnectTimeout: dur(time.Second),
+				HealthCheck:    &pb.HealthCheck{Http: &pb.HTTPCheck{}, Interval: dur(time.Second), Port: 10256}},
+			want: &Pool{Algorithm: Hash, HashHeader: "X-User", ProxyProtocol: 2, BackendProtocol: "http1",
+				ConnectTimeout: time.Second, Members: []Member{},
+				Health: &HealthCheck{HTTP: true, Path: "/", Interval: time.Second, Timeout: time.Second, Rise: 2, Fall: 3, Port: 10256}},
+		},
+		{
+			name: "broken settings fall back to defaults",
+			pool: &pb.BackendPool{Algorithm: "random", ProxyProtocol: "v3", BackendProtocol: "h3",
+				HealthCheck: &pb.HealthCheck{Interval: dur(time.Second), Timeout: dur(3 * time.Second), Rise: 500}},
+			want: &Pool{Algorithm: RoundRobin, BackendProtocol: "http1", ConnectTimeout: 5 * time.Second, Members: []Member{},
+				Health: &HealthCheck{Interval: time.Second, Timeout: time.Second, Rise: 100, Fall: 3}},
+			problems: []Problem{
+				{"pools.app.algorithm", `"random" is not one of round-robin, least-request, hash; using round-robin`},
+				{"pools.app.health_check.timeout", "3s is longer than interval 1s; using the interval"},
+				{"pools.app.proxy_protocol", `"v3" is not one of v1, v2; sending no PROXY header`},
+				{"pools.app.backend_protocol", `"h3" is not one of http1, h2c, tls; using http1`},
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			nets := tt.tenant
+			if nets == nil {
+				nets = []string{"10.20.0.0/16", "2001:db8:20::/64"}
+			}
+			lb := tcpLB("db", "192.0.2.1", 80)
+			lb.Pools["app"] = tt.pool
+			in := []*pb.Object{tenantObj("acme", nil, nets), vipPoolObj("public", "192.0.2.0/24"), lbObj(lb)}
+			s := Compile(in, 1, Defaults{}, nil)
+			l := s.Listeners[key("192.0.2.1:80", TCP)]
+			if l == nil {
+				t.Fatalf("listener not compiled; problems %v", s.Problems)
+			}
+			tt.want.LB, tt.want.Name = "acme/db", "app"
+			if !l.Pool.Equal(tt.want) {
+				t.Errorf("pool = %+v (health %+v), want %+v (health %+v)", l.Pool, l.Pool.Health, tt.want, tt.want.Health)
+			}
+			if got := s.Problems["acme/db"]; !slices.Equal(got, tt.problems) && len(got)+len(tt.problems) > 0 {
+				t.Errorf("problems = %q\nwant %q", got, tt.problems)
+			}
+		})
+	}
+}
+
+func TestCompileListenerLimits(t *testing.T) {
+	lb := tcpLB("dns", "192.0.2.1", 53, "10.20.0.1:53")
+	lb.Listeners = append(lb.Listeners,
+		&pb.Listener{Port: 53, Protocol: "udp", Pool: "app"},
+		&pb.Listener{Port: 80, Protocol: "http", RedirectToHttps: true, MaxConnections: 10, IdleTimeout: dur(time.Minute)},
+		&pb.Listener{Port: 443, Protocol: "https", Tls: &pb.TLSPolicy{Acme: true, MinVersion: "tls1.3"}})
+	d := Defaults{UDPIdleTimeout: time.Second, MaxUDPFlows: 5}
+	s := Compile(objs(lb), 1, d, nil)
+	tests := []struct {
+		key      Key
+		limits   Limits
+		redirect bool
+		tls      *TLS
+	}{
+		{key("192.0.2.1:53", TCP), Limits{65536, time.Hour}, false, nil},
+		{key("192.0.2.1:53", UDP), Limits{5, time.Second}, false, nil},
+		{key("192.0.2.1:80", TCP), Limits{10, time.Minute}, true, nil},
+		{key("192.0.2.1:443", TCP), Limits{65536, time.Minute}, false, &TLS{ACME: true, MinVersion: 0x0304}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.key.String(), func(t *testing.T) {
+			l := s.Listeners[tt.key]
+			if l == nil {
+				t.Fatalf("not compiled; problems %v", s.Problems)
+			}
+			if l.Limits != tt.limits || l.RedirectToHTTPS != tt.redirect || !equalTLS(l.TLS, tt.tls) {
+				t.Errorf("got limits %+v redirect %v tls %+v, want %+v %v %+v", l.Limits, l.RedirectToHTTPS, l.TLS, tt.limits, tt.redirect, tt.tls)
+			}
+		})
+	}
+	if http, https := s.Listeners[key("192.0.2.1:80", TCP)], s.Listeners[key("192.0.2.1:443", TCP)]; http.Routes != https.Routes {
+		t.Error("the http listeners of one load balancer should share one route table")
+	}
+}
+
+func TestCompileRoutesProblems(t *testing.T) {
+	lb := tcpLB("web", "192.0.2.1", 22, "10.20.0.1:22")
+	lb.Listeners = append(lb.Listeners, &pb.Listener{Port: 80, Protocol: "http"})
+	lb.Routes = []*pb.Route{
+		{Host: "shop.acme.example", Path: "/", Pool: "app"},
+		{Host: "shop.other.example", Path: "/", Pool: "app"},
+		{Host: "*.acme.example", Path: "api", Pool: "app"},
+		{Host: "Shop.acme.example", Path: "/", Pool: "app"},
+		{Host: "x.acme.example", Path: "/", Pool: "nope"},
+		{Host: "x.acme.example", Path: "/", PathType: "regex", Pool: "app"},
+		{Host: "*.acme.example", Path: "/api/", Pool: "app"},
+	}
+	s := Compile(objs(lb), 1, Defaults{}, nil)
+	want := []Problem{
+		{"routes[1].host", "shop.other.example is not inside the tenant's domains; route skipped"},
+		{"routes[2].path", `"api" must start with / and hold no spaces, '?' or '#'; route skipped`},
+		{"routes[3]", "duplicates routes[0]; route skipped"},
+		{"routes[4].pool", `backend pool "nope" is not defined in pools; route skipped`},
+		{"routes[5].path_type", `"regex" is not one of prefix, exact; route skipped`},
+	}
+	if got := s.Problems["acme/web"]; !slices.Equal(got, want) {
+		t.Errorf("problems = %q\nwant %q", got, want)
+	}
+	rt := s.Listeners[key("192.0.2.1:80", TCP)].Routes
+	var got []string
+	for _, r := range rt.Routes() {
+		got = append(got, r.Host+r.Path)
+	}
+	if want := []string{"shop.acme.example/", "*.acme.example/api"}; !slices.Equal(got, want) {
+		t.Errorf("routes = %q, want %q", got, want)
+	}
+}
+
+func TestCompileReusesUnchanged(t *testing.T) {
+	a := tcpLB("a", "192.0.2.1", 80, "10.20.0.1:80")
+	b := tcpLB("b", "192.0.2.2", 80, "10.20.0.2:80")
+	s1 := Compile(objs(a, b), 1, Defaults{}, nil)
+	t.Run("unchanged input returns the previous snapshot", func(t *testing.T) {
+		a2, b2 := proto.Clone(a).(*pb.LoadBalancer), proto.Clone(b).(*pb.LoadBalancer)
+		if s2 := Compile(objs(a2, b2), 2, Defaults{}, s1); s2 != s1 {
+			t.Error("got a new snapshot for the same input")
+		}
+	})
+	t.Run("a change keeps the other listeners and pools", func(t *testing.T) {
+		b2 := proto.Clone(b).(*pb.LoadBalancer)
+		b2.Pools["app"].Members = append(b2.Pools["app"].Members, &pb.Member{Address: "10.20.0.3:80"})
+		s2 := Compile(objs(a, b2), 2, Defaults{}, s1)
+		ka, kb := key("192.0.2.1:80", TCP), key("192.0.2.2:80", TCP)
+		if s2 == s1 || s2.Revision != 2 {
+			t.Fatal("expected a new snapshot at revision 2")
+		}
+		if s2.Listeners[ka] != s1.Listeners[ka] || s2.Listeners[ka].Pool != s1.Listeners[ka].Pool {
+			t.Error("the unchanged listener or its pool was rebuilt")
+		}
+		if s2.Listeners[kb] == s1.Listeners[kb] || len(s2.Listeners[kb].Pool.Members) != 2 {
+			t.Error("the changed listener was not rebuilt")
+		}
+	})
+	t.Run("the serving load balancer keeps a contested key", func(t *testing.T) {
+		t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+		late := withCreated(tcpLB("late", "192.0.2.9", 80, "10.20.0.1:80"), t0.Add(time.Hour))
+		s1 := Compile(objs(late), 1, Defaults{}, nil)
+		early := withCreated(tcpLB("early", "192.0.2.9", 80, "10.20.0.2:80"), t0)
+		s2 := Compile(objs(late, early), 2, Defaults{}, s1)
+		if l := s2.Listeners[key("192.0.2.9:80", TCP)]; l.LB != "acme/late" {
+			t.Errorf("the key moved to %s", l.LB)
+		}
+		if s3 := Compile(objs(early, late), 3, Defaults{}, nil); s3.Listeners[key("192.0.2.9:80", TCP)].LB != "acme/early" {
+			t.Error("without history the older load balancer should win")
+		}
+	})
+}

@@ -1,0 +1,304 @@
+package snapshot
+
+import (
+	"net/netip"
+	"slices"
+	"time"
+)
+
+// Network is the transport a listener binds.
+type Network uint8
+
+// Networks.
+const (
+	TCP Network = iota + 1
+	UDP
+)
+
+func (n Network) String() string {
+	switch n {
+	case TCP:
+		return "tcp"
+	case UDP:
+		return "udp"
+	}
+	return "unknown"
+}
+
+// Key identifies a listening socket: a VIP address, a port and a transport.
+// Load balancers sharing a VIP get separate keys by port.
+type Key struct {
+	Addr    netip.AddrPort
+	Network Network
+}
+
+// String renders "192.0.2.10:443/tcp" or "[2001:db8::1]:53/udp".
+func (k Key) String() string { return k.Addr.String() + "/" + k.Network.String() }
+
+// Protocol is what a listener speaks.
+type Protocol string
+
+// Listener protocols, as written in the model.
+const (
+	ProtoTCP            Protocol = "tcp"
+	ProtoUDP            Protocol = "udp"
+	ProtoHTTP           Protocol = "http"
+	ProtoHTTPS          Protocol = "https"
+	ProtoTLSPassthrough Protocol = "tls-passthrough"
+)
+
+// L7 reports whether the listener's connections go to the HTTP handler.
+func (p Protocol) L7() bool { return p == ProtoHTTP || p == ProtoHTTPS }
+
+// Network returns the transport the protocol binds.
+func (p Protocol) Network() Network {
+	if p == ProtoUDP {
+		return UDP
+	}
+	return TCP
+}
+
+// Algorithm is a backend pool's balancing algorithm.
+type Algorithm string
+
+// Algorithms, as written in the model.
+const (
+	RoundRobin   Algorithm = "round-robin"
+	LeastRequest Algorithm = "least-request"
+	Hash         Algorithm = "hash"
+)
+
+// Problem is something wrong with one field of a load balancer. The field
+// is a path inside the object ("listeners[1].port", "pools.web.members[0]").
+type Problem struct {
+	Field  string
+	Reason string
+}
+
+// Member is one backend of a pool.
+type Member struct {
+	Addr netip.AddrPort
+	// Weight is 0 to 1000; 0 drains the member.
+	Weight uint32
+}
+
+// HealthCheck is an active check of a pool's members. It is comparable so
+// that health state can be keyed by member address and check.
+type HealthCheck struct {
+	// HTTP selects an HTTP GET of Path; otherwise the check is a TCP connect.
+	HTTP bool
+	Path string
+	// Host is the Host header of HTTP checks; "" sends the member address.
+	Host string
+	// ExpectStatus is the wanted HTTP status; 0 accepts any 2xx or 3xx.
+	ExpectStatus int
+	Interval     time.Duration
+	Timeout      time.Duration
+	// Rise successes bring a member up, Fall failures take it down.
+	Rise, Fall int
+	// Port replaces the member's port when non-zero (healthCheckNodePort).
+	Port uint16
+}
+
+// Pool is a compiled backend pool with its defaults filled in.
+type Pool struct {
+	// LB is the owning load balancer, "tenant/name".
+	LB   string
+	Name string
+	// Algorithm is never empty.
+	Algorithm Algorithm
+	// HashHeader names the header whose value is hashed; "" hashes the
+	// client IP. Only for Algorithm Hash.
+	HashHeader string
+	// Members are in the order written, without the ones that failed to
+	// compile.
+	Members []Member
+	// Health is nil when the pool has no active check.
+	Health *HealthCheck
+	// ProxyProtocol is 0 (none), 1 or 2.
+	ProxyProtocol int
+	// BackendProtocol is http1, h2c or tls (L7 only).
+	BackendProtocol string
+	ConnectTimeout  time.Duration
+}
+
+// Equal reports whether p and o compile to the same pool.
+func (p *Pool) Equal(o *Pool) bool {
+	if p == o {
+		return true
+	}
+	if p == nil || o == nil {
+		return false
+	}
+	return p.LB == o.LB && p.Name == o.Name && p.Algorithm == o.Algorithm &&
+		p.HashHeader == o.HashHeader && slices.Equal(p.Members, o.Members) &&
+		equalHealth(p.Health, o.Health) && p.ProxyProtocol == o.ProxyProtocol &&
+		p.BackendProtocol == o.BackendProtocol && p.ConnectTimeout == o.ConnectTimeout
+}
+
+func equalHealth(a, b *HealthCheck) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
+}
+
+// TLS is an https listener's TLS policy.
+type TLS struct {
+	ACME         bool
+	Certificates []string
+	// MinVersion is a crypto/tls version constant.
+	MinVersion uint16
+}
+
+func equalTLS(a, b *TLS) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.ACME == b.ACME && a.MinVersion == b.MinVersion && slices.Equal(a.Certificates, b.Certificates)
+}
+
+// Limits bound one listener.
+type Limits struct {
+	// MaxConnections bounds concurrent connections (TCP) or flows (UDP).
+	MaxConnections int
+	// IdleTimeout closes a connection or UDP flow without traffic.
+	IdleTimeout time.Duration
+}
+
+// Listener is the compiled form of one listener of one load balancer.
+type Listener struct {
+	Key Key
+	// Name is Key.String(), computed once.
+	Name string
+	// LB is the owning load balancer, "tenant/name".
+	LB     string
+	Tenant string
+	// Index is the listener's position in the load balancer's listeners.
+	Index    int
+	Protocol Protocol
+	// Pool receives the traffic of tcp, udp and tls-passthrough listeners.
+	Pool *Pool
+	// Routes route the requests of http and https listeners.
+	Routes          *RouteTable
+	RedirectToHTTPS bool
+	// TLS is set for https listeners.
+	TLS    *TLS
+	Limits Limits
+}
+
+// equal compares two listeners whose pools were already deduplicated, so
+// pools compare by identity.
+func (l *Listener) equal(o *Listener) bool {
+	return l.Key == o.Key && l.LB == o.LB && l.Tenant == o.Tenant && l.Index == o.Index &&
+		l.Protocol == o.Protocol && l.Pool == o.Pool && l.Routes.equal(o.Routes) &&
+		l.RedirectToHTTPS == o.RedirectToHTTPS && equalTLS(l.TLS, o.TLS) && l.Limits == o.Limits
+}
+
+// Snapshot is the immutable data-plane configuration. Nothing in it may be
+// modified once Compile returns it.
+type Snapshot struct {
+	Revision  uint64
+	Listeners map[Key]*Listener
+	// Problems holds every load balancer of the input, "tenant/name", with
+	// the problems found (an empty slice when there are none).
+	Problems map[string][]Problem
+}
+
+// Pools returns every distinct pool the listeners use, L4 and routed.
+func (s *Snapshot) Pools() []*Pool {
+	seen := map[*Pool]bool{}
+	var out []*Pool
+	add := func(p *Pool) {
+		if p != nil && !seen[p] {
+			seen[p] = true
+			out = append(out, p)
+		}
+	}
+	for _, l := range s.Listeners {
+		add(l.Pool)
+		if l.Routes != nil {
+			for _, r := range l.Routes.routes {
+				add(r.Pool)
+			}
+		}
+	}
+	return out
+}
+
+// sameAs reports whether s serves exactly what o serves: the same listener
+// values (Compile reuses unchanged ones) and the same problems.
+func (s *Snapshot) sameAs(o *Snapshot) bool {
+	if o == nil || len(s.Listeners) != len(o.Listeners) || len(s.Problems) != len(o.Problems) {
+		return false
+	}
+	for k, l := range s.Listeners {
+		if o.Listeners[k] != l {
+			return false
+		}
+	}
+	for lb, ps := range s.Problems {
+		ops, ok := o.Problems[lb]
+		if !ok || !slices.Equal(ps, ops) {
+			return false
+		}
+	}
+	return true
+}
+
+// Defaults fill what the model leaves unset.
+type Defaults struct {
+	ConnectTimeout time.Duration
+	// TCPIdleTimeout applies to tcp and tls-passthrough listeners.
+	TCPIdleTimeout time.Duration
+	// HTTPIdleTimeout applies to http and https listeners (keep-alive).
+	HTTPIdleTimeout time.Duration
+	UDPIdleTimeout  time.Duration
+	// MaxConnections bounds each TCP listener; MaxUDPFlows each UDP one.
+	MaxConnections int
+	MaxUDPFlows    int
+	HealthInterval time.Duration
+	HealthTimeout  time.Duration
+	HealthRise     int
+	HealthFall     int
+}
+
+// DefaultDefaults are the values used for zero fields of Defaults.
+var DefaultDefaults = Defaults{
+	ConnectTimeout:  5 * time.Second,
+	TCPIdleTimeout:  time.Hour,
+	HTTPIdleTimeout: 60 * time.Second,
+	UDPIdleTimeout:  30 * time.Second,
+	MaxConnections:  65536,
+	MaxUDPFlows:     65536,
+	HealthInterval:  5 * time.Second,
+	HealthTimeout:   2 * time.Second,
+	HealthRise:      2,
+	HealthFall:      3,
+}
+
+// WithDefaults returns d with its zero fields taken from DefaultDefaults.
+func (d Defaults) WithDefaults() Defaults {
+	z := DefaultDefaults
+	pick := func(v *time.Duration, def time.Duration) {
+		if *v <= 0 {
+			*v = def
+		}
+	}
+	pickInt := func(v *int, def int) {
+		if *v <= 0 {
+			*v = def
+		}
+	}
+	pick(&d.ConnectTimeout, z.ConnectTimeout)
+	pick(&d.TCPIdleTimeout, z.TCPIdleTimeout)
+	pick(&d.HTTPIdleTimeout, z.HTTPIdleTimeout)
+	pick(&d.UDPIdleTimeout, z.UDPIdleTimeout)
+	pickInt(&d.MaxConnections, z.MaxConnections)
+	pickInt(&d.MaxUDPFlows, z.MaxUDPFlows)
+	pick(&d.HealthInterval, z.HealthInterval)
+	pick(&d.HealthTimeout, z.HealthTimeout)
+	pickInt(&d.HealthRise, z.HealthRise)
+	pickInt(&d.HealthFall, z.HealthFall)
+	return d
+}

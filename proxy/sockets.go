@@ -1,0 +1,264 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/teapot-lb/teapot-lb/proxy/snapshot"
+)
+
+// socket is one listening socket, shared by every snapshot that serves its
+// key and closed when the last one releases it. It tracks the connections
+// it accepted so that they can be drained.
+type socket struct {
+	p    *Proxy
+	key  snapshot.Key
+	refs int // guarded by p.mu
+	// owner is the load balancer served, guarded by p.mu.
+	owner string
+	tcp   *net.TCPListener
+	udp   *udpSocket
+
+	mu     sync.Mutex
+	conns  map[*tracked]struct{}
+	closed bool
+	active atomic.Int64
+}
+
+// tracked is one accepted connection.
+type tracked struct {
+	c      net.Conn
+	lb     string
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// acquireSocket returns the socket for k, opening it when no snapshot
+// holds it yet; isNew reports that it was opened now.
+func (p *Proxy) acquireSocket(k snapshot.Key) (s *socket, isNew bool, err error) {
+	if s := p.sockets[k]; s != nil {
+		s.refs++
+		return s, false, nil
+	}
+	s = &socket{p: p, key: k, refs: 1, conns: map[*tracked]struct{}{}}
+	switch k.Network {
+	case snapshot.TCP:
+		s.tcp, err = listenTCP(k)
+	case snapshot.UDP:
+		s.udp, err = p.listenUDP(s)
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	p.wg.Add(1)
+	if s.tcp != nil {
+		go s.acceptLoop()
+	} else {
+		go s.udp.readLoop()
+	}
+	return s, true, nil
+}
+
+// releaseSocket drops a reference; the last one stops accepting and drains
+// the connections.
+func (p *Proxy) releaseSocket(s *socket) {
+	if s.refs--; s.refs > 0 {
+		return
+	}
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	if s.tcp != nil {
+		s.tcp.Close()
+	} else {
+		s.udp.close()
+	}
+	s.drain(func(string) bool { return true })
+}
+
+// setOwner records the load balancer now served; connections of a former
+// owner drain.
+func (s *socket) setOwner(lb string) {
+	if s.owner != "" && s.owner != lb {
+		s.drain(func(owner string) bool { return owner != lb })
+		if s.udp != nil {
+			s.udp.closeFlows(func(f *flow) bool { return f.l.LB != lb })
+		}
+	}
+	s.owner = lb
+}
+
+// drain tells the matching connections to finish (their context ends) and
+// closes them after the drain timeout.
+func (s *socket) drain(match func(lb string) bool) {
+	s.mu.Lock()
+	var ts []*tracked
+	for t := range s.conns {
+		if match(t.lb) {
+			ts = append(ts, t)
+		}
+	}
+	s.mu.Unlock()
+	if len(ts) == 0 {
+		return
+	}
+	for _, t := range ts {
+		t.cancel()
+	}
+	time.AfterFunc(s.p.cfg.DrainTimeout, func() {
+		for _, t := range ts {
+			t.c.Close()
+		}
+	})
+}
+
+// track registers an accepted connection; nil when the socket is closing.
+func (s *socket) track(c net.Conn, lb string) *tracked {
+	ctx, cancel := context.WithCancel(context.Background())
+	t := &tracked{c: c, lb: lb, ctx: ctx, cancel: cancel}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		cancel()
+		return nil
+	}
+	s.conns[t] = struct{}{}
+	return t
+}
+
+func (s *socket) untrack(t *tracked) {
+	t.cancel()
+	s.mu.Lock()
+	delete(s.conns, t)
+	s.mu.Unlock()
+}
+
+// freebind lets a socket bind an address this host does not hold (yet):
+// a VIP is opened on every host before it is announced on one.
+func freebind(network, _ string, c syscall.RawConn) error {
+	var serr error
+	err := c.Control(func(fd uintptr) {
+		if network == "tcp6" || network == "udp6" {
+			serr = unix.SetsockoptInt(int(fd), unix.SOL_IPV6, unix.IPV6_FREEBIND, 1)
+			if serr == nil {
+				return
+			}
+		}
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_IP, unix.IP_FREEBIND, 1)
+	})
+	if err != nil {
+		return err
+	}
+	if serr != nil {
+		return fmt.Errorf("set IP_FREEBIND: %w", serr)
+	}
+	return nil
+}
+
+func family(k snapshot.Key) string {
+	if k.Addr.Addr().Is4() {
+		return "4"
+	}
+	return "6"
+}
+
+func listenTCP(k snapshot.Key) (*net.TCPListener, error) {
+	lc := net.ListenConfig{Control: freebind}
+	l, err := lc.Listen(context.Background(), "tcp"+family(k), k.Addr.String())
+	if err != nil {
+		return nil, err
+	}
+	return l.(*net.TCPListener), nil
+}
+
+func (s *socket) acceptLoop() {
+	defer s.p.wg.Done()
+	var delay time.Duration
+	for {
+		c, err := s.tcp.AcceptTCP()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// Out of file descriptors or a transient accept error: back
+			// off as net/http does, up to a second.
+			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+			s.p.log.Warn("accept failed", "listener", s.key.String(), "error", err, "retry_in", delay)
+			time.Sleep(delay)
+			continue
+		}
+		delay = 0
+		s.p.accept(s, c)
+	}
+}
+
+// refuse closes a connection at once with a reset.
+func refuse(c *net.TCPConn) {
+	c.SetLinger(0)
+	c.Close()
+}
+
+// accept hands one connection to its protocol, reading the snapshot in
+// service now.
+func (p *Proxy) accept(s *socket, c *net.TCPConn) {
+	l := p.current.Load().listeners[s.key]
+	if l == nil {
+		refuse(c)
+		return
+	}
+	if n := s.active.Add(1); n > int64(l.Limits.MaxConnections) {
+		s.active.Add(-1)
+		p.metrics.ConnRefused(l.LB, l.Name, RefusedListenerLimit)
+		refuse(c)
+		return
+	}
+	tenantDone, ok := p.admitTenant(l.Tenant)
+	if !ok {
+		s.active.Add(-1)
+		p.metrics.ConnRefused(l.LB, l.Name, RefusedTenantLimit)
+		refuse(c)
+		return
+	}
+	t := s.track(c, l.LB)
+	if t == nil {
+		s.active.Add(-1)
+		tenantDone()
+		refuse(c)
+		return
+	}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		defer s.active.Add(-1)
+		defer tenantDone()
+		defer s.untrack(t)
+		start := time.Now()
+		p.metrics.ConnOpened(l.LB, l.Name)
+		if l.Protocol.L7() {
+			p.cfg.HTTP.ServeConn(t.ctx, c, p.currentFunc(s.key, l.LB))
+			c.Close()
+		} else {
+			p.serveTCP(l, c)
+		}
+		p.metrics.ConnClosed(l.LB, l.Name, time.Since(start))
+	}()
+}
+
+// currentFunc returns what an L7 connection calls to read its listener's
+// snapshot in service: nil once the listener or its load balancer is gone.
+func (p *Proxy) currentFunc(k snapshot.Key, lb string) func() *ListenerSnapshot {
+	return func() *ListenerSnapshot {
+		if l := p.current.Load().listeners[k]; l != nil && l.LB == lb {
+			return l
+		}
+		return nil
+	}
+}

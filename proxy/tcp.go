@@ -1,0 +1,171 @@
+package proxy
+
+import (
+	"errors"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/teapot-lb/teapot-lb/proxy/balance"
+	"github.com/teapot-lb/teapot-lb/proxy/proxyproto"
+)
+
+// serveTCP forwards one tcp or tls-passthrough connection to a member.
+func (p *Proxy) serveTCP(l *ListenerSnapshot, c *net.TCPConn) {
+	pool := l.Backend()
+	client := addrPort(c.RemoteAddr())
+	up, m := p.dialMember(l, pool, client.Addr())
+	if up == nil {
+		p.metrics.ConnRefused(l.LB, l.Name, RefusedNoMember)
+		refuse(c)
+		return
+	}
+	tg := Target(m)
+	tg.Begin()
+	defer tg.End()
+	if v := pool.Spec.ProxyProtocol; v != 0 {
+		var buf [proxyHeaderMax]byte
+		h := proxyproto.Header{Version: v, Src: client, Dst: addrPort(c.LocalAddr())}
+		if _, err := up.Write(h.Append(buf[:0])); err != nil {
+			refuse(c)
+			refuse(up)
+			return
+		}
+	}
+	p.pipe(l, c, up)
+}
+
+// proxyHeaderMax bounds an encoded PROXY header (v1 is at most 107 bytes).
+const proxyHeaderMax = 108
+
+// addrPort returns a TCP or UDP address without IPv4 mapping.
+func addrPort(a net.Addr) netip.AddrPort {
+	var ap netip.AddrPort
+	switch v := a.(type) {
+	case *net.TCPAddr:
+		ap = v.AddrPort()
+	case *net.UDPAddr:
+		ap = v.AddrPort()
+	}
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+}
+
+// clientKey is the client IP as hash input.
+func clientKey(a netip.Addr) []byte {
+	if a.Is4() {
+		b := a.As4()
+		return b[:]
+	}
+	b := a.As16()
+	return b[:]
+}
+
+// maxTried bounds the members remembered as tried for one connection.
+const maxTried = 8
+
+// dialMember connects to a member, trying up to ConnectAttempts of them;
+// it returns nil when none is usable or none accepted.
+func (p *Proxy) dialMember(l *ListenerSnapshot, pool *Pool, client netip.Addr) (*net.TCPConn, *balance.Member) {
+	key := clientKey(client)
+	var triedBuf [maxTried]*balance.Member
+	tried := triedBuf[:0]
+	d := net.Dialer{Timeout: pool.Spec.ConnectTimeout}
+	for range min(p.cfg.Limits.ConnectAttempts, maxTried) {
+		m := pool.pickUntried(key, tried)
+		if m == nil {
+			break
+		}
+		tried = append(tried, m)
+		tg := Target(m)
+		start := time.Now()
+		c, err := d.Dial("tcp", tg.Name())
+		took := time.Since(start)
+		if err != nil {
+			tg.ConnectFailed()
+			status := StatusConnectFailed
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				status = StatusConnectTimeout
+			}
+			p.metrics.MemberRequest(l.LB, pool.Spec.Name, tg.Name(), status, took)
+			continue
+		}
+		tg.ConnectSucceeded()
+		p.metrics.MemberRequest(l.LB, pool.Spec.Name, tg.Name(), StatusConnected, took)
+		return c.(*net.TCPConn), m
+	}
+	return nil, nil
+}
+
+// pipe copies both ways between a client and a member. Both ends stay bare
+// *net.TCPConn so that io.Copy moves the bytes with splice(2) in the
+// kernel. When one side ends its half (EOF), the other side's write half
+// is closed; when a side fails, both are reset. A read deadline of a
+// quarter of the idle timeout wakes each direction to check whether either
+// moved bytes lately; after IdleTimeout of silence both are closed.
+func (p *Proxy) pipe(l *ListenerSnapshot, client, up *net.TCPConn) {
+	idle := l.Limits.IdleTimeout
+	pp := &pipe{client: client, up: up, idle: idle, tick: max(idle/4, 10*time.Millisecond)}
+	pp.last.Store(time.Now().UnixNano())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		pp.copy(client, up, func(n int64) { p.metrics.BytesOut(l.LB, l.Name, n) })
+	})
+	pp.copy(up, client, func(n int64) { p.metrics.BytesIn(l.LB, l.Name, n) })
+	wg.Wait()
+	pp.end(false)
+}
+
+type pipe struct {
+	client, up *net.TCPConn
+	idle, tick time.Duration
+	// last is when bytes last moved either way, in Unix nanoseconds.
+	last atomic.Int64
+	once sync.Once
+}
+
+// copy moves src to dst until src's half ends or the pipe does.
+func (pp *pipe) copy(dst, src *net.TCPConn, count func(int64)) {
+	for {
+		if err := src.SetReadDeadline(time.Now().Add(pp.tick)); err != nil {
+			pp.end(true)
+			return
+		}
+		n, err := io.Copy(dst, src)
+		if n > 0 {
+			count(n)
+			pp.last.Store(time.Now().UnixNano())
+		}
+		switch {
+		case err == nil:
+			dst.CloseWrite()
+			return
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			if time.Since(time.Unix(0, pp.last.Load())) < pp.idle {
+				continue
+			}
+			pp.end(false)
+			return
+		default:
+			pp.end(true)
+			return
+		}
+	}
+}
+
+// end closes both sides once: with a reset after a failure, gracefully
+// otherwise.
+func (pp *pipe) end(reset bool) {
+	pp.once.Do(func() {
+		if reset {
+			pp.client.SetLinger(0)
+			pp.up.SetLinger(0)
+		}
+		pp.client.Close()
+		pp.up.Close()
+	})
+}

@@ -1,0 +1,360 @@
+package proxy
+
+import (
+	"bytes"
+	"crypto/rand"
+	"errors"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+	"github.com/teapot-lb/teapot-lb/proxy/proxyproto"
+	"github.com/teapot-lb/teapot-lb/proxy/snapshot"
+)
+
+func TestTCPEchoWithHalfClose(t *testing.T) {
+	tests := []struct {
+		name, vip, backendHost string
+		size                   int
+	}{
+		{"IPv4 small", "127.0.0.2", "127.0.0.1", 11},
+		{"IPv4 4 MiB", "127.0.0.2", "127.0.0.1", 4 << 20},
+		{"IPv6", "::1", "[::1]", 64 << 10},
+		{"IPv6 VIP to IPv4 member", "::1", "127.0.0.1", 1000},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			be := startBackend(t, tt.backendHost, echo)
+			p, m := newProxy(t, Config{})
+			port := freePort(t)
+			update(t, p, l4LB("echo", tt.vip, port, "tcp", be.addr))
+			c, err := net.Dial("tcp", vipAddr(tt.vip, port))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			msg := make([]byte, tt.size)
+			rand.Read(msg)
+			got := make(chan []byte, 1)
+			go func() {
+				b, _ := io.ReadAll(c)
+				got <- b
+			}()
+			if _, err := c.Write(msg); err != nil {
+				t.Fatal(err)
+			}
+			// Half-close: the member sees EOF, echoes, and ends its half.
+			if err := c.(*net.TCPConn).CloseWrite(); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case b := <-got:
+				if !bytes.Equal(b, msg) {
+					t.Fatalf("echoed %d bytes, want %d", len(b), len(msg))
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("no EOF after the member closed its half")
+			}
+			eventually(t, "byte counters", func() bool {
+				r := m.Report()
+				return len(r.Listeners) == 1 && r.Listeners[0].BytesIn == int64(tt.size) &&
+					r.Listeners[0].BytesOut == int64(tt.size) && r.Listeners[0].Closed == 1
+			})
+		})
+	}
+}
+
+// pipeFDs counts the pipes this process has open.
+func pipeFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skip("no /proc/self/fd")
+	}
+	n := 0
+	for _, e := range ents {
+		if target, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && strings.HasPrefix(target, "pipe:") {
+			n++
+		}
+	}
+	return n
+}
+
+// TestTCPUsesSplice checks that forwarding goes through splice(2): Go's
+// splice path keeps a pair of pipes per transfer (pooled afterwards), and
+// nothing else in the proxy opens pipes.
+func TestTCPUsesSplice(t *testing.T) {
+	be := startBackend(t, "127.0.0.1", echo)
+	p, _ := newProxy(t, Config{})
+	port := freePort(t)
+	update(t, p, l4LB("echo", "127.0.0.2", port, "tcp", be.addr))
+	c, err := net.Dial("tcp", vipAddr("127.0.0.2", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := roundTrip(c, []byte("warm up")); err != nil {
+		t.Fatal(err)
+	}
+	// Both directions are now inside io.Copy, each holding its pipe.
+	if n := pipeFDs(t); n < 4 {
+		t.Errorf("%d pipe descriptors open during forwarding; splice(2) needs a pipe pair per direction", n)
+	}
+}
+
+func TestFreebindIsSet(t *testing.T) {
+	tests := []struct {
+		vip        string
+		level, opt int
+	}{
+		{"127.0.0.2", unix.SOL_IP, unix.IP_FREEBIND},
+		{"::1", unix.SOL_IPV6, unix.IPV6_FREEBIND},
+	}
+	for _, tt := range tests {
+		t.Run(tt.vip, func(t *testing.T) {
+			p, _ := newProxy(t, Config{})
+			port := freePort(t)
+			lb := l4LB("a", tt.vip, port, "tcp", "127.0.0.1:9")
+			lb.Listeners = append(lb.Listeners, &pb.Listener{Port: uint32(port), Protocol: "udp", Pool: "app"})
+			update(t, p, lb)
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			for _, n := range []snapshot.Network{snapshot.TCP, snapshot.UDP} {
+				s := p.sockets[snapshot.Key{Addr: netip.MustParseAddrPort(vipAddr(tt.vip, port)), Network: n}]
+				if s == nil {
+					t.Fatalf("no %s socket; status %v", n, p.Status())
+				}
+				var rc syscall.RawConn
+				var err error
+				if s.tcp != nil {
+					rc, err = s.tcp.SyscallConn()
+				} else {
+					rc, err = s.udp.conn.SyscallConn()
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				var v int
+				var gerr error
+				rc.Control(func(fd uintptr) { v, gerr = unix.GetsockoptInt(int(fd), tt.level, tt.opt) })
+				if gerr != nil || v != 1 {
+					t.Errorf("%s freebind option = %d, %v; want 1", n, v, gerr)
+				}
+			}
+		})
+	}
+}
+
+func TestMemberDownRetriesNext(t *testing.T) {
+	be := startBackend(t, "127.0.0.1", echo)
+	p, m := newProxy(t, Config{Limits: Limits{EjectAfter: 100}})
+	port := freePort(t)
+	dead1, dead2 := deadAddr(t), deadAddr(t)
+	update(t, p, l4LB("retry", "127.0.0.2", port, "tcp", dead1, be.addr, dead2))
+	for i := range 12 {
+		c, err := net.Dial("tcp", vipAddr("127.0.0.2", port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := roundTrip(c, []byte("hello")); err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+		c.Close()
+	}
+	failed := 0
+	for _, ms := range m.Report().Members {
+		failed += int(ms.ByStatus[StatusConnectFailed])
+	}
+	if failed == 0 {
+		t.Error("no failed connect recorded; the dead members were never tried")
+	}
+}
+
+func TestAllMembersDownRefusesAtOnce(t *testing.T) {
+	t.Run("connects fail", func(t *testing.T) {
+		p, m := newProxy(t, Config{})
+		port := freePort(t)
+		update(t, p, l4LB("down", "127.0.0.2", port, "tcp", deadAddr(t), deadAddr(t)))
+		for range 3 {
+			expectRefused(t, vipAddr("127.0.0.2", port))
+		}
+		eventually(t, "refusals counted", func() bool {
+			r := m.Report()
+			return len(r.Listeners) == 1 && r.Listeners[0].Refused[RefusedNoMember] == 3
+		})
+	})
+	t.Run("members ejected: no connect is tried", func(t *testing.T) {
+		p, m := newProxy(t, Config{Limits: Limits{EjectAfter: 1, EjectFor: time.Hour}})
+		port := freePort(t)
+		update(t, p, l4LB("down", "127.0.0.2", port, "tcp", deadAddr(t)))
+		expectRefused(t, vipAddr("127.0.0.2", port))
+		before := m.Report().Members[0].Latency.Count
+		expectRefused(t, vipAddr("127.0.0.2", port))
+		if after := m.Report().Members[0].Latency.Count; after != before {
+			t.Errorf("an ejected member was dialled (%d connects, was %d)", after, before)
+		}
+	})
+	t.Run("active check down", func(t *testing.T) {
+		be := startBackend(t, "127.0.0.1", echo)
+		p, _ := newProxy(t, Config{})
+		port := freePort(t)
+		lb := l4LB("checked", "127.0.0.2", port, "tcp", be.addr)
+		lb.Pools["app"].HealthCheck = &pb.HealthCheck{Http: &pb.HTTPCheck{Path: "/"}, Interval: dur(20 * time.Millisecond), Rise: 1, Fall: 1}
+		update(t, p, lb)
+		// The echo member does not speak HTTP: its check fails.
+		eventually(t, "member down", func() bool {
+			return !p.current.Load().listeners[snapshot.Key{Addr: netip.MustParseAddrPort(vipAddr("127.0.0.2", port)), Network: snapshot.TCP}].Backend().Members()[0].Usable()
+		})
+		expectRefused(t, vipAddr("127.0.0.2", port))
+	})
+}
+
+func TestProxyProtocolHeaders(t *testing.T) {
+	tests := []struct {
+		name, version, vip, backendHost string
+	}{
+		{"v1 IPv4", "v1", "127.0.0.3", "127.0.0.1"},
+		{"v2 IPv4", "v2", "127.0.0.3", "127.0.0.1"},
+		{"v1 IPv6", "v1", "::1", "[::1]"},
+		{"v2 IPv6", "v2", "::1", "[::1]"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			headers := make(chan proxyproto.Header, 1)
+			be := startBackend(t, tt.backendHost, func(c net.Conn) {
+				buf := make([]byte, 0, 256)
+				tmp := make([]byte, 256)
+				for {
+					h, n, err := proxyproto.Decode(buf)
+					if err == nil {
+						headers <- h
+						c.Write(buf[n:])
+						echo(c)
+						return
+					}
+					if !errors.Is(err, proxyproto.ErrIncomplete) {
+						headers <- proxyproto.Header{}
+						return
+					}
+					k, err := c.Read(tmp)
+					if err != nil {
+						return
+					}
+					buf = append(buf, tmp[:k]...)
+				}
+			})
+			p, _ := newProxy(t, Config{})
+			port := freePort(t)
+			lb := l4LB("pp", tt.vip, port, "tcp", be.addr)
+			lb.Pools["app"].ProxyProtocol = tt.version
+			update(t, p, lb)
+			c, err := net.Dial("tcp", vipAddr(tt.vip, port))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if err := roundTrip(c, []byte("after the header")); err != nil {
+				t.Fatal(err)
+			}
+			h := <-headers
+			want := proxyproto.Header{Version: int(tt.version[1] - '0'), Src: addrPort(c.LocalAddr()), Dst: addrPort(c.RemoteAddr())}
+			if h != want {
+				t.Errorf("member got header %+v, want %+v", h, want)
+			}
+		})
+	}
+}
+
+func TestIdleTimeoutClosesSilentConnections(t *testing.T) {
+	be := startBackend(t, "127.0.0.1", echo)
+	p, _ := newProxy(t, Config{})
+	port := freePort(t)
+	lb := l4LB("idle", "127.0.0.2", port, "tcp", be.addr)
+	lb.Listeners[0].IdleTimeout = dur(200 * time.Millisecond)
+	update(t, p, lb)
+	c, err := net.Dial("tcp", vipAddr("127.0.0.2", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// Traffic every 100ms keeps it open past the timeout.
+	for range 5 {
+		time.Sleep(100 * time.Millisecond)
+		if err := roundTrip(c, []byte("ping")); err != nil {
+			t.Fatalf("active connection cut: %v", err)
+		}
+	}
+	start := time.Now()
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Read(make([]byte, 1)); err == nil {
+		t.Fatal("read data from an idle connection")
+	}
+	if d := time.Since(start); d < 150*time.Millisecond || d > 2*time.Second {
+		t.Errorf("idle connection closed after %v, want about 200ms", d)
+	}
+}
+
+func TestListenerConnectionLimit(t *testing.T) {
+	be := startBackend(t, "127.0.0.1", echo)
+	p, m := newProxy(t, Config{})
+	port := freePort(t)
+	lb := l4LB("limited", "127.0.0.2", port, "tcp", be.addr)
+	lb.Listeners[0].MaxConnections = 1
+	update(t, p, lb)
+	first, err := net.Dial("tcp", vipAddr("127.0.0.2", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	if err := roundTrip(first, []byte("one")); err != nil {
+		t.Fatal(err)
+	}
+	expectRefused(t, vipAddr("127.0.0.2", port))
+	if r := m.Report(); r.Listeners[0].Refused[RefusedListenerLimit] != 1 {
+		t.Errorf("refusals %v", r.Listeners[0].Refused)
+	}
+	first.Close()
+	eventually(t, "room again", func() bool {
+		c, err := net.Dial("tcp", vipAddr("127.0.0.2", port))
+		if err != nil {
+			return false
+		}
+		defer c.Close()
+		return roundTrip(c, []byte("two")) == nil
+	})
+}
+
+// BenchmarkTCPForward moves bytes to a sink member directly and through
+// the proxy (splice both ways), one connection per run.
+func BenchmarkTCPForward(b *testing.B) {
+	sink := startBackend(b, "127.0.0.1", func(c net.Conn) {
+		io.Copy(io.Discard, c)
+	})
+	p, _ := newProxy(b, Config{})
+	port := freePort(b)
+	update(b, p, l4LB("bulk", "127.0.0.2", port, "tcp", sink.addr))
+	chunk := make([]byte, 256<<10)
+	for _, tt := range []struct{ name, addr string }{{"direct", sink.addr}, {"proxy", vipAddr("127.0.0.2", port)}} {
+		b.Run(tt.name, func(b *testing.B) {
+			c, err := net.Dial("tcp", tt.addr)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			b.SetBytes(int64(len(chunk)))
+			for b.Loop() {
+				if _, err := c.Write(chunk); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

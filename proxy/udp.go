@@ -1,0 +1,254 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/teapot-lb/teapot-lb/proxy/health"
+)
+
+// udpSocket forwards datagrams of one udp listener. Each client address
+// gets a flow: a connected UDP socket to the member picked for it. Replies
+// are sent from the listening socket, which is bound to the VIP, so
+// clients see them come from the address they sent to. Flows expire after
+// the listener's idle timeout; the table is bounded by max_connections.
+//
+// A removed udp listener closes its flows at once (the socket must close
+// so that the address can be bound again); so does a change of the load
+// balancer serving it.
+type udpSocket struct {
+	s    *socket
+	conn *net.UDPConn
+	// now is a coarse clock (Unix nanoseconds) the janitor advances, so
+	// that packets need no clock read.
+	now  atomic.Int64
+	tick time.Duration
+	done chan struct{}
+
+	mu     sync.Mutex
+	flows  map[netip.AddrPort]*flow
+	closed bool
+}
+
+type flow struct {
+	u      *udpSocket
+	client netip.AddrPort
+	up     *net.UDPConn
+	l      *ListenerSnapshot
+	target *health.Target
+	idle   int64
+	last   atomic.Int64
+	opened time.Time
+	done   func()
+	once   sync.Once
+}
+
+func (p *Proxy) listenUDP(s *socket) (*udpSocket, error) {
+	lc := net.ListenConfig{Control: freebind}
+	pc, err := lc.ListenPacket(context.Background(), "udp"+family(s.key), s.key.Addr.String())
+	if err != nil {
+		return nil, err
+	}
+	u := &udpSocket{
+		s:     s,
+		conn:  pc.(*net.UDPConn),
+		tick:  min(max(p.cfg.Limits.UDPIdleTimeout/4, 10*time.Millisecond), time.Second),
+		done:  make(chan struct{}),
+		flows: map[netip.AddrPort]*flow{},
+	}
+	u.now.Store(time.Now().UnixNano())
+	return u, nil
+}
+
+// bufPool holds datagram buffers for replies, taken only once a reply is
+// ready to read, so that idle flows hold none.
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 65536); return &b }}
+
+func (u *udpSocket) readLoop() {
+	p := u.s.p
+	defer p.wg.Done()
+	p.wg.Add(1)
+	go u.janitor()
+	buf := make([]byte, 65536)
+	for {
+		n, client, err := u.conn.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		client = netip.AddrPortFrom(client.Addr().Unmap(), client.Port())
+		f := u.flow(client)
+		if f == nil {
+			continue
+		}
+		f.last.Store(u.now.Load())
+		if _, err := f.up.Write(buf[:n]); err == nil {
+			p.metrics.BytesIn(f.l.LB, f.l.Name, int64(n))
+		}
+	}
+}
+
+// flow returns the client's flow, creating it when the table has room and
+// a member is usable; nil drops the datagram.
+func (u *udpSocket) flow(client netip.AddrPort) *flow {
+	p := u.s.p
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if f := u.flows[client]; f != nil || u.closed {
+		return f
+	}
+	l := p.current.Load().listeners[u.s.key]
+	if l == nil {
+		return nil
+	}
+	if len(u.flows) >= l.Limits.MaxConnections {
+		p.metrics.ConnRefused(l.LB, l.Name, RefusedListenerLimit)
+		return nil
+	}
+	done, ok := p.admitTenant(l.Tenant)
+	if !ok {
+		p.metrics.ConnRefused(l.LB, l.Name, RefusedTenantLimit)
+		return nil
+	}
+	m := l.Backend().Pick(clientKey(client.Addr()))
+	if m == nil {
+		done()
+		p.metrics.ConnRefused(l.LB, l.Name, RefusedNoMember)
+		return nil
+	}
+	tg := Target(m)
+	up, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(m.Addr))
+	if err != nil {
+		done()
+		tg.ConnectFailed()
+		p.metrics.ConnRefused(l.LB, l.Name, RefusedNoMember)
+		return nil
+	}
+	tg.Begin()
+	f := &flow{u: u, client: client, up: up, l: l, target: tg, idle: int64(l.Limits.IdleTimeout), opened: time.Now(), done: done}
+	f.last.Store(u.now.Load())
+	u.flows[client] = f
+	p.metrics.ConnOpened(l.LB, l.Name)
+	p.wg.Add(1)
+	go f.replies()
+	return f
+}
+
+// replies sends the member's datagrams back to the client from the VIP.
+func (f *flow) replies() {
+	p := f.u.s.p
+	defer p.wg.Done()
+	defer f.u.remove(f)
+	rc, err := f.up.SyscallConn()
+	if err != nil {
+		return
+	}
+	for {
+		var bp *[]byte
+		var n int
+		var rerr error
+		err := rc.Read(func(fd uintptr) bool {
+			bp = bufPool.Get().(*[]byte)
+			n, rerr = unix.Read(int(fd), *bp)
+			if rerr == unix.EAGAIN {
+				bufPool.Put(bp)
+				bp = nil
+				return false
+			}
+			return true
+		})
+		if err != nil {
+			if bp != nil {
+				bufPool.Put(bp)
+			}
+			return
+		}
+		switch {
+		case rerr == unix.ECONNREFUSED:
+			// ICMP port unreachable: nothing listens on the member.
+			f.target.ConnectFailed()
+		case rerr == unix.EINTR:
+		case rerr != nil:
+			bufPool.Put(bp)
+			return
+		default:
+			f.target.ConnectSucceeded()
+			f.last.Store(f.u.now.Load())
+			if _, err := f.u.conn.WriteToUDPAddrPort((*bp)[:n], f.client); err == nil {
+				p.metrics.BytesOut(f.l.LB, f.l.Name, int64(n))
+			}
+		}
+		bufPool.Put(bp)
+	}
+}
+
+// remove takes f out of the table and ends it.
+func (u *udpSocket) remove(f *flow) {
+	u.mu.Lock()
+	if u.flows[f.client] == f {
+		delete(u.flows, f.client)
+	}
+	u.mu.Unlock()
+	f.end()
+}
+
+func (f *flow) end() {
+	f.once.Do(func() {
+		f.up.Close()
+		f.target.End()
+		f.done()
+		f.u.s.p.metrics.ConnClosed(f.l.LB, f.l.Name, time.Since(f.opened))
+	})
+}
+
+// janitor advances the coarse clock and expires idle flows.
+func (u *udpSocket) janitor() {
+	defer u.s.p.wg.Done()
+	t := time.NewTicker(u.tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-u.done:
+			return
+		case now := <-t.C:
+			u.now.Store(now.UnixNano())
+			u.closeFlows(func(f *flow) bool { return now.UnixNano()-f.last.Load() >= f.idle })
+		}
+	}
+}
+
+// closeFlows ends the flows that match.
+func (u *udpSocket) closeFlows(match func(*flow) bool) {
+	var ended []*flow
+	u.mu.Lock()
+	for c, f := range u.flows {
+		if match(f) {
+			delete(u.flows, c)
+			ended = append(ended, f)
+		}
+	}
+	u.mu.Unlock()
+	for _, f := range ended {
+		f.end()
+	}
+}
+
+// close stops the socket and ends every flow.
+func (u *udpSocket) close() {
+	u.mu.Lock()
+	u.closed = true
+	u.mu.Unlock()
+	u.conn.Close()
+	close(u.done)
+	u.closeFlows(func(*flow) bool { return true })
+}
