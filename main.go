@@ -32,6 +32,7 @@ import (
 	"github.com/teapot-lb/teapot-lb/api/pki"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 	"github.com/teapot-lb/teapot-lb/consensus"
+	"github.com/teapot-lb/teapot-lb/proxy"
 )
 
 func main() {
@@ -177,6 +178,10 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	go func() { served <- srv.Serve(ln) }()
 	log.Info("serving API", "component", "api", "addr", cfg.APIAddr)
 
+	px := proxy.New(proxy.Config{Logger: log})
+	fed := make(chan struct{})
+	go func() { defer close(fed); feedProxy(ctx, node, px, log) }()
+
 	select {
 	case <-node.Ready():
 		if err := writeAdminConfig(cfg.DataDir, node); err != nil {
@@ -198,7 +203,53 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	case <-time.After(3 * time.Second):
 		srv.Stop()
 	}
-	return node.Close()
+	err = node.Close()
+	<-fed
+	if perr := px.Close(); perr != nil && err == nil {
+		err = perr
+	}
+	return err
+}
+
+// feedProxy hands every committed state to the data plane. Events that
+// arrive while an update runs are folded into the next one: the proxy takes
+// the whole desired state, never deltas.
+func feedProxy(ctx context.Context, node *consensus.Node, px *proxy.Proxy, log *slog.Logger) {
+	log = log.With("component", "proxy")
+	var reported map[string]string
+	for from := uint64(0); ; {
+		if _, err := node.Watch(from).Next(ctx); err != nil {
+			return
+		}
+		objs, rev := node.Objects()
+		from = rev + 1
+		err := px.Update(objs, rev)
+		if err != nil && !errors.Is(err, proxy.ErrNoChanges) {
+			log.Error("update data plane", "revision", rev, "err", err)
+			continue
+		}
+		reported = logProblems(log, px.Status(), reported)
+	}
+}
+
+// logProblems logs each load balancer's problems when they change.
+func logProblems(log *slog.Logger, status map[string][]proxy.Problem, before map[string]string) map[string]string {
+	now := make(map[string]string, len(status))
+	for lb, problems := range status {
+		var parts []string
+		for _, p := range problems {
+			parts = append(parts, p.Field+": "+p.Reason)
+		}
+		now[lb] = strings.Join(parts, "; ")
+		if now[lb] != before[lb] {
+			if now[lb] == "" {
+				log.Info("load balancer serving", "lb", lb)
+			} else {
+				log.Warn("load balancer has problems", "lb", lb, "problems", now[lb])
+			}
+		}
+	}
+	return now
 }
 
 // writeAdminConfig writes DATA/admin.conf: the cluster's API addresses and
