@@ -61,6 +61,14 @@ type Config struct {
 	ElectionTimeout    time.Duration
 	LeaderLeaseTimeout time.Duration
 
+	// HeartbeatAddr and VIPInterface are recorded in this host's Node
+	// object for the VIP failure detector.
+	HeartbeatAddr string
+	VIPInterface  string
+	// Describe adds what other parts of the host know (VIPs held, peers
+	// seen) to this host's health report.
+	Describe func(*pb.NodeStatus)
+
 	Logger  *slog.Logger
 	Version string
 }
@@ -367,11 +375,15 @@ func (n *Node) ensureMember(ctx context.Context) error {
 			return fmt.Errorf("promotion: %w", err)
 		}
 	}
-	want := &pb.Node{Id: n.cfg.NodeID, RaftAddr: n.cfg.RaftAddr, ApiAddr: n.cfg.APIAddr, Suffrage: suffrageOf(me.Suffrage)}
+	want := &pb.Node{
+		Id: n.cfg.NodeID, RaftAddr: n.cfg.RaftAddr, ApiAddr: n.cfg.APIAddr, Suffrage: suffrageOf(me.Suffrage),
+		HeartbeatAddr: n.cfg.HeartbeatAddr, VipInterface: n.cfg.VIPInterface,
+	}
 	n.fsm.mu.RLock()
 	have := n.fsm.st.get(api.KindNode, n.cfg.NodeID).GetNode()
 	n.fsm.mu.RUnlock()
-	if have.GetRaftAddr() != want.RaftAddr || have.GetApiAddr() != want.ApiAddr {
+	if have.GetRaftAddr() != want.RaftAddr || have.GetApiAddr() != want.ApiAddr ||
+		have.GetHeartbeatAddr() != want.HeartbeatAddr || have.GetVipInterface() != want.VipInterface {
 		if _, err := n.Apply(wctx, &pb.ApplyRequest{Objects: []*pb.Object{api.Wrap(want)}}, true); err != nil {
 			return fmt.Errorf("register node: %w", err)
 		}

@@ -239,6 +239,9 @@ func (n *Node) health() *pb.NodeStatus {
 	if !ns.Healthy && leaderAddr == "" {
 		ns.Error = "no leader known"
 	}
+	if n.cfg.Describe != nil {
+		n.cfg.Describe(ns)
+	}
 	return ns
 }
 

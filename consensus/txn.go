@@ -78,6 +78,11 @@ func validate(o *pb.Object, c api.Catalog) error {
 		if _, err := netip.ParseAddrPort(n.GetApiAddr()); err != nil {
 			errs = append(errs, api.FieldError{Field: "apiAddr", Reason: "must be IP:port"})
 		}
+		if a := n.GetHeartbeatAddr(); a != "" {
+			if _, err := netip.ParseAddrPort(a); err != nil {
+				errs = append(errs, api.FieldError{Field: "heartbeatAddr", Reason: "must be IP:port"})
+			}
+		}
 		if len(errs) > 0 {
 			return &api.ValidationError{Ref: api.RefString(api.RefOf(o)), Errors: errs}
 		}

@@ -569,15 +569,21 @@ type NodeStatus struct {
 	ApiAddr  string                 `protobuf:"bytes,3,opt,name=api_addr,json=apiAddr,proto3" json:"api_addr,omitempty"`
 	Suffrage string                 `protobuf:"bytes,4,opt,name=suffrage,proto3" json:"suffrage,omitempty"`
 	// leader | follower | candidate | unreachable | ...
-	State         string `protobuf:"bytes,5,opt,name=state,proto3" json:"state,omitempty"`
-	Healthy       bool   `protobuf:"varint,6,opt,name=healthy,proto3" json:"healthy,omitempty"`
-	AppliedIndex  uint64 `protobuf:"varint,7,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
-	Term          uint64 `protobuf:"varint,8,opt,name=term,proto3" json:"term,omitempty"`
-	LastContact   string `protobuf:"bytes,9,opt,name=last_contact,json=lastContact,proto3" json:"last_contact,omitempty"`
-	Version       string `protobuf:"bytes,10,opt,name=version,proto3" json:"version,omitempty"`
-	Error         string `protobuf:"bytes,11,opt,name=error,proto3" json:"error,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	State        string `protobuf:"bytes,5,opt,name=state,proto3" json:"state,omitempty"`
+	Healthy      bool   `protobuf:"varint,6,opt,name=healthy,proto3" json:"healthy,omitempty"`
+	AppliedIndex uint64 `protobuf:"varint,7,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	Term         uint64 `protobuf:"varint,8,opt,name=term,proto3" json:"term,omitempty"`
+	LastContact  string `protobuf:"bytes,9,opt,name=last_contact,json=lastContact,proto3" json:"last_contact,omitempty"`
+	Version      string `protobuf:"bytes,10,opt,name=version,proto3" json:"version,omitempty"`
+	Error        string `protobuf:"bytes,11,opt,name=error,proto3" json:"error,omitempty"`
+	// VIPs this host holds (arp, static) or announces (bgp).
+	Vips []*VIPHolding `protobuf:"bytes,12,rep,name=vips,proto3" json:"vips,omitempty"`
+	// Failure detector settings and the peers it sees.
+	HeartbeatInterval string          `protobuf:"bytes,13,opt,name=heartbeat_interval,json=heartbeatInterval,proto3" json:"heartbeat_interval,omitempty"`
+	HeartbeatMisses   uint32          `protobuf:"varint,14,opt,name=heartbeat_misses,json=heartbeatMisses,proto3" json:"heartbeat_misses,omitempty"`
+	Peers             []*PeerLiveness `protobuf:"bytes,15,rep,name=peers,proto3" json:"peers,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *NodeStatus) Reset() {
@@ -687,6 +693,183 @@ func (x *NodeStatus) GetError() string {
 	return ""
 }
 
+func (x *NodeStatus) GetVips() []*VIPHolding {
+	if x != nil {
+		return x.Vips
+	}
+	return nil
+}
+
+func (x *NodeStatus) GetHeartbeatInterval() string {
+	if x != nil {
+		return x.HeartbeatInterval
+	}
+	return ""
+}
+
+func (x *NodeStatus) GetHeartbeatMisses() uint32 {
+	if x != nil {
+		return x.HeartbeatMisses
+	}
+	return 0
+}
+
+func (x *NodeStatus) GetPeers() []*PeerLiveness {
+	if x != nil {
+		return x.Peers
+	}
+	return nil
+}
+
+type VIPHolding struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Address string                 `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
+	// arp | bgp | static
+	Mode string `protobuf:"bytes,2,opt,name=mode,proto3" json:"mode,omitempty"`
+	// holding | announcing | released | withdrawn
+	State string                 `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	Since *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=since,proto3" json:"since,omitempty"`
+	// Why it was taken or released ("holder n2 unreachable", "no healthy member", ...).
+	Reason string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Load balancers using the address ("tenant/name").
+	LoadBalancers []string `protobuf:"bytes,6,rep,name=load_balancers,json=loadBalancers,proto3" json:"load_balancers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VIPHolding) Reset() {
+	*x = VIPHolding{}
+	mi := &file_teapotv1_admin_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VIPHolding) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VIPHolding) ProtoMessage() {}
+
+func (x *VIPHolding) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_admin_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VIPHolding.ProtoReflect.Descriptor instead.
+func (*VIPHolding) Descriptor() ([]byte, []int) {
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *VIPHolding) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *VIPHolding) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *VIPHolding) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *VIPHolding) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *VIPHolding) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *VIPHolding) GetLoadBalancers() []string {
+	if x != nil {
+		return x.LoadBalancers
+	}
+	return nil
+}
+
+type PeerLiveness struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Alive  bool                   `protobuf:"varint,2,opt,name=alive,proto3" json:"alive,omitempty"`
+	// Time since the last heartbeat from the peer.
+	LastSeen      string `protobuf:"bytes,3,opt,name=last_seen,json=lastSeen,proto3" json:"last_seen,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PeerLiveness) Reset() {
+	*x = PeerLiveness{}
+	mi := &file_teapotv1_admin_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PeerLiveness) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PeerLiveness) ProtoMessage() {}
+
+func (x *PeerLiveness) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_admin_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PeerLiveness.ProtoReflect.Descriptor instead.
+func (*PeerLiveness) Descriptor() ([]byte, []int) {
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *PeerLiveness) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *PeerLiveness) GetAlive() bool {
+	if x != nil {
+		return x.Alive
+	}
+	return false
+}
+
+func (x *PeerLiveness) GetLastSeen() string {
+	if x != nil {
+		return x.LastSeen
+	}
+	return ""
+}
+
 type CreateJoinTokenRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Seconds the token stays valid (default 3600).
@@ -697,7 +880,7 @@ type CreateJoinTokenRequest struct {
 
 func (x *CreateJoinTokenRequest) Reset() {
 	*x = CreateJoinTokenRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[10]
+	mi := &file_teapotv1_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -709,7 +892,7 @@ func (x *CreateJoinTokenRequest) String() string {
 func (*CreateJoinTokenRequest) ProtoMessage() {}
 
 func (x *CreateJoinTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[10]
+	mi := &file_teapotv1_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -722,7 +905,7 @@ func (x *CreateJoinTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJoinTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateJoinTokenRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{10}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CreateJoinTokenRequest) GetTtlSeconds() uint32 {
@@ -744,7 +927,7 @@ type CreateJoinTokenResponse struct {
 
 func (x *CreateJoinTokenResponse) Reset() {
 	*x = CreateJoinTokenResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[11]
+	mi := &file_teapotv1_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -756,7 +939,7 @@ func (x *CreateJoinTokenResponse) String() string {
 func (*CreateJoinTokenResponse) ProtoMessage() {}
 
 func (x *CreateJoinTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[11]
+	mi := &file_teapotv1_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -769,7 +952,7 @@ func (x *CreateJoinTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJoinTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateJoinTokenResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{11}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CreateJoinTokenResponse) GetToken() string {
@@ -802,7 +985,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[12]
+	mi := &file_teapotv1_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -814,7 +997,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[12]
+	mi := &file_teapotv1_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -827,7 +1010,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{12}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RemoveNodeRequest) GetId() string {
@@ -845,7 +1028,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[13]
+	mi := &file_teapotv1_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -857,7 +1040,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[13]
+	mi := &file_teapotv1_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -870,7 +1053,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{13}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{15}
 }
 
 type JoinRequest struct {
@@ -887,7 +1070,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[14]
+	mi := &file_teapotv1_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -899,7 +1082,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[14]
+	mi := &file_teapotv1_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -912,7 +1095,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{14}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *JoinRequest) GetToken() string {
@@ -965,7 +1148,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[15]
+	mi := &file_teapotv1_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -977,7 +1160,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[15]
+	mi := &file_teapotv1_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -990,7 +1173,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{15}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *JoinResponse) GetCaCertPem() []byte {
@@ -1044,7 +1227,7 @@ type PromoteRequest struct {
 
 func (x *PromoteRequest) Reset() {
 	*x = PromoteRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[16]
+	mi := &file_teapotv1_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1056,7 +1239,7 @@ func (x *PromoteRequest) String() string {
 func (*PromoteRequest) ProtoMessage() {}
 
 func (x *PromoteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[16]
+	mi := &file_teapotv1_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1069,7 +1252,7 @@ func (x *PromoteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteRequest.ProtoReflect.Descriptor instead.
 func (*PromoteRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{16}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PromoteRequest) GetNodeId() string {
@@ -1087,7 +1270,7 @@ type PromoteResponse struct {
 
 func (x *PromoteResponse) Reset() {
 	*x = PromoteResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[17]
+	mi := &file_teapotv1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1099,7 +1282,7 @@ func (x *PromoteResponse) String() string {
 func (*PromoteResponse) ProtoMessage() {}
 
 func (x *PromoteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[17]
+	mi := &file_teapotv1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1112,7 +1295,7 @@ func (x *PromoteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteResponse.ProtoReflect.Descriptor instead.
 func (*PromoteResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{17}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 // ForwardRequest is a write as the client asked for it; the leader
@@ -1133,7 +1316,7 @@ type ForwardRequest struct {
 
 func (x *ForwardRequest) Reset() {
 	*x = ForwardRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[18]
+	mi := &file_teapotv1_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1145,7 +1328,7 @@ func (x *ForwardRequest) String() string {
 func (*ForwardRequest) ProtoMessage() {}
 
 func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[18]
+	mi := &file_teapotv1_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1158,7 +1341,7 @@ func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardRequest.ProtoReflect.Descriptor instead.
 func (*ForwardRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{18}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ForwardRequest) GetWrite() isForwardRequest_Write {
@@ -1234,7 +1417,7 @@ type ForwardResponse struct {
 
 func (x *ForwardResponse) Reset() {
 	*x = ForwardResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[19]
+	mi := &file_teapotv1_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1246,7 +1429,7 @@ func (x *ForwardResponse) String() string {
 func (*ForwardResponse) ProtoMessage() {}
 
 func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[19]
+	mi := &file_teapotv1_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1259,7 +1442,7 @@ func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardResponse.ProtoReflect.Descriptor instead.
 func (*ForwardResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{19}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ForwardResponse) GetApply() *ApplyResponse {
@@ -1284,7 +1467,7 @@ type ReadIndexRequest struct {
 
 func (x *ReadIndexRequest) Reset() {
 	*x = ReadIndexRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[20]
+	mi := &file_teapotv1_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1296,7 +1479,7 @@ func (x *ReadIndexRequest) String() string {
 func (*ReadIndexRequest) ProtoMessage() {}
 
 func (x *ReadIndexRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[20]
+	mi := &file_teapotv1_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1309,7 +1492,7 @@ func (x *ReadIndexRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadIndexRequest.ProtoReflect.Descriptor instead.
 func (*ReadIndexRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{20}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{22}
 }
 
 type ReadIndexResponse struct {
@@ -1321,7 +1504,7 @@ type ReadIndexResponse struct {
 
 func (x *ReadIndexResponse) Reset() {
 	*x = ReadIndexResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[21]
+	mi := &file_teapotv1_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1333,7 +1516,7 @@ func (x *ReadIndexResponse) String() string {
 func (*ReadIndexResponse) ProtoMessage() {}
 
 func (x *ReadIndexResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[21]
+	mi := &file_teapotv1_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1346,7 +1529,7 @@ func (x *ReadIndexResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadIndexResponse.ProtoReflect.Descriptor instead.
 func (*ReadIndexResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{21}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ReadIndexResponse) GetIndex() uint64 {
@@ -1364,7 +1547,7 @@ type HealthRequest struct {
 
 func (x *HealthRequest) Reset() {
 	*x = HealthRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[22]
+	mi := &file_teapotv1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1376,7 +1559,7 @@ func (x *HealthRequest) String() string {
 func (*HealthRequest) ProtoMessage() {}
 
 func (x *HealthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[22]
+	mi := &file_teapotv1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1389,7 +1572,7 @@ func (x *HealthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthRequest.ProtoReflect.Descriptor instead.
 func (*HealthRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{22}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 var File_teapotv1_admin_proto protoreflect.FileDescriptor
@@ -1427,7 +1610,7 @@ const file_teapotv1_admin_proto_rawDesc = "" +
 	"\brevision\x18\x05 \x01(\x04R\brevision\x12+\n" +
 	"\x05nodes\x18\x06 \x03(\v2\x15.teapot.v1.NodeStatusR\x05nodes\x12+\n" +
 	"\x11heartbeat_timeout\x18\a \x01(\tR\x10heartbeatTimeout\x12)\n" +
-	"\x10election_timeout\x18\b \x01(\tR\x0felectionTimeout\"\xac\x02\n" +
+	"\x10election_timeout\x18\b \x01(\tR\x0felectionTimeout\"\xe0\x03\n" +
 	"\n" +
 	"NodeStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
@@ -1441,7 +1624,23 @@ const file_teapotv1_admin_proto_rawDesc = "" +
 	"\flast_contact\x18\t \x01(\tR\vlastContact\x12\x18\n" +
 	"\aversion\x18\n" +
 	" \x01(\tR\aversion\x12\x14\n" +
-	"\x05error\x18\v \x01(\tR\x05error\"9\n" +
+	"\x05error\x18\v \x01(\tR\x05error\x12)\n" +
+	"\x04vips\x18\f \x03(\v2\x15.teapot.v1.VIPHoldingR\x04vips\x12-\n" +
+	"\x12heartbeat_interval\x18\r \x01(\tR\x11heartbeatInterval\x12)\n" +
+	"\x10heartbeat_misses\x18\x0e \x01(\rR\x0fheartbeatMisses\x12-\n" +
+	"\x05peers\x18\x0f \x03(\v2\x17.teapot.v1.PeerLivenessR\x05peers\"\xc1\x01\n" +
+	"\n" +
+	"VIPHolding\x12\x18\n" +
+	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x12\n" +
+	"\x04mode\x18\x02 \x01(\tR\x04mode\x12\x14\n" +
+	"\x05state\x18\x03 \x01(\tR\x05state\x120\n" +
+	"\x05since\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\x12%\n" +
+	"\x0eload_balancers\x18\x06 \x03(\tR\rloadBalancers\"Z\n" +
+	"\fPeerLiveness\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
+	"\x05alive\x18\x02 \x01(\bR\x05alive\x12\x1b\n" +
+	"\tlast_seen\x18\x03 \x01(\tR\blastSeen\"9\n" +
 	"\x16CreateJoinTokenRequest\x12\x1f\n" +
 	"\vttl_seconds\x18\x01 \x01(\rR\n" +
 	"ttlSeconds\"\x7f\n" +
@@ -1517,7 +1716,7 @@ func file_teapotv1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_teapotv1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_teapotv1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_teapotv1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_teapotv1_admin_proto_goTypes = []any{
 	(ApplyMode)(0),                  // 0: teapot.v1.ApplyMode
 	(*ApplyRequest)(nil),            // 1: teapot.v1.ApplyRequest
@@ -1530,66 +1729,71 @@ var file_teapotv1_admin_proto_goTypes = []any{
 	(*ClusterStatusRequest)(nil),    // 8: teapot.v1.ClusterStatusRequest
 	(*ClusterStatusResponse)(nil),   // 9: teapot.v1.ClusterStatusResponse
 	(*NodeStatus)(nil),              // 10: teapot.v1.NodeStatus
-	(*CreateJoinTokenRequest)(nil),  // 11: teapot.v1.CreateJoinTokenRequest
-	(*CreateJoinTokenResponse)(nil), // 12: teapot.v1.CreateJoinTokenResponse
-	(*RemoveNodeRequest)(nil),       // 13: teapot.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),      // 14: teapot.v1.RemoveNodeResponse
-	(*JoinRequest)(nil),             // 15: teapot.v1.JoinRequest
-	(*JoinResponse)(nil),            // 16: teapot.v1.JoinResponse
-	(*PromoteRequest)(nil),          // 17: teapot.v1.PromoteRequest
-	(*PromoteResponse)(nil),         // 18: teapot.v1.PromoteResponse
-	(*ForwardRequest)(nil),          // 19: teapot.v1.ForwardRequest
-	(*ForwardResponse)(nil),         // 20: teapot.v1.ForwardResponse
-	(*ReadIndexRequest)(nil),        // 21: teapot.v1.ReadIndexRequest
-	(*ReadIndexResponse)(nil),       // 22: teapot.v1.ReadIndexResponse
-	(*HealthRequest)(nil),           // 23: teapot.v1.HealthRequest
-	(*Object)(nil),                  // 24: teapot.v1.Object
-	(*ObjectRef)(nil),               // 25: teapot.v1.ObjectRef
-	(*timestamppb.Timestamp)(nil),   // 26: google.protobuf.Timestamp
+	(*VIPHolding)(nil),              // 11: teapot.v1.VIPHolding
+	(*PeerLiveness)(nil),            // 12: teapot.v1.PeerLiveness
+	(*CreateJoinTokenRequest)(nil),  // 13: teapot.v1.CreateJoinTokenRequest
+	(*CreateJoinTokenResponse)(nil), // 14: teapot.v1.CreateJoinTokenResponse
+	(*RemoveNodeRequest)(nil),       // 15: teapot.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),      // 16: teapot.v1.RemoveNodeResponse
+	(*JoinRequest)(nil),             // 17: teapot.v1.JoinRequest
+	(*JoinResponse)(nil),            // 18: teapot.v1.JoinResponse
+	(*PromoteRequest)(nil),          // 19: teapot.v1.PromoteRequest
+	(*PromoteResponse)(nil),         // 20: teapot.v1.PromoteResponse
+	(*ForwardRequest)(nil),          // 21: teapot.v1.ForwardRequest
+	(*ForwardResponse)(nil),         // 22: teapot.v1.ForwardResponse
+	(*ReadIndexRequest)(nil),        // 23: teapot.v1.ReadIndexRequest
+	(*ReadIndexResponse)(nil),       // 24: teapot.v1.ReadIndexResponse
+	(*HealthRequest)(nil),           // 25: teapot.v1.HealthRequest
+	(*Object)(nil),                  // 26: teapot.v1.Object
+	(*ObjectRef)(nil),               // 27: teapot.v1.ObjectRef
+	(*timestamppb.Timestamp)(nil),   // 28: google.protobuf.Timestamp
 }
 var file_teapotv1_admin_proto_depIdxs = []int32{
-	24, // 0: teapot.v1.ApplyRequest.objects:type_name -> teapot.v1.Object
+	26, // 0: teapot.v1.ApplyRequest.objects:type_name -> teapot.v1.Object
 	0,  // 1: teapot.v1.ApplyRequest.mode:type_name -> teapot.v1.ApplyMode
-	24, // 2: teapot.v1.ApplyResponse.objects:type_name -> teapot.v1.Object
-	25, // 3: teapot.v1.DeleteRequest.ref:type_name -> teapot.v1.ObjectRef
-	25, // 4: teapot.v1.GetRequest.ref:type_name -> teapot.v1.ObjectRef
-	24, // 5: teapot.v1.ListResponse.objects:type_name -> teapot.v1.Object
+	26, // 2: teapot.v1.ApplyResponse.objects:type_name -> teapot.v1.Object
+	27, // 3: teapot.v1.DeleteRequest.ref:type_name -> teapot.v1.ObjectRef
+	27, // 4: teapot.v1.GetRequest.ref:type_name -> teapot.v1.ObjectRef
+	26, // 5: teapot.v1.ListResponse.objects:type_name -> teapot.v1.Object
 	10, // 6: teapot.v1.ClusterStatusResponse.nodes:type_name -> teapot.v1.NodeStatus
-	26, // 7: teapot.v1.CreateJoinTokenResponse.expires:type_name -> google.protobuf.Timestamp
-	1,  // 8: teapot.v1.ForwardRequest.apply:type_name -> teapot.v1.ApplyRequest
-	3,  // 9: teapot.v1.ForwardRequest.delete:type_name -> teapot.v1.DeleteRequest
-	13, // 10: teapot.v1.ForwardRequest.remove_node:type_name -> teapot.v1.RemoveNodeRequest
-	2,  // 11: teapot.v1.ForwardResponse.apply:type_name -> teapot.v1.ApplyResponse
-	4,  // 12: teapot.v1.ForwardResponse.delete:type_name -> teapot.v1.DeleteResponse
-	1,  // 13: teapot.v1.Admin.Apply:input_type -> teapot.v1.ApplyRequest
-	3,  // 14: teapot.v1.Admin.Delete:input_type -> teapot.v1.DeleteRequest
-	5,  // 15: teapot.v1.Admin.Get:input_type -> teapot.v1.GetRequest
-	6,  // 16: teapot.v1.Admin.List:input_type -> teapot.v1.ListRequest
-	8,  // 17: teapot.v1.Admin.ClusterStatus:input_type -> teapot.v1.ClusterStatusRequest
-	11, // 18: teapot.v1.Admin.CreateJoinToken:input_type -> teapot.v1.CreateJoinTokenRequest
-	13, // 19: teapot.v1.Admin.RemoveNode:input_type -> teapot.v1.RemoveNodeRequest
-	15, // 20: teapot.v1.Cluster.Join:input_type -> teapot.v1.JoinRequest
-	17, // 21: teapot.v1.Cluster.Promote:input_type -> teapot.v1.PromoteRequest
-	19, // 22: teapot.v1.Cluster.Forward:input_type -> teapot.v1.ForwardRequest
-	21, // 23: teapot.v1.Cluster.ReadIndex:input_type -> teapot.v1.ReadIndexRequest
-	23, // 24: teapot.v1.Cluster.Health:input_type -> teapot.v1.HealthRequest
-	2,  // 25: teapot.v1.Admin.Apply:output_type -> teapot.v1.ApplyResponse
-	4,  // 26: teapot.v1.Admin.Delete:output_type -> teapot.v1.DeleteResponse
-	24, // 27: teapot.v1.Admin.Get:output_type -> teapot.v1.Object
-	7,  // 28: teapot.v1.Admin.List:output_type -> teapot.v1.ListResponse
-	9,  // 29: teapot.v1.Admin.ClusterStatus:output_type -> teapot.v1.ClusterStatusResponse
-	12, // 30: teapot.v1.Admin.CreateJoinToken:output_type -> teapot.v1.CreateJoinTokenResponse
-	14, // 31: teapot.v1.Admin.RemoveNode:output_type -> teapot.v1.RemoveNodeResponse
-	16, // 32: teapot.v1.Cluster.Join:output_type -> teapot.v1.JoinResponse
-	18, // 33: teapot.v1.Cluster.Promote:output_type -> teapot.v1.PromoteResponse
-	20, // 34: teapot.v1.Cluster.Forward:output_type -> teapot.v1.ForwardResponse
-	22, // 35: teapot.v1.Cluster.ReadIndex:output_type -> teapot.v1.ReadIndexResponse
-	10, // 36: teapot.v1.Cluster.Health:output_type -> teapot.v1.NodeStatus
-	25, // [25:37] is the sub-list for method output_type
-	13, // [13:25] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	11, // 7: teapot.v1.NodeStatus.vips:type_name -> teapot.v1.VIPHolding
+	12, // 8: teapot.v1.NodeStatus.peers:type_name -> teapot.v1.PeerLiveness
+	28, // 9: teapot.v1.VIPHolding.since:type_name -> google.protobuf.Timestamp
+	28, // 10: teapot.v1.CreateJoinTokenResponse.expires:type_name -> google.protobuf.Timestamp
+	1,  // 11: teapot.v1.ForwardRequest.apply:type_name -> teapot.v1.ApplyRequest
+	3,  // 12: teapot.v1.ForwardRequest.delete:type_name -> teapot.v1.DeleteRequest
+	15, // 13: teapot.v1.ForwardRequest.remove_node:type_name -> teapot.v1.RemoveNodeRequest
+	2,  // 14: teapot.v1.ForwardResponse.apply:type_name -> teapot.v1.ApplyResponse
+	4,  // 15: teapot.v1.ForwardResponse.delete:type_name -> teapot.v1.DeleteResponse
+	1,  // 16: teapot.v1.Admin.Apply:input_type -> teapot.v1.ApplyRequest
+	3,  // 17: teapot.v1.Admin.Delete:input_type -> teapot.v1.DeleteRequest
+	5,  // 18: teapot.v1.Admin.Get:input_type -> teapot.v1.GetRequest
+	6,  // 19: teapot.v1.Admin.List:input_type -> teapot.v1.ListRequest
+	8,  // 20: teapot.v1.Admin.ClusterStatus:input_type -> teapot.v1.ClusterStatusRequest
+	13, // 21: teapot.v1.Admin.CreateJoinToken:input_type -> teapot.v1.CreateJoinTokenRequest
+	15, // 22: teapot.v1.Admin.RemoveNode:input_type -> teapot.v1.RemoveNodeRequest
+	17, // 23: teapot.v1.Cluster.Join:input_type -> teapot.v1.JoinRequest
+	19, // 24: teapot.v1.Cluster.Promote:input_type -> teapot.v1.PromoteRequest
+	21, // 25: teapot.v1.Cluster.Forward:input_type -> teapot.v1.ForwardRequest
+	23, // 26: teapot.v1.Cluster.ReadIndex:input_type -> teapot.v1.ReadIndexRequest
+	25, // 27: teapot.v1.Cluster.Health:input_type -> teapot.v1.HealthRequest
+	2,  // 28: teapot.v1.Admin.Apply:output_type -> teapot.v1.ApplyResponse
+	4,  // 29: teapot.v1.Admin.Delete:output_type -> teapot.v1.DeleteResponse
+	26, // 30: teapot.v1.Admin.Get:output_type -> teapot.v1.Object
+	7,  // 31: teapot.v1.Admin.List:output_type -> teapot.v1.ListResponse
+	9,  // 32: teapot.v1.Admin.ClusterStatus:output_type -> teapot.v1.ClusterStatusResponse
+	14, // 33: teapot.v1.Admin.CreateJoinToken:output_type -> teapot.v1.CreateJoinTokenResponse
+	16, // 34: teapot.v1.Admin.RemoveNode:output_type -> teapot.v1.RemoveNodeResponse
+	18, // 35: teapot.v1.Cluster.Join:output_type -> teapot.v1.JoinResponse
+	20, // 36: teapot.v1.Cluster.Promote:output_type -> teapot.v1.PromoteResponse
+	22, // 37: teapot.v1.Cluster.Forward:output_type -> teapot.v1.ForwardResponse
+	24, // 38: teapot.v1.Cluster.ReadIndex:output_type -> teapot.v1.ReadIndexResponse
+	10, // 39: teapot.v1.Cluster.Health:output_type -> teapot.v1.NodeStatus
+	28, // [28:40] is the sub-list for method output_type
+	16, // [16:28] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_teapotv1_admin_proto_init() }
@@ -1598,7 +1802,7 @@ func file_teapotv1_admin_proto_init() {
 		return
 	}
 	file_teapotv1_model_proto_init()
-	file_teapotv1_admin_proto_msgTypes[18].OneofWrappers = []any{
+	file_teapotv1_admin_proto_msgTypes[20].OneofWrappers = []any{
 		(*ForwardRequest_Apply)(nil),
 		(*ForwardRequest_Delete)(nil),
 		(*ForwardRequest_RemoveNode)(nil),
@@ -1609,7 +1813,7 @@ func file_teapotv1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_teapotv1_admin_proto_rawDesc), len(file_teapotv1_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   23,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
