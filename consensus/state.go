@@ -3,7 +3,8 @@ package consensus
 import (
 	"net/netip"
 	"slices"
-	"sort"
+	"strings"
+	"sync"
 
 	"google.golang.org/protobuf/proto"
 
@@ -40,6 +41,11 @@ type state struct {
 	byTenant map[string]map[string]*pb.Object // tenant → "kind/name" → namespaced object
 	byAddr   map[netip.Addr]map[string]*pb.Object
 	used     []netip.Addr // keys of byAddr, sorted
+	// sorted caches each kind's objects in key order. Readers fill it
+	// under the state's read lock, hence its own mutex; a cached slice is
+	// never changed, only dropped when its kind changes.
+	sortedMu sync.Mutex
+	sorted   map[string][]*pb.Object
 }
 
 var allKinds = []string{api.KindVIPPool, api.KindTenant, api.KindLoadBalancer, api.KindCertificate, api.KindNode, api.KindJoinToken}
@@ -49,6 +55,7 @@ func newState() *state {
 		objects:  make(map[string]map[string]*pb.Object),
 		byTenant: make(map[string]map[string]*pb.Object),
 		byAddr:   make(map[netip.Addr]map[string]*pb.Object),
+		sorted:   make(map[string][]*pb.Object),
 	}
 	for _, k := range allKinds {
 		s.objects[k] = make(map[string]*pb.Object)
@@ -58,8 +65,23 @@ func newState() *state {
 
 func (s *state) get(kind, key string) *pb.Object { return s.objects[kind][key] }
 
+// list returns a shared slice: callers must not modify it.
 func (s *state) list(kind, tenant string) []*pb.Object {
 	var out []*pb.Object
+	if tenant == "" || !api.Namespaced(kind) {
+		s.sortedMu.Lock()
+		defer s.sortedMu.Unlock()
+		if cached, ok := s.sorted[kind]; ok {
+			return cached
+		}
+		out = make([]*pb.Object, 0, len(s.objects[kind]))
+		for _, o := range s.objects[kind] {
+			out = append(out, o)
+		}
+		sortObjects(out)
+		s.sorted[kind] = out
+		return out
+	}
 	if tenant != "" && api.Namespaced(kind) {
 		for _, o := range s.byTenant[tenant] {
 			if api.RefOf(o).GetKind() == kind {
@@ -97,9 +119,37 @@ func (s *state) usedAddresses(from, to netip.Addr) []netip.Addr {
 	return s.used[i:j:j]
 }
 
-func sortObjects(objs []*pb.Object) {
-	sort.Slice(objs, func(i, j int) bool { return keyOf(api.RefOf(objs[i])) < keyOf(api.RefOf(objs[j])) })
+// names returns an object's tenant and name without allocating.
+func names(o *pb.Object) (tenant, name string) {
+	switch v := o.GetKind().(type) {
+	case *pb.Object_Tenant:
+		return "", v.Tenant.GetName()
+	case *pb.Object_VipPool:
+		return "", v.VipPool.GetName()
+	case *pb.Object_LoadBalancer:
+		return v.LoadBalancer.GetTenant(), v.LoadBalancer.GetName()
+	case *pb.Object_Node:
+		return "", v.Node.GetId()
+	case *pb.Object_Certificate:
+		return v.Certificate.GetTenant(), v.Certificate.GetName()
+	case *pb.Object_JoinToken:
+		return "", v.JoinToken.GetId()
+	}
+	return "", ""
 }
+
+// compareObjects orders objects of one kind by tenant, then name: the order
+// of every list the state hands out.
+func compareObjects(a, b *pb.Object) int {
+	at, an := names(a)
+	bt, bn := names(b)
+	if c := strings.Compare(at, bt); c != 0 {
+		return c
+	}
+	return strings.Compare(an, bn)
+}
+
+func sortObjects(objs []*pb.Object) { slices.SortFunc(objs, compareObjects) }
 
 func lbAddress(o *pb.Object) (netip.Addr, bool) {
 	lb := o.GetLoadBalancer()
@@ -117,6 +167,12 @@ func (s *state) put(o *pb.Object) {
 	key := keyOf(ref)
 	s.remove(ref)
 	s.objects[ref.Kind][key] = o
+	s.sortedMu.Lock()
+	if cached, ok := s.sorted[ref.Kind]; ok {
+		i, _ := slices.BinarySearchFunc(cached, o, compareObjects)
+		s.sorted[ref.Kind] = slices.Insert(slices.Clip(cached), i, o)
+	}
+	s.sortedMu.Unlock()
 	if api.Namespaced(ref.Kind) {
 		m := s.byTenant[ref.Tenant]
 		if m == nil {
@@ -144,6 +200,13 @@ func (s *state) remove(ref *pb.ObjectRef) {
 		return
 	}
 	delete(s.objects[ref.Kind], key)
+	s.sortedMu.Lock()
+	if cached, ok := s.sorted[ref.Kind]; ok {
+		if i, found := slices.BinarySearchFunc(cached, old, compareObjects); found {
+			s.sorted[ref.Kind] = slices.Delete(slices.Clone(cached), i, i+1)
+		}
+	}
+	s.sortedMu.Unlock()
 	if api.Namespaced(ref.Kind) {
 		delete(s.byTenant[ref.Tenant], ref.Kind+"/"+ref.Name)
 		if len(s.byTenant[ref.Tenant]) == 0 {
@@ -248,23 +311,27 @@ func (o *overlay) list(kind, tenant string) []*pb.Object {
 	if len(ch) == 0 {
 		return base
 	}
-	out := make([]*pb.Object, 0, len(base)+len(ch))
-	for _, b := range base {
-		if _, changed := ch[keyOf(api.RefOf(b))]; !changed {
-			out = append(out, b)
-		}
-	}
+	var added []*pb.Object
 	for _, c := range ch {
-		if c == nil {
+		if c == nil || (tenant != "" && api.Namespaced(kind) && api.RefOf(c).GetTenant() != tenant) {
 			continue
 		}
-		if tenant != "" && api.Namespaced(kind) && api.RefOf(c).GetTenant() != tenant {
-			continue
-		}
-		out = append(out, c)
+		added = append(added, c)
 	}
-	sortObjects(out)
-	return out
+	sortObjects(added)
+	out := make([]*pb.Object, 0, len(base)+len(added))
+	for _, b := range base {
+		t, n := names(b)
+		if _, changed := ch[keyOf(&pb.ObjectRef{Kind: kind, Tenant: t, Name: n})]; changed {
+			continue
+		}
+		for len(added) > 0 && compareObjects(added[0], b) < 0 {
+			out = append(out, added[0])
+			added = added[1:]
+		}
+		out = append(out, b)
+	}
+	return append(out, added...)
 }
 
 func (o *overlay) addressUsers(addr netip.Addr) []*pb.Object {

@@ -75,6 +75,10 @@ func describe(st *status.Status) string {
 // connect: connection refused`.
 func cause(err error) string {
 	msg := status.Convert(err).Message()
+	// gRPC's retry layer wraps the last attempt's status in its own text.
+	if i := strings.LastIndex(msg, "desc = "); strings.HasPrefix(msg, "max retries exhausted") && i >= 0 {
+		msg = msg[i+len("desc = "):]
+	}
 	for _, p := range []string{"last connection error: ", "connection error: desc = ", `"`, "transport: ", "Error while dialing: ", "error while dialing: "} {
 		msg = strings.TrimPrefix(msg, p)
 	}
