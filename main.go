@@ -7,13 +7,10 @@ package main
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
-	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -36,7 +33,6 @@ import (
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 	"github.com/teapot-lb/teapot-lb/consensus"
 	"github.com/teapot-lb/teapot-lb/proxy"
-	"github.com/teapot-lb/teapot-lb/vip"
 )
 
 func main() {
@@ -57,14 +53,6 @@ type serveConfig struct {
 	HeartbeatTimeout time.Duration `json:"raft-heartbeat-timeout"`
 	ElectionTimeout  time.Duration `json:"raft-election-timeout"`
 	LogLevel         string        `json:"log-level"`
-
-	// VIPs: the arp interface, the failure detector, and the BGP speaker
-	// (the bgp: section exists only in the file).
-	VIPInterface      string         `json:"vip-interface"`
-	HeartbeatAddr     string         `json:"heartbeat-addr"`
-	HeartbeatInterval vip.Duration   `json:"heartbeat-interval"`
-	HeartbeatMisses   int            `json:"heartbeat-misses"`
-	BGP               *vip.BGPConfig `json:"bgp"`
 }
 
 func serveCommand() *cobra.Command {
@@ -76,9 +64,6 @@ func serveCommand() *cobra.Command {
 		HeartbeatTimeout: consensus.DefaultHeartbeatTimeout,
 		ElectionTimeout:  consensus.DefaultElectionTimeout,
 		LogLevel:         "info",
-
-		HeartbeatInterval: vip.Duration(vip.DefaultHeartbeatInterval),
-		HeartbeatMisses:   vip.DefaultHeartbeatMisses,
 	}
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -101,10 +86,6 @@ func serveCommand() *cobra.Command {
 	f.DurationVar(&cfg.HeartbeatTimeout, "raft-heartbeat-timeout", cfg.HeartbeatTimeout, "time without a leader's heartbeat before a follower calls an election")
 	f.DurationVar(&cfg.ElectionTimeout, "raft-election-timeout", cfg.ElectionTimeout, "time a candidate waits for votes before trying again")
 	f.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "debug | info | warn | error")
-	f.StringVar(&cfg.VIPInterface, "vip-interface", "", "interface that carries the VIPs of arp pools (needs CAP_NET_ADMIN and CAP_NET_RAW)")
-	f.StringVar(&cfg.HeartbeatAddr, "heartbeat-addr", "", fmt.Sprintf("IP:port of the VIP failure detector on the data-plane network (default: the --raft-addr IP, port %d)", vip.DefaultHeartbeatPort))
-	f.Var(&cfg.HeartbeatInterval, "heartbeat-interval", "time between VIP heartbeats to each peer")
-	f.IntVar(&cfg.HeartbeatMisses, "heartbeat-misses", cfg.HeartbeatMisses, "heartbeats a peer may miss before its VIPs move")
 	return cmd
 }
 
@@ -137,15 +118,6 @@ func loadServeConfig(cmd *cobra.Command, cfg *serveConfig) error {
 	pick("join", &cfg.Join, file.Join)
 	pick("token", &cfg.Token, file.Token)
 	pick("log-level", &cfg.LogLevel, file.LogLevel)
-	pick("vip-interface", &cfg.VIPInterface, file.VIPInterface)
-	pick("heartbeat-addr", &cfg.HeartbeatAddr, file.HeartbeatAddr)
-	if file.HeartbeatInterval != 0 && !set["heartbeat-interval"] {
-		cfg.HeartbeatInterval = file.HeartbeatInterval
-	}
-	if file.HeartbeatMisses != 0 && !set["heartbeat-misses"] {
-		cfg.HeartbeatMisses = file.HeartbeatMisses
-	}
-	cfg.BGP = file.BGP
 	if file.HeartbeatTimeout != 0 && !set["raft-heartbeat-timeout"] {
 		cfg.HeartbeatTimeout = file.HeartbeatTimeout
 	}
@@ -184,29 +156,16 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	if err != nil {
 		return fmt.Errorf("listen on --api-addr: %w", err)
 	}
-	// The VIP manager checks its interfaces and capabilities before Raft
-	// starts, for the same reason.
-	vm, err := newVIPManager(cfg, log)
-	if err != nil {
-		ln.Close()
-		return err
-	}
-	ccfg := consensus.Config{
+	node, err := consensus.Open(ctx, consensus.Config{
 		DataDir: cfg.DataDir, NodeID: cfg.NodeID, RaftAddr: cfg.RaftAddr, APIAddr: cfg.APIAddr,
 		Join: cfg.Join, Token: cfg.Token,
 		HeartbeatTimeout: cfg.HeartbeatTimeout, ElectionTimeout: cfg.ElectionTimeout,
 		Logger: log, Version: cli.Version,
-	}
-	if vm != nil {
-		ccfg.HeartbeatAddr, ccfg.VIPInterface, ccfg.Describe = vm.heartbeatAddr, cfg.VIPInterface, vm.Describe
-	}
-	node, err := consensus.Open(ctx, ccfg)
+	})
 	if err != nil {
 		ln.Close()
-		vm.close(log)
 		return err
 	}
-	vm.setKey(node.CA())
 	rules := adminserver.DefaultRules
 	srv := grpc.NewServer(
 		grpc.Creds(credentials.NewTLS(node.ServerTLS())),
@@ -221,8 +180,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 
 	px := proxy.New(proxy.Config{Logger: log})
 	fed := make(chan struct{})
-	go func() { defer close(fed); feedProxy(ctx, node, px, vm, log) }()
-	vm.run(ctx, log)
+	go func() { defer close(fed); feedProxy(ctx, node, px, log) }()
 
 	select {
 	case <-node.Ready():
@@ -238,8 +196,6 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	<-ctx.Done()
 
 	log.Info("shutting down")
-	// VIPs are handed over and routes withdrawn before any listener closes.
-	vm.close(log)
 	stopped := make(chan struct{})
 	go func() { srv.GracefulStop(); close(stopped) }()
 	select {
@@ -255,11 +211,10 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	return err
 }
 
-// feedProxy hands every committed state to the data plane, and then to
-// the VIP manager with the data plane's readiness. Events that arrive
-// while an update runs are folded into the next one: both take the whole
-// desired state, never deltas.
-func feedProxy(ctx context.Context, node *consensus.Node, px *proxy.Proxy, vm *vipManager, log *slog.Logger) {
+// feedProxy hands every committed state to the data plane. Events that
+// arrive while an update runs are folded into the next one: the proxy takes
+// the whole desired state, never deltas.
+func feedProxy(ctx context.Context, node *consensus.Node, px *proxy.Proxy, log *slog.Logger) {
 	log = log.With("component", "proxy")
 	var reported map[string]string
 	for from := uint64(0); ; {
@@ -273,9 +228,7 @@ func feedProxy(ctx context.Context, node *consensus.Node, px *proxy.Proxy, vm *v
 			log.Error("update data plane", "revision", rev, "err", err)
 			continue
 		}
-		status := px.Status()
-		reported = logProblems(log, status, reported)
-		vm.update(objs, rev, status)
+		reported = logProblems(log, px.Status(), reported)
 	}
 }
 
@@ -337,85 +290,5 @@ func keepAdminConfig(ctx context.Context, dataDir string, node *consensus.Node, 
 				log.Warn("update admin credentials", "err", err)
 			}
 		}
-	}
-}
-
-// vipManager is serve's handle on the VIP manager; its methods do nothing
-// when this host runs none (no --vip-interface and no bgp: section).
-type vipManager struct {
-	*vip.Manager
-	heartbeatAddr string
-}
-
-// newVIPManager returns nil when this host takes no part in VIPs.
-func newVIPManager(cfg serveConfig, log *slog.Logger) (*vipManager, error) {
-	if cfg.VIPInterface == "" && cfg.BGP == nil {
-		return nil, nil
-	}
-	addr := cfg.HeartbeatAddr
-	if addr == "" {
-		ap, err := netip.ParseAddrPort(cfg.RaftAddr)
-		if err != nil {
-			return nil, fmt.Errorf("--raft-addr %q: must be IP:port (for example 127.0.0.1:7300)", cfg.RaftAddr)
-		}
-		addr = netip.AddrPortFrom(ap.Addr(), vip.DefaultHeartbeatPort).String()
-	}
-	m, err := vip.New(vip.Config{
-		NodeID: cfg.NodeID, Interface: cfg.VIPInterface, HeartbeatAddr: addr,
-		HeartbeatInterval: time.Duration(cfg.HeartbeatInterval), HeartbeatMisses: cfg.HeartbeatMisses,
-		BGP: cfg.BGP, Logger: log,
-	})
-	if err != nil {
-		return nil, err
-	}
-	return &vipManager{Manager: m, heartbeatAddr: addr}, nil
-}
-
-// setKey derives the heartbeat key from the cluster CA's private key,
-// which every host holds and no tenant sees.
-func (v *vipManager) setKey(ca *pki.CA) {
-	if v == nil {
-		return
-	}
-	mac := hmac.New(sha256.New, ca.KeyPEM)
-	mac.Write([]byte("teapot-lb VIP heartbeats v1"))
-	v.SetKey(mac.Sum(nil))
-}
-
-func (v *vipManager) run(ctx context.Context, log *slog.Logger) {
-	if v == nil {
-		return
-	}
-	go func() {
-		if err := v.Run(ctx); err != nil {
-			log.Error("VIP manager stopped", "component", "vip", "err", err)
-		}
-	}()
-}
-
-// update passes the committed state on, with each load balancer's
-// readiness: it is ready when the data plane reports no problem for it.
-func (v *vipManager) update(objs []*pb.Object, rev uint64, status map[string][]proxy.Problem) {
-	if v == nil {
-		return
-	}
-	ready := make(map[string]string, len(status))
-	for lb, problems := range status {
-		var parts []string
-		for _, p := range problems {
-			parts = append(parts, p.Field+": "+p.Reason)
-		}
-		ready[lb] = strings.Join(parts, "; ")
-	}
-	v.Update(objs, rev)
-	v.SetReady(ready)
-}
-
-func (v *vipManager) close(log *slog.Logger) {
-	if v == nil {
-		return
-	}
-	if err := v.Close(); err != nil {
-		log.Error("release VIPs", "component", "vip", "err", err)
 	}
 }
