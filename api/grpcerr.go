@@ -20,6 +20,8 @@ func ToStatus(err error) error {
 	}
 	code := codes.Internal
 	switch {
+	case errors.Is(err, ErrLocked):
+		code = codes.Aborted
 	case errors.Is(err, ErrExists):
 		code = codes.AlreadyExists
 	case errors.Is(err, ErrNotFound):
@@ -39,3 +41,42 @@ func ToStatus(err error) error {
 	}
 	return status.Error(code, err.Error())
 }
+
+// FromStatus turns a gRPC status error from another host back into an
+// error that matches this package's sentinels (errors.Is) and still carries
+// its status for ToStatus.
+func FromStatus(err error) error {
+	s, ok := status.FromError(err)
+	if !ok || err == nil {
+		return err
+	}
+	var sentinel error
+	switch s.Code() {
+	case codes.Aborted:
+		sentinel = ErrLocked
+	case codes.AlreadyExists:
+		sentinel = ErrExists
+	case codes.NotFound:
+		sentinel = ErrNotFound
+	case codes.FailedPrecondition:
+		sentinel = ErrConflict
+	case codes.InvalidArgument:
+		sentinel = ErrInvalid
+	case codes.PermissionDenied:
+		sentinel = ErrForbidden
+	case codes.Unavailable:
+		sentinel = ErrUnavailable
+	default:
+		return err
+	}
+	return &statusError{st: s, sentinel: sentinel}
+}
+
+type statusError struct {
+	st       *status.Status
+	sentinel error
+}
+
+func (e *statusError) Error() string              { return e.st.Message() }
+func (e *statusError) GRPCStatus() *status.Status { return e.st }
+func (e *statusError) Is(target error) bool       { return target == e.sentinel }

@@ -16,6 +16,8 @@ const (
 	KindNode         = "Node"
 	KindCertificate  = "Certificate"
 	KindJoinToken    = "JoinToken"
+	KindStorageItem  = "StorageItem"
+	KindStorageLock  = "StorageLock"
 )
 
 // kindAliases maps the lower-case names a user may type to a kind.
@@ -63,6 +65,10 @@ func Wrap(m any) *pb.Object {
 		return &pb.Object{Kind: &pb.Object_Certificate{Certificate: v}}
 	case *pb.JoinToken:
 		return &pb.Object{Kind: &pb.Object_JoinToken{JoinToken: v}}
+	case *pb.StorageItem:
+		return &pb.Object{Kind: &pb.Object_StorageItem{StorageItem: v}}
+	case *pb.StorageLock:
+		return &pb.Object{Kind: &pb.Object_StorageLock{StorageLock: v}}
 	}
 	panic(fmt.Sprintf("api.Wrap: %T is not a model object", m))
 }
@@ -82,6 +88,10 @@ func Unwrap(o *pb.Object) any {
 		return v.Certificate
 	case *pb.Object_JoinToken:
 		return v.JoinToken
+	case *pb.Object_StorageItem:
+		return v.StorageItem
+	case *pb.Object_StorageLock:
+		return v.StorageLock
 	}
 	return nil
 }
@@ -101,6 +111,10 @@ func RefOf(o *pb.Object) *pb.ObjectRef {
 		return &pb.ObjectRef{Kind: KindCertificate, Tenant: v.Certificate.GetTenant(), Name: v.Certificate.GetName()}
 	case *pb.Object_JoinToken:
 		return &pb.ObjectRef{Kind: KindJoinToken, Name: v.JoinToken.GetId()}
+	case *pb.Object_StorageItem:
+		return &pb.ObjectRef{Kind: KindStorageItem, Name: v.StorageItem.GetKey()}
+	case *pb.Object_StorageLock:
+		return &pb.ObjectRef{Kind: KindStorageLock, Name: v.StorageLock.GetName()}
 	}
 	return &pb.ObjectRef{}
 }

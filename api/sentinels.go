@@ -10,4 +10,6 @@ var (
 	ErrUnavailable = errors.New("cluster unavailable")
 	// ErrForbidden: the caller may not do this.
 	ErrForbidden = errors.New("forbidden")
+	// ErrLocked: a lock is held by another owner.
+	ErrLocked = errors.New("locked")
 )

@@ -68,11 +68,12 @@ func (f *fsm) Apply(l *raft.Log) any {
 	res := &applyResult{errs: make([]error, len(cmd.GetTxns()))}
 	var changes []Change
 
+	now := cmd.GetStamped().AsTime()
 	f.mu.Lock()
 	rev := f.st.revision + 1
 	for i, txn := range cmd.GetTxns() {
 		ov := newOverlay(f.st)
-		if err := checkTxn(ov, txn); err != nil {
+		if err := checkTxn(ov, txn, now); err != nil {
 			res.errs[i] = err
 			continue
 		}

@@ -42,6 +42,8 @@ var (
 	ErrClosed   = errors.New("node is shut down")
 	ErrNoLeader = fmt.Errorf("no leader reachable: %w", api.ErrUnavailable)
 	errRetry    = errors.New("leader changed; retry")
+	// ErrLocked: a storage lock is held by another owner.
+	ErrLocked = api.ErrLocked
 )
 
 // Config configures a Node.

@@ -48,7 +48,10 @@ type state struct {
 	sorted   map[string][]*pb.Object
 }
 
-var allKinds = []string{api.KindVIPPool, api.KindTenant, api.KindLoadBalancer, api.KindCertificate, api.KindNode, api.KindJoinToken}
+var allKinds = []string{
+	api.KindVIPPool, api.KindTenant, api.KindLoadBalancer, api.KindCertificate, api.KindNode, api.KindJoinToken,
+	api.KindStorageItem, api.KindStorageLock,
+}
 
 func newState() *state {
 	s := &state{
@@ -134,6 +137,10 @@ func names(o *pb.Object) (tenant, name string) {
 		return v.Certificate.GetTenant(), v.Certificate.GetName()
 	case *pb.Object_JoinToken:
 		return "", v.JoinToken.GetId()
+	case *pb.Object_StorageItem:
+		return "", v.StorageItem.GetKey()
+	case *pb.Object_StorageLock:
+		return "", v.StorageLock.GetName()
 	}
 	return "", ""
 }
@@ -245,6 +252,12 @@ func (s *state) toProto() *pb.State {
 	for _, o := range s.list(api.KindJoinToken, "") {
 		out.JoinTokens = append(out.JoinTokens, o.GetJoinToken())
 	}
+	for _, o := range s.list(api.KindStorageItem, "") {
+		out.StorageItems = append(out.StorageItems, o.GetStorageItem())
+	}
+	for _, o := range s.list(api.KindStorageLock, "") {
+		out.StorageLocks = append(out.StorageLocks, o.GetStorageLock())
+	}
 	return out
 }
 
@@ -267,6 +280,12 @@ func stateFromProto(p *pb.State) *state {
 		s.put(api.Wrap(m))
 	}
 	for _, m := range p.GetJoinTokens() {
+		s.put(api.Wrap(m))
+	}
+	for _, m := range p.GetStorageItems() {
+		s.put(api.Wrap(m))
+	}
+	for _, m := range p.GetStorageLocks() {
 		s.put(api.Wrap(m))
 	}
 	return s

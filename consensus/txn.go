@@ -4,6 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
+	"strings"
+	"time"
 
 	"github.com/teapot-lb/teapot-lb/api"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
@@ -12,7 +15,10 @@ import (
 // checkTxn validates txn's operations in order against ov and records them
 // there. It is pure: the leader runs it before proposing and every FSM runs
 // it again in Apply, so that the state only ever holds what validates.
-func checkTxn(ov *overlay, txn *pb.Txn) error {
+//
+// now is the proposer's stamped time, the only clock Apply may use (lock
+// expiry).
+func checkTxn(ov *overlay, txn *pb.Txn, now time.Time) error {
 	ops := txn.GetOps()
 	if len(ops) == 0 {
 		return errors.New("empty transaction")
@@ -35,15 +41,41 @@ func checkTxn(ov *overlay, txn *pb.Txn) error {
 			if op.GetMustExist() && existing == nil {
 				return fmt.Errorf("%s %w", api.RefString(ref), api.ErrNotFound)
 			}
+			if l := existing.GetStorageLock(); l != nil && l.GetOwner() != x.Put.GetStorageLock().GetOwner() && l.GetExpires().AsTime().After(now) {
+				return fmt.Errorf("lock %s is held by %s until %s: %w", l.GetName(), l.GetOwner(), l.GetExpires().AsTime().Format(time.RFC3339Nano), ErrLocked)
+			}
 			ov.set(ref, x.Put)
 			puts = append(puts, x.Put)
 		case *pb.Op_Delete:
 			ref := x.Delete
-			if ov.get(ref.GetKind(), keyOf(ref)) == nil {
+			if op.GetPrefix() && ref.GetKind() == api.KindStorageItem {
+				under := ov.list(api.KindStorageItem, "")
+				lo, _ := slices.BinarySearchFunc(under, ref.GetName()+"/", func(o *pb.Object, k string) int {
+					return strings.Compare(o.GetStorageItem().GetKey(), k)
+				})
+				for _, o := range under[lo:] {
+					k := o.GetStorageItem().GetKey()
+					if !strings.HasPrefix(k, ref.GetName()+"/") {
+						break
+					}
+					ov.set(&pb.ObjectRef{Kind: api.KindStorageItem, Name: k}, nil)
+				}
+				if ov.get(api.KindStorageItem, ref.GetName()) != nil {
+					ov.set(ref, nil)
+				}
+				continue
+			}
+			existing := ov.get(ref.GetKind(), keyOf(ref))
+			if existing == nil {
 				return fmt.Errorf("%s %w", api.RefString(ref), api.ErrNotFound)
 			}
-			if err := api.ValidateDelete(ref, catalog{ov}); err != nil {
-				return err
+			if l := existing.GetStorageLock(); l != nil && l.GetOwner() != op.GetLockOwner() {
+				return fmt.Errorf("lock %s is held by %s, not %s: %w", l.GetName(), l.GetOwner(), op.GetLockOwner(), ErrLocked)
+			}
+			if !storageKind(ref.GetKind()) {
+				if err := api.ValidateDelete(ref, catalog{ov}); err != nil {
+					return err
+				}
 			}
 			ov.set(ref, nil)
 		default:
@@ -90,10 +122,23 @@ func validate(o *pb.Object, c api.Catalog) error {
 		if v.JoinToken.GetId() == "" || len(v.JoinToken.GetSecretSha256()) == 0 {
 			return &api.ValidationError{Ref: "JoinToken", Errors: []api.FieldError{{Field: "id", Reason: "token needs an id and a secret hash"}}}
 		}
+	case *pb.Object_StorageItem:
+		if v.StorageItem.GetKey() == "" {
+			return &api.ValidationError{Ref: "StorageItem", Errors: []api.FieldError{{Field: "key", Reason: "must not be empty"}}}
+		}
+	case *pb.Object_StorageLock:
+		if v.StorageLock.GetName() == "" || v.StorageLock.GetOwner() == "" {
+			return &api.ValidationError{Ref: "StorageLock", Errors: []api.FieldError{{Field: "owner", Reason: "a lock needs a name and an owner"}}}
+		}
 	case *pb.Object_Certificate:
 		if v.Certificate.GetName() == "" || v.Certificate.GetTenant() == "" {
 			return &api.ValidationError{Ref: "Certificate", Errors: []api.FieldError{{Field: "name", Reason: "certificate needs a name and a tenant"}}}
 		}
 	}
 	return nil
+}
+
+// storageKind: the certificate store's records, which nothing refers to.
+func storageKind(kind string) bool {
+	return kind == api.KindStorageItem || kind == api.KindStorageLock
 }

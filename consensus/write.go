@@ -90,6 +90,9 @@ func (n *Node) forward(ctx context.Context, addr string, fw *pb.ForwardRequest) 
 	if err != nil && actx.Err() != nil && ctx.Err() == nil {
 		return nil, errRetry // that leader did not answer in time
 	}
+	if err != nil && !retryable(err) {
+		err = api.FromStatus(err)
+	}
 	return resp, err
 }
 
@@ -183,7 +186,7 @@ func (n *Node) commitBatch(batch []*writeReq) {
 		p.txn = -1
 		if txn != nil {
 			child := newOverlay(ov)
-			if err := checkTxn(child, txn); err != nil {
+			if err := checkTxn(child, txn, now); err != nil {
 				r.done <- writeResp{err: err}
 				continue
 			}
@@ -254,6 +257,7 @@ func (n *Node) respond(p *prepared, rev uint64) *pb.ForwardResponse {
 // a file may hold a pool, a tenant using it and its load balancers.
 var kindOrder = map[string]int{
 	api.KindVIPPool: 0, api.KindTenant: 1, api.KindLoadBalancer: 2, api.KindCertificate: 3, api.KindNode: 4, api.KindJoinToken: 5,
+	api.KindStorageItem: 6, api.KindStorageLock: 7,
 }
 
 // adminKinds are the kinds operators write; the others are the cluster's.
@@ -263,6 +267,9 @@ var adminKinds = map[string]bool{api.KindVIPPool: true, api.KindTenant: true, ap
 // addresses. It returns a nil Txn when nothing would change.
 func prepare(r *writeReq, ov *overlay, now time.Time) (*prepared, *pb.Txn, error) {
 	p := &prepared{req: r}
+	if raw := r.fw.GetTxn(); raw != nil {
+		return prepareRaw(p, raw, r.fw.GetInternal(), ov, now)
+	}
 	if del := r.fw.GetDelete(); del != nil {
 		ref := del.GetRef()
 		if ref.GetKind() == "" || ref.GetName() == "" {
@@ -348,6 +355,27 @@ func prepare(r *writeReq, ov *overlay, now time.Time) (*prepared, *pb.Txn, error
 	return p, txn, nil
 }
 
+// prepareRaw stamps an internal transaction of the cluster's own records
+// (the certificate store): meta, modification times, lock expiries.
+func prepareRaw(p *prepared, raw *pb.Txn, internal bool, ov *overlay, now time.Time) (*prepared, *pb.Txn, error) {
+	if !internal {
+		return nil, nil, fmt.Errorf("raw transactions are the cluster's own: %w", api.ErrForbidden)
+	}
+	txn := &pb.Txn{}
+	for _, op := range raw.GetOps() {
+		op = proto.Clone(op).(*pb.Op)
+		if put := op.GetPut(); put != nil {
+			ref := api.RefOf(put)
+			stamp(put, ov.get(ref.Kind, keyOf(ref)), now)
+		}
+		txn.Ops = append(txn.Ops, op)
+	}
+	if len(txn.Ops) == 0 {
+		return nil, nil, fmt.Errorf("empty transaction: %w", api.ErrInvalid)
+	}
+	return p, txn, nil
+}
+
 // allocate stamps the load balancer's address.
 func allocate(lb *pb.LoadBalancer, ov *overlay) error {
 	addr, err := api.AllocateAddress(lb, catalog{ov})
@@ -385,6 +413,12 @@ func stamp(obj, existing *pb.Object, now time.Time) {
 		v.Certificate.Meta = meta
 	case *pb.Object_JoinToken:
 		v.JoinToken.Meta = meta
+	case *pb.Object_StorageItem:
+		v.StorageItem.Meta = meta
+		v.StorageItem.Modified = timestamppb.New(now)
+	case *pb.Object_StorageLock:
+		v.StorageLock.Meta = meta
+		v.StorageLock.Expires = timestamppb.New(now.Add(v.StorageLock.GetTtl().AsDuration()))
 	}
 }
 
@@ -409,6 +443,10 @@ func specOf(o *pb.Object) *pb.Object {
 		v.Certificate.Meta = nil
 	case *pb.Object_JoinToken:
 		v.JoinToken.Meta = nil
+	case *pb.Object_StorageItem:
+		v.StorageItem.Meta, v.StorageItem.Modified = nil, nil
+	case *pb.Object_StorageLock:
+		v.StorageLock.Meta, v.StorageLock.Expires = nil, nil
 	}
 	return c
 }

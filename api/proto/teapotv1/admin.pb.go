@@ -1307,6 +1307,7 @@ type ForwardRequest struct {
 	//	*ForwardRequest_Apply
 	//	*ForwardRequest_Delete
 	//	*ForwardRequest_RemoveNode
+	//	*ForwardRequest_Txn
 	Write isForwardRequest_Write `protobuf_oneof:"write"`
 	// Written by the cluster itself: may touch Node and JoinToken objects.
 	Internal      bool `protobuf:"varint,4,opt,name=internal,proto3" json:"internal,omitempty"`
@@ -1378,6 +1379,15 @@ func (x *ForwardRequest) GetRemoveNode() *RemoveNodeRequest {
 	return nil
 }
 
+func (x *ForwardRequest) GetTxn() *Txn {
+	if x != nil {
+		if x, ok := x.Write.(*ForwardRequest_Txn); ok {
+			return x.Txn
+		}
+	}
+	return nil
+}
+
 func (x *ForwardRequest) GetInternal() bool {
 	if x != nil {
 		return x.Internal
@@ -1401,11 +1411,18 @@ type ForwardRequest_RemoveNode struct {
 	RemoveNode *RemoveNodeRequest `protobuf:"bytes,3,opt,name=remove_node,json=removeNode,proto3,oneof"`
 }
 
+type ForwardRequest_Txn struct {
+	// An internal transaction of the cluster's own records.
+	Txn *Txn `protobuf:"bytes,5,opt,name=txn,proto3,oneof"`
+}
+
 func (*ForwardRequest_Apply) isForwardRequest_Write() {}
 
 func (*ForwardRequest_Delete) isForwardRequest_Write() {}
 
 func (*ForwardRequest_RemoveNode) isForwardRequest_Write() {}
+
+func (*ForwardRequest_Txn) isForwardRequest_Write() {}
 
 type ForwardResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1579,7 +1596,7 @@ var File_teapotv1_admin_proto protoreflect.FileDescriptor
 
 const file_teapotv1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x14teapotv1/admin.proto\x12\tteapot.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14teapotv1/model.proto\"e\n" +
+	"\x14teapotv1/admin.proto\x12\tteapot.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14teapotv1/model.proto\x1a\x13teapotv1/raft.proto\"e\n" +
 	"\fApplyRequest\x12+\n" +
 	"\aobjects\x18\x01 \x03(\v2\x11.teapot.v1.ObjectR\aobjects\x12(\n" +
 	"\x04mode\x18\x02 \x01(\x0e2\x14.teapot.v1.ApplyModeR\x04mode\"r\n" +
@@ -1668,12 +1685,13 @@ const file_teapotv1_admin_proto_rawDesc = "" +
 	"\aservers\x18\x06 \x03(\tR\aservers\")\n" +
 	"\x0ePromoteRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\x11\n" +
-	"\x0fPromoteResponse\"\xdb\x01\n" +
+	"\x0fPromoteResponse\"\xff\x01\n" +
 	"\x0eForwardRequest\x12/\n" +
 	"\x05apply\x18\x01 \x01(\v2\x17.teapot.v1.ApplyRequestH\x00R\x05apply\x122\n" +
 	"\x06delete\x18\x02 \x01(\v2\x18.teapot.v1.DeleteRequestH\x00R\x06delete\x12?\n" +
 	"\vremove_node\x18\x03 \x01(\v2\x1c.teapot.v1.RemoveNodeRequestH\x00R\n" +
-	"removeNode\x12\x1a\n" +
+	"removeNode\x12\"\n" +
+	"\x03txn\x18\x05 \x01(\v2\x0e.teapot.v1.TxnH\x00R\x03txn\x12\x1a\n" +
 	"\binternal\x18\x04 \x01(\bR\binternalB\a\n" +
 	"\x05write\"t\n" +
 	"\x0fForwardResponse\x12.\n" +
@@ -1747,6 +1765,7 @@ var file_teapotv1_admin_proto_goTypes = []any{
 	(*Object)(nil),                  // 26: teapot.v1.Object
 	(*ObjectRef)(nil),               // 27: teapot.v1.ObjectRef
 	(*timestamppb.Timestamp)(nil),   // 28: google.protobuf.Timestamp
+	(*Txn)(nil),                     // 29: teapot.v1.Txn
 }
 var file_teapotv1_admin_proto_depIdxs = []int32{
 	26, // 0: teapot.v1.ApplyRequest.objects:type_name -> teapot.v1.Object
@@ -1763,37 +1782,38 @@ var file_teapotv1_admin_proto_depIdxs = []int32{
 	1,  // 11: teapot.v1.ForwardRequest.apply:type_name -> teapot.v1.ApplyRequest
 	3,  // 12: teapot.v1.ForwardRequest.delete:type_name -> teapot.v1.DeleteRequest
 	15, // 13: teapot.v1.ForwardRequest.remove_node:type_name -> teapot.v1.RemoveNodeRequest
-	2,  // 14: teapot.v1.ForwardResponse.apply:type_name -> teapot.v1.ApplyResponse
-	4,  // 15: teapot.v1.ForwardResponse.delete:type_name -> teapot.v1.DeleteResponse
-	1,  // 16: teapot.v1.Admin.Apply:input_type -> teapot.v1.ApplyRequest
-	3,  // 17: teapot.v1.Admin.Delete:input_type -> teapot.v1.DeleteRequest
-	5,  // 18: teapot.v1.Admin.Get:input_type -> teapot.v1.GetRequest
-	6,  // 19: teapot.v1.Admin.List:input_type -> teapot.v1.ListRequest
-	8,  // 20: teapot.v1.Admin.ClusterStatus:input_type -> teapot.v1.ClusterStatusRequest
-	13, // 21: teapot.v1.Admin.CreateJoinToken:input_type -> teapot.v1.CreateJoinTokenRequest
-	15, // 22: teapot.v1.Admin.RemoveNode:input_type -> teapot.v1.RemoveNodeRequest
-	17, // 23: teapot.v1.Cluster.Join:input_type -> teapot.v1.JoinRequest
-	19, // 24: teapot.v1.Cluster.Promote:input_type -> teapot.v1.PromoteRequest
-	21, // 25: teapot.v1.Cluster.Forward:input_type -> teapot.v1.ForwardRequest
-	23, // 26: teapot.v1.Cluster.ReadIndex:input_type -> teapot.v1.ReadIndexRequest
-	25, // 27: teapot.v1.Cluster.Health:input_type -> teapot.v1.HealthRequest
-	2,  // 28: teapot.v1.Admin.Apply:output_type -> teapot.v1.ApplyResponse
-	4,  // 29: teapot.v1.Admin.Delete:output_type -> teapot.v1.DeleteResponse
-	26, // 30: teapot.v1.Admin.Get:output_type -> teapot.v1.Object
-	7,  // 31: teapot.v1.Admin.List:output_type -> teapot.v1.ListResponse
-	9,  // 32: teapot.v1.Admin.ClusterStatus:output_type -> teapot.v1.ClusterStatusResponse
-	14, // 33: teapot.v1.Admin.CreateJoinToken:output_type -> teapot.v1.CreateJoinTokenResponse
-	16, // 34: teapot.v1.Admin.RemoveNode:output_type -> teapot.v1.RemoveNodeResponse
-	18, // 35: teapot.v1.Cluster.Join:output_type -> teapot.v1.JoinResponse
-	20, // 36: teapot.v1.Cluster.Promote:output_type -> teapot.v1.PromoteResponse
-	22, // 37: teapot.v1.Cluster.Forward:output_type -> teapot.v1.ForwardResponse
-	24, // 38: teapot.v1.Cluster.ReadIndex:output_type -> teapot.v1.ReadIndexResponse
-	10, // 39: teapot.v1.Cluster.Health:output_type -> teapot.v1.NodeStatus
-	28, // [28:40] is the sub-list for method output_type
-	16, // [16:28] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	29, // 14: teapot.v1.ForwardRequest.txn:type_name -> teapot.v1.Txn
+	2,  // 15: teapot.v1.ForwardResponse.apply:type_name -> teapot.v1.ApplyResponse
+	4,  // 16: teapot.v1.ForwardResponse.delete:type_name -> teapot.v1.DeleteResponse
+	1,  // 17: teapot.v1.Admin.Apply:input_type -> teapot.v1.ApplyRequest
+	3,  // 18: teapot.v1.Admin.Delete:input_type -> teapot.v1.DeleteRequest
+	5,  // 19: teapot.v1.Admin.Get:input_type -> teapot.v1.GetRequest
+	6,  // 20: teapot.v1.Admin.List:input_type -> teapot.v1.ListRequest
+	8,  // 21: teapot.v1.Admin.ClusterStatus:input_type -> teapot.v1.ClusterStatusRequest
+	13, // 22: teapot.v1.Admin.CreateJoinToken:input_type -> teapot.v1.CreateJoinTokenRequest
+	15, // 23: teapot.v1.Admin.RemoveNode:input_type -> teapot.v1.RemoveNodeRequest
+	17, // 24: teapot.v1.Cluster.Join:input_type -> teapot.v1.JoinRequest
+	19, // 25: teapot.v1.Cluster.Promote:input_type -> teapot.v1.PromoteRequest
+	21, // 26: teapot.v1.Cluster.Forward:input_type -> teapot.v1.ForwardRequest
+	23, // 27: teapot.v1.Cluster.ReadIndex:input_type -> teapot.v1.ReadIndexRequest
+	25, // 28: teapot.v1.Cluster.Health:input_type -> teapot.v1.HealthRequest
+	2,  // 29: teapot.v1.Admin.Apply:output_type -> teapot.v1.ApplyResponse
+	4,  // 30: teapot.v1.Admin.Delete:output_type -> teapot.v1.DeleteResponse
+	26, // 31: teapot.v1.Admin.Get:output_type -> teapot.v1.Object
+	7,  // 32: teapot.v1.Admin.List:output_type -> teapot.v1.ListResponse
+	9,  // 33: teapot.v1.Admin.ClusterStatus:output_type -> teapot.v1.ClusterStatusResponse
+	14, // 34: teapot.v1.Admin.CreateJoinToken:output_type -> teapot.v1.CreateJoinTokenResponse
+	16, // 35: teapot.v1.Admin.RemoveNode:output_type -> teapot.v1.RemoveNodeResponse
+	18, // 36: teapot.v1.Cluster.Join:output_type -> teapot.v1.JoinResponse
+	20, // 37: teapot.v1.Cluster.Promote:output_type -> teapot.v1.PromoteResponse
+	22, // 38: teapot.v1.Cluster.Forward:output_type -> teapot.v1.ForwardResponse
+	24, // 39: teapot.v1.Cluster.ReadIndex:output_type -> teapot.v1.ReadIndexResponse
+	10, // 40: teapot.v1.Cluster.Health:output_type -> teapot.v1.NodeStatus
+	29, // [29:41] is the sub-list for method output_type
+	17, // [17:29] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_teapotv1_admin_proto_init() }
@@ -1802,10 +1822,12 @@ func file_teapotv1_admin_proto_init() {
 		return
 	}
 	file_teapotv1_model_proto_init()
+	file_teapotv1_raft_proto_init()
 	file_teapotv1_admin_proto_msgTypes[20].OneofWrappers = []any{
 		(*ForwardRequest_Apply)(nil),
 		(*ForwardRequest_Delete)(nil),
 		(*ForwardRequest_RemoveNode)(nil),
+		(*ForwardRequest_Txn)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

@@ -1476,6 +1476,159 @@ func (x *JoinToken) GetMeta() *Meta {
 	return nil
 }
 
+// StorageItem is one value of the certificate store (certmagic's storage:
+// ACME accounts, certificates, keys, challenge tokens), replicated so that
+// every LB host sees what any host obtained. Never readable through the
+// admin API.
+type StorageItem struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Slash-separated key, e.g. "certificates/acme-v02/shop.acme.example/shop.acme.example.crt".
+	Key   string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Value []byte `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	// Stamped by the proposer.
+	Modified      *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=modified,proto3" json:"modified,omitempty"`
+	Meta          *Meta                  `protobuf:"bytes,15,opt,name=meta,proto3" json:"meta,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StorageItem) Reset() {
+	*x = StorageItem{}
+	mi := &file_teapotv1_model_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StorageItem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StorageItem) ProtoMessage() {}
+
+func (x *StorageItem) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_model_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StorageItem.ProtoReflect.Descriptor instead.
+func (*StorageItem) Descriptor() ([]byte, []int) {
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *StorageItem) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *StorageItem) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *StorageItem) GetModified() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Modified
+	}
+	return nil
+}
+
+func (x *StorageItem) GetMeta() *Meta {
+	if x != nil {
+		return x.Meta
+	}
+	return nil
+}
+
+// StorageLock is a lock of the certificate store. It has an owner and an
+// expiry; only its owner releases it and anyone may take it once expired.
+type StorageLock struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Owner string                 `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
+	// Stamped by the proposer: its clock plus ttl.
+	Expires       *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=expires,proto3" json:"expires,omitempty"`
+	Ttl           *durationpb.Duration   `protobuf:"bytes,4,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	Meta          *Meta                  `protobuf:"bytes,15,opt,name=meta,proto3" json:"meta,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StorageLock) Reset() {
+	*x = StorageLock{}
+	mi := &file_teapotv1_model_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StorageLock) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StorageLock) ProtoMessage() {}
+
+func (x *StorageLock) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_model_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StorageLock.ProtoReflect.Descriptor instead.
+func (*StorageLock) Descriptor() ([]byte, []int) {
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *StorageLock) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *StorageLock) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *StorageLock) GetExpires() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Expires
+	}
+	return nil
+}
+
+func (x *StorageLock) GetTtl() *durationpb.Duration {
+	if x != nil {
+		return x.Ttl
+	}
+	return nil
+}
+
+func (x *StorageLock) GetMeta() *Meta {
+	if x != nil {
+		return x.Meta
+	}
+	return nil
+}
+
 // Object is any one stored object.
 type Object struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1487,6 +1640,8 @@ type Object struct {
 	//	*Object_Node
 	//	*Object_Certificate
 	//	*Object_JoinToken
+	//	*Object_StorageItem
+	//	*Object_StorageLock
 	Kind          isObject_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1494,7 +1649,7 @@ type Object struct {
 
 func (x *Object) Reset() {
 	*x = Object{}
-	mi := &file_teapotv1_model_proto_msgTypes[19]
+	mi := &file_teapotv1_model_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1506,7 +1661,7 @@ func (x *Object) String() string {
 func (*Object) ProtoMessage() {}
 
 func (x *Object) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[19]
+	mi := &file_teapotv1_model_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1519,7 +1674,7 @@ func (x *Object) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Object.ProtoReflect.Descriptor instead.
 func (*Object) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{19}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Object) GetKind() isObject_Kind {
@@ -1583,6 +1738,24 @@ func (x *Object) GetJoinToken() *JoinToken {
 	return nil
 }
 
+func (x *Object) GetStorageItem() *StorageItem {
+	if x != nil {
+		if x, ok := x.Kind.(*Object_StorageItem); ok {
+			return x.StorageItem
+		}
+	}
+	return nil
+}
+
+func (x *Object) GetStorageLock() *StorageLock {
+	if x != nil {
+		if x, ok := x.Kind.(*Object_StorageLock); ok {
+			return x.StorageLock
+		}
+	}
+	return nil
+}
+
 type isObject_Kind interface {
 	isObject_Kind()
 }
@@ -1611,6 +1784,14 @@ type Object_JoinToken struct {
 	JoinToken *JoinToken `protobuf:"bytes,6,opt,name=join_token,json=joinToken,proto3,oneof"`
 }
 
+type Object_StorageItem struct {
+	StorageItem *StorageItem `protobuf:"bytes,7,opt,name=storage_item,json=storageItem,proto3,oneof"`
+}
+
+type Object_StorageLock struct {
+	StorageLock *StorageLock `protobuf:"bytes,8,opt,name=storage_lock,json=storageLock,proto3,oneof"`
+}
+
 func (*Object_Tenant) isObject_Kind() {}
 
 func (*Object_VipPool) isObject_Kind() {}
@@ -1623,7 +1804,12 @@ func (*Object_Certificate) isObject_Kind() {}
 
 func (*Object_JoinToken) isObject_Kind() {}
 
-// ObjectRef names an object. Kinds: Tenant, VIPPool, LoadBalancer, Node, Certificate, JoinToken.
+func (*Object_StorageItem) isObject_Kind() {}
+
+func (*Object_StorageLock) isObject_Kind() {}
+
+// ObjectRef names an object. Kinds: Tenant, VIPPool, LoadBalancer, Node,
+// Certificate, JoinToken, StorageItem, StorageLock.
 type ObjectRef struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Kind  string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
@@ -1636,7 +1822,7 @@ type ObjectRef struct {
 
 func (x *ObjectRef) Reset() {
 	*x = ObjectRef{}
-	mi := &file_teapotv1_model_proto_msgTypes[20]
+	mi := &file_teapotv1_model_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1648,7 +1834,7 @@ func (x *ObjectRef) String() string {
 func (*ObjectRef) ProtoMessage() {}
 
 func (x *ObjectRef) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[20]
+	mi := &file_teapotv1_model_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1661,7 +1847,7 @@ func (x *ObjectRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectRef.ProtoReflect.Descriptor instead.
 func (*ObjectRef) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{20}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ObjectRef) GetKind() string {
@@ -1810,7 +1996,18 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12#\n" +
 	"\rsecret_sha256\x18\x02 \x01(\fR\fsecretSha256\x124\n" +
 	"\aexpires\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\aexpires\x12#\n" +
-	"\x04meta\x18\x0f \x01(\v2\x0f.teapot.v1.MetaR\x04meta\"\xc8\x02\n" +
+	"\x04meta\x18\x0f \x01(\v2\x0f.teapot.v1.MetaR\x04meta\"\x92\x01\n" +
+	"\vStorageItem\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value\x126\n" +
+	"\bmodified\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\bmodified\x12#\n" +
+	"\x04meta\x18\x0f \x01(\v2\x0f.teapot.v1.MetaR\x04meta\"\xbf\x01\n" +
+	"\vStorageLock\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05owner\x18\x02 \x01(\tR\x05owner\x124\n" +
+	"\aexpires\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\aexpires\x12+\n" +
+	"\x03ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12#\n" +
+	"\x04meta\x18\x0f \x01(\v2\x0f.teapot.v1.MetaR\x04meta\"\xc2\x03\n" +
 	"\x06Object\x12+\n" +
 	"\x06tenant\x18\x01 \x01(\v2\x11.teapot.v1.TenantH\x00R\x06tenant\x12/\n" +
 	"\bvip_pool\x18\x02 \x01(\v2\x12.teapot.v1.VIPPoolH\x00R\avipPool\x12>\n" +
@@ -1818,7 +2015,9 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\x04node\x18\x04 \x01(\v2\x0f.teapot.v1.NodeH\x00R\x04node\x12:\n" +
 	"\vcertificate\x18\x05 \x01(\v2\x16.teapot.v1.CertificateH\x00R\vcertificate\x125\n" +
 	"\n" +
-	"join_token\x18\x06 \x01(\v2\x14.teapot.v1.JoinTokenH\x00R\tjoinTokenB\x06\n" +
+	"join_token\x18\x06 \x01(\v2\x14.teapot.v1.JoinTokenH\x00R\tjoinToken\x12;\n" +
+	"\fstorage_item\x18\a \x01(\v2\x16.teapot.v1.StorageItemH\x00R\vstorageItem\x12;\n" +
+	"\fstorage_lock\x18\b \x01(\v2\x16.teapot.v1.StorageLockH\x00R\vstorageLockB\x06\n" +
 	"\x04kind\"K\n" +
 	"\tObjectRef\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x16\n" +
@@ -1837,7 +2036,7 @@ func file_teapotv1_model_proto_rawDescGZIP() []byte {
 	return file_teapotv1_model_proto_rawDescData
 }
 
-var file_teapotv1_model_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_teapotv1_model_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_teapotv1_model_proto_goTypes = []any{
 	(*Meta)(nil),                  // 0: teapot.v1.Meta
 	(*Tenant)(nil),                // 1: teapot.v1.Tenant
@@ -1858,51 +2057,60 @@ var file_teapotv1_model_proto_goTypes = []any{
 	(*Node)(nil),                  // 16: teapot.v1.Node
 	(*Certificate)(nil),           // 17: teapot.v1.Certificate
 	(*JoinToken)(nil),             // 18: teapot.v1.JoinToken
-	(*Object)(nil),                // 19: teapot.v1.Object
-	(*ObjectRef)(nil),             // 20: teapot.v1.ObjectRef
-	nil,                           // 21: teapot.v1.LoadBalancer.PoolsEntry
-	(*timestamppb.Timestamp)(nil), // 22: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 23: google.protobuf.Duration
+	(*StorageItem)(nil),           // 19: teapot.v1.StorageItem
+	(*StorageLock)(nil),           // 20: teapot.v1.StorageLock
+	(*Object)(nil),                // 21: teapot.v1.Object
+	(*ObjectRef)(nil),             // 22: teapot.v1.ObjectRef
+	nil,                           // 23: teapot.v1.LoadBalancer.PoolsEntry
+	(*timestamppb.Timestamp)(nil), // 24: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 25: google.protobuf.Duration
 }
 var file_teapotv1_model_proto_depIdxs = []int32{
-	22, // 0: teapot.v1.Meta.created:type_name -> google.protobuf.Timestamp
-	22, // 1: teapot.v1.Meta.updated:type_name -> google.protobuf.Timestamp
+	24, // 0: teapot.v1.Meta.created:type_name -> google.protobuf.Timestamp
+	24, // 1: teapot.v1.Meta.updated:type_name -> google.protobuf.Timestamp
 	2,  // 2: teapot.v1.Tenant.quotas:type_name -> teapot.v1.Quotas
 	0,  // 3: teapot.v1.Tenant.meta:type_name -> teapot.v1.Meta
 	0,  // 4: teapot.v1.VIPPool.meta:type_name -> teapot.v1.Meta
 	5,  // 5: teapot.v1.LoadBalancer.vip:type_name -> teapot.v1.VIPRequest
 	6,  // 6: teapot.v1.LoadBalancer.listeners:type_name -> teapot.v1.Listener
 	8,  // 7: teapot.v1.LoadBalancer.routes:type_name -> teapot.v1.Route
-	21, // 8: teapot.v1.LoadBalancer.pools:type_name -> teapot.v1.LoadBalancer.PoolsEntry
+	23, // 8: teapot.v1.LoadBalancer.pools:type_name -> teapot.v1.LoadBalancer.PoolsEntry
 	0,  // 9: teapot.v1.LoadBalancer.meta:type_name -> teapot.v1.Meta
 	14, // 10: teapot.v1.LoadBalancer.status:type_name -> teapot.v1.LoadBalancerStatus
 	7,  // 11: teapot.v1.Listener.tls:type_name -> teapot.v1.TLSPolicy
-	23, // 12: teapot.v1.Listener.idle_timeout:type_name -> google.protobuf.Duration
+	25, // 12: teapot.v1.Listener.idle_timeout:type_name -> google.protobuf.Duration
 	10, // 13: teapot.v1.BackendPool.members:type_name -> teapot.v1.Member
 	11, // 14: teapot.v1.BackendPool.health_check:type_name -> teapot.v1.HealthCheck
-	23, // 15: teapot.v1.BackendPool.connect_timeout:type_name -> google.protobuf.Duration
+	25, // 15: teapot.v1.BackendPool.connect_timeout:type_name -> google.protobuf.Duration
 	12, // 16: teapot.v1.HealthCheck.tcp:type_name -> teapot.v1.TCPCheck
 	13, // 17: teapot.v1.HealthCheck.http:type_name -> teapot.v1.HTTPCheck
-	23, // 18: teapot.v1.HealthCheck.interval:type_name -> google.protobuf.Duration
-	23, // 19: teapot.v1.HealthCheck.timeout:type_name -> google.protobuf.Duration
+	25, // 18: teapot.v1.HealthCheck.interval:type_name -> google.protobuf.Duration
+	25, // 19: teapot.v1.HealthCheck.timeout:type_name -> google.protobuf.Duration
 	15, // 20: teapot.v1.LoadBalancerStatus.problems:type_name -> teapot.v1.Problem
 	0,  // 21: teapot.v1.Node.meta:type_name -> teapot.v1.Meta
-	22, // 22: teapot.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
+	24, // 22: teapot.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
 	0,  // 23: teapot.v1.Certificate.meta:type_name -> teapot.v1.Meta
-	22, // 24: teapot.v1.JoinToken.expires:type_name -> google.protobuf.Timestamp
+	24, // 24: teapot.v1.JoinToken.expires:type_name -> google.protobuf.Timestamp
 	0,  // 25: teapot.v1.JoinToken.meta:type_name -> teapot.v1.Meta
-	1,  // 26: teapot.v1.Object.tenant:type_name -> teapot.v1.Tenant
-	3,  // 27: teapot.v1.Object.vip_pool:type_name -> teapot.v1.VIPPool
-	4,  // 28: teapot.v1.Object.load_balancer:type_name -> teapot.v1.LoadBalancer
-	16, // 29: teapot.v1.Object.node:type_name -> teapot.v1.Node
-	17, // 30: teapot.v1.Object.certificate:type_name -> teapot.v1.Certificate
-	18, // 31: teapot.v1.Object.join_token:type_name -> teapot.v1.JoinToken
-	9,  // 32: teapot.v1.LoadBalancer.PoolsEntry.value:type_name -> teapot.v1.BackendPool
-	33, // [33:33] is the sub-list for method output_type
-	33, // [33:33] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	24, // 26: teapot.v1.StorageItem.modified:type_name -> google.protobuf.Timestamp
+	0,  // 27: teapot.v1.StorageItem.meta:type_name -> teapot.v1.Meta
+	24, // 28: teapot.v1.StorageLock.expires:type_name -> google.protobuf.Timestamp
+	25, // 29: teapot.v1.StorageLock.ttl:type_name -> google.protobuf.Duration
+	0,  // 30: teapot.v1.StorageLock.meta:type_name -> teapot.v1.Meta
+	1,  // 31: teapot.v1.Object.tenant:type_name -> teapot.v1.Tenant
+	3,  // 32: teapot.v1.Object.vip_pool:type_name -> teapot.v1.VIPPool
+	4,  // 33: teapot.v1.Object.load_balancer:type_name -> teapot.v1.LoadBalancer
+	16, // 34: teapot.v1.Object.node:type_name -> teapot.v1.Node
+	17, // 35: teapot.v1.Object.certificate:type_name -> teapot.v1.Certificate
+	18, // 36: teapot.v1.Object.join_token:type_name -> teapot.v1.JoinToken
+	19, // 37: teapot.v1.Object.storage_item:type_name -> teapot.v1.StorageItem
+	20, // 38: teapot.v1.Object.storage_lock:type_name -> teapot.v1.StorageLock
+	9,  // 39: teapot.v1.LoadBalancer.PoolsEntry.value:type_name -> teapot.v1.BackendPool
+	40, // [40:40] is the sub-list for method output_type
+	40, // [40:40] is the sub-list for method input_type
+	40, // [40:40] is the sub-list for extension type_name
+	40, // [40:40] is the sub-list for extension extendee
+	0,  // [0:40] is the sub-list for field type_name
 }
 
 func init() { file_teapotv1_model_proto_init() }
@@ -1911,13 +2119,15 @@ func file_teapotv1_model_proto_init() {
 		return
 	}
 	file_teapotv1_model_proto_msgTypes[10].OneofWrappers = []any{}
-	file_teapotv1_model_proto_msgTypes[19].OneofWrappers = []any{
+	file_teapotv1_model_proto_msgTypes[21].OneofWrappers = []any{
 		(*Object_Tenant)(nil),
 		(*Object_VipPool)(nil),
 		(*Object_LoadBalancer)(nil),
 		(*Object_Node)(nil),
 		(*Object_Certificate)(nil),
 		(*Object_JoinToken)(nil),
+		(*Object_StorageItem)(nil),
+		(*Object_StorageLock)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1925,7 +2135,7 @@ func file_teapotv1_model_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_teapotv1_model_proto_rawDesc), len(file_teapotv1_model_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   22,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

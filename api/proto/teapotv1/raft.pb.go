@@ -139,8 +139,12 @@ type Op struct {
 	//	*Op_Delete
 	Op isOp_Op `protobuf_oneof:"op"`
 	// put: fail if the object exists (create) / does not exist (update).
-	MustNotExist  bool `protobuf:"varint,3,opt,name=must_not_exist,json=mustNotExist,proto3" json:"must_not_exist,omitempty"`
-	MustExist     bool `protobuf:"varint,4,opt,name=must_exist,json=mustExist,proto3" json:"must_exist,omitempty"`
+	MustNotExist bool `protobuf:"varint,3,opt,name=must_not_exist,json=mustNotExist,proto3" json:"must_not_exist,omitempty"`
+	MustExist    bool `protobuf:"varint,4,opt,name=must_exist,json=mustExist,proto3" json:"must_exist,omitempty"`
+	// delete of a StorageLock: only this owner may release it.
+	LockOwner string `protobuf:"bytes,5,opt,name=lock_owner,json=lockOwner,proto3" json:"lock_owner,omitempty"`
+	// delete of a StorageItem: also every item under "key/".
+	Prefix        bool `protobuf:"varint,6,opt,name=prefix,proto3" json:"prefix,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -214,6 +218,20 @@ func (x *Op) GetMustExist() bool {
 	return false
 }
 
+func (x *Op) GetLockOwner() string {
+	if x != nil {
+		return x.LockOwner
+	}
+	return ""
+}
+
+func (x *Op) GetPrefix() bool {
+	if x != nil {
+		return x.Prefix
+	}
+	return false
+}
+
 type isOp_Op interface {
 	isOp_Op()
 }
@@ -240,6 +258,8 @@ type State struct {
 	Nodes         []*Node                `protobuf:"bytes,5,rep,name=nodes,proto3" json:"nodes,omitempty"`
 	Certificates  []*Certificate         `protobuf:"bytes,6,rep,name=certificates,proto3" json:"certificates,omitempty"`
 	JoinTokens    []*JoinToken           `protobuf:"bytes,7,rep,name=join_tokens,json=joinTokens,proto3" json:"join_tokens,omitempty"`
+	StorageItems  []*StorageItem         `protobuf:"bytes,8,rep,name=storage_items,json=storageItems,proto3" json:"storage_items,omitempty"`
+	StorageLocks  []*StorageLock         `protobuf:"bytes,9,rep,name=storage_locks,json=storageLocks,proto3" json:"storage_locks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -323,6 +343,20 @@ func (x *State) GetJoinTokens() []*JoinToken {
 	return nil
 }
 
+func (x *State) GetStorageItems() []*StorageItem {
+	if x != nil {
+		return x.StorageItems
+	}
+	return nil
+}
+
+func (x *State) GetStorageLocks() []*StorageLock {
+	if x != nil {
+		return x.StorageLocks
+	}
+	return nil
+}
+
 var File_teapotv1_raft_proto protoreflect.FileDescriptor
 
 const file_teapotv1_raft_proto_rawDesc = "" +
@@ -333,14 +367,17 @@ const file_teapotv1_raft_proto_rawDesc = "" +
 	"\astamped\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\astamped\x12\"\n" +
 	"\x04txns\x18\x03 \x03(\v2\x0e.teapot.v1.TxnR\x04txns\"&\n" +
 	"\x03Txn\x12\x1f\n" +
-	"\x03ops\x18\x01 \x03(\v2\r.teapot.v1.OpR\x03ops\"\xa6\x01\n" +
+	"\x03ops\x18\x01 \x03(\v2\r.teapot.v1.OpR\x03ops\"\xdd\x01\n" +
 	"\x02Op\x12%\n" +
 	"\x03put\x18\x01 \x01(\v2\x11.teapot.v1.ObjectH\x00R\x03put\x12.\n" +
 	"\x06delete\x18\x02 \x01(\v2\x14.teapot.v1.ObjectRefH\x00R\x06delete\x12$\n" +
 	"\x0emust_not_exist\x18\x03 \x01(\bR\fmustNotExist\x12\x1d\n" +
 	"\n" +
-	"must_exist\x18\x04 \x01(\bR\tmustExistB\x04\n" +
-	"\x02op\"\xdb\x02\n" +
+	"must_exist\x18\x04 \x01(\bR\tmustExist\x12\x1d\n" +
+	"\n" +
+	"lock_owner\x18\x05 \x01(\tR\tlockOwner\x12\x16\n" +
+	"\x06prefix\x18\x06 \x01(\bR\x06prefixB\x04\n" +
+	"\x02op\"\xd5\x03\n" +
 	"\x05State\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x04R\brevision\x12+\n" +
 	"\atenants\x18\x02 \x03(\v2\x11.teapot.v1.TenantR\atenants\x12/\n" +
@@ -349,7 +386,9 @@ const file_teapotv1_raft_proto_rawDesc = "" +
 	"\x05nodes\x18\x05 \x03(\v2\x0f.teapot.v1.NodeR\x05nodes\x12:\n" +
 	"\fcertificates\x18\x06 \x03(\v2\x16.teapot.v1.CertificateR\fcertificates\x125\n" +
 	"\vjoin_tokens\x18\a \x03(\v2\x14.teapot.v1.JoinTokenR\n" +
-	"joinTokensB<Z:github.com/teapot-lb/teapot-lb/api/proto/teapotv1;teapotv1b\x06proto3"
+	"joinTokens\x12;\n" +
+	"\rstorage_items\x18\b \x03(\v2\x16.teapot.v1.StorageItemR\fstorageItems\x12;\n" +
+	"\rstorage_locks\x18\t \x03(\v2\x16.teapot.v1.StorageLockR\fstorageLocksB<Z:github.com/teapot-lb/teapot-lb/api/proto/teapotv1;teapotv1b\x06proto3"
 
 var (
 	file_teapotv1_raft_proto_rawDescOnce sync.Once
@@ -378,6 +417,8 @@ var file_teapotv1_raft_proto_goTypes = []any{
 	(*Node)(nil),                  // 10: teapot.v1.Node
 	(*Certificate)(nil),           // 11: teapot.v1.Certificate
 	(*JoinToken)(nil),             // 12: teapot.v1.JoinToken
+	(*StorageItem)(nil),           // 13: teapot.v1.StorageItem
+	(*StorageLock)(nil),           // 14: teapot.v1.StorageLock
 }
 var file_teapotv1_raft_proto_depIdxs = []int32{
 	4,  // 0: teapot.v1.Command.stamped:type_name -> google.protobuf.Timestamp
@@ -391,11 +432,13 @@ var file_teapotv1_raft_proto_depIdxs = []int32{
 	10, // 8: teapot.v1.State.nodes:type_name -> teapot.v1.Node
 	11, // 9: teapot.v1.State.certificates:type_name -> teapot.v1.Certificate
 	12, // 10: teapot.v1.State.join_tokens:type_name -> teapot.v1.JoinToken
-	11, // [11:11] is the sub-list for method output_type
-	11, // [11:11] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	13, // 11: teapot.v1.State.storage_items:type_name -> teapot.v1.StorageItem
+	14, // 12: teapot.v1.State.storage_locks:type_name -> teapot.v1.StorageLock
+	13, // [13:13] is the sub-list for method output_type
+	13, // [13:13] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_teapotv1_raft_proto_init() }
