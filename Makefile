@@ -42,8 +42,11 @@ lint: ## go vet and gofmt
 		echo "gofmt: these files need formatting (run gofmt -w):"; echo "$$unformatted"; exit 1; \
 	fi
 
-test: lint ## lint, then every test with the race detector
+test: lint kube-tools ## lint, then every test with the race detector
 	CGO_ENABLED=1 go test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+kube-tools: ## build kube-apiserver and etcd for the tenant agent's scenarios (cached in ~/.cache/teapot-lb/kube)
+	bash scenarios/kubetools/build.sh >/dev/null
 
 bench: ## consensus benchmarks on a 3-node loopback cluster
 	go test ./scenarios -run '^$$' -bench . -benchtime 1x -count=1 -timeout $(BENCH_TIMEOUT)

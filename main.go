@@ -7,10 +7,13 @@ package main
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -33,11 +36,15 @@ import (
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 	"github.com/teapot-lb/teapot-lb/consensus"
 	"github.com/teapot-lb/teapot-lb/proxy"
+	"github.com/teapot-lb/teapot-lb/proxy/certs"
+	"github.com/teapot-lb/teapot-lb/tenantsync"
+	"github.com/teapot-lb/teapot-lb/tenantsync/agent"
+	"github.com/teapot-lb/teapot-lb/vip"
 )
 
 func main() {
 	root := cli.NewRoot()
-	root.AddCommand(serveCommand())
+	root.AddCommand(serveCommand(), agent.Command(cli.Version))
 	os.Exit(cli.Main(root))
 }
 
@@ -53,6 +60,21 @@ type serveConfig struct {
 	HeartbeatTimeout time.Duration `json:"raft-heartbeat-timeout"`
 	ElectionTimeout  time.Duration `json:"raft-election-timeout"`
 	LogLevel         string        `json:"log-level"`
+
+	// VIPs: the arp interface, the failure detector, and the BGP speaker
+	// (the bgp: section exists only in the file).
+	VIPInterface      string         `json:"vip-interface"`
+	HeartbeatAddr     string         `json:"heartbeat-addr"`
+	HeartbeatInterval vip.Duration   `json:"heartbeat-interval"`
+	HeartbeatMisses   int            `json:"heartbeat-misses"`
+	BGP               *vip.BGPConfig `json:"bgp"`
+
+	// ACME: the CA's directory (default Let's Encrypt production), a PEM
+	// file of roots for its HTTPS endpoint, the account's contact.
+	ACMECA         string        `json:"acme-ca"`
+	ACMECARoot     string        `json:"acme-ca-root"`
+	ACMEEmail      string        `json:"acme-email"`
+	ACMERenewCheck time.Duration `json:"acme-renew-check"`
 }
 
 func serveCommand() *cobra.Command {
@@ -64,6 +86,9 @@ func serveCommand() *cobra.Command {
 		HeartbeatTimeout: consensus.DefaultHeartbeatTimeout,
 		ElectionTimeout:  consensus.DefaultElectionTimeout,
 		LogLevel:         "info",
+
+		HeartbeatInterval: vip.Duration(vip.DefaultHeartbeatInterval),
+		HeartbeatMisses:   vip.DefaultHeartbeatMisses,
 	}
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -86,6 +111,15 @@ func serveCommand() *cobra.Command {
 	f.DurationVar(&cfg.HeartbeatTimeout, "raft-heartbeat-timeout", cfg.HeartbeatTimeout, "time without a leader's heartbeat before a follower calls an election")
 	f.DurationVar(&cfg.ElectionTimeout, "raft-election-timeout", cfg.ElectionTimeout, "time a candidate waits for votes before trying again")
 	f.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "debug | info | warn | error")
+	f.StringVar(&cfg.VIPInterface, "vip-interface", "", "interface that carries the VIPs of arp pools (needs CAP_NET_ADMIN and CAP_NET_RAW)")
+	f.StringVar(&cfg.HeartbeatAddr, "heartbeat-addr", "", fmt.Sprintf("IP:port of the VIP failure detector on the data-plane network (default: the --raft-addr IP, port %d)", vip.DefaultHeartbeatPort))
+	f.Var(&cfg.HeartbeatInterval, "heartbeat-interval", "time between VIP heartbeats to each peer")
+	f.IntVar(&cfg.HeartbeatMisses, "heartbeat-misses", cfg.HeartbeatMisses, "heartbeats a peer may miss before its VIPs move")
+	f.StringVar(&cfg.ACMECA, "acme-ca", certs.LetsEncrypt, "ACME directory URL of the CA that issues certificates for https listeners with acme: true")
+	f.StringVar(&cfg.ACMECARoot, "acme-ca-root", "", "PEM file of extra root certificates that verify the ACME CA's HTTPS endpoint")
+	f.StringVar(&cfg.ACMEEmail, "acme-email", "", "contact address of the cluster's ACME account")
+	f.DurationVar(&cfg.ACMERenewCheck, "acme-renew-check", 0, "how often certificates are checked for renewal (default 10m)")
+	_ = f.MarkHidden("acme-renew-check")
 	return cmd
 }
 
@@ -118,6 +152,21 @@ func loadServeConfig(cmd *cobra.Command, cfg *serveConfig) error {
 	pick("join", &cfg.Join, file.Join)
 	pick("token", &cfg.Token, file.Token)
 	pick("log-level", &cfg.LogLevel, file.LogLevel)
+	pick("vip-interface", &cfg.VIPInterface, file.VIPInterface)
+	pick("heartbeat-addr", &cfg.HeartbeatAddr, file.HeartbeatAddr)
+	if file.HeartbeatInterval != 0 && !set["heartbeat-interval"] {
+		cfg.HeartbeatInterval = file.HeartbeatInterval
+	}
+	if file.HeartbeatMisses != 0 && !set["heartbeat-misses"] {
+		cfg.HeartbeatMisses = file.HeartbeatMisses
+	}
+	cfg.BGP = file.BGP
+	pick("acme-ca", &cfg.ACMECA, file.ACMECA)
+	pick("acme-ca-root", &cfg.ACMECARoot, file.ACMECARoot)
+	pick("acme-email", &cfg.ACMEEmail, file.ACMEEmail)
+	if file.ACMERenewCheck != 0 && !set["acme-renew-check"] {
+		cfg.ACMERenewCheck = file.ACMERenewCheck
+	}
 	if file.HeartbeatTimeout != 0 && !set["raft-heartbeat-timeout"] {
 		cfg.HeartbeatTimeout = file.HeartbeatTimeout
 	}
@@ -156,16 +205,29 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	if err != nil {
 		return fmt.Errorf("listen on --api-addr: %w", err)
 	}
-	node, err := consensus.Open(ctx, consensus.Config{
-		DataDir: cfg.DataDir, NodeID: cfg.NodeID, RaftAddr: cfg.RaftAddr, APIAddr: cfg.APIAddr,
-		Join: cfg.Join, Token: cfg.Token,
-		HeartbeatTimeout: cfg.HeartbeatTimeout, ElectionTimeout: cfg.ElectionTimeout,
-		Logger: log, Version: cli.Version,
-	})
+	// The VIP manager checks its interfaces and capabilities before Raft
+	// starts, for the same reason.
+	vm, err := newVIPManager(cfg, log)
 	if err != nil {
 		ln.Close()
 		return err
 	}
+	ccfg := consensus.Config{
+		DataDir: cfg.DataDir, NodeID: cfg.NodeID, RaftAddr: cfg.RaftAddr, APIAddr: cfg.APIAddr,
+		Join: cfg.Join, Token: cfg.Token,
+		HeartbeatTimeout: cfg.HeartbeatTimeout, ElectionTimeout: cfg.ElectionTimeout,
+		Logger: log, Version: cli.Version,
+	}
+	if vm != nil {
+		ccfg.HeartbeatAddr, ccfg.VIPInterface, ccfg.Describe = vm.heartbeatAddr, cfg.VIPInterface, vm.Describe
+	}
+	node, err := consensus.Open(ctx, ccfg)
+	if err != nil {
+		ln.Close()
+		vm.close(log)
+		return err
+	}
+	vm.setKey(node.CA())
 	rules := adminserver.DefaultRules
 	srv := grpc.NewServer(
 		grpc.Creds(credentials.NewTLS(node.ServerTLS())),
@@ -174,13 +236,27 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	)
 	pb.RegisterAdminServer(srv, adminserver.New(node))
 	pb.RegisterClusterServer(srv, node.ClusterService())
+	pb.RegisterCertificatesServer(srv, certs.NewService(node))
+	tenants := tenantsync.New(tenantsync.Config{Store: node, Logger: log})
+	pb.RegisterTenantSyncServer(srv, tenants)
+	pb.RegisterTenantCredentialsServer(srv, tenants.Credentials())
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	log.Info("serving API", "component", "api", "addr", cfg.APIAddr)
 
+	cm, err := newCertManager(cfg, node, log)
+	if err != nil {
+		srv.Stop()
+		node.Close()
+		vm.close(log)
+		return err
+	}
+	go cm.Run(ctx)
+	go feedCerts(ctx, node, cm)
 	px := proxy.New(proxy.Config{Logger: log})
 	fed := make(chan struct{})
-	go func() { defer close(fed); feedProxy(ctx, node, px, log) }()
+	go func() { defer close(fed); feedProxy(ctx, node, px, vm, log) }()
+	vm.run(ctx, log)
 
 	select {
 	case <-node.Ready():
@@ -196,6 +272,8 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	<-ctx.Done()
 
 	log.Info("shutting down")
+	// VIPs are handed over and routes withdrawn before any listener closes.
+	vm.close(log)
 	stopped := make(chan struct{})
 	go func() { srv.GracefulStop(); close(stopped) }()
 	select {
@@ -203,6 +281,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	case <-time.After(3 * time.Second):
 		srv.Stop()
 	}
+	cm.Close()
 	err = node.Close()
 	<-fed
 	if perr := px.Close(); perr != nil && err == nil {
@@ -211,10 +290,11 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	return err
 }
 
-// feedProxy hands every committed state to the data plane. Events that
-// arrive while an update runs are folded into the next one: the proxy takes
-// the whole desired state, never deltas.
-func feedProxy(ctx context.Context, node *consensus.Node, px *proxy.Proxy, log *slog.Logger) {
+// feedProxy hands every committed state to the data plane, and then to
+// the VIP manager with the data plane's readiness. Events that arrive
+// while an update runs are folded into the next one: both take the whole
+// desired state, never deltas.
+func feedProxy(ctx context.Context, node *consensus.Node, px *proxy.Proxy, vm *vipManager, log *slog.Logger) {
 	log = log.With("component", "proxy")
 	var reported map[string]string
 	for from := uint64(0); ; {
@@ -228,7 +308,9 @@ func feedProxy(ctx context.Context, node *consensus.Node, px *proxy.Proxy, log *
 			log.Error("update data plane", "revision", rev, "err", err)
 			continue
 		}
-		reported = logProblems(log, px.Status(), reported)
+		status := px.Status()
+		reported = logProblems(log, status, reported)
+		vm.update(objs, rev, status)
 	}
 }
 
@@ -290,5 +372,116 @@ func keepAdminConfig(ctx context.Context, dataDir string, node *consensus.Node, 
 				log.Warn("update admin credentials", "err", err)
 			}
 		}
+	}
+}
+
+// vipManager is serve's handle on the VIP manager; its methods do nothing
+// when this host runs none (no --vip-interface and no bgp: section).
+type vipManager struct {
+	*vip.Manager
+	heartbeatAddr string
+}
+
+// newVIPManager returns nil when this host takes no part in VIPs.
+func newVIPManager(cfg serveConfig, log *slog.Logger) (*vipManager, error) {
+	if cfg.VIPInterface == "" && cfg.BGP == nil {
+		return nil, nil
+	}
+	addr := cfg.HeartbeatAddr
+	if addr == "" {
+		ap, err := netip.ParseAddrPort(cfg.RaftAddr)
+		if err != nil {
+			return nil, fmt.Errorf("--raft-addr %q: must be IP:port (for example 127.0.0.1:7300)", cfg.RaftAddr)
+		}
+		addr = netip.AddrPortFrom(ap.Addr(), vip.DefaultHeartbeatPort).String()
+	}
+	m, err := vip.New(vip.Config{
+		NodeID: cfg.NodeID, Interface: cfg.VIPInterface, HeartbeatAddr: addr,
+		HeartbeatInterval: time.Duration(cfg.HeartbeatInterval), HeartbeatMisses: cfg.HeartbeatMisses,
+		BGP: cfg.BGP, Logger: log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &vipManager{Manager: m, heartbeatAddr: addr}, nil
+}
+
+// setKey derives the heartbeat key from the cluster CA's private key,
+// which every host holds and no tenant sees.
+func (v *vipManager) setKey(ca *pki.CA) {
+	if v == nil {
+		return
+	}
+	mac := hmac.New(sha256.New, ca.KeyPEM)
+	mac.Write([]byte("teapot-lb VIP heartbeats v1"))
+	v.SetKey(mac.Sum(nil))
+}
+
+func (v *vipManager) run(ctx context.Context, log *slog.Logger) {
+	if v == nil {
+		return
+	}
+	go func() {
+		if err := v.Run(ctx); err != nil {
+			log.Error("VIP manager stopped", "component", "vip", "err", err)
+		}
+	}()
+}
+
+// update passes the committed state on, with each load balancer's
+// readiness: it is ready when the data plane reports no problem for it.
+func (v *vipManager) update(objs []*pb.Object, rev uint64, status map[string][]proxy.Problem) {
+	if v == nil {
+		return
+	}
+	ready := make(map[string]string, len(status))
+	for lb, problems := range status {
+		var parts []string
+		for _, p := range problems {
+			parts = append(parts, p.Field+": "+p.Reason)
+		}
+		ready[lb] = strings.Join(parts, "; ")
+	}
+	v.Update(objs, rev)
+	v.SetReady(ready)
+}
+
+func (v *vipManager) close(log *slog.Logger) {
+	if v == nil {
+		return
+	}
+	if err := v.Close(); err != nil {
+		log.Error("release VIPs", "component", "vip", "err", err)
+	}
+}
+
+// newCertManager sets up certificate management: ACME with the configured
+// CA and certificates uploaded through the API, kept in the replicated
+// store. Session ticket keys derive from the cluster CA's key, so every
+// host resumes the sessions of the others.
+func newCertManager(cfg serveConfig, node *consensus.Node, log *slog.Logger) (*certs.Manager, error) {
+	mc := certs.Config{
+		Store: node, Host: cfg.NodeID, CA: cfg.ACMECA, Email: cfg.ACMEEmail,
+		TicketSecret: node.CA().KeyPEM, RenewCheckInterval: cfg.ACMERenewCheck, Logger: log,
+	}
+	if cfg.ACMECARoot != "" {
+		roots, err := certs.LoadRoots(cfg.ACMECARoot)
+		if err != nil {
+			return nil, err
+		}
+		mc.Roots = roots
+	}
+	return certs.New(mc)
+}
+
+// feedCerts hands every committed state to the certificate manager.
+func feedCerts(ctx context.Context, node *consensus.Node, cm *certs.Manager) {
+	for from := uint64(0); ; {
+		if _, err := node.Watch(from).Next(ctx); err != nil {
+			return
+		}
+		objs, rev := node.Objects()
+		from = rev + 1
+		cm.Update(objs)
 	}
 }

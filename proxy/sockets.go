@@ -242,10 +242,13 @@ func (p *Proxy) accept(s *socket, c *net.TCPConn) {
 		defer s.untrack(t)
 		start := time.Now()
 		p.metrics.ConnOpened(l.LB, l.Name)
-		if l.Protocol.L7() {
+		switch {
+		case l.Protocol.L7():
 			p.cfg.HTTP.ServeConn(t.ctx, c, p.currentFunc(s.key, l.LB))
 			c.Close()
-		} else {
+		case l.Protocol == snapshot.ProtoTLSPassthrough:
+			p.servePassthrough(l, c)
+		default:
 			p.serveTCP(l, c)
 		}
 		p.metrics.ConnClosed(l.LB, l.Name, time.Since(start))

@@ -14,9 +14,14 @@ import (
 	"github.com/teapot-lb/teapot-lb/proxy/proxyproto"
 )
 
-// serveTCP forwards one tcp or tls-passthrough connection to a member.
+// serveTCP forwards one tcp connection to a member.
 func (p *Proxy) serveTCP(l *ListenerSnapshot, c *net.TCPConn) {
-	pool := l.Backend()
+	p.forwardTCP(l, c, l.Backend(), nil)
+}
+
+// forwardTCP forwards a connection to a member of pool; read, the bytes
+// already read from the client, go first.
+func (p *Proxy) forwardTCP(l *ListenerSnapshot, c *net.TCPConn, pool *Pool, read []byte) {
 	client := addrPort(c.RemoteAddr())
 	up, m := p.dialMember(l, pool, client.Addr())
 	if up == nil {
@@ -35,6 +40,14 @@ func (p *Proxy) serveTCP(l *ListenerSnapshot, c *net.TCPConn) {
 			refuse(up)
 			return
 		}
+	}
+	if len(read) > 0 {
+		if _, err := up.Write(read); err != nil {
+			refuse(c)
+			refuse(up)
+			return
+		}
+		p.metrics.BytesIn(l.LB, l.Name, int64(len(read)))
 	}
 	p.pipe(l, c, up)
 }

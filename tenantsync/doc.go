@@ -1,10 +1,11 @@
 // Package tenantsync connects tenant clusters to the LB cluster: the
-// tenant-facing gRPC stream server, tenant authentication and authorisation,
-// and the agent (teapot-lb agent) that runs inside a tenant's Kubernetes
-// cluster, streams its Services, Ingresses and EndpointSlices, and writes the
-// assigned VIPs back into their status.
+// tenant-facing gRPC stream server (TenantSync), the operator's calls that
+// issue and revoke agent credentials (TenantCredentials), and what the
+// server and the agent share (load balancer naming and spec versions). The
+// agent itself is in package agent, the Kubernetes translation in package
+// translate; DESIGN.md describes the protocol.
 //
 // Every tenant request is validated and sanitised before it reaches Raft; a
 // tenant sees and changes only its own objects. The package imports api, and
-// reaches consensus only through a small interface it declares.
+// reaches consensus only through the Store interface it declares.
 package tenantsync

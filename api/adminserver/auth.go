@@ -21,9 +21,13 @@ type Rules map[string]string
 
 // DefaultRules are the rules of an LB host's API listener.
 var DefaultRules = Rules{
-	"/teapot.v1.Admin/":       pki.RoleAdmin,
-	"/teapot.v1.Cluster/Join": Public,
-	"/teapot.v1.Cluster/":     pki.RoleNode,
+	"/teapot.v1.Admin/":        pki.RoleAdmin,
+	"/teapot.v1.Certificates/": pki.RoleAdmin,
+	"/teapot.v1.Cluster/Join":  Public,
+	"/teapot.v1.Cluster/":      pki.RoleNode,
+	// The tenant agent's stream, and the operator's calls for its credentials.
+	"/teapot.v1.TenantSync/":        pki.RoleTenant,
+	"/teapot.v1.TenantCredentials/": pki.RoleAdmin,
 }
 
 func (r Rules) role(method string) (string, bool) {

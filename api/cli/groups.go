@@ -61,6 +61,7 @@ func (a *app) tenantCmd() *cobra.Command {
 		a.getOneCmd(api.KindTenant),
 		a.deleteOneCmd(api.KindTenant),
 	)
+	cmd.AddCommand(a.tenantCredentialCmds()...)
 	return cmd
 }
 

@@ -90,6 +90,7 @@ func AddCommands(root *cobra.Command, opts ...Option) {
 		a.applyCmd(), a.getCmd(), a.deleteCmd(),
 		a.tenantCmd(), a.poolCmd(), a.lbCmd(), a.clusterCmd(),
 		a.versionCmd(),
+		a.certCmd(),
 	)
 }
 

@@ -124,6 +124,10 @@ func Dial(ctx context.Context, cfg *Config, override string) (*Conn, error) {
 // Close releases the connection.
 func (c *Conn) Close() error { return c.cc.Close() }
 
+// ClientConn is the connection under the clients above, for the other
+// services an LB host serves (tenant credentials).
+func (c *Conn) ClientConn() grpc.ClientConnInterface { return c.cc }
+
 // UnreachableError is returned by calls on a Conn that reached no server.
 // It carries the gRPC status of the last attempt.
 type UnreachableError struct {

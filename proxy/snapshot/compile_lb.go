@@ -228,6 +228,9 @@ func (b *lbCompile) listener(f string, i int, l *pb.Listener, tenant string, vip
 			b.problem(f+".pool", "backend pool %q is not defined in pools; listener skipped", l.GetPool())
 			return nil
 		}
+		if proto == ProtoTLSPassthrough {
+			out.Routes = routes // routed by server name, when the load balancer has routes
+		}
 		if proto == ProtoUDP {
 			out.Limits = Limits{MaxConnections: d.MaxUDPFlows, IdleTimeout: d.UDPIdleTimeout}
 			if out.Pool.ProxyProtocol != 0 {

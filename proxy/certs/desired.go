@@ -1,0 +1,152 @@
+package certs
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+)
+
+// Certificate states written in Certificate objects.
+const (
+	StatePending = "pending" // being obtained
+	StateValid   = "valid"   // served; last_error may tell of a failed renewal
+	StateFailed  = "failed"  // no certificate: last_error says why
+	StateRefused = "refused" // not requested: the tenant's quota is reached
+)
+
+// Certificate sources.
+const (
+	SourceACME     = "acme"
+	SourceUploaded = "uploaded"
+)
+
+// desired is what the certificate manager should do for one state.
+type desired struct {
+	// managed maps each ACME host to its tenant.
+	managed map[string]string
+	// refused maps ACME hosts beyond their tenant's quota to the reason.
+	refused map[string]refusal
+	// uploaded holds the uploaded Certificate objects by "tenant/name".
+	uploaded map[string]*pb.Certificate
+	// status holds every Certificate object by "tenant/name".
+	status map[string]*pb.Certificate
+}
+
+type refusal struct{ tenant, reason string }
+
+// computeDesired works out, purely from the state, which names get ACME
+// certificates: every exact host routed by a load balancer with an https
+// listener that has acme: true, when the host lies inside its tenant's
+// domains. Each tenant gets at most quotas.certificates certificates,
+// uploaded ones counted first, then its ACME hosts in name order; the rest
+// are refused. Every host computes the same result from the same state.
+func computeDesired(objs []*pb.Object) *desired {
+	d := &desired{
+		managed:  map[string]string{},
+		refused:  map[string]refusal{},
+		uploaded: map[string]*pb.Certificate{},
+		status:   map[string]*pb.Certificate{},
+	}
+	tenants := map[string]*pb.Tenant{}
+	var lbs []*pb.LoadBalancer
+	for _, o := range objs {
+		switch {
+		case o.GetTenant() != nil:
+			tenants[o.GetTenant().GetName()] = o.GetTenant()
+		case o.GetLoadBalancer() != nil:
+			lbs = append(lbs, o.GetLoadBalancer())
+		case o.GetCertificate() != nil:
+			c := o.GetCertificate()
+			key := c.GetTenant() + "/" + c.GetName()
+			d.status[key] = c
+			if c.GetSource() == SourceUploaded {
+				d.uploaded[key] = c
+			}
+		}
+	}
+	hosts := map[string][]string{} // tenant -> ACME hosts
+	owner := map[string]string{}
+	for _, lb := range lbs {
+		t := tenants[lb.GetTenant()]
+		if t == nil || lb.GetStatus().GetAddress() == "" || !wantsACME(lb) {
+			continue
+		}
+		for _, r := range lb.GetRoutes() {
+			h := strings.ToLower(r.GetHost())
+			if h == "" || strings.HasPrefix(h, "*.") || !isHostName(h) || !inDomains(h, t.GetDomains()) {
+				continue
+			}
+			if _, seen := owner[h]; seen {
+				continue // domains are exclusive: the first tenant keeps it
+			}
+			owner[h] = t.GetName()
+			hosts[t.GetName()] = append(hosts[t.GetName()], h)
+		}
+	}
+	for tenant, hs := range hosts {
+		slices.Sort(hs)
+		room := len(hs)
+		if q := int(tenants[tenant].GetQuotas().GetCertificates()); q > 0 {
+			used := 0
+			for _, c := range d.uploaded {
+				if c.GetTenant() == tenant {
+					used++
+				}
+			}
+			room = max(0, min(room, q-used))
+		}
+		for i, h := range hs {
+			if i < room {
+				d.managed[h] = tenant
+				continue
+			}
+			d.refused[h] = refusal{tenant: tenant, reason: fmt.Sprintf(
+				"tenant %s has reached its quota of %d certificates (quotas.certificates); remove a host or ask the operator to raise the quota",
+				tenant, tenants[tenant].GetQuotas().GetCertificates())}
+		}
+	}
+	return d
+}
+
+// wantsACME reports whether lb has an https listener with acme: true.
+func wantsACME(lb *pb.LoadBalancer) bool {
+	for _, l := range lb.GetListeners() {
+		if l.GetProtocol() == "https" && l.GetTls().GetAcme() {
+			return true
+		}
+	}
+	return false
+}
+
+// inDomains reports whether host equals one of domains or lies below one.
+func inDomains(host string, domains []string) bool {
+	for _, d := range domains {
+		d = strings.ToLower(strings.TrimSuffix(d, "."))
+		if d != "" && (host == d || strings.HasSuffix(host, "."+d)) {
+			return true
+		}
+	}
+	return false
+}
+
+// isHostName reports whether s is a lowercase DNS name of at least two
+// labels of [a-z0-9-], none starting or ending with '-'.
+func isHostName(s string) bool {
+	if len(s) > 253 || !strings.Contains(s, ".") {
+		return false
+	}
+	for _, label := range strings.Split(s, ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for i := 0; i < len(label); i++ {
+			c := label[i]
+			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+				return false
+			}
+		}
+	}
+	return true
+}

@@ -1,0 +1,267 @@
+package certs
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/caddyserver/certmagic"
+	"github.com/mholt/acmez/v3"
+
+	"github.com/teapot-lb/teapot-lb/proxy/snapshot"
+)
+
+// The TLS policy of https listeners: TLS 1.2 at least, only ECDHE key
+// exchange with AEAD ciphers (TLS 1.3 has nothing else), HTTP/2 and
+// HTTP/1.1 through ALPN, session resumption with tickets.
+var (
+	// CipherSuites are the TLS 1.2 suites offered: forward secret, AEAD.
+	CipherSuites = []uint16{
+		tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+		tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+		tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+		tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+		tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+		tls.TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+	}
+	// NextProtos are the ALPN protocols served, in order of preference.
+	NextProtos = []string{"h2", "http/1.1"}
+)
+
+// TicketRotation is how long one session ticket key encrypts new tickets;
+// tickets stay valid for one more period.
+const TicketRotation = time.Hour
+
+// Errors of handshakes.
+var (
+	// ErrUnknownName: the listener has no certificate for the server name
+	// (or the client sent none and the listener has several).
+	ErrUnknownName = errors.New("certs: no certificate for this server name on this listener")
+	// ErrNoChallenge: a TLS-ALPN-01 handshake for a name without a
+	// challenge in progress.
+	ErrNoChallenge = errors.New("certs: no ACME challenge in progress for this name")
+)
+
+// tlsState is the base configuration every handshake clones, with its
+// session ticket keys. Keys derive from the secret and the time, so hosts
+// with the same secret share them and resume each other's sessions.
+type tlsState struct {
+	secret []byte
+	base   atomic.Pointer[tls.Config]
+	mu     sync.Mutex
+	epoch  int64
+
+	// policies caches each listener's policy by its compiled value, which
+	// stays the same pointer while the listener does not change.
+	policies sync.Map // *snapshot.Listener -> *policy
+	count    atomic.Int64
+}
+
+func (s *tlsState) init(secret []byte) {
+	if len(secret) == 0 {
+		secret = make([]byte, 32)
+		_, _ = rand.Read(secret)
+	}
+	s.secret = secret
+	s.epoch = -1
+	s.rotate(time.Now())
+}
+
+// ticketKey derives the key of one rotation period.
+func ticketKey(secret []byte, epoch int64) [32]byte {
+	mac := hmac.New(sha256.New, secret)
+	mac.Write([]byte("teapot-lb session tickets v1"))
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], uint64(epoch))
+	mac.Write(b[:])
+	var k [32]byte
+	copy(k[:], mac.Sum(nil))
+	return k
+}
+
+// rotate installs the keys of the period holding now (new tickets) and of
+// the one before (still accepted).
+func (s *tlsState) rotate(now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := now.Unix() / int64(TicketRotation/time.Second)
+	if e == s.epoch {
+		return
+	}
+	s.epoch = e
+	cfg := &tls.Config{
+		MinVersion:   tls.VersionTLS12,
+		CipherSuites: CipherSuites,
+		NextProtos:   NextProtos,
+	}
+	cfg.SetSessionTicketKeys([][32]byte{ticketKey(s.secret, e), ticketKey(s.secret, e-1)})
+	s.base.Store(cfg)
+}
+
+// policy is what one listener may present: its tenant's certificates only.
+type policy struct {
+	m *Manager
+	// acme holds the listener's ACME hosts (nil without acme: true).
+	acme map[string]bool
+	// uploads holds the cache tags of the uploaded certificates listed in
+	// tls.certificates.
+	uploads map[string]bool
+	// single is the only name the listener can present a certificate
+	// for, used for clients without SNI; "" when there are several.
+	single string
+	built  atomic.Pointer[builtConfig]
+}
+
+func (m *Manager) policy(l *snapshot.Listener) *policy {
+	if p, ok := m.tls.policies.Load(l); ok {
+		return p.(*policy)
+	}
+	p := &policy{m: m, uploads: map[string]bool{}}
+	if l.TLS != nil {
+		for _, n := range l.TLS.Certificates {
+			p.uploads[uploadTag(l.Tenant, n)] = true
+		}
+		if l.TLS.ACME && l.Routes != nil {
+			p.acme = map[string]bool{}
+			for _, r := range l.Routes.Routes() {
+				if r.Host != "" && !strings.HasPrefix(r.Host, "*.") {
+					p.acme[r.Host] = true
+				}
+			}
+		}
+	}
+	if len(p.acme) == 1 && len(p.uploads) == 0 {
+		for h := range p.acme {
+			p.single = h
+		}
+	}
+	if m.tls.count.Add(1) > maxPolicies {
+		m.tls.policies.Clear()
+		m.tls.count.Store(0)
+	}
+	m.tls.policies.Store(l, p)
+	return p
+}
+
+// maxPolicies bounds the cached listener policies; the cache is emptied
+// when it grows past it (listeners are replaced on config changes).
+const maxPolicies = 8192
+
+// ServerConfig returns the TLS configuration of one handshake on an https
+// listener.
+// The configuration is built once per listener and ticket key period.
+func (m *Manager) ServerConfig(l *snapshot.Listener) *tls.Config {
+	p := m.policy(l)
+	base := m.tls.base.Load()
+	if b := p.built.Load(); b != nil && b.from == base {
+		return b.cfg
+	}
+	cfg := base.Clone()
+	if l.TLS != nil && l.TLS.MinVersion > cfg.MinVersion {
+		cfg.MinVersion = l.TLS.MinVersion
+	}
+	if p.acme != nil {
+		cfg.NextProtos = append(cfg.NextProtos[:len(cfg.NextProtos):len(cfg.NextProtos)], acmez.ACMETLS1Protocol)
+	}
+	cfg.GetCertificate = p.getCertificate
+	p.built.Store(&builtConfig{from: base, cfg: cfg})
+	return cfg
+}
+
+// builtConfig is a listener's configuration and the base it came from.
+type builtConfig struct{ from, cfg *tls.Config }
+
+// getCertificate picks the certificate for a ClientHello: a TLS-ALPN-01
+// challenge certificate, else the listener's ACME certificate for the
+// name, else one of its uploaded certificates covering the name (exact
+// names before wildcards, the latest expiry first).
+func (p *policy) getCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+	name := strings.ToLower(strings.TrimSuffix(hello.ServerName, "."))
+	if len(hello.SupportedProtos) == 1 && hello.SupportedProtos[0] == acmez.ACMETLS1Protocol {
+		return p.challengeCert(hello.Context(), name)
+	}
+	if name == "" {
+		name = p.single
+		if name == "" {
+			return p.onlyUpload()
+		}
+	}
+	var best *certmagic.Certificate
+	var bestRank int
+	for _, c := range p.m.cache.AllMatchingCertificates(name) {
+		if c.Leaf == nil || time.Now().After(c.Leaf.NotAfter) {
+			continue
+		}
+		rank := 0
+		switch {
+		case len(c.Tags) == 0 && p.acme[name] && containsName(c.Names, name):
+			rank = 3
+		case len(c.Tags) == 1 && p.uploads[c.Tags[0]] && containsName(c.Names, name):
+			rank = 2
+		case len(c.Tags) == 1 && p.uploads[c.Tags[0]]:
+			rank = 1 // a wildcard
+		default:
+			continue
+		}
+		if best == nil || rank > bestRank || rank == bestRank && c.Leaf.NotAfter.After(best.Leaf.NotAfter) {
+			c := c
+			best, bestRank = &c, rank
+		}
+	}
+	if best == nil {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownName, name)
+	}
+	return &best.Certificate, nil
+}
+
+// onlyUpload serves a client without SNI when the listener has exactly
+// one uploaded certificate and no ACME hosts.
+func (p *policy) onlyUpload() (*tls.Certificate, error) {
+	if len(p.uploads) != 1 || len(p.acme) != 0 {
+		return nil, fmt.Errorf("%w: the client sent no server name", ErrUnknownName)
+	}
+	var tag string
+	for t := range p.uploads {
+		tag = t
+	}
+	if host, ok := p.m.uploadHost.Load(tag); ok {
+		for _, c := range p.m.cache.AllMatchingCertificates(host.(string)) {
+			if len(c.Tags) == 1 && c.Tags[0] == tag {
+				return &c.Certificate, nil
+			}
+		}
+	}
+	return nil, fmt.Errorf("%w: the client sent no server name", ErrUnknownName)
+}
+
+func (p *policy) challengeCert(ctx context.Context, name string) (*tls.Certificate, error) {
+	if !p.acme[name] {
+		return nil, fmt.Errorf("%w: %q", ErrNoChallenge, name)
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	chal, ok := p.m.findChallenge(ctx, name)
+	if !ok || chal.Type != "tls-alpn-01" {
+		return nil, fmt.Errorf("%w: %q", ErrNoChallenge, name)
+	}
+	return acmez.TLSALPN01ChallengeCert(chal)
+}
+
+func containsName(names []string, s string) bool {
+	for _, n := range names {
+		if n == s {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,136 @@
+package certs
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/teapot-lb/teapot-lb/api"
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+)
+
+// CheckUpload validates an uploaded certificate for tenant t at time now:
+// the name is a DNS label, the PEM holds a certificate chain (leaf first)
+// whose leaf the private key matches, the leaf is valid at now, and every
+// name it covers (wildcards too) lies inside the tenant's domains. It
+// returns the Certificate object to store and the secret to keep in the
+// certificate store: the chain and the key, re-encoded as PEM.
+func CheckUpload(t *pb.Tenant, name string, certPEM, keyPEM []byte, now time.Time) (*pb.Certificate, []byte, error) {
+	ref := "Certificate " + t.GetName() + "/" + name
+	fail := func(field, format string, args ...any) error {
+		return &api.ValidationError{Ref: ref, Errors: []api.FieldError{{Field: field, Reason: fmt.Sprintf(format, args...)}}}
+	}
+	if !isLabel(name) {
+		return nil, nil, fail("name", "%q must be 1 to 63 lowercase letters, digits or '-', starting and ending with a letter or digit", name)
+	}
+	var chain []*x509.Certificate
+	var chainPEM []byte
+	for rest := certPEM; ; {
+		var b *pem.Block
+		b, rest = pem.Decode(rest)
+		if b == nil {
+			break
+		}
+		if b.Type != "CERTIFICATE" {
+			return nil, nil, fail("cert", "holds a %q PEM block; give the certificate chain here and the key in --key", b.Type)
+		}
+		c, err := x509.ParseCertificate(b.Bytes)
+		if err != nil {
+			return nil, nil, fail("cert", "certificate %d of the chain cannot be parsed: %v", len(chain)+1, err)
+		}
+		chain = append(chain, c)
+		chainPEM = append(chainPEM, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: b.Bytes})...)
+	}
+	if len(chain) == 0 {
+		return nil, nil, fail("cert", "holds no PEM certificate; give the chain in PEM, the server's certificate first")
+	}
+	pair, err := tls.X509KeyPair(chainPEM, keyPEM)
+	if err != nil {
+		if strings.Contains(err.Error(), "does not match") {
+			return nil, nil, fail("key", "the private key does not match the certificate's public key")
+		}
+		return nil, nil, fail("key", "is not a usable PEM private key: %v", err)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(pair.PrivateKey)
+	if err != nil {
+		return nil, nil, fail("key", "cannot be stored: %v", err)
+	}
+	leaf := chain[0]
+	switch {
+	case now.After(leaf.NotAfter):
+		return nil, nil, fail("cert", "expired on %s; upload a current certificate", leaf.NotAfter.UTC().Format(time.RFC3339))
+	case now.Before(leaf.NotBefore):
+		return nil, nil, fail("cert", "is not valid before %s; upload it once it is", leaf.NotBefore.UTC().Format(time.RFC3339))
+	}
+	hosts, problem := leafHosts(leaf, t.GetDomains())
+	if problem != "" {
+		return nil, nil, fail("cert", "%s", problem)
+	}
+	c := &pb.Certificate{
+		Name:     name,
+		Tenant:   t.GetName(),
+		Hosts:    hosts,
+		Source:   SourceUploaded,
+		Issuer:   issuerName(leaf.Issuer.CommonName, leaf.Issuer.String()),
+		NotAfter: timestamppb.New(leaf.NotAfter),
+		State:    StateValid,
+	}
+	secret := append(chainPEM, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})...)
+	return c, secret, nil
+}
+
+// leafHosts returns the names a certificate covers, or why they may not be
+// served for a tenant with domains.
+func leafHosts(leaf *x509.Certificate, domains []string) ([]string, string) {
+	if len(leaf.IPAddresses) > 0 || len(leaf.URIs) > 0 || len(leaf.EmailAddresses) > 0 {
+		return nil, "names IP addresses, URIs or e-mail addresses; only DNS names inside the tenant's domains are served"
+	}
+	names := leaf.DNSNames
+	if len(names) == 0 && leaf.Subject.CommonName != "" {
+		names = []string{leaf.Subject.CommonName}
+	}
+	if len(names) == 0 {
+		return nil, "names no host (no DNS subject alternative name)"
+	}
+	out := make([]string, 0, len(names))
+	for _, n := range names {
+		h := strings.ToLower(strings.TrimSuffix(n, "."))
+		base := strings.TrimPrefix(h, "*.")
+		if net.ParseIP(base) != nil || !isHostName(base) {
+			return nil, fmt.Sprintf("names %q, which is not a DNS name or a wildcard like *.acme.example", n)
+		}
+		if !inDomains(base, domains) {
+			return nil, fmt.Sprintf("names %s, which is not inside the tenant's domains (%s)", n, listOr(domains, "the tenant has none; the operator sets them"))
+		}
+		out = append(out, h)
+	}
+	return out, ""
+}
+
+func listOr(s []string, none string) string {
+	if len(s) == 0 {
+		return none
+	}
+	return strings.Join(s, ", ")
+}
+
+// isLabel reports whether s is a DNS label: [a-z0-9-]{1,63}, alphanumeric
+// at both ends.
+func isLabel(s string) bool {
+	if len(s) == 0 || len(s) > 63 || s[0] == '-' || s[len(s)-1] == '-' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,190 @@
+package l7
+
+import (
+	"crypto/tls"
+	"net/http"
+	"net/netip"
+	"time"
+)
+
+// Router maps a request to a route. It is read on every request through
+// ConnInfo.Router, so a config swap reaches the next request of every open
+// connection. Implementations must be safe for concurrent use and must not
+// retain host or path: both alias a connection buffer.
+type Router interface {
+	// Route returns the route for a normalised host (lower case, no port,
+	// no trailing dot; "" when the request has none) and a cleaned path
+	// (no dot segments, no query). nil means no route: 404.
+	Route(host, path string) *Route
+}
+
+// Route is where a request goes. Exactly one of Backend, RedirectHTTPS and
+// Handler is used, in that order of precedence: a redirect wins over the
+// others, a Handler over a Backend.
+type Route struct {
+	// Name labels the route in metrics ("tenant/lb/routes[2]").
+	Name string
+	// Backend receives the request.
+	Backend Backend
+	// RedirectHTTPS answers with a redirect to https://host[:HTTPSPort]
+	// and the same target: 301 for GET and HEAD, 308 for other methods.
+	RedirectHTTPS bool
+	// HTTPSPort is the port of the redirect; 0 and 443 leave it out.
+	HTTPSPort uint16
+	// Handler answers the request locally (ACME HTTP-01 challenges).
+	Handler http.Handler
+}
+
+// Protocol is the protocol spoken to a backend's members.
+type Protocol uint8
+
+// Backend protocols.
+const (
+	// HTTP1 is HTTP/1.1 over TCP with keep-alive connection pools.
+	HTTP1 Protocol = iota
+	// H2C is cleartext HTTP/2 with prior knowledge (gRPC backends).
+	H2C
+	// HTTP1TLS is HTTP/1.1 over TLS.
+	HTTP1TLS
+)
+
+func (p Protocol) String() string {
+	switch p {
+	case H2C:
+		return "h2c"
+	case HTTP1TLS:
+		return "tls"
+	}
+	return "http1"
+}
+
+// BackendOptions tune how requests reach a backend's members. A published
+// value is never modified.
+type BackendOptions struct {
+	Protocol Protocol
+	// TLS configures HTTP1TLS connections; nil dials without verifying the
+	// member's certificate, as members are addressed by IP.
+	TLS *tls.Config
+	// ConnectTimeout bounds a dial; 0 takes Config.ConnectTimeout.
+	ConnectTimeout time.Duration
+	// ResponseHeaderTimeout bounds the wait for the response head after
+	// the request was sent; 0 takes Config.ResponseHeaderTimeout.
+	ResponseHeaderTimeout time.Duration
+	// ProxyProtocol is 0 (none), 1 or 2: a PROXY protocol header with the
+	// client's address starts every connection to a member. Such
+	// connections carry one client's requests only.
+	ProxyProtocol uint8
+	// HashHeader names the request header whose value is passed to Pick
+	// as the hash key; "" passes nil (hash on the client IP).
+	HashHeader string
+	// MaxBodyBytes refuses larger request bodies with 413; 0 takes
+	// Config.MaxBodyBytes.
+	MaxBodyBytes int64
+}
+
+// Backend is a pool of members.
+type Backend interface {
+	// Pick returns a member for a request, or ok=false when every member
+	// is down or drained (503). hashKey is the HashHeader value, nil when
+	// the option is unset or the header absent. Every successful Pick is
+	// followed by exactly one Done on the member.
+	Pick(client netip.Addr, hashKey []byte) (m Member, ok bool)
+	// Options returns the backend's options; the result is not modified.
+	Options() *BackendOptions
+}
+
+// Member is one backend server.
+type Member interface {
+	// Addr is where the member listens. Connection pools are keyed by it
+	// and outlive config swaps.
+	Addr() netip.AddrPort
+	// Done reports the outcome of one request: err is nil when a response
+	// came back (any status), status the member's status code (0 when
+	// none), d the time from sending the request to the end of the
+	// response head (or the failure). It feeds passive health checks and
+	// least-request accounting.
+	Done(err error, status int, d time.Duration)
+}
+
+// ConnInfo describes the listener a connection arrived on.
+type ConnInfo struct {
+	// Listener, LB and Tenant label the connection in metrics.
+	Listener string
+	LB       string
+	Tenant   string
+	// TLS is set when the connection was TLS-terminated (scheme https).
+	TLS bool
+	// Local is the VIP and port; zero takes the connection's local address.
+	Local netip.AddrPort
+	// Client is the client's address; zero takes the remote address. Set
+	// it when the listener read a PROXY protocol header.
+	Client netip.AddrPort
+	// Router returns the current router; it is called once per request.
+	Router func() Router
+	// IdleTimeout closes a keep-alive connection without requests; 0
+	// takes Config.IdleTimeout.
+	IdleTimeout time.Duration
+}
+
+// Outcome classifies how a request ended, for metrics.
+type Outcome uint8
+
+// Outcomes.
+const (
+	// OutcomeOK: the member's response was relayed.
+	OutcomeOK Outcome = iota
+	// OutcomeClientError: the request was refused (400, 408, 413, 431).
+	OutcomeClientError
+	// OutcomeNoRoute: 404.
+	OutcomeNoRoute
+	// OutcomeRedirect: redirected to HTTPS.
+	OutcomeRedirect
+	// OutcomeLocal: answered by a route's Handler.
+	OutcomeLocal
+	// OutcomeNoMember: every member down (503).
+	OutcomeNoMember
+	// OutcomeUpstreamError: connect refused or a broken response (502).
+	OutcomeUpstreamError
+	// OutcomeUpstreamTimeout: connect or response timeout (504).
+	OutcomeUpstreamTimeout
+	// OutcomeAborted: the client went away before the response ended.
+	OutcomeAborted
+)
+
+// RequestStats describes one finished request.
+type RequestStats struct {
+	Listener, LB, Tenant string
+	// Route is the route's Name, "" without a route.
+	Route string
+	// Member is the member that served the request; zero without one.
+	Member netip.AddrPort
+	// HTTP2 is set for requests from HTTP/2 clients.
+	HTTP2   bool
+	Status  int
+	Outcome Outcome
+	// Duration runs from the complete request head to the end of the
+	// response.
+	Duration time.Duration
+	// RequestBytes and ResponseBytes count body bytes.
+	RequestBytes, ResponseBytes int64
+}
+
+// Metrics receives counters. Implementations must be cheap and safe for
+// concurrent use; they are called on the request path.
+type Metrics interface {
+	// Request is called once per finished request.
+	Request(RequestStats)
+	// Conn is called when a client connection opens (open) and closes.
+	Conn(info *ConnInfo, open bool)
+}
+
+// NopMetrics discards everything.
+type NopMetrics struct{}
+
+// Request implements Metrics.
+func (NopMetrics) Request(RequestStats) {}
+
+// Conn implements Metrics.
+func (NopMetrics) Conn(*ConnInfo, bool) {}
+
+var _ Metrics = NopMetrics{}

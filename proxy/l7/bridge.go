@@ -1,0 +1,329 @@
+package l7
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// bridge serves an HTTP/1.x request through net/http values: to a local
+// Handler (be is nil) or to an h2c backend. b is the request head.
+func (c *clientConn) bridge(b []byte, route *Route, be Backend, opts *BackendOptions, path []byte, cleaned bool) {
+	h := &c.h
+	isHead := h.method(b) == "HEAD"
+	target := string(b[h.tS:h.tE])
+	if h.form == formAbsolute || cleaned {
+		target = string(path) + string(b[h.qS:h.tE])
+	}
+	u, err := url.ParseRequestURI(target)
+	if h.form == formAsterisk {
+		u, err = &url.URL{Path: "*"}, nil
+	}
+	if err != nil {
+		c.localError(400, OutcomeClientError, isHead)
+		return
+	}
+	hdr := make(http.Header, len(h.fields))
+	for i := range h.fields {
+		f := &h.fields[i]
+		if f.kind == hHost || (f.drop && f.kind != hConnection && f.kind != hTE) {
+			continue
+		}
+		k := http.CanonicalHeaderKey(string(f.name(b)))
+		hdr[k] = append(hdr[k], string(f.value(b)))
+	}
+	body := &h1Body{c: c, chunked: h.chunked, left: max(h.contentLength, 0)}
+	ctx, cancel := context.WithCancel(c.ctx)
+	defer cancel()
+	r := &http.Request{
+		Method:        string(b[h.mS:h.mE]), // b changes once the body is read
+		URL:           u,
+		Proto:         "HTTP/1." + string('0'+rune(h.minor)),
+		ProtoMajor:    1,
+		ProtoMinor:    int(h.minor),
+		Header:        hdr,
+		Host:          string(h.hostValue(b)),
+		RemoteAddr:    c.client.String(),
+		RequestURI:    target,
+		ContentLength: h.contentLength,
+		Close:         !h.keepAlive(),
+	}
+	if h.chunked {
+		r.ContentLength = -1
+	}
+	if h.hasBody() {
+		r.Body = body
+	} else {
+		r.Body = http.NoBody
+		body.done = true
+	}
+	r = r.WithContext(ctx)
+	w := &h1Writer{c: c, hdr: make(http.Header), isHead: isHead}
+	if c.scope == nil {
+		c.scope = &connScope{s: c.s, pp: proxyAddrs{src: c.client, dst: c.local}}
+	}
+	if be == nil {
+		route.Handler.ServeHTTP(w, r)
+		c.stats.Outcome = OutcomeLocal
+	} else {
+		limit := opts.MaxBodyBytes
+		if limit <= 0 {
+			limit = c.s.cfg.MaxBodyBytes
+		}
+		q := &rtRequest{r: r, path: string(path), ca: &c.ca, scope: c.scope, stats: &c.stats, limit: limit, retries: c.s.cfg.Retries}
+		c.s.proxyHTTP(w, q, be, opts)
+	}
+	w.finish()
+	if !body.close() {
+		c.closing = true
+	}
+	c.rdl = 0
+	if w.err != nil {
+		c.closing = true
+	}
+	out := c.stats.Outcome
+	if w.err != nil {
+		out = OutcomeAborted
+	}
+	c.stats.RequestBytes = body.n
+	c.finish(w.status, out)
+}
+
+// h1Body reads a request body from an HTTP/1.x client connection for the
+// round-trip path. A transport may read it from its own goroutine, even
+// after the round trip; close stops it.
+type h1Body struct {
+	c       *clientConn
+	mu      sync.Mutex
+	chunked bool
+	ck      chunked
+	left    int64
+	n       int64
+	done    bool // read to its end
+	closed  bool
+	err     error
+}
+
+func (b *h1Body) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return 0, http.ErrBodyReadAfterClose
+	}
+	if b.err != nil {
+		return 0, b.err
+	}
+	c := b.c
+	for {
+		if b.done {
+			return 0, io.EOF
+		}
+		if len(p) == 0 {
+			return 0, nil
+		}
+		if c.r == c.w {
+			if err := c.readBody(c.s.cfg.BodyTimeout); err != nil {
+				b.err = err
+				return 0, err
+			}
+		}
+		if !b.chunked {
+			k := int(min(int64(len(p)), b.left, int64(c.w-c.r)))
+			copy(p, c.rb[c.r:c.r+k])
+			c.r += k
+			b.left -= int64(k)
+			b.n += int64(k)
+			b.done = b.left == 0
+			return k, nil
+		}
+		in := c.rb[c.r:c.w]
+		if len(in) > len(p) {
+			in = in[:len(p)]
+		}
+		k, data, err := b.ck.step(in)
+		if data {
+			copy(p, in[:k])
+		}
+		c.r += k
+		if err != nil {
+			b.err = err
+			return 0, err
+		}
+		b.done = b.ck.done()
+		if data {
+			b.n += int64(k)
+			return k, nil
+		}
+	}
+}
+
+// Close implements io.Closer; the connection settles the body itself.
+func (b *h1Body) Close() error { return nil }
+
+// close stops readers and reports whether the body was read to its end.
+func (b *h1Body) close() bool {
+	if !b.mu.TryLock() {
+		_ = b.c.nc.SetReadDeadline(aLongTimeAgo)
+		b.mu.Lock()
+	}
+	b.closed = true
+	done := b.done
+	b.mu.Unlock()
+	return done
+}
+
+// h1Writer is an http.ResponseWriter on an HTTP/1.x client connection.
+type h1Writer struct {
+	c       *clientConn
+	hdr     http.Header
+	isHead  bool
+	wrote   bool
+	status  int
+	chunked bool
+	noBody  bool
+	err     error
+}
+
+func (w *h1Writer) Header() http.Header { return w.hdr }
+
+func (w *h1Writer) WriteHeader(code int) {
+	if w.wrote || w.err != nil {
+		return
+	}
+	if code < 200 {
+		if code != 101 && w.c.h.minor == 1 {
+			w.err = w.c.write([]byte("HTTP/1.1 " + strconv.Itoa(code) + " " + http.StatusText(code) + "\r\n\r\n"))
+		}
+		return
+	}
+	w.wrote, w.status = true, code
+	c := w.c
+	removeHop(w.hdr)
+	w.noBody = w.isHead || code == 204 || code == 304
+	if len(w.hdr["Trailer"]) > 0 && c.h.minor == 1 && !w.noBody {
+		delete(w.hdr, "Content-Length") // trailers need chunked framing
+	}
+	_, hasCL := w.hdr["Content-Length"]
+	switch {
+	case w.noBody, hasCL:
+	case c.h.minor == 1:
+		w.chunked = true
+	default:
+		c.closing = true
+	}
+	if !c.h.keepAlive() || c.draining() {
+		c.closing = true
+	}
+	bw := bufio.NewWriterSize(&connWriter{c}, 4096)
+	bw.WriteString("HTTP/1.1 " + strconv.Itoa(code) + " " + http.StatusText(code) + "\r\n")
+	for k, vv := range w.hdr {
+		if strings.HasPrefix(k, http.TrailerPrefix) {
+			continue
+		}
+		for _, v := range vv {
+			bw.WriteString(k + ": " + sanitizeValue(v) + "\r\n")
+		}
+	}
+	if w.chunked {
+		bw.WriteString("Transfer-Encoding: chunked\r\n")
+	}
+	switch {
+	case c.closing:
+		bw.WriteString(hdrConnClose)
+	case c.h.minor == 0:
+		bw.WriteString(hdrConnKeepAlive)
+	}
+	bw.WriteString("\r\n")
+	w.err = bw.Flush()
+}
+
+// sanitizeValue keeps a header value on its line.
+func sanitizeValue(v string) string {
+	if strings.ContainsAny(v, "\r\n\x00") {
+		return strings.NewReplacer("\r", " ", "\n", " ", "\x00", " ").Replace(v)
+	}
+	return v
+}
+
+func (w *h1Writer) Write(p []byte) (int, error) {
+	if !w.wrote {
+		w.WriteHeader(200)
+	}
+	if w.err != nil {
+		return 0, w.err
+	}
+	if w.noBody || len(p) == 0 {
+		return len(p), nil
+	}
+	c := w.c
+	if !w.chunked {
+		if w.err = c.write(p); w.err != nil {
+			return 0, w.err
+		}
+		return len(p), nil
+	}
+	c.wb = strconv.AppendInt(c.wb[:0], int64(len(p)), 16)
+	c.wb = append(c.wb, "\r\n"...)
+	if len(p) <= smallBody {
+		c.wb = append(c.wb, p...)
+		c.wb = append(c.wb, "\r\n"...)
+		w.err = c.write(c.wb)
+	} else if w.err = c.writev(c.wb, p); w.err == nil {
+		w.err = c.write([]byte("\r\n"))
+	}
+	if w.err != nil {
+		return 0, w.err
+	}
+	return len(p), nil
+}
+
+// Flush implements http.Flusher: nothing is buffered.
+func (w *h1Writer) Flush() {
+	if !w.wrote {
+		w.WriteHeader(200)
+	}
+}
+
+// finish ends the response: the last chunk and the trailers.
+func (w *h1Writer) finish() {
+	if !w.wrote {
+		w.WriteHeader(200)
+	}
+	if w.err != nil || !w.chunked {
+		return
+	}
+	bw := bufio.NewWriterSize(&connWriter{w.c}, 1024)
+	bw.WriteString("0\r\n")
+	declared := map[string]bool{}
+	for _, v := range w.hdr["Trailer"] {
+		for _, k := range strings.Split(v, ",") {
+			declared[http.CanonicalHeaderKey(strings.TrimSpace(k))] = true
+		}
+	}
+	for k, vv := range w.hdr {
+		name, ok := strings.CutPrefix(k, http.TrailerPrefix)
+		if !ok && !declared[k] {
+			continue
+		}
+		for _, v := range vv {
+			bw.WriteString(name + ": " + sanitizeValue(v) + "\r\n")
+		}
+	}
+	bw.WriteString("\r\n")
+	w.err = bw.Flush()
+}
+
+// connWriter writes to a client connection under its write timeout.
+type connWriter struct{ c *clientConn }
+
+func (cw *connWriter) Write(p []byte) (int, error) {
+	if err := cw.c.write(p); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}

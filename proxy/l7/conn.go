@@ -1,0 +1,445 @@
+package l7
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/netip"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Connection states, for draining.
+const (
+	connIdle int32 = iota
+	connActive
+	connDrain
+)
+
+const (
+	clientBufSize = 8 << 10
+	// smallBody is the largest body coalesced with its head into one write.
+	smallBody = 16 << 10
+	// spliceMin is the smallest body remainder worth a splice between two
+	// bare TCP connections.
+	spliceMin = 64 << 10
+	// lingerTime and lingerBytes bound the draining of a refused request.
+	lingerTime  = 500 * time.Millisecond
+	lingerBytes = 256 << 10
+)
+
+var (
+	aLongTimeAgo = time.Unix(1, 0)
+	slash        = []byte("/")
+	errBufFull   = errors.New("buffer full")
+)
+
+// clientConn is one HTTP/1.x client connection. Its goroutine reads a
+// request, proxies it and loops; a second goroutine exists only while a
+// request body streams to a member.
+type clientConn struct {
+	s      *Server
+	ctx    context.Context
+	nc     net.Conn
+	tcp    *net.TCPConn // nc when it is bare TCP (splice)
+	info   *ConnInfo
+	client netip.AddrPort
+	local  netip.AddrPort
+	ca     clientAddrs
+	idle   time.Duration
+
+	state   atomic.Int32
+	drainWG sync.WaitGroup
+
+	rb   []byte
+	r, w int
+	wb   []byte
+	h    reqHead
+	// up is the member connection kept from the previous request.
+	up *upConn
+	// scope holds what belongs to this connection alone (h2c transports
+	// for PROXY protocol backends).
+	scope *connScope
+
+	hostBuf, pathBuf []byte
+	rdl, wdl         int64
+	closing          bool
+	linger           bool // unread request bytes may follow: drain before closing
+	start            time.Time
+	bodyCh           chan error
+	bodyAbort        atomic.Bool // stopBody is interrupting the copier
+	bodyN            int64       // body bytes the copier sent
+	bufs             net.Buffers
+	bufArr           [2][]byte
+	stats            RequestStats
+}
+
+func (c *clientConn) serve() {
+	c.drainWG.Add(1)
+	stop := context.AfterFunc(c.ctx, func() {
+		defer c.drainWG.Done()
+		c.drain()
+	})
+	defer func() {
+		if stop() {
+			c.drainWG.Done()
+		}
+		c.drainWG.Wait() // a running drain must not touch a recycled conn
+	}()
+	for c.readRequest() {
+		c.handle()
+		if c.closing || !c.state.CompareAndSwap(connActive, connIdle) {
+			return
+		}
+	}
+}
+
+// drain makes an idle connection close now and a busy one close after its
+// response.
+func (c *clientConn) drain() {
+	for {
+		switch c.state.Load() {
+		case connIdle:
+			if c.state.CompareAndSwap(connIdle, connDrain) {
+				_ = c.nc.SetReadDeadline(aLongTimeAgo)
+				return
+			}
+		case connActive:
+			if c.state.CompareAndSwap(connActive, connDrain) {
+				return
+			}
+		default:
+			return
+		}
+	}
+}
+
+func (c *clientConn) draining() bool { return c.state.Load() == connDrain }
+
+// fill reads more client bytes into rb.
+func (c *clientConn) fill() error {
+	if c.w == len(c.rb) {
+		if c.r == 0 {
+			return errBufFull
+		}
+		c.w = copy(c.rb, c.rb[c.r:c.w])
+		c.r = 0
+	}
+	for {
+		n, err := c.nc.Read(c.rb[c.w:])
+		c.w += n
+		if n > 0 {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+func (c *clientConn) setReadDeadline(now int64, d time.Duration) error {
+	return setDeadline(c.nc.SetReadDeadline, &c.rdl, now, d)
+}
+
+// write writes b to the client under the write timeout.
+func (c *clientConn) write(b []byte) error {
+	if err := setDeadline(c.nc.SetWriteDeadline, &c.wdl, time.Now().UnixNano(), c.s.cfg.WriteTimeout); err != nil {
+		return err
+	}
+	_, err := c.nc.Write(b)
+	return err
+}
+
+// writev writes a and b with one system call where the connection allows.
+func (c *clientConn) writev(a, b []byte) error {
+	if err := setDeadline(c.nc.SetWriteDeadline, &c.wdl, time.Now().UnixNano(), c.s.cfg.WriteTimeout); err != nil {
+		return err
+	}
+	c.bufArr[0], c.bufArr[1] = a, b
+	c.bufs = c.bufArr[:]
+	_, err := c.bufs.WriteTo(c.nc)
+	c.bufArr[0], c.bufArr[1] = nil, nil
+	return err
+}
+
+// readRequest waits for the next request and parses its head. It reports
+// false when the connection is done.
+func (c *clientConn) readRequest() bool {
+	c.h.reset()
+	now := time.Now()
+	if c.r == c.w {
+		c.r, c.w = 0, 0
+		if len(c.rb) > clientBufSize {
+			c.rb = make([]byte, clientBufSize) // drop a grown buffer between requests
+		}
+		if c.setReadDeadline(now.UnixNano(), c.idle) != nil {
+			return false
+		}
+		if err := c.fill(); err != nil {
+			return false // idle timeout, close or drain: nothing to answer
+		}
+		now = time.Now()
+	}
+	if !c.state.CompareAndSwap(connIdle, connActive) {
+		// Drained while the request arrived: serve it, then close. The
+		// drain set a read deadline in the past.
+		c.closing = true
+		c.rdl = 0
+	}
+	c.start = now
+	headerDeadline := false
+	for {
+		done, st := c.h.parse(c.rb[c.r:c.w], c.s.cfg.MaxHeaderBytes, c.s.cfg.MaxHeaderCount)
+		if st != 0 {
+			c.reject(st)
+			return false
+		}
+		if done {
+			return true
+		}
+		if !headerDeadline {
+			headerDeadline = true
+			c.rdl = 0
+			if c.setReadDeadline(now.UnixNano(), c.s.cfg.HeaderTimeout) != nil {
+				return false
+			}
+		}
+		if c.w == len(c.rb) && c.r == 0 {
+			c.rb = append(make([]byte, 0, c.s.cfg.MaxHeaderBytes+4096), c.rb[:c.w]...)[:c.s.cfg.MaxHeaderBytes+4096]
+		}
+		if err := c.fill(); err != nil {
+			if isTimeout(err) && !c.draining() {
+				c.reject(408)
+			}
+			return false
+		}
+	}
+}
+
+// handle serves one request whose head is parsed.
+func (c *clientConn) handle() {
+	h := &c.h
+	b := c.rb[c.r : c.r+h.n]
+	c.r += h.n // b stays valid until the next fill
+	c.stats = RequestStats{Listener: c.info.Listener, LB: c.info.LB, Tenant: c.info.Tenant}
+	isHead := h.method(b) == "HEAD"
+
+	host, ok := normalizeHost(c.hostBuf, h.hostValue(b))
+	if !ok {
+		c.reject(400)
+		return
+	}
+	c.hostBuf = host
+	path := b[h.pS:h.pE]
+	if len(path) == 0 {
+		path = slash
+	}
+	cleaned := needsClean(path)
+	if cleaned {
+		c.pathBuf = cleanPath(c.pathBuf, path)
+		path = c.pathBuf
+	}
+	var route *Route
+	if c.info.Router != nil {
+		if rt := c.info.Router(); rt != nil {
+			route = rt.Route(unsafeString(host), unsafeString(path))
+		}
+	}
+	switch {
+	case route == nil:
+		c.localError(404, OutcomeNoRoute, isHead)
+		return
+	case route.RedirectHTTPS:
+		c.stats.Route = route.Name
+		c.redirect(route, b, host, path, cleaned, isHead)
+		return
+	case route.Handler != nil:
+		c.stats.Route = route.Name
+		c.bridge(b, route, nil, nil, path, cleaned)
+		return
+	case route.Backend == nil:
+		c.stats.Route = route.Name
+		c.localError(503, OutcomeNoMember, isHead)
+		return
+	}
+	c.stats.Route = route.Name
+	be := route.Backend
+	opts := be.Options()
+	limit := opts.MaxBodyBytes
+	if limit <= 0 {
+		limit = c.s.cfg.MaxBodyBytes
+	}
+	if limit > 0 && h.contentLength > limit {
+		c.reject(413)
+		return
+	}
+	if opts.Protocol == H2C {
+		c.bridge(b, route, be, opts, path, cleaned)
+		return
+	}
+	c.proxy(b, be, opts, limit, path, cleaned, isHead)
+}
+
+// skipBody consumes a request body that is already buffered, or marks the
+// connection for closing when it is not.
+func (c *clientConn) skipBody() {
+	h := &c.h
+	if !h.hasBody() {
+		return
+	}
+	if !h.chunked && int64(c.w-c.r) >= h.contentLength {
+		c.r += int(h.contentLength)
+		h.contentLength = 0
+		return
+	}
+	c.closing = true
+}
+
+// local answers with an error page without a member.
+func (c *clientConn) localError(code int, out Outcome, isHead bool) {
+	c.skipBody()
+	c.writeError(code, isHead)
+	c.finish(code, out)
+}
+
+// reject refuses a request that cannot be read to its end, and closes.
+func (c *clientConn) reject(code int) {
+	c.closing, c.linger = true, true
+	c.writeError(code, false)
+	c.finish(code, OutcomeClientError)
+}
+
+func (c *clientConn) writeError(code int, isHead bool) {
+	p := pageFor(code)
+	if closesConn(code) || !c.h.keepAlive() || c.h.minor == 0 || c.draining() {
+		c.closing = true
+	}
+	msg := p.keep
+	if c.closing {
+		msg = p.close
+	}
+	if isHead {
+		msg = msg[:len(msg)-p.bodyLen]
+	}
+	if c.write(msg) != nil {
+		c.closing = true
+	}
+}
+
+// redirect answers with a redirect to the same target over HTTPS.
+func (c *clientConn) redirect(route *Route, b, host, path []byte, cleaned, isHead bool) {
+	h := &c.h
+	if len(host) == 0 {
+		c.localError(400, OutcomeClientError, isHead)
+		return
+	}
+	c.skipBody()
+	if c.draining() || !h.keepAlive() || h.minor == 0 {
+		c.closing = true
+	}
+	code, line := 308, "HTTP/1.1 308 Permanent Redirect\r\nLocation: https://"
+	if m := h.method(b); m == "GET" || m == "HEAD" {
+		code, line = 301, "HTTP/1.1 301 Moved Permanently\r\nLocation: https://"
+	}
+	w := append(c.wb[:0], line...)
+	w = append(w, host...)
+	if route.HTTPSPort != 0 && route.HTTPSPort != 443 {
+		w = append(w, ':')
+		w = strconv.AppendUint(w, uint64(route.HTTPSPort), 10)
+	}
+	switch {
+	case cleaned:
+		w = append(w, path...)
+		w = append(w, b[h.qS:h.tE]...)
+	case h.form == formAsterisk:
+		w = append(w, '/')
+	case h.pS == h.tE || b[h.pS] != '/':
+		w = append(w, '/')
+		w = append(w, b[h.pS:h.tE]...)
+	default:
+		w = append(w, b[h.pS:h.tE]...)
+	}
+	w = append(w, "\r\nContent-Length: 0\r\n"...)
+	if c.closing {
+		w = append(w, "Connection: close\r\n"...)
+	}
+	w = append(w, "\r\n"...)
+	c.wb = w
+	if c.write(w) != nil {
+		c.closing = true
+	}
+	c.finish(code, OutcomeRedirect)
+}
+
+func (c *clientConn) finish(status int, out Outcome) {
+	c.stats.Status = status
+	c.stats.Outcome = out
+	c.stats.Duration = time.Since(c.start)
+	c.s.cfg.Metrics.Request(c.stats)
+}
+
+// release returns a member connection to its pool, or closes it.
+func (c *clientConn) release(u *upConn) {
+	if u.private || !c.s.pools.get(u.key).put(u, c.s.cfg.MaxIdlePerMember) {
+		u.close()
+	}
+}
+
+// acquire returns a connection to a member: the one kept from the previous
+// request, an idle one from the member's pool, or a new one. reused
+// reports that the connection served requests before.
+func (c *clientConn) acquire(addr netip.AddrPort, opts *BackendOptions, now int64) (u *upConn, reused bool, err error) {
+	key := poolKey{addr: addr, proto: opts.Protocol}
+	private := opts.ProxyProtocol != 0
+	maxIdle := int64(c.s.cfg.UpstreamIdleTimeout)
+	if u = c.up; u != nil {
+		c.up = nil
+		idle := now - u.idleAt
+		switch {
+		case idle >= maxIdle || (idle >= staleAfter && u.closedByPeer()):
+			u.close()
+		case u.key == key && u.private == private:
+			return u, true, nil
+		default:
+			c.release(u)
+		}
+	}
+	if !private {
+		p := c.s.pools.get(key)
+		for u = p.take(now, c.s.cfg.UpstreamIdleTimeout); u != nil; u = p.take(now, c.s.cfg.UpstreamIdleTimeout) {
+			if now-u.idleAt < staleAfter || !u.closedByPeer() {
+				return u, true, nil
+			}
+			u.close()
+		}
+	}
+	var pp *proxyAddrs
+	if private {
+		pp = &proxyAddrs{src: c.client, dst: c.local}
+	}
+	u, err = c.s.dial(c.ctx, key, opts, pp)
+	return u, false, err
+}
+
+// close ends the connection and gives its buffers back.
+func (c *clientConn) close() {
+	if c.up != nil {
+		c.release(c.up)
+		c.up = nil
+	}
+	if c.scope != nil {
+		c.scope.close()
+		c.scope = nil
+	}
+	if c.linger && c.tcp != nil {
+		// Let the client read the error page: closing with unread
+		// bytes in the socket would reset the connection.
+		_ = c.tcp.CloseWrite()
+		_ = c.tcp.SetReadDeadline(time.Now().Add(lingerTime))
+		_, _ = io.CopyN(io.Discard, c.tcp, lingerBytes)
+	}
+	_ = c.nc.Close()
+}

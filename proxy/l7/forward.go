@@ -1,0 +1,191 @@
+package l7
+
+import (
+	"math/rand/v2"
+	"net/netip"
+)
+
+const hexDigits = "0123456789abcdef"
+
+// appendRequestID appends 32 random hex digits. The runtime's per-thread
+// generator makes this a few nanoseconds, without a system call.
+func appendRequestID(b []byte) []byte {
+	for range 2 {
+		v := rand.Uint64()
+		for i := 60; i >= 0; i -= 4 {
+			b = append(b, hexDigits[(v>>uint(i))&0xf])
+		}
+	}
+	return b
+}
+
+// clientAddrs is what the forwarding headers say about a client
+// connection, rendered once per connection.
+type clientAddrs struct {
+	addr    netip.Addr
+	ip      []byte // "192.0.2.1", "2001:db8::1"
+	fwdFor  []byte // Forwarded for= value: 192.0.2.1 or "[2001:db8::1]"
+	https   bool
+	trusted bool // its X-Forwarded-* and Forwarded fields are kept
+}
+
+func newClientAddrs(client netip.AddrPort, https bool, trusted []netip.Prefix) clientAddrs {
+	a := client.Addr().Unmap().WithZone("")
+	ca := clientAddrs{addr: a, https: https}
+	if !a.IsValid() {
+		ca.ip = []byte("unknown")
+		ca.fwdFor = []byte("unknown")
+		return ca
+	}
+	ca.ip = a.AppendTo(nil)
+	if a.Is6() {
+		ca.fwdFor = append(append(append([]byte(`"[`), ca.ip...), ']'), '"')
+	} else {
+		ca.fwdFor = ca.ip
+	}
+	for _, p := range trusted {
+		if p.Contains(a) {
+			ca.trusted = true
+			break
+		}
+	}
+	return ca
+}
+
+func (ca *clientAddrs) proto() string {
+	if ca.https {
+		return "https"
+	}
+	return "http"
+}
+
+// forwardKind reports whether a field carries forwarding information that
+// an untrusted client may not set.
+func forwardKind(k hdrKind) bool {
+	switch k {
+	case hXFF, hXFProto, hXFHost, hForwarded:
+		return true
+	}
+	return false
+}
+
+// appendRequestHead appends the head forwarded to a member: the request
+// line in origin form with HTTP/1.1, the client's fields without the
+// hop-by-hop ones (copied as runs of whole lines), and the forwarding
+// fields. path is the cleaned path when cleaned is set.
+func appendRequestHead(dst, b []byte, h *reqHead, ca *clientAddrs, path []byte, cleaned bool, upgrade []byte) []byte {
+	dst = append(dst, b[h.mS:h.mE]...)
+	dst = append(dst, ' ')
+	switch {
+	case h.form == formAsterisk:
+		dst = append(dst, '*')
+	case cleaned:
+		dst = append(dst, path...)
+		dst = append(dst, b[h.qS:h.tE]...)
+	case h.form == formAbsolute:
+		if h.pS == h.tE || b[h.pS] != '/' {
+			dst = append(dst, '/')
+		}
+		dst = append(dst, b[h.pS:h.tE]...)
+	default:
+		dst = append(dst, b[h.tS:h.tE]...)
+	}
+	dst = append(dst, " HTTP/1.1\r\n"...)
+
+	run := -1
+	for i := range h.fields {
+		f := &h.fields[i]
+		if f.drop || (!ca.trusted && forwardKind(f.kind)) {
+			if run >= 0 {
+				dst = append(dst, b[run:f.ns]...)
+				run = -1
+			}
+			continue
+		}
+		if run < 0 {
+			run = int(f.ns)
+		}
+	}
+	if run >= 0 {
+		dst = append(dst, b[run:h.fields[len(h.fields)-1].le]...)
+	}
+
+	host := h.hostValue(b)
+	if h.form == formAbsolute {
+		dst = append(dst, "Host: "...)
+		dst = append(dst, host...)
+		dst = append(dst, "\r\n"...)
+	}
+	if upgrade != nil {
+		dst = append(dst, "Connection: upgrade\r\nUpgrade: "...)
+		dst = append(dst, upgrade...)
+		dst = append(dst, "\r\n"...)
+	}
+	if h.teTrailers {
+		dst = append(dst, "TE: trailers\r\n"...)
+	}
+	dst = append(dst, "X-Forwarded-For: "...)
+	dst = append(dst, ca.ip...)
+	if !ca.trusted || !h.hasXFProto {
+		dst = append(dst, "\r\nX-Forwarded-Proto: "...)
+		dst = append(dst, ca.proto()...)
+	}
+	if len(host) > 0 && (!ca.trusted || !h.hasXFHost) {
+		dst = append(dst, "\r\nX-Forwarded-Host: "...)
+		dst = append(dst, host...)
+	}
+	dst = append(dst, "\r\nForwarded: for="...)
+	dst = append(dst, ca.fwdFor...)
+	if len(host) > 0 {
+		dst = append(dst, ";host="...)
+		dst = appendForwardedValue(dst, host)
+	}
+	dst = append(dst, ";proto="...)
+	dst = append(dst, ca.proto()...)
+	if h.requestID < 0 {
+		dst = append(dst, "\r\nX-Request-Id: "...)
+		dst = appendRequestID(dst)
+	}
+	return append(dst, "\r\n\r\n"...)
+}
+
+// appendForwardedValue appends v as a token, or quoted when it is not one
+// (a host with a port or an IPv6 literal). v holds no quote or backslash:
+// hosts are validated before.
+func appendForwardedValue(dst, v []byte) []byte {
+	for _, c := range v {
+		if !tchar[c] {
+			dst = append(dst, '"')
+			dst = append(dst, v...)
+			return append(dst, '"')
+		}
+	}
+	return append(dst, v...)
+}
+
+// appendResponseHead appends the head relayed to the client: the status
+// line with HTTP/1.1, the member's fields without the hop-by-hop ones, and
+// the connection fields the client needs.
+func appendResponseHead(dst, b []byte, h *respHead, conn string, dechunk bool) []byte {
+	dst = append(dst, "HTTP/1.1"...)
+	dst = append(dst, b[8:h.sl]...)
+	run := -1
+	for i := range h.fields {
+		f := &h.fields[i]
+		if f.drop || (dechunk && f.kind == hTransferEncoding) {
+			if run >= 0 {
+				dst = append(dst, b[run:f.ns]...)
+				run = -1
+			}
+			continue
+		}
+		if run < 0 {
+			run = int(f.ns)
+		}
+	}
+	if run >= 0 {
+		dst = append(dst, b[run:h.fields[len(h.fields)-1].le]...)
+	}
+	dst = append(dst, conn...)
+	return append(dst, "\r\n"...)
+}

@@ -1,0 +1,446 @@
+package l7
+
+import (
+	"bytes"
+	"net/netip"
+	"unsafe"
+)
+
+// Statuses the request parser refuses with. 0 means no refusal.
+const (
+	stBadRequest     = 400
+	stTooLarge       = 431
+	stBadVersion     = 505
+	stMethodNotAllow = 405
+)
+
+// maxLeadingCRLF is how many empty lines may precede a request line
+// (RFC 9112 section 2.2).
+const maxLeadingCRLF = 4
+
+// target forms.
+const (
+	formOrigin uint8 = iota
+	formAbsolute
+	formAsterisk
+)
+
+// reqHead is a parsed request head. Every position is an offset from the
+// start of the head, so the head may move inside its buffer while it is
+// parsed incrementally.
+type reqHead struct {
+	pos     int  // next unparsed byte
+	started bool // the request line is parsed
+	blank   int  // empty lines skipped before the request line
+	n       int  // head length, set when complete
+
+	mS, mE int // method
+	tS, tE int // request target
+	minor  uint8
+	form   uint8
+	// authS, authE delimit the authority of an absolute-form target.
+	authS, authE int
+	// pS, pE delimit the path of the target; qS is where its query starts
+	// (tE when none).
+	pS, pE, qS int
+
+	fields []field
+
+	contentLength int64 // -1 when absent
+	chunked       bool
+	host          int // index of the Host field, -1 when absent
+	connClose     bool
+	connKeepAlive bool
+	connUpgrade   bool
+	upgrade       int // index of the Upgrade field, -1 when absent
+	teTrailers    bool
+	expect100     bool
+	hasXFProto    bool
+	hasXFHost     bool
+	requestID     int // index of a usable X-Request-Id field, -1 when absent
+	connTokens    [][2]int
+}
+
+func (h *reqHead) reset() {
+	*h = reqHead{fields: h.fields[:0], connTokens: h.connTokens[:0], contentLength: -1, host: -1, upgrade: -1, requestID: -1}
+}
+
+// parse consumes the complete lines of b, the head received so far, and
+// reports whether the head is complete. A non-zero status refuses it.
+func (h *reqHead) parse(b []byte, maxBytes, maxCount int) (done bool, status int) {
+	for {
+		rest := b[h.pos:]
+		i := bytes.IndexByte(rest, '\n')
+		if i < 0 {
+			if len(b) > maxBytes {
+				return false, stTooLarge
+			}
+			return false, 0
+		}
+		le := h.pos + i + 1
+		if le > maxBytes {
+			return false, stTooLarge
+		}
+		if i == 0 || rest[i-1] != '\r' {
+			return false, stBadRequest // bare LF
+		}
+		switch {
+		case !h.started && i == 1:
+			if h.blank++; h.blank > maxLeadingCRLF {
+				return false, stBadRequest
+			}
+		case !h.started:
+			if st := h.parseRequestLine(b, h.pos, le-2); st != 0 {
+				return false, st
+			}
+			h.started = true
+		case i == 1:
+			h.n = le
+			return true, h.finish(b)
+		default:
+			if len(h.fields) >= maxCount {
+				return false, stTooLarge
+			}
+			h.fields = append(h.fields, field{})
+			if !parseField(b, h.pos, le, &h.fields[len(h.fields)-1]) {
+				return false, stBadRequest
+			}
+		}
+		h.pos = le
+	}
+}
+
+func (h *reqHead) parseRequestLine(b []byte, ls, le int) int {
+	line := b[ls:le]
+	sp := bytes.IndexByte(line, ' ')
+	if sp <= 0 {
+		return stBadRequest
+	}
+	for _, c := range line[:sp] {
+		if !tchar[c] {
+			return stBadRequest
+		}
+	}
+	rest := line[sp+1:]
+	sp2 := bytes.IndexByte(rest, ' ')
+	if sp2 <= 0 {
+		return stBadRequest
+	}
+	for _, c := range rest[:sp2] {
+		if !tgtchar[c] {
+			return stBadRequest
+		}
+	}
+	ver := rest[sp2+1:]
+	switch {
+	case len(ver) == 8 && string(ver[:7]) == "HTTP/1." && (ver[7] == '1' || ver[7] == '0'):
+		h.minor = ver[7] - '0'
+	case len(ver) >= 5 && string(ver[:5]) == "HTTP/":
+		return stBadVersion
+	default:
+		return stBadRequest
+	}
+	h.mS, h.mE = ls, ls+sp
+	h.tS, h.tE = ls+sp+1, ls+sp+1+sp2
+	return 0
+}
+
+// finish checks the framing and connection fields of a complete head.
+func (h *reqHead) finish(b []byte) int {
+	if h.method(b) == "CONNECT" {
+		return stMethodNotAllow
+	}
+	if st := h.parseTarget(b); st != 0 {
+		return st
+	}
+	hosts := 0
+	sawTE := false
+	for i := range h.fields {
+		f := &h.fields[i]
+		v := f.value(b)
+		switch f.kind {
+		case hHost:
+			if hosts++; hosts > 1 {
+				return stBadRequest
+			}
+			h.host = i
+		case hContentLength:
+			n, ok := parseContentLength(v)
+			if !ok || h.contentLength >= 0 {
+				return stBadRequest
+			}
+			h.contentLength = n
+		case hTransferEncoding:
+			if sawTE || !eqFold(v, "chunked") {
+				return stBadRequest
+			}
+			sawTE, h.chunked = true, true
+		case hConnection:
+			f.drop = true
+			h.connectionTokens(b, f)
+		case hUpgrade:
+			f.drop = true
+			if h.upgrade < 0 {
+				h.upgrade = i
+			}
+		case hTE:
+			f.drop = true
+			h.teTrailers = h.teTrailers || hasToken(v, "trailers")
+		case hExpect:
+			if eqFold(v, "100-continue") {
+				h.expect100 = true
+			}
+		case hKeepAlive, hProxyConnection, hProxyAuthorization, hProxyAuthenticate, hHTTP2Settings:
+			f.drop = true
+		case hXFProto:
+			h.hasXFProto = true
+		case hXFHost:
+			h.hasXFHost = true
+		case hRequestID:
+			if h.requestID < 0 && len(v) > 0 && len(v) <= 200 {
+				h.requestID = i
+			} else {
+				f.drop = true
+			}
+		}
+	}
+	if h.chunked && (h.contentLength >= 0 || h.minor == 0) {
+		return stBadRequest // ambiguous framing (RFC 9112 section 6.1)
+	}
+	if h.minor == 1 && hosts == 0 {
+		return stBadRequest
+	}
+	if h.form == formAbsolute && h.host >= 0 {
+		h.fields[h.host].drop = true // the target's authority wins
+	}
+	if len(h.connTokens) > 0 {
+		h.dropListed(b)
+	}
+	return 0
+}
+
+// connectionTokens records the options of a Connection field and the
+// names of the fields it lists.
+func (h *reqHead) connectionTokens(b []byte, f *field) {
+	for i, end := int(f.vs), int(f.ve); i < end; {
+		j := i
+		for j < end && b[j] != ',' {
+			j++
+		}
+		s, e := i, j
+		for s < e && (b[s] == ' ' || b[s] == '\t') {
+			s++
+		}
+		for e > s && (b[e-1] == ' ' || b[e-1] == '\t') {
+			e--
+		}
+		tok := b[s:e]
+		switch {
+		case eqFold(tok, "close"):
+			h.connClose = true
+		case eqFold(tok, "keep-alive"):
+			h.connKeepAlive = true
+		case eqFold(tok, "upgrade"):
+			h.connUpgrade = true
+		case e > s:
+			h.connTokens = append(h.connTokens, [2]int{s, e})
+		}
+		i = j + 1
+	}
+}
+
+// dropListed drops the fields named by Connection, except the ones that
+// frame the message or name its host.
+func (h *reqHead) dropListed(b []byte) {
+	for i := range h.fields {
+		f := &h.fields[i]
+		switch f.kind {
+		case hHost, hContentLength, hTransferEncoding:
+			continue
+		}
+		name := f.name(b)
+		for _, t := range h.connTokens {
+			if eqFoldBytes(name, b[t[0]:t[1]]) {
+				f.drop = true
+				if f.kind == hRequestID && h.requestID == i {
+					h.requestID = -1
+				}
+				break
+			}
+		}
+	}
+}
+
+// parseTarget sorts the request target into its form and finds its path.
+func (h *reqHead) parseTarget(b []byte) int {
+	t := b[h.tS:h.tE]
+	switch {
+	case t[0] == '/':
+		h.form = formOrigin
+		h.pS = h.tS
+	case len(t) == 1 && t[0] == '*':
+		if h.method(b) != "OPTIONS" {
+			return stBadRequest
+		}
+		h.form = formAsterisk
+		h.pS, h.pE, h.qS = h.tS, h.tS, h.tE
+		return 0
+	default:
+		var skip int
+		switch {
+		case len(t) > 7 && eqFold(t[:7], "http://"):
+			skip = 7
+		case len(t) > 8 && eqFold(t[:8], "https://"):
+			skip = 8
+		default:
+			return stBadRequest
+		}
+		h.form = formAbsolute
+		h.authS = h.tS + skip
+		e := h.authS
+		for e < h.tE && b[e] != '/' && b[e] != '?' && b[e] != '#' {
+			if b[e] == '@' {
+				return stBadRequest // no userinfo
+			}
+			e++
+		}
+		h.authE = e
+		h.pS = e
+	}
+	e := h.pS
+	for e < h.tE && b[e] != '?' && b[e] != '#' {
+		e++
+	}
+	h.pE, h.qS = e, e
+	return 0
+}
+
+func (h *reqHead) method(b []byte) string { return unsafeString(b[h.mS:h.mE]) }
+
+// hostValue returns the request's authority: the absolute-form target's,
+// else the Host field's, else nil.
+func (h *reqHead) hostValue(b []byte) []byte {
+	if h.form == formAbsolute {
+		return b[h.authS:h.authE]
+	}
+	if h.host >= 0 {
+		return h.fields[h.host].value(b)
+	}
+	return nil
+}
+
+// keepAlive reports whether the client wants the connection kept open.
+func (h *reqHead) keepAlive() bool {
+	if h.connClose {
+		return false
+	}
+	return h.minor == 1 || h.connKeepAlive
+}
+
+// hasBody reports whether a body follows the head.
+func (h *reqHead) hasBody() bool { return h.chunked || h.contentLength > 0 }
+
+// upgradeTo returns the Upgrade value a request asks for, nil when it is not
+// an upgrade that may be forwarded: h2c upgrades and upgrades with a body
+// are served as plain requests.
+func (h *reqHead) upgradeTo(b []byte) []byte {
+	if h.upgrade < 0 || !h.connUpgrade || h.hasBody() || h.minor == 0 {
+		return nil
+	}
+	v := h.fields[h.upgrade].value(b)
+	if len(v) == 0 || hasToken(v, "h2c") {
+		return nil
+	}
+	return v
+}
+
+// fieldValue returns the value of the first field named name, or nil.
+func (h *reqHead) fieldValue(b []byte, name string) []byte {
+	for i := range h.fields {
+		f := &h.fields[i]
+		if !f.drop && eqFoldMixed(f.name(b), name) {
+			return f.value(b)
+		}
+	}
+	return nil
+}
+
+// eqFoldMixed compares b with s in any ASCII case (s may hold capitals).
+func eqFoldMixed(b []byte, s string) bool {
+	return eqFoldBytes(b, unsafe.Slice(unsafe.StringData(s), len(s)))
+}
+
+// unsafeString views b as a string without copying; b must not change while
+// the string is in use.
+func unsafeString(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(&b[0], len(b))
+}
+
+// normalizeHost writes host without its port and trailing dot, in lower
+// case, to dst[:0]. It refuses what is neither a DNS name (letters, digits,
+// '-', '_' and '.'), an IPv4 address nor a bracketed IPv6 address, and a
+// port that is not a number.
+func normalizeHost(dst, host []byte) ([]byte, bool) {
+	dst = dst[:0]
+	if len(host) == 0 {
+		return dst, true
+	}
+	if host[0] == '[' {
+		end := bytes.IndexByte(host, ']')
+		if end < 0 || !validPort(host[end+1:]) {
+			return nil, false
+		}
+		a, err := netip.ParseAddr(unsafeString(host[1:end]))
+		if err != nil || !a.Is6() || a.Zone() != "" {
+			return nil, false
+		}
+		dst = append(dst, '[')
+		dst = a.AppendTo(dst)
+		return append(dst, ']'), true
+	}
+	if i := bytes.LastIndexByte(host, ':'); i >= 0 {
+		if !validPort(host[i:]) {
+			return nil, false
+		}
+		host = host[:i]
+	}
+	if len(host) > 0 && host[len(host)-1] == '.' {
+		host = host[:len(host)-1]
+	}
+	if len(host) == 0 || len(host) > 253 {
+		return nil, false
+	}
+	for _, c := range host {
+		switch {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '-', c == '_', c == '.':
+		case c >= 'A' && c <= 'Z':
+			c += 'a' - 'A'
+		default:
+			return nil, false
+		}
+		dst = append(dst, c)
+	}
+	if bytes.Contains(dst, []byte("..")) || dst[0] == '.' || dst[len(dst)-1] == '.' {
+		return nil, false
+	}
+	return dst, true
+}
+
+// validPort accepts "" or ":" followed by at most five digits.
+func validPort(p []byte) bool {
+	if len(p) == 0 {
+		return true
+	}
+	if p[0] != ':' || len(p) > 6 {
+		return false
+	}
+	for _, c := range p[1:] {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,387 @@
+package l7
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/textproto"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/net/http2"
+)
+
+// The round-trip path serves HTTP/2 clients, and HTTP/1.x clients whose
+// backend speaks h2c or whose route has a local Handler. It works on
+// net/http values; the HTTP/1.1 fast path does not come here.
+
+type optsKey struct{}
+
+// dialConn dials a member for the net/http transports: the backend's
+// options travel in the request context.
+func (s *Server) dialConn(ctx context.Context, addr string, pp *proxyAddrs, tlsDial bool) (net.Conn, error) {
+	opts, _ := ctx.Value(optsKey{}).(*BackendOptions)
+	if opts == nil {
+		opts = &BackendOptions{}
+	}
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConnect, err)
+	}
+	proto := HTTP1
+	if tlsDial && opts.Protocol == HTTP1TLS {
+		proto = HTTP1TLS
+	}
+	u, err := s.dial(ctx, poolKey{addr: ap, proto: proto}, opts, pp)
+	if err != nil {
+		return nil, err
+	}
+	return u.nc, nil
+}
+
+// newH1Transport returns the HTTP/1.1 transport for round trips; pp is set
+// for the private transport of one client connection.
+func (s *Server) newH1Transport(pp *proxyAddrs) *http.Transport {
+	return &http.Transport{
+		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
+			return s.dialConn(ctx, addr, pp, false)
+		},
+		DialTLSContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
+			return s.dialConn(ctx, addr, pp, true)
+		},
+		TLSNextProto:           map[string]func(string, *tls.Conn) http.RoundTripper{},
+		DisableCompression:     true,
+		MaxIdleConnsPerHost:    s.cfg.MaxIdlePerMember,
+		IdleConnTimeout:        s.cfg.UpstreamIdleTimeout,
+		MaxResponseHeaderBytes: int64(s.cfg.MaxHeaderBytes),
+		ExpectContinueTimeout:  time.Second,
+	}
+}
+
+// newH2CTransport returns the cleartext HTTP/2 transport.
+func (s *Server) newH2CTransport(pp *proxyAddrs) *http2.Transport {
+	return &http2.Transport{
+		AllowHTTP: true,
+		DialTLSContext: func(ctx context.Context, _, addr string, _ *tls.Config) (net.Conn, error) {
+			return s.dialConn(ctx, addr, pp, false)
+		},
+		DisableCompression: true,
+		IdleConnTimeout:    s.cfg.UpstreamIdleTimeout,
+		ReadIdleTimeout:    30 * time.Second,
+		MaxHeaderListSize:  uint32(s.cfg.MaxHeaderBytes),
+		WriteByteTimeout:   s.cfg.BodyTimeout,
+	}
+}
+
+// connScope holds the transports private to one client connection: those
+// of PROXY protocol backends, whose connections carry the client's address.
+type connScope struct {
+	s   *Server
+	pp  proxyAddrs
+	mu  sync.Mutex
+	h1  *http.Transport
+	h2c *http2.Transport
+}
+
+func (sc *connScope) transport(opts *BackendOptions) http.RoundTripper {
+	if opts.ProxyProtocol == 0 {
+		if opts.Protocol == H2C {
+			return sc.s.h2c
+		}
+		return h1RoundTripper{sc.s}
+	}
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	if opts.Protocol == H2C {
+		if sc.h2c == nil {
+			sc.h2c = sc.s.newH2CTransport(&sc.pp)
+		}
+		return sc.h2c
+	}
+	if sc.h1 == nil {
+		sc.h1 = sc.s.newH1Transport(&sc.pp)
+	}
+	return sc.h1
+}
+
+func (sc *connScope) close() {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	if sc.h1 != nil {
+		sc.h1.CloseIdleConnections()
+	}
+	if sc.h2c != nil {
+		sc.h2c.CloseIdleConnections()
+	}
+}
+
+// hopHeaders are removed in both directions (RFC 9110 section 7.6.1).
+var hopHeaders = []string{
+	"Connection", "Proxy-Connection", "Keep-Alive", "Te", "Transfer-Encoding",
+	"Upgrade", "Proxy-Authorization", "Proxy-Authenticate", "Http2-Settings",
+}
+
+// removeHop deletes the hop-by-hop fields of h and the ones its
+// Connection field lists.
+func removeHop(h http.Header) {
+	for _, v := range h["Connection"] {
+		for _, t := range strings.Split(v, ",") {
+			if t = textproto.TrimString(t); t != "" {
+				switch http.CanonicalHeaderKey(t) {
+				case "Host", "Content-Length":
+				default:
+					h.Del(t)
+				}
+			}
+		}
+	}
+	for _, k := range hopHeaders {
+		delete(h, k)
+	}
+}
+
+// forwardHeader returns the fields sent to a member for the inbound fields
+// in: without hop-by-hop fields, with the forwarding fields.
+func forwardHeader(in http.Header, ca *clientAddrs, host string) http.Header {
+	out := make(http.Header, len(in)+5)
+	for k, vv := range in {
+		out[k] = vv
+	}
+	teTrailers := false
+	for _, v := range in["Te"] {
+		teTrailers = teTrailers || hasToken([]byte(v), "trailers")
+	}
+	removeHop(out)
+	if teTrailers {
+		out["Te"] = []string{"trailers"}
+	}
+	if !ca.trusted {
+		for _, k := range []string{"X-Forwarded-For", "X-Forwarded-Proto", "X-Forwarded-Host", "Forwarded"} {
+			delete(out, k)
+		}
+	}
+	out["X-Forwarded-For"] = append(out["X-Forwarded-For"][:len(out["X-Forwarded-For"]):len(out["X-Forwarded-For"])], string(ca.ip))
+	if out.Get("X-Forwarded-Proto") == "" {
+		out["X-Forwarded-Proto"] = []string{ca.proto()}
+	}
+	fwd := "for=" + string(ca.fwdFor)
+	if host != "" {
+		if out.Get("X-Forwarded-Host") == "" {
+			out["X-Forwarded-Host"] = []string{host}
+		}
+		fwd += ";host=" + string(appendForwardedValue(nil, []byte(host)))
+	}
+	fwd += ";proto=" + ca.proto()
+	out["Forwarded"] = append(out["Forwarded"][:len(out["Forwarded"]):len(out["Forwarded"])], fwd)
+	if id := out.Get("X-Request-Id"); id == "" || len(id) > 200 {
+		out["X-Request-Id"] = []string{string(appendRequestID(nil))}
+	}
+	return out
+}
+
+// limitedBody fails a request body that grows past its limit.
+type limitedBody struct {
+	io.ReadCloser
+	left int64
+	hit  atomic.Bool
+}
+
+func (b *limitedBody) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		// Read one byte more to tell an exact fit from an excess.
+		var one [1]byte
+		n, err := b.ReadCloser.Read(one[:])
+		if n > 0 {
+			b.hit.Store(true)
+			return 0, errBodyTooLarge
+		}
+		return 0, err
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.ReadCloser.Read(p)
+	b.left -= int64(n)
+	return n, err
+}
+
+// rtRequest is an inbound request on the round-trip path.
+type rtRequest struct {
+	r       *http.Request
+	host    string // normalised, for the forwarding fields: the raw Host
+	path    string // escaped path to forward
+	ca      *clientAddrs
+	scope   *connScope
+	stats   *RequestStats
+	limit   int64
+	retries int
+}
+
+// proxyHTTP forwards r to a member of be through a net/http transport and
+// copies the response to w, flushing as data arrives (streaming, gRPC).
+func (s *Server) proxyHTTP(w http.ResponseWriter, q *rtRequest, be Backend, opts *BackendOptions) {
+	r := q.r
+	if q.limit > 0 && r.ContentLength > q.limit {
+		s.failHTTP(w, q, 413, OutcomeClientError)
+		return
+	}
+	var body io.ReadCloser
+	var lb *limitedBody
+	if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
+		body = r.Body
+		if q.limit > 0 {
+			lb = &limitedBody{ReadCloser: r.Body, left: q.limit}
+			body = lb
+		}
+	}
+	scheme := "http"
+	if opts.Protocol == HTTP1TLS {
+		scheme = "https"
+	}
+	var key []byte
+	if opts.HashHeader != "" {
+		if v := r.Header.Get(opts.HashHeader); v != "" {
+			key = []byte(v)
+		}
+	}
+	rht := opts.ResponseHeaderTimeout
+	if rht <= 0 {
+		rht = s.cfg.ResponseHeaderTimeout
+	}
+	unescaped, err := url.PathUnescape(q.path)
+	if err != nil {
+		s.failHTTP(w, q, 400, OutcomeClientError)
+		return
+	}
+	hdr := forwardHeader(r.Header, q.ca, r.Host)
+	rt := q.scope.transport(opts)
+	for retries := q.retries; ; retries-- {
+		m, ok := be.Pick(q.ca.addr, key)
+		if !ok {
+			s.failHTTP(w, q, 503, OutcomeNoMember)
+			return
+		}
+		q.stats.Member = m.Addr()
+		out := &http.Request{
+			Method:        r.Method,
+			URL:           &url.URL{Scheme: scheme, Host: m.Addr().String(), Path: unescaped, RawPath: q.path, RawQuery: r.URL.RawQuery},
+			Proto:         "HTTP/1.1",
+			ProtoMajor:    1,
+			ProtoMinor:    1,
+			Header:        hdr,
+			Body:          body,
+			ContentLength: r.ContentLength,
+			Host:          r.Host,
+			Trailer:       r.Trailer,
+		}
+		if body == nil {
+			out.ContentLength = 0
+		}
+		ctx, cancel := context.WithCancel(context.WithValue(r.Context(), optsKey{}, opts))
+		var timedOut atomic.Bool
+		timer := time.AfterFunc(rht, func() { timedOut.Store(true); cancel() })
+		t0 := time.Now()
+		resp, err := rt.RoundTrip(out.WithContext(ctx))
+		timer.Stop()
+		d := time.Since(t0)
+		if err != nil {
+			cancel()
+			switch {
+			case lb != nil && lb.hit.Load():
+				m.Done(nil, 0, d)
+				s.failHTTP(w, q, 413, OutcomeClientError)
+				return
+			case timedOut.Load():
+				err = fmt.Errorf("%w: %w", ErrUpstreamTimeout, err)
+			case r.Context().Err() != nil:
+				m.Done(nil, 0, d)
+				q.stats.Outcome = OutcomeAborted
+				return
+			}
+			m.Done(err, 0, d)
+			if errors.Is(err, ErrConnect) && retries > 0 {
+				continue
+			}
+			s.failHTTP(w, q, statusFor(err), outcomeFor(err))
+			return
+		}
+		n, upErr := copyResponse(w, resp)
+		cancel()
+		q.stats.Status = resp.StatusCode
+		q.stats.ResponseBytes = n
+		q.stats.Outcome = OutcomeOK
+		if upErr != nil {
+			q.stats.Outcome = OutcomeAborted
+		}
+		m.Done(nil, resp.StatusCode, d)
+		return
+	}
+}
+
+func (s *Server) failHTTP(w http.ResponseWriter, q *rtRequest, code int, out Outcome) {
+	writeErrorPage(w, code)
+	q.stats.Status = code
+	q.stats.Outcome = out
+}
+
+// copyResponse relays a member's response to w, trailers included.
+func copyResponse(w http.ResponseWriter, resp *http.Response) (int64, error) {
+	defer resp.Body.Close()
+	h := w.Header()
+	for k, vv := range resp.Header {
+		h[k] = vv
+	}
+	removeHop(h)
+	delete(h, "Trailer")
+	announced := len(resp.Trailer) > 0
+	for k := range resp.Trailer {
+		h.Add("Trailer", k)
+	}
+	w.WriteHeader(resp.StatusCode)
+	// A body of unknown length may be a stream (gRPC, server-sent
+	// events): flush every piece. Otherwise let the server coalesce.
+	stream := resp.ContentLength < 0
+	rc := http.NewResponseController(w)
+	if stream {
+		_ = rc.Flush()
+	}
+	bufp := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(bufp)
+	buf := *bufp
+	var n int64
+	var err error
+	for {
+		k, rerr := resp.Body.Read(buf)
+		if k > 0 {
+			if _, werr := w.Write(buf[:k]); werr != nil {
+				return n, werr
+			}
+			n += int64(k)
+			if stream && rerr == nil {
+				_ = rc.Flush()
+			}
+		}
+		if rerr != nil {
+			if rerr != io.EOF {
+				err = rerr
+			}
+			break
+		}
+	}
+	for k, vv := range resp.Trailer {
+		if announced {
+			h[k] = vv
+		} else {
+			h[http.TrailerPrefix+k] = vv
+		}
+	}
+	return n, err
+}

@@ -1,0 +1,147 @@
+package l7
+
+import (
+	"context"
+	"crypto/tls"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"golang.org/x/net/http2"
+)
+
+// Server proxies HTTP connections handed to it by listeners. Its member
+// connection pools are keyed by member address and outlive config swaps.
+type Server struct {
+	cfg   Config
+	pools pools
+	// h2c carries the round trips to h2c backends without PROXY protocol.
+	h2c *http2.Transport
+
+	conns sync.Pool // *clientConn
+	stop  chan struct{}
+	wg    sync.WaitGroup
+	once  sync.Once
+}
+
+// New returns a server with cfg's zero fields defaulted. Close releases
+// its member connections.
+func New(cfg Config) *Server {
+	s := &Server{cfg: cfg.withDefaults(), stop: make(chan struct{})}
+	s.h2c = s.newH2CTransport(nil)
+	s.wg.Add(1)
+	go s.janitor()
+	return s
+}
+
+// Close closes idle member connections and stops the pool janitor. It does
+// not close client connections: their listeners own them.
+func (s *Server) Close() error {
+	s.once.Do(func() {
+		close(s.stop)
+		s.wg.Wait()
+		s.pools.closeAll()
+		s.h2c.CloseIdleConnections()
+	})
+	return nil
+}
+
+// janitor closes member connections left idle too long.
+func (s *Server) janitor() {
+	defer s.wg.Done()
+	every := s.cfg.UpstreamIdleTimeout / 4
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case now := <-t.C:
+			n := now.UnixNano()
+			s.pools.prune(n-int64(s.cfg.UpstreamIdleTimeout), n-int64(4*s.cfg.UpstreamIdleTimeout))
+		}
+	}
+}
+
+// ServeConn serves one client connection until it ends and closes it. c is
+// plain TCP or a *tls.Conn (handshaken or not); HTTP/2 is spoken when TLS
+// negotiated "h2" through ALPN, HTTP/1.x otherwise. Pass bare
+// *net.TCPConn and *tls.Conn values: wrappers disable splice.
+//
+// Cancelling ctx drains the connection: an idle HTTP/1.x connection
+// closes at once and a busy one after its response; HTTP/2 clients get a
+// GOAWAY and their open streams finish. Upgraded connections (WebSocket)
+// keep running until the caller closes c.
+func (s *Server) ServeConn(ctx context.Context, c net.Conn, info ConnInfo) {
+	s.cfg.Metrics.Conn(&info, true)
+	defer s.cfg.Metrics.Conn(&info, false)
+	client, local := info.Client, info.Local
+	if !client.IsValid() {
+		client = addrPortOf(c.RemoteAddr())
+	}
+	client = netip.AddrPortFrom(client.Addr().Unmap(), client.Port())
+	if !local.IsValid() {
+		local = addrPortOf(c.LocalAddr())
+	}
+	if tc, ok := c.(*tls.Conn); ok {
+		info.TLS = true
+		if !tc.ConnectionState().HandshakeComplete {
+			hctx, cancel := context.WithTimeout(ctx, s.cfg.HeaderTimeout)
+			err := tc.HandshakeContext(hctx)
+			cancel()
+			if err != nil {
+				_ = c.Close()
+				return
+			}
+		}
+		if tc.ConnectionState().NegotiatedProtocol == http2.NextProtoTLS {
+			s.serveH2(ctx, tc, &info, client, local)
+			return
+		}
+	}
+	cc := s.getConn()
+	cc.ctx, cc.nc, cc.info = ctx, c, &info
+	cc.tcp, _ = c.(*net.TCPConn)
+	cc.client, cc.local = client, local
+	cc.ca = newClientAddrs(client, info.TLS, s.cfg.TrustedProxies)
+	cc.idle = info.IdleTimeout
+	if cc.idle <= 0 {
+		cc.idle = s.cfg.IdleTimeout
+	}
+	cc.serve()
+	cc.close()
+	s.putConn(cc)
+}
+
+func (s *Server) getConn() *clientConn {
+	if c, ok := s.conns.Get().(*clientConn); ok {
+		return c
+	}
+	return &clientConn{s: s, rb: make([]byte, clientBufSize), wb: make([]byte, 0, 4096)}
+}
+
+func (s *Server) putConn(c *clientConn) {
+	if len(c.rb) != clientBufSize {
+		c.rb = make([]byte, clientBufSize)
+	}
+	c.state.Store(connIdle)
+	c.up, c.scope, c.nc, c.tcp, c.info, c.ctx = nil, nil, nil, nil, nil, nil
+	c.r, c.w, c.closing, c.linger, c.rdl, c.wdl, c.bodyN = 0, 0, false, false, 0, 0, 0
+	c.wb, c.hostBuf, c.pathBuf = c.wb[:0], c.hostBuf[:0], c.pathBuf[:0]
+	c.h.reset()
+	c.stats = RequestStats{}
+	s.conns.Put(c)
+}
+
+// addrPortOf returns the address of a TCP, UDP or textual net.Addr.
+func addrPortOf(a net.Addr) netip.AddrPort {
+	switch a := a.(type) {
+	case *net.TCPAddr:
+		return a.AddrPort()
+	case nil:
+		return netip.AddrPort{}
+	}
+	ap, _ := netip.ParseAddrPort(a.String())
+	return ap
+}

@@ -1,0 +1,97 @@
+package l7
+
+import (
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// tunnel relays the member's 101 response and then the bytes of both
+// connections until either side ends or the tunnel idles out.
+func (c *clientConn) tunnel(m Member, up *upConn, d time.Duration) {
+	c.closing = true
+	// The 101 head and whatever the member sent after it.
+	err := c.write(up.rb[up.r:up.w])
+	up.r = up.w
+	if err == nil && c.r < c.w {
+		err = c.writeUp(up, c.rb[c.r:c.w], c.s.cfg.WriteTimeout)
+		c.r = c.w
+	}
+	c.stats.Status = 101
+	if err == nil {
+		pipe(c.nc, c.tcp, up.nc, up.tcp, c.s.cfg.TunnelTimeout)
+	}
+	up.close()
+	m.Done(nil, 101, d)
+	c.finish(101, OutcomeOK)
+}
+
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+// pipe copies both ways between a and b (aTCP and bTCP are the same
+// connections when they are bare TCP, so that the kernel splices). A
+// direction that ends half-closes the other side. The tunnel closes when
+// both directions saw no byte for a whole timeout window (idle between one
+// and two timeouts).
+func pipe(a net.Conn, aTCP *net.TCPConn, b net.Conn, bTCP *net.TCPConn, timeout time.Duration) {
+	var idle [2]atomic.Bool
+	done := make(chan struct{})
+	go func() {
+		pipeDir(b, bTCP, a, aTCP, timeout, &idle[0], &idle[1], a, b)
+		close(done)
+	}()
+	pipeDir(a, aTCP, b, bTCP, timeout, &idle[1], &idle[0], a, b)
+	<-done
+	_ = a.Close()
+	_ = b.Close()
+}
+
+type onlyReader struct{ io.Reader }
+type onlyWriter struct{ io.Writer }
+
+func pipeDir(dst net.Conn, dstTCP *net.TCPConn, src net.Conn, srcTCP *net.TCPConn, timeout time.Duration, mine, other *atomic.Bool, a, b net.Conn) {
+	var buf *[]byte
+	defer func() {
+		mine.Store(true)
+		if buf != nil {
+			copyBufs.Put(buf)
+		}
+	}()
+	for {
+		dl := time.Now().Add(timeout)
+		_ = src.SetReadDeadline(dl)
+		_ = dst.SetWriteDeadline(dl)
+		var n int64
+		var err error
+		if dstTCP != nil && srcTCP != nil {
+			n, err = io.Copy(dstTCP, srcTCP)
+		} else {
+			if buf == nil {
+				buf = copyBufs.Get().(*[]byte)
+			}
+			n, err = io.CopyBuffer(onlyWriter{dst}, onlyReader{src}, *buf)
+		}
+		if err == nil {
+			// src ended: pass the end on and let the other direction run.
+			if cw, ok := dst.(interface{ CloseWrite() error }); ok {
+				_ = cw.CloseWrite()
+			} else {
+				_ = dst.Close()
+			}
+			return
+		}
+		if !isTimeout(err) {
+			_ = a.Close()
+			_ = b.Close()
+			return
+		}
+		mine.Store(n == 0)
+		if n == 0 && other.Load() {
+			_ = a.Close()
+			_ = b.Close()
+			return
+		}
+	}
+}

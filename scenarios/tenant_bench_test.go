@@ -1,0 +1,274 @@
+package scenarios
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"regexp"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/teapot-lb/teapot-lb/api"
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+)
+
+// Sizes of the tenant sync benchmarks.
+const (
+	endpointChanges  = 200
+	initialServices  = 1000
+	initialEndpoints = 10
+	initialTimeout   = 5 * time.Minute
+)
+
+// appliedLine is the data plane's log line for a configuration it serves.
+var appliedLine = regexp.MustCompile(`^time=(\S+) .*msg="configuration applied".* revision=(\d+)`)
+
+// planeLog follows one node's log for the revisions its data plane serves.
+type planeLog struct {
+	path   string
+	offset int64
+	// applied maps a served revision to when it was served.
+	applied []planeEntry
+}
+
+type planeEntry struct {
+	rev uint64
+	at  time.Time
+}
+
+// read takes the lines written since the last read.
+func (p *planeLog) read() error {
+	f, err := os.Open(p.path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if _, err := f.Seek(p.offset, 0); err != nil {
+		return err
+	}
+	r := bufio.NewReader(f)
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return nil // a partial line is read again next time
+		}
+		p.offset += int64(len(line))
+		m := appliedLine.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		at, terr := time.Parse(time.RFC3339Nano, m[1])
+		rev, rerr := strconv.ParseUint(m[2], 10, 64)
+		if terr == nil && rerr == nil {
+			p.applied = append(p.applied, planeEntry{rev, at})
+		}
+	}
+}
+
+// servedAt returns when the node first served revision rev or later.
+func (p *planeLog) servedAt(rev uint64) (time.Time, bool) {
+	for _, e := range p.applied {
+		if e.rev >= rev {
+			return e.at, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// everyPlane waits until every node's data plane serves rev and returns
+// when the last one did.
+func everyPlane(tb testing.TB, logs []*planeLog, rev uint64) time.Time {
+	tb.Helper()
+	var last time.Time
+	waitFor(tb, syncTimeout, fmt.Sprintf("revision %d live in every data plane", rev), func() error {
+		last = time.Time{}
+		for _, l := range logs {
+			if err := l.read(); err != nil {
+				return err
+			}
+			at, ok := l.servedAt(rev)
+			if !ok {
+				return fmt.Errorf("%s does not serve it yet", l.path)
+			}
+			if at.After(last) {
+				last = at
+			}
+		}
+		return nil
+	})
+	return last
+}
+
+func (l *lab) planeLogs() []*planeLog {
+	var out []*planeLog
+	for _, n := range l.c.nodes {
+		out = append(out, &planeLog{path: n.logPath})
+	}
+	return out
+}
+
+// BenchmarkTenantEndpointChange measures an EndpointSlice change, from the
+// API server accepting it to the new member set live in the data plane of
+// every LB host.
+func BenchmarkTenantEndpointChange(b *testing.B) {
+	l := newLab(b)
+	pods := newPodNet(b, 4)
+	creds := l.seedTenant("acme", "acme.example", pods.network())
+	l.agent("agent-1", creds)
+	const port = 8080
+	addrs := []string{pods.addr(0), pods.addr(1), pods.addr(2), pods.addr(3)}
+	l.createService(lbService("shop", "web", "teapot-lb.io/lb", 8080, nil))
+	l.putSlice(endpointSlice("shop", "web-1", "web", port, addrs[0]))
+	l.waitServiceVIP("shop", "web")
+	logs := l.planeLogs()
+
+	b.ResetTimer()
+	lat := make(latencies, 0, endpointChanges)
+	prev := memberSets(addrs, port, 0)
+	for i := range endpointChanges {
+		set := memberSets(addrs, port, 1+i%14)
+		if fmt.Sprint(set) == fmt.Sprint(prev) {
+			set = memberSets(addrs, port, 0)
+		}
+		prev = set
+		start := time.Now()
+		l.putSlice(endpointSlice("shop", "web-1", "web", port, addrsOf(set)...))
+		var rev uint64
+		deadline := time.Now().Add(syncTimeout)
+		for {
+			lb, err := l.lb("acme", "svc-shop-web")
+			if err == nil && hasMembers("web", set...)(lb) == nil {
+				rev = lb.GetMeta().GetRevision()
+				break
+			}
+			if time.Now().After(deadline) {
+				b.Fatalf("change %d: members %v never stored (%v)", i, set, err)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		lat = append(lat, everyPlane(b, logs, rev).Sub(start))
+	}
+	b.StopTimer()
+	fmt.Printf("\nEndpointSlice change -> new members live in every data plane (%d changes, 3 LB hosts, one agent)\n", endpointChanges)
+	fmt.Printf("%10s %10s %10s\n", "p50 ms", "p99 ms", "max ms")
+	fmt.Printf("%10.1f %10.1f %10.1f\n", ms(lat.percentile(50)), ms(lat.percentile(99)), ms(lat.percentile(100)))
+	b.ReportMetric(ms(lat.percentile(50)), "p50-ms")
+	b.ReportMetric(ms(lat.percentile(99)), "p99-ms")
+	b.ReportMetric(0, "ns/op")
+}
+
+// BenchmarkTenantInitialSync measures an agent's first sync of 1,000
+// Services with 10 endpoints each: to every load balancer stored, to the
+// last one live in every data plane, and to every Service's status.
+func BenchmarkTenantInitialSync(b *testing.B) {
+	l := newLab(b)
+	l.cliOK("pool", "create", "bulk", "--cidr", "127.0.128.0/22", "--mode", "static")
+	l.cliOK("tenant", "create", "acme", "--domains", "acme.example", "--networks", "10.251.0.0/16", "--pools", "bulk", "--pods-routable")
+	creds := l.credentials("acme")
+	l.createNamespace("bulk")
+
+	created := time.Now()
+	var wg sync.WaitGroup
+	work := make(chan int)
+	errs := make(chan error, 16)
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				ctx, cancel := l.ctx()
+				name := fmt.Sprintf("svc-%04d", i)
+				_, err := l.k.client.CoreV1().Services("bulk").Create(ctx, lbService("bulk", name, "teapot-lb.io/lb", 80, nil), metav1.CreateOptions{})
+				if err == nil {
+					var eps []string
+					for j := range initialEndpoints {
+						n := i*initialEndpoints + j
+						eps = append(eps, fmt.Sprintf("10.251.%d.%d", n/250, n%250+1))
+					}
+					_, err = l.k.client.DiscoveryV1().EndpointSlices("bulk").Create(ctx, endpointSlice("bulk", name+"-1", name, 8080, eps...), metav1.CreateOptions{})
+				}
+				cancel()
+				if err != nil {
+					select {
+					case errs <- err:
+					default:
+					}
+				}
+			}
+		}()
+	}
+	for i := range initialServices {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	select {
+	case err := <-errs:
+		b.Fatalf("create the Services: %v", err)
+	default:
+	}
+	b.Logf("created %d Services and EndpointSlices in %s", initialServices, time.Since(created).Round(time.Millisecond))
+	logs := l.planeLogs()
+
+	b.ResetTimer()
+	start := time.Now()
+	l.agent("agent-1", creds)
+	var stored time.Duration
+	var rev uint64
+	deadline := time.Now().Add(initialTimeout)
+	for stored == 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), cliTimeout)
+		resp, err := l.conn.Admin.List(ctx, &pb.ListRequest{Kind: api.KindLoadBalancer, Tenant: "acme"})
+		cancel()
+		if err == nil {
+			n := 0
+			for _, o := range resp.GetObjects() {
+				if len(o.GetLoadBalancer().GetPools()["web"].GetMembers()) == initialEndpoints && o.GetLoadBalancer().GetStatus().GetAddress() != "" {
+					n++
+				}
+				rev = max(rev, o.GetLoadBalancer().GetMeta().GetRevision())
+			}
+			if n == initialServices {
+				stored = time.Since(start)
+			}
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("not all %d load balancers stored after %s (%v)", initialServices, initialTimeout, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	live := everyPlane(b, logs, rev).Sub(start)
+	var statuses time.Duration
+	waitFor(b, initialTimeout, "every Service's status", func() error {
+		ctx, cancel := l.ctx()
+		defer cancel()
+		list, err := l.k.client.CoreV1().Services("bulk").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		n := 0
+		for _, s := range list.Items {
+			if len(s.Status.LoadBalancer.Ingress) > 0 {
+				n++
+			}
+		}
+		if n < initialServices {
+			return fmt.Errorf("%d of %d", n, initialServices)
+		}
+		statuses = time.Since(start)
+		return nil
+	})
+	b.StopTimer()
+	fmt.Printf("\ninitial sync of %d Services x %d endpoints (agent start -> ...; 3 LB hosts)\n", initialServices, initialEndpoints)
+	fmt.Printf("%14s %14s %14s\n", "stored s", "every plane s", "statuses s")
+	fmt.Printf("%14.2f %14.2f %14.2f\n", stored.Seconds(), live.Seconds(), statuses.Seconds())
+	b.ReportMetric(stored.Seconds(), "stored-s")
+	b.ReportMetric(live.Seconds(), "live-s")
+	b.ReportMetric(statuses.Seconds(), "status-s")
+	b.ReportMetric(0, "ns/op")
+}

@@ -1,0 +1,120 @@
+package scenarios
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// memberSets cycles through subsets of the pod addresses, so that every
+// update is a change.
+func memberSets(addrs []string, port int32, i int) []string {
+	var out []string
+	for j, a := range addrs {
+		if (i+1)&(1<<j) != 0 {
+			out = append(out, fmt.Sprintf("%s:%d", a, port))
+		}
+	}
+	return out
+}
+
+func addrsOf(members []string) []string {
+	out := make([]string, len(members))
+	for i, m := range members {
+		out[i] = m[:strings.LastIndex(m, ":")]
+	}
+	return out
+}
+
+// waitLogged waits until a process's log holds text.
+func waitLogged(t testing.TB, p *proc, text string) {
+	t.Helper()
+	waitFor(t, syncTimeout, fmt.Sprintf("%s to log %q", p.name, text), func() error {
+		data, err := os.ReadFile(p.logPath)
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(string(data), text) {
+			return fmt.Errorf("not yet")
+		}
+		return nil
+	})
+}
+
+func TestTenantSyncResilience(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd, kube-apiserver and a three-node cluster")
+	}
+	l := newLab(t)
+	pods := newPodNet(t, 3)
+	creds := l.seedTenant("acme", "acme.example", pods.network())
+	agent := l.agent("agent-1", creds)
+	const port = 8080
+	addrs := []string{pods.addr(0), pods.addr(1), pods.addr(2)}
+	for i, a := range addrs {
+		startBackend(t, pods, fmt.Sprintf("backend-%d", i), a, port)
+	}
+	l.createService(lbService("shop", "web", "teapot-lb.io/lb", 8080, nil))
+	l.putSlice(endpointSlice("shop", "web-1", "web", port, addrs[0]))
+	vip, _ := l.waitServiceVIP("shop", "web")
+	waitReaches(t, vip+":8080", "backend-0")
+
+	// Kill the LB leader while the agent streams: no update is lost.
+	const updates = 30
+	var last []string
+	for i := range updates {
+		last = memberSets(addrs, port, i%7)
+		l.putSlice(endpointSlice("shop", "web-1", "web", port, addrsOf(last)...))
+		if i == updates/3 {
+			leader := l.c.waitLeader()
+			l.c.kill(leader)
+			t.Logf("update %d: killed leader %s", i, leader.id)
+			defer func(n *node) {
+				l.c.restart(n)
+				l.c.waitCaughtUp(n, 3)
+			}(leader)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	lb := l.waitLB("acme", "svc-shop-web", "the last of the updates", hasMembers("web", last...))
+	t.Logf("after %d updates and a leader kill the members are the last set %v", updates, last)
+
+	// Restart the agent: nothing is deleted, and a change made while it
+	// was away arrives.
+	gen, addr := lb.GetMeta().GetGeneration(), lb.GetStatus().GetAddress()
+	agent.stop()
+	l.putSlice(endpointSlice("shop", "web-1", "web", port, addrs[2]))
+	time.Sleep(time.Second)
+	if got, err := l.lb("acme", "svc-shop-web"); err != nil || got == nil || got.GetMeta().GetGeneration() != gen {
+		t.Fatalf("while the agent was stopped: %v %v, want the load balancer unchanged at generation %d", got, err, gen)
+	}
+	restarted := l.agent("agent-2", creds)
+	waitLogged(t, restarted, "connected to the LB cluster")
+	lb = l.waitLB("acme", "svc-shop-web", "the change made while the agent was away", hasMembers("web", fmt.Sprintf("%s:%d", addrs[2], port)))
+	if lb.GetStatus().GetAddress() != addr || lb.GetMeta().GetGeneration() != gen+1 {
+		t.Errorf("after the agent's restart: VIP %s generation %d, want VIP %s generation %d (one change, nothing recreated)",
+			lb.GetStatus().GetAddress(), lb.GetMeta().GetGeneration(), addr, gen+1)
+	}
+	if got, _, _ := l.serviceVIP("shop", "web"); got != vip {
+		t.Errorf("Service status after the agent's restart: %q, want %s", got, vip)
+	}
+
+	// Stop the tenant's API server: the LB keeps serving the last config.
+	waitReaches(t, vip+":8080", "backend-2")
+	l.k.apiserver.kill()
+	for i := range 10 {
+		if name, err := get(vip + ":8080"); err != nil || name != "backend-2" {
+			t.Fatalf("request %d with the API server down: %q %v", i, name, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if got, err := l.lb("acme", "svc-shop-web"); err != nil || got == nil {
+		t.Errorf("load balancer with the API server down: %v %v", got, err)
+	}
+	if !restarted.running() {
+		t.Error("the agent exited when the API server went away")
+	}
+	t.Logf("with the API server down for 2s the LB kept serving %s", vip)
+}

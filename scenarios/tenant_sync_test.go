@@ -1,0 +1,111 @@
+package scenarios
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+)
+
+// vipPrefix is the lab's VIP pool: loopback addresses, which every LB
+// process on this machine can bind.
+var vipPrefix = netip.MustParsePrefix("127.0.100.0/28")
+
+// seedTenant creates the pool and a tenant whose pods (loopback
+// addresses) are routable, and returns its credentials directory.
+func (l *lab) seedTenant(name, domain string, networks ...string) string {
+	l.t.Helper()
+	if out, _ := l.c.cli(l.c.live()[0], "pool", "list"); !strings.Contains(out, "public") {
+		l.cliOK("pool", "create", "public", "--cidr", vipPrefix.String(), "--mode", "static")
+	}
+	l.cliOK("tenant", "create", name, "--domains", domain, "--networks", strings.Join(networks, ","), "--pools", "public", "--pods-routable")
+	return l.credentials(name)
+}
+
+func TestTenantAgentAgainstKubeAPIServer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd, kube-apiserver and a three-node cluster")
+	}
+	l := newLab(t)
+	pods := newPodNet(t, 2)
+	creds := l.seedTenant("acme", "acme.example", pods.network())
+	l.agent("agent-1", creds)
+	l.agent("agent-2", creds)
+
+	const port = 8080
+	b2, b3 := pods.addr(0), pods.addr(1)
+	startBackend(t, pods, "backend-2", b2, port)
+	startBackend(t, pods, "backend-3", b3, port)
+	l.createService(lbService("shop", "web", "teapot-lb.io/lb", 8080, nil))
+	l.putSlice(endpointSlice("shop", "web-1", "web", port, b2))
+
+	vip, svc := l.waitServiceVIP("shop", "web")
+	if a, err := netip.ParseAddr(vip); err != nil || !vipPrefix.Contains(a) {
+		t.Fatalf("Service VIP %q is not from the pool %s", vip, vipPrefix)
+	}
+	if m := svc.Status.LoadBalancer.Ingress[0].IPMode; m == nil || *m != corev1.LoadBalancerIPModeVIP {
+		t.Errorf("ipMode = %v, want VIP (no PROXY protocol, no termination)", m)
+	}
+	lb := l.waitLB("acme", "svc-shop-web", "one member", hasMembers("web", fmt.Sprintf("%s:%d", b2, port)))
+	if lb.GetStatus().GetAddress() != vip {
+		t.Errorf("the LB cluster holds VIP %s, the Service's status says %s", lb.GetStatus().GetAddress(), vip)
+	}
+	l.waitEvent("shop", "Service", "web", "VIPAssigned", vip)
+	front := fmt.Sprintf("%s:8080", vip)
+	waitReaches(t, front, "backend-2")
+	t.Logf("Service shop/web got VIP %s; HTTP over its TCP listener reaches the backend", vip)
+
+	// Scaling the endpoints changes the members.
+	l.putSlice(endpointSlice("shop", "web-1", "web", int32(port), b2, b3))
+	l.waitLB("acme", "svc-shop-web", "two members", hasMembers("web", fmt.Sprintf("%s:%d", b2, port), fmt.Sprintf("%s:%d", b3, port)))
+	waitReaches(t, front, "backend-2", "backend-3")
+	l.putSlice(endpointSlice("shop", "web-1", "web", port, b3))
+	l.waitLB("acme", "svc-shop-web", "scaled down", hasMembers("web", fmt.Sprintf("%s:%d", b3, port)))
+
+	// An Ingress of the manifests' class gets a VIP too.
+	l.k.applyManifest("40-ingressclass.yaml")
+	l.createIngress("shop", "main", "teapot-lb", "shop.acme.example", "web")
+	ing := l.waitLB("acme", "ing-shop-main", "routes to shop/web", func(lb *pb.LoadBalancer) error {
+		if lb == nil || len(lb.GetRoutes()) != 1 || lb.GetRoutes()[0].GetHost() != "shop.acme.example" {
+			return fmt.Errorf("routes %v", lb.GetRoutes())
+		}
+		return hasMembers("web-web", fmt.Sprintf("%s:%d", b3, port))(lb)
+	})
+	waitFor(t, syncTimeout, "VIP in the Ingress status", func() error {
+		ctx, cancel := l.ctx()
+		defer cancel()
+		got, err := l.k.client.NetworkingV1().Ingresses("shop").Get(ctx, "main", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if st := got.Status.LoadBalancer.Ingress; len(st) != 1 || st[0].IP != ing.GetStatus().GetAddress() {
+			return fmt.Errorf("status %v, want %s", st, ing.GetStatus().GetAddress())
+		}
+		return nil
+	})
+
+	// Deleting the Service frees its VIP: the next Service gets it.
+	ctx, cancel := l.ctx()
+	defer cancel()
+	if err := l.k.client.CoreV1().Services("shop").Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	l.waitLB("acme", "svc-shop-web", "removed", gone)
+	l.createService(lbService("shop", "next", "teapot-lb.io/lb", 8081, nil))
+	next, _ := l.waitServiceVIP("shop", "next")
+	if next != vip {
+		t.Errorf("the next Service got %s, want the freed VIP %s", next, vip)
+	}
+	waitFor(t, syncTimeout, "the old listener to close", func() error {
+		if _, err := get(front); err == nil {
+			return errors.New("still answering")
+		}
+		return nil
+	})
+}

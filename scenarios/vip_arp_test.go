@@ -1,0 +1,245 @@
+package scenarios
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Bounds of the ARP scenario. The failover budget is 300ms at p99; the
+// test asserts a looser bound because it may run under the race detector
+// on a loaded machine (make bench measures the figures).
+const (
+	arpFailoverBound = time.Second
+	probeInterval    = 10 * time.Millisecond
+	probeMax         = 2000 // requests per prober: 20s at 10ms
+	recoverTimeout   = 10 * time.Second
+	settleTimeout    = 30 * time.Second
+)
+
+func TestVIPARP(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a network lab with a three-host cluster")
+	}
+	needTools(t)
+	l := newVIPLab(t, labOptions{teapot: true})
+	for _, a := range []netip.Addr{arpVIP4, arpVIP6} {
+		h := l.waitHolder(a, startTimeout)
+		t.Logf("%s held by %s", a, h.id)
+	}
+
+	t.Run("status shows holdings and heartbeat settings", func(t *testing.T) {
+		h := l.waitHolder(arpVIP4, settleTimeout)
+		waitFor(t, settleTimeout, "status of "+h.id, func() error {
+			st, err := l.status(l.lbs[0])
+			if err != nil {
+				return err
+			}
+			for _, ns := range st.GetNodes() {
+				if ns.GetHeartbeatInterval() != labHeartbeat || fmt.Sprint(ns.GetHeartbeatMisses()) != labMisses {
+					return fmt.Errorf("%s shows heartbeat %q x %d", ns.GetId(), ns.GetHeartbeatInterval(), ns.GetHeartbeatMisses())
+				}
+				if len(ns.GetPeers()) != labLBs-1 {
+					return fmt.Errorf("%s shows %d peers", ns.GetId(), len(ns.GetPeers()))
+				}
+				for _, p := range ns.GetPeers() {
+					if !p.GetAlive() {
+						return fmt.Errorf("%s sees %s dead", ns.GetId(), p.GetNodeId())
+					}
+				}
+				if ns.GetId() != h.id {
+					continue
+				}
+				for _, v := range ns.GetVips() {
+					if v.GetAddress() == arpVIP4.String() && v.GetState() == "holding" && v.GetMode() == "arp" &&
+						slices.Equal(v.GetLoadBalancers(), []string{"acme/web4"}) && v.GetSince() != nil && v.GetReason() != "" {
+						return nil
+					}
+				}
+				return fmt.Errorf("%s does not show %s as held: %v", h.id, arpVIP4, ns.GetVips())
+			}
+			return fmt.Errorf("%s not in the status", h.id)
+		})
+	})
+
+	for _, tc := range []struct {
+		name   string
+		a      netip.Addr
+		unplug bool
+	}{
+		{"process crash IPv4", arpVIP4, false},
+		{"process crash IPv6", arpVIP6, false},
+		{"host death IPv4", arpVIP4, true},
+		{"host death IPv6", arpVIP6, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, from, to := l.failover(t, tc.a, tc.unplug)
+			t.Logf("%s moved from %s to %s; first successful request %s after the kill", tc.a, from.id, to.id, d.Round(time.Millisecond))
+			if d > arpFailoverBound {
+				t.Errorf("failover took %s, want under %s (target: 300ms at p99)", d, arpFailoverBound)
+			}
+			l.revive(from)
+			l.waitHolderIs(t, tc.a, from)
+		})
+	}
+
+	t.Run("partition releases and one MAC answers", func(t *testing.T) {
+		h := l.waitHolder(arpVIP4, settleTimeout)
+		if err := h.host.SetLink(false); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 5*time.Second, h.id+" releases "+arpVIP4.String(), func() error {
+			if ok, err := h.host.HasAddr("eth0", arpVIP4); err != nil || ok {
+				return fmt.Errorf("still holds it (%v)", err)
+			}
+			return nil
+		})
+		next := l.waitHolder(arpVIP4, settleTimeout)
+		l.requireOneMAC(t, arpVIP4, next)
+		if err := h.host.SetLink(true); err != nil {
+			t.Fatal(err)
+		}
+		back := l.waitHolderIs(t, arpVIP4, h)
+		l.requireOneMAC(t, arpVIP4, back)
+	})
+
+	t.Run("heartbeats cut, host still reachable: it releases", func(t *testing.T) {
+		needTools(t, "nft")
+		h := l.waitHolder(arpVIP4, settleTimeout)
+		// Drop every datagram to or from the heartbeat port: this host
+		// still reaches the client and its peers over Raft, but its
+		// failure detector hears nobody and nobody hears it.
+		rules := filepath.Join(l.dir, "cut.nft")
+		if err := os.WriteFile(rules, []byte(`table inet cut {
+	chain in { type filter hook input priority 0; udp dport 7946 drop; }
+	chain out { type filter hook output priority 0; udp dport 7946 drop; }
+}
+`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := h.host.Exec(t.Context(), "nft", "-f", rules); err != nil {
+			t.Fatal(err)
+		}
+		next := l.waitHolderOther(t, arpVIP4, h)
+		l.requireOneMAC(t, arpVIP4, next)
+		if _, err := h.host.Exec(t.Context(), "nft", "delete", "table", "inet", "cut"); err != nil {
+			t.Fatal(err)
+		}
+		l.requireOneMAC(t, arpVIP4, l.waitHolderIs(t, arpVIP4, h))
+	})
+
+	t.Run("SIGTERM hands over before exit", func(t *testing.T) {
+		h := l.waitHolder(arpVIP4, settleTimeout)
+		p := startProber(l.client, netip.AddrPortFrom(arpVIP4, 80), probeInterval, probeMax)
+		time.Sleep(200 * time.Millisecond)
+		if err := h.proc.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		next := l.waitHolderOther(t, arpVIP4, h)
+		// The process may still drain connections (its clients moved to
+		// the new holder mid-way); it has released the VIP all the same.
+		if ok, err := h.host.HasAddr("eth0", arpVIP4); err != nil || ok {
+			t.Errorf("%s still has %s after handing it over (%v)", h.id, arpVIP4, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+		rs := p.finish()
+		n, first := failed(rs)
+		t.Logf("%s handed %s to %s; %d of %d requests failed", h.id, arpVIP4, next.id, n, len(rs))
+		// A request in flight when the client's ARP entry moves cannot
+		// complete: its next packets reach the new holder.
+		if n > 2 {
+			t.Errorf("%d requests failed during the hand-over (first: %v), want at most the ones in flight", n, first)
+		}
+		h.proc.Kill()
+		l.revive(h)
+		l.waitHolderIs(t, arpVIP4, h)
+	})
+}
+
+// failover kills the holder of a (with its cable cut when unplug is set)
+// while the client sends a request every 10ms, and returns the time from
+// the kill to the first successful request started after it.
+func (l *vipLab) failover(tb testing.TB, a netip.Addr, unplug bool) (time.Duration, *lbHost, *lbHost) {
+	tb.Helper()
+	from := l.waitHolder(a, settleTimeout)
+	p := startProber(l.client, netip.AddrPortFrom(a, 80), probeInterval, probeMax)
+	defer p.finish()
+	time.Sleep(100 * time.Millisecond)
+	killed := l.kill(from, unplug)
+	d := p.waitRecovery(tb, killed, recoverTimeout)
+	to := l.waitHolder(a, settleTimeout)
+	if to == from {
+		tb.Fatalf("%s still held by the killed host %s", a, from.id)
+	}
+	return d, from, to
+}
+
+// waitHolderIs waits until want holds a alone and the client reaches it.
+func (l *vipLab) waitHolderIs(tb testing.TB, a netip.Addr, want *lbHost) *lbHost {
+	tb.Helper()
+	waitFor(tb, settleTimeout, fmt.Sprintf("%s to hold %s", want.id, a), func() error {
+		hs, err := l.holders(a)
+		if err != nil {
+			return err
+		}
+		if len(hs) != 1 || hs[0] != want {
+			return fmt.Errorf("held by %v", ids(hs))
+		}
+		return l.get(a)
+	})
+	return want
+}
+
+// waitHolderOther waits until a host other than not holds a alone.
+func (l *vipLab) waitHolderOther(tb testing.TB, a netip.Addr, not *lbHost) *lbHost {
+	tb.Helper()
+	var h *lbHost
+	waitFor(tb, settleTimeout, fmt.Sprintf("%s to move off %s", a, not.id), func() error {
+		hs, err := l.holders(a)
+		if err != nil {
+			return err
+		}
+		if len(hs) != 1 || hs[0] == not {
+			return fmt.Errorf("held by %v", ids(hs))
+		}
+		h = hs[0]
+		return l.get(a)
+	})
+	return h
+}
+
+// requireOneMAC asks from the client who has a, three times, and fails
+// unless only want's MAC ever answers.
+func (l *vipLab) requireOneMAC(tb testing.TB, a netip.Addr, want *lbHost) {
+	tb.Helper()
+	for range 3 {
+		macs, err := l.client.Neighbors("eth0", a, 200*time.Millisecond)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if len(macs) != 1 || macs[0].String() != want.host.MAC.String() {
+			var who []string
+			for _, m := range macs {
+				if n := l.byMAC(m); n != nil {
+					who = append(who, n.id)
+				} else {
+					who = append(who, m.String())
+				}
+			}
+			tb.Fatalf("who has %s: answered by %v, want %s alone", a, who, want.id)
+		}
+	}
+}
+
+func ids(ns []*lbHost) []string {
+	var out []string
+	for _, n := range ns {
+		out = append(out, n.id)
+	}
+	return out
+}

@@ -1,0 +1,279 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+	"github.com/teapot-lb/teapot-lb/tenantsync/translate"
+)
+
+// Event reasons the agent records.
+const (
+	ReasonAssigned    = "VIPAssigned"
+	ReasonRefused     = "LoadBalancerRefused"
+	ReasonProblem     = "LoadBalancerProblem"
+	ReasonTranslation = "TranslationWarning"
+)
+
+// statusBook holds what the LB cluster last said per load balancer and
+// what the agent last reported per object, so that each Event is
+// recorded once.
+type statusBook struct {
+	mu       sync.Mutex
+	byName   map[string]*pb.ObjectStatus
+	reported map[objKey]string
+}
+
+func newStatusBook() *statusBook {
+	return &statusBook{byName: map[string]*pb.ObjectStatus{}, reported: map[objKey]string{}}
+}
+
+// reset takes the cluster's whole view (a welcome).
+func (b *statusBook) reset(objs []*pb.ObjectStatus) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	clear(b.byName)
+	for _, o := range objs {
+		b.byName[o.GetName()] = o
+	}
+}
+
+// put records statuses. A refusal keeps the address of the version the
+// cluster still serves.
+func (b *statusBook) put(objs []*pb.ObjectStatus) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, o := range objs {
+		if o.GetRemoved() {
+			delete(b.byName, o.GetName())
+			continue
+		}
+		if o.GetError() != "" {
+			if prev := b.byName[o.GetName()]; prev != nil {
+				o = &pb.ObjectStatus{Name: o.GetName(), Version: prev.GetVersion(), Address: prev.GetAddress(), Problems: prev.GetProblems(), Error: o.GetError()}
+			}
+		}
+		b.byName[o.GetName()] = o
+	}
+}
+
+func (b *statusBook) get(name string) *pb.ObjectStatus {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.byName[name]
+}
+
+// firstReport records text as k's report and says whether it is new.
+func (b *statusBook) firstReport(k objKey, text string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.reported[k] == text {
+		return false
+	}
+	b.reported[k] = text
+	return true
+}
+
+// onStatus records statuses and queues their objects for a status write.
+func (a *Agent) onStatus(objs []*pb.ObjectStatus) {
+	if len(objs) == 0 {
+		return
+	}
+	a.book.put(objs)
+	for _, o := range objs {
+		if k, ok := a.set.sourceOf(o.GetName()); ok {
+			a.queue.Add(k)
+		}
+	}
+	a.metrics.statuses.Add(uint64(len(objs)))
+}
+
+// runWriter writes status and records Events for queued objects until
+// ctx ends.
+func (a *Agent) runWriter(ctx context.Context) {
+	go func() { <-ctx.Done(); a.queue.ShutDown() }()
+	for {
+		k, quit := a.queue.Get()
+		if quit {
+			return
+		}
+		err := a.write(ctx, k)
+		if err != nil {
+			if ctx.Err() == nil {
+				a.log.Debug("write status", "object", k.source(), "err", err)
+			}
+			a.queue.AddRateLimited(k)
+		} else {
+			a.queue.Forget(k)
+		}
+		a.queue.Done(k)
+	}
+}
+
+// write brings one object's status and Events up to date.
+func (a *Agent) write(ctx context.Context, k objKey) error {
+	d, name := a.set.lookup(k)
+	var st *pb.ObjectStatus
+	if d != nil {
+		st = a.book.get(name)
+	}
+	var obj runtime.Object
+	var wrote bool
+	var err error
+	switch k.kind {
+	case translate.KindService:
+		svc, gerr := a.src.Services.Services(k.ns).Get(k.name)
+		if err = gerr; apierrors.IsNotFound(err) {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		obj = svc
+		if wrote, err = a.writeService(ctx, svc, d, st); err != nil {
+			return err
+		}
+	case translate.KindIngress:
+		ing, gerr := a.src.Ingresses.Ingresses(k.ns).Get(k.name)
+		if err = gerr; apierrors.IsNotFound(err) {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		obj = ing
+		if wrote, err = a.writeIngress(ctx, ing, d, st); err != nil {
+			return err
+		}
+	default:
+		return nil
+	}
+	a.recordEvents(k, obj, d, st, wrote)
+	return nil
+}
+
+// recordEvents records each new verdict on the object once. An assigned
+// VIP is announced only when this write put it into the status, so that a
+// restarted agent does not repeat it.
+func (a *Agent) recordEvents(k objKey, obj runtime.Object, d *translate.Desired, st *pb.ObjectStatus, wrote bool) {
+	if d == nil {
+		return
+	}
+	var parts []string
+	kind, reason, msg := corev1.EventTypeNormal, "", ""
+	switch {
+	case st == nil:
+		return
+	case st.GetError() != "":
+		kind, reason, msg = corev1.EventTypeWarning, ReasonRefused, "refused by the LB cluster: "+st.GetError()
+	case st.GetAddress() != "":
+		reason, msg = ReasonAssigned, "VIP "+st.GetAddress()+" on load balancer "+st.GetName()
+	}
+	for _, p := range st.GetProblems() {
+		parts = append(parts, p.GetField()+": "+p.GetReason())
+	}
+	report := reason + "|" + msg + "|" + strings.Join(parts, "; ") + "|" + strings.Join(d.Warnings, "; ")
+	if !a.book.firstReport(k, report) {
+		return
+	}
+	if reason == ReasonRefused || (reason == ReasonAssigned && wrote) {
+		a.events.Event(obj, kind, reason, msg)
+	}
+	if len(parts) > 0 {
+		a.events.Event(obj, corev1.EventTypeWarning, ReasonProblem, strings.Join(parts, "; "))
+	}
+	for _, w := range d.Warnings {
+		a.events.Event(obj, corev1.EventTypeWarning, ReasonTranslation, w)
+	}
+}
+
+// serviceIngress is what Service.status.loadBalancer.ingress should say.
+func serviceIngress(d *translate.Desired, st *pb.ObjectStatus) []corev1.LoadBalancerIngress {
+	if d == nil || st == nil || st.GetAddress() == "" {
+		return nil
+	}
+	mode := corev1.LoadBalancerIPModeVIP
+	if d.ProxyMode {
+		mode = corev1.LoadBalancerIPModeProxy
+	}
+	return []corev1.LoadBalancerIngress{{IP: st.GetAddress(), IPMode: &mode}}
+}
+
+func (a *Agent) writeService(ctx context.Context, svc *corev1.Service, d *translate.Desired, st *pb.ObjectStatus) (bool, error) {
+	want := serviceIngress(d, st)
+	if d == nil {
+		// No longer ours: clear what the agent wrote, if the object still
+		// names our class (or none).
+		if len(svc.Status.LoadBalancer.Ingress) == 0 || !a.ownsClass(svc) {
+			return false, nil
+		}
+	} else if st == nil || (st.GetAddress() == "" && st.GetError() == "") {
+		return false, nil // not answered yet; keep the last known state
+	} else if st.GetAddress() == "" {
+		want = nil
+	}
+	if ingressEqual(svc.Status.LoadBalancer.Ingress, want) {
+		return false, nil
+	}
+	c := svc.DeepCopy()
+	c.Status.LoadBalancer.Ingress = want
+	_, err := a.kube.CoreV1().Services(svc.Namespace).UpdateStatus(ctx, c, metav1.UpdateOptions{})
+	if err != nil {
+		return false, fmt.Errorf("update status of Service %s/%s: %w", svc.Namespace, svc.Name, err)
+	}
+	return true, nil
+}
+
+func (a *Agent) ownsClass(svc *corev1.Service) bool {
+	if c := svc.Spec.LoadBalancerClass; c != nil {
+		return *c == a.opts().LoadBalancerClass || (a.opts().LoadBalancerClass == "" && *c == translate.LoadBalancerClass)
+	}
+	return a.cfg.Options.DefaultClass
+}
+
+func ingressEqual(a, b []corev1.LoadBalancerIngress) bool {
+	return slices.EqualFunc(a, b, func(x, y corev1.LoadBalancerIngress) bool {
+		mx, my := "", ""
+		if x.IPMode != nil {
+			mx = string(*x.IPMode)
+		}
+		if y.IPMode != nil {
+			my = string(*y.IPMode)
+		}
+		return x.IP == y.IP && x.Hostname == y.Hostname && mx == my
+	})
+}
+
+func (a *Agent) writeIngress(ctx context.Context, ing *networkingv1.Ingress, d *translate.Desired, st *pb.ObjectStatus) (bool, error) {
+	var want []networkingv1.IngressLoadBalancerIngress
+	switch {
+	case d == nil:
+		if len(ing.Status.LoadBalancer.Ingress) == 0 {
+			return false, nil
+		}
+	case st == nil || (st.GetAddress() == "" && st.GetError() == ""):
+		return false, nil
+	case st.GetAddress() != "":
+		want = []networkingv1.IngressLoadBalancerIngress{{IP: st.GetAddress()}}
+	}
+	if slices.EqualFunc(ing.Status.LoadBalancer.Ingress, want, func(x, y networkingv1.IngressLoadBalancerIngress) bool {
+		return x.IP == y.IP && x.Hostname == y.Hostname
+	}) {
+		return false, nil
+	}
+	c := ing.DeepCopy()
+	c.Status.LoadBalancer.Ingress = want
+	_, err := a.kube.NetworkingV1().Ingresses(ing.Namespace).UpdateStatus(ctx, c, metav1.UpdateOptions{})
+	if err != nil {
+		return false, fmt.Errorf("update status of Ingress %s/%s: %w", ing.Namespace, ing.Name, err)
+	}
+	return true, nil
+}

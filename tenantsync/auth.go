@@ -1,0 +1,159 @@
+package tenantsync
+
+import (
+	"context"
+	"crypto/x509"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/teapot-lb/teapot-lb/api"
+	"github.com/teapot-lb/teapot-lb/api/pki"
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+)
+
+// caller is an authenticated agent.
+type caller struct {
+	tenant string
+	// serial is the hex serial number of its certificate.
+	serial string
+}
+
+// authenticate reads the caller's verified client certificate: it must
+// carry a tenant identity.
+func authenticate(ctx context.Context) (caller, error) {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return caller{}, fmt.Errorf("no peer information: %w", ErrUnauthenticated)
+	}
+	info, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok || len(info.State.VerifiedChains) == 0 || len(info.State.VerifiedChains[0]) == 0 {
+		return caller{}, fmt.Errorf("a tenant certificate from the cluster CA is required (teapot-lb tenant credentials NAME): %w", ErrUnauthenticated)
+	}
+	cert := info.State.VerifiedChains[0][0]
+	id, err := pki.IdentityOf(cert)
+	if err != nil || id.Role != pki.RoleTenant {
+		return caller{}, fmt.Errorf("%s is not a tenant credential: %w", cert.Subject.CommonName, api.ErrForbidden)
+	}
+	return caller{tenant: id.Name, serial: SerialOf(cert)}, nil
+}
+
+// SerialOf is the form of a certificate's serial number that revocation
+// lists hold: lowercase hex.
+func SerialOf(cert *x509.Certificate) string { return strings.ToLower(cert.SerialNumber.Text(16)) }
+
+// revokedField is the tenant's list of revoked credential serials. The
+// stream and the credential service read and write it through reflection
+// so that they follow the model's field once it exists; without it nothing
+// is revoked and Revoke says so.
+var revokedField = (&pb.Tenant{}).ProtoReflect().Descriptor().Fields().ByName("revoked_credentials")
+
+// RevocationSupported reports whether the model stores revoked credentials.
+func RevocationSupported() bool {
+	return revokedField != nil && revokedField.IsList() && revokedField.Kind() == protoreflect.StringKind
+}
+
+// Revoked returns the serials revoked for t.
+func Revoked(t *pb.Tenant) []string {
+	if !RevocationSupported() || t == nil {
+		return nil
+	}
+	l := t.ProtoReflect().Get(revokedField).List()
+	out := make([]string, l.Len())
+	for i := range out {
+		out[i] = l.Get(i).String()
+	}
+	return out
+}
+
+// setRevoked replaces t's revoked serials.
+func setRevoked(t *pb.Tenant, serials []string) error {
+	if !RevocationSupported() {
+		return ErrRevocationUnsupported
+	}
+	m := t.ProtoReflect()
+	l := m.NewField(revokedField).List()
+	for _, s := range serials {
+		l.Append(protoreflect.ValueOfString(s))
+	}
+	m.Set(revokedField, protoreflect.ValueOfList(l))
+	return nil
+}
+
+// admit checks that the caller's tenant exists and its credential is not
+// revoked.
+func (c caller) admit(t *pb.Tenant) error {
+	if t == nil {
+		return fmt.Errorf("tenant %s does not exist on this cluster; ask the operator: %w", c.tenant, api.ErrForbidden)
+	}
+	if slices.Contains(Revoked(t), c.serial) {
+		return fmt.Errorf("credential %s of tenant %s was revoked; ask the operator for new credentials: %w", c.serial, c.tenant, ErrRevoked)
+	}
+	return nil
+}
+
+// hostAddrs are the service addresses (IP:port) of the LB hosts: a member
+// pointing at one of them is refused whatever the tenant's networks say.
+func hostAddrs(objs []*pb.Object) map[netip.AddrPort]string {
+	out := map[netip.AddrPort]string{}
+	for _, o := range objs {
+		n := o.GetNode()
+		if n == nil {
+			continue
+		}
+		for _, a := range []string{n.GetApiAddr(), n.GetRaftAddr(), n.GetHeartbeatAddr()} {
+			if ap, err := netip.ParseAddrPort(a); err == nil {
+				out[ap] = n.GetId()
+			}
+		}
+	}
+	return out
+}
+
+// sanitize scopes an upserted load balancer to the caller and checks what
+// the model's validation cannot know: that the agent manages the name and
+// that no member points at an LB host's own services.
+func sanitize(tenant string, lb *pb.LoadBalancer, hosts map[netip.AddrPort]string) (*pb.LoadBalancer, error) {
+	if lb == nil {
+		return nil, fmt.Errorf("upsert without a load balancer: %w", api.ErrInvalid)
+	}
+	if !Managed(lb.GetName()) {
+		return nil, fmt.Errorf("name %q: the agent manages load balancers named %s* and %s*; others belong to the operator: %w",
+			lb.GetName(), ServicePrefix, IngressPrefix, api.ErrForbidden)
+	}
+	out := &pb.LoadBalancer{
+		Name: lb.GetName(), Tenant: tenant, Vip: lb.GetVip(), Listeners: lb.GetListeners(), Routes: lb.GetRoutes(), Pools: lb.GetPools(),
+	}
+	for _, key := range sortedKeys(out.GetPools()) {
+		for i, m := range out.GetPools()[key].GetMembers() {
+			ap, err := netip.ParseAddrPort(m.GetAddress())
+			if err != nil {
+				continue // validation names it
+			}
+			if id, ok := hosts[netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())]; ok {
+				return nil, &api.ValidationError{
+					Ref: api.RefString(&pb.ObjectRef{Kind: api.KindLoadBalancer, Tenant: tenant, Name: lb.GetName()}),
+					Errors: []api.FieldError{{
+						Field:  fmt.Sprintf("pools.%s.members[%d]", key, i),
+						Reason: fmt.Sprintf("%s is a service port of LB host %s and is never a member", ap, id),
+					}},
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

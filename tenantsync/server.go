@@ -1,0 +1,351 @@
+package tenantsync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/teapot-lb/teapot-lb/api"
+	"github.com/teapot-lb/teapot-lb/api/pki"
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+	"github.com/teapot-lb/teapot-lb/consensus"
+)
+
+// Errors of the server.
+var (
+	// ErrUnauthenticated: the caller presented no usable certificate.
+	ErrUnauthenticated = errors.New("unauthenticated")
+	// ErrRevoked: the caller's credential was revoked.
+	ErrRevoked = fmt.Errorf("credential revoked: %w", api.ErrForbidden)
+	// ErrRevocationUnsupported: the model has no place for revoked serials.
+	ErrRevocationUnsupported = errors.New("credential revocation is not available on this cluster: its model has no Tenant.revoked_credentials field; upgrade the LB hosts")
+	// ErrProtocol: the agent broke the stream's rules.
+	ErrProtocol = fmt.Errorf("stream protocol: %w", api.ErrInvalid)
+)
+
+// Store is what the server needs of the replicated state and the host;
+// consensus.Node implements it.
+type Store interface {
+	Apply(ctx context.Context, req *pb.ApplyRequest, internal bool) (*pb.ApplyResponse, error)
+	Delete(ctx context.Context, req *pb.DeleteRequest, internal bool) (*pb.DeleteResponse, error)
+	Get(ctx context.Context, ref *pb.ObjectRef) (*pb.Object, error)
+	List(ctx context.Context, kind, tenant string) ([]*pb.Object, uint64, error)
+	Objects() ([]*pb.Object, uint64)
+	Revision() uint64
+	Watch(from uint64) *consensus.Watcher
+	// CA signs tenant credentials; APIAddrs are where agents connect.
+	CA() *pki.CA
+	APIAddrs() []string
+}
+
+var _ Store = (*consensus.Node)(nil)
+
+// Defaults of Config.
+const (
+	DefaultMaxBatch     = 256
+	DefaultRate         = 2000 // objects per second per tenant and host
+	DefaultBurst        = 4000
+	DefaultMaxStreams   = 8
+	DefaultApplyTimeout = 30 * time.Second
+	DefaultHeartbeat    = 10 * time.Second
+)
+
+// Config configures a Server; zero fields take the defaults.
+type Config struct {
+	Store  Store
+	Logger *slog.Logger
+	// Rate and Burst bound the objects (upserts and removals) one tenant
+	// changes per second on this host; a faster agent is slowed down, not
+	// refused.
+	Rate  float64
+	Burst int
+	// MaxStreams bounds one tenant's open streams on this host.
+	MaxStreams int
+	// MaxBatch bounds the objects in one change.
+	MaxBatch int
+	// ApplyTimeout bounds one change's writes; a change that cannot be
+	// written in time (no leader) ends the stream and the agent resyncs.
+	ApplyTimeout time.Duration
+	// Heartbeat is how often an idle stream carries an empty status, so
+	// that an agent notices a silent host.
+	Heartbeat time.Duration
+}
+
+// Server serves the TenantSync stream and the TenantCredentials calls.
+type Server struct {
+	pb.UnimplementedTenantSyncServer
+	cfg Config
+	log *slog.Logger
+
+	mu       sync.Mutex
+	streams  map[string]map[*stream]struct{}
+	limiters map[string]*bucket
+
+	hostsMu  sync.Mutex
+	hostsRev uint64
+	hosts    map[netip.AddrPort]string
+}
+
+var _ pb.TenantSyncServer = (*Server)(nil)
+
+// New returns a server over cfg.Store.
+func New(cfg Config) *Server {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Rate <= 0 {
+		cfg.Rate = DefaultRate
+	}
+	if cfg.Burst <= 0 {
+		cfg.Burst = DefaultBurst
+	}
+	if cfg.MaxStreams <= 0 {
+		cfg.MaxStreams = DefaultMaxStreams
+	}
+	if cfg.MaxBatch <= 0 {
+		cfg.MaxBatch = DefaultMaxBatch
+	}
+	if cfg.ApplyTimeout <= 0 {
+		cfg.ApplyTimeout = DefaultApplyTimeout
+	}
+	if cfg.Heartbeat <= 0 {
+		cfg.Heartbeat = DefaultHeartbeat
+	}
+	return &Server{
+		cfg:      cfg,
+		log:      cfg.Logger.With("component", "tenantsync"),
+		streams:  map[string]map[*stream]struct{}{},
+		limiters: map[string]*bucket{},
+	}
+}
+
+// toStatus turns an error into a gRPC status with a message a person can
+// act on.
+func toStatus(err error) error {
+	if errors.Is(err, ErrUnauthenticated) {
+		return status.Error(codes.Unauthenticated, err.Error())
+	}
+	if errors.Is(err, ErrRevocationUnsupported) {
+		return status.Error(codes.FailedPrecondition, err.Error())
+	}
+	return api.ToStatus(err)
+}
+
+// Sync serves one agent's stream.
+func (s *Server) Sync(ss pb.TenantSync_SyncServer) error {
+	c, err := authenticate(ss.Context())
+	if err != nil {
+		return toStatus(err)
+	}
+	ctx, cancel := context.WithCancelCause(ss.Context())
+	defer cancel(nil)
+	st := &stream{srv: s, ss: ss, caller: c, cancel: cancel, last: map[string]*pb.ObjectStatus{}}
+	if err := s.register(st); err != nil {
+		return toStatus(err)
+	}
+	defer s.unregister(st)
+
+	first, err := ss.Recv()
+	if err != nil {
+		return err
+	}
+	hello := first.GetHello()
+	if hello == nil {
+		return toStatus(fmt.Errorf("the first message must be a hello: %w", ErrProtocol))
+	}
+	st.agent = hello.GetAgent()
+	log := s.log.With("tenant", c.tenant, "agent", hello.GetAgent(), "credential", c.serial)
+
+	welcome, err := s.welcome(ctx, st)
+	if err != nil {
+		return toStatus(err)
+	}
+	if err := st.send(&pb.SyncResponse{Msg: &pb.SyncResponse_Welcome{Welcome: welcome}}); err != nil {
+		return err
+	}
+	log.Info("agent connected", "objects", len(welcome.GetObjects()), "revision", welcome.GetRevision(), "version", hello.GetVersion())
+	go st.follow(ctx, welcome.GetRevision()+1)
+
+	msgs := make(chan *pb.SyncRequest)
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			msg, err := ss.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			select {
+			case msgs <- msg:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	for {
+		var msg *pb.SyncRequest
+		select {
+		case <-ctx.Done():
+			cause := context.Cause(ctx)
+			log.Info("stream closed", "reason", cause)
+			return toStatus(cause)
+		case err := <-recvErr:
+			if errors.Is(err, io.EOF) {
+				log.Info("agent disconnected")
+				return nil
+			}
+			log.Info("agent stream ended", "err", err)
+			return err
+		case msg = <-msgs:
+		}
+		ch := msg.GetChange()
+		if ch == nil {
+			return toStatus(fmt.Errorf("after the hello only changes may be sent: %w", ErrProtocol))
+		}
+		if n := len(ch.GetUpserts()) + len(ch.GetRemovals()); n > s.cfg.MaxBatch {
+			return toStatus(fmt.Errorf("change %d holds %d objects; at most %d: %w", ch.GetSeq(), n, s.cfg.MaxBatch, ErrProtocol))
+		}
+		if err := s.limiter(c.tenant).wait(ctx, len(ch.GetUpserts())+len(ch.GetRemovals())); err != nil {
+			return toStatus(cmpCause(ctx, err))
+		}
+		ack, err := s.applyChange(ctx, st, ch)
+		if err != nil {
+			log.Warn("change not applied; the agent resyncs on its next stream", "seq", ch.GetSeq(), "err", err)
+			return toStatus(cmpCause(ctx, err))
+		}
+		if err := st.send(&pb.SyncResponse{Msg: &pb.SyncResponse_Ack{Ack: ack}}); err != nil {
+			return err
+		}
+	}
+}
+
+// cmpCause prefers the reason a stream was cancelled for over err.
+func cmpCause(ctx context.Context, err error) error {
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+		return cause
+	}
+	return err
+}
+
+// welcome reads the tenant and its managed load balancers, linearizably.
+func (s *Server) welcome(ctx context.Context, st *stream) (*pb.SyncWelcome, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.ApplyTimeout)
+	defer cancel()
+	var tenant *pb.Tenant
+	o, err := s.cfg.Store.Get(ctx, &pb.ObjectRef{Kind: api.KindTenant, Name: st.caller.tenant})
+	switch {
+	case err == nil:
+		tenant = o.GetTenant()
+	case !errors.Is(err, api.ErrNotFound):
+		return nil, err
+	}
+	if err := st.caller.admit(tenant); err != nil {
+		return nil, err
+	}
+	lbs, rev, err := s.cfg.Store.List(ctx, api.KindLoadBalancer, st.caller.tenant)
+	if err != nil {
+		return nil, err
+	}
+	w := &pb.SyncWelcome{Tenant: tenant, Revision: rev, MaxBatch: uint32(s.cfg.MaxBatch)}
+	for _, o := range lbs {
+		lb := o.GetLoadBalancer()
+		if !Managed(lb.GetName()) {
+			continue
+		}
+		stat := statusOf(lb)
+		w.Objects = append(w.Objects, stat)
+		st.last[lb.GetName()] = stat
+	}
+	return w, nil
+}
+
+// statusOf is what the agent learns about a stored load balancer.
+func statusOf(lb *pb.LoadBalancer) *pb.ObjectStatus {
+	stat := &pb.ObjectStatus{Name: lb.GetName(), Version: Version(lb), Address: lb.GetStatus().GetAddress()}
+	stat.Problems = append(stat.Problems, lb.GetStatus().GetProblems()...)
+	stat.Problems = append(stat.Problems, api.LoadBalancerProblems(lb)...)
+	return stat
+}
+
+// register admits a stream within the tenant's limit.
+func (s *Server) register(st *stream) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	set := s.streams[st.caller.tenant]
+	if len(set) >= s.cfg.MaxStreams {
+		return fmt.Errorf("tenant %s has %d open streams on this host, the most allowed: %w", st.caller.tenant, len(set), api.ErrConflict)
+	}
+	if set == nil {
+		set = map[*stream]struct{}{}
+		s.streams[st.caller.tenant] = set
+	}
+	set[st] = struct{}{}
+	return nil
+}
+
+func (s *Server) unregister(st *stream) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.streams[st.caller.tenant], st)
+	if len(s.streams[st.caller.tenant]) == 0 {
+		delete(s.streams, st.caller.tenant)
+	}
+}
+
+// closeRevoked ends the tenant's streams whose credential is in serials and
+// returns how many it ended.
+func (s *Server) closeRevoked(tenant string, serials map[string]bool) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for st := range s.streams[tenant] {
+		if serials[st.caller.serial] {
+			st.cancel(fmt.Errorf("credential %s of tenant %s was revoked: %w", st.caller.serial, tenant, ErrRevoked))
+			n++
+		}
+	}
+	return n
+}
+
+// Streams returns the number of open streams per tenant on this host.
+func (s *Server) Streams() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]int, len(s.streams))
+	for t, set := range s.streams {
+		out[t] = len(set)
+	}
+	return out
+}
+
+func (s *Server) limiter(tenant string) *bucket {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b := s.limiters[tenant]
+	if b == nil {
+		b = newBucket(s.cfg.Rate, s.cfg.Burst)
+		s.limiters[tenant] = b
+	}
+	return b
+}
+
+// hostAddrs returns the LB hosts' service addresses at the current
+// revision.
+func (s *Server) hostAddrs() map[netip.AddrPort]string {
+	rev := s.cfg.Store.Revision()
+	s.hostsMu.Lock()
+	defer s.hostsMu.Unlock()
+	if s.hosts == nil || s.hostsRev != rev {
+		objs, r := s.cfg.Store.Objects()
+		s.hosts, s.hostsRev = hostAddrs(objs), r
+	}
+	return s.hosts
+}

@@ -1,0 +1,190 @@
+package tenantsync
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/teapot-lb/teapot-lb/api"
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+	"github.com/teapot-lb/teapot-lb/consensus"
+)
+
+// stream is one agent's open stream.
+type stream struct {
+	srv    *Server
+	ss     pb.TenantSync_SyncServer
+	caller caller
+	agent  string
+	cancel context.CancelCauseFunc
+
+	sendMu sync.Mutex
+	sent   time.Time
+
+	mu sync.Mutex
+	// last is the status the agent was last told per load balancer.
+	last map[string]*pb.ObjectStatus
+}
+
+func (st *stream) send(m *pb.SyncResponse) error {
+	st.sendMu.Lock()
+	defer st.sendMu.Unlock()
+	st.sent = time.Now()
+	return st.ss.Send(m)
+}
+
+// record notes statuses the agent is being told in an ack.
+func (st *stream) record(results []*pb.ObjectStatus) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for _, r := range results {
+		if r.GetError() != "" {
+			continue
+		}
+		if r.GetRemoved() {
+			delete(st.last, r.GetName())
+			continue
+		}
+		st.last[r.GetName()] = r
+	}
+}
+
+// changed keeps the statuses that differ from what the agent was told and
+// records them as told.
+func (st *stream) changed(in []*pb.ObjectStatus) []*pb.ObjectStatus {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	var out []*pb.ObjectStatus
+	for _, s := range in {
+		prev, known := st.last[s.GetName()]
+		switch {
+		case s.GetRemoved() && !known:
+			continue
+		case s.GetRemoved():
+			delete(st.last, s.GetName())
+		case known && proto.Equal(prev, s):
+			continue
+		default:
+			st.last[s.GetName()] = s
+		}
+		out = append(out, s)
+	}
+	slices.SortFunc(out, func(a, b *pb.ObjectStatus) int { return strings.Compare(a.GetName(), b.GetName()) })
+	return out
+}
+
+// follow watches the state from revision from: it pushes status changes
+// of the tenant's load balancers, passes on changes of the tenant, ends
+// the stream when the tenant goes away or revokes the caller's credential,
+// and sends a heartbeat on a quiet stream.
+func (st *stream) follow(ctx context.Context, from uint64) {
+	w := st.srv.cfg.Store.Watch(from)
+	tick := time.NewTicker(st.srv.cfg.Heartbeat / 2)
+	defer tick.Stop()
+	events := make(chan consensus.Event)
+	go func() {
+		defer close(events)
+		for {
+			ev, err := w.Next(ctx)
+			if err != nil {
+				return
+			}
+			select {
+			case events <- ev:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			st.sendMu.Lock()
+			idle := time.Since(st.sent) >= st.srv.cfg.Heartbeat
+			st.sendMu.Unlock()
+			if idle {
+				if err := st.send(&pb.SyncResponse{Msg: &pb.SyncResponse_Status{Status: &pb.SyncStatus{Revision: st.srv.cfg.Store.Revision()}}}); err != nil {
+					st.cancel(err)
+					return
+				}
+			}
+		case ev, ok := <-events:
+			if !ok {
+				return
+			}
+			if err := st.handle(ev); err != nil {
+				st.cancel(err)
+				return
+			}
+		}
+	}
+}
+
+// handle turns one committed revision into a status push.
+func (st *stream) handle(ev consensus.Event) error {
+	tenant := st.caller.tenant
+	var tenantObj *pb.Tenant
+	tenantTouched := false
+	var statuses []*pb.ObjectStatus
+	if ev.Reset {
+		seen := map[string]bool{}
+		tenantTouched = true
+		for _, o := range ev.Objects {
+			if t := o.GetTenant(); t.GetName() == tenant {
+				tenantObj = t
+			}
+			if lb := o.GetLoadBalancer(); lb.GetTenant() == tenant && Managed(lb.GetName()) {
+				seen[lb.GetName()] = true
+				statuses = append(statuses, statusOf(lb))
+			}
+		}
+		st.mu.Lock()
+		for name := range st.last {
+			if !seen[name] {
+				statuses = append(statuses, &pb.ObjectStatus{Name: name, Removed: true})
+			}
+		}
+		st.mu.Unlock()
+	}
+	for _, c := range ev.Changes {
+		switch c.Ref.GetKind() {
+		case api.KindTenant:
+			if c.Ref.GetName() == tenant {
+				tenantTouched = true
+				tenantObj = c.Object.GetTenant()
+			}
+		case api.KindLoadBalancer:
+			if c.Ref.GetTenant() != tenant || !Managed(c.Ref.GetName()) {
+				continue
+			}
+			if c.Type == consensus.ChangeDelete {
+				statuses = append(statuses, &pb.ObjectStatus{Name: c.Ref.GetName(), Removed: true})
+			} else {
+				statuses = append(statuses, statusOf(c.Object.GetLoadBalancer()))
+			}
+		}
+	}
+	if tenantTouched {
+		if err := st.caller.admit(tenantObj); err != nil {
+			return err
+		}
+	}
+	push := &pb.SyncStatus{Objects: st.changed(statuses), Revision: ev.Revision}
+	if tenantTouched {
+		push.Tenant = tenantObj
+	}
+	if len(push.Objects) == 0 && push.Tenant == nil {
+		return nil
+	}
+	if err := st.send(&pb.SyncResponse{Msg: &pb.SyncResponse_Status{Status: push}}); err != nil {
+		return fmt.Errorf("push status: %w", err)
+	}
+	return nil
+}

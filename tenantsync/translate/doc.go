@@ -1,0 +1,31 @@
+// Package translate turns a tenant cluster's Services, Ingresses,
+// EndpointSlices and Nodes into teapot-lb LoadBalancers. It is pure: it
+// reads the informers' listers and returns the desired load balancers,
+// with the Kubernetes object each came from and what it had to leave out.
+//
+// Services of type LoadBalancer with spec.loadBalancerClass
+// teapot-lb.io/lb (and, with Options.DefaultClass, those without a class)
+// become one load balancer each, one listener per port. Ingresses of an
+// IngressClass whose controller is teapot-lb.io/ingress become one
+// load balancer each with an http listener on port 80 (and https on 443
+// with ACME when the Ingress lists TLS hosts), one route per path.
+//
+// Members are node addresses with the Service's nodePort (NodePort mode),
+// or, when the tenant's pods are routable from the LB hosts, the ready pod
+// addresses from the EndpointSlices (pod mode). With
+// externalTrafficPolicy: Local in NodePort mode, members are health
+// checked on the Service's healthCheckNodePort, where kube-proxy answers
+// 200 only on nodes with a local endpoint.
+//
+// Annotations under teapot-lb.io/ set the rest:
+//
+//	teapot-lb.io/pool               VIP pool (default: the tenant's first pool)
+//	teapot-lb.io/load-balancer-ips  requested VIP (the first address is used)
+//	teapot-lb.io/sharing-key        share the VIP with load balancers of the same key
+//	teapot-lb.io/proxy-protocol     v1 | v2: send PROXY protocol to members
+//	teapot-lb.io/health-check-path  HTTP health check on this path
+//	teapot-lb.io/algorithm          round-robin | least-request | hash
+//	teapot-lb.io/members            nodeport | pod (default: pod when pods are routable)
+//	teapot-lb.io/ssl-redirect       "true": Ingress http listener redirects to https
+//	teapot-lb.io/tls-certificates   Ingress: uploaded certificates instead of ACME
+package translate

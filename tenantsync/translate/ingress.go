@@ -1,0 +1,181 @@
+package translate
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
+
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+	"github.com/teapot-lb/teapot-lb/tenantsync"
+)
+
+// WantsIngress reports whether the agent takes ing: its class (by
+// spec.ingressClassName, the legacy annotation, or the default class) is
+// one whose controller is the agent's.
+func WantsIngress(ing *networkingv1.Ingress, src Sources, o Options) bool {
+	if ing.DeletionTimestamp != nil || src.IngressClasses == nil {
+		return false
+	}
+	name := ""
+	switch {
+	case ing.Spec.IngressClassName != nil:
+		name = *ing.Spec.IngressClassName
+	case ing.Annotations[annotationIngClass] != "":
+		name = ing.Annotations[annotationIngClass]
+	}
+	if name != "" {
+		ic, err := src.IngressClasses.Get(name)
+		return err == nil && ic.Spec.Controller == o.controller()
+	}
+	list, err := src.IngressClasses.List(labels.Everything())
+	if err != nil {
+		return false
+	}
+	for _, ic := range list {
+		if parseBool(ic.Annotations[annotationDefaultIC]) {
+			return ic.Spec.Controller == o.controller()
+		}
+	}
+	return false
+}
+
+// Ingress translates one Ingress the agent takes: an http listener on 80,
+// https on 443 when it lists TLS hosts, and a route per rule path.
+func Ingress(ing *networkingv1.Ingress, src Sources, o Options) *Desired {
+	d := &Desired{Source: Source{KindIngress, ing.Namespace, ing.Name}}
+	lb := &pb.LoadBalancer{
+		Name:  tenantsync.IngressName(ing.Namespace, ing.Name),
+		Vip:   vipRequest(ing.Annotations, "", o, d),
+		Pools: map[string]*pb.BackendPool{},
+	}
+	d.LB = lb
+	podMode := podMode(ing.Annotations, o, d)
+	var nodes []string
+	if !podMode {
+		nodes = nodeAddrs(src.Nodes)
+	}
+	httpL := &pb.Listener{Port: 80, Protocol: "http"}
+	lb.Listeners = append(lb.Listeners, httpL)
+	if len(ing.Spec.TLS) > 0 {
+		tls := &pb.TLSPolicy{Acme: true}
+		if certs := ing.Annotations[AnnotationTLSCertificates]; certs != "" {
+			tls.Acme = false
+			for _, c := range strings.Split(certs, ",") {
+				if c = strings.TrimSpace(c); c != "" {
+					tls.Certificates = append(tls.Certificates, c)
+				}
+			}
+		}
+		lb.Listeners = append(lb.Listeners, &pb.Listener{Port: 443, Protocol: "https", Tls: tls})
+		httpL.RedirectToHttps = parseBool(ing.Annotations[AnnotationSSLRedirect])
+	}
+	pool := func(b networkingv1.IngressBackend) string {
+		if b.Service == nil {
+			d.Warnings = append(d.Warnings, "a backend without a service is not supported (resource backends); its paths are left out")
+			return ""
+		}
+		key := backendKey(b.Service)
+		if _, ok := lb.Pools[key]; !ok {
+			bp := backendPool(ing.Annotations, d)
+			bp.ProxyProtocol = proxyProtocol(ing.Annotations, d)
+			bp.Members = ingressMembers(src, ing.Namespace, b.Service, podMode, nodes, d)
+			lb.Pools[key] = bp
+		}
+		return key
+	}
+	for _, r := range ing.Spec.Rules {
+		if r.HTTP == nil {
+			continue
+		}
+		for _, p := range r.HTTP.Paths {
+			key := pool(p.Backend)
+			if key == "" {
+				continue
+			}
+			route := &pb.Route{Host: r.Host, Path: p.Path, Pool: key}
+			if route.Path == "" {
+				route.Path = "/"
+			}
+			if p.PathType != nil && *p.PathType == networkingv1.PathTypeExact {
+				route.PathType = "exact"
+			}
+			lb.Routes = append(lb.Routes, route)
+		}
+	}
+	if b := ing.Spec.DefaultBackend; b != nil {
+		if key := pool(*b); key != "" {
+			lb.Routes = append(lb.Routes, &pb.Route{Path: "/", Pool: key})
+		}
+	}
+	d.ProxyMode = true
+	return finish(d)
+}
+
+// backendKey names the pool of an Ingress backend: service and port.
+func backendKey(b *networkingv1.IngressServiceBackend) string {
+	port := b.Port.Name
+	if port == "" {
+		port = fmt.Sprint(b.Port.Number)
+	}
+	raw := b.Name + "-" + port
+	if len(raw) <= 63 && tenantsyncLabel(raw) {
+		return raw
+	}
+	return strings.TrimPrefix(tenantsync.HashedName("", "Backend", b.Name, port), "-")
+}
+
+// ingressMembers finds the members behind an Ingress backend: the backend
+// Service's nodePort on every node, or its ready pods.
+func ingressMembers(src Sources, namespace string, b *networkingv1.IngressServiceBackend, podMode bool, nodes []string, d *Desired) []*pb.Member {
+	if src.Services == nil {
+		return nil
+	}
+	svc, err := src.Services.Services(namespace).Get(b.Name)
+	if err != nil {
+		if errors.IsNotFound(err) {
+			d.Warnings = append(d.Warnings, fmt.Sprintf("backend Service %s/%s does not exist; its routes answer 503", namespace, b.Name))
+		}
+		return nil
+	}
+	i := slices.IndexFunc(svc.Spec.Ports, func(p corev1.ServicePort) bool {
+		if b.Port.Name != "" {
+			return p.Name == b.Port.Name
+		}
+		return p.Port == b.Port.Number
+	})
+	if i < 0 {
+		d.Warnings = append(d.Warnings, fmt.Sprintf("backend Service %s/%s has no port %s; its routes answer 503", namespace, b.Name, portText(b.Port)))
+		return nil
+	}
+	p := svc.Spec.Ports[i]
+	if podMode {
+		return podMembers(src.EndpointSlices, namespace, b.Name, p)
+	}
+	if p.NodePort == 0 {
+		d.Warnings = append(d.Warnings, fmt.Sprintf("backend Service %s/%s port %s has no nodePort; make it type NodePort, or use pod mode when pods are routable", namespace, b.Name, portText(b.Port)))
+		return nil
+	}
+	return nodeMembers(nodes, p.NodePort)
+}
+
+func portText(p networkingv1.ServiceBackendPort) string {
+	if p.Name != "" {
+		return p.Name
+	}
+	return fmt.Sprint(p.Number)
+}
+
+// addrOf parses a status IP; an empty result means none.
+func addrOf(s string) string {
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return ""
+	}
+	return a.String()
+}

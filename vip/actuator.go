@@ -1,0 +1,233 @@
+package vip
+
+import (
+	"maps"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/teapot-lb/teapot-lb/api"
+)
+
+// target is one VIP the loop wants in place on this host.
+type target struct {
+	mode  string
+	iface *iface
+	route route // bgp only
+}
+
+type pendingAnnouncement struct {
+	at   time.Time
+	addr netip.Addr
+}
+
+// actuator makes the interfaces and the BGP speaker match the set of
+// VIPs the decision loop wants held. It takes the whole set each time and
+// converges, and it runs on a goroutine of its own so that a slow
+// netlink call or a busy speaker never delays a heartbeat.
+type actuator struct {
+	m    *Manager
+	kick chan struct{}
+
+	mu       sync.Mutex
+	want     map[netip.Addr]target
+	ranges   []api.Range
+	newRange bool                  // ranges changed: sweep at once
+	errs     map[netip.Addr]string // why a wanted VIP is not in place
+
+	// Owned by run (and by Close once run has returned).
+	held    map[netip.Addr]target
+	pending []pendingAnnouncement
+}
+
+func newActuator(m *Manager) *actuator {
+	return &actuator{
+		m: m, kick: make(chan struct{}, 1),
+		want: map[netip.Addr]target{}, errs: map[netip.Addr]string{}, held: map[netip.Addr]target{},
+	}
+}
+
+// set replaces the wanted set. ranges are the pool ranges whose stray
+// addresses are removed from the interfaces.
+func (a *actuator) set(want map[netip.Addr]target, ranges []api.Range) {
+	a.mu.Lock()
+	if !slices.Equal(a.ranges, ranges) {
+		a.ranges, a.newRange = ranges, true
+	}
+	a.want = want
+	a.mu.Unlock()
+	select {
+	case a.kick <- struct{}{}:
+	default:
+	}
+}
+
+// errors returns why wanted VIPs are not in place.
+func (a *actuator) errors() map[netip.Addr]string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return maps.Clone(a.errs)
+}
+
+// run converges on every change, sends the announcement bursts, and
+// renews the address leases, until stop is closed.
+func (a *actuator) run(stop <-chan struct{}) {
+	lease := time.NewTicker(leaseRenew)
+	defer lease.Stop()
+	announce := time.NewTimer(time.Hour)
+	defer announce.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-a.kick:
+			a.converge(time.Now())
+		case <-lease.C:
+			a.renew()
+			a.sweep()
+		case <-announce.C:
+		}
+		next := a.announceDue(time.Now())
+		d := time.Hour
+		if !next.IsZero() {
+			d = max(time.Until(next), 0)
+		}
+		announce.Reset(d)
+	}
+}
+
+// converge releases what is no longer wanted, then takes what is.
+func (a *actuator) converge(now time.Time) {
+	a.mu.Lock()
+	want, sweep := a.want, a.newRange
+	a.newRange = false
+	a.mu.Unlock()
+	errs := map[netip.Addr]string{}
+	for _, addr := range slices.SortedFunc(maps.Keys(a.held), netip.Addr.Compare) {
+		h := a.held[addr]
+		if w, ok := want[addr]; ok && w.mode == h.mode && w.iface == h.iface {
+			continue
+		}
+		if err := a.release(addr, h); err != nil {
+			errs[addr] = err.Error()
+		}
+	}
+	if sweep {
+		a.sweep()
+	}
+	for _, addr := range slices.SortedFunc(maps.Keys(want), netip.Addr.Compare) {
+		if err := a.take(addr, want[addr], now); err != nil {
+			errs[addr] = err.Error()
+			a.m.log.Error("cannot hold VIP", "addr", addr, "err", err)
+		}
+	}
+	a.mu.Lock()
+	a.errs = errs
+	a.mu.Unlock()
+}
+
+// take puts addr in place (a no-op when it is, except for a changed
+// route, which is announced again).
+func (a *actuator) take(addr netip.Addr, t target, now time.Time) error {
+	if h, ok := a.held[addr]; ok {
+		if t.mode == ModeBGP && h.route.key() != t.route.key() {
+			if err := a.m.spk.announce(t.route); err != nil {
+				return err
+			}
+			a.held[addr] = t
+		}
+		return nil
+	}
+	if err := t.iface.add(addr); err != nil {
+		return err
+	}
+	switch t.mode {
+	case ModeARP:
+		for _, d := range burst {
+			a.pending = append(a.pending, pendingAnnouncement{at: now.Add(d), addr: addr})
+		}
+		a.announceDue(now)
+	case ModeBGP:
+		if err := a.m.spk.announce(t.route); err != nil {
+			_ = t.iface.remove(addr)
+			return err
+		}
+	}
+	a.held[addr] = t
+	return nil
+}
+
+// release withdraws and removes one held VIP.
+func (a *actuator) release(addr netip.Addr, h target) error {
+	if h.mode == ModeBGP {
+		if err := a.m.spk.withdraw(addr); err != nil {
+			return err
+		}
+	}
+	if err := h.iface.remove(addr); err != nil {
+		return err
+	}
+	delete(a.held, addr)
+	a.pending = slices.DeleteFunc(a.pending, func(p pendingAnnouncement) bool { return p.addr == addr })
+	return nil
+}
+
+// announceDue sends the announcements that are due and returns when the
+// next one is.
+func (a *actuator) announceDue(now time.Time) time.Time {
+	var next time.Time
+	keep := a.pending[:0]
+	for _, p := range a.pending {
+		if p.at.After(now) {
+			keep = append(keep, p)
+			if next.IsZero() || p.at.Before(next) {
+				next = p.at
+			}
+			continue
+		}
+		if err := a.m.frames.send(p.addr); err != nil {
+			a.m.log.Warn("announce VIP", "addr", p.addr, "err", err)
+		}
+	}
+	a.pending = keep
+	return next
+}
+
+// renew extends the lease of every held address and puts back any that
+// went missing.
+func (a *actuator) renew() {
+	for addr, h := range a.held {
+		if err := h.iface.add(addr); err != nil {
+			a.m.log.Warn("renew VIP address", "addr", addr, "err", err)
+		}
+	}
+}
+
+// sweep removes host addresses from this host's interfaces that lie in
+// an arp or bgp pool, or carry this package's marks, but are not held.
+func (a *actuator) sweep() {
+	a.mu.Lock()
+	ranges := a.ranges
+	a.mu.Unlock()
+	for _, f := range a.m.ifaces() {
+		addrs, err := f.hostAddrs()
+		if err != nil {
+			a.m.log.Warn("list VIP addresses", "interface", f.name, "err", err)
+			continue
+		}
+		for addr, ours := range addrs {
+			if h, ok := a.held[addr]; ok && h.iface.name == f.name {
+				continue
+			}
+			if !ours && !inRanges(ranges, addr) {
+				continue
+			}
+			if err := f.remove(addr); err != nil {
+				a.m.log.Warn("remove a stray VIP address", "addr", addr, "interface", f.name, "err", err)
+				continue
+			}
+			a.m.log.Info("removed a VIP address this host does not hold", "addr", addr, "interface", f.name)
+		}
+	}
+}

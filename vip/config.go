@@ -1,0 +1,244 @@
+package vip
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"strconv"
+	"time"
+)
+
+// Defaults of the failure detector and the BGP speaker.
+const (
+	DefaultHeartbeatInterval = 20 * time.Millisecond
+	DefaultHeartbeatMisses   = 5
+	DefaultHeartbeatPort     = 7946
+	DefaultBGPInterface      = "lo"
+	DefaultWithdrawGrace     = 500 * time.Millisecond
+	DefaultBFDInterval       = 300 * time.Millisecond
+	DefaultBFDMultiplier     = 3
+	DefaultBGPPort           = 179
+)
+
+// Errors.
+var (
+	// ErrConfig: a setting is invalid; the message names it.
+	ErrConfig = errors.New("invalid VIP settings")
+	// ErrPermission: the process lacks CAP_NET_ADMIN or CAP_NET_RAW.
+	ErrPermission = errors.New("missing capability")
+	// ErrClosed: the manager is closed.
+	ErrClosed = errors.New("vip manager closed")
+)
+
+// Config configures a Manager.
+type Config struct {
+	// NodeID is this host's id in the cluster.
+	NodeID string
+	// Interface carries the VIPs of arp pools ("" when this host serves no
+	// arp pool).
+	Interface string
+	// HeartbeatAddr is the IP:port of this host's failure detector on the
+	// data-plane network.
+	HeartbeatAddr string
+	// HeartbeatInterval between heartbeats to every peer (default 20ms);
+	// a peer is dead after HeartbeatMisses intervals without one
+	// (default 5).
+	HeartbeatInterval time.Duration
+	HeartbeatMisses   int
+	// BGP runs the embedded speaker for bgp pools (nil: none).
+	BGP    *BGPConfig
+	Logger *slog.Logger
+}
+
+// BGPConfig is the `bgp:` section of the serve config file.
+type BGPConfig struct {
+	// ASN is this host's autonomous system number.
+	ASN uint32 `json:"asn"`
+	// RouterID is an IPv4 address (default: the heartbeat address when it
+	// is IPv4).
+	RouterID string `json:"router-id,omitempty"`
+	// Interface carries the VIPs of bgp pools (default lo).
+	Interface string `json:"interface,omitempty"`
+	// MED, when set, is attached to every route: a host with a higher MED
+	// is a standby that routers use only when no host with a lower one
+	// announces the VIP.
+	MED *uint32 `json:"med,omitempty"`
+	// WithdrawGrace is how long a stopping host keeps serving after it
+	// withdrew its routes, so that routers move new flows away first
+	// (default 500ms).
+	WithdrawGrace Duration  `json:"withdraw-grace,omitempty"`
+	Peers         []BGPPeer `json:"peers"`
+}
+
+// BGPPeer is one router this host peers with.
+type BGPPeer struct {
+	Address string `json:"address"`
+	ASN     uint32 `json:"asn"`
+	// Port is the peer's BGP port (default 179).
+	Port uint16 `json:"port,omitempty"`
+	// Password enables TCP MD5 signatures.
+	Password string `json:"password,omitempty"`
+	// HoldTime of the session (default 90s; BFD detects failures faster).
+	HoldTime Duration   `json:"hold-time,omitempty"`
+	BFD      *BFDConfig `json:"bfd,omitempty"`
+}
+
+// BFDConfig turns on BFD for a peer; the session drops its routes after
+// Multiplier intervals without a packet.
+type BFDConfig struct {
+	Enabled bool `json:"enabled"`
+	// MinTx and MinRx are the intervals offered (default 300ms each).
+	MinTx      Duration `json:"min-tx,omitempty"`
+	MinRx      Duration `json:"min-rx,omitempty"`
+	Multiplier uint32   `json:"multiplier,omitempty"`
+}
+
+// Duration is a time.Duration written as "300ms" in config files and on
+// the command line.
+type Duration time.Duration
+
+// String renders d like time.Duration.
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// Set parses a flag value.
+func (d *Duration) Set(s string) error {
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("%q is not a duration like 20ms or 1s", s)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// Type names the flag's type in help output.
+func (d *Duration) Type() string { return "duration" }
+
+// MarshalJSON writes the duration as a string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
+
+// UnmarshalJSON reads "300ms" or a number of nanoseconds.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil {
+		return d.Set(s)
+	}
+	var n int64
+	if err := json.Unmarshal(b, &n); err != nil {
+		return fmt.Errorf("%s is not a duration like \"20ms\" or \"1s\"", b)
+	}
+	*d = Duration(n)
+	return nil
+}
+
+// withDefaults fills the zero fields and checks the rest; errors name the
+// setting and wrap ErrConfig.
+func (c Config) withDefaults() (Config, error) {
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.NodeID == "" {
+		return c, fmt.Errorf("%w: node id must not be empty", ErrConfig)
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if c.HeartbeatMisses == 0 {
+		c.HeartbeatMisses = DefaultHeartbeatMisses
+	}
+	switch {
+	case c.HeartbeatInterval < time.Millisecond || c.HeartbeatInterval > 10*time.Second:
+		return c, fmt.Errorf("%w: --heartbeat-interval %s: use 1ms to 10s (default %s)", ErrConfig, c.HeartbeatInterval, DefaultHeartbeatInterval)
+	case c.HeartbeatMisses < 2 || c.HeartbeatMisses > 100:
+		return c, fmt.Errorf("%w: --heartbeat-misses %d: use 2 to 100 (default %d)", ErrConfig, c.HeartbeatMisses, DefaultHeartbeatMisses)
+	}
+	ap, err := netip.ParseAddrPort(c.HeartbeatAddr)
+	if err != nil || ap.Addr().IsUnspecified() || ap.Port() == 0 {
+		return c, fmt.Errorf("%w: --heartbeat-addr %q: must be IP:port that peers can reach (for example 192.0.2.11:%d)", ErrConfig, c.HeartbeatAddr, DefaultHeartbeatPort)
+	}
+	if c.Interface == "" && c.BGP == nil {
+		return c, fmt.Errorf("%w: set --vip-interface (arp pools) or a bgp: section (bgp pools)", ErrConfig)
+	}
+	if c.BGP != nil {
+		b, err := c.BGP.withDefaults(ap.Addr())
+		if err != nil {
+			return c, err
+		}
+		c.BGP = &b
+	}
+	return c, nil
+}
+
+func (b BGPConfig) withDefaults(heartbeatIP netip.Addr) (BGPConfig, error) {
+	bad := func(field, format string, args ...any) (BGPConfig, error) {
+		return b, fmt.Errorf("%w: bgp.%s: %s", ErrConfig, field, fmt.Sprintf(format, args...))
+	}
+	if b.ASN == 0 || b.ASN == 23456 || b.ASN == 4294967295 {
+		return bad("asn", "set this host's AS number (1 to 4294967294, not 23456)")
+	}
+	if b.RouterID == "" && heartbeatIP.Is4() {
+		b.RouterID = heartbeatIP.String()
+	}
+	if a, err := netip.ParseAddr(b.RouterID); err != nil || !a.Is4() {
+		return bad("router-id", "%q: set an IPv4 address (it defaults to the heartbeat address when that is IPv4)", b.RouterID)
+	}
+	if b.Interface == "" {
+		b.Interface = DefaultBGPInterface
+	}
+	if b.WithdrawGrace == 0 {
+		b.WithdrawGrace = Duration(DefaultWithdrawGrace)
+	}
+	if b.WithdrawGrace < 0 || time.Duration(b.WithdrawGrace) > time.Minute {
+		return bad("withdraw-grace", "%s: use 0s to 1m", b.WithdrawGrace)
+	}
+	if len(b.Peers) == 0 {
+		return bad("peers", "list at least one router (address and asn)")
+	}
+	peers := make([]BGPPeer, len(b.Peers))
+	seen := map[netip.Addr]bool{}
+	for i, p := range b.Peers {
+		f := "peers[" + strconv.Itoa(i) + "]"
+		a, err := netip.ParseAddr(p.Address)
+		if err != nil || a.Zone() != "" {
+			return bad(f+".address", "%q is not an IP address", p.Address)
+		}
+		if seen[a] {
+			return bad(f+".address", "%s is listed twice", a)
+		}
+		seen[a] = true
+		if p.ASN == 0 || p.ASN == 4294967295 {
+			return bad(f+".asn", "set the router's AS number (1 to 4294967294)")
+		}
+		if p.Port == 0 {
+			p.Port = DefaultBGPPort
+		}
+		if p.HoldTime != 0 && (time.Duration(p.HoldTime) < 3*time.Second || time.Duration(p.HoldTime) > 65535*time.Second) {
+			return bad(f+".hold-time", "%s: use 3s to 65535s, or leave it out for 90s", p.HoldTime)
+		}
+		if p.BFD != nil {
+			bfd := *p.BFD
+			if bfd.MinTx == 0 {
+				bfd.MinTx = Duration(DefaultBFDInterval)
+			}
+			if bfd.MinRx == 0 {
+				bfd.MinRx = Duration(DefaultBFDInterval)
+			}
+			if bfd.Multiplier == 0 {
+				bfd.Multiplier = DefaultBFDMultiplier
+			}
+			for name, v := range map[string]Duration{"min-tx": bfd.MinTx, "min-rx": bfd.MinRx} {
+				if time.Duration(v) < 10*time.Millisecond || time.Duration(v) > time.Minute {
+					return bad(f+".bfd."+name, "%s: use 10ms to 1m", v)
+				}
+			}
+			if bfd.Multiplier > 255 {
+				return bad(f+".bfd.multiplier", "%d: use 1 to 255", bfd.Multiplier)
+			}
+			p.BFD = &bfd
+		}
+		peers[i] = p
+	}
+	b.Peers = peers
+	return b, nil
+}

@@ -1,0 +1,351 @@
+package vip
+
+import (
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+var t0 = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+
+const (
+	dead   = 100 * time.Millisecond
+	quorum = 80 * time.Millisecond
+)
+
+// heard is a peer heard ago before t0 that lists the given sightings.
+func heard(ago time.Duration, eligible bool, sights ...sighting) *peerState {
+	return &peerState{Heard: t0.Add(-ago), Eligible: eligible, Sightings: sights}
+}
+
+func saw(id string, age time.Duration) sighting { return sighting{ID: id, Age: age, Eligible: true} }
+
+func TestComputeView(t *testing.T) {
+	tests := []struct {
+		name      string
+		counted   []string
+		peers     map[string]*peerState
+		alive     []string
+		direct    []string
+		mutual    int
+		quorum    bool
+		next      time.Duration // after t0; 0: none
+		eligibleN []string      // alive but not eligible
+	}{
+		{
+			name:    "alone in a one-host cluster",
+			counted: []string{"n1"},
+			alive:   nil, mutual: 1, quorum: true,
+		},
+		{
+			name:    "alone in a three-host cluster",
+			counted: []string{"n1", "n2", "n3"},
+			peers:   map[string]*peerState{"n2": {}, "n3": {}},
+			mutual:  1, quorum: false,
+		},
+		{
+			name:    "all three in two-way contact",
+			counted: []string{"n1", "n2", "n3"},
+			peers: map[string]*peerState{
+				"n2": heard(10*time.Millisecond, true, saw("n1", 5*time.Millisecond), saw("n3", 5*time.Millisecond)),
+				"n3": heard(15*time.Millisecond, true, saw("n1", 5*time.Millisecond), saw("n2", 5*time.Millisecond)),
+			},
+			alive: []string{"n2", "n3"}, direct: []string{"n2", "n3"}, mutual: 3, quorum: true,
+			// n3's contact with n1 leaves the quorum window first: it heard
+			// n1 20ms before t0.
+			next: 60 * time.Millisecond,
+		},
+		{
+			name:    "a peer that does not hear this host is alive but no vote",
+			counted: []string{"n1", "n2", "n3"},
+			peers: map[string]*peerState{
+				"n2": heard(10*time.Millisecond, true, saw("n3", 5*time.Millisecond)),
+				"n3": heard(10*time.Millisecond, true, saw("n2", 5*time.Millisecond)),
+			},
+			alive: []string{"n2", "n3"}, direct: []string{"n2", "n3"}, mutual: 1, quorum: false,
+			next: 90 * time.Millisecond,
+		},
+		{
+			name:    "a peer heard too long ago is dead",
+			counted: []string{"n1", "n2", "n3"},
+			peers: map[string]*peerState{
+				"n2": heard(100*time.Millisecond, true, saw("n1", 0)),
+				"n3": heard(10*time.Millisecond, true, saw("n1", 0)),
+			},
+			alive: []string{"n3"}, direct: []string{"n3"}, mutual: 2, quorum: true,
+			next: 70 * time.Millisecond,
+		},
+		{
+			name:    "contact older than the quorum window gives no vote",
+			counted: []string{"n1", "n2", "n3"},
+			peers: map[string]*peerState{
+				"n2": heard(50*time.Millisecond, true, saw("n1", 40*time.Millisecond)),
+				"n3": heard(85*time.Millisecond, true, saw("n1", 0)),
+			},
+			alive: []string{"n2", "n3"}, direct: []string{"n2", "n3"}, mutual: 1, quorum: false,
+			next: 15 * time.Millisecond,
+		},
+		{
+			name:    "a host heard only through a peer is alive",
+			counted: []string{"n1", "n2", "n3"},
+			peers: map[string]*peerState{
+				"n2": heard(10*time.Millisecond, true, saw("n1", 5*time.Millisecond), saw("n3", 30*time.Millisecond)),
+			},
+			alive: []string{"n2", "n3"}, direct: []string{"n2"}, mutual: 2, quorum: true,
+			next: 60 * time.Millisecond, // n3 was last heard 40ms before t0
+		},
+		{
+			name:    "a stale report keeps nobody alive",
+			counted: []string{"n1", "n2", "n3"},
+			peers: map[string]*peerState{
+				"n2": heard(10*time.Millisecond, true, saw("n1", 5*time.Millisecond), saw("n3", 95*time.Millisecond)),
+			},
+			alive: []string{"n2"}, direct: []string{"n2"}, mutual: 2, quorum: true,
+			next: 65 * time.Millisecond, // n2 heard n1 15ms before t0
+		},
+		{
+			name:    "a host that said goodbye is dead even if reported",
+			counted: []string{"n1", "n2", "n3"},
+			peers: map[string]*peerState{
+				"n2": heard(10*time.Millisecond, true, saw("n1", 5*time.Millisecond), saw("n3", 5*time.Millisecond)),
+				"n3": {Heard: t0.Add(-5 * time.Millisecond), Left: true},
+			},
+			alive: []string{"n2"}, direct: []string{"n2"}, mutual: 2, quorum: true,
+			next: 65 * time.Millisecond, // n2 heard n1 15ms before t0
+		},
+		{
+			name:    "reported eligibility is used for a host heard only through a peer",
+			counted: []string{"n1", "n2", "n3"},
+			peers: map[string]*peerState{
+				"n2": heard(10*time.Millisecond, true, saw("n1", 5*time.Millisecond), sighting{ID: "n3", Age: 5 * time.Millisecond}),
+			},
+			alive: []string{"n2", "n3"}, direct: []string{"n2"}, mutual: 2, quorum: true,
+			next: 65 * time.Millisecond, eligibleN: []string{"n3"},
+		},
+		{
+			name:    "an uncounted host gives no vote",
+			counted: []string{"n1", "n2"},
+			peers: map[string]*peerState{
+				"n2": heard(10*time.Millisecond, true, saw("n1", 5*time.Millisecond)),
+				"n3": heard(10*time.Millisecond, true, saw("n1", 5*time.Millisecond)),
+			},
+			alive: []string{"n2", "n3"}, direct: []string{"n2", "n3"}, mutual: 2, quorum: true,
+			next: 65 * time.Millisecond, // n2 heard n1 15ms before t0
+		},
+		{
+			name:    "two of four is no majority",
+			counted: []string{"n1", "n2", "n3", "n4"},
+			peers: map[string]*peerState{
+				"n2": heard(10*time.Millisecond, true, saw("n1", 5*time.Millisecond)),
+			},
+			alive: []string{"n2"}, direct: []string{"n2"}, mutual: 2, quorum: false,
+			next: 65 * time.Millisecond, // n2 heard n1 15ms before t0
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v := computeView(viewInput{Self: "n1", Counted: tt.counted, Now: t0, Dead: dead, Quorum: quorum, Peers: tt.peers})
+			if got := slices.Sorted(maps.Keys(v.Alive)); !slices.Equal(got, tt.alive) {
+				t.Errorf("alive = %v, want %v", got, tt.alive)
+			}
+			var direct, notEligible []string
+			for id, h := range v.Alive {
+				if h.Direct {
+					direct = append(direct, id)
+				}
+				if !h.Eligible {
+					notEligible = append(notEligible, id)
+				}
+			}
+			slices.Sort(direct)
+			slices.Sort(notEligible)
+			if !slices.Equal(direct, tt.direct) {
+				t.Errorf("direct = %v, want %v", direct, tt.direct)
+			}
+			if !slices.Equal(notEligible, tt.eligibleN) {
+				t.Errorf("not eligible = %v, want %v", notEligible, tt.eligibleN)
+			}
+			if v.Mutual != tt.mutual || v.Quorum != tt.quorum {
+				t.Errorf("mutual %d quorum %t, want %d %t", v.Mutual, v.Quorum, tt.mutual, tt.quorum)
+			}
+			var next time.Duration
+			if !v.Next.IsZero() {
+				next = v.Next.Sub(t0)
+			}
+			if next != tt.next {
+				t.Errorf("next = %s, want %s", next, tt.next)
+			}
+		})
+	}
+}
+
+// TestPartitionReleasesBeforeTakeover pins the ordering that keeps the
+// two sides of a partition from holding a VIP at once: the host that is
+// cut off loses its majority before its peers consider it dead.
+func TestPartitionReleasesBeforeTakeover(t *testing.T) {
+	cut := t0
+	counted := []string{"n1", "n2", "n3"}
+	// At the cut, every host has just heard every other.
+	isolated := map[string]*peerState{
+		"n2": {Heard: cut, Eligible: true, Sightings: []sighting{saw("n1", 0), saw("n3", 0)}},
+		"n3": {Heard: cut, Eligible: true, Sightings: []sighting{saw("n1", 0), saw("n2", 0)}},
+	}
+	other := map[string]*peerState{
+		"n1": {Heard: cut, Eligible: true, Sightings: []sighting{saw("n2", 0), saw("n3", 0)}},
+		"n3": {Heard: cut, Eligible: true, Sightings: []sighting{saw("n1", 0), saw("n2", 0)}},
+	}
+	var released, takenOver time.Duration
+	for d := time.Duration(0); d <= 2*dead; d += time.Millisecond {
+		now := cut.Add(d)
+		// n2 and n3 keep hearing each other.
+		other["n3"].Heard = now
+		other["n3"].Sightings = []sighting{saw("n1", d), saw("n2", 0)}
+		vi := computeView(viewInput{Self: "n1", Counted: counted, Now: now, Dead: dead, Quorum: quorum, Peers: isolated})
+		vo := computeView(viewInput{Self: "n2", Counted: counted, Now: now, Dead: dead, Quorum: quorum, Peers: other})
+		if released == 0 && !vi.Quorum {
+			released = d
+		}
+		if _, ok := vo.Alive["n1"]; takenOver == 0 && !ok {
+			takenOver = d
+		}
+	}
+	if released == 0 || takenOver == 0 || released >= takenOver {
+		t.Fatalf("isolated host released at %s, peers declared it dead at %s: want release first", released, takenOver)
+	}
+	if takenOver-released < dead-quorum {
+		t.Errorf("release leads takeover by %s, want at least %s", takenOver-released, dead-quorum)
+	}
+}
+
+func TestRankIsStableAndSpread(t *testing.T) {
+	hosts := []string{"n1", "n2", "n3"}
+	reversed := slices.Clone(hosts)
+	slices.Reverse(reversed)
+	count := map[string]int{}
+	for i := range 300 {
+		a := netip.AddrFrom4([4]byte{192, 0, 2, byte(i)})
+		if i >= 256 {
+			a = netip.MustParseAddr(fmt.Sprintf("2001:db8::%x", i))
+		}
+		r := rank(a, hosts)
+		if !slices.Equal(r, rank(a, reversed)) {
+			t.Fatalf("%s: ranking depends on the order of the hosts", a)
+		}
+		count[r[0]]++
+		// Without n2, the order of the others is unchanged: only n2's
+		// VIPs move.
+		without := rank(a, []string{"n1", "n3"})
+		rest := slices.DeleteFunc(slices.Clone(r), func(h string) bool { return h == "n2" })
+		if !slices.Equal(without, rest) {
+			t.Fatalf("%s: removing n2 reorders the others: %v -> %v", a, r, without)
+		}
+	}
+	for _, h := range hosts {
+		if count[h] < 70 || count[h] > 130 {
+			t.Errorf("%s ranks first for %d of 300 VIPs, want about 100: %v", h, count[h], count)
+		}
+	}
+	// Pinned values: the ranking must not change between versions.
+	pinned := map[string]string{"192.0.2.10": "n3 n2 n1", "192.0.2.11": "n2 n3 n1", "2001:db8::10": "n2 n3 n1"}
+	for a, want := range pinned {
+		if got := strings.Join(rank(netip.MustParseAddr(a), hosts), " "); got != want {
+			t.Errorf("rank(%s) = %s, want %s", a, got, want)
+		}
+	}
+}
+
+func TestDecide(t *testing.T) {
+	a := netip.MustParseAddr("192.0.2.10")
+	ranked := []string{"n2", "n1", "n3"}
+	arp := vipSpec{Addr: a, Mode: ModeARP}
+	live := func(ids ...string) view {
+		v := view{Alive: map[string]hostView{}, Quorum: true}
+		for _, id := range ids {
+			v.Alive[id] = hostView{Eligible: true, Direct: true}
+		}
+		return v
+	}
+	peers := map[string]*peerState{
+		"n2": {Heard: t0.Add(-time.Second)},
+		"n3": {Heard: t0},
+	}
+	tests := []struct {
+		name   string
+		vs     vipSpec
+		me     self
+		v      view
+		prev   string
+		hold   bool
+		holder string
+		reason string
+		local  bool
+	}{
+		{"first in the ranking is alive", arp, self{ID: "n1"}, live("n2", "n3"), "n2", false, "n2", "n2 ranks first", false},
+		{"first in the ranking died", arp, self{ID: "n1"}, live("n3"), "n2", true, "n1", "took over: no heartbeat from n2 for 100ms", false},
+		{"first in the ranking is not eligible", arp, self{ID: "n1"},
+			view{Alive: map[string]hostView{"n2": {}, "n3": {Eligible: true}}, Quorum: true}, "n2", true, "n1", "took over: n2 lost its majority or its interface", false},
+		{"first in the ranking is not ready", arp, self{ID: "n1"},
+			view{Alive: map[string]hostView{"n2": {Eligible: true, NotReady: map[netip.Addr]bool{a: true}}}, Quorum: true}, "n2", true, "n1", "took over: n2 is not ready to serve it", false},
+		{"first in the ranking is not ready for anything", arp, self{ID: "n1"},
+			view{Alive: map[string]hostView{"n2": {Eligible: true, NotReadyAll: true}}, Quorum: true}, "", true, "n1", "ranks first among the live hosts", false},
+		{"no majority", arp, self{ID: "n1", Problem: "sees 1 of the cluster's hosts, needs 2"}, live(), "n1", false, "", "sees 1 of the cluster's hosts, needs 2", true},
+		{"not ready here, the next one takes it", arp, self{ID: "n1", NotReady: map[netip.Addr]string{a: "no listener"}}, live("n3"), "", false, "n3", "not ready: no listener", true},
+		{"an unknown host is skipped", vipSpec{Addr: a, Mode: ModeARP}, self{ID: "n1"}, live("n3"), "", true, "n1", "ranks first among the live hosts", false},
+		{"bgp: every ready host announces", vipSpec{Addr: a, Mode: ModeBGP}, self{ID: "n1"}, live("n2"), "", true, "", "ready and in the majority", false},
+		{"bgp: no majority, no route", vipSpec{Addr: a, Mode: ModeBGP}, self{ID: "n1", Problem: "sees 1 of the cluster's hosts, needs 2"}, live(), "", false, "", "sees 1 of the cluster's hosts, needs 2", true},
+		{"bgp: not ready", vipSpec{Addr: a, Mode: ModeBGP}, self{ID: "n1", NotReady: map[netip.Addr]string{a: "x"}}, live(), "", false, "", "not ready: x", true},
+		{"static: bound even without a majority", vipSpec{Addr: a, Mode: ModeStatic}, self{ID: "n1", Problem: "sees 1 of the cluster's hosts, needs 2"}, live(), "", true, "", "static pool: bound here; the network routes it", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := ranked
+			if tt.name == "an unknown host is skipped" {
+				r = []string{"n9", "n1", "n3"}
+			}
+			d := decide(tt.vs, r, tt.me, tt.v, peers, dead, tt.prev)
+			if d.Hold != tt.hold || d.Holder != tt.holder || d.Reason != tt.reason || d.Local != tt.local {
+				t.Errorf("decide = %+v, want hold %t holder %q reason %q local %t", d, tt.hold, tt.holder, tt.reason, tt.local)
+			}
+		})
+	}
+}
+
+// TestDisagreementResolves shows the rule when two hosts briefly see the
+// cluster differently: n2 missed n1's heartbeats for a moment, so both
+// n1 and n2 pick themselves; as soon as n2 hears n1 again it releases,
+// without any message between them.
+func TestDisagreementResolves(t *testing.T) {
+	var a netip.Addr
+	for i := range 256 {
+		a = netip.AddrFrom4([4]byte{192, 0, 2, byte(i)})
+		if r := rank(a, []string{"n1", "n2", "n3"}); r[0] == "n1" && r[1] == "n2" {
+			break
+		}
+	}
+	ranked := rank(a, []string{"n1", "n2", "n3"})
+	vs := vipSpec{Addr: a, Mode: ModeARP}
+	full := view{Alive: map[string]hostView{"n2": {Eligible: true}, "n3": {Eligible: true}}, Quorum: true}
+	missedN1 := view{Alive: map[string]hostView{"n3": {Eligible: true}}, Quorum: true}
+	n1 := decide(vs, ranked, self{ID: "n1"}, full, nil, dead, "")
+	n2 := decide(vs, ranked, self{ID: "n2"}, missedN1, nil, dead, "n1")
+	if !n1.Hold || !n2.Hold {
+		t.Fatalf("during the disagreement: n1 holds %t, n2 holds %t; want both (the brief overlap)", n1.Hold, n2.Hold)
+	}
+	n2 = decide(vs, ranked, self{ID: "n2"}, view{Alive: map[string]hostView{"n1": {Eligible: true}, "n3": {Eligible: true}}, Quorum: true}, nil, dead, "n2")
+	if n2.Hold || n2.Holder != "n1" {
+		t.Fatalf("after n2 hears n1 again: %+v, want n2 to release to n1", n2)
+	}
+}
+
+func TestQuorumProblem(t *testing.T) {
+	if got := quorumProblem(view{Mutual: 1, Need: 2}); got != "sees 1 of the cluster's hosts, needs 2" {
+		t.Errorf("quorumProblem = %q", got)
+	}
+	if got := quorumProblem(view{Quorum: true}); got != "" {
+		t.Errorf("quorumProblem with a majority = %q", got)
+	}
+}

@@ -1,0 +1,481 @@
+package vip
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+)
+
+// joinGrace: a host that joins the cluster is not counted in the majority
+// until it is first heard, for at most this long, so that a single host
+// does not drop its VIPs while a second one starts up.
+const joinGrace = 10 * time.Second
+
+// loopState belongs to the goroutine in Run (and to Close after it).
+type loopState struct {
+	running, stopped bool // guarded by Manager.mu
+
+	peers   map[string]*peerState
+	lastSeq map[string][2]uint64 // incarnation, seq
+	want    *desired
+	members map[string]member
+	seenAt  map[string]time.Time // when a member first appeared in the state
+	ranks   map[netip.Addr][]string
+	prev    map[netip.Addr]string // holder computed last time (arp)
+	records map[netip.Addr]*record
+	alive   map[string]bool
+	quorum  bool
+	// arpUp and bgpUp: the interfaces can carry traffic.
+	arpUp, bgpUp bool
+	linkDirty    bool
+	eligible     bool
+	leaving      bool
+	seq          uint64
+	revision     uint64
+	sig          string // of the last view the decisions were made on
+	dirty        bool   // records changed since the last publish
+	actErrs      bool   // the actuator reported errors at the last publish
+	lastTrigger  time.Time
+	sendErrs     map[string]string
+}
+
+func (st *loopState) init() {
+	st.peers = map[string]*peerState{}
+	st.lastSeq = map[string][2]uint64{}
+	st.members = map[string]member{}
+	st.seenAt = map[string]time.Time{}
+	st.ranks = map[netip.Addr][]string{}
+	st.prev = map[netip.Addr]string{}
+	st.records = map[netip.Addr]*record{}
+	st.alive = map[string]bool{}
+	st.sendErrs = map[string]string{}
+	st.arpUp, st.bgpUp, st.linkDirty = true, true, true
+}
+
+// record is the status of one VIP on this host.
+type record struct {
+	spec     vipSpec
+	held     bool
+	since    time.Time
+	reason   string
+	local    bool
+	everHeld bool
+}
+
+// run is Run's loop: heartbeats and decisions. It never waits on the
+// kernel or the BGP speaker: the actuator does that work.
+func (m *Manager) run(ctx context.Context) error {
+	st := &m.loop
+	beat := time.NewTicker(m.cfg.HeartbeatInterval)
+	defer beat.Stop()
+	links := time.NewTicker(leaseRenew)
+	defer links.Stop()
+	eval := time.NewTimer(time.Hour)
+	defer eval.Stop()
+	arm := func(at time.Time) {
+		d := time.Hour
+		if !at.IsZero() {
+			d = max(time.Until(at), 0)
+		}
+		eval.Reset(d)
+	}
+	arm(m.evaluate(time.Now(), true))
+	for {
+		force := false
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-m.stop:
+			return nil
+		case r := <-m.recv:
+			m.receive(r)
+		drain:
+			for range cap(m.recv) {
+				select {
+				case r := <-m.recv:
+					m.receive(r)
+				default:
+					break drain
+				}
+			}
+		case <-m.kick:
+			force = true
+		case now := <-beat.C:
+			m.sendHeartbeats(now)
+			continue
+		case <-eval.C:
+		case <-links.C:
+			st.linkDirty = true
+			force = true
+		}
+		arm(m.evaluate(time.Now(), force))
+	}
+}
+
+// evaluate recomputes the view and the decisions and converges to them.
+// It returns when to evaluate again if nothing else happens.
+func (m *Manager) evaluate(now time.Time, inputsChanged bool) time.Time {
+	st := &m.loop
+	m.mu.Lock()
+	want, ready, haveReady, revision := m.want, m.ready, m.haveReady, m.revision
+	haveKey := len(m.key) > 0
+	if m.linkChanged {
+		m.linkChanged, st.linkDirty = false, true
+	}
+	m.mu.Unlock()
+	if want != st.want && want != nil {
+		m.adopt(want, now)
+	}
+	if st.linkDirty {
+		st.linkDirty = false
+		m.checkLinks()
+	}
+	var counted []string
+	for id := range st.members {
+		p := st.peers[id]
+		if t, ok := st.seenAt[id]; ok && now.Sub(t) < joinGrace && (p == nil || p.Heard.IsZero()) {
+			continue
+		}
+		counted = append(counted, id)
+	}
+	v := computeView(viewInput{
+		Self: m.cfg.NodeID, Counted: counted, Now: now,
+		Dead: m.dead, Quorum: m.quorum, Peers: st.peers,
+	})
+	m.noteLiveness(v)
+	st.revision = revision
+
+	me := self{ID: m.cfg.NodeID, NotReady: map[netip.Addr]string{}}
+	switch {
+	case st.leaving:
+		me.Problem = "shutting down"
+	case st.want == nil:
+		me.Problem = "no committed state yet"
+	case !haveKey && len(st.members) > 0:
+		me.Problem = "no heartbeat key yet"
+	case !v.Quorum:
+		me.Problem = quorumProblem(v)
+	case !haveReady:
+		me.Problem = "the data plane has not reported yet"
+	}
+	if st.want != nil {
+		for _, vs := range st.want.VIPs {
+			if why := notReady(vs, ready, haveReady); why != "" {
+				me.NotReady[vs.Addr] = why
+			}
+		}
+	}
+	arpMe := me
+	if me.Problem == "" && !st.arpUp {
+		arpMe.Problem = "interface " + m.cfg.Interface + " is down"
+	}
+	if m.arp == nil && arpMe.Problem == "" {
+		arpMe.Problem = "this host has no --vip-interface for arp pools"
+	}
+	bgpMe := me
+	if me.Problem == "" && !st.bgpUp && m.bgpIf != nil {
+		bgpMe.Problem = "interface " + m.bgpIf.name + " is down"
+	}
+	if m.spk == nil && bgpMe.Problem == "" {
+		bgpMe.Problem = "this host has no bgp: section for bgp pools"
+	}
+	eligible := arpMe.Problem == "" && m.arp != nil
+	if eligible != st.eligible {
+		st.eligible = eligible
+		m.trigger(now)
+	}
+	if v.Quorum != st.quorum && st.want != nil {
+		st.quorum = v.Quorum
+		if v.Quorum {
+			m.log.Info("sees a majority of the cluster", "sees", v.Mutual, "needs", v.Need)
+		} else {
+			m.log.Warn("lost sight of the majority of the cluster; releasing VIPs", "sees", v.Mutual, "needs", v.Need)
+		}
+	}
+	sig := signature(v, st.peers, arpMe.Problem, bgpMe.Problem, me.Problem)
+	if st.want != nil && (inputsChanged || sig != st.sig) {
+		m.converge(now, v, arpMe, bgpMe, me)
+	}
+	st.sig = sig
+	m.publish(v)
+	return v.Next
+}
+
+// notReady says why the data plane cannot serve vs ("" when it can).
+func notReady(vs vipSpec, ready map[string]string, haveReady bool) string {
+	if !haveReady {
+		return "the data plane has not reported yet"
+	}
+	var why []string
+	for _, lb := range vs.LBs {
+		r, ok := ready[lb]
+		if !ok {
+			r = "not served by the data plane yet"
+		}
+		if r == "" {
+			return ""
+		}
+		why = append(why, lb+": "+r)
+	}
+	return strings.Join(why, "; ")
+}
+
+// adopt takes a new committed state: members, rankings, and the addresses
+// that lie in pool ranges but are not wanted here.
+func (m *Manager) adopt(d *desired, now time.Time) {
+	st := &m.loop
+	first := st.want == nil
+	// A host that joins is given the grace only when this host was in
+	// the previous state itself: after a restart the first states may be
+	// partial, and nobody they lack may be left out of the majority.
+	grace := !first && slices.ContainsFunc(st.want.Members, func(mb member) bool { return mb.ID == m.cfg.NodeID })
+	members := map[string]member{}
+	for _, mb := range d.Members {
+		if mb.ID == m.cfg.NodeID {
+			continue
+		}
+		members[mb.ID] = mb
+		if _, ok := st.seenAt[mb.ID]; !ok && grace && st.members[mb.ID] == (member{}) {
+			st.seenAt[mb.ID] = now
+		}
+	}
+	for id := range st.peers {
+		if _, ok := members[id]; !ok {
+			delete(st.peers, id)
+			delete(st.lastSeq, id)
+			delete(st.seenAt, id)
+		}
+	}
+	changed := first || !maps.Equal(members, st.members)
+	st.members = members
+	hosts := append(slices.Collect(maps.Keys(members)), m.cfg.NodeID)
+	ranks := make(map[netip.Addr][]string, len(d.VIPs))
+	for _, vs := range d.VIPs {
+		if vs.Mode != ModeARP {
+			continue
+		}
+		if r, ok := st.ranks[vs.Addr]; ok && !changed {
+			ranks[vs.Addr] = r
+			continue
+		}
+		ranks[vs.Addr] = rank(vs.Addr, hosts)
+	}
+	st.ranks = ranks
+	st.want = d
+}
+
+// converge decides every VIP, logs the moves and hands the set to hold
+// to the actuator.
+func (m *Manager) converge(now time.Time, v view, arpMe, bgpMe, me self) {
+	st := &m.loop
+	wanted := map[netip.Addr]bool{}
+	hold := map[netip.Addr]target{}
+	for _, vs := range st.want.VIPs {
+		wanted[vs.Addr] = true
+		var d decision
+		switch vs.Mode {
+		case ModeARP:
+			d = decide(vs, st.ranks[vs.Addr], arpMe, v, st.peers, m.dead, st.prev[vs.Addr])
+			if d.Holder != "" {
+				st.prev[vs.Addr] = d.Holder
+			}
+			if d.Hold {
+				hold[vs.Addr] = target{mode: ModeARP, iface: m.arp}
+			}
+		case ModeBGP:
+			d = decide(vs, nil, bgpMe, v, st.peers, m.dead, "")
+			if d.Hold {
+				hold[vs.Addr] = target{mode: ModeBGP, iface: m.bgpIf, route: route{Addr: vs.Addr, Communities: vs.Communities}}
+			}
+		default:
+			d = decide(vs, nil, me, v, st.peers, m.dead, "")
+		}
+		m.note(vs, d, now)
+	}
+	for a, r := range st.records {
+		if wanted[a] {
+			continue
+		}
+		if r.held {
+			m.logMove(r.spec, false, "no load balancer uses it any more")
+		}
+		st.dirty = true
+		delete(st.records, a)
+		delete(st.prev, a)
+	}
+	m.act.set(hold, st.want.Ranges)
+}
+
+// note records the outcome for one VIP and logs a move.
+func (m *Manager) note(vs vipSpec, d decision, now time.Time) {
+	st := &m.loop
+	r := st.records[vs.Addr]
+	if r == nil {
+		r = &record{since: now}
+		st.records[vs.Addr] = r
+	}
+	if d.Hold != r.held {
+		m.logMove(vs, d.Hold, d.Reason)
+	}
+	if d.Hold != r.held || d.Local != r.local {
+		r.since = now
+	}
+	if d.Hold != r.held || d.Reason != r.reason || d.Local != r.local || !slices.Equal(vs.LBs, r.spec.LBs) || vs.Mode != r.spec.Mode {
+		st.dirty = true
+	}
+	r.spec, r.held, r.reason, r.local = vs, d.Hold, d.Reason, d.Local
+	if d.Hold {
+		r.everHeld = true
+	}
+}
+
+// logMove logs that this host takes or lets go of a VIP, and why.
+func (m *Manager) logMove(vs vipSpec, take bool, reason string) {
+	if vs.Mode == ModeStatic {
+		return
+	}
+	msg := map[bool]map[bool]string{
+		true:  {true: "VIP announced", false: "VIP withdrawn"},
+		false: {true: "VIP taken", false: "VIP released"},
+	}[vs.Mode == ModeBGP][take]
+	m.log.Info(msg, "addr", vs.Addr, "mode", vs.Mode, "reason", reason, "lbs", strings.Join(vs.LBs, ","))
+}
+
+// checkLinks reads the state of the interfaces.
+func (m *Manager) checkLinks() {
+	st := &m.loop
+	check := func(f *iface, cur *bool) {
+		if f == nil {
+			return
+		}
+		up, err := f.up()
+		if err != nil {
+			up = false
+		}
+		if up != *cur {
+			if up {
+				m.log.Info("interface is up", "interface", f.name)
+			} else {
+				m.log.Warn("interface is down; releasing its VIPs", "interface", f.name, "err", err)
+			}
+		}
+		*cur = up
+	}
+	check(m.arp, &st.arpUp)
+	check(m.bgpIf, &st.bgpUp)
+}
+
+// noteLiveness logs peers coming and going.
+func (m *Manager) noteLiveness(v view) {
+	st := &m.loop
+	for id := range v.Alive {
+		if !st.alive[id] {
+			m.log.Info("peer is alive", "peer", id)
+		}
+	}
+	for id := range st.alive {
+		if _, ok := v.Alive[id]; !ok {
+			why := fmt.Sprintf("no heartbeat for %s", m.dead)
+			if p := st.peers[id]; p != nil && p.Left {
+				why = "it is shutting down"
+			}
+			m.log.Warn("peer is dead", "peer", id, "reason", why)
+		}
+	}
+	st.alive = map[string]bool{}
+	for id := range v.Alive {
+		st.alive[id] = true
+	}
+}
+
+// publish copies the status out for Describe: the VIPs when they
+// changed, the peers every time.
+func (m *Manager) publish(v view) {
+	st := &m.loop
+	var vips []*pb.VIPHolding
+	changed := st.dirty
+	if changed {
+		st.dirty = false
+		for _, a := range slices.SortedFunc(maps.Keys(st.records), netip.Addr.Compare) {
+			if h := st.records[a].holding(a); h != nil {
+				vips = append(vips, h)
+			}
+		}
+	}
+	peers := make([]peerStatus, 0, len(st.members))
+	for _, id := range slices.Sorted(maps.Keys(st.members)) {
+		ps := peerStatus{id: id}
+		if p := st.peers[id]; p != nil {
+			ps.heard = p.Heard
+		}
+		_, ps.alive = v.Alive[id]
+		peers = append(peers, ps)
+	}
+	if errs := m.act.errors(); len(errs) > 0 || st.actErrs {
+		st.actErrs = len(errs) > 0
+		changed = true
+		vips = nil
+		for _, a := range slices.SortedFunc(maps.Keys(st.records), netip.Addr.Compare) {
+			h := st.records[a].holding(a)
+			if h != nil && errs[a] != "" {
+				h.State, h.Reason = "released", "cannot hold it: "+errs[a]
+			}
+			if h != nil {
+				vips = append(vips, h)
+			}
+		}
+	}
+	m.mu.Lock()
+	if changed {
+		m.pub.vips = vips
+	}
+	m.pub.peers = peers
+	m.mu.Unlock()
+}
+
+// holding is the status of one VIP, or nil when this host has nothing to
+// say about it: an arp VIP it never held and has no reason of its own not
+// to hold.
+func (r *record) holding(a netip.Addr) *pb.VIPHolding {
+	if r.spec.Mode == ModeARP && !r.held && !r.everHeld && !r.local {
+		return nil
+	}
+	state := "released"
+	switch {
+	case r.held && r.spec.Mode == ModeBGP:
+		state = "announcing"
+	case r.held:
+		state = "holding"
+	case r.spec.Mode == ModeBGP:
+		state = "withdrawn"
+	}
+	return &pb.VIPHolding{
+		Address: a.String(), Mode: r.spec.Mode, State: state, Reason: r.reason,
+		Since: timestamppb.New(r.since), LoadBalancers: slices.Clone(r.spec.LBs),
+	}
+}
+
+// signature sums up what the decisions depend on in a view and this
+// host's problems; decisions are redone only when it changes (or the
+// inputs do).
+func signature(v view, peers map[string]*peerState, problems ...string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%t|%s", v.Quorum, strings.Join(problems, "|"))
+	for _, id := range slices.Sorted(maps.Keys(v.Alive)) {
+		h := v.Alive[id]
+		var version uint64
+		if p := peers[id]; p != nil {
+			version = p.Version
+		}
+		fmt.Fprintf(&b, "|%s:%t:%t:%d:%d", id, h.Eligible, h.NotReadyAll, len(h.NotReady), version)
+	}
+	return b.String()
+}

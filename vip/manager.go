@@ -1,0 +1,370 @@
+package vip
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+)
+
+// Manager holds and announces this host's share of the VIPs.
+type Manager struct {
+	cfg         Config
+	log         *slog.Logger
+	dead        time.Duration // a peer unheard for this long is dead
+	quorum      time.Duration // window of the two-way contact that makes a majority
+	incarnation uint64
+
+	arp    *iface  // nil: no arp pools here
+	bgpIf  *iface  // nil: no BGP
+	frames *sender // raw frames on the arp interface
+	spk    *speaker
+	conn   *net.UDPConn
+	act    *actuator
+
+	kick      chan struct{}
+	recv      chan received
+	stop      chan struct{}
+	stopOnce  sync.Once
+	loopDone  chan struct{}
+	closeOnce sync.Once
+	closeErr  error
+
+	mu          sync.Mutex // guards the inputs and the published status
+	key         []byte
+	want        *desired
+	revision    uint64
+	ready       map[string]string
+	haveReady   bool
+	linkChanged bool
+	pub         published
+
+	loop loopState // owned by the goroutine in Run, then by Close
+}
+
+// published is what Describe shows, copied out of the loop.
+type published struct {
+	vips  []*pb.VIPHolding
+	peers []peerStatus
+}
+
+type peerStatus struct {
+	id    string
+	heard time.Time
+	alive bool
+}
+
+// New checks the settings and the host (interfaces exist, capabilities
+// are there), removes VIP addresses a crashed process left on the
+// interfaces, opens the heartbeat socket and starts the BGP speaker. It
+// does not hold anything until Run has the committed state (Update), the
+// data plane's readiness (SetReady) and the heartbeat key (SetKey).
+func New(cfg Config) (*Manager, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	m := &Manager{
+		cfg:      cfg,
+		log:      cfg.Logger.With("component", "vip"),
+		dead:     time.Duration(cfg.HeartbeatMisses) * cfg.HeartbeatInterval,
+		kick:     make(chan struct{}, 1),
+		recv:     make(chan received, 256),
+		stop:     make(chan struct{}),
+		loopDone: make(chan struct{}),
+		ready:    map[string]string{},
+	}
+	m.quorum = m.dead - cfg.HeartbeatInterval
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	m.incarnation = binary.BigEndian.Uint64(b[:])
+	m.loop.init()
+	m.act = newActuator(m)
+
+	if cfg.Interface != "" {
+		if err := checkCaps(true, "--vip-interface "+cfg.Interface); err != nil {
+			return nil, err
+		}
+		m.arp = &iface{name: cfg.Interface}
+		if _, err := m.arp.link(); err != nil {
+			return nil, fmt.Errorf("%w: --vip-interface %s: no such interface on this host", ErrConfig, cfg.Interface)
+		}
+		m.frames = &sender{name: cfg.Interface}
+		if err := m.frames.open(); err != nil {
+			return nil, fmt.Errorf("--vip-interface %s: %w", cfg.Interface, permission(err))
+		}
+	}
+	if cfg.BGP != nil {
+		if err := checkCaps(false, "bgp.interface "+cfg.BGP.Interface); err != nil {
+			m.frames.closeIfAny()
+			return nil, err
+		}
+		m.bgpIf = &iface{name: cfg.BGP.Interface}
+		if _, err := m.bgpIf.link(); err != nil {
+			m.frames.closeIfAny()
+			return nil, fmt.Errorf("%w: bgp.interface %s: no such interface on this host", ErrConfig, cfg.BGP.Interface)
+		}
+	}
+	for _, f := range m.ifaces() {
+		if err := m.removeOrphans(f); err != nil {
+			m.frames.closeIfAny()
+			return nil, err
+		}
+	}
+	ap := netip.MustParseAddrPort(cfg.HeartbeatAddr)
+	m.conn, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(ap))
+	if err != nil {
+		m.frames.closeIfAny()
+		return nil, fmt.Errorf("--heartbeat-addr %s: %w", cfg.HeartbeatAddr, err)
+	}
+	setPriority(m.conn, ap.Addr().Is4())
+	if cfg.BGP != nil {
+		if m.spk, err = startSpeaker(*cfg.BGP, cfg.Logger.With("component", "bgp")); err != nil {
+			m.conn.Close()
+			m.frames.closeIfAny()
+			return nil, err
+		}
+	}
+	m.log.Info("VIP manager ready", "interface", cfg.Interface, "heartbeat", cfg.HeartbeatAddr,
+		"interval", cfg.HeartbeatInterval, "misses", cfg.HeartbeatMisses, "bgp", cfg.BGP != nil)
+	return m, nil
+}
+
+func (s *sender) closeIfAny() {
+	if s != nil {
+		s.close()
+	}
+}
+
+// ifaces returns the interfaces this manager puts VIPs on.
+func (m *Manager) ifaces() []*iface {
+	var out []*iface
+	if m.arp != nil {
+		out = append(out, m.arp)
+	}
+	if m.bgpIf != nil && (m.arp == nil || m.bgpIf.name != m.arp.name) {
+		out = append(out, m.bgpIf)
+	}
+	return out
+}
+
+// removeOrphans takes off f the addresses that carry this package's marks:
+// they were left by a process that did not shut down.
+func (m *Manager) removeOrphans(f *iface) error {
+	addrs, err := f.hostAddrs()
+	if err != nil {
+		return fmt.Errorf("%w", permission(err))
+	}
+	for _, a := range slices.SortedFunc(maps.Keys(addrs), netip.Addr.Compare) {
+		if !addrs[a] {
+			continue
+		}
+		if err := f.remove(a); err != nil {
+			return err
+		}
+		m.log.Info("removed a VIP left by an earlier run", "addr", a, "interface", f.name)
+	}
+	return nil
+}
+
+// SetKey sets the secret that signs and checks heartbeats; every host of
+// the cluster must derive the same. Until it is set no heartbeat is sent
+// or accepted.
+func (m *Manager) SetKey(key []byte) {
+	m.mu.Lock()
+	m.key = slices.Clone(key)
+	m.mu.Unlock()
+	m.poke()
+}
+
+// Update gives the manager the whole committed state: the hosts (and
+// their heartbeat addresses), the VIP pools (and their modes) and the
+// load balancers (and their addresses). It returns at once; Run
+// converges.
+func (m *Manager) Update(objs []*pb.Object, revision uint64) {
+	d := desiredState(objs)
+	m.mu.Lock()
+	m.want, m.revision = &d, revision
+	m.mu.Unlock()
+	m.poke()
+}
+
+// SetReady tells which load balancers ("tenant/name") the data plane can
+// serve: an empty reason means ready, any other text says why not. A VIP
+// is ready when at least one load balancer using it is; a load balancer
+// missing from the map is not ready. Until the first call no VIP is.
+func (m *Manager) SetReady(lbs map[string]string) {
+	m.mu.Lock()
+	m.ready, m.haveReady = maps.Clone(lbs), true
+	m.mu.Unlock()
+	m.poke()
+}
+
+func (m *Manager) poke() {
+	select {
+	case m.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Describe adds this host's VIPs (held, announced, or released for a
+// reason of its own), the failure detector's settings and the peers it
+// sees to ns. It is safe on a nil Manager.
+func (m *Manager) Describe(ns *pb.NodeStatus) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ns.HeartbeatInterval = m.cfg.HeartbeatInterval.String()
+	ns.HeartbeatMisses = uint32(m.cfg.HeartbeatMisses)
+	for _, v := range m.pub.vips {
+		ns.Vips = append(ns.Vips, cloneHolding(v))
+	}
+	now := time.Now()
+	for _, p := range m.pub.peers {
+		pl := &pb.PeerLiveness{NodeId: p.id, Alive: p.alive, LastSeen: "never"}
+		if !p.heard.IsZero() {
+			pl.LastSeen = now.Sub(p.heard).Round(time.Millisecond).String()
+		}
+		ns.Peers = append(ns.Peers, pl)
+	}
+}
+
+func cloneHolding(v *pb.VIPHolding) *pb.VIPHolding {
+	return &pb.VIPHolding{
+		Address: v.Address, Mode: v.Mode, State: v.State, Reason: v.Reason,
+		Since: timestamppb.New(v.Since.AsTime()), LoadBalancers: slices.Clone(v.LoadBalancers),
+	}
+}
+
+// Close hands everything over and stops: in bgp mode it withdraws the
+// routes first and keeps serving for the withdraw grace, so that routers
+// move new flows away; in arp mode it tells the peers it is leaving (they
+// take its VIPs at once) and waits a few heartbeat intervals. Then it
+// removes the addresses and stops the speaker. Call it before the
+// listeners close.
+func (m *Manager) Close() error {
+	m.closeOnce.Do(func() {
+		m.stopLoop()
+		m.closeErr = m.handOver()
+	})
+	return m.closeErr
+}
+
+// stopLoop ends Run's loop (if it runs) and waits for it.
+func (m *Manager) stopLoop() {
+	m.stopOnce.Do(func() { close(m.stop) })
+	m.mu.Lock()
+	running := m.loop.running
+	m.mu.Unlock()
+	if running {
+		<-m.loopDone
+	}
+}
+
+// Run detects failures, decides and converges until ctx ends or Close is
+// called. It does not release anything when it returns: Close does.
+func (m *Manager) Run(ctx context.Context) error {
+	m.mu.Lock()
+	if m.loop.running || m.loop.stopped {
+		m.mu.Unlock()
+		return ErrClosed
+	}
+	m.loop.running = true
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		m.loop.running, m.loop.stopped = false, true
+		m.mu.Unlock()
+		close(m.loopDone)
+	}()
+	select {
+	case <-m.stop:
+		return nil
+	default:
+	}
+	readerDone := make(chan struct{})
+	go func() { defer close(readerDone); m.readHeartbeats() }()
+	actStop, actDone := make(chan struct{}), make(chan struct{})
+	go func() { defer close(actDone); m.act.run(actStop) }()
+	watchDone := make(chan struct{})
+	defer close(watchDone)
+	m.watchLinks(watchDone)
+	err := m.run(ctx)
+	close(actStop)
+	<-actDone
+	// Wake the reader up; Close closes the socket later.
+	_ = m.conn.SetReadDeadline(time.Now())
+	<-readerDone
+	_ = m.conn.SetReadDeadline(time.Time{})
+	return err
+}
+
+// handOver is the graceful part of Close; the loop and the actuator no
+// longer run.
+func (m *Manager) handOver() error {
+	m.loop.leaving = true
+	held := m.act.held
+	var errs []error
+	if m.spk != nil {
+		announced := len(m.spk.announced)
+		if err := m.spk.withdrawAll(); err != nil {
+			errs = append(errs, err)
+		}
+		if announced > 0 {
+			m.log.Info("withdrew every route before shutting down", "routes", announced)
+		}
+	}
+	grace := time.Duration(0)
+	for _, h := range held {
+		switch h.mode {
+		case ModeARP:
+			grace = max(grace, 3*m.cfg.HeartbeatInterval)
+		case ModeBGP:
+			grace = max(grace, time.Duration(m.cfg.BGP.WithdrawGrace))
+		}
+	}
+	// Tell the peers, a few times in case one datagram is lost: they take
+	// the arp VIPs at once.
+	for i := range 3 {
+		m.sendHeartbeats(time.Now())
+		if i < 2 {
+			time.Sleep(m.cfg.HeartbeatInterval / 4)
+		}
+	}
+	time.Sleep(grace)
+	for _, a := range slices.SortedFunc(maps.Keys(held), netip.Addr.Compare) {
+		h := held[a]
+		if err := h.iface.remove(a); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		verb := "VIP released"
+		if h.mode == ModeBGP {
+			verb = "VIP withdrawn"
+		}
+		m.log.Info(verb, "addr", a, "mode", h.mode, "reason", "shutting down")
+		delete(held, a)
+	}
+	if m.spk != nil {
+		m.spk.stop()
+	}
+	m.conn.Close()
+	m.frames.closeIfAny()
+	if len(errs) > 0 {
+		return fmt.Errorf("release VIPs: %w", errs[0])
+	}
+	return nil
+}

@@ -1,0 +1,224 @@
+package vip
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	gobgpapi "github.com/osrg/gobgp/v4/api"
+	"github.com/osrg/gobgp/v4/pkg/apiutil"
+	"github.com/osrg/gobgp/v4/pkg/packet/bgp"
+	"github.com/osrg/gobgp/v4/pkg/server"
+)
+
+// connectRetry is how often the speaker dials a router it has no session
+// with (gobgp's default is two minutes).
+const connectRetry = 3 // seconds
+
+// route is one announced /32 or /128.
+type route struct {
+	Addr        netip.Addr
+	Communities []uint32
+}
+
+func (r route) key() string {
+	var b strings.Builder
+	b.WriteString(r.Addr.String())
+	for _, c := range r.Communities {
+		b.WriteString(" " + strconv.FormatUint(uint64(c), 10))
+	}
+	return b.String()
+}
+
+// speaker is the embedded gobgp: it peers with the configured routers and
+// announces the routes it is given, next hop self.
+type speaker struct {
+	cfg    BGPConfig
+	log    *slog.Logger
+	srv    *server.BgpServer
+	cancel context.CancelFunc
+	// announced maps each announced address to its route's key.
+	announced map[netip.Addr]string
+}
+
+// startSpeaker starts gobgp (it does not listen on port 179: it dials the
+// routers) and adds the peers.
+func startSpeaker(cfg BGPConfig, log *slog.Logger) (*speaker, error) {
+	level := &slog.LevelVar{}
+	level.Set(slog.LevelWarn)
+	// gobgp logs every step at info; its warnings and errors are enough
+	// next to the session changes logged below.
+	quiet := slog.New(minLevel{Handler: log.Handler(), min: slog.LevelWarn})
+	srv := server.NewBgpServer(server.LoggerOption(quiet, level))
+	go srv.Serve()
+	ctx, cancel := context.WithCancel(context.Background())
+	sp := &speaker{cfg: cfg, log: log, srv: srv, cancel: cancel, announced: map[netip.Addr]string{}}
+	err := srv.StartBgp(ctx, &gobgpapi.StartBgpRequest{Global: &gobgpapi.Global{
+		Asn: cfg.ASN, RouterId: cfg.RouterID, ListenPort: -1,
+	}})
+	if err != nil {
+		sp.stop()
+		return nil, fmt.Errorf("start BGP speaker: %w", err)
+	}
+	err = srv.WatchEvent(ctx, server.WatchEventMessageCallbacks{
+		OnPeerUpdate: func(ev *apiutil.WatchEventMessage_PeerEvent, _ time.Time) {
+			if ev.Type != apiutil.PEER_EVENT_STATE {
+				return
+			}
+			st := ev.Peer.State
+			attrs := []any{"peer", ev.Peer.Conf.NeighborAddress, "state", strings.TrimPrefix(st.SessionState.String(), "BGP_FSM_")}
+			if st.DisconnectMessage != "" {
+				attrs = append(attrs, "reason", st.DisconnectMessage)
+			}
+			log.Info("BGP session", attrs...)
+		},
+	}, server.WatchPeer())
+	if err != nil {
+		sp.stop()
+		return nil, fmt.Errorf("watch BGP sessions: %w", err)
+	}
+	for i, p := range cfg.Peers {
+		if err := srv.AddPeer(ctx, &gobgpapi.AddPeerRequest{Peer: apiPeer(p)}); err != nil {
+			sp.stop()
+			return nil, fmt.Errorf("%w: bgp.peers[%d]: %v", ErrConfig, i, err)
+		}
+	}
+	return sp, nil
+}
+
+func apiPeer(p BGPPeer) *gobgpapi.Peer {
+	a := netip.MustParseAddr(p.Address)
+	fam := &gobgpapi.Family{Afi: gobgpapi.Family_AFI_IP, Safi: gobgpapi.Family_SAFI_UNICAST}
+	if a.Is6() && !a.Is4In6() {
+		fam.Afi = gobgpapi.Family_AFI_IP6
+	}
+	out := &gobgpapi.Peer{
+		Conf: &gobgpapi.PeerConf{
+			NeighborAddress: a.String(), PeerAsn: p.ASN, AuthPassword: p.Password,
+		},
+		Timers:    &gobgpapi.Timers{Config: &gobgpapi.TimersConfig{ConnectRetry: connectRetry}},
+		Transport: &gobgpapi.Transport{RemotePort: uint32(p.Port)},
+		AfiSafis:  []*gobgpapi.AfiSafi{{Config: &gobgpapi.AfiSafiConfig{Family: fam, Enabled: true}}},
+	}
+	if p.HoldTime != 0 {
+		hold := uint64(time.Duration(p.HoldTime) / time.Second)
+		out.Timers.Config.HoldTime = hold
+		out.Timers.Config.KeepaliveInterval = max(hold/3, 1)
+	}
+	if b := p.BFD; b != nil && b.Enabled {
+		out.Bfd = &gobgpapi.BfdPeerConfig{
+			Enabled:                  true,
+			DesiredMinimumTxInterval: uint32(time.Duration(b.MinTx) / time.Microsecond),
+			RequiredMinimumReceive:   uint32(time.Duration(b.MinRx) / time.Microsecond),
+			DetectionMultiplier:      b.Multiplier,
+		}
+	}
+	return out
+}
+
+// path builds the gobgp path of a route; the unspecified next hop makes
+// gobgp put this host's address of each session there.
+func (sp *speaker) path(r route, withdraw bool) (*apiutil.Path, error) {
+	bits := r.Addr.BitLen()
+	nlri, err := bgp.NewIPAddrPrefix(netip.PrefixFrom(r.Addr, bits))
+	if err != nil {
+		return nil, err
+	}
+	attrs := []bgp.PathAttributeInterface{bgp.NewPathAttributeOrigin(bgp.BGP_ORIGIN_ATTR_TYPE_IGP)}
+	fam := bgp.RF_IPv4_UC
+	if r.Addr.Is4() {
+		nh, err := bgp.NewPathAttributeNextHop(netip.IPv4Unspecified())
+		if err != nil {
+			return nil, err
+		}
+		attrs = append(attrs, nh)
+	} else {
+		fam = bgp.RF_IPv6_UC
+		mp, err := bgp.NewPathAttributeMpReachNLRI(fam, []bgp.PathNLRI{{NLRI: nlri}}, netip.IPv6Unspecified())
+		if err != nil {
+			return nil, err
+		}
+		attrs = append(attrs, mp)
+	}
+	if sp.cfg.MED != nil {
+		attrs = append(attrs, bgp.NewPathAttributeMultiExitDisc(*sp.cfg.MED))
+	}
+	if len(r.Communities) > 0 {
+		attrs = append(attrs, bgp.NewPathAttributeCommunities(slices.Clone(r.Communities)))
+	}
+	return &apiutil.Path{Family: fam, Nlri: nlri, Attrs: attrs, Withdrawal: withdraw}, nil
+}
+
+// announce adds or updates a route.
+func (sp *speaker) announce(r route) error {
+	if sp.announced[r.Addr] == r.key() {
+		return nil
+	}
+	p, err := sp.path(r, false)
+	if err != nil {
+		return fmt.Errorf("announce %s: %w", r.Addr, err)
+	}
+	if _, err := sp.srv.AddPath(apiutil.AddPathRequest{Paths: []*apiutil.Path{p}}); err != nil {
+		return fmt.Errorf("announce %s: %w", r.Addr, err)
+	}
+	sp.announced[r.Addr] = r.key()
+	return nil
+}
+
+// withdraw removes the route of a.
+func (sp *speaker) withdraw(a netip.Addr) error {
+	if _, ok := sp.announced[a]; !ok {
+		return nil
+	}
+	p, err := sp.path(route{Addr: a}, true)
+	if err != nil {
+		return fmt.Errorf("withdraw %s: %w", a, err)
+	}
+	if err := sp.srv.DeletePath(apiutil.DeletePathRequest{Paths: []*apiutil.Path{p}}); err != nil {
+		return fmt.Errorf("withdraw %s: %w", a, err)
+	}
+	delete(sp.announced, a)
+	return nil
+}
+
+// withdrawAll removes every route this host announces.
+func (sp *speaker) withdrawAll() error {
+	if len(sp.announced) == 0 {
+		return nil
+	}
+	if err := sp.srv.DeletePath(apiutil.DeletePathRequest{DeleteAll: true}); err != nil {
+		return fmt.Errorf("withdraw all routes: %w", err)
+	}
+	clear(sp.announced)
+	return nil
+}
+
+// stop closes the sessions (a Cease notification to each router) and
+// stops gobgp.
+func (sp *speaker) stop() {
+	sp.srv.Stop()
+	sp.cancel()
+}
+
+// minLevel drops records below min.
+type minLevel struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (h minLevel) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.min && h.Handler.Enabled(ctx, l)
+}
+
+func (h minLevel) WithAttrs(as []slog.Attr) slog.Handler {
+	return minLevel{Handler: h.Handler.WithAttrs(as), min: h.min}
+}
+
+func (h minLevel) WithGroup(name string) slog.Handler {
+	return minLevel{Handler: h.Handler.WithGroup(name), min: h.min}
+}

@@ -1,0 +1,130 @@
+package vip
+
+import (
+	"errors"
+	"net/netip"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+var testKey = []byte("0123456789abcdef0123456789abcdef")
+
+func TestHeartbeatRoundTrip(t *testing.T) {
+	tests := []struct {
+		name string
+		hb   heartbeat
+		want heartbeat // when it differs from hb
+	}{
+		{"minimal", heartbeat{ID: "n1", Incarnation: 7, Seq: 1}, heartbeat{}},
+		{"full", heartbeat{
+			ID: "lb-host-2", Incarnation: 1 << 60, Seq: 99, Revision: 1234, Eligible: true,
+			Sightings: []sighting{{ID: "n1", Age: 12345 * time.Microsecond, Eligible: true}, {ID: "n3", Age: 0}},
+			NotReady:  []netip.Addr{netip.MustParseAddr("192.0.2.10"), netip.MustParseAddr("2001:db8::10")},
+		}, heartbeat{}},
+		{"leaving", heartbeat{ID: "n1", Leaving: true, NotReadyAll: true}, heartbeat{}},
+		{"sub-microsecond ages are truncated", heartbeat{ID: "n1", Sightings: []sighting{{ID: "n2", Age: 1500 * time.Nanosecond}}},
+			heartbeat{ID: "n1", Sightings: []sighting{{ID: "n2", Age: time.Microsecond}}}},
+		{"a list that does not fit becomes not-ready-for-all", heartbeat{ID: "n1", NotReady: manyAddrs(maxDatagram / 17)},
+			heartbeat{ID: "n1", NotReadyAll: true}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, err := tt.hb.marshal(testKey)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(b) > maxDatagram {
+				t.Fatalf("%d bytes, more than %d", len(b), maxDatagram)
+			}
+			got, err := parseHeartbeat(b, testKey)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := tt.hb
+			if tt.want.ID != "" {
+				want = tt.want
+			}
+			if !reflect.DeepEqual(*got, want) {
+				t.Errorf("round trip:\n got %+v\nwant %+v", *got, want)
+			}
+		})
+	}
+}
+
+func manyAddrs(n int) []netip.Addr {
+	out := make([]netip.Addr, n)
+	a := netip.MustParseAddr("2001:db8::")
+	for i := range out {
+		a = a.Next()
+		out[i] = a
+	}
+	return out
+}
+
+func TestHeartbeatRejects(t *testing.T) {
+	good, err := (&heartbeat{ID: "n1", Seq: 1, NotReady: []netip.Addr{netip.MustParseAddr("192.0.2.1")}}).marshal(testKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := good[:len(good)-macSize]
+	signed := func(body []byte) []byte { return append(append([]byte{}, body...), sign(testKey, body)...) }
+	resign := func(b []byte) []byte { return signed(b[:len(b)-macSize]) }
+	tests := []struct {
+		name string
+		b    []byte
+		key  []byte
+		want string
+	}{
+		{"empty", nil, testKey, "too short"},
+		{"another key", good, []byte("other"), "signature"},
+		{"flipped bit", func() []byte { b := append([]byte{}, good...); b[20] ^= 1; return b }(), testKey, "signature"},
+		{"not ours", resign(append([]byte("XXXX"), good[4:]...)), testKey, "not a teapot-lb heartbeat"},
+		{"future version", func() []byte { b := append([]byte{}, good...); b[4] = 9; return resign(b) }(), testKey, "version 9"},
+		{"truncated", signed(body[:len(body)-2]), testKey, ""},
+		{"trailing bytes", signed(append(append([]byte{}, body...), 0, 0)), testKey, "trailing bytes"},
+		{"too long", signed(make([]byte, maxDatagram)), testKey, "too long"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := parseHeartbeat(tt.b, tt.key)
+			if !errors.Is(err, errBadHeartbeat) {
+				t.Fatalf("err = %v, want errBadHeartbeat", err)
+			}
+			if tt.want != "" && !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("err = %v, want it to mention %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// FuzzParseHeartbeat: the parser never panics, and whatever it accepts
+// encodes back to the same bytes.
+func FuzzParseHeartbeat(f *testing.F) {
+	for _, hb := range []heartbeat{
+		{ID: "n1"},
+		{ID: "n2", Eligible: true, Sightings: []sighting{{ID: "n1", Age: time.Millisecond}}, NotReady: []netip.Addr{netip.MustParseAddr("2001:db8::1")}},
+	} {
+		b, _ := hb.marshal(testKey)
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		// Sign whatever the fuzzer made, so that it reaches the decoder.
+		if len(b) >= macSize {
+			b = append(b[:len(b)-macSize:len(b)-macSize], sign(testKey, b[:len(b)-macSize])...)
+		}
+		hb, err := parseHeartbeat(b, testKey)
+		if err != nil {
+			return
+		}
+		again, err := hb.marshal(testKey)
+		if err != nil {
+			t.Fatalf("accepted %+v but cannot encode it: %v", hb, err)
+		}
+		hb2, err := parseHeartbeat(again, testKey)
+		if err != nil || !reflect.DeepEqual(hb, hb2) {
+			t.Fatalf("re-encoding changed the heartbeat: %+v -> %+v (%v)", hb, hb2, err)
+		}
+	})
+}
