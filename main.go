@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/signal"
@@ -36,6 +37,7 @@ import (
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 	"github.com/teapot-lb/teapot-lb/consensus"
 	"github.com/teapot-lb/teapot-lb/proxy"
+	"github.com/teapot-lb/teapot-lb/proxy/l7"
 	"github.com/teapot-lb/teapot-lb/proxy/certs"
 	"github.com/teapot-lb/teapot-lb/tenantsync"
 	"github.com/teapot-lb/teapot-lb/tenantsync/agent"
@@ -253,7 +255,16 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	}
 	go cm.Run(ctx)
 	go feedCerts(ctx, node, cm)
-	px := proxy.New(proxy.Config{Logger: log})
+	// http and https listeners: TLS termination (https), then the L7 engine,
+	// which also answers ACME HTTP-01 challenges on http listeners.
+	engine := l7.New(l7.Config{Logger: log.With("component", "l7")})
+	challenge := func(path string) http.Handler {
+		if certs.IsHTTPChallenge(path) {
+			return cm.HTTPChallengeHandler()
+		}
+		return nil
+	}
+	px := proxy.New(proxy.Config{Logger: log, HTTP: cm.Terminator(proxy.NewHTTP(engine, challenge))})
 	fed := make(chan struct{})
 	go func() { defer close(fed); feedProxy(ctx, node, px, vm, log) }()
 	vm.run(ctx, log)
@@ -285,6 +296,9 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	err = node.Close()
 	<-fed
 	if perr := px.Close(); perr != nil && err == nil {
+		err = perr
+	}
+	if perr := engine.Close(); perr != nil && err == nil {
 		err = perr
 	}
 	return err

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"sync/atomic"
 	"slices"
 
 	"github.com/teapot-lb/teapot-lb/proxy/balance"
@@ -27,6 +28,7 @@ func emptyServed() *served {
 type ListenerSnapshot struct {
 	*snapshot.Listener
 	pools map[*snapshot.Pool]*Pool
+	http  atomic.Pointer[httpRouter] // built by HTTP on first use
 }
 
 // Pool returns the live pool of a compiled pool the listener uses (its L4
@@ -43,6 +45,7 @@ type Pool struct {
 	Spec    *snapshot.Pool
 	members []*balance.Member
 	bal     balance.Balancer
+	http    atomic.Pointer[httpBackend] // built by HTTP on first use
 }
 
 // Pick returns a usable member, or nil when none is. key is the client IP
