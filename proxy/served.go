@@ -1,8 +1,8 @@
 package proxy
 
 import (
-	"sync/atomic"
 	"slices"
+	"sync/atomic"
 
 	"github.com/teapot-lb/teapot-lb/proxy/balance"
 	"github.com/teapot-lb/teapot-lb/proxy/health"
