@@ -31,9 +31,9 @@ import (
 // syncTimeout bounds one change reaching the LB cluster and back.
 const syncTimeout = 60 * time.Second
 
-// lab is a 3-node LB cluster and a real Kubernetes API with the agent's
+// tenantLab is a 3-node LB cluster and a real Kubernetes API with the agent's
 // manifests applied.
-type lab struct {
+type tenantLab struct {
 	t    testing.TB
 	c    *cluster
 	k    *kube
@@ -43,12 +43,12 @@ type lab struct {
 	agentToken string
 }
 
-func newLab(t testing.TB) *lab {
+func newTenantLab(t testing.TB) *tenantLab {
 	t.Helper()
 	k := startKube(t)
 	c := newCluster(t)
 	c.start3()
-	l := &lab{t: t, c: c, k: k, conn: dialAll(t, c)}
+	l := &tenantLab{t: t, c: c, k: k, conn: dialAll(t, c)}
 	k.applyManifest("00-namespace.yaml")
 	k.applyManifest("10-rbac.yaml")
 	l.agentToken = k.serviceAccountToken("teapot-lb-system", "teapot-lb-agent")
@@ -75,7 +75,7 @@ func dialAll(t testing.TB, c *cluster) *client.Conn {
 }
 
 // cliOK runs a CLI command through any live node and fails the test on error.
-func (l *lab) cliOK(args ...string) string {
+func (l *tenantLab) cliOK(args ...string) string {
 	l.t.Helper()
 	out, err := l.c.cli(l.c.live()[0], args...)
 	if err != nil {
@@ -86,7 +86,7 @@ func (l *lab) cliOK(args ...string) string {
 
 // credentials issues agent credentials for tenant with the CLI and writes
 // the Secret's keys as files, as the Secret volume would.
-func (l *lab) credentials(tenant string) string {
+func (l *tenantLab) credentials(tenant string) string {
 	l.t.Helper()
 	out := l.cliOK("tenant", "credentials", tenant, "-o", "json")
 	var secret struct {
@@ -118,7 +118,7 @@ func (l *lab) credentials(tenant string) string {
 }
 
 // agent starts teapot-lb agent with the service account's kubeconfig.
-func (l *lab) agent(name, creds string, extra ...string) *proc {
+func (l *tenantLab) agent(name, creds string, extra ...string) *proc {
 	l.t.Helper()
 	args := append([]string{"agent",
 		"--kubeconfig", l.k.kubeconfig(name, l.agentToken),
@@ -131,7 +131,7 @@ func (l *lab) agent(name, creds string, extra ...string) *proc {
 }
 
 // lb returns a load balancer from the cluster, or nil if it is not there.
-func (l *lab) lb(tenant, name string) (*pb.LoadBalancer, error) {
+func (l *tenantLab) lb(tenant, name string) (*pb.LoadBalancer, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), cliTimeout)
 	defer cancel()
 	o, err := l.conn.Admin.Get(ctx, &pb.GetRequest{Ref: &pb.ObjectRef{Kind: api.KindLoadBalancer, Tenant: tenant, Name: name}})
@@ -145,7 +145,7 @@ func (l *lab) lb(tenant, name string) (*pb.LoadBalancer, error) {
 }
 
 // waitLB waits until the load balancer satisfies cond.
-func (l *lab) waitLB(tenant, name, what string, cond func(*pb.LoadBalancer) error) *pb.LoadBalancer {
+func (l *tenantLab) waitLB(tenant, name, what string, cond func(*pb.LoadBalancer) error) *pb.LoadBalancer {
 	l.t.Helper()
 	var got *pb.LoadBalancer
 	waitFor(l.t, syncTimeout, fmt.Sprintf("%s/%s: %s", tenant, name, what), func() error {
@@ -185,7 +185,7 @@ func hasMembers(pool string, want ...string) func(*pb.LoadBalancer) error {
 	}
 }
 
-func gone(lb *pb.LoadBalancer) error {
+func lbGone(lb *pb.LoadBalancer) error {
 	if lb != nil {
 		return fmt.Errorf("still stored with VIP %s", lb.GetStatus().GetAddress())
 	}
@@ -194,7 +194,7 @@ func gone(lb *pb.LoadBalancer) error {
 
 // Kubernetes objects.
 
-func (l *lab) ctx() (context.Context, context.CancelFunc) {
+func (l *tenantLab) ctx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), cliTimeout)
 }
 
@@ -212,7 +212,7 @@ func lbService(ns, name, class string, port int32, ann map[string]string) *corev
 	}
 }
 
-func (l *lab) createNamespace(ns string) {
+func (l *tenantLab) createNamespace(ns string) {
 	l.t.Helper()
 	ctx, cancel := l.ctx()
 	defer cancel()
@@ -222,7 +222,7 @@ func (l *lab) createNamespace(ns string) {
 	}
 }
 
-func (l *lab) createService(svc *corev1.Service) *corev1.Service {
+func (l *tenantLab) createService(svc *corev1.Service) *corev1.Service {
 	l.t.Helper()
 	l.createNamespace(svc.Namespace)
 	ctx, cancel := l.ctx()
@@ -248,7 +248,7 @@ func endpointSlice(ns, name, svc string, port int32, addrs ...string) *discovery
 }
 
 // putSlice creates or replaces an EndpointSlice.
-func (l *lab) putSlice(es *discoveryv1.EndpointSlice) {
+func (l *tenantLab) putSlice(es *discoveryv1.EndpointSlice) {
 	l.t.Helper()
 	ctx, cancel := l.ctx()
 	defer cancel()
@@ -267,7 +267,7 @@ func (l *lab) putSlice(es *discoveryv1.EndpointSlice) {
 }
 
 // serviceVIP returns the first status address of a Service ("" if none).
-func (l *lab) serviceVIP(ns, name string) (string, *corev1.Service, error) {
+func (l *tenantLab) serviceVIP(ns, name string) (string, *corev1.Service, error) {
 	ctx, cancel := l.ctx()
 	defer cancel()
 	svc, err := l.k.client.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
@@ -281,7 +281,7 @@ func (l *lab) serviceVIP(ns, name string) (string, *corev1.Service, error) {
 }
 
 // waitServiceVIP waits until the Service's status carries a VIP.
-func (l *lab) waitServiceVIP(ns, name string) (string, *corev1.Service) {
+func (l *tenantLab) waitServiceVIP(ns, name string) (string, *corev1.Service) {
 	l.t.Helper()
 	var vip string
 	var svc *corev1.Service
@@ -300,7 +300,7 @@ func (l *lab) waitServiceVIP(ns, name string) (string, *corev1.Service) {
 }
 
 // waitEvent waits for an Event on an object whose reason and message match.
-func (l *lab) waitEvent(ns, kind, name, reason, contains string) string {
+func (l *tenantLab) waitEvent(ns, kind, name, reason, contains string) string {
 	l.t.Helper()
 	var msg string
 	waitFor(l.t, syncTimeout, fmt.Sprintf("%s Event on %s %s/%s mentioning %q", reason, kind, ns, name, contains), func() error {
@@ -324,21 +324,21 @@ func (l *lab) waitEvent(ns, kind, name, reason, contains string) string {
 	return msg
 }
 
-// backend is an HTTP server on loopback that names itself in each answer.
-type backend struct {
+// podBackend is an HTTP server on loopback that names itself in each answer.
+type podBackend struct {
 	name string
 	addr string
 	hits atomic.Int64
 	srv  *http.Server
 }
 
-func startBackend(t testing.TB, pods *podNet, name, ip string, port int) *backend {
+func startPodBackend(t testing.TB, pods *podNet, name, ip string, port int) *podBackend {
 	t.Helper()
 	ln, err := pods.listen(fmt.Sprintf("%s:%d", ip, port))
 	if err != nil {
 		t.Fatalf("backend %s: %v", name, err)
 	}
-	b := &backend{name: name, addr: ln.Addr().String()}
+	b := &podBackend{name: name, addr: ln.Addr().String()}
 	b.srv = &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		b.hits.Add(1)
 		fmt.Fprintln(w, b.name)
@@ -348,12 +348,27 @@ func startBackend(t testing.TB, pods *podNet, name, ip string, port int) *backen
 	return b
 }
 
-// get asks http://addr/ and returns the answering backend's name.
-func get(addr string) (string, error) {
+// httpName asks http://addr/ and returns the answering backend's name.
+func httpName(addr string) (string, error) { return httpNameFor(addr, "") }
+
+// httpNameFor asks http://addr/ for host (when not empty) and returns the
+// answering backend's name.
+func httpNameFor(addr, host string) (string, error) {
 	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	resp, err := hc.Get("http://" + addr + "/")
+	req, err := http.NewRequest(http.MethodGet, "http://"+addr+"/", nil)
 	if err != nil {
 		return "", err
+	}
+	if host != "" {
+		req.Host = host
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
+		return "", fmt.Errorf("%s answered %s", addr, resp.Status)
 	}
 	defer resp.Body.Close()
 	line, err := bufio.NewReader(io.LimitReader(resp.Body, 256)).ReadString('\n')
@@ -369,7 +384,7 @@ func waitReaches(t testing.TB, addr string, names ...string) {
 	seen := map[string]bool{}
 	waitFor(t, syncTimeout, fmt.Sprintf("requests to %s reach %v", addr, names), func() error {
 		for range 2 * len(names) {
-			name, err := get(addr)
+			name, err := httpName(addr)
 			if err != nil {
 				return err
 			}
@@ -385,7 +400,7 @@ func waitReaches(t testing.TB, addr string, names ...string) {
 }
 
 // createIngress creates an Ingress of class routing host to svc's web port.
-func (l *lab) createIngress(ns, name, class, host, svc string) {
+func (l *tenantLab) createIngress(ns, name, class, host, svc string) {
 	l.t.Helper()
 	ctx, cancel := l.ctx()
 	defer cancel()
@@ -407,7 +422,7 @@ func (l *lab) createIngress(ns, name, class, host, svc string) {
 }
 
 // createIngressClass creates a class for controller.
-func (l *lab) createIngressClass(name, controller string) {
+func (l *tenantLab) createIngressClass(name, controller string) {
 	l.t.Helper()
 	ctx, cancel := l.ctx()
 	defer cancel()

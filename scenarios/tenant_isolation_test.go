@@ -17,7 +17,7 @@ func TestTenantIsolation(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts etcd, kube-apiserver and a three-node cluster")
 	}
-	l := newLab(t)
+	l := newTenantLab(t)
 	pods := newPodNet(t, 2)
 	acmeCreds := l.seedTenant("acme", "acme.example", pods.network())
 	betaCreds := l.seedTenant("beta", "beta.example", "10.99.0.0/16")
@@ -28,7 +28,7 @@ func TestTenantIsolation(t *testing.T) {
 
 	const port = 8080
 	backend := pods.addr(0)
-	startBackend(t, pods, "acme-backend", backend, port)
+	startPodBackend(t, pods, "acme-backend", backend, port)
 	l.createService(lbService("shop", "web", "teapot-lb.io/lb", 8080, nil))
 	l.putSlice(endpointSlice("shop", "web-1", "web", port, backend))
 	vip, _ := l.waitServiceVIP("shop", "web")
@@ -89,7 +89,7 @@ func TestTenantIsolation(t *testing.T) {
 
 // writeTenantAdminConf turns a tenant's agent credentials into an admin
 // config file, as someone holding them would try.
-func writeTenantAdminConf(t *testing.T, l *lab, creds string) string {
+func writeTenantAdminConf(t *testing.T, l *tenantLab, creds string) string {
 	t.Helper()
 	read := func(name string) string {
 		b, err := os.ReadFile(filepath.Join(creds, name))

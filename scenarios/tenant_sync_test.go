@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"strings"
 	"testing"
 
@@ -13,13 +14,40 @@ import (
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
 
+// checkOneLeader checks that the Lease names one of the agents and that
+// only that one leads.
+func checkOneLeader(t *testing.T, l *tenantLab, agents []*proc) *proc {
+	t.Helper()
+	ctx, cancel := l.ctx()
+	defer cancel()
+	lease, err := l.k.client.CoordinationV1().Leases("teapot-lb-system").Get(ctx, "teapot-lb-agent", metav1.GetOptions{})
+	if err != nil || lease.Spec.HolderIdentity == nil {
+		t.Fatalf("the agents' Lease: %v %v", lease, err)
+	}
+	var leading []string
+	for _, a := range agents {
+		if data, err := os.ReadFile(a.logPath); err == nil && strings.Contains(string(data), "msg=leading") {
+			leading = append(leading, a.name)
+		}
+	}
+	if len(leading) != 1 || leading[0] != *lease.Spec.HolderIdentity {
+		t.Fatalf("leading: %v, Lease holder %s; want the holder alone", leading, *lease.Spec.HolderIdentity)
+	}
+	for _, a := range agents {
+		if a.name == leading[0] {
+			return a
+		}
+	}
+	return nil
+}
+
 // vipPrefix is the lab's VIP pool: loopback addresses, which every LB
 // process on this machine can bind.
 var vipPrefix = netip.MustParsePrefix("127.0.100.0/28")
 
 // seedTenant creates the pool and a tenant whose pods (loopback
 // addresses) are routable, and returns its credentials directory.
-func (l *lab) seedTenant(name, domain string, networks ...string) string {
+func (l *tenantLab) seedTenant(name, domain string, networks ...string) string {
 	l.t.Helper()
 	if out, _ := l.c.cli(l.c.live()[0], "pool", "list"); !strings.Contains(out, "public") {
 		l.cliOK("pool", "create", "public", "--cidr", vipPrefix.String(), "--mode", "static")
@@ -32,16 +60,15 @@ func TestTenantAgentAgainstKubeAPIServer(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts etcd, kube-apiserver and a three-node cluster")
 	}
-	l := newLab(t)
+	l := newTenantLab(t)
 	pods := newPodNet(t, 2)
 	creds := l.seedTenant("acme", "acme.example", pods.network())
-	l.agent("agent-1", creds)
-	l.agent("agent-2", creds)
+	agents := []*proc{l.agent("agent-1", creds), l.agent("agent-2", creds)}
 
 	const port = 8080
 	b2, b3 := pods.addr(0), pods.addr(1)
-	startBackend(t, pods, "backend-2", b2, port)
-	startBackend(t, pods, "backend-3", b3, port)
+	startPodBackend(t, pods, "backend-2", b2, port)
+	startPodBackend(t, pods, "backend-3", b3, port)
 	l.createService(lbService("shop", "web", "teapot-lb.io/lb", 8080, nil))
 	l.putSlice(endpointSlice("shop", "web-1", "web", port, b2))
 
@@ -60,6 +87,7 @@ func TestTenantAgentAgainstKubeAPIServer(t *testing.T) {
 	front := fmt.Sprintf("%s:8080", vip)
 	waitReaches(t, front, "backend-2")
 	t.Logf("Service shop/web got VIP %s; HTTP over its TCP listener reaches the backend", vip)
+	leader := checkOneLeader(t, l, agents)
 
 	// Scaling the endpoints changes the members.
 	l.putSlice(endpointSlice("shop", "web-1", "web", int32(port), b2, b3))
@@ -90,20 +118,41 @@ func TestTenantAgentAgainstKubeAPIServer(t *testing.T) {
 		return nil
 	})
 
+	// HTTP through the L7 proxy: the Ingress's VIP routes its host.
+	ingFront := ing.GetStatus().GetAddress() + ":80"
+	waitFor(t, syncTimeout, "HTTP to the Ingress VIP reaches the backend", func() error {
+		name, err := httpNameFor(ingFront, "shop.acme.example")
+		if err != nil {
+			return err
+		}
+		if name != "backend-3" {
+			return fmt.Errorf("answered by %s, want backend-3", name)
+		}
+		return nil
+	})
+	t.Logf("HTTP for shop.acme.example through the Ingress VIP %s reaches the backend", ingFront)
+
+	// The leading replica dies: the other takes over the Lease and the
+	// next change arrives through it.
+	leader.kill()
+	l.putSlice(endpointSlice("shop", "web-1", "web", port, b2))
+	l.waitLB("acme", "svc-shop-web", "a change after the leading agent died", hasMembers("web", fmt.Sprintf("%s:%d", b2, port)))
+	t.Logf("agent %s killed; the other replica carried the next change", leader.name)
+
 	// Deleting the Service frees its VIP: the next Service gets it.
 	ctx, cancel := l.ctx()
 	defer cancel()
 	if err := l.k.client.CoreV1().Services("shop").Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	l.waitLB("acme", "svc-shop-web", "removed", gone)
+	l.waitLB("acme", "svc-shop-web", "removed", lbGone)
 	l.createService(lbService("shop", "next", "teapot-lb.io/lb", 8081, nil))
 	next, _ := l.waitServiceVIP("shop", "next")
 	if next != vip {
 		t.Errorf("the next Service got %s, want the freed VIP %s", next, vip)
 	}
 	waitFor(t, syncTimeout, "the old listener to close", func() error {
-		if _, err := get(front); err == nil {
+		if _, err := httpName(front); err == nil {
 			return errors.New("still answering")
 		}
 		return nil

@@ -10,7 +10,6 @@ import (
 
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
-	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/teapot-lb/teapot-lb/api"
 	"github.com/teapot-lb/teapot-lb/api/pki"
@@ -47,43 +46,8 @@ func authenticate(ctx context.Context) (caller, error) {
 // lists hold: lowercase hex.
 func SerialOf(cert *x509.Certificate) string { return strings.ToLower(cert.SerialNumber.Text(16)) }
 
-// revokedField is the tenant's list of revoked credential serials. The
-// stream and the credential service read and write it through reflection
-// so that they follow the model's field once it exists; without it nothing
-// is revoked and Revoke says so.
-var revokedField = (&pb.Tenant{}).ProtoReflect().Descriptor().Fields().ByName("revoked_credentials")
-
-// RevocationSupported reports whether the model stores revoked credentials.
-func RevocationSupported() bool {
-	return revokedField != nil && revokedField.IsList() && revokedField.Kind() == protoreflect.StringKind
-}
-
 // Revoked returns the serials revoked for t.
-func Revoked(t *pb.Tenant) []string {
-	if !RevocationSupported() || t == nil {
-		return nil
-	}
-	l := t.ProtoReflect().Get(revokedField).List()
-	out := make([]string, l.Len())
-	for i := range out {
-		out[i] = l.Get(i).String()
-	}
-	return out
-}
-
-// setRevoked replaces t's revoked serials.
-func setRevoked(t *pb.Tenant, serials []string) error {
-	if !RevocationSupported() {
-		return ErrRevocationUnsupported
-	}
-	m := t.ProtoReflect()
-	l := m.NewField(revokedField).List()
-	for _, s := range serials {
-		l.Append(protoreflect.ValueOfString(s))
-	}
-	m.Set(revokedField, protoreflect.ValueOfList(l))
-	return nil
-}
+func Revoked(t *pb.Tenant) []string { return t.GetRevokedCredentials() }
 
 // admit checks that the caller's tenant exists and its credential is not
 // revoked.

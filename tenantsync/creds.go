@@ -76,9 +76,6 @@ func (c *credService) Issue(ctx context.Context, req *pb.IssueCredentialsRequest
 // streams on this host that use them; the other hosts close theirs when
 // the change reaches them.
 func (c *credService) Revoke(ctx context.Context, req *pb.RevokeCredentialsRequest) (*pb.RevokeCredentialsResponse, error) {
-	if !RevocationSupported() {
-		return nil, toStatus(ErrRevocationUnsupported)
-	}
 	if len(req.GetSerials()) == 0 {
 		return nil, toStatus(fmt.Errorf("serials: name at least one credential serial (printed by tenant credentials): %w", api.ErrInvalid))
 	}
@@ -101,9 +98,7 @@ func (c *credService) Revoke(ctx context.Context, req *pb.RevokeCredentialsReque
 	slices.Sort(revoked)
 	next := proto.Clone(t).(*pb.Tenant)
 	next.Meta = nil
-	if err := setRevoked(next, revoked); err != nil {
-		return nil, toStatus(err)
-	}
+	next.RevokedCredentials = revoked
 	if _, err := c.srv.cfg.Store.Apply(ctx, &pb.ApplyRequest{Objects: []*pb.Object{api.Wrap(next)}, Mode: pb.ApplyMode_APPLY_MODE_UPDATE}, false); err != nil {
 		return nil, toStatus(err)
 	}

@@ -25,8 +25,6 @@ var (
 	ErrUnauthenticated = errors.New("unauthenticated")
 	// ErrRevoked: the caller's credential was revoked.
 	ErrRevoked = fmt.Errorf("credential revoked: %w", api.ErrForbidden)
-	// ErrRevocationUnsupported: the model has no place for revoked serials.
-	ErrRevocationUnsupported = errors.New("credential revocation is not available on this cluster: its model has no Tenant.revoked_credentials field; upgrade the LB hosts")
 	// ErrProtocol: the agent broke the stream's rules.
 	ErrProtocol = fmt.Errorf("stream protocol: %w", api.ErrInvalid)
 )
@@ -132,9 +130,6 @@ func New(cfg Config) *Server {
 func toStatus(err error) error {
 	if errors.Is(err, ErrUnauthenticated) {
 		return status.Error(codes.Unauthenticated, err.Error())
-	}
-	if errors.Is(err, ErrRevocationUnsupported) {
-		return status.Error(codes.FailedPrecondition, err.Error())
 	}
 	return api.ToStatus(err)
 }

@@ -29,10 +29,12 @@ ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$version -X k8s.io/cl
 cd "$here"
 echo "building kube-apiserver $version and etcd into $dir (a few minutes, once)" >&2
 start=$SECONDS
-go build -trimpath -ldflags "$ldflags" -o "$tmp/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver >&2
-go build -trimpath -ldflags "-s -w" -o "$tmp/etcd" ./cmd/etcd >&2
+go build -buildvcs=false -trimpath -ldflags "$ldflags" -o "$tmp/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver >&2
+go build -buildvcs=false -trimpath -ldflags "-s -w" -o "$tmp/etcd" ./cmd/etcd >&2
 rm -rf "$dir"
 mv "$tmp" "$dir"
 trap - EXIT
+# Builds of older versions of this module are of no further use.
+find "$cache" -mindepth 1 -maxdepth 1 -type d ! -name "$key" -exec rm -rf {} +
 echo "built in $((SECONDS - start))s" >&2
 echo "$dir"

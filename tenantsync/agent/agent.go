@@ -243,12 +243,16 @@ func (a *Agent) recompute() {
 
 // Run starts the informers, waits for leadership (when elected) and then
 // streams until ctx ends.
-func (a *Agent) Run(ctx context.Context) error {
-	a.factory.Start(ctx.Done())
+func (a *Agent) Run(parent context.Context) error {
+	// The informers stop with ctx, which ends before Shutdown waits for
+	// them (deferred calls run last first).
+	ctx, cancel := context.WithCancel(parent)
 	defer a.factory.Shutdown()
+	defer cancel()
+	a.factory.Start(ctx.Done())
 	a.log.Info("waiting for the informers' caches")
 	if !cache.WaitForCacheSync(ctx.Done(), a.synced...) {
-		return fmt.Errorf("informers did not sync: %w", context.Cause(ctx))
+		return fmt.Errorf("informers did not sync: %w", context.Cause(parent))
 	}
 	a.log.Info("caches synced")
 	if !a.cfg.LeaderElect {
@@ -284,16 +288,15 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("leader election: %w", err)
 	}
 	le.Run(ctx)
+	if parent.Err() != nil {
+		return nil
+	}
 	select {
 	case err := <-result:
-		if ctx.Err() != nil {
-			return nil
+		if err != nil {
+			return err
 		}
-		return err
 	default:
-	}
-	if ctx.Err() != nil {
-		return nil
 	}
 	return errors.New("lost the leader lease; exiting so that the replica starts afresh")
 }

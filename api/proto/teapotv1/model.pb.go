@@ -109,10 +109,13 @@ type Tenant struct {
 	Pools  []string `protobuf:"bytes,4,rep,name=pools,proto3" json:"pools,omitempty"`
 	Quotas *Quotas  `protobuf:"bytes,5,opt,name=quotas,proto3" json:"quotas,omitempty"`
 	// Pod IPs are routable from the LB hosts (agent pod mode).
-	PodsRoutable  bool  `protobuf:"varint,6,opt,name=pods_routable,json=podsRoutable,proto3" json:"pods_routable,omitempty"`
-	Meta          *Meta `protobuf:"bytes,15,opt,name=meta,proto3" json:"meta,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	PodsRoutable bool `protobuf:"varint,6,opt,name=pods_routable,json=podsRoutable,proto3" json:"pods_routable,omitempty"`
+	// Serial numbers (lower-case hex) of revoked tenant credentials; their
+	// streams are closed and new ones refused.
+	RevokedCredentials []string `protobuf:"bytes,7,rep,name=revoked_credentials,json=revokedCredentials,proto3" json:"revoked_credentials,omitempty"`
+	Meta               *Meta    `protobuf:"bytes,15,opt,name=meta,proto3" json:"meta,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Tenant) Reset() {
@@ -185,6 +188,13 @@ func (x *Tenant) GetPodsRoutable() bool {
 		return x.PodsRoutable
 	}
 	return false
+}
+
+func (x *Tenant) GetRevokedCredentials() []string {
+	if x != nil {
+		return x.RevokedCredentials
+	}
+	return nil
 }
 
 func (x *Tenant) GetMeta() *Meta {
@@ -1882,14 +1892,15 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"generation\x18\x02 \x01(\x04R\n" +
 	"generation\x124\n" +
 	"\acreated\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\acreated\x124\n" +
-	"\aupdated\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\aupdated\"\xdd\x01\n" +
+	"\aupdated\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\aupdated\"\x8e\x02\n" +
 	"\x06Tenant\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\adomains\x18\x02 \x03(\tR\adomains\x12\x1a\n" +
 	"\bnetworks\x18\x03 \x03(\tR\bnetworks\x12\x14\n" +
 	"\x05pools\x18\x04 \x03(\tR\x05pools\x12)\n" +
 	"\x06quotas\x18\x05 \x01(\v2\x11.teapot.v1.QuotasR\x06quotas\x12#\n" +
-	"\rpods_routable\x18\x06 \x01(\bR\fpodsRoutable\x12#\n" +
+	"\rpods_routable\x18\x06 \x01(\bR\fpodsRoutable\x12/\n" +
+	"\x13revoked_credentials\x18\a \x03(\tR\x12revokedCredentials\x12#\n" +
 	"\x04meta\x18\x0f \x01(\v2\x0f.teapot.v1.MetaR\x04meta\"q\n" +
 	"\x06Quotas\x12%\n" +
 	"\x0eload_balancers\x18\x01 \x01(\rR\rloadBalancers\x12\x1c\n" +
