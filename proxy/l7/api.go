@@ -98,11 +98,14 @@ type Member interface {
 	// Addr is where the member listens. Connection pools are keyed by it
 	// and outlive config swaps.
 	Addr() netip.AddrPort
-	// Done reports the outcome of one request: err is nil when a response
-	// came back (any status), status the member's status code (0 when
-	// none), d the time from sending the request to the end of the
-	// response head (or the failure). It feeds passive health checks and
-	// least-request accounting.
+	// Done reports the outcome of one request when it ends: err is nil
+	// when a response came back (any status; a WebSocket counts until
+	// its tunnel closes), status the member's status code, d the time
+	// from the pick to the end of the response head (or the failure).
+	// err == nil with status 0 means the client gave up first: not the
+	// member's fault. Errors wrap ErrConnect, ErrUpstreamTimeout,
+	// ErrUpstreamClosed or ErrUpstreamProtocol. It feeds passive health
+	// checks and least-request accounting.
 	Done(err error, status int, d time.Duration)
 }
 

@@ -102,7 +102,9 @@ func (c *clientConn) exchange(m Member, x *exchangeOpts) error {
 		if err == nil {
 			_, err = up.nc.Write(c.wb)
 		}
-		if err == nil {
+		if err != nil {
+			err = fmt.Errorf("%w: %w", ErrUpstreamClosed, err)
+		} else {
 			if x.stream {
 				c.startBody(up, x.limit)
 				bodyStarted = true

@@ -64,6 +64,9 @@ func (rt h1RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err == nil {
 			_, err = u.nc.Write(head)
 		}
+		if err != nil {
+			err = fmt.Errorf("%w: %w", ErrUpstreamClosed, err)
+		}
 		if err == nil && hasBody {
 			bodyDone = make(chan error, 1)
 			go func() { bodyDone <- writeH1Body(u, req, s.cfg.BodyTimeout) }()

@@ -305,6 +305,9 @@ func (s *Server) proxyHTTP(w http.ResponseWriter, q *rtRequest, be Backend, opts
 				m.Done(nil, 0, d)
 				q.stats.Outcome = OutcomeAborted
 				return
+			case !errors.Is(err, ErrConnect) && !errors.Is(err, ErrUpstreamTimeout) &&
+				!errors.Is(err, ErrUpstreamClosed) && !errors.Is(err, ErrUpstreamProtocol):
+				err = fmt.Errorf("%w: %w", ErrUpstreamClosed, err)
 			}
 			m.Done(err, 0, d)
 			if errors.Is(err, ErrConnect) && retries > 0 {
