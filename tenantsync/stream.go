@@ -133,6 +133,8 @@ func (st *stream) handle(ev consensus.Event) error {
 	var tenantObj *pb.Tenant
 	tenantTouched := false
 	var statuses []*pb.ObjectStatus
+	lbs := map[string]*pb.LoadBalancer{} // the load balancers behind statuses
+	certsTouched := false
 	if ev.Reset {
 		seen := map[string]bool{}
 		tenantTouched = true
@@ -142,6 +144,7 @@ func (st *stream) handle(ev consensus.Event) error {
 			}
 			if lb := o.GetLoadBalancer(); lb.GetTenant() == tenant && Managed(lb.GetName()) {
 				seen[lb.GetName()] = true
+				lbs[lb.GetName()] = lb
 				statuses = append(statuses, statusOf(lb))
 			}
 		}
@@ -167,10 +170,14 @@ func (st *stream) handle(ev consensus.Event) error {
 			if c.Type == consensus.ChangeDelete {
 				statuses = append(statuses, &pb.ObjectStatus{Name: c.Ref.GetName(), Removed: true})
 			} else {
+				lbs[c.Ref.GetName()] = c.Object.GetLoadBalancer()
 				statuses = append(statuses, statusOf(c.Object.GetLoadBalancer()))
 			}
+		case api.KindCertificate:
+			certsTouched = certsTouched || c.Ref.GetTenant() == tenant
 		}
 	}
+	statuses = st.withCertificates(statuses, lbs, certsTouched)
 	if tenantTouched {
 		if err := st.caller.admit(tenantObj); err != nil {
 			return err
@@ -187,4 +194,38 @@ func (st *stream) handle(ev consensus.Event) error {
 		return fmt.Errorf("push status: %w", err)
 	}
 	return nil
+}
+
+// withCertificates adds certificate states to the statuses of load
+// balancers serving https and, when the tenant's certificates changed,
+// statuses for all its https load balancers. It reads this host's state
+// only when there is something to add.
+func (st *stream) withCertificates(statuses []*pb.ObjectStatus, lbs map[string]*pb.LoadBalancer, certsTouched bool) []*pb.ObjectStatus {
+	need := certsTouched
+	for _, lb := range lbs {
+		need = need || len(tlsHosts(lb)) > 0
+	}
+	if !need {
+		return statuses
+	}
+	tenant := st.caller.tenant
+	objs, _ := st.srv.cfg.Store.Objects()
+	var certs []*pb.Certificate
+	for _, o := range objs {
+		if c := o.GetCertificate(); c != nil && c.GetTenant() == tenant {
+			certs = append(certs, c)
+		}
+		if lb := o.GetLoadBalancer(); certsTouched && lb.GetTenant() == tenant && Managed(lb.GetName()) && lbs[lb.GetName()] == nil && len(tlsHosts(lb)) > 0 {
+			lbs[lb.GetName()] = lb
+			statuses = append(statuses, statusOf(lb))
+		}
+	}
+	for _, s := range statuses {
+		if lb := lbs[s.GetName()]; lb != nil && !s.GetRemoved() {
+			if hosts := tlsHosts(lb); len(hosts) > 0 {
+				s.Certificates = certificateStates(hosts, certs)
+			}
+		}
+	}
+	return statuses
 }

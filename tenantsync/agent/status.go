@@ -23,6 +23,7 @@ const (
 	ReasonRefused     = "LoadBalancerRefused"
 	ReasonProblem     = "LoadBalancerProblem"
 	ReasonTranslation = "TranslationWarning"
+	ReasonCertificate = "CertificateProblem"
 )
 
 // statusBook holds what the LB cluster last said per load balancer and
@@ -180,7 +181,19 @@ func (a *Agent) recordEvents(k objKey, obj runtime.Object, d *translate.Desired,
 	for _, p := range st.GetProblems() {
 		parts = append(parts, p.GetField()+": "+p.GetReason())
 	}
-	report := reason + "|" + msg + "|" + strings.Join(parts, "; ") + "|" + strings.Join(d.Warnings, "; ")
+	var certs []string
+	for _, c := range st.GetCertificates() {
+		switch c.GetState() {
+		case "valid", "pending", "":
+		default:
+			line := c.GetHost() + ": certificate " + c.GetState()
+			if c.GetLastError() != "" {
+				line += ": " + c.GetLastError()
+			}
+			certs = append(certs, line)
+		}
+	}
+	report := reason + "|" + msg + "|" + strings.Join(parts, "; ") + "|" + strings.Join(d.Warnings, "; ") + "|" + strings.Join(certs, "; ")
 	if !a.book.firstReport(k, report) {
 		return
 	}
@@ -192,6 +205,9 @@ func (a *Agent) recordEvents(k objKey, obj runtime.Object, d *translate.Desired,
 	}
 	for _, w := range d.Warnings {
 		a.events.Event(obj, corev1.EventTypeWarning, ReasonTranslation, w)
+	}
+	if len(certs) > 0 {
+		a.events.Event(obj, corev1.EventTypeWarning, ReasonCertificate, strings.Join(certs, "; "))
 	}
 }
 

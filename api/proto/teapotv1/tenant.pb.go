@@ -613,7 +613,9 @@ type ObjectStatus struct {
 	// What is wrong with a stored object without making it invalid.
 	Problems []*Problem `protobuf:"bytes,5,rep,name=problems,proto3" json:"problems,omitempty"`
 	// The object is not (or no longer) stored.
-	Removed       bool `protobuf:"varint,6,opt,name=removed,proto3" json:"removed,omitempty"`
+	Removed bool `protobuf:"varint,6,opt,name=removed,proto3" json:"removed,omitempty"`
+	// Certificates of the hosts its https listeners serve.
+	Certificates  []*CertificateState `protobuf:"bytes,7,rep,name=certificates,proto3" json:"certificates,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -690,6 +692,101 @@ func (x *ObjectStatus) GetRemoved() bool {
 	return false
 }
 
+func (x *ObjectStatus) GetCertificates() []*CertificateState {
+	if x != nil {
+		return x.Certificates
+	}
+	return nil
+}
+
+// CertificateState is the certificate the cluster holds for one host.
+type CertificateState struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Host  string                 `protobuf:"bytes,1,opt,name=host,proto3" json:"host,omitempty"`
+	// Certificate object serving the host ("" when there is none yet).
+	Certificate string `protobuf:"bytes,2,opt,name=certificate,proto3" json:"certificate,omitempty"`
+	// pending | valid | failed | refused | ... (as `cert list` shows it);
+	// "missing" when no certificate covers the host.
+	State         string                 `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	Issuer        string                 `protobuf:"bytes,4,opt,name=issuer,proto3" json:"issuer,omitempty"`
+	NotAfter      *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=not_after,json=notAfter,proto3" json:"not_after,omitempty"`
+	LastError     string                 `protobuf:"bytes,6,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CertificateState) Reset() {
+	*x = CertificateState{}
+	mi := &file_teapotv1_tenant_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CertificateState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CertificateState) ProtoMessage() {}
+
+func (x *CertificateState) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_tenant_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CertificateState.ProtoReflect.Descriptor instead.
+func (*CertificateState) Descriptor() ([]byte, []int) {
+	return file_teapotv1_tenant_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *CertificateState) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *CertificateState) GetCertificate() string {
+	if x != nil {
+		return x.Certificate
+	}
+	return ""
+}
+
+func (x *CertificateState) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *CertificateState) GetIssuer() string {
+	if x != nil {
+		return x.Issuer
+	}
+	return ""
+}
+
+func (x *CertificateState) GetNotAfter() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NotAfter
+	}
+	return nil
+}
+
+func (x *CertificateState) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
 type IssueCredentialsRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Tenant string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
@@ -701,7 +798,7 @@ type IssueCredentialsRequest struct {
 
 func (x *IssueCredentialsRequest) Reset() {
 	*x = IssueCredentialsRequest{}
-	mi := &file_teapotv1_tenant_proto_msgTypes[9]
+	mi := &file_teapotv1_tenant_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -713,7 +810,7 @@ func (x *IssueCredentialsRequest) String() string {
 func (*IssueCredentialsRequest) ProtoMessage() {}
 
 func (x *IssueCredentialsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_tenant_proto_msgTypes[9]
+	mi := &file_teapotv1_tenant_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -726,7 +823,7 @@ func (x *IssueCredentialsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IssueCredentialsRequest.ProtoReflect.Descriptor instead.
 func (*IssueCredentialsRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_tenant_proto_rawDescGZIP(), []int{9}
+	return file_teapotv1_tenant_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *IssueCredentialsRequest) GetTenant() string {
@@ -759,7 +856,7 @@ type IssueCredentialsResponse struct {
 
 func (x *IssueCredentialsResponse) Reset() {
 	*x = IssueCredentialsResponse{}
-	mi := &file_teapotv1_tenant_proto_msgTypes[10]
+	mi := &file_teapotv1_tenant_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -771,7 +868,7 @@ func (x *IssueCredentialsResponse) String() string {
 func (*IssueCredentialsResponse) ProtoMessage() {}
 
 func (x *IssueCredentialsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_tenant_proto_msgTypes[10]
+	mi := &file_teapotv1_tenant_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -784,7 +881,7 @@ func (x *IssueCredentialsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IssueCredentialsResponse.ProtoReflect.Descriptor instead.
 func (*IssueCredentialsResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_tenant_proto_rawDescGZIP(), []int{10}
+	return file_teapotv1_tenant_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *IssueCredentialsResponse) GetCertPem() []byte {
@@ -840,7 +937,7 @@ type RevokeCredentialsRequest struct {
 
 func (x *RevokeCredentialsRequest) Reset() {
 	*x = RevokeCredentialsRequest{}
-	mi := &file_teapotv1_tenant_proto_msgTypes[11]
+	mi := &file_teapotv1_tenant_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -852,7 +949,7 @@ func (x *RevokeCredentialsRequest) String() string {
 func (*RevokeCredentialsRequest) ProtoMessage() {}
 
 func (x *RevokeCredentialsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_tenant_proto_msgTypes[11]
+	mi := &file_teapotv1_tenant_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -865,7 +962,7 @@ func (x *RevokeCredentialsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeCredentialsRequest.ProtoReflect.Descriptor instead.
 func (*RevokeCredentialsRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_tenant_proto_rawDescGZIP(), []int{11}
+	return file_teapotv1_tenant_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RevokeCredentialsRequest) GetTenant() string {
@@ -894,7 +991,7 @@ type RevokeCredentialsResponse struct {
 
 func (x *RevokeCredentialsResponse) Reset() {
 	*x = RevokeCredentialsResponse{}
-	mi := &file_teapotv1_tenant_proto_msgTypes[12]
+	mi := &file_teapotv1_tenant_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -906,7 +1003,7 @@ func (x *RevokeCredentialsResponse) String() string {
 func (*RevokeCredentialsResponse) ProtoMessage() {}
 
 func (x *RevokeCredentialsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_tenant_proto_msgTypes[12]
+	mi := &file_teapotv1_tenant_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -919,7 +1016,7 @@ func (x *RevokeCredentialsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeCredentialsResponse.ProtoReflect.Descriptor instead.
 func (*RevokeCredentialsResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_tenant_proto_rawDescGZIP(), []int{12}
+	return file_teapotv1_tenant_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RevokeCredentialsResponse) GetRevoked() []string {
@@ -978,14 +1075,23 @@ const file_teapotv1_tenant_proto_rawDesc = "" +
 	"SyncStatus\x121\n" +
 	"\aobjects\x18\x01 \x03(\v2\x17.teapot.v1.ObjectStatusR\aobjects\x12)\n" +
 	"\x06tenant\x18\x02 \x01(\v2\x11.teapot.v1.TenantR\x06tenant\x12\x1a\n" +
-	"\brevision\x18\x03 \x01(\x04R\brevision\"\xb6\x01\n" +
+	"\brevision\x18\x03 \x01(\x04R\brevision\"\xf7\x01\n" +
 	"\fObjectStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x18\n" +
 	"\aaddress\x18\x03 \x01(\tR\aaddress\x12\x14\n" +
 	"\x05error\x18\x04 \x01(\tR\x05error\x12.\n" +
 	"\bproblems\x18\x05 \x03(\v2\x12.teapot.v1.ProblemR\bproblems\x12\x18\n" +
-	"\aremoved\x18\x06 \x01(\bR\aremoved\"R\n" +
+	"\aremoved\x18\x06 \x01(\bR\aremoved\x12?\n" +
+	"\fcertificates\x18\a \x03(\v2\x1b.teapot.v1.CertificateStateR\fcertificates\"\xce\x01\n" +
+	"\x10CertificateState\x12\x12\n" +
+	"\x04host\x18\x01 \x01(\tR\x04host\x12 \n" +
+	"\vcertificate\x18\x02 \x01(\tR\vcertificate\x12\x14\n" +
+	"\x05state\x18\x03 \x01(\tR\x05state\x12\x16\n" +
+	"\x06issuer\x18\x04 \x01(\tR\x06issuer\x127\n" +
+	"\tnot_after\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\bnotAfter\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\x06 \x01(\tR\tlastError\"R\n" +
 	"\x17IssueCredentialsRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x1f\n" +
 	"\vttl_seconds\x18\x02 \x01(\rR\n" +
@@ -1022,7 +1128,7 @@ func file_teapotv1_tenant_proto_rawDescGZIP() []byte {
 	return file_teapotv1_tenant_proto_rawDescData
 }
 
-var file_teapotv1_tenant_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_teapotv1_tenant_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_teapotv1_tenant_proto_goTypes = []any{
 	(*SyncRequest)(nil),               // 0: teapot.v1.SyncRequest
 	(*SyncResponse)(nil),              // 1: teapot.v1.SyncResponse
@@ -1033,14 +1139,15 @@ var file_teapotv1_tenant_proto_goTypes = []any{
 	(*SyncAck)(nil),                   // 6: teapot.v1.SyncAck
 	(*SyncStatus)(nil),                // 7: teapot.v1.SyncStatus
 	(*ObjectStatus)(nil),              // 8: teapot.v1.ObjectStatus
-	(*IssueCredentialsRequest)(nil),   // 9: teapot.v1.IssueCredentialsRequest
-	(*IssueCredentialsResponse)(nil),  // 10: teapot.v1.IssueCredentialsResponse
-	(*RevokeCredentialsRequest)(nil),  // 11: teapot.v1.RevokeCredentialsRequest
-	(*RevokeCredentialsResponse)(nil), // 12: teapot.v1.RevokeCredentialsResponse
-	(*Tenant)(nil),                    // 13: teapot.v1.Tenant
-	(*LoadBalancer)(nil),              // 14: teapot.v1.LoadBalancer
-	(*Problem)(nil),                   // 15: teapot.v1.Problem
-	(*timestamppb.Timestamp)(nil),     // 16: google.protobuf.Timestamp
+	(*CertificateState)(nil),          // 9: teapot.v1.CertificateState
+	(*IssueCredentialsRequest)(nil),   // 10: teapot.v1.IssueCredentialsRequest
+	(*IssueCredentialsResponse)(nil),  // 11: teapot.v1.IssueCredentialsResponse
+	(*RevokeCredentialsRequest)(nil),  // 12: teapot.v1.RevokeCredentialsRequest
+	(*RevokeCredentialsResponse)(nil), // 13: teapot.v1.RevokeCredentialsResponse
+	(*Tenant)(nil),                    // 14: teapot.v1.Tenant
+	(*LoadBalancer)(nil),              // 15: teapot.v1.LoadBalancer
+	(*Problem)(nil),                   // 16: teapot.v1.Problem
+	(*timestamppb.Timestamp)(nil),     // 17: google.protobuf.Timestamp
 }
 var file_teapotv1_tenant_proto_depIdxs = []int32{
 	2,  // 0: teapot.v1.SyncRequest.hello:type_name -> teapot.v1.SyncHello
@@ -1048,26 +1155,28 @@ var file_teapotv1_tenant_proto_depIdxs = []int32{
 	3,  // 2: teapot.v1.SyncResponse.welcome:type_name -> teapot.v1.SyncWelcome
 	6,  // 3: teapot.v1.SyncResponse.ack:type_name -> teapot.v1.SyncAck
 	7,  // 4: teapot.v1.SyncResponse.status:type_name -> teapot.v1.SyncStatus
-	13, // 5: teapot.v1.SyncWelcome.tenant:type_name -> teapot.v1.Tenant
+	14, // 5: teapot.v1.SyncWelcome.tenant:type_name -> teapot.v1.Tenant
 	8,  // 6: teapot.v1.SyncWelcome.objects:type_name -> teapot.v1.ObjectStatus
 	5,  // 7: teapot.v1.SyncChange.upserts:type_name -> teapot.v1.SyncUpsert
-	14, // 8: teapot.v1.SyncUpsert.load_balancer:type_name -> teapot.v1.LoadBalancer
+	15, // 8: teapot.v1.SyncUpsert.load_balancer:type_name -> teapot.v1.LoadBalancer
 	8,  // 9: teapot.v1.SyncAck.results:type_name -> teapot.v1.ObjectStatus
 	8,  // 10: teapot.v1.SyncStatus.objects:type_name -> teapot.v1.ObjectStatus
-	13, // 11: teapot.v1.SyncStatus.tenant:type_name -> teapot.v1.Tenant
-	15, // 12: teapot.v1.ObjectStatus.problems:type_name -> teapot.v1.Problem
-	16, // 13: teapot.v1.IssueCredentialsResponse.expires:type_name -> google.protobuf.Timestamp
-	0,  // 14: teapot.v1.TenantSync.Sync:input_type -> teapot.v1.SyncRequest
-	9,  // 15: teapot.v1.TenantCredentials.Issue:input_type -> teapot.v1.IssueCredentialsRequest
-	11, // 16: teapot.v1.TenantCredentials.Revoke:input_type -> teapot.v1.RevokeCredentialsRequest
-	1,  // 17: teapot.v1.TenantSync.Sync:output_type -> teapot.v1.SyncResponse
-	10, // 18: teapot.v1.TenantCredentials.Issue:output_type -> teapot.v1.IssueCredentialsResponse
-	12, // 19: teapot.v1.TenantCredentials.Revoke:output_type -> teapot.v1.RevokeCredentialsResponse
-	17, // [17:20] is the sub-list for method output_type
-	14, // [14:17] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	14, // 11: teapot.v1.SyncStatus.tenant:type_name -> teapot.v1.Tenant
+	16, // 12: teapot.v1.ObjectStatus.problems:type_name -> teapot.v1.Problem
+	9,  // 13: teapot.v1.ObjectStatus.certificates:type_name -> teapot.v1.CertificateState
+	17, // 14: teapot.v1.CertificateState.not_after:type_name -> google.protobuf.Timestamp
+	17, // 15: teapot.v1.IssueCredentialsResponse.expires:type_name -> google.protobuf.Timestamp
+	0,  // 16: teapot.v1.TenantSync.Sync:input_type -> teapot.v1.SyncRequest
+	10, // 17: teapot.v1.TenantCredentials.Issue:input_type -> teapot.v1.IssueCredentialsRequest
+	12, // 18: teapot.v1.TenantCredentials.Revoke:input_type -> teapot.v1.RevokeCredentialsRequest
+	1,  // 19: teapot.v1.TenantSync.Sync:output_type -> teapot.v1.SyncResponse
+	11, // 20: teapot.v1.TenantCredentials.Issue:output_type -> teapot.v1.IssueCredentialsResponse
+	13, // 21: teapot.v1.TenantCredentials.Revoke:output_type -> teapot.v1.RevokeCredentialsResponse
+	19, // [19:22] is the sub-list for method output_type
+	16, // [16:19] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_teapotv1_tenant_proto_init() }
@@ -1091,7 +1200,7 @@ func file_teapotv1_tenant_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_teapotv1_tenant_proto_rawDesc), len(file_teapotv1_tenant_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
