@@ -29,11 +29,16 @@ import (
 const (
 	labLBs         = 3
 	labHeartbeat   = "20ms"
-	labMisses      = "5"
 	labHTTPTimeout = 500 * time.Millisecond // one probe request
 	labASN         = 65001
 	labRouterASN   = 64512
 )
+
+// labMisses is the default, 5 (100ms), except under the race detector:
+// its binaries run several times slower and pause longer, and the tests
+// then run beside other packages' on a small machine, so hosts would
+// take each other for dead.
+var labMisses = map[bool]string{false: "5", true: "10"}[raceEnabled]
 
 var (
 	arpVIP4 = netip.MustParseAddr("192.0.2.200")
@@ -43,8 +48,8 @@ var (
 )
 
 // labManifest is what every VIP lab applies: an arp and a bgp pool, a
-// tenant whose backend is the lab's backend host, and one TCP load
-// balancer (HTTP passes through to the backend) per VIP.
+// tenant whose backend is the lab's backend host, and one HTTP load
+// balancer per VIP.
 const labManifest = `
 kind: VIPPool
 name: l2
@@ -69,7 +74,8 @@ kind: LoadBalancer
 name: %[1]s
 tenant: acme
 vip: { pool: %[2]s, address: "%[3]s" }
-listeners: [{ port: 80, protocol: tcp, pool: web }]
+listeners: [{ port: 80, protocol: http }]
+routes: [{ path: /, pool: web }]
 pools: { web: { members: ["192.0.2.50:8080"] } }
 `
 
@@ -79,7 +85,8 @@ kind: LoadBalancer
 name: %[4]s
 tenant: acme
 vip: { pool: %[2]s, address: "%[5]s" }
-listeners: [{ port: 80, protocol: tcp, pool: web }]
+listeners: [{ port: 80, protocol: http }]
+routes: [{ path: /, pool: web }]
 pools: { web: { members: ["[2001:db8::50]:8080"] } }
 `
 

@@ -349,3 +349,25 @@ func TestQuorumProblem(t *testing.T) {
 		t.Errorf("quorumProblem with a majority = %q", got)
 	}
 }
+
+func TestNotReady(t *testing.T) {
+	vs := vipSpec{LBs: []string{"acme/a", "acme/b"}}
+	tests := []struct {
+		name      string
+		ready     map[string]string
+		haveReady bool
+		want      string
+	}{
+		{"no report yet", nil, false, "the data plane has not reported yet"},
+		{"one of two ready", map[string]string{"acme/a": "listeners[0]: cannot listen", "acme/b": ""}, true, ""},
+		{"none ready", map[string]string{"acme/a": "listeners[0]: cannot listen"}, true,
+			"acme/a: listeners[0]: cannot listen; acme/b: not served by the data plane yet"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := notReady(vs, tt.ready, tt.haveReady); got != tt.want {
+				t.Errorf("notReady = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}

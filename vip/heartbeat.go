@@ -1,6 +1,7 @@
 package vip
 
 import (
+	"encoding/binary"
 	"errors"
 	"maps"
 	"net"
@@ -22,9 +23,10 @@ type received struct {
 // deadline passes, and hands the valid ones to the loop.
 func (m *Manager) readHeartbeats() {
 	buf := make([]byte, maxDatagram+1)
+	oob := make([]byte, 128)
 	var lastBad time.Time
 	for {
-		n, from, err := m.conn.ReadFromUDPAddrPort(buf)
+		n, oobn, _, from, err := m.conn.ReadMsgUDPAddrPort(buf, oob)
 		if err != nil {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, net.ErrClosed) {
@@ -32,7 +34,7 @@ func (m *Manager) readHeartbeats() {
 			}
 			continue
 		}
-		at := time.Now()
+		at := arrival(time.Now(), oob[:oobn])
 		m.mu.Lock()
 		key := m.key
 		m.mu.Unlock()
@@ -160,8 +162,9 @@ func (m *Manager) sendHeartbeats(now time.Time) {
 	}
 }
 
-// setPriority marks heartbeats as network control traffic (DSCP CS6).
-func setPriority(c *net.UDPConn, v4 bool) {
+// setSocketOptions marks heartbeats as network control traffic (DSCP
+// CS6) and asks the kernel to stamp each datagram with its arrival time.
+func setSocketOptions(c *net.UDPConn, v4 bool) {
 	rc, err := c.SyscallConn()
 	if err != nil {
 		return
@@ -172,7 +175,32 @@ func setPriority(c *net.UDPConn, v4 bool) {
 		} else {
 			_ = unix.SetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_TCLASS, 0xc0)
 		}
+		_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1)
 	})
+}
+
+// arrival is when a datagram read at now reached the host: the kernel's
+// stamp in oob when there is one. A process that was paused (a long
+// garbage collection, a starved CPU) then still sees that its peers'
+// heartbeats came in time. The result keeps now's monotonic reading.
+func arrival(now time.Time, oob []byte) time.Time {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return now
+	}
+	for _, msg := range msgs {
+		if msg.Header.Level != unix.SOL_SOCKET || msg.Header.Type != unix.SCM_TIMESTAMPNS || len(msg.Data) != 16 {
+			continue
+		}
+		sec := int64(binary.NativeEndian.Uint64(msg.Data[0:8]))
+		nsec := int64(binary.NativeEndian.Uint64(msg.Data[8:16]))
+		delay := now.Round(0).Sub(time.Unix(sec, nsec))
+		if delay < 0 || delay > time.Minute {
+			return now
+		}
+		return now.Add(-delay)
+	}
+	return now
 }
 
 // watchLinks wakes the loop when an interface this manager uses changes

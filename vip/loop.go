@@ -97,15 +97,6 @@ func (m *Manager) run(ctx context.Context) error {
 			return nil
 		case r := <-m.recv:
 			m.receive(r)
-		drain:
-			for range cap(m.recv) {
-				select {
-				case r := <-m.recv:
-					m.receive(r)
-				default:
-					break drain
-				}
-			}
 		case <-m.kick:
 			force = true
 		case now := <-beat.C:
@@ -116,7 +107,22 @@ func (m *Manager) run(ctx context.Context) error {
 			st.linkDirty = true
 			force = true
 		}
+		// Heartbeats that came in meanwhile count before anyone is
+		// judged dead.
+		m.drainReceived()
 		arm(m.evaluate(time.Now(), force))
+	}
+}
+
+// drainReceived takes in the heartbeats waiting in the channel.
+func (m *Manager) drainReceived() {
+	for range cap(m.recv) {
+		select {
+		case r := <-m.recv:
+			m.receive(r)
+		default:
+			return
+		}
 	}
 }
 

@@ -128,7 +128,7 @@ func New(cfg Config) (*Manager, error) {
 		m.frames.closeIfAny()
 		return nil, fmt.Errorf("--heartbeat-addr %s: %w", cfg.HeartbeatAddr, err)
 	}
-	setPriority(m.conn, ap.Addr().Is4())
+	setSocketOptions(m.conn, ap.Addr().Is4())
 	if cfg.BGP != nil {
 		if m.spk, err = startSpeaker(*cfg.BGP, cfg.Logger.With("component", "bgp")); err != nil {
 			m.conn.Close()
@@ -164,7 +164,7 @@ func (m *Manager) ifaces() []*iface {
 func (m *Manager) removeOrphans(f *iface) error {
 	addrs, err := f.hostAddrs()
 	if err != nil {
-		return fmt.Errorf("%w", permission(err))
+		return permission(err)
 	}
 	for _, a := range slices.SortedFunc(maps.Keys(addrs), netip.Addr.Compare) {
 		if !addrs[a] {

@@ -1,12 +1,16 @@
 package vip
 
 import (
+	"encoding/binary"
 	"errors"
 	"net/netip"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 var testKey = []byte("0123456789abcdef0123456789abcdef")
@@ -127,4 +131,35 @@ func FuzzParseHeartbeat(f *testing.F) {
 			t.Fatalf("re-encoding changed the heartbeat: %+v -> %+v (%v)", hb, hb2, err)
 		}
 	})
+}
+
+func TestArrivalUsesTheKernelStamp(t *testing.T) {
+	now := time.Now()
+	stamp := func(at time.Time) []byte {
+		b := make([]byte, unix.CmsgSpace(16))
+		h := (*unix.Cmsghdr)(unsafe.Pointer(&b[0]))
+		h.Level, h.Type = unix.SOL_SOCKET, unix.SCM_TIMESTAMPNS
+		h.SetLen(unix.CmsgLen(16))
+		binary.NativeEndian.PutUint64(b[unix.CmsgLen(0):], uint64(at.Unix()))
+		binary.NativeEndian.PutUint64(b[unix.CmsgLen(0)+8:], uint64(at.Nanosecond()))
+		return b
+	}
+	tests := []struct {
+		name string
+		oob  []byte
+		want time.Duration // before now
+	}{
+		{"no stamp", nil, 0},
+		{"stamped 150ms before the read", stamp(now.Add(-150 * time.Millisecond)), 150 * time.Millisecond},
+		{"a stamp from the future is ignored", stamp(now.Add(time.Second)), 0},
+		{"garbage", []byte{1, 2, 3}, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := now.Sub(arrival(now, tt.oob))
+			if d := got - tt.want; d < -time.Millisecond || d > time.Millisecond {
+				t.Errorf("arrival is %s before the read, want %s", got, tt.want)
+			}
+		})
+	}
 }
