@@ -3,7 +3,9 @@ package cli
 import (
 	"context"
 	"fmt"
+	"io"
 	"math"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -39,13 +41,13 @@ func (a *app) clusterStatusCmd() *cobra.Command {
 				if a.output != OutputTable {
 					return manifest.EncodeMessage(cmd.OutOrStdout(), st, string(a.output))
 				}
-				return writeStatus(cmd, st)
+				return writeStatus(cmd, st, a.now())
 			})
 		},
 	}
 }
 
-func writeStatus(cmd *cobra.Command, st *pb.ClusterStatusResponse) error {
+func writeStatus(cmd *cobra.Command, st *pb.ClusterStatusResponse, now time.Time) error {
 	w := cmd.OutOrStdout()
 	leader := st.GetLeaderId()
 	if leader == "" {
@@ -78,9 +80,45 @@ func writeStatus(cmd *cobra.Command, st *pb.ClusterStatusResponse) error {
 		for _, f := range failing {
 			t.row(f...)
 		}
-		return t.flush()
+		if err := t.flush(); err != nil {
+			return err
+		}
 	}
-	return nil
+	return writeVIPs(w, st, now)
+}
+
+// writeVIPs lists which host holds or announces each VIP, since when and
+// why, and the failure detector's settings.
+func writeVIPs(w io.Writer, st *pb.ClusterStatusResponse, now time.Time) error {
+	var rows [][]string
+	detector := ""
+	for _, n := range st.GetNodes() {
+		if detector == "" && n.GetHeartbeatInterval() != "" {
+			detector = fmt.Sprintf("VIP failure detector: heartbeat every %s, a host is down after %d missed heartbeats",
+				n.GetHeartbeatInterval(), n.GetHeartbeatMisses())
+		}
+		for _, v := range n.GetVips() {
+			rows = append(rows, []string{v.GetAddress(), v.GetMode(), n.GetId(), v.GetState(), age(now, v.GetSince()),
+				orDash(strings.Join(v.GetLoadBalancers(), ",")), orDash(v.GetReason())})
+		}
+	}
+	if detector == "" && len(rows) == 0 {
+		return nil
+	}
+	sort.SliceStable(rows, func(i, j int) bool { return rows[i][0] < rows[j][0] })
+	fmt.Fprintln(w)
+	if detector != "" {
+		fmt.Fprintln(w, detector)
+	}
+	if len(rows) == 0 {
+		return nil
+	}
+	t := newTable(w)
+	t.row("VIP", "MODE", "HOST", "STATE", "SINCE", "LOAD BALANCERS", "REASON")
+	for _, r := range rows {
+		t.row(r...)
+	}
+	return t.flush()
 }
 
 func (a *app) joinTokenCmd() *cobra.Command {

@@ -199,8 +199,16 @@ func (f *fakeAdmin) ClusterStatus(context.Context, *pb.ClusterStatusRequest) (*p
 		ClusterId: "c-7f3a", LeaderId: "lb1", Term: 4, CommitIndex: 1207, Revision: 311,
 		HeartbeatTimeout: "500ms", ElectionTimeout: "1s",
 		Nodes: []*pb.NodeStatus{
-			{Id: "lb1", RaftAddr: "10.0.0.1:7946", ApiAddr: "10.0.0.1:7443", Suffrage: "voter", State: "leader", Healthy: true, AppliedIndex: 1207, Term: 4, LastContact: "0s", Version: "1.0.0"},
-			{Id: "lb2", RaftAddr: "10.0.0.2:7946", ApiAddr: "10.0.0.2:7443", Suffrage: "voter", State: "follower", Healthy: true, AppliedIndex: 1207, Term: 4, LastContact: "41ms", Version: "1.0.0"},
+			{Id: "lb1", RaftAddr: "10.0.0.1:7946", ApiAddr: "10.0.0.1:7443", Suffrage: "voter", State: "leader", Healthy: true, AppliedIndex: 1207, Term: 4, LastContact: "0s", Version: "1.0.0",
+				HeartbeatInterval: "20ms", HeartbeatMisses: 5,
+				Vips: []*pb.VIPHolding{
+					{Address: "192.0.2.2", Mode: "arp", State: "holding", Since: timestamppb.New(f.now.Add(-3 * time.Minute)), Reason: "holder lb3 unreachable", LoadBalancers: []string{"acme/shop", "acme/api"}},
+				}},
+			{Id: "lb2", RaftAddr: "10.0.0.2:7946", ApiAddr: "10.0.0.2:7443", Suffrage: "voter", State: "follower", Healthy: true, AppliedIndex: 1207, Term: 4, LastContact: "41ms", Version: "1.0.0",
+				HeartbeatInterval: "20ms", HeartbeatMisses: 5,
+				Vips: []*pb.VIPHolding{
+					{Address: "192.0.2.1", Mode: "arp", State: "holding", Since: timestamppb.New(f.now.Add(-2 * time.Hour)), Reason: "ranked first among live hosts", LoadBalancers: []string{"globex/web"}},
+				}},
 			{Id: "lb3", RaftAddr: "10.0.0.3:7946", ApiAddr: "10.0.0.3:7443", Suffrage: "voter", State: "unreachable", AppliedIndex: 1150, Term: 3, LastContact: "2m10s", Error: "dial tcp 10.0.0.3:7946: connect: no route to host"},
 			{Id: "lb4", RaftAddr: "10.0.0.4:7946", ApiAddr: "10.0.0.4:7443", Suffrage: "nonvoter", State: "follower", Healthy: true, AppliedIndex: 1206, Term: 4, LastContact: "38ms"},
 		},
