@@ -247,7 +247,7 @@ func (a *app) show(cmd *cobra.Command, ref *pb.ObjectRef) error {
 		if err != nil {
 			return err
 		}
-		return a.writeTable(cmd.OutOrStdout(), ref.GetKind(), []*pb.Object{o}, lbs)
+		return a.writeTable(cmd.OutOrStdout(), ref.GetKind(), []*pb.Object{o}, lbs, a.vipHolders(ctx, c, ref.GetKind()))
 	})
 }
 
@@ -278,8 +278,36 @@ func (a *app) list(cmd *cobra.Command, kind, tenant string) error {
 		if err != nil {
 			return err
 		}
-		return a.writeTable(cmd.OutOrStdout(), kind, objs, lbs)
+		return a.writeTable(cmd.OutOrStdout(), kind, objs, lbs, a.vipHolders(ctx, c, kind))
 	})
+}
+
+// vipHolders tells, for the load balancer table, which hosts hold or
+// announce each VIP and since when ("lb2 3m"); nil when the cluster cannot
+// say (the column then shows "-").
+func (a *app) vipHolders(ctx context.Context, c *client.Conn, kind string) map[string]string {
+	if kind != api.KindLoadBalancer {
+		return nil
+	}
+	st, err := c.Admin.ClusterStatus(ctx, &pb.ClusterStatusRequest{})
+	if err != nil {
+		return nil
+	}
+	out := map[string]string{}
+	now := a.now()
+	for _, n := range st.GetNodes() {
+		for _, v := range n.GetVips() {
+			if v.GetState() != "holding" && v.GetState() != "announcing" {
+				continue
+			}
+			h := n.GetId() + " " + age(now, v.GetSince())
+			if prev := out[v.GetAddress()]; prev != "" {
+				h = prev + "," + h
+			}
+			out[v.GetAddress()] = h
+		}
+	}
+	return out
 }
 
 // loadBalancersFor fetches every load balancer when the table of kind

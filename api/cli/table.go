@@ -93,7 +93,8 @@ func objectPath(r *pb.ObjectRef) string {
 
 // writeTable writes objects of one kind as a table. lbs are all load
 // balancers (for the counts of the tenant and pool tables); nil elsewhere.
-func (a *app) writeTable(w io.Writer, kind string, objs []*pb.Object, lbs []*pb.LoadBalancer) error {
+// holders maps a VIP to the hosts holding it (load balancer table).
+func (a *app) writeTable(w io.Writer, kind string, objs []*pb.Object, lbs []*pb.LoadBalancer, holders map[string]string) error {
 	t := newTable(w)
 	now := a.now()
 	switch kind {
@@ -126,7 +127,7 @@ func (a *app) writeTable(w io.Writer, kind string, objs []*pb.Object, lbs []*pb.
 			t.row(v.GetName(), v.GetMode(), list(v.GetCidrs()), tenants, strconv.Itoa(used(v, lbs))+shared, age(now, v.GetMeta().GetCreated()))
 		}
 	case api.KindLoadBalancer:
-		t.row("TENANT", "NAME", "ADDRESS", "POOL", "LISTENERS", "ROUTES", "MEMBERS", "AGE")
+		t.row("TENANT", "NAME", "ADDRESS", "HELD BY", "POOL", "LISTENERS", "ROUTES", "MEMBERS", "AGE")
 		for _, o := range objs {
 			v := o.GetLoadBalancer()
 			addr := v.GetStatus().GetAddress()
@@ -141,7 +142,7 @@ func (a *app) writeTable(w io.Writer, kind string, objs []*pb.Object, lbs []*pb.
 			for _, p := range v.GetPools() {
 				members += len(p.GetMembers())
 			}
-			t.row(v.GetTenant(), v.GetName(), addr, v.GetVip().GetPool(), list(listeners),
+			t.row(v.GetTenant(), v.GetName(), addr, orDash(holders[v.GetStatus().GetAddress()]), v.GetVip().GetPool(), list(listeners),
 				strconv.Itoa(len(v.GetRoutes())), strconv.Itoa(members), age(now, v.GetMeta().GetCreated()))
 		}
 	case api.KindNode:
