@@ -162,6 +162,9 @@ func (c *cluster) newNode() *node {
 }
 
 // start runs the node's serve process with its fixed flags plus extra.
+// noACME is an ACME directory on a closed loopback port.
+const noACME = "https://127.0.0.1:9/directory"
+
 func (c *cluster) start(n *node, extra ...string) {
 	c.tb.Helper()
 	n.mu.Lock()
@@ -177,6 +180,9 @@ func (c *cluster) start(n *node, extra ...string) {
 		"--node-id", n.id,
 		"--raft-addr", n.raftAddr,
 		"--api-addr", n.apiAddr,
+		// Tests never reach a public ACME CA: a closed local port unless
+		// the test brings its own CA in extra.
+		"--acme-ca", noACME,
 	}, extra...)
 	cmd := exec.Command(c.bin, args...)
 	cmd.Env = childEnv()

@@ -213,6 +213,7 @@ func newVIPLab(tb testing.TB, opt labOptions) *vipLab {
 			"--raft-addr", n.ip4.String() + ":7300", "--api-addr", n.apiAddr(),
 			"--vip-interface", "eth0", "--heartbeat-addr", n.ip4.String() + ":7946",
 			"--heartbeat-interval", labHeartbeat, "--heartbeat-misses", labMisses,
+			"--acme-ca", noACME,
 		}
 		if opt.bgp {
 			cfg := filepath.Join(l.dir, n.id+".yaml")
