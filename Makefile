@@ -48,8 +48,11 @@ test: lint kube-tools ## lint, then every test with the race detector
 kube-tools: ## build kube-apiserver and etcd for the tenant agent's scenarios (cached in ~/.cache/teapot-lb/kube)
 	bash scenarios/kubetools/build.sh >/dev/null
 
-bench: ## consensus benchmarks on a 3-node loopback cluster
+bench: ## consensus benchmarks, then L7 and TCP comparisons with HAProxy and nginx, then the proxy's scale report
 	go test ./scenarios -run '^$$' -bench . -benchtime 1x -count=1 -timeout $(BENCH_TIMEOUT)
+	go run ./proxy/l7/bench -duration 5s -rounds 2
+	go run ./proxy/tcpbench -duration 10s -streams 1,4 -rounds 3
+	go run ./proxy/scalebench -sizes 1000,10000
 
 generate: ## regenerate the Go code for api/proto with pinned plugins
 	GOBIN=$(TOOLS) go install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
