@@ -384,6 +384,7 @@ func (n *Node) ensureMember(ctx context.Context) error {
 	n.fsm.mu.RLock()
 	have := n.fsm.st.get(api.KindNode, n.cfg.NodeID).GetNode()
 	n.fsm.mu.RUnlock()
+	want.Draining = have.GetDraining() // an operator's drain outlives a restart
 	if have.GetRaftAddr() != want.RaftAddr || have.GetApiAddr() != want.ApiAddr ||
 		have.GetHeartbeatAddr() != want.HeartbeatAddr || have.GetVipInterface() != want.VipInterface {
 		if _, err := n.Apply(wctx, &pb.ApplyRequest{Objects: []*pb.Object{api.Wrap(want)}}, true); err != nil {

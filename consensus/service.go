@@ -318,3 +318,19 @@ func (n *Node) peerHealth(ctx context.Context, s raft.Server) *pb.NodeStatus {
 	ns.Suffrage = suffrageOf(s.Suffrage)
 	return ns
 }
+
+// DrainNode sets or clears a host's draining flag: a draining host gives up
+// its VIPs and keeps serving what it has.
+func (n *Node) DrainNode(ctx context.Context, id string, draining bool) (*pb.Node, error) {
+	o, err := n.Get(ctx, &pb.ObjectRef{Kind: api.KindNode, Name: id})
+	if err != nil {
+		return nil, fmt.Errorf("node %q: %w", id, err)
+	}
+	node := clone(o).GetNode()
+	node.Draining = draining
+	resp, err := n.Apply(ctx, &pb.ApplyRequest{Objects: []*pb.Object{api.Wrap(node)}}, true)
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetObjects()[0].GetNode(), nil
+}

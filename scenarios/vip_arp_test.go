@@ -133,6 +133,38 @@ func TestVIPARP(t *testing.T) {
 		l.requireOneMAC(t, arpVIP4, l.waitHolderIs(t, arpVIP4, h))
 	})
 
+	t.Run("cluster drain moves the VIP away and undo lets the host take it again", func(t *testing.T) {
+		h := l.waitHolder(arpVIP4, settleTimeout)
+		var other *lbHost
+		for _, n := range l.lbs {
+			if n != h {
+				other = n
+				break
+			}
+		}
+		p := startProber(l.client, netip.AddrPortFrom(arpVIP4, 80), probeInterval, probeMax)
+		time.Sleep(200 * time.Millisecond)
+		// Through another host's API: drain is an operator's write.
+		if out, err := l.cli(other, "cluster", "drain", h.id); err != nil {
+			t.Fatalf("cluster drain %s: %v: %s", h.id, err, out)
+		}
+		next := l.waitHolderOther(t, arpVIP4, h)
+		if ok, err := h.host.HasAddr("eth0", arpVIP4); err != nil || ok {
+			t.Errorf("drained %s still has %s (%v)", h.id, arpVIP4, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+		rs := p.finish()
+		n, first := failed(rs)
+		t.Logf("drain moved %s from %s to %s; %d of %d requests failed", arpVIP4, h.id, next.id, n, len(rs))
+		if n > 2 {
+			t.Errorf("%d requests failed during the drain (first: %v), want at most the ones in flight", n, first)
+		}
+		if out, err := l.cli(other, "cluster", "drain", "--undo", h.id); err != nil {
+			t.Fatalf("cluster drain --undo %s: %v: %s", h.id, err, out)
+		}
+		l.waitHolderIs(t, arpVIP4, h)
+	})
+
 	t.Run("SIGTERM hands over before exit", func(t *testing.T) {
 		h := l.waitHolder(arpVIP4, settleTimeout)
 		p := startProber(l.client, netip.AddrPortFrom(arpVIP4, 80), probeInterval, probeMax)

@@ -44,6 +44,8 @@ type desired struct {
 	// addresses inside them that this host does not hold are removed from
 	// its interfaces.
 	Ranges []api.Range
+	// Draining holds the hosts an operator drained (`cluster drain`).
+	Draining map[string]bool
 }
 
 // desiredState extracts the VIPs and the hosts from the whole committed
@@ -76,6 +78,12 @@ func desiredState(objs []*pb.Object) desired {
 			lbs = append(lbs, o.GetLoadBalancer())
 		case o.GetNode() != nil:
 			n := o.GetNode()
+			if n.GetDraining() {
+				if d.Draining == nil {
+					d.Draining = map[string]bool{}
+				}
+				d.Draining[n.GetId()] = true
+			}
 			ap, err := netip.ParseAddrPort(n.GetHeartbeatAddr())
 			if err != nil || n.GetId() == "" {
 				continue

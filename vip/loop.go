@@ -165,6 +165,8 @@ func (m *Manager) evaluate(now time.Time, inputsChanged bool) time.Time {
 		me.Problem = "shutting down"
 	case st.want == nil:
 		me.Problem = "no committed state yet"
+	case st.want.Draining[m.cfg.NodeID]:
+		me.Problem = "drained by the operator (cluster drain)"
 	case !haveKey && len(st.members) > 0:
 		me.Problem = "no heartbeat key yet"
 	case !v.Quorum:

@@ -21,6 +21,7 @@ type Store interface {
 	Status(ctx context.Context) (*pb.ClusterStatusResponse, error)
 	CreateJoinToken(ctx context.Context, ttl time.Duration) (*pb.CreateJoinTokenResponse, error)
 	RemoveNode(ctx context.Context, id string) error
+	DrainNode(ctx context.Context, id string, draining bool) (*pb.Node, error)
 }
 
 // DefaultTimeout bounds a request whose caller set no deadline.
@@ -113,6 +114,19 @@ func (s *Server) RemoveNode(ctx context.Context, req *pb.RemoveNodeRequest) (*pb
 		return nil, api.ToStatus(fmt.Errorf("node id must not be empty: %w", api.ErrInvalid))
 	}
 	return &pb.RemoveNodeResponse{}, api.ToStatus(s.store.RemoveNode(ctx, req.GetId()))
+}
+
+func (s *Server) DrainNode(ctx context.Context, req *pb.DrainNodeRequest) (*pb.DrainNodeResponse, error) {
+	ctx, cancel := withDefault(ctx)
+	defer cancel()
+	if req.GetId() == "" {
+		return nil, api.ToStatus(fmt.Errorf("node id must not be empty: %w", api.ErrInvalid))
+	}
+	node, err := s.store.DrainNode(ctx, req.GetId(), !req.GetUndo())
+	if err != nil {
+		return nil, api.ToStatus(err)
+	}
+	return &pb.DrainNodeResponse{Node: node}, nil
 }
 
 // normalizeRef accepts kind aliases and checks that a name (and for

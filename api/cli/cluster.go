@@ -23,7 +23,7 @@ func (a *app) clusterCmd() *cobra.Command {
 		Short: "Inspect the LB hosts and add or remove them",
 		Args:  args(cobra.NoArgs),
 	}
-	cmd.AddCommand(a.clusterStatusCmd(), a.joinTokenCmd(), a.removeNodeCmd())
+	cmd.AddCommand(a.clusterStatusCmd(), a.joinTokenCmd(), a.removeNodeCmd(), a.drainNodeCmd())
 	return cmd
 }
 
@@ -180,6 +180,33 @@ func (a *app) removeNodeCmd() *cobra.Command {
 		},
 		ValidArgsFunction: a.completeNamesOf("Node"),
 	}
+}
+
+func (a *app) drainNodeCmd() *cobra.Command {
+	var undo bool
+	cmd := &cobra.Command{
+		Use:   "drain NODE",
+		Short: "Make an LB host give up its VIPs (release arp, withdraw bgp) and keep serving what it has",
+		Long: "drain moves a host's VIPs to the other hosts without stopping it, e.g. before\n" +
+			"maintenance; connections it serves go on. --undo lets it take VIPs again.",
+		Args: args(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, argv []string) error {
+			return a.call(cmd, func(ctx context.Context, c *client.Conn) error {
+				if _, err := c.Admin.DrainNode(ctx, &pb.DrainNodeRequest{Id: argv[0], Undo: undo}); err != nil {
+					return err
+				}
+				what := "draining"
+				if undo {
+					what = "no longer draining"
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "node/%s %s\n", argv[0], what)
+				return nil
+			})
+		},
+		ValidArgsFunction: a.completeNamesOf("Node"),
+	}
+	cmd.Flags().BoolVar(&undo, "undo", false, "let the host take VIPs again")
+	return cmd
 }
 
 func orDash(s string) string {

@@ -1056,6 +1056,102 @@ func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
 	return file_teapotv1_admin_proto_rawDescGZIP(), []int{15}
 }
 
+type DrainNodeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Undo          bool                   `protobuf:"varint,2,opt,name=undo,proto3" json:"undo,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainNodeRequest) Reset() {
+	*x = DrainNodeRequest{}
+	mi := &file_teapotv1_admin_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainNodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainNodeRequest) ProtoMessage() {}
+
+func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_admin_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainNodeRequest.ProtoReflect.Descriptor instead.
+func (*DrainNodeRequest) Descriptor() ([]byte, []int) {
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *DrainNodeRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *DrainNodeRequest) GetUndo() bool {
+	if x != nil {
+		return x.Undo
+	}
+	return false
+}
+
+type DrainNodeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          *Node                  `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainNodeResponse) Reset() {
+	*x = DrainNodeResponse{}
+	mi := &file_teapotv1_admin_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainNodeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainNodeResponse) ProtoMessage() {}
+
+func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_admin_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainNodeResponse.ProtoReflect.Descriptor instead.
+func (*DrainNodeResponse) Descriptor() ([]byte, []int) {
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *DrainNodeResponse) GetNode() *Node {
+	if x != nil {
+		return x.Node
+	}
+	return nil
+}
+
 type JoinRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Token    string                 `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
@@ -1070,7 +1166,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[16]
+	mi := &file_teapotv1_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1082,7 +1178,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[16]
+	mi := &file_teapotv1_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1095,7 +1191,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{16}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *JoinRequest) GetToken() string {
@@ -1148,7 +1244,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[17]
+	mi := &file_teapotv1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1160,7 +1256,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[17]
+	mi := &file_teapotv1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1173,7 +1269,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{17}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *JoinResponse) GetCaCertPem() []byte {
@@ -1227,7 +1323,7 @@ type PromoteRequest struct {
 
 func (x *PromoteRequest) Reset() {
 	*x = PromoteRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[18]
+	mi := &file_teapotv1_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1239,7 +1335,7 @@ func (x *PromoteRequest) String() string {
 func (*PromoteRequest) ProtoMessage() {}
 
 func (x *PromoteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[18]
+	mi := &file_teapotv1_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1252,7 +1348,7 @@ func (x *PromoteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteRequest.ProtoReflect.Descriptor instead.
 func (*PromoteRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{18}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PromoteRequest) GetNodeId() string {
@@ -1270,7 +1366,7 @@ type PromoteResponse struct {
 
 func (x *PromoteResponse) Reset() {
 	*x = PromoteResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[19]
+	mi := &file_teapotv1_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1282,7 +1378,7 @@ func (x *PromoteResponse) String() string {
 func (*PromoteResponse) ProtoMessage() {}
 
 func (x *PromoteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[19]
+	mi := &file_teapotv1_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1295,7 +1391,7 @@ func (x *PromoteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteResponse.ProtoReflect.Descriptor instead.
 func (*PromoteResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{19}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{21}
 }
 
 // ForwardRequest is a write as the client asked for it; the leader
@@ -1317,7 +1413,7 @@ type ForwardRequest struct {
 
 func (x *ForwardRequest) Reset() {
 	*x = ForwardRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[20]
+	mi := &file_teapotv1_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1329,7 +1425,7 @@ func (x *ForwardRequest) String() string {
 func (*ForwardRequest) ProtoMessage() {}
 
 func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[20]
+	mi := &file_teapotv1_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1342,7 +1438,7 @@ func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardRequest.ProtoReflect.Descriptor instead.
 func (*ForwardRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{20}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ForwardRequest) GetWrite() isForwardRequest_Write {
@@ -1434,7 +1530,7 @@ type ForwardResponse struct {
 
 func (x *ForwardResponse) Reset() {
 	*x = ForwardResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[21]
+	mi := &file_teapotv1_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1446,7 +1542,7 @@ func (x *ForwardResponse) String() string {
 func (*ForwardResponse) ProtoMessage() {}
 
 func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[21]
+	mi := &file_teapotv1_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1459,7 +1555,7 @@ func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardResponse.ProtoReflect.Descriptor instead.
 func (*ForwardResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{21}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ForwardResponse) GetApply() *ApplyResponse {
@@ -1484,7 +1580,7 @@ type ReadIndexRequest struct {
 
 func (x *ReadIndexRequest) Reset() {
 	*x = ReadIndexRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[22]
+	mi := &file_teapotv1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1496,7 +1592,7 @@ func (x *ReadIndexRequest) String() string {
 func (*ReadIndexRequest) ProtoMessage() {}
 
 func (x *ReadIndexRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[22]
+	mi := &file_teapotv1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1509,7 +1605,7 @@ func (x *ReadIndexRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadIndexRequest.ProtoReflect.Descriptor instead.
 func (*ReadIndexRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{22}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 type ReadIndexResponse struct {
@@ -1521,7 +1617,7 @@ type ReadIndexResponse struct {
 
 func (x *ReadIndexResponse) Reset() {
 	*x = ReadIndexResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[23]
+	mi := &file_teapotv1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1533,7 +1629,7 @@ func (x *ReadIndexResponse) String() string {
 func (*ReadIndexResponse) ProtoMessage() {}
 
 func (x *ReadIndexResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[23]
+	mi := &file_teapotv1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1546,7 +1642,7 @@ func (x *ReadIndexResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadIndexResponse.ProtoReflect.Descriptor instead.
 func (*ReadIndexResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{23}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ReadIndexResponse) GetIndex() uint64 {
@@ -1564,7 +1660,7 @@ type HealthRequest struct {
 
 func (x *HealthRequest) Reset() {
 	*x = HealthRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[24]
+	mi := &file_teapotv1_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1576,7 +1672,7 @@ func (x *HealthRequest) String() string {
 func (*HealthRequest) ProtoMessage() {}
 
 func (x *HealthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[24]
+	mi := &file_teapotv1_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1589,7 +1685,7 @@ func (x *HealthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthRequest.ProtoReflect.Descriptor instead.
 func (*HealthRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{24}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{26}
 }
 
 var File_teapotv1_admin_proto protoreflect.FileDescriptor
@@ -1667,7 +1763,12 @@ const file_teapotv1_admin_proto_rawDesc = "" +
 	"\aservers\x18\x03 \x03(\tR\aservers\"#\n" +
 	"\x11RemoveNodeRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"\x14\n" +
-	"\x12RemoveNodeResponse\"\x8d\x01\n" +
+	"\x12RemoveNodeResponse\"6\n" +
+	"\x10DrainNodeRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04undo\x18\x02 \x01(\bR\x04undo\"8\n" +
+	"\x11DrainNodeResponse\x12#\n" +
+	"\x04node\x18\x01 \x01(\v2\x0f.teapot.v1.NodeR\x04node\"\x8d\x01\n" +
 	"\vJoinRequest\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x1b\n" +
@@ -1704,7 +1805,7 @@ const file_teapotv1_admin_proto_rawDesc = "" +
 	"\tApplyMode\x12\x15\n" +
 	"\x11APPLY_MODE_UPSERT\x10\x00\x12\x15\n" +
 	"\x11APPLY_MODE_CREATE\x10\x01\x12\x15\n" +
-	"\x11APPLY_MODE_UPDATE\x10\x022\xe5\x03\n" +
+	"\x11APPLY_MODE_UPDATE\x10\x022\xad\x04\n" +
 	"\x05Admin\x12:\n" +
 	"\x05Apply\x12\x17.teapot.v1.ApplyRequest\x1a\x18.teapot.v1.ApplyResponse\x12=\n" +
 	"\x06Delete\x12\x18.teapot.v1.DeleteRequest\x1a\x19.teapot.v1.DeleteResponse\x12/\n" +
@@ -1713,7 +1814,8 @@ const file_teapotv1_admin_proto_rawDesc = "" +
 	"\rClusterStatus\x12\x1f.teapot.v1.ClusterStatusRequest\x1a .teapot.v1.ClusterStatusResponse\x12X\n" +
 	"\x0fCreateJoinToken\x12!.teapot.v1.CreateJoinTokenRequest\x1a\".teapot.v1.CreateJoinTokenResponse\x12I\n" +
 	"\n" +
-	"RemoveNode\x12\x1c.teapot.v1.RemoveNodeRequest\x1a\x1d.teapot.v1.RemoveNodeResponse2\xc9\x02\n" +
+	"RemoveNode\x12\x1c.teapot.v1.RemoveNodeRequest\x1a\x1d.teapot.v1.RemoveNodeResponse\x12F\n" +
+	"\tDrainNode\x12\x1b.teapot.v1.DrainNodeRequest\x1a\x1c.teapot.v1.DrainNodeResponse2\xc9\x02\n" +
 	"\aCluster\x127\n" +
 	"\x04Join\x12\x16.teapot.v1.JoinRequest\x1a\x17.teapot.v1.JoinResponse\x12@\n" +
 	"\aPromote\x12\x19.teapot.v1.PromoteRequest\x1a\x1a.teapot.v1.PromoteResponse\x12@\n" +
@@ -1734,7 +1836,7 @@ func file_teapotv1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_teapotv1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_teapotv1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_teapotv1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_teapotv1_admin_proto_goTypes = []any{
 	(ApplyMode)(0),                  // 0: teapot.v1.ApplyMode
 	(*ApplyRequest)(nil),            // 1: teapot.v1.ApplyRequest
@@ -1753,67 +1855,73 @@ var file_teapotv1_admin_proto_goTypes = []any{
 	(*CreateJoinTokenResponse)(nil), // 14: teapot.v1.CreateJoinTokenResponse
 	(*RemoveNodeRequest)(nil),       // 15: teapot.v1.RemoveNodeRequest
 	(*RemoveNodeResponse)(nil),      // 16: teapot.v1.RemoveNodeResponse
-	(*JoinRequest)(nil),             // 17: teapot.v1.JoinRequest
-	(*JoinResponse)(nil),            // 18: teapot.v1.JoinResponse
-	(*PromoteRequest)(nil),          // 19: teapot.v1.PromoteRequest
-	(*PromoteResponse)(nil),         // 20: teapot.v1.PromoteResponse
-	(*ForwardRequest)(nil),          // 21: teapot.v1.ForwardRequest
-	(*ForwardResponse)(nil),         // 22: teapot.v1.ForwardResponse
-	(*ReadIndexRequest)(nil),        // 23: teapot.v1.ReadIndexRequest
-	(*ReadIndexResponse)(nil),       // 24: teapot.v1.ReadIndexResponse
-	(*HealthRequest)(nil),           // 25: teapot.v1.HealthRequest
-	(*Object)(nil),                  // 26: teapot.v1.Object
-	(*ObjectRef)(nil),               // 27: teapot.v1.ObjectRef
-	(*timestamppb.Timestamp)(nil),   // 28: google.protobuf.Timestamp
-	(*Txn)(nil),                     // 29: teapot.v1.Txn
+	(*DrainNodeRequest)(nil),        // 17: teapot.v1.DrainNodeRequest
+	(*DrainNodeResponse)(nil),       // 18: teapot.v1.DrainNodeResponse
+	(*JoinRequest)(nil),             // 19: teapot.v1.JoinRequest
+	(*JoinResponse)(nil),            // 20: teapot.v1.JoinResponse
+	(*PromoteRequest)(nil),          // 21: teapot.v1.PromoteRequest
+	(*PromoteResponse)(nil),         // 22: teapot.v1.PromoteResponse
+	(*ForwardRequest)(nil),          // 23: teapot.v1.ForwardRequest
+	(*ForwardResponse)(nil),         // 24: teapot.v1.ForwardResponse
+	(*ReadIndexRequest)(nil),        // 25: teapot.v1.ReadIndexRequest
+	(*ReadIndexResponse)(nil),       // 26: teapot.v1.ReadIndexResponse
+	(*HealthRequest)(nil),           // 27: teapot.v1.HealthRequest
+	(*Object)(nil),                  // 28: teapot.v1.Object
+	(*ObjectRef)(nil),               // 29: teapot.v1.ObjectRef
+	(*timestamppb.Timestamp)(nil),   // 30: google.protobuf.Timestamp
+	(*Node)(nil),                    // 31: teapot.v1.Node
+	(*Txn)(nil),                     // 32: teapot.v1.Txn
 }
 var file_teapotv1_admin_proto_depIdxs = []int32{
-	26, // 0: teapot.v1.ApplyRequest.objects:type_name -> teapot.v1.Object
+	28, // 0: teapot.v1.ApplyRequest.objects:type_name -> teapot.v1.Object
 	0,  // 1: teapot.v1.ApplyRequest.mode:type_name -> teapot.v1.ApplyMode
-	26, // 2: teapot.v1.ApplyResponse.objects:type_name -> teapot.v1.Object
-	27, // 3: teapot.v1.DeleteRequest.ref:type_name -> teapot.v1.ObjectRef
-	27, // 4: teapot.v1.GetRequest.ref:type_name -> teapot.v1.ObjectRef
-	26, // 5: teapot.v1.ListResponse.objects:type_name -> teapot.v1.Object
+	28, // 2: teapot.v1.ApplyResponse.objects:type_name -> teapot.v1.Object
+	29, // 3: teapot.v1.DeleteRequest.ref:type_name -> teapot.v1.ObjectRef
+	29, // 4: teapot.v1.GetRequest.ref:type_name -> teapot.v1.ObjectRef
+	28, // 5: teapot.v1.ListResponse.objects:type_name -> teapot.v1.Object
 	10, // 6: teapot.v1.ClusterStatusResponse.nodes:type_name -> teapot.v1.NodeStatus
 	11, // 7: teapot.v1.NodeStatus.vips:type_name -> teapot.v1.VIPHolding
 	12, // 8: teapot.v1.NodeStatus.peers:type_name -> teapot.v1.PeerLiveness
-	28, // 9: teapot.v1.VIPHolding.since:type_name -> google.protobuf.Timestamp
-	28, // 10: teapot.v1.CreateJoinTokenResponse.expires:type_name -> google.protobuf.Timestamp
-	1,  // 11: teapot.v1.ForwardRequest.apply:type_name -> teapot.v1.ApplyRequest
-	3,  // 12: teapot.v1.ForwardRequest.delete:type_name -> teapot.v1.DeleteRequest
-	15, // 13: teapot.v1.ForwardRequest.remove_node:type_name -> teapot.v1.RemoveNodeRequest
-	29, // 14: teapot.v1.ForwardRequest.txn:type_name -> teapot.v1.Txn
-	2,  // 15: teapot.v1.ForwardResponse.apply:type_name -> teapot.v1.ApplyResponse
-	4,  // 16: teapot.v1.ForwardResponse.delete:type_name -> teapot.v1.DeleteResponse
-	1,  // 17: teapot.v1.Admin.Apply:input_type -> teapot.v1.ApplyRequest
-	3,  // 18: teapot.v1.Admin.Delete:input_type -> teapot.v1.DeleteRequest
-	5,  // 19: teapot.v1.Admin.Get:input_type -> teapot.v1.GetRequest
-	6,  // 20: teapot.v1.Admin.List:input_type -> teapot.v1.ListRequest
-	8,  // 21: teapot.v1.Admin.ClusterStatus:input_type -> teapot.v1.ClusterStatusRequest
-	13, // 22: teapot.v1.Admin.CreateJoinToken:input_type -> teapot.v1.CreateJoinTokenRequest
-	15, // 23: teapot.v1.Admin.RemoveNode:input_type -> teapot.v1.RemoveNodeRequest
-	17, // 24: teapot.v1.Cluster.Join:input_type -> teapot.v1.JoinRequest
-	19, // 25: teapot.v1.Cluster.Promote:input_type -> teapot.v1.PromoteRequest
-	21, // 26: teapot.v1.Cluster.Forward:input_type -> teapot.v1.ForwardRequest
-	23, // 27: teapot.v1.Cluster.ReadIndex:input_type -> teapot.v1.ReadIndexRequest
-	25, // 28: teapot.v1.Cluster.Health:input_type -> teapot.v1.HealthRequest
-	2,  // 29: teapot.v1.Admin.Apply:output_type -> teapot.v1.ApplyResponse
-	4,  // 30: teapot.v1.Admin.Delete:output_type -> teapot.v1.DeleteResponse
-	26, // 31: teapot.v1.Admin.Get:output_type -> teapot.v1.Object
-	7,  // 32: teapot.v1.Admin.List:output_type -> teapot.v1.ListResponse
-	9,  // 33: teapot.v1.Admin.ClusterStatus:output_type -> teapot.v1.ClusterStatusResponse
-	14, // 34: teapot.v1.Admin.CreateJoinToken:output_type -> teapot.v1.CreateJoinTokenResponse
-	16, // 35: teapot.v1.Admin.RemoveNode:output_type -> teapot.v1.RemoveNodeResponse
-	18, // 36: teapot.v1.Cluster.Join:output_type -> teapot.v1.JoinResponse
-	20, // 37: teapot.v1.Cluster.Promote:output_type -> teapot.v1.PromoteResponse
-	22, // 38: teapot.v1.Cluster.Forward:output_type -> teapot.v1.ForwardResponse
-	24, // 39: teapot.v1.Cluster.ReadIndex:output_type -> teapot.v1.ReadIndexResponse
-	10, // 40: teapot.v1.Cluster.Health:output_type -> teapot.v1.NodeStatus
-	29, // [29:41] is the sub-list for method output_type
-	17, // [17:29] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	30, // 9: teapot.v1.VIPHolding.since:type_name -> google.protobuf.Timestamp
+	30, // 10: teapot.v1.CreateJoinTokenResponse.expires:type_name -> google.protobuf.Timestamp
+	31, // 11: teapot.v1.DrainNodeResponse.node:type_name -> teapot.v1.Node
+	1,  // 12: teapot.v1.ForwardRequest.apply:type_name -> teapot.v1.ApplyRequest
+	3,  // 13: teapot.v1.ForwardRequest.delete:type_name -> teapot.v1.DeleteRequest
+	15, // 14: teapot.v1.ForwardRequest.remove_node:type_name -> teapot.v1.RemoveNodeRequest
+	32, // 15: teapot.v1.ForwardRequest.txn:type_name -> teapot.v1.Txn
+	2,  // 16: teapot.v1.ForwardResponse.apply:type_name -> teapot.v1.ApplyResponse
+	4,  // 17: teapot.v1.ForwardResponse.delete:type_name -> teapot.v1.DeleteResponse
+	1,  // 18: teapot.v1.Admin.Apply:input_type -> teapot.v1.ApplyRequest
+	3,  // 19: teapot.v1.Admin.Delete:input_type -> teapot.v1.DeleteRequest
+	5,  // 20: teapot.v1.Admin.Get:input_type -> teapot.v1.GetRequest
+	6,  // 21: teapot.v1.Admin.List:input_type -> teapot.v1.ListRequest
+	8,  // 22: teapot.v1.Admin.ClusterStatus:input_type -> teapot.v1.ClusterStatusRequest
+	13, // 23: teapot.v1.Admin.CreateJoinToken:input_type -> teapot.v1.CreateJoinTokenRequest
+	15, // 24: teapot.v1.Admin.RemoveNode:input_type -> teapot.v1.RemoveNodeRequest
+	17, // 25: teapot.v1.Admin.DrainNode:input_type -> teapot.v1.DrainNodeRequest
+	19, // 26: teapot.v1.Cluster.Join:input_type -> teapot.v1.JoinRequest
+	21, // 27: teapot.v1.Cluster.Promote:input_type -> teapot.v1.PromoteRequest
+	23, // 28: teapot.v1.Cluster.Forward:input_type -> teapot.v1.ForwardRequest
+	25, // 29: teapot.v1.Cluster.ReadIndex:input_type -> teapot.v1.ReadIndexRequest
+	27, // 30: teapot.v1.Cluster.Health:input_type -> teapot.v1.HealthRequest
+	2,  // 31: teapot.v1.Admin.Apply:output_type -> teapot.v1.ApplyResponse
+	4,  // 32: teapot.v1.Admin.Delete:output_type -> teapot.v1.DeleteResponse
+	28, // 33: teapot.v1.Admin.Get:output_type -> teapot.v1.Object
+	7,  // 34: teapot.v1.Admin.List:output_type -> teapot.v1.ListResponse
+	9,  // 35: teapot.v1.Admin.ClusterStatus:output_type -> teapot.v1.ClusterStatusResponse
+	14, // 36: teapot.v1.Admin.CreateJoinToken:output_type -> teapot.v1.CreateJoinTokenResponse
+	16, // 37: teapot.v1.Admin.RemoveNode:output_type -> teapot.v1.RemoveNodeResponse
+	18, // 38: teapot.v1.Admin.DrainNode:output_type -> teapot.v1.DrainNodeResponse
+	20, // 39: teapot.v1.Cluster.Join:output_type -> teapot.v1.JoinResponse
+	22, // 40: teapot.v1.Cluster.Promote:output_type -> teapot.v1.PromoteResponse
+	24, // 41: teapot.v1.Cluster.Forward:output_type -> teapot.v1.ForwardResponse
+	26, // 42: teapot.v1.Cluster.ReadIndex:output_type -> teapot.v1.ReadIndexResponse
+	10, // 43: teapot.v1.Cluster.Health:output_type -> teapot.v1.NodeStatus
+	31, // [31:44] is the sub-list for method output_type
+	18, // [18:31] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_teapotv1_admin_proto_init() }
@@ -1823,7 +1931,7 @@ func file_teapotv1_admin_proto_init() {
 	}
 	file_teapotv1_model_proto_init()
 	file_teapotv1_raft_proto_init()
-	file_teapotv1_admin_proto_msgTypes[20].OneofWrappers = []any{
+	file_teapotv1_admin_proto_msgTypes[22].OneofWrappers = []any{
 		(*ForwardRequest_Apply)(nil),
 		(*ForwardRequest_Delete)(nil),
 		(*ForwardRequest_RemoveNode)(nil),
@@ -1835,7 +1943,7 @@ func file_teapotv1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_teapotv1_admin_proto_rawDesc), len(file_teapotv1_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   25,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -29,6 +29,7 @@ const (
 	Admin_ClusterStatus_FullMethodName   = "/teapot.v1.Admin/ClusterStatus"
 	Admin_CreateJoinToken_FullMethodName = "/teapot.v1.Admin/CreateJoinToken"
 	Admin_RemoveNode_FullMethodName      = "/teapot.v1.Admin/RemoveNode"
+	Admin_DrainNode_FullMethodName       = "/teapot.v1.Admin/DrainNode"
 )
 
 // AdminClient is the client API for Admin service.
@@ -43,6 +44,9 @@ type AdminClient interface {
 	ClusterStatus(ctx context.Context, in *ClusterStatusRequest, opts ...grpc.CallOption) (*ClusterStatusResponse, error)
 	CreateJoinToken(ctx context.Context, in *CreateJoinTokenRequest, opts ...grpc.CallOption) (*CreateJoinTokenResponse, error)
 	RemoveNode(ctx context.Context, in *RemoveNodeRequest, opts ...grpc.CallOption) (*RemoveNodeResponse, error)
+	// DrainNode makes a host give up its VIPs without stopping it (or, with
+	// undo, take them again).
+	DrainNode(ctx context.Context, in *DrainNodeRequest, opts ...grpc.CallOption) (*DrainNodeResponse, error)
 }
 
 type adminClient struct {
@@ -123,6 +127,16 @@ func (c *adminClient) RemoveNode(ctx context.Context, in *RemoveNodeRequest, opt
 	return out, nil
 }
 
+func (c *adminClient) DrainNode(ctx context.Context, in *DrainNodeRequest, opts ...grpc.CallOption) (*DrainNodeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DrainNodeResponse)
+	err := c.cc.Invoke(ctx, Admin_DrainNode_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -135,6 +149,9 @@ type AdminServer interface {
 	ClusterStatus(context.Context, *ClusterStatusRequest) (*ClusterStatusResponse, error)
 	CreateJoinToken(context.Context, *CreateJoinTokenRequest) (*CreateJoinTokenResponse, error)
 	RemoveNode(context.Context, *RemoveNodeRequest) (*RemoveNodeResponse, error)
+	// DrainNode makes a host give up its VIPs without stopping it (or, with
+	// undo, take them again).
+	DrainNode(context.Context, *DrainNodeRequest) (*DrainNodeResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -165,6 +182,9 @@ func (UnimplementedAdminServer) CreateJoinToken(context.Context, *CreateJoinToke
 }
 func (UnimplementedAdminServer) RemoveNode(context.Context, *RemoveNodeRequest) (*RemoveNodeResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method RemoveNode not implemented")
+}
+func (UnimplementedAdminServer) DrainNode(context.Context, *DrainNodeRequest) (*DrainNodeResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method DrainNode not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -313,6 +333,24 @@ func _Admin_RemoveNode_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_DrainNode_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DrainNodeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).DrainNode(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_DrainNode_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).DrainNode(ctx, req.(*DrainNodeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -347,6 +385,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RemoveNode",
 			Handler:    _Admin_RemoveNode_Handler,
+		},
+		{
+			MethodName: "DrainNode",
+			Handler:    _Admin_DrainNode_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

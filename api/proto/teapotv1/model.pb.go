@@ -1223,7 +1223,10 @@ type Node struct {
 	// UDP address of this host's failure detector (heartbeats between hosts
 	// on the data-plane network).
 	HeartbeatAddr string `protobuf:"bytes,6,opt,name=heartbeat_addr,json=heartbeatAddr,proto3" json:"heartbeat_addr,omitempty"`
-	Meta          *Meta  `protobuf:"bytes,15,opt,name=meta,proto3" json:"meta,omitempty"`
+	// Set by `cluster drain`: the host gives up its VIPs (releases arp,
+	// withdraws bgp) but keeps serving the connections it has.
+	Draining      bool  `protobuf:"varint,7,opt,name=draining,proto3" json:"draining,omitempty"`
+	Meta          *Meta `protobuf:"bytes,15,opt,name=meta,proto3" json:"meta,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1298,6 +1301,13 @@ func (x *Node) GetHeartbeatAddr() string {
 		return x.HeartbeatAddr
 	}
 	return ""
+}
+
+func (x *Node) GetDraining() bool {
+	if x != nil {
+		return x.Draining
+	}
+	return false
 }
 
 func (x *Node) GetMeta() *Meta {
@@ -1983,14 +1993,15 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\bproblems\x18\x02 \x03(\v2\x12.teapot.v1.ProblemR\bproblems\"7\n" +
 	"\aProblem\x12\x14\n" +
 	"\x05field\x18\x01 \x01(\tR\x05field\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xdb\x01\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xf7\x01\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x19\n" +
 	"\bapi_addr\x18\x03 \x01(\tR\aapiAddr\x12\x1a\n" +
 	"\bsuffrage\x18\x04 \x01(\tR\bsuffrage\x12#\n" +
 	"\rvip_interface\x18\x05 \x01(\tR\fvipInterface\x12%\n" +
-	"\x0eheartbeat_addr\x18\x06 \x01(\tR\rheartbeatAddr\x12#\n" +
+	"\x0eheartbeat_addr\x18\x06 \x01(\tR\rheartbeatAddr\x12\x1a\n" +
+	"\bdraining\x18\a \x01(\bR\bdraining\x12#\n" +
 	"\x04meta\x18\x0f \x01(\v2\x0f.teapot.v1.MetaR\x04meta\"\x92\x02\n" +
 	"\vCertificate\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
