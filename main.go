@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/netip"
@@ -20,6 +21,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -268,6 +270,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	fed := make(chan struct{})
 	go func() { defer close(fed); feedProxy(ctx, node, px, vm, log) }()
 	vm.run(ctx, log)
+	go vm.followHealth(ctx, px)
 
 	select {
 	case <-node.Ready():
@@ -322,9 +325,8 @@ func feedProxy(ctx context.Context, node *consensus.Node, px *proxy.Proxy, vm *v
 			log.Error("update data plane", "revision", rev, "err", err)
 			continue
 		}
-		status := px.Status()
-		reported = logProblems(log, status, reported)
-		vm.update(objs, rev, status)
+		reported = logProblems(log, px.Status(), reported)
+		vm.update(objs, rev, px)
 	}
 }
 
@@ -394,6 +396,9 @@ func keepAdminConfig(ctx context.Context, dataDir string, node *consensus.Node, 
 type vipManager struct {
 	*vip.Manager
 	heartbeatAddr string
+
+	readyMu sync.Mutex
+	ready   map[string]string // last readiness handed to the manager
 }
 
 // newVIPManager returns nil when this host takes no part in VIPs.
@@ -443,21 +448,56 @@ func (v *vipManager) run(ctx context.Context, log *slog.Logger) {
 }
 
 // update passes the committed state on, with each load balancer's
-// readiness: it is ready when the data plane reports no problem for it.
-func (v *vipManager) update(objs []*pb.Object, rev uint64, status map[string][]proxy.Problem) {
+// readiness.
+func (v *vipManager) update(objs []*pb.Object, rev uint64, px *proxy.Proxy) {
 	if v == nil {
 		return
 	}
+	v.Update(objs, rev)
+	v.setReady(px, true)
+}
+
+// setReady tells the manager which load balancers this host can serve: no
+// problem reported by the data plane (listeners open) and at least one
+// healthy member. Only changes are passed on unless force is set.
+func (v *vipManager) setReady(px *proxy.Proxy, force bool) {
+	status, unhealthy := px.Status(), px.Unhealthy()
 	ready := make(map[string]string, len(status))
 	for lb, problems := range status {
 		var parts []string
 		for _, p := range problems {
 			parts = append(parts, p.Field+": "+p.Reason)
 		}
+		if len(parts) == 0 && unhealthy[lb] != "" {
+			parts = append(parts, unhealthy[lb])
+		}
 		ready[lb] = strings.Join(parts, "; ")
 	}
-	v.Update(objs, rev)
+	v.readyMu.Lock()
+	defer v.readyMu.Unlock()
+	if !force && maps.Equal(ready, v.ready) {
+		return
+	}
+	v.ready = ready
 	v.SetReady(ready)
+}
+
+// followHealth re-evaluates readiness as members' health changes, which
+// happens without any change of the committed state.
+func (v *vipManager) followHealth(ctx context.Context, px *proxy.Proxy) {
+	if v == nil {
+		return
+	}
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			v.setReady(px, false)
+		}
+	}
 }
 
 func (v *vipManager) close(log *slog.Logger) {

@@ -143,3 +143,30 @@ func (p *Proxy) build(s *snapshot.Snapshot, old *served) (*served, []*Pool) {
 	}
 	return rt, retired
 }
+
+// Unhealthy returns, per load balancer ("tenant/name"), why it cannot take
+// traffic on this host although its listeners are open: no pool it sends
+// to has a usable member (all down, ejected or drained). Load balancers
+// with at least one usable member are not listed. Health changes without
+// a config change, so callers poll it.
+func (p *Proxy) Unhealthy() map[string]string {
+	cur := p.current.Load()
+	if cur == nil {
+		return nil
+	}
+	usable := map[string]bool{}
+	for spec, pool := range cur.pools {
+		ok := usable[spec.LB]
+		for _, m := range pool.members {
+			ok = ok || m.Usable()
+		}
+		usable[spec.LB] = ok
+	}
+	out := map[string]string{}
+	for lb, ok := range usable {
+		if !ok {
+			out[lb] = "no healthy member in any of its pools"
+		}
+	}
+	return out
+}

@@ -358,3 +358,22 @@ func BenchmarkTCPForward(b *testing.B) {
 		})
 	}
 }
+
+func TestUnhealthyListsLoadBalancersWithoutUsableMembers(t *testing.T) {
+	be := startBackend(t, "127.0.0.1", echo)
+	p, _ := newProxy(t, Config{})
+	port, port2 := freePort(t), freePort(t)
+	checked := l4LB("checked", "127.0.0.2", port, "tcp", be.addr)
+	// The echo member does not speak HTTP: its check fails.
+	checked.Pools["app"].HealthCheck = &pb.HealthCheck{Http: &pb.HTTPCheck{Path: "/"}, Interval: dur(20 * time.Millisecond), Rise: 1, Fall: 1}
+	fine := l4LB("fine", "127.0.0.3", port2, "tcp", be.addr)
+	update(t, p, checked, fine)
+	eventually(t, "checked listed as unhealthy", func() bool {
+		u := p.Unhealthy()
+		return u["acme/checked"] != "" && u["acme/fine"] == ""
+	})
+	// Back to a TCP check, which the echo member passes: no longer listed.
+	checked.Pools["app"].HealthCheck = &pb.HealthCheck{Tcp: &pb.TCPCheck{}, Interval: dur(20 * time.Millisecond), Rise: 1, Fall: 1}
+	update(t, p, checked, fine)
+	eventually(t, "checked healthy again", func() bool { return len(p.Unhealthy()) == 0 })
+}
