@@ -22,19 +22,12 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/teapot-lb/teapot-lb/proxy/internal/benchproc"
 )
 
 func main() {
-	var err error
-	if len(os.Args) > 1 && os.Args[1] == "child" {
-		err = child(os.Args[2:])
-	} else {
-		err = run(os.Args[1:])
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "scalebench:", err)
-		os.Exit(1)
-	}
+	benchproc.Main("scalebench", run, map[string]func([]string) error{"child": child})
 }
 
 // point is what a child measured for one size.

@@ -18,26 +18,17 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/teapot-lb/teapot-lb/proxy/internal/benchproc"
 )
 
 func main() {
-	var err error
-	if len(os.Args) > 1 && os.Args[1] == "engine" {
-		err = serveEngine(os.Args[2:])
-	} else {
-		err = run(os.Args[1:])
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "tcpbench:", err)
-		os.Exit(1)
-	}
+	benchproc.Main("tcpbench", run, map[string]func([]string) error{"engine": serveEngine})
 }
 
 // options of a run.
@@ -54,7 +45,7 @@ type options struct {
 type target struct {
 	name  string
 	addr  string // host:port the client connects to
-	start func() (*proc, error)
+	start func() (*benchproc.Proc, error)
 }
 
 // sample is one measured iperf3 run.
@@ -112,32 +103,22 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	dir, err := os.MkdirTemp("", "teapot-tcpbench-")
+	dir, cleanup, err := benchproc.WorkDir("teapot-tcpbench-")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-	defer signal.Stop(sigs)
-	go func() {
-		if _, ok := <-sigs; ok {
-			stopAll()
-			os.RemoveAll(dir)
-			os.Exit(130)
-		}
-	}()
+	defer cleanup()
 
 	port, err := freePort()
 	if err != nil {
 		return err
 	}
 	server := "127.0.0.1:" + strconv.Itoa(port)
-	srv, err := start(dir, "iperf3-server", o.loadCPU, "iperf3", "-s", "-B", "127.0.0.1", "-p", strconv.Itoa(port))
+	srv, err := benchproc.Start(dir, "iperf3-server", o.loadCPU, "iperf3", "-s", "-B", "127.0.0.1", "-p", strconv.Itoa(port))
 	if err != nil {
 		return err
 	}
-	defer srv.stop()
+	defer srv.Stop()
 	if err := waitListening(server); err != nil {
 		return fmt.Errorf("iperf3 server: %w", err)
 	}
@@ -154,14 +135,14 @@ func run(args []string) error {
 	}
 	targets := []target{
 		{name: "direct", addr: server},
-		{name: "teapot", addr: teapotAddr, start: func() (*proc, error) {
-			return start(dir, "teapot", o.proxyCPU, self, "engine", "-listen", teapotAddr, "-backend", server)
+		{name: "teapot", addr: teapotAddr, start: func() (*benchproc.Proc, error) {
+			return benchproc.Start(dir, "teapot", o.proxyCPU, self, "engine", "-listen", teapotAddr, "-backend", server)
 		}},
-		{name: "haproxy", addr: haAddr, start: func() (*proc, error) {
-			return start(dir, "haproxy", o.proxyCPU, "haproxy", "-db", "-f", haConf)
+		{name: "haproxy", addr: haAddr, start: func() (*benchproc.Proc, error) {
+			return benchproc.Start(dir, "haproxy", o.proxyCPU, "haproxy", "-db", "-f", haConf)
 		}},
-		{name: "haproxy-splice", addr: haSpliceAddr, start: func() (*proc, error) {
-			return start(dir, "haproxy-splice", o.proxyCPU, "haproxy", "-db", "-f", haSpliceConf)
+		{name: "haproxy-splice", addr: haSpliceAddr, start: func() (*benchproc.Proc, error) {
+			return benchproc.Start(dir, "haproxy-splice", o.proxyCPU, "haproxy", "-db", "-f", haSpliceConf)
 		}},
 	}
 	if o.only != nil {
@@ -204,25 +185,25 @@ func run(args []string) error {
 
 // measure starts the target's proxy, runs iperf3 through it and stops it.
 func measure(t target, o options, streams int) (sample, error) {
-	var p *proc
+	var p *benchproc.Proc
 	if t.start != nil {
 		var err error
 		if p, err = t.start(); err != nil {
 			return sample{}, err
 		}
-		defer p.stop()
+		defer p.Stop()
 		if err := waitListening(t.addr); err != nil {
-			return sample{}, fmt.Errorf("%w; its output: %s", err, p.output())
+			return sample{}, fmt.Errorf("%w; its output: %s", err, p.Output())
 		}
 	}
-	cpu0, w0 := p.cpuTime(), time.Now()
+	cpu0, w0 := p.CPUTime(), time.Now()
 	gbps, err := iperf(o.loadCPU, t.addr, streams, o.duration)
 	if err != nil {
 		return sample{}, err
 	}
 	s := sample{gbps: gbps}
 	if p != nil {
-		s.cpu = (p.cpuTime() - cpu0).Seconds() / time.Since(w0).Seconds()
+		s.cpu = (p.CPUTime() - cpu0).Seconds() / time.Since(w0).Seconds()
 	}
 	return s, nil
 }

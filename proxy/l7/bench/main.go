@@ -19,35 +19,18 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
+
+	"github.com/teapot-lb/teapot-lb/proxy/internal/benchproc"
 )
 
 func main() {
-	var err error
-	if len(os.Args) > 1 {
-		switch os.Args[1] {
-		case "engine":
-			err = serveEngine(os.Args[2:])
-		case "loadgen":
-			err = runLoadgen(os.Args[2:])
-		default:
-			err = run(os.Args[1:])
-		}
-	} else {
-		err = run(nil)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", err)
-		os.Exit(1)
-	}
+	benchproc.Main("bench", run, map[string]func([]string) error{"engine": serveEngine, "loadgen": runLoadgen})
 }
 
 // options of a run.
@@ -111,22 +94,12 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	dir, err := os.MkdirTemp("", "teapot-bench-")
+	// On SIGINT or SIGTERM: stop what runs, remove the files, exit.
+	dir, cleanup, err := benchproc.WorkDir("teapot-bench-")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	// On SIGINT or SIGTERM: stop what runs, remove the files, exit.
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-	defer signal.Stop(sigs)
-	go func() {
-		if _, ok := <-sigs; ok {
-			stopAll()
-			os.RemoveAll(dir)
-			os.Exit(130)
-		}
-	}()
+	defer cleanup()
 	cert, key, pem, err := writeCert(dir)
 	if err != nil {
 		return err
@@ -141,11 +114,11 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	backend, err := start(dir, "backend", o.loadCPU, "nginx", "-e", filepath.Join(dir, "nginx-backend.stderr"), "-c", bconf)
+	backend, err := benchproc.Start(dir, "backend", o.loadCPU, "nginx", "-e", filepath.Join(dir, "nginx-backend.stderr"), "-c", bconf)
 	if err != nil {
 		return err
 	}
-	defer backend.stop()
+	defer backend.Stop()
 	if err := waitPort(bport); err != nil {
 		return fmt.Errorf("backend nginx: %w", err)
 	}
@@ -154,7 +127,7 @@ func run(args []string) error {
 		name     string
 		port     int
 		tlsPort  int
-		startCmd func() (*proc, error)
+		startCmd func() (*benchproc.Proc, error)
 	}
 	engineArgs := []string{"engine", "-listen", addr(ports[1]), "-tls-listen", addr(ports[2]), "-cert", cert, "-key", key, "-backend", addr(bport)}
 	if o.profile != "" {
@@ -174,17 +147,17 @@ func run(args []string) error {
 	}
 	targets := []target{
 		{name: "direct", port: bport},
-		{name: "teapot", port: ports[1], tlsPort: ports[2], startCmd: func() (*proc, error) {
-			return start(dir, "teapot", o.proxyCPU, self, engineArgs...)
+		{name: "teapot", port: ports[1], tlsPort: ports[2], startCmd: func() (*benchproc.Proc, error) {
+			return benchproc.Start(dir, "teapot", o.proxyCPU, self, engineArgs...)
 		}},
-		{name: "haproxy", port: ports[3], tlsPort: ports[4], startCmd: func() (*proc, error) {
-			return start(dir, "haproxy", o.proxyCPU, "haproxy", "-db", "-f", haConf)
+		{name: "haproxy", port: ports[3], tlsPort: ports[4], startCmd: func() (*benchproc.Proc, error) {
+			return benchproc.Start(dir, "haproxy", o.proxyCPU, "haproxy", "-db", "-f", haConf)
 		}},
-		{name: "haproxy-min", port: ports[5], tlsPort: ports[6], startCmd: func() (*proc, error) {
-			return start(dir, "haproxy-min", o.proxyCPU, "haproxy", "-db", "-f", haMinConf)
+		{name: "haproxy-min", port: ports[5], tlsPort: ports[6], startCmd: func() (*benchproc.Proc, error) {
+			return benchproc.Start(dir, "haproxy-min", o.proxyCPU, "haproxy", "-db", "-f", haMinConf)
 		}},
-		{name: "nginx", port: ports[7], startCmd: func() (*proc, error) {
-			return start(dir, "nginx-proxy", o.proxyCPU, "nginx", "-e", filepath.Join(dir, "nginx-proxy.stderr"), "-c", ngConf)
+		{name: "nginx", port: ports[7], startCmd: func() (*benchproc.Proc, error) {
+			return benchproc.Start(dir, "nginx-proxy", o.proxyCPU, "nginx", "-e", filepath.Join(dir, "nginx-proxy.stderr"), "-c", ngConf)
 		}},
 	}
 	if o.only != "" {
@@ -209,7 +182,7 @@ func run(args []string) error {
 	for i, t := range targets {
 		results[i] = &result{name: t.name}
 	}
-	startTarget := func(t target) (*proc, error) {
+	startTarget := func(t target) (*benchproc.Proc, error) {
 		if t.startCmd == nil {
 			return nil, nil
 		}
@@ -218,7 +191,7 @@ func run(args []string) error {
 			return nil, fmt.Errorf("%s: %w", t.name, err)
 		}
 		if err := waitPort(t.port); err != nil {
-			p.stop()
+			p.Stop()
 			return nil, fmt.Errorf("%s: %w", t.name, err)
 		}
 		return p, nil
@@ -233,17 +206,17 @@ func run(args []string) error {
 			url := fmt.Sprintf("http://127.0.0.1:%d/", t.port)
 			quiet := waitQuiet(o.quietWait)
 			if _, err := wrk(o.loadCPU, url, o.connections, o.warmup); err != nil {
-				p.stop()
+				p.Stop()
 				return fmt.Errorf("%s warm-up: %w", t.name, err)
 			}
-			cpu0 := p.cpuTime()
+			cpu0 := p.CPUTime()
 			w0 := time.Now()
 			out, err := wrk(o.loadCPU, url, o.connections, o.duration)
 			cpu := 0.0
 			if p != nil {
-				cpu = (p.cpuTime() - cpu0).Seconds() / time.Since(w0).Seconds()
+				cpu = (p.CPUTime() - cpu0).Seconds() / time.Since(w0).Seconds()
 			}
-			p.stop()
+			p.Stop()
 			if err != nil {
 				return fmt.Errorf("%s: %w", t.name, err)
 			}
@@ -280,7 +253,7 @@ func run(args []string) error {
 				noisy++
 			}
 			h, err := h2load(o.loadCPU, fmt.Sprintf("https://127.0.0.1:%d/", t.tlsPort), o.connections, o.duration)
-			p.stop()
+			p.Stop()
 			if err != nil {
 				fmt.Printf("  %-12s h2load: %v\n", t.name, err)
 				continue
@@ -311,7 +284,7 @@ func run(args []string) error {
 					noisy++
 				}
 				half, err := loadgen(self, o.loadCPU, addr(t.port), rate, o.connections, o.duration)
-				p.stop()
+				p.Stop()
 				if err != nil {
 					return fmt.Errorf("%s: %w", t.name, err)
 				}
@@ -397,86 +370,6 @@ func printTable(results []*result) {
 		fmt.Printf("| %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
 			r.name, r.rps, r.p50, r.p99, cpu, perCore, rpsRatio, perCoreRatio, halfP99, halfRatio, h2, h2ratio)
 	}
-}
-
-// proc is a process started under taskset.
-type proc struct {
-	name string
-	cmd  *exec.Cmd
-}
-
-func start(dir, name, cpu, bin string, args ...string) (*proc, error) {
-	cmd := exec.Command("taskset", append([]string{"-c", cpu, bin}, args...)...)
-	logf, err := os.Create(filepath.Join(dir, name+".log"))
-	if err != nil {
-		return nil, err
-	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", name, err)
-	}
-	p := &proc{name: name, cmd: cmd}
-	running.Lock()
-	running.m[p] = true
-	running.Unlock()
-	return p, nil
-}
-
-// running holds the processes started and not yet stopped.
-var running = struct {
-	sync.Mutex
-	m map[*proc]bool
-}{m: map[*proc]bool{}}
-
-func stopAll() {
-	running.Lock()
-	ps := make([]*proc, 0, len(running.m))
-	for p := range running.m {
-		ps = append(ps, p)
-	}
-	running.Unlock()
-	for _, p := range ps {
-		p.stop()
-	}
-}
-
-// stop ends the process (taskset execs it, so the pid is the program's).
-func (p *proc) stop() {
-	if p == nil {
-		return
-	}
-	running.Lock()
-	delete(running.m, p)
-	running.Unlock()
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { _ = p.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-done
-	}
-}
-
-// cpuTime is the CPU time the process used so far.
-func (p *proc) cpuTime() time.Duration {
-	if p == nil {
-		return 0
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
-	if err != nil {
-		return 0
-	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	if len(f) < 13 {
-		return 0
-	}
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * time.Second / 100 // USER_HZ
 }
 
 func addr(port int) string { return "127.0.0.1:" + strconv.Itoa(port) }
