@@ -270,7 +270,7 @@ func TestVIPBGP(t *testing.T) {
 		})
 	}
 
-	t.Run("SIGTERM withdraws before exit and no request fails", func(t *testing.T) {
+	t.Run("SIGTERM withdraws before exit and only an in-flight request may fail", func(t *testing.T) {
 		n := l.lbs[2]
 		probes := []*prober{
 			startProber(l.outside, netip.AddrPortFrom(bgpVIP4, 80), probeInterval, probeMax),
@@ -293,8 +293,12 @@ func TestVIPBGP(t *testing.T) {
 			rs := p.finish()
 			bad, first := failed(rs)
 			t.Logf("prober %d: %d of %d requests failed", i, bad, len(rs))
-			if bad > 0 {
-				t.Errorf("%d requests failed during the drain; first: %v", bad, first)
+			// The router spreads flows with hash-threshold ECMP: when a next
+			// hop leaves, the request in flight at that moment may be hashed
+			// to another host mid-connection and reset. Anything beyond that
+			// one request is a failure of the drain.
+			if bad > 1 {
+				t.Errorf("%d requests failed during the drain, want at most the one in flight at the route change; first: %v", bad, first)
 			}
 		}
 		if len(gone) < 2 || !withdrawn {
