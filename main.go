@@ -22,6 +22,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -241,7 +242,12 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	pb.RegisterAdminServer(srv, adminserver.New(node))
 	pb.RegisterClusterServer(srv, node.ClusterService())
 	pb.RegisterCertificatesServer(srv, certs.NewService(node))
-	tenants := tenantsync.New(tenantsync.Config{Store: node, Logger: log})
+	// The data plane starts below; tenant streams see its member health
+	// once it exists.
+	var dataPlane atomic.Pointer[proxy.Proxy]
+	tenants := tenantsync.New(tenantsync.Config{Store: node, Logger: log, Members: func(lb string) []*pb.MemberState {
+		return memberStates(dataPlane.Load(), lb)
+	}})
 	pb.RegisterTenantSyncServer(srv, tenants)
 	pb.RegisterTenantCredentialsServer(srv, tenants.Credentials())
 	served := make(chan error, 1)
@@ -267,6 +273,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 		return nil
 	}
 	px := proxy.New(proxy.Config{Logger: log, HTTP: cm.Terminator(proxy.NewHTTP(engine, challenge))})
+	dataPlane.Store(px)
 	fed := make(chan struct{})
 	go func() { defer close(fed); feedProxy(ctx, node, px, vm, log) }()
 	vm.run(ctx, log)
@@ -305,6 +312,19 @@ func serve(ctx context.Context, cfg serveConfig) error {
 		err = perr
 	}
 	return err
+}
+
+// memberStates is the data plane's view of a load balancer's members, for
+// the tenant's status.
+func memberStates(px *proxy.Proxy, lb string) []*pb.MemberState {
+	if px == nil {
+		return nil
+	}
+	var out []*pb.MemberState
+	for _, m := range px.Members(lb) {
+		out = append(out, &pb.MemberState{Pool: m.Pool, Address: m.Addr.String(), Healthy: m.Healthy})
+	}
+	return out
 }
 
 // feedProxy hands every committed state to the data plane, and then to

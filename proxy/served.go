@@ -1,7 +1,9 @@
 package proxy
 
 import (
+	"net/netip"
 	"slices"
+	"strings"
 	"sync/atomic"
 
 	"github.com/teapot-lb/teapot-lb/proxy/balance"
@@ -169,4 +171,36 @@ func (p *Proxy) Unhealthy() map[string]string {
 		}
 	}
 	return out
+}
+
+// MemberHealth is one member's health as this host sees it.
+type MemberHealth struct {
+	Pool    string
+	Addr    netip.AddrPort
+	Healthy bool
+}
+
+// Members returns the health of a load balancer's members ("tenant/name"),
+// by pool then address, as this host's checks see them now.
+func (p *Proxy) Members(lb string) []MemberHealth {
+	cur := p.current.Load()
+	if cur == nil {
+		return nil
+	}
+	var out []MemberHealth
+	for spec, pool := range cur.pools {
+		if spec.LB != lb {
+			continue
+		}
+		for _, m := range pool.members {
+			out = append(out, MemberHealth{Pool: spec.Name, Addr: m.Addr, Healthy: m.Usable()})
+		}
+	}
+	slices.SortFunc(out, func(a, b MemberHealth) int {
+		if c := strings.Compare(a.Pool, b.Pool); c != 0 {
+			return c
+		}
+		return a.Addr.Compare(b.Addr)
+	})
+	return slices.CompactFunc(out, func(a, b MemberHealth) bool { return a.Pool == b.Pool && a.Addr == b.Addr })
 }

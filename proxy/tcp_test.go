@@ -372,6 +372,12 @@ func TestUnhealthyListsLoadBalancersWithoutUsableMembers(t *testing.T) {
 		u := p.Unhealthy()
 		return u["acme/checked"] != "" && u["acme/fine"] == ""
 	})
+	if ms := p.Members("acme/checked"); len(ms) != 1 || ms[0].Healthy || ms[0].Pool != "app" || ms[0].Addr.String() != be.addr {
+		t.Fatalf("members of acme/checked: %+v", ms)
+	}
+	if ms := p.Members("acme/fine"); len(ms) != 1 || !ms[0].Healthy {
+		t.Fatalf("members of acme/fine: %+v", ms)
+	}
 	// Back to a TCP check, which the echo member passes: no longer listed.
 	checked.Pools["app"].HealthCheck = &pb.HealthCheck{Tcp: &pb.TCPCheck{}, Interval: dur(20 * time.Millisecond), Rise: 1, Fall: 1}
 	update(t, p, checked, fine)

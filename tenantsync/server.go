@@ -75,6 +75,10 @@ type Config struct {
 	// Heartbeat is how often an idle stream carries an empty status, so
 	// that an agent notices a silent host.
 	Heartbeat time.Duration
+	// Members, if set, tells the health of a load balancer's members
+	// ("tenant/name") as this host sees them; statuses carry it and
+	// streams push its changes.
+	Members func(lb string) []*pb.MemberState
 }
 
 // Server serves the TenantSync stream and the TenantCredentials calls.
@@ -256,6 +260,7 @@ func (s *Server) welcome(ctx context.Context, st *stream) (*pb.SyncWelcome, erro
 			continue
 		}
 		stat := statusOf(lb)
+		st.withMembers([]*pb.ObjectStatus{stat})
 		w.Objects = append(w.Objects, stat)
 		st.last[lb.GetName()] = stat
 	}

@@ -106,6 +106,10 @@ func (st *stream) follow(ctx context.Context, from uint64) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+			if err := st.pushHealth(); err != nil {
+				st.cancel(err)
+				return
+			}
 			st.sendMu.Lock()
 			idle := time.Since(st.sent) >= st.srv.cfg.Heartbeat
 			st.sendMu.Unlock()
@@ -178,6 +182,7 @@ func (st *stream) handle(ev consensus.Event) error {
 		}
 	}
 	statuses = st.withCertificates(statuses, lbs, certsTouched)
+	st.withMembers(statuses)
 	if tenantTouched {
 		if err := st.caller.admit(tenantObj); err != nil {
 			return err
@@ -228,4 +233,42 @@ func (st *stream) withCertificates(statuses []*pb.ObjectStatus, lbs map[string]*
 		}
 	}
 	return statuses
+}
+
+// withMembers adds the members' health to the statuses of stored load
+// balancers.
+func (st *stream) withMembers(statuses []*pb.ObjectStatus) {
+	if st.srv.cfg.Members == nil {
+		return
+	}
+	for _, s := range statuses {
+		if !s.GetRemoved() && s.GetError() == "" {
+			s.Members = st.srv.cfg.Members(st.caller.tenant + "/" + s.GetName())
+		}
+	}
+}
+
+// pushHealth sends the statuses whose members' health changed since they
+// were last sent: health changes without any change of the stored state.
+func (st *stream) pushHealth() error {
+	if st.srv.cfg.Members == nil {
+		return nil
+	}
+	st.mu.Lock()
+	var statuses []*pb.ObjectStatus
+	for _, last := range st.last {
+		s := proto.Clone(last).(*pb.ObjectStatus)
+		statuses = append(statuses, s)
+	}
+	st.mu.Unlock()
+	st.withMembers(statuses)
+	changed := st.changed(statuses)
+	if len(changed) == 0 {
+		return nil
+	}
+	push := &pb.SyncStatus{Objects: changed, Revision: st.srv.cfg.Store.Revision()}
+	if err := st.send(&pb.SyncResponse{Msg: &pb.SyncResponse_Status{Status: push}}); err != nil {
+		return fmt.Errorf("push member health: %w", err)
+	}
+	return nil
 }

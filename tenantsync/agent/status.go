@@ -181,6 +181,9 @@ func (a *Agent) recordEvents(k objKey, obj runtime.Object, d *translate.Desired,
 	for _, p := range st.GetProblems() {
 		parts = append(parts, p.GetField()+": "+p.GetReason())
 	}
+	if ms := st.GetMembers(); len(ms) > 0 && !slices.ContainsFunc(ms, (*pb.MemberState).GetHealthy) {
+		parts = append(parts, fmt.Sprintf("members: none of the %d members passes the LB's health checks", len(ms)))
+	}
 	var certs []string
 	for _, c := range st.GetCertificates() {
 		switch c.GetState() {

@@ -31,3 +31,29 @@ func TestCertificateProblemsBecomeEvents(t *testing.T) {
 		t.Fatalf("events %q", got)
 	}
 }
+
+func TestNoHealthyMemberBecomesAnEvent(t *testing.T) {
+	rec := record.NewFakeRecorder(10)
+	a := &Agent{events: rec, book: newStatusBook()}
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web"}}
+	k := objKey{kind: "Service", ns: "shop", name: "web"}
+	st := &pb.ObjectStatus{Name: "svc-shop-web", Address: "192.0.2.1", Members: []*pb.MemberState{
+		{Pool: "web", Address: "10.20.0.1:30080"}, {Pool: "web", Address: "10.20.0.2:30080"},
+	}}
+	a.recordEvents(k, svc, &translate.Desired{}, st, false)
+	var got []string
+	for len(rec.Events) > 0 {
+		got = append(got, <-rec.Events)
+	}
+	if len(got) != 1 || !strings.Contains(got[0], ReasonProblem) || !strings.Contains(got[0], "none of the 2 members") {
+		t.Fatalf("events %q", got)
+	}
+	// One healthy member: no such problem.
+	st.Members[1].Healthy = true
+	a.recordEvents(k, svc, &translate.Desired{}, st, false)
+	for len(rec.Events) > 0 {
+		if e := <-rec.Events; strings.Contains(e, "none of") {
+			t.Fatalf("unexpected event %q", e)
+		}
+	}
+}

@@ -615,7 +615,9 @@ type ObjectStatus struct {
 	// The object is not (or no longer) stored.
 	Removed bool `protobuf:"varint,6,opt,name=removed,proto3" json:"removed,omitempty"`
 	// Certificates of the hosts its https listeners serve.
-	Certificates  []*CertificateState `protobuf:"bytes,7,rep,name=certificates,proto3" json:"certificates,omitempty"`
+	Certificates []*CertificateState `protobuf:"bytes,7,rep,name=certificates,proto3" json:"certificates,omitempty"`
+	// Health of its members as the LB host serving this stream sees them.
+	Members       []*MemberState `protobuf:"bytes,8,rep,name=members,proto3" json:"members,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -699,6 +701,76 @@ func (x *ObjectStatus) GetCertificates() []*CertificateState {
 	return nil
 }
 
+func (x *ObjectStatus) GetMembers() []*MemberState {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+// MemberState is one backend member's health.
+type MemberState struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Backend pool of the load balancer.
+	Pool string `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	// host:port.
+	Address       string `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	Healthy       bool   `protobuf:"varint,3,opt,name=healthy,proto3" json:"healthy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MemberState) Reset() {
+	*x = MemberState{}
+	mi := &file_teapotv1_tenant_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MemberState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MemberState) ProtoMessage() {}
+
+func (x *MemberState) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_tenant_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MemberState.ProtoReflect.Descriptor instead.
+func (*MemberState) Descriptor() ([]byte, []int) {
+	return file_teapotv1_tenant_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *MemberState) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *MemberState) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *MemberState) GetHealthy() bool {
+	if x != nil {
+		return x.Healthy
+	}
+	return false
+}
+
 // CertificateState is the certificate the cluster holds for one host.
 type CertificateState struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -717,7 +789,7 @@ type CertificateState struct {
 
 func (x *CertificateState) Reset() {
 	*x = CertificateState{}
-	mi := &file_teapotv1_tenant_proto_msgTypes[9]
+	mi := &file_teapotv1_tenant_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -729,7 +801,7 @@ func (x *CertificateState) String() string {
 func (*CertificateState) ProtoMessage() {}
 
 func (x *CertificateState) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_tenant_proto_msgTypes[9]
+	mi := &file_teapotv1_tenant_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -742,7 +814,7 @@ func (x *CertificateState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertificateState.ProtoReflect.Descriptor instead.
 func (*CertificateState) Descriptor() ([]byte, []int) {
-	return file_teapotv1_tenant_proto_rawDescGZIP(), []int{9}
+	return file_teapotv1_tenant_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CertificateState) GetHost() string {
@@ -798,7 +870,7 @@ type IssueCredentialsRequest struct {
 
 func (x *IssueCredentialsRequest) Reset() {
 	*x = IssueCredentialsRequest{}
-	mi := &file_teapotv1_tenant_proto_msgTypes[10]
+	mi := &file_teapotv1_tenant_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -810,7 +882,7 @@ func (x *IssueCredentialsRequest) String() string {
 func (*IssueCredentialsRequest) ProtoMessage() {}
 
 func (x *IssueCredentialsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_tenant_proto_msgTypes[10]
+	mi := &file_teapotv1_tenant_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -823,7 +895,7 @@ func (x *IssueCredentialsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IssueCredentialsRequest.ProtoReflect.Descriptor instead.
 func (*IssueCredentialsRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_tenant_proto_rawDescGZIP(), []int{10}
+	return file_teapotv1_tenant_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *IssueCredentialsRequest) GetTenant() string {
@@ -856,7 +928,7 @@ type IssueCredentialsResponse struct {
 
 func (x *IssueCredentialsResponse) Reset() {
 	*x = IssueCredentialsResponse{}
-	mi := &file_teapotv1_tenant_proto_msgTypes[11]
+	mi := &file_teapotv1_tenant_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -868,7 +940,7 @@ func (x *IssueCredentialsResponse) String() string {
 func (*IssueCredentialsResponse) ProtoMessage() {}
 
 func (x *IssueCredentialsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_tenant_proto_msgTypes[11]
+	mi := &file_teapotv1_tenant_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -881,7 +953,7 @@ func (x *IssueCredentialsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IssueCredentialsResponse.ProtoReflect.Descriptor instead.
 func (*IssueCredentialsResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_tenant_proto_rawDescGZIP(), []int{11}
+	return file_teapotv1_tenant_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *IssueCredentialsResponse) GetCertPem() []byte {
@@ -937,7 +1009,7 @@ type RevokeCredentialsRequest struct {
 
 func (x *RevokeCredentialsRequest) Reset() {
 	*x = RevokeCredentialsRequest{}
-	mi := &file_teapotv1_tenant_proto_msgTypes[12]
+	mi := &file_teapotv1_tenant_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -949,7 +1021,7 @@ func (x *RevokeCredentialsRequest) String() string {
 func (*RevokeCredentialsRequest) ProtoMessage() {}
 
 func (x *RevokeCredentialsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_tenant_proto_msgTypes[12]
+	mi := &file_teapotv1_tenant_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -962,7 +1034,7 @@ func (x *RevokeCredentialsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeCredentialsRequest.ProtoReflect.Descriptor instead.
 func (*RevokeCredentialsRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_tenant_proto_rawDescGZIP(), []int{12}
+	return file_teapotv1_tenant_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RevokeCredentialsRequest) GetTenant() string {
@@ -991,7 +1063,7 @@ type RevokeCredentialsResponse struct {
 
 func (x *RevokeCredentialsResponse) Reset() {
 	*x = RevokeCredentialsResponse{}
-	mi := &file_teapotv1_tenant_proto_msgTypes[13]
+	mi := &file_teapotv1_tenant_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1003,7 +1075,7 @@ func (x *RevokeCredentialsResponse) String() string {
 func (*RevokeCredentialsResponse) ProtoMessage() {}
 
 func (x *RevokeCredentialsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_tenant_proto_msgTypes[13]
+	mi := &file_teapotv1_tenant_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1016,7 +1088,7 @@ func (x *RevokeCredentialsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeCredentialsResponse.ProtoReflect.Descriptor instead.
 func (*RevokeCredentialsResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_tenant_proto_rawDescGZIP(), []int{13}
+	return file_teapotv1_tenant_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RevokeCredentialsResponse) GetRevoked() []string {
@@ -1075,7 +1147,7 @@ const file_teapotv1_tenant_proto_rawDesc = "" +
 	"SyncStatus\x121\n" +
 	"\aobjects\x18\x01 \x03(\v2\x17.teapot.v1.ObjectStatusR\aobjects\x12)\n" +
 	"\x06tenant\x18\x02 \x01(\v2\x11.teapot.v1.TenantR\x06tenant\x12\x1a\n" +
-	"\brevision\x18\x03 \x01(\x04R\brevision\"\xf7\x01\n" +
+	"\brevision\x18\x03 \x01(\x04R\brevision\"\xa9\x02\n" +
 	"\fObjectStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x18\n" +
@@ -1083,7 +1155,12 @@ const file_teapotv1_tenant_proto_rawDesc = "" +
 	"\x05error\x18\x04 \x01(\tR\x05error\x12.\n" +
 	"\bproblems\x18\x05 \x03(\v2\x12.teapot.v1.ProblemR\bproblems\x12\x18\n" +
 	"\aremoved\x18\x06 \x01(\bR\aremoved\x12?\n" +
-	"\fcertificates\x18\a \x03(\v2\x1b.teapot.v1.CertificateStateR\fcertificates\"\xce\x01\n" +
+	"\fcertificates\x18\a \x03(\v2\x1b.teapot.v1.CertificateStateR\fcertificates\x120\n" +
+	"\amembers\x18\b \x03(\v2\x16.teapot.v1.MemberStateR\amembers\"U\n" +
+	"\vMemberState\x12\x12\n" +
+	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x18\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x18\n" +
+	"\ahealthy\x18\x03 \x01(\bR\ahealthy\"\xce\x01\n" +
 	"\x10CertificateState\x12\x12\n" +
 	"\x04host\x18\x01 \x01(\tR\x04host\x12 \n" +
 	"\vcertificate\x18\x02 \x01(\tR\vcertificate\x12\x14\n" +
@@ -1128,7 +1205,7 @@ func file_teapotv1_tenant_proto_rawDescGZIP() []byte {
 	return file_teapotv1_tenant_proto_rawDescData
 }
 
-var file_teapotv1_tenant_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_teapotv1_tenant_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_teapotv1_tenant_proto_goTypes = []any{
 	(*SyncRequest)(nil),               // 0: teapot.v1.SyncRequest
 	(*SyncResponse)(nil),              // 1: teapot.v1.SyncResponse
@@ -1139,15 +1216,16 @@ var file_teapotv1_tenant_proto_goTypes = []any{
 	(*SyncAck)(nil),                   // 6: teapot.v1.SyncAck
 	(*SyncStatus)(nil),                // 7: teapot.v1.SyncStatus
 	(*ObjectStatus)(nil),              // 8: teapot.v1.ObjectStatus
-	(*CertificateState)(nil),          // 9: teapot.v1.CertificateState
-	(*IssueCredentialsRequest)(nil),   // 10: teapot.v1.IssueCredentialsRequest
-	(*IssueCredentialsResponse)(nil),  // 11: teapot.v1.IssueCredentialsResponse
-	(*RevokeCredentialsRequest)(nil),  // 12: teapot.v1.RevokeCredentialsRequest
-	(*RevokeCredentialsResponse)(nil), // 13: teapot.v1.RevokeCredentialsResponse
-	(*Tenant)(nil),                    // 14: teapot.v1.Tenant
-	(*LoadBalancer)(nil),              // 15: teapot.v1.LoadBalancer
-	(*Problem)(nil),                   // 16: teapot.v1.Problem
-	(*timestamppb.Timestamp)(nil),     // 17: google.protobuf.Timestamp
+	(*MemberState)(nil),               // 9: teapot.v1.MemberState
+	(*CertificateState)(nil),          // 10: teapot.v1.CertificateState
+	(*IssueCredentialsRequest)(nil),   // 11: teapot.v1.IssueCredentialsRequest
+	(*IssueCredentialsResponse)(nil),  // 12: teapot.v1.IssueCredentialsResponse
+	(*RevokeCredentialsRequest)(nil),  // 13: teapot.v1.RevokeCredentialsRequest
+	(*RevokeCredentialsResponse)(nil), // 14: teapot.v1.RevokeCredentialsResponse
+	(*Tenant)(nil),                    // 15: teapot.v1.Tenant
+	(*LoadBalancer)(nil),              // 16: teapot.v1.LoadBalancer
+	(*Problem)(nil),                   // 17: teapot.v1.Problem
+	(*timestamppb.Timestamp)(nil),     // 18: google.protobuf.Timestamp
 }
 var file_teapotv1_tenant_proto_depIdxs = []int32{
 	2,  // 0: teapot.v1.SyncRequest.hello:type_name -> teapot.v1.SyncHello
@@ -1155,28 +1233,29 @@ var file_teapotv1_tenant_proto_depIdxs = []int32{
 	3,  // 2: teapot.v1.SyncResponse.welcome:type_name -> teapot.v1.SyncWelcome
 	6,  // 3: teapot.v1.SyncResponse.ack:type_name -> teapot.v1.SyncAck
 	7,  // 4: teapot.v1.SyncResponse.status:type_name -> teapot.v1.SyncStatus
-	14, // 5: teapot.v1.SyncWelcome.tenant:type_name -> teapot.v1.Tenant
+	15, // 5: teapot.v1.SyncWelcome.tenant:type_name -> teapot.v1.Tenant
 	8,  // 6: teapot.v1.SyncWelcome.objects:type_name -> teapot.v1.ObjectStatus
 	5,  // 7: teapot.v1.SyncChange.upserts:type_name -> teapot.v1.SyncUpsert
-	15, // 8: teapot.v1.SyncUpsert.load_balancer:type_name -> teapot.v1.LoadBalancer
+	16, // 8: teapot.v1.SyncUpsert.load_balancer:type_name -> teapot.v1.LoadBalancer
 	8,  // 9: teapot.v1.SyncAck.results:type_name -> teapot.v1.ObjectStatus
 	8,  // 10: teapot.v1.SyncStatus.objects:type_name -> teapot.v1.ObjectStatus
-	14, // 11: teapot.v1.SyncStatus.tenant:type_name -> teapot.v1.Tenant
-	16, // 12: teapot.v1.ObjectStatus.problems:type_name -> teapot.v1.Problem
-	9,  // 13: teapot.v1.ObjectStatus.certificates:type_name -> teapot.v1.CertificateState
-	17, // 14: teapot.v1.CertificateState.not_after:type_name -> google.protobuf.Timestamp
-	17, // 15: teapot.v1.IssueCredentialsResponse.expires:type_name -> google.protobuf.Timestamp
-	0,  // 16: teapot.v1.TenantSync.Sync:input_type -> teapot.v1.SyncRequest
-	10, // 17: teapot.v1.TenantCredentials.Issue:input_type -> teapot.v1.IssueCredentialsRequest
-	12, // 18: teapot.v1.TenantCredentials.Revoke:input_type -> teapot.v1.RevokeCredentialsRequest
-	1,  // 19: teapot.v1.TenantSync.Sync:output_type -> teapot.v1.SyncResponse
-	11, // 20: teapot.v1.TenantCredentials.Issue:output_type -> teapot.v1.IssueCredentialsResponse
-	13, // 21: teapot.v1.TenantCredentials.Revoke:output_type -> teapot.v1.RevokeCredentialsResponse
-	19, // [19:22] is the sub-list for method output_type
-	16, // [16:19] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	15, // 11: teapot.v1.SyncStatus.tenant:type_name -> teapot.v1.Tenant
+	17, // 12: teapot.v1.ObjectStatus.problems:type_name -> teapot.v1.Problem
+	10, // 13: teapot.v1.ObjectStatus.certificates:type_name -> teapot.v1.CertificateState
+	9,  // 14: teapot.v1.ObjectStatus.members:type_name -> teapot.v1.MemberState
+	18, // 15: teapot.v1.CertificateState.not_after:type_name -> google.protobuf.Timestamp
+	18, // 16: teapot.v1.IssueCredentialsResponse.expires:type_name -> google.protobuf.Timestamp
+	0,  // 17: teapot.v1.TenantSync.Sync:input_type -> teapot.v1.SyncRequest
+	11, // 18: teapot.v1.TenantCredentials.Issue:input_type -> teapot.v1.IssueCredentialsRequest
+	13, // 19: teapot.v1.TenantCredentials.Revoke:input_type -> teapot.v1.RevokeCredentialsRequest
+	1,  // 20: teapot.v1.TenantSync.Sync:output_type -> teapot.v1.SyncResponse
+	12, // 21: teapot.v1.TenantCredentials.Issue:output_type -> teapot.v1.IssueCredentialsResponse
+	14, // 22: teapot.v1.TenantCredentials.Revoke:output_type -> teapot.v1.RevokeCredentialsResponse
+	20, // [20:23] is the sub-list for method output_type
+	17, // [17:20] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_teapotv1_tenant_proto_init() }
@@ -1200,7 +1279,7 @@ func file_teapotv1_tenant_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_teapotv1_tenant_proto_rawDesc), len(file_teapotv1_tenant_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
