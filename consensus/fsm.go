@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
@@ -34,6 +35,9 @@ type fsm struct {
 	st  *state
 	hub *hub
 	log *slog.Logger
+	// applied is the index of the last command applied to st. Raft's own
+	// AppliedIndex counts entries handed to the FSM, not applied by it.
+	applied atomic.Uint64
 }
 
 var _ raft.FSM = (*fsm)(nil)
@@ -83,6 +87,7 @@ func (f *fsm) Apply(l *raft.Log) any {
 		f.st.revision = rev
 	}
 	res.revision = f.st.revision
+	f.applied.Store(l.Index)
 	f.mu.Unlock()
 
 	if len(changes) > 0 {
@@ -122,6 +127,7 @@ func (f *fsm) commit(ov *overlay, rev uint64) []Change {
 func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.RLock()
 	p := f.st.toProto()
+	p.AppliedIndex = f.applied.Load()
 	f.mu.RUnlock()
 	return &fsmSnapshot{state: p}, nil
 }
@@ -143,6 +149,7 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	st := stateFromProto(&p)
 	f.mu.Lock()
 	f.st = st
+	f.applied.Store(p.GetAppliedIndex())
 	f.mu.Unlock()
 	f.hub.reset(st.revision)
 	f.log.Info("restored state from snapshot", "revision", st.revision)

@@ -131,6 +131,10 @@ func TestFSMSnapshotRestoreRoundTrip(t *testing.T) {
 	if g.st.revision != 6 {
 		t.Fatalf("revision %d, want 6", g.st.revision)
 	}
+	// Reads wait for the FSM's own applied index, which the snapshot keeps.
+	if got, want := g.applied.Load(), f.applied.Load(); got != want || want != 6 {
+		t.Fatalf("applied index after restore %d, want %d (= 6)", got, want)
+	}
 	if users := g.st.addressUsers(mustAddr("192.0.2.3")); len(users) != 1 {
 		t.Fatalf("address index not rebuilt: %v", users)
 	}

@@ -64,17 +64,48 @@ func (n *Node) leaderReadIndex() (uint64, error) {
 	return idx, nil
 }
 
+// waitApplied returns once this host's state holds every command up to
+// idx: raft has handed the entries to the FSM and the FSM has applied the
+// last command among them.
 func (n *Node) waitApplied(ctx context.Context, idx uint64) error {
-	for n.raft.AppliedIndex() < idx {
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("catching up to index %d (at %d): %w", idx, n.raft.AppliedIndex(), ErrNoLeader)
-		case <-n.stop:
-			return ErrClosed
-		case <-time.After(time.Millisecond):
+	wait := func(done func() bool) error {
+		for !done() {
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("catching up to index %d (at %d): %w", idx, n.fsm.applied.Load(), ErrNoLeader)
+			case <-n.stop:
+				return ErrClosed
+			case <-time.After(time.Millisecond):
+			}
+		}
+		return nil
+	}
+	if err := wait(func() bool { return n.raft.AppliedIndex() >= idx }); err != nil {
+		return err
+	}
+	cmd := n.lastCommandAtOrBefore(idx)
+	return wait(func() bool { return n.fsm.applied.Load() >= cmd })
+}
+
+// lastCommandAtOrBefore returns the index of the last command entry at or
+// before idx (entries in between are Raft's own: no-ops, configuration),
+// or 0 when the log no longer holds it: it is then part of the snapshot
+// the state was built from.
+func (n *Node) lastCommandAtOrBefore(idx uint64) uint64 {
+	first, err := n.store.FirstIndex()
+	if err != nil {
+		return 0
+	}
+	for i := idx; i >= first && i > 0 && idx-i < 4096; i-- {
+		var l raft.Log
+		if err := n.store.GetLog(i, &l); err != nil {
+			return 0
+		}
+		if l.Type == raft.LogCommand {
+			return i
 		}
 	}
-	return nil
+	return 0
 }
 
 // Get returns one object, linearizably.

@@ -260,6 +260,8 @@ type State struct {
 	JoinTokens    []*JoinToken           `protobuf:"bytes,7,rep,name=join_tokens,json=joinTokens,proto3" json:"join_tokens,omitempty"`
 	StorageItems  []*StorageItem         `protobuf:"bytes,8,rep,name=storage_items,json=storageItems,proto3" json:"storage_items,omitempty"`
 	StorageLocks  []*StorageLock         `protobuf:"bytes,9,rep,name=storage_locks,json=storageLocks,proto3" json:"storage_locks,omitempty"`
+	// Index of the last command applied to this state.
+	AppliedIndex  uint64 `protobuf:"varint,10,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -357,6 +359,13 @@ func (x *State) GetStorageLocks() []*StorageLock {
 	return nil
 }
 
+func (x *State) GetAppliedIndex() uint64 {
+	if x != nil {
+		return x.AppliedIndex
+	}
+	return 0
+}
+
 var File_teapotv1_raft_proto protoreflect.FileDescriptor
 
 const file_teapotv1_raft_proto_rawDesc = "" +
@@ -377,7 +386,7 @@ const file_teapotv1_raft_proto_rawDesc = "" +
 	"\n" +
 	"lock_owner\x18\x05 \x01(\tR\tlockOwner\x12\x16\n" +
 	"\x06prefix\x18\x06 \x01(\bR\x06prefixB\x04\n" +
-	"\x02op\"\xd5\x03\n" +
+	"\x02op\"\xfa\x03\n" +
 	"\x05State\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x04R\brevision\x12+\n" +
 	"\atenants\x18\x02 \x03(\v2\x11.teapot.v1.TenantR\atenants\x12/\n" +
@@ -388,7 +397,9 @@ const file_teapotv1_raft_proto_rawDesc = "" +
 	"\vjoin_tokens\x18\a \x03(\v2\x14.teapot.v1.JoinTokenR\n" +
 	"joinTokens\x12;\n" +
 	"\rstorage_items\x18\b \x03(\v2\x16.teapot.v1.StorageItemR\fstorageItems\x12;\n" +
-	"\rstorage_locks\x18\t \x03(\v2\x16.teapot.v1.StorageLockR\fstorageLocksB<Z:github.com/teapot-lb/teapot-lb/api/proto/teapotv1;teapotv1b\x06proto3"
+	"\rstorage_locks\x18\t \x03(\v2\x16.teapot.v1.StorageLockR\fstorageLocks\x12#\n" +
+	"\rapplied_index\x18\n" +
+	" \x01(\x04R\fappliedIndexB<Z:github.com/teapot-lb/teapot-lb/api/proto/teapotv1;teapotv1b\x06proto3"
 
 var (
 	file_teapotv1_raft_proto_rawDescOnce sync.Once
