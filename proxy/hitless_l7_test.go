@@ -33,7 +33,7 @@ const shopHost = "shop.acme.example"
 // connections must survive.
 func TestHitlessL7ConfigChanges(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs for several seconds")
+		t.Skip("-short: runs for several seconds")
 	}
 	const (
 		streams     = 25

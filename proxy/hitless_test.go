@@ -19,7 +19,7 @@ import (
 // may be reset.
 func TestHitlessConfigChanges(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs for several seconds")
+		t.Skip("-short: runs for several seconds")
 	}
 	const (
 		streams     = 50

@@ -53,7 +53,7 @@ func heapInUse() uint64 {
 // change to the 10,000, and reports time and heap.
 func TestUpdateScales(t *testing.T) {
 	if testing.Short() {
-		t.Skip("opens 10,000 sockets")
+		t.Skip("-short: opens 10,000 sockets")
 	}
 	needFDs(t, 10000)
 	port := freePort(t)

@@ -12,7 +12,7 @@ const leaderKills = 3
 
 func TestClusterFormsAndSurvivesLeaderKills(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts a three-node cluster")
+		t.Skip("-short: starts a three-node cluster")
 	}
 	c := newCluster(t)
 	began := time.Now()

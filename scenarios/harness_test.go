@@ -534,3 +534,14 @@ func tail(path string, n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// unavailable skips a test whose environment lacks something it needs
+// (root, a Debian package, a tool build) — unless it runs in CI, where
+// .ci/run installs all of it, so a missing piece is a failure there.
+func unavailable(tb testing.TB, format string, args ...any) {
+	tb.Helper()
+	if os.Getenv("CI") != "" {
+		tb.Fatalf("CI: "+format, args...)
+	}
+	tb.Skipf(format, args...)
+}

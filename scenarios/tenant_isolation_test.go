@@ -15,7 +15,7 @@ import (
 
 func TestTenantIsolation(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts etcd, kube-apiserver and a three-node cluster")
+		t.Skip("-short: starts etcd, kube-apiserver and a three-node cluster")
 	}
 	l := newTenantLab(t)
 	pods := newPodNet(t, 2)

@@ -67,7 +67,7 @@ func kubeBinaries(tb testing.TB) string {
 		if os.Getenv("CI") == "true" {
 			tb.Fatalf("build kube-apiserver and etcd: %v", kubeBins.err)
 		}
-		tb.Skipf("kube-apiserver and etcd cannot be built here, so this test cannot run: %v", kubeBins.err)
+		unavailable(tb, "kube-apiserver and etcd cannot be built here, so this test cannot run: %v", kubeBins.err)
 	}
 	return kubeBins.dir
 }

@@ -56,7 +56,7 @@ func newPodNet(t testing.TB, n int) *podNet {
 			if os.Getenv("CI") == "true" {
 				t.Fatal(msg)
 			}
-			t.Skip("needs a network namespace for the pod network (root and iproute2): " + msg)
+			unavailable(t, "needs a network namespace for the pod network (root and iproute2): %s", msg)
 		}
 	}
 	return p

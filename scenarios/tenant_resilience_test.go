@@ -45,7 +45,7 @@ func waitLogged(t testing.TB, p *proc, text string) {
 
 func TestTenantSyncResilience(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts etcd, kube-apiserver and a three-node cluster")
+		t.Skip("-short: starts etcd, kube-apiserver and a three-node cluster")
 	}
 	l := newTenantLab(t)
 	pods := newPodNet(t, 3)

@@ -58,7 +58,7 @@ func (l *tenantLab) seedTenant(name, domain string, networks ...string) string {
 
 func TestTenantAgentAgainstKubeAPIServer(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts etcd, kube-apiserver and a three-node cluster")
+		t.Skip("-short: starts etcd, kube-apiserver and a three-node cluster")
 	}
 	l := newTenantLab(t)
 	pods := newPodNet(t, 2)

@@ -104,7 +104,7 @@ pools: { web: { members: ["127.0.0.1:9"] } }
 	teapotAddr := net.JoinHostPort(benchTeapotVIP, strconv.Itoa(port))
 	if err := waitHandshake(teapotAddr, 30*time.Second); err != nil {
 		if data, _ := os.ReadFile(n.logPath); strings.Contains(string(data), "need the L7 handler") {
-			b.Skip("serve runs no L7 handler yet, so https listeners stay closed")
+			b.Fatal("serve opens no https listener: the data plane reports that https listeners need the L7 handler")
 		}
 		b.Fatal(err)
 	}

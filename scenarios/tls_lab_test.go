@@ -97,7 +97,7 @@ func newTLSLab(tb testing.TB) *tlsLab {
 	tb.Helper()
 	pebbletest.Binaries(tb)
 	if err := netlab.Check(); err != nil {
-		tb.Skipf("the TLS lab needs network namespaces: %v", err)
+		unavailable(tb, "the TLS lab needs network namespaces: %v", err)
 	}
 	lab, err := netlab.New()
 	if err != nil {

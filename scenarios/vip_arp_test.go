@@ -24,7 +24,7 @@ const (
 
 func TestVIPARP(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds a network lab with a three-host cluster")
+		t.Skip("-short: builds a network lab with a three-host cluster")
 	}
 	needTools(t)
 	l := newVIPLab(t, labOptions{teapot: true})

@@ -206,7 +206,7 @@ func (l *vipLab) waitGone(tb testing.TB, n *lbHost, since time.Time, vips ...net
 
 func TestVIPBGP(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds a network lab with a three-host cluster and a BGP router")
+		t.Skip("-short: builds a network lab with a three-host cluster and a BGP router")
 	}
 	needTools(t, "bird", "birdc")
 	l := newVIPLab(t, labOptions{bgp: true, teapot: true})

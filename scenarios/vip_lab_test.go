@@ -130,11 +130,11 @@ type labOptions struct {
 func needTools(tb testing.TB, tools ...string) {
 	tb.Helper()
 	if err := netlab.Check(); err != nil {
-		tb.Skipf("VIP lab: %v", err)
+		unavailable(tb, "VIP lab: %v", err)
 	}
 	for _, t := range tools {
 		if _, err := exec.LookPath(t); err != nil {
-			tb.Skipf("VIP lab: %s is not installed (Debian packages bird2, keepalived, nftables)", t)
+			unavailable(tb, "VIP lab: %s is not installed (Debian packages bird2, keepalived, nftables)", t)
 		}
 	}
 }

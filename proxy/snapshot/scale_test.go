@@ -42,7 +42,7 @@ func BenchmarkRouteMatch(b *testing.B) {
 // 10,000 stays well under a second.
 func TestCompileScales(t *testing.T) {
 	if testing.Short() {
-		t.Skip("compiles 11,000 load balancers")
+		t.Skip("-short: compiles 11,000 load balancers")
 	}
 	measure := func(n int) time.Duration {
 		in := scaleObjects(n)
