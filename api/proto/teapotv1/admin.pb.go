@@ -324,7 +324,12 @@ type ListRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Kind  string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
 	// Only objects of this tenant (namespaced kinds).
-	Tenant        string `protobuf:"bytes,2,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Tenant string `protobuf:"bytes,2,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// At most this many objects (0: the server's default page size; the
+	// server also caps a page by its encoded size).
+	PageSize uint32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Where to continue: next_page_token of the previous page.
+	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -373,10 +378,26 @@ func (x *ListRequest) GetTenant() string {
 	return ""
 }
 
+func (x *ListRequest) GetPageSize() uint32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 type ListResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Objects       []*Object              `protobuf:"bytes,1,rep,name=objects,proto3" json:"objects,omitempty"`
-	Revision      uint64                 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Objects  []*Object              `protobuf:"bytes,1,rep,name=objects,proto3" json:"objects,omitempty"`
+	Revision uint64                 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	// Set when more objects follow; pass it as page_token.
+	NextPageToken string `protobuf:"bytes,3,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -423,6 +444,13 @@ func (x *ListResponse) GetRevision() uint64 {
 		return x.Revision
 	}
 	return 0
+}
+
+func (x *ListResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 type ClusterStatusRequest struct {
@@ -1706,13 +1734,17 @@ const file_teapotv1_admin_proto_rawDesc = "" +
 	"\brevision\x18\x01 \x01(\x04R\brevision\"4\n" +
 	"\n" +
 	"GetRequest\x12&\n" +
-	"\x03ref\x18\x01 \x01(\v2\x14.teapot.v1.ObjectRefR\x03ref\"9\n" +
+	"\x03ref\x18\x01 \x01(\v2\x14.teapot.v1.ObjectRefR\x03ref\"u\n" +
 	"\vListRequest\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x16\n" +
-	"\x06tenant\x18\x02 \x01(\tR\x06tenant\"W\n" +
+	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x1b\n" +
+	"\tpage_size\x18\x03 \x01(\rR\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\"\x7f\n" +
 	"\fListResponse\x12+\n" +
 	"\aobjects\x18\x01 \x03(\v2\x11.teapot.v1.ObjectR\aobjects\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x04R\brevision\"\x16\n" +
+	"\brevision\x18\x02 \x01(\x04R\brevision\x12&\n" +
+	"\x0fnext_page_token\x18\x03 \x01(\tR\rnextPageToken\"\x16\n" +
 	"\x14ClusterStatusRequest\"\xab\x02\n" +
 	"\x15ClusterStatusResponse\x12\x1d\n" +
 	"\n" +

@@ -111,11 +111,16 @@ type Tenant struct {
 	// Pod IPs are routable from the LB hosts (agent pod mode).
 	PodsRoutable bool `protobuf:"varint,6,opt,name=pods_routable,json=podsRoutable,proto3" json:"pods_routable,omitempty"`
 	// Serial numbers (lower-case hex) of revoked tenant credentials; their
-	// streams are closed and new ones refused.
+	// streams are closed and new ones refused. Owned by the cluster: only
+	// `tenant revoke` adds to it; an apply of the tenant keeps what is stored.
 	RevokedCredentials []string `protobuf:"bytes,7,rep,name=revoked_credentials,json=revokedCredentials,proto3" json:"revoked_credentials,omitempty"`
-	Meta               *Meta    `protobuf:"bytes,15,opt,name=meta,proto3" json:"meta,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// Identity of this tenant, stamped by the cluster when the tenant is
+	// created and kept for its life; a tenant deleted and created again with
+	// the same name gets a new uid. Tenant credentials carry it.
+	Uid           string `protobuf:"bytes,8,opt,name=uid,proto3" json:"uid,omitempty"`
+	Meta          *Meta  `protobuf:"bytes,15,opt,name=meta,proto3" json:"meta,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Tenant) Reset() {
@@ -197,6 +202,13 @@ func (x *Tenant) GetRevokedCredentials() []string {
 	return nil
 }
 
+func (x *Tenant) GetUid() string {
+	if x != nil {
+		return x.Uid
+	}
+	return ""
+}
+
 func (x *Tenant) GetMeta() *Meta {
 	if x != nil {
 		return x.Meta
@@ -204,14 +216,32 @@ func (x *Tenant) GetMeta() *Meta {
 	return nil
 }
 
-// Quotas of zero mean "no limit".
+// Quotas bound what a tenant may write and use. Zero means the cluster's
+// default for that field (see api.DefaultQuotas), never "no limit"; an
+// operator raises a bound by setting it.
 type Quotas struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	LoadBalancers uint32                 `protobuf:"varint,1,opt,name=load_balancers,json=loadBalancers,proto3" json:"load_balancers,omitempty"`
 	Addresses     uint32                 `protobuf:"varint,2,opt,name=addresses,proto3" json:"addresses,omitempty"`
 	Certificates  uint32                 `protobuf:"varint,3,opt,name=certificates,proto3" json:"certificates,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Per load balancer.
+	ListenersPerLb uint32 `protobuf:"varint,4,opt,name=listeners_per_lb,json=listenersPerLb,proto3" json:"listeners_per_lb,omitempty"`
+	RoutesPerLb    uint32 `protobuf:"varint,5,opt,name=routes_per_lb,json=routesPerLb,proto3" json:"routes_per_lb,omitempty"`
+	PoolsPerLb     uint32 `protobuf:"varint,6,opt,name=pools_per_lb,json=poolsPerLb,proto3" json:"pools_per_lb,omitempty"`
+	MembersPerPool uint32 `protobuf:"varint,7,opt,name=members_per_pool,json=membersPerPool,proto3" json:"members_per_pool,omitempty"`
+	// Totals over all the tenant's load balancers.
+	Listeners uint32 `protobuf:"varint,8,opt,name=listeners,proto3" json:"listeners,omitempty"`
+	Routes    uint32 `protobuf:"varint,9,opt,name=routes,proto3" json:"routes,omitempty"`
+	Members   uint32 `protobuf:"varint,10,opt,name=members,proto3" json:"members,omitempty"`
+	// Active health checks (members of pools with a health check).
+	HealthChecks uint32 `protobuf:"varint,11,opt,name=health_checks,json=healthChecks,proto3" json:"health_checks,omitempty"`
+	// Concurrent client connections per LB host, over all the tenant's
+	// listeners (0: derived from the host's descriptor limit).
+	Connections uint32 `protobuf:"varint,12,opt,name=connections,proto3" json:"connections,omitempty"`
+	// Concurrent client connections per listener per LB host (0: derived).
+	ConnectionsPerListener uint32 `protobuf:"varint,13,opt,name=connections_per_listener,json=connectionsPerListener,proto3" json:"connections_per_listener,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *Quotas) Reset() {
@@ -261,6 +291,76 @@ func (x *Quotas) GetAddresses() uint32 {
 func (x *Quotas) GetCertificates() uint32 {
 	if x != nil {
 		return x.Certificates
+	}
+	return 0
+}
+
+func (x *Quotas) GetListenersPerLb() uint32 {
+	if x != nil {
+		return x.ListenersPerLb
+	}
+	return 0
+}
+
+func (x *Quotas) GetRoutesPerLb() uint32 {
+	if x != nil {
+		return x.RoutesPerLb
+	}
+	return 0
+}
+
+func (x *Quotas) GetPoolsPerLb() uint32 {
+	if x != nil {
+		return x.PoolsPerLb
+	}
+	return 0
+}
+
+func (x *Quotas) GetMembersPerPool() uint32 {
+	if x != nil {
+		return x.MembersPerPool
+	}
+	return 0
+}
+
+func (x *Quotas) GetListeners() uint32 {
+	if x != nil {
+		return x.Listeners
+	}
+	return 0
+}
+
+func (x *Quotas) GetRoutes() uint32 {
+	if x != nil {
+		return x.Routes
+	}
+	return 0
+}
+
+func (x *Quotas) GetMembers() uint32 {
+	if x != nil {
+		return x.Members
+	}
+	return 0
+}
+
+func (x *Quotas) GetHealthChecks() uint32 {
+	if x != nil {
+		return x.HealthChecks
+	}
+	return 0
+}
+
+func (x *Quotas) GetConnections() uint32 {
+	if x != nil {
+		return x.Connections
+	}
+	return 0
+}
+
+func (x *Quotas) GetConnectionsPerListener() uint32 {
+	if x != nil {
+		return x.ConnectionsPerListener
 	}
 	return 0
 }
@@ -549,6 +649,10 @@ type Listener struct {
 	// Maximum concurrent connections on this listener (0: default).
 	MaxConnections uint32               `protobuf:"varint,6,opt,name=max_connections,json=maxConnections,proto3" json:"max_connections,omitempty"`
 	IdleTimeout    *durationpb.Duration `protobuf:"bytes,7,opt,name=idle_timeout,json=idleTimeout,proto3" json:"idle_timeout,omitempty"`
+	// http/https listeners: upstream proxies (CIDRs) whose X-Forwarded-For,
+	// X-Real-IP and related headers are trusted. Empty (the default): the
+	// LB replaces every client-address header with what it saw itself.
+	TrustedProxies []string `protobuf:"bytes,8,rep,name=trusted_proxies,json=trustedProxies,proto3" json:"trusted_proxies,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -628,6 +732,13 @@ func (x *Listener) GetMaxConnections() uint32 {
 func (x *Listener) GetIdleTimeout() *durationpb.Duration {
 	if x != nil {
 		return x.IdleTimeout
+	}
+	return nil
+}
+
+func (x *Listener) GetTrustedProxies() []string {
+	if x != nil {
+		return x.TrustedProxies
 	}
 	return nil
 }
@@ -1902,7 +2013,7 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"generation\x18\x02 \x01(\x04R\n" +
 	"generation\x124\n" +
 	"\acreated\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\acreated\x124\n" +
-	"\aupdated\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\aupdated\"\x8e\x02\n" +
+	"\aupdated\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\aupdated\"\xa0\x02\n" +
 	"\x06Tenant\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\adomains\x18\x02 \x03(\tR\adomains\x12\x1a\n" +
@@ -1910,12 +2021,25 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\x05pools\x18\x04 \x03(\tR\x05pools\x12)\n" +
 	"\x06quotas\x18\x05 \x01(\v2\x11.teapot.v1.QuotasR\x06quotas\x12#\n" +
 	"\rpods_routable\x18\x06 \x01(\bR\fpodsRoutable\x12/\n" +
-	"\x13revoked_credentials\x18\a \x03(\tR\x12revokedCredentials\x12#\n" +
-	"\x04meta\x18\x0f \x01(\v2\x0f.teapot.v1.MetaR\x04meta\"q\n" +
+	"\x13revoked_credentials\x18\a \x03(\tR\x12revokedCredentials\x12\x10\n" +
+	"\x03uid\x18\b \x01(\tR\x03uid\x12#\n" +
+	"\x04meta\x18\x0f \x01(\v2\x0f.teapot.v1.MetaR\x04meta\"\xdc\x03\n" +
 	"\x06Quotas\x12%\n" +
 	"\x0eload_balancers\x18\x01 \x01(\rR\rloadBalancers\x12\x1c\n" +
 	"\taddresses\x18\x02 \x01(\rR\taddresses\x12\"\n" +
-	"\fcertificates\x18\x03 \x01(\rR\fcertificates\"\xcb\x01\n" +
+	"\fcertificates\x18\x03 \x01(\rR\fcertificates\x12(\n" +
+	"\x10listeners_per_lb\x18\x04 \x01(\rR\x0elistenersPerLb\x12\"\n" +
+	"\rroutes_per_lb\x18\x05 \x01(\rR\vroutesPerLb\x12 \n" +
+	"\fpools_per_lb\x18\x06 \x01(\rR\n" +
+	"poolsPerLb\x12(\n" +
+	"\x10members_per_pool\x18\a \x01(\rR\x0emembersPerPool\x12\x1c\n" +
+	"\tlisteners\x18\b \x01(\rR\tlisteners\x12\x16\n" +
+	"\x06routes\x18\t \x01(\rR\x06routes\x12\x18\n" +
+	"\amembers\x18\n" +
+	" \x01(\rR\amembers\x12#\n" +
+	"\rhealth_checks\x18\v \x01(\rR\fhealthChecks\x12 \n" +
+	"\vconnections\x18\f \x01(\rR\vconnections\x128\n" +
+	"\x18connections_per_listener\x18\r \x01(\rR\x16connectionsPerListener\"\xcb\x01\n" +
 	"\aVIPPool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05cidrs\x18\x02 \x03(\tR\x05cidrs\x12\x12\n" +
@@ -1943,7 +2067,7 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x16\n" +
 	"\x06family\x18\x03 \x01(\tR\x06family\x12\x1f\n" +
 	"\vsharing_key\x18\x04 \x01(\tR\n" +
-	"sharingKey\"\x89\x02\n" +
+	"sharingKey\"\xb2\x02\n" +
 	"\bListener\x12\x12\n" +
 	"\x04port\x18\x01 \x01(\rR\x04port\x12\x1a\n" +
 	"\bprotocol\x18\x02 \x01(\tR\bprotocol\x12\x12\n" +
@@ -1951,7 +2075,8 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\x03tls\x18\x04 \x01(\v2\x14.teapot.v1.TLSPolicyR\x03tls\x12*\n" +
 	"\x11redirect_to_https\x18\x05 \x01(\bR\x0fredirectToHttps\x12'\n" +
 	"\x0fmax_connections\x18\x06 \x01(\rR\x0emaxConnections\x12<\n" +
-	"\fidle_timeout\x18\a \x01(\v2\x19.google.protobuf.DurationR\vidleTimeout\"d\n" +
+	"\fidle_timeout\x18\a \x01(\v2\x19.google.protobuf.DurationR\vidleTimeout\x12'\n" +
+	"\x0ftrusted_proxies\x18\b \x03(\tR\x0etrustedProxies\"d\n" +
 	"\tTLSPolicy\x12\x12\n" +
 	"\x04acme\x18\x01 \x01(\bR\x04acme\x12\"\n" +
 	"\fcertificates\x18\x02 \x03(\tR\fcertificates\x12\x1f\n" +
