@@ -39,10 +39,12 @@ func l4(name string, vip *pb.VIPRequest, port uint32) *pb.LoadBalancer {
 	}
 }
 
-// poolCatalog holds tenant acme allowed to use pool p.
+// poolCatalog holds tenant acme allowed to use pool p, with quotas large
+// enough for the allocation tests' thousands of load balancers.
 func poolCatalog(p *pb.VIPPool, objs ...any) *catalogtest.Catalog {
 	t := acmeTenant()
 	t.Pools = []string{p.GetName()}
+	t.Quotas = &pb.Quotas{LoadBalancers: 100000, Addresses: 100000}
 	return catalogtest.New(append([]any{p, t}, objs...)...)
 }
 

@@ -32,6 +32,12 @@ type JoinTokenCatalog interface {
 	JoinToken(id string) *pb.JoinToken
 }
 
+// NodeLister is implemented by a Catalog that can list the LB hosts;
+// member checks use it to refuse the hosts' own service addresses.
+type NodeLister interface {
+	Nodes() []*pb.Node
+}
+
 // AddressIndex is implemented by a Catalog that keeps the status addresses
 // of its load balancers in order. AllocateAddress then binary-searches the
 // used addresses of a pool for the first gap instead of reading every load
@@ -65,6 +71,8 @@ func checkName(ck *checker, field, s string) bool {
 	switch {
 	case s == "":
 		ck.invalidf(field, "required; it %s", nameRule)
+	case len(s) > 63:
+		ck.invalidf(field, "is %d bytes long; it %s", len(s), nameRule)
 	case !isLabel(s):
 		if l := strings.ToLower(s); l != s && isLabel(l) {
 			ck.invalidf(field, "%q must be lowercase; use %q", s, l)

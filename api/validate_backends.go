@@ -12,11 +12,12 @@ import (
 const maxWeight = 1000
 
 // checkBackendPools checks every backend pool, in key order.
-func checkBackendPools(ck *checker, lb *pb.LoadBalancer, tenant *pb.Tenant) {
+func checkBackendPools(ck *checker, lb *pb.LoadBalancer, tenant *pb.Tenant, c Catalog) {
 	var nets []netip.Prefix
 	if tenant != nil {
 		nets = tenantNetworks(tenant)
 	}
+	own := clusterAddrs(c)
 	udpUsers := map[string]int{}
 	for i, l := range lb.GetListeners() {
 		if l.GetProtocol() == "udp" {
@@ -30,7 +31,7 @@ func checkBackendPools(ck *checker, lb *pb.LoadBalancer, tenant *pb.Tenant) {
 		checkName(ck, f, key)
 		bp := lb.GetPools()[key]
 		checkAlgorithm(ck, f, bp)
-		checkMembers(ck, f, bp, tenant, nets)
+		checkMembers(ck, f, bp, tenant, nets, own)
 		checkHealthCheck(ck, f+".healthCheck", bp.GetHealthCheck())
 		switch pp := bp.GetProxyProtocol(); pp {
 		case "":
@@ -68,6 +69,9 @@ func checkAlgorithm(ck *checker, f string, bp *pb.BackendPool) {
 	if on == "client-ip" {
 		return
 	}
+	if tooLong(ck, f+".hashOn", on, len("header:")+MaxHeaderNameLen) {
+		return
+	}
 	if name, ok := strings.CutPrefix(on, "header:"); ok && isToken(name) {
 		return
 	}
@@ -89,10 +93,54 @@ func isToken(s string) bool {
 	return true
 }
 
-func checkMembers(ck *checker, f string, bp *pb.BackendPool, tenant *pb.Tenant, nets []netip.Prefix) {
+// ownAddrs are the cluster's own addresses, which are never members: the
+// VIP pools' ranges and the LB hosts' service addresses (IP:port).
+type ownAddrs struct {
+	vips  []poolRange
+	hosts map[netip.AddrPort]bool
+}
+
+func clusterAddrs(c Catalog) ownAddrs {
+	own := ownAddrs{hosts: map[netip.AddrPort]bool{}}
+	for _, p := range parsePools(c) {
+		own.vips = append(own.vips, p.ranges...)
+	}
+	if nl, ok := c.(NodeLister); ok {
+		for _, n := range nl.Nodes() {
+			for _, a := range []string{n.GetApiAddr(), n.GetRaftAddr(), n.GetHeartbeatAddr()} {
+				if ap, err := netip.ParseAddrPort(a); err == nil {
+					own.hosts[netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())] = true
+				}
+			}
+		}
+	}
+	return own
+}
+
+// problem says why the member ap (health-checked on port hcPort, 0: its
+// own port) is one of the cluster's own addresses, or returns "".
+func (o ownAddrs) problem(ap netip.AddrPort, hcPort uint32) string {
+	if rangesContain(o.vips, ap.Addr()) {
+		return fmt.Sprintf("%s is a virtual IP of this cluster and is never a member", ap.Addr())
+	}
+	if o.hosts[ap] {
+		return fmt.Sprintf("%s is a service port of an LB host and is never a member", ap)
+	}
+	if hcPort != 0 && hcPort <= 65535 {
+		if hp := netip.AddrPortFrom(ap.Addr(), uint16(hcPort)); o.hosts[hp] {
+			return fmt.Sprintf("healthCheck.port %d: %s is a service port of an LB host and is never checked", hcPort, hp)
+		}
+	}
+	return ""
+}
+
+func checkMembers(ck *checker, f string, bp *pb.BackendPool, tenant *pb.Tenant, nets []netip.Prefix, own ownAddrs) {
 	seen := map[netip.AddrPort]int{}
 	for i, m := range bp.GetMembers() {
 		mf := fmt.Sprintf("%s.members[%d]", f, i)
+		if tooLong(ck, mf, m.GetAddress(), MaxAddressLen) {
+			continue
+		}
 		ap, why := parseMember(m.GetAddress())
 		if why != "" {
 			ck.invalidf(mf, "%s", why)
@@ -100,7 +148,9 @@ func checkMembers(ck *checker, f string, bp *pb.BackendPool, tenant *pb.Tenant, 
 			ck.invalidf(mf, "%s duplicates members[%d]", ap, j)
 		} else {
 			seen[ap] = i
-			if tenant != nil {
+			if why := own.problem(ap, bp.GetHealthCheck().GetPort()); why != "" {
+				ck.invalidf(mf, "%s", why)
+			} else if tenant != nil {
 				if why := memberProblem(ap.Addr(), nets, tenant.GetNetworks()); why != "" {
 					ck.invalidf(mf, "%s", why)
 				}
@@ -120,9 +170,12 @@ func checkHealthCheck(ck *checker, f string, hc *pb.HealthCheck) {
 		ck.invalidf(f, "set tcp or http, not both")
 	}
 	if h := hc.GetHttp(); h != nil {
-		if p := h.GetPath(); p != "" && !strings.HasPrefix(p, "/") {
+		p := h.GetPath()
+		switch {
+		case tooLong(ck, f+".http.path", p, MaxPathLen):
+		case p != "" && !strings.HasPrefix(p, "/"):
 			ck.invalidf(f+".http.path", "%q must start with /", p)
-		} else if strings.ContainsAny(p, " \t\r\n") {
+		case strings.ContainsAny(p, " \t\r\n"):
 			ck.invalidf(f+".http.path", "%q must not contain spaces", p)
 		}
 		if s := h.GetExpectStatus(); s != 0 && (s < 100 || s > 599) {

@@ -21,12 +21,16 @@ func ValidateLoadBalancer(lb *pb.LoadBalancer, c Catalog) error {
 		return ck.err(KindLoadBalancer)
 	}
 	checkName(ck, "name", lb.GetName())
+	if tooLong(ck, "vip.address", lb.GetVip().GetAddress(), MaxAddressLen) {
+		return ck.err(lbRef(lb))
+	}
+	tooLong(ck, "vip.sharingKey", lb.GetVip().GetSharingKey(), MaxSharingKeyLen)
 	tenant := lookupTenant(ck, lb.GetTenant(), c)
 	vip := resolveVIP(ck, lb, tenant, c)
 	checkListeners(ck, lb, c)
 	checkRoutes(ck, lb, tenant)
-	checkBackendPools(ck, lb, tenant)
-	checkLBQuota(ck, lb, tenant, c)
+	checkBackendPools(ck, lb, tenant, c)
+	checkQuotas(ck, lb, tenant, c)
 	checkStatusAddress(ck, lb, tenant, vip, c)
 	return ck.err(lbRef(lb))
 }
@@ -158,32 +162,12 @@ func resolveVIP(ck *checker, lb *pb.LoadBalancer, tenant *pb.Tenant, c Catalog) 
 	return v
 }
 
-// checkLBQuota refuses a new load balancer beyond the tenant's quota.
-func checkLBQuota(ck *checker, lb *pb.LoadBalancer, tenant *pb.Tenant, c Catalog) {
-	q := tenant.GetQuotas().GetLoadBalancers()
-	if q == 0 || c.LoadBalancer(lb.GetTenant(), lb.GetName()) != nil {
-		return
-	}
-	n := 1
-	for _, o := range c.LoadBalancers(lb.GetTenant()) {
-		if !sameLB(o, lb) {
-			n++
-		}
-	}
-	if n > int(q) {
-		ck.conflictf("tenant", "tenant %s has reached its quota of %d load balancers (quotas.loadBalancers); delete one or ask the operator to raise it", tenant.GetName(), q)
-	}
-}
-
 // addressQuotaProblem says why lb holding a would take the tenant over its
 // address quota, or returns "". An address the load balancer already held
 // is always allowed, so lowering a quota never blocks updates.
 func addressQuotaProblem(lb *pb.LoadBalancer, tenant *pb.Tenant, a netip.Addr, c Catalog) string {
-	q := tenant.GetQuotas().GetAddresses()
-	if q == 0 {
-		return ""
-	}
-	if old := c.LoadBalancer(lb.GetTenant(), lb.GetName()); old != nil && old.GetStatus().GetAddress() != "" {
+	q := EffectiveQuotas(tenant).GetAddresses()
+	if old := priorOf(c).LoadBalancer(lb.GetTenant(), lb.GetName()); old != nil && old.GetStatus().GetAddress() != "" {
 		if oa, err := netip.ParseAddr(old.GetStatus().GetAddress()); err == nil && oa == a {
 			return ""
 		}

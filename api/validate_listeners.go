@@ -58,6 +58,7 @@ func checkListeners(ck *checker, lb *pb.LoadBalancer, c Catalog) {
 			ck.invalidf(f+".redirectToHttps", "only http listeners can redirect to https")
 		}
 		checkPositive(ck, f+".idleTimeout", l.GetIdleTimeout())
+		tooMany(ck, f+".trustedProxies", len(l.GetTrustedProxies()), MaxTrustedProxies)
 	}
 }
 
@@ -77,6 +78,9 @@ func checkListenerTLS(ck *checker, f string, lb *pb.LoadBalancer, l *pb.Listener
 	case "", "tls1.2", "tls1.3":
 	default:
 		ck.invalidf(f+".tls.minVersion", "%q is not one of tls1.2, tls1.3", tls.GetMinVersion())
+	}
+	if tooMany(ck, f+".tls.certificates", len(tls.GetCertificates()), MaxListenerCertificates) {
+		return
 	}
 	certs, _ := c.(CertificateCatalog)
 	seen := map[string]int{}
@@ -140,6 +144,9 @@ func checkRoutes(ck *checker, lb *pb.LoadBalancer, tenant *pb.Tenant) {
 	for i, r := range routes {
 		f := fmt.Sprintf("routes[%d]", i)
 		host := r.GetHost()
+		if tooLong(ck, f+".host", host, 253) || tooLong(ck, f+".path", r.GetPath(), MaxPathLen) {
+			continue
+		}
 		hostOK := checkRouteHost(ck, f+".host", host)
 		if hostOK && host != "" && tenant != nil && !hostInDomains(host, tenant.GetDomains()) {
 			ck.invalidf(f+".host", "%s is not inside the tenant's domains (%s)", host, listOrNone(tenant.GetDomains(), "the tenant has none; the operator sets them"))

@@ -22,6 +22,11 @@ func ValidatePool(p *pb.VIPPool, c Catalog) error {
 		return ck.err(KindVIPPool)
 	}
 	checkName(ck, "name", p.GetName())
+	if tooMany(ck, "cidrs", len(p.GetCidrs()), MaxPoolCIDRs) ||
+		tooMany(ck, "tenants", len(p.GetTenants()), MaxPoolTenants) ||
+		tooMany(ck, "communities", len(p.GetCommunities()), MaxPoolCommunities) {
+		return ck.err(objRef(KindVIPPool, "", p.GetName()))
+	}
 	ranges := checkPoolRanges(ck, p, c)
 	switch p.GetMode() {
 	case "arp", "bgp", "static":
@@ -71,6 +76,9 @@ func checkPoolRanges(ck *checker, p *pb.VIPPool, c Catalog) []poolRange {
 	var ok []entry
 	for i, s := range p.GetCidrs() {
 		f := fmt.Sprintf("cidrs[%d]", i)
+		if tooLong(ck, f, s, 2*MaxAddressLen) {
+			continue
+		}
 		pr, err := parsePoolRange(s)
 		if err != nil {
 			ck.invalidf(f, "%s", err.Error())

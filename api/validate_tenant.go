@@ -20,6 +20,12 @@ func ValidateTenant(t *pb.Tenant, c Catalog) error {
 		return ck.err(KindTenant)
 	}
 	checkName(ck, "name", t.GetName())
+	if tooMany(ck, "domains", len(t.GetDomains()), MaxTenantDomains) ||
+		tooMany(ck, "networks", len(t.GetNetworks()), MaxTenantNetworks) ||
+		tooMany(ck, "pools", len(t.GetPools()), MaxTenantPools) ||
+		tooMany(ck, "revokedCredentials", len(t.GetRevokedCredentials()), MaxRevokedCredentials) {
+		return ck.err(objRef(KindTenant, "", t.GetName()))
+	}
 	domains := checkTenantDomains(ck, t, c)
 	nets := checkTenantNetworks(ck, t)
 	checkTenantPools(ck, t, c)
@@ -84,6 +90,9 @@ func checkTenantNetworks(ck *checker, t *pb.Tenant) []netip.Prefix {
 	seen := map[netip.Prefix]int{}
 	for i, s := range t.GetNetworks() {
 		f := fmt.Sprintf("networks[%d]", i)
+		if tooLong(ck, f, s, MaxAddressLen) {
+			continue
+		}
 		p, err := netip.ParsePrefix(s)
 		switch {
 		case err != nil:

@@ -426,8 +426,31 @@ func (o *overlay) mergeInto(parent *overlay) {
 	}
 }
 
-// catalog adapts a reader to api.Catalog.
-type catalog struct{ r reader }
+// catalog adapts a reader to api.Catalog. prior, when set, is the state
+// before the write that r is a view of (api.PriorCatalog).
+type catalog struct {
+	r     reader
+	prior reader
+}
+
+// Prior returns the state before the write, or nil when c is not a view
+// of one.
+func (c catalog) Prior() api.Catalog {
+	if c.prior == nil {
+		return nil
+	}
+	return catalog{r: c.prior}
+}
+
+// Nodes returns the LB hosts.
+func (c catalog) Nodes() []*pb.Node {
+	objs := c.r.list(api.KindNode, "")
+	out := make([]*pb.Node, len(objs))
+	for i, o := range objs {
+		out[i] = o.GetNode()
+	}
+	return out
+}
 
 var (
 	_ api.Catalog            = catalog{}
@@ -435,6 +458,8 @@ var (
 	_ api.NodeCatalog        = catalog{}
 	_ api.CertificateCatalog = catalog{}
 	_ api.JoinTokenCatalog   = catalog{}
+	_ api.PriorCatalog       = catalog{}
+	_ api.NodeLister         = catalog{}
 )
 
 func (c catalog) Tenant(name string) *pb.Tenant {

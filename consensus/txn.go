@@ -73,7 +73,7 @@ func checkTxn(ov *overlay, txn *pb.Txn, now time.Time) error {
 				return fmt.Errorf("lock %s is held by %s, not %s: %w", l.GetName(), l.GetOwner(), op.GetLockOwner(), ErrLocked)
 			}
 			if !storageKind(ref.GetKind()) {
-				if err := api.ValidateDelete(ref, catalog{ov}); err != nil {
+				if err := api.ValidateDelete(ref, catalog{r: ov}); err != nil {
 					return err
 				}
 			}
@@ -82,8 +82,11 @@ func checkTxn(ov *overlay, txn *pb.Txn, now time.Time) error {
 			return fmt.Errorf("unknown operation %T: %w", x, api.ErrInvalid)
 		}
 	}
+	// Quotas count what the write adds against the state before it: ov's
+	// parent (both callers hand checkTxn a fresh overlay).
+	view := catalog{r: ov, prior: ov.parent}
 	for _, o := range puts {
-		if err := validate(o, catalog{ov}); err != nil {
+		if err := validate(o, view); err != nil {
 			return err
 		}
 	}

@@ -378,7 +378,7 @@ func prepareRaw(p *prepared, raw *pb.Txn, internal bool, ov *overlay, now time.T
 
 // allocate stamps the load balancer's address.
 func allocate(lb *pb.LoadBalancer, ov *overlay) error {
-	addr, err := api.AllocateAddress(lb, catalog{ov})
+	addr, err := api.AllocateAddress(lb, catalog{r: ov})
 	if err != nil {
 		return err
 	}
