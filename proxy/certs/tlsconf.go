@@ -51,12 +51,13 @@ var (
 	ErrNoChallenge = errors.New("certs: no ACME challenge in progress for this name")
 )
 
-// tlsState is the base configuration every handshake clones, with its
-// session ticket keys. Keys derive from the secret and the time, so hosts
-// with the same secret share them and resume each other's sessions.
+// tlsState is the base configuration every handshake clones and the
+// current ticket period. Ticket keys derive from the secret, the listener
+// and the period, so hosts with the same secret share them and resume each
+// other's sessions, while a session never resumes on another listener.
 type tlsState struct {
 	secret []byte
-	base   atomic.Pointer[tls.Config]
+	base   atomic.Pointer[baseConfig]
 	mu     sync.Mutex
 	epoch  int64
 
@@ -76,11 +77,29 @@ func (s *tlsState) init(secret []byte) {
 	s.rotate(time.Now())
 }
 
-// ticketKey derives the key of one rotation period.
-func ticketKey(secret []byte, epoch int64) [32]byte {
+// baseConfig is the configuration of one ticket period.
+type baseConfig struct {
+	cfg   *tls.Config
+	epoch int64
+}
+
+// ticketKey derives the session ticket key of one listener for one rotation
+// period: HMAC-SHA256 over the secret of a label, the listener's tenant,
+// load balancer and port (each length-prefixed) and the period. Listeners
+// differing in any of them get unrelated keys, so a ticket issued on one
+// (another tenant's above all) is not readable on another and the client
+// does a full handshake there, presenting that listener's certificate.
+func ticketKey(secret []byte, l *snapshot.Listener, epoch int64) [32]byte {
 	mac := hmac.New(sha256.New, secret)
-	mac.Write([]byte("teapot-lb session tickets v1"))
+	mac.Write([]byte("teapot-lb session tickets v2"))
 	var b [8]byte
+	for _, f := range []string{l.Tenant, l.LB} {
+		binary.BigEndian.PutUint64(b[:], uint64(len(f)))
+		mac.Write(b[:])
+		mac.Write([]byte(f))
+	}
+	binary.BigEndian.PutUint64(b[:], uint64(l.Key.Addr.Port()))
+	mac.Write(b[:])
 	binary.BigEndian.PutUint64(b[:], uint64(epoch))
 	mac.Write(b[:])
 	var k [32]byte
@@ -88,8 +107,9 @@ func ticketKey(secret []byte, epoch int64) [32]byte {
 	return k
 }
 
-// rotate installs the keys of the period holding now (new tickets) and of
-// the one before (still accepted).
+// rotate starts the period holding now: listener configurations are rebuilt
+// with the keys of this period (new tickets) and of the one before (still
+// accepted).
 func (s *tlsState) rotate(now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -103,8 +123,7 @@ func (s *tlsState) rotate(now time.Time) {
 		CipherSuites: CipherSuites,
 		NextProtos:   NextProtos,
 	}
-	cfg.SetSessionTicketKeys([][32]byte{ticketKey(s.secret, e), ticketKey(s.secret, e-1)})
-	s.base.Store(cfg)
+	s.base.Store(&baseConfig{cfg: cfg, epoch: e})
 }
 
 // policy is what one listener may present: its tenant's certificates only.
@@ -165,7 +184,8 @@ func (m *Manager) ServerConfig(l *snapshot.Listener) *tls.Config {
 	if b := p.built.Load(); b != nil && b.from == base {
 		return b.cfg
 	}
-	cfg := base.Clone()
+	cfg := base.cfg.Clone()
+	cfg.SetSessionTicketKeys([][32]byte{ticketKey(m.tls.secret, l, base.epoch), ticketKey(m.tls.secret, l, base.epoch-1)})
 	if l.TLS != nil && l.TLS.MinVersion > cfg.MinVersion {
 		cfg.MinVersion = l.TLS.MinVersion
 	}
@@ -178,7 +198,10 @@ func (m *Manager) ServerConfig(l *snapshot.Listener) *tls.Config {
 }
 
 // builtConfig is a listener's configuration and the base it came from.
-type builtConfig struct{ from, cfg *tls.Config }
+type builtConfig struct {
+	from *baseConfig
+	cfg  *tls.Config
+}
 
 // getCertificate picks the certificate for a ClientHello: a TLS-ALPN-01
 // challenge certificate, else the listener's ACME certificate for the
