@@ -36,6 +36,7 @@ import (
 	"github.com/teapot-lb/teapot-lb/api/adminserver"
 	"github.com/teapot-lb/teapot-lb/api/cli"
 	"github.com/teapot-lb/teapot-lb/api/client"
+	"github.com/teapot-lb/teapot-lb/api/observe"
 	"github.com/teapot-lb/teapot-lb/api/pki"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 	"github.com/teapot-lb/teapot-lb/consensus"
@@ -212,7 +213,10 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	}
 	// The VIP manager checks its interfaces and capabilities before Raft
 	// starts, for the same reason.
-	vm, err := newVIPManager(cfg, log)
+	// What this host sees (listeners, member health, VIPs, certificates,
+	// events) is gathered here on demand; the parts add themselves below.
+	host := observe.NewHost(cfg.NodeID)
+	vm, err := newVIPManager(cfg, log, host.Events().Add)
 	if err != nil {
 		ln.Close()
 		return err
@@ -222,6 +226,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 		Join: cfg.Join, Token: cfg.Token,
 		HeartbeatTimeout: cfg.HeartbeatTimeout, ElectionTimeout: cfg.ElectionTimeout,
 		Logger: log, Version: cli.Version,
+		Observe: host.Observe, Event: host.Events().Add,
 	}
 	if vm != nil {
 		ccfg.HeartbeatAddr, ccfg.VIPInterface, ccfg.Describe = vm.heartbeatAddr, cfg.VIPInterface, vm.Describe
@@ -254,7 +259,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	go func() { served <- srv.Serve(ln) }()
 	log.Info("serving API", "component", "api", "addr", cfg.APIAddr)
 
-	cm, err := newCertManager(cfg, node, log)
+	cm, err := newCertManager(cfg, node, log, host.Events().Add)
 	if err != nil {
 		srv.Stop()
 		node.Close()
@@ -272,12 +277,22 @@ func serve(ctx context.Context, cfg serveConfig) error {
 		}
 		return nil
 	}
-	px := proxy.New(proxy.Config{Logger: log, HTTP: cm.Terminator(proxy.NewHTTP(engine, challenge))})
+	px := proxy.New(proxy.Config{
+		Logger: log, HTTP: cm.Terminator(proxy.NewHTTP(engine, challenge)),
+		Events: host.Events().Add,
+		// Member health and listeners opened on retry change readiness
+		// without a change of the committed state.
+		Changed: func() { vm.setReady(dataPlane.Load(), false) },
+	})
 	dataPlane.Store(px)
+	host.Add(px)
+	host.Add(cm)
+	if vm != nil {
+		host.Add(vm.Manager)
+	}
 	fed := make(chan struct{})
 	go func() { defer close(fed); feedProxy(ctx, node, px, vm, log) }()
 	vm.run(ctx, log)
-	go vm.followHealth(ctx, px)
 
 	select {
 	case <-node.Ready():
@@ -422,7 +437,7 @@ type vipManager struct {
 }
 
 // newVIPManager returns nil when this host takes no part in VIPs.
-func newVIPManager(cfg serveConfig, log *slog.Logger) (*vipManager, error) {
+func newVIPManager(cfg serveConfig, log *slog.Logger, events func(*pb.Event)) (*vipManager, error) {
 	if cfg.VIPInterface == "" && cfg.BGP == nil {
 		return nil, nil
 	}
@@ -437,7 +452,7 @@ func newVIPManager(cfg serveConfig, log *slog.Logger) (*vipManager, error) {
 	m, err := vip.New(vip.Config{
 		NodeID: cfg.NodeID, Interface: cfg.VIPInterface, HeartbeatAddr: addr,
 		HeartbeatInterval: time.Duration(cfg.HeartbeatInterval), HeartbeatMisses: cfg.HeartbeatMisses,
-		BGP: cfg.BGP, Logger: log,
+		BGP: cfg.BGP, Logger: log, Events: events,
 	})
 	if err != nil {
 		return nil, err
@@ -481,6 +496,9 @@ func (v *vipManager) update(objs []*pb.Object, rev uint64, px *proxy.Proxy) {
 // problem reported by the data plane (listeners open) and at least one
 // healthy member. Only changes are passed on unless force is set.
 func (v *vipManager) setReady(px *proxy.Proxy, force bool) {
+	if v == nil || px == nil {
+		return
+	}
 	status, unhealthy := px.Status(), px.Unhealthy()
 	ready := make(map[string]string, len(status))
 	for lb, problems := range status {
@@ -502,24 +520,6 @@ func (v *vipManager) setReady(px *proxy.Proxy, force bool) {
 	v.SetReady(ready)
 }
 
-// followHealth re-evaluates readiness as members' health changes, which
-// happens without any change of the committed state.
-func (v *vipManager) followHealth(ctx context.Context, px *proxy.Proxy) {
-	if v == nil {
-		return
-	}
-	t := time.NewTicker(100 * time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			v.setReady(px, false)
-		}
-	}
-}
-
 func (v *vipManager) close(log *slog.Logger) {
 	if v == nil {
 		return
@@ -533,10 +533,11 @@ func (v *vipManager) close(log *slog.Logger) {
 // CA and certificates uploaded through the API, kept in the replicated
 // store. Session ticket keys derive from the cluster CA's key, so every
 // host resumes the sessions of the others.
-func newCertManager(cfg serveConfig, node *consensus.Node, log *slog.Logger) (*certs.Manager, error) {
+func newCertManager(cfg serveConfig, node *consensus.Node, log *slog.Logger, events func(*pb.Event)) (*certs.Manager, error) {
 	mc := certs.Config{
 		Store: node, Host: cfg.NodeID, CA: cfg.ACMECA, Email: cfg.ACMEEmail,
 		TicketSecret: node.CA().KeyPEM, RenewCheckInterval: cfg.ACMERenewCheck, Logger: log,
+		Events: events,
 	}
 	if cfg.ACMECARoot != "" {
 		roots, err := certs.LoadRoots(cfg.ACMECARoot)

@@ -70,6 +70,11 @@ type Config struct {
 	// Describe adds what other parts of the host know (VIPs held, peers
 	// seen) to this host's health report.
 	Describe func(*pb.NodeStatus)
+	// Observe reports what this host sees (Cluster.Observe, and this
+	// host's part of Node.Observe); nil reports only the host's id.
+	Observe func(*pb.ObserveRequest) *pb.HostObservation
+	// Event records an event of this host (a leader change); nil drops it.
+	Event func(*pb.Event)
 
 	Logger  *slog.Logger
 	Version string
@@ -155,9 +160,10 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		n.peers.close()
 		return nil, err
 	}
-	n.wg.Add(2)
+	n.wg.Add(3)
 	go n.runWrites()
 	go n.runMembership()
+	go n.watchLeader()
 	return n, nil
 }
 

@@ -61,6 +61,18 @@ type Config struct {
 	// those listeners are not opened and report a problem.
 	HTTP   ConnHandler
 	Limits Limits
+	// Events receives the data plane's events (a listener that cannot be
+	// opened or opens again, a member going down or up); nil drops them.
+	Events func(*pb.Event)
+	// Changed is called (without locks held) when what Status or
+	// Unhealthy report may have changed without an Update: a member's
+	// health changed, or a listener opened on a retry.
+	Changed func()
+	// BindRetry is the first delay before a listener that could not be
+	// opened is tried again; it doubles up to MaxBindRetry (defaults 1s
+	// and 30s).
+	BindRetry    time.Duration
+	MaxBindRetry time.Duration
 }
 
 // DefaultDrainTimeout is used when Config.DrainTimeout is zero.
@@ -80,7 +92,10 @@ type Proxy struct {
 	snap    *snapshot.Snapshot
 	sockets map[snapshot.Key]*socket
 	missing int // listeners that should be open but are not
-	closed  bool
+	// failed holds the listeners that could not be opened: why, since when.
+	failed map[snapshot.Key]bindFailure
+	retry  retryState
+	closed bool
 
 	statusMu sync.Mutex
 	status   map[string][]Problem
@@ -101,6 +116,13 @@ func New(cfg Config) *Proxy {
 		cfg.DrainTimeout = DefaultDrainTimeout
 	}
 	cfg.Limits.Defaults = cfg.Limits.Defaults.WithDefaults()
+	if cfg.BindRetry <= 0 {
+		cfg.BindRetry = DefaultBindRetry
+	}
+	if cfg.MaxBindRetry <= 0 {
+		cfg.MaxBindRetry = DefaultMaxBindRetry
+	}
+	cfg.MaxBindRetry = max(cfg.MaxBindRetry, cfg.BindRetry)
 	if cfg.Limits.ConnectAttempts <= 0 {
 		cfg.Limits.ConnectAttempts = 3
 	}
@@ -109,15 +131,17 @@ func New(cfg Config) *Proxy {
 		cfg:     cfg,
 		log:     log,
 		metrics: cfg.Metrics,
-		health: health.NewRegistry(health.Options{
-			Logger:      log,
-			EjectAfter:  cfg.Limits.EjectAfter,
-			EjectFor:    cfg.Limits.EjectFor,
-			MaxEjectFor: cfg.Limits.MaxEjectFor,
-		}),
 		sockets: map[snapshot.Key]*socket{},
+		failed:  map[snapshot.Key]bindFailure{},
 		status:  map[string][]Problem{},
 	}
+	p.health = health.NewRegistry(health.Options{
+		Logger:      log,
+		OnChange:    p.memberChanged,
+		EjectAfter:  cfg.Limits.EjectAfter,
+		EjectFor:    cfg.Limits.EjectFor,
+		MaxEjectFor: cfg.Limits.MaxEjectFor,
+	})
 	p.current.Store(emptyServed())
 	return p
 }
@@ -128,7 +152,8 @@ func New(cfg Config) *Proxy {
 // and then closes the listeners no longer wanted (their connections drain
 // for DrainTimeout). Listeners that remain keep their sockets and
 // connections. It returns ErrNoChanges when nothing changed; a listener
-// that failed to open earlier is retried on every call.
+// that failed to open earlier is retried on every call, and in between
+// with backoff (BindRetry, doubling up to MaxBindRetry).
 func (p *Proxy) Update(objs []*pb.Object, revision uint64) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -139,7 +164,9 @@ func (p *Proxy) Update(objs []*pb.Object, revision uint64) error {
 	if s == p.snap && p.missing == 0 {
 		return ErrNoChanges
 	}
-	if !p.apply(s) {
+	applied := p.apply(s)
+	p.scheduleRetry(true)
+	if !applied {
 		return ErrNoChanges
 	}
 	return nil
@@ -167,11 +194,13 @@ func (p *Proxy) apply(s *snapshot.Snapshot) bool {
 		if err != nil {
 			missing++
 			problems[l.LB] = append(problems[l.LB], Problem{Field: field,
-				Reason: fmt.Sprintf("cannot listen on %s: %v; retried on the next change", k, err)})
+				Reason: fmt.Sprintf("cannot listen on %s: %v; retried with backoff (free the port or move the listener)", k, err)})
+			p.bindFailed(l, err)
 			continue
 		}
 		if isNew {
 			opened++
+			p.bindOK(l)
 		}
 		sockets[k] = sock
 	}
@@ -193,6 +222,11 @@ func (p *Proxy) apply(s *snapshot.Snapshot) bool {
 		pool.release(p.health)
 	}
 	p.sockets, p.snap, p.missing = sockets, s, missing
+	for k := range p.failed {
+		if l := s.Listeners[k]; l == nil || sockets[k] != nil {
+			delete(p.failed, k)
+		}
+	}
 	p.statusMu.Lock()
 	p.status = problems
 	p.statusMu.Unlock()
@@ -232,6 +266,7 @@ func (p *Proxy) Close() error {
 		return nil
 	}
 	p.closed = true
+	p.retry.stop()
 	old := p.current.Load()
 	p.current.Store(emptyServed())
 	for _, sock := range p.sockets {

@@ -168,7 +168,8 @@ func TestStatus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, _ := newProxy(t, Config{})
+	// The retry timer stays out of the way: Update retries here.
+	p, _ := newProxy(t, Config{BindRetry: time.Hour})
 	web := &pb.LoadBalancer{Name: "web", Tenant: "acme",
 		Listeners: []*pb.Listener{{Port: uint32(port), Protocol: "http"}},
 		Routes:    []*pb.Route{{Host: "shop.acme.example", Pool: "app"}},
@@ -183,7 +184,7 @@ func TestStatus(t *testing.T) {
 	}
 	want := map[string]string{
 		"acme/web":     "listeners[0]: http listeners need the L7 handler, which this host does not run; 127.0.0.5:" + fmt.Sprint(port) + "/tcp is not open",
-		"acme/blocked": "listeners[0]: cannot listen on 127.0.0.4:" + fmt.Sprint(port) + "/tcp: listen tcp4 127.0.0.4:" + fmt.Sprint(port) + ": bind: address already in use; retried on the next change",
+		"acme/blocked": "listeners[0]: cannot listen on 127.0.0.4:" + fmt.Sprint(port) + "/tcp: listen tcp4 127.0.0.4:" + fmt.Sprint(port) + ": bind: address already in use; retried with backoff (free the port or move the listener)",
 		"acme/broken":  `pools.app.members[1]: "nonsense" is not IP:port (like 10.20.0.11:30080 or [2001:db8::1]:80); member skipped`,
 		"acme/fine":    "",
 	}

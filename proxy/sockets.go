@@ -26,6 +26,8 @@ type socket struct {
 	owner string
 	tcp   *net.TCPListener
 	udp   *udpSocket
+	// opened is when the socket was bound.
+	opened time.Time
 
 	mu     sync.Mutex
 	conns  map[*tracked]struct{}
@@ -48,7 +50,7 @@ func (p *Proxy) acquireSocket(k snapshot.Key) (s *socket, isNew bool, err error)
 		s.refs++
 		return s, false, nil
 	}
-	s = &socket{p: p, key: k, refs: 1, conns: map[*tracked]struct{}{}}
+	s = &socket{p: p, key: k, refs: 1, conns: map[*tracked]struct{}{}, opened: time.Now()}
 	switch k.Network {
 	case snapshot.TCP:
 		s.tcp, err = listenTCP(k)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 	"log/slog"
 	"net/netip"
 	"strconv"
@@ -50,6 +51,9 @@ type Config struct {
 	// BGP runs the embedded speaker for bgp pools (nil: none).
 	BGP    *BGPConfig
 	Logger *slog.Logger
+	// Events receives this host's VIP moves (taken, released, announced,
+	// withdrawn) with the reason; nil drops them.
+	Events func(*pb.Event)
 }
 
 // BGPConfig is the `bgp:` section of the serve config file.

@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/teapot-lb/teapot-lb/api/observe"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
 
@@ -355,6 +356,20 @@ func (m *Manager) logMove(vs vipSpec, take bool, reason string) {
 		false: {true: "VIP taken", false: "VIP released"},
 	}[vs.Mode == ModeBGP][take]
 	m.log.Info(msg, "addr", vs.Addr, "mode", vs.Mode, "reason", reason, "lbs", strings.Join(vs.LBs, ","))
+	if m.cfg.Events == nil {
+		return
+	}
+	ev := &pb.Event{Type: observe.EventVIPTaken, Severity: observe.Info, Message: fmt.Sprintf("%s %s (%s): %s", msg, vs.Addr, vs.Mode, reason)}
+	if !take {
+		ev.Type, ev.Severity = observe.EventVIPReleased, observe.Warning
+	}
+	if len(vs.LBs) == 1 {
+		ev.LoadBalancer = vs.LBs[0]
+	}
+	if len(vs.LBs) > 0 {
+		ev.Tenant, _, _ = strings.Cut(vs.LBs[0], "/")
+	}
+	m.cfg.Events(ev)
 }
 
 // checkLinks reads the state of the interfaces.

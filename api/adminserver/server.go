@@ -22,6 +22,8 @@ type Store interface {
 	CreateJoinToken(ctx context.Context, ttl time.Duration) (*pb.CreateJoinTokenResponse, error)
 	RemoveNode(ctx context.Context, id string) error
 	DrainNode(ctx context.Context, id string, draining bool) (*pb.Node, error)
+	// Observe gathers what the hosts see (never from Raft).
+	Observe(ctx context.Context, req *pb.ObserveRequest) (*pb.ObserveResponse, error)
 }
 
 // DefaultTimeout bounds a request whose caller set no deadline.

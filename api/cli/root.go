@@ -91,6 +91,7 @@ func AddCommands(root *cobra.Command, opts ...Option) {
 		a.tenantCmd(), a.poolCmd(), a.lbCmd(), a.clusterCmd(),
 		a.versionCmd(),
 		a.certCmd(),
+		a.eventsCmd(),
 	)
 }
 
@@ -126,6 +127,16 @@ func (o *outputFlag) Set(s string) error {
 // call connects to the cluster and runs fn with a context bounded by
 // --timeout.
 func (a *app) call(cmd *cobra.Command, fn func(ctx context.Context, c *client.Conn) error) error {
+	return a.connect(cmd, func(conn *client.Conn) error {
+		ctx, cancel := context.WithTimeout(cmd.Context(), a.timeout)
+		defer cancel()
+		return fn(ctx, conn)
+	})
+}
+
+// connect connects to the cluster and runs fn, which bounds its own calls
+// (commands that keep watching).
+func (a *app) connect(cmd *cobra.Command, fn func(c *client.Conn) error) error {
 	path, err := client.FindConfig(a.configPath)
 	if err != nil {
 		return err
@@ -144,7 +155,7 @@ func (a *app) call(cmd *cobra.Command, fn func(ctx context.Context, c *client.Co
 		return err
 	}
 	defer conn.Close()
-	return fn(ctx, conn)
+	return fn(conn)
 }
 
 // args wraps a cobra argument check so its error shows the usage line.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/caddyserver/certmagic"
 
+	"github.com/teapot-lb/teapot-lb/api/observe"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
 
@@ -53,6 +54,9 @@ type Config struct {
 	// LockTTL: see NewStorage.
 	LockTTL time.Duration
 	Logger  *slog.Logger
+	// Events receives certificates obtained and failures to obtain or
+	// renew one; nil drops them.
+	Events func(*pb.Event)
 }
 
 // Manager obtains, renews, loads and serves certificates. Update gives it
@@ -246,10 +250,12 @@ func (m *Manager) onEvent(_ context.Context, event string, data map[string]any) 
 		err, _ := data["error"].(error)
 		if name != "" && err != nil {
 			m.failures.Store(name, oneLine(err))
+			m.event(observe.EventCertFailed, observe.Warning, name, "certificate for "+name+" not obtained: "+oneLine(err))
 		}
 	case "cert_obtained":
 		if name != "" {
 			m.failures.Delete(name)
+			m.event(observe.EventCertIssued, observe.Info, name, "certificate for "+name+" obtained")
 		}
 	case "cached_managed_cert":
 		sans, _ := data["sans"].([]string)

@@ -34,6 +34,9 @@ type Options struct {
 	MaxEjectFor time.Duration
 	// MaxConcurrentChecks bounds the checks in flight (default 256).
 	MaxConcurrentChecks int
+	// OnChange is called, without locks held, when a target becomes
+	// healthy or unhealthy (check or ejection); reason says why.
+	OnChange func(t *Target, healthy bool, reason string)
 }
 
 func (o Options) withDefaults() Options {

@@ -1,6 +1,7 @@
 package health
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"net/netip"
 	"sync"
@@ -34,6 +35,7 @@ type Target struct {
 	checked    bool
 	rise, fall int // consecutive successes and failures
 	lastErr    error
+	lastCheck  time.Time
 }
 
 // Addr is the member's address.
@@ -63,6 +65,8 @@ type Status struct {
 	Ejected bool
 	// LastError is the last check's failure, "" after a success.
 	LastError string
+	// LastCheck is when the last active check finished (zero: none yet).
+	LastCheck time.Time
 }
 
 // Status returns the Target's state.
@@ -70,7 +74,7 @@ func (t *Target) Status() Status {
 	s := t.state.Load()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	st := Status{Down: s&bitDown != 0, Ejected: s&bitEjected != 0}
+	st := Status{Down: s&bitDown != 0, Ejected: s&bitEjected != 0, LastCheck: t.lastCheck}
 	if t.lastErr != nil {
 		st.LastError = t.lastErr.Error()
 	}
@@ -93,6 +97,8 @@ func (t *Target) ConnectFailed() {
 	if int(t.connFails.Add(1)) < t.r.o.EjectAfter {
 		return
 	}
+	var notify func()
+	defer func() { runNotify(notify) }()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.stopped || t.state.Load()&bitEjected != 0 {
@@ -100,15 +106,38 @@ func (t *Target) ConnectFailed() {
 	}
 	t.connFails.Store(0)
 	d := t.r.backoff(int(t.ejections.Add(1) - 1))
+	was := t.Healthy()
 	t.setBit(bitEjected, true)
 	t.r.o.Logger.Warn("member ejected after consecutive connect failures",
 		"member", t.name, "failures", t.r.o.EjectAfter, "for", d)
+	if was {
+		notify = t.notifier(false, fmt.Sprintf("ejected for %s after %d consecutive connect failures", d, t.r.o.EjectAfter))
+	}
 	t.ejectTimer = time.AfterFunc(d, func() {
+		var notify func()
+		defer func() { runNotify(notify) }()
 		t.mu.Lock()
 		defer t.mu.Unlock()
 		t.setBit(bitEjected, false)
 		t.r.o.Logger.Info("member back from ejection", "member", t.name)
+		if t.Healthy() {
+			notify = t.notifier(true, "back from ejection")
+		}
 	})
+}
+
+// notifier returns the call of the registry's OnChange for t, or nil.
+func (t *Target) notifier(healthy bool, reason string) func() {
+	if t.r.o.OnChange == nil {
+		return nil
+	}
+	return func() { t.r.o.OnChange(t, healthy, reason) }
+}
+
+func runNotify(f func()) {
+	if f != nil {
+		f()
+	}
 }
 
 func (t *Target) setBit(bit uint32, on bool) {
@@ -170,18 +199,30 @@ func (t *Target) run() {
 // record applies one check result: the first decides at once, then Rise
 // successes bring the member up and Fall failures take it down.
 func (t *Target) record(err error) {
+	var notify func()
+	defer func() { runNotify(notify) }()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.stopped {
 		return
 	}
-	t.lastErr = err
+	t.lastErr, t.lastCheck = err, time.Now()
 	if err == nil {
 		t.rise, t.fall = t.rise+1, 0
 	} else {
 		t.rise, t.fall = 0, t.fall+1
 	}
 	down := t.state.Load()&bitDown != 0
+	wasHealthy, first := t.Healthy(), !t.checked
+	defer func() {
+		if now := t.Healthy(); now != wasHealthy || (first && !now) {
+			reason := "health check passes"
+			if err != nil {
+				reason = "health check fails: " + err.Error()
+			}
+			notify = t.notifier(now, reason)
+		}
+	}()
 	switch {
 	case !t.checked:
 		t.checked = true

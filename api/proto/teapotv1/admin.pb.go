@@ -749,94 +749,6 @@ func (x *NodeStatus) GetPeers() []*PeerLiveness {
 	return nil
 }
 
-type VIPHolding struct {
-	state   protoimpl.MessageState `protogen:"open.v1"`
-	Address string                 `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
-	// arp | bgp | static
-	Mode string `protobuf:"bytes,2,opt,name=mode,proto3" json:"mode,omitempty"`
-	// holding | announcing | released | withdrawn
-	State string                 `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
-	Since *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=since,proto3" json:"since,omitempty"`
-	// Why it was taken or released ("holder n2 unreachable", "no healthy member", ...).
-	Reason string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
-	// Load balancers using the address ("tenant/name").
-	LoadBalancers []string `protobuf:"bytes,6,rep,name=load_balancers,json=loadBalancers,proto3" json:"load_balancers,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *VIPHolding) Reset() {
-	*x = VIPHolding{}
-	mi := &file_teapotv1_admin_proto_msgTypes[10]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *VIPHolding) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*VIPHolding) ProtoMessage() {}
-
-func (x *VIPHolding) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[10]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use VIPHolding.ProtoReflect.Descriptor instead.
-func (*VIPHolding) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{10}
-}
-
-func (x *VIPHolding) GetAddress() string {
-	if x != nil {
-		return x.Address
-	}
-	return ""
-}
-
-func (x *VIPHolding) GetMode() string {
-	if x != nil {
-		return x.Mode
-	}
-	return ""
-}
-
-func (x *VIPHolding) GetState() string {
-	if x != nil {
-		return x.State
-	}
-	return ""
-}
-
-func (x *VIPHolding) GetSince() *timestamppb.Timestamp {
-	if x != nil {
-		return x.Since
-	}
-	return nil
-}
-
-func (x *VIPHolding) GetReason() string {
-	if x != nil {
-		return x.Reason
-	}
-	return ""
-}
-
-func (x *VIPHolding) GetLoadBalancers() []string {
-	if x != nil {
-		return x.LoadBalancers
-	}
-	return nil
-}
-
 type PeerLiveness struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
@@ -849,7 +761,7 @@ type PeerLiveness struct {
 
 func (x *PeerLiveness) Reset() {
 	*x = PeerLiveness{}
-	mi := &file_teapotv1_admin_proto_msgTypes[11]
+	mi := &file_teapotv1_admin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -861,7 +773,7 @@ func (x *PeerLiveness) String() string {
 func (*PeerLiveness) ProtoMessage() {}
 
 func (x *PeerLiveness) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[11]
+	mi := &file_teapotv1_admin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -874,7 +786,7 @@ func (x *PeerLiveness) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerLiveness.ProtoReflect.Descriptor instead.
 func (*PeerLiveness) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{11}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *PeerLiveness) GetNodeId() string {
@@ -908,7 +820,7 @@ type CreateJoinTokenRequest struct {
 
 func (x *CreateJoinTokenRequest) Reset() {
 	*x = CreateJoinTokenRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[12]
+	mi := &file_teapotv1_admin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -920,7 +832,7 @@ func (x *CreateJoinTokenRequest) String() string {
 func (*CreateJoinTokenRequest) ProtoMessage() {}
 
 func (x *CreateJoinTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[12]
+	mi := &file_teapotv1_admin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -933,7 +845,7 @@ func (x *CreateJoinTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJoinTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateJoinTokenRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{12}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CreateJoinTokenRequest) GetTtlSeconds() uint32 {
@@ -955,7 +867,7 @@ type CreateJoinTokenResponse struct {
 
 func (x *CreateJoinTokenResponse) Reset() {
 	*x = CreateJoinTokenResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[13]
+	mi := &file_teapotv1_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -967,7 +879,7 @@ func (x *CreateJoinTokenResponse) String() string {
 func (*CreateJoinTokenResponse) ProtoMessage() {}
 
 func (x *CreateJoinTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[13]
+	mi := &file_teapotv1_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -980,7 +892,7 @@ func (x *CreateJoinTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJoinTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateJoinTokenResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{13}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CreateJoinTokenResponse) GetToken() string {
@@ -1013,7 +925,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[14]
+	mi := &file_teapotv1_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1025,7 +937,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[14]
+	mi := &file_teapotv1_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1038,7 +950,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{14}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RemoveNodeRequest) GetId() string {
@@ -1056,7 +968,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[15]
+	mi := &file_teapotv1_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1068,7 +980,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[15]
+	mi := &file_teapotv1_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1081,7 +993,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{15}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{14}
 }
 
 type DrainNodeRequest struct {
@@ -1094,7 +1006,7 @@ type DrainNodeRequest struct {
 
 func (x *DrainNodeRequest) Reset() {
 	*x = DrainNodeRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[16]
+	mi := &file_teapotv1_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1106,7 +1018,7 @@ func (x *DrainNodeRequest) String() string {
 func (*DrainNodeRequest) ProtoMessage() {}
 
 func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[16]
+	mi := &file_teapotv1_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1119,7 +1031,7 @@ func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeRequest.ProtoReflect.Descriptor instead.
 func (*DrainNodeRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{16}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *DrainNodeRequest) GetId() string {
@@ -1145,7 +1057,7 @@ type DrainNodeResponse struct {
 
 func (x *DrainNodeResponse) Reset() {
 	*x = DrainNodeResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[17]
+	mi := &file_teapotv1_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1157,7 +1069,7 @@ func (x *DrainNodeResponse) String() string {
 func (*DrainNodeResponse) ProtoMessage() {}
 
 func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[17]
+	mi := &file_teapotv1_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1170,7 +1082,7 @@ func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeResponse.ProtoReflect.Descriptor instead.
 func (*DrainNodeResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{17}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DrainNodeResponse) GetNode() *Node {
@@ -1194,7 +1106,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[18]
+	mi := &file_teapotv1_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1206,7 +1118,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[18]
+	mi := &file_teapotv1_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1219,7 +1131,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{18}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *JoinRequest) GetToken() string {
@@ -1272,7 +1184,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[19]
+	mi := &file_teapotv1_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1284,7 +1196,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[19]
+	mi := &file_teapotv1_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1297,7 +1209,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{19}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *JoinResponse) GetCaCertPem() []byte {
@@ -1351,7 +1263,7 @@ type PromoteRequest struct {
 
 func (x *PromoteRequest) Reset() {
 	*x = PromoteRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[20]
+	mi := &file_teapotv1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1363,7 +1275,7 @@ func (x *PromoteRequest) String() string {
 func (*PromoteRequest) ProtoMessage() {}
 
 func (x *PromoteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[20]
+	mi := &file_teapotv1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1376,7 +1288,7 @@ func (x *PromoteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteRequest.ProtoReflect.Descriptor instead.
 func (*PromoteRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{20}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PromoteRequest) GetNodeId() string {
@@ -1394,7 +1306,7 @@ type PromoteResponse struct {
 
 func (x *PromoteResponse) Reset() {
 	*x = PromoteResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[21]
+	mi := &file_teapotv1_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1406,7 +1318,7 @@ func (x *PromoteResponse) String() string {
 func (*PromoteResponse) ProtoMessage() {}
 
 func (x *PromoteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[21]
+	mi := &file_teapotv1_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1419,7 +1331,7 @@ func (x *PromoteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteResponse.ProtoReflect.Descriptor instead.
 func (*PromoteResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{21}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{20}
 }
 
 // ForwardRequest is a write as the client asked for it; the leader
@@ -1441,7 +1353,7 @@ type ForwardRequest struct {
 
 func (x *ForwardRequest) Reset() {
 	*x = ForwardRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[22]
+	mi := &file_teapotv1_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1453,7 +1365,7 @@ func (x *ForwardRequest) String() string {
 func (*ForwardRequest) ProtoMessage() {}
 
 func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[22]
+	mi := &file_teapotv1_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1466,7 +1378,7 @@ func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardRequest.ProtoReflect.Descriptor instead.
 func (*ForwardRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{22}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ForwardRequest) GetWrite() isForwardRequest_Write {
@@ -1558,7 +1470,7 @@ type ForwardResponse struct {
 
 func (x *ForwardResponse) Reset() {
 	*x = ForwardResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[23]
+	mi := &file_teapotv1_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1570,7 +1482,7 @@ func (x *ForwardResponse) String() string {
 func (*ForwardResponse) ProtoMessage() {}
 
 func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[23]
+	mi := &file_teapotv1_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1583,7 +1495,7 @@ func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardResponse.ProtoReflect.Descriptor instead.
 func (*ForwardResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{23}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ForwardResponse) GetApply() *ApplyResponse {
@@ -1608,7 +1520,7 @@ type ReadIndexRequest struct {
 
 func (x *ReadIndexRequest) Reset() {
 	*x = ReadIndexRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[24]
+	mi := &file_teapotv1_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1620,7 +1532,7 @@ func (x *ReadIndexRequest) String() string {
 func (*ReadIndexRequest) ProtoMessage() {}
 
 func (x *ReadIndexRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[24]
+	mi := &file_teapotv1_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1633,7 +1545,7 @@ func (x *ReadIndexRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadIndexRequest.ProtoReflect.Descriptor instead.
 func (*ReadIndexRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{24}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{23}
 }
 
 type ReadIndexResponse struct {
@@ -1645,7 +1557,7 @@ type ReadIndexResponse struct {
 
 func (x *ReadIndexResponse) Reset() {
 	*x = ReadIndexResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[25]
+	mi := &file_teapotv1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1657,7 +1569,7 @@ func (x *ReadIndexResponse) String() string {
 func (*ReadIndexResponse) ProtoMessage() {}
 
 func (x *ReadIndexResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[25]
+	mi := &file_teapotv1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1670,7 +1582,7 @@ func (x *ReadIndexResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadIndexResponse.ProtoReflect.Descriptor instead.
 func (*ReadIndexResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{25}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ReadIndexResponse) GetIndex() uint64 {
@@ -1688,7 +1600,7 @@ type HealthRequest struct {
 
 func (x *HealthRequest) Reset() {
 	*x = HealthRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[26]
+	mi := &file_teapotv1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1700,7 +1612,7 @@ func (x *HealthRequest) String() string {
 func (*HealthRequest) ProtoMessage() {}
 
 func (x *HealthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[26]
+	mi := &file_teapotv1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1713,14 +1625,14 @@ func (x *HealthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthRequest.ProtoReflect.Descriptor instead.
 func (*HealthRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{26}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 var File_teapotv1_admin_proto protoreflect.FileDescriptor
 
 const file_teapotv1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x14teapotv1/admin.proto\x12\tteapot.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14teapotv1/model.proto\x1a\x13teapotv1/raft.proto\"e\n" +
+	"\x14teapotv1/admin.proto\x12\tteapot.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14teapotv1/model.proto\x1a\x16teapotv1/observe.proto\x1a\x13teapotv1/raft.proto\"e\n" +
 	"\fApplyRequest\x12+\n" +
 	"\aobjects\x18\x01 \x03(\v2\x11.teapot.v1.ObjectR\aobjects\x12(\n" +
 	"\x04mode\x18\x02 \x01(\x0e2\x14.teapot.v1.ApplyModeR\x04mode\"r\n" +
@@ -1773,15 +1685,7 @@ const file_teapotv1_admin_proto_rawDesc = "" +
 	"\x04vips\x18\f \x03(\v2\x15.teapot.v1.VIPHoldingR\x04vips\x12-\n" +
 	"\x12heartbeat_interval\x18\r \x01(\tR\x11heartbeatInterval\x12)\n" +
 	"\x10heartbeat_misses\x18\x0e \x01(\rR\x0fheartbeatMisses\x12-\n" +
-	"\x05peers\x18\x0f \x03(\v2\x17.teapot.v1.PeerLivenessR\x05peers\"\xc1\x01\n" +
-	"\n" +
-	"VIPHolding\x12\x18\n" +
-	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x12\n" +
-	"\x04mode\x18\x02 \x01(\tR\x04mode\x12\x14\n" +
-	"\x05state\x18\x03 \x01(\tR\x05state\x120\n" +
-	"\x05since\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x16\n" +
-	"\x06reason\x18\x05 \x01(\tR\x06reason\x12%\n" +
-	"\x0eload_balancers\x18\x06 \x03(\tR\rloadBalancers\"Z\n" +
+	"\x05peers\x18\x0f \x03(\v2\x17.teapot.v1.PeerLivenessR\x05peers\"Z\n" +
 	"\fPeerLiveness\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
 	"\x05alive\x18\x02 \x01(\bR\x05alive\x12\x1b\n" +
@@ -1837,7 +1741,7 @@ const file_teapotv1_admin_proto_rawDesc = "" +
 	"\tApplyMode\x12\x15\n" +
 	"\x11APPLY_MODE_UPSERT\x10\x00\x12\x15\n" +
 	"\x11APPLY_MODE_CREATE\x10\x01\x12\x15\n" +
-	"\x11APPLY_MODE_UPDATE\x10\x022\xad\x04\n" +
+	"\x11APPLY_MODE_UPDATE\x10\x022\xae\x05\n" +
 	"\x05Admin\x12:\n" +
 	"\x05Apply\x12\x17.teapot.v1.ApplyRequest\x1a\x18.teapot.v1.ApplyResponse\x12=\n" +
 	"\x06Delete\x12\x18.teapot.v1.DeleteRequest\x1a\x19.teapot.v1.DeleteResponse\x12/\n" +
@@ -1847,13 +1751,16 @@ const file_teapotv1_admin_proto_rawDesc = "" +
 	"\x0fCreateJoinToken\x12!.teapot.v1.CreateJoinTokenRequest\x1a\".teapot.v1.CreateJoinTokenResponse\x12I\n" +
 	"\n" +
 	"RemoveNode\x12\x1c.teapot.v1.RemoveNodeRequest\x1a\x1d.teapot.v1.RemoveNodeResponse\x12F\n" +
-	"\tDrainNode\x12\x1b.teapot.v1.DrainNodeRequest\x1a\x1c.teapot.v1.DrainNodeResponse2\xc9\x02\n" +
+	"\tDrainNode\x12\x1b.teapot.v1.DrainNodeRequest\x1a\x1c.teapot.v1.DrainNodeResponse\x12@\n" +
+	"\aObserve\x12\x19.teapot.v1.ObserveRequest\x1a\x1a.teapot.v1.ObserveResponse\x12=\n" +
+	"\x06Events\x12\x18.teapot.v1.EventsRequest\x1a\x19.teapot.v1.EventsResponse2\x8b\x03\n" +
 	"\aCluster\x127\n" +
 	"\x04Join\x12\x16.teapot.v1.JoinRequest\x1a\x17.teapot.v1.JoinResponse\x12@\n" +
 	"\aPromote\x12\x19.teapot.v1.PromoteRequest\x1a\x1a.teapot.v1.PromoteResponse\x12@\n" +
 	"\aForward\x12\x19.teapot.v1.ForwardRequest\x1a\x1a.teapot.v1.ForwardResponse\x12F\n" +
 	"\tReadIndex\x12\x1b.teapot.v1.ReadIndexRequest\x1a\x1c.teapot.v1.ReadIndexResponse\x129\n" +
-	"\x06Health\x12\x18.teapot.v1.HealthRequest\x1a\x15.teapot.v1.NodeStatusB<Z:github.com/teapot-lb/teapot-lb/api/proto/teapotv1;teapotv1b\x06proto3"
+	"\x06Health\x12\x18.teapot.v1.HealthRequest\x1a\x15.teapot.v1.NodeStatus\x12@\n" +
+	"\aObserve\x12\x19.teapot.v1.ObserveRequest\x1a\x1a.teapot.v1.HostObservationB<Z:github.com/teapot-lb/teapot-lb/api/proto/teapotv1;teapotv1b\x06proto3"
 
 var (
 	file_teapotv1_admin_proto_rawDescOnce sync.Once
@@ -1868,7 +1775,7 @@ func file_teapotv1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_teapotv1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_teapotv1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_teapotv1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_teapotv1_admin_proto_goTypes = []any{
 	(ApplyMode)(0),                  // 0: teapot.v1.ApplyMode
 	(*ApplyRequest)(nil),            // 1: teapot.v1.ApplyRequest
@@ -1881,79 +1788,89 @@ var file_teapotv1_admin_proto_goTypes = []any{
 	(*ClusterStatusRequest)(nil),    // 8: teapot.v1.ClusterStatusRequest
 	(*ClusterStatusResponse)(nil),   // 9: teapot.v1.ClusterStatusResponse
 	(*NodeStatus)(nil),              // 10: teapot.v1.NodeStatus
-	(*VIPHolding)(nil),              // 11: teapot.v1.VIPHolding
-	(*PeerLiveness)(nil),            // 12: teapot.v1.PeerLiveness
-	(*CreateJoinTokenRequest)(nil),  // 13: teapot.v1.CreateJoinTokenRequest
-	(*CreateJoinTokenResponse)(nil), // 14: teapot.v1.CreateJoinTokenResponse
-	(*RemoveNodeRequest)(nil),       // 15: teapot.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),      // 16: teapot.v1.RemoveNodeResponse
-	(*DrainNodeRequest)(nil),        // 17: teapot.v1.DrainNodeRequest
-	(*DrainNodeResponse)(nil),       // 18: teapot.v1.DrainNodeResponse
-	(*JoinRequest)(nil),             // 19: teapot.v1.JoinRequest
-	(*JoinResponse)(nil),            // 20: teapot.v1.JoinResponse
-	(*PromoteRequest)(nil),          // 21: teapot.v1.PromoteRequest
-	(*PromoteResponse)(nil),         // 22: teapot.v1.PromoteResponse
-	(*ForwardRequest)(nil),          // 23: teapot.v1.ForwardRequest
-	(*ForwardResponse)(nil),         // 24: teapot.v1.ForwardResponse
-	(*ReadIndexRequest)(nil),        // 25: teapot.v1.ReadIndexRequest
-	(*ReadIndexResponse)(nil),       // 26: teapot.v1.ReadIndexResponse
-	(*HealthRequest)(nil),           // 27: teapot.v1.HealthRequest
-	(*Object)(nil),                  // 28: teapot.v1.Object
-	(*ObjectRef)(nil),               // 29: teapot.v1.ObjectRef
+	(*PeerLiveness)(nil),            // 11: teapot.v1.PeerLiveness
+	(*CreateJoinTokenRequest)(nil),  // 12: teapot.v1.CreateJoinTokenRequest
+	(*CreateJoinTokenResponse)(nil), // 13: teapot.v1.CreateJoinTokenResponse
+	(*RemoveNodeRequest)(nil),       // 14: teapot.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),      // 15: teapot.v1.RemoveNodeResponse
+	(*DrainNodeRequest)(nil),        // 16: teapot.v1.DrainNodeRequest
+	(*DrainNodeResponse)(nil),       // 17: teapot.v1.DrainNodeResponse
+	(*JoinRequest)(nil),             // 18: teapot.v1.JoinRequest
+	(*JoinResponse)(nil),            // 19: teapot.v1.JoinResponse
+	(*PromoteRequest)(nil),          // 20: teapot.v1.PromoteRequest
+	(*PromoteResponse)(nil),         // 21: teapot.v1.PromoteResponse
+	(*ForwardRequest)(nil),          // 22: teapot.v1.ForwardRequest
+	(*ForwardResponse)(nil),         // 23: teapot.v1.ForwardResponse
+	(*ReadIndexRequest)(nil),        // 24: teapot.v1.ReadIndexRequest
+	(*ReadIndexResponse)(nil),       // 25: teapot.v1.ReadIndexResponse
+	(*HealthRequest)(nil),           // 26: teapot.v1.HealthRequest
+	(*Object)(nil),                  // 27: teapot.v1.Object
+	(*ObjectRef)(nil),               // 28: teapot.v1.ObjectRef
+	(*VIPHolding)(nil),              // 29: teapot.v1.VIPHolding
 	(*timestamppb.Timestamp)(nil),   // 30: google.protobuf.Timestamp
 	(*Node)(nil),                    // 31: teapot.v1.Node
 	(*Txn)(nil),                     // 32: teapot.v1.Txn
+	(*ObserveRequest)(nil),          // 33: teapot.v1.ObserveRequest
+	(*EventsRequest)(nil),           // 34: teapot.v1.EventsRequest
+	(*ObserveResponse)(nil),         // 35: teapot.v1.ObserveResponse
+	(*EventsResponse)(nil),          // 36: teapot.v1.EventsResponse
+	(*HostObservation)(nil),         // 37: teapot.v1.HostObservation
 }
 var file_teapotv1_admin_proto_depIdxs = []int32{
-	28, // 0: teapot.v1.ApplyRequest.objects:type_name -> teapot.v1.Object
+	27, // 0: teapot.v1.ApplyRequest.objects:type_name -> teapot.v1.Object
 	0,  // 1: teapot.v1.ApplyRequest.mode:type_name -> teapot.v1.ApplyMode
-	28, // 2: teapot.v1.ApplyResponse.objects:type_name -> teapot.v1.Object
-	29, // 3: teapot.v1.DeleteRequest.ref:type_name -> teapot.v1.ObjectRef
-	29, // 4: teapot.v1.GetRequest.ref:type_name -> teapot.v1.ObjectRef
-	28, // 5: teapot.v1.ListResponse.objects:type_name -> teapot.v1.Object
+	27, // 2: teapot.v1.ApplyResponse.objects:type_name -> teapot.v1.Object
+	28, // 3: teapot.v1.DeleteRequest.ref:type_name -> teapot.v1.ObjectRef
+	28, // 4: teapot.v1.GetRequest.ref:type_name -> teapot.v1.ObjectRef
+	27, // 5: teapot.v1.ListResponse.objects:type_name -> teapot.v1.Object
 	10, // 6: teapot.v1.ClusterStatusResponse.nodes:type_name -> teapot.v1.NodeStatus
-	11, // 7: teapot.v1.NodeStatus.vips:type_name -> teapot.v1.VIPHolding
-	12, // 8: teapot.v1.NodeStatus.peers:type_name -> teapot.v1.PeerLiveness
-	30, // 9: teapot.v1.VIPHolding.since:type_name -> google.protobuf.Timestamp
-	30, // 10: teapot.v1.CreateJoinTokenResponse.expires:type_name -> google.protobuf.Timestamp
-	31, // 11: teapot.v1.DrainNodeResponse.node:type_name -> teapot.v1.Node
-	1,  // 12: teapot.v1.ForwardRequest.apply:type_name -> teapot.v1.ApplyRequest
-	3,  // 13: teapot.v1.ForwardRequest.delete:type_name -> teapot.v1.DeleteRequest
-	15, // 14: teapot.v1.ForwardRequest.remove_node:type_name -> teapot.v1.RemoveNodeRequest
-	32, // 15: teapot.v1.ForwardRequest.txn:type_name -> teapot.v1.Txn
-	2,  // 16: teapot.v1.ForwardResponse.apply:type_name -> teapot.v1.ApplyResponse
-	4,  // 17: teapot.v1.ForwardResponse.delete:type_name -> teapot.v1.DeleteResponse
-	1,  // 18: teapot.v1.Admin.Apply:input_type -> teapot.v1.ApplyRequest
-	3,  // 19: teapot.v1.Admin.Delete:input_type -> teapot.v1.DeleteRequest
-	5,  // 20: teapot.v1.Admin.Get:input_type -> teapot.v1.GetRequest
-	6,  // 21: teapot.v1.Admin.List:input_type -> teapot.v1.ListRequest
-	8,  // 22: teapot.v1.Admin.ClusterStatus:input_type -> teapot.v1.ClusterStatusRequest
-	13, // 23: teapot.v1.Admin.CreateJoinToken:input_type -> teapot.v1.CreateJoinTokenRequest
-	15, // 24: teapot.v1.Admin.RemoveNode:input_type -> teapot.v1.RemoveNodeRequest
-	17, // 25: teapot.v1.Admin.DrainNode:input_type -> teapot.v1.DrainNodeRequest
-	19, // 26: teapot.v1.Cluster.Join:input_type -> teapot.v1.JoinRequest
-	21, // 27: teapot.v1.Cluster.Promote:input_type -> teapot.v1.PromoteRequest
-	23, // 28: teapot.v1.Cluster.Forward:input_type -> teapot.v1.ForwardRequest
-	25, // 29: teapot.v1.Cluster.ReadIndex:input_type -> teapot.v1.ReadIndexRequest
-	27, // 30: teapot.v1.Cluster.Health:input_type -> teapot.v1.HealthRequest
-	2,  // 31: teapot.v1.Admin.Apply:output_type -> teapot.v1.ApplyResponse
-	4,  // 32: teapot.v1.Admin.Delete:output_type -> teapot.v1.DeleteResponse
-	28, // 33: teapot.v1.Admin.Get:output_type -> teapot.v1.Object
-	7,  // 34: teapot.v1.Admin.List:output_type -> teapot.v1.ListResponse
-	9,  // 35: teapot.v1.Admin.ClusterStatus:output_type -> teapot.v1.ClusterStatusResponse
-	14, // 36: teapot.v1.Admin.CreateJoinToken:output_type -> teapot.v1.CreateJoinTokenResponse
-	16, // 37: teapot.v1.Admin.RemoveNode:output_type -> teapot.v1.RemoveNodeResponse
-	18, // 38: teapot.v1.Admin.DrainNode:output_type -> teapot.v1.DrainNodeResponse
-	20, // 39: teapot.v1.Cluster.Join:output_type -> teapot.v1.JoinResponse
-	22, // 40: teapot.v1.Cluster.Promote:output_type -> teapot.v1.PromoteResponse
-	24, // 41: teapot.v1.Cluster.Forward:output_type -> teapot.v1.ForwardResponse
-	26, // 42: teapot.v1.Cluster.ReadIndex:output_type -> teapot.v1.ReadIndexResponse
-	10, // 43: teapot.v1.Cluster.Health:output_type -> teapot.v1.NodeStatus
-	31, // [31:44] is the sub-list for method output_type
-	18, // [18:31] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	29, // 7: teapot.v1.NodeStatus.vips:type_name -> teapot.v1.VIPHolding
+	11, // 8: teapot.v1.NodeStatus.peers:type_name -> teapot.v1.PeerLiveness
+	30, // 9: teapot.v1.CreateJoinTokenResponse.expires:type_name -> google.protobuf.Timestamp
+	31, // 10: teapot.v1.DrainNodeResponse.node:type_name -> teapot.v1.Node
+	1,  // 11: teapot.v1.ForwardRequest.apply:type_name -> teapot.v1.ApplyRequest
+	3,  // 12: teapot.v1.ForwardRequest.delete:type_name -> teapot.v1.DeleteRequest
+	14, // 13: teapot.v1.ForwardRequest.remove_node:type_name -> teapot.v1.RemoveNodeRequest
+	32, // 14: teapot.v1.ForwardRequest.txn:type_name -> teapot.v1.Txn
+	2,  // 15: teapot.v1.ForwardResponse.apply:type_name -> teapot.v1.ApplyResponse
+	4,  // 16: teapot.v1.ForwardResponse.delete:type_name -> teapot.v1.DeleteResponse
+	1,  // 17: teapot.v1.Admin.Apply:input_type -> teapot.v1.ApplyRequest
+	3,  // 18: teapot.v1.Admin.Delete:input_type -> teapot.v1.DeleteRequest
+	5,  // 19: teapot.v1.Admin.Get:input_type -> teapot.v1.GetRequest
+	6,  // 20: teapot.v1.Admin.List:input_type -> teapot.v1.ListRequest
+	8,  // 21: teapot.v1.Admin.ClusterStatus:input_type -> teapot.v1.ClusterStatusRequest
+	12, // 22: teapot.v1.Admin.CreateJoinToken:input_type -> teapot.v1.CreateJoinTokenRequest
+	14, // 23: teapot.v1.Admin.RemoveNode:input_type -> teapot.v1.RemoveNodeRequest
+	16, // 24: teapot.v1.Admin.DrainNode:input_type -> teapot.v1.DrainNodeRequest
+	33, // 25: teapot.v1.Admin.Observe:input_type -> teapot.v1.ObserveRequest
+	34, // 26: teapot.v1.Admin.Events:input_type -> teapot.v1.EventsRequest
+	18, // 27: teapot.v1.Cluster.Join:input_type -> teapot.v1.JoinRequest
+	20, // 28: teapot.v1.Cluster.Promote:input_type -> teapot.v1.PromoteRequest
+	22, // 29: teapot.v1.Cluster.Forward:input_type -> teapot.v1.ForwardRequest
+	24, // 30: teapot.v1.Cluster.ReadIndex:input_type -> teapot.v1.ReadIndexRequest
+	26, // 31: teapot.v1.Cluster.Health:input_type -> teapot.v1.HealthRequest
+	33, // 32: teapot.v1.Cluster.Observe:input_type -> teapot.v1.ObserveRequest
+	2,  // 33: teapot.v1.Admin.Apply:output_type -> teapot.v1.ApplyResponse
+	4,  // 34: teapot.v1.Admin.Delete:output_type -> teapot.v1.DeleteResponse
+	27, // 35: teapot.v1.Admin.Get:output_type -> teapot.v1.Object
+	7,  // 36: teapot.v1.Admin.List:output_type -> teapot.v1.ListResponse
+	9,  // 37: teapot.v1.Admin.ClusterStatus:output_type -> teapot.v1.ClusterStatusResponse
+	13, // 38: teapot.v1.Admin.CreateJoinToken:output_type -> teapot.v1.CreateJoinTokenResponse
+	15, // 39: teapot.v1.Admin.RemoveNode:output_type -> teapot.v1.RemoveNodeResponse
+	17, // 40: teapot.v1.Admin.DrainNode:output_type -> teapot.v1.DrainNodeResponse
+	35, // 41: teapot.v1.Admin.Observe:output_type -> teapot.v1.ObserveResponse
+	36, // 42: teapot.v1.Admin.Events:output_type -> teapot.v1.EventsResponse
+	19, // 43: teapot.v1.Cluster.Join:output_type -> teapot.v1.JoinResponse
+	21, // 44: teapot.v1.Cluster.Promote:output_type -> teapot.v1.PromoteResponse
+	23, // 45: teapot.v1.Cluster.Forward:output_type -> teapot.v1.ForwardResponse
+	25, // 46: teapot.v1.Cluster.ReadIndex:output_type -> teapot.v1.ReadIndexResponse
+	10, // 47: teapot.v1.Cluster.Health:output_type -> teapot.v1.NodeStatus
+	37, // 48: teapot.v1.Cluster.Observe:output_type -> teapot.v1.HostObservation
+	33, // [33:49] is the sub-list for method output_type
+	17, // [17:33] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_teapotv1_admin_proto_init() }
@@ -1962,8 +1879,9 @@ func file_teapotv1_admin_proto_init() {
 		return
 	}
 	file_teapotv1_model_proto_init()
+	file_teapotv1_observe_proto_init()
 	file_teapotv1_raft_proto_init()
-	file_teapotv1_admin_proto_msgTypes[22].OneofWrappers = []any{
+	file_teapotv1_admin_proto_msgTypes[21].OneofWrappers = []any{
 		(*ForwardRequest_Apply)(nil),
 		(*ForwardRequest_Delete)(nil),
 		(*ForwardRequest_RemoveNode)(nil),
@@ -1975,7 +1893,7 @@ func file_teapotv1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_teapotv1_admin_proto_rawDesc), len(file_teapotv1_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   27,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -30,6 +30,8 @@ const (
 	Admin_CreateJoinToken_FullMethodName = "/teapot.v1.Admin/CreateJoinToken"
 	Admin_RemoveNode_FullMethodName      = "/teapot.v1.Admin/RemoveNode"
 	Admin_DrainNode_FullMethodName       = "/teapot.v1.Admin/DrainNode"
+	Admin_Observe_FullMethodName         = "/teapot.v1.Admin/Observe"
+	Admin_Events_FullMethodName          = "/teapot.v1.Admin/Events"
 )
 
 // AdminClient is the client API for Admin service.
@@ -47,6 +49,11 @@ type AdminClient interface {
 	// DrainNode makes a host give up its VIPs without stopping it (or, with
 	// undo, take them again).
 	DrainNode(ctx context.Context, in *DrainNodeRequest, opts ...grpc.CallOption) (*DrainNodeResponse, error)
+	// Observe gathers what every host sees (listeners, member health, VIPs,
+	// certificates, traffic, events), asking the hosts in parallel.
+	Observe(ctx context.Context, in *ObserveRequest, opts ...grpc.CallOption) (*ObserveResponse, error)
+	// Events lists the hosts' recent events, oldest first.
+	Events(ctx context.Context, in *EventsRequest, opts ...grpc.CallOption) (*EventsResponse, error)
 }
 
 type adminClient struct {
@@ -137,6 +144,26 @@ func (c *adminClient) DrainNode(ctx context.Context, in *DrainNodeRequest, opts 
 	return out, nil
 }
 
+func (c *adminClient) Observe(ctx context.Context, in *ObserveRequest, opts ...grpc.CallOption) (*ObserveResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ObserveResponse)
+	err := c.cc.Invoke(ctx, Admin_Observe_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) Events(ctx context.Context, in *EventsRequest, opts ...grpc.CallOption) (*EventsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(EventsResponse)
+	err := c.cc.Invoke(ctx, Admin_Events_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -152,6 +179,11 @@ type AdminServer interface {
 	// DrainNode makes a host give up its VIPs without stopping it (or, with
 	// undo, take them again).
 	DrainNode(context.Context, *DrainNodeRequest) (*DrainNodeResponse, error)
+	// Observe gathers what every host sees (listeners, member health, VIPs,
+	// certificates, traffic, events), asking the hosts in parallel.
+	Observe(context.Context, *ObserveRequest) (*ObserveResponse, error)
+	// Events lists the hosts' recent events, oldest first.
+	Events(context.Context, *EventsRequest) (*EventsResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -185,6 +217,12 @@ func (UnimplementedAdminServer) RemoveNode(context.Context, *RemoveNodeRequest) 
 }
 func (UnimplementedAdminServer) DrainNode(context.Context, *DrainNodeRequest) (*DrainNodeResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method DrainNode not implemented")
+}
+func (UnimplementedAdminServer) Observe(context.Context, *ObserveRequest) (*ObserveResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Observe not implemented")
+}
+func (UnimplementedAdminServer) Events(context.Context, *EventsRequest) (*EventsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Events not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -351,6 +389,42 @@ func _Admin_DrainNode_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_Observe_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ObserveRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).Observe(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_Observe_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).Observe(ctx, req.(*ObserveRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_Events_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(EventsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).Events(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_Events_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).Events(ctx, req.(*EventsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -390,6 +464,14 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "DrainNode",
 			Handler:    _Admin_DrainNode_Handler,
 		},
+		{
+			MethodName: "Observe",
+			Handler:    _Admin_Observe_Handler,
+		},
+		{
+			MethodName: "Events",
+			Handler:    _Admin_Events_Handler,
+		},
 	},
 	Streams:  []grpc.StreamDesc{},
 	Metadata: "teapotv1/admin.proto",
@@ -401,6 +483,7 @@ const (
 	Cluster_Forward_FullMethodName   = "/teapot.v1.Cluster/Forward"
 	Cluster_ReadIndex_FullMethodName = "/teapot.v1.Cluster/ReadIndex"
 	Cluster_Health_FullMethodName    = "/teapot.v1.Cluster/Health"
+	Cluster_Observe_FullMethodName   = "/teapot.v1.Cluster/Observe"
 )
 
 // ClusterClient is the client API for Cluster service.
@@ -419,6 +502,8 @@ type ClusterClient interface {
 	ReadIndex(ctx context.Context, in *ReadIndexRequest, opts ...grpc.CallOption) (*ReadIndexResponse, error)
 	// Health reports this node's view of Raft.
 	Health(ctx context.Context, in *HealthRequest, opts ...grpc.CallOption) (*NodeStatus, error)
+	// Observe reports what this host sees.
+	Observe(ctx context.Context, in *ObserveRequest, opts ...grpc.CallOption) (*HostObservation, error)
 }
 
 type clusterClient struct {
@@ -479,6 +564,16 @@ func (c *clusterClient) Health(ctx context.Context, in *HealthRequest, opts ...g
 	return out, nil
 }
 
+func (c *clusterClient) Observe(ctx context.Context, in *ObserveRequest, opts ...grpc.CallOption) (*HostObservation, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(HostObservation)
+	err := c.cc.Invoke(ctx, Cluster_Observe_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ClusterServer is the server API for Cluster service.
 // All implementations must embed UnimplementedClusterServer
 // for forward compatibility.
@@ -495,6 +590,8 @@ type ClusterServer interface {
 	ReadIndex(context.Context, *ReadIndexRequest) (*ReadIndexResponse, error)
 	// Health reports this node's view of Raft.
 	Health(context.Context, *HealthRequest) (*NodeStatus, error)
+	// Observe reports what this host sees.
+	Observe(context.Context, *ObserveRequest) (*HostObservation, error)
 	mustEmbedUnimplementedClusterServer()
 }
 
@@ -519,6 +616,9 @@ func (UnimplementedClusterServer) ReadIndex(context.Context, *ReadIndexRequest) 
 }
 func (UnimplementedClusterServer) Health(context.Context, *HealthRequest) (*NodeStatus, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Health not implemented")
+}
+func (UnimplementedClusterServer) Observe(context.Context, *ObserveRequest) (*HostObservation, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Observe not implemented")
 }
 func (UnimplementedClusterServer) mustEmbedUnimplementedClusterServer() {}
 func (UnimplementedClusterServer) testEmbeddedByValue()                 {}
@@ -631,6 +731,24 @@ func _Cluster_Health_Handler(srv interface{}, ctx context.Context, dec func(inte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Cluster_Observe_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ObserveRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServer).Observe(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Cluster_Observe_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServer).Observe(ctx, req.(*ObserveRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Cluster_ServiceDesc is the grpc.ServiceDesc for Cluster service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -657,6 +775,10 @@ var Cluster_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Health",
 			Handler:    _Cluster_Health_Handler,
+		},
+		{
+			MethodName: "Observe",
+			Handler:    _Cluster_Observe_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

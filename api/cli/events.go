@@ -1,0 +1,114 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/teapot-lb/teapot-lb/api/client"
+	"github.com/teapot-lb/teapot-lb/api/manifest"
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+)
+
+// watchEvery is how often `events --watch` asks for new events.
+const watchEvery = time.Second
+
+func (a *app) eventsCmd() *cobra.Command {
+	var req pb.EventsRequest
+	var watch bool
+	cmd := &cobra.Command{
+		Use:   "events",
+		Short: "List the recent events of every LB host (VIP moves, bind failures, member health, certificates, leader changes)",
+		Example: "  teapot-lb events --lb acme/shop\n" +
+			"  teapot-lb events --node n2 --watch",
+		Args: args(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if req.LoadBalancer != "" {
+				t, n, ok := strings.Cut(req.LoadBalancer, "/")
+				if !ok && req.Tenant != "" {
+					req.LoadBalancer, t, n, ok = req.Tenant+"/"+req.LoadBalancer, req.Tenant, req.LoadBalancer, true
+				}
+				if !ok || t == "" || n == "" {
+					return fmt.Errorf("--lb %q: use TENANT/NAME (or --tenant T --lb NAME)", req.LoadBalancer)
+				}
+			}
+			return a.connect(cmd, func(c *client.Conn) error {
+				return a.events(cmd, c, &req, watch)
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&req.Tenant, "tenant", "", "only events of this tenant")
+	f.StringVar(&req.LoadBalancer, "lb", "", "only events of this load balancer (TENANT/NAME)")
+	f.StringVar(&req.Node, "node", "", "only events of this LB host")
+	f.BoolVarP(&watch, "watch", "w", false, "keep printing new events as they happen")
+	return cmd
+}
+
+func (a *app) events(cmd *cobra.Command, c *client.Conn, req *pb.EventsRequest, watch bool) error {
+	w := cmd.OutOrStdout()
+	header := true
+	warned := map[string]bool{}
+	for {
+		ctx, cancel := context.WithTimeout(cmd.Context(), a.timeout)
+		resp, err := c.Admin.Events(ctx, req)
+		cancel()
+		if err != nil {
+			if watch && cmd.Context().Err() != nil {
+				return nil
+			}
+			return err
+		}
+		for _, u := range resp.GetUnreachable() {
+			if !warned[u] {
+				fmt.Fprintf(cmd.ErrOrStderr(), "warning: host %s: its events are missing\n", u)
+				warned[u] = true
+			}
+		}
+		if a.output != OutputTable {
+			for _, ev := range resp.GetEvents() {
+				if err := manifest.EncodeMessage(w, ev, string(a.output)); err != nil {
+					return err
+				}
+			}
+		} else {
+			if header && !watch && len(resp.GetEvents()) == 0 {
+				fmt.Fprintln(w, "No events.")
+			}
+			writeEvents(w, resp.GetEvents(), header)
+			header = header && len(resp.GetEvents()) == 0
+		}
+		if !watch {
+			return nil
+		}
+		req.After = resp.GetCursor()
+		select {
+		case <-cmd.Context().Done():
+			return nil
+		case <-time.After(watchEvery):
+		}
+	}
+}
+
+// writeEvents writes events as a table, one line each.
+func writeEvents(w io.Writer, evs []*pb.Event, header bool) {
+	if len(evs) == 0 {
+		return
+	}
+	t := newTable(w)
+	if header {
+		t.row("TIME", "NODE", "TYPE", "SEVERITY", "LB", "MESSAGE")
+	}
+	for _, ev := range evs {
+		lb := ev.GetLoadBalancer()
+		if lb == "" {
+			lb = ev.GetTenant()
+		}
+		t.row(ev.GetTime().AsTime().UTC().Format(time.RFC3339), ev.GetNodeId(), ev.GetType(), ev.GetSeverity(), lb, ev.GetMessage())
+	}
+	_ = t.flush()
+}

@@ -1,0 +1,139 @@
+package observe
+
+import (
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+)
+
+// Event types.
+const (
+	EventVIPTaken      = "vip-taken"
+	EventVIPReleased   = "vip-released"
+	EventBindFailed    = "bind-failed"
+	EventBindOK        = "bind-ok"
+	EventMemberDown    = "member-down"
+	EventMemberUp      = "member-up"
+	EventCertIssued    = "cert-issued"
+	EventCertFailed    = "cert-failed"
+	EventTenantRefused = "tenant-refused"
+	EventLeaderChange  = "leader-change"
+)
+
+// Severities.
+const (
+	Info    = "info"
+	Warning = "warning"
+)
+
+// DefaultEvents is the ring's size when NewEvents is given 0.
+const DefaultEvents = 1000
+
+// Limits on what one query returns.
+const (
+	DefaultMaxEvents = 100
+	MaxEvents        = 1000
+	// maxMessage bounds an event's message (a tenant may influence it).
+	maxMessage = 512
+)
+
+// Events is a bounded ring of a host's recent events. The oldest event is
+// dropped when it is full. It is safe for concurrent use.
+type Events struct {
+	mu      sync.Mutex
+	node    string
+	buf     []*pb.Event // ring, len == capacity once full
+	head    int         // index of the oldest event once full
+	seq     uint64      // sequence number of the newest event
+	changed chan struct{}
+	now     func() time.Time
+}
+
+// NewEvents returns an empty ring of capacity events (0: DefaultEvents)
+// stamped with node.
+func NewEvents(node string, capacity int) *Events {
+	if capacity <= 0 {
+		capacity = DefaultEvents
+	}
+	return &Events{node: node, buf: make([]*pb.Event, 0, capacity), changed: make(chan struct{}), now: time.Now}
+}
+
+// Add records an event; it stamps the sequence number, the node and (when
+// unset) the time. A nil ring records nothing.
+func (e *Events) Add(ev *pb.Event) {
+	if e == nil {
+		return
+	}
+	ev = proto.Clone(ev).(*pb.Event)
+	if len(ev.Message) > maxMessage {
+		ev.Message = ev.Message[:maxMessage] + "…"
+	}
+	if ev.Severity == "" {
+		ev.Severity = Info
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.seq++
+	ev.Seq, ev.NodeId = e.seq, e.node
+	if ev.Time == nil {
+		ev.Time = timestamppb.New(e.now())
+	}
+	if len(e.buf) < cap(e.buf) {
+		e.buf = append(e.buf, ev)
+	} else {
+		e.buf[e.head] = ev
+		e.head = (e.head + 1) % len(e.buf)
+	}
+	close(e.changed)
+	e.changed = make(chan struct{})
+}
+
+// Changed returns a channel closed at the next Add.
+func (e *Events) Changed() <-chan struct{} {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.changed
+}
+
+// Last is the sequence number of the newest event (0: none yet).
+func (e *Events) Last() uint64 {
+	if e == nil {
+		return 0
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.seq
+}
+
+// Since returns the events newer than after that f selects, oldest first,
+// at most max (the newest ones), and the newest sequence number.
+func (e *Events) Since(after uint64, f Filter, max int) ([]*pb.Event, uint64) {
+	if e == nil {
+		return nil, 0
+	}
+	if max <= 0 {
+		max = DefaultMaxEvents
+	}
+	max = min(max, MaxEvents)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []*pb.Event
+	n := len(e.buf)
+	for i := n - 1; i >= 0 && len(out) < max; i-- {
+		ev := e.buf[(e.head+i)%n]
+		if ev.Seq <= after {
+			break
+		}
+		if f.Match(ev.Tenant, ev.LoadBalancer) {
+			out = append(out, ev)
+		}
+	}
+	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
+		out[i], out[j] = out[j], out[i]
+	}
+	return out, e.seq
+}

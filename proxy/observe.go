@@ -1,0 +1,166 @@
+package proxy
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/teapot-lb/teapot-lb/api/observe"
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+	"github.com/teapot-lb/teapot-lb/proxy/health"
+	"github.com/teapot-lb/teapot-lb/proxy/snapshot"
+)
+
+// bindFailure is a listener that could not be opened.
+type bindFailure struct {
+	err   string
+	since time.Time
+}
+
+var _ observe.Source = (*Proxy)(nil)
+
+// Observe adds this host's listeners (bound or why not), the health of
+// every member by this host's checks, and the load balancers' problems to
+// h, for the load balancers f selects.
+func (p *Proxy) Observe(f observe.Filter, h *pb.HostObservation) {
+	p.mu.Lock()
+	if p.snap != nil {
+		h.Revision = p.snap.Revision
+		for _, k := range sortedKeys(p.snap.Listeners) {
+			l := p.snap.Listeners[k]
+			if !f.MatchLB(l.LB) {
+				continue
+			}
+			lo := &pb.ListenerObservation{LoadBalancer: l.LB, Index: uint32(l.Index), Address: k.Addr.String(), Protocol: string(l.Protocol)}
+			if s := p.sockets[k]; s != nil {
+				lo.Bound, lo.Since = true, timestamppb.New(s.opened)
+			} else if bf, ok := p.failed[k]; ok {
+				lo.Error, lo.Since = bf.err, timestamppb.New(bf.since)
+			} else {
+				lo.Error = "not opened"
+			}
+			h.Listeners = append(h.Listeners, lo)
+		}
+	}
+	p.mu.Unlock()
+
+	cur := p.current.Load()
+	pools := make([]*snapshot.Pool, 0, len(cur.pools))
+	for spec := range cur.pools {
+		if f.MatchLB(spec.LB) {
+			pools = append(pools, spec)
+		}
+	}
+	slices.SortFunc(pools, func(a, b *snapshot.Pool) int {
+		if c := strings.Compare(a.LB, b.LB); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	for _, spec := range pools {
+		po := &pb.PoolObservation{LoadBalancer: spec.LB, Pool: spec.Name}
+		for _, m := range cur.pools[spec].members {
+			mo := &pb.MemberObservation{Address: m.Addr.String(), Healthy: m.Usable()}
+			if m.Weight == 0 {
+				mo.Reason = "weight 0 (drained)"
+			}
+			if t, ok := m.State.(*health.Target); ok {
+				st := t.Status()
+				mo.Down, mo.Ejected, mo.InFlight = st.Down, st.Ejected, t.InFlight()
+				if !st.LastCheck.IsZero() {
+					mo.LastCheck = timestamppb.New(st.LastCheck)
+				}
+				switch {
+				case st.Down && st.LastError != "":
+					mo.Reason = "health check fails: " + st.LastError
+				case st.Down:
+					mo.Reason = "health check failed; not yet back up"
+				case st.Ejected:
+					mo.Reason = "ejected after consecutive connect failures"
+				}
+			}
+			po.Members = append(po.Members, mo)
+		}
+		h.Pools = append(h.Pools, po)
+	}
+
+	status, unhealthy := p.Status(), p.Unhealthy()
+	lbs := make([]string, 0, len(status))
+	for lb := range status {
+		if f.MatchLB(lb) {
+			lbs = append(lbs, lb)
+		}
+	}
+	slices.Sort(lbs)
+	for _, lb := range lbs {
+		for _, pr := range status[lb] {
+			h.Problems = append(h.Problems, &pb.LoadBalancerProblem{LoadBalancer: lb, Field: pr.Field, Reason: pr.Reason})
+		}
+		if r := unhealthy[lb]; r != "" {
+			h.Problems = append(h.Problems, &pb.LoadBalancerProblem{LoadBalancer: lb, Field: "pools", Reason: r})
+		}
+	}
+}
+
+// event hands ev to the configured sink.
+func (p *Proxy) event(ev *pb.Event) {
+	if p.cfg.Events != nil {
+		p.cfg.Events(ev)
+	}
+}
+
+// bindFailed records a listener that could not be opened (under p.mu); the
+// first failure of a listener is an event.
+func (p *Proxy) bindFailed(l *snapshot.Listener, err error) {
+	if _, ok := p.failed[l.Key]; ok {
+		p.failed[l.Key] = bindFailure{err: err.Error(), since: p.failed[l.Key].since}
+		return
+	}
+	p.failed[l.Key] = bindFailure{err: err.Error(), since: time.Now()}
+	p.event(&pb.Event{Type: observe.EventBindFailed, Severity: observe.Warning, Tenant: l.Tenant, LoadBalancer: l.LB,
+		Message: fmt.Sprintf("listeners[%d] cannot listen on %s: %v", l.Index, l.Key, err)})
+}
+
+// bindOK records a listener opened (under p.mu); one that had failed
+// before is an event.
+func (p *Proxy) bindOK(l *snapshot.Listener) {
+	bf, ok := p.failed[l.Key]
+	if !ok {
+		return
+	}
+	delete(p.failed, l.Key)
+	p.event(&pb.Event{Type: observe.EventBindOK, Tenant: l.Tenant, LoadBalancer: l.LB,
+		Message: fmt.Sprintf("listeners[%d] listens on %s after failing for %s", l.Index, l.Key, time.Since(bf.since).Round(time.Second))})
+}
+
+// memberChanged turns a member's health change into an event for every
+// load balancer whose pools hold it, and tells Config.Changed.
+func (p *Proxy) memberChanged(t *health.Target, healthy bool, reason string) {
+	cur := p.current.Load()
+	seen := map[string]bool{}
+	for spec, pool := range cur.pools {
+		if seen[spec.LB] {
+			continue
+		}
+		for _, m := range pool.members {
+			if m.State != t {
+				continue
+			}
+			seen[spec.LB] = true
+			ev := &pb.Event{Type: observe.EventMemberUp, LoadBalancer: spec.LB,
+				Message: fmt.Sprintf("member %s of pool %s is up: %s", t.Name(), spec.Name, reason)}
+			if !healthy {
+				ev.Type, ev.Severity = observe.EventMemberDown, observe.Warning
+				ev.Message = fmt.Sprintf("member %s of pool %s is down: %s", t.Name(), spec.Name, reason)
+			}
+			p.event(ev)
+			break
+		}
+	}
+	if p.cfg.Changed != nil {
+		p.cfg.Changed()
+	}
+}
