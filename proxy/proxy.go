@@ -210,6 +210,7 @@ func (p *Proxy) apply(s *snapshot.Snapshot) bool {
 		}
 		return false
 	}
+	p.health.SetSelf(s.ListenAddrs())
 	rt, retired := p.build(s, old)
 	p.current.Store(rt)
 	for _, sock := range p.sockets {

@@ -18,6 +18,9 @@ var (
 	ErrBadStatusLine = errors.New("malformed HTTP status line")
 	// ErrUnexpectedStatus: an HTTP check got a status it does not accept.
 	ErrUnexpectedStatus = errors.New("unexpected HTTP status")
+	// ErrSelf: the member's address is one of this host's VIPs; the proxy
+	// never connects to its own listeners.
+	ErrSelf = errors.New("the member is a VIP of this cluster; never dialled")
 )
 
 // check runs one check of addr (its port replaced by hc.Port when set).

@@ -67,6 +67,8 @@ type Registry struct {
 	mu      sync.Mutex
 	targets map[targetKey]*Target
 	closed  bool
+	// self holds the addresses this host listens on (guarded by mu).
+	self map[netip.AddrPort]bool
 }
 
 type targetKey struct {
@@ -94,6 +96,7 @@ func (r *Registry) Acquire(addr netip.AddrPort, hc *snapshot.HealthCheck) *Targe
 	t := r.targets[k]
 	if t == nil {
 		t = &Target{r: r, key: k, name: addr.String()}
+		t.setBit(bitSelf, r.isSelf(addr))
 		r.targets[k] = t
 		if k.active && !r.closed {
 			first := time.Duration(rand.Int64N(int64(min(k.check.Interval, time.Second)) + 1))
@@ -102,6 +105,25 @@ func (r *Registry) Acquire(addr netip.AddrPort, hc *snapshot.HealthCheck) *Targe
 	}
 	t.refs++
 	return t
+}
+
+// SetSelf names the addresses and ports this host listens on (every
+// listener of the snapshot about to be served). Targets at one of them, or
+// at an unspecified address, are never usable and never dialled, by checks
+// or traffic: the proxy must not connect to its own listeners.
+func (r *Registry) SetSelf(addrs map[netip.AddrPort]bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.self = addrs
+	for _, t := range r.targets {
+		t.setBit(bitSelf, r.isSelf(t.key.addr))
+	}
+}
+
+// isSelf is called under r.mu.
+func (r *Registry) isSelf(a netip.AddrPort) bool {
+	addr := a.Addr().Unmap()
+	return addr.IsUnspecified() || r.self[netip.AddrPortFrom(addr, a.Port())]
 }
 
 // Release drops one reference; the last one stops the Target's checks.

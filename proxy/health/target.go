@@ -13,6 +13,7 @@ import (
 const (
 	bitDown    = 1 << iota // the active check says down
 	bitEjected             // passive ejection
+	bitSelf                // the member is an address this host listens on
 )
 
 // Target is the live state of one member under one check.
@@ -63,6 +64,9 @@ type Status struct {
 	Down bool
 	// Ejected: passive ejection after consecutive connect failures.
 	Ejected bool
+	// Self: the member's address is one this host listens on (a VIP); it
+	// is never dialled.
+	Self bool
 	// LastError is the last check's failure, "" after a success.
 	LastError string
 	// LastCheck is when the last active check finished (zero: none yet).
@@ -74,7 +78,7 @@ func (t *Target) Status() Status {
 	s := t.state.Load()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	st := Status{Down: s&bitDown != 0, Ejected: s&bitEjected != 0, LastCheck: t.lastCheck}
+	st := Status{Down: s&bitDown != 0, Ejected: s&bitEjected != 0, Self: s&bitSelf != 0, LastCheck: t.lastCheck}
 	if t.lastErr != nil {
 		st.LastError = t.lastErr.Error()
 	}
@@ -187,9 +191,20 @@ func (t *Target) run() {
 	t.r.wg.Add(1)
 	t.mu.Unlock()
 	defer t.r.wg.Done()
-	t.r.sem <- struct{}{}
-	err := check(t.key.addr, &t.key.check)
-	<-t.r.sem
+	var err error
+	self := t.state.Load()&bitSelf != 0
+	if hc := &t.key.check; !self && hc.Port != 0 {
+		t.r.mu.Lock()
+		self = t.r.isSelf(netip.AddrPortFrom(t.key.addr.Addr(), hc.Port))
+		t.r.mu.Unlock()
+	}
+	if self {
+		err = ErrSelf // never dialled: it would be this host's own listener
+	} else {
+		t.r.sem <- struct{}{}
+		err = check(t.key.addr, &t.key.check)
+		<-t.r.sem
+	}
 	t.record(err)
 	// Up to 10% of jitter keeps checks of many members from bunching.
 	iv := t.key.check.Interval

@@ -205,6 +205,16 @@ type Snapshot struct {
 	Problems map[string][]Problem
 }
 
+// ListenAddrs returns the address and port of every listener (tcp and
+// udp): the proxy never dials them.
+func (s *Snapshot) ListenAddrs() map[netip.AddrPort]bool {
+	out := make(map[netip.AddrPort]bool, len(s.Listeners))
+	for k := range s.Listeners {
+		out[netip.AddrPortFrom(k.Addr.Addr().Unmap(), k.Addr.Port())] = true
+	}
+	return out
+}
+
 // Pools returns every distinct pool the listeners use, L4 and routed.
 func (s *Snapshot) Pools() []*Pool {
 	seen := map[*Pool]bool{}
