@@ -46,11 +46,12 @@ import (
 	"github.com/teapot-lb/teapot-lb/tenantsync"
 	"github.com/teapot-lb/teapot-lb/tenantsync/agent"
 	"github.com/teapot-lb/teapot-lb/vip"
+	"github.com/teapot-lb/teapot-lb/web"
 )
 
 func main() {
 	root := cli.NewRoot()
-	root.AddCommand(serveCommand(), agent.Command(cli.Version))
+	root.AddCommand(serveCommand(), agent.Command(cli.Version), web.Command())
 	os.Exit(cli.Main(root))
 }
 

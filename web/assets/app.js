@@ -1,0 +1,189 @@
+// teapot-lb dashboard: reads /api/stream (server-sent events) and renders
+// the page named in the URL fragment. Read-only; no third-party code.
+"use strict";
+
+const state = { snap: null, events: [] };
+const MAX_EVENTS = 500;
+
+function esc(s) {
+  return String(s ?? "").replace(/[&<>"']/g, c => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
+}
+function badge(text, cls) { return `<span class="badge ${esc(cls ?? text)}">${esc(text)}</span>`; }
+function ago(t) {
+  const d = (Date.now() - new Date(t).getTime()) / 1000;
+  if (!isFinite(d) || new Date(t).getFullYear() < 2000) return "—";
+  if (d < 60) return `${Math.max(0, Math.round(d))}s ago`;
+  if (d < 3600) return `${Math.round(d / 60)}m ago`;
+  if (d < 86400) return `${Math.round(d / 3600)}h ago`;
+  return `${Math.round(d / 86400)}d ago`;
+}
+function clock(t) { return new Date(t).toLocaleTimeString(); }
+function table(headers, rows, empty) {
+  if (!rows.length) return `<p class="muted">${esc(empty)}</p>`;
+  return `<table><thead><tr>${headers.map(h => `<th>${esc(h)}</th>`).join("")}</tr></thead>` +
+    `<tbody>${rows.map(r => `<tr>${r.map(c => `<td>${c}</td>`).join("")}</tr>`).join("")}</tbody></table>`;
+}
+function card(k, v) { return `<div class="card"><div class="k">${esc(k)}</div><div class="v">${v}</div></div>`; }
+function lbLink(id) { return `<a href="#/lb/${encodeURIComponent(id)}">${esc(id)}</a>`; }
+
+function renderCluster(s) {
+  const c = s.cluster;
+  const healthy = c.nodes.filter(n => n.healthy).length;
+  let h = `<h1>Cluster <small>${esc(c.id)}</small></h1><div class="cards">` +
+    card("Leader", esc(c.leader || "none")) + card("Term", c.term) + card("Hosts healthy", `${healthy} / ${c.nodes.length}`) +
+    card("Revision", s.revision) + card("VIPs", c.vips.length) + card("Load balancers", s.lbs.length) + `</div>`;
+  h += `<h2>Hosts <small>${esc(c.timeouts)}</small></h2>`;
+  h += table(["Host", "Raft role", "Health", "Last contact", "Applied", "Draining", "Failure detector", "Version"],
+    c.nodes.map(n => [
+      `<b>${esc(n.id)}</b><div class="muted">${esc(n.apiAddr)}</div>`,
+      badge(n.role, n.role) + ` <span class="muted">${esc(n.suffrage)}</span>`,
+      (n.healthy ? badge("healthy", "ok") : badge("unhealthy", "bad")) + (n.error ? `<div class="reason">${esc(n.error)}</div>` : ""),
+      esc(n.lastContact || "—"), `<span class="num">${n.applied}</span>`,
+      n.draining ? badge("draining") : `<span class="muted">no</span>`,
+      n.peers ? `${n.peersAlive}/${n.peers} peers alive` : `<span class="muted">—</span>`,
+      esc(n.version),
+    ]), "No hosts answered.");
+  h += `<h2>VIP holders</h2>`;
+  h += table(["VIP", "Mode", "Held by", "Since", "Why", "Load balancers"],
+    c.vips.map(v => {
+      const held = v.holders.filter(x => x.state === "holding" || x.state === "announcing");
+      const other = v.holders.filter(x => !held.includes(x));
+      return [
+        `<b>${esc(v.address)}</b>`, esc(v.mode),
+        (held.map(x => badge(x.node, x.state)).join(" ") || badge("nobody", "bad")) +
+          (other.length ? `<div class="muted">${other.map(x => esc(x.node + " " + x.state)).join(", ")}</div>` : ""),
+        held.map(x => esc(ago(x.since))).join(", "),
+        v.holders.map(x => x.reason ? `<div>${esc(x.node)}: ${esc(x.reason)}</div>` : "").join(""),
+        v.lbs.map(lbLink).join("<br>"),
+      ];
+    }), "No VIP is held or announced.");
+  h += `<h2>Leader changes and VIP moves</h2>`;
+  const moves = state.events.filter(e => e.kind === "leader-change" || e.kind === "vip-move" || e.kind === "node").slice().reverse();
+  h += table(["Time", "What"], moves.map(e => [esc(clock(e.time)), (e.warning ? "⚠ " : "") + esc(e.message)]),
+    "No leader change or VIP move since the dashboard started.");
+  return h;
+}
+
+function quotaBar(q) {
+  if (!q.limit) return `${q.used} <span class="muted">(default limit)</span>`;
+  const pct = Math.min(100, Math.round(100 * q.used / q.limit));
+  return `<span class="bar"><span style="width:${pct}%"></span></span>${q.used} / ${q.limit}`;
+}
+
+function renderTenants(s) {
+  let h = `<h1>Tenants <small>${s.tenants.length}</small></h1>`;
+  h += table(["Tenant", "VIP pools", "Domains", "Networks", "Quotas used", "Revoked credentials", "Last change"],
+    s.tenants.map(t => [
+      `<b>${esc(t.name)}</b>` + (t.uid ? `<div class="muted">${esc(t.uid)}</div>` : ""),
+      t.pools.map(esc).join("<br>"), t.domains.map(esc).join("<br>"), t.networks.map(esc).join("<br>"),
+      t.quotas.filter(q => q.used || q.limit).map(q => `<div>${esc(q.name)}: ${quotaBar(q)}</div>`).join("") || `<span class="muted">nothing used</span>`,
+      t.revokedCredentials.length ? t.revokedCredentials.map(esc).join("<br>") : `<span class="muted">none</span>`,
+      `${esc(ago(t.updated))} <span class="muted">(generation ${t.generation})</span>`,
+    ]), "No tenants yet: `teapot-lb apply -f` a Tenant.");
+  h += `<h2>VIP pools</h2>`;
+  h += table(["Pool", "Mode", "CIDRs", "Tenants", "Shared addresses"],
+    s.pools.map(p => [`<b>${esc(p.name)}</b>`, esc(p.mode), p.cidrs.map(esc).join("<br>"),
+      p.tenants.length ? p.tenants.map(esc).join(", ") : `<span class="muted">any allowed by the tenant</span>`, p.shared ? "yes" : "no"]),
+    "No VIP pools yet.");
+  h += `<h2>Certificates</h2>`;
+  h += table(["Certificate", "Hosts", "Source", "State", "Expires"],
+    s.certs.map(c => [`${esc(c.tenant)}/<b>${esc(c.name)}</b>`, c.hosts.map(esc).join("<br>"), esc(c.source + (c.issuer ? " · " + c.issuer : "")),
+      badge(c.state || "unknown", c.state === "valid" ? "ok" : "Degraded") + (c.error ? `<div class="reason">${esc(c.error)}</div>` : ""),
+      esc(new Date(c.notAfter).getFullYear() > 2000 ? new Date(c.notAfter).toLocaleDateString() : "—")]),
+    "No certificates.");
+  return h;
+}
+
+function renderLBs(s) {
+  const counts = {};
+  s.lbs.forEach(l => counts[l.status] = (counts[l.status] || 0) + 1);
+  let h = `<h1>Load balancers <small>${s.lbs.length}</small></h1><div class="cards">` +
+    ["Serving", "Degraded", "Failing", "Refused", "Pending"].map(k => card(k, counts[k] || 0)).join("") + `</div>`;
+  h += table(["Load balancer", "Status", "Address", "Held by", "Listeners", "Last change"],
+    s.lbs.map(l => [
+      lbLink(l.id), badge(l.status) + (l.reasons || []).map(r => `<div class="reason">${esc(r)}</div>`).join(""),
+      esc(l.address || "—"), l.heldBy.map(x => badge(x, "holding")).join(" ") || `<span class="muted">—</span>`,
+      l.listeners.map(esc).join(", "), `${esc(ago(l.updated))} <span class="muted">rev ${l.revision}</span>`,
+    ]), "No load balancers yet: `teapot-lb apply -f` one.");
+  return h;
+}
+
+function renderLB(s, id) {
+  const l = s.lbs.find(x => x.id === id);
+  if (!l) return `<h1>${esc(id)}</h1><p class="muted">No such load balancer (deleted?). <a href="#/lbs">All load balancers</a></p>`;
+  const spec = l.spec || {};
+  let h = `<h1>${esc(l.id)} ${badge(l.status)}</h1>`;
+  if (l.reasons && l.reasons.length) h += `<ul>${l.reasons.map(r => `<li class="reason">${esc(r)}</li>`).join("")}</ul>`;
+  h += `<div class="cards">` + card("Address", esc(l.address || "—")) + card("VIP from", esc(spec.vip?.pool || spec.vip?.address || "—")) +
+    card("Held by", l.heldBy.map(esc).join(", ") || "—") + card("Revision", l.revision) + card("Last change", esc(ago(l.updated))) + `</div>`;
+  const vip = s.cluster.vips.find(v => v.address === l.address);
+  h += `<h2>VIP</h2>` + table(["Host", "State", "Since", "Why"], (vip ? vip.holders : []).map(x => [esc(x.node), badge(x.state), esc(ago(x.since)), esc(x.reason)]),
+    "No host reports this address.");
+  h += `<h2>Listeners</h2>` + table(["Port", "Protocol", "Pool", "TLS"], (spec.listeners || []).map(x => [
+    esc(x.port), esc(x.protocol), esc(x.pool || (x.redirectToHttps ? "redirect to https" : "routes")),
+    esc(x.tls ? (x.tls.acme ? "ACME" : (x.tls.certificates || []).join(", ")) : "—")]), "No listeners.");
+  h += `<h2>Routes</h2>` + table(["Host", "Path", "Pool"], (spec.routes || []).map(r => [esc(r.host || "*"), esc((r.path || "/") + (r.pathType === "exact" ? " (exact)" : "")), esc(r.pool)]),
+    "No routes.");
+  const pools = spec.pools || {};
+  h += `<h2>Pools and members</h2>` + table(["Pool", "Algorithm", "Health check", "Members"], Object.keys(pools).sort().map(name => {
+    const p = pools[name];
+    const hc = p.healthCheck ? (p.healthCheck.http ? `http ${p.healthCheck.http.path || "/"}` : "tcp") + (p.healthCheck.interval ? ` every ${p.healthCheck.interval}` : "") : "none";
+    return [`<b>${esc(name)}</b>`, esc(p.algorithm || "round-robin"), esc(hc),
+      (p.members || []).map(m => esc(m.address) + (m.weight !== undefined ? ` <span class="muted">w${esc(m.weight)}</span>` : "")).join("<br>")];
+  }), "No pools.");
+  const hosts = new Set((spec.routes || []).map(r => r.host).filter(Boolean));
+  const certs = s.certs.filter(c => c.tenant === l.tenant && c.hosts.some(x => hosts.has(x)));
+  h += `<h2>Certificates</h2>` + table(["Certificate", "Hosts", "State", "Expires"], certs.map(c => [esc(c.name), c.hosts.map(esc).join("<br>"),
+    badge(c.state || "unknown", c.state === "valid" ? "ok" : "Degraded") + (c.error ? `<div class="reason">${esc(c.error)}</div>` : ""),
+    esc(new Date(c.notAfter).toLocaleDateString())]), "No certificate for this load balancer's hosts.");
+  const evs = state.events.filter(e => e.subject === l.id || e.subject === l.address).slice().reverse();
+  h += `<h2>Events</h2>` + table(["Time", "What"], evs.map(e => [esc(clock(e.time)), esc(e.message)]), "Nothing changed since the dashboard started.");
+  h += `<h2>Stored object</h2><pre>${esc(JSON.stringify(spec, null, 2))}</pre>`;
+  return h;
+}
+
+function route() {
+  const hash = location.hash || "#/cluster";
+  const parts = hash.slice(2).split("/");
+  const page = parts[0] || "cluster";
+  document.querySelectorAll("nav a").forEach(a => a.classList.toggle("active", a.dataset.page === page || (page === "lb" && a.dataset.page === "lbs")));
+  return { page, arg: decodeURIComponent(parts.slice(1).join("/")) };
+}
+
+function render() {
+  const s = state.snap;
+  if (!s) return;
+  const r = route();
+  const main = document.getElementById("main");
+  const html = r.page === "tenants" ? renderTenants(s) : r.page === "lbs" ? renderLBs(s) : r.page === "lb" ? renderLB(s, r.arg) : renderCluster(s);
+  main.innerHTML = html;
+  main.dataset.page = r.page;
+  const errs = document.getElementById("errors");
+  errs.hidden = !(s.errors && s.errors.length);
+  errs.textContent = (s.errors || []).join(" · ");
+  const tl = document.getElementById("timeline");
+  tl.innerHTML = state.events.slice().reverse().map(e =>
+    `<li class="${e.warning ? "warn" : ""}" data-kind="${esc(e.kind)}"><time>${esc(clock(e.time))}</time><span class="kind">${esc(e.kind)}</span>${esc(e.message)}</li>`).join("") ||
+    `<li class="muted">Changes appear here as they happen.</li>`;
+}
+
+function connect() {
+  const conn = document.getElementById("conn");
+  const es = new EventSource("/api/stream");
+  es.addEventListener("view", ev => {
+    const v = JSON.parse(ev.data);
+    state.snap = v.snapshot;
+    const last = state.events.length ? state.events[state.events.length - 1].seq : 0;
+    state.events = state.events.concat(v.events.filter(e => e.seq > last)).slice(-MAX_EVENTS);
+    conn.textContent = `live · ${clock(v.snapshot.time)}`;
+    conn.className = "conn live";
+    render();
+  });
+  es.onerror = () => {
+    conn.textContent = "disconnected; retrying…";
+    conn.className = "conn down";
+  };
+}
+
+window.addEventListener("hashchange", render);
+connect();

@@ -1,0 +1,299 @@
+package web
+
+import (
+	"context"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+)
+
+//go:embed assets
+var assets embed.FS
+
+// Defaults of Config.
+const (
+	DefaultInterval = time.Second
+	// refreshTimeout bounds one read of the cluster.
+	refreshTimeout = 5 * time.Second
+	// maxStreams bounds the concurrent server-sent-event streams.
+	maxStreams = 32
+)
+
+// Config configures a dashboard Server.
+type Config struct {
+	// Source is read every Interval.
+	Source   Source
+	Interval time.Duration
+	Logger   *slog.Logger
+	// Secure marks the session cookie Secure (the dashboard is served over TLS).
+	Secure bool
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// Server serves the dashboard: the embedded pages, the JSON snapshot, the
+// timeline and a server-sent-event stream of both. Every route but the
+// login needs a session, which the one-time login token opens.
+type Server struct {
+	cfg  Config
+	log  *slog.Logger
+	auth *auth
+
+	mu       sync.Mutex
+	snap     *Snapshot
+	events   []Event
+	seq      uint64
+	subs     map[chan struct{}]bool
+	refreshC chan struct{}
+}
+
+// New returns a Server reading cfg.Source. Call Run to start reading.
+func New(cfg Config) (*Server, error) {
+	if cfg.Source == nil {
+		return nil, errors.New("web: no source")
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = DefaultInterval
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	a, err := newAuth(cfg.Now, cfg.Secure)
+	if err != nil {
+		return nil, fmt.Errorf("login token: %w", err)
+	}
+	return &Server{
+		cfg: cfg, log: cfg.Logger.With("component", "web"), auth: a,
+		subs: map[chan struct{}]bool{}, refreshC: make(chan struct{}, 1),
+	}, nil
+}
+
+// LoginToken is the one-time token that opens a session ("" once used).
+func (s *Server) LoginToken() string { return s.auth.loginToken() }
+
+// Run reads the cluster every Interval until ctx ends.
+func (s *Server) Run(ctx context.Context) {
+	t := time.NewTicker(s.cfg.Interval)
+	defer t.Stop()
+	for {
+		s.refresh(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// refresh reads one snapshot, records what changed and wakes the streams.
+func (s *Server) refresh(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, refreshTimeout)
+	defer cancel()
+	snap := gather(ctx, s.cfg.Source, s.cfg.Now())
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(snap.Cluster.Nodes) == 0 && len(snap.Errors) > 0 && s.snap != nil {
+		// No server answered: keep showing the last view, with the errors,
+		// rather than an empty cluster.
+		keep := *s.snap
+		keep.Time, keep.Errors = snap.Time, snap.Errors
+		snap = &keep
+	}
+	for _, e := range diff(s.snap, snap) {
+		s.seq++
+		e.Seq = s.seq
+		s.events = append(s.events, e)
+		s.log.Info("dashboard event", "kind", e.Kind, "subject", e.Subject, "message", e.Message)
+	}
+	if n := len(s.events) - maxEvents; n > 0 {
+		s.events = append([]Event(nil), s.events[n:]...)
+	}
+	s.snap = snap
+	for c := range s.subs {
+		select {
+		case c <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// view is what a browser receives: the snapshot and the timeline after
+// a sequence number.
+type view struct {
+	Snapshot *Snapshot `json:"snapshot"`
+	Events   []Event   `json:"events"`
+}
+
+func (s *Server) current(after uint64) view {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v := view{Snapshot: s.snap, Events: []Event{}}
+	for _, e := range s.events {
+		if e.Seq > after {
+			v.Events = append(v.Events, e)
+		}
+	}
+	return v
+}
+
+// Handler returns the dashboard's HTTP handler.
+func (s *Server) Handler() http.Handler {
+	static, err := fs.Sub(assets, "assets")
+	if err != nil {
+		panic(err) // the embedded tree is fixed at build time
+	}
+	files := http.FileServerFS(static)
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /login", s.login)
+	mux.Handle("GET /static/", s.private(http.StripPrefix("/static/", noStore(files))))
+	mux.Handle("GET /{$}", s.private(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		serveFile(w, static, "index.html")
+	})))
+	mux.Handle("GET /api/snapshot", s.private(http.HandlerFunc(s.snapshot)))
+	mux.Handle("GET /api/stream", s.private(http.HandlerFunc(s.stream)))
+	return securityHeaders(mux)
+}
+
+func serveFile(w http.ResponseWriter, fsys fs.FS, name string) {
+	data, err := fs.ReadFile(fsys, name)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Write(data)
+}
+
+func noStore(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "no-store")
+		h.ServeHTTP(w, r)
+	})
+}
+
+// securityHeaders refuses requests for a host name other than loopback
+// and sets headers that keep the pages from being framed or loading
+// anything from elsewhere.
+func securityHeaders(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !localHost(r.Host) {
+			http.Error(w, "the dashboard answers only for 127.0.0.1, [::1] or localhost", http.StatusMisdirectedRequest)
+			return
+		}
+		hd := w.Header()
+		hd.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'none'")
+		hd.Set("X-Content-Type-Options", "nosniff")
+		hd.Set("Referrer-Policy", "no-referrer")
+		h.ServeHTTP(w, r)
+	})
+}
+
+// private answers 401 without a session. The page itself gets a short
+// text saying how to log in.
+func (s *Server) private(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !s.auth.valid(r) {
+			w.Header().Set("Cache-Control", "no-store")
+			http.Error(w, "not logged in: open the login URL that `teapot-lb dashboard` printed (a login URL works once; restart the command for a new one)", http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// login exchanges ?token= for a session cookie and redirects to the
+// dashboard, so the token does not stay in the address bar or history.
+func (s *Server) login(w http.ResponseWriter, r *http.Request) {
+	id := s.auth.login(r.URL.Query().Get("token"))
+	w.Header().Set("Cache-Control", "no-store")
+	if id == "" {
+		if s.auth.valid(r) {
+			http.Redirect(w, r, "/", http.StatusSeeOther)
+			return
+		}
+		s.log.Warn("dashboard login refused", "remote", r.RemoteAddr)
+		http.Error(w, "login refused: the token is wrong or was already used; restart `teapot-lb dashboard` for a new login URL", http.StatusForbidden)
+		return
+	}
+	s.log.Info("dashboard login", "remote", r.RemoteAddr)
+	http.SetCookie(w, s.auth.cookie(id))
+	http.Redirect(w, r, "/", http.StatusSeeOther)
+}
+
+func (s *Server) snapshot(w http.ResponseWriter, r *http.Request) {
+	v := s.current(0)
+	if v.Snapshot == nil {
+		http.Error(w, "no snapshot yet: the cluster was not read so far", http.StatusServiceUnavailable)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	json.NewEncoder(w).Encode(v)
+}
+
+// stream sends the snapshot and new timeline events as server-sent
+// events, one "view" event per refresh.
+func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
+	fl, ok := w.(http.Flusher)
+	if !ok {
+		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
+		return
+	}
+	wake := make(chan struct{}, 1)
+	s.mu.Lock()
+	if len(s.subs) >= maxStreams {
+		s.mu.Unlock()
+		http.Error(w, fmt.Sprintf("too many dashboard streams (at most %d); close other tabs", maxStreams), http.StatusTooManyRequests)
+		return
+	}
+	s.subs[wake] = true
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.subs, wake)
+		s.mu.Unlock()
+	}()
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	wake <- struct{}{}
+	var after uint64
+	keepAlive := time.NewTicker(15 * time.Second)
+	defer keepAlive.Stop()
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case <-keepAlive.C:
+			fmt.Fprint(w, ": keep-alive\n\n")
+			fl.Flush()
+		case <-wake:
+			v := s.current(after)
+			if v.Snapshot == nil {
+				continue
+			}
+			if n := len(v.Events); n > 0 {
+				after = v.Events[n-1].Seq
+			}
+			data, err := json.Marshal(v)
+			if err != nil {
+				s.log.Error("encode dashboard view", "err", err)
+				return
+			}
+			if _, err := fmt.Fprintf(w, "event: view\ndata: %s\n\n", data); err != nil {
+				return
+			}
+			fl.Flush()
+		}
+	}
+}

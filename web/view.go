@@ -1,0 +1,400 @@
+package web
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/teapot-lb/teapot-lb/api"
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+)
+
+// Source is the part of the admin API the dashboard reads. The admin
+// client's pb.AdminClient (client.Conn.Admin) satisfies it.
+type Source interface {
+	List(ctx context.Context, in *pb.ListRequest, opts ...grpc.CallOption) (*pb.ListResponse, error)
+	ClusterStatus(ctx context.Context, in *pb.ClusterStatusRequest, opts ...grpc.CallOption) (*pb.ClusterStatusResponse, error)
+}
+
+// Load balancer states, as the dashboard shows them.
+const (
+	StatusServing  = "Serving"
+	StatusDegraded = "Degraded"
+	StatusFailing  = "Failing"
+	StatusRefused  = "Refused"
+	StatusPending  = "Pending"
+)
+
+// maxObjects bounds how many objects of one kind the dashboard reads per
+// refresh, so a huge cluster cannot make every refresh unbounded.
+const maxObjects = 5000
+
+// Snapshot is everything the dashboard shows at one moment. It is sent as
+// JSON to the browser.
+type Snapshot struct {
+	Time     time.Time `json:"time"`
+	Revision uint64    `json:"revision"`
+	Cluster  Cluster   `json:"cluster"`
+	Tenants  []Tenant  `json:"tenants"`
+	Pools    []Pool    `json:"pools"`
+	LBs      []LB      `json:"lbs"`
+	Certs    []Cert    `json:"certs"`
+	// Errors are parts that could not be read this time.
+	Errors []string `json:"errors,omitempty"`
+}
+
+// Cluster is the Raft and VIP picture of the LB hosts.
+type Cluster struct {
+	ID       string `json:"id"`
+	Leader   string `json:"leader"`
+	Term     uint64 `json:"term"`
+	Commit   uint64 `json:"commit"`
+	Nodes    []Node `json:"nodes"`
+	VIPs     []VIP  `json:"vips"`
+	Timeouts string `json:"timeouts"`
+}
+
+// Node is one LB host.
+type Node struct {
+	ID          string `json:"id"`
+	APIAddr     string `json:"apiAddr"`
+	Role        string `json:"role"`
+	Suffrage    string `json:"suffrage"`
+	Healthy     bool   `json:"healthy"`
+	LastContact string `json:"lastContact"`
+	Applied     uint64 `json:"applied"`
+	Version     string `json:"version"`
+	Draining    bool   `json:"draining"`
+	Error       string `json:"error,omitempty"`
+	PeersAlive  int    `json:"peersAlive"`
+	Peers       int    `json:"peers"`
+}
+
+// VIP is one virtual address and the hosts that hold or announce it.
+type VIP struct {
+	Address string      `json:"address"`
+	Mode    string      `json:"mode"`
+	Holders []VIPHolder `json:"holders"`
+	LBs     []string    `json:"lbs"`
+}
+
+// VIPHolder is one host's hold on a VIP.
+type VIPHolder struct {
+	Node   string    `json:"node"`
+	State  string    `json:"state"`
+	Since  time.Time `json:"since"`
+	Reason string    `json:"reason,omitempty"`
+}
+
+// Tenant is one tenant with what it uses of its quotas.
+type Tenant struct {
+	Name     string   `json:"name"`
+	UID      string   `json:"uid,omitempty"`
+	Pools    []string `json:"pools"`
+	Domains  []string `json:"domains"`
+	Networks []string `json:"networks"`
+	Quotas   []Quota  `json:"quotas"`
+	// RevokedCredentials are the serials of revoked agent credentials.
+	RevokedCredentials []string  `json:"revokedCredentials"`
+	Updated            time.Time `json:"updated"`
+	Generation         uint64    `json:"generation"`
+}
+
+// Quota is one budget of a tenant: used of limit (0: the default limit).
+type Quota struct {
+	Name  string `json:"name"`
+	Used  int    `json:"used"`
+	Limit uint32 `json:"limit"`
+}
+
+// Pool is a VIP pool.
+type Pool struct {
+	Name    string   `json:"name"`
+	Mode    string   `json:"mode"`
+	CIDRs   []string `json:"cidrs"`
+	Tenants []string `json:"tenants"`
+	Shared  bool     `json:"shared"`
+}
+
+// LB is one load balancer with its status and spec.
+type LB struct {
+	ID        string    `json:"id"` // tenant/name
+	Tenant    string    `json:"tenant"`
+	Name      string    `json:"name"`
+	Address   string    `json:"address"`
+	Status    string    `json:"status"`
+	Reasons   []string  `json:"reasons,omitempty"`
+	Listeners []string  `json:"listeners"`
+	Updated   time.Time `json:"updated"`
+	Revision  uint64    `json:"revision"`
+	// HeldBy are the hosts holding or announcing the address.
+	HeldBy []string `json:"heldBy"`
+	// Spec is the stored object as protojson, for the detail view.
+	Spec json.RawMessage `json:"spec"`
+}
+
+// Cert is a certificate as stored.
+type Cert struct {
+	Name     string    `json:"name"`
+	Tenant   string    `json:"tenant"`
+	Hosts    []string  `json:"hosts"`
+	Source   string    `json:"source"`
+	Issuer   string    `json:"issuer"`
+	NotAfter time.Time `json:"notAfter"`
+	State    string    `json:"state"`
+	Error    string    `json:"error,omitempty"`
+}
+
+// gather reads the cluster through src and builds a snapshot. A part that
+// cannot be read is named in Errors; the rest is still shown.
+func gather(ctx context.Context, src Source, now time.Time) *Snapshot {
+	s := &Snapshot{Time: now}
+	st, err := src.ClusterStatus(ctx, &pb.ClusterStatusRequest{})
+	if err != nil {
+		s.Errors = append(s.Errors, "cluster status: "+err.Error())
+	}
+	objs := map[string][]*pb.Object{}
+	for _, kind := range []string{api.KindTenant, api.KindVIPPool, api.KindLoadBalancer, api.KindNode, api.KindCertificate} {
+		list, rev, err := listAll(ctx, src, kind)
+		if err != nil {
+			s.Errors = append(s.Errors, "list "+kind+": "+err.Error())
+		}
+		objs[kind] = list
+		s.Revision = max(s.Revision, rev)
+	}
+	draining := map[string]bool{}
+	for _, o := range objs[api.KindNode] {
+		if n := o.GetNode(); n != nil {
+			draining[n.GetId()] = n.GetDraining()
+		}
+	}
+	s.Cluster = clusterView(st, draining)
+	vips := map[string]*VIP{}
+	for i := range s.Cluster.VIPs {
+		vips[s.Cluster.VIPs[i].Address] = &s.Cluster.VIPs[i]
+	}
+	for _, o := range objs[api.KindLoadBalancer] {
+		if lb := o.GetLoadBalancer(); lb != nil {
+			s.LBs = append(s.LBs, lbView(lb, vips))
+		}
+	}
+	for _, o := range objs[api.KindTenant] {
+		if t := o.GetTenant(); t != nil {
+			s.Tenants = append(s.Tenants, tenantView(t, objs[api.KindLoadBalancer], objs[api.KindCertificate]))
+		}
+	}
+	for _, o := range objs[api.KindVIPPool] {
+		if p := o.GetVipPool(); p != nil {
+			s.Pools = append(s.Pools, Pool{Name: p.GetName(), Mode: p.GetMode(), CIDRs: nonNil(p.GetCidrs()), Tenants: nonNil(p.GetTenants()), Shared: p.GetAllowShared()})
+		}
+	}
+	for _, o := range objs[api.KindCertificate] {
+		if c := o.GetCertificate(); c != nil {
+			s.Certs = append(s.Certs, Cert{
+				Name: c.GetName(), Tenant: c.GetTenant(), Hosts: nonNil(c.GetHosts()), Source: c.GetSource(),
+				Issuer: c.GetIssuer(), NotAfter: c.GetNotAfter().AsTime(), State: c.GetState(), Error: c.GetLastError(),
+			})
+		}
+	}
+	s.Tenants, s.Pools, s.LBs, s.Certs = nonNil(s.Tenants), nonNil(s.Pools), nonNil(s.LBs), nonNil(s.Certs)
+	return s
+}
+
+// listAll reads up to maxObjects objects of kind, page by page.
+func listAll(ctx context.Context, src Source, kind string) ([]*pb.Object, uint64, error) {
+	var out []*pb.Object
+	var rev uint64
+	token := ""
+	for {
+		resp, err := src.List(ctx, &pb.ListRequest{Kind: kind, PageToken: token})
+		if err != nil {
+			return out, rev, err
+		}
+		out = append(out, resp.GetObjects()...)
+		rev = max(rev, resp.GetRevision())
+		token = resp.GetNextPageToken()
+		if token == "" {
+			return out, rev, nil
+		}
+		if len(out) >= maxObjects {
+			return out, rev, fmt.Errorf("more than %d objects; the dashboard shows the first %d", maxObjects, len(out))
+		}
+	}
+}
+
+func clusterView(st *pb.ClusterStatusResponse, draining map[string]bool) Cluster {
+	c := Cluster{
+		ID: st.GetClusterId(), Leader: st.GetLeaderId(), Term: st.GetTerm(), Commit: st.GetCommitIndex(),
+		Timeouts: "heartbeat " + st.GetHeartbeatTimeout() + ", election " + st.GetElectionTimeout(),
+	}
+	vips := map[string]*VIP{}
+	for _, n := range st.GetNodes() {
+		alive := 0
+		for _, p := range n.GetPeers() {
+			if p.GetAlive() {
+				alive++
+			}
+		}
+		c.Nodes = append(c.Nodes, Node{
+			ID: n.GetId(), APIAddr: n.GetApiAddr(), Role: n.GetState(), Suffrage: n.GetSuffrage(),
+			Healthy: n.GetHealthy(), LastContact: n.GetLastContact(), Applied: n.GetAppliedIndex(),
+			Version: n.GetVersion(), Draining: draining[n.GetId()], Error: n.GetError(),
+			PeersAlive: alive, Peers: len(n.GetPeers()),
+		})
+		for _, h := range n.GetVips() {
+			v := vips[h.GetAddress()]
+			if v == nil {
+				v = &VIP{Address: h.GetAddress(), Mode: h.GetMode()}
+				vips[h.GetAddress()] = v
+			}
+			v.Holders = append(v.Holders, VIPHolder{Node: n.GetId(), State: h.GetState(), Since: h.GetSince().AsTime(), Reason: h.GetReason()})
+			for _, lb := range h.GetLoadBalancers() {
+				if !slices.Contains(v.LBs, lb) {
+					v.LBs = append(v.LBs, lb)
+				}
+			}
+		}
+	}
+	slices.SortFunc(c.Nodes, func(a, b Node) int { return strings.Compare(a.ID, b.ID) })
+	for _, v := range vips {
+		slices.Sort(v.LBs)
+		c.VIPs = append(c.VIPs, *v)
+	}
+	slices.SortFunc(c.VIPs, func(a, b VIP) int { return compareAddr(a.Address, b.Address) })
+	c.Nodes, c.VIPs = nonNil(c.Nodes), nonNil(c.VIPs)
+	return c
+}
+
+func compareAddr(a, b string) int {
+	pa, ea := netip.ParseAddr(a)
+	pb, eb := netip.ParseAddr(b)
+	if ea != nil || eb != nil {
+		return strings.Compare(a, b)
+	}
+	return pa.Compare(pb)
+}
+
+// lbStatus is the state of a load balancer: refused by validation,
+// waiting for an address, failing (no host holds its address because none
+// is ready to serve it), degraded (some hosts are not ready, or the spec
+// has problems) or serving. vip is what the hosts report for its address
+// (nil when none reports it, as when no host carries VIPs).
+func lbStatus(lb *pb.LoadBalancer, vip *VIP) (string, []string) {
+	var reasons []string
+	for _, p := range lb.GetStatus().GetProblems() {
+		reasons = append(reasons, p.GetField()+": "+p.GetReason())
+	}
+	addr := lb.GetStatus().GetAddress()
+	switch {
+	case addr == "" && len(reasons) > 0:
+		return StatusRefused, reasons
+	case addr == "":
+		return StatusPending, []string{"no address allocated yet"}
+	}
+	held := 0
+	var notReady []string
+	if vip != nil {
+		for _, h := range vip.Holders {
+			switch {
+			case h.State == "holding" || h.State == "announcing":
+				held++
+			case strings.HasPrefix(h.Reason, "not ready"):
+				notReady = append(notReady, h.Node+": "+h.Reason)
+			}
+		}
+	}
+	switch {
+	case vip != nil && held == 0 && len(notReady) > 0:
+		return StatusFailing, append(reasons, notReady...)
+	case len(notReady) > 0 || len(reasons) > 0:
+		return StatusDegraded, append(reasons, notReady...)
+	}
+	return StatusServing, nil
+}
+
+func lbView(lb *pb.LoadBalancer, vips map[string]*VIP) LB {
+	addr := lb.GetStatus().GetAddress()
+	vip := vips[addr]
+	status, reasons := lbStatus(lb, vip)
+	var heldBy []string
+	if vip != nil {
+		for _, h := range vip.Holders {
+			if h.State == "holding" || h.State == "announcing" {
+				heldBy = append(heldBy, h.Node)
+			}
+		}
+	}
+	v := LB{
+		ID: lb.GetTenant() + "/" + lb.GetName(), Tenant: lb.GetTenant(), Name: lb.GetName(),
+		Address: addr, Status: status, Reasons: reasons,
+		Updated: lb.GetMeta().GetUpdated().AsTime(), Revision: lb.GetMeta().GetRevision(),
+		HeldBy: nonNil(heldBy),
+	}
+	for _, l := range lb.GetListeners() {
+		v.Listeners = append(v.Listeners, fmt.Sprintf("%d/%s", l.GetPort(), l.GetProtocol()))
+	}
+	v.Listeners = nonNil(v.Listeners)
+	spec, err := protojson.Marshal(lb)
+	if err != nil {
+		spec = []byte("null")
+	}
+	v.Spec = spec
+	return v
+}
+
+func tenantView(t *pb.Tenant, lbs, certs []*pb.Object) Tenant {
+	var nLB, nListeners, nRoutes, nMembers, nChecks, nCerts int
+	addrs := map[string]bool{}
+	for _, o := range lbs {
+		lb := o.GetLoadBalancer()
+		if lb.GetTenant() != t.GetName() {
+			continue
+		}
+		nLB++
+		nListeners += len(lb.GetListeners())
+		nRoutes += len(lb.GetRoutes())
+		if a := lb.GetStatus().GetAddress(); a != "" {
+			addrs[a] = true
+		}
+		for _, p := range lb.GetPools() {
+			nMembers += len(p.GetMembers())
+			if p.GetHealthCheck() != nil {
+				nChecks += len(p.GetMembers())
+			}
+		}
+	}
+	for _, o := range certs {
+		if o.GetCertificate().GetTenant() == t.GetName() {
+			nCerts++
+		}
+	}
+	q := t.GetQuotas()
+	return Tenant{
+		Name: t.GetName(), UID: t.GetUid(), Pools: nonNil(t.GetPools()), Domains: nonNil(t.GetDomains()),
+		Networks: nonNil(t.GetNetworks()), RevokedCredentials: nonNil(t.GetRevokedCredentials()),
+		Updated: t.GetMeta().GetUpdated().AsTime(), Generation: t.GetMeta().GetGeneration(),
+		Quotas: []Quota{
+			{"load balancers", nLB, q.GetLoadBalancers()},
+			{"addresses", len(addrs), q.GetAddresses()},
+			{"certificates", nCerts, q.GetCertificates()},
+			{"listeners", nListeners, q.GetListeners()},
+			{"routes", nRoutes, q.GetRoutes()},
+			{"members", nMembers, q.GetMembers()},
+			{"health checks", nChecks, q.GetHealthChecks()},
+		},
+	}
+}
+
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}

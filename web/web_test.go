@@ -1,0 +1,242 @@
+package web
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+)
+
+// cluster is an in-memory admin API: what a real one answers, set by the test.
+type cluster struct {
+	mu     sync.Mutex
+	status *pb.ClusterStatusResponse
+	objs   map[string][]*pb.Object
+}
+
+func (c *cluster) ClusterStatus(context.Context, *pb.ClusterStatusRequest, ...grpc.CallOption) (*pb.ClusterStatusResponse, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.status, nil
+}
+
+func (c *cluster) List(_ context.Context, in *pb.ListRequest, _ ...grpc.CallOption) (*pb.ListResponse, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return &pb.ListResponse{Objects: c.objs[in.GetKind()], Revision: 7}, nil
+}
+
+func (c *cluster) set(f func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	f()
+}
+
+func node(id, state string, healthy bool, vips ...*pb.VIPHolding) *pb.NodeStatus {
+	return &pb.NodeStatus{Id: id, State: state, Healthy: healthy, Suffrage: "voter", Vips: vips}
+}
+
+func holding(addr, state, reason string) *pb.VIPHolding {
+	return &pb.VIPHolding{Address: addr, Mode: "arp", State: state, Reason: reason, Since: timestamppb.Now(), LoadBalancers: []string{"acme/shop"}}
+}
+
+func shop(problems ...*pb.Problem) *pb.Object {
+	return &pb.Object{Kind: &pb.Object_LoadBalancer{LoadBalancer: &pb.LoadBalancer{
+		Name: "shop", Tenant: "acme",
+		Listeners: []*pb.Listener{{Port: 80, Protocol: "http"}},
+		Pools:     map[string]*pb.BackendPool{"web": {Members: []*pb.Member{{Address: "192.0.2.50:8080"}, {Address: "192.0.2.51:8080"}}}},
+		Status:    &pb.LoadBalancerStatus{Address: "192.0.2.200", Problems: problems},
+	}}}
+}
+
+func TestLBStatus(t *testing.T) {
+	vip := func(hs ...VIPHolder) *VIP { return &VIP{Address: "192.0.2.200", Holders: hs} }
+	tests := []struct {
+		name    string
+		lb      *pb.LoadBalancer
+		vip     *VIP
+		want    string
+		reasons int
+	}{
+		{"refused", &pb.LoadBalancer{Status: &pb.LoadBalancerStatus{Problems: []*pb.Problem{{Field: "vip", Reason: "pool full"}}}}, nil, StatusRefused, 1},
+		{"pending", &pb.LoadBalancer{}, nil, StatusPending, 1},
+		{"serving without VIP hosts", shop().GetLoadBalancer(), nil, StatusServing, 0},
+		{"serving", shop().GetLoadBalancer(), vip(VIPHolder{Node: "n1", State: "holding"}, VIPHolder{Node: "n2", State: "released", Reason: "n1 ranks first"}), StatusServing, 0},
+		{"degraded", shop().GetLoadBalancer(), vip(VIPHolder{Node: "n1", State: "holding"}, VIPHolder{Node: "n2", State: "released", Reason: "not ready: acme/shop: listeners[0]: bind: address already in use"}), StatusDegraded, 1},
+		{"failing", shop().GetLoadBalancer(), vip(VIPHolder{Node: "n1", State: "released", Reason: "not ready: acme/shop: no healthy member in any of its pools"}), StatusFailing, 1},
+		{"spec problem", shop(&pb.Problem{Field: "routes[0]", Reason: "bad"}).GetLoadBalancer(), nil, StatusDegraded, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, reasons := lbStatus(tt.lb, tt.vip)
+			if got != tt.want || len(reasons) != tt.reasons {
+				t.Errorf("lbStatus = %s %q, want %s with %d reasons", got, reasons, tt.want, tt.reasons)
+			}
+		})
+	}
+}
+
+func TestDiffTimeline(t *testing.T) {
+	base := func() *pb.ClusterStatusResponse {
+		return &pb.ClusterStatusResponse{LeaderId: "n1", Term: 2, Nodes: []*pb.NodeStatus{
+			node("n1", "leader", true, holding("192.0.2.200", "holding", "ranks first among the live hosts")),
+			node("n2", "follower", true), node("n3", "follower", true),
+		}}
+	}
+	c := &cluster{status: base(), objs: map[string][]*pb.Object{"LoadBalancer": {shop()}}}
+	prev := gather(context.Background(), c, time.Now())
+	if len(prev.Errors) > 0 || len(prev.LBs) != 1 || prev.LBs[0].Status != StatusServing || strings.Join(prev.LBs[0].HeldBy, ",") != "n1" {
+		t.Fatalf("first snapshot: %+v", prev)
+	}
+	if ev := diff(nil, prev); len(ev) != 0 {
+		t.Errorf("first snapshot made events %v", ev)
+	}
+	c.set(func() {
+		c.status = &pb.ClusterStatusResponse{LeaderId: "n2", Term: 3, Nodes: []*pb.NodeStatus{
+			{Id: "n1", State: "unreachable", Error: "connection refused"},
+			node("n2", "leader", true, holding("192.0.2.200", "holding", "took over: n1 is unreachable")),
+			node("n3", "follower", true),
+		}}
+		c.objs["LoadBalancer"] = append(c.objs["LoadBalancer"], &pb.Object{Kind: &pb.Object_LoadBalancer{LoadBalancer: &pb.LoadBalancer{Name: "blog", Tenant: "acme"}}})
+	})
+	cur := gather(context.Background(), c, time.Now())
+	var msgs []string
+	for _, e := range diff(prev, cur) {
+		msgs = append(msgs, e.Kind+": "+e.Message)
+	}
+	want := []string{
+		"leader-change: leader moved n1 → n2 (term 3)",
+		"node: n1 unhealthy: connection refused",
+		"vip-move: VIP 192.0.2.200 moved n1 → n2 (took over: n1 is unreachable)",
+		"lb: load balancer acme/blog created: Pending (no address allocated yet)",
+	}
+	if strings.Join(msgs, "\n") != strings.Join(want, "\n") {
+		t.Errorf("events:\n%s\nwant:\n%s", strings.Join(msgs, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+func TestLoginAndStream(t *testing.T) {
+	c := &cluster{status: &pb.ClusterStatusResponse{LeaderId: "n1", Nodes: []*pb.NodeStatus{node("n1", "leader", true)}}, objs: map[string][]*pb.Object{}}
+	s, err := New(Config{Source: c, Interval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go s.Run(ctx)
+	ts := httptest.NewServer(s.Handler())
+	defer ts.Close()
+	noFollow := &http.Client{Timeout: 5 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	get := func(path string, cookie *http.Cookie, host string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequest("GET", ts.URL+path, nil)
+		if cookie != nil {
+			req.AddCookie(cookie)
+		}
+		if host != "" {
+			req.Host = host
+		}
+		resp, err := noFollow.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	for _, p := range []string{"/", "/api/snapshot", "/api/stream", "/static/app.js"} {
+		if r := get(p, nil, ""); r.StatusCode != http.StatusUnauthorized {
+			t.Errorf("GET %s without a session: %d, want 401", p, r.StatusCode)
+		}
+	}
+	if r := get("/login?token=wrong", nil, ""); r.StatusCode != http.StatusForbidden {
+		t.Errorf("wrong token: %d, want 403", r.StatusCode)
+	}
+	tok := s.LoginToken()
+	r := get("/login?token="+tok, nil, "")
+	if r.StatusCode != http.StatusSeeOther || r.Header.Get("Location") != "/" {
+		t.Fatalf("login: %d %q", r.StatusCode, r.Header.Get("Location"))
+	}
+	var session *http.Cookie
+	for _, ck := range r.Cookies() {
+		if ck.Name == cookieName {
+			session = ck
+		}
+	}
+	if session == nil || !session.HttpOnly || session.SameSite != http.SameSiteStrictMode {
+		t.Fatalf("session cookie %+v: want HttpOnly, SameSite=Strict", session)
+	}
+	if r := get("/login?token="+tok, nil, ""); r.StatusCode != http.StatusForbidden {
+		t.Errorf("second use of the login token: %d, want 403", r.StatusCode)
+	}
+	if s.LoginToken() != "" {
+		t.Errorf("login token still offered after use")
+	}
+	if r := get("/", session, "evil.example:80"); r.StatusCode != http.StatusMisdirectedRequest {
+		t.Errorf("foreign Host: %d, want 421", r.StatusCode)
+	}
+	if r := get("/", session, ""); r.StatusCode != http.StatusOK || !strings.Contains(r.Header.Get("Content-Security-Policy"), "default-src 'self'") {
+		t.Errorf("page: %d, CSP %q", r.StatusCode, r.Header.Get("Content-Security-Policy"))
+	}
+	if r := get("/static/app.js", session, ""); r.StatusCode != http.StatusOK {
+		t.Errorf("app.js: %d", r.StatusCode)
+	}
+
+	// The stream sends a view, then a leader change as it happens.
+	resp := get("/api/stream", session, "")
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+		t.Fatalf("stream Content-Type %q", ct)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	next := func() view {
+		t.Helper()
+		for sc.Scan() {
+			line, ok := strings.CutPrefix(sc.Text(), "data: ")
+			if !ok {
+				continue
+			}
+			var v view
+			if err := json.Unmarshal([]byte(line), &v); err != nil {
+				t.Fatal(err)
+			}
+			return v
+		}
+		t.Fatalf("stream ended: %v", sc.Err())
+		return view{}
+	}
+	if v := next(); v.Snapshot.Cluster.Leader != "n1" {
+		t.Fatalf("first view leader %q", v.Snapshot.Cluster.Leader)
+	}
+	c.set(func() { c.status = &pb.ClusterStatusResponse{LeaderId: "n2", Term: 5, Nodes: []*pb.NodeStatus{node("n2", "leader", true)}} })
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		v := next()
+		for _, e := range v.Events {
+			if e.Kind == EventLeader && strings.Contains(e.Message, "n1 → n2") {
+				return
+			}
+		}
+	}
+	t.Fatal("no leader change streamed within 10s")
+}
+
+func TestCheckLoopback(t *testing.T) {
+	for addr, ok := range map[string]bool{
+		"127.0.0.1:0": true, "[::1]:8080": true, "localhost:9000": true,
+		"0.0.0.0:8080": false, ":8080": false, "192.0.2.1:80": false, "nonsense": false,
+	} {
+		if err := checkLoopback(addr); (err == nil) != ok {
+			t.Errorf("checkLoopback(%q) = %v, want ok=%v", addr, err, ok)
+		}
+	}
+}
