@@ -1,27 +1,27 @@
 package api
 
 import (
-	"google.golang.org/protobuf/proto"
-
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
 
-// DefaultQuotas are the bounds of a tenant whose quotas leave a field at
-// zero. Zero never means "no limit": an operator raises a bound by setting
-// it in the tenant's quotas. Connections are not listed: their defaults
-// are derived on each LB host from its descriptor limit.
-var DefaultQuotas = pb.Quotas{
-	LoadBalancers:  100,
-	Addresses:      100,
-	Certificates:   100,
-	ListenersPerLb: 32,
-	RoutesPerLb:    1000,
-	PoolsPerLb:     64,
-	MembersPerPool: 1000,
-	Listeners:      500,
-	Routes:         10000,
-	Members:        10000,
-	HealthChecks:   2000,
+// DefaultQuotas returns the bounds of a tenant whose quotas leave a field
+// at zero. Zero never means "no limit": an operator raises a bound by
+// setting it in the tenant's quotas. Connections are not listed: their
+// defaults are derived on each LB host from its descriptor limit.
+func DefaultQuotas() *pb.Quotas {
+	return &pb.Quotas{
+		LoadBalancers:  100,
+		Addresses:      100,
+		Certificates:   100,
+		ListenersPerLb: 32,
+		RoutesPerLb:    1000,
+		PoolsPerLb:     64,
+		MembersPerPool: 1000,
+		Listeners:      500,
+		Routes:         10000,
+		Members:        10000,
+		HealthChecks:   2000,
+	}
 }
 
 // Hard bounds on what an object may hold, whoever writes it. Quotas bound
@@ -56,7 +56,7 @@ const (
 // EffectiveQuotas returns t's quotas with every unset field at its
 // default. A nil tenant gets the defaults.
 func EffectiveQuotas(t *pb.Tenant) *pb.Quotas {
-	q := proto.Clone(&DefaultQuotas).(*pb.Quotas)
+	q := DefaultQuotas()
 	set := t.GetQuotas()
 	for _, f := range []struct {
 		v   uint32

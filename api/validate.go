@@ -322,7 +322,13 @@ func addressBlocker(lb *pb.LoadBalancer, a netip.Addr, pool *pb.VIPPool, c Catal
 		}
 	}
 	for _, u := range sortedLBs(users) {
-		if why := shareProblem(lb, u, pool); why != "" {
+		why := shareProblem(lb, u, pool)
+		switch {
+		case why == "":
+		case u.GetTenant() != lb.GetTenant():
+			// Never name another tenant's objects.
+			return fmt.Sprintf("address %s is taken; choose another address or let the pool allocate one", a)
+		default:
 			return fmt.Sprintf("address %s is in use by %s (%s)", a, lbRef(u), why)
 		}
 	}

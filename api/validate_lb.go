@@ -148,7 +148,7 @@ func resolveVIP(ck *checker, lb *pb.LoadBalancer, tenant *pb.Tenant, c Catalog) 
 		if !slices.Contains(tenant.GetPools(), name) {
 			ck.invalidf(poolField, "tenant %s may not use VIP pool %s (the tenant's pools: %s)", tenant.GetName(), name, listOrNone(tenant.GetPools(), "none"))
 		} else if ts := v.pool.GetTenants(); len(ts) > 0 && !slices.Contains(ts, tenant.GetName()) {
-			ck.invalidf(poolField, "VIP pool %s is reserved for tenants %s", name, strings.Join(ts, ", "))
+			ck.invalidf(poolField, "VIP pool %s is reserved for other tenants; use one of the tenant's pools (%s)", name, listOrNone(tenant.GetPools(), "none"))
 		}
 	}
 	if v.family != "" && !v.hasFamily(v.family == "ipv4") {

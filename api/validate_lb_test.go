@@ -41,7 +41,7 @@ func TestValidateLoadBalancerSpec(t *testing.T) {
 		{"vip pool not the tenant's", func(lb *pb.LoadBalancer) { lb.Vip.Pool = "reserved" }, bad("vip.pool", "tenant acme may not use VIP pool reserved")},
 		{"vip address in pool not the tenant's", func(lb *pb.LoadBalancer) { lb.Vip = &pb.VIPRequest{Address: "203.0.113.5"} },
 			bad("vip.address", "tenant acme may not use VIP pool reserved")},
-		{"vip pool restricted to others", func(lb *pb.LoadBalancer) { lb.Vip.Pool = "only-other" }, bad("vip.pool", "reserved for tenants other")},
+		{"vip pool restricted to others", func(lb *pb.LoadBalancer) { lb.Vip.Pool = "only-other" }, bad("vip.pool", "reserved for other tenants")},
 		{"vip family ipv6", func(lb *pb.LoadBalancer) { lb.Vip.Family = "ipv6" }, pass()},
 		{"vip family bad", func(lb *pb.LoadBalancer) { lb.Vip.Family = "inet6" }, bad("vip.family", `"inet6" is not one of ipv4, ipv6`)},
 		{"vip family missing in pool", func(lb *pb.LoadBalancer) { lb.Vip = &pb.VIPRequest{Pool: "shared", Family: "ipv6"} },
@@ -247,7 +247,7 @@ func TestValidateLoadBalancerStatus(t *testing.T) {
 				lb.Tenant = "other"
 				lb.Pools["dns"].Members[0].Address = "10.30.0.53:53"
 				return lb
-			}(), clash("status.address", "in use by LoadBalancer acme/web (it belongs to another tenant)")},
+			}(), clash("status.address", "address 198.51.100.1 is taken")},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -2,8 +2,11 @@ package consensus
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -317,6 +320,11 @@ func prepare(r *writeReq, ov *overlay, now time.Time) (*prepared, *pb.Txn, error
 
 		obj := clone(objs[i])
 		existing := scratch.get(ref.Kind, keyOf(ref))
+		if t := obj.GetTenant(); t != nil {
+			if err := ownTenantFields(t, existing.GetTenant(), r.fw.GetInternal()); err != nil {
+				return nil, nil, err
+			}
+		}
 		switch {
 		case req.GetMode() == pb.ApplyMode_APPLY_MODE_CREATE && existing != nil:
 			return nil, nil, fmt.Errorf("%s %w", api.RefString(ref), api.ErrExists)
@@ -353,6 +361,43 @@ func prepare(r *writeReq, ov *overlay, now time.Time) (*prepared, *pb.Txn, error
 		return p, nil, nil
 	}
 	return p, txn, nil
+}
+
+// ownTenantFields sets what the cluster owns in a tenant, whatever the
+// writer sent: the uid (new on create, kept for the tenant's life) and the
+// revoked credentials (kept; only the cluster's own revoke, an internal
+// write, adds to them, and nothing removes one).
+func ownTenantFields(t, old *pb.Tenant, internal bool) error {
+	given := t.GetRevokedCredentials()
+	t.RevokedCredentials = slices.Clone(old.GetRevokedCredentials())
+	if old == nil {
+		uid, err := newUID()
+		if err != nil {
+			return err
+		}
+		t.Uid = uid
+	} else {
+		t.Uid = old.GetUid()
+	}
+	if internal {
+		for _, s := range given {
+			if !slices.Contains(t.RevokedCredentials, s) {
+				t.RevokedCredentials = append(t.RevokedCredentials, s)
+			}
+		}
+		slices.Sort(t.RevokedCredentials)
+	}
+	return nil
+}
+
+// newUID is a tenant uid: 128 random bits in hex. The proposer stamps it;
+// Apply never draws one.
+func newUID() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("tenant uid: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
 }
 
 // prepareRaw stamps an internal transaction of the cluster's own records

@@ -21,6 +21,9 @@ type caller struct {
 	tenant string
 	// serial is the hex serial number of its certificate.
 	serial string
+	// uid is the tenant uid the certificate was issued for ("" for
+	// credentials of a tenant created before tenants had uids).
+	uid string
 }
 
 // authenticate reads the caller's verified client certificate: it must
@@ -39,7 +42,7 @@ func authenticate(ctx context.Context) (caller, error) {
 	if err != nil || id.Role != pki.RoleTenant {
 		return caller{}, fmt.Errorf("%s is not a tenant credential: %w", cert.Subject.CommonName, api.ErrForbidden)
 	}
-	return caller{tenant: id.Name, serial: SerialOf(cert)}, nil
+	return caller{tenant: id.Name, serial: SerialOf(cert), uid: id.UID}, nil
 }
 
 // SerialOf is the form of a certificate's serial number that revocation
@@ -54,6 +57,9 @@ func Revoked(t *pb.Tenant) []string { return t.GetRevokedCredentials() }
 func (c caller) admit(t *pb.Tenant) error {
 	if t == nil {
 		return fmt.Errorf("tenant %s does not exist on this cluster; ask the operator: %w", c.tenant, api.ErrForbidden)
+	}
+	if c.uid != t.GetUid() {
+		return fmt.Errorf("credential %s was issued to an earlier tenant named %s, since deleted; ask the operator for new credentials: %w", c.serial, c.tenant, ErrRevoked)
 	}
 	if slices.Contains(Revoked(t), c.serial) {
 		return fmt.Errorf("credential %s of tenant %s was revoked; ask the operator for new credentials: %w", c.serial, c.tenant, ErrRevoked)

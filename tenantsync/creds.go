@@ -56,7 +56,7 @@ func (c *credService) Issue(ctx context.Context, req *pb.IssueCredentialsRequest
 		return nil, toStatus(fmt.Errorf("ttl %s: at most %s: %w", ttl, MaxCredentialTTL, api.ErrInvalid))
 	}
 	ca := c.srv.cfg.Store.CA()
-	certPEM, keyPEM, err := ca.Issue(pki.IssueRequest{Identity: pki.Identity{Role: pki.RoleTenant, Name: t.GetName()}, TTL: ttl})
+	certPEM, keyPEM, err := ca.Issue(pki.IssueRequest{Identity: pki.Identity{Role: pki.RoleTenant, Name: t.GetName(), UID: t.GetUid()}, TTL: ttl})
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -99,7 +99,9 @@ func (c *credService) Revoke(ctx context.Context, req *pb.RevokeCredentialsReque
 	next := proto.Clone(t).(*pb.Tenant)
 	next.Meta = nil
 	next.RevokedCredentials = revoked
-	if _, err := c.srv.cfg.Store.Apply(ctx, &pb.ApplyRequest{Objects: []*pb.Object{api.Wrap(next)}, Mode: pb.ApplyMode_APPLY_MODE_UPDATE}, false); err != nil {
+	// Internal: the revoked list is the cluster's; an operator's apply of
+	// the tenant cannot change it.
+	if _, err := c.srv.cfg.Store.Apply(ctx, &pb.ApplyRequest{Objects: []*pb.Object{api.Wrap(next)}, Mode: pb.ApplyMode_APPLY_MODE_UPDATE}, true); err != nil {
 		return nil, toStatus(err)
 	}
 	closed := c.srv.closeRevoked(t.GetName(), fresh)

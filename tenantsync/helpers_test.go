@@ -119,6 +119,16 @@ func (h *host) dial(t *testing.T, id pki.Identity) *grpc.ClientConn {
 	return cc
 }
 
+// uid returns the stored tenant's uid, which its credentials carry.
+func (h *host) uid(t *testing.T, tenant string) string {
+	t.Helper()
+	o, err := h.node.Get(context.Background(), &pb.ObjectRef{Kind: api.KindTenant, Name: tenant})
+	if err != nil {
+		t.Fatalf("tenant %s: %v", tenant, err)
+	}
+	return o.GetTenant().GetUid()
+}
+
 // agentStream is a test agent's stream.
 type agentStream struct {
 	t       *testing.T
@@ -130,7 +140,7 @@ type agentStream struct {
 
 func (h *host) open(t *testing.T, tenant string) *agentStream {
 	t.Helper()
-	cc := h.dial(t, pki.Identity{Role: pki.RoleTenant, Name: tenant})
+	cc := h.dial(t, pki.Identity{Role: pki.RoleTenant, Name: tenant, UID: h.uid(t, tenant)})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	s, err := pb.NewTenantSyncClient(cc).Sync(ctx)

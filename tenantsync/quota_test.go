@@ -112,7 +112,7 @@ func TestObjectBoundsThroughTenantStream(t *testing.T) {
 			t.Fatalf("%s: error %q, want it to mention %q", lb.GetName(), r.GetError(), needle)
 		}
 	}
-	d := api.DefaultQuotas
+	d := api.DefaultQuotas()
 	want(many("svc-ns-l", int(d.ListenersPerLb)+1, 1), "quotas.listenersPerLb")
 	want(many("svc-ns-r", 1, int(d.RoutesPerLb)+1), "quotas.routesPerLb")
 

@@ -61,13 +61,18 @@ func TestStreamScopesAndValidates(t *testing.T) {
 		route,
 	))
 	for name, want := range map[string]string{
-		"svc-x-vip":     "is in use by LoadBalancer acme/svc-shop-web",
+		"svc-x-vip":     "address " + acmeVIP + " is taken",
 		"svc-x-admin":   "service port of LB host",
 		"svc-x-outside": "outside the tenant's networks",
 		"ing-x-steal":   "not inside the tenant's domains",
 	} {
 		if e := result(t, ack, name).GetError(); !strings.Contains(e, want) {
 			t.Errorf("beta %s: error %q, want it to say %q", name, e, want)
+		}
+	}
+	for _, r := range ack.GetResults() {
+		if strings.Contains(r.GetError(), "acme/") {
+			t.Errorf("beta's refusal of %s names acme's objects: %s", r.GetName(), r.GetError())
 		}
 	}
 	if e := result(t, ack, "svc-shop-web").GetError(); e != "" {

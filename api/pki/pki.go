@@ -107,7 +107,14 @@ func Fingerprint(cert *x509.Certificate) string {
 type Identity struct {
 	Role string
 	Name string
+	// UID is the tenant's uid (tenant credentials): a tenant deleted and
+	// created again under the same name has another, and credentials of
+	// the earlier one are refused. Carried as the Subject's OU "uid:UID".
+	UID string
 }
+
+// uidPrefix marks the Subject OU that carries Identity.UID.
+const uidPrefix = "uid:"
 
 func (id Identity) String() string { return id.Role + ":" + id.Name }
 
@@ -170,6 +177,9 @@ func (ca *CA) sign(pub any, req IssueRequest) ([]byte, error) {
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 	}
+	if req.Identity.UID != "" {
+		tmpl.Subject.OrganizationalUnit = []string{uidPrefix + req.Identity.UID}
+	}
 	if req.Server {
 		tmpl.ExtKeyUsage = append(tmpl.ExtKeyUsage, x509.ExtKeyUsageServerAuth)
 		tmpl.DNSNames = append([]string{ServerName}, req.DNS...)
@@ -209,7 +219,13 @@ func IdentityOf(cert *x509.Certificate) (Identity, error) {
 	}
 	switch role {
 	case RoleNode, RoleAdmin, RoleTenant:
-		return Identity{Role: role, Name: name}, nil
+		id := Identity{Role: role, Name: name}
+		for _, ou := range cert.Subject.OrganizationalUnit {
+			if uid, ok := strings.CutPrefix(ou, uidPrefix); ok {
+				id.UID = uid
+			}
+		}
+		return id, nil
 	}
 	return Identity{}, ErrNoRole
 }

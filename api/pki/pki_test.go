@@ -17,9 +17,10 @@ func TestIssueAndIdentity(t *testing.T) {
 		req  IssueRequest
 		want Identity
 	}{
-		{"node", IssueRequest{Identity: Identity{RoleNode, "n1"}, Server: true, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}}, Identity{RoleNode, "n1"}},
-		{"admin", IssueRequest{Identity: Identity{RoleAdmin, "ops"}}, Identity{RoleAdmin, "ops"}},
-		{"tenant", IssueRequest{Identity: Identity{RoleTenant, "acme"}}, Identity{RoleTenant, "acme"}},
+		{"node", IssueRequest{Identity: Identity{RoleNode, "n1", ""}, Server: true, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}}, Identity{RoleNode, "n1", ""}},
+		{"admin", IssueRequest{Identity: Identity{RoleAdmin, "ops", ""}}, Identity{RoleAdmin, "ops", ""}},
+		{"tenant", IssueRequest{Identity: Identity{RoleTenant, "acme", ""}}, Identity{RoleTenant, "acme", ""}},
+		{"tenant with uid", IssueRequest{Identity: Identity{RoleTenant, "acme", "3f2a"}}, Identity{RoleTenant, "acme", "3f2a"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -47,19 +48,19 @@ func TestIssueAndIdentity(t *testing.T) {
 
 func TestSignCSRUsesGivenIdentity(t *testing.T) {
 	ca, _ := NewCA("c1")
-	csr, _, err := NewCSR(Identity{RoleAdmin, "sneaky"})
+	csr, _, err := NewCSR(Identity{RoleAdmin, "sneaky", ""})
 	if err != nil {
 		t.Fatal(err)
 	}
-	certPEM, err := ca.SignCSR(csr, IssueRequest{Identity: Identity{RoleNode, "n2"}, Server: true})
+	certPEM, err := ca.SignCSR(csr, IssueRequest{Identity: Identity{RoleNode, "n2", ""}, Server: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	cert, _ := ParseCert(certPEM)
-	if id, _ := IdentityOf(cert); id != (Identity{RoleNode, "n2"}) {
+	if id, _ := IdentityOf(cert); id != (Identity{RoleNode, "n2", ""}) {
 		t.Fatalf("identity taken from the request: %v", id)
 	}
-	if _, err := ca.SignCSR([]byte("junk"), IssueRequest{Identity: Identity{RoleNode, "x"}}); err == nil {
+	if _, err := ca.SignCSR([]byte("junk"), IssueRequest{Identity: Identity{RoleNode, "x", ""}}); err == nil {
 		t.Fatal("signed junk")
 	}
 }
@@ -87,7 +88,7 @@ func TestJoinTokenRoundTrip(t *testing.T) {
 
 func TestPinnedTLS(t *testing.T) {
 	ca, _ := NewCA("c1")
-	cert, key, _ := ca.Issue(IssueRequest{Identity: Identity{RoleNode, "n1"}, Server: true, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}})
+	cert, key, _ := ca.Issue(IssueRequest{Identity: Identity{RoleNode, "n1", ""}, Server: true, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}})
 	srvTLS, err := ServerTLS(ca.CertPEM, cert, key, false)
 	if err != nil {
 		t.Fatal(err)
