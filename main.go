@@ -43,6 +43,7 @@ import (
 	"github.com/teapot-lb/teapot-lb/proxy"
 	"github.com/teapot-lb/teapot-lb/proxy/certs"
 	"github.com/teapot-lb/teapot-lb/proxy/l7"
+	"github.com/teapot-lb/teapot-lb/proxy/metrics"
 	"github.com/teapot-lb/teapot-lb/tenantsync"
 	"github.com/teapot-lb/teapot-lb/tenantsync/agent"
 	"github.com/teapot-lb/teapot-lb/vip"
@@ -67,6 +68,8 @@ type serveConfig struct {
 	HeartbeatTimeout time.Duration `json:"raft-heartbeat-timeout"`
 	ElectionTimeout  time.Duration `json:"raft-election-timeout"`
 	LogLevel         string        `json:"log-level"`
+	// MetricsAddr serves Prometheus metrics at /metrics; "" turns it off.
+	MetricsAddr string `json:"metrics-addr"`
 
 	// VIPs: the arp interface, the failure detector, and the BGP speaker
 	// (the bgp: section exists only in the file).
@@ -93,6 +96,7 @@ func serveCommand() *cobra.Command {
 		HeartbeatTimeout: consensus.DefaultHeartbeatTimeout,
 		ElectionTimeout:  consensus.DefaultElectionTimeout,
 		LogLevel:         "info",
+		MetricsAddr:      defaultMetricsAddr,
 
 		HeartbeatInterval: vip.Duration(vip.DefaultHeartbeatInterval),
 		HeartbeatMisses:   vip.DefaultHeartbeatMisses,
@@ -118,6 +122,7 @@ func serveCommand() *cobra.Command {
 	f.DurationVar(&cfg.HeartbeatTimeout, "raft-heartbeat-timeout", cfg.HeartbeatTimeout, "time without a leader's heartbeat before a follower calls an election")
 	f.DurationVar(&cfg.ElectionTimeout, "raft-election-timeout", cfg.ElectionTimeout, "time a candidate waits for votes before trying again")
 	f.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "debug | info | warn | error")
+	f.StringVar(&cfg.MetricsAddr, "metrics-addr", cfg.MetricsAddr, `IP:port serving Prometheus metrics at /metrics ("" turns them off)`)
 	f.StringVar(&cfg.VIPInterface, "vip-interface", "", "interface that carries the VIPs of arp pools (needs CAP_NET_ADMIN and CAP_NET_RAW)")
 	f.StringVar(&cfg.HeartbeatAddr, "heartbeat-addr", "", fmt.Sprintf("IP:port of the VIP failure detector on the data-plane network (default: the --raft-addr IP, port %d)", vip.DefaultHeartbeatPort))
 	f.Var(&cfg.HeartbeatInterval, "heartbeat-interval", "time between VIP heartbeats to each peer")
@@ -159,6 +164,7 @@ func loadServeConfig(cmd *cobra.Command, cfg *serveConfig) error {
 	pick("join", &cfg.Join, file.Join)
 	pick("token", &cfg.Token, file.Token)
 	pick("log-level", &cfg.LogLevel, file.LogLevel)
+	pick("metrics-addr", &cfg.MetricsAddr, file.MetricsAddr)
 	pick("vip-interface", &cfg.VIPInterface, file.VIPInterface)
 	pick("heartbeat-addr", &cfg.HeartbeatAddr, file.HeartbeatAddr)
 	if file.HeartbeatInterval != 0 && !set["heartbeat-interval"] {
@@ -211,6 +217,11 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	ln, err := net.Listen("tcp", cfg.APIAddr)
 	if err != nil {
 		return fmt.Errorf("listen on --api-addr: %w", err)
+	}
+	msrv, err := listenMetrics(cfg.MetricsAddr, log)
+	if err != nil {
+		ln.Close()
+		return err
 	}
 	// The VIP manager checks its interfaces and capabilities before Raft
 	// starts, for the same reason.
@@ -271,7 +282,8 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	go feedCerts(ctx, node, cm)
 	// http and https listeners: TLS termination (https), then the L7 engine,
 	// which also answers ACME HTTP-01 challenges on http listeners.
-	engine := l7.New(l7.Config{Logger: log.With("component", "l7")})
+	counters := &metrics.Memory{}
+	engine := l7.New(l7.Config{Logger: log.With("component", "l7"), Metrics: counters})
 	challenge := func(path string) http.Handler {
 		if certs.IsHTTPChallenge(path) {
 			return cm.HTTPChallengeHandler()
@@ -279,7 +291,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 		return nil
 	}
 	px := proxy.New(proxy.Config{
-		Logger: log, HTTP: cm.Terminator(proxy.NewHTTP(engine, challenge)),
+		Logger: log, Metrics: counters, HTTP: cm.Terminator(proxy.NewHTTP(engine, challenge)),
 		Events: host.Events().Add,
 		// Member health and listeners opened on retry change readiness
 		// without a change of the committed state.
@@ -291,6 +303,9 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	if vm != nil {
 		host.Add(vm.Manager)
 	}
+	if err := serveMetrics(ctx, msrv, counters, px, node, tenants, cm, vm); err != nil {
+		log.Error("metrics are off", "component", "metrics", "err", err)
+	}
 	fed := make(chan struct{})
 	go func() { defer close(fed); feedProxy(ctx, node, px, vm, log) }()
 	vm.run(ctx, log)
@@ -298,17 +313,17 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	select {
 	case <-node.Ready():
 		if err := writeAdminConfig(cfg.DataDir, node); err != nil {
-			log.Error("write admin credentials", "err", err)
+			log.Error("write admin credentials", "component", "serve", "err", err)
 		}
-		log.Info("ready", "node", cfg.NodeID, "cluster", node.ClusterID(), "admin", filepath.Join(cfg.DataDir, "admin.conf"))
+		log.Info("ready", "component", "serve", "node", cfg.NodeID, "cluster", node.ClusterID(), "admin", filepath.Join(cfg.DataDir, "admin.conf"))
 		go keepAdminConfig(ctx, cfg.DataDir, node, log)
 	case <-ctx.Done():
 	case err := <-served:
-		log.Error("API server stopped", "err", err)
+		log.Error("API server stopped", "component", "api", "err", err)
 	}
 	<-ctx.Done()
 
-	log.Info("shutting down")
+	log.Info("shutting down", "component", "serve")
 	// VIPs are handed over and routes withdrawn before any listener closes.
 	vm.close(log)
 	stopped := make(chan struct{})
@@ -421,7 +436,7 @@ func keepAdminConfig(ctx context.Context, dataDir string, node *consensus.Node, 
 		}
 		if touched {
 			if err := writeAdminConfig(dataDir, node); err != nil {
-				log.Warn("update admin credentials", "err", err)
+				log.Warn("update admin credentials", "component", "serve", "err", err)
 			}
 		}
 	}

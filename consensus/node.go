@@ -90,6 +90,8 @@ type Node struct {
 	transport *raft.NetworkTransport
 	creds     *hostCreds
 	peers     *peerPool
+	metrics   *raftMetrics
+	raftLog   *raftLogWriter
 
 	writes      chan *writeReq
 	barrierTerm atomic.Uint64
@@ -128,6 +130,8 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		writes: make(chan *writeReq, 1024),
 		ready:  make(chan struct{}),
 		stop:   make(chan struct{}),
+
+		metrics: newRaftMetrics(),
 	}
 	n.fsm = newFSM(n.log)
 
@@ -160,6 +164,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		n.peers.close()
 		return nil, err
 	}
+	n.observeLeaders()
 	n.wg.Add(3)
 	go n.runWrites()
 	go n.runMembership()
@@ -193,7 +198,8 @@ func (n *Node) startRaft(bootstrap bool) error {
 	rc.SnapshotThreshold = 8192
 	rc.SnapshotInterval = 60 * time.Second
 	rc.TrailingLogs = 10240
-	rc.Logger = newHCLogger(n.cfg.Logger)
+	n.raftLog = newRaftLogWriter(n.cfg.Logger.With("component", "raft"), time.Now)
+	rc.Logger = newHCLogger(n.raftLog)
 
 	dir := filepath.Join(n.cfg.DataDir, "raft")
 	if err := os.MkdirAll(dir, 0o700); err != nil {

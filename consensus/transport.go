@@ -1,14 +1,10 @@
 package consensus
 
 import (
-	"bufio"
-	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
-	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -58,35 +54,11 @@ func (l *tlsStreamLayer) Dial(address raft.ServerAddress, timeout time.Duration)
 	return tls.DialWithDialer(d, "tcp", string(address), l.client)
 }
 
-// hclogWriter carries hashicorp/raft's log lines into slog.
-type hclogWriter struct{ log *slog.Logger }
-
-func (w hclogWriter) Write(p []byte) (int, error) {
-	sc := bufio.NewScanner(strings.NewReader(string(p)))
-	for sc.Scan() {
-		line := sc.Text()
-		level := slog.LevelInfo
-		switch {
-		case strings.Contains(line, "[ERROR]"):
-			level = slog.LevelError
-		case strings.Contains(line, "[WARN]"):
-			level = slog.LevelWarn
-		case strings.Contains(line, "[DEBUG]"), strings.Contains(line, "[TRACE]"):
-			level = slog.LevelDebug
-		}
-		if i := strings.Index(line, "]"); i >= 0 && i+1 < len(line) {
-			line = strings.TrimSpace(line[i+1:])
-		}
-		w.log.Log(context.Background(), level, line)
-	}
-	return len(p), nil
-}
-
-func newHCLogger(log *slog.Logger) hclog.Logger {
+func newHCLogger(w *raftLogWriter) hclog.Logger {
 	return hclog.New(&hclog.LoggerOptions{
 		Name:            "raft",
 		Level:           hclog.Info,
-		Output:          hclogWriter{log: log.With("component", "raft")},
+		Output:          w,
 		DisableTime:     true,
 		IncludeLocation: false,
 	})

@@ -209,8 +209,11 @@ func (n *Node) commitBatch(batch []*writeReq) {
 			fail(reqsOf(ready), fmt.Errorf("encode command: %w", err))
 			return
 		}
+		start := time.Now()
 		f := n.raft.Apply(data, 10*time.Second)
-		if err := f.Error(); err != nil {
+		err = f.Error()
+		n.metrics.apply.Observe(time.Since(start).Seconds())
+		if err != nil {
 			if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
 				err = errRetry
 			}

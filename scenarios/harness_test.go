@@ -38,7 +38,9 @@ type node struct {
 	dir      string // --data-dir
 	raftAddr string
 	apiAddr  string
-	logPath  string
+	// metricsAddr serves /metrics.
+	metricsAddr string
+	logPath     string
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -148,14 +150,15 @@ func (c *cluster) start3() {
 }
 
 func (c *cluster) newNode() *node {
-	addrs := freeAddrs(c.tb, 2)
+	addrs := freeAddrs(c.tb, 3)
 	id := fmt.Sprintf("n%d", len(c.nodes)+1)
 	n := &node{
-		id:       id,
-		dir:      filepath.Join(c.dir, id),
-		raftAddr: addrs[0],
-		apiAddr:  addrs[1],
-		logPath:  filepath.Join(c.dir, id+".log"),
+		id:          id,
+		dir:         filepath.Join(c.dir, id),
+		raftAddr:    addrs[0],
+		apiAddr:     addrs[1],
+		metricsAddr: addrs[2],
+		logPath:     filepath.Join(c.dir, id+".log"),
 	}
 	c.nodes = append(c.nodes, n)
 	return n
@@ -180,6 +183,7 @@ func (c *cluster) start(n *node, extra ...string) {
 		"--node-id", n.id,
 		"--raft-addr", n.raftAddr,
 		"--api-addr", n.apiAddr,
+		"--metrics-addr", n.metricsAddr,
 		// Tests never reach a public ACME CA: a closed local port unless
 		// the test brings its own CA in extra.
 		"--acme-ca", noACME,

@@ -94,6 +94,8 @@ type Server struct {
 	hostsMu  sync.Mutex
 	hostsRev uint64
 	hosts    map[netip.AddrPort]string
+
+	metrics *syncMetrics
 }
 
 var _ pb.TenantSyncServer = (*Server)(nil)
@@ -126,6 +128,7 @@ func New(cfg Config) *Server {
 		log:      cfg.Logger.With("component", "tenantsync"),
 		streams:  map[string]map[*stream]struct{}{},
 		limiters: map[string]*bucket{},
+		metrics:  newSyncMetrics(),
 	}
 }
 
@@ -215,7 +218,9 @@ func (s *Server) Sync(ss pb.TenantSync_SyncServer) error {
 		if err := s.limiter(c.tenant).wait(ctx, len(ch.GetUpserts())+len(ch.GetRemovals())); err != nil {
 			return toStatus(cmpCause(ctx, err))
 		}
+		start := time.Now()
 		ack, err := s.applyChange(ctx, st, ch)
+		s.metrics.note(c.tenant, ack, err != nil, time.Since(start))
 		if err != nil {
 			log.Warn("change not applied; the agent resyncs on its next stream", "seq", ch.GetSeq(), "err", err)
 			return toStatus(cmpCause(ctx, err))

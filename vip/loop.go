@@ -333,6 +333,9 @@ func (m *Manager) note(vs vipSpec, d decision, now time.Time) {
 	}
 	if d.Hold != r.held {
 		m.logMove(vs, d.Hold, d.Reason)
+		if vs.Mode != ModeStatic {
+			m.moves.note(d.Hold, now)
+		}
 	}
 	if d.Hold != r.held || d.Local != r.local {
 		r.since = now

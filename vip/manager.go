@@ -50,7 +50,8 @@ type Manager struct {
 	linkChanged bool
 	pub         published
 
-	loop loopState // owned by the goroutine in Run, then by Close
+	loop  loopState // owned by the goroutine in Run, then by Close
+	moves moveCounters
 }
 
 // published is what Describe shows, copied out of the loop.

@@ -81,6 +81,7 @@ type Manager struct {
 
 	tls              tlsState
 	failedHandshakes atomic.Uint64
+	issueFailures    atomic.Uint64
 	lastHandshakeLog atomic.Int64
 	lookups          limiter
 	ctx              context.Context
@@ -247,6 +248,7 @@ func (m *Manager) onEvent(_ context.Context, event string, data map[string]any) 
 	name, _ := data["identifier"].(string)
 	switch event {
 	case "cert_failed":
+		m.issueFailures.Add(1)
 		err, _ := data["error"].(error)
 		if name != "" && err != nil {
 			m.failures.Store(name, oneLine(err))

@@ -28,6 +28,8 @@ type Target struct {
 	connFails atomic.Int32
 	// ejections counts ejections since the last successful connect.
 	ejections atomic.Int32
+	// ejected counts every ejection.
+	ejected atomic.Int64
 
 	mu         sync.Mutex
 	stopped    bool
@@ -50,6 +52,9 @@ func (t *Target) Healthy() bool { return t.state.Load() == 0 }
 
 // InFlight is the number of connections or requests the member serves.
 func (t *Target) InFlight() int64 { return t.inFlight.Load() }
+
+// Ejections counts the member's passive ejections.
+func (t *Target) Ejections() int64 { return t.ejected.Load() }
 
 // Begin counts a connection or request towards the member; call End when
 // it finishes.
@@ -111,6 +116,7 @@ func (t *Target) ConnectFailed() {
 	t.connFails.Store(0)
 	d := t.r.backoff(int(t.ejections.Add(1) - 1))
 	was := t.Healthy()
+	t.ejected.Add(1)
 	t.setBit(bitEjected, true)
 	t.r.o.Logger.Warn("member ejected after consecutive connect failures",
 		"member", t.name, "failures", t.r.o.EjectAfter, "for", d)

@@ -168,6 +168,9 @@ type RequestStats struct {
 	// Duration runs from the complete request head to the end of the
 	// response.
 	Duration time.Duration
+	// Upstream runs from the first attempt to reach the member to its
+	// response head; zero without a member response.
+	Upstream time.Duration
 	// RequestBytes and ResponseBytes count body bytes.
 	RequestBytes, ResponseBytes int64
 }

@@ -203,6 +203,7 @@ func upstreamReadError(err error) error {
 // connections.
 func (c *clientConn) relay(m Member, up *upConn, x *exchangeOpts, t0 time.Time) {
 	d := time.Since(t0)
+	c.stats.Upstream = d
 	rh := &up.resp
 	status := rh.status
 	if status == 101 {

@@ -316,6 +316,7 @@ func (s *Server) proxyHTTP(w http.ResponseWriter, q *rtRequest, be Backend, opts
 			s.failHTTP(w, q, statusFor(err), outcomeFor(err))
 			return
 		}
+		q.stats.Upstream = d
 		n, upErr := copyResponse(w, resp)
 		cancel()
 		q.stats.Status = resp.StatusCode

@@ -107,6 +107,9 @@ type Memory struct {
 	listeners table[listenerKey, listenerCounters]
 	members   table[memberKey, requestCounters]
 	routes    table[routeKey, requestCounters]
+
+	http        table[httpKey, httpCounters]
+	httpMembers table[httpMemberKey, httpMemberCounters]
 }
 
 // ConnOpened counts an accepted connection or a new UDP flow.

@@ -1,0 +1,111 @@
+// Package metricsserver serves an LB host's Prometheus metrics over plain
+// HTTP at /metrics. The collectors live with the parts they describe; this
+// package gathers them into one registry with the Go runtime and process
+// collectors.
+package metricsserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// NewRegistry returns a registry of the collectors with the Go runtime
+// and process collectors.
+func NewRegistry(cs ...prometheus.Collector) (*prometheus.Registry, error) {
+	reg := prometheus.NewRegistry()
+	cs = append(cs, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("register metrics: %w", err)
+		}
+	}
+	return reg, nil
+}
+
+// Handler serves g's metrics in the Prometheus text or OpenMetrics format.
+func Handler(g prometheus.Gatherer, log *slog.Logger) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{
+		ErrorLog:            slogPrinter{log},
+		ErrorHandling:       promhttp.ContinueOnError,
+		MaxRequestsInFlight: 4,
+		Timeout:             10 * time.Second,
+	}))
+	return mux
+}
+
+type slogPrinter struct{ log *slog.Logger }
+
+func (p slogPrinter) Println(v ...any) { p.log.Warn("gather metrics", "err", fmt.Sprint(v...)) }
+
+// Server serves /metrics on one address.
+type Server struct {
+	ln  net.Listener
+	srv *http.Server
+	log *slog.Logger
+	reg *prometheus.Registry
+}
+
+// Listen binds addr now, so that a busy port is known at start; the
+// collectors are added with Register.
+func Listen(addr string, log *slog.Logger) (*Server, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	log = log.With("component", "metrics")
+	reg, err := NewRegistry()
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	return &Server{ln: ln, log: log, reg: reg, srv: &http.Server{
+		Handler:           Handler(reg, log),
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       time.Minute,
+		MaxHeaderBytes:    16 << 10,
+	}}, nil
+}
+
+// Register adds collectors.
+func (s *Server) Register(cs ...prometheus.Collector) error {
+	for _, c := range cs {
+		if err := s.reg.Register(c); err != nil {
+			return fmt.Errorf("register metrics: %w", err)
+		}
+	}
+	return nil
+}
+
+// Close stops listening (for a serve that fails before Run).
+func (s *Server) Close() error { return s.ln.Close() }
+
+// Addr is the address the server listens on.
+func (s *Server) Addr() net.Addr { return s.ln.Addr() }
+
+// Run serves until ctx ends.
+func (s *Server) Run(ctx context.Context) {
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = s.srv.Shutdown(sctx)
+	}()
+	s.log.Info("serving metrics", "addr", s.ln.Addr().String(), "path", "/metrics")
+	if err := s.srv.Serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		s.log.Warn("metrics server stopped", "err", err)
+	}
+}

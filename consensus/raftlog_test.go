@@ -1,0 +1,57 @@
+package consensus
+
+import (
+	"bytes"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestRaftLogPeerFailuresRateLimited(t *testing.T) {
+	var buf bytes.Buffer
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	w := newRaftLogWriter(slog.New(slog.NewTextHandler(&buf, nil)), func() time.Time { return now })
+	hb := func(peer string) {
+		_, _ = w.Write([]byte(`2026-01-01T00:00:00.000Z [ERROR] raft: failed to heartbeat to: peer=` + peer + ` backoff time=10ms error="dial tcp ` + peer + `: connect: connection refused"` + "\n"))
+	}
+	lines := func() []string {
+		s := strings.TrimSpace(buf.String())
+		if s == "" {
+			return nil
+		}
+		return strings.Split(s, "\n")
+	}
+
+	// 30 s of heartbeat failures to one peer every 10 ms, interleaved with
+	// another peer's: one line per peer.
+	for range 3000 {
+		hb("127.0.0.1:7301")
+		hb("127.0.0.1:7302")
+		now = now.Add(10 * time.Millisecond)
+	}
+	if got := lines(); len(got) != 2 {
+		t.Fatalf("after 30s of failures to two peers: %d lines, want 2:\n%s", len(got), buf.String())
+	}
+	// Past a minute: one summary per peer, counting what was held back.
+	for range 3100 {
+		hb("127.0.0.1:7301")
+		now = now.Add(10 * time.Millisecond)
+	}
+	got := lines()
+	if len(got) != 3 || !strings.Contains(got[2], "peer still failing") || !strings.Contains(got[2], "lines_held_back=") {
+		t.Fatalf("after a minute: want a summary line as the third line, got:\n%s", buf.String())
+	}
+	// Recovery is logged once; the next failure is a new episode.
+	w.peerRecovered("node2", "127.0.0.1:7301")
+	hb("127.0.0.1:7301")
+	got = lines()
+	if len(got) != 5 || !strings.Contains(got[3], "peer reachable again") || !strings.Contains(got[4], "failed to heartbeat") {
+		t.Fatalf("after recovery and a new failure: want a recovery line and the failure, got:\n%s", buf.String())
+	}
+	// Other lines pass through unchanged, at their level.
+	_, _ = w.Write([]byte("2026-01-01T00:00:00.000Z [INFO]  raft: entering follower state: follower=x\n"))
+	if got = lines(); !strings.Contains(got[len(got)-1], "level=INFO") || !strings.Contains(got[len(got)-1], "entering follower state") {
+		t.Fatalf("plain line: %s", got[len(got)-1])
+	}
+}

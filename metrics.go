@@ -1,0 +1,64 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/teapot-lb/teapot-lb/api/metricsserver"
+	"github.com/teapot-lb/teapot-lb/consensus"
+	"github.com/teapot-lb/teapot-lb/proxy"
+	"github.com/teapot-lb/teapot-lb/proxy/certs"
+	"github.com/teapot-lb/teapot-lb/proxy/metrics"
+	"github.com/teapot-lb/teapot-lb/tenantsync"
+)
+
+// defaultMetricsAddr is where serve exposes /metrics unless told otherwise.
+const defaultMetricsAddr = "127.0.0.1:9300"
+
+// listenMetrics binds --metrics-addr; nil when metrics are off. A busy
+// default port only turns metrics off (a second serve on one machine); a
+// busy port the operator chose is an error.
+func listenMetrics(addr string, log *slog.Logger) (*metricsserver.Server, error) {
+	if addr == "" {
+		return nil, nil
+	}
+	srv, err := metricsserver.Listen(addr, log)
+	if err != nil {
+		if addr == defaultMetricsAddr {
+			log.Warn("metrics are off: the default address is in use; set --metrics-addr", "component", "metrics", "addr", addr, "err", err)
+			return nil, nil
+		}
+		return nil, fmt.Errorf("--metrics-addr %s: %w", addr, err)
+	}
+	return srv, nil
+}
+
+// serveMetrics registers every part's collector and serves them until
+// ctx ends.
+func serveMetrics(ctx context.Context, srv *metricsserver.Server, counters *metrics.Memory, px *proxy.Proxy,
+	node *consensus.Node, tenants *tenantsync.Server, cm *certs.Manager, vm *vipManager) error {
+	if srv == nil {
+		return nil
+	}
+	cs := []prometheus.Collector{
+		metrics.NewCollector(counters, metrics.CollectorConfig{Members: func() []metrics.Member {
+			var out []metrics.Member
+			for _, m := range px.MemberStats() {
+				out = append(out, metrics.Member(m))
+			}
+			return out
+		}}),
+		node.Collector(), tenants.Collector(), cm.Collector(),
+	}
+	if vm != nil {
+		cs = append(cs, vm.Collector())
+	}
+	if err := srv.Register(cs...); err != nil {
+		return err
+	}
+	go srv.Run(ctx)
+	return nil
+}

@@ -1,0 +1,48 @@
+package certs
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+var (
+	descCerts      = prometheus.NewDesc("teapot_lb_certificates", "Certificate objects in the cluster's state, by state (valid, pending, failed, refused).", []string{"state"}, nil)
+	descExpiry     = prometheus.NewDesc("teapot_lb_certificate_expiry_seconds", "Seconds until a certificate expires (negative once expired).", []string{"tenant", "name", "source"}, nil)
+	descIssueFails = prometheus.NewDesc("teapot_lb_acme_issue_failures_total", "Failed attempts of this host to obtain or renew an ACME certificate.", nil, nil)
+	descHandshakes = prometheus.NewDesc("teapot_lb_tls_handshake_failures_total", "TLS handshakes with clients that failed on this host.", nil, nil)
+)
+
+// Collector exports the certificates and ACME failures to Prometheus.
+// Certificate series are bounded by the tenants' name budgets.
+func (m *Manager) Collector() prometheus.Collector { return certCollector{m} }
+
+type certCollector struct{ m *Manager }
+
+func (c certCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descCerts, descExpiry, descIssueFails, descHandshakes} {
+		ch <- d
+	}
+}
+
+func (c certCollector) Collect(ch chan<- prometheus.Metric) {
+	states := map[string]int{StateValid: 0, StatePending: 0, StateFailed: 0, StateRefused: 0}
+	now := time.Now()
+	if d := c.m.latest.Load(); d != nil {
+		for _, cert := range d.status {
+			states[cert.GetState()]++
+			if na := cert.GetNotAfter(); na != nil && !na.AsTime().IsZero() {
+				ch <- prometheus.MustNewConstMetric(descExpiry, prometheus.GaugeValue, na.AsTime().Sub(now).Seconds(),
+					cert.GetTenant(), cert.GetName(), cert.GetSource())
+			}
+		}
+	}
+	for s, n := range states {
+		if s == "" {
+			s = "unknown"
+		}
+		ch <- prometheus.MustNewConstMetric(descCerts, prometheus.GaugeValue, float64(n), s)
+	}
+	ch <- prometheus.MustNewConstMetric(descIssueFails, prometheus.CounterValue, float64(c.m.issueFailures.Load()))
+	ch <- prometheus.MustNewConstMetric(descHandshakes, prometheus.CounterValue, float64(c.m.FailedHandshakes()))
+}

@@ -1,0 +1,27 @@
+package proxy
+
+import "net/netip"
+
+// MemberStat is one member of one pool as this host sees it, for metrics.
+type MemberStat struct {
+	LB, Pool string
+	Addr     netip.AddrPort
+	Healthy  bool
+	// Ejections counts the member's passive ejections on this host.
+	Ejections int64
+}
+
+// MemberStats returns every member of every pool in service, unsorted.
+func (p *Proxy) MemberStats() []MemberStat {
+	cur := p.current.Load()
+	if cur == nil {
+		return nil
+	}
+	var out []MemberStat
+	for spec, pool := range cur.pools {
+		for _, m := range pool.members {
+			out = append(out, MemberStat{LB: spec.LB, Pool: spec.Name, Addr: m.Addr, Healthy: m.Usable(), Ejections: Target(m).Ejections()})
+		}
+	}
+	return out
+}

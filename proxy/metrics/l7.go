@@ -1,0 +1,103 @@
+package metrics
+
+import (
+	"net/netip"
+	"sync/atomic"
+
+	"github.com/teapot-lb/teapot-lb/proxy/l7"
+)
+
+// Code classes of HTTP responses; class 0 counts requests that got no
+// response (the client left first).
+const codeClasses = 6
+
+// codeClass maps a status to its class: 1 for 1xx … 5 for 5xx, 0 for none.
+func codeClass(status int) int {
+	if c := status / 100; c >= 1 && c <= 5 {
+		return c
+	}
+	return 0
+}
+
+// ClassNames are the label values of the code classes, by class.
+var ClassNames = [codeClasses]string{"none", "1xx", "2xx", "3xx", "4xx", "5xx"}
+
+type httpKey struct{ lb, listener string }
+
+type httpCounters struct {
+	byClass             [codeClasses]atomic.Int64
+	reqBytes, respBytes atomic.Int64
+	latency, upstream   Histogram
+}
+
+type httpMemberKey struct {
+	lb   string
+	addr netip.AddrPort
+}
+
+type httpMemberCounters struct {
+	requests, failures atomic.Int64
+}
+
+// Request implements l7.Metrics: it counts one finished HTTP request per
+// listener (by code class, body bytes, total and upstream latency) and
+// per member (requests, and failures: 5xx answers and upstream errors).
+// It allocates nothing once a listener's and a member's counters exist.
+func (m *Memory) Request(s l7.RequestStats) {
+	c := m.http.get(httpKey{s.LB, s.Listener})
+	c.byClass[codeClass(s.Status)].Add(1)
+	c.reqBytes.Add(s.RequestBytes)
+	c.respBytes.Add(s.ResponseBytes)
+	c.latency.Observe(s.Duration)
+	if s.Upstream > 0 {
+		c.upstream.Observe(s.Upstream)
+	}
+	if s.Member.IsValid() {
+		mc := m.httpMembers.get(httpMemberKey{s.LB, s.Member})
+		mc.requests.Add(1)
+		if s.Status >= 500 || s.Outcome == l7.OutcomeUpstreamError || s.Outcome == l7.OutcomeUpstreamTimeout {
+			mc.failures.Add(1)
+		}
+	}
+}
+
+// Conn implements l7.Metrics; connections are counted by the listener
+// (ConnOpened, ConnClosed).
+func (m *Memory) Conn(*l7.ConnInfo, bool) {}
+
+var _ l7.Metrics = (*Memory)(nil)
+
+// HTTPStats are one HTTP listener's request counters.
+type HTTPStats struct {
+	LB, Listener string
+	// ByClass counts requests by ClassNames.
+	ByClass                     [codeClasses]int64
+	RequestBytes, ResponseBytes int64
+	Latency, Upstream           HistogramValues
+}
+
+// HTTPMemberStats are one member's request counters as the L7 engine saw
+// them.
+type HTTPMemberStats struct {
+	LB                 string
+	Member             netip.AddrPort
+	Requests, Failures int64
+}
+
+// HTTP returns the HTTP counters, unsorted.
+func (m *Memory) HTTP() ([]HTTPStats, []HTTPMemberStats) {
+	var hs []HTTPStats
+	m.http.each(func(k httpKey, c *httpCounters) {
+		s := HTTPStats{LB: k.lb, Listener: k.listener, RequestBytes: c.reqBytes.Load(), ResponseBytes: c.respBytes.Load(),
+			Latency: c.latency.values(), Upstream: c.upstream.values()}
+		for i := range c.byClass {
+			s.ByClass[i] = c.byClass[i].Load()
+		}
+		hs = append(hs, s)
+	})
+	var ms []HTTPMemberStats
+	m.httpMembers.each(func(k httpMemberKey, c *httpMemberCounters) {
+		ms = append(ms, HTTPMemberStats{LB: k.lb, Member: k.addr, Requests: c.requests.Load(), Failures: c.failures.Load()})
+	})
+	return hs, ms
+}

@@ -1,0 +1,354 @@
+package metrics
+
+import (
+	"cmp"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Other is the label value that series beyond a cap are folded into.
+const Other = "_other"
+
+// Default caps on the series one tenant can create.
+const (
+	DefaultMaxLBsPerTenant = 50
+	DefaultMaxMembersPerLB = 64
+)
+
+// Member is one member of one pool as the host sees it.
+type Member struct {
+	LB, Pool  string
+	Addr      netip.AddrPort
+	Healthy   bool
+	Ejections int64
+}
+
+// CollectorConfig configures a Collector.
+type CollectorConfig struct {
+	// MaxLBsPerTenant bounds the load balancers of one tenant that get
+	// their own series; the others (after sorting by name) are summed
+	// into lb="TENANT/_other", listener="_other".
+	MaxLBsPerTenant int
+	// MaxMembersPerLB bounds the members of one load balancer that get
+	// their own series; the others are summed into member="_other".
+	MaxMembersPerLB int
+	// Members returns the members in service and their health; nil
+	// exports no member health.
+	Members func() []Member
+}
+
+// Collector exports a Memory to Prometheus. It reads the counters when
+// scraped, so the data plane never calls Prometheus.
+type Collector struct {
+	m   *Memory
+	cfg CollectorConfig
+}
+
+// NewCollector returns a Collector of m.
+func NewCollector(m *Memory, cfg CollectorConfig) *Collector {
+	if cfg.MaxLBsPerTenant <= 0 {
+		cfg.MaxLBsPerTenant = DefaultMaxLBsPerTenant
+	}
+	if cfg.MaxMembersPerLB <= 0 {
+		cfg.MaxMembersPerLB = DefaultMaxMembersPerLB
+	}
+	return &Collector{m: m, cfg: cfg}
+}
+
+var _ prometheus.Collector = (*Collector)(nil)
+
+func desc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc("teapot_lb_"+name, help, labels, nil)
+}
+
+var (
+	lbLabels       = []string{"tenant", "lb", "listener"}
+	descConns      = desc("connections_total", "Connections (UDP: flows) accepted by a listener.", lbLabels...)
+	descActive     = desc("connections_active", "Connections (UDP: flows) open now.", lbLabels...)
+	descRefused    = desc("connections_refused_total", "Connections or flows turned away, by reason (no-member, listener-limit, tenant-limit, not-tls).", append(lbLabels, "reason")...)
+	descConnDur    = desc("connection_duration_seconds", "Lifetime of finished connections and flows.", lbLabels...)
+	descBytesIn    = desc("received_bytes_total", "Bytes received from clients (HTTP listeners: request bodies).", lbLabels...)
+	descBytesOut   = desc("sent_bytes_total", "Bytes sent to clients (HTTP listeners: response bodies).", lbLabels...)
+	descRequests   = desc("http_requests_total", "HTTP requests finished, by response code class (none: the client left before a response).", append(lbLabels, "code_class")...)
+	descReqDur     = desc("http_request_duration_seconds", "Time from a complete request head to the end of the response.", lbLabels...)
+	descUpDur      = desc("http_upstream_duration_seconds", "Time from the first attempt to reach a member to its response head.", lbLabels...)
+	memberLabels   = []string{"tenant", "lb", "member"}
+	descMemberReq  = desc("member_requests_total", "Requests (L7) and connects (L4) sent to a member.", memberLabels...)
+	descMemberFail = desc("member_failures_total", "Requests or connects to a member that failed (5xx, connect failure or timeout).", memberLabels...)
+	poolLabels     = []string{"tenant", "lb", "pool", "member"}
+	descMemberUp   = desc("member_up", "1 when the member may receive traffic (its check passes and it is not ejected), else 0.", poolLabels...)
+	descMemberEj   = desc("member_ejections_total", "Passive ejections of a member after consecutive connect failures.", poolLabels...)
+)
+
+// Describe implements prometheus.Collector.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descConns, descActive, descRefused, descConnDur, descBytesIn, descBytesOut,
+		descRequests, descReqDur, descUpDur, descMemberReq, descMemberFail, descMemberUp, descMemberEj} {
+		ch <- d
+	}
+}
+
+// tenantOf returns the tenant of "tenant/name".
+func tenantOf(lb string) string {
+	t, _, _ := strings.Cut(lb, "/")
+	return t
+}
+
+// folder maps load balancers and members to their label values under the
+// caps.
+type folder struct {
+	lbs     map[string]bool // kept
+	members map[string]map[netip.AddrPort]bool
+}
+
+func newFolder(maxLBs, maxMembers int, lbs []string, members map[string][]netip.AddrPort) *folder {
+	f := &folder{lbs: map[string]bool{}, members: map[string]map[netip.AddrPort]bool{}}
+	slices.Sort(lbs)
+	lbs = slices.Compact(lbs)
+	perTenant := map[string]int{}
+	for _, lb := range lbs {
+		t := tenantOf(lb)
+		if perTenant[t] < maxLBs {
+			perTenant[t]++
+			f.lbs[lb] = true
+		}
+	}
+	for lb, addrs := range members {
+		slices.SortFunc(addrs, func(a, b netip.AddrPort) int { return a.Compare(b) })
+		addrs = slices.Compact(addrs)
+		keep := map[netip.AddrPort]bool{}
+		for _, a := range addrs[:min(len(addrs), maxMembers)] {
+			keep[a] = true
+		}
+		f.members[lb] = keep
+	}
+	return f
+}
+
+// lb returns the label values tenant, lb, listener.
+func (f *folder) lb(lb, listener string) [3]string {
+	if f.lbs[lb] {
+		return [3]string{tenantOf(lb), lb, listener}
+	}
+	t := tenantOf(lb)
+	return [3]string{t, t + "/" + Other, Other}
+}
+
+// member returns the label values tenant, lb, member.
+func (f *folder) member(lb string, addr netip.AddrPort) [3]string {
+	l := f.lb(lb, "")
+	if l[1] != lb || !f.members[lb][addr] {
+		return [3]string{l[0], l[1], Other}
+	}
+	return [3]string{l[0], l[1], addr.String()}
+}
+
+type listenerSums struct {
+	opened, closed, bytesIn, bytesOut int64
+	refused                           map[string]int64
+	duration, latency, upstream       HistogramValues
+	byClass                           [codeClasses]int64
+	http                              bool
+}
+
+type memberSums struct{ requests, failures int64 }
+
+type poolSums struct {
+	up, ejections int64
+}
+
+// Collect implements prometheus.Collector.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	rep := c.m.Report()
+	hs, hms := c.m.HTTP()
+	var members []Member
+	if c.cfg.Members != nil {
+		members = c.cfg.Members()
+	}
+	var lbs []string
+	addrs := map[string][]netip.AddrPort{}
+	for _, l := range rep.Listeners {
+		lbs = append(lbs, l.LB)
+	}
+	for _, h := range hs {
+		lbs = append(lbs, h.LB)
+	}
+	for _, m := range rep.Members {
+		lbs = append(lbs, m.LB)
+		if a, err := netip.ParseAddrPort(m.Name); err == nil {
+			addrs[m.LB] = append(addrs[m.LB], a)
+		}
+	}
+	for _, m := range hms {
+		lbs = append(lbs, m.LB)
+		addrs[m.LB] = append(addrs[m.LB], m.Member)
+	}
+	for _, m := range members {
+		lbs = append(lbs, m.LB)
+		addrs[m.LB] = append(addrs[m.LB], m.Addr)
+	}
+	f := newFolder(c.cfg.MaxLBsPerTenant, c.cfg.MaxMembersPerLB, lbs, addrs)
+
+	ls := map[[3]string]*listenerSums{}
+	get := func(k [3]string) *listenerSums {
+		s := ls[k]
+		if s == nil {
+			s = &listenerSums{refused: map[string]int64{}}
+			ls[k] = s
+		}
+		return s
+	}
+	for _, l := range rep.Listeners {
+		s := get(f.lb(l.LB, l.Listener))
+		s.opened += l.Opened
+		s.closed += l.Closed
+		s.bytesIn += l.BytesIn
+		s.bytesOut += l.BytesOut
+		for r, n := range l.Refused {
+			s.refused[r] += n
+		}
+		s.duration = s.duration.add(l.Duration)
+	}
+	for _, h := range hs {
+		s := get(f.lb(h.LB, h.Listener))
+		s.http = true
+		s.bytesIn += h.RequestBytes
+		s.bytesOut += h.ResponseBytes
+		for i, n := range h.ByClass {
+			s.byClass[i] += n
+		}
+		s.latency = s.latency.add(h.Latency)
+		s.upstream = s.upstream.add(h.Upstream)
+	}
+	for _, k := range sortedKeys(ls) {
+		s := ls[k]
+		l := k[:]
+		ch <- prometheus.MustNewConstMetric(descConns, prometheus.CounterValue, float64(s.opened), l...)
+		ch <- prometheus.MustNewConstMetric(descActive, prometheus.GaugeValue, float64(max(0, s.opened-s.closed)), l...)
+		for _, r := range sortedKeys(s.refused) {
+			ch <- prometheus.MustNewConstMetric(descRefused, prometheus.CounterValue, float64(s.refused[r]), append(l, r)...)
+		}
+		ch <- constHistogram(descConnDur, s.duration, l)
+		ch <- prometheus.MustNewConstMetric(descBytesIn, prometheus.CounterValue, float64(s.bytesIn), l...)
+		ch <- prometheus.MustNewConstMetric(descBytesOut, prometheus.CounterValue, float64(s.bytesOut), l...)
+		if s.http {
+			for i, n := range s.byClass {
+				ch <- prometheus.MustNewConstMetric(descRequests, prometheus.CounterValue, float64(n), append(l, ClassNames[i])...)
+			}
+			ch <- constHistogram(descReqDur, s.latency, l)
+			ch <- constHistogram(descUpDur, s.upstream, l)
+		}
+	}
+
+	ms := map[[3]string]*memberSums{}
+	mget := func(k [3]string) *memberSums {
+		s := ms[k]
+		if s == nil {
+			s = &memberSums{}
+			ms[k] = s
+		}
+		return s
+	}
+	for _, m := range rep.Members {
+		a, err := netip.ParseAddrPort(m.Name)
+		if err != nil {
+			continue
+		}
+		s := mget(f.member(m.LB, a))
+		for code, n := range m.ByStatus {
+			s.requests += n
+			if code >= 500 {
+				s.failures += n
+			}
+		}
+	}
+	for _, m := range hms {
+		s := mget(f.member(m.LB, m.Member))
+		s.requests += m.Requests
+		s.failures += m.Failures
+	}
+	for _, k := range sortedKeys(ms) {
+		ch <- prometheus.MustNewConstMetric(descMemberReq, prometheus.CounterValue, float64(ms[k].requests), k[:]...)
+		ch <- prometheus.MustNewConstMetric(descMemberFail, prometheus.CounterValue, float64(ms[k].failures), k[:]...)
+	}
+
+	ps := map[[4]string]*poolSums{}
+	for _, m := range members {
+		l := f.member(m.LB, m.Addr)
+		k := [4]string{l[0], l[1], m.Pool, l[2]}
+		if l[1] != m.LB {
+			k[2] = Other
+		}
+		s := ps[k]
+		if s == nil {
+			s = &poolSums{}
+			ps[k] = s
+		}
+		if m.Healthy {
+			s.up++
+		}
+		s.ejections += m.Ejections
+	}
+	for _, k := range sortedKeys(ps) {
+		s := ps[k]
+		up := 0.0
+		if s.up > 0 {
+			up = 1
+		}
+		if k[3] == Other {
+			up = float64(s.up) // folded: the number of usable members
+		}
+		ch <- prometheus.MustNewConstMetric(descMemberUp, prometheus.GaugeValue, up, k[:]...)
+		ch <- prometheus.MustNewConstMetric(descMemberEj, prometheus.CounterValue, float64(s.ejections), k[:]...)
+	}
+}
+
+func sortedKeys[K cmp.Ordered | [3]string | [4]string, V any](m map[K]V) []K {
+	keys := make([]K, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b K) int { return strings.Compare(keyString(a), keyString(b)) })
+	return keys
+}
+
+func keyString(k any) string {
+	switch k := k.(type) {
+	case string:
+		return k
+	case [3]string:
+		return strings.Join(k[:], "\x00")
+	case [4]string:
+		return strings.Join(k[:], "\x00")
+	}
+	return ""
+}
+
+// add returns the sum of two histograms.
+func (h HistogramValues) add(o HistogramValues) HistogramValues {
+	out := HistogramValues{Count: h.Count + o.Count, Sum: h.Sum + o.Sum, Counts: make([]uint64, len(Buckets)+1)}
+	for i := range out.Counts {
+		if i < len(h.Counts) {
+			out.Counts[i] += h.Counts[i]
+		}
+		if i < len(o.Counts) {
+			out.Counts[i] += o.Counts[i]
+		}
+	}
+	return out
+}
+
+func constHistogram(d *prometheus.Desc, h HistogramValues, labels []string) prometheus.Metric {
+	buckets := make(map[float64]uint64, len(Buckets))
+	var cum uint64
+	for i, b := range Buckets {
+		if i < len(h.Counts) {
+			cum += h.Counts[i]
+		}
+		buckets[b.Seconds()] = cum
+	}
+	return prometheus.MustNewConstHistogram(d, h.Count, h.Sum.Seconds(), buckets, labels...)
+}

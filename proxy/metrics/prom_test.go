@@ -1,0 +1,227 @@
+package metrics
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/teapot-lb/teapot-lb/proxy/l7"
+)
+
+func TestCollectorExportsAndFolds(t *testing.T) {
+	var m Memory
+	member := netip.MustParseAddrPort("10.0.0.1:80")
+	// acme has three load balancers; with a cap of two, "acme/c" folds.
+	for _, lb := range []string{"acme/a", "acme/b", "acme/c"} {
+		m.ConnOpened(lb, "192.0.2.1:80/tcp")
+		m.Request(l7.RequestStats{LB: lb, Listener: "192.0.2.1:80/tcp", Member: member, Status: 200,
+			Duration: 3 * time.Millisecond, Upstream: 2 * time.Millisecond, RequestBytes: 5, ResponseBytes: 100})
+	}
+	m.Request(l7.RequestStats{LB: "acme/a", Listener: "192.0.2.1:80/tcp", Member: member, Status: 502, Outcome: l7.OutcomeUpstreamError})
+	m.ConnClosed("acme/a", "192.0.2.1:80/tcp", time.Second)
+	m.ConnRefused("acme/a", "192.0.2.1:80/tcp", "tenant-limit")
+	m.MemberRequest("other/tcp", "db", "10.1.0.1:5432", 0, time.Millisecond)
+	m.MemberRequest("other/tcp", "db", "10.1.0.2:5432", 504, time.Millisecond)
+	members := []Member{
+		{LB: "other/tcp", Pool: "db", Addr: netip.MustParseAddrPort("10.1.0.1:5432"), Healthy: true},
+		{LB: "other/tcp", Pool: "db", Addr: netip.MustParseAddrPort("10.1.0.2:5432"), Ejections: 2},
+	}
+	c := NewCollector(&m, CollectorConfig{MaxLBsPerTenant: 2, MaxMembersPerLB: 1, Members: func() []Member { return members }})
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c)
+
+	want := `
+# HELP teapot_lb_connections_active Connections (UDP: flows) open now.
+# TYPE teapot_lb_connections_active gauge
+teapot_lb_connections_active{lb="acme/_other",listener="_other",tenant="acme"} 1
+teapot_lb_connections_active{lb="acme/a",listener="192.0.2.1:80/tcp",tenant="acme"} 0
+teapot_lb_connections_active{lb="acme/b",listener="192.0.2.1:80/tcp",tenant="acme"} 1
+# HELP teapot_lb_connections_refused_total Connections or flows turned away, by reason (no-member, listener-limit, tenant-limit, not-tls).
+# TYPE teapot_lb_connections_refused_total counter
+teapot_lb_connections_refused_total{lb="acme/a",listener="192.0.2.1:80/tcp",reason="tenant-limit",tenant="acme"} 1
+# HELP teapot_lb_http_requests_total HTTP requests finished, by response code class (none: the client left before a response).
+# TYPE teapot_lb_http_requests_total counter
+teapot_lb_http_requests_total{code_class="1xx",lb="acme/_other",listener="_other",tenant="acme"} 0
+teapot_lb_http_requests_total{code_class="2xx",lb="acme/_other",listener="_other",tenant="acme"} 1
+teapot_lb_http_requests_total{code_class="3xx",lb="acme/_other",listener="_other",tenant="acme"} 0
+teapot_lb_http_requests_total{code_class="4xx",lb="acme/_other",listener="_other",tenant="acme"} 0
+teapot_lb_http_requests_total{code_class="5xx",lb="acme/_other",listener="_other",tenant="acme"} 0
+teapot_lb_http_requests_total{code_class="none",lb="acme/_other",listener="_other",tenant="acme"} 0
+teapot_lb_http_requests_total{code_class="1xx",lb="acme/a",listener="192.0.2.1:80/tcp",tenant="acme"} 0
+teapot_lb_http_requests_total{code_class="2xx",lb="acme/a",listener="192.0.2.1:80/tcp",tenant="acme"} 1
+teapot_lb_http_requests_total{code_class="3xx",lb="acme/a",listener="192.0.2.1:80/tcp",tenant="acme"} 0
+teapot_lb_http_requests_total{code_class="4xx",lb="acme/a",listener="192.0.2.1:80/tcp",tenant="acme"} 0
+teapot_lb_http_requests_total{code_class="5xx",lb="acme/a",listener="192.0.2.1:80/tcp",tenant="acme"} 1
+teapot_lb_http_requests_total{code_class="none",lb="acme/a",listener="192.0.2.1:80/tcp",tenant="acme"} 0
+teapot_lb_http_requests_total{code_class="1xx",lb="acme/b",listener="192.0.2.1:80/tcp",tenant="acme"} 0
+teapot_lb_http_requests_total{code_class="2xx",lb="acme/b",listener="192.0.2.1:80/tcp",tenant="acme"} 1
+teapot_lb_http_requests_total{code_class="3xx",lb="acme/b",listener="192.0.2.1:80/tcp",tenant="acme"} 0
+teapot_lb_http_requests_total{code_class="4xx",lb="acme/b",listener="192.0.2.1:80/tcp",tenant="acme"} 0
+teapot_lb_http_requests_total{code_class="5xx",lb="acme/b",listener="192.0.2.1:80/tcp",tenant="acme"} 0
+teapot_lb_http_requests_total{code_class="none",lb="acme/b",listener="192.0.2.1:80/tcp",tenant="acme"} 0
+# HELP teapot_lb_member_failures_total Requests or connects to a member that failed (5xx, connect failure or timeout).
+# TYPE teapot_lb_member_failures_total counter
+teapot_lb_member_failures_total{lb="acme/_other",member="_other",tenant="acme"} 0
+teapot_lb_member_failures_total{lb="acme/a",member="10.0.0.1:80",tenant="acme"} 1
+teapot_lb_member_failures_total{lb="acme/b",member="10.0.0.1:80",tenant="acme"} 0
+teapot_lb_member_failures_total{lb="other/tcp",member="10.1.0.1:5432",tenant="other"} 0
+teapot_lb_member_failures_total{lb="other/tcp",member="_other",tenant="other"} 1
+# HELP teapot_lb_member_up 1 when the member may receive traffic (its check passes and it is not ejected), else 0.
+# TYPE teapot_lb_member_up gauge
+teapot_lb_member_up{lb="other/tcp",member="10.1.0.1:5432",pool="db",tenant="other"} 1
+teapot_lb_member_up{lb="other/tcp",member="_other",pool="db",tenant="other"} 0
+# HELP teapot_lb_member_ejections_total Passive ejections of a member after consecutive connect failures.
+# TYPE teapot_lb_member_ejections_total counter
+teapot_lb_member_ejections_total{lb="other/tcp",member="10.1.0.1:5432",pool="db",tenant="other"} 0
+teapot_lb_member_ejections_total{lb="other/tcp",member="_other",pool="db",tenant="other"} 2
+`
+	names := []string{"teapot_lb_connections_active", "teapot_lb_connections_refused_total", "teapot_lb_http_requests_total",
+		"teapot_lb_member_failures_total", "teapot_lb_member_up", "teapot_lb_member_ejections_total"}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), names...); err != nil {
+		t.Error(err)
+	}
+	// Histograms: the folded load balancer's requests land in its series.
+	var buf bytes.Buffer
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "teapot_lb_http_upstream_duration_seconds" {
+			continue
+		}
+		for _, mt := range mf.GetMetric() {
+			fmt.Fprintf(&buf, "%v %d %.3f\n", mt.GetLabel()[0].GetValue(), mt.GetHistogram().GetSampleCount(), mt.GetHistogram().GetSampleSum())
+		}
+	}
+	if got, want := buf.String(), "acme/_other 1 0.002\nacme/a 1 0.002\nacme/b 1 0.002\n"; got != want {
+		t.Errorf("upstream histograms (lb count sum):\n%swant:\n%s", got, want)
+	}
+	if n := testutil.CollectAndCount(c); n > 60 {
+		t.Errorf("%d series for 4 load balancers under caps of 2 per tenant", n)
+	}
+}
+
+// TestHotPathAllocsWithMetrics proxies keep-alive HTTP/1.1 requests
+// through the L7 engine recording into a Memory and counts allocations.
+func TestHotPathAllocsWithMetrics(t *testing.T) {
+	const resp = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 13\r\n\r\nhello, world\n"
+	be := fixedBackend(t, resp)
+	var m Memory
+	srv := l7.New(l7.Config{Metrics: &m})
+	t.Cleanup(func() { srv.Close() })
+	rt := oneRoute{&l7.Route{Name: "acme/shop/routes[0]", Backend: &backend{m: &member{be}}}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	info := l7.ConnInfo{Listener: "192.0.2.1:80/tcp", LB: "acme/shop", Tenant: "acme", Router: func() l7.Router { return rt }}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); srv.ServeConn(ctx, c, info) }()
+		}
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	req := []byte("GET /bench HTTP/1.1\r\nHost: shop.acme.example\r\nUser-Agent: wrk\r\nAccept: */*\r\n\r\n")
+	buf := make([]byte, 4096)
+	do := func() {
+		if _, err := c.Write(req); err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for n < len(resp) {
+			k, err := c.Read(buf[n:])
+			if err != nil {
+				t.Fatal(err)
+			}
+			n += k
+		}
+	}
+	for range 10 {
+		do()
+	}
+	if allocs := testing.AllocsPerRun(1000, do); allocs > 0 {
+		t.Errorf("%.2f allocations per proxied request with metrics on, want 0", allocs)
+	}
+	hs, ms := m.HTTP()
+	if len(hs) != 1 || hs[0].ByClass[2] != 1011 || len(ms) != 1 || ms[0].Requests != 1011 || hs[0].Upstream.Count != 1011 {
+		// 10 warm-up requests, and AllocsPerRun runs once more than asked.
+		t.Errorf("counted %+v %+v, want 1011 2xx requests to one member", hs, ms)
+	}
+}
+
+type oneRoute struct{ r *l7.Route }
+
+func (o oneRoute) Route(string, string) *l7.Route { return o.r }
+
+type member struct{ addr netip.AddrPort }
+
+func (m *member) Addr() netip.AddrPort                       { return m.addr }
+func (m *member) Done(error, int, time.Duration)             {}
+func (b *backend) Pick(netip.Addr, []byte) (l7.Member, bool) { return b.m, true }
+func (b *backend) Options() *l7.BackendOptions               { return &b.opts }
+
+type backend struct {
+	m    *member
+	opts l7.BackendOptions
+}
+
+// fixedBackend answers every request head with resp.
+func fixedBackend(t *testing.T, resp string) netip.AddrPort {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				buf := make([]byte, 16<<10)
+				out := []byte(resp)
+				n := 0
+				for {
+					k, err := c.Read(buf[n:])
+					if err != nil {
+						return
+					}
+					n += k
+					for {
+						i := bytes.Index(buf[:n], []byte("\r\n\r\n"))
+						if i < 0 {
+							break
+						}
+						if _, err := c.Write(out); err != nil {
+							return
+						}
+						n = copy(buf, buf[i+4:n])
+					}
+				}
+			}()
+		}
+	}()
+	return netip.MustParseAddrPort(ln.Addr().String())
+}

@@ -1,0 +1,94 @@
+package tenantsync
+
+import (
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+)
+
+// syncMetrics count the changes agents send to this host, per tenant.
+type syncMetrics struct {
+	mu      sync.Mutex
+	changes map[string]*tenantCounts
+	latency prometheus.Histogram
+}
+
+type tenantCounts struct{ changes, objects, refused, failed int64 }
+
+func newSyncMetrics() *syncMetrics {
+	return &syncMetrics{changes: map[string]*tenantCounts{}, latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "teapot_lb_tenant_sync_apply_duration_seconds",
+		Help:    "Time from an agent's change arriving on this host to its commit (or refusal), ack sent.",
+		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+	})}
+}
+
+// note records one change of tenant: the objects it named, those refused
+// (results with an error), whether it could not be applied at all, and
+// how long it took.
+func (m *syncMetrics) note(tenant string, ack *pb.SyncAck, failed bool, d time.Duration) {
+	m.latency.Observe(d.Seconds())
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c := m.changes[tenant]
+	if c == nil {
+		c = &tenantCounts{}
+		m.changes[tenant] = c
+	}
+	c.changes++
+	if failed {
+		c.failed++
+		return
+	}
+	for _, r := range ack.GetResults() {
+		c.objects++
+		if r.GetError() != "" {
+			c.refused++
+		}
+	}
+}
+
+var (
+	descStreams = prometheus.NewDesc("teapot_lb_tenant_sync_streams", "Agent streams open on this host.", []string{"tenant"}, nil)
+	descChanges = prometheus.NewDesc("teapot_lb_tenant_sync_changes_total", "Changes agents sent to this host (result=applied, or failed: the cluster could not be written).", []string{"tenant", "result"}, nil)
+	descObjects = prometheus.NewDesc("teapot_lb_tenant_sync_objects_total", "Objects (upserts and removals) in the changes applied.", []string{"tenant"}, nil)
+	descRefused = prometheus.NewDesc("teapot_lb_tenant_sync_refusals_total", "Objects refused by validation, with the reason sent to the agent.", []string{"tenant"}, nil)
+)
+
+// Collector exports the tenant streams and their changes to Prometheus.
+// Tenants are created by the operator, so the tenant label is bounded.
+func (s *Server) Collector() prometheus.Collector { return syncCollector{s} }
+
+type syncCollector struct{ s *Server }
+
+func (c syncCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descStreams, descChanges, descObjects, descRefused} {
+		ch <- d
+	}
+	c.s.metrics.latency.Describe(ch)
+}
+
+func (c syncCollector) Collect(ch chan<- prometheus.Metric) {
+	streams := c.s.Streams()
+	m := c.s.metrics
+	m.mu.Lock()
+	for t := range m.changes {
+		if _, ok := streams[t]; !ok {
+			streams[t] = 0
+		}
+	}
+	for t, n := range streams {
+		ch <- prometheus.MustNewConstMetric(descStreams, prometheus.GaugeValue, float64(n), t)
+	}
+	for t, n := range m.changes {
+		ch <- prometheus.MustNewConstMetric(descChanges, prometheus.CounterValue, float64(n.changes-n.failed), t, "applied")
+		ch <- prometheus.MustNewConstMetric(descChanges, prometheus.CounterValue, float64(n.failed), t, "failed")
+		ch <- prometheus.MustNewConstMetric(descObjects, prometheus.CounterValue, float64(n.objects), t)
+		ch <- prometheus.MustNewConstMetric(descRefused, prometheus.CounterValue, float64(n.refused), t)
+	}
+	m.mu.Unlock()
+	m.latency.Collect(ch)
+}
