@@ -262,7 +262,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	// The data plane starts below; tenant streams see its member health
 	// once it exists.
 	var dataPlane atomic.Pointer[proxy.Proxy]
-	tenants := tenantsync.New(tenantsync.Config{Store: node, Logger: log, Members: func(lb string) []*pb.MemberState {
+	tenants := tenantsync.New(tenantsync.Config{Store: node, Logger: log, Events: host.Events().Add, Members: func(lb string) []*pb.MemberState {
 		return memberStates(dataPlane.Load(), lb)
 	}})
 	pb.RegisterTenantSyncServer(srv, tenants)

@@ -135,3 +135,24 @@ func MetaOf(o *pb.Object) *pb.Meta {
 	}
 	return nil
 }
+
+// Name prefixes of the load balancers the tenant agent derives from the
+// objects of a tenant's cluster ("svc-NAMESPACE-NAME"); the operator's own
+// load balancers do not carry them.
+const (
+	AgentServicePrefix = "svc-"
+	AgentIngressPrefix = "ing-"
+)
+
+// AgentKind returns the Kubernetes kind ("Service", "Ingress") a load
+// balancer named name was derived from by the tenant agent, or "" for a
+// load balancer the operator wrote.
+func AgentKind(name string) string {
+	switch {
+	case strings.HasPrefix(name, AgentServicePrefix):
+		return "Service"
+	case strings.HasPrefix(name, AgentIngressPrefix):
+		return "Ingress"
+	}
+	return ""
+}

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/teapot-lb/teapot-lb/api"
+	"github.com/teapot-lb/teapot-lb/api/observe"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
 
@@ -110,9 +111,9 @@ func (n *Node) watchLeader() {
 			if n.cfg.Event == nil {
 				continue
 			}
-			ev := &pb.Event{Type: "leader-change", Severity: "info", Message: "leader is now " + string(lo.LeaderID)}
+			ev := &pb.Event{Type: observe.EventLeaderChange, Severity: observe.Info, Message: "leader is now " + string(lo.LeaderID)}
 			if lo.LeaderID == "" {
-				ev.Severity, ev.Message = "warning", "no leader known"
+				ev.Severity, ev.Message = observe.Warning, "no leader known"
 			}
 			n.cfg.Event(ev)
 		}

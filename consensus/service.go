@@ -316,6 +316,9 @@ func (n *Node) peerHealth(ctx context.Context, s raft.Server) *pb.NodeStatus {
 		}
 	}
 	ns.Suffrage = suffrageOf(s.Suffrage)
+	n.fsm.mu.RLock()
+	ns.Draining = n.fsm.st.get(api.KindNode, id).GetNode().GetDraining()
+	n.fsm.mu.RUnlock()
 	return ns
 }
 

@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/teapot-lb/teapot-lb/api"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
 
@@ -14,8 +15,8 @@ import (
 // manages only load balancers named so; the operator's own load balancers
 // of the same tenant are out of its reach.
 const (
-	ServicePrefix = "svc-"
-	IngressPrefix = "ing-"
+	ServicePrefix = api.AgentServicePrefix
+	IngressPrefix = api.AgentIngressPrefix
 )
 
 // maxName is the longest load balancer name (a DNS label).

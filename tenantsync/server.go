@@ -79,6 +79,9 @@ type Config struct {
 	// ("tenant/name") as this host sees them; statuses carry it and
 	// streams push its changes.
 	Members func(lb string) []*pb.MemberState
+	// Events receives a tenant-refused event when an object of a tenant
+	// is refused, once per object and reason; nil drops them.
+	Events func(*pb.Event)
 }
 
 // Server serves the TenantSync stream and the TenantCredentials calls.
@@ -87,6 +90,7 @@ type Server struct {
 	cfg Config
 	log *slog.Logger
 
+	refusals refusals
 	mu       sync.Mutex
 	streams  map[string]map[*stream]struct{}
 	limiters map[string]*bucket

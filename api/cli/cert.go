@@ -68,7 +68,7 @@ func (a *app) certUploadCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				if a.output != OutputTable {
+				if !a.tabular() {
 					return manifest.Encode(cmd.OutOrStdout(), []*pb.Object{api.Wrap(out)}, string(a.output))
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "certificate %s/%s uploaded (%s, valid until %s)\n", out.GetTenant(), out.GetName(),
@@ -126,7 +126,7 @@ func (a *app) certListCmd() *cobra.Command {
 					objs = append(objs, api.Wrap(c))
 				}
 				sortObjects(objs)
-				if a.output != OutputTable {
+				if !a.tabular() {
 					return manifest.EncodeList(cmd.OutOrStdout(), objs, string(a.output))
 				}
 				if len(objs) == 0 {
@@ -177,7 +177,7 @@ func (a *app) certGetCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				if a.output != OutputTable {
+				if !a.tabular() {
 					return manifest.Encode(cmd.OutOrStdout(), []*pb.Object{api.Wrap(v)}, string(a.output))
 				}
 				t := newTable(cmd.OutOrStdout())

@@ -117,6 +117,8 @@ var goldenCases = []struct {
 	empty bool // start with no objects instead of the seed
 	stdin string
 	code  int
+	// hosts sets what the hosts see (default: every load balancer served).
+	hosts func(f *fakeAdmin) []*pb.HostObservation
 }{
 	{name: "apply", args: "apply -f testdata/shop.yaml", empty: true},
 	{name: "apply-unchanged", args: "apply -f testdata/shop.yaml"},
@@ -182,6 +184,21 @@ var goldenCases = []struct {
 	{name: "cluster-remove", args: "cluster remove lb3"},
 	{name: "cluster-remove-leader", args: "cluster remove lb1", code: 1},
 
+	{name: "get-lbs-wide", args: "get lbs -o wide", hosts: membersDown},
+	{name: "get-lbs-unbound", args: "get lbs --tenant acme", hosts: unboundOnLB2},
+	{name: "get-lb-observed-yaml", args: "get lb acme/shop -o yaml", hosts: membersDown},
+	{name: "explain-lb-serving", args: "explain lb acme/shop"},
+	{name: "explain-lb-members-down", args: "explain lb acme/shop", hosts: membersDown},
+	{name: "explain-lb-unbound", args: "explain lb shop --tenant acme", hosts: unboundOnLB2},
+	{name: "explain-lb-refused", args: "explain lb acme/svc-default-web", hosts: refusedByValidation},
+	{name: "explain-lb-not-found", args: "explain lb acme/nope", code: 1},
+	{name: "explain-tenant", args: "explain tenant acme", hosts: membersDown},
+	{name: "explain-node", args: "explain node lb2", hosts: unboundOnLB2},
+	{name: "explain-bad-kind", args: "explain pool public", code: 1},
+	{name: "events", args: "events", hosts: unboundOnLB2},
+	{name: "events-lb", args: "events --lb acme/shop", hosts: membersDown},
+	{name: "events-bad-lb", args: "events --lb shop", code: 1},
+
 	{name: "bad-output", args: "get pools -o xml", code: 1},
 	{name: "unknown-flag", args: "get pools --colour", code: 1},
 	{name: "extra-args", args: "cluster status now", code: 1},
@@ -193,6 +210,9 @@ func TestGolden(t *testing.T) {
 			fake := newFake()
 			if !tc.empty {
 				fake = seeded(t)
+			}
+			if tc.hosts != nil {
+				fake.hosts = tc.hosts(fake)
 			}
 			args := strings.Fields(tc.args)
 			r := run(t, fake, tc.stdin, args...)
@@ -350,7 +370,7 @@ func TestCompletion(t *testing.T) {
 		{[]string{"__complete", "get", ""}, "tenants\npools\nlbs\nnodes\ncerts\n:4\n"},
 		{[]string{"__complete", "--config", cfg, "get", "lb", ""}, "acme/api\nacme/shop\nglobex/web\n:4\n"},
 		{[]string{"__complete", "--config", cfg, "pool", "delete", ""}, "edge\npublic\n:4\n"},
-		{[]string{"__complete", "get", "pools", "-o", ""}, "table\njson\nyaml\n:4\n"},
+		{[]string{"__complete", "get", "pools", "-o", ""}, "table\nwide\njson\nyaml\n:4\n"},
 	}
 	for _, tt := range tests {
 		r := runEnv(t, env, "", tt.args...)

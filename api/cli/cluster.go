@@ -38,7 +38,7 @@ func (a *app) clusterStatusCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				if a.output != OutputTable {
+				if !a.tabular() {
 					return manifest.EncodeMessage(cmd.OutOrStdout(), st, string(a.output))
 				}
 				return writeStatus(cmd, st, a.now())
@@ -57,14 +57,14 @@ func writeStatus(cmd *cobra.Command, st *pb.ClusterStatusResponse, now time.Time
 		orDash(st.GetClusterId()), leader, st.GetTerm(), st.GetCommitIndex(), st.GetRevision(),
 		orDash(st.GetHeartbeatTimeout()), orDash(st.GetElectionTimeout()))
 	t := newTable(w)
-	t.row("ID", "STATE", "HEALTHY", "SUFFRAGE", "RAFT ADDR", "API ADDR", "APPLIED", "TERM", "LAST CONTACT")
+	t.row("ID", "STATE", "HEALTHY", "DRAINING", "SUFFRAGE", "RAFT ADDR", "API ADDR", "APPLIED", "TERM", "LAST CONTACT")
 	var failing [][]string
 	for _, n := range st.GetNodes() {
 		healthy := "no"
 		if n.GetHealthy() {
 			healthy = "yes"
 		}
-		t.row(n.GetId(), n.GetState(), healthy, n.GetSuffrage(), n.GetRaftAddr(), n.GetApiAddr(),
+		t.row(n.GetId(), n.GetState(), healthy, yesNo(n.GetDraining()), n.GetSuffrage(), n.GetRaftAddr(), n.GetApiAddr(),
 			strconv.FormatUint(n.GetAppliedIndex(), 10), strconv.FormatUint(n.GetTerm(), 10), n.GetLastContact())
 		if n.GetError() != "" {
 			failing = append(failing, []string{n.GetId(), n.GetError()})
@@ -142,7 +142,7 @@ func (a *app) joinTokenCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				if a.output != OutputTable {
+				if !a.tabular() {
 					return manifest.EncodeMessage(cmd.OutOrStdout(), resp, string(a.output))
 				}
 				fmt.Fprintln(cmd.OutOrStdout(), resp.GetToken())

@@ -69,7 +69,7 @@ func (a *app) events(cmd *cobra.Command, c *client.Conn, req *pb.EventsRequest, 
 				warned[u] = true
 			}
 		}
-		if a.output != OutputTable {
+		if !a.tabular() {
 			for _, ev := range resp.GetEvents() {
 				if err := manifest.EncodeMessage(w, ev, string(a.output)); err != nil {
 					return err

@@ -31,6 +31,8 @@ type fakeAdmin struct {
 	now      time.Time
 	nextAddr int
 	applied  []*pb.ApplyRequest
+	// hosts, when set, are what the hosts see (Observe, Events).
+	hosts []*pb.HostObservation
 }
 
 func newFake() *fakeAdmin {
@@ -210,7 +212,7 @@ func (f *fakeAdmin) ClusterStatus(context.Context, *pb.ClusterStatusRequest) (*p
 					{Address: "192.0.2.1", Mode: "arp", State: "holding", Since: timestamppb.New(f.now.Add(-2 * time.Hour)), Reason: "ranked first among live hosts", LoadBalancers: []string{"globex/web"}},
 				}},
 			{Id: "lb3", RaftAddr: "10.0.0.3:7946", ApiAddr: "10.0.0.3:7443", Suffrage: "voter", State: "unreachable", AppliedIndex: 1150, Term: 3, LastContact: "2m10s", Error: "dial tcp 10.0.0.3:7946: connect: no route to host"},
-			{Id: "lb4", RaftAddr: "10.0.0.4:7946", ApiAddr: "10.0.0.4:7443", Suffrage: "nonvoter", State: "follower", Healthy: true, AppliedIndex: 1206, Term: 4, LastContact: "38ms"},
+			{Id: "lb4", RaftAddr: "10.0.0.4:7946", ApiAddr: "10.0.0.4:7443", Suffrage: "nonvoter", State: "follower", Healthy: true, AppliedIndex: 1206, Term: 4, LastContact: "38ms", Draining: true},
 		},
 	}, nil
 }

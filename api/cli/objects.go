@@ -15,6 +15,7 @@ import (
 	"github.com/teapot-lb/teapot-lb/api"
 	"github.com/teapot-lb/teapot-lb/api/client"
 	"github.com/teapot-lb/teapot-lb/api/manifest"
+	"github.com/teapot-lb/teapot-lb/api/observe"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
 
@@ -78,7 +79,7 @@ func (a *app) apply(cmd *cobra.Command, objs []*pb.Object, mode pb.ApplyMode) er
 		if err != nil {
 			return err
 		}
-		if a.output != OutputTable {
+		if !a.tabular() {
 			return manifest.Encode(cmd.OutOrStdout(), resp.GetObjects(), string(a.output))
 		}
 		w := cmd.OutOrStdout()
@@ -240,14 +241,18 @@ func (a *app) show(cmd *cobra.Command, ref *pb.ObjectRef) error {
 		if err != nil {
 			return err
 		}
-		if a.output != OutputTable {
+		var holders map[string]string
+		if lb := o.GetLoadBalancer(); lb != nil {
+			holders = a.withObserved(ctx, c, []*pb.Object{o}, &pb.ObserveRequest{LoadBalancer: lb.GetTenant() + "/" + lb.GetName()})
+		}
+		if !a.tabular() {
 			return manifest.Encode(cmd.OutOrStdout(), []*pb.Object{o}, string(a.output))
 		}
 		lbs, err := a.loadBalancersFor(ctx, c, ref.GetKind())
 		if err != nil {
 			return err
 		}
-		return a.writeTable(cmd.OutOrStdout(), ref.GetKind(), []*pb.Object{o}, lbs, a.vipHolders(ctx, c, ref.GetKind()))
+		return a.writeTable(cmd.OutOrStdout(), ref.GetKind(), []*pb.Object{o}, lbs, holders)
 	})
 }
 
@@ -263,7 +268,11 @@ func (a *app) list(cmd *cobra.Command, kind, tenant string) error {
 		}
 		objs := resp.GetObjects()
 		sortObjects(objs)
-		if a.output != OutputTable {
+		var holders map[string]string
+		if kind == api.KindLoadBalancer && len(objs) > 0 {
+			holders = a.withObserved(ctx, c, objs, &pb.ObserveRequest{Tenant: tenant})
+		}
+		if !a.tabular() {
 			return manifest.EncodeList(cmd.OutOrStdout(), objs, string(a.output))
 		}
 		if len(objs) == 0 {
@@ -278,36 +287,56 @@ func (a *app) list(cmd *cobra.Command, kind, tenant string) error {
 		if err != nil {
 			return err
 		}
-		return a.writeTable(cmd.OutOrStdout(), kind, objs, lbs, a.vipHolders(ctx, c, kind))
+		return a.writeTable(cmd.OutOrStdout(), kind, objs, lbs, holders)
 	})
 }
 
-// vipHolders tells, for the load balancer table, which hosts hold or
-// announce each VIP and since when ("lb2 3m"); nil when the cluster cannot
-// say (the column then shows "-").
-func (a *app) vipHolders(ctx context.Context, c *client.Conn, kind string) map[string]string {
-	if kind != api.KindLoadBalancer {
-		return nil
-	}
-	st, err := c.Admin.ClusterStatus(ctx, &pb.ClusterStatusRequest{})
+// withObserved sets status.observed of the load balancers among objs from
+// what the hosts see now; when the hosts cannot be asked the phase is
+// Unknown with the reason. It returns, per VIP, the hosts holding or
+// announcing it and since when ("lb2 3m").
+func (a *app) withObserved(ctx context.Context, c *client.Conn, objs []*pb.Object, req *pb.ObserveRequest) map[string]string {
+	var hosts []*pb.HostObservation
+	var failed string
+	req.MaxEvents = 1
+	resp, err := c.Admin.Observe(ctx, req)
 	if err != nil {
-		return nil
+		failed = "cannot ask the hosts: " + client.ErrorLine(err)
+	} else {
+		hosts = resp.GetHosts()
 	}
-	out := map[string]string{}
+	for _, o := range objs {
+		lb := o.GetLoadBalancer()
+		if lb == nil {
+			continue
+		}
+		if lb.Status == nil {
+			lb.Status = &pb.LoadBalancerStatus{}
+		}
+		if failed != "" {
+			lb.Status.Observed = &pb.ObservedStatus{Phase: observe.Unknown, Reason: failed}
+			continue
+		}
+		lb.Status.Observed = observe.Assess(lb, hosts)
+	}
+	holders := map[string]string{}
 	now := a.now()
-	for _, n := range st.GetNodes() {
-		for _, v := range n.GetVips() {
-			if v.GetState() != "holding" && v.GetState() != "announcing" {
+	seen := map[string]bool{}
+	for _, h := range hosts {
+		for _, v := range h.GetVips() {
+			k := h.GetNodeId() + " " + v.GetAddress()
+			if !observe.Held(v.GetState()) || seen[k] {
 				continue
 			}
-			h := n.GetId() + " " + age(now, v.GetSince())
-			if prev := out[v.GetAddress()]; prev != "" {
-				h = prev + "," + h
+			seen[k] = true
+			held := h.GetNodeId() + " " + age(now, v.GetSince())
+			if prev := holders[v.GetAddress()]; prev != "" {
+				held = prev + "," + held
 			}
-			out[v.GetAddress()] = h
+			holders[v.GetAddress()] = held
 		}
 	}
-	return out
+	return holders
 }
 
 // loadBalancersFor fetches every load balancer when the table of kind

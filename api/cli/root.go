@@ -29,8 +29,10 @@ const DefaultTimeout = 10 * time.Second
 // Output formats of -o.
 const (
 	OutputTable = "table"
-	OutputJSON  = manifest.FormatJSON
-	OutputYAML  = manifest.FormatYAML
+	// OutputWide is the table with more columns (the reasons).
+	OutputWide = "wide"
+	OutputJSON = manifest.FormatJSON
+	OutputYAML = manifest.FormatYAML
 )
 
 // Option changes how the commands behave; tests use them.
@@ -82,16 +84,16 @@ func AddCommands(root *cobra.Command, opts ...Option) {
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.configPath, "config", "", "admin config file (default: $"+client.EnvConfig+", ./"+client.DataDirConfig+", ~/.config/teapot-lb/"+client.ConfigFileName+")")
 	pf.StringVar(&a.server, "server", "", "admin API address HOST:PORT to use instead of the config's servers (comma-separated for several)")
-	pf.VarP(&a.output, "output", "o", "output format: table, json or yaml")
+	pf.VarP(&a.output, "output", "o", "output format: table, wide, json or yaml")
 	pf.DurationVar(&a.timeout, "timeout", DefaultTimeout, "give up on the cluster after this long")
-	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{OutputTable, OutputJSON, OutputYAML}, cobra.ShellCompDirectiveNoFileComp))
+	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{OutputTable, OutputWide, OutputJSON, OutputYAML}, cobra.ShellCompDirectiveNoFileComp))
 
 	root.AddCommand(
 		a.applyCmd(), a.getCmd(), a.deleteCmd(),
 		a.tenantCmd(), a.poolCmd(), a.lbCmd(), a.clusterCmd(),
 		a.versionCmd(),
 		a.certCmd(),
-		a.eventsCmd(),
+		a.eventsCmd(), a.explainCmd(),
 	)
 }
 
@@ -117,12 +119,15 @@ func (o *outputFlag) String() string { return string(*o) }
 func (o *outputFlag) Type() string   { return "format" }
 func (o *outputFlag) Set(s string) error {
 	switch s {
-	case OutputTable, OutputJSON, OutputYAML:
+	case OutputTable, OutputWide, OutputJSON, OutputYAML:
 		*o = outputFlag(s)
 		return nil
 	}
-	return fmt.Errorf("unknown format %q: use table, json or yaml", s)
+	return fmt.Errorf("unknown format %q: use table, wide, json or yaml", s)
 }
+
+// tabular reports whether the output is a table (-o table or wide).
+func (a *app) tabular() bool { return a.output == OutputTable || a.output == OutputWide }
 
 // call connects to the cluster and runs fn with a context bounded by
 // --timeout.
@@ -178,7 +183,7 @@ func (a *app) versionCmd() *cobra.Command {
 				{"version", Version}, {"commit", Commit},
 				{"go", runtime.Version()}, {"platform", runtime.GOOS + "/" + runtime.GOARCH},
 			}
-			if a.output != OutputTable {
+			if !a.tabular() {
 				return writeFields(cmd.OutOrStdout(), info, string(a.output))
 			}
 			tw := newTable(cmd.OutOrStdout())

@@ -127,7 +127,11 @@ func (a *app) writeTable(w io.Writer, kind string, objs []*pb.Object, lbs []*pb.
 			t.row(v.GetName(), v.GetMode(), list(v.GetCidrs()), tenants, strconv.Itoa(used(v, lbs))+shared, age(now, v.GetMeta().GetCreated()))
 		}
 	case api.KindLoadBalancer:
-		t.row("TENANT", "NAME", "ADDRESS", "HELD BY", "POOL", "LISTENERS", "ROUTES", "MEMBERS", "AGE")
+		head := []string{"TENANT", "NAME", "STATUS", "ADDRESS", "HELD BY", "POOL", "LISTENERS", "ROUTES", "MEMBERS", "AGE"}
+		if a.output == OutputWide {
+			head = append(head, "REASON")
+		}
+		t.row(head...)
 		for _, o := range objs {
 			v := o.GetLoadBalancer()
 			addr := v.GetStatus().GetAddress()
@@ -142,14 +146,18 @@ func (a *app) writeTable(w io.Writer, kind string, objs []*pb.Object, lbs []*pb.
 			for _, p := range v.GetPools() {
 				members += len(p.GetMembers())
 			}
-			t.row(v.GetTenant(), v.GetName(), addr, orDash(holders[v.GetStatus().GetAddress()]), v.GetVip().GetPool(), list(listeners),
-				strconv.Itoa(len(v.GetRoutes())), strconv.Itoa(members), age(now, v.GetMeta().GetCreated()))
+			row := []string{v.GetTenant(), v.GetName(), orDash(v.GetStatus().GetObserved().GetPhase()), addr, orDash(holders[v.GetStatus().GetAddress()]), v.GetVip().GetPool(), list(listeners),
+				strconv.Itoa(len(v.GetRoutes())), strconv.Itoa(members), age(now, v.GetMeta().GetCreated())}
+			if a.output == OutputWide {
+				row = append(row, v.GetStatus().GetObserved().GetReason())
+			}
+			t.row(row...)
 		}
 	case api.KindNode:
-		t.row("ID", "SUFFRAGE", "RAFT ADDR", "API ADDR", "VIP INTERFACE", "AGE")
+		t.row("ID", "SUFFRAGE", "DRAINING", "RAFT ADDR", "API ADDR", "VIP INTERFACE", "AGE")
 		for _, o := range objs {
 			v := o.GetNode()
-			t.row(v.GetId(), v.GetSuffrage(), v.GetRaftAddr(), v.GetApiAddr(), v.GetVipInterface(), age(now, v.GetMeta().GetCreated()))
+			t.row(v.GetId(), v.GetSuffrage(), yesNo(v.GetDraining()), v.GetRaftAddr(), v.GetApiAddr(), v.GetVipInterface(), age(now, v.GetMeta().GetCreated()))
 		}
 	case api.KindCertificate:
 		t.row("TENANT", "NAME", "HOSTS", "SOURCE", "STATE", "NOT AFTER", "AGE")
@@ -241,4 +249,11 @@ func sortObjects(objs []*pb.Object) {
 		}
 		return a.GetName() < b.GetName()
 	})
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
 }

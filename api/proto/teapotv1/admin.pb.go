@@ -610,8 +610,10 @@ type NodeStatus struct {
 	HeartbeatInterval string          `protobuf:"bytes,13,opt,name=heartbeat_interval,json=heartbeatInterval,proto3" json:"heartbeat_interval,omitempty"`
 	HeartbeatMisses   uint32          `protobuf:"varint,14,opt,name=heartbeat_misses,json=heartbeatMisses,proto3" json:"heartbeat_misses,omitempty"`
 	Peers             []*PeerLiveness `protobuf:"bytes,15,rep,name=peers,proto3" json:"peers,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Set by `cluster drain`: the host gives up its VIPs.
+	Draining      bool `protobuf:"varint,16,opt,name=draining,proto3" json:"draining,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NodeStatus) Reset() {
@@ -747,6 +749,13 @@ func (x *NodeStatus) GetPeers() []*PeerLiveness {
 		return x.Peers
 	}
 	return nil
+}
+
+func (x *NodeStatus) GetDraining() bool {
+	if x != nil {
+		return x.Draining
+	}
+	return false
 }
 
 type PeerLiveness struct {
@@ -1667,7 +1676,7 @@ const file_teapotv1_admin_proto_rawDesc = "" +
 	"\brevision\x18\x05 \x01(\x04R\brevision\x12+\n" +
 	"\x05nodes\x18\x06 \x03(\v2\x15.teapot.v1.NodeStatusR\x05nodes\x12+\n" +
 	"\x11heartbeat_timeout\x18\a \x01(\tR\x10heartbeatTimeout\x12)\n" +
-	"\x10election_timeout\x18\b \x01(\tR\x0felectionTimeout\"\xe0\x03\n" +
+	"\x10election_timeout\x18\b \x01(\tR\x0felectionTimeout\"\xfc\x03\n" +
 	"\n" +
 	"NodeStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
@@ -1685,7 +1694,8 @@ const file_teapotv1_admin_proto_rawDesc = "" +
 	"\x04vips\x18\f \x03(\v2\x15.teapot.v1.VIPHoldingR\x04vips\x12-\n" +
 	"\x12heartbeat_interval\x18\r \x01(\tR\x11heartbeatInterval\x12)\n" +
 	"\x10heartbeat_misses\x18\x0e \x01(\rR\x0fheartbeatMisses\x12-\n" +
-	"\x05peers\x18\x0f \x03(\v2\x17.teapot.v1.PeerLivenessR\x05peers\"Z\n" +
+	"\x05peers\x18\x0f \x03(\v2\x17.teapot.v1.PeerLivenessR\x05peers\x12\x1a\n" +
+	"\bdraining\x18\x10 \x01(\bR\bdraining\"Z\n" +
 	"\fPeerLiveness\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
 	"\x05alive\x18\x02 \x01(\bR\x05alive\x12\x1b\n" +

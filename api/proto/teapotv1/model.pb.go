@@ -1220,8 +1220,11 @@ func (x *HTTPCheck) GetHost() string {
 type LoadBalancerStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Allocated address (stamped when the load balancer is written).
-	Address       string     `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
-	Problems      []*Problem `protobuf:"bytes,2,rep,name=problems,proto3" json:"problems,omitempty"`
+	Address  string     `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
+	Problems []*Problem `protobuf:"bytes,2,rep,name=problems,proto3" json:"problems,omitempty"`
+	// What the hosts see, computed when read (get, explain, the dashboard)
+	// from their observations; never stored.
+	Observed      *ObservedStatus `protobuf:"bytes,3,opt,name=observed,proto3" json:"observed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1270,6 +1273,86 @@ func (x *LoadBalancerStatus) GetProblems() []*Problem {
 	return nil
 }
 
+func (x *LoadBalancerStatus) GetObserved() *ObservedStatus {
+	if x != nil {
+		return x.Observed
+	}
+	return nil
+}
+
+// ObservedStatus is a load balancer's state as the LB hosts see it.
+type ObservedStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Serving | Degraded | Failing | Refused | Pending | Unknown
+	Phase string `protobuf:"bytes,1,opt,name=phase,proto3" json:"phase,omitempty"`
+	// The main reason when not Serving, with what to do.
+	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Everything found wrong, one line each ("n2: listeners[0] ...").
+	Problems []string `protobuf:"bytes,3,rep,name=problems,proto3" json:"problems,omitempty"`
+	// Hosts holding or announcing the VIP.
+	HeldBy        []string `protobuf:"bytes,4,rep,name=held_by,json=heldBy,proto3" json:"held_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ObservedStatus) Reset() {
+	*x = ObservedStatus{}
+	mi := &file_teapotv1_model_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ObservedStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ObservedStatus) ProtoMessage() {}
+
+func (x *ObservedStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_model_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ObservedStatus.ProtoReflect.Descriptor instead.
+func (*ObservedStatus) Descriptor() ([]byte, []int) {
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ObservedStatus) GetPhase() string {
+	if x != nil {
+		return x.Phase
+	}
+	return ""
+}
+
+func (x *ObservedStatus) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ObservedStatus) GetProblems() []string {
+	if x != nil {
+		return x.Problems
+	}
+	return nil
+}
+
+func (x *ObservedStatus) GetHeldBy() []string {
+	if x != nil {
+		return x.HeldBy
+	}
+	return nil
+}
+
 type Problem struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Field         string                 `protobuf:"bytes,1,opt,name=field,proto3" json:"field,omitempty"`
@@ -1280,7 +1363,7 @@ type Problem struct {
 
 func (x *Problem) Reset() {
 	*x = Problem{}
-	mi := &file_teapotv1_model_proto_msgTypes[15]
+	mi := &file_teapotv1_model_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1292,7 +1375,7 @@ func (x *Problem) String() string {
 func (*Problem) ProtoMessage() {}
 
 func (x *Problem) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[15]
+	mi := &file_teapotv1_model_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1305,7 +1388,7 @@ func (x *Problem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Problem.ProtoReflect.Descriptor instead.
 func (*Problem) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{15}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Problem) GetField() string {
@@ -1344,7 +1427,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_teapotv1_model_proto_msgTypes[16]
+	mi := &file_teapotv1_model_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1356,7 +1439,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[16]
+	mi := &file_teapotv1_model_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1369,7 +1452,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{16}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Node) GetId() string {
@@ -1447,7 +1530,7 @@ type Certificate struct {
 
 func (x *Certificate) Reset() {
 	*x = Certificate{}
-	mi := &file_teapotv1_model_proto_msgTypes[17]
+	mi := &file_teapotv1_model_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1459,7 +1542,7 @@ func (x *Certificate) String() string {
 func (*Certificate) ProtoMessage() {}
 
 func (x *Certificate) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[17]
+	mi := &file_teapotv1_model_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1472,7 +1555,7 @@ func (x *Certificate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Certificate.ProtoReflect.Descriptor instead.
 func (*Certificate) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{17}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Certificate) GetName() string {
@@ -1551,7 +1634,7 @@ type JoinToken struct {
 
 func (x *JoinToken) Reset() {
 	*x = JoinToken{}
-	mi := &file_teapotv1_model_proto_msgTypes[18]
+	mi := &file_teapotv1_model_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1563,7 +1646,7 @@ func (x *JoinToken) String() string {
 func (*JoinToken) ProtoMessage() {}
 
 func (x *JoinToken) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[18]
+	mi := &file_teapotv1_model_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1576,7 +1659,7 @@ func (x *JoinToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinToken.ProtoReflect.Descriptor instead.
 func (*JoinToken) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{18}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *JoinToken) GetId() string {
@@ -1625,7 +1708,7 @@ type StorageItem struct {
 
 func (x *StorageItem) Reset() {
 	*x = StorageItem{}
-	mi := &file_teapotv1_model_proto_msgTypes[19]
+	mi := &file_teapotv1_model_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1637,7 +1720,7 @@ func (x *StorageItem) String() string {
 func (*StorageItem) ProtoMessage() {}
 
 func (x *StorageItem) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[19]
+	mi := &file_teapotv1_model_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1650,7 +1733,7 @@ func (x *StorageItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageItem.ProtoReflect.Descriptor instead.
 func (*StorageItem) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{19}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *StorageItem) GetKey() string {
@@ -1697,7 +1780,7 @@ type StorageLock struct {
 
 func (x *StorageLock) Reset() {
 	*x = StorageLock{}
-	mi := &file_teapotv1_model_proto_msgTypes[20]
+	mi := &file_teapotv1_model_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1709,7 +1792,7 @@ func (x *StorageLock) String() string {
 func (*StorageLock) ProtoMessage() {}
 
 func (x *StorageLock) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[20]
+	mi := &file_teapotv1_model_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1722,7 +1805,7 @@ func (x *StorageLock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageLock.ProtoReflect.Descriptor instead.
 func (*StorageLock) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{20}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *StorageLock) GetName() string {
@@ -1780,7 +1863,7 @@ type Object struct {
 
 func (x *Object) Reset() {
 	*x = Object{}
-	mi := &file_teapotv1_model_proto_msgTypes[21]
+	mi := &file_teapotv1_model_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1792,7 +1875,7 @@ func (x *Object) String() string {
 func (*Object) ProtoMessage() {}
 
 func (x *Object) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[21]
+	mi := &file_teapotv1_model_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1805,7 +1888,7 @@ func (x *Object) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Object.ProtoReflect.Descriptor instead.
 func (*Object) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{21}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Object) GetKind() isObject_Kind {
@@ -1953,7 +2036,7 @@ type ObjectRef struct {
 
 func (x *ObjectRef) Reset() {
 	*x = ObjectRef{}
-	mi := &file_teapotv1_model_proto_msgTypes[22]
+	mi := &file_teapotv1_model_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1965,7 +2048,7 @@ func (x *ObjectRef) String() string {
 func (*ObjectRef) ProtoMessage() {}
 
 func (x *ObjectRef) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[22]
+	mi := &file_teapotv1_model_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1978,7 +2061,7 @@ func (x *ObjectRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectRef.ProtoReflect.Descriptor instead.
 func (*ObjectRef) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{22}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ObjectRef) GetKind() string {
@@ -2112,10 +2195,16 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\tHTTPCheck\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12#\n" +
 	"\rexpect_status\x18\x02 \x01(\rR\fexpectStatus\x12\x12\n" +
-	"\x04host\x18\x03 \x01(\tR\x04host\"^\n" +
+	"\x04host\x18\x03 \x01(\tR\x04host\"\x95\x01\n" +
 	"\x12LoadBalancerStatus\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12.\n" +
-	"\bproblems\x18\x02 \x03(\v2\x12.teapot.v1.ProblemR\bproblems\"7\n" +
+	"\bproblems\x18\x02 \x03(\v2\x12.teapot.v1.ProblemR\bproblems\x125\n" +
+	"\bobserved\x18\x03 \x01(\v2\x19.teapot.v1.ObservedStatusR\bobserved\"s\n" +
+	"\x0eObservedStatus\x12\x14\n" +
+	"\x05phase\x18\x01 \x01(\tR\x05phase\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x1a\n" +
+	"\bproblems\x18\x03 \x03(\tR\bproblems\x12\x17\n" +
+	"\aheld_by\x18\x04 \x03(\tR\x06heldBy\"7\n" +
 	"\aProblem\x12\x14\n" +
 	"\x05field\x18\x01 \x01(\tR\x05field\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xf7\x01\n" +
@@ -2183,7 +2272,7 @@ func file_teapotv1_model_proto_rawDescGZIP() []byte {
 	return file_teapotv1_model_proto_rawDescData
 }
 
-var file_teapotv1_model_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_teapotv1_model_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_teapotv1_model_proto_goTypes = []any{
 	(*Meta)(nil),                  // 0: teapot.v1.Meta
 	(*Tenant)(nil),                // 1: teapot.v1.Tenant
@@ -2200,64 +2289,66 @@ var file_teapotv1_model_proto_goTypes = []any{
 	(*TCPCheck)(nil),              // 12: teapot.v1.TCPCheck
 	(*HTTPCheck)(nil),             // 13: teapot.v1.HTTPCheck
 	(*LoadBalancerStatus)(nil),    // 14: teapot.v1.LoadBalancerStatus
-	(*Problem)(nil),               // 15: teapot.v1.Problem
-	(*Node)(nil),                  // 16: teapot.v1.Node
-	(*Certificate)(nil),           // 17: teapot.v1.Certificate
-	(*JoinToken)(nil),             // 18: teapot.v1.JoinToken
-	(*StorageItem)(nil),           // 19: teapot.v1.StorageItem
-	(*StorageLock)(nil),           // 20: teapot.v1.StorageLock
-	(*Object)(nil),                // 21: teapot.v1.Object
-	(*ObjectRef)(nil),             // 22: teapot.v1.ObjectRef
-	nil,                           // 23: teapot.v1.LoadBalancer.PoolsEntry
-	(*timestamppb.Timestamp)(nil), // 24: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 25: google.protobuf.Duration
+	(*ObservedStatus)(nil),        // 15: teapot.v1.ObservedStatus
+	(*Problem)(nil),               // 16: teapot.v1.Problem
+	(*Node)(nil),                  // 17: teapot.v1.Node
+	(*Certificate)(nil),           // 18: teapot.v1.Certificate
+	(*JoinToken)(nil),             // 19: teapot.v1.JoinToken
+	(*StorageItem)(nil),           // 20: teapot.v1.StorageItem
+	(*StorageLock)(nil),           // 21: teapot.v1.StorageLock
+	(*Object)(nil),                // 22: teapot.v1.Object
+	(*ObjectRef)(nil),             // 23: teapot.v1.ObjectRef
+	nil,                           // 24: teapot.v1.LoadBalancer.PoolsEntry
+	(*timestamppb.Timestamp)(nil), // 25: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 26: google.protobuf.Duration
 }
 var file_teapotv1_model_proto_depIdxs = []int32{
-	24, // 0: teapot.v1.Meta.created:type_name -> google.protobuf.Timestamp
-	24, // 1: teapot.v1.Meta.updated:type_name -> google.protobuf.Timestamp
+	25, // 0: teapot.v1.Meta.created:type_name -> google.protobuf.Timestamp
+	25, // 1: teapot.v1.Meta.updated:type_name -> google.protobuf.Timestamp
 	2,  // 2: teapot.v1.Tenant.quotas:type_name -> teapot.v1.Quotas
 	0,  // 3: teapot.v1.Tenant.meta:type_name -> teapot.v1.Meta
 	0,  // 4: teapot.v1.VIPPool.meta:type_name -> teapot.v1.Meta
 	5,  // 5: teapot.v1.LoadBalancer.vip:type_name -> teapot.v1.VIPRequest
 	6,  // 6: teapot.v1.LoadBalancer.listeners:type_name -> teapot.v1.Listener
 	8,  // 7: teapot.v1.LoadBalancer.routes:type_name -> teapot.v1.Route
-	23, // 8: teapot.v1.LoadBalancer.pools:type_name -> teapot.v1.LoadBalancer.PoolsEntry
+	24, // 8: teapot.v1.LoadBalancer.pools:type_name -> teapot.v1.LoadBalancer.PoolsEntry
 	0,  // 9: teapot.v1.LoadBalancer.meta:type_name -> teapot.v1.Meta
 	14, // 10: teapot.v1.LoadBalancer.status:type_name -> teapot.v1.LoadBalancerStatus
 	7,  // 11: teapot.v1.Listener.tls:type_name -> teapot.v1.TLSPolicy
-	25, // 12: teapot.v1.Listener.idle_timeout:type_name -> google.protobuf.Duration
+	26, // 12: teapot.v1.Listener.idle_timeout:type_name -> google.protobuf.Duration
 	10, // 13: teapot.v1.BackendPool.members:type_name -> teapot.v1.Member
 	11, // 14: teapot.v1.BackendPool.health_check:type_name -> teapot.v1.HealthCheck
-	25, // 15: teapot.v1.BackendPool.connect_timeout:type_name -> google.protobuf.Duration
+	26, // 15: teapot.v1.BackendPool.connect_timeout:type_name -> google.protobuf.Duration
 	12, // 16: teapot.v1.HealthCheck.tcp:type_name -> teapot.v1.TCPCheck
 	13, // 17: teapot.v1.HealthCheck.http:type_name -> teapot.v1.HTTPCheck
-	25, // 18: teapot.v1.HealthCheck.interval:type_name -> google.protobuf.Duration
-	25, // 19: teapot.v1.HealthCheck.timeout:type_name -> google.protobuf.Duration
-	15, // 20: teapot.v1.LoadBalancerStatus.problems:type_name -> teapot.v1.Problem
-	0,  // 21: teapot.v1.Node.meta:type_name -> teapot.v1.Meta
-	24, // 22: teapot.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
-	0,  // 23: teapot.v1.Certificate.meta:type_name -> teapot.v1.Meta
-	24, // 24: teapot.v1.JoinToken.expires:type_name -> google.protobuf.Timestamp
-	0,  // 25: teapot.v1.JoinToken.meta:type_name -> teapot.v1.Meta
-	24, // 26: teapot.v1.StorageItem.modified:type_name -> google.protobuf.Timestamp
-	0,  // 27: teapot.v1.StorageItem.meta:type_name -> teapot.v1.Meta
-	24, // 28: teapot.v1.StorageLock.expires:type_name -> google.protobuf.Timestamp
-	25, // 29: teapot.v1.StorageLock.ttl:type_name -> google.protobuf.Duration
-	0,  // 30: teapot.v1.StorageLock.meta:type_name -> teapot.v1.Meta
-	1,  // 31: teapot.v1.Object.tenant:type_name -> teapot.v1.Tenant
-	3,  // 32: teapot.v1.Object.vip_pool:type_name -> teapot.v1.VIPPool
-	4,  // 33: teapot.v1.Object.load_balancer:type_name -> teapot.v1.LoadBalancer
-	16, // 34: teapot.v1.Object.node:type_name -> teapot.v1.Node
-	17, // 35: teapot.v1.Object.certificate:type_name -> teapot.v1.Certificate
-	18, // 36: teapot.v1.Object.join_token:type_name -> teapot.v1.JoinToken
-	19, // 37: teapot.v1.Object.storage_item:type_name -> teapot.v1.StorageItem
-	20, // 38: teapot.v1.Object.storage_lock:type_name -> teapot.v1.StorageLock
-	9,  // 39: teapot.v1.LoadBalancer.PoolsEntry.value:type_name -> teapot.v1.BackendPool
-	40, // [40:40] is the sub-list for method output_type
-	40, // [40:40] is the sub-list for method input_type
-	40, // [40:40] is the sub-list for extension type_name
-	40, // [40:40] is the sub-list for extension extendee
-	0,  // [0:40] is the sub-list for field type_name
+	26, // 18: teapot.v1.HealthCheck.interval:type_name -> google.protobuf.Duration
+	26, // 19: teapot.v1.HealthCheck.timeout:type_name -> google.protobuf.Duration
+	16, // 20: teapot.v1.LoadBalancerStatus.problems:type_name -> teapot.v1.Problem
+	15, // 21: teapot.v1.LoadBalancerStatus.observed:type_name -> teapot.v1.ObservedStatus
+	0,  // 22: teapot.v1.Node.meta:type_name -> teapot.v1.Meta
+	25, // 23: teapot.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
+	0,  // 24: teapot.v1.Certificate.meta:type_name -> teapot.v1.Meta
+	25, // 25: teapot.v1.JoinToken.expires:type_name -> google.protobuf.Timestamp
+	0,  // 26: teapot.v1.JoinToken.meta:type_name -> teapot.v1.Meta
+	25, // 27: teapot.v1.StorageItem.modified:type_name -> google.protobuf.Timestamp
+	0,  // 28: teapot.v1.StorageItem.meta:type_name -> teapot.v1.Meta
+	25, // 29: teapot.v1.StorageLock.expires:type_name -> google.protobuf.Timestamp
+	26, // 30: teapot.v1.StorageLock.ttl:type_name -> google.protobuf.Duration
+	0,  // 31: teapot.v1.StorageLock.meta:type_name -> teapot.v1.Meta
+	1,  // 32: teapot.v1.Object.tenant:type_name -> teapot.v1.Tenant
+	3,  // 33: teapot.v1.Object.vip_pool:type_name -> teapot.v1.VIPPool
+	4,  // 34: teapot.v1.Object.load_balancer:type_name -> teapot.v1.LoadBalancer
+	17, // 35: teapot.v1.Object.node:type_name -> teapot.v1.Node
+	18, // 36: teapot.v1.Object.certificate:type_name -> teapot.v1.Certificate
+	19, // 37: teapot.v1.Object.join_token:type_name -> teapot.v1.JoinToken
+	20, // 38: teapot.v1.Object.storage_item:type_name -> teapot.v1.StorageItem
+	21, // 39: teapot.v1.Object.storage_lock:type_name -> teapot.v1.StorageLock
+	9,  // 40: teapot.v1.LoadBalancer.PoolsEntry.value:type_name -> teapot.v1.BackendPool
+	41, // [41:41] is the sub-list for method output_type
+	41, // [41:41] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_teapotv1_model_proto_init() }
@@ -2266,7 +2357,7 @@ func file_teapotv1_model_proto_init() {
 		return
 	}
 	file_teapotv1_model_proto_msgTypes[10].OneofWrappers = []any{}
-	file_teapotv1_model_proto_msgTypes[21].OneofWrappers = []any{
+	file_teapotv1_model_proto_msgTypes[22].OneofWrappers = []any{
 		(*Object_Tenant)(nil),
 		(*Object_VipPool)(nil),
 		(*Object_LoadBalancer)(nil),
@@ -2282,7 +2373,7 @@ func file_teapotv1_model_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_teapotv1_model_proto_rawDesc), len(file_teapotv1_model_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   24,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

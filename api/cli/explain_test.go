@@ -1,0 +1,86 @@
+package cli_test
+
+import (
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/teapot-lb/teapot-lb/api/observe"
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+)
+
+// Fixtures of what the hosts see, for the explain and get goldens.
+
+func event(f *fakeAdmin, node string, seq uint64, ago time.Duration, typ, severity, lb, msg string) *pb.Event {
+	tenant := ""
+	if lb != "" {
+		tenant = lb[:len(lb)-len(lb[indexSlash(lb):])]
+	}
+	return &pb.Event{Seq: seq, NodeId: node, Time: timestamppb.New(f.now.Add(-ago)), Type: typ, Severity: severity, Tenant: tenant, LoadBalancer: lb, Message: msg}
+}
+
+func indexSlash(s string) int {
+	for i := range s {
+		if s[i] == '/' {
+			return i
+		}
+	}
+	return len(s)
+}
+
+// membersDown: every member of acme/shop fails its health check on
+// every host.
+func membersDown(f *fakeAdmin) []*pb.HostObservation {
+	hosts := f.servingHosts()
+	for i, h := range hosts {
+		for _, p := range h.Pools {
+			if p.LoadBalancer != "acme/shop" {
+				continue
+			}
+			for _, m := range p.Members {
+				m.Healthy, m.Down = false, true
+				m.Reason = "health check fails: GET /healthz: 503 Service Unavailable"
+			}
+		}
+		h.Problems = append(h.Problems, &pb.LoadBalancerProblem{LoadBalancer: "acme/shop", Field: "pools", Reason: "no healthy member in any of its pools"})
+		h.Events = []*pb.Event{
+			event(f, h.NodeId, 7, time.Duration(5-i)*time.Minute, observe.EventMemberDown, observe.Warning, "acme/shop", "member 10.20.0.11:30080 of pool web is down: health check fails: GET /healthz: 503 Service Unavailable"),
+			event(f, h.NodeId, 8, time.Duration(4-i)*time.Minute, observe.EventMemberDown, observe.Warning, "acme/shop", "member 10.20.0.12:30080 of pool web is down: health check fails: GET /healthz: 503 Service Unavailable"),
+		}
+		h.LastEvent = 8
+	}
+	return hosts
+}
+
+// unboundOnLB2: lb2 cannot bind acme/shop's port 443 (another process
+// holds it); lb1 serves.
+func unboundOnLB2(f *fakeAdmin) []*pb.HostObservation {
+	hosts := f.servingHosts()
+	lb2 := hosts[1]
+	for _, l := range lb2.Listeners {
+		if l.LoadBalancer == "acme/shop" && l.Index == 0 {
+			l.Bound = false
+			l.Error = "listen tcp4 192.0.2.1:443: bind: address already in use"
+			l.Since = timestamppb.New(f.now.Add(-10 * time.Minute))
+			lb2.Problems = append(lb2.Problems, &pb.LoadBalancerProblem{LoadBalancer: "acme/shop", Field: "listeners[0]",
+				Reason: "cannot listen on 192.0.2.1:443/tcp: " + l.Error + "; retried with backoff (free the port or move the listener)"})
+		}
+	}
+	lb2.Events = []*pb.Event{
+		event(f, "lb2", 3, 10*time.Minute, observe.EventBindFailed, observe.Warning, "acme/shop", "listeners[0] cannot listen on 192.0.2.1:443/tcp: listen tcp4 192.0.2.1:443: bind: address already in use"),
+	}
+	lb2.LastEvent = 3
+	hosts[0].Events = []*pb.Event{event(f, "lb1", 12, time.Hour, observe.EventLeaderChange, observe.Info, "", "leader is now lb1")}
+	hosts[0].LastEvent = 12
+	return hosts
+}
+
+// refusedByValidation: the agent of acme sent a Service whose member lies
+// outside the tenant's networks; lb1 refused it and nothing was stored.
+func refusedByValidation(f *fakeAdmin) []*pb.HostObservation {
+	hosts := f.servingHosts()
+	hosts[0].Events = []*pb.Event{event(f, "lb1", 4, 2*time.Minute, observe.EventTenantRefused, observe.Warning, "acme/svc-default-web",
+		"refused acme/svc-default-web: pools.default.members[0]: 192.168.1.5:30080 is outside the tenant's networks (10.20.0.0/16); ask the operator to add the network, or fix the Service's endpoints")}
+	hosts[0].LastEvent = 4
+	return hosts
+}

@@ -1,0 +1,62 @@
+package tenantsync
+
+import (
+	"sync"
+
+	"github.com/teapot-lb/teapot-lb/api/observe"
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+)
+
+// maxRefusalsPerTenant bounds the refusals remembered per tenant (to
+// report each refusal once); past it, new refusals of the tenant are not
+// reported as events until some clear.
+const maxRefusalsPerTenant = 256
+
+// refusals remembers the last refusal reported per tenant object, so that
+// an agent resending a refused object does not repeat the event.
+type refusals struct {
+	mu sync.Mutex
+	m  map[string]map[string]string // tenant -> name -> reason
+}
+
+// noteRefusals reports each newly refused object as an event and forgets
+// the objects written or removed since.
+func (s *Server) noteRefusals(tenant string, results []*pb.ObjectStatus) {
+	if s.cfg.Events == nil {
+		return
+	}
+	var events []*pb.Event
+	r := &s.refusals
+	r.mu.Lock()
+	if r.m == nil {
+		r.m = map[string]map[string]string{}
+	}
+	seen := r.m[tenant]
+	for _, res := range results {
+		name, reason := res.GetName(), res.GetError()
+		if reason == "" {
+			delete(seen, name)
+			continue
+		}
+		if seen == nil {
+			seen = map[string]string{}
+			r.m[tenant] = seen
+		}
+		if prev, ok := seen[name]; ok && prev == reason {
+			continue
+		}
+		if _, ok := seen[name]; !ok && len(seen) >= maxRefusalsPerTenant {
+			continue
+		}
+		seen[name] = reason
+		events = append(events, &pb.Event{Type: observe.EventTenantRefused, Severity: observe.Warning, Tenant: tenant,
+			LoadBalancer: tenant + "/" + name, Message: "refused " + tenant + "/" + name + ": " + reason})
+	}
+	if len(seen) == 0 {
+		delete(r.m, tenant)
+	}
+	r.mu.Unlock()
+	for _, ev := range events {
+		s.cfg.Events(ev)
+	}
+}
