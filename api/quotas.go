@@ -51,6 +51,10 @@ const (
 	MaxSharingKeyLen = 63
 	// MaxRevokedCredentials bounds a tenant's revocation list.
 	MaxRevokedCredentials = 10000
+	// MaxObjectBytes bounds one load balancer's encoded size, so that any
+	// object fits in one admin API message (gRPC's limit is 4 MB) whatever
+	// quotas allow.
+	MaxObjectBytes = 2 << 20
 )
 
 // EffectiveQuotas returns t's quotas with every unset field at its

@@ -4,12 +4,24 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"time"
 
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
 
 // maxWeight is the highest member weight.
 const maxWeight = 1000
+
+// Health-check bounds: one tenant's checks cannot hold the checker with
+// long timeouts or flood members with short intervals.
+const (
+	// DefaultHealthInterval is the interval of a check that sets none (the
+	// data plane's default).
+	DefaultHealthInterval = 5 * time.Second
+	MinHealthInterval     = time.Second
+	MaxHealthInterval     = 5 * time.Minute
+	MaxHealthTimeout      = 10 * time.Second
+)
 
 // checkBackendPools checks every backend pool, in key order.
 func checkBackendPools(ck *checker, lb *pb.LoadBalancer, tenant *pb.Tenant, c Catalog) {
@@ -191,9 +203,28 @@ func checkHealthCheck(ck *checker, f string, hc *pb.HealthCheck) {
 	}
 	checkPositive(ck, f+".interval", hc.GetInterval())
 	checkPositive(ck, f+".timeout", hc.GetTimeout())
-	if iv, to := hc.GetInterval(), hc.GetTimeout(); iv != nil && to != nil && iv.CheckValid() == nil && to.CheckValid() == nil &&
-		iv.AsDuration() > 0 && to.AsDuration() > iv.AsDuration() {
-		ck.invalidf(f+".timeout", "%s is longer than interval %s; make it at most the interval", to.AsDuration(), iv.AsDuration())
+	iv := DefaultHealthInterval
+	if d := hc.GetInterval(); d != nil && d.CheckValid() == nil && d.AsDuration() > 0 {
+		iv = d.AsDuration()
+		switch {
+		case iv < MinHealthInterval:
+			ck.invalidf(f+".interval", "%s is shorter than %s; checks run at most once a second per member", iv, MinHealthInterval)
+		case iv > MaxHealthInterval:
+			ck.invalidf(f+".interval", "%s is longer than %s", iv, MaxHealthInterval)
+		}
+	}
+	if d := hc.GetTimeout(); d != nil && d.CheckValid() == nil && d.AsDuration() > 0 {
+		to := d.AsDuration()
+		switch {
+		case to > MaxHealthTimeout:
+			ck.invalidf(f+".timeout", "%s is longer than %s; a check that takes longer counts as failed", to, MaxHealthTimeout)
+		case to > iv && hc.GetInterval() != nil:
+			ck.invalidf(f+".timeout", "%s is longer than interval %s; make it shorter than the interval", to, iv)
+		case to == iv && hc.GetInterval() != nil:
+			ck.invalidf(f+".timeout", "%s equals the interval; make it shorter than the interval", to)
+		case to >= iv:
+			ck.invalidf(f+".timeout", "%s is not shorter than the default interval %s; make it shorter or set interval", to, iv)
+		}
 	}
 	if hc.GetRise() > 100 {
 		ck.invalidf(f+".rise", "must be at most 100, got %d", hc.GetRise())

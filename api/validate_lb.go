@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 
+	"google.golang.org/protobuf/proto"
+
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
 
@@ -21,6 +23,10 @@ func ValidateLoadBalancer(lb *pb.LoadBalancer, c Catalog) error {
 		return ck.err(KindLoadBalancer)
 	}
 	checkName(ck, "name", lb.GetName())
+	if n := proto.Size(lb); n > MaxObjectBytes {
+		ck.invalidf("", "is %d bytes encoded; at most %d; split it into several load balancers", n, MaxObjectBytes)
+		return ck.err(lbRef(lb))
+	}
 	if tooLong(ck, "vip.address", lb.GetVip().GetAddress(), MaxAddressLen) {
 		return ck.err(lbRef(lb))
 	}

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/types/known/durationpb"
+
 	"github.com/teapot-lb/teapot-lb/api"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 	"github.com/teapot-lb/teapot-lb/tenantsync"
@@ -117,10 +119,10 @@ func TestObjectBoundsThroughTenantStream(t *testing.T) {
 	want(many("svc-ns-r", 1, int(d.RoutesPerLb)+1), "quotas.routesPerLb")
 
 	long := many("svc-ns-p", 1, 1)
-	long.Routes[0].Path = "/" + strings.Repeat("a", 3<<20)
+	long.Routes[0].Path = "/" + strings.Repeat("a", 1<<20)
 	r := result(t, s.change(upsert(long)), "svc-ns-p")
 	if !strings.Contains(r.GetError(), "routes[0].path") || len(r.GetError()) > 1000 {
-		t.Fatalf("a 3 MiB path: error %.300q (%d bytes), want a short refusal naming routes[0].path", r.GetError(), len(r.GetError()))
+		t.Fatalf("a 1 MiB path: error %.300q (%d bytes), want a short refusal naming routes[0].path", r.GetError(), len(r.GetError()))
 	}
 
 	// Raised by the operator, the same load balancer is stored; the tenant
@@ -131,5 +133,38 @@ func TestObjectBoundsThroughTenantStream(t *testing.T) {
 	want(many("svc-ns-r3", 1, 1500), "")
 	if n := h.count(t, "acme"); n != 2 {
 		t.Fatalf("tenant stores %d load balancers, want 2", n)
+	}
+}
+
+// Health checks a tenant writes are bounded: a minimum interval, a
+// timeout below the interval and at most 10s (a tarpit cannot hold the
+// checker for minutes).
+func TestHealthCheckBoundsThroughTenantStream(t *testing.T) {
+	h := startHost(t, tenantsync.Config{})
+	h.seed(t)
+	s := h.open(t, "acme")
+	for i, c := range []struct {
+		interval, timeout time.Duration
+		want              string
+	}{
+		{10 * time.Millisecond, 0, "shorter than 1s"},
+		{10 * time.Minute, 300 * time.Second, "longer than 10s"},
+		{2 * time.Second, 2 * time.Second, "equals the interval"},
+		{0, 6 * time.Second, "not shorter than the default interval"},
+		{2 * time.Second, time.Second, ""},
+	} {
+		lb := tcpLB(fmt.Sprintf("svc-hc-%d", i), &pb.VIPRequest{Pool: "public"}, "10.20.0.1:80")
+		hc := &pb.HealthCheck{Tcp: &pb.TCPCheck{}}
+		if c.interval > 0 {
+			hc.Interval = durationpb.New(c.interval)
+		}
+		if c.timeout > 0 {
+			hc.Timeout = durationpb.New(c.timeout)
+		}
+		lb.Pools["web"].HealthCheck = hc
+		r := result(t, s.change(upsert(lb)), lb.GetName())
+		if c.want == "" && r.GetError() != "" || !strings.Contains(r.GetError(), c.want) {
+			t.Errorf("interval %s timeout %s: error %q, want %q", c.interval, c.timeout, r.GetError(), c.want)
+		}
 	}
 }

@@ -92,7 +92,11 @@ func (s *Server) List(ctx context.Context, req *pb.ListRequest) (*pb.ListRespons
 	if err != nil {
 		return nil, api.ToStatus(err)
 	}
-	return &pb.ListResponse{Objects: objs, Revision: rev}, nil
+	objs, next, err := page(objs, req)
+	if err != nil {
+		return nil, api.ToStatus(err)
+	}
+	return &pb.ListResponse{Objects: objs, Revision: rev, NextPageToken: next}, nil
 }
 
 func (s *Server) ClusterStatus(ctx context.Context, _ *pb.ClusterStatusRequest) (*pb.ClusterStatusResponse, error) {

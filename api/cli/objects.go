@@ -262,11 +262,10 @@ func (a *app) list(cmd *cobra.Command, kind, tenant string) error {
 		return fmt.Errorf("--tenant does not apply to kind %s", kind)
 	}
 	return a.call(cmd, func(ctx context.Context, c *client.Conn) error {
-		resp, err := c.Admin.List(ctx, &pb.ListRequest{Kind: kind, Tenant: tenant})
+		objs, _, err := client.ListAll(ctx, c.Admin, &pb.ListRequest{Kind: kind, Tenant: tenant})
 		if err != nil {
 			return err
 		}
-		objs := resp.GetObjects()
 		sortObjects(objs)
 		var holders map[string]string
 		if kind == api.KindLoadBalancer && len(objs) > 0 {
@@ -345,12 +344,12 @@ func (a *app) loadBalancersFor(ctx context.Context, c *client.Conn, kind string)
 	if kind != api.KindTenant && kind != api.KindVIPPool {
 		return nil, nil
 	}
-	resp, err := c.Admin.List(ctx, &pb.ListRequest{Kind: api.KindLoadBalancer})
+	objs, _, err := client.ListAll(ctx, c.Admin, &pb.ListRequest{Kind: api.KindLoadBalancer})
 	if err != nil {
 		return nil, err
 	}
-	lbs := make([]*pb.LoadBalancer, 0, len(resp.GetObjects()))
-	for _, o := range resp.GetObjects() {
+	lbs := make([]*pb.LoadBalancer, 0, len(objs))
+	for _, o := range objs {
 		lbs = append(lbs, o.GetLoadBalancer())
 	}
 	return lbs, nil
@@ -396,11 +395,10 @@ func (a *app) completeKindAndName(cmd *cobra.Command, argv []string, _ string) (
 	}
 	var names []string
 	err = a.call(cmd, func(ctx context.Context, c *client.Conn) error {
-		resp, err := c.Admin.List(ctx, &pb.ListRequest{Kind: kind})
+		objs, _, err := client.ListAll(ctx, c.Admin, &pb.ListRequest{Kind: kind})
 		if err != nil {
 			return err
 		}
-		objs := resp.GetObjects()
 		sortObjects(objs)
 		for _, o := range objs {
 			ref := api.RefOf(o)

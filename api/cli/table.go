@@ -106,10 +106,7 @@ func (a *app) writeTable(w io.Writer, kind string, objs []*pb.Object, lbs []*pb.
 		t.row("NAME", "DOMAINS", "NETWORKS", "POOLS", "LBS", "AGE")
 		for _, o := range objs {
 			v := o.GetTenant()
-			count := strconv.Itoa(perTenant[v.GetName()])
-			if q := v.GetQuotas().GetLoadBalancers(); q > 0 {
-				count += "/" + strconv.Itoa(int(q))
-			}
+			count := strconv.Itoa(perTenant[v.GetName()]) + "/" + strconv.Itoa(int(api.EffectiveQuotas(v).GetLoadBalancers()))
 			t.row(v.GetName(), list(v.GetDomains()), list(v.GetNetworks()), list(v.GetPools()), count, age(now, v.GetMeta().GetCreated()))
 		}
 	case api.KindVIPPool:
