@@ -40,12 +40,13 @@ func (h *HTTP) ServeConn(ctx context.Context, c net.Conn, current func() *Listen
 		return
 	}
 	info := l7.ConnInfo{
-		Listener:    ls.Name,
-		LB:          ls.LB,
-		Tenant:      ls.Tenant,
-		TLS:         ls.Protocol == snapshot.ProtoHTTPS,
-		Local:       ls.Key.Addr,
-		IdleTimeout: ls.Limits.IdleTimeout,
+		Listener:       ls.Name,
+		LB:             ls.LB,
+		Tenant:         ls.Tenant,
+		TLS:            ls.Protocol == snapshot.ProtoHTTPS,
+		Local:          ls.Key.Addr,
+		IdleTimeout:    ls.Limits.IdleTimeout,
+		TrustedProxies: ls.TrustedProxies,
 		Router: func() l7.Router {
 			if l := current(); l != nil {
 				return h.router(l)
@@ -53,8 +54,14 @@ func (h *HTTP) ServeConn(ctx context.Context, c net.Conn, current func() *Listen
 			return nil
 		},
 	}
+	if info.TrustedProxies == nil {
+		info.TrustedProxies = trustNone // not the engine's default
+	}
 	h.srv.ServeConn(ctx, c, info)
 }
+
+// trustNone is the trusted networks of a listener that names none.
+var trustNone = []netip.Prefix{}
 
 // router returns the listener's router, building it on first use.
 func (h *HTTP) router(ls *ListenerSnapshot) l7.Router {

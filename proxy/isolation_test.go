@@ -1,12 +1,17 @@
 package proxy
 
 import (
+	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+	"github.com/teapot-lb/teapot-lb/proxy/l7"
 )
 
 // openFDs counts this process's open descriptors.
@@ -70,4 +75,53 @@ func TestNeverDialsOwnListeners(t *testing.T) {
 	if err := roundTrip(c, []byte("still here")); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestListenerTrustedProxies: trustedProxies is per listener. The same
+// spoofed fields from 127.0.0.1 reach the member on a listener that trusts
+// 127.0.0.0/8 and are replaced on one that trusts nobody (the default).
+func TestListenerTrustedProxies(t *testing.T) {
+	member := startHTTPMember(t)
+	p, _ := newProxy(t, Config{HTTP: NewHTTP(l7.New(l7.Config{}), nil)})
+	port := freePort(t)
+	httpLB := func(name, vip string, trusted ...string) *pb.LoadBalancer {
+		lb := l4LB(name, vip, port, "http", member)
+		lb.Listeners[0].Pool = ""
+		lb.Listeners[0].TrustedProxies = trusted
+		lb.Routes = []*pb.Route{{Path: "/", Pool: "app"}}
+		return lb
+	}
+	update(t, p, httpLB("plain", "127.0.0.2"), httpLB("behind", "127.0.0.3", "127.0.0.0/8"))
+	ask := func(vip string) string {
+		c, err := net.DialTimeout("tcp", vipAddr(vip, port), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		fmt.Fprint(c, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-Real-IP: 10.6.6.6\r\nX-Forwarded-For: 10.6.6.9\r\nX-Request-Id: mine\r\n\r\n")
+		b, _ := io.ReadAll(c)
+		return string(b)
+	}
+	if got := ask("127.0.0.2"); strings.Contains(got, "10.6.6.") || strings.Contains(got, "mine") || !strings.Contains(got, "xff=127.0.0.1;") {
+		t.Errorf("untrusting listener forwarded the client's fields:\n%s", got)
+	}
+	if got := ask("127.0.0.3"); !strings.Contains(got, "real=10.6.6.6;") || !strings.Contains(got, "xff=10.6.6.9,127.0.0.1;") || !strings.Contains(got, "rid=mine;") {
+		t.Errorf("trusting listener dropped a trusted proxy's fields:\n%s", got)
+	}
+}
+
+// startHTTPMember serves the fields a request arrived with.
+func startHTTPMember(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "real=%s;xff=%s;rid=%s;", r.Header.Get("X-Real-Ip"), strings.Join(r.Header.Values("X-Forwarded-For"), ","), r.Header.Get("X-Request-Id"))
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return ln.Addr().String()
 }

@@ -127,6 +127,9 @@ type ConnInfo struct {
 	// IdleTimeout closes a keep-alive connection without requests; 0
 	// takes Config.IdleTimeout.
 	IdleTimeout time.Duration
+	// TrustedProxies are the listener's trusted client networks; nil
+	// takes Config.TrustedProxies.
+	TrustedProxies []netip.Prefix
 }
 
 // Outcome classifies how a request ended, for metrics.

@@ -52,6 +52,10 @@ const (
 	hXFHost
 	hForwarded
 	hRequestID
+	hXRealIP
+	hTrueClientIP
+	hXClientIP
+	hXFPort
 	hProxyAuthorization
 	hProxyAuthenticate
 	hHTTP2Settings
@@ -80,6 +84,13 @@ func classify(name []byte) hdrKind {
 		if eqFold(name, "forwarded") {
 			return hForwarded
 		}
+		if eqFold(name, "x-real-ip") {
+			return hXRealIP
+		}
+	case 11:
+		if eqFold(name, "x-client-ip") {
+			return hXClientIP
+		}
 	case 10:
 		if eqFold(name, "connection") {
 			return hConnection
@@ -98,6 +109,9 @@ func classify(name []byte) hdrKind {
 		if eqFold(name, "http2-settings") {
 			return hHTTP2Settings
 		}
+		if eqFold(name, "true-client-ip") {
+			return hTrueClientIP
+		}
 	case 15:
 		if eqFold(name, "x-forwarded-for") {
 			return hXFF
@@ -108,6 +122,9 @@ func classify(name []byte) hdrKind {
 		}
 		if eqFold(name, "x-forwarded-host") {
 			return hXFHost
+		}
+		if eqFold(name, "x-forwarded-port") {
+			return hXFPort
 		}
 	case 17:
 		if eqFold(name, "transfer-encoding") {

@@ -52,6 +52,14 @@ func newClientAddrs(client netip.AddrPort, https bool, trusted []netip.Prefix) c
 	return ca
 }
 
+// trusted returns the networks whose forwarding fields a connection keeps.
+func (s *Server) trusted(info *ConnInfo) []netip.Prefix {
+	if info.TrustedProxies != nil {
+		return info.TrustedProxies
+	}
+	return s.cfg.TrustedProxies
+}
+
 func (ca *clientAddrs) proto() string {
 	if ca.https {
 		return "https"
@@ -60,14 +68,20 @@ func (ca *clientAddrs) proto() string {
 }
 
 // forwardKind reports whether a field carries forwarding information that
-// an untrusted client may not set.
+// an untrusted client may not set: the LB drops it and, for the fields it
+// owns (X-Forwarded-*, Forwarded, X-Request-Id), sends its own.
 func forwardKind(k hdrKind) bool {
 	switch k {
-	case hXFF, hXFProto, hXFHost, hForwarded:
+	case hXFF, hXFProto, hXFHost, hForwarded, hRequestID, hXRealIP, hTrueClientIP, hXClientIP, hXFPort:
 		return true
 	}
 	return false
 }
+
+// untrustedFields are the canonical names of the fields forwardKind
+// matches, for the paths that forward net/http headers.
+var untrustedFields = []string{"X-Forwarded-For", "X-Forwarded-Proto", "X-Forwarded-Host", "Forwarded",
+	"X-Request-Id", "X-Real-Ip", "True-Client-Ip", "X-Client-Ip", "X-Forwarded-Port"}
 
 // appendRequestHead appends the head forwarded to a member: the request
 // line in origin form with HTTP/1.1, the client's fields without the
@@ -142,7 +156,7 @@ func appendRequestHead(dst, b []byte, h *reqHead, ca *clientAddrs, path []byte, 
 	}
 	dst = append(dst, ";proto="...)
 	dst = append(dst, ca.proto()...)
-	if h.requestID < 0 {
+	if h.requestID < 0 || !ca.trusted {
 		dst = append(dst, "\r\nX-Request-Id: "...)
 		dst = appendRequestID(dst)
 	}

@@ -191,10 +191,12 @@ func FuzzNormalizeHost(f *testing.F) {
 	})
 }
 
-// FuzzCleanPath checks that cleaned paths have no dot segment left and
-// clean to themselves.
+// FuzzCleanPath checks that normalised paths have no dot segment, no
+// escape of an unreserved character and no lower-case escape left, that
+// they normalise to themselves, and that a path in normal form is kept.
 func FuzzCleanPath(f *testing.F) {
-	for _, s := range []string{"/a/./b/../c", "/%2e%2E/x", "/a//../b/", "/..", "/a/b/.", "/.x/..y"} {
+	for _, s := range []string{"/a/./b/../c", "/%2e%2E/x", "/a//../b/", "/..", "/a/b/.", "/.x/..y",
+		"/%69nternal", "/%2f%2F/%c3%a9", "/%zz%4", "/%2e%2e%2f..", "/a%"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, in string) {
@@ -208,5 +210,30 @@ func FuzzCleanPath(f *testing.F) {
 		if !needsClean([]byte(in)) && string(out) != in {
 			t.Fatalf("%q needs no cleaning but became %q", in, out)
 		}
+		for i := 0; i+2 < len(out); i++ {
+			if v, ok := escapeAt(out, i); ok && (unreserved[v] || isLowerHex(out[i+1]) || isLowerHex(out[i+2])) {
+				t.Fatalf("%q -> %q keeps the escape %q", in, out, out[i:i+3])
+			}
+		}
+		// Decoding gives the same characters, but for dot segments.
+		if !strings.Contains(in, ".") && !strings.Contains(strings.ToLower(in), "%2e") {
+			if a, b := unescapeLoose(in), unescapeLoose(string(out)); a != b {
+				t.Fatalf("%q decodes to %q, its normal form %q to %q", in, a, out, b)
+			}
+		}
 	})
+}
+
+// unescapeLoose decodes every valid escape, keeping invalid ones.
+func unescapeLoose(s string) string {
+	var b []byte
+	for i := 0; i < len(s); i++ {
+		if v, ok := escapeAt([]byte(s), i); ok {
+			b = append(b, v)
+			i += 2
+			continue
+		}
+		b = append(b, s[i])
+	}
+	return string(b)
 }

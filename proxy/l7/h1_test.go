@@ -64,7 +64,6 @@ func TestHTTP1Proxy(t *testing.T) {
 		{name: "hop-by-hop", method: "GET", path: "/", status: 200,
 			hdr:  map[string]string{"Connection": "X-Hop, keep-alive", "X-Hop": "1", "Keep-Alive": "timeout=5", "Proxy-Authorization": "Basic x", "Te": "trailers, deflate"},
 			want: map[string]string{"X-Hop": "", "X-Te": "trailers"}},
-		{name: "request id kept", method: "GET", path: "/", status: 200, hdr: map[string]string{"X-Request-Id": "abc"}, want: map[string]string{"X-Rid": "abc"}},
 		{name: "post small", method: "POST", path: "/p", body: strings.NewReader("hello"), cl: 5, status: 200, want: map[string]string{"X-Len": "5"}},
 		{name: "post large", method: "POST", path: "/p", body: bytes.NewReader(big), cl: int64(len(big)), status: 200,
 			want: map[string]string{"X-Len": fmt.Sprint(len(big)), "X-Sum": fmt.Sprintf("%x", bigSum[:8])}},

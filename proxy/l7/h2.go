@@ -45,7 +45,7 @@ func (s *Server) serveH2(ctx context.Context, tc *tls.Conn, info *ConnInfo, clie
 	defer stop()
 	hc := &h2conn{
 		s: s, info: info,
-		ca:    newClientAddrs(client, true, s.cfg.TrustedProxies),
+		ca:    newClientAddrs(client, true, s.trusted(info)),
 		scope: &connScope{s: s, pp: proxyAddrs{src: client, dst: local}},
 	}
 	defer hc.scope.close()

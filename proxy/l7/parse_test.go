@@ -46,6 +46,15 @@ func TestCleanPath(t *testing.T) {
 		{"/a/.%2e/b", "/b"},
 		{"/a//../b", "/a/b"},
 		{"/.a/..b/c", "/.a/..b/c"},
+		{"/%69nternal", "/internal"},
+		{"/%7e%41%5a%30-%5F", "/~AZ0-_"},
+		{"/a%2fb/%2F", "/a%2Fb/%2F"}, // a slash stays escaped: no new segment
+		{"/%c3%a9", "/%C3%A9"},
+		{"/%C3%A9", "/%C3%A9"},
+		{"/a/%2E./b", "/b"},
+		{"/a/%zz/%4", "/a/%zz/%4"}, // invalid escapes stay as written
+		{"/x%252e/..", "/"},
+		{"/%2e%2e%2f..", "/..%2F.."}, // one segment, not a dot segment
 	}
 	for _, tc := range tests {
 		t.Run(tc.in, func(t *testing.T) {

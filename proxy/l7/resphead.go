@@ -235,9 +235,26 @@ func dotSegment(seg []byte) int {
 	return dots
 }
 
-// needsClean reports whether path has a dot segment.
+// needsClean reports whether path is not in normal form: it has a dot
+// segment, a percent-escape of an unreserved character (ALPHA DIGIT - . _ ~)
+// or an escape written with lower-case hex digits.
 func needsClean(p []byte) bool {
-	if bytes.IndexByte(p, '.') < 0 && bytes.IndexByte(p, '%') < 0 {
+	hasDot := bytes.IndexByte(p, '.') >= 0
+	pct := bytes.IndexByte(p, '%')
+	if !hasDot && pct < 0 {
+		return false
+	}
+	for i := pct; i >= 0 && i+2 < len(p); {
+		if v, ok := escapeAt(p, i); ok && (unreserved[v] || isLowerHex(p[i+1]) || isLowerHex(p[i+2])) {
+			return true
+		}
+		n := bytes.IndexByte(p[i+1:], '%')
+		if n < 0 {
+			break
+		}
+		i += 1 + n
+	}
+	if !hasDot {
 		return false
 	}
 	for i := 0; i < len(p); i++ {
@@ -256,8 +273,36 @@ func needsClean(p []byte) bool {
 	return false
 }
 
-// cleanPath resolves the dot segments of the absolute path p into dst[:0]
-// (RFC 3986 section 5.2.4), leaving every other segment as written.
+// escapeAt decodes the percent-escape at p[i], if it is a valid one.
+func escapeAt(p []byte, i int) (byte, bool) {
+	if i+2 >= len(p) || p[i] != '%' {
+		return 0, false
+	}
+	hi, lo := hexval[p[i+1]], hexval[p[i+2]]
+	if hi < 0 || lo < 0 {
+		return 0, false
+	}
+	return byte(hi)<<4 | byte(lo), true
+}
+
+func isLowerHex(c byte) bool { return c >= 'a' && c <= 'f' }
+
+// unreserved marks the characters of RFC 3986 section 2.3.
+var unreserved = func() (u [256]bool) {
+	for c := 0; c < 256; c++ {
+		u[c] = c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+			c == '-' || c == '.' || c == '_' || c == '~'
+	}
+	return u
+}()
+
+// cleanPath normalises the absolute path p into dst[:0], like HAProxy's
+// normalize-uri percent-decode-unreserved, percent-to-uppercase and
+// path-strip-dot/dotdot: escapes of unreserved characters are decoded,
+// the other escapes get upper-case hex digits, and dot segments are
+// resolved (RFC 3986 sections 6.2.2 and 5.2.4). Everything else, "%2F"
+// and empty segments included, stays as written, so routing and the member
+// see the same path.
 func cleanPath(dst, p []byte) []byte {
 	dst = append(dst[:0], '/')
 	if len(p) > 0 && p[0] == '/' {
@@ -270,15 +315,18 @@ func cleanPath(dst, p []byte) []byte {
 		if !last {
 			seg = p[:j]
 		}
-		switch dotSegment(seg) {
-		case 1:
-		case 2:
+		start := len(dst)
+		dst = appendNormalSegment(dst, seg)
+		switch string(dst[start:]) {
+		case ".":
+			dst = dst[:start]
+		case "..":
+			dst = dst[:start]
 			if len(dst) > 1 {
 				t := dst[:len(dst)-1]
 				dst = dst[:bytes.LastIndexByte(t, '/')+1]
 			}
 		default:
-			dst = append(dst, seg...)
 			if !last {
 				dst = append(dst, '/')
 			}
@@ -288,4 +336,29 @@ func cleanPath(dst, p []byte) []byte {
 		}
 		p = p[j+1:]
 	}
+}
+
+// appendNormalSegment appends seg with its escapes normalised.
+func appendNormalSegment(dst, seg []byte) []byte {
+	for i := 0; i < len(seg); i++ {
+		v, ok := escapeAt(seg, i)
+		switch {
+		case !ok:
+			dst = append(dst, seg[i])
+		case unreserved[v]:
+			dst = append(dst, v)
+			i += 2
+		default:
+			dst = append(dst, '%', upperHex(seg[i+1]), upperHex(seg[i+2]))
+			i += 2
+		}
+	}
+	return dst
+}
+
+func upperHex(c byte) byte {
+	if isLowerHex(c) {
+		return c - 'a' + 'A'
+	}
+	return c
 }

@@ -164,7 +164,7 @@ func forwardHeader(in http.Header, ca *clientAddrs, host string) http.Header {
 		out["Te"] = []string{"trailers"}
 	}
 	if !ca.trusted {
-		for _, k := range []string{"X-Forwarded-For", "X-Forwarded-Proto", "X-Forwarded-Host", "Forwarded"} {
+		for _, k := range untrustedFields {
 			delete(out, k)
 		}
 	}

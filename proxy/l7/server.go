@@ -104,7 +104,7 @@ func (s *Server) ServeConn(ctx context.Context, c net.Conn, info ConnInfo) {
 	cc.ctx, cc.nc, cc.info = ctx, c, &info
 	cc.tcp, _ = c.(*net.TCPConn)
 	cc.client, cc.local = client, local
-	cc.ca = newClientAddrs(client, info.TLS, s.cfg.TrustedProxies)
+	cc.ca = newClientAddrs(client, info.TLS, s.trusted(&info))
 	cc.idle = info.IdleTimeout
 	if cc.idle <= 0 {
 		cc.idle = s.cfg.IdleTimeout

@@ -241,6 +241,14 @@ func (b *lbCompile) listener(f string, i int, l *pb.Listener, tenant string, vip
 		out.Routes = routes
 		out.Limits.IdleTimeout = d.HTTPIdleTimeout
 		out.RedirectToHTTPS = l.GetRedirectToHttps() && proto == ProtoHTTP
+		for j, c := range l.GetTrustedProxies() {
+			pfx, err := netip.ParsePrefix(c)
+			if err != nil {
+				b.problem(fmt.Sprintf("%s.trustedProxies[%d]", f, j), "%q is not a CIDR (like 192.0.2.0/24); not trusted", c)
+				continue
+			}
+			out.TrustedProxies = append(out.TrustedProxies, pfx.Masked())
+		}
 		if proto == ProtoHTTPS {
 			var ok bool
 			if out.TLS, ok = b.tls(f+".tls", l.GetTls()); !ok {

@@ -183,8 +183,11 @@ type Listener struct {
 	Routes          *RouteTable
 	RedirectToHTTPS bool
 	// TLS is set for https listeners.
-	TLS    *TLS
-	Limits Limits
+	TLS *TLS
+	// TrustedProxies (http and https) are the client networks whose
+	// forwarding fields are kept; nil trusts none.
+	TrustedProxies []netip.Prefix
+	Limits         Limits
 }
 
 // equal compares two listeners whose pools were already deduplicated, so
@@ -192,7 +195,8 @@ type Listener struct {
 func (l *Listener) equal(o *Listener) bool {
 	return l.Key == o.Key && l.LB == o.LB && l.Tenant == o.Tenant && l.Index == o.Index &&
 		l.Protocol == o.Protocol && l.Pool == o.Pool && l.Routes.equal(o.Routes) &&
-		l.RedirectToHTTPS == o.RedirectToHTTPS && equalTLS(l.TLS, o.TLS) && l.Limits == o.Limits
+		l.RedirectToHTTPS == o.RedirectToHTTPS && equalTLS(l.TLS, o.TLS) && l.Limits == o.Limits &&
+		slices.Equal(l.TrustedProxies, o.TrustedProxies)
 }
 
 // Snapshot is the immutable data-plane configuration. Nothing in it may be
