@@ -108,7 +108,8 @@ func (s *Server) stale(ctx context.Context, tenant string, keep []string, named 
 }
 
 // remove deletes load balancers, concurrently so that the leader batches
-// them; one that is gone already counts as removed.
+// them. One that does not exist is answered as not found: removed (it is
+// not stored) with an error saying so.
 func (s *Server) remove(ctx context.Context, tenant string, names []string) ([]*pb.ObjectStatus, error) {
 	out := make([]*pb.ObjectStatus, len(names))
 	errs := make([]error, len(names))
@@ -116,8 +117,10 @@ func (s *Server) remove(ctx context.Context, tenant string, names []string) ([]*
 		ref := &pb.ObjectRef{Kind: api.KindLoadBalancer, Tenant: tenant, Name: names[i]}
 		_, err := s.cfg.Store.Delete(ctx, &pb.DeleteRequest{Ref: ref}, false)
 		switch {
-		case err == nil, errors.Is(err, api.ErrNotFound), status.Code(err) == codes.NotFound:
+		case err == nil:
 			out[i] = &pb.ObjectStatus{Name: names[i], Removed: true}
+		case errors.Is(err, api.ErrNotFound), status.Code(err) == codes.NotFound:
+			out[i] = &pb.ObjectStatus{Name: names[i], Removed: true, Error: fmt.Sprintf("not found: load balancer %s does not exist", names[i])}
 		case unavailable(err):
 			errs[i] = err
 		default:

@@ -54,6 +54,7 @@ const (
 	DefaultMaxStreams   = 8
 	DefaultApplyTimeout = 30 * time.Second
 	DefaultHeartbeat    = 10 * time.Second
+	DefaultHelloTimeout = 10 * time.Second
 )
 
 // Config configures a Server; zero fields take the defaults.
@@ -75,6 +76,9 @@ type Config struct {
 	// Heartbeat is how often an idle stream carries an empty status, so
 	// that an agent notices a silent host.
 	Heartbeat time.Duration
+	// HelloTimeout bounds the wait for a stream's hello; a stream that
+	// says nothing is closed and frees its slot.
+	HelloTimeout time.Duration
 	// Members, if set, tells the health of a load balancer's members
 	// ("tenant/name") as this host sees them; statuses carry it and
 	// streams push its changes.
@@ -127,6 +131,9 @@ func New(cfg Config) *Server {
 	if cfg.Heartbeat <= 0 {
 		cfg.Heartbeat = DefaultHeartbeat
 	}
+	if cfg.HelloTimeout <= 0 {
+		cfg.HelloTimeout = DefaultHelloTimeout
+	}
 	return &Server{
 		cfg:      cfg,
 		log:      cfg.Logger.With("component", "tenantsync"),
@@ -145,6 +152,28 @@ func toStatus(err error) error {
 	return api.ToStatus(err)
 }
 
+// recvHello waits at most HelloTimeout for the stream's first message.
+func (s *Server) recvHello(ss pb.TenantSync_SyncServer) (*pb.SyncRequest, error) {
+	type recv struct {
+		m   *pb.SyncRequest
+		err error
+	}
+	ch := make(chan recv, 1)
+	go func() {
+		m, err := ss.Recv()
+		ch <- recv{m, err}
+	}()
+	t := time.NewTimer(s.cfg.HelloTimeout)
+	defer t.Stop()
+	select {
+	case r := <-ch:
+		return r.m, r.err
+	case <-t.C:
+		// Returning ends the stream, which ends the Recv above.
+		return nil, status.Errorf(codes.DeadlineExceeded, "no hello within %s; the stream is closed", s.cfg.HelloTimeout)
+	}
+}
+
 // Sync serves one agent's stream.
 func (s *Server) Sync(ss pb.TenantSync_SyncServer) error {
 	c, err := authenticate(ss.Context())
@@ -159,7 +188,7 @@ func (s *Server) Sync(ss pb.TenantSync_SyncServer) error {
 	}
 	defer s.unregister(st)
 
-	first, err := ss.Recv()
+	first, err := s.recvHello(ss)
 	if err != nil {
 		return err
 	}
