@@ -45,7 +45,7 @@ lint: ## go vet and gofmt
 test: lint kube-tools ## lint, then every test with the race detector
 	CGO_ENABLED=1 go test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
-kube-tools: ## build kube-apiserver and etcd for the tenant agent's scenarios (cached in ~/.cache/teapot-lb/kube)
+kube-tools: ## build etcd and the Kubernetes components for the tenant scenarios (cached in ~/.cache/teapot-lb/kube)
 	bash scenarios/kubetools/build.sh >/dev/null
 
 bench: ## consensus benchmarks, then L7 and TCP comparisons with HAProxy and nginx, then the proxy's scale report

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Builds the real kube-apiserver and etcd that the tenant agent's scenarios
-# run, once, into a cache keyed by this module's files and the Go version,
-# and prints the directory holding them. Later runs (and CI on the same
-# machine) find them there in a moment.
+# Builds the real Kubernetes components the tenant agent's scenarios run
+# (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and
+# kube-proxy), once, into a cache keyed by this module's files and the Go
+# version, and prints the directory holding them. Later runs (and CI on the
+# same machine) find them there in a moment.
 #
 #   TEAPOT_KUBE_CACHE  cache root (default ~/.cache/teapot-lb/kube)
 set -euo pipefail
@@ -17,7 +18,12 @@ mkdir -p "$cache"
 exec 9>"$cache/.lock"
 flock 9 # one build at a time; a second caller waits and reuses it
 
-if [[ -x "$dir/kube-apiserver" && -x "$dir/etcd" ]]; then
+components=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy)
+complete=1
+for c in etcd "${components[@]}"; do
+	[[ -x "$dir/$c" ]] || complete=0
+done
+if ((complete)); then
 	echo "$dir"
 	exit 0
 fi
@@ -27,14 +33,16 @@ trap 'rm -rf "$tmp"' EXIT
 version=v1.36.3
 ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$version -X k8s.io/client-go/pkg/version.gitVersion=$version"
 cd "$here"
-echo "building kube-apiserver $version and etcd into $dir (a few minutes, once)" >&2
+echo "building Kubernetes $version (${components[*]}) and etcd into $dir (several minutes, once)" >&2
 start=$SECONDS
-go build -buildvcs=false -trimpath -ldflags "$ldflags" -o "$tmp/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver >&2
+# One go build for every command: the packages they share compile once.
+go build -buildvcs=false -trimpath -ldflags "$ldflags" -o "$tmp/" "${components[@]/#/k8s.io/kubernetes/cmd/}" >&2
 go build -buildvcs=false -trimpath -ldflags "-s -w" -o "$tmp/etcd" ./cmd/etcd >&2
 rm -rf "$dir"
 mv "$tmp" "$dir"
 trap - EXIT
-# Builds of older versions of this module are of no further use.
-find "$cache" -mindepth 1 -maxdepth 1 -type d ! -name "$key" -exec rm -rf {} +
+# Builds of other versions go a day after they were made (several checkouts
+# of different versions may share the cache meanwhile).
+find "$cache" -mindepth 1 -maxdepth 1 -type d ! -name "$key" ! -name ".*" -mmin +1440 -exec rm -rf {} +
 echo "built in $((SECONDS - start))s" >&2
 echo "$dir"

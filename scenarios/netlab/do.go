@@ -1,7 +1,9 @@
 package netlab
 
 import (
+	"context"
 	"fmt"
+	"net"
 	"os"
 	"runtime"
 
@@ -38,4 +40,16 @@ func (h *Host) Do(fn func() error) error {
 		}
 	}()
 	return fn()
+}
+
+// DialContext opens a connection from inside the host; its signature is
+// that of net.Dialer.DialContext, for HTTP transports and rest.Config.Dial.
+func (h *Host) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	var c net.Conn
+	err := h.Do(func() (err error) {
+		var d net.Dialer
+		c, err = d.DialContext(ctx, network, addr)
+		return err
+	})
+	return c, err
 }

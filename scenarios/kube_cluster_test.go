@@ -1,0 +1,466 @@
+package scenarios
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/teapot-lb/teapot-lb/scenarios/kubecluster"
+	"github.com/teapot-lb/teapot-lb/scenarios/netlab"
+)
+
+// The tenant cluster lab: the VIP lab's three LB hosts and client on the
+// bridge 192.0.2.0/24, plus a Kubernetes control plane (192.0.2.30) and
+// two nodes (192.0.2.31, .32) whose pods live in 198.51.100.0/26 and
+// 198.51.100.64/26. ClusterIPs come from 203.0.113.0/24; the tenant's
+// VIPs from 192.0.2.160-199.
+const (
+	kubeTenant     = "kube"
+	kubeImageTag   = "1"
+	kubeLabTimeout = 3 * time.Minute
+)
+
+const kubeLabManifest = `
+kind: VIPPool
+name: kube
+cidrs: ["192.0.2.160-192.0.2.199"]
+mode: arp
+---
+kind: Tenant
+name: kube
+networks: [192.0.2.31/32, 192.0.2.32/32, 198.51.100.0/25]
+pools: [kube]
+quotas: { loadBalancers: 40, addresses: 40 }
+`
+
+// kubeLab is a running tenant cluster next to a running VIP lab.
+type kubeLab struct {
+	*vipLab
+	k     *kubecluster.Cluster
+	dir   string
+	start time.Time
+}
+
+// needKubeTools skips (or fails under CI) when the node tools are missing.
+func needKubeTools(tb testing.TB) {
+	tb.Helper()
+	needTools(tb)
+	for _, t := range []string{"containerd", "containerd-shim-runc-v2", "runc", "ctr", "nsenter", "iptables"} {
+		if _, err := exec.LookPath(t); err != nil {
+			unavailable(tb, "tenant cluster: %s is not installed (Debian packages containerd, runc, util-linux, iptables)", t)
+		}
+	}
+	if _, err := os.Stat("/usr/lib/cni/ptp"); err != nil {
+		unavailable(tb, "tenant cluster: /usr/lib/cni/ptp is missing (Debian package containernetworking-plugins)")
+	}
+}
+
+// newKubeLab starts the LB hosts, then the tenant cluster with its images
+// imported, then installs the agent from packaging/k8s as a Deployment.
+func newKubeLab(t *testing.T) *kubeLab {
+	t.Helper()
+	needKubeTools(t)
+	bins := kubeBinaries(t)
+	l := &kubeLab{vipLab: newVIPLab(t, labOptions{teapot: true}), start: time.Now()}
+	l.dir = filepath.Join(l.vipLab.dir, "kube")
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.MkdirAll(l.dir, 0o755))
+	manifest := filepath.Join(l.dir, "tenant.yaml")
+	must(os.WriteFile(manifest, []byte(kubeLabManifest), 0o644))
+	if _, err := l.cli(l.lbs[0], "apply", "-f", manifest); err != nil {
+		t.Fatal(err)
+	}
+	images := l.buildImages()
+	cp, err := l.lab.AddHost("kcp", "192.0.2.30/24")
+	must(err)
+	var nodes []kubecluster.NodeConfig
+	for i := range 2 {
+		name := fmt.Sprintf("node%d", i+1)
+		addr := netip.AddrFrom4([4]byte{192, 0, 2, byte(31 + i)})
+		h, err := l.lab.AddHost(name, addr.String()+"/24")
+		must(err)
+		nodes = append(nodes, kubecluster.NodeConfig{Name: name, Host: h, Addr: addr,
+			PodCIDR: netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 51, 100, byte(64 * i)}), 26)})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	began := time.Now()
+	k, err := kubecluster.Start(ctx, kubecluster.Config{
+		Bins: bins, Dir: l.dir,
+		ControlPlane: cp, ControlAddr: netip.MustParseAddr("192.0.2.30"),
+		Nodes:       nodes,
+		ServiceCIDR: netip.MustParsePrefix("203.0.113.0/24"),
+		ClusterCIDR: netip.MustParsePrefix("198.51.100.0/25"),
+		Images:      images, PauseImage: "teapot.test/pause:" + kubeImageTag,
+		Env: os.Environ(),
+	})
+	if k != nil {
+		l.k = k
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			logs, _ := filepath.Glob(filepath.Join(l.dir, "*.log"))
+			more, _ := filepath.Glob(filepath.Join(l.dir, "*", "*.log"))
+			pods, _ := filepath.Glob(filepath.Join(l.dir, "*", "pod-logs", "*", "*", "*.log"))
+			for _, p := range append(append(logs, more...), pods...) {
+				t.Logf("---- %s, last 30 lines ----\n%s", p, tail(p, 30))
+			}
+		}
+		if l.k == nil {
+			return
+		}
+		if err := l.k.Close(); err != nil {
+			t.Errorf("close the tenant cluster: %v", err)
+		}
+	})
+	if err != nil {
+		t.Fatalf("start the tenant cluster: %v", err)
+	}
+	t.Logf("tenant cluster (control plane and 2 nodes) Ready in %s", time.Since(began).Round(100*time.Millisecond))
+	l.installAgent()
+	return l
+}
+
+// buildImages builds pause, echo and a static teapot-lb and packs each as
+// an image tarball.
+func (l *kubeLab) buildImages() []string {
+	l.tb.Helper()
+	root, err := moduleRoot()
+	if err != nil {
+		l.tb.Fatal(err)
+	}
+	began := time.Now()
+	var tarballs []string
+	for _, img := range []struct{ name, pkg, entry, user string }{
+		{"pause", "./scenarios/images/pause", "/pause", ""},
+		{"echo", "./scenarios/images/echo", "/echo", "65532:65532"},
+		{"teapot-lb", ".", "/teapot-lb", "65532:65532"},
+	} {
+		bin := filepath.Join(l.dir, img.name)
+		cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, img.pkg)
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			l.tb.Fatalf("build %s: %v\n%s", img.pkg, err, out)
+		}
+		out := filepath.Join(l.dir, img.name+".tar")
+		if err := kubecluster.WriteImage(kubecluster.Image{
+			Ref: "teapot.test/" + img.name + ":" + kubeImageTag, Binary: bin,
+			Entrypoint: []string{img.entry}, User: img.user,
+		}, out); err != nil {
+			l.tb.Fatal(err)
+		}
+		tarballs = append(tarballs, out)
+	}
+	l.tb.Logf("images built in %s", time.Since(began).Round(100*time.Millisecond))
+	return tarballs
+}
+
+func (l *kubeLab) kube() *kube { return &kube{tb: l.tb, client: l.k.Client} }
+
+func (l *kubeLab) ctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), cliTimeout)
+}
+
+// installAgent applies packaging/k8s with the Secret that `teapot-lb
+// tenant credentials` prints and the agent's image from this tree, and
+// waits for both replicas to be Ready and one to hold the Lease.
+func (l *kubeLab) installAgent() {
+	t := l.tb
+	t.Helper()
+	k := l.kube()
+	k.applyManifest("00-namespace.yaml")
+	k.applyManifest("10-rbac.yaml")
+	out, err := l.cli(l.lbs[0], "tenant", "credentials", kubeTenant, "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var secret corev1.Secret
+	if err := json.Unmarshal([]byte(out), &secret); err != nil {
+		t.Fatalf("tenant credentials -o json: %v", err)
+	}
+	secret.Namespace = "teapot-lb-system"
+	ctx, cancel := l.ctx()
+	defer cancel()
+	if _, err := l.k.Client.CoreV1().Secrets(secret.Namespace).Create(ctx, &secret, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create the credentials Secret: %v", err)
+	}
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(root, "packaging", "k8s", "30-deployment.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dep appsv1.Deployment
+	if err := yaml.UnmarshalStrict(data, &dep); err != nil {
+		t.Fatalf("30-deployment.yaml: %v", err)
+	}
+	for i := range dep.Spec.Template.Spec.Containers {
+		c := &dep.Spec.Template.Spec.Containers[i]
+		c.Image = "teapot.test/teapot-lb:" + kubeImageTag
+		c.ImagePullPolicy = corev1.PullNever
+		c.Args = append(c.Args, "--lease-duration=4s", "--renew-deadline=3s", "--retry-period=500ms")
+	}
+	if _, err := l.k.Client.AppsV1().Deployments(dep.Namespace).Create(ctx, &dep, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create the agent Deployment: %v", err)
+	}
+	l.waitDeployment(dep.Namespace, dep.Name, 2)
+	waitFor(t, kubeLabTimeout, "an agent replica holds the Lease", func() error {
+		ctx, cancel := l.ctx()
+		defer cancel()
+		lease, err := l.k.Client.CoordinationV1().Leases(dep.Namespace).Get(ctx, "teapot-lb-agent", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if lease.Spec.HolderIdentity == nil || !strings.HasPrefix(*lease.Spec.HolderIdentity, dep.Name) {
+			return fmt.Errorf("holder %v", lease.Spec.HolderIdentity)
+		}
+		return nil
+	})
+}
+
+// waitDeployment waits until want replicas of a Deployment are Ready.
+func (l *kubeLab) waitDeployment(ns, name string, want int32) {
+	l.tb.Helper()
+	waitFor(l.tb, kubeLabTimeout, fmt.Sprintf("%d Ready replicas of %s/%s", want, ns, name), func() error {
+		ctx, cancel := l.ctx()
+		defer cancel()
+		d, err := l.k.Client.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if d.Status.ReadyReplicas != want || d.Status.UpdatedReplicas != want || d.Status.Replicas != want {
+			return fmt.Errorf("ready %d, updated %d, replicas %d", d.Status.ReadyReplicas, d.Status.UpdatedReplicas, d.Status.Replicas)
+		}
+		return nil
+	})
+}
+
+// echoDeployment creates a Deployment of echo pods.
+func (l *kubeLab) echoDeployment(ns, name string, replicas int32) {
+	l.tb.Helper()
+	labels := map[string]string{"app": name}
+	dep := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &replicas,
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					TerminationGracePeriodSeconds: ptrTo(int64(2)),
+					Containers: []corev1.Container{{
+						Name: "echo", Image: "teapot.test/echo:" + kubeImageTag, ImagePullPolicy: corev1.PullNever,
+						Env: []corev1.EnvVar{{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{
+							FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}},
+						Ports: []corev1.ContainerPort{
+							{Name: "http", ContainerPort: 8080, Protocol: corev1.ProtocolTCP},
+							{Name: "udp", ContainerPort: 8081, Protocol: corev1.ProtocolUDP},
+						},
+						ReadinessProbe: &corev1.Probe{
+							ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt(8080)}},
+							PeriodSeconds: 1,
+						},
+					}},
+				},
+			},
+		},
+	}
+	ctx, cancel := l.ctx()
+	defer cancel()
+	if _, err := l.k.Client.AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+		l.tb.Fatalf("create Deployment %s/%s: %v", ns, name, err)
+	}
+}
+
+// createNamespace creates a namespace in the tenant cluster.
+func (l *kubeLab) createNamespace(ns string) {
+	l.tb.Helper()
+	ctx, cancel := l.ctx()
+	defer cancel()
+	if _, err := l.k.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		l.tb.Fatal(err)
+	}
+}
+
+// lbServiceFor is a Service type LoadBalancer of teapot-lb's class for
+// the echo pods of app, on port to the pods' port of the same protocol.
+func lbServiceFor(ns, name, app string, proto corev1.Protocol, port int32) *corev1.Service {
+	target := intstr.FromString("http")
+	if proto == corev1.ProtocolUDP {
+		target = intstr.FromString("udp")
+	}
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: corev1.ServiceSpec{
+			Type:              corev1.ServiceTypeLoadBalancer,
+			LoadBalancerClass: ptrTo("teapot-lb.io/lb"),
+			Selector:          map[string]string{"app": app},
+			Ports:             []corev1.ServicePort{{Name: strings.ToLower(string(proto)), Protocol: proto, Port: port, TargetPort: target}},
+		},
+	}
+}
+
+// createService creates svc and waits for a VIP in its status.
+func (l *kubeLab) createService(svc *corev1.Service) netip.Addr {
+	l.tb.Helper()
+	ctx, cancel := l.ctx()
+	defer cancel()
+	if _, err := l.k.Client.CoreV1().Services(svc.Namespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		l.tb.Fatalf("create Service %s/%s: %v", svc.Namespace, svc.Name, err)
+	}
+	return l.waitVIP(svc.Namespace, svc.Name)
+}
+
+// waitVIP waits for the Service's status to carry a VIP.
+func (l *kubeLab) waitVIP(ns, name string) netip.Addr {
+	l.tb.Helper()
+	var vip netip.Addr
+	waitFor(l.tb, kubeLabTimeout, "a VIP in the status of "+ns+"/"+name, func() error {
+		ctx, cancel := l.ctx()
+		defer cancel()
+		s, err := l.k.Client.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for _, in := range s.Status.LoadBalancer.Ingress {
+			if a, err := netip.ParseAddr(in.IP); err == nil {
+				vip = a
+				return nil
+			}
+		}
+		return fmt.Errorf("no VIP in status")
+	})
+	return vip
+}
+
+// echoAnswer is what an echo pod said.
+type echoAnswer struct{ pod, client, proxy string }
+
+func parseEcho(line string) (echoAnswer, error) {
+	var a echoAnswer
+	for _, f := range strings.Fields(strings.TrimSpace(line)) {
+		k, v, _ := strings.Cut(f, "=")
+		switch k {
+		case "pod":
+			a.pod = v
+		case "client":
+			a.client = v
+		case "proxy":
+			a.proxy = strings.Trim(v, `"`)
+		}
+	}
+	if a.pod == "" {
+		return a, fmt.Errorf("not an echo answer: %q", line)
+	}
+	return a, nil
+}
+
+// echoHTTP sends one HTTP request from h to addr.
+func echoHTTP(h *netlab.Host, addr netip.AddrPort, timeout time.Duration) (echoAnswer, error) {
+	tr := &http.Transport{DialContext: h.DialContext, DisableKeepAlives: true}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr, Timeout: timeout}
+	resp, err := hc.Get("http://" + addr.String() + "/")
+	if err != nil {
+		return echoAnswer{}, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if err != nil {
+		return echoAnswer{}, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return echoAnswer{}, fmt.Errorf("%s: %s", resp.Status, firstLine(string(body)))
+	}
+	return parseEcho(string(body))
+}
+
+// echoUDP sends one datagram from h to addr and reads the answer.
+func echoUDP(h *netlab.Host, addr netip.AddrPort, timeout time.Duration) (echoAnswer, error) {
+	c, err := h.DialContext(context.Background(), "udp", addr.String())
+	if err != nil {
+		return echoAnswer{}, err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(timeout))
+	if _, err := c.Write([]byte("hello\n")); err != nil {
+		return echoAnswer{}, err
+	}
+	buf := make([]byte, 2048)
+	n, err := c.Read(buf)
+	if err != nil {
+		return echoAnswer{}, err
+	}
+	return parseEcho(string(buf[:n]))
+}
+
+// waitEcho waits until ask gets an answer from a pod.
+func (l *kubeLab) waitEcho(what string, ask func() (echoAnswer, error)) echoAnswer {
+	l.tb.Helper()
+	var a echoAnswer
+	waitFor(l.tb, kubeLabTimeout, what, func() (err error) {
+		a, err = ask()
+		return err
+	})
+	return a
+}
+
+// TestKubeClusterLoadBalancer runs a real tenant cluster (control plane,
+// two nodes with containerd, kubelet and kube-proxy) beside three LB
+// hosts, installs the agent from packaging/k8s as a Deployment of two
+// replicas, and serves a client outside both through Services of type
+// LoadBalancer, TCP and UDP, whose answers come from echo pods.
+func TestKubeClusterLoadBalancer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: starts a Kubernetes cluster and three LB hosts")
+	}
+	l := newKubeLab(t)
+	l.createNamespace("shop")
+	l.echoDeployment("shop", "echo", 2)
+	l.waitDeployment("shop", "echo", 2)
+
+	began := time.Now()
+	vip := l.createService(lbServiceFor("shop", "web", "echo", corev1.ProtocolTCP, 80))
+	inStatus := time.Since(began)
+	a := l.waitEcho("an HTTP answer from a pod through "+vip.String(), func() (echoAnswer, error) {
+		return echoHTTP(l.client, netip.AddrPortFrom(vip, 80), 2*time.Second)
+	})
+	t.Logf("TCP Service: VIP %s in status after %s, first answer (from %s) after %s",
+		vip, inStatus.Round(time.Millisecond), a.pod, time.Since(began).Round(time.Millisecond))
+	if !strings.HasPrefix(a.pod, "echo-") {
+		t.Fatalf("answer from %q, want an echo pod", a.pod)
+	}
+
+	uvip := l.createService(lbServiceFor("shop", "dns", "echo", corev1.ProtocolUDP, 53))
+	ua := l.waitEcho("a UDP answer from a pod through "+uvip.String(), func() (echoAnswer, error) {
+		return echoUDP(l.client, netip.AddrPortFrom(uvip, 53), time.Second)
+	})
+	if !strings.HasPrefix(ua.pod, "echo-") {
+		t.Fatalf("UDP answer from %q, want an echo pod", ua.pod)
+	}
+	t.Logf("UDP Service: VIP %s answered by %s", uvip, ua.pod)
+	t.Logf("whole scenario %s", time.Since(l.start).Round(100*time.Millisecond))
+}
