@@ -22,8 +22,8 @@ const (
 
 // raftLogWriter carries hashicorp/raft's log lines into slog. Lines about
 // a failing peer (heartbeats, appendEntries, votes, contact) repeat many
-// times a second while a host is down; each peer gets one line when it
-// starts failing and a summary per peerSummary while it keeps failing.
+// times a second while a host is down; each peer gets one WARN line when
+// it starts failing and a summary per peerSummary while it keeps failing.
 type raftLogWriter struct {
 	log *slog.Logger
 	now func() time.Time
@@ -63,7 +63,7 @@ func (w *raftLogWriter) Write(p []byte) (int, error) {
 		}
 		if level >= slog.LevelWarn && strings.HasPrefix(line, "raft: failed to") {
 			if m := peerField.FindStringSubmatch(line); m != nil {
-				w.peerFailure(strings.Trim(m[1], `"`), level, line)
+				w.peerFailure(strings.Trim(m[1], `"`), line)
 				continue
 			}
 		}
@@ -74,7 +74,7 @@ func (w *raftLogWriter) Write(p []byte) (int, error) {
 
 // peerFailure logs the first failure of an episode and then a summary
 // per peerSummary; an episode ends after peerQuiet without failures.
-func (w *raftLogWriter) peerFailure(peer string, level slog.Level, line string) {
+func (w *raftLogWriter) peerFailure(peer string, line string) {
 	now := w.now()
 	w.mu.Lock()
 	f := w.peers[peer]
@@ -83,7 +83,9 @@ func (w *raftLogWriter) peerFailure(peer string, level slog.Level, line string) 
 		w.peers[peer] = f
 		f.last = now
 		w.mu.Unlock()
-		w.log.Log(context.Background(), level, line, "peer", peer,
+		// A peer that cannot be reached is a warning: the cluster
+		// carries on while a majority remains.
+		w.log.Log(context.Background(), slog.LevelWarn, line, "peer", peer,
 			"note", "further failures of this peer are summarised every "+peerSummary.String())
 		return
 	}

@@ -49,6 +49,9 @@ func TestRaftLogPeerFailuresRateLimited(t *testing.T) {
 	if len(got) != 5 || !strings.Contains(got[3], "peer reachable again") || !strings.Contains(got[4], "failed to heartbeat") {
 		t.Fatalf("after recovery and a new failure: want a recovery line and the failure, got:\n%s", buf.String())
 	}
+	if strings.Contains(buf.String(), "level=ERROR") {
+		t.Errorf("a failing peer is logged as an ERROR:\n%s", buf.String())
+	}
 	// Other lines pass through unchanged, at their level.
 	_, _ = w.Write([]byte("2026-01-01T00:00:00.000Z [INFO]  raft: entering follower state: follower=x\n"))
 	if got = lines(); !strings.Contains(got[len(got)-1], "level=INFO") || !strings.Contains(got[len(got)-1], "entering follower state") {

@@ -83,6 +83,9 @@ var (
 	descMemberEj   = desc("member_ejections_total", "Passive ejections of a member after consecutive connect failures.", poolLabels...)
 )
 
+// refusedReasons are the reasons of proxy.Metrics.ConnRefused.
+var refusedReasons = []string{"no-member", "listener-limit", "tenant-limit", "not-tls"}
+
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descConns, descActive, descRefused, descConnDur, descBytesIn, descBytesOut,
@@ -228,6 +231,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		l := k[:]
 		ch <- prometheus.MustNewConstMetric(descConns, prometheus.CounterValue, float64(s.opened), l...)
 		ch <- prometheus.MustNewConstMetric(descActive, prometheus.GaugeValue, float64(max(0, s.opened-s.closed)), l...)
+		for _, r := range refusedReasons {
+			if _, ok := s.refused[r]; !ok {
+				s.refused[r] = 0 // known reasons start at 0, so that rate() sees the first
+			}
+		}
 		for _, r := range sortedKeys(s.refused) {
 			ch <- prometheus.MustNewConstMetric(descRefused, prometheus.CounterValue, float64(s.refused[r]), append(l, r)...)
 		}
