@@ -159,6 +159,7 @@ var goldenCases = []struct {
 	{name: "tenant-create", args: "tenant create initech --domains initech.example,initech.test --networks 10.40.0.0/16 --pools public --max-lbs 5 --max-addresses 2"},
 	{name: "tenant-create-exists", args: "tenant create acme --pools public", code: 1},
 	{name: "tenant-create-negative", args: "tenant create initech --max-lbs -1", code: 1},
+	{name: "tenant-create-quotas", args: "tenant create initech --pools public --max-routes-per-lb 3000 --max-routes 50000 --max-health-checks 9000 -o yaml"},
 	{name: "tenant-list", args: "tenant list"},
 	{name: "tenant-get-yaml", args: "tenant get globex -o yaml"},
 	{name: "tenant-delete-not-found", args: "tenant delete globex", empty: true, code: 1},

@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/teapot-lb/teapot-lb/api"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
@@ -19,29 +20,44 @@ func (a *app) tenantCmd() *cobra.Command {
 	}
 	var (
 		podsRoutable        bool
-		maxLBs, maxAddrs    int
-		maxCerts            int
 		domains, nets, pool []string
 	)
+	q := &pb.Quotas{}
+	d := api.DefaultQuotas()
+	limits := []struct {
+		flag, help string
+		dst        *uint32
+		def        uint32
+		n          int
+	}{
+		{"max-lbs", "most load balancers the tenant may have", &q.LoadBalancers, d.LoadBalancers, 0},
+		{"max-addresses", "most VIP addresses the tenant may hold", &q.Addresses, d.Addresses, 0},
+		{"max-certificates", "most certificates the tenant may have", &q.Certificates, d.Certificates, 0},
+		{"max-listeners-per-lb", "most listeners of one load balancer", &q.ListenersPerLb, d.ListenersPerLb, 0},
+		{"max-routes-per-lb", "most routes of one load balancer", &q.RoutesPerLb, d.RoutesPerLb, 0},
+		{"max-pools-per-lb", "most backend pools of one load balancer", &q.PoolsPerLb, d.PoolsPerLb, 0},
+		{"max-members-per-pool", "most members of one backend pool", &q.MembersPerPool, d.MembersPerPool, 0},
+		{"max-listeners", "most listeners over all the tenant's load balancers", &q.Listeners, d.Listeners, 0},
+		{"max-routes", "most routes over all the tenant's load balancers", &q.Routes, d.Routes, 0},
+		{"max-members", "most members over all the tenant's load balancers", &q.Members, d.Members, 0},
+		{"max-health-checks", "most health-checked members over all the tenant's load balancers", &q.HealthChecks, d.HealthChecks, 0},
+		{"max-connections", "most concurrent client connections per LB host over the tenant's listeners", &q.Connections, 0, 0},
+		{"max-connections-per-listener", "most concurrent client connections per listener per LB host", &q.ConnectionsPerListener, 0, 0},
+	}
 	create := &cobra.Command{
 		Use:     "create NAME",
 		Short:   "Create a tenant",
 		Example: "  teapot-lb tenant create acme --domains acme.example --networks 10.20.0.0/16 --pools public --max-lbs 20",
 		Args:    args(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, argv []string) error {
-			q := &pb.Quotas{}
-			for _, l := range []struct {
-				flag string
-				n    int
-				dst  *uint32
-			}{{"--max-lbs", maxLBs, &q.LoadBalancers}, {"--max-addresses", maxAddrs, &q.Addresses}, {"--max-certificates", maxCerts, &q.Certificates}} {
+			for _, l := range limits {
 				if l.n < 0 || l.n > math.MaxUint32 {
-					return fmt.Errorf("%s: want a number from 0 (no limit) to %d, got %d", l.flag, uint32(math.MaxUint32), l.n)
+					return fmt.Errorf("--%s: want a number from 0 (the default) to %d, got %d", l.flag, uint32(math.MaxUint32), l.n)
 				}
 				*l.dst = uint32(l.n)
 			}
 			tenant := &pb.Tenant{Name: argv[0], Domains: domains, Networks: nets, Pools: pool, PodsRoutable: podsRoutable}
-			if q.LoadBalancers|q.Addresses|q.Certificates != 0 {
+			if !proto.Equal(q, &pb.Quotas{}) {
 				tenant.Quotas = q
 			}
 			return a.apply(cmd, []*pb.Object{api.Wrap(tenant)}, pb.ApplyMode_APPLY_MODE_CREATE)
@@ -51,9 +67,14 @@ func (a *app) tenantCmd() *cobra.Command {
 	f.StringSliceVar(&domains, "domains", nil, "DNS names (and their subdomains) the tenant may route and get certificates for")
 	f.StringSliceVar(&nets, "networks", nil, "CIDRs where the tenant's backends live; nothing else is dialled")
 	f.StringSliceVar(&pool, "pools", nil, "VIP pools the tenant may allocate from")
-	f.IntVar(&maxLBs, "max-lbs", 0, "most load balancers the tenant may have (0: no limit)")
-	f.IntVar(&maxAddrs, "max-addresses", 0, "most VIP addresses the tenant may hold (0: no limit)")
-	f.IntVar(&maxCerts, "max-certificates", 0, "most certificates the tenant may have (0: no limit)")
+	for i := range limits {
+		l := &limits[i]
+		def := fmt.Sprintf("0: the default, %d", l.def)
+		if l.def == 0 {
+			def = "0: derived from each LB host's descriptor limit"
+		}
+		f.IntVar(&l.n, l.flag, 0, fmt.Sprintf("%s (%s)", l.help, def))
+	}
 	f.BoolVar(&podsRoutable, "pods-routable", false, "pod IPs are routable from the LB hosts")
 
 	cmd.AddCommand(create,
