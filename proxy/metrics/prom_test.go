@@ -121,22 +121,21 @@ teapot_lb_member_ejections_total{lb="other/tcp",member="_other",pool="db",tenant
 	}
 }
 
-// TestHotPathAllocsWithMetrics proxies keep-alive HTTP/1.1 requests
-// through the L7 engine recording into a Memory and counts allocations.
-func TestHotPathAllocsWithMetrics(t *testing.T) {
+// l7Client starts an L7 engine with cfg in front of a fixed backend and
+// returns a function that sends one keep-alive request through it.
+func l7Client(tb testing.TB, cfg l7.Config) func() {
 	const resp = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 13\r\n\r\nhello, world\n"
-	be := fixedBackend(t, resp)
-	var m Memory
-	srv := l7.New(l7.Config{Metrics: &m})
-	t.Cleanup(func() { srv.Close() })
+	be := fixedBackend(tb, resp)
+	srv := l7.New(cfg)
+	tb.Cleanup(func() { srv.Close() })
 	rt := oneRoute{&l7.Route{Name: "acme/shop/routes[0]", Backend: &backend{m: &member{be}}}}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() { ln.Close() })
+	tb.Cleanup(func() { ln.Close() })
 	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
+	tb.Cleanup(cancel)
 	info := l7.ConnInfo{Listener: "192.0.2.1:80/tcp", LB: "acme/shop", Tenant: "acme", Router: func() l7.Router { return rt }}
 	go func() {
 		for {
@@ -149,24 +148,31 @@ func TestHotPathAllocsWithMetrics(t *testing.T) {
 	}()
 	c, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	defer c.Close()
+	tb.Cleanup(func() { c.Close() })
 	req := []byte("GET /bench HTTP/1.1\r\nHost: shop.acme.example\r\nUser-Agent: wrk\r\nAccept: */*\r\n\r\n")
 	buf := make([]byte, 4096)
-	do := func() {
+	return func() {
 		if _, err := c.Write(req); err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
 		n := 0
 		for n < len(resp) {
 			k, err := c.Read(buf[n:])
 			if err != nil {
-				t.Fatal(err)
+				tb.Fatal(err)
 			}
 			n += k
 		}
 	}
+}
+
+// TestHotPathAllocsWithMetrics proxies keep-alive HTTP/1.1 requests
+// through the L7 engine recording into a Memory and counts allocations.
+func TestHotPathAllocsWithMetrics(t *testing.T) {
+	var m Memory
+	do := l7Client(t, l7.Config{Metrics: &m})
 	for range 10 {
 		do()
 	}
@@ -177,6 +183,25 @@ func TestHotPathAllocsWithMetrics(t *testing.T) {
 	if len(hs) != 1 || hs[0].ByClass[2] != 1011 || len(ms) != 1 || ms[0].Requests != 1011 || hs[0].Upstream.Count != 1011 {
 		// 10 warm-up requests, and AllocsPerRun runs once more than asked.
 		t.Errorf("counted %+v %+v, want 1011 2xx requests to one member", hs, ms)
+	}
+}
+
+// BenchmarkL7Metrics compares one keep-alive request through the L7
+// engine with metrics off and on.
+func BenchmarkL7Metrics(b *testing.B) {
+	for _, on := range []bool{false, true} {
+		b.Run(map[bool]string{false: "off", true: "on"}[on], func(b *testing.B) {
+			cfg := l7.Config{}
+			if on {
+				cfg.Metrics = &Memory{}
+			}
+			do := l7Client(b, cfg)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				do()
+			}
+		})
 	}
 }
 
@@ -197,7 +222,7 @@ type backend struct {
 }
 
 // fixedBackend answers every request head with resp.
-func fixedBackend(t *testing.T, resp string) netip.AddrPort {
+func fixedBackend(t testing.TB, resp string) netip.AddrPort {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -44,6 +44,7 @@ func serveEngine(args []string) error {
 	keyFile := fs.String("key", "", "key PEM for -tls-listen")
 	upstream := fs.String("backend", "127.0.0.1:18080", "member address")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile here on exit")
+	withMetrics := fs.Bool("metrics", false, "record metrics as serve does, and gather them every second as a scrape would")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -61,7 +62,12 @@ func serveEngine(args []string) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	srv := l7.New(l7.Config{})
+	cfg := l7.Config{}
+	if *withMetrics {
+		stop := recordMetrics(&cfg)
+		defer stop()
+	}
+	srv := l7.New(cfg)
 	defer srv.Close()
 	var rt l7.Router = router{&l7.Route{Name: "bench", Backend: &backend{m: &member{addr: addr}}}}
 	info := l7.ConnInfo{Listener: "bench", LB: "bench/bench", Tenant: "bench", Router: func() l7.Router { return rt }}

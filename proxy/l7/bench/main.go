@@ -72,7 +72,7 @@ func run(args []string) error {
 	fs.StringVar(&o.loadCPU, "load-cpu", "1", "core of the backend and the load generators")
 	fs.BoolVar(&o.h2, "h2", true, "also run HTTP/2 over TLS with h2load")
 	fs.StringVar(&o.profile, "cpuprofile", "", "write the teapot engine's CPU profile here")
-	fs.StringVar(&o.only, "only", "", "comma-separated targets to run (direct,teapot,haproxy,haproxy-min,nginx)")
+	fs.StringVar(&o.only, "only", "", "comma-separated targets to run (direct,teapot,teapot+obs,haproxy,haproxy-min,nginx; teapot+obs records metrics, scraped every second)")
 	fs.IntVar(&o.rounds, "rounds", 3, "rounds per target, interleaved; the median is reported")
 	fs.DurationVar(&o.quietWait, "quiet-wait", 60*time.Second, "how long to wait for other processes to leave the CPUs before each run")
 	if err := fs.Parse(args); err != nil {
@@ -105,7 +105,7 @@ func run(args []string) error {
 		return err
 	}
 
-	ports, err := freePorts(9)
+	ports, err := freePorts(11)
 	if err != nil {
 		return err
 	}
@@ -149,6 +149,10 @@ func run(args []string) error {
 		{name: "direct", port: bport},
 		{name: "teapot", port: ports[1], tlsPort: ports[2], startCmd: func() (*benchproc.Proc, error) {
 			return benchproc.Start(dir, "teapot", o.proxyCPU, self, engineArgs...)
+		}},
+		{name: "teapot+obs", port: ports[9], tlsPort: ports[10], startCmd: func() (*benchproc.Proc, error) {
+			args := []string{"engine", "-listen", addr(ports[9]), "-tls-listen", addr(ports[10]), "-cert", cert, "-key", key, "-backend", addr(bport), "-metrics"}
+			return benchproc.Start(dir, "teapot-obs", o.proxyCPU, self, args...)
 		}},
 		{name: "haproxy", port: ports[3], tlsPort: ports[4], startCmd: func() (*benchproc.Proc, error) {
 			return benchproc.Start(dir, "haproxy", o.proxyCPU, "haproxy", "-db", "-f", haConf)
@@ -299,6 +303,7 @@ func run(args []string) error {
 		}
 	}
 	printTable(results)
+	printObservability(results)
 	if noisy > 0 {
 		fmt.Printf("\n%d runs had other processes using more than %.0f%% of the CPUs: treat the figures with care.\n", noisy, 100*quietThreshold)
 	}
@@ -503,4 +508,22 @@ func loadgen(self, cpu, target string, rate float64, conns int, d time.Duration)
 		return nil, fmt.Errorf("loadgen output: %w", err)
 	}
 	return &r, nil
+}
+
+// printObservability compares the engine with metrics on and off.
+func printObservability(results []*result) {
+	var off, on *result
+	for _, r := range results {
+		switch r.name {
+		case "teapot":
+			off = r
+		case "teapot+obs":
+			on = r
+		}
+	}
+	if off == nil || on == nil || off.rps == 0 {
+		return
+	}
+	fmt.Printf("\nmetrics on vs off (HTTP/1.1 keep-alive, median): %.0f vs %.0f req/s (%+.1f%%); per proxy core second %.0f vs %.0f\n",
+		on.rps, off.rps, 100*(on.rps/off.rps-1), medianOf(on.perCore), medianOf(off.perCore))
 }
