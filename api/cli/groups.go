@@ -41,8 +41,6 @@ func (a *app) tenantCmd() *cobra.Command {
 		{"max-routes", "most routes over all the tenant's load balancers", &q.Routes, d.Routes, 0},
 		{"max-members", "most members over all the tenant's load balancers", &q.Members, d.Members, 0},
 		{"max-health-checks", "most health-checked members over all the tenant's load balancers", &q.HealthChecks, d.HealthChecks, 0},
-		{"max-connections", "most concurrent client connections per LB host over the tenant's listeners", &q.Connections, 0, 0},
-		{"max-connections-per-listener", "most concurrent client connections per listener per LB host", &q.ConnectionsPerListener, 0, 0},
 	}
 	create := &cobra.Command{
 		Use:     "create NAME",
@@ -69,11 +67,7 @@ func (a *app) tenantCmd() *cobra.Command {
 	f.StringSliceVar(&pool, "pools", nil, "VIP pools the tenant may allocate from")
 	for i := range limits {
 		l := &limits[i]
-		def := fmt.Sprintf("0: the default, %d", l.def)
-		if l.def == 0 {
-			def = "0: derived from each LB host's descriptor limit"
-		}
-		f.IntVar(&l.n, l.flag, 0, fmt.Sprintf("%s (%s)", l.help, def))
+		f.IntVar(&l.n, l.flag, 0, fmt.Sprintf("%s (0: the default, %d)", l.help, l.def))
 	}
 	f.BoolVar(&podsRoutable, "pods-routable", false, "pod IPs are routable from the LB hosts")
 
