@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"net/http"
 	"sync"
 	"time"
@@ -51,6 +52,10 @@ type Server struct {
 	seq      uint64
 	subs     map[chan struct{}]bool
 	refreshC chan struct{}
+	// cursor is the newest host event seen per host.
+	cursor map[string]uint64
+	// lastHeld is the last set of hosts that held each VIP.
+	lastHeld map[string][]string
 }
 
 // New returns a Server reading cfg.Source. Call Run to start reading.
@@ -73,7 +78,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	return &Server{
 		cfg: cfg, log: cfg.Logger.With("component", "web"), auth: a,
-		subs: map[chan struct{}]bool{}, refreshC: make(chan struct{}, 1),
+		subs: map[chan struct{}]bool{}, refreshC: make(chan struct{}, 1), cursor: map[string]uint64{}, lastHeld: map[string][]string{},
 	}, nil
 }
 
@@ -98,7 +103,10 @@ func (s *Server) Run(ctx context.Context) {
 func (s *Server) refresh(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, refreshTimeout)
 	defer cancel()
-	snap := gather(ctx, s.cfg.Source, s.cfg.Now())
+	s.mu.Lock()
+	cursor := maps.Clone(s.cursor)
+	s.mu.Unlock()
+	snap, obs := gather(ctx, s.cfg.Source, s.cfg.Now(), cursor)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(snap.Cluster.Nodes) == 0 && len(snap.Errors) > 0 && s.snap != nil {
@@ -108,7 +116,23 @@ func (s *Server) refresh(ctx context.Context) {
 		keep.Time, keep.Errors = snap.Time, snap.Errors
 		snap = &keep
 	}
-	for _, e := range diff(s.snap, snap) {
+	events := diff(s.snap, snap, s.lastHeld)
+	for _, h := range obs.GetHosts() {
+		if !h.GetReachable() {
+			continue
+		}
+		for _, e := range h.GetEvents() {
+			if e.GetSeq() <= s.cursor[h.GetNodeId()] || e.GetType() == EventLeader {
+				continue // leader changes come from the cluster status
+			}
+			events = append(events, Event{
+				Time: e.GetTime().AsTime(), Kind: e.GetType(), Subject: orText(e.GetLoadBalancer(), e.GetNodeId()),
+				Message: e.GetNodeId() + ": " + e.GetMessage(), Warning: e.GetSeverity() == "warning",
+			})
+		}
+		s.cursor[h.GetNodeId()] = max(s.cursor[h.GetNodeId()], h.GetLastEvent())
+	}
+	for _, e := range events {
 		s.seq++
 		e.Seq = s.seq
 		s.events = append(s.events, e)

@@ -33,7 +33,19 @@ type Event struct {
 
 // diff returns what changed from prev to cur, in a stable order. With no
 // previous snapshot it reports nothing: the first view is the baseline.
-func diff(prev, cur *Snapshot) []Event {
+// lastHeld keeps the last hosts that held each VIP across calls, so a VIP
+// that was briefly held by nobody is reported as moved from its last
+// holder; diff updates it.
+func diff(prev, cur *Snapshot, lastHeld map[string][]string) []Event {
+	if cur != nil {
+		defer func() {
+			for addr, hs := range holdersByVIP(cur.Cluster.VIPs) {
+				if len(hs) > 0 {
+					lastHeld[addr] = hs
+				}
+			}
+		}()
+	}
 	if prev == nil || cur == nil {
 		return nil
 	}
@@ -90,6 +102,8 @@ func diff(prev, cur *Snapshot) []Event {
 		switch {
 		case len(now) == 0:
 			add(EventVIPMove, addr, true, "VIP %s no longer held (was %s)%s", addr, strings.Join(was, ", "), why)
+		case len(was) == 0 && len(lastHeld[addr]) > 0 && !slices.Equal(lastHeld[addr], now):
+			add(EventVIPMove, addr, true, "VIP %s moved %s → %s%s", addr, strings.Join(lastHeld[addr], ", "), strings.Join(now, ", "), why)
 		case len(was) == 0:
 			add(EventVIPMove, addr, false, "VIP %s taken by %s%s", addr, strings.Join(now, ", "), why)
 		default:

@@ -21,6 +21,7 @@ import (
 type Source interface {
 	List(ctx context.Context, in *pb.ListRequest, opts ...grpc.CallOption) (*pb.ListResponse, error)
 	ClusterStatus(ctx context.Context, in *pb.ClusterStatusRequest, opts ...grpc.CallOption) (*pb.ClusterStatusResponse, error)
+	Observe(ctx context.Context, in *pb.ObserveRequest, opts ...grpc.CallOption) (*pb.ObserveResponse, error)
 }
 
 // Load balancer states, as the dashboard shows them.
@@ -31,6 +32,9 @@ const (
 	StatusRefused  = "Refused"
 	StatusPending  = "Pending"
 )
+
+// maxHostEvents bounds the events asked of each host per refresh.
+const maxHostEvents = 200
 
 // maxObjects bounds how many objects of one kind the dashboard reads per
 // refresh, so a huge cluster cannot make every refresh unbounded.
@@ -136,8 +140,39 @@ type LB struct {
 	Revision  uint64    `json:"revision"`
 	// HeldBy are the hosts holding or announcing the address.
 	HeldBy []string `json:"heldBy"`
+	// Hosts is what each host sees of it: listeners, members, problems.
+	Hosts []LBHost `json:"hosts"`
 	// Spec is the stored object as protojson, for the detail view.
 	Spec json.RawMessage `json:"spec"`
+}
+
+// LBHost is one host's view of one load balancer.
+type LBHost struct {
+	Node      string          `json:"node"`
+	Reachable bool            `json:"reachable"`
+	Error     string          `json:"error,omitempty"`
+	Listeners []ListenerState `json:"listeners"`
+	Members   []MemberState   `json:"members"`
+	Problems  []string        `json:"problems"`
+}
+
+// ListenerState is one listen socket on one host.
+type ListenerState struct {
+	Address  string    `json:"address"`
+	Protocol string    `json:"protocol"`
+	Bound    bool      `json:"bound"`
+	Error    string    `json:"error,omitempty"`
+	Since    time.Time `json:"since"`
+}
+
+// MemberState is one member's health by one host's checks.
+type MemberState struct {
+	Pool      string    `json:"pool"`
+	Address   string    `json:"address"`
+	Healthy   bool      `json:"healthy"`
+	Reason    string    `json:"reason,omitempty"`
+	LastCheck time.Time `json:"lastCheck"`
+	InFlight  int64     `json:"inFlight"`
 }
 
 // Cert is a certificate as stored.
@@ -150,15 +185,30 @@ type Cert struct {
 	NotAfter time.Time `json:"notAfter"`
 	State    string    `json:"state"`
 	Error    string    `json:"error,omitempty"`
+	// PerHost is the state each host reports for the certificate's names.
+	PerHost []CertHost `json:"perHost"`
+}
+
+// CertHost is one host's certificate for one name.
+type CertHost struct {
+	Node     string    `json:"node"`
+	Host     string    `json:"host"`
+	State    string    `json:"state"`
+	NotAfter time.Time `json:"notAfter"`
+	Error    string    `json:"error,omitempty"`
 }
 
 // gather reads the cluster through src and builds a snapshot. A part that
 // cannot be read is named in Errors; the rest is still shown.
-func gather(ctx context.Context, src Source, now time.Time) *Snapshot {
+func gather(ctx context.Context, src Source, now time.Time, eventsAfter map[string]uint64) (*Snapshot, *pb.ObserveResponse) {
 	s := &Snapshot{Time: now}
 	st, err := src.ClusterStatus(ctx, &pb.ClusterStatusRequest{})
 	if err != nil {
 		s.Errors = append(s.Errors, "cluster status: "+err.Error())
+	}
+	obs, err := src.Observe(ctx, &pb.ObserveRequest{EventsAfter: eventsAfter, MaxEvents: maxHostEvents})
+	if err != nil {
+		s.Errors = append(s.Errors, "observe the hosts: "+err.Error())
 	}
 	objs := map[string][]*pb.Object{}
 	for _, kind := range []string{api.KindTenant, api.KindVIPPool, api.KindLoadBalancer, api.KindNode, api.KindCertificate} {
@@ -182,7 +232,7 @@ func gather(ctx context.Context, src Source, now time.Time) *Snapshot {
 	}
 	for _, o := range objs[api.KindLoadBalancer] {
 		if lb := o.GetLoadBalancer(); lb != nil {
-			s.LBs = append(s.LBs, lbView(lb, vips))
+			s.LBs = append(s.LBs, lbView(lb, vips, obs.GetHosts()))
 		}
 	}
 	for _, o := range objs[api.KindTenant] {
@@ -200,11 +250,12 @@ func gather(ctx context.Context, src Source, now time.Time) *Snapshot {
 			s.Certs = append(s.Certs, Cert{
 				Name: c.GetName(), Tenant: c.GetTenant(), Hosts: nonNil(c.GetHosts()), Source: c.GetSource(),
 				Issuer: c.GetIssuer(), NotAfter: c.GetNotAfter().AsTime(), State: c.GetState(), Error: c.GetLastError(),
+				PerHost: certHosts(c.GetTenant(), c.GetHosts(), obs.GetHosts()),
 			})
 		}
 	}
 	s.Tenants, s.Pools, s.LBs, s.Certs = nonNil(s.Tenants), nonNil(s.Pools), nonNil(s.LBs), nonNil(s.Certs)
-	return s
+	return s, obs
 }
 
 // listAll reads up to maxObjects objects of kind, page by page.
@@ -281,12 +332,19 @@ func compareAddr(a, b string) int {
 	return pa.Compare(pb)
 }
 
-// lbStatus is the state of a load balancer: refused by validation,
-// waiting for an address, failing (no host holds its address because none
-// is ready to serve it), degraded (some hosts are not ready, or the spec
-// has problems) or serving. vip is what the hosts report for its address
-// (nil when none reports it, as when no host carries VIPs).
-func lbStatus(lb *pb.LoadBalancer, vip *VIP) (string, []string) {
+// lbStatus is the state of a load balancer from the desired object, what
+// the hosts report for its address (vip, nil when none reports it) and
+// each host's view of it (hosts):
+//
+//   - Refused: no address, and problems from validation.
+//   - Pending: no address yet.
+//   - Failing: hosts report the VIP and none holds or announces it; or
+//     hosts report its listeners and none is bound; or hosts check its
+//     members and none is healthy anywhere.
+//   - Degraded: it serves, but a host cannot bind a listener, a member is
+//     down, a host is not ready, or the spec has problems.
+//   - Serving: nothing is wrong.
+func lbStatus(lb *pb.LoadBalancer, vip *VIP, hosts []LBHost) (string, []string) {
 	var reasons []string
 	for _, p := range lb.GetStatus().GetProblems() {
 		reasons = append(reasons, p.GetField()+": "+p.GetReason())
@@ -299,7 +357,7 @@ func lbStatus(lb *pb.LoadBalancer, vip *VIP) (string, []string) {
 		return StatusPending, []string{"no address allocated yet"}
 	}
 	held := 0
-	var notReady []string
+	var notReady, released []string
 	if vip != nil {
 		for _, h := range vip.Holders {
 			switch {
@@ -307,22 +365,103 @@ func lbStatus(lb *pb.LoadBalancer, vip *VIP) (string, []string) {
 				held++
 			case strings.HasPrefix(h.Reason, "not ready"):
 				notReady = append(notReady, h.Node+": "+h.Reason)
+			case h.Reason != "":
+				released = append(released, h.Node+": "+h.Reason)
 			}
 		}
 	}
+	var listeners, bound, members, healthy int
+	var seen []string
+	for _, h := range hosts {
+		for _, p := range h.Problems {
+			seen = append(seen, h.Node+": "+p)
+		}
+		for _, l := range h.Listeners {
+			listeners++
+			if l.Bound {
+				bound++
+			} else {
+				seen = append(seen, fmt.Sprintf("%s: listener %s/%s not bound: %s", h.Node, l.Address, l.Protocol, orText(l.Error, "not opened yet")))
+			}
+		}
+		for _, m := range h.Members {
+			members++
+			if m.Healthy {
+				healthy++
+			} else {
+				seen = append(seen, fmt.Sprintf("%s: member %s of pool %s is down: %s", h.Node, m.Address, m.Pool, orText(m.Reason, "unhealthy")))
+			}
+		}
+	}
+	// The hosts' own findings explain a host that is not ready, so a
+	// not-ready line is only added when they found nothing.
+	if len(seen) == 0 {
+		seen = notReady
+	}
+	reasons = append(reasons, seen...)
+	if vip != nil && held == 0 {
+		// Nobody carries the address: say why each host does not.
+		return StatusFailing, append(append([]string{"no host holds or announces " + addr}, reasons...), released...)
+	}
 	switch {
-	case vip != nil && held == 0 && len(notReady) > 0:
-		return StatusFailing, append(reasons, notReady...)
-	case len(notReady) > 0 || len(reasons) > 0:
-		return StatusDegraded, append(reasons, notReady...)
+	case listeners > 0 && bound == 0,
+		members > 0 && healthy == 0:
+		return StatusFailing, reasons
+	case len(reasons) > 0 || len(notReady) > 0:
+		return StatusDegraded, reasons
 	}
 	return StatusServing, nil
 }
 
-func lbView(lb *pb.LoadBalancer, vips map[string]*VIP) LB {
+// lbHosts is each host's view of the load balancer id.
+func lbHosts(id string, hosts []*pb.HostObservation) []LBHost {
+	var out []LBHost
+	for _, h := range hosts {
+		v := LBHost{Node: h.GetNodeId(), Reachable: h.GetReachable(), Error: h.GetError(),
+			Listeners: []ListenerState{}, Members: []MemberState{}, Problems: []string{}}
+		for _, l := range h.GetListeners() {
+			if l.GetLoadBalancer() == id {
+				v.Listeners = append(v.Listeners, ListenerState{Address: l.GetAddress(), Protocol: l.GetProtocol(), Bound: l.GetBound(), Error: l.GetError(), Since: l.GetSince().AsTime()})
+			}
+		}
+		for _, p := range h.GetPools() {
+			if p.GetLoadBalancer() != id {
+				continue
+			}
+			for _, m := range p.GetMembers() {
+				v.Members = append(v.Members, MemberState{Pool: p.GetPool(), Address: m.GetAddress(), Healthy: m.GetHealthy(),
+					Reason: m.GetReason(), LastCheck: m.GetLastCheck().AsTime(), InFlight: m.GetInFlight()})
+			}
+		}
+		for _, p := range h.GetProblems() {
+			if p.GetLoadBalancer() == id {
+				v.Problems = append(v.Problems, p.GetField()+": "+p.GetReason())
+			}
+		}
+		out = append(out, v)
+	}
+	slices.SortFunc(out, func(a, b LBHost) int { return strings.Compare(a.Node, b.Node) })
+	return nonNil(out)
+}
+
+func certHosts(tenant string, names []string, hosts []*pb.HostObservation) []CertHost {
+	var out []CertHost
+	for _, h := range hosts {
+		for _, c := range h.GetCertificates() {
+			if c.GetTenant() == tenant && slices.Contains(names, c.GetHost()) {
+				out = append(out, CertHost{Node: h.GetNodeId(), Host: c.GetHost(), State: c.GetState(), NotAfter: c.GetNotAfter().AsTime(), Error: c.GetLastError()})
+			}
+		}
+	}
+	return nonNil(out)
+}
+
+func lbView(lb *pb.LoadBalancer, vips map[string]*VIP, obs []*pb.HostObservation) LB {
 	addr := lb.GetStatus().GetAddress()
 	vip := vips[addr]
-	status, reasons := lbStatus(lb, vip)
+	id := lb.GetTenant() + "/" + lb.GetName()
+	hosts := lbHosts(id, obs)
+	status, reasons := lbStatus(lb, vip, hosts)
 	var heldBy []string
 	if vip != nil {
 		for _, h := range vip.Holders {
@@ -332,10 +471,10 @@ func lbView(lb *pb.LoadBalancer, vips map[string]*VIP) LB {
 		}
 	}
 	v := LB{
-		ID: lb.GetTenant() + "/" + lb.GetName(), Tenant: lb.GetTenant(), Name: lb.GetName(),
+		ID: id, Tenant: lb.GetTenant(), Name: lb.GetName(),
 		Address: addr, Status: status, Reasons: reasons,
 		Updated: lb.GetMeta().GetUpdated().AsTime(), Revision: lb.GetMeta().GetRevision(),
-		HeldBy: nonNil(heldBy),
+		HeldBy: nonNil(heldBy), Hosts: hosts,
 	}
 	for _, l := range lb.GetListeners() {
 		v.Listeners = append(v.Listeners, fmt.Sprintf("%d/%s", l.GetPort(), l.GetProtocol()))

@@ -21,6 +21,7 @@ import (
 type cluster struct {
 	mu     sync.Mutex
 	status *pb.ClusterStatusResponse
+	obs    *pb.ObserveResponse
 	objs   map[string][]*pb.Object
 }
 
@@ -34,6 +35,12 @@ func (c *cluster) List(_ context.Context, in *pb.ListRequest, _ ...grpc.CallOpti
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return &pb.ListResponse{Objects: c.objs[in.GetKind()], Revision: 7}, nil
+}
+
+func (c *cluster) Observe(context.Context, *pb.ObserveRequest, ...grpc.CallOption) (*pb.ObserveResponse, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.obs, nil
 }
 
 func (c *cluster) set(f func()) {
@@ -59,26 +66,41 @@ func shop(problems ...*pb.Problem) *pb.Object {
 	}}}
 }
 
+func first[A, B any](a A, _ B) A { return a }
+
 func TestLBStatus(t *testing.T) {
 	vip := func(hs ...VIPHolder) *VIP { return &VIP{Address: "192.0.2.200", Holders: hs} }
 	tests := []struct {
 		name    string
 		lb      *pb.LoadBalancer
 		vip     *VIP
+		hosts   []LBHost
 		want    string
 		reasons int
 	}{
-		{"refused", &pb.LoadBalancer{Status: &pb.LoadBalancerStatus{Problems: []*pb.Problem{{Field: "vip", Reason: "pool full"}}}}, nil, StatusRefused, 1},
-		{"pending", &pb.LoadBalancer{}, nil, StatusPending, 1},
-		{"serving without VIP hosts", shop().GetLoadBalancer(), nil, StatusServing, 0},
-		{"serving", shop().GetLoadBalancer(), vip(VIPHolder{Node: "n1", State: "holding"}, VIPHolder{Node: "n2", State: "released", Reason: "n1 ranks first"}), StatusServing, 0},
-		{"degraded", shop().GetLoadBalancer(), vip(VIPHolder{Node: "n1", State: "holding"}, VIPHolder{Node: "n2", State: "released", Reason: "not ready: acme/shop: listeners[0]: bind: address already in use"}), StatusDegraded, 1},
-		{"failing", shop().GetLoadBalancer(), vip(VIPHolder{Node: "n1", State: "released", Reason: "not ready: acme/shop: no healthy member in any of its pools"}), StatusFailing, 1},
-		{"spec problem", shop(&pb.Problem{Field: "routes[0]", Reason: "bad"}).GetLoadBalancer(), nil, StatusDegraded, 1},
+		{"refused", &pb.LoadBalancer{Status: &pb.LoadBalancerStatus{Problems: []*pb.Problem{{Field: "vip", Reason: "pool full"}}}}, nil, nil, StatusRefused, 1},
+		{"pending", &pb.LoadBalancer{}, nil, nil, StatusPending, 1},
+		{"serving without VIP hosts", shop().GetLoadBalancer(), nil, nil, StatusServing, 0},
+		{"serving", shop().GetLoadBalancer(), vip(VIPHolder{Node: "n1", State: "holding"}, VIPHolder{Node: "n2", State: "released", Reason: "n1 ranks first"}), nil, StatusServing, 0},
+		{"degraded", shop().GetLoadBalancer(), vip(VIPHolder{Node: "n1", State: "holding"}, VIPHolder{Node: "n2", State: "released", Reason: "not ready: acme/shop: listeners[0]: bind: address already in use"}), nil, StatusDegraded, 1},
+		{"failing", shop().GetLoadBalancer(), vip(VIPHolder{Node: "n1", State: "released", Reason: "not ready: acme/shop: no healthy member in any of its pools"}), nil, StatusFailing, 2},
+		{"nobody announces", shop().GetLoadBalancer(), vip(VIPHolder{Node: "n1", State: "withdrawn", Reason: "this host has no bgp: section for bgp pools"}), nil, StatusFailing, 2},
+		{"member down on one host", shop().GetLoadBalancer(), vip(VIPHolder{Node: "n1", State: "holding"}), []LBHost{
+			{Node: "n1", Listeners: []ListenerState{{Address: "192.0.2.200:80", Protocol: "http", Bound: true}}, Members: []MemberState{
+				{Pool: "web", Address: "192.0.2.50:8080", Healthy: true}, {Pool: "web", Address: "192.0.2.51:8080", Reason: "connection refused"}}},
+		}, StatusDegraded, 1},
+		{"listener bound nowhere", shop().GetLoadBalancer(), nil, []LBHost{
+			{Node: "n1", Listeners: []ListenerState{{Address: "192.0.2.200:80", Protocol: "http", Error: "address already in use"}}},
+			{Node: "n2", Listeners: []ListenerState{{Address: "192.0.2.200:80", Protocol: "http", Error: "address already in use"}}},
+		}, StatusFailing, 2},
+		{"every member down", shop().GetLoadBalancer(), nil, []LBHost{
+			{Node: "n1", Members: []MemberState{{Pool: "web", Address: "192.0.2.50:8080", Reason: "HTTP 503"}}},
+		}, StatusFailing, 1},
+		{"spec problem", shop(&pb.Problem{Field: "routes[0]", Reason: "bad"}).GetLoadBalancer(), nil, nil, StatusDegraded, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, reasons := lbStatus(tt.lb, tt.vip)
+			got, reasons := lbStatus(tt.lb, tt.vip, tt.hosts)
 			if got != tt.want || len(reasons) != tt.reasons {
 				t.Errorf("lbStatus = %s %q, want %s with %d reasons", got, reasons, tt.want, tt.reasons)
 			}
@@ -94,11 +116,11 @@ func TestDiffTimeline(t *testing.T) {
 		}}
 	}
 	c := &cluster{status: base(), objs: map[string][]*pb.Object{"LoadBalancer": {shop()}}}
-	prev := gather(context.Background(), c, time.Now())
+	prev := first(gather(context.Background(), c, time.Now(), nil))
 	if len(prev.Errors) > 0 || len(prev.LBs) != 1 || prev.LBs[0].Status != StatusServing || strings.Join(prev.LBs[0].HeldBy, ",") != "n1" {
 		t.Fatalf("first snapshot: %+v", prev)
 	}
-	if ev := diff(nil, prev); len(ev) != 0 {
+	if ev := diff(nil, prev, map[string][]string{}); len(ev) != 0 {
 		t.Errorf("first snapshot made events %v", ev)
 	}
 	c.set(func() {
@@ -109,9 +131,9 @@ func TestDiffTimeline(t *testing.T) {
 		}}
 		c.objs["LoadBalancer"] = append(c.objs["LoadBalancer"], &pb.Object{Kind: &pb.Object_LoadBalancer{LoadBalancer: &pb.LoadBalancer{Name: "blog", Tenant: "acme"}}})
 	})
-	cur := gather(context.Background(), c, time.Now())
+	cur := first(gather(context.Background(), c, time.Now(), nil))
 	var msgs []string
-	for _, e := range diff(prev, cur) {
+	for _, e := range diff(prev, cur, map[string][]string{"192.0.2.200": {"n1"}}) {
 		msgs = append(msgs, e.Kind+": "+e.Message)
 	}
 	want := []string{
@@ -217,7 +239,9 @@ func TestLoginAndStream(t *testing.T) {
 	if v := next(); v.Snapshot.Cluster.Leader != "n1" {
 		t.Fatalf("first view leader %q", v.Snapshot.Cluster.Leader)
 	}
-	c.set(func() { c.status = &pb.ClusterStatusResponse{LeaderId: "n2", Term: 5, Nodes: []*pb.NodeStatus{node("n2", "leader", true)}} })
+	c.set(func() {
+		c.status = &pb.ClusterStatusResponse{LeaderId: "n2", Term: 5, Nodes: []*pb.NodeStatus{node("n2", "leader", true)}}
+	})
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		v := next()
@@ -238,5 +262,29 @@ func TestCheckLoopback(t *testing.T) {
 		if err := checkLoopback(addr); (err == nil) != ok {
 			t.Errorf("checkLoopback(%q) = %v, want ok=%v", addr, err, ok)
 		}
+	}
+}
+
+func TestDiffVIPMoveAcrossAGap(t *testing.T) {
+	snap := func(holder string) *Snapshot {
+		v := VIP{Address: "192.0.2.201", Holders: []VIPHolder{{Node: "n3", State: "released", Reason: "sees 1 of the cluster's hosts"}}}
+		if holder != "" {
+			v.Holders = append(v.Holders, VIPHolder{Node: holder, State: "holding", Reason: "took over: n2 is unreachable"})
+		}
+		return &Snapshot{Cluster: Cluster{Leader: "n1", VIPs: []VIP{v}}}
+	}
+	last := map[string][]string{}
+	var msgs []string
+	prev := (*Snapshot)(nil)
+	for _, h := range []string{"n2", "", "n1"} {
+		cur := snap(h)
+		for _, e := range diff(prev, cur, last) {
+			msgs = append(msgs, e.Message)
+		}
+		prev = cur
+	}
+	want := "VIP 192.0.2.201 no longer held (was n2) (sees 1 of the cluster's hosts)\nVIP 192.0.2.201 moved n2 → n1 (took over: n2 is unreachable)"
+	if got := strings.Join(msgs, "\n"); got != want {
+		t.Errorf("events:\n%s\nwant:\n%s", got, want)
 	}
 }

@@ -119,6 +119,14 @@ function renderLB(s, id) {
   const vip = s.cluster.vips.find(v => v.address === l.address);
   h += `<h2>VIP</h2>` + table(["Host", "State", "Since", "Why"], (vip ? vip.holders : []).map(x => [esc(x.node), badge(x.state), esc(ago(x.since)), esc(x.reason)]),
     "No host reports this address.");
+  h += `<h2>Per host</h2>` + table(["Host", "Listeners", "Members (this host's checks)", "Problems"], (l.hosts || []).map(x => [
+    `<b>${esc(x.node)}</b>` + (x.reachable ? "" : `<div class="reason">unreachable: ${esc(x.error)}</div>`),
+    x.listeners.map(li => (li.bound ? badge("bound", "ok") : badge("not bound", "bad")) + ` ${esc(li.address)}/${esc(li.protocol)}` +
+      (li.error ? `<div class="reason">${esc(li.error)}</div>` : "")).join("<br>") || `<span class="muted">—</span>`,
+    x.members.map(m => (m.healthy ? badge("up", "ok") : badge("down", "bad")) + ` ${esc(m.pool)}: ${esc(m.address)}` +
+      ` <span class="muted">checked ${esc(ago(m.lastCheck))}</span>` + (m.reason ? `<div class="reason">${esc(m.reason)}</div>` : "")).join("<br>") || `<span class="muted">—</span>`,
+    x.problems.map(p => `<div class="reason">${esc(p)}</div>`).join("") || `<span class="muted">none</span>`,
+  ]), "No host reported this load balancer.");
   h += `<h2>Listeners</h2>` + table(["Port", "Protocol", "Pool", "TLS"], (spec.listeners || []).map(x => [
     esc(x.port), esc(x.protocol), esc(x.pool || (x.redirectToHttps ? "redirect to https" : "routes")),
     esc(x.tls ? (x.tls.acme ? "ACME" : (x.tls.certificates || []).join(", ")) : "—")]), "No listeners.");
@@ -133,8 +141,9 @@ function renderLB(s, id) {
   }), "No pools.");
   const hosts = new Set((spec.routes || []).map(r => r.host).filter(Boolean));
   const certs = s.certs.filter(c => c.tenant === l.tenant && c.hosts.some(x => hosts.has(x)));
-  h += `<h2>Certificates</h2>` + table(["Certificate", "Hosts", "State", "Expires"], certs.map(c => [esc(c.name), c.hosts.map(esc).join("<br>"),
+  h += `<h2>Certificates</h2>` + table(["Certificate", "Hosts", "State", "Per host", "Expires"], certs.map(c => [esc(c.name), c.hosts.map(esc).join("<br>"),
     badge(c.state || "unknown", c.state === "valid" ? "ok" : "Degraded") + (c.error ? `<div class="reason">${esc(c.error)}</div>` : ""),
+    c.perHost.map(p => `${esc(p.node)} ${esc(p.host)}: ${badge(p.state || "unknown", p.state === "valid" ? "ok" : "Degraded")}` + (p.error ? `<div class="reason">${esc(p.error)}</div>` : "")).join("<br>"),
     esc(new Date(c.notAfter).toLocaleDateString())]), "No certificate for this load balancer's hosts.");
   const evs = state.events.filter(e => e.subject === l.id || e.subject === l.address).slice().reverse();
   h += `<h2>Events</h2>` + table(["Time", "What"], evs.map(e => [esc(clock(e.time)), esc(e.message)]), "Nothing changed since the dashboard started.");

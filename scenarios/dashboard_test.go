@@ -1,0 +1,362 @@
+package scenarios
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+)
+
+// Where the browser test finds Chromium and puts its screenshots.
+const (
+	chromiumPath = "/usr/bin/chromium" // Debian package chromium
+	// envArtifacts names a directory for screenshots (default: the test's
+	// temporary directory).
+	envArtifacts = "TEAPOT_LB_ARTIFACTS"
+	// envDocsScreenshots=1 also writes the screenshots into docs/ for the
+	// README.
+	envDocsScreenshots = "TEAPOT_LB_DOCS_SCREENSHOTS"
+	browserTimeout     = 6 * time.Minute
+	pageTimeout        = 60 * time.Second // one thing to appear in the page
+)
+
+// dashboardLB is a load balancer on an arp VIP of the lab with two
+// members on the backend host: %[1]s (always up) and %[2]s (taken down by
+// the test).
+const dashboardLB = `
+kind: LoadBalancer
+name: shop
+tenant: acme
+vip: { pool: l2, address: "192.0.2.201" }
+listeners: [{ port: 80, protocol: http }]
+routes: [{ path: /, pool: web }]
+pools:
+  web:
+    healthCheck: { http: { path: /healthz }, interval: 500ms, timeout: 400ms, rise: 1, fall: 1 }
+    members: [ "%[1]s", "%[2]s" ]
+`
+
+// TestDashboardInBrowser opens the dashboard of the three-host VIP lab in
+// headless Chromium, both running in the lab's client host: it logs in
+// with the one-time token; a load balancer created with the CLI appears
+// serving, with its listeners bound on every host; a member taken down
+// turns it Degraded with the reason its checks give; killing the host that
+// holds its VIP shows the move on the timeline.
+func TestDashboardInBrowser(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: builds the VIP lab and starts a browser")
+	}
+	needTools(t)
+	if _, err := os.Stat(chromiumPath); err != nil {
+		unavailable(t, "the dashboard test needs headless Chromium at %s (Debian package chromium): %v", chromiumPath, err)
+	}
+	l := newVIPLab(t, labOptions{teapot: true})
+	flaky := startBackend(t, l, "192.0.2.50:8081")
+	url := startDashboard(t, l)
+	b := newBrowser(t, l.client.NS)
+	shots := screenshotDirs(t)
+	base := url[:strings.Index(url, "/login")]
+
+	// Log in with the one-time URL: the page shows the three hosts and
+	// the lab's VIP with its holder.
+	b.do(chromedp.Navigate(url))
+	b.waitText("#main", "three hosts and the lab's VIP held", func(s string) error {
+		for _, n := range l.lbs {
+			if !strings.Contains(s, n.apiAddr()) {
+				return fmt.Errorf("no %s", n.apiAddr())
+			}
+		}
+		if !regexp.MustCompile(`192\.0\.2\.200\s*arp\s*n\d`).MatchString(s) {
+			return fmt.Errorf("192.0.2.200 not held")
+		}
+		return nil
+	})
+	if code := l.httpStatus(url); code != "403" {
+		t.Errorf("second login with the same token: HTTP %s, want 403", code)
+	}
+
+	// A load balancer created with the CLI appears, serving.
+	manifest := filepath.Join(t.TempDir(), "shop.yaml")
+	if err := os.WriteFile(manifest, fmt.Appendf(nil, dashboardLB, "192.0.2.50:8080", flaky.addr), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := l.cli(l.lbs[0], "apply", "-f", manifest); err != nil {
+		t.Fatalf("apply: %v\n%s", err, out)
+	}
+	b.do(chromedp.Navigate(base + "/#/lbs"))
+	b.waitText("#main", "acme/shop listed as Serving", func(s string) error {
+		if !regexp.MustCompile(`acme/shop\s*Serving\s*192\.0\.2\.201\s*n\d`).MatchString(s) {
+			return fmt.Errorf("acme/shop not Serving and held")
+		}
+		return nil
+	})
+	b.do(chromedp.Click(chromedp.CSS(`a[href="#/lb/acme%2Fshop"]`), chromedp.NodeVisible))
+	b.waitText("#main", "the load balancer bound and its members up on every host", func(s string) error {
+		if n := strings.Count(s, "bound 192.0.2.201:80/http"); n != 3 {
+			return fmt.Errorf("listener bound on %d hosts, want 3", n)
+		}
+		if n := strings.Count(s, "up web: "); n != 6 {
+			return fmt.Errorf("%d members up, want 2 on each of 3 hosts", n)
+		}
+		return nil
+	})
+	b.shot(shots, "dashboard-load-balancer.png")
+
+	// A member goes down: Degraded, with the reason from the checks.
+	flaky.stop()
+	b.waitText("#main", "acme/shop Degraded with the member's reason", func(s string) error {
+		if !strings.Contains(s, "acme/shop Degraded") {
+			return fmt.Errorf("not Degraded")
+		}
+		if !regexp.MustCompile(`member ` + regexp.QuoteMeta(flaky.addr) + ` of pool web is down: \S`).MatchString(s) {
+			return fmt.Errorf("no reason for %s", flaky.addr)
+		}
+		return nil
+	})
+	b.do(chromedp.Navigate(base + "/#/lbs"))
+	b.waitText("#main", "the list shows Degraded", func(s string) error {
+		if !regexp.MustCompile(`acme/shop\s*Degraded`).MatchString(s) {
+			return fmt.Errorf("acme/shop not Degraded in the list")
+		}
+		return nil
+	})
+	b.shot(shots, "dashboard-load-balancers.png")
+
+	// Killing the VIP's holder moves it; the timeline shows the move.
+	holder := l.waitHolder(netip.MustParseAddr("192.0.2.201"), pageTimeout)
+	b.do(chromedp.Navigate(base + "/#/cluster"))
+	l.kill(holder, false)
+	b.waitText("#timeline", "the VIP move on the timeline", func(s string) error {
+		if !regexp.MustCompile(`VIP 192\.0\.2\.201 moved ` + holder.id + ` → n\d`).MatchString(s) {
+			return fmt.Errorf("no move of 192.0.2.201 away from %s", holder.id)
+		}
+		return nil
+	})
+	b.waitText("#main", "the dead host unhealthy", func(s string) error {
+		if !strings.Contains(s, "unhealthy") {
+			return fmt.Errorf("no unhealthy host")
+		}
+		return nil
+	})
+	b.shot(shots, "dashboard-cluster.png")
+}
+
+// flakyMember is an HTTP server in the lab's backend host that the test
+// can stop.
+type flakyMember struct {
+	addr string
+	srv  *http.Server
+}
+
+func startBackend(t *testing.T, l *vipLab, addr string) *flakyMember {
+	t.Helper()
+	var lis net.Listener
+	if err := l.backend.Do(func() (err error) { lis, err = net.Listen("tcp", addr); return err }); err != nil {
+		t.Fatal(err)
+	}
+	m := &flakyMember{addr: addr, srv: &http.Server{
+		Handler:           http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "shop\n") }),
+		ReadHeaderTimeout: 5 * time.Second,
+	}}
+	go m.srv.Serve(lis)
+	t.Cleanup(m.stop)
+	return m
+}
+
+// stop closes the member's socket: its checks get connection refused.
+func (m *flakyMember) stop() { m.srv.Close() }
+
+// startDashboard runs `teapot-lb dashboard` in the lab's client host
+// against every LB host and returns the login URL it prints.
+func startDashboard(t *testing.T, l *vipLab) string {
+	t.Helper()
+	var servers []string
+	for _, n := range l.lbs {
+		servers = append(servers, n.apiAddr())
+	}
+	logPath := filepath.Join(l.dir, "dashboard.log")
+	p, err := l.client.Start(logPath, childEnv(), l.binary(), "dashboard", "--addr", "127.0.0.1:8000", "--interval", "300ms",
+		"--config", filepath.Join(l.lbs[0].dir, "admin.conf"), "--server", strings.Join(servers, ","))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("---- dashboard log ----\n%s", tail(logPath, logTailLines))
+		}
+		if err := p.Signal(syscall.SIGTERM); err == nil {
+			if err := p.Wait(10 * time.Second); err != nil && !strings.Contains(err.Error(), "exit status 0") {
+				t.Errorf("teapot-lb dashboard after SIGTERM: %v", err)
+			}
+		}
+	})
+	var url string
+	waitFor(t, cliTimeout, "the dashboard's login URL", func() error {
+		if !p.Running() {
+			return errStop(fmt.Errorf("teapot-lb dashboard exited: %s", tail(logPath, 20)))
+		}
+		data, _ := os.ReadFile(logPath)
+		url = regexp.MustCompile(`http://\S+/login\?token=\S+`).FindString(string(data))
+		if url == "" {
+			return errors.New("no login URL printed yet")
+		}
+		return nil
+	})
+	return url
+}
+
+// httpStatus makes one request to url (http://127.0.0.1:PORT/...) from
+// the client host and returns the status line's code.
+func (l *vipLab) httpStatus(url string) string {
+	rest := strings.TrimPrefix(url, "http://")
+	hostport, path, _ := strings.Cut(rest, "/")
+	var c net.Conn
+	deadline := time.Now().Add(cliTimeout)
+	if err := l.client.Do(func() (err error) {
+		d := net.Dialer{Deadline: deadline}
+		c, err = d.Dial("tcp", hostport)
+		return err
+	}); err != nil {
+		return err.Error()
+	}
+	defer c.Close()
+	_ = c.SetDeadline(deadline)
+	fmt.Fprintf(c, "GET /%s HTTP/1.0\r\nHost: %s\r\n\r\n", path, hostport)
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return err.Error()
+	}
+	if f := strings.Fields(line); len(f) >= 2 {
+		return f[1]
+	}
+	return line
+}
+
+// browser is one headless Chromium with a fresh profile.
+type browser struct {
+	t   *testing.T
+	ctx context.Context
+}
+
+// newBrowser starts Chromium inside the network namespace ns (it talks to
+// chromedp over a pipe, which crosses namespaces).
+func newBrowser(t *testing.T, ns string) *browser {
+	t.Helper()
+	ipPath, err := exec.LookPath("ip")
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(chromiumPath),
+		chromedp.Flag("headless", true),
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1440, 900),
+		chromedp.ModifyCmdFunc(func(cmd *exec.Cmd) {
+			cmd.Args = append([]string{"ip", "netns", "exec", ns, cmd.Path}, cmd.Args[1:]...)
+			cmd.Path = ipPath
+		}),
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), browserTimeout)
+	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
+	bctx, bcancel := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
+	t.Cleanup(func() { bcancel(); acancel(); cancel() })
+	b := &browser{t: t, ctx: bctx}
+	b.do() // start the browser now, so a broken Chromium fails here
+	return b
+}
+
+func (b *browser) do(steps ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	if err := chromedp.Do(b.ctx, steps...); err != nil {
+		b.t.Fatalf("browser: %v", err)
+	}
+}
+
+// waitText polls the text of the element at sel until check accepts it.
+func (b *browser) waitText(sel, what string, check func(string) error) {
+	b.t.Helper()
+	var last string
+	waitFor(b.t, pageTimeout, what, func() error {
+		ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
+		defer cancel()
+		text, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel), chromedp.NodeVisible))
+		if err != nil {
+			return fmt.Errorf("read %s: %w", sel, err)
+		}
+		last = text
+		if err := check(text); err != nil {
+			return fmt.Errorf("%w; page text %q", err, clip(last, 600))
+		}
+		return nil
+	})
+}
+
+func clip(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
+
+// screenshotDirs returns where screenshots go: the artifacts directory and,
+// with TEAPOT_LB_DOCS_SCREENSHOTS=1, docs/ at the module root.
+func screenshotDirs(t *testing.T) []string {
+	t.Helper()
+	dir := os.Getenv(envArtifacts)
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	dirs := []string{dir}
+	if os.Getenv(envDocsScreenshots) == "1" {
+		root, err := moduleRoot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		dirs = append(dirs, filepath.Join(root, "docs"))
+	}
+	for _, d := range dirs {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dirs
+}
+
+// shot saves a screenshot of the whole page under name in every dir.
+func (b *browser) shot(dirs []string, name string) {
+	b.t.Helper()
+	png, err := chromedp.Run(b.ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		b.t.Fatalf("screenshot %s: %v", name, err)
+	}
+	for _, d := range dirs {
+		p := filepath.Join(d, name)
+		if err := os.WriteFile(p, png, 0o644); err != nil {
+			b.t.Fatal(err)
+		}
+		b.t.Logf("screenshot %s", p)
+	}
+}
