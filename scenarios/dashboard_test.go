@@ -46,7 +46,7 @@ listeners: [{ port: 80, protocol: http }]
 routes: [{ path: /, pool: web }]
 pools:
   web:
-    healthCheck: { http: { path: /healthz }, interval: 500ms, timeout: 400ms, rise: 1, fall: 1 }
+    healthCheck: { http: { path: /healthz }, interval: 1s, timeout: 500ms, rise: 1, fall: 1 }
     members: [ "%[1]s", "%[2]s" ]
 `
 
@@ -122,7 +122,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		if !strings.Contains(s, "acme/shop Degraded") {
 			return fmt.Errorf("not Degraded")
 		}
-		if !regexp.MustCompile(`member ` + regexp.QuoteMeta(flaky.addr) + ` of pool web is down: \S`).MatchString(s) {
+		if !regexp.MustCompile(`pool web member ` + regexp.QuoteMeta(flaky.addr) + ` is down: \S`).MatchString(s) {
 			return fmt.Errorf("no reason for %s", flaky.addr)
 		}
 		return nil

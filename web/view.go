@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/teapot-lb/teapot-lb/api"
+	"github.com/teapot-lb/teapot-lb/api/observe"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
 
@@ -24,13 +25,15 @@ type Source interface {
 	Observe(ctx context.Context, in *pb.ObserveRequest, opts ...grpc.CallOption) (*pb.ObserveResponse, error)
 }
 
-// Load balancer states, as the dashboard shows them.
+// Load balancer phases (observe.Assess decides them, as for `get lbs`
+// and `explain`).
 const (
-	StatusServing  = "Serving"
-	StatusDegraded = "Degraded"
-	StatusFailing  = "Failing"
-	StatusRefused  = "Refused"
-	StatusPending  = "Pending"
+	StatusServing  = observe.Serving
+	StatusDegraded = observe.Degraded
+	StatusFailing  = observe.Failing
+	StatusRefused  = observe.Refused
+	StatusPending  = observe.Pending
+	StatusUnknown  = observe.Unknown
 )
 
 // maxHostEvents bounds the events asked of each host per refresh.
@@ -332,87 +335,6 @@ func compareAddr(a, b string) int {
 	return pa.Compare(pb)
 }
 
-// lbStatus is the state of a load balancer from the desired object, what
-// the hosts report for its address (vip, nil when none reports it) and
-// each host's view of it (hosts):
-//
-//   - Refused: no address, and problems from validation.
-//   - Pending: no address yet.
-//   - Failing: hosts report the VIP and none holds or announces it; or
-//     hosts report its listeners and none is bound; or hosts check its
-//     members and none is healthy anywhere.
-//   - Degraded: it serves, but a host cannot bind a listener, a member is
-//     down, a host is not ready, or the spec has problems.
-//   - Serving: nothing is wrong.
-func lbStatus(lb *pb.LoadBalancer, vip *VIP, hosts []LBHost) (string, []string) {
-	var reasons []string
-	for _, p := range lb.GetStatus().GetProblems() {
-		reasons = append(reasons, p.GetField()+": "+p.GetReason())
-	}
-	addr := lb.GetStatus().GetAddress()
-	switch {
-	case addr == "" && len(reasons) > 0:
-		return StatusRefused, reasons
-	case addr == "":
-		return StatusPending, []string{"no address allocated yet"}
-	}
-	held := 0
-	var notReady, released []string
-	if vip != nil {
-		for _, h := range vip.Holders {
-			switch {
-			case h.State == "holding" || h.State == "announcing":
-				held++
-			case strings.HasPrefix(h.Reason, "not ready"):
-				notReady = append(notReady, h.Node+": "+h.Reason)
-			case h.Reason != "":
-				released = append(released, h.Node+": "+h.Reason)
-			}
-		}
-	}
-	var listeners, bound, members, healthy int
-	var seen []string
-	for _, h := range hosts {
-		for _, p := range h.Problems {
-			seen = append(seen, h.Node+": "+p)
-		}
-		for _, l := range h.Listeners {
-			listeners++
-			if l.Bound {
-				bound++
-			} else {
-				seen = append(seen, fmt.Sprintf("%s: listener %s/%s not bound: %s", h.Node, l.Address, l.Protocol, orText(l.Error, "not opened yet")))
-			}
-		}
-		for _, m := range h.Members {
-			members++
-			if m.Healthy {
-				healthy++
-			} else {
-				seen = append(seen, fmt.Sprintf("%s: member %s of pool %s is down: %s", h.Node, m.Address, m.Pool, orText(m.Reason, "unhealthy")))
-			}
-		}
-	}
-	// The hosts' own findings explain a host that is not ready, so a
-	// not-ready line is only added when they found nothing.
-	if len(seen) == 0 {
-		seen = notReady
-	}
-	reasons = append(reasons, seen...)
-	if vip != nil && held == 0 {
-		// Nobody carries the address: say why each host does not.
-		return StatusFailing, append(append([]string{"no host holds or announces " + addr}, reasons...), released...)
-	}
-	switch {
-	case listeners > 0 && bound == 0,
-		members > 0 && healthy == 0:
-		return StatusFailing, reasons
-	case len(reasons) > 0 || len(notReady) > 0:
-		return StatusDegraded, reasons
-	}
-	return StatusServing, nil
-}
-
 // lbHosts is each host's view of the load balancer id.
 func lbHosts(id string, hosts []*pb.HostObservation) []LBHost {
 	var out []LBHost
@@ -461,18 +383,27 @@ func lbView(lb *pb.LoadBalancer, vips map[string]*VIP, obs []*pb.HostObservation
 	vip := vips[addr]
 	id := lb.GetTenant() + "/" + lb.GetName()
 	hosts := lbHosts(id, obs)
-	status, reasons := lbStatus(lb, vip, hosts)
+	st := observe.Assess(lb, obs)
+	reasons := []string{}
+	if st.GetReason() != "" {
+		reasons = append(reasons, st.GetReason())
+	}
+	for _, p := range st.GetProblems() {
+		if p != st.GetReason() {
+			reasons = append(reasons, p)
+		}
+	}
 	var heldBy []string
 	if vip != nil {
 		for _, h := range vip.Holders {
-			if h.State == "holding" || h.State == "announcing" {
+			if observe.Held(h.State) {
 				heldBy = append(heldBy, h.Node)
 			}
 		}
 	}
 	v := LB{
 		ID: id, Tenant: lb.GetTenant(), Name: lb.GetName(),
-		Address: addr, Status: status, Reasons: reasons,
+		Address: addr, Status: st.GetPhase(), Reasons: reasons,
 		Updated: lb.GetMeta().GetUpdated().AsTime(), Revision: lb.GetMeta().GetRevision(),
 		HeldBy: nonNil(heldBy), Hosts: hosts,
 	}

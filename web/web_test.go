@@ -68,43 +68,30 @@ func shop(problems ...*pb.Problem) *pb.Object {
 
 func first[A, B any](a A, _ B) A { return a }
 
-func TestLBStatus(t *testing.T) {
-	vip := func(hs ...VIPHolder) *VIP { return &VIP{Address: "192.0.2.200", Holders: hs} }
-	tests := []struct {
-		name    string
-		lb      *pb.LoadBalancer
-		vip     *VIP
-		hosts   []LBHost
-		want    string
-		reasons int
-	}{
-		{"refused", &pb.LoadBalancer{Status: &pb.LoadBalancerStatus{Problems: []*pb.Problem{{Field: "vip", Reason: "pool full"}}}}, nil, nil, StatusRefused, 1},
-		{"pending", &pb.LoadBalancer{}, nil, nil, StatusPending, 1},
-		{"serving without VIP hosts", shop().GetLoadBalancer(), nil, nil, StatusServing, 0},
-		{"serving", shop().GetLoadBalancer(), vip(VIPHolder{Node: "n1", State: "holding"}, VIPHolder{Node: "n2", State: "released", Reason: "n1 ranks first"}), nil, StatusServing, 0},
-		{"degraded", shop().GetLoadBalancer(), vip(VIPHolder{Node: "n1", State: "holding"}, VIPHolder{Node: "n2", State: "released", Reason: "not ready: acme/shop: listeners[0]: bind: address already in use"}), nil, StatusDegraded, 1},
-		{"failing", shop().GetLoadBalancer(), vip(VIPHolder{Node: "n1", State: "released", Reason: "not ready: acme/shop: no healthy member in any of its pools"}), nil, StatusFailing, 2},
-		{"nobody announces", shop().GetLoadBalancer(), vip(VIPHolder{Node: "n1", State: "withdrawn", Reason: "this host has no bgp: section for bgp pools"}), nil, StatusFailing, 2},
-		{"member down on one host", shop().GetLoadBalancer(), vip(VIPHolder{Node: "n1", State: "holding"}), []LBHost{
-			{Node: "n1", Listeners: []ListenerState{{Address: "192.0.2.200:80", Protocol: "http", Bound: true}}, Members: []MemberState{
-				{Pool: "web", Address: "192.0.2.50:8080", Healthy: true}, {Pool: "web", Address: "192.0.2.51:8080", Reason: "connection refused"}}},
-		}, StatusDegraded, 1},
-		{"listener bound nowhere", shop().GetLoadBalancer(), nil, []LBHost{
-			{Node: "n1", Listeners: []ListenerState{{Address: "192.0.2.200:80", Protocol: "http", Error: "address already in use"}}},
-			{Node: "n2", Listeners: []ListenerState{{Address: "192.0.2.200:80", Protocol: "http", Error: "address already in use"}}},
-		}, StatusFailing, 2},
-		{"every member down", shop().GetLoadBalancer(), nil, []LBHost{
-			{Node: "n1", Members: []MemberState{{Pool: "web", Address: "192.0.2.50:8080", Reason: "HTTP 503"}}},
-		}, StatusFailing, 1},
-		{"spec problem", shop(&pb.Problem{Field: "routes[0]", Reason: "bad"}).GetLoadBalancer(), nil, nil, StatusDegraded, 1},
+// hostObs is one reachable host serving acme/shop with its listener
+// bound, member .50 up and member .51 up or down.
+func hostObs(id string, memberDown string) *pb.HostObservation {
+	m51 := &pb.MemberObservation{Address: "192.0.2.51:8080", Healthy: memberDown == "", Down: memberDown != "", Reason: memberDown}
+	return &pb.HostObservation{
+		NodeId: id, Reachable: true, Revision: 100,
+		Listeners: []*pb.ListenerObservation{{LoadBalancer: "acme/shop", Address: "192.0.2.200:80", Protocol: "http", Bound: true}},
+		Pools: []*pb.PoolObservation{{LoadBalancer: "acme/shop", Pool: "web", Members: []*pb.MemberObservation{
+			{Address: "192.0.2.50:8080", Healthy: true}, m51}}},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, reasons := lbStatus(tt.lb, tt.vip, tt.hosts)
-			if got != tt.want || len(reasons) != tt.reasons {
-				t.Errorf("lbStatus = %s %q, want %s with %d reasons", got, reasons, tt.want, tt.reasons)
-			}
-		})
+}
+
+func TestLBView(t *testing.T) {
+	vips := map[string]*VIP{"192.0.2.200": {Address: "192.0.2.200", Holders: []VIPHolder{{Node: "n1", State: "holding"}}}}
+	v := lbView(shop().GetLoadBalancer(), vips, []*pb.HostObservation{hostObs("n1", ""), hostObs("n2", "connect: connection refused")})
+	if v.Status != StatusDegraded || len(v.Reasons) != 1 || !strings.Contains(v.Reasons[0], "n2: pool web member 192.0.2.51:8080 is down: connect: connection refused") {
+		t.Errorf("status %s %q, want Degraded naming n2's member", v.Status, v.Reasons)
+	}
+	if strings.Join(v.HeldBy, ",") != "n1" || len(v.Hosts) != 2 || v.Hosts[1].Node != "n2" || v.Hosts[1].Members[1].Healthy || v.Hosts[1].Members[1].Reason == "" || !v.Hosts[0].Listeners[0].Bound {
+		t.Errorf("per host view %+v", v)
+	}
+	v = lbView(shop().GetLoadBalancer(), vips, []*pb.HostObservation{hostObs("n1", "")})
+	if v.Status != StatusServing || len(v.Reasons) != 0 {
+		t.Errorf("status %s %q, want Serving", v.Status, v.Reasons)
 	}
 }
 
@@ -115,7 +102,8 @@ func TestDiffTimeline(t *testing.T) {
 			node("n2", "follower", true), node("n3", "follower", true),
 		}}
 	}
-	c := &cluster{status: base(), objs: map[string][]*pb.Object{"LoadBalancer": {shop()}}}
+	c := &cluster{status: base(), objs: map[string][]*pb.Object{"LoadBalancer": {shop()}},
+		obs: &pb.ObserveResponse{Hosts: []*pb.HostObservation{hostObs("n1", ""), hostObs("n2", ""), hostObs("n3", "")}}}
 	prev := first(gather(context.Background(), c, time.Now(), nil))
 	if len(prev.Errors) > 0 || len(prev.LBs) != 1 || prev.LBs[0].Status != StatusServing || strings.Join(prev.LBs[0].HeldBy, ",") != "n1" {
 		t.Fatalf("first snapshot: %+v", prev)
