@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/teapot-lb/teapot-lb/api"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
 
@@ -87,16 +88,14 @@ func computeDesired(objs []*pb.Object) *desired {
 	}
 	for tenant, hs := range hosts {
 		slices.Sort(hs)
-		room := len(hs)
-		if q := int(tenants[tenant].GetQuotas().GetCertificates()); q > 0 {
-			used := 0
-			for _, c := range d.uploaded {
-				if c.GetTenant() == tenant {
-					used++
-				}
+		q := int(api.EffectiveQuotas(tenants[tenant]).GetCertificates())
+		used := 0
+		for _, c := range d.uploaded {
+			if c.GetTenant() == tenant {
+				used++
 			}
-			room = max(0, min(room, q-used))
 		}
+		room := max(0, min(len(hs), q-used))
 		for i, h := range hs {
 			if i < room {
 				d.managed[h] = tenant
@@ -104,7 +103,7 @@ func computeDesired(objs []*pb.Object) *desired {
 			}
 			d.refused[h] = refusal{tenant: tenant, reason: fmt.Sprintf(
 				"tenant %s has reached its quota of %d certificates (quotas.certificates); remove a host or ask the operator to raise the quota",
-				tenant, tenants[tenant].GetQuotas().GetCertificates())}
+				tenant, q)}
 		}
 	}
 	return d

@@ -66,13 +66,11 @@ func (s *Service) Upload(ctx context.Context, req *pb.UploadCertificateRequest) 
 	return out, api.ToStatus(err)
 }
 
-// checkQuota refuses a new certificate beyond quotas.certificates.
+// checkQuota refuses a new certificate beyond quotas.certificates (the
+// cluster default when unset).
 // Replacing an uploaded certificate is always allowed.
 func (s *Service) checkQuota(ctx context.Context, t *pb.Tenant, name string) error {
-	q := int(t.GetQuotas().GetCertificates())
-	if q == 0 {
-		return nil
-	}
+	q := int(api.EffectiveQuotas(t).GetCertificates())
 	objs, _, err := s.store.List(ctx, api.KindCertificate, t.GetName())
 	if err != nil {
 		return err
