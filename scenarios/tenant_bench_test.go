@@ -170,7 +170,8 @@ func BenchmarkTenantEndpointChange(b *testing.B) {
 func BenchmarkTenantInitialSync(b *testing.B) {
 	l := newTenantLab(b)
 	l.cliOK("pool", "create", "bulk", "--cidr", "127.0.128.0/22", "--mode", "static")
-	l.cliOK("tenant", "create", "acme", "--domains", "acme.example", "--networks", "10.251.0.0/16", "--pools", "bulk", "--pods-routable")
+	l.cliOK("tenant", "create", "acme", "--domains", "acme.example", "--networks", "10.251.0.0/16", "--pools", "bulk", "--pods-routable",
+		"--max-lbs", "2000", "--max-addresses", "2000", "--max-listeners", "2000", "--max-members", "20000")
 	creds := l.credentials("acme")
 	l.createNamespace("bulk")
 
