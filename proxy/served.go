@@ -88,10 +88,16 @@ var algorithms = map[snapshot.Algorithm]balance.Algorithm{
 func newPool(sp *snapshot.Pool, reg *health.Registry) *Pool {
 	p := &Pool{Spec: sp, members: make([]*balance.Member, len(sp.Members))}
 	for i, m := range sp.Members {
-		p.members[i] = &balance.Member{Addr: m.Addr, Weight: m.Weight, State: reg.Acquire(m.Addr, sp.Health)}
+		p.members[i] = &balance.Member{Addr: m.Addr, Weight: m.Weight, State: reg.AcquireFor(tenantOf(sp.LB), m.Addr, sp.Health)}
 	}
 	p.bal = balance.New(algorithms[sp.Algorithm], p.members)
 	return p
+}
+
+// tenantOf returns the tenant of a load balancer named "tenant/name".
+func tenantOf(lb string) string {
+	t, _, _ := strings.Cut(lb, "/")
+	return t
 }
 
 // release gives the pool's health targets back.

@@ -2,6 +2,7 @@ package health
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -24,17 +25,19 @@ var (
 )
 
 // check runs one check of addr (its port replaced by hc.Port when set).
-func check(addr netip.AddrPort, hc *snapshot.HealthCheck) error {
+// Ending ctx ends it at once.
+func check(ctx context.Context, addr netip.AddrPort, hc *snapshot.HealthCheck) error {
 	if hc.Port != 0 {
 		addr = netip.AddrPortFrom(addr.Addr(), hc.Port)
 	}
 	deadline := time.Now().Add(hc.Timeout)
 	d := net.Dialer{Deadline: deadline}
-	c, err := d.Dial("tcp", addr.String())
+	c, err := d.DialContext(ctx, "tcp", addr.String())
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
 	}
 	defer c.Close()
+	defer context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })()
 	if !hc.HTTP {
 		return nil
 	}

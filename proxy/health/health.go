@@ -13,6 +13,7 @@
 package health
 
 import (
+	"context"
 	"log/slog"
 	"math/rand/v2"
 	"net/netip"
@@ -34,6 +35,12 @@ type Options struct {
 	MaxEjectFor time.Duration
 	// MaxConcurrentChecks bounds the checks in flight (default 256).
 	MaxConcurrentChecks int
+	// MaxChecksPerTenant bounds one tenant's checks in flight (default
+	// MaxConcurrentChecks/8, at least 1): a tenant whose checks hang (a
+	// tarpit) holds at most this share of MaxConcurrentChecks.
+	MaxChecksPerTenant int
+	// MaxCheckTimeout bounds any check's timeout (default 10s).
+	MaxCheckTimeout time.Duration
 	// OnChange is called, without locks held, when a target becomes
 	// healthy or unhealthy (check or ejection); reason says why.
 	OnChange func(t *Target, healthy bool, reason string)
@@ -56,6 +63,13 @@ func (o Options) withDefaults() Options {
 	if o.MaxConcurrentChecks <= 0 {
 		o.MaxConcurrentChecks = 256
 	}
+	if o.MaxChecksPerTenant <= 0 {
+		o.MaxChecksPerTenant = max(1, o.MaxConcurrentChecks/8)
+	}
+	o.MaxChecksPerTenant = min(o.MaxChecksPerTenant, o.MaxConcurrentChecks)
+	if o.MaxCheckTimeout <= 0 {
+		o.MaxCheckTimeout = 10 * time.Second
+	}
 	return o
 }
 
@@ -69,9 +83,21 @@ type Registry struct {
 	closed  bool
 	// self holds the addresses this host listens on (guarded by mu).
 	self map[netip.AddrPort]bool
+	// tenants holds each tenant's check budget (guarded by mu).
+	tenants map[string]*tenantBudget
+	// ctx ends with Close: checks waiting or in flight stop at once.
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// tenantBudget bounds one tenant's checks in flight.
+type tenantBudget struct {
+	sem  chan struct{}
+	refs int // targets of the tenant, guarded by Registry.mu
 }
 
 type targetKey struct {
+	tenant string
 	addr   netip.AddrPort
 	active bool
 	check  snapshot.HealthCheck
@@ -80,22 +106,38 @@ type targetKey struct {
 // NewRegistry returns an empty registry.
 func NewRegistry(o Options) *Registry {
 	o = o.withDefaults()
-	return &Registry{o: o, sem: make(chan struct{}, o.MaxConcurrentChecks), targets: map[targetKey]*Target{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Registry{o: o, sem: make(chan struct{}, o.MaxConcurrentChecks), targets: map[targetKey]*Target{},
+		tenants: map[string]*tenantBudget{}, ctx: ctx, cancel: cancel}
 }
 
 // Acquire returns the Target for a member address and check (nil: no
 // active check), creating it and starting its checks on first use. Each
 // Acquire needs a Release.
 func (r *Registry) Acquire(addr netip.AddrPort, hc *snapshot.HealthCheck) *Target {
-	k := targetKey{addr: addr}
+	return r.AcquireFor("", addr, hc)
+}
+
+// AcquireFor is Acquire for a tenant's member: the tenant's checks share
+// its budget of MaxChecksPerTenant in flight, so they cannot delay
+// another tenant's.
+func (r *Registry) AcquireFor(tenant string, addr netip.AddrPort, hc *snapshot.HealthCheck) *Target {
+	k := targetKey{tenant: tenant, addr: addr}
 	if hc != nil {
 		k.active, k.check = true, *hc
+		k.check.Timeout = min(k.check.Timeout, r.o.MaxCheckTimeout)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	t := r.targets[k]
 	if t == nil {
-		t = &Target{r: r, key: k, name: addr.String()}
+		tb := r.tenants[tenant]
+		if tb == nil {
+			tb = &tenantBudget{sem: make(chan struct{}, r.o.MaxChecksPerTenant)}
+			r.tenants[tenant] = tb
+		}
+		tb.refs++
+		t = &Target{r: r, key: k, name: addr.String(), budget: tb}
 		t.setBit(bitSelf, r.isSelf(addr))
 		r.targets[k] = t
 		if k.active && !r.closed {
@@ -137,6 +179,9 @@ func (r *Registry) Release(t *Target) {
 	}
 	if r.targets[t.key] == t {
 		delete(r.targets, t.key)
+		if t.budget.refs--; t.budget.refs == 0 && r.tenants[t.key.tenant] == t.budget {
+			delete(r.tenants, t.key.tenant)
+		}
 	}
 	t.stop()
 }
@@ -156,6 +201,7 @@ func (r *Registry) Close() {
 		t.stop()
 	}
 	r.mu.Unlock()
+	r.cancel()
 	r.wg.Wait()
 }
 

@@ -18,10 +18,11 @@ const (
 
 // Target is the live state of one member under one check.
 type Target struct {
-	r    *Registry
-	key  targetKey
-	name string
-	refs int // guarded by r.mu
+	r      *Registry
+	key    targetKey
+	name   string
+	refs   int // guarded by r.mu
+	budget *tenantBudget
 
 	state     atomic.Uint32
 	inFlight  atomic.Int64
@@ -207,9 +208,22 @@ func (t *Target) run() {
 	if self {
 		err = ErrSelf // never dialled: it would be this host's own listener
 	} else {
-		t.r.sem <- struct{}{}
-		err = check(t.key.addr, &t.key.check)
+		// The tenant's budget first: a tenant at its bound waits without
+		// holding a slot of the host's.
+		select {
+		case t.budget.sem <- struct{}{}:
+		case <-t.r.ctx.Done():
+			return
+		}
+		select {
+		case t.r.sem <- struct{}{}:
+		case <-t.r.ctx.Done():
+			<-t.budget.sem
+			return
+		}
+		err = check(t.r.ctx, t.key.addr, &t.key.check)
 		<-t.r.sem
+		<-t.budget.sem
 	}
 	t.record(err)
 	// Up to 10% of jitter keeps checks of many members from bunching.
