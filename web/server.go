@@ -51,7 +51,6 @@ type Server struct {
 	events   []Event
 	seq      uint64
 	subs     map[chan struct{}]bool
-	refreshC chan struct{}
 	// cursor is the newest host event seen per host.
 	cursor map[string]uint64
 	// lastHeld is the last set of hosts that held each VIP.
@@ -78,7 +77,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	return &Server{
 		cfg: cfg, log: cfg.Logger.With("component", "web"), auth: a,
-		subs: map[chan struct{}]bool{}, refreshC: make(chan struct{}, 1), cursor: map[string]uint64{}, lastHeld: map[string][]string{},
+		subs: map[chan struct{}]bool{}, cursor: map[string]uint64{}, lastHeld: map[string][]string{},
 	}, nil
 }
 

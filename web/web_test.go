@@ -276,3 +276,35 @@ func TestDiffVIPMoveAcrossAGap(t *testing.T) {
 		t.Errorf("events:\n%s\nwant:\n%s", got, want)
 	}
 }
+
+func TestHostEventsOnTheTimelineOnce(t *testing.T) {
+	ev := func(seq uint64, typ, msg string) *pb.Event {
+		return &pb.Event{Seq: seq, NodeId: "n1", Type: typ, Severity: "warning", LoadBalancer: "acme/shop", Message: msg, Time: timestamppb.Now()}
+	}
+	c := &cluster{status: &pb.ClusterStatusResponse{LeaderId: "n1", Nodes: []*pb.NodeStatus{node("n1", "leader", true)}}, objs: map[string][]*pb.Object{}}
+	c.obs = &pb.ObserveResponse{Hosts: []*pb.HostObservation{{NodeId: "n1", Reachable: true, LastEvent: 2, Events: []*pb.Event{
+		ev(1, "member-down", "member 192.0.2.51:8080 of pool web is down"), ev(2, EventLeader, "n1 is the leader"),
+	}}}}
+	s, err := New(Config{Source: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.refresh(context.Background())
+	s.refresh(context.Background()) // the same events again: already seen
+	c.set(func() {
+		c.obs.Hosts[0].Events = append(c.obs.Hosts[0].Events, ev(3, "member-up", "member 192.0.2.51:8080 of pool web is up"))
+		c.obs.Hosts[0].LastEvent = 3
+	})
+	s.refresh(context.Background())
+	var got []string
+	for _, e := range s.current(0).Events {
+		got = append(got, e.Kind+" "+e.Subject+" "+e.Message)
+	}
+	want := []string{
+		"member-down acme/shop n1: member 192.0.2.51:8080 of pool web is down",
+		"member-up acme/shop n1: member 192.0.2.51:8080 of pool web is up",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("timeline:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
