@@ -46,11 +46,11 @@ type Server struct {
 	log  *slog.Logger
 	auth *auth
 
-	mu       sync.Mutex
-	snap     *Snapshot
-	events   []Event
-	seq      uint64
-	subs     map[chan struct{}]bool
+	mu     sync.Mutex
+	snap   *Snapshot
+	events []Event
+	seq    uint64
+	subs   map[chan struct{}]bool
 	// cursor is the newest host event seen per host.
 	cursor map[string]uint64
 	// lastHeld is the last set of hosts that held each VIP.
