@@ -72,6 +72,9 @@ type cluster struct {
 	bin   string
 	dir   string
 	nodes []*node
+	// nofile, when set, is the descriptor limit (soft and hard) every
+	// node is started with.
+	nofile int
 }
 
 // newCluster prepares an empty cluster. When the test fails, the end of
@@ -189,6 +192,10 @@ func (c *cluster) start(n *node, extra ...string) {
 		"--acme-ca", noACME,
 	}, extra...)
 	cmd := exec.Command(c.bin, args...)
+	if c.nofile > 0 {
+		// The shell lowers its limit and becomes the node (same pid).
+		cmd = exec.Command("/bin/sh", append([]string{"-c", fmt.Sprintf(`ulimit -n %d && exec "$0" "$@"`, c.nofile), c.bin}, args...)...)
+	}
 	cmd.Env = childEnv()
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile

@@ -1,0 +1,306 @@
+package scenarios
+
+import (
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/teapot-lb/teapot-lb/api"
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+)
+
+// Bounds of the noisy-neighbour scenario.
+const (
+	quietPhase    = 10 * time.Second // baseline
+	minPhase      = 8 * time.Second  // every abuse phase lasts at least this
+	idleConns     = 16000            // b's idle connections, twice the LB host's descriptors
+	idleDialFor   = 20 * time.Second // longest time spent opening them
+	idleHold      = 5 * time.Second
+	tarpitChecks  = 600 // b's health-checked members, all tarpits
+	ejectBound    = 6 * time.Second
+	noHelloCount  = 32
+	noHelloBound  = 45 * time.Second // every hello-less stream is closed by then
+	replayTries   = 20
+	selfDialConns = 3
+)
+
+// noisyPhase is one abuse by tenant b. run returns notes for the report and
+// reports goal failures through tb.
+type noisyPhase struct {
+	name string
+	run  func(tb testing.TB, l *noisyLab, b *tenantAgent) []string
+}
+
+var noisyPhases = []noisyPhase{
+	{"listeners, LB quota", phaseListeners},
+	{"routes, long paths", phaseRoutes},
+	{"idle connections", phaseIdleConns},
+	{"tarpit health checks", phaseTarpit},
+	{"member is a VIP", phaseSelfDial},
+	{"TLS ticket replay", phaseTicketReplay},
+	{"streams without hello", phaseNoHello},
+}
+
+// TestNoisyNeighbour runs every abuse of tenant b while tenant a's load
+// balancer and the admin API are probed, and holds the goals: every probe
+// of a succeeds, a's p99 stays within p99Bound of the quiet baseline, and
+// every admin call answers.
+func TestNoisyNeighbour(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: runs a serve process through about two minutes of abuse")
+	}
+	rows := runNoisyNeighbour(t)
+	t.Logf("tenant a while tenant b misbehaves (one LB host, %d descriptors):\n%s", noisyServeNofile, noisyTable(rows))
+	quiet := rows[0]
+	for _, r := range rows {
+		for _, p := range []struct {
+			what  string
+			s, q  probeStat
+			bound bool
+		}{{"a's HTTP probes", r.http, quiet.http, true}, {"a's TCP probes", r.tcp, quiet.tcp, true}, {"admin API calls", r.admin, quiet.admin, false}} {
+			if p.s.total == 0 {
+				t.Errorf("%s: no %s ran", r.name, p.what)
+				continue
+			}
+			if p.s.ok != p.s.total {
+				t.Errorf("%s: %d of %d %s failed; first: %v", r.name, p.s.total-p.s.ok, p.s.total, p.what, p.s.firstErr)
+			}
+			if b := p99Bound(p.q.p99); p.bound && p.s.p99 > b {
+				t.Errorf("%s: p99 of %s %.1f ms, want at most %.1f ms (quiet %.1f ms)", r.name, p.what, ms(p.s.p99), ms(b), ms(p.q.p99))
+			}
+		}
+	}
+}
+
+// BenchmarkNoisyNeighbour runs the scenario once and reports a's p99 and
+// the admin API's per phase, next to the quiet baseline.
+func BenchmarkNoisyNeighbour(b *testing.B) {
+	rows := runNoisyNeighbour(b)
+	b.StopTimer()
+	fmt.Printf("\ntenant a while tenant b misbehaves (one LB host, %d descriptors)\n%s", noisyServeNofile, noisyTable(rows))
+	for _, r := range rows {
+		key := strings.NewReplacer(" ", "-", ",", "").Replace(r.name)
+		b.ReportMetric(ms(r.http.p99), key+"-http-p99-ms")
+		b.ReportMetric(ms(r.tcp.p99), key+"-tcp-p99-ms")
+		b.ReportMetric(float64(r.http.total-r.http.ok+r.tcp.total-r.tcp.ok), key+"-failed-probes")
+		b.ReportMetric(float64(r.admin.total-r.admin.ok), key+"-failed-admin")
+	}
+	b.ReportMetric(0, "ns/op")
+}
+
+func runNoisyNeighbour(tb testing.TB) []noisyRow {
+	l := newNoisyLab(tb)
+	b := dialTenant(tb, "b-agent", l.credsB)
+	defer b.close()
+	if _, err := b.change(nil); err != nil {
+		tb.Fatalf("b's stream: %v", err)
+	}
+
+	p := startProbes(l.tl.conn)
+	names := []string{"quiet"}
+	// The quiet baseline includes the ejection of a failing member of a,
+	// which the tarpit phase repeats.
+	start := time.Now()
+	time.Sleep(3 * time.Second)
+	notes := [][]string{{l.ejection(tb)}}
+	if rest := quietPhase - time.Since(start); rest > 0 {
+		time.Sleep(rest)
+	}
+	for i, ph := range noisyPhases {
+		p.phase.Store(int64(i + 1))
+		start := time.Now()
+		tb.Logf("phase %q", ph.name)
+		n := ph.run(tb, l, b)
+		if rest := minPhase - time.Since(start); rest > 0 {
+			time.Sleep(rest)
+		}
+		names = append(names, ph.name)
+		notes = append(notes, append(n, fmt.Sprintf("%.0fs", time.Since(start).Seconds())))
+	}
+	p.finish()
+	return p.rows(names, notes)
+}
+
+// bLB is a load balancer of b's agent: a VIP from the pool, the listeners
+// given and one pool "web".
+func bLB(name string, listeners []*pb.Listener, routes []*pb.Route, web *pb.BackendPool) *pb.LoadBalancer {
+	return &pb.LoadBalancer{Name: name, Vip: &pb.VIPRequest{Pool: "noisy"}, Listeners: listeners, Routes: routes,
+		Pools: map[string]*pb.BackendPool{"web": web}}
+}
+
+func memberList(addrs ...string) []*pb.Member {
+	var out []*pb.Member
+	for _, a := range addrs {
+		out = append(out, &pb.Member{Address: a})
+	}
+	return out
+}
+
+// upsertEach sends each load balancer in its own change and returns the
+// stored names and the refusals (a stream the server ended counts as a
+// refusal of what it carried).
+func upsertEach(tb testing.TB, b *tenantAgent, lbs ...*pb.LoadBalancer) (stored []string, refused map[string]string) {
+	refused = map[string]string{}
+	for _, lb := range lbs {
+		ack, err := b.change([]*pb.LoadBalancer{lb})
+		if err != nil {
+			refused[lb.GetName()] = "stream ended: " + err.Error()
+			continue
+		}
+		s, r := verdicts(ack)
+		stored = append(stored, s...)
+		for k, v := range r {
+			refused[k] = v
+		}
+	}
+	return stored, refused
+}
+
+// remove deletes b's load balancers named, reporting a failure.
+func removeLBs(tb testing.TB, b *tenantAgent, names ...string) {
+	if _, err := b.change(nil, names...); err != nil {
+		tb.Errorf("remove %v: %v", names, err)
+	}
+}
+
+// bCount is how many load balancers b has stored.
+func bCount(tb testing.TB, l *noisyLab) int {
+	ctx, cancel := l.tl.ctx()
+	defer cancel()
+	objs, err := listAll(ctx, l.tl.conn, api.KindLoadBalancer)
+	if err != nil {
+		tb.Errorf("list load balancers: %v", err)
+		return -1
+	}
+	n := 0
+	for _, o := range objs {
+		if o.GetLoadBalancer().GetTenant() == "b" {
+			n++
+		}
+	}
+	return n
+}
+
+func shorten(s string) string {
+	if len(s) > 90 {
+		return s[:90] + "..."
+	}
+	return s
+}
+
+// phaseListeners: one load balancer with 24,000 listeners, then twelve
+// load balancers against a quota of six.
+func phaseListeners(tb testing.TB, l *noisyLab, b *tenantAgent) []string {
+	web := &pb.BackendPool{Members: memberList(l.bWeb.addr)}
+	var ls []*pb.Listener
+	for i := range 24000 {
+		ls = append(ls, &pb.Listener{Port: uint32(10000 + i), Protocol: "tcp", Pool: "web"})
+	}
+	_, refused := upsertEach(tb, b, bLB("svc-many-listeners", ls, nil, web))
+	why, ok := refused["svc-many-listeners"]
+	if !ok {
+		tb.Errorf("a load balancer with 24000 listeners was stored")
+	}
+	var flood []*pb.LoadBalancer
+	var names []string
+	for i := range 12 {
+		name := fmt.Sprintf("svc-flood-%02d", i)
+		names = append(names, name)
+		flood = append(flood, bLB(name, []*pb.Listener{
+			{Port: 20000, Protocol: "tcp", Pool: "web"}, {Port: 20001, Protocol: "tcp", Pool: "web"},
+		}, nil, web))
+	}
+	ack, err := b.change(flood)
+	stored := 0
+	if err != nil {
+		tb.Errorf("b's flood of load balancers: %v", err)
+	} else {
+		s, _ := verdicts(ack)
+		stored = len(s)
+	}
+	have := bCount(tb, l)
+	if have > 6 {
+		tb.Errorf("b holds %d load balancers with a quota of 6", have)
+	}
+	removeLBs(tb, b, append(names, "svc-many-listeners")...)
+	return []string{fmt.Sprintf("24000 listeners refused: %s", shorten(why)), fmt.Sprintf("12 LBs vs quota 6: %d stored, b holds %d", stored, have)}
+}
+
+// phaseRoutes: 60,000 routes, a 3 MiB path, and three load balancers at
+// the per-LB route bound with 1000-byte paths.
+func phaseRoutes(tb testing.TB, l *noisyLab, b *tenantAgent) []string {
+	web := &pb.BackendPool{Members: memberList(l.bWeb.addr)}
+	http := []*pb.Listener{{Port: noisyHTTPPort, Protocol: "http"}}
+	routes := func(n, pathLen int) []*pb.Route {
+		var rs []*pb.Route
+		for i := range n {
+			p := fmt.Sprintf("/r/%05d/", i)
+			rs = append(rs, &pb.Route{Host: "r.b.example", Path: p + strings.Repeat("x", max(0, pathLen-len(p))), Pool: "web"})
+		}
+		return rs
+	}
+	_, refused := upsertEach(tb, b,
+		bLB("svc-routes-60k", http, routes(60000, 0), web),
+		bLB("svc-long-path", http, []*pb.Route{{Host: "r.b.example", Path: "/" + strings.Repeat("p", 3<<20), Pool: "web"}}, web))
+	var notes []string
+	for _, name := range []string{"svc-routes-60k", "svc-long-path"} {
+		if why, ok := refused[name]; !ok {
+			tb.Errorf("%s was stored", name)
+		} else {
+			notes = append(notes, fmt.Sprintf("%s refused: %s", name, shorten(why)))
+		}
+	}
+	var big []*pb.LoadBalancer
+	var names []string
+	for i := range 3 {
+		name := fmt.Sprintf("svc-routes-%d", i)
+		names = append(names, name)
+		big = append(big, bLB(name, http, routes(int(api.DefaultQuotas().RoutesPerLb), 1000), web))
+	}
+	stored, _ := upsertEach(tb, b, big...)
+	notes = append(notes, fmt.Sprintf("3 LBs x %d routes of 1000 B: %d stored", api.DefaultQuotas().RoutesPerLb, len(stored)))
+	removeLBs(tb, b, append(names, "svc-routes-60k", "svc-long-path")...)
+	return notes
+}
+
+// phaseSelfDial: members that are VIPs of the cluster (b's own listener,
+// and a's), then connections to the looping listener.
+func phaseSelfDial(tb testing.TB, l *noisyLab, b *tenantAgent) []string {
+	loop := bLB("svc-loop", []*pb.Listener{{Port: 9100, Protocol: "tcp", Pool: "web"}}, nil,
+		&pb.BackendPool{Members: memberList(net.JoinHostPort(noisyVIPLoop, "9100"))})
+	loop.Vip.Address = noisyVIPLoop
+	viaA := bLB("svc-via-a", []*pb.Listener{{Port: 9101, Protocol: "tcp", Pool: "web"}}, nil,
+		&pb.BackendPool{Members: memberList(net.JoinHostPort(noisyVIPA, fmt.Sprint(noisyTCPPort)))})
+	_, refused := upsertEach(tb, b, loop, viaA)
+	notes := []string{fmt.Sprintf("b's networks overlap the pool: %t", l.overlaps)}
+	for _, name := range []string{"svc-loop", "svc-via-a"} {
+		if why, ok := refused[name]; !ok {
+			tb.Errorf("%s, whose member is a VIP, was stored", name)
+		} else {
+			notes = append(notes, fmt.Sprintf("%s refused: %s", name, shorten(why)))
+		}
+	}
+	var conns []net.Conn
+	for range selfDialConns {
+		if c, err := net.DialTimeout("tcp", net.JoinHostPort(noisyVIPLoop, "9100"), time.Second); err == nil {
+			fmt.Fprintln(c, "loop")
+			conns = append(conns, c)
+		}
+	}
+	time.Sleep(4 * time.Second)
+	for _, c := range conns {
+		c.Close()
+	}
+	removeLBs(tb, b, "svc-loop", "svc-via-a")
+	return append(notes, fmt.Sprintf("%d of %d connections to the loop opened", len(conns), selfDialConns))
+}
+
+// healthCheck is b's check of the tarpits: as long a timeout as its
+// interval allows.
+func healthCheck(interval, timeout time.Duration) *pb.HealthCheck {
+	return &pb.HealthCheck{Http: &pb.HTTPCheck{Path: "/"}, Interval: durationpb.New(interval), Timeout: durationpb.New(timeout), Fall: 1, Rise: 1}
+}
