@@ -3,6 +3,7 @@ package scenarios
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -10,13 +11,17 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
 
@@ -44,6 +49,7 @@ mode: arp
 kind: Tenant
 name: kube
 networks: [192.0.2.31/32, 192.0.2.32/32, 198.51.100.0/25]
+domains: [shop.example]
 pools: [kube]
 quotas: { loadBalancers: 40, addresses: 40 }
 `
@@ -191,6 +197,7 @@ func (l *kubeLab) installAgent() {
 	k := l.kube()
 	k.applyManifest("00-namespace.yaml")
 	k.applyManifest("10-rbac.yaml")
+	k.applyManifest("40-ingressclass.yaml")
 	out, err := l.cli(l.lbs[0], "tenant", "credentials", kubeTenant, "-o", "json")
 	if err != nil {
 		t.Fatal(err)
@@ -258,8 +265,9 @@ func (l *kubeLab) waitDeployment(ns, name string, want int32) {
 	})
 }
 
-// echoDeployment creates a Deployment of echo pods.
-func (l *kubeLab) echoDeployment(ns, name string, replicas int32) {
+// echoDeployment creates a Deployment of echo pods, on node if it is not
+// "".
+func (l *kubeLab) echoDeployment(ns, name string, replicas int32, node string) {
 	l.tb.Helper()
 	labels := map[string]string{"app": name}
 	dep := &appsv1.Deployment{
@@ -270,6 +278,7 @@ func (l *kubeLab) echoDeployment(ns, name string, replicas int32) {
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: corev1.PodSpec{
+					NodeSelector:                  nodeSelector(node),
 					TerminationGracePeriodSeconds: ptrTo(int64(2)),
 					Containers: []corev1.Container{{
 						Name: "echo", Image: "teapot.test/echo:" + kubeImageTag, ImagePullPolicy: corev1.PullNever,
@@ -293,6 +302,29 @@ func (l *kubeLab) echoDeployment(ns, name string, replicas int32) {
 	if _, err := l.k.Client.AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
 		l.tb.Fatalf("create Deployment %s/%s: %v", ns, name, err)
 	}
+}
+
+func nodeSelector(node string) map[string]string {
+	if node == "" {
+		return nil
+	}
+	return map[string]string{"kubernetes.io/hostname": node}
+}
+
+// podNodes maps the names of the pods of app to their nodes.
+func (l *kubeLab) podNodes(ns, app string) map[string]string {
+	l.tb.Helper()
+	ctx, cancel := l.ctx()
+	defer cancel()
+	pods, err := l.k.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=" + app})
+	if err != nil {
+		l.tb.Fatal(err)
+	}
+	m := map[string]string{}
+	for _, p := range pods.Items {
+		m[p.Name] = p.Spec.NodeName
+	}
+	return m
 }
 
 // createNamespace creates a namespace in the tenant cluster.
@@ -361,16 +393,23 @@ type echoAnswer struct{ pod, client, proxy string }
 
 func parseEcho(line string) (echoAnswer, error) {
 	var a echoAnswer
-	for _, f := range strings.Fields(strings.TrimSpace(line)) {
+	line = strings.TrimSpace(line)
+	head, quoted, _ := strings.Cut(line, " proxy=")
+	for _, f := range strings.Fields(head) {
 		k, v, _ := strings.Cut(f, "=")
 		switch k {
 		case "pod":
 			a.pod = v
 		case "client":
 			a.client = v
-		case "proxy":
-			a.proxy = strings.Trim(v, `"`)
 		}
+	}
+	if quoted != "" {
+		p, err := strconv.Unquote(quoted)
+		if err != nil {
+			return a, fmt.Errorf("proxy field of %q: %v", line, err)
+		}
+		a.proxy = p
 	}
 	if a.pod == "" {
 		return a, fmt.Errorf("not an echo answer: %q", line)
@@ -380,10 +419,20 @@ func parseEcho(line string) (echoAnswer, error) {
 
 // echoHTTP sends one HTTP request from h to addr.
 func echoHTTP(h *netlab.Host, addr netip.AddrPort, timeout time.Duration) (echoAnswer, error) {
+	return echoHTTPHost(h, addr, "", timeout)
+}
+
+// echoHTTPHost sends one HTTP request for host from h to addr.
+func echoHTTPHost(h *netlab.Host, addr netip.AddrPort, host string, timeout time.Duration) (echoAnswer, error) {
 	tr := &http.Transport{DialContext: h.DialContext, DisableKeepAlives: true}
 	defer tr.CloseIdleConnections()
 	hc := &http.Client{Transport: tr, Timeout: timeout}
-	resp, err := hc.Get("http://" + addr.String() + "/")
+	req, err := http.NewRequest(http.MethodGet, "http://"+addr.String()+"/", nil)
+	if err != nil {
+		return echoAnswer{}, err
+	}
+	req.Host = host
+	resp, err := hc.Do(req)
 	if err != nil {
 		return echoAnswer{}, err
 	}
@@ -439,7 +488,7 @@ func TestKubeClusterLoadBalancer(t *testing.T) {
 	}
 	l := newKubeLab(t)
 	l.createNamespace("shop")
-	l.echoDeployment("shop", "echo", 2)
+	l.echoDeployment("shop", "echo", 2, "")
 	l.waitDeployment("shop", "echo", 2)
 
 	began := time.Now()
@@ -462,5 +511,151 @@ func TestKubeClusterLoadBalancer(t *testing.T) {
 		t.Fatalf("UDP answer from %q, want an echo pod", ua.pod)
 	}
 	t.Logf("UDP Service: VIP %s answered by %s", uvip, ua.pod)
+
+	t.Run("ExternalTrafficPolicyLocal", l.testLocalTraffic)
+	t.Run("IngressToClusterIP", l.testIngressClusterIP)
 	t.Logf("whole scenario %s", time.Since(l.start).Round(100*time.Millisecond))
+}
+
+// testLocalTraffic: a Service with externalTrafficPolicy: Local and PROXY
+// protocol, its pods on node1 only. The LB health-checks kube-proxy's
+// healthCheckNodePort, so node2 (no local pod: kube-proxy drops the
+// traffic) gets none and every request is answered, from node1's pods,
+// which see the client's own address in the PROXY header. Moved to node2,
+// the traffic follows.
+func (l *kubeLab) testLocalTraffic(t *testing.T) {
+	l.echoDeployment("shop", "local", 2, "node1")
+	l.waitDeployment("shop", "local", 2)
+	svc := lbServiceFor("shop", "local", "local", corev1.ProtocolTCP, 80)
+	svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+	svc.Annotations = map[string]string{"teapot-lb.io/proxy-protocol": "v1"}
+	vip := l.createService(svc)
+	ctx, cancel := l.ctx()
+	got, err := l.k.Client.CoreV1().Services("shop").Get(ctx, "local", metav1.GetOptions{})
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Spec.HealthCheckNodePort == 0 {
+		t.Fatal("the Service has no healthCheckNodePort")
+	}
+	if in := got.Status.LoadBalancer.Ingress; len(in) != 1 || in[0].IPMode == nil || *in[0].IPMode != corev1.LoadBalancerIPModeProxy {
+		t.Fatalf("status %+v, want one address with ipMode Proxy", in)
+	}
+	to := netip.AddrPortFrom(vip, 80)
+	ask := func() (echoAnswer, error) { return echoHTTP(l.client, to, 2*time.Second) }
+	l.waitEcho("an answer through "+vip.String(), ask)
+	onNode := func(node string) {
+		t.Helper()
+		// Until the LB's health checks agree, a request may still go to
+		// the other node; then every request must be answered on node.
+		waitFor(t, kubeLabTimeout, "20 answers in a row from pods on "+node, func() error {
+			pods := l.podNodes("shop", "local")
+			for i := range 20 {
+				a, err := ask()
+				if err != nil {
+					return fmt.Errorf("request %d: %v", i, err)
+				}
+				if pods[a.pod] != node {
+					return fmt.Errorf("request %d answered by %s on %q", i, a.pod, pods[a.pod])
+				}
+				if want := "PROXY TCP4 192.0.2.100 " + vip.String() + " "; !strings.HasPrefix(a.proxy, want) {
+					return errStop(fmt.Errorf("PROXY header %q, want the client's address (%q...)", a.proxy, want))
+				}
+			}
+			return nil
+		})
+	}
+	began := time.Now()
+	onNode("node1")
+	t.Logf("ETP=Local: every answer from node1 %s after the VIP, with the client's address in the PROXY header", time.Since(began).Round(time.Millisecond))
+
+	ctx, cancel = l.ctx()
+	defer cancel()
+	patch := []byte(`{"spec":{"template":{"spec":{"nodeSelector":{"kubernetes.io/hostname":"node2"}}}}}`)
+	if _, err := l.k.Client.AppsV1().Deployments("shop").Patch(ctx, "local", types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	began = time.Now()
+	onNode("node2")
+	t.Logf("ETP=Local: pods moved to node2; traffic followed within %s", time.Since(began).Round(time.Millisecond))
+}
+
+// testIngressClusterIP: an Ingress whose backend is an ordinary ClusterIP
+// Service is served with no change by the tenant: the agent creates a
+// NodePort Service for it (labelled as its own, owned by the ClusterIP
+// Service), and deletes it with the Ingress.
+func (l *kubeLab) testIngressClusterIP(t *testing.T) {
+	c := l.k.Client
+	ctx, cancel := l.ctx()
+	defer cancel()
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web-internal"},
+		Spec: corev1.ServiceSpec{
+			Selector: map[string]string{"app": "echo"},
+			Ports:    []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http")}},
+		},
+	}
+	svc, err := c.CoreV1().Services("shop").Create(ctx, svc, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pathType := networkingv1.PathTypePrefix
+	ing := &networkingv1.Ingress{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "shop"},
+		Spec: networkingv1.IngressSpec{
+			IngressClassName: ptrTo("teapot-lb"),
+			Rules: []networkingv1.IngressRule{{Host: "shop.example", IngressRuleValue: networkingv1.IngressRuleValue{
+				HTTP: &networkingv1.HTTPIngressRuleValue{Paths: []networkingv1.HTTPIngressPath{{
+					Path: "/", PathType: &pathType,
+					Backend: networkingv1.IngressBackend{Service: &networkingv1.IngressServiceBackend{
+						Name: "web-internal", Port: networkingv1.ServiceBackendPort{Number: 80}}},
+				}}},
+			}}},
+		},
+	}
+	began := time.Now()
+	if _, err := c.NetworkingV1().Ingresses("shop").Create(ctx, ing, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var vip netip.Addr
+	waitFor(t, kubeLabTimeout, "a VIP in the Ingress's status", func() error {
+		ctx, cancel := l.ctx()
+		defer cancel()
+		got, err := c.NetworkingV1().Ingresses("shop").Get(ctx, "shop", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for _, in := range got.Status.LoadBalancer.Ingress {
+			if a, err := netip.ParseAddr(in.IP); err == nil {
+				vip = a
+				return nil
+			}
+		}
+		return errors.New("no VIP in status")
+	})
+	a := l.waitEcho("an answer for shop.example through "+vip.String(), func() (echoAnswer, error) {
+		return echoHTTPHost(l.client, netip.AddrPortFrom(vip, 80), "shop.example", 2*time.Second)
+	})
+	t.Logf("Ingress to a ClusterIP Service: answered by %s %s after the Ingress was created", a.pod, time.Since(began).Round(time.Millisecond))
+	np, err := c.CoreV1().Services("shop").Get(ctx, "web-internal-teapot-np", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the agent's NodePort Service: %v", err)
+	}
+	if np.Spec.Type != corev1.ServiceTypeNodePort || np.Labels["app.kubernetes.io/managed-by"] != "teapot-lb-agent" ||
+		len(np.OwnerReferences) != 1 || np.OwnerReferences[0].UID != svc.UID {
+		t.Fatalf("NodePort Service: type %s, labels %v, owners %+v; want NodePort, managed by teapot-lb-agent, owned by %s", np.Spec.Type, np.Labels, np.OwnerReferences, svc.UID)
+	}
+	if err := c.NetworkingV1().Ingresses("shop").Delete(ctx, "shop", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, kubeLabTimeout, "the agent's NodePort Service deleted with the Ingress", func() error {
+		ctx, cancel := l.ctx()
+		defer cancel()
+		_, err := c.CoreV1().Services("shop").Get(ctx, "web-internal-teapot-np", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("still there (%v)", err)
+	})
 }

@@ -87,6 +87,9 @@ type Agent struct {
 	events record.EventRecorder
 	bcast  record.EventBroadcaster
 
+	// nodePortWake asks runNodePorts to converge.
+	nodePortWake chan struct{}
+
 	optMu   sync.Mutex
 	options translate.Options
 
@@ -125,7 +128,8 @@ func New(cfg Config) (*Agent, error) {
 		book:    newStatusBook(),
 		queue: workqueue.NewTypedRateLimitingQueue(workqueue.NewTypedItemExponentialFailureRateLimiter[objKey](
 			100*time.Millisecond, 30*time.Second)),
-		options: cfg.Options,
+		options:      cfg.Options,
+		nodePortWake: make(chan struct{}, 1),
 	}
 	a.bcast = record.NewBroadcaster()
 	a.events = a.bcast.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "teapot-lb-agent"})
@@ -236,8 +240,12 @@ func (a *Agent) setTenant(t *pb.Tenant) {
 
 // recompute translates what changed and queues status writes for it.
 func (a *Agent) recompute() {
-	for _, k := range a.set.recompute(a.src, a.opts()) {
+	changed := a.set.recompute(a.src, a.opts())
+	for _, k := range changed {
 		a.queue.Add(k)
+	}
+	if len(changed) > 0 {
+		a.wakeNodePorts()
 	}
 }
 
@@ -313,6 +321,7 @@ func (a *Agent) lead(ctx context.Context) error {
 	for range writers {
 		go a.runWriter(ctx)
 	}
+	go a.runNodePorts(ctx)
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
 		start := time.Now()

@@ -207,7 +207,7 @@ func (s *desiredSet) update(k objKey, d *translate.Desired) bool {
 	prev := s.byName[name]
 	s.byName[name] = d
 	s.nameOf[k] = name
-	return prev == nil || prev.Version != d.Version || !slices.Equal(prev.Warnings, d.Warnings)
+	return prev == nil || prev.Version != d.Version || !slices.Equal(prev.Warnings, d.Warnings) || !slices.Equal(prev.NodePorts, d.NodePorts)
 }
 
 // snapshot returns the desired versions by name.

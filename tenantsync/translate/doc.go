@@ -15,7 +15,16 @@
 // addresses from the EndpointSlices (pod mode). With
 // externalTrafficPolicy: Local in NodePort mode, members are health
 // checked on the Service's healthCheckNodePort, where kube-proxy answers
-// 200 only on nodes with a local endpoint.
+// 200 only on nodes with a local endpoint. An Ingress backend that is a
+// ClusterIP Service has no nodePort: outside pod mode its members are the
+// node ports of the NodePort Service the agent creates for it
+// (NodePortService: named <service>-teapot-np, labelled
+// app.kubernetes.io/managed-by=teapot-lb-agent and
+// teapot-lb.io/nodeport-for=<service>, owned by the ClusterIP Service so
+// that the garbage collector removes it with it), listed in
+// Desired.NodePorts. A Service of type LoadBalancer with
+// allocateLoadBalancerNodePorts: false has no nodePort either: it is
+// served in pod mode, and refused with a warning (an Event) otherwise.
 //
 // Annotations under teapot-lb.io/ set the rest:
 //

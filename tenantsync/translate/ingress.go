@@ -157,6 +157,21 @@ func ingressMembers(src Sources, namespace string, b *networkingv1.IngressServic
 	if podMode {
 		return podMembers(src.EndpointSlices, namespace, b.Name, p)
 	}
+	if p.NodePort == 0 && needsNodePort(svc) {
+		if !slices.Contains(d.NodePorts, svc.Name) {
+			d.NodePorts = append(d.NodePorts, svc.Name)
+		}
+		np, err := src.Services.Services(namespace).Get(NodePortName(svc.Name))
+		if err == nil && IsNodePortFor(np, svc.Name) {
+			if j := slices.IndexFunc(np.Spec.Ports, func(q corev1.ServicePort) bool {
+				return q.Name == p.Name && q.Protocol == p.Protocol && q.Port == p.Port
+			}); j >= 0 && np.Spec.Ports[j].NodePort != 0 {
+				return nodeMembers(nodes, np.Spec.Ports[j].NodePort)
+			}
+		}
+		d.Warnings = append(d.Warnings, fmt.Sprintf("backend Service %s/%s is of type ClusterIP: waiting for the NodePort Service %s that the agent creates for it", namespace, b.Name, NodePortName(svc.Name)))
+		return nil
+	}
 	if p.NodePort == 0 {
 		d.Warnings = append(d.Warnings, fmt.Sprintf("backend Service %s/%s port %s has no nodePort; make it type NodePort, or use pod mode when pods are routable", namespace, b.Name, portText(b.Port)))
 		return nil

@@ -93,6 +93,9 @@ type Desired struct {
 	ProxyMode bool
 	// Warnings are parts of the object that could not be translated.
 	Warnings []string
+	// NodePorts names the ClusterIP Services of Source's namespace whose
+	// NodePort Service (NodePortService) this load balancer needs.
+	NodePorts []string
 }
 
 func finish(d *Desired) *Desired {
