@@ -70,6 +70,9 @@ type serveConfig struct {
 	LogLevel         string        `json:"log-level"`
 	// MetricsAddr serves Prometheus metrics at /metrics; "" turns it off.
 	MetricsAddr string `json:"metrics-addr"`
+	// AccessLog is the file of the load balancers' access logs; ""
+	// writes them to stderr.
+	AccessLog string `json:"access-log"`
 
 	// VIPs: the arp interface, the failure detector, and the BGP speaker
 	// (the bgp: section exists only in the file).
@@ -122,6 +125,7 @@ func serveCommand() *cobra.Command {
 	f.DurationVar(&cfg.HeartbeatTimeout, "raft-heartbeat-timeout", cfg.HeartbeatTimeout, "time without a leader's heartbeat before a follower calls an election")
 	f.DurationVar(&cfg.ElectionTimeout, "raft-election-timeout", cfg.ElectionTimeout, "time a candidate waits for votes before trying again")
 	f.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "debug | info | warn | error")
+	f.StringVar(&cfg.AccessLog, "access-log", "", "file that receives the access logs of load balancers with accessLog enabled (default: stderr)")
 	f.StringVar(&cfg.MetricsAddr, "metrics-addr", cfg.MetricsAddr, `IP:port serving Prometheus metrics at /metrics ("" turns them off)`)
 	f.StringVar(&cfg.VIPInterface, "vip-interface", "", "interface that carries the VIPs of arp pools (needs CAP_NET_ADMIN and CAP_NET_RAW)")
 	f.StringVar(&cfg.HeartbeatAddr, "heartbeat-addr", "", fmt.Sprintf("IP:port of the VIP failure detector on the data-plane network (default: the --raft-addr IP, port %d)", vip.DefaultHeartbeatPort))
@@ -165,6 +169,7 @@ func loadServeConfig(cmd *cobra.Command, cfg *serveConfig) error {
 	pick("token", &cfg.Token, file.Token)
 	pick("log-level", &cfg.LogLevel, file.LogLevel)
 	pick("metrics-addr", &cfg.MetricsAddr, file.MetricsAddr)
+	pick("access-log", &cfg.AccessLog, file.AccessLog)
 	pick("vip-interface", &cfg.VIPInterface, file.VIPInterface)
 	pick("heartbeat-addr", &cfg.HeartbeatAddr, file.HeartbeatAddr)
 	if file.HeartbeatInterval != 0 && !set["heartbeat-interval"] {
@@ -283,7 +288,14 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	// http and https listeners: TLS termination (https), then the L7 engine,
 	// which also answers ACME HTTP-01 challenges on http listeners.
 	counters := &metrics.Memory{}
-	engine := l7.New(l7.Config{Logger: log.With("component", "l7"), Metrics: counters})
+	access, err := openAccessLog(cfg.AccessLog, counters)
+	if err != nil {
+		srv.Stop()
+		node.Close()
+		vm.close(log)
+		return err
+	}
+	engine := l7.New(l7.Config{Logger: log.With("component", "l7"), Metrics: access})
 	challenge := func(path string) http.Handler {
 		if certs.IsHTTPChallenge(path) {
 			return cm.HTTPChallengeHandler()

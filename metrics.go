@@ -3,17 +3,35 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
+	"os"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/teapot-lb/teapot-lb/api/metricsserver"
 	"github.com/teapot-lb/teapot-lb/consensus"
 	"github.com/teapot-lb/teapot-lb/proxy"
+	"github.com/teapot-lb/teapot-lb/proxy/accesslog"
 	"github.com/teapot-lb/teapot-lb/proxy/certs"
 	"github.com/teapot-lb/teapot-lb/proxy/metrics"
 	"github.com/teapot-lb/teapot-lb/tenantsync"
 )
+
+// openAccessLog returns the L7 engine's metrics: the access logger in
+// front of the counters, writing to path (O_APPEND, so that logrotate's
+// copytruncate works) or to stderr.
+func openAccessLog(path string, counters *metrics.Memory) (*accesslog.Logger, error) {
+	var out io.Writer = os.Stderr
+	if path != "" {
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
+		if err != nil {
+			return nil, fmt.Errorf("--access-log: %w", err)
+		}
+		out = f
+	}
+	return accesslog.New(accesslog.Config{Next: counters, Out: out}), nil
+}
 
 // defaultMetricsAddr is where serve exposes /metrics unless told otherwise.
 const defaultMetricsAddr = "127.0.0.1:9300"

@@ -38,6 +38,9 @@ func ValidateLoadBalancer(lb *pb.LoadBalancer, c Catalog) error {
 	checkBackendPools(ck, lb, tenant, c)
 	checkQuotas(ck, lb, tenant, c)
 	checkStatusAddress(ck, lb, tenant, vip, c)
+	if s := lb.GetAccessLog().GetSample(); !(s >= 0 && s <= 1) {
+		ck.invalidf("accessLog.sample", "is %v; use a share of requests between 0 and 1 (0 or unset logs every request)", s)
+	}
 	return ck.err(lbRef(lb))
 }
 

@@ -24,6 +24,10 @@ func TestValidateLoadBalancerSpec(t *testing.T) {
 		{"tenant missing", func(lb *pb.LoadBalancer) { lb.Tenant = "" }, bad("tenant", "required")},
 		{"tenant unknown", func(lb *pb.LoadBalancer) { lb.Tenant = "nobody" }, bad("tenant", "tenant nobody does not exist")},
 
+		{"access log sampled", func(lb *pb.LoadBalancer) { lb.AccessLog = &pb.AccessLog{Enabled: true, Sample: 0.25} }, pass()},
+		{"access log sample above 1", func(lb *pb.LoadBalancer) { lb.AccessLog = &pb.AccessLog{Enabled: true, Sample: 2} }, bad("accessLog.sample", "between 0 and 1")},
+		{"access log sample negative", func(lb *pb.LoadBalancer) { lb.AccessLog = &pb.AccessLog{Sample: -0.5} }, bad("accessLog.sample", "between 0 and 1")},
+
 		// VIP request
 		{"vip missing", func(lb *pb.LoadBalancer) { lb.Vip = nil }, bad("vip.pool", "required")},
 		{"vip pool unknown", func(lb *pb.LoadBalancer) { lb.Vip.Pool = "private" }, bad("vip.pool", "VIP pool private does not exist")},

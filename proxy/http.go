@@ -46,6 +46,7 @@ func (h *HTTP) ServeConn(ctx context.Context, c net.Conn, current func() *Listen
 		TLS:            ls.Protocol == snapshot.ProtoHTTPS,
 		Local:          ls.Key.Addr,
 		IdleTimeout:    ls.Limits.IdleTimeout,
+		AccessLog:      ls.AccessLog,
 		TrustedProxies: ls.TrustedProxies,
 		Router: func() l7.Router {
 			if l := current(); l != nil {

@@ -130,6 +130,9 @@ type ConnInfo struct {
 	// TrustedProxies are the listener's trusted client networks; nil
 	// takes Config.TrustedProxies.
 	TrustedProxies []netip.Prefix
+	// AccessLog is the share of requests whose RequestStats carry the
+	// access-log fields (Host, Method, Path, RequestID); 0 none.
+	AccessLog float64
 }
 
 // Outcome classifies how a request ended, for metrics.
@@ -176,6 +179,12 @@ type RequestStats struct {
 	Upstream time.Duration
 	// RequestBytes and ResponseBytes count body bytes.
 	RequestBytes, ResponseBytes int64
+	// Client is the client's address.
+	Client netip.AddrPort
+	// AccessLog is ConnInfo.AccessLog; when it is not 0, Host, Method,
+	// Path and RequestID are filled in (copies, safe to keep).
+	AccessLog                     float64
+	Host, Method, Path, RequestID string
 }
 
 // Metrics receives counters. Implementations must be cheap and safe for

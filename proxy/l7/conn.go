@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -241,6 +242,14 @@ func (c *clientConn) handle() {
 	if cleaned {
 		c.pathBuf = cleanPath(c.pathBuf, path)
 		path = c.pathBuf
+	}
+	c.stats.Client = c.client
+	if c.info.AccessLog > 0 {
+		c.stats.AccessLog = c.info.AccessLog
+		c.stats.Host, c.stats.Method, c.stats.Path = string(host), strings.Clone(h.method(b)), string(b[h.pS:h.tE])
+		if h.requestID >= 0 && c.ca.trusted {
+			c.stats.RequestID = string(h.fieldValue(b, "X-Request-Id"))
+		}
 	}
 	var route *Route
 	if c.info.Router != nil {

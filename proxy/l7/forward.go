@@ -1,6 +1,7 @@
 package l7
 
 import (
+	"bytes"
 	"math/rand/v2"
 	"net/netip"
 )
@@ -202,4 +203,19 @@ func appendResponseHead(dst, b []byte, h *respHead, conn string, dechunk bool) [
 	}
 	dst = append(dst, conn...)
 	return append(dst, "\r\n"...)
+}
+
+// requestIDIn returns the X-Request-Id value of a request head built by
+// appendRequestHead, for the access log.
+func requestIDIn(head []byte) string {
+	const field = "\r\nX-Request-Id: "
+	i := bytes.Index(head, []byte(field))
+	if i < 0 {
+		return ""
+	}
+	v := head[i+len(field):]
+	if j := bytes.IndexByte(v, '\r'); j >= 0 {
+		v = v[:j]
+	}
+	return string(v)
 }

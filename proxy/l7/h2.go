@@ -44,7 +44,7 @@ func (s *Server) serveH2(ctx context.Context, tc *tls.Conn, info *ConnInfo, clie
 	stop := context.AfterFunc(ctx, goAway)
 	defer stop()
 	hc := &h2conn{
-		s: s, info: info,
+		s: s, info: info, client: client,
 		ca:    newClientAddrs(client, true, s.trusted(info)),
 		scope: &connScope{s: s, pp: proxyAddrs{src: client, dst: local}},
 	}
@@ -61,15 +61,20 @@ func (s *Server) serveH2(ctx context.Context, tc *tls.Conn, info *ConnInfo, clie
 
 // h2conn handles the requests of one HTTP/2 connection.
 type h2conn struct {
-	s     *Server
-	info  *ConnInfo
-	ca    clientAddrs
-	scope *connScope
+	s      *Server
+	client netip.AddrPort
+	info   *ConnInfo
+	ca     clientAddrs
+	scope  *connScope
 }
 
 func (hc *h2conn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s := hc.s
-	stats := RequestStats{Listener: hc.info.Listener, LB: hc.info.LB, Tenant: hc.info.Tenant, HTTP2: true}
+	stats := RequestStats{Listener: hc.info.Listener, LB: hc.info.LB, Tenant: hc.info.Tenant, HTTP2: true, Client: hc.client}
+	if hc.info.AccessLog > 0 {
+		stats.AccessLog, stats.Host, stats.Method, stats.Path = hc.info.AccessLog, r.Host, r.Method, r.URL.RequestURI()
+		stats.RequestID = r.Header.Get("X-Request-Id")
+	}
 	start := time.Now()
 	defer func() {
 		stats.Duration = time.Since(start)

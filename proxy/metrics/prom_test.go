@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/teapot-lb/teapot-lb/proxy/accesslog"
 	"github.com/teapot-lb/teapot-lb/proxy/l7"
 )
 
@@ -169,10 +171,12 @@ func l7Client(tb testing.TB, cfg l7.Config) func() {
 }
 
 // TestHotPathAllocsWithMetrics proxies keep-alive HTTP/1.1 requests
-// through the L7 engine recording into a Memory and counts allocations.
+// through the L7 engine recording into a Memory behind the access logger,
+// as serve wires them (the listener has no access log), and counts
+// allocations.
 func TestHotPathAllocsWithMetrics(t *testing.T) {
 	var m Memory
-	do := l7Client(t, l7.Config{Metrics: &m})
+	do := l7Client(t, l7.Config{Metrics: accesslog.New(accesslog.Config{Next: &m, Out: io.Discard})})
 	for range 10 {
 		do()
 	}

@@ -157,6 +157,9 @@ func (c *compiler) loadBalancer(lb *pb.LoadBalancer) {
 		if cl == nil {
 			continue
 		}
+		if al := lb.GetAccessLog(); al.GetEnabled() && (cl.Protocol == ProtoHTTP || cl.Protocol == ProtoHTTPS) {
+			cl.AccessLog = cmp.Or(al.GetSample(), 1)
+		}
 		if j, dup := seen[cl.Key]; dup {
 			b.problem(field+".port", "%s duplicates listeners[%d]; use another port", cl.Key, j)
 			continue

@@ -346,3 +346,39 @@ func TestCompileReusesUnchanged(t *testing.T) {
 		}
 	})
 }
+
+func TestCompileAccessLog(t *testing.T) {
+	lb := tcpLB("shop", "192.0.2.1", 22, "10.20.0.1:22")
+	lb.Listeners = append(lb.Listeners, &pb.Listener{Port: 80, Protocol: "http"})
+	tests := []struct {
+		name      string
+		al        *pb.AccessLog
+		http, tcp float64
+	}{
+		{"off", nil, 0, 0},
+		{"enabled, every request", &pb.AccessLog{Enabled: true}, 1, 0},
+		{"enabled, sampled", &pb.AccessLog{Enabled: true, Sample: 0.1}, 0.1, 0},
+		{"sample without enabled", &pb.AccessLog{Sample: 0.5}, 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			lb.AccessLog = tt.al
+			s := Compile(objs(lb), 1, Defaults{}, nil)
+			h, c := s.Listeners[key("192.0.2.1:80", TCP)], s.Listeners[key("192.0.2.1:22", TCP)]
+			if h == nil || c == nil {
+				t.Fatalf("not compiled; problems %v", s.Problems)
+			}
+			if h.AccessLog != tt.http || c.AccessLog != tt.tcp {
+				t.Errorf("http %v tcp %v, want %v %v", h.AccessLog, c.AccessLog, tt.http, tt.tcp)
+			}
+		})
+	}
+	// Turning the access log on is a change of the listener.
+	lb.AccessLog = nil
+	before := Compile(objs(lb), 1, Defaults{}, nil)
+	lb.AccessLog = &pb.AccessLog{Enabled: true}
+	after := Compile(objs(lb), 2, Defaults{}, before)
+	if after.Listeners[key("192.0.2.1:80", TCP)] == before.Listeners[key("192.0.2.1:80", TCP)] {
+		t.Error("the http listener was reused though its access log changed")
+	}
+}

@@ -188,6 +188,9 @@ type Listener struct {
 	// forwarding fields are kept; nil trusts none.
 	TrustedProxies []netip.Prefix
 	Limits         Limits
+	// AccessLog (http and https) is the share of requests written to the
+	// access log; 0 writes none.
+	AccessLog float64
 }
 
 // equal compares two listeners whose pools were already deduplicated, so
@@ -196,7 +199,7 @@ func (l *Listener) equal(o *Listener) bool {
 	return l.Key == o.Key && l.LB == o.LB && l.Tenant == o.Tenant && l.Index == o.Index &&
 		l.Protocol == o.Protocol && l.Pool == o.Pool && l.Routes.equal(o.Routes) &&
 		l.RedirectToHTTPS == o.RedirectToHTTPS && equalTLS(l.TLS, o.TLS) && l.Limits == o.Limits &&
-		slices.Equal(l.TrustedProxies, o.TrustedProxies)
+		slices.Equal(l.TrustedProxies, o.TrustedProxies) && l.AccessLog == o.AccessLog
 }
 
 // Snapshot is the immutable data-plane configuration. Nothing in it may be

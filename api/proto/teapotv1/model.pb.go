@@ -465,15 +465,17 @@ func (x *VIPPool) GetMeta() *Meta {
 
 // LoadBalancer is one virtual service of a tenant.
 type LoadBalancer struct {
-	state         protoimpl.MessageState  `protogen:"open.v1"`
-	Name          string                  `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Tenant        string                  `protobuf:"bytes,2,opt,name=tenant,proto3" json:"tenant,omitempty"`
-	Vip           *VIPRequest             `protobuf:"bytes,3,opt,name=vip,proto3" json:"vip,omitempty"`
-	Listeners     []*Listener             `protobuf:"bytes,4,rep,name=listeners,proto3" json:"listeners,omitempty"`
-	Routes        []*Route                `protobuf:"bytes,5,rep,name=routes,proto3" json:"routes,omitempty"`
-	Pools         map[string]*BackendPool `protobuf:"bytes,6,rep,name=pools,proto3" json:"pools,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	Meta          *Meta                   `protobuf:"bytes,15,opt,name=meta,proto3" json:"meta,omitempty"`
-	Status        *LoadBalancerStatus     `protobuf:"bytes,16,opt,name=status,proto3" json:"status,omitempty"`
+	state     protoimpl.MessageState  `protogen:"open.v1"`
+	Name      string                  `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Tenant    string                  `protobuf:"bytes,2,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Vip       *VIPRequest             `protobuf:"bytes,3,opt,name=vip,proto3" json:"vip,omitempty"`
+	Listeners []*Listener             `protobuf:"bytes,4,rep,name=listeners,proto3" json:"listeners,omitempty"`
+	Routes    []*Route                `protobuf:"bytes,5,rep,name=routes,proto3" json:"routes,omitempty"`
+	Pools     map[string]*BackendPool `protobuf:"bytes,6,rep,name=pools,proto3" json:"pools,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Access logs of the http and https listeners (off by default).
+	AccessLog     *AccessLog          `protobuf:"bytes,12,opt,name=access_log,json=accessLog,proto3" json:"access_log,omitempty"`
+	Meta          *Meta               `protobuf:"bytes,15,opt,name=meta,proto3" json:"meta,omitempty"`
+	Status        *LoadBalancerStatus `protobuf:"bytes,16,opt,name=status,proto3" json:"status,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -550,6 +552,13 @@ func (x *LoadBalancer) GetPools() map[string]*BackendPool {
 	return nil
 }
 
+func (x *LoadBalancer) GetAccessLog() *AccessLog {
+	if x != nil {
+		return x.AccessLog
+	}
+	return nil
+}
+
 func (x *LoadBalancer) GetMeta() *Meta {
 	if x != nil {
 		return x.Meta
@@ -562,6 +571,62 @@ func (x *LoadBalancer) GetStatus() *LoadBalancerStatus {
 		return x.Status
 	}
 	return nil
+}
+
+// AccessLog turns on one JSON line per HTTP request, written by every
+// host that serves the load balancer. Lines are rate-limited per load
+// balancer on each host.
+type AccessLog struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Enabled bool                   `protobuf:"varint,1,opt,name=enabled,proto3" json:"enabled,omitempty"`
+	// Share of requests logged, in (0, 1]; 0 (unset) logs every request.
+	Sample        float64 `protobuf:"fixed64,2,opt,name=sample,proto3" json:"sample,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AccessLog) Reset() {
+	*x = AccessLog{}
+	mi := &file_teapotv1_model_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AccessLog) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AccessLog) ProtoMessage() {}
+
+func (x *AccessLog) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_model_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AccessLog.ProtoReflect.Descriptor instead.
+func (*AccessLog) Descriptor() ([]byte, []int) {
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *AccessLog) GetEnabled() bool {
+	if x != nil {
+		return x.Enabled
+	}
+	return false
+}
+
+func (x *AccessLog) GetSample() float64 {
+	if x != nil {
+		return x.Sample
+	}
+	return 0
 }
 
 // VIPRequest asks for an address from a pool, or a specific address.
@@ -580,7 +645,7 @@ type VIPRequest struct {
 
 func (x *VIPRequest) Reset() {
 	*x = VIPRequest{}
-	mi := &file_teapotv1_model_proto_msgTypes[5]
+	mi := &file_teapotv1_model_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -592,7 +657,7 @@ func (x *VIPRequest) String() string {
 func (*VIPRequest) ProtoMessage() {}
 
 func (x *VIPRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[5]
+	mi := &file_teapotv1_model_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -605,7 +670,7 @@ func (x *VIPRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VIPRequest.ProtoReflect.Descriptor instead.
 func (*VIPRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{5}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *VIPRequest) GetPool() string {
@@ -659,7 +724,7 @@ type Listener struct {
 
 func (x *Listener) Reset() {
 	*x = Listener{}
-	mi := &file_teapotv1_model_proto_msgTypes[6]
+	mi := &file_teapotv1_model_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -671,7 +736,7 @@ func (x *Listener) String() string {
 func (*Listener) ProtoMessage() {}
 
 func (x *Listener) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[6]
+	mi := &file_teapotv1_model_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -684,7 +749,7 @@ func (x *Listener) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Listener.ProtoReflect.Descriptor instead.
 func (*Listener) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{6}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Listener) GetPort() uint32 {
@@ -757,7 +822,7 @@ type TLSPolicy struct {
 
 func (x *TLSPolicy) Reset() {
 	*x = TLSPolicy{}
-	mi := &file_teapotv1_model_proto_msgTypes[7]
+	mi := &file_teapotv1_model_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -769,7 +834,7 @@ func (x *TLSPolicy) String() string {
 func (*TLSPolicy) ProtoMessage() {}
 
 func (x *TLSPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[7]
+	mi := &file_teapotv1_model_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -782,7 +847,7 @@ func (x *TLSPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TLSPolicy.ProtoReflect.Descriptor instead.
 func (*TLSPolicy) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{7}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *TLSPolicy) GetAcme() bool {
@@ -821,7 +886,7 @@ type Route struct {
 
 func (x *Route) Reset() {
 	*x = Route{}
-	mi := &file_teapotv1_model_proto_msgTypes[8]
+	mi := &file_teapotv1_model_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -833,7 +898,7 @@ func (x *Route) String() string {
 func (*Route) ProtoMessage() {}
 
 func (x *Route) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[8]
+	mi := &file_teapotv1_model_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -846,7 +911,7 @@ func (x *Route) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Route.ProtoReflect.Descriptor instead.
 func (*Route) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{8}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Route) GetHost() string {
@@ -896,7 +961,7 @@ type BackendPool struct {
 
 func (x *BackendPool) Reset() {
 	*x = BackendPool{}
-	mi := &file_teapotv1_model_proto_msgTypes[9]
+	mi := &file_teapotv1_model_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -908,7 +973,7 @@ func (x *BackendPool) String() string {
 func (*BackendPool) ProtoMessage() {}
 
 func (x *BackendPool) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[9]
+	mi := &file_teapotv1_model_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -921,7 +986,7 @@ func (x *BackendPool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackendPool.ProtoReflect.Descriptor instead.
 func (*BackendPool) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{9}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *BackendPool) GetAlgorithm() string {
@@ -985,7 +1050,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_teapotv1_model_proto_msgTypes[10]
+	mi := &file_teapotv1_model_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -997,7 +1062,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[10]
+	mi := &file_teapotv1_model_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1010,7 +1075,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{10}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Member) GetAddress() string {
@@ -1043,7 +1108,7 @@ type HealthCheck struct {
 
 func (x *HealthCheck) Reset() {
 	*x = HealthCheck{}
-	mi := &file_teapotv1_model_proto_msgTypes[11]
+	mi := &file_teapotv1_model_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1055,7 +1120,7 @@ func (x *HealthCheck) String() string {
 func (*HealthCheck) ProtoMessage() {}
 
 func (x *HealthCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[11]
+	mi := &file_teapotv1_model_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1068,7 +1133,7 @@ func (x *HealthCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthCheck.ProtoReflect.Descriptor instead.
 func (*HealthCheck) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{11}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *HealthCheck) GetTcp() *TCPCheck {
@@ -1128,7 +1193,7 @@ type TCPCheck struct {
 
 func (x *TCPCheck) Reset() {
 	*x = TCPCheck{}
-	mi := &file_teapotv1_model_proto_msgTypes[12]
+	mi := &file_teapotv1_model_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1140,7 +1205,7 @@ func (x *TCPCheck) String() string {
 func (*TCPCheck) ProtoMessage() {}
 
 func (x *TCPCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[12]
+	mi := &file_teapotv1_model_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1153,7 +1218,7 @@ func (x *TCPCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TCPCheck.ProtoReflect.Descriptor instead.
 func (*TCPCheck) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{12}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{13}
 }
 
 type HTTPCheck struct {
@@ -1168,7 +1233,7 @@ type HTTPCheck struct {
 
 func (x *HTTPCheck) Reset() {
 	*x = HTTPCheck{}
-	mi := &file_teapotv1_model_proto_msgTypes[13]
+	mi := &file_teapotv1_model_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1180,7 +1245,7 @@ func (x *HTTPCheck) String() string {
 func (*HTTPCheck) ProtoMessage() {}
 
 func (x *HTTPCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[13]
+	mi := &file_teapotv1_model_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1193,7 +1258,7 @@ func (x *HTTPCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HTTPCheck.ProtoReflect.Descriptor instead.
 func (*HTTPCheck) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{13}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *HTTPCheck) GetPath() string {
@@ -1231,7 +1296,7 @@ type LoadBalancerStatus struct {
 
 func (x *LoadBalancerStatus) Reset() {
 	*x = LoadBalancerStatus{}
-	mi := &file_teapotv1_model_proto_msgTypes[14]
+	mi := &file_teapotv1_model_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1243,7 +1308,7 @@ func (x *LoadBalancerStatus) String() string {
 func (*LoadBalancerStatus) ProtoMessage() {}
 
 func (x *LoadBalancerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[14]
+	mi := &file_teapotv1_model_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1256,7 +1321,7 @@ func (x *LoadBalancerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadBalancerStatus.ProtoReflect.Descriptor instead.
 func (*LoadBalancerStatus) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{14}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *LoadBalancerStatus) GetAddress() string {
@@ -1297,7 +1362,7 @@ type ObservedStatus struct {
 
 func (x *ObservedStatus) Reset() {
 	*x = ObservedStatus{}
-	mi := &file_teapotv1_model_proto_msgTypes[15]
+	mi := &file_teapotv1_model_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1309,7 +1374,7 @@ func (x *ObservedStatus) String() string {
 func (*ObservedStatus) ProtoMessage() {}
 
 func (x *ObservedStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[15]
+	mi := &file_teapotv1_model_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1322,7 +1387,7 @@ func (x *ObservedStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObservedStatus.ProtoReflect.Descriptor instead.
 func (*ObservedStatus) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{15}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ObservedStatus) GetPhase() string {
@@ -1363,7 +1428,7 @@ type Problem struct {
 
 func (x *Problem) Reset() {
 	*x = Problem{}
-	mi := &file_teapotv1_model_proto_msgTypes[16]
+	mi := &file_teapotv1_model_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1375,7 +1440,7 @@ func (x *Problem) String() string {
 func (*Problem) ProtoMessage() {}
 
 func (x *Problem) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[16]
+	mi := &file_teapotv1_model_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1388,7 +1453,7 @@ func (x *Problem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Problem.ProtoReflect.Descriptor instead.
 func (*Problem) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{16}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Problem) GetField() string {
@@ -1427,7 +1492,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_teapotv1_model_proto_msgTypes[17]
+	mi := &file_teapotv1_model_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1439,7 +1504,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[17]
+	mi := &file_teapotv1_model_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1452,7 +1517,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{17}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Node) GetId() string {
@@ -1530,7 +1595,7 @@ type Certificate struct {
 
 func (x *Certificate) Reset() {
 	*x = Certificate{}
-	mi := &file_teapotv1_model_proto_msgTypes[18]
+	mi := &file_teapotv1_model_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1542,7 +1607,7 @@ func (x *Certificate) String() string {
 func (*Certificate) ProtoMessage() {}
 
 func (x *Certificate) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[18]
+	mi := &file_teapotv1_model_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1555,7 +1620,7 @@ func (x *Certificate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Certificate.ProtoReflect.Descriptor instead.
 func (*Certificate) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{18}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Certificate) GetName() string {
@@ -1634,7 +1699,7 @@ type JoinToken struct {
 
 func (x *JoinToken) Reset() {
 	*x = JoinToken{}
-	mi := &file_teapotv1_model_proto_msgTypes[19]
+	mi := &file_teapotv1_model_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1646,7 +1711,7 @@ func (x *JoinToken) String() string {
 func (*JoinToken) ProtoMessage() {}
 
 func (x *JoinToken) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[19]
+	mi := &file_teapotv1_model_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1659,7 +1724,7 @@ func (x *JoinToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinToken.ProtoReflect.Descriptor instead.
 func (*JoinToken) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{19}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *JoinToken) GetId() string {
@@ -1708,7 +1773,7 @@ type StorageItem struct {
 
 func (x *StorageItem) Reset() {
 	*x = StorageItem{}
-	mi := &file_teapotv1_model_proto_msgTypes[20]
+	mi := &file_teapotv1_model_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1720,7 +1785,7 @@ func (x *StorageItem) String() string {
 func (*StorageItem) ProtoMessage() {}
 
 func (x *StorageItem) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[20]
+	mi := &file_teapotv1_model_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1733,7 +1798,7 @@ func (x *StorageItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageItem.ProtoReflect.Descriptor instead.
 func (*StorageItem) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{20}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *StorageItem) GetKey() string {
@@ -1780,7 +1845,7 @@ type StorageLock struct {
 
 func (x *StorageLock) Reset() {
 	*x = StorageLock{}
-	mi := &file_teapotv1_model_proto_msgTypes[21]
+	mi := &file_teapotv1_model_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1792,7 +1857,7 @@ func (x *StorageLock) String() string {
 func (*StorageLock) ProtoMessage() {}
 
 func (x *StorageLock) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[21]
+	mi := &file_teapotv1_model_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1805,7 +1870,7 @@ func (x *StorageLock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageLock.ProtoReflect.Descriptor instead.
 func (*StorageLock) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{21}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *StorageLock) GetName() string {
@@ -1863,7 +1928,7 @@ type Object struct {
 
 func (x *Object) Reset() {
 	*x = Object{}
-	mi := &file_teapotv1_model_proto_msgTypes[22]
+	mi := &file_teapotv1_model_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1875,7 +1940,7 @@ func (x *Object) String() string {
 func (*Object) ProtoMessage() {}
 
 func (x *Object) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[22]
+	mi := &file_teapotv1_model_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1888,7 +1953,7 @@ func (x *Object) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Object.ProtoReflect.Descriptor instead.
 func (*Object) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{22}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Object) GetKind() isObject_Kind {
@@ -2036,7 +2101,7 @@ type ObjectRef struct {
 
 func (x *ObjectRef) Reset() {
 	*x = ObjectRef{}
-	mi := &file_teapotv1_model_proto_msgTypes[23]
+	mi := &file_teapotv1_model_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2048,7 +2113,7 @@ func (x *ObjectRef) String() string {
 func (*ObjectRef) ProtoMessage() {}
 
 func (x *ObjectRef) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[23]
+	mi := &file_teapotv1_model_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2061,7 +2126,7 @@ func (x *ObjectRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectRef.ProtoReflect.Descriptor instead.
 func (*ObjectRef) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{23}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ObjectRef) GetKind() string {
@@ -2130,20 +2195,25 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\atenants\x18\x04 \x03(\tR\atenants\x12!\n" +
 	"\fallow_shared\x18\x05 \x01(\bR\vallowShared\x12 \n" +
 	"\vcommunities\x18\x06 \x03(\tR\vcommunities\x12#\n" +
-	"\x04meta\x18\x0f \x01(\v2\x0f.teapot.v1.MetaR\x04meta\"\xa8\x03\n" +
+	"\x04meta\x18\x0f \x01(\v2\x0f.teapot.v1.MetaR\x04meta\"\xdd\x03\n" +
 	"\fLoadBalancer\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12'\n" +
 	"\x03vip\x18\x03 \x01(\v2\x15.teapot.v1.VIPRequestR\x03vip\x121\n" +
 	"\tlisteners\x18\x04 \x03(\v2\x13.teapot.v1.ListenerR\tlisteners\x12(\n" +
 	"\x06routes\x18\x05 \x03(\v2\x10.teapot.v1.RouteR\x06routes\x128\n" +
-	"\x05pools\x18\x06 \x03(\v2\".teapot.v1.LoadBalancer.PoolsEntryR\x05pools\x12#\n" +
+	"\x05pools\x18\x06 \x03(\v2\".teapot.v1.LoadBalancer.PoolsEntryR\x05pools\x123\n" +
+	"\n" +
+	"access_log\x18\f \x01(\v2\x14.teapot.v1.AccessLogR\taccessLog\x12#\n" +
 	"\x04meta\x18\x0f \x01(\v2\x0f.teapot.v1.MetaR\x04meta\x125\n" +
 	"\x06status\x18\x10 \x01(\v2\x1d.teapot.v1.LoadBalancerStatusR\x06status\x1aP\n" +
 	"\n" +
 	"PoolsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12,\n" +
-	"\x05value\x18\x02 \x01(\v2\x16.teapot.v1.BackendPoolR\x05value:\x028\x01\"s\n" +
+	"\x05value\x18\x02 \x01(\v2\x16.teapot.v1.BackendPoolR\x05value:\x028\x01\"=\n" +
+	"\tAccessLog\x12\x18\n" +
+	"\aenabled\x18\x01 \x01(\bR\aenabled\x12\x16\n" +
+	"\x06sample\x18\x02 \x01(\x01R\x06sample\"s\n" +
 	"\n" +
 	"VIPRequest\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x18\n" +
@@ -2272,83 +2342,85 @@ func file_teapotv1_model_proto_rawDescGZIP() []byte {
 	return file_teapotv1_model_proto_rawDescData
 }
 
-var file_teapotv1_model_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_teapotv1_model_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_teapotv1_model_proto_goTypes = []any{
 	(*Meta)(nil),                  // 0: teapot.v1.Meta
 	(*Tenant)(nil),                // 1: teapot.v1.Tenant
 	(*Quotas)(nil),                // 2: teapot.v1.Quotas
 	(*VIPPool)(nil),               // 3: teapot.v1.VIPPool
 	(*LoadBalancer)(nil),          // 4: teapot.v1.LoadBalancer
-	(*VIPRequest)(nil),            // 5: teapot.v1.VIPRequest
-	(*Listener)(nil),              // 6: teapot.v1.Listener
-	(*TLSPolicy)(nil),             // 7: teapot.v1.TLSPolicy
-	(*Route)(nil),                 // 8: teapot.v1.Route
-	(*BackendPool)(nil),           // 9: teapot.v1.BackendPool
-	(*Member)(nil),                // 10: teapot.v1.Member
-	(*HealthCheck)(nil),           // 11: teapot.v1.HealthCheck
-	(*TCPCheck)(nil),              // 12: teapot.v1.TCPCheck
-	(*HTTPCheck)(nil),             // 13: teapot.v1.HTTPCheck
-	(*LoadBalancerStatus)(nil),    // 14: teapot.v1.LoadBalancerStatus
-	(*ObservedStatus)(nil),        // 15: teapot.v1.ObservedStatus
-	(*Problem)(nil),               // 16: teapot.v1.Problem
-	(*Node)(nil),                  // 17: teapot.v1.Node
-	(*Certificate)(nil),           // 18: teapot.v1.Certificate
-	(*JoinToken)(nil),             // 19: teapot.v1.JoinToken
-	(*StorageItem)(nil),           // 20: teapot.v1.StorageItem
-	(*StorageLock)(nil),           // 21: teapot.v1.StorageLock
-	(*Object)(nil),                // 22: teapot.v1.Object
-	(*ObjectRef)(nil),             // 23: teapot.v1.ObjectRef
-	nil,                           // 24: teapot.v1.LoadBalancer.PoolsEntry
-	(*timestamppb.Timestamp)(nil), // 25: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 26: google.protobuf.Duration
+	(*AccessLog)(nil),             // 5: teapot.v1.AccessLog
+	(*VIPRequest)(nil),            // 6: teapot.v1.VIPRequest
+	(*Listener)(nil),              // 7: teapot.v1.Listener
+	(*TLSPolicy)(nil),             // 8: teapot.v1.TLSPolicy
+	(*Route)(nil),                 // 9: teapot.v1.Route
+	(*BackendPool)(nil),           // 10: teapot.v1.BackendPool
+	(*Member)(nil),                // 11: teapot.v1.Member
+	(*HealthCheck)(nil),           // 12: teapot.v1.HealthCheck
+	(*TCPCheck)(nil),              // 13: teapot.v1.TCPCheck
+	(*HTTPCheck)(nil),             // 14: teapot.v1.HTTPCheck
+	(*LoadBalancerStatus)(nil),    // 15: teapot.v1.LoadBalancerStatus
+	(*ObservedStatus)(nil),        // 16: teapot.v1.ObservedStatus
+	(*Problem)(nil),               // 17: teapot.v1.Problem
+	(*Node)(nil),                  // 18: teapot.v1.Node
+	(*Certificate)(nil),           // 19: teapot.v1.Certificate
+	(*JoinToken)(nil),             // 20: teapot.v1.JoinToken
+	(*StorageItem)(nil),           // 21: teapot.v1.StorageItem
+	(*StorageLock)(nil),           // 22: teapot.v1.StorageLock
+	(*Object)(nil),                // 23: teapot.v1.Object
+	(*ObjectRef)(nil),             // 24: teapot.v1.ObjectRef
+	nil,                           // 25: teapot.v1.LoadBalancer.PoolsEntry
+	(*timestamppb.Timestamp)(nil), // 26: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 27: google.protobuf.Duration
 }
 var file_teapotv1_model_proto_depIdxs = []int32{
-	25, // 0: teapot.v1.Meta.created:type_name -> google.protobuf.Timestamp
-	25, // 1: teapot.v1.Meta.updated:type_name -> google.protobuf.Timestamp
+	26, // 0: teapot.v1.Meta.created:type_name -> google.protobuf.Timestamp
+	26, // 1: teapot.v1.Meta.updated:type_name -> google.protobuf.Timestamp
 	2,  // 2: teapot.v1.Tenant.quotas:type_name -> teapot.v1.Quotas
 	0,  // 3: teapot.v1.Tenant.meta:type_name -> teapot.v1.Meta
 	0,  // 4: teapot.v1.VIPPool.meta:type_name -> teapot.v1.Meta
-	5,  // 5: teapot.v1.LoadBalancer.vip:type_name -> teapot.v1.VIPRequest
-	6,  // 6: teapot.v1.LoadBalancer.listeners:type_name -> teapot.v1.Listener
-	8,  // 7: teapot.v1.LoadBalancer.routes:type_name -> teapot.v1.Route
-	24, // 8: teapot.v1.LoadBalancer.pools:type_name -> teapot.v1.LoadBalancer.PoolsEntry
-	0,  // 9: teapot.v1.LoadBalancer.meta:type_name -> teapot.v1.Meta
-	14, // 10: teapot.v1.LoadBalancer.status:type_name -> teapot.v1.LoadBalancerStatus
-	7,  // 11: teapot.v1.Listener.tls:type_name -> teapot.v1.TLSPolicy
-	26, // 12: teapot.v1.Listener.idle_timeout:type_name -> google.protobuf.Duration
-	10, // 13: teapot.v1.BackendPool.members:type_name -> teapot.v1.Member
-	11, // 14: teapot.v1.BackendPool.health_check:type_name -> teapot.v1.HealthCheck
-	26, // 15: teapot.v1.BackendPool.connect_timeout:type_name -> google.protobuf.Duration
-	12, // 16: teapot.v1.HealthCheck.tcp:type_name -> teapot.v1.TCPCheck
-	13, // 17: teapot.v1.HealthCheck.http:type_name -> teapot.v1.HTTPCheck
-	26, // 18: teapot.v1.HealthCheck.interval:type_name -> google.protobuf.Duration
-	26, // 19: teapot.v1.HealthCheck.timeout:type_name -> google.protobuf.Duration
-	16, // 20: teapot.v1.LoadBalancerStatus.problems:type_name -> teapot.v1.Problem
-	15, // 21: teapot.v1.LoadBalancerStatus.observed:type_name -> teapot.v1.ObservedStatus
-	0,  // 22: teapot.v1.Node.meta:type_name -> teapot.v1.Meta
-	25, // 23: teapot.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
-	0,  // 24: teapot.v1.Certificate.meta:type_name -> teapot.v1.Meta
-	25, // 25: teapot.v1.JoinToken.expires:type_name -> google.protobuf.Timestamp
-	0,  // 26: teapot.v1.JoinToken.meta:type_name -> teapot.v1.Meta
-	25, // 27: teapot.v1.StorageItem.modified:type_name -> google.protobuf.Timestamp
-	0,  // 28: teapot.v1.StorageItem.meta:type_name -> teapot.v1.Meta
-	25, // 29: teapot.v1.StorageLock.expires:type_name -> google.protobuf.Timestamp
-	26, // 30: teapot.v1.StorageLock.ttl:type_name -> google.protobuf.Duration
-	0,  // 31: teapot.v1.StorageLock.meta:type_name -> teapot.v1.Meta
-	1,  // 32: teapot.v1.Object.tenant:type_name -> teapot.v1.Tenant
-	3,  // 33: teapot.v1.Object.vip_pool:type_name -> teapot.v1.VIPPool
-	4,  // 34: teapot.v1.Object.load_balancer:type_name -> teapot.v1.LoadBalancer
-	17, // 35: teapot.v1.Object.node:type_name -> teapot.v1.Node
-	18, // 36: teapot.v1.Object.certificate:type_name -> teapot.v1.Certificate
-	19, // 37: teapot.v1.Object.join_token:type_name -> teapot.v1.JoinToken
-	20, // 38: teapot.v1.Object.storage_item:type_name -> teapot.v1.StorageItem
-	21, // 39: teapot.v1.Object.storage_lock:type_name -> teapot.v1.StorageLock
-	9,  // 40: teapot.v1.LoadBalancer.PoolsEntry.value:type_name -> teapot.v1.BackendPool
-	41, // [41:41] is the sub-list for method output_type
-	41, // [41:41] is the sub-list for method input_type
-	41, // [41:41] is the sub-list for extension type_name
-	41, // [41:41] is the sub-list for extension extendee
-	0,  // [0:41] is the sub-list for field type_name
+	6,  // 5: teapot.v1.LoadBalancer.vip:type_name -> teapot.v1.VIPRequest
+	7,  // 6: teapot.v1.LoadBalancer.listeners:type_name -> teapot.v1.Listener
+	9,  // 7: teapot.v1.LoadBalancer.routes:type_name -> teapot.v1.Route
+	25, // 8: teapot.v1.LoadBalancer.pools:type_name -> teapot.v1.LoadBalancer.PoolsEntry
+	5,  // 9: teapot.v1.LoadBalancer.access_log:type_name -> teapot.v1.AccessLog
+	0,  // 10: teapot.v1.LoadBalancer.meta:type_name -> teapot.v1.Meta
+	15, // 11: teapot.v1.LoadBalancer.status:type_name -> teapot.v1.LoadBalancerStatus
+	8,  // 12: teapot.v1.Listener.tls:type_name -> teapot.v1.TLSPolicy
+	27, // 13: teapot.v1.Listener.idle_timeout:type_name -> google.protobuf.Duration
+	11, // 14: teapot.v1.BackendPool.members:type_name -> teapot.v1.Member
+	12, // 15: teapot.v1.BackendPool.health_check:type_name -> teapot.v1.HealthCheck
+	27, // 16: teapot.v1.BackendPool.connect_timeout:type_name -> google.protobuf.Duration
+	13, // 17: teapot.v1.HealthCheck.tcp:type_name -> teapot.v1.TCPCheck
+	14, // 18: teapot.v1.HealthCheck.http:type_name -> teapot.v1.HTTPCheck
+	27, // 19: teapot.v1.HealthCheck.interval:type_name -> google.protobuf.Duration
+	27, // 20: teapot.v1.HealthCheck.timeout:type_name -> google.protobuf.Duration
+	17, // 21: teapot.v1.LoadBalancerStatus.problems:type_name -> teapot.v1.Problem
+	16, // 22: teapot.v1.LoadBalancerStatus.observed:type_name -> teapot.v1.ObservedStatus
+	0,  // 23: teapot.v1.Node.meta:type_name -> teapot.v1.Meta
+	26, // 24: teapot.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
+	0,  // 25: teapot.v1.Certificate.meta:type_name -> teapot.v1.Meta
+	26, // 26: teapot.v1.JoinToken.expires:type_name -> google.protobuf.Timestamp
+	0,  // 27: teapot.v1.JoinToken.meta:type_name -> teapot.v1.Meta
+	26, // 28: teapot.v1.StorageItem.modified:type_name -> google.protobuf.Timestamp
+	0,  // 29: teapot.v1.StorageItem.meta:type_name -> teapot.v1.Meta
+	26, // 30: teapot.v1.StorageLock.expires:type_name -> google.protobuf.Timestamp
+	27, // 31: teapot.v1.StorageLock.ttl:type_name -> google.protobuf.Duration
+	0,  // 32: teapot.v1.StorageLock.meta:type_name -> teapot.v1.Meta
+	1,  // 33: teapot.v1.Object.tenant:type_name -> teapot.v1.Tenant
+	3,  // 34: teapot.v1.Object.vip_pool:type_name -> teapot.v1.VIPPool
+	4,  // 35: teapot.v1.Object.load_balancer:type_name -> teapot.v1.LoadBalancer
+	18, // 36: teapot.v1.Object.node:type_name -> teapot.v1.Node
+	19, // 37: teapot.v1.Object.certificate:type_name -> teapot.v1.Certificate
+	20, // 38: teapot.v1.Object.join_token:type_name -> teapot.v1.JoinToken
+	21, // 39: teapot.v1.Object.storage_item:type_name -> teapot.v1.StorageItem
+	22, // 40: teapot.v1.Object.storage_lock:type_name -> teapot.v1.StorageLock
+	10, // 41: teapot.v1.LoadBalancer.PoolsEntry.value:type_name -> teapot.v1.BackendPool
+	42, // [42:42] is the sub-list for method output_type
+	42, // [42:42] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_teapotv1_model_proto_init() }
@@ -2356,8 +2428,8 @@ func file_teapotv1_model_proto_init() {
 	if File_teapotv1_model_proto != nil {
 		return
 	}
-	file_teapotv1_model_proto_msgTypes[10].OneofWrappers = []any{}
-	file_teapotv1_model_proto_msgTypes[22].OneofWrappers = []any{
+	file_teapotv1_model_proto_msgTypes[11].OneofWrappers = []any{}
+	file_teapotv1_model_proto_msgTypes[23].OneofWrappers = []any{
 		(*Object_Tenant)(nil),
 		(*Object_VipPool)(nil),
 		(*Object_LoadBalancer)(nil),
@@ -2373,7 +2445,7 @@ func file_teapotv1_model_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_teapotv1_model_proto_rawDesc), len(file_teapotv1_model_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   25,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,164 @@
+// Package accesslog writes the access logs of load balancers that turn
+// them on: one JSON line per sampled HTTP request, rate-limited per load
+// balancer and for the whole host, so that a flood of requests cannot
+// fill a disk or the journal.
+package accesslog
+
+import (
+	"encoding/json"
+	"io"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/teapot-lb/teapot-lb/proxy/l7"
+)
+
+// Defaults of Config.
+const (
+	DefaultPerLB   = 100  // lines per second per load balancer
+	DefaultPerHost = 1000 // lines per second for the host
+	// maxBuckets bounds the per-load-balancer limiters kept.
+	maxBuckets = 100000
+)
+
+// Config configures a Logger.
+type Config struct {
+	// Next receives every request's counters first (the metrics).
+	Next l7.Metrics
+	// Out receives the lines; writes are serialised.
+	Out io.Writer
+	// PerLB and PerHost bound the lines per second (burst: twice that).
+	PerLB, PerHost float64
+	// Now and Rand are for tests.
+	Now  func() time.Time
+	Rand func() float64
+}
+
+// Logger is an l7.Metrics that passes every request to Next and writes the
+// sampled requests of load balancers with an access log to Out.
+type Logger struct {
+	cfg Config
+
+	mu      sync.Mutex
+	host    bucket
+	perLB   map[string]*bucket
+	dropped map[string]int64
+	enc     *json.Encoder
+}
+
+var _ l7.Metrics = (*Logger)(nil)
+
+// New returns a Logger.
+func New(cfg Config) *Logger {
+	if cfg.Next == nil {
+		cfg.Next = l7.NopMetrics{}
+	}
+	if cfg.PerLB <= 0 {
+		cfg.PerLB = DefaultPerLB
+	}
+	if cfg.PerHost <= 0 {
+		cfg.PerHost = DefaultPerHost
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Rand == nil {
+		cfg.Rand = rand.Float64
+	}
+	return &Logger{cfg: cfg, perLB: map[string]*bucket{}, dropped: map[string]int64{}, enc: json.NewEncoder(cfg.Out),
+		host: bucket{rate: cfg.PerHost, burst: 2 * cfg.PerHost, tokens: 2 * cfg.PerHost}}
+}
+
+// Line is one access-log entry.
+type Line struct {
+	Time      string  `json:"time"`
+	Tenant    string  `json:"tenant"`
+	LB        string  `json:"lb"`
+	Listener  string  `json:"listener"`
+	Client    string  `json:"client"`
+	Host      string  `json:"host"`
+	Method    string  `json:"method"`
+	Path      string  `json:"path"`
+	Protocol  string  `json:"protocol"`
+	Status    int     `json:"status"`
+	Outcome   string  `json:"outcome"`
+	BytesIn   int64   `json:"bytes_in"`
+	BytesOut  int64   `json:"bytes_out"`
+	Route     string  `json:"route,omitempty"`
+	Upstream  string  `json:"upstream,omitempty"`
+	Duration  float64 `json:"duration_seconds"`
+	UpstreamD float64 `json:"upstream_seconds"`
+	RequestID string  `json:"request_id,omitempty"`
+	// Dropped counts this load balancer's lines left out by the rate
+	// limit since its previous line.
+	Dropped int64 `json:"dropped,omitempty"`
+}
+
+var outcomes = map[l7.Outcome]string{
+	l7.OutcomeOK: "ok", l7.OutcomeClientError: "client-error", l7.OutcomeNoRoute: "no-route",
+	l7.OutcomeRedirect: "redirect", l7.OutcomeLocal: "local", l7.OutcomeNoMember: "no-member",
+	l7.OutcomeUpstreamError: "upstream-error", l7.OutcomeUpstreamTimeout: "upstream-timeout", l7.OutcomeAborted: "aborted",
+}
+
+// Request implements l7.Metrics.
+func (l *Logger) Request(s l7.RequestStats) {
+	l.cfg.Next.Request(s)
+	if s.AccessLog <= 0 || (s.AccessLog < 1 && l.cfg.Rand() >= s.AccessLog) {
+		return
+	}
+	now := l.cfg.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b := l.perLB[s.LB]
+	if b == nil {
+		if len(l.perLB) >= maxBuckets {
+			clear(l.perLB)
+			clear(l.dropped)
+		}
+		b = &bucket{rate: l.cfg.PerLB, burst: 2 * l.cfg.PerLB, tokens: 2 * l.cfg.PerLB, last: now}
+		l.perLB[s.LB] = b
+	}
+	if !b.take(now) || !l.host.take(now) {
+		l.dropped[s.LB]++
+		return
+	}
+	line := Line{
+		Time: now.UTC().Format(time.RFC3339Nano), Tenant: s.Tenant, LB: s.LB, Listener: s.Listener,
+		Host: s.Host, Method: s.Method, Path: s.Path, Protocol: "HTTP/1.1", Status: s.Status, Outcome: outcomes[s.Outcome],
+		BytesIn: s.RequestBytes, BytesOut: s.ResponseBytes, Route: s.Route,
+		Duration: s.Duration.Seconds(), UpstreamD: s.Upstream.Seconds(), RequestID: s.RequestID, Dropped: l.dropped[s.LB],
+	}
+	if s.HTTP2 {
+		line.Protocol = "HTTP/2"
+	}
+	if s.Client.IsValid() {
+		line.Client = s.Client.String()
+	}
+	if s.Member.IsValid() {
+		line.Upstream = s.Member.String()
+	}
+	delete(l.dropped, s.LB)
+	_ = l.enc.Encode(&line)
+}
+
+// Conn implements l7.Metrics.
+func (l *Logger) Conn(info *l7.ConnInfo, open bool) { l.cfg.Next.Conn(info, open) }
+
+// bucket is a token bucket.
+type bucket struct {
+	rate, burst, tokens float64
+	last                time.Time
+}
+
+func (b *bucket) take(now time.Time) bool {
+	if !b.last.IsZero() {
+		b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
+	}
+	b.last = now
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
+}
