@@ -11,8 +11,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -279,7 +281,7 @@ func (l *kubeLab) echoDeployment(ns, name string, replicas int32, node string) {
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: corev1.PodSpec{
 					NodeSelector:                  nodeSelector(node),
-					TerminationGracePeriodSeconds: ptrTo(int64(2)),
+					TerminationGracePeriodSeconds: ptrTo(int64(10)),
 					Containers: []corev1.Container{{
 						Name: "echo", Image: "teapot.test/echo:" + kubeImageTag, ImagePullPolicy: corev1.PullNever,
 						Env: []corev1.EnvVar{{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{
@@ -514,6 +516,9 @@ func TestKubeClusterLoadBalancer(t *testing.T) {
 
 	t.Run("ExternalTrafficPolicyLocal", l.testLocalTraffic)
 	t.Run("IngressToClusterIP", l.testIngressClusterIP)
+	t.Run("ScaleUnderTraffic", func(t *testing.T) { l.testScale(t, vip) })
+	t.Run("ManyServices", l.testManyServices)
+	t.Run("DeleteFreesVIPs", l.testDelete)
 	t.Logf("whole scenario %s", time.Since(l.start).Round(100*time.Millisecond))
 }
 
@@ -658,4 +663,255 @@ func (l *kubeLab) testIngressClusterIP(t *testing.T) {
 		}
 		return fmt.Errorf("still there (%v)", err)
 	})
+}
+
+// echoProber asks an echo Service over and over from the client and
+// records who answered when.
+type echoProber struct {
+	mu       sync.Mutex
+	sent     int
+	failures []error
+	firstBy  map[string]time.Time
+	stop     chan struct{}
+	done     chan struct{}
+}
+
+func startEchoProber(h *netlab.Host, to netip.AddrPort, interval time.Duration) *echoProber {
+	p := &echoProber{firstBy: map[string]time.Time{}, stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		for {
+			wg.Go(func() {
+				a, err := echoHTTP(h, to, 3*time.Second)
+				now := time.Now()
+				p.mu.Lock()
+				defer p.mu.Unlock()
+				p.sent++
+				if err != nil {
+					p.failures = append(p.failures, fmt.Errorf("%s: %w", now.Format("15:04:05.000"), err))
+					return
+				}
+				if _, ok := p.firstBy[a.pod]; !ok {
+					p.firstBy[a.pod] = now
+				}
+			})
+			select {
+			case <-p.stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return p
+}
+
+func (p *echoProber) finish() (sent int, failures []error) {
+	close(p.stop)
+	<-p.done
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.sent, p.failures
+}
+
+func (p *echoProber) first(pod string) (time.Time, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	t, ok := p.firstBy[pod]
+	return t, ok
+}
+
+// percentiles returns the p50 and p99 of ds.
+func percentiles(ds []time.Duration) (time.Duration, time.Duration) {
+	if len(ds) == 0 {
+		return 0, 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	at := func(q float64) time.Duration { return s[min(len(s)-1, int(q*float64(len(s))))] }
+	return at(0.50), at(0.99)
+}
+
+// scaleEcho sets the replicas of the echo Deployment.
+func (l *kubeLab) scaleEcho(t *testing.T, replicas int32) {
+	t.Helper()
+	ctx, cancel := l.ctx()
+	defer cancel()
+	patch := fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, replicas)
+	if _, err := l.k.Client.AppsV1().Deployments("shop").Patch(ctx, "echo", types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// testScale scales the echo Deployment 2 -> 10 -> 1 while the client
+// sends a request every 20ms to its LoadBalancer Service: no request may
+// fail, and every new pod must get traffic; it reports the time from a
+// pod's Ready to its first answer.
+func (l *kubeLab) testScale(t *testing.T, vip netip.Addr) {
+	before := l.podNodes("shop", "echo")
+	p := startEchoProber(l.client, netip.AddrPortFrom(vip, 80), 20*time.Millisecond)
+	l.scaleEcho(t, 10)
+	l.waitDeployment("shop", "echo", 10)
+	var lags []time.Duration
+	waitFor(t, kubeLabTimeout, "traffic on all 10 pods", func() error {
+		ctx, cancel := l.ctx()
+		defer cancel()
+		pods, err := l.k.Client.CoreV1().Pods("shop").List(ctx, metav1.ListOptions{LabelSelector: "app=echo"})
+		if err != nil {
+			return err
+		}
+		lags = lags[:0]
+		for _, pod := range pods.Items {
+			if pod.DeletionTimestamp != nil {
+				continue
+			}
+			_, old := before[pod.Name]
+			var ready time.Time
+			for _, c := range pod.Status.Conditions {
+				if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+					ready = c.LastTransitionTime.Time
+				}
+			}
+			first, ok := p.first(pod.Name)
+			if ready.IsZero() || !ok {
+				return fmt.Errorf("no traffic yet on %s", pod.Name)
+			}
+			// Ready is stamped in whole seconds; a pod that answered
+			// before its Ready second ended counts as 0.
+			if !old {
+				lags = append(lags, max(0, first.Sub(ready.Add(time.Second))))
+			}
+		}
+		return nil
+	})
+	p50, p99 := percentiles(lags)
+	t.Logf("scaled 2 -> 10: from a pod's Ready (second resolution) to its first answer: p50 %s, p99 %s over %d new pods",
+		p50.Round(time.Millisecond), p99.Round(time.Millisecond), len(lags))
+	l.scaleEcho(t, 1)
+	l.waitDeployment("shop", "echo", 1)
+	waitFor(t, kubeLabTimeout, "the terminating pods gone", func() error {
+		if n := len(l.podNodes("shop", "echo")); n != 1 {
+			return fmt.Errorf("%d pods", n)
+		}
+		return nil
+	})
+	sent, failures := p.finish()
+	t.Logf("scaled 2 -> 10 -> 1 under %d requests: %d failed", sent, len(failures))
+	if len(failures) > 0 {
+		t.Errorf("%d of %d requests failed while scaling; first: %v", len(failures), sent, failures[0])
+	}
+}
+
+// testManyServices creates 20 LoadBalancer Services at once and measures,
+// for each, the time from create to a VIP in its status and to the first
+// good answer through that VIP.
+func (l *kubeLab) testManyServices(t *testing.T) {
+	const n = 20
+	type result struct{ vip, answer time.Duration }
+	results := make([]result, n)
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	began := time.Now()
+	for i := range n {
+		wg.Go(func() {
+			svc := lbServiceFor("shop", fmt.Sprintf("many-%02d", i), "echo", corev1.ProtocolTCP, 80)
+			ctx, cancel := l.ctx()
+			defer cancel()
+			start := time.Now()
+			if _, err := l.k.Client.CoreV1().Services("shop").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+				errs <- err
+				return
+			}
+			deadline := start.Add(kubeLabTimeout)
+			var vip netip.Addr
+			for !vip.IsValid() {
+				if time.Now().After(deadline) {
+					errs <- fmt.Errorf("%s: no VIP after %s", svc.Name, kubeLabTimeout)
+					return
+				}
+				got, err := l.k.Client.CoreV1().Services("shop").Get(ctx, svc.Name, metav1.GetOptions{})
+				if err == nil && len(got.Status.LoadBalancer.Ingress) > 0 {
+					vip, _ = netip.ParseAddr(got.Status.LoadBalancer.Ingress[0].IP)
+				}
+				if !vip.IsValid() {
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+			results[i].vip = time.Since(start)
+			for {
+				if _, err := echoHTTP(l.client, netip.AddrPortFrom(vip, 80), time.Second); err == nil {
+					break
+				}
+				if time.Now().After(deadline) {
+					errs <- fmt.Errorf("%s: no answer through %s after %s", svc.Name, vip, kubeLabTimeout)
+					return
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			results[i].answer = time.Since(start)
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	var vips, answers []time.Duration
+	for _, r := range results {
+		vips, answers = append(vips, r.vip), append(answers, r.answer)
+	}
+	v50, v99 := percentiles(vips)
+	a50, a99 := percentiles(answers)
+	t.Logf("%d Services created at once: create -> VIP in status p50 %s p99 %s; create -> first good answer p50 %s p99 %s; all served after %s",
+		n, v50.Round(time.Millisecond), v99.Round(time.Millisecond), a50.Round(time.Millisecond), a99.Round(time.Millisecond), time.Since(began).Round(time.Millisecond))
+}
+
+// testDelete deletes every Service of the namespace: the LB cluster frees
+// their VIPs (no host holds one) and no NodePort Service of the agent is
+// left.
+func (l *kubeLab) testDelete(t *testing.T) {
+	ctx, cancel := l.ctx()
+	defer cancel()
+	svcs, err := l.k.Client.CoreV1().Services("shop").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var vips []netip.Addr
+	for _, s := range svcs.Items {
+		for _, in := range s.Status.LoadBalancer.Ingress {
+			if a, err := netip.ParseAddr(in.IP); err == nil {
+				vips = append(vips, a)
+			}
+		}
+		if err := l.k.Client.CoreV1().Services("shop").Delete(ctx, s.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(vips) < 20 {
+		t.Fatalf("only %d Services had a VIP before the delete", len(vips))
+	}
+	began := time.Now()
+	waitFor(t, kubeLabTimeout, "every VIP of the deleted Services released", func() error {
+		for _, v := range vips {
+			hs, err := l.holders(v)
+			if err != nil {
+				return err
+			}
+			if len(hs) > 0 {
+				return fmt.Errorf("%s still held by %s", v, hs[0].id)
+			}
+		}
+		return nil
+	})
+	t.Logf("%d Services deleted: every VIP released %s later", len(vips), time.Since(began).Round(time.Millisecond))
+	left, err := l.k.Client.CoreV1().Services("").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=teapot-lb-agent"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left.Items) > 0 {
+		t.Errorf("the agent's NodePort Services are left: %s/%s ...", left.Items[0].Namespace, left.Items[0].Name)
+	}
 }

@@ -6,8 +6,9 @@
 //	pod=echo-5d9c7 client=192.0.2.100:41234 proxy="PROXY TCP4 192.0.2.100 192.0.2.200 41234 80"
 //
 // HTTP requests to /healthz answer "ok". Flags: -http (default :8080),
-// -udp (default :8081). The pod name comes from $POD_NAME, else the host
-// name.
+// -udp (default :8081), -drain (default 3s: on SIGTERM it keeps serving
+// that long, while its endpoint is removed everywhere, then stops). The
+// pod name comes from $POD_NAME, else the host name.
 package main
 
 import (
@@ -21,7 +22,9 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -30,6 +33,7 @@ var pod string
 func main() {
 	httpAddr := flag.String("http", ":8080", "TCP address of the HTTP server")
 	udpAddr := flag.String("udp", ":8081", "UDP address of the datagram echo")
+	drain := flag.Duration("drain", 3*time.Second, "how long to keep serving after SIGTERM")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("component", "echo")
 	pod = os.Getenv("POD_NAME")
@@ -55,7 +59,17 @@ func main() {
 			return context.WithValue(ctx, connKey{}, c)
 		},
 	}
-	if err := srv.Serve(proxyListener{ln}); err != nil {
+	go func() {
+		sigs := make(chan os.Signal, 1)
+		signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+		<-sigs
+		log.Info("terminating: serving on while the endpoint goes", "drain", *drain)
+		time.Sleep(*drain)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	}()
+	if err := srv.Serve(proxyListener{ln}); err != nil && err != http.ErrServerClosed {
 		log.Error("serve", "err", err)
 		os.Exit(1)
 	}
