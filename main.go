@@ -311,6 +311,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	})
 	dataPlane.Store(px)
 	host.Add(px)
+	host.Add(counters)
 	host.Add(cm)
 	if vm != nil {
 		host.Add(vm.Manager)

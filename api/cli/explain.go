@@ -185,6 +185,31 @@ func (a *app) explainLB(ctx context.Context, w io.Writer, c *client.Conn, ref *p
 		_ = t.flush()
 	}
 
+	fmt.Fprintln(w, "\n6. Traffic per host (since the host started)")
+	t = newTable(w)
+	t.row("  HOST", "ACTIVE", "CONNECTIONS", "REQUESTS", "ERRORS (5xx)", "P99", "IN", "OUT")
+	rows := 0
+	for _, h := range hosts {
+		for _, tr := range h.GetTraffic() {
+			var total uint64
+			for _, n := range tr.GetRequests() {
+				total += n
+			}
+			p99 := "-"
+			if tr.GetP99Seconds() > 0 {
+				p99 = "≤" + time.Duration(tr.GetP99Seconds()*float64(time.Second)).String()
+			}
+			t.row("  "+h.GetNodeId(), strconv.FormatInt(tr.GetActiveConnections(), 10), strconv.FormatUint(tr.GetConnections(), 10),
+				strconv.FormatUint(total, 10), strconv.FormatUint(tr.GetRequests()["5xx"], 10), p99, bytesText(tr.GetBytesIn()), bytesText(tr.GetBytesOut()))
+			rows++
+		}
+	}
+	if rows == 0 {
+		fmt.Fprintln(w, "  none recorded")
+	} else {
+		_ = t.flush()
+	}
+
 	writeUnreachable(w, hosts)
 	if len(st.GetProblems()) > 0 {
 		fmt.Fprintln(w, "\nProblems")
@@ -328,6 +353,20 @@ func (a *app) explainNode(ctx context.Context, w io.Writer, c *client.Conn, id s
 	}
 	writeExplainEvents(w, obs.GetHosts())
 	return nil
+}
+
+// bytesText renders a byte count with a binary unit.
+func bytesText(n uint64) string {
+	const unit = 1024
+	if n < unit {
+		return strconv.FormatUint(n, 10) + "B"
+	}
+	div, exp := uint64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f%ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
 // routes reports whether lb routes requests for host.

@@ -76,6 +76,8 @@ func (f *fakeAdmin) servingHosts() []*pb.HostObservation {
 				}
 				h.Pools = append(h.Pools, po)
 			}
+			h.Traffic = append(h.Traffic, &pb.TrafficObservation{LoadBalancer: name, Requests: map[string]uint64{"2xx": 1200, "4xx": 12, "5xx": 3},
+				ActiveConnections: 4, Connections: 310, BytesIn: 52_000, BytesOut: 3_400_000, P99Seconds: 0.025})
 			state, reason := "released", "lb1 holds it"
 			if id == "lb1" {
 				state, reason = "holding", "ranked first among live hosts"
@@ -107,6 +109,11 @@ func filterHost(h *pb.HostObservation, f observe.Filter, req *pb.ObserveRequest)
 	for _, p := range h.Pools {
 		if f.MatchLB(p.LoadBalancer) {
 			out.Pools = append(out.Pools, p)
+		}
+	}
+	for _, tr := range h.Traffic {
+		if f.MatchLB(tr.LoadBalancer) {
+			out.Traffic = append(out.Traffic, tr)
 		}
 	}
 	for _, p := range h.Problems {
