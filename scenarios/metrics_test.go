@@ -1,6 +1,7 @@
 package scenarios
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -25,14 +26,19 @@ type sample struct {
 }
 
 // scrape returns the samples of one host's /metrics by name.
-func scrape(n *node) (map[string][]sample, error) {
-	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + n.metricsAddr + "/metrics")
+func scrape(n *node) (map[string][]sample, error) { return scrapeAddr(n.metricsAddr, nil) }
+
+// scrapeAddr returns the samples of the /metrics served on addr by name;
+// dial, if not nil, opens the connection (from a lab host's namespace).
+func scrapeAddr(addr string, dial func(ctx context.Context, network, addr string) (net.Conn, error)) (map[string][]sample, error) {
+	cl := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: dial, DisableKeepAlives: true}}
+	resp, err := cl.Get("http://" + addr + "/metrics")
 	if err != nil {
 		return nil, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != 200 {
-		return nil, fmt.Errorf("GET /metrics of %s: %s", n.id, resp.Status)
+		return nil, fmt.Errorf("GET http://%s/metrics: %s", addr, resp.Status)
 	}
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {

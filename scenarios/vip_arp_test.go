@@ -88,6 +88,38 @@ func TestVIPARP(t *testing.T) {
 		})
 	}
 
+	t.Run("metrics show the holder and count the moves", func(t *testing.T) {
+		h := l.waitHolder(arpVIP4, settleTimeout)
+		waitFor(t, settleTimeout, "metrics of the VIP moves", func() error {
+			s, err := l.scrape(h)
+			if err != nil {
+				return err
+			}
+			if v := sum(s, "teapot_lb_vip_held", map[string]string{"vip": arpVIP4.String(), "mode": "arp"}); v != 1 {
+				return fmt.Errorf("%s: teapot_lb_vip_held{vip=%s} = %v, want 1", h.id, arpVIP4, v)
+			}
+			if v := sum(s, "teapot_lb_vip_peers_alive", nil); v != labLBs-1 {
+				return fmt.Errorf("%s: teapot_lb_vip_peers_alive = %v, want %d", h.id, v, labLBs-1)
+			}
+			if v := sum(s, "teapot_lb_vip_last_move_timestamp_seconds", nil); v <= 0 {
+				return fmt.Errorf("%s: no last move time", h.id)
+			}
+			held, _ := l.vipMetrics("teapot_lb_vip_held", map[string]string{"vip": arpVIP4.String()})
+			if held != 1 {
+				return fmt.Errorf("%v hosts report holding %s, want 1", held, arpVIP4)
+			}
+			// The failovers above moved the VIPs to another host and back:
+			// the survivor that stood in took and released them (a
+			// restarted host counts from zero again).
+			takes, _ := l.vipMetrics("teapot_lb_vip_moves_total", map[string]string{"direction": "take"})
+			releases, _ := l.vipMetrics("teapot_lb_vip_moves_total", map[string]string{"direction": "release"})
+			if takes < 2 || releases < 1 {
+				return fmt.Errorf("VIP moves counted: %v takes, %v releases; want at least 2 and 1", takes, releases)
+			}
+			return nil
+		})
+	})
+
 	t.Run("partition releases and one MAC answers", func(t *testing.T) {
 		h := l.waitHolder(arpVIP4, settleTimeout)
 		if err := h.host.SetLink(false); err != nil {

@@ -103,6 +103,33 @@ type lbHost struct {
 
 func (n *lbHost) apiAddr() string { return n.ip4.String() + ":7443" }
 
+func (n *lbHost) metricsAddr() string { return n.ip4.String() + ":9300" }
+
+// scrape returns the samples of n's /metrics, fetched from the client.
+func (l *vipLab) scrape(n *lbHost) (map[string][]sample, error) {
+	return scrapeAddr(n.metricsAddr(), func(ctx context.Context, network, addr string) (c net.Conn, err error) {
+		err = l.client.Do(func() (err error) {
+			var d net.Dialer
+			c, err = d.DialContext(ctx, network, addr)
+			return err
+		})
+		return c, err
+	})
+}
+
+// vipMetrics sums, over the running hosts, a VIP metric with the labels.
+func (l *vipLab) vipMetrics(name string, match map[string]string) (float64, error) {
+	var v float64
+	for _, n := range l.lbs {
+		s, err := l.scrape(n)
+		if err != nil {
+			continue // a host that is down
+		}
+		v += sum(s, name, match)
+	}
+	return v, nil
+}
+
 // vipLab is a running lab.
 type vipLab struct {
 	tb      testing.TB
@@ -210,7 +237,7 @@ func newVIPLab(tb testing.TB, opt labOptions) *vipLab {
 	for _, n := range l.lbs {
 		n.args = []string{"serve",
 			"--data-dir", n.dir, "--node-id", n.id,
-			"--raft-addr", n.ip4.String() + ":7300", "--api-addr", n.apiAddr(),
+			"--raft-addr", n.ip4.String() + ":7300", "--api-addr", n.apiAddr(), "--metrics-addr", n.metricsAddr(),
 			"--vip-interface", "eth0", "--heartbeat-addr", n.ip4.String() + ":7946",
 			"--heartbeat-interval", labHeartbeat, "--heartbeat-misses", labMisses,
 			"--acme-ca", noACME,
