@@ -42,7 +42,7 @@ const (
 	// Descriptor limits: the LB host gets fewer descriptors than b opens
 	// idle connections, so only its per-tenant budget keeps it serving;
 	// the test process needs room for those connections and the tarpits.
-	noisyServeNofile = 8192
+	noisyServeNofile = 4096
 	noisyTestNofile  = idleConns + tarpitChecks + 1024
 	// streamTimeout bounds one change on a tenant stream.
 	streamTimeout = 60 * time.Second

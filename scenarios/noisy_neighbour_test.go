@@ -17,7 +17,7 @@ import (
 const (
 	quietPhase    = 10 * time.Second // baseline
 	minPhase      = 8 * time.Second  // every abuse phase lasts at least this
-	idleConns     = 16000            // b's idle connections, twice the LB host's descriptors
+	idleConns     = 16000            // b's idle connections, four times the LB host's descriptors
 	idleDialFor   = 20 * time.Second // longest time spent opening them
 	idleHold      = 5 * time.Second
 	tarpitChecks  = 600 // b's health-checked members, all tarpits
