@@ -62,6 +62,8 @@ const (
 	RefusedListenerLimit = "listener-limit"
 	// RefusedTenantLimit: the tenant is at MaxConnectionsPerTenant.
 	RefusedTenantLimit = "tenant-limit"
+	// RefusedHostLimit: every tenant together is at MaxHostConnections.
+	RefusedHostLimit = "host-limit"
 )
 
 type nopMetrics struct{}

@@ -35,8 +35,14 @@ type Limits struct {
 	// 2s timeout, rise 2, fall 3).
 	snapshot.Defaults
 	// MaxConnectionsPerTenant bounds a tenant's connections and UDP flows
-	// on this host across its listeners (0: no bound).
+	// on this host across its listeners, unless the tenant's
+	// quotas.connections says otherwise (0: derived from the descriptor
+	// limit, see DeriveBudgets).
 	MaxConnectionsPerTenant int
+	// MaxHostConnections bounds the connections and UDP flows of every
+	// tenant together (0: derived from the descriptor limit), so that the
+	// admin API, Raft and health checks keep their descriptors.
+	MaxHostConnections int
 	// ConnectAttempts bounds the members tried for one connection
 	// (default 3).
 	ConnectAttempts int
@@ -100,8 +106,9 @@ type Proxy struct {
 	statusMu sync.Mutex
 	status   map[string][]Problem
 
-	tenants sync.Map // tenant name -> *atomic.Int64 connections
-	wg      sync.WaitGroup
+	tenants   sync.Map // tenant name -> *atomic.Int64 connections
+	hostConns atomic.Int64
+	wg        sync.WaitGroup
 }
 
 // New returns a proxy serving nothing; Update gives it the state.
@@ -125,6 +132,15 @@ func New(cfg Config) *Proxy {
 	cfg.MaxBindRetry = max(cfg.MaxBindRetry, cfg.BindRetry)
 	if cfg.Limits.ConnectAttempts <= 0 {
 		cfg.Limits.ConnectAttempts = 3
+	}
+	if cfg.Limits.MaxConnectionsPerTenant <= 0 || cfg.Limits.MaxHostConnections <= 0 {
+		b := DeriveBudgets(DescriptorLimit())
+		if cfg.Limits.MaxConnectionsPerTenant <= 0 {
+			cfg.Limits.MaxConnectionsPerTenant = b.Tenant
+		}
+		if cfg.Limits.MaxHostConnections <= 0 {
+			cfg.Limits.MaxHostConnections = b.Host
+		}
 	}
 	log := cfg.Logger.With("component", "proxy")
 	p := &Proxy{
@@ -283,12 +299,17 @@ func (p *Proxy) Close() error {
 	return nil
 }
 
-// admitTenant counts a connection against its tenant's bound; done undoes
-// it. It reports false when the tenant is at its bound.
-func (p *Proxy) admitTenant(tenant string) (done func(), ok bool) {
-	limit := p.cfg.Limits.MaxConnectionsPerTenant
+// admitTenant counts a connection against its tenant's bound (quota, the
+// tenant's quotas.connections, or the default) and the host's; done undoes
+// it. It reports false when either is reached; reason says which.
+func (p *Proxy) admitTenant(tenant string, quota int) (done func(), reason string) {
+	if p.hostConns.Add(1) > int64(p.cfg.Limits.MaxHostConnections) {
+		p.hostConns.Add(-1)
+		return nil, RefusedHostLimit
+	}
+	limit := quota
 	if limit <= 0 {
-		return func() {}, true
+		limit = p.cfg.Limits.MaxConnectionsPerTenant
 	}
 	v, _ := p.tenants.Load(tenant)
 	if v == nil {
@@ -297,7 +318,8 @@ func (p *Proxy) admitTenant(tenant string) (done func(), ok bool) {
 	n := v.(*atomic.Int64)
 	if n.Add(1) > int64(limit) {
 		n.Add(-1)
-		return nil, false
+		p.hostConns.Add(-1)
+		return nil, RefusedTenantLimit
 	}
-	return func() { n.Add(-1) }, true
+	return func() { n.Add(-1); p.hostConns.Add(-1) }, ""
 }

@@ -222,10 +222,10 @@ func (p *Proxy) accept(s *socket, c *net.TCPConn) {
 		refuse(c)
 		return
 	}
-	tenantDone, ok := p.admitTenant(l.Tenant)
-	if !ok {
+	tenantDone, refused := p.admitTenant(l.Tenant, l.Limits.TenantConnections)
+	if tenantDone == nil {
 		s.active.Add(-1)
-		p.metrics.ConnRefused(l.LB, l.Name, RefusedTenantLimit)
+		p.metrics.ConnRefused(l.LB, l.Name, refused)
 		refuse(c)
 		return
 	}

@@ -115,9 +115,9 @@ func (u *udpSocket) flow(client netip.AddrPort) *flow {
 		p.metrics.ConnRefused(l.LB, l.Name, RefusedListenerLimit)
 		return nil
 	}
-	done, ok := p.admitTenant(l.Tenant)
-	if !ok {
-		p.metrics.ConnRefused(l.LB, l.Name, RefusedTenantLimit)
+	done, refused := p.admitTenant(l.Tenant, l.Limits.TenantConnections)
+	if done == nil {
+		p.metrics.ConnRefused(l.LB, l.Name, refused)
 		return nil
 	}
 	m := l.Backend().Pick(clientKey(client.Addr()))

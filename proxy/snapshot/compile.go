@@ -39,6 +39,9 @@ func Compile(objs []*pb.Object, revision uint64, d Defaults, prev *Snapshot) *Sn
 type tenantInfo struct {
 	domains []string
 	nets    []netip.Prefix
+	// conns and connsPerListener are the tenant's connection quotas (0:
+	// the host's defaults).
+	conns, connsPerListener int
 }
 
 type compiler struct {
@@ -95,7 +98,8 @@ func newCompiler(objs []*pb.Object, d Defaults, prev *Snapshot) *compiler {
 }
 
 func newTenantInfo(t *pb.Tenant) *tenantInfo {
-	ti := &tenantInfo{domains: t.GetDomains()}
+	ti := &tenantInfo{domains: t.GetDomains(), conns: int(t.GetQuotas().GetConnections()),
+		connsPerListener: int(t.GetQuotas().GetConnectionsPerListener())}
 	for _, s := range t.GetNetworks() {
 		if p, err := netip.ParsePrefix(s); err == nil && p == p.Masked() {
 			ti.nets = append(ti.nets, p)

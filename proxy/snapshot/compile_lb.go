@@ -259,6 +259,12 @@ func (b *lbCompile) listener(f string, i int, l *pb.Listener, tenant string, vip
 		b.problem(f+".protocol", "%q is not one of tcp, udp, http, https, tls-passthrough; listener skipped", proto)
 		return nil
 	}
+	if t := b.c.tenants[tenant]; t != nil {
+		out.Limits.TenantConnections = t.conns
+		if t.connsPerListener > 0 {
+			out.Limits.MaxConnections = t.connsPerListener
+		}
+	}
 	if m := l.GetMaxConnections(); m > 0 {
 		out.Limits.MaxConnections = int(m)
 	}

@@ -253,10 +253,10 @@ func TestCompileListenerLimits(t *testing.T) {
 		redirect bool
 		tls      *TLS
 	}{
-		{key("192.0.2.1:53", TCP), Limits{65536, time.Hour}, false, nil},
-		{key("192.0.2.1:53", UDP), Limits{5, time.Second}, false, nil},
-		{key("192.0.2.1:80", TCP), Limits{10, time.Minute}, true, nil},
-		{key("192.0.2.1:443", TCP), Limits{65536, time.Minute}, false, &TLS{ACME: true, MinVersion: 0x0304}},
+		{key("192.0.2.1:53", TCP), Limits{MaxConnections: 65536, IdleTimeout: time.Hour}, false, nil},
+		{key("192.0.2.1:53", UDP), Limits{MaxConnections: 5, IdleTimeout: time.Second}, false, nil},
+		{key("192.0.2.1:80", TCP), Limits{MaxConnections: 10, IdleTimeout: time.Minute}, true, nil},
+		{key("192.0.2.1:443", TCP), Limits{MaxConnections: 65536, IdleTimeout: time.Minute}, false, &TLS{ACME: true, MinVersion: 0x0304}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.key.String(), func(t *testing.T) {

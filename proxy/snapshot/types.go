@@ -160,8 +160,13 @@ func equalTLS(a, b *TLS) bool {
 
 // Limits bound one listener.
 type Limits struct {
-	// MaxConnections bounds concurrent connections (TCP) or flows (UDP).
+	// MaxConnections bounds concurrent connections (TCP) or flows (UDP):
+	// listeners[].maxConnections, else the tenant's
+	// quotas.connectionsPerListener, else the default.
 	MaxConnections int
+	// TenantConnections is the tenant's quotas.connections: its bound over
+	// all its listeners on a host (0: the host's default).
+	TenantConnections int
 	// IdleTimeout closes a connection or UDP flow without traffic.
 	IdleTimeout time.Duration
 }
