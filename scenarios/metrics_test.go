@@ -158,6 +158,7 @@ vip: { pool: local, address: "%[1]s" }
 listeners: [{ port: %[2]d, protocol: http }]
 routes: [{ host: shop.acme.example, path: /, pool: web }]
 pools: { web: { members: ["%[3]s"] } }
+accessLog: { enabled: true, sample: 1.0 }
 `, metricsVIP, port, bl.Addr().String())
 	mpath := filepath.Join(c.dir, "shop.yaml")
 	if err := os.WriteFile(mpath, []byte(manifest), 0o644); err != nil {
@@ -287,6 +288,7 @@ pools: { web: { members: ["%[3]s"] } }
 	t.Logf("new leader %s; %d requests answered, %d failed", newLeader.id, ok.Load(), failed.Load())
 
 	checkDashboard(t, names)
+	checkAccessLog(t, c.nodes, bl.Addr().String())
 
 	// A clean SIGTERM of a survivor logs no ERROR and exits 0.
 	var follower *node
@@ -296,6 +298,41 @@ pools: { web: { members: ["%[3]s"] } }
 		}
 	}
 	terminate(t, c, follower)
+}
+
+// checkAccessLog finds the load balancer's access-log lines (stderr, in
+// the hosts' logs) and checks one.
+func checkAccessLog(t *testing.T, nodes []*node, member string) {
+	t.Helper()
+	lines := 0
+	var first map[string]any
+	for _, n := range nodes {
+		data, err := os.ReadFile(n.logPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for line := range strings.Lines(string(data)) {
+			if !strings.HasPrefix(line, "{") || !strings.Contains(line, `"lb":"acme/shop"`) {
+				continue
+			}
+			lines++
+			if first == nil {
+				if err := json.Unmarshal([]byte(line), &first); err != nil {
+					t.Fatalf("access-log line %q: %v", line, err)
+				}
+			}
+		}
+	}
+	if lines == 0 {
+		t.Fatal("no access-log line for acme/shop in the hosts' logs")
+	}
+	for k, want := range map[string]any{"tenant": "acme", "host": "shop.acme.example", "method": "GET", "path": "/",
+		"status": 200.0, "upstream": member, "outcome": "ok"} {
+		if first[k] != want {
+			t.Errorf("access-log line %v: %s = %v, want %v", first, k, first[k], want)
+		}
+	}
+	t.Logf("%d access-log lines", lines)
 }
 
 // terminate sends SIGTERM to n, waits for it to exit, and fails the test
