@@ -68,7 +68,7 @@ var (
 	lbLabels       = []string{"tenant", "lb", "listener"}
 	descConns      = desc("connections_total", "Connections (UDP: flows) accepted by a listener.", lbLabels...)
 	descActive     = desc("connections_active", "Connections (UDP: flows) open now.", lbLabels...)
-	descRefused    = desc("connections_refused_total", "Connections or flows turned away, by reason (no-member, listener-limit, tenant-limit, not-tls).", append(lbLabels, "reason")...)
+	descRefused    = desc("connections_refused_total", "Connections or flows turned away, by reason (no-member, listener-limit, tenant-limit, host-limit, not-tls).", append(lbLabels, "reason")...)
 	descConnDur    = desc("connection_duration_seconds", "Lifetime of finished connections and flows.", lbLabels...)
 	descBytesIn    = desc("received_bytes_total", "Bytes received from clients (HTTP listeners: request bodies).", lbLabels...)
 	descBytesOut   = desc("sent_bytes_total", "Bytes sent to clients (HTTP listeners: response bodies).", lbLabels...)
@@ -84,7 +84,7 @@ var (
 )
 
 // refusedReasons are the reasons of proxy.Metrics.ConnRefused.
-var refusedReasons = []string{"no-member", "listener-limit", "tenant-limit", "not-tls"}
+var refusedReasons = []string{"no-member", "listener-limit", "tenant-limit", "host-limit", "not-tls"}
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {

@@ -46,16 +46,19 @@ func TestCollectorExportsAndFolds(t *testing.T) {
 teapot_lb_connections_active{lb="acme/_other",listener="_other",tenant="acme"} 1
 teapot_lb_connections_active{lb="acme/a",listener="192.0.2.1:80/tcp",tenant="acme"} 0
 teapot_lb_connections_active{lb="acme/b",listener="192.0.2.1:80/tcp",tenant="acme"} 1
-# HELP teapot_lb_connections_refused_total Connections or flows turned away, by reason (no-member, listener-limit, tenant-limit, not-tls).
+# HELP teapot_lb_connections_refused_total Connections or flows turned away, by reason (no-member, listener-limit, tenant-limit, host-limit, not-tls).
 # TYPE teapot_lb_connections_refused_total counter
+teapot_lb_connections_refused_total{lb="acme/_other",listener="_other",reason="host-limit",tenant="acme"} 0
 teapot_lb_connections_refused_total{lb="acme/_other",listener="_other",reason="listener-limit",tenant="acme"} 0
 teapot_lb_connections_refused_total{lb="acme/_other",listener="_other",reason="no-member",tenant="acme"} 0
 teapot_lb_connections_refused_total{lb="acme/_other",listener="_other",reason="not-tls",tenant="acme"} 0
 teapot_lb_connections_refused_total{lb="acme/_other",listener="_other",reason="tenant-limit",tenant="acme"} 0
+teapot_lb_connections_refused_total{lb="acme/a",listener="192.0.2.1:80/tcp",reason="host-limit",tenant="acme"} 0
 teapot_lb_connections_refused_total{lb="acme/a",listener="192.0.2.1:80/tcp",reason="listener-limit",tenant="acme"} 0
 teapot_lb_connections_refused_total{lb="acme/a",listener="192.0.2.1:80/tcp",reason="no-member",tenant="acme"} 0
 teapot_lb_connections_refused_total{lb="acme/a",listener="192.0.2.1:80/tcp",reason="not-tls",tenant="acme"} 0
 teapot_lb_connections_refused_total{lb="acme/a",listener="192.0.2.1:80/tcp",reason="tenant-limit",tenant="acme"} 1
+teapot_lb_connections_refused_total{lb="acme/b",listener="192.0.2.1:80/tcp",reason="host-limit",tenant="acme"} 0
 teapot_lb_connections_refused_total{lb="acme/b",listener="192.0.2.1:80/tcp",reason="listener-limit",tenant="acme"} 0
 teapot_lb_connections_refused_total{lb="acme/b",listener="192.0.2.1:80/tcp",reason="no-member",tenant="acme"} 0
 teapot_lb_connections_refused_total{lb="acme/b",listener="192.0.2.1:80/tcp",reason="not-tls",tenant="acme"} 0
@@ -118,7 +121,7 @@ teapot_lb_member_ejections_total{lb="other/tcp",member="_other",pool="db",tenant
 	if got, want := buf.String(), "acme/_other 1 0.002\nacme/a 1 0.002\nacme/b 1 0.002\n"; got != want {
 		t.Errorf("upstream histograms (lb count sum):\n%swant:\n%s", got, want)
 	}
-	if n := testutil.CollectAndCount(c); n > 80 {
+	if n := testutil.CollectAndCount(c); n > 90 {
 		t.Errorf("%d series for 4 load balancers under caps of 2 per tenant", n)
 	}
 }
