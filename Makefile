@@ -13,6 +13,11 @@ COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -s -w -X $(MODULE)/api/cli.Version=$(VERSION) -X $(MODULE)/api/cli.Commit=$(COMMIT)
 
 BIN   := bin/teapot-lb
+DIST  := dist
+ARCHES := amd64 arm64
+# Release artefacts take every timestamp from the commit time.
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+export SOURCE_DATE_EPOCH
 TOOLS := $(CURDIR)/.tools/bin
 
 PROTOC_GEN_GO_VERSION      := v1.36.10
@@ -24,13 +29,24 @@ PROTO_FILES := $(wildcard $(PROTO_DIR)/teapotv1/*.proto)
 TEST_TIMEOUT  ?= 20m
 BENCH_TIMEOUT ?= 30m
 
-.PHONY: build run test lint generate generate-check bench clean help
+.PHONY: build run test lint generate generate-check bench clean help dist-bin image package
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
 build: ## build the static binary bin/teapot-lb
 	go build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) .
+
+dist-bin: ## cross-build the static binaries dist/bin/{amd64,arm64}/teapot-lb
+	for arch in $(ARCHES); do \
+		GOOS=linux GOARCH=$$arch go build -trimpath -buildvcs=false -ldflags "$(LDFLAGS)" -o $(DIST)/bin/$$arch/teapot-lb . ; \
+	done
+
+image: dist-bin ## the agent's multi-arch OCI image as dist/teapot-lb-agent_VERSION.oci.tar (no container daemon)
+	go run ./packaging/cmd/teapot-pkg image --version $(VERSION) --revision $(COMMIT) --dist $(DIST)
+
+package: dist-bin ## the host packages dist/teapot-lb_VERSION-1_{amd64,arm64}.deb and .rpm (nfpm)
+	go run ./packaging/cmd/teapot-pkg package --version $(VERSION) --revision $(COMMIT) --dist $(DIST)
 
 run: build ## run a single-node cluster with default settings (data in ./teapot-data)
 	./$(BIN) serve
@@ -72,4 +88,4 @@ generate-check: generate ## fail if the committed generated code is stale
 	fi
 
 clean: ## remove build output (keeps ./teapot-data)
-	rm -rf bin
+	rm -rf bin $(DIST)

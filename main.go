@@ -40,6 +40,8 @@ import (
 	"github.com/teapot-lb/teapot-lb/api/pki"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 	"github.com/teapot-lb/teapot-lb/consensus"
+	"github.com/teapot-lb/teapot-lb/packaging/gen"
+	"github.com/teapot-lb/teapot-lb/packaging/sdnotify"
 	"github.com/teapot-lb/teapot-lb/proxy"
 	"github.com/teapot-lb/teapot-lb/proxy/certs"
 	"github.com/teapot-lb/teapot-lb/proxy/l7"
@@ -52,22 +54,22 @@ import (
 
 func main() {
 	root := cli.NewRoot()
-	root.AddCommand(serveCommand(), agent.Command(cli.Version), web.Command())
+	root.AddCommand(serveCommand(), agent.Command(cli.Version), web.Command(), gen.ManCommand())
 	os.Exit(cli.Main(root))
 }
 
 // serveConfig holds serve's settings; the YAML config file uses the flag
 // names as keys.
 type serveConfig struct {
-	DataDir          string        `json:"data-dir"`
-	NodeID           string        `json:"node-id"`
-	RaftAddr         string        `json:"raft-addr"`
-	APIAddr          string        `json:"api-addr"`
-	Join             string        `json:"join"`
-	Token            string        `json:"token"`
-	HeartbeatTimeout time.Duration `json:"raft-heartbeat-timeout"`
-	ElectionTimeout  time.Duration `json:"raft-election-timeout"`
-	LogLevel         string        `json:"log-level"`
+	DataDir          string       `json:"data-dir"`
+	NodeID           string       `json:"node-id"`
+	RaftAddr         string       `json:"raft-addr"`
+	APIAddr          string       `json:"api-addr"`
+	Join             string       `json:"join"`
+	Token            string       `json:"token"`
+	HeartbeatTimeout vip.Duration `json:"raft-heartbeat-timeout"`
+	ElectionTimeout  vip.Duration `json:"raft-election-timeout"`
+	LogLevel         string       `json:"log-level"`
 	// MetricsAddr serves Prometheus metrics at /metrics; "" turns it off.
 	MetricsAddr string `json:"metrics-addr"`
 	// AccessLog is the file of the load balancers' access logs; ""
@@ -84,10 +86,10 @@ type serveConfig struct {
 
 	// ACME: the CA's directory (default Let's Encrypt production), a PEM
 	// file of roots for its HTTPS endpoint, the account's contact.
-	ACMECA         string        `json:"acme-ca"`
-	ACMECARoot     string        `json:"acme-ca-root"`
-	ACMEEmail      string        `json:"acme-email"`
-	ACMERenewCheck time.Duration `json:"acme-renew-check"`
+	ACMECA         string       `json:"acme-ca"`
+	ACMECARoot     string       `json:"acme-ca-root"`
+	ACMEEmail      string       `json:"acme-email"`
+	ACMERenewCheck vip.Duration `json:"acme-renew-check"`
 }
 
 func serveCommand() *cobra.Command {
@@ -96,8 +98,8 @@ func serveCommand() *cobra.Command {
 		NodeID:           defaultNodeID(),
 		RaftAddr:         "127.0.0.1:7300",
 		APIAddr:          "127.0.0.1:7443",
-		HeartbeatTimeout: consensus.DefaultHeartbeatTimeout,
-		ElectionTimeout:  consensus.DefaultElectionTimeout,
+		HeartbeatTimeout: vip.Duration(consensus.DefaultHeartbeatTimeout),
+		ElectionTimeout:  vip.Duration(consensus.DefaultElectionTimeout),
 		LogLevel:         "info",
 		MetricsAddr:      defaultMetricsAddr,
 
@@ -116,14 +118,16 @@ func serveCommand() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
+	// serve's own --config shadows the root's admin --config.
+	f.String("config", "", "serve configuration file: YAML with the flag names as keys and a bgp: section (the packages install a documented /etc/teapot-lb/serve.yaml); flags given on the command line win")
 	f.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "where this host keeps its state and credentials")
 	f.StringVar(&cfg.NodeID, "node-id", cfg.NodeID, "this host's id in the cluster")
 	f.StringVar(&cfg.RaftAddr, "raft-addr", cfg.RaftAddr, "IP:port for Raft traffic between hosts (mTLS)")
 	f.StringVar(&cfg.APIAddr, "api-addr", cfg.APIAddr, "IP:port of the admin and cluster API (mTLS)")
 	f.StringVar(&cfg.Join, "join", "", "API address of a cluster host to join through (with --token)")
 	f.StringVar(&cfg.Token, "token", "", "join token printed by \"teapot-lb cluster join-token\"")
-	f.DurationVar(&cfg.HeartbeatTimeout, "raft-heartbeat-timeout", cfg.HeartbeatTimeout, "time without a leader's heartbeat before a follower calls an election")
-	f.DurationVar(&cfg.ElectionTimeout, "raft-election-timeout", cfg.ElectionTimeout, "time a candidate waits for votes before trying again")
+	f.Var(&cfg.HeartbeatTimeout, "raft-heartbeat-timeout", "time without a leader's heartbeat before a follower calls an election")
+	f.Var(&cfg.ElectionTimeout, "raft-election-timeout", "time a candidate waits for votes before trying again")
 	f.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "debug | info | warn | error")
 	f.StringVar(&cfg.AccessLog, "access-log", "", "file that receives the access logs of load balancers with accessLog enabled (default: stderr)")
 	f.StringVar(&cfg.MetricsAddr, "metrics-addr", cfg.MetricsAddr, `IP:port serving Prometheus metrics at /metrics ("" turns them off)`)
@@ -134,7 +138,7 @@ func serveCommand() *cobra.Command {
 	f.StringVar(&cfg.ACMECA, "acme-ca", certs.LetsEncrypt, "ACME directory URL of the CA that issues certificates for https listeners with acme: true")
 	f.StringVar(&cfg.ACMECARoot, "acme-ca-root", "", "PEM file of extra root certificates that verify the ACME CA's HTTPS endpoint")
 	f.StringVar(&cfg.ACMEEmail, "acme-email", "", "contact address of the cluster's ACME account")
-	f.DurationVar(&cfg.ACMERenewCheck, "acme-renew-check", 0, "how often certificates are checked for renewal (default 10m)")
+	f.Var(&cfg.ACMERenewCheck, "acme-renew-check", "how often certificates are checked for renewal (default 10m)")
 	_ = f.MarkHidden("acme-renew-check")
 	return cmd
 }
@@ -241,7 +245,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	ccfg := consensus.Config{
 		DataDir: cfg.DataDir, NodeID: cfg.NodeID, RaftAddr: cfg.RaftAddr, APIAddr: cfg.APIAddr,
 		Join: cfg.Join, Token: cfg.Token,
-		HeartbeatTimeout: cfg.HeartbeatTimeout, ElectionTimeout: cfg.ElectionTimeout,
+		HeartbeatTimeout: time.Duration(cfg.HeartbeatTimeout), ElectionTimeout: time.Duration(cfg.ElectionTimeout),
 		Logger: log, Version: cli.Version,
 		Observe: host.Observe, Event: host.Events().Add,
 	}
@@ -320,7 +324,13 @@ func serve(ctx context.Context, cfg serveConfig) error {
 		log.Error("metrics are off", "component", "metrics", "err", err)
 	}
 	fed := make(chan struct{})
-	go func() { defer close(fed); feedProxy(ctx, node, px, vm, log) }()
+	var applied atomic.Uint64
+	go func() { defer close(fed); feedProxy(ctx, node, px, vm, &applied, log) }()
+	// systemd hears READY=1 once Raft has formed or joined and the data
+	// plane has applied the state committed by then.
+	go sdnotify.FromEnv(log).Run(ctx, func(ctx context.Context) (string, error) {
+		return waitServing(ctx, node, &applied)
+	}, func() error { return feederAlive(fed, node) })
 	vm.run(ctx, log)
 
 	select {
@@ -358,6 +368,39 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	return err
 }
 
+// waitServing returns once this host is in the cluster and its data plane
+// has applied the revision committed when it got there.
+func waitServing(ctx context.Context, node *consensus.Node, applied *atomic.Uint64) (string, error) {
+	select {
+	case <-node.Ready():
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+	target := node.Revision()
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for applied.Load() < target {
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	}
+	return fmt.Sprintf("serving revision %d of cluster %s", applied.Load(), node.ClusterID()), nil
+}
+
+// feederAlive fails once the data plane's feeder has stopped or the
+// state cannot be read.
+func feederAlive(fed <-chan struct{}, node *consensus.Node) error {
+	select {
+	case <-fed:
+		return errors.New("the data plane no longer follows the state")
+	default:
+	}
+	node.Revision()
+	return nil
+}
+
 // memberStates is the data plane's view of a load balancer's members, for
 // the tenant's status.
 func memberStates(px *proxy.Proxy, lb string) []*pb.MemberState {
@@ -375,7 +418,7 @@ func memberStates(px *proxy.Proxy, lb string) []*pb.MemberState {
 // the VIP manager with the data plane's readiness. Events that arrive
 // while an update runs are folded into the next one: both take the whole
 // desired state, never deltas.
-func feedProxy(ctx context.Context, node *consensus.Node, px *proxy.Proxy, vm *vipManager, log *slog.Logger) {
+func feedProxy(ctx context.Context, node *consensus.Node, px *proxy.Proxy, vm *vipManager, applied *atomic.Uint64, log *slog.Logger) {
 	log = log.With("component", "proxy")
 	var reported map[string]string
 	for from := uint64(0); ; {
@@ -391,6 +434,7 @@ func feedProxy(ctx context.Context, node *consensus.Node, px *proxy.Proxy, vm *v
 		}
 		reported = logProblems(log, px.Status(), reported)
 		vm.update(objs, rev, px)
+		applied.Store(rev)
 	}
 }
 
@@ -565,7 +609,7 @@ func (v *vipManager) close(log *slog.Logger) {
 func newCertManager(cfg serveConfig, node *consensus.Node, log *slog.Logger, events func(*pb.Event)) (*certs.Manager, error) {
 	mc := certs.Config{
 		Store: node, Host: cfg.NodeID, CA: cfg.ACMECA, Email: cfg.ACMEEmail,
-		TicketSecret: node.CA().KeyPEM, RenewCheckInterval: cfg.ACMERenewCheck, Logger: log,
+		TicketSecret: node.CA().KeyPEM, RenewCheckInterval: time.Duration(cfg.ACMERenewCheck), Logger: log,
 		Events: events,
 	}
 	if cfg.ACMECARoot != "" {

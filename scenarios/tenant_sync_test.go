@@ -3,10 +3,13 @@ package scenarios
 import (
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"net/netip"
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -63,7 +66,11 @@ func TestTenantAgentAgainstKubeAPIServer(t *testing.T) {
 	l := newTenantLab(t)
 	pods := newPodNet(t, 2)
 	creds := l.seedTenant("acme", "acme.example", pods.network())
-	agents := []*proc{l.agent("agent-1", creds), l.agent("agent-2", creds)}
+	probes := freeAddrs(t, 2)
+	agents := []*proc{
+		l.agent("agent-1", creds, "--health-addr", probes[0]),
+		l.agent("agent-2", creds, "--health-addr", probes[1]),
+	}
 
 	const port = 8080
 	b2, b3 := pods.addr(0), pods.addr(1)
@@ -88,6 +95,20 @@ func TestTenantAgentAgainstKubeAPIServer(t *testing.T) {
 	waitReaches(t, front, "backend-2")
 	t.Logf("Service shop/web got VIP %s; HTTP over its TCP listener reaches the backend", vip)
 	leader := checkOneLeader(t, l, agents)
+	// The probes: both replicas live; the leader ready because it is
+	// connected, the standby because its caches are warm.
+	for i, a := range agents {
+		want := "standby, caches synced"
+		if a == leader {
+			want = "leading, connected to the LB cluster"
+		}
+		for _, path := range []string{"/healthz", "/readyz"} {
+			code, body := probe(t, probes[i], path)
+			if code != http.StatusOK || (path == "/readyz" && body != want) {
+				t.Errorf("%s %s: %d %q, want 200 %q", a.name, path, code, body, want)
+			}
+		}
+	}
 
 	// Scaling the endpoints changes the members.
 	l.putSlice(endpointSlice("shop", "web-1", "web", int32(port), b2, b3))
@@ -157,4 +178,17 @@ func TestTenantAgentAgainstKubeAPIServer(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// probe GETs one of the agent's health paths and returns code and body.
+func probe(t *testing.T, addr, path string) (int, string) {
+	t.Helper()
+	c := &http.Client{Timeout: 10 * time.Second}
+	resp, err := c.Get("http://" + addr + path)
+	if err != nil {
+		t.Fatalf("GET %s%s: %v", addr, path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, strings.TrimSpace(string(b))
 }

@@ -339,7 +339,7 @@ func TestNoConfig(t *testing.T) {
 	t.Setenv("TEAPOT_LB_CONFIG", "")
 	r := runEnv(t, &clienttest.Env{}, "", "get", "pools")
 	want := "error: no admin config found (looked in $TEAPOT_LB_CONFIG (unset), ./teapot-data/admin.conf, " +
-		filepath.Join(dir, ".config/teapot-lb/admin.conf") + "): start `teapot-lb serve` or pass --config\n"
+		filepath.Join(dir, ".config/teapot-lb/admin.conf") + ", /var/lib/teapot-lb/admin.conf): start `teapot-lb serve` or pass --config\n"
 	if r.code != 1 || r.stderr != want {
 		t.Errorf("got exit %d, stderr %q\nwant %q", r.code, r.stderr, want)
 	}

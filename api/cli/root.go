@@ -82,7 +82,7 @@ func AddCommands(root *cobra.Command, opts ...Option) {
 	})
 
 	pf := root.PersistentFlags()
-	pf.StringVar(&a.configPath, "config", "", "admin config file (default: $"+client.EnvConfig+", ./"+client.DataDirConfig+", ~/.config/teapot-lb/"+client.ConfigFileName+")")
+	pf.StringVar(&a.configPath, "config", "", "admin config file (default: $"+client.EnvConfig+", ./"+client.DataDirConfig+", ~/.config/teapot-lb/"+client.ConfigFileName+", "+client.SystemConfig+")")
 	pf.StringVar(&a.server, "server", "", "admin API address HOST:PORT to use instead of the config's servers (comma-separated for several)")
 	pf.VarP(&a.output, "output", "o", "output format: table, wide, json or yaml")
 	pf.DurationVar(&a.timeout, "timeout", DefaultTimeout, "give up on the cluster after this long")

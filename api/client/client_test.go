@@ -361,7 +361,7 @@ func TestFindConfig(t *testing.T) {
 	if !errors.Is(err, client.ErrNoConfig) {
 		t.Fatalf("nothing there: err = %v", err)
 	}
-	for _, want := range []string{"$TEAPOT_LB_CONFIG (unset)", "teapot-data/admin.conf", filepath.Join(home, ".config/teapot-lb/admin.conf"), "start `teapot-lb serve` or pass --config"} {
+	for _, want := range []string{"$TEAPOT_LB_CONFIG (unset)", "teapot-data/admin.conf", filepath.Join(home, ".config/teapot-lb/admin.conf"), client.SystemConfig, "start `teapot-lb serve` or pass --config"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not mention %q", err, want)
 		}

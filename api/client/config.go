@@ -28,6 +28,9 @@ const (
 	// DataDirConfig is the config of a server started in the current
 	// directory with default flags.
 	DataDirConfig = "teapot-data/" + ConfigFileName
+	// SystemConfig is the config of a host installed from the deb or rpm
+	// package: its data directory is /var/lib/teapot-lb, readable by root.
+	SystemConfig = "/var/lib/teapot-lb/" + ConfigFileName
 )
 
 // ErrNoConfig is returned by FindConfig when no admin config exists.
@@ -154,6 +157,7 @@ func FindConfig(flagPath string) (string, error) {
 	if p := userConfigPath(); p != "" {
 		candidates = append(candidates, p)
 	}
+	candidates = append(candidates, SystemConfig)
 	for _, p := range candidates {
 		if _, err := os.Stat(p); err == nil {
 			return p, nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -62,6 +63,8 @@ type Config struct {
 	Identity string
 	Version  string
 	Logger   *slog.Logger
+	// HealthAddr, when set, is where /healthz and /readyz are served.
+	HealthAddr string
 }
 
 // metrics are counters for logs and tests.
@@ -94,6 +97,7 @@ type Agent struct {
 	options translate.Options
 
 	metrics metrics
+	health  health
 }
 
 // New prepares an agent; Run starts it.
@@ -257,12 +261,25 @@ func (a *Agent) Run(parent context.Context) error {
 	ctx, cancel := context.WithCancel(parent)
 	defer a.factory.Shutdown()
 	defer cancel()
+	if a.cfg.HealthAddr != "" {
+		ln, err := net.Listen("tcp", a.cfg.HealthAddr)
+		if err != nil {
+			return fmt.Errorf("--health-addr %s: %w", a.cfg.HealthAddr, err)
+		}
+		a.log.Info("serving /healthz and /readyz", "addr", ln.Addr().String())
+		go func() {
+			if err := a.serveHealth(ctx, ln); err != nil {
+				a.log.Error("health endpoint stopped", "err", err)
+			}
+		}()
+	}
 	a.factory.Start(ctx.Done())
 	a.log.Info("waiting for the informers' caches")
 	if !cache.WaitForCacheSync(ctx.Done(), a.synced...) {
 		return fmt.Errorf("informers did not sync: %w", context.Cause(parent))
 	}
 	a.log.Info("caches synced")
+	a.health.synced.Store(true)
 	if !a.cfg.LeaderElect {
 		return a.lead(ctx)
 	}
@@ -316,6 +333,8 @@ func (a *Agent) lead(ctx context.Context) error {
 	if events == nil {
 		events = a.kube
 	}
+	a.health.leading.Store(true)
+	defer a.health.leading.Store(false)
 	a.bcast.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: events.CoreV1().Events("")})
 	defer a.bcast.Shutdown()
 	for range writers {

@@ -20,6 +20,9 @@ import (
 // DefaultCredentials is where the manifests mount the credentials Secret.
 const DefaultCredentials = "/etc/teapot-lb/credentials"
 
+// DefaultHealthAddr serves no probes: the manifests pass --health-addr=:8081.
+const DefaultHealthAddr = ""
+
 // serviceAccountNamespace holds the pod's namespace in a cluster.
 const serviceAccountNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
@@ -30,8 +33,9 @@ func Command(version string) *cobra.Command {
 	var qps float32
 	var burst int
 	cmd := &cobra.Command{
-		Use:   "agent",
-		Short: "Run the tenant agent in a Kubernetes cluster: stream its LoadBalancer Services and Ingresses to the LB cluster",
+		Use:     "agent",
+		Version: version,
+		Short:   "Run the tenant agent in a Kubernetes cluster: stream its LoadBalancer Services and Ingresses to the LB cluster",
 		Long: "Runs inside a tenant's Kubernetes cluster (see packaging/k8s). It uses the in-cluster\n" +
 			"configuration, or --kubeconfig from outside, and the credentials Secret printed by\n" +
 			"teapot-lb tenant credentials NAME, mounted at --credentials.",
@@ -90,6 +94,7 @@ func Command(version string) *cobra.Command {
 	f.StringVar(&cfg.Identity, "id", "", "this replica's name in the Lease (default: $POD_NAME or the host name)")
 	f.Float32Var(&qps, "kube-qps", 200, "requests per second to the Kubernetes API, for status writes (and as much again for Events)")
 	f.IntVar(&burst, "kube-burst", 400, "burst of requests to the Kubernetes API")
+	f.StringVar(&cfg.HealthAddr, "health-addr", DefaultHealthAddr, "address of /healthz (live) and /readyz (caches synced and, on the leading replica, connected to the LB cluster); empty turns it off")
 	f.StringVar(&logLevel, "log-level", "info", "debug | info | warn | error")
 	return cmd
 }

@@ -156,6 +156,8 @@ func (a *Agent) runSession(ctx context.Context) error {
 	}
 	a.setTenant(w.GetTenant())
 	a.book.reset(w.GetObjects())
+	a.health.connected.Store(true)
+	defer a.health.connected.Store(false)
 	a.log.Info("connected to the LB cluster", "tenant", w.GetTenant().GetName(), "objects", len(w.GetObjects()), "revision", w.GetRevision())
 
 	msgs := make(chan *pb.SyncResponse, 64)

@@ -1,0 +1,243 @@
+package main
+
+import (
+	"bytes"
+	"compress/gzip"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/goreleaser/nfpm/v2"
+	_ "github.com/goreleaser/nfpm/v2/deb" // registers the deb packager
+	_ "github.com/goreleaser/nfpm/v2/rpm" // registers the rpm packager
+	"github.com/spf13/cobra"
+)
+
+// host is where the files of the host packages live in the repository.
+const host = "packaging/host"
+
+const maintainer = "teapot-lb maintainers <teapot-lb@users.noreply.github.com>"
+
+const description = `multi-tenant load balancer appliance
+ teapot-lb runs on a small cluster of dedicated LB hosts and gives every
+ tenant Kubernetes cluster LoadBalancer Services (L4 TCP/UDP) and Ingresses
+ (L7 HTTP/HTTPS with TLS termination and ACME certificates) on highly
+ available virtual IPs, announced by ARP/NDP or BGP. This package holds the
+ static teapot-lb binary, its systemd unit and its configuration file.`
+
+var describeRE = regexp.MustCompile(`^v?(\d+(?:\.\d+)*)(?:-(\d+)-g([0-9a-f]+))?(-dirty)?$`)
+
+// PackageVersion turns `git describe --tags --always --dirty` into a
+// version deb and rpm order correctly: v1.2.3 is 1.2.3, three commits
+// later 1.2.3+3.gHASH; without a tag 0.0.0+gHASH.
+func PackageVersion(describe string) string {
+	d := strings.TrimSpace(describe)
+	if m := describeRE.FindStringSubmatch(d); m != nil {
+		v := m[1]
+		if m[2] != "" {
+			v += "+" + m[2] + ".g" + m[3]
+		}
+		if m[4] != "" {
+			v += "+dirty"
+			if m[2] != "" {
+				v = strings.Replace(v, "+dirty", ".dirty", 1)
+			}
+		}
+		return v
+	}
+	d = strings.TrimSuffix(d, "-dirty")
+	v := "0.0.0+g" + regexp.MustCompile(`[^0-9A-Za-z.]`).ReplaceAllString(d, ".")
+	if strings.HasSuffix(strings.TrimSpace(describe), "-dirty") {
+		v += ".dirty"
+	}
+	return v
+}
+
+func packageCmd() *cobra.Command {
+	var c common
+	cmd := &cobra.Command{
+		Use:   "package",
+		Short: "Build DIST/teapot-lb_VERSION_ARCH.deb and .rpm for every architecture",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			t, err := epoch()
+			if err != nil {
+				return err
+			}
+			work, err := os.MkdirTemp(c.dist, ".pkg-")
+			if err != nil {
+				return err
+			}
+			defer os.RemoveAll(work)
+			version := PackageVersion(c.version)
+			if err := generated(work, c.binaries(), t, version); err != nil {
+				return err
+			}
+			for _, arch := range c.arches {
+				for _, format := range []string{"deb", "rpm"} {
+					out, err := buildPackage(work, c.dist, format, arch, c.binaries()[arch], version, t)
+					if err != nil {
+						return fmt.Errorf("%s %s: %w", format, arch, err)
+					}
+					fmt.Println(out)
+				}
+			}
+			return nil
+		},
+	}
+	c.flags(cmd)
+	return cmd
+}
+
+// generated writes what comes from the command tree into work: the
+// completions, the man pages (gzipped without names or times) and the
+// Debian changelog.
+func generated(work string, bins map[string]string, t time.Time, version string) error {
+	bin := bins[runtime.GOARCH]
+	if bin == "" {
+		bin = bins["amd64"]
+	}
+	run := func(args ...string) ([]byte, error) {
+		cmd := exec.Command(bin, args...)
+		cmd.Env = append(os.Environ(), fmt.Sprintf("SOURCE_DATE_EPOCH=%d", t.Unix()))
+		out, err := cmd.Output()
+		if err != nil {
+			return nil, fmt.Errorf("%s %v: %w", bin, args, err)
+		}
+		return out, nil
+	}
+	for _, sh := range []string{"bash", "zsh", "fish"} {
+		out, err := run("completion", sh)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(work, "completion."+sh), out, 0o644); err != nil {
+			return err
+		}
+	}
+	raw := filepath.Join(work, "man-raw")
+	if _, err := run("gen-man", raw); err != nil {
+		return err
+	}
+	pages, err := os.ReadDir(raw)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Join(work, "man"), 0o755); err != nil {
+		return err
+	}
+	for _, p := range pages {
+		data, err := os.ReadFile(filepath.Join(raw, p.Name()))
+		if err != nil {
+			return err
+		}
+		if err := writeGzip(filepath.Join(work, "man", p.Name()+".gz"), data); err != nil {
+			return err
+		}
+	}
+	changelog := fmt.Sprintf("teapot-lb (%s-1) unstable; urgency=medium\n\n  * teapot-lb %s.\n\n -- %s  %s\n",
+		version, version, maintainer, t.Format("Mon, 02 Jan 2006 15:04:05 -0700"))
+	return writeGzip(filepath.Join(work, "changelog.Debian.gz"), []byte(changelog))
+}
+
+func writeGzip(path string, data []byte) error {
+	var buf bytes.Buffer
+	zw, err := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+	if err != nil {
+		return err
+	}
+	if _, err := zw.Write(data); err != nil {
+		return err
+	}
+	if err := zw.Close(); err != nil {
+		return err
+	}
+	return os.WriteFile(path, buf.Bytes(), 0o644)
+}
+
+func buildPackage(work, dist, format, arch, bin, version string, t time.Time) (string, error) {
+	unitDir := "/lib/systemd/system"
+	if format == "rpm" {
+		unitDir = "/usr/lib/systemd/system"
+	}
+	pages, err := filepath.Glob(filepath.Join(work, "man", "*.gz"))
+	if err != nil {
+		return "", err
+	}
+	var contents strings.Builder
+	add := func(src, dst, typ string, mode os.FileMode) {
+		fmt.Fprintf(&contents, "  - src: %q\n    dst: %q\n", src, dst)
+		if typ != "" {
+			fmt.Fprintf(&contents, "    type: %s\n", typ)
+		}
+		fmt.Fprintf(&contents, "    file_info: {mode: 0%o, owner: root, group: root}\n", mode)
+	}
+	add(bin, "/usr/bin/teapot-lb", "", 0o755)
+	add(filepath.Join(host, "teapot-lb.service"), unitDir+"/teapot-lb.service", "", 0o644)
+	add(filepath.Join(host, "serve.yaml"), "/etc/teapot-lb/serve.yaml", "config|noreplace", 0o644)
+	add(filepath.Join(work, "completion.bash"), "/usr/share/bash-completion/completions/teapot-lb", "", 0o644)
+	add(filepath.Join(work, "completion.zsh"), "/usr/share/zsh/vendor-completions/_teapot-lb", "", 0o644)
+	add(filepath.Join(work, "completion.fish"), "/usr/share/fish/vendor_completions.d/teapot-lb.fish", "", 0o644)
+	for _, p := range pages {
+		add(p, "/usr/share/man/man1/"+filepath.Base(p), "", 0o644)
+	}
+	if format == "deb" {
+		add(filepath.Join(host, "deb", "copyright"), "/usr/share/doc/teapot-lb/copyright", "", 0o644)
+		add(filepath.Join(work, "changelog.Debian.gz"), "/usr/share/doc/teapot-lb/changelog.Debian.gz", "", 0o644)
+		// Go binaries are static on purpose: the host needs no libraries.
+		add(filepath.Join(host, "deb", "lintian-overrides"), "/usr/share/lintian/overrides/teapot-lb", "", 0o644)
+	}
+	scripts := map[string]string{
+		"deb": fmt.Sprintf("  postinstall: %s/deb/postinst\n  preremove: %s/deb/prerm\n  postremove: %s/deb/postrm\n", host, host, host),
+		"rpm": fmt.Sprintf("  preinstall: %s/rpm/pre\n  postinstall: %s/rpm/post\n  preremove: %s/rpm/preun\n  postremove: %s/rpm/postun\n", host, host, host, host),
+	}[format]
+	depends := map[string]string{"deb": "adduser", "rpm": "shadow-utils"}[format]
+	conf := fmt.Sprintf(`name: teapot-lb
+arch: %s
+platform: linux
+version: %q
+version_schema: none
+release: "1"
+section: net
+priority: optional
+maintainer: %s
+vendor: teapot-lb
+homepage: https://github.com/teapot-lb/teapot-lb
+license: Unspecified
+description: %q
+depends: [%s]
+contents:
+%sscripts:
+%s`, arch, version, maintainer, description, depends, contents.String(), scripts)
+	cfg, err := nfpm.Parse(strings.NewReader(conf))
+	if err != nil {
+		return "", fmt.Errorf("nfpm config: %w", err)
+	}
+	info, err := cfg.Get(format)
+	if err != nil {
+		return "", err
+	}
+	info.MTime = t
+	info = nfpm.WithDefaults(info)
+	pkg, err := nfpm.Get(format)
+	if err != nil {
+		return "", err
+	}
+	out := filepath.Join(dist, pkg.ConventionalFileName(info))
+	f, err := os.Create(out)
+	if err != nil {
+		return "", err
+	}
+	info.Target = out
+	if err := pkg.Package(info, f); err != nil {
+		f.Close()
+		os.Remove(out)
+		return "", err
+	}
+	return out, f.Close()
+}
