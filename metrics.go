@@ -68,7 +68,7 @@ func serveMetrics(ctx context.Context, srv *metricsserver.Server, counters *metr
 				out = append(out, metrics.Member(m))
 			}
 			return out
-		}}),
+		}, Served: px.LoadBalancers}),
 		node.Collector(), tenants.Collector(), cm.Collector(),
 	}
 	if vm != nil {

@@ -25,3 +25,17 @@ func (p *Proxy) MemberStats() []MemberStat {
 	}
 	return out
 }
+
+// LoadBalancers returns the load balancers with a listener in the
+// configuration in service.
+func (p *Proxy) LoadBalancers() map[string]bool {
+	out := map[string]bool{}
+	cur := p.current.Load()
+	if cur == nil || cur.snap == nil {
+		return out
+	}
+	for _, l := range cur.snap.Listeners {
+		out[l.LB] = true
+	}
+	return out
+}

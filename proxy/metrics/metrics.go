@@ -77,6 +77,17 @@ func (t *table[K, V]) get(k K) *V {
 	return v
 }
 
+// retain deletes the entries keep refuses.
+func (t *table[K, V]) retain(keep func(K) bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for k := range t.m {
+		if !keep(k) {
+			delete(t.m, k)
+		}
+	}
+}
+
 func (t *table[K, V]) each(f func(K, *V)) {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
@@ -110,6 +121,18 @@ type Memory struct {
 
 	http        table[httpKey, httpCounters]
 	httpMembers table[httpMemberKey, httpMemberCounters]
+}
+
+// Retain forgets the counters of the load balancers keep refuses (those
+// deleted), so that tenants creating and deleting load balancers cannot
+// grow the memory without bound. A load balancer that is served again
+// starts from zero.
+func (m *Memory) Retain(keep func(lb string) bool) {
+	m.listeners.retain(func(k listenerKey) bool { return keep(k.lb) })
+	m.members.retain(func(k memberKey) bool { return keep(k.lb) })
+	m.routes.retain(func(k routeKey) bool { return keep(k.lb) })
+	m.http.retain(func(k httpKey) bool { return keep(k.lb) })
+	m.httpMembers.retain(func(k httpMemberKey) bool { return keep(k.lb) })
 }
 
 // ConnOpened counts an accepted connection or a new UDP flow.

@@ -54,3 +54,21 @@ func TestMemoryReport(t *testing.T) {
 		})
 	}
 }
+
+func TestMemoryRetain(t *testing.T) {
+	var m Memory
+	for _, lb := range []string{"acme/a", "acme/b"} {
+		m.ConnOpened(lb, "192.0.2.1:80/tcp")
+		m.MemberRequest(lb, "web", "10.0.0.1:80", 200, time.Millisecond)
+		m.RouteRequest(lb, "routes[0]", 200, time.Millisecond)
+	}
+	m.Retain(func(lb string) bool { return lb == "acme/a" })
+	r := m.Report()
+	if len(r.Listeners) != 1 || r.Listeners[0].LB != "acme/a" || len(r.Members) != 1 || len(r.Routes) != 1 {
+		t.Fatalf("after Retain(acme/a): %+v", r)
+	}
+	m.ConnOpened("acme/b", "192.0.2.1:80/tcp")
+	if r := m.Report(); len(r.Listeners) != 2 || r.Listeners[1].Opened != 1 {
+		t.Fatalf("a load balancer served again should start from zero: %+v", r.Listeners)
+	}
+}

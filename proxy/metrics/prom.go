@@ -38,6 +38,10 @@ type CollectorConfig struct {
 	// Members returns the members in service and their health; nil
 	// exports no member health.
 	Members func() []Member
+	// Served returns the load balancers in service; the counters of the
+	// others are forgotten at each scrape (see Memory.Retain). nil keeps
+	// everything.
+	Served func() map[string]bool
 }
 
 // Collector exports a Memory to Prometheus. It reads the counters when
@@ -165,6 +169,10 @@ type poolSums struct {
 
 // Collect implements prometheus.Collector.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	if c.cfg.Served != nil {
+		live := c.cfg.Served()
+		c.m.Retain(func(lb string) bool { return live[lb] })
+	}
 	rep := c.m.Report()
 	hs, hms := c.m.HTTP()
 	var members []Member

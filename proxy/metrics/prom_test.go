@@ -268,3 +268,21 @@ func fixedBackend(t testing.TB, resp string) netip.AddrPort {
 	}()
 	return netip.MustParseAddrPort(ln.Addr().String())
 }
+
+func TestCollectorForgetsDeletedLoadBalancers(t *testing.T) {
+	var m Memory
+	m.ConnOpened("acme/kept", "192.0.2.1:80/tcp")
+	m.ConnOpened("acme/deleted", "192.0.2.2:80/tcp")
+	c := NewCollector(&m, CollectorConfig{Served: func() map[string]bool { return map[string]bool{"acme/kept": true} }})
+	want := `
+# HELP teapot_lb_connections_total Connections (UDP: flows) accepted by a listener.
+# TYPE teapot_lb_connections_total counter
+teapot_lb_connections_total{lb="acme/kept",listener="192.0.2.1:80/tcp",tenant="acme"} 1
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "teapot_lb_connections_total"); err != nil {
+		t.Error(err)
+	}
+	if r := m.Report(); len(r.Listeners) != 1 {
+		t.Errorf("the deleted load balancer's counters are still kept: %+v", r.Listeners)
+	}
+}
