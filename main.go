@@ -7,12 +7,9 @@ package main
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"net"
 	"net/http"
 	"net/netip"
@@ -21,7 +18,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -32,10 +28,8 @@ import (
 	"google.golang.org/grpc/credentials"
 	"sigs.k8s.io/yaml"
 
-	"github.com/teapot-lb/teapot-lb/api"
 	"github.com/teapot-lb/teapot-lb/api/adminserver"
 	"github.com/teapot-lb/teapot-lb/api/cli"
-	"github.com/teapot-lb/teapot-lb/api/client"
 	"github.com/teapot-lb/teapot-lb/api/observe"
 	"github.com/teapot-lb/teapot-lb/api/pki"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
@@ -311,7 +305,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 		Events: host.Events().Add,
 		// Member health and listeners opened on retry change readiness
 		// without a change of the committed state.
-		Changed: func() { vm.setReady(dataPlane.Load(), false) },
+		Changed: func() { vm.setReady(dataPlane.Load()) },
 	})
 	dataPlane.Store(px)
 	host.Add(px)
@@ -335,11 +329,11 @@ func serve(ctx context.Context, cfg serveConfig) error {
 
 	select {
 	case <-node.Ready():
-		if err := writeAdminConfig(cfg.DataDir, node); err != nil {
+		if err := node.WriteAdminConfig(filepath.Join(cfg.DataDir, "admin.conf")); err != nil {
 			log.Error("write admin credentials", "component", "serve", "err", err)
 		}
 		log.Info("ready", "component", "serve", "node", cfg.NodeID, "cluster", node.ClusterID(), "admin", filepath.Join(cfg.DataDir, "admin.conf"))
-		go keepAdminConfig(ctx, cfg.DataDir, node, log)
+		go node.KeepAdminConfig(ctx, filepath.Join(cfg.DataDir, "admin.conf"))
 	case <-ctx.Done():
 	case err := <-served:
 		log.Error("API server stopped", "component", "api", "err", err)
@@ -458,55 +452,11 @@ func logProblems(log *slog.Logger, status map[string][]proxy.Problem, before map
 	return now
 }
 
-// writeAdminConfig writes DATA/admin.conf: the cluster's API addresses and
-// an admin certificate, which the CLI finds without flags. The certificate
-// is issued once and kept.
-func writeAdminConfig(dataDir string, node *consensus.Node) error {
-	path := filepath.Join(dataDir, "admin.conf")
-	conf, err := client.LoadConfig(path)
-	if err != nil {
-		cert, key, err := node.CA().Issue(pki.IssueRequest{Identity: pki.Identity{Role: pki.RoleAdmin, Name: "admin"}})
-		if err != nil {
-			return err
-		}
-		conf = &client.Config{CA: string(node.CA().CertPEM), Cert: string(cert), Key: string(key)}
-	}
-	servers := node.APIAddrs()
-	if strings.Join(servers, ",") == strings.Join(conf.Servers, ",") {
-		return nil
-	}
-	conf.Servers = servers
-	return client.SaveConfig(path, conf)
-}
-
-// keepAdminConfig rewrites admin.conf when hosts join or leave.
-func keepAdminConfig(ctx context.Context, dataDir string, node *consensus.Node, log *slog.Logger) {
-	w := node.Watch(node.Revision() + 1)
-	for {
-		ev, err := w.Next(ctx)
-		if err != nil {
-			return
-		}
-		touched := ev.Reset
-		for _, c := range ev.Changes {
-			touched = touched || c.Ref.GetKind() == api.KindNode
-		}
-		if touched {
-			if err := writeAdminConfig(dataDir, node); err != nil {
-				log.Warn("update admin credentials", "component", "serve", "err", err)
-			}
-		}
-	}
-}
-
 // vipManager is serve's handle on the VIP manager; its methods do nothing
 // when this host runs none (no --vip-interface and no bgp: section).
 type vipManager struct {
 	*vip.Manager
 	heartbeatAddr string
-
-	readyMu sync.Mutex
-	ready   map[string]string // last readiness handed to the manager
 }
 
 // newVIPManager returns nil when this host takes no part in VIPs.
@@ -533,15 +483,11 @@ func newVIPManager(cfg serveConfig, log *slog.Logger, events func(*pb.Event)) (*
 	return &vipManager{Manager: m, heartbeatAddr: addr}, nil
 }
 
-// setKey derives the heartbeat key from the cluster CA's private key,
-// which every host holds and no tenant sees.
+// setKey hands the manager the heartbeat key derived from the cluster CA.
 func (v *vipManager) setKey(ca *pki.CA) {
-	if v == nil {
-		return
+	if v != nil {
+		v.SetKey(vip.HeartbeatKey(ca.KeyPEM))
 	}
-	mac := hmac.New(sha256.New, ca.KeyPEM)
-	mac.Write([]byte("teapot-lb VIP heartbeats v1"))
-	v.SetKey(mac.Sum(nil))
 }
 
 func (v *vipManager) run(ctx context.Context, log *slog.Logger) {
@@ -555,42 +501,20 @@ func (v *vipManager) run(ctx context.Context, log *slog.Logger) {
 	}()
 }
 
-// update passes the committed state on, with each load balancer's
-// readiness.
+// update passes the committed state on, with the data plane's readiness.
 func (v *vipManager) update(objs []*pb.Object, rev uint64, px *proxy.Proxy) {
 	if v == nil {
 		return
 	}
 	v.Update(objs, rev)
-	v.setReady(px, true)
+	v.setReady(px)
 }
 
-// setReady tells the manager which load balancers this host can serve: no
-// problem reported by the data plane (listeners open) and at least one
-// healthy member. Only changes are passed on unless force is set.
-func (v *vipManager) setReady(px *proxy.Proxy, force bool) {
-	if v == nil || px == nil {
-		return
+// setReady passes on which load balancers the data plane can serve.
+func (v *vipManager) setReady(px *proxy.Proxy) {
+	if v != nil && px != nil {
+		v.SetReady(px.Readiness())
 	}
-	status, unhealthy := px.Status(), px.Unhealthy()
-	ready := make(map[string]string, len(status))
-	for lb, problems := range status {
-		var parts []string
-		for _, p := range problems {
-			parts = append(parts, p.Field+": "+p.Reason)
-		}
-		if len(parts) == 0 && unhealthy[lb] != "" {
-			parts = append(parts, unhealthy[lb])
-		}
-		ready[lb] = strings.Join(parts, "; ")
-	}
-	v.readyMu.Lock()
-	defer v.readyMu.Unlock()
-	if !force && maps.Equal(ready, v.ready) {
-		return
-	}
-	v.ready = ready
-	v.SetReady(ready)
 }
 
 func (v *vipManager) close(log *slog.Logger) {

@@ -102,6 +102,10 @@ func (n *Node) watchLeader() {
 	})
 	n.raft.RegisterObserver(obs)
 	defer n.raft.DeregisterObserver(obs)
+	// A leader learned before the observer was registered is reported too.
+	if _, id := n.raft.LeaderWithID(); id != "" && n.cfg.Event != nil {
+		n.cfg.Event(&pb.Event{Type: observe.EventLeaderChange, Severity: observe.Info, Message: "leader is now " + string(id)})
+	}
 	for {
 		select {
 		case <-n.stop:

@@ -146,3 +146,14 @@ func TestObserveMemberHealth(t *testing.T) {
 		t.Errorf("another tenant's filter sees %v", &h)
 	}
 }
+
+func TestReadiness(t *testing.T) {
+	port := freePort(t)
+	be := startBackend(t, "127.0.0.1", echo)
+	p, _ := newProxy(t, Config{})
+	update(t, p, l4LB("up", "127.0.0.2", port, "tcp", be.addr), l4LB("off", "127.0.0.3", port, "tcp"))
+	r := p.Readiness()
+	if r["acme/up"] != "" || r["acme/off"] == "" {
+		t.Fatalf("readiness %q", r)
+	}
+}

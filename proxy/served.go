@@ -210,3 +210,24 @@ func (p *Proxy) Members(lb string) []MemberHealth {
 	})
 	return slices.CompactFunc(out, func(a, b MemberHealth) bool { return a.Pool == b.Pool && a.Addr == b.Addr })
 }
+
+// Readiness tells, for every load balancer of the last Update
+// ("tenant/name"), why this host cannot serve it: its problems (a listener
+// not open, a compile error) or, with none, no usable member in any of its
+// pools. "" means ready. The VIP manager takes it to decide what this host
+// may hold.
+func (p *Proxy) Readiness() map[string]string {
+	status, unhealthy := p.Status(), p.Unhealthy()
+	ready := make(map[string]string, len(status))
+	for lb, problems := range status {
+		var parts []string
+		for _, pr := range problems {
+			parts = append(parts, pr.Field+": "+pr.Reason)
+		}
+		if len(parts) == 0 && unhealthy[lb] != "" {
+			parts = append(parts, unhealthy[lb])
+		}
+		ready[lb] = strings.Join(parts, "; ")
+	}
+	return ready
+}

@@ -58,7 +58,7 @@ listeners: [{ port: %[2]d, protocol: tcp, pool: app }]
 pools:
   app:
     members: ["%[3]s"]
-    healthCheck: { tcp: {}, interval: 300ms, timeout: 300ms }
+    healthCheck: { tcp: {}, interval: 1s, timeout: 500ms }
 `, observeVIP, port, memberAddr)
 	path := filepath.Join(t.TempDir(), "web.yaml")
 	if err := os.WriteFile(path, []byte(manifest), 0o644); err != nil {

@@ -2,7 +2,9 @@ package vip
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
 	"log/slog"
@@ -205,11 +207,29 @@ func (m *Manager) Update(objs []*pb.Object, revision uint64) {
 // serve: an empty reason means ready, any other text says why not. A VIP
 // is ready when at least one load balancer using it is; a load balancer
 // missing from the map is not ready. Until the first call no VIP is.
+//
+// A call that changes nothing is dropped without waking the loop. It is
+// safe on a nil Manager.
 func (m *Manager) SetReady(lbs map[string]string) {
+	if m == nil {
+		return
+	}
 	m.mu.Lock()
+	if m.haveReady && maps.Equal(m.ready, lbs) {
+		m.mu.Unlock()
+		return
+	}
 	m.ready, m.haveReady = maps.Clone(lbs), true
 	m.mu.Unlock()
 	m.poke()
+}
+
+// HeartbeatKey derives the failure detector's key from the cluster CA's
+// private key, which every host holds and no tenant sees.
+func HeartbeatKey(caKeyPEM []byte) []byte {
+	mac := hmac.New(sha256.New, caKeyPEM)
+	mac.Write([]byte("teapot-lb VIP heartbeats v1"))
+	return mac.Sum(nil)
 }
 
 func (m *Manager) poke() {
