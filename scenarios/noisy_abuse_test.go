@@ -16,8 +16,10 @@ import (
 )
 
 // phaseIdleConns: idleConns idle connections to b's HTTP listener, from
-// four source addresses so that loopback's ephemeral ports suffice, held
-// for idleHold.
+// four source addresses so that loopback's ephemeral ports suffice, opened
+// at idleRate (the attacker shares the two cores with the LB host and a's
+// probers, so an unpaced dial storm measures the CPU, not the budgets) and
+// held for idleHold.
 func phaseIdleConns(tb testing.TB, l *noisyLab, _ *tenantAgent) []string {
 	to := net.JoinHostPort(noisyVIPB, fmt.Sprint(noisyHTTPPort))
 	var (
@@ -29,7 +31,7 @@ func phaseIdleConns(tb testing.TB, l *noisyLab, _ *tenantAgent) []string {
 	deadline := time.Now().Add(idleDialFor)
 	work := make(chan int)
 	var wg sync.WaitGroup
-	for range 32 {
+	for range 16 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -51,6 +53,9 @@ func phaseIdleConns(tb testing.TB, l *noisyLab, _ *tenantAgent) []string {
 	for i := range idleConns {
 		if time.Now().After(deadline) {
 			break
+		}
+		if d := time.Until(start.Add(time.Duration(i) * time.Second / idleRate)); d > 0 {
+			time.Sleep(d)
 		}
 		work <- i
 	}

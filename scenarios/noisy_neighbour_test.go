@@ -19,6 +19,7 @@ const (
 	minPhase      = 8 * time.Second  // every abuse phase lasts at least this
 	idleConns     = 16000            // b's idle connections, four times the LB host's descriptors
 	idleDialFor   = 20 * time.Second // longest time spent opening them
+	idleRate      = 2000             // connections opened per second
 	idleHold      = 5 * time.Second
 	tarpitChecks  = 600 // b's health-checked members, all tarpits
 	ejectBound    = 6 * time.Second
