@@ -13,7 +13,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -53,7 +55,8 @@ pools:
 // TestDashboardInBrowser opens the dashboard of the three-host VIP lab in
 // headless Chromium, both running in the lab's client host: it logs in
 // with the one-time token; a load balancer created with the CLI appears
-// serving, with its listeners bound on every host; a member taken down
+// serving, with its listeners bound on every host; traffic through its
+// VIP moves its req/s chart above zero; a member taken down
 // turns it Degraded with the reason its checks give; killing the host that
 // holds its VIP shows the move on the timeline.
 func TestDashboardInBrowser(t *testing.T) {
@@ -114,7 +117,30 @@ func TestDashboardInBrowser(t *testing.T) {
 		}
 		return nil
 	})
+
+	// Traffic through the VIP from the client moves the live req/s chart.
+	stopTraffic := sendTraffic(t, l, netip.MustParseAddrPort("192.0.2.201:80"))
+	rps := b.waitAttr(`#main [data-lb="acme/shop"] figure[data-metric="rps"]`, "data-latest", "the req/s chart of acme/shop above zero", func(v string) error {
+		if f, err := strconv.ParseFloat(v, 64); err != nil || f <= 0 {
+			return fmt.Errorf("latest req/s %q, want > 0", v)
+		}
+		return nil
+	})
+	t.Logf("acme/shop req/s on the dashboard's chart: %s", rps)
+	// A few more seconds of traffic, so the screenshot shows a line.
+	time.Sleep(5 * time.Second)
 	b.shot(shots, "dashboard-load-balancer.png")
+	// The host holding the VIP charts the same traffic on the cluster page.
+	carrier := l.waitHolder(netip.MustParseAddr("192.0.2.201"), pageTimeout)
+	b.do(chromedp.Navigate(base + "/#/cluster"))
+	b.waitAttr(`#main [data-host="`+carrier.id+`"] figure[data-metric="rps"]`, "data-latest", "the req/s chart of host "+carrier.id+" above zero", func(v string) error {
+		if f, err := strconv.ParseFloat(v, 64); err != nil || f <= 0 {
+			return fmt.Errorf("latest req/s %q, want > 0", v)
+		}
+		return nil
+	})
+	stopTraffic()
+	b.do(chromedp.Navigate(base + "/#/lb/acme%2Fshop"))
 
 	// A member goes down: Degraded, with the reason from the checks.
 	flaky.stop()
@@ -311,6 +337,70 @@ func (b *browser) waitText(sel, what string, check func(string) error) {
 		}
 		return nil
 	})
+}
+
+// waitAttr polls the attribute name of the element at sel until check
+// accepts it, and returns it.
+func (b *browser) waitAttr(sel, name, what string, check func(string) error) string {
+	b.t.Helper()
+	var last string
+	waitFor(b.t, pageTimeout, what, func() error {
+		ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
+		defer cancel()
+		a, err := chromedp.Run(ctx, chromedp.AttributeValue(chromedp.CSS(sel), name, chromedp.NodeVisible))
+		if err != nil {
+			return fmt.Errorf("read %s of %s: %w", name, sel, err)
+		}
+		if !a.Exists {
+			return fmt.Errorf("%s has no %s", sel, name)
+		}
+		last = a.Value
+		return check(last)
+	})
+	return last
+}
+
+// sendTraffic makes HTTP requests from the lab's client to addr, a few
+// at a time, until the returned function is called. Failed requests are
+// counted, not fatal: the chart is what the test looks at.
+func sendTraffic(t *testing.T, l *vipLab, addr netip.AddrPort) (stop func()) {
+	t.Helper()
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var ok, failed int
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				err := httpGet(l.client, addr, labHTTPTimeout)
+				mu.Lock()
+				if err != nil {
+					failed++
+				} else {
+					ok++
+				}
+				mu.Unlock()
+				time.Sleep(20 * time.Millisecond)
+			}
+		}()
+	}
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			close(done)
+			wg.Wait()
+			t.Logf("traffic to %s: %d requests answered 200, %d failed", addr, ok, failed)
+		})
+	}
+	t.Cleanup(stop)
+	return stop
 }
 
 func clip(s string, n int) string {

@@ -55,6 +55,8 @@ type Server struct {
 	cursor map[string]uint64
 	// lastHeld is the last set of hosts that held each VIP.
 	lastHeld map[string][]string
+	// charts are the live charts, from the hosts' traffic counters.
+	charts *charter
 }
 
 // New returns a Server reading cfg.Source. Call Run to start reading.
@@ -78,6 +80,7 @@ func New(cfg Config) (*Server, error) {
 	return &Server{
 		cfg: cfg, log: cfg.Logger.With("component", "web"), auth: a,
 		subs: map[chan struct{}]bool{}, cursor: map[string]uint64{}, lastHeld: map[string][]string{},
+		charts: newCharter(chartPoints),
 	}, nil
 }
 
@@ -114,6 +117,9 @@ func (s *Server) refresh(ctx context.Context) {
 		keep := *s.snap
 		keep.Time, keep.Errors = snap.Time, snap.Errors
 		snap = &keep
+	}
+	if obs != nil {
+		s.charts.add(obs, snap.Time)
 	}
 	events := diff(s.snap, snap, s.lastHeld)
 	for _, h := range obs.GetHosts() {
@@ -154,12 +160,15 @@ func (s *Server) refresh(ctx context.Context) {
 type view struct {
 	Snapshot *Snapshot `json:"snapshot"`
 	Events   []Event   `json:"events"`
+	// Charts has the chart points after the stream's last one (all of
+	// them in the first view of a stream).
+	Charts *Charts `json:"charts"`
 }
 
-func (s *Server) current(after uint64) view {
+func (s *Server) current(after uint64, chartsAfter time.Time) view {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	v := view{Snapshot: s.snap, Events: []Event{}}
+	v := view{Snapshot: s.snap, Events: []Event{}, Charts: s.charts.since(chartsAfter)}
 	for _, e := range s.events {
 		if e.Seq > after {
 			v.Events = append(v.Events, e)
@@ -254,7 +263,7 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) snapshot(w http.ResponseWriter, r *http.Request) {
-	v := s.current(0)
+	v := s.current(0, time.Time{})
 	if v.Snapshot == nil {
 		http.Error(w, "no snapshot yet: the cluster was not read so far", http.StatusServiceUnavailable)
 		return
@@ -291,6 +300,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 	h.Set("Cache-Control", "no-store")
 	wake <- struct{}{}
 	var after uint64
+	var chartsAfter time.Time
 	keepAlive := time.NewTicker(15 * time.Second)
 	defer keepAlive.Stop()
 	for {
@@ -301,10 +311,11 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 			fmt.Fprint(w, ": keep-alive\n\n")
 			fl.Flush()
 		case <-wake:
-			v := s.current(after)
+			v := s.current(after, chartsAfter)
 			if v.Snapshot == nil {
 				continue
 			}
+			chartsAfter = v.Charts.latest(chartsAfter)
 			if n := len(v.Events); n > 0 {
 				after = v.Events[n-1].Seq
 			}

@@ -297,7 +297,7 @@ func TestHostEventsOnTheTimelineOnce(t *testing.T) {
 	})
 	s.refresh(context.Background())
 	var got []string
-	for _, e := range s.current(0).Events {
+	for _, e := range s.current(0, time.Time{}).Events {
 		got = append(got, e.Kind+" "+e.Subject+" "+e.Message)
 	}
 	want := []string{

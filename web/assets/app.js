@@ -2,8 +2,11 @@
 // the page named in the URL fragment. Read-only; no third-party code.
 "use strict";
 
-const state = { snap: null, events: [] };
+const state = { snap: null, events: [], charts: { lbs: {}, hosts: {}, omitted: 0 } };
 const MAX_EVENTS = 500;
+const CHART_POINTS = 300;      // history kept per series, as the server keeps it
+const CHART_WINDOW_S = 300;    // the charts show at most the last five minutes
+const CHART_MIN_WINDOW_S = 60; // and at least a minute wide
 
 function esc(s) {
   return String(s ?? "").replace(/[&<>"']/g, c => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
@@ -26,6 +29,53 @@ function table(headers, rows, empty) {
 function card(k, v) { return `<div class="card"><div class="k">${esc(k)}</div><div class="v">${v}</div></div>`; }
 function lbLink(id) { return `<a href="#/lb/${encodeURIComponent(id)}">${esc(id)}</a>`; }
 
+// mergeCharts adds a view's new chart points and drops the series the
+// server no longer sends.
+function mergeCharts(c) {
+  if (!c) return;
+  for (const kind of ["lbs", "hosts"]) {
+    const next = {};
+    for (const [id, ps] of Object.entries(c[kind] || {})) {
+      const old = state.charts[kind][id] || [];
+      const lastT = old.length ? Date.parse(old[old.length - 1].t) : 0;
+      next[id] = old.concat(ps.filter(p => Date.parse(p.t) > lastT)).slice(-CHART_POINTS);
+    }
+    state.charts[kind] = next;
+  }
+  state.charts.omitted = c.omitted || 0;
+}
+
+const METRICS = [
+  { key: "rps", label: "req/s", fmt: v => v < 10 ? v.toFixed(1) : String(Math.round(v)), floor: 1 },
+  { key: "err", label: "errors (5xx)", fmt: v => (100 * v).toFixed(1) + "%", floor: 0.01 },
+  { key: "p99", label: "p99", fmt: v => v < 1 ? (1000 * v).toFixed(v < 0.01 ? 1 : 0) + " ms" : v.toFixed(2) + " s", floor: 0.001 },
+  { key: "active", label: "active conns", fmt: v => String(Math.round(v)), floor: 1 },
+];
+
+// chart is a small SVG line chart of one metric over the last five
+// minutes; its newest value is in data-latest (and in the caption).
+function chart(ps, m) {
+  const W = 240, H = 48;
+  const vals = ps.map(p => p[m.key] || 0);
+  const latest = vals.length ? vals[vals.length - 1] : 0;
+  const top = Math.max(m.floor, ...vals);
+  const end = ps.length ? Date.parse(ps[ps.length - 1].t) : 0;
+  // The x axis spans the history there is, at least a minute, at most five.
+  const span = ps.length ? (end - Date.parse(ps[0].t)) / 1000 : 0;
+  const win = Math.min(CHART_WINDOW_S, Math.max(CHART_MIN_WINDOW_S, span));
+  const xy = ps.map(p => {
+    const x = W - (end - Date.parse(p.t)) / 1000 / win * W;
+    const y = H - 2 - ((p[m.key] || 0) / top) * (H - 4);
+    return [x, y];
+  }).filter(([x]) => x >= 0).map(([x, y]) => `${x.toFixed(1)},${y.toFixed(1)}`).join(" ");
+  return `<figure class="chart" data-metric="${m.key}" data-latest="${esc(latest)}" data-points="${ps.length}">` +
+    `<figcaption>${esc(m.label)} <b class="latest">${ps.length ? esc(m.fmt(latest)) : "—"}</b> <span class="muted">max ${esc(m.fmt(top))}</span></figcaption>` +
+    `<svg viewBox="0 0 ${W} ${H}" preserveAspectRatio="none" role="img" aria-label="${esc(m.label)} over the last ${Math.round(win)} s">` +
+    `<line class="axis" x1="0" y1="${H - 1}" x2="${W}" y2="${H - 1}"></line>` +
+    (xy ? `<polyline points="${xy}"></polyline>` : "") + `</svg></figure>`;
+}
+function charts(ps) { return `<div class="charts">${METRICS.map(m => chart(ps || [], m)).join("")}</div>`; }
+
 function renderCluster(s) {
   const c = s.cluster;
   const healthy = c.nodes.filter(n => n.healthy).length;
@@ -43,6 +93,15 @@ function renderCluster(s) {
       n.peers ? `${n.peersAlive}/${n.peers} peers alive` : `<span class="muted">—</span>`,
       esc(n.version),
     ]), "No hosts answered.");
+  const hostIDs = Object.keys(state.charts.hosts).sort();
+  h += `<h2>Traffic per host <small>up to the last five minutes, every load balancer on the host</small></h2>`;
+  h += table(["Host", "Traffic"], hostIDs.map(id => [`<b>${esc(id)}</b>`, `<div data-host="${esc(id)}">${charts(state.charts.hosts[id])}</div>`]),
+    "No host reported traffic counters yet.");
+  const busiest = Object.entries(state.charts.lbs).map(([id, ps]) => [id, ps.length ? ps[ps.length - 1].rps : 0])
+    .sort((a, b) => b[1] - a[1] || a[0].localeCompare(b[0])).slice(0, 5);
+  h += `<h2>Busiest load balancers <small>by req/s now` + (state.charts.omitted ? `; ${state.charts.omitted} not charted (over the bound)` : "") + `</small></h2>`;
+  h += table(["Load balancer", "Traffic"], busiest.map(([id]) => [lbLink(id), `<div data-lb="${esc(id)}">${charts(state.charts.lbs[id])}</div>`]),
+    "No load balancer reported traffic yet.");
   h += `<h2>VIP holders</h2>`;
   h += table(["VIP", "Mode", "Held by", "Since", "Why", "Load balancers"],
     c.vips.map(v => {
@@ -116,6 +175,9 @@ function renderLB(s, id) {
   if (l.reasons && l.reasons.length) h += `<ul>${l.reasons.map(r => `<li class="reason">${esc(r)}</li>`).join("")}</ul>`;
   h += `<div class="cards">` + card("Address", esc(l.address || "—")) + card("VIP from", esc(spec.vip?.pool || spec.vip?.address || "—")) +
     card("Held by", l.heldBy.map(esc).join(", ") || "—") + card("Revision", l.revision) + card("Last change", esc(ago(l.updated))) + `</div>`;
+  h += `<h2>Traffic <small>up to the last five minutes, all hosts</small></h2>` + (state.charts.lbs[l.id]
+    ? `<div data-lb="${esc(l.id)}">${charts(state.charts.lbs[l.id])}</div>`
+    : `<p class="muted">No host reports traffic counters for it yet${state.charts.omitted ? " (or it is over the bound of charted load balancers)" : ""}.</p>`);
   const vip = s.cluster.vips.find(v => v.address === l.address);
   h += `<h2>VIP</h2>` + table(["Host", "State", "Since", "Why"], (vip ? vip.holders : []).map(x => [esc(x.node), badge(x.state), esc(ago(x.since)), esc(x.reason)]),
     "No host reports this address.");
@@ -182,6 +244,7 @@ function connect() {
   es.addEventListener("view", ev => {
     const v = JSON.parse(ev.data);
     state.snap = v.snapshot;
+    mergeCharts(v.charts);
     const last = state.events.length ? state.events[state.events.length - 1].seq : 0;
     state.events = state.events.concat(v.events.filter(e => e.seq > last)).slice(-MAX_EVENTS);
     conn.textContent = `live · ${clock(v.snapshot.time)}`;
