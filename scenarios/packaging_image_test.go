@@ -1,0 +1,147 @@
+package scenarios
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/teapot-lb/teapot-lb/packaging/image"
+)
+
+// makeTarget runs one make target of the module with extra variables and
+// returns its output.
+func makeTarget(t *testing.T, timeout time.Duration, target string, vars ...string) string {
+	t.Helper()
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := exec.LookPath("make"); err != nil {
+		unavailable(t, "make is not installed (Debian package make)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "make", append([]string{"--no-print-directory", target}, vars...)...)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("make %s %v: %v\n%s", target, vars, err, out)
+	}
+	return string(out)
+}
+
+// TestAgentImageInContainerd builds the agent's image twice with make
+// image (equal bytes), imports it into a containerd of its own with ctr and
+// runs the agent's --help and --version in containers.
+func TestAgentImageInContainerd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: cross-builds two binaries and starts containerd")
+	}
+	for _, tool := range []string{"containerd", "ctr", "runc"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			unavailable(t, "%s is not installed (Debian packages containerd and runc)", tool)
+		}
+	}
+	if os.Geteuid() != 0 {
+		unavailable(t, "containerd needs root")
+	}
+	const version = "0.0.0-imagetest"
+	dist1, dist2 := t.TempDir(), t.TempDir()
+	makeTarget(t, 15*time.Minute, "image", "DIST="+dist1, "VERSION="+version)
+	makeTarget(t, 15*time.Minute, "image", "DIST="+dist2, "VERSION="+version)
+	name := "teapot-lb-agent_" + version + ".oci.tar"
+	a, err := os.ReadFile(filepath.Join(dist1, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dist2, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(a, b) {
+		for _, arch := range []string{"amd64", "arm64"} {
+			b1, _ := os.ReadFile(filepath.Join(dist1, "bin", arch, "teapot-lb"))
+			b2, _ := os.ReadFile(filepath.Join(dist2, "bin", arch, "teapot-lb"))
+			if !bytes.Equal(b1, b2) {
+				t.Errorf("the %s binaries of the two builds differ (was the source edited meanwhile?)", arch)
+			}
+		}
+		t.Fatalf("two builds of %s differ (%d and %d bytes)", name, len(a), len(b))
+	}
+
+	// A containerd of our own, with the native snapshotter (works on any
+	// file system, overlay included).
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "containerd.sock")
+	conf := filepath.Join(dir, "config.toml")
+	if err := os.WriteFile(conf, fmt.Appendf(nil, "version = 2\nroot = %q\nstate = %q\ndisabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n[grpc]\n  address = %q\n",
+		filepath.Join(dir, "root"), filepath.Join(dir, "state"), sock), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	logf, err := os.Create(filepath.Join(dir, "containerd.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	cd := exec.Command("containerd", "--config", conf)
+	cd.Stdout, cd.Stderr = logf, logf
+	if err := cd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cd.Process.Kill()
+		_ = cd.Wait()
+		if t.Failed() {
+			t.Logf("containerd log:\n%s", tail(logf.Name(), 30))
+		}
+	})
+	ctr := func(args ...string) (string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, "ctr", append([]string{"--address", sock, "--namespace", "teapot-test"}, args...)...).CombinedOutput()
+		return string(out), err
+	}
+	waitFor(t, time.Minute, "containerd answers", func() error {
+		_, err := ctr("version")
+		return err
+	})
+	if out, err := ctr("images", "import", "--snapshotter", "native", filepath.Join(dist1, name)); err != nil {
+		t.Fatalf("ctr images import: %v\n%s", err, out)
+	}
+	out, err := ctr("images", "ls", "-q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := image.Repository + ":" + version
+	for _, want := range image.Names(version) {
+		if !strings.Contains(out, want) {
+			t.Fatalf("ctr images ls: %q, want %s", out, want)
+		}
+	}
+	// ctr run replaces the image's process with the arguments it gets, so
+	// the agent's commands are named in full; with none, the entrypoint
+	// runs: the agent, which outside a cluster says what it misses.
+	run := func(id string, args ...string) (string, error) {
+		return ctr(append([]string{"run", "--rm", "--snapshotter", "native", ref, id}, args...)...)
+	}
+	if out, err := run("help", image.Binary, "agent", "--help"); err != nil || !strings.Contains(out, "--credentials") || !strings.Contains(out, "--health-addr") {
+		t.Errorf("agent --help in the container: %v\n%s", err, out)
+	}
+	if out, err := run("version", image.Binary, "version"); err != nil || !strings.Contains(out, version) {
+		t.Errorf("version in the container: %v %q, want %s", err, out, version)
+	}
+	if out, err := run("agent", image.Binary, "agent", "--version"); err != nil || !strings.Contains(out, version) {
+		t.Errorf("agent --version in the container: %v %q", err, out)
+	}
+	if out, err := run("entrypoint"); err == nil || !strings.Contains(out, "in-cluster configuration") {
+		t.Errorf("the entrypoint outside a cluster: %v %q, want the agent's in-cluster configuration error", err, out)
+	}
+	t.Logf("%s: %d bytes, equal over two builds; imported into containerd; --help and --version ran", name, len(a))
+}
