@@ -26,7 +26,7 @@ PROTO_DIR   := api/proto
 PROTO_FILES := $(wildcard $(PROTO_DIR)/teapotv1/*.proto)
 
 # Timeouts for one test binary; the scenarios start real clusters.
-TEST_TIMEOUT  ?= 20m
+TEST_TIMEOUT  ?= 45m
 BENCH_TIMEOUT ?= 30m
 
 .PHONY: build run test lint generate generate-check bench clean help dist-bin image package
