@@ -2,6 +2,7 @@ package web
 
 import (
 	"maps"
+	"math"
 	"slices"
 	"time"
 
@@ -29,8 +30,9 @@ type Point struct {
 	// Errors is the share of requests answered 5xx (L4: failed connects),
 	// 0..1; 0 when there were no requests.
 	Errors float64 `json:"err"`
-	// P99 is the 99th percentile latency in seconds as the hosts report
-	// it (the highest of the hosts that have samples).
+	// P99 is the 99th percentile latency of the interval in seconds (the
+	// upper bound of its bucket), from the hosts' latency histograms; from
+	// a host that sends none, the p99 it reports since it started.
 	P99 float64 `json:"p99"`
 	// Active is the connections open at the sample.
 	Active int64 `json:"active"`
@@ -54,6 +56,9 @@ type counters struct {
 	errors   uint64
 	p99      float64
 	active   int64
+	// bounds and buckets are the latency histogram, when the host sends it.
+	bounds  []float64
+	buckets []uint64
 }
 
 // sample is one series' contribution from one host over one interval.
@@ -62,6 +67,10 @@ type sample struct {
 	seconds          float64
 	p99              float64
 	active           int64
+	// bounds and buckets are the latency histogram of the interval (nil
+	// when the host sends none).
+	bounds  []float64
+	buckets []uint64
 }
 
 // charter turns successive observations into chart points. It keeps the
@@ -82,6 +91,9 @@ func newCharter(points int) *charter {
 
 func trafficCounters(tr *pb.TrafficObservation, at time.Time) counters {
 	c := counters{at: at, p99: tr.GetP99Seconds(), active: tr.GetActiveConnections()}
+	if b, n := tr.GetLatencyBounds(), tr.GetLatencyCounts(); len(b) > 0 && len(n) == len(b)+1 {
+		c.bounds, c.buckets = b, n
+	}
 	for _, n := range tr.GetRequests() {
 		c.requests += n
 	}
@@ -98,10 +110,27 @@ func delta(prev, cur counters) (sample, bool) {
 		return sample{}, false
 	}
 	s := sample{seconds: secs, p99: cur.p99, active: cur.active}
-	if cur.requests < prev.requests || cur.errors < prev.errors {
+	reset := cur.requests < prev.requests || cur.errors < prev.errors
+	sameBuckets := cur.buckets != nil && slices.Equal(cur.bounds, prev.bounds)
+	if sameBuckets {
+		for i := range cur.buckets {
+			reset = reset || cur.buckets[i] < prev.buckets[i]
+		}
+	}
+	if reset {
 		s.requests, s.errors = cur.requests, cur.errors
 	} else {
 		s.requests, s.errors = cur.requests-prev.requests, cur.errors-prev.errors
+	}
+	switch {
+	case cur.buckets == nil:
+	case reset || prev.buckets == nil:
+		s.bounds, s.buckets = cur.bounds, cur.buckets
+	case sameBuckets:
+		s.bounds, s.buckets = cur.bounds, make([]uint64, len(cur.buckets))
+		for i := range cur.buckets {
+			s.buckets[i] = cur.buckets[i] - prev.buckets[i]
+		}
 	}
 	return s, true
 }
@@ -209,15 +238,31 @@ func (c *charter) add(obs *pb.ObserveResponse, now time.Time) {
 }
 
 // combine is one load balancer's point from each host's sample: rates
-// add up, the p99 is the highest, active connections add up.
+// add up, active connections add up; the p99 is that of the hosts'
+// latency histograms of the interval added together, or, from hosts that
+// send no histogram, the highest p99 they report.
 func combine(ss []sample, now time.Time) Point {
 	p := Point{Time: now, Hosts: len(ss)}
 	var req, errs float64
+	var bounds []float64
+	var buckets []uint64
 	for _, s := range ss {
 		req += float64(s.requests) / s.seconds
 		errs += float64(s.errors) / s.seconds
 		p.Active += s.active
-		p.P99 = max(p.P99, s.p99)
+		switch {
+		case s.buckets != nil && buckets == nil:
+			bounds, buckets = s.bounds, slices.Clone(s.buckets)
+		case s.buckets != nil && slices.Equal(bounds, s.bounds):
+			for i := range buckets {
+				buckets[i] += s.buckets[i]
+			}
+		default:
+			p.P99 = max(p.P99, s.p99)
+		}
+	}
+	if buckets != nil {
+		p.P99 = max(p.P99, quantile(bounds, buckets, 0.99))
 	}
 	p.RPS = req
 	if req > 0 {
@@ -270,4 +315,25 @@ func (c *Charts) latest(t time.Time) time.Time {
 		}
 	}
 	return t
+}
+
+// quantile is the upper bound of the bucket holding quantile q (the last
+// bound for the bucket above every bound), 0 without samples.
+func quantile(bounds []float64, counts []uint64, q float64) float64 {
+	var total uint64
+	for _, n := range counts {
+		total += n
+	}
+	if total == 0 || len(bounds) == 0 {
+		return 0
+	}
+	want := uint64(math.Ceil(q * float64(total)))
+	var seen uint64
+	for i, n := range counts {
+		seen += n
+		if seen >= want {
+			return bounds[min(i, len(bounds)-1)]
+		}
+	}
+	return bounds[len(bounds)-1]
 }

@@ -171,3 +171,42 @@ func TestChartNewLBAndLoneHostDown(t *testing.T) {
 		t.Errorf("unreachable host's series = %v, want its 2 points kept", ps)
 	}
 }
+
+// withLatency adds a latency histogram (bounds 10 ms, 100 ms, 1 s, then
+// above) to the first traffic entry of h.
+func withLatency(h *pb.HostObservation, counts ...uint64) *pb.HostObservation {
+	h.Traffic[0].LatencyBounds = []float64{0.01, 0.1, 1}
+	h.Traffic[0].LatencyCounts = counts
+	return h
+}
+
+func TestChartP99FromBuckets(t *testing.T) {
+	c := newCharter(chartPoints)
+	// Since start, n1 had 1,000 slow requests (up to 1 s): its own p99 is 1 s.
+	c.add(observed(withLatency(traffic("n1", 0, "acme/shop", 1000, 0, 0, 1), 0, 0, 1000, 0),
+		withLatency(traffic("n2", 0, "acme/shop", 0, 0, 0, 0), 0, 0, 0, 0)), t0)
+	// In this interval: n1 99 fast (up to 10 ms), n2 1 up to 100 ms.
+	c.add(observed(withLatency(traffic("n1", 1, "acme/shop", 1099, 0, 0, 1), 99, 0, 1000, 0),
+		withLatency(traffic("n2", 1, "acme/shop", 1, 0, 0, 0.1), 0, 1, 0, 0)), t0.Add(time.Second))
+	if p := last(t, c.lbs["acme/shop"]); p.P99 != 0.01 {
+		t.Errorf("p99 of the interval = %v, want 0.01 (99 of 100 requests up to 10 ms), not the hosts' since-start values", p.P99)
+	}
+	// Next interval: n2 alone, 10 requests, 1 of them above every bound.
+	c.add(observed(withLatency(traffic("n1", 2, "acme/shop", 1099, 0, 0, 1), 99, 0, 1000, 0),
+		withLatency(traffic("n2", 2, "acme/shop", 11, 0, 0, 1), 9, 1, 0, 1)), t0.Add(2*time.Second))
+	if p := last(t, c.lbs["acme/shop"]); p.P99 != 1 {
+		t.Errorf("p99 = %v, want 1 (the last bound: one of 10 above every bound)", p.P99)
+	}
+	// n2 restarted: its histogram starts again.
+	c.add(observed(withLatency(traffic("n1", 3, "acme/shop", 1099, 0, 0, 1), 99, 0, 1000, 0),
+		withLatency(traffic("n2", 3, "acme/shop", 5, 0, 0, 0.1), 0, 5, 0, 0)), t0.Add(3*time.Second))
+	if p := last(t, c.lbs["acme/shop"]); p.P99 != 0.1 || !near(p.RPS, 5) {
+		t.Errorf("after n2's restart = %+v, want p99 0.1 and 5 req/s from its new counters", p)
+	}
+	// No request in the interval: no latency to show.
+	c.add(observed(withLatency(traffic("n1", 4, "acme/shop", 1099, 0, 0, 1), 99, 0, 1000, 0),
+		withLatency(traffic("n2", 4, "acme/shop", 5, 0, 0, 0.1), 0, 5, 0, 0)), t0.Add(4*time.Second))
+	if p := last(t, c.lbs["acme/shop"]); p.P99 != 0 {
+		t.Errorf("p99 without requests = %v, want 0", p.P99)
+	}
+}

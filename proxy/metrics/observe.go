@@ -78,6 +78,13 @@ func (m *Memory) Observe(f observe.Filter, h *pb.HostObservation) {
 	for _, lb := range lbs {
 		a := byLB[lb]
 		a.t.P99Seconds = Quantile(a.latency, 0.99).Seconds()
+		if a.latency.Counts != nil {
+			a.t.LatencyBounds = make([]float64, len(Buckets))
+			for i, b := range Buckets {
+				a.t.LatencyBounds[i] = b.Seconds()
+			}
+			a.t.LatencyCounts = a.latency.Counts
+		}
 		h.Traffic = append(h.Traffic, a.t)
 	}
 }

@@ -42,6 +42,20 @@ func TestObserveTraffic(t *testing.T) {
 	if web.Requests["2xx"] != 99 || web.Requests["5xx"] != 1 || web.Connections != 1 || web.P99Seconds != (5*time.Millisecond).Seconds() {
 		t.Errorf("L7 (member requests must not count twice): %v", web)
 	}
+	// The histogram behind the p99: 99 requests up to 5 ms, one up to 2.5 s.
+	if len(web.LatencyBounds) != len(Buckets) || len(web.LatencyCounts) != len(Buckets)+1 {
+		t.Fatalf("histogram: %d bounds, %d counts; want %d and %d", len(web.LatencyBounds), len(web.LatencyCounts), len(Buckets), len(Buckets)+1)
+	}
+	var total uint64
+	for i, n := range web.LatencyCounts {
+		total += n
+		if b := web.LatencyBounds[min(i, len(Buckets)-1)]; (b == 0.005 && n != 99) || (b == 2.5 && n != 1) {
+			t.Errorf("bucket up to %gs counts %d", b, n)
+		}
+	}
+	if total != 100 {
+		t.Errorf("histogram counts %d requests, want 100", total)
+	}
 	if q := Quantile(HistogramValues{}, 0.99); q != 0 {
 		t.Errorf("quantile of nothing: %s", q)
 	}

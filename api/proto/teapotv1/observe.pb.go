@@ -701,7 +701,13 @@ type TrafficObservation struct {
 	BytesOut          uint64            `protobuf:"varint,6,opt,name=bytes_out,json=bytesOut,proto3" json:"bytes_out,omitempty"`
 	// 99th percentile of request (L7) or connect (L4) latency, in seconds
 	// (upper bound of its histogram bucket); 0 without samples.
-	P99Seconds    float64 `protobuf:"fixed64,7,opt,name=p99_seconds,json=p99Seconds,proto3" json:"p99_seconds,omitempty"`
+	P99Seconds float64 `protobuf:"fixed64,7,opt,name=p99_seconds,json=p99Seconds,proto3" json:"p99_seconds,omitempty"`
+	// The latency histogram behind p99_seconds, since the host started:
+	// latency_counts[i] counts latencies up to latency_bounds[i] seconds
+	// (not cumulative); the one extra last count is those above every bound.
+	// Empty when the host keeps no histogram.
+	LatencyBounds []float64 `protobuf:"fixed64,8,rep,packed,name=latency_bounds,json=latencyBounds,proto3" json:"latency_bounds,omitempty"`
+	LatencyCounts []uint64  `protobuf:"varint,9,rep,packed,name=latency_counts,json=latencyCounts,proto3" json:"latency_counts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -783,6 +789,20 @@ func (x *TrafficObservation) GetP99Seconds() float64 {
 		return x.P99Seconds
 	}
 	return 0
+}
+
+func (x *TrafficObservation) GetLatencyBounds() []float64 {
+	if x != nil {
+		return x.LatencyBounds
+	}
+	return nil
+}
+
+func (x *TrafficObservation) GetLatencyCounts() []uint64 {
+	if x != nil {
+		return x.LatencyCounts
+	}
+	return nil
 }
 
 // LoadBalancerProblem is something wrong with one field of a load balancer.
@@ -1248,7 +1268,7 @@ const file_teapotv1_observe_proto_rawDesc = "" +
 	"\x05state\x18\x04 \x01(\tR\x05state\x127\n" +
 	"\tnot_after\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\bnotAfter\x12\x1d\n" +
 	"\n" +
-	"last_error\x18\x06 \x01(\tR\tlastError\"\xe9\x02\n" +
+	"last_error\x18\x06 \x01(\tR\tlastError\"\xb7\x03\n" +
 	"\x12TrafficObservation\x12#\n" +
 	"\rload_balancer\x18\x01 \x01(\tR\floadBalancer\x12G\n" +
 	"\brequests\x18\x02 \x03(\v2+.teapot.v1.TrafficObservation.RequestsEntryR\brequests\x12-\n" +
@@ -1257,7 +1277,9 @@ const file_teapotv1_observe_proto_rawDesc = "" +
 	"\bbytes_in\x18\x05 \x01(\x04R\abytesIn\x12\x1b\n" +
 	"\tbytes_out\x18\x06 \x01(\x04R\bbytesOut\x12\x1f\n" +
 	"\vp99_seconds\x18\a \x01(\x01R\n" +
-	"p99Seconds\x1a;\n" +
+	"p99Seconds\x12%\n" +
+	"\x0elatency_bounds\x18\b \x03(\x01R\rlatencyBounds\x12%\n" +
+	"\x0elatency_counts\x18\t \x03(\x04R\rlatencyCounts\x1a;\n" +
 	"\rRequestsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"h\n" +
