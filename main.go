@@ -66,6 +66,8 @@ type serveConfig struct {
 	LogLevel         string       `json:"log-level"`
 	// MetricsAddr serves Prometheus metrics at /metrics; "" turns it off.
 	MetricsAddr string `json:"metrics-addr"`
+	// WebAddr serves the dashboard over HTTPS; "" (the default) turns it off.
+	WebAddr string `json:"web-addr"`
 	// AccessLog is the file of the load balancers' access logs; ""
 	// writes them to stderr.
 	AccessLog string `json:"access-log"`
@@ -125,6 +127,7 @@ func serveCommand() *cobra.Command {
 	f.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "debug | info | warn | error")
 	f.StringVar(&cfg.AccessLog, "access-log", "", "file that receives the access logs of load balancers with accessLog enabled (default: stderr)")
 	f.StringVar(&cfg.MetricsAddr, "metrics-addr", cfg.MetricsAddr, `IP:port serving Prometheus metrics at /metrics ("" turns them off)`)
+	f.StringVar(&cfg.WebAddr, "web-addr", "", "IP:port serving the read-only dashboard over HTTPS with this host's certificate; logins take a token from \"teapot-lb dashboard token\" (default off)")
 	f.StringVar(&cfg.VIPInterface, "vip-interface", "", "interface that carries the VIPs of arp pools (needs CAP_NET_ADMIN and CAP_NET_RAW)")
 	f.StringVar(&cfg.HeartbeatAddr, "heartbeat-addr", "", fmt.Sprintf("IP:port of the VIP failure detector on the data-plane network (default: the --raft-addr IP, port %d)", vip.DefaultHeartbeatPort))
 	f.Var(&cfg.HeartbeatInterval, "heartbeat-interval", "time between VIP heartbeats to each peer")
@@ -167,6 +170,7 @@ func loadServeConfig(cmd *cobra.Command, cfg *serveConfig) error {
 	pick("token", &cfg.Token, file.Token)
 	pick("log-level", &cfg.LogLevel, file.LogLevel)
 	pick("metrics-addr", &cfg.MetricsAddr, file.MetricsAddr)
+	pick("web-addr", &cfg.WebAddr, file.WebAddr)
 	pick("access-log", &cfg.AccessLog, file.AccessLog)
 	pick("vip-interface", &cfg.VIPInterface, file.VIPInterface)
 	pick("heartbeat-addr", &cfg.HeartbeatAddr, file.HeartbeatAddr)
@@ -259,7 +263,8 @@ func serve(ctx context.Context, cfg serveConfig) error {
 		grpc.ChainUnaryInterceptor(rules.Unary()),
 		grpc.ChainStreamInterceptor(rules.Stream()),
 	)
-	pb.RegisterAdminServer(srv, adminserver.New(node))
+	admin := adminserver.New(node).WithDashboardSigner(node.CA().Key)
+	pb.RegisterAdminServer(srv, admin)
 	pb.RegisterClusterServer(srv, node.ClusterService())
 	pb.RegisterCertificatesServer(srv, certs.NewService(node))
 	// The data plane starts below; tenant streams see its member health
@@ -316,6 +321,20 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	}
 	if err := serveMetrics(ctx, msrv, counters, px, node, tenants, cm, vm); err != nil {
 		log.Error("metrics are off", "component", "metrics", "err", err)
+	}
+	if cfg.WebAddr != "" {
+		dash, err := web.ListenHost(web.HostConfig{
+			Addr: cfg.WebAddr, TLS: node.ServerTLS(), CA: node.CA().Cert, Source: web.LocalSource(admin), Logger: log,
+		})
+		if err != nil {
+			log.Error("dashboard is off", "component", "web", "err", err)
+		} else {
+			go func() {
+				if err := dash.Run(ctx); err != nil {
+					log.Error("dashboard stopped", "component", "web", "err", err)
+				}
+			}()
+		}
 	}
 	fed := make(chan struct{})
 	var applied atomic.Uint64

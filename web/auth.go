@@ -26,6 +26,9 @@ type auth struct {
 	sessions map[string]time.Time
 	now      func() time.Time
 	secure   bool
+	// verify, when set, replaces the one-time token: it checks a
+	// CA-signed dashboard token and returns its expiry and id.
+	verify func(tok string, now time.Time) (time.Time, string, error)
 }
 
 func newAuth(now func() time.Time, secure bool) (*auth, error) {
@@ -51,15 +54,29 @@ func (a *auth) loginToken() string {
 	return a.token
 }
 
-// login consumes tok and returns a new session id, or "" when tok is not
-// the unused login token.
+// login returns a new session id for tok, or "" when tok is refused.
+// With verify set tok is a CA-signed dashboard token and the session ends
+// with it (or after sessionTTL, whichever comes first); otherwise tok
+// must be the unused one-time token, which it consumes.
 func (a *auth) login(tok string) string {
+	expires := a.now().Add(sessionTTL)
+	if a.verify != nil {
+		exp, _, err := a.verify(tok, a.now())
+		if err != nil {
+			return ""
+		}
+		if exp.Before(expires) {
+			expires = exp
+		}
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.token == "" || subtle.ConstantTimeCompare([]byte(tok), []byte(a.token)) != 1 {
-		return ""
+	if a.verify == nil {
+		if a.token == "" || subtle.ConstantTimeCompare([]byte(tok), []byte(a.token)) != 1 {
+			return ""
+		}
+		a.token = ""
 	}
-	a.token = ""
 	id, err := randomString()
 	if err != nil {
 		return ""
@@ -74,7 +91,7 @@ func (a *auth) login(tok string) string {
 		}
 		delete(a.sessions, oldest)
 	}
-	a.sessions[id] = a.now().Add(sessionTTL)
+	a.sessions[id] = expires
 	return id
 }
 
@@ -107,9 +124,12 @@ func (a *auth) valid(r *http.Request) bool {
 }
 
 func (a *auth) cookie(id string) *http.Cookie {
+	a.mu.Lock()
+	exp := a.sessions[id]
+	a.mu.Unlock()
 	return &http.Cookie{
 		Name: cookieName, Value: id, Path: "/", HttpOnly: true, Secure: a.secure,
-		SameSite: http.SameSiteStrictMode, MaxAge: int(sessionTTL / time.Second),
+		SameSite: http.SameSiteStrictMode, MaxAge: max(1, int(exp.Sub(a.now())/time.Second)),
 	}
 }
 

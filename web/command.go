@@ -37,6 +37,7 @@ func Command() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&addr, "addr", "127.0.0.1:0", "loopback address to serve on (port 0: a free port)")
 	cmd.Flags().DurationVar(&interval, "interval", DefaultInterval, "how often the cluster is read")
+	cmd.AddCommand(tokenCommand())
 	return cmd
 }
 

@@ -2,6 +2,7 @@ package web
 
 import (
 	"context"
+	"crypto"
 	"embed"
 	"encoding/json"
 	"errors"
@@ -12,6 +13,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/teapot-lb/teapot-lb/api/pki"
 )
 
 //go:embed assets
@@ -36,6 +39,10 @@ type Config struct {
 	Secure bool
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// TokenKey, when set, is the cluster CA's public key: logins then take
+	// a CA-signed dashboard token (`teapot-lb dashboard token`) instead of
+	// the one-time token, and any Host name is answered (serve --web-addr).
+	TokenKey crypto.PublicKey
 }
 
 // Server serves the dashboard: the embedded pages, the JSON snapshot, the
@@ -76,6 +83,13 @@ func New(cfg Config) (*Server, error) {
 	a, err := newAuth(cfg.Now, cfg.Secure)
 	if err != nil {
 		return nil, fmt.Errorf("login token: %w", err)
+	}
+	if cfg.TokenKey != nil {
+		a.token = ""
+		a.verify = func(tok string, now time.Time) (time.Time, string, error) {
+			c, err := pki.VerifyDashboardToken(cfg.TokenKey, tok, now)
+			return c.ExpiresAt(), c.ID, err
+		}
 	}
 	return &Server{
 		cfg: cfg, log: cfg.Logger.With("component", "web"), auth: a,
@@ -186,13 +200,16 @@ func (s *Server) Handler() http.Handler {
 	files := http.FileServerFS(static)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /login", s.login)
+	if s.cfg.TokenKey != nil {
+		mux.HandleFunc("POST /login", s.login)
+	}
 	mux.Handle("GET /static/", s.private(http.StripPrefix("/static/", noStore(files))))
 	mux.Handle("GET /{$}", s.private(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		serveFile(w, static, "index.html")
 	})))
 	mux.Handle("GET /api/snapshot", s.private(http.HandlerFunc(s.snapshot)))
 	mux.Handle("GET /api/stream", s.private(http.HandlerFunc(s.stream)))
-	return securityHeaders(mux)
+	return securityHeaders(mux, s.cfg.TokenKey == nil)
 }
 
 func serveFile(w http.ResponseWriter, fsys fs.FS, name string) {
@@ -216,9 +233,9 @@ func noStore(h http.Handler) http.Handler {
 // securityHeaders refuses requests for a host name other than loopback
 // and sets headers that keep the pages from being framed or loading
 // anything from elsewhere.
-func securityHeaders(h http.Handler) http.Handler {
+func securityHeaders(h http.Handler, loopbackOnly bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !localHost(r.Host) {
+		if loopbackOnly && !localHost(r.Host) {
 			http.Error(w, "the dashboard answers only for 127.0.0.1, [::1] or localhost", http.StatusMisdirectedRequest)
 			return
 		}
@@ -236,6 +253,10 @@ func (s *Server) private(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !s.auth.valid(r) {
 			w.Header().Set("Cache-Control", "no-store")
+			if s.cfg.TokenKey != nil {
+				http.Error(w, "not logged in: get a token with `teapot-lb dashboard token --ttl 1h` and open /login", http.StatusUnauthorized)
+				return
+			}
 			http.Error(w, "not logged in: open the login URL that `teapot-lb dashboard` printed (a login URL works once; restart the command for a new one)", http.StatusUnauthorized)
 			return
 		}
@@ -246,14 +267,31 @@ func (s *Server) private(h http.Handler) http.Handler {
 // login exchanges ?token= for a session cookie and redirects to the
 // dashboard, so the token does not stay in the address bar or history.
 func (s *Server) login(w http.ResponseWriter, r *http.Request) {
-	id := s.auth.login(r.URL.Query().Get("token"))
+	tok := r.URL.Query().Get("token")
+	if r.Method == http.MethodPost {
+		r.Body = http.MaxBytesReader(w, r.Body, 4096)
+		tok = r.PostFormValue("token")
+	}
 	w.Header().Set("Cache-Control", "no-store")
+	if tok == "" && s.cfg.TokenKey != nil {
+		if s.auth.valid(r) {
+			http.Redirect(w, r, "/", http.StatusSeeOther)
+			return
+		}
+		loginPage(w)
+		return
+	}
+	id := s.auth.login(tok)
 	if id == "" {
 		if s.auth.valid(r) {
 			http.Redirect(w, r, "/", http.StatusSeeOther)
 			return
 		}
 		s.log.Warn("dashboard login refused", "remote", r.RemoteAddr)
+		if s.cfg.TokenKey != nil {
+			http.Error(w, "login refused: the token is malformed, expired, not a dashboard-read token or not signed by this cluster's CA; get a new one with `teapot-lb dashboard token`", http.StatusForbidden)
+			return
+		}
 		http.Error(w, "login refused: the token is wrong or was already used; restart `teapot-lb dashboard` for a new login URL", http.StatusForbidden)
 		return
 	}

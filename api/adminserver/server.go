@@ -5,6 +5,7 @@ package adminserver
 
 import (
 	"context"
+	"crypto"
 	"fmt"
 	"time"
 
@@ -33,6 +34,8 @@ const DefaultTimeout = 15 * time.Second
 type Server struct {
 	pb.UnimplementedAdminServer
 	store Store
+	// dashKey signs dashboard tokens (nil: none are signed here).
+	dashKey crypto.Signer
 }
 
 var _ pb.AdminServer = (*Server)(nil)

@@ -925,6 +925,112 @@ func (x *CreateJoinTokenResponse) GetServers() []string {
 	return nil
 }
 
+type CreateDashboardTokenRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Seconds the token stays valid (default 3600, at most 604800).
+	TtlSeconds    uint32 `protobuf:"varint,1,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateDashboardTokenRequest) Reset() {
+	*x = CreateDashboardTokenRequest{}
+	mi := &file_teapotv1_admin_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateDashboardTokenRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateDashboardTokenRequest) ProtoMessage() {}
+
+func (x *CreateDashboardTokenRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_admin_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateDashboardTokenRequest.ProtoReflect.Descriptor instead.
+func (*CreateDashboardTokenRequest) Descriptor() ([]byte, []int) {
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *CreateDashboardTokenRequest) GetTtlSeconds() uint32 {
+	if x != nil {
+		return x.TtlSeconds
+	}
+	return 0
+}
+
+type CreateDashboardTokenResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Token   string                 `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
+	Expires *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=expires,proto3" json:"expires,omitempty"`
+	// The token's id (also in the hosts' log lines for its logins).
+	Id            string `protobuf:"bytes,3,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateDashboardTokenResponse) Reset() {
+	*x = CreateDashboardTokenResponse{}
+	mi := &file_teapotv1_admin_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateDashboardTokenResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateDashboardTokenResponse) ProtoMessage() {}
+
+func (x *CreateDashboardTokenResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_admin_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateDashboardTokenResponse.ProtoReflect.Descriptor instead.
+func (*CreateDashboardTokenResponse) Descriptor() ([]byte, []int) {
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *CreateDashboardTokenResponse) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *CreateDashboardTokenResponse) GetExpires() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Expires
+	}
+	return nil
+}
+
+func (x *CreateDashboardTokenResponse) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
 type RemoveNodeRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -934,7 +1040,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[13]
+	mi := &file_teapotv1_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -946,7 +1052,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[13]
+	mi := &file_teapotv1_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -959,7 +1065,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{13}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RemoveNodeRequest) GetId() string {
@@ -977,7 +1083,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[14]
+	mi := &file_teapotv1_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -989,7 +1095,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[14]
+	mi := &file_teapotv1_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1002,7 +1108,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{14}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{16}
 }
 
 type DrainNodeRequest struct {
@@ -1015,7 +1121,7 @@ type DrainNodeRequest struct {
 
 func (x *DrainNodeRequest) Reset() {
 	*x = DrainNodeRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[15]
+	mi := &file_teapotv1_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1027,7 +1133,7 @@ func (x *DrainNodeRequest) String() string {
 func (*DrainNodeRequest) ProtoMessage() {}
 
 func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[15]
+	mi := &file_teapotv1_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1040,7 +1146,7 @@ func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeRequest.ProtoReflect.Descriptor instead.
 func (*DrainNodeRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{15}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DrainNodeRequest) GetId() string {
@@ -1066,7 +1172,7 @@ type DrainNodeResponse struct {
 
 func (x *DrainNodeResponse) Reset() {
 	*x = DrainNodeResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[16]
+	mi := &file_teapotv1_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1078,7 +1184,7 @@ func (x *DrainNodeResponse) String() string {
 func (*DrainNodeResponse) ProtoMessage() {}
 
 func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[16]
+	mi := &file_teapotv1_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1091,7 +1197,7 @@ func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeResponse.ProtoReflect.Descriptor instead.
 func (*DrainNodeResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{16}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DrainNodeResponse) GetNode() *Node {
@@ -1115,7 +1221,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[17]
+	mi := &file_teapotv1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1127,7 +1233,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[17]
+	mi := &file_teapotv1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1140,7 +1246,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{17}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *JoinRequest) GetToken() string {
@@ -1193,7 +1299,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[18]
+	mi := &file_teapotv1_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1205,7 +1311,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[18]
+	mi := &file_teapotv1_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1218,7 +1324,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{18}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *JoinResponse) GetCaCertPem() []byte {
@@ -1272,7 +1378,7 @@ type PromoteRequest struct {
 
 func (x *PromoteRequest) Reset() {
 	*x = PromoteRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[19]
+	mi := &file_teapotv1_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1284,7 +1390,7 @@ func (x *PromoteRequest) String() string {
 func (*PromoteRequest) ProtoMessage() {}
 
 func (x *PromoteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[19]
+	mi := &file_teapotv1_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1297,7 +1403,7 @@ func (x *PromoteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteRequest.ProtoReflect.Descriptor instead.
 func (*PromoteRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{19}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PromoteRequest) GetNodeId() string {
@@ -1315,7 +1421,7 @@ type PromoteResponse struct {
 
 func (x *PromoteResponse) Reset() {
 	*x = PromoteResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[20]
+	mi := &file_teapotv1_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1327,7 +1433,7 @@ func (x *PromoteResponse) String() string {
 func (*PromoteResponse) ProtoMessage() {}
 
 func (x *PromoteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[20]
+	mi := &file_teapotv1_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1340,7 +1446,7 @@ func (x *PromoteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteResponse.ProtoReflect.Descriptor instead.
 func (*PromoteResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{20}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{22}
 }
 
 // ForwardRequest is a write as the client asked for it; the leader
@@ -1362,7 +1468,7 @@ type ForwardRequest struct {
 
 func (x *ForwardRequest) Reset() {
 	*x = ForwardRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[21]
+	mi := &file_teapotv1_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1374,7 +1480,7 @@ func (x *ForwardRequest) String() string {
 func (*ForwardRequest) ProtoMessage() {}
 
 func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[21]
+	mi := &file_teapotv1_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1387,7 +1493,7 @@ func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardRequest.ProtoReflect.Descriptor instead.
 func (*ForwardRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{21}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ForwardRequest) GetWrite() isForwardRequest_Write {
@@ -1479,7 +1585,7 @@ type ForwardResponse struct {
 
 func (x *ForwardResponse) Reset() {
 	*x = ForwardResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[22]
+	mi := &file_teapotv1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1491,7 +1597,7 @@ func (x *ForwardResponse) String() string {
 func (*ForwardResponse) ProtoMessage() {}
 
 func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[22]
+	mi := &file_teapotv1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1504,7 +1610,7 @@ func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardResponse.ProtoReflect.Descriptor instead.
 func (*ForwardResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{22}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ForwardResponse) GetApply() *ApplyResponse {
@@ -1529,7 +1635,7 @@ type ReadIndexRequest struct {
 
 func (x *ReadIndexRequest) Reset() {
 	*x = ReadIndexRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[23]
+	mi := &file_teapotv1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1541,7 +1647,7 @@ func (x *ReadIndexRequest) String() string {
 func (*ReadIndexRequest) ProtoMessage() {}
 
 func (x *ReadIndexRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[23]
+	mi := &file_teapotv1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1554,7 +1660,7 @@ func (x *ReadIndexRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadIndexRequest.ProtoReflect.Descriptor instead.
 func (*ReadIndexRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{23}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 type ReadIndexResponse struct {
@@ -1566,7 +1672,7 @@ type ReadIndexResponse struct {
 
 func (x *ReadIndexResponse) Reset() {
 	*x = ReadIndexResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[24]
+	mi := &file_teapotv1_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1578,7 +1684,7 @@ func (x *ReadIndexResponse) String() string {
 func (*ReadIndexResponse) ProtoMessage() {}
 
 func (x *ReadIndexResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[24]
+	mi := &file_teapotv1_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1591,7 +1697,7 @@ func (x *ReadIndexResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadIndexResponse.ProtoReflect.Descriptor instead.
 func (*ReadIndexResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{24}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ReadIndexResponse) GetIndex() uint64 {
@@ -1609,7 +1715,7 @@ type HealthRequest struct {
 
 func (x *HealthRequest) Reset() {
 	*x = HealthRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[25]
+	mi := &file_teapotv1_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1621,7 +1727,7 @@ func (x *HealthRequest) String() string {
 func (*HealthRequest) ProtoMessage() {}
 
 func (x *HealthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[25]
+	mi := &file_teapotv1_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1634,7 +1740,7 @@ func (x *HealthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthRequest.ProtoReflect.Descriptor instead.
 func (*HealthRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{25}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{27}
 }
 
 var File_teapotv1_admin_proto protoreflect.FileDescriptor
@@ -1706,7 +1812,14 @@ const file_teapotv1_admin_proto_rawDesc = "" +
 	"\x17CreateJoinTokenResponse\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x124\n" +
 	"\aexpires\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\aexpires\x12\x18\n" +
-	"\aservers\x18\x03 \x03(\tR\aservers\"#\n" +
+	"\aservers\x18\x03 \x03(\tR\aservers\">\n" +
+	"\x1bCreateDashboardTokenRequest\x12\x1f\n" +
+	"\vttl_seconds\x18\x01 \x01(\rR\n" +
+	"ttlSeconds\"z\n" +
+	"\x1cCreateDashboardTokenResponse\x12\x14\n" +
+	"\x05token\x18\x01 \x01(\tR\x05token\x124\n" +
+	"\aexpires\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\aexpires\x12\x0e\n" +
+	"\x02id\x18\x03 \x01(\tR\x02id\"#\n" +
 	"\x11RemoveNodeRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"\x14\n" +
 	"\x12RemoveNodeResponse\"6\n" +
@@ -1751,7 +1864,7 @@ const file_teapotv1_admin_proto_rawDesc = "" +
 	"\tApplyMode\x12\x15\n" +
 	"\x11APPLY_MODE_UPSERT\x10\x00\x12\x15\n" +
 	"\x11APPLY_MODE_CREATE\x10\x01\x12\x15\n" +
-	"\x11APPLY_MODE_UPDATE\x10\x022\xae\x05\n" +
+	"\x11APPLY_MODE_UPDATE\x10\x022\x97\x06\n" +
 	"\x05Admin\x12:\n" +
 	"\x05Apply\x12\x17.teapot.v1.ApplyRequest\x1a\x18.teapot.v1.ApplyResponse\x12=\n" +
 	"\x06Delete\x12\x18.teapot.v1.DeleteRequest\x1a\x19.teapot.v1.DeleteResponse\x12/\n" +
@@ -1763,7 +1876,8 @@ const file_teapotv1_admin_proto_rawDesc = "" +
 	"RemoveNode\x12\x1c.teapot.v1.RemoveNodeRequest\x1a\x1d.teapot.v1.RemoveNodeResponse\x12F\n" +
 	"\tDrainNode\x12\x1b.teapot.v1.DrainNodeRequest\x1a\x1c.teapot.v1.DrainNodeResponse\x12@\n" +
 	"\aObserve\x12\x19.teapot.v1.ObserveRequest\x1a\x1a.teapot.v1.ObserveResponse\x12=\n" +
-	"\x06Events\x12\x18.teapot.v1.EventsRequest\x1a\x19.teapot.v1.EventsResponse2\x8b\x03\n" +
+	"\x06Events\x12\x18.teapot.v1.EventsRequest\x1a\x19.teapot.v1.EventsResponse\x12g\n" +
+	"\x14CreateDashboardToken\x12&.teapot.v1.CreateDashboardTokenRequest\x1a'.teapot.v1.CreateDashboardTokenResponse2\x8b\x03\n" +
 	"\aCluster\x127\n" +
 	"\x04Join\x12\x16.teapot.v1.JoinRequest\x1a\x17.teapot.v1.JoinResponse\x12@\n" +
 	"\aPromote\x12\x19.teapot.v1.PromoteRequest\x1a\x1a.teapot.v1.PromoteResponse\x12@\n" +
@@ -1785,102 +1899,107 @@ func file_teapotv1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_teapotv1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_teapotv1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_teapotv1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_teapotv1_admin_proto_goTypes = []any{
-	(ApplyMode)(0),                  // 0: teapot.v1.ApplyMode
-	(*ApplyRequest)(nil),            // 1: teapot.v1.ApplyRequest
-	(*ApplyResponse)(nil),           // 2: teapot.v1.ApplyResponse
-	(*DeleteRequest)(nil),           // 3: teapot.v1.DeleteRequest
-	(*DeleteResponse)(nil),          // 4: teapot.v1.DeleteResponse
-	(*GetRequest)(nil),              // 5: teapot.v1.GetRequest
-	(*ListRequest)(nil),             // 6: teapot.v1.ListRequest
-	(*ListResponse)(nil),            // 7: teapot.v1.ListResponse
-	(*ClusterStatusRequest)(nil),    // 8: teapot.v1.ClusterStatusRequest
-	(*ClusterStatusResponse)(nil),   // 9: teapot.v1.ClusterStatusResponse
-	(*NodeStatus)(nil),              // 10: teapot.v1.NodeStatus
-	(*PeerLiveness)(nil),            // 11: teapot.v1.PeerLiveness
-	(*CreateJoinTokenRequest)(nil),  // 12: teapot.v1.CreateJoinTokenRequest
-	(*CreateJoinTokenResponse)(nil), // 13: teapot.v1.CreateJoinTokenResponse
-	(*RemoveNodeRequest)(nil),       // 14: teapot.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),      // 15: teapot.v1.RemoveNodeResponse
-	(*DrainNodeRequest)(nil),        // 16: teapot.v1.DrainNodeRequest
-	(*DrainNodeResponse)(nil),       // 17: teapot.v1.DrainNodeResponse
-	(*JoinRequest)(nil),             // 18: teapot.v1.JoinRequest
-	(*JoinResponse)(nil),            // 19: teapot.v1.JoinResponse
-	(*PromoteRequest)(nil),          // 20: teapot.v1.PromoteRequest
-	(*PromoteResponse)(nil),         // 21: teapot.v1.PromoteResponse
-	(*ForwardRequest)(nil),          // 22: teapot.v1.ForwardRequest
-	(*ForwardResponse)(nil),         // 23: teapot.v1.ForwardResponse
-	(*ReadIndexRequest)(nil),        // 24: teapot.v1.ReadIndexRequest
-	(*ReadIndexResponse)(nil),       // 25: teapot.v1.ReadIndexResponse
-	(*HealthRequest)(nil),           // 26: teapot.v1.HealthRequest
-	(*Object)(nil),                  // 27: teapot.v1.Object
-	(*ObjectRef)(nil),               // 28: teapot.v1.ObjectRef
-	(*VIPHolding)(nil),              // 29: teapot.v1.VIPHolding
-	(*timestamppb.Timestamp)(nil),   // 30: google.protobuf.Timestamp
-	(*Node)(nil),                    // 31: teapot.v1.Node
-	(*Txn)(nil),                     // 32: teapot.v1.Txn
-	(*ObserveRequest)(nil),          // 33: teapot.v1.ObserveRequest
-	(*EventsRequest)(nil),           // 34: teapot.v1.EventsRequest
-	(*ObserveResponse)(nil),         // 35: teapot.v1.ObserveResponse
-	(*EventsResponse)(nil),          // 36: teapot.v1.EventsResponse
-	(*HostObservation)(nil),         // 37: teapot.v1.HostObservation
+	(ApplyMode)(0),                       // 0: teapot.v1.ApplyMode
+	(*ApplyRequest)(nil),                 // 1: teapot.v1.ApplyRequest
+	(*ApplyResponse)(nil),                // 2: teapot.v1.ApplyResponse
+	(*DeleteRequest)(nil),                // 3: teapot.v1.DeleteRequest
+	(*DeleteResponse)(nil),               // 4: teapot.v1.DeleteResponse
+	(*GetRequest)(nil),                   // 5: teapot.v1.GetRequest
+	(*ListRequest)(nil),                  // 6: teapot.v1.ListRequest
+	(*ListResponse)(nil),                 // 7: teapot.v1.ListResponse
+	(*ClusterStatusRequest)(nil),         // 8: teapot.v1.ClusterStatusRequest
+	(*ClusterStatusResponse)(nil),        // 9: teapot.v1.ClusterStatusResponse
+	(*NodeStatus)(nil),                   // 10: teapot.v1.NodeStatus
+	(*PeerLiveness)(nil),                 // 11: teapot.v1.PeerLiveness
+	(*CreateJoinTokenRequest)(nil),       // 12: teapot.v1.CreateJoinTokenRequest
+	(*CreateJoinTokenResponse)(nil),      // 13: teapot.v1.CreateJoinTokenResponse
+	(*CreateDashboardTokenRequest)(nil),  // 14: teapot.v1.CreateDashboardTokenRequest
+	(*CreateDashboardTokenResponse)(nil), // 15: teapot.v1.CreateDashboardTokenResponse
+	(*RemoveNodeRequest)(nil),            // 16: teapot.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),           // 17: teapot.v1.RemoveNodeResponse
+	(*DrainNodeRequest)(nil),             // 18: teapot.v1.DrainNodeRequest
+	(*DrainNodeResponse)(nil),            // 19: teapot.v1.DrainNodeResponse
+	(*JoinRequest)(nil),                  // 20: teapot.v1.JoinRequest
+	(*JoinResponse)(nil),                 // 21: teapot.v1.JoinResponse
+	(*PromoteRequest)(nil),               // 22: teapot.v1.PromoteRequest
+	(*PromoteResponse)(nil),              // 23: teapot.v1.PromoteResponse
+	(*ForwardRequest)(nil),               // 24: teapot.v1.ForwardRequest
+	(*ForwardResponse)(nil),              // 25: teapot.v1.ForwardResponse
+	(*ReadIndexRequest)(nil),             // 26: teapot.v1.ReadIndexRequest
+	(*ReadIndexResponse)(nil),            // 27: teapot.v1.ReadIndexResponse
+	(*HealthRequest)(nil),                // 28: teapot.v1.HealthRequest
+	(*Object)(nil),                       // 29: teapot.v1.Object
+	(*ObjectRef)(nil),                    // 30: teapot.v1.ObjectRef
+	(*VIPHolding)(nil),                   // 31: teapot.v1.VIPHolding
+	(*timestamppb.Timestamp)(nil),        // 32: google.protobuf.Timestamp
+	(*Node)(nil),                         // 33: teapot.v1.Node
+	(*Txn)(nil),                          // 34: teapot.v1.Txn
+	(*ObserveRequest)(nil),               // 35: teapot.v1.ObserveRequest
+	(*EventsRequest)(nil),                // 36: teapot.v1.EventsRequest
+	(*ObserveResponse)(nil),              // 37: teapot.v1.ObserveResponse
+	(*EventsResponse)(nil),               // 38: teapot.v1.EventsResponse
+	(*HostObservation)(nil),              // 39: teapot.v1.HostObservation
 }
 var file_teapotv1_admin_proto_depIdxs = []int32{
-	27, // 0: teapot.v1.ApplyRequest.objects:type_name -> teapot.v1.Object
+	29, // 0: teapot.v1.ApplyRequest.objects:type_name -> teapot.v1.Object
 	0,  // 1: teapot.v1.ApplyRequest.mode:type_name -> teapot.v1.ApplyMode
-	27, // 2: teapot.v1.ApplyResponse.objects:type_name -> teapot.v1.Object
-	28, // 3: teapot.v1.DeleteRequest.ref:type_name -> teapot.v1.ObjectRef
-	28, // 4: teapot.v1.GetRequest.ref:type_name -> teapot.v1.ObjectRef
-	27, // 5: teapot.v1.ListResponse.objects:type_name -> teapot.v1.Object
+	29, // 2: teapot.v1.ApplyResponse.objects:type_name -> teapot.v1.Object
+	30, // 3: teapot.v1.DeleteRequest.ref:type_name -> teapot.v1.ObjectRef
+	30, // 4: teapot.v1.GetRequest.ref:type_name -> teapot.v1.ObjectRef
+	29, // 5: teapot.v1.ListResponse.objects:type_name -> teapot.v1.Object
 	10, // 6: teapot.v1.ClusterStatusResponse.nodes:type_name -> teapot.v1.NodeStatus
-	29, // 7: teapot.v1.NodeStatus.vips:type_name -> teapot.v1.VIPHolding
+	31, // 7: teapot.v1.NodeStatus.vips:type_name -> teapot.v1.VIPHolding
 	11, // 8: teapot.v1.NodeStatus.peers:type_name -> teapot.v1.PeerLiveness
-	30, // 9: teapot.v1.CreateJoinTokenResponse.expires:type_name -> google.protobuf.Timestamp
-	31, // 10: teapot.v1.DrainNodeResponse.node:type_name -> teapot.v1.Node
-	1,  // 11: teapot.v1.ForwardRequest.apply:type_name -> teapot.v1.ApplyRequest
-	3,  // 12: teapot.v1.ForwardRequest.delete:type_name -> teapot.v1.DeleteRequest
-	14, // 13: teapot.v1.ForwardRequest.remove_node:type_name -> teapot.v1.RemoveNodeRequest
-	32, // 14: teapot.v1.ForwardRequest.txn:type_name -> teapot.v1.Txn
-	2,  // 15: teapot.v1.ForwardResponse.apply:type_name -> teapot.v1.ApplyResponse
-	4,  // 16: teapot.v1.ForwardResponse.delete:type_name -> teapot.v1.DeleteResponse
-	1,  // 17: teapot.v1.Admin.Apply:input_type -> teapot.v1.ApplyRequest
-	3,  // 18: teapot.v1.Admin.Delete:input_type -> teapot.v1.DeleteRequest
-	5,  // 19: teapot.v1.Admin.Get:input_type -> teapot.v1.GetRequest
-	6,  // 20: teapot.v1.Admin.List:input_type -> teapot.v1.ListRequest
-	8,  // 21: teapot.v1.Admin.ClusterStatus:input_type -> teapot.v1.ClusterStatusRequest
-	12, // 22: teapot.v1.Admin.CreateJoinToken:input_type -> teapot.v1.CreateJoinTokenRequest
-	14, // 23: teapot.v1.Admin.RemoveNode:input_type -> teapot.v1.RemoveNodeRequest
-	16, // 24: teapot.v1.Admin.DrainNode:input_type -> teapot.v1.DrainNodeRequest
-	33, // 25: teapot.v1.Admin.Observe:input_type -> teapot.v1.ObserveRequest
-	34, // 26: teapot.v1.Admin.Events:input_type -> teapot.v1.EventsRequest
-	18, // 27: teapot.v1.Cluster.Join:input_type -> teapot.v1.JoinRequest
-	20, // 28: teapot.v1.Cluster.Promote:input_type -> teapot.v1.PromoteRequest
-	22, // 29: teapot.v1.Cluster.Forward:input_type -> teapot.v1.ForwardRequest
-	24, // 30: teapot.v1.Cluster.ReadIndex:input_type -> teapot.v1.ReadIndexRequest
-	26, // 31: teapot.v1.Cluster.Health:input_type -> teapot.v1.HealthRequest
-	33, // 32: teapot.v1.Cluster.Observe:input_type -> teapot.v1.ObserveRequest
-	2,  // 33: teapot.v1.Admin.Apply:output_type -> teapot.v1.ApplyResponse
-	4,  // 34: teapot.v1.Admin.Delete:output_type -> teapot.v1.DeleteResponse
-	27, // 35: teapot.v1.Admin.Get:output_type -> teapot.v1.Object
-	7,  // 36: teapot.v1.Admin.List:output_type -> teapot.v1.ListResponse
-	9,  // 37: teapot.v1.Admin.ClusterStatus:output_type -> teapot.v1.ClusterStatusResponse
-	13, // 38: teapot.v1.Admin.CreateJoinToken:output_type -> teapot.v1.CreateJoinTokenResponse
-	15, // 39: teapot.v1.Admin.RemoveNode:output_type -> teapot.v1.RemoveNodeResponse
-	17, // 40: teapot.v1.Admin.DrainNode:output_type -> teapot.v1.DrainNodeResponse
-	35, // 41: teapot.v1.Admin.Observe:output_type -> teapot.v1.ObserveResponse
-	36, // 42: teapot.v1.Admin.Events:output_type -> teapot.v1.EventsResponse
-	19, // 43: teapot.v1.Cluster.Join:output_type -> teapot.v1.JoinResponse
-	21, // 44: teapot.v1.Cluster.Promote:output_type -> teapot.v1.PromoteResponse
-	23, // 45: teapot.v1.Cluster.Forward:output_type -> teapot.v1.ForwardResponse
-	25, // 46: teapot.v1.Cluster.ReadIndex:output_type -> teapot.v1.ReadIndexResponse
-	10, // 47: teapot.v1.Cluster.Health:output_type -> teapot.v1.NodeStatus
-	37, // 48: teapot.v1.Cluster.Observe:output_type -> teapot.v1.HostObservation
-	33, // [33:49] is the sub-list for method output_type
-	17, // [17:33] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	32, // 9: teapot.v1.CreateJoinTokenResponse.expires:type_name -> google.protobuf.Timestamp
+	32, // 10: teapot.v1.CreateDashboardTokenResponse.expires:type_name -> google.protobuf.Timestamp
+	33, // 11: teapot.v1.DrainNodeResponse.node:type_name -> teapot.v1.Node
+	1,  // 12: teapot.v1.ForwardRequest.apply:type_name -> teapot.v1.ApplyRequest
+	3,  // 13: teapot.v1.ForwardRequest.delete:type_name -> teapot.v1.DeleteRequest
+	16, // 14: teapot.v1.ForwardRequest.remove_node:type_name -> teapot.v1.RemoveNodeRequest
+	34, // 15: teapot.v1.ForwardRequest.txn:type_name -> teapot.v1.Txn
+	2,  // 16: teapot.v1.ForwardResponse.apply:type_name -> teapot.v1.ApplyResponse
+	4,  // 17: teapot.v1.ForwardResponse.delete:type_name -> teapot.v1.DeleteResponse
+	1,  // 18: teapot.v1.Admin.Apply:input_type -> teapot.v1.ApplyRequest
+	3,  // 19: teapot.v1.Admin.Delete:input_type -> teapot.v1.DeleteRequest
+	5,  // 20: teapot.v1.Admin.Get:input_type -> teapot.v1.GetRequest
+	6,  // 21: teapot.v1.Admin.List:input_type -> teapot.v1.ListRequest
+	8,  // 22: teapot.v1.Admin.ClusterStatus:input_type -> teapot.v1.ClusterStatusRequest
+	12, // 23: teapot.v1.Admin.CreateJoinToken:input_type -> teapot.v1.CreateJoinTokenRequest
+	16, // 24: teapot.v1.Admin.RemoveNode:input_type -> teapot.v1.RemoveNodeRequest
+	18, // 25: teapot.v1.Admin.DrainNode:input_type -> teapot.v1.DrainNodeRequest
+	35, // 26: teapot.v1.Admin.Observe:input_type -> teapot.v1.ObserveRequest
+	36, // 27: teapot.v1.Admin.Events:input_type -> teapot.v1.EventsRequest
+	14, // 28: teapot.v1.Admin.CreateDashboardToken:input_type -> teapot.v1.CreateDashboardTokenRequest
+	20, // 29: teapot.v1.Cluster.Join:input_type -> teapot.v1.JoinRequest
+	22, // 30: teapot.v1.Cluster.Promote:input_type -> teapot.v1.PromoteRequest
+	24, // 31: teapot.v1.Cluster.Forward:input_type -> teapot.v1.ForwardRequest
+	26, // 32: teapot.v1.Cluster.ReadIndex:input_type -> teapot.v1.ReadIndexRequest
+	28, // 33: teapot.v1.Cluster.Health:input_type -> teapot.v1.HealthRequest
+	35, // 34: teapot.v1.Cluster.Observe:input_type -> teapot.v1.ObserveRequest
+	2,  // 35: teapot.v1.Admin.Apply:output_type -> teapot.v1.ApplyResponse
+	4,  // 36: teapot.v1.Admin.Delete:output_type -> teapot.v1.DeleteResponse
+	29, // 37: teapot.v1.Admin.Get:output_type -> teapot.v1.Object
+	7,  // 38: teapot.v1.Admin.List:output_type -> teapot.v1.ListResponse
+	9,  // 39: teapot.v1.Admin.ClusterStatus:output_type -> teapot.v1.ClusterStatusResponse
+	13, // 40: teapot.v1.Admin.CreateJoinToken:output_type -> teapot.v1.CreateJoinTokenResponse
+	17, // 41: teapot.v1.Admin.RemoveNode:output_type -> teapot.v1.RemoveNodeResponse
+	19, // 42: teapot.v1.Admin.DrainNode:output_type -> teapot.v1.DrainNodeResponse
+	37, // 43: teapot.v1.Admin.Observe:output_type -> teapot.v1.ObserveResponse
+	38, // 44: teapot.v1.Admin.Events:output_type -> teapot.v1.EventsResponse
+	15, // 45: teapot.v1.Admin.CreateDashboardToken:output_type -> teapot.v1.CreateDashboardTokenResponse
+	21, // 46: teapot.v1.Cluster.Join:output_type -> teapot.v1.JoinResponse
+	23, // 47: teapot.v1.Cluster.Promote:output_type -> teapot.v1.PromoteResponse
+	25, // 48: teapot.v1.Cluster.Forward:output_type -> teapot.v1.ForwardResponse
+	27, // 49: teapot.v1.Cluster.ReadIndex:output_type -> teapot.v1.ReadIndexResponse
+	10, // 50: teapot.v1.Cluster.Health:output_type -> teapot.v1.NodeStatus
+	39, // 51: teapot.v1.Cluster.Observe:output_type -> teapot.v1.HostObservation
+	35, // [35:52] is the sub-list for method output_type
+	18, // [18:35] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_teapotv1_admin_proto_init() }
@@ -1891,7 +2010,7 @@ func file_teapotv1_admin_proto_init() {
 	file_teapotv1_model_proto_init()
 	file_teapotv1_observe_proto_init()
 	file_teapotv1_raft_proto_init()
-	file_teapotv1_admin_proto_msgTypes[21].OneofWrappers = []any{
+	file_teapotv1_admin_proto_msgTypes[23].OneofWrappers = []any{
 		(*ForwardRequest_Apply)(nil),
 		(*ForwardRequest_Delete)(nil),
 		(*ForwardRequest_RemoveNode)(nil),
@@ -1903,7 +2022,7 @@ func file_teapotv1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_teapotv1_admin_proto_rawDesc), len(file_teapotv1_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   26,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

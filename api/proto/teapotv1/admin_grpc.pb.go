@@ -22,16 +22,17 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Admin_Apply_FullMethodName           = "/teapot.v1.Admin/Apply"
-	Admin_Delete_FullMethodName          = "/teapot.v1.Admin/Delete"
-	Admin_Get_FullMethodName             = "/teapot.v1.Admin/Get"
-	Admin_List_FullMethodName            = "/teapot.v1.Admin/List"
-	Admin_ClusterStatus_FullMethodName   = "/teapot.v1.Admin/ClusterStatus"
-	Admin_CreateJoinToken_FullMethodName = "/teapot.v1.Admin/CreateJoinToken"
-	Admin_RemoveNode_FullMethodName      = "/teapot.v1.Admin/RemoveNode"
-	Admin_DrainNode_FullMethodName       = "/teapot.v1.Admin/DrainNode"
-	Admin_Observe_FullMethodName         = "/teapot.v1.Admin/Observe"
-	Admin_Events_FullMethodName          = "/teapot.v1.Admin/Events"
+	Admin_Apply_FullMethodName                = "/teapot.v1.Admin/Apply"
+	Admin_Delete_FullMethodName               = "/teapot.v1.Admin/Delete"
+	Admin_Get_FullMethodName                  = "/teapot.v1.Admin/Get"
+	Admin_List_FullMethodName                 = "/teapot.v1.Admin/List"
+	Admin_ClusterStatus_FullMethodName        = "/teapot.v1.Admin/ClusterStatus"
+	Admin_CreateJoinToken_FullMethodName      = "/teapot.v1.Admin/CreateJoinToken"
+	Admin_RemoveNode_FullMethodName           = "/teapot.v1.Admin/RemoveNode"
+	Admin_DrainNode_FullMethodName            = "/teapot.v1.Admin/DrainNode"
+	Admin_Observe_FullMethodName              = "/teapot.v1.Admin/Observe"
+	Admin_Events_FullMethodName               = "/teapot.v1.Admin/Events"
+	Admin_CreateDashboardToken_FullMethodName = "/teapot.v1.Admin/CreateDashboardToken"
 )
 
 // AdminClient is the client API for Admin service.
@@ -54,6 +55,9 @@ type AdminClient interface {
 	Observe(ctx context.Context, in *ObserveRequest, opts ...grpc.CallOption) (*ObserveResponse, error)
 	// Events lists the hosts' recent events, oldest first.
 	Events(ctx context.Context, in *EventsRequest, opts ...grpc.CallOption) (*EventsResponse, error)
+	// CreateDashboardToken signs a read-only dashboard login token with the
+	// cluster CA key (which never leaves the hosts).
+	CreateDashboardToken(ctx context.Context, in *CreateDashboardTokenRequest, opts ...grpc.CallOption) (*CreateDashboardTokenResponse, error)
 }
 
 type adminClient struct {
@@ -164,6 +168,16 @@ func (c *adminClient) Events(ctx context.Context, in *EventsRequest, opts ...grp
 	return out, nil
 }
 
+func (c *adminClient) CreateDashboardToken(ctx context.Context, in *CreateDashboardTokenRequest, opts ...grpc.CallOption) (*CreateDashboardTokenResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreateDashboardTokenResponse)
+	err := c.cc.Invoke(ctx, Admin_CreateDashboardToken_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -184,6 +198,9 @@ type AdminServer interface {
 	Observe(context.Context, *ObserveRequest) (*ObserveResponse, error)
 	// Events lists the hosts' recent events, oldest first.
 	Events(context.Context, *EventsRequest) (*EventsResponse, error)
+	// CreateDashboardToken signs a read-only dashboard login token with the
+	// cluster CA key (which never leaves the hosts).
+	CreateDashboardToken(context.Context, *CreateDashboardTokenRequest) (*CreateDashboardTokenResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -223,6 +240,9 @@ func (UnimplementedAdminServer) Observe(context.Context, *ObserveRequest) (*Obse
 }
 func (UnimplementedAdminServer) Events(context.Context, *EventsRequest) (*EventsResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Events not implemented")
+}
+func (UnimplementedAdminServer) CreateDashboardToken(context.Context, *CreateDashboardTokenRequest) (*CreateDashboardTokenResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method CreateDashboardToken not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -425,6 +445,24 @@ func _Admin_Events_Handler(srv interface{}, ctx context.Context, dec func(interf
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_CreateDashboardToken_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateDashboardTokenRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).CreateDashboardToken(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_CreateDashboardToken_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).CreateDashboardToken(ctx, req.(*CreateDashboardTokenRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -471,6 +509,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Events",
 			Handler:    _Admin_Events_Handler,
+		},
+		{
+			MethodName: "CreateDashboardToken",
+			Handler:    _Admin_CreateDashboardToken_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
