@@ -230,6 +230,14 @@ func serve(ctx context.Context, cfg serveConfig) error {
 		ln.Close()
 		return err
 	}
+	var webLn net.Listener
+	if cfg.WebAddr != "" {
+		if webLn, err = web.ListenWeb(cfg.WebAddr); err != nil {
+			ln.Close()
+			return err
+		}
+		defer webLn.Close()
+	}
 	// The VIP manager checks its interfaces and capabilities before Raft
 	// starts, for the same reason.
 	// What this host sees (listeners, member health, VIPs, certificates,
@@ -322,9 +330,9 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	if err := serveMetrics(ctx, msrv, counters, px, node, tenants, cm, vm); err != nil {
 		log.Error("metrics are off", "component", "metrics", "err", err)
 	}
-	if cfg.WebAddr != "" {
+	if webLn != nil {
 		dash, err := web.ListenHost(web.HostConfig{
-			Addr: cfg.WebAddr, TLS: node.ServerTLS(), CA: node.CA().Cert, Source: web.LocalSource(admin), Logger: log,
+			Listener: webLn, TLS: node.ServerTLS(), CA: node.CA().Cert, Source: web.LocalSource(admin), Logger: log,
 		})
 		if err != nil {
 			log.Error("dashboard is off", "component", "web", "err", err)

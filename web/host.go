@@ -19,8 +19,10 @@ import (
 // HostConfig configures the dashboard an LB host serves itself
 // (`serve --web-addr`).
 type HostConfig struct {
-	// Addr is the IP:port to serve HTTPS on.
-	Addr string
+	// Listener, when set, is served (ListenWeb bound it early); otherwise
+	// Addr, the IP:port to serve HTTPS on, is bound.
+	Listener net.Listener
+	Addr     string
 	// TLS carries the host's certificate (the one its API serves, from
 	// the cluster CA). Client certificates are not asked for.
 	TLS *tls.Config
@@ -56,11 +58,23 @@ func ListenHost(cfg HostConfig) (*Host, error) {
 	tc.VerifyPeerCertificate, tc.VerifyConnection = nil, nil
 	tc.NextProtos = []string{"h2", "http/1.1"}
 	tc.MinVersion = tls.VersionTLS12
-	lis, err := net.Listen("tcp", cfg.Addr)
-	if err != nil {
-		return nil, fmt.Errorf("--web-addr %s: %w", cfg.Addr, err)
+	lis := cfg.Listener
+	if lis == nil {
+		if lis, err = ListenWeb(cfg.Addr); err != nil {
+			return nil, err
+		}
 	}
 	return &Host{srv: srv, lis: tls.NewListener(lis, tc), log: srv.log}, nil
+}
+
+// ListenWeb binds the address of serve --web-addr, so that a busy port
+// fails before the host starts or joins anything.
+func ListenWeb(addr string) (net.Listener, error) {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--web-addr %s: %w", addr, err)
+	}
+	return lis, nil
 }
 
 // Addr is the address served.
