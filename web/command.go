@@ -94,10 +94,19 @@ func runDashboard(ctx context.Context, cmd *cobra.Command, addr string, interval
 		BaseContext: func(net.Listener) context.Context { return ctx },
 	}
 	go srv.Run(ctx)
+	return serveUntilDone(ctx, cancel, hs, lis, func() {
+		fmt.Fprintf(cmd.OutOrStdout(), "Dashboard of %s at http://%s/\nLog in (works once): http://%s/login?token=%s\n",
+			path, lis.Addr(), lis.Addr(), srv.LoginToken())
+	})
+}
+
+// serveUntilDone serves hs on lis, calls started, and returns when ctx ends
+// (after a graceful shutdown of at most 2 s) or the server fails. cancel
+// ends the requests' context so that open event streams stop first.
+func serveUntilDone(ctx context.Context, cancel context.CancelFunc, hs *http.Server, lis net.Listener, started func()) error {
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(lis) }()
-	fmt.Fprintf(cmd.OutOrStdout(), "Dashboard of %s at http://%s/\nLog in (works once): http://%s/login?token=%s\n",
-		path, lis.Addr(), lis.Addr(), srv.LoginToken())
+	started()
 	select {
 	case <-ctx.Done():
 	case err := <-errc:

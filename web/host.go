@@ -91,21 +91,9 @@ func (h *Host) Run(ctx context.Context) error {
 		ErrorLog:       slog.NewLogLogger(h.log.Handler(), slog.LevelDebug),
 	}
 	go h.srv.Run(ctx)
-	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(h.lis) }()
-	h.log.Info("serving the dashboard over HTTPS", "addr", h.lis.Addr().String())
-	select {
-	case <-ctx.Done():
-	case err := <-errc:
-		return fmt.Errorf("serve dashboard: %w", err)
-	}
-	cancel()
-	sctx, scancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer scancel()
-	if err := hs.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		return err
-	}
-	return nil
+	return serveUntilDone(ctx, cancel, hs, h.lis, func() {
+		h.log.Info("serving the dashboard over HTTPS", "addr", h.lis.Addr().String())
+	})
 }
 
 // Close releases the address of a Host that was never run.
