@@ -29,7 +29,9 @@ type applyResult struct {
 }
 
 // fsm applies committed commands to the state. It only delegates: decoding
-// here, validation in checkTxn, storage in state.
+// here, the apply-time checks in applyTxn, storage in state. It runs no
+// validation rule: the proposer did (checkTxn), so a release that changes a
+// rule cannot make hosts disagree about an entry already in the log.
 type fsm struct {
 	mu  sync.RWMutex
 	st  *state
@@ -63,9 +65,12 @@ func (f *fsm) Apply(l *raft.Log) any {
 	}
 	var cmd pb.Command
 	if err := proto.Unmarshal(l.Data, &cmd); err != nil {
+		f.log.Error("log entry cannot be decoded; stopping before applying it", "index", l.Index, "err", err)
 		panic(fmt.Sprintf("consensus: log entry %d cannot be decoded: %v", l.Index, err))
 	}
 	if cmd.GetVersion() != commandVersion {
+		f.log.Error("log entry has a command version this build does not know; stopping before applying it: upgrade this host",
+			"index", l.Index, "version", cmd.GetVersion(), "known", commandVersion)
 		panic(fmt.Sprintf("consensus: log entry %d has command version %d but this build applies version %d; upgrade this host",
 			l.Index, cmd.GetVersion(), commandVersion))
 	}
@@ -77,7 +82,7 @@ func (f *fsm) Apply(l *raft.Log) any {
 	rev := f.st.revision + 1
 	for i, txn := range cmd.GetTxns() {
 		ov := newOverlay(f.st)
-		if err := checkTxn(ov, txn, now); err != nil {
+		if err := applyTxn(ov, txn, now); err != nil {
 			res.errs[i] = err
 			continue
 		}

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
@@ -44,6 +46,8 @@ func (s *memSink) ID() string    { return "mem" }
 func (s *memSink) Cancel() error { s.cancelled = true; return nil }
 func (s *memSink) Close() error  { return nil }
 
+// TestFSMApply: Apply checks only what an entry must find at apply time
+// (existence, locks) and commits each transaction all or nothing.
 func TestFSMApply(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -53,16 +57,15 @@ func TestFSMApply(t *testing.T) {
 	}{
 		{"one txn", []*pb.Txn{puts(pool("public", "192.0.2.0/28"))}, []string{""}, 1},
 		{"pool tenant lb in one txn", []*pb.Txn{puts(pool("public", "192.0.2.0/28"), tenant("acme", "public"), lb("acme", "shop", "public"))}, []string{""}, 1},
-		{"second txn sees first", []*pb.Txn{puts(pool("public", "192.0.2.0/28")), puts(tenant("acme", "public"))}, []string{"", ""}, 1},
-		{"invalid txn rejected, other commits", []*pb.Txn{puts(tenant("acme", "missing")), puts(pool("public", "192.0.2.0/28"))}, []string{"missing", ""}, 1},
-		{"all rejected: no revision", []*pb.Txn{puts(pool("bad", "300.0.0.0/8"))}, []string{"300.0.0.0/8"}, 0},
-		{"overlapping pools", []*pb.Txn{puts(pool("a", "192.0.2.0/28")), puts(pool("b", "192.0.2.8/29"))}, []string{"", "overlap"}, 1},
+		{"second txn sees first", []*pb.Txn{puts(pool("public", "192.0.2.0/28")), {Ops: []*pb.Op{{Op: &pb.Op_Put{Put: pool("public", "192.0.2.0/27")}, MustExist: true}}}}, []string{"", ""}, 1},
 		{"delete missing", []*pb.Txn{{Ops: []*pb.Op{{Op: &pb.Op_Delete{Delete: &pb.ObjectRef{Kind: api.KindTenant, Name: "x"}}}}}}, []string{"not found"}, 0},
+		{"update missing", []*pb.Txn{{Ops: []*pb.Op{{Op: &pb.Op_Put{Put: pool("a", "192.0.2.0/28")}, MustExist: true}}}}, []string{"not found"}, 0},
 		{"create existing", []*pb.Txn{puts(pool("a", "192.0.2.0/28")), {Ops: []*pb.Op{{Op: &pb.Op_Put{Put: pool("a", "192.0.2.0/28")}, MustNotExist: true}}}}, []string{"", "already exists"}, 1},
-		{"double allocation refused", []*pb.Txn{
-			puts(pool("public", "192.0.2.0/28"), tenant("acme", "public"), lb("acme", "one", "public")),
-			puts(lb("acme", "two", "public")),
-		}, []string{"", "in use"}, 1},
+		{"rejected txn, other commits", []*pb.Txn{
+			{Ops: []*pb.Op{{Op: &pb.Op_Delete{Delete: &pb.ObjectRef{Kind: api.KindVIPPool, Name: "gone"}}}}},
+			puts(pool("public", "192.0.2.0/28")),
+		}, []string{"not found", ""}, 1},
+		{"empty txn", []*pb.Txn{{}}, []string{"empty"}, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -79,6 +82,54 @@ func TestFSMApply(t *testing.T) {
 			}
 			if f.st.revision != tt.wantRev {
 				t.Errorf("revision %d, want %d", f.st.revision, tt.wantRev)
+			}
+		})
+	}
+}
+
+// TestFSMApplyRunsNoRules: entries that today's rules refuse (as an older
+// or newer release's rules might accept them) are applied as the log says,
+// while the proposer's check refuses each of them. A rule change therefore
+// never changes what a log means.
+func TestFSMApplyRunsNoRules(t *testing.T) {
+	tests := []struct {
+		name string
+		txns []*pb.Txn
+		want string // the proposer's refusal of the last txn
+	}{
+		{"tenant naming a missing pool", []*pb.Txn{puts(tenant("acme", "missing"))}, "missing"},
+		{"bad cidr", []*pb.Txn{puts(pool("bad", "300.0.0.0/8"))}, "300.0.0.0/8"},
+		{"overlapping pools", []*pb.Txn{puts(pool("a", "192.0.2.0/28")), puts(pool("b", "192.0.2.8/29"))}, "overlap"},
+		{"address allocated twice", []*pb.Txn{
+			puts(pool("public", "192.0.2.0/28"), tenant("acme", "public"), lb("acme", "one", "public")),
+			puts(lb("acme", "two", "public")),
+		}, "in use"},
+		{"delete of a pool in use", []*pb.Txn{
+			puts(pool("public", "192.0.2.0/28"), tenant("acme", "public")),
+			{Ops: []*pb.Op{{Op: &pb.Op_Delete{Delete: &pb.ObjectRef{Kind: api.KindVIPPool, Name: "public"}}}}},
+		}, "acme"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// The proposer: earlier txns are the state, the last one is refused.
+			f := newFSM(testLogger())
+			last := len(tt.txns) - 1
+			if last > 0 {
+				if res := f.Apply(entry(t, 1, commandVersion, tt.txns[:last]...)).(*applyResult); slices.ContainsFunc(res.errs, func(e error) bool { return e != nil }) {
+					t.Fatalf("setup: %v", res.errs)
+				}
+			}
+			if err := checkTxn(newOverlay(f.st), tt.txns[last], time.Now()); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("proposer's check: %v, want an error containing %q", err, tt.want)
+			}
+			// Apply: the same entry commits.
+			before := f.st.revision
+			res := f.Apply(entry(t, 2, commandVersion, tt.txns[last])).(*applyResult)
+			if res.errs[0] != nil {
+				t.Fatalf("Apply ran a rule: %v", res.errs[0])
+			}
+			if f.st.revision != before+1 {
+				t.Fatalf("revision %d, want %d", f.st.revision, before+1)
 			}
 		})
 	}
@@ -138,9 +189,8 @@ func TestFSMSnapshotRestoreRoundTrip(t *testing.T) {
 	if users := g.st.addressUsers(mustAddr("192.0.2.3")); len(users) != 1 {
 		t.Fatalf("address index not rebuilt: %v", users)
 	}
-	// A restored FSM keeps validating against the restored state.
-	res := g.Apply(entry(t, 9, commandVersion, puts(lbAt("acme", "dup", "public", "192.0.2.3")))).(*applyResult)
-	if res.errs[0] == nil {
+	// The proposer's check sees the restored state.
+	if err := checkTxn(newOverlay(g.st), puts(lbAt("acme", "dup", "public", "192.0.2.3")), time.Now()); err == nil {
 		t.Fatal("address held before the snapshot was allocated twice")
 	}
 	if err := g.Restore(ioNopCloser(bytes.NewReader([]byte("not a snapshot")))); err == nil {
@@ -152,15 +202,24 @@ func TestFSMRejectedTxnLeavesStateUnchanged(t *testing.T) {
 	f := newFSM(testLogger())
 	f.Apply(entry(t, 1, commandVersion, puts(pool("public", "192.0.2.0/28"), tenant("acme", "public"))))
 	before := f.st.toProto()
-	bad := tenant("acme", "public")
-	bad.GetTenant().Networks = []string{"not-a-cidr"}
-	res := f.Apply(entry(t, 2, commandVersion, puts(pool("other", "198.51.100.0/24"), bad))).(*applyResult)
-	var ve *api.ValidationError
-	if !errors.As(res.errs[0], &ve) {
-		t.Fatalf("want a validation error, got %v", res.errs[0])
+	// The first op would commit; the second finds the tenant it must not.
+	txn := &pb.Txn{Ops: []*pb.Op{
+		{Op: &pb.Op_Put{Put: pool("other", "198.51.100.0/24")}},
+		{Op: &pb.Op_Put{Put: tenant("acme", "public", "other")}, MustNotExist: true},
+	}}
+	res := f.Apply(entry(t, 2, commandVersion, txn)).(*applyResult)
+	if !errors.Is(res.errs[0], api.ErrExists) {
+		t.Fatalf("want ErrExists, got %v", res.errs[0])
 	}
 	if !proto.Equal(before, f.st.toProto()) {
 		t.Fatal("a rejected transaction changed the state (all or nothing)")
+	}
+	// And the proposer refuses an invalid object with a validation error.
+	bad := tenant("acme", "public")
+	bad.GetTenant().Networks = []string{"not-a-cidr"}
+	var ve *api.ValidationError
+	if err := checkTxn(newOverlay(f.st), puts(bad), time.Now()); !errors.As(err, &ve) {
+		t.Fatalf("want a validation error from the proposer, got %v", err)
 	}
 }
 

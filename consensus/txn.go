@@ -12,13 +12,28 @@ import (
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
 
-// checkTxn validates txn's operations in order against ov and records them
-// there. It is pure: the leader runs it before proposing and every FSM runs
-// it again in Apply, so that the state only ever holds what validates.
+// checkTxn is the proposer's check: txn's operations in order against ov,
+// with every rule of the model (api.Validate*, api.ValidateDelete, quotas,
+// addresses), recorded in ov. The leader runs it before it proposes; Apply
+// never does (see applyTxn and DESIGN.md, "A state machine that stays the
+// same across versions").
 //
-// now is the proposer's stamped time, the only clock Apply may use (lock
+// now is the proposer's stamped time, the only clock either may use (lock
 // expiry).
 func checkTxn(ov *overlay, txn *pb.Txn, now time.Time) error {
+	return runTxn(ov, txn, now, true)
+}
+
+// applyTxn is Apply's check: only what a log entry must find at apply time
+// to mean what its proposer meant — objects that must or must not exist,
+// deletions of objects that exist, and storage locks held by their owner
+// until the stamped time. It reads no rule that a release may change, so
+// every host of every version gives the same result for the same entry.
+func applyTxn(ov *overlay, txn *pb.Txn, now time.Time) error {
+	return runTxn(ov, txn, now, false)
+}
+
+func runTxn(ov *overlay, txn *pb.Txn, now time.Time, rules bool) error {
 	ops := txn.GetOps()
 	if len(ops) == 0 {
 		return errors.New("empty transaction")
@@ -72,7 +87,7 @@ func checkTxn(ov *overlay, txn *pb.Txn, now time.Time) error {
 			if l := existing.GetStorageLock(); l != nil && l.GetOwner() != op.GetLockOwner() {
 				return fmt.Errorf("lock %s is held by %s, not %s: %w", l.GetName(), l.GetOwner(), op.GetLockOwner(), ErrLocked)
 			}
-			if !storageKind(ref.GetKind()) {
+			if rules && !storageKind(ref.GetKind()) {
 				if err := api.ValidateDelete(ref, catalog{r: ov}); err != nil {
 					return err
 				}
@@ -82,8 +97,11 @@ func checkTxn(ov *overlay, txn *pb.Txn, now time.Time) error {
 			return fmt.Errorf("unknown operation %T: %w", x, api.ErrInvalid)
 		}
 	}
+	if !rules {
+		return nil
+	}
 	// Quotas count what the write adds against the state before it: ov's
-	// parent (both callers hand checkTxn a fresh overlay).
+	// parent (the caller hands checkTxn a fresh overlay).
 	view := catalog{r: ov, prior: ov.parent}
 	for _, o := range puts {
 		if err := validate(o, view); err != nil {
