@@ -28,6 +28,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"sigs.k8s.io/yaml"
 
+	"github.com/teapot-lb/teapot-lb/api"
 	"github.com/teapot-lb/teapot-lb/api/adminserver"
 	"github.com/teapot-lb/teapot-lb/api/cli"
 	"github.com/teapot-lb/teapot-lb/api/observe"
@@ -435,6 +436,9 @@ func memberStates(px *proxy.Proxy, lb string) []*pb.MemberState {
 	return out
 }
 
+// dataPlaneKinds are the kinds the data plane and the VIP manager read.
+var dataPlaneKinds = []string{api.KindLoadBalancer, api.KindTenant, api.KindVIPPool, api.KindNode}
+
 // feedProxy hands every committed state to the data plane, and then to
 // the VIP manager with the data plane's readiness. Events that arrive
 // while an update runs are folded into the next one: both take the whole
@@ -443,12 +447,21 @@ func feedProxy(ctx context.Context, node *consensus.Node, px *proxy.Proxy, vm *v
 	log = log.With("component", "proxy")
 	var reported map[string]string
 	for from := uint64(0); ; {
-		if _, err := node.Watch(from).Next(ctx); err != nil {
+		ev, err := node.Watch(from).Next(ctx)
+		if err != nil {
 			return
+		}
+		// A revision that changes none of what the data plane and the VIP
+		// manager read (certificate storage and its lock refreshes,
+		// credentials) leaves them as they are: it is applied as it is.
+		if !ev.Touches(dataPlaneKinds...) {
+			from = ev.Revision + 1
+			applied.Store(ev.Revision)
+			continue
 		}
 		objs, rev := node.Objects()
 		from = rev + 1
-		err := px.Update(objs, rev)
+		err = px.Update(objs, rev)
 		if err != nil && !errors.Is(err, proxy.ErrNoChanges) {
 			log.Error("update data plane", "revision", rev, "err", err)
 			continue
@@ -576,7 +589,9 @@ func newCertManager(cfg serveConfig, node *consensus.Node, log *slog.Logger, eve
 // feedCerts hands every committed state to the certificate manager.
 func feedCerts(ctx context.Context, node *consensus.Node, cm *certs.Manager) {
 	for from := uint64(0); ; {
-		if _, err := node.Watch(from).Next(ctx); err != nil {
+		// Lock refreshes and the other kinds change nothing it manages.
+		w := node.Watch(from).Only(api.KindCertificate, api.KindLoadBalancer, api.KindTenant, api.KindStorageItem)
+		if _, err := w.Next(ctx); err != nil {
 			return
 		}
 		objs, rev := node.Objects()

@@ -2,6 +2,7 @@ package consensus
 
 import (
 	"context"
+	"slices"
 	"sync"
 
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
@@ -85,6 +86,51 @@ func (h *hub) reset(rev uint64) {
 type Watcher struct {
 	h    *hub
 	next uint64
+	// kinds, when set, are the only kinds whose changes wake the watcher.
+	kinds   map[string]bool
+	skipped uint64
+}
+
+// Only makes Next pass over the revisions that change no object of one of
+// kinds (a Reset is always returned) and returns w. A reader that takes
+// the whole state at each event (a data plane, say) thus never wakes for
+// writes it does not read, such as certificate storage locks.
+func (w *Watcher) Only(kinds ...string) *Watcher {
+	w.kinds = make(map[string]bool, len(kinds))
+	for _, k := range kinds {
+		w.kinds[k] = true
+	}
+	return w
+}
+
+// Skipped returns how many revisions Next passed over because of Only.
+func (w *Watcher) Skipped() uint64 { return w.skipped }
+
+// wants reports whether ev changes an object of a kind w follows.
+func (w *Watcher) wants(ev Event) bool {
+	if w.kinds == nil || ev.Reset {
+		return true
+	}
+	for _, c := range ev.Changes {
+		if w.kinds[c.Ref.GetKind()] {
+			return true
+		}
+	}
+	return false
+}
+
+// Touches reports whether the event may change an object of one of kinds:
+// a Reset always may.
+func (ev Event) Touches(kinds ...string) bool {
+	if ev.Reset {
+		return true
+	}
+	for _, c := range ev.Changes {
+		if slices.Contains(kinds, c.Ref.GetKind()) {
+			return true
+		}
+	}
+	return false
 }
 
 // watch returns a watcher whose first event is revision from; from 0 means
@@ -107,6 +153,11 @@ func (w *Watcher) Next(ctx context.Context) (Event, error) {
 		case w.next <= last:
 			ev := w.h.ring[w.next%uint64(len(w.h.ring))]
 			w.next++
+			if !w.wants(ev) {
+				w.skipped++
+				w.h.mu.Unlock()
+				continue
+			}
 			w.h.mu.Unlock()
 			return ev, nil
 		}

@@ -18,10 +18,12 @@ type served struct {
 	snap      *snapshot.Snapshot
 	listeners map[snapshot.Key]*ListenerSnapshot
 	pools     map[*snapshot.Pool]*Pool
+	// byLB holds each load balancer's live pools ("tenant/name").
+	byLB map[string][]*Pool
 }
 
 func emptyServed() *served {
-	return &served{listeners: map[snapshot.Key]*ListenerSnapshot{}, pools: map[*snapshot.Pool]*Pool{}}
+	return &served{listeners: map[snapshot.Key]*ListenerSnapshot{}, pools: map[*snapshot.Pool]*Pool{}, byLB: map[string][]*Pool{}}
 }
 
 // ListenerSnapshot is one listener's compiled configuration with the live
@@ -114,6 +116,7 @@ func (p *Proxy) build(s *snapshot.Snapshot, old *served) (*served, []*Pool) {
 		snap:      s,
 		listeners: make(map[snapshot.Key]*ListenerSnapshot, len(s.Listeners)),
 		pools:     make(map[*snapshot.Pool]*Pool, len(old.pools)),
+		byLB:      make(map[string][]*Pool, len(old.byLB)),
 	}
 	live := func(sp *snapshot.Pool) *Pool {
 		if lp := rt.pools[sp]; lp != nil {
@@ -124,6 +127,7 @@ func (p *Proxy) build(s *snapshot.Snapshot, old *served) (*served, []*Pool) {
 			lp = newPool(sp, p.health)
 		}
 		rt.pools[sp] = lp
+		rt.byLB[sp.LB] = append(rt.byLB[sp.LB], lp)
 		return lp
 	}
 	for k, l := range s.Listeners {
@@ -187,19 +191,17 @@ type MemberHealth struct {
 }
 
 // Members returns the health of a load balancer's members ("tenant/name"),
-// by pool then address, as this host's checks see them now.
+// by pool then address, as this host's checks see them now. It reads that
+// load balancer's pools only.
 func (p *Proxy) Members(lb string) []MemberHealth {
 	cur := p.current.Load()
 	if cur == nil {
 		return nil
 	}
 	var out []MemberHealth
-	for spec, pool := range cur.pools {
-		if spec.LB != lb {
-			continue
-		}
+	for _, pool := range cur.byLB[lb] {
 		for _, m := range pool.members {
-			out = append(out, MemberHealth{Pool: spec.Name, Addr: m.Addr, Healthy: m.Usable()})
+			out = append(out, MemberHealth{Pool: pool.Spec.Name, Addr: m.Addr, Healthy: m.Usable()})
 		}
 	}
 	slices.SortFunc(out, func(a, b MemberHealth) int {

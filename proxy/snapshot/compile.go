@@ -21,22 +21,67 @@ import (
 //
 // prev is the snapshot in service (or nil). Of two load balancers claiming
 // one listen key, the one prev serves there keeps it; otherwise the older
-// one (meta.created), then the first by tenant and name. Unchanged Listener
-// and Pool values are taken from prev, and when nothing changed Compile
-// returns prev itself.
+// one (meta.created), then the first by tenant and name. When nothing
+// changed Compile returns prev itself.
+//
+// Compile is incremental: a load balancer whose object is the one prev was
+// compiled from (the same pointer: objects are never modified once handed
+// to Compile; a change is a new object), whose tenant object is the same
+// and with the same VIP pools and defaults is not compiled again; its
+// listeners, pools, routes and problems are taken from prev as they are.
+// Stats says how many were compiled.
 func Compile(objs []*pb.Object, revision uint64, d Defaults, prev *Snapshot) *Snapshot {
+	s, _ := compile(objs, revision, d, prev)
+	return s
+}
+
+// compile is Compile, also returning its Stats when it returns prev.
+func compile(objs []*pb.Object, revision uint64, d Defaults, prev *Snapshot) (*Snapshot, Stats) {
 	c := newCompiler(objs, d.WithDefaults(), prev)
 	for _, lb := range c.lbs {
 		c.loadBalancer(lb)
 	}
-	s := &Snapshot{Revision: revision, Listeners: c.resolveClaims(), Problems: c.problems}
+	s := &Snapshot{Revision: revision, Listeners: c.resolveClaims(), Problems: c.problems,
+		Stats: c.stats, entries: c.entries, env: c.env}
 	if s.sameAs(prev) {
-		return prev
+		return prev, c.stats
 	}
-	return s
+	return s, c.stats
 }
 
+// Stats counts the work of one Compile.
+type Stats struct {
+	// Compiled load balancers were compiled from their objects; Reused
+	// ones were taken from the previous snapshot unchanged.
+	Compiled, Reused int
+	// NewPools counts the pools built that the previous snapshot did not
+	// hold an equal one of.
+	NewPools int
+}
+
+// entry is one load balancer's compiled form, kept in the snapshot so that
+// the next Compile can take it as it is.
+type entry struct {
+	src    *pb.LoadBalancer
+	tenant *pb.Tenant // the tenant object it was compiled against
+	// claims are the listeners that want a listen key.
+	claims   []claim
+	problems []Problem
+	created  int64
+	pools    map[string]*Pool
+}
+
+// env is what every load balancer's compile depends on besides its own
+// object and its tenant.
+type env struct {
+	d     Defaults
+	pools []*pb.VIPPool
+}
+
+func (e *env) equal(o *env) bool { return o != nil && e.d == o.d && slices.Equal(e.pools, o.pools) }
+
 type tenantInfo struct {
+	src     *pb.Tenant
 	domains []string
 	nets    []netip.Prefix
 	// conns and connsPerListener are the tenant's connection quotas (0:
@@ -45,15 +90,19 @@ type tenantInfo struct {
 }
 
 type compiler struct {
-	d         Defaults
-	prev      *Snapshot
-	prevPools map[[2]string]*Pool
+	d    Defaults
+	prev *Snapshot
+	// reusable: prev's entries may be taken (same VIP pools and defaults).
+	reusable  bool
+	env       *env
 	tenants   map[string]*tenantInfo
 	vipRanges []api.Range
 	lbs       []*pb.LoadBalancer
 	problems  map[string][]Problem
 	claims    map[Key][]claim
 	created   map[string]int64
+	entries   map[string]*entry
+	stats     Stats
 }
 
 // claim is a listener that wants a listen key.
@@ -63,19 +112,26 @@ type claim struct {
 }
 
 func newCompiler(objs []*pb.Object, d Defaults, prev *Snapshot) *compiler {
+	n := 0
+	if prev != nil {
+		n = len(prev.entries)
+	}
 	c := &compiler{
 		d:        d,
 		prev:     prev,
+		env:      &env{d: d},
 		tenants:  map[string]*tenantInfo{},
-		problems: map[string][]Problem{},
-		claims:   map[Key][]claim{},
-		created:  map[string]int64{},
+		problems: make(map[string][]Problem, n),
+		claims:   make(map[Key][]claim, len(objs)),
+		created:  make(map[string]int64, n),
+		entries:  make(map[string]*entry, n),
 	}
 	for _, o := range objs {
 		switch v := o.GetKind().(type) {
 		case *pb.Object_Tenant:
 			c.tenants[v.Tenant.GetName()] = newTenantInfo(v.Tenant)
 		case *pb.Object_VipPool:
+			c.env.pools = append(c.env.pools, v.VipPool)
 			for _, s := range v.VipPool.GetCidrs() {
 				if r, err := api.ParsePoolRanges([]string{s}); err == nil {
 					c.vipRanges = append(c.vipRanges, r...)
@@ -85,20 +141,12 @@ func newCompiler(objs []*pb.Object, d Defaults, prev *Snapshot) *compiler {
 			c.lbs = append(c.lbs, v.LoadBalancer)
 		}
 	}
-	slices.SortFunc(c.lbs, func(a, b *pb.LoadBalancer) int {
-		return cmp.Or(cmp.Compare(a.GetTenant(), b.GetTenant()), cmp.Compare(a.GetName(), b.GetName()))
-	})
-	if prev != nil {
-		c.prevPools = map[[2]string]*Pool{}
-		for _, p := range prev.Pools() {
-			c.prevPools[[2]string{p.LB, p.Name}] = p
-		}
-	}
+	c.reusable = prev != nil && c.env.equal(prev.env)
 	return c
 }
 
 func newTenantInfo(t *pb.Tenant) *tenantInfo {
-	ti := &tenantInfo{domains: t.GetDomains(), conns: int(t.GetQuotas().GetConnections()),
+	ti := &tenantInfo{src: t, domains: t.GetDomains(), conns: int(t.GetQuotas().GetConnections()),
 		connsPerListener: int(t.GetQuotas().GetConnectionsPerListener())}
 	for _, s := range t.GetNetworks() {
 		if p, err := netip.ParsePrefix(s); err == nil && p == p.Masked() {
@@ -110,12 +158,13 @@ func newTenantInfo(t *pb.Tenant) *tenantInfo {
 
 // lbCompile collects one load balancer's problems.
 type lbCompile struct {
-	c  *compiler
-	id string
+	c        *compiler
+	id       string
+	problems []Problem
 }
 
 func (b *lbCompile) problem(field, format string, args ...any) {
-	b.c.problems[b.id] = append(b.c.problems[b.id], Problem{Field: field, Reason: fmt.Sprintf(format, args...)})
+	b.problems = append(b.problems, Problem{Field: field, Reason: fmt.Sprintf(format, args...)})
 }
 
 func (c *compiler) loadBalancer(lb *pb.LoadBalancer) {
@@ -123,8 +172,42 @@ func (c *compiler) loadBalancer(lb *pb.LoadBalancer) {
 	if _, dup := c.problems[id]; dup {
 		return
 	}
-	c.problems[id] = []Problem{}
+	t := c.tenants[lb.GetTenant()]
+	var tsrc *pb.Tenant
+	if t != nil {
+		tsrc = t.src
+	}
+	if c.reusable {
+		if e := c.prev.entries[id]; e != nil && e.src == lb && e.tenant == tsrc {
+			c.take(id, e)
+			c.stats.Reused++
+			return
+		}
+	}
+	c.stats.Compiled++
+	e := &entry{src: lb, tenant: tsrc, created: createdNanos(lb)}
 	b := &lbCompile{c: c, id: id}
+	b.compile(lb, t, e)
+	e.problems = b.problems
+	if e.problems == nil {
+		e.problems = []Problem{}
+	}
+	c.take(id, e)
+}
+
+// take adds a load balancer's compiled form to the snapshot being built.
+func (c *compiler) take(id string, e *entry) {
+	c.entries[id] = e
+	// Clipped: problems found while resolving claims are appended to a
+	// copy, never to the entry's.
+	c.problems[id] = slices.Clip(e.problems)
+	c.created[id] = e.created
+	for _, cl := range e.claims {
+		c.claims[cl.l.Key] = append(c.claims[cl.l.Key], cl)
+	}
+}
+
+func (b *lbCompile) compile(lb *pb.LoadBalancer, t *tenantInfo, e *entry) {
 	if lb.GetStatus().GetAddress() == "" {
 		return
 	}
@@ -132,32 +215,42 @@ func (c *compiler) loadBalancer(lb *pb.LoadBalancer) {
 	if !ok {
 		return
 	}
-	t := c.tenants[lb.GetTenant()]
 	if t == nil {
 		b.problem("tenant", "tenant %s does not exist; nothing of this load balancer is served", lb.GetTenant())
 		return
 	}
-	c.created[id] = createdNanos(lb)
-	pools := map[string]*Pool{}
+	var prevPools map[string]*Pool
+	if b.c.prev != nil {
+		if pe := b.c.prev.entries[b.id]; pe != nil {
+			prevPools = pe.pools
+		}
+	}
+	e.pools = make(map[string]*Pool, len(lb.GetPools()))
 	keys := make([]string, 0, len(lb.GetPools()))
 	for k := range lb.GetPools() {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
-		pools[k] = b.pool(k, lb.GetPools()[k], t)
+		p := b.pool(k, lb.GetPools()[k], t)
+		if old := prevPools[k]; old.Equal(p) {
+			p = old
+		} else {
+			b.c.stats.NewPools++
+		}
+		e.pools[k] = p
 	}
 	var routes *RouteTable
 	for _, l := range lb.GetListeners() {
 		if Protocol(l.GetProtocol()).L7() {
-			routes = b.routes(lb.GetRoutes(), pools, t)
+			routes = b.routes(lb.GetRoutes(), e.pools, t)
 			break
 		}
 	}
 	seen := map[Key]int{}
 	for i, l := range lb.GetListeners() {
 		field := "listeners[" + strconv.Itoa(i) + "]"
-		cl := b.listener(field, i, l, lb.GetTenant(), vip, pools, routes)
+		cl := b.listener(field, i, l, lb.GetTenant(), vip, e.pools, routes)
 		if cl == nil {
 			continue
 		}
@@ -169,7 +262,7 @@ func (c *compiler) loadBalancer(lb *pb.LoadBalancer) {
 			continue
 		}
 		seen[cl.Key] = i
-		c.claims[cl.Key] = append(c.claims[cl.Key], claim{l: cl, field: field})
+		e.claims = append(e.claims, claim{l: cl, field: field})
 	}
 }
 
@@ -222,8 +315,8 @@ func (c *compiler) resolveClaims() map[Key]*Listener {
 		win := c.winner(k, cs)
 		for i, cl := range cs {
 			if i != win {
-				b := &lbCompile{c: c, id: cl.l.LB}
-				b.problem(cl.field, "%s is already served by LoadBalancer %s; use another port or address", k, cs[win].l.LB)
+				c.problems[cl.l.LB] = append(c.problems[cl.l.LB], Problem{Field: cl.field,
+					Reason: fmt.Sprintf("%s is already served by LoadBalancer %s; use another port or address", k, cs[win].l.LB)})
 			}
 		}
 		out[k] = c.reuse(cs[win].l)

@@ -67,9 +67,6 @@ func (b *lbCompile) pool(name string, bp *pb.BackendPool, t *tenantInfo) *Pool {
 		b.problem(f+".backend_protocol", "%q is not one of http1, h2c, tls; using http1", bpp)
 	}
 	p.ConnectTimeout = b.duration(f+".connect_timeout", bp.GetConnectTimeout(), b.c.d.ConnectTimeout)
-	if old := b.c.prevPools[[2]string{p.LB, p.Name}]; old.Equal(p) {
-		return old
-	}
 	return p
 }
 

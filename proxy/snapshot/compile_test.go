@@ -376,6 +376,7 @@ func TestCompileAccessLog(t *testing.T) {
 	// Turning the access log on is a change of the listener.
 	lb.AccessLog = nil
 	before := Compile(objs(lb), 1, Defaults{}, nil)
+	lb = proto.Clone(lb).(*pb.LoadBalancer)
 	lb.AccessLog = &pb.AccessLog{Enabled: true}
 	after := Compile(objs(lb), 2, Defaults{}, before)
 	if after.Listeners[key("192.0.2.1:80", TCP)] == before.Listeners[key("192.0.2.1:80", TCP)] {

@@ -9,4 +9,10 @@
 // balancer down. Compile reuses the previous snapshot's Listener and Pool
 // values when they are unchanged, so pointer identity tells the caller what
 // it may keep, and an unchanged input yields the previous snapshot itself.
+//
+// Compile is incremental: the snapshot keeps each load balancer's compiled
+// form with the object it came from, and the next Compile takes it as it is
+// when the object (by pointer: objects are never modified, a change is a
+// new object), its tenant, the VIP pools and the defaults are the same.
+// Snapshot.Stats counts what was compiled.
 package snapshot

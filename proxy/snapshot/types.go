@@ -215,6 +215,12 @@ type Snapshot struct {
 	// Problems holds every load balancer of the input, "tenant/name", with
 	// the problems found (an empty slice when there are none).
 	Problems map[string][]Problem
+	// Stats is the work the Compile that made this snapshot did.
+	Stats Stats
+
+	// entries and env are what the next Compile reuses.
+	entries map[string]*entry
+	env     *env
 }
 
 // ListenAddrs returns the address and port of every listener (tcp and

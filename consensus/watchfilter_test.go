@@ -1,0 +1,57 @@
+package consensus
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/teapot-lb/teapot-lb/api"
+)
+
+// TestWatchOnlyPassesOverOtherKinds: a watcher restricted to the kinds
+// the data plane reads is not woken by certificate storage lock refreshes
+// and wakes for the next load balancer write, while an unrestricted
+// watcher sees every revision.
+func TestWatchOnlyPassesOverOtherKinds(t *testing.T) {
+	h := startHost(t, Config{NodeID: "n1"})
+	n := h.node
+	apply(t, n, pool("public", "192.0.2.0/24"), tenant("acme", "public"))
+	start := n.Revision()
+	only := n.Watch(start+1).Only(api.KindLoadBalancer, api.KindTenant, api.KindVIPPool)
+	all := n.Watch(start + 1)
+
+	const locks = 40
+	for i := range locks {
+		if err := n.StorageLock(ctxT(t), fmt.Sprintf("issue_cert_%d", i%4), "n1", time.Minute); err != nil {
+			t.Fatalf("lock %d: %v", i, err)
+		}
+	}
+	lockRevs := n.Revision() - start
+	if lockRevs < locks/2 {
+		t.Fatalf("%d lock writes made %d revisions; the test needs one revision per write", locks, lockRevs)
+	}
+	// Nothing the restricted watcher follows has changed: it must not wake.
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	if ev, err := only.Next(ctx); err == nil {
+		t.Fatalf("woken by revision %d (%d changes, first %s) that touches no load balancer", ev.Revision, len(ev.Changes), ev.Changes[0].Ref.GetKind())
+	}
+	cancel()
+	apply(t, n, lb("acme", "web", "public"))
+	ev, err := only.Next(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev.Reset || ev.Revision != n.Revision() || ev.Changes[0].Ref.GetKind() != api.KindLoadBalancer {
+		t.Errorf("got revision %d reset=%v, want the load balancer write at %d", ev.Revision, ev.Reset, n.Revision())
+	}
+	if only.Skipped() != lockRevs {
+		t.Errorf("passed over %d revisions, want the %d of the locks", only.Skipped(), lockRevs)
+	}
+	for i := uint64(0); i <= lockRevs; i++ {
+		ev, err := all.Next(ctxT(t))
+		if err != nil || ev.Revision != start+1+i {
+			t.Fatalf("unrestricted watcher: revision %d err %v, want %d", ev.Revision, err, start+1+i)
+		}
+	}
+}
