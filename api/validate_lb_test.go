@@ -146,7 +146,7 @@ func TestValidateLoadBalancerSpec(t *testing.T) {
 		{"member weight too big", func(lb *pb.LoadBalancer) { lb.Pools["web"].Members[0].Weight = weight(1001) },
 			bad("pools.web.members[0].weight", "must be at most 1000, got 1001")},
 		{"empty pool", func(lb *pb.LoadBalancer) { lb.Pools["db"].Members = nil }, pass()},
-		{"health tcp and http", func(lb *pb.LoadBalancer) { lb.Pools["web"].HealthCheck.Tcp = &pb.TCPCheck{} }, bad("pools.web.healthCheck", "not both")},
+		{"health tcp and http", func(lb *pb.LoadBalancer) { lb.Pools["web"].HealthCheck.Tcp = &pb.TCPCheck{} }, bad("pools.web.healthCheck", "one of tcp, http or https, not several")},
 		{"health path", func(lb *pb.LoadBalancer) { lb.Pools["web"].HealthCheck.Http.Path = "healthz" }, bad("pools.web.healthCheck.http.path", "must start with /")},
 		{"health status", func(lb *pb.LoadBalancer) { lb.Pools["web"].HealthCheck.Http.ExpectStatus = 99 }, bad("pools.web.healthCheck.http.expectStatus", "got 99")},
 		{"health host", func(lb *pb.LoadBalancer) { lb.Pools["web"].HealthCheck.Http.Host = "bad host" }, bad("pools.web.healthCheck.http.host", "not a DNS name")},

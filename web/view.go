@@ -411,7 +411,7 @@ func lbView(lb *pb.LoadBalancer, vips map[string]*VIP, obs []*pb.HostObservation
 		v.Listeners = append(v.Listeners, fmt.Sprintf("%d/%s", l.GetPort(), l.GetProtocol()))
 	}
 	v.Listeners = nonNil(v.Listeners)
-	spec, err := protojson.Marshal(lb)
+	spec, err := protojson.Marshal(api.RedactLoadBalancer(lb))
 	if err != nil {
 		spec = []byte("null")
 	}

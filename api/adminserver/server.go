@@ -59,7 +59,14 @@ func (s *Server) Apply(ctx context.Context, req *pb.ApplyRequest) (*pb.ApplyResp
 	ctx, cancel := withDefault(ctx)
 	defer cancel()
 	resp, err := s.store.Apply(ctx, req, false)
-	return resp, api.ToStatus(err)
+	if err != nil {
+		return nil, api.ToStatus(err)
+	}
+	out := &pb.ApplyResponse{Objects: make([]*pb.Object, len(resp.GetObjects())), Results: resp.GetResults(), Revision: resp.GetRevision()}
+	for i, o := range resp.GetObjects() {
+		out.Objects[i] = api.RedactSecrets(o)
+	}
+	return out, nil
 }
 
 func (s *Server) Delete(ctx context.Context, req *pb.DeleteRequest) (*pb.DeleteResponse, error) {
@@ -81,7 +88,10 @@ func (s *Server) Get(ctx context.Context, req *pb.GetRequest) (*pb.Object, error
 		return nil, api.ToStatus(err)
 	}
 	obj, err := s.store.Get(ctx, ref)
-	return obj, api.ToStatus(err)
+	if err != nil {
+		return nil, api.ToStatus(err)
+	}
+	return api.RedactSecrets(obj), nil
 }
 
 func (s *Server) List(ctx context.Context, req *pb.ListRequest) (*pb.ListResponse, error) {
@@ -99,7 +109,11 @@ func (s *Server) List(ctx context.Context, req *pb.ListRequest) (*pb.ListRespons
 	if err != nil {
 		return nil, api.ToStatus(err)
 	}
-	return &pb.ListResponse{Objects: objs, Revision: rev, NextPageToken: next}, nil
+	shown := make([]*pb.Object, len(objs))
+	for i, o := range objs {
+		shown[i] = api.RedactSecrets(o)
+	}
+	return &pb.ListResponse{Objects: shown, Revision: rev, NextPageToken: next}, nil
 }
 
 func (s *Server) ClusterStatus(ctx context.Context, _ *pb.ClusterStatusRequest) (*pb.ClusterStatusResponse, error) {

@@ -121,10 +121,11 @@ func (a *app) lbCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "lb",
 		Aliases: []string{"lbs", "loadbalancer"},
-		Short:   "Inspect and delete load balancers (create them with apply)",
+		Short:   "Inspect and delete load balancers (create them with apply or control-plane)",
 		Args:    args(cobra.NoArgs),
 	}
 	cmd.AddCommand(
+		a.controlPlaneCmd(),
 		a.listCmd(api.KindLoadBalancer, true),
 		a.getOneCmd(api.KindLoadBalancer),
 		a.deleteOneCmd(api.KindLoadBalancer),

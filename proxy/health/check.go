@@ -3,6 +3,7 @@ package health
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -24,25 +25,42 @@ var (
 	ErrSelf = errors.New("the member is a VIP of this cluster; never dialled")
 )
 
-// check runs one check of addr (its port replaced by hc.Port when set).
-// Ending ctx ends it at once.
-func check(ctx context.Context, addr netip.AddrPort, hc *snapshot.HealthCheck) error {
+// check runs one check of addr (its port replaced by hc.Port when set);
+// tlsc is the TLS configuration of an https check. Ending ctx ends it at
+// once.
+func check(ctx context.Context, addr netip.AddrPort, hc *snapshot.HealthCheck, tlsc *tlsEntry) error {
 	if hc.Port != 0 {
 		addr = netip.AddrPortFrom(addr.Addr(), hc.Port)
 	}
+	if hc.TLS && (tlsc == nil || tlsc.err != nil) {
+		if tlsc == nil {
+			return fmt.Errorf("%w: no TLS configuration", ErrCheckTLSConfig)
+		}
+		return tlsc.err
+	}
 	deadline := time.Now().Add(hc.Timeout)
 	d := net.Dialer{Deadline: deadline}
-	c, err := d.DialContext(ctx, "tcp", addr.String())
+	raw, err := d.DialContext(ctx, "tcp", addr.String())
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
 	}
-	defer c.Close()
-	defer context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })()
+	defer raw.Close()
+	defer context.AfterFunc(ctx, func() { _ = raw.SetDeadline(time.Unix(1, 0)) })()
 	if !hc.HTTP {
 		return nil
 	}
-	if err := c.SetDeadline(deadline); err != nil {
+	if err := raw.SetDeadline(deadline); err != nil {
 		return fmt.Errorf("set deadline: %w", err)
+	}
+	c := raw
+	if hc.TLS {
+		conf := tlsc.conf.Clone()
+		conf.ServerName = serverName(hc, addr)
+		tc := tls.Client(raw, conf)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			return fmt.Errorf("TLS handshake: %w", err)
+		}
+		c = tc
 	}
 	host := hc.Host
 	if host == "" {

@@ -1,6 +1,7 @@
 // Package health tracks whether backend members may receive traffic:
-// active checks (a TCP connect, or an HTTP GET expecting a status, with
-// interval, timeout and rise/fall thresholds) and passive outlier ejection
+// active checks (a TCP connect, or an HTTP GET, plain or over TLS with the
+// member's certificate verified, expecting a status, with interval,
+// timeout and rise/fall thresholds) and passive outlier ejection
 // (a member whose connects fail several times in a row is taken out for a
 // backoff period that doubles while it keeps failing).
 //
@@ -85,6 +86,9 @@ type Registry struct {
 	self map[netip.AddrPort]bool
 	// tenants holds each tenant's check budget (guarded by mu).
 	tenants map[string]*tenantBudget
+	// tlsConfs holds the parsed TLS settings of https checks (guarded by
+	// mu).
+	tlsConfs map[tlsKey]*tlsEntry
 	// ctx ends with Close: checks waiting or in flight stop at once.
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -108,7 +112,7 @@ func NewRegistry(o Options) *Registry {
 	o = o.withDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Registry{o: o, sem: make(chan struct{}, o.MaxConcurrentChecks), targets: map[targetKey]*Target{},
-		tenants: map[string]*tenantBudget{}, ctx: ctx, cancel: cancel}
+		tenants: map[string]*tenantBudget{}, tlsConfs: map[tlsKey]*tlsEntry{}, ctx: ctx, cancel: cancel}
 }
 
 // Acquire returns the Target for a member address and check (nil: no
@@ -138,6 +142,9 @@ func (r *Registry) AcquireFor(tenant string, addr netip.AddrPort, hc *snapshot.H
 		}
 		tb.refs++
 		t = &Target{r: r, key: k, name: addr.String(), budget: tb}
+		if k.active && k.check.TLS {
+			t.tls = r.acquireTLS(&k.check)
+		}
 		t.setBit(bitSelf, r.isSelf(addr))
 		r.targets[k] = t
 		if k.active && !r.closed {
@@ -181,6 +188,9 @@ func (r *Registry) Release(t *Target) {
 		delete(r.targets, t.key)
 		if t.budget.refs--; t.budget.refs == 0 && r.tenants[t.key.tenant] == t.budget {
 			delete(r.tenants, t.key.tenant)
+		}
+		if t.tls != nil {
+			r.releaseTLS(&t.key.check, t.tls)
 		}
 	}
 	t.stop()

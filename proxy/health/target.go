@@ -23,6 +23,8 @@ type Target struct {
 	name   string
 	refs   int // guarded by r.mu
 	budget *tenantBudget
+	// tls is the TLS configuration of an https check (nil otherwise).
+	tls *tlsEntry
 
 	state     atomic.Uint32
 	inFlight  atomic.Int64
@@ -221,7 +223,7 @@ func (t *Target) run() {
 			<-t.budget.sem
 			return
 		}
-		err = check(t.r.ctx, t.key.addr, &t.key.check)
+		err = check(t.r.ctx, t.key.addr, &t.key.check, t.tls)
 		<-t.r.sem
 		<-t.budget.sem
 	}

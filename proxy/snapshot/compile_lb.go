@@ -156,30 +156,25 @@ func (b *lbCompile) healthCheck(f string, hc *pb.HealthCheck) *HealthCheck {
 	d := b.c.d
 	h := &HealthCheck{Rise: d.HealthRise, Fall: d.HealthFall}
 	if hh := hc.GetHttp(); hh != nil {
-		h.HTTP = true
-		h.Path = hh.GetPath()
-		if h.Path == "" {
-			h.Path = "/"
-		}
-		if !strings.HasPrefix(h.Path, "/") || strings.ContainsAny(h.Path, " \t\r\n") {
-			b.problem(f+".http.path", "%q must start with / and hold no spaces; checking /", h.Path)
-			h.Path = "/"
-		}
-		h.Host = hh.GetHost()
-		if strings.ContainsAny(h.Host, " \t\r\n/") {
-			b.problem(f+".http.host", "%q is not a host name; sending the member address", h.Host)
-			h.Host = ""
-		}
-		if s := hh.GetExpectStatus(); s != 0 {
-			if s < 100 || s > 599 {
-				b.problem(f+".http.expect_status", "must be an HTTP status from 100 to 599, got %d; accepting 2xx and 3xx", s)
-			} else {
-				h.ExpectStatus = int(s)
-			}
-		}
+		b.httpRequest(f+".http", h, hh.GetPath(), hh.GetHost(), hh.GetExpectStatus())
 		if hc.GetTcp() != nil {
 			b.problem(f, "set tcp or http, not both; using http")
 		}
+	}
+	if hs := hc.GetHttps(); hs != nil {
+		if hc.GetTcp() != nil || hc.GetHttp() != nil {
+			b.problem(f, "set one of tcp, http or https; using https")
+		}
+		*h = HealthCheck{Rise: h.Rise, Fall: h.Fall}
+		b.httpRequest(f+".https", h, hs.GetPath(), hs.GetHost(), hs.GetExpectStatus())
+		h.TLS = true
+		h.ServerName = hs.GetServerName()
+		if strings.ContainsAny(h.ServerName, " \t\r\n/") {
+			b.problem(f+".https.server_name", "%q is not a host name; verifying the member address", h.ServerName)
+			h.ServerName = ""
+		}
+		h.CAPEM, h.InsecureSkipVerify = hs.GetCaPem(), hs.GetInsecureSkipVerify()
+		h.ClientCertPEM, h.ClientKeyPEM = hs.GetClientCertPem(), hs.GetClientKeyPem()
 	}
 	h.Interval = b.duration(f+".interval", hc.GetInterval(), d.HealthInterval)
 	h.Timeout = b.duration(f+".timeout", hc.GetTimeout(), min(d.HealthTimeout, h.Interval))
@@ -199,6 +194,31 @@ func (b *lbCompile) healthCheck(f string, hc *pb.HealthCheck) *HealthCheck {
 		h.Port = uint16(p)
 	}
 	return h
+}
+
+// httpRequest fills the request of an http or https check.
+func (b *lbCompile) httpRequest(f string, h *HealthCheck, path, host string, status uint32) {
+	h.HTTP = true
+	h.Path = path
+	if h.Path == "" {
+		h.Path = "/"
+	}
+	if !strings.HasPrefix(h.Path, "/") || strings.ContainsAny(h.Path, " \t\r\n") {
+		b.problem(f+".path", "%q must start with / and hold no spaces; checking /", h.Path)
+		h.Path = "/"
+	}
+	h.Host = host
+	if strings.ContainsAny(h.Host, " \t\r\n/") {
+		b.problem(f+".host", "%q is not a host name; sending the member address", h.Host)
+		h.Host = ""
+	}
+	if status != 0 {
+		if status < 100 || status > 599 {
+			b.problem(f+".expect_status", "must be an HTTP status from 100 to 599, got %d; accepting 2xx and 3xx", status)
+		} else {
+			h.ExpectStatus = int(status)
+		}
+	}
 }
 
 func (b *lbCompile) listener(f string, i int, l *pb.Listener, tenant string, vip netip.Addr, pools map[string]*Pool, routes *RouteTable) *Listener {

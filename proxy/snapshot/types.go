@@ -98,6 +98,17 @@ type HealthCheck struct {
 	Rise, Fall int
 	// Port replaces the member's port when non-zero (healthCheckNodePort).
 	Port uint16
+	// TLS runs the HTTP GET over TLS (HTTP is then set too).
+	TLS bool
+	// ServerName is sent in the ClientHello and verified in the member's
+	// certificate; "" uses Host, else the member's IP address.
+	ServerName string
+	// CAPEM verifies the member's certificate; InsecureSkipVerify accepts
+	// any (validation requires one of them).
+	CAPEM              string
+	InsecureSkipVerify bool
+	// ClientCertPEM and ClientKeyPEM are the client certificate, if any.
+	ClientCertPEM, ClientKeyPEM string
 }
 
 // Pool is a compiled backend pool with its defaults filled in.

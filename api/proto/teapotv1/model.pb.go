@@ -1101,7 +1101,9 @@ type HealthCheck struct {
 	Rise     uint32                 `protobuf:"varint,5,opt,name=rise,proto3" json:"rise,omitempty"`
 	Fall     uint32                 `protobuf:"varint,6,opt,name=fall,proto3" json:"fall,omitempty"`
 	// Check this port instead of the member's (healthCheckNodePort).
-	Port          uint32 `protobuf:"varint,7,opt,name=port,proto3" json:"port,omitempty"`
+	Port uint32 `protobuf:"varint,7,opt,name=port,proto3" json:"port,omitempty"`
+	// An HTTP GET over TLS (kube-apiserver's /readyz, for example).
+	Https         *HTTPSCheck `protobuf:"bytes,8,opt,name=https,proto3" json:"https,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1183,6 +1185,13 @@ func (x *HealthCheck) GetPort() uint32 {
 		return x.Port
 	}
 	return 0
+}
+
+func (x *HealthCheck) GetHttps() *HTTPSCheck {
+	if x != nil {
+		return x.Https
+	}
+	return nil
 }
 
 type TCPCheck struct {
@@ -1282,6 +1291,119 @@ func (x *HTTPCheck) GetHost() string {
 	return ""
 }
 
+// HTTPSCheck is an HTTP GET over TLS. The member's certificate is
+// verified against ca_pem for server_name (or host, or the member's IP
+// address), unless insecure_skip_verify is set on purpose.
+type HTTPSCheck struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Path  string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	// Expected status code (default: any 2xx or 3xx).
+	ExpectStatus uint32 `protobuf:"varint,2,opt,name=expect_status,json=expectStatus,proto3" json:"expect_status,omitempty"`
+	// Host header (default: the member's address).
+	Host string `protobuf:"bytes,3,opt,name=host,proto3" json:"host,omitempty"`
+	// Name sent in the TLS ClientHello and verified in the member's
+	// certificate (default: host, else the member's IP address).
+	ServerName string `protobuf:"bytes,4,opt,name=server_name,json=serverName,proto3" json:"server_name,omitempty"`
+	// PEM certificates the member's certificate must chain to.
+	CaPem string `protobuf:"bytes,5,opt,name=ca_pem,json=caPem,proto3" json:"ca_pem,omitempty"`
+	// Accept any certificate: the check proves only that TLS and HTTP
+	// answer. Needed when ca_pem is empty.
+	InsecureSkipVerify bool `protobuf:"varint,6,opt,name=insecure_skip_verify,json=insecureSkipVerify,proto3" json:"insecure_skip_verify,omitempty"`
+	// Client certificate (PEM, leaf first) and its private key, for members
+	// that require one. The key is never returned when the load balancer
+	// is read.
+	ClientCertPem string `protobuf:"bytes,7,opt,name=client_cert_pem,json=clientCertPem,proto3" json:"client_cert_pem,omitempty"`
+	ClientKeyPem  string `protobuf:"bytes,8,opt,name=client_key_pem,json=clientKeyPem,proto3" json:"client_key_pem,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HTTPSCheck) Reset() {
+	*x = HTTPSCheck{}
+	mi := &file_teapotv1_model_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HTTPSCheck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HTTPSCheck) ProtoMessage() {}
+
+func (x *HTTPSCheck) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_model_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HTTPSCheck.ProtoReflect.Descriptor instead.
+func (*HTTPSCheck) Descriptor() ([]byte, []int) {
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *HTTPSCheck) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *HTTPSCheck) GetExpectStatus() uint32 {
+	if x != nil {
+		return x.ExpectStatus
+	}
+	return 0
+}
+
+func (x *HTTPSCheck) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *HTTPSCheck) GetServerName() string {
+	if x != nil {
+		return x.ServerName
+	}
+	return ""
+}
+
+func (x *HTTPSCheck) GetCaPem() string {
+	if x != nil {
+		return x.CaPem
+	}
+	return ""
+}
+
+func (x *HTTPSCheck) GetInsecureSkipVerify() bool {
+	if x != nil {
+		return x.InsecureSkipVerify
+	}
+	return false
+}
+
+func (x *HTTPSCheck) GetClientCertPem() string {
+	if x != nil {
+		return x.ClientCertPem
+	}
+	return ""
+}
+
+func (x *HTTPSCheck) GetClientKeyPem() string {
+	if x != nil {
+		return x.ClientKeyPem
+	}
+	return ""
+}
+
 type LoadBalancerStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Allocated address (stamped when the load balancer is written).
@@ -1296,7 +1418,7 @@ type LoadBalancerStatus struct {
 
 func (x *LoadBalancerStatus) Reset() {
 	*x = LoadBalancerStatus{}
-	mi := &file_teapotv1_model_proto_msgTypes[15]
+	mi := &file_teapotv1_model_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1308,7 +1430,7 @@ func (x *LoadBalancerStatus) String() string {
 func (*LoadBalancerStatus) ProtoMessage() {}
 
 func (x *LoadBalancerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[15]
+	mi := &file_teapotv1_model_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1321,7 +1443,7 @@ func (x *LoadBalancerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadBalancerStatus.ProtoReflect.Descriptor instead.
 func (*LoadBalancerStatus) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{15}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *LoadBalancerStatus) GetAddress() string {
@@ -1362,7 +1484,7 @@ type ObservedStatus struct {
 
 func (x *ObservedStatus) Reset() {
 	*x = ObservedStatus{}
-	mi := &file_teapotv1_model_proto_msgTypes[16]
+	mi := &file_teapotv1_model_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1374,7 +1496,7 @@ func (x *ObservedStatus) String() string {
 func (*ObservedStatus) ProtoMessage() {}
 
 func (x *ObservedStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[16]
+	mi := &file_teapotv1_model_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1387,7 +1509,7 @@ func (x *ObservedStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObservedStatus.ProtoReflect.Descriptor instead.
 func (*ObservedStatus) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{16}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ObservedStatus) GetPhase() string {
@@ -1428,7 +1550,7 @@ type Problem struct {
 
 func (x *Problem) Reset() {
 	*x = Problem{}
-	mi := &file_teapotv1_model_proto_msgTypes[17]
+	mi := &file_teapotv1_model_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1440,7 +1562,7 @@ func (x *Problem) String() string {
 func (*Problem) ProtoMessage() {}
 
 func (x *Problem) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[17]
+	mi := &file_teapotv1_model_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1453,7 +1575,7 @@ func (x *Problem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Problem.ProtoReflect.Descriptor instead.
 func (*Problem) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{17}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Problem) GetField() string {
@@ -1492,7 +1614,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_teapotv1_model_proto_msgTypes[18]
+	mi := &file_teapotv1_model_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1504,7 +1626,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[18]
+	mi := &file_teapotv1_model_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1517,7 +1639,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{18}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Node) GetId() string {
@@ -1595,7 +1717,7 @@ type Certificate struct {
 
 func (x *Certificate) Reset() {
 	*x = Certificate{}
-	mi := &file_teapotv1_model_proto_msgTypes[19]
+	mi := &file_teapotv1_model_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1607,7 +1729,7 @@ func (x *Certificate) String() string {
 func (*Certificate) ProtoMessage() {}
 
 func (x *Certificate) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[19]
+	mi := &file_teapotv1_model_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1620,7 +1742,7 @@ func (x *Certificate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Certificate.ProtoReflect.Descriptor instead.
 func (*Certificate) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{19}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Certificate) GetName() string {
@@ -1699,7 +1821,7 @@ type JoinToken struct {
 
 func (x *JoinToken) Reset() {
 	*x = JoinToken{}
-	mi := &file_teapotv1_model_proto_msgTypes[20]
+	mi := &file_teapotv1_model_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1711,7 +1833,7 @@ func (x *JoinToken) String() string {
 func (*JoinToken) ProtoMessage() {}
 
 func (x *JoinToken) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[20]
+	mi := &file_teapotv1_model_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1724,7 +1846,7 @@ func (x *JoinToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinToken.ProtoReflect.Descriptor instead.
 func (*JoinToken) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{20}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *JoinToken) GetId() string {
@@ -1773,7 +1895,7 @@ type StorageItem struct {
 
 func (x *StorageItem) Reset() {
 	*x = StorageItem{}
-	mi := &file_teapotv1_model_proto_msgTypes[21]
+	mi := &file_teapotv1_model_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1785,7 +1907,7 @@ func (x *StorageItem) String() string {
 func (*StorageItem) ProtoMessage() {}
 
 func (x *StorageItem) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[21]
+	mi := &file_teapotv1_model_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1798,7 +1920,7 @@ func (x *StorageItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageItem.ProtoReflect.Descriptor instead.
 func (*StorageItem) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{21}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *StorageItem) GetKey() string {
@@ -1845,7 +1967,7 @@ type StorageLock struct {
 
 func (x *StorageLock) Reset() {
 	*x = StorageLock{}
-	mi := &file_teapotv1_model_proto_msgTypes[22]
+	mi := &file_teapotv1_model_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1857,7 +1979,7 @@ func (x *StorageLock) String() string {
 func (*StorageLock) ProtoMessage() {}
 
 func (x *StorageLock) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[22]
+	mi := &file_teapotv1_model_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1870,7 +1992,7 @@ func (x *StorageLock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageLock.ProtoReflect.Descriptor instead.
 func (*StorageLock) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{22}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *StorageLock) GetName() string {
@@ -1928,7 +2050,7 @@ type Object struct {
 
 func (x *Object) Reset() {
 	*x = Object{}
-	mi := &file_teapotv1_model_proto_msgTypes[23]
+	mi := &file_teapotv1_model_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1940,7 +2062,7 @@ func (x *Object) String() string {
 func (*Object) ProtoMessage() {}
 
 func (x *Object) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[23]
+	mi := &file_teapotv1_model_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1953,7 +2075,7 @@ func (x *Object) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Object.ProtoReflect.Descriptor instead.
 func (*Object) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{23}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Object) GetKind() isObject_Kind {
@@ -2101,7 +2223,7 @@ type ObjectRef struct {
 
 func (x *ObjectRef) Reset() {
 	*x = ObjectRef{}
-	mi := &file_teapotv1_model_proto_msgTypes[24]
+	mi := &file_teapotv1_model_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2113,7 +2235,7 @@ func (x *ObjectRef) String() string {
 func (*ObjectRef) ProtoMessage() {}
 
 func (x *ObjectRef) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[24]
+	mi := &file_teapotv1_model_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2126,7 +2248,7 @@ func (x *ObjectRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectRef.ProtoReflect.Descriptor instead.
 func (*ObjectRef) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{24}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ObjectRef) GetKind() string {
@@ -2251,7 +2373,7 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\x06Member\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x1b\n" +
 	"\x06weight\x18\x02 \x01(\rH\x00R\x06weight\x88\x01\x01B\t\n" +
-	"\a_weight\"\x86\x02\n" +
+	"\a_weight\"\xb3\x02\n" +
 	"\vHealthCheck\x12%\n" +
 	"\x03tcp\x18\x01 \x01(\v2\x13.teapot.v1.TCPCheckR\x03tcp\x12(\n" +
 	"\x04http\x18\x02 \x01(\v2\x14.teapot.v1.HTTPCheckR\x04http\x125\n" +
@@ -2259,13 +2381,25 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\atimeout\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12\x12\n" +
 	"\x04rise\x18\x05 \x01(\rR\x04rise\x12\x12\n" +
 	"\x04fall\x18\x06 \x01(\rR\x04fall\x12\x12\n" +
-	"\x04port\x18\a \x01(\rR\x04port\"\n" +
+	"\x04port\x18\a \x01(\rR\x04port\x12+\n" +
+	"\x05https\x18\b \x01(\v2\x15.teapot.v1.HTTPSCheckR\x05https\"\n" +
 	"\n" +
 	"\bTCPCheck\"X\n" +
 	"\tHTTPCheck\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12#\n" +
 	"\rexpect_status\x18\x02 \x01(\rR\fexpectStatus\x12\x12\n" +
-	"\x04host\x18\x03 \x01(\tR\x04host\"\x95\x01\n" +
+	"\x04host\x18\x03 \x01(\tR\x04host\"\x91\x02\n" +
+	"\n" +
+	"HTTPSCheck\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12#\n" +
+	"\rexpect_status\x18\x02 \x01(\rR\fexpectStatus\x12\x12\n" +
+	"\x04host\x18\x03 \x01(\tR\x04host\x12\x1f\n" +
+	"\vserver_name\x18\x04 \x01(\tR\n" +
+	"serverName\x12\x15\n" +
+	"\x06ca_pem\x18\x05 \x01(\tR\x05caPem\x120\n" +
+	"\x14insecure_skip_verify\x18\x06 \x01(\bR\x12insecureSkipVerify\x12&\n" +
+	"\x0fclient_cert_pem\x18\a \x01(\tR\rclientCertPem\x12$\n" +
+	"\x0eclient_key_pem\x18\b \x01(\tR\fclientKeyPem\"\x95\x01\n" +
 	"\x12LoadBalancerStatus\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12.\n" +
 	"\bproblems\x18\x02 \x03(\v2\x12.teapot.v1.ProblemR\bproblems\x125\n" +
@@ -2342,7 +2476,7 @@ func file_teapotv1_model_proto_rawDescGZIP() []byte {
 	return file_teapotv1_model_proto_rawDescData
 }
 
-var file_teapotv1_model_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_teapotv1_model_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_teapotv1_model_proto_goTypes = []any{
 	(*Meta)(nil),                  // 0: teapot.v1.Meta
 	(*Tenant)(nil),                // 1: teapot.v1.Tenant
@@ -2359,68 +2493,70 @@ var file_teapotv1_model_proto_goTypes = []any{
 	(*HealthCheck)(nil),           // 12: teapot.v1.HealthCheck
 	(*TCPCheck)(nil),              // 13: teapot.v1.TCPCheck
 	(*HTTPCheck)(nil),             // 14: teapot.v1.HTTPCheck
-	(*LoadBalancerStatus)(nil),    // 15: teapot.v1.LoadBalancerStatus
-	(*ObservedStatus)(nil),        // 16: teapot.v1.ObservedStatus
-	(*Problem)(nil),               // 17: teapot.v1.Problem
-	(*Node)(nil),                  // 18: teapot.v1.Node
-	(*Certificate)(nil),           // 19: teapot.v1.Certificate
-	(*JoinToken)(nil),             // 20: teapot.v1.JoinToken
-	(*StorageItem)(nil),           // 21: teapot.v1.StorageItem
-	(*StorageLock)(nil),           // 22: teapot.v1.StorageLock
-	(*Object)(nil),                // 23: teapot.v1.Object
-	(*ObjectRef)(nil),             // 24: teapot.v1.ObjectRef
-	nil,                           // 25: teapot.v1.LoadBalancer.PoolsEntry
-	(*timestamppb.Timestamp)(nil), // 26: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 27: google.protobuf.Duration
+	(*HTTPSCheck)(nil),            // 15: teapot.v1.HTTPSCheck
+	(*LoadBalancerStatus)(nil),    // 16: teapot.v1.LoadBalancerStatus
+	(*ObservedStatus)(nil),        // 17: teapot.v1.ObservedStatus
+	(*Problem)(nil),               // 18: teapot.v1.Problem
+	(*Node)(nil),                  // 19: teapot.v1.Node
+	(*Certificate)(nil),           // 20: teapot.v1.Certificate
+	(*JoinToken)(nil),             // 21: teapot.v1.JoinToken
+	(*StorageItem)(nil),           // 22: teapot.v1.StorageItem
+	(*StorageLock)(nil),           // 23: teapot.v1.StorageLock
+	(*Object)(nil),                // 24: teapot.v1.Object
+	(*ObjectRef)(nil),             // 25: teapot.v1.ObjectRef
+	nil,                           // 26: teapot.v1.LoadBalancer.PoolsEntry
+	(*timestamppb.Timestamp)(nil), // 27: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 28: google.protobuf.Duration
 }
 var file_teapotv1_model_proto_depIdxs = []int32{
-	26, // 0: teapot.v1.Meta.created:type_name -> google.protobuf.Timestamp
-	26, // 1: teapot.v1.Meta.updated:type_name -> google.protobuf.Timestamp
+	27, // 0: teapot.v1.Meta.created:type_name -> google.protobuf.Timestamp
+	27, // 1: teapot.v1.Meta.updated:type_name -> google.protobuf.Timestamp
 	2,  // 2: teapot.v1.Tenant.quotas:type_name -> teapot.v1.Quotas
 	0,  // 3: teapot.v1.Tenant.meta:type_name -> teapot.v1.Meta
 	0,  // 4: teapot.v1.VIPPool.meta:type_name -> teapot.v1.Meta
 	6,  // 5: teapot.v1.LoadBalancer.vip:type_name -> teapot.v1.VIPRequest
 	7,  // 6: teapot.v1.LoadBalancer.listeners:type_name -> teapot.v1.Listener
 	9,  // 7: teapot.v1.LoadBalancer.routes:type_name -> teapot.v1.Route
-	25, // 8: teapot.v1.LoadBalancer.pools:type_name -> teapot.v1.LoadBalancer.PoolsEntry
+	26, // 8: teapot.v1.LoadBalancer.pools:type_name -> teapot.v1.LoadBalancer.PoolsEntry
 	5,  // 9: teapot.v1.LoadBalancer.access_log:type_name -> teapot.v1.AccessLog
 	0,  // 10: teapot.v1.LoadBalancer.meta:type_name -> teapot.v1.Meta
-	15, // 11: teapot.v1.LoadBalancer.status:type_name -> teapot.v1.LoadBalancerStatus
+	16, // 11: teapot.v1.LoadBalancer.status:type_name -> teapot.v1.LoadBalancerStatus
 	8,  // 12: teapot.v1.Listener.tls:type_name -> teapot.v1.TLSPolicy
-	27, // 13: teapot.v1.Listener.idle_timeout:type_name -> google.protobuf.Duration
+	28, // 13: teapot.v1.Listener.idle_timeout:type_name -> google.protobuf.Duration
 	11, // 14: teapot.v1.BackendPool.members:type_name -> teapot.v1.Member
 	12, // 15: teapot.v1.BackendPool.health_check:type_name -> teapot.v1.HealthCheck
-	27, // 16: teapot.v1.BackendPool.connect_timeout:type_name -> google.protobuf.Duration
+	28, // 16: teapot.v1.BackendPool.connect_timeout:type_name -> google.protobuf.Duration
 	13, // 17: teapot.v1.HealthCheck.tcp:type_name -> teapot.v1.TCPCheck
 	14, // 18: teapot.v1.HealthCheck.http:type_name -> teapot.v1.HTTPCheck
-	27, // 19: teapot.v1.HealthCheck.interval:type_name -> google.protobuf.Duration
-	27, // 20: teapot.v1.HealthCheck.timeout:type_name -> google.protobuf.Duration
-	17, // 21: teapot.v1.LoadBalancerStatus.problems:type_name -> teapot.v1.Problem
-	16, // 22: teapot.v1.LoadBalancerStatus.observed:type_name -> teapot.v1.ObservedStatus
-	0,  // 23: teapot.v1.Node.meta:type_name -> teapot.v1.Meta
-	26, // 24: teapot.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
-	0,  // 25: teapot.v1.Certificate.meta:type_name -> teapot.v1.Meta
-	26, // 26: teapot.v1.JoinToken.expires:type_name -> google.protobuf.Timestamp
-	0,  // 27: teapot.v1.JoinToken.meta:type_name -> teapot.v1.Meta
-	26, // 28: teapot.v1.StorageItem.modified:type_name -> google.protobuf.Timestamp
-	0,  // 29: teapot.v1.StorageItem.meta:type_name -> teapot.v1.Meta
-	26, // 30: teapot.v1.StorageLock.expires:type_name -> google.protobuf.Timestamp
-	27, // 31: teapot.v1.StorageLock.ttl:type_name -> google.protobuf.Duration
-	0,  // 32: teapot.v1.StorageLock.meta:type_name -> teapot.v1.Meta
-	1,  // 33: teapot.v1.Object.tenant:type_name -> teapot.v1.Tenant
-	3,  // 34: teapot.v1.Object.vip_pool:type_name -> teapot.v1.VIPPool
-	4,  // 35: teapot.v1.Object.load_balancer:type_name -> teapot.v1.LoadBalancer
-	18, // 36: teapot.v1.Object.node:type_name -> teapot.v1.Node
-	19, // 37: teapot.v1.Object.certificate:type_name -> teapot.v1.Certificate
-	20, // 38: teapot.v1.Object.join_token:type_name -> teapot.v1.JoinToken
-	21, // 39: teapot.v1.Object.storage_item:type_name -> teapot.v1.StorageItem
-	22, // 40: teapot.v1.Object.storage_lock:type_name -> teapot.v1.StorageLock
-	10, // 41: teapot.v1.LoadBalancer.PoolsEntry.value:type_name -> teapot.v1.BackendPool
-	42, // [42:42] is the sub-list for method output_type
-	42, // [42:42] is the sub-list for method input_type
-	42, // [42:42] is the sub-list for extension type_name
-	42, // [42:42] is the sub-list for extension extendee
-	0,  // [0:42] is the sub-list for field type_name
+	28, // 19: teapot.v1.HealthCheck.interval:type_name -> google.protobuf.Duration
+	28, // 20: teapot.v1.HealthCheck.timeout:type_name -> google.protobuf.Duration
+	15, // 21: teapot.v1.HealthCheck.https:type_name -> teapot.v1.HTTPSCheck
+	18, // 22: teapot.v1.LoadBalancerStatus.problems:type_name -> teapot.v1.Problem
+	17, // 23: teapot.v1.LoadBalancerStatus.observed:type_name -> teapot.v1.ObservedStatus
+	0,  // 24: teapot.v1.Node.meta:type_name -> teapot.v1.Meta
+	27, // 25: teapot.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
+	0,  // 26: teapot.v1.Certificate.meta:type_name -> teapot.v1.Meta
+	27, // 27: teapot.v1.JoinToken.expires:type_name -> google.protobuf.Timestamp
+	0,  // 28: teapot.v1.JoinToken.meta:type_name -> teapot.v1.Meta
+	27, // 29: teapot.v1.StorageItem.modified:type_name -> google.protobuf.Timestamp
+	0,  // 30: teapot.v1.StorageItem.meta:type_name -> teapot.v1.Meta
+	27, // 31: teapot.v1.StorageLock.expires:type_name -> google.protobuf.Timestamp
+	28, // 32: teapot.v1.StorageLock.ttl:type_name -> google.protobuf.Duration
+	0,  // 33: teapot.v1.StorageLock.meta:type_name -> teapot.v1.Meta
+	1,  // 34: teapot.v1.Object.tenant:type_name -> teapot.v1.Tenant
+	3,  // 35: teapot.v1.Object.vip_pool:type_name -> teapot.v1.VIPPool
+	4,  // 36: teapot.v1.Object.load_balancer:type_name -> teapot.v1.LoadBalancer
+	19, // 37: teapot.v1.Object.node:type_name -> teapot.v1.Node
+	20, // 38: teapot.v1.Object.certificate:type_name -> teapot.v1.Certificate
+	21, // 39: teapot.v1.Object.join_token:type_name -> teapot.v1.JoinToken
+	22, // 40: teapot.v1.Object.storage_item:type_name -> teapot.v1.StorageItem
+	23, // 41: teapot.v1.Object.storage_lock:type_name -> teapot.v1.StorageLock
+	10, // 42: teapot.v1.LoadBalancer.PoolsEntry.value:type_name -> teapot.v1.BackendPool
+	43, // [43:43] is the sub-list for method output_type
+	43, // [43:43] is the sub-list for method input_type
+	43, // [43:43] is the sub-list for extension type_name
+	43, // [43:43] is the sub-list for extension extendee
+	0,  // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_teapotv1_model_proto_init() }
@@ -2429,7 +2565,7 @@ func file_teapotv1_model_proto_init() {
 		return
 	}
 	file_teapotv1_model_proto_msgTypes[11].OneofWrappers = []any{}
-	file_teapotv1_model_proto_msgTypes[23].OneofWrappers = []any{
+	file_teapotv1_model_proto_msgTypes[24].OneofWrappers = []any{
 		(*Object_Tenant)(nil),
 		(*Object_VipPool)(nil),
 		(*Object_LoadBalancer)(nil),
@@ -2445,7 +2581,7 @@ func file_teapotv1_model_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_teapotv1_model_proto_rawDesc), len(file_teapotv1_model_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   26,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,111 @@
+package cli_test
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/teapot-lb/teapot-lb/api"
+	"github.com/teapot-lb/teapot-lb/api/manifest"
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+)
+
+// writeCA writes a self-signed CA certificate as PEM and returns its path
+// and contents.
+func writeCA(t *testing.T) (string, string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "kubernetes"},
+		NotBefore: t0.Add(-time.Hour), NotAfter: t0.Add(time.Hour), IsCA: true, BasicConstraintsValid: true}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	path := filepath.Join(t.TempDir(), "ca.crt")
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path, string(data)
+}
+
+func TestControlPlaneWritesTheAPIServerLoadBalancer(t *testing.T) {
+	caFile, caPEM := writeCA(t)
+	fake := newFake()
+	fake.put(api.Wrap(&pb.VIPPool{Name: "public", Cidrs: []string{"192.0.2.0/28"}, Mode: "arp"}))
+	fake.put(api.Wrap(&pb.Tenant{Name: "acme", Networks: []string{"10.20.0.0/16"}, Pools: []string{"public"}}))
+	args := []string{"lb", "control-plane", "acme", "cp", "--pool", "public", "--members", "10.20.0.11:6443,10.20.0.12:6443", "--members", "10.20.0.13:6443", "--ca-file", caFile}
+	if r := run(t, fake, "", args...); r.code != 0 {
+		t.Fatalf("control-plane failed: %s", r.stderr)
+	}
+	if len(fake.applied) != 1 || len(fake.applied[0].GetObjects()) != 1 {
+		t.Fatalf("applied %v, want one load balancer", fake.applied)
+	}
+	if m := fake.applied[0].GetMode(); m != pb.ApplyMode_APPLY_MODE_UPSERT {
+		t.Errorf("mode %v, want UPSERT (running it again updates)", m)
+	}
+	lb := fake.applied[0].GetObjects()[0].GetLoadBalancer()
+	l := lb.GetListeners()
+	if lb.GetTenant() != "acme" || lb.GetName() != "cp" || lb.GetVip().GetPool() != "public" || len(l) != 1 ||
+		l[0].GetPort() != 6443 || l[0].GetProtocol() != "tcp" || l[0].GetIdleTimeout().AsDuration() != time.Hour {
+		t.Errorf("load balancer %v", lb)
+	}
+	p := lb.GetPools()[l[0].GetPool()]
+	if p.GetAlgorithm() != "least-request" || len(p.GetMembers()) != 3 || p.GetMembers()[2].GetAddress() != "10.20.0.13:6443" {
+		t.Errorf("pool %v", p)
+	}
+	h := p.GetHealthCheck().GetHttps()
+	if h.GetPath() != "/readyz" || h.GetCaPem() != caPEM || h.GetInsecureSkipVerify() {
+		t.Errorf("health check %v", p.GetHealthCheck())
+	}
+
+	// --dry-run prints the same load balancer as a manifest and applies nothing.
+	r := run(t, fake, "", append(args, "--dry-run")...)
+	if r.code != 0 {
+		t.Fatalf("--dry-run failed: %s", r.stderr)
+	}
+	objs, err := manifest.Decode(strings.NewReader(r.stdout), "stdout")
+	if err != nil || len(objs) != 1 || !proto.Equal(objs[0].GetLoadBalancer(), lb) {
+		t.Errorf("--dry-run printed %q (%v), want the applied load balancer", r.stdout, err)
+	}
+	if len(fake.applied) != 1 {
+		t.Errorf("--dry-run applied")
+	}
+}
+
+func TestControlPlaneRefusesIncompleteFlags(t *testing.T) {
+	caFile, _ := writeCA(t)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--pool", "public", "--ca-file", caFile}, "needs --members"},
+		{[]string{"--members", "10.20.0.11:6443", "--ca-file", caFile}, "needs --pool"},
+		{[]string{"--pool", "public", "--members", "10.20.0.11:6443"}, "--ca-file"},
+		{[]string{"--pool", "public", "--members", "10.20.0.11:6443", "--ca-file", caFile, "--insecure-skip-verify"}, "not both"},
+		{[]string{"--pool", "public", "--members", "10.20.0.11:6443", "--ca-file", "/nonexistent/ca.crt"}, "--ca-file"},
+	} {
+		fake := newFake()
+		r := run(t, fake, "", append([]string{"lb", "control-plane", "acme", "cp"}, tc.args...)...)
+		if r.code == 0 || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want a failure naming %q", tc.args, r.code, r.stderr, tc.want)
+		}
+		if len(fake.applied) != 0 {
+			t.Errorf("%v: applied %v", tc.args, fake.applied)
+		}
+	}
+}

@@ -1,0 +1,198 @@
+package api
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"net/netip"
+	"strconv"
+	"strings"
+
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+)
+
+// Bounds of an HTTPS health check's PEM fields: a CA bundle of a few
+// certificates, a client certificate chain and its key.
+const (
+	MaxCheckCAPEMLen         = 64 << 10
+	MaxCheckClientCertPEMLen = 16 << 10
+	MaxCheckClientKeyPEMLen  = 8 << 10
+)
+
+func checkHealthCheck(ck *checker, f string, hc *pb.HealthCheck) {
+	if hc == nil {
+		return
+	}
+	kinds := 0
+	for _, set := range []bool{hc.GetTcp() != nil, hc.GetHttp() != nil, hc.GetHttps() != nil} {
+		if set {
+			kinds++
+		}
+	}
+	if kinds > 1 {
+		ck.invalidf(f, "set one of tcp, http or https, not several")
+	}
+	if h := hc.GetHttp(); h != nil {
+		checkHTTPRequest(ck, f+".http", h.GetPath(), h.GetExpectStatus(), h.GetHost())
+	}
+	if h := hc.GetHttps(); h != nil {
+		checkHTTPSCheck(ck, f+".https", h)
+	}
+	checkPositive(ck, f+".interval", hc.GetInterval())
+	checkPositive(ck, f+".timeout", hc.GetTimeout())
+	iv := DefaultHealthInterval
+	if d := hc.GetInterval(); d != nil && d.CheckValid() == nil && d.AsDuration() > 0 {
+		iv = d.AsDuration()
+		switch {
+		case iv < MinHealthInterval:
+			ck.invalidf(f+".interval", "%s is shorter than %s; checks run at most once a second per member", iv, MinHealthInterval)
+		case iv > MaxHealthInterval:
+			ck.invalidf(f+".interval", "%s is longer than %s", iv, MaxHealthInterval)
+		}
+	}
+	if d := hc.GetTimeout(); d != nil && d.CheckValid() == nil && d.AsDuration() > 0 {
+		to := d.AsDuration()
+		switch {
+		case to > MaxHealthTimeout:
+			ck.invalidf(f+".timeout", "%s is longer than %s; a check that takes longer counts as failed", to, MaxHealthTimeout)
+		case to > iv && hc.GetInterval() != nil:
+			ck.invalidf(f+".timeout", "%s is longer than interval %s; make it shorter than the interval", to, iv)
+		case to == iv && hc.GetInterval() != nil:
+			ck.invalidf(f+".timeout", "%s equals the interval; make it shorter than the interval", to)
+		case to >= iv:
+			ck.invalidf(f+".timeout", "%s is not shorter than the default interval %s; make it shorter or set interval", to, iv)
+		}
+	}
+	if hc.GetRise() > 100 {
+		ck.invalidf(f+".rise", "must be at most 100, got %d", hc.GetRise())
+	}
+	if hc.GetFall() > 100 {
+		ck.invalidf(f+".fall", "must be at most 100, got %d", hc.GetFall())
+	}
+	if hc.GetPort() > 65535 {
+		ck.invalidf(f+".port", "must be between 0 (the member's port) and 65535, got %d", hc.GetPort())
+	}
+}
+
+// checkHTTPRequest checks the request of an http or https check.
+func checkHTTPRequest(ck *checker, f, path string, status uint32, host string) {
+	switch {
+	case tooLong(ck, f+".path", path, MaxPathLen):
+	case path != "" && !strings.HasPrefix(path, "/"):
+		ck.invalidf(f+".path", "%q must start with /", path)
+	case strings.ContainsAny(path, " \t\r\n"):
+		ck.invalidf(f+".path", "%q must not contain spaces", path)
+	}
+	if status != 0 && (status < 100 || status > 599) {
+		ck.invalidf(f+".expectStatus", "must be an HTTP status from 100 to 599, got %d", status)
+	}
+	checkHostOrIP(ck, f+".host", host)
+}
+
+// checkHostOrIP accepts "", an IP address or a DNS name.
+func checkHostOrIP(ck *checker, f, host string) {
+	if host == "" {
+		return
+	}
+	if _, err := netip.ParseAddr(host); err == nil {
+		return
+	}
+	if why := dnsNameProblem(host); why != "" {
+		ck.invalidf(f, "%s", why)
+	}
+}
+
+func checkHTTPSCheck(ck *checker, f string, h *pb.HTTPSCheck) {
+	checkHTTPRequest(ck, f, h.GetPath(), h.GetExpectStatus(), h.GetHost())
+	checkHostOrIP(ck, f+".serverName", h.GetServerName())
+	ca := h.GetCaPem()
+	switch {
+	case tooLong(ck, f+".caPEM", ca, MaxCheckCAPEMLen):
+	case ca != "" && h.GetInsecureSkipVerify():
+		ck.invalidf(f+".insecureSkipVerify", "is set together with caPEM, which it would ignore; keep caPEM to verify the members, or remove it to accept any certificate")
+	case ca == "" && !h.GetInsecureSkipVerify():
+		ck.invalidf(f+".caPEM", "is empty; give the PEM CA bundle that signed the members' certificates, or set insecureSkipVerify: true to accept any certificate (the check then proves only that TLS and HTTP answer)")
+	case ca != "":
+		if why := caBundleProblem(ca); why != "" {
+			ck.invalidf(f+".caPEM", "%s", why)
+		}
+	}
+	cert, key := h.GetClientCertPem(), h.GetClientKeyPem()
+	longCert := tooLong(ck, f+".clientCertPEM", cert, MaxCheckClientCertPEMLen)
+	longKey := tooLong(ck, f+".clientKeyPEM", key, MaxCheckClientKeyPEMLen)
+	switch {
+	case longCert || longKey:
+	case cert != "" && key == "":
+		ck.invalidf(f+".clientKeyPEM", "is empty but clientCertPEM is set; give the certificate's private key (it is never returned when the load balancer is read, so give it again on every apply)")
+	case cert == "" && key != "":
+		ck.invalidf(f+".clientCertPEM", "is empty but clientKeyPEM is set; give the client certificate too, or remove the key")
+	case cert != "":
+		if _, err := tls.X509KeyPair([]byte(cert), []byte(key)); err != nil {
+			ck.invalidf(f+".clientCertPEM", "and clientKeyPEM are not a PEM certificate with its private key: %v", err)
+		}
+	}
+}
+
+// caBundleProblem says what is wrong with a PEM CA bundle, or "".
+func caBundleProblem(s string) string {
+	rest := []byte(s)
+	n := 0
+	for {
+		var b *pem.Block
+		b, rest = pem.Decode(rest)
+		if b == nil {
+			break
+		}
+		if b.Type != "CERTIFICATE" {
+			return "holds a PEM block of type " + b.Type + "; give only CERTIFICATE blocks"
+		}
+		if _, err := x509.ParseCertificate(b.Bytes); err != nil {
+			return "certificate " + strconv.Itoa(n+1) + " does not parse: " + err.Error()
+		}
+		n++
+	}
+	if n == 0 {
+		return "holds no PEM certificate; give the CA bundle as PEM (-----BEGIN CERTIFICATE-----)"
+	}
+	if strings.TrimSpace(string(rest)) != "" {
+		return "has text after its last certificate that is not PEM"
+	}
+	return ""
+}
+
+// RedactSecrets returns o without the secrets it may hold (the private
+// keys of health checks' client certificates), for every answer that
+// shows a stored object. o itself is not changed; an object without
+// secrets is returned as is.
+func RedactSecrets(o *pb.Object) *pb.Object {
+	lb := o.GetLoadBalancer()
+	if !hasSecrets(lb) {
+		return o
+	}
+	c := proto.Clone(o).(*pb.Object)
+	for _, bp := range c.GetLoadBalancer().GetPools() {
+		if h := bp.GetHealthCheck().GetHttps(); h != nil && h.GetClientKeyPem() != "" {
+			h.ClientKeyPem = ""
+		}
+	}
+	return c
+}
+
+// RedactLoadBalancer is RedactSecrets for a load balancer.
+func RedactLoadBalancer(lb *pb.LoadBalancer) *pb.LoadBalancer {
+	if !hasSecrets(lb) {
+		return lb
+	}
+	return RedactSecrets(Wrap(lb)).GetLoadBalancer()
+}
+
+func hasSecrets(lb *pb.LoadBalancer) bool {
+	for _, bp := range lb.GetPools() {
+		if bp.GetHealthCheck().GetHttps().GetClientKeyPem() != "" {
+			return true
+		}
+	}
+	return false
+}
