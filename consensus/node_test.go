@@ -273,8 +273,18 @@ func TestClusterJoinForwardRemove(t *testing.T) {
 			t.Fatalf("%s: %v %v", h.cfg.NodeID, o, err)
 		}
 	}
+	// A dry run through a follower is checked on the leader and written nowhere.
+	dry, err := follower.node.Apply(ctxT(t), &pb.ApplyRequest{Objects: []*pb.Object{lb("acme", "dry", "public")}, DryRun: true}, false)
+	if err != nil || !dry.GetDryRun() || dry.GetObjects()[0].GetLoadBalancer().GetStatus().GetAddress() != "192.0.2.2" {
+		t.Fatalf("forwarded dry run: %v %v", dry, err)
+	}
+	for _, h := range hosts {
+		if _, err := h.node.Get(ctxT(t), &pb.ObjectRef{Kind: api.KindLoadBalancer, Tenant: "acme", Name: "dry"}); !errors.Is(err, api.ErrNotFound) {
+			t.Fatalf("%s stored a dry run: %v", h.cfg.NodeID, err)
+		}
+	}
 	// Validation errors come back through forwarding unchanged.
-	_, err := follower.node.Apply(ctxT(t), &pb.ApplyRequest{Objects: []*pb.Object{pool("x", "192.0.2.4/30")}}, false)
+	_, err = follower.node.Apply(ctxT(t), &pb.ApplyRequest{Objects: []*pb.Object{pool("x", "192.0.2.4/30")}}, false)
 	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "overlap") {
 		t.Fatalf("forwarded validation error: %v", err)
 	}

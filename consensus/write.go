@@ -153,6 +153,16 @@ type prepared struct {
 	refs    []*pb.ObjectRef
 	results []string
 	objects []*pb.Object // filled for unchanged objects
+	// staged are the objects as they would be stored (a dry run answers
+	// with them).
+	staged []*pb.Object
+	// dry is a write checked like any other but never proposed.
+	dry bool
+}
+
+// isDryRun reports whether fw asks only to check a write.
+func isDryRun(fw *pb.ForwardRequest) bool {
+	return fw.GetApply().GetDryRun() || fw.GetDelete().GetDryRun()
 }
 
 func (n *Node) commitBatch(batch []*writeReq) {
@@ -187,10 +197,17 @@ func (n *Node) commitBatch(batch []*writeReq) {
 			continue
 		}
 		p.txn = -1
+		p.dry = isDryRun(r.fw)
 		if txn != nil {
 			child := newOverlay(ov)
 			if err := checkTxn(child, txn, now); err != nil {
 				r.done <- writeResp{err: err}
+				continue
+			}
+			if p.dry {
+				// Checked like a real write; never proposed, and the
+				// writes after it do not see it.
+				ready = append(ready, p)
 				continue
 			}
 			child.mergeInto(ov)
@@ -246,11 +263,14 @@ func reqsOf(ps []*prepared) []*writeReq {
 // respond builds the reply of a committed write from the state.
 func (n *Node) respond(p *prepared, rev uint64) *pb.ForwardResponse {
 	if p.req.fw.GetDelete() != nil {
-		return &pb.ForwardResponse{Delete: &pb.DeleteResponse{Revision: rev}}
+		return &pb.ForwardResponse{Delete: &pb.DeleteResponse{Revision: rev, DryRun: p.dry}}
 	}
-	out := &pb.ApplyResponse{Revision: rev, Results: p.results}
+	out := &pb.ApplyResponse{Revision: rev, Results: p.results, DryRun: p.dry}
 	for i, ref := range p.refs {
 		obj := p.objects[i]
+		if obj == nil && p.dry {
+			obj = p.staged[i]
+		}
 		if obj == nil {
 			obj = n.fsm.st.get(ref.Kind, keyOf(ref))
 		}
@@ -301,6 +321,7 @@ func prepare(r *writeReq, ov *overlay, now time.Time) (*prepared, *pb.Txn, error
 	p.refs = make([]*pb.ObjectRef, len(objs))
 	p.results = make([]string, len(objs))
 	p.objects = make([]*pb.Object, len(objs))
+	p.staged = make([]*pb.Object, len(objs))
 	seen := make(map[string]int)
 	txn := &pb.Txn{}
 	// Later objects of this write see the earlier ones (a tenant its new
@@ -354,6 +375,7 @@ func prepare(r *writeReq, ov *overlay, now time.Time) (*prepared, *pb.Txn, error
 		}
 		txn.Ops = append(txn.Ops, op)
 		scratch.set(ref, obj)
+		p.staged[i] = obj
 		if existing == nil {
 			p.results[i] = "created"
 		} else {

@@ -75,6 +75,18 @@ type cluster struct {
 	// nofile, when set, is the descriptor limit (soft and hard) every
 	// node is started with.
 	nofile int
+	// netns, when set, is the network namespace (`ip netns`) every node
+	// and every CLI command runs in.
+	netns string
+}
+
+// command runs the teapot-lb binary with args, in the cluster's network
+// namespace when it has one.
+func (c *cluster) command(ctx context.Context, args ...string) *exec.Cmd {
+	if c.netns != "" {
+		return exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", c.netns, c.bin}, args...)...)
+	}
+	return exec.CommandContext(ctx, c.bin, args...)
 }
 
 // newCluster prepares an empty cluster. When the test fails, the end of
@@ -191,7 +203,7 @@ func (c *cluster) start(n *node, extra ...string) {
 		// the test brings its own CA in extra.
 		"--acme-ca", noACME,
 	}, extra...)
-	cmd := exec.Command(c.bin, args...)
+	cmd := c.command(context.Background(), args...)
 	if c.nofile > 0 {
 		// The shell lowers its limit and becomes the node (same pid).
 		cmd = exec.Command("/bin/sh", append([]string{"-c", fmt.Sprintf(`ulimit -n %d && exec "$0" "$@"`, c.nofile), c.bin}, args...)...)
@@ -289,7 +301,7 @@ func (c *cluster) cli(n *node, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), cliTimeout)
 	defer cancel()
 	args = append(args, "--config", c.adminConf(), "--server", n.apiAddr)
-	cmd := exec.CommandContext(ctx, c.bin, args...)
+	cmd := c.command(ctx, args...)
 	cmd.Env = childEnv()
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

@@ -76,7 +76,7 @@ func (s *Server) Delete(ctx context.Context, req *pb.DeleteRequest) (*pb.DeleteR
 	if err != nil {
 		return nil, api.ToStatus(err)
 	}
-	resp, err := s.store.Delete(ctx, &pb.DeleteRequest{Ref: ref}, false)
+	resp, err := s.store.Delete(ctx, &pb.DeleteRequest{Ref: ref, DryRun: req.GetDryRun()}, false)
 	return resp, api.ToStatus(err)
 }
 

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"fmt"
-	"math"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/proto"
@@ -22,39 +21,18 @@ func (a *app) tenantCmd() *cobra.Command {
 		podsRoutable        bool
 		domains, nets, pool []string
 	)
-	q := &pb.Quotas{}
-	d := api.DefaultQuotas()
-	limits := []struct {
-		flag, help string
-		dst        *uint32
-		def        uint32
-		n          int
-	}{
-		{"max-lbs", "most load balancers the tenant may have", &q.LoadBalancers, d.LoadBalancers, 0},
-		{"max-addresses", "most VIP addresses the tenant may hold", &q.Addresses, d.Addresses, 0},
-		{"max-certificates", "most certificates the tenant may have", &q.Certificates, d.Certificates, 0},
-		{"max-listeners-per-lb", "most listeners of one load balancer", &q.ListenersPerLb, d.ListenersPerLb, 0},
-		{"max-routes-per-lb", "most routes of one load balancer", &q.RoutesPerLb, d.RoutesPerLb, 0},
-		{"max-pools-per-lb", "most backend pools of one load balancer", &q.PoolsPerLb, d.PoolsPerLb, 0},
-		{"max-members-per-pool", "most members of one backend pool", &q.MembersPerPool, d.MembersPerPool, 0},
-		{"max-listeners", "most listeners over all the tenant's load balancers", &q.Listeners, d.Listeners, 0},
-		{"max-routes", "most routes over all the tenant's load balancers", &q.Routes, d.Routes, 0},
-		{"max-members", "most members over all the tenant's load balancers", &q.Members, d.Members, 0},
-		{"max-health-checks", "most health-checked members over all the tenant's load balancers", &q.HealthChecks, d.HealthChecks, 0},
-	}
+	quotas := newQuotaFlags()
 	create := &cobra.Command{
 		Use:     "create NAME",
 		Short:   "Create a tenant",
 		Example: "  teapot-lb tenant create acme --domains acme.example --networks 10.20.0.0/16 --pools public --max-lbs 20",
 		Args:    args(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, argv []string) error {
-			for _, l := range limits {
-				if l.n < 0 || l.n > math.MaxUint32 {
-					return fmt.Errorf("--%s: want a number from 0 (the default) to %d, got %d", l.flag, uint32(math.MaxUint32), l.n)
-				}
-				*l.dst = uint32(l.n)
-			}
 			tenant := &pb.Tenant{Name: argv[0], Domains: domains, Networks: nets, Pools: pool, PodsRoutable: podsRoutable}
+			q := &pb.Quotas{}
+			if err := quotas.set(cmd, q); err != nil {
+				return err
+			}
 			if !proto.Equal(q, &pb.Quotas{}) {
 				tenant.Quotas = q
 			}
@@ -65,13 +43,10 @@ func (a *app) tenantCmd() *cobra.Command {
 	f.StringSliceVar(&domains, "domains", nil, "DNS names (and their subdomains) the tenant may route and get certificates for")
 	f.StringSliceVar(&nets, "networks", nil, "CIDRs where the tenant's backends live; nothing else is dialled")
 	f.StringSliceVar(&pool, "pools", nil, "VIP pools the tenant may allocate from")
-	for i := range limits {
-		l := &limits[i]
-		f.IntVar(&l.n, l.flag, 0, fmt.Sprintf("%s (0: the default, %d)", l.help, l.def))
-	}
+	quotas.register(f)
 	f.BoolVar(&podsRoutable, "pods-routable", false, "pod IPs are routable from the LB hosts")
 
-	cmd.AddCommand(create,
+	cmd.AddCommand(create, a.tenantUpdateCmd(),
 		a.listCmd(api.KindTenant, false),
 		a.getOneCmd(api.KindTenant),
 		a.deleteOneCmd(api.KindTenant),

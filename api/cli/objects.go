@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/teapot-lb/teapot-lb/api"
 	"github.com/teapot-lb/teapot-lb/api/client"
@@ -31,53 +33,80 @@ func kindRank(kind string) int {
 
 func (a *app) applyCmd() *cobra.Command {
 	var files []string
+	var dryRun bool
 	cmd := &cobra.Command{
 		Use:   "apply -f FILE",
 		Short: "Create or update the objects of manifest files",
 		Long: "Apply creates or updates every object of the given manifests in one all-or-nothing\n" +
 			"change. FILE is a YAML or JSON file, a directory of them, or - for standard input.\n" +
-			"Applying the same files again changes nothing.",
-		Example: "  teapot-lb apply -f shop.yaml\n  teapot-lb get lb acme/shop -o yaml | teapot-lb apply -f -",
-		Args:    args(cobra.NoArgs),
+			"Applying the same files again changes nothing. With --dry-run the cluster checks the\n" +
+			"change against its current state exactly as it would apply it, and writes nothing.\n" +
+			"The fields of each kind: teapot-lb schema KIND (docs/reference.md).",
+		Example: "  teapot-lb apply -f shop.yaml\n  teapot-lb apply -f shop.yaml --dry-run\n" +
+			"  teapot-lb get lb acme/shop -o yaml | teapot-lb apply -f -",
+		Args: args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if len(files) == 0 {
-				return errors.New("apply needs -f FILE (or -f - for standard input)")
+			objs, err := readAll(cmd, "apply", files)
+			if err != nil {
+				return err
 			}
-			var objs []*pb.Object
-			for _, f := range files {
-				o, err := readManifests(cmd, f)
-				if err != nil {
-					return err
-				}
-				objs = append(objs, o...)
-			}
-			if len(objs) == 0 {
-				names := make([]string, len(files))
-				for i, f := range files {
-					names[i] = f
-					if f == "-" {
-						names[i] = "standard input"
-					}
-				}
-				return fmt.Errorf("no objects in %s", strings.Join(names, ", "))
-			}
-			sort.SliceStable(objs, func(i, j int) bool {
-				return kindRank(api.RefOf(objs[i]).GetKind()) < kindRank(api.RefOf(objs[j]).GetKind())
-			})
-			return a.apply(cmd, objs, pb.ApplyMode_APPLY_MODE_UPSERT)
+			return a.applyObjects(cmd, objs, pb.ApplyMode_APPLY_MODE_UPSERT, dryRun)
 		},
 	}
 	cmd.Flags().StringArrayVarP(&files, "filename", "f", nil, "manifest file, directory or - for standard input (repeatable)")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "have the cluster check the change against its current state; write nothing (exit 1 if refused)")
 	_ = cmd.MarkFlagFilename("filename", "yaml", "yml", "json")
 	return cmd
 }
 
+// readAll reads the objects of every -f argument of verb, in the order
+// they can be applied (pools, tenants, load balancers).
+func readAll(cmd *cobra.Command, verb string, files []string) ([]*pb.Object, error) {
+	if len(files) == 0 {
+		return nil, fmt.Errorf("%s needs -f FILE (or -f - for standard input)", verb)
+	}
+	var objs []*pb.Object
+	for _, f := range files {
+		o, err := readManifests(cmd, f)
+		if err != nil {
+			return nil, err
+		}
+		objs = append(objs, o...)
+	}
+	if len(objs) == 0 {
+		names := make([]string, len(files))
+		for i, f := range files {
+			names[i] = f
+			if f == "-" {
+				names[i] = "standard input"
+			}
+		}
+		return nil, fmt.Errorf("no objects in %s", strings.Join(names, ", "))
+	}
+	sort.SliceStable(objs, func(i, j int) bool {
+		return kindRank(api.RefOf(objs[i]).GetKind()) < kindRank(api.RefOf(objs[j]).GetKind())
+	})
+	return objs, nil
+}
+
 // apply sends objects in one Apply call and reports what became of each.
 func (a *app) apply(cmd *cobra.Command, objs []*pb.Object, mode pb.ApplyMode) error {
+	return a.applyObjects(cmd, objs, mode, false)
+}
+
+// applyObjects is apply, or with dryRun the cluster's check of it.
+func (a *app) applyObjects(cmd *cobra.Command, objs []*pb.Object, mode pb.ApplyMode, dryRun bool) error {
 	return a.call(cmd, func(ctx context.Context, c *client.Conn) error {
-		resp, err := c.Admin.Apply(ctx, &pb.ApplyRequest{Objects: objs, Mode: mode})
+		resp, err := c.Admin.Apply(ctx, &pb.ApplyRequest{Objects: objs, Mode: mode, DryRun: dryRun})
 		if err != nil {
 			return err
+		}
+		suffix := ""
+		if dryRun {
+			if !resp.GetDryRun() {
+				return errors.New("the cluster does not know dry runs (a host runs an older version) and may have applied the change; check with get")
+			}
+			suffix = " (dry run)"
 		}
 		if !a.tabular() {
 			return manifest.Encode(cmd.OutOrStdout(), resp.GetObjects(), string(a.output))
@@ -92,7 +121,7 @@ func (a *app) apply(cmd *cobra.Command, objs []*pb.Object, mode pb.ApplyMode) er
 			if i < len(resp.GetResults()) {
 				result = resp.GetResults()[i]
 			}
-			fmt.Fprintf(w, "%s %s\n", objectPath(ref), result)
+			fmt.Fprintf(w, "%s %s%s\n", objectPath(ref), result, suffix)
 		}
 		return nil
 	})
@@ -183,13 +212,43 @@ func (a *app) getCmd() *cobra.Command {
 }
 
 func (a *app) deleteCmd() *cobra.Command {
-	var tenant string
+	var (
+		tenant string
+		files  []string
+		opts   deleteOpts
+	)
 	cmd := &cobra.Command{
-		Use:     "delete KIND NAME...",
-		Short:   "Delete objects",
-		Example: "  teapot-lb delete lb acme/shop\n  teapot-lb delete pool public",
-		Args:    args(cobra.MinimumNArgs(2)),
+		Use:   "delete KIND NAME... | delete -f FILE",
+		Short: "Delete objects, named or as listed in manifest files",
+		Long: "Delete removes the named objects, or with -f every object of the given manifests\n" +
+			"(load balancers first, then tenants, then pools), one after the other. With --dry-run\n" +
+			"the cluster checks each deletion against its current state, as if it were the only\n" +
+			"one, and deletes nothing.",
+		Example: "  teapot-lb delete lb acme/shop\n  teapot-lb delete pool public\n  teapot-lb delete -f shop.yaml --ignore-not-found",
+		Args: args(func(cmd *cobra.Command, argv []string) error {
+			if len(files) > 0 {
+				if len(argv) > 0 {
+					return errors.New("give either -f FILE or KIND NAME..., not both")
+				}
+				return nil
+			}
+			return cobra.MinimumNArgs(2)(cmd, argv)
+		}),
 		RunE: func(cmd *cobra.Command, argv []string) error {
+			if len(files) > 0 {
+				if tenant != "" {
+					return errors.New("--tenant does not apply with -f: the files name each object's tenant")
+				}
+				objs, err := readAll(cmd, "delete", files)
+				if err != nil {
+					return err
+				}
+				refs := make([]*pb.ObjectRef, len(objs))
+				for i, o := range objs {
+					refs[len(objs)-1-i] = api.RefOf(o)
+				}
+				return a.deleteRefs(cmd, refs, opts)
+			}
 			kind, err := api.ParseKind(argv[0])
 			if err != nil {
 				return err
@@ -202,12 +261,22 @@ func (a *app) deleteCmd() *cobra.Command {
 				}
 				refs = append(refs, ref)
 			}
-			return a.delete(cmd, refs...)
+			return a.deleteRefs(cmd, refs, opts)
 		},
 		ValidArgsFunction: a.completeKindAndName,
 	}
-	cmd.Flags().StringVar(&tenant, "tenant", "", "tenant of the objects (load balancers, certificates)")
+	f := cmd.Flags()
+	f.StringVar(&tenant, "tenant", "", "tenant of the objects (load balancers, certificates)")
+	f.StringArrayVarP(&files, "filename", "f", nil, "delete the objects of this manifest file, directory or - for standard input (repeatable)")
+	f.BoolVar(&opts.ignoreNotFound, "ignore-not-found", false, "an object that does not exist is not an error")
+	f.BoolVar(&opts.dryRun, "dry-run", false, "have the cluster check each deletion; delete nothing")
+	_ = cmd.MarkFlagFilename("filename", "yaml", "yml", "json")
 	return cmd
+}
+
+// deleteOpts are the flags of delete.
+type deleteOpts struct {
+	ignoreNotFound, dryRun bool
 }
 
 // refOf names an object from the command line: NAME, or TENANT/NAME for
@@ -357,12 +426,29 @@ func (a *app) loadBalancersFor(ctx context.Context, c *client.Conn, kind string)
 
 // delete removes objects one after the other, reporting each.
 func (a *app) delete(cmd *cobra.Command, refs ...*pb.ObjectRef) error {
+	return a.deleteRefs(cmd, refs, deleteOpts{})
+}
+
+// deleteRefs removes objects one after the other, reporting each; it stops
+// at the first error.
+func (a *app) deleteRefs(cmd *cobra.Command, refs []*pb.ObjectRef, opts deleteOpts) error {
 	return a.call(cmd, func(ctx context.Context, c *client.Conn) error {
+		w := cmd.OutOrStdout()
 		for _, ref := range refs {
-			if _, err := c.Admin.Delete(ctx, &pb.DeleteRequest{Ref: ref}); err != nil {
+			resp, err := c.Admin.Delete(ctx, &pb.DeleteRequest{Ref: ref, DryRun: opts.dryRun})
+			switch {
+			case opts.ignoreNotFound && status.Code(err) == codes.NotFound:
+				fmt.Fprintf(w, "%s not found\n", objectPath(ref))
+				continue
+			case err != nil:
 				return err
+			case opts.dryRun && !resp.GetDryRun():
+				return fmt.Errorf("the cluster does not know dry runs (a host runs an older version) and deleted %s", objectPath(ref))
+			case opts.dryRun:
+				fmt.Fprintf(w, "%s deleted (dry run)\n", objectPath(ref))
+			default:
+				fmt.Fprintf(w, "%s deleted\n", objectPath(ref))
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s deleted\n", objectPath(ref))
 		}
 		return nil
 	})

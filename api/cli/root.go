@@ -89,7 +89,7 @@ func AddCommands(root *cobra.Command, opts ...Option) {
 	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{OutputTable, OutputWide, OutputJSON, OutputYAML}, cobra.ShellCompDirectiveNoFileComp))
 
 	root.AddCommand(
-		a.applyCmd(), a.getCmd(), a.deleteCmd(),
+		a.applyCmd(), a.diffCmd(), a.getCmd(), a.deleteCmd(), a.editCmd(),
 		a.tenantCmd(), a.poolCmd(), a.lbCmd(), a.clusterCmd(),
 		a.versionCmd(),
 		a.certCmd(),
@@ -105,11 +105,69 @@ func Main(root *cobra.Command) int {
 	defer stop()
 	root.SilenceUsage = true
 	root.SilenceErrors = true
+	root.InitDefaultCompletionCmd()
+	guardGroups(root)
 	if err := root.ExecuteContext(ctx); err != nil {
+		var ee *exitError
+		if errors.As(err, &ee) {
+			if ee.err != nil {
+				fmt.Fprintln(root.ErrOrStderr(), "error: "+client.ErrorLine(ee.err))
+			}
+			return ee.code
+		}
 		fmt.Fprintln(root.ErrOrStderr(), "error: "+client.ErrorLine(err))
 		return 1
 	}
 	return 0
+}
+
+// exitError ends a command with an exit code other than 1 (diff: 1 for
+// "differences found", 2 for an error), printing err when set.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit status %d", e.code)
+	}
+	return e.err.Error()
+}
+
+func (e *exitError) Unwrap() error { return e.err }
+
+// guardGroups makes every command that only groups others (tenant, pool,
+// cluster, ...) refuse an unknown subcommand with an error and exit
+// status 1, instead of printing its help and succeeding. Given no
+// arguments, a group prints its help.
+func guardGroups(cmd *cobra.Command) {
+	for _, sub := range cmd.Commands() {
+		guardGroups(sub)
+	}
+	if !cmd.HasSubCommands() || cmd.Run != nil || cmd.RunE != nil || !cmd.HasParent() {
+		return
+	}
+	cmd.Args = func(c *cobra.Command, argv []string) error {
+		if len(argv) == 0 {
+			return nil
+		}
+		var names []string
+		for _, s := range c.Commands() {
+			if s.IsAvailableCommand() {
+				names = append(names, s.Name())
+			}
+		}
+		if c.SuggestionsMinimumDistance <= 0 {
+			c.SuggestionsMinimumDistance = 2
+		}
+		msg := fmt.Sprintf("unknown command %q for %q", argv[0], c.CommandPath())
+		if sugg := c.SuggestionsFor(argv[0]); len(sugg) > 0 {
+			msg += fmt.Sprintf(" (did you mean %q?)", sugg[0])
+		}
+		return fmt.Errorf("%s; its commands are %s", msg, strings.Join(names, ", "))
+	}
+	cmd.RunE = func(c *cobra.Command, _ []string) error { return c.Help() }
 }
 
 // outputFlag is the value of -o; it refuses unknown formats when parsed.

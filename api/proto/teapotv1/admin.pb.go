@@ -75,9 +75,12 @@ func (ApplyMode) EnumDescriptor() ([]byte, []int) {
 }
 
 type ApplyRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Objects       []*Object              `protobuf:"bytes,1,rep,name=objects,proto3" json:"objects,omitempty"`
-	Mode          ApplyMode              `protobuf:"varint,2,opt,name=mode,proto3,enum=teapot.v1.ApplyMode" json:"mode,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Objects []*Object              `protobuf:"bytes,1,rep,name=objects,proto3" json:"objects,omitempty"`
+	Mode    ApplyMode              `protobuf:"varint,2,opt,name=mode,proto3,enum=teapot.v1.ApplyMode" json:"mode,omitempty"`
+	// Validate and stamp the objects against the current state on the
+	// leader, as a real apply would, but write nothing.
+	DryRun        bool `protobuf:"varint,3,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -126,13 +129,23 @@ func (x *ApplyRequest) GetMode() ApplyMode {
 	return ApplyMode_APPLY_MODE_UPSERT
 }
 
+func (x *ApplyRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
 type ApplyResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The objects as stored (with meta and status).
 	Objects []*Object `protobuf:"bytes,1,rep,name=objects,proto3" json:"objects,omitempty"`
 	// For each object: created | configured | unchanged.
-	Results       []string `protobuf:"bytes,2,rep,name=results,proto3" json:"results,omitempty"`
-	Revision      uint64   `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	Results  []string `protobuf:"bytes,2,rep,name=results,proto3" json:"results,omitempty"`
+	Revision uint64   `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	// Set when the request was a dry run: nothing was written and revision
+	// is the state the objects were checked against.
+	DryRun        bool `protobuf:"varint,4,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -188,9 +201,18 @@ func (x *ApplyResponse) GetRevision() uint64 {
 	return 0
 }
 
+func (x *ApplyResponse) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
 type DeleteRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Ref           *ObjectRef             `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Ref   *ObjectRef             `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	// Check that the object may be deleted now, but delete nothing.
+	DryRun        bool `protobuf:"varint,2,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -232,9 +254,18 @@ func (x *DeleteRequest) GetRef() *ObjectRef {
 	return nil
 }
 
+func (x *DeleteRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
 type DeleteResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Revision      uint64                 `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Revision uint64                 `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	// Set when the request was a dry run: nothing was deleted.
+	DryRun        bool `protobuf:"varint,2,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -274,6 +305,13 @@ func (x *DeleteResponse) GetRevision() uint64 {
 		return x.Revision
 	}
 	return 0
+}
+
+func (x *DeleteResponse) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
 }
 
 type GetRequest struct {
@@ -1747,18 +1785,22 @@ var File_teapotv1_admin_proto protoreflect.FileDescriptor
 
 const file_teapotv1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x14teapotv1/admin.proto\x12\tteapot.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14teapotv1/model.proto\x1a\x16teapotv1/observe.proto\x1a\x13teapotv1/raft.proto\"e\n" +
+	"\x14teapotv1/admin.proto\x12\tteapot.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14teapotv1/model.proto\x1a\x16teapotv1/observe.proto\x1a\x13teapotv1/raft.proto\"~\n" +
 	"\fApplyRequest\x12+\n" +
 	"\aobjects\x18\x01 \x03(\v2\x11.teapot.v1.ObjectR\aobjects\x12(\n" +
-	"\x04mode\x18\x02 \x01(\x0e2\x14.teapot.v1.ApplyModeR\x04mode\"r\n" +
+	"\x04mode\x18\x02 \x01(\x0e2\x14.teapot.v1.ApplyModeR\x04mode\x12\x17\n" +
+	"\adry_run\x18\x03 \x01(\bR\x06dryRun\"\x8b\x01\n" +
 	"\rApplyResponse\x12+\n" +
 	"\aobjects\x18\x01 \x03(\v2\x11.teapot.v1.ObjectR\aobjects\x12\x18\n" +
 	"\aresults\x18\x02 \x03(\tR\aresults\x12\x1a\n" +
-	"\brevision\x18\x03 \x01(\x04R\brevision\"7\n" +
+	"\brevision\x18\x03 \x01(\x04R\brevision\x12\x17\n" +
+	"\adry_run\x18\x04 \x01(\bR\x06dryRun\"P\n" +
 	"\rDeleteRequest\x12&\n" +
-	"\x03ref\x18\x01 \x01(\v2\x14.teapot.v1.ObjectRefR\x03ref\",\n" +
+	"\x03ref\x18\x01 \x01(\v2\x14.teapot.v1.ObjectRefR\x03ref\x12\x17\n" +
+	"\adry_run\x18\x02 \x01(\bR\x06dryRun\"E\n" +
 	"\x0eDeleteResponse\x12\x1a\n" +
-	"\brevision\x18\x01 \x01(\x04R\brevision\"4\n" +
+	"\brevision\x18\x01 \x01(\x04R\brevision\x12\x17\n" +
+	"\adry_run\x18\x02 \x01(\bR\x06dryRun\"4\n" +
 	"\n" +
 	"GetRequest\x12&\n" +
 	"\x03ref\x18\x01 \x01(\v2\x14.teapot.v1.ObjectRefR\x03ref\"u\n" +
