@@ -62,7 +62,7 @@ func (s *Server) Apply(ctx context.Context, req *pb.ApplyRequest) (*pb.ApplyResp
 	if err != nil {
 		return nil, api.ToStatus(err)
 	}
-	out := &pb.ApplyResponse{Objects: make([]*pb.Object, len(resp.GetObjects())), Results: resp.GetResults(), Revision: resp.GetRevision()}
+	out := &pb.ApplyResponse{Objects: make([]*pb.Object, len(resp.GetObjects())), Results: resp.GetResults(), Revision: resp.GetRevision(), DryRun: resp.GetDryRun()}
 	for i, o := range resp.GetObjects() {
 		out.Objects[i] = api.RedactSecrets(o)
 	}
