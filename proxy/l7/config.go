@@ -50,6 +50,11 @@ type Config struct {
 	// gets a GOAWAY (rapid-reset protection).
 	H2MaxResetsPerSecond int
 	H2ResetBurst         int
+	// H2MaxControlFramesPerSecond bounds the PING, SETTINGS, PRIORITY,
+	// WINDOW_UPDATE, empty DATA and unknown frames of an HTTP/2 client (a
+	// token bucket with twice this burst); beyond it the connection gets
+	// a GOAWAY with ENHANCE_YOUR_CALM.
+	H2MaxControlFramesPerSecond int
 
 	// TrustedProxies lists the client addresses whose X-Forwarded-* and
 	// Forwarded headers are kept and appended to. From any other client
@@ -62,21 +67,22 @@ type Config struct {
 
 // DefaultConfig holds the defaults.
 var DefaultConfig = Config{
-	HeaderTimeout:          10 * time.Second,
-	IdleTimeout:            60 * time.Second,
-	BodyTimeout:            60 * time.Second,
-	WriteTimeout:           60 * time.Second,
-	ConnectTimeout:         5 * time.Second,
-	ResponseHeaderTimeout:  60 * time.Second,
-	TunnelTimeout:          time.Hour,
-	UpstreamIdleTimeout:    50 * time.Second,
-	MaxIdlePerMember:       512,
-	MaxHeaderBytes:         64 << 10,
-	MaxHeaderCount:         100,
-	H2MaxConcurrentStreams: 100,
-	H2MaxResetsPerSecond:   100,
-	H2ResetBurst:           200,
-	Retries:                1,
+	HeaderTimeout:               10 * time.Second,
+	IdleTimeout:                 60 * time.Second,
+	BodyTimeout:                 60 * time.Second,
+	WriteTimeout:                60 * time.Second,
+	ConnectTimeout:              5 * time.Second,
+	ResponseHeaderTimeout:       60 * time.Second,
+	TunnelTimeout:               time.Hour,
+	UpstreamIdleTimeout:         50 * time.Second,
+	MaxIdlePerMember:            512,
+	MaxHeaderBytes:              64 << 10,
+	MaxHeaderCount:              100,
+	H2MaxConcurrentStreams:      100,
+	H2MaxResetsPerSecond:        100,
+	H2ResetBurst:                200,
+	H2MaxControlFramesPerSecond: 1000,
+	Retries:                     1,
 }
 
 func (c Config) withDefaults() Config {
@@ -110,6 +116,7 @@ func (c Config) withDefaults() Config {
 	num(&c.MaxHeaderCount, d.MaxHeaderCount)
 	num(&c.H2MaxResetsPerSecond, d.H2MaxResetsPerSecond)
 	num(&c.H2ResetBurst, d.H2ResetBurst)
+	num(&c.H2MaxControlFramesPerSecond, d.H2MaxControlFramesPerSecond)
 	if c.H2MaxConcurrentStreams == 0 {
 		c.H2MaxConcurrentStreams = d.H2MaxConcurrentStreams
 	}

@@ -13,7 +13,9 @@
 // own bytes plus the forwarding fields, bodies relayed by Content-Length or
 // validated chunked passthrough (splice between bare TCP sockets for large
 // ones), and member connections kept per client connection and in
-// per-member pools. HTTP/2, h2c members and local handlers go through
-// net/http and golang.org/x/net/http2. DESIGN.md has the details and the
-// figures.
+// per-member pools. HTTP/2 clients are served by the package's own server
+// on golang.org/x/net/http2's framer and HPACK decoder (one reading
+// goroutine per connection, strict stream states, flow control and abuse
+// budgets); their requests, h2c members and local handlers use net/http
+// values. DESIGN.md has the details and the figures.
 package l7

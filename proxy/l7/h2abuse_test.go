@@ -1,0 +1,393 @@
+package l7
+
+import (
+	"bytes"
+	"crypto/tls"
+	"io"
+	"net/http"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+)
+
+// h2raw is a hand-driven HTTP/2 client for abuse tests.
+type h2raw struct {
+	c      *tls.Conn
+	fr     *http2.Framer
+	wmu    sync.Mutex
+	enc    *hpack.Encoder
+	hb     bytes.Buffer
+	done   chan struct{}
+	goAway atomic.Int64 // code+1 of the first GOAWAY, 0 without one
+	resets atomic.Int64 // RST_STREAM frames received
+	refuse atomic.Int64 // of them REFUSED_STREAM
+	status sync.Map     // stream id -> :status
+}
+
+func dialH2(t testing.TB, addr string, settings ...http2.Setting) *h2raw {
+	t.Helper()
+	c, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	h := &h2raw{c: c, done: make(chan struct{})}
+	h.enc = hpack.NewEncoder(&h.hb)
+	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	h.fr = http2.NewFramer(c, c)
+	h.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	if err := h.fr.WriteSettings(settings...); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		defer close(h.done)
+		for {
+			f, err := h.fr.ReadFrame()
+			if err != nil {
+				if _, ok := err.(http2.StreamError); ok {
+					continue
+				}
+				return
+			}
+			switch f := f.(type) {
+			case *http2.GoAwayFrame:
+				h.goAway.CompareAndSwap(0, int64(f.ErrCode)+1)
+			case *http2.RSTStreamFrame:
+				h.resets.Add(1)
+				if f.ErrCode == http2.ErrCodeRefusedStream {
+					h.refuse.Add(1)
+				}
+			case *http2.MetaHeadersFrame:
+				h.status.Store(f.StreamID, f.PseudoValue("status"))
+			}
+		}
+	}()
+	_ = c.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	return h
+}
+
+// block encodes a GET request head, with extra fields.
+func (h *h2raw) block(extra ...hpack.HeaderField) []byte {
+	h.hb.Reset()
+	for _, f := range [][2]string{{":method", "GET"}, {":scheme", "https"}, {":authority", "x"}, {":path", "/"}} {
+		_ = h.enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	for _, f := range extra {
+		_ = h.enc.WriteField(f)
+	}
+	return bytes.Clone(h.hb.Bytes())
+}
+
+func (h *h2raw) write(f func(fr *http2.Framer) error) error {
+	h.wmu.Lock()
+	defer h.wmu.Unlock()
+	return f(h.fr)
+}
+
+// closedWith waits for the connection to end and returns the GOAWAY code
+// it got; it fails the test without a GOAWAY or when the server does not
+// close the connection.
+func (h *h2raw) closedWith(t testing.TB, timeout time.Duration) http2.ErrCode {
+	t.Helper()
+	select {
+	case <-h.done:
+	case <-time.After(timeout):
+		t.Fatalf("the connection is still open after %v (GOAWAY code+1: %d)", timeout, h.goAway.Load())
+	}
+	g := h.goAway.Load()
+	if g == 0 {
+		t.Fatal("connection closed without a GOAWAY")
+	}
+	return http2.ErrCode(g - 1)
+}
+
+// underAbuse runs attack over and over on new connections while a
+// well-behaved HTTP/2 client sends requests, and checks that the client
+// keeps its latency: every request answers, the median stays within ten
+// times the median measured before (at least 50 ms) and none takes over
+// 2 s. Goroutines return to their number before once it ends.
+func underAbuse(t *testing.T, addr string, rounds int, attack func(t *testing.T)) {
+	t.Helper()
+	client := h2Client()
+	measure := func(n int) []time.Duration {
+		var d []time.Duration
+		for range n {
+			t0 := time.Now()
+			resp, err := client.Get("https://" + addr + "/")
+			if err != nil {
+				t.Errorf("well-behaved client: %v", err)
+				return d
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				t.Errorf("well-behaved client: status %d", resp.StatusCode)
+			}
+			d = append(d, time.Since(t0))
+		}
+		return d
+	}
+	median := func(d []time.Duration) time.Duration {
+		slices.Sort(d)
+		return d[len(d)/2]
+	}
+	base := median(measure(50))
+	before := h2Goroutines()
+
+	stop := make(chan struct{})
+	var lat []time.Duration
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			lat = append(lat, measure(1)...)
+		}
+	}()
+	for range rounds {
+		attack(t)
+	}
+	close(stop)
+	wg.Wait()
+	if len(lat) < 5 {
+		t.Fatalf("only %d requests of the well-behaved client finished during the attack", len(lat))
+	}
+	limit := max(10*base, 50*time.Millisecond)
+	if m := median(lat); m > limit {
+		t.Errorf("well-behaved client: median %v under attack, %v before (limit %v)", m, base, limit)
+	}
+	if worst := lat[len(lat)-1]; worst > 2*time.Second {
+		t.Errorf("well-behaved client: slowest request %v under attack", worst)
+	}
+	t.Logf("well-behaved client: %d requests, median %v (before %v), slowest %v", len(lat), median(lat), base, lat[len(lat)-1])
+	client.CloseIdleConnections()
+	deadline := time.Now().Add(10 * time.Second)
+	for h2Goroutines() > before && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := h2Goroutines(); n > before {
+		buf := make([]byte, 1<<20)
+		t.Errorf("%d goroutines of the HTTP/2 server after the attack, %d before:\n%s", n, before, buf[:runtime.Stack(buf, true)])
+	}
+}
+
+// h2Goroutines counts the goroutines of the HTTP/2 server: connection
+// readers and request handlers.
+func h2Goroutines() int {
+	buf := make([]byte, 4<<20)
+	n := 0
+	for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+		if strings.Contains(g, "l7.(*h2Conn)") || strings.Contains(g, "l7.(*h2Stream)") {
+			n++
+		}
+	}
+	return n
+}
+
+func abuseProxy(t *testing.T, cfg Config, h http.Handler) string {
+	if h == nil {
+		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok") })
+	}
+	be := newBackend(t, backendServer(t, h))
+	return proxyUnder(t, New(cfg), oneRoute(be), selfSigned(t))
+}
+
+func wantCode(t *testing.T, got, want http2.ErrCode) {
+	t.Helper()
+	if got != want {
+		t.Fatalf("GOAWAY %v, want %v", got, want)
+	}
+}
+
+// TestH2RapidResetGoAway opens and resets streams in a loop (CVE-2023-44487).
+func TestH2RapidResetGoAway(t *testing.T) {
+	addr := abuseProxy(t, Config{H2MaxResetsPerSecond: 50, H2ResetBurst: 100}, nil)
+	underAbuse(t, addr, 3, func(t *testing.T) {
+		h := dialH2(t, addr)
+		blk := h.block()
+		for id := uint32(1); id < 20000; id += 2 {
+			err := h.write(func(fr *http2.Framer) error {
+				if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: blk, EndStream: true, EndHeaders: true}); err != nil {
+					return err
+				}
+				return fr.WriteRSTStream(id, http2.ErrCodeCancel)
+			})
+			if err != nil {
+				break
+			}
+		}
+		wantCode(t, h.closedWith(t, 10*time.Second), http2.ErrCodeEnhanceYourCalm)
+	})
+}
+
+// TestH2ContinuationFlood sends a header block that never ends, in empty
+// CONTINUATION frames (CVE-2024-27316 and kin): they carry no bytes, so no
+// size limit ever stops them.
+func TestH2ContinuationFlood(t *testing.T) {
+	addr := abuseProxy(t, Config{}, nil)
+	underAbuse(t, addr, 5, func(t *testing.T) {
+		h := dialH2(t, addr)
+		blk := h.block()
+		_ = h.write(func(fr *http2.Framer) error {
+			if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: blk[:2], EndStream: true}); err != nil {
+				return err
+			}
+			for range 100000 {
+				if err := fr.WriteContinuation(1, false, nil); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		wantCode(t, h.closedWith(t, 10*time.Second), http2.ErrCodeEnhanceYourCalm)
+	})
+}
+
+// TestH2HPACKBomb puts one 4 KiB field in the dynamic table and refers to
+// it thousands of times, one byte each: a few KiB on the wire that decode
+// to megabytes. The decoded list stops at MaxHeaderBytes (431), and a
+// client that keeps doing it gets a GOAWAY.
+func TestH2HPACKBomb(t *testing.T) {
+	addr := abuseProxy(t, Config{MaxHeaderBytes: 16 << 10}, nil)
+	underAbuse(t, addr, 3, func(t *testing.T) {
+		h := dialH2(t, addr)
+		big := hpack.HeaderField{Name: "x-bomb", Value: strings.Repeat("b", 4000)}
+		var got431 bool
+		for id := uint32(1); id < 200; id += 2 {
+			blk := h.block(big) // the first block adds it to the table
+			ref := h.block(big) // later ones refer to it by index
+			bomb := append(blk, bytes.Repeat(ref[len(ref)-1:], 3000)...)
+			err := h.write(func(fr *http2.Framer) error {
+				return fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: bomb, EndStream: true, EndHeaders: true})
+			})
+			if err != nil {
+				break
+			}
+			if id == 1 {
+				deadline := time.Now().Add(5 * time.Second)
+				for time.Now().Before(deadline) {
+					if v, ok := h.status.Load(uint32(1)); ok {
+						got431 = v == "431"
+						break
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
+				if !got431 {
+					v, _ := h.status.Load(uint32(1))
+					t.Fatalf("first bomb: status %v, want 431", v)
+				}
+			}
+		}
+		wantCode(t, h.closedWith(t, 10*time.Second), http2.ErrCodeEnhanceYourCalm)
+	})
+}
+
+// TestH2ControlFloods floods SETTINGS, PING and WINDOW_UPDATE frames, each
+// of which costs the server work (and for the first two a reply) but
+// carries no request.
+func TestH2ControlFloods(t *testing.T) {
+	addr := abuseProxy(t, Config{H2MaxControlFramesPerSecond: 500}, nil)
+	floods := map[string]func(fr *http2.Framer) error{
+		"settings": func(fr *http2.Framer) error {
+			return fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 65535})
+		},
+		"ping":          func(fr *http2.Framer) error { return fr.WritePing(false, [8]byte{1}) },
+		"window_update": func(fr *http2.Framer) error { return fr.WriteWindowUpdate(0, 1) },
+	}
+	for name, flood := range floods {
+		t.Run(name, func(t *testing.T) {
+			underAbuse(t, addr, 3, func(t *testing.T) {
+				h := dialH2(t, addr)
+				for range 100000 {
+					if h.write(flood) != nil {
+						break
+					}
+					select {
+					case <-h.done:
+					default:
+						continue
+					}
+					break
+				}
+				wantCode(t, h.closedWith(t, 10*time.Second), http2.ErrCodeEnhanceYourCalm)
+			})
+		})
+	}
+}
+
+// TestH2ZeroWindowStall asks for responses with a zero flow-control window
+// and never opens it: the server holds the responses (and their member
+// connections) for WriteTimeout, then ends the connection.
+func TestH2ZeroWindowStall(t *testing.T) {
+	addr := abuseProxy(t, Config{WriteTimeout: 500 * time.Millisecond}, nil)
+	underAbuse(t, addr, 2, func(t *testing.T) {
+		h := dialH2(t, addr, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
+		blk := h.block()
+		t0 := time.Now()
+		for id := uint32(1); id < 20; id += 2 {
+			_ = h.write(func(fr *http2.Framer) error {
+				return fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: blk, EndStream: true, EndHeaders: true})
+			})
+		}
+		wantCode(t, h.closedWith(t, 10*time.Second), http2.ErrCodeEnhanceYourCalm)
+		if d := time.Since(t0); d < 400*time.Millisecond {
+			t.Errorf("connection ended after %v, before WriteTimeout", d)
+		}
+	})
+}
+
+// TestH2StreamCountAbuse opens streams past SETTINGS_MAX_CONCURRENT_STREAMS
+// while the member is slow: the excess streams are refused, and a client
+// that keeps opening them gets a GOAWAY. The member never sees more than
+// the limit at once.
+func TestH2StreamCountAbuse(t *testing.T) {
+	var inflight, peak atomic.Int64
+	slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			n := inflight.Add(1)
+			defer inflight.Add(-1)
+			for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+			}
+			time.Sleep(300 * time.Millisecond)
+		}
+		_, _ = io.WriteString(w, "ok")
+	})
+	addr := abuseProxy(t, Config{H2MaxConcurrentStreams: 8, H2MaxResetsPerSecond: 20, H2ResetBurst: 40}, slow)
+	underAbuse(t, addr, 2, func(t *testing.T) {
+		h := dialH2(t, addr)
+		h.hb.Reset()
+		for _, f := range [][2]string{{":method", "GET"}, {":scheme", "https"}, {":authority", "x"}, {":path", "/slow"}} {
+			_ = h.enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+		}
+		blk := bytes.Clone(h.hb.Bytes())
+		for id := uint32(1); id < 4000; id += 2 {
+			err := h.write(func(fr *http2.Framer) error {
+				return fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: blk, EndStream: true, EndHeaders: true})
+			})
+			if err != nil {
+				break
+			}
+		}
+		wantCode(t, h.closedWith(t, 10*time.Second), http2.ErrCodeEnhanceYourCalm)
+		if h.refuse.Load() == 0 {
+			t.Error("no stream was refused")
+		}
+	})
+	if p := peak.Load(); p > 8 {
+		t.Errorf("the member saw %d requests of one connection at once, limit 8", p)
+	}
+}

@@ -1,0 +1,411 @@
+package l7
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"io"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+)
+
+// The HTTP/2 server. One goroutine per connection reads and dispatches
+// frames; each request runs on a goroutine of its own only while it waits
+// on a member. Writes from every goroutine go through one locked framer
+// and one buffered writer; the last writer out flushes, so responses that
+// finish together leave in one write(2).
+
+const (
+	h2InitialWindow  = 65535   // stream window advertised (the default: no setting sent)
+	h2ConnWindow     = 1 << 20 // connection receive window
+	h2MaxFrame       = 16384   // SETTINGS_MAX_FRAME_SIZE advertised (the default)
+	h2MaxContinue    = 16      // CONTINUATION frames allowed in one header block
+	h2BadHeaderLimit = 8       // oversized header lists before a GOAWAY
+	h2WriteBufSize   = 32 << 10
+	h2ReadBufSize    = 32 << 10
+	h2MaxWindow      = 1<<31 - 1
+)
+
+// errH2Calm is returned by the frame reader when a client exceeds a
+// budget; the connection then gets a GOAWAY with ENHANCE_YOUR_CALM.
+var errH2Calm = errors.New("http2: client exceeded a frame budget")
+
+// bucket is a token bucket refilled at rate per second up to burst.
+type bucket struct {
+	rate, burst, tokens float64
+	last                int64
+}
+
+func (b *bucket) init(rate, burst int) {
+	b.rate, b.burst, b.tokens = float64(rate), float64(burst), float64(burst)
+}
+
+// take takes one token at time now (UnixNano); false when empty.
+func (b *bucket) take(now int64) bool {
+	if b.last != 0 {
+		b.tokens = min(b.burst, b.tokens+float64(now-b.last)/1e9*b.rate)
+	}
+	b.last = now
+	if b.tokens >= 1 {
+		b.tokens--
+		return true
+	}
+	return false
+}
+
+// frameScan follows the frame boundaries of what a client sends, below
+// the framer, and bounds the CONTINUATION frames of one header block (the
+// framer reads them itself; empty ones would otherwise never end).
+type frameScan struct {
+	r       io.Reader
+	hdr     [9]byte
+	hn      int
+	skip    int
+	conts   int
+	preface int
+	calm    bool
+}
+
+func (s *frameScan) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	b := p[:n]
+	for len(b) > 0 {
+		switch {
+		case s.preface > 0:
+			k := min(s.preface, len(b))
+			s.preface -= k
+			b = b[k:]
+		case s.skip > 0:
+			k := min(s.skip, len(b))
+			s.skip -= k
+			b = b[k:]
+		default:
+			k := copy(s.hdr[s.hn:], b)
+			s.hn += k
+			b = b[k:]
+			if s.hn < len(s.hdr) {
+				continue
+			}
+			s.hn = 0
+			s.skip = int(s.hdr[0])<<16 | int(s.hdr[1])<<8 | int(s.hdr[2])
+			switch http2.FrameType(s.hdr[3]) {
+			case http2.FrameContinuation:
+				s.conts++
+				if s.conts > h2MaxContinue {
+					s.calm = true
+					return n, errH2Calm
+				}
+			case http2.FrameHeaders:
+				s.conts = 0
+			}
+		}
+	}
+	return n, err
+}
+
+// h2Conn is one HTTP/2 client connection.
+type h2Conn struct {
+	s      *Server
+	hc     *h2conn
+	tc     *tls.Conn
+	ctx    context.Context
+	cancel context.CancelFunc
+	scan   frameScan
+	br     *bufio.Reader
+	fr     *http2.Framer
+	cs     tls.ConnectionState
+
+	// Write side: wmu serialises frames; pending counts writers holding
+	// or waiting for wmu, and the last one flushes.
+	wmu     sync.Mutex
+	pending atomic.Int32
+	bw      *bufio.Writer
+	henc    *hpack.Encoder
+	hbuf    []byte
+	wdl     int64
+	werr    error
+	wfail   atomic.Bool // werr is set
+
+	// mu guards the streams, the send windows and the stream buffers.
+	mu         sync.Mutex
+	streams    map[uint32]*h2Stream
+	sendWindow int64 // connection send window
+	peerWindow int64 // SETTINGS_INITIAL_WINDOW_SIZE of the client
+	peerFrame  int   // SETTINGS_MAX_FRAME_SIZE of the client
+	closed     bool
+	stalled    bool // a stream waited past WriteTimeout for window
+	workers    int  // requests whose handler still runs
+	wg         sync.WaitGroup
+
+	maxSeen    atomic.Uint32 // highest client stream id seen
+	goAwaySent atomic.Bool
+	peerGoAway atomic.Bool
+	finished   atomic.Bool // the last frames are out and a FIN follows
+
+	// Read side, owned by the reading goroutine.
+	recvWindow int64      // connection receive window left
+	recvUnack  int64      // connection window consumed but not yet updated
+	recent     [64]uint32 // ids of recently closed streams (c.mu)
+	recentN    int
+	resets     bucket
+	control    bucket
+	badHeaders int
+	rdl        int64
+	idle       time.Duration
+}
+
+// serveH2 serves an HTTP/2 client on a TLS connection that negotiated h2.
+func (s *Server) serveH2(ctx context.Context, tc *tls.Conn, info *ConnInfo, client, local netip.AddrPort) {
+	idle := info.IdleTimeout
+	if idle <= 0 {
+		idle = s.cfg.IdleTimeout
+	}
+	c := &h2Conn{
+		s: s, tc: tc, idle: idle,
+		hc: &h2conn{
+			s: s, info: info, client: client,
+			ca:    newClientAddrs(client, true, s.trusted(info)),
+			scope: &connScope{s: s, pp: proxyAddrs{src: client, dst: local}},
+		},
+		streams:    make(map[uint32]*h2Stream),
+		sendWindow: 65535,
+		peerWindow: 65535,
+		peerFrame:  16384,
+		recvWindow: h2ConnWindow,
+		cs:         tc.ConnectionState(),
+	}
+	c.ctx, c.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	c.scan = frameScan{r: tc, preface: len(http2.ClientPreface)}
+	c.br = bufio.NewReaderSize(&c.scan, h2ReadBufSize)
+	c.bw = bufio.NewWriterSize(tc, h2WriteBufSize)
+	c.fr = http2.NewFramer(c.bw, c.br)
+	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	c.fr.MaxHeaderListSize = uint32(s.cfg.MaxHeaderBytes)
+	c.fr.SetMaxReadFrameSize(h2MaxFrame)
+	c.fr.SetReuseFrames()
+	c.henc = hpack.NewEncoder(headerSink{c})
+	c.resets.init(s.cfg.H2MaxResetsPerSecond, s.cfg.H2ResetBurst)
+	c.control.init(s.cfg.H2MaxControlFramesPerSecond, 2*s.cfg.H2MaxControlFramesPerSecond)
+	stop := context.AfterFunc(ctx, c.drain)
+	defer stop()
+	c.serve()
+	c.hc.scope.close()
+}
+
+// headerSink collects the encoder's output in c.hbuf.
+type headerSink struct{ c *h2Conn }
+
+func (h headerSink) Write(p []byte) (int, error) {
+	h.c.hbuf = append(h.c.hbuf, p...)
+	return len(p), nil
+}
+
+// drain sends a GOAWAY: open streams finish, new ones are refused.
+func (c *h2Conn) drain() {
+	c.lockW()
+	if c.werr == nil {
+		c.werr = c.fr.WriteGoAway(c.lastID(), http2.ErrCodeNo, nil)
+		c.goAwaySent.Store(true)
+	}
+	c.unlockW()
+	c.closeIfDone()
+}
+
+// lastID is the last stream the client opened, for GOAWAY.
+func (c *h2Conn) lastID() uint32 { return c.maxSeen.Load() }
+
+// lockW takes the write lock.
+func (c *h2Conn) lockW() {
+	c.pending.Add(1)
+	c.wmu.Lock()
+}
+
+// unlockW flushes when no other writer waits, and releases the lock.
+func (c *h2Conn) unlockW() {
+	if c.pending.Add(-1) == 0 && c.werr == nil && c.bw.Buffered() > 0 {
+		now := time.Now().UnixNano()
+		wt := int64(c.s.cfg.WriteTimeout)
+		if c.wdl-now < wt-wt/16 {
+			c.wdl = now + wt
+			_ = c.tc.SetWriteDeadline(time.Unix(0, c.wdl))
+		}
+		c.werr = c.bw.Flush()
+	}
+	if c.werr != nil {
+		c.wfail.Store(true)
+	}
+	c.wmu.Unlock()
+}
+
+// serve reads frames until the connection ends.
+func (c *h2Conn) serve() {
+	defer c.shutdown()
+	var preface [len(http2.ClientPreface)]byte
+	_ = c.tc.SetReadDeadline(time.Now().Add(c.s.cfg.HeaderTimeout))
+	if _, err := io.ReadFull(c.br, preface[:]); err != nil || string(preface[:]) != http2.ClientPreface {
+		c.lockW()
+		c.werr = c.fr.WriteGoAway(0, http2.ErrCodeProtocol, nil)
+		c.unlockW()
+		return
+	}
+	c.lockW()
+	c.werr = c.fr.WriteSettings(
+		http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: c.s.cfg.H2MaxConcurrentStreams},
+		http2.Setting{ID: http2.SettingMaxHeaderListSize, Val: uint32(c.s.cfg.MaxHeaderBytes)},
+	)
+	if c.werr == nil {
+		c.werr = c.fr.WriteWindowUpdate(0, h2ConnWindow-65535)
+	}
+	c.unlockW()
+	first := true
+	for {
+		c.armRead()
+		f, err := c.fr.ReadFrame()
+		if err != nil {
+			c.readError(err)
+			return
+		}
+		if first {
+			if sf, ok := f.(*http2.SettingsFrame); !ok || sf.IsAck() {
+				c.goAway(http2.ErrCodeProtocol)
+				return
+			}
+			first = false
+		}
+		var code http2.ErrCode
+		switch f := f.(type) {
+		case *http2.MetaHeadersFrame:
+			code = c.onHeaders(f)
+		case *http2.DataFrame:
+			code = c.onData(f)
+		case *http2.SettingsFrame:
+			code = c.onSettings(f)
+		case *http2.WindowUpdateFrame:
+			code = c.onWindowUpdate(f)
+		case *http2.RSTStreamFrame:
+			code = c.onReset(f)
+		case *http2.PingFrame:
+			if !c.control.take(time.Now().UnixNano()) {
+				code = http2.ErrCodeEnhanceYourCalm
+			} else if !f.IsAck() {
+				c.lockW()
+				if c.werr == nil {
+					c.werr = c.fr.WritePing(true, f.Data)
+				}
+				c.unlockW()
+			}
+		case *http2.PriorityFrame:
+			switch {
+			case !c.control.take(time.Now().UnixNano()):
+				code = http2.ErrCodeEnhanceYourCalm
+			case f.StreamDep == f.StreamID:
+				c.resetStream(f.StreamID, http2.ErrCodeProtocol)
+			}
+		case *http2.GoAwayFrame:
+			c.peerGoAway.Store(true)
+			c.closeIfDone()
+		case *http2.PushPromiseFrame:
+			code = http2.ErrCodeProtocol
+		default:
+			// Unknown frame types are ignored but counted.
+			if !c.control.take(time.Now().UnixNano()) {
+				code = http2.ErrCodeEnhanceYourCalm
+			}
+		}
+		if code != 0 {
+			c.goAway(code)
+			return
+		}
+		if c.wfail.Load() {
+			if c.finished.Load() {
+				c.linger()
+			}
+			return
+		}
+
+	}
+}
+
+// armRead sets the read deadline: the idle timeout while no stream is
+// open, none while requests are in flight (their own timeouts apply).
+func (c *h2Conn) armRead() {
+	var want int64
+	if c.openStreams() == 0 {
+		now := time.Now().UnixNano()
+		if c.rdl != 0 && c.rdl-now > int64(c.idle)-int64(c.idle)/16 {
+			return
+		}
+		want = now + int64(c.idle)
+	} else if c.rdl == 0 {
+		return
+	}
+	c.rdl = want
+	if want == 0 {
+		_ = c.tc.SetReadDeadline(time.Time{})
+		return
+	}
+	_ = c.tc.SetReadDeadline(time.Unix(0, want))
+}
+
+func (c *h2Conn) openStreams() int {
+	c.mu.Lock()
+	n := len(c.streams)
+	c.mu.Unlock()
+	return n
+}
+
+// readError ends the connection after a failed frame read.
+func (c *h2Conn) readError(err error) {
+	var ce http2.ConnectionError
+	var se http2.StreamError
+	switch {
+	case c.scan.calm || errors.Is(err, errH2Calm):
+		c.goAway(http2.ErrCodeEnhanceYourCalm)
+	case errors.As(err, &ce):
+		c.goAway(http2.ErrCode(ce))
+	case errors.As(err, &se):
+		// Only returned for frames the framer could not hand over.
+		c.goAway(se.Code)
+	case errors.Is(err, http2.ErrFrameTooLarge):
+		c.goAway(http2.ErrCodeFrameSize)
+	}
+}
+
+// goAway sends a GOAWAY with code and lets the client read it.
+func (c *h2Conn) goAway(code http2.ErrCode) {
+	c.lockW()
+	if c.werr == nil {
+		c.werr = c.fr.WriteGoAway(c.lastID(), code, nil)
+		c.goAwaySent.Store(true)
+	}
+	c.unlockW()
+	c.linger()
+}
+
+// linger reads and discards for a moment so that the close does not
+// reset the connection under the last frames.
+func (c *h2Conn) linger() {
+	_ = c.tc.SetReadDeadline(time.Now().Add(time.Second))
+	_, _ = io.CopyN(io.Discard, c.tc, 1<<20)
+}
+
+// shutdown ends every stream and waits for the handlers.
+func (c *h2Conn) shutdown() {
+	c.mu.Lock()
+	c.closed = true
+	for _, st := range c.streams {
+		st.abort(errClientGone)
+	}
+	c.mu.Unlock()
+	c.cancel()
+	// Unblock writers stuck on a client that does not read.
+	_ = c.tc.NetConn().Close()
+	c.wg.Wait()
+	_ = c.tc.Close()
+}

@@ -1,0 +1,419 @@
+package l7
+
+import (
+	"io"
+	"net"
+	"net/http"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+)
+
+// A stream's handler runs on its own goroutine; the stream is its request
+// body (io.ReadCloser) and its http.ResponseWriter.
+
+var h2bufs = sync.Pool{New: func() any { b := make([]byte, 0, h2MaxFrame); return &b }}
+
+// run serves the request and ends the stream.
+func (st *h2Stream) run() {
+	c := st.c
+	defer c.wg.Done()
+	if st.serve() {
+		st.finish()
+	}
+	c.mu.Lock()
+	c.workers--
+	open := c.streams[st.id] == st
+	rst := open && !st.remoteClosed && st.err == nil
+	if open {
+		st.err = errStreamReset
+		c.forget(st)
+	}
+	c.mu.Unlock()
+	st.cancel()
+	if st.timer != nil {
+		st.timer.Stop()
+	}
+	if rst {
+		// The response is complete and the client is still sending:
+		// tell it to stop (RFC 9113 section 8.1).
+		c.lockW()
+		if c.werr == nil {
+			c.werr = c.fr.WriteRSTStream(st.id, http2.ErrCodeNo)
+		}
+		c.unlockW()
+	}
+	if st.wbuf != nil {
+		b := st.wbuf[:0]
+		st.wbuf = nil
+		h2bufs.Put(&b)
+	}
+	c.closeIfDone()
+}
+
+// serve runs the handler; false when it panicked and the stream was
+// reset.
+func (st *h2Stream) serve() (ok bool) {
+	c := st.c
+	defer func() {
+		if v := recover(); v != nil {
+			if v != http.ErrAbortHandler {
+				c.s.cfg.Logger.Error("http2 handler panic", "component", "proxy", "panic", v, "stack", string(debug.Stack()))
+			}
+			st.ended = true
+			c.resetStream(st.id, http2.ErrCodeInternal)
+			ok = false
+		}
+	}()
+	if st.status0 != 0 {
+		writeErrorPage(st, st.status0)
+	} else {
+		c.hc.ServeHTTP(st, st.req)
+	}
+	return true
+}
+
+// Read reads the request body.
+func (st *h2Stream) Read(p []byte) (int, error) {
+	c := st.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	deadline := time.Now().UnixNano() + int64(c.s.cfg.BodyTimeout)
+	for st.rr == len(st.rbuf) {
+		switch {
+		case st.err != nil:
+			return 0, st.err
+		case st.remoteClosed:
+			if st.trailer != nil && st.req.Trailer != nil {
+				for _, hf := range st.trailer {
+					k := http.CanonicalHeaderKey(hf.Name)
+					st.req.Trailer[k] = append(st.req.Trailer[k], hf.Value)
+				}
+				st.trailer = nil
+			}
+			return 0, io.EOF
+		case c.closed:
+			return 0, errClientGone
+		}
+		if !st.wait(deadline) {
+			return 0, errH2BodyTimout
+		}
+	}
+	n := copy(p, st.rbuf[st.rr:])
+	st.rr += n
+	if st.rr == len(st.rbuf) {
+		st.rbuf, st.rr = st.rbuf[:0], 0
+	}
+	st.unacked += int64(n)
+	if k := st.unacked; k >= h2InitialWindow/2 && !st.remoteClosed {
+		st.unacked = 0
+		st.recvWindow += k
+		c.mu.Unlock()
+		c.lockW()
+		if c.werr == nil {
+			c.werr = c.fr.WriteWindowUpdate(st.id, uint32(k))
+		}
+		c.unlockW()
+		c.mu.Lock()
+	}
+	return n, nil
+}
+
+// Close implements io.Closer for the request body.
+func (st *h2Stream) Close() error { return nil }
+
+// Header implements http.ResponseWriter.
+func (st *h2Stream) Header() http.Header {
+	if st.rh == nil {
+		st.rh = make(http.Header)
+	}
+	return st.rh
+}
+
+// WriteHeader implements http.ResponseWriter. Informational statuses are
+// not relayed.
+func (st *h2Stream) WriteHeader(code int) {
+	if st.wrote || code < 200 {
+		return
+	}
+	st.wrote, st.status = true, code
+	for _, v := range st.rh["Trailer"] {
+		for _, k := range strings.Split(v, ",") {
+			if k = strings.TrimSpace(k); k != "" {
+				st.trailers = append(st.trailers, http.CanonicalHeaderKey(k))
+			}
+		}
+	}
+	delete(st.rh, "Trailer")
+}
+
+// Write implements http.ResponseWriter.
+func (st *h2Stream) Write(p []byte) (int, error) {
+	if !st.wrote {
+		st.WriteHeader(200)
+	}
+	if st.req != nil && st.req.Method == http.MethodHead {
+		return len(p), nil
+	}
+	if st.wbuf == nil {
+		st.wbuf = (*h2bufs.Get().(*[]byte))[:0]
+	}
+	n := len(p)
+	for len(p) > 0 {
+		k := copy(st.wbuf[len(st.wbuf):cap(st.wbuf)], p)
+		st.wbuf = st.wbuf[:len(st.wbuf)+k]
+		p = p[k:]
+		if len(st.wbuf) == cap(st.wbuf) {
+			if err := st.flush(false); err != nil {
+				return n - len(p), err
+			}
+		}
+	}
+	return n, nil
+}
+
+// Flush implements http.Flusher.
+func (st *h2Stream) Flush() { _ = st.flush(false) }
+
+// FlushError is Flush with its error, for http.ResponseController.
+func (st *h2Stream) FlushError() error { return st.flush(false) }
+
+// flush sends the head if it is not out yet and the buffered data; end
+// ends the stream with the last frame.
+func (st *h2Stream) flush(end bool) error {
+	if !st.wrote {
+		st.WriteHeader(200)
+	}
+	if st.ended {
+		return errStreamReset
+	}
+	if !st.sentHead {
+		st.sentHead = true
+		if err := st.sendHead(end && len(st.wbuf) == 0); err != nil {
+			return err
+		}
+		if end && len(st.wbuf) == 0 {
+			st.ended = true
+			return nil
+		}
+	}
+	if len(st.wbuf) == 0 && !end {
+		return nil
+	}
+	err := st.sendData(st.wbuf, end)
+	st.wbuf = st.wbuf[:0]
+	if end {
+		st.ended = true
+	}
+	return err
+}
+
+// finish completes the response: its head, its data and its trailers.
+func (st *h2Stream) finish() {
+	if st.ended {
+		return
+	}
+	var trailers []hpack.HeaderField
+	for _, k := range st.trailers {
+		for _, v := range st.rh[k] {
+			trailers = append(trailers, hpack.HeaderField{Name: strings.ToLower(k), Value: v})
+		}
+	}
+	for k, vv := range st.rh {
+		if name, ok := strings.CutPrefix(k, http.TrailerPrefix); ok {
+			for _, v := range vv {
+				trailers = append(trailers, hpack.HeaderField{Name: strings.ToLower(name), Value: v})
+			}
+		}
+	}
+	if len(trailers) == 0 {
+		_ = st.flush(true)
+		return
+	}
+	if st.flush(false) != nil {
+		return
+	}
+	st.ended = true
+	_ = st.sendFields(trailers, true)
+}
+
+// endLocal closes the stream before the frame that ends it leaves: a
+// client that sees the end and reuses the stream id meets a closed stream.
+func (st *h2Stream) endLocal() {
+	c := st.c
+	c.mu.Lock()
+	if st.remoteClosed {
+		c.forget(st)
+	}
+	c.mu.Unlock()
+}
+
+// sendHead sends the response head.
+func (st *h2Stream) sendHead(end bool) error {
+	c := st.c
+	c.lockW()
+	defer c.unlockW()
+	if c.werr != nil {
+		return c.werr
+	}
+	if end {
+		st.endLocal()
+	}
+	c.hbuf = c.hbuf[:0]
+	var sb [3]byte
+	_ = c.henc.WriteField(hpack.HeaderField{Name: ":status", Value: string(strconv.AppendInt(sb[:0], int64(st.status), 10))})
+	for k, vv := range st.rh {
+		if strings.HasPrefix(k, http.TrailerPrefix) {
+			continue
+		}
+		name := strings.ToLower(k)
+		if connHeaders[name] || name == "te" {
+			continue
+		}
+		for _, v := range vv {
+			_ = c.henc.WriteField(hpack.HeaderField{Name: name, Value: v})
+		}
+	}
+	return c.writeBlock(st.id, end)
+}
+
+// sendFields sends a trailer section.
+func (st *h2Stream) sendFields(fields []hpack.HeaderField, end bool) error {
+	c := st.c
+	c.lockW()
+	defer c.unlockW()
+	if c.werr != nil {
+		return c.werr
+	}
+	if end {
+		st.endLocal()
+	}
+	c.hbuf = c.hbuf[:0]
+	for _, f := range fields {
+		_ = c.henc.WriteField(f)
+	}
+	return c.writeBlock(st.id, end)
+}
+
+// writeBlock writes the header block in c.hbuf as HEADERS and
+// CONTINUATION frames. wmu held.
+func (c *h2Conn) writeBlock(id uint32, end bool) error {
+	c.mu.Lock()
+	max := c.peerFrame
+	c.mu.Unlock()
+	b := c.hbuf
+	first := true
+	for first || len(b) > 0 {
+		k := min(len(b), max)
+		if first {
+			c.werr = c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: b[:k], EndStream: end, EndHeaders: k == len(b)})
+			first = false
+		} else {
+			c.werr = c.fr.WriteContinuation(id, k == len(b), b[:k])
+		}
+		if c.werr != nil {
+			return c.werr
+		}
+		b = b[k:]
+	}
+	return nil
+}
+
+// sendData sends p as DATA frames within the flow-control windows. A
+// client that keeps the windows closed past WriteTimeout loses the
+// connection.
+func (st *h2Stream) sendData(p []byte, end bool) error {
+	c := st.c
+	var deadline int64
+	for {
+		c.mu.Lock()
+		var n int
+		for {
+			if st.err != nil {
+				c.mu.Unlock()
+				return st.err
+			}
+			if c.closed {
+				c.mu.Unlock()
+				return errClientGone
+			}
+			n = int(min(int64(len(p)), st.sendWindow, c.sendWindow, int64(c.peerFrame)))
+			if n > 0 || len(p) == 0 {
+				break
+			}
+			if deadline == 0 {
+				deadline = time.Now().UnixNano() + int64(c.s.cfg.WriteTimeout)
+			}
+			if !st.wait(deadline) {
+				c.stalled = true
+				c.mu.Unlock()
+				c.stall()
+				return errWindowStall
+			}
+		}
+		st.sendWindow -= int64(n)
+		c.sendWindow -= int64(n)
+		c.mu.Unlock()
+		deadline = 0
+		last := end && n == len(p)
+		if last {
+			st.endLocal()
+		}
+		c.lockW()
+		err := c.werr
+		if err == nil {
+			err = c.fr.WriteData(st.id, last, p[:n])
+			c.werr = err
+		}
+		c.unlockW()
+		if err != nil {
+			return err
+		}
+		p = p[n:]
+		if len(p) == 0 {
+			return nil
+		}
+	}
+}
+
+// stall ends a connection whose client kept a flow-control window closed
+// for WriteTimeout while a response waited.
+func (c *h2Conn) stall() {
+	c.lockW()
+	if c.werr == nil {
+		c.werr = c.fr.WriteGoAway(c.lastID(), http2.ErrCodeEnhanceYourCalm, nil)
+		c.goAwaySent.Store(true)
+	}
+	c.unlockW()
+	_ = c.tc.NetConn().Close()
+}
+
+// closeIfDone ends a connection that sent or received a GOAWAY once its
+// last stream is done: close_notify and a FIN after the frames, so that
+// the client reads them all; the reader then sees the end.
+func (c *h2Conn) closeIfDone() {
+	c.mu.Lock()
+	done := (c.goAwaySent.Load() || c.peerGoAway.Load()) && len(c.streams) == 0 && c.workers == 0
+	c.mu.Unlock()
+	if !done {
+		return
+	}
+	c.lockW()
+	if c.werr == nil {
+		c.werr = c.bw.Flush()
+		_ = c.tc.CloseWrite()
+		if tcp, ok := c.tc.NetConn().(*net.TCPConn); ok {
+			_ = tcp.CloseWrite()
+		}
+		if c.werr == nil {
+			c.werr = net.ErrClosed
+		}
+		c.finished.Store(true)
+	}
+	c.unlockW()
+}
