@@ -30,6 +30,7 @@ import (
 
 	"github.com/teapot-lb/teapot-lb/api"
 	"github.com/teapot-lb/teapot-lb/api/adminserver"
+	"github.com/teapot-lb/teapot-lb/api/backup"
 	"github.com/teapot-lb/teapot-lb/api/cli"
 	"github.com/teapot-lb/teapot-lb/api/observe"
 	"github.com/teapot-lb/teapot-lb/api/pki"
@@ -87,6 +88,11 @@ type serveConfig struct {
 	ACMECARoot     string       `json:"acme-ca-root"`
 	ACMEEmail      string       `json:"acme-email"`
 	ACMERenewCheck vip.Duration `json:"acme-renew-check"`
+
+	// Restore and RestorePassphraseFile start a new cluster from a backup
+	// (command line only: a restore happens once).
+	Restore               string `json:"-"`
+	RestorePassphraseFile string `json:"-"`
 }
 
 func serveCommand() *cobra.Command {
@@ -138,6 +144,8 @@ func serveCommand() *cobra.Command {
 	f.StringVar(&cfg.ACMEEmail, "acme-email", "", "contact address of the cluster's ACME account")
 	f.Var(&cfg.ACMERenewCheck, "acme-renew-check", "how often certificates are checked for renewal (default 10m)")
 	_ = f.MarkHidden("acme-renew-check")
+	f.StringVar(&cfg.Restore, "restore", "", "start a new cluster from this backup (\"teapot-lb cluster backup\"): needs an empty --data-dir; other hosts then --join it")
+	f.StringVar(&cfg.RestorePassphraseFile, "restore-passphrase-file", "", "passphrase of an encrypted --restore backup (the file's first line)")
 	return cmd
 }
 
@@ -217,6 +225,10 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	if cfg.Join != "" && cfg.Token == "" {
 		return errors.New("--join needs --token (from `teapot-lb cluster join-token` on a cluster host)")
 	}
+	restore, err := readRestore(cfg)
+	if err != nil {
+		return err
+	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
@@ -255,6 +267,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 		HeartbeatTimeout: time.Duration(cfg.HeartbeatTimeout), ElectionTimeout: time.Duration(cfg.ElectionTimeout),
 		Logger: log, Version: cli.Version,
 		Observe: host.Observe, Event: host.Events().Add,
+		Restore: restore,
 	}
 	if vm != nil {
 		ccfg.HeartbeatAddr, ccfg.VIPInterface, ccfg.Describe = vm.heartbeatAddr, cfg.VIPInterface, vm.Describe
@@ -388,6 +401,31 @@ func serve(ctx context.Context, cfg serveConfig) error {
 		err = perr
 	}
 	return err
+}
+
+// readRestore reads --restore's backup, if one is given.
+func readRestore(cfg serveConfig) (*pb.Backup, error) {
+	if cfg.Restore == "" {
+		if cfg.RestorePassphraseFile != "" {
+			return nil, errors.New("--restore-passphrase-file needs --restore")
+		}
+		return nil, nil
+	}
+	var pass []byte
+	if cfg.RestorePassphraseFile != "" {
+		var err error
+		if pass, err = backup.ReadPassphrase(cfg.RestorePassphraseFile); err != nil {
+			return nil, fmt.Errorf("--restore-passphrase-file: %w", err)
+		}
+	}
+	b, err := backup.ReadFile(cfg.Restore, pass)
+	if errors.Is(err, backup.ErrPassphrase) && pass == nil {
+		return nil, fmt.Errorf("--restore: %w: give it with --restore-passphrase-file", err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("--restore: %w", err)
+	}
+	return b, nil
 }
 
 // waitServing returns once this host is in the cluster and its data plane

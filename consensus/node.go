@@ -78,6 +78,10 @@ type Config struct {
 
 	Logger  *slog.Logger
 	Version string
+
+	// Restore bootstraps a new cluster from a backup (the data dir must be
+	// empty): its CA, cluster id and objects.
+	Restore *pb.Backup
 }
 
 // Node is one LB host's member of the Raft cluster.
@@ -135,6 +139,11 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n.fsm = newFSM(n.log)
 
+	if cfg.Restore != nil {
+		if err := checkEmptyForRestore(cfg); err != nil {
+			return nil, err
+		}
+	}
 	creds, err := loadCredentials(cfg.DataDir)
 	bootstrap := false
 	switch {
@@ -145,6 +154,11 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		if cfg.Join != "" {
 			n.log.Info("data dir holds cluster state already; ignoring --join", "cluster", creds.clusterID)
 		}
+	case errors.Is(err, os.ErrNotExist) && cfg.Restore != nil:
+		if creds, err = restoreCredentials(cfg, cfg.Restore); err != nil {
+			return nil, err
+		}
+		bootstrap = true
 	case errors.Is(err, os.ErrNotExist) && cfg.Join != "":
 		if creds, err = n.join(ctx); err != nil {
 			return nil, err
@@ -163,6 +177,12 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	if err := n.startRaft(bootstrap); err != nil {
 		n.peers.close()
 		return nil, err
+	}
+	if cfg.Restore != nil {
+		if err := n.restore(ctx, cfg.Restore); err != nil {
+			n.abort()
+			return nil, err
+		}
 	}
 	n.observeLeaders()
 	n.wg.Add(3)
@@ -291,6 +311,14 @@ func (n *Node) Close() error {
 		n.peers.close()
 	})
 	return err
+}
+
+// abort stops Raft when Open fails after it started.
+func (n *Node) abort() {
+	_ = n.raft.Shutdown().Error()
+	n.transport.Close()
+	n.store.Close()
+	n.peers.close()
 }
 
 func (n *Node) voters() int {

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/teapot-lb/teapot-lb/api"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
@@ -25,6 +27,8 @@ type Store interface {
 	DrainNode(ctx context.Context, id string, draining bool) (*pb.Node, error)
 	// Observe gathers what the hosts see (never from Raft).
 	Observe(ctx context.Context, req *pb.ObserveRequest) (*pb.ObserveResponse, error)
+	// Backup reads a consistent copy of the state and the cluster CA.
+	Backup(ctx context.Context) (*pb.Backup, error)
 }
 
 // DefaultTimeout bounds a request whose caller set no deadline.
@@ -175,4 +179,29 @@ func normalizeRef(ref *pb.ObjectRef, needName bool) (*pb.ObjectRef, error) {
 		out.Tenant = ""
 	}
 	return out, nil
+}
+
+// backupChunk is the size of one BackupChunk.
+const backupChunk = 1 << 20
+
+// Backup streams the encoded backup in chunks.
+func (s *Server) Backup(_ *pb.BackupRequest, stream pb.Admin_BackupServer) error {
+	ctx, cancel := withDefault(stream.Context())
+	defer cancel()
+	b, err := s.store.Backup(ctx)
+	if err != nil {
+		return api.ToStatus(err)
+	}
+	data, err := proto.MarshalOptions{Deterministic: true}.Marshal(b)
+	if err != nil {
+		return api.ToStatus(err)
+	}
+	for len(data) > 0 {
+		n := min(len(data), backupChunk)
+		if err := stream.Send(&pb.BackupChunk{Data: data[:n]}); err != nil {
+			return err
+		}
+		data = data[n:]
+	}
+	return nil
 }

@@ -23,7 +23,7 @@ func (a *app) clusterCmd() *cobra.Command {
 		Short: "Inspect the LB hosts and add or remove them",
 		Args:  args(cobra.NoArgs),
 	}
-	cmd.AddCommand(a.clusterStatusCmd(), a.joinTokenCmd(), a.removeNodeCmd(), a.drainNodeCmd())
+	cmd.AddCommand(a.clusterStatusCmd(), a.joinTokenCmd(), a.removeNodeCmd(), a.drainNodeCmd(), a.backupCmd())
 	return cmd
 }
 

@@ -74,6 +74,87 @@ func (ApplyMode) EnumDescriptor() ([]byte, []int) {
 	return file_teapotv1_admin_proto_rawDescGZIP(), []int{0}
 }
 
+type BackupRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackupRequest) Reset() {
+	*x = BackupRequest{}
+	mi := &file_teapotv1_admin_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackupRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackupRequest) ProtoMessage() {}
+
+func (x *BackupRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_admin_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackupRequest.ProtoReflect.Descriptor instead.
+func (*BackupRequest) Descriptor() ([]byte, []int) {
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{0}
+}
+
+// BackupChunk is one piece of an encoded Backup, in order.
+type BackupChunk struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackupChunk) Reset() {
+	*x = BackupChunk{}
+	mi := &file_teapotv1_admin_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackupChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackupChunk) ProtoMessage() {}
+
+func (x *BackupChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_admin_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackupChunk.ProtoReflect.Descriptor instead.
+func (*BackupChunk) Descriptor() ([]byte, []int) {
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *BackupChunk) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
 type ApplyRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Objects []*Object              `protobuf:"bytes,1,rep,name=objects,proto3" json:"objects,omitempty"`
@@ -87,7 +168,7 @@ type ApplyRequest struct {
 
 func (x *ApplyRequest) Reset() {
 	*x = ApplyRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[0]
+	mi := &file_teapotv1_admin_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -99,7 +180,7 @@ func (x *ApplyRequest) String() string {
 func (*ApplyRequest) ProtoMessage() {}
 
 func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[0]
+	mi := &file_teapotv1_admin_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -112,7 +193,7 @@ func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyRequest.ProtoReflect.Descriptor instead.
 func (*ApplyRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{0}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ApplyRequest) GetObjects() []*Object {
@@ -152,7 +233,7 @@ type ApplyResponse struct {
 
 func (x *ApplyResponse) Reset() {
 	*x = ApplyResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[1]
+	mi := &file_teapotv1_admin_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -164,7 +245,7 @@ func (x *ApplyResponse) String() string {
 func (*ApplyResponse) ProtoMessage() {}
 
 func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[1]
+	mi := &file_teapotv1_admin_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -177,7 +258,7 @@ func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyResponse.ProtoReflect.Descriptor instead.
 func (*ApplyResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{1}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ApplyResponse) GetObjects() []*Object {
@@ -219,7 +300,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[2]
+	mi := &file_teapotv1_admin_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -231,7 +312,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[2]
+	mi := &file_teapotv1_admin_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -244,7 +325,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{2}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *DeleteRequest) GetRef() *ObjectRef {
@@ -272,7 +353,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[3]
+	mi := &file_teapotv1_admin_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -284,7 +365,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[3]
+	mi := &file_teapotv1_admin_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -297,7 +378,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{3}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *DeleteResponse) GetRevision() uint64 {
@@ -323,7 +404,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[4]
+	mi := &file_teapotv1_admin_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -335,7 +416,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[4]
+	mi := &file_teapotv1_admin_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -348,7 +429,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{4}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *GetRequest) GetRef() *ObjectRef {
@@ -374,7 +455,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[5]
+	mi := &file_teapotv1_admin_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -386,7 +467,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[5]
+	mi := &file_teapotv1_admin_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -399,7 +480,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{5}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ListRequest) GetKind() string {
@@ -442,7 +523,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[6]
+	mi := &file_teapotv1_admin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -454,7 +535,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[6]
+	mi := &file_teapotv1_admin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -467,7 +548,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{6}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListResponse) GetObjects() []*Object {
@@ -499,7 +580,7 @@ type ClusterStatusRequest struct {
 
 func (x *ClusterStatusRequest) Reset() {
 	*x = ClusterStatusRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[7]
+	mi := &file_teapotv1_admin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -511,7 +592,7 @@ func (x *ClusterStatusRequest) String() string {
 func (*ClusterStatusRequest) ProtoMessage() {}
 
 func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[7]
+	mi := &file_teapotv1_admin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -524,7 +605,7 @@ func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusRequest.ProtoReflect.Descriptor instead.
 func (*ClusterStatusRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{7}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{9}
 }
 
 type ClusterStatusResponse struct {
@@ -544,7 +625,7 @@ type ClusterStatusResponse struct {
 
 func (x *ClusterStatusResponse) Reset() {
 	*x = ClusterStatusResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[8]
+	mi := &file_teapotv1_admin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -556,7 +637,7 @@ func (x *ClusterStatusResponse) String() string {
 func (*ClusterStatusResponse) ProtoMessage() {}
 
 func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[8]
+	mi := &file_teapotv1_admin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -569,7 +650,7 @@ func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusResponse.ProtoReflect.Descriptor instead.
 func (*ClusterStatusResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{8}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ClusterStatusResponse) GetClusterId() string {
@@ -656,7 +737,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_teapotv1_admin_proto_msgTypes[9]
+	mi := &file_teapotv1_admin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -668,7 +749,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[9]
+	mi := &file_teapotv1_admin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -681,7 +762,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{9}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *NodeStatus) GetId() string {
@@ -808,7 +889,7 @@ type PeerLiveness struct {
 
 func (x *PeerLiveness) Reset() {
 	*x = PeerLiveness{}
-	mi := &file_teapotv1_admin_proto_msgTypes[10]
+	mi := &file_teapotv1_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -820,7 +901,7 @@ func (x *PeerLiveness) String() string {
 func (*PeerLiveness) ProtoMessage() {}
 
 func (x *PeerLiveness) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[10]
+	mi := &file_teapotv1_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -833,7 +914,7 @@ func (x *PeerLiveness) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerLiveness.ProtoReflect.Descriptor instead.
 func (*PeerLiveness) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{10}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PeerLiveness) GetNodeId() string {
@@ -867,7 +948,7 @@ type CreateJoinTokenRequest struct {
 
 func (x *CreateJoinTokenRequest) Reset() {
 	*x = CreateJoinTokenRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[11]
+	mi := &file_teapotv1_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -879,7 +960,7 @@ func (x *CreateJoinTokenRequest) String() string {
 func (*CreateJoinTokenRequest) ProtoMessage() {}
 
 func (x *CreateJoinTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[11]
+	mi := &file_teapotv1_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -892,7 +973,7 @@ func (x *CreateJoinTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJoinTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateJoinTokenRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{11}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CreateJoinTokenRequest) GetTtlSeconds() uint32 {
@@ -914,7 +995,7 @@ type CreateJoinTokenResponse struct {
 
 func (x *CreateJoinTokenResponse) Reset() {
 	*x = CreateJoinTokenResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[12]
+	mi := &file_teapotv1_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -926,7 +1007,7 @@ func (x *CreateJoinTokenResponse) String() string {
 func (*CreateJoinTokenResponse) ProtoMessage() {}
 
 func (x *CreateJoinTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[12]
+	mi := &file_teapotv1_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -939,7 +1020,7 @@ func (x *CreateJoinTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJoinTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateJoinTokenResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{12}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CreateJoinTokenResponse) GetToken() string {
@@ -973,7 +1054,7 @@ type CreateDashboardTokenRequest struct {
 
 func (x *CreateDashboardTokenRequest) Reset() {
 	*x = CreateDashboardTokenRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[13]
+	mi := &file_teapotv1_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -985,7 +1066,7 @@ func (x *CreateDashboardTokenRequest) String() string {
 func (*CreateDashboardTokenRequest) ProtoMessage() {}
 
 func (x *CreateDashboardTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[13]
+	mi := &file_teapotv1_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -998,7 +1079,7 @@ func (x *CreateDashboardTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateDashboardTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateDashboardTokenRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{13}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CreateDashboardTokenRequest) GetTtlSeconds() uint32 {
@@ -1020,7 +1101,7 @@ type CreateDashboardTokenResponse struct {
 
 func (x *CreateDashboardTokenResponse) Reset() {
 	*x = CreateDashboardTokenResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[14]
+	mi := &file_teapotv1_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1032,7 +1113,7 @@ func (x *CreateDashboardTokenResponse) String() string {
 func (*CreateDashboardTokenResponse) ProtoMessage() {}
 
 func (x *CreateDashboardTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[14]
+	mi := &file_teapotv1_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1045,7 +1126,7 @@ func (x *CreateDashboardTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateDashboardTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateDashboardTokenResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{14}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CreateDashboardTokenResponse) GetToken() string {
@@ -1078,7 +1159,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[15]
+	mi := &file_teapotv1_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1090,7 +1171,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[15]
+	mi := &file_teapotv1_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1103,7 +1184,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{15}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RemoveNodeRequest) GetId() string {
@@ -1121,7 +1202,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[16]
+	mi := &file_teapotv1_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1133,7 +1214,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[16]
+	mi := &file_teapotv1_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1146,7 +1227,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{16}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{18}
 }
 
 type DrainNodeRequest struct {
@@ -1159,7 +1240,7 @@ type DrainNodeRequest struct {
 
 func (x *DrainNodeRequest) Reset() {
 	*x = DrainNodeRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[17]
+	mi := &file_teapotv1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1171,7 +1252,7 @@ func (x *DrainNodeRequest) String() string {
 func (*DrainNodeRequest) ProtoMessage() {}
 
 func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[17]
+	mi := &file_teapotv1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1184,7 +1265,7 @@ func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeRequest.ProtoReflect.Descriptor instead.
 func (*DrainNodeRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{17}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DrainNodeRequest) GetId() string {
@@ -1210,7 +1291,7 @@ type DrainNodeResponse struct {
 
 func (x *DrainNodeResponse) Reset() {
 	*x = DrainNodeResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[18]
+	mi := &file_teapotv1_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1222,7 +1303,7 @@ func (x *DrainNodeResponse) String() string {
 func (*DrainNodeResponse) ProtoMessage() {}
 
 func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[18]
+	mi := &file_teapotv1_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1235,7 +1316,7 @@ func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeResponse.ProtoReflect.Descriptor instead.
 func (*DrainNodeResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{18}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *DrainNodeResponse) GetNode() *Node {
@@ -1259,7 +1340,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[19]
+	mi := &file_teapotv1_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1271,7 +1352,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[19]
+	mi := &file_teapotv1_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1284,7 +1365,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{19}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *JoinRequest) GetToken() string {
@@ -1337,7 +1418,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[20]
+	mi := &file_teapotv1_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1349,7 +1430,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[20]
+	mi := &file_teapotv1_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1362,7 +1443,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{20}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *JoinResponse) GetCaCertPem() []byte {
@@ -1416,7 +1497,7 @@ type PromoteRequest struct {
 
 func (x *PromoteRequest) Reset() {
 	*x = PromoteRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[21]
+	mi := &file_teapotv1_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1428,7 +1509,7 @@ func (x *PromoteRequest) String() string {
 func (*PromoteRequest) ProtoMessage() {}
 
 func (x *PromoteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[21]
+	mi := &file_teapotv1_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1441,7 +1522,7 @@ func (x *PromoteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteRequest.ProtoReflect.Descriptor instead.
 func (*PromoteRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{21}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PromoteRequest) GetNodeId() string {
@@ -1459,7 +1540,7 @@ type PromoteResponse struct {
 
 func (x *PromoteResponse) Reset() {
 	*x = PromoteResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[22]
+	mi := &file_teapotv1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1471,7 +1552,7 @@ func (x *PromoteResponse) String() string {
 func (*PromoteResponse) ProtoMessage() {}
 
 func (x *PromoteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[22]
+	mi := &file_teapotv1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1484,7 +1565,7 @@ func (x *PromoteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteResponse.ProtoReflect.Descriptor instead.
 func (*PromoteResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{22}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 // ForwardRequest is a write as the client asked for it; the leader
@@ -1506,7 +1587,7 @@ type ForwardRequest struct {
 
 func (x *ForwardRequest) Reset() {
 	*x = ForwardRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[23]
+	mi := &file_teapotv1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1518,7 +1599,7 @@ func (x *ForwardRequest) String() string {
 func (*ForwardRequest) ProtoMessage() {}
 
 func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[23]
+	mi := &file_teapotv1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1531,7 +1612,7 @@ func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardRequest.ProtoReflect.Descriptor instead.
 func (*ForwardRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{23}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ForwardRequest) GetWrite() isForwardRequest_Write {
@@ -1623,7 +1704,7 @@ type ForwardResponse struct {
 
 func (x *ForwardResponse) Reset() {
 	*x = ForwardResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[24]
+	mi := &file_teapotv1_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1635,7 +1716,7 @@ func (x *ForwardResponse) String() string {
 func (*ForwardResponse) ProtoMessage() {}
 
 func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[24]
+	mi := &file_teapotv1_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1648,7 +1729,7 @@ func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardResponse.ProtoReflect.Descriptor instead.
 func (*ForwardResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{24}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ForwardResponse) GetApply() *ApplyResponse {
@@ -1673,7 +1754,7 @@ type ReadIndexRequest struct {
 
 func (x *ReadIndexRequest) Reset() {
 	*x = ReadIndexRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[25]
+	mi := &file_teapotv1_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1685,7 +1766,7 @@ func (x *ReadIndexRequest) String() string {
 func (*ReadIndexRequest) ProtoMessage() {}
 
 func (x *ReadIndexRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[25]
+	mi := &file_teapotv1_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1698,7 +1779,7 @@ func (x *ReadIndexRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadIndexRequest.ProtoReflect.Descriptor instead.
 func (*ReadIndexRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{25}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{27}
 }
 
 type ReadIndexResponse struct {
@@ -1710,7 +1791,7 @@ type ReadIndexResponse struct {
 
 func (x *ReadIndexResponse) Reset() {
 	*x = ReadIndexResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[26]
+	mi := &file_teapotv1_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1722,7 +1803,7 @@ func (x *ReadIndexResponse) String() string {
 func (*ReadIndexResponse) ProtoMessage() {}
 
 func (x *ReadIndexResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[26]
+	mi := &file_teapotv1_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1735,7 +1816,7 @@ func (x *ReadIndexResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadIndexResponse.ProtoReflect.Descriptor instead.
 func (*ReadIndexResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{26}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ReadIndexResponse) GetIndex() uint64 {
@@ -1753,7 +1834,7 @@ type HealthRequest struct {
 
 func (x *HealthRequest) Reset() {
 	*x = HealthRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[27]
+	mi := &file_teapotv1_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1765,7 +1846,7 @@ func (x *HealthRequest) String() string {
 func (*HealthRequest) ProtoMessage() {}
 
 func (x *HealthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[27]
+	mi := &file_teapotv1_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1778,14 +1859,17 @@ func (x *HealthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthRequest.ProtoReflect.Descriptor instead.
 func (*HealthRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{27}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{29}
 }
 
 var File_teapotv1_admin_proto protoreflect.FileDescriptor
 
 const file_teapotv1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x14teapotv1/admin.proto\x12\tteapot.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14teapotv1/model.proto\x1a\x16teapotv1/observe.proto\x1a\x13teapotv1/raft.proto\"~\n" +
+	"\x14teapotv1/admin.proto\x12\tteapot.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14teapotv1/model.proto\x1a\x16teapotv1/observe.proto\x1a\x13teapotv1/raft.proto\"\x0f\n" +
+	"\rBackupRequest\"!\n" +
+	"\vBackupChunk\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\"~\n" +
 	"\fApplyRequest\x12+\n" +
 	"\aobjects\x18\x01 \x03(\v2\x11.teapot.v1.ObjectR\aobjects\x12(\n" +
 	"\x04mode\x18\x02 \x01(\x0e2\x14.teapot.v1.ApplyModeR\x04mode\x12\x17\n" +
@@ -1906,7 +1990,7 @@ const file_teapotv1_admin_proto_rawDesc = "" +
 	"\tApplyMode\x12\x15\n" +
 	"\x11APPLY_MODE_UPSERT\x10\x00\x12\x15\n" +
 	"\x11APPLY_MODE_CREATE\x10\x01\x12\x15\n" +
-	"\x11APPLY_MODE_UPDATE\x10\x022\x97\x06\n" +
+	"\x11APPLY_MODE_UPDATE\x10\x022\xd5\x06\n" +
 	"\x05Admin\x12:\n" +
 	"\x05Apply\x12\x17.teapot.v1.ApplyRequest\x1a\x18.teapot.v1.ApplyResponse\x12=\n" +
 	"\x06Delete\x12\x18.teapot.v1.DeleteRequest\x1a\x19.teapot.v1.DeleteResponse\x12/\n" +
@@ -1919,7 +2003,8 @@ const file_teapotv1_admin_proto_rawDesc = "" +
 	"\tDrainNode\x12\x1b.teapot.v1.DrainNodeRequest\x1a\x1c.teapot.v1.DrainNodeResponse\x12@\n" +
 	"\aObserve\x12\x19.teapot.v1.ObserveRequest\x1a\x1a.teapot.v1.ObserveResponse\x12=\n" +
 	"\x06Events\x12\x18.teapot.v1.EventsRequest\x1a\x19.teapot.v1.EventsResponse\x12g\n" +
-	"\x14CreateDashboardToken\x12&.teapot.v1.CreateDashboardTokenRequest\x1a'.teapot.v1.CreateDashboardTokenResponse2\x8b\x03\n" +
+	"\x14CreateDashboardToken\x12&.teapot.v1.CreateDashboardTokenRequest\x1a'.teapot.v1.CreateDashboardTokenResponse\x12<\n" +
+	"\x06Backup\x12\x18.teapot.v1.BackupRequest\x1a\x16.teapot.v1.BackupChunk0\x012\x8b\x03\n" +
 	"\aCluster\x127\n" +
 	"\x04Join\x12\x16.teapot.v1.JoinRequest\x1a\x17.teapot.v1.JoinResponse\x12@\n" +
 	"\aPromote\x12\x19.teapot.v1.PromoteRequest\x1a\x1a.teapot.v1.PromoteResponse\x12@\n" +
@@ -1941,104 +2026,108 @@ func file_teapotv1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_teapotv1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_teapotv1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_teapotv1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_teapotv1_admin_proto_goTypes = []any{
 	(ApplyMode)(0),                       // 0: teapot.v1.ApplyMode
-	(*ApplyRequest)(nil),                 // 1: teapot.v1.ApplyRequest
-	(*ApplyResponse)(nil),                // 2: teapot.v1.ApplyResponse
-	(*DeleteRequest)(nil),                // 3: teapot.v1.DeleteRequest
-	(*DeleteResponse)(nil),               // 4: teapot.v1.DeleteResponse
-	(*GetRequest)(nil),                   // 5: teapot.v1.GetRequest
-	(*ListRequest)(nil),                  // 6: teapot.v1.ListRequest
-	(*ListResponse)(nil),                 // 7: teapot.v1.ListResponse
-	(*ClusterStatusRequest)(nil),         // 8: teapot.v1.ClusterStatusRequest
-	(*ClusterStatusResponse)(nil),        // 9: teapot.v1.ClusterStatusResponse
-	(*NodeStatus)(nil),                   // 10: teapot.v1.NodeStatus
-	(*PeerLiveness)(nil),                 // 11: teapot.v1.PeerLiveness
-	(*CreateJoinTokenRequest)(nil),       // 12: teapot.v1.CreateJoinTokenRequest
-	(*CreateJoinTokenResponse)(nil),      // 13: teapot.v1.CreateJoinTokenResponse
-	(*CreateDashboardTokenRequest)(nil),  // 14: teapot.v1.CreateDashboardTokenRequest
-	(*CreateDashboardTokenResponse)(nil), // 15: teapot.v1.CreateDashboardTokenResponse
-	(*RemoveNodeRequest)(nil),            // 16: teapot.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),           // 17: teapot.v1.RemoveNodeResponse
-	(*DrainNodeRequest)(nil),             // 18: teapot.v1.DrainNodeRequest
-	(*DrainNodeResponse)(nil),            // 19: teapot.v1.DrainNodeResponse
-	(*JoinRequest)(nil),                  // 20: teapot.v1.JoinRequest
-	(*JoinResponse)(nil),                 // 21: teapot.v1.JoinResponse
-	(*PromoteRequest)(nil),               // 22: teapot.v1.PromoteRequest
-	(*PromoteResponse)(nil),              // 23: teapot.v1.PromoteResponse
-	(*ForwardRequest)(nil),               // 24: teapot.v1.ForwardRequest
-	(*ForwardResponse)(nil),              // 25: teapot.v1.ForwardResponse
-	(*ReadIndexRequest)(nil),             // 26: teapot.v1.ReadIndexRequest
-	(*ReadIndexResponse)(nil),            // 27: teapot.v1.ReadIndexResponse
-	(*HealthRequest)(nil),                // 28: teapot.v1.HealthRequest
-	(*Object)(nil),                       // 29: teapot.v1.Object
-	(*ObjectRef)(nil),                    // 30: teapot.v1.ObjectRef
-	(*VIPHolding)(nil),                   // 31: teapot.v1.VIPHolding
-	(*timestamppb.Timestamp)(nil),        // 32: google.protobuf.Timestamp
-	(*Node)(nil),                         // 33: teapot.v1.Node
-	(*Txn)(nil),                          // 34: teapot.v1.Txn
-	(*ObserveRequest)(nil),               // 35: teapot.v1.ObserveRequest
-	(*EventsRequest)(nil),                // 36: teapot.v1.EventsRequest
-	(*ObserveResponse)(nil),              // 37: teapot.v1.ObserveResponse
-	(*EventsResponse)(nil),               // 38: teapot.v1.EventsResponse
-	(*HostObservation)(nil),              // 39: teapot.v1.HostObservation
+	(*BackupRequest)(nil),                // 1: teapot.v1.BackupRequest
+	(*BackupChunk)(nil),                  // 2: teapot.v1.BackupChunk
+	(*ApplyRequest)(nil),                 // 3: teapot.v1.ApplyRequest
+	(*ApplyResponse)(nil),                // 4: teapot.v1.ApplyResponse
+	(*DeleteRequest)(nil),                // 5: teapot.v1.DeleteRequest
+	(*DeleteResponse)(nil),               // 6: teapot.v1.DeleteResponse
+	(*GetRequest)(nil),                   // 7: teapot.v1.GetRequest
+	(*ListRequest)(nil),                  // 8: teapot.v1.ListRequest
+	(*ListResponse)(nil),                 // 9: teapot.v1.ListResponse
+	(*ClusterStatusRequest)(nil),         // 10: teapot.v1.ClusterStatusRequest
+	(*ClusterStatusResponse)(nil),        // 11: teapot.v1.ClusterStatusResponse
+	(*NodeStatus)(nil),                   // 12: teapot.v1.NodeStatus
+	(*PeerLiveness)(nil),                 // 13: teapot.v1.PeerLiveness
+	(*CreateJoinTokenRequest)(nil),       // 14: teapot.v1.CreateJoinTokenRequest
+	(*CreateJoinTokenResponse)(nil),      // 15: teapot.v1.CreateJoinTokenResponse
+	(*CreateDashboardTokenRequest)(nil),  // 16: teapot.v1.CreateDashboardTokenRequest
+	(*CreateDashboardTokenResponse)(nil), // 17: teapot.v1.CreateDashboardTokenResponse
+	(*RemoveNodeRequest)(nil),            // 18: teapot.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),           // 19: teapot.v1.RemoveNodeResponse
+	(*DrainNodeRequest)(nil),             // 20: teapot.v1.DrainNodeRequest
+	(*DrainNodeResponse)(nil),            // 21: teapot.v1.DrainNodeResponse
+	(*JoinRequest)(nil),                  // 22: teapot.v1.JoinRequest
+	(*JoinResponse)(nil),                 // 23: teapot.v1.JoinResponse
+	(*PromoteRequest)(nil),               // 24: teapot.v1.PromoteRequest
+	(*PromoteResponse)(nil),              // 25: teapot.v1.PromoteResponse
+	(*ForwardRequest)(nil),               // 26: teapot.v1.ForwardRequest
+	(*ForwardResponse)(nil),              // 27: teapot.v1.ForwardResponse
+	(*ReadIndexRequest)(nil),             // 28: teapot.v1.ReadIndexRequest
+	(*ReadIndexResponse)(nil),            // 29: teapot.v1.ReadIndexResponse
+	(*HealthRequest)(nil),                // 30: teapot.v1.HealthRequest
+	(*Object)(nil),                       // 31: teapot.v1.Object
+	(*ObjectRef)(nil),                    // 32: teapot.v1.ObjectRef
+	(*VIPHolding)(nil),                   // 33: teapot.v1.VIPHolding
+	(*timestamppb.Timestamp)(nil),        // 34: google.protobuf.Timestamp
+	(*Node)(nil),                         // 35: teapot.v1.Node
+	(*Txn)(nil),                          // 36: teapot.v1.Txn
+	(*ObserveRequest)(nil),               // 37: teapot.v1.ObserveRequest
+	(*EventsRequest)(nil),                // 38: teapot.v1.EventsRequest
+	(*ObserveResponse)(nil),              // 39: teapot.v1.ObserveResponse
+	(*EventsResponse)(nil),               // 40: teapot.v1.EventsResponse
+	(*HostObservation)(nil),              // 41: teapot.v1.HostObservation
 }
 var file_teapotv1_admin_proto_depIdxs = []int32{
-	29, // 0: teapot.v1.ApplyRequest.objects:type_name -> teapot.v1.Object
+	31, // 0: teapot.v1.ApplyRequest.objects:type_name -> teapot.v1.Object
 	0,  // 1: teapot.v1.ApplyRequest.mode:type_name -> teapot.v1.ApplyMode
-	29, // 2: teapot.v1.ApplyResponse.objects:type_name -> teapot.v1.Object
-	30, // 3: teapot.v1.DeleteRequest.ref:type_name -> teapot.v1.ObjectRef
-	30, // 4: teapot.v1.GetRequest.ref:type_name -> teapot.v1.ObjectRef
-	29, // 5: teapot.v1.ListResponse.objects:type_name -> teapot.v1.Object
-	10, // 6: teapot.v1.ClusterStatusResponse.nodes:type_name -> teapot.v1.NodeStatus
-	31, // 7: teapot.v1.NodeStatus.vips:type_name -> teapot.v1.VIPHolding
-	11, // 8: teapot.v1.NodeStatus.peers:type_name -> teapot.v1.PeerLiveness
-	32, // 9: teapot.v1.CreateJoinTokenResponse.expires:type_name -> google.protobuf.Timestamp
-	32, // 10: teapot.v1.CreateDashboardTokenResponse.expires:type_name -> google.protobuf.Timestamp
-	33, // 11: teapot.v1.DrainNodeResponse.node:type_name -> teapot.v1.Node
-	1,  // 12: teapot.v1.ForwardRequest.apply:type_name -> teapot.v1.ApplyRequest
-	3,  // 13: teapot.v1.ForwardRequest.delete:type_name -> teapot.v1.DeleteRequest
-	16, // 14: teapot.v1.ForwardRequest.remove_node:type_name -> teapot.v1.RemoveNodeRequest
-	34, // 15: teapot.v1.ForwardRequest.txn:type_name -> teapot.v1.Txn
-	2,  // 16: teapot.v1.ForwardResponse.apply:type_name -> teapot.v1.ApplyResponse
-	4,  // 17: teapot.v1.ForwardResponse.delete:type_name -> teapot.v1.DeleteResponse
-	1,  // 18: teapot.v1.Admin.Apply:input_type -> teapot.v1.ApplyRequest
-	3,  // 19: teapot.v1.Admin.Delete:input_type -> teapot.v1.DeleteRequest
-	5,  // 20: teapot.v1.Admin.Get:input_type -> teapot.v1.GetRequest
-	6,  // 21: teapot.v1.Admin.List:input_type -> teapot.v1.ListRequest
-	8,  // 22: teapot.v1.Admin.ClusterStatus:input_type -> teapot.v1.ClusterStatusRequest
-	12, // 23: teapot.v1.Admin.CreateJoinToken:input_type -> teapot.v1.CreateJoinTokenRequest
-	16, // 24: teapot.v1.Admin.RemoveNode:input_type -> teapot.v1.RemoveNodeRequest
-	18, // 25: teapot.v1.Admin.DrainNode:input_type -> teapot.v1.DrainNodeRequest
-	35, // 26: teapot.v1.Admin.Observe:input_type -> teapot.v1.ObserveRequest
-	36, // 27: teapot.v1.Admin.Events:input_type -> teapot.v1.EventsRequest
-	14, // 28: teapot.v1.Admin.CreateDashboardToken:input_type -> teapot.v1.CreateDashboardTokenRequest
-	20, // 29: teapot.v1.Cluster.Join:input_type -> teapot.v1.JoinRequest
-	22, // 30: teapot.v1.Cluster.Promote:input_type -> teapot.v1.PromoteRequest
-	24, // 31: teapot.v1.Cluster.Forward:input_type -> teapot.v1.ForwardRequest
-	26, // 32: teapot.v1.Cluster.ReadIndex:input_type -> teapot.v1.ReadIndexRequest
-	28, // 33: teapot.v1.Cluster.Health:input_type -> teapot.v1.HealthRequest
-	35, // 34: teapot.v1.Cluster.Observe:input_type -> teapot.v1.ObserveRequest
-	2,  // 35: teapot.v1.Admin.Apply:output_type -> teapot.v1.ApplyResponse
-	4,  // 36: teapot.v1.Admin.Delete:output_type -> teapot.v1.DeleteResponse
-	29, // 37: teapot.v1.Admin.Get:output_type -> teapot.v1.Object
-	7,  // 38: teapot.v1.Admin.List:output_type -> teapot.v1.ListResponse
-	9,  // 39: teapot.v1.Admin.ClusterStatus:output_type -> teapot.v1.ClusterStatusResponse
-	13, // 40: teapot.v1.Admin.CreateJoinToken:output_type -> teapot.v1.CreateJoinTokenResponse
-	17, // 41: teapot.v1.Admin.RemoveNode:output_type -> teapot.v1.RemoveNodeResponse
-	19, // 42: teapot.v1.Admin.DrainNode:output_type -> teapot.v1.DrainNodeResponse
-	37, // 43: teapot.v1.Admin.Observe:output_type -> teapot.v1.ObserveResponse
-	38, // 44: teapot.v1.Admin.Events:output_type -> teapot.v1.EventsResponse
-	15, // 45: teapot.v1.Admin.CreateDashboardToken:output_type -> teapot.v1.CreateDashboardTokenResponse
-	21, // 46: teapot.v1.Cluster.Join:output_type -> teapot.v1.JoinResponse
-	23, // 47: teapot.v1.Cluster.Promote:output_type -> teapot.v1.PromoteResponse
-	25, // 48: teapot.v1.Cluster.Forward:output_type -> teapot.v1.ForwardResponse
-	27, // 49: teapot.v1.Cluster.ReadIndex:output_type -> teapot.v1.ReadIndexResponse
-	10, // 50: teapot.v1.Cluster.Health:output_type -> teapot.v1.NodeStatus
-	39, // 51: teapot.v1.Cluster.Observe:output_type -> teapot.v1.HostObservation
-	35, // [35:52] is the sub-list for method output_type
-	18, // [18:35] is the sub-list for method input_type
+	31, // 2: teapot.v1.ApplyResponse.objects:type_name -> teapot.v1.Object
+	32, // 3: teapot.v1.DeleteRequest.ref:type_name -> teapot.v1.ObjectRef
+	32, // 4: teapot.v1.GetRequest.ref:type_name -> teapot.v1.ObjectRef
+	31, // 5: teapot.v1.ListResponse.objects:type_name -> teapot.v1.Object
+	12, // 6: teapot.v1.ClusterStatusResponse.nodes:type_name -> teapot.v1.NodeStatus
+	33, // 7: teapot.v1.NodeStatus.vips:type_name -> teapot.v1.VIPHolding
+	13, // 8: teapot.v1.NodeStatus.peers:type_name -> teapot.v1.PeerLiveness
+	34, // 9: teapot.v1.CreateJoinTokenResponse.expires:type_name -> google.protobuf.Timestamp
+	34, // 10: teapot.v1.CreateDashboardTokenResponse.expires:type_name -> google.protobuf.Timestamp
+	35, // 11: teapot.v1.DrainNodeResponse.node:type_name -> teapot.v1.Node
+	3,  // 12: teapot.v1.ForwardRequest.apply:type_name -> teapot.v1.ApplyRequest
+	5,  // 13: teapot.v1.ForwardRequest.delete:type_name -> teapot.v1.DeleteRequest
+	18, // 14: teapot.v1.ForwardRequest.remove_node:type_name -> teapot.v1.RemoveNodeRequest
+	36, // 15: teapot.v1.ForwardRequest.txn:type_name -> teapot.v1.Txn
+	4,  // 16: teapot.v1.ForwardResponse.apply:type_name -> teapot.v1.ApplyResponse
+	6,  // 17: teapot.v1.ForwardResponse.delete:type_name -> teapot.v1.DeleteResponse
+	3,  // 18: teapot.v1.Admin.Apply:input_type -> teapot.v1.ApplyRequest
+	5,  // 19: teapot.v1.Admin.Delete:input_type -> teapot.v1.DeleteRequest
+	7,  // 20: teapot.v1.Admin.Get:input_type -> teapot.v1.GetRequest
+	8,  // 21: teapot.v1.Admin.List:input_type -> teapot.v1.ListRequest
+	10, // 22: teapot.v1.Admin.ClusterStatus:input_type -> teapot.v1.ClusterStatusRequest
+	14, // 23: teapot.v1.Admin.CreateJoinToken:input_type -> teapot.v1.CreateJoinTokenRequest
+	18, // 24: teapot.v1.Admin.RemoveNode:input_type -> teapot.v1.RemoveNodeRequest
+	20, // 25: teapot.v1.Admin.DrainNode:input_type -> teapot.v1.DrainNodeRequest
+	37, // 26: teapot.v1.Admin.Observe:input_type -> teapot.v1.ObserveRequest
+	38, // 27: teapot.v1.Admin.Events:input_type -> teapot.v1.EventsRequest
+	16, // 28: teapot.v1.Admin.CreateDashboardToken:input_type -> teapot.v1.CreateDashboardTokenRequest
+	1,  // 29: teapot.v1.Admin.Backup:input_type -> teapot.v1.BackupRequest
+	22, // 30: teapot.v1.Cluster.Join:input_type -> teapot.v1.JoinRequest
+	24, // 31: teapot.v1.Cluster.Promote:input_type -> teapot.v1.PromoteRequest
+	26, // 32: teapot.v1.Cluster.Forward:input_type -> teapot.v1.ForwardRequest
+	28, // 33: teapot.v1.Cluster.ReadIndex:input_type -> teapot.v1.ReadIndexRequest
+	30, // 34: teapot.v1.Cluster.Health:input_type -> teapot.v1.HealthRequest
+	37, // 35: teapot.v1.Cluster.Observe:input_type -> teapot.v1.ObserveRequest
+	4,  // 36: teapot.v1.Admin.Apply:output_type -> teapot.v1.ApplyResponse
+	6,  // 37: teapot.v1.Admin.Delete:output_type -> teapot.v1.DeleteResponse
+	31, // 38: teapot.v1.Admin.Get:output_type -> teapot.v1.Object
+	9,  // 39: teapot.v1.Admin.List:output_type -> teapot.v1.ListResponse
+	11, // 40: teapot.v1.Admin.ClusterStatus:output_type -> teapot.v1.ClusterStatusResponse
+	15, // 41: teapot.v1.Admin.CreateJoinToken:output_type -> teapot.v1.CreateJoinTokenResponse
+	19, // 42: teapot.v1.Admin.RemoveNode:output_type -> teapot.v1.RemoveNodeResponse
+	21, // 43: teapot.v1.Admin.DrainNode:output_type -> teapot.v1.DrainNodeResponse
+	39, // 44: teapot.v1.Admin.Observe:output_type -> teapot.v1.ObserveResponse
+	40, // 45: teapot.v1.Admin.Events:output_type -> teapot.v1.EventsResponse
+	17, // 46: teapot.v1.Admin.CreateDashboardToken:output_type -> teapot.v1.CreateDashboardTokenResponse
+	2,  // 47: teapot.v1.Admin.Backup:output_type -> teapot.v1.BackupChunk
+	23, // 48: teapot.v1.Cluster.Join:output_type -> teapot.v1.JoinResponse
+	25, // 49: teapot.v1.Cluster.Promote:output_type -> teapot.v1.PromoteResponse
+	27, // 50: teapot.v1.Cluster.Forward:output_type -> teapot.v1.ForwardResponse
+	29, // 51: teapot.v1.Cluster.ReadIndex:output_type -> teapot.v1.ReadIndexResponse
+	12, // 52: teapot.v1.Cluster.Health:output_type -> teapot.v1.NodeStatus
+	41, // 53: teapot.v1.Cluster.Observe:output_type -> teapot.v1.HostObservation
+	36, // [36:54] is the sub-list for method output_type
+	18, // [18:36] is the sub-list for method input_type
 	18, // [18:18] is the sub-list for extension type_name
 	18, // [18:18] is the sub-list for extension extendee
 	0,  // [0:18] is the sub-list for field type_name
@@ -2052,7 +2141,7 @@ func file_teapotv1_admin_proto_init() {
 	file_teapotv1_model_proto_init()
 	file_teapotv1_observe_proto_init()
 	file_teapotv1_raft_proto_init()
-	file_teapotv1_admin_proto_msgTypes[23].OneofWrappers = []any{
+	file_teapotv1_admin_proto_msgTypes[25].OneofWrappers = []any{
 		(*ForwardRequest_Apply)(nil),
 		(*ForwardRequest_Delete)(nil),
 		(*ForwardRequest_RemoveNode)(nil),
@@ -2064,7 +2153,7 @@ func file_teapotv1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_teapotv1_admin_proto_rawDesc), len(file_teapotv1_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   28,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -33,6 +33,7 @@ const (
 	Admin_Observe_FullMethodName              = "/teapot.v1.Admin/Observe"
 	Admin_Events_FullMethodName               = "/teapot.v1.Admin/Events"
 	Admin_CreateDashboardToken_FullMethodName = "/teapot.v1.Admin/CreateDashboardToken"
+	Admin_Backup_FullMethodName               = "/teapot.v1.Admin/Backup"
 )
 
 // AdminClient is the client API for Admin service.
@@ -58,6 +59,9 @@ type AdminClient interface {
 	// CreateDashboardToken signs a read-only dashboard login token with the
 	// cluster CA key (which never leaves the hosts).
 	CreateDashboardToken(ctx context.Context, in *CreateDashboardTokenRequest, opts ...grpc.CallOption) (*CreateDashboardTokenResponse, error)
+	// Backup streams an encoded Backup: the replicated state read on this
+	// host once it has caught up with the leader, and the cluster CA.
+	Backup(ctx context.Context, in *BackupRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[BackupChunk], error)
 }
 
 type adminClient struct {
@@ -178,6 +182,25 @@ func (c *adminClient) CreateDashboardToken(ctx context.Context, in *CreateDashbo
 	return out, nil
 }
 
+func (c *adminClient) Backup(ctx context.Context, in *BackupRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[BackupChunk], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Admin_ServiceDesc.Streams[0], Admin_Backup_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[BackupRequest, BackupChunk]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Admin_BackupClient = grpc.ServerStreamingClient[BackupChunk]
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -201,6 +224,9 @@ type AdminServer interface {
 	// CreateDashboardToken signs a read-only dashboard login token with the
 	// cluster CA key (which never leaves the hosts).
 	CreateDashboardToken(context.Context, *CreateDashboardTokenRequest) (*CreateDashboardTokenResponse, error)
+	// Backup streams an encoded Backup: the replicated state read on this
+	// host once it has caught up with the leader, and the cluster CA.
+	Backup(*BackupRequest, grpc.ServerStreamingServer[BackupChunk]) error
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -243,6 +269,9 @@ func (UnimplementedAdminServer) Events(context.Context, *EventsRequest) (*Events
 }
 func (UnimplementedAdminServer) CreateDashboardToken(context.Context, *CreateDashboardTokenRequest) (*CreateDashboardTokenResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method CreateDashboardToken not implemented")
+}
+func (UnimplementedAdminServer) Backup(*BackupRequest, grpc.ServerStreamingServer[BackupChunk]) error {
+	return status.Errorf(codes.Unimplemented, "method Backup not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -463,6 +492,17 @@ func _Admin_CreateDashboardToken_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_Backup_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(BackupRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(AdminServer).Backup(m, &grpc.GenericServerStream[BackupRequest, BackupChunk]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Admin_BackupServer = grpc.ServerStreamingServer[BackupChunk]
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -515,7 +555,13 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Admin_CreateDashboardToken_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Backup",
+			Handler:       _Admin_Backup_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "teapotv1/admin.proto",
 }
 

@@ -366,6 +366,101 @@ func (x *State) GetAppliedIndex() uint64 {
 	return 0
 }
 
+// Backup is what `cluster backup` writes and `serve --restore` reads: a
+// consistent copy of the state and the CA that signed every credential.
+type Backup struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ClusterId string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	CaCertPem []byte                 `protobuf:"bytes,2,opt,name=ca_cert_pem,json=caCertPem,proto3" json:"ca_cert_pem,omitempty"`
+	CaKeyPem  []byte                 `protobuf:"bytes,3,opt,name=ca_key_pem,json=caKeyPem,proto3" json:"ca_key_pem,omitempty"`
+	State     *State                 `protobuf:"bytes,4,opt,name=state,proto3" json:"state,omitempty"`
+	Created   *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created,proto3" json:"created,omitempty"`
+	// The host that read the state, and its version.
+	NodeId        string `protobuf:"bytes,6,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Version       string `protobuf:"bytes,7,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Backup) Reset() {
+	*x = Backup{}
+	mi := &file_teapotv1_raft_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Backup) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Backup) ProtoMessage() {}
+
+func (x *Backup) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_raft_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Backup.ProtoReflect.Descriptor instead.
+func (*Backup) Descriptor() ([]byte, []int) {
+	return file_teapotv1_raft_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *Backup) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *Backup) GetCaCertPem() []byte {
+	if x != nil {
+		return x.CaCertPem
+	}
+	return nil
+}
+
+func (x *Backup) GetCaKeyPem() []byte {
+	if x != nil {
+		return x.CaKeyPem
+	}
+	return nil
+}
+
+func (x *Backup) GetState() *State {
+	if x != nil {
+		return x.State
+	}
+	return nil
+}
+
+func (x *Backup) GetCreated() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Created
+	}
+	return nil
+}
+
+func (x *Backup) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *Backup) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
 var File_teapotv1_raft_proto protoreflect.FileDescriptor
 
 const file_teapotv1_raft_proto_rawDesc = "" +
@@ -399,7 +494,17 @@ const file_teapotv1_raft_proto_rawDesc = "" +
 	"\rstorage_items\x18\b \x03(\v2\x16.teapot.v1.StorageItemR\fstorageItems\x12;\n" +
 	"\rstorage_locks\x18\t \x03(\v2\x16.teapot.v1.StorageLockR\fstorageLocks\x12#\n" +
 	"\rapplied_index\x18\n" +
-	" \x01(\x04R\fappliedIndexB<Z:github.com/teapot-lb/teapot-lb/api/proto/teapotv1;teapotv1b\x06proto3"
+	" \x01(\x04R\fappliedIndex\"\xf6\x01\n" +
+	"\x06Backup\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x1e\n" +
+	"\vca_cert_pem\x18\x02 \x01(\fR\tcaCertPem\x12\x1c\n" +
+	"\n" +
+	"ca_key_pem\x18\x03 \x01(\fR\bcaKeyPem\x12&\n" +
+	"\x05state\x18\x04 \x01(\v2\x10.teapot.v1.StateR\x05state\x124\n" +
+	"\acreated\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\acreated\x12\x17\n" +
+	"\anode_id\x18\x06 \x01(\tR\x06nodeId\x12\x18\n" +
+	"\aversion\x18\a \x01(\tR\aversionB<Z:github.com/teapot-lb/teapot-lb/api/proto/teapotv1;teapotv1b\x06proto3"
 
 var (
 	file_teapotv1_raft_proto_rawDescOnce sync.Once
@@ -413,43 +518,46 @@ func file_teapotv1_raft_proto_rawDescGZIP() []byte {
 	return file_teapotv1_raft_proto_rawDescData
 }
 
-var file_teapotv1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_teapotv1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_teapotv1_raft_proto_goTypes = []any{
 	(*Command)(nil),               // 0: teapot.v1.Command
 	(*Txn)(nil),                   // 1: teapot.v1.Txn
 	(*Op)(nil),                    // 2: teapot.v1.Op
 	(*State)(nil),                 // 3: teapot.v1.State
-	(*timestamppb.Timestamp)(nil), // 4: google.protobuf.Timestamp
-	(*Object)(nil),                // 5: teapot.v1.Object
-	(*ObjectRef)(nil),             // 6: teapot.v1.ObjectRef
-	(*Tenant)(nil),                // 7: teapot.v1.Tenant
-	(*VIPPool)(nil),               // 8: teapot.v1.VIPPool
-	(*LoadBalancer)(nil),          // 9: teapot.v1.LoadBalancer
-	(*Node)(nil),                  // 10: teapot.v1.Node
-	(*Certificate)(nil),           // 11: teapot.v1.Certificate
-	(*JoinToken)(nil),             // 12: teapot.v1.JoinToken
-	(*StorageItem)(nil),           // 13: teapot.v1.StorageItem
-	(*StorageLock)(nil),           // 14: teapot.v1.StorageLock
+	(*Backup)(nil),                // 4: teapot.v1.Backup
+	(*timestamppb.Timestamp)(nil), // 5: google.protobuf.Timestamp
+	(*Object)(nil),                // 6: teapot.v1.Object
+	(*ObjectRef)(nil),             // 7: teapot.v1.ObjectRef
+	(*Tenant)(nil),                // 8: teapot.v1.Tenant
+	(*VIPPool)(nil),               // 9: teapot.v1.VIPPool
+	(*LoadBalancer)(nil),          // 10: teapot.v1.LoadBalancer
+	(*Node)(nil),                  // 11: teapot.v1.Node
+	(*Certificate)(nil),           // 12: teapot.v1.Certificate
+	(*JoinToken)(nil),             // 13: teapot.v1.JoinToken
+	(*StorageItem)(nil),           // 14: teapot.v1.StorageItem
+	(*StorageLock)(nil),           // 15: teapot.v1.StorageLock
 }
 var file_teapotv1_raft_proto_depIdxs = []int32{
-	4,  // 0: teapot.v1.Command.stamped:type_name -> google.protobuf.Timestamp
+	5,  // 0: teapot.v1.Command.stamped:type_name -> google.protobuf.Timestamp
 	1,  // 1: teapot.v1.Command.txns:type_name -> teapot.v1.Txn
 	2,  // 2: teapot.v1.Txn.ops:type_name -> teapot.v1.Op
-	5,  // 3: teapot.v1.Op.put:type_name -> teapot.v1.Object
-	6,  // 4: teapot.v1.Op.delete:type_name -> teapot.v1.ObjectRef
-	7,  // 5: teapot.v1.State.tenants:type_name -> teapot.v1.Tenant
-	8,  // 6: teapot.v1.State.vip_pools:type_name -> teapot.v1.VIPPool
-	9,  // 7: teapot.v1.State.load_balancers:type_name -> teapot.v1.LoadBalancer
-	10, // 8: teapot.v1.State.nodes:type_name -> teapot.v1.Node
-	11, // 9: teapot.v1.State.certificates:type_name -> teapot.v1.Certificate
-	12, // 10: teapot.v1.State.join_tokens:type_name -> teapot.v1.JoinToken
-	13, // 11: teapot.v1.State.storage_items:type_name -> teapot.v1.StorageItem
-	14, // 12: teapot.v1.State.storage_locks:type_name -> teapot.v1.StorageLock
-	13, // [13:13] is the sub-list for method output_type
-	13, // [13:13] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	6,  // 3: teapot.v1.Op.put:type_name -> teapot.v1.Object
+	7,  // 4: teapot.v1.Op.delete:type_name -> teapot.v1.ObjectRef
+	8,  // 5: teapot.v1.State.tenants:type_name -> teapot.v1.Tenant
+	9,  // 6: teapot.v1.State.vip_pools:type_name -> teapot.v1.VIPPool
+	10, // 7: teapot.v1.State.load_balancers:type_name -> teapot.v1.LoadBalancer
+	11, // 8: teapot.v1.State.nodes:type_name -> teapot.v1.Node
+	12, // 9: teapot.v1.State.certificates:type_name -> teapot.v1.Certificate
+	13, // 10: teapot.v1.State.join_tokens:type_name -> teapot.v1.JoinToken
+	14, // 11: teapot.v1.State.storage_items:type_name -> teapot.v1.StorageItem
+	15, // 12: teapot.v1.State.storage_locks:type_name -> teapot.v1.StorageLock
+	3,  // 13: teapot.v1.Backup.state:type_name -> teapot.v1.State
+	5,  // 14: teapot.v1.Backup.created:type_name -> google.protobuf.Timestamp
+	15, // [15:15] is the sub-list for method output_type
+	15, // [15:15] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_teapotv1_raft_proto_init() }
@@ -468,7 +576,7 @@ func file_teapotv1_raft_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_teapotv1_raft_proto_rawDesc), len(file_teapotv1_raft_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   4,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,106 @@
+package backup
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+)
+
+func sample() *pb.Backup {
+	return &pb.Backup{
+		ClusterId: "c1", CaCertPem: []byte("cert"), CaKeyPem: []byte("key"), NodeId: "n2",
+		State: &pb.State{Revision: 7, Tenants: []*pb.Tenant{{Name: "acme", RevokedCredentials: []string{"ab"}}}},
+	}
+}
+
+func TestRoundTripPlainAndSealed(t *testing.T) {
+	for _, pass := range []string{"", "correct horse"} {
+		file, err := Encode(sample(), []byte(pass))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pass != "" && strings.Contains(string(file), "acme") {
+			t.Fatal("a sealed backup shows its contents")
+		}
+		got, err := Decode(file, []byte(pass))
+		if err != nil {
+			t.Fatalf("passphrase %q: %v", pass, err)
+		}
+		if !proto.Equal(got, sample()) {
+			t.Fatalf("passphrase %q: round trip gave %v", pass, got)
+		}
+	}
+}
+
+func TestSealedRefusesWrongOrMissingPassphraseAndTampering(t *testing.T) {
+	file, err := Encode(sample(), []byte("right"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, pass := range map[string]string{"missing": "", "wrong": "wrong"} {
+		if _, err := Decode(file, []byte(pass)); !errors.Is(err, ErrPassphrase) {
+			t.Errorf("%s passphrase: %v", name, err)
+		}
+	}
+	bad := append([]byte{}, file...)
+	bad[len(bad)-1] ^= 1
+	if _, err := Decode(bad, []byte("right")); !errors.Is(err, ErrPassphrase) {
+		t.Errorf("tampered file: %v", err)
+	}
+	if _, err := Decode([]byte("hello"), nil); err == nil || !strings.Contains(err.Error(), "not a teapot-lb backup") {
+		t.Errorf("garbage: %v", err)
+	}
+	if _, err := EncodeRaw([]byte("junk that is not a backup"), nil); err == nil {
+		t.Error("EncodeRaw accepted junk")
+	}
+	plain, _ := Encode(&pb.Backup{ClusterId: "c1"}, nil)
+	if _, err := Decode(plain, nil); err == nil || !strings.Contains(err.Error(), "incomplete") {
+		t.Errorf("backup without state or CA: %v", err)
+	}
+}
+
+func TestWriteFileIs0600AndReplaces(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "b.bak")
+	if err := os.WriteFile(path, []byte("old"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	file, _ := Encode(sample(), nil)
+	if err := WriteFile(path, file); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Fatalf("mode %v, want 0600", fi.Mode().Perm())
+	}
+	got, err := ReadFile(path, nil)
+	if err != nil || got.GetState().GetRevision() != 7 {
+		t.Fatalf("read back: %v %v", got, err)
+	}
+	entries, _ := os.ReadDir(filepath.Dir(path))
+	if len(entries) != 1 {
+		t.Fatalf("temporary files left: %v", entries)
+	}
+}
+
+func TestReadPassphrase(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "pass")
+	os.WriteFile(p, []byte("s3cret\r\nsecond line\n"), 0o600)
+	got, err := ReadPassphrase(p)
+	if err != nil || string(got) != "s3cret" {
+		t.Fatalf("%q %v", got, err)
+	}
+	os.WriteFile(p, []byte("\n"), 0o600)
+	if _, err := ReadPassphrase(p); err == nil || !strings.Contains(err.Error(), "empty") {
+		t.Fatalf("empty passphrase: %v", err)
+	}
+}

@@ -1,0 +1,365 @@
+package scenarios
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// lifeLB is a load balancer of the lifecycle scenarios: a TCP echo
+// listener and an HTTPS listener with an uploaded certificate, on a VIP
+// allocated from a static loopback pool (every host binds it; on one
+// machine the first host to bind a port serves it).
+type lifeLB struct {
+	vipCIDR  string // the pool
+	echoPort int
+	tlsPort  int
+	echo     string // backend addresses
+	web      string
+	cert     *x509.Certificate
+	certFile string
+	keyFile  string
+}
+
+func newLifeLB(t *testing.T, vipCIDR string) *lifeLB {
+	t.Helper()
+	l := &lifeLB{vipCIDR: vipCIDR}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); io.Copy(c, c) }()
+		}
+	}()
+	l.echo = ln.Addr().String()
+	hl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "restored-ok") })}
+	go srv.Serve(hl)
+	t.Cleanup(func() { srv.Close() })
+	l.web = hl.Addr().String()
+	l.echoPort, l.tlsPort = freePort(t), freePort(t)
+	l.certFile, l.keyFile = selfSignedFiles(t, t.TempDir(), "www.life.example")
+	data, err := os.ReadFile(l.certFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(data)
+	if l.cert, err = x509.ParseCertificate(block.Bytes); err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// setup writes the pool, the tenant, the certificate and the load balancer.
+func (l *lifeLB) setup(t *testing.T, c *cluster, via *node) {
+	t.Helper()
+	base := fmt.Sprintf(`
+kind: VIPPool
+name: life
+cidrs: [%s]
+mode: static
+---
+kind: Tenant
+name: life
+domains: [life.example]
+networks: [127.0.0.1/32]
+pools: [life]
+`, l.vipCIDR)
+	lb := fmt.Sprintf(`
+kind: LoadBalancer
+name: web
+tenant: life
+vip: { pool: life }
+listeners:
+  - { port: %d, protocol: tcp, pool: echo }
+  - { port: %d, protocol: https, tls: { certificates: [web] } }
+routes: [{ host: www.life.example, path: /, pool: web }]
+pools:
+  echo: { members: ["%s"] }
+  web: { members: ["%s"] }
+`, l.echoPort, l.tlsPort, l.echo, l.web)
+	dir := t.TempDir()
+	for i, doc := range []string{base, lb} {
+		path := filepath.Join(dir, fmt.Sprintf("%d.yaml", i))
+		if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if i == 1 {
+			if _, err := c.cli(via, "cert", "upload", "web", "--tenant", "life", "--cert", l.certFile, "--key", l.keyFile); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := c.cli(via, "apply", "-f", path); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// vip returns the load balancer's allocated address.
+func (l *lifeLB) vip(t *testing.T, c *cluster, via *node) string {
+	t.Helper()
+	var addr string
+	waitFor(t, startTimeout, "the load balancer's VIP", func() error {
+		out, err := c.cli(via, "get", "lb", "life/web", "-o", "json")
+		if err != nil {
+			return err
+		}
+		var doc struct {
+			Status struct {
+				Address string `json:"address"`
+			} `json:"status"`
+		}
+		if err := json.Unmarshal([]byte(out), &doc); err != nil {
+			return fmt.Errorf("%w: %s", err, out)
+		}
+		if doc.Status.Address == "" {
+			return fmt.Errorf("no address yet: %s", out)
+		}
+		addr = doc.Status.Address
+		return nil
+	})
+	return addr
+}
+
+// echoOnce sends a line through the VIP's TCP listener and reads it back.
+func (l *lifeLB) echoOnce(vip string) error {
+	conn, err := net.DialTimeout("tcp", net.JoinHostPort(vip, fmt.Sprint(l.echoPort)), 2*time.Second)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(3 * time.Second))
+	msg := []byte("ping " + time.Now().String() + "\n")
+	if _, err := conn.Write(msg); err != nil {
+		return err
+	}
+	got := make([]byte, len(msg))
+	if _, err := io.ReadFull(conn, got); err != nil {
+		return err
+	}
+	if !bytes.Equal(got, msg) {
+		return fmt.Errorf("echo returned %q", got)
+	}
+	return nil
+}
+
+// httpsOnce fetches / over the VIP's HTTPS listener and checks that the
+// uploaded certificate is the one served.
+func (l *lifeLB) httpsOnce(vip string) error {
+	pool := x509.NewCertPool()
+	pool.AddCert(l.cert)
+	tr := &http.Transport{
+		TLSClientConfig: &tls.Config{ServerName: "www.life.example", RootCAs: pool},
+		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, network, net.JoinHostPort(vip, fmt.Sprint(l.tlsPort)))
+		},
+	}
+	defer tr.CloseIdleConnections()
+	cl := &http.Client{Transport: tr, Timeout: 5 * time.Second}
+	resp, err := cl.Get("https://www.life.example/")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || string(body) != "restored-ok" {
+		return fmt.Errorf("status %d body %q", resp.StatusCode, body)
+	}
+	return nil
+}
+
+// cliConf runs the CLI against n with the admin config conf.
+func (c *cluster) cliConf(conf string, n *node, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), cliTimeout)
+	defer cancel()
+	args = append(args, "--config", conf, "--server", n.apiAddr)
+	cmd := exec.CommandContext(ctx, c.bin, args...)
+	cmd.Env = childEnv()
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), fmt.Errorf("teapot-lb %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return stdout.String(), nil
+}
+
+// A backup taken through a follower while writes go on holds every write
+// acknowledged before it; restored into fresh hosts, the new cluster has
+// every object, the certificate and the CA (old admin credentials work),
+// and serves the same VIP with the same certificate.
+func TestBackupUnderWritesAndRestoreIntoFreshHosts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: starts teapot-lb processes")
+	}
+	c := newCluster(t)
+	c.start3()
+	lb := newLifeLB(t, "127.0.0.90/31")
+	leader := c.waitLeader()
+	lb.setup(t, c, leader)
+	vip := lb.vip(t, c, leader)
+	waitFor(t, startTimeout, "traffic through the VIP", func() error { return lb.echoOnce(vip) })
+	if _, err := c.cli(leader, "tenant", "revoke-credentials", "life", "0a1b2c"); err != nil {
+		t.Fatal(err)
+	}
+	var follower *node
+	for _, n := range c.nodes {
+		if n != leader {
+			follower = n
+		}
+	}
+
+	w := startWriter(c, 1, []*node{leader})
+	start := time.Now()
+	w.waitAcks(t, 5, start)
+	w.mu.Lock()
+	ackedBefore := append([]string{}, w.acked...)
+	w.mu.Unlock()
+	dir := t.TempDir()
+	file, pass := filepath.Join(dir, "cluster.backup"), filepath.Join(dir, "pass")
+	if err := os.WriteFile(pass, []byte("a long passphrase\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	out, err := c.cli(follower, "cluster", "backup", "-f", file, "--passphrase-file", pass)
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(began)
+	w.waitAcks(t, 3, time.Now()) // writes go on after the backup
+	w.stop()
+	t.Logf("backup through follower %s under writes: %s in %s", follower.id, strings.TrimSpace(out), took.Round(time.Millisecond))
+	fi, err := os.Stat(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Fatalf("backup file mode %v, want 0600", fi.Mode().Perm())
+	}
+	if data, _ := os.ReadFile(file); bytes.Contains(data, []byte("life.example")) || bytes.Contains(data, []byte("PRIVATE KEY")) {
+		t.Fatal("the encrypted backup shows its contents")
+	}
+	wantObjects := map[string]string{}
+	for _, kind := range []string{"pool", "tenant", "lb"} {
+		o, err := c.cli(leader, "get", kind, "-o", "json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantObjects[kind] = o
+	}
+	oldConf := filepath.Join(dir, "old-admin.conf")
+	conf, err := os.ReadFile(c.adminConf())
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(oldConf, conf, 0o600)
+
+	// The old cluster is gone for good.
+	for _, n := range c.nodes {
+		c.stop(n)
+	}
+
+	r := newCluster(t)
+	r1 := r.newNode()
+	// Without the passphrase, the restore is refused with a clear message.
+	noPass := exec.Command(r.bin, "serve", "--data-dir", r1.dir, "--node-id", r1.id, "--raft-addr", r1.raftAddr, "--api-addr", r1.apiAddr, "--restore", file)
+	if msg, err := noPass.CombinedOutput(); err == nil || !strings.Contains(string(msg), "--restore-passphrase-file") {
+		t.Fatalf("restore without the passphrase: %v\n%s", err, msg)
+	}
+	restoreAt := time.Now()
+	r.start(r1, "--restore", file, "--restore-passphrase-file", pass)
+	r.waitMember(r1)
+	t.Logf("restored host serving %s after start", time.Since(restoreAt).Round(time.Millisecond))
+	r.join(r1)
+	r.join(r1)
+	r.waitHealthy(r1, 3)
+
+	// Every tenant acknowledged before the backup is back.
+	have, err := r.tenantNames(r1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lacking := missing(ackedBefore, have); len(lacking) > 0 {
+		t.Fatalf("restored cluster lacks %d tenants acknowledged before the backup: %v", len(lacking), lacking)
+	}
+	// The objects as they were (tenants written after the backup aside).
+	for kind, want := range wantObjects {
+		got, err := r.cli(r1, "get", kind, "-o", "json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if kind != "tenant" && withoutStatus(t, got) != withoutStatus(t, want) {
+			t.Errorf("get %s after restore:\n%s\nbefore:\n%s", kind, got, want)
+		}
+	}
+	tn, err := r.cli(r1, "get", "tenant", "life", "-o", "json")
+	if err != nil || !strings.Contains(tn, "0a1b2c") {
+		t.Errorf("the revoked credential is not restored: %v\n%s", err, tn)
+	}
+	certs, err := r.cli(r1, "cert", "list", "--tenant", "life")
+	if err != nil || !strings.Contains(certs, "web") {
+		t.Errorf("cert list after restore: %v\n%s", err, certs)
+	}
+	// Credentials signed by the old cluster's CA work against the new one.
+	if _, err := r.cliConf(oldConf, r.nodes[1], "get", "pool"); err != nil {
+		t.Errorf("the old admin credentials do not work on the restored cluster: %v", err)
+	}
+	if got := lb.vip(t, r, r1); got != vip {
+		t.Errorf("restored VIP %s, was %s", got, vip)
+	}
+	waitFor(t, startTimeout, "TCP through the restored VIP", func() error { return lb.echoOnce(vip) })
+	waitFor(t, startTimeout, "HTTPS with the restored certificate", func() error { return lb.httpsOnce(vip) })
+	// And the restored cluster takes writes.
+	if _, err := r.cli(r.nodes[2], "tenant", "create", "after-restore"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// withoutStatus drops what hosts observe (status) from a JSON list of
+// objects, leaving the desired state and its meta.
+func withoutStatus(t *testing.T, list string) string {
+	t.Helper()
+	var objs []map[string]any
+	if err := json.Unmarshal([]byte(list), &objs); err != nil {
+		t.Fatalf("%v: %s", err, list)
+	}
+	for _, o := range objs {
+		if st, ok := o["status"].(map[string]any); ok {
+			o["status"] = map[string]any{"address": st["address"]}
+		}
+	}
+	out, _ := json.Marshal(objs)
+	return string(out)
+}
