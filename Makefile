@@ -24,6 +24,8 @@ PROTOC_GEN_GO_VERSION      := v1.36.10
 PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 PROTO_DIR   := api/proto
 PROTO_FILES := $(wildcard $(PROTO_DIR)/teapotv1/*.proto)
+# What the manifest reference generator writes (from model.proto and examples/).
+SCHEMA_OUT  := api/schema/generated.go docs/reference.md docs/teapot-lb.schema.json
 
 # Timeouts for one test binary; the scenarios start real clusters.
 TEST_TIMEOUT  ?= 45m
@@ -70,7 +72,7 @@ bench: ## consensus benchmarks, then L7 and TCP comparisons with HAProxy and ngi
 	go run ./proxy/tcpbench -duration 10s -streams 1,4 -rounds 3
 	go run ./proxy/scalebench -sizes 1000,10000
 
-generate: ## regenerate the Go code for api/proto with pinned plugins
+generate: ## regenerate the Go code for api/proto with pinned plugins, and the manifest reference and JSON Schema
 	GOBIN=$(TOOLS) go install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
 	GOBIN=$(TOOLS) go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
 	protoc -I $(PROTO_DIR) \
@@ -79,12 +81,13 @@ generate: ## regenerate the Go code for api/proto with pinned plugins
 		--go_out=$(PROTO_DIR) --go_opt=paths=source_relative \
 		--go-grpc_out=$(PROTO_DIR) --go-grpc_opt=paths=source_relative \
 		$(PROTO_FILES)
+	go run ./api/schema/gen
 
-generate-check: generate ## fail if the committed generated code is stale
-	@git diff --exit-code -- $(PROTO_DIR) || { echo "generated code in $(PROTO_DIR) differs from the commit: run make generate and commit"; exit 1; }
-	@untracked="$$(git ls-files --others --exclude-standard -- $(PROTO_DIR))"; \
+generate-check: generate ## fail if the committed generated code, reference or JSON Schema is stale
+	@git diff --exit-code -- $(PROTO_DIR) $(SCHEMA_OUT) || { echo "generated files differ from the commit: run make generate and commit"; exit 1; }
+	@untracked="$$(git ls-files --others --exclude-standard -- $(PROTO_DIR) $(SCHEMA_OUT))"; \
 	if [ -n "$$untracked" ]; then \
-		echo "untracked files in $(PROTO_DIR) (commit them or remove them):"; echo "$$untracked"; exit 1; \
+		echo "untracked generated files (commit them or remove them):"; echo "$$untracked"; exit 1; \
 	fi
 
 clean: ## remove build output (keeps ./teapot-data)

@@ -9,8 +9,8 @@ import (
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
 
-// maxWeight is the highest member weight.
-const maxWeight = 1000
+// MaxWeight is the highest member weight.
+const MaxWeight = 1000
 
 // Health-check bounds: one tenant's checks cannot hold the checker with
 // long timeouts or flood members with short intervals.
@@ -168,8 +168,8 @@ func checkMembers(ck *checker, f string, bp *pb.BackendPool, tenant *pb.Tenant, 
 				}
 			}
 		}
-		if m.Weight != nil && m.GetWeight() > maxWeight {
-			ck.invalidf(mf+".weight", "must be at most %d, got %d", maxWeight, m.GetWeight())
+		if m.Weight != nil && m.GetWeight() > MaxWeight {
+			ck.invalidf(mf+".weight", "must be at most %d, got %d", MaxWeight, m.GetWeight())
 		}
 	}
 }

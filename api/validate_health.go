@@ -19,6 +19,8 @@ const (
 	MaxCheckCAPEMLen         = 64 << 10
 	MaxCheckClientCertPEMLen = 16 << 10
 	MaxCheckClientKeyPEMLen  = 8 << 10
+	// MaxRiseFall bounds a health check's rise and fall counts.
+	MaxRiseFall = 100
 )
 
 func checkHealthCheck(ck *checker, f string, hc *pb.HealthCheck) {
@@ -65,11 +67,11 @@ func checkHealthCheck(ck *checker, f string, hc *pb.HealthCheck) {
 			ck.invalidf(f+".timeout", "%s is not shorter than the default interval %s; make it shorter or set interval", to, iv)
 		}
 	}
-	if hc.GetRise() > 100 {
-		ck.invalidf(f+".rise", "must be at most 100, got %d", hc.GetRise())
+	if hc.GetRise() > MaxRiseFall {
+		ck.invalidf(f+".rise", "must be at most %d, got %d", MaxRiseFall, hc.GetRise())
 	}
-	if hc.GetFall() > 100 {
-		ck.invalidf(f+".fall", "must be at most 100, got %d", hc.GetFall())
+	if hc.GetFall() > MaxRiseFall {
+		ck.invalidf(f+".fall", "must be at most %d, got %d", MaxRiseFall, hc.GetFall())
 	}
 	if hc.GetPort() > 65535 {
 		ck.invalidf(f+".port", "must be between 0 (the member's port) and 65535, got %d", hc.GetPort())

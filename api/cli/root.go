@@ -93,7 +93,7 @@ func AddCommands(root *cobra.Command, opts ...Option) {
 		a.tenantCmd(), a.poolCmd(), a.lbCmd(), a.clusterCmd(),
 		a.versionCmd(),
 		a.certCmd(),
-		a.eventsCmd(), a.explainCmd(),
+		a.eventsCmd(), a.explainCmd(), a.schemaCmd(),
 	)
 }
 

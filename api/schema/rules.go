@@ -1,0 +1,134 @@
+package schema
+
+import (
+	"fmt"
+
+	"github.com/teapot-lb/teapot-lb/api"
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+)
+
+// rule is what the validation in package api enforces on one field,
+// written with the same constants, and what the model leaves to defaults.
+type rule struct {
+	doc      string // when the model has no comment for the field
+	required bool
+	def      string
+	limits   string
+	enum     []string
+	example  string
+	readOnly bool
+	// opaque: listed without its sub-fields (what the cluster stamps).
+	opaque bool
+}
+
+const nameLimits = "1 to 63 lowercase letters, digits or '-', starting and ending with a letter or digit"
+
+func quotaDefault(f func(*pb.Quotas) uint32) string {
+	return fmt.Sprint(f(api.DefaultQuotas()))
+}
+
+func atMost(n int, what string) string { return fmt.Sprintf("at most %d %s", n, what) }
+
+// rules are keyed by the field's full protobuf name.
+var rules = map[string]rule{
+	"teapot.v1.Tenant.name":                {doc: "Name of the tenant.", required: true, limits: nameLimits, example: "acme"},
+	"teapot.v1.Tenant.domains":             {limits: atMost(api.MaxTenantDomains, "names; no wildcards; no overlap with another tenant's domains"), example: "[acme.example]"},
+	"teapot.v1.Tenant.networks":            {limits: atMost(api.MaxTenantNetworks, "CIDRs in canonical form"), example: "[10.20.0.0/16]"},
+	"teapot.v1.Tenant.pools":               {limits: atMost(api.MaxTenantPools, "pools; each must exist"), example: "[public]"},
+	"teapot.v1.Tenant.quotas":              {doc: "Bounds on what the tenant may write and use; a field left out or 0 takes the cluster's default."},
+	"teapot.v1.Tenant.pods_routable":       {def: "false"},
+	"teapot.v1.Tenant.revoked_credentials": {readOnly: true, limits: atMost(api.MaxRevokedCredentials, "serials")},
+	"teapot.v1.Tenant.uid":                 {readOnly: true},
+	"teapot.v1.Tenant.meta":                {readOnly: true, opaque: true, doc: "Revision, generation and times, stamped by the cluster."},
+
+	"teapot.v1.Quotas.load_balancers":           {doc: "Load balancers the tenant may have.", def: quotaDefault((*pb.Quotas).GetLoadBalancers)},
+	"teapot.v1.Quotas.addresses":                {doc: "Distinct VIP addresses the tenant may hold.", def: quotaDefault((*pb.Quotas).GetAddresses)},
+	"teapot.v1.Quotas.certificates":             {doc: "Certificates the tenant may have.", def: quotaDefault((*pb.Quotas).GetCertificates)},
+	"teapot.v1.Quotas.listeners_per_lb":         {doc: "Listeners of one load balancer.", def: quotaDefault((*pb.Quotas).GetListenersPerLb)},
+	"teapot.v1.Quotas.routes_per_lb":            {doc: "Routes of one load balancer.", def: quotaDefault((*pb.Quotas).GetRoutesPerLb)},
+	"teapot.v1.Quotas.pools_per_lb":             {doc: "Backend pools of one load balancer.", def: quotaDefault((*pb.Quotas).GetPoolsPerLb)},
+	"teapot.v1.Quotas.members_per_pool":         {doc: "Members of one backend pool.", def: quotaDefault((*pb.Quotas).GetMembersPerPool)},
+	"teapot.v1.Quotas.listeners":                {doc: "Listeners over all the tenant's load balancers.", def: quotaDefault((*pb.Quotas).GetListeners)},
+	"teapot.v1.Quotas.routes":                   {doc: "Routes over all the tenant's load balancers.", def: quotaDefault((*pb.Quotas).GetRoutes)},
+	"teapot.v1.Quotas.members":                  {doc: "Members over all the tenant's load balancers.", def: quotaDefault((*pb.Quotas).GetMembers)},
+	"teapot.v1.Quotas.health_checks":            {def: quotaDefault((*pb.Quotas).GetHealthChecks)},
+	"teapot.v1.Quotas.connections":              {def: "derived on each LB host from its descriptor limit"},
+	"teapot.v1.Quotas.connections_per_listener": {def: "derived on each LB host from its descriptor limit"},
+
+	"teapot.v1.VIPPool.name":         {doc: "Name of the pool.", required: true, limits: nameLimits, example: "public"},
+	"teapot.v1.VIPPool.cidrs":        {required: true, limits: atMost(api.MaxPoolCIDRs, "entries; no overlap with each other or with another pool"), example: "[192.0.2.0/28, \"2001:db8:10::/124\"]"},
+	"teapot.v1.VIPPool.mode":         {doc: "How the addresses are announced: arp (the host holding an address answers ARP and NDP), bgp (every healthy host announces, routers spread flows by ECMP), static (the network routes the range to the hosts; teapot-lb only binds).", required: true, enum: []string{"arp", "bgp", "static"}},
+	"teapot.v1.VIPPool.tenants":      {limits: atMost(api.MaxPoolTenants, "tenants; each must exist")},
+	"teapot.v1.VIPPool.allow_shared": {def: "false"},
+	"teapot.v1.VIPPool.communities":  {limits: atMost(api.MaxPoolCommunities, "communities, each ASN:VALUE with numbers from 0 to 65535"), example: "[\"65000:100\"]"},
+	"teapot.v1.VIPPool.meta":         {readOnly: true, opaque: true, doc: "Revision, generation and times, stamped by the cluster."},
+
+	"teapot.v1.LoadBalancer.name":       {doc: "Name of the load balancer, unique within its tenant.", required: true, limits: nameLimits, example: "shop"},
+	"teapot.v1.LoadBalancer.tenant":     {doc: "Tenant the load balancer belongs to; it must exist.", required: true, example: "acme"},
+	"teapot.v1.LoadBalancer.vip":        {doc: "The virtual IP: from a pool the tenant may use, or a specific address.", required: true},
+	"teapot.v1.LoadBalancer.listeners":  {doc: "Ports the load balancer listens on.", required: true, limits: "at least 1; at most quotas.listenersPerLb (default " + quotaDefault((*pb.Quotas).GetListenersPerLb) + ")"},
+	"teapot.v1.LoadBalancer.routes":     {doc: "HTTP routes of the http and https listeners: host and path to a backend pool.", limits: "at most quotas.routesPerLb (default " + quotaDefault((*pb.Quotas).GetRoutesPerLb) + ")"},
+	"teapot.v1.LoadBalancer.pools":      {doc: "Backend pools by name, used by listeners and routes.", limits: "at most quotas.poolsPerLb (default " + quotaDefault((*pb.Quotas).GetPoolsPerLb) + "); names: " + nameLimits + fmt.Sprintf("; the whole load balancer at most %d bytes encoded", api.MaxObjectBytes)},
+	"teapot.v1.LoadBalancer.access_log": {def: "off"},
+	"teapot.v1.LoadBalancer.meta":       {readOnly: true, opaque: true, doc: "Revision, generation and times, stamped by the cluster."},
+	"teapot.v1.LoadBalancer.status":     {readOnly: true, opaque: true, doc: "The allocated address, problems found when written, and what the hosts observe (get and explain show it)."},
+
+	"teapot.v1.AccessLog.enabled": {def: "false"},
+	"teapot.v1.AccessLog.sample":  {def: "1 (every request)", limits: "0 to 1"},
+
+	"teapot.v1.VIPRequest.pool":        {doc: "VIP pool to allocate from; the tenant must list it. Required unless address is set.", example: "public"},
+	"teapot.v1.VIPRequest.address":     {limits: atMost(api.MaxAddressLen, "bytes"), example: "192.0.2.10"},
+	"teapot.v1.VIPRequest.family":      {doc: "Address family of the allocated address.", def: "ipv4 when the pool has IPv4 addresses", enum: []string{"ipv4", "ipv6"}},
+	"teapot.v1.VIPRequest.sharing_key": {limits: atMost(api.MaxSharingKeyLen, "bytes"), example: "edge"},
+
+	"teapot.v1.Listener":                   {doc: "One port of the load balancer."},
+	"teapot.v1.Listener.port":              {doc: "Port on the VIP.", required: true, limits: "1 to 65535; one listener per port and transport (udp, or tcp for the others)", example: "443"},
+	"teapot.v1.Listener.protocol":          {doc: "What the listener speaks.", required: true, enum: []string{"tcp", "udp", "http", "https", "tls-passthrough"}},
+	"teapot.v1.Listener.pool":              {limits: "required for tcp, udp and tls-passthrough (a key of pools); not allowed for http and https, which use routes", example: "web"},
+	"teapot.v1.Listener.tls":               {doc: "TLS termination of an https listener: tls.acme or tls.certificates is required."},
+	"teapot.v1.Listener.redirect_to_https": {def: "false", limits: "http listeners only"},
+	"teapot.v1.Listener.max_connections":   {def: "0: derived from the tenant's connection budget"},
+	"teapot.v1.Listener.idle_timeout":      {doc: "Close a client connection idle for this long.", limits: "positive", example: "5m"},
+	"teapot.v1.Listener.trusted_proxies":   {limits: atMost(api.MaxTrustedProxies, "CIDRs"), example: "[10.0.0.0/8]"},
+
+	"teapot.v1.TLSPolicy.acme":         {def: "false", limits: "every route host must be an exact name (no wildcard)"},
+	"teapot.v1.TLSPolicy.certificates": {limits: atMost(api.MaxListenerCertificates, "names of the tenant's uploaded certificates (teapot-lb cert upload)")},
+	"teapot.v1.TLSPolicy.min_version":  {doc: "Oldest TLS version accepted from clients.", def: "tls1.2", enum: []string{"tls1.2", "tls1.3"}},
+
+	"teapot.v1.Route":           {doc: "One HTTP route: requests for host and path go to a backend pool."},
+	"teapot.v1.Route.host":      {limits: "at most 253 bytes; inside the tenant's domains", example: "shop.acme.example"},
+	"teapot.v1.Route.path":      {def: "/", limits: atMost(api.MaxPathLen, "bytes; no spaces, '?' or '#'"), example: "/api/"},
+	"teapot.v1.Route.path_type": {doc: "How path matches: as a prefix (by path segments) or exactly.", def: "prefix", enum: []string{"prefix", "exact"}},
+	"teapot.v1.Route.pool":      {doc: "Backend pool the route sends to (a key of pools).", required: true, example: "web"},
+
+	"teapot.v1.BackendPool":                  {doc: "A set of members traffic is balanced over."},
+	"teapot.v1.BackendPool.algorithm":        {doc: "How a member is chosen for a connection or request.", def: "round-robin", enum: []string{"round-robin", "least-request", "hash"}},
+	"teapot.v1.BackendPool.hash_on":          {doc: "What algorithm hash hashes: client-ip or header:NAME.", def: "client-ip", limits: fmt.Sprintf("algorithm hash only; header names at most %d bytes", api.MaxHeaderNameLen), example: "header:X-User"},
+	"teapot.v1.BackendPool.members":          {doc: "Where traffic goes: \"IP:port\", or {address, weight}.", limits: "at most quotas.membersPerPool (default " + quotaDefault((*pb.Quotas).GetMembersPerPool) + "); inside the tenant's networks; never a VIP or an LB host's service port", example: "[10.20.0.11:30080, {address: \"10.20.0.12:30080\", weight: 2}]"},
+	"teapot.v1.BackendPool.health_check":     {doc: "Active health check of every member: tcp, http or https (one of them)."},
+	"teapot.v1.BackendPool.proxy_protocol":   {doc: "Send the client's address to the members in a PROXY protocol header.", def: "none", enum: []string{"v1", "v2"}, limits: "not for pools of udp listeners"},
+	"teapot.v1.BackendPool.backend_protocol": {doc: "Protocol towards the members (http and https listeners): HTTP/1.1, HTTP/2 without TLS, or HTTP over TLS.", def: "http1", enum: []string{"http1", "h2c", "tls"}},
+	"teapot.v1.BackendPool.connect_timeout":  {doc: "Give up connecting to a member after this long.", limits: "positive", example: "2s"},
+
+	"teapot.v1.Member.address": {required: true, limits: atMost(api.MaxAddressLen, "bytes"), example: "10.20.0.11:30080"},
+	"teapot.v1.Member.weight":  {def: "1", limits: fmt.Sprintf("0 to %d", api.MaxWeight)},
+
+	"teapot.v1.HealthCheck.tcp":      {doc: "Connect to the member: {} turns it on."},
+	"teapot.v1.HealthCheck.http":     {doc: "An HTTP GET to the member."},
+	"teapot.v1.HealthCheck.interval": {doc: "Time between two checks of a member.", def: api.DefaultHealthInterval.String(), limits: fmt.Sprintf("%s to %s", api.MinHealthInterval, api.MaxHealthInterval), example: "2s"},
+	"teapot.v1.HealthCheck.timeout":  {doc: "A check that takes longer fails.", limits: fmt.Sprintf("shorter than the interval; at most %s", api.MaxHealthTimeout), example: "1s"},
+	"teapot.v1.HealthCheck.rise":     {doc: "Successes in a row that mark a down member up.", limits: fmt.Sprintf("0 to %d", api.MaxRiseFall)},
+	"teapot.v1.HealthCheck.fall":     {doc: "Failures in a row that mark an up member down.", limits: fmt.Sprintf("0 to %d", api.MaxRiseFall)},
+	"teapot.v1.HealthCheck.port":     {def: "0: the member's port", limits: "0 to 65535"},
+
+	"teapot.v1.HTTPCheck.path":          {doc: "Path requested.", def: "/", limits: atMost(api.MaxPathLen, "bytes"), example: "/healthz"},
+	"teapot.v1.HTTPCheck.expect_status": {limits: "100 to 599"},
+	"teapot.v1.HTTPCheck.host":          {doc: "Host header (default: the member's address).", example: "shop.acme.example"},
+
+	"teapot.v1.HTTPSCheck.path":                 {doc: "Path requested.", def: "/", limits: atMost(api.MaxPathLen, "bytes"), example: "/readyz"},
+	"teapot.v1.HTTPSCheck.expect_status":        {limits: "100 to 599"},
+	"teapot.v1.HTTPSCheck.ca_pem":               {limits: atMost(api.MaxCheckCAPEMLen, "bytes")},
+	"teapot.v1.HTTPSCheck.client_cert_pem":      {limits: atMost(api.MaxCheckClientCertPEMLen, "bytes")},
+	"teapot.v1.HTTPSCheck.client_key_pem":       {doc: "Private key (PEM) of client_cert_pem; never returned when the load balancer is read.", limits: atMost(api.MaxCheckClientKeyPEMLen, "bytes")},
+	"teapot.v1.HTTPSCheck.insecure_skip_verify": {def: "false"},
+}
