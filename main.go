@@ -93,6 +93,9 @@ type serveConfig struct {
 	// (command line only: a restore happens once).
 	Restore               string `json:"-"`
 	RestorePassphraseFile string `json:"-"`
+	// Recover makes a survivor of a lost majority a one-host cluster
+	// (command line only, like --restore).
+	Recover bool `json:"-"`
 }
 
 func serveCommand() *cobra.Command {
@@ -145,6 +148,7 @@ func serveCommand() *cobra.Command {
 	f.Var(&cfg.ACMERenewCheck, "acme-renew-check", "how often certificates are checked for renewal (default 10m)")
 	_ = f.MarkHidden("acme-renew-check")
 	f.StringVar(&cfg.Restore, "restore", "", "start a new cluster from this backup (\"teapot-lb cluster backup\"): needs an empty --data-dir; other hosts then --join it")
+	f.BoolVar(&cfg.Recover, "recover", false, "the other voters are gone for good: make this host a one-host cluster with the state in its data dir (refused while any other voter answers); new hosts then --join it")
 	f.StringVar(&cfg.RestorePassphraseFile, "restore-passphrase-file", "", "passphrase of an encrypted --restore backup (the file's first line)")
 	return cmd
 }
@@ -267,7 +271,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 		HeartbeatTimeout: time.Duration(cfg.HeartbeatTimeout), ElectionTimeout: time.Duration(cfg.ElectionTimeout),
 		Logger: log, Version: cli.Version,
 		Observe: host.Observe, Event: host.Events().Add,
-		Restore: restore,
+		Restore: restore, Recover: cfg.Recover,
 	}
 	if vm != nil {
 		ccfg.HeartbeatAddr, ccfg.VIPInterface, ccfg.Describe = vm.heartbeatAddr, cfg.VIPInterface, vm.Describe

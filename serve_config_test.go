@@ -63,7 +63,7 @@ func packageServeFile(cmd *cobra.Command) []byte {
 		},
 		Set:         map[string]string{"data-dir": "/var/lib/teapot-lb"},
 		DefaultText: map[string]string{"node-id": "this host's name"},
-		Skip:        []string{"config", "restore", "restore-passphrase-file"},
+		Skip:        []string{"config", "restore", "restore-passphrase-file", "recover"},
 		Sections:    [][]string{bgpSection},
 	})
 }
@@ -85,8 +85,9 @@ func TestServeConfigFileIsCurrent(t *testing.T) {
 }
 
 // commandLineOnly are serve flags without a key in the file: --config
-// itself, and --restore, which happens once and must not outlive a restart.
-var commandLineOnly = map[string]bool{"config": true, "restore": true, "restore-passphrase-file": true}
+// itself, and --restore and --recover, which happen once and must not
+// outlive a restart.
+var commandLineOnly = map[string]bool{"config": true, "restore": true, "restore-passphrase-file": true, "recover": true}
 
 // TestServeConfigFileKeys checks that the file and the flags cannot drift:
 // every flag is a key of the file's struct, every key is a flag (or bgp),

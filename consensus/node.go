@@ -82,6 +82,10 @@ type Config struct {
 	// Restore bootstraps a new cluster from a backup (the data dir must be
 	// empty): its CA, cluster id and objects.
 	Restore *pb.Backup
+	// Recover makes this host a one-host cluster with the state in its log
+	// when the other voters are gone for good (it refuses while any of
+	// them answers).
+	Recover bool
 }
 
 // Node is one LB host's member of the Raft cluster.
@@ -104,6 +108,8 @@ type Node struct {
 	stop        chan struct{}
 	stopOnce    sync.Once
 	wg          sync.WaitGroup
+	// recovered are the voters a recovery left behind (Config.Recover).
+	recovered []string
 }
 
 // Open starts this host's Raft member: it bootstraps a new cluster when the
@@ -139,6 +145,9 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n.fsm = newFSM(n.log)
 
+	if cfg.Recover && cfg.Restore != nil {
+		return nil, errors.New("--recover and --restore exclude each other: recover keeps a survivor's state, restore starts a new cluster from a backup")
+	}
 	if cfg.Restore != nil {
 		if err := checkEmptyForRestore(cfg); err != nil {
 			return nil, err
@@ -154,6 +163,8 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		if cfg.Join != "" {
 			n.log.Info("data dir holds cluster state already; ignoring --join", "cluster", creds.clusterID)
 		}
+	case errors.Is(err, os.ErrNotExist) && cfg.Recover:
+		return nil, fmt.Errorf("--recover: data dir %s holds no cluster state to recover; give the data dir of a surviving host", cfg.DataDir)
 	case errors.Is(err, os.ErrNotExist) && cfg.Restore != nil:
 		if creds, err = restoreCredentials(cfg, cfg.Restore); err != nil {
 			return nil, err
@@ -248,6 +259,13 @@ func (n *Node) startRaft(bootstrap bool) error {
 	trans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream: layer, MaxPool: 5, Timeout: 5 * time.Second, Logger: rc.Logger,
 	})
+	if n.cfg.Recover {
+		if err := n.recoverAlone(rc, store, snaps, trans); err != nil {
+			trans.Close()
+			store.Close()
+			return err
+		}
+	}
 	r, err := raft.NewRaft(rc, n.fsm, store, store, snaps, trans)
 	if err != nil {
 		trans.Close()
@@ -371,6 +389,9 @@ func (n *Node) runMembership() {
 		err := n.ensureMember(ctx)
 		if err == nil {
 			n.readyOnce.Do(func() { close(n.ready) })
+			if len(n.recovered) > 0 {
+				n.forgetRecovered(ctx)
+			}
 			return
 		}
 		if ctx.Err() != nil {
