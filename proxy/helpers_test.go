@@ -223,3 +223,7 @@ func expectRefused(t testing.TB, addr string) {
 		t.Fatalf("refusing took %v, want at once", d)
 	}
 }
+
+func wrapLB(lb *pb.LoadBalancer) *pb.Object {
+	return &pb.Object{Kind: &pb.Object_LoadBalancer{LoadBalancer: lb}}
+}

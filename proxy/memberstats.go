@@ -18,7 +18,7 @@ func (p *Proxy) MemberStats() []MemberStat {
 		return nil
 	}
 	var out []MemberStat
-	for spec, pool := range cur.pools {
+	for spec, pool := range cur.pools.All() {
 		for _, m := range pool.members {
 			out = append(out, MemberStat{LB: spec.LB, Pool: spec.Name, Addr: m.Addr, Healthy: m.Usable(), Ejections: Target(m).Ejections()})
 		}
@@ -34,7 +34,7 @@ func (p *Proxy) LoadBalancers() map[string]bool {
 	if cur == nil || cur.snap == nil {
 		return out
 	}
-	for _, l := range cur.snap.Listeners {
+	for _, l := range cur.snap.Listeners.All() {
 		out[l.LB] = true
 	}
 	return out

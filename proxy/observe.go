@@ -30,7 +30,7 @@ func (p *Proxy) Observe(f observe.Filter, h *pb.HostObservation) {
 	if p.snap != nil {
 		h.Revision = p.snap.Revision
 		for _, k := range sortedKeys(p.snap.Listeners) {
-			l := p.snap.Listeners[k]
+			l := p.snap.Listener(k)
 			if !f.MatchLB(l.LB) {
 				continue
 			}
@@ -48,8 +48,8 @@ func (p *Proxy) Observe(f observe.Filter, h *pb.HostObservation) {
 	p.mu.Unlock()
 
 	cur := p.current.Load()
-	pools := make([]*snapshot.Pool, 0, len(cur.pools))
-	for spec := range cur.pools {
+	pools := make([]*snapshot.Pool, 0, cur.pools.Len())
+	for spec := range cur.pools.All() {
 		if f.MatchLB(spec.LB) {
 			pools = append(pools, spec)
 		}
@@ -62,7 +62,8 @@ func (p *Proxy) Observe(f observe.Filter, h *pb.HostObservation) {
 	})
 	for _, spec := range pools {
 		po := &pb.PoolObservation{LoadBalancer: spec.LB, Pool: spec.Name}
-		for _, m := range cur.pools[spec].members {
+		lp, _ := cur.pools.Get(spec)
+		for _, m := range lp.members {
 			mo := &pb.MemberObservation{Address: m.Addr.String(), Healthy: m.Usable()}
 			if m.Weight == 0 {
 				mo.Reason = "weight 0 (drained)"
@@ -141,7 +142,7 @@ func (p *Proxy) bindOK(l *snapshot.Listener) {
 func (p *Proxy) memberChanged(t *health.Target, healthy bool, reason string) {
 	cur := p.current.Load()
 	seen := map[string]bool{}
-	for spec, pool := range cur.pools {
+	for spec, pool := range cur.pools.All() {
 		if seen[spec.LB] {
 			continue
 		}

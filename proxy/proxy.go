@@ -12,6 +12,7 @@ import (
 
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 	"github.com/teapot-lb/teapot-lb/proxy/health"
+	"github.com/teapot-lb/teapot-lb/proxy/internal/pmap"
 	"github.com/teapot-lb/teapot-lb/proxy/snapshot"
 )
 
@@ -21,6 +22,8 @@ var (
 	ErrNoChanges = errors.New("proxy: no changes")
 	// ErrClosed: the proxy is closed.
 	ErrClosed = errors.New("proxy: closed")
+	// ErrNoState: ApplyChange before the first Update.
+	ErrNoState = errors.New("proxy: no state to apply a change to; call Update with the whole state first")
 )
 
 // Problem is something wrong with one field of a load balancer.
@@ -102,9 +105,11 @@ type Proxy struct {
 	failed map[snapshot.Key]bindFailure
 	retry  retryState
 	closed bool
+	// touched are the load balancers whose status the last apply set.
+	touched []string
 
 	statusMu sync.Mutex
-	status   map[string][]Problem
+	status   *pmap.Map[string, []Problem]
 
 	tenants   sync.Map // tenant name -> *atomic.Int64 connections
 	hostConns atomic.Int64
@@ -149,7 +154,7 @@ func New(cfg Config) *Proxy {
 		metrics: cfg.Metrics,
 		sockets: map[snapshot.Key]*socket{},
 		failed:  map[snapshot.Key]bindFailure{},
-		status:  map[string][]Problem{},
+		status:  pmap.New[string, []Problem](pmap.String),
 	}
 	p.health = health.NewRegistry(health.Options{
 		Logger:      log,
@@ -188,76 +193,175 @@ func (p *Proxy) Update(objs []*pb.Object, revision uint64) error {
 	return nil
 }
 
-// apply serves s; it reports false when s was already served and no
-// listener that was missing could be opened.
+// ApplyChange applies ch, the change of the desired state that led to
+// revision, to the state of the last Update or ApplyChange, compiling only
+// what ch touches (snapshot.CompileChange). Otherwise it is Update: it
+// returns ErrNoChanges when nothing served changed. It also returns the
+// load balancers whose status it set again (sorted), for StatusOf and
+// ReadinessOf. The first state must come through Update.
+func (p *Proxy) ApplyChange(ch snapshot.Change, revision uint64) ([]string, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, ErrClosed
+	}
+	if p.snap == nil {
+		return nil, ErrNoState
+	}
+	s := snapshot.CompileChange(p.snap, ch, revision, p.cfg.Limits.Defaults)
+	p.touched = nil
+	applied := p.apply(s)
+	p.scheduleRetry(true)
+	if !applied {
+		return nil, ErrNoChanges
+	}
+	return p.touched, nil
+}
+
+// apply serves s; it reports false when s serves what was served and no
+// listener that was missing could be opened. It works on what differs
+// between the snapshot in service and s (pmap.Diff visits only the parts
+// the two do not share), so a change costs what it changes.
 func (p *Proxy) apply(s *snapshot.Snapshot) bool {
 	old := p.current.Load()
-	problems := make(map[string][]Problem, len(s.Problems))
-	for lb, ps := range s.Problems {
-		problems[lb] = slices.Clone(ps)
+	prev := p.snap
+	if prev == nil {
+		prev = &snapshot.Snapshot{}
 	}
-	sockets := make(map[snapshot.Key]*socket, len(s.Listeners))
-	missing, opened := 0, 0
-	for _, k := range sortedKeys(s.Listeners) {
-		l := s.Listeners[k]
-		field := fmt.Sprintf("listeners[%d]", l.Index)
-		if l.Protocol.L7() && p.cfg.HTTP == nil {
-			problems[l.LB] = append(problems[l.LB], Problem{Field: field,
-				Reason: fmt.Sprintf("%s listeners need the L7 handler, which this host does not run; %s is not open", l.Protocol, k)})
+	keySet := map[snapshot.Key]bool{}
+	added := false
+	pmap.Diff(prev.Listeners, s.Listeners, samePtr, func(k snapshot.Key, _ *snapshot.Listener, had bool, _ *snapshot.Listener, has bool) {
+		keySet[k] = true
+		added = added || had != has
+	})
+	lbs := map[string]bool{}
+	pmap.Diff(prev.Problems, s.Problems, slices.Equal, func(lb string, _ []Problem, _ bool, _ []Problem, _ bool) {
+		lbs[lb] = true
+	})
+	changed := len(keySet) > 0 || len(lbs) > 0
+	for k := range p.failed {
+		keySet[k] = true // retried
+	}
+	keys := slices.SortedFunc(maps.Keys(keySet), compareKeys)
+	opened := 0
+	fresh := map[snapshot.Key]*socket{}
+	for _, k := range keys {
+		if o := prev.Listener(k); o != nil {
+			lbs[o.LB] = true
+		}
+		l := s.Listener(k)
+		if l == nil {
 			continue
 		}
-		sock, isNew, err := p.acquireSocket(k)
+		lbs[l.LB] = true
+		if !p.opens(l) || p.sockets[k] != nil {
+			continue
+		}
+		sock, _, err := p.acquireSocket(k)
 		if err != nil {
-			missing++
-			problems[l.LB] = append(problems[l.LB], Problem{Field: field,
-				Reason: fmt.Sprintf("cannot listen on %s: %v; retried with backoff (free the port or move the listener)", k, err)})
 			p.bindFailed(l, err)
 			continue
 		}
-		if isNew {
-			opened++
-			p.bindOK(l)
-		}
-		sockets[k] = sock
+		opened++
+		p.bindOK(l)
+		fresh[k] = sock
 	}
-	if s == p.snap && opened == 0 {
-		for _, sock := range sockets {
-			p.releaseSocket(sock)
-		}
+	if !changed && opened == 0 {
+		// Nothing served changes; s is kept for the next compile.
+		p.snap = s
 		return false
 	}
-	p.health.SetSelf(s.ListenAddrs())
-	rt, retired := p.build(s, old)
-	p.current.Store(rt)
-	for _, sock := range p.sockets {
-		p.releaseSocket(sock)
+	if added || p.snap == nil {
+		p.health.SetSelf(s.ListenAddrs())
 	}
-	for k, sock := range sockets {
-		sock.setOwner(s.Listeners[k].LB)
+	rt, retired := p.build(s, old, keys)
+	p.current.Store(rt)
+	for _, k := range keys {
+		sock := p.sockets[k]
+		if sock == nil {
+			if sock = fresh[k]; sock == nil {
+				continue
+			}
+			p.sockets[k] = sock
+		}
+		if l := s.Listener(k); l == nil || !p.opens(l) {
+			p.releaseSocket(sock)
+			delete(p.sockets, k)
+		} else {
+			sock.setOwner(l.LB)
+		}
 	}
 	for _, pool := range retired {
 		pool.release(p.health)
 	}
-	p.sockets, p.snap, p.missing = sockets, s, missing
+	p.snap = s
 	for k := range p.failed {
-		if l := s.Listeners[k]; l == nil || sockets[k] != nil {
+		if l := s.Listener(k); l == nil || p.sockets[k] != nil {
 			delete(p.failed, k)
 		}
 	}
-	p.statusMu.Lock()
-	p.status = problems
-	p.statusMu.Unlock()
-	p.log.Info("configuration applied", "revision", s.Revision, "listeners", len(sockets), "missing", missing, "opened", opened)
+	p.missing = len(p.failed)
+	p.setStatus(s, lbs)
+	p.touched = slices.Sorted(maps.Keys(lbs))
+	p.log.Info("configuration applied", "revision", s.Revision, "listeners", len(p.sockets), "missing", p.missing,
+		"opened", opened, "changed", len(keys))
 	return true
 }
 
-func sortedKeys(m map[snapshot.Key]*snapshot.Listener) []snapshot.Key {
-	return slices.SortedFunc(maps.Keys(m), func(a, b snapshot.Key) int {
-		if c := a.Addr.Compare(b.Addr); c != 0 {
-			return c
+// opens reports whether this host opens a socket for l: http and https
+// listeners need the L7 handler.
+func (p *Proxy) opens(l *snapshot.Listener) bool { return !l.Protocol.L7() || p.cfg.HTTP != nil }
+
+func samePtr[T any](a, b *T) bool { return a == b }
+
+// setStatus sets the status of the load balancers lbs from s and the
+// listeners this host could not open (under p.mu).
+func (p *Proxy) setStatus(s *snapshot.Snapshot, lbs map[string]bool) {
+	for k := range p.failed {
+		if l := s.Listener(k); l != nil {
+			lbs[l.LB] = true
 		}
-		return int(a.Network) - int(b.Network)
-	})
+	}
+	p.statusMu.Lock()
+	defer p.statusMu.Unlock()
+	e := p.status.Edit()
+	for lb := range lbs {
+		ps, ok := s.Problems.Get(lb)
+		if !ok {
+			e.Delete(lb)
+			continue
+		}
+		ps = slices.Clone(ps)
+		for _, l := range s.ListenersOf(lb) {
+			field := fmt.Sprintf("listeners[%d]", l.Index)
+			if !p.opens(l) {
+				ps = append(ps, Problem{Field: field,
+					Reason: fmt.Sprintf("%s listeners need the L7 handler, which this host does not run; %s is not open", l.Protocol, l.Key)})
+			} else if bf, failed := p.failed[l.Key]; failed {
+				ps = append(ps, Problem{Field: field,
+					Reason: fmt.Sprintf("cannot listen on %s: %s; retried with backoff (free the port or move the listener)", l.Key, bf.err)})
+			}
+		}
+		e.Set(lb, ps)
+	}
+	p.status = e.Done()
+}
+
+func compareKeys(a, b snapshot.Key) int {
+	if c := a.Addr.Compare(b.Addr); c != 0 {
+		return c
+	}
+	return int(a.Network) - int(b.Network)
+}
+
+func sortedKeys(m *pmap.Map[snapshot.Key, *snapshot.Listener]) []snapshot.Key {
+	return slices.SortedFunc(func(yield func(snapshot.Key) bool) {
+		for k := range m.All() {
+			if !yield(k) {
+				return
+			}
+		}
+	}, compareKeys)
 }
 
 // Status returns, for every load balancer of the last Update
@@ -266,9 +370,10 @@ func sortedKeys(m map[snapshot.Key]*snapshot.Listener) []snapshot.Key {
 // balancer without problems has an empty list.
 func (p *Proxy) Status() map[string][]Problem {
 	p.statusMu.Lock()
-	defer p.statusMu.Unlock()
-	out := make(map[string][]Problem, len(p.status))
-	for lb, ps := range p.status {
+	st := p.status
+	p.statusMu.Unlock()
+	out := make(map[string][]Problem, st.Len())
+	for lb, ps := range st.All() {
 		out[lb] = slices.Clone(ps)
 	}
 	return out
@@ -290,7 +395,7 @@ func (p *Proxy) Close() error {
 		p.releaseSocket(sock)
 	}
 	p.sockets, p.snap = nil, nil
-	for _, pool := range old.pools {
+	for _, pool := range old.pools.All() {
 		pool.release(p.health)
 	}
 	p.mu.Unlock()

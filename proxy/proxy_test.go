@@ -325,7 +325,7 @@ func TestHealthStateSurvivesSwaps(t *testing.T) {
 		t.Fatal(err)
 	}
 	deadUsable := func() bool {
-		for _, m := range p.current.Load().listeners[key].Backend().Members() {
+		for _, m := range p.current.Load().listener(key).Backend().Members() {
 			if m.Addr.String() == dead {
 				return m.Usable()
 			}
@@ -336,11 +336,11 @@ func TestHealthStateSurvivesSwaps(t *testing.T) {
 	if deadUsable() {
 		t.Fatal("the dead member was not ejected")
 	}
-	before := p.current.Load().listeners[key].Backend()
+	before := p.current.Load().listener(key).Backend()
 	a2 := clone(a)
 	a2.Pools["app"].Members = append(a2.Pools["app"].Members, &pb.Member{Address: "127.0.0.1:1"})
 	update(t, p, a2, l4LB("b", "127.0.0.3", port, "tcp", be.addr))
-	if p.current.Load().listeners[key].Backend() == before {
+	if p.current.Load().listener(key).Backend() == before {
 		t.Fatal("the changed pool was not rebuilt")
 	}
 	if deadUsable() {

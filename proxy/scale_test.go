@@ -3,11 +3,14 @@ package proxy
 import (
 	"fmt"
 	"runtime"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
 
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+	"github.com/teapot-lb/teapot-lb/proxy/internal/pmap"
+	"github.com/teapot-lb/teapot-lb/proxy/snapshot"
 )
 
 // scaleLBs is n load balancers with one tcp listener and ten members
@@ -60,6 +63,7 @@ func TestUpdateScales(t *testing.T) {
 	type point struct {
 		n                int
 		first, change    time.Duration
+		delta            time.Duration
 		heapBefore, heap uint64
 	}
 	measure := func(n int) point {
@@ -88,18 +92,49 @@ func TestUpdateScales(t *testing.T) {
 			t.Fatal(err)
 		}
 		pt.change = time.Since(start)
+
+		// The same kind of change through ApplyChange: it touches one load
+		// balancer, and the served state shares everything else.
+		before := p.current.Load()
+		changed := clone(lbs[n/3])
+		changed.Pools["app"].Members[1].Address = "127.99.0.2:1"
+		start = time.Now()
+		touched, err := p.ApplyChange(snapshot.Change{Put: []*pb.Object{wrapLB(changed)}}, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pt.delta = time.Since(start)
+		after := p.current.Load()
+		if want := "acme/" + changed.Name; len(touched) != 1 || touched[0] != want {
+			t.Errorf("ApplyChange touched %v, want [%s]", touched, want)
+		}
+		if got := pmap.Shared(before.listeners, after.listeners); got < pmap.Shared(before.listeners, before.listeners)-1 {
+			t.Errorf("one changed listener: the served listeners share %d shards with the previous ones, want all but one", got)
+		}
+		var newPools int
+		for sp, lp := range after.pools.All() {
+			if old, ok := before.pools.Get(sp); !ok || old != lp {
+				newPools++
+			}
+		}
+		if newPools != 1 || after.pools.Len() != before.pools.Len() {
+			t.Errorf("%d new live pools (of %d, had %d), want the changed one", newPools, after.pools.Len(), before.pools.Len())
+		}
+		if ms := p.Members("acme/" + changed.Name); len(ms) != 10 || !slices.ContainsFunc(ms, func(m MemberHealth) bool { return m.Addr.String() == "127.99.0.2:1" }) {
+			t.Errorf("members after ApplyChange: %v", ms)
+		}
 		return pt
 	}
 	small, large := measure(1000), measure(10000)
 	for _, pt := range []point{small, large} {
-		t.Logf("%6d LBs x 10 members: first Update %v (compile, bind %d sockets, swap), one change %v, heap +%.1f MiB",
-			pt.n, pt.first.Round(time.Millisecond), pt.n, pt.change.Round(time.Millisecond), float64(pt.heap)/(1<<20))
+		t.Logf("%6d LBs x 10 members: first Update %v (compile, bind %d sockets, swap), one change %v, through ApplyChange %v, heap +%.1f MiB",
+			pt.n, pt.first.Round(time.Millisecond), pt.n, pt.change.Round(time.Millisecond), pt.delta.Round(time.Microsecond), float64(pt.heap)/(1<<20))
 	}
 	limit := 5 * time.Second
 	if raceEnabled {
 		limit *= 5
 	}
-	if large.first > limit || large.change > limit/5 {
-		t.Errorf("10,000 load balancers: first Update %v, one change %v", large.first, large.change)
+	if large.first > limit || large.change > limit/5 || large.delta > limit/5 {
+		t.Errorf("10,000 load balancers: first Update %v, one change %v, through ApplyChange %v", large.first, large.change, large.delta)
 	}
 }

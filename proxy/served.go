@@ -8,6 +8,7 @@ import (
 
 	"github.com/teapot-lb/teapot-lb/proxy/balance"
 	"github.com/teapot-lb/teapot-lb/proxy/health"
+	"github.com/teapot-lb/teapot-lb/proxy/internal/pmap"
 	"github.com/teapot-lb/teapot-lb/proxy/snapshot"
 )
 
@@ -16,14 +17,24 @@ import (
 // published.
 type served struct {
 	snap      *snapshot.Snapshot
-	listeners map[snapshot.Key]*ListenerSnapshot
-	pools     map[*snapshot.Pool]*Pool
+	listeners *pmap.Map[snapshot.Key, *ListenerSnapshot]
+	pools     *pmap.Map[*snapshot.Pool, *Pool]
 	// byLB holds each load balancer's live pools ("tenant/name").
-	byLB map[string][]*Pool
+	byLB *pmap.Map[string, []*Pool]
 }
 
 func emptyServed() *served {
-	return &served{listeners: map[snapshot.Key]*ListenerSnapshot{}, pools: map[*snapshot.Pool]*Pool{}, byLB: map[string][]*Pool{}}
+	return &served{
+		listeners: pmap.New[snapshot.Key, *ListenerSnapshot](snapshot.HashKey),
+		pools:     pmap.New[*snapshot.Pool, *Pool](pmap.Pointer[snapshot.Pool]),
+		byLB:      pmap.New[string, []*Pool](pmap.String),
+	}
+}
+
+// listener returns the listener in service at k, or nil.
+func (s *served) listener(k snapshot.Key) *ListenerSnapshot {
+	l, _ := s.listeners.Get(k)
+	return l
 }
 
 // ListenerSnapshot is one listener's compiled configuration with the live
@@ -50,6 +61,9 @@ type Pool struct {
 	members []*balance.Member
 	bal     balance.Balancer
 	http    atomic.Pointer[httpBackend] // built by HTTP on first use
+	// refs counts the listeners in service that use the pool (under
+	// Proxy.mu).
+	refs int
 }
 
 // Pick returns a usable member, or nil when none is. key is the client IP
@@ -109,51 +123,63 @@ func (p *Pool) release(reg *health.Registry) {
 	}
 }
 
-// build joins s with live pools, reusing old's for the pools and listeners
-// Compile kept. It returns the pools of old that s no longer uses.
-func (p *Proxy) build(s *snapshot.Snapshot, old *served) (*served, []*Pool) {
-	rt := &served{
-		snap:      s,
-		listeners: make(map[snapshot.Key]*ListenerSnapshot, len(s.Listeners)),
-		pools:     make(map[*snapshot.Pool]*Pool, len(old.pools)),
-		byLB:      make(map[string][]*Pool, len(old.byLB)),
-	}
+// build joins s with live pools: it starts from old, the served state in
+// service, and sets again only the listeners at keys (those that differ
+// between old's snapshot and s), reusing old's live pools for the compiled
+// pools s kept. It returns the pools no listener uses any more.
+func (p *Proxy) build(s *snapshot.Snapshot, old *served, keys []snapshot.Key) (*served, []*Pool) {
+	ls, pools, byLB := old.listeners.Edit(), old.pools.Edit(), old.byLB.Edit()
 	live := func(sp *snapshot.Pool) *Pool {
-		if lp := rt.pools[sp]; lp != nil {
+		if lp, ok := pools.Get(sp); ok {
+			lp.refs++
 			return lp
 		}
-		lp := old.pools[sp]
-		if lp == nil {
-			lp = newPool(sp, p.health)
-		}
-		rt.pools[sp] = lp
-		rt.byLB[sp.LB] = append(rt.byLB[sp.LB], lp)
+		lp := newPool(sp, p.health)
+		lp.refs = 1
+		pools.Set(sp, lp)
+		of, _ := byLB.Get(sp.LB)
+		byLB.Set(sp.LB, append(slices.Clip(of), lp))
 		return lp
 	}
-	for k, l := range s.Listeners {
-		if ol := old.listeners[k]; ol != nil && ol.Listener == l {
-			rt.listeners[k] = ol
-			for sp := range ol.pools {
-				live(sp)
-			}
+	var dropped []*Pool
+	for _, k := range keys {
+		l := s.Listener(k)
+		ol, had := ls.Get(k)
+		if had && l != nil && ol.Listener == l {
 			continue
 		}
-		ls := &ListenerSnapshot{Listener: l, pools: map[*snapshot.Pool]*Pool{}}
-		if l.Pool != nil {
-			ls.pools[l.Pool] = live(l.Pool)
+		if l != nil {
+			nl := &ListenerSnapshot{Listener: l, pools: map[*snapshot.Pool]*Pool{}}
+			for _, sp := range l.Pools() {
+				nl.pools[sp] = live(sp)
+			}
+			ls.Set(k, nl)
+		} else {
+			ls.Delete(k)
 		}
-		for _, r := range l.Routes.Routes() {
-			ls.pools[r.Pool] = live(r.Pool)
+		if had {
+			for _, lp := range ol.pools {
+				if lp.refs--; lp.refs == 0 {
+					dropped = append(dropped, lp)
+				}
+			}
 		}
-		rt.listeners[k] = ls
 	}
 	var retired []*Pool
-	for sp, lp := range old.pools {
-		if rt.pools[sp] == nil {
-			retired = append(retired, lp)
+	for _, lp := range dropped {
+		if lp.refs != 0 || slices.Contains(retired, lp) {
+			continue
+		}
+		retired = append(retired, lp)
+		pools.Delete(lp.Spec)
+		of, _ := byLB.Get(lp.Spec.LB)
+		if of = slices.DeleteFunc(slices.Clone(of), func(o *Pool) bool { return o == lp }); len(of) == 0 {
+			byLB.Delete(lp.Spec.LB)
+		} else {
+			byLB.Set(lp.Spec.LB, of)
 		}
 	}
-	return rt, retired
+	return &served{snap: s, listeners: ls.Done(), pools: pools.Done(), byLB: byLB.Done()}, retired
 }
 
 // Unhealthy returns, per load balancer ("tenant/name"), why it cannot take
@@ -167,7 +193,7 @@ func (p *Proxy) Unhealthy() map[string]string {
 		return nil
 	}
 	usable := map[string]bool{}
-	for spec, pool := range cur.pools {
+	for spec, pool := range cur.pools.All() {
 		ok := usable[spec.LB]
 		for _, m := range pool.members {
 			ok = ok || m.Usable()
@@ -199,7 +225,8 @@ func (p *Proxy) Members(lb string) []MemberHealth {
 		return nil
 	}
 	var out []MemberHealth
-	for _, pool := range cur.byLB[lb] {
+	of, _ := cur.byLB.Get(lb)
+	for _, pool := range of {
 		for _, m := range pool.members {
 			out = append(out, MemberHealth{Pool: pool.Spec.Name, Addr: m.Addr, Healthy: m.Usable()})
 		}
@@ -211,6 +238,56 @@ func (p *Proxy) Members(lb string) []MemberHealth {
 		return a.Addr.Compare(b.Addr)
 	})
 	return slices.CompactFunc(out, func(a, b MemberHealth) bool { return a.Pool == b.Pool && a.Addr == b.Addr })
+}
+
+// ReadinessOf is Readiness for the load balancers lbs only; gone lists
+// those of lbs the last Update did not hold. It reads their own status and
+// pools, nothing else.
+func (p *Proxy) ReadinessOf(lbs []string) (ready map[string]string, gone []string) {
+	p.statusMu.Lock()
+	st := p.status
+	p.statusMu.Unlock()
+	cur := p.current.Load()
+	ready = make(map[string]string, len(lbs))
+	for _, lb := range lbs {
+		problems, ok := st.Get(lb)
+		if !ok {
+			gone = append(gone, lb)
+			continue
+		}
+		var parts []string
+		for _, pr := range problems {
+			parts = append(parts, pr.Field+": "+pr.Reason)
+		}
+		if pools, _ := cur.byLB.Get(lb); len(parts) == 0 && len(pools) > 0 {
+			usable := false
+			for _, pool := range pools {
+				for _, m := range pool.members {
+					usable = usable || m.Usable()
+				}
+			}
+			if !usable {
+				parts = append(parts, "no healthy member in any of its pools")
+			}
+		}
+		ready[lb] = strings.Join(parts, "; ")
+	}
+	return ready, gone
+}
+
+// StatusOf is Status for the load balancers lbs only; those the last
+// Update did not hold are left out.
+func (p *Proxy) StatusOf(lbs []string) map[string][]Problem {
+	p.statusMu.Lock()
+	st := p.status
+	p.statusMu.Unlock()
+	out := make(map[string][]Problem, len(lbs))
+	for _, lb := range lbs {
+		if ps, ok := st.Get(lb); ok {
+			out[lb] = slices.Clone(ps)
+		}
+	}
+	return out
 }
 
 // Readiness tells, for every load balancer of the last Update

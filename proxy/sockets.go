@@ -211,7 +211,7 @@ func refuse(c *net.TCPConn) {
 // accept hands one connection to its protocol, reading the snapshot in
 // service now.
 func (p *Proxy) accept(s *socket, c *net.TCPConn) {
-	l := p.current.Load().listeners[s.key]
+	l := p.current.Load().listener(s.key)
 	if l == nil {
 		refuse(c)
 		return
@@ -261,7 +261,7 @@ func (p *Proxy) accept(s *socket, c *net.TCPConn) {
 // snapshot in service: nil once the listener or its load balancer is gone.
 func (p *Proxy) currentFunc(k snapshot.Key, lb string) func() *ListenerSnapshot {
 	return func() *ListenerSnapshot {
-		if l := p.current.Load().listeners[k]; l != nil && l.LB == lb {
+		if l := p.current.Load().listener(k); l != nil && l.LB == lb {
 			return l
 		}
 		return nil

@@ -211,7 +211,7 @@ func TestAllMembersDownRefusesAtOnce(t *testing.T) {
 		update(t, p, lb)
 		// The echo member does not speak HTTP: its check fails.
 		eventually(t, "member down", func() bool {
-			return !p.current.Load().listeners[snapshot.Key{Addr: netip.MustParseAddrPort(vipAddr("127.0.0.2", port)), Network: snapshot.TCP}].Backend().Members()[0].Usable()
+			return !p.current.Load().listener(snapshot.Key{Addr: netip.MustParseAddrPort(vipAddr("127.0.0.2", port)), Network: snapshot.TCP}).Backend().Members()[0].Usable()
 		})
 		expectRefused(t, vipAddr("127.0.0.2", port))
 	})
@@ -379,6 +379,9 @@ func TestUnhealthyListsLoadBalancersWithoutUsableMembers(t *testing.T) {
 		t.Fatalf("members of acme/fine: %+v", ms)
 	}
 	// Back to a TCP check, which the echo member passes: no longer listed.
+	// (A change is a new object: the proxy takes an unchanged pointer as
+	// an unchanged load balancer.)
+	checked = clone(checked)
 	checked.Pools["app"].HealthCheck = &pb.HealthCheck{Tcp: &pb.TCPCheck{}, Interval: dur(20 * time.Millisecond), Rise: 1, Fall: 1}
 	update(t, p, checked, fine)
 	eventually(t, "checked healthy again", func() bool { return len(p.Unhealthy()) == 0 })

@@ -107,7 +107,7 @@ func (u *udpSocket) flow(client netip.AddrPort) *flow {
 	if f := u.flows[client]; f != nil || u.closed {
 		return f
 	}
-	l := p.current.Load().listeners[u.s.key]
+	l := p.current.Load().listener(u.s.key)
 	if l == nil {
 		return nil
 	}

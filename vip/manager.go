@@ -224,6 +224,58 @@ func (m *Manager) SetReady(lbs map[string]string) {
 	m.poke()
 }
 
+// SetReadyFor is SetReady for some load balancers only: lbs holds their
+// readiness as SetReady takes it, and gone those that no longer exist.
+// The others keep theirs. A call that changes nothing costs what it holds
+// and does not wake the loop. It does nothing before the first SetReady.
+func (m *Manager) SetReadyFor(lbs map[string]string, gone []string) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	if !m.haveReady {
+		m.mu.Unlock()
+		return
+	}
+	same := true
+	for lb, why := range lbs {
+		if old, ok := m.ready[lb]; !ok || old != why {
+			same = false
+			break
+		}
+	}
+	for _, lb := range gone {
+		if _, ok := m.ready[lb]; ok {
+			same = false
+		}
+	}
+	if same {
+		m.mu.Unlock()
+		return
+	}
+	// The loop reads the map it took without the lock: a new one.
+	ready := maps.Clone(m.ready)
+	maps.Copy(ready, lbs)
+	for _, lb := range gone {
+		delete(ready, lb)
+	}
+	m.ready = ready
+	m.mu.Unlock()
+	m.poke()
+}
+
+// LoadBalancerChangeMatters reports whether a change of a load balancer
+// from prev to next (nil when created or deleted) can change which VIPs
+// exist: its address, its VIP request or its existence. Other changes
+// (members, routes, listeners) leave the desired VIPs as they are.
+func LoadBalancerChangeMatters(prev, next *pb.LoadBalancer) bool {
+	if prev == nil || next == nil {
+		return true
+	}
+	return prev.GetStatus().GetAddress() != next.GetStatus().GetAddress() ||
+		prev.GetVip().GetPool() != next.GetVip().GetPool()
+}
+
 // HeartbeatKey derives the failure detector's key from the cluster CA's
 // private key, which every host holds and no tenant sees.
 func HeartbeatKey(caKeyPEM []byte) []byte {

@@ -3,6 +3,7 @@ package snapshot
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"math"
 	"net/netip"
 	"slices"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/teapot-lb/teapot-lb/api"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+	"github.com/teapot-lb/teapot-lb/proxy/internal/pmap"
 )
 
 // Compile turns the full desired state (every LoadBalancer, Tenant and
@@ -21,15 +23,15 @@ import (
 //
 // prev is the snapshot in service (or nil). Of two load balancers claiming
 // one listen key, the one prev serves there keeps it; otherwise the older
-// one (meta.created), then the first by tenant and name. When nothing
-// changed Compile returns prev itself.
+// one (meta.created), then the first by tenant and name.
 //
 // Compile is incremental: a load balancer whose object is the one prev was
 // compiled from (the same pointer: objects are never modified once handed
-// to Compile; a change is a new object), whose tenant object is the same
-// and with the same VIP pools and defaults is not compiled again; its
-// listeners, pools, routes and problems are taken from prev as they are.
-// Stats says how many were compiled.
+// to Compile; a change is a new object), under a tenant that compiles the
+// same and the same VIP pools and defaults, is not compiled again; its
+// listeners, pools, routes and problems are prev's, by identity. When
+// nothing changed Compile returns prev itself. Stats says how many load
+// balancers were compiled.
 func Compile(objs []*pb.Object, revision uint64, d Defaults, prev *Snapshot) *Snapshot {
 	s, _ := compile(objs, revision, d, prev)
 	return s
@@ -37,35 +39,148 @@ func Compile(objs []*pb.Object, revision uint64, d Defaults, prev *Snapshot) *Sn
 
 // compile is Compile, also returning its Stats when it returns prev.
 func compile(objs []*pb.Object, revision uint64, d Defaults, prev *Snapshot) (*Snapshot, Stats) {
-	c := newCompiler(objs, d.WithDefaults(), prev)
-	for _, lb := range c.lbs {
-		c.loadBalancer(lb)
+	tenants := map[string]*pb.Tenant{}
+	var pools []*pb.VIPPool
+	var lbs []*pb.LoadBalancer
+	for _, o := range objs {
+		switch v := o.GetKind().(type) {
+		case *pb.Object_Tenant:
+			tenants[v.Tenant.GetName()] = v.Tenant
+		case *pb.Object_VipPool:
+			pools = append(pools, v.VipPool)
+		case *pb.Object_LoadBalancer:
+			lbs = append(lbs, v.LoadBalancer)
+		}
 	}
-	s := &Snapshot{Revision: revision, Listeners: c.resolveClaims(), Problems: c.problems,
-		Stats: c.stats, entries: c.entries, env: c.env}
-	if s.sameAs(prev) {
-		return prev, c.stats
+	slices.SortFunc(pools, func(a, b *pb.VIPPool) int { return cmp.Compare(a.GetName(), b.GetName()) })
+	c := newCompiler(d.WithDefaults(), prev, tenants, pools)
+	matched := 0
+	for _, lb := range lbs {
+		id := lbID(lb)
+		if c.done[id] {
+			continue
+		}
+		if c.reusable {
+			if e, ok := prev.entries.Get(id); ok {
+				matched++
+				if e.src == lb && e.tenant == c.tenants[lb.GetTenant()] {
+					continue
+				}
+			}
+		}
+		c.put(id, lb)
 	}
-	return s, c.stats
+	if c.reusable && matched < prev.entries.Len() {
+		// Some load balancers are gone: find them.
+		ids := make(map[string]bool, len(lbs))
+		for _, lb := range lbs {
+			ids[lbID(lb)] = true
+		}
+		for id := range prev.entries.All() {
+			if !ids[id] {
+				c.remove(id)
+			}
+		}
+	}
+	return c.finish(revision)
 }
+
+// Change is what changed in the desired state from one revision to the
+// next: the objects written and the references deleted. Kinds other than
+// LoadBalancer, Tenant and VIPPool are ignored.
+type Change struct {
+	Put     []*pb.Object
+	Deleted []*pb.ObjectRef
+}
+
+// CompileChange returns prev with ch applied, as Compile would return it
+// for the whole state after ch, compiling only the load balancers ch
+// touches: those written or deleted, and those of a tenant written or
+// deleted when the tenant no longer compiles the same. A change of the VIP
+// pools or of d compiles every load balancer. prev must not be nil.
+func CompileChange(prev *Snapshot, ch Change, revision uint64, d Defaults) *Snapshot {
+	s, _ := compileChange(prev, ch, revision, d)
+	return s
+}
+
+func compileChange(prev *Snapshot, ch Change, revision uint64, d Defaults) (*Snapshot, Stats) {
+	tenants := make(map[string]*pb.Tenant, len(prev.tenants))
+	for name, t := range prev.tenants {
+		tenants[name] = t.src
+	}
+	pools := slices.Clone(prev.env.pools)
+	lbs := map[string]*pb.LoadBalancer{}
+	var gone []string
+	for _, o := range ch.Put {
+		switch v := o.GetKind().(type) {
+		case *pb.Object_Tenant:
+			tenants[v.Tenant.GetName()] = v.Tenant
+		case *pb.Object_VipPool:
+			pools = slices.DeleteFunc(pools, func(p *pb.VIPPool) bool { return p.GetName() == v.VipPool.GetName() })
+			pools = append(pools, v.VipPool)
+		case *pb.Object_LoadBalancer:
+			lbs[lbID(v.LoadBalancer)] = v.LoadBalancer
+		}
+	}
+	for _, r := range ch.Deleted {
+		switch r.GetKind() {
+		case api.KindTenant:
+			delete(tenants, r.GetName())
+		case api.KindVIPPool:
+			pools = slices.DeleteFunc(pools, func(p *pb.VIPPool) bool { return p.GetName() == r.GetName() })
+		case api.KindLoadBalancer:
+			id := r.GetTenant() + "/" + r.GetName()
+			delete(lbs, id)
+			gone = append(gone, id)
+		}
+	}
+	slices.SortFunc(pools, func(a, b *pb.VIPPool) int { return cmp.Compare(a.GetName(), b.GetName()) })
+	c := newCompiler(d.WithDefaults(), prev, tenants, pools)
+	if !c.reusable {
+		// Everything compiles again, from the objects prev was compiled from.
+		for id, e := range prev.entries.All() {
+			if _, ok := lbs[id]; !ok && !slices.Contains(gone, id) {
+				lbs[id] = e.src
+			}
+		}
+	} else if len(c.changedTenants) > 0 {
+		for id, e := range prev.entries.All() {
+			if _, ok := lbs[id]; !ok && c.changedTenants[e.src.GetTenant()] {
+				lbs[id] = e.src
+			}
+		}
+	}
+	for _, id := range gone {
+		c.remove(id)
+	}
+	for _, id := range slices.Sorted(maps.Keys(lbs)) {
+		c.put(id, lbs[id])
+	}
+	return c.finish(revision)
+}
+
+func lbID(lb *pb.LoadBalancer) string { return lb.GetTenant() + "/" + lb.GetName() }
 
 // Stats counts the work of one Compile.
 type Stats struct {
-	// Compiled load balancers were compiled from their objects; Reused
-	// ones were taken from the previous snapshot unchanged.
-	Compiled, Reused int
+	// Compiled load balancers were compiled from their objects; the others
+	// were taken from the previous snapshot as they were.
+	Compiled int
 	// NewPools counts the pools built that the previous snapshot did not
 	// hold an equal one of.
 	NewPools int
+	// Keys counts the listen keys whose claims were resolved again.
+	Keys int
 }
 
 // entry is one load balancer's compiled form, kept in the snapshot so that
 // the next Compile can take it as it is.
 type entry struct {
 	src    *pb.LoadBalancer
-	tenant *pb.Tenant // the tenant object it was compiled against
-	// claims are the listeners that want a listen key.
-	claims   []claim
+	tenant *tenantInfo // what it was compiled against
+	// claims are the listeners that want a listen key, in listener order.
+	claims []claim
+	// problems are the load balancer's own, without lost claims.
 	problems []Problem
 	created  int64
 	pools    map[string]*Pool
@@ -75,10 +190,16 @@ type entry struct {
 // object and its tenant.
 type env struct {
 	d     Defaults
-	pools []*pb.VIPPool
+	pools []*pb.VIPPool // by name
 }
 
-func (e *env) equal(o *env) bool { return o != nil && e.d == o.d && slices.Equal(e.pools, o.pools) }
+// equal reports whether load balancers compile the same under e and o:
+// the same defaults and VIP pools of the same ranges.
+func (e *env) equal(o *env) bool {
+	return o != nil && e.d == o.d && slices.EqualFunc(e.pools, o.pools, func(a, b *pb.VIPPool) bool {
+		return a == b || slices.Equal(a.GetCidrs(), b.GetCidrs())
+	})
+}
 
 type tenantInfo struct {
 	src     *pb.Tenant
@@ -89,20 +210,34 @@ type tenantInfo struct {
 	conns, connsPerListener int
 }
 
+// equal reports whether two tenants compile their load balancers the same.
+func (t *tenantInfo) equal(o *tenantInfo) bool {
+	return t.conns == o.conns && t.connsPerListener == o.connsPerListener &&
+		slices.Equal(t.domains, o.domains) && slices.Equal(t.nets, o.nets)
+}
+
 type compiler struct {
 	d    Defaults
 	prev *Snapshot
 	// reusable: prev's entries may be taken (same VIP pools and defaults).
-	reusable  bool
-	env       *env
-	tenants   map[string]*tenantInfo
-	vipRanges []api.Range
-	lbs       []*pb.LoadBalancer
-	problems  map[string][]Problem
-	claims    map[Key][]claim
-	created   map[string]int64
-	entries   map[string]*entry
-	stats     Stats
+	reusable bool
+	env      *env
+	// tenants are prev's tenantInfo values for the tenants that compile
+	// the same; changedTenants names the others.
+	tenants        map[string]*tenantInfo
+	changedTenants map[string]bool
+	vipRanges      []api.Range
+
+	entries   *pmap.Editor[string, *entry]
+	claims    *pmap.Editor[Key, []claim]
+	listeners *pmap.Editor[Key, *Listener]
+	problems  *pmap.Editor[string, []Problem]
+	// done holds the load balancers compiled or removed; keys and lbs
+	// what must be resolved again.
+	done  map[string]bool
+	keys  map[Key]bool
+	lbs   map[string]bool
+	stats Stats
 }
 
 // claim is a listener that wants a listen key.
@@ -111,49 +246,134 @@ type claim struct {
 	field string
 }
 
-func newCompiler(objs []*pb.Object, d Defaults, prev *Snapshot) *compiler {
-	n := 0
-	if prev != nil {
-		n = len(prev.entries)
-	}
+func newCompiler(d Defaults, prev *Snapshot, tenants map[string]*pb.Tenant, pools []*pb.VIPPool) *compiler {
 	c := &compiler{
-		d:        d,
-		prev:     prev,
-		env:      &env{d: d},
-		tenants:  map[string]*tenantInfo{},
-		problems: make(map[string][]Problem, n),
-		claims:   make(map[Key][]claim, len(objs)),
-		created:  make(map[string]int64, n),
-		entries:  make(map[string]*entry, n),
+		d:              d,
+		prev:           prev,
+		env:            &env{d: d, pools: pools},
+		tenants:        make(map[string]*tenantInfo, len(tenants)),
+		changedTenants: map[string]bool{},
+		done:           map[string]bool{},
+		keys:           map[Key]bool{},
+		lbs:            map[string]bool{},
 	}
-	for _, o := range objs {
-		switch v := o.GetKind().(type) {
-		case *pb.Object_Tenant:
-			c.tenants[v.Tenant.GetName()] = newTenantInfo(v.Tenant)
-		case *pb.Object_VipPool:
-			c.env.pools = append(c.env.pools, v.VipPool)
-			for _, s := range v.VipPool.GetCidrs() {
-				if r, err := api.ParsePoolRanges([]string{s}); err == nil {
-					c.vipRanges = append(c.vipRanges, r...)
-				}
+	for _, p := range pools {
+		for _, s := range p.GetCidrs() {
+			if r, err := api.ParsePoolRanges([]string{s}); err == nil {
+				c.vipRanges = append(c.vipRanges, r...)
 			}
-		case *pb.Object_LoadBalancer:
-			c.lbs = append(c.lbs, v.LoadBalancer)
 		}
 	}
-	c.reusable = prev != nil && c.env.equal(prev.env)
+	if prev == nil {
+		prev = emptySnapshot()
+		c.prev = nil
+	}
+	c.reusable = c.prev != nil && c.env.equal(prev.env)
+	for name, t := range tenants {
+		ti := newTenantInfo(t)
+		if old := prev.tenants[name]; old != nil && (old.src == t || old.equal(ti)) {
+			ti = old
+		} else {
+			c.changedTenants[name] = true
+		}
+		c.tenants[name] = ti
+	}
+	for name := range prev.tenants {
+		if tenants[name] == nil {
+			c.changedTenants[name] = true
+		}
+	}
+	if c.reusable {
+		c.entries, c.claims = prev.entries.Edit(), prev.claims.Edit()
+		c.listeners, c.problems = prev.Listeners.Edit(), prev.Problems.Edit()
+	} else {
+		// Every load balancer compiles again; only the winners of
+		// contested keys and unchanged values are taken from prev.
+		e := emptySnapshot()
+		c.entries, c.claims = e.entries.Edit(), e.claims.Edit()
+		c.listeners, c.problems = e.Listeners.Edit(), e.Problems.Edit()
+	}
 	return c
 }
 
-func newTenantInfo(t *pb.Tenant) *tenantInfo {
-	ti := &tenantInfo{src: t, domains: t.GetDomains(), conns: int(t.GetQuotas().GetConnections()),
-		connsPerListener: int(t.GetQuotas().GetConnectionsPerListener())}
-	for _, s := range t.GetNetworks() {
-		if p, err := netip.ParsePrefix(s); err == nil && p == p.Masked() {
-			ti.nets = append(ti.nets, p)
-		}
+func emptySnapshot() *Snapshot {
+	return &Snapshot{
+		Listeners: pmap.New[Key, *Listener](HashKey),
+		Problems:  pmap.New[string, []Problem](pmap.String),
+		entries:   pmap.New[string, *entry](pmap.String),
+		claims:    pmap.New[Key, []claim](HashKey),
+		tenants:   map[string]*tenantInfo{},
+		env:       &env{},
 	}
-	return ti
+}
+
+// finish resolves the keys and problems the changes touched and returns
+// the new snapshot, or prev when nothing changed.
+func (c *compiler) finish(revision uint64) (*Snapshot, Stats) {
+	if c.reusable && len(c.done) == 0 && len(c.changedTenants) == 0 {
+		return c.prev, c.stats
+	}
+	c.resolve()
+	s := &Snapshot{
+		Revision:  revision,
+		Listeners: c.listeners.Done(),
+		Problems:  c.problems.Done(),
+		Stats:     c.stats,
+		entries:   c.entries.Done(),
+		claims:    c.claims.Done(),
+		tenants:   c.tenants,
+		env:       c.env,
+	}
+	return s, c.stats
+}
+
+// put compiles a load balancer (again) in place of its previous form.
+func (c *compiler) put(id string, lb *pb.LoadBalancer) {
+	c.unclaim(id)
+	c.done[id] = true
+	c.lbs[id] = true
+	c.stats.Compiled++
+	t := c.tenants[lb.GetTenant()]
+	e := &entry{src: lb, tenant: t, created: createdNanos(lb)}
+	b := &lbCompile{c: c, id: id}
+	b.compile(lb, t, e)
+	e.problems = b.problems
+	if e.problems == nil {
+		e.problems = []Problem{}
+	}
+	c.entries.Set(id, e)
+	for _, cl := range e.claims {
+		cs, _ := c.claims.Get(cl.l.Key)
+		c.claims.Set(cl.l.Key, append(slices.Clip(cs), cl))
+		c.keys[cl.l.Key] = true
+	}
+}
+
+// remove drops a load balancer that is gone.
+func (c *compiler) remove(id string) {
+	c.unclaim(id)
+	c.done[id] = true
+	c.entries.Delete(id)
+	c.problems.Delete(id)
+}
+
+// unclaim withdraws the claims of a load balancer's previous form.
+func (c *compiler) unclaim(id string) {
+	old, ok := c.entries.Get(id)
+	if !ok {
+		return
+	}
+	for _, cl := range old.claims {
+		k := cl.l.Key
+		cs, _ := c.claims.Get(k)
+		cs = slices.DeleteFunc(slices.Clone(cs), func(o claim) bool { return o.l.LB == id })
+		if len(cs) == 0 {
+			c.claims.Delete(k)
+		} else {
+			c.claims.Set(k, cs)
+		}
+		c.keys[k] = true
+	}
 }
 
 // lbCompile collects one load balancer's problems.
@@ -165,46 +385,6 @@ type lbCompile struct {
 
 func (b *lbCompile) problem(field, format string, args ...any) {
 	b.problems = append(b.problems, Problem{Field: field, Reason: fmt.Sprintf(format, args...)})
-}
-
-func (c *compiler) loadBalancer(lb *pb.LoadBalancer) {
-	id := lb.GetTenant() + "/" + lb.GetName()
-	if _, dup := c.problems[id]; dup {
-		return
-	}
-	t := c.tenants[lb.GetTenant()]
-	var tsrc *pb.Tenant
-	if t != nil {
-		tsrc = t.src
-	}
-	if c.reusable {
-		if e := c.prev.entries[id]; e != nil && e.src == lb && e.tenant == tsrc {
-			c.take(id, e)
-			c.stats.Reused++
-			return
-		}
-	}
-	c.stats.Compiled++
-	e := &entry{src: lb, tenant: tsrc, created: createdNanos(lb)}
-	b := &lbCompile{c: c, id: id}
-	b.compile(lb, t, e)
-	e.problems = b.problems
-	if e.problems == nil {
-		e.problems = []Problem{}
-	}
-	c.take(id, e)
-}
-
-// take adds a load balancer's compiled form to the snapshot being built.
-func (c *compiler) take(id string, e *entry) {
-	c.entries[id] = e
-	// Clipped: problems found while resolving claims are appended to a
-	// copy, never to the entry's.
-	c.problems[id] = slices.Clip(e.problems)
-	c.created[id] = e.created
-	for _, cl := range e.claims {
-		c.claims[cl.l.Key] = append(c.claims[cl.l.Key], cl)
-	}
 }
 
 func (b *lbCompile) compile(lb *pb.LoadBalancer, t *tenantInfo, e *entry) {
@@ -221,7 +401,7 @@ func (b *lbCompile) compile(lb *pb.LoadBalancer, t *tenantInfo, e *entry) {
 	}
 	var prevPools map[string]*Pool
 	if b.c.prev != nil {
-		if pe := b.c.prev.entries[b.id]; pe != nil {
+		if pe, ok := b.c.prev.entries.Get(b.id); ok {
 			prevPools = pe.pools
 		}
 	}
@@ -266,6 +446,17 @@ func (b *lbCompile) compile(lb *pb.LoadBalancer, t *tenantInfo, e *entry) {
 	}
 }
 
+func newTenantInfo(t *pb.Tenant) *tenantInfo {
+	ti := &tenantInfo{src: t, domains: t.GetDomains(), conns: int(t.GetQuotas().GetConnections()),
+		connsPerListener: int(t.GetQuotas().GetConnectionsPerListener())}
+	for _, s := range t.GetNetworks() {
+		if p, err := netip.ParsePrefix(s); err == nil && p == p.Masked() {
+			ti.nets = append(ti.nets, p)
+		}
+	}
+	return ti
+}
+
 func createdNanos(lb *pb.LoadBalancer) int64 {
 	ts := lb.GetMeta().GetCreated()
 	if ts == nil || ts.CheckValid() != nil {
@@ -295,48 +486,54 @@ func (b *lbCompile) address(s string) (netip.Addr, bool) {
 	return a, false
 }
 
-// resolveClaims gives each listen key to one claimant and reports the
-// others, in key order so that problems come out the same every time.
-func (c *compiler) resolveClaims() map[Key]*Listener {
-	out := make(map[Key]*Listener, len(c.claims))
-	var contested []Key
-	for k, cs := range c.claims {
-		if len(cs) > 1 {
-			contested = append(contested, k)
+// resolve gives each listen key the changes touched to one claimant, and
+// sets again the problems of every load balancer that claims one of them.
+func (c *compiler) resolve() {
+	c.stats.Keys = len(c.keys)
+	for k := range c.keys {
+		cs, _ := c.claims.Get(k)
+		for _, cl := range cs {
+			c.lbs[cl.l.LB] = true
+		}
+		if len(cs) == 0 {
+			c.listeners.Delete(k)
 			continue
 		}
-		out[k] = c.reuse(cs[0].l)
-	}
-	slices.SortFunc(contested, func(a, b Key) int {
-		return cmp.Or(a.Addr.Compare(b.Addr), cmp.Compare(a.Network, b.Network))
-	})
-	for _, k := range contested {
-		cs := c.claims[k]
-		win := c.winner(k, cs)
-		for i, cl := range cs {
-			if i != win {
-				c.problems[cl.l.LB] = append(c.problems[cl.l.LB], Problem{Field: cl.field,
-					Reason: fmt.Sprintf("%s is already served by LoadBalancer %s; use another port or address", k, cs[win].l.LB)})
+		l := cs[c.winner(k, cs)].l
+		if c.prev != nil {
+			if p, ok := c.prev.Listeners.Get(k); ok && p != l && p.equal(l) {
+				l = p
 			}
 		}
-		out[k] = c.reuse(cs[win].l)
+		c.listeners.Set(k, l)
 	}
-	return out
-}
-
-// reuse returns the previous snapshot's listener at l's key when it equals l.
-func (c *compiler) reuse(l *Listener) *Listener {
-	if c.prev != nil {
-		if p := c.prev.Listeners[l.Key]; p != nil && p.equal(l) {
-			return p
+	for id := range c.lbs {
+		e, ok := c.entries.Get(id)
+		if !ok {
+			continue
+		}
+		ps := slices.Clip(e.problems)
+		for _, cl := range e.claims {
+			k := cl.l.Key
+			if w, _ := c.listeners.Get(k); w != nil && w.LB != id {
+				ps = append(ps, Problem{Field: cl.field,
+					Reason: fmt.Sprintf("%s is already served by LoadBalancer %s; use another port or address", k, w.LB)})
+			}
+		}
+		if old, ok := c.problems.Get(id); !ok || !slices.Equal(old, ps) {
+			c.problems.Set(id, ps)
 		}
 	}
-	return l
 }
 
+// winner picks the claimant that serves a contested key: the one prev
+// serves it with, else the oldest, then the first by tenant and name.
 func (c *compiler) winner(k Key, cs []claim) int {
+	if len(cs) == 1 {
+		return 0
+	}
 	if c.prev != nil {
-		if p := c.prev.Listeners[k]; p != nil {
+		if p, ok := c.prev.Listeners.Get(k); ok {
 			for i, cl := range cs {
 				if cl.l.LB == p.LB {
 					return i
@@ -344,10 +541,14 @@ func (c *compiler) winner(k Key, cs []claim) int {
 			}
 		}
 	}
+	created := func(id string) int64 {
+		e, _ := c.entries.Get(id)
+		return e.created
+	}
 	win := 0
 	for i, cl := range cs[1:] {
 		w := cs[win].l.LB
-		if cmp.Or(cmp.Compare(c.created[cl.l.LB], c.created[w]), cmp.Compare(cl.l.LB, w)) < 0 {
+		if cmp.Or(cmp.Compare(created(cl.l.LB), created(w)), cmp.Compare(cl.l.LB, w)) < 0 {
 			win = i + 1
 		}
 	}

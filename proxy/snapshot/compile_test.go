@@ -1,12 +1,14 @@
 package snapshot
 
 import (
+	"maps"
 	"net/netip"
 	"slices"
 	"testing"
 	"time"
 
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+	"github.com/teapot-lb/teapot-lb/proxy/internal/pmap"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -117,7 +119,7 @@ func TestCompileListenersAndPools(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			s := Compile(objs(tt.lbs...), 7, Defaults{}, nil)
 			got := map[Key]string{}
-			for k, l := range s.Listeners {
+			for k, l := range s.Listeners.All() {
 				got[k] = l.LB
 				if l.Key != k || l.Name != k.String() {
 					t.Errorf("listener at %s has key %s, name %s", k, l.Key, l.Name)
@@ -126,11 +128,11 @@ func TestCompileListenersAndPools(t *testing.T) {
 			if !mapsEqual(got, tt.want) {
 				t.Errorf("listeners = %v, want %v", got, tt.want)
 			}
-			if len(s.Problems) != len(tt.problems) {
-				t.Errorf("problems = %v, want %v", s.Problems, tt.problems)
+			if s.Problems.Len() != len(tt.problems) {
+				t.Errorf("problems = %v, want %v", maps.Collect(s.Problems.All()), tt.problems)
 			}
 			for lb, want := range tt.problems {
-				if g, ok := s.Problems[lb]; !ok || !slices.Equal(g, want) {
+				if g, ok := s.Problems.Get(lb); !ok || !slices.Equal(g, want) {
 					t.Errorf("problems[%s] = %q, want %q", lb, g, want)
 				}
 			}
@@ -247,15 +249,15 @@ func TestCompilePoolDefaultsAndMembers(t *testing.T) {
 			lb.Pools["app"] = tt.pool
 			in := []*pb.Object{tenantObj("acme", nil, nets), vipPoolObj("public", "192.0.2.0/24"), lbObj(lb)}
 			s := Compile(in, 1, Defaults{}, nil)
-			l := s.Listeners[key("192.0.2.1:80", TCP)]
+			l := s.Listener(key("192.0.2.1:80", TCP))
 			if l == nil {
-				t.Fatalf("listener not compiled; problems %v", s.Problems)
+				t.Fatalf("listener not compiled; problems %v", maps.Collect(s.Problems.All()))
 			}
 			tt.want.LB, tt.want.Name = "acme/db", "app"
 			if !l.Pool.Equal(tt.want) {
 				t.Errorf("pool = %+v (health %+v), want %+v (health %+v)", l.Pool, l.Pool.Health, tt.want, tt.want.Health)
 			}
-			if got := s.Problems["acme/db"]; !slices.Equal(got, tt.problems) && len(got)+len(tt.problems) > 0 {
+			if got := problemsOf(s, "acme/db"); !slices.Equal(got, tt.problems) && len(got)+len(tt.problems) > 0 {
 				t.Errorf("problems = %q\nwant %q", got, tt.problems)
 			}
 		})
@@ -283,16 +285,16 @@ func TestCompileListenerLimits(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.key.String(), func(t *testing.T) {
-			l := s.Listeners[tt.key]
+			l := s.Listener(tt.key)
 			if l == nil {
-				t.Fatalf("not compiled; problems %v", s.Problems)
+				t.Fatalf("not compiled; problems %v", maps.Collect(s.Problems.All()))
 			}
 			if l.Limits != tt.limits || l.RedirectToHTTPS != tt.redirect || !equalTLS(l.TLS, tt.tls) {
 				t.Errorf("got limits %+v redirect %v tls %+v, want %+v %v %+v", l.Limits, l.RedirectToHTTPS, l.TLS, tt.limits, tt.redirect, tt.tls)
 			}
 		})
 	}
-	if http, https := s.Listeners[key("192.0.2.1:80", TCP)], s.Listeners[key("192.0.2.1:443", TCP)]; http.Routes != https.Routes {
+	if http, https := s.Listener(key("192.0.2.1:80", TCP)), s.Listener(key("192.0.2.1:443", TCP)); http.Routes != https.Routes {
 		t.Error("the http listeners of one load balancer should share one route table")
 	}
 }
@@ -317,10 +319,10 @@ func TestCompileRoutesProblems(t *testing.T) {
 		{"routes[4].pool", `backend pool "nope" is not defined in pools; route skipped`},
 		{"routes[5].path_type", `"regex" is not one of prefix, exact; route skipped`},
 	}
-	if got := s.Problems["acme/web"]; !slices.Equal(got, want) {
+	if got := problemsOf(s, "acme/web"); !slices.Equal(got, want) {
 		t.Errorf("problems = %q\nwant %q", got, want)
 	}
-	rt := s.Listeners[key("192.0.2.1:80", TCP)].Routes
+	rt := s.Listener(key("192.0.2.1:80", TCP)).Routes
 	var got []string
 	for _, r := range rt.Routes() {
 		got = append(got, r.Host+r.Path)
@@ -335,10 +337,17 @@ func TestCompileReusesUnchanged(t *testing.T) {
 	b := tcpLB("b", "192.0.2.2", 80, "10.20.0.2:80")
 	s1 := Compile(objs(a, b), 1, Defaults{}, nil)
 	t.Run("unchanged input returns the previous snapshot", func(t *testing.T) {
-		a2, b2 := proto.Clone(a).(*pb.LoadBalancer), proto.Clone(b).(*pb.LoadBalancer)
-		if s2 := Compile(objs(a2, b2), 2, Defaults{}, s1); s2 != s1 {
+		if s2 := Compile(objs(a, b), 2, Defaults{}, s1); s2 != s1 {
 			t.Error("got a new snapshot for the same input")
 		}
+	})
+	t.Run("equal objects keep every listener and problem", func(t *testing.T) {
+		a2, b2 := proto.Clone(a).(*pb.LoadBalancer), proto.Clone(b).(*pb.LoadBalancer)
+		s2 := Compile(objs(a2, b2), 2, Defaults{}, s1)
+		pmap.Diff(s1.Listeners, s2.Listeners, func(x, y *Listener) bool { return x == y },
+			func(k Key, _ *Listener, _ bool, _ *Listener, _ bool) { t.Errorf("listener %s is new", k) })
+		pmap.Diff(s1.Problems, s2.Problems, slices.Equal,
+			func(lb string, _ []Problem, _ bool, _ []Problem, _ bool) { t.Errorf("problems of %s changed", lb) })
 	})
 	t.Run("a change keeps the other listeners and pools", func(t *testing.T) {
 		b2 := proto.Clone(b).(*pb.LoadBalancer)
@@ -348,10 +357,10 @@ func TestCompileReusesUnchanged(t *testing.T) {
 		if s2 == s1 || s2.Revision != 2 {
 			t.Fatal("expected a new snapshot at revision 2")
 		}
-		if s2.Listeners[ka] != s1.Listeners[ka] || s2.Listeners[ka].Pool != s1.Listeners[ka].Pool {
+		if s2.Listener(ka) != s1.Listener(ka) || s2.Listener(ka).Pool != s1.Listener(ka).Pool {
 			t.Error("the unchanged listener or its pool was rebuilt")
 		}
-		if s2.Listeners[kb] == s1.Listeners[kb] || len(s2.Listeners[kb].Pool.Members) != 2 {
+		if s2.Listener(kb) == s1.Listener(kb) || len(s2.Listener(kb).Pool.Members) != 2 {
 			t.Error("the changed listener was not rebuilt")
 		}
 	})
@@ -361,10 +370,10 @@ func TestCompileReusesUnchanged(t *testing.T) {
 		s1 := Compile(objs(late), 1, Defaults{}, nil)
 		early := withCreated(tcpLB("early", "192.0.2.9", 80, "10.20.0.2:80"), t0)
 		s2 := Compile(objs(late, early), 2, Defaults{}, s1)
-		if l := s2.Listeners[key("192.0.2.9:80", TCP)]; l.LB != "acme/late" {
+		if l := s2.Listener(key("192.0.2.9:80", TCP)); l.LB != "acme/late" {
 			t.Errorf("the key moved to %s", l.LB)
 		}
-		if s3 := Compile(objs(early, late), 3, Defaults{}, nil); s3.Listeners[key("192.0.2.9:80", TCP)].LB != "acme/early" {
+		if s3 := Compile(objs(early, late), 3, Defaults{}, nil); s3.Listener(key("192.0.2.9:80", TCP)).LB != "acme/early" {
 			t.Error("without history the older load balancer should win")
 		}
 	})
@@ -387,9 +396,9 @@ func TestCompileAccessLog(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			lb.AccessLog = tt.al
 			s := Compile(objs(lb), 1, Defaults{}, nil)
-			h, c := s.Listeners[key("192.0.2.1:80", TCP)], s.Listeners[key("192.0.2.1:22", TCP)]
+			h, c := s.Listener(key("192.0.2.1:80", TCP)), s.Listener(key("192.0.2.1:22", TCP))
 			if h == nil || c == nil {
-				t.Fatalf("not compiled; problems %v", s.Problems)
+				t.Fatalf("not compiled; problems %v", maps.Collect(s.Problems.All()))
 			}
 			if h.AccessLog != tt.http || c.AccessLog != tt.tcp {
 				t.Errorf("http %v tcp %v, want %v %v", h.AccessLog, c.AccessLog, tt.http, tt.tcp)
@@ -402,7 +411,7 @@ func TestCompileAccessLog(t *testing.T) {
 	lb = proto.Clone(lb).(*pb.LoadBalancer)
 	lb.AccessLog = &pb.AccessLog{Enabled: true}
 	after := Compile(objs(lb), 2, Defaults{}, before)
-	if after.Listeners[key("192.0.2.1:80", TCP)] == before.Listeners[key("192.0.2.1:80", TCP)] {
+	if after.Listener(key("192.0.2.1:80", TCP)) == before.Listener(key("192.0.2.1:80", TCP)) {
 		t.Error("the http listener was reused though its access log changed")
 	}
 }

@@ -98,3 +98,8 @@ func scaleObjects(n int) []*pb.Object {
 	}
 	return out
 }
+
+func problemsOf(s *Snapshot, lb string) []Problem {
+	ps, _ := s.Problems.Get(lb)
+	return ps
+}

@@ -1,9 +1,12 @@
 package snapshot
 
 import (
+	"encoding/binary"
 	"net/netip"
 	"slices"
 	"time"
+
+	"github.com/teapot-lb/teapot-lb/proxy/internal/pmap"
 )
 
 // Network is the transport a listener binds.
@@ -219,26 +222,53 @@ func (l *Listener) equal(o *Listener) bool {
 }
 
 // Snapshot is the immutable data-plane configuration. Nothing in it may be
-// modified once Compile returns it.
+// modified once Compile returns it. Its maps are persistent: a snapshot
+// compiled from another shares every part the change did not touch with
+// it, and pmap.Diff of the two visits only the parts that differ.
 type Snapshot struct {
-	Revision  uint64
-	Listeners map[Key]*Listener
+	Revision uint64
+	// Listeners holds the listener serving each listen key.
+	Listeners *pmap.Map[Key, *Listener]
 	// Problems holds every load balancer of the input, "tenant/name", with
 	// the problems found (an empty slice when there are none).
-	Problems map[string][]Problem
+	Problems *pmap.Map[string, []Problem]
 	// Stats is the work the Compile that made this snapshot did.
 	Stats Stats
 
-	// entries and env are what the next Compile reuses.
-	entries map[string]*entry
+	// entries, claims, tenants and env are what the next Compile reuses.
+	entries *pmap.Map[string, *entry]
+	claims  *pmap.Map[Key, []claim]
+	tenants map[string]*tenantInfo
 	env     *env
+}
+
+// Listener returns the listener serving k, or nil.
+func (s *Snapshot) Listener(k Key) *Listener {
+	l, _ := s.Listeners.Get(k)
+	return l
+}
+
+// ListenersOf returns the listeners a load balancer ("tenant/name")
+// serves, in its listener order.
+func (s *Snapshot) ListenersOf(lb string) []*Listener {
+	e, ok := s.entries.Get(lb)
+	if !ok {
+		return nil
+	}
+	var out []*Listener
+	for _, cl := range e.claims {
+		if l := s.Listener(cl.l.Key); l != nil && l.LB == lb {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 // ListenAddrs returns the address and port of every listener (tcp and
 // udp): the proxy never dials them.
 func (s *Snapshot) ListenAddrs() map[netip.AddrPort]bool {
-	out := make(map[netip.AddrPort]bool, len(s.Listeners))
-	for k := range s.Listeners {
+	out := make(map[netip.AddrPort]bool, s.Listeners.Len())
+	for k := range s.Listeners.All() {
 		out[netip.AddrPortFrom(k.Addr.Addr().Unmap(), k.Addr.Port())] = true
 	}
 	return out
@@ -248,41 +278,40 @@ func (s *Snapshot) ListenAddrs() map[netip.AddrPort]bool {
 func (s *Snapshot) Pools() []*Pool {
 	seen := map[*Pool]bool{}
 	var out []*Pool
-	add := func(p *Pool) {
-		if p != nil && !seen[p] {
-			seen[p] = true
-			out = append(out, p)
-		}
-	}
-	for _, l := range s.Listeners {
-		add(l.Pool)
-		if l.Routes != nil {
-			for _, r := range l.Routes.routes {
-				add(r.Pool)
+	for _, l := range s.Listeners.All() {
+		for _, p := range l.Pools() {
+			if !seen[p] {
+				seen[p] = true
+				out = append(out, p)
 			}
 		}
 	}
 	return out
 }
 
-// sameAs reports whether s serves exactly what o serves: the same listener
-// values (Compile reuses unchanged ones) and the same problems.
-func (s *Snapshot) sameAs(o *Snapshot) bool {
-	if o == nil || len(s.Listeners) != len(o.Listeners) || len(s.Problems) != len(o.Problems) {
-		return false
+// Pools returns the pools the listener sends to: its L4 pool and its
+// routes' pools, each once.
+func (l *Listener) Pools() []*Pool {
+	var out []*Pool
+	if l.Pool != nil {
+		out = append(out, l.Pool)
 	}
-	for k, l := range s.Listeners {
-		if o.Listeners[k] != l {
-			return false
+	if l.Routes != nil {
+		for _, r := range l.Routes.routes {
+			if !slices.Contains(out, r.Pool) {
+				out = append(out, r.Pool)
+			}
 		}
 	}
-	for lb, ps := range s.Problems {
-		ops, ok := o.Problems[lb]
-		if !ok || !slices.Equal(ps, ops) {
-			return false
-		}
-	}
-	return true
+	return out
+}
+
+// HashKey spreads listen keys over a persistent map's shards.
+func HashKey(k Key) uint64 {
+	a := k.Addr.Addr().As16()
+	h := pmap.Mix(binary.LittleEndian.Uint64(a[:8]))
+	h = pmap.Mix(h ^ binary.LittleEndian.Uint64(a[8:]))
+	return pmap.Mix(h ^ uint64(k.Addr.Port())<<8 ^ uint64(k.Network))
 }
 
 // Defaults fill what the model leaves unset.
