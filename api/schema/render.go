@@ -191,7 +191,6 @@ func (r *Reference) JSONSchema(w io.Writer) error {
 	}
 	doc := map[string]any{
 		"$schema":     "http://json-schema.org/draft-07/schema#",
-		"$id":         "https://github.com/teapot-lb/teapot-lb/docs/teapot-lb.schema.json",
 		"title":       "teapot-lb manifest",
 		"description": "One document of a teapot-lb manifest (teapot-lb apply -f). Generated from the model; see docs/reference.md.",
 		"oneOf":       oneOf,

@@ -112,16 +112,15 @@ func (b *builder) fields(md protoreflect.MessageDescriptor, path string, seen ma
 	return out
 }
 
-// doc is the field's comment, else its rule's text, else its message's
-// comment.
+// doc is the rule's sentence when it has one (the model's comments on
+// some fields head a group, "Per load balancer.", or only list values),
+// else the field's comment, else its message's.
 func (b *builder) doc(fd protoreflect.FieldDescriptor, r rule) string {
-	// A comment that only lists the values ("arp | bgp | static") gives
-	// way to the rule's sentence; the values are listed apart.
-	if c := b.comments[string(fd.FullName())]; c != "" && !(r.doc != "" && strings.Contains(c, " | ")) {
-		return c
-	}
 	if r.doc != "" {
 		return r.doc
+	}
+	if c := b.comments[string(fd.FullName())]; c != "" {
+		return c
 	}
 	if m := elemMessage(fd); m != nil {
 		if c := b.comments[string(m.FullName())]; c != "" {
