@@ -201,6 +201,7 @@ var goldenCases = []struct {
 	{name: "schema-map-key", args: "schema lb.pools.web.members"},
 	{name: "schema-typo", args: "schema lb.listners", code: 1},
 	{name: "schema-json-with-path", args: "schema lb --json-schema", code: 1},
+	{name: "schema-complete", args: "__complete schema lb.listeners.t"},
 	{name: "events", args: "events", hosts: unboundOnLB2},
 	{name: "events-lb", args: "events --lb acme/shop", hosts: membersDown},
 	{name: "events-bad-lb", args: "events --lb shop", code: 1},

@@ -52,5 +52,42 @@ func (a *app) schemaCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&jsonSchema, "json-schema", false, "print a JSON Schema (draft 07) of manifest documents")
+	cmd.ValidArgsFunction = completeSchemaPath
 	return cmd
+}
+
+// completeSchemaPath completes a kind, then the fields under what is
+// typed so far ("lb.listeners.t" -> "lb.listeners.tls").
+func completeSchemaPath(_ *cobra.Command, argv []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+	if len(argv) > 0 {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	ref := schema.Default()
+	var out []string
+	if !strings.Contains(toComplete, ".") {
+		for _, k := range ref.Kinds {
+			for _, name := range k.Aliases {
+				if strings.HasPrefix(name, strings.ToLower(toComplete)) {
+					out = append(out, name)
+				}
+			}
+		}
+		return out, cobra.ShellCompDirectiveNoFileComp | cobra.ShellCompDirectiveNoSpace
+	}
+	i := strings.LastIndex(toComplete, ".")
+	parent := toComplete[:i]
+	k, f, err := ref.Lookup(parent)
+	if err != nil {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	fields := k.Fields
+	if f != nil {
+		fields = f.Fields
+	}
+	for _, x := range fields {
+		if strings.HasPrefix(strings.ToLower(x.Name), strings.ToLower(toComplete[i+1:])) {
+			out = append(out, parent+"."+x.Name)
+		}
+	}
+	return out, cobra.ShellCompDirectiveNoFileComp | cobra.ShellCompDirectiveNoSpace
 }
