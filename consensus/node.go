@@ -131,8 +131,8 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	if err := checkAddrs(cfg); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return nil, fmt.Errorf("create data dir: %w", err)
+	if err := checkDataDir(cfg.DataDir); err != nil {
+		return nil, err
 	}
 	n := &Node{
 		cfg:    cfg,
@@ -162,6 +162,9 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		}
 		if cfg.Join != "" {
 			n.log.Info("data dir holds cluster state already; ignoring --join", "cluster", creds.clusterID)
+		}
+		if db := filepath.Join(cfg.DataDir, "raft", "raft.db"); !exists(db) {
+			return nil, damaged("raft log", db, os.ErrNotExist)
 		}
 	case errors.Is(err, os.ErrNotExist) && cfg.Recover:
 		return nil, fmt.Errorf("--recover: data dir %s holds no cluster state to recover; give the data dir of a surviving host", cfg.DataDir)
@@ -244,12 +247,12 @@ func (n *Node) startRaft(bootstrap bool) error {
 		if errors.Is(err, bbolt.ErrTimeout) {
 			return fmt.Errorf("open raft log: %s is in use by another teapot-lb process", dir)
 		}
-		return fmt.Errorf("open raft log: %w", err)
+		return damaged("raft log", filepath.Join(dir, "raft.db"), err)
 	}
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(dir, 2, rc.Logger)
 	if err != nil {
 		store.Close()
-		return fmt.Errorf("open snapshot store: %w", err)
+		return damaged("raft snapshot store", filepath.Join(dir, "snapshots"), err)
 	}
 	layer, err := newTLSStreamLayer(n.cfg.RaftAddr, n.creds.serverTLS, n.creds.clientTLS)
 	if err != nil {
@@ -270,7 +273,7 @@ func (n *Node) startRaft(bootstrap bool) error {
 	if err != nil {
 		trans.Close()
 		store.Close()
-		return fmt.Errorf("start raft: %w", err)
+		return damaged("raft state", dir, err)
 	}
 	n.raft, n.store, n.transport = r, store, trans
 	if bootstrap {
@@ -329,6 +332,11 @@ func (n *Node) Close() error {
 		n.peers.close()
 	})
 	return err
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 // abort stops Raft when Open fails after it started.

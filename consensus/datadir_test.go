@@ -1,0 +1,92 @@
+package consensus
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A host whose Raft log or snapshot is damaged or gone stops with what to
+// do; it never starts with an empty state.
+func TestDamagedDataDirStopsWithWhatToDo(t *testing.T) {
+	tests := []struct {
+		name   string
+		damage func(t *testing.T, raftDir string)
+		want   string
+	}{
+		{"log overwritten", func(t *testing.T, dir string) {
+			writeFile(t, filepath.Join(dir, "raft.db"), []byte(strings.Repeat("garbage!", 4096)))
+		}, "raft log"},
+		{"log truncated", func(t *testing.T, dir string) {
+			if err := os.Truncate(filepath.Join(dir, "raft.db"), 100); err != nil {
+				t.Fatal(err)
+			}
+		}, "raft log"},
+		{"log unreadable", func(t *testing.T, dir string) {
+			db := filepath.Join(dir, "raft.db")
+			if err := os.Remove(db); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Mkdir(db, 0o700); err != nil { // a read fails with EISDIR
+				t.Fatal(err)
+			}
+		}, "raft log"},
+		{"log gone", func(t *testing.T, dir string) {
+			if err := os.Remove(filepath.Join(dir, "raft.db")); err != nil {
+				t.Fatal(err)
+			}
+		}, "raft log"},
+		{"snapshot damaged", func(t *testing.T, dir string) {
+			snaps, _ := filepath.Glob(filepath.Join(dir, "snapshots", "*", "state.bin"))
+			if len(snaps) == 0 {
+				t.Fatal("no snapshot to damage")
+			}
+			for _, s := range snaps {
+				writeFile(t, s, []byte("not a snapshot"))
+			}
+		}, "raft state"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := startHost(t, Config{NodeID: "n1"})
+			apply(t, h.node, pool("public", "192.0.2.0/28"))
+			if err := h.node.raft.Snapshot().Error(); err != nil {
+				t.Fatal(err)
+			}
+			cfg := h.cfg
+			h.stop()
+			tt.damage(t, filepath.Join(cfg.DataDir, "raft"))
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			n, err := Open(ctx, cfg)
+			if err == nil {
+				n.Close()
+				t.Fatal("a host with a damaged data dir started")
+			}
+			for _, want := range []string{tt.want, "will not start empty", "cluster remove", "--restore"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not say %q", err, want)
+				}
+			}
+		})
+	}
+}
+
+func TestDataDirThatIsAFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "file")
+	writeFile(t, path, []byte("x"))
+	_, err := Open(context.Background(), Config{NodeID: "n1", DataDir: path, RaftAddr: freeAddr(t), APIAddr: freeAddr(t), Logger: testLogger()})
+	if err == nil || !strings.Contains(err.Error(), "not a directory") {
+		t.Fatalf("data dir that is a file: %v", err)
+	}
+}
+
+func writeFile(t *testing.T, path string, data []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
