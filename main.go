@@ -71,6 +71,9 @@ type serveConfig struct {
 	MetricsAddr string `json:"metrics-addr"`
 	// WebAddr serves the dashboard over HTTPS; "" (the default) turns it off.
 	WebAddr string `json:"web-addr"`
+	// DrainTimeout is how long a stopping host lets its connections
+	// finish after it gave up its VIPs and closed its listeners.
+	DrainTimeout vip.Duration `json:"drain-timeout"`
 	// AccessLog is the file of the load balancers' access logs; ""
 	// writes them to stderr.
 	AccessLog string `json:"access-log"`
@@ -109,6 +112,7 @@ func serveCommand() *cobra.Command {
 		ElectionTimeout:  vip.Duration(consensus.DefaultElectionTimeout),
 		LogLevel:         "info",
 		MetricsAddr:      defaultMetricsAddr,
+		DrainTimeout:     vip.Duration(proxy.DefaultDrainTimeout),
 
 		HeartbeatInterval: vip.Duration(vip.DefaultHeartbeatInterval),
 		HeartbeatMisses:   vip.DefaultHeartbeatMisses,
@@ -136,6 +140,7 @@ func serveCommand() *cobra.Command {
 	f.Var(&cfg.HeartbeatTimeout, "raft-heartbeat-timeout", "time without a leader's heartbeat before a follower calls an election")
 	f.Var(&cfg.ElectionTimeout, "raft-election-timeout", "time a candidate waits for votes before trying again")
 	f.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "debug | info | warn | error")
+	f.Var(&cfg.DrainTimeout, "drain-timeout", "on stop (SIGTERM), after the VIPs are handed over and the listeners closed, how long open connections may run to their end before they are closed")
 	f.StringVar(&cfg.AccessLog, "access-log", "", "file that receives the access logs of load balancers with accessLog enabled (default: stderr)")
 	f.StringVar(&cfg.MetricsAddr, "metrics-addr", cfg.MetricsAddr, `IP:port serving Prometheus metrics at /metrics ("" turns them off)`)
 	f.StringVar(&cfg.WebAddr, "web-addr", "", "IP:port serving the read-only dashboard over HTTPS with this host's certificate; logins take a token from \"teapot-lb dashboard token\" (default off)")
@@ -203,6 +208,9 @@ func loadServeConfig(cmd *cobra.Command, cfg *serveConfig) error {
 	}
 	if file.HeartbeatTimeout != 0 && !set["raft-heartbeat-timeout"] {
 		cfg.HeartbeatTimeout = file.HeartbeatTimeout
+	}
+	if file.DrainTimeout != 0 && !set["drain-timeout"] {
+		cfg.DrainTimeout = file.DrainTimeout
 	}
 	if file.ElectionTimeout != 0 && !set["raft-election-timeout"] {
 		cfg.ElectionTimeout = file.ElectionTimeout
@@ -333,7 +341,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 		return nil
 	}
 	px := proxy.New(proxy.Config{
-		Logger: log, Metrics: counters, HTTP: cm.Terminator(proxy.NewHTTP(engine, challenge)),
+		Logger: log, DrainTimeout: time.Duration(cfg.DrainTimeout), Metrics: counters, HTTP: cm.Terminator(proxy.NewHTTP(engine, challenge)),
 		Events: host.Events().Add,
 		// Member health and listeners opened on retry change readiness
 		// without a change of the committed state.

@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -511,4 +512,117 @@ func TestLostMajorityRecoverAndRejoin(t *testing.T) {
 	if n, _, last := p.failures(servingAgain, time.Now()); n > 0 {
 		t.Fatalf("%d failures through the VIP after the recovery (last %v)", n, last)
 	}
+}
+
+// terminate sends SIGTERM to n (as systemctl stop does) and returns a
+// channel closed when it has exited.
+func (c *cluster) terminate(t *testing.T, n *node) <-chan struct{} {
+	t.Helper()
+	n.mu.Lock()
+	cmd, exited := n.cmd, n.exited
+	n.mu.Unlock()
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	return exited
+}
+
+// echoOn writes a line on an open connection and reads it back.
+func echoOn(conn net.Conn, line string) error {
+	conn.SetDeadline(time.Now().Add(3 * time.Second))
+	if _, err := io.WriteString(conn, line); err != nil {
+		return err
+	}
+	got := make([]byte, len(line))
+	if _, err := io.ReadFull(conn, got); err != nil {
+		return err
+	}
+	if string(got) != line {
+		return fmt.Errorf("echo returned %q", got)
+	}
+	return nil
+}
+
+// A stopping host (SIGTERM, as the unit's stop sends) closes its listeners
+// but lets open connections run to their end, up to --drain-timeout, and
+// exits as soon as they are done; connections still open at the timeout
+// are closed.
+func TestStopDrainsOpenConnections(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: starts teapot-lb processes")
+	}
+	c := newCluster(t)
+	n := c.newNode()
+	c.start(n, "--drain-timeout", "20s")
+	c.waitMember(n)
+	lb := newLifeLB(t, "127.0.0.94/32")
+	lb.setup(t, c, n)
+	vip := lb.vip(t, c, n)
+	waitFor(t, startTimeout, "traffic through the VIP", func() error { return lb.echoOnce(vip) })
+	conn, err := net.DialTimeout("tcp", net.JoinHostPort(vip, fmt.Sprint(lb.echoPort)), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := echoOn(conn, "before the stop\n"); err != nil {
+		t.Fatal(err)
+	}
+	stopAt := time.Now()
+	exited := c.terminate(t, n)
+	// New connections are refused once the listener is closed; the open
+	// one keeps working.
+	waitFor(t, 15*time.Second, "the listener to close", func() error {
+		if err := lb.echoOnce(vip); err == nil {
+			return errors.New("a new connection was still served")
+		}
+		return nil
+	})
+	for i := range 3 {
+		time.Sleep(500 * time.Millisecond)
+		if err := echoOn(conn, fmt.Sprintf("during the drain %d\n", i)); err != nil {
+			t.Fatalf("the open connection broke %s after SIGTERM: %v", time.Since(stopAt).Round(time.Millisecond), err)
+		}
+	}
+	select {
+	case <-exited:
+		t.Fatal("the host exited while a connection was open, before the drain timeout")
+	default:
+	}
+	conn.Close()
+	closedAt := time.Now()
+	select {
+	case <-exited:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the host did not exit after its last connection closed")
+	}
+	t.Logf("SIGTERM → exit %s; last connection closed → exit %s (drain timeout 20s)",
+		time.Since(stopAt).Round(time.Millisecond), time.Since(closedAt).Round(time.Millisecond))
+
+	// A connection that never ends is closed at the drain timeout.
+	c.start(n, "--drain-timeout", "2s")
+	waitFor(t, startTimeout, "traffic after the restart", func() error { return lb.echoOnce(vip) })
+	stuck, err := net.DialTimeout("tcp", net.JoinHostPort(vip, fmt.Sprint(lb.echoPort)), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stuck.Close()
+	if err := echoOn(stuck, "hello\n"); err != nil {
+		t.Fatal(err)
+	}
+	stopAt = time.Now()
+	exited = c.terminate(t, n)
+	select {
+	case <-exited:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the host did not exit after its drain timeout")
+	}
+	took := time.Since(stopAt)
+	if took < 2*time.Second {
+		t.Fatalf("exited %s after SIGTERM, before the 2s drain timeout", took)
+	}
+	stuck.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := stuck.Read(make([]byte, 1)); err == nil {
+		t.Fatal("the connection still reads after the host exited")
+	}
+	t.Logf("a connection left open: exit %s after SIGTERM (drain timeout 2s)", took.Round(time.Millisecond))
 }
