@@ -158,11 +158,13 @@ func underAbuse(t *testing.T, addr string, rounds int, attack func(t *testing.T)
 			lat = append(lat, measure(1)...)
 		}
 	}()
+	var once sync.Once
+	halt := func() { once.Do(func() { close(stop); wg.Wait() }) }
+	defer halt() // also when an attack fails the test
 	for range rounds {
 		attack(t)
 	}
-	close(stop)
-	wg.Wait()
+	halt()
 	if len(lat) < 5 {
 		t.Fatalf("only %d requests of the well-behaved client finished during the attack", len(lat))
 	}

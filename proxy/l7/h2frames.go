@@ -5,11 +5,11 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 )
@@ -69,8 +69,8 @@ var connHeaders = map[string]bool{
 	"transfer-encoding": true, "upgrade": true,
 }
 
-func (c *h2Conn) onHeaders(f *http2.MetaHeadersFrame) http2.ErrCode {
-	id := f.StreamID
+func (c *h2Conn) onHeaders(f *h2Head) http2.ErrCode {
+	id := f.id
 	if id%2 == 0 {
 		return http2.ErrCodeProtocol
 	}
@@ -88,7 +88,7 @@ func (c *h2Conn) onHeaders(f *http2.MetaHeadersFrame) http2.ErrCode {
 		return http2.ErrCodeProtocol
 	}
 	c.maxSeen.Store(id)
-	if f.HasPriority() && f.Priority.StreamDep == id {
+	if f.prio && f.dep == id {
 		c.resetStream(id, http2.ErrCodeProtocol)
 		return 0
 	}
@@ -110,13 +110,14 @@ func (c *h2Conn) onHeaders(f *http2.MetaHeadersFrame) http2.ErrCode {
 	}
 	st = newH2Stream(c, id)
 	status := 0
-	if f.Truncated {
+	if f.truncated {
 		c.badHeaders++
 		if c.badHeaders > h2BadHeaderLimit {
 			return http2.ErrCodeEnhanceYourCalm
 		}
 		status = 431
-	} else if !st.buildRequest(f) {
+	} else if !st.parseHead(f) {
+		c.putStream(st)
 		c.resetStream(id, http2.ErrCodeProtocol)
 		return 0
 	}
@@ -124,17 +125,23 @@ func (c *h2Conn) onHeaders(f *http2.MetaHeadersFrame) http2.ErrCode {
 	c.mu.Lock()
 	c.streams[id] = st
 	c.workers++
-	if f.StreamEnded() {
+	if f.end {
 		st.remoteClosed = true
 	}
 	c.mu.Unlock()
-	c.wg.Add(1)
-	go st.run()
+	// An idle worker of this connection takes the stream, or a new one
+	// starts.
+	select {
+	case c.work <- st:
+	default:
+		c.wg.Add(1)
+		go c.worker(st)
+	}
 	return 0
 }
 
 // onTrailers handles a second HEADERS frame on a stream: trailers.
-func (c *h2Conn) onTrailers(st *h2Stream, f *http2.MetaHeadersFrame) http2.ErrCode {
+func (c *h2Conn) onTrailers(st *h2Stream, f *h2Head) http2.ErrCode {
 	c.mu.Lock()
 	closed := st.remoteClosed
 	c.mu.Unlock()
@@ -142,11 +149,11 @@ func (c *h2Conn) onTrailers(st *h2Stream, f *http2.MetaHeadersFrame) http2.ErrCo
 		c.resetStream(st.id, http2.ErrCodeStreamClosed)
 		return 0
 	}
-	if !f.StreamEnded() || f.Truncated {
+	if !f.end || f.truncated {
 		c.resetStream(st.id, http2.ErrCodeProtocol)
 		return 0
 	}
-	for _, hf := range f.Fields {
+	for _, hf := range f.fields {
 		if hf.IsPseudo() || connHeaders[hf.Name] {
 			c.resetStream(st.id, http2.ErrCodeProtocol)
 			return 0
@@ -163,37 +170,39 @@ func (c *h2Conn) onTrailers(st *h2Stream, f *http2.MetaHeadersFrame) http2.ErrCo
 		return 0
 	}
 	// The body's reader copies them into the request at its end.
-	st.trailer = f.Fields
+	st.trailer = append([]hpack.HeaderField(nil), f.fields...)
 	st.remoteClosed = true
 	st.cond.Broadcast()
 	return 0
 }
 
-// buildRequest checks the request head and builds st.req; false is a
-// malformed request (RFC 9113 section 8.1.1).
-func (st *h2Stream) buildRequest(f *http2.MetaHeadersFrame) bool {
-	var method, scheme, path, authority string
-	hdr := make(http.Header, len(f.Fields))
-	declLen := int64(-1)
-	var cookies []string
-	for _, hf := range f.Fields {
+// parseHead checks a request head (RFC 9113 section 8.3) and keeps its
+// fields; false is a malformed request.
+func (st *h2Stream) parseHead(f *h2Head) bool {
+	st.fields = append(st.fields[:0], f.fields...)
+	st.declLen = -1
+	st.endHeaders = f.end
+	var seen [4]bool
+	for _, hf := range st.fields {
 		if hf.IsPseudo() {
 			var p *string
+			var k int
 			switch hf.Name {
 			case ":method":
-				p = &method
+				p, k = &st.method, 0
 			case ":scheme":
-				p = &scheme
+				p, k = &st.scheme, 1
 			case ":path":
-				p = &path
+				p, k = &st.path, 2
 			case ":authority":
-				p = &authority
+				p, k = &st.authority, 3
 			default:
 				return false
 			}
-			if *p != "" || hf.Value == "" {
+			if seen[k] || hf.Value == "" {
 				return false
 			}
+			seen[k] = true
 			*p = hf.Value
 			continue
 		}
@@ -205,11 +214,47 @@ func (st *h2Stream) buildRequest(f *http2.MetaHeadersFrame) bool {
 				return false
 			}
 		case hf.Name == "content-length":
-			n, err := strconv.ParseUint(hf.Value, 10, 63)
-			if err != nil || (declLen >= 0 && int64(n) != declLen) {
+			n, ok := parseContentLength(unsafeBytes(hf.Value))
+			if !ok || (st.declLen >= 0 && n != st.declLen) {
 				return false
 			}
-			declLen = int64(n)
+			st.declLen = n
+		}
+	}
+	if !seen[0] {
+		return false
+	}
+	if st.method == http.MethodConnect {
+		if !seen[3] || seen[1] || seen[2] {
+			return false
+		}
+	} else if !seen[1] || !seen[2] || (st.path[0] != '/' && (st.path != "*" || st.method != http.MethodOptions)) {
+		return false
+	}
+	if st.endHeaders && st.declLen > 0 {
+		return false
+	}
+	if st.authority == "" {
+		for _, hf := range st.fields {
+			if hf.Name == "host" {
+				st.authority = hf.Value
+				break
+			}
+		}
+	}
+	return true
+}
+
+// buildRequest builds the net/http request of the stream for the paths
+// that need one; false is a target net/url refuses.
+func (st *h2Stream) buildRequest() bool {
+	c := st.c
+	hdr := make(http.Header, len(st.fields))
+	var cookies []string
+	for _, hf := range st.fields {
+		switch {
+		case hf.IsPseudo(), hf.Name == "host":
+			continue
 		case hf.Name == "cookie":
 			cookies = append(cookies, hf.Value)
 			continue
@@ -220,55 +265,44 @@ func (st *h2Stream) buildRequest(f *http2.MetaHeadersFrame) bool {
 	if len(cookies) > 0 {
 		hdr["Cookie"] = []string{strings.Join(cookies, "; ")}
 	}
-	if method == "" {
-		return false
-	}
 	var u *url.URL
-	if method == http.MethodConnect {
-		if authority == "" || scheme != "" || path != "" {
-			return false
-		}
-		u = &url.URL{Host: authority}
-	} else {
-		if scheme == "" || path == "" {
-			return false
-		}
+	switch {
+	case st.method == http.MethodConnect:
+		u = &url.URL{Host: st.authority}
+	case st.path == "*":
+		u = &url.URL{Path: "*"}
+	default:
 		var err error
-		if path == "*" {
-			u = &url.URL{Path: "*"}
-		} else if u, err = url.ParseRequestURI(path); err != nil || path[0] != '/' {
+		if u, err = url.ParseRequestURI(st.path); err != nil {
 			return false
 		}
 	}
-	host := authority
-	if host == "" {
-		host = hdr.Get("Host")
-	}
-	delete(hdr, "Host")
-	c := st.c
 	r := &http.Request{
-		Method:     method,
+		Method:     st.method,
 		URL:        u,
 		Proto:      "HTTP/2.0",
 		ProtoMajor: 2,
 		Header:     hdr,
-		Host:       host,
+		Host:       st.authority,
 		RemoteAddr: c.hc.client.String(),
-		RequestURI: path,
+		RequestURI: st.path,
 		TLS:        &c.cs,
 	}
-	st.declLen = declLen
-	if f.StreamEnded() {
-		if declLen > 0 {
-			return false
-		}
+	if st.endHeaders {
 		r.Body = http.NoBody
 	} else {
 		r.Body = st
-		r.ContentLength = declLen
+		r.ContentLength = st.declLen
 		r.Trailer = http.Header{}
 	}
-	st.req = r.WithContext(st.ctx)
+	ctx, cancel := context.WithCancel(c.ctx)
+	c.mu.Lock()
+	st.cancel = cancel
+	if st.err != nil {
+		cancel()
+	}
+	c.mu.Unlock()
+	st.req = r.WithContext(ctx)
 	return true
 }
 
@@ -372,10 +406,6 @@ func (c *h2Conn) onSettings(f *http2.SettingsFrame) http2.ErrCode {
 			c.mu.Lock()
 			c.peerFrame = int(s.Val)
 			c.mu.Unlock()
-		case http2.SettingHeaderTableSize:
-			c.lockW()
-			c.henc.SetMaxDynamicTableSizeLimit(min(s.Val, 4096))
-			c.unlockW()
 		}
 		if code != 0 {
 			return errors.New("stop")
@@ -448,12 +478,18 @@ func (c *h2Conn) onReset(f *http2.RSTStreamFrame) http2.ErrCode {
 type h2Stream struct {
 	c      *h2Conn
 	id     uint32
-	ctx    context.Context
-	cancel context.CancelFunc
-	cond   sync.Cond
+	cancel context.CancelFunc // of the request's context, on the net/http path
+	up     *upConn            // the member connection in use, fast path
+	cond   *sync.Cond
 	timer  *time.Timer
 	// deadline of the current wait (UnixNano)
 	deadline int64
+
+	// Request head.
+	fields                          []hpack.HeaderField
+	method, scheme, path, authority string
+	endHeaders                      bool
+	hostBuf, pathBuf, head, hblk    []byte
 
 	// Request body.
 	req          *http.Request
@@ -465,7 +501,12 @@ type h2Stream struct {
 	err          error
 	declLen      int64
 	gotLen       int64
-	trailer      []hpack.HeaderField
+	trailer      []hpack.HeaderField // received, not yet read
+	reqTrailer   []hpack.HeaderField // read: the body ended
+	bodyDone     chan error          // the request body's writer, fast path
+	rawHead      bool                // hblk holds the encoded response head
+	holding      bool                // flush holds the connection's writes
+	stats        RequestStats        // of the fast path
 
 	sendWindow int64
 
@@ -478,16 +519,38 @@ type h2Stream struct {
 	status   int
 	trailers []string
 	wbuf     []byte
+	wbp      *[]byte // wbuf's pool entry
 }
 
 func newH2Stream(c *h2Conn, id uint32) *h2Stream {
-	st := &h2Stream{c: c, id: id, recvWindow: h2InitialWindow, declLen: -1}
-	st.cond.L = &c.mu
 	c.mu.Lock()
-	st.sendWindow = c.peerWindow
+	var st *h2Stream
+	if n := len(c.free); n > 0 {
+		st = c.free[n-1]
+		c.free = c.free[:n-1]
+	} else {
+		st = &h2Stream{c: c, cond: sync.NewCond(&c.mu)}
+	}
+	st.id, st.recvWindow, st.declLen, st.sendWindow = id, h2InitialWindow, -1, c.peerWindow
 	c.mu.Unlock()
-	st.ctx, st.cancel = context.WithCancel(c.ctx)
 	return st
+}
+
+// putStream recycles a stream that no goroutine refers to any more.
+func (c *h2Conn) putStream(st *h2Stream) {
+	if st.timer != nil {
+		st.timer.Stop()
+	}
+	*st = h2Stream{
+		c: c, cond: st.cond, timer: st.timer,
+		fields: st.fields[:0], hostBuf: st.hostBuf[:0], pathBuf: st.pathBuf[:0],
+		head: st.head[:0], hblk: st.hblk[:0], rbuf: st.rbuf[:0], trailers: st.trailers[:0],
+	}
+	c.mu.Lock()
+	if len(c.free) < int(c.s.cfg.H2MaxConcurrentStreams) {
+		c.free = append(c.free, st)
+	}
+	c.mu.Unlock()
 }
 
 // abort ends the stream's body and cancels its request. c.mu held.
@@ -495,7 +558,12 @@ func (st *h2Stream) abort(err error) {
 	if st.err == nil {
 		st.err = err
 	}
-	st.cancel()
+	if st.cancel != nil {
+		st.cancel()
+	}
+	if st.up != nil {
+		_ = st.up.nc.SetDeadline(aLongTimeAgo)
+	}
 	st.cond.Broadcast()
 }
 
@@ -520,4 +588,105 @@ func (st *h2Stream) wait(deadline int64) bool {
 	}
 	st.cond.Wait()
 	return time.Now().UnixNano() < deadline
+}
+
+// h2Head is a header block being decoded and the HEADERS frame that
+// started it.
+type h2Head struct {
+	id        uint32
+	end, prio bool
+	dep       uint32
+	fields    []hpack.HeaderField
+	remain    uint32 // header list bytes still allowed
+	truncated bool
+	invalid   bool // a field broke the rules: the stream is reset
+	regular   bool // a regular field was seen
+}
+
+// startBlock begins a header block. The framer guarantees that only
+// CONTINUATION frames of the same stream follow until it ends.
+func (c *h2Conn) startBlock(f *http2.HeadersFrame) http2.ErrCode {
+	h := &c.head
+	*h = h2Head{id: f.StreamID, end: f.StreamEnded(), prio: f.HasPriority(), fields: h.fields[:0],
+		remain: uint32(c.s.cfg.MaxHeaderBytes)}
+	if h.prio {
+		h.dep = f.Priority.StreamDep
+	}
+	return c.continueBlock(f.HeaderBlockFragment(), f.HeadersEnded())
+}
+
+// continueBlock decodes a fragment of the header block; at its end the
+// request head is handled. Header lists far over the limit, and fragments
+// after a field that broke the rules, end the connection as x/net/http2's
+// framer does.
+func (c *h2Conn) continueBlock(frag []byte, ended bool) http2.ErrCode {
+	h := &c.head
+	if int64(len(frag)) > 2*int64(h.remain) || h.invalid {
+		return http2.ErrCodeProtocol
+	}
+	if _, err := c.hdec.Write(frag); err != nil {
+		return http2.ErrCodeCompression
+	}
+	if !ended {
+		return 0
+	}
+	if err := c.hdec.Close(); err != nil {
+		return http2.ErrCodeCompression
+	}
+	if h.invalid {
+		c.mu.Lock()
+		st := c.streams[h.id]
+		c.mu.Unlock()
+		if st == nil && h.id%2 == 1 && h.id > c.maxSeen.Load() {
+			c.maxSeen.Store(h.id)
+		}
+		c.resetStream(h.id, http2.ErrCodeProtocol)
+		return 0
+	}
+	return c.onHeaders(h)
+}
+
+// emit receives the decoded fields of the current header block.
+func (c *h2Conn) emit(f hpack.HeaderField) {
+	h := &c.head
+	if h.invalid || h.truncated {
+		return
+	}
+	if !httpguts.ValidHeaderFieldValue(f.Value) {
+		h.invalid = true
+		return
+	}
+	if f.IsPseudo() {
+		if h.regular {
+			h.invalid = true
+			return
+		}
+	} else {
+		h.regular = true
+		if !validFieldName(f.Name) {
+			h.invalid = true
+			return
+		}
+	}
+	size := f.Size()
+	if size > h.remain {
+		h.truncated, h.remain = true, 0
+		return
+	}
+	h.remain -= size
+	h.fields = append(h.fields, f)
+}
+
+// validFieldName reports whether name is a token in lower case.
+func validFieldName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		b := name[i]
+		if !httpguts.IsTokenRune(rune(b)) || ('A' <= b && b <= 'Z') {
+			return false
+		}
+	}
+	return true
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"io"
+	"net"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -113,7 +114,8 @@ func (s *frameScan) Read(p []byte) (int, error) {
 type h2Conn struct {
 	s      *Server
 	hc     *h2conn
-	tc     *tls.Conn
+	nc     net.Conn // the connection frames travel on (TLS)
+	raw    net.Conn // the transport under it, closed to unblock writers
 	ctx    context.Context
 	cancel context.CancelFunc
 	scan   frameScan
@@ -126,8 +128,6 @@ type h2Conn struct {
 	wmu     sync.Mutex
 	pending atomic.Int32
 	bw      *bufio.Writer
-	henc    *hpack.Encoder
-	hbuf    []byte
 	wdl     int64
 	werr    error
 	wfail   atomic.Bool // werr is set
@@ -141,6 +141,8 @@ type h2Conn struct {
 	closed     bool
 	stalled    bool // a stream waited past WriteTimeout for window
 	workers    int  // requests whose handler still runs
+	free       []*h2Stream
+	work       chan *h2Stream // idle workers wait here
 	wg         sync.WaitGroup
 
 	maxSeen    atomic.Uint32 // highest client stream id seen
@@ -156,18 +158,26 @@ type h2Conn struct {
 	resets     bucket
 	control    bucket
 	badHeaders int
+	hdec       *hpack.Decoder
+	head       h2Head // the header block being read
 	rdl        int64
 	idle       time.Duration
 }
 
 // serveH2 serves an HTTP/2 client on a TLS connection that negotiated h2.
 func (s *Server) serveH2(ctx context.Context, tc *tls.Conn, info *ConnInfo, client, local netip.AddrPort) {
+	s.serveH2Conn(ctx, tc, tc.NetConn(), tc.ConnectionState(), info, client, local)
+}
+
+// serveH2Conn serves HTTP/2 on nc, whose transport is raw (nc itself
+// without TLS).
+func (s *Server) serveH2Conn(ctx context.Context, nc, raw net.Conn, cs tls.ConnectionState, info *ConnInfo, client, local netip.AddrPort) {
 	idle := info.IdleTimeout
 	if idle <= 0 {
 		idle = s.cfg.IdleTimeout
 	}
 	c := &h2Conn{
-		s: s, tc: tc, idle: idle,
+		s: s, nc: nc, raw: raw, idle: idle,
 		hc: &h2conn{
 			s: s, info: info, client: client,
 			ca:    newClientAddrs(client, true, s.trusted(info)),
@@ -178,32 +188,25 @@ func (s *Server) serveH2(ctx context.Context, tc *tls.Conn, info *ConnInfo, clie
 		peerWindow: 65535,
 		peerFrame:  16384,
 		recvWindow: h2ConnWindow,
-		cs:         tc.ConnectionState(),
+		cs:         cs,
 	}
 	c.ctx, c.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	c.scan = frameScan{r: tc, preface: len(http2.ClientPreface)}
+	c.scan = frameScan{r: nc, preface: len(http2.ClientPreface)}
 	c.br = bufio.NewReaderSize(&c.scan, h2ReadBufSize)
-	c.bw = bufio.NewWriterSize(tc, h2WriteBufSize)
+	c.bw = bufio.NewWriterSize(nc, h2WriteBufSize)
 	c.fr = http2.NewFramer(c.bw, c.br)
-	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	c.hdec = hpack.NewDecoder(4096, c.emit)
+	c.hdec.SetMaxStringLength(s.cfg.MaxHeaderBytes)
 	c.fr.MaxHeaderListSize = uint32(s.cfg.MaxHeaderBytes)
 	c.fr.SetMaxReadFrameSize(h2MaxFrame)
 	c.fr.SetReuseFrames()
-	c.henc = hpack.NewEncoder(headerSink{c})
+	c.work = make(chan *h2Stream)
 	c.resets.init(s.cfg.H2MaxResetsPerSecond, s.cfg.H2ResetBurst)
 	c.control.init(s.cfg.H2MaxControlFramesPerSecond, 2*s.cfg.H2MaxControlFramesPerSecond)
 	stop := context.AfterFunc(ctx, c.drain)
 	defer stop()
 	c.serve()
 	c.hc.scope.close()
-}
-
-// headerSink collects the encoder's output in c.hbuf.
-type headerSink struct{ c *h2Conn }
-
-func (h headerSink) Write(p []byte) (int, error) {
-	h.c.hbuf = append(h.c.hbuf, p...)
-	return len(p), nil
 }
 
 // drain sends a GOAWAY: open streams finish, new ones are refused.
@@ -233,7 +236,7 @@ func (c *h2Conn) unlockW() {
 		wt := int64(c.s.cfg.WriteTimeout)
 		if c.wdl-now < wt-wt/16 {
 			c.wdl = now + wt
-			_ = c.tc.SetWriteDeadline(time.Unix(0, c.wdl))
+			_ = c.nc.SetWriteDeadline(time.Unix(0, c.wdl))
 		}
 		c.werr = c.bw.Flush()
 	}
@@ -247,7 +250,7 @@ func (c *h2Conn) unlockW() {
 func (c *h2Conn) serve() {
 	defer c.shutdown()
 	var preface [len(http2.ClientPreface)]byte
-	_ = c.tc.SetReadDeadline(time.Now().Add(c.s.cfg.HeaderTimeout))
+	_ = c.nc.SetReadDeadline(time.Now().Add(c.s.cfg.HeaderTimeout))
 	if _, err := io.ReadFull(c.br, preface[:]); err != nil || string(preface[:]) != http2.ClientPreface {
 		c.lockW()
 		c.werr = c.fr.WriteGoAway(0, http2.ErrCodeProtocol, nil)
@@ -280,8 +283,10 @@ func (c *h2Conn) serve() {
 		}
 		var code http2.ErrCode
 		switch f := f.(type) {
-		case *http2.MetaHeadersFrame:
-			code = c.onHeaders(f)
+		case *http2.HeadersFrame:
+			code = c.startBlock(f)
+		case *http2.ContinuationFrame:
+			code = c.continueBlock(f.HeaderBlockFragment(), f.HeadersEnded())
 		case *http2.DataFrame:
 			code = c.onData(f)
 		case *http2.SettingsFrame:
@@ -347,10 +352,10 @@ func (c *h2Conn) armRead() {
 	}
 	c.rdl = want
 	if want == 0 {
-		_ = c.tc.SetReadDeadline(time.Time{})
+		_ = c.nc.SetReadDeadline(time.Time{})
 		return
 	}
-	_ = c.tc.SetReadDeadline(time.Unix(0, want))
+	_ = c.nc.SetReadDeadline(time.Unix(0, want))
 }
 
 func (c *h2Conn) openStreams() int {
@@ -391,8 +396,8 @@ func (c *h2Conn) goAway(code http2.ErrCode) {
 // linger reads and discards for a moment so that the close does not
 // reset the connection under the last frames.
 func (c *h2Conn) linger() {
-	_ = c.tc.SetReadDeadline(time.Now().Add(time.Second))
-	_, _ = io.CopyN(io.Discard, c.tc, 1<<20)
+	_ = c.nc.SetReadDeadline(time.Now().Add(time.Second))
+	_, _ = io.CopyN(io.Discard, c.nc, 1<<20)
 }
 
 // shutdown ends every stream and waits for the handlers.
@@ -405,7 +410,7 @@ func (c *h2Conn) shutdown() {
 	c.mu.Unlock()
 	c.cancel()
 	// Unblock writers stuck on a client that does not read.
-	_ = c.tc.NetConn().Close()
+	_ = c.raw.Close()
 	c.wg.Wait()
-	_ = c.tc.Close()
+	_ = c.nc.Close()
 }

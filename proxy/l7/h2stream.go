@@ -1,11 +1,11 @@
 package l7
 
 import (
+	"crypto/tls"
 	"io"
 	"net"
 	"net/http"
 	"runtime/debug"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -19,10 +19,22 @@ import (
 
 var h2bufs = sync.Pool{New: func() any { b := make([]byte, 0, h2MaxFrame); return &b }}
 
+// worker runs streams of its connection until the connection ends.
+func (c *h2Conn) worker(st *h2Stream) {
+	defer c.wg.Done()
+	for {
+		st.run()
+		select {
+		case st = <-c.work:
+		case <-c.ctx.Done():
+			return
+		}
+	}
+}
+
 // run serves the request and ends the stream.
 func (st *h2Stream) run() {
 	c := st.c
-	defer c.wg.Done()
 	if st.serve() {
 		st.finish()
 	}
@@ -35,9 +47,8 @@ func (st *h2Stream) run() {
 		c.forget(st)
 	}
 	c.mu.Unlock()
-	st.cancel()
-	if st.timer != nil {
-		st.timer.Stop()
+	if st.cancel != nil {
+		st.cancel()
 	}
 	if rst {
 		// The response is complete and the client is still sending:
@@ -48,11 +59,12 @@ func (st *h2Stream) run() {
 		}
 		c.unlockW()
 	}
-	if st.wbuf != nil {
-		b := st.wbuf[:0]
-		st.wbuf = nil
-		h2bufs.Put(&b)
+	if st.wbp != nil {
+		*st.wbp = st.wbuf[:0]
+		h2bufs.Put(st.wbp)
+		st.wbp, st.wbuf = nil, nil
 	}
+	c.putStream(st)
 	c.closeIfDone()
 }
 
@@ -70,9 +82,13 @@ func (st *h2Stream) serve() (ok bool) {
 			ok = false
 		}
 	}()
-	if st.status0 != 0 {
+	switch {
+	case st.status0 != 0:
 		writeErrorPage(st, st.status0)
-	} else {
+	case st.serveFast():
+	case !st.buildRequest():
+		writeErrorPage(st, 400)
+	default:
 		c.hc.ServeHTTP(st, st.req)
 	}
 	return true
@@ -89,12 +105,14 @@ func (st *h2Stream) Read(p []byte) (int, error) {
 		case st.err != nil:
 			return 0, st.err
 		case st.remoteClosed:
-			if st.trailer != nil && st.req.Trailer != nil {
-				for _, hf := range st.trailer {
-					k := http.CanonicalHeaderKey(hf.Name)
-					st.req.Trailer[k] = append(st.req.Trailer[k], hf.Value)
+			if st.trailer != nil {
+				if st.req != nil && st.req.Trailer != nil {
+					for _, hf := range st.trailer {
+						k := http.CanonicalHeaderKey(hf.Name)
+						st.req.Trailer[k] = append(st.req.Trailer[k], hf.Value)
+					}
 				}
-				st.trailer = nil
+				st.reqTrailer, st.trailer = st.trailer, nil
 			}
 			return 0, io.EOF
 		case c.closed:
@@ -157,11 +175,12 @@ func (st *h2Stream) Write(p []byte) (int, error) {
 	if !st.wrote {
 		st.WriteHeader(200)
 	}
-	if st.req != nil && st.req.Method == http.MethodHead {
+	if st.method == http.MethodHead {
 		return len(p), nil
 	}
-	if st.wbuf == nil {
-		st.wbuf = (*h2bufs.Get().(*[]byte))[:0]
+	if st.wbp == nil {
+		st.wbp = h2bufs.Get().(*[]byte)
+		st.wbuf = (*st.wbp)[:0]
 	}
 	n := len(p)
 	for len(p) > 0 {
@@ -194,7 +213,23 @@ func (st *h2Stream) flush(end bool) error {
 	}
 	if !st.sentHead {
 		st.sentHead = true
-		if err := st.sendHead(end && len(st.wbuf) == 0); err != nil {
+		// The head and the first data leave in one write.
+		c := st.c
+		c.hold()
+		st.holding = true
+		defer func() {
+			if st.holding {
+				st.holding = false
+				c.release()
+			}
+		}()
+		var err error
+		if st.rawHead {
+			err = st.sendBlock(st.hblk, end && len(st.wbuf) == 0)
+		} else {
+			err = st.sendHead(end && len(st.wbuf) == 0)
+		}
+		if err != nil {
 			return err
 		}
 		if end && len(st.wbuf) == 0 {
@@ -255,58 +290,65 @@ func (st *h2Stream) endLocal() {
 
 // sendHead sends the response head.
 func (st *h2Stream) sendHead(end bool) error {
-	c := st.c
-	c.lockW()
-	defer c.unlockW()
-	if c.werr != nil {
-		return c.werr
-	}
-	if end {
-		st.endLocal()
-	}
-	c.hbuf = c.hbuf[:0]
-	var sb [3]byte
-	_ = c.henc.WriteField(hpack.HeaderField{Name: ":status", Value: string(strconv.AppendInt(sb[:0], int64(st.status), 10))})
+	st.hblk = appendStatus(st.hblk[:0], st.status)
 	for k, vv := range st.rh {
 		if strings.HasPrefix(k, http.TrailerPrefix) {
 			continue
 		}
-		name := strings.ToLower(k)
-		if connHeaders[name] || name == "te" {
+		n := len(st.hblk)
+		st.hblk = appendLower(st.hblk, k)
+		name := unsafeString(st.hblk[n:])
+		skip := connHeaders[name] || name == "te"
+		st.hblk = st.hblk[:n]
+		if skip {
 			continue
 		}
 		for _, v := range vv {
-			_ = c.henc.WriteField(hpack.HeaderField{Name: name, Value: v})
+			st.hblk = appendLiteral(st.hblk, k, v, true)
 		}
 	}
-	return c.writeBlock(st.id, end)
+	return st.sendBlock(st.hblk, end)
 }
 
 // sendFields sends a trailer section.
 func (st *h2Stream) sendFields(fields []hpack.HeaderField, end bool) error {
+	st.hblk = st.hblk[:0]
+	for _, f := range fields {
+		st.hblk = appendLiteral(st.hblk, f.Name, f.Value, false)
+	}
+	return st.sendBlock(st.hblk, end)
+}
+
+// sendBlock sends an encoded header block; end ends the stream.
+func (st *h2Stream) sendBlock(blk []byte, end bool) error {
 	c := st.c
+	if end {
+		st.endLocal()
+	}
 	c.lockW()
 	defer c.unlockW()
 	if c.werr != nil {
 		return c.werr
 	}
-	if end {
-		st.endLocal()
-	}
-	c.hbuf = c.hbuf[:0]
-	for _, f := range fields {
-		_ = c.henc.WriteField(f)
-	}
-	return c.writeBlock(st.id, end)
+	return c.writeBlock(st.id, blk, end)
 }
 
-// writeBlock writes the header block in c.hbuf as HEADERS and
+// hold keeps the writes that follow in the buffer until release.
+func (c *h2Conn) hold() { c.pending.Add(1) }
+
+// release ends a hold, flushing when no other writer waits.
+func (c *h2Conn) release() {
+	c.wmu.Lock()
+	c.unlockW() // takes the hold's count back
+
+}
+
+// writeBlock writes the header block b as HEADERS and
 // CONTINUATION frames. wmu held.
-func (c *h2Conn) writeBlock(id uint32, end bool) error {
+func (c *h2Conn) writeBlock(id uint32, b []byte, end bool) error {
 	c.mu.Lock()
 	max := c.peerFrame
 	c.mu.Unlock()
-	b := c.hbuf
 	first := true
 	for first || len(b) > 0 {
 		k := min(len(b), max)
@@ -345,6 +387,14 @@ func (st *h2Stream) sendData(p []byte, end bool) error {
 			n = int(min(int64(len(p)), st.sendWindow, c.sendWindow, int64(c.peerFrame)))
 			if n > 0 || len(p) == 0 {
 				break
+			}
+			if st.holding {
+				// Never keep other streams' frames waiting.
+				st.holding = false
+				c.mu.Unlock()
+				c.release()
+				c.mu.Lock()
+				continue
 			}
 			if deadline == 0 {
 				deadline = time.Now().UnixNano() + int64(c.s.cfg.WriteTimeout)
@@ -390,7 +440,7 @@ func (c *h2Conn) stall() {
 		c.goAwaySent.Store(true)
 	}
 	c.unlockW()
-	_ = c.tc.NetConn().Close()
+	_ = c.raw.Close()
 }
 
 // closeIfDone ends a connection that sent or received a GOAWAY once its
@@ -406,9 +456,11 @@ func (c *h2Conn) closeIfDone() {
 	c.lockW()
 	if c.werr == nil {
 		c.werr = c.bw.Flush()
-		_ = c.tc.CloseWrite()
-		if tcp, ok := c.tc.NetConn().(*net.TCPConn); ok {
-			_ = tcp.CloseWrite()
+		if tc, ok := c.nc.(*tls.Conn); ok {
+			_ = tc.CloseWrite()
+		}
+		if cw, ok := c.raw.(interface{ CloseWrite() error }); ok {
+			_ = cw.CloseWrite()
 		}
 		if c.werr == nil {
 			c.werr = net.ErrClosed

@@ -1,0 +1,604 @@
+package l7
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+	"unsafe"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+)
+
+// The HTTP/2 fast path: a request to an HTTP/1.1 member without PROXY
+// protocol goes from the decoded HPACK fields straight to an HTTP/1.1 head
+// in a reused buffer, and the member's response head (parsed in place by
+// the HTTP/1.1 engine's parser) straight to an HPACK block, without
+// net/http values. The response encoder never uses the dynamic table, so
+// it needs no state shared with other streams.
+
+// unsafeBytes views s as bytes; they must not be written.
+func unsafeBytes(s string) []byte {
+	return unsafe.Slice(unsafe.StringData(s), len(s))
+}
+
+// appendHpackInt appends v with an n-bit prefix whose other bits are in
+// first (RFC 7541 section 5.1).
+func appendHpackInt(dst []byte, first byte, n uint, v uint64) []byte {
+	max := uint64(1)<<n - 1
+	if v < max {
+		return append(dst, first|byte(v))
+	}
+	dst = append(dst, first|byte(max))
+	v -= max
+	for v >= 128 {
+		dst = append(dst, byte(v&0x7f|0x80))
+		v >>= 7
+	}
+	return append(dst, byte(v))
+}
+
+// appendLiteral appends a literal field without indexing and with a new
+// name (RFC 7541 section 6.2.2); lower lower-cases the name.
+func appendLiteral(dst []byte, name, value string, lower bool) []byte {
+	dst = append(dst, 0)
+	dst = appendHpackInt(dst, 0, 7, uint64(len(name)))
+	if lower {
+		dst = appendLower(dst, name)
+	} else {
+		dst = append(dst, name...)
+	}
+	dst = appendHpackInt(dst, 0, 7, uint64(len(value)))
+	return append(dst, value...)
+}
+
+// appendLower appends s in ASCII lower case.
+func appendLower(dst []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		dst = append(dst, c)
+	}
+	return dst
+}
+
+// appendStatus appends :status, indexed when the static table has it.
+func appendStatus(dst []byte, code int) []byte {
+	switch code {
+	case 200:
+		return append(dst, 0x88)
+	case 204:
+		return append(dst, 0x89)
+	case 206:
+		return append(dst, 0x8a)
+	case 304:
+		return append(dst, 0x8b)
+	case 400:
+		return append(dst, 0x8c)
+	case 404:
+		return append(dst, 0x8d)
+	case 500:
+		return append(dst, 0x8e)
+	}
+	dst = append(dst, 0x08, 3) // literal, name :status (index 8), 3 bytes
+	return strconv.AppendInt(dst, int64(code%1000), 10)
+}
+
+// serveFast proxies the request when its route leads to HTTP/1.1 members
+// without PROXY protocol; false leaves it to the net/http path.
+func (st *h2Stream) serveFast() bool {
+	c := st.c
+	s, hc := c.s, c.hc
+	if st.method == http.MethodConnect || hc.info.Router == nil {
+		return false
+	}
+	rtr := hc.info.Router()
+	if rtr == nil {
+		return false
+	}
+	host, ok := normalizeHost(st.hostBuf[:0], unsafeBytes(st.authority))
+	if !ok {
+		return false
+	}
+	st.hostBuf = host
+	target := st.path
+	p, q := target, ""
+	if i := strings.IndexByte(target, '?'); i >= 0 {
+		p, q = target[:i], target[i:]
+	}
+	cleaned := false
+	if p != "*" && needsClean(unsafeBytes(p)) {
+		st.pathBuf = cleanPath(st.pathBuf[:0], unsafeBytes(p))
+		p, cleaned = unsafeString(st.pathBuf), true
+	}
+	route := rtr.Route(unsafeString(host), p)
+	if route == nil || route.RedirectHTTPS || route.Handler != nil || route.Backend == nil {
+		return false
+	}
+	be := route.Backend
+	opts := be.Options()
+	if (opts.Protocol != HTTP1 && opts.Protocol != HTTP1TLS) || opts.ProxyProtocol != 0 {
+		return false
+	}
+
+	start := time.Now()
+	st.stats = RequestStats{Listener: hc.info.Listener, LB: hc.info.LB, Tenant: hc.info.Tenant, HTTP2: true,
+		Client: hc.client, Route: route.Name}
+	stats := &st.stats
+	defer st.report(start)
+	fail := st.fail
+	limit := opts.MaxBodyBytes
+	if limit <= 0 {
+		limit = s.cfg.MaxBodyBytes
+	}
+	if limit > 0 && st.declLen > limit {
+		return fail(413, OutcomeClientError)
+	}
+	if len(st.fields) > s.cfg.MaxHeaderCount+4 {
+		n := 0
+		for _, f := range st.fields {
+			if !f.IsPseudo() {
+				n++
+			}
+		}
+		if n > s.cfg.MaxHeaderCount {
+			return fail(431, OutcomeClientError)
+		}
+	}
+	var key []byte
+	if opts.HashHeader != "" {
+		for _, f := range st.fields {
+			if strings.EqualFold(f.Name, opts.HashHeader) {
+				key = unsafeBytes(f.Value)
+				break
+			}
+		}
+	}
+	if cleaned {
+		st.head = st.appendHead(st.head[:0], p, q)
+	} else {
+		st.head = st.appendHead(st.head[:0], target, "")
+	}
+	if hc.info.AccessLog > 0 {
+		stats.AccessLog, stats.Host, stats.Method, stats.Path = hc.info.AccessLog, string(host), st.method, st.path
+		stats.RequestID = requestIDIn(st.head)
+	}
+	rht := rht(opts, s)
+	for retries := s.cfg.Retries; ; retries-- {
+		m, ok := be.Pick(hc.ca.addr, key)
+		if !ok {
+			return fail(503, OutcomeNoMember)
+		}
+		stats.Member = m.Addr()
+		t0 := time.Now()
+		u, err := st.exchange(m, opts, rht, limit)
+		d := time.Since(t0)
+		if err != nil {
+			st.c.mu.Lock()
+			gone := st.err != nil
+			st.c.mu.Unlock()
+			switch {
+			case errors.Is(err, errBodyTooLarge):
+				m.Done(nil, 0, d)
+				return fail(413, OutcomeClientError)
+			case gone:
+				m.Done(nil, 0, d)
+				stats.Outcome = OutcomeAborted
+				return true
+			}
+			m.Done(err, 0, d)
+			if errors.Is(err, ErrConnect) && retries > 0 {
+				continue
+			}
+			return fail(statusFor(err), outcomeFor(err))
+		}
+		stats.Upstream = d
+		stats.Status = u.resp.status
+		m.Done(nil, u.resp.status, d)
+		n, err := st.relay(u)
+		stats.ResponseBytes = n
+		stats.RequestBytes = st.gotLen
+		stats.Outcome = OutcomeOK
+		if err != nil {
+			stats.Outcome = OutcomeAborted
+		}
+		return true
+	}
+}
+
+// report hands the request's figures to the metrics.
+func (st *h2Stream) report(start time.Time) {
+	st.stats.Duration = time.Since(start)
+	st.c.s.cfg.Metrics.Request(st.stats)
+}
+
+// fail answers with an error page.
+func (st *h2Stream) fail(code int, out Outcome) bool {
+	writeErrorPage(st, code)
+	st.stats.Status, st.stats.Outcome = code, out
+	return true
+}
+
+// appendHead appends the HTTP/1.1 head sent to the member: the request
+// line, the client's fields without the forwarding ones it may not set,
+// and the forwarding fields, as the HTTP/1.1 path sends them.
+func (st *h2Stream) appendHead(dst []byte, path, query string) []byte {
+	ca := &st.c.hc.ca
+	dst = append(dst, st.method...)
+	dst = append(dst, ' ')
+	dst = append(dst, path...)
+	dst = append(dst, query...)
+	dst = append(dst, " HTTP/1.1\r\nHost: "...)
+	dst = append(dst, st.authority...)
+	dst = append(dst, "\r\n"...)
+	var te, xfProto, xfHost, reqID, cookie bool
+	for _, f := range st.fields {
+		if f.IsPseudo() {
+			continue
+		}
+		k := classify(unsafeBytes(f.Name))
+		switch k {
+		case hHost, hContentLength:
+			continue
+		case hTE:
+			te = true
+			continue
+		}
+		if forwardKind(k) {
+			if !ca.trusted {
+				continue
+			}
+			xfProto = xfProto || k == hXFProto
+			xfHost = xfHost || k == hXFHost
+			reqID = reqID || k == hRequestID
+		}
+		if f.Name == "cookie" {
+			cookie = true
+			continue
+		}
+		dst = append(dst, f.Name...)
+		dst = append(dst, ": "...)
+		dst = append(dst, f.Value...)
+		dst = append(dst, "\r\n"...)
+	}
+	if cookie {
+		// Cookie fields are joined with "; " (RFC 9113 section 8.2.3).
+		sep := "Cookie: "
+		for _, f := range st.fields {
+			if f.Name == "cookie" {
+				dst = append(dst, sep...)
+				dst = append(dst, f.Value...)
+				sep = "; "
+			}
+		}
+		dst = append(dst, "\r\n"...)
+	}
+	if te {
+		dst = append(dst, "TE: trailers\r\n"...)
+	}
+	switch {
+	case !st.endHeaders && st.declLen >= 0:
+		dst = append(dst, "Content-Length: "...)
+		dst = strconv.AppendInt(dst, st.declLen, 10)
+		dst = append(dst, "\r\n"...)
+	case !st.endHeaders:
+		dst = append(dst, "Transfer-Encoding: chunked\r\n"...)
+	case st.method == http.MethodPost || st.method == http.MethodPut || st.method == http.MethodPatch:
+		dst = append(dst, "Content-Length: 0\r\n"...)
+	}
+	host := st.authority
+	dst = append(dst, "X-Forwarded-For: "...)
+	dst = append(dst, ca.ip...)
+	if !ca.trusted || !xfProto {
+		dst = append(dst, "\r\nX-Forwarded-Proto: "...)
+		dst = append(dst, ca.proto()...)
+	}
+	if len(host) > 0 && (!ca.trusted || !xfHost) {
+		dst = append(dst, "\r\nX-Forwarded-Host: "...)
+		dst = append(dst, host...)
+	}
+	dst = append(dst, "\r\nForwarded: for="...)
+	dst = append(dst, ca.fwdFor...)
+	if len(host) > 0 {
+		dst = append(dst, ";host="...)
+		dst = appendForwardedValue(dst, unsafeBytes(host))
+	}
+	dst = append(dst, ";proto="...)
+	dst = append(dst, ca.proto()...)
+	if !reqID || !ca.trusted {
+		dst = append(dst, "\r\nX-Request-Id: "...)
+		dst = appendRequestID(dst)
+	}
+	return append(dst, "\r\n\r\n"...)
+}
+
+// exchange sends the head (and the body) to m and reads the response
+// head. On success the member connection is st.up.
+func (st *h2Stream) exchange(m Member, opts *BackendOptions, rht time.Duration, limit int64) (*upConn, error) {
+	c := st.c
+	s := c.s
+	key := poolKey{addr: m.Addr(), proto: opts.Protocol}
+	now := time.Now().UnixNano()
+	p := s.pools.get(key)
+	u, reused := p.take(now, s.cfg.UpstreamIdleTimeout), true
+	for u != nil && now-u.idleAt >= staleAfter && u.closedByPeer() {
+		u.close()
+		u = p.take(now, s.cfg.UpstreamIdleTimeout)
+	}
+	var err error
+	if u == nil {
+		if u, err = s.dial(c.ctx, key, opts, nil); err != nil {
+			return nil, err
+		}
+		reused = false
+	}
+	hasBody := !st.endHeaders
+	for {
+		if err := st.attach(u); err != nil {
+			u.close()
+			return nil, err
+		}
+		u.got, u.r, u.w = 0, 0, 0
+		u.resp.reset()
+		var bodyDone chan error
+		err = u.setWriteDeadline(now, s.cfg.BodyTimeout)
+		if err == nil {
+			_, err = u.nc.Write(st.head)
+		}
+		if err != nil {
+			err = fmt.Errorf("%w: %w", ErrUpstreamClosed, err)
+		}
+		if err == nil && hasBody {
+			bodyDone = make(chan error, 1)
+			go func(u *upConn) { bodyDone <- st.sendBody(u, limit) }(u)
+		}
+		if err == nil {
+			err = readH1Head(u, now, rht, s.cfg.MaxHeaderBytes)
+		}
+		if err == nil {
+			st.bodyDone = bodyDone
+			return u, nil
+		}
+		st.detach()
+		u.close()
+		if bodyDone != nil {
+			if berr := <-bodyDone; errors.Is(berr, errBodyTooLarge) {
+				return nil, berr
+			}
+		}
+		if reused && !hasBody && u.got == 0 && !isTimeout(err) {
+			reused = false
+			if u, err = s.dial(c.ctx, key, opts, nil); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		return nil, err
+	}
+}
+
+// attach makes u the stream's member connection, which a reset of the
+// stream unblocks.
+func (st *h2Stream) attach(u *upConn) error {
+	st.c.mu.Lock()
+	defer st.c.mu.Unlock()
+	if st.err != nil {
+		return st.err
+	}
+	st.up = u
+	return nil
+}
+
+func (st *h2Stream) detach() {
+	st.c.mu.Lock()
+	st.up = nil
+	st.c.mu.Unlock()
+}
+
+// sendBody streams the request body to the member, chunked when its
+// length is unknown, with its trailers.
+func (st *h2Stream) sendBody(u *upConn, limit int64) error {
+	bt := st.c.s.cfg.BodyTimeout
+	bp := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(bp)
+	buf := *bp
+	chunked := st.declLen < 0
+	write := func(b []byte) error {
+		if err := u.setWriteDeadline(time.Now().UnixNano(), bt); err != nil {
+			return err
+		}
+		_, err := u.nc.Write(b)
+		return err
+	}
+	var sent int64
+	for {
+		off := 0
+		if chunked {
+			off = 20
+		}
+		n, rerr := st.Read(buf[off : len(buf)-2])
+		sent += int64(n)
+		if limit > 0 && sent > limit {
+			u.close()
+			return errBodyTooLarge
+		}
+		if n > 0 {
+			out := buf[off : off+n]
+			if chunked {
+				line := strconv.AppendInt(buf[:0:off], int64(n), 16)
+				line = append(line, '\r', '\n')
+				start := off - len(line)
+				copy(buf[start:], line)
+				out = append(buf[start:off+n], '\r', '\n')
+			}
+			if err := write(out); err != nil {
+				return err
+			}
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			u.close() // the member must not take a truncated body
+			return rerr
+		}
+	}
+	if !chunked {
+		return nil
+	}
+	end := append(buf[:0], "0\r\n"...)
+	for _, hf := range st.reqTrailer {
+		end = append(end, hf.Name...)
+		end = append(end, ": "...)
+		end = append(end, hf.Value...)
+		end = append(end, "\r\n"...)
+	}
+	return write(append(end, "\r\n"...))
+}
+
+// relay sends the member's response on the stream and settles the member
+// connection; it returns the body bytes sent.
+func (st *h2Stream) relay(u *upConn) (n int64, err error) {
+	c := st.c
+	s := c.s
+	rh := &u.resp
+	b := u.rb[u.r : u.r+rh.n]
+	st.hblk = appendStatus(st.hblk[:0], rh.status)
+	for i := range rh.fields {
+		f := &rh.fields[i]
+		if f.drop {
+			continue
+		}
+		switch f.kind {
+		case hTransferEncoding, hConnection, hKeepAlive, hProxyConnection, hTE, hUpgrade, hProxyAuthenticate, hHTTP2Settings:
+			continue
+		}
+		name := f.name(b)
+		if eqFold(name, "trailer") {
+			continue
+		}
+		st.hblk = appendLiteral(st.hblk, unsafeString(name), unsafeString(f.value(b)), true)
+	}
+	framing := rh.framing(st.method == http.MethodHead)
+	left := rh.contentLength
+	reusable := rh.reusable() && framing != bodyClose
+	u.r += rh.n
+	st.wrote, st.status, st.rawHead = true, rh.status, true
+	var ck chunked
+	tstart := len(st.hblk)
+	var trailer []byte
+	for err == nil {
+		if framing == bodyNone || (framing == bodyLength && left == 0) || (framing == bodyChunked && ck.done()) {
+			break
+		}
+		if u.r == u.w {
+			u.r, u.w = 0, 0
+			err = u.setReadDeadline(time.Now().UnixNano(), s.cfg.BodyTimeout)
+			if err == nil {
+				err = u.fill()
+			}
+			if err != nil {
+				if framing == bodyClose && errors.Is(err, io.EOF) {
+					err = nil
+					break
+				}
+				err = upstreamReadError(err)
+				break
+			}
+		}
+		in := u.rb[u.r:u.w]
+		switch framing {
+		case bodyLength:
+			k := int(min(int64(len(in)), left))
+			u.r += k
+			left -= int64(k)
+			n += int64(k)
+			_, err = st.Write(in[:k])
+		case bodyClose:
+			u.r += len(in)
+			n += int64(len(in))
+			_, err = st.Write(in)
+		default:
+			inTrailer := ck.inTrailer()
+			k, data, cerr := ck.step(in)
+			if inTrailer {
+				trailer = append(st.hblk[tstart:], in[:k]...)
+				st.hblk = st.hblk[:tstart]
+			}
+			u.r += k
+			switch {
+			case cerr != nil:
+				err = ErrUpstreamProtocol
+			case data:
+				n += int64(k)
+				_, err = st.Write(in[:k])
+			}
+		}
+	}
+	if err == nil {
+		if tf := trailerFields(trailer); len(tf) > 0 {
+			if err = st.flush(false); err == nil {
+				st.ended = true
+				err = st.sendFields(tf, true)
+			}
+		} else {
+			err = st.flush(true)
+		}
+	}
+	if err != nil && !st.ended {
+		// A response cut short must not look complete.
+		st.ended = true
+		c.resetStream(st.id, http2.ErrCodeInternal)
+	}
+	st.detach()
+	if st.bodyDone != nil {
+		if !reusable || err != nil {
+			u.close()
+		}
+		if berr := <-st.bodyDone; berr != nil {
+			reusable = false
+		}
+		st.bodyDone = nil
+	}
+	if err == nil && reusable && u.r == u.w && s.pools.get(u.key) != nil {
+		u.idleAt = time.Now().UnixNano()
+		_ = u.nc.SetDeadline(time.Time{})
+		u.rdl, u.wdl = 0, 0
+		if s.pools.get(u.key).put(u, s.cfg.MaxIdlePerMember) {
+			return n, nil
+		}
+	}
+	u.close()
+	return n, err
+}
+
+// trailerFields parses a chunked trailer section ("0\r\n" excluded or
+// not) into HTTP/2 fields; hop-by-hop and framing fields are dropped.
+func trailerFields(t []byte) []hpack.HeaderField {
+	var out []hpack.HeaderField
+	for len(t) > 0 {
+		i := bytes.Index(t, []byte("\r\n"))
+		if i < 0 {
+			break
+		}
+		line := t[:i]
+		t = t[i+2:]
+		k, v, ok := bytes.Cut(line, []byte(":"))
+		if !ok || len(k) == 0 {
+			continue
+		}
+		switch classify(k) {
+		case hContentLength, hTransferEncoding, hConnection, hKeepAlive, hProxyConnection, hTE, hUpgrade, hHost:
+			continue
+		}
+		out = append(out, hpack.HeaderField{Name: strings.ToLower(string(k)), Value: string(bytes.TrimSpace(v))})
+	}
+	return out
+}
