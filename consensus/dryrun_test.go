@@ -3,6 +3,7 @@ package consensus
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/teapot-lb/teapot-lb/api"
@@ -16,6 +17,11 @@ func TestDryRunChecksAndWritesNothing(t *testing.T) {
 	n := h.node
 	apply(t, n, pool("public", "192.0.2.0/28"), tenant("acme", "public"), lb("acme", "shop", "public"))
 	rev := n.Revision()
+	// Clients use dry runs only when every host lists the feature.
+	st, err := n.Status(ctxT(t))
+	if err != nil || len(st.GetNodes()) != 1 || !slices.Contains(st.GetNodes()[0].GetFeatures(), api.FeatureDryRun) {
+		t.Fatalf("status does not list %q: %v %v", api.FeatureDryRun, st, err)
+	}
 	noWrite := func(t *testing.T) {
 		t.Helper()
 		if got := n.Revision(); got != rev {

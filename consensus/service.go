@@ -222,6 +222,7 @@ func (n *Node) health() *pb.NodeStatus {
 		AppliedIndex: n.raft.AppliedIndex(),
 		Term:         n.raft.CurrentTerm(),
 		Version:      n.cfg.Version,
+		Features:     api.Features(),
 	}
 	switch st {
 	case raft.Leader:

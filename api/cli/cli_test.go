@@ -386,3 +386,25 @@ func TestCompletion(t *testing.T) {
 		}
 	}
 }
+
+// A host of an older release ignores dry_run and would apply the change:
+// the CLI asks the hosts first and sends nothing when one that answers
+// does not list the feature (the fake's hosts list none).
+func TestDryRunRefusedByOlderHosts(t *testing.T) {
+	for _, args := range []string{
+		"apply -f testdata/shop.yaml --dry-run",
+		"diff -f testdata/shop.yaml",
+		"delete lb acme/shop --dry-run",
+		"tenant update acme --add-domain acme.example.org --dry-run",
+	} {
+		f := seeded(t)
+		objects := len(f.objs)
+		r := run(t, f, "", strings.Fields(args)...)
+		if r.code == 0 || !strings.Contains(r.stderr, "lb1 (1.0.0), lb2 (1.0.0), lb4 (version unknown) run an older one; nothing was sent") {
+			t.Errorf("%s: exit %d, stderr %q", args, r.code, r.stderr)
+		}
+		if len(f.applied) != 0 || len(f.objs) != objects {
+			t.Errorf("%s: %d applies reached the cluster; %d objects, %d before", args, len(f.applied), len(f.objs), objects)
+		}
+	}
+}

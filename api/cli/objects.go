@@ -97,6 +97,11 @@ func (a *app) apply(cmd *cobra.Command, objs []*pb.Object, mode pb.ApplyMode) er
 // applyObjects is apply, or with dryRun the cluster's check of it.
 func (a *app) applyObjects(cmd *cobra.Command, objs []*pb.Object, mode pb.ApplyMode, dryRun bool) error {
 	return a.call(cmd, func(ctx context.Context, c *client.Conn) error {
+		if dryRun {
+			if err := requireFeature(ctx, c, api.FeatureDryRun, "--dry-run"); err != nil {
+				return err
+			}
+		}
 		resp, err := c.Admin.Apply(ctx, &pb.ApplyRequest{Objects: objs, Mode: mode, DryRun: dryRun})
 		if err != nil {
 			return err
@@ -433,6 +438,11 @@ func (a *app) delete(cmd *cobra.Command, refs ...*pb.ObjectRef) error {
 // at the first error.
 func (a *app) deleteRefs(cmd *cobra.Command, refs []*pb.ObjectRef, opts deleteOpts) error {
 	return a.call(cmd, func(ctx context.Context, c *client.Conn) error {
+		if opts.dryRun {
+			if err := requireFeature(ctx, c, api.FeatureDryRun, "--dry-run"); err != nil {
+				return err
+			}
+		}
 		w := cmd.OutOrStdout()
 		for _, ref := range refs {
 			resp, err := c.Admin.Delete(ctx, &pb.DeleteRequest{Ref: ref, DryRun: opts.dryRun})

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -63,6 +64,9 @@ func (a *app) diffCmd() *cobra.Command {
 // diffObjects prints what applying objs would change and reports whether
 // anything would.
 func diffObjects(ctx context.Context, w io.Writer, c *client.Conn, objs []*pb.Object) (bool, error) {
+	if err := requireFeature(ctx, c, api.FeatureDryRun, "diff"); err != nil {
+		return false, err
+	}
 	resp, err := c.Admin.Apply(ctx, &pb.ApplyRequest{Objects: objs, DryRun: true})
 	if err != nil {
 		return false, err
@@ -267,6 +271,32 @@ func runEditor(cmd *cobra.Command, path string) error {
 	e.Stdin, e.Stdout, e.Stderr = cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr()
 	if err := e.Run(); err != nil {
 		return fmt.Errorf("editor %q: %w; nothing was written", editor, err)
+	}
+	return nil
+}
+
+// requireFeature refuses to go on unless every host that answers serves
+// feature (see api.Features): a host of an older release ignores the new
+// fields of a request, and would apply a dry run. Hosts that do not
+// answer serve no request now and are not counted.
+func requireFeature(ctx context.Context, c *client.Conn, feature, what string) error {
+	st, err := c.Admin.ClusterStatus(ctx, &pb.ClusterStatusRequest{})
+	if err != nil {
+		return fmt.Errorf("ask the hosts whether they know %s: %w", what, err)
+	}
+	var old []string
+	for _, n := range st.GetNodes() {
+		if n.GetState() == "unreachable" || slices.Contains(n.GetFeatures(), feature) {
+			continue
+		}
+		v := n.GetVersion()
+		if v == "" {
+			v = "version unknown"
+		}
+		old = append(old, fmt.Sprintf("%s (%s)", n.GetId(), v))
+	}
+	if len(old) > 0 {
+		return fmt.Errorf("%s needs a release that knows it on every host, and %s run an older one; nothing was sent: upgrade them first", what, strings.Join(old, ", "))
 	}
 	return nil
 }

@@ -730,7 +730,11 @@ type NodeStatus struct {
 	HeartbeatMisses   uint32          `protobuf:"varint,14,opt,name=heartbeat_misses,json=heartbeatMisses,proto3" json:"heartbeat_misses,omitempty"`
 	Peers             []*PeerLiveness `protobuf:"bytes,15,rep,name=peers,proto3" json:"peers,omitempty"`
 	// Set by `cluster drain`: the host gives up its VIPs.
-	Draining      bool `protobuf:"varint,16,opt,name=draining,proto3" json:"draining,omitempty"`
+	Draining bool `protobuf:"varint,16,opt,name=draining,proto3" json:"draining,omitempty"`
+	// Admin API features this host's release serves ("dry-run"). A client
+	// uses a feature only when every host that answers lists it: a host of
+	// an older release would ignore the request's new fields.
+	Features      []string `protobuf:"bytes,17,rep,name=features,proto3" json:"features,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -875,6 +879,13 @@ func (x *NodeStatus) GetDraining() bool {
 		return x.Draining
 	}
 	return false
+}
+
+func (x *NodeStatus) GetFeatures() []string {
+	if x != nil {
+		return x.Features
+	}
+	return nil
 }
 
 type PeerLiveness struct {
@@ -1908,7 +1919,7 @@ const file_teapotv1_admin_proto_rawDesc = "" +
 	"\brevision\x18\x05 \x01(\x04R\brevision\x12+\n" +
 	"\x05nodes\x18\x06 \x03(\v2\x15.teapot.v1.NodeStatusR\x05nodes\x12+\n" +
 	"\x11heartbeat_timeout\x18\a \x01(\tR\x10heartbeatTimeout\x12)\n" +
-	"\x10election_timeout\x18\b \x01(\tR\x0felectionTimeout\"\xfc\x03\n" +
+	"\x10election_timeout\x18\b \x01(\tR\x0felectionTimeout\"\x98\x04\n" +
 	"\n" +
 	"NodeStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
@@ -1927,7 +1938,8 @@ const file_teapotv1_admin_proto_rawDesc = "" +
 	"\x12heartbeat_interval\x18\r \x01(\tR\x11heartbeatInterval\x12)\n" +
 	"\x10heartbeat_misses\x18\x0e \x01(\rR\x0fheartbeatMisses\x12-\n" +
 	"\x05peers\x18\x0f \x03(\v2\x17.teapot.v1.PeerLivenessR\x05peers\x12\x1a\n" +
-	"\bdraining\x18\x10 \x01(\bR\bdraining\"Z\n" +
+	"\bdraining\x18\x10 \x01(\bR\bdraining\x12\x1a\n" +
+	"\bfeatures\x18\x11 \x03(\tR\bfeatures\"Z\n" +
 	"\fPeerLiveness\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
 	"\x05alive\x18\x02 \x01(\bR\x05alive\x12\x1b\n" +
