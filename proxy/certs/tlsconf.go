@@ -9,6 +9,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -211,6 +212,12 @@ func (p *policy) getCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, e
 	name := strings.ToLower(strings.TrimSuffix(hello.ServerName, "."))
 	if len(hello.SupportedProtos) == 1 && hello.SupportedProtos[0] == acmez.ACMETLS1Protocol {
 		return p.challengeCert(hello.Context(), name)
+	}
+	if _, err := netip.ParseAddr(name); err == nil {
+		// An IP address is no server name (RFC 6066 section 3), though
+		// some clients (wrk) send one: they get what a client without
+		// SNI gets.
+		name = ""
 	}
 	if name == "" {
 		name = p.single

@@ -241,6 +241,19 @@ func TestUploadedCertificatesStayWithTheirTenant(t *testing.T) {
 			}
 		})
 	}
+	t.Run("an IP address as server name is no server name", func(t *testing.T) {
+		// Go clients never send one; ask the listener's configuration.
+		for _, tc := range []struct{ listener, name, want string }{
+			{"acme-shop-only", "127.0.0.1", "shop.acme.example"},
+			{"globex", "2001:db8::1", "shop.globex.example"},
+		} {
+			cfg := m.ServerConfig(listener(tc.listener[:strings.IndexAny(tc.listener+"-", "-")], false, map[string][]string{"acme-shop-only": {"shop"}, "globex": {"shop"}}[tc.listener]))
+			c, err := cfg.GetCertificate(&tls.ClientHelloInfo{ServerName: tc.name})
+			if err != nil || c.Leaf == nil || strings.Join(c.Leaf.DNSNames, ",") != tc.want {
+				t.Fatalf("%s with SNI %s: %v %v, want %s", tc.listener, tc.name, c, err, tc.want)
+			}
+		}
+	})
 	t.Run("deleted certificates stop being served", func(t *testing.T) {
 		if _, err := svc.Delete(ctx, &pb.DeleteCertificateRequest{Tenant: "globex", Name: "shop"}); err != nil {
 			t.Fatal(err)
