@@ -8,6 +8,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -23,8 +24,11 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/yaml"
 
 	"github.com/teapot-lb/teapot-lb/scenarios/netlab"
 )
@@ -394,4 +398,99 @@ func (r *relay) setCut(cut bool) {
 			c.Close()
 		}
 	}
+}
+
+// startAgent runs the tenant's agent in the client host, against its own
+// control plane through the VIP (the kubeconfig names only the VIP), with
+// the least-privilege service account of packaging/k8s and credentials
+// the operator issued for tenant kube.
+func (cp *controlPlane) startAgent(n *lbHost) *netlab.Process {
+	cp.tb.Helper()
+	k := &kube{tb: cp.tb, client: cp.clientset()}
+	k.applyManifest("00-namespace.yaml")
+	k.applyManifest("10-rbac.yaml")
+	token := k.serviceAccountToken("teapot-lb-system", "teapot-lb-agent")
+
+	out, err := cp.lab.cli(n, "tenant", "credentials", "kube", "-o", "json")
+	if err != nil {
+		cp.tb.Fatal(err)
+	}
+	var secret struct {
+		StringData map[string]string `json:"stringData"`
+	}
+	if err := json.Unmarshal([]byte(out), &secret); err != nil {
+		cp.tb.Fatalf("tenant credentials -o json: %v: %q", err, out)
+	}
+	creds := filepath.Join(cp.dir, "agent-credentials")
+	if err := os.MkdirAll(creds, 0o700); err != nil {
+		cp.tb.Fatal(err)
+	}
+	for _, key := range []string{"tenant", "servers", "ca.crt", "tls.crt", "tls.key"} {
+		if err := os.WriteFile(filepath.Join(creds, key), []byte(secret.StringData[key]), 0o600); err != nil {
+			cp.tb.Fatal(err)
+		}
+	}
+	kc, err := yaml.Marshal(map[string]any{
+		"apiVersion": "v1", "kind": "Config", "current-context": "kube",
+		"clusters": []any{map[string]any{"name": "kube", "cluster": map[string]any{
+			"server": "https://" + netip.AddrPortFrom(cpVIP, cpPort).String(), "certificate-authority-data": cp.ca.pem,
+		}}},
+		"users":    []any{map[string]any{"name": "agent", "user": map[string]any{"token": token}}},
+		"contexts": []any{map[string]any{"name": "kube", "context": map[string]any{"cluster": "kube", "user": "agent"}}},
+	})
+	if err != nil {
+		cp.tb.Fatal(err)
+	}
+	kubeconfig := filepath.Join(cp.dir, "agent.kubeconfig")
+	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
+		cp.tb.Fatal(err)
+	}
+	logPath := filepath.Join(cp.dir, "agent.log")
+	p, err := cp.lab.client.Start(logPath, childEnv(), cp.lab.binary(), "agent",
+		"--kubeconfig", kubeconfig, "--credentials", creds, "--namespace", "teapot-lb-system", "--id", "agent-1",
+		"--lease-duration", "4s", "--renew-deadline", "3s", "--retry-period", "500ms")
+	if err != nil {
+		cp.tb.Fatal(err)
+	}
+	cp.tb.Cleanup(func() {
+		p.Kill()
+		if bad := alarming(logPath); bad != "" {
+			cp.tb.Errorf("the agent logged %q", bad)
+		}
+		if cp.tb.Failed() {
+			cp.tb.Logf("---- log of the agent, last %d lines ----\n%s", logTailLines, tail(logPath, logTailLines))
+		}
+	})
+	return p
+}
+
+// waitServiceVIP creates a LoadBalancer Service of the agent's class in
+// the tenant cluster (through the VIP) and waits until the agent has
+// written its VIP into the status; it returns the time that took.
+func (cp *controlPlane) waitServiceVIP(name string) time.Duration {
+	cp.tb.Helper()
+	c := cp.clientset()
+	start := time.Now()
+	waitFor(cp.tb, cpRequestTime*4, "create Service "+name, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), cpRequestTime)
+		defer cancel()
+		_, err := c.CoreV1().Services("default").Create(ctx, lbService("default", name, "teapot-lb.io/lb", 443, nil), metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		return err
+	})
+	waitFor(cp.tb, syncTimeout, "the agent to write the VIP of Service "+name, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), cpRequestTime)
+		defer cancel()
+		svc, err := c.CoreV1().Services("default").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if len(svc.Status.LoadBalancer.Ingress) == 0 {
+			return errors.New("no VIP in the status yet")
+		}
+		return nil
+	})
+	return time.Since(start)
 }

@@ -66,11 +66,14 @@ func (s *Server) Apply(ctx context.Context, req *pb.ApplyRequest) (*pb.ApplyResp
 	if err != nil {
 		return nil, api.ToStatus(err)
 	}
-	out := &pb.ApplyResponse{Objects: make([]*pb.Object, len(resp.GetObjects())), Results: resp.GetResults(), Revision: resp.GetRevision(), DryRun: resp.GetDryRun()}
+	// The answer is this call's own: only its list of objects is replaced
+	// (the stored objects are not touched), so every other field passes.
+	shown := make([]*pb.Object, len(resp.GetObjects()))
 	for i, o := range resp.GetObjects() {
-		out.Objects[i] = api.RedactSecrets(o)
+		shown[i] = api.RedactSecrets(o)
 	}
-	return out, nil
+	resp.Objects = shown
+	return resp, nil
 }
 
 func (s *Server) Delete(ctx context.Context, req *pb.DeleteRequest) (*pb.DeleteResponse, error) {
