@@ -94,3 +94,59 @@ func TestLongConnectionsSurviveChangesAndDrainWhenTheirMemberLeaves(t *testing.T
 		t.Fatalf("read %d bytes after the member closed the connection", n)
 	}
 }
+
+// With healthCheck.closeOnDown, a member's established connections end
+// once its check takes it down (clients reconnect to a member that is
+// up); without it they drain. The check probes a port of its own, so the
+// connection's port keeps serving while the check fails.
+func TestCloseOnDownEndsConnectionsOfAMemberTakenDown(t *testing.T) {
+	for _, closeOnDown := range []bool{true, false} {
+		t.Run(map[bool]string{true: "closeOnDown", false: "drain"}[closeOnDown], func(t *testing.T) {
+			checkPort := freePort(t)
+			checked, err := net.Listen("tcp", vipAddr("127.0.0.5", checkPort))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer checked.Close()
+			go func() {
+				for {
+					c, err := checked.Accept()
+					if err != nil {
+						return
+					}
+					c.Close()
+				}
+			}()
+			a := startBackend(t, "127.0.0.5", named("A"))
+			p, _ := newProxy(t, Config{})
+			port := freePort(t)
+			lb := l4LB("api", "127.0.0.2", port, "tcp", a.addr)
+			lb.Listeners[0].IdleTimeout = dur(time.Hour)
+			lb.Pools["app"].HealthCheck = &pb.HealthCheck{Tcp: &pb.TCPCheck{}, Port: uint32(checkPort),
+				Interval: dur(100 * time.Millisecond), Timeout: dur(100 * time.Millisecond), Fall: 1, CloseOnDown: closeOnDown}
+			update(t, p, lb)
+			conn, name := dialNamed(t, vipAddr("127.0.0.2", port))
+			if name != "A" {
+				t.Fatalf("connected to %s", name)
+			}
+			if err := roundTrip(conn, []byte("up")); err != nil {
+				t.Fatal(err)
+			}
+
+			checked.Close() // the check fails; the member's data port still serves
+			start := time.Now()
+			_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+			if closeOnDown {
+				if n, err := conn.Read(make([]byte, 1)); err == nil {
+					t.Fatalf("read %d bytes: the connection of a member taken down stays open", n)
+				}
+				t.Logf("closed %s after the check's port closed", time.Since(start).Round(time.Millisecond))
+				return
+			}
+			time.Sleep(2 * time.Second) // the member is down after ~100ms
+			if err := roundTrip(conn, []byte("still")); err != nil {
+				t.Fatalf("without closeOnDown the connection of a member taken down was cut: %v", err)
+			}
+		})
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/teapot-lb/teapot-lb/proxy/balance"
+	"github.com/teapot-lb/teapot-lb/proxy/health"
 	"github.com/teapot-lb/teapot-lb/proxy/proxyproto"
 )
 
@@ -49,7 +50,11 @@ func (p *Proxy) forwardTCP(l *ListenerSnapshot, c *net.TCPConn, pool *Pool, read
 		}
 		p.metrics.BytesIn(l.LB, l.Name, int64(len(read)))
 	}
-	p.pipe(l, c, up)
+	var downWatch *health.Target
+	if h := pool.Spec.Health; h != nil && h.CloseOnDown {
+		downWatch = tg
+	}
+	p.pipe(l, c, up, downWatch)
 }
 
 // proxyHeaderMax bounds an encoded PROXY header (v1 is at most 107 bytes).
@@ -119,10 +124,16 @@ func (p *Proxy) dialMember(l *ListenerSnapshot, pool *Pool, client netip.Addr) (
 // kernel. When one side ends its half (EOF), the other side's write half
 // is closed; when a side fails, both are reset. A read deadline of a
 // quarter of the idle timeout wakes each direction to check whether either
-// moved bytes lately; after IdleTimeout of silence both are closed.
-func (p *Proxy) pipe(l *ListenerSnapshot, client, up *net.TCPConn) {
+// moved bytes lately; after IdleTimeout of silence both are closed. With
+// downWatch set (the pool's check closes connections of members it takes
+// down), the directions wake at least every downPoll and close both sides
+// once that member's check says down.
+func (p *Proxy) pipe(l *ListenerSnapshot, client, up *net.TCPConn, downWatch *health.Target) {
 	idle := l.Limits.IdleTimeout
-	pp := &pipe{client: client, up: up, idle: idle, tick: max(idle/4, 10*time.Millisecond)}
+	pp := &pipe{client: client, up: up, idle: idle, tick: max(idle/4, 10*time.Millisecond), downWatch: downWatch}
+	if downWatch != nil {
+		pp.tick = min(pp.tick, downPoll)
+	}
 	pp.last.Store(time.Now().UnixNano())
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -133,9 +144,14 @@ func (p *Proxy) pipe(l *ListenerSnapshot, client, up *net.TCPConn) {
 	pp.end(false)
 }
 
+// downPoll is how often a connection whose pool closes connections of
+// members taken down looks at its member's check.
+const downPoll = 500 * time.Millisecond
+
 type pipe struct {
 	client, up *net.TCPConn
 	idle, tick time.Duration
+	downWatch  *health.Target
 	// last is when bytes last moved either way, in Unix nanoseconds.
 	last atomic.Int64
 	once sync.Once
@@ -158,6 +174,10 @@ func (pp *pipe) copy(dst, src *net.TCPConn, count func(int64)) {
 			dst.CloseWrite()
 			return
 		case errors.Is(err, os.ErrDeadlineExceeded):
+			if pp.downWatch != nil && pp.downWatch.CheckedDown() {
+				pp.end(false)
+				return
+			}
 			if time.Since(time.Unix(0, pp.last.Load())) < pp.idle {
 				continue
 			}

@@ -446,9 +446,11 @@ func (cp *controlPlane) startAgent(n *lbHost) *netlab.Process {
 		cp.tb.Fatal(err)
 	}
 	logPath := filepath.Join(cp.dir, "agent.log")
+	// The lease timings are the defaults (renew deadline 10s): a leader
+	// whose connection sits on an API server that just lost etcd renews
+	// once the LB has taken that server out and closed the connection.
 	p, err := cp.lab.client.Start(logPath, childEnv(), cp.lab.binary(), "agent",
-		"--kubeconfig", kubeconfig, "--credentials", creds, "--namespace", "teapot-lb-system", "--id", "agent-1",
-		"--lease-duration", "4s", "--renew-deadline", "3s", "--retry-period", "500ms")
+		"--kubeconfig", kubeconfig, "--credentials", creds, "--namespace", "teapot-lb-system", "--id", "agent-1")
 	if err != nil {
 		cp.tb.Fatal(err)
 	}

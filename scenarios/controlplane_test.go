@@ -151,11 +151,18 @@ func TestControlPlaneBehindVIP(t *testing.T) {
 				t.Errorf("list %d on a new connection after the unready member was taken out: %v", i, err)
 			}
 		}
-		pinned := load.failures(out, time.Now())
+		time.Sleep(3 * time.Second)
+		// closeOnDown closed the connections clients had to it: they
+		// reconnected to the ready member.
+		after := load.failures(out.Add(cpRequestGrace), time.Now())
 		t.Logf("kube-apiserver 3 lost etcd: /readyz failing after %s, out on every LB host after %s (%s after /readyz); "+
-			"%d of %d client requests failed since the cut (clients whose connection stays on it: %d after it was out)",
+			"%d of %d client requests failed since the cut (first: %v), %d of %d after it was out",
 			notReady.Sub(at).Round(10*time.Millisecond), out.Sub(at).Round(10*time.Millisecond), out.Sub(notReady).Round(10*time.Millisecond),
-			len(load.failures(at, time.Now())), load.count(at, time.Now()), len(pinned))
+			len(load.failures(at, time.Now())), load.count(at, time.Now()), first(load.failures(at, time.Now())),
+			len(after), load.count(out.Add(cpRequestGrace), time.Now()))
+		if len(after) > 0 {
+			t.Errorf("%d requests failed after the unready member was taken out (connections to it are closed): %v", len(after), after[0])
+		}
 
 		cp.relay.setCut(false)
 		back := waitMemberOnAll(t, cp, unready, true, startTimeout)

@@ -41,7 +41,8 @@ func (a *app) controlPlaneCmd() *cobra.Command {
 			"(6443 by default) on a VIP of --pool, forwarding to the API servers with least-request\n" +
 			"balancing; each member is checked with GET /readyz over TLS, verified against the\n" +
 			"cluster CA of --ca-file, so an API server that is up but not ready (etcd lost, still\n" +
-			"starting) gets no new connections. Watches live long: the idle timeout is an hour.\n" +
+			"starting) gets no new connections, and its established ones are closed so that its\n" +
+			"clients reconnect to a ready one. Watches live long: the idle timeout is an hour.\n" +
 			"Running it again updates the load balancer. --dry-run prints it as a manifest instead.",
 		Example: "  teapot-lb lb control-plane acme cp --pool public --members 10.20.0.11:6443,10.20.0.12:6443,10.20.0.13:6443 \\\n" +
 			"      --ca-file /etc/kubernetes/pki/ca.crt",
@@ -114,7 +115,7 @@ func (o *controlPlaneOptions) loadBalancer(tenant, name string) (*pb.LoadBalance
 	pool := &pb.BackendPool{
 		Algorithm: o.algorithm,
 		HealthCheck: &pb.HealthCheck{Https: https, Interval: durationpb.New(o.interval), Timeout: durationpb.New(o.checkTimeout),
-			Rise: 2, Fall: 2},
+			Rise: 2, Fall: 2, CloseOnDown: true},
 	}
 	if o.algorithm == "hash" {
 		pool.HashOn = "client-ip"

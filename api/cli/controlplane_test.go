@@ -69,7 +69,7 @@ func TestControlPlaneWritesTheAPIServerLoadBalancer(t *testing.T) {
 		t.Errorf("pool %v", p)
 	}
 	h := p.GetHealthCheck().GetHttps()
-	if h.GetPath() != "/readyz" || h.GetCaPem() != caPEM || h.GetInsecureSkipVerify() {
+	if h.GetPath() != "/readyz" || h.GetCaPem() != caPEM || h.GetInsecureSkipVerify() || !p.GetHealthCheck().GetCloseOnDown() {
 		t.Errorf("health check %v", p.GetHealthCheck())
 	}
 

@@ -130,6 +130,9 @@ func TestHTTPCheckRiseAndFall(t *testing.T) {
 	defer r.Close()
 	hc := fastCheck(true)
 	hc.Rise, hc.Fall = 3, 3
+	// A check that times out never reaches the handler and would count
+	// towards fall without a hit: on a loaded machine 20ms is too short.
+	hc.Timeout = 2 * time.Second
 	tg := r.Acquire(netip.MustParseAddrPort(srv.Listener.Addr().String()), hc)
 	eventually(t, "first check", func() bool { return hits.Load() >= 1 })
 	status.Store(500)

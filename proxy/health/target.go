@@ -53,6 +53,10 @@ func (t *Target) Name() string { return t.name }
 // Healthy reports whether the member may receive new traffic.
 func (t *Target) Healthy() bool { return t.state.Load() == 0 }
 
+// CheckedDown reports whether the active check has taken the member down
+// (passive ejection aside).
+func (t *Target) CheckedDown() bool { return t.state.Load()&bitDown != 0 }
+
 // InFlight is the number of connections or requests the member serves.
 func (t *Target) InFlight() int64 { return t.inFlight.Load() }
 

@@ -176,6 +176,7 @@ func (b *lbCompile) healthCheck(f string, hc *pb.HealthCheck) *HealthCheck {
 		h.CAPEM, h.InsecureSkipVerify = hs.GetCaPem(), hs.GetInsecureSkipVerify()
 		h.ClientCertPEM, h.ClientKeyPEM = hs.GetClientCertPem(), hs.GetClientKeyPem()
 	}
+	h.CloseOnDown = hc.GetCloseOnDown()
 	h.Interval = b.duration(f+".interval", hc.GetInterval(), d.HealthInterval)
 	h.Timeout = b.duration(f+".timeout", hc.GetTimeout(), min(d.HealthTimeout, h.Interval))
 	if h.Timeout > h.Interval {

@@ -207,10 +207,10 @@ func TestCompilePoolDefaultsAndMembers(t *testing.T) {
 			pool: &pb.BackendPool{Algorithm: "least-request",
 				HealthCheck: &pb.HealthCheck{Https: &pb.HTTPSCheck{Path: "/readyz", ExpectStatus: 200, Host: "api.acme.example",
 					ServerName: "kubernetes.default.svc", CaPem: "CA", ClientCertPem: "CERT", ClientKeyPem: "KEY"},
-					Interval: dur(time.Second)}},
+					Interval: dur(time.Second), CloseOnDown: true}},
 			want: &Pool{Algorithm: LeastRequest, BackendProtocol: "http1", ConnectTimeout: 5 * time.Second, Members: []Member{},
 				Health: &HealthCheck{HTTP: true, TLS: true, Path: "/readyz", ExpectStatus: 200, Host: "api.acme.example",
-					ServerName: "kubernetes.default.svc", CAPEM: "CA", ClientCertPEM: "CERT", ClientKeyPEM: "KEY",
+					ServerName: "kubernetes.default.svc", CAPEM: "CA", ClientCertPEM: "CERT", ClientKeyPEM: "KEY", CloseOnDown: true,
 					Interval: time.Second, Timeout: time.Second, Rise: 2, Fall: 3}},
 		},
 		{

@@ -112,6 +112,9 @@ type HealthCheck struct {
 	InsecureSkipVerify bool
 	// ClientCertPEM and ClientKeyPEM are the client certificate, if any.
 	ClientCertPEM, ClientKeyPEM string
+	// CloseOnDown closes a member's tcp connections when this check takes
+	// it down (otherwise they drain).
+	CloseOnDown bool
 }
 
 // Pool is a compiled backend pool with its defaults filled in.

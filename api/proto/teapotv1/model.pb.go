@@ -1103,7 +1103,12 @@ type HealthCheck struct {
 	// Check this port instead of the member's (healthCheckNodePort).
 	Port uint32 `protobuf:"varint,7,opt,name=port,proto3" json:"port,omitempty"`
 	// An HTTP GET over TLS (kube-apiserver's /readyz, for example).
-	Https         *HTTPSCheck `protobuf:"bytes,8,opt,name=https,proto3" json:"https,omitempty"`
+	Https *HTTPSCheck `protobuf:"bytes,8,opt,name=https,proto3" json:"https,omitempty"`
+	// tcp and tls-passthrough listeners: when the check takes a member
+	// down, close its established connections so that clients reconnect to
+	// a member that is up. Default: they drain (keep flowing until an end
+	// closes them).
+	CloseOnDown   bool `protobuf:"varint,9,opt,name=close_on_down,json=closeOnDown,proto3" json:"close_on_down,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1192,6 +1197,13 @@ func (x *HealthCheck) GetHttps() *HTTPSCheck {
 		return x.Https
 	}
 	return nil
+}
+
+func (x *HealthCheck) GetCloseOnDown() bool {
+	if x != nil {
+		return x.CloseOnDown
+	}
+	return false
 }
 
 type TCPCheck struct {
@@ -2373,7 +2385,7 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\x06Member\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x1b\n" +
 	"\x06weight\x18\x02 \x01(\rH\x00R\x06weight\x88\x01\x01B\t\n" +
-	"\a_weight\"\xb3\x02\n" +
+	"\a_weight\"\xd7\x02\n" +
 	"\vHealthCheck\x12%\n" +
 	"\x03tcp\x18\x01 \x01(\v2\x13.teapot.v1.TCPCheckR\x03tcp\x12(\n" +
 	"\x04http\x18\x02 \x01(\v2\x14.teapot.v1.HTTPCheckR\x04http\x125\n" +
@@ -2382,7 +2394,8 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\x04rise\x18\x05 \x01(\rR\x04rise\x12\x12\n" +
 	"\x04fall\x18\x06 \x01(\rR\x04fall\x12\x12\n" +
 	"\x04port\x18\a \x01(\rR\x04port\x12+\n" +
-	"\x05https\x18\b \x01(\v2\x15.teapot.v1.HTTPSCheckR\x05https\"\n" +
+	"\x05https\x18\b \x01(\v2\x15.teapot.v1.HTTPSCheckR\x05https\x12\"\n" +
+	"\rclose_on_down\x18\t \x01(\bR\vcloseOnDown\"\n" +
 	"\n" +
 	"\bTCPCheck\"X\n" +
 	"\tHTTPCheck\x12\x12\n" +
