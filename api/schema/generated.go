@@ -20,6 +20,7 @@ var protoComments = map[string]string{
 	"teapot.v1.HTTPSCheck.host":                 "Host header (default: the member's address).",
 	"teapot.v1.HTTPSCheck.insecure_skip_verify": "Accept any certificate: the check proves only that TLS and HTTP answer. Needed when ca_pem is empty.",
 	"teapot.v1.HTTPSCheck.server_name":          "Name sent in the TLS ClientHello and verified in the member's certificate (default: host, else the member's IP address).",
+	"teapot.v1.HealthCheck.close_on_down":       "tcp and tls-passthrough listeners: when the check takes a member down, close its established connections so that clients reconnect to a member that is up. Default: they drain (keep flowing until an end closes them).",
 	"teapot.v1.HealthCheck.https":               "An HTTP GET over TLS (kube-apiserver's /readyz, for example).",
 	"teapot.v1.HealthCheck.port":                "Check this port instead of the member's (healthCheckNodePort).",
 	"teapot.v1.JoinToken":                       "JoinToken lets a new host join; only a hash of the secret is stored.",
