@@ -10,7 +10,6 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/teapot-lb/teapot-lb/api"
-	"github.com/teapot-lb/teapot-lb/api/manifest"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
 
@@ -43,7 +42,8 @@ func (a *app) controlPlaneCmd() *cobra.Command {
 			"cluster CA of --ca-file, so an API server that is up but not ready (etcd lost, still\n" +
 			"starting) gets no new connections, and its established ones are closed so that its\n" +
 			"clients reconnect to a ready one. Watches live long: the idle timeout is an hour.\n" +
-			"Running it again updates the load balancer. --dry-run prints it as a manifest instead.",
+			"Running it again updates the load balancer; with --dry-run the cluster checks it and\n" +
+			"writes nothing (-o yaml shows what it would store).",
 		Example: "  teapot-lb lb control-plane acme cp --pool public --members 10.20.0.11:6443,10.20.0.12:6443,10.20.0.13:6443 \\\n" +
 			"      --ca-file /etc/kubernetes/pki/ca.crt",
 		Args: args(cobra.ExactArgs(2)),
@@ -52,11 +52,7 @@ func (a *app) controlPlaneCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			objs := []*pb.Object{api.Wrap(lb)}
-			if o.dryRun {
-				return manifest.Encode(cmd.OutOrStdout(), objs, "yaml")
-			}
-			return a.apply(cmd, objs, pb.ApplyMode_APPLY_MODE_UPSERT)
+			return a.applyObjects(cmd, []*pb.Object{api.Wrap(lb)}, pb.ApplyMode_APPLY_MODE_UPSERT, o.dryRun)
 		},
 	}
 	f := cmd.Flags()
@@ -74,7 +70,7 @@ func (a *app) controlPlaneCmd() *cobra.Command {
 	f.DurationVar(&o.idleTimeout, "idle-timeout", time.Hour, "close connections silent this long both ways")
 	f.DurationVar(&o.interval, "check-interval", 2*time.Second, "time between checks of a member")
 	f.DurationVar(&o.checkTimeout, "check-timeout", time.Second, "time a check may take")
-	f.BoolVar(&o.dryRun, "dry-run", false, "print the load balancer as YAML instead of applying it")
+	f.BoolVar(&o.dryRun, "dry-run", false, "have the cluster check the load balancer against its current state; write nothing")
 	_ = cmd.MarkFlagFilename("ca-file", "crt", "pem")
 	_ = cmd.MarkFlagFilename("client-cert", "crt", "pem")
 	_ = cmd.MarkFlagFilename("client-key", "key", "pem")
