@@ -449,13 +449,15 @@ func (n *Node) ensureMember(ctx context.Context) error {
 	want := &pb.Node{
 		Id: n.cfg.NodeID, RaftAddr: n.cfg.RaftAddr, ApiAddr: n.cfg.APIAddr, Suffrage: suffrageOf(me.Suffrage),
 		HeartbeatAddr: n.cfg.HeartbeatAddr, VipInterface: n.cfg.VIPInterface,
+		Version: n.cfg.Version, FeatureLevel: FeatureLevel,
 	}
 	n.fsm.mu.RLock()
 	have := n.fsm.st.get(api.KindNode, n.cfg.NodeID).GetNode()
 	n.fsm.mu.RUnlock()
 	want.Draining = have.GetDraining() // an operator's drain outlives a restart
 	if have.GetRaftAddr() != want.RaftAddr || have.GetApiAddr() != want.ApiAddr ||
-		have.GetHeartbeatAddr() != want.HeartbeatAddr || have.GetVipInterface() != want.VipInterface {
+		have.GetHeartbeatAddr() != want.HeartbeatAddr || have.GetVipInterface() != want.VipInterface ||
+		have.GetVersion() != want.Version || have.GetFeatureLevel() != want.FeatureLevel {
 		if _, err := n.Apply(wctx, &pb.ApplyRequest{Objects: []*pb.Object{api.Wrap(want)}}, true); err != nil {
 			return fmt.Errorf("register node: %w", err)
 		}

@@ -223,6 +223,7 @@ func (n *Node) health() *pb.NodeStatus {
 		Term:         n.raft.CurrentTerm(),
 		Version:      n.cfg.Version,
 		Features:     api.Features(),
+		FeatureLevel: FeatureLevel,
 	}
 	switch st {
 	case raft.Leader:
@@ -274,6 +275,7 @@ func (n *Node) Status(ctx context.Context) (*pb.ClusterStatusResponse, error) {
 		Revision:         n.Revision(),
 		HeartbeatTimeout: n.cfg.HeartbeatTimeout.String(),
 		ElectionTimeout:  n.cfg.ElectionTimeout.String(),
+		FeatureLevel:     n.ClusterFeatureLevel(),
 	}
 	servers := f.Configuration().Servers
 	results := make([]*pb.NodeStatus, len(servers))

@@ -53,11 +53,11 @@ func writeStatus(cmd *cobra.Command, st *pb.ClusterStatusResponse, now time.Time
 	if leader == "" {
 		leader = "none"
 	}
-	fmt.Fprintf(w, "cluster %s: leader %s, term %d, commit index %d, revision %d, heartbeat timeout %s, election timeout %s\n\n",
-		orDash(st.GetClusterId()), leader, st.GetTerm(), st.GetCommitIndex(), st.GetRevision(),
+	fmt.Fprintf(w, "cluster %s: leader %s, term %d, commit index %d, revision %d, feature level %s, heartbeat timeout %s, election timeout %s\n\n",
+		orDash(st.GetClusterId()), leader, st.GetTerm(), st.GetCommitIndex(), st.GetRevision(), level(st.GetFeatureLevel()),
 		orDash(st.GetHeartbeatTimeout()), orDash(st.GetElectionTimeout()))
 	t := newTable(w)
-	t.row("ID", "STATE", "HEALTHY", "DRAINING", "SUFFRAGE", "RAFT ADDR", "API ADDR", "APPLIED", "TERM", "LAST CONTACT")
+	t.row("ID", "STATE", "HEALTHY", "DRAINING", "SUFFRAGE", "RAFT ADDR", "API ADDR", "APPLIED", "TERM", "LAST CONTACT", "VERSION", "LEVEL")
 	var failing [][]string
 	for _, n := range st.GetNodes() {
 		healthy := "no"
@@ -65,7 +65,8 @@ func writeStatus(cmd *cobra.Command, st *pb.ClusterStatusResponse, now time.Time
 			healthy = "yes"
 		}
 		t.row(n.GetId(), n.GetState(), healthy, yesNo(n.GetDraining()), n.GetSuffrage(), n.GetRaftAddr(), n.GetApiAddr(),
-			strconv.FormatUint(n.GetAppliedIndex(), 10), strconv.FormatUint(n.GetTerm(), 10), n.GetLastContact())
+			strconv.FormatUint(n.GetAppliedIndex(), 10), strconv.FormatUint(n.GetTerm(), 10), n.GetLastContact(),
+			orDash(n.GetVersion()), level(n.GetFeatureLevel()))
 		if n.GetError() != "" {
 			failing = append(failing, []string{n.GetId(), n.GetError()})
 		}
@@ -207,6 +208,14 @@ func (a *app) drainNodeCmd() *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&undo, "undo", false, "let the host take VIPs again")
 	return cmd
+}
+
+// level shows a feature level; 0 is "-" (not reported).
+func level(l uint32) string {
+	if l == 0 {
+		return "-"
+	}
+	return strconv.FormatUint(uint64(l), 10)
 }
 
 func orDash(s string) string {

@@ -199,14 +199,14 @@ func (f *fakeAdmin) Delete(_ context.Context, req *pb.DeleteRequest) (*pb.Delete
 func (f *fakeAdmin) ClusterStatus(context.Context, *pb.ClusterStatusRequest) (*pb.ClusterStatusResponse, error) {
 	return &pb.ClusterStatusResponse{
 		ClusterId: "c-7f3a", LeaderId: "lb1", Term: 4, CommitIndex: 1207, Revision: 311,
-		HeartbeatTimeout: "500ms", ElectionTimeout: "1s",
+		HeartbeatTimeout: "500ms", ElectionTimeout: "1s", FeatureLevel: 1,
 		Nodes: []*pb.NodeStatus{
-			{Id: "lb1", RaftAddr: "10.0.0.1:7946", ApiAddr: "10.0.0.1:7443", Suffrage: "voter", State: "leader", Healthy: true, AppliedIndex: 1207, Term: 4, LastContact: "0s", Version: "1.0.0",
+			{Id: "lb1", RaftAddr: "10.0.0.1:7946", ApiAddr: "10.0.0.1:7443", Suffrage: "voter", State: "leader", Healthy: true, AppliedIndex: 1207, Term: 4, LastContact: "0s", Version: "1.0.0", FeatureLevel: 1,
 				HeartbeatInterval: "20ms", HeartbeatMisses: 5,
 				Vips: []*pb.VIPHolding{
 					{Address: "192.0.2.2", Mode: "arp", State: "holding", Since: timestamppb.New(f.now.Add(-3 * time.Minute)), Reason: "holder lb3 unreachable", LoadBalancers: []string{"acme/shop", "acme/api"}},
 				}},
-			{Id: "lb2", RaftAddr: "10.0.0.2:7946", ApiAddr: "10.0.0.2:7443", Suffrage: "voter", State: "follower", Healthy: true, AppliedIndex: 1207, Term: 4, LastContact: "41ms", Version: "1.0.0",
+			{Id: "lb2", RaftAddr: "10.0.0.2:7946", ApiAddr: "10.0.0.2:7443", Suffrage: "voter", State: "follower", Healthy: true, AppliedIndex: 1207, Term: 4, LastContact: "41ms", Version: "1.0.0", FeatureLevel: 1,
 				HeartbeatInterval: "20ms", HeartbeatMisses: 5,
 				Vips: []*pb.VIPHolding{
 					{Address: "192.0.2.1", Mode: "arp", State: "holding", Since: timestamppb.New(f.now.Add(-2 * time.Hour)), Reason: "ranked first among live hosts", LoadBalancers: []string{"globex/web"}},

@@ -619,8 +619,10 @@ type ClusterStatusResponse struct {
 	// Raft timing in force.
 	HeartbeatTimeout string `protobuf:"bytes,7,opt,name=heartbeat_timeout,json=heartbeatTimeout,proto3" json:"heartbeat_timeout,omitempty"`
 	ElectionTimeout  string `protobuf:"bytes,8,opt,name=election_timeout,json=electionTimeout,proto3" json:"election_timeout,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The lowest feature level of the hosts: what writes may use.
+	FeatureLevel  uint32 `protobuf:"varint,9,opt,name=feature_level,json=featureLevel,proto3" json:"feature_level,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ClusterStatusResponse) Reset() {
@@ -709,6 +711,13 @@ func (x *ClusterStatusResponse) GetElectionTimeout() string {
 	return ""
 }
 
+func (x *ClusterStatusResponse) GetFeatureLevel() uint32 {
+	if x != nil {
+		return x.FeatureLevel
+	}
+	return 0
+}
+
 type NodeStatus struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Id       string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -734,7 +743,9 @@ type NodeStatus struct {
 	// Admin API features this host's release serves ("dry-run"). A client
 	// uses a feature only when every host that answers lists it: a host of
 	// an older release would ignore the request's new fields.
-	Features      []string `protobuf:"bytes,17,rep,name=features,proto3" json:"features,omitempty"`
+	Features []string `protobuf:"bytes,17,rep,name=features,proto3" json:"features,omitempty"`
+	// The highest feature level this host understands (0: not reported).
+	FeatureLevel  uint32 `protobuf:"varint,18,opt,name=feature_level,json=featureLevel,proto3" json:"feature_level,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -886,6 +897,13 @@ func (x *NodeStatus) GetFeatures() []string {
 		return x.Features
 	}
 	return nil
+}
+
+func (x *NodeStatus) GetFeatureLevel() uint32 {
+	if x != nil {
+		return x.FeatureLevel
+	}
+	return 0
 }
 
 type PeerLiveness struct {
@@ -1909,7 +1927,7 @@ const file_teapotv1_admin_proto_rawDesc = "" +
 	"\aobjects\x18\x01 \x03(\v2\x11.teapot.v1.ObjectR\aobjects\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\x12&\n" +
 	"\x0fnext_page_token\x18\x03 \x01(\tR\rnextPageToken\"\x16\n" +
-	"\x14ClusterStatusRequest\"\xab\x02\n" +
+	"\x14ClusterStatusRequest\"\xd0\x02\n" +
 	"\x15ClusterStatusResponse\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x1b\n" +
@@ -1919,7 +1937,8 @@ const file_teapotv1_admin_proto_rawDesc = "" +
 	"\brevision\x18\x05 \x01(\x04R\brevision\x12+\n" +
 	"\x05nodes\x18\x06 \x03(\v2\x15.teapot.v1.NodeStatusR\x05nodes\x12+\n" +
 	"\x11heartbeat_timeout\x18\a \x01(\tR\x10heartbeatTimeout\x12)\n" +
-	"\x10election_timeout\x18\b \x01(\tR\x0felectionTimeout\"\x98\x04\n" +
+	"\x10election_timeout\x18\b \x01(\tR\x0felectionTimeout\x12#\n" +
+	"\rfeature_level\x18\t \x01(\rR\ffeatureLevel\"\xbd\x04\n" +
 	"\n" +
 	"NodeStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
@@ -1939,7 +1958,8 @@ const file_teapotv1_admin_proto_rawDesc = "" +
 	"\x10heartbeat_misses\x18\x0e \x01(\rR\x0fheartbeatMisses\x12-\n" +
 	"\x05peers\x18\x0f \x03(\v2\x17.teapot.v1.PeerLivenessR\x05peers\x12\x1a\n" +
 	"\bdraining\x18\x10 \x01(\bR\bdraining\x12\x1a\n" +
-	"\bfeatures\x18\x11 \x03(\tR\bfeatures\"Z\n" +
+	"\bfeatures\x18\x11 \x03(\tR\bfeatures\x12#\n" +
+	"\rfeature_level\x18\x12 \x01(\rR\ffeatureLevel\"Z\n" +
 	"\fPeerLiveness\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
 	"\x05alive\x18\x02 \x01(\bR\x05alive\x12\x1b\n" +

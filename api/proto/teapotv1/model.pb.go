@@ -1618,8 +1618,13 @@ type Node struct {
 	HeartbeatAddr string `protobuf:"bytes,6,opt,name=heartbeat_addr,json=heartbeatAddr,proto3" json:"heartbeat_addr,omitempty"`
 	// Set by `cluster drain`: the host gives up its VIPs (releases arp,
 	// withdraws bgp) but keeps serving the connections it has.
-	Draining      bool  `protobuf:"varint,7,opt,name=draining,proto3" json:"draining,omitempty"`
-	Meta          *Meta `protobuf:"bytes,15,opt,name=meta,proto3" json:"meta,omitempty"`
+	Draining bool `protobuf:"varint,7,opt,name=draining,proto3" json:"draining,omitempty"`
+	// The release this host runs.
+	Version string `protobuf:"bytes,8,opt,name=version,proto3" json:"version,omitempty"`
+	// The highest feature level this host understands (0: a release from
+	// before feature levels, which counts as level 1).
+	FeatureLevel  uint32 `protobuf:"varint,9,opt,name=feature_level,json=featureLevel,proto3" json:"feature_level,omitempty"`
+	Meta          *Meta  `protobuf:"bytes,15,opt,name=meta,proto3" json:"meta,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1701,6 +1706,20 @@ func (x *Node) GetDraining() bool {
 		return x.Draining
 	}
 	return false
+}
+
+func (x *Node) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *Node) GetFeatureLevel() uint32 {
+	if x != nil {
+		return x.FeatureLevel
+	}
+	return 0
 }
 
 func (x *Node) GetMeta() *Meta {
@@ -2424,7 +2443,7 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\aheld_by\x18\x04 \x03(\tR\x06heldBy\"7\n" +
 	"\aProblem\x12\x14\n" +
 	"\x05field\x18\x01 \x01(\tR\x05field\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xf7\x01\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xb6\x02\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x19\n" +
@@ -2432,7 +2451,9 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\bsuffrage\x18\x04 \x01(\tR\bsuffrage\x12#\n" +
 	"\rvip_interface\x18\x05 \x01(\tR\fvipInterface\x12%\n" +
 	"\x0eheartbeat_addr\x18\x06 \x01(\tR\rheartbeatAddr\x12\x1a\n" +
-	"\bdraining\x18\a \x01(\bR\bdraining\x12#\n" +
+	"\bdraining\x18\a \x01(\bR\bdraining\x12\x18\n" +
+	"\aversion\x18\b \x01(\tR\aversion\x12#\n" +
+	"\rfeature_level\x18\t \x01(\rR\ffeatureLevel\x12#\n" +
 	"\x04meta\x18\x0f \x01(\v2\x0f.teapot.v1.MetaR\x04meta\"\x92\x02\n" +
 	"\vCertificate\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
