@@ -139,12 +139,15 @@ func compileChange(prev *Snapshot, ch Change, revision uint64, d Defaults) (*Sna
 	if !c.reusable {
 		// Everything compiles again, from the objects prev was compiled from.
 		for id, e := range prev.entries.All() {
+			c.stats.Scanned++
 			if _, ok := lbs[id]; !ok && !slices.Contains(gone, id) {
 				lbs[id] = e.src
 			}
 		}
-	} else if len(c.changedTenants) > 0 {
+	} else if c.changedTenantHasLBs() {
+		// A tenant that compiles differently: its load balancers again.
 		for id, e := range prev.entries.All() {
+			c.stats.Scanned++
 			if _, ok := lbs[id]; !ok && c.changedTenants[e.src.GetTenant()] {
 				lbs[id] = e.src
 			}
@@ -171,6 +174,9 @@ type Stats struct {
 	NewPools int
 	// Keys counts the listen keys whose claims were resolved again.
 	Keys int
+	// Scanned counts the compiled load balancers CompileChange looked at
+	// to find those a tenant or VIP pool change touches.
+	Scanned int
 }
 
 // entry is one load balancer's compiled form, kept in the snapshot so that
@@ -228,6 +234,8 @@ type compiler struct {
 	changedTenants map[string]bool
 	vipRanges      []api.Range
 
+	// tenantLBs counts each tenant's load balancers.
+	tenantLBs map[string]int
 	entries   *pmap.Editor[string, *entry]
 	claims    *pmap.Editor[Key, []claim]
 	listeners *pmap.Editor[Key, *Listener]
@@ -286,7 +294,9 @@ func newCompiler(d Defaults, prev *Snapshot, tenants map[string]*pb.Tenant, pool
 	if c.reusable {
 		c.entries, c.claims = prev.entries.Edit(), prev.claims.Edit()
 		c.listeners, c.problems = prev.Listeners.Edit(), prev.Problems.Edit()
+		c.tenantLBs = maps.Clone(prev.tenantLBs)
 	} else {
+		c.tenantLBs = map[string]int{}
 		// Every load balancer compiles again; only the winners of
 		// contested keys and unchanged values are taken from prev.
 		e := emptySnapshot()
@@ -303,6 +313,7 @@ func emptySnapshot() *Snapshot {
 		entries:   pmap.New[string, *entry](pmap.String),
 		claims:    pmap.New[Key, []claim](HashKey),
 		tenants:   map[string]*tenantInfo{},
+		tenantLBs: map[string]int{},
 		env:       &env{},
 	}
 }
@@ -322,13 +333,28 @@ func (c *compiler) finish(revision uint64) (*Snapshot, Stats) {
 		entries:   c.entries.Done(),
 		claims:    c.claims.Done(),
 		tenants:   c.tenants,
+		tenantLBs: c.tenantLBs,
 		env:       c.env,
 	}
 	return s, c.stats
 }
 
+// changedTenantHasLBs reports whether a tenant that compiles differently
+// has load balancers.
+func (c *compiler) changedTenantHasLBs() bool {
+	for name := range c.changedTenants {
+		if c.tenantLBs[name] > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // put compiles a load balancer (again) in place of its previous form.
 func (c *compiler) put(id string, lb *pb.LoadBalancer) {
+	if _, ok := c.entries.Get(id); !ok {
+		c.tenantLBs[lb.GetTenant()]++
+	}
 	c.unclaim(id)
 	c.done[id] = true
 	c.lbs[id] = true
@@ -351,6 +377,13 @@ func (c *compiler) put(id string, lb *pb.LoadBalancer) {
 
 // remove drops a load balancer that is gone.
 func (c *compiler) remove(id string) {
+	if e, ok := c.entries.Get(id); ok {
+		if t := e.src.GetTenant(); c.tenantLBs[t] > 1 {
+			c.tenantLBs[t]--
+		} else {
+			delete(c.tenantLBs, t)
+		}
+	}
 	c.unclaim(id)
 	c.done[id] = true
 	c.entries.Delete(id)

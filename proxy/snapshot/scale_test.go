@@ -170,6 +170,11 @@ func TestRecompileCostsWhatChanged(t *testing.T) {
 		t.Errorf("a tenant change that compiles the same: %+v, want nothing compiled", st)
 	}
 
+	// A new tenant has no load balancers to look for.
+	if _, st := compileChange(s3, Change{Put: []*pb.Object{tenantObj("new", nil, []string{"10.0.0.0/8"})}}, 4, Defaults{}); st.Compiled != 0 || st.Scanned != 0 {
+		t.Errorf("a new tenant: %+v, want nothing compiled or scanned", st)
+	}
+
 	// Deleting a load balancer frees its keys and nothing else.
 	gone := in[2+9].GetLoadBalancer()
 	s4 := CompileChange(s3, Change{Deleted: []*pb.ObjectRef{{Kind: api.KindLoadBalancer, Tenant: gone.GetTenant(), Name: gone.GetName()}}}, 5, Defaults{})

@@ -238,11 +238,13 @@ type Snapshot struct {
 	// Stats is the work the Compile that made this snapshot did.
 	Stats Stats
 
-	// entries, claims, tenants and env are what the next Compile reuses.
-	entries *pmap.Map[string, *entry]
-	claims  *pmap.Map[Key, []claim]
-	tenants map[string]*tenantInfo
-	env     *env
+	// entries, claims, tenants, tenantLBs (load balancers per tenant) and
+	// env are what the next Compile reuses.
+	entries   *pmap.Map[string, *entry]
+	claims    *pmap.Map[Key, []claim]
+	tenants   map[string]*tenantInfo
+	tenantLBs map[string]int
+	env       *env
 }
 
 // Listener returns the listener serving k, or nil.
