@@ -81,7 +81,9 @@ type Registry struct {
 	wg      sync.WaitGroup
 	mu      sync.Mutex
 	targets map[targetKey]*Target
-	closed  bool
+	// checks holds one copy of each check in use, for the targets' keys.
+	checks map[snapshot.HealthCheck]*checkRef
+	closed bool
 	// self holds the addresses this host listens on (guarded by mu).
 	self map[netip.AddrPort]bool
 	// tenants holds each tenant's check budget (guarded by mu).
@@ -100,18 +102,26 @@ type tenantBudget struct {
 	refs int // targets of the tenant, guarded by Registry.mu
 }
 
+// targetKey identifies a Target. check is the registry's one copy of
+// the check (nil: passive only), so that a key is small: a million
+// targets at 100,000 load balancers do not each carry a HealthCheck.
 type targetKey struct {
 	tenant string
 	addr   netip.AddrPort
-	active bool
-	check  snapshot.HealthCheck
+	check  *snapshot.HealthCheck
+}
+
+// checkRef is the registry's copy of one check and how many targets use it.
+type checkRef struct {
+	hc   snapshot.HealthCheck
+	refs int
 }
 
 // NewRegistry returns an empty registry.
 func NewRegistry(o Options) *Registry {
 	o = o.withDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Registry{o: o, sem: make(chan struct{}, o.MaxConcurrentChecks), targets: map[targetKey]*Target{},
+	return &Registry{o: o, sem: make(chan struct{}, o.MaxConcurrentChecks), targets: map[targetKey]*Target{}, checks: map[snapshot.HealthCheck]*checkRef{},
 		tenants: map[string]*tenantBudget{}, tlsConfs: map[tlsKey]*tlsEntry{}, ctx: ctx, cancel: cancel}
 }
 
@@ -126,15 +136,24 @@ func (r *Registry) Acquire(addr netip.AddrPort, hc *snapshot.HealthCheck) *Targe
 // its budget of MaxChecksPerTenant in flight, so they cannot delay
 // another tenant's.
 func (r *Registry) AcquireFor(tenant string, addr netip.AddrPort, hc *snapshot.HealthCheck) *Target {
-	k := targetKey{tenant: tenant, addr: addr}
-	if hc != nil {
-		k.active, k.check = true, *hc
-		k.check.Timeout = min(k.check.Timeout, r.o.MaxCheckTimeout)
-	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	k := targetKey{tenant: tenant, addr: addr}
+	var ref *checkRef
+	if hc != nil {
+		c := *hc
+		c.Timeout = min(c.Timeout, r.o.MaxCheckTimeout)
+		if ref = r.checks[c]; ref == nil {
+			ref = &checkRef{hc: c}
+			r.checks[c] = ref
+		}
+		k.check = &ref.hc
+	}
 	t := r.targets[k]
 	if t == nil {
+		if ref != nil {
+			ref.refs++
+		}
 		tb := r.tenants[tenant]
 		if tb == nil {
 			tb = &tenantBudget{sem: make(chan struct{}, r.o.MaxChecksPerTenant)}
@@ -142,12 +161,12 @@ func (r *Registry) AcquireFor(tenant string, addr netip.AddrPort, hc *snapshot.H
 		}
 		tb.refs++
 		t = &Target{r: r, key: k, name: addr.String(), budget: tb}
-		if k.active && k.check.TLS {
-			t.tls = r.acquireTLS(&k.check)
+		if k.check != nil && k.check.TLS {
+			t.tls = r.acquireTLS(k.check)
 		}
 		t.setBit(bitSelf, r.isSelf(addr))
 		r.targets[k] = t
-		if k.active && !r.closed {
+		if k.check != nil && !r.closed {
 			first := time.Duration(rand.Int64N(int64(min(k.check.Interval, time.Second)) + 1))
 			t.schedule(first)
 		}
@@ -190,7 +209,14 @@ func (r *Registry) Release(t *Target) {
 			delete(r.tenants, t.key.tenant)
 		}
 		if t.tls != nil {
-			r.releaseTLS(&t.key.check, t.tls)
+			r.releaseTLS(t.key.check, t.tls)
+		}
+		if c := t.key.check; c != nil {
+			if ref := r.checks[*c]; ref != nil && &ref.hc == c {
+				if ref.refs--; ref.refs == 0 {
+					delete(r.checks, *c)
+				}
+			}
 		}
 	}
 	t.stop()

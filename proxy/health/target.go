@@ -206,7 +206,7 @@ func (t *Target) run() {
 	defer t.r.wg.Done()
 	var err error
 	self := t.state.Load()&bitSelf != 0
-	if hc := &t.key.check; !self && hc.Port != 0 {
+	if hc := t.key.check; !self && hc.Port != 0 {
 		t.r.mu.Lock()
 		self = t.r.isSelf(netip.AddrPortFrom(t.key.addr.Addr(), hc.Port))
 		t.r.mu.Unlock()
@@ -227,7 +227,7 @@ func (t *Target) run() {
 			<-t.budget.sem
 			return
 		}
-		err = check(t.r.ctx, t.key.addr, &t.key.check, t.tls)
+		err = check(t.r.ctx, t.key.addr, t.key.check, t.tls)
 		<-t.r.sem
 		<-t.budget.sem
 	}
