@@ -701,16 +701,33 @@ func newCertManager(cfg serveConfig, node *consensus.Node, log *slog.Logger, eve
 	return certs.New(mc)
 }
 
-// feedCerts hands every committed state to the certificate manager.
+// feedCerts hands the committed state to the certificate manager when a
+// revision can change what it manages: certificates, tenants, certificate
+// storage, or a load balancer that asks for ACME certificates. Lock
+// refreshes and the other load balancers' changes never reach it.
 func feedCerts(ctx context.Context, node *consensus.Node, cm *certs.Manager) {
-	for from := uint64(0); ; {
-		// Lock refreshes and the other kinds change nothing it manages.
-		w := node.Watch(from).Only(api.KindCertificate, api.KindLoadBalancer, api.KindTenant, api.KindStorageItem)
-		if _, err := w.Next(ctx); err != nil {
+	w := node.Watch(0).Only(api.KindCertificate, api.KindLoadBalancer, api.KindTenant, api.KindStorageItem)
+	for {
+		ev, err := w.Next(ctx)
+		if err != nil {
 			return
 		}
-		objs, rev := node.Objects()
-		from = rev + 1
+		if !ev.Reset && !certsMayChange(ev) {
+			continue
+		}
+		objs, _ := node.Objects()
 		cm.Update(objs)
 	}
+}
+
+// certsMayChange reports whether a revision can change what the
+// certificate manager manages.
+func certsMayChange(ev consensus.Event) bool {
+	for _, c := range ev.Changes {
+		if c.Ref.GetKind() != api.KindLoadBalancer ||
+			certs.LoadBalancerChangeMatters(c.Previous.GetLoadBalancer(), c.Object.GetLoadBalancer()) {
+			return true
+		}
+	}
+	return false
 }

@@ -110,6 +110,14 @@ func computeDesired(objs []*pb.Object) *desired {
 }
 
 // wantsACME reports whether lb has an https listener with acme: true.
+// LoadBalancerChangeMatters reports whether a change of a load balancer
+// from prev to next (nil when created or deleted) can change which names
+// get ACME certificates: only load balancers with an https listener that
+// has acme: true name any. Other changes need no new computeDesired.
+func LoadBalancerChangeMatters(prev, next *pb.LoadBalancer) bool {
+	return prev != nil && wantsACME(prev) || next != nil && wantsACME(next)
+}
+
 func wantsACME(lb *pb.LoadBalancer) bool {
 	for _, l := range lb.GetListeners() {
 		if l.GetProtocol() == "https" && l.GetTls().GetAcme() {
