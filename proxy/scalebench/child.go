@@ -2,18 +2,25 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"runtime"
+	"slices"
 	"syscall"
 	"time"
 
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 	"github.com/teapot-lb/teapot-lb/proxy"
+	"github.com/teapot-lb/teapot-lb/proxy/snapshot"
 	"google.golang.org/protobuf/proto"
 )
+
+// changes is how many one-member changes are timed through ApplyChange.
+const changes = 200
 
 // child measures one size and writes its point as JSON to stdout.
 func child(args []string) error {
@@ -22,18 +29,15 @@ func child(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if err := raiseFDLimit(*n + 500); err != nil {
-		return err
-	}
+	pt := point{LBs: *n, Bound: raiseFDLimit(*n+500) == nil}
 	port, err := freePort()
 	if err != nil {
 		return err
 	}
-	pt := point{LBs: *n}
 	if pt.BaseKiB, err = procStatus("VmRSS"); err != nil {
 		return err
 	}
-	lbs := scaleLBs(*n, port)
+	lbs := scaleLBs(*n, port, pt.Bound)
 	objs := objects(lbs)
 	if pt.ObjectsKiB, err = procStatus("VmRSS"); err != nil {
 		return err
@@ -51,11 +55,13 @@ func child(args []string) error {
 		return fmt.Errorf("status of %d load balancers, want %d", len(st), *n)
 	}
 	for lb, ps := range st {
-		if len(ps) > 0 {
+		// Unbound, each listener says the L7 handler is missing.
+		if len(ps) > 0 && pt.Bound {
 			return fmt.Errorf("%s: %v", lb, ps)
 		}
 	}
 
+	// One member of one load balancer, the whole state through Update.
 	i := *n / 2
 	lbs[i] = proto.Clone(lbs[i]).(*pb.LoadBalancer)
 	lbs[i].Pools["app"].Members[0].Address = "127.99.0.1:1"
@@ -65,6 +71,30 @@ func child(args []string) error {
 		return fmt.Errorf("one-LB change: %w", err)
 	}
 	pt.Change = time.Since(start)
+
+	// One member of a random load balancer, the change alone through
+	// ApplyChange, many times.
+	rng := rand.New(rand.NewPCG(17, uint64(*n)))
+	var lat []time.Duration
+	for c := range changes {
+		i := rng.IntN(*n)
+		lb := proto.Clone(lbs[i]).(*pb.LoadBalancer)
+		lb.Pools["app"].Members[rng.IntN(10)].Address = fmt.Sprintf("127.%d.%d.%d:%d", 100+c%50, rng.IntN(256), rng.IntN(256), 1+rng.IntN(60000))
+		lbs[i] = lb
+		start := time.Now()
+		if _, err := p.ApplyChange(snapshot.Change{Put: []*pb.Object{{Kind: &pb.Object_LoadBalancer{LoadBalancer: lb}}}}, uint64(3+c)); err != nil {
+			return fmt.Errorf("change %d: %w", c, err)
+		}
+		lat = append(lat, time.Since(start))
+	}
+	slices.Sort(lat)
+	pt.DeltaP50, pt.DeltaP99 = lat[len(lat)/2], lat[(len(lat)*99+99)/100-1]
+	// A revision that changes no load balancer.
+	start = time.Now()
+	if _, err := p.ApplyChange(snapshot.Change{}, uint64(3+changes)); !errors.Is(err, proxy.ErrNoChanges) {
+		return fmt.Errorf("empty change: %v, want ErrNoChanges", err)
+	}
+	pt.Quiet = time.Since(start)
 
 	if pt.RSSKiB, err = procStatus("VmRSS"); err != nil {
 		return err
@@ -80,9 +110,15 @@ func child(args []string) error {
 	return json.NewEncoder(os.Stdout).Encode(pt)
 }
 
-// scaleLBs is n load balancers with one tcp listener on port and ten
-// members each, on VIPs spread over 127.16.0.0/12.
-func scaleLBs(n, port int) []*pb.LoadBalancer {
+// scaleLBs is n load balancers of one listener on port and ten members
+// each, on VIPs spread over 127.16.0.0/12: tcp listeners when bound, else
+// http listeners, which a proxy without an L7 handler compiles and serves
+// in its snapshot without opening.
+func scaleLBs(n, port int, bound bool) []*pb.LoadBalancer {
+	proto, routes := "tcp", []*pb.Route(nil)
+	if !bound {
+		proto, routes = "http", []*pb.Route{{Path: "/", Pool: "app"}}
+	}
 	out := make([]*pb.LoadBalancer, n)
 	for i := range n {
 		ms := make([]*pb.Member, 10)
@@ -92,8 +128,9 @@ func scaleLBs(n, port int) []*pb.LoadBalancer {
 		out[i] = &pb.LoadBalancer{
 			Name:      fmt.Sprintf("lb-%d", i),
 			Tenant:    "bench",
-			Listeners: []*pb.Listener{{Port: uint32(port), Protocol: "tcp", Pool: "app"}},
+			Listeners: []*pb.Listener{{Port: uint32(port), Protocol: proto, Pool: "app"}},
 			Pools:     map[string]*pb.BackendPool{"app": {Members: ms}},
+			Routes:    routes,
 			Status:    &pb.LoadBalancerStatus{Address: fmt.Sprintf("127.%d.%d.%d", 16+i/65536, i/256%256, i%256)},
 		}
 	}

@@ -1,15 +1,21 @@
 // Command scalebench measures what teapot-lb's proxy costs at scale: it
-// gives proxy.New(...).Update 1,000 and then 10,000 load balancers of one
-// tcp listener and ten members each, every size in a fresh child process
+// gives proxy.New(...).Update 1,000, 10,000 and 100,000 load balancers of
+// one listener and ten members each, every size in a fresh child process
 // so that the resident set is that of the proxy alone, and prints the
-// time of the first Update (compile, bind every listener, swap), the time
-// of a change to one load balancer, and the process's resident set.
+// time of the first Update (compile, bind every listener, swap), of a
+// change to one load balancer through Update (the whole state) and through
+// ApplyChange (the change alone; p50 and p99 over 200 changes of random
+// load balancers), of a revision that changes no load balancer, and the
+// process's resident set.
 //
-//	go run ./proxy/scalebench -sizes 1000,10000
+//	go run ./proxy/scalebench -sizes 1000,10000,100000
 //
-// The listeners bind VIPs spread over 127.16.0.0/12 on one port, so each
-// child needs as many file descriptors as load balancers: it raises its
-// soft limit to the hard one.
+// The listeners are tcp and bind VIPs spread over 127.16.0.0/12 on one
+// port, so each child needs as many file descriptors as load balancers: it
+// raises its soft limit to the hard one. When that is not enough the
+// listeners are http and the proxy has no L7 handler: everything is
+// compiled and served in the snapshot but no socket is opened (the table
+// says so).
 package main
 
 import (
@@ -35,8 +41,19 @@ type point struct {
 	LBs int `json:"lbs"`
 	// First is the first Update: compile, bind, swap.
 	First time.Duration `json:"first"`
-	// Change is an Update that changes one member of one load balancer.
+	// Bound: the listeners are tcp and bound; otherwise http listeners
+	// that a proxy without an L7 handler does not open (the descriptor
+	// limit is below the size).
+	Bound bool `json:"bound"`
+	// Change is an Update (whole state) that changes one member of one
+	// load balancer.
 	Change time.Duration `json:"change"`
+	// DeltaP50 and DeltaP99 time ApplyChange of one member of a random
+	// load balancer.
+	DeltaP50 time.Duration `json:"delta_p50"`
+	DeltaP99 time.Duration `json:"delta_p99"`
+	// Quiet is an ApplyChange that changes no load balancer.
+	Quiet time.Duration `json:"quiet"`
 	// BaseKiB is the resident set before the objects were built.
 	BaseKiB int64 `json:"base_kib"`
 	// ObjectsKiB is the resident set with the objects built, before Update.
@@ -58,8 +75,8 @@ func run(args []string) error {
 	var ns []int
 	for _, s := range strings.Split(*sizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || n < 1 || n > 60000 {
-			return fmt.Errorf("-sizes: %q is not a count in [1, 60000]", s)
+		if err != nil || n < 2 || n > 200000 {
+			return fmt.Errorf("-sizes: %q is not a count in [2, 200000]", s)
 		}
 		ns = append(ns, n)
 	}
@@ -81,8 +98,9 @@ func run(args []string) error {
 			return fmt.Errorf("%d load balancers: child output: %w", n, err)
 		}
 		pts = append(pts, pt)
-		fmt.Printf("  %6d LBs: first Update %v, one change %v, RSS %.1f MiB\n", n,
-			pt.First.Round(time.Millisecond), pt.Change.Round(time.Microsecond), mib(pt.RSSKiB))
+		fmt.Printf("  %6d LBs: first Update %v, one change %v (whole state), ApplyChange p50 %v p99 %v, RSS %.1f MiB\n", n,
+			pt.First.Round(time.Millisecond), pt.Change.Round(time.Microsecond), pt.DeltaP50.Round(time.Microsecond),
+			pt.DeltaP99.Round(time.Microsecond), mib(pt.RSSKiB))
 	}
 	printTable(pts)
 	return nil
@@ -92,18 +110,18 @@ func mib(kib int64) float64 { return float64(kib) / 1024 }
 
 func printTable(pts []point) {
 	fmt.Println()
-	fmt.Println("| LBs × 10 members | first Update (compile + bind + swap) | one-LB change | RSS before objects | RSS with objects | RSS after Update | peak RSS | Go heap in use | RSS growth vs first size |")
-	fmt.Println("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Println("| LBs × 10 members | sockets | first Update (compile + bind + swap) | one change, whole state (Update) | one change alone (ApplyChange) p50 | p99 | a revision touching no LB | RSS before objects | RSS with objects | RSS after | peak RSS | Go heap in use | KiB per LB (RSS after − with objects) |")
+	fmt.Println("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, pt := range pts {
-		growth := "-"
-		if len(pts) > 0 && pts[0].RSSKiB > 0 && pt.LBs != pts[0].LBs {
-			growth = fmt.Sprintf("%.1f× RSS for %.0f× LBs (%.1f KiB per LB over %d)",
-				float64(pt.RSSKiB)/float64(pts[0].RSSKiB), float64(pt.LBs)/float64(pts[0].LBs),
-				float64(pt.RSSKiB-pts[0].RSSKiB)/float64(pt.LBs-pts[0].LBs), pts[0].LBs)
+		bound := "bound"
+		if !pt.Bound {
+			bound = "not opened (descriptor limit)"
 		}
-		fmt.Printf("| %d | %v | %v | %.1f MiB | %.1f MiB | %.1f MiB | %.1f MiB | %.1f MiB | %s |\n",
-			pt.LBs, pt.First.Round(time.Millisecond), pt.Change.Round(time.Microsecond),
-			mib(pt.BaseKiB), mib(pt.ObjectsKiB), mib(pt.RSSKiB), mib(pt.PeakKiB), mib(pt.HeapKiB), growth)
+		fmt.Printf("| %d | %s | %v | %v | %v | %v | %v | %.1f MiB | %.1f MiB | %.1f MiB | %.1f MiB | %.1f MiB | %.1f |\n",
+			pt.LBs, bound, pt.First.Round(time.Millisecond), pt.Change.Round(time.Microsecond),
+			pt.DeltaP50.Round(time.Microsecond), pt.DeltaP99.Round(time.Microsecond), pt.Quiet.Round(time.Microsecond),
+			mib(pt.BaseKiB), mib(pt.ObjectsKiB), mib(pt.RSSKiB), mib(pt.PeakKiB), mib(pt.HeapKiB),
+			float64(pt.RSSKiB-pt.ObjectsKiB)/float64(pt.LBs))
 	}
 }
 

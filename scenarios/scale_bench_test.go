@@ -1,0 +1,336 @@
+package scenarios
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/teapot-lb/teapot-lb/api"
+	"github.com/teapot-lb/teapot-lb/api/client"
+	"github.com/teapot-lb/teapot-lb/api/pki"
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+)
+
+// Sizes of the scale report.
+const (
+	scaleChanges   = 120 // member changes timed per size
+	scaleQuiet     = 100 // writes that touch no load balancer
+	scalePerTenant = 100 // load balancers per tenant (and per write while loading)
+	scaleMembers   = 10
+	scaleLoadLimit = 30 * time.Minute
+)
+
+// BenchmarkScaleMemberChange is the scale report. For each size (load
+// balancers of one tcp listener and ten members; TEAPOT_SCALE_SIZES,
+// default 1000,10000) it forms a three-host cluster in network namespaces
+// (the VIP lab), loads the load balancers through the admin API (a tenant
+// and its 100 load balancers per write), and reports:
+//
+//   - the load: from the first write to the last revision served by every
+//     host's data plane;
+//   - one member of a random load balancer changed through the admin API,
+//     from the write to the revision live in every host's data plane (the
+//     hosts' "configuration applied" lines), p50/p99 over 120 changes;
+//   - the CPU the three hosts spent per change, less what they spend idle
+//     (heartbeats, Raft) in the same time;
+//   - 100 writes that touch no load balancer (join tokens): how many
+//     times a data plane applied a configuration for them (want 0) and the
+//     CPU per write;
+//   - the resident set of each host.
+func BenchmarkScaleMemberChange(b *testing.B) {
+	sizes := []int{1000, 10000}
+	if env := os.Getenv("TEAPOT_SCALE_SIZES"); env != "" {
+		sizes = nil
+		for _, f := range strings.Split(env, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < scalePerTenant || n%scalePerTenant != 0 || n > 120000 {
+				b.Fatalf("TEAPOT_SCALE_SIZES: %q is not a multiple of %d up to 120000", f, scalePerTenant)
+			}
+			sizes = append(sizes, n)
+		}
+	}
+	needTools(b)
+	var rows []scaleRow
+	for _, n := range sizes {
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			rows = append(rows, scaleRun(b, n))
+		})
+	}
+	b.StopTimer()
+	fmt.Printf("\nscale: one member change through the admin API, live in the data plane of 3 hosts (network namespaces, one machine)\n")
+	fmt.Printf("| LBs x %d members | load (first write to last revision on every host) | change p50 | change p99 | max | host CPU per change (above idle) | data-plane applies for %d writes touching no LB | host CPU per such write | RSS per host |\n", scaleMembers, scaleQuiet)
+	fmt.Printf("|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
+	for _, r := range rows {
+		fmt.Printf("| %d | %s | %.1f ms | %.1f ms | %.1f ms | %.2f ms | %d | %.2f ms | %s |\n", r.lbs, r.load.Round(time.Millisecond),
+			ms(r.lat.percentile(50)), ms(r.lat.percentile(99)), ms(r.lat.percentile(100)), ms(r.cpuPerChange),
+			r.quietApplies, ms(r.cpuPerQuiet), r.rss)
+	}
+	b.ReportMetric(0, "ns/op")
+}
+
+type scaleRow struct {
+	lbs          int
+	load         time.Duration
+	lat          latencies
+	cpuPerChange time.Duration
+	quietApplies int
+	cpuPerQuiet  time.Duration
+	rss          string
+}
+
+func scaleRun(b *testing.B, n int) scaleRow {
+	raiseNoFile(b, uint64(n)+2000)
+	l := newVIPLab(b, labOptions{teapot: true})
+	admin := l.adminClient()
+	ctx := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.Background(), time.Minute)
+	}
+	apply := func(objs ...*pb.Object) uint64 {
+		b.Helper()
+		c, cancel := ctx()
+		defer cancel()
+		resp, err := admin.Apply(c, &pb.ApplyRequest{Objects: objs})
+		if err != nil {
+			b.Fatalf("apply: %v", err)
+		}
+		var rev uint64
+		for _, o := range resp.GetObjects() {
+			rev = max(rev, api.MetaOf(o).GetRevision())
+		}
+		return rev
+	}
+	var logs []*planeLog
+	for _, h := range l.lbs {
+		logs = append(logs, &planeLog{path: h.logPath})
+	}
+
+	row := scaleRow{lbs: n}
+	apply(api.Wrap(&pb.VIPPool{Name: "bulk", Cidrs: []string{"198.18.0.0/15"}, Mode: "static"}))
+	lbs := make([]*pb.LoadBalancer, n)
+	start := time.Now()
+	var rev uint64
+	for t := range n / scalePerTenant {
+		objs := []*pb.Object{api.Wrap(&pb.Tenant{Name: fmt.Sprintf("t%04d", t), Networks: []string{"10.0.0.0/8"}, Pools: []string{"bulk"}})}
+		for j := range scalePerTenant {
+			i := t*scalePerTenant + j
+			lbs[i] = scaleLB(i)
+			objs = append(objs, api.Wrap(lbs[i]))
+		}
+		rev = apply(objs...)
+		if time.Since(start) > scaleLoadLimit {
+			b.Fatalf("loading %d load balancers took over %s", n, scaleLoadLimit)
+		}
+	}
+	everyPlaneWithin(b, logs, rev, scaleLoadLimit)
+	row.load = time.Since(start)
+	b.Logf("%d load balancers live on every host %s after the first write", n, row.load.Round(time.Millisecond))
+
+	// What the hosts spend doing nothing (heartbeats, Raft), per second,
+	// to take from the figures below.
+	idle0 := hostCPU(b, l)
+	time.Sleep(3 * time.Second)
+	idle := float64(hostCPU(b, l)-idle0) / 3
+	busy := func(cpu time.Duration, took time.Duration) time.Duration {
+		return max(0, cpu-time.Duration(idle*took.Seconds()))
+	}
+
+	rng := rand.New(rand.NewPCG(17, uint64(n)))
+	cpu0, t0 := hostCPU(b, l), time.Now()
+	for c := range scaleChanges {
+		i := rng.IntN(n)
+		lb := proto.Clone(lbs[i]).(*pb.LoadBalancer)
+		lb.Meta = nil
+		lb.Pools["app"].Members[rng.IntN(scaleMembers)].Address = fmt.Sprintf("10.%d.%d.%d:%d", 200+c%50, rng.IntN(256), rng.IntN(256), 1+rng.IntN(60000))
+		lbs[i] = lb
+		start := time.Now()
+		rev := apply(api.Wrap(lb))
+		row.lat = append(row.lat, everyPlaneWithin(b, logs, rev, syncTimeout).Sub(start))
+	}
+	row.cpuPerChange = busy(hostCPU(b, l)-cpu0, time.Since(t0)) / scaleChanges
+
+	applied := countApplied(b, logs)
+	cpu0, t0 = hostCPU(b, l), time.Now()
+	for range scaleQuiet {
+		c, cancel := ctx()
+		_, err := admin.CreateJoinToken(c, &pb.CreateJoinTokenRequest{TtlSeconds: 60})
+		cancel()
+		if err != nil {
+			b.Fatalf("join token: %v", err)
+		}
+	}
+	row.cpuPerQuiet = busy(hostCPU(b, l)-cpu0, time.Since(t0)) / scaleQuiet
+	// The last writes had time to reach every host: wait for one more
+	// load balancer change to be served, then count.
+	lb := proto.Clone(lbs[0]).(*pb.LoadBalancer)
+	lb.Meta = nil
+	lb.Pools["app"].Members[0].Address = "10.250.0.1:1"
+	everyPlaneWithin(b, logs, apply(api.Wrap(lb)), syncTimeout)
+	row.quietApplies = countApplied(b, logs) - applied - len(logs)
+
+	var rss []string
+	for _, h := range l.lbs {
+		rss = append(rss, fmt.Sprintf("%s %.0f MiB", h.id, float64(procKiB(b, h.proc.Pid(), "VmRSS"))/1024))
+	}
+	row.rss = strings.Join(rss, ", ")
+	b.Logf("%d LBs: change p50 %.1f ms p99 %.1f ms; host CPU per change %v; %d data-plane applies for %d writes touching no LB; %s",
+		n, ms(row.lat.percentile(50)), ms(row.lat.percentile(99)), row.cpuPerChange, row.quietApplies, scaleQuiet, row.rss)
+	return row
+}
+
+// scaleLB is load balancer i of the scale report: tenant i/100, one tcp
+// listener on its own VIP, ten members.
+func scaleLB(i int) *pb.LoadBalancer {
+	ms := make([]*pb.Member, scaleMembers)
+	for j := range ms {
+		ms[j] = &pb.Member{Address: fmt.Sprintf("10.%d.%d.%d:%d", i/65536%200, i/256%256, i%256, 30000+j)}
+	}
+	a := i + 1 // 198.18.0.0 is the network address
+	vip := fmt.Sprintf("198.%d.%d.%d", 18+a/65536, a/256%256, a%256)
+	return &pb.LoadBalancer{
+		Name:      fmt.Sprintf("lb-%d", i),
+		Tenant:    fmt.Sprintf("t%04d", i/scalePerTenant),
+		Vip:       &pb.VIPRequest{Pool: "bulk", Address: vip},
+		Listeners: []*pb.Listener{{Port: 5432, Protocol: "tcp", Pool: "app"}},
+		Pools:     map[string]*pb.BackendPool{"app": {Members: ms}},
+	}
+}
+
+// adminClient is an admin API client that dials from the lab's client
+// host to every LB host.
+func (l *vipLab) adminClient() pb.AdminClient {
+	l.tb.Helper()
+	cfg, err := client.LoadConfig(filepath.Join(l.lbs[0].dir, "admin.conf"))
+	if err != nil {
+		l.tb.Fatal(err)
+	}
+	tlsCfg, err := pki.ClientTLS([]byte(cfg.CA), []byte(cfg.Cert), []byte(cfg.Key))
+	if err != nil {
+		l.tb.Fatal(err)
+	}
+	var addrs []string
+	for _, h := range l.lbs {
+		addrs = append(addrs, h.apiAddr())
+	}
+	cc, err := grpc.NewClient("passthrough:///"+addrs[0],
+		grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)),
+		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			return l.client.DialContext(ctx, "tcp", addr)
+		}),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
+	if err != nil {
+		l.tb.Fatal(err)
+	}
+	l.tb.Cleanup(func() { cc.Close() })
+	return pb.NewAdminClient(cc)
+}
+
+// everyPlaneWithin is everyPlane with its own deadline.
+func everyPlaneWithin(tb testing.TB, logs []*planeLog, rev uint64, timeout time.Duration) time.Time {
+	tb.Helper()
+	var last time.Time
+	waitFor(tb, timeout, fmt.Sprintf("revision %d live in every data plane", rev), func() error {
+		last = time.Time{}
+		for _, l := range logs {
+			if err := l.read(); err != nil {
+				return err
+			}
+			at, ok := l.servedAt(rev)
+			if !ok {
+				return fmt.Errorf("%s does not serve it yet", l.path)
+			}
+			if at.After(last) {
+				last = at
+			}
+		}
+		return nil
+	})
+	return last
+}
+
+// countApplied counts the configurations the hosts' data planes applied.
+func countApplied(tb testing.TB, logs []*planeLog) int {
+	n := 0
+	for _, l := range logs {
+		if err := l.read(); err != nil {
+			tb.Fatal(err)
+		}
+		n += len(l.applied)
+	}
+	return n
+}
+
+// hostCPU is the CPU time the LB hosts' processes have used.
+func hostCPU(tb testing.TB, l *vipLab) time.Duration {
+	tb.Helper()
+	var total time.Duration
+	for _, h := range l.lbs {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", h.proc.Pid()))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		// Fields after the command's closing parenthesis: utime and stime
+		// are the 12th and 13th, in clock ticks (100 per second).
+		f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+		for _, s := range f[11:13] {
+			v, err := strconv.ParseInt(s, 10, 64)
+			if err != nil {
+				tb.Fatalf("/proc/%d/stat: %v", h.proc.Pid(), err)
+			}
+			total += time.Duration(v) * 10 * time.Millisecond
+		}
+	}
+	return total
+}
+
+// procKiB reads a kB field of /proc/PID/status.
+func procKiB(tb testing.TB, pid int, field string) int64 {
+	tb.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			f := strings.Fields(v)
+			n, err := strconv.ParseInt(f[0], 10, 64)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			return n
+		}
+	}
+	tb.Fatalf("/proc/%d/status has no %s", pid, field)
+	return 0
+}
+
+// raiseNoFile raises this process's soft descriptor limit to its hard
+// one (the LB hosts inherit it: every listener is a socket) and skips when
+// n descriptors still do not fit.
+func raiseNoFile(tb testing.TB, n uint64) {
+	tb.Helper()
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		tb.Fatal(err)
+	}
+	if lim.Cur < lim.Max {
+		lim.Cur = lim.Max
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	if lim.Cur < n {
+		unavailable(tb, "scale report: each LB host needs %d descriptors and the hard limit is %d (raise ulimit -Hn)", n, lim.Max)
+	}
+}
