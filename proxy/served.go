@@ -64,11 +64,43 @@ type Pool struct {
 	// refs counts the listeners in service that use the pool (under
 	// Proxy.mu).
 	refs int
+	// panicNext spreads picks among ejected members (pickEjected).
+	panicNext atomic.Uint32
 }
 
 // Pick returns a usable member, or nil when none is. key is the client IP
-// (or, for pools hashing on a header, the header's value).
-func (p *Pool) Pick(key []byte) *balance.Member { return p.bal.Pick(key) }
+// (or, for pools hashing on a header, the header's value). When passive
+// ejection alone left no usable member, it returns an ejected one
+// (pickEjected).
+func (p *Pool) Pick(key []byte) *balance.Member {
+	if m := p.bal.Pick(key); m != nil {
+		return m
+	}
+	return p.pickEjected(nil)
+}
+
+// pickEjected returns a member not in tried that only passive ejection
+// keeps from traffic, taking them in turn, or nil. Ejection steers traffic
+// away from a member while others serve; when every member that passes
+// its checks is ejected (a NodePort that the nodes program a moment after
+// the Service appears, a burst of resets while pods roll), refusing every
+// connection until the ejections end would turn a short failure into
+// seconds of outage, so the connection tries them, and the first connect
+// that succeeds ends that member's ejection.
+func (p *Pool) pickEjected(tried []*balance.Member) *balance.Member {
+	n := len(p.members)
+	if n == 0 {
+		return nil
+	}
+	start := int(p.panicNext.Add(1) % uint32(n))
+	for j := range n {
+		m := p.members[(start+j)%n]
+		if m.Weight > 0 && Target(m).OnlyEjected() && !slices.Contains(tried, m) {
+			return m
+		}
+	}
+	return nil
+}
 
 // Members returns the pool's members; the caller must not modify them.
 func (p *Pool) Members() []*balance.Member { return p.members }
@@ -82,7 +114,10 @@ func Target(m *balance.Member) *health.Target { return m.State.(*health.Target) 
 // member after it in pool order.
 func (p *Pool) pickUntried(key []byte, tried []*balance.Member) *balance.Member {
 	m := p.bal.Pick(key)
-	if m == nil || !slices.Contains(tried, m) {
+	if m == nil {
+		return p.pickEjected(tried)
+	}
+	if !slices.Contains(tried, m) {
 		return m
 	}
 	i := slices.Index(p.members, m)
@@ -92,7 +127,7 @@ func (p *Pool) pickUntried(key []byte, tried []*balance.Member) *balance.Member 
 			return c
 		}
 	}
-	return nil
+	return p.pickEjected(tried)
 }
 
 var algorithms = map[snapshot.Algorithm]balance.Algorithm{

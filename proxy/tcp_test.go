@@ -191,15 +191,15 @@ func TestAllMembersDownRefusesAtOnce(t *testing.T) {
 			return len(r.Listeners) == 1 && r.Listeners[0].Refused[RefusedNoMember] == 3
 		})
 	})
-	t.Run("members ejected: no connect is tried", func(t *testing.T) {
+	t.Run("members ejected: still tried, then refused", func(t *testing.T) {
 		p, m := newProxy(t, Config{Limits: Limits{EjectAfter: 1, EjectFor: time.Hour}})
 		port := freePort(t)
 		update(t, p, l4LB("down", "127.0.0.2", port, "tcp", deadAddr(t)))
 		expectRefused(t, vipAddr("127.0.0.2", port))
 		before := m.Report().Members[0].Latency.Count
 		expectRefused(t, vipAddr("127.0.0.2", port))
-		if after := m.Report().Members[0].Latency.Count; after != before {
-			t.Errorf("an ejected member was dialled (%d connects, was %d)", after, before)
+		if after := m.Report().Members[0].Latency.Count; after != before+1 {
+			t.Errorf("the only member, ejected, was dialled %d times for one connection; want once", after-before)
 		}
 	})
 	t.Run("active check down", func(t *testing.T) {
@@ -385,4 +385,57 @@ func TestUnhealthyListsLoadBalancersWithoutUsableMembers(t *testing.T) {
 	checked.Pools["app"].HealthCheck = &pb.HealthCheck{Tcp: &pb.TCPCheck{}, Interval: dur(20 * time.Millisecond), Rise: 1, Fall: 1}
 	update(t, p, checked, fine)
 	eventually(t, "checked healthy again", func() bool { return len(p.Unhealthy()) == 0 })
+}
+
+// TestEjectedPoolRecoversAtOnce: every member of a pool fails its first
+// connects (a NodePort the nodes have not programmed yet) and is ejected
+// for an hour; the moment one listens, the next connection is served and
+// its ejection ends, and a member still dead stays ejected.
+func TestEjectedPoolRecoversAtOnce(t *testing.T) {
+	p, _ := newProxy(t, Config{Limits: Limits{EjectAfter: 1, EjectFor: time.Hour}})
+	port := freePort(t)
+	late, dead := deadAddr(t), deadAddr(t)
+	update(t, p, l4LB("late", "127.0.0.2", port, "tcp", late, dead))
+	vip := vipAddr("127.0.0.2", port)
+	expectRefused(t, vip)
+	pool := p.current.Load().listener(snapshot.Key{Addr: netip.MustParseAddrPort(vip), Network: snapshot.TCP}).Backend()
+	for _, m := range pool.Members() {
+		if st := Target(m).Status(); !st.Ejected {
+			t.Fatalf("member %s not ejected after a failed connect: %+v", m.Addr, st)
+		}
+	}
+	l, err := net.Listen("tcp", late)
+	if err != nil {
+		t.Fatal(err)
+	}
+	be := &backend{l: l, addr: late, conns: map[net.Conn]struct{}{}}
+	be.wg.Go(func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go echo(c)
+		}
+	})
+	t.Cleanup(func() { l.Close(); be.wg.Wait() })
+	for i := range 5 {
+		c, err := net.Dial("tcp", vip)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := roundTrip(c, []byte("hello")); err != nil {
+			t.Fatalf("connection %d after the member came up: %v", i, err)
+		}
+		c.Close()
+	}
+	for _, m := range pool.Members() {
+		st := Target(m).Status()
+		if m.Addr.String() == late && st.Ejected {
+			t.Errorf("%s served connections but is still ejected", late)
+		}
+		if m.Addr.String() == dead && !st.Ejected {
+			t.Errorf("%s never accepted a connection but is no longer ejected", dead)
+		}
+	}
 }

@@ -97,13 +97,43 @@ func (t *Target) Status() Status {
 	return st
 }
 
-// ConnectSucceeded records a successful connect to the member.
+// OnlyEjected reports whether passive ejection alone keeps the member
+// from traffic: its active check (if any) passes and it is not this
+// host's own address. A pool whose members are all only ejected still
+// tries them rather than refuse every connection.
+func (t *Target) OnlyEjected() bool { return t.state.Load() == bitEjected }
+
+// ConnectSucceeded records a successful connect to the member. A member
+// that accepts a connection is alive: an ejection in force ends at once.
 func (t *Target) ConnectSucceeded() {
 	if t.connFails.Load() != 0 {
 		t.connFails.Store(0)
 	}
 	if t.ejections.Load() != 0 {
 		t.ejections.Store(0)
+	}
+	if t.state.Load()&bitEjected != 0 {
+		t.endEjection("a connect succeeded")
+	}
+}
+
+// endEjection lifts an ejection in force.
+func (t *Target) endEjection(why string) {
+	var notify func()
+	defer func() { runNotify(notify) }()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.state.Load()&bitEjected == 0 {
+		return
+	}
+	if t.ejectTimer != nil {
+		t.ejectTimer.Stop()
+		t.ejectTimer = nil
+	}
+	t.setBit(bitEjected, false)
+	t.r.o.Logger.Info("member back from ejection", "member", t.name, "reason", why)
+	if t.Healthy() {
+		notify = t.notifier(true, "back from ejection: "+why)
 	}
 }
 
@@ -130,17 +160,16 @@ func (t *Target) ConnectFailed() {
 	if was {
 		notify = t.notifier(false, fmt.Sprintf("ejected for %s after %d consecutive connect failures", d, t.r.o.EjectAfter))
 	}
-	t.ejectTimer = time.AfterFunc(d, func() {
-		var notify func()
-		defer func() { runNotify(notify) }()
+	var timer *time.Timer
+	timer = time.AfterFunc(d, func() {
 		t.mu.Lock()
-		defer t.mu.Unlock()
-		t.setBit(bitEjected, false)
-		t.r.o.Logger.Info("member back from ejection", "member", t.name)
-		if t.Healthy() {
-			notify = t.notifier(true, "back from ejection")
+		current := t.ejectTimer == timer
+		t.mu.Unlock()
+		if current {
+			t.endEjection("its time ended")
 		}
 	})
+	t.ejectTimer = timer
 }
 
 // notifier returns the call of the registry's OnChange for t, or nil.
