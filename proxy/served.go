@@ -219,9 +219,12 @@ func (p *Proxy) build(s *snapshot.Snapshot, old *served, keys []snapshot.Key) (*
 
 // Unhealthy returns, per load balancer ("tenant/name"), why it cannot take
 // traffic on this host although its listeners are open: no pool it sends
-// to has a usable member (all down, ejected or drained). Load balancers
-// with at least one usable member are not listed. Health changes without
-// a config change, so callers poll it.
+// to has a member that a connection may go to (all down by their checks
+// or drained). Members ejected after connect failures still count: a
+// connection tries them when nothing else is left (pickEjected), and every
+// host sees the same members fail, so moving the VIP away would only leave
+// it with no holder. Health changes without a config change, so callers
+// poll it.
 func (p *Proxy) Unhealthy() map[string]string {
 	cur := p.current.Load()
 	if cur == nil {
@@ -231,7 +234,7 @@ func (p *Proxy) Unhealthy() map[string]string {
 	for spec, pool := range cur.pools.All() {
 		ok := usable[spec.LB]
 		for _, m := range pool.members {
-			ok = ok || m.Usable()
+			ok = ok || m.Usable() || (m.Weight > 0 && Target(m).OnlyEjected())
 		}
 		usable[spec.LB] = ok
 	}

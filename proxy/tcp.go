@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -85,19 +86,30 @@ func clientKey(a netip.Addr) []byte {
 // maxTried bounds the members remembered as tried for one connection.
 const maxTried = 8
 
-// dialMember connects to a member, trying up to ConnectAttempts of them;
-// it returns nil when none is usable or none accepted.
+// dialMember connects to a member, making up to ConnectAttempts
+// attempts; it returns nil when none is usable or none accepted. Each
+// attempt takes a member not tried yet; when every usable member was
+// tried and the last one refused at once (not a timeout), a member is
+// tried again: behind a NodePort each connect is sent to an endpoint of
+// the node's choosing, and one that refused (a pod that just stopped,
+// still in the node's rules) says nothing about the next.
 func (p *Proxy) dialMember(l *ListenerSnapshot, pool *Pool, client netip.Addr) (*net.TCPConn, *balance.Member) {
 	key := clientKey(client)
 	var triedBuf [maxTried]*balance.Member
 	tried := triedBuf[:0]
 	d := net.Dialer{Timeout: pool.Spec.ConnectTimeout}
+	again := false
 	for range min(p.cfg.Limits.ConnectAttempts, maxTried) {
 		m := pool.pickUntried(key, tried)
+		if m == nil && again {
+			m = pool.Pick(key)
+		}
 		if m == nil {
 			break
 		}
-		tried = append(tried, m)
+		if !slices.Contains(tried, m) {
+			tried = append(tried, m)
+		}
 		tg := Target(m)
 		start := time.Now()
 		c, err := d.Dial("tcp", tg.Name())
@@ -109,6 +121,7 @@ func (p *Proxy) dialMember(l *ListenerSnapshot, pool *Pool, client netip.Addr) (
 			if errors.As(err, &ne) && ne.Timeout() {
 				status = StatusConnectTimeout
 			}
+			again = status == StatusConnectFailed
 			p.metrics.MemberRequest(l.LB, pool.Spec.Name, tg.Name(), status, took)
 			continue
 		}

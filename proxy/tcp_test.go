@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+	"github.com/teapot-lb/teapot-lb/proxy/metrics"
 	"github.com/teapot-lb/teapot-lb/proxy/proxyproto"
 	"github.com/teapot-lb/teapot-lb/proxy/snapshot"
 )
@@ -198,8 +200,8 @@ func TestAllMembersDownRefusesAtOnce(t *testing.T) {
 		expectRefused(t, vipAddr("127.0.0.2", port))
 		before := m.Report().Members[0].Latency.Count
 		expectRefused(t, vipAddr("127.0.0.2", port))
-		if after := m.Report().Members[0].Latency.Count; after != before+1 {
-			t.Errorf("the only member, ejected, was dialled %d times for one connection; want once", after-before)
+		if after := m.Report().Members[0].Latency.Count; after != before+3 {
+			t.Errorf("the only member, ejected and refusing, was dialled %d times for one connection; want 3 (ConnectAttempts)", after-before)
 		}
 	})
 	t.Run("active check down", func(t *testing.T) {
@@ -389,8 +391,9 @@ func TestUnhealthyListsLoadBalancersWithoutUsableMembers(t *testing.T) {
 
 // TestEjectedPoolRecoversAtOnce: every member of a pool fails its first
 // connects (a NodePort the nodes have not programmed yet) and is ejected
-// for an hour; the moment one listens, the next connection is served and
-// its ejection ends, and a member still dead stays ejected.
+// for an hour; the load balancer stays ready, and the moment one member
+// listens, the next connection is served and its ejection ends, while a
+// member still dead stays ejected.
 func TestEjectedPoolRecoversAtOnce(t *testing.T) {
 	p, _ := newProxy(t, Config{Limits: Limits{EjectAfter: 1, EjectFor: time.Hour}})
 	port := freePort(t)
@@ -403,6 +406,12 @@ func TestEjectedPoolRecoversAtOnce(t *testing.T) {
 		if st := Target(m).Status(); !st.Ejected {
 			t.Fatalf("member %s not ejected after a failed connect: %+v", m.Addr, st)
 		}
+	}
+	// Ejection alone does not make the load balancer unready here: every
+	// host sees the same members fail, and the VIP must not go looking
+	// for a host that has none ejected.
+	if u := p.Unhealthy(); u["acme/late"] != "" {
+		t.Errorf("members only ejected made acme/late unhealthy: %q", u["acme/late"])
 	}
 	l, err := net.Listen("tcp", late)
 	if err != nil {
@@ -437,5 +446,63 @@ func TestEjectedPoolRecoversAtOnce(t *testing.T) {
 		if m.Addr.String() == dead && !st.Ejected {
 			t.Errorf("%s never accepted a connection but is no longer ejected", dead)
 		}
+	}
+}
+
+// listenOnFailure is metrics that start a member's listener when a
+// connect to it fails, as a node's rules send the next connect to another
+// endpoint.
+type listenOnFailure struct {
+	*metrics.Memory
+	t      testing.TB
+	member string
+	once   sync.Once
+}
+
+func (f *listenOnFailure) MemberRequest(lb, pool, member string, status int, d time.Duration) {
+	f.Memory.MemberRequest(lb, pool, member, status, d)
+	if member != f.member || status != StatusConnectFailed {
+		return
+	}
+	f.once.Do(func() {
+		l, err := net.Listen("tcp", member)
+		if err != nil {
+			f.t.Errorf("listen on %s: %v", member, err)
+			return
+		}
+		go func() {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				go echo(c)
+			}
+		}()
+		f.t.Cleanup(func() { l.Close() })
+	})
+}
+
+// TestRefusedConnectIsRetried: the only member refuses the first connect
+// and accepts the next (behind a NodePort, each connect may reach another
+// pod): the client's connection is served, not refused.
+func TestRefusedConnectIsRetried(t *testing.T) {
+	member := deadAddr(t)
+	m := &listenOnFailure{Memory: &metrics.Memory{}, t: t, member: member}
+	p := New(Config{Metrics: m, DrainTimeout: 200 * time.Millisecond})
+	t.Cleanup(func() { p.Close() })
+	port := freePort(t)
+	update(t, p, l4LB("again", "127.0.0.2", port, "tcp", member))
+	c, err := net.Dial("tcp", vipAddr("127.0.0.2", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := roundTrip(c, []byte("hello")); err != nil {
+		t.Fatalf("the connection was not served after one refused connect: %v", err)
+	}
+	ms := m.Report().Members
+	if len(ms) != 1 || ms[0].ByStatus[StatusConnectFailed] != 1 || ms[0].ByStatus[StatusConnected] != 1 {
+		t.Errorf("member connects %+v; want one refused, then one connected", ms)
 	}
 }
