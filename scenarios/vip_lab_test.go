@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+	"github.com/teapot-lb/teapot-lb/proxy/certs/pebbletest"
 	"github.com/teapot-lb/teapot-lb/scenarios/netlab"
 )
 
@@ -142,6 +143,8 @@ type vipLab struct {
 	router  *netlab.Host
 	outside *netlab.Host
 	bird    *netlab.Process
+	// peb is the ACME server on the client host (labOptions.acme).
+	peb *pebbletest.Pebble
 }
 
 // labOptions choose what a lab runs.
@@ -151,6 +154,10 @@ type labOptions struct {
 	bgp bool
 	// teapot starts the LB cluster (false for the keepalived comparison).
 	teapot bool
+	// acme runs pebble on the client host, with its DNS, and points the
+	// LB hosts' ACME at it (names resolve to the client unless AddA says
+	// otherwise).
+	acme bool
 }
 
 // needTools skips tb when the lab cannot run here.
@@ -194,6 +201,9 @@ func newVIPLab(tb testing.TB, opt labOptions) *vipLab {
 			if l.bird != nil {
 				tb.Logf("---- BIRD log ----\n%s", tail(filepath.Join(l.dir, "bird.log"), 60))
 			}
+			if l.peb != nil {
+				tb.Logf("---- pebble ----\n%s", tail(l.peb.LogPath, 60))
+			}
 		}
 		if err := lab.Close(); err != nil {
 			tb.Errorf("clean up the lab: %v", err)
@@ -234,14 +244,25 @@ func newVIPLab(tb testing.TB, opt labOptions) *vipLab {
 	if !opt.teapot {
 		return l
 	}
+	acme := []string{"--acme-ca", noACME}
+	if opt.acme {
+		l.peb = pebbletest.Start(tb, pebbletest.Options{
+			HTTPPort: 80, TLSPort: 443, Addr: "192.0.2.100",
+			Start: func(logPath string, env []string, bin string, args ...string) error {
+				_, err := l.client.Start(logPath, env, bin, args...)
+				return err
+			},
+			Dial: l.client.DialContext,
+		})
+		acme = []string{"--acme-ca", l.peb.Directory, "--acme-ca-root", l.peb.RootsFile, "--acme-email", "ops@lab.example"}
+	}
 	for _, n := range l.lbs {
-		n.args = []string{"serve",
+		n.args = append([]string{"serve",
 			"--data-dir", n.dir, "--node-id", n.id,
 			"--raft-addr", n.ip4.String() + ":7300", "--api-addr", n.apiAddr(), "--metrics-addr", n.metricsAddr(),
 			"--vip-interface", "eth0", "--heartbeat-addr", n.ip4.String() + ":7946",
 			"--heartbeat-interval", labHeartbeat, "--heartbeat-misses", labMisses,
-			"--acme-ca", noACME,
-		}
+		}, acme...)
 		if opt.bgp {
 			cfg := filepath.Join(l.dir, n.id+".yaml")
 			must(os.WriteFile(cfg, []byte(bgpSection(n)), 0o644))

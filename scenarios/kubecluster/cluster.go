@@ -103,6 +103,16 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	c := &Cluster{cfg: cfg, Token: "teapot-kube-admin", startedAt: time.Now(),
 		URL:    fmt.Sprintf("https://%s", netip.AddrPortFrom(cfg.ControlAddr, 6443)),
 		cgroup: fmt.Sprintf("teapot-kube-%d-%d", os.Getpid(), time.Now().UnixNano()%1e6)}
+	// A cluster whose test was killed left containers, mounts and
+	// namespaces behind; what cannot be removed now is tried again at
+	// the next start and does not stop this one.
+	_ = RemoveStale()
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	if err := c.writeRecord(); err != nil {
+		return nil, fmt.Errorf("note the cluster for cleanup: %w", err)
+	}
 	if err := c.startControlPlane(ctx); err != nil {
 		c.Close()
 		return nil, err
@@ -420,5 +430,9 @@ func (c *Cluster) Close() error {
 		}
 	}
 	errs = append(errs, removeCgroups(c.cgroup))
-	return errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	c.removeRecord()
+	return nil
 }

@@ -5,7 +5,9 @@
 //
 //	pod=echo-5d9c7 client=192.0.2.100:41234 proxy="PROXY TCP4 192.0.2.100 192.0.2.200 41234 80"
 //
-// HTTP requests to /healthz answer "ok". Flags: -http (default :8080),
+// HTTP requests to /healthz answer "ok". A request to /via?to=IP:port
+// makes the pod itself, an in-cluster client, send a request to
+// http://IP:port/ and answers with what it got. Flags: -http (default :8080),
 // -udp (default :8081), -drain (default 3s: on SIGTERM it keeps serving
 // that long, while its endpoint is removed everywhere, then stops). The
 // pod name comes from $POD_NAME, else the host name.
@@ -21,6 +23,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
 	"strings"
@@ -80,11 +83,36 @@ func handle(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "ok\n")
 		return
 	}
+	if r.URL.Path == "/via" {
+		via(w, r.URL.Query().Get("to"))
+		return
+	}
 	proxy := ""
 	if c, ok := r.Context().Value(connKey{}).(*proxyConn); ok {
 		proxy = c.header
 	}
 	fmt.Fprintf(w, "pod=%s client=%s proxy=%q\n", pod, r.RemoteAddr, proxy)
+}
+
+// via asks http://to/ from this pod and writes back the answer.
+func via(w http.ResponseWriter, to string) {
+	ap, err := netip.ParseAddrPort(to)
+	if err != nil {
+		http.Error(w, "to: want IP:port", http.StatusBadRequest)
+		return
+	}
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := hc.Get("http://" + ap.String() + "/")
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		http.Error(w, "via "+ap.String()+": "+resp.Status, http.StatusBadGateway)
+		return
+	}
+	_, _ = io.Copy(w, io.LimitReader(resp.Body, 4096))
 }
 
 func serveUDP(pc net.PacketConn) {
