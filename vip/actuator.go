@@ -15,6 +15,9 @@ type target struct {
 	mode  string
 	iface *iface
 	route route // bgp only
+	// announce changes when the decision loop wants an arp VIP announced
+	// again although it is held (record.takes).
+	announce uint64
 }
 
 type pendingAnnouncement struct {
@@ -137,6 +140,13 @@ func (a *actuator) take(addr netip.Addr, t target, now time.Time) error {
 			}
 			a.held[addr] = t
 		}
+		if t.mode == ModeARP && h.announce != t.announce {
+			// Released and taken again between two converges, or a peer
+			// that may have announced it came back: announce again, or
+			// the segment keeps sending to the host that announced last.
+			a.queueBurst(addr, now)
+			a.held[addr] = t
+		}
 		return nil
 	}
 	if err := t.iface.add(addr); err != nil {
@@ -144,10 +154,7 @@ func (a *actuator) take(addr netip.Addr, t target, now time.Time) error {
 	}
 	switch t.mode {
 	case ModeARP:
-		for _, d := range burst {
-			a.pending = append(a.pending, pendingAnnouncement{at: now.Add(d), addr: addr})
-		}
-		a.announceDue(now)
+		a.queueBurst(addr, now)
 	case ModeBGP:
 		if err := a.m.spk.announce(t.route); err != nil {
 			_ = t.iface.remove(addr)
@@ -156,6 +163,16 @@ func (a *actuator) take(addr netip.Addr, t target, now time.Time) error {
 	}
 	a.held[addr] = t
 	return nil
+}
+
+// queueBurst schedules the announcements of addr (replacing any pending)
+// and sends the first at once.
+func (a *actuator) queueBurst(addr netip.Addr, now time.Time) {
+	a.pending = slices.DeleteFunc(a.pending, func(p pendingAnnouncement) bool { return p.addr == addr })
+	for _, d := range burst {
+		a.pending = append(a.pending, pendingAnnouncement{at: now.Add(d), addr: addr})
+	}
+	a.announceDue(now)
 }
 
 // release withdraws and removes one held VIP.

@@ -69,6 +69,11 @@ type record struct {
 	reason   string
 	local    bool
 	everHeld bool
+	// takes counts this host's takes of the VIP, and also the times a
+	// peer came back into sight while it held it: each is a moment when
+	// another host may have announced the VIP last, so the actuator
+	// announces it again even if the address never left (arp).
+	takes uint64
 }
 
 // run is Run's loop: heartbeats and decisions. It never waits on the
@@ -308,6 +313,10 @@ func (m *Manager) converge(now time.Time, v view, arpMe, bgpMe, me self) {
 			d = decide(vs, nil, me, v, st.peers, m.dead, "")
 		}
 		m.note(vs, d, now)
+		if t, ok := hold[vs.Addr]; ok && vs.Mode == ModeARP {
+			t.announce = st.records[vs.Addr].takes
+			hold[vs.Addr] = t
+		}
 	}
 	for a, r := range st.records {
 		if wanted[a] {
@@ -330,6 +339,9 @@ func (m *Manager) note(vs vipSpec, d decision, now time.Time) {
 	if r == nil {
 		r = &record{since: now}
 		st.records[vs.Addr] = r
+	}
+	if d.Hold && !r.held {
+		r.takes++
 	}
 	if d.Hold != r.held {
 		m.logMove(vs, d.Hold, d.Reason)
@@ -402,9 +414,20 @@ func (m *Manager) checkLinks() {
 // noteLiveness logs peers coming and going.
 func (m *Manager) noteLiveness(v view) {
 	st := &m.loop
+	back := false
 	for id := range v.Alive {
 		if !st.alive[id] {
 			m.log.Info("peer is alive", "peer", id)
+			back = true
+		}
+	}
+	if back {
+		// While out of sight, the peer may have taken and announced the
+		// VIPs held here: they are announced again.
+		for _, r := range st.records {
+			if r.held {
+				r.takes++
+			}
 		}
 	}
 	for id := range st.alive {

@@ -1,0 +1,79 @@
+package vip
+
+import (
+	"errors"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/mdlayher/packet"
+	"golang.org/x/sys/unix"
+)
+
+// TestActuatorAnnouncesAgainOnANewTake: an arp VIP that the decision loop
+// released and took again before the actuator converged never left the
+// interface, but a peer may have announced it in between; a new take
+// (target.announce) is announced again, an unchanged one is not.
+func TestActuatorAnnouncesAgainOnANewTake(t *testing.T) {
+	inNetns(t, func() {
+		ifi, err := net.InterfaceByName("v1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		capture, err := packet.Listen(ifi, packet.Raw, unix.ETH_P_ALL, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer capture.Close()
+		vip := netip.MustParseAddr("192.0.2.10")
+		// arps counts the ARP frames for vip that arrive within d.
+		arps := func(d time.Duration) int {
+			n := 0
+			buf := make([]byte, 1500)
+			deadline := time.Now().Add(d)
+			for {
+				_ = capture.SetReadDeadline(deadline)
+				k, _, err := capture.ReadFrom(buf)
+				if errors.Is(err, os.ErrDeadlineExceeded) {
+					return n
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if f := buf[:k]; len(f) >= 42 && f[12] == 0x08 && f[13] == 0x06 && netip.AddrFrom4([4]byte(f[28:32])) == vip {
+					n++
+				}
+			}
+		}
+		m := &Manager{log: slog.New(slog.DiscardHandler), frames: &sender{name: "v0"}}
+		defer m.frames.close()
+		a := newActuator(m)
+		f := &iface{name: "v0"}
+		defer f.remove(vip)
+		converge := func(announce uint64) {
+			a.mu.Lock()
+			a.want = map[netip.Addr]target{vip: {mode: ModeARP, iface: f, announce: announce}}
+			a.mu.Unlock()
+			a.converge(time.Now())
+		}
+		converge(1)
+		if n := arps(300 * time.Millisecond); n < 2 {
+			t.Fatalf("taking the VIP sent %d ARP frames, want the announcement (request and reply)", n)
+		}
+		a.pending = nil // the rest of the burst is not what this test is about
+		converge(1)
+		if n := arps(300 * time.Millisecond); n != 0 {
+			t.Fatalf("converging on the same take sent %d ARP frames, want none", n)
+		}
+		converge(2)
+		if n := arps(300 * time.Millisecond); n < 2 {
+			t.Fatalf("a new take of a VIP still on the interface sent %d ARP frames, want it announced again", n)
+		}
+		if len(a.pending) == 0 {
+			t.Error("a new take queued no further announcements (the burst)")
+		}
+	})
+}
