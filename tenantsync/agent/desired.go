@@ -207,16 +207,20 @@ func (s *desiredSet) update(k objKey, d *translate.Desired) bool {
 	prev := s.byName[name]
 	s.byName[name] = d
 	s.nameOf[k] = name
-	return prev == nil || prev.Version != d.Version || !slices.Equal(prev.Warnings, d.Warnings) || !slices.Equal(prev.NodePorts, d.NodePorts)
+	return prev == nil || prev.Version != d.Version || !slices.Equal(prev.Warnings, d.Warnings) ||
+		!slices.Equal(prev.NodePorts, d.NodePorts) || prev.Refused != d.Refused
 }
 
-// snapshot returns the desired versions by name.
+// versions returns the load balancers to ask the LB cluster for, by
+// name: the desired ones that are not refused.
 func (s *desiredSet) versions() map[string]*translate.Desired {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make(map[string]*translate.Desired, len(s.byName))
 	for n, d := range s.byName {
-		out[n] = d
+		if d.Refused == "" {
+			out[n] = d
+		}
 	}
 	return out
 }

@@ -168,6 +168,12 @@ func (a *Agent) recordEvents(k objKey, obj runtime.Object, d *translate.Desired,
 	if d == nil {
 		return
 	}
+	if d.Refused != "" {
+		if a.book.firstReport(k, "refused|"+d.Refused) {
+			a.events.Event(obj, corev1.EventTypeWarning, ReasonRefused, "not sent to the LB cluster: "+d.Refused)
+		}
+		return
+	}
 	var parts []string
 	kind, reason, msg := corev1.EventTypeNormal, "", ""
 	switch {
@@ -228,7 +234,9 @@ func serviceIngress(d *translate.Desired, st *pb.ObjectStatus) []corev1.LoadBala
 
 func (a *Agent) writeService(ctx context.Context, svc *corev1.Service, d *translate.Desired, st *pb.ObjectStatus) (bool, error) {
 	want := serviceIngress(d, st)
-	if d == nil {
+	if d != nil && d.Refused != "" {
+		want = nil // refused: no address, whatever was there before
+	} else if d == nil {
 		// No longer ours: clear what the agent wrote, if the object still
 		// names our class (or none).
 		if len(svc.Status.LoadBalancer.Ingress) == 0 || !a.ownsClass(svc) {

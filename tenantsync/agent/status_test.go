@@ -57,3 +57,38 @@ func TestNoHealthyMemberBecomesAnEvent(t *testing.T) {
 		}
 	}
 }
+
+// TestRefusedServiceIsNotSent: a Service the agent cannot serve as it is
+// (allocateLoadBalancerNodePorts false without pod mode) is never asked of
+// the LB cluster, and the tenant reads why in one Warning Event.
+func TestRefusedServiceIsNotSent(t *testing.T) {
+	s := newDesiredSet()
+	k := objKey{kind: translate.KindService, ns: "shop", name: "web"}
+	d := &translate.Desired{LB: &pb.LoadBalancer{Name: "svc-shop-web"}, Version: "v1",
+		Source:  translate.Source{Kind: translate.KindService, Namespace: "shop", Name: "web"},
+		Refused: "port 80/TCP has no nodePort because allocateLoadBalancerNodePorts is false"}
+	if !s.update(k, d) {
+		t.Fatal("a new refused object is not a change (no status write would follow)")
+	}
+	if got := s.versions(); len(got) != 0 {
+		t.Fatalf("versions to send %v; want none", got)
+	}
+	rec := record.NewFakeRecorder(10)
+	a := &Agent{events: rec, book: newStatusBook()}
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web"}}
+	a.recordEvents(k, svc, d, nil, false)
+	a.recordEvents(k, svc, d, nil, false)
+	var got []string
+	for len(rec.Events) > 0 {
+		got = append(got, <-rec.Events)
+	}
+	if len(got) != 1 || !strings.Contains(got[0], "Warning "+ReasonRefused) || !strings.Contains(got[0], "allocateLoadBalancerNodePorts is false") {
+		t.Fatalf("events %q; want one Warning %s naming allocateLoadBalancerNodePorts", got, ReasonRefused)
+	}
+	// Fixed by the tenant: sent again.
+	ok := *d
+	ok.Refused, ok.Version = "", "v2"
+	if !s.update(k, &ok) || len(s.versions()) != 1 {
+		t.Fatalf("after the fix, versions to send %v; want svc-shop-web", s.versions())
+	}
+}

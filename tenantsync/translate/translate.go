@@ -96,6 +96,10 @@ type Desired struct {
 	// NodePorts names the ClusterIP Services of Source's namespace whose
 	// NodePort Service (NodePortService) this load balancer needs.
 	NodePorts []string
+	// Refused, when set, says why the agent does not ask the LB cluster
+	// for this load balancer at all (the object cannot be served as it
+	// is); the agent reports it as a Warning Event and writes no address.
+	Refused string
 }
 
 func finish(d *Desired) *Desired {
@@ -153,8 +157,11 @@ func Service(svc *corev1.Service, src Sources, o Options) *Desired {
 		switch {
 		case podMode:
 			bp.Members = podMembers(src.EndpointSlices, svc.Namespace, svc.Name, p)
+		case p.NodePort == 0 && svc.Spec.AllocateLoadBalancerNodePorts != nil && !*svc.Spec.AllocateLoadBalancerNodePorts:
+			d.Refused = fmt.Sprintf("port %d/%s has no nodePort because allocateLoadBalancerNodePorts is false, and the tenant's pods are not routable from the LB hosts (pod mode), so the LB has nothing to send to: "+
+				"remove allocateLoadBalancerNodePorts: false (or give the port a nodePort), or ask the operator to make the pods routable", p.Port, cmp.Or(p.Protocol, corev1.ProtocolTCP))
 		case p.NodePort == 0:
-			d.Warnings = append(d.Warnings, fmt.Sprintf("port %d/%s has no nodePort (allocateLoadBalancerNodePorts: false); set it, or use pod mode when pods are routable", p.Port, p.Protocol))
+			d.Warnings = append(d.Warnings, fmt.Sprintf("port %d/%s has no nodePort; set one, or use pod mode when pods are routable", p.Port, p.Protocol))
 		default:
 			bp.Members = nodeMembers(nodes, p.NodePort)
 			if local {

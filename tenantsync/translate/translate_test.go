@@ -126,6 +126,7 @@ func TestService(t *testing.T) {
 		want      *pb.LoadBalancer
 		proxyMode bool
 		warnings  []string
+		refused   string
 	}{
 		{
 			name: "nodeport mode: ready, not excluded nodes with the nodePort",
@@ -217,6 +218,26 @@ func TestService(t *testing.T) {
 			warnings: []string{"has no nodePort"},
 		},
 		{
+			name: "allocateLoadBalancerNodePorts false without pod mode is refused",
+			objs: nodes, opts: opts,
+			svc: service("shop", "web", func(s *corev1.Service) {
+				s.Spec.AllocateLoadBalancerNodePorts = ptr(false)
+				s.Spec.Ports = []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}}
+			}),
+			want:    tcpLB("svc-shop-web", vip, map[string]*pb.BackendPool{"http": {}}, http80),
+			refused: "port 80/TCP has no nodePort because allocateLoadBalancerNodePorts is false",
+		},
+		{
+			name: "allocateLoadBalancerNodePorts false in pod mode: the pods are members",
+			objs: []runtime.Object{slice("shop", "web-1", "web", "http", 8080, ep(nil, "10.20.1.5"))},
+			opts: pods,
+			svc: service("shop", "web", func(s *corev1.Service) {
+				s.Spec.AllocateLoadBalancerNodePorts = ptr(false)
+				s.Spec.Ports = []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}}
+			}),
+			want: tcpLB("svc-shop-web", vip, map[string]*pb.BackendPool{"http": {Members: members("10.20.1.5:8080")}}, http80),
+		},
+		{
 			name: "single-stack IPv6 asks for an IPv6 VIP",
 			objs: nodes, opts: opts,
 			svc:  service("shop", "web", func(s *corev1.Service) { s.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv6Protocol} }),
@@ -238,6 +259,9 @@ func TestService(t *testing.T) {
 			}
 			d := translate.Service(tt.svc, src, tt.opts)
 			check(t, d, tt.want, tt.warnings)
+			if (tt.refused == "") != (d.Refused == "") || !strings.Contains(d.Refused, tt.refused) {
+				t.Errorf("Refused = %q, want %q", d.Refused, tt.refused)
+			}
 			if d.ProxyMode != tt.proxyMode {
 				t.Errorf("ProxyMode = %t, want %t", d.ProxyMode, tt.proxyMode)
 			}
