@@ -1,6 +1,7 @@
 package scenarios
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -154,6 +155,9 @@ type labOptions struct {
 	bgp bool
 	// teapot starts the LB cluster (false for the keepalived comparison).
 	teapot bool
+	// misses replaces labMisses (the heartbeats a host may miss before
+	// its peers take it for dead).
+	misses string
 	// acme runs pebble on the client host, with its DNS, and points the
 	// LB hosts' ACME at it (names resolve to the client unless AddA says
 	// otherwise).
@@ -261,7 +265,7 @@ func newVIPLab(tb testing.TB, opt labOptions) *vipLab {
 			"--data-dir", n.dir, "--node-id", n.id,
 			"--raft-addr", n.ip4.String() + ":7300", "--api-addr", n.apiAddr(), "--metrics-addr", n.metricsAddr(),
 			"--vip-interface", "eth0", "--heartbeat-addr", n.ip4.String() + ":7946",
-			"--heartbeat-interval", labHeartbeat, "--heartbeat-misses", labMisses,
+			"--heartbeat-interval", labHeartbeat, "--heartbeat-misses", cmp.Or(opt.misses, labMisses),
 		}, acme...)
 		if opt.bgp {
 			cfg := filepath.Join(l.dir, n.id+".yaml")
