@@ -95,6 +95,21 @@ func TestLBView(t *testing.T) {
 	}
 }
 
+// The detail view's spec never carries a health check's client key.
+func TestLBViewSpecLeavesOutClientKeys(t *testing.T) {
+	lb := shop().GetLoadBalancer()
+	lb.Pools["web"].HealthCheck = &pb.HealthCheck{Https: &pb.HTTPSCheck{InsecureSkipVerify: true,
+		ClientCertPem: "-----BEGIN CERTIFICATE-----\nCERT\n-----END CERTIFICATE-----\n",
+		ClientKeyPem:  "-----BEGIN PRIVATE KEY-----\nSECRET\n-----END PRIVATE KEY-----\n"}}
+	v := lbView(lb, nil, nil)
+	if spec := string(v.Spec); strings.Contains(spec, "SECRET") || !strings.Contains(spec, "CERT") {
+		t.Errorf("spec %s: want the certificate and not the key", spec)
+	}
+	if lb.Pools["web"].HealthCheck.Https.ClientKeyPem == "" {
+		t.Error("the view removed the key from the stored object")
+	}
+}
+
 func TestDiffTimeline(t *testing.T) {
 	base := func() *pb.ClusterStatusResponse {
 		return &pb.ClusterStatusResponse{LeaderId: "n1", Term: 2, Nodes: []*pb.NodeStatus{
