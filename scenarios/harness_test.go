@@ -41,6 +41,9 @@ type node struct {
 	// metricsAddr serves /metrics.
 	metricsAddr string
 	logPath     string
+	// bin, when set, is the binary this node runs instead of the
+	// cluster's (another release).
+	bin string
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -83,10 +86,15 @@ type cluster struct {
 // command runs the teapot-lb binary with args, in the cluster's network
 // namespace when it has one.
 func (c *cluster) command(ctx context.Context, args ...string) *exec.Cmd {
+	return c.commandOf(ctx, c.bin, args...)
+}
+
+// commandOf is command with another binary (another release).
+func (c *cluster) commandOf(ctx context.Context, bin string, args ...string) *exec.Cmd {
 	if c.netns != "" {
-		return exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", c.netns, c.bin}, args...)...)
+		return exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", c.netns, bin}, args...)...)
 	}
-	return exec.CommandContext(ctx, c.bin, args...)
+	return exec.CommandContext(ctx, bin, args...)
 }
 
 // newCluster prepares an empty cluster. When the test fails, the end of
@@ -203,10 +211,11 @@ func (c *cluster) start(n *node, extra ...string) {
 		// the test brings its own CA in extra.
 		"--acme-ca", noACME,
 	}, extra...)
-	cmd := c.command(context.Background(), args...)
+	bin := cmp.Or(n.bin, c.bin)
+	cmd := c.commandOf(context.Background(), bin, args...)
 	if c.nofile > 0 {
 		// The shell lowers its limit and becomes the node (same pid).
-		cmd = exec.Command("/bin/sh", append([]string{"-c", fmt.Sprintf(`ulimit -n %d && exec "$0" "$@"`, c.nofile), c.bin}, args...)...)
+		cmd = exec.Command("/bin/sh", append([]string{"-c", fmt.Sprintf(`ulimit -n %d && exec "$0" "$@"`, c.nofile), bin}, args...)...)
 	}
 	cmd.Env = childEnv()
 	cmd.Stdout = logFile

@@ -1,0 +1,176 @@
+package scenarios
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// previousRelease is the commit the rolling-upgrade scenario upgrades from
+// (and downgrades to): the last one before the state machine stopped
+// validating in Apply. There are no tags; a shallow clone may lack it.
+const previousRelease = "2fc1f46ddc294730a6dd3e6cadb56d5235f667af"
+
+// buildRelease builds teapot-lb at ref into a temporary directory, with
+// Version set to the ref's short id. It fetches the ref when the clone
+// lacks it; without it the test is unavailable (a failure under CI=1).
+func buildRelease(t *testing.T, ref string) string {
+	t.Helper()
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := func() bool { return exec.Command("git", "-C", root, "cat-file", "-e", ref+"^{commit}").Run() == nil }
+	if !have() {
+		out, err := exec.Command("git", "-C", root, "fetch", "--quiet", "origin", ref).CombinedOutput()
+		if err != nil || !have() {
+			unavailable(t, "commit %s is not in this clone and could not be fetched (%v: %s); fetch it, e.g. git fetch --unshallow", ref, err, strings.TrimSpace(string(out)))
+		}
+	}
+	dir := t.TempDir()
+	src := filepath.Join(dir, "src")
+	if err := os.Mkdir(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	archive := exec.Command("sh", "-c", fmt.Sprintf(`git -C "%s" archive "%s" | tar -x -C "%s"`, root, ref, src))
+	if out, err := archive.CombinedOutput(); err != nil {
+		t.Fatalf("extract %s: %v: %s", ref, err, out)
+	}
+	bin := filepath.Join(dir, "teapot-lb-"+ref[:7])
+	build := exec.Command("go", "build", "-o", bin, "-ldflags", "-X github.com/teapot-lb/teapot-lb/api/cli.Version="+ref[:7], ".")
+	build.Dir = src
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build %s: %v: %s", ref, err, out)
+	}
+	return bin
+}
+
+// joinAs joins a new node running bin through via.
+func (c *cluster) joinAs(via *node, bin string) *node {
+	c.tb.Helper()
+	token, err := c.cli(via, "cluster", "join-token")
+	if err != nil {
+		c.tb.Fatal(err)
+	}
+	n := c.newNode()
+	n.bin = bin
+	c.start(n, "--join", via.apiAddr, "--token", strings.TrimSpace(token))
+	c.waitMember(n)
+	return n
+}
+
+// versions returns each host's version as cluster status reports it.
+func (c *cluster) versions(t *testing.T, via *node) map[string]string {
+	t.Helper()
+	st, err := c.status(via)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, n := range st.GetNodes() {
+		out[n.GetId()] = n.GetVersion()
+	}
+	return out
+}
+
+// A cluster of the previous release is upgraded host by host (drain, stop,
+// start the new binary, undrain) under steady writes and traffic through a
+// VIP, then one host is downgraded again. Mixed versions keep taking writes
+// and every host ends with every acknowledged write. On one machine a
+// static loopback VIP is served by the host that bound its port first, so
+// traffic can only stop while that host restarts; the others' restarts
+// must not fail a single connection.
+func TestRollingUpgradeFromPreviousRelease(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: builds a previous release and starts teapot-lb processes")
+	}
+	old := buildRelease(t, previousRelease)
+	oldVersion := previousRelease[:7]
+	c := newCluster(t)
+	n1 := c.newNode()
+	n1.bin = old
+	c.start(n1)
+	c.waitMember(n1)
+	lb := newLifeLB(t, "127.0.0.96/32")
+	lb.setup(t, c, n1) // n1 binds the VIP's ports
+	vip := lb.vip(t, c, n1)
+	waitFor(t, startTimeout, "traffic through the VIP", func() error { return lb.echoOnce(vip) })
+	n2, n3 := c.joinAs(n1, old), c.joinAs(n1, old)
+	c.waitHealthy(n1, 3)
+	for id, v := range c.versions(t, n1) {
+		if v != oldVersion {
+			t.Fatalf("%s runs %q before the upgrade, want %s", id, v, oldVersion)
+		}
+	}
+
+	p := startVIPProber(t, lb, vip, 20*time.Millisecond)
+	w := startWriter(c, 1, []*node{n1, n2, n3})
+	w.waitAcks(t, 3, time.Now())
+	phase := func(name string, n *node, bin string) (int, time.Duration) {
+		t.Helper()
+		from := time.Now()
+		if _, err := c.cli(n1, "cluster", "drain", n.id); err != nil && n != n1 {
+			t.Fatalf("drain %s: %v", n.id, err)
+		}
+		<-c.terminate(t, n)
+		n.bin = bin
+		c.start(n)
+		c.waitMember(n)
+		c.waitCaughtUp(n, 3)
+		if _, err := c.cli(n, "cluster", "drain", n.id, "--undo"); err != nil {
+			t.Fatalf("undrain %s: %v", n.id, err)
+		}
+		w.waitAcks(t, 2, time.Now())
+		failed, _, _ := p.failures(from, time.Now())
+		took := time.Since(from)
+		t.Logf("%s %s: %s, %d of the probes through the VIP failed", name, n.id, took.Round(time.Millisecond), failed)
+		return failed, took
+	}
+	// The hosts that do not hold the VIP's ports first, then the holder.
+	for _, n := range []*node{n3, n2} {
+		if failed, _ := phase("upgrade", n, c.bin); failed > 0 {
+			t.Errorf("%d connections through the VIP failed while %s (not serving it) was upgraded", failed, n.id)
+		}
+		mixed := c.versions(t, n1)
+		t.Logf("mixed cluster: %v", mixed)
+		if mixed[n.id] == oldVersion || mixed[n1.id] != oldVersion {
+			t.Fatalf("cluster status versions during the upgrade: %v", mixed)
+		}
+	}
+	holderFailed, _ := phase("upgrade", n1, c.bin)
+	for id, v := range c.versions(t, n2) {
+		if v == oldVersion {
+			t.Fatalf("%s still runs %s after the upgrade", id, v)
+		}
+	}
+	st, err := c.status(n2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.GetFeatureLevel() != 1 {
+		t.Fatalf("feature level %d after the upgrade, want 1", st.GetFeatureLevel())
+	}
+	// A host that was just upgraded goes back to the previous release.
+	downFailed, _ := phase("downgrade", n3, old)
+	if downFailed > 0 {
+		t.Errorf("%d connections through the VIP failed while n3 was downgraded", downFailed)
+	}
+	if v := c.versions(t, n1)[n3.id]; v != oldVersion {
+		t.Fatalf("n3 runs %q after the downgrade", v)
+	}
+	acked := w.stop()
+	p.stop()
+	w.mu.Lock()
+	failedWrites := w.failed
+	w.mu.Unlock()
+	c.requireEveryNodeHas(acked)
+	_, ok, _ := p.failures(time.Time{}, time.Now())
+	all, _, _ := p.failures(time.Time{}, time.Now())
+	t.Logf("rolling upgrade and downgrade: %d writes acknowledged, %d failed and retried; %d connections through the VIP, %d failed (all while the VIP's host restarted: %d)",
+		len(acked), failedWrites, ok+all, all, holderFailed)
+}
