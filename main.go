@@ -292,6 +292,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 		return err
 	}
 	vm.setKey(node.CA())
+	vm.setStateContact(node)
 	rules := adminserver.DefaultRules
 	srv := grpc.NewServer(
 		grpc.Creds(credentials.NewTLS(node.ServerTLS())),
@@ -642,6 +643,14 @@ func newVIPManager(cfg serveConfig, log *slog.Logger, events func(*pb.Event)) (*
 func (v *vipManager) setKey(ca *pki.CA) {
 	if v != nil {
 		v.SetKey(vip.HeartbeatKey(ca.KeyPEM))
+	}
+}
+
+// setStateContact lets the manager see when this host last heard the
+// Raft leader.
+func (v *vipManager) setStateContact(node *consensus.Node) {
+	if v != nil {
+		v.SetStateContact(node.LeaderContact)
 	}
 }
 

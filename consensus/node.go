@@ -292,6 +292,16 @@ func (n *Node) startRaft(bootstrap bool) error {
 // configuration, its Node object is stored, and a leader is known.
 func (n *Node) Ready() <-chan struct{} { return n.ready }
 
+// LeaderContact returns when this host last knew its committed state to
+// be current: now while it is the leader, else when it last heard from
+// the leader (zero: not since the process started).
+func (n *Node) LeaderContact() time.Time {
+	if n.raft.State() == raft.Leader {
+		return time.Now()
+	}
+	return n.raft.LastContact()
+}
+
 // ID returns this host's node id.
 func (n *Node) ID() string { return n.cfg.NodeID }
 

@@ -21,6 +21,9 @@ const (
 	DefaultBFDInterval       = 300 * time.Millisecond
 	DefaultBFDMultiplier     = 3
 	DefaultBGPPort           = 179
+	// DefaultStateMaxAge bounds how long a host cut off from the Raft
+	// leader keeps announcing bgp VIPs on its last committed state.
+	DefaultStateMaxAge = 10 * time.Second
 )
 
 // Errors.
@@ -49,8 +52,11 @@ type Config struct {
 	HeartbeatInterval time.Duration
 	HeartbeatMisses   int
 	// BGP runs the embedded speaker for bgp pools (nil: none).
-	BGP    *BGPConfig
-	Logger *slog.Logger
+	BGP *BGPConfig
+	// StateMaxAge: a host announces bgp VIPs only while it heard the Raft
+	// leader (or is the leader) within this long (default 10s).
+	StateMaxAge time.Duration
+	Logger      *slog.Logger
 	// Events receives this host's VIP moves (taken, released, announced,
 	// withdrawn) with the reason; nil drops them.
 	Events func(*pb.Event)
@@ -151,7 +157,12 @@ func (c Config) withDefaults() (Config, error) {
 	if c.HeartbeatMisses == 0 {
 		c.HeartbeatMisses = DefaultHeartbeatMisses
 	}
+	if c.StateMaxAge == 0 {
+		c.StateMaxAge = DefaultStateMaxAge
+	}
 	switch {
+	case c.StateMaxAge < time.Second || c.StateMaxAge > 10*time.Minute:
+		return c, fmt.Errorf("%w: state max age %s: use 1s to 10m (default %s)", ErrConfig, c.StateMaxAge, DefaultStateMaxAge)
 	case c.HeartbeatInterval < time.Millisecond || c.HeartbeatInterval > 10*time.Second:
 		return c, fmt.Errorf("%w: --heartbeat-interval %s: use 1ms to 10s (default %s)", ErrConfig, c.HeartbeatInterval, DefaultHeartbeatInterval)
 	case c.HeartbeatMisses < 2 || c.HeartbeatMisses > 100:

@@ -271,7 +271,7 @@ func decide(vs vipSpec, ranked []string, me self, v view, peers map[string]*peer
 		case notReady != "":
 			return decision{Reason: "not ready: " + notReady, Local: true}
 		}
-		return decision{Hold: true, Reason: "ready and in the majority"}
+		return decision{Hold: true, Reason: "ready, in session, and the state is current"}
 	}
 	h := holderOf(vs.Addr, ranked, me, v)
 	d := decision{Holder: h, Hold: h == me.ID}

@@ -295,8 +295,12 @@ func TestDecide(t *testing.T) {
 		{"no majority", arp, self{ID: "n1", Problem: "sees 1 of the cluster's hosts, needs 2"}, live(), "n1", false, "", "sees 1 of the cluster's hosts, needs 2", true},
 		{"not ready here, the next one takes it", arp, self{ID: "n1", NotReady: map[netip.Addr]string{a: "no listener"}}, live("n3"), "", false, "n3", "not ready: no listener", true},
 		{"an unknown host is skipped", vipSpec{Addr: a, Mode: ModeARP}, self{ID: "n1"}, live("n3"), "", true, "n1", "ranks first among the live hosts", false},
-		{"bgp: every ready host announces", vipSpec{Addr: a, Mode: ModeBGP}, self{ID: "n1"}, live("n2"), "", true, "", "ready and in the majority", false},
-		{"bgp: no majority, no route", vipSpec{Addr: a, Mode: ModeBGP}, self{ID: "n1", Problem: "sees 1 of the cluster's hosts, needs 2"}, live(), "", false, "", "sees 1 of the cluster's hosts, needs 2", true},
+		{"bgp: every ready host announces", vipSpec{Addr: a, Mode: ModeBGP}, self{ID: "n1"}, live("n2"), "", true, "", "ready, in session, and the state is current", false},
+		// The heartbeats' majority is not a bgp rule: a host that hears no
+		// peer but is ready, in session and current keeps its route.
+		{"bgp: no peer heard, still announced", vipSpec{Addr: a, Mode: ModeBGP}, self{ID: "n1"}, view{Alive: map[string]hostView{}}, "", true, "", "ready, in session, and the state is current", false},
+		{"bgp: stale state, no route", vipSpec{Addr: a, Mode: ModeBGP}, self{ID: "n1", Problem: staleProblem(t0, t0.Add(-11*time.Second), 10*time.Second)}, live(), "", false, "",
+			"no contact with the Raft leader for 11s (the state may be stale; allowed 10s)", true},
 		{"bgp: not ready", vipSpec{Addr: a, Mode: ModeBGP}, self{ID: "n1", NotReady: map[netip.Addr]string{a: "x"}}, live(), "", false, "", "not ready: x", true},
 		{"static: bound even without a majority", vipSpec{Addr: a, Mode: ModeStatic}, self{ID: "n1", Problem: "sees 1 of the cluster's hosts, needs 2"}, live(), "", true, "", "static pool: bound here; the network routes it", false},
 	}
@@ -369,5 +373,50 @@ func TestNotReady(t *testing.T) {
 				t.Errorf("notReady = %q, want %q", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestSyncStep pins down when a starting host may hold anything: only
+// after it heard the leader since it started, plus a detection time.
+func TestSyncStep(t *testing.T) {
+	start := syncState{started: t0}
+	tests := []struct {
+		name    string
+		contact time.Time // what the consensus layer reports at each step
+		steps   []time.Duration
+		synced  time.Duration // after t0; -1: never
+	}{
+		{"never heard the leader", time.Time{}, []time.Duration{0, time.Second, time.Minute}, -1},
+		{"only an old contact (before the restart)", t0.Add(-time.Millisecond), []time.Duration{0, time.Second}, -1},
+		{"heard the leader, then a full detection time", t0.Add(5 * time.Millisecond), []time.Duration{10 * time.Millisecond, 50 * time.Millisecond, 109 * time.Millisecond, 110 * time.Millisecond}, 110 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := start
+			got := time.Duration(-1)
+			for _, d := range tt.steps {
+				var wake time.Time
+				s, wake = syncStep(s, t0.Add(d), tt.contact, dead, 20*time.Millisecond)
+				if !s.synced.IsZero() {
+					got = s.synced.Sub(t0)
+					break
+				}
+				if !wake.After(t0.Add(d)) {
+					t.Fatalf("step at %s: wake %s is not later", d, wake.Sub(t0))
+				}
+			}
+			if got != tt.synced {
+				t.Errorf("synced at %s, want %s", got, tt.synced)
+			}
+		})
+	}
+}
+
+func TestStaleProblem(t *testing.T) {
+	if p := staleProblem(t0, t0.Add(-9*time.Second), 10*time.Second); p != "" {
+		t.Errorf("9s old contact: %q, want current", p)
+	}
+	if p := staleProblem(t0, time.Time{}, 10*time.Second); p == "" {
+		t.Error("no contact at all counts as current")
 	}
 }

@@ -46,6 +46,7 @@ type loopState struct {
 	actErrs      bool   // the actuator reported errors at the last publish
 	lastTrigger  time.Time
 	sendErrs     map[string]string
+	sync         syncState
 }
 
 func (st *loopState) init() {
@@ -93,6 +94,7 @@ func (m *Manager) run(ctx context.Context) error {
 		}
 		eval.Reset(d)
 	}
+	st.sync.started = time.Now()
 	arm(m.evaluate(time.Now(), true))
 	for {
 		force := false
@@ -139,6 +141,7 @@ func (m *Manager) evaluate(now time.Time, inputsChanged bool) time.Time {
 	m.mu.Lock()
 	want, ready, haveReady, revision := m.want, m.ready, m.haveReady, m.revision
 	haveKey := len(m.key) > 0
+	contactOf := m.contact
 	if m.linkChanged {
 		m.linkChanged, st.linkDirty = false, true
 	}
@@ -150,6 +153,11 @@ func (m *Manager) evaluate(now time.Time, inputsChanged bool) time.Time {
 		st.linkDirty = false
 		m.checkLinks()
 	}
+	contact := now
+	if contactOf != nil {
+		contact = contactOf()
+	}
+	wake := m.noteSync(now, contact)
 	var counted []string
 	for id := range st.members {
 		p := st.peers[id]
@@ -165,18 +173,18 @@ func (m *Manager) evaluate(now time.Time, inputsChanged bool) time.Time {
 	m.noteLiveness(v)
 	st.revision = revision
 
+	// Problems that keep this host from holding VIPs of any mode; the
+	// majority and the heartbeat key matter to arp VIPs only.
 	me := self{ID: m.cfg.NodeID, NotReady: map[netip.Addr]string{}}
 	switch {
 	case st.leaving:
 		me.Problem = "shutting down"
 	case st.want == nil:
 		me.Problem = "no committed state yet"
+	case st.sync.synced.IsZero():
+		me.Problem = "has not heard the cluster since it started"
 	case st.want.Draining[m.cfg.NodeID]:
 		me.Problem = "drained by the operator (cluster drain)"
-	case !haveKey && len(st.members) > 0:
-		me.Problem = "no heartbeat key yet"
-	case !v.Quorum:
-		me.Problem = quorumProblem(v)
 	case !haveReady:
 		me.Problem = "the data plane has not reported yet"
 	}
@@ -188,15 +196,27 @@ func (m *Manager) evaluate(now time.Time, inputsChanged bool) time.Time {
 		}
 	}
 	arpMe := me
-	if me.Problem == "" && !st.arpUp {
+	switch {
+	case arpMe.Problem != "":
+	case !haveKey && len(st.members) > 0:
+		arpMe.Problem = "no heartbeat key yet"
+	case !v.Quorum:
+		arpMe.Problem = quorumProblem(v)
+	case !st.arpUp:
 		arpMe.Problem = "interface " + m.cfg.Interface + " is down"
 	}
 	if m.arp == nil && arpMe.Problem == "" {
 		arpMe.Problem = "this host has no --vip-interface for arp pools"
 	}
 	bgpMe := me
-	if me.Problem == "" && !st.bgpUp && m.bgpIf != nil {
+	switch {
+	case bgpMe.Problem != "":
+	case !st.bgpUp && m.bgpIf != nil:
 		bgpMe.Problem = "interface " + m.bgpIf.name + " is down"
+	case m.spk != nil && m.spk.established() == 0:
+		bgpMe.Problem = "no BGP session is established"
+	default:
+		bgpMe.Problem = staleProblem(now, contact, m.cfg.StateMaxAge)
 	}
 	if m.spk == nil && bgpMe.Problem == "" {
 		bgpMe.Problem = "this host has no bgp: section for bgp pools"
@@ -220,7 +240,65 @@ func (m *Manager) evaluate(now time.Time, inputsChanged bool) time.Time {
 	}
 	st.sig = sig
 	m.publish(v)
+	if v.Next.IsZero() || (!wake.IsZero() && wake.Before(v.Next)) {
+		return wake
+	}
 	return v.Next
+}
+
+// noteSync marks this host as synced (syncStep) and returns when to look
+// again (zero: no need).
+func (m *Manager) noteSync(now, contact time.Time) time.Time {
+	st := &m.loop
+	if !st.sync.synced.IsZero() {
+		return time.Time{}
+	}
+	var wake time.Time
+	st.sync, wake = syncStep(st.sync, now, contact, m.dead, m.cfg.HeartbeatInterval)
+	if !st.sync.synced.IsZero() {
+		m.log.Info("heard the cluster; may hold VIPs", "after", now.Sub(st.sync.started).Round(time.Millisecond))
+	}
+	return wake
+}
+
+// syncState is how far a starting host is in hearing the cluster.
+type syncState struct {
+	// started is when the loop began; contacted is when it first saw the
+	// leader's contact after that, synced when it then had the state for
+	// a full detection time (zero: not yet).
+	started, contacted, synced time.Time
+}
+
+// syncStep marks a host synced once it has heard the Raft leader since
+// it started and then waited a full detection time (dead), long enough to
+// apply the entries it missed while it was down: before that the state
+// it has may be a partial one restored from disk, in which the other
+// hosts may be missing, so that it would count a majority of one. It
+// returns the new state and when to look again (zero: no need).
+func syncStep(s syncState, now, contact time.Time, dead, poll time.Duration) (syncState, time.Time) {
+	if !s.synced.IsZero() {
+		return s, time.Time{}
+	}
+	if s.contacted.IsZero() {
+		if contact.IsZero() || contact.Before(s.started) {
+			return s, now.Add(poll)
+		}
+		s.contacted = now
+	}
+	if now.Sub(s.contacted) < dead {
+		return s, s.contacted.Add(dead)
+	}
+	s.synced = now
+	return s, time.Time{}
+}
+
+// staleProblem says why the committed state may be too old to announce
+// bgp VIPs on ("" when it is current).
+func staleProblem(now, contact time.Time, maxAge time.Duration) string {
+	if age := now.Sub(contact); contact.IsZero() || age > maxAge {
+		return fmt.Sprintf("no contact with the Raft leader for %s (the state may be stale; allowed %s)", age.Round(time.Second), maxAge)
+	}
+	return ""
 }
 
 // notReady says why the data plane cannot serve vs ("" when it can).
@@ -248,9 +326,10 @@ func (m *Manager) adopt(d *desired, now time.Time) {
 	st := &m.loop
 	first := st.want == nil
 	// A host that joins is given the grace only when this host was in
-	// the previous state itself: after a restart the first states may be
-	// partial, and nobody they lack may be left out of the majority.
-	grace := !first && slices.ContainsFunc(st.want.Members, func(mb member) bool { return mb.ID == m.cfg.NodeID })
+	// the previous state itself and had heard the cluster: after a
+	// restart the first states may be partial, and nobody they lack may
+	// be left out of the majority.
+	grace := !first && !st.sync.synced.IsZero() && slices.ContainsFunc(st.want.Members, func(mb member) bool { return mb.ID == m.cfg.NodeID })
 	members := map[string]member{}
 	for _, mb := range d.Members {
 		if mb.ID == m.cfg.NodeID {

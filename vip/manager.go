@@ -50,6 +50,7 @@ type Manager struct {
 	ready       map[string]string
 	haveReady   bool
 	linkChanged bool
+	contact     func() time.Time
 	pub         published
 
 	loop  loopState // owned by the goroutine in Run, then by Close
@@ -133,7 +134,7 @@ func New(cfg Config) (*Manager, error) {
 	}
 	setSocketOptions(m.conn, ap.Addr().Is4())
 	if cfg.BGP != nil {
-		if m.spk, err = startSpeaker(*cfg.BGP, cfg.Logger.With("component", "bgp")); err != nil {
+		if m.spk, err = startSpeaker(*cfg.BGP, cfg.Logger.With("component", "bgp"), m.poke); err != nil {
 			m.conn.Close()
 			m.frames.closeIfAny()
 			return nil, err
@@ -187,6 +188,19 @@ func (m *Manager) removeOrphans(f *iface) error {
 func (m *Manager) SetKey(key []byte) {
 	m.mu.Lock()
 	m.key = slices.Clone(key)
+	m.mu.Unlock()
+	m.poke()
+}
+
+// SetStateContact tells the manager how to learn when this host last
+// knew its committed state to be current: now while it is the Raft
+// leader, else when it last heard from the leader (zero: not since this
+// process started). Until it has heard the cluster this way the host
+// holds and announces nothing; bgp VIPs are withdrawn when the contact is
+// older than Config.StateMaxAge. Without it, the state counts as current.
+func (m *Manager) SetStateContact(f func() time.Time) {
+	m.mu.Lock()
+	m.contact = f
 	m.mu.Unlock()
 	m.poke()
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	gobgpapi "github.com/osrg/gobgp/v4/api"
@@ -17,8 +18,14 @@ import (
 )
 
 // connectRetry is how often the speaker dials a router it has no session
-// with (gobgp's default is two minutes).
-const connectRetry = 3 // seconds
+// with (gobgp's default is two minutes); idleAfterReset is how long it
+// waits before dialling again after a session was reset, as by BFD after
+// a stall of this process (gobgp's default is 30s, during which the
+// router has no route via this host).
+const (
+	connectRetry   = 3 // seconds
+	idleAfterReset = 1 // seconds
+)
 
 // route is one announced /32 or /128.
 type route struct {
@@ -44,11 +51,29 @@ type speaker struct {
 	cancel context.CancelFunc
 	// announced maps each announced address to its route's key.
 	announced map[netip.Addr]string
+
+	mu sync.Mutex
+	// sessions holds the state of each router's session.
+	sessions map[netip.Addr]bool
+}
+
+// established counts the routers this host has a session with.
+func (sp *speaker) established() int {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	n := 0
+	for _, up := range sp.sessions {
+		if up {
+			n++
+		}
+	}
+	return n
 }
 
 // startSpeaker starts gobgp (it does not listen on port 179: it dials the
-// routers) and adds the peers.
-func startSpeaker(cfg BGPConfig, log *slog.Logger) (*speaker, error) {
+// routers) and adds the peers. changed is called when a session comes up
+// or goes down.
+func startSpeaker(cfg BGPConfig, log *slog.Logger, changed func()) (*speaker, error) {
 	level := &slog.LevelVar{}
 	level.Set(slog.LevelWarn)
 	// gobgp logs every step at info; its warnings and errors are enough
@@ -57,7 +82,7 @@ func startSpeaker(cfg BGPConfig, log *slog.Logger) (*speaker, error) {
 	srv := server.NewBgpServer(server.LoggerOption(quiet, level))
 	go srv.Serve()
 	ctx, cancel := context.WithCancel(context.Background())
-	sp := &speaker{cfg: cfg, log: log, srv: srv, cancel: cancel, announced: map[netip.Addr]string{}}
+	sp := &speaker{cfg: cfg, log: log, srv: srv, cancel: cancel, announced: map[netip.Addr]string{}, sessions: map[netip.Addr]bool{}}
 	err := srv.StartBgp(ctx, &gobgpapi.StartBgpRequest{Global: &gobgpapi.Global{
 		Asn: cfg.ASN, RouterId: cfg.RouterID, ListenPort: -1,
 	}})
@@ -76,6 +101,14 @@ func startSpeaker(cfg BGPConfig, log *slog.Logger) (*speaker, error) {
 				attrs = append(attrs, "reason", st.DisconnectMessage)
 			}
 			log.Info("BGP session", attrs...)
+			up := st.SessionState == bgp.BGP_FSM_ESTABLISHED
+			sp.mu.Lock()
+			was := sp.sessions[ev.Peer.Conf.NeighborAddress]
+			sp.sessions[ev.Peer.Conf.NeighborAddress] = up
+			sp.mu.Unlock()
+			if up != was && changed != nil {
+				changed()
+			}
 		},
 	}, server.WatchPeer())
 	if err != nil {
@@ -101,7 +134,7 @@ func apiPeer(p BGPPeer) *gobgpapi.Peer {
 		Conf: &gobgpapi.PeerConf{
 			NeighborAddress: a.String(), PeerAsn: p.ASN, AuthPassword: p.Password,
 		},
-		Timers:    &gobgpapi.Timers{Config: &gobgpapi.TimersConfig{ConnectRetry: connectRetry}},
+		Timers:    &gobgpapi.Timers{Config: &gobgpapi.TimersConfig{ConnectRetry: connectRetry, IdleHoldTimeAfterReset: idleAfterReset}},
 		Transport: &gobgpapi.Transport{RemotePort: uint32(p.Port)},
 		AfiSafis:  []*gobgpapi.AfiSafi{{Config: &gobgpapi.AfiSafiConfig{Family: fam, Enabled: true}}},
 	}
