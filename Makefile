@@ -31,7 +31,7 @@ SCHEMA_OUT  := api/schema/generated.go docs/reference.md docs/teapot-lb.schema.j
 TEST_TIMEOUT  ?= 45m
 BENCH_TIMEOUT ?= 30m
 
-.PHONY: build run test lint generate generate-check bench clean help dist-bin image package
+.PHONY: build run test lint generate generate-check bench soak clean help dist-bin image package
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -71,6 +71,9 @@ bench: ## consensus benchmarks, the cluster scale report and L7 through serve vs
 	go run ./proxy/l7/bench -duration 5s -rounds 2
 	go run ./proxy/tcpbench -duration 10s -streams 1,4 -rounds 3
 	go run ./proxy/scalebench -sizes 1000,10000,100000
+
+soak: ## the VIP soak: 10 minutes per mode (arp and bgp at once), cores saturated, a 200ms stall of a random host every 10s
+	TEAPOT_SOAK=5m go test ./scenarios -run '^TestVIPSoak$$' -count=1 -v -timeout 40m
 
 generate: ## regenerate the Go code for api/proto with pinned plugins, and the manifest reference and JSON Schema
 	GOBIN=$(TOOLS) go install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)

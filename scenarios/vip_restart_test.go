@@ -167,12 +167,25 @@ func TestVIPRestart(t *testing.T) {
 		}
 	})
 
-	t.Run("one host dead, a survivor stalls: the other keeps its routes", func(t *testing.T) {
+	t.Run("one host dead, a survivor stalls: nothing moves, no route is withdrawn", func(t *testing.T) {
 		dead, stalled, healthy := l.lbs[0], l.lbs[1], l.lbs[2]
 		l.kill(dead, true)
 		l.waitHops(t, bgpVIP4, []*lbHost{stalled, healthy})
 		l.waitHops(t, bgpVIP6, []*lbHost{stalled, healthy})
+		// The arp VIPs stay where they are too: the host that holds one
+		// keeps it through the other's stall, and the stalled one, if it
+		// holds one, keeps it (no one can take it: one host alone is no
+		// majority).
+		arpHolders := map[netip.Addr]*lbHost{}
+		for _, a := range []netip.Addr{arpVIP4, arpVIP6} {
+			arpHolders[a] = l.waitHolder(a, settleTimeout)
+		}
+		time.Sleep(3 * time.Second) // the survivors settle with each other
 		before := len(logMoves(healthy, "VIP withdrawn"))
+		arpBefore := map[*lbHost]int{}
+		for _, n := range []*lbHost{stalled, healthy} {
+			arpBefore[n] = len(logMoves(n, "VIP released", "VIP taken"))
+		}
 		for range 5 {
 			if err := stalled.proc.Signal(syscall.SIGSTOP); err != nil {
 				t.Fatal(err)
@@ -195,6 +208,20 @@ func TestVIPRestart(t *testing.T) {
 		}
 		if moves := logMoves(healthy, "VIP withdrawn"); len(moves) > before {
 			t.Errorf("the healthy %s withdrew routes:\n%s", healthy.id, strings.Join(moves[before:], "\n"))
+		}
+		for _, n := range []*lbHost{stalled, healthy} {
+			if moves := logMoves(n, "VIP released", "VIP taken"); len(moves) > arpBefore[n] {
+				t.Errorf("%s moved arp VIPs:\n%s", n.id, strings.Join(moves[arpBefore[n]:], "\n"))
+			}
+		}
+		for a, h := range arpHolders {
+			hs, err := l.holders(a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(hs) != 1 || hs[0] != h {
+				t.Errorf("%s held by %v after the stalls, want %s still", a, ids(hs), h.id)
+			}
 		}
 		l.revive(dead)
 		l.waitHops(t, bgpVIP4, l.lbs)

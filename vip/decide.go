@@ -26,7 +26,18 @@ type peerState struct {
 	NotReadyAll bool
 	NotReady    map[netip.Addr]bool
 	Sightings   []sighting
-	// Version counts changes of Eligible, NotReadyAll and NotReady.
+	// AliveSince is when it was first heard after an absence of at least
+	// the gap (or ever): it counts towards a majority only once settled,
+	// Settle after that.
+	AliveSince time.Time
+	// Holdings: it reports settled sightings and reads held addresses (a
+	// host of an earlier version does neither). HoldingKnown: its last
+	// heartbeat listed the arp VIPs it holds (Holding).
+	Holdings     bool
+	HoldingKnown bool
+	Holding      map[netip.Addr]bool
+	// Version counts changes of Eligible, NotReadyAll, NotReady and
+	// Holding.
 	Version uint64
 }
 
@@ -36,6 +47,11 @@ type sighting struct {
 	ID       string
 	Age      time.Duration
 	Eligible bool
+	// Settled: the reporter has heard it for at least the settling time.
+	Settled bool
+	// AliveFor is how long the reporter had heard it without a gap (sent
+	// only to hosts of this version).
+	AliveFor time.Duration
 }
 
 // viewInput is everything computeView reads.
@@ -50,7 +66,11 @@ type viewInput struct {
 	// Quorum: a peer counts towards this host's majority only while
 	// both have heard each other within this window (shorter than Dead).
 	Quorum time.Duration
-	Peers  map[string]*peerState
+	// Settle: a peer counts towards a majority only once both have heard
+	// each other for this long since it was last dead. Interval is the
+	// heartbeat interval, the margin for a datagram's time in flight.
+	Settle, Interval time.Duration
+	Peers            map[string]*peerState
 }
 
 // hostView is a live peer as this host sees it.
@@ -61,6 +81,9 @@ type hostView struct {
 	// Direct: its own heartbeat is fresh (else it is known through a
 	// peer that heard it).
 	Direct bool
+	// Holdings: its heartbeat lists the arp VIPs it holds (Holding).
+	Holdings bool
+	Holding  map[netip.Addr]bool
 }
 
 // view is this host's picture of the cluster at one instant.
@@ -71,6 +94,12 @@ type view struct {
 	// with this host; Need is a majority of the counted hosts.
 	Mutual, Need int
 	Quorum       bool
+	// Keep: without a majority in two-way contact, the hosts this host
+	// does not hear cannot make one of their own before Until (they need
+	// the settling time with each other first), so it keeps the arp VIPs
+	// it holds until then; it takes none.
+	Keep  bool
+	Until time.Time
 	// Next is when the view changes by itself if no heartbeat arrives
 	// (zero: never).
 	Next time.Time
@@ -99,20 +128,27 @@ func computeView(in viewInput) view {
 		}
 	}
 	lastSeen := map[string]time.Time{}
+	mutual := map[string]bool{}
 	for id, p := range in.Peers {
 		if id == in.Self || p.Left || p.Heard.IsZero() || in.Now.Sub(p.Heard) >= in.Dead {
 			continue
 		}
 		lastSeen[id] = p.Heard
-		v.Alive[id] = hostView{Eligible: p.Eligible, NotReadyAll: p.NotReadyAll, NotReady: p.NotReady, Direct: true}
+		v.Alive[id] = hostView{Eligible: p.Eligible, NotReadyAll: p.NotReadyAll, NotReady: p.NotReady, Direct: true,
+			Holdings: p.HoldingKnown, Holding: p.Holding}
 		next(p.Heard.Add(in.Dead))
 		if !counted[id] {
 			continue
 		}
+		if settled := p.AliveSince.Add(in.Settle); settled.After(in.Now) {
+			next(settled)
+			continue
+		}
 		for _, s := range p.Sightings {
 			// When the peer last heard this host, on this host's clock.
-			if at := p.Heard.Add(-s.Age); s.ID == in.Self && in.Now.Sub(at) < in.Quorum {
+			if at := p.Heard.Add(-s.Age); s.ID == in.Self && in.Now.Sub(at) < in.Quorum && (s.Settled || !p.Holdings) {
 				v.Mutual++
+				mutual[id] = true
 				next(at.Add(in.Quorum))
 				break
 			}
@@ -149,7 +185,102 @@ func computeView(in viewInput) view {
 		}
 	}
 	v.Quorum = v.Mutual >= v.Need
+	if !v.Quorum {
+		var until time.Time
+		if until, v.Keep = takeoverAt(in, counted, mutual, v.Need); v.Keep {
+			v.Until = until
+			next(until)
+		}
+	}
 	return v
+}
+
+// takeoverAt returns the earliest time at which the counted hosts that
+// are not in two-way contact with this host could have a majority of
+// their own and take its VIPs, and whether that is still to come.
+//
+// A host T takes over only with a majority: Need-1 partners, each in
+// settled two-way contact with it, and none of them hearing this host
+// (else T would see it alive). Partners in two-way contact with this host
+// hear it, so T and its partners all come from those that are not. T
+// must also take this host for dead: not before it last heard it (its
+// report) plus Dead. And a pair of hosts counts each other only once
+// settled: the last report of either says how long it had heard the
+// other, so not before that report plus what is left of Settle (all of
+// it when the report did not list the other). The bound is that of T's
+// best Need-1 partners, and of the best T.
+//
+// So with one host of three dead, the survivor holding VIPs keeps them
+// through a stall of the other survivor of up to about Settle: the other
+// one and the dead host cannot make a majority without settling first.
+func takeoverAt(in viewInput, counted, mutual map[string]bool, need int) (time.Time, bool) {
+	var cand []string
+	for id := range counted {
+		if p := in.Peers[id]; id != in.Self && !mutual[id] && (p == nil || !p.Left) {
+			cand = append(cand, id)
+		}
+	}
+	slices.Sort(cand)
+	// settleBound: the last report of z says when z settles with y at
+	// the earliest: Settle after that report when it did not list y at
+	// all (a host lists every peer heard within the gap, so y starts
+	// settling afresh), the rest of the settling time when it did but y
+	// had not settled (zero: no bound known, or settled already).
+	settleBound := func(z, y string) time.Time {
+		p := in.Peers[z]
+		if p == nil || p.Heard.IsZero() || !p.HoldingKnown {
+			return time.Time{}
+		}
+		sent := p.Heard.Add(-in.Interval)
+		for _, s := range p.Sightings {
+			if s.ID == y {
+				if s.Settled || s.AliveFor >= in.Settle {
+					return time.Time{}
+				}
+				return sent.Add(in.Settle - s.AliveFor)
+			}
+		}
+		return sent.Add(in.Settle)
+	}
+	var earliest time.Time
+	found := false
+	bounds := make([]time.Time, 0, len(cand))
+	for _, t := range cand {
+		var at time.Time // zero: now already
+		if p := in.Peers[t]; p != nil && !p.Heard.IsZero() {
+			for _, s := range p.Sightings {
+				if s.ID == in.Self {
+					at = p.Heard.Add(-s.Age).Add(in.Dead - in.Interval)
+				}
+			}
+		}
+		bounds = bounds[:0]
+		for _, y := range cand {
+			if y == t {
+				continue
+			}
+			b := settleBound(t, y)
+			if b2 := settleBound(y, t); b2.After(b) {
+				b = b2
+			}
+			bounds = append(bounds, b)
+		}
+		if len(bounds) < need-1 {
+			continue // too few partners
+		}
+		slices.SortFunc(bounds, time.Time.Compare)
+		if need >= 2 && bounds[need-2].After(at) {
+			at = bounds[need-2]
+		}
+		if !found || at.Before(earliest) {
+			earliest, found = at, true
+		}
+	}
+	if !found {
+		// No set of hosts can make a majority without this one.
+		return in.Now.Add(in.Dead), true
+	}
+	return earliest, earliest.After(in.Now)
 }
 
 // score is the rendezvous hash of a host for an address: the host with
@@ -196,28 +327,69 @@ type self struct {
 	Problem string
 	// NotReady says why the data plane cannot serve an address.
 	NotReady map[netip.Addr]string
+	// KeepOnly: it has no majority in two-way contact but the others
+	// cannot make one without it yet (view.Keep): it keeps the arp VIPs
+	// it holds and takes none.
+	KeepOnly bool
+	// Holding: the arp VIPs it holds now.
+	Holding map[netip.Addr]bool
+	// Rebalance: it started a moment ago (3s after it first saw a
+	// majority); it takes the arp VIPs it ranks first for from the hosts
+	// that stood in for it.
+	Rebalance bool
 }
 
 // holderOf returns the host that should hold an arp VIP in this host's
-// view: the first host in the ranking that is alive, eligible and ready
-// for the address ("" when there is none). This host holds the VIP only
-// when that is itself. Two hosts whose views differ (one heard a
-// heartbeat the other missed) can briefly both pick themselves; each
-// resolves it on its own as soon as its view changes, and a host that
-// loses its majority holds nothing, so two sides of a partition never do.
+// view ("" when there is none). The candidates are, in the order of the
+// ranking, the hosts that are alive, eligible and ready for the address
+// (this host when it has no problem, and in KeepOnly only for an address
+// it holds). A VIP stays with the first candidate that holds it: a host
+// that comes back, from a stall or a cut, takes nothing back, so a VIP
+// moves once and never back and forth. A VIP no candidate holds goes to
+// the first candidate. A host that just started takes back the VIPs it
+// ranks first for (Rebalance): its return brings them back. When a
+// candidate does not say what it holds (an earlier version), the ranking
+// alone decides.
+//
+// Two hosts whose views differ (one heard a heartbeat the other missed)
+// can briefly both pick themselves; the lower-ranked one lets go as soon
+// as it sees the other's holding, and a host that loses its majority
+// takes nothing, so two sides of a partition never both take a VIP.
 func holderOf(a netip.Addr, ranked []string, me self, v view) string {
+	var cands []string
+	known := true
 	for _, h := range ranked {
 		if h == me.ID {
-			if me.Problem == "" && me.NotReady[a] == "" {
-				return h
+			if me.Problem == "" && me.NotReady[a] == "" && (!me.KeepOnly || me.Holding[a]) {
+				cands = append(cands, h)
 			}
 			continue
 		}
 		if usable(v, h, a) {
+			cands = append(cands, h)
+			known = known && v.Alive[h].Holdings
+		}
+	}
+	if len(cands) == 0 {
+		return ""
+	}
+	if !known || (me.Rebalance && cands[0] == me.ID) {
+		return cands[0]
+	}
+	for _, h := range cands {
+		if holds(v, me, h, a) {
 			return h
 		}
 	}
-	return ""
+	return cands[0]
+}
+
+// holds reports whether h holds a (as far as this host knows).
+func holds(v view, me self, h string, a netip.Addr) bool {
+	if h == me.ID {
+		return me.Holding[a]
+	}
+	return v.Alive[h].Holding[a]
 }
 
 func usable(v view, h string, a netip.Addr) bool {
@@ -271,7 +443,7 @@ func decide(vs vipSpec, ranked []string, me self, v view, peers map[string]*peer
 		case notReady != "":
 			return decision{Reason: "not ready: " + notReady, Local: true}
 		}
-		return decision{Hold: true, Reason: "ready, in session, and the state is current"}
+		return decision{Hold: true, Reason: "ready, and the state is current"}
 	}
 	h := holderOf(vs.Addr, ranked, me, v)
 	d := decision{Holder: h, Hold: h == me.ID}
@@ -280,14 +452,22 @@ func decide(vs vipSpec, ranked []string, me self, v view, peers map[string]*peer
 		d.Reason = "ranks first again (" + prevHolder + " held it)"
 	case d.Hold && prevHolder != "" && prevHolder != me.ID:
 		d.Reason = "took over: " + whyNot(v, prevHolder, vs.Addr, peers, dead)
+	case d.Hold && me.KeepOnly:
+		d.Reason = "keeps it: without this host the others cannot make a majority yet"
+	case d.Hold && me.Holding[vs.Addr]:
+		d.Reason = "holds it among the live hosts"
 	case d.Hold:
 		d.Reason = "ranks first among the live hosts"
 	case me.Problem != "":
 		d.Reason, d.Local = me.Problem, true
 	case notReady != "":
 		d.Reason, d.Local = "not ready: "+notReady, true
+	case h == "" && me.KeepOnly:
+		d.Reason, d.Local = "takes nothing without a majority in two-way contact", true
 	case h == "":
 		d.Reason = "no host can hold it"
+	case holds(v, me, h, vs.Addr):
+		d.Reason = h + " holds it"
 	default:
 		d.Reason = h + " ranks first"
 	}

@@ -148,7 +148,7 @@ func TestComputeView(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			v := computeView(viewInput{Self: "n1", Counted: tt.counted, Now: t0, Dead: dead, Quorum: quorum, Peers: tt.peers})
+			v := computeView(viewInput{Self: "n1", Counted: tt.counted, Now: t0, Dead: dead, Quorum: quorum, Interval: dead - quorum, Peers: tt.peers})
 			if got := slices.Sorted(maps.Keys(v.Alive)); !slices.Equal(got, tt.alive) {
 				t.Errorf("alive = %v, want %v", got, tt.alive)
 			}
@@ -183,6 +183,161 @@ func TestComputeView(t *testing.T) {
 	}
 }
 
+const settle = 10 * dead
+
+// lab is the input of computeView with the default timers.
+func lab(self string, counted []string, now time.Time, peers map[string]*peerState) viewInput {
+	return viewInput{Self: self, Counted: counted, Now: now, Dead: dead, Quorum: quorum,
+		Settle: settle, Interval: dead - quorum, Peers: peers}
+}
+
+// reports is a peer of this version heard at at, hearing the given hosts
+// (settled) age ago.
+func reports(at time.Time, age time.Duration, ids ...string) *peerState {
+	p := &peerState{Heard: at, Eligible: true, Holdings: true, HoldingKnown: true}
+	for _, id := range ids {
+		p.Sightings = append(p.Sightings, sighting{ID: id, Age: age, Eligible: true, Settled: true})
+	}
+	return p
+}
+
+// TestStallRiddenOutWithOneHostDead: n3 has been dead for long; n2, the
+// other survivor, goes silent (a stall, or a cut between n1 and n2). n1
+// keeps its VIPs until n2 and n3 could have settled with each other, and
+// n2 never has a majority to take them in that time.
+func TestStallRiddenOutWithOneHostDead(t *testing.T) {
+	counted := []string{"n1", "n2", "n3"}
+	silent := t0
+	var kept time.Duration
+	for d := time.Duration(0); d <= 2*settle; d += time.Millisecond {
+		now := silent.Add(d)
+		// n1 last heard n2 at the cut; n2 heard n1 then and not n3.
+		atN1 := map[string]*peerState{"n2": reports(silent, 0, "n1"), "n3": {Heard: silent.Add(-time.Minute)}}
+		// n2 keeps hearing nobody (it is cut off) or nothing at all (stalled).
+		atN2 := map[string]*peerState{"n1": reports(silent, 0, "n2"), "n3": {Heard: silent.Add(-time.Minute)}}
+		v1 := computeView(lab("n1", counted, now, atN1))
+		v2 := computeView(lab("n2", counted, now, atN2))
+		if v1.Quorum || v1.Keep {
+			kept = d
+		}
+		if d > quorum && v2.Quorum {
+			t.Fatalf("at %s n2 has a majority while n1 keeps its VIPs", d)
+		}
+	}
+	// n2 and n3 settle no sooner than n2's last report plus settle.
+	if want := settle - (dead - quorum); kept < want-time.Millisecond || kept > want {
+		t.Errorf("n1 kept its VIPs for %s of n2's silence, want %s", kept, want)
+	}
+}
+
+// TestStalledHolderReleases: with all three alive, a holder that was
+// paused for 200ms finds, once it runs again, that its peers stopped
+// hearing it and could take over: it keeps nothing.
+func TestStalledHolderReleases(t *testing.T) {
+	counted := []string{"n1", "n2", "n3"}
+	now := t0
+	// The kernel stamped their heartbeats on time; they say they last
+	// heard n1 200ms ago and hear each other.
+	peers := map[string]*peerState{
+		"n2": reports(now, 0, "n3"),
+		"n3": reports(now, 0, "n2"),
+	}
+	peers["n2"].Sightings = append(peers["n2"].Sightings, sighting{ID: "n1", Age: 200 * time.Millisecond, Settled: true})
+	peers["n3"].Sightings = append(peers["n3"].Sightings, sighting{ID: "n1", Age: 200 * time.Millisecond, Settled: true})
+	v := computeView(lab("n1", counted, now, peers))
+	if v.Quorum || v.Keep {
+		t.Fatalf("the stalled holder keeps its VIPs: %+v", v)
+	}
+}
+
+// TestReturningHostCannotTakeAtOnce: n1 holds VIPs and hears n2, which
+// is still settling with it after a hiccup; n3 comes back from a cut and
+// its first heartbeat does not list n1 yet. n3 may not take n1 for
+// dead, but it has settled with nobody: n1 keeps its VIPs.
+func TestReturningHostCannotTakeAtOnce(t *testing.T) {
+	counted := []string{"n1", "n2", "n3"}
+	n2 := reports(t0, 0, "n1", "n3")
+	n2.AliveSince = t0.Add(-300 * time.Millisecond)
+	n2.Sightings[0].Settled = false // n2 settles with n1 later
+	n2.Sightings[0].AliveFor = 300 * time.Millisecond
+	n2.Sightings[1] = sighting{ID: "n3", AliveFor: 5 * time.Millisecond}
+	n3 := reports(t0, 0)
+	n3.AliveSince = t0.Add(-5 * time.Millisecond)
+	n3.Sightings = []sighting{{ID: "n2", AliveFor: 5 * time.Millisecond}}
+	v := computeView(lab("n1", counted, t0, map[string]*peerState{"n2": n2, "n3": n3}))
+	if v.Quorum || !v.Keep {
+		t.Fatalf("quorum %t keep %t, want n1 to keep its VIPs (no majority can form without it yet)", v.Quorum, v.Keep)
+	}
+	// Once n2 and n3 have settled with each other, they could.
+	n2.Sightings[1].AliveFor, n2.Sightings[1].Settled = settle, true
+	n3.Sightings[0].AliveFor, n3.Sightings[0].Settled = settle, true
+	if v := computeView(lab("n1", counted, t0, map[string]*peerState{"n2": n2, "n3": n3})); v.Keep && v.Until.Sub(t0) > dead {
+		t.Fatalf("n1 keeps its VIPs until %s after n2 and n3 settled", v.Until.Sub(t0))
+	}
+}
+
+// TestSettling: a peer back from the dead counts towards the majority
+// only once settled, and only when it says it settled with this host.
+func TestSettling(t *testing.T) {
+	counted := []string{"n1", "n2", "n3"}
+	for _, tt := range []struct {
+		name    string
+		back    time.Duration // n2 heard again this long before t0
+		settled bool          // n2 reports n1 settled
+		mutual  int
+	}{
+		{"just back", 10 * time.Millisecond, true, 1},
+		{"back for the settling time", settle, true, 2},
+		{"settled here, not there", settle, false, 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p := reports(t0, 0)
+			p.AliveSince = t0.Add(-tt.back)
+			p.Sightings = []sighting{{ID: "n1", Settled: tt.settled}}
+			v := computeView(lab("n1", counted, t0, map[string]*peerState{"n2": p}))
+			if v.Mutual != tt.mutual {
+				t.Errorf("mutual %d, want %d", v.Mutual, tt.mutual)
+			}
+		})
+	}
+}
+
+// TestHolderOf pins who holds an arp VIP: it stays where it is held.
+func TestHolderOf(t *testing.T) {
+	a := netip.MustParseAddr("192.0.2.10")
+	ranked := []string{"n2", "n1", "n3"}
+	held := map[netip.Addr]bool{a: true}
+	peer := func(holding, known bool) hostView {
+		hv := hostView{Eligible: true, Direct: true, Holdings: known}
+		if holding {
+			hv.Holding = held
+		}
+		return hv
+	}
+	tests := []struct {
+		name string
+		me   self
+		v    view
+		want string
+	}{
+		{"nobody holds it: the ranking", self{ID: "n1"}, view{Alive: map[string]hostView{"n2": peer(false, true), "n3": peer(false, true)}}, "n2"},
+		{"it stays with a lower-ranked holder", self{ID: "n1"}, view{Alive: map[string]hostView{"n2": peer(false, true), "n3": peer(true, true)}}, "n3"},
+		{"this host holds it and keeps it", self{ID: "n1", Holding: held}, view{Alive: map[string]hostView{"n2": peer(false, true)}}, "n1"},
+		{"two hold it: the higher-ranked keeps it", self{ID: "n3", Holding: held}, view{Alive: map[string]hostView{"n1": peer(true, true)}}, "n1"},
+		{"a host that just started takes back its first", self{ID: "n2", Rebalance: true}, view{Alive: map[string]hostView{"n3": peer(true, true)}}, "n2"},
+		{"a peer of an earlier version: the ranking", self{ID: "n1"}, view{Alive: map[string]hostView{"n2": peer(false, false), "n3": peer(true, true)}}, "n2"},
+		{"keep-only takes nothing", self{ID: "n1", KeepOnly: true}, view{Alive: map[string]hostView{"n3": peer(false, true)}}, "n3"},
+		{"keep-only keeps what it holds", self{ID: "n1", KeepOnly: true, Holding: held}, view{Alive: map[string]hostView{"n3": peer(false, true)}}, "n1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := holderOf(a, ranked, tt.me, tt.v); got != tt.want {
+				t.Errorf("holder %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
 // TestPartitionReleasesBeforeTakeover pins the ordering that keeps the
 // two sides of a partition from holding a VIP at once: the host that is
 // cut off loses its majority before its peers consider it dead.
@@ -190,23 +345,17 @@ func TestPartitionReleasesBeforeTakeover(t *testing.T) {
 	cut := t0
 	counted := []string{"n1", "n2", "n3"}
 	// At the cut, every host has just heard every other.
-	isolated := map[string]*peerState{
-		"n2": {Heard: cut, Eligible: true, Sightings: []sighting{saw("n1", 0), saw("n3", 0)}},
-		"n3": {Heard: cut, Eligible: true, Sightings: []sighting{saw("n1", 0), saw("n2", 0)}},
-	}
-	other := map[string]*peerState{
-		"n1": {Heard: cut, Eligible: true, Sightings: []sighting{saw("n2", 0), saw("n3", 0)}},
-		"n3": {Heard: cut, Eligible: true, Sightings: []sighting{saw("n1", 0), saw("n2", 0)}},
-	}
+	isolated := map[string]*peerState{"n2": reports(cut, 0, "n1", "n3"), "n3": reports(cut, 0, "n1", "n2")}
+	other := map[string]*peerState{"n1": reports(cut, 0, "n2", "n3"), "n3": reports(cut, 0, "n1", "n2")}
 	var released, takenOver time.Duration
 	for d := time.Duration(0); d <= 2*dead; d += time.Millisecond {
 		now := cut.Add(d)
 		// n2 and n3 keep hearing each other.
 		other["n3"].Heard = now
-		other["n3"].Sightings = []sighting{saw("n1", d), saw("n2", 0)}
-		vi := computeView(viewInput{Self: "n1", Counted: counted, Now: now, Dead: dead, Quorum: quorum, Peers: isolated})
-		vo := computeView(viewInput{Self: "n2", Counted: counted, Now: now, Dead: dead, Quorum: quorum, Peers: other})
-		if released == 0 && !vi.Quorum {
+		other["n3"].Sightings = []sighting{{ID: "n1", Age: d, Settled: true}, {ID: "n2", Settled: true}}
+		vi := computeView(lab("n1", counted, now, isolated))
+		vo := computeView(lab("n2", counted, now, other))
+		if released == 0 && !vi.Quorum && !vi.Keep {
 			released = d
 		}
 		if _, ok := vo.Alive["n1"]; takenOver == 0 && !ok {
@@ -295,10 +444,10 @@ func TestDecide(t *testing.T) {
 		{"no majority", arp, self{ID: "n1", Problem: "sees 1 of the cluster's hosts, needs 2"}, live(), "n1", false, "", "sees 1 of the cluster's hosts, needs 2", true},
 		{"not ready here, the next one takes it", arp, self{ID: "n1", NotReady: map[netip.Addr]string{a: "no listener"}}, live("n3"), "", false, "n3", "not ready: no listener", true},
 		{"an unknown host is skipped", vipSpec{Addr: a, Mode: ModeARP}, self{ID: "n1"}, live("n3"), "", true, "n1", "ranks first among the live hosts", false},
-		{"bgp: every ready host announces", vipSpec{Addr: a, Mode: ModeBGP}, self{ID: "n1"}, live("n2"), "", true, "", "ready, in session, and the state is current", false},
+		{"bgp: every ready host announces", vipSpec{Addr: a, Mode: ModeBGP}, self{ID: "n1"}, live("n2"), "", true, "", "ready, and the state is current", false},
 		// The heartbeats' majority is not a bgp rule: a host that hears no
 		// peer but is ready, in session and current keeps its route.
-		{"bgp: no peer heard, still announced", vipSpec{Addr: a, Mode: ModeBGP}, self{ID: "n1"}, view{Alive: map[string]hostView{}}, "", true, "", "ready, in session, and the state is current", false},
+		{"bgp: no peer heard, still announced", vipSpec{Addr: a, Mode: ModeBGP}, self{ID: "n1"}, view{Alive: map[string]hostView{}}, "", true, "", "ready, and the state is current", false},
 		{"bgp: stale state, no route", vipSpec{Addr: a, Mode: ModeBGP}, self{ID: "n1", Problem: staleProblem(t0, t0.Add(-11*time.Second), 10*time.Second)}, live(), "", false, "",
 			"no contact with the Raft leader for 11s (the state may be stale; allowed 10s)", true},
 		{"bgp: not ready", vipSpec{Addr: a, Mode: ModeBGP}, self{ID: "n1", NotReady: map[netip.Addr]string{a: "x"}}, live(), "", false, "", "not ready: x", true},

@@ -1,22 +1,25 @@
 // Package vip decides which LB host holds each virtual IP and makes it so.
 //
-// Every pool has a mode. In arp mode each VIP has one holder, the first
-// host of a rendezvous-hash ranking of the address that is alive, sees a
-// majority of the cluster and is ready to serve it; the holder puts the
-// address on --vip-interface and announces it with gratuitous ARP or
-// unsolicited neighbour advertisements. In bgp mode every ready host in
-// the majority puts the address on a loopback or dummy interface and an
-// embedded gobgp speaker announces a host route, next hop self, with the
-// pool's communities, optionally a MED, and BFD towards the routers. In
-// static mode the network routes the range to the hosts and nothing is
+// Every pool has a mode. In arp mode each VIP has one holder among the
+// hosts that are alive, see a majority of the cluster and are ready to
+// serve it: the one that holds it already, else the first of a
+// rendezvous-hash ranking of the address; the holder puts the address on
+// --vip-interface and announces it with gratuitous ARP or unsolicited
+// neighbour advertisements. In bgp mode every host whose data plane is
+// ready, whose BGP session is up and whose committed state is current
+// puts the address on a loopback or dummy interface and an embedded gobgp
+// speaker announces a host route, next hop self, with the pool's
+// communities, optionally a MED, and BFD towards the routers. In static
+// mode the network routes the range to the hosts and nothing is
 // announced.
 //
 // Liveness comes from UDP heartbeats between the hosts (every 20ms by
 // default, dead after 5 misses), signed with a key every host derives
-// from the cluster CA, and independent of Raft. A host that does not
-// see a majority in two-way contact releases its VIPs one interval
-// before the others may take them, so the two sides of a partition never
-// hold a VIP at once. DESIGN.md gives the rules and the figures.
+// from the cluster CA, independent of Raft, and sent from an OS thread of
+// their own. A host that does not see a majority in two-way contact
+// releases its arp VIPs before the others may take them, unless they
+// cannot make a majority without it, so the two sides of a partition
+// never hold a VIP at once. DESIGN.md gives the rules and the figures.
 //
 // The Manager takes the whole committed state (Update) and the data
 // plane's readiness (SetReady); a decision loop turns them and the

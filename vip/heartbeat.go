@@ -6,7 +6,9 @@ import (
 	"maps"
 	"net"
 	"net/netip"
+	"runtime"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -19,13 +21,41 @@ type received struct {
 	at time.Time
 }
 
-// readHeartbeats reads datagrams until the socket is closed or its read
-// deadline passes, and hands the valid ones to the loop.
-func (m *Manager) readHeartbeats() {
+// readHeartbeats reads datagrams until done is closed, the socket is
+// closed or its read deadline passes, and hands the valid ones to the
+// loop. Like the sender it runs on an OS thread of its own at a raised
+// priority and waits in poll(2), so that the kernel wakes it when a
+// datagram arrives; it notes each peer's latest heartbeat (arrivals), so
+// that this host's heartbeats say it heard its peers on time even when
+// the decision loop lags behind on a loaded machine.
+func (m *Manager) readHeartbeats(done <-chan struct{}) {
+	runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+	_, _ = raisePriority()
 	buf := make([]byte, maxDatagram+1)
 	oob := make([]byte, 128)
 	var lastBad time.Time
+	rc, err := m.conn.SyscallConn()
+	if err != nil {
+		return
+	}
 	for {
+		select {
+		case <-done:
+			return
+		default:
+		}
+		ready := false
+		cerr := rc.Control(func(fd uintptr) {
+			fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+			n, _ := unix.Poll(fds, 50)
+			ready = n > 0
+		})
+		if cerr != nil {
+			return // closed
+		}
+		if !ready {
+			continue
+		}
 		n, oobn, _, from, err := m.conn.ReadMsgUDPAddrPort(buf, oob)
 		if err != nil {
 			var ne net.Error
@@ -49,12 +79,34 @@ func (m *Manager) readHeartbeats() {
 			}
 			continue
 		}
+		if arr := (*m.arrivals.Load())[hb.ID]; arr != nil && !hb.Leaving && (hb.Incarnation != arr.inc || hb.Seq > arr.seq) {
+			arr.inc, arr.seq = hb.Incarnation, hb.Seq
+			arr.at.Store(int64(at.Sub(m.epoch)))
+		}
 		select {
 		case m.recv <- received{hb: hb, at: at}:
 		case <-m.stop:
 			return
 		}
 	}
+}
+
+// peerArrival is the latest heartbeat of a peer as the reader saw it.
+type peerArrival struct {
+	at       atomic.Int64 // since Manager.epoch (0: none)
+	inc, seq uint64       // the reader's own
+}
+
+// heardAt returns when the peer's latest heartbeat arrived (zero: none).
+func (m *Manager) heardAt(a *peerArrival) time.Time {
+	if a == nil {
+		return time.Time{}
+	}
+	ns := a.at.Load()
+	if ns == 0 {
+		return time.Time{}
+	}
+	return m.epoch.Add(time.Duration(ns))
 }
 
 // receive takes one heartbeat into the peers' state.
@@ -82,7 +134,24 @@ func (m *Manager) receive(r received) {
 		return
 	}
 	wasDead := p.Left || p.Heard.IsZero() || r.at.Sub(p.Heard) >= m.dead
+	if p.Left || p.Heard.IsZero() || r.at.Sub(p.Heard) >= m.gap {
+		// Settling starts over only after a real absence: a lost
+		// heartbeat or a short stall does not cost a peer its vote.
+		p.AliveSince = r.at
+	}
 	p.Heard, p.Left = r.at, false
+	var holding map[netip.Addr]bool
+	if hb.HoldingSent {
+		holding = map[netip.Addr]bool{}
+		for _, a := range hb.Holding {
+			holding[a] = true
+		}
+	}
+	p.Holdings = hb.Holdings
+	if p.HoldingKnown != hb.HoldingSent || !maps.Equal(p.Holding, holding) {
+		p.HoldingKnown, p.Holding = hb.HoldingSent, holding
+		p.Version++
+	}
 	notReady := map[netip.Addr]bool{}
 	for _, a := range hb.NotReady {
 		notReady[a] = true
@@ -109,57 +178,65 @@ func (m *Manager) trigger(now time.Time) {
 	m.sendHeartbeats(now)
 }
 
-// sendHeartbeats sends this host's heartbeat to every member.
+// sendHeartbeats plans this host's heartbeat and sends it to every
+// member now.
 func (m *Manager) sendHeartbeats(now time.Time) {
+	m.planBeats(now)
+	m.beats.send(now)
+}
+
+// planBeats hands the heartbeat thread what this host's heartbeats say
+// from now on.
+func (m *Manager) planBeats(now time.Time) {
 	st := &m.loop
 	m.mu.Lock()
 	key := m.key
 	ready, haveReady := m.ready, m.haveReady
 	m.mu.Unlock()
 	if len(key) == 0 || len(st.members) == 0 {
+		m.beats.plan.Store(nil)
 		return
 	}
-	st.seq++
-	hb := heartbeat{
-		ID: m.cfg.NodeID, Incarnation: m.incarnation, Seq: st.seq, Revision: st.revision,
+	p := &beatPlan{key: key, built: now, stale: m.dead, settle: m.settle}
+	p.hb = heartbeat{
+		ID: m.cfg.NodeID, Incarnation: m.incarnation, Revision: st.revision,
 		Eligible: st.eligible && !st.leaving, Leaving: st.leaving,
-		NotReadyAll: st.want == nil || !haveReady,
+		NotReadyAll: st.want == nil || !haveReady, Holdings: true,
 	}
 	for _, id := range slices.Sorted(maps.Keys(st.peers)) {
-		p := st.peers[id]
-		if p.Left || p.Heard.IsZero() || now.Sub(p.Heard) >= m.dead {
+		pe := st.peers[id]
+		// Peers heard within the gap are listed, the dead ones with their
+		// age: a peer not listed has not been heard for a whole gap, so it
+		// settles again from scratch (takeoverAt counts on it).
+		if pe.Left || pe.Heard.IsZero() || now.Sub(pe.Heard) >= m.gap || !(sighting{ID: id}).fits(len(p.hb.Sightings)) {
 			continue
 		}
-		hb.Sightings = append(hb.Sightings, sighting{ID: id, Age: now.Sub(p.Heard), Eligible: p.Eligible})
+		p.hb.Sightings = append(p.hb.Sightings, sighting{ID: id, Eligible: pe.Eligible})
+		p.heard = append(p.heard, pe.Heard)
+		p.arrived = append(p.arrived, (*m.arrivals.Load())[id])
+		p.since = append(p.since, pe.AliveSince)
+	}
+	for _, a := range slices.SortedFunc(maps.Keys(st.records), netip.Addr.Compare) {
+		if r := st.records[a]; r.held && r.spec.Mode == ModeARP {
+			p.hb.Holding = append(p.hb.Holding, a)
+		}
 	}
 	if st.want != nil && haveReady {
 		for _, vs := range st.want.VIPs {
 			if vs.Mode == ModeARP && notReady(vs, ready, true) != "" {
-				hb.NotReady = append(hb.NotReady, vs.Addr)
+				p.hb.NotReady = append(p.hb.NotReady, vs.Addr)
 			}
 		}
 	}
-	b, err := hb.marshal(key)
-	if err != nil {
-		m.log.Error("encode heartbeat", "err", err)
-		return
+	if len(p.hb.NotReady) > maxDatagram/20 {
+		// It would not fit next to the sightings: not ready for any.
+		p.hb.NotReady, p.hb.NotReadyAll = nil, true
 	}
 	for _, id := range slices.Sorted(maps.Keys(st.members)) {
-		to := st.members[id].Heartbeat
-		_, err := m.conn.WriteToUDPAddrPort(b, to)
-		msg := ""
-		if err != nil {
-			msg = err.Error()
-		}
-		if msg != st.sendErrs[id] {
-			if msg != "" {
-				m.log.Warn("cannot send heartbeats", "peer", id, "addr", to, "err", err)
-			} else {
-				m.log.Info("sending heartbeats again", "peer", id)
-			}
-			st.sendErrs[id] = msg
-		}
+		// Held addresses only to a peer that reads them.
+		p.to = append(p.to, beatDest{id: id, addr: st.members[id].Heartbeat, withHolding: st.peers[id] != nil && st.peers[id].Holdings})
 	}
+	m.beats.plan.Store(p)
 }
 
 // setSocketOptions marks heartbeats as network control traffic (DSCP

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/teapot-lb/teapot-lb/api/observe"
@@ -19,6 +20,22 @@ import (
 // until it is first heard, for at most this long, so that a single host
 // does not drop its VIPs while a second one starts up.
 const joinGrace = 10 * time.Second
+
+// settleMultiple: a peer back from the dead counts towards a majority
+// after this many detection times (1s at the defaults). It is also about
+// the longest silence of its last partner that a host holding VIPs
+// rides out when the other hosts are dead (view.Keep).
+const settleMultiple = 10
+
+// gapMultiple: a peer settles again only after an absence of this many
+// detection times (500ms at the defaults); a shorter one (a lost
+// heartbeat, a stall) does not cost it its vote.
+const gapMultiple = 5
+
+// rebalanceMultiple: a host that started takes back the arp VIPs it ranks
+// first for during this many settling times (3s at the defaults) after it
+// first sees a majority.
+const rebalanceMultiple = 3
 
 // loopState belongs to the goroutine in Run (and to Close after it).
 type loopState struct {
@@ -33,19 +50,20 @@ type loopState struct {
 	prev    map[netip.Addr]string // holder computed last time (arp)
 	records map[netip.Addr]*record
 	alive   map[string]bool
-	quorum  bool
+	quorum  string // quorumState of the last view
+	// firstQuorum: when this process first saw a majority (zero: not yet).
+	firstQuorum time.Time
 	// arpUp and bgpUp: the interfaces can carry traffic.
 	arpUp, bgpUp bool
 	linkDirty    bool
 	eligible     bool
 	leaving      bool
-	seq          uint64
 	revision     uint64
+	sessions     int    // established BGP sessions at the last evaluation
 	sig          string // of the last view the decisions were made on
 	dirty        bool   // records changed since the last publish
 	actErrs      bool   // the actuator reported errors at the last publish
 	lastTrigger  time.Time
-	sendErrs     map[string]string
 	sync         syncState
 }
 
@@ -58,7 +76,6 @@ func (st *loopState) init() {
 	st.prev = map[netip.Addr]string{}
 	st.records = map[netip.Addr]*record{}
 	st.alive = map[string]bool{}
-	st.sendErrs = map[string]string{}
 	st.arpUp, st.bgpUp, st.linkDirty = true, true, true
 }
 
@@ -107,8 +124,14 @@ func (m *Manager) run(ctx context.Context) error {
 			m.receive(r)
 		case <-m.kick:
 			force = true
-		case now := <-beat.C:
-			m.sendHeartbeats(now)
+		case <-beat.C:
+			// The heartbeat thread sends; this plans what it says, after
+			// deciding on what came in: a process that was paused must
+			// not announce holdings or a majority it has lost meanwhile.
+			m.drainReceived()
+			now := time.Now()
+			arm(m.evaluate(now, false))
+			m.planBeats(now)
 			continue
 		case <-eval.C:
 		case <-links.C:
@@ -122,8 +145,37 @@ func (m *Manager) run(ctx context.Context) error {
 	}
 }
 
-// drainReceived takes in the heartbeats waiting in the channel.
+// drainReceived takes in the heartbeats waiting in the channel, and
+// those still waiting in the socket: after a pause of this process (a
+// loaded machine, a long garbage collection) the reader may not have run
+// yet, and a peer whose heartbeats all arrived on time (the kernel
+// stamps them) must not be judged dead for it. It waits for the reader
+// for at most one interval.
 func (m *Manager) drainReceived() {
+	deadline := time.Now().Add(m.cfg.HeartbeatInterval)
+	for {
+		m.drainChannel()
+		if !m.socketPending() || time.Now().After(deadline) {
+			m.drainChannel()
+			return
+		}
+		time.Sleep(50 * time.Microsecond)
+	}
+}
+
+// socketPending reports whether a datagram waits in the heartbeat socket.
+func (m *Manager) socketPending() bool {
+	rc, err := m.conn.SyscallConn()
+	if err != nil {
+		return false
+	}
+	n := 0
+	_ = rc.Control(func(fd uintptr) { n, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ) })
+	return n > 0
+}
+
+// drainChannel takes in the heartbeats waiting in the channel.
+func (m *Manager) drainChannel() {
 	for range cap(m.recv) {
 		select {
 		case r := <-m.recv:
@@ -168,7 +220,7 @@ func (m *Manager) evaluate(now time.Time, inputsChanged bool) time.Time {
 	}
 	v := computeView(viewInput{
 		Self: m.cfg.NodeID, Counted: counted, Now: now,
-		Dead: m.dead, Quorum: m.quorum, Peers: st.peers,
+		Dead: m.dead, Quorum: m.quorum, Settle: m.settle, Interval: m.cfg.HeartbeatInterval, Peers: st.peers,
 	})
 	m.noteLiveness(v)
 	st.revision = revision
@@ -200,10 +252,24 @@ func (m *Manager) evaluate(now time.Time, inputsChanged bool) time.Time {
 	case arpMe.Problem != "":
 	case !haveKey && len(st.members) > 0:
 		arpMe.Problem = "no heartbeat key yet"
-	case !v.Quorum:
+	case !v.Quorum && !v.Keep:
 		arpMe.Problem = quorumProblem(v)
 	case !st.arpUp:
 		arpMe.Problem = "interface " + m.cfg.Interface + " is down"
+	}
+	if arpMe.Problem == "" {
+		arpMe.KeepOnly = !v.Quorum
+		if v.Quorum && st.firstQuorum.IsZero() {
+			st.firstQuorum = now
+		}
+		// Long enough for the data plane to report ready after a start.
+		arpMe.Rebalance = !st.firstQuorum.IsZero() && now.Sub(st.firstQuorum) < rebalanceMultiple*m.settle
+	}
+	arpMe.Holding = map[netip.Addr]bool{}
+	for a, r := range st.records {
+		if r.held && r.spec.Mode == ModeARP {
+			arpMe.Holding[a] = true
+		}
 	}
 	if m.arp == nil && arpMe.Problem == "" {
 		arpMe.Problem = "this host has no --vip-interface for arp pools"
@@ -213,8 +279,6 @@ func (m *Manager) evaluate(now time.Time, inputsChanged bool) time.Time {
 	case bgpMe.Problem != "":
 	case !st.bgpUp && m.bgpIf != nil:
 		bgpMe.Problem = "interface " + m.bgpIf.name + " is down"
-	case m.spk != nil && m.spk.established() == 0:
-		bgpMe.Problem = "no BGP session is established"
 	default:
 		bgpMe.Problem = staleProblem(now, contact, m.cfg.StateMaxAge)
 	}
@@ -226,15 +290,24 @@ func (m *Manager) evaluate(now time.Time, inputsChanged bool) time.Time {
 		st.eligible = eligible
 		m.trigger(now)
 	}
-	if v.Quorum != st.quorum && st.want != nil {
-		st.quorum = v.Quorum
-		if v.Quorum {
+	if q := quorumState(v); q != st.quorum && st.want != nil {
+		st.quorum = q
+		switch q {
+		case "majority":
 			m.log.Info("sees a majority of the cluster", "sees", v.Mutual, "needs", v.Need)
-		} else {
-			m.log.Warn("lost sight of the majority of the cluster; releasing VIPs", "sees", v.Mutual, "needs", v.Need)
+		case "keep":
+			m.log.Warn("no majority in two-way contact, but the others cannot make one without this host; keeps its arp VIPs, takes none",
+				"sees", v.Mutual, "needs", v.Need, "until", v.Until.Format(time.RFC3339Nano))
+		default:
+			m.log.Warn("lost sight of the majority of the cluster; releasing arp VIPs", "sees", v.Mutual, "needs", v.Need)
 		}
 	}
-	sig := signature(v, st.peers, arpMe.Problem, bgpMe.Problem, me.Problem)
+	sessions := 0
+	if m.spk != nil {
+		sessions = m.spk.established()
+	}
+	st.sessions = sessions
+	sig := signature(v, st.peers, arpMe.Problem, bgpMe.Problem, me.Problem, fmt.Sprint(arpMe.KeepOnly, arpMe.Rebalance, sessions))
 	if st.want != nil && (inputsChanged || sig != st.sig) {
 		m.converge(now, v, arpMe, bgpMe, me)
 	}
@@ -301,6 +374,17 @@ func staleProblem(now, contact time.Time, maxAge time.Duration) string {
 	return ""
 }
 
+// quorumState names a view's standing for the logs.
+func quorumState(v view) string {
+	switch {
+	case v.Quorum:
+		return "majority"
+	case v.Keep:
+		return "keep"
+	}
+	return "none"
+}
+
 // notReady says why the data plane cannot serve vs ("" when it can).
 func notReady(vs vipSpec, ready map[string]string, haveReady bool) string {
 	if !haveReady {
@@ -349,6 +433,16 @@ func (m *Manager) adopt(d *desired, now time.Time) {
 	}
 	changed := first || !maps.Equal(members, st.members)
 	st.members = members
+	if changed {
+		old := *m.arrivals.Load()
+		arr := make(map[string]*peerArrival, len(members))
+		for id := range members {
+			if arr[id] = old[id]; arr[id] == nil {
+				arr[id] = &peerArrival{}
+			}
+		}
+		m.arrivals.Store(&arr)
+	}
 	hosts := append(slices.Collect(maps.Keys(members)), m.cfg.NodeID)
 	ranks := make(map[netip.Addr][]string, len(d.VIPs))
 	for _, vs := range d.VIPs {
@@ -385,6 +479,11 @@ func (m *Manager) converge(now time.Time, v view, arpMe, bgpMe, me self) {
 			}
 		case ModeBGP:
 			d = decide(vs, nil, bgpMe, v, st.peers, m.dead, "")
+			if d.Hold && m.spk != nil && st.sessions == 0 {
+				// The route stays in the speaker and goes out as soon as a
+				// session is up; the address stays for the flows in flight.
+				d.Reason = "ready and current; no BGP session is established, so no router has the route"
+			}
 			if d.Hold {
 				hold[vs.Addr] = target{mode: ModeBGP, iface: m.bgpIf, route: route{Addr: vs.Addr, Communities: vs.Communities}}
 			}

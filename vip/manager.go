@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -26,6 +27,8 @@ type Manager struct {
 	log         *slog.Logger
 	dead        time.Duration // a peer unheard for this long is dead
 	quorum      time.Duration // window of the two-way contact that makes a majority
+	settle      time.Duration // a peer back from the dead counts towards a majority after this
+	gap         time.Duration // an absence this long makes a peer settle again
 	incarnation uint64
 
 	arp    *iface  // nil: no arp pools here
@@ -34,6 +37,7 @@ type Manager struct {
 	spk    *speaker
 	conn   *net.UDPConn
 	act    *actuator
+	beats  *beatSender
 
 	kick      chan struct{}
 	recv      chan received
@@ -55,6 +59,12 @@ type Manager struct {
 
 	loop  loopState // owned by the goroutine in Run, then by Close
 	moves moveCounters
+
+	// epoch is the origin of the reader's arrival times; arrivals maps
+	// each member to its latest heartbeat as the reader saw it (the loop
+	// replaces the map when the members change).
+	epoch    time.Time
+	arrivals atomic.Pointer[map[string]*peerArrival]
 }
 
 // published is what Describe shows, copied out of the loop.
@@ -90,11 +100,16 @@ func New(cfg Config) (*Manager, error) {
 		ready:    map[string]string{},
 	}
 	m.quorum = m.dead - cfg.HeartbeatInterval
+	m.settle = settleMultiple * m.dead
+	m.gap = gapMultiple * m.dead
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	m.incarnation = binary.BigEndian.Uint64(b[:])
 	m.loop.init()
 	m.act = newActuator(m)
+	m.beats = newBeatSender(m)
+	m.epoch = time.Now()
+	m.arrivals.Store(&map[string]*peerArrival{})
 
 	if cfg.Interface != "" {
 		if err := checkCaps(true, "--vip-interface "+cfg.Interface); err != nil {
@@ -382,17 +397,22 @@ func (m *Manager) Run(ctx context.Context) error {
 		return nil
 	default:
 	}
-	readerDone := make(chan struct{})
-	go func() { defer close(readerDone); m.readHeartbeats() }()
+	readerDone, readerStop := make(chan struct{}), make(chan struct{})
+	go func() { defer close(readerDone); m.readHeartbeats(readerStop) }()
 	actStop, actDone := make(chan struct{}), make(chan struct{})
 	go func() { defer close(actDone); m.act.run(actStop) }()
 	watchDone := make(chan struct{})
 	defer close(watchDone)
 	m.watchLinks(watchDone)
+	beatStop, beatDone := make(chan struct{}), make(chan struct{})
+	go func() { defer close(beatDone); m.beatThread(beatStop) }()
 	err := m.run(ctx)
+	close(beatStop)
+	<-beatDone
 	close(actStop)
 	<-actDone
 	// Wake the reader up; Close closes the socket later.
+	close(readerStop)
 	_ = m.conn.SetReadDeadline(time.Now())
 	<-readerDone
 	_ = m.conn.SetReadDeadline(time.Time{})

@@ -17,10 +17,16 @@ import (
 //	| id (u8 length, bytes)
 //	| sightings u8, each: id (u8 length, bytes), age in µs u32, flags u8
 //	| not-ready addresses u16, each: 4 or 16 (u8), address bytes
+//	[ | held addresses u16, each: 4 or 16 (u8), address bytes
+//	  | sightings u8, each: time heard without a gap in µs u32 ]
 //	| HMAC-SHA256 of everything before, truncated to 16 bytes
 //
 // Flags of the heartbeat: eligible (1), leaving (2), not ready for any
-// address (4). Flags of a sighting: eligible (1).
+// address (4), holdings (8): the sender reports settled sightings and
+// reads the part in brackets, which is sent only to a peer that sets it
+// (a host of an earlier version rejects trailing bytes). Flags of a
+// sighting: eligible (1), settled (2): the sender has heard the peer for
+// the whole settling time.
 
 const (
 	wireVersion  = 1
@@ -29,6 +35,8 @@ const (
 	flagEligible = 1 << 0
 	flagLeaving  = 1 << 1
 	flagNotReady = 1 << 2
+	flagHoldings = 1 << 3
+	flagSettled  = 1 << 1 // of a sighting
 )
 
 var wireMagic = [4]byte{'T', 'P', 'H', 'B'}
@@ -54,17 +62,35 @@ type heartbeat struct {
 	NotReadyAll bool
 	// Sightings are the peers the sender hears itself.
 	Sightings []sighting
+	// Holdings: the sender sets flagHoldings (every host of this version
+	// does); Holding lists the arp VIPs it holds, sent only to peers
+	// that set it.
+	Holdings bool
+	Holding  []netip.Addr
+	// HoldingSent: the datagram carried the held addresses.
+	HoldingSent bool
 	// NotReady lists the addresses the sender cannot serve.
 	NotReady []netip.Addr
 }
 
-// marshal encodes hb and signs it with key. A not-ready list that does
-// not fit in one datagram becomes NotReadyAll.
-func (hb *heartbeat) marshal(key []byte) ([]byte, error) {
+// marshal encodes hb and signs it with key; the held addresses go in
+// only with withHolding (for a peer that reads them). A not-ready list
+// that does not fit in one datagram becomes NotReadyAll; held addresses
+// that do not fit are left out, so that the peer falls back to the
+// ranking alone.
+func (hb *heartbeat) marshal(key []byte, withHolding bool) ([]byte, error) {
 	if len(hb.ID) == 0 || len(hb.ID) > math.MaxUint8 {
 		return nil, fmt.Errorf("%w: node id must be 1 to 255 bytes", errBadHeartbeat)
 	}
-	b := make([]byte, 0, 64+len(hb.Sightings)*16+len(hb.NotReady)*5)
+	b := hb.appendTo(make([]byte, 0, 64+len(hb.Sightings)*20+len(hb.NotReady)*5+len(hb.Holding)*5), withHolding)
+	return append(b, sign(key, b)...), nil
+}
+
+// appendTo appends the unsigned datagram to b. It allocates nothing when
+// b has room for it (maxDatagram), so that the heartbeat thread can send
+// without producing garbage.
+func (hb *heartbeat) appendTo(b []byte, withHolding bool) []byte {
+	start := len(b)
 	b = append(b, wireMagic[:]...)
 	b = append(b, wireVersion, 0)
 	b = binary.BigEndian.AppendUint64(b, hb.Incarnation)
@@ -76,23 +102,25 @@ func (hb *heartbeat) marshal(key []byte) ([]byte, error) {
 	at := len(b)
 	b = append(b, 0)
 	for _, s := range hb.Sightings {
-		if len(s.ID) == 0 || len(s.ID) > math.MaxUint8 || n == math.MaxUint8 {
+		if !s.fits(n) {
 			continue
 		}
 		n++
 		b = append(b, byte(len(s.ID)))
 		b = append(b, s.ID...)
-		age := max(s.Age, 0) / time.Microsecond
-		b = binary.BigEndian.AppendUint32(b, uint32(min(age, math.MaxUint32)))
+		b = binary.BigEndian.AppendUint32(b, micros(s.Age))
 		var f byte
 		if s.Eligible {
 			f |= flagEligible
+		}
+		if s.Settled {
+			f |= flagSettled
 		}
 		b = append(b, f)
 	}
 	b[at] = byte(n)
 	notReadyAll := hb.NotReadyAll
-	size := len(b) + 2 + macSize
+	size := len(b) - start + 2 + macSize
 	for _, a := range hb.NotReady {
 		size += 1 + a.BitLen()/8
 	}
@@ -102,14 +130,29 @@ func (hb *heartbeat) marshal(key []byte) ([]byte, error) {
 	if notReadyAll {
 		b = append(b, 0, 0)
 	} else {
-		b = binary.BigEndian.AppendUint16(b, uint16(len(hb.NotReady)))
-		for _, a := range hb.NotReady {
-			s := a.AsSlice()
-			b = append(b, byte(len(s)))
-			b = append(b, s...)
+		b = appendAddrs(b, hb.NotReady)
+	}
+	if withHolding {
+		size := len(b) - start + 2 + macSize + 1 + 4*n
+		for _, a := range hb.Holding {
+			size += 1 + a.BitLen()/8
+		}
+		if size <= maxDatagram {
+			b = appendAddrs(b, hb.Holding)
+			b = append(b, byte(n))
+			k := 0
+			for _, s := range hb.Sightings {
+				if s.fits(k) {
+					k++
+					b = binary.BigEndian.AppendUint32(b, micros(s.AliveFor))
+				}
+			}
 		}
 	}
 	var f byte
+	if hb.Holdings {
+		f |= flagHoldings
+	}
 	if hb.Eligible {
 		f |= flagEligible
 	}
@@ -119,8 +162,34 @@ func (hb *heartbeat) marshal(key []byte) ([]byte, error) {
 	if notReadyAll {
 		f |= flagNotReady
 	}
-	b[5] = f
-	return append(b, sign(key, b)...), nil
+	b[start+5] = f
+	return b
+}
+
+// fits reports whether s goes on the wire after n others.
+func (s sighting) fits(n int) bool {
+	return len(s.ID) > 0 && len(s.ID) <= math.MaxUint8 && n < math.MaxUint8
+}
+
+// micros is d in whole microseconds, within a u32.
+func micros(d time.Duration) uint32 {
+	return uint32(min(max(d, 0)/time.Microsecond, math.MaxUint32))
+}
+
+func appendAddrs(b []byte, as []netip.Addr) []byte {
+	b = binary.BigEndian.AppendUint16(b, uint16(len(as)))
+	for _, a := range as {
+		if a.Is4() {
+			v := a.As4()
+			b = append(b, 4)
+			b = append(b, v[:]...)
+		} else {
+			v := a.As16()
+			b = append(b, 16)
+			b = append(b, v[:]...)
+		}
+	}
+	return b
 }
 
 func sign(key, b []byte) []byte {
@@ -157,27 +226,36 @@ func parseHeartbeat(b, key []byte) (*heartbeat, error) {
 		Eligible:    flags&flagEligible != 0,
 		Leaving:     flags&flagLeaving != 0,
 		NotReadyAll: flags&flagNotReady != 0,
+		Holdings:    flags&flagHoldings != 0,
 	}
 	hb.ID = r.str()
 	for range int(r.u8()) {
 		s := sighting{ID: r.str()}
 		s.Age = time.Duration(r.u32()) * time.Microsecond
-		s.Eligible = r.u8()&flagEligible != 0
+		f := r.u8()
+		s.Eligible, s.Settled = f&flagEligible != 0, f&flagSettled != 0
 		if r.err {
 			break
 		}
 		hb.Sightings = append(hb.Sightings, s)
 	}
-	for range int(r.u16()) {
-		n := int(r.u8())
-		if n != 4 && n != 16 {
+	var ok bool
+	if hb.NotReady, ok = r.addrs(); !ok {
+		return bad("address length must be 4 or 16")
+	}
+	// Held addresses follow when there are bytes left (a peer sends them
+	// only to hosts that read them).
+	if len(r.b) > 0 {
+		hb.HoldingSent = true
+		if hb.Holding, ok = r.addrs(); !ok {
 			return bad("address length must be 4 or 16")
 		}
-		a, ok := netip.AddrFromSlice(r.bytes(n))
-		if r.err || !ok {
-			break
+		if int(r.u8()) != len(hb.Sightings) && !r.err {
+			return bad("times heard do not match the sightings")
 		}
-		hb.NotReady = append(hb.NotReady, a)
+		for i := range hb.Sightings {
+			hb.Sightings[i].AliveFor = time.Duration(r.u32()) * time.Microsecond
+		}
 	}
 	if r.err {
 		return bad("truncated")
@@ -234,6 +312,27 @@ func (r *reader) u64() uint64 {
 		return binary.BigEndian.Uint64(b)
 	}
 	return 0
+}
+
+// addrs reads a u16 count and that many addresses (false: a length other
+// than 4 or 16).
+func (r *reader) addrs() ([]netip.Addr, bool) {
+	var out []netip.Addr
+	for range int(r.u16()) {
+		n := int(r.u8())
+		if r.err {
+			break
+		}
+		if n != 4 && n != 16 {
+			return nil, false
+		}
+		a, ok := netip.AddrFromSlice(r.bytes(n))
+		if r.err || !ok {
+			break
+		}
+		out = append(out, a)
+	}
+	return out, true
 }
 
 func (r *reader) str() string {

@@ -28,6 +28,14 @@ func TestHeartbeatRoundTrip(t *testing.T) {
 			NotReady:  []netip.Addr{netip.MustParseAddr("192.0.2.10"), netip.MustParseAddr("2001:db8::10")},
 		}, heartbeat{}},
 		{"leaving", heartbeat{ID: "n1", Leaving: true, NotReadyAll: true}, heartbeat{}},
+		{"held addresses and settled sightings", heartbeat{
+			ID: "n2", Holdings: true, HoldingSent: true,
+			Sightings: []sighting{{ID: "n1", Age: time.Millisecond, Eligible: true, Settled: true, AliveFor: 3 * time.Second}, {ID: "n3", AliveFor: time.Millisecond}},
+			Holding:   []netip.Addr{netip.MustParseAddr("192.0.2.200"), netip.MustParseAddr("2001:db8::200")},
+		}, heartbeat{}},
+		{"no held addresses sent, the flag still is", heartbeat{ID: "n2", Holdings: true}, heartbeat{}},
+		{"held addresses that do not fit are left out", heartbeat{ID: "n2", Holdings: true, HoldingSent: true, Holding: manyAddrs(maxDatagram / 17)},
+			heartbeat{ID: "n2", Holdings: true}},
 		{"sub-microsecond ages are truncated", heartbeat{ID: "n1", Sightings: []sighting{{ID: "n2", Age: 1500 * time.Nanosecond}}},
 			heartbeat{ID: "n1", Sightings: []sighting{{ID: "n2", Age: time.Microsecond}}}},
 		{"a list that does not fit becomes not-ready-for-all", heartbeat{ID: "n1", NotReady: manyAddrs(maxDatagram / 17)},
@@ -35,7 +43,7 @@ func TestHeartbeatRoundTrip(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b, err := tt.hb.marshal(testKey)
+			b, err := tt.hb.marshal(testKey, tt.hb.HoldingSent)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -68,7 +76,7 @@ func manyAddrs(n int) []netip.Addr {
 }
 
 func TestHeartbeatRejects(t *testing.T) {
-	good, err := (&heartbeat{ID: "n1", Seq: 1, NotReady: []netip.Addr{netip.MustParseAddr("192.0.2.1")}}).marshal(testKey)
+	good, err := (&heartbeat{ID: "n1", Seq: 1, NotReady: []netip.Addr{netip.MustParseAddr("192.0.2.1")}}).marshal(testKey, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +95,8 @@ func TestHeartbeatRejects(t *testing.T) {
 		{"not ours", resign(append([]byte("XXXX"), good[4:]...)), testKey, "not a teapot-lb heartbeat"},
 		{"future version", func() []byte { b := append([]byte{}, good...); b[4] = 9; return resign(b) }(), testKey, "version 9"},
 		{"truncated", signed(body[:len(body)-2]), testKey, ""},
-		{"trailing bytes", signed(append(append([]byte{}, body...), 0, 0)), testKey, "trailing bytes"},
+		{"times heard that do not match", signed(append(append([]byte{}, body...), 0, 0, 2)), testKey, "do not match"},
+		{"trailing bytes after the held addresses", signed(append(append([]byte{}, body...), 0, 0, 0, 9)), testKey, "trailing bytes"},
 		{"too long", signed(make([]byte, maxDatagram)), testKey, "too long"},
 	}
 	for _, tt := range tests {
@@ -110,7 +119,9 @@ func FuzzParseHeartbeat(f *testing.F) {
 		{ID: "n1"},
 		{ID: "n2", Eligible: true, Sightings: []sighting{{ID: "n1", Age: time.Millisecond}}, NotReady: []netip.Addr{netip.MustParseAddr("2001:db8::1")}},
 	} {
-		b, _ := hb.marshal(testKey)
+		b, _ := hb.marshal(testKey, false)
+		f.Add(b)
+		b, _ = hb.marshal(testKey, true)
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -122,7 +133,7 @@ func FuzzParseHeartbeat(f *testing.F) {
 		if err != nil {
 			return
 		}
-		again, err := hb.marshal(testKey)
+		again, err := hb.marshal(testKey, hb.HoldingSent)
 		if err != nil {
 			t.Fatalf("accepted %+v but cannot encode it: %v", hb, err)
 		}

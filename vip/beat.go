@@ -1,0 +1,181 @@
+package vip
+
+import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"hash"
+	"net/netip"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// This file sends the heartbeats. The decision loop plans what they say
+// (beatPlan); a goroutine locked to an OS thread of its own, with a
+// raised scheduling priority, sends them every interval, filling in the
+// sequence number and the ages at the moment of sending. It sleeps in
+// clock_nanosleep, so that the kernel, not the Go scheduler's timers,
+// wakes it, and it allocates nothing, so that it never waits for the
+// garbage collector's assists. A host whose CPUs are saturated by other
+// work thus keeps its heartbeats on time.
+
+// beatPlan is what the next heartbeats say, planned by the loop.
+type beatPlan struct {
+	hb heartbeat
+	// heard and since are, for each of hb.Sightings, when the peer was
+	// last heard and since when without a gap.
+	heard, since []time.Time
+	// arrived are the reader's notes of the same peers: a heartbeat
+	// newer than heard that the loop has not taken in yet counts.
+	arrived []*peerArrival
+	to      []beatDest
+	key     []byte
+	// built: a plan older than stale is not sent (the loop is stuck or
+	// the process was paused: silence is then the truth).
+	built         time.Time
+	stale, settle time.Duration
+}
+
+type beatDest struct {
+	id   string
+	addr netip.AddrPort
+	// withHolding: the peer reads held addresses.
+	withHolding bool
+}
+
+// beatSender encodes and sends the planned heartbeats.
+type beatSender struct {
+	m    *Manager
+	plan atomic.Pointer[beatPlan]
+
+	mu      sync.Mutex
+	seq     uint64
+	sights  []sighting
+	bufs    [2][]byte
+	mac     hash.Hash
+	macKey  []byte
+	sum     [sha256.Size]byte
+	failing map[string]bool
+}
+
+func newBeatSender(m *Manager) *beatSender {
+	s := &beatSender{m: m, failing: map[string]bool{}}
+	for i := range s.bufs {
+		s.bufs[i] = make([]byte, 0, maxDatagram+sha256.Size)
+	}
+	return s
+}
+
+// send sends the current plan to every peer once, with the next sequence
+// number. It is safe from any goroutine.
+func (s *beatSender) send(now time.Time) {
+	p := s.plan.Load()
+	if p == nil || len(p.key) == 0 || now.Sub(p.built) > p.stale {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.seq++
+	hb := p.hb
+	hb.Seq = s.seq
+	s.sights = append(s.sights[:0], p.hb.Sightings...)
+	for i := range s.sights {
+		heard := p.heard[i]
+		if at := s.m.heardAt(p.arrived[i]); at.After(heard) { // a newer one, not yet taken in
+			heard = at
+		}
+		alive := now.Sub(p.since[i])
+		s.sights[i].Age, s.sights[i].AliveFor, s.sights[i].Settled = now.Sub(heard), alive, alive >= p.settle
+	}
+	hb.Sightings = s.sights
+	if !bytes.Equal(s.macKey, p.key) {
+		s.mac, s.macKey = hmac.New(sha256.New, p.key), p.key
+	}
+	var encoded [2]bool
+	for _, d := range p.to {
+		i := 0
+		if d.withHolding {
+			i = 1
+		}
+		if !encoded[i] {
+			b := hb.appendTo(s.bufs[i][:0], d.withHolding)
+			s.mac.Reset()
+			s.mac.Write(b)
+			s.bufs[i] = append(b, s.mac.Sum(s.sum[:0])[:macSize]...)
+			encoded[i] = true
+		}
+		_, err := s.m.conn.WriteToUDPAddrPort(s.bufs[i], d.addr)
+		if failing := err != nil; failing != s.failing[d.id] {
+			s.failing[d.id] = failing
+			if failing {
+				s.m.log.Warn("cannot send heartbeats", "peer", d.id, "addr", d.addr, "err", err)
+			} else {
+				s.m.log.Info("sending heartbeats again", "peer", d.id)
+			}
+		}
+	}
+}
+
+// beatThread sends the heartbeats every interval until stop is closed.
+func (m *Manager) beatThread(stop <-chan struct{}) {
+	// Never unlocked: when this goroutine returns, its thread, with the
+	// raised priority, ends with it.
+	runtime.LockOSThread()
+	if how, err := raisePriority(); err != nil {
+		m.log.Info("heartbeats run on a thread of their own at normal priority", "reason", err)
+	} else {
+		m.log.Info("heartbeats run on a thread of their own", "priority", how)
+	}
+	interval := int64(m.cfg.HeartbeatInterval)
+	const slice = int64(50 * time.Millisecond) // how often stop is checked
+	next := monotonic()
+	for {
+		next += interval
+		if now := monotonic(); next < now {
+			next = now // fell behind (paused): no burst
+		}
+		for {
+			now := monotonic()
+			if now >= next {
+				break
+			}
+			ts := unix.NsecToTimespec(min(next, now+slice))
+			_ = unix.ClockNanosleep(unix.CLOCK_MONOTONIC, unix.TIMER_ABSTIME, &ts, nil)
+			select {
+			case <-stop:
+				return
+			default:
+			}
+		}
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		m.beats.send(time.Now())
+	}
+}
+
+func monotonic() int64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return ts.Nano()
+}
+
+// raisePriority puts the calling thread in the round-robin real-time
+// class at a low real-time priority, or failing that (no CAP_SYS_NICE)
+// at nice -10, and says which.
+func raisePriority() (string, error) {
+	attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_RR, Priority: 10}
+	if err := unix.SchedSetAttr(0, &attr, 0); err == nil {
+		return "SCHED_RR 10", nil
+	}
+	if err := unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), -10); err != nil {
+		return "", err
+	}
+	return "nice -10", nil
+}
