@@ -333,10 +333,10 @@ type self struct {
 	KeepOnly bool
 	// Holding: the arp VIPs it holds now.
 	Holding map[netip.Addr]bool
-	// Rebalance: it started a moment ago (3s after it first saw a
-	// majority); it takes the arp VIPs it ranks first for from the hosts
-	// that stood in for it.
-	Rebalance bool
+	// Rebalance holds the arp VIPs it takes back from the hosts that
+	// stood in for it, when it ranks first: it started a moment ago (in
+	// the first 3s in which it could hold the VIP).
+	Rebalance map[netip.Addr]bool
 }
 
 // holderOf returns the host that should hold an arp VIP in this host's
@@ -373,7 +373,7 @@ func holderOf(a netip.Addr, ranked []string, me self, v view) string {
 	if len(cands) == 0 {
 		return ""
 	}
-	if !known || (me.Rebalance && cands[0] == me.ID) {
+	if !known || (me.Rebalance[a] && cands[0] == me.ID) {
 		return cands[0]
 	}
 	for _, h := range cands {

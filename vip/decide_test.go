@@ -324,7 +324,7 @@ func TestHolderOf(t *testing.T) {
 		{"it stays with a lower-ranked holder", self{ID: "n1"}, view{Alive: map[string]hostView{"n2": peer(false, true), "n3": peer(true, true)}}, "n3"},
 		{"this host holds it and keeps it", self{ID: "n1", Holding: held}, view{Alive: map[string]hostView{"n2": peer(false, true)}}, "n1"},
 		{"two hold it: the higher-ranked keeps it", self{ID: "n3", Holding: held}, view{Alive: map[string]hostView{"n1": peer(true, true)}}, "n1"},
-		{"a host that just started takes back its first", self{ID: "n2", Rebalance: true}, view{Alive: map[string]hostView{"n3": peer(true, true)}}, "n2"},
+		{"a host that just started takes back its first", self{ID: "n2", Rebalance: held}, view{Alive: map[string]hostView{"n3": peer(true, true)}}, "n2"},
 		{"a peer of an earlier version: the ranking", self{ID: "n1"}, view{Alive: map[string]hostView{"n2": peer(false, false), "n3": peer(true, true)}}, "n2"},
 		{"keep-only takes nothing", self{ID: "n1", KeepOnly: true}, view{Alive: map[string]hostView{"n3": peer(false, true)}}, "n3"},
 		{"keep-only keeps what it holds", self{ID: "n1", KeepOnly: true, Holding: held}, view{Alive: map[string]hostView{"n3": peer(false, true)}}, "n1"},

@@ -51,8 +51,8 @@ type loopState struct {
 	records map[netip.Addr]*record
 	alive   map[string]bool
 	quorum  string // quorumState of the last view
-	// firstQuorum: when this process first saw a majority (zero: not yet).
-	firstQuorum time.Time
+	// rebalanceFrom: when this process could first hold each arp VIP.
+	rebalanceFrom map[netip.Addr]time.Time
 	// arpUp and bgpUp: the interfaces can carry traffic.
 	arpUp, bgpUp bool
 	linkDirty    bool
@@ -76,6 +76,7 @@ func (st *loopState) init() {
 	st.prev = map[netip.Addr]string{}
 	st.records = map[netip.Addr]*record{}
 	st.alive = map[string]bool{}
+	st.rebalanceFrom = map[netip.Addr]time.Time{}
 	st.arpUp, st.bgpUp, st.linkDirty = true, true, true
 }
 
@@ -259,11 +260,22 @@ func (m *Manager) evaluate(now time.Time, inputsChanged bool) time.Time {
 	}
 	if arpMe.Problem == "" {
 		arpMe.KeepOnly = !v.Quorum
-		if v.Quorum && st.firstQuorum.IsZero() {
-			st.firstQuorum = now
+	}
+	arpMe.Rebalance = map[netip.Addr]bool{}
+	if arpMe.Problem == "" && v.Quorum && st.want != nil {
+		// The window of each VIP opens when this host could first hold it
+		// (a majority, and its data plane ready for it).
+		for _, vs := range st.want.VIPs {
+			if vs.Mode != ModeARP || me.NotReady[vs.Addr] != "" {
+				continue
+			}
+			from, ok := st.rebalanceFrom[vs.Addr]
+			if !ok {
+				from = now
+				st.rebalanceFrom[vs.Addr] = now
+			}
+			arpMe.Rebalance[vs.Addr] = now.Sub(from) < rebalanceMultiple*m.settle
 		}
-		// Long enough for the data plane to report ready after a start.
-		arpMe.Rebalance = !st.firstQuorum.IsZero() && now.Sub(st.firstQuorum) < rebalanceMultiple*m.settle
 	}
 	arpMe.Holding = map[netip.Addr]bool{}
 	for a, r := range st.records {
@@ -307,7 +319,7 @@ func (m *Manager) evaluate(now time.Time, inputsChanged bool) time.Time {
 		sessions = m.spk.established()
 	}
 	st.sessions = sessions
-	sig := signature(v, st.peers, arpMe.Problem, bgpMe.Problem, me.Problem, fmt.Sprint(arpMe.KeepOnly, arpMe.Rebalance, sessions))
+	sig := signature(v, st.peers, arpMe.Problem, bgpMe.Problem, me.Problem, fmt.Sprint(arpMe.KeepOnly, len(arpMe.Rebalance), rebalancing(arpMe.Rebalance), sessions))
 	if st.want != nil && (inputsChanged || sig != st.sig) {
 		m.converge(now, v, arpMe, bgpMe, me)
 	}
@@ -372,6 +384,17 @@ func staleProblem(now, contact time.Time, maxAge time.Duration) string {
 		return fmt.Sprintf("no contact with the Raft leader for %s (the state may be stale; allowed %s)", age.Round(time.Second), maxAge)
 	}
 	return ""
+}
+
+// rebalancing counts the VIPs whose rebalance window is open.
+func rebalancing(r map[netip.Addr]bool) int {
+	n := 0
+	for _, open := range r {
+		if open {
+			n++
+		}
+	}
+	return n
 }
 
 // quorumState names a view's standing for the logs.

@@ -18,14 +18,8 @@ import (
 )
 
 // connectRetry is how often the speaker dials a router it has no session
-// with (gobgp's default is two minutes); idleAfterReset is how long it
-// waits before dialling again after a session was reset, as by BFD after
-// a stall of this process (gobgp's default is 30s, during which the
-// router has no route via this host).
-const (
-	connectRetry   = 3 // seconds
-	idleAfterReset = 1 // seconds
-)
+// with (gobgp's default is two minutes).
+const connectRetry = 3 // seconds
 
 // route is one announced /32 or /128.
 type route struct {
@@ -134,7 +128,7 @@ func apiPeer(p BGPPeer) *gobgpapi.Peer {
 		Conf: &gobgpapi.PeerConf{
 			NeighborAddress: a.String(), PeerAsn: p.ASN, AuthPassword: p.Password,
 		},
-		Timers:    &gobgpapi.Timers{Config: &gobgpapi.TimersConfig{ConnectRetry: connectRetry, IdleHoldTimeAfterReset: idleAfterReset}},
+		Timers:    &gobgpapi.Timers{Config: &gobgpapi.TimersConfig{ConnectRetry: connectRetry}},
 		Transport: &gobgpapi.Transport{RemotePort: uint32(p.Port)},
 		AfiSafis:  []*gobgpapi.AfiSafi{{Config: &gobgpapi.AfiSafiConfig{Family: fam, Enabled: true}}},
 	}
