@@ -3,7 +3,9 @@ package scenarios
 import (
 	"cmp"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,12 +16,15 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/h2c"
 )
 
 // The L7 product benchmark: `teapot-lb serve` configured through the CLI,
 // HAProxy (one thread) and nginx (one worker) proxy to the same nginx
-// member, each pinned to core 0; the member and the load generators run on
-// core 1. Each round runs every workload against every proxy in turn
+// member (and gRPC calls to the same h2c member in this process), each
+// pinned to core 0; the members and the load generators run on core 1. Each round runs every workload against every proxy in turn
 // (interleaved, so that all see the same machine); medians are reported.
 // The generator's core saturates near the member's own speed on a 2-core
 // machine, so requests per second of proxy CPU (from /proc) are the
@@ -48,6 +53,38 @@ var l7Workloads = []l7Workload{
 	{"h2-tls", func(tb testing.TB, host string, _, tlsPort int) (int64, error) {
 		return runH2load(fmt.Sprintf("https://%s:%d/", host, tlsPort))
 	}},
+	{"grpc-unary", func(tb testing.TB, host string, _, tlsPort int) (int64, error) {
+		return runH2load(fmt.Sprintf("https://%s:%d%s", host, tlsPort, l7GRPCPath), "-d", l7GRPCRequest,
+			"-H", "content-type: application/grpc", "-H", "te: trailers")
+	}},
+}
+
+// l7GRPCPath is the gRPC method of the benchmark, routed to an h2c member;
+// l7GRPCRequest is the file holding one gRPC request message.
+const l7GRPCPath = "/bench.Echo/Unary"
+
+var l7GRPCRequest string
+
+// startGRPCMember serves l7GRPCPath over h2c in this process: each call's
+// message is read and answered with a 13-byte message and grpc-status 0.
+func startGRPCMember(tb testing.TB) string {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	reply := append([]byte{0, 0, 0, 0, 13}, "hello, world\n"...)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/grpc")
+		w.Header().Set("Trailer", "Grpc-Status")
+		_, _ = w.Write(reply)
+		w.Header().Set("Grpc-Status", "0")
+	})
+	srv := &http.Server{Handler: h2c.NewHandler(h, &http2.Server{MaxConcurrentStreams: 1000})}
+	go func() { _ = srv.Serve(ln) }()
+	tb.Cleanup(func() { _ = srv.Close() })
+	return ln.Addr().String()
 }
 
 var (
@@ -83,8 +120,9 @@ func runWrk(url string) (int64, error) {
 
 // runH2load runs h2load over TLS with 32 connections of 10 streams each on
 // core 1 and returns the requests that succeeded.
-func runH2load(url string) (int64, error) {
-	out, err := exec.Command("taskset", "-c", "1", "h2load", "-c32", "-m10", "-D", strconv.Itoa(int(l7BenchRun.Seconds())), url).CombinedOutput()
+func runH2load(url string, extra ...string) (int64, error) {
+	args := append([]string{"-c", "1", "h2load", "-c32", "-m10", "-D", strconv.Itoa(int(l7BenchRun.Seconds()))}, extra...)
+	out, err := exec.Command("taskset", append(args, url)...).CombinedOutput()
 	if err != nil {
 		return 0, fmt.Errorf("h2load %s: %v\n%s", url, err, out)
 	}
@@ -120,6 +158,10 @@ func BenchmarkL7Serve(b *testing.B) {
 	certFile, keyFile := benchCert(b, dir)
 	port, tlsPort := freeL7Ports(b)
 	member := startNginxMember(b, dir)
+	pin(b, os.Getpid(), "1") // the gRPC member runs in this process
+	b.Cleanup(func() { _ = exec.Command("taskset", "-a", "-cp", "0-1023", strconv.Itoa(os.Getpid())).Run() })
+	grpcMember := startGRPCMember(b)
+	l7GRPCRequest = writeConf(b, dir, "grpc-request.bin", string(append([]byte{0, 0, 0, 0, 10}, "0123456789"...)))
 
 	c := newCluster(b)
 	n := c.bootstrap()
@@ -143,9 +185,11 @@ vip: { pool: l7bench, address: "%[1]s" }
 listeners:
   - { port: %[2]d, protocol: http }
   - { port: %[3]d, protocol: https, tls: { certificates: [l7bench] } }
-routes: [{ path: /, pool: web }]
-pools: { web: { members: ["%[4]s"] } }
-`, l7BenchTeapot, port, tlsPort, member)
+routes: [{ path: %[6]s, pool: grpc }, { path: /, pool: web }]
+pools:
+  web: { members: ["%[4]s"] }
+  grpc: { backendProtocol: h2c, members: ["%[5]s"] }
+`, l7BenchTeapot, port, tlsPort, member, grpcMember, l7GRPCPath)
 	for i, doc := range []string{tenant, lb} {
 		p := filepath.Join(dir, fmt.Sprintf("l7-%d.yaml", i))
 		if err := os.WriteFile(p, []byte(doc), 0o644); err != nil {
@@ -173,8 +217,8 @@ pools: { web: { members: ["%[4]s"] } }
 		{name: "haproxy", host: l7BenchHAProxy, port: port, tlsPort: tlsPort},
 		{name: "nginx", host: l7BenchNginx, port: port, tlsPort: tlsPort},
 	}
-	proxies[1].pid = startL7Peer(b, dir, "haproxy", l7HAProxyConf(dir, port, tlsPort, member, certFile, keyFile))
-	proxies[2].pid = startL7Peer(b, dir, "nginx", l7NginxConf(dir, port, tlsPort, member, certFile, keyFile))
+	proxies[1].pid = startL7Peer(b, dir, "haproxy", l7HAProxyConf(dir, port, tlsPort, member, grpcMember, certFile, keyFile))
+	proxies[2].pid = startL7Peer(b, dir, "nginx", l7NginxConf(dir, port, tlsPort, member, grpcMember, certFile, keyFile))
 	for _, p := range proxies[1:] {
 		if err := waitHandshake(net.JoinHostPort(p.host, strconv.Itoa(p.tlsPort)), 10*time.Second); err != nil {
 			b.Fatal(err)
@@ -298,7 +342,7 @@ http {
 
 // l7HAProxyConf is HAProxy with one thread, adding the forwarding fields
 // teapot-lb adds (X-Forwarded-For/-Proto/-Host, Forwarded, X-Request-Id).
-func l7HAProxyConf(dir string, port, tlsPort int, member, certFile, keyFile string) string {
+func l7HAProxyConf(dir string, port, tlsPort int, member, grpcMember, certFile, keyFile string) string {
 	certPEM, _ := os.ReadFile(certFile)
 	keyPEM, _ := os.ReadFile(keyFile)
 	bundle := filepath.Join(dir, "l7-haproxy.pem")
@@ -322,15 +366,18 @@ frontend fe
   http-request set-header Forwarded "for=%%[src];host=%%[req.hdr(host)];proto=%%[ssl_fc,iif(https,http)]"
   unique-id-format %%{+X}o\ %%ci:%%cp_%%fi:%%fp_%%Ts_%%rt:%%pid
   unique-id-header X-Request-Id
+  use_backend grpc if { path_beg %[7]s }
   default_backend be
 backend be
   server s1 %[5]s
-`, l7BenchHAProxy, port, tlsPort, bundle, member)
+backend grpc
+  server g1 %[6]s proto h2
+`, l7BenchHAProxy, port, tlsPort, bundle, member, grpcMember, l7GRPCPath)
 }
 
 // l7NginxConf is nginx with one worker, upstream keep-alive and the same
 // forwarding fields.
-func l7NginxConf(dir string, port, tlsPort int, member, certFile, keyFile string) string {
+func l7NginxConf(dir string, port, tlsPort int, member, grpcMember, certFile, keyFile string) string {
 	return fmt.Sprintf(`worker_processes 1;
 master_process off;
 daemon off;
@@ -361,9 +408,13 @@ http {
       proxy_set_header Forwarded "for=$remote_addr;host=$host;proto=$scheme";
       proxy_set_header X-Request-Id $request_id;
     }
+    location %[9]s {
+      grpc_pass grpc://%[10]s;
+      grpc_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+    }
   }
 }
-`, dir, l7BenchNginx, port, tlsPort, "", member, certFile, keyFile)
+`, dir, l7BenchNginx, port, tlsPort, "", member, certFile, keyFile, l7GRPCPath, grpcMember)
 }
 
 // startL7Peer starts a peer proxy on core 0 and returns its pid.

@@ -100,7 +100,9 @@ func (rc *h2RawClient) do(t testing.TB) int {
 // proxied to an HTTP/1.1 member, all in this process. Three remain, none
 // in this package: crypto/tls allocates one per record read (its
 // atLeastReader), once in the test's client and once in the server, and
-// x/net/http2's framer one HeadersFrame per HEADERS frame.
+// x/net/http2's framer one HeadersFrame per HEADERS frame. Under the race
+// detector sync.Pool drops entries at random, and crypto/tls's record
+// buffer pool then allocates about two more.
 func TestH2Allocs(t *testing.T) {
 	be := newBackend(t, rawBackend(t, rawResponse))
 	addr := proxyUnder(t, New(Config{}), oneRoute(allocFree{be}), selfSigned(t))
@@ -111,8 +113,12 @@ func TestH2Allocs(t *testing.T) {
 		}
 	}
 	allocs := testing.AllocsPerRun(1000, func() { rc.do(t) })
-	if allocs > 3 {
-		t.Errorf("%.1f allocations per HTTP/2 request, want at most 3", allocs)
+	limit := 3.0
+	if raceEnabled {
+		limit += 2.5
+	}
+	if allocs > limit {
+		t.Errorf("%.1f allocations per HTTP/2 request, want at most %.1f", allocs, limit)
 	}
 }
 

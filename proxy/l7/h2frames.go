@@ -125,6 +125,7 @@ func (c *h2Conn) onHeaders(f *h2Head) http2.ErrCode {
 	c.mu.Lock()
 	c.streams[id] = st
 	c.workers++
+	c.active.Add(1)
 	if f.end {
 		st.remoteClosed = true
 	}
@@ -537,21 +538,35 @@ func newH2Stream(c *h2Conn, id uint32) *h2Stream {
 }
 
 // putStream recycles a stream that no goroutine refers to any more.
+// A few streams keep their response buffer; the others give it back.
 func (c *h2Conn) putStream(st *h2Stream) {
 	if st.timer != nil {
 		st.timer.Stop()
 	}
+	c.mu.Lock() // a late timer reads the stream under c.mu
+	defer c.mu.Unlock()
+	keep := len(c.free) < h2KeepStreams
+	wbp := st.wbp
+	if wbp != nil && !keep {
+		*wbp = st.wbuf[:0]
+		h2bufs.Put(wbp)
+		wbp = nil
+	}
 	*st = h2Stream{
-		c: c, cond: st.cond, timer: st.timer,
+		c: c, cond: st.cond, timer: st.timer, wbp: wbp,
 		fields: st.fields[:0], hostBuf: st.hostBuf[:0], pathBuf: st.pathBuf[:0],
 		head: st.head[:0], hblk: st.hblk[:0], rbuf: st.rbuf[:0], trailers: st.trailers[:0],
 	}
-	c.mu.Lock()
-	if len(c.free) < int(c.s.cfg.H2MaxConcurrentStreams) {
+	if wbp != nil {
+		st.wbuf = (*wbp)[:0]
+	}
+	if keep {
 		c.free = append(c.free, st)
 	}
-	c.mu.Unlock()
 }
+
+// h2KeepStreams is how many finished streams a connection keeps for reuse.
+const h2KeepStreams = 16
 
 // abort ends the stream's body and cancels its request. c.mu held.
 func (st *h2Stream) abort(err error) {
@@ -576,12 +591,13 @@ func (st *h2Stream) wait(deadline int64) bool {
 	}
 	st.deadline = deadline
 	if st.timer == nil {
+		c, cond := st.c, st.cond
 		st.timer = time.AfterFunc(d, func() {
-			st.c.mu.Lock()
+			c.mu.Lock()
 			if time.Now().UnixNano() >= st.deadline {
-				st.cond.Broadcast()
+				cond.Broadcast()
 			}
-			st.c.mu.Unlock()
+			c.mu.Unlock()
 		})
 	} else {
 		st.timer.Reset(d)

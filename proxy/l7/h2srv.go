@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -139,8 +140,9 @@ type h2Conn struct {
 	peerWindow int64 // SETTINGS_INITIAL_WINDOW_SIZE of the client
 	peerFrame  int   // SETTINGS_MAX_FRAME_SIZE of the client
 	closed     bool
-	stalled    bool // a stream waited past WriteTimeout for window
-	workers    int  // requests whose handler still runs
+	stalled    bool         // a stream waited past WriteTimeout for window
+	workers    int          // requests whose handler still runs
+	active     atomic.Int32 // requests whose handler still runs, for unlockW
 	free       []*h2Stream
 	work       chan *h2Stream // idle workers wait here
 	wg         sync.WaitGroup
@@ -231,19 +233,34 @@ func (c *h2Conn) lockW() {
 
 // unlockW flushes when no other writer waits, and releases the lock.
 func (c *h2Conn) unlockW() {
+	if c.pending.Load() == 1 && c.werr == nil && c.bw.Buffered() > 0 && c.active.Load() > 1 {
+		// Other requests of this connection are in flight, and their
+		// members often answer in the same poll: let the goroutines that
+		// are ready add their frames before the write(2). The count we
+		// keep makes them leave the flush to us.
+		c.wmu.Unlock()
+		runtime.Gosched()
+		c.wmu.Lock()
+	}
 	if c.pending.Add(-1) == 0 && c.werr == nil && c.bw.Buffered() > 0 {
-		now := time.Now().UnixNano()
-		wt := int64(c.s.cfg.WriteTimeout)
-		if c.wdl-now < wt-wt/16 {
-			c.wdl = now + wt
-			_ = c.nc.SetWriteDeadline(time.Unix(0, c.wdl))
-		}
-		c.werr = c.bw.Flush()
+		c.werr = c.flushLocked()
 	}
 	if c.werr != nil {
 		c.wfail.Store(true)
 	}
 	c.wmu.Unlock()
+}
+
+// flushLocked writes out the buffered frames within WriteTimeout. wmu
+// held.
+func (c *h2Conn) flushLocked() error {
+	now := time.Now().UnixNano()
+	wt := int64(c.s.cfg.WriteTimeout)
+	if c.wdl-now < wt-wt/16 {
+		c.wdl = now + wt
+		_ = c.nc.SetWriteDeadline(time.Unix(0, c.wdl))
+	}
+	return c.bw.Flush()
 }
 
 // serve reads frames until the connection ends.
@@ -369,7 +386,12 @@ func (c *h2Conn) openStreams() int {
 func (c *h2Conn) readError(err error) {
 	var ce http2.ConnectionError
 	var se http2.StreamError
+	c.mu.Lock()
+	stalled := c.stalled
+	c.mu.Unlock()
 	switch {
+	case stalled:
+		c.linger()
 	case c.scan.calm || errors.Is(err, errH2Calm):
 		c.goAway(http2.ErrCodeEnhanceYourCalm)
 	case errors.As(err, &ce):
@@ -388,6 +410,9 @@ func (c *h2Conn) goAway(code http2.ErrCode) {
 	if c.werr == nil {
 		c.werr = c.fr.WriteGoAway(c.lastID(), code, nil)
 		c.goAwaySent.Store(true)
+		if c.werr == nil {
+			c.werr = c.flushLocked() // before the close, whoever else writes
+		}
 	}
 	c.unlockW()
 	c.linger()

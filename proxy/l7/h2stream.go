@@ -40,6 +40,7 @@ func (st *h2Stream) run() {
 	}
 	c.mu.Lock()
 	c.workers--
+	c.active.Add(-1)
 	open := c.streams[st.id] == st
 	rst := open && !st.remoteClosed && st.err == nil
 	if open {
@@ -58,11 +59,6 @@ func (st *h2Stream) run() {
 			c.werr = c.fr.WriteRSTStream(st.id, http2.ErrCodeNo)
 		}
 		c.unlockW()
-	}
-	if st.wbp != nil {
-		*st.wbp = st.wbuf[:0]
-		h2bufs.Put(st.wbp)
-		st.wbp, st.wbuf = nil, nil
 	}
 	c.putStream(st)
 	c.closeIfDone()
@@ -438,9 +434,16 @@ func (c *h2Conn) stall() {
 	if c.werr == nil {
 		c.werr = c.fr.WriteGoAway(c.lastID(), http2.ErrCodeEnhanceYourCalm, nil)
 		c.goAwaySent.Store(true)
+		if c.werr == nil {
+			c.werr = c.flushLocked() // before the close, whoever else writes
+		}
 	}
 	c.unlockW()
-	_ = c.raw.Close()
+	// The reader wakes up, lets the client read the GOAWAY and closes.
+	c.mu.Lock()
+	c.stalled = true
+	c.mu.Unlock()
+	_ = c.nc.SetReadDeadline(time.Now())
 }
 
 // closeIfDone ends a connection that sent or received a GOAWAY once its
@@ -455,7 +458,7 @@ func (c *h2Conn) closeIfDone() {
 	}
 	c.lockW()
 	if c.werr == nil {
-		c.werr = c.bw.Flush()
+		c.werr = c.flushLocked()
 		if tc, ok := c.nc.(*tls.Conn); ok {
 			_ = tc.CloseWrite()
 		}
