@@ -166,6 +166,24 @@ func monotonic() int64 {
 	return ts.Nano()
 }
 
+// spareProcs is how many more Go processors than CPUs a process with a
+// VIP manager runs: when every processor is held by a goroutine whose
+// thread the kernel has descheduled (a saturated machine), the heartbeat
+// threads, woken on time by the kernel, would still wait for one.
+const spareProcs = 4
+
+// ensureSpareProcs raises GOMAXPROCS to the CPUs plus spareProcs and
+// returns the old and new values (equal when nothing changed).
+func ensureSpareProcs() (int, int) {
+	old := runtime.GOMAXPROCS(0)
+	want := runtime.NumCPU() + spareProcs
+	if old >= want {
+		return old, old
+	}
+	runtime.GOMAXPROCS(want)
+	return old, want
+}
+
 // raisePriority puts the calling thread in the round-robin real-time
 // class at a low real-time priority, or failing that (no CAP_SYS_NICE)
 // at nice -10, and says which.

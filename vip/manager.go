@@ -82,6 +82,7 @@ type peerStatus struct {
 // New checks the settings and the host (interfaces exist, capabilities
 // are there), removes VIP addresses a crashed process left on the
 // interfaces, opens the heartbeat socket and starts the BGP speaker. It
+// raises GOMAXPROCS to the CPUs plus four (see spareProcs). It
 // does not hold anything until Run has the committed state (Update), the
 // data plane's readiness (SetReady) and the heartbeat key (SetKey).
 func New(cfg Config) (*Manager, error) {
@@ -154,6 +155,9 @@ func New(cfg Config) (*Manager, error) {
 			m.frames.closeIfAny()
 			return nil, err
 		}
+	}
+	if was, now := ensureSpareProcs(); now != was {
+		m.log.Info("more Go processors than CPUs, so that the heartbeat threads always find one", "gomaxprocs", now, "was", was)
 	}
 	m.log.Info("VIP manager ready", "interface", cfg.Interface, "heartbeat", cfg.HeartbeatAddr,
 		"interval", cfg.HeartbeatInterval, "misses", cfg.HeartbeatMisses, "bgp", cfg.BGP != nil)
