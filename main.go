@@ -345,8 +345,14 @@ func serve(ctx context.Context, cfg serveConfig) error {
 		Logger: log, DrainTimeout: time.Duration(cfg.DrainTimeout), Metrics: counters, HTTP: cm.Terminator(proxy.NewHTTP(engine, challenge)),
 		Events: host.Events().Add,
 		// Member health and listeners opened on retry change readiness
-		// without a change of the committed state.
+		// without a change of the committed state; a member's health, that
+		// of the load balancers holding it only.
 		Changed: func() { vm.setReady(dataPlane.Load()) },
+		MembersChanged: func(lbs []string) {
+			if px := dataPlane.Load(); vm != nil && px != nil {
+				vm.SetReadyFor(px.ReadinessOf(lbs))
+			}
+		},
 	})
 	dataPlane.Store(px)
 	host.Add(px)

@@ -138,30 +138,30 @@ func (p *Proxy) bindOK(l *snapshot.Listener) {
 }
 
 // memberChanged turns a member's health change into an event for every
-// load balancer whose pools hold it, and tells Config.Changed.
+// load balancer whose pools hold it, and tells Config.MembersChanged (or
+// Changed). It reads the pools that hold the member, not every pool.
 func (p *Proxy) memberChanged(t *health.Target, healthy bool, reason string) {
 	cur := p.current.Load()
-	seen := map[string]bool{}
-	for spec, pool := range cur.pools.All() {
-		if seen[spec.LB] {
+	pools, _ := cur.byTarget.Get(t)
+	var lbs []string
+	for _, pool := range pools {
+		spec := pool.Spec
+		if slices.Contains(lbs, spec.LB) {
 			continue
 		}
-		for _, m := range pool.members {
-			if m.State != t {
-				continue
-			}
-			seen[spec.LB] = true
-			ev := &pb.Event{Type: observe.EventMemberUp, LoadBalancer: spec.LB,
-				Message: fmt.Sprintf("member %s of pool %s is up: %s", t.Name(), spec.Name, reason)}
-			if !healthy {
-				ev.Type, ev.Severity = observe.EventMemberDown, observe.Warning
-				ev.Message = fmt.Sprintf("member %s of pool %s is down: %s", t.Name(), spec.Name, reason)
-			}
-			p.event(ev)
-			break
+		lbs = append(lbs, spec.LB)
+		ev := &pb.Event{Type: observe.EventMemberUp, LoadBalancer: spec.LB,
+			Message: fmt.Sprintf("member %s of pool %s is up: %s", t.Name(), spec.Name, reason)}
+		if !healthy {
+			ev.Type, ev.Severity = observe.EventMemberDown, observe.Warning
+			ev.Message = fmt.Sprintf("member %s of pool %s is down: %s", t.Name(), spec.Name, reason)
 		}
+		p.event(ev)
 	}
-	if p.cfg.Changed != nil {
+	switch {
+	case p.cfg.MembersChanged != nil:
+		p.cfg.MembersChanged(lbs)
+	case p.cfg.Changed != nil:
 		p.cfg.Changed()
 	}
 }

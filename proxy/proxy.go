@@ -77,6 +77,10 @@ type Config struct {
 	// Unhealthy report may have changed without an Update: a member's
 	// health changed, or a listener opened on a retry.
 	Changed func()
+	// MembersChanged, when set, is called instead of Changed for a
+	// member's health change, with the load balancers ("tenant/name") whose
+	// pools hold the member: ReadinessOf them tells what changed.
+	MembersChanged func(lbs []string)
 	// BindRetry is the first delay before a listener that could not be
 	// opened is tried again; it doubles up to MaxBindRetry (defaults 1s
 	// and 30s).

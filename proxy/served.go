@@ -19,8 +19,10 @@ type served struct {
 	snap      *snapshot.Snapshot
 	listeners *pmap.Map[snapshot.Key, *ListenerSnapshot]
 	pools     *pmap.Map[*snapshot.Pool, *Pool]
-	// byLB holds each load balancer's live pools ("tenant/name").
-	byLB *pmap.Map[string, []*Pool]
+	// byLB holds each load balancer's live pools ("tenant/name"), byTarget
+	// the live pools each member's health target is in.
+	byLB     *pmap.Map[string, []*Pool]
+	byTarget *pmap.Map[*health.Target, []*Pool]
 }
 
 func emptyServed() *served {
@@ -28,6 +30,7 @@ func emptyServed() *served {
 		listeners: pmap.New[snapshot.Key, *ListenerSnapshot](snapshot.HashKey),
 		pools:     pmap.New[*snapshot.Pool, *Pool](pmap.Pointer[snapshot.Pool]),
 		byLB:      pmap.New[string, []*Pool](pmap.String),
+		byTarget:  pmap.New[*health.Target, []*Pool](pmap.Pointer[health.Target]),
 	}
 }
 
@@ -163,7 +166,7 @@ func (p *Pool) release(reg *health.Registry) {
 // between old's snapshot and s), reusing old's live pools for the compiled
 // pools s kept. It returns the pools no listener uses any more.
 func (p *Proxy) build(s *snapshot.Snapshot, old *served, keys []snapshot.Key) (*served, []*Pool) {
-	ls, pools, byLB := old.listeners.Edit(), old.pools.Edit(), old.byLB.Edit()
+	ls, pools, byLB, byTarget := old.listeners.Edit(), old.pools.Edit(), old.byLB.Edit(), old.byTarget.Edit()
 	live := func(sp *snapshot.Pool) *Pool {
 		if lp, ok := pools.Get(sp); ok {
 			lp.refs++
@@ -174,6 +177,10 @@ func (p *Proxy) build(s *snapshot.Snapshot, old *served, keys []snapshot.Key) (*
 		pools.Set(sp, lp)
 		of, _ := byLB.Get(sp.LB)
 		byLB.Set(sp.LB, append(slices.Clip(of), lp))
+		for _, m := range lp.members {
+			in, _ := byTarget.Get(Target(m))
+			byTarget.Set(Target(m), append(slices.Clip(in), lp))
+		}
 		return lp
 	}
 	var dropped []*Pool
@@ -213,8 +220,16 @@ func (p *Proxy) build(s *snapshot.Snapshot, old *served, keys []snapshot.Key) (*
 		} else {
 			byLB.Set(lp.Spec.LB, of)
 		}
+		for _, m := range lp.members {
+			in, _ := byTarget.Get(Target(m))
+			if in = slices.DeleteFunc(slices.Clone(in), func(o *Pool) bool { return o == lp }); len(in) == 0 {
+				byTarget.Delete(Target(m))
+			} else {
+				byTarget.Set(Target(m), in)
+			}
+		}
 	}
-	return &served{snap: s, listeners: ls.Done(), pools: pools.Done(), byLB: byLB.Done()}, retired
+	return &served{snap: s, listeners: ls.Done(), pools: pools.Done(), byLB: byLB.Done(), byTarget: byTarget.Done()}, retired
 }
 
 // Unhealthy returns, per load balancer ("tenant/name"), why it cannot take

@@ -506,3 +506,41 @@ func TestRefusedConnectIsRetried(t *testing.T) {
 		t.Errorf("member connects %+v; want one refused, then one connected", ms)
 	}
 }
+
+// TestMembersChangedNamesTheLoadBalancersHoldingTheMember: a member whose
+// check fails is reported with the load balancers whose pools hold it (two
+// share it), not the others, and ReadinessOf them says why.
+func TestMembersChangedNamesTheLoadBalancersHoldingTheMember(t *testing.T) {
+	be := startBackend(t, "127.0.0.1", echo)
+	other := startBackend(t, "127.0.0.1", echo)
+	var mu sync.Mutex
+	reported := map[string]bool{}
+	p, _ := newProxy(t, Config{MembersChanged: func(lbs []string) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, lb := range lbs {
+			reported[lb] = true
+		}
+	}})
+	// The echo member does not speak HTTP: its check fails.
+	failing := &pb.HealthCheck{Http: &pb.HTTPCheck{Path: "/"}, Interval: dur(20 * time.Millisecond), Rise: 1, Fall: 1}
+	a := l4LB("a", "127.0.0.2", freePort(t), "tcp", be.addr)
+	b := l4LB("b", "127.0.0.3", freePort(t), "tcp", be.addr)
+	c := l4LB("c", "127.0.0.4", freePort(t), "tcp", other.addr)
+	a.Pools["app"].HealthCheck, b.Pools["app"].HealthCheck = failing, failing
+	update(t, p, a, b, c)
+	eventually(t, "both holders reported", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return reported["acme/a"] && reported["acme/b"]
+	})
+	mu.Lock()
+	if reported["acme/c"] {
+		t.Error("acme/c was reported though its member did not change")
+	}
+	mu.Unlock()
+	ready, gone := p.ReadinessOf([]string{"acme/a", "acme/c", "acme/ghost"})
+	if ready["acme/a"] == "" || ready["acme/c"] != "" || len(gone) != 1 || gone[0] != "acme/ghost" {
+		t.Errorf("ReadinessOf: %q, gone %v", ready, gone)
+	}
+}
