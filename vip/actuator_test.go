@@ -77,3 +77,42 @@ func TestActuatorAnnouncesAgainOnANewTake(t *testing.T) {
 		}
 	})
 }
+
+// TestPeerThatLostThisHostTriggersAnAnnouncement: a peer whose heartbeats
+// stop reporting this host (it took it for dead, and may have taken and
+// announced its VIPs) and then report it again makes this host announce
+// its VIPs again; a peer that always heard it does not.
+func TestPeerThatLostThisHostTriggersAnAnnouncement(t *testing.T) {
+	m := &Manager{cfg: Config{NodeID: "n1", HeartbeatInterval: 20 * time.Millisecond}, dead: 100 * time.Millisecond,
+		log: slog.New(slog.DiscardHandler)}
+	m.loop.init()
+	m.loop.members = map[string]member{"n2": {}, "n3": {}}
+	now := time.Now()
+	m.loop.lastTrigger = now.Add(time.Hour) // sends no heartbeats
+	seq := map[string]uint64{}
+	beat := func(from string, hears bool) {
+		seq[from]++
+		hb := &heartbeat{ID: from, Incarnation: 1, Seq: seq[from], Eligible: true}
+		if hears {
+			hb.Sightings = []sighting{{ID: "n1", Age: 10 * time.Millisecond, Eligible: true}}
+		}
+		now = now.Add(20 * time.Millisecond)
+		m.receive(received{hb: hb, at: now})
+	}
+	beat("n2", true)
+	beat("n3", true)
+	m.loop.reannounce = false // first contact is not the point here
+	beat("n3", true)
+	if m.loop.reannounce {
+		t.Fatal("a peer that always heard this host asked for an announcement")
+	}
+	beat("n2", false) // n2 lost sight of n1
+	beat("n2", false)
+	if m.loop.reannounce {
+		t.Fatal("announcing while the peer still takes this host for dead")
+	}
+	beat("n2", true)
+	if !m.loop.reannounce {
+		t.Fatal("a peer that heard this host again after losing it asked for no announcement")
+	}
+}

@@ -39,6 +39,9 @@ type peerState struct {
 	// Version counts changes of Eligible, NotReadyAll, NotReady and
 	// Holding.
 	Version uint64
+	// LostMe: its last heartbeat did not report hearing this host, so it
+	// may have taken this host's VIPs.
+	LostMe bool
 }
 
 // sighting is a peer's report of a third host: it heard from it Age

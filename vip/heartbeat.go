@@ -161,6 +161,13 @@ func (m *Manager) receive(r received) {
 		p.Version++
 	}
 	p.Sightings = hb.Sightings
+	seesMe := slices.ContainsFunc(hb.Sightings, func(s sighting) bool { return s.ID == m.cfg.NodeID && s.Age < m.dead })
+	if seesMe && p.LostMe {
+		// It hears this host again after taking it for dead: it may have
+		// announced this host's VIPs meanwhile, and releases them now.
+		st.reannounce = true
+	}
+	p.LostMe = !seesMe
 	if wasDead {
 		// Tell it at once that it is heard, so that it counts this host
 		// towards its majority without waiting for the next tick.

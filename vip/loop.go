@@ -65,6 +65,9 @@ type loopState struct {
 	actErrs      bool   // the actuator reported errors at the last publish
 	lastTrigger  time.Time
 	sync         syncState
+	// reannounce: a peer hears this host again after taking it for dead;
+	// the VIPs held here are announced again (record.takes).
+	reannounce bool
 }
 
 func (st *loopState) init() {
@@ -224,6 +227,15 @@ func (m *Manager) evaluate(now time.Time, inputsChanged bool) time.Time {
 		Dead: m.dead, Quorum: m.quorum, Settle: m.settle, Interval: m.cfg.HeartbeatInterval, Peers: st.peers,
 	})
 	m.noteLiveness(v)
+	reannounce := st.reannounce
+	if reannounce {
+		st.reannounce = false
+		for _, r := range st.records {
+			if r.held {
+				r.takes++
+			}
+		}
+	}
 	st.revision = revision
 
 	// Problems that keep this host from holding VIPs of any mode; the
@@ -320,7 +332,7 @@ func (m *Manager) evaluate(now time.Time, inputsChanged bool) time.Time {
 	}
 	st.sessions = sessions
 	sig := signature(v, st.peers, arpMe.Problem, bgpMe.Problem, me.Problem, fmt.Sprint(arpMe.KeepOnly, len(arpMe.Rebalance), rebalancing(arpMe.Rebalance), sessions))
-	if st.want != nil && (inputsChanged || sig != st.sig) {
+	if st.want != nil && (inputsChanged || reannounce || sig != st.sig) {
 		m.converge(now, v, arpMe, bgpMe, me)
 	}
 	st.sig = sig
