@@ -1,9 +1,15 @@
 package api
 
 import (
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/elliptic"
+	"crypto/rsa"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
+	"fmt"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -19,6 +25,13 @@ const (
 	MaxCheckCAPEMLen         = 64 << 10
 	MaxCheckClientCertPEMLen = 16 << 10
 	MaxCheckClientKeyPEMLen  = 8 << 10
+	// MaxCheckCACerts bounds the certificates of an HTTPS check's CA
+	// bundle.
+	MaxCheckCACerts = 32
+	// MaxCheckClientRSABits bounds an RSA client key: every check signs
+	// with it, and a private-key operation costs the cube of its size
+	// (4096 bits: a few milliseconds; 12,000 bits: about a second).
+	MaxCheckClientRSABits = 4096
 	// MaxRiseFall bounds a health check's rise and fall counts.
 	MaxRiseFall = 100
 )
@@ -127,13 +140,77 @@ func checkHTTPSCheck(ck *checker, f string, h *pb.HTTPSCheck) {
 	switch {
 	case longCert || longKey:
 	case cert != "" && key == "":
-		ck.invalidf(f+".clientKeyPEM", "is empty but clientCertPEM is set; give the certificate's private key (it is never returned when the load balancer is read, so give it again on every apply)")
+		ck.invalidf(f+".clientKeyPEM", "is empty but clientCertPEM is set, and the load balancer stores no key for this certificate; give the certificate's private key (once stored, it is kept while clientCertPEM stays the same)")
 	case cert == "" && key != "":
 		ck.invalidf(f+".clientCertPEM", "is empty but clientKeyPEM is set; give the client certificate too, or remove the key")
 	case cert != "":
-		if _, err := tls.X509KeyPair([]byte(cert), []byte(key)); err != nil {
-			ck.invalidf(f+".clientCertPEM", "and clientKeyPEM are not a PEM certificate with its private key: %v", err)
+		// The certificate's key is checked before the private key is
+		// parsed or used: a tenant's check must not cost the hosts more
+		// than a usual key does.
+		if why := clientCertKeyProblem(cert); why != "" {
+			ck.invalidf(f+".clientCertPEM", "%s", why)
+			return
 		}
+		pair, err := tls.X509KeyPair([]byte(cert), []byte(key))
+		if err != nil {
+			ck.invalidf(f+".clientCertPEM", "and clientKeyPEM are not a PEM certificate with its private key: %v", err)
+			return
+		}
+		if why := keyProblem(publicOf(pair.PrivateKey)); why != "" {
+			ck.invalidf(f+".clientKeyPEM", "%s", why)
+		}
+	}
+}
+
+// clientCertKeyProblem says what is wrong with the key of the first
+// certificate of a PEM chain, or "".
+func clientCertKeyProblem(s string) string {
+	rest := []byte(s)
+	for {
+		var b *pem.Block
+		b, rest = pem.Decode(rest)
+		if b == nil {
+			return "holds no PEM certificate; give the client certificate as PEM (-----BEGIN CERTIFICATE-----), leaf first"
+		}
+		if b.Type != "CERTIFICATE" {
+			continue
+		}
+		c, err := x509.ParseCertificate(b.Bytes)
+		if err != nil {
+			return "first certificate does not parse: " + err.Error()
+		}
+		return keyProblem(c.PublicKey)
+	}
+}
+
+// publicOf is the public half of a parsed private key (nil for a type
+// no check signs with).
+func publicOf(k any) any {
+	if s, ok := k.(interface{ Public() crypto.PublicKey }); ok {
+		return s.Public()
+	}
+	return nil
+}
+
+// keyProblem says why a client key is refused, or "": only keys whose
+// signature costs the hosts little are accepted.
+func keyProblem(pub any) string {
+	const accepted = "use an ECDSA P-256 or P-384, Ed25519, or RSA key of at most 4096 bits"
+	switch k := pub.(type) {
+	case *ecdsa.PublicKey:
+		if k.Curve == elliptic.P256() || k.Curve == elliptic.P384() {
+			return ""
+		}
+		return fmt.Sprintf("has an ECDSA key on curve %s; %s", k.Curve.Params().Name, accepted)
+	case ed25519.PublicKey:
+		return ""
+	case *rsa.PublicKey:
+		if n := k.N.BitLen(); n > MaxCheckClientRSABits {
+			return fmt.Sprintf("has an RSA key of %d bits; %s", n, accepted)
+		}
+		return ""
+	default:
+		return fmt.Sprintf("has a key of type %T; %s", pub, accepted)
 	}
 }
 
@@ -154,6 +231,9 @@ func caBundleProblem(s string) string {
 			return "certificate " + strconv.Itoa(n+1) + " does not parse: " + err.Error()
 		}
 		n++
+		if n > MaxCheckCACerts {
+			return "holds more than " + strconv.Itoa(MaxCheckCACerts) + " certificates; give only the CAs that sign the members' certificates"
+		}
 	}
 	if n == 0 {
 		return "holds no PEM certificate; give the CA bundle as PEM (-----BEGIN CERTIFICATE-----)"
