@@ -349,6 +349,7 @@ func prepare(r *writeReq, ov *overlay, now time.Time) (*prepared, *pb.Txn, error
 				return nil, nil, err
 			}
 		}
+		keepClientKeys(obj.GetLoadBalancer(), existing.GetLoadBalancer())
 		switch {
 		case req.GetMode() == pb.ApplyMode_APPLY_MODE_CREATE && existing != nil:
 			return nil, nil, fmt.Errorf("%s %w", api.RefString(ref), api.ErrExists)
@@ -413,6 +414,28 @@ func ownTenantFields(t, old *pb.Tenant, internal bool) error {
 		slices.Sort(t.RevokedCredentials)
 	}
 	return nil
+}
+
+// keepClientKeys gives back the client keys reads leave out: an HTTPS
+// check that names a client certificate without its key keeps the key the
+// load balancer stores for that same certificate, so that what get printed
+// (or edit showed) applies as it is. A check with another certificate
+// needs its key.
+func keepClientKeys(lb, old *pb.LoadBalancer) {
+	if lb == nil || old == nil {
+		return
+	}
+	stored := map[string]string{}
+	for _, bp := range old.GetPools() {
+		if h := bp.GetHealthCheck().GetHttps(); h.GetClientCertPem() != "" && h.GetClientKeyPem() != "" {
+			stored[h.GetClientCertPem()] = h.GetClientKeyPem()
+		}
+	}
+	for _, bp := range lb.GetPools() {
+		if h := bp.GetHealthCheck().GetHttps(); h != nil && h.GetClientCertPem() != "" && h.GetClientKeyPem() == "" {
+			h.ClientKeyPem = stored[h.GetClientCertPem()]
+		}
+	}
 }
 
 // newUID is a tenant uid: 128 random bits in hex. The proposer stamps it;
