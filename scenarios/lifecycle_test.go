@@ -30,6 +30,8 @@ type lifeLB struct {
 	vipCIDR  string // the pool
 	echoPort int
 	tlsPort  int
+	udpPort  int
+	udpEcho  string
 	echo     string // backend addresses
 	web      string
 	cert     *x509.Certificate
@@ -63,7 +65,23 @@ func newLifeLB(t *testing.T, vipCIDR string) *lifeLB {
 	go srv.Serve(hl)
 	t.Cleanup(func() { srv.Close() })
 	l.web = hl.Addr().String()
-	l.echoPort, l.tlsPort = freePort(t), freePort(t)
+	l.echoPort, l.tlsPort, l.udpPort = freePort(t), freePort(t), freePort(t)
+	uc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { uc.Close() })
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			n, from, err := uc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			uc.WriteTo(buf[:n], from)
+		}
+	}()
+	l.udpEcho = uc.LocalAddr().String()
 	l.certFile, l.keyFile = selfSignedFiles(t, t.TempDir(), "www.life.example")
 	data, err := os.ReadFile(l.certFile)
 	if err != nil {
@@ -109,11 +127,13 @@ vip: { pool: life }
 listeners:
   - { port: %d, protocol: tcp, pool: echo }
   - { port: %d, protocol: https, tls: { certificates: [web] } }
+  - { port: %d, protocol: udp, pool: udpecho }
 routes: [{ host: www.life.example, path: /, pool: web }]
 pools:
   echo: { members: ["%s"] }
   web: { members: ["%s"] }
-`, l.echoPort, l.tlsPort, l.echo, l.web)
+  udpecho: { members: ["%s"] }
+`, l.echoPort, l.tlsPort, l.udpPort, l.echo, l.web, l.udpEcho)
 	dir := t.TempDir()
 	for i, doc := range []string{base, lb} {
 		path := filepath.Join(dir, fmt.Sprintf("%d.yaml", i))
@@ -177,6 +197,32 @@ func (l *lifeLB) echoOnce(vip string) error {
 		return fmt.Errorf("echo returned %q", got)
 	}
 	return nil
+}
+
+// udpOnce sends a datagram through the VIP's UDP listener and waits for
+// its echo (one retry: UDP may drop a datagram).
+func (l *lifeLB) udpOnce(vip string) error {
+	conn, err := net.Dial("udp", net.JoinHostPort(vip, fmt.Sprint(l.udpPort)))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	msg := []byte("udp " + time.Now().String())
+	buf := make([]byte, 2048)
+	for range 2 {
+		conn.SetDeadline(time.Now().Add(time.Second))
+		if _, err = conn.Write(msg); err != nil {
+			continue
+		}
+		var n int
+		if n, err = conn.Read(buf); err == nil {
+			if !bytes.Equal(buf[:n], msg) {
+				return fmt.Errorf("udp echo returned %q", buf[:n])
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("udp: %w", err)
 }
 
 // httpsOnce fetches / over the VIP's HTTPS listener and checks that the
@@ -367,8 +413,9 @@ func withoutStatus(t *testing.T, list string) string {
 	return string(out)
 }
 
-// vipProber opens a new connection through the VIP every interval and
-// records the failures.
+// vipProber checks the VIP every interval with a new TCP connection, a UDP
+// datagram and a request on a kept-alive HTTPS connection, and records the
+// failures.
 type vipProber struct {
 	quit chan struct{}
 	done chan struct{}
@@ -380,23 +427,48 @@ type vipProber struct {
 
 func startVIPProber(t *testing.T, lb *lifeLB, vip string, every time.Duration) *vipProber {
 	p := &vipProber{quit: make(chan struct{}), done: make(chan struct{})}
+	// One HTTPS client whose keep-alive connection lives across probes.
+	pool := x509.NewCertPool()
+	pool.AddCert(lb.cert)
+	tr := &http.Transport{
+		TLSClientConfig: &tls.Config{ServerName: "www.life.example", RootCAs: pool},
+		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, network, net.JoinHostPort(vip, fmt.Sprint(lb.tlsPort)))
+		},
+	}
+	keepAlive := &http.Client{Transport: tr, Timeout: 5 * time.Second}
+	get := func() error {
+		resp, err := keepAlive.Get("https://www.life.example/")
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 || string(body) != "restored-ok" {
+			return fmt.Errorf("https status %d body %q", resp.StatusCode, body)
+		}
+		return nil
+	}
 	go func() {
 		defer close(p.done)
+		defer tr.CloseIdleConnections()
 		for {
 			select {
 			case <-p.quit:
 				return
 			case <-time.After(every):
 			}
-			err := lb.echoOnce(vip)
-			p.mu.Lock()
-			if err != nil {
-				p.fail = append(p.fail, time.Now())
-				p.last = err
-			} else {
-				p.ok++
+			for _, probe := range []func() error{func() error { return lb.echoOnce(vip) }, func() error { return lb.udpOnce(vip) }, get} {
+				err := probe()
+				p.mu.Lock()
+				if err != nil {
+					p.fail = append(p.fail, time.Now())
+					p.last = err
+				} else {
+					p.ok++
+				}
+				p.mu.Unlock()
 			}
-			p.mu.Unlock()
 		}
 	}()
 	t.Cleanup(p.stop)
@@ -467,7 +539,7 @@ func TestLostMajorityRecoverAndRejoin(t *testing.T) {
 		t.Fatalf("traffic on the survivor while the majority was lost: %d failures, %d successes (last error %v)", n, ok, last)
 	}
 	_, okLost, _ := p.failures(killedAt, time.Now())
-	t.Logf("majority lost for %s: %d connections through the survivor, 0 failed", lostFor.Round(time.Millisecond), okLost)
+	t.Logf("majority lost for %s: %d probes through the survivor (TCP, UDP, HTTPS keep-alive), 0 failed", lostFor.Round(time.Millisecond), okLost)
 
 	// Recover: the survivor restarts as a one-host cluster.
 	c.stop(survivor)
