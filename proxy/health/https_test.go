@@ -176,36 +176,41 @@ func TestHTTPSCheckVerifiesTheMemberAndFollowsReadyz(t *testing.T) {
 func TestHTTPSCheckRefusesWrongCertificates(t *testing.T) {
 	ca := newTestCA(t, "cluster CA")
 	other := newTestCA(t, "another CA")
-	rs := newReadyzServer(t, ca, nil)
 	r := NewRegistry(Options{})
 	defer r.Close()
 
+	// Each case checks a server of its own, which records the SNI of
+	// that case's handshakes only. Go never sends an IP address as SNI,
+	// so a check of the member's IP sends none.
 	for _, tc := range []struct {
 		name    string
 		hc      func() *snapshot.HealthCheck
 		healthy bool
 		errHas  string
+		sni     string
+		noDial  bool
 	}{
-		{"member IP verified by default", func() *snapshot.HealthCheck { return httpsCheck(ca.pem) }, true, ""},
+		{"member IP verified by default", func() *snapshot.HealthCheck { return httpsCheck(ca.pem) }, true, "", "", false},
 		{"SNI names a SAN", func() *snapshot.HealthCheck {
 			hc := httpsCheck(ca.pem)
 			hc.ServerName = "kubernetes.default.svc"
 			return hc
-		}, true, ""},
-		{"unknown CA", func() *snapshot.HealthCheck { return httpsCheck(other.pem) }, false, "unknown authority"},
+		}, true, "", "kubernetes.default.svc", false},
+		{"unknown CA", func() *snapshot.HealthCheck { return httpsCheck(other.pem) }, false, "unknown authority", "", false},
 		{"name not in the certificate", func() *snapshot.HealthCheck {
 			hc := httpsCheck(ca.pem)
 			hc.ServerName = "evil.example"
 			return hc
-		}, false, "evil.example"},
+		}, false, "evil.example", "evil.example", false},
 		{"insecureSkipVerify accepts any", func() *snapshot.HealthCheck {
 			hc := httpsCheck("")
 			hc.InsecureSkipVerify, hc.ServerName = true, "evil.example"
 			return hc
-		}, true, ""},
-		{"CA that does not parse", func() *snapshot.HealthCheck { return httpsCheck("not PEM") }, false, "caPEM"},
+		}, true, "", "evil.example", false},
+		{"CA that does not parse", func() *snapshot.HealthCheck { return httpsCheck("not PEM") }, false, "caPEM", "", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			rs := newReadyzServer(t, ca, nil)
 			tg := firstResult(t, r, rs.addr, tc.hc())
 			if tg.Healthy() != tc.healthy {
 				t.Fatalf("healthy = %v, want %v: %+v", tg.Healthy(), tc.healthy, tg.Status())
@@ -213,10 +218,17 @@ func TestHTTPSCheckRefusesWrongCertificates(t *testing.T) {
 			if s := tg.Status(); !strings.Contains(s.LastError, tc.errHas) || (tc.errHas == "") != (s.LastError == "") {
 				t.Errorf("last error %q, want one naming %q", s.LastError, tc.errHas)
 			}
+			n := rs.handshakes.Load()
+			switch {
+			case tc.noDial && n != 0:
+				t.Errorf("%d handshakes with a check whose TLS settings do not parse", n)
+			case !tc.noDial && n == 0:
+				t.Fatal("the server saw no handshake")
+			}
+			if sni, _ := rs.sni.Load().(string); sni != tc.sni {
+				t.Errorf("SNI %q, want %q", sni, tc.sni)
+			}
 		})
-	}
-	if sni, _ := rs.sni.Load().(string); sni == "127.0.0.1" {
-		t.Errorf("SNI %q: an IP address is never sent as SNI", sni)
 	}
 }
 
@@ -288,11 +300,12 @@ func TestHTTPSCheckSharesParsedTLSPerSettings(t *testing.T) {
 	defer r.Close()
 	hc := httpsCheck(ca.pem)
 	hc.Interval = time.Hour // no check needed
-	a := r.AcquireFor("acme", netip.MustParseAddrPort("192.0.2.1:6443"), hc)
-	b := r.AcquireFor("acme", netip.MustParseAddrPort("192.0.2.2:6443"), hc)
+	// Loopback addresses: a first check, if one runs, stays on this machine.
+	a := r.AcquireFor("acme", netip.MustParseAddrPort("127.0.0.2:6443"), hc)
+	b := r.AcquireFor("acme", netip.MustParseAddrPort("127.0.0.3:6443"), hc)
 	other := *hc
 	other.InsecureSkipVerify = true
-	c := r.AcquireFor("acme", netip.MustParseAddrPort("192.0.2.3:6443"), &other)
+	c := r.AcquireFor("acme", netip.MustParseAddrPort("127.0.0.4:6443"), &other)
 	n := func() int { r.mu.Lock(); defer r.mu.Unlock(); return len(r.tlsConfs) }
 	if a.tls == nil || a.tls != b.tls || c.tls == a.tls || n() != 2 {
 		t.Fatalf("members of one check share %p/%p, another check %p; %d configurations, want 2", a.tls, b.tls, c.tls, n())
