@@ -114,7 +114,7 @@ func (a *app) applyObjects(cmd *cobra.Command, objs []*pb.Object, mode pb.ApplyM
 			suffix = " (dry run)"
 		}
 		if !a.tabular() {
-			return manifest.Encode(cmd.OutOrStdout(), resp.GetObjects(), string(a.output))
+			return manifest.Encode(cmd.OutOrStdout(), redacted(resp.GetObjects()), string(a.output))
 		}
 		w := cmd.OutOrStdout()
 		for i, o := range objs {
@@ -170,6 +170,16 @@ func readManifests(cmd *cobra.Command, name string) ([]*pb.Object, error) {
 
 // bare drops the operation and path from a file error: the message names
 // the file already.
+// redacted is objs without the secrets the hosts leave out of every
+// answer; the CLI leaves them out too, whatever release answered.
+func redacted(objs []*pb.Object) []*pb.Object {
+	out := make([]*pb.Object, len(objs))
+	for i, o := range objs {
+		out[i] = api.RedactSecrets(o)
+	}
+	return out
+}
+
 func bare(err error) error {
 	var pe *fs.PathError
 	if errors.As(err, &pe) {
@@ -320,7 +330,7 @@ func (a *app) show(cmd *cobra.Command, ref *pb.ObjectRef) error {
 			holders = a.withObserved(ctx, c, []*pb.Object{o}, &pb.ObserveRequest{LoadBalancer: lb.GetTenant() + "/" + lb.GetName()})
 		}
 		if !a.tabular() {
-			return manifest.Encode(cmd.OutOrStdout(), []*pb.Object{o}, string(a.output))
+			return manifest.Encode(cmd.OutOrStdout(), redacted([]*pb.Object{o}), string(a.output))
 		}
 		lbs, err := a.loadBalancersFor(ctx, c, ref.GetKind())
 		if err != nil {
@@ -346,7 +356,7 @@ func (a *app) list(cmd *cobra.Command, kind, tenant string) error {
 			holders = a.withObserved(ctx, c, objs, &pb.ObserveRequest{Tenant: tenant})
 		}
 		if !a.tabular() {
-			return manifest.EncodeList(cmd.OutOrStdout(), objs, string(a.output))
+			return manifest.EncodeList(cmd.OutOrStdout(), redacted(objs), string(a.output))
 		}
 		if len(objs) == 0 {
 			what := "no " + plural(kind) + " found"

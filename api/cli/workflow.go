@@ -89,9 +89,9 @@ func diffObjects(ctx context.Context, w io.Writer, c *client.Conn, objs []*pb.Ob
 			if err != nil {
 				return changed, fmt.Errorf("read %s: %w", objectPath(ref), err)
 			}
-			before = manifest.Flatten(old, diffSkip...)
+			before = manifest.Flatten(api.RedactSecrets(old), diffSkip...)
 		}
-		for _, line := range leafDiff(before, manifest.Flatten(after, diffSkip...)) {
+		for _, line := range leafDiff(before, manifest.Flatten(api.RedactSecrets(after), diffSkip...)) {
 			fmt.Fprintln(w, "  "+line)
 		}
 	}
@@ -182,6 +182,7 @@ func (a *app) edit(cmd *cobra.Command, ref *pb.ObjectRef) error {
 	if err != nil {
 		return err
 	}
+	obj = api.RedactSecrets(obj)
 	specOnly(obj)
 	var buf bytes.Buffer
 	fmt.Fprintf(&buf, editHeader, objectPath(ref), lower(ref.GetKind()))
