@@ -18,10 +18,11 @@ func TestTargetsShareOneCopyOfACheck(t *testing.T) {
 	check := func() *snapshot.HealthCheck {
 		return &snapshot.HealthCheck{HTTP: true, Path: "/healthz", Interval: time.Hour, Timeout: time.Second, Rise: 2, Fall: 3}
 	}
-	a := r.AcquireFor("acme", netip.MustParseAddrPort("192.0.2.1:80"), check())
-	b := r.AcquireFor("acme", netip.MustParseAddrPort("192.0.2.2:80"), check())
-	again := r.AcquireFor("acme", netip.MustParseAddrPort("192.0.2.1:80"), check())
-	passive := r.AcquireFor("acme", netip.MustParseAddrPort("192.0.2.3:80"), nil)
+	// Loopback addresses: a first check, if one runs, stays on this machine.
+	a := r.AcquireFor("acme", netip.MustParseAddrPort("127.0.0.1:80"), check())
+	b := r.AcquireFor("acme", netip.MustParseAddrPort("127.0.0.2:80"), check())
+	again := r.AcquireFor("acme", netip.MustParseAddrPort("127.0.0.1:80"), check())
+	passive := r.AcquireFor("acme", netip.MustParseAddrPort("127.0.0.3:80"), nil)
 	if again != a {
 		t.Fatal("an equal check of the same member made a second target")
 	}
