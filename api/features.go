@@ -1,14 +1,18 @@
 package api
 
-// Admin API features a host reports in NodeStatus.features. A release
-// lists what it serves; a client checks that every host that answers
-// lists a feature before using it, because a host of an older release
-// ignores request fields it does not know (a dry run would be applied).
+// Admin API features a host reports in NodeStatus.features, which cluster
+// status shows. A request that uses a feature is built so that a host
+// without it refuses the request (a call of its own, a case of a oneof it
+// does not know) rather than ignore what it does not know: the list is read
+// before a request, and hosts that do not answer are not in it.
 const (
-	// FeatureDryRun: ApplyRequest.dry_run and DeleteRequest.dry_run check
-	// a write without making it.
+	// FeatureDryRun: dry runs of applies and deletes (the DryRun call).
 	FeatureDryRun = "dry-run"
+	// FeatureCheckedWrites: dry runs and revision preconditions
+	// (ApplyRequest.preconditions) travel to the leader as checked writes
+	// (ForwardRequest.checked), which a leader of an older release refuses.
+	FeatureCheckedWrites = "checked-writes"
 )
 
 // Features returns the features this release serves.
-func Features() []string { return []string{FeatureDryRun} }
+func Features() []string { return []string{FeatureDryRun, FeatureCheckedWrites} }

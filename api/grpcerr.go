@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"errors"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -20,7 +21,7 @@ func ToStatus(err error) error {
 	}
 	code := codes.Internal
 	switch {
-	case errors.Is(err, ErrLocked):
+	case errors.Is(err, ErrLocked), errors.Is(err, ErrChanged):
 		code = codes.Aborted
 	case errors.Is(err, ErrExists):
 		code = codes.AlreadyExists
@@ -54,6 +55,9 @@ func FromStatus(err error) error {
 	switch s.Code() {
 	case codes.Aborted:
 		sentinel = ErrLocked
+		if strings.Contains(s.Message(), ErrChanged.Error()) {
+			sentinel = ErrChanged
+		}
 	case codes.AlreadyExists:
 		sentinel = ErrExists
 	case codes.NotFound:

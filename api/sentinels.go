@@ -12,4 +12,7 @@ var (
 	ErrForbidden = errors.New("forbidden")
 	// ErrLocked: a lock is held by another owner.
 	ErrLocked = errors.New("locked")
+	// ErrChanged: an object changed since the writer read it (a revision
+	// precondition failed); nothing was written.
+	ErrChanged = errors.New("changed since it was read")
 )

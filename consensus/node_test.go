@@ -283,6 +283,13 @@ func TestClusterJoinForwardRemove(t *testing.T) {
 			t.Fatalf("%s stored a dry run: %v", h.cfg.NodeID, err)
 		}
 	}
+	// A stale revision precondition is checked on the leader and comes
+	// back through forwarding as ErrChanged.
+	stale := []*pb.RevisionPrecondition{{Ref: &pb.ObjectRef{Kind: api.KindTenant, Name: "acme"}, Revision: 1 << 40}}
+	_, err = follower.node.Apply(ctxT(t), &pb.ApplyRequest{Objects: []*pb.Object{tenant("acme", "public")}, Preconditions: stale}, false)
+	if !errors.Is(err, api.ErrChanged) || status.Code(err) != codes.Aborted {
+		t.Fatalf("forwarded stale precondition: %v", err)
+	}
 	// Validation errors come back through forwarding unchanged.
 	_, err = follower.node.Apply(ctxT(t), &pb.ApplyRequest{Objects: []*pb.Object{pool("x", "192.0.2.4/30")}}, false)
 	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "overlap") {

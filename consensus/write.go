@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -36,15 +37,72 @@ type writeResp struct {
 
 // Apply creates or updates objects, all or none, on whichever host leads.
 // internal writes may touch Node and JoinToken objects.
+// A dry run (req.DryRun) or a write with revision preconditions travels
+// to the leader as a checked write (see forwardApply).
 func (n *Node) Apply(ctx context.Context, req *pb.ApplyRequest, internal bool) (*pb.ApplyResponse, error) {
-	resp, err := n.write(ctx, &pb.ForwardRequest{Write: &pb.ForwardRequest_Apply{Apply: req}, Internal: internal})
+	resp, err := n.write(ctx, forwardApply(req, internal))
 	return resp.GetApply(), err
 }
 
-// Delete removes one object.
+// Delete removes one object, or with req.DryRun checks that it may.
 func (n *Node) Delete(ctx context.Context, req *pb.DeleteRequest, internal bool) (*pb.DeleteResponse, error) {
-	resp, err := n.write(ctx, &pb.ForwardRequest{Write: &pb.ForwardRequest_Delete{Delete: req}, Internal: internal})
+	resp, err := n.write(ctx, forwardDelete(req, internal))
 	return resp.GetDelete(), err
+}
+
+// forwardApply is the leader's request for req. An apply that is a dry run
+// or carries preconditions goes in the checked case: a leader of a release
+// that does not know those fields finds no write it knows and refuses,
+// where in the apply case it would ignore them and write.
+func forwardApply(req *pb.ApplyRequest, internal bool) *pb.ForwardRequest {
+	if req.GetDryRun() || len(req.GetPreconditions()) > 0 {
+		return &pb.ForwardRequest{Write: &pb.ForwardRequest_Checked{Checked: &pb.CheckedWrite{Write: &pb.CheckedWrite_Apply{Apply: req}}}, Internal: internal}
+	}
+	return &pb.ForwardRequest{Write: &pb.ForwardRequest_Apply{Apply: req}, Internal: internal}
+}
+
+// forwardDelete is forwardApply for a delete.
+func forwardDelete(req *pb.DeleteRequest, internal bool) *pb.ForwardRequest {
+	if req.GetDryRun() {
+		return &pb.ForwardRequest{Write: &pb.ForwardRequest_Checked{Checked: &pb.CheckedWrite{Write: &pb.CheckedWrite_Delete{Delete: req}}}, Internal: internal}
+	}
+	return &pb.ForwardRequest{Write: &pb.ForwardRequest_Delete{Delete: req}, Internal: internal}
+}
+
+// unchecked turns a checked write back into the apply or delete it
+// carries, which the write loop reads; the fields it carries (dry_run,
+// preconditions) are in the request itself.
+func unchecked(fw *pb.ForwardRequest) (*pb.ForwardRequest, error) {
+	switch w := fw.GetWrite().(type) {
+	case nil:
+		if len(fw.ProtoReflect().GetUnknown()) > 0 {
+			return nil, fmt.Errorf("the leader's release does not know this kind of write (a host of a newer release sent it); nothing was written: upgrade the leader first: %w", api.ErrInvalid)
+		}
+		return nil, fmt.Errorf("nothing to apply: %w", api.ErrInvalid)
+	case *pb.ForwardRequest_Checked:
+		out := &pb.ForwardRequest{Internal: fw.GetInternal()}
+		switch c := w.Checked.GetWrite().(type) {
+		case *pb.CheckedWrite_Apply:
+			out.Write = &pb.ForwardRequest_Apply{Apply: c.Apply}
+		case *pb.CheckedWrite_Delete:
+			out.Write = &pb.ForwardRequest_Delete{Delete: c.Delete}
+		default:
+			return nil, fmt.Errorf("the leader's release does not know this kind of checked write; nothing was written: upgrade the leader first: %w", api.ErrInvalid)
+		}
+		return out, nil
+	}
+	return fw, nil
+}
+
+// olderLeader reports whether err is how a leader of a release without
+// checked writes refuses one: it finds no write it knows, so nothing to
+// apply. A leader that knows them never answers so to a checked write
+// that holds a delete or objects to apply.
+func olderLeader(fw *pb.ForwardRequest, err error) bool {
+	s, ok := status.FromError(err)
+	c := fw.GetChecked()
+	return ok && (c.GetDelete() != nil || len(c.GetApply().GetObjects()) > 0) &&
+		s.Code() == codes.InvalidArgument && strings.HasPrefix(s.Message(), "nothing to apply")
 }
 
 // write runs fw on the leader: here if this host leads, else forwarded.
@@ -93,6 +151,10 @@ func (n *Node) forward(ctx context.Context, addr string, fw *pb.ForwardRequest) 
 	if err != nil && actx.Err() != nil && ctx.Err() == nil {
 		return nil, errRetry // that leader did not answer in time
 	}
+	if olderLeader(fw, err) {
+		id, _ := n.leaderAPI()
+		return nil, fmt.Errorf("the leader (%s) runs a release without dry runs and revision preconditions and refused the request; nothing was written: upgrade it first: %w", id, api.ErrConflict)
+	}
 	if err != nil && !retryable(err) {
 		err = api.FromStatus(err)
 	}
@@ -103,6 +165,10 @@ func (n *Node) forward(ctx context.Context, addr string, fw *pb.ForwardRequest) 
 func (n *Node) local(ctx context.Context, fw *pb.ForwardRequest) (*pb.ForwardResponse, error) {
 	if rm := fw.GetRemoveNode(); rm != nil {
 		return &pb.ForwardResponse{}, n.removeNode(ctx, rm.GetId())
+	}
+	fw, err := unchecked(fw)
+	if err != nil {
+		return nil, err
 	}
 	req := &writeReq{fw: fw, done: make(chan writeResp, 1)}
 	select {
@@ -310,6 +376,9 @@ func prepare(r *writeReq, ov *overlay, now time.Time) (*prepared, *pb.Txn, error
 	if len(req.GetObjects()) == 0 {
 		return nil, nil, fmt.Errorf("nothing to apply: %w", api.ErrInvalid)
 	}
+	if err := checkPreconditions(req.GetPreconditions(), ov); err != nil {
+		return nil, nil, err
+	}
 	idx := make([]int, len(req.GetObjects()))
 	for i := range idx {
 		idx[i] = i
@@ -387,6 +456,31 @@ func prepare(r *writeReq, ov *overlay, now time.Time) (*prepared, *pb.Txn, error
 		return p, nil, nil
 	}
 	return p, txn, nil
+}
+
+// checkPreconditions refuses a write when an object it names is no longer
+// at the revision given. ov holds the writes committed before this one and
+// those earlier in its batch (stamped, with no revision yet), so a change
+// made by any of them fails the check, as it should.
+func checkPreconditions(pcs []*pb.RevisionPrecondition, ov *overlay) error {
+	for i, pc := range pcs {
+		ref := pc.GetRef()
+		if ref.GetKind() == "" || ref.GetName() == "" {
+			return fmt.Errorf("preconditions[%d]: needs a kind and a name: %w", i, api.ErrInvalid)
+		}
+		cur := ov.get(ref.GetKind(), keyOf(ref))
+		if cur == nil {
+			return fmt.Errorf("%s %w: it was deleted (revision %d when read); nothing was written", api.RefString(ref), api.ErrChanged, pc.GetRevision())
+		}
+		if got := api.MetaOf(cur).GetRevision(); got != pc.GetRevision() {
+			now := fmt.Sprintf("now %d", got)
+			if got == 0 {
+				now = "changed by a write just before this one"
+			}
+			return fmt.Errorf("%s %w (revision %d when read, %s); nothing was written", api.RefString(ref), api.ErrChanged, pc.GetRevision(), now)
+		}
+	}
+	return nil
 }
 
 // ownTenantFields sets what the cluster owns in a tenant, whatever the

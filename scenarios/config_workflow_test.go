@@ -299,6 +299,39 @@ func TestConfigWorkflow(t *testing.T) {
 		tr.golden("tenant-update")
 	})
 
+	t.Run("edit-concurrent-change", func(t *testing.T) {
+		// Not a golden transcript: the editor's command names temporary
+		// paths. While the editor is open, another operator changes the
+		// tenant; the edit, made from what it read before, is refused and
+		// the other change stays.
+		tr := newTr(t)
+		const addDomain = `sed -i 's/^- wf.example$/&\n- wf.example.net/'`
+		other := fmt.Sprintf("'%s' tenant update wf --max-lbs 9 --config '%s' --server %s >/dev/null && %s",
+			c.bin, c.adminConf(), n.apiAddr, addDomain)
+		r := tr.expect(1, []string{"EDITOR=" + other}, "edit", "tenant", "wf")
+		if !strings.Contains(r.stderr, "changed since you read it: nothing was written, and your edits are kept in") ||
+			!strings.Contains(r.stderr, "run teapot-lb edit again") {
+			t.Errorf("edit over a concurrent change: stderr %q", r.stderr)
+		}
+		kept := editFile.FindString(r.stderr)
+		if data, err := os.ReadFile(kept); err != nil || !strings.Contains(string(data), "wf.example.net") {
+			t.Errorf("the kept file %q: %v %q", kept, err, data)
+		} else {
+			os.Remove(kept)
+		}
+		ten := tr.getJSON("tenant", "wf").GetTenant()
+		if fmt.Sprint(ten.GetDomains(), ten.GetQuotas().GetLoadBalancers()) != "[wf.example] 9" {
+			t.Errorf("after the refused edit the tenant is %v, want the other change (max-lbs 9) alone", ten)
+		}
+		// Without a change in between, the same edit goes through.
+		tr.expect(0, []string{"EDITOR=" + addDomain}, "edit", "tenant", "wf")
+		ten = tr.getJSON("tenant", "wf").GetTenant()
+		if fmt.Sprint(ten.GetDomains(), ten.GetQuotas().GetLoadBalancers()) != "[wf.example wf.example.net] 9" {
+			t.Errorf("after the edit the tenant is %v", ten)
+		}
+		tr.expect(0, nil, "tenant", "update", "wf", "--remove-domain", "wf.example.net", "--max-lbs", "0")
+	})
+
 	t.Run("delete-f", func(t *testing.T) {
 		tr := newTr(t)
 		tr.expect(1, nil, "delete", "-f", wf+"new.yaml")

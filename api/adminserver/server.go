@@ -87,6 +87,30 @@ func (s *Server) Delete(ctx context.Context, req *pb.DeleteRequest) (*pb.DeleteR
 	return resp, api.ToStatus(err)
 }
 
+// DryRun checks an apply or a delete as Apply and Delete would, and
+// writes nothing.
+func (s *Server) DryRun(ctx context.Context, req *pb.DryRunRequest) (*pb.DryRunResponse, error) {
+	switch w := req.GetWrite().(type) {
+	case *pb.DryRunRequest_Apply:
+		a := proto.Clone(w.Apply).(*pb.ApplyRequest)
+		a.DryRun = true
+		resp, err := s.Apply(ctx, a)
+		if err != nil {
+			return nil, err
+		}
+		return &pb.DryRunResponse{Apply: resp}, nil
+	case *pb.DryRunRequest_Delete:
+		d := proto.Clone(w.Delete).(*pb.DeleteRequest)
+		d.DryRun = true
+		resp, err := s.Delete(ctx, d)
+		if err != nil {
+			return nil, err
+		}
+		return &pb.DryRunResponse{Delete: resp}, nil
+	}
+	return nil, api.ToStatus(fmt.Errorf("dry run: give an apply or a delete to check: %w", api.ErrInvalid))
+}
+
 func (s *Server) Get(ctx context.Context, req *pb.GetRequest) (*pb.Object, error) {
 	ctx, cancel := withDefault(ctx)
 	defer cancel()

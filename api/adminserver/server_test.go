@@ -20,6 +20,7 @@ func TestRules(t *testing.T) {
 		known  bool
 	}{
 		{"/teapot.v1.Admin/Apply", pki.RoleAdmin, true},
+		{"/teapot.v1.Admin/DryRun", pki.RoleAdmin, true},
 		{"/teapot.v1.Cluster/Join", Public, true},
 		{"/teapot.v1.Cluster/Forward", pki.RoleNode, true},
 		{"/teapot.v1.Other/Thing", "", false},

@@ -3,13 +3,16 @@ package cli_test
 import (
 	"bytes"
 	"flag"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/teapot-lb/teapot-lb/api"
@@ -387,9 +390,8 @@ func TestCompletion(t *testing.T) {
 	}
 }
 
-// A host of an older release ignores dry_run and would apply the change:
-// the CLI asks the hosts first and sends nothing when one that answers
-// does not list the feature (the fake's hosts list none).
+// A dry run is its own call, which a host of an older release (the fake
+// does not serve it) refuses: nothing is applied, and the error says why.
 func TestDryRunRefusedByOlderHosts(t *testing.T) {
 	for _, args := range []string{
 		"apply -f testdata/shop.yaml --dry-run",
@@ -400,11 +402,46 @@ func TestDryRunRefusedByOlderHosts(t *testing.T) {
 		f := seeded(t)
 		objects := len(f.objs)
 		r := run(t, f, "", strings.Fields(args)...)
-		if r.code == 0 || !strings.Contains(r.stderr, "lb1 (1.0.0), lb2 (1.0.0), lb4 (version unknown) run an older one; nothing was sent") {
+		if r.code == 0 || !strings.Contains(r.stderr, "the host answering runs a release without dry runs and refused the check; nothing was written: upgrade it first") {
 			t.Errorf("%s: exit %d, stderr %q", args, r.code, r.stderr)
 		}
 		if len(f.applied) != 0 || len(f.objs) != objects {
 			t.Errorf("%s: %d applies reached the cluster; %d objects, %d before", args, len(f.applied), len(f.objs), objects)
 		}
+	}
+}
+
+// tenant update writes only if the tenant is still at the revision it
+// read: another writer's change in between is kept, and the command says
+// to run it again.
+func TestTenantUpdateRefusesAConcurrentChange(t *testing.T) {
+	f := seeded(t)
+	ref := &pb.ObjectRef{Kind: api.KindTenant, Name: "acme"}
+	read := api.MetaOf(f.objs[key(ref)]).GetRevision()
+	f.afterGet = func(f *fakeAdmin) {
+		f.afterGet = nil
+		o := proto.Clone(f.objs[key(ref)]).(*pb.Object)
+		o.GetTenant().Quotas = &pb.Quotas{LoadBalancers: 9}
+		f.put(o)
+	}
+	r := run(t, f, "", "tenant", "update", "acme", "--add-domain", "acme.example.org")
+	want := fmt.Sprintf("tenant acme changed since you read it: nothing was written; run the command again to change the tenant as it is now (Tenant acme changed since it was read (revision %d when read, now %d)", read, f.rev)
+	if r.code == 0 || !strings.Contains(r.stderr, want) {
+		t.Fatalf("exit %d, stderr %q, want it to hold %q", r.code, r.stderr, want)
+	}
+	if len(f.applied) != 1 || len(f.applied[0].GetPreconditions()) != 1 || f.applied[0].GetPreconditions()[0].GetRevision() != read {
+		t.Fatalf("applies %v, want one with the precondition revision %d", f.applied, read)
+	}
+	ten := f.objs[key(ref)].GetTenant()
+	if slices.Contains(ten.GetDomains(), "acme.example.org") || ten.GetQuotas().GetLoadBalancers() != 9 {
+		t.Fatalf("tenant after the refused update: %v", ten)
+	}
+	// Run again, it reads the tenant as it is now and keeps the other change.
+	if r := run(t, f, "", "tenant", "update", "acme", "--add-domain", "acme.example.org"); r.code != 0 {
+		t.Fatalf("again: exit %d, stderr %q", r.code, r.stderr)
+	}
+	ten = f.objs[key(ref)].GetTenant()
+	if !slices.Contains(ten.GetDomains(), "acme.example.org") || ten.GetQuotas().GetLoadBalancers() != 9 {
+		t.Fatalf("tenant after the second update: %v", ten)
 	}
 }

@@ -33,6 +33,9 @@ type fakeAdmin struct {
 	applied  []*pb.ApplyRequest
 	// hosts, when set, are what the hosts see (Observe, Events).
 	hosts []*pb.HostObservation
+	// afterGet, when set, runs (under the lock) after each Get has read
+	// its object: another writer's change between a read and a write.
+	afterGet func(f *fakeAdmin)
 }
 
 func newFake() *fakeAdmin {
@@ -86,6 +89,12 @@ func (f *fakeAdmin) Apply(_ context.Context, req *pb.ApplyRequest) (*pb.ApplyRes
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.applied = append(f.applied, proto.Clone(req).(*pb.ApplyRequest))
+	for _, pc := range req.GetPreconditions() {
+		cur, ok := f.objs[key(pc.GetRef())]
+		if rev := api.MetaOf(cur).GetRevision(); !ok || rev != pc.GetRevision() {
+			return nil, status.Errorf(codes.Aborted, "%s %v (revision %d when read, now %d); nothing was written", api.RefString(pc.GetRef()), api.ErrChanged, pc.GetRevision(), rev)
+		}
+	}
 	resp := &pb.ApplyResponse{}
 	pending := map[string]*pb.Object{}
 	exists := func(r *pb.ObjectRef) bool {
@@ -148,6 +157,9 @@ func (f *fakeAdmin) Get(_ context.Context, req *pb.GetRequest) (*pb.Object, erro
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if o, ok := f.objs[key(req.GetRef())]; ok {
+		if f.afterGet != nil {
+			f.afterGet(f)
+		}
 		return o, nil
 	}
 	return nil, status.Errorf(codes.NotFound, "%s not found", api.RefString(req.GetRef()))

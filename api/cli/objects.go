@@ -94,24 +94,24 @@ func (a *app) apply(cmd *cobra.Command, objs []*pb.Object, mode pb.ApplyMode) er
 	return a.applyObjects(cmd, objs, mode, false)
 }
 
-// applyObjects is apply, or with dryRun the cluster's check of it.
-func (a *app) applyObjects(cmd *cobra.Command, objs []*pb.Object, mode pb.ApplyMode, dryRun bool) error {
+// applyObjects is apply, or with dryRun the cluster's check of it. With
+// preconditions the cluster writes only if the objects they name are
+// still at the revisions given.
+func (a *app) applyObjects(cmd *cobra.Command, objs []*pb.Object, mode pb.ApplyMode, dryRun bool, pre ...*pb.RevisionPrecondition) error {
 	return a.call(cmd, func(ctx context.Context, c *client.Conn) error {
-		if dryRun {
-			if err := requireFeature(ctx, c, api.FeatureDryRun, "--dry-run"); err != nil {
-				return err
-			}
-		}
-		resp, err := c.Admin.Apply(ctx, &pb.ApplyRequest{Objects: objs, Mode: mode, DryRun: dryRun})
-		if err != nil {
-			return err
-		}
+		req := &pb.ApplyRequest{Objects: objs, Mode: mode, Preconditions: pre}
+		var resp *pb.ApplyResponse
+		var err error
 		suffix := ""
 		if dryRun {
-			if !resp.GetDryRun() {
-				return errors.New("the cluster does not know dry runs (a host runs an older version) and may have applied the change; check with get")
-			}
-			suffix = " (dry run)"
+			var dr *pb.DryRunResponse
+			dr, err = dryRunCall(ctx, c, &pb.DryRunRequest{Write: &pb.DryRunRequest_Apply{Apply: req}})
+			resp, suffix = dr.GetApply(), " (dry run)"
+		} else {
+			resp, err = c.Admin.Apply(ctx, req)
+		}
+		if err != nil {
+			return err
 		}
 		if !a.tabular() {
 			return manifest.Encode(cmd.OutOrStdout(), redacted(resp.GetObjects()), string(a.output))
@@ -448,22 +448,20 @@ func (a *app) delete(cmd *cobra.Command, refs ...*pb.ObjectRef) error {
 // at the first error.
 func (a *app) deleteRefs(cmd *cobra.Command, refs []*pb.ObjectRef, opts deleteOpts) error {
 	return a.call(cmd, func(ctx context.Context, c *client.Conn) error {
-		if opts.dryRun {
-			if err := requireFeature(ctx, c, api.FeatureDryRun, "--dry-run"); err != nil {
-				return err
-			}
-		}
 		w := cmd.OutOrStdout()
 		for _, ref := range refs {
-			resp, err := c.Admin.Delete(ctx, &pb.DeleteRequest{Ref: ref, DryRun: opts.dryRun})
+			var err error
+			if opts.dryRun {
+				_, err = dryRunCall(ctx, c, &pb.DryRunRequest{Write: &pb.DryRunRequest_Delete{Delete: &pb.DeleteRequest{Ref: ref}}})
+			} else {
+				_, err = c.Admin.Delete(ctx, &pb.DeleteRequest{Ref: ref})
+			}
 			switch {
 			case opts.ignoreNotFound && status.Code(err) == codes.NotFound:
 				fmt.Fprintf(w, "%s not found\n", objectPath(ref))
 				continue
 			case err != nil:
 				return err
-			case opts.dryRun && !resp.GetDryRun():
-				return fmt.Errorf("the cluster does not know dry runs (a host runs an older version) and deleted %s", objectPath(ref))
 			case opts.dryRun:
 				fmt.Fprintf(w, "%s deleted (dry run)\n", objectPath(ref))
 			default:

@@ -119,7 +119,8 @@ func (a *app) tenantUpdateCmd() *cobra.Command {
 		Short: "Change a tenant's domains, networks, pools or quotas",
 		Long: "Update reads the tenant, changes what the flags say and writes it back with the same\n" +
 			"validation as apply: a change that would break one of the tenant's load balancers is\n" +
-			"refused and nothing is written. A --max-* flag of 0 returns that quota to its default.",
+			"refused and nothing is written. A --max-* flag of 0 returns that quota to its default.\n" +
+			"If the tenant changed between the read and the write, nothing is written: run it again.",
 		Example: "  teapot-lb tenant update acme --add-domain acme.example.org --max-lbs 50\n" +
 			"  teapot-lb tenant update acme --pools public,private\n" +
 			"  teapot-lb tenant update acme --remove-network 10.30.0.0/16 --dry-run",
@@ -136,6 +137,8 @@ func (a *app) tenantUpdateCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			// The write is made only if nobody changed the tenant meanwhile.
+			read := &pb.RevisionPrecondition{Ref: ref, Revision: t.GetMeta().GetRevision()}
 			t.Meta, t.Uid, t.RevokedCredentials = nil, "", nil
 			changed := false
 			for _, e := range []struct {
@@ -170,7 +173,11 @@ func (a *app) tenantUpdateCmd() *cobra.Command {
 			if !changed {
 				return fmt.Errorf("nothing to change: give --domains, --networks, --pools (or --add-*/--remove-*), --pods-routable or a --max-* quota; see '%s --help'", cmd.CommandPath())
 			}
-			return a.applyObjects(cmd, []*pb.Object{api.Wrap(t)}, pb.ApplyMode_APPLY_MODE_UPDATE, dryRun)
+			err = a.applyObjects(cmd, []*pb.Object{api.Wrap(t)}, pb.ApplyMode_APPLY_MODE_UPDATE, dryRun, read)
+			if changedSinceRead(err) {
+				return fmt.Errorf("tenant %s changed since you read it: nothing was written; run the command again to change the tenant as it is now (%s)", t.GetName(), client.ErrorLine(err))
+			}
+			return err
 		},
 	}
 	f := cmd.Flags()

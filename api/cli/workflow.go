@@ -8,10 +8,11 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/teapot-lb/teapot-lb/api"
 	"github.com/teapot-lb/teapot-lb/api/client"
@@ -64,16 +65,11 @@ func (a *app) diffCmd() *cobra.Command {
 // diffObjects prints what applying objs would change and reports whether
 // anything would.
 func diffObjects(ctx context.Context, w io.Writer, c *client.Conn, objs []*pb.Object) (bool, error) {
-	if err := requireFeature(ctx, c, api.FeatureDryRun, "diff"); err != nil {
-		return false, err
-	}
-	resp, err := c.Admin.Apply(ctx, &pb.ApplyRequest{Objects: objs, DryRun: true})
+	dr, err := dryRunCall(ctx, c, &pb.DryRunRequest{Write: &pb.DryRunRequest_Apply{Apply: &pb.ApplyRequest{Objects: objs}}})
 	if err != nil {
 		return false, err
 	}
-	if !resp.GetDryRun() {
-		return false, errors.New("the cluster does not know dry runs (a host runs an older version) and may have applied the change; check with get")
-	}
+	resp := dr.GetApply()
 	changed := false
 	for i, after := range resp.GetObjects() {
 		ref := api.RefOf(after)
@@ -139,7 +135,8 @@ func (a *app) editCmd() *cobra.Command {
 		Long: "Edit writes the object as YAML to a temporary file, opens it in $VISUAL or $EDITOR (vi if\n" +
 			"neither is set) and applies what was saved, with the same validation as apply. If the\n" +
 			"file cannot be read or the cluster refuses the change, nothing is written and the\n" +
-			"edited file is kept: the error names it, so it can be fixed and applied with apply -f.",
+			"edited file is kept: the error names it, so it can be fixed and applied with apply -f.\n" +
+			"The change is written only if nobody changed the object since edit read it.",
 		Example: "  teapot-lb edit lb acme/shop\n  EDITOR=nano teapot-lb edit tenant acme",
 		Args:    args(cobra.ExactArgs(2)),
 		RunE: func(cmd *cobra.Command, argv []string) error {
@@ -183,6 +180,8 @@ func (a *app) edit(cmd *cobra.Command, ref *pb.ObjectRef) error {
 		return err
 	}
 	obj = api.RedactSecrets(obj)
+	// The write is made only if nobody changed the object meanwhile.
+	read := &pb.RevisionPrecondition{Ref: api.RefOf(obj), Revision: api.MetaOf(obj).GetRevision()}
 	specOnly(obj)
 	var buf bytes.Buffer
 	fmt.Fprintf(&buf, editHeader, objectPath(ref), lower(ref.GetKind()))
@@ -226,7 +225,11 @@ func (a *app) edit(cmd *cobra.Command, ref *pb.ObjectRef) error {
 	if len(objs) != 1 || objectPath(api.RefOf(objs[0])) != objectPath(ref) {
 		return kept(fmt.Errorf("the file must hold %s alone; to create or rename objects use apply", objectPath(ref)))
 	}
-	if err := a.apply(cmd, objs, pb.ApplyMode_APPLY_MODE_UPDATE); err != nil {
+	if err := a.applyObjects(cmd, objs, pb.ApplyMode_APPLY_MODE_UPDATE, false, read); err != nil {
+		if changedSinceRead(err) {
+			return fmt.Errorf("%s changed since you read it: nothing was written, and your edits are kept in %s; run teapot-lb edit again to start from the object as it is now, or teapot-lb apply -f %s to write yours over the other change (%s)",
+				objectPath(ref), path, path, client.ErrorLine(err))
+		}
 		return kept(errors.New(client.ErrorLine(err)))
 	}
 	os.Remove(path)
@@ -276,28 +279,20 @@ func runEditor(cmd *cobra.Command, path string) error {
 	return nil
 }
 
-// requireFeature refuses to go on unless every host that answers serves
-// feature (see api.Features): a host of an older release ignores the new
-// fields of a request, and would apply a dry run. Hosts that do not
-// answer serve no request now and are not counted.
-func requireFeature(ctx context.Context, c *client.Conn, feature, what string) error {
-	st, err := c.Admin.ClusterStatus(ctx, &pb.ClusterStatusRequest{})
-	if err != nil {
-		return fmt.Errorf("ask the hosts whether they know %s: %w", what, err)
+// changedSinceRead reports whether err is the cluster's refusal of a write
+// whose revision precondition failed.
+func changedSinceRead(err error) bool {
+	return errors.Is(api.FromStatus(err), api.ErrChanged)
+}
+
+// dryRunCall asks the cluster to check a write without making it. The
+// call is its own RPC, and hosts carry it to the leader as a write a
+// leader of an older release refuses, so no host can mistake it for the
+// write itself.
+func dryRunCall(ctx context.Context, c *client.Conn, req *pb.DryRunRequest) (*pb.DryRunResponse, error) {
+	resp, err := c.Admin.DryRun(ctx, req)
+	if status.Code(err) == codes.Unimplemented {
+		return nil, errors.New("the host answering runs a release without dry runs and refused the check; nothing was written: upgrade it first (cluster status shows each host's version)")
 	}
-	var old []string
-	for _, n := range st.GetNodes() {
-		if n.GetState() == "unreachable" || slices.Contains(n.GetFeatures(), feature) {
-			continue
-		}
-		v := n.GetVersion()
-		if v == "" {
-			v = "version unknown"
-		}
-		old = append(old, fmt.Sprintf("%s (%s)", n.GetId(), v))
-	}
-	if len(old) > 0 {
-		return fmt.Errorf("%s needs a release that knows it on every host, and %s run an older one; nothing was sent: upgrade them first", what, strings.Join(old, ", "))
-	}
-	return nil
+	return resp, err
 }

@@ -74,6 +74,141 @@ func (ApplyMode) EnumDescriptor() ([]byte, []int) {
 	return file_teapotv1_admin_proto_rawDescGZIP(), []int{0}
 }
 
+// DryRunRequest is a write to check, never to make.
+type DryRunRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Write:
+	//
+	//	*DryRunRequest_Apply
+	//	*DryRunRequest_Delete
+	Write         isDryRunRequest_Write `protobuf_oneof:"write"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DryRunRequest) Reset() {
+	*x = DryRunRequest{}
+	mi := &file_teapotv1_admin_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DryRunRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DryRunRequest) ProtoMessage() {}
+
+func (x *DryRunRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_admin_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DryRunRequest.ProtoReflect.Descriptor instead.
+func (*DryRunRequest) Descriptor() ([]byte, []int) {
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *DryRunRequest) GetWrite() isDryRunRequest_Write {
+	if x != nil {
+		return x.Write
+	}
+	return nil
+}
+
+func (x *DryRunRequest) GetApply() *ApplyRequest {
+	if x != nil {
+		if x, ok := x.Write.(*DryRunRequest_Apply); ok {
+			return x.Apply
+		}
+	}
+	return nil
+}
+
+func (x *DryRunRequest) GetDelete() *DeleteRequest {
+	if x != nil {
+		if x, ok := x.Write.(*DryRunRequest_Delete); ok {
+			return x.Delete
+		}
+	}
+	return nil
+}
+
+type isDryRunRequest_Write interface {
+	isDryRunRequest_Write()
+}
+
+type DryRunRequest_Apply struct {
+	Apply *ApplyRequest `protobuf:"bytes,1,opt,name=apply,proto3,oneof"`
+}
+
+type DryRunRequest_Delete struct {
+	Delete *DeleteRequest `protobuf:"bytes,2,opt,name=delete,proto3,oneof"`
+}
+
+func (*DryRunRequest_Apply) isDryRunRequest_Write() {}
+
+func (*DryRunRequest_Delete) isDryRunRequest_Write() {}
+
+type DryRunResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Apply         *ApplyResponse         `protobuf:"bytes,1,opt,name=apply,proto3" json:"apply,omitempty"`
+	Delete        *DeleteResponse        `protobuf:"bytes,2,opt,name=delete,proto3" json:"delete,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DryRunResponse) Reset() {
+	*x = DryRunResponse{}
+	mi := &file_teapotv1_admin_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DryRunResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DryRunResponse) ProtoMessage() {}
+
+func (x *DryRunResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_admin_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DryRunResponse.ProtoReflect.Descriptor instead.
+func (*DryRunResponse) Descriptor() ([]byte, []int) {
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *DryRunResponse) GetApply() *ApplyResponse {
+	if x != nil {
+		return x.Apply
+	}
+	return nil
+}
+
+func (x *DryRunResponse) GetDelete() *DeleteResponse {
+	if x != nil {
+		return x.Delete
+	}
+	return nil
+}
+
 type BackupRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -82,7 +217,7 @@ type BackupRequest struct {
 
 func (x *BackupRequest) Reset() {
 	*x = BackupRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[0]
+	mi := &file_teapotv1_admin_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -94,7 +229,7 @@ func (x *BackupRequest) String() string {
 func (*BackupRequest) ProtoMessage() {}
 
 func (x *BackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[0]
+	mi := &file_teapotv1_admin_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -107,7 +242,7 @@ func (x *BackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupRequest.ProtoReflect.Descriptor instead.
 func (*BackupRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{0}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{2}
 }
 
 // BackupChunk is one piece of an encoded Backup, in order.
@@ -120,7 +255,7 @@ type BackupChunk struct {
 
 func (x *BackupChunk) Reset() {
 	*x = BackupChunk{}
-	mi := &file_teapotv1_admin_proto_msgTypes[1]
+	mi := &file_teapotv1_admin_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -132,7 +267,7 @@ func (x *BackupChunk) String() string {
 func (*BackupChunk) ProtoMessage() {}
 
 func (x *BackupChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[1]
+	mi := &file_teapotv1_admin_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -145,7 +280,7 @@ func (x *BackupChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupChunk.ProtoReflect.Descriptor instead.
 func (*BackupChunk) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{1}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *BackupChunk) GetData() []byte {
@@ -160,15 +295,21 @@ type ApplyRequest struct {
 	Objects []*Object              `protobuf:"bytes,1,rep,name=objects,proto3" json:"objects,omitempty"`
 	Mode    ApplyMode              `protobuf:"varint,2,opt,name=mode,proto3,enum=teapot.v1.ApplyMode" json:"mode,omitempty"`
 	// Validate and stamp the objects against the current state on the
-	// leader, as a real apply would, but write nothing.
-	DryRun        bool `protobuf:"varint,3,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	// leader, as a real apply would, but write nothing. Hosts carry it to
+	// the leader as a checked write (ForwardRequest.checked); clients use the
+	// DryRun call, which a host of an older release refuses.
+	DryRun bool `protobuf:"varint,3,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	// Write only if each of these objects is still at the revision given
+	// (its meta.revision when it was read); otherwise refuse, write nothing,
+	// and answer Aborted ("changed since it was read").
+	Preconditions []*RevisionPrecondition `protobuf:"bytes,4,rep,name=preconditions,proto3" json:"preconditions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ApplyRequest) Reset() {
 	*x = ApplyRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[2]
+	mi := &file_teapotv1_admin_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -180,7 +321,7 @@ func (x *ApplyRequest) String() string {
 func (*ApplyRequest) ProtoMessage() {}
 
 func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[2]
+	mi := &file_teapotv1_admin_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -193,7 +334,7 @@ func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyRequest.ProtoReflect.Descriptor instead.
 func (*ApplyRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{2}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ApplyRequest) GetObjects() []*Object {
@@ -217,6 +358,66 @@ func (x *ApplyRequest) GetDryRun() bool {
 	return false
 }
 
+func (x *ApplyRequest) GetPreconditions() []*RevisionPrecondition {
+	if x != nil {
+		return x.Preconditions
+	}
+	return nil
+}
+
+// RevisionPrecondition names an object and the revision it must still be at.
+type RevisionPrecondition struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ref           *ObjectRef             `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	Revision      uint64                 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevisionPrecondition) Reset() {
+	*x = RevisionPrecondition{}
+	mi := &file_teapotv1_admin_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevisionPrecondition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevisionPrecondition) ProtoMessage() {}
+
+func (x *RevisionPrecondition) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_admin_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevisionPrecondition.ProtoReflect.Descriptor instead.
+func (*RevisionPrecondition) Descriptor() ([]byte, []int) {
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *RevisionPrecondition) GetRef() *ObjectRef {
+	if x != nil {
+		return x.Ref
+	}
+	return nil
+}
+
+func (x *RevisionPrecondition) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
 type ApplyResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The objects as stored (with meta and status).
@@ -233,7 +434,7 @@ type ApplyResponse struct {
 
 func (x *ApplyResponse) Reset() {
 	*x = ApplyResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[3]
+	mi := &file_teapotv1_admin_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -245,7 +446,7 @@ func (x *ApplyResponse) String() string {
 func (*ApplyResponse) ProtoMessage() {}
 
 func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[3]
+	mi := &file_teapotv1_admin_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -258,7 +459,7 @@ func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyResponse.ProtoReflect.Descriptor instead.
 func (*ApplyResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{3}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ApplyResponse) GetObjects() []*Object {
@@ -300,7 +501,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[4]
+	mi := &file_teapotv1_admin_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -312,7 +513,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[4]
+	mi := &file_teapotv1_admin_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -325,7 +526,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{4}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *DeleteRequest) GetRef() *ObjectRef {
@@ -353,7 +554,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[5]
+	mi := &file_teapotv1_admin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -365,7 +566,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[5]
+	mi := &file_teapotv1_admin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -378,7 +579,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{5}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *DeleteResponse) GetRevision() uint64 {
@@ -404,7 +605,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[6]
+	mi := &file_teapotv1_admin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -416,7 +617,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[6]
+	mi := &file_teapotv1_admin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -429,7 +630,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{6}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetRequest) GetRef() *ObjectRef {
@@ -455,7 +656,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[7]
+	mi := &file_teapotv1_admin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -467,7 +668,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[7]
+	mi := &file_teapotv1_admin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -480,7 +681,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{7}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListRequest) GetKind() string {
@@ -523,7 +724,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[8]
+	mi := &file_teapotv1_admin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -535,7 +736,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[8]
+	mi := &file_teapotv1_admin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -548,7 +749,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{8}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListResponse) GetObjects() []*Object {
@@ -580,7 +781,7 @@ type ClusterStatusRequest struct {
 
 func (x *ClusterStatusRequest) Reset() {
 	*x = ClusterStatusRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[9]
+	mi := &file_teapotv1_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -592,7 +793,7 @@ func (x *ClusterStatusRequest) String() string {
 func (*ClusterStatusRequest) ProtoMessage() {}
 
 func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[9]
+	mi := &file_teapotv1_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -605,7 +806,7 @@ func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusRequest.ProtoReflect.Descriptor instead.
 func (*ClusterStatusRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{9}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{12}
 }
 
 type ClusterStatusResponse struct {
@@ -627,7 +828,7 @@ type ClusterStatusResponse struct {
 
 func (x *ClusterStatusResponse) Reset() {
 	*x = ClusterStatusResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[10]
+	mi := &file_teapotv1_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -639,7 +840,7 @@ func (x *ClusterStatusResponse) String() string {
 func (*ClusterStatusResponse) ProtoMessage() {}
 
 func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[10]
+	mi := &file_teapotv1_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -652,7 +853,7 @@ func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusResponse.ProtoReflect.Descriptor instead.
 func (*ClusterStatusResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{10}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ClusterStatusResponse) GetClusterId() string {
@@ -740,9 +941,9 @@ type NodeStatus struct {
 	Peers             []*PeerLiveness `protobuf:"bytes,15,rep,name=peers,proto3" json:"peers,omitempty"`
 	// Set by `cluster drain`: the host gives up its VIPs.
 	Draining bool `protobuf:"varint,16,opt,name=draining,proto3" json:"draining,omitempty"`
-	// Admin API features this host's release serves ("dry-run"). A client
-	// uses a feature only when every host that answers lists it: a host of
-	// an older release would ignore the request's new fields.
+	// Admin API features this host's release serves ("dry-run",
+	// "checked-writes"), for operators. Requests that use a feature are
+	// refused by a host without it; clients do not rely on this list.
 	Features []string `protobuf:"bytes,17,rep,name=features,proto3" json:"features,omitempty"`
 	// The highest feature level this host understands (0: not reported).
 	FeatureLevel  uint32 `protobuf:"varint,18,opt,name=feature_level,json=featureLevel,proto3" json:"feature_level,omitempty"`
@@ -752,7 +953,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_teapotv1_admin_proto_msgTypes[11]
+	mi := &file_teapotv1_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -764,7 +965,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[11]
+	mi := &file_teapotv1_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -777,7 +978,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{11}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *NodeStatus) GetId() string {
@@ -918,7 +1119,7 @@ type PeerLiveness struct {
 
 func (x *PeerLiveness) Reset() {
 	*x = PeerLiveness{}
-	mi := &file_teapotv1_admin_proto_msgTypes[12]
+	mi := &file_teapotv1_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -930,7 +1131,7 @@ func (x *PeerLiveness) String() string {
 func (*PeerLiveness) ProtoMessage() {}
 
 func (x *PeerLiveness) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[12]
+	mi := &file_teapotv1_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -943,7 +1144,7 @@ func (x *PeerLiveness) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerLiveness.ProtoReflect.Descriptor instead.
 func (*PeerLiveness) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{12}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PeerLiveness) GetNodeId() string {
@@ -977,7 +1178,7 @@ type CreateJoinTokenRequest struct {
 
 func (x *CreateJoinTokenRequest) Reset() {
 	*x = CreateJoinTokenRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[13]
+	mi := &file_teapotv1_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -989,7 +1190,7 @@ func (x *CreateJoinTokenRequest) String() string {
 func (*CreateJoinTokenRequest) ProtoMessage() {}
 
 func (x *CreateJoinTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[13]
+	mi := &file_teapotv1_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1002,7 +1203,7 @@ func (x *CreateJoinTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJoinTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateJoinTokenRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{13}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CreateJoinTokenRequest) GetTtlSeconds() uint32 {
@@ -1024,7 +1225,7 @@ type CreateJoinTokenResponse struct {
 
 func (x *CreateJoinTokenResponse) Reset() {
 	*x = CreateJoinTokenResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[14]
+	mi := &file_teapotv1_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1036,7 +1237,7 @@ func (x *CreateJoinTokenResponse) String() string {
 func (*CreateJoinTokenResponse) ProtoMessage() {}
 
 func (x *CreateJoinTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[14]
+	mi := &file_teapotv1_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1049,7 +1250,7 @@ func (x *CreateJoinTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJoinTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateJoinTokenResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{14}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CreateJoinTokenResponse) GetToken() string {
@@ -1083,7 +1284,7 @@ type CreateDashboardTokenRequest struct {
 
 func (x *CreateDashboardTokenRequest) Reset() {
 	*x = CreateDashboardTokenRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[15]
+	mi := &file_teapotv1_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1095,7 +1296,7 @@ func (x *CreateDashboardTokenRequest) String() string {
 func (*CreateDashboardTokenRequest) ProtoMessage() {}
 
 func (x *CreateDashboardTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[15]
+	mi := &file_teapotv1_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1108,7 +1309,7 @@ func (x *CreateDashboardTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateDashboardTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateDashboardTokenRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{15}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CreateDashboardTokenRequest) GetTtlSeconds() uint32 {
@@ -1130,7 +1331,7 @@ type CreateDashboardTokenResponse struct {
 
 func (x *CreateDashboardTokenResponse) Reset() {
 	*x = CreateDashboardTokenResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[16]
+	mi := &file_teapotv1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1142,7 +1343,7 @@ func (x *CreateDashboardTokenResponse) String() string {
 func (*CreateDashboardTokenResponse) ProtoMessage() {}
 
 func (x *CreateDashboardTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[16]
+	mi := &file_teapotv1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1155,7 +1356,7 @@ func (x *CreateDashboardTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateDashboardTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateDashboardTokenResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{16}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CreateDashboardTokenResponse) GetToken() string {
@@ -1188,7 +1389,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[17]
+	mi := &file_teapotv1_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1200,7 +1401,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[17]
+	mi := &file_teapotv1_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1213,7 +1414,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{17}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RemoveNodeRequest) GetId() string {
@@ -1231,7 +1432,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[18]
+	mi := &file_teapotv1_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1243,7 +1444,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[18]
+	mi := &file_teapotv1_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1256,7 +1457,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{18}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{21}
 }
 
 type DrainNodeRequest struct {
@@ -1269,7 +1470,7 @@ type DrainNodeRequest struct {
 
 func (x *DrainNodeRequest) Reset() {
 	*x = DrainNodeRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[19]
+	mi := &file_teapotv1_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1281,7 +1482,7 @@ func (x *DrainNodeRequest) String() string {
 func (*DrainNodeRequest) ProtoMessage() {}
 
 func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[19]
+	mi := &file_teapotv1_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1294,7 +1495,7 @@ func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeRequest.ProtoReflect.Descriptor instead.
 func (*DrainNodeRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{19}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DrainNodeRequest) GetId() string {
@@ -1320,7 +1521,7 @@ type DrainNodeResponse struct {
 
 func (x *DrainNodeResponse) Reset() {
 	*x = DrainNodeResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[20]
+	mi := &file_teapotv1_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1332,7 +1533,7 @@ func (x *DrainNodeResponse) String() string {
 func (*DrainNodeResponse) ProtoMessage() {}
 
 func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[20]
+	mi := &file_teapotv1_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1345,7 +1546,7 @@ func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeResponse.ProtoReflect.Descriptor instead.
 func (*DrainNodeResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{20}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DrainNodeResponse) GetNode() *Node {
@@ -1369,7 +1570,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[21]
+	mi := &file_teapotv1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1381,7 +1582,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[21]
+	mi := &file_teapotv1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1394,7 +1595,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{21}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *JoinRequest) GetToken() string {
@@ -1447,7 +1648,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[22]
+	mi := &file_teapotv1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1459,7 +1660,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[22]
+	mi := &file_teapotv1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1472,7 +1673,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{22}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *JoinResponse) GetCaCertPem() []byte {
@@ -1526,7 +1727,7 @@ type PromoteRequest struct {
 
 func (x *PromoteRequest) Reset() {
 	*x = PromoteRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[23]
+	mi := &file_teapotv1_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1538,7 +1739,7 @@ func (x *PromoteRequest) String() string {
 func (*PromoteRequest) ProtoMessage() {}
 
 func (x *PromoteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[23]
+	mi := &file_teapotv1_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1551,7 +1752,7 @@ func (x *PromoteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteRequest.ProtoReflect.Descriptor instead.
 func (*PromoteRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{23}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PromoteRequest) GetNodeId() string {
@@ -1569,7 +1770,7 @@ type PromoteResponse struct {
 
 func (x *PromoteResponse) Reset() {
 	*x = PromoteResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[24]
+	mi := &file_teapotv1_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1581,7 +1782,7 @@ func (x *PromoteResponse) String() string {
 func (*PromoteResponse) ProtoMessage() {}
 
 func (x *PromoteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[24]
+	mi := &file_teapotv1_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1594,7 +1795,7 @@ func (x *PromoteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteResponse.ProtoReflect.Descriptor instead.
 func (*PromoteResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{24}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{27}
 }
 
 // ForwardRequest is a write as the client asked for it; the leader
@@ -1607,6 +1808,7 @@ type ForwardRequest struct {
 	//	*ForwardRequest_Delete
 	//	*ForwardRequest_RemoveNode
 	//	*ForwardRequest_Txn
+	//	*ForwardRequest_Checked
 	Write isForwardRequest_Write `protobuf_oneof:"write"`
 	// Written by the cluster itself: may touch Node and JoinToken objects.
 	Internal      bool `protobuf:"varint,4,opt,name=internal,proto3" json:"internal,omitempty"`
@@ -1616,7 +1818,7 @@ type ForwardRequest struct {
 
 func (x *ForwardRequest) Reset() {
 	*x = ForwardRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[25]
+	mi := &file_teapotv1_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1628,7 +1830,7 @@ func (x *ForwardRequest) String() string {
 func (*ForwardRequest) ProtoMessage() {}
 
 func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[25]
+	mi := &file_teapotv1_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1641,7 +1843,7 @@ func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardRequest.ProtoReflect.Descriptor instead.
 func (*ForwardRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{25}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ForwardRequest) GetWrite() isForwardRequest_Write {
@@ -1687,6 +1889,15 @@ func (x *ForwardRequest) GetTxn() *Txn {
 	return nil
 }
 
+func (x *ForwardRequest) GetChecked() *CheckedWrite {
+	if x != nil {
+		if x, ok := x.Write.(*ForwardRequest_Checked); ok {
+			return x.Checked
+		}
+	}
+	return nil
+}
+
 func (x *ForwardRequest) GetInternal() bool {
 	if x != nil {
 		return x.Internal
@@ -1715,6 +1926,14 @@ type ForwardRequest_Txn struct {
 	Txn *Txn `protobuf:"bytes,5,opt,name=txn,proto3,oneof"`
 }
 
+type ForwardRequest_Checked struct {
+	// A write that uses request fields the cases above did not always
+	// carry (dry_run, preconditions). It has its own case so that a leader
+	// of a release without those fields, which finds no write it knows in
+	// the request, refuses it instead of making the write without them.
+	Checked *CheckedWrite `protobuf:"bytes,6,opt,name=checked,proto3,oneof"`
+}
+
 func (*ForwardRequest_Apply) isForwardRequest_Write() {}
 
 func (*ForwardRequest_Delete) isForwardRequest_Write() {}
@@ -1722,6 +1941,92 @@ func (*ForwardRequest_Delete) isForwardRequest_Write() {}
 func (*ForwardRequest_RemoveNode) isForwardRequest_Write() {}
 
 func (*ForwardRequest_Txn) isForwardRequest_Write() {}
+
+func (*ForwardRequest_Checked) isForwardRequest_Write() {}
+
+// CheckedWrite is an apply or a delete that carries a dry run or
+// preconditions.
+type CheckedWrite struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Write:
+	//
+	//	*CheckedWrite_Apply
+	//	*CheckedWrite_Delete
+	Write         isCheckedWrite_Write `protobuf_oneof:"write"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckedWrite) Reset() {
+	*x = CheckedWrite{}
+	mi := &file_teapotv1_admin_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckedWrite) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckedWrite) ProtoMessage() {}
+
+func (x *CheckedWrite) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_admin_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckedWrite.ProtoReflect.Descriptor instead.
+func (*CheckedWrite) Descriptor() ([]byte, []int) {
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *CheckedWrite) GetWrite() isCheckedWrite_Write {
+	if x != nil {
+		return x.Write
+	}
+	return nil
+}
+
+func (x *CheckedWrite) GetApply() *ApplyRequest {
+	if x != nil {
+		if x, ok := x.Write.(*CheckedWrite_Apply); ok {
+			return x.Apply
+		}
+	}
+	return nil
+}
+
+func (x *CheckedWrite) GetDelete() *DeleteRequest {
+	if x != nil {
+		if x, ok := x.Write.(*CheckedWrite_Delete); ok {
+			return x.Delete
+		}
+	}
+	return nil
+}
+
+type isCheckedWrite_Write interface {
+	isCheckedWrite_Write()
+}
+
+type CheckedWrite_Apply struct {
+	Apply *ApplyRequest `protobuf:"bytes,1,opt,name=apply,proto3,oneof"`
+}
+
+type CheckedWrite_Delete struct {
+	Delete *DeleteRequest `protobuf:"bytes,2,opt,name=delete,proto3,oneof"`
+}
+
+func (*CheckedWrite_Apply) isCheckedWrite_Write() {}
+
+func (*CheckedWrite_Delete) isCheckedWrite_Write() {}
 
 type ForwardResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1733,7 +2038,7 @@ type ForwardResponse struct {
 
 func (x *ForwardResponse) Reset() {
 	*x = ForwardResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[26]
+	mi := &file_teapotv1_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1745,7 +2050,7 @@ func (x *ForwardResponse) String() string {
 func (*ForwardResponse) ProtoMessage() {}
 
 func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[26]
+	mi := &file_teapotv1_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1758,7 +2063,7 @@ func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardResponse.ProtoReflect.Descriptor instead.
 func (*ForwardResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{26}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ForwardResponse) GetApply() *ApplyResponse {
@@ -1783,7 +2088,7 @@ type ReadIndexRequest struct {
 
 func (x *ReadIndexRequest) Reset() {
 	*x = ReadIndexRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[27]
+	mi := &file_teapotv1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1795,7 +2100,7 @@ func (x *ReadIndexRequest) String() string {
 func (*ReadIndexRequest) ProtoMessage() {}
 
 func (x *ReadIndexRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[27]
+	mi := &file_teapotv1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1808,7 +2113,7 @@ func (x *ReadIndexRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadIndexRequest.ProtoReflect.Descriptor instead.
 func (*ReadIndexRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{27}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 type ReadIndexResponse struct {
@@ -1820,7 +2125,7 @@ type ReadIndexResponse struct {
 
 func (x *ReadIndexResponse) Reset() {
 	*x = ReadIndexResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[28]
+	mi := &file_teapotv1_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1832,7 +2137,7 @@ func (x *ReadIndexResponse) String() string {
 func (*ReadIndexResponse) ProtoMessage() {}
 
 func (x *ReadIndexResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[28]
+	mi := &file_teapotv1_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1845,7 +2150,7 @@ func (x *ReadIndexResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadIndexResponse.ProtoReflect.Descriptor instead.
 func (*ReadIndexResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{28}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ReadIndexResponse) GetIndex() uint64 {
@@ -1863,7 +2168,7 @@ type HealthRequest struct {
 
 func (x *HealthRequest) Reset() {
 	*x = HealthRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[29]
+	mi := &file_teapotv1_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1875,7 +2180,7 @@ func (x *HealthRequest) String() string {
 func (*HealthRequest) ProtoMessage() {}
 
 func (x *HealthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[29]
+	mi := &file_teapotv1_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1888,21 +2193,32 @@ func (x *HealthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthRequest.ProtoReflect.Descriptor instead.
 func (*HealthRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{29}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{33}
 }
 
 var File_teapotv1_admin_proto protoreflect.FileDescriptor
 
 const file_teapotv1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x14teapotv1/admin.proto\x12\tteapot.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14teapotv1/model.proto\x1a\x16teapotv1/observe.proto\x1a\x13teapotv1/raft.proto\"\x0f\n" +
+	"\x14teapotv1/admin.proto\x12\tteapot.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14teapotv1/model.proto\x1a\x16teapotv1/observe.proto\x1a\x13teapotv1/raft.proto\"}\n" +
+	"\rDryRunRequest\x12/\n" +
+	"\x05apply\x18\x01 \x01(\v2\x17.teapot.v1.ApplyRequestH\x00R\x05apply\x122\n" +
+	"\x06delete\x18\x02 \x01(\v2\x18.teapot.v1.DeleteRequestH\x00R\x06deleteB\a\n" +
+	"\x05write\"s\n" +
+	"\x0eDryRunResponse\x12.\n" +
+	"\x05apply\x18\x01 \x01(\v2\x18.teapot.v1.ApplyResponseR\x05apply\x121\n" +
+	"\x06delete\x18\x02 \x01(\v2\x19.teapot.v1.DeleteResponseR\x06delete\"\x0f\n" +
 	"\rBackupRequest\"!\n" +
 	"\vBackupChunk\x12\x12\n" +
-	"\x04data\x18\x01 \x01(\fR\x04data\"~\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\"\xc5\x01\n" +
 	"\fApplyRequest\x12+\n" +
 	"\aobjects\x18\x01 \x03(\v2\x11.teapot.v1.ObjectR\aobjects\x12(\n" +
 	"\x04mode\x18\x02 \x01(\x0e2\x14.teapot.v1.ApplyModeR\x04mode\x12\x17\n" +
-	"\adry_run\x18\x03 \x01(\bR\x06dryRun\"\x8b\x01\n" +
+	"\adry_run\x18\x03 \x01(\bR\x06dryRun\x12E\n" +
+	"\rpreconditions\x18\x04 \x03(\v2\x1f.teapot.v1.RevisionPreconditionR\rpreconditions\"Z\n" +
+	"\x14RevisionPrecondition\x12&\n" +
+	"\x03ref\x18\x01 \x01(\v2\x14.teapot.v1.ObjectRefR\x03ref\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x04R\brevision\"\x8b\x01\n" +
 	"\rApplyResponse\x12+\n" +
 	"\aobjects\x18\x01 \x03(\v2\x11.teapot.v1.ObjectR\aobjects\x12\x18\n" +
 	"\aresults\x18\x02 \x03(\tR\aresults\x12\x1a\n" +
@@ -2003,14 +2319,19 @@ const file_teapotv1_admin_proto_rawDesc = "" +
 	"\aservers\x18\x06 \x03(\tR\aservers\")\n" +
 	"\x0ePromoteRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\x11\n" +
-	"\x0fPromoteResponse\"\xff\x01\n" +
+	"\x0fPromoteResponse\"\xb4\x02\n" +
 	"\x0eForwardRequest\x12/\n" +
 	"\x05apply\x18\x01 \x01(\v2\x17.teapot.v1.ApplyRequestH\x00R\x05apply\x122\n" +
 	"\x06delete\x18\x02 \x01(\v2\x18.teapot.v1.DeleteRequestH\x00R\x06delete\x12?\n" +
 	"\vremove_node\x18\x03 \x01(\v2\x1c.teapot.v1.RemoveNodeRequestH\x00R\n" +
 	"removeNode\x12\"\n" +
-	"\x03txn\x18\x05 \x01(\v2\x0e.teapot.v1.TxnH\x00R\x03txn\x12\x1a\n" +
+	"\x03txn\x18\x05 \x01(\v2\x0e.teapot.v1.TxnH\x00R\x03txn\x123\n" +
+	"\achecked\x18\x06 \x01(\v2\x17.teapot.v1.CheckedWriteH\x00R\achecked\x12\x1a\n" +
 	"\binternal\x18\x04 \x01(\bR\binternalB\a\n" +
+	"\x05write\"|\n" +
+	"\fCheckedWrite\x12/\n" +
+	"\x05apply\x18\x01 \x01(\v2\x17.teapot.v1.ApplyRequestH\x00R\x05apply\x122\n" +
+	"\x06delete\x18\x02 \x01(\v2\x18.teapot.v1.DeleteRequestH\x00R\x06deleteB\a\n" +
 	"\x05write\"t\n" +
 	"\x0fForwardResponse\x12.\n" +
 	"\x05apply\x18\x01 \x01(\v2\x18.teapot.v1.ApplyResponseR\x05apply\x121\n" +
@@ -2022,7 +2343,7 @@ const file_teapotv1_admin_proto_rawDesc = "" +
 	"\tApplyMode\x12\x15\n" +
 	"\x11APPLY_MODE_UPSERT\x10\x00\x12\x15\n" +
 	"\x11APPLY_MODE_CREATE\x10\x01\x12\x15\n" +
-	"\x11APPLY_MODE_UPDATE\x10\x022\xd5\x06\n" +
+	"\x11APPLY_MODE_UPDATE\x10\x022\x94\a\n" +
 	"\x05Admin\x12:\n" +
 	"\x05Apply\x12\x17.teapot.v1.ApplyRequest\x1a\x18.teapot.v1.ApplyResponse\x12=\n" +
 	"\x06Delete\x12\x18.teapot.v1.DeleteRequest\x1a\x19.teapot.v1.DeleteResponse\x12/\n" +
@@ -2036,7 +2357,8 @@ const file_teapotv1_admin_proto_rawDesc = "" +
 	"\aObserve\x12\x19.teapot.v1.ObserveRequest\x1a\x1a.teapot.v1.ObserveResponse\x12=\n" +
 	"\x06Events\x12\x18.teapot.v1.EventsRequest\x1a\x19.teapot.v1.EventsResponse\x12g\n" +
 	"\x14CreateDashboardToken\x12&.teapot.v1.CreateDashboardTokenRequest\x1a'.teapot.v1.CreateDashboardTokenResponse\x12<\n" +
-	"\x06Backup\x12\x18.teapot.v1.BackupRequest\x1a\x16.teapot.v1.BackupChunk0\x012\x8b\x03\n" +
+	"\x06Backup\x12\x18.teapot.v1.BackupRequest\x1a\x16.teapot.v1.BackupChunk0\x01\x12=\n" +
+	"\x06DryRun\x12\x18.teapot.v1.DryRunRequest\x1a\x19.teapot.v1.DryRunResponse2\x8b\x03\n" +
 	"\aCluster\x127\n" +
 	"\x04Join\x12\x16.teapot.v1.JoinRequest\x1a\x17.teapot.v1.JoinResponse\x12@\n" +
 	"\aPromote\x12\x19.teapot.v1.PromoteRequest\x1a\x1a.teapot.v1.PromoteResponse\x12@\n" +
@@ -2058,111 +2380,126 @@ func file_teapotv1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_teapotv1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_teapotv1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_teapotv1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_teapotv1_admin_proto_goTypes = []any{
 	(ApplyMode)(0),                       // 0: teapot.v1.ApplyMode
-	(*BackupRequest)(nil),                // 1: teapot.v1.BackupRequest
-	(*BackupChunk)(nil),                  // 2: teapot.v1.BackupChunk
-	(*ApplyRequest)(nil),                 // 3: teapot.v1.ApplyRequest
-	(*ApplyResponse)(nil),                // 4: teapot.v1.ApplyResponse
-	(*DeleteRequest)(nil),                // 5: teapot.v1.DeleteRequest
-	(*DeleteResponse)(nil),               // 6: teapot.v1.DeleteResponse
-	(*GetRequest)(nil),                   // 7: teapot.v1.GetRequest
-	(*ListRequest)(nil),                  // 8: teapot.v1.ListRequest
-	(*ListResponse)(nil),                 // 9: teapot.v1.ListResponse
-	(*ClusterStatusRequest)(nil),         // 10: teapot.v1.ClusterStatusRequest
-	(*ClusterStatusResponse)(nil),        // 11: teapot.v1.ClusterStatusResponse
-	(*NodeStatus)(nil),                   // 12: teapot.v1.NodeStatus
-	(*PeerLiveness)(nil),                 // 13: teapot.v1.PeerLiveness
-	(*CreateJoinTokenRequest)(nil),       // 14: teapot.v1.CreateJoinTokenRequest
-	(*CreateJoinTokenResponse)(nil),      // 15: teapot.v1.CreateJoinTokenResponse
-	(*CreateDashboardTokenRequest)(nil),  // 16: teapot.v1.CreateDashboardTokenRequest
-	(*CreateDashboardTokenResponse)(nil), // 17: teapot.v1.CreateDashboardTokenResponse
-	(*RemoveNodeRequest)(nil),            // 18: teapot.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),           // 19: teapot.v1.RemoveNodeResponse
-	(*DrainNodeRequest)(nil),             // 20: teapot.v1.DrainNodeRequest
-	(*DrainNodeResponse)(nil),            // 21: teapot.v1.DrainNodeResponse
-	(*JoinRequest)(nil),                  // 22: teapot.v1.JoinRequest
-	(*JoinResponse)(nil),                 // 23: teapot.v1.JoinResponse
-	(*PromoteRequest)(nil),               // 24: teapot.v1.PromoteRequest
-	(*PromoteResponse)(nil),              // 25: teapot.v1.PromoteResponse
-	(*ForwardRequest)(nil),               // 26: teapot.v1.ForwardRequest
-	(*ForwardResponse)(nil),              // 27: teapot.v1.ForwardResponse
-	(*ReadIndexRequest)(nil),             // 28: teapot.v1.ReadIndexRequest
-	(*ReadIndexResponse)(nil),            // 29: teapot.v1.ReadIndexResponse
-	(*HealthRequest)(nil),                // 30: teapot.v1.HealthRequest
-	(*Object)(nil),                       // 31: teapot.v1.Object
-	(*ObjectRef)(nil),                    // 32: teapot.v1.ObjectRef
-	(*VIPHolding)(nil),                   // 33: teapot.v1.VIPHolding
-	(*timestamppb.Timestamp)(nil),        // 34: google.protobuf.Timestamp
-	(*Node)(nil),                         // 35: teapot.v1.Node
-	(*Txn)(nil),                          // 36: teapot.v1.Txn
-	(*ObserveRequest)(nil),               // 37: teapot.v1.ObserveRequest
-	(*EventsRequest)(nil),                // 38: teapot.v1.EventsRequest
-	(*ObserveResponse)(nil),              // 39: teapot.v1.ObserveResponse
-	(*EventsResponse)(nil),               // 40: teapot.v1.EventsResponse
-	(*HostObservation)(nil),              // 41: teapot.v1.HostObservation
+	(*DryRunRequest)(nil),                // 1: teapot.v1.DryRunRequest
+	(*DryRunResponse)(nil),               // 2: teapot.v1.DryRunResponse
+	(*BackupRequest)(nil),                // 3: teapot.v1.BackupRequest
+	(*BackupChunk)(nil),                  // 4: teapot.v1.BackupChunk
+	(*ApplyRequest)(nil),                 // 5: teapot.v1.ApplyRequest
+	(*RevisionPrecondition)(nil),         // 6: teapot.v1.RevisionPrecondition
+	(*ApplyResponse)(nil),                // 7: teapot.v1.ApplyResponse
+	(*DeleteRequest)(nil),                // 8: teapot.v1.DeleteRequest
+	(*DeleteResponse)(nil),               // 9: teapot.v1.DeleteResponse
+	(*GetRequest)(nil),                   // 10: teapot.v1.GetRequest
+	(*ListRequest)(nil),                  // 11: teapot.v1.ListRequest
+	(*ListResponse)(nil),                 // 12: teapot.v1.ListResponse
+	(*ClusterStatusRequest)(nil),         // 13: teapot.v1.ClusterStatusRequest
+	(*ClusterStatusResponse)(nil),        // 14: teapot.v1.ClusterStatusResponse
+	(*NodeStatus)(nil),                   // 15: teapot.v1.NodeStatus
+	(*PeerLiveness)(nil),                 // 16: teapot.v1.PeerLiveness
+	(*CreateJoinTokenRequest)(nil),       // 17: teapot.v1.CreateJoinTokenRequest
+	(*CreateJoinTokenResponse)(nil),      // 18: teapot.v1.CreateJoinTokenResponse
+	(*CreateDashboardTokenRequest)(nil),  // 19: teapot.v1.CreateDashboardTokenRequest
+	(*CreateDashboardTokenResponse)(nil), // 20: teapot.v1.CreateDashboardTokenResponse
+	(*RemoveNodeRequest)(nil),            // 21: teapot.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),           // 22: teapot.v1.RemoveNodeResponse
+	(*DrainNodeRequest)(nil),             // 23: teapot.v1.DrainNodeRequest
+	(*DrainNodeResponse)(nil),            // 24: teapot.v1.DrainNodeResponse
+	(*JoinRequest)(nil),                  // 25: teapot.v1.JoinRequest
+	(*JoinResponse)(nil),                 // 26: teapot.v1.JoinResponse
+	(*PromoteRequest)(nil),               // 27: teapot.v1.PromoteRequest
+	(*PromoteResponse)(nil),              // 28: teapot.v1.PromoteResponse
+	(*ForwardRequest)(nil),               // 29: teapot.v1.ForwardRequest
+	(*CheckedWrite)(nil),                 // 30: teapot.v1.CheckedWrite
+	(*ForwardResponse)(nil),              // 31: teapot.v1.ForwardResponse
+	(*ReadIndexRequest)(nil),             // 32: teapot.v1.ReadIndexRequest
+	(*ReadIndexResponse)(nil),            // 33: teapot.v1.ReadIndexResponse
+	(*HealthRequest)(nil),                // 34: teapot.v1.HealthRequest
+	(*Object)(nil),                       // 35: teapot.v1.Object
+	(*ObjectRef)(nil),                    // 36: teapot.v1.ObjectRef
+	(*VIPHolding)(nil),                   // 37: teapot.v1.VIPHolding
+	(*timestamppb.Timestamp)(nil),        // 38: google.protobuf.Timestamp
+	(*Node)(nil),                         // 39: teapot.v1.Node
+	(*Txn)(nil),                          // 40: teapot.v1.Txn
+	(*ObserveRequest)(nil),               // 41: teapot.v1.ObserveRequest
+	(*EventsRequest)(nil),                // 42: teapot.v1.EventsRequest
+	(*ObserveResponse)(nil),              // 43: teapot.v1.ObserveResponse
+	(*EventsResponse)(nil),               // 44: teapot.v1.EventsResponse
+	(*HostObservation)(nil),              // 45: teapot.v1.HostObservation
 }
 var file_teapotv1_admin_proto_depIdxs = []int32{
-	31, // 0: teapot.v1.ApplyRequest.objects:type_name -> teapot.v1.Object
-	0,  // 1: teapot.v1.ApplyRequest.mode:type_name -> teapot.v1.ApplyMode
-	31, // 2: teapot.v1.ApplyResponse.objects:type_name -> teapot.v1.Object
-	32, // 3: teapot.v1.DeleteRequest.ref:type_name -> teapot.v1.ObjectRef
-	32, // 4: teapot.v1.GetRequest.ref:type_name -> teapot.v1.ObjectRef
-	31, // 5: teapot.v1.ListResponse.objects:type_name -> teapot.v1.Object
-	12, // 6: teapot.v1.ClusterStatusResponse.nodes:type_name -> teapot.v1.NodeStatus
-	33, // 7: teapot.v1.NodeStatus.vips:type_name -> teapot.v1.VIPHolding
-	13, // 8: teapot.v1.NodeStatus.peers:type_name -> teapot.v1.PeerLiveness
-	34, // 9: teapot.v1.CreateJoinTokenResponse.expires:type_name -> google.protobuf.Timestamp
-	34, // 10: teapot.v1.CreateDashboardTokenResponse.expires:type_name -> google.protobuf.Timestamp
-	35, // 11: teapot.v1.DrainNodeResponse.node:type_name -> teapot.v1.Node
-	3,  // 12: teapot.v1.ForwardRequest.apply:type_name -> teapot.v1.ApplyRequest
-	5,  // 13: teapot.v1.ForwardRequest.delete:type_name -> teapot.v1.DeleteRequest
-	18, // 14: teapot.v1.ForwardRequest.remove_node:type_name -> teapot.v1.RemoveNodeRequest
-	36, // 15: teapot.v1.ForwardRequest.txn:type_name -> teapot.v1.Txn
-	4,  // 16: teapot.v1.ForwardResponse.apply:type_name -> teapot.v1.ApplyResponse
-	6,  // 17: teapot.v1.ForwardResponse.delete:type_name -> teapot.v1.DeleteResponse
-	3,  // 18: teapot.v1.Admin.Apply:input_type -> teapot.v1.ApplyRequest
-	5,  // 19: teapot.v1.Admin.Delete:input_type -> teapot.v1.DeleteRequest
-	7,  // 20: teapot.v1.Admin.Get:input_type -> teapot.v1.GetRequest
-	8,  // 21: teapot.v1.Admin.List:input_type -> teapot.v1.ListRequest
-	10, // 22: teapot.v1.Admin.ClusterStatus:input_type -> teapot.v1.ClusterStatusRequest
-	14, // 23: teapot.v1.Admin.CreateJoinToken:input_type -> teapot.v1.CreateJoinTokenRequest
-	18, // 24: teapot.v1.Admin.RemoveNode:input_type -> teapot.v1.RemoveNodeRequest
-	20, // 25: teapot.v1.Admin.DrainNode:input_type -> teapot.v1.DrainNodeRequest
-	37, // 26: teapot.v1.Admin.Observe:input_type -> teapot.v1.ObserveRequest
-	38, // 27: teapot.v1.Admin.Events:input_type -> teapot.v1.EventsRequest
-	16, // 28: teapot.v1.Admin.CreateDashboardToken:input_type -> teapot.v1.CreateDashboardTokenRequest
-	1,  // 29: teapot.v1.Admin.Backup:input_type -> teapot.v1.BackupRequest
-	22, // 30: teapot.v1.Cluster.Join:input_type -> teapot.v1.JoinRequest
-	24, // 31: teapot.v1.Cluster.Promote:input_type -> teapot.v1.PromoteRequest
-	26, // 32: teapot.v1.Cluster.Forward:input_type -> teapot.v1.ForwardRequest
-	28, // 33: teapot.v1.Cluster.ReadIndex:input_type -> teapot.v1.ReadIndexRequest
-	30, // 34: teapot.v1.Cluster.Health:input_type -> teapot.v1.HealthRequest
-	37, // 35: teapot.v1.Cluster.Observe:input_type -> teapot.v1.ObserveRequest
-	4,  // 36: teapot.v1.Admin.Apply:output_type -> teapot.v1.ApplyResponse
-	6,  // 37: teapot.v1.Admin.Delete:output_type -> teapot.v1.DeleteResponse
-	31, // 38: teapot.v1.Admin.Get:output_type -> teapot.v1.Object
-	9,  // 39: teapot.v1.Admin.List:output_type -> teapot.v1.ListResponse
-	11, // 40: teapot.v1.Admin.ClusterStatus:output_type -> teapot.v1.ClusterStatusResponse
-	15, // 41: teapot.v1.Admin.CreateJoinToken:output_type -> teapot.v1.CreateJoinTokenResponse
-	19, // 42: teapot.v1.Admin.RemoveNode:output_type -> teapot.v1.RemoveNodeResponse
-	21, // 43: teapot.v1.Admin.DrainNode:output_type -> teapot.v1.DrainNodeResponse
-	39, // 44: teapot.v1.Admin.Observe:output_type -> teapot.v1.ObserveResponse
-	40, // 45: teapot.v1.Admin.Events:output_type -> teapot.v1.EventsResponse
-	17, // 46: teapot.v1.Admin.CreateDashboardToken:output_type -> teapot.v1.CreateDashboardTokenResponse
-	2,  // 47: teapot.v1.Admin.Backup:output_type -> teapot.v1.BackupChunk
-	23, // 48: teapot.v1.Cluster.Join:output_type -> teapot.v1.JoinResponse
-	25, // 49: teapot.v1.Cluster.Promote:output_type -> teapot.v1.PromoteResponse
-	27, // 50: teapot.v1.Cluster.Forward:output_type -> teapot.v1.ForwardResponse
-	29, // 51: teapot.v1.Cluster.ReadIndex:output_type -> teapot.v1.ReadIndexResponse
-	12, // 52: teapot.v1.Cluster.Health:output_type -> teapot.v1.NodeStatus
-	41, // 53: teapot.v1.Cluster.Observe:output_type -> teapot.v1.HostObservation
-	36, // [36:54] is the sub-list for method output_type
-	18, // [18:36] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	5,  // 0: teapot.v1.DryRunRequest.apply:type_name -> teapot.v1.ApplyRequest
+	8,  // 1: teapot.v1.DryRunRequest.delete:type_name -> teapot.v1.DeleteRequest
+	7,  // 2: teapot.v1.DryRunResponse.apply:type_name -> teapot.v1.ApplyResponse
+	9,  // 3: teapot.v1.DryRunResponse.delete:type_name -> teapot.v1.DeleteResponse
+	35, // 4: teapot.v1.ApplyRequest.objects:type_name -> teapot.v1.Object
+	0,  // 5: teapot.v1.ApplyRequest.mode:type_name -> teapot.v1.ApplyMode
+	6,  // 6: teapot.v1.ApplyRequest.preconditions:type_name -> teapot.v1.RevisionPrecondition
+	36, // 7: teapot.v1.RevisionPrecondition.ref:type_name -> teapot.v1.ObjectRef
+	35, // 8: teapot.v1.ApplyResponse.objects:type_name -> teapot.v1.Object
+	36, // 9: teapot.v1.DeleteRequest.ref:type_name -> teapot.v1.ObjectRef
+	36, // 10: teapot.v1.GetRequest.ref:type_name -> teapot.v1.ObjectRef
+	35, // 11: teapot.v1.ListResponse.objects:type_name -> teapot.v1.Object
+	15, // 12: teapot.v1.ClusterStatusResponse.nodes:type_name -> teapot.v1.NodeStatus
+	37, // 13: teapot.v1.NodeStatus.vips:type_name -> teapot.v1.VIPHolding
+	16, // 14: teapot.v1.NodeStatus.peers:type_name -> teapot.v1.PeerLiveness
+	38, // 15: teapot.v1.CreateJoinTokenResponse.expires:type_name -> google.protobuf.Timestamp
+	38, // 16: teapot.v1.CreateDashboardTokenResponse.expires:type_name -> google.protobuf.Timestamp
+	39, // 17: teapot.v1.DrainNodeResponse.node:type_name -> teapot.v1.Node
+	5,  // 18: teapot.v1.ForwardRequest.apply:type_name -> teapot.v1.ApplyRequest
+	8,  // 19: teapot.v1.ForwardRequest.delete:type_name -> teapot.v1.DeleteRequest
+	21, // 20: teapot.v1.ForwardRequest.remove_node:type_name -> teapot.v1.RemoveNodeRequest
+	40, // 21: teapot.v1.ForwardRequest.txn:type_name -> teapot.v1.Txn
+	30, // 22: teapot.v1.ForwardRequest.checked:type_name -> teapot.v1.CheckedWrite
+	5,  // 23: teapot.v1.CheckedWrite.apply:type_name -> teapot.v1.ApplyRequest
+	8,  // 24: teapot.v1.CheckedWrite.delete:type_name -> teapot.v1.DeleteRequest
+	7,  // 25: teapot.v1.ForwardResponse.apply:type_name -> teapot.v1.ApplyResponse
+	9,  // 26: teapot.v1.ForwardResponse.delete:type_name -> teapot.v1.DeleteResponse
+	5,  // 27: teapot.v1.Admin.Apply:input_type -> teapot.v1.ApplyRequest
+	8,  // 28: teapot.v1.Admin.Delete:input_type -> teapot.v1.DeleteRequest
+	10, // 29: teapot.v1.Admin.Get:input_type -> teapot.v1.GetRequest
+	11, // 30: teapot.v1.Admin.List:input_type -> teapot.v1.ListRequest
+	13, // 31: teapot.v1.Admin.ClusterStatus:input_type -> teapot.v1.ClusterStatusRequest
+	17, // 32: teapot.v1.Admin.CreateJoinToken:input_type -> teapot.v1.CreateJoinTokenRequest
+	21, // 33: teapot.v1.Admin.RemoveNode:input_type -> teapot.v1.RemoveNodeRequest
+	23, // 34: teapot.v1.Admin.DrainNode:input_type -> teapot.v1.DrainNodeRequest
+	41, // 35: teapot.v1.Admin.Observe:input_type -> teapot.v1.ObserveRequest
+	42, // 36: teapot.v1.Admin.Events:input_type -> teapot.v1.EventsRequest
+	19, // 37: teapot.v1.Admin.CreateDashboardToken:input_type -> teapot.v1.CreateDashboardTokenRequest
+	3,  // 38: teapot.v1.Admin.Backup:input_type -> teapot.v1.BackupRequest
+	1,  // 39: teapot.v1.Admin.DryRun:input_type -> teapot.v1.DryRunRequest
+	25, // 40: teapot.v1.Cluster.Join:input_type -> teapot.v1.JoinRequest
+	27, // 41: teapot.v1.Cluster.Promote:input_type -> teapot.v1.PromoteRequest
+	29, // 42: teapot.v1.Cluster.Forward:input_type -> teapot.v1.ForwardRequest
+	32, // 43: teapot.v1.Cluster.ReadIndex:input_type -> teapot.v1.ReadIndexRequest
+	34, // 44: teapot.v1.Cluster.Health:input_type -> teapot.v1.HealthRequest
+	41, // 45: teapot.v1.Cluster.Observe:input_type -> teapot.v1.ObserveRequest
+	7,  // 46: teapot.v1.Admin.Apply:output_type -> teapot.v1.ApplyResponse
+	9,  // 47: teapot.v1.Admin.Delete:output_type -> teapot.v1.DeleteResponse
+	35, // 48: teapot.v1.Admin.Get:output_type -> teapot.v1.Object
+	12, // 49: teapot.v1.Admin.List:output_type -> teapot.v1.ListResponse
+	14, // 50: teapot.v1.Admin.ClusterStatus:output_type -> teapot.v1.ClusterStatusResponse
+	18, // 51: teapot.v1.Admin.CreateJoinToken:output_type -> teapot.v1.CreateJoinTokenResponse
+	22, // 52: teapot.v1.Admin.RemoveNode:output_type -> teapot.v1.RemoveNodeResponse
+	24, // 53: teapot.v1.Admin.DrainNode:output_type -> teapot.v1.DrainNodeResponse
+	43, // 54: teapot.v1.Admin.Observe:output_type -> teapot.v1.ObserveResponse
+	44, // 55: teapot.v1.Admin.Events:output_type -> teapot.v1.EventsResponse
+	20, // 56: teapot.v1.Admin.CreateDashboardToken:output_type -> teapot.v1.CreateDashboardTokenResponse
+	4,  // 57: teapot.v1.Admin.Backup:output_type -> teapot.v1.BackupChunk
+	2,  // 58: teapot.v1.Admin.DryRun:output_type -> teapot.v1.DryRunResponse
+	26, // 59: teapot.v1.Cluster.Join:output_type -> teapot.v1.JoinResponse
+	28, // 60: teapot.v1.Cluster.Promote:output_type -> teapot.v1.PromoteResponse
+	31, // 61: teapot.v1.Cluster.Forward:output_type -> teapot.v1.ForwardResponse
+	33, // 62: teapot.v1.Cluster.ReadIndex:output_type -> teapot.v1.ReadIndexResponse
+	15, // 63: teapot.v1.Cluster.Health:output_type -> teapot.v1.NodeStatus
+	45, // 64: teapot.v1.Cluster.Observe:output_type -> teapot.v1.HostObservation
+	46, // [46:65] is the sub-list for method output_type
+	27, // [27:46] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_teapotv1_admin_proto_init() }
@@ -2173,11 +2510,20 @@ func file_teapotv1_admin_proto_init() {
 	file_teapotv1_model_proto_init()
 	file_teapotv1_observe_proto_init()
 	file_teapotv1_raft_proto_init()
-	file_teapotv1_admin_proto_msgTypes[25].OneofWrappers = []any{
+	file_teapotv1_admin_proto_msgTypes[0].OneofWrappers = []any{
+		(*DryRunRequest_Apply)(nil),
+		(*DryRunRequest_Delete)(nil),
+	}
+	file_teapotv1_admin_proto_msgTypes[28].OneofWrappers = []any{
 		(*ForwardRequest_Apply)(nil),
 		(*ForwardRequest_Delete)(nil),
 		(*ForwardRequest_RemoveNode)(nil),
 		(*ForwardRequest_Txn)(nil),
+		(*ForwardRequest_Checked)(nil),
+	}
+	file_teapotv1_admin_proto_msgTypes[29].OneofWrappers = []any{
+		(*CheckedWrite_Apply)(nil),
+		(*CheckedWrite_Delete)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2185,7 +2531,7 @@ func file_teapotv1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_teapotv1_admin_proto_rawDesc), len(file_teapotv1_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   30,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -34,6 +34,7 @@ const (
 	Admin_Events_FullMethodName               = "/teapot.v1.Admin/Events"
 	Admin_CreateDashboardToken_FullMethodName = "/teapot.v1.Admin/CreateDashboardToken"
 	Admin_Backup_FullMethodName               = "/teapot.v1.Admin/Backup"
+	Admin_DryRun_FullMethodName               = "/teapot.v1.Admin/DryRun"
 )
 
 // AdminClient is the client API for Admin service.
@@ -62,6 +63,11 @@ type AdminClient interface {
 	// Backup streams an encoded Backup: the replicated state read on this
 	// host once it has caught up with the leader, and the cluster CA.
 	Backup(ctx context.Context, in *BackupRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[BackupChunk], error)
+	// DryRun checks an apply or a delete against the current state on the
+	// leader, as the write itself would be checked, and writes nothing. It is
+	// its own call so that a host of a release without dry runs answers
+	// Unimplemented instead of making the write.
+	DryRun(ctx context.Context, in *DryRunRequest, opts ...grpc.CallOption) (*DryRunResponse, error)
 }
 
 type adminClient struct {
@@ -201,6 +207,16 @@ func (c *adminClient) Backup(ctx context.Context, in *BackupRequest, opts ...grp
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Admin_BackupClient = grpc.ServerStreamingClient[BackupChunk]
 
+func (c *adminClient) DryRun(ctx context.Context, in *DryRunRequest, opts ...grpc.CallOption) (*DryRunResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DryRunResponse)
+	err := c.cc.Invoke(ctx, Admin_DryRun_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -227,6 +243,11 @@ type AdminServer interface {
 	// Backup streams an encoded Backup: the replicated state read on this
 	// host once it has caught up with the leader, and the cluster CA.
 	Backup(*BackupRequest, grpc.ServerStreamingServer[BackupChunk]) error
+	// DryRun checks an apply or a delete against the current state on the
+	// leader, as the write itself would be checked, and writes nothing. It is
+	// its own call so that a host of a release without dry runs answers
+	// Unimplemented instead of making the write.
+	DryRun(context.Context, *DryRunRequest) (*DryRunResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -272,6 +293,9 @@ func (UnimplementedAdminServer) CreateDashboardToken(context.Context, *CreateDas
 }
 func (UnimplementedAdminServer) Backup(*BackupRequest, grpc.ServerStreamingServer[BackupChunk]) error {
 	return status.Errorf(codes.Unimplemented, "method Backup not implemented")
+}
+func (UnimplementedAdminServer) DryRun(context.Context, *DryRunRequest) (*DryRunResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method DryRun not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -503,6 +527,24 @@ func _Admin_Backup_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Admin_BackupServer = grpc.ServerStreamingServer[BackupChunk]
 
+func _Admin_DryRun_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DryRunRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).DryRun(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_DryRun_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).DryRun(ctx, req.(*DryRunRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -553,6 +595,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CreateDashboardToken",
 			Handler:    _Admin_CreateDashboardToken_Handler,
+		},
+		{
+			MethodName: "DryRun",
+			Handler:    _Admin_DryRun_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
