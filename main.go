@@ -42,7 +42,6 @@ import (
 	"github.com/teapot-lb/teapot-lb/proxy/certs"
 	"github.com/teapot-lb/teapot-lb/proxy/l7"
 	"github.com/teapot-lb/teapot-lb/proxy/metrics"
-	"github.com/teapot-lb/teapot-lb/proxy/snapshot"
 	"github.com/teapot-lb/teapot-lb/tenantsync"
 	"github.com/teapot-lb/teapot-lb/tenantsync/agent"
 	"github.com/teapot-lb/teapot-lb/vip"
@@ -497,16 +496,13 @@ func memberStates(px *proxy.Proxy, lb string) []*pb.MemberState {
 // dataPlaneKinds are the kinds the data plane and the VIP manager read.
 var dataPlaneKinds = []string{api.KindLoadBalancer, api.KindTenant, api.KindVIPPool, api.KindNode}
 
-// feedProxy hands every committed change to the data plane, and then to
-// the VIP manager with the data plane's readiness. The first state, and
-// the whole state after a watcher Reset, go through Update; every other
-// revision goes through ApplyChange with its changes alone, so a change
-// costs what it changes: the data plane compiles what it touches, the VIP
-// manager hears of it only when it can change the VIPs or the readiness
-// of the load balancers it touched, and only their problems are logged.
+// feedProxy hands every committed change to the data plane (proxy.Feed),
+// and then to the VIP manager with the data plane's readiness: the whole
+// state after a Reset or when the revision can change the VIPs, else the
+// readiness of the load balancers the data plane touched.
 func feedProxy(ctx context.Context, node *consensus.Node, px *proxy.Proxy, vm *vipManager, applied *atomic.Uint64, log *slog.Logger) {
 	log = log.With("component", "proxy")
-	reported := map[string]string{}
+	feed := proxy.NewFeed(px)
 	w := node.Watch(0)
 	for {
 		ev, err := w.Next(ctx)
@@ -521,96 +517,26 @@ func feedProxy(ctx context.Context, node *consensus.Node, px *proxy.Proxy, vm *v
 			continue
 		}
 		if ev.Reset {
-			err := px.Update(ev.Objects, ev.Revision)
-			if err != nil && !errors.Is(err, proxy.ErrNoChanges) {
+			if err := feed.Reset(ev.Objects, ev.Revision); err != nil {
 				log.Error("update data plane", "revision", ev.Revision, "err", err)
 				continue
 			}
-			logProblems(log, px.Status(), reported, nil)
 			vm.update(ev.Objects, ev.Revision, px)
 			applied.Store(ev.Revision)
 			continue
 		}
-		touched, err := px.ApplyChange(dataPlaneChange(ev), ev.Revision)
-		if err != nil && !errors.Is(err, proxy.ErrNoChanges) {
+		touched, err := feed.Apply(ev.Writes(), ev.Revision)
+		if err != nil {
 			log.Error("update data plane", "revision", ev.Revision, "err", err)
 			continue
 		}
-		logProblems(log, px.StatusOf(touched), reported, touched)
-		if vipsMayChange(ev) {
+		if vip.ChangesMatter(ev.Transitions()) {
 			objs, rev := node.Objects()
 			vm.update(objs, rev, px)
 		} else if vm != nil && len(touched) > 0 {
 			vm.SetReadyFor(px.ReadinessOf(touched))
 		}
 		applied.Store(ev.Revision)
-	}
-}
-
-// dataPlaneChange is the part of a revision the data plane reads.
-func dataPlaneChange(ev consensus.Event) snapshot.Change {
-	var ch snapshot.Change
-	for _, c := range ev.Changes {
-		switch c.Ref.GetKind() {
-		case api.KindLoadBalancer, api.KindTenant, api.KindVIPPool:
-			if c.Object == nil {
-				ch.Deleted = append(ch.Deleted, c.Ref)
-			} else {
-				ch.Put = append(ch.Put, c.Object)
-			}
-		}
-	}
-	return ch
-}
-
-// vipsMayChange reports whether a revision can change the VIPs the VIP
-// manager wants: a pool or a host changed, or a load balancer's address,
-// VIP request or existence.
-func vipsMayChange(ev consensus.Event) bool {
-	for _, c := range ev.Changes {
-		switch c.Ref.GetKind() {
-		case api.KindVIPPool, api.KindNode:
-			return true
-		case api.KindLoadBalancer:
-			if vip.LoadBalancerChangeMatters(c.Previous.GetLoadBalancer(), c.Object.GetLoadBalancer()) {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// logProblems logs each load balancer's problems when they change;
-// before holds what was logged and is updated. status holds every load
-// balancer when only is nil, else the load balancers of only that still
-// exist.
-func logProblems(log *slog.Logger, status map[string][]proxy.Problem, before map[string]string, only []string) {
-	if only == nil {
-		for lb := range before {
-			if _, ok := status[lb]; !ok {
-				delete(before, lb)
-			}
-		}
-	}
-	for _, lb := range only {
-		if _, ok := status[lb]; !ok {
-			delete(before, lb)
-		}
-	}
-	for lb, problems := range status {
-		var parts []string
-		for _, p := range problems {
-			parts = append(parts, p.Field+": "+p.Reason)
-		}
-		now := strings.Join(parts, "; ")
-		if now != before[lb] {
-			if now == "" {
-				log.Info("load balancer serving", "lb", lb)
-			} else {
-				log.Warn("load balancer has problems", "lb", lb, "problems", now)
-			}
-		}
-		before[lb] = now
 	}
 }
 

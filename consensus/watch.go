@@ -2,6 +2,7 @@ package consensus
 
 import (
 	"context"
+	"iter"
 	"slices"
 	"sync"
 
@@ -131,6 +132,30 @@ func (ev Event) Touches(kinds ...string) bool {
 		}
 	}
 	return false
+}
+
+// Writes yields each change of the revision as the object's reference and
+// the object as written (nil for a delete).
+func (ev Event) Writes() iter.Seq2[*pb.ObjectRef, *pb.Object] {
+	return func(yield func(*pb.ObjectRef, *pb.Object) bool) {
+		for _, c := range ev.Changes {
+			if !yield(c.Ref, c.Object) {
+				return
+			}
+		}
+	}
+}
+
+// Transitions yields each change of the revision as the object before and
+// after it (nil when created, nil when deleted).
+func (ev Event) Transitions() iter.Seq2[*pb.Object, *pb.Object] {
+	return func(yield func(*pb.Object, *pb.Object) bool) {
+		for _, c := range ev.Changes {
+			if !yield(c.Previous, c.Object) {
+				return
+			}
+		}
+	}
 }
 
 // watch returns a watcher whose first event is revision from; from 0 means

@@ -45,6 +45,16 @@ func TestWatchOnlyPassesOverOtherKinds(t *testing.T) {
 	if ev.Reset || ev.Revision != want || ev.Changes[0].Ref.GetKind() != api.KindLoadBalancer {
 		t.Errorf("got revision %d reset=%v, want the load balancer write at %d", ev.Revision, ev.Reset, want)
 	}
+	for ref, obj := range ev.Writes() {
+		if ref.GetName() != "web" || obj.GetLoadBalancer().GetName() != "web" {
+			t.Errorf("Writes yielded %v %v, want the load balancer web as written", ref, obj)
+		}
+	}
+	for prev, next := range ev.Transitions() {
+		if prev != nil || next.GetLoadBalancer().GetName() != "web" {
+			t.Errorf("Transitions yielded %v -> %v, want nothing -> the load balancer web", prev, next)
+		}
+	}
 	// Every revision between the first watched and the load balancer
 	// write: the locks' and any background write's, none of them watched.
 	if only.Skipped() != want-start-1 {

@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
+	"iter"
 	"log/slog"
 	"maps"
 	"net"
@@ -295,6 +296,28 @@ func (m *Manager) SetReadyFor(lbs map[string]string, gone []string) {
 	m.ready = ready
 	m.mu.Unlock()
 	m.poke()
+}
+
+// ChangesMatter reports whether the changes of one revision, each object
+// before and after it (nil when created, nil when deleted), can change the
+// VIPs wanted: a VIP pool or a host changed, or a load balancer's address,
+// VIP request or existence (LoadBalancerChangeMatters).
+func ChangesMatter(changes iter.Seq2[*pb.Object, *pb.Object]) bool {
+	for prev, next := range changes {
+		either := next
+		if either == nil {
+			either = prev
+		}
+		switch {
+		case either.GetVipPool() != nil, either.GetNode() != nil:
+			return true
+		case either.GetLoadBalancer() != nil:
+			if LoadBalancerChangeMatters(prev.GetLoadBalancer(), next.GetLoadBalancer()) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // LoadBalancerChangeMatters reports whether a change of a load balancer
