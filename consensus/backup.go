@@ -70,6 +70,53 @@ func checkEmptyForRestore(cfg Config) error {
 	return nil
 }
 
+// fileRestorePending marks a data dir whose restore has begun and not yet
+// finished. A host whose restore failed or was interrupted holds the
+// backup's cluster id and CA but not its state; the marker keeps it from
+// ever starting like that, empty under the old identity.
+const fileRestorePending = "restore-pending"
+
+func markRestorePending(dataDir string) error {
+	p := filepath.Join(dataDir, fileRestorePending)
+	if err := os.WriteFile(p, []byte("a --restore into this data dir has not finished\n"), 0o600); err != nil {
+		return fmt.Errorf("--restore: write %s: %w; %s", p, err, remedy(err))
+	}
+	return syncDir(dataDir)
+}
+
+func clearRestorePending(dataDir string) error {
+	p := filepath.Join(dataDir, fileRestorePending)
+	if err := os.Remove(p); err != nil {
+		return fmt.Errorf("--restore: remove %s after the restore: %w; %s", p, err, remedy(err))
+	}
+	return syncDir(dataDir)
+}
+
+// checkNoRestorePending refuses a data dir left behind by a restore that
+// did not finish.
+func checkNoRestorePending(dataDir string) error {
+	p := filepath.Join(dataDir, fileRestorePending)
+	if _, err := os.Stat(p); err == nil {
+		return fmt.Errorf("data dir %s holds a --restore that did not finish (%s exists), so its state is not the backup's: "+
+			"empty the data dir (move it away), then run \"teapot-lb serve --restore FILE\" again", dataDir, p)
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("data dir %s: %w; %s", dataDir, err, remedy(err))
+	}
+	return nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w; %s", dir, err, remedy(err))
+	}
+	return nil
+}
+
 // restoredState is the state a restored cluster starts from: the backup's
 // objects without what belonged to the old cluster's hosts (their Node
 // objects, join tokens, certificate-store locks). The revision carries on.
@@ -93,6 +140,11 @@ func (n *Node) restore(ctx context.Context, b *pb.Backup) error {
 			return ctx.Err()
 		case <-time.After(20 * time.Millisecond):
 		}
+	}
+	// Raft refuses a user snapshot until the bootstrap configuration entry
+	// is applied; a barrier waits for it.
+	if err := n.raft.Barrier(30 * time.Second).Error(); err != nil {
+		return fmt.Errorf("--restore: wait for the new cluster's first entry: %w", err)
 	}
 	data, err := proto.MarshalOptions{Deterministic: true}.Marshal(restoredState(b))
 	if err != nil {

@@ -2,6 +2,9 @@ package consensus
 
 import (
 	"context"
+	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -123,5 +126,49 @@ func TestRestoreRefusesUsedDataDir(t *testing.T) {
 	_, err = Open(ctx, Config{NodeID: "n9", DataDir: t.TempDir(), RaftAddr: freeAddr(t), APIAddr: freeAddr(t), Restore: b, Join: "127.0.0.1:1", Token: "x", Logger: testLogger()})
 	if err == nil || !strings.Contains(err.Error(), "--join") {
 		t.Fatalf("restore with --join: %v", err)
+	}
+}
+
+// A restore that is interrupted before the backup's state is loaded leaves
+// the data dir marked: no later start (with or without --restore) runs it
+// empty under the backup's cluster id and CA; once the dir is emptied, the
+// restore runs again and the marker is gone.
+func TestInterruptedRestoreRefusesToStart(t *testing.T) {
+	h := startHost(t, Config{NodeID: "n1"})
+	apply(t, h.node, pool("public", "192.0.2.0/28"))
+	b, err := h.node.Backup(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.stop()
+
+	dir := t.TempDir()
+	cfg := Config{NodeID: "r1", DataDir: dir, RaftAddr: freeAddr(t), APIAddr: freeAddr(t), Restore: b, Logger: testLogger()}
+	interrupted, cancel := context.WithCancel(context.Background())
+	cancel() // the restore is stopped while it waits to lead its new cluster
+	if _, err := Open(interrupted, cfg); err == nil {
+		t.Fatal("a restore with a cancelled context succeeded")
+	}
+	if _, err := os.Stat(filepath.Join(dir, fileRestorePending)); err != nil {
+		t.Fatalf("the interrupted restore left no marker: %v", err)
+	}
+	for _, restore := range []*pb.Backup{nil, b} {
+		c := cfg
+		c.Restore, c.RaftAddr, c.APIAddr = restore, freeAddr(t), freeAddr(t)
+		_, err := Open(ctxT(t), c)
+		if err == nil || !strings.Contains(err.Error(), "did not finish") || !strings.Contains(err.Error(), "serve --restore FILE") {
+			t.Fatalf("start (restore %v) on an interrupted restore's data dir: %v", restore != nil, err)
+		}
+	}
+
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	r := startHost(t, Config{NodeID: "r1", DataDir: dir, Restore: b})
+	if _, err := os.Stat(filepath.Join(dir, fileRestorePending)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the marker outlived a finished restore: %v", err)
+	}
+	if _, err := r.node.Get(ctxT(t), &pb.ObjectRef{Kind: api.KindVIPPool, Name: "public"}); err != nil {
+		t.Fatalf("restored host lacks the backup's pool: %v", err)
 	}
 }

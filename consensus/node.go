@@ -148,8 +148,14 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.Recover && cfg.Restore != nil {
 		return nil, errors.New("--recover and --restore exclude each other: recover keeps a survivor's state, restore starts a new cluster from a backup")
 	}
+	if err := checkNoRestorePending(cfg.DataDir); err != nil {
+		return nil, err
+	}
 	if cfg.Restore != nil {
 		if err := checkEmptyForRestore(cfg); err != nil {
+			return nil, err
+		}
+		if err := markRestorePending(cfg.DataDir); err != nil {
 			return nil, err
 		}
 	}
@@ -194,6 +200,10 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	if cfg.Restore != nil {
 		if err := n.restore(ctx, cfg.Restore); err != nil {
+			n.abort()
+			return nil, err
+		}
+		if err := clearRestorePending(cfg.DataDir); err != nil {
 			n.abort()
 			return nil, err
 		}
