@@ -92,6 +92,18 @@ func checkOwner(dir string) error {
 	return nil
 }
 
+// storeError explains a Raft store that could not be opened: the file
+// system's remedy when the cause is permissions, space or a read-only
+// mount, and damaged() for what cannot be read or decoded.
+func storeError(what, path string, err error) error {
+	switch {
+	case errors.Is(err, os.ErrPermission), errors.Is(err, syscall.EROFS),
+		errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+		return fmt.Errorf("%s %s: %w; %s", what, path, err, remedy(err))
+	}
+	return damaged(what, path, err)
+}
+
 // damaged explains a Raft log or snapshot that cannot be read.
 func damaged(what, path string, err error) error {
 	return fmt.Errorf("%s %s cannot be read: %w. This host's state is damaged; it will not start empty. "+

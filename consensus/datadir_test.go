@@ -2,9 +2,11 @@ package consensus
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -88,5 +90,62 @@ func writeFile(t *testing.T, path string, data []byte) {
 	t.Helper()
 	if err := os.WriteFile(path, data, 0o600); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Timeouts Raft refuses are reported with their flag before the data dir
+// is touched, never as a damaged state.
+func TestRaftTimeoutsNameTheirFlag(t *testing.T) {
+	tests := []struct {
+		heartbeat, election time.Duration
+		want                []string
+	}{
+		{250 * time.Millisecond, 100 * time.Millisecond, []string{"--raft-election-timeout 100ms", "--raft-heartbeat-timeout 250ms", "at least as long"}},
+		{time.Millisecond, 250 * time.Millisecond, []string{"--raft-heartbeat-timeout 1ms", "at least 5ms"}},
+		{250 * time.Millisecond, time.Millisecond, []string{"--raft-election-timeout 1ms", "at least 5ms"}},
+	}
+	for _, tt := range tests {
+		dir := filepath.Join(t.TempDir(), "data")
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		n, err := Open(ctx, Config{NodeID: "n1", DataDir: dir, RaftAddr: freeAddr(t), APIAddr: freeAddr(t),
+			HeartbeatTimeout: tt.heartbeat, ElectionTimeout: tt.election, Logger: testLogger()})
+		cancel()
+		if err == nil {
+			n.Close()
+			t.Fatalf("heartbeat %s, election %s: started", tt.heartbeat, tt.election)
+		}
+		for _, want := range tt.want {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("error %q does not say %q", err, want)
+			}
+		}
+		if strings.Contains(err.Error(), "damaged") {
+			t.Errorf("a flag error reported as a damaged state: %v", err)
+		}
+		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("a refused configuration created the data dir: %v", err)
+		}
+	}
+}
+
+// A store that cannot be opened for want of permission, space or a
+// writable mount gets the file system's remedy; only what cannot be read
+// or decoded is called damaged. (Tests run as root, which no mode bits
+// stop, so the errors are the ones bbolt returns from open(2).)
+func TestStoreErrorsSayWhatToDo(t *testing.T) {
+	path := "/var/lib/teapot-lb/raft/raft.db"
+	for errno, want := range map[syscall.Errno]string{
+		syscall.EACCES: "chown -R",
+		syscall.EROFS:  "read-only",
+		syscall.ENOSPC: "free space",
+		syscall.EIO:    "will not start empty",
+	} {
+		err := storeError("raft log", path, &os.PathError{Op: "open", Path: path, Err: errno})
+		if !strings.Contains(err.Error(), want) || !errors.Is(err, errno) {
+			t.Errorf("%v: %q does not say %q", errno, err, want)
+		}
+		if errno != syscall.EIO && strings.Contains(err.Error(), "damaged") {
+			t.Errorf("%v reported as damaged: %v", errno, err)
+		}
 	}
 }

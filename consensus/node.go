@@ -126,9 +126,12 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		cfg.ElectionTimeout = DefaultElectionTimeout
 	}
 	if cfg.LeaderLeaseTimeout == 0 {
-		cfg.LeaderLeaseTimeout = DefaultLeaderLeaseTimeout
+		cfg.LeaderLeaseTimeout = min(DefaultLeaderLeaseTimeout, cfg.HeartbeatTimeout)
 	}
 	if err := checkAddrs(cfg); err != nil {
+		return nil, err
+	}
+	if err := checkTimeouts(cfg); err != nil {
 		return nil, err
 	}
 	if err := checkDataDir(cfg.DataDir); err != nil {
@@ -232,16 +235,45 @@ func checkAddrs(cfg Config) error {
 	return nil
 }
 
-func (n *Node) startRaft(bootstrap bool) error {
+// raftConfig is the Raft configuration of a host started with cfg.
+func raftConfig(cfg Config) *raft.Config {
 	rc := raft.DefaultConfig()
-	rc.LocalID = raft.ServerID(n.cfg.NodeID)
-	rc.HeartbeatTimeout = n.cfg.HeartbeatTimeout
-	rc.ElectionTimeout = n.cfg.ElectionTimeout
-	rc.LeaderLeaseTimeout = n.cfg.LeaderLeaseTimeout
+	rc.LocalID = raft.ServerID(cfg.NodeID)
+	rc.HeartbeatTimeout = cfg.HeartbeatTimeout
+	rc.ElectionTimeout = cfg.ElectionTimeout
+	rc.LeaderLeaseTimeout = cfg.LeaderLeaseTimeout
 	rc.CommitTimeout = 20 * time.Millisecond
 	rc.SnapshotThreshold = 8192
 	rc.SnapshotInterval = 60 * time.Second
 	rc.TrailingLogs = 10240
+	return rc
+}
+
+// minRaftTimeout is the shortest timeout Raft accepts.
+const minRaftTimeout = 5 * time.Millisecond
+
+// checkTimeouts names the flag of a timeout Raft would refuse, before
+// anything is written to the data dir.
+func checkTimeouts(cfg Config) error {
+	switch {
+	case cfg.HeartbeatTimeout < minRaftTimeout:
+		return fmt.Errorf("--raft-heartbeat-timeout %s: must be at least %s (default %s)", cfg.HeartbeatTimeout, minRaftTimeout, DefaultHeartbeatTimeout)
+	case cfg.ElectionTimeout < minRaftTimeout:
+		return fmt.Errorf("--raft-election-timeout %s: must be at least %s (default %s)", cfg.ElectionTimeout, minRaftTimeout, DefaultElectionTimeout)
+	case cfg.ElectionTimeout < cfg.HeartbeatTimeout:
+		return fmt.Errorf("--raft-election-timeout %s is shorter than --raft-heartbeat-timeout %s: give an election timeout at least as long as the heartbeat timeout",
+			cfg.ElectionTimeout, cfg.HeartbeatTimeout)
+	case cfg.LeaderLeaseTimeout < minRaftTimeout || cfg.LeaderLeaseTimeout > cfg.HeartbeatTimeout:
+		return fmt.Errorf("leader lease timeout %s: must be between %s and --raft-heartbeat-timeout %s", cfg.LeaderLeaseTimeout, minRaftTimeout, cfg.HeartbeatTimeout)
+	}
+	if err := raft.ValidateConfig(raftConfig(cfg)); err != nil {
+		return fmt.Errorf("raft configuration: %w (check the --raft-* flags)", err)
+	}
+	return nil
+}
+
+func (n *Node) startRaft(bootstrap bool) error {
+	rc := raftConfig(n.cfg)
 	n.raftLog = newRaftLogWriter(n.cfg.Logger.With("component", "raft"), time.Now)
 	rc.Logger = newHCLogger(n.raftLog)
 
@@ -257,12 +289,12 @@ func (n *Node) startRaft(bootstrap bool) error {
 		if errors.Is(err, bbolt.ErrTimeout) {
 			return fmt.Errorf("open raft log: %s is in use by another teapot-lb process", dir)
 		}
-		return damaged("raft log", filepath.Join(dir, "raft.db"), err)
+		return storeError("raft log", filepath.Join(dir, "raft.db"), err)
 	}
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(dir, 2, rc.Logger)
 	if err != nil {
 		store.Close()
-		return damaged("raft snapshot store", filepath.Join(dir, "snapshots"), err)
+		return storeError("raft snapshot store", filepath.Join(dir, "snapshots"), err)
 	}
 	layer, err := newTLSStreamLayer(n.cfg.RaftAddr, n.creds.serverTLS, n.creds.clientTLS)
 	if err != nil {
@@ -283,7 +315,7 @@ func (n *Node) startRaft(bootstrap bool) error {
 	if err != nil {
 		trans.Close()
 		store.Close()
-		return damaged("raft state", dir, err)
+		return storeError("raft state", dir, err)
 	}
 	n.raft, n.store, n.transport = r, store, trans
 	if bootstrap {
