@@ -247,11 +247,7 @@ func (p *Proxy) Unhealthy() map[string]string {
 	}
 	usable := map[string]bool{}
 	for spec, pool := range cur.pools.All() {
-		ok := usable[spec.LB]
-		for _, m := range pool.members {
-			ok = ok || m.Usable() || (m.Weight > 0 && Target(m).OnlyEjected())
-		}
-		usable[spec.LB] = ok
+		usable[spec.LB] = usable[spec.LB] || pool.servable()
 	}
 	out := map[string]string{}
 	for lb, ok := range usable {
@@ -260,6 +256,15 @@ func (p *Proxy) Unhealthy() map[string]string {
 		}
 	}
 	return out
+}
+
+// servable reports whether a connection may go to a member of the pool:
+// one usable, or one only ejected after connect failures (Unhealthy says
+// why those count).
+func (pool *Pool) servable() bool {
+	return slices.ContainsFunc(pool.members, func(m *balance.Member) bool {
+		return m.Usable() || (m.Weight > 0 && Target(m).OnlyEjected())
+	})
 }
 
 // MemberHealth is one member's health as this host sees it.
@@ -295,7 +300,8 @@ func (p *Proxy) Members(lb string) []MemberHealth {
 
 // ReadinessOf is Readiness for the load balancers lbs only; gone lists
 // those of lbs the last Update did not hold. It reads their own status and
-// pools, nothing else.
+// pools, nothing else, and applies Unhealthy's rule: members only ejected
+// still count.
 func (p *Proxy) ReadinessOf(lbs []string) (ready map[string]string, gone []string) {
 	p.statusMu.Lock()
 	st := p.status
@@ -313,13 +319,7 @@ func (p *Proxy) ReadinessOf(lbs []string) (ready map[string]string, gone []strin
 			parts = append(parts, pr.Field+": "+pr.Reason)
 		}
 		if pools, _ := cur.byLB.Get(lb); len(parts) == 0 && len(pools) > 0 {
-			usable := false
-			for _, pool := range pools {
-				for _, m := range pool.members {
-					usable = usable || m.Usable()
-				}
-			}
-			if !usable {
+			if !slices.ContainsFunc(pools, (*Pool).servable) {
 				parts = append(parts, "no healthy member in any of its pools")
 			}
 		}

@@ -413,6 +413,14 @@ func TestEjectedPoolRecoversAtOnce(t *testing.T) {
 	if u := p.Unhealthy(); u["acme/late"] != "" {
 		t.Errorf("members only ejected made acme/late unhealthy: %q", u["acme/late"])
 	}
+	// Nor by either readiness the VIP layer reads: the whole set, and that
+	// of the load balancers a member's change touches.
+	if r := p.Readiness(); r["acme/late"] != "" {
+		t.Errorf("members only ejected made acme/late unready in Readiness: %q", r["acme/late"])
+	}
+	if r, gone := p.ReadinessOf([]string{"acme/late"}); r["acme/late"] != "" || len(gone) != 0 {
+		t.Errorf("members only ejected made acme/late unready in ReadinessOf: %q (gone %v)", r["acme/late"], gone)
+	}
 	l, err := net.Listen("tcp", late)
 	if err != nil {
 		t.Fatal(err)
