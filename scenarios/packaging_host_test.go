@@ -85,7 +85,8 @@ func TestHostPackages(t *testing.T) {
 	}
 	for _, want := range []string{"Type=notify", "WatchdogSec=", "User=teapot-lb", "StateDirectory=teapot-lb",
 		"AmbientCapabilities=CAP_NET_ADMIN CAP_NET_RAW CAP_NET_BIND_SERVICE\n", "CapabilityBoundingSet=CAP_NET_ADMIN CAP_NET_RAW CAP_NET_BIND_SERVICE\n",
-		"ProtectSystem=strict", "NoNewPrivileges=yes", "Restart=on-failure", "LimitNOFILE="} {
+		"ProtectSystem=strict", "NoNewPrivileges=yes", "Restart=on-failure", "LimitNOFILE=",
+		"LimitRTPRIO=10\n", "RestrictRealtime=no\n"} {
 		if !strings.Contains(string(unit), want) {
 			t.Errorf("unit lacks %q", want)
 		}
