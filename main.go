@@ -237,7 +237,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	if cfg.Join != "" && cfg.Token == "" {
 		return errors.New("--join needs --token (from `teapot-lb cluster join-token` on a cluster host)")
 	}
-	restore, err := readRestore(cfg)
+	restore, err := backup.ReadRestore(cfg.Restore, cfg.RestorePassphraseFile)
 	if err != nil {
 		return err
 	}
@@ -420,31 +420,6 @@ func serve(ctx context.Context, cfg serveConfig) error {
 		err = perr
 	}
 	return err
-}
-
-// readRestore reads --restore's backup, if one is given.
-func readRestore(cfg serveConfig) (*pb.Backup, error) {
-	if cfg.Restore == "" {
-		if cfg.RestorePassphraseFile != "" {
-			return nil, errors.New("--restore-passphrase-file needs --restore")
-		}
-		return nil, nil
-	}
-	var pass []byte
-	if cfg.RestorePassphraseFile != "" {
-		var err error
-		if pass, err = backup.ReadPassphrase(cfg.RestorePassphraseFile); err != nil {
-			return nil, fmt.Errorf("--restore-passphrase-file: %w", err)
-		}
-	}
-	b, err := backup.ReadFile(cfg.Restore, pass)
-	if errors.Is(err, backup.ErrPassphrase) && pass == nil {
-		return nil, fmt.Errorf("--restore: %w: give it with --restore-passphrase-file", err)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("--restore: %w", err)
-	}
-	return b, nil
 }
 
 // waitServing returns once this host is in the cluster and its data plane

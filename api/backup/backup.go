@@ -192,3 +192,30 @@ func ReadPassphrase(path string) ([]byte, error) {
 	}
 	return data, nil
 }
+
+// ReadRestore reads the backup of serve's --restore (path) with the
+// passphrase in --restore-passphrase-file (passFile): nil when no restore
+// is asked for, and errors that name the flag to fix.
+func ReadRestore(path, passFile string) (*pb.Backup, error) {
+	if path == "" {
+		if passFile != "" {
+			return nil, errors.New("--restore-passphrase-file needs --restore")
+		}
+		return nil, nil
+	}
+	var pass []byte
+	if passFile != "" {
+		var err error
+		if pass, err = ReadPassphrase(passFile); err != nil {
+			return nil, fmt.Errorf("--restore-passphrase-file: %w", err)
+		}
+	}
+	b, err := ReadFile(path, pass)
+	if errors.Is(err, ErrPassphrase) && pass == nil {
+		return nil, fmt.Errorf("--restore: %w: give it with --restore-passphrase-file", err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("--restore: %w", err)
+	}
+	return b, nil
+}

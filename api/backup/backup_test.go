@@ -104,3 +104,40 @@ func TestReadPassphrase(t *testing.T) {
 		t.Fatalf("empty passphrase: %v", err)
 	}
 }
+
+// serve's --restore flags: nothing to read without them, the passphrase
+// asked for by flag name when a sealed backup comes without one, and the
+// backup itself when both are right.
+func TestReadRestore(t *testing.T) {
+	dir := t.TempDir()
+	if b, err := ReadRestore("", ""); b != nil || err != nil {
+		t.Fatalf("no --restore: %v %v", b, err)
+	}
+	if _, err := ReadRestore("", filepath.Join(dir, "pass")); err == nil || !strings.Contains(err.Error(), "needs --restore") {
+		t.Fatalf("a passphrase without --restore: %v", err)
+	}
+	sealed, err := Encode(sample(), []byte("s3cret"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	file, pass := filepath.Join(dir, "backup"), filepath.Join(dir, "pass")
+	if err := WriteFile(file, sealed); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadRestore(file, ""); err == nil || !strings.Contains(err.Error(), "--restore-passphrase-file") {
+		t.Fatalf("a sealed backup without a passphrase: %v", err)
+	}
+	if _, err := ReadRestore(file, filepath.Join(dir, "missing")); err == nil || !strings.Contains(err.Error(), "--restore-passphrase-file:") {
+		t.Fatalf("a missing passphrase file: %v", err)
+	}
+	if _, err := ReadRestore(filepath.Join(dir, "missing"), ""); err == nil || !strings.HasPrefix(err.Error(), "--restore:") {
+		t.Fatalf("a missing backup: %v", err)
+	}
+	if err := os.WriteFile(pass, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b, err := ReadRestore(file, pass)
+	if err != nil || !proto.Equal(b, sample()) {
+		t.Fatalf("read %v, %v", b, err)
+	}
+}
