@@ -58,10 +58,13 @@ type AdminClient interface {
 	// Events lists the hosts' recent events, oldest first.
 	Events(ctx context.Context, in *EventsRequest, opts ...grpc.CallOption) (*EventsResponse, error)
 	// CreateDashboardToken signs a read-only dashboard login token with the
-	// cluster CA key (which never leaves the hosts).
+	// cluster CA key. Dashboards and tokens never see that key; it leaves the
+	// hosts only in a Backup, to an admin certificate.
 	CreateDashboardToken(ctx context.Context, in *CreateDashboardTokenRequest, opts ...grpc.CallOption) (*CreateDashboardTokenResponse, error)
 	// Backup streams an encoded Backup: the replicated state read on this
-	// host once it has caught up with the leader, and the cluster CA.
+	// host once it has caught up with the leader, and the cluster CA with its
+	// private key (whoever holds a backup can sign credentials for this
+	// cluster; keep it like the admin key).
 	Backup(ctx context.Context, in *BackupRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[BackupChunk], error)
 	// DryRun checks an apply or a delete against the current state on the
 	// leader, as the write itself would be checked, and writes nothing. It is
@@ -238,10 +241,13 @@ type AdminServer interface {
 	// Events lists the hosts' recent events, oldest first.
 	Events(context.Context, *EventsRequest) (*EventsResponse, error)
 	// CreateDashboardToken signs a read-only dashboard login token with the
-	// cluster CA key (which never leaves the hosts).
+	// cluster CA key. Dashboards and tokens never see that key; it leaves the
+	// hosts only in a Backup, to an admin certificate.
 	CreateDashboardToken(context.Context, *CreateDashboardTokenRequest) (*CreateDashboardTokenResponse, error)
 	// Backup streams an encoded Backup: the replicated state read on this
-	// host once it has caught up with the leader, and the cluster CA.
+	// host once it has caught up with the leader, and the cluster CA with its
+	// private key (whoever holds a backup can sign credentials for this
+	// cluster; keep it like the admin key).
 	Backup(*BackupRequest, grpc.ServerStreamingServer[BackupChunk]) error
 	// DryRun checks an apply or a delete against the current state on the
 	// leader, as the write itself would be checked, and writes nothing. It is
