@@ -3,6 +3,7 @@ package scenarios
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -112,12 +113,23 @@ func TestServeOnDataDirOfAnotherUser(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The binary and the test's temporary directories must be reachable
-	// by nobody.
+	// by nobody: each ancestor gets o+x for the test, and its mode back
+	// when the test ends.
 	for _, p := range []string{filepath.Dir(n.dir), filepath.Dir(c.bin)} {
 		for d := p; d != "/" && d != "."; d = filepath.Dir(d) {
-			if fi, err := os.Stat(d); err == nil && fi.Mode().Perm()&0o001 == 0 {
-				os.Chmod(d, fi.Mode().Perm()|0o001)
+			fi, err := os.Stat(d)
+			if err != nil || fi.Mode().Perm()&0o001 != 0 {
+				continue
 			}
+			if err := os.Chmod(d, fi.Mode().Perm()|0o001); err != nil {
+				t.Fatal(err)
+			}
+			dir, mode := d, fi.Mode().Perm()
+			t.Cleanup(func() {
+				if err := os.Chmod(dir, mode); err != nil && !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("restore the mode of %s: %v", dir, err)
+				}
+			})
 		}
 	}
 	nobody := &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}

@@ -343,7 +343,9 @@ func TestBackupUnderWritesAndRestoreIntoFreshHosts(t *testing.T) {
 	r := newCluster(t)
 	r1 := r.newNode()
 	// Without the passphrase, the restore is refused with a clear message.
-	noPass := exec.Command(r.bin, "serve", "--data-dir", r1.dir, "--node-id", r1.id, "--raft-addr", r1.raftAddr, "--api-addr", r1.apiAddr, "--restore", file)
+	noPassCtx, cancelNoPass := context.WithTimeout(context.Background(), time.Minute)
+	defer cancelNoPass()
+	noPass := exec.CommandContext(noPassCtx, r.bin, "serve", "--data-dir", r1.dir, "--node-id", r1.id, "--raft-addr", r1.raftAddr, "--api-addr", r1.apiAddr, "--restore", file)
 	if msg, err := noPass.CombinedOutput(); err == nil || !strings.Contains(string(msg), "--restore-passphrase-file") {
 		t.Fatalf("restore without the passphrase: %v\n%s", err, msg)
 	}
