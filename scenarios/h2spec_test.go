@@ -1,6 +1,7 @@
 package scenarios
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -10,40 +11,35 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 )
 
-// h2specVersion is the conformance suite run against serve's HTTP/2,
-// built from the Go module proxy into ~/.cache/teapot-lb/h2spec.
-const h2specVersion = "v2.2.1+incompatible"
-
-// h2specVIP is the loopback address of the scenario's load balancer.
-const h2specVIP = "127.0.0.82"
-
-// h2specBinary builds h2spec once and returns its path.
+// h2specBinary builds h2spec once, at the versions pinned by
+// scenarios/h2spectool's go.mod and go.sum (cached across runs by its
+// build.sh), and returns its path.
 func h2specBinary(t *testing.T) string {
 	t.Helper()
-	cache, err := os.UserCacheDir()
+	root, err := moduleRoot()
 	if err != nil {
-		unavailable(t, "no cache directory for h2spec: %v", err)
-	}
-	dir := filepath.Join(cache, "teapot-lb", "h2spec", h2specVersion)
-	bin := filepath.Join(dir, "h2spec")
-	if _, err := os.Stat(bin); err == nil {
-		return bin
+		unavailable(t, "find the module root to build h2spec: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "install", "github.com/summerwind/h2spec/cmd/h2spec@"+h2specVersion)
-	cmd.Dir = os.TempDir()
-	cmd.Env = append(os.Environ(), "GOBIN="+dir, "CGO_ENABLED=0", "GOFLAGS=")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		unavailable(t, "build h2spec %s from the module proxy: %v\n%s", h2specVersion, err, out)
+	cmd := exec.CommandContext(ctx, "bash", filepath.Join(root, "scenarios", "h2spectool", "build.sh"))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		unavailable(t, "build h2spec with scenarios/h2spectool/build.sh: %v\n%s", err, stderr.String())
 	}
-	return bin
+	return strings.TrimSpace(string(out))
 }
+
+// h2specVIP is the loopback address of the scenario's load balancer.
+const h2specVIP = "127.0.0.82"
 
 var h2specSummary = regexp.MustCompile(`(\d+) tests, (\d+) passed, (\d+) skipped, (\d+) failed`)
 
