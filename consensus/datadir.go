@@ -68,8 +68,9 @@ func remedy(err error) string {
 }
 
 // checkOwner refuses a data dir that belongs to another user than the one
-// this (unprivileged) process runs as: files it wrote would be unreadable
-// to the other, or the other's to it.
+// this process runs as: files it wrote would be unreadable to the other,
+// or the other's to it. Root is refused too on a dir of another user: what
+// root wrote there would stop the owner's unit.
 func checkOwner(dir string) error {
 	fi, err := os.Stat(dir)
 	if errors.Is(err, os.ErrNotExist) {
@@ -85,7 +86,10 @@ func checkOwner(dir string) error {
 	if !ok {
 		return nil
 	}
-	if uid := os.Geteuid(); uid != 0 && int(st.Uid) != uid {
+	if uid := os.Geteuid(); uid == 0 && st.Uid != 0 {
+		return fmt.Errorf("data dir %s belongs to uid %d, and teapot-lb runs as root: files root writes there would be unreadable to its owner (the unit's user); "+
+			"run as the owner (for example sudo -u teapot-lb teapot-lb serve ...)", dir, st.Uid)
+	} else if uid != 0 && int(st.Uid) != uid {
 		return fmt.Errorf("data dir %s belongs to uid %d, but teapot-lb runs as uid %d: chown -R %d %s (or run as its owner)",
 			dir, st.Uid, uid, uid, dir)
 	}

@@ -149,3 +149,22 @@ func TestStoreErrorsSayWhatToDo(t *testing.T) {
 		}
 	}
 }
+
+// Root is refused on a data dir of another user (what it wrote there would
+// stop that user's unit), and told to run as the owner.
+func TestRootRefusesDataDirOfAnotherUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("runs as root only: checks what serve as root does on another user's data dir")
+	}
+	dir := t.TempDir()
+	if err := os.Chown(dir, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	err := checkDataDir(dir)
+	if err == nil || !strings.Contains(err.Error(), "belongs to uid 65534") || !strings.Contains(err.Error(), "sudo -u teapot-lb") {
+		t.Fatalf("root on another user's data dir: %v", err)
+	}
+	if err := checkDataDir(t.TempDir()); err != nil {
+		t.Fatalf("root on its own data dir: %v", err)
+	}
+}
