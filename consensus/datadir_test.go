@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -166,5 +167,41 @@ func TestRootRefusesDataDirOfAnotherUser(t *testing.T) {
 	}
 	if err := checkDataDir(t.TempDir()); err != nil {
 		t.Fatalf("root on its own data dir: %v", err)
+	}
+}
+
+// A host whose data dir's file system went read-only (as the kernel
+// remounts one after disk errors) stops with what to do, before it opens
+// its log.
+func TestReadOnlyDataDirSaysRemount(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount a tmpfs")
+	}
+	mnt := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", mnt).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs (needs CAP_SYS_ADMIN): %v: %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", "-l", mnt).Run() })
+	h := startHost(t, Config{NodeID: "n1", DataDir: filepath.Join(mnt, "data")})
+	apply(t, h.node, pool("public", "192.0.2.0/28"))
+	cfg := h.cfg
+	h.stop()
+	if out, err := exec.Command("mount", "-o", "remount,ro", mnt).CombinedOutput(); err != nil {
+		t.Fatalf("remount read-only: %v: %s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	n, err := Open(ctx, cfg)
+	if err == nil {
+		n.Close()
+		t.Fatal("a host started on a read-only data dir")
+	}
+	for _, want := range []string{"does not take writes", "read-only", "remount it read-write"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), "damaged") {
+		t.Errorf("a read-only mount reported as a damaged state: %v", err)
 	}
 }
