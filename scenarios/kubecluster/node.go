@@ -292,6 +292,11 @@ func (n *Node) close() error {
 
 // killShims kills the containerd shims serving the containerd at socket.
 func killShims(socket string) {
+	killShimsWhere(func(args []string) bool { return slices.Contains(args, socket) })
+}
+
+// killShimsWhere kills the containerd shims whose arguments match.
+func killShimsWhere(match func(args []string) bool) {
 	procs, _ := os.ReadDir("/proc")
 	for _, e := range procs {
 		pid, err := strconv.Atoi(e.Name())
@@ -303,7 +308,7 @@ func killShims(socket string) {
 			continue
 		}
 		args := strings.Split(string(cmdline), "\x00")
-		if len(args) > 0 && strings.HasPrefix(filepath.Base(args[0]), "containerd-shim") && slices.Contains(args, socket) {
+		if len(args) > 0 && strings.HasPrefix(filepath.Base(args[0]), "containerd-shim") && match(args[1:]) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}

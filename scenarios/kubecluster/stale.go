@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -101,27 +102,9 @@ func RemoveStale() error {
 // killShimsUnder kills the containerd shims whose arguments name a path
 // inside dir (their containerd's socket).
 func killShimsUnder(dir string) {
-	procs, _ := os.ReadDir("/proc")
-	for _, e := range procs {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil {
-			continue
-		}
-		args := strings.Split(string(cmdline), "\x00")
-		if len(args) == 0 || !strings.HasPrefix(filepath.Base(args[0]), "containerd-shim") {
-			continue
-		}
-		for _, a := range args[1:] {
-			if strings.HasPrefix(a, dir+"/") {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
-				break
-			}
-		}
-	}
+	killShimsWhere(func(args []string) bool {
+		return slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, dir+"/") })
+	})
 }
 
 // removeUnusedNetns unmounts and removes the CNI network namespaces
