@@ -3,7 +3,6 @@ package l7
 import (
 	"bytes"
 	"crypto/tls"
-	"fmt"
 	"io"
 	"net/http"
 	"runtime"
@@ -394,99 +393,5 @@ func TestH2StreamCountAbuse(t *testing.T) {
 	})
 	if p := peak.Load(); p > 8 {
 		t.Errorf("the member saw %d requests of one connection at once, limit 8", p)
-	}
-}
-
-// h2Workers counts the stream workers of the HTTP/2 server, busy or idle.
-func h2Workers() int {
-	buf := make([]byte, 4<<20)
-	return strings.Count(string(buf[:runtime.Stack(buf, true)]), "l7.(*h2Conn).worker(")
-}
-
-// TestH2IdleConnectionKeepsFewWorkers runs 32 requests at once on one
-// connection, then lets them finish: the idle connection keeps at most
-// h2KeepWorkers of the 32 workers, and still serves the next request.
-func TestH2IdleConnectionKeepsFewWorkers(t *testing.T) {
-	const n = 32
-	var inflight atomic.Int64
-	release := make(chan struct{})
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/slow" {
-			inflight.Add(1)
-			<-release
-		}
-		_, _ = io.WriteString(w, "ok")
-	})
-	addr := abuseProxy(t, Config{}, h)
-	client := h2Client()
-	defer client.CloseIdleConnections()
-	get := func(path string) error {
-		resp, err := client.Get("https://" + addr + path)
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		_, _ = io.Copy(io.Discard, resp.Body)
-		if resp.StatusCode != 200 {
-			return fmt.Errorf("GET %s: status %d", path, resp.StatusCode)
-		}
-		return nil
-	}
-	if err := get("/"); err != nil { // one connection, settled
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	for range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs <- get("/slow")
-		}()
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for inflight.Load() < n && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	busy := h2Workers()
-	close(release)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	if busy < n {
-		t.Fatalf("%d workers with %d requests in flight: the requests did not run at once", busy, n)
-	}
-	deadline = time.Now().Add(10 * time.Second)
-	for h2Workers() > h2KeepWorkers && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if idle := h2Workers(); idle > h2KeepWorkers {
-		t.Errorf("the idle connection keeps %d workers (%d while busy), limit %d", idle, busy, h2KeepWorkers)
-	}
-	if err := get("/"); err != nil {
-		t.Fatalf("after the burst: %v", err)
-	}
-}
-
-// TestH2RecycledStreamDropsLargeBody checks that a finished stream goes to
-// the free list without a large request body buffer, and keeps a small one.
-func TestH2RecycledStreamDropsLargeBody(t *testing.T) {
-	c := &h2Conn{}
-	large := &h2Stream{c: c, rbuf: make([]byte, 10, 64<<10)}
-	c.putStream(large)
-	if large.rbuf != nil {
-		t.Errorf("a recycled stream keeps a %d-byte body buffer", cap(large.rbuf))
-	}
-	small := &h2Stream{c: c, rbuf: make([]byte, 10, 1<<10)}
-	c.putStream(small)
-	if cap(small.rbuf) != 1<<10 || len(small.rbuf) != 0 {
-		t.Errorf("a recycled stream's small body buffer: len %d cap %d, want 0 and %d", len(small.rbuf), cap(small.rbuf), 1<<10)
-	}
-	if len(c.free) != 2 {
-		t.Errorf("%d streams on the free list, want 2", len(c.free))
 	}
 }

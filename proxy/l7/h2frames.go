@@ -560,9 +560,6 @@ func (c *h2Conn) putStream(st *h2Stream) {
 	if wbp != nil {
 		st.wbuf = (*wbp)[:0]
 	}
-	if cap(st.rbuf) > h2KeepBody {
-		st.rbuf = nil // a large body's buffer is not kept idle
-	}
 	if keep {
 		c.free = append(c.free, st)
 	}
@@ -570,9 +567,6 @@ func (c *h2Conn) putStream(st *h2Stream) {
 
 // h2KeepStreams is how many finished streams a connection keeps for reuse.
 const h2KeepStreams = 16
-
-// h2KeepBody is the largest request body buffer a finished stream keeps.
-const h2KeepBody = 4 << 10
 
 // abort ends the stream's body and cancels its request. c.mu held.
 func (st *h2Stream) abort(err error) {
