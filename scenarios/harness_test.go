@@ -554,15 +554,27 @@ func alarming(path string) string {
 	return ""
 }
 
-// tail returns the last n lines of a file.
+// tail returns the last n lines of a file, leaving out access-log lines
+// (JSON objects), which would push a host's own messages out of view.
 func tail(path string, n int) string {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return err.Error()
 	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	var lines []string
+	skipped := 0
+	for line := range strings.Lines(string(data)) {
+		if strings.HasPrefix(line, "{") {
+			skipped++
+			continue
+		}
+		lines = append(lines, strings.TrimRight(line, "\n"))
+	}
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]
+	}
+	if skipped > 0 {
+		lines = append(lines, fmt.Sprintf("(%d access-log lines left out)", skipped))
 	}
 	return strings.Join(lines, "\n")
 }
