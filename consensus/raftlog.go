@@ -61,6 +61,11 @@ func (w *raftLogWriter) Write(p []byte) (int, error) {
 		if i := strings.Index(line, "]"); i >= 0 && i+1 < len(line) {
 			line = strings.TrimSpace(line[i+1:])
 		}
+		if level >= slog.LevelWarn && strings.Contains(line, `error="transport shutdown"`) {
+			// This host's own transport is closing (a stop): a
+			// connection still being read ends, which is no fault.
+			level = slog.LevelDebug
+		}
 		if level >= slog.LevelWarn && strings.HasPrefix(line, "raft: failed to") {
 			if m := peerField.FindStringSubmatch(line); m != nil {
 				w.peerFailure(strings.Trim(m[1], `"`), line)

@@ -57,4 +57,11 @@ func TestRaftLogPeerFailuresRateLimited(t *testing.T) {
 	if got = lines(); !strings.Contains(got[len(got)-1], "level=INFO") || !strings.Contains(got[len(got)-1], "entering follower state") {
 		t.Fatalf("plain line: %s", got[len(got)-1])
 	}
+	// A connection read ending because this host's transport shuts down
+	// is no error: it happens on every stop.
+	before := buf.Len()
+	_, _ = w.Write([]byte(`2026-01-01T00:00:00.000Z [ERROR] raft: failed to decode incoming command: error="transport shutdown"` + "\n"))
+	if strings.Contains(buf.String()[before:], "level=ERROR") || strings.Contains(buf.String()[before:], "level=WARN") {
+		t.Errorf("a transport shutdown is logged as a fault: %s", buf.String()[before:])
+	}
 }
