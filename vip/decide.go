@@ -73,7 +73,13 @@ type viewInput struct {
 	// each other for this long since it was last dead. Interval is the
 	// heartbeat interval, the margin for a datagram's time in flight.
 	Settle, Interval time.Duration
-	Peers            map[string]*peerState
+	// HoldDown: a majority lost less than this long ago is kept for the
+	// arp VIPs this host holds (view.Keep), so that a blip (heartbeats
+	// late for a moment on a loaded machine) does not move them. Quorum
+	// plus HoldDown must not exceed Dead: the host then lets go no later
+	// than the peers that stopped hearing it take it for dead.
+	HoldDown time.Duration
+	Peers    map[string]*peerState
 }
 
 // hostView is a live peer as this host sees it.
@@ -97,12 +103,14 @@ type view struct {
 	// with this host; Need is a majority of the counted hosts.
 	Mutual, Need int
 	Quorum       bool
-	// Keep: without a majority in two-way contact, the hosts this host
-	// does not hear cannot make one of their own before Until (they need
-	// the settling time with each other first), so it keeps the arp VIPs
-	// it holds until then; it takes none.
-	Keep  bool
-	Until time.Time
+	// Keep: without a majority in two-way contact, it keeps the arp VIPs
+	// it holds until Until and takes none: the majority was lost less
+	// than the hold-down ago (HoldDown), or the hosts this host does not
+	// hear cannot make a majority of their own before Until (they need
+	// the settling time with each other first).
+	Keep     bool
+	Until    time.Time
+	HoldDown bool
 	// Next is when the view changes by itself if no heartbeat arrives
 	// (zero: never).
 	Next time.Time
@@ -132,6 +140,9 @@ func computeView(in viewInput) view {
 	}
 	lastSeen := map[string]time.Time{}
 	mutual := map[string]bool{}
+	// lapsed: when the two-way contact with each counted peer that left
+	// the quorum window less than HoldDown ago ends the hold-down.
+	var lapsed []time.Time
 	for id, p := range in.Peers {
 		if id == in.Self || p.Left || p.Heard.IsZero() || in.Now.Sub(p.Heard) >= in.Dead {
 			continue
@@ -148,13 +159,21 @@ func computeView(in viewInput) view {
 			continue
 		}
 		for _, s := range p.Sightings {
+			if s.ID != in.Self || !s.Settled && p.Holdings {
+				continue
+			}
 			// When the peer last heard this host, on this host's clock.
-			if at := p.Heard.Add(-s.Age); s.ID == in.Self && in.Now.Sub(at) < in.Quorum && (s.Settled || !p.Holdings) {
+			at := p.Heard.Add(-s.Age)
+			switch age := in.Now.Sub(at); {
+			case age < in.Quorum:
 				v.Mutual++
 				mutual[id] = true
 				next(at.Add(in.Quorum))
-				break
+			case age < in.Quorum+in.HoldDown:
+				lapsed = append(lapsed, at.Add(in.Quorum+in.HoldDown))
+				next(at.Add(in.Quorum + in.HoldDown))
 			}
+			break
 		}
 	}
 	// Reports of hosts this host does not hear itself.
@@ -189,10 +208,17 @@ func computeView(in viewInput) view {
 	}
 	v.Quorum = v.Mutual >= v.Need
 	if !v.Quorum {
-		var until time.Time
-		if until, v.Keep = takeoverAt(in, counted, mutual, v.Need); v.Keep {
-			v.Until = until
-			next(until)
+		if short := v.Need - v.Mutual; len(lapsed) >= short {
+			// The majority held until the contact with the short-th
+			// latest of them left the quorum window.
+			slices.SortFunc(lapsed, func(a, b time.Time) int { return b.Compare(a) })
+			v.Keep, v.HoldDown, v.Until = true, true, lapsed[short-1]
+		}
+		if until, keep := takeoverAt(in, counted, mutual, v.Need); keep && until.After(v.Until) {
+			v.Keep, v.HoldDown, v.Until = true, false, until
+		}
+		if v.Keep {
+			next(v.Until)
 		}
 	}
 	return v
@@ -330,16 +356,31 @@ type self struct {
 	Problem string
 	// NotReady says why the data plane cannot serve an address.
 	NotReady map[netip.Addr]string
-	// KeepOnly: it has no majority in two-way contact but the others
-	// cannot make one without it yet (view.Keep): it keeps the arp VIPs
-	// it holds and takes none.
-	KeepOnly bool
+	// KeepOnly: it has no majority in two-way contact but lost it less
+	// than the hold-down ago (HoldDown), or the others cannot make one
+	// without it yet (view.Keep): it keeps the arp VIPs it holds and
+	// takes none.
+	KeepOnly, HoldDown bool
 	// Holding: the arp VIPs it holds now.
 	Holding map[netip.Addr]bool
 	// Rebalance holds the arp VIPs it takes back from the hosts that
 	// stood in for it, when it ranks first: it started a moment ago (in
 	// the first 3s in which it could hold the VIP).
 	Rebalance map[netip.Addr]bool
+}
+
+// withMajority applies the majority rule of arp VIPs to this host's
+// standing: without a majority in two-way contact it has a problem,
+// unless the view lets it keep what it holds (view.Keep).
+func (me self) withMajority(v view) self {
+	switch {
+	case me.Problem != "":
+	case !v.Quorum && !v.Keep:
+		me.Problem = quorumProblem(v)
+	default:
+		me.KeepOnly, me.HoldDown = !v.Quorum, !v.Quorum && v.HoldDown
+	}
+	return me
 }
 
 // holderOf returns the host that should hold an arp VIP in this host's
@@ -455,6 +496,8 @@ func decide(vs vipSpec, ranked []string, me self, v view, peers map[string]*peer
 		d.Reason = "ranks first again (" + prevHolder + " held it)"
 	case d.Hold && prevHolder != "" && prevHolder != me.ID:
 		d.Reason = "took over: " + whyNot(v, prevHolder, vs.Addr, peers, dead)
+	case d.Hold && me.KeepOnly && me.HoldDown:
+		d.Reason = "keeps it: lost its majority in two-way contact less than the hold-down ago"
 	case d.Hold && me.KeepOnly:
 		d.Reason = "keeps it: without this host the others cannot make a majority yet"
 	case d.Hold && me.Holding[vs.Addr]:

@@ -224,7 +224,8 @@ func (m *Manager) evaluate(now time.Time, inputsChanged bool) time.Time {
 	}
 	v := computeView(viewInput{
 		Self: m.cfg.NodeID, Counted: counted, Now: now,
-		Dead: m.dead, Quorum: m.quorum, Settle: m.settle, Interval: m.cfg.HeartbeatInterval, Peers: st.peers,
+		Dead: m.dead, Quorum: m.quorum, Settle: m.settle, Interval: m.cfg.HeartbeatInterval, HoldDown: m.holdDown,
+		Peers: st.peers,
 	})
 	m.noteLiveness(v)
 	reannounce := st.reannounce
@@ -261,17 +262,12 @@ func (m *Manager) evaluate(now time.Time, inputsChanged bool) time.Time {
 		}
 	}
 	arpMe := me
-	switch {
-	case arpMe.Problem != "":
-	case !haveKey && len(st.members) > 0:
+	if arpMe.Problem == "" && !haveKey && len(st.members) > 0 {
 		arpMe.Problem = "no heartbeat key yet"
-	case !v.Quorum && !v.Keep:
-		arpMe.Problem = quorumProblem(v)
-	case !st.arpUp:
-		arpMe.Problem = "interface " + m.cfg.Interface + " is down"
 	}
-	if arpMe.Problem == "" {
-		arpMe.KeepOnly = !v.Quorum
+	arpMe = arpMe.withMajority(v)
+	if arpMe.Problem == "" && !st.arpUp {
+		arpMe.Problem = "interface " + m.cfg.Interface + " is down"
 	}
 	arpMe.Rebalance = map[netip.Addr]bool{}
 	if arpMe.Problem == "" && v.Quorum && st.want != nil {
@@ -319,6 +315,9 @@ func (m *Manager) evaluate(now time.Time, inputsChanged bool) time.Time {
 		switch q {
 		case "majority":
 			m.log.Info("sees a majority of the cluster", "sees", v.Mutual, "needs", v.Need)
+		case "hold-down":
+			m.log.Warn("lost sight of the majority of the cluster a moment ago; keeps its arp VIPs for the hold-down, takes none",
+				"sees", v.Mutual, "needs", v.Need, "until", v.Until.Format(time.RFC3339Nano))
 		case "keep":
 			m.log.Warn("no majority in two-way contact, but the others cannot make one without this host; keeps its arp VIPs, takes none",
 				"sees", v.Mutual, "needs", v.Need, "until", v.Until.Format(time.RFC3339Nano))
@@ -331,7 +330,7 @@ func (m *Manager) evaluate(now time.Time, inputsChanged bool) time.Time {
 		sessions = m.spk.established()
 	}
 	st.sessions = sessions
-	sig := signature(v, st.peers, arpMe.Problem, bgpMe.Problem, me.Problem, fmt.Sprint(arpMe.KeepOnly, len(arpMe.Rebalance), rebalancing(arpMe.Rebalance), sessions))
+	sig := signature(v, st.peers, arpMe.Problem, bgpMe.Problem, me.Problem, fmt.Sprint(arpMe.KeepOnly, arpMe.HoldDown, len(arpMe.Rebalance), rebalancing(arpMe.Rebalance), sessions))
 	if st.want != nil && (inputsChanged || reannounce || sig != st.sig) {
 		m.converge(now, v, arpMe, bgpMe, me)
 	}
@@ -414,6 +413,8 @@ func quorumState(v view) string {
 	switch {
 	case v.Quorum:
 		return "majority"
+	case v.Keep && v.HoldDown:
+		return "hold-down"
 	case v.Keep:
 		return "keep"
 	}

@@ -28,6 +28,7 @@ type Manager struct {
 	log         *slog.Logger
 	dead        time.Duration // a peer unheard for this long is dead
 	quorum      time.Duration // window of the two-way contact that makes a majority
+	holdDown    time.Duration // a holder keeps its arp VIPs this long after losing its majority
 	settle      time.Duration // a peer back from the dead counts towards a majority after this
 	gap         time.Duration // an absence this long makes a peer settle again
 	incarnation uint64
@@ -102,6 +103,7 @@ func New(cfg Config) (*Manager, error) {
 		ready:    map[string]string{},
 	}
 	m.quorum = m.dead - cfg.HeartbeatInterval
+	m.holdDown = m.dead - m.quorum
 	m.settle = settleMultiple * m.dead
 	m.gap = gapMultiple * m.dead
 	var b [8]byte
