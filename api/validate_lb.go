@@ -238,6 +238,14 @@ func LoadBalancerProblems(lb *pb.LoadBalancer) []*pb.Problem {
 	}
 	for _, r := range lb.GetRoutes() {
 		used[r.GetPool()] = true
+		for _, b := range r.GetBackends() {
+			used[b.GetPool()] = true
+		}
+		for _, f := range r.GetFilters() {
+			if m := f.GetRequestMirror(); m != nil {
+				used[m.GetPool()] = true
+			}
+		}
 	}
 	for i, l := range lb.GetListeners() {
 		p := l.GetProtocol()

@@ -108,7 +108,7 @@ func TestValidateLoadBalancerSpec(t *testing.T) {
 		{"host trailing dot", func(lb *pb.LoadBalancer) { lb.Routes[0].Host = "shop.acme.example." }, bad("routes[0].host", "trailing dot")},
 		{"path without slash", func(lb *pb.LoadBalancer) { lb.Routes[1].Path = "api" }, bad("routes[1].path", `"api" must start with /`)},
 		{"path with query", func(lb *pb.LoadBalancer) { lb.Routes[1].Path = "/api?x=1" }, bad("routes[1].path", "'?'")},
-		{"path type bad", func(lb *pb.LoadBalancer) { lb.Routes[1].PathType = "regex" }, bad("routes[1].pathType", `"regex" is not one of prefix, exact`)},
+		{"path type bad", func(lb *pb.LoadBalancer) { lb.Routes[1].PathType = "glob" }, bad("routes[1].pathType", `"glob" is not one of prefix, exact, regex`)},
 		{"duplicate route", func(lb *pb.LoadBalancer) { lb.Routes[1].Path = "/"; lb.Routes[1].PathType = "prefix" },
 			bad("routes[1]", "duplicates routes[0] (host shop.acme.example, path /, prefix)")},
 		{"empty path equals slash", func(lb *pb.LoadBalancer) { lb.Routes[1].Path = ""; lb.Routes[1].PathType = "" }, bad("routes[1]", "duplicates routes[0]")},

@@ -159,40 +159,26 @@ func checkRoutes(ck *checker, lb *pb.LoadBalancer, tenant *pb.Tenant) {
 				ck.invalidf(f+".host", "%s is a wildcard, which ACME does not issue here; upload a certificate and list it in listeners[%d].tls.certificates", host, acmeOnly)
 			}
 		}
-		path := r.GetPath()
-		switch {
-		case path != "" && !strings.HasPrefix(path, "/"):
-			ck.invalidf(f+".path", "%q must start with /", path)
-		case strings.ContainsAny(path, " ?#\t\r\n"):
-			ck.invalidf(f+".path", "%q must not contain spaces, '?' or '#'", path)
-		}
-		if path == "" {
-			path = "/"
-		}
-		pt := r.GetPathType()
-		switch pt {
-		case "", "prefix":
-			pt = "prefix"
-		case "exact":
-		default:
-			ck.invalidf(f+".pathType", "%q is not one of prefix, exact", pt)
-		}
-		key := routeKey{host, path, pt}
-		if j, dup := seen[key]; dup {
-			h := host
-			if h == "" {
-				h = "(any host)"
+		if len(r.GetMatches()) > 0 {
+			if r.GetPath() != "" || r.GetPathType() != "" {
+				ck.invalidf(f+".path", "leave path and pathType out when matches is set; give each match its path")
 			}
-			ck.invalidf(f, "duplicates routes[%d] (host %s, path %s, %s)", j, h, path, pt)
 		} else {
-			seen[key] = i
+			path, pt := checkPathMatch(ck, f, r.GetPath(), r.GetPathType())
+			key := routeKey{host, path, pt}
+			if j, dup := seen[key]; dup {
+				h := host
+				if h == "" {
+					h = "(any host)"
+				}
+				ck.invalidf(f, "duplicates routes[%d] (host %s, path %s, %s)", j, h, path, pt)
+			} else {
+				seen[key] = i
+			}
 		}
-		if r.GetPool() == "" {
-			ck.invalidf(f+".pool", "required: name one of the load balancer's pools")
-		} else if _, ok := lb.GetPools()[r.GetPool()]; !ok {
-			ck.invalidf(f+".pool", "backend pool %s is not defined in pools", r.GetPool())
-		}
+		checkRouteRest(ck, lb, f, r)
 	}
+	checkRouteRegexBudget(ck, lb)
 }
 
 // checkRouteHost checks the form of a route host: empty, exact, or

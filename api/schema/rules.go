@@ -29,6 +29,10 @@ func quotaDefault(f func(*pb.Quotas) uint32) string {
 
 func atMost(n int, what string) string { return fmt.Sprintf("at most %d %s", n, what) }
 
+func regexLimits() string {
+	return fmt.Sprintf("exact: at most %d bytes, no CR, LF or NUL; regex: at most %d bytes and %d compiled instructions (%d over the load balancer)", api.MaxHeaderValueLen, api.MaxRegexLen, api.MaxRegexInsts, api.MaxRegexInstsPerLB)
+}
+
 // rules are keyed by the field's full protobuf name.
 var rules = map[string]rule{
 	"teapot.v1.Tenant.name":                {doc: "Name of the tenant.", required: true, limits: nameLimits, example: "acme"},
@@ -98,8 +102,53 @@ var rules = map[string]rule{
 	"teapot.v1.Route":           {doc: "One HTTP route: requests for host and path go to a backend pool."},
 	"teapot.v1.Route.host":      {limits: "at most 253 bytes; inside the tenant's domains", example: "shop.acme.example"},
 	"teapot.v1.Route.path":      {def: "/", limits: atMost(api.MaxPathLen, "bytes; no spaces, '?' or '#'"), example: "/api/"},
-	"teapot.v1.Route.path_type": {doc: "How path matches: as a prefix (by path segments) or exactly.", def: "prefix", enum: []string{"prefix", "exact"}},
-	"teapot.v1.Route.pool":      {doc: "Backend pool the route sends to (a key of pools).", required: true, example: "web"},
+	"teapot.v1.Route.path_type": {doc: "How path matches: as a prefix (by path segments), exactly, or as a regular expression (RE2) the whole path must match.", def: "prefix", enum: []string{"prefix", "exact", "regex"}},
+	"teapot.v1.Route.pool":      {doc: "Backend pool the route sends to (a key of pools); the shorthand for backends with one entry.", limits: "required unless backends or a requestRedirect filter is set", example: "web"},
+	"teapot.v1.Route.matches":   {limits: atMost(api.MaxRouteMatches, "matches; path and pathType of the route must then be left out")},
+	"teapot.v1.Route.backends":  {limits: atMost(api.MaxRouteBackends, "backends; not with pool")},
+	"teapot.v1.Route.filters":   {limits: atMost(api.MaxRouteFilters, fmt.Sprintf("filters; one of each kind, except up to %d requestMirror; not requestRedirect with urlRewrite", api.MaxRouteMirrors))},
+	"teapot.v1.Route.timeouts":  {doc: "Bounds on the time a request may take; one that runs out gets 504."},
+
+	"teapot.v1.RouteMatch":              {doc: "Conditions a request must all meet."},
+	"teapot.v1.RouteMatch.path":         {def: "/", limits: atMost(api.MaxPathLen, "bytes; no spaces, '?' or '#' (prefix and exact)"), example: "/api/"},
+	"teapot.v1.RouteMatch.path_type":    {doc: "How path matches: as a prefix (by path segments), exactly, or as a regular expression (RE2) the whole path must match.", def: "prefix", enum: []string{"prefix", "exact", "regex"}},
+	"teapot.v1.RouteMatch.headers":      {limits: atMost(api.MaxMatchConditions, "headers, each name once")},
+	"teapot.v1.RouteMatch.query_params": {limits: atMost(api.MaxMatchConditions, "parameters, each name once")},
+	"teapot.v1.RouteMatch.method":       {enum: api.RouteMethods},
+	"teapot.v1.RouteMatch.grpc":         {limits: "not with path"},
+
+	"teapot.v1.ValueMatch":       {doc: "A header or query parameter and the value it must have."},
+	"teapot.v1.ValueMatch.name":  {required: true, limits: atMost(api.MaxHeaderNameLen, "bytes"), example: "X-Version"},
+	"teapot.v1.ValueMatch.value": {doc: "The value, or for type regex a regular expression (RE2) the whole value must match.", limits: regexLimits(), example: "v2"},
+	"teapot.v1.ValueMatch.type":  {doc: "How value matches.", def: "exact", enum: []string{"exact", "regex"}},
+
+	"teapot.v1.GRPCMethodMatch.service": {limits: "letters, digits, '_' and '.'; a regular expression for type regex", example: "shop.v1.Cart"},
+	"teapot.v1.GRPCMethodMatch.method":  {limits: "letters, digits and '_'; a regular expression for type regex", example: "AddItem"},
+	"teapot.v1.GRPCMethodMatch.type":    {doc: "How service and method match.", def: "exact", enum: []string{"exact", "regex"}},
+
+	"teapot.v1.RouteBackend.pool":        {example: "web"},
+	"teapot.v1.RouteBackend.weight":      {def: "1", limits: fmt.Sprintf("0 to %d; when every backend weighs 0, requests get 500", api.MaxBackendWeight)},
+	"teapot.v1.RouteBackend.unavailable": {def: "false"},
+
+	"teapot.v1.HeaderModifier.set":    {limits: atMost(api.MaxHeaderEdits, "headers, each name once; not Host, Content-Length, Transfer-Encoding or connection headers")},
+	"teapot.v1.HeaderModifier.add":    {limits: atMost(api.MaxHeaderEdits, "headers, each name once; not Host, Content-Length, Transfer-Encoding or connection headers")},
+	"teapot.v1.HeaderModifier.remove": {limits: atMost(api.MaxHeaderEdits, "names; not Host, Content-Length, Transfer-Encoding or connection headers"), example: "[X-Debug]"},
+	"teapot.v1.HeaderValue.name":      {required: true, limits: atMost(api.MaxHeaderNameLen, "bytes"), example: "X-Served-By"},
+	"teapot.v1.HeaderValue.value":     {limits: atMost(api.MaxHeaderValueLen, "bytes; no CR, LF or NUL"), example: "teapot"},
+
+	"teapot.v1.RequestRedirect.scheme":            {enum: []string{"http", "https"}},
+	"teapot.v1.RequestRedirect.hostname":          {limits: "a DNS name", example: "www.acme.example"},
+	"teapot.v1.RequestRedirect.port":              {limits: "1 to 65535", example: "8443"},
+	"teapot.v1.RequestRedirect.status_code":       {def: "302", limits: "301, 302, 303, 307 or 308"},
+	"teapot.v1.URLRewrite.hostname":               {limits: "a DNS name", example: "internal.acme.example"},
+	"teapot.v1.PathModifier.replace_full_path":    {limits: atMost(api.MaxPathLen, "bytes, starting with /"), example: "/new"},
+	"teapot.v1.PathModifier.replace_prefix_match": {limits: "only when every match of the route has a prefix path", example: "/v2/"},
+	"teapot.v1.RequestMirror.pool":                {required: true, example: "shadow"},
+	"teapot.v1.RequestMirror.percent":             {def: "100", limits: "0 to 100; not with fraction"},
+	"teapot.v1.Fraction.numerator":                {limits: "at most denominator"},
+	"teapot.v1.Fraction.denominator":              {def: "100"},
+	"teapot.v1.RouteTimeouts.request":             {limits: fmt.Sprintf("0 to %s", api.MaxRouteTimeout), example: "10s"},
+	"teapot.v1.RouteTimeouts.backend_request":     {limits: fmt.Sprintf("0 to %s; at most request", api.MaxRouteTimeout), example: "2s"},
 
 	"teapot.v1.BackendPool":                  {doc: "A set of members traffic is balanced over."},
 	"teapot.v1.BackendPool.algorithm":        {doc: "How a member is chosen for a connection or request.", def: "round-robin", enum: []string{"round-robin", "least-request", "hash"}},

@@ -222,6 +222,25 @@ func TestEnumsMatchValidation(t *testing.T) {
 		"teapot.v1.Listener.protocol":     lbCase("listeners[0].protocol", func(lb *pb.LoadBalancer, v string) { lb.Listeners[0].Protocol = v }),
 		"teapot.v1.TLSPolicy.min_version": lbCase("listeners[0].tls.minVersion", func(lb *pb.LoadBalancer, v string) { lb.Listeners[0].Tls.MinVersion = v }),
 		"teapot.v1.Route.path_type":       lbCase("routes[0].pathType", func(lb *pb.LoadBalancer, v string) { lb.Routes[0].PathType = v }),
+		"teapot.v1.RouteMatch.path_type": lbCase("routes[0].matches[0].pathType", func(lb *pb.LoadBalancer, v string) {
+			lb.Routes[0].Path = ""
+			lb.Routes[0].Matches = []*pb.RouteMatch{{Path: "/a", PathType: v}}
+		}),
+		"teapot.v1.RouteMatch.method": lbCase("routes[0].matches[0].method", func(lb *pb.LoadBalancer, v string) {
+			lb.Routes[0].Path = ""
+			lb.Routes[0].Matches = []*pb.RouteMatch{{Method: v}}
+		}),
+		"teapot.v1.ValueMatch.type": lbCase("routes[0].matches[0].headers[0].type", func(lb *pb.LoadBalancer, v string) {
+			lb.Routes[0].Path = ""
+			lb.Routes[0].Matches = []*pb.RouteMatch{{Headers: []*pb.ValueMatch{{Name: "X-V", Value: "a", Type: v}}}}
+		}),
+		"teapot.v1.GRPCMethodMatch.type": lbCase("routes[0].matches[0].grpc.type", func(lb *pb.LoadBalancer, v string) {
+			lb.Routes[0].Path = ""
+			lb.Routes[0].Matches = []*pb.RouteMatch{{Grpc: &pb.GRPCMethodMatch{Service: "shop.Cart", Type: v}}}
+		}),
+		"teapot.v1.RequestRedirect.scheme": lbCase("routes[0].filters[0].requestRedirect.scheme", func(lb *pb.LoadBalancer, v string) {
+			lb.Routes[0].Filters = []*pb.RouteFilter{{RequestRedirect: &pb.RequestRedirect{Scheme: v}}}
+		}),
 		"teapot.v1.BackendPool.algorithm": lbCase("pools.web.algorithm", func(lb *pb.LoadBalancer, v string) { lb.Pools["web"].Algorithm = v }),
 		"teapot.v1.BackendPool.proxy_protocol": lbCase("pools.web.proxyProtocol", func(lb *pb.LoadBalancer, v string) {
 			lb.Pools["web"].ProxyProtocol = v

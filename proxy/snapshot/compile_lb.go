@@ -323,6 +323,10 @@ func (b *lbCompile) routes(rs []*pb.Route, pools map[string]*Pool, t *tenantInfo
 				continue
 			}
 		}
+		if len(r.GetMatches())+len(r.GetBackends())+len(r.GetFilters()) > 0 || r.GetTimeouts() != nil || r.GetPathType() == "regex" {
+			b.problem(f, "matches, backends, filters, timeouts and regex paths are not served by this host's release; route skipped")
+			continue
+		}
 		var pt PathType
 		switch r.GetPathType() {
 		case "", "prefix":

@@ -308,7 +308,7 @@ func TestCompileRoutesProblems(t *testing.T) {
 		{Host: "*.acme.example", Path: "api", Pool: "app"},
 		{Host: "Shop.acme.example", Path: "/", Pool: "app"},
 		{Host: "x.acme.example", Path: "/", Pool: "nope"},
-		{Host: "x.acme.example", Path: "/", PathType: "regex", Pool: "app"},
+		{Host: "x.acme.example", Path: "/", PathType: "glob", Pool: "app"},
 		{Host: "*.acme.example", Path: "/api/", Pool: "app"},
 	}
 	s := Compile(objs(lb), 1, Defaults{}, nil)
@@ -317,7 +317,7 @@ func TestCompileRoutesProblems(t *testing.T) {
 		{"routes[2].path", `"api" must start with / and hold no spaces, '?' or '#'; route skipped`},
 		{"routes[3]", "duplicates routes[0]; route skipped"},
 		{"routes[4].pool", `backend pool "nope" is not defined in pools; route skipped`},
-		{"routes[5].path_type", `"regex" is not one of prefix, exact; route skipped`},
+		{"routes[5].path_type", `"glob" is not one of prefix, exact; route skipped`},
 	}
 	if got := problemsOf(s, "acme/web"); !slices.Equal(got, want) {
 		t.Errorf("problems = %q\nwant %q", got, want)

@@ -875,11 +875,23 @@ type Route struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Exact ("shop.acme.example") or wildcard ("*.acme.example"); empty matches any host.
 	Host string `protobuf:"bytes,1,opt,name=host,proto3" json:"host,omitempty"`
-	// Path, starting with "/".
+	// Path, starting with "/". With matches, leave it out: each match has its own.
 	Path string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
-	// prefix | exact (default prefix)
-	PathType      string `protobuf:"bytes,3,opt,name=path_type,json=pathType,proto3" json:"path_type,omitempty"`
-	Pool          string `protobuf:"bytes,4,opt,name=pool,proto3" json:"pool,omitempty"`
+	// prefix | exact | regex (default prefix)
+	PathType string `protobuf:"bytes,3,opt,name=path_type,json=pathType,proto3" json:"path_type,omitempty"`
+	// Backend pool: the shorthand for backends with one entry.
+	Pool string `protobuf:"bytes,4,opt,name=pool,proto3" json:"pool,omitempty"`
+	// Conditions on the request beyond host; a request matches the route
+	// when it matches any one of them (all the conditions inside one match
+	// must hold). Empty: path and pathType alone.
+	Matches []*RouteMatch `protobuf:"bytes,5,rep,name=matches,proto3" json:"matches,omitempty"`
+	// Weighted backend pools; a request goes to one of them, chosen by
+	// weight. Instead of pool.
+	Backends []*RouteBackend `protobuf:"bytes,6,rep,name=backends,proto3" json:"backends,omitempty"`
+	// Changes to the request or response, in order; a requestRedirect
+	// answers the request at the load balancer.
+	Filters       []*RouteFilter `protobuf:"bytes,7,rep,name=filters,proto3" json:"filters,omitempty"`
+	Timeouts      *RouteTimeouts `protobuf:"bytes,8,opt,name=timeouts,proto3" json:"timeouts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -942,6 +954,878 @@ func (x *Route) GetPool() string {
 	return ""
 }
 
+func (x *Route) GetMatches() []*RouteMatch {
+	if x != nil {
+		return x.Matches
+	}
+	return nil
+}
+
+func (x *Route) GetBackends() []*RouteBackend {
+	if x != nil {
+		return x.Backends
+	}
+	return nil
+}
+
+func (x *Route) GetFilters() []*RouteFilter {
+	if x != nil {
+		return x.Filters
+	}
+	return nil
+}
+
+func (x *Route) GetTimeouts() *RouteTimeouts {
+	if x != nil {
+		return x.Timeouts
+	}
+	return nil
+}
+
+// RouteMatch is one set of conditions; all of them must hold.
+type RouteMatch struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Path, starting with "/"; a regular expression (RE2) for pathType regex.
+	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	// prefix | exact | regex (default prefix)
+	PathType string `protobuf:"bytes,2,opt,name=path_type,json=pathType,proto3" json:"path_type,omitempty"`
+	// Request headers; names are case-insensitive.
+	Headers []*ValueMatch `protobuf:"bytes,3,rep,name=headers,proto3" json:"headers,omitempty"`
+	// Query parameters; names are case-sensitive.
+	QueryParams []*ValueMatch `protobuf:"bytes,4,rep,name=query_params,json=queryParams,proto3" json:"query_params,omitempty"`
+	// HTTP method (GET, POST, ...); empty matches any.
+	Method string `protobuf:"bytes,5,opt,name=method,proto3" json:"method,omitempty"`
+	// A gRPC service and method; it sets the path, so path must be empty.
+	Grpc          *GRPCMethodMatch `protobuf:"bytes,6,opt,name=grpc,proto3" json:"grpc,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RouteMatch) Reset() {
+	*x = RouteMatch{}
+	mi := &file_teapotv1_model_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RouteMatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RouteMatch) ProtoMessage() {}
+
+func (x *RouteMatch) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_model_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RouteMatch.ProtoReflect.Descriptor instead.
+func (*RouteMatch) Descriptor() ([]byte, []int) {
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *RouteMatch) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *RouteMatch) GetPathType() string {
+	if x != nil {
+		return x.PathType
+	}
+	return ""
+}
+
+func (x *RouteMatch) GetHeaders() []*ValueMatch {
+	if x != nil {
+		return x.Headers
+	}
+	return nil
+}
+
+func (x *RouteMatch) GetQueryParams() []*ValueMatch {
+	if x != nil {
+		return x.QueryParams
+	}
+	return nil
+}
+
+func (x *RouteMatch) GetMethod() string {
+	if x != nil {
+		return x.Method
+	}
+	return ""
+}
+
+func (x *RouteMatch) GetGrpc() *GRPCMethodMatch {
+	if x != nil {
+		return x.Grpc
+	}
+	return nil
+}
+
+// ValueMatch matches a header or query parameter by name and value.
+type ValueMatch struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Value string                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	// exact | regex (default exact)
+	Type          string `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ValueMatch) Reset() {
+	*x = ValueMatch{}
+	mi := &file_teapotv1_model_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ValueMatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ValueMatch) ProtoMessage() {}
+
+func (x *ValueMatch) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_model_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ValueMatch.ProtoReflect.Descriptor instead.
+func (*ValueMatch) Descriptor() ([]byte, []int) {
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ValueMatch) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ValueMatch) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+func (x *ValueMatch) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+// GRPCMethodMatch matches the path /SERVICE/METHOD of a gRPC call.
+type GRPCMethodMatch struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Fully qualified service name ("shop.v1.Cart"); empty matches any.
+	Service string `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	// Method name ("AddItem"); empty matches any method of service.
+	Method string `protobuf:"bytes,2,opt,name=method,proto3" json:"method,omitempty"`
+	// exact | regex (default exact)
+	Type          string `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GRPCMethodMatch) Reset() {
+	*x = GRPCMethodMatch{}
+	mi := &file_teapotv1_model_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GRPCMethodMatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GRPCMethodMatch) ProtoMessage() {}
+
+func (x *GRPCMethodMatch) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_model_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GRPCMethodMatch.ProtoReflect.Descriptor instead.
+func (*GRPCMethodMatch) Descriptor() ([]byte, []int) {
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *GRPCMethodMatch) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+func (x *GRPCMethodMatch) GetMethod() string {
+	if x != nil {
+		return x.Method
+	}
+	return ""
+}
+
+func (x *GRPCMethodMatch) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+// RouteBackend is one backend pool of a route and its share of requests.
+type RouteBackend struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Backend pool (a key of pools). Required unless unavailable is set.
+	Pool string `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	// Relative weight 0-1000000; 0 sends nothing (default 1).
+	Weight *uint32 `protobuf:"varint,2,opt,name=weight,proto3,oneof" json:"weight,omitempty"`
+	// This share of requests is answered with 500: a backend the route
+	// names but cannot use. pool must be empty.
+	Unavailable   bool `protobuf:"varint,3,opt,name=unavailable,proto3" json:"unavailable,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RouteBackend) Reset() {
+	*x = RouteBackend{}
+	mi := &file_teapotv1_model_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RouteBackend) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RouteBackend) ProtoMessage() {}
+
+func (x *RouteBackend) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_model_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RouteBackend.ProtoReflect.Descriptor instead.
+func (*RouteBackend) Descriptor() ([]byte, []int) {
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *RouteBackend) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *RouteBackend) GetWeight() uint32 {
+	if x != nil && x.Weight != nil {
+		return *x.Weight
+	}
+	return 0
+}
+
+func (x *RouteBackend) GetUnavailable() bool {
+	if x != nil {
+		return x.Unavailable
+	}
+	return false
+}
+
+// RouteFilter is one change to a request or its response; exactly one of
+// its fields is set.
+type RouteFilter struct {
+	state                  protoimpl.MessageState `protogen:"open.v1"`
+	RequestHeaderModifier  *HeaderModifier        `protobuf:"bytes,1,opt,name=request_header_modifier,json=requestHeaderModifier,proto3" json:"request_header_modifier,omitempty"`
+	ResponseHeaderModifier *HeaderModifier        `protobuf:"bytes,2,opt,name=response_header_modifier,json=responseHeaderModifier,proto3" json:"response_header_modifier,omitempty"`
+	RequestRedirect        *RequestRedirect       `protobuf:"bytes,3,opt,name=request_redirect,json=requestRedirect,proto3" json:"request_redirect,omitempty"`
+	UrlRewrite             *URLRewrite            `protobuf:"bytes,4,opt,name=url_rewrite,json=urlRewrite,proto3" json:"url_rewrite,omitempty"`
+	RequestMirror          *RequestMirror         `protobuf:"bytes,5,opt,name=request_mirror,json=requestMirror,proto3" json:"request_mirror,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
+}
+
+func (x *RouteFilter) Reset() {
+	*x = RouteFilter{}
+	mi := &file_teapotv1_model_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RouteFilter) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RouteFilter) ProtoMessage() {}
+
+func (x *RouteFilter) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_model_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RouteFilter.ProtoReflect.Descriptor instead.
+func (*RouteFilter) Descriptor() ([]byte, []int) {
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *RouteFilter) GetRequestHeaderModifier() *HeaderModifier {
+	if x != nil {
+		return x.RequestHeaderModifier
+	}
+	return nil
+}
+
+func (x *RouteFilter) GetResponseHeaderModifier() *HeaderModifier {
+	if x != nil {
+		return x.ResponseHeaderModifier
+	}
+	return nil
+}
+
+func (x *RouteFilter) GetRequestRedirect() *RequestRedirect {
+	if x != nil {
+		return x.RequestRedirect
+	}
+	return nil
+}
+
+func (x *RouteFilter) GetUrlRewrite() *URLRewrite {
+	if x != nil {
+		return x.UrlRewrite
+	}
+	return nil
+}
+
+func (x *RouteFilter) GetRequestMirror() *RequestMirror {
+	if x != nil {
+		return x.RequestMirror
+	}
+	return nil
+}
+
+// HeaderModifier sets, adds and removes headers.
+type HeaderModifier struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Replace the header's values with this one (add it if absent).
+	Set []*HeaderValue `protobuf:"bytes,1,rep,name=set,proto3" json:"set,omitempty"`
+	// Add a value to the header (append to the values it has).
+	Add []*HeaderValue `protobuf:"bytes,2,rep,name=add,proto3" json:"add,omitempty"`
+	// Header names to remove.
+	Remove        []string `protobuf:"bytes,3,rep,name=remove,proto3" json:"remove,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeaderModifier) Reset() {
+	*x = HeaderModifier{}
+	mi := &file_teapotv1_model_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeaderModifier) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeaderModifier) ProtoMessage() {}
+
+func (x *HeaderModifier) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_model_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeaderModifier.ProtoReflect.Descriptor instead.
+func (*HeaderModifier) Descriptor() ([]byte, []int) {
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *HeaderModifier) GetSet() []*HeaderValue {
+	if x != nil {
+		return x.Set
+	}
+	return nil
+}
+
+func (x *HeaderModifier) GetAdd() []*HeaderValue {
+	if x != nil {
+		return x.Add
+	}
+	return nil
+}
+
+func (x *HeaderModifier) GetRemove() []string {
+	if x != nil {
+		return x.Remove
+	}
+	return nil
+}
+
+type HeaderValue struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Value         string                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeaderValue) Reset() {
+	*x = HeaderValue{}
+	mi := &file_teapotv1_model_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeaderValue) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeaderValue) ProtoMessage() {}
+
+func (x *HeaderValue) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_model_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeaderValue.ProtoReflect.Descriptor instead.
+func (*HeaderValue) Descriptor() ([]byte, []int) {
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *HeaderValue) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *HeaderValue) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+// RequestRedirect answers the request with a redirect.
+type RequestRedirect struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// http | https (default: the request's)
+	Scheme string `protobuf:"bytes,1,opt,name=scheme,proto3" json:"scheme,omitempty"`
+	// Host of the Location (default: the request's).
+	Hostname string `protobuf:"bytes,2,opt,name=hostname,proto3" json:"hostname,omitempty"`
+	// Port of the Location (default: the scheme's well-known port when
+	// scheme is set, otherwise the listener's port; 80 for http and 443 for
+	// https are left out).
+	Port *uint32 `protobuf:"varint,3,opt,name=port,proto3,oneof" json:"port,omitempty"`
+	// Path of the Location (default: the request's).
+	Path *PathModifier `protobuf:"bytes,4,opt,name=path,proto3" json:"path,omitempty"`
+	// 301 | 302 | 303 | 307 | 308 (default 302)
+	StatusCode    uint32 `protobuf:"varint,5,opt,name=status_code,json=statusCode,proto3" json:"status_code,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RequestRedirect) Reset() {
+	*x = RequestRedirect{}
+	mi := &file_teapotv1_model_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RequestRedirect) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RequestRedirect) ProtoMessage() {}
+
+func (x *RequestRedirect) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_model_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RequestRedirect.ProtoReflect.Descriptor instead.
+func (*RequestRedirect) Descriptor() ([]byte, []int) {
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *RequestRedirect) GetScheme() string {
+	if x != nil {
+		return x.Scheme
+	}
+	return ""
+}
+
+func (x *RequestRedirect) GetHostname() string {
+	if x != nil {
+		return x.Hostname
+	}
+	return ""
+}
+
+func (x *RequestRedirect) GetPort() uint32 {
+	if x != nil && x.Port != nil {
+		return *x.Port
+	}
+	return 0
+}
+
+func (x *RequestRedirect) GetPath() *PathModifier {
+	if x != nil {
+		return x.Path
+	}
+	return nil
+}
+
+func (x *RequestRedirect) GetStatusCode() uint32 {
+	if x != nil {
+		return x.StatusCode
+	}
+	return 0
+}
+
+// URLRewrite rewrites the request before it is forwarded.
+type URLRewrite struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Host header sent to the members.
+	Hostname      string        `protobuf:"bytes,1,opt,name=hostname,proto3" json:"hostname,omitempty"`
+	Path          *PathModifier `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *URLRewrite) Reset() {
+	*x = URLRewrite{}
+	mi := &file_teapotv1_model_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *URLRewrite) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*URLRewrite) ProtoMessage() {}
+
+func (x *URLRewrite) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_model_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use URLRewrite.ProtoReflect.Descriptor instead.
+func (*URLRewrite) Descriptor() ([]byte, []int) {
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *URLRewrite) GetHostname() string {
+	if x != nil {
+		return x.Hostname
+	}
+	return ""
+}
+
+func (x *URLRewrite) GetPath() *PathModifier {
+	if x != nil {
+		return x.Path
+	}
+	return nil
+}
+
+// PathModifier replaces a request's path; exactly one field is set.
+type PathModifier struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The whole path.
+	ReplaceFullPath *string `protobuf:"bytes,1,opt,name=replace_full_path,json=replaceFullPath,proto3,oneof" json:"replace_full_path,omitempty"`
+	// The part matched by the route's prefix path (matches[].path with
+	// pathType prefix), keeping the rest.
+	ReplacePrefixMatch *string `protobuf:"bytes,2,opt,name=replace_prefix_match,json=replacePrefixMatch,proto3,oneof" json:"replace_prefix_match,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *PathModifier) Reset() {
+	*x = PathModifier{}
+	mi := &file_teapotv1_model_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PathModifier) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PathModifier) ProtoMessage() {}
+
+func (x *PathModifier) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_model_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PathModifier.ProtoReflect.Descriptor instead.
+func (*PathModifier) Descriptor() ([]byte, []int) {
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *PathModifier) GetReplaceFullPath() string {
+	if x != nil && x.ReplaceFullPath != nil {
+		return *x.ReplaceFullPath
+	}
+	return ""
+}
+
+func (x *PathModifier) GetReplacePrefixMatch() string {
+	if x != nil && x.ReplacePrefixMatch != nil {
+		return *x.ReplacePrefixMatch
+	}
+	return ""
+}
+
+// RequestMirror sends a copy of requests to another pool; its answers are
+// dropped, and it never delays the request itself.
+type RequestMirror struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Backend pool (a key of pools).
+	Pool string `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	// Share of requests mirrored, 0-100 (default 100). Or fraction.
+	Percent       *uint32   `protobuf:"varint,2,opt,name=percent,proto3,oneof" json:"percent,omitempty"`
+	Fraction      *Fraction `protobuf:"bytes,3,opt,name=fraction,proto3" json:"fraction,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RequestMirror) Reset() {
+	*x = RequestMirror{}
+	mi := &file_teapotv1_model_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RequestMirror) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RequestMirror) ProtoMessage() {}
+
+func (x *RequestMirror) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_model_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RequestMirror.ProtoReflect.Descriptor instead.
+func (*RequestMirror) Descriptor() ([]byte, []int) {
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *RequestMirror) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *RequestMirror) GetPercent() uint32 {
+	if x != nil && x.Percent != nil {
+		return *x.Percent
+	}
+	return 0
+}
+
+func (x *RequestMirror) GetFraction() *Fraction {
+	if x != nil {
+		return x.Fraction
+	}
+	return nil
+}
+
+type Fraction struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Numerator uint32                 `protobuf:"varint,1,opt,name=numerator,proto3" json:"numerator,omitempty"`
+	// default 100
+	Denominator   uint32 `protobuf:"varint,2,opt,name=denominator,proto3" json:"denominator,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Fraction) Reset() {
+	*x = Fraction{}
+	mi := &file_teapotv1_model_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Fraction) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Fraction) ProtoMessage() {}
+
+func (x *Fraction) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_model_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Fraction.ProtoReflect.Descriptor instead.
+func (*Fraction) Descriptor() ([]byte, []int) {
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *Fraction) GetNumerator() uint32 {
+	if x != nil {
+		return x.Numerator
+	}
+	return 0
+}
+
+func (x *Fraction) GetDenominator() uint32 {
+	if x != nil {
+		return x.Denominator
+	}
+	return 0
+}
+
+// RouteTimeouts bound a request; a request that runs out gets 504.
+type RouteTimeouts struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// From the request's start to the end of the response headers,
+	// redirects and retries included (0: no bound beyond the listener's).
+	Request *durationpb.Duration `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
+	// One attempt at a member, from the request sent to the response
+	// headers (0: no bound beyond the pool's).
+	BackendRequest *durationpb.Duration `protobuf:"bytes,2,opt,name=backend_request,json=backendRequest,proto3" json:"backend_request,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *RouteTimeouts) Reset() {
+	*x = RouteTimeouts{}
+	mi := &file_teapotv1_model_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RouteTimeouts) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RouteTimeouts) ProtoMessage() {}
+
+func (x *RouteTimeouts) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_model_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RouteTimeouts.ProtoReflect.Descriptor instead.
+func (*RouteTimeouts) Descriptor() ([]byte, []int) {
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *RouteTimeouts) GetRequest() *durationpb.Duration {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+func (x *RouteTimeouts) GetBackendRequest() *durationpb.Duration {
+	if x != nil {
+		return x.BackendRequest
+	}
+	return nil
+}
+
 type BackendPool struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// round-robin | least-request | hash (default round-robin)
@@ -961,7 +1845,7 @@ type BackendPool struct {
 
 func (x *BackendPool) Reset() {
 	*x = BackendPool{}
-	mi := &file_teapotv1_model_proto_msgTypes[10]
+	mi := &file_teapotv1_model_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -973,7 +1857,7 @@ func (x *BackendPool) String() string {
 func (*BackendPool) ProtoMessage() {}
 
 func (x *BackendPool) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[10]
+	mi := &file_teapotv1_model_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -986,7 +1870,7 @@ func (x *BackendPool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackendPool.ProtoReflect.Descriptor instead.
 func (*BackendPool) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{10}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *BackendPool) GetAlgorithm() string {
@@ -1050,7 +1934,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_teapotv1_model_proto_msgTypes[11]
+	mi := &file_teapotv1_model_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1062,7 +1946,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[11]
+	mi := &file_teapotv1_model_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1075,7 +1959,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{11}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Member) GetAddress() string {
@@ -1115,7 +1999,7 @@ type HealthCheck struct {
 
 func (x *HealthCheck) Reset() {
 	*x = HealthCheck{}
-	mi := &file_teapotv1_model_proto_msgTypes[12]
+	mi := &file_teapotv1_model_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1127,7 +2011,7 @@ func (x *HealthCheck) String() string {
 func (*HealthCheck) ProtoMessage() {}
 
 func (x *HealthCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[12]
+	mi := &file_teapotv1_model_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1140,7 +2024,7 @@ func (x *HealthCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthCheck.ProtoReflect.Descriptor instead.
 func (*HealthCheck) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{12}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *HealthCheck) GetTcp() *TCPCheck {
@@ -1214,7 +2098,7 @@ type TCPCheck struct {
 
 func (x *TCPCheck) Reset() {
 	*x = TCPCheck{}
-	mi := &file_teapotv1_model_proto_msgTypes[13]
+	mi := &file_teapotv1_model_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1226,7 +2110,7 @@ func (x *TCPCheck) String() string {
 func (*TCPCheck) ProtoMessage() {}
 
 func (x *TCPCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[13]
+	mi := &file_teapotv1_model_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1239,7 +2123,7 @@ func (x *TCPCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TCPCheck.ProtoReflect.Descriptor instead.
 func (*TCPCheck) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{13}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{26}
 }
 
 type HTTPCheck struct {
@@ -1254,7 +2138,7 @@ type HTTPCheck struct {
 
 func (x *HTTPCheck) Reset() {
 	*x = HTTPCheck{}
-	mi := &file_teapotv1_model_proto_msgTypes[14]
+	mi := &file_teapotv1_model_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1266,7 +2150,7 @@ func (x *HTTPCheck) String() string {
 func (*HTTPCheck) ProtoMessage() {}
 
 func (x *HTTPCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[14]
+	mi := &file_teapotv1_model_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1279,7 +2163,7 @@ func (x *HTTPCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HTTPCheck.ProtoReflect.Descriptor instead.
 func (*HTTPCheck) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{14}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *HTTPCheck) GetPath() string {
@@ -1332,7 +2216,7 @@ type HTTPSCheck struct {
 
 func (x *HTTPSCheck) Reset() {
 	*x = HTTPSCheck{}
-	mi := &file_teapotv1_model_proto_msgTypes[15]
+	mi := &file_teapotv1_model_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1344,7 +2228,7 @@ func (x *HTTPSCheck) String() string {
 func (*HTTPSCheck) ProtoMessage() {}
 
 func (x *HTTPSCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[15]
+	mi := &file_teapotv1_model_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1357,7 +2241,7 @@ func (x *HTTPSCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HTTPSCheck.ProtoReflect.Descriptor instead.
 func (*HTTPSCheck) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{15}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *HTTPSCheck) GetPath() string {
@@ -1430,7 +2314,7 @@ type LoadBalancerStatus struct {
 
 func (x *LoadBalancerStatus) Reset() {
 	*x = LoadBalancerStatus{}
-	mi := &file_teapotv1_model_proto_msgTypes[16]
+	mi := &file_teapotv1_model_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1442,7 +2326,7 @@ func (x *LoadBalancerStatus) String() string {
 func (*LoadBalancerStatus) ProtoMessage() {}
 
 func (x *LoadBalancerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[16]
+	mi := &file_teapotv1_model_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1455,7 +2339,7 @@ func (x *LoadBalancerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadBalancerStatus.ProtoReflect.Descriptor instead.
 func (*LoadBalancerStatus) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{16}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *LoadBalancerStatus) GetAddress() string {
@@ -1496,7 +2380,7 @@ type ObservedStatus struct {
 
 func (x *ObservedStatus) Reset() {
 	*x = ObservedStatus{}
-	mi := &file_teapotv1_model_proto_msgTypes[17]
+	mi := &file_teapotv1_model_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1508,7 +2392,7 @@ func (x *ObservedStatus) String() string {
 func (*ObservedStatus) ProtoMessage() {}
 
 func (x *ObservedStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[17]
+	mi := &file_teapotv1_model_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1521,7 +2405,7 @@ func (x *ObservedStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObservedStatus.ProtoReflect.Descriptor instead.
 func (*ObservedStatus) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{17}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ObservedStatus) GetPhase() string {
@@ -1562,7 +2446,7 @@ type Problem struct {
 
 func (x *Problem) Reset() {
 	*x = Problem{}
-	mi := &file_teapotv1_model_proto_msgTypes[18]
+	mi := &file_teapotv1_model_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1574,7 +2458,7 @@ func (x *Problem) String() string {
 func (*Problem) ProtoMessage() {}
 
 func (x *Problem) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[18]
+	mi := &file_teapotv1_model_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1587,7 +2471,7 @@ func (x *Problem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Problem.ProtoReflect.Descriptor instead.
 func (*Problem) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{18}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Problem) GetField() string {
@@ -1631,7 +2515,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_teapotv1_model_proto_msgTypes[19]
+	mi := &file_teapotv1_model_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1643,7 +2527,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[19]
+	mi := &file_teapotv1_model_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1656,7 +2540,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{19}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Node) GetId() string {
@@ -1748,7 +2632,7 @@ type Certificate struct {
 
 func (x *Certificate) Reset() {
 	*x = Certificate{}
-	mi := &file_teapotv1_model_proto_msgTypes[20]
+	mi := &file_teapotv1_model_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1760,7 +2644,7 @@ func (x *Certificate) String() string {
 func (*Certificate) ProtoMessage() {}
 
 func (x *Certificate) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[20]
+	mi := &file_teapotv1_model_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1773,7 +2657,7 @@ func (x *Certificate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Certificate.ProtoReflect.Descriptor instead.
 func (*Certificate) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{20}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Certificate) GetName() string {
@@ -1852,7 +2736,7 @@ type JoinToken struct {
 
 func (x *JoinToken) Reset() {
 	*x = JoinToken{}
-	mi := &file_teapotv1_model_proto_msgTypes[21]
+	mi := &file_teapotv1_model_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1864,7 +2748,7 @@ func (x *JoinToken) String() string {
 func (*JoinToken) ProtoMessage() {}
 
 func (x *JoinToken) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[21]
+	mi := &file_teapotv1_model_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1877,7 +2761,7 @@ func (x *JoinToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinToken.ProtoReflect.Descriptor instead.
 func (*JoinToken) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{21}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *JoinToken) GetId() string {
@@ -1926,7 +2810,7 @@ type StorageItem struct {
 
 func (x *StorageItem) Reset() {
 	*x = StorageItem{}
-	mi := &file_teapotv1_model_proto_msgTypes[22]
+	mi := &file_teapotv1_model_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1938,7 +2822,7 @@ func (x *StorageItem) String() string {
 func (*StorageItem) ProtoMessage() {}
 
 func (x *StorageItem) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[22]
+	mi := &file_teapotv1_model_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1951,7 +2835,7 @@ func (x *StorageItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageItem.ProtoReflect.Descriptor instead.
 func (*StorageItem) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{22}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *StorageItem) GetKey() string {
@@ -1998,7 +2882,7 @@ type StorageLock struct {
 
 func (x *StorageLock) Reset() {
 	*x = StorageLock{}
-	mi := &file_teapotv1_model_proto_msgTypes[23]
+	mi := &file_teapotv1_model_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2010,7 +2894,7 @@ func (x *StorageLock) String() string {
 func (*StorageLock) ProtoMessage() {}
 
 func (x *StorageLock) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[23]
+	mi := &file_teapotv1_model_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2023,7 +2907,7 @@ func (x *StorageLock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageLock.ProtoReflect.Descriptor instead.
 func (*StorageLock) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{23}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *StorageLock) GetName() string {
@@ -2081,7 +2965,7 @@ type Object struct {
 
 func (x *Object) Reset() {
 	*x = Object{}
-	mi := &file_teapotv1_model_proto_msgTypes[24]
+	mi := &file_teapotv1_model_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2093,7 +2977,7 @@ func (x *Object) String() string {
 func (*Object) ProtoMessage() {}
 
 func (x *Object) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[24]
+	mi := &file_teapotv1_model_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2106,7 +2990,7 @@ func (x *Object) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Object.ProtoReflect.Descriptor instead.
 func (*Object) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{24}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Object) GetKind() isObject_Kind {
@@ -2254,7 +3138,7 @@ type ObjectRef struct {
 
 func (x *ObjectRef) Reset() {
 	*x = ObjectRef{}
-	mi := &file_teapotv1_model_proto_msgTypes[25]
+	mi := &file_teapotv1_model_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2266,7 +3150,7 @@ func (x *ObjectRef) String() string {
 func (*ObjectRef) ProtoMessage() {}
 
 func (x *ObjectRef) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[25]
+	mi := &file_teapotv1_model_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2279,7 +3163,7 @@ func (x *ObjectRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectRef.ProtoReflect.Descriptor instead.
 func (*ObjectRef) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{25}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ObjectRef) GetKind() string {
@@ -2387,12 +3271,81 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\x04acme\x18\x01 \x01(\bR\x04acme\x12\"\n" +
 	"\fcertificates\x18\x02 \x03(\tR\fcertificates\x12\x1f\n" +
 	"\vmin_version\x18\x03 \x01(\tR\n" +
-	"minVersion\"`\n" +
+	"minVersion\"\xae\x02\n" +
 	"\x05Route\x12\x12\n" +
 	"\x04host\x18\x01 \x01(\tR\x04host\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x1b\n" +
 	"\tpath_type\x18\x03 \x01(\tR\bpathType\x12\x12\n" +
-	"\x04pool\x18\x04 \x01(\tR\x04pool\"\xc2\x02\n" +
+	"\x04pool\x18\x04 \x01(\tR\x04pool\x12/\n" +
+	"\amatches\x18\x05 \x03(\v2\x15.teapot.v1.RouteMatchR\amatches\x123\n" +
+	"\bbackends\x18\x06 \x03(\v2\x17.teapot.v1.RouteBackendR\bbackends\x120\n" +
+	"\afilters\x18\a \x03(\v2\x16.teapot.v1.RouteFilterR\afilters\x124\n" +
+	"\btimeouts\x18\b \x01(\v2\x18.teapot.v1.RouteTimeoutsR\btimeouts\"\xf0\x01\n" +
+	"\n" +
+	"RouteMatch\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x1b\n" +
+	"\tpath_type\x18\x02 \x01(\tR\bpathType\x12/\n" +
+	"\aheaders\x18\x03 \x03(\v2\x15.teapot.v1.ValueMatchR\aheaders\x128\n" +
+	"\fquery_params\x18\x04 \x03(\v2\x15.teapot.v1.ValueMatchR\vqueryParams\x12\x16\n" +
+	"\x06method\x18\x05 \x01(\tR\x06method\x12.\n" +
+	"\x04grpc\x18\x06 \x01(\v2\x1a.teapot.v1.GRPCMethodMatchR\x04grpc\"J\n" +
+	"\n" +
+	"ValueMatch\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\x12\x12\n" +
+	"\x04type\x18\x03 \x01(\tR\x04type\"W\n" +
+	"\x0fGRPCMethodMatch\x12\x18\n" +
+	"\aservice\x18\x01 \x01(\tR\aservice\x12\x16\n" +
+	"\x06method\x18\x02 \x01(\tR\x06method\x12\x12\n" +
+	"\x04type\x18\x03 \x01(\tR\x04type\"l\n" +
+	"\fRouteBackend\x12\x12\n" +
+	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x1b\n" +
+	"\x06weight\x18\x02 \x01(\rH\x00R\x06weight\x88\x01\x01\x12 \n" +
+	"\vunavailable\x18\x03 \x01(\bR\vunavailableB\t\n" +
+	"\a_weight\"\xf5\x02\n" +
+	"\vRouteFilter\x12Q\n" +
+	"\x17request_header_modifier\x18\x01 \x01(\v2\x19.teapot.v1.HeaderModifierR\x15requestHeaderModifier\x12S\n" +
+	"\x18response_header_modifier\x18\x02 \x01(\v2\x19.teapot.v1.HeaderModifierR\x16responseHeaderModifier\x12E\n" +
+	"\x10request_redirect\x18\x03 \x01(\v2\x1a.teapot.v1.RequestRedirectR\x0frequestRedirect\x126\n" +
+	"\vurl_rewrite\x18\x04 \x01(\v2\x15.teapot.v1.URLRewriteR\n" +
+	"urlRewrite\x12?\n" +
+	"\x0erequest_mirror\x18\x05 \x01(\v2\x18.teapot.v1.RequestMirrorR\rrequestMirror\"|\n" +
+	"\x0eHeaderModifier\x12(\n" +
+	"\x03set\x18\x01 \x03(\v2\x16.teapot.v1.HeaderValueR\x03set\x12(\n" +
+	"\x03add\x18\x02 \x03(\v2\x16.teapot.v1.HeaderValueR\x03add\x12\x16\n" +
+	"\x06remove\x18\x03 \x03(\tR\x06remove\"7\n" +
+	"\vHeaderValue\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"\xb5\x01\n" +
+	"\x0fRequestRedirect\x12\x16\n" +
+	"\x06scheme\x18\x01 \x01(\tR\x06scheme\x12\x1a\n" +
+	"\bhostname\x18\x02 \x01(\tR\bhostname\x12\x17\n" +
+	"\x04port\x18\x03 \x01(\rH\x00R\x04port\x88\x01\x01\x12+\n" +
+	"\x04path\x18\x04 \x01(\v2\x17.teapot.v1.PathModifierR\x04path\x12\x1f\n" +
+	"\vstatus_code\x18\x05 \x01(\rR\n" +
+	"statusCodeB\a\n" +
+	"\x05_port\"U\n" +
+	"\n" +
+	"URLRewrite\x12\x1a\n" +
+	"\bhostname\x18\x01 \x01(\tR\bhostname\x12+\n" +
+	"\x04path\x18\x02 \x01(\v2\x17.teapot.v1.PathModifierR\x04path\"\xa5\x01\n" +
+	"\fPathModifier\x12/\n" +
+	"\x11replace_full_path\x18\x01 \x01(\tH\x00R\x0freplaceFullPath\x88\x01\x01\x125\n" +
+	"\x14replace_prefix_match\x18\x02 \x01(\tH\x01R\x12replacePrefixMatch\x88\x01\x01B\x14\n" +
+	"\x12_replace_full_pathB\x17\n" +
+	"\x15_replace_prefix_match\"\x7f\n" +
+	"\rRequestMirror\x12\x12\n" +
+	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x1d\n" +
+	"\apercent\x18\x02 \x01(\rH\x00R\apercent\x88\x01\x01\x12/\n" +
+	"\bfraction\x18\x03 \x01(\v2\x13.teapot.v1.FractionR\bfractionB\n" +
+	"\n" +
+	"\b_percent\"J\n" +
+	"\bFraction\x12\x1c\n" +
+	"\tnumerator\x18\x01 \x01(\rR\tnumerator\x12 \n" +
+	"\vdenominator\x18\x02 \x01(\rR\vdenominator\"\x88\x01\n" +
+	"\rRouteTimeouts\x123\n" +
+	"\arequest\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\arequest\x12B\n" +
+	"\x0fbackend_request\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x0ebackendRequest\"\xc2\x02\n" +
 	"\vBackendPool\x12\x1c\n" +
 	"\talgorithm\x18\x01 \x01(\tR\talgorithm\x12\x17\n" +
 	"\ahash_on\x18\x02 \x01(\tR\x06hashOn\x12+\n" +
@@ -2510,7 +3463,7 @@ func file_teapotv1_model_proto_rawDescGZIP() []byte {
 	return file_teapotv1_model_proto_rawDescData
 }
 
-var file_teapotv1_model_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_teapotv1_model_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_teapotv1_model_proto_goTypes = []any{
 	(*Meta)(nil),                  // 0: teapot.v1.Meta
 	(*Tenant)(nil),                // 1: teapot.v1.Tenant
@@ -2522,75 +3475,107 @@ var file_teapotv1_model_proto_goTypes = []any{
 	(*Listener)(nil),              // 7: teapot.v1.Listener
 	(*TLSPolicy)(nil),             // 8: teapot.v1.TLSPolicy
 	(*Route)(nil),                 // 9: teapot.v1.Route
-	(*BackendPool)(nil),           // 10: teapot.v1.BackendPool
-	(*Member)(nil),                // 11: teapot.v1.Member
-	(*HealthCheck)(nil),           // 12: teapot.v1.HealthCheck
-	(*TCPCheck)(nil),              // 13: teapot.v1.TCPCheck
-	(*HTTPCheck)(nil),             // 14: teapot.v1.HTTPCheck
-	(*HTTPSCheck)(nil),            // 15: teapot.v1.HTTPSCheck
-	(*LoadBalancerStatus)(nil),    // 16: teapot.v1.LoadBalancerStatus
-	(*ObservedStatus)(nil),        // 17: teapot.v1.ObservedStatus
-	(*Problem)(nil),               // 18: teapot.v1.Problem
-	(*Node)(nil),                  // 19: teapot.v1.Node
-	(*Certificate)(nil),           // 20: teapot.v1.Certificate
-	(*JoinToken)(nil),             // 21: teapot.v1.JoinToken
-	(*StorageItem)(nil),           // 22: teapot.v1.StorageItem
-	(*StorageLock)(nil),           // 23: teapot.v1.StorageLock
-	(*Object)(nil),                // 24: teapot.v1.Object
-	(*ObjectRef)(nil),             // 25: teapot.v1.ObjectRef
-	nil,                           // 26: teapot.v1.LoadBalancer.PoolsEntry
-	(*timestamppb.Timestamp)(nil), // 27: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 28: google.protobuf.Duration
+	(*RouteMatch)(nil),            // 10: teapot.v1.RouteMatch
+	(*ValueMatch)(nil),            // 11: teapot.v1.ValueMatch
+	(*GRPCMethodMatch)(nil),       // 12: teapot.v1.GRPCMethodMatch
+	(*RouteBackend)(nil),          // 13: teapot.v1.RouteBackend
+	(*RouteFilter)(nil),           // 14: teapot.v1.RouteFilter
+	(*HeaderModifier)(nil),        // 15: teapot.v1.HeaderModifier
+	(*HeaderValue)(nil),           // 16: teapot.v1.HeaderValue
+	(*RequestRedirect)(nil),       // 17: teapot.v1.RequestRedirect
+	(*URLRewrite)(nil),            // 18: teapot.v1.URLRewrite
+	(*PathModifier)(nil),          // 19: teapot.v1.PathModifier
+	(*RequestMirror)(nil),         // 20: teapot.v1.RequestMirror
+	(*Fraction)(nil),              // 21: teapot.v1.Fraction
+	(*RouteTimeouts)(nil),         // 22: teapot.v1.RouteTimeouts
+	(*BackendPool)(nil),           // 23: teapot.v1.BackendPool
+	(*Member)(nil),                // 24: teapot.v1.Member
+	(*HealthCheck)(nil),           // 25: teapot.v1.HealthCheck
+	(*TCPCheck)(nil),              // 26: teapot.v1.TCPCheck
+	(*HTTPCheck)(nil),             // 27: teapot.v1.HTTPCheck
+	(*HTTPSCheck)(nil),            // 28: teapot.v1.HTTPSCheck
+	(*LoadBalancerStatus)(nil),    // 29: teapot.v1.LoadBalancerStatus
+	(*ObservedStatus)(nil),        // 30: teapot.v1.ObservedStatus
+	(*Problem)(nil),               // 31: teapot.v1.Problem
+	(*Node)(nil),                  // 32: teapot.v1.Node
+	(*Certificate)(nil),           // 33: teapot.v1.Certificate
+	(*JoinToken)(nil),             // 34: teapot.v1.JoinToken
+	(*StorageItem)(nil),           // 35: teapot.v1.StorageItem
+	(*StorageLock)(nil),           // 36: teapot.v1.StorageLock
+	(*Object)(nil),                // 37: teapot.v1.Object
+	(*ObjectRef)(nil),             // 38: teapot.v1.ObjectRef
+	nil,                           // 39: teapot.v1.LoadBalancer.PoolsEntry
+	(*timestamppb.Timestamp)(nil), // 40: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 41: google.protobuf.Duration
 }
 var file_teapotv1_model_proto_depIdxs = []int32{
-	27, // 0: teapot.v1.Meta.created:type_name -> google.protobuf.Timestamp
-	27, // 1: teapot.v1.Meta.updated:type_name -> google.protobuf.Timestamp
+	40, // 0: teapot.v1.Meta.created:type_name -> google.protobuf.Timestamp
+	40, // 1: teapot.v1.Meta.updated:type_name -> google.protobuf.Timestamp
 	2,  // 2: teapot.v1.Tenant.quotas:type_name -> teapot.v1.Quotas
 	0,  // 3: teapot.v1.Tenant.meta:type_name -> teapot.v1.Meta
 	0,  // 4: teapot.v1.VIPPool.meta:type_name -> teapot.v1.Meta
 	6,  // 5: teapot.v1.LoadBalancer.vip:type_name -> teapot.v1.VIPRequest
 	7,  // 6: teapot.v1.LoadBalancer.listeners:type_name -> teapot.v1.Listener
 	9,  // 7: teapot.v1.LoadBalancer.routes:type_name -> teapot.v1.Route
-	26, // 8: teapot.v1.LoadBalancer.pools:type_name -> teapot.v1.LoadBalancer.PoolsEntry
+	39, // 8: teapot.v1.LoadBalancer.pools:type_name -> teapot.v1.LoadBalancer.PoolsEntry
 	5,  // 9: teapot.v1.LoadBalancer.access_log:type_name -> teapot.v1.AccessLog
 	0,  // 10: teapot.v1.LoadBalancer.meta:type_name -> teapot.v1.Meta
-	16, // 11: teapot.v1.LoadBalancer.status:type_name -> teapot.v1.LoadBalancerStatus
+	29, // 11: teapot.v1.LoadBalancer.status:type_name -> teapot.v1.LoadBalancerStatus
 	8,  // 12: teapot.v1.Listener.tls:type_name -> teapot.v1.TLSPolicy
-	28, // 13: teapot.v1.Listener.idle_timeout:type_name -> google.protobuf.Duration
-	11, // 14: teapot.v1.BackendPool.members:type_name -> teapot.v1.Member
-	12, // 15: teapot.v1.BackendPool.health_check:type_name -> teapot.v1.HealthCheck
-	28, // 16: teapot.v1.BackendPool.connect_timeout:type_name -> google.protobuf.Duration
-	13, // 17: teapot.v1.HealthCheck.tcp:type_name -> teapot.v1.TCPCheck
-	14, // 18: teapot.v1.HealthCheck.http:type_name -> teapot.v1.HTTPCheck
-	28, // 19: teapot.v1.HealthCheck.interval:type_name -> google.protobuf.Duration
-	28, // 20: teapot.v1.HealthCheck.timeout:type_name -> google.protobuf.Duration
-	15, // 21: teapot.v1.HealthCheck.https:type_name -> teapot.v1.HTTPSCheck
-	18, // 22: teapot.v1.LoadBalancerStatus.problems:type_name -> teapot.v1.Problem
-	17, // 23: teapot.v1.LoadBalancerStatus.observed:type_name -> teapot.v1.ObservedStatus
-	0,  // 24: teapot.v1.Node.meta:type_name -> teapot.v1.Meta
-	27, // 25: teapot.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
-	0,  // 26: teapot.v1.Certificate.meta:type_name -> teapot.v1.Meta
-	27, // 27: teapot.v1.JoinToken.expires:type_name -> google.protobuf.Timestamp
-	0,  // 28: teapot.v1.JoinToken.meta:type_name -> teapot.v1.Meta
-	27, // 29: teapot.v1.StorageItem.modified:type_name -> google.protobuf.Timestamp
-	0,  // 30: teapot.v1.StorageItem.meta:type_name -> teapot.v1.Meta
-	27, // 31: teapot.v1.StorageLock.expires:type_name -> google.protobuf.Timestamp
-	28, // 32: teapot.v1.StorageLock.ttl:type_name -> google.protobuf.Duration
-	0,  // 33: teapot.v1.StorageLock.meta:type_name -> teapot.v1.Meta
-	1,  // 34: teapot.v1.Object.tenant:type_name -> teapot.v1.Tenant
-	3,  // 35: teapot.v1.Object.vip_pool:type_name -> teapot.v1.VIPPool
-	4,  // 36: teapot.v1.Object.load_balancer:type_name -> teapot.v1.LoadBalancer
-	19, // 37: teapot.v1.Object.node:type_name -> teapot.v1.Node
-	20, // 38: teapot.v1.Object.certificate:type_name -> teapot.v1.Certificate
-	21, // 39: teapot.v1.Object.join_token:type_name -> teapot.v1.JoinToken
-	22, // 40: teapot.v1.Object.storage_item:type_name -> teapot.v1.StorageItem
-	23, // 41: teapot.v1.Object.storage_lock:type_name -> teapot.v1.StorageLock
-	10, // 42: teapot.v1.LoadBalancer.PoolsEntry.value:type_name -> teapot.v1.BackendPool
-	43, // [43:43] is the sub-list for method output_type
-	43, // [43:43] is the sub-list for method input_type
-	43, // [43:43] is the sub-list for extension type_name
-	43, // [43:43] is the sub-list for extension extendee
-	0,  // [0:43] is the sub-list for field type_name
+	41, // 13: teapot.v1.Listener.idle_timeout:type_name -> google.protobuf.Duration
+	10, // 14: teapot.v1.Route.matches:type_name -> teapot.v1.RouteMatch
+	13, // 15: teapot.v1.Route.backends:type_name -> teapot.v1.RouteBackend
+	14, // 16: teapot.v1.Route.filters:type_name -> teapot.v1.RouteFilter
+	22, // 17: teapot.v1.Route.timeouts:type_name -> teapot.v1.RouteTimeouts
+	11, // 18: teapot.v1.RouteMatch.headers:type_name -> teapot.v1.ValueMatch
+	11, // 19: teapot.v1.RouteMatch.query_params:type_name -> teapot.v1.ValueMatch
+	12, // 20: teapot.v1.RouteMatch.grpc:type_name -> teapot.v1.GRPCMethodMatch
+	15, // 21: teapot.v1.RouteFilter.request_header_modifier:type_name -> teapot.v1.HeaderModifier
+	15, // 22: teapot.v1.RouteFilter.response_header_modifier:type_name -> teapot.v1.HeaderModifier
+	17, // 23: teapot.v1.RouteFilter.request_redirect:type_name -> teapot.v1.RequestRedirect
+	18, // 24: teapot.v1.RouteFilter.url_rewrite:type_name -> teapot.v1.URLRewrite
+	20, // 25: teapot.v1.RouteFilter.request_mirror:type_name -> teapot.v1.RequestMirror
+	16, // 26: teapot.v1.HeaderModifier.set:type_name -> teapot.v1.HeaderValue
+	16, // 27: teapot.v1.HeaderModifier.add:type_name -> teapot.v1.HeaderValue
+	19, // 28: teapot.v1.RequestRedirect.path:type_name -> teapot.v1.PathModifier
+	19, // 29: teapot.v1.URLRewrite.path:type_name -> teapot.v1.PathModifier
+	21, // 30: teapot.v1.RequestMirror.fraction:type_name -> teapot.v1.Fraction
+	41, // 31: teapot.v1.RouteTimeouts.request:type_name -> google.protobuf.Duration
+	41, // 32: teapot.v1.RouteTimeouts.backend_request:type_name -> google.protobuf.Duration
+	24, // 33: teapot.v1.BackendPool.members:type_name -> teapot.v1.Member
+	25, // 34: teapot.v1.BackendPool.health_check:type_name -> teapot.v1.HealthCheck
+	41, // 35: teapot.v1.BackendPool.connect_timeout:type_name -> google.protobuf.Duration
+	26, // 36: teapot.v1.HealthCheck.tcp:type_name -> teapot.v1.TCPCheck
+	27, // 37: teapot.v1.HealthCheck.http:type_name -> teapot.v1.HTTPCheck
+	41, // 38: teapot.v1.HealthCheck.interval:type_name -> google.protobuf.Duration
+	41, // 39: teapot.v1.HealthCheck.timeout:type_name -> google.protobuf.Duration
+	28, // 40: teapot.v1.HealthCheck.https:type_name -> teapot.v1.HTTPSCheck
+	31, // 41: teapot.v1.LoadBalancerStatus.problems:type_name -> teapot.v1.Problem
+	30, // 42: teapot.v1.LoadBalancerStatus.observed:type_name -> teapot.v1.ObservedStatus
+	0,  // 43: teapot.v1.Node.meta:type_name -> teapot.v1.Meta
+	40, // 44: teapot.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
+	0,  // 45: teapot.v1.Certificate.meta:type_name -> teapot.v1.Meta
+	40, // 46: teapot.v1.JoinToken.expires:type_name -> google.protobuf.Timestamp
+	0,  // 47: teapot.v1.JoinToken.meta:type_name -> teapot.v1.Meta
+	40, // 48: teapot.v1.StorageItem.modified:type_name -> google.protobuf.Timestamp
+	0,  // 49: teapot.v1.StorageItem.meta:type_name -> teapot.v1.Meta
+	40, // 50: teapot.v1.StorageLock.expires:type_name -> google.protobuf.Timestamp
+	41, // 51: teapot.v1.StorageLock.ttl:type_name -> google.protobuf.Duration
+	0,  // 52: teapot.v1.StorageLock.meta:type_name -> teapot.v1.Meta
+	1,  // 53: teapot.v1.Object.tenant:type_name -> teapot.v1.Tenant
+	3,  // 54: teapot.v1.Object.vip_pool:type_name -> teapot.v1.VIPPool
+	4,  // 55: teapot.v1.Object.load_balancer:type_name -> teapot.v1.LoadBalancer
+	32, // 56: teapot.v1.Object.node:type_name -> teapot.v1.Node
+	33, // 57: teapot.v1.Object.certificate:type_name -> teapot.v1.Certificate
+	34, // 58: teapot.v1.Object.join_token:type_name -> teapot.v1.JoinToken
+	35, // 59: teapot.v1.Object.storage_item:type_name -> teapot.v1.StorageItem
+	36, // 60: teapot.v1.Object.storage_lock:type_name -> teapot.v1.StorageLock
+	23, // 61: teapot.v1.LoadBalancer.PoolsEntry.value:type_name -> teapot.v1.BackendPool
+	62, // [62:62] is the sub-list for method output_type
+	62, // [62:62] is the sub-list for method input_type
+	62, // [62:62] is the sub-list for extension type_name
+	62, // [62:62] is the sub-list for extension extendee
+	0,  // [0:62] is the sub-list for field type_name
 }
 
 func init() { file_teapotv1_model_proto_init() }
@@ -2598,8 +3583,12 @@ func file_teapotv1_model_proto_init() {
 	if File_teapotv1_model_proto != nil {
 		return
 	}
-	file_teapotv1_model_proto_msgTypes[11].OneofWrappers = []any{}
-	file_teapotv1_model_proto_msgTypes[24].OneofWrappers = []any{
+	file_teapotv1_model_proto_msgTypes[13].OneofWrappers = []any{}
+	file_teapotv1_model_proto_msgTypes[17].OneofWrappers = []any{}
+	file_teapotv1_model_proto_msgTypes[19].OneofWrappers = []any{}
+	file_teapotv1_model_proto_msgTypes[20].OneofWrappers = []any{}
+	file_teapotv1_model_proto_msgTypes[24].OneofWrappers = []any{}
+	file_teapotv1_model_proto_msgTypes[37].OneofWrappers = []any{
 		(*Object_Tenant)(nil),
 		(*Object_VipPool)(nil),
 		(*Object_LoadBalancer)(nil),
@@ -2615,7 +3604,7 @@ func file_teapotv1_model_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_teapotv1_model_proto_rawDesc), len(file_teapotv1_model_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   27,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
