@@ -46,6 +46,8 @@ const (
 	H2C
 	// HTTP1TLS is HTTP/1.1 over TLS.
 	HTTP1TLS
+	// H2TLS is HTTP/2 over TLS, negotiated with ALPN "h2".
+	H2TLS
 )
 
 func (p Protocol) String() string {
@@ -54,6 +56,8 @@ func (p Protocol) String() string {
 		return "h2c"
 	case HTTP1TLS:
 		return "tls"
+	case H2TLS:
+		return "h2"
 	}
 	return "http1"
 }
@@ -62,8 +66,8 @@ func (p Protocol) String() string {
 // value is never modified.
 type BackendOptions struct {
 	Protocol Protocol
-	// TLS configures HTTP1TLS connections; nil dials without verifying the
-	// member's certificate, as members are addressed by IP.
+	// TLS configures HTTP1TLS and H2TLS connections; nil dials without
+	// verifying the member's certificate, as members are addressed by IP.
 	TLS *tls.Config
 	// ConnectTimeout bounds a dial; 0 takes Config.ConnectTimeout.
 	ConnectTimeout time.Duration

@@ -62,7 +62,7 @@ func TestClientFieldsStrippedUnlessTrusted(t *testing.T) {
 					for k, v := range spoofed {
 						req.Header.Set(k, v)
 					}
-					resp, err := h2Client().Do(req)
+					resp, err := h2TestClient().Do(req)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -155,7 +155,7 @@ func TestRoutesOnNormalisedPath(t *testing.T) {
 				if proto == "h2" {
 					req, _ := http.NewRequest("GET", "https://"+addr+"/", nil)
 					req.URL.Opaque = "//" + addr + tc.path // sent as written
-					resp, err := h2Client().Do(req)
+					resp, err := h2TestClient().Do(req)
 					if err != nil {
 						t.Fatal(err)
 					}

@@ -285,7 +285,7 @@ func (c *clientConn) handle() {
 		c.reject(413)
 		return
 	}
-	if opts.Protocol == H2C {
+	if opts.Protocol == H2C || opts.Protocol == H2TLS {
 		c.bridge(b, route, be, opts, path, cleaned)
 		return
 	}

@@ -20,7 +20,7 @@ import (
 	"google.golang.org/grpc/metadata"
 )
 
-func h2Client() *http.Client {
+func h2TestClient() *http.Client {
 	return &http.Client{Transport: &http2.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}}}}
 }
 
@@ -37,7 +37,7 @@ func TestHTTP2(t *testing.T) {
 		{prefix: "/redirect", route: &Route{RedirectHTTPS: true}},
 		{prefix: "/", route: &Route{Backend: h1}},
 	}, selfSigned(t))
-	client := h2Client()
+	client := h2TestClient()
 	big := bytes.Repeat([]byte("x"), 3<<20)
 	tests := []struct {
 		name, method, path string

@@ -117,7 +117,7 @@ func (h *h2raw) closedWith(t testing.TB, timeout time.Duration) http2.ErrCode {
 // 10 s. Goroutines return to their number before once it ends.
 func underAbuse(t *testing.T, addr string, rounds int, attack func(t *testing.T)) {
 	t.Helper()
-	client := h2Client()
+	client := h2TestClient()
 	measure := func(n int) []time.Duration {
 		var d []time.Duration
 		for range n {

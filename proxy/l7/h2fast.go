@@ -124,6 +124,9 @@ func (st *h2Stream) serveFast() bool {
 	}
 	be := route.Backend
 	opts := be.Options()
+	if h2Member(opts) {
+		return st.serveUpH2(route, host, p, q)
+	}
 	if (opts.Protocol != HTTP1 && opts.Protocol != HTTP1TLS) || opts.ProxyProtocol != 0 {
 		return false
 	}

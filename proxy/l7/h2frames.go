@@ -481,6 +481,7 @@ type h2Stream struct {
 	id     uint32
 	cancel context.CancelFunc // of the request's context, on the net/http path
 	up     *upConn            // the member connection in use, fast path
+	h2up   *h2UpStream        // the HTTP/2 member stream in use
 	cond   *sync.Cond
 	timer  *time.Timer
 	// deadline of the current wait (UnixNano)
@@ -491,6 +492,8 @@ type h2Stream struct {
 	method, scheme, path, authority string
 	endHeaders                      bool
 	hostBuf, pathBuf, head, hblk    []byte
+	scratch                         []byte
+	reqID                           string // X-Request-Id sent, HTTP/2 members
 
 	// Request body.
 	req          *http.Request
@@ -505,6 +508,8 @@ type h2Stream struct {
 	trailer      []hpack.HeaderField // received, not yet read
 	reqTrailer   []hpack.HeaderField // read: the body ended
 	bodyDone     chan error          // the request body's writer, fast path
+	stopBody     bool                // the request body is not wanted any more
+	tooLarge     bool                // the request body's writer hit the limit
 	rawHead      bool                // hblk holds the encoded response head
 	holding      bool                // flush holds the connection's writes
 	stats        RequestStats        // of the fast path
@@ -555,7 +560,7 @@ func (c *h2Conn) putStream(st *h2Stream) {
 	*st = h2Stream{
 		c: c, cond: st.cond, timer: st.timer, wbp: wbp,
 		fields: st.fields[:0], hostBuf: st.hostBuf[:0], pathBuf: st.pathBuf[:0],
-		head: st.head[:0], hblk: st.hblk[:0], rbuf: st.rbuf[:0], trailers: st.trailers[:0],
+		head: st.head[:0], hblk: st.hblk[:0], scratch: st.scratch[:0], rbuf: st.rbuf[:0], trailers: st.trailers[:0],
 	}
 	if wbp != nil {
 		st.wbuf = (*wbp)[:0]
@@ -578,6 +583,9 @@ func (st *h2Stream) abort(err error) {
 	}
 	if st.up != nil {
 		_ = st.up.nc.SetDeadline(aLongTimeAgo)
+	}
+	if st.h2up != nil {
+		st.h2up.cancel()
 	}
 	st.cond.Broadcast()
 }

@@ -100,6 +100,8 @@ func (st *h2Stream) Read(p []byte) (int, error) {
 		switch {
 		case st.err != nil:
 			return 0, st.err
+		case st.stopBody:
+			return 0, errH2Cancelled
 		case st.remoteClosed:
 			if st.trailer != nil {
 				if st.req != nil && st.req.Trailer != nil {
@@ -211,14 +213,16 @@ func (st *h2Stream) flush(end bool) error {
 		st.sentHead = true
 		// The head and the first data leave in one write.
 		c := st.c
-		c.hold()
-		st.holding = true
-		defer func() {
-			if st.holding {
-				st.holding = false
-				c.release()
-			}
-		}()
+		if !st.holding {
+			c.hold()
+			st.holding = true
+			defer func() {
+				if st.holding {
+					st.holding = false
+					c.release()
+				}
+			}()
+		}
 		var err error
 		if st.rawHead {
 			err = st.sendBlock(st.hblk, end && len(st.wbuf) == 0)

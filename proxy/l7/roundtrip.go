@@ -15,8 +15,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"golang.org/x/net/http2"
 )
 
 // The round-trip path serves HTTP/2 clients, and HTTP/1.x clients whose
@@ -66,45 +64,31 @@ func (s *Server) newH1Transport(pp *proxyAddrs) *http.Transport {
 	}
 }
 
-// newH2CTransport returns the cleartext HTTP/2 transport.
-func (s *Server) newH2CTransport(pp *proxyAddrs) *http2.Transport {
-	return &http2.Transport{
-		AllowHTTP: true,
-		DialTLSContext: func(ctx context.Context, _, addr string, _ *tls.Config) (net.Conn, error) {
-			return s.dialConn(ctx, addr, pp, false)
-		},
-		DisableCompression: true,
-		IdleConnTimeout:    s.cfg.UpstreamIdleTimeout,
-		ReadIdleTimeout:    30 * time.Second,
-		MaxHeaderListSize:  uint32(s.cfg.MaxHeaderBytes),
-		WriteByteTimeout:   s.cfg.BodyTimeout,
-	}
-}
-
 // connScope holds the transports private to one client connection: those
 // of PROXY protocol backends, whose connections carry the client's address.
 type connScope struct {
-	s   *Server
-	pp  proxyAddrs
-	mu  sync.Mutex
-	h1  *http.Transport
-	h2c *http2.Transport
+	s  *Server
+	pp proxyAddrs
+	mu sync.Mutex
+	h1 *http.Transport
+	h2 *h2Client
 }
 
 func (sc *connScope) transport(opts *BackendOptions) http.RoundTripper {
+	h2 := opts.Protocol == H2C || opts.Protocol == H2TLS
 	if opts.ProxyProtocol == 0 {
-		if opts.Protocol == H2C {
-			return sc.s.h2c
+		if h2 {
+			return h2Transport{sc.s.h2up}
 		}
 		return h1RoundTripper{sc.s}
 	}
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
-	if opts.Protocol == H2C {
-		if sc.h2c == nil {
-			sc.h2c = sc.s.newH2CTransport(&sc.pp)
+	if h2 {
+		if sc.h2 == nil {
+			sc.h2 = newH2Client(sc.s, &sc.pp)
 		}
-		return sc.h2c
+		return h2Transport{sc.h2}
 	}
 	if sc.h1 == nil {
 		sc.h1 = sc.s.newH1Transport(&sc.pp)
@@ -118,8 +102,8 @@ func (sc *connScope) close() {
 	if sc.h1 != nil {
 		sc.h1.CloseIdleConnections()
 	}
-	if sc.h2c != nil {
-		sc.h2c.CloseIdleConnections()
+	if sc.h2 != nil {
+		sc.h2.close()
 	}
 }
 
@@ -243,7 +227,7 @@ func (s *Server) proxyHTTP(w http.ResponseWriter, q *rtRequest, be Backend, opts
 		}
 	}
 	scheme := "http"
-	if opts.Protocol == HTTP1TLS {
+	if opts.Protocol == HTTP1TLS || opts.Protocol == H2TLS {
 		scheme = "https"
 	}
 	var key []byte

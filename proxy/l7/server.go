@@ -16,8 +16,8 @@ import (
 type Server struct {
 	cfg   Config
 	pools pools
-	// h2c carries the round trips to h2c backends without PROXY protocol.
-	h2c *http2.Transport
+	// h2up carries the requests to HTTP/2 members without PROXY protocol.
+	h2up *h2Client
 
 	conns sync.Pool // *clientConn
 	stop  chan struct{}
@@ -29,7 +29,7 @@ type Server struct {
 // its member connections.
 func New(cfg Config) *Server {
 	s := &Server{cfg: cfg.withDefaults(), stop: make(chan struct{})}
-	s.h2c = s.newH2CTransport(nil)
+	s.h2up = newH2Client(s, nil)
 	s.wg.Add(1)
 	go s.janitor()
 	return s
@@ -42,7 +42,7 @@ func (s *Server) Close() error {
 		close(s.stop)
 		s.wg.Wait()
 		s.pools.closeAll()
-		s.h2c.CloseIdleConnections()
+		s.h2up.close()
 	})
 	return nil
 }

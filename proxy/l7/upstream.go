@@ -282,17 +282,24 @@ func (s *Server) dial(ctx context.Context, key poolKey, opts *BackendOptions, pp
 		}
 	}
 	u := &upConn{nc: nc, raw: raw, tcp: raw, key: key, private: opts.ProxyProtocol != 0, rb: make([]byte, upBufSize)}
-	if key.proto == HTTP1TLS {
+	if key.proto == HTTP1TLS || key.proto == H2TLS {
 		cfg := opts.TLS
 		if cfg == nil {
 			cfg = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // members are addressed by IP; see BackendOptions.TLS
 		}
 		cfg = cfg.Clone()
 		cfg.NextProtos = []string{"http/1.1"}
+		if key.proto == H2TLS {
+			cfg.NextProtos = []string{"h2"}
+		}
 		tc := tls.Client(nc, cfg)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			raw.Close()
 			return nil, dialError(err)
+		}
+		if key.proto == H2TLS && tc.ConnectionState().NegotiatedProtocol != "h2" {
+			raw.Close()
+			return nil, fmt.Errorf("%w: member did not negotiate h2 (ALPN)", ErrConnect)
 		}
 		u.nc, u.tcp = tc, nil
 	}

@@ -1,0 +1,813 @@
+package l7
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+)
+
+// The HTTP/2 client to h2c and h2 (TLS) members. A member gets a few
+// connections, each carrying many streams; one goroutine per connection
+// reads frames and hands them to the streams, and every writer goes
+// through one locked framer and one buffered writer, the last one out
+// flushing (as on the server side).
+
+const (
+	h2UpWindow     = 128 << 10 // stream receive window advertised to members
+	h2UpConnWindow = 1 << 20   // connection receive window
+	h2UpMaxConns   = 4         // connections per member
+	h2UpMaxStreams = 128       // streams per connection, whatever the member allows
+)
+
+// errH2Refused: the member did not process the stream (REFUSED_STREAM, or
+// a GOAWAY below its id); it may be sent again elsewhere.
+var errH2Refused = fmt.Errorf("%w: http2 stream refused before processing", ErrUpstreamClosed)
+
+// h2Client holds the HTTP/2 connections to members: the server's shared
+// one, or one connection scope's for PROXY protocol members.
+type h2Client struct {
+	s  *Server
+	pp *proxyAddrs
+
+	mu     sync.Mutex
+	pools  map[poolKey]*h2Pool
+	closed bool
+}
+
+func newH2Client(s *Server, pp *proxyAddrs) *h2Client {
+	return &h2Client{s: s, pp: pp, pools: make(map[poolKey]*h2Pool)}
+}
+
+// h2Pool is the connections to one member.
+type h2Pool struct {
+	cl      *h2Client
+	key     poolKey
+	mu      sync.Mutex
+	conns   []*h2UpConn
+	dialing int
+	waiters int
+	wake    chan struct{} // closed and replaced when a slot may have freed
+	gone    bool          // forgotten by the client: look it up again
+}
+
+func (cl *h2Client) pool(key poolKey) (*h2Pool, error) {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if cl.closed {
+		return nil, fmt.Errorf("%w: proxy closing", ErrConnect)
+	}
+	p := cl.pools[key]
+	if p == nil {
+		p = &h2Pool{cl: cl, key: key, wake: make(chan struct{})}
+		cl.pools[key] = p
+	}
+	return p, nil
+}
+
+// notify wakes the streams waiting for a slot. p.mu held.
+func (p *h2Pool) notify() {
+	close(p.wake)
+	p.wake = make(chan struct{})
+}
+
+// remove takes c out of the pool; the client forgets an empty pool.
+func (p *h2Pool) remove(c *h2UpConn) {
+	p.mu.Lock()
+	for i, x := range p.conns {
+		if x == c {
+			n := len(p.conns)
+			copy(p.conns[i:], p.conns[i+1:])
+			p.conns[n-1] = nil
+			p.conns = p.conns[:n-1]
+			break
+		}
+	}
+	empty := len(p.conns) == 0 && p.dialing == 0 && p.waiters == 0
+	p.notify()
+	p.mu.Unlock()
+	if !empty {
+		return
+	}
+	cl := p.cl
+	cl.mu.Lock()
+	p.mu.Lock()
+	if len(p.conns) == 0 && p.dialing == 0 && p.waiters == 0 && cl.pools[p.key] == p {
+		p.gone = true
+		delete(cl.pools, p.key)
+	}
+	p.mu.Unlock()
+	cl.mu.Unlock()
+}
+
+// acquire returns a connection to the member with a stream slot reserved
+// for the caller, dialling one when every connection is full and fewer
+// than h2UpMaxConns exist; otherwise it waits until deadline.
+func (cl *h2Client) acquire(ctx context.Context, key poolKey, opts *BackendOptions, deadline time.Time) (*h2UpConn, error) {
+	for {
+		p, err := cl.pool(key)
+		if err != nil {
+			return nil, err
+		}
+		p.mu.Lock()
+		if p.gone {
+			p.mu.Unlock()
+			continue
+		}
+		for _, c := range p.conns {
+			if c.reserve() {
+				p.mu.Unlock()
+				return c, nil
+			}
+		}
+		if len(p.conns)+p.dialing < h2UpMaxConns {
+			p.dialing++
+			p.mu.Unlock()
+			c, err := cl.dialConn(ctx, key, opts, p)
+			p.mu.Lock()
+			p.dialing--
+			if err == nil {
+				c.reserve()
+				p.conns = append(p.conns, c)
+			}
+			p.notify()
+			p.mu.Unlock()
+			if err != nil {
+				p.remove(nil)
+			}
+			return c, err
+		}
+		p.waiters++
+		wake := p.wake
+		p.mu.Unlock()
+		t := time.NewTimer(time.Until(deadline))
+		var werr error
+		select {
+		case <-wake:
+		case <-t.C:
+			werr = fmt.Errorf("%w: every http2 stream to the member is busy", ErrUpstreamTimeout)
+		case <-ctx.Done():
+			werr = fmt.Errorf("%w: %w", ErrUpstreamClosed, ctx.Err())
+		}
+		t.Stop()
+		p.mu.Lock()
+		p.waiters--
+		p.mu.Unlock()
+		if werr != nil {
+			p.remove(nil)
+			return nil, werr
+		}
+	}
+}
+
+// close ends every connection: idle ones at once, busy ones after their
+// streams.
+func (cl *h2Client) close() {
+	cl.mu.Lock()
+	cl.closed = true
+	var all []*h2UpConn
+	for _, p := range cl.pools {
+		p.mu.Lock()
+		all = append(all, p.conns...)
+		p.mu.Unlock()
+	}
+	cl.mu.Unlock()
+	for _, c := range all {
+		c.drain()
+	}
+}
+
+// h2UpConn is one HTTP/2 connection to a member.
+type h2UpConn struct {
+	cl   *h2Client
+	pool *h2Pool
+	nc   net.Conn
+	fr   *http2.Framer
+
+	// Write side: wmu serialises frames, the last writer flushes.
+	wmu     sync.Mutex
+	pending atomic.Int32
+	bw      *bufio.Writer
+	werr    error
+	wdl     int64
+
+	// mu guards what follows.
+	mu         sync.Mutex
+	streams    map[uint32]*h2UpStream
+	nextID     uint32
+	active     int // streams reserved or open
+	maxStreams int // the member's SETTINGS_MAX_CONCURRENT_STREAMS, capped
+	peerWindow int64
+	peerFrame  int
+	sendWindow int64
+	goAway     bool // no new streams: GOAWAY received or sent, ids used up
+	dead       error
+	idleAt     int64
+	probing    bool
+
+	ready     chan struct{} // closed at the member's first SETTINGS
+	closeOnce sync.Once
+	idle      *time.Timer
+	probe     *time.Timer
+
+	// Read side, owned by the reading goroutine.
+	recvUnack int64
+}
+
+// dialConn connects to a member, sends the preface and waits for the
+// member's SETTINGS.
+func (cl *h2Client) dialConn(ctx context.Context, key poolKey, opts *BackendOptions, p *h2Pool) (*h2UpConn, error) {
+	s := cl.s
+	u, err := s.dial(ctx, key, opts, cl.pp)
+	if err != nil {
+		return nil, err
+	}
+	c := &h2UpConn{
+		cl: cl, pool: p, nc: u.nc,
+		streams:    make(map[uint32]*h2UpStream),
+		nextID:     1,
+		maxStreams: h2UpMaxStreams,
+		peerWindow: 65535, peerFrame: 16384, sendWindow: 65535,
+		ready: make(chan struct{}),
+	}
+	c.bw = bufio.NewWriterSize(c.nc, h2WriteBufSize)
+	c.fr = http2.NewFramer(c.bw, bufio.NewReaderSize(c.nc, h2ReadBufSize))
+	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	c.fr.ReadMetaHeaders.SetMaxStringLength(s.cfg.MaxHeaderBytes)
+	c.fr.MaxHeaderListSize = uint32(s.cfg.MaxHeaderBytes)
+	c.fr.SetMaxReadFrameSize(h2MaxFrame)
+	c.fr.SetReuseFrames()
+	timeout := opts.ConnectTimeout
+	if timeout <= 0 {
+		timeout = s.cfg.ConnectTimeout
+	}
+	_ = c.nc.SetWriteDeadline(time.Now().Add(timeout))
+	c.lockW()
+	_, c.werr = c.bw.WriteString(http2.ClientPreface)
+	if c.werr == nil {
+		c.werr = c.fr.WriteSettings(
+			http2.Setting{ID: http2.SettingEnablePush, Val: 0},
+			http2.Setting{ID: http2.SettingInitialWindowSize, Val: h2UpWindow},
+			http2.Setting{ID: http2.SettingMaxHeaderListSize, Val: uint32(s.cfg.MaxHeaderBytes)},
+		)
+	}
+	if c.werr == nil {
+		c.werr = c.fr.WriteWindowUpdate(0, h2UpConnWindow-65535)
+	}
+	c.unlockW()
+	c.idle = time.AfterFunc(time.Hour, c.idleCheck)
+	c.idle.Stop()
+	go c.readLoop()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-c.ready:
+		return c, nil
+	case <-t.C:
+		err = fmt.Errorf("%w: %w: no http2 SETTINGS from the member", ErrConnect, ErrUpstreamTimeout)
+	case <-ctx.Done():
+		err = fmt.Errorf("%w: %w", ErrConnect, ctx.Err())
+	}
+	c.kill(err)
+	// A failure before SETTINGS leaves nothing for the reader to fail.
+	c.mu.Lock()
+	if c.dead != nil && !errors.Is(err, ErrUpstreamTimeout) && ctx.Err() == nil {
+		err = fmt.Errorf("%w: %w", ErrConnect, c.dead)
+	}
+	c.mu.Unlock()
+	return nil, err
+}
+
+// reserve takes a stream slot. The pool's mutex is held.
+func (c *h2UpConn) reserve() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.dead != nil || c.goAway || c.active >= c.maxStreams {
+		return false
+	}
+	c.active++
+	c.idle.Stop()
+	return true
+}
+
+// release gives a stream slot back.
+func (c *h2UpConn) release() {
+	c.mu.Lock()
+	c.active--
+	last := c.active == 0
+	done := last && (c.goAway || c.dead != nil)
+	if last {
+		c.idleAt = time.Now().UnixNano()
+		c.idle.Reset(c.cl.s.cfg.UpstreamIdleTimeout)
+	}
+	c.mu.Unlock()
+	if done {
+		c.shut()
+	}
+	p := c.pool
+	p.mu.Lock()
+	p.notify()
+	p.mu.Unlock()
+}
+
+// idleCheck closes a connection left without streams.
+func (c *h2UpConn) idleCheck() {
+	c.mu.Lock()
+	idle := c.active == 0 && time.Now().UnixNano()-c.idleAt >= int64(c.cl.s.cfg.UpstreamIdleTimeout)-int64(time.Millisecond)
+	if idle {
+		c.goAway = true
+	}
+	c.mu.Unlock()
+	if idle {
+		c.pool.remove(c)
+		c.shut()
+	}
+}
+
+// drain stops new streams and closes the connection after the open ones.
+func (c *h2UpConn) drain() {
+	c.mu.Lock()
+	c.goAway = true
+	idle := c.active == 0
+	c.mu.Unlock()
+	c.pool.remove(c)
+	if idle {
+		c.shut()
+	}
+}
+
+// shut says goodbye and closes the connection; the reader fails what is
+// left.
+func (c *h2UpConn) shut() {
+	c.lockW()
+	if c.werr == nil {
+		c.werr = c.fr.WriteGoAway(0, http2.ErrCodeNo, nil)
+	}
+	c.unlockW()
+	c.kill(net.ErrClosed)
+}
+
+// kill closes the connection; the reader then fails every open stream.
+func (c *h2UpConn) kill(err error) {
+	c.mu.Lock()
+	if c.dead == nil {
+		c.dead = err
+	}
+	c.mu.Unlock()
+	c.closeOnce.Do(func() {
+		c.idle.Stop()
+		_ = c.nc.Close()
+	})
+}
+
+func (c *h2UpConn) lockW() {
+	c.pending.Add(1)
+	c.wmu.Lock()
+}
+
+// unlockW flushes when no other writer waits, and releases the lock. A
+// failed write kills the connection.
+func (c *h2UpConn) unlockW() {
+	if c.pending.Add(-1) == 0 && c.werr == nil && c.bw.Buffered() > 0 {
+		now := time.Now().UnixNano()
+		wt := int64(c.cl.s.cfg.BodyTimeout)
+		if c.wdl-now < wt-wt/16 {
+			c.wdl = now + wt
+			_ = c.nc.SetWriteDeadline(time.Unix(0, c.wdl))
+		}
+		c.werr = c.bw.Flush()
+	}
+	werr := c.werr
+	c.wmu.Unlock()
+	if werr != nil {
+		c.kill(werr)
+	}
+}
+
+// writeBlock writes a header block as HEADERS and CONTINUATION frames.
+// wmu held.
+func (c *h2UpConn) writeBlock(id uint32, b []byte, end bool, max int) error {
+	first := true
+	for first || len(b) > 0 {
+		k := min(len(b), max)
+		if first {
+			c.werr = c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: b[:k], EndStream: end, EndHeaders: k == len(b)})
+			first = false
+		} else {
+			c.werr = c.fr.WriteContinuation(id, k == len(b), b[:k])
+		}
+		if c.werr != nil {
+			return c.werr
+		}
+		b = b[k:]
+	}
+	return nil
+}
+
+// readLoop reads the member's frames until the connection ends.
+func (c *h2UpConn) readLoop() {
+	err := c.read()
+	c.kill(err)
+	c.pool.remove(c)
+	c.mu.Lock()
+	if c.dead != nil {
+		err = c.dead
+	}
+	var rerr error
+	switch {
+	case errors.Is(err, ErrUpstreamProtocol), errors.Is(err, ErrUpstreamTimeout), errors.Is(err, ErrConnect):
+		rerr = err
+	case isTimeout(err):
+		rerr = fmt.Errorf("%w: %w", ErrUpstreamTimeout, err)
+	default:
+		rerr = fmt.Errorf("%w: %w", ErrUpstreamClosed, err)
+	}
+	for id, st := range c.streams {
+		if !st.end {
+			st.fail(rerr)
+		} else {
+			st.stopSend = true
+			st.signal()
+		}
+		delete(c.streams, id)
+	}
+	c.mu.Unlock()
+}
+
+// read dispatches frames; it returns why the connection ended.
+func (c *h2UpConn) read() error {
+	first := true
+	for {
+		f, err := c.fr.ReadFrame()
+		if err != nil {
+			var se http2.StreamError
+			if errors.As(err, &se) {
+				// A malformed header block: the stream fails, the
+				// connection goes on.
+				c.resetStream(se.StreamID, se.Code, fmt.Errorf("%w: %w", ErrUpstreamProtocol, se))
+				continue
+			}
+			var ce http2.ConnectionError
+			if errors.As(err, &ce) {
+				c.goAwayWith(http2.ErrCode(ce))
+				return fmt.Errorf("%w: %w", ErrUpstreamProtocol, err)
+			}
+			return err
+		}
+		if first {
+			if sf, ok := f.(*http2.SettingsFrame); !ok || sf.IsAck() {
+				return fmt.Errorf("%w: member did not start with SETTINGS", ErrUpstreamProtocol)
+			}
+		}
+		var code http2.ErrCode
+		switch f := f.(type) {
+		case *http2.MetaHeadersFrame:
+			code = c.onHeaders(f)
+		case *http2.DataFrame:
+			code = c.onData(f)
+		case *http2.SettingsFrame:
+			code = c.onSettings(f)
+			if first && code == 0 {
+				close(c.ready)
+				first = false
+			}
+		case *http2.WindowUpdateFrame:
+			code = c.onWindowUpdate(f)
+		case *http2.RSTStreamFrame:
+			c.onReset(f)
+		case *http2.PingFrame:
+			if f.IsAck() {
+				c.mu.Lock()
+				c.probing = false
+				c.mu.Unlock()
+				continue
+			}
+			c.lockW()
+			if c.werr == nil {
+				c.werr = c.fr.WritePing(true, f.Data)
+			}
+			c.unlockW()
+		case *http2.GoAwayFrame:
+			c.onGoAway(f)
+		case *http2.PushPromiseFrame:
+			code = http2.ErrCodeProtocol
+		}
+		if code != 0 {
+			c.goAwayWith(code)
+			return fmt.Errorf("%w: http2 connection error %v", ErrUpstreamProtocol, code)
+		}
+	}
+}
+
+// goAwayWith tells the member why the connection ends.
+func (c *h2UpConn) goAwayWith(code http2.ErrCode) {
+	c.lockW()
+	if c.werr == nil {
+		c.werr = c.fr.WriteGoAway(0, code, nil)
+	}
+	c.unlockW()
+}
+
+// resetStream fails a stream and sends RST_STREAM with code.
+func (c *h2UpConn) resetStream(id uint32, code http2.ErrCode, err error) {
+	c.mu.Lock()
+	if st := c.streams[id]; st != nil {
+		st.fail(err)
+		delete(c.streams, id)
+	}
+	c.mu.Unlock()
+	c.lockW()
+	if c.werr == nil {
+		c.werr = c.fr.WriteRSTStream(id, code)
+	}
+	c.unlockW()
+}
+
+func (c *h2UpConn) onHeaders(f *http2.MetaHeadersFrame) http2.ErrCode {
+	id := f.StreamID
+	if id%2 == 0 {
+		return http2.ErrCodeProtocol
+	}
+	c.mu.Lock()
+	st := c.streams[id]
+	c.mu.Unlock()
+	if st == nil {
+		if id >= c.lastOpened() {
+			return http2.ErrCodeProtocol
+		}
+		return 0 // a stream we reset
+	}
+	if f.Truncated {
+		c.resetStream(id, http2.ErrCodeCancel, fmt.Errorf("%w: response head over the size limit", ErrUpstreamProtocol))
+		return 0
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case st.end:
+		return http2.ErrCodeStreamClosed
+	case !st.gotHead:
+		status := 0
+		for _, hf := range f.Fields {
+			if hf.Name == ":status" {
+				status = parseStatus(hf.Value)
+			}
+		}
+		if status < 100 || status > 999 {
+			st.fail(fmt.Errorf("%w: bad :status", ErrUpstreamProtocol))
+			delete(c.streams, id)
+			c.mu.Unlock()
+			c.resetStream(id, http2.ErrCodeProtocol, nil)
+			c.mu.Lock()
+			return 0
+		}
+		if status < 200 {
+			if f.StreamEnded() {
+				st.fail(fmt.Errorf("%w: stream ended on an informational status", ErrUpstreamProtocol))
+				delete(c.streams, id)
+			}
+			return 0 // informational: not relayed
+		}
+		st.status, st.fields, st.gotHead = status, f.RegularFields(), true
+	case !f.StreamEnded():
+		st.fail(fmt.Errorf("%w: trailers without END_STREAM", ErrUpstreamProtocol))
+		delete(c.streams, id)
+		c.mu.Unlock()
+		c.resetStream(id, http2.ErrCodeProtocol, nil)
+		c.mu.Lock()
+		return 0
+	default:
+		st.trailer = f.RegularFields()
+	}
+	if f.StreamEnded() {
+		st.end = true
+		c.closeIfDoneLocked(st)
+	}
+	st.signal()
+	return 0
+}
+
+// lastOpened is the next stream id to open: ids below it were used.
+func (c *h2UpConn) lastOpened() uint32 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.nextID
+}
+
+// closeIfDoneLocked forgets a stream closed both ways. c.mu held.
+func (c *h2UpConn) closeIfDoneLocked(st *h2UpStream) {
+	if st.end && st.sentEnd && c.streams[st.id] == st {
+		delete(c.streams, st.id)
+	}
+}
+
+// parseStatus parses a three-digit status; 0 when it is not one.
+func parseStatus(v string) int {
+	if len(v) != 3 {
+		return 0
+	}
+	n := 0
+	for i := 0; i < 3; i++ {
+		if v[i] < '0' || v[i] > '9' {
+			return 0
+		}
+		n = n*10 + int(v[i]-'0')
+	}
+	return n
+}
+
+func (c *h2UpConn) onData(f *http2.DataFrame) http2.ErrCode {
+	id := f.StreamID
+	n := int64(f.Length)
+	c.recvUnack += n
+	if c.recvUnack > h2UpConnWindow {
+		return http2.ErrCodeFlowControl
+	}
+	data := f.Data()
+	c.mu.Lock()
+	st := c.streams[id]
+	switch {
+	case st == nil:
+		c.mu.Unlock()
+		if id >= c.lastOpened() || id%2 == 0 {
+			return http2.ErrCodeProtocol
+		}
+	case st.end || !st.gotHead:
+		c.mu.Unlock()
+		c.resetStream(id, http2.ErrCodeStreamClosed, fmt.Errorf("%w: DATA out of place", ErrUpstreamProtocol))
+	case st.held+n > h2UpWindow:
+		c.mu.Unlock()
+		c.resetStream(id, http2.ErrCodeFlowControl, fmt.Errorf("%w: member overran the stream window", ErrUpstreamProtocol))
+	default:
+		st.held += n
+		// Padding goes back to the stream window with the next update.
+		st.unacked += n - int64(len(data))
+		st.rbuf = append(st.rbuf, data...)
+		if f.StreamEnded() {
+			st.end = true
+			c.closeIfDoneLocked(st)
+		}
+		st.signal()
+		c.mu.Unlock()
+	}
+	// The connection window is returned as data arrives: each stream's
+	// window bounds what it buffers.
+	if c.recvUnack >= h2UpConnWindow/4 {
+		k := c.recvUnack
+		c.recvUnack = 0
+		c.lockW()
+		if c.werr == nil {
+			c.werr = c.fr.WriteWindowUpdate(0, uint32(k))
+		}
+		c.unlockW()
+	}
+	return 0
+}
+
+func (c *h2UpConn) onSettings(f *http2.SettingsFrame) http2.ErrCode {
+	if f.IsAck() {
+		return 0
+	}
+	var code http2.ErrCode
+	c.mu.Lock()
+	_ = f.ForeachSetting(func(s http2.Setting) error {
+		if err := s.Valid(); err != nil {
+			code = http2.ErrCodeProtocol
+			var ce http2.ConnectionError
+			if errors.As(err, &ce) {
+				code = http2.ErrCode(ce)
+			}
+			return err
+		}
+		switch s.ID {
+		case http2.SettingMaxConcurrentStreams:
+			c.maxStreams = int(min(s.Val, h2UpMaxStreams))
+		case http2.SettingInitialWindowSize:
+			delta := int64(s.Val) - c.peerWindow
+			c.peerWindow = int64(s.Val)
+			for _, st := range c.streams {
+				st.sendWindow += delta
+				if st.sendWindow > h2MaxWindow {
+					code = http2.ErrCodeFlowControl
+				}
+				st.signal()
+			}
+		case http2.SettingMaxFrameSize:
+			c.peerFrame = int(s.Val)
+		}
+		if code != 0 {
+			return errors.New("stop")
+		}
+		return nil
+	})
+	c.mu.Unlock()
+	if code != 0 {
+		return code
+	}
+	c.lockW()
+	if c.werr == nil {
+		c.werr = c.fr.WriteSettingsAck()
+	}
+	c.unlockW()
+	if p := c.pool; p != nil {
+		p.mu.Lock()
+		p.notify() // more streams may be allowed now
+		p.mu.Unlock()
+	}
+	return 0
+}
+
+func (c *h2UpConn) onWindowUpdate(f *http2.WindowUpdateFrame) http2.ErrCode {
+	inc := int64(f.Increment)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if f.StreamID == 0 {
+		c.sendWindow += inc
+		if c.sendWindow > h2MaxWindow {
+			return http2.ErrCodeFlowControl
+		}
+		for _, st := range c.streams {
+			st.signal()
+		}
+		return 0
+	}
+	st := c.streams[f.StreamID]
+	if st == nil {
+		return 0
+	}
+	st.sendWindow += inc
+	if st.sendWindow > h2MaxWindow {
+		c.mu.Unlock()
+		c.resetStream(f.StreamID, http2.ErrCodeFlowControl, fmt.Errorf("%w: stream window overflow", ErrUpstreamProtocol))
+		c.mu.Lock()
+		return 0
+	}
+	st.signal()
+	return 0
+}
+
+func (c *h2UpConn) onReset(f *http2.RSTStreamFrame) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := c.streams[f.StreamID]
+	if st == nil {
+		return
+	}
+	delete(c.streams, f.StreamID)
+	switch {
+	case st.end:
+		// The response is complete; the member wants no more body.
+		st.stopSend = true
+		st.signal()
+	case f.ErrCode == http2.ErrCodeRefusedStream && !st.gotHead:
+		st.fail(errH2Refused)
+	default:
+		st.fail(fmt.Errorf("%w: member reset the stream (%v)", ErrUpstreamClosed, f.ErrCode))
+	}
+}
+
+func (c *h2UpConn) onGoAway(f *http2.GoAwayFrame) {
+	c.mu.Lock()
+	c.goAway = true
+	for id, st := range c.streams {
+		if id > f.LastStreamID {
+			st.fail(errH2Refused)
+			delete(c.streams, id)
+		}
+	}
+	c.mu.Unlock()
+	c.pool.remove(c)
+}
+
+// probeDead checks with a PING whether a connection whose member stopped
+// answering is still alive, and closes it when the PING goes unanswered.
+func (c *h2UpConn) probeDead() {
+	c.mu.Lock()
+	if c.probing || c.dead != nil {
+		c.mu.Unlock()
+		return
+	}
+	c.probing = true
+	c.mu.Unlock()
+	c.lockW()
+	if c.werr == nil {
+		c.werr = c.fr.WritePing(false, [8]byte{'p', 'r', 'o', 'b', 'e'})
+	}
+	c.unlockW()
+	timeout := c.cl.s.cfg.ConnectTimeout
+	c.probe = time.AfterFunc(timeout, func() {
+		c.mu.Lock()
+		dead := c.probing
+		c.mu.Unlock()
+		if dead {
+			c.kill(fmt.Errorf("%w: no answer to PING", ErrUpstreamTimeout))
+		}
+	})
+}

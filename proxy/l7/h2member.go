@@ -1,0 +1,374 @@
+package l7
+
+import (
+	"errors"
+	"io"
+	"strings"
+	"time"
+
+	"golang.org/x/net/http2"
+)
+
+// HTTP/2 clients to HTTP/2 members (h2c, h2 over TLS) without PROXY
+// protocol: the request's decoded fields become the member's header block
+// and the member's fields the client's, frames in and frames out, without
+// net/http values. gRPC takes this path.
+
+// h2BodyInline is the largest request body, complete when the handler
+// starts, that is sent with the head in one write (gRPC unary calls).
+const h2BodyInline = 16 << 10
+
+// serveUpH2 proxies the stream to a member of be over the HTTP/2 client.
+func (st *h2Stream) serveUpH2(route *Route, host []byte, path, query string) bool {
+	c := st.c
+	s, hc := c.s, c.hc
+	be := route.Backend
+	opts := be.Options()
+	start := time.Now()
+	st.stats = RequestStats{Listener: hc.info.Listener, LB: hc.info.LB, Tenant: hc.info.Tenant, HTTP2: true,
+		Client: hc.client, Route: route.Name}
+	stats := &st.stats
+	defer st.report(start)
+	fail := st.fail
+	limit := opts.MaxBodyBytes
+	if limit <= 0 {
+		limit = s.cfg.MaxBodyBytes
+	}
+	if limit > 0 && st.declLen > limit {
+		return fail(413, OutcomeClientError)
+	}
+	nf := 0
+	var key []byte
+	for _, f := range st.fields {
+		if !f.IsPseudo() {
+			nf++
+		}
+		if opts.HashHeader != "" && key == nil && strings.EqualFold(f.Name, opts.HashHeader) {
+			key = unsafeBytes(f.Value)
+		}
+	}
+	if nf > s.cfg.MaxHeaderCount {
+		return fail(431, OutcomeClientError)
+	}
+	scheme := "http"
+	if opts.Protocol == H2TLS {
+		scheme = "https"
+	}
+	st.head = st.appendUpBlock(st.head[:0], scheme, path, query)
+	if hc.info.AccessLog > 0 {
+		stats.AccessLog, stats.Host, stats.Method, stats.Path = hc.info.AccessLog, string(host), st.method, st.path
+		stats.RequestID = strings.Clone(st.reqID)
+	}
+	// A body that is complete already leaves with the head, and can be
+	// sent again if the member refuses the stream.
+	var body []byte
+	inline := false
+	if !st.endHeaders {
+		c.mu.Lock()
+		inline = st.remoteClosed && st.trailer == nil && st.gotLen <= h2BodyInline && st.err == nil
+		c.mu.Unlock()
+		if inline {
+			bp := copyBufs.Get().(*[]byte)
+			defer copyBufs.Put(bp)
+			buf := (*bp)[:0]
+			for {
+				n, err := st.Read(buf[len(buf):cap(buf)])
+				buf = buf[:len(buf)+n]
+				if err == io.EOF {
+					break
+				}
+				if err != nil || len(buf) == cap(buf) {
+					return fail(400, OutcomeClientError)
+				}
+			}
+			if limit > 0 && int64(len(buf)) > limit {
+				return fail(413, OutcomeClientError)
+			}
+			body = buf
+		}
+	}
+	rt := rht(opts, s)
+	refusals := 0
+	for retries := s.cfg.Retries; ; {
+		m, ok := be.Pick(hc.ca.addr, key)
+		if !ok {
+			return fail(503, OutcomeNoMember)
+		}
+		stats.Member = m.Addr()
+		t0 := time.Now()
+		up, err := st.openUp(m, opts, rt, body, inline, limit)
+		if err == nil {
+			err = up.awaitHead(t0.Add(rt).UnixNano())
+		}
+		d := time.Since(t0)
+		if err != nil {
+			if up != nil {
+				st.endUp(up)
+			}
+			gone := st.clientGone()
+			switch {
+			case errors.Is(err, errBodyTooLarge) || st.tooLarge:
+				m.Done(nil, 0, d)
+				return fail(413, OutcomeClientError)
+			case gone:
+				m.Done(nil, 0, d)
+				stats.Outcome = OutcomeAborted
+				return true
+			case errors.Is(err, errH2Refused) && (st.endHeaders || inline) && refusals < 2:
+				// Not processed: another connection (or member) may take it.
+				refusals++
+				m.Done(nil, 0, d)
+				continue
+			}
+			m.Done(err, 0, d)
+			if errors.Is(err, ErrConnect) && retries > 0 {
+				retries--
+				continue
+			}
+			return fail(statusFor(err), outcomeFor(err))
+		}
+		stats.Upstream = d
+		stats.Status = up.status
+		m.Done(nil, up.status, d)
+		n, err := st.relayUp(up)
+		stats.ResponseBytes = n
+		stats.RequestBytes = st.gotLen
+		stats.Outcome = OutcomeOK
+		if err != nil {
+			stats.Outcome = OutcomeAborted
+		}
+		return true
+	}
+}
+
+// clientGone reports whether the client reset the stream or left.
+func (st *h2Stream) clientGone() bool {
+	st.c.mu.Lock()
+	defer st.c.mu.Unlock()
+	return st.err != nil || st.c.closed
+}
+
+// openUp opens a stream to m and starts sending the request body.
+func (st *h2Stream) openUp(m Member, opts *BackendOptions, rt time.Duration, body []byte, inline bool, limit int64) (*h2UpStream, error) {
+	c := st.c
+	s := c.s
+	key := poolKey{addr: m.Addr(), proto: opts.Protocol}
+	uc, err := s.h2up.acquire(c.ctx, key, opts, time.Now().Add(rt))
+	if err != nil {
+		return nil, err
+	}
+	up := newH2UpStream(uc)
+	c.mu.Lock()
+	st.h2up = up
+	if st.err != nil {
+		up.cancel()
+	}
+	c.mu.Unlock()
+	var sent bool
+	switch {
+	case st.endHeaders:
+		_, err = up.start(st.head, true, nil)
+	case inline:
+		sent, err = up.start(st.head, false, body)
+		if err == nil && !sent {
+			err = up.write(body, true)
+		}
+	default:
+		_, err = up.start(st.head, false, nil)
+		if err == nil {
+			st.bodyDone = make(chan error, 1)
+			go func() { st.bodyDone <- st.pumpUp(up, limit) }()
+		}
+	}
+	return up, err
+}
+
+// pumpUp streams the request body to the member, then its trailers.
+func (st *h2Stream) pumpUp(up *h2UpStream, limit int64) error {
+	bp := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(bp)
+	buf := *bp
+	var sent int64
+	for {
+		n, rerr := st.Read(buf)
+		sent += int64(n)
+		if limit > 0 && sent > limit {
+			up.cancel()
+			return errBodyTooLarge
+		}
+		if n > 0 {
+			if err := up.write(buf[:n], false); err != nil {
+				return err
+			}
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			up.cancel() // the member must not take a truncated body
+			return rerr
+		}
+	}
+	if len(st.reqTrailer) > 0 {
+		return up.writeTrailers(st.reqTrailer, buf[:0])
+	}
+	return up.write(nil, true)
+}
+
+// endUp stops the request body, waits for its writer and closes the
+// member stream.
+func (st *h2Stream) endUp(up *h2UpStream) {
+	c := st.c
+	if st.bodyDone != nil {
+		up.cancel()
+		c.mu.Lock()
+		st.stopBody = true
+		st.cond.Broadcast()
+		c.mu.Unlock()
+		err := <-st.bodyDone
+		st.bodyDone = nil
+		if errors.Is(err, errBodyTooLarge) {
+			st.tooLarge = true
+		}
+	}
+	c.mu.Lock()
+	st.h2up = nil
+	c.mu.Unlock()
+	up.close()
+}
+
+// relayUp sends the member's response on the stream: head, data and
+// trailers. Frames that are ready together leave in one write.
+func (st *h2Stream) relayUp(up *h2UpStream) (n int64, err error) {
+	c := st.c
+	st.hblk = appendStatus(st.hblk[:0], up.status)
+	for _, f := range up.fields {
+		if connHeaders[f.Name] || f.Name == "te" {
+			continue
+		}
+		st.hblk = appendLiteral(st.hblk, f.Name, f.Value, false)
+	}
+	st.wrote, st.status, st.rawHead = true, up.status, true
+	c.hold()
+	st.holding = true
+	release := func() {
+		if st.holding {
+			st.holding = false
+			c.release()
+		}
+	}
+	bp := copyBufs.Get().(*[]byte)
+	buf := *bp
+	for err == nil {
+		if !up.ready() {
+			// Out with what is there before waiting: a stream (gRPC,
+			// server-sent events) must not sit in a buffer.
+			err = st.flush(false)
+			release()
+			if err != nil {
+				break
+			}
+		}
+		var k int
+		k, err = up.read(buf)
+		if k > 0 {
+			n += int64(k)
+			if _, werr := st.Write(buf[:k]); werr != nil {
+				err = werr
+			}
+		}
+		if !st.holding && err == nil {
+			c.hold()
+			st.holding = true
+		}
+	}
+	copyBufs.Put(bp)
+	if err == io.EOF {
+		err = nil
+		if len(up.trailer) > 0 {
+			if err = st.flush(false); err == nil {
+				st.ended = true
+				err = st.sendFields(up.trailer, true)
+			}
+		} else {
+			err = st.flush(true)
+		}
+	}
+	release()
+	if err != nil && !st.ended {
+		// A response cut short must not look complete.
+		st.ended = true
+		c.resetStream(st.id, http2.ErrCodeInternal)
+	}
+	st.endUp(up)
+	return n, err
+}
+
+// appendUpBlock appends the header block sent to an HTTP/2 member: the
+// client's fields without the forwarding ones it may not set, and the
+// forwarding fields, as the HTTP/1.1 path sends them. The block uses no
+// dynamic table.
+func (st *h2Stream) appendUpBlock(dst []byte, scheme, path, query string) []byte {
+	ca := &st.c.hc.ca
+	dst = appendPseudo(dst, st.method, scheme, st.authority, path, query)
+	var te, xfProto, xfHost, reqID bool
+	for _, f := range st.fields {
+		if f.IsPseudo() {
+			continue
+		}
+		k := classify(unsafeBytes(f.Name))
+		switch k {
+		case hHost:
+			continue
+		case hTE:
+			te = true
+			continue
+		}
+		if forwardKind(k) {
+			if !ca.trusted {
+				continue
+			}
+			xfProto = xfProto || k == hXFProto
+			xfHost = xfHost || k == hXFHost
+			if k == hRequestID && !reqID {
+				reqID = true
+				st.reqID = f.Value
+			}
+		}
+		dst = appendLiteral(dst, f.Name, f.Value, false)
+	}
+	if te {
+		dst = appendLiteral(dst, "te", "trailers", false)
+	}
+	host := st.authority
+	dst = appendLiteral(dst, "x-forwarded-for", unsafeString(ca.ip), false)
+	if !ca.trusted || !xfProto {
+		dst = appendLiteral(dst, "x-forwarded-proto", ca.proto(), false)
+	}
+	if len(host) > 0 && (!ca.trusted || !xfHost) {
+		dst = appendLiteral(dst, "x-forwarded-host", host, false)
+	}
+	v := append(st.scratch[:0], "for="...)
+	v = append(v, ca.fwdFor...)
+	if len(host) > 0 {
+		v = append(v, ";host="...)
+		v = appendForwardedValue(v, unsafeBytes(host))
+	}
+	v = append(v, ";proto="...)
+	v = append(v, ca.proto()...)
+	dst = appendLiteral(dst, "forwarded", unsafeString(v), false)
+	if !reqID || !ca.trusted {
+		n := len(v)
+		v = appendRequestID(v)
+		st.reqID = unsafeString(v[n:])
+		dst = appendLiteral(dst, "x-request-id", st.reqID, false)
+	}
+	st.scratch = v
+	return dst
+}
+
+// h2Member reports whether the fast path serves a backend over the HTTP/2
+// client.
+func h2Member(opts *BackendOptions) bool {
+	return (opts.Protocol == H2C || opts.Protocol == H2TLS) && opts.ProxyProtocol == 0
+}
