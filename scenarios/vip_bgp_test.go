@@ -21,6 +21,16 @@ import (
 // about 300ms; the issue allows a second.
 const bgpWithdrawBound = time.Second
 
+// After a BFD reset the host dials the router again within its idle hold
+// (2s after it reset the session itself, gobgp's fixed 5s after the
+// router did) plus its first connect delay (up to 2s); the bound leaves
+// room for a loaded machine.
+const (
+	bgpRedialBound = 12 * time.Second
+	// bgpStableFor: after it is back, the session stays up this long.
+	bgpStableFor = 10 * time.Second
+)
+
 // birdConfig makes the router an eBGP peer of every LB host over IPv4
 // and IPv6, with BFD, installing all equal routes as ECMP.
 func birdConfig(dir string, lbs []*lbHost) string {
@@ -269,6 +279,61 @@ func TestVIPBGP(t *testing.T) {
 			l.waitHops(t, bgpVIP6, l.lbs)
 		})
 	}
+
+	t.Run("a BFD reset: the host is back on the router within seconds and stays", func(t *testing.T) {
+		n := l.lbs[0]
+		sessions := len(logMoves(n, "BGP session"))
+		// A stall longer than the router's BFD detection time (300ms):
+		// the router drops the session, and the host, once it runs again,
+		// hears the router's BFD down and resets its side.
+		if err := n.proc.Signal(syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		stopped := time.Now()
+		gone := l.waitGone(t, n, stopped, bgpVIP4)
+		time.Sleep(200 * time.Millisecond)
+		if err := n.proc.Signal(syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+		resumed := time.Now()
+		if _, ok := gone[bgpVIP4]; !ok {
+			t.Fatalf("the router kept the route via %s through a stall of %s: no BFD reset", n.id, resumed.Sub(stopped).Round(time.Millisecond))
+		}
+		var back time.Duration
+		for back == 0 && time.Since(resumed) < bgpRedialBound {
+			hops, err := l.kernelHops(bgpVIP4)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if slices.Contains(hops, hopOf(n, bgpVIP4)) {
+				back = time.Since(resumed)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Logf("route via %s gone %s after the stall began; back %s after it ended", n.id, gone[bgpVIP4].Round(time.Millisecond), back.Round(time.Millisecond))
+		if back == 0 {
+			t.Fatalf("the route via %s is not back on the router %s after the BFD reset; its sessions:\n%s",
+				n.id, bgpRedialBound, strings.Join(logMoves(n, "BGP session")[sessions:], "\n"))
+		}
+		// No reset loop: the route stays, and no session goes down again.
+		after := len(logMoves(n, "BGP session"))
+		for end := time.Now().Add(bgpStableFor); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+			hops, err := l.kernelHops(bgpVIP4)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Contains(hops, hopOf(n, bgpVIP4)) {
+				t.Fatalf("the route via %s left the router again after it came back; its sessions:\n%s",
+					n.id, strings.Join(logMoves(n, "BGP session")[sessions:], "\n"))
+			}
+		}
+		if lines := logMoves(n, "BGP session")[after:]; slices.ContainsFunc(lines, func(s string) bool {
+			return strings.Contains(s, "peer=192.0.2.1 ") && strings.Contains(s, "state=IDLE")
+		}) {
+			t.Errorf("a session of %s went down again after it came back:\n%s", n.id, strings.Join(lines, "\n"))
+		}
+		l.waitHops(t, bgpVIP6, l.lbs)
+	})
 
 	t.Run("SIGTERM withdraws before exit and only an in-flight request may fail", func(t *testing.T) {
 		n := l.lbs[2]

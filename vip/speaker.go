@@ -21,6 +21,31 @@ import (
 // with (gobgp's default is two minutes).
 const connectRetry = 3 // seconds
 
+// When a session goes down (the router's BFD timed out during a stall of
+// this process, the router restarted, ...), the speaker removes the
+// router from gobgp at once and adds it again after the redial hold:
+// gobgp would otherwise wait 5s, or 30s after it reset the session
+// itself, and a reset its BFD asks for while the session is down stays
+// queued and ends the next session the moment it comes up, and so on,
+// every time. The hold is redialMin, doubled after each session that
+// lasted less than stableAfter, up to redialMax, so that a session that
+// keeps failing costs the router one attempt per redialMax at most.
+// gobgp dials a router it was given within 2s.
+const (
+	redialMin   = time.Second
+	redialMax   = 32 * time.Second
+	stableAfter = time.Minute
+)
+
+// nextRedial returns the redial hold after a session that lasted up went
+// down, when the hold after the previous one was prev (0: none yet).
+func nextRedial(prev, up time.Duration) time.Duration {
+	if prev == 0 || up >= stableAfter {
+		return redialMin
+	}
+	return min(2*prev, redialMax)
+}
+
 // route is one announced /32 or /128.
 type route struct {
 	Addr        netip.Addr
@@ -49,6 +74,14 @@ type speaker struct {
 	mu sync.Mutex
 	// sessions holds the state of each router's session.
 	sessions map[netip.Addr]bool
+	// upSince is when each router's session came up, hold its last
+	// redial hold.
+	upSince map[netip.Addr]time.Time
+	hold    map[netip.Addr]time.Duration
+	// peers are the configured routers by address.
+	peers    map[netip.Addr]BGPPeer
+	stopping bool
+	redials  sync.WaitGroup
 }
 
 // established counts the routers this host has a session with.
@@ -76,7 +109,11 @@ func startSpeaker(cfg BGPConfig, log *slog.Logger, changed func()) (*speaker, er
 	srv := server.NewBgpServer(server.LoggerOption(quiet, level))
 	go srv.Serve()
 	ctx, cancel := context.WithCancel(context.Background())
-	sp := &speaker{cfg: cfg, log: log, srv: srv, cancel: cancel, announced: map[netip.Addr]string{}, sessions: map[netip.Addr]bool{}}
+	sp := &speaker{cfg: cfg, log: log, srv: srv, cancel: cancel, announced: map[netip.Addr]string{}, sessions: map[netip.Addr]bool{},
+		upSince: map[netip.Addr]time.Time{}, hold: map[netip.Addr]time.Duration{}, peers: map[netip.Addr]BGPPeer{}}
+	for _, p := range cfg.Peers {
+		sp.peers[netip.MustParseAddr(p.Address)] = p
+	}
 	err := srv.StartBgp(ctx, &gobgpapi.StartBgpRequest{Global: &gobgpapi.Global{
 		Asn: cfg.ASN, RouterId: cfg.RouterID, ListenPort: -1,
 	}})
@@ -96,9 +133,21 @@ func startSpeaker(cfg BGPConfig, log *slog.Logger, changed func()) (*speaker, er
 			}
 			log.Info("BGP session", attrs...)
 			up := st.SessionState == bgp.BGP_FSM_ESTABLISHED
+			addr := ev.Peer.Conf.NeighborAddress
 			sp.mu.Lock()
-			was := sp.sessions[ev.Peer.Conf.NeighborAddress]
-			sp.sessions[ev.Peer.Conf.NeighborAddress] = up
+			was := sp.sessions[addr]
+			sp.sessions[addr] = up
+			if up && !was {
+				sp.upSince[addr] = time.Now()
+			}
+			if was && !up && !sp.stopping {
+				hold := nextRedial(sp.hold[addr], time.Since(sp.upSince[addr]))
+				sp.hold[addr] = hold
+				sp.redials.Add(1)
+				// Not from this callback: gobgp calls it from the goroutine
+				// that would serve DeletePeer.
+				go sp.redial(ctx, addr, hold)
+			}
 			sp.mu.Unlock()
 			if up != was && changed != nil {
 				changed()
@@ -116,6 +165,33 @@ func startSpeaker(cfg BGPConfig, log *slog.Logger, changed func()) (*speaker, er
 		}
 	}
 	return sp, nil
+}
+
+// redial removes a router whose session went down from gobgp, with what
+// gobgp had queued for it, and adds it again after hold.
+func (sp *speaker) redial(ctx context.Context, addr netip.Addr, hold time.Duration) {
+	defer sp.redials.Done()
+	p, ok := sp.peers[addr]
+	if !ok {
+		return
+	}
+	if err := sp.srv.DeletePeer(ctx, &gobgpapi.DeletePeerRequest{Address: addr.String()}); err != nil {
+		if ctx.Err() == nil {
+			sp.log.Warn("cannot reset the BGP peer after its session went down; gobgp redials on its own", "peer", addr, "err", err)
+		}
+		return
+	}
+	if hold > redialMin {
+		sp.log.Warn("BGP session went down again soon after it came up; waits longer before dialling again", "peer", addr, "wait", hold)
+	}
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(hold):
+	}
+	if err := sp.srv.AddPeer(ctx, &gobgpapi.AddPeerRequest{Peer: apiPeer(p)}); err != nil && ctx.Err() == nil {
+		sp.log.Error("cannot add the BGP peer again: no session with it until a restart", "peer", addr, "err", err)
+	}
 }
 
 func apiPeer(p BGPPeer) *gobgpapi.Peer {
@@ -228,8 +304,12 @@ func (sp *speaker) withdrawAll() error {
 // stop closes the sessions (a Cease notification to each router) and
 // stops gobgp.
 func (sp *speaker) stop() {
-	sp.srv.Stop()
+	sp.mu.Lock()
+	sp.stopping = true
+	sp.mu.Unlock()
 	sp.cancel()
+	sp.redials.Wait()
+	sp.srv.Stop()
 }
 
 // minLevel drops records below min.
