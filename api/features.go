@@ -1,5 +1,13 @@
 package api
 
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+)
+
 // Admin API features a host reports in NodeStatus.features, which cluster
 // status shows. A request that uses a feature is built so that a host
 // without it refuses the request (a call of its own, a case of a oneof it
@@ -12,7 +20,116 @@ const (
 	// (ApplyRequest.preconditions) travel to the leader as checked writes
 	// (ForwardRequest.checked), which a leader of an older release refuses.
 	FeatureCheckedWrites = "checked-writes"
+	// FeatureHTTPSCheck: health checks over TLS (healthCheck.https). A
+	// host of an earlier release ignores the field and checks nothing.
+	FeatureHTTPSCheck = "https-health-check"
+	// FeatureCloseOnDown: a member taken down by its check has its tcp
+	// connections closed (healthCheck.closeOnDown). A host of an earlier
+	// release ignores the field and lets them drain.
+	FeatureCloseOnDown = "close-on-down"
+	// FeatureRouteRules: a route's matches, weighted backends, filters and
+	// timeouts (routes[].matches, backends, filters, timeouts). A host of
+	// an earlier release ignores them and routes by host and path alone.
+	FeatureRouteRules = "route-rules"
 )
 
+// FeatureLevel is the highest cluster feature level this release
+// understands. Level 1 is every release before levels existed; level 2
+// adds the features of featureLevels. A release that adds a field or a
+// request option that a host of an earlier release would ignore, or a
+// command version, raises it, and the cluster accepts writes that use the
+// addition only once every host reports the level.
+const FeatureLevel = 2
+
+// featureLevels is the level each feature needs on every host.
+var featureLevels = map[string]uint32{
+	FeatureDryRun:        2,
+	FeatureCheckedWrites: 2,
+	FeatureHTTPSCheck:    2,
+	FeatureCloseOnDown:   2,
+	FeatureRouteRules:    2,
+}
+
+// LevelNeeded is the highest level the uses need (1 for none).
+func LevelNeeded(uses []FeatureUse) uint32 {
+	need := uint32(1)
+	for _, u := range uses {
+		need = max(need, featureLevels[u.Feature])
+	}
+	return need
+}
+
+// HostLevel is the feature level a host reports in its NodeStatus (a host
+// of a release before levels reports none: level 1).
+func HostLevel(ns *pb.NodeStatus) uint32 { return max(ns.GetFeatureLevel(), 1) }
+
+// DescribeHost names a host and its level for a refusal.
+func DescribeHost(id, version string, level uint32) string {
+	if version == "" {
+		return fmt.Sprintf("%s is at level %d", id, level)
+	}
+	return fmt.Sprintf("%s (version %s) is at level %d", id, version, level)
+}
+
+// FeatureRefusal is the error of a write that uses features (needing
+// level need) while the hosts older (described by DescribeHost) are
+// below it. It wraps ErrConflict.
+func FeatureRefusal(uses []FeatureUse, need uint32, older []string) error {
+	what := make([]string, len(uses))
+	for i, u := range uses {
+		what[i] = u.String()
+	}
+	return fmt.Errorf("%s needs feature level %d on every host, and %s: upgrade them first (cluster status shows each host's version and level); nothing was written: %w",
+		strings.Join(what, ", "), need, strings.Join(older, ", "), ErrConflict)
+}
+
 // Features returns the features this release serves.
-func Features() []string { return []string{FeatureDryRun, FeatureCheckedWrites} }
+func Features() []string {
+	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules}
+}
+
+// FeatureUse is one place where a write uses a feature: the feature and
+// the field (or request option) that uses it.
+type FeatureUse struct {
+	Feature string
+	Field   string
+}
+
+func (u FeatureUse) String() string { return u.Field + " (" + u.Feature + ")" }
+
+// FeaturesUsed returns the model fields of obj that need a feature, in
+// a stable order. Objects of the kinds without such fields use none.
+func FeaturesUsed(obj *pb.Object) []FeatureUse {
+	l := obj.GetLoadBalancer()
+	if l == nil {
+		return nil
+	}
+	var out []FeatureUse
+	for i, r := range l.GetRoutes() {
+		at := fmt.Sprintf("%s: routes[%d]", RefString(RefOf(obj)), i)
+		for _, f := range []struct {
+			name string
+			set  bool
+		}{{"matches", len(r.GetMatches()) > 0}, {"backends", len(r.GetBackends()) > 0}, {"filters", len(r.GetFilters()) > 0}, {"timeouts", r.GetTimeouts() != nil}} {
+			if f.set {
+				out = append(out, FeatureUse{Feature: FeatureRouteRules, Field: at + "." + f.name})
+			}
+		}
+	}
+	names := make([]string, 0, len(l.GetPools()))
+	for name := range l.GetPools() {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		hc := l.GetPools()[name].GetHealthCheck()
+		at := fmt.Sprintf("%s: pools.%s.healthCheck", RefString(RefOf(obj)), name)
+		if hc.GetHttps() != nil {
+			out = append(out, FeatureUse{Feature: FeatureHTTPSCheck, Field: at + ".https"})
+		}
+		if hc.GetCloseOnDown() {
+			out = append(out, FeatureUse{Feature: FeatureCloseOnDown, Field: at + ".closeOnDown"})
+		}
+	}
+	return out
+}

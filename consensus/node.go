@@ -86,6 +86,10 @@ type Config struct {
 	// when the other voters are gone for good (it refuses while any of
 	// them answers).
 	Recover bool
+
+	// featureLevel, when set, is the level this host records and reports
+	// instead of FeatureLevel (a host of an earlier release, in tests).
+	featureLevel uint32
 }
 
 // Node is one LB host's member of the Raft cluster.
@@ -501,7 +505,7 @@ func (n *Node) ensureMember(ctx context.Context) error {
 	want := &pb.Node{
 		Id: n.cfg.NodeID, RaftAddr: n.cfg.RaftAddr, ApiAddr: n.cfg.APIAddr, Suffrage: suffrageOf(me.Suffrage),
 		HeartbeatAddr: n.cfg.HeartbeatAddr, VipInterface: n.cfg.VIPInterface,
-		Version: n.cfg.Version, FeatureLevel: FeatureLevel,
+		Version: n.cfg.Version, FeatureLevel: n.featureLevel(),
 	}
 	n.fsm.mu.RLock()
 	have := n.fsm.st.get(api.KindNode, n.cfg.NodeID).GetNode()

@@ -49,6 +49,10 @@ func (s *clusterService) Forward(ctx context.Context, req *pb.ForwardRequest) (*
 	if !s.n.IsLeader() {
 		return nil, status.Error(codes.Unavailable, "not the leader")
 	}
+	// A host of an earlier release forwards what it does not check.
+	if err := s.n.checkFeatures(ctx, req); err != nil {
+		return nil, api.ToStatus(err)
+	}
 	resp, err := s.n.local(ctx, req)
 	if retryable(err) {
 		return nil, status.Error(codes.Unavailable, "leadership changed")
@@ -223,7 +227,7 @@ func (n *Node) health() *pb.NodeStatus {
 		Term:         n.raft.CurrentTerm(),
 		Version:      n.cfg.Version,
 		Features:     api.Features(),
-		FeatureLevel: FeatureLevel,
+		FeatureLevel: n.featureLevel(),
 	}
 	switch st {
 	case raft.Leader:
@@ -290,6 +294,14 @@ func (n *Node) Status(ctx context.Context) (*pb.ClusterStatusResponse, error) {
 		<-done
 	}
 	out.Nodes = results
+	// The hosts that answered count with the level they report (a host
+	// downgraded to a release that leaves its Node object alone).
+	n.fsm.mu.RLock()
+	for _, ns := range results {
+		level, _ := hostLevel(n.fsm.st.get(api.KindNode, ns.GetId()).GetNode(), ns)
+		out.FeatureLevel = min(out.FeatureLevel, level)
+	}
+	n.fsm.mu.RUnlock()
 	return out, nil
 }
 

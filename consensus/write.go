@@ -108,6 +108,9 @@ func olderLeader(fw *pb.ForwardRequest, err error) bool {
 // write runs fw on the leader: here if this host leads, else forwarded.
 // Writes that fail because leadership moved are retried until ctx ends.
 func (n *Node) write(ctx context.Context, fw *pb.ForwardRequest) (*pb.ForwardResponse, error) {
+	if err := n.checkFeatures(ctx, fw); err != nil {
+		return nil, err
+	}
 	var last error
 	for {
 		var resp *pb.ForwardResponse

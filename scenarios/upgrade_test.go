@@ -3,6 +3,7 @@ package scenarios
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -176,6 +177,10 @@ func TestRollingUpgradeFromPreviousRelease(t *testing.T) {
 		t.Logf("%s %s: %s, %d of the probes through the VIP (TCP, UDP, HTTPS keep-alive) failed", name, n.id, took.Round(time.Millisecond), failed)
 		return failed, took
 	}
+	gated := gatedLB(t, "127.0.0.97/32", netip.MustParseAddr("127.0.0.1"))
+	apply := func(via *node) func(string) (string, error) {
+		return func(path string) (string, error) { return c.cli(via, "apply", "-f", path) }
+	}
 	// The hosts that do not hold the VIP's ports first, then the holder.
 	for _, n := range []*node{n3, n2} {
 		if failed, _ := phase("upgrade", n, c.bin); failed > 0 {
@@ -186,6 +191,10 @@ func TestRollingUpgradeFromPreviousRelease(t *testing.T) {
 		if mixed[n.id] == oldVersion || mixed[n1.id] != oldVersion {
 			t.Fatalf("cluster status versions during the upgrade: %v", mixed)
 		}
+		// Through an upgraded host and through n1 (an old host, which
+		// forwards to whichever leader without checking).
+		gated.refused(t, apply(n), n1.id+" (version "+oldVersion+") is at level 1")
+		gated.refused(t, apply(n1), n1.id+" (version "+oldVersion+") is at level 1")
 	}
 	holderFailed, _ := phase("upgrade", n1, c.bin)
 	for id, v := range c.versions(t, n2) {
@@ -197,11 +206,16 @@ func TestRollingUpgradeFromPreviousRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.GetFeatureLevel() != 1 {
-		t.Fatalf("feature level %d after the upgrade, want 1", st.GetFeatureLevel())
+	if st.GetFeatureLevel() != 2 {
+		t.Fatalf("feature level %d after the upgrade, want 2", st.GetFeatureLevel())
 	}
+	gated.accepted(t, apply(n3), func(args ...string) (string, error) { return c.cli(n2, args...) })
 	// A host that was just upgraded goes back to the previous release.
 	downFailed, _ := phase("downgrade", n3, old)
+	gated.refused(t, apply(n1), n3.id+" (version "+oldVersion+") is at level 1")
+	if st, err := c.status(n2); err != nil || st.GetFeatureLevel() != 1 {
+		t.Fatalf("feature level %d (%v) with n3 downgraded, want 1", st.GetFeatureLevel(), err)
+	}
 	if downFailed > 0 {
 		t.Errorf("%d connections through the VIP failed while n3 was downgraded", downFailed)
 	}
@@ -248,5 +262,65 @@ func TestFindReleaseByHashOrSubject(t *testing.T) {
 	t.Run("without the release", func(t *testing.T) { found = findRelease(t, without) })
 	if found != "not run" {
 		t.Fatalf("a clone without the release returned %q instead of skipping", found)
+	}
+}
+
+// gatedLBFile is a static pool, a tenant and a load balancer of it that
+// uses the fields of feature level 2 (an HTTPS check and closeOnDown), in
+// one file: the cluster writes all or none.
+type gatedLBFile struct{ path string }
+
+// gatedLB writes it with the pool's range and the tenant's one member.
+func gatedLB(t *testing.T, cidr string, member netip.Addr) gatedLBFile {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "gated.yaml")
+	doc := fmt.Sprintf(`kind: VIPPool
+name: gated
+cidrs: [%s]
+mode: static
+---
+kind: Tenant
+name: gated
+networks: [%s/32]
+pools: [gated]
+---
+kind: LoadBalancer
+name: api
+tenant: gated
+vip: { pool: gated }
+listeners: [{ port: 6443, protocol: tcp, pool: api }]
+pools:
+  api:
+    members: ["%s"]
+    healthCheck: { https: { path: /readyz, insecureSkipVerify: true }, closeOnDown: true }
+`, cidr, member, netip.AddrPortFrom(member, 6443))
+	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return gatedLBFile{path: path}
+}
+
+// refused applies the file and requires the cluster's refusal naming the
+// fields and want (a host below level 2).
+func (g gatedLBFile) refused(t *testing.T, apply func(string) (string, error), want string) {
+	t.Helper()
+	out, err := apply(g.path)
+	for _, s := range []string{"healthCheck.https (https-health-check)", "healthCheck.closeOnDown (close-on-down)", "needs feature level 2", want} {
+		if err == nil || !strings.Contains(err.Error(), s) {
+			t.Fatalf("a write of level-2 fields in a mixed cluster: %v (%s); want a refusal with %q", err, out, s)
+		}
+	}
+	t.Logf("refused as it should: %v", err)
+}
+
+// accepted applies the file once every host is at level 2, then deletes
+// the load balancer again (a downgrade follows).
+func (g gatedLBFile) accepted(t *testing.T, apply func(string) (string, error), cli func(...string) (string, error)) {
+	t.Helper()
+	if out, err := apply(g.path); err != nil {
+		t.Fatalf("a write of level-2 fields with every host upgraded: %v (%s)", err, out)
+	}
+	if out, err := cli("delete", "lb", "gated/api"); err != nil {
+		t.Fatalf("delete the level-2 load balancer: %v (%s)", err, out)
 	}
 }

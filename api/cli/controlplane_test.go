@@ -171,3 +171,36 @@ func TestControlPlaneNeverPrintsTheClientKey(t *testing.T) {
 		t.Errorf("get -o yaml drops the client certificate:\n%s", r.stdout)
 	}
 }
+
+// A host that reports no feature level (a release before them) answers
+// cluster status: the CLI refuses the HTTPS check and closeOnDown before
+// it sends anything, naming the fields and the host, since a write that
+// enters through such a host and reaches a leader of its release would
+// be stored with the fields ignored.
+func TestControlPlaneRefusedWhileAHostIsOlder(t *testing.T) {
+	caFile, _ := writeCA(t)
+	fake := newFake()
+	fake.olderHost = "lb2"
+	fake.put(api.Wrap(&pb.VIPPool{Name: "public", Cidrs: []string{"192.0.2.0/28"}, Mode: "arp"}))
+	fake.put(api.Wrap(&pb.Tenant{Name: "acme", Networks: []string{"10.20.0.0/16"}, Pools: []string{"public"}}))
+	args := []string{"lb", "control-plane", "acme", "cp", "--pool", "public", "--members", "10.20.0.11:6443", "--ca-file", caFile}
+	r := run(t, fake, "", args...)
+	for _, want := range []string{"pools.", "healthCheck.https (https-health-check)", "healthCheck.closeOnDown (close-on-down)", "needs feature level 2", "lb2 (version 0.9.0) is at level 1", "nothing was written"} {
+		if r.code == 0 || !strings.Contains(r.stderr, want) {
+			t.Fatalf("with an older host: exit %d, stderr %q, want %q", r.code, r.stderr, want)
+		}
+	}
+	if strings.Contains(r.stderr, "lb1") || strings.Contains(r.stderr, "lb3") || len(fake.applied) != 0 {
+		t.Fatalf("named hosts at level 2 or unreachable, or applied %d: %q", len(fake.applied), r.stderr)
+	}
+	// Load balancers without those fields are written as before.
+	plain := "kind: LoadBalancer\nname: plain\ntenant: acme\nvip: { pool: public }\nlisteners: [{ port: 80, protocol: tcp, pool: web }]\n" +
+		"pools: { web: { members: [10.20.0.11:80], healthCheck: { tcp: {} } } }\n"
+	if r := run(t, fake, plain, "apply", "-f", "-"); r.code != 0 || len(fake.applied) != 1 {
+		t.Fatalf("a load balancer without level-2 fields: exit %d, %q", r.code, r.stderr)
+	}
+	fake.olderHost = ""
+	if r := run(t, fake, "", args...); r.code != 0 || len(fake.applied) != 2 {
+		t.Fatalf("once every host is at level 2: exit %d, %q", r.code, r.stderr)
+	}
+}

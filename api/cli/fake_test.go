@@ -33,6 +33,9 @@ type fakeAdmin struct {
 	applied  []*pb.ApplyRequest
 	// hosts, when set, are what the hosts see (Observe, Events).
 	hosts []*pb.HostObservation
+	// olderHost, when set, is the id of a host that answers cluster
+	// status as a release before feature levels does (no level).
+	olderHost string
 	// afterGet, when set, runs (under the lock) after each Get has read
 	// its object: another writer's change between a read and a write.
 	afterGet func(f *fakeAdmin)
@@ -209,24 +212,35 @@ func (f *fakeAdmin) Delete(_ context.Context, req *pb.DeleteRequest) (*pb.Delete
 }
 
 func (f *fakeAdmin) ClusterStatus(context.Context, *pb.ClusterStatusRequest) (*pb.ClusterStatusResponse, error) {
+	st := f.status()
+	for _, n := range st.Nodes {
+		if n.Id == f.olderHost {
+			n.FeatureLevel, n.Version = 0, "0.9.0"
+			st.FeatureLevel = 1
+		}
+	}
+	return st, nil
+}
+
+func (f *fakeAdmin) status() *pb.ClusterStatusResponse {
 	return &pb.ClusterStatusResponse{
 		ClusterId: "c-7f3a", LeaderId: "lb1", Term: 4, CommitIndex: 1207, Revision: 311,
-		HeartbeatTimeout: "500ms", ElectionTimeout: "1s", FeatureLevel: 1,
+		HeartbeatTimeout: "500ms", ElectionTimeout: "1s", FeatureLevel: 2,
 		Nodes: []*pb.NodeStatus{
-			{Id: "lb1", RaftAddr: "10.0.0.1:7946", ApiAddr: "10.0.0.1:7443", Suffrage: "voter", State: "leader", Healthy: true, AppliedIndex: 1207, Term: 4, LastContact: "0s", Version: "1.0.0", FeatureLevel: 1,
+			{Id: "lb1", RaftAddr: "10.0.0.1:7946", ApiAddr: "10.0.0.1:7443", Suffrage: "voter", State: "leader", Healthy: true, AppliedIndex: 1207, Term: 4, LastContact: "0s", Version: "1.0.0", FeatureLevel: 2,
 				HeartbeatInterval: "20ms", HeartbeatMisses: 5,
 				Vips: []*pb.VIPHolding{
 					{Address: "192.0.2.2", Mode: "arp", State: "holding", Since: timestamppb.New(f.now.Add(-3 * time.Minute)), Reason: "holder lb3 unreachable", LoadBalancers: []string{"acme/shop", "acme/api"}},
 				}},
-			{Id: "lb2", RaftAddr: "10.0.0.2:7946", ApiAddr: "10.0.0.2:7443", Suffrage: "voter", State: "follower", Healthy: true, AppliedIndex: 1207, Term: 4, LastContact: "41ms", Version: "1.0.0", FeatureLevel: 1,
+			{Id: "lb2", RaftAddr: "10.0.0.2:7946", ApiAddr: "10.0.0.2:7443", Suffrage: "voter", State: "follower", Healthy: true, AppliedIndex: 1207, Term: 4, LastContact: "41ms", Version: "1.0.0", FeatureLevel: 2,
 				HeartbeatInterval: "20ms", HeartbeatMisses: 5,
 				Vips: []*pb.VIPHolding{
 					{Address: "192.0.2.1", Mode: "arp", State: "holding", Since: timestamppb.New(f.now.Add(-2 * time.Hour)), Reason: "ranked first among live hosts", LoadBalancers: []string{"globex/web"}},
 				}},
 			{Id: "lb3", RaftAddr: "10.0.0.3:7946", ApiAddr: "10.0.0.3:7443", Suffrage: "voter", State: "unreachable", AppliedIndex: 1150, Term: 3, LastContact: "2m10s", Error: "dial tcp 10.0.0.3:7946: connect: no route to host"},
-			{Id: "lb4", RaftAddr: "10.0.0.4:7946", ApiAddr: "10.0.0.4:7443", Suffrage: "nonvoter", State: "follower", Healthy: true, AppliedIndex: 1206, Term: 4, LastContact: "38ms", Draining: true},
+			{Id: "lb4", RaftAddr: "10.0.0.4:7946", ApiAddr: "10.0.0.4:7443", Suffrage: "nonvoter", State: "follower", Healthy: true, AppliedIndex: 1206, Term: 4, LastContact: "38ms", Draining: true, Version: "1.0.0", FeatureLevel: 2},
 		},
-	}, nil
+	}
 }
 
 func (f *fakeAdmin) CreateJoinToken(_ context.Context, req *pb.CreateJoinTokenRequest) (*pb.CreateJoinTokenResponse, error) {

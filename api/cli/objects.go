@@ -100,6 +100,9 @@ func (a *app) apply(cmd *cobra.Command, objs []*pb.Object, mode pb.ApplyMode) er
 func (a *app) applyObjects(cmd *cobra.Command, objs []*pb.Object, mode pb.ApplyMode, dryRun bool, pre ...*pb.RevisionPrecondition) error {
 	return a.call(cmd, func(ctx context.Context, c *client.Conn) error {
 		req := &pb.ApplyRequest{Objects: objs, Mode: mode, Preconditions: pre}
+		if err := checkFeatureLevels(ctx, c, objs); err != nil {
+			return err
+		}
 		var resp *pb.ApplyResponse
 		var err error
 		suffix := ""

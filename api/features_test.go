@@ -1,0 +1,65 @@
+package api
+
+import (
+	"slices"
+	"testing"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+)
+
+// Each field of feature level 2 is found where it is set, and nothing
+// else is.
+func TestFeaturesUsed(t *testing.T) {
+	lb := func(edit func(*pb.LoadBalancer)) *pb.Object {
+		l := &pb.LoadBalancer{Name: "shop", Tenant: "acme",
+			Routes: []*pb.Route{{Path: "/", Pool: "web"}, {Path: "/api", Pool: "web"}},
+			Pools:  map[string]*pb.BackendPool{"web": {HealthCheck: &pb.HealthCheck{Http: &pb.HTTPCheck{Path: "/healthz"}}}, "api": {}},
+		}
+		if edit != nil {
+			edit(l)
+		}
+		return Wrap(l)
+	}
+	for _, tt := range []struct {
+		name string
+		obj  *pb.Object
+		want []string
+	}{
+		{"level 1 fields only", lb(nil), nil},
+		{"not a load balancer", Wrap(&pb.Tenant{Name: "acme"}), nil},
+		{"https check", lb(func(l *pb.LoadBalancer) { l.Pools["api"].HealthCheck = &pb.HealthCheck{Https: &pb.HTTPSCheck{}} }),
+			[]string{"LoadBalancer acme/shop: pools.api.healthCheck.https (https-health-check)"}},
+		{"closeOnDown", lb(func(l *pb.LoadBalancer) { l.Pools["web"].HealthCheck.CloseOnDown = true }),
+			[]string{"LoadBalancer acme/shop: pools.web.healthCheck.closeOnDown (close-on-down)"}},
+		{"route rules", lb(func(l *pb.LoadBalancer) {
+			l.Routes[1].Matches = []*pb.RouteMatch{{Method: "GET"}}
+			l.Routes[1].Backends = []*pb.RouteBackend{{Pool: "api"}}
+			l.Routes[0].Filters = []*pb.RouteFilter{{}}
+			l.Routes[0].Timeouts = &pb.RouteTimeouts{Request: durationpb.New(1)}
+		}), []string{
+			"LoadBalancer acme/shop: routes[0].filters (route-rules)", "LoadBalancer acme/shop: routes[0].timeouts (route-rules)",
+			"LoadBalancer acme/shop: routes[1].matches (route-rules)", "LoadBalancer acme/shop: routes[1].backends (route-rules)",
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var got []string
+			for _, u := range FeaturesUsed(tt.obj) {
+				got = append(got, u.String())
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Fatalf("got %q, want %q", got, tt.want)
+			}
+			uses := FeaturesUsed(tt.obj)
+			if want := map[bool]uint32{true: 1, false: 2}[len(tt.want) == 0]; LevelNeeded(uses) != want {
+				t.Fatalf("level %d, want %d", LevelNeeded(uses), want)
+			}
+		})
+	}
+	for _, f := range Features() {
+		if featureLevels[f] < 2 || featureLevels[f] > FeatureLevel {
+			t.Errorf("feature %s has level %d, want 2..%d", f, featureLevels[f], FeatureLevel)
+		}
+	}
+}
