@@ -48,6 +48,8 @@ const (
 //   - 100 writes that touch no load balancer (join tokens): how many
 //     times a data plane applied a configuration for them (want 0) and the
 //     CPU per write;
+//   - the CPU the three hosts spend idle (heartbeats, VIP decisions, Raft),
+//     in per cent of one core per host;
 //   - the resident set of each host.
 func BenchmarkScaleMemberChange(b *testing.B) {
 	sizes := []int{1000, 10000}
@@ -70,12 +72,12 @@ func BenchmarkScaleMemberChange(b *testing.B) {
 	}
 	b.StopTimer()
 	fmt.Printf("\nscale: one member change through the admin API, live in the data plane of 3 hosts (network namespaces, one machine)\n")
-	fmt.Printf("| LBs x %d members | load (first write to last revision on every host) | change p50 | change p99 | max | host CPU per change (above idle) | data-plane applies for %d writes touching no LB | host CPU per such write | RSS per host |\n", scaleMembers, scaleQuiet)
-	fmt.Printf("|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
+	fmt.Printf("| LBs x %d members | load (first write to last revision on every host) | change p50 | change p99 | max | host CPU per change (above idle) | data-plane applies for %d writes touching no LB | host CPU per such write | idle CPU per host | RSS per host |\n", scaleMembers, scaleQuiet)
+	fmt.Printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, r := range rows {
-		fmt.Printf("| %d | %s | %.1f ms | %.1f ms | %.1f ms | %.2f ms | %d | %.2f ms | %s |\n", r.lbs, r.load.Round(time.Millisecond),
+		fmt.Printf("| %d | %s | %.1f ms | %.1f ms | %.1f ms | %.2f ms | %d | %.2f ms | %.1f%% | %s |\n", r.lbs, r.load.Round(time.Millisecond),
 			ms(r.lat.percentile(50)), ms(r.lat.percentile(99)), ms(r.lat.percentile(100)), ms(r.cpuPerChange),
-			r.quietApplies, ms(r.cpuPerQuiet), r.rss)
+			r.quietApplies, ms(r.cpuPerQuiet), r.idlePercent, r.rss)
 	}
 	b.ReportMetric(0, "ns/op")
 }
@@ -87,6 +89,7 @@ type scaleRow struct {
 	cpuPerChange time.Duration
 	quietApplies int
 	cpuPerQuiet  time.Duration
+	idlePercent  float64 // of one core, per host
 	rss          string
 }
 
@@ -142,6 +145,7 @@ func scaleRun(b *testing.B, n int) scaleRow {
 	idle0 := hostCPU(b, l)
 	time.Sleep(3 * time.Second)
 	idle := float64(hostCPU(b, l)-idle0) / 3
+	row.idlePercent = idle / float64(time.Second) / float64(len(l.lbs)) * 100
 	busy := func(cpu time.Duration, took time.Duration) time.Duration {
 		return max(0, cpu-time.Duration(idle*took.Seconds()))
 	}

@@ -198,8 +198,8 @@ func (m *Manager) planBeats(now time.Time) {
 	st := &m.loop
 	m.mu.Lock()
 	key := m.key
-	ready, haveReady := m.ready, m.haveReady
 	m.mu.Unlock()
+	haveReady := st.ready.have
 	if len(key) == 0 || len(st.members) == 0 {
 		m.beats.plan.Store(nil)
 		return
@@ -223,17 +223,12 @@ func (m *Manager) planBeats(now time.Time) {
 		p.arrived = append(p.arrived, (*m.arrivals.Load())[id])
 		p.since = append(p.since, pe.AliveSince)
 	}
-	for _, a := range slices.SortedFunc(maps.Keys(st.records), netip.Addr.Compare) {
-		if r := st.records[a]; r.held && r.spec.Mode == ModeARP {
-			p.hb.Holding = append(p.hb.Holding, a)
-		}
-	}
+	// Both lists are kept by the loop as the holdings and the readiness
+	// change, and never changed once built: a tick costs what the peers
+	// cost, not what the VIPs do.
+	p.hb.Holding = st.heldARP
 	if st.want != nil && haveReady {
-		for _, vs := range st.want.VIPs {
-			if vs.Mode == ModeARP && notReady(vs, ready, true) != "" {
-				p.hb.NotReady = append(p.hb.NotReady, vs.Addr)
-			}
-		}
+		p.hb.NotReady = st.ready.arpNotReady
 	}
 	if len(p.hb.NotReady) > maxDatagram/20 {
 		// It would not fit next to the sightings: not ready for any.

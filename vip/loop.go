@@ -51,8 +51,22 @@ type loopState struct {
 	records map[netip.Addr]*record
 	alive   map[string]bool
 	quorum  string // quorumState of the last view
-	// rebalanceFrom: when this process could first hold each arp VIP.
+	// rebalanceFrom: when this process could first hold each arp VIP;
+	// rebalanceOpen: those of them whose window may still be open;
+	// rebalancePass: the readiness recomputation (readiness.full) whose
+	// VIPs were all looked at (0: look at them all next time).
 	rebalanceFrom map[netip.Addr]time.Time
+	rebalanceOpen map[netip.Addr]time.Time
+	rebalancePass uint64
+	// ready: the data plane's readiness and what it means for each VIP.
+	ready readiness
+	// holding and heldARP (sorted, never changed once built): the arp
+	// VIPs held here, rebuilt when a record's holding changes.
+	holding map[netip.Addr]bool
+	heldARP []netip.Addr
+	// converges counts the passes that decide every VIP (converge): only
+	// a change of the inputs or of the view causes one.
+	converges uint64
 	// arpUp and bgpUp: the interfaces can carry traffic.
 	arpUp, bgpUp bool
 	linkDirty    bool
@@ -80,6 +94,8 @@ func (st *loopState) init() {
 	st.records = map[netip.Addr]*record{}
 	st.alive = map[string]bool{}
 	st.rebalanceFrom = map[netip.Addr]time.Time{}
+	st.rebalanceOpen = map[netip.Addr]time.Time{}
+	st.holding = map[netip.Addr]bool{}
 	st.arpUp, st.bgpUp, st.linkDirty = true, true, true
 }
 
@@ -195,7 +211,7 @@ func (m *Manager) drainChannel() {
 func (m *Manager) evaluate(now time.Time, inputsChanged bool) time.Time {
 	st := &m.loop
 	m.mu.Lock()
-	want, ready, haveReady, revision := m.want, m.ready, m.haveReady, m.revision
+	want, revision := m.want, m.revision
 	haveKey := len(m.key) > 0
 	contactOf := m.contact
 	if m.linkChanged {
@@ -205,6 +221,10 @@ func (m *Manager) evaluate(now time.Time, inputsChanged bool) time.Time {
 	if want != st.want && want != nil {
 		m.adopt(want, now)
 	}
+	if m.takeReadiness() {
+		inputsChanged = true
+	}
+	haveReady := st.ready.have
 	if st.linkDirty {
 		st.linkDirty = false
 		m.checkLinks()
@@ -241,7 +261,11 @@ func (m *Manager) evaluate(now time.Time, inputsChanged bool) time.Time {
 
 	// Problems that keep this host from holding VIPs of any mode; the
 	// majority and the heartbeat key matter to arp VIPs only.
-	me := self{ID: m.cfg.NodeID, NotReady: map[netip.Addr]string{}}
+	// NotReady is shared with the loop's readiness: decisions only read it.
+	me := self{ID: m.cfg.NodeID, NotReady: st.ready.notReady}
+	if me.NotReady == nil {
+		me.NotReady = map[netip.Addr]string{}
+	}
 	switch {
 	case st.leaving:
 		me.Problem = "shutting down"
@@ -253,13 +277,6 @@ func (m *Manager) evaluate(now time.Time, inputsChanged bool) time.Time {
 		me.Problem = "drained by the operator (cluster drain)"
 	case !haveReady:
 		me.Problem = "the data plane has not reported yet"
-	}
-	if st.want != nil {
-		for _, vs := range st.want.VIPs {
-			if why := notReady(vs, ready, haveReady); why != "" {
-				me.NotReady[vs.Addr] = why
-			}
-		}
 	}
 	arpMe := me
 	if arpMe.Problem == "" && !haveKey && len(st.members) > 0 {
@@ -273,24 +290,14 @@ func (m *Manager) evaluate(now time.Time, inputsChanged bool) time.Time {
 	if arpMe.Problem == "" && v.Quorum && st.want != nil {
 		// The window of each VIP opens when this host could first hold it
 		// (a majority, and its data plane ready for it).
-		for _, vs := range st.want.VIPs {
-			if vs.Mode != ModeARP || me.NotReady[vs.Addr] != "" {
-				continue
-			}
-			from, ok := st.rebalanceFrom[vs.Addr]
-			if !ok {
-				from = now
-				st.rebalanceFrom[vs.Addr] = now
-			}
-			arpMe.Rebalance[vs.Addr] = now.Sub(from) < rebalanceMultiple*m.settle
-		}
+		arpMe.Rebalance = m.rebalanceWindows(now)
+	} else {
+		// What became ready meanwhile is looked at when it can be held.
+		st.rebalancePass = 0
 	}
-	arpMe.Holding = map[netip.Addr]bool{}
-	for a, r := range st.records {
-		if r.held && r.spec.Mode == ModeARP {
-			arpMe.Holding[a] = true
-		}
-	}
+	// Shared with the loop: decisions only read it, and it is replaced,
+	// not changed, when a holding changes.
+	arpMe.Holding = st.holding
 	if m.arp == nil && arpMe.Problem == "" {
 		arpMe.Problem = "this host has no --vip-interface for arp pools"
 	}
@@ -330,7 +337,7 @@ func (m *Manager) evaluate(now time.Time, inputsChanged bool) time.Time {
 		sessions = m.spk.established()
 	}
 	st.sessions = sessions
-	sig := signature(v, st.peers, arpMe.Problem, bgpMe.Problem, me.Problem, fmt.Sprint(arpMe.KeepOnly, arpMe.HoldDown, len(arpMe.Rebalance), rebalancing(arpMe.Rebalance), sessions))
+	sig := signature(v, st.peers, arpMe.Problem, bgpMe.Problem, me.Problem, fmt.Sprint(arpMe.KeepOnly, arpMe.HoldDown, len(arpMe.Rebalance), sessions))
 	if st.want != nil && (inputsChanged || reannounce || sig != st.sig) {
 		m.converge(now, v, arpMe, bgpMe, me)
 	}
@@ -395,17 +402,6 @@ func staleProblem(now, contact time.Time, maxAge time.Duration) string {
 		return fmt.Sprintf("no contact with the Raft leader for %s (the state may be stale; allowed %s)", age.Round(time.Second), maxAge)
 	}
 	return ""
-}
-
-// rebalancing counts the VIPs whose rebalance window is open.
-func rebalancing(r map[netip.Addr]bool) int {
-	n := 0
-	for _, open := range r {
-		if open {
-			n++
-		}
-	}
-	return n
 }
 
 // quorumState names a view's standing for the logs.
@@ -499,6 +495,7 @@ func (m *Manager) adopt(d *desired, now time.Time) {
 // to the actuator.
 func (m *Manager) converge(now time.Time, v view, arpMe, bgpMe, me self) {
 	st := &m.loop
+	st.converges++
 	wanted := map[netip.Addr]bool{}
 	hold := map[netip.Addr]target{}
 	for _, vs := range st.want.VIPs {
@@ -542,7 +539,10 @@ func (m *Manager) converge(now time.Time, v view, arpMe, bgpMe, me self) {
 		st.dirty = true
 		delete(st.records, a)
 		delete(st.prev, a)
+		delete(st.rebalanceFrom, a)
+		delete(st.rebalanceOpen, a)
 	}
+	m.heldChanged(hold)
 	m.act.set(hold, st.want.Ranges)
 }
 

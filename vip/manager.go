@@ -49,12 +49,16 @@ type Manager struct {
 	closeOnce sync.Once
 	closeErr  error
 
-	mu          sync.Mutex // guards the inputs and the published status
-	key         []byte
-	want        *desired
-	revision    uint64
-	ready       map[string]string
-	haveReady   bool
+	mu        sync.Mutex // guards the inputs and the published status
+	key       []byte
+	want      *desired
+	revision  uint64
+	ready     map[string]string
+	haveReady bool
+	// readyAll: SetReady replaced the readiness since the loop last took
+	// it; readyDelta: the load balancers SetReadyFor changed since then.
+	readyAll    bool
+	readyDelta  map[string]bool
 	linkChanged bool
 	contact     func() time.Time
 	pub         published
@@ -256,6 +260,10 @@ func (m *Manager) SetReady(lbs map[string]string) {
 		return
 	}
 	m.ready, m.haveReady = maps.Clone(lbs), true
+	if m.ready == nil {
+		m.ready = map[string]string{}
+	}
+	m.readyAll, m.readyDelta = true, nil
 	m.mu.Unlock()
 	m.poke()
 }
@@ -289,13 +297,19 @@ func (m *Manager) SetReadyFor(lbs map[string]string, gone []string) {
 		m.mu.Unlock()
 		return
 	}
-	// The loop reads the map it took without the lock: a new one.
-	ready := maps.Clone(m.ready)
-	maps.Copy(ready, lbs)
-	for _, lb := range gone {
-		delete(ready, lb)
+	// The loop takes the load balancers named (takeReadiness): a change
+	// costs what it names, whatever the number of load balancers.
+	if m.readyDelta == nil {
+		m.readyDelta = map[string]bool{}
 	}
-	m.ready = ready
+	for lb, why := range lbs {
+		m.ready[lb] = why
+		m.readyDelta[lb] = true
+	}
+	for _, lb := range gone {
+		delete(m.ready, lb)
+		m.readyDelta[lb] = true
+	}
 	m.mu.Unlock()
 	m.poke()
 }

@@ -1,0 +1,206 @@
+package vip
+
+import (
+	"maps"
+	"net/netip"
+	"slices"
+	"time"
+)
+
+// readiness is the loop's copy of the data plane's readiness and what it
+// makes of it for each VIP. It is kept up to date from the changes only:
+// a heartbeat tick with nothing new looks at no VIP, and a load balancer
+// whose readiness changed recomputes the VIPs it uses, not the others.
+// The whole is recomputed only when the committed state (the VIPs) or the
+// whole readiness (SetReady) is new.
+type readiness struct {
+	// ready is the loop's own copy of Manager.ready.
+	ready map[string]string
+	have  bool
+	// want is the committed state the rest was computed for; vipsOf
+	// indexes its VIPs by load balancer.
+	want   *desired
+	vipsOf map[string][]int
+	// notReady says why this host cannot serve each VIP it cannot serve;
+	// arpNotReady lists the arp ones, sorted. The slice is never changed
+	// once built: the heartbeat plan shares it.
+	notReady    map[netip.Addr]string
+	arpNotReady []netip.Addr
+	// full counts the whole recomputations; changed holds the VIPs
+	// whose readiness was recomputed since the last whole one, until
+	// rebalanceWindows has looked at them.
+	full    uint64
+	changed map[int]bool
+	// examined counts the VIPs whose readiness was computed, the work
+	// proportional to the state that a change must not cause.
+	examined int
+}
+
+// takeReadiness brings the loop's copy of the readiness up to date with
+// what SetReady and SetReadyFor said since it last looked, and recomputes
+// the VIPs it affects. It returns whether anything changed.
+func (m *Manager) takeReadiness() bool {
+	st := &m.loop
+	rd := &st.ready
+	m.mu.Lock()
+	all := m.readyAll || rd.want != st.want || rd.have != m.haveReady
+	var lbs []string
+	switch {
+	case m.readyAll:
+		rd.ready = maps.Clone(m.ready)
+	case len(m.readyDelta) > 0:
+		if rd.ready == nil {
+			rd.ready = map[string]string{}
+		}
+		for lb := range m.readyDelta {
+			if why, ok := m.ready[lb]; ok {
+				rd.ready[lb] = why
+			} else {
+				delete(rd.ready, lb)
+			}
+			lbs = append(lbs, lb)
+		}
+	}
+	rd.have = m.haveReady
+	m.readyAll, m.readyDelta = false, nil
+	m.mu.Unlock()
+
+	switch {
+	case st.want == nil:
+		rd.want, rd.vipsOf, rd.notReady, rd.arpNotReady = nil, nil, map[netip.Addr]string{}, nil
+		return all
+	case all:
+		rd.recompute(st.want)
+		return true
+	case len(lbs) == 0:
+		return false
+	}
+	arpChanged := false
+	seen := map[int]bool{}
+	for _, lb := range lbs {
+		for _, i := range rd.vipsOf[lb] {
+			if seen[i] {
+				continue
+			}
+			seen[i], rd.changed[i] = true, true
+			vs := st.want.VIPs[i]
+			rd.examined++
+			why := notReady(vs, rd.ready, rd.have)
+			if why == rd.notReady[vs.Addr] {
+				continue
+			}
+			if why == "" {
+				delete(rd.notReady, vs.Addr)
+			} else {
+				rd.notReady[vs.Addr] = why
+			}
+			if vs.Mode == ModeARP {
+				arpChanged = true
+			}
+		}
+	}
+	if arpChanged {
+		// A new slice: the one in the heartbeat plan stays as it is.
+		var out []netip.Addr
+		for _, a := range rd.arpNotReady {
+			if rd.notReady[a] != "" {
+				out = append(out, a)
+			}
+		}
+		for i := range seen {
+			vs := st.want.VIPs[i]
+			if vs.Mode != ModeARP || rd.notReady[vs.Addr] == "" {
+				continue
+			}
+			if j, found := slices.BinarySearchFunc(out, vs.Addr, netip.Addr.Compare); !found {
+				out = slices.Insert(out, j, vs.Addr)
+			}
+		}
+		rd.arpNotReady = out
+	}
+	return true
+}
+
+// recompute derives everything from want and the readiness.
+func (rd *readiness) recompute(want *desired) {
+	rd.full++
+	rd.want = want
+	rd.changed = map[int]bool{}
+	rd.vipsOf = make(map[string][]int, len(want.VIPs))
+	rd.notReady = map[netip.Addr]string{}
+	var arp []netip.Addr
+	for i, vs := range want.VIPs {
+		for _, lb := range vs.LBs {
+			rd.vipsOf[lb] = append(rd.vipsOf[lb], i)
+		}
+		rd.examined++
+		if why := notReady(vs, rd.ready, rd.have); why != "" {
+			rd.notReady[vs.Addr] = why
+			if vs.Mode == ModeARP {
+				arp = append(arp, vs.Addr)
+			}
+		}
+	}
+	// want.VIPs is sorted by address, and so is arp.
+	rd.arpNotReady = arp
+}
+
+// rebalanceWindows returns the arp VIPs whose rebalance window is open
+// (see self.Rebalance), and notes when this host could first hold each
+// ready arp VIP. Only a VIP that became ready, or all of them after a
+// recomputation or a time when this host could hold none, are looked at;
+// the windows still open are kept in rebalanceOpen.
+func (m *Manager) rebalanceWindows(now time.Time) map[netip.Addr]bool {
+	st := &m.loop
+	rd := &st.ready
+	window := rebalanceMultiple * m.settle
+	stamp := func(vs vipSpec) {
+		if vs.Mode != ModeARP || rd.notReady[vs.Addr] != "" {
+			return
+		}
+		if _, ok := st.rebalanceFrom[vs.Addr]; !ok {
+			st.rebalanceFrom[vs.Addr] = now
+			st.rebalanceOpen[vs.Addr] = now
+		}
+	}
+	if st.rebalancePass != rd.full {
+		st.rebalancePass = rd.full
+		for _, vs := range st.want.VIPs {
+			rd.examined++
+			stamp(vs)
+		}
+	} else {
+		for i := range rd.changed {
+			stamp(st.want.VIPs[i])
+		}
+	}
+	clear(rd.changed)
+	out := map[netip.Addr]bool{}
+	for a, from := range st.rebalanceOpen {
+		if now.Sub(from) >= window {
+			delete(st.rebalanceOpen, a)
+			continue
+		}
+		if rd.notReady[a] == "" {
+			out[a] = true
+		}
+	}
+	return out
+}
+
+// heldChanged keeps holding and heldARP, the arp VIPs held here, equal
+// to those of hold; they are replaced, never changed, when they differ.
+func (m *Manager) heldChanged(hold map[netip.Addr]target) {
+	st := &m.loop
+	held := map[netip.Addr]bool{}
+	for a, t := range hold {
+		if t.mode == ModeARP {
+			held[a] = true
+		}
+	}
+	if maps.Equal(held, st.holding) {
+		return
+	}
+	st.holding = held
+	st.heldARP = slices.SortedFunc(maps.Keys(held), netip.Addr.Compare)
+}

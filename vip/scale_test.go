@@ -1,0 +1,138 @@
+package vip
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+)
+
+// TestTicksAtScaleLookAtNoVIP: with 10,000 arp VIPs on a host of a
+// three-host cluster, the loop's heartbeat ticks (evaluate and the
+// heartbeat plan, 50 a second at the default interval) look at no VIP and
+// decide none again when nothing changed; a readiness report that changes
+// nothing does not either; a load balancer that stops being ready
+// recomputes its own VIP's readiness, not the others'. The heartbeats
+// still carry what this host holds and what it is not ready for.
+func TestTicksAtScaleLookAtNoVIP(t *testing.T) {
+	const n = 10000
+	m := &Manager{
+		cfg:  Config{NodeID: "n1", HeartbeatInterval: 20 * time.Millisecond, StateMaxAge: time.Hour},
+		dead: 100 * time.Millisecond, log: slog.New(slog.DiscardHandler),
+		kick: make(chan struct{}, 1), ready: map[string]string{}, key: []byte("key"),
+		arp: &iface{name: "vip-test"},
+	}
+	m.quorum = m.dead - m.cfg.HeartbeatInterval
+	m.settle = settleMultiple * m.dead
+	m.gap = gapMultiple * m.dead
+	udp := func() *net.UDPConn {
+		c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	m.conn = udp()
+	sink := udp() // the peers' heartbeats go here and are never read
+	m.act = newActuator(m)
+	m.beats = newBeatSender(m)
+	m.loop.init()
+	m.loop.linkDirty = false // the interface is not read: it is up
+	arrivals := map[string]*peerArrival{}
+	m.arrivals.Store(&arrivals)
+
+	objs := []*pb.Object{{Kind: &pb.Object_VipPool{VipPool: &pb.VIPPool{Name: "bulk", Cidrs: []string{"198.18.0.0/15"}, Mode: ModeARP}}}}
+	for _, id := range []string{"n1", "n2", "n3"} {
+		objs = append(objs, &pb.Object{Kind: &pb.Object_Node{Node: &pb.Node{Id: id, HeartbeatAddr: sink.LocalAddr().String()}}})
+	}
+	ready := map[string]string{}
+	addrOf := func(i int) netip.Addr {
+		return netip.AddrFrom4([4]byte{198, 18 + byte((i+1)>>16), byte((i + 1) >> 8), byte(i + 1)})
+	}
+	for i := range n {
+		lb := &pb.LoadBalancer{Tenant: "t", Name: fmt.Sprintf("lb-%d", i), Vip: &pb.VIPRequest{Pool: "bulk"},
+			Status: &pb.LoadBalancerStatus{Address: addrOf(i).String()}}
+		objs = append(objs, &pb.Object{Kind: &pb.Object_LoadBalancer{LoadBalancer: lb}})
+		ready["t/"+lb.Name] = ""
+	}
+	m.Update(objs, 1)
+	m.SetReady(ready)
+
+	now := time.Now()
+	seq := map[string]uint64{}
+	beats := func() {
+		for _, id := range []string{"n2", "n3"} {
+			seq[id]++
+			m.receive(received{at: now, hb: &heartbeat{ID: id, Incarnation: 1, Seq: seq[id], Eligible: true, Holdings: true,
+				Sightings: []sighting{{ID: "n1", Eligible: true, Settled: true}, {ID: other(id), Eligible: true, Settled: true}}}})
+		}
+	}
+	tick := func() {
+		now = now.Add(m.cfg.HeartbeatInterval)
+		beats()
+		m.evaluate(now, false)
+		m.planBeats(now)
+	}
+	// Past the start: synced, peers settled, rebalance windows closed.
+	for now0 := now; now.Sub(now0) < 2*rebalanceMultiple*m.settle; {
+		tick()
+	}
+	st := &m.loop
+	if len(st.heldARP) == 0 || len(st.heldARP) == n {
+		t.Fatalf("holds %d of %d VIPs; want the share this host ranks first for", len(st.heldARP), n)
+	}
+
+	st.ready.examined, st.converges = 0, 0
+	for range 50 {
+		tick()
+	}
+	if st.ready.examined != 0 || st.converges != 0 {
+		t.Errorf("50 ticks with nothing new: looked at %d VIPs, decided every VIP %d times; want 0 and 0", st.ready.examined, st.converges)
+	}
+	plan := m.beats.plan.Load()
+	if plan == nil || len(plan.hb.Holding) != len(st.heldARP) || len(plan.hb.NotReady) != 0 {
+		t.Fatalf("heartbeat plan %+v: want the %d VIPs held and none not ready", plan, len(st.heldARP))
+	}
+
+	// The data plane says again what it said: nothing to do.
+	m.SetReadyFor(map[string]string{"t/lb-7": ""}, nil)
+	tick()
+	if st.ready.examined != 0 || st.converges != 0 {
+		t.Errorf("a readiness report that changes nothing: looked at %d VIPs, %d whole decisions; want 0 and 0", st.ready.examined, st.converges)
+	}
+
+	// One held VIP's load balancer stops being ready.
+	held := st.heldARP[len(st.heldARP)/2]
+	lb := fmt.Sprintf("t/lb-%d", int(held.As4()[1]-18)<<16|int(held.As4()[2])<<8|int(held.As4()[3])-1)
+	m.SetReadyFor(map[string]string{lb: "no member is healthy"}, nil)
+	tick()
+	if st.ready.examined != 1 {
+		t.Errorf("one load balancer not ready: looked at the readiness of %d VIPs, want 1", st.ready.examined)
+	}
+	if st.records[held].held || st.holding[held] {
+		t.Errorf("still holds %s, whose only load balancer %s is not ready", held, lb)
+	}
+	plan = m.beats.plan.Load()
+	if len(plan.hb.NotReady) != 1 || plan.hb.NotReady[0] != held {
+		t.Errorf("heartbeat says not ready for %v, want [%s]", plan.hb.NotReady, held)
+	}
+	st.ready.examined, st.converges = 0, 0
+	for range 20 {
+		tick()
+	}
+	if st.ready.examined != 0 || st.converges != 0 {
+		t.Errorf("20 ticks after: looked at %d VIPs, %d whole decisions; want 0 and 0", st.ready.examined, st.converges)
+	}
+}
+
+func other(id string) string {
+	if id == "n2" {
+		return "n3"
+	}
+	return "n2"
+}
