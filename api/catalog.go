@@ -21,3 +21,46 @@ type Catalog interface {
 	// AddressUsers returns the load balancers whose status.address is addr.
 	AddressUsers(addr netip.Addr) []*pb.LoadBalancer
 }
+
+// TenantUsage sums what a tenant's load balancers use of its quotas:
+// load balancers, distinct VIP addresses (status.address), listeners,
+// routes, members and health-checked members.
+type TenantUsage struct {
+	LoadBalancers, Addresses, Listeners, Routes, Members, HealthChecks int
+}
+
+// UsageIndex is implemented by a Catalog that keeps each tenant's usage up
+// to date as objects are written, so that the quota checks of a write cost
+// what it changes, not what the tenant has. Without it they count the
+// tenant's load balancers.
+type UsageIndex interface {
+	TenantUsage(tenant string) TenantUsage
+}
+
+// LoadBalancerUsage is what one load balancer adds to its tenant's usage,
+// its address aside (Addresses counts distinct addresses: see
+// TenantUsage).
+func LoadBalancerUsage(lb *pb.LoadBalancer) TenantUsage {
+	u := usageOf(lb)
+	return TenantUsage{LoadBalancers: 1, Listeners: u.listeners, Routes: u.routes, Members: u.members, HealthChecks: u.healthChecks}
+}
+
+// Add adds o to u.
+func (u *TenantUsage) Add(o TenantUsage) {
+	u.LoadBalancers += o.LoadBalancers
+	u.Addresses += o.Addresses
+	u.Listeners += o.Listeners
+	u.Routes += o.Routes
+	u.Members += o.Members
+	u.HealthChecks += o.HealthChecks
+}
+
+// Sub takes o from u.
+func (u *TenantUsage) Sub(o TenantUsage) {
+	u.LoadBalancers -= o.LoadBalancers
+	u.Addresses -= o.Addresses
+	u.Listeners -= o.Listeners
+	u.Routes -= o.Routes
+	u.Members -= o.Members
+	u.HealthChecks -= o.HealthChecks
+}

@@ -130,9 +130,27 @@ func (u *lbUsage) add(o lbUsage) {
 	u.healthChecks += o.healthChecks
 }
 
+func (u *lbUsage) sub(o lbUsage) {
+	u.listeners -= o.listeners
+	u.routes -= o.routes
+	u.members -= o.members
+	u.healthChecks -= o.healthChecks
+}
+
 // tenantUsage sums the usage of the tenant's load balancers in c, with lb
 // (when not nil) counted as given instead of as stored.
 func tenantUsage(c Catalog, tenant string, lb *pb.LoadBalancer) lbUsage {
+	if idx, ok := c.(UsageIndex); ok {
+		tu := idx.TenantUsage(tenant)
+		u := lbUsage{listeners: tu.Listeners, routes: tu.Routes, members: tu.Members, healthChecks: tu.HealthChecks}
+		if lb != nil {
+			if old := c.LoadBalancer(tenant, lb.GetName()); old != nil {
+				u.sub(usageOf(old))
+			}
+			u.add(usageOf(lb))
+		}
+		return u
+	}
 	var u lbUsage
 	for _, o := range c.LoadBalancers(tenant) {
 		if lb != nil && sameLB(o, lb) {
@@ -202,9 +220,16 @@ func checkLBQuota(ck *checker, lb *pb.LoadBalancer, q *pb.Quotas, c Catalog, old
 		return
 	}
 	n := 1
-	for _, o := range c.LoadBalancers(lb.GetTenant()) {
-		if !sameLB(o, lb) {
-			n++
+	if idx, ok := c.(UsageIndex); ok {
+		n += idx.TenantUsage(lb.GetTenant()).LoadBalancers
+		if c.LoadBalancer(lb.GetTenant(), lb.GetName()) != nil {
+			n--
+		}
+	} else {
+		for _, o := range c.LoadBalancers(lb.GetTenant()) {
+			if !sameLB(o, lb) {
+				n++
+			}
 		}
 	}
 	if n > int(q.GetLoadBalancers()) {

@@ -335,19 +335,42 @@ func addressBlocker(lb *pb.LoadBalancer, a netip.Addr, pool *pb.VIPPool, c Catal
 	return ""
 }
 
-// tenantAddresses returns the distinct status addresses of the tenant's
-// load balancers other than lb.
-func tenantAddresses(lb *pb.LoadBalancer, c Catalog) map[netip.Addr]bool {
-	out := map[netip.Addr]bool{}
-	for _, o := range c.LoadBalancers(lb.GetTenant()) {
-		if sameLB(o, lb) {
-			continue
-		}
-		if a, err := netip.ParseAddr(o.GetStatus().GetAddress()); err == nil {
-			out[a] = true
+// holdsAddress reports whether a load balancer of lb's tenant other than
+// lb has status.address a.
+func holdsAddress(lb *pb.LoadBalancer, a netip.Addr, c Catalog) bool {
+	for _, u := range c.AddressUsers(a) {
+		if u.GetTenant() == lb.GetTenant() && !sameLB(u, lb) {
+			return true
 		}
 	}
-	return out
+	return false
+}
+
+// tenantAddressCount counts the distinct status addresses of the tenant's
+// load balancers other than lb: from the catalog's usage index when it
+// keeps one, else by reading them all.
+func tenantAddressCount(lb *pb.LoadBalancer, c Catalog) int {
+	idx, ok := c.(UsageIndex)
+	if !ok {
+		out := map[netip.Addr]bool{}
+		for _, o := range c.LoadBalancers(lb.GetTenant()) {
+			if sameLB(o, lb) {
+				continue
+			}
+			if a, err := netip.ParseAddr(o.GetStatus().GetAddress()); err == nil {
+				out[a] = true
+			}
+		}
+		return len(out)
+	}
+	n := idx.TenantUsage(lb.GetTenant()).Addresses
+	// lb's own address counts unless another of the tenant's holds it.
+	if cur := c.LoadBalancer(lb.GetTenant(), lb.GetName()); cur != nil {
+		if a, err := netip.ParseAddr(cur.GetStatus().GetAddress()); err == nil && !holdsAddress(lb, a, c) {
+			n--
+		}
+	}
+	return n
 }
 
 // emptyCatalog stands in for a nil Catalog.

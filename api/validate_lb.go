@@ -181,8 +181,7 @@ func addressQuotaProblem(lb *pb.LoadBalancer, tenant *pb.Tenant, a netip.Addr, c
 			return ""
 		}
 	}
-	held := tenantAddresses(lb, c)
-	if held[a] || len(held)+1 <= int(q) {
+	if holdsAddress(lb, a, c) || tenantAddressCount(lb, c)+1 <= int(q) {
 		return ""
 	}
 	return fmt.Sprintf("tenant %s has reached its quota of %d addresses (quotas.addresses); share one with vip.sharingKey or ask the operator to raise it", tenant.GetName(), q)

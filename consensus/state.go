@@ -23,6 +23,11 @@ type reader interface {
 	// usedAddresses returns the distinct load balancer addresses within
 	// [from, to], ascending.
 	usedAddresses(from, to netip.Addr) []netip.Addr
+	// tenantUsage sums what the tenant's load balancers use of its
+	// quotas.
+	tenantUsage(tenant string) api.TenantUsage
+	// generation grows whenever the reader, or one under it, changes.
+	generation() uint64
 }
 
 // keyOf is the map key of a reference: "tenant/name" or "name".
@@ -41,6 +46,8 @@ type state struct {
 	byTenant map[string]map[string]*pb.Object // tenant → "kind/name" → namespaced object
 	byAddr   map[netip.Addr]map[string]*pb.Object
 	used     []netip.Addr // keys of byAddr, sorted
+	usage    map[string]api.TenantUsage
+	gen      uint64 // counts puts and removals
 	// sorted caches each kind's objects in key order. Readers fill it
 	// under the state's read lock, hence its own mutex; a cached slice is
 	// never changed, only dropped when its kind changes.
@@ -59,6 +66,7 @@ func newState() *state {
 		byTenant: make(map[string]map[string]*pb.Object),
 		byAddr:   make(map[netip.Addr]map[string]*pb.Object),
 		sorted:   make(map[string][]*pb.Object),
+		usage:    make(map[string]api.TenantUsage),
 	}
 	for _, k := range allKinds {
 		s.objects[k] = make(map[string]*pb.Object)
@@ -170,6 +178,7 @@ func lbAddress(o *pb.Object) (netip.Addr, bool) {
 // put stores o (replacing any object with its reference) and keeps the
 // indexes right.
 func (s *state) put(o *pb.Object) {
+	s.gen++
 	ref := api.RefOf(o)
 	key := keyOf(ref)
 	s.remove(ref)
@@ -188,6 +197,7 @@ func (s *state) put(o *pb.Object) {
 		}
 		m[ref.Kind+"/"+ref.Name] = o
 	}
+	s.usageAdd(o, key, 1)
 	if a, ok := lbAddress(o); ok {
 		m := s.byAddr[a]
 		if m == nil {
@@ -201,6 +211,7 @@ func (s *state) put(o *pb.Object) {
 }
 
 func (s *state) remove(ref *pb.ObjectRef) {
+	s.gen++
 	key := keyOf(ref)
 	old := s.objects[ref.Kind][key]
 	if old == nil {
@@ -229,6 +240,7 @@ func (s *state) remove(ref *pb.ObjectRef) {
 			}
 		}
 	}
+	s.usageAdd(old, key, -1)
 }
 
 // toProto copies the whole state for a snapshot.
@@ -306,6 +318,11 @@ type overlay struct {
 	parent  reader
 	changes map[string]map[string]*pb.Object
 	order   []*pb.ObjectRef
+	// usage caches tenantUsage at generation usageGen; sets counts the
+	// overlay's changes.
+	usage    map[string]api.TenantUsage
+	usageGen uint64
+	sets     uint64
 }
 
 func newOverlay(parent reader) *overlay {
@@ -416,6 +433,7 @@ func (o *overlay) set(ref *pb.ObjectRef, obj *pb.Object) {
 	}
 	m[keyOf(ref)] = obj
 	o.order = append(o.order, ref)
+	o.sets++
 }
 
 // mergeInto moves o's changes into its parent overlay.

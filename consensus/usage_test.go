@@ -1,0 +1,201 @@
+package consensus
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/teapot-lb/teapot-lb/api"
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+)
+
+// recount is a tenant's usage counted from its load balancers.
+func recount(r reader, tenant string) api.TenantUsage {
+	var u api.TenantUsage
+	addrs := map[netip.Addr]bool{}
+	for _, o := range r.list(api.KindLoadBalancer, tenant) {
+		u.Add(api.LoadBalancerUsage(o.GetLoadBalancer()))
+		if a, ok := lbAddress(o); ok {
+			addrs[a] = true
+		}
+	}
+	u.Addresses = len(addrs)
+	return u
+}
+
+// usageLB is a load balancer of a random shape at one of few addresses.
+func usageLB(rng *rand.Rand, tenant, name string) *pb.Object {
+	l := &pb.LoadBalancer{Tenant: tenant, Name: name, Pools: map[string]*pb.BackendPool{}}
+	for i := range rng.IntN(3) {
+		l.Listeners = append(l.Listeners, &pb.Listener{Port: uint32(80 + i), Protocol: "tcp", Pool: "web"})
+	}
+	for i := range rng.IntN(2) {
+		l.Routes = append(l.Routes, &pb.Route{Host: fmt.Sprintf("h%d.example", i), Pool: "web"})
+	}
+	bp := &pb.BackendPool{}
+	for i := range rng.IntN(4) {
+		bp.Members = append(bp.Members, &pb.Member{Address: fmt.Sprintf("10.20.0.%d:80", i+1)})
+	}
+	if rng.IntN(2) == 0 {
+		bp.HealthCheck = &pb.HealthCheck{}
+	}
+	l.Pools["web"] = bp
+	if n := rng.IntN(5); n > 0 {
+		l.Status = &pb.LoadBalancerStatus{Address: fmt.Sprintf("192.0.2.%d", n)}
+	}
+	return api.Wrap(l)
+}
+
+// TestTenantUsageMatchesACount: after random creates, updates (new
+// shapes, addresses shared and moved) and deletes, in the state and in
+// overlays over it and over each other, each tenant's usage from the
+// index equals a count of its load balancers.
+func TestTenantUsageMatchesACount(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	tenants := []string{"a", "b", "c"}
+	name := func() (string, string) {
+		return tenants[rng.IntN(len(tenants))], fmt.Sprintf("lb%d", rng.IntN(12))
+	}
+	change := func(set func(ref *pb.ObjectRef, o *pb.Object), get func(kind, key string) *pb.Object) {
+		ten, n := name()
+		ref := &pb.ObjectRef{Kind: api.KindLoadBalancer, Tenant: ten, Name: n}
+		if rng.IntN(4) == 0 {
+			if get(api.KindLoadBalancer, keyOf(ref)) != nil {
+				set(ref, nil)
+			}
+			return
+		}
+		set(ref, usageLB(rng, ten, n))
+	}
+	check := func(what string, r reader) {
+		t.Helper()
+		for _, ten := range tenants {
+			if got, want := r.tenantUsage(ten), recount(r, ten); got != want {
+				t.Fatalf("%s: tenant %s: index %+v, count %+v", what, ten, got, want)
+			}
+		}
+	}
+	s := newState()
+	for round := range 200 {
+		change(func(ref *pb.ObjectRef, o *pb.Object) {
+			if o == nil {
+				s.remove(ref)
+			} else {
+				s.put(o)
+			}
+		}, s.get)
+		check(fmt.Sprintf("state, round %d", round), s)
+		if round%10 != 0 {
+			continue
+		}
+		ov := newOverlay(s)
+		child := newOverlay(ov)
+		for i := range 15 {
+			target := ov
+			if i%2 == 1 {
+				target = child
+			}
+			change(target.set, target.get)
+			check(fmt.Sprintf("overlay, round %d.%d", round, i), ov)
+			check(fmt.Sprintf("overlay of an overlay, round %d.%d", round, i), child)
+		}
+	}
+}
+
+// countingReader counts the load balancers a reader hands out in lists.
+type countingReader struct {
+	reader
+	listed *int
+}
+
+func (c countingReader) list(kind, tenant string) []*pb.Object {
+	out := c.reader.list(kind, tenant)
+	if kind == api.KindLoadBalancer {
+		*c.listed += len(out)
+	}
+	return out
+}
+
+// TestQuotaChecksCostWhatTheWriteChanges: with 10,000 load balancers in
+// one tenant, checking a write of one new load balancer, or of a member
+// change, lists none of the tenant's load balancers (the quotas are read
+// from the usage index), and the quotas still hold: one load balancer,
+// one address or one member over a quota is refused, naming it.
+func TestQuotaChecksCostWhatTheWriteChanges(t *testing.T) {
+	const n = 10000
+	s := newState()
+	s.put(api.Wrap(&pb.VIPPool{Name: "bulk", Cidrs: []string{"198.18.0.0/15"}, Mode: "static"}))
+	ten := &pb.Tenant{Name: "big", Networks: []string{"10.0.0.0/8"}, Pools: []string{"bulk"},
+		Quotas: &pb.Quotas{LoadBalancers: n + 1, Addresses: n + 1, Listeners: 2 * n, Members: 2*n + 1}}
+	s.put(api.Wrap(ten))
+	mk := func(i int, members int) *pb.Object {
+		bp := &pb.BackendPool{}
+		for j := range members {
+			bp.Members = append(bp.Members, &pb.Member{Address: fmt.Sprintf("10.%d.%d.%d:80", i>>16, i>>8&255, j+1)})
+		}
+		a := i + 1
+		addr := fmt.Sprintf("198.%d.%d.%d", 18+a>>16, a>>8&255, a&255)
+		return api.Wrap(&pb.LoadBalancer{Tenant: "big", Name: fmt.Sprintf("lb-%d", i),
+			Vip:       &pb.VIPRequest{Pool: "bulk", Address: addr},
+			Listeners: []*pb.Listener{{Port: 5432, Protocol: "tcp", Pool: "app"}},
+			Pools:     map[string]*pb.BackendPool{"app": bp}, Status: &pb.LoadBalancerStatus{Address: addr}})
+	}
+	for i := range n {
+		s.put(mk(i, 2))
+	}
+	now := time.Unix(1700000000, 0)
+	check := func(obj *pb.Object) (int, error) {
+		t.Helper()
+		listed := 0
+		ov := newOverlay(countingReader{reader: s, listed: &listed})
+		err := checkTxn(newOverlay(ov), &pb.Txn{Ops: []*pb.Op{{Op: &pb.Op_Put{Put: obj}}}}, now)
+		return listed, err
+	}
+	for _, tc := range []struct {
+		name string
+		obj  *pb.Object
+	}{
+		{"a new load balancer", mk(n, 1)},
+		{"a member changed", mk(17, 2)},
+	} {
+		tc.obj.GetLoadBalancer().Pools["app"].Members[0].Address = "10.99.0.1:80"
+		listed, err := check(tc.obj)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if listed != 0 {
+			t.Errorf("%s: the quota checks listed %d load balancers, want 0", tc.name, listed)
+		}
+	}
+
+	// Fill every quota but one, then go one over each.
+	s.put(mk(n, 1))
+	for _, tc := range []struct {
+		name  string
+		obj   *pb.Object
+		quota string
+	}{
+		{"one load balancer too many", mk(n+1, 0), "quotas.loadBalancers"},
+		{"one member too many", mk(5, 4), "quotas.members"},
+	} {
+		listed, err := check(tc.obj)
+		if err == nil || !strings.Contains(err.Error(), tc.quota) {
+			t.Errorf("%s: %v, want a refusal naming %s", tc.name, err, tc.quota)
+		}
+		if listed != 0 {
+			t.Errorf("%s: the quota checks listed %d load balancers, want 0", tc.name, listed)
+		}
+	}
+	// The address quota: one new address too many.
+	tq := proto.Clone(ten).(*pb.Tenant)
+	tq.Quotas.LoadBalancers, tq.Quotas.Addresses = n+5, n+1
+	s.put(api.Wrap(tq))
+	if _, err := check(mk(n+1, 0)); err == nil || !strings.Contains(err.Error(), "quotas.addresses") {
+		t.Errorf("one address too many: %v, want a refusal naming quotas.addresses", err)
+	}
+}
