@@ -70,6 +70,7 @@ func (h *HTTP) router(ls *ListenerSnapshot) l7.Router {
 		return r
 	}
 	r := &httpRouter{h: h, ls: ls, tls: ls.Protocol == snapshot.ProtoHTTPS}
+	r.selector = &l7.Route{Name: ls.LB + "/routes", Select: r.selectRoute}
 	if ls.RedirectToHTTPS {
 		r.redirect = &l7.Route{Name: ls.LB + "/redirect", RedirectHTTPS: true}
 	}
@@ -84,6 +85,9 @@ type httpRouter struct {
 	ls       *ListenerSnapshot
 	tls      bool
 	redirect *l7.Route
+	// selector stands for the routes with conditions: the engine asks it
+	// again with the whole request.
+	selector *l7.Route
 	routes   sync.Map // *snapshot.Route → *l7.Route
 }
 
@@ -100,15 +104,34 @@ func (r *httpRouter) Route(host, path string) *l7.Route {
 	if sr == nil {
 		return nil
 	}
+	if sr.Conditional() {
+		return r.selector
+	}
+	return r.route(sr)
+}
+
+// route returns the engine's route for a compiled one, built once.
+func (r *httpRouter) route(sr *snapshot.Route) *l7.Route {
+	if sr == nil {
+		return nil
+	}
 	if v, ok := r.routes.Load(sr); ok {
 		return v.(*l7.Route)
 	}
 	route := &l7.Route{Name: r.ls.LB + "/routes[" + strconv.Itoa(sr.Index) + "]"}
-	if p := r.ls.Pool(sr.Pool); p != nil {
-		route.Backend = p.httpBackend()
+	if sr.Pool != nil {
+		if p := r.ls.Pool(sr.Pool); p != nil {
+			route.Backend = p.httpBackend()
+		}
 	}
+	route.Ext = r.ext(sr)
 	v, _ := r.routes.LoadOrStore(sr, route)
 	return v.(*l7.Route)
+}
+
+// selectRoute chooses among routes with conditions by the whole request.
+func (r *httpRouter) selectRoute(req *http.Request, host, path string) *l7.Route {
+	return r.route(r.ls.Routes.MatchRequest(host, path, req))
 }
 
 // httpBackend returns the pool's L7 face, building it on first use.

@@ -33,7 +33,17 @@ type Route struct {
 	HTTPSPort uint16
 	// Handler answers the request locally (ACME HTTP-01 challenges).
 	Handler http.Handler
+	// Select, when set, chooses the route by the whole request (its
+	// method, headers and query; host and path as Route got them); nil
+	// means no route: 404. The request takes the net/http path.
+	Select func(r *http.Request, host, path string) *Route
+	// Ext, when set, splits traffic, changes the request or response, or
+	// redirects; the request takes the net/http path (see RouteExt).
+	Ext *RouteExt
 }
+
+// extended reports whether the route needs the net/http path's serveExt.
+func (r *Route) extended() bool { return r.Select != nil || r.Ext != nil }
 
 // Protocol is the protocol spoken to a backend's members.
 type Protocol uint8

@@ -67,10 +67,14 @@ func (c *clientConn) bridge(b []byte, route *Route, be Backend, opts *BackendOpt
 	if c.scope == nil {
 		c.scope = &connScope{s: c.s, pp: proxyAddrs{src: c.client, dst: c.local}}
 	}
-	if be == nil {
+	switch {
+	case route.extended():
+		q := &rtRequest{r: r, path: string(path), ca: &c.ca, scope: c.scope, stats: &c.stats, retries: c.s.cfg.Retries}
+		c.s.serveExt(w, q, route, string(c.hostBuf), c.info.TLS, c.local.Port())
+	case be == nil:
 		route.Handler.ServeHTTP(w, r)
 		c.stats.Outcome = OutcomeLocal
-	} else {
+	default:
 		limit := opts.MaxBodyBytes
 		if limit <= 0 {
 			limit = c.s.cfg.MaxBodyBytes

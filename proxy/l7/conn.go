@@ -261,6 +261,10 @@ func (c *clientConn) handle() {
 	case route == nil:
 		c.localError(404, OutcomeNoRoute, isHead)
 		return
+	case route.extended():
+		c.stats.Route = route.Name
+		c.bridge(b, route, nil, nil, path, cleaned)
+		return
 	case route.RedirectHTTPS:
 		c.stats.Route = route.Name
 		c.redirect(route, b, host, path, cleaned, isHead)

@@ -67,6 +67,8 @@ func (hc *h2conn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	stats.Route = route.Name
 	switch {
+	case route.extended():
+		s.serveExt(w, q, route, string(host), hc.ca.https, hc.scope.pp.dst.Port())
 	case route.RedirectHTTPS:
 		loc := "https://" + string(host)
 		if route.HTTPSPort != 0 && route.HTTPSPort != 443 {

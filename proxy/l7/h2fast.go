@@ -119,7 +119,7 @@ func (st *h2Stream) serveFast() bool {
 		p, cleaned = unsafeString(st.pathBuf), true
 	}
 	route := rtr.Route(unsafeString(host), p)
-	if route == nil || route.RedirectHTTPS || route.Handler != nil || route.Backend == nil {
+	if route == nil || route.RedirectHTTPS || route.Handler != nil || route.Backend == nil || route.extended() {
 		return false
 	}
 	be := route.Backend

@@ -207,6 +207,11 @@ type rtRequest struct {
 	stats   *RequestStats
 	limit   int64
 	retries int
+	// reqEdit changes the fields sent to the member; upHost replaces
+	// the Host; deadline bounds all attempts (zero: none).
+	reqEdit  *HeaderEdit
+	upHost   string
+	deadline time.Time
 }
 
 // proxyHTTP forwards r to a member of be through a net/http transport and
@@ -246,6 +251,13 @@ func (s *Server) proxyHTTP(w http.ResponseWriter, q *rtRequest, be Backend, opts
 		return
 	}
 	hdr := forwardHeader(r.Header, q.ca, r.Host)
+	if q.reqEdit != nil {
+		q.reqEdit.apply(hdr)
+	}
+	upHost := r.Host
+	if q.upHost != "" {
+		upHost = q.upHost
+	}
 	rt := q.scope.transport(opts)
 	for retries := q.retries; ; retries-- {
 		m, ok := be.Pick(q.ca.addr, key)
@@ -263,15 +275,23 @@ func (s *Server) proxyHTTP(w http.ResponseWriter, q *rtRequest, be Backend, opts
 			Header:        hdr,
 			Body:          body,
 			ContentLength: r.ContentLength,
-			Host:          r.Host,
+			Host:          upHost,
 			Trailer:       r.Trailer,
 		}
 		if body == nil {
 			out.ContentLength = 0
 		}
+		wait := rht
+		if !q.deadline.IsZero() {
+			if wait = min(rht, time.Until(q.deadline)); wait <= 0 {
+				m.Done(nil, 0, 0)
+				s.failHTTP(w, q, 504, OutcomeUpstreamTimeout)
+				return
+			}
+		}
 		ctx, cancel := context.WithCancel(context.WithValue(r.Context(), optsKey{}, opts))
 		var timedOut atomic.Bool
-		timer := time.AfterFunc(rht, func() { timedOut.Store(true); cancel() })
+		timer := time.AfterFunc(wait, func() { timedOut.Store(true); cancel() })
 		t0 := time.Now()
 		resp, err := rt.RoundTrip(out.WithContext(ctx))
 		timer.Stop()

@@ -323,8 +323,8 @@ func (b *lbCompile) routes(rs []*pb.Route, pools map[string]*Pool, t *tenantInfo
 				continue
 			}
 		}
-		if len(r.GetMatches())+len(r.GetBackends())+len(r.GetFilters()) > 0 || r.GetTimeouts() != nil || r.GetPathType() == "regex" {
-			b.problem(f, "matches, backends, filters, timeouts and regex paths are not served by this host's release; route skipped")
+		if extended(r) {
+			out = append(out, b.extRoutes(f, i, host, r, pools)...)
 			continue
 		}
 		var pt PathType
@@ -333,7 +333,7 @@ func (b *lbCompile) routes(rs []*pb.Route, pools map[string]*Pool, t *tenantInfo
 		case "exact":
 			pt = PathExact
 		default:
-			b.problem(f+".path_type", "%q is not one of prefix, exact; route skipped", r.GetPathType())
+			b.problem(f+".path_type", "%q is not one of prefix, exact, regex; route skipped", r.GetPathType())
 			continue
 		}
 		path := r.GetPath()

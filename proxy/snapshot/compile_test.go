@@ -317,7 +317,7 @@ func TestCompileRoutesProblems(t *testing.T) {
 		{"routes[2].path", `"api" must start with / and hold no spaces, '?' or '#'; route skipped`},
 		{"routes[3]", "duplicates routes[0]; route skipped"},
 		{"routes[4].pool", `backend pool "nope" is not defined in pools; route skipped`},
-		{"routes[5].path_type", `"glob" is not one of prefix, exact; route skipped`},
+		{"routes[5].path_type", `"glob" is not one of prefix, exact, regex; route skipped`},
 	}
 	if got := problemsOf(s, "acme/web"); !slices.Equal(got, want) {
 		t.Errorf("problems = %q\nwant %q", got, want)

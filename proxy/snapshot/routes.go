@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"net/http"
 	"slices"
 	"strings"
 )
@@ -15,11 +16,16 @@ const (
 	PathPrefix PathType = iota
 	// PathExact matches the path exactly.
 	PathExact
+	// PathRegex matches when the whole path matches Ext.PathRegex.
+	PathRegex
 )
 
 func (t PathType) String() string {
-	if t == PathExact {
+	switch t {
+	case PathExact:
 		return "exact"
+	case PathRegex:
+		return "regex"
 	}
 	return "prefix"
 }
@@ -30,69 +36,198 @@ type Route struct {
 	// ("*.acme.example").
 	Host string
 	// Path starts with "/"; prefixes are kept without a trailing slash.
+	// For PathRegex it is the expression as written.
 	Path     string
 	PathType PathType
-	Pool     *Pool
+	// Pool receives the requests; nil when Ext.Backends is set or the
+	// route only redirects.
+	Pool *Pool
 	// Index is the route's position in the load balancer's routes.
 	Index int
+	// Ext holds conditions, weighted backends, filters and timeouts; nil
+	// for a route of host, path and pool only.
+	Ext *RouteExt
+
+	// next is the route tried after this one for the same host and path
+	// when its conditions do not hold.
+	next *Route
 }
 
-// RouteTable routes HTTP requests by host, then path.
+// same reports whether r and o route alike; pools compare by identity.
+func (r *Route) same(o *Route) bool {
+	return r.Host == o.Host && r.Path == o.Path && r.PathType == o.PathType && r.Pool == o.Pool &&
+		r.Index == o.Index && r.Ext.equal(o.Ext)
+}
+
+// Conditional reports whether the route matches on more than host and
+// path: the method, headers or query parameters of the request.
+func (r *Route) Conditional() bool { return r.Ext != nil && r.Ext.Cond != nil }
+
+// RouteTable routes HTTP requests by host, then path, then the request's
+// method, headers and query parameters.
 //
 // Hosts: an exact host beats a wildcard, a longer wildcard beats a shorter
 // one, and both beat the routes for any host. A wildcard "*.acme.example"
 // matches names with one or more labels in front of acme.example
 // ("shop.acme.example" and "a.b.acme.example", never "acme.example"
-// itself). When the most specific host has no route for the path, the next
-// less specific one is tried.
+// itself). When the most specific host has no route for the request, the
+// next less specific one is tried.
 //
-// Paths: an exact path beats a prefix, a longer prefix beats a shorter one.
-// Match expects a cleaned path (no dot segments, percent-decoding already
-// decided by the caller).
+// Paths: an exact path beats a regular expression, which beats a prefix;
+// a longer expression beats a shorter one and a longer prefix a shorter
+// one. Match expects a cleaned path (no dot segments, percent-decoding
+// already decided by the caller).
+//
+// Among routes with the same host and path, one with a method condition
+// comes first, then the one with more header conditions, then the one
+// with more query parameter conditions, then the one written first (by
+// route, then by match). The first whose conditions hold wins; when none
+// does, the less specific paths are tried.
 type RouteTable struct {
 	routes   []Route
 	exact    map[string]*hostRoutes
 	wildcard map[string]*hostRoutes // keyed by the suffix after "*."
 	any      *hostRoutes
+	// conditional is set when some route has conditions.
+	conditional bool
 }
 
 type hostRoutes struct {
 	exact  map[string]*Route
 	prefix map[string]*Route
+	// regex holds the PathRegex routes, most specific first.
+	regex []*Route
 }
 
 // NewRouteTable builds a table from routes. Hosts are lowercased, prefix
-// paths lose their trailing slash, and of two routes with the same host,
-// path and type the first wins.
+// paths lose their trailing slash, and of two plain routes (no Ext) with
+// the same host, path and type the first wins.
 func NewRouteTable(routes []Route) *RouteTable {
 	rt := &RouteTable{routes: make([]Route, 0, len(routes))}
+	hasRegex := false
 	for _, r := range routes {
 		r.Host = strings.ToLower(r.Host)
-		r.Path = cleanRoutePath(r.Path, r.PathType)
-		ht := rt.hostTable(r.Host)
-		m := &ht.prefix
-		if r.PathType == PathExact {
-			m = &ht.exact
-		}
-		if *m == nil {
-			*m = map[string]*Route{}
-		}
-		if _, dup := (*m)[r.Path]; dup {
+		r.next = nil
+		if r.PathType == PathRegex {
+			hasRegex = true
+			rt.routes = append(rt.routes, r)
 			continue
 		}
+		r.Path = cleanRoutePath(r.Path, r.PathType)
+		if r.Ext == nil {
+			m := rt.hostTable(r.Host).pathMap(r.PathType)
+			if p, dup := (*m)[r.Path]; dup && p == nil {
+				continue // a plain route for this host and path came first
+			}
+			(*m)[r.Path] = nil // filled below, once rt.routes stops growing
+		}
 		rt.routes = append(rt.routes, r)
-		(*m)[r.Path] = nil // filled below, once rt.routes stops growing
 	}
+	type chainKey struct {
+		m    *map[string]*Route
+		path string
+	}
+	var chains []chainKey
 	for i := range rt.routes {
 		r := &rt.routes[i]
+		rt.conditional = rt.conditional || r.Conditional()
 		ht := rt.hostTable(r.Host)
-		if r.PathType == PathExact {
-			ht.exact[r.Path] = r
-		} else {
-			ht.prefix[r.Path] = r
+		if r.PathType == PathRegex {
+			ht.regex = append(ht.regex, r)
+			continue
+		}
+		m := ht.pathMap(r.PathType)
+		head := (*m)[r.Path]
+		if head == nil {
+			(*m)[r.Path] = r
+			continue
+		}
+		if head.next == nil {
+			chains = append(chains, chainKey{m, r.Path})
+		}
+		for head.next != nil {
+			head = head.next
+		}
+		head.next = r
+	}
+	var list []*Route
+	for _, k := range chains {
+		list = list[:0]
+		for r := (*k.m)[k.path]; r != nil; r = r.next {
+			list = append(list, r)
+		}
+		slices.SortStableFunc(list, byConditions)
+		for j := range list {
+			list[j].next = nil
+			if j > 0 {
+				list[j-1].next = list[j]
+			}
+		}
+		(*k.m)[k.path] = list[0]
+	}
+	if hasRegex {
+		for _, ht := range rt.hostTables() {
+			slices.SortStableFunc(ht.regex, func(a, b *Route) int {
+				if d := len(b.Path) - len(a.Path); d != 0 {
+					return d
+				}
+				return byConditions(a, b)
+			})
 		}
 	}
 	return rt
+}
+
+// pathMap returns the map of exact or prefix paths, made on first use.
+func (ht *hostRoutes) pathMap(t PathType) *map[string]*Route {
+	m := &ht.prefix
+	if t == PathExact {
+		m = &ht.exact
+	}
+	if *m == nil {
+		*m = map[string]*Route{}
+	}
+	return m
+}
+
+// byConditions orders routes of the same host and path: a method first,
+// then more headers, then more query parameters, then the order written.
+func byConditions(a, b *Route) int {
+	ca, cb := a.Ext.cond(), b.Ext.cond()
+	if d := boolInt(cb.Method != "") - boolInt(ca.Method != ""); d != 0 {
+		return d
+	}
+	if d := len(cb.Headers) - len(ca.Headers); d != 0 {
+		return d
+	}
+	if d := len(cb.Query) - len(ca.Query); d != 0 {
+		return d
+	}
+	if a.Index != b.Index {
+		return a.Index - b.Index
+	}
+	return a.Ext.matchIndex() - b.Ext.matchIndex()
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func (rt *RouteTable) hostTables() []*hostRoutes {
+	var out []*hostRoutes
+	for _, ht := range rt.exact {
+		out = append(out, ht)
+	}
+	for _, ht := range rt.wildcard {
+		out = append(out, ht)
+	}
+	if rt.any != nil {
+		out = append(out, rt.any)
+	}
+	return out
 }
 
 // cleanRoutePath turns "" into "/" and drops the trailing slashes of
@@ -151,23 +286,39 @@ func (rt *RouteTable) equal(o *RouteTable) bool {
 	if rt == nil || o == nil {
 		return rt == o
 	}
-	return slices.Equal(rt.routes, o.routes)
+	return slices.EqualFunc(rt.routes, o.routes, func(a, b Route) bool { return a.same(&b) })
 }
 
 // maxHostLen is the longest DNS name.
 const maxHostLen = 253
 
-// Match returns the route for a request's Host (with or without a port,
-// any case, an optional trailing dot) and path, or nil. It does not
-// allocate.
-func (rt *RouteTable) Match(host, path string) *Route {
+// Conditional reports whether some route of the table has conditions on
+// the method, headers or query parameters.
+func (rt *RouteTable) Conditional() bool { return rt != nil && rt.conditional }
+
+// Match returns the first route in precedence order for a request's Host
+// (with or without a port, any case, an optional trailing dot) and path,
+// or nil. A route it returns with conditions (Conditional) may not be the
+// request's: MatchRequest decides then. It does not allocate.
+func (rt *RouteTable) Match(host, path string) *Route { return rt.match(host, path, nil) }
+
+// MatchRequest returns the route for a request: the first in precedence
+// order for its host and path whose conditions hold, or nil.
+func (rt *RouteTable) MatchRequest(host, path string, req *http.Request) *Route {
+	if req == nil {
+		req = &http.Request{Method: http.MethodGet, Header: http.Header{}}
+	}
+	return rt.match(host, path, &reqView{r: req})
+}
+
+func (rt *RouteTable) match(host, path string, req *reqView) *Route {
 	if rt == nil {
 		return nil
 	}
 	var buf [maxHostLen]byte
 	if h, ok := normalizeHost(&buf, host); ok && (rt.exact != nil || rt.wildcard != nil) {
 		if ht := rt.exact[string(h)]; ht != nil {
-			if r := ht.match(path); r != nil {
+			if r := ht.match(path, req); r != nil {
 				return r
 			}
 		}
@@ -177,7 +328,7 @@ func (rt *RouteTable) Match(host, path string) *Route {
 					continue
 				}
 				if ht := rt.wildcard[string(h[i+1:])]; ht != nil {
-					if r := ht.match(path); r != nil {
+					if r := ht.match(path, req); r != nil {
 						return r
 					}
 				}
@@ -185,17 +336,38 @@ func (rt *RouteTable) Match(host, path string) *Route {
 		}
 	}
 	if rt.any != nil {
-		return rt.any.match(path)
+		return rt.any.match(path, req)
 	}
 	return nil
 }
 
-func (ht *hostRoutes) match(path string) *Route {
+// first returns the first route of a chain whose conditions hold; with
+// req nil, the chain's first.
+func first(r *Route, req *reqView) *Route {
+	if req == nil {
+		return r
+	}
+	for ; r != nil; r = r.next {
+		if r.Ext.cond().holds(req) {
+			return r
+		}
+	}
+	return nil
+}
+
+func (ht *hostRoutes) match(path string, req *reqView) *Route {
 	if path == "" {
 		path = "/"
 	}
-	if r := ht.exact[path]; r != nil {
+	if r := first(ht.exact[path], req); r != nil {
 		return r
+	}
+	for _, r := range ht.regex {
+		if r.Ext.PathRegex.MatchString(path) {
+			if req == nil || r.Ext.cond().holds(req) {
+				return r
+			}
+		}
 	}
 	if ht.prefix == nil {
 		return nil
@@ -205,7 +377,7 @@ func (ht *hostRoutes) match(path string) *Route {
 		end--
 	}
 	for {
-		if r := ht.prefix[path[:end]]; r != nil {
+		if r := first(ht.prefix[path[:end]], req); r != nil {
 			return r
 		}
 		i := strings.LastIndexByte(path[:end], '/')
@@ -214,7 +386,7 @@ func (ht *hostRoutes) match(path string) *Route {
 		}
 		end = i
 	}
-	return ht.prefix["/"]
+	return first(ht.prefix["/"], req)
 }
 
 // normalizeHost lowercases host into buf without its port and trailing

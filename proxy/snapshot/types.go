@@ -303,8 +303,13 @@ func (l *Listener) Pools() []*Pool {
 	}
 	if l.Routes != nil {
 		for _, r := range l.Routes.routes {
-			if !slices.Contains(out, r.Pool) {
+			if r.Pool != nil && !slices.Contains(out, r.Pool) {
 				out = append(out, r.Pool)
+			}
+			for _, p := range r.Ext.pools() {
+				if !slices.Contains(out, p) {
+					out = append(out, p)
+				}
 			}
 		}
 	}

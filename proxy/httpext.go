@@ -1,0 +1,69 @@
+package proxy
+
+import (
+	"github.com/teapot-lb/teapot-lb/proxy/l7"
+	"github.com/teapot-lb/teapot-lb/proxy/snapshot"
+)
+
+// ext translates a compiled route's extensions into the engine's; nil
+// for a route of host, path and pool only (the engine's fast paths).
+func (r *httpRouter) ext(sr *snapshot.Route) *l7.RouteExt {
+	se := sr.Ext
+	if se == nil || (len(se.Backends) == 0 && se.Filters == nil && se.RequestTimeout == 0 && se.BackendTimeout == 0) {
+		return nil
+	}
+	backend := func(p *snapshot.Pool) l7.Backend {
+		if lp := r.ls.Pool(p); lp != nil {
+			return lp.httpBackend()
+		}
+		return nil
+	}
+	e := &l7.RouteExt{RequestTimeout: se.RequestTimeout, BackendTimeout: se.BackendTimeout}
+	if sr.PathType == snapshot.PathPrefix && sr.Path != "/" {
+		e.Prefix = sr.Path
+	}
+	for _, b := range se.Backends {
+		wb := l7.WeightedBackend{Weight: b.Weight}
+		if b.Pool != nil {
+			wb.Backend = backend(b.Pool)
+		}
+		e.Backends = append(e.Backends, wb)
+	}
+	if f := se.Filters; f != nil {
+		e.RequestHeaders = headerEdit(f.RequestHeaders)
+		e.ResponseHeaders = headerEdit(f.ResponseHeaders)
+		if rd := f.Redirect; rd != nil {
+			e.Redirect = &l7.Redirect{Scheme: rd.Scheme, Hostname: rd.Hostname, Port: rd.Port, Path: pathChange(rd.Path), Status: rd.Status}
+		}
+		if rw := f.Rewrite; rw != nil {
+			e.RewriteHost, e.RewritePath = rw.Hostname, pathChange(rw.Path)
+		}
+		for _, m := range f.Mirrors {
+			if be := backend(m.Pool); be != nil {
+				e.Mirrors = append(e.Mirrors, l7.Mirror{Backend: be, Numerator: m.Numerator, Denominator: m.Denominator})
+			}
+		}
+	}
+	return e
+}
+
+func headerEdit(h *snapshot.HeaderEdit) *l7.HeaderEdit {
+	if h == nil {
+		return nil
+	}
+	e := &l7.HeaderEdit{Remove: h.Remove}
+	for _, f := range h.Set {
+		e.Set = append(e.Set, l7.HeaderField{Name: f.Name, Value: f.Value})
+	}
+	for _, f := range h.Add {
+		e.Add = append(e.Add, l7.HeaderField{Name: f.Name, Value: f.Value})
+	}
+	return e
+}
+
+func pathChange(p *snapshot.PathChange) *l7.PathChange {
+	if p == nil {
+		return nil
+	}
+	return &l7.PathChange{Prefix: p.Prefix, Value: p.Value}
+}

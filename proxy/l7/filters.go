@@ -1,0 +1,344 @@
+package l7
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Routes that choose by the method, headers or query of a request, split
+// traffic by weight, or change the request or its response take the
+// net/http path of both HTTP versions: RouteExt is applied in one place,
+// serveExt. Routes without them keep the fast paths.
+
+// RouteExt is what a route does beyond sending to one backend. A
+// published value is never modified.
+type RouteExt struct {
+	// Backends, when set, replace Route.Backend: each request goes to one
+	// of them, chosen at random by weight. A nil Backend stands for an
+	// unusable one: its share of requests is answered with 500, as are all
+	// requests when every weight is 0.
+	Backends []WeightedBackend
+	// RequestHeaders change the request's fields before it is forwarded,
+	// ResponseHeaders the response's before it is relayed.
+	RequestHeaders, ResponseHeaders *HeaderEdit
+	// Redirect answers the request with a redirect.
+	Redirect *Redirect
+	// RewriteHost replaces the Host sent to the member; RewritePath the
+	// path.
+	RewriteHost string
+	RewritePath *PathChange
+	// Prefix is the path prefix the route matched ("" for "/" or a route
+	// that is not a prefix), for PathChange.Prefix.
+	Prefix string
+	// Mirrors receive copies of a share of the requests.
+	Mirrors []Mirror
+	// RequestTimeout bounds the time from the request to the response
+	// head over all attempts; BackendTimeout one attempt. 0: the
+	// engine's and backend's own timeouts.
+	RequestTimeout, BackendTimeout time.Duration
+}
+
+// WeightedBackend is one backend of a route and its weight.
+type WeightedBackend struct {
+	Backend Backend
+	Weight  uint32
+}
+
+// HeaderEdit sets, adds and removes header fields. Names are canonical
+// (textproto.CanonicalMIMEHeaderKey). Add appends to a field's value,
+// comma-separated.
+type HeaderEdit struct {
+	Set, Add []HeaderField
+	Remove   []string
+}
+
+// HeaderField is one field name and value.
+type HeaderField struct{ Name, Value string }
+
+func (e *HeaderEdit) apply(h http.Header) {
+	for _, f := range e.Set {
+		h[f.Name] = []string{f.Value}
+	}
+	for _, f := range e.Add {
+		if old := h[f.Name]; len(old) > 0 {
+			h[f.Name] = []string{strings.Join(old, ",") + "," + f.Value}
+		} else {
+			h[f.Name] = []string{f.Value}
+		}
+	}
+	for _, n := range e.Remove {
+		delete(h, n)
+	}
+}
+
+// PathChange replaces a path: the whole of it, or (Prefix) the prefix the
+// route matched, keeping the rest.
+type PathChange struct {
+	Prefix bool
+	Value  string
+}
+
+// apply returns path changed; prefix is the matched prefix ("" for "/").
+func (pc *PathChange) apply(path, prefix string) string {
+	if !pc.Prefix {
+		return pc.Value
+	}
+	rest := ""
+	if len(prefix) <= len(path) && path[:len(prefix)] == prefix {
+		rest = path[len(prefix):]
+	}
+	out := pc.Value
+	switch {
+	case rest == "":
+	case strings.HasSuffix(out, "/"):
+		out += rest[1:]
+	default:
+		out += rest
+	}
+	if out == "" {
+		return "/"
+	}
+	return out
+}
+
+// Redirect describes the Location of a redirect.
+type Redirect struct {
+	// Scheme and Hostname are "" to keep the request's.
+	Scheme, Hostname string
+	// Port is 0 for the scheme's well-known port when Scheme is set, and
+	// the listener's port otherwise.
+	Port uint16
+	// Path is nil to keep the request's.
+	Path *PathChange
+	// Status is 301, 302, 303, 307 or 308.
+	Status int
+}
+
+// location returns the redirect's Location for a request.
+func (rd *Redirect) location(tls bool, listenPort uint16, host, path, rawQuery, prefix string) string {
+	scheme := rd.Scheme
+	if scheme == "" {
+		scheme = "http"
+		if tls {
+			scheme = "https"
+		}
+	}
+	hostname := rd.Hostname
+	if hostname == "" {
+		hostname = host
+	}
+	if strings.Contains(hostname, ":") && !strings.HasPrefix(hostname, "[") {
+		hostname = "[" + hostname + "]"
+	}
+	port := rd.Port
+	if port == 0 && rd.Scheme == "" {
+		port = listenPort
+	}
+	var b strings.Builder
+	b.WriteString(scheme)
+	b.WriteString("://")
+	b.WriteString(hostname)
+	if port != 0 && !(scheme == "http" && port == 80) && !(scheme == "https" && port == 443) {
+		b.WriteByte(':')
+		b.WriteString(strconv.Itoa(int(port)))
+	}
+	if rd.Path != nil {
+		path = rd.Path.apply(path, prefix)
+	}
+	b.WriteString(path)
+	if rawQuery != "" {
+		b.WriteByte('?')
+		b.WriteString(rawQuery)
+	}
+	return b.String()
+}
+
+// Mirror sends a copy of Numerator out of Denominator requests to
+// Backend; its responses are dropped.
+type Mirror struct {
+	Backend                Backend
+	Numerator, Denominator uint32
+}
+
+// Mirroring bounds: copies in flight per server (more are dropped), the
+// largest request body copied (a request with a larger one, or one of
+// unknown length, is not mirrored), and the time a copy may take.
+const (
+	MaxMirrorsInFlight = 256
+	MaxMirrorBody      = 64 << 10
+	mirrorTimeout      = 30 * time.Second
+)
+
+// pickWeighted returns a backend by weight; ok is false when every weight
+// is 0. A nil backend is an unusable one.
+func pickWeighted(bs []WeightedBackend) (Backend, bool) {
+	var total uint64
+	for _, b := range bs {
+		total += uint64(b.Weight)
+	}
+	if total == 0 {
+		return nil, false
+	}
+	x := rand.Uint64N(total)
+	for _, b := range bs {
+		if x < uint64(b.Weight) {
+			return b.Backend, true
+		}
+		x -= uint64(b.Weight)
+	}
+	return nil, false
+}
+
+// serveExt serves a request on the net/http path whose route has Select or
+// Ext: choose the route, redirect or change the request, mirror it, send
+// it to a backend chosen by weight, and change the response.
+func (s *Server) serveExt(w http.ResponseWriter, q *rtRequest, route *Route, host string, tls bool, listenPort uint16) {
+	r := q.r
+	if route.Select != nil {
+		if route = route.Select(r, host, q.path); route == nil {
+			s.failHTTP(w, q, 404, OutcomeNoRoute)
+			return
+		}
+		q.stats.Route = route.Name
+	}
+	e := route.Ext
+	if e == nil {
+		e = &RouteExt{}
+	}
+	if e.ResponseHeaders != nil {
+		w = &editWriter{ResponseWriter: w, edit: e.ResponseHeaders}
+	}
+	if rd := e.Redirect; rd != nil {
+		w.Header().Set("Location", rd.location(tls, listenPort, host, q.path, r.URL.RawQuery, e.Prefix))
+		w.Header().Set("Content-Length", "0")
+		w.WriteHeader(rd.Status)
+		q.stats.Status, q.stats.Outcome = rd.Status, OutcomeRedirect
+		return
+	}
+	be := route.Backend
+	if len(e.Backends) > 0 {
+		var ok bool
+		if be, ok = pickWeighted(e.Backends); !ok || be == nil {
+			s.failHTTP(w, q, 500, OutcomeNoMember)
+			return
+		}
+	}
+	if be == nil {
+		s.failHTTP(w, q, 503, OutcomeNoMember)
+		return
+	}
+	opts := be.Options()
+	if e.BackendTimeout > 0 {
+		o := *opts
+		o.ResponseHeaderTimeout = e.BackendTimeout
+		opts = &o
+	}
+	if e.RequestTimeout > 0 {
+		q.deadline = time.Now().Add(e.RequestTimeout)
+	}
+	q.limit = opts.MaxBodyBytes
+	if q.limit <= 0 {
+		q.limit = s.cfg.MaxBodyBytes
+	}
+	q.reqEdit = e.RequestHeaders
+	if e.RewriteHost != "" {
+		q.upHost = e.RewriteHost
+	}
+	if e.RewritePath != nil {
+		q.path = e.RewritePath.apply(q.path, e.Prefix)
+	}
+	if len(e.Mirrors) > 0 && !s.mirror(q, e.Mirrors) {
+		s.failHTTP(w, q, 400, OutcomeClientError)
+		return
+	}
+	s.proxyHTTP(w, q, be, opts)
+}
+
+// mirror starts the copies of a request; false when the request body
+// could not be read.
+func (s *Server) mirror(q *rtRequest, ms []Mirror) bool {
+	var chosen []Backend
+	for _, m := range ms {
+		if m.Denominator > 0 && rand.Uint32N(m.Denominator) < m.Numerator {
+			chosen = append(chosen, m.Backend)
+		}
+	}
+	if len(chosen) == 0 {
+		return true
+	}
+	r := q.r
+	var body []byte
+	hasBody := r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0
+	if hasBody {
+		if r.ContentLength < 0 || r.ContentLength > MaxMirrorBody || (q.limit > 0 && r.ContentLength > q.limit) {
+			return true // not mirrored: the body would have to be held
+		}
+		body = make([]byte, r.ContentLength)
+		if _, err := io.ReadFull(r.Body, body); err != nil {
+			return false
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+	}
+	for _, be := range chosen {
+		select {
+		case s.mirrorSlots <- struct{}{}:
+		default:
+			continue // too many copies in flight: this one is dropped
+		}
+		mr := &http.Request{
+			Method: r.Method, URL: r.URL, Proto: r.Proto, ProtoMajor: r.ProtoMajor, ProtoMinor: r.ProtoMinor,
+			Header: r.Header.Clone(), Host: r.Host, ContentLength: int64(len(body)), Body: http.NoBody,
+		}
+		if hasBody {
+			mr.Body = io.NopCloser(bytes.NewReader(body))
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), mirrorTimeout)
+		ca := *q.ca // the client connection's copy is reused after it closes
+		mq := &rtRequest{r: mr.WithContext(ctx), path: q.path, ca: &ca, scope: q.scope, stats: &RequestStats{},
+			limit: q.limit, reqEdit: q.reqEdit, upHost: q.upHost}
+		go func() {
+			defer func() { <-s.mirrorSlots }()
+			defer cancel()
+			s.proxyHTTP(discardWriter{h: http.Header{}}, mq, be, be.Options())
+		}()
+	}
+	return true
+}
+
+// discardWriter drops a mirrored request's response.
+type discardWriter struct{ h http.Header }
+
+func (d discardWriter) Header() http.Header         { return d.h }
+func (d discardWriter) WriteHeader(int)             {}
+func (d discardWriter) Write(p []byte) (int, error) { return len(p), nil }
+
+// editWriter applies a HeaderEdit to the response head.
+type editWriter struct {
+	http.ResponseWriter
+	edit  *HeaderEdit
+	wrote bool
+}
+
+func (w *editWriter) WriteHeader(code int) {
+	if !w.wrote && code >= 200 {
+		w.wrote = true
+		w.edit.apply(w.Header())
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *editWriter) Write(p []byte) (int, error) {
+	if !w.wrote {
+		w.WriteHeader(200)
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+// Unwrap lets http.ResponseController reach the connection's writer.
+func (w *editWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

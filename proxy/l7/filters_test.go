@@ -1,0 +1,193 @@
+package l7
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestPathChange(t *testing.T) {
+	tests := []struct {
+		pc           PathChange
+		path, prefix string
+		want         string
+	}{
+		{PathChange{Value: "/full"}, "/a/b", "/a", "/full"},
+		{PathChange{Prefix: true, Value: "/new"}, "/old", "/old", "/new"},
+		{PathChange{Prefix: true, Value: "/new"}, "/old/", "/old", "/new/"},
+		{PathChange{Prefix: true, Value: "/new"}, "/old/x/y", "/old", "/new/x/y"},
+		{PathChange{Prefix: true, Value: "/new/"}, "/old/x", "/old", "/new/x"},
+		{PathChange{Prefix: true, Value: "/"}, "/old/x", "/old", "/x"},
+		{PathChange{Prefix: true, Value: "/"}, "/old", "/old", "/"},
+		{PathChange{Prefix: true, Value: ""}, "/old/x", "/old", "/x"},
+		{PathChange{Prefix: true, Value: "/v2"}, "/x", "", "/v2/x"},
+		{PathChange{Prefix: true, Value: "/v2/"}, "/x", "", "/v2/x"},
+	}
+	for _, tc := range tests {
+		if got := tc.pc.apply(tc.path, tc.prefix); got != tc.want {
+			t.Errorf("%+v on %s (prefix %q) = %s, want %s", tc.pc, tc.path, tc.prefix, got, tc.want)
+		}
+	}
+}
+
+func TestRedirectLocation(t *testing.T) {
+	tests := []struct {
+		rd   Redirect
+		tls  bool
+		port uint16
+		want string
+	}{
+		{Redirect{}, false, 80, "http://shop.example/a/b?q=1"},
+		{Redirect{}, false, 8080, "http://shop.example:8080/a/b?q=1"},
+		{Redirect{}, true, 443, "https://shop.example/a/b?q=1"},
+		{Redirect{Scheme: "https"}, false, 8080, "https://shop.example/a/b?q=1"},
+		{Redirect{Scheme: "http"}, true, 8443, "http://shop.example/a/b?q=1"},
+		{Redirect{Scheme: "https", Port: 8443}, false, 80, "https://shop.example:8443/a/b?q=1"},
+		{Redirect{Port: 443}, true, 80, "https://shop.example/a/b?q=1"},
+		{Redirect{Hostname: "www.example"}, false, 80, "http://www.example/a/b?q=1"},
+		{Redirect{Path: &PathChange{Prefix: true, Value: "/z"}}, false, 80, "http://shop.example/z/b?q=1"},
+		{Redirect{Path: &PathChange{Value: "/full"}}, false, 80, "http://shop.example/full?q=1"},
+	}
+	for _, tc := range tests {
+		if got := tc.rd.location(tc.tls, tc.port, "shop.example", "/a/b", "q=1", "/a"); got != tc.want {
+			t.Errorf("%+v tls=%v port=%d: %s, want %s", tc.rd, tc.tls, tc.port, got, tc.want)
+		}
+	}
+}
+
+// namedServer answers with its name in X-Backend and in the body what it
+// saw: "name method host path?query set-header"; /slow waits 2 s.
+func namedServer(t testing.TB, name string, got chan<- string) *testBackend {
+	return newBackend(t, backendServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/slow") {
+			time.Sleep(2 * time.Second)
+		}
+		body, _ := io.ReadAll(r.Body)
+		line := strings.Join([]string{name, r.Method, r.Host, r.URL.RequestURI(), r.Header.Get("X-Set"), string(body)}, " ")
+		if got != nil {
+			select {
+			case got <- line:
+			default:
+			}
+		}
+		w.Header().Set("X-Backend", name)
+		w.Header().Set("X-Drop-Me", "1")
+		io.WriteString(w, line)
+	})))
+}
+
+// Routes with Select and Ext behave the same for HTTP/1.1 and HTTP/2
+// clients, through real sockets: selection by header, header edits both
+// ways, redirects, rewrites, weights, backend timeouts and mirrors.
+func TestRouteExtBothProtocols(t *testing.T) {
+	mirrored := make(chan string, 16)
+	a, b := namedServer(t, "a", nil), namedServer(t, "b", nil)
+	m := namedServer(t, "m", mirrored)
+	routeA, routeB := &Route{Name: "a", Backend: a}, &Route{Name: "b", Backend: b}
+	router := testRouter{
+		{prefix: "/sel", route: &Route{Name: "sel", Select: func(r *http.Request, host, path string) *Route {
+			switch r.Header.Get("X-Pick") {
+			case "b":
+				return routeB
+			case "none":
+				return nil
+			}
+			return routeA
+		}}},
+		{prefix: "/edit", route: &Route{Backend: a, Ext: &RouteExt{
+			RequestHeaders:  &HeaderEdit{Set: []HeaderField{{"X-Set", "set"}}},
+			ResponseHeaders: &HeaderEdit{Add: []HeaderField{{"X-Backend", "edited"}}, Remove: []string{"X-Drop-Me"}},
+		}}},
+		{prefix: "/redir", route: &Route{Ext: &RouteExt{Redirect: &Redirect{Scheme: "https", Hostname: "example.test", Status: 308}}}},
+		{prefix: "/rw", route: &Route{Backend: a, Ext: &RouteExt{RewriteHost: "rw.example", RewritePath: &PathChange{Prefix: true, Value: "/x"}, Prefix: "/rw"}}},
+		{prefix: "/weights", route: &Route{Ext: &RouteExt{Backends: []WeightedBackend{{Backend: a, Weight: 0}, {Backend: b, Weight: 5}}}}},
+		{prefix: "/unusable", route: &Route{Ext: &RouteExt{Backends: []WeightedBackend{{Weight: 1}}}}},
+		{prefix: "/timeout", route: &Route{Backend: a, Ext: &RouteExt{BackendTimeout: 200 * time.Millisecond}}},
+		{prefix: "/mirror", route: &Route{Backend: a, Ext: &RouteExt{Mirrors: []Mirror{{Backend: m, Numerator: 1, Denominator: 1}}}}},
+	}
+	h2addr := proxyUnder(t, New(Config{}), router, selfSigned(t))
+	h1addr := proxyUnder(t, New(Config{}), router, nil)
+	h1 := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }, Timeout: 20 * time.Second}
+	h2 := h2TestClient()
+	h2.CheckRedirect, h2.Timeout = h1.CheckRedirect, h1.Timeout
+	tests := []struct {
+		name, method, path string
+		hdr                http.Header
+		body               string
+		status             int
+		want               string // the body starts with it
+		check              func(t *testing.T, resp *http.Response)
+	}{
+		{name: "select a", path: "/sel/x", want: "a GET"},
+		{name: "select b", path: "/sel/x", hdr: http.Header{"X-Pick": {"b"}}, want: "b GET"},
+		{name: "select none", path: "/sel/x", hdr: http.Header{"X-Pick": {"none"}}, status: 404},
+		{name: "edit", path: "/edit/x", hdr: http.Header{"X-Set": {"client"}}, want: "a GET HOST /edit/x set",
+			check: func(t *testing.T, resp *http.Response) {
+				if got := resp.Header.Values("X-Backend"); len(got) != 1 || got[0] != "a,edited" || resp.Header.Get("X-Drop-Me") != "" {
+					t.Errorf("response fields %v", resp.Header)
+				}
+			}},
+		{name: "redirect", method: "POST", path: "/redir/p?q=1", status: 308, check: func(t *testing.T, resp *http.Response) {
+			if loc := resp.Header.Get("Location"); loc != "https://example.test/redir/p?q=1" {
+				t.Errorf("Location %q", loc)
+			}
+		}},
+		{name: "rewrite", path: "/rw/y?z=1", want: "a GET rw.example /x/y?z=1"},
+		{name: "weights", path: "/weights", want: "b GET"},
+		{name: "unusable", path: "/unusable", status: 500},
+		{name: "backend timeout", path: "/timeout/slow", status: 504},
+		{name: "mirror", method: "PUT", path: "/mirror/m", body: "data", want: "a PUT HOST /mirror/m  data"},
+	}
+	for _, proto := range []struct {
+		name   string
+		addr   string
+		scheme string
+		client *http.Client
+	}{{"HTTP/1.1", h1addr, "http", h1}, {"HTTP/2", h2addr, "https", h2}} {
+		t.Run(proto.name, func(t *testing.T) {
+			for _, tc := range tests {
+				t.Run(tc.name, func(t *testing.T) {
+					method := tc.method
+					if method == "" {
+						method = "GET"
+					}
+					req, _ := http.NewRequest(method, proto.scheme+"://"+proto.addr+tc.path, strings.NewReader(tc.body))
+					for k, v := range tc.hdr {
+						req.Header[k] = v
+					}
+					resp, err := proto.client.Do(req)
+					if err != nil {
+						t.Fatal(err)
+					}
+					data, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					want := tc.status
+					if want == 0 {
+						want = 200
+					}
+					if resp.StatusCode != want {
+						t.Fatalf("status %d, want %d: %s", resp.StatusCode, want, data)
+					}
+					if w := strings.ReplaceAll(tc.want, "HOST", proto.addr); !strings.HasPrefix(string(data), w) {
+						t.Errorf("body %q, want %q...", data, w)
+					}
+					if tc.check != nil {
+						tc.check(t, resp)
+					}
+					if tc.name == "mirror" {
+						select {
+						case got := <-mirrored:
+							if w := "m PUT " + proto.addr + " /mirror/m  data"; got != w {
+								t.Errorf("mirror saw %q, want %q", got, w)
+							}
+						case <-time.After(10 * time.Second):
+							t.Fatal("no mirrored request")
+						}
+					}
+				})
+			}
+		})
+	}
+}

@@ -1,0 +1,219 @@
+package snapshot
+
+import (
+	"net/http"
+	"net/url"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+)
+
+// RouteExt is what a route has beyond host, path and pool: conditions on
+// the request, weighted backends, filters and timeouts. One model route
+// with several matches compiles to one Route per match; they share
+// Filters.
+type RouteExt struct {
+	// Cond is nil when the route asks nothing of the method, headers or
+	// query parameters.
+	Cond *Conditions
+	// PathRegex is set for PathRegex routes: the expression anchored at
+	// both ends.
+	PathRegex *regexp.Regexp
+	// Backends replace Route.Pool when the route splits traffic (or
+	// names an unavailable backend).
+	Backends []WeightedPool
+	// Filters is nil when the route has none.
+	Filters *Filters
+	// RequestTimeout and BackendTimeout are 0 when unset.
+	RequestTimeout, BackendTimeout time.Duration
+	// Match is the index of the model match this route came from.
+	Match int
+
+	// key is a canonical form of the fields above but the pools, for
+	// equality between compiles.
+	key string
+}
+
+func (e *RouteExt) cond() *Conditions {
+	if e == nil || e.Cond == nil {
+		return &noConditions
+	}
+	return e.Cond
+}
+
+func (e *RouteExt) matchIndex() int {
+	if e == nil {
+		return 0
+	}
+	return e.Match
+}
+
+func (e *RouteExt) equal(o *RouteExt) bool {
+	if e == nil || o == nil {
+		return e == o
+	}
+	if e.key != o.key || len(e.Backends) != len(o.Backends) {
+		return false
+	}
+	if !slices.Equal(e.Backends, o.Backends) {
+		return false
+	}
+	if (e.Filters == nil) != (o.Filters == nil) {
+		return false
+	}
+	if e.Filters != nil {
+		return slices.EqualFunc(e.Filters.Mirrors, o.Filters.Mirrors, func(a, b Mirror) bool { return a == b })
+	}
+	return true
+}
+
+// pools returns the pools the route sends to or mirrors to.
+func (e *RouteExt) pools() []*Pool {
+	if e == nil {
+		return nil
+	}
+	var out []*Pool
+	for _, b := range e.Backends {
+		if b.Pool != nil {
+			out = append(out, b.Pool)
+		}
+	}
+	if e.Filters != nil {
+		for _, m := range e.Filters.Mirrors {
+			out = append(out, m.Pool)
+		}
+	}
+	return out
+}
+
+// WeightedPool is one backend of a route and its weight.
+type WeightedPool struct {
+	// Pool is nil for a backend answered with 500.
+	Pool   *Pool
+	Weight uint32
+}
+
+// Conditions are what a request must also meet: all of them.
+type Conditions struct {
+	// Method is "" for any.
+	Method string
+	// Headers have canonical names; Query names are case-sensitive.
+	Headers []ValueCond
+	Query   []ValueCond
+}
+
+var noConditions Conditions
+
+// ValueCond matches one header or query parameter.
+type ValueCond struct {
+	Name  string
+	Value string
+	// Regex, when set, must match the whole value instead of Value.
+	Regex *regexp.Regexp
+}
+
+func (v *ValueCond) holds(got string, present bool) bool {
+	if !present {
+		return false
+	}
+	if v.Regex != nil {
+		return v.Regex.MatchString(got)
+	}
+	return got == v.Value
+}
+
+// reqView reads a request for conditions, parsing the query once.
+type reqView struct {
+	r      *http.Request
+	query  url.Values
+	parsed bool
+}
+
+func (c *Conditions) holds(v *reqView) bool {
+	if c.Method != "" && v.r.Method != c.Method {
+		return false
+	}
+	for i := range c.Headers {
+		h := &c.Headers[i]
+		vals, ok := v.r.Header[h.Name]
+		got := ""
+		switch len(vals) {
+		case 0:
+		case 1:
+			got = vals[0]
+		default:
+			got = strings.Join(vals, ", ")
+		}
+		if !h.holds(got, ok) {
+			return false
+		}
+	}
+	if len(c.Query) > 0 && !v.parsed {
+		v.parsed = true
+		if v.r.URL != nil {
+			v.query, _ = url.ParseQuery(v.r.URL.RawQuery)
+		}
+	}
+	for i := range c.Query {
+		q := &c.Query[i]
+		vals, ok := v.query[q.Name]
+		got := ""
+		if len(vals) > 0 {
+			got = vals[0]
+		}
+		if !q.holds(got, ok) {
+			return false
+		}
+	}
+	return true
+}
+
+// Filters change a request or its response, or answer it.
+type Filters struct {
+	RequestHeaders, ResponseHeaders *HeaderEdit
+	Redirect                        *Redirect
+	Rewrite                         *Rewrite
+	Mirrors                         []Mirror
+}
+
+// HeaderEdit sets, adds and removes headers; names are canonical.
+type HeaderEdit struct {
+	Set, Add []HeaderValue
+	Remove   []string
+}
+
+// HeaderValue is one header name and value.
+type HeaderValue struct{ Name, Value string }
+
+// PathChange replaces a request's path: the whole of it (Full), or the
+// prefix the route matched (Prefix set).
+type PathChange struct {
+	Prefix bool
+	Value  string
+}
+
+// Redirect answers a request with a redirect.
+type Redirect struct {
+	// Scheme and Hostname are "" to keep the request's.
+	Scheme, Hostname string
+	// Port is 0 when unset.
+	Port uint16
+	// Path is nil to keep the request's.
+	Path *PathChange
+	// Status is 301, 302, 303, 307 or 308.
+	Status int
+}
+
+// Rewrite changes a request before it is forwarded.
+type Rewrite struct {
+	// Hostname is "" to keep the Host header.
+	Hostname string
+	Path     *PathChange
+}
+
+// Mirror sends a share of the requests to another pool as well.
+type Mirror struct {
+	Pool                   *Pool
+	Numerator, Denominator uint32
+}
