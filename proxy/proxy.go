@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/netip"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -233,10 +234,16 @@ func (p *Proxy) apply(s *snapshot.Snapshot) bool {
 		prev = &snapshot.Snapshot{}
 	}
 	keySet := map[snapshot.Key]bool{}
-	added := false
+	// The listen addresses that come and go, for the health registry.
+	var listening, leaving []netip.AddrPort
 	pmap.Diff(prev.Listeners, s.Listeners, samePtr, func(k snapshot.Key, _ *snapshot.Listener, had bool, _ *snapshot.Listener, has bool) {
 		keySet[k] = true
-		added = added || had != has
+		switch {
+		case has && !had:
+			listening = append(listening, k.Addr)
+		case had && !has && s.Listener(snapshot.Key{Addr: k.Addr, Network: otherNetwork(k.Network)}) == nil:
+			leaving = append(leaving, k.Addr)
+		}
 	})
 	lbs := map[string]bool{}
 	pmap.Diff(prev.Problems, s.Problems, slices.Equal, func(lb string, _ []Problem, _ bool, _ []Problem, _ bool) {
@@ -275,8 +282,10 @@ func (p *Proxy) apply(s *snapshot.Snapshot) bool {
 		p.snap = s
 		return false
 	}
-	if added || p.snap == nil {
+	if p.snap == nil {
 		p.health.SetSelf(s.ListenAddrs())
+	} else if len(listening) > 0 || len(leaving) > 0 {
+		p.health.ChangeSelf(listening, leaving)
 	}
 	rt, retired := p.build(s, old, keys)
 	p.current.Store(rt)
@@ -431,4 +440,13 @@ func (p *Proxy) admitTenant(tenant string, quota int) (done func(), reason strin
 		return nil, RefusedTenantLimit
 	}
 	return func() { n.Add(-1); p.hostConns.Add(-1) }, ""
+}
+
+// otherNetwork is tcp for udp and udp for tcp: a listen address is this
+// host's as long as a listener of either uses it.
+func otherNetwork(n snapshot.Network) snapshot.Network {
+	if n == snapshot.TCP {
+		return snapshot.UDP
+	}
+	return snapshot.TCP
 }

@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -86,6 +87,11 @@ type Registry struct {
 	closed bool
 	// self holds the addresses this host listens on (guarded by mu).
 	self map[netip.AddrPort]bool
+	// byAddr indexes the targets by their address (guarded by mu), so that
+	// AddSelf marks the targets at the addresses it names and no others.
+	byAddr map[netip.AddrPort][]*Target
+	// selfLooks counts the targets SetSelf and ChangeSelf looked at.
+	selfLooks int
 	// tenants holds each tenant's check budget (guarded by mu).
 	tenants map[string]*tenantBudget
 	// tlsConfs holds the parsed TLS settings of https checks (guarded by
@@ -166,6 +172,11 @@ func (r *Registry) AcquireFor(tenant string, addr netip.AddrPort, hc *snapshot.H
 		}
 		t.setBit(bitSelf, r.isSelf(addr))
 		r.targets[k] = t
+		if r.byAddr == nil {
+			r.byAddr = map[netip.AddrPort][]*Target{}
+		}
+		a := selfKey(addr)
+		r.byAddr[a] = append(r.byAddr[a], t)
 		if k.check != nil && !r.closed {
 			first := time.Duration(rand.Int64N(int64(min(k.check.Interval, time.Second)) + 1))
 			t.schedule(first)
@@ -184,14 +195,48 @@ func (r *Registry) SetSelf(addrs map[netip.AddrPort]bool) {
 	defer r.mu.Unlock()
 	r.self = addrs
 	for _, t := range r.targets {
+		r.selfLooks++
 		t.setBit(bitSelf, r.isSelf(t.key.addr))
 	}
 }
 
+// ChangeSelf changes the addresses and ports SetSelf named: added are
+// listened on now, removed no longer. It looks at the targets at those
+// addresses alone: a change costs what it opens and closes, not what the
+// registry holds.
+func (r *Registry) ChangeSelf(added, removed []netip.AddrPort) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.self == nil {
+		r.self = map[netip.AddrPort]bool{}
+	}
+	for _, a := range removed {
+		a = selfKey(a)
+		delete(r.self, a)
+		for _, t := range r.byAddr[a] {
+			r.selfLooks++
+			t.setBit(bitSelf, r.isSelf(a))
+		}
+	}
+	for _, a := range added {
+		a = selfKey(a)
+		r.self[a] = true
+		for _, t := range r.byAddr[a] {
+			r.selfLooks++
+			t.setBit(bitSelf, true)
+		}
+	}
+}
+
+// selfKey is the form of an address and port in self and byAddr.
+func selfKey(a netip.AddrPort) netip.AddrPort {
+	return netip.AddrPortFrom(a.Addr().Unmap(), a.Port())
+}
+
 // isSelf is called under r.mu.
 func (r *Registry) isSelf(a netip.AddrPort) bool {
-	addr := a.Addr().Unmap()
-	return addr.IsUnspecified() || r.self[netip.AddrPortFrom(addr, a.Port())]
+	a = selfKey(a)
+	return a.Addr().IsUnspecified() || r.self[a]
 }
 
 // Release drops one reference; the last one stops the Target's checks.
@@ -205,6 +250,12 @@ func (r *Registry) Release(t *Target) {
 	}
 	if r.targets[t.key] == t {
 		delete(r.targets, t.key)
+		a := selfKey(t.key.addr)
+		if ts := slices.DeleteFunc(r.byAddr[a], func(o *Target) bool { return o == t }); len(ts) > 0 {
+			r.byAddr[a] = ts
+		} else {
+			delete(r.byAddr, a)
+		}
 		if t.budget.refs--; t.budget.refs == 0 && r.tenants[t.key.tenant] == t.budget {
 			delete(r.tenants, t.key.tenant)
 		}
