@@ -7,6 +7,7 @@ import (
 	"os"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -20,7 +21,6 @@ import (
 // Sizes of the tenant sync benchmarks.
 const (
 	endpointChanges  = 200
-	initialServices  = 1000
 	initialEndpoints = 10
 	initialTimeout   = 5 * time.Minute
 )
@@ -164,14 +164,51 @@ func BenchmarkTenantEndpointChange(b *testing.B) {
 	b.ReportMetric(0, "ns/op")
 }
 
-// BenchmarkTenantInitialSync measures an agent's first sync of 1,000
-// Services with 10 endpoints each: to every load balancer stored, to the
-// last one live in every data plane, and to every Service's status.
+// BenchmarkTenantInitialSync measures an agent's first sync of Services
+// with 10 endpoints each (TEAPOT_TENANT_SYNC_SIZES, default 1000,10000):
+// from the agent's start to every load balancer stored, to the last one
+// live in every data plane, and to every Service's status.
 func BenchmarkTenantInitialSync(b *testing.B) {
+	sizes := []int{1000, 10000}
+	if env := os.Getenv("TEAPOT_TENANT_SYNC_SIZES"); env != "" {
+		sizes = nil
+		for _, f := range strings.Split(env, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 || n > 16000 {
+				b.Fatalf("TEAPOT_TENANT_SYNC_SIZES: %q is not a number from 1 to 16000", f)
+			}
+			sizes = append(sizes, n)
+		}
+	}
+	type row struct {
+		services               int
+		stored, live, statuses time.Duration
+	}
+	var rows []row
+	for _, n := range sizes {
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			stored, live, statuses := tenantInitialSync(b, n)
+			rows = append(rows, row{n, stored, live, statuses})
+		})
+	}
+	fmt.Printf("\ninitial sync of Services x %d endpoints from one agent (agent start -> ...; 3 LB hosts)\n", initialEndpoints)
+	fmt.Printf("%10s %14s %14s %14s\n", "Services", "stored s", "every plane s", "statuses s")
+	for _, r := range rows {
+		fmt.Printf("%10d %14.2f %14.2f %14.2f\n", r.services, r.stored.Seconds(), r.live.Seconds(), r.statuses.Seconds())
+	}
+	b.ReportMetric(0, "ns/op")
+}
+
+// tenantInitialSync creates n Services with their EndpointSlices in a
+// fresh lab, starts the agent and times its first sync.
+func tenantInitialSync(b *testing.B, n int) (stored, live, statuses time.Duration) {
+	raiseNoFile(b, uint64(n)+2000)
 	l := newTenantLab(b)
-	l.cliOK("pool", "create", "bulk", "--cidr", "127.0.128.0/22", "--mode", "static")
-	l.cliOK("tenant", "create", "acme", "--domains", "acme.example", "--networks", "10.251.0.0/16", "--pools", "bulk", "--pods-routable",
-		"--max-lbs", "2000", "--max-addresses", "2000", "--max-listeners", "2000", "--max-members", "20000")
+	// A /18 of loopback addresses: 16,384 VIPs.
+	l.cliOK("pool", "create", "bulk", "--cidr", "127.0.128.0/18", "--mode", "static")
+	quota := func(k int) string { return strconv.Itoa(max(2000, k)) }
+	l.cliOK("tenant", "create", "acme", "--domains", "acme.example", "--networks", "10.0.0.0/8", "--pools", "bulk", "--pods-routable",
+		"--max-lbs", quota(2*n), "--max-addresses", quota(2*n), "--max-listeners", quota(2*n), "--max-members", quota(2*n*initialEndpoints))
 	creds := l.credentials("acme")
 	l.createNamespace("bulk")
 
@@ -185,13 +222,13 @@ func BenchmarkTenantInitialSync(b *testing.B) {
 			defer wg.Done()
 			for i := range work {
 				ctx, cancel := l.ctx()
-				name := fmt.Sprintf("svc-%04d", i)
+				name := fmt.Sprintf("svc-%05d", i)
 				_, err := l.k.client.CoreV1().Services("bulk").Create(ctx, lbService("bulk", name, "teapot-lb.io/lb", 80, nil), metav1.CreateOptions{})
 				if err == nil {
 					var eps []string
 					for j := range initialEndpoints {
-						n := i*initialEndpoints + j
-						eps = append(eps, fmt.Sprintf("10.251.%d.%d", n/250, n%250+1))
+						a := i*initialEndpoints + j + 1
+						eps = append(eps, fmt.Sprintf("10.%d.%d.%d", 100+a>>16, a>>8&255, a&255))
 					}
 					_, err = l.k.client.DiscoveryV1().EndpointSlices("bulk").Create(ctx, endpointSlice("bulk", name+"-1", name, 8080, eps...), metav1.CreateOptions{})
 				}
@@ -205,7 +242,7 @@ func BenchmarkTenantInitialSync(b *testing.B) {
 			}
 		}()
 	}
-	for i := range initialServices {
+	for i := range n {
 		work <- i
 	}
 	close(work)
@@ -215,38 +252,27 @@ func BenchmarkTenantInitialSync(b *testing.B) {
 		b.Fatalf("create the Services: %v", err)
 	default:
 	}
-	b.Logf("created %d Services and EndpointSlices in %s", initialServices, time.Since(created).Round(time.Millisecond))
+	b.Logf("created %d Services and EndpointSlices in %s", n, time.Since(created).Round(time.Millisecond))
 	logs := l.planeLogs()
 
 	b.ResetTimer()
 	start := time.Now()
 	l.agent("agent-1", creds)
-	var stored time.Duration
 	var rev uint64
 	deadline := time.Now().Add(initialTimeout)
 	for stored == 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), cliTimeout)
-		resp, err := l.conn.Admin.List(ctx, &pb.ListRequest{Kind: api.KindLoadBalancer, Tenant: "acme"})
-		cancel()
-		if err == nil {
-			n := 0
-			for _, o := range resp.GetObjects() {
-				if len(o.GetLoadBalancer().GetPools()["web"].GetMembers()) == initialEndpoints && o.GetLoadBalancer().GetStatus().GetAddress() != "" {
-					n++
-				}
-				rev = max(rev, o.GetLoadBalancer().GetMeta().GetRevision())
-			}
-			if n == initialServices {
-				stored = time.Since(start)
-			}
+		got, r, err := l.storedWith(initialEndpoints)
+		if err == nil && got == n {
+			stored, rev = time.Since(start), r
 		}
 		if time.Now().After(deadline) {
-			b.Fatalf("not all %d load balancers stored after %s (%v)", initialServices, initialTimeout, err)
+			b.Fatalf("%d of %d load balancers stored after %s (%v)", got, n, initialTimeout, err)
 		}
-		time.Sleep(20 * time.Millisecond)
+		// Each poll reads every load balancer: gently, so as not to
+		// slow what it measures.
+		time.Sleep(max(20*time.Millisecond, time.Duration(n)*20*time.Microsecond))
 	}
-	live := everyPlane(b, logs, rev).Sub(start)
-	var statuses time.Duration
+	live = everyPlane(b, logs, rev).Sub(start)
 	waitFor(b, initialTimeout, "every Service's status", func() error {
 		ctx, cancel := l.ctx()
 		defer cancel()
@@ -254,24 +280,44 @@ func BenchmarkTenantInitialSync(b *testing.B) {
 		if err != nil {
 			return err
 		}
-		n := 0
+		got := 0
 		for _, s := range list.Items {
 			if len(s.Status.LoadBalancer.Ingress) > 0 {
-				n++
+				got++
 			}
 		}
-		if n < initialServices {
-			return fmt.Errorf("%d of %d", n, initialServices)
+		if got < n {
+			return fmt.Errorf("%d of %d", got, n)
 		}
 		statuses = time.Since(start)
 		return nil
 	})
 	b.StopTimer()
-	fmt.Printf("\ninitial sync of %d Services x %d endpoints (agent start -> ...; 3 LB hosts)\n", initialServices, initialEndpoints)
-	fmt.Printf("%14s %14s %14s\n", "stored s", "every plane s", "statuses s")
-	fmt.Printf("%14.2f %14.2f %14.2f\n", stored.Seconds(), live.Seconds(), statuses.Seconds())
-	b.ReportMetric(stored.Seconds(), "stored-s")
-	b.ReportMetric(live.Seconds(), "live-s")
-	b.ReportMetric(statuses.Seconds(), "status-s")
-	b.ReportMetric(0, "ns/op")
+	b.Logf("%d Services: stored %s, live in every data plane %s, every status %s after the agent started", n,
+		stored.Round(time.Millisecond), live.Round(time.Millisecond), statuses.Round(time.Millisecond))
+	return stored, live, statuses
+}
+
+// storedWith pages through the tenant acme's load balancers and counts
+// those stored with the given number of members and an address; it also
+// returns the latest revision among them.
+func (l *tenantLab) storedWith(members int) (n int, rev uint64, err error) {
+	token := ""
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), cliTimeout)
+		resp, err := l.conn.Admin.List(ctx, &pb.ListRequest{Kind: api.KindLoadBalancer, Tenant: "acme", PageToken: token})
+		cancel()
+		if err != nil {
+			return n, rev, err
+		}
+		for _, o := range resp.GetObjects() {
+			if len(o.GetLoadBalancer().GetPools()["web"].GetMembers()) == members && o.GetLoadBalancer().GetStatus().GetAddress() != "" {
+				n++
+			}
+			rev = max(rev, o.GetLoadBalancer().GetMeta().GetRevision())
+		}
+		if token = resp.GetNextPageToken(); token == "" {
+			return n, rev, nil
+		}
+	}
 }
