@@ -101,6 +101,8 @@ type lbHost struct {
 	logPath  string
 	args     []string
 	proc     *netlab.Process
+	// bin is the binary the host runs (empty: this tree's).
+	bin string
 }
 
 func (n *lbHost) apiAddr() string { return n.ip4.String() + ":7443" }
@@ -158,6 +160,8 @@ type labOptions struct {
 	// misses replaces labMisses (the heartbeats a host may miss before
 	// its peers take it for dead).
 	misses string
+	// bin is the binary the LB hosts start with (empty: this tree's).
+	bin string
 	// acme runs pebble on the client host, with its DNS, and points the
 	// LB hosts' ACME at it (names resolve to the client unless AddA says
 	// otherwise).
@@ -261,6 +265,7 @@ func newVIPLab(tb testing.TB, opt labOptions) *vipLab {
 		acme = []string{"--acme-ca", l.peb.Directory, "--acme-ca-root", l.peb.RootsFile, "--acme-email", "ops@lab.example"}
 	}
 	for _, n := range l.lbs {
+		n.bin = opt.bin
 		n.args = append([]string{"serve",
 			"--data-dir", n.dir, "--node-id", n.id,
 			"--raft-addr", n.ip4.String() + ":7300", "--api-addr", n.apiAddr(), "--metrics-addr", n.metricsAddr(),
@@ -326,7 +331,11 @@ func (l *vipLab) serveBackend() {
 // start runs an LB host's teapot-lb with its arguments plus extra.
 func (l *vipLab) start(n *lbHost, extra ...string) {
 	l.tb.Helper()
-	p, err := n.host.Start(n.logPath, childEnv(), l.binary(), append(append([]string{}, n.args...), extra...)...)
+	bin := n.bin
+	if bin == "" {
+		bin = l.binary()
+	}
+	p, err := n.host.Start(n.logPath, childEnv(), bin, append(append([]string{}, n.args...), extra...)...)
 	if err != nil {
 		l.tb.Fatal(err)
 	}
