@@ -57,16 +57,29 @@ var l7Workloads = []l7Workload{
 		return runH2load(fmt.Sprintf("https://%s:%d%s", host, tlsPort, l7GRPCPath), "-d", l7GRPCRequest,
 			"-H", "content-type: application/grpc", "-H", "te: trailers")
 	}},
+	{"grpc-stream", func(tb testing.TB, host string, _, tlsPort int) (int64, error) {
+		return runH2load(fmt.Sprintf("https://%s:%d%s", host, tlsPort, l7GRPCStreamPath), "-d", l7GRPCRequest,
+			"-H", "content-type: application/grpc", "-H", "te: trailers")
+	}},
 }
 
-// l7GRPCPath is the gRPC method of the benchmark, routed to an h2c member;
-// l7GRPCRequest is the file holding one gRPC request message.
-const l7GRPCPath = "/bench.Echo/Unary"
+// l7GRPCPrefix routes the benchmark's gRPC methods to an h2c member:
+// l7GRPCPath is a unary call, l7GRPCStreamPath a server-streaming call
+// answered with l7GRPCStreamMessages messages, each sent in its own DATA
+// frame. l7GRPCRequest is the file holding one gRPC request message.
+const (
+	l7GRPCPrefix         = "/bench.Echo/"
+	l7GRPCPath           = l7GRPCPrefix + "Unary"
+	l7GRPCStreamPath     = l7GRPCPrefix + "Stream"
+	l7GRPCStreamMessages = 16
+)
 
 var l7GRPCRequest string
 
-// startGRPCMember serves l7GRPCPath over h2c in this process: each call's
-// message is read and answered with a 13-byte message and grpc-status 0.
+// startGRPCMember serves l7GRPCPath and l7GRPCStreamPath over h2c in
+// this process: each call's message is read and answered with a 13-byte
+// message (l7GRPCStreamMessages of them, each flushed, for the stream)
+// and grpc-status 0.
 func startGRPCMember(tb testing.TB) string {
 	tb.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -78,7 +91,17 @@ func startGRPCMember(tb testing.TB) string {
 		_, _ = io.Copy(io.Discard, r.Body)
 		w.Header().Set("Content-Type", "application/grpc")
 		w.Header().Set("Trailer", "Grpc-Status")
-		_, _ = w.Write(reply)
+		n := 1
+		if r.URL.Path == l7GRPCStreamPath {
+			n = l7GRPCStreamMessages
+		}
+		f, _ := w.(http.Flusher)
+		for range n {
+			_, _ = w.Write(reply)
+			if n > 1 && f != nil {
+				f.Flush()
+			}
+		}
 		w.Header().Set("Grpc-Status", "0")
 	})
 	srv := &http.Server{Handler: h2c.NewHandler(h, &http2.Server{MaxConcurrentStreams: 1000})}
@@ -189,7 +212,7 @@ routes: [{ path: %[6]s, pool: grpc }, { path: /, pool: web }]
 pools:
   web: { members: ["%[4]s"] }
   grpc: { backendProtocol: h2c, members: ["%[5]s"] }
-`, l7BenchTeapot, port, tlsPort, member, grpcMember, l7GRPCPath)
+`, l7BenchTeapot, port, tlsPort, member, grpcMember, l7GRPCPrefix)
 	for i, doc := range []string{tenant, lb} {
 		p := filepath.Join(dir, fmt.Sprintf("l7-%d.yaml", i))
 		if err := os.WriteFile(p, []byte(doc), 0o644); err != nil {
@@ -225,10 +248,17 @@ pools:
 		}
 	}
 
+	workloads := l7Workloads
+	if only := os.Getenv("L7_BENCH_WORKLOADS"); only != "" {
+		// A diagnostic subset, e.g. L7_BENCH_WORKLOADS=grpc-unary,grpc-stream.
+		workloads = slices.DeleteFunc(slices.Clone(workloads), func(w l7Workload) bool {
+			return !slices.Contains(strings.Split(only, ","), w.name)
+		})
+	}
 	samples := map[string][]l7Sample{}
 	b.ResetTimer()
 	for round := range l7BenchRounds {
-		for _, w := range l7Workloads {
+		for _, w := range workloads {
 			for _, p := range proxies {
 				cpu0, t0 := cpuTime(b, p.pid), time.Now()
 				reqs, err := w.run(b, p.host, p.port, p.tlsPort)
@@ -255,7 +285,7 @@ pools:
 	var out strings.Builder
 	fmt.Fprintf(&out, "\nL7 through `teapot-lb serve`, proxies on core 0, member and generators on core 1, %d interleaved rounds of %v, medians\n", l7BenchRounds, l7BenchRun)
 	fmt.Fprintf(&out, "| workload | proxy | req/s | req per proxy CPU-s | req/s vs haproxy | per CPU-s vs haproxy |\n|---|---|---:|---:|---:|---:|\n")
-	for _, w := range l7Workloads {
+	for _, w := range workloads {
 		hs, hc := med(w.name+"/haproxy", perSec), med(w.name+"/haproxy", perCPU)
 		for _, p := range proxies {
 			k := w.name + "/" + p.name
@@ -372,7 +402,7 @@ backend be
   server s1 %[5]s
 backend grpc
   server g1 %[6]s proto h2
-`, l7BenchHAProxy, port, tlsPort, bundle, member, grpcMember, l7GRPCPath)
+`, l7BenchHAProxy, port, tlsPort, bundle, member, grpcMember, l7GRPCPrefix)
 }
 
 // l7NginxConf is nginx with one worker, upstream keep-alive and the same
@@ -414,7 +444,7 @@ http {
     }
   }
 }
-`, dir, l7BenchNginx, port, tlsPort, "", member, certFile, keyFile, l7GRPCPath, grpcMember)
+`, dir, l7BenchNginx, port, tlsPort, "", member, certFile, keyFile, l7GRPCPrefix, grpcMember)
 }
 
 // startL7Peer starts a peer proxy on core 0 and returns its pid.
