@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -192,9 +193,10 @@ type h2UpConn struct {
 	fr   *http2.Framer
 
 	// Write side: wmu serialises frames, the last writer flushes.
-	wmu     sync.Mutex
-	pending atomic.Int32
-	bw      *bufio.Writer
+	wmu      sync.Mutex
+	pending  atomic.Int32
+	inflight atomic.Int32 // streams reserved or open, for unlockW
+	bw       *bufio.Writer
 	werr    error
 	wdl     int64
 
@@ -293,6 +295,7 @@ func (c *h2UpConn) reserve() bool {
 		return false
 	}
 	c.active++
+	c.inflight.Add(1)
 	c.idle.Stop()
 	return true
 }
@@ -301,6 +304,7 @@ func (c *h2UpConn) reserve() bool {
 func (c *h2UpConn) release() {
 	c.mu.Lock()
 	c.active--
+	c.inflight.Add(-1)
 	last := c.active == 0
 	done := last && (c.goAway || c.dead != nil)
 	if last {
@@ -373,8 +377,15 @@ func (c *h2UpConn) lockW() {
 }
 
 // unlockW flushes when no other writer waits, and releases the lock. A
-// failed write kills the connection.
+// failed write kills the connection. As on the server side, a writer that
+// would flush while other streams are in flight yields once first, so
+// that the requests ready at the same time leave in one write(2).
 func (c *h2UpConn) unlockW() {
+	if c.pending.Load() == 1 && c.werr == nil && c.bw.Buffered() > 0 && c.inflight.Load() > 1 {
+		c.wmu.Unlock()
+		runtime.Gosched()
+		c.wmu.Lock()
+	}
 	if c.pending.Add(-1) == 0 && c.werr == nil && c.bw.Buffered() > 0 {
 		now := time.Now().UnixNano()
 		wt := int64(c.cl.s.cfg.BodyTimeout)

@@ -3,6 +3,7 @@ package l7
 import (
 	"errors"
 	"io"
+	"runtime"
 	"strings"
 	"time"
 
@@ -260,6 +261,12 @@ func (st *h2Stream) relayUp(up *h2UpStream) (n int64, err error) {
 	bp := copyBufs.Get().(*[]byte)
 	buf := *bp
 	for err == nil {
+		if !up.ready() {
+			// The member's next frames may be read already: let the
+			// connection's reader hand them over, so that they leave
+			// with these in one write.
+			runtime.Gosched()
+		}
 		if !up.ready() {
 			// Out with what is there before waiting: a stream (gRPC,
 			// server-sent events) must not sit in a buffer.
