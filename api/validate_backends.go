@@ -55,9 +55,9 @@ func checkBackendPools(ck *checker, lb *pb.LoadBalancer, tenant *pb.Tenant, c Ca
 			ck.invalidf(f+".proxyProtocol", "%q is not one of v1, v2 (or empty for none)", pp)
 		}
 		switch bpp := bp.GetBackendProtocol(); bpp {
-		case "", "http1", "h2c", "tls":
+		case "", "http1", "h2c", "tls", "h2":
 		default:
-			ck.invalidf(f+".backendProtocol", "%q is not one of http1, h2c, tls", bpp)
+			ck.invalidf(f+".backendProtocol", "%q is not one of http1, h2c, tls, h2", bpp)
 		}
 		checkPositive(ck, f+".connectTimeout", bp.GetConnectTimeout())
 	}

@@ -164,6 +164,7 @@ func TestValidateLoadBalancerSpec(t *testing.T) {
 		{"proxy protocol bad", func(lb *pb.LoadBalancer) { lb.Pools["db"].ProxyProtocol = "v3" }, bad("pools.db.proxyProtocol", `"v3" is not one of v1, v2`)},
 		{"proxy protocol udp", func(lb *pb.LoadBalancer) { lb.Listeners[2].Protocol = "udp" }, bad("pools.db.proxyProtocol", "udp listeners[2] uses this pool")},
 		{"backend protocol h2c", func(lb *pb.LoadBalancer) { lb.Pools["web"].BackendProtocol = "h2c" }, pass()},
+		{"backend protocol h2", func(lb *pb.LoadBalancer) { lb.Pools["web"].BackendProtocol = "h2" }, pass()},
 		{"backend protocol bad", func(lb *pb.LoadBalancer) { lb.Pools["web"].BackendProtocol = "h3" }, bad("pools.web.backendProtocol", `"h3" is not one of`)},
 		{"connect timeout", func(lb *pb.LoadBalancer) { lb.Pools["web"].ConnectTimeout = dur(0) }, bad("pools.web.connectTimeout", "positive")},
 	}

@@ -150,6 +150,8 @@ func (p *Pool) httpBackend() *httpBackend {
 		b.opts.Protocol = l7.H2C
 	case "tls":
 		b.opts.Protocol = l7.HTTP1TLS
+	case "h2":
+		b.opts.Protocol = l7.H2TLS
 	}
 	b.hashClient = p.Spec.Algorithm == snapshot.Hash && p.Spec.HashHeader == ""
 	for _, m := range p.members {

@@ -7,7 +7,7 @@ var protoComments = map[string]string{
 	"teapot.v1.AccessLog":                         "AccessLog turns on one JSON line per HTTP request, written by every host that serves the load balancer. Lines are rate-limited per load balancer on each host.",
 	"teapot.v1.AccessLog.sample":                  "Share of requests logged, in (0, 1]; 0 (unset) logs every request.",
 	"teapot.v1.BackendPool.algorithm":             "round-robin | least-request | hash (default round-robin)",
-	"teapot.v1.BackendPool.backend_protocol":      "Protocol towards members: http1 | h2c | tls (default http1; L7 only).",
+	"teapot.v1.BackendPool.backend_protocol":      "Protocol towards members: http1 | h2c | tls | h2 (HTTP/2 over TLS) (default http1; L7 only).",
 	"teapot.v1.BackendPool.hash_on":               "For hash: client-ip | header:NAME",
 	"teapot.v1.BackendPool.proxy_protocol":        "\"\" | v1 | v2",
 	"teapot.v1.Certificate":                       "Certificate describes a TLS certificate known to the cluster.",

@@ -156,7 +156,7 @@ var rules = map[string]rule{
 	"teapot.v1.BackendPool.members":          {doc: "Where traffic goes: \"IP:port\", or {address, weight}.", limits: "at most quotas.membersPerPool (default " + quotaDefault((*pb.Quotas).GetMembersPerPool) + "); inside the tenant's networks; never a VIP or an LB host's service port", example: "[10.20.0.11:30080, {address: \"10.20.0.12:30080\", weight: 2}]"},
 	"teapot.v1.BackendPool.health_check":     {doc: "Active health check of every member: tcp, http or https (one of them)."},
 	"teapot.v1.BackendPool.proxy_protocol":   {doc: "Send the client's address to the members in a PROXY protocol header.", def: "none", enum: []string{"v1", "v2"}, limits: "not for pools of udp listeners"},
-	"teapot.v1.BackendPool.backend_protocol": {doc: "Protocol towards the members (http and https listeners): HTTP/1.1, HTTP/2 without TLS, or HTTP over TLS.", def: "http1", enum: []string{"http1", "h2c", "tls"}},
+	"teapot.v1.BackendPool.backend_protocol": {doc: "Protocol towards the members (http and https listeners): HTTP/1.1, HTTP/2 without TLS, HTTP/1.1 over TLS, or HTTP/2 over TLS (ALPN h2).", def: "http1", enum: []string{"http1", "h2c", "tls", "h2"}},
 	"teapot.v1.BackendPool.connect_timeout":  {doc: "Give up connecting to a member after this long.", limits: "positive", example: "2s"},
 
 	"teapot.v1.Member.address": {required: true, limits: atMost(api.MaxAddressLen, "bytes"), example: "10.20.0.11:30080"},

@@ -61,10 +61,10 @@ func (b *lbCompile) pool(name string, bp *pb.BackendPool, t *tenantInfo) *Pool {
 	}
 	switch bpp := bp.GetBackendProtocol(); bpp {
 	case "":
-	case "http1", "h2c", "tls":
+	case "http1", "h2c", "tls", "h2":
 		p.BackendProtocol = bpp
 	default:
-		b.problem(f+".backend_protocol", "%q is not one of http1, h2c, tls; using http1", bpp)
+		b.problem(f+".backend_protocol", "%q is not one of http1, h2c, tls, h2; using http1", bpp)
 	}
 	p.ConnectTimeout = b.duration(f+".connect_timeout", bp.GetConnectTimeout(), b.c.d.ConnectTimeout)
 	return p

@@ -235,7 +235,7 @@ func TestCompilePoolDefaultsAndMembers(t *testing.T) {
 				{"pools.app.algorithm", `"random" is not one of round-robin, least-request, hash; using round-robin`},
 				{"pools.app.health_check.timeout", "3s is longer than interval 1s; using the interval"},
 				{"pools.app.proxy_protocol", `"v3" is not one of v1, v2; sending no PROXY header`},
-				{"pools.app.backend_protocol", `"h3" is not one of http1, h2c, tls; using http1`},
+				{"pools.app.backend_protocol", `"h3" is not one of http1, h2c, tls, h2; using http1`},
 			},
 		},
 	}

@@ -134,7 +134,7 @@ type Pool struct {
 	Health *HealthCheck
 	// ProxyProtocol is 0 (none), 1 or 2.
 	ProxyProtocol int
-	// BackendProtocol is http1, h2c or tls (L7 only).
+	// BackendProtocol is http1, h2c, tls or h2 (L7 only).
 	BackendProtocol string
 	ConnectTimeout  time.Duration
 }

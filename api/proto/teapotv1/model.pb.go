@@ -1836,7 +1836,8 @@ type BackendPool struct {
 	HealthCheck *HealthCheck `protobuf:"bytes,4,opt,name=health_check,json=healthCheck,proto3" json:"health_check,omitempty"`
 	// "" | v1 | v2
 	ProxyProtocol string `protobuf:"bytes,5,opt,name=proxy_protocol,json=proxyProtocol,proto3" json:"proxy_protocol,omitempty"`
-	// Protocol towards members: http1 | h2c | tls (default http1; L7 only).
+	// Protocol towards members: http1 | h2c | tls | h2 (HTTP/2 over TLS)
+	// (default http1; L7 only).
 	BackendProtocol string               `protobuf:"bytes,6,opt,name=backend_protocol,json=backendProtocol,proto3" json:"backend_protocol,omitempty"`
 	ConnectTimeout  *durationpb.Duration `protobuf:"bytes,7,opt,name=connect_timeout,json=connectTimeout,proto3" json:"connect_timeout,omitempty"`
 	unknownFields   protoimpl.UnknownFields
