@@ -307,7 +307,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	var dataPlane atomic.Pointer[proxy.Proxy]
 	tenants := tenantsync.New(tenantsync.Config{Store: node, Logger: log, Events: host.Events().Add, Members: func(lb string) []*pb.MemberState {
 		return memberStates(dataPlane.Load(), lb)
-	}})
+	}, MembersNotified: true})
 	pb.RegisterTenantSyncServer(srv, tenants)
 	pb.RegisterTenantCredentialsServer(srv, tenants.Credentials())
 	served := make(chan error, 1)
@@ -348,6 +348,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 		// of the load balancers holding it only.
 		Changed: func() { vm.setReady(dataPlane.Load()) },
 		MembersChanged: func(lbs []string) {
+			tenants.MembersChanged(lbs)
 			if px := dataPlane.Load(); vm != nil && px != nil {
 				vm.SetReadyFor(px.ReadinessOf(lbs))
 			}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/netip"
+	"strings"
 	"sync"
 	"time"
 
@@ -83,6 +84,10 @@ type Config struct {
 	// ("tenant/name") as this host sees them; statuses carry it and
 	// streams push its changes.
 	Members func(lb string) []*pb.MemberState
+	// MembersNotified says that MembersChanged is called on every change
+	// of member health: streams then ask Members, every half heartbeat,
+	// only for the load balancers named since, not for all their tenant's.
+	MembersNotified bool
 	// Events receives a tenant-refused event when an object of a tenant
 	// is refused, once per object and reason; nil drops them.
 	Events func(*pb.Event)
@@ -386,4 +391,29 @@ func (s *Server) hostAddrs() map[netip.AddrPort]string {
 		s.hosts, s.hostsRev = hostAddrs(objs), r
 	}
 	return s.hosts
+}
+
+// MembersChanged tells the streams that the members' health of load
+// balancers ("tenant/name") changed; with Config.MembersNotified their
+// next health push looks at these alone. It costs what it names.
+func (s *Server) MembersChanged(lbs []string) {
+	byTenant := map[string][]string{}
+	for _, lb := range lbs {
+		if tenant, name, ok := strings.Cut(lb, "/"); ok {
+			byTenant[tenant] = append(byTenant[tenant], name)
+		}
+	}
+	s.mu.Lock()
+	var targets []*stream
+	var names [][]string
+	for tenant, ns := range byTenant {
+		for st := range s.streams[tenant] {
+			targets = append(targets, st)
+			names = append(names, ns)
+		}
+	}
+	s.mu.Unlock()
+	for i, st := range targets {
+		st.membersChanged(names[i])
+	}
 }

@@ -29,6 +29,22 @@ type stream struct {
 	mu sync.Mutex
 	// last is the status the agent was last told per load balancer.
 	last map[string]*pb.ObjectStatus
+	// healthDirty names the load balancers whose members' health changed
+	// since the last push (Server.MembersChanged).
+	healthDirty map[string]bool
+}
+
+// membersChanged notes load balancers (names) whose members' health
+// changed, for the next pushHealth.
+func (st *stream) membersChanged(names []string) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.healthDirty == nil {
+		st.healthDirty = map[string]bool{}
+	}
+	for _, n := range names {
+		st.healthDirty[n] = true
+	}
 }
 
 func (st *stream) send(m *pb.SyncResponse) error {
@@ -256,11 +272,23 @@ func (st *stream) pushHealth() error {
 	}
 	st.mu.Lock()
 	var statuses []*pb.ObjectStatus
-	for _, last := range st.last {
-		s := proto.Clone(last).(*pb.ObjectStatus)
-		statuses = append(statuses, s)
+	if st.srv.cfg.MembersNotified {
+		// Only the load balancers named since the last push.
+		for name := range st.healthDirty {
+			if last := st.last[name]; last != nil {
+				statuses = append(statuses, proto.Clone(last).(*pb.ObjectStatus))
+			}
+		}
+		st.healthDirty = nil
+	} else {
+		for _, last := range st.last {
+			statuses = append(statuses, proto.Clone(last).(*pb.ObjectStatus))
+		}
 	}
 	st.mu.Unlock()
+	if len(statuses) == 0 {
+		return nil
+	}
 	st.withMembers(statuses)
 	changed := st.changed(statuses)
 	if len(changed) == 0 {
