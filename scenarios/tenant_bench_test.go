@@ -215,15 +215,18 @@ func tenantInitialSync(b *testing.B, n int) (stored, live, statuses time.Duratio
 	created := time.Now()
 	var wg sync.WaitGroup
 	work := make(chan int)
-	errs := make(chan error, 16)
-	for range 16 {
+	errs := make(chan error, 32)
+	for range 32 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := range work {
 				ctx, cancel := l.ctx()
 				name := fmt.Sprintf("svc-%05d", i)
-				_, err := l.k.client.CoreV1().Services("bulk").Create(ctx, lbService("bulk", name, "teapot-lb.io/lb", 80, nil), metav1.CreateOptions{})
+				svc := lbService("bulk", name, "teapot-lb.io/lb", 80, nil)
+				// The members are pods: no node ports (the range holds 2,768).
+				svc.Spec.AllocateLoadBalancerNodePorts = ptrTo(false)
+				_, err := l.k.client.CoreV1().Services("bulk").Create(ctx, svc, metav1.CreateOptions{})
 				if err == nil {
 					var eps []string
 					for j := range initialEndpoints {
