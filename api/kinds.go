@@ -142,9 +142,10 @@ func MetaOf(o *pb.Object) *pb.Meta {
 const (
 	AgentServicePrefix = "svc-"
 	AgentIngressPrefix = "ing-"
+	AgentGatewayPrefix = "gw-"
 )
 
-// AgentKind returns the Kubernetes kind ("Service", "Ingress") a load
+// AgentKind returns the Kubernetes kind ("Service", "Ingress", "Gateway") a load
 // balancer named name was derived from by the tenant agent, or "" for a
 // load balancer the operator wrote.
 func AgentKind(name string) string {
@@ -153,6 +154,8 @@ func AgentKind(name string) string {
 		return "Service"
 	case strings.HasPrefix(name, AgentIngressPrefix):
 		return "Ingress"
+	case strings.HasPrefix(name, AgentGatewayPrefix):
+		return "Gateway"
 	}
 	return ""
 }

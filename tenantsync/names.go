@@ -17,6 +17,10 @@ import (
 const (
 	ServicePrefix = api.AgentServicePrefix
 	IngressPrefix = api.AgentIngressPrefix
+	GatewayPrefix = api.AgentGatewayPrefix
+	// CertificatePrefix starts the names of the certificates the agent
+	// uploads from Secrets.
+	CertificatePrefix = "k8s-"
 )
 
 // maxName is the longest load balancer name (a DNS label).
@@ -24,7 +28,7 @@ const maxName = 63
 
 // Managed reports whether a load balancer name is one the agent derives.
 func Managed(name string) bool {
-	return strings.HasPrefix(name, ServicePrefix) || strings.HasPrefix(name, IngressPrefix)
+	return strings.HasPrefix(name, ServicePrefix) || strings.HasPrefix(name, IngressPrefix) || strings.HasPrefix(name, GatewayPrefix)
 }
 
 // ServiceName is the load balancer name of Service namespace/name.
@@ -35,6 +39,17 @@ func ServiceName(namespace, name string) string {
 // IngressName is the load balancer name of Ingress namespace/name.
 func IngressName(namespace, name string) string {
 	return derive(IngressPrefix, "Ingress", namespace, name)
+}
+
+// GatewayName is the load balancer name of Gateway namespace/name.
+func GatewayName(namespace, name string) string {
+	return derive(GatewayPrefix, "Gateway", namespace, name)
+}
+
+// SecretCertificateName is the name of the tenant certificate the agent
+// uploads from kubernetes.io/tls Secret namespace/name.
+func SecretCertificateName(namespace, name string) string {
+	return derive(CertificatePrefix, "Secret", namespace, name)
 }
 
 // HashedName is the collision-free form of a derived name: the readable

@@ -23,6 +23,8 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
+	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gwclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 	"github.com/teapot-lb/teapot-lb/tenantsync/translate"
@@ -44,6 +46,8 @@ const (
 // Config configures an Agent.
 type Config struct {
 	Kube kubernetes.Interface
+	// Gateway reads and writes Gateway API objects; nil serves none.
+	Gateway gwclient.Interface
 	// Events records Events (default Kube).
 	Events kubernetes.Interface
 	// Credentials is the directory of the mounted credentials Secret;
@@ -90,6 +94,11 @@ type Agent struct {
 	events record.EventRecorder
 	bcast  record.EventBroadcaster
 
+	// gw holds the Gateway API watches (nil when not served);
+	// gwShutdown stops their informers.
+	gw         *gatewayWatch
+	gwShutdown func()
+
 	// nodePortWake asks runNodePorts to converge.
 	nodePortWake chan struct{}
 
@@ -134,6 +143,10 @@ func New(cfg Config) (*Agent, error) {
 			100*time.Millisecond, 30*time.Second)),
 		options:      cfg.Options,
 		nodePortWake: make(chan struct{}, 1),
+	}
+	// Events on Gateway API objects need their kinds in the scheme.
+	if err := gwv1.Install(scheme.Scheme); err != nil {
+		return nil, fmt.Errorf("agent: register the Gateway API types: %w", err)
 	}
 	a.bcast = record.NewBroadcaster()
 	a.events = a.bcast.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "teapot-lb-agent"})
@@ -272,6 +285,10 @@ func (a *Agent) Run(parent context.Context) error {
 				a.log.Error("health endpoint stopped", "err", err)
 			}
 		}()
+	}
+	a.watchGateways(ctx)
+	if a.gwShutdown != nil {
+		defer a.gwShutdown()
 	}
 	a.factory.Start(ctx.Done())
 	a.log.Info("waiting for the informers' caches")

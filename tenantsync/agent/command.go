@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	gwclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
 	"github.com/teapot-lb/teapot-lb/tenantsync/translate"
 )
@@ -30,12 +31,13 @@ const serviceAccountNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/n
 func Command(version string) *cobra.Command {
 	cfg := Config{LeaderElect: true, Version: version}
 	var kubeconfig, logLevel string
+	var noGateway bool
 	var qps float32
 	var burst int
 	cmd := &cobra.Command{
 		Use:     "agent",
 		Version: version,
-		Short:   "Run the tenant agent in a Kubernetes cluster: stream its LoadBalancer Services and Ingresses to the LB cluster",
+		Short:   "Run the tenant agent in a Kubernetes cluster: stream its LoadBalancer Services, Ingresses and Gateways to the LB cluster",
 		Long: "Runs inside a tenant's Kubernetes cluster (see packaging/k8s). It uses the in-cluster\n" +
 			"configuration, or --kubeconfig from outside, and the credentials Secret printed by\n" +
 			"teapot-lb tenant credentials NAME, mounted at --credentials.",
@@ -57,6 +59,11 @@ func Command(version string) *cobra.Command {
 				return fmt.Errorf("kubernetes client: %w", err)
 			}
 			cfg.Kube = kube
+			if !noGateway {
+				if cfg.Gateway, err = gwclient.NewForConfig(rc); err != nil {
+					return fmt.Errorf("gateway API client: %w", err)
+				}
+			}
 			// Events get their own rate limiter so that they never hold back
 			// status writes.
 			if cfg.Events, err = kubernetes.NewForConfig(rc); err != nil {
@@ -84,6 +91,8 @@ func Command(version string) *cobra.Command {
 	f.BoolVar(&cfg.Options.DefaultClass, "default-class", false, "also take LoadBalancer Services that set no loadBalancerClass")
 	f.StringVar(&cfg.Options.LoadBalancerClass, "lb-class", translate.LoadBalancerClass, "spec.loadBalancerClass of the Services to take")
 	f.StringVar(&cfg.Options.IngressController, "ingress-controller", translate.IngressController, "spec.controller of the IngressClasses whose Ingresses to take")
+	f.StringVar(&cfg.Options.GatewayController, "gateway-controller", translate.GatewayController, "spec.controllerName of the GatewayClasses whose Gateways to take")
+	f.BoolVar(&noGateway, "no-gateway-api", false, "do not watch Gateway API objects even when their CRDs are installed")
 	f.StringVar(&cfg.Options.DefaultPool, "default-pool", "", "VIP pool for objects that name none (default: the tenant's first pool)")
 	f.BoolVar(&cfg.LeaderElect, "leader-elect", cfg.LeaderElect, "elect one active replica through a Lease")
 	f.StringVar(&cfg.Namespace, "namespace", "", "namespace of the Lease (default: the pod's namespace, or $POD_NAMESPACE)")

@@ -1,19 +1,22 @@
 package agent
 
 import (
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/teapot-lb/teapot-lb/tenantsync"
 	"github.com/teapot-lb/teapot-lb/tenantsync/translate"
 )
 
-// objKey names a Service or Ingress; Name "*" stands for every Ingress of
-// the namespace.
+// objKey names a Service, Ingress, Gateway, GatewayClass or route; Name
+// "*" stands for every Ingress of the namespace, and namespace and name
+// "*" for every Gateway.
 type objKey struct{ kind, ns, name string }
 
 func (k objKey) source() translate.Source {
@@ -69,25 +72,61 @@ func (s *desiredSet) markAll() {
 	s.wake()
 }
 
-// markService marks a Service and the Ingresses of its namespace (which
-// may use it as a backend).
+// markService marks a Service, the Ingresses of its namespace and every
+// Gateway (which may use it as a backend).
 func (s *desiredSet) markService(ns, name string) {
-	s.mark(objKey{translate.KindService, ns, name}, objKey{translate.KindIngress, ns, "*"})
+	s.mark(objKey{translate.KindService, ns, name}, objKey{translate.KindIngress, ns, "*"}, objKey{translate.KindGateway, "*", "*"})
 }
 
 // recompute translates what is dirty and returns the keys whose desired
 // load balancer changed (for the status writer).
+//
+// A Gateway's change also names the routes whose status it gave or gives.
 func (s *desiredSet) recompute(src translate.Sources, o translate.Options) []objKey {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	keys := s.takeDirty(src)
 	var changed []objKey
+	seen := map[objKey]bool{}
 	for _, k := range keys {
-		if s.update(k, translate1(k, src, o)) {
-			changed = append(changed, k)
+		prev := s.byName[s.nameOf[k]]
+		d := translate1(k, src, o)
+		if !s.update(k, d) {
+			continue
+		}
+		changed = append(changed, k)
+		for _, x := range []*translate.Desired{prev, d} {
+			if x == nil || x.Gateway == nil {
+				continue
+			}
+			for rk := range x.Gateway.Routes {
+				if r := (objKey{rk.Kind, rk.Namespace, rk.Name}); !seen[r] {
+					seen[r] = true
+					changed = append(changed, r)
+				}
+			}
 		}
 	}
 	return changed
+}
+
+// routeParents returns the parent statuses every Gateway of the agent
+// gives route k, ordered by Gateway.
+func (s *desiredSet) routeParents(k translate.RouteKey) []gwv1.RouteParentStatus {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var names []string
+	for n, d := range s.byName {
+		if d.Gateway != nil && len(d.Gateway.Routes[k]) > 0 {
+			names = append(names, n)
+		}
+	}
+	slices.Sort(names)
+	var out []gwv1.RouteParentStatus
+	for _, n := range names {
+		out = append(out, s.byName[n].Gateway.Routes[k]...)
+	}
+	return out
 }
 
 // takeDirty expands and clears the dirty set, oldest objects first so
@@ -108,8 +147,18 @@ func (s *desiredSet) takeDirty(src translate.Sources) []objKey {
 				set[objKey{translate.KindIngress, ing.Namespace, ing.Name}] = true
 			}
 		}
+		addGateways(set, src)
 	}
 	for k := range s.dirty {
+		if k.kind == translate.KindGateway && k.name == "*" {
+			for known := range s.nameOf {
+				if known.kind == translate.KindGateway {
+					set[known] = true
+				}
+			}
+			addGateways(set, src)
+			continue
+		}
 		if k.kind == translate.KindIngress && k.name == "*" {
 			for known := range s.nameOf {
 				if known.kind == translate.KindIngress && known.ns == k.ns {
@@ -145,6 +194,18 @@ func (s *desiredSet) takeDirty(src translate.Sources) []objKey {
 	return keys
 }
 
+// addGateways adds every Gateway of the cluster to set.
+func addGateways(set map[objKey]bool, src translate.Sources) {
+	if src.Gateway == nil {
+		return
+	}
+	if gws, err := src.Gateway.Gateways.List(labels.Everything()); err == nil {
+		for _, gw := range gws {
+			set[objKey{translate.KindGateway, gw.Namespace, gw.Name}] = true
+		}
+	}
+}
+
 func creation(k objKey, src translate.Sources) int64 {
 	switch k.kind {
 	case translate.KindService:
@@ -154,6 +215,13 @@ func creation(k objKey, src translate.Sources) int64 {
 	case translate.KindIngress:
 		if ing, err := src.Ingresses.Ingresses(k.ns).Get(k.name); err == nil {
 			return ing.CreationTimestamp.UnixNano()
+		}
+	case translate.KindGateway:
+		if src.Gateway == nil {
+			return 0
+		}
+		if gw, err := src.Gateway.Gateways.Gateways(k.ns).Get(k.name); err == nil {
+			return gw.CreationTimestamp.UnixNano()
 		}
 	}
 	return 0
@@ -175,6 +243,15 @@ func translate1(k objKey, src translate.Sources, o translate.Options) *translate
 			return nil
 		}
 		return translate.Ingress(ing, src, o)
+	case translate.KindGateway:
+		if src.Gateway == nil {
+			return nil
+		}
+		gw, err := src.Gateway.Gateways.Gateways(k.ns).Get(k.name)
+		if err != nil || !translate.WantsGateway(gw, src, o) {
+			return nil
+		}
+		return translate.Gateway(gw, src, o)
 	}
 	return nil
 }
@@ -194,8 +271,11 @@ func (s *desiredSet) update(k objKey, d *translate.Desired) bool {
 	name := d.LB.GetName()
 	if holder := s.byName[name]; holder != nil && keyOf(holder.Source) != k {
 		prefix := tenantsync.ServicePrefix
-		if k.kind == translate.KindIngress {
+		switch k.kind {
+		case translate.KindIngress:
 			prefix = tenantsync.IngressPrefix
+		case translate.KindGateway:
+			prefix = tenantsync.GatewayPrefix
 		}
 		d.LB.Name = tenantsync.HashedName(prefix, k.kind, k.ns, k.name)
 		d.Version = tenantsync.Version(d.LB)
@@ -208,7 +288,7 @@ func (s *desiredSet) update(k objKey, d *translate.Desired) bool {
 	s.byName[name] = d
 	s.nameOf[k] = name
 	return prev == nil || prev.Version != d.Version || !slices.Equal(prev.Warnings, d.Warnings) ||
-		!slices.Equal(prev.NodePorts, d.NodePorts) || prev.Refused != d.Refused
+		!slices.Equal(prev.NodePorts, d.NodePorts) || prev.Refused != d.Refused || !reflect.DeepEqual(prev.Gateway, d.Gateway)
 }
 
 // versions returns the load balancers to ask the LB cluster for, by

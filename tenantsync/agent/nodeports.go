@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -17,7 +18,7 @@ import (
 const nodePortResync = time.Minute
 
 // runNodePorts keeps the NodePort Services the agent owns equal to what
-// the translated Ingresses need (translate.NodePortService) until ctx
+// the translated Ingresses and Gateways need (translate.NodePortService) until ctx
 // ends: it creates and updates the needed ones and deletes the others.
 func (a *Agent) runNodePorts(ctx context.Context) {
 	tick := time.NewTicker(nodePortResync)
@@ -47,7 +48,11 @@ func (a *Agent) syncNodePorts(ctx context.Context) {
 	need := map[key]bool{}
 	for _, d := range a.set.versions() {
 		for _, svc := range d.NodePorts {
-			need[key{d.Source.Namespace, svc}] = true
+			if ns, name, ok := strings.Cut(svc, "/"); ok {
+				need[key{ns, name}] = true
+			} else {
+				need[key{d.Source.Namespace, svc}] = true
+			}
 		}
 	}
 	owned, err := a.src.Services.List(labels.SelectorFromSet(labels.Set{translate.LabelManagedBy: translate.ManagedByAgent}))

@@ -154,6 +154,16 @@ func (a *Agent) write(ctx context.Context, k objKey) error {
 		if wrote, err = a.writeIngress(ctx, ing, d, st); err != nil {
 			return err
 		}
+	case translate.KindGateway:
+		gw, err := a.writeGateway(ctx, k, d, st)
+		if err != nil || gw == nil {
+			return err
+		}
+		obj = gw
+	case translate.KindGatewayClass:
+		return a.writeGatewayClass(ctx, k.name)
+	case translate.KindHTTPRoute, translate.KindGRPCRoute, translate.KindTLSRoute, translate.KindTCPRoute, translate.KindUDPRoute:
+		return a.writeRoute(ctx, k)
 	default:
 		return nil
 	}

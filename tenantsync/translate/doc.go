@@ -10,6 +10,27 @@
 // load balancer each with an http listener on port 80 (and https on 443
 // with ACME when the Ingress lists TLS hosts), one route per path.
 //
+// Gateways of a GatewayClass whose controllerName is
+// teapot-lb.io/gateway-controller become one load balancer each (named
+// gw-NAMESPACE-NAME) on one VIP (spec.addresses: one IPAddress, inside the
+// tenant's pools). Its listeners become one LB listener per port and
+// protocol: HTTP and HTTPS listeners of a port share one (their hostnames
+// go into the routes; HTTPS listeners offer all their certificates, chosen
+// by SNI), TLS listeners in Passthrough mode become tls-passthrough, TCP
+// and UDP stay themselves. HTTPRoutes and GRPCRoutes attach by parentRefs
+// (sectionName, port), the listeners' allowedRoutes (namespaces From
+// Same, All or Selector; kinds) and hostnames, and become LB routes with
+// their matches, weighted backends, filters and timeouts; routes keep
+// creation order, so that ties go to the oldest route as the spec asks.
+// A TLSRoute, TCPRoute or UDPRoute gives its port its backends; the first
+// route attached to a port keeps it. The routes of a Gateway are served on
+// every HTTP and HTTPS listener whose hostname they match: a route that
+// names one listener of two sharing a hostname is served on both.
+// ReferenceGrants govern backendRefs to Services and certificateRefs to
+// Secrets of other namespaces. The translation also returns the status of
+// the Gateway, its listeners and its routes (GatewayResult), with the
+// standard reasons.
+//
 // Members are node addresses with the Service's nodePort (NodePort mode),
 // or, when the tenant's pods are routable from the LB hosts, the ready pod
 // addresses from the EndpointSlices (pod mode). With

@@ -130,36 +130,63 @@ func backendKey(b *networkingv1.IngressServiceBackend) string {
 	return strings.TrimPrefix(tenantsync.HashedName("", "Backend", b.Name, port), "-")
 }
 
-// ingressMembers finds the members behind an Ingress backend: the backend
-// Service's nodePort on every node, or its ready pods.
+// ingressMembers finds the members behind an Ingress backend.
 func ingressMembers(src Sources, namespace string, b *networkingv1.IngressServiceBackend, podMode bool, nodes []string, d *Desired) []*pb.Member {
+	return serviceMembers(src, &backendSvc{namespace: namespace, name: b.Name, portName: b.Port.Name, port: b.Port.Number}, podMode, nodes, d)
+}
+
+// backendSvc is a Service port that a route sends to: by port name when
+// set, else by number.
+type backendSvc struct {
+	namespace, name, portName string
+	port                      int32
+}
+
+func (b *backendSvc) portText() string {
+	if b.portName != "" {
+		return b.portName
+	}
+	return fmt.Sprint(b.port)
+}
+
+// serviceMembers finds the members behind a backend Service port: its
+// nodePort on every node, or its ready pods. A ClusterIP Service outside
+// pod mode is served by the NodePort Service the agent creates for it
+// (listed in d.NodePorts: its name, or namespace/name when it lives in
+// another namespace than d's source).
+func serviceMembers(src Sources, b *backendSvc, podMode bool, nodes []string, d *Desired) []*pb.Member {
 	if src.Services == nil {
 		return nil
 	}
-	svc, err := src.Services.Services(namespace).Get(b.Name)
+	namespace := b.namespace
+	svc, err := src.Services.Services(namespace).Get(b.name)
 	if err != nil {
 		if errors.IsNotFound(err) {
-			d.Warnings = append(d.Warnings, fmt.Sprintf("backend Service %s/%s does not exist; its routes answer 503", namespace, b.Name))
+			d.Warnings = append(d.Warnings, fmt.Sprintf("backend Service %s/%s does not exist; its routes answer 503", namespace, b.name))
 		}
 		return nil
 	}
 	i := slices.IndexFunc(svc.Spec.Ports, func(p corev1.ServicePort) bool {
-		if b.Port.Name != "" {
-			return p.Name == b.Port.Name
+		if b.portName != "" {
+			return p.Name == b.portName
 		}
-		return p.Port == b.Port.Number
+		return p.Port == b.port
 	})
 	if i < 0 {
-		d.Warnings = append(d.Warnings, fmt.Sprintf("backend Service %s/%s has no port %s; its routes answer 503", namespace, b.Name, portText(b.Port)))
+		d.Warnings = append(d.Warnings, fmt.Sprintf("backend Service %s/%s has no port %s; its routes answer 503", namespace, b.name, b.portText()))
 		return nil
 	}
 	p := svc.Spec.Ports[i]
 	if podMode {
-		return podMembers(src.EndpointSlices, namespace, b.Name, p)
+		return podMembers(src.EndpointSlices, namespace, b.name, p)
 	}
 	if p.NodePort == 0 && needsNodePort(svc) {
-		if !slices.Contains(d.NodePorts, svc.Name) {
-			d.NodePorts = append(d.NodePorts, svc.Name)
+		ref := svc.Name
+		if namespace != d.Source.Namespace {
+			ref = namespace + "/" + svc.Name
+		}
+		if !slices.Contains(d.NodePorts, ref) {
+			d.NodePorts = append(d.NodePorts, ref)
 		}
 		np, err := src.Services.Services(namespace).Get(NodePortName(svc.Name))
 		if err == nil && IsNodePortFor(np, svc.Name) {
@@ -169,21 +196,14 @@ func ingressMembers(src Sources, namespace string, b *networkingv1.IngressServic
 				return nodeMembers(nodes, np.Spec.Ports[j].NodePort)
 			}
 		}
-		d.Warnings = append(d.Warnings, fmt.Sprintf("backend Service %s/%s is of type ClusterIP: waiting for the NodePort Service %s that the agent creates for it", namespace, b.Name, NodePortName(svc.Name)))
+		d.Warnings = append(d.Warnings, fmt.Sprintf("backend Service %s/%s is of type ClusterIP: waiting for the NodePort Service %s that the agent creates for it", namespace, b.name, NodePortName(svc.Name)))
 		return nil
 	}
 	if p.NodePort == 0 {
-		d.Warnings = append(d.Warnings, fmt.Sprintf("backend Service %s/%s port %s has no nodePort; make it type NodePort, or use pod mode when pods are routable", namespace, b.Name, portText(b.Port)))
+		d.Warnings = append(d.Warnings, fmt.Sprintf("backend Service %s/%s port %s has no nodePort; make it type NodePort, or use pod mode when pods are routable", namespace, b.name, b.portText()))
 		return nil
 	}
 	return nodeMembers(nodes, p.NodePort)
-}
-
-func portText(p networkingv1.ServiceBackendPort) string {
-	if p.Name != "" {
-		return p.Name
-	}
-	return fmt.Sprint(p.Number)
 }
 
 // addrOf parses a status IP; an empty result means none.

@@ -54,6 +54,9 @@ type Options struct {
 	PodsRoutable bool
 	// DefaultPool is used when an object names no pool.
 	DefaultPool string
+	// GatewayController selects the GatewayClasses (default
+	// GatewayController).
+	GatewayController string
 }
 
 func (o Options) lbClass() string { return cmp.Or(o.LoadBalancerClass, LoadBalancerClass) }
@@ -68,6 +71,8 @@ type Sources struct {
 	Nodes          corelisters.NodeLister
 	Ingresses      networkinglisters.IngressLister
 	IngressClasses networkinglisters.IngressClassLister
+	// Gateway is nil when the Gateway API is not installed.
+	Gateway *GatewaySources
 }
 
 // Kinds of Source.
@@ -100,6 +105,8 @@ type Desired struct {
 	// for this load balancer at all (the object cannot be served as it
 	// is); the agent reports it as a Warning Event and writes no address.
 	Refused string
+	// Gateway is set for a Gateway: its status and its routes'.
+	Gateway *GatewayResult
 }
 
 func finish(d *Desired) *Desired {

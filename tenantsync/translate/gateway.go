@@ -1,0 +1,437 @@
+package translate
+
+import (
+	"cmp"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gwlisters "sigs.k8s.io/gateway-api/pkg/client/listers/apis/v1"
+
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+	"github.com/teapot-lb/teapot-lb/tenantsync"
+)
+
+// GatewayController is the controllerName of the GatewayClasses whose
+// Gateways the agent takes.
+const GatewayController = "teapot-lb.io/gateway-controller"
+
+// Kinds of the Gateway API objects the agent reads.
+const (
+	KindGateway      = "Gateway"
+	KindGatewayClass = "GatewayClass"
+	KindHTTPRoute    = "HTTPRoute"
+	KindGRPCRoute    = "GRPCRoute"
+	KindTLSRoute     = "TLSRoute"
+	KindTCPRoute     = "TCPRoute"
+	KindUDPRoute     = "UDPRoute"
+)
+
+// RouteKinds are the route kinds the agent serves, in the order the
+// translation reads them.
+var RouteKinds = []string{KindHTTPRoute, KindGRPCRoute, KindTLSRoute, KindTCPRoute, KindUDPRoute}
+
+// gatewayGroup is the API group of the Gateway API.
+const gatewayGroup = gwv1.GroupName
+
+// Bounds of what one Gateway may ask for; the LB cluster's validation
+// (quotas on listeners, routes, pools and members) bounds the rest.
+const (
+	// MaxGatewayRoutes is the most routes of all kinds one Gateway takes;
+	// later ones (by creation) are not accepted.
+	MaxGatewayRoutes = 512
+)
+
+// GatewaySources are the Gateway API listers, nil when the Gateway API
+// CRDs are not installed. A route lister is nil when its CRD is missing.
+type GatewaySources struct {
+	Classes         gwlisters.GatewayClassLister
+	Gateways        gwlisters.GatewayLister
+	HTTPRoutes      gwlisters.HTTPRouteLister
+	GRPCRoutes      gwlisters.GRPCRouteLister
+	TLSRoutes       gwlisters.TLSRouteLister
+	TCPRoutes       gwlisters.TCPRouteLister
+	UDPRoutes       gwlisters.UDPRouteLister
+	ReferenceGrants gwlisters.ReferenceGrantLister
+	Namespaces      corelisters.NamespaceLister
+	Secrets         corelisters.SecretLister
+}
+
+// RouteKey names one route object.
+type RouteKey struct{ Kind, Namespace, Name string }
+
+func (k RouteKey) String() string { return k.Kind + " " + k.Namespace + "/" + k.Name }
+
+// GatewayResult is what the translation of a Gateway found, for its status
+// and its routes' status. Conditions carry no transition time; the agent
+// keeps the time of a condition whose status did not change.
+type GatewayResult struct {
+	Generation int64
+	// Accepted is the Gateway's Accepted condition.
+	Accepted metav1.Condition
+	// Listeners are the status of each listener, in spec order; their
+	// Programmed condition assumes the LB cluster takes the load
+	// balancer (the agent lowers it when it does not).
+	Listeners []gwv1.ListenerStatus
+	// Routes are the parent statuses this Gateway gives each route that
+	// names it, in the order of the route's parentRefs.
+	Routes map[RouteKey][]gwv1.RouteParentStatus
+	// Certificates are the Secrets the https listeners serve, to upload
+	// as the tenant's certificates.
+	Certificates []CertificateSource
+}
+
+// CertificateSource is a kubernetes.io/tls Secret uploaded as a tenant
+// certificate named Name.
+type CertificateSource struct {
+	Name, Namespace, Secret string
+}
+
+// WantsGateway reports whether the agent takes gw: its GatewayClass names
+// the agent's controller.
+func WantsGateway(gw *gwv1.Gateway, src Sources, o Options) bool {
+	if gw.DeletionTimestamp != nil || src.Gateway == nil || src.Gateway.Classes == nil {
+		return false
+	}
+	gc, err := src.Gateway.Classes.Get(string(gw.Spec.GatewayClassName))
+	return err == nil && OwnsClass(gc, o)
+}
+
+// OwnsClass reports whether a GatewayClass is the agent's.
+func OwnsClass(gc *gwv1.GatewayClass, o Options) bool {
+	return string(gc.Spec.ControllerName) == o.GatewayControllerName()
+}
+
+// GatewayControllerName is the controllerName in force.
+func (o Options) GatewayControllerName() string {
+	return cmp.Or(o.GatewayController, GatewayController)
+}
+
+// listenerState is one Gateway listener as the translation sees it.
+type listenerState struct {
+	spec     gwv1.Listener
+	status   *gwv1.ListenerStatus
+	proto    string // the LB listener protocol
+	valid    bool   // accepted and not conflicted: routes may attach
+	kinds    []string
+	certs    []CertificateSource
+	hostname string
+}
+
+// Gateway translates one Gateway the agent takes: one load balancer with
+// one LB listener per port, the routes attached to its listeners, and the
+// status of the Gateway, its listeners and their routes.
+func Gateway(gw *gwv1.Gateway, src Sources, o Options) *Desired {
+	d := &Desired{Source: Source{KindGateway, gw.Namespace, gw.Name}}
+	res := &GatewayResult{Generation: gw.Generation, Routes: map[RouteKey][]gwv1.RouteParentStatus{}}
+	d.Gateway = res
+	lb := &pb.LoadBalancer{
+		Name:  tenantsync.GatewayName(gw.Namespace, gw.Name),
+		Vip:   vipRequest(gw.Annotations, "", o, d),
+		Pools: map[string]*pb.BackendPool{},
+	}
+	d.LB = lb
+	d.ProxyMode = true
+	accepted := cond(string(gwv1.GatewayConditionAccepted), true, string(gwv1.GatewayReasonAccepted), "the Gateway is served by teapot-lb", gw.Generation)
+	if msg := gatewayAddress(gw, lb.Vip); msg != "" {
+		accepted = cond(string(gwv1.GatewayConditionAccepted), false, string(gwv1.GatewayReasonUnsupportedAddress), msg, gw.Generation)
+	}
+	g := &gwBuild{gw: gw, src: src, o: o, d: d, lb: lb, res: res}
+	g.podMode = podMode(gw.Annotations, o, d)
+	if !g.podMode {
+		g.nodes = nodeAddrs(src.Nodes)
+	}
+	g.listeners()
+	g.routes()
+	g.lbListeners()
+	for i := range g.ls {
+		res.Listeners = append(res.Listeners, *g.ls[i].status)
+	}
+	if !slices.ContainsFunc(g.ls, func(l *listenerState) bool { return l.valid }) && accepted.Status == metav1.ConditionTrue {
+		accepted = cond(string(gwv1.GatewayConditionAccepted), false, string(gwv1.GatewayReasonListenersNotValid), "no listener is valid; see the listeners' conditions", gw.Generation)
+	}
+	res.Accepted = accepted
+	if accepted.Status != metav1.ConditionTrue {
+		d.Refused = accepted.Message
+	}
+	return finish(d)
+}
+
+// gatewayAddress takes the first spec.addresses entry as the requested
+// VIP; it returns why the addresses cannot be served, or "".
+func gatewayAddress(gw *gwv1.Gateway, v *pb.VIPRequest) string {
+	if len(gw.Spec.Addresses) == 0 {
+		return ""
+	}
+	if len(gw.Spec.Addresses) > 1 {
+		return fmt.Sprintf("spec.addresses lists %d addresses; a teapot-lb Gateway has one VIP", len(gw.Spec.Addresses))
+	}
+	a := gw.Spec.Addresses[0]
+	if a.Type != nil && *a.Type != gwv1.IPAddressType {
+		return fmt.Sprintf("spec.addresses[0].type %s is not supported; use IPAddress", *a.Type)
+	}
+	if a.Value == "" {
+		return "" // any address: the pool allocates one
+	}
+	ip, err := netip.ParseAddr(a.Value)
+	if err != nil {
+		return fmt.Sprintf("spec.addresses[0].value %q is not an IP address", a.Value)
+	}
+	v.Address = ip.String()
+	return ""
+}
+
+// cond builds a condition without a transition time.
+func cond(typ string, ok bool, reason, msg string, gen int64) metav1.Condition {
+	st := metav1.ConditionFalse
+	if ok {
+		st = metav1.ConditionTrue
+	}
+	return metav1.Condition{Type: typ, Status: st, Reason: reason, Message: msg, ObservedGeneration: gen}
+}
+
+// gwBuild carries one Gateway's translation.
+type gwBuild struct {
+	gw      *gwv1.Gateway
+	src     Sources
+	o       Options
+	d       *Desired
+	lb      *pb.LoadBalancer
+	res     *GatewayResult
+	ls      []*listenerState
+	podMode bool
+	nodes   []string
+	// l4 holds the backends of tcp, udp and tls-passthrough listeners by
+	// port and protocol: the first route attached wins.
+	l4 map[l4Key]*l4Attach
+}
+
+type l4Key struct {
+	port  int32
+	proto string
+}
+
+type l4Attach struct {
+	route RouteKey
+	pool  string
+}
+
+// defaultKinds are the route kinds a listener protocol takes.
+func defaultKinds(p gwv1.ProtocolType) []string {
+	switch p {
+	case gwv1.HTTPProtocolType, gwv1.HTTPSProtocolType:
+		return []string{KindHTTPRoute, KindGRPCRoute}
+	case gwv1.TLSProtocolType:
+		return []string{KindTLSRoute}
+	case gwv1.TCPProtocolType:
+		return []string{KindTCPRoute}
+	case gwv1.UDPProtocolType:
+		return []string{KindUDPRoute}
+	}
+	return nil
+}
+
+// listeners checks each listener: protocol, TLS, allowed kinds, conflicts.
+func (g *gwBuild) listeners() {
+	gen := g.gw.Generation
+	for _, l := range g.gw.Spec.Listeners {
+		st := &gwv1.ListenerStatus{Name: l.Name, SupportedKinds: []gwv1.RouteGroupKind{}}
+		ls := &listenerState{spec: l, status: st, valid: true}
+		if l.Hostname != nil {
+			ls.hostname = strings.ToLower(string(*l.Hostname))
+		}
+		accepted := cond(string(gwv1.ListenerConditionAccepted), true, string(gwv1.ListenerReasonAccepted), "", gen)
+		resolved := cond(string(gwv1.ListenerConditionResolvedRefs), true, string(gwv1.ListenerReasonResolvedRefs), "", gen)
+		switch l.Protocol {
+		case gwv1.HTTPProtocolType:
+			ls.proto = "http"
+		case gwv1.HTTPSProtocolType:
+			ls.proto = "https"
+			if l.TLS != nil && l.TLS.Mode != nil && *l.TLS.Mode == gwv1.TLSModePassthrough {
+				accepted = cond(string(gwv1.ListenerConditionAccepted), false, string(gwv1.ListenerReasonUnsupportedValue), "an HTTPS listener terminates TLS; use protocol TLS for passthrough", gen)
+			} else if r := g.listenerCerts(ls); r != nil {
+				resolved = *r
+			}
+		case gwv1.TLSProtocolType:
+			ls.proto = "tls-passthrough"
+			if l.TLS == nil || l.TLS.Mode == nil || *l.TLS.Mode != gwv1.TLSModePassthrough {
+				accepted = cond(string(gwv1.ListenerConditionAccepted), false, string(gwv1.ListenerReasonUnsupportedValue), "TLS listeners are served in Passthrough mode only; set tls.mode: Passthrough, or use HTTPS to terminate", gen)
+			}
+		case gwv1.TCPProtocolType:
+			ls.proto = "tcp"
+		case gwv1.UDPProtocolType:
+			ls.proto = "udp"
+		default:
+			accepted = cond(string(gwv1.ListenerConditionAccepted), false, string(gwv1.ListenerReasonUnsupportedProtocol), fmt.Sprintf("protocol %s is not supported; use HTTP, HTTPS, TLS, TCP or UDP", l.Protocol), gen)
+		}
+		if r := g.listenerKinds(ls); r != nil && resolved.Status == metav1.ConditionTrue {
+			resolved = *r
+		}
+		if accepted.Status != metav1.ConditionTrue {
+			ls.valid = false
+		}
+		st.Conditions = []metav1.Condition{accepted, resolved}
+		g.ls = append(g.ls, ls)
+	}
+	g.conflicts()
+	for _, ls := range g.ls {
+		resolved := ls.status.Conditions[1].Status == metav1.ConditionTrue
+		if ls.proto == "https" && len(ls.certs) == 0 {
+			ls.valid = false
+		}
+		prog := cond(string(gwv1.ListenerConditionProgrammed), ls.valid, string(gwv1.ListenerReasonProgrammed), "", gen)
+		if !ls.valid {
+			prog.Reason, prog.Message = string(gwv1.ListenerReasonInvalid), "the listener is not served; see its other conditions"
+		} else if !resolved {
+			prog.Message = "served, without the references that did not resolve"
+		}
+		ls.status.Conditions = append(ls.status.Conditions, prog)
+	}
+}
+
+// listenerKinds fills supportedKinds from allowedRoutes.kinds (or the
+// protocol's defaults) and returns a ResolvedRefs condition when a kind
+// cannot be served.
+func (g *gwBuild) listenerKinds(ls *listenerState) *metav1.Condition {
+	def := defaultKinds(ls.spec.Protocol)
+	var bad []string
+	if ls.spec.AllowedRoutes == nil || len(ls.spec.AllowedRoutes.Kinds) == 0 {
+		ls.kinds = def
+	} else {
+		for _, k := range ls.spec.AllowedRoutes.Kinds {
+			grp := gatewayGroup
+			if k.Group != nil {
+				grp = string(*k.Group)
+			}
+			if grp != gatewayGroup || !slices.Contains(def, string(k.Kind)) {
+				bad = append(bad, string(k.Kind))
+				continue
+			}
+			if !slices.Contains(ls.kinds, string(k.Kind)) {
+				ls.kinds = append(ls.kinds, string(k.Kind))
+			}
+		}
+	}
+	grp := gwv1.Group(gatewayGroup)
+	for _, k := range ls.kinds {
+		ls.status.SupportedKinds = append(ls.status.SupportedKinds, gwv1.RouteGroupKind{Group: &grp, Kind: gwv1.Kind(k)})
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	c := cond(string(gwv1.ListenerConditionResolvedRefs), false, string(gwv1.ListenerReasonInvalidRouteKinds),
+		fmt.Sprintf("allowedRoutes.kinds %s cannot attach to a %s listener", strings.Join(bad, ", "), ls.spec.Protocol), g.gw.Generation)
+	return &c
+}
+
+// conflicts marks listeners that cannot be served beside an earlier one
+// of the same port: a different protocol on the same transport, or the
+// same protocol with the same hostname.
+func (g *gwBuild) conflicts() {
+	gen := g.gw.Generation
+	transport := func(p string) string {
+		if p == "udp" {
+			return "udp"
+		}
+		return "tcp"
+	}
+	for i, ls := range g.ls {
+		reason := ""
+		for _, prev := range g.ls[:i] {
+			if prev.spec.Port != ls.spec.Port || transport(prev.proto) != transport(ls.proto) || prev.proto == "" || ls.proto == "" {
+				continue
+			}
+			switch {
+			case prev.proto != ls.proto:
+				reason = string(gwv1.ListenerReasonProtocolConflict)
+			case ls.proto == "tcp" || ls.proto == "udp" || prev.hostname == ls.hostname:
+				reason = string(gwv1.ListenerReasonHostnameConflict)
+			}
+			if reason != "" {
+				break
+			}
+		}
+		c := cond(string(gwv1.ListenerConditionConflicted), false, string(gwv1.ListenerReasonNoConflicts), "", gen)
+		if reason != "" {
+			c = cond(string(gwv1.ListenerConditionConflicted), true, reason, fmt.Sprintf("port %d is already taken by an earlier listener that cannot share it", ls.spec.Port), gen)
+			ls.valid = false
+		}
+		ls.status.Conditions = append(ls.status.Conditions, c)
+	}
+}
+
+// lbListeners builds one LB listener per port and protocol from the valid
+// listeners: http and https listeners of a port share it (their hosts are
+// in the routes; https certificates are all offered, chosen by SNI).
+func (g *gwBuild) lbListeners() {
+	type key struct {
+		port  int32
+		proto string
+	}
+	byKey := map[key]*pb.Listener{}
+	for _, ls := range g.ls {
+		if !ls.valid {
+			continue
+		}
+		k := key{ls.spec.Port, ls.proto}
+		l := byKey[k]
+		if l == nil {
+			l = &pb.Listener{Port: uint32(ls.spec.Port), Protocol: ls.proto}
+			if ls.proto == "https" {
+				l.Tls = &pb.TLSPolicy{}
+			}
+			byKey[k] = l
+			g.lb.Listeners = append(g.lb.Listeners, l)
+		}
+		for _, c := range ls.certs {
+			if !slices.Contains(l.Tls.Certificates, c.Name) {
+				l.Tls.Certificates = append(l.Tls.Certificates, c.Name)
+			}
+			if !slices.Contains(g.res.Certificates, c) {
+				g.res.Certificates = append(g.res.Certificates, c)
+			}
+		}
+		switch ls.proto {
+		case "tcp", "udp", "tls-passthrough":
+			if a := g.l4[l4Key{ls.spec.Port, ls.proto}]; a != nil {
+				l.Pool = a.pool
+			}
+		}
+	}
+	// A tcp, udp or tls-passthrough port without an attached route has no
+	// backends: it is left out rather than refused.
+	g.lb.Listeners = slices.DeleteFunc(g.lb.Listeners, func(l *pb.Listener) bool {
+		return l.Protocol != "http" && l.Protocol != "https" && l.Pool == ""
+	})
+	slices.SortStableFunc(g.lb.Listeners, func(a, b *pb.Listener) int {
+		return cmp.Or(cmp.Compare(a.Port, b.Port), strings.Compare(a.Protocol, b.Protocol))
+	})
+	g.prunePools()
+}
+
+// prunePools drops the pools no listener, route or mirror uses (those a
+// merged tcp, udp or tls-passthrough pool was built from).
+func (g *gwBuild) prunePools() {
+	used := map[string]bool{}
+	for _, l := range g.lb.Listeners {
+		used[l.GetPool()] = true
+	}
+	for _, r := range g.lb.Routes {
+		used[r.GetPool()] = true
+		for _, b := range r.GetBackends() {
+			used[b.GetPool()] = true
+		}
+		for _, f := range r.GetFilters() {
+			used[f.GetRequestMirror().GetPool()] = true
+		}
+	}
+	for k := range g.lb.Pools {
+		if !used[k] {
+			delete(g.lb.Pools, k)
+		}
+	}
+}
