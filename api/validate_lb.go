@@ -255,6 +255,14 @@ func LoadBalancerProblems(lb *pb.LoadBalancer) []*pb.Problem {
 			})
 		}
 	}
+	for i, r := range lb.GetRoutes() {
+		if bs := r.GetBackends(); len(bs) > 0 && allZeroWeights(bs) {
+			out = append(out, &pb.Problem{
+				Field:  fmt.Sprintf("routes[%d].backends", i),
+				Reason: "every backend weighs 0: every request of the route gets 500",
+			})
+		}
+	}
 	for _, k := range sortedKeys(lb.GetPools()) {
 		if !used[k] {
 			out = append(out, &pb.Problem{
@@ -264,4 +272,13 @@ func LoadBalancerProblems(lb *pb.LoadBalancer) []*pb.Problem {
 		}
 	}
 	return out
+}
+
+func allZeroWeights(bs []*pb.RouteBackend) bool {
+	for _, b := range bs {
+		if b.Weight == nil || b.GetWeight() > 0 {
+			return false
+		}
+	}
+	return true
 }

@@ -197,3 +197,21 @@ func TestRouteBackendPoolsUsed(t *testing.T) {
 		t.Fatalf("problems name %v; want %s", unused, want)
 	}
 }
+
+func TestRouteAllZeroWeightsProblem(t *testing.T) {
+	lb := gwLB()
+	lb.Routes[2].Backends[0].Weight = weight(0)
+	for _, p := range LoadBalancerProblems(lb) {
+		if p.GetField() == "routes[2].backends" {
+			t.Fatalf("problem with a backend of weight 10 left: %v", p)
+		}
+	}
+	lb.Routes[2].Backends[1].Weight = weight(0)
+	found := false
+	for _, p := range LoadBalancerProblems(lb) {
+		found = found || (p.GetField() == "routes[2].backends" && strings.Contains(p.GetReason(), "500"))
+	}
+	if !found {
+		t.Fatalf("no problem for a route whose backends all weigh 0: %v", LoadBalancerProblems(lb))
+	}
+}

@@ -89,8 +89,8 @@ func (pc *PathChange) apply(path, prefix string) string {
 	if !pc.Prefix {
 		return pc.Value
 	}
-	rest := ""
-	if len(prefix) <= len(path) && path[:len(prefix)] == prefix {
+	rest := path // a prefix matches by whole segments, or not at all
+	if path == prefix || strings.HasPrefix(path, prefix+"/") {
 		rest = path[len(prefix):]
 	}
 	out := pc.Value

@@ -191,3 +191,28 @@ func TestRouteExtBothProtocols(t *testing.T) {
 		})
 	}
 }
+
+// FuzzPathChange: a prefix replacement of a path starting with "/" by a
+// value starting with "/" (or empty) gives a path starting with "/", and
+// keeps what followed the prefix.
+func FuzzPathChange(f *testing.F) {
+	f.Add("/old/x", "/old", "/new/")
+	f.Add("/", "", "")
+	f.Add("/a//b", "/a", "/")
+	f.Fuzz(func(t *testing.T, path, prefix, value string) {
+		if !strings.HasPrefix(path, "/") || (value != "" && !strings.HasPrefix(value, "/")) ||
+			(prefix != "" && !strings.HasPrefix(prefix, "/")) || strings.HasSuffix(prefix, "/") {
+			return
+		}
+		got := (&PathChange{Prefix: true, Value: value}).apply(path, prefix)
+		if !strings.HasPrefix(got, "/") {
+			t.Fatalf("apply(%q, %q) with %q = %q", path, prefix, value, got)
+		}
+		if strings.HasPrefix(path, prefix+"/") {
+			rest := path[len(prefix)+1:]
+			if !strings.HasSuffix(got, rest) {
+				t.Fatalf("apply(%q, %q) with %q = %q lost %q", path, prefix, value, got, rest)
+			}
+		}
+	})
+}

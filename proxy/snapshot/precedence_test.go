@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -245,4 +246,73 @@ func TestRouteExtEquality(t *testing.T) {
 	if slices.Sort(pools); !slices.Equal(pools, []string{"app", "other"}) {
 		t.Errorf("listener pools %v, want app and other (a backend and a mirror)", pools)
 	}
+}
+
+// FuzzRouteMatchRequest checks, for any host, path, header and query, that
+// matching never fails, that a route Match returns without conditions is
+// the one MatchRequest returns, and that a returned route matches the
+// path as its type says.
+func FuzzRouteMatchRequest(f *testing.F) {
+	f.Add("shop.acme.example", "/api/v2/x", "v2", "beta=1")
+	f.Add("a.acme.example:80", "/items/12", "", "")
+	f.Add("", "//..%2f/", "\x00", "%zz")
+	f.Fuzz(func(t *testing.T, host, path, hv, query string) {
+		rt := fuzzTable(t)
+		r, err := http.NewRequest("GET", "http://x/", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.URL.RawQuery = query
+		r.Header.Set("X-Version", hv)
+		first := rt.Match(host, path)
+		got := rt.MatchRequest(host, path, r)
+		if first != nil && !first.Conditional() && got != first {
+			t.Fatalf("Match %s but MatchRequest %s", name(first), name(got))
+		}
+		if first == nil && got != nil {
+			t.Fatalf("Match found nothing but MatchRequest %s", name(got))
+		}
+		if got == nil {
+			return
+		}
+		p := path
+		if p == "" {
+			p = "/"
+		}
+		switch got.PathType {
+		case PathExact:
+			if p != got.Path {
+				t.Fatalf("exact %q matched %q", got.Path, p)
+			}
+		case PathRegex:
+			if !got.Ext.PathRegex.MatchString(p) {
+				t.Fatalf("regex %q matched %q", got.Path, p)
+			}
+		default:
+			if got.Path != "/" && p != got.Path && !strings.HasPrefix(strings.TrimRight(p, "/")+"/", got.Path+"/") {
+				t.Fatalf("prefix %q matched %q", got.Path, p)
+			}
+		}
+	})
+}
+
+var fuzzRoutes struct {
+	once sync.Once
+	rt   *RouteTable
+}
+
+func fuzzTable(t *testing.T) *RouteTable {
+	fuzzRoutes.once.Do(func() {
+		fuzzRoutes.rt = compileRoutes(t,
+			&pb.Route{Path: "/"},
+			&pb.Route{Host: "shop.acme.example", Path: "/api", PathType: "exact"},
+			&pb.Route{Host: "shop.acme.example", Matches: []*pb.RouteMatch{
+				{Path: "/api/", Headers: []*pb.ValueMatch{{Name: "X-Version", Value: "v[0-9]+", Type: "regex"}}},
+				{Path: "/api/v2", QueryParams: []*pb.ValueMatch{hdr("beta", "1")}},
+			}},
+			&pb.Route{Host: "*.acme.example", Path: `/items/[0-9]+`, PathType: "regex"},
+			&pb.Route{Host: "*.acme.example", Matches: []*pb.RouteMatch{{Grpc: &pb.GRPCMethodMatch{Method: "Get"}}}},
+		)
+	})
+	return fuzzRoutes.rt
 }
