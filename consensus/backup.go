@@ -131,7 +131,7 @@ func restoredState(b *pb.Backup) *pb.State {
 // bootstrapped host leads its one-host cluster.
 func (n *Node) restore(ctx context.Context, b *pb.Backup) error {
 	deadline := time.Now().Add(30 * time.Second)
-	for n.raft.State() != raft.Leader {
+	for n.r().State() != raft.Leader {
 		if time.Now().After(deadline) {
 			return errors.New("--restore: this host did not become the leader of its new one-host cluster within 30s")
 		}
@@ -143,7 +143,7 @@ func (n *Node) restore(ctx context.Context, b *pb.Backup) error {
 	}
 	// Raft refuses a user snapshot until the bootstrap configuration entry
 	// is applied; a barrier waits for it.
-	if err := n.raft.Barrier(30 * time.Second).Error(); err != nil {
+	if err := n.r().Barrier(30 * time.Second).Error(); err != nil {
 		return fmt.Errorf("--restore: wait for the new cluster's first entry: %w", err)
 	}
 	data, err := proto.MarshalOptions{Deterministic: true}.Marshal(restoredState(b))
@@ -152,7 +152,7 @@ func (n *Node) restore(ctx context.Context, b *pb.Backup) error {
 	}
 	data = append(append([]byte{}, snapshotMagic...), data...)
 	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Size: int64(len(data))}
-	if err := n.raft.Restore(meta, bytes.NewReader(data), 30*time.Second); err != nil {
+	if err := n.r().Restore(meta, bytes.NewReader(data), 30*time.Second); err != nil {
 		return fmt.Errorf("--restore: load the backup into the new cluster: %w", err)
 	}
 	n.log.Info("restored the state of a backup into a new cluster", "cluster", b.GetClusterId(),

@@ -56,7 +56,7 @@ func TestDamagedDataDirStopsWithWhatToDo(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			h := startHost(t, Config{NodeID: "n1"})
 			apply(t, h.node, pool("public", "192.0.2.0/28"))
-			if err := h.node.raft.Snapshot().Error(); err != nil {
+			if err := h.node.r().Snapshot().Error(); err != nil {
 				t.Fatal(err)
 			}
 			cfg := h.cfg

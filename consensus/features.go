@@ -89,7 +89,7 @@ func (n *Node) checkFeatures(ctx context.Context, fw *pb.ForwardRequest) error {
 // hostsBelow describes the hosts of the cluster (the Raft configuration
 // and the Node objects) whose feature level is below need.
 func (n *Node) hostsBelow(ctx context.Context, need uint32) ([]string, error) {
-	f := n.raft.GetConfiguration()
+	f := n.r().GetConfiguration()
 	if err := f.Error(); err != nil {
 		return nil, fmt.Errorf("read configuration: %w", err)
 	}

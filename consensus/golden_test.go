@@ -282,7 +282,7 @@ func TestGenerateGolden(t *testing.T) {
 	if _, err := n1.Delete(ctx, &pb.DeleteRequest{Ref: &pb.ObjectRef{Kind: api.KindLoadBalancer, Tenant: "hooli", Name: "tmp"}}, false); err != nil {
 		t.Fatal(err)
 	}
-	if err := n1.raft.Snapshot().Error(); err != nil {
+	if err := n1.r().Snapshot().Error(); err != nil {
 		t.Fatalf("snapshot: %v", err)
 	}
 
@@ -354,7 +354,7 @@ func proposeRaw(t *testing.T, n *Node, txns ...*pb.Txn) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := n.raft.Apply(data, 10*time.Second)
+	f := n.r().Apply(data, 10*time.Second)
 	if err := f.Error(); err != nil {
 		t.Fatal(err)
 	}

@@ -33,11 +33,11 @@ func (n *Node) observeLeaders() {
 		}
 		return false
 	})
-	n.raft.RegisterObserver(obs)
+	n.observe(obs)
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
-		defer n.raft.DeregisterObserver(obs)
+		defer n.unobserve(obs)
 		for {
 			select {
 			case <-n.stop:
@@ -81,7 +81,7 @@ func (c raftCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c raftCollector) Collect(ch chan<- prometheus.Metric) {
-	r := c.n.raft
+	r := c.n.r()
 	gauge := func(d *prometheus.Desc, v float64) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v)
 	}
@@ -112,7 +112,7 @@ func (c raftCollector) Collect(ch chan<- prometheus.Metric) {
 
 // peerAddr returns the Raft address of a server, "" if unknown.
 func (n *Node) peerAddr(id raft.ServerID) string {
-	f := n.raft.GetConfiguration()
+	f := n.r().GetConfiguration()
 	if f.Error() != nil {
 		return ""
 	}

@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -94,12 +95,20 @@ type Config struct {
 
 // Node is one LB host's member of the Raft cluster.
 type Node struct {
-	cfg       Config
-	log       *slog.Logger
-	fsm       *fsm
-	raft      *raft.Raft
-	store     *raftboltdb.BoltStore
-	transport *raft.NetworkTransport
+	cfg Config
+	log *slog.Logger
+	fsm *fsm
+	// raftp is the running Raft instance: a recovery in place
+	// (RecoverInPlace) replaces it while the host runs; r() reads it.
+	raftp  atomic.Pointer[raft.Raft]
+	snaps  raft.SnapshotStore
+	store  *raftboltdb.BoltStore
+	transp atomic.Pointer[raft.NetworkTransport]
+	// recoverMu keeps Close and RecoverInPlace apart.
+	recoverMu sync.Mutex
+	// observers are registered with every Raft instance the host runs.
+	obsMu     sync.Mutex
+	observers []*raft.Observer
 	creds     *hostCreds
 	peers     *peerPool
 	metrics   *raftMetrics
@@ -321,7 +330,9 @@ func (n *Node) startRaft(bootstrap bool) error {
 		store.Close()
 		return storeError("raft state", dir, err)
 	}
-	n.raft, n.store, n.transport = r, store, trans
+	n.raftp.Store(r)
+	n.store, n.snaps = store, snaps
+	n.transp.Store(trans)
 	if bootstrap {
 		f := r.BootstrapCluster(raft.Configuration{Servers: []raft.Server{{
 			ID: rc.LocalID, Address: raft.ServerAddress(n.cfg.RaftAddr), Suffrage: raft.Voter,
@@ -342,10 +353,10 @@ func (n *Node) Ready() <-chan struct{} { return n.ready }
 // be current: now while it is the leader, else when it last heard from
 // the leader (zero: not since the process started).
 func (n *Node) LeaderContact() time.Time {
-	if n.raft.State() == raft.Leader {
+	if n.r().State() == raft.Leader {
 		return time.Now()
 	}
-	return n.raft.LastContact()
+	return n.r().LastContact()
 }
 
 // ID returns this host's node id.
@@ -362,15 +373,34 @@ func (n *Node) CA() *pki.CA { return n.creds.ca }
 func (n *Node) ServerTLS() *tls.Config { return n.creds.serverTLS.Clone() }
 
 // IsLeader reports whether this host leads the cluster now.
-func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
+func (n *Node) IsLeader() bool { return n.r().State() == raft.Leader }
+
+// r is the running Raft instance.
+func (n *Node) r() *raft.Raft { return n.raftp.Load() }
+
+// observe registers obs with the running Raft instance and the ones a
+// recovery in place starts later.
+func (n *Node) observe(obs *raft.Observer) {
+	n.obsMu.Lock()
+	defer n.obsMu.Unlock()
+	n.observers = append(n.observers, obs)
+	n.r().RegisterObserver(obs)
+}
+
+func (n *Node) unobserve(obs *raft.Observer) {
+	n.obsMu.Lock()
+	defer n.obsMu.Unlock()
+	n.observers = slices.DeleteFunc(n.observers, func(o *raft.Observer) bool { return o == obs })
+	n.r().DeregisterObserver(obs)
+}
 
 // Close stops the member. A leader hands leadership to another voter first
 // so that writes resume without waiting for an election.
 func (n *Node) Close() error {
 	var err error
 	n.stopOnce.Do(func() {
-		if n.raft.State() == raft.Leader && n.voters() > 1 {
-			if e := n.raft.LeadershipTransfer().Error(); e != nil {
+		if n.r().State() == raft.Leader && n.voters() > 1 {
+			if e := n.r().LeadershipTransfer().Error(); e != nil {
 				n.log.Warn("leadership transfer failed", "err", e)
 			} else {
 				n.log.Info("handed leadership over before shutting down")
@@ -378,10 +408,12 @@ func (n *Node) Close() error {
 		}
 		close(n.stop)
 		n.wg.Wait()
-		if e := n.raft.Shutdown().Error(); e != nil {
+		n.recoverMu.Lock()
+		defer n.recoverMu.Unlock()
+		if e := n.r().Shutdown().Error(); e != nil {
 			err = fmt.Errorf("shut down raft: %w", e)
 		}
-		n.transport.Close()
+		n.transp.Load().Close()
 		if e := n.store.Close(); e != nil && err == nil {
 			err = fmt.Errorf("close raft log: %w", e)
 		}
@@ -397,14 +429,14 @@ func exists(path string) bool {
 
 // abort stops Raft when Open fails after it started.
 func (n *Node) abort() {
-	_ = n.raft.Shutdown().Error()
-	n.transport.Close()
+	_ = n.r().Shutdown().Error()
+	n.transp.Load().Close()
 	n.store.Close()
 	n.peers.close()
 }
 
 func (n *Node) voters() int {
-	f := n.raft.GetConfiguration()
+	f := n.r().GetConfiguration()
 	if f.Error() != nil {
 		return 0
 	}
@@ -419,7 +451,7 @@ func (n *Node) voters() int {
 
 // leaderAPI returns the API address of the current leader ("" if unknown).
 func (n *Node) leaderAPI() (id, addr string) {
-	_, lid := n.raft.LeaderWithID()
+	_, lid := n.r().LeaderWithID()
 	if lid == "" {
 		return "", ""
 	}
@@ -471,7 +503,7 @@ func (n *Node) runMembership() {
 }
 
 func (n *Node) ensureMember(ctx context.Context) error {
-	f := n.raft.GetConfiguration()
+	f := n.r().GetConfiguration()
 	if err := f.Error(); err != nil {
 		return err
 	}
@@ -489,7 +521,7 @@ func (n *Node) ensureMember(ctx context.Context) error {
 	if me == nil {
 		return errors.New("not in the cluster configuration yet")
 	}
-	if _, addr := n.leaderAPI(); addr == "" && n.raft.State() != raft.Leader {
+	if _, addr := n.leaderAPI(); addr == "" && n.r().State() != raft.Leader {
 		return errors.New("no leader known yet")
 	}
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -529,7 +561,7 @@ func suffrageOf(s raft.ServerSuffrage) string {
 }
 
 func (n *Node) requestPromotion(ctx context.Context) error {
-	if n.raft.State() == raft.Leader {
+	if n.r().State() == raft.Leader {
 		return n.promote(n.cfg.NodeID)
 	}
 	_, addr := n.leaderAPI()
@@ -546,7 +578,7 @@ func (n *Node) requestPromotion(ctx context.Context) error {
 
 // promote makes a caught-up non-voter a voter (leader only).
 func (n *Node) promote(id string) error {
-	f := n.raft.GetConfiguration()
+	f := n.r().GetConfiguration()
 	if err := f.Error(); err != nil {
 		return err
 	}
@@ -560,7 +592,7 @@ func (n *Node) promote(id string) error {
 		if n.voters() >= MaxVoters {
 			return nil
 		}
-		if err := n.raft.AddVoter(s.ID, s.Address, 0, 10*time.Second).Error(); err != nil {
+		if err := n.r().AddVoter(s.ID, s.Address, 0, 10*time.Second).Error(); err != nil {
 			return fmt.Errorf("add voter %s: %w", id, err)
 		}
 		n.log.Info("promoted node to voter", "node", id)

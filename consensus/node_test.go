@@ -131,7 +131,7 @@ func TestGroupCommitAndWatch(t *testing.T) {
 	apply(t, n, pool("public", "192.0.2.0/24"), tenant("acme", "public"))
 	start := n.Revision()
 	w := n.Watch(start + 1)
-	lastIndex := n.raft.LastIndex()
+	lastIndex := n.r().LastIndex()
 
 	const writers = 64
 	var wg sync.WaitGroup
@@ -159,7 +159,7 @@ func TestGroupCommitAndWatch(t *testing.T) {
 		}
 		seen[a] = true
 	}
-	entries := n.raft.LastIndex() - lastIndex
+	entries := n.r().LastIndex() - lastIndex
 	if entries >= writers {
 		t.Errorf("%d concurrent writes took %d log entries; want them batched", writers, entries)
 	}

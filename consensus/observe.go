@@ -39,7 +39,7 @@ func (n *Node) observeLocal(req *pb.ObserveRequest) *pb.HostObservation {
 // in parallel; a host that does not answer within ObserveTimeout is
 // reported unreachable with the reason. req.Node limits it to one host.
 func (n *Node) Observe(ctx context.Context, req *pb.ObserveRequest) (*pb.ObserveResponse, error) {
-	f := n.raft.GetConfiguration()
+	f := n.r().GetConfiguration()
 	if err := f.Error(); err != nil {
 		return nil, err
 	}
@@ -100,10 +100,10 @@ func (n *Node) watchLeader() {
 		_, ok := o.Data.(raft.LeaderObservation)
 		return ok
 	})
-	n.raft.RegisterObserver(obs)
-	defer n.raft.DeregisterObserver(obs)
+	n.observe(obs)
+	defer n.unobserve(obs)
 	// A leader learned before the observer was registered is reported too.
-	if _, id := n.raft.LeaderWithID(); id != "" && n.cfg.Event != nil {
+	if _, id := n.r().LeaderWithID(); id != "" && n.cfg.Event != nil {
 		n.cfg.Event(&pb.Event{Type: observe.EventLeaderChange, Severity: observe.Info, Message: "leader is now " + string(id)})
 	}
 	for {

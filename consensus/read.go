@@ -31,7 +31,7 @@ func (n *Node) ReadBarrier(ctx context.Context) error {
 }
 
 func (n *Node) readIndex(ctx context.Context) (uint64, error) {
-	if n.raft.State() == raft.Leader {
+	if n.r().State() == raft.Leader {
 		return n.leaderReadIndex()
 	}
 	_, addr := n.leaderAPI()
@@ -57,8 +57,8 @@ func (n *Node) readIndex(ctx context.Context) (uint64, error) {
 // leaderReadIndex confirms leadership with a quorum and returns the commit
 // index, which covers every acknowledged write.
 func (n *Node) leaderReadIndex() (uint64, error) {
-	idx := n.raft.CommitIndex()
-	if err := n.raft.VerifyLeader().Error(); err != nil {
+	idx := n.r().CommitIndex()
+	if err := n.r().VerifyLeader().Error(); err != nil {
 		return 0, errRetry
 	}
 	return idx, nil
@@ -80,7 +80,7 @@ func (n *Node) waitApplied(ctx context.Context, idx uint64) error {
 		}
 		return nil
 	}
-	if err := wait(func() bool { return n.raft.AppliedIndex() >= idx }); err != nil {
+	if err := wait(func() bool { return n.r().AppliedIndex() >= idx }); err != nil {
 		return err
 	}
 	cmd := n.lastCommandAtOrBefore(idx)

@@ -120,7 +120,7 @@ func (n *Node) handleJoin(ctx context.Context, req *pb.JoinRequest) (*pb.JoinRes
 	if _, err := n.Apply(ctx, &pb.ApplyRequest{Objects: []*pb.Object{api.Wrap(node)}}, true); err != nil {
 		return nil, fmt.Errorf("record node: %w", err)
 	}
-	if err := n.raft.AddNonvoter(raft.ServerID(node.Id), raft.ServerAddress(node.RaftAddr), 0, 10*time.Second).Error(); err != nil {
+	if err := n.r().AddNonvoter(raft.ServerID(node.Id), raft.ServerAddress(node.RaftAddr), 0, 10*time.Second).Error(); err != nil {
 		return nil, fmt.Errorf("add non-voter: %w", err)
 	}
 	n.log.Info("node joined as non-voter", "node", node.Id, "raft", node.RaftAddr, "api", node.ApiAddr)
@@ -129,7 +129,7 @@ func (n *Node) handleJoin(ctx context.Context, req *pb.JoinRequest) (*pb.JoinRes
 		CaKeyPem:     n.creds.ca.KeyPEM,
 		NodeCertPem:  cert,
 		ClusterId:    n.creds.clusterID,
-		CatchUpIndex: n.raft.LastIndex(),
+		CatchUpIndex: n.r().LastIndex(),
 		Servers:      n.apiAddrs(),
 	}, nil
 }
@@ -176,7 +176,7 @@ func (n *Node) RemoveNode(ctx context.Context, id string) error {
 // removeNode runs on the leader. A leader removing itself hands leadership
 // over first and lets the new leader do it.
 func (n *Node) removeNode(ctx context.Context, id string) error {
-	f := n.raft.GetConfiguration()
+	f := n.r().GetConfiguration()
 	if err := f.Error(); err != nil {
 		return err
 	}
@@ -195,12 +195,12 @@ func (n *Node) removeNode(ctx context.Context, id string) error {
 			if n.voters() < 2 {
 				return fmt.Errorf("node %q is the only voter; removing it would end the cluster: %w", id, api.ErrConflict)
 			}
-			if err := n.raft.LeadershipTransfer().Error(); err != nil {
+			if err := n.r().LeadershipTransfer().Error(); err != nil {
 				return fmt.Errorf("hand leadership over: %w", err)
 			}
 			return errRetry
 		}
-		if err := n.raft.RemoveServer(raft.ServerID(id), 0, 10*time.Second).Error(); err != nil {
+		if err := n.r().RemoveServer(raft.ServerID(id), 0, 10*time.Second).Error(); err != nil {
 			return fmt.Errorf("remove %s: %w", id, err)
 		}
 		n.log.Info("removed node from the cluster", "node", id)
@@ -216,15 +216,15 @@ func (n *Node) removeNode(ctx context.Context, id string) error {
 
 // health is this host's view of Raft.
 func (n *Node) health() *pb.NodeStatus {
-	st := n.raft.State()
-	leaderAddr, _ := n.raft.LeaderWithID()
+	st := n.r().State()
+	leaderAddr, _ := n.r().LeaderWithID()
 	ns := &pb.NodeStatus{
 		Id:           n.cfg.NodeID,
 		RaftAddr:     n.cfg.RaftAddr,
 		ApiAddr:      n.cfg.APIAddr,
 		State:        stateName(st),
-		AppliedIndex: n.raft.AppliedIndex(),
-		Term:         n.raft.CurrentTerm(),
+		AppliedIndex: n.r().AppliedIndex(),
+		Term:         n.r().CurrentTerm(),
 		Version:      n.cfg.Version,
 		Features:     api.Features(),
 		FeatureLevel: n.featureLevel(),
@@ -234,7 +234,7 @@ func (n *Node) health() *pb.NodeStatus {
 		ns.LastContact = "0s"
 		ns.Healthy = true
 	case raft.Follower:
-		if lc := n.raft.LastContact(); !lc.IsZero() {
+		if lc := n.r().LastContact(); !lc.IsZero() {
 			ago := time.Since(lc)
 			ns.LastContact = ago.Round(time.Millisecond).String()
 			ns.Healthy = leaderAddr != "" && ago < 3*n.cfg.HeartbeatTimeout
@@ -266,16 +266,16 @@ func stateName(s raft.RaftState) string {
 // Status reports the cluster as this host sees it, asking every member
 // for its own view.
 func (n *Node) Status(ctx context.Context) (*pb.ClusterStatusResponse, error) {
-	f := n.raft.GetConfiguration()
+	f := n.r().GetConfiguration()
 	if err := f.Error(); err != nil {
 		return nil, fmt.Errorf("read configuration: %w", err)
 	}
-	_, leaderID := n.raft.LeaderWithID()
+	_, leaderID := n.r().LeaderWithID()
 	out := &pb.ClusterStatusResponse{
 		ClusterId:        n.creds.clusterID,
 		LeaderId:         string(leaderID),
-		Term:             n.raft.CurrentTerm(),
-		CommitIndex:      n.raft.CommitIndex(),
+		Term:             n.r().CurrentTerm(),
+		CommitIndex:      n.r().CommitIndex(),
 		Revision:         n.Revision(),
 		HeartbeatTimeout: n.cfg.HeartbeatTimeout.String(),
 		ElectionTimeout:  n.cfg.ElectionTimeout.String(),

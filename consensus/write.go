@@ -115,7 +115,7 @@ func (n *Node) write(ctx context.Context, fw *pb.ForwardRequest) (*pb.ForwardRes
 	for {
 		var resp *pb.ForwardResponse
 		var err error
-		if n.raft.State() == raft.Leader {
+		if n.r().State() == raft.Leader {
 			resp, err = n.local(ctx, fw)
 		} else if _, addr := n.leaderAPI(); addr != "" {
 			resp, err = n.forward(ctx, addr, fw)
@@ -240,14 +240,14 @@ func (n *Node) commitBatch(batch []*writeReq) {
 			r.done <- writeResp{err: err}
 		}
 	}
-	if n.raft.State() != raft.Leader {
+	if n.r().State() != raft.Leader {
 		fail(batch, errRetry)
 		return
 	}
 	// A new leader first applies everything committed before its term so
 	// that validation below sees the latest state.
-	if term := n.raft.CurrentTerm(); n.barrierTerm.Load() != term {
-		if err := n.raft.Barrier(5 * time.Second).Error(); err != nil {
+	if term := n.r().CurrentTerm(); n.barrierTerm.Load() != term {
+		if err := n.r().Barrier(5 * time.Second).Error(); err != nil {
 			fail(batch, errRetry)
 			return
 		}
@@ -296,11 +296,12 @@ func (n *Node) commitBatch(batch []*writeReq) {
 			return
 		}
 		start := time.Now()
-		f := n.raft.Apply(data, 10*time.Second)
+		f := n.r().Apply(data, 10*time.Second)
 		err = f.Error()
 		n.metrics.apply.Observe(time.Since(start).Seconds())
 		if err != nil {
-			if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
+			// ErrRaftShutdown: a recovery in place replaced Raft underneath.
+			if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) || errors.Is(err, raft.ErrRaftShutdown) {
 				err = errRetry
 			}
 			fail(reqsOf(ready), err)

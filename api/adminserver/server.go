@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/teapot-lb/teapot-lb/api"
@@ -29,6 +31,28 @@ type Store interface {
 	Observe(ctx context.Context, req *pb.ObserveRequest) (*pb.ObserveResponse, error)
 	// Backup reads a consistent copy of the state and the cluster CA.
 	Backup(ctx context.Context) (*pb.Backup, error)
+}
+
+// Recoverer is what a store offers that can turn its host into a one-host
+// cluster while it runs (the Recover call; without it, Unimplemented).
+type Recoverer interface {
+	RecoverInPlace(ctx context.Context) (forgotten []string, err error)
+	Revision() uint64
+}
+
+// Recover turns the host into a one-host cluster after a lost majority.
+func (s *Server) Recover(ctx context.Context, _ *pb.RecoverRequest) (*pb.RecoverResponse, error) {
+	r, ok := s.store.(Recoverer)
+	if !ok {
+		return nil, status.Error(codes.Unimplemented, "this host cannot recover in place")
+	}
+	ctx, cancel := withDefault(ctx)
+	defer cancel()
+	gone, err := r.RecoverInPlace(ctx)
+	if err != nil {
+		return nil, api.ToStatus(err)
+	}
+	return &pb.RecoverResponse{Forgotten: gone, Revision: r.Revision()}, nil
 }
 
 // DefaultTimeout bounds a request whose caller set no deadline.

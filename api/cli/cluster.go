@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/teapot-lb/teapot-lb/api/client"
 	"github.com/teapot-lb/teapot-lb/api/manifest"
@@ -23,7 +26,7 @@ func (a *app) clusterCmd() *cobra.Command {
 		Short: "Inspect the LB hosts and add or remove them",
 		Args:  args(cobra.NoArgs),
 	}
-	cmd.AddCommand(a.clusterStatusCmd(), a.joinTokenCmd(), a.removeNodeCmd(), a.drainNodeCmd(), a.backupCmd())
+	cmd.AddCommand(a.clusterStatusCmd(), a.joinTokenCmd(), a.removeNodeCmd(), a.drainNodeCmd(), a.backupCmd(), a.recoverCmd())
 	return cmd
 }
 
@@ -207,6 +210,37 @@ func (a *app) drainNodeCmd() *cobra.Command {
 		ValidArgsFunction: a.completeNamesOf("Node"),
 	}
 	cmd.Flags().BoolVar(&undo, "undo", false, "let the host take VIPs again")
+	return cmd
+}
+
+func (a *app) recoverCmd() *cobra.Command {
+	var yes bool
+	cmd := &cobra.Command{
+		Use:   "recover",
+		Short: "Make the host answering a one-host cluster after the other voters are gone for good",
+		Long: "recover turns the host given by --server into a one-host cluster with the state it\n" +
+			"holds, without stopping it: its data plane keeps serving. Use it only when a majority\n" +
+			"of the voters is lost for good (hardware dead, disks lost); it refuses while any other\n" +
+			"voter answers. Then join new hosts to it. Needs --yes.",
+		Args: args(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !yes {
+				return errors.New("recover forgets every other voter of the cluster: give --yes once they are gone for good")
+			}
+			return a.call(cmd, func(ctx context.Context, c *client.Conn) error {
+				resp, err := c.Admin.Recover(ctx, &pb.RecoverRequest{})
+				if status.Code(err) == codes.Unimplemented {
+					return errors.New("the host answering runs a release that cannot recover in place: stop it and start it once with serve --recover")
+				}
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "recovered: a one-host cluster at revision %d; forgot %s\n", resp.GetRevision(), strings.Join(resp.GetForgotten(), ", "))
+				return nil
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&yes, "yes", false, "confirm that the other voters are gone for good")
 	return cmd
 }
 

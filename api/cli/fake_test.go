@@ -33,6 +33,8 @@ type fakeAdmin struct {
 	applied  []*pb.ApplyRequest
 	// hosts, when set, are what the hosts see (Observe, Events).
 	hosts []*pb.HostObservation
+	// recovered counts Recover calls.
+	recovered int
 	// olderHost, when set, is the id of a host that answers cluster
 	// status as a release before feature levels does (no level).
 	olderHost string
@@ -263,4 +265,11 @@ func (f *fakeAdmin) RemoveNode(_ context.Context, req *pb.RemoveNodeRequest) (*p
 		return nil, status.Error(codes.FailedPrecondition, "node lb1 is the leader: transfer leadership first")
 	}
 	return nil, status.Errorf(codes.NotFound, "Node %s not found", req.GetId())
+}
+
+func (f *fakeAdmin) Recover(context.Context, *pb.RecoverRequest) (*pb.RecoverResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.recovered++
+	return &pb.RecoverResponse{Forgotten: []string{"lb2", "lb3"}, Revision: f.rev}, nil
 }

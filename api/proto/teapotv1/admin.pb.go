@@ -74,6 +74,96 @@ func (ApplyMode) EnumDescriptor() ([]byte, []int) {
 	return file_teapotv1_admin_proto_rawDescGZIP(), []int{0}
 }
 
+type RecoverRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecoverRequest) Reset() {
+	*x = RecoverRequest{}
+	mi := &file_teapotv1_admin_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecoverRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecoverRequest) ProtoMessage() {}
+
+func (x *RecoverRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_admin_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecoverRequest.ProtoReflect.Descriptor instead.
+func (*RecoverRequest) Descriptor() ([]byte, []int) {
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{0}
+}
+
+type RecoverResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The voters left behind (their Node objects are deleted).
+	Forgotten []string `protobuf:"bytes,1,rep,name=forgotten,proto3" json:"forgotten,omitempty"`
+	// The state revision the host carries on from.
+	Revision      uint64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecoverResponse) Reset() {
+	*x = RecoverResponse{}
+	mi := &file_teapotv1_admin_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecoverResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecoverResponse) ProtoMessage() {}
+
+func (x *RecoverResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_admin_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecoverResponse.ProtoReflect.Descriptor instead.
+func (*RecoverResponse) Descriptor() ([]byte, []int) {
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *RecoverResponse) GetForgotten() []string {
+	if x != nil {
+		return x.Forgotten
+	}
+	return nil
+}
+
+func (x *RecoverResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
 // DryRunRequest is a write to check, never to make.
 type DryRunRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -88,7 +178,7 @@ type DryRunRequest struct {
 
 func (x *DryRunRequest) Reset() {
 	*x = DryRunRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[0]
+	mi := &file_teapotv1_admin_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -100,7 +190,7 @@ func (x *DryRunRequest) String() string {
 func (*DryRunRequest) ProtoMessage() {}
 
 func (x *DryRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[0]
+	mi := &file_teapotv1_admin_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -113,7 +203,7 @@ func (x *DryRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DryRunRequest.ProtoReflect.Descriptor instead.
 func (*DryRunRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{0}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *DryRunRequest) GetWrite() isDryRunRequest_Write {
@@ -167,7 +257,7 @@ type DryRunResponse struct {
 
 func (x *DryRunResponse) Reset() {
 	*x = DryRunResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[1]
+	mi := &file_teapotv1_admin_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -179,7 +269,7 @@ func (x *DryRunResponse) String() string {
 func (*DryRunResponse) ProtoMessage() {}
 
 func (x *DryRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[1]
+	mi := &file_teapotv1_admin_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -192,7 +282,7 @@ func (x *DryRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DryRunResponse.ProtoReflect.Descriptor instead.
 func (*DryRunResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{1}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *DryRunResponse) GetApply() *ApplyResponse {
@@ -217,7 +307,7 @@ type BackupRequest struct {
 
 func (x *BackupRequest) Reset() {
 	*x = BackupRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[2]
+	mi := &file_teapotv1_admin_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -229,7 +319,7 @@ func (x *BackupRequest) String() string {
 func (*BackupRequest) ProtoMessage() {}
 
 func (x *BackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[2]
+	mi := &file_teapotv1_admin_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -242,7 +332,7 @@ func (x *BackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupRequest.ProtoReflect.Descriptor instead.
 func (*BackupRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{2}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{4}
 }
 
 // BackupChunk is one piece of an encoded Backup, in order.
@@ -255,7 +345,7 @@ type BackupChunk struct {
 
 func (x *BackupChunk) Reset() {
 	*x = BackupChunk{}
-	mi := &file_teapotv1_admin_proto_msgTypes[3]
+	mi := &file_teapotv1_admin_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -267,7 +357,7 @@ func (x *BackupChunk) String() string {
 func (*BackupChunk) ProtoMessage() {}
 
 func (x *BackupChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[3]
+	mi := &file_teapotv1_admin_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -280,7 +370,7 @@ func (x *BackupChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupChunk.ProtoReflect.Descriptor instead.
 func (*BackupChunk) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{3}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *BackupChunk) GetData() []byte {
@@ -309,7 +399,7 @@ type ApplyRequest struct {
 
 func (x *ApplyRequest) Reset() {
 	*x = ApplyRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[4]
+	mi := &file_teapotv1_admin_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -321,7 +411,7 @@ func (x *ApplyRequest) String() string {
 func (*ApplyRequest) ProtoMessage() {}
 
 func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[4]
+	mi := &file_teapotv1_admin_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -334,7 +424,7 @@ func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyRequest.ProtoReflect.Descriptor instead.
 func (*ApplyRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{4}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ApplyRequest) GetObjects() []*Object {
@@ -376,7 +466,7 @@ type RevisionPrecondition struct {
 
 func (x *RevisionPrecondition) Reset() {
 	*x = RevisionPrecondition{}
-	mi := &file_teapotv1_admin_proto_msgTypes[5]
+	mi := &file_teapotv1_admin_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -388,7 +478,7 @@ func (x *RevisionPrecondition) String() string {
 func (*RevisionPrecondition) ProtoMessage() {}
 
 func (x *RevisionPrecondition) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[5]
+	mi := &file_teapotv1_admin_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -401,7 +491,7 @@ func (x *RevisionPrecondition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevisionPrecondition.ProtoReflect.Descriptor instead.
 func (*RevisionPrecondition) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{5}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RevisionPrecondition) GetRef() *ObjectRef {
@@ -434,7 +524,7 @@ type ApplyResponse struct {
 
 func (x *ApplyResponse) Reset() {
 	*x = ApplyResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[6]
+	mi := &file_teapotv1_admin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -446,7 +536,7 @@ func (x *ApplyResponse) String() string {
 func (*ApplyResponse) ProtoMessage() {}
 
 func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[6]
+	mi := &file_teapotv1_admin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -459,7 +549,7 @@ func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyResponse.ProtoReflect.Descriptor instead.
 func (*ApplyResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{6}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ApplyResponse) GetObjects() []*Object {
@@ -501,7 +591,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[7]
+	mi := &file_teapotv1_admin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -513,7 +603,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[7]
+	mi := &file_teapotv1_admin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -526,7 +616,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{7}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *DeleteRequest) GetRef() *ObjectRef {
@@ -554,7 +644,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[8]
+	mi := &file_teapotv1_admin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -566,7 +656,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[8]
+	mi := &file_teapotv1_admin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -579,7 +669,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{8}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *DeleteResponse) GetRevision() uint64 {
@@ -605,7 +695,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[9]
+	mi := &file_teapotv1_admin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -617,7 +707,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[9]
+	mi := &file_teapotv1_admin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -630,7 +720,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{9}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetRequest) GetRef() *ObjectRef {
@@ -656,7 +746,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[10]
+	mi := &file_teapotv1_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -668,7 +758,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[10]
+	mi := &file_teapotv1_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -681,7 +771,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{10}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListRequest) GetKind() string {
@@ -724,7 +814,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[11]
+	mi := &file_teapotv1_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -736,7 +826,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[11]
+	mi := &file_teapotv1_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -749,7 +839,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{11}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListResponse) GetObjects() []*Object {
@@ -781,7 +871,7 @@ type ClusterStatusRequest struct {
 
 func (x *ClusterStatusRequest) Reset() {
 	*x = ClusterStatusRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[12]
+	mi := &file_teapotv1_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -793,7 +883,7 @@ func (x *ClusterStatusRequest) String() string {
 func (*ClusterStatusRequest) ProtoMessage() {}
 
 func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[12]
+	mi := &file_teapotv1_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -806,7 +896,7 @@ func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusRequest.ProtoReflect.Descriptor instead.
 func (*ClusterStatusRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{12}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{14}
 }
 
 type ClusterStatusResponse struct {
@@ -828,7 +918,7 @@ type ClusterStatusResponse struct {
 
 func (x *ClusterStatusResponse) Reset() {
 	*x = ClusterStatusResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[13]
+	mi := &file_teapotv1_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -840,7 +930,7 @@ func (x *ClusterStatusResponse) String() string {
 func (*ClusterStatusResponse) ProtoMessage() {}
 
 func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[13]
+	mi := &file_teapotv1_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -853,7 +943,7 @@ func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusResponse.ProtoReflect.Descriptor instead.
 func (*ClusterStatusResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{13}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ClusterStatusResponse) GetClusterId() string {
@@ -953,7 +1043,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_teapotv1_admin_proto_msgTypes[14]
+	mi := &file_teapotv1_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -965,7 +1055,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[14]
+	mi := &file_teapotv1_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -978,7 +1068,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{14}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *NodeStatus) GetId() string {
@@ -1119,7 +1209,7 @@ type PeerLiveness struct {
 
 func (x *PeerLiveness) Reset() {
 	*x = PeerLiveness{}
-	mi := &file_teapotv1_admin_proto_msgTypes[15]
+	mi := &file_teapotv1_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1131,7 +1221,7 @@ func (x *PeerLiveness) String() string {
 func (*PeerLiveness) ProtoMessage() {}
 
 func (x *PeerLiveness) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[15]
+	mi := &file_teapotv1_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1144,7 +1234,7 @@ func (x *PeerLiveness) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerLiveness.ProtoReflect.Descriptor instead.
 func (*PeerLiveness) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{15}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PeerLiveness) GetNodeId() string {
@@ -1178,7 +1268,7 @@ type CreateJoinTokenRequest struct {
 
 func (x *CreateJoinTokenRequest) Reset() {
 	*x = CreateJoinTokenRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[16]
+	mi := &file_teapotv1_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1190,7 +1280,7 @@ func (x *CreateJoinTokenRequest) String() string {
 func (*CreateJoinTokenRequest) ProtoMessage() {}
 
 func (x *CreateJoinTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[16]
+	mi := &file_teapotv1_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1203,7 +1293,7 @@ func (x *CreateJoinTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJoinTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateJoinTokenRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{16}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CreateJoinTokenRequest) GetTtlSeconds() uint32 {
@@ -1225,7 +1315,7 @@ type CreateJoinTokenResponse struct {
 
 func (x *CreateJoinTokenResponse) Reset() {
 	*x = CreateJoinTokenResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[17]
+	mi := &file_teapotv1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1237,7 +1327,7 @@ func (x *CreateJoinTokenResponse) String() string {
 func (*CreateJoinTokenResponse) ProtoMessage() {}
 
 func (x *CreateJoinTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[17]
+	mi := &file_teapotv1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1250,7 +1340,7 @@ func (x *CreateJoinTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJoinTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateJoinTokenResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{17}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CreateJoinTokenResponse) GetToken() string {
@@ -1284,7 +1374,7 @@ type CreateDashboardTokenRequest struct {
 
 func (x *CreateDashboardTokenRequest) Reset() {
 	*x = CreateDashboardTokenRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[18]
+	mi := &file_teapotv1_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1296,7 +1386,7 @@ func (x *CreateDashboardTokenRequest) String() string {
 func (*CreateDashboardTokenRequest) ProtoMessage() {}
 
 func (x *CreateDashboardTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[18]
+	mi := &file_teapotv1_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1309,7 +1399,7 @@ func (x *CreateDashboardTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateDashboardTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateDashboardTokenRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{18}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CreateDashboardTokenRequest) GetTtlSeconds() uint32 {
@@ -1331,7 +1421,7 @@ type CreateDashboardTokenResponse struct {
 
 func (x *CreateDashboardTokenResponse) Reset() {
 	*x = CreateDashboardTokenResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[19]
+	mi := &file_teapotv1_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1343,7 +1433,7 @@ func (x *CreateDashboardTokenResponse) String() string {
 func (*CreateDashboardTokenResponse) ProtoMessage() {}
 
 func (x *CreateDashboardTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[19]
+	mi := &file_teapotv1_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1356,7 +1446,7 @@ func (x *CreateDashboardTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateDashboardTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateDashboardTokenResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{19}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CreateDashboardTokenResponse) GetToken() string {
@@ -1389,7 +1479,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[20]
+	mi := &file_teapotv1_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1401,7 +1491,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[20]
+	mi := &file_teapotv1_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1414,7 +1504,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{20}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RemoveNodeRequest) GetId() string {
@@ -1432,7 +1522,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[21]
+	mi := &file_teapotv1_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1444,7 +1534,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[21]
+	mi := &file_teapotv1_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1457,7 +1547,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{21}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{23}
 }
 
 type DrainNodeRequest struct {
@@ -1470,7 +1560,7 @@ type DrainNodeRequest struct {
 
 func (x *DrainNodeRequest) Reset() {
 	*x = DrainNodeRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[22]
+	mi := &file_teapotv1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1482,7 +1572,7 @@ func (x *DrainNodeRequest) String() string {
 func (*DrainNodeRequest) ProtoMessage() {}
 
 func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[22]
+	mi := &file_teapotv1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1495,7 +1585,7 @@ func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeRequest.ProtoReflect.Descriptor instead.
 func (*DrainNodeRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{22}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DrainNodeRequest) GetId() string {
@@ -1521,7 +1611,7 @@ type DrainNodeResponse struct {
 
 func (x *DrainNodeResponse) Reset() {
 	*x = DrainNodeResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[23]
+	mi := &file_teapotv1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1533,7 +1623,7 @@ func (x *DrainNodeResponse) String() string {
 func (*DrainNodeResponse) ProtoMessage() {}
 
 func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[23]
+	mi := &file_teapotv1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1546,7 +1636,7 @@ func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeResponse.ProtoReflect.Descriptor instead.
 func (*DrainNodeResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{23}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DrainNodeResponse) GetNode() *Node {
@@ -1570,7 +1660,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[24]
+	mi := &file_teapotv1_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1582,7 +1672,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[24]
+	mi := &file_teapotv1_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1595,7 +1685,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{24}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *JoinRequest) GetToken() string {
@@ -1648,7 +1738,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[25]
+	mi := &file_teapotv1_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1660,7 +1750,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[25]
+	mi := &file_teapotv1_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1673,7 +1763,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{25}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *JoinResponse) GetCaCertPem() []byte {
@@ -1727,7 +1817,7 @@ type PromoteRequest struct {
 
 func (x *PromoteRequest) Reset() {
 	*x = PromoteRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[26]
+	mi := &file_teapotv1_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1739,7 +1829,7 @@ func (x *PromoteRequest) String() string {
 func (*PromoteRequest) ProtoMessage() {}
 
 func (x *PromoteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[26]
+	mi := &file_teapotv1_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1752,7 +1842,7 @@ func (x *PromoteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteRequest.ProtoReflect.Descriptor instead.
 func (*PromoteRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{26}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *PromoteRequest) GetNodeId() string {
@@ -1770,7 +1860,7 @@ type PromoteResponse struct {
 
 func (x *PromoteResponse) Reset() {
 	*x = PromoteResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[27]
+	mi := &file_teapotv1_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1782,7 +1872,7 @@ func (x *PromoteResponse) String() string {
 func (*PromoteResponse) ProtoMessage() {}
 
 func (x *PromoteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[27]
+	mi := &file_teapotv1_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1795,7 +1885,7 @@ func (x *PromoteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteResponse.ProtoReflect.Descriptor instead.
 func (*PromoteResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{27}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{29}
 }
 
 // ForwardRequest is a write as the client asked for it; the leader
@@ -1818,7 +1908,7 @@ type ForwardRequest struct {
 
 func (x *ForwardRequest) Reset() {
 	*x = ForwardRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[28]
+	mi := &file_teapotv1_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1830,7 +1920,7 @@ func (x *ForwardRequest) String() string {
 func (*ForwardRequest) ProtoMessage() {}
 
 func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[28]
+	mi := &file_teapotv1_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1843,7 +1933,7 @@ func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardRequest.ProtoReflect.Descriptor instead.
 func (*ForwardRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{28}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ForwardRequest) GetWrite() isForwardRequest_Write {
@@ -1959,7 +2049,7 @@ type CheckedWrite struct {
 
 func (x *CheckedWrite) Reset() {
 	*x = CheckedWrite{}
-	mi := &file_teapotv1_admin_proto_msgTypes[29]
+	mi := &file_teapotv1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1971,7 +2061,7 @@ func (x *CheckedWrite) String() string {
 func (*CheckedWrite) ProtoMessage() {}
 
 func (x *CheckedWrite) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[29]
+	mi := &file_teapotv1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1984,7 +2074,7 @@ func (x *CheckedWrite) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckedWrite.ProtoReflect.Descriptor instead.
 func (*CheckedWrite) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{29}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *CheckedWrite) GetWrite() isCheckedWrite_Write {
@@ -2038,7 +2128,7 @@ type ForwardResponse struct {
 
 func (x *ForwardResponse) Reset() {
 	*x = ForwardResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[30]
+	mi := &file_teapotv1_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2050,7 +2140,7 @@ func (x *ForwardResponse) String() string {
 func (*ForwardResponse) ProtoMessage() {}
 
 func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[30]
+	mi := &file_teapotv1_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2063,7 +2153,7 @@ func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardResponse.ProtoReflect.Descriptor instead.
 func (*ForwardResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{30}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ForwardResponse) GetApply() *ApplyResponse {
@@ -2088,7 +2178,7 @@ type ReadIndexRequest struct {
 
 func (x *ReadIndexRequest) Reset() {
 	*x = ReadIndexRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[31]
+	mi := &file_teapotv1_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2100,7 +2190,7 @@ func (x *ReadIndexRequest) String() string {
 func (*ReadIndexRequest) ProtoMessage() {}
 
 func (x *ReadIndexRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[31]
+	mi := &file_teapotv1_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2113,7 +2203,7 @@ func (x *ReadIndexRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadIndexRequest.ProtoReflect.Descriptor instead.
 func (*ReadIndexRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{31}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{33}
 }
 
 type ReadIndexResponse struct {
@@ -2125,7 +2215,7 @@ type ReadIndexResponse struct {
 
 func (x *ReadIndexResponse) Reset() {
 	*x = ReadIndexResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[32]
+	mi := &file_teapotv1_admin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2137,7 +2227,7 @@ func (x *ReadIndexResponse) String() string {
 func (*ReadIndexResponse) ProtoMessage() {}
 
 func (x *ReadIndexResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[32]
+	mi := &file_teapotv1_admin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2150,7 +2240,7 @@ func (x *ReadIndexResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadIndexResponse.ProtoReflect.Descriptor instead.
 func (*ReadIndexResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{32}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ReadIndexResponse) GetIndex() uint64 {
@@ -2168,7 +2258,7 @@ type HealthRequest struct {
 
 func (x *HealthRequest) Reset() {
 	*x = HealthRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[33]
+	mi := &file_teapotv1_admin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2180,7 +2270,7 @@ func (x *HealthRequest) String() string {
 func (*HealthRequest) ProtoMessage() {}
 
 func (x *HealthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[33]
+	mi := &file_teapotv1_admin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2193,14 +2283,18 @@ func (x *HealthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthRequest.ProtoReflect.Descriptor instead.
 func (*HealthRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{33}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{35}
 }
 
 var File_teapotv1_admin_proto protoreflect.FileDescriptor
 
 const file_teapotv1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x14teapotv1/admin.proto\x12\tteapot.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14teapotv1/model.proto\x1a\x16teapotv1/observe.proto\x1a\x13teapotv1/raft.proto\"}\n" +
+	"\x14teapotv1/admin.proto\x12\tteapot.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14teapotv1/model.proto\x1a\x16teapotv1/observe.proto\x1a\x13teapotv1/raft.proto\"\x10\n" +
+	"\x0eRecoverRequest\"K\n" +
+	"\x0fRecoverResponse\x12\x1c\n" +
+	"\tforgotten\x18\x01 \x03(\tR\tforgotten\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x04R\brevision\"}\n" +
 	"\rDryRunRequest\x12/\n" +
 	"\x05apply\x18\x01 \x01(\v2\x17.teapot.v1.ApplyRequestH\x00R\x05apply\x122\n" +
 	"\x06delete\x18\x02 \x01(\v2\x18.teapot.v1.DeleteRequestH\x00R\x06deleteB\a\n" +
@@ -2343,7 +2437,7 @@ const file_teapotv1_admin_proto_rawDesc = "" +
 	"\tApplyMode\x12\x15\n" +
 	"\x11APPLY_MODE_UPSERT\x10\x00\x12\x15\n" +
 	"\x11APPLY_MODE_CREATE\x10\x01\x12\x15\n" +
-	"\x11APPLY_MODE_UPDATE\x10\x022\x94\a\n" +
+	"\x11APPLY_MODE_UPDATE\x10\x022\xd6\a\n" +
 	"\x05Admin\x12:\n" +
 	"\x05Apply\x12\x17.teapot.v1.ApplyRequest\x1a\x18.teapot.v1.ApplyResponse\x12=\n" +
 	"\x06Delete\x12\x18.teapot.v1.DeleteRequest\x1a\x19.teapot.v1.DeleteResponse\x12/\n" +
@@ -2358,7 +2452,8 @@ const file_teapotv1_admin_proto_rawDesc = "" +
 	"\x06Events\x12\x18.teapot.v1.EventsRequest\x1a\x19.teapot.v1.EventsResponse\x12g\n" +
 	"\x14CreateDashboardToken\x12&.teapot.v1.CreateDashboardTokenRequest\x1a'.teapot.v1.CreateDashboardTokenResponse\x12<\n" +
 	"\x06Backup\x12\x18.teapot.v1.BackupRequest\x1a\x16.teapot.v1.BackupChunk0\x01\x12=\n" +
-	"\x06DryRun\x12\x18.teapot.v1.DryRunRequest\x1a\x19.teapot.v1.DryRunResponse2\x8b\x03\n" +
+	"\x06DryRun\x12\x18.teapot.v1.DryRunRequest\x1a\x19.teapot.v1.DryRunResponse\x12@\n" +
+	"\aRecover\x12\x19.teapot.v1.RecoverRequest\x1a\x1a.teapot.v1.RecoverResponse2\x8b\x03\n" +
 	"\aCluster\x127\n" +
 	"\x04Join\x12\x16.teapot.v1.JoinRequest\x1a\x17.teapot.v1.JoinResponse\x12@\n" +
 	"\aPromote\x12\x19.teapot.v1.PromoteRequest\x1a\x1a.teapot.v1.PromoteResponse\x12@\n" +
@@ -2380,123 +2475,127 @@ func file_teapotv1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_teapotv1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_teapotv1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_teapotv1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_teapotv1_admin_proto_goTypes = []any{
 	(ApplyMode)(0),                       // 0: teapot.v1.ApplyMode
-	(*DryRunRequest)(nil),                // 1: teapot.v1.DryRunRequest
-	(*DryRunResponse)(nil),               // 2: teapot.v1.DryRunResponse
-	(*BackupRequest)(nil),                // 3: teapot.v1.BackupRequest
-	(*BackupChunk)(nil),                  // 4: teapot.v1.BackupChunk
-	(*ApplyRequest)(nil),                 // 5: teapot.v1.ApplyRequest
-	(*RevisionPrecondition)(nil),         // 6: teapot.v1.RevisionPrecondition
-	(*ApplyResponse)(nil),                // 7: teapot.v1.ApplyResponse
-	(*DeleteRequest)(nil),                // 8: teapot.v1.DeleteRequest
-	(*DeleteResponse)(nil),               // 9: teapot.v1.DeleteResponse
-	(*GetRequest)(nil),                   // 10: teapot.v1.GetRequest
-	(*ListRequest)(nil),                  // 11: teapot.v1.ListRequest
-	(*ListResponse)(nil),                 // 12: teapot.v1.ListResponse
-	(*ClusterStatusRequest)(nil),         // 13: teapot.v1.ClusterStatusRequest
-	(*ClusterStatusResponse)(nil),        // 14: teapot.v1.ClusterStatusResponse
-	(*NodeStatus)(nil),                   // 15: teapot.v1.NodeStatus
-	(*PeerLiveness)(nil),                 // 16: teapot.v1.PeerLiveness
-	(*CreateJoinTokenRequest)(nil),       // 17: teapot.v1.CreateJoinTokenRequest
-	(*CreateJoinTokenResponse)(nil),      // 18: teapot.v1.CreateJoinTokenResponse
-	(*CreateDashboardTokenRequest)(nil),  // 19: teapot.v1.CreateDashboardTokenRequest
-	(*CreateDashboardTokenResponse)(nil), // 20: teapot.v1.CreateDashboardTokenResponse
-	(*RemoveNodeRequest)(nil),            // 21: teapot.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),           // 22: teapot.v1.RemoveNodeResponse
-	(*DrainNodeRequest)(nil),             // 23: teapot.v1.DrainNodeRequest
-	(*DrainNodeResponse)(nil),            // 24: teapot.v1.DrainNodeResponse
-	(*JoinRequest)(nil),                  // 25: teapot.v1.JoinRequest
-	(*JoinResponse)(nil),                 // 26: teapot.v1.JoinResponse
-	(*PromoteRequest)(nil),               // 27: teapot.v1.PromoteRequest
-	(*PromoteResponse)(nil),              // 28: teapot.v1.PromoteResponse
-	(*ForwardRequest)(nil),               // 29: teapot.v1.ForwardRequest
-	(*CheckedWrite)(nil),                 // 30: teapot.v1.CheckedWrite
-	(*ForwardResponse)(nil),              // 31: teapot.v1.ForwardResponse
-	(*ReadIndexRequest)(nil),             // 32: teapot.v1.ReadIndexRequest
-	(*ReadIndexResponse)(nil),            // 33: teapot.v1.ReadIndexResponse
-	(*HealthRequest)(nil),                // 34: teapot.v1.HealthRequest
-	(*Object)(nil),                       // 35: teapot.v1.Object
-	(*ObjectRef)(nil),                    // 36: teapot.v1.ObjectRef
-	(*VIPHolding)(nil),                   // 37: teapot.v1.VIPHolding
-	(*timestamppb.Timestamp)(nil),        // 38: google.protobuf.Timestamp
-	(*Node)(nil),                         // 39: teapot.v1.Node
-	(*Txn)(nil),                          // 40: teapot.v1.Txn
-	(*ObserveRequest)(nil),               // 41: teapot.v1.ObserveRequest
-	(*EventsRequest)(nil),                // 42: teapot.v1.EventsRequest
-	(*ObserveResponse)(nil),              // 43: teapot.v1.ObserveResponse
-	(*EventsResponse)(nil),               // 44: teapot.v1.EventsResponse
-	(*HostObservation)(nil),              // 45: teapot.v1.HostObservation
+	(*RecoverRequest)(nil),               // 1: teapot.v1.RecoverRequest
+	(*RecoverResponse)(nil),              // 2: teapot.v1.RecoverResponse
+	(*DryRunRequest)(nil),                // 3: teapot.v1.DryRunRequest
+	(*DryRunResponse)(nil),               // 4: teapot.v1.DryRunResponse
+	(*BackupRequest)(nil),                // 5: teapot.v1.BackupRequest
+	(*BackupChunk)(nil),                  // 6: teapot.v1.BackupChunk
+	(*ApplyRequest)(nil),                 // 7: teapot.v1.ApplyRequest
+	(*RevisionPrecondition)(nil),         // 8: teapot.v1.RevisionPrecondition
+	(*ApplyResponse)(nil),                // 9: teapot.v1.ApplyResponse
+	(*DeleteRequest)(nil),                // 10: teapot.v1.DeleteRequest
+	(*DeleteResponse)(nil),               // 11: teapot.v1.DeleteResponse
+	(*GetRequest)(nil),                   // 12: teapot.v1.GetRequest
+	(*ListRequest)(nil),                  // 13: teapot.v1.ListRequest
+	(*ListResponse)(nil),                 // 14: teapot.v1.ListResponse
+	(*ClusterStatusRequest)(nil),         // 15: teapot.v1.ClusterStatusRequest
+	(*ClusterStatusResponse)(nil),        // 16: teapot.v1.ClusterStatusResponse
+	(*NodeStatus)(nil),                   // 17: teapot.v1.NodeStatus
+	(*PeerLiveness)(nil),                 // 18: teapot.v1.PeerLiveness
+	(*CreateJoinTokenRequest)(nil),       // 19: teapot.v1.CreateJoinTokenRequest
+	(*CreateJoinTokenResponse)(nil),      // 20: teapot.v1.CreateJoinTokenResponse
+	(*CreateDashboardTokenRequest)(nil),  // 21: teapot.v1.CreateDashboardTokenRequest
+	(*CreateDashboardTokenResponse)(nil), // 22: teapot.v1.CreateDashboardTokenResponse
+	(*RemoveNodeRequest)(nil),            // 23: teapot.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),           // 24: teapot.v1.RemoveNodeResponse
+	(*DrainNodeRequest)(nil),             // 25: teapot.v1.DrainNodeRequest
+	(*DrainNodeResponse)(nil),            // 26: teapot.v1.DrainNodeResponse
+	(*JoinRequest)(nil),                  // 27: teapot.v1.JoinRequest
+	(*JoinResponse)(nil),                 // 28: teapot.v1.JoinResponse
+	(*PromoteRequest)(nil),               // 29: teapot.v1.PromoteRequest
+	(*PromoteResponse)(nil),              // 30: teapot.v1.PromoteResponse
+	(*ForwardRequest)(nil),               // 31: teapot.v1.ForwardRequest
+	(*CheckedWrite)(nil),                 // 32: teapot.v1.CheckedWrite
+	(*ForwardResponse)(nil),              // 33: teapot.v1.ForwardResponse
+	(*ReadIndexRequest)(nil),             // 34: teapot.v1.ReadIndexRequest
+	(*ReadIndexResponse)(nil),            // 35: teapot.v1.ReadIndexResponse
+	(*HealthRequest)(nil),                // 36: teapot.v1.HealthRequest
+	(*Object)(nil),                       // 37: teapot.v1.Object
+	(*ObjectRef)(nil),                    // 38: teapot.v1.ObjectRef
+	(*VIPHolding)(nil),                   // 39: teapot.v1.VIPHolding
+	(*timestamppb.Timestamp)(nil),        // 40: google.protobuf.Timestamp
+	(*Node)(nil),                         // 41: teapot.v1.Node
+	(*Txn)(nil),                          // 42: teapot.v1.Txn
+	(*ObserveRequest)(nil),               // 43: teapot.v1.ObserveRequest
+	(*EventsRequest)(nil),                // 44: teapot.v1.EventsRequest
+	(*ObserveResponse)(nil),              // 45: teapot.v1.ObserveResponse
+	(*EventsResponse)(nil),               // 46: teapot.v1.EventsResponse
+	(*HostObservation)(nil),              // 47: teapot.v1.HostObservation
 }
 var file_teapotv1_admin_proto_depIdxs = []int32{
-	5,  // 0: teapot.v1.DryRunRequest.apply:type_name -> teapot.v1.ApplyRequest
-	8,  // 1: teapot.v1.DryRunRequest.delete:type_name -> teapot.v1.DeleteRequest
-	7,  // 2: teapot.v1.DryRunResponse.apply:type_name -> teapot.v1.ApplyResponse
-	9,  // 3: teapot.v1.DryRunResponse.delete:type_name -> teapot.v1.DeleteResponse
-	35, // 4: teapot.v1.ApplyRequest.objects:type_name -> teapot.v1.Object
+	7,  // 0: teapot.v1.DryRunRequest.apply:type_name -> teapot.v1.ApplyRequest
+	10, // 1: teapot.v1.DryRunRequest.delete:type_name -> teapot.v1.DeleteRequest
+	9,  // 2: teapot.v1.DryRunResponse.apply:type_name -> teapot.v1.ApplyResponse
+	11, // 3: teapot.v1.DryRunResponse.delete:type_name -> teapot.v1.DeleteResponse
+	37, // 4: teapot.v1.ApplyRequest.objects:type_name -> teapot.v1.Object
 	0,  // 5: teapot.v1.ApplyRequest.mode:type_name -> teapot.v1.ApplyMode
-	6,  // 6: teapot.v1.ApplyRequest.preconditions:type_name -> teapot.v1.RevisionPrecondition
-	36, // 7: teapot.v1.RevisionPrecondition.ref:type_name -> teapot.v1.ObjectRef
-	35, // 8: teapot.v1.ApplyResponse.objects:type_name -> teapot.v1.Object
-	36, // 9: teapot.v1.DeleteRequest.ref:type_name -> teapot.v1.ObjectRef
-	36, // 10: teapot.v1.GetRequest.ref:type_name -> teapot.v1.ObjectRef
-	35, // 11: teapot.v1.ListResponse.objects:type_name -> teapot.v1.Object
-	15, // 12: teapot.v1.ClusterStatusResponse.nodes:type_name -> teapot.v1.NodeStatus
-	37, // 13: teapot.v1.NodeStatus.vips:type_name -> teapot.v1.VIPHolding
-	16, // 14: teapot.v1.NodeStatus.peers:type_name -> teapot.v1.PeerLiveness
-	38, // 15: teapot.v1.CreateJoinTokenResponse.expires:type_name -> google.protobuf.Timestamp
-	38, // 16: teapot.v1.CreateDashboardTokenResponse.expires:type_name -> google.protobuf.Timestamp
-	39, // 17: teapot.v1.DrainNodeResponse.node:type_name -> teapot.v1.Node
-	5,  // 18: teapot.v1.ForwardRequest.apply:type_name -> teapot.v1.ApplyRequest
-	8,  // 19: teapot.v1.ForwardRequest.delete:type_name -> teapot.v1.DeleteRequest
-	21, // 20: teapot.v1.ForwardRequest.remove_node:type_name -> teapot.v1.RemoveNodeRequest
-	40, // 21: teapot.v1.ForwardRequest.txn:type_name -> teapot.v1.Txn
-	30, // 22: teapot.v1.ForwardRequest.checked:type_name -> teapot.v1.CheckedWrite
-	5,  // 23: teapot.v1.CheckedWrite.apply:type_name -> teapot.v1.ApplyRequest
-	8,  // 24: teapot.v1.CheckedWrite.delete:type_name -> teapot.v1.DeleteRequest
-	7,  // 25: teapot.v1.ForwardResponse.apply:type_name -> teapot.v1.ApplyResponse
-	9,  // 26: teapot.v1.ForwardResponse.delete:type_name -> teapot.v1.DeleteResponse
-	5,  // 27: teapot.v1.Admin.Apply:input_type -> teapot.v1.ApplyRequest
-	8,  // 28: teapot.v1.Admin.Delete:input_type -> teapot.v1.DeleteRequest
-	10, // 29: teapot.v1.Admin.Get:input_type -> teapot.v1.GetRequest
-	11, // 30: teapot.v1.Admin.List:input_type -> teapot.v1.ListRequest
-	13, // 31: teapot.v1.Admin.ClusterStatus:input_type -> teapot.v1.ClusterStatusRequest
-	17, // 32: teapot.v1.Admin.CreateJoinToken:input_type -> teapot.v1.CreateJoinTokenRequest
-	21, // 33: teapot.v1.Admin.RemoveNode:input_type -> teapot.v1.RemoveNodeRequest
-	23, // 34: teapot.v1.Admin.DrainNode:input_type -> teapot.v1.DrainNodeRequest
-	41, // 35: teapot.v1.Admin.Observe:input_type -> teapot.v1.ObserveRequest
-	42, // 36: teapot.v1.Admin.Events:input_type -> teapot.v1.EventsRequest
-	19, // 37: teapot.v1.Admin.CreateDashboardToken:input_type -> teapot.v1.CreateDashboardTokenRequest
-	3,  // 38: teapot.v1.Admin.Backup:input_type -> teapot.v1.BackupRequest
-	1,  // 39: teapot.v1.Admin.DryRun:input_type -> teapot.v1.DryRunRequest
-	25, // 40: teapot.v1.Cluster.Join:input_type -> teapot.v1.JoinRequest
-	27, // 41: teapot.v1.Cluster.Promote:input_type -> teapot.v1.PromoteRequest
-	29, // 42: teapot.v1.Cluster.Forward:input_type -> teapot.v1.ForwardRequest
-	32, // 43: teapot.v1.Cluster.ReadIndex:input_type -> teapot.v1.ReadIndexRequest
-	34, // 44: teapot.v1.Cluster.Health:input_type -> teapot.v1.HealthRequest
-	41, // 45: teapot.v1.Cluster.Observe:input_type -> teapot.v1.ObserveRequest
-	7,  // 46: teapot.v1.Admin.Apply:output_type -> teapot.v1.ApplyResponse
-	9,  // 47: teapot.v1.Admin.Delete:output_type -> teapot.v1.DeleteResponse
-	35, // 48: teapot.v1.Admin.Get:output_type -> teapot.v1.Object
-	12, // 49: teapot.v1.Admin.List:output_type -> teapot.v1.ListResponse
-	14, // 50: teapot.v1.Admin.ClusterStatus:output_type -> teapot.v1.ClusterStatusResponse
-	18, // 51: teapot.v1.Admin.CreateJoinToken:output_type -> teapot.v1.CreateJoinTokenResponse
-	22, // 52: teapot.v1.Admin.RemoveNode:output_type -> teapot.v1.RemoveNodeResponse
-	24, // 53: teapot.v1.Admin.DrainNode:output_type -> teapot.v1.DrainNodeResponse
-	43, // 54: teapot.v1.Admin.Observe:output_type -> teapot.v1.ObserveResponse
-	44, // 55: teapot.v1.Admin.Events:output_type -> teapot.v1.EventsResponse
-	20, // 56: teapot.v1.Admin.CreateDashboardToken:output_type -> teapot.v1.CreateDashboardTokenResponse
-	4,  // 57: teapot.v1.Admin.Backup:output_type -> teapot.v1.BackupChunk
-	2,  // 58: teapot.v1.Admin.DryRun:output_type -> teapot.v1.DryRunResponse
-	26, // 59: teapot.v1.Cluster.Join:output_type -> teapot.v1.JoinResponse
-	28, // 60: teapot.v1.Cluster.Promote:output_type -> teapot.v1.PromoteResponse
-	31, // 61: teapot.v1.Cluster.Forward:output_type -> teapot.v1.ForwardResponse
-	33, // 62: teapot.v1.Cluster.ReadIndex:output_type -> teapot.v1.ReadIndexResponse
-	15, // 63: teapot.v1.Cluster.Health:output_type -> teapot.v1.NodeStatus
-	45, // 64: teapot.v1.Cluster.Observe:output_type -> teapot.v1.HostObservation
-	46, // [46:65] is the sub-list for method output_type
-	27, // [27:46] is the sub-list for method input_type
+	8,  // 6: teapot.v1.ApplyRequest.preconditions:type_name -> teapot.v1.RevisionPrecondition
+	38, // 7: teapot.v1.RevisionPrecondition.ref:type_name -> teapot.v1.ObjectRef
+	37, // 8: teapot.v1.ApplyResponse.objects:type_name -> teapot.v1.Object
+	38, // 9: teapot.v1.DeleteRequest.ref:type_name -> teapot.v1.ObjectRef
+	38, // 10: teapot.v1.GetRequest.ref:type_name -> teapot.v1.ObjectRef
+	37, // 11: teapot.v1.ListResponse.objects:type_name -> teapot.v1.Object
+	17, // 12: teapot.v1.ClusterStatusResponse.nodes:type_name -> teapot.v1.NodeStatus
+	39, // 13: teapot.v1.NodeStatus.vips:type_name -> teapot.v1.VIPHolding
+	18, // 14: teapot.v1.NodeStatus.peers:type_name -> teapot.v1.PeerLiveness
+	40, // 15: teapot.v1.CreateJoinTokenResponse.expires:type_name -> google.protobuf.Timestamp
+	40, // 16: teapot.v1.CreateDashboardTokenResponse.expires:type_name -> google.protobuf.Timestamp
+	41, // 17: teapot.v1.DrainNodeResponse.node:type_name -> teapot.v1.Node
+	7,  // 18: teapot.v1.ForwardRequest.apply:type_name -> teapot.v1.ApplyRequest
+	10, // 19: teapot.v1.ForwardRequest.delete:type_name -> teapot.v1.DeleteRequest
+	23, // 20: teapot.v1.ForwardRequest.remove_node:type_name -> teapot.v1.RemoveNodeRequest
+	42, // 21: teapot.v1.ForwardRequest.txn:type_name -> teapot.v1.Txn
+	32, // 22: teapot.v1.ForwardRequest.checked:type_name -> teapot.v1.CheckedWrite
+	7,  // 23: teapot.v1.CheckedWrite.apply:type_name -> teapot.v1.ApplyRequest
+	10, // 24: teapot.v1.CheckedWrite.delete:type_name -> teapot.v1.DeleteRequest
+	9,  // 25: teapot.v1.ForwardResponse.apply:type_name -> teapot.v1.ApplyResponse
+	11, // 26: teapot.v1.ForwardResponse.delete:type_name -> teapot.v1.DeleteResponse
+	7,  // 27: teapot.v1.Admin.Apply:input_type -> teapot.v1.ApplyRequest
+	10, // 28: teapot.v1.Admin.Delete:input_type -> teapot.v1.DeleteRequest
+	12, // 29: teapot.v1.Admin.Get:input_type -> teapot.v1.GetRequest
+	13, // 30: teapot.v1.Admin.List:input_type -> teapot.v1.ListRequest
+	15, // 31: teapot.v1.Admin.ClusterStatus:input_type -> teapot.v1.ClusterStatusRequest
+	19, // 32: teapot.v1.Admin.CreateJoinToken:input_type -> teapot.v1.CreateJoinTokenRequest
+	23, // 33: teapot.v1.Admin.RemoveNode:input_type -> teapot.v1.RemoveNodeRequest
+	25, // 34: teapot.v1.Admin.DrainNode:input_type -> teapot.v1.DrainNodeRequest
+	43, // 35: teapot.v1.Admin.Observe:input_type -> teapot.v1.ObserveRequest
+	44, // 36: teapot.v1.Admin.Events:input_type -> teapot.v1.EventsRequest
+	21, // 37: teapot.v1.Admin.CreateDashboardToken:input_type -> teapot.v1.CreateDashboardTokenRequest
+	5,  // 38: teapot.v1.Admin.Backup:input_type -> teapot.v1.BackupRequest
+	3,  // 39: teapot.v1.Admin.DryRun:input_type -> teapot.v1.DryRunRequest
+	1,  // 40: teapot.v1.Admin.Recover:input_type -> teapot.v1.RecoverRequest
+	27, // 41: teapot.v1.Cluster.Join:input_type -> teapot.v1.JoinRequest
+	29, // 42: teapot.v1.Cluster.Promote:input_type -> teapot.v1.PromoteRequest
+	31, // 43: teapot.v1.Cluster.Forward:input_type -> teapot.v1.ForwardRequest
+	34, // 44: teapot.v1.Cluster.ReadIndex:input_type -> teapot.v1.ReadIndexRequest
+	36, // 45: teapot.v1.Cluster.Health:input_type -> teapot.v1.HealthRequest
+	43, // 46: teapot.v1.Cluster.Observe:input_type -> teapot.v1.ObserveRequest
+	9,  // 47: teapot.v1.Admin.Apply:output_type -> teapot.v1.ApplyResponse
+	11, // 48: teapot.v1.Admin.Delete:output_type -> teapot.v1.DeleteResponse
+	37, // 49: teapot.v1.Admin.Get:output_type -> teapot.v1.Object
+	14, // 50: teapot.v1.Admin.List:output_type -> teapot.v1.ListResponse
+	16, // 51: teapot.v1.Admin.ClusterStatus:output_type -> teapot.v1.ClusterStatusResponse
+	20, // 52: teapot.v1.Admin.CreateJoinToken:output_type -> teapot.v1.CreateJoinTokenResponse
+	24, // 53: teapot.v1.Admin.RemoveNode:output_type -> teapot.v1.RemoveNodeResponse
+	26, // 54: teapot.v1.Admin.DrainNode:output_type -> teapot.v1.DrainNodeResponse
+	45, // 55: teapot.v1.Admin.Observe:output_type -> teapot.v1.ObserveResponse
+	46, // 56: teapot.v1.Admin.Events:output_type -> teapot.v1.EventsResponse
+	22, // 57: teapot.v1.Admin.CreateDashboardToken:output_type -> teapot.v1.CreateDashboardTokenResponse
+	6,  // 58: teapot.v1.Admin.Backup:output_type -> teapot.v1.BackupChunk
+	4,  // 59: teapot.v1.Admin.DryRun:output_type -> teapot.v1.DryRunResponse
+	2,  // 60: teapot.v1.Admin.Recover:output_type -> teapot.v1.RecoverResponse
+	28, // 61: teapot.v1.Cluster.Join:output_type -> teapot.v1.JoinResponse
+	30, // 62: teapot.v1.Cluster.Promote:output_type -> teapot.v1.PromoteResponse
+	33, // 63: teapot.v1.Cluster.Forward:output_type -> teapot.v1.ForwardResponse
+	35, // 64: teapot.v1.Cluster.ReadIndex:output_type -> teapot.v1.ReadIndexResponse
+	17, // 65: teapot.v1.Cluster.Health:output_type -> teapot.v1.NodeStatus
+	47, // 66: teapot.v1.Cluster.Observe:output_type -> teapot.v1.HostObservation
+	47, // [47:67] is the sub-list for method output_type
+	27, // [27:47] is the sub-list for method input_type
 	27, // [27:27] is the sub-list for extension type_name
 	27, // [27:27] is the sub-list for extension extendee
 	0,  // [0:27] is the sub-list for field type_name
@@ -2510,18 +2609,18 @@ func file_teapotv1_admin_proto_init() {
 	file_teapotv1_model_proto_init()
 	file_teapotv1_observe_proto_init()
 	file_teapotv1_raft_proto_init()
-	file_teapotv1_admin_proto_msgTypes[0].OneofWrappers = []any{
+	file_teapotv1_admin_proto_msgTypes[2].OneofWrappers = []any{
 		(*DryRunRequest_Apply)(nil),
 		(*DryRunRequest_Delete)(nil),
 	}
-	file_teapotv1_admin_proto_msgTypes[28].OneofWrappers = []any{
+	file_teapotv1_admin_proto_msgTypes[30].OneofWrappers = []any{
 		(*ForwardRequest_Apply)(nil),
 		(*ForwardRequest_Delete)(nil),
 		(*ForwardRequest_RemoveNode)(nil),
 		(*ForwardRequest_Txn)(nil),
 		(*ForwardRequest_Checked)(nil),
 	}
-	file_teapotv1_admin_proto_msgTypes[29].OneofWrappers = []any{
+	file_teapotv1_admin_proto_msgTypes[31].OneofWrappers = []any{
 		(*CheckedWrite_Apply)(nil),
 		(*CheckedWrite_Delete)(nil),
 	}
@@ -2531,7 +2630,7 @@ func file_teapotv1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_teapotv1_admin_proto_rawDesc), len(file_teapotv1_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   34,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

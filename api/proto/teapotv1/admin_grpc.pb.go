@@ -35,6 +35,7 @@ const (
 	Admin_CreateDashboardToken_FullMethodName = "/teapot.v1.Admin/CreateDashboardToken"
 	Admin_Backup_FullMethodName               = "/teapot.v1.Admin/Backup"
 	Admin_DryRun_FullMethodName               = "/teapot.v1.Admin/DryRun"
+	Admin_Recover_FullMethodName              = "/teapot.v1.Admin/Recover"
 )
 
 // AdminClient is the client API for Admin service.
@@ -71,6 +72,11 @@ type AdminClient interface {
 	// its own call so that a host of a release without dry runs answers
 	// Unimplemented instead of making the write.
 	DryRun(ctx context.Context, in *DryRunRequest, opts ...grpc.CallOption) (*DryRunResponse, error)
+	// Recover turns the host answering into a one-host cluster with the
+	// state it holds, when the other voters are gone for good, without
+	// stopping it: its data plane keeps serving throughout. It refuses while
+	// any other voter answers.
+	Recover(ctx context.Context, in *RecoverRequest, opts ...grpc.CallOption) (*RecoverResponse, error)
 }
 
 type adminClient struct {
@@ -220,6 +226,16 @@ func (c *adminClient) DryRun(ctx context.Context, in *DryRunRequest, opts ...grp
 	return out, nil
 }
 
+func (c *adminClient) Recover(ctx context.Context, in *RecoverRequest, opts ...grpc.CallOption) (*RecoverResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RecoverResponse)
+	err := c.cc.Invoke(ctx, Admin_Recover_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -254,6 +270,11 @@ type AdminServer interface {
 	// its own call so that a host of a release without dry runs answers
 	// Unimplemented instead of making the write.
 	DryRun(context.Context, *DryRunRequest) (*DryRunResponse, error)
+	// Recover turns the host answering into a one-host cluster with the
+	// state it holds, when the other voters are gone for good, without
+	// stopping it: its data plane keeps serving throughout. It refuses while
+	// any other voter answers.
+	Recover(context.Context, *RecoverRequest) (*RecoverResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -302,6 +323,9 @@ func (UnimplementedAdminServer) Backup(*BackupRequest, grpc.ServerStreamingServe
 }
 func (UnimplementedAdminServer) DryRun(context.Context, *DryRunRequest) (*DryRunResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method DryRun not implemented")
+}
+func (UnimplementedAdminServer) Recover(context.Context, *RecoverRequest) (*RecoverResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Recover not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -551,6 +575,24 @@ func _Admin_DryRun_Handler(srv interface{}, ctx context.Context, dec func(interf
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_Recover_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RecoverRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).Recover(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_Recover_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).Recover(ctx, req.(*RecoverRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -605,6 +647,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DryRun",
 			Handler:    _Admin_DryRun_Handler,
+		},
+		{
+			MethodName: "Recover",
+			Handler:    _Admin_Recover_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
