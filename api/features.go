@@ -28,8 +28,10 @@ const (
 	// release ignores the field and lets them drain.
 	FeatureCloseOnDown = "close-on-down"
 	// FeatureRouteRules: a route's matches, weighted backends, filters and
-	// timeouts (routes[].matches, backends, filters, timeouts). A host of
-	// an earlier release ignores them and routes by host and path alone.
+	// timeouts (routes[].matches, backends, filters, timeouts), and regular
+	// expression paths (routes[].pathType regex). A host of an earlier
+	// release ignores the former and routes by host and path alone; it
+	// skips a route with a regular expression path.
 	FeatureRouteRules = "route-rules"
 )
 
@@ -110,7 +112,8 @@ func FeaturesUsed(obj *pb.Object) []FeatureUse {
 		for _, f := range []struct {
 			name string
 			set  bool
-		}{{"matches", len(r.GetMatches()) > 0}, {"backends", len(r.GetBackends()) > 0}, {"filters", len(r.GetFilters()) > 0}, {"timeouts", r.GetTimeouts() != nil}} {
+		}{{"pathType", r.GetPathType() == "regex"}, {"matches", len(r.GetMatches()) > 0}, {"backends", len(r.GetBackends()) > 0},
+			{"filters", len(r.GetFilters()) > 0}, {"timeouts", r.GetTimeouts() != nil}} {
 			if f.set {
 				out = append(out, FeatureUse{Feature: FeatureRouteRules, Field: at + "." + f.name})
 			}

@@ -33,6 +33,8 @@ func TestFeaturesUsed(t *testing.T) {
 			[]string{"LoadBalancer acme/shop: pools.api.healthCheck.https (https-health-check)"}},
 		{"closeOnDown", lb(func(l *pb.LoadBalancer) { l.Pools["web"].HealthCheck.CloseOnDown = true }),
 			[]string{"LoadBalancer acme/shop: pools.web.healthCheck.closeOnDown (close-on-down)"}},
+		{"regex path", lb(func(l *pb.LoadBalancer) { l.Routes[1].Path, l.Routes[1].PathType = "/api/v[0-9]+", "regex" }),
+			[]string{"LoadBalancer acme/shop: routes[1].pathType (route-rules)"}},
 		{"route rules", lb(func(l *pb.LoadBalancer) {
 			l.Routes[1].Matches = []*pb.RouteMatch{{Method: "GET"}}
 			l.Routes[1].Backends = []*pb.RouteBackend{{Pool: "api"}}
