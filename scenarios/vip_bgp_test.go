@@ -265,8 +265,9 @@ func TestVIPBGP(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := l.lbs[1]
-			killed := l.kill(n, tc.unplug)
+			killed := l.killNoWait(n, tc.unplug)
 			gone := l.waitGone(t, n, killed, bgpVIP4, bgpVIP6)
+			l.reap(n)
 			for _, a := range []netip.Addr{bgpVIP4, bgpVIP6} {
 				d, ok := gone[a]
 				t.Logf("route to %s via %s gone %s after the kill", a, n.id, d.Round(time.Millisecond))
