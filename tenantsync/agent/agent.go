@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
@@ -162,9 +163,16 @@ func (a *Agent) watch() {
 	nodes := f.Core().V1().Nodes()
 	ings := f.Networking().V1().Ingresses()
 	classes := f.Networking().V1().IngressClasses()
+	// A Service's slices come from an index: listing them by label would
+	// read every slice of the namespace for every Service translated.
+	var sliceLister discoverylisters.EndpointSliceLister = indexedSlices{EndpointSliceLister: slices.Lister(), idx: slices.Informer().GetIndexer()}
+	if err := slices.Informer().AddIndexers(cache.Indexers{byService: sliceService}); err != nil {
+		a.log.Warn("EndpointSlices are not indexed by Service; each Service's are found by label", "err", err)
+		sliceLister = slices.Lister()
+	}
 	a.src = translate.Sources{
-		Services: svcs.Lister(), EndpointSlices: slices.Lister(), Nodes: nodes.Lister(),
-		Ingresses: ings.Lister(), IngressClasses: classes.Lister(),
+		Services: svcs.Lister(), EndpointSlices: sliceLister,
+		Nodes: nodes.Lister(), Ingresses: ings.Lister(), IngressClasses: classes.Lister(),
 	}
 	onService := func(obj any) {
 		if svc, ok := unwrap[*corev1.Service](obj); ok {
