@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"crypto/sha256"
 	"net/textproto"
 	"regexp"
 	"strconv"
@@ -77,7 +78,11 @@ func (b *lbCompile) extRoutes(f string, index int, host string, r *pb.Route, poo
 		b.problem(f, "cannot be encoded: %v; route skipped", err)
 		return nil
 	}
-	base := string(enc)
+	// One digest for all the route's matches: the encoding grows with the
+	// route (up to megabytes), and a copy per match would be kept as long
+	// as the snapshot.
+	sum := sha256.Sum256(enc)
+	base := string(sum[:])
 
 	type pathMatch struct {
 		path string
@@ -99,7 +104,7 @@ func (b *lbCompile) extRoutes(f string, index int, host string, r *pb.Route, poo
 		}
 		e := ext
 		e.Match = i
-		e.key = base + "#" + strconv.Itoa(i)
+		e.key = base
 		path, pt, ok := b.routePath(mf, pm.path, pm.pt, pm.m.GetGrpc(), &e)
 		if !ok {
 			return nil

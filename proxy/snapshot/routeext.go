@@ -30,8 +30,9 @@ type RouteExt struct {
 	// Match is the index of the model match this route came from.
 	Match int
 
-	// key is a canonical form of the fields above but the pools, for
-	// equality between compiles.
+	// key is the SHA-256 digest of the model route, which holds the
+	// fields above but the pools; with Match it gives equality between
+	// compiles.
 	key string
 }
 
@@ -53,7 +54,7 @@ func (e *RouteExt) equal(o *RouteExt) bool {
 	if e == nil || o == nil {
 		return e == o
 	}
-	if e.key != o.key || len(e.Backends) != len(o.Backends) {
+	if e.key != o.key || e.Match != o.Match || len(e.Backends) != len(o.Backends) {
 		return false
 	}
 	if !slices.Equal(e.Backends, o.Backends) {
