@@ -3,6 +3,7 @@ package l7
 import (
 	"bytes"
 	"crypto/tls"
+	"fmt"
 	"io"
 	"net/http"
 	"runtime"
@@ -393,5 +394,182 @@ func TestH2StreamCountAbuse(t *testing.T) {
 	})
 	if p := peak.Load(); p > 8 {
 		t.Errorf("the member saw %d requests of one connection at once, limit 8", p)
+	}
+}
+
+// h2Workers counts the stream workers of the HTTP/2 server, busy or idle.
+func h2Workers() int {
+	buf := make([]byte, 4<<20)
+	return strings.Count(string(buf[:runtime.Stack(buf, true)]), "l7.(*h2Conn).worker(")
+}
+
+// TestH2IdleConnectionKeepsFewWorkers runs 16 requests at once, with
+// request bodies, on each of 4 connections, then lets them finish: the
+// idle connections keep at most h2KeepWorkers workers each of the 64, and
+// still serve the next request.
+func TestH2IdleConnectionKeepsFewWorkers(t *testing.T) {
+	const conns, perConn = 4, 16
+	const n = conns * perConn
+	var inflight atomic.Int64
+	release := make(chan struct{})
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			inflight.Add(1)
+			<-release
+		}
+		_, _ = io.Copy(io.Discard, r.Body)
+		_, _ = io.WriteString(w, "ok")
+	})
+	addr := abuseProxy(t, Config{}, h)
+	clients := make([]*http.Client, conns)
+	body := bytes.Repeat([]byte("b"), 20<<10)
+	get := func(c *http.Client, path string) error {
+		resp, err := c.Post("https://"+addr+path, "text/plain", bytes.NewReader(body))
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		_, _ = io.Copy(io.Discard, resp.Body)
+		if resp.StatusCode != 200 {
+			return fmt.Errorf("POST %s: status %d", path, resp.StatusCode)
+		}
+		return nil
+	}
+	for i := range clients {
+		clients[i] = h2TestClient()
+		defer clients[i].CloseIdleConnections()
+		if err := get(clients[i], "/"); err != nil { // one connection each, settled
+			t.Fatal(err)
+		}
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- get(clients[i%conns], "/slow")
+		}()
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for inflight.Load() < n && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	busy := h2Workers()
+	close(release)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if busy < n {
+		t.Fatalf("%d workers with %d requests in flight: the requests did not run at once", busy, n)
+	}
+	limit := conns * h2KeepWorkers
+	deadline = time.Now().Add(10 * time.Second)
+	for h2Workers() > limit && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if idle := h2Workers(); idle > limit {
+		t.Errorf("%d idle connections keep %d workers (%d while busy), limit %d", conns, idle, busy, limit)
+	}
+	for _, c := range clients {
+		if err := get(c, "/"); err != nil {
+			t.Fatalf("after the burst: %v", err)
+		}
+	}
+}
+
+// TestH2RecycledStreamDropsLargeBody checks that a finished stream goes to
+// the free list without a large request body buffer, and keeps a small one.
+func TestH2RecycledStreamDropsLargeBody(t *testing.T) {
+	c := &h2Conn{}
+	large := &h2Stream{c: c, rbuf: make([]byte, 10, 64<<10)}
+	c.putStream(large)
+	if large.rbuf != nil {
+		t.Errorf("a recycled stream keeps a %d-byte body buffer", cap(large.rbuf))
+	}
+	small := &h2Stream{c: c, rbuf: make([]byte, 10, 1<<10)}
+	c.putStream(small)
+	if cap(small.rbuf) != 1<<10 || len(small.rbuf) != 0 {
+		t.Errorf("a recycled stream's small body buffer: len %d cap %d, want 0 and %d", len(small.rbuf), cap(small.rbuf), 1<<10)
+	}
+	if len(c.free) != 2 {
+		t.Errorf("%d streams on the free list, want 2", len(c.free))
+	}
+	bigHead := &h2Stream{c: c, head: make([]byte, 10, 64<<10), hblk: make([]byte, 0, 32<<10)}
+	c.putStream(bigHead)
+	if bigHead.head != nil || bigHead.hblk != nil {
+		t.Errorf("a recycled stream keeps head buffers of %d and %d bytes", cap(bigHead.head), cap(bigHead.hblk))
+	}
+	// Of a burst's streams, only as many as idle workers keep a response
+	// buffer.
+	c = &h2Conn{}
+	for range h2KeepStreams + 4 {
+		wbp := h2bufs.Get().(*[]byte)
+		c.putStream(&h2Stream{c: c, wbp: wbp, wbuf: (*wbp)[:0]})
+	}
+	kept := 0
+	for _, st := range c.free {
+		if st.wbp != nil {
+			kept++
+		}
+	}
+	if len(c.free) != h2KeepStreams || kept > h2KeepWorkers {
+		t.Errorf("%d free streams keep %d response buffers, want %d streams and at most %d buffers", len(c.free), kept, h2KeepStreams, h2KeepWorkers)
+	}
+}
+
+// TestH2SettingsAckPrecedesWindowedData shrinks the stream window to 0,
+// waits for the response head, then opens the window by SETTINGS: the
+// SETTINGS acknowledgement must come before the DATA the new window lets
+// out (a client waiting for the ACK may drop frames before it; h2spec
+// 6.9.2/1 does).
+func TestH2SettingsAckPrecedesWindowedData(t *testing.T) {
+	be := newBackend(t, backendServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, strings.Repeat("d", 64))
+	})))
+	addr := proxyUnder(t, New(Config{}), oneRoute(be), selfSigned(t))
+	var hb bytes.Buffer
+	enc := hpack.NewEncoder(&hb)
+	for _, f := range [][2]string{{":method", "GET"}, {":scheme", "https"}, {":authority", "x"}, {":path", "/"}} {
+		enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	for i := range 30 {
+		c, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		_, _ = io.WriteString(c, http2.ClientPreface)
+		fr := http2.NewFramer(c, c)
+		next := func(want func(http2.Frame) bool) http2.Frame {
+			for {
+				f, err := fr.ReadFrame()
+				if err != nil {
+					t.Fatalf("run %d: %v", i, err)
+				}
+				if want(f) {
+					return f
+				}
+			}
+		}
+		isAck := func(f http2.Frame) bool { s, ok := f.(*http2.SettingsFrame); return ok && s.IsAck() }
+		_ = fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
+		next(isAck)
+		_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndStream: true, EndHeaders: true})
+		next(func(f http2.Frame) bool { _, ok := f.(*http2.HeadersFrame); return ok })
+		_ = fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1})
+		f := next(func(f http2.Frame) bool { _, data := f.(*http2.DataFrame); return data || isAck(f) })
+		if !isAck(f) {
+			t.Fatalf("run %d: DATA before the SETTINGS ACK", i)
+		}
+		d, ok := next(func(f http2.Frame) bool { _, ok := f.(*http2.DataFrame); return ok }).(*http2.DataFrame)
+		if !ok || len(d.Data()) != 1 {
+			t.Fatalf("run %d: want one byte of DATA after the ACK", i)
+		}
+		c.Close()
 	}
 }

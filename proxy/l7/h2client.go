@@ -686,6 +686,9 @@ func (c *h2UpConn) onSettings(f *http2.SettingsFrame) http2.ErrCode {
 	if f.IsAck() {
 		return 0
 	}
+	// The acknowledgement goes out before any frame sent under the new
+	// settings (see the server's onSettings).
+	c.lockW()
 	var code http2.ErrCode
 	c.mu.Lock()
 	_ = f.ForeachSetting(func(s http2.Setting) error {
@@ -719,14 +722,13 @@ func (c *h2UpConn) onSettings(f *http2.SettingsFrame) http2.ErrCode {
 		return nil
 	})
 	c.mu.Unlock()
-	if code != 0 {
-		return code
-	}
-	c.lockW()
-	if c.werr == nil {
+	if code == 0 && c.werr == nil {
 		c.werr = c.fr.WriteSettingsAck()
 	}
 	c.unlockW()
+	if code != 0 {
+		return code
+	}
 	if p := c.pool; p != nil {
 		p.mu.Lock()
 		p.notify() // more streams may be allowed now

@@ -379,6 +379,13 @@ func (c *h2Conn) onSettings(f *http2.SettingsFrame) http2.ErrCode {
 	if !c.control.take(time.Now().UnixNano()) {
 		return http2.ErrCodeEnhanceYourCalm
 	}
+	// The acknowledgement goes out before any frame sent under the new
+	// settings: the write lock is held from before they apply until it is
+	// written. A client that waits for the ACK may drop what precedes it
+	// (h2spec 6.9.2/1 waits for the ACK, then for a DATA frame that a
+	// larger window released).
+	c.lockW()
+	defer c.unlockW()
 	var code http2.ErrCode
 	_ = f.ForeachSetting(func(s http2.Setting) error {
 		if err := s.Valid(); err != nil {
@@ -416,11 +423,9 @@ func (c *h2Conn) onSettings(f *http2.SettingsFrame) http2.ErrCode {
 	if code != 0 {
 		return code
 	}
-	c.lockW()
 	if c.werr == nil {
 		c.werr = c.fr.WriteSettingsAck()
 	}
-	c.unlockW()
 	return 0
 }
 
@@ -552,15 +557,21 @@ func (c *h2Conn) putStream(st *h2Stream) {
 	defer c.mu.Unlock()
 	keep := len(c.free) < h2KeepStreams
 	wbp := st.wbp
-	if wbp != nil && !keep {
+	if wbp != nil && len(c.free) >= h2KeepWorkers {
+		// Response buffers stay with as many streams as idle workers.
 		*wbp = st.wbuf[:0]
 		h2bufs.Put(wbp)
 		wbp = nil
 	}
+	fields := st.fields[:0]
+	if cap(fields) > 64 {
+		fields = nil
+	}
 	*st = h2Stream{
-		c: c, cond: st.cond, timer: st.timer, wbp: wbp,
-		fields: st.fields[:0], hostBuf: st.hostBuf[:0], pathBuf: st.pathBuf[:0],
-		head: st.head[:0], hblk: st.hblk[:0], scratch: st.scratch[:0], rbuf: st.rbuf[:0], trailers: st.trailers[:0],
+		c: c, cond: st.cond, timer: st.timer, wbp: wbp, fields: fields,
+		// A large request's buffers are not kept idle.
+		hostBuf: smallBuf(st.hostBuf), pathBuf: smallBuf(st.pathBuf), head: smallBuf(st.head),
+		hblk: smallBuf(st.hblk), scratch: smallBuf(st.scratch), rbuf: smallBuf(st.rbuf), trailers: st.trailers[:0],
 	}
 	if wbp != nil {
 		st.wbuf = (*wbp)[:0]
@@ -572,6 +583,18 @@ func (c *h2Conn) putStream(st *h2Stream) {
 
 // h2KeepStreams is how many finished streams a connection keeps for reuse.
 const h2KeepStreams = 16
+
+// h2KeepBody is the largest buffer (request body, heads) a finished
+// stream keeps.
+const h2KeepBody = 4 << 10
+
+// smallBuf empties b, or drops it when it is larger than h2KeepBody.
+func smallBuf(b []byte) []byte {
+	if cap(b) > h2KeepBody {
+		return nil
+	}
+	return b[:0]
+}
 
 // abort ends the stream's body and cancels its request. c.mu held.
 func (st *h2Stream) abort(err error) {

@@ -145,6 +145,7 @@ type h2Conn struct {
 	active     atomic.Int32 // requests whose handler still runs, for unlockW
 	free       []*h2Stream
 	work       chan *h2Stream // idle workers wait here
+	parked     atomic.Int32   // idle workers, at most h2KeepWorkers
 	wg         sync.WaitGroup
 
 	maxSeen    atomic.Uint32 // highest client stream id seen

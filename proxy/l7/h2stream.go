@@ -24,13 +24,24 @@ func (c *h2Conn) worker(st *h2Stream) {
 	defer c.wg.Done()
 	for {
 		st.run()
+		// A few workers stay for the connection's next streams; the
+		// others end, so that an idle connection holds no more
+		// goroutines than that whatever its peak concurrency was.
+		if c.parked.Add(1) > h2KeepWorkers {
+			c.parked.Add(-1)
+			return
+		}
 		select {
 		case st = <-c.work:
+			c.parked.Add(-1)
 		case <-c.ctx.Done():
 			return
 		}
 	}
 }
+
+// h2KeepWorkers is how many idle workers a connection keeps.
+const h2KeepWorkers = 4
 
 // run serves the request and ends the stream.
 func (st *h2Stream) run() {
