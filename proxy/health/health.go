@@ -190,32 +190,38 @@ func (r *Registry) AcquireFor(tenant string, addr netip.AddrPort, hc *snapshot.H
 // listener of the snapshot about to be served). Targets at one of them, or
 // at an unspecified address, are never usable and never dialled, by checks
 // or traffic: the proxy must not connect to its own listeners.
+//
+// Targets whose health this changes are reported to Options.OnChange, as a
+// check would report them, once the registry's lock is released.
 func (r *Registry) SetSelf(addrs map[netip.AddrPort]bool) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	r.self = addrs
+	var flipped []*Target
 	for _, t := range r.targets {
 		r.selfLooks++
-		t.setBit(bitSelf, r.isSelf(t.key.addr))
+		flipped = t.setSelf(r.isSelf(t.key.addr), flipped)
 	}
+	r.mu.Unlock()
+	r.notifySelf(flipped)
 }
 
 // ChangeSelf changes the addresses and ports SetSelf named: added are
 // listened on now, removed no longer. It looks at the targets at those
 // addresses alone: a change costs what it opens and closes, not what the
-// registry holds.
+// registry holds. Like SetSelf, it reports the targets whose health it
+// changes to Options.OnChange.
 func (r *Registry) ChangeSelf(added, removed []netip.AddrPort) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	if r.self == nil {
 		r.self = map[netip.AddrPort]bool{}
 	}
+	var flipped []*Target
 	for _, a := range removed {
 		a = selfKey(a)
 		delete(r.self, a)
 		for _, t := range r.byAddr[a] {
 			r.selfLooks++
-			t.setBit(bitSelf, r.isSelf(a))
+			flipped = t.setSelf(r.isSelf(a), flipped)
 		}
 	}
 	for _, a := range added {
@@ -223,7 +229,30 @@ func (r *Registry) ChangeSelf(added, removed []netip.AddrPort) {
 		r.self[a] = true
 		for _, t := range r.byAddr[a] {
 			r.selfLooks++
-			t.setBit(bitSelf, true)
+			flipped = t.setSelf(true, flipped)
+		}
+	}
+	r.mu.Unlock()
+	r.notifySelf(flipped)
+}
+
+// notifySelf reports targets whose health SetSelf or ChangeSelf changed;
+// called without r.mu. A target flipped twice in one call is reported
+// once, in its final state.
+func (r *Registry) notifySelf(flipped []*Target) {
+	if r.o.OnChange == nil {
+		return
+	}
+	seen := make(map[*Target]bool, len(flipped))
+	for _, t := range flipped {
+		if seen[t] {
+			continue
+		}
+		seen[t] = true
+		if healthy := t.Healthy(); healthy {
+			r.o.OnChange(t, true, "no longer an address this host listens on")
+		} else {
+			r.o.OnChange(t, false, "an address this host listens on; never dialled")
 		}
 	}
 }

@@ -3,6 +3,7 @@ package health
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"testing"
 )
 
@@ -58,4 +59,44 @@ func TestChangeSelfLooksAtItsAddressesOnly(t *testing.T) {
 	if late := r.AcquireFor("late", addr(n-1), nil); late.Healthy() {
 		t.Error("a target acquired at a listened address is healthy")
 	}
+}
+
+// TestSelfChangesAreReported: SetSelf and ChangeSelf report each target
+// whose health they change to OnChange, once, in its new state, and no
+// other: whoever follows member health through OnChange sees a member
+// become the host's own listener and stop being it.
+func TestSelfChangesAreReported(t *testing.T) {
+	type change struct {
+		addr    netip.AddrPort
+		healthy bool
+	}
+	var got []change
+	r := NewRegistry(Options{OnChange: func(tg *Target, healthy bool, _ string) {
+		got = append(got, change{tg.Addr(), healthy})
+	}})
+	defer r.Close()
+	a := netip.MustParseAddrPort("192.0.2.1:80")
+	b := netip.MustParseAddrPort("192.0.2.2:80")
+	c := netip.MustParseAddrPort("192.0.2.3:80")
+	r.AcquireFor("t", a, nil)
+	r.AcquireFor("t", b, nil)
+	r.AcquireFor("t", c, nil)
+	take := func(step string, want ...change) {
+		t.Helper()
+		slices.SortFunc(got, func(x, y change) int { return x.addr.Compare(y.addr) })
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: OnChange got %v, want %v", step, got, want)
+		}
+		got = nil
+	}
+	r.SetSelf(map[netip.AddrPort]bool{a: true})
+	take("SetSelf(a)", change{a, false})
+	r.SetSelf(map[netip.AddrPort]bool{a: true})
+	take("SetSelf(a) again")
+	r.ChangeSelf([]netip.AddrPort{b}, []netip.AddrPort{a})
+	take("ChangeSelf(+b, -a)", change{a, true}, change{b, false})
+	r.ChangeSelf([]netip.AddrPort{b}, nil)
+	take("ChangeSelf(+b) again")
+	r.SetSelf(nil)
+	take("SetSelf(nil)", change{b, true})
 }

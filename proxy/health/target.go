@@ -186,6 +186,18 @@ func runNotify(f func()) {
 	}
 }
 
+// setSelf sets or clears bitSelf; a target whose Healthy() or
+// OnlyEjected() changes (what decides whether it takes traffic) is
+// appended to flipped.
+func (t *Target) setSelf(on bool, flipped []*Target) []*Target {
+	was := t.state.Load()
+	t.setBit(bitSelf, on)
+	if now := t.state.Load(); (now == 0) != (was == 0) || (now == bitEjected) != (was == bitEjected) {
+		flipped = append(flipped, t)
+	}
+	return flipped
+}
+
 func (t *Target) setBit(bit uint32, on bool) {
 	for {
 		old := t.state.Load()
