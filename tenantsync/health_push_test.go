@@ -65,11 +65,23 @@ func TestHealthPushAsksOnlyForTheLoadBalancersNamed(t *testing.T) {
 		}
 		return total, svc7
 	}
-	time.Sleep(300 * time.Millisecond) // three ticks, and the pushes of the writes
+	// The writes' acks and pushes ask for every load balancer's members;
+	// once they are done, ten ticks in a row (1 s) with no health change
+	// must ask for none. A loaded 2-core CI machine gets 30 s to settle.
+	settle := time.Now().Add(30 * time.Second)
 	before, svc7Before := count()
-	time.Sleep(300 * time.Millisecond)
-	if after, _ := count(); after != before {
-		t.Errorf("ticks with no health change asked for %d load balancers' members, want 0", after-before)
+	for stable := time.Now(); time.Since(stable) < time.Second; {
+		time.Sleep(100 * time.Millisecond)
+		mu.Lock()
+		lbsAsked := len(asked)
+		mu.Unlock()
+		if now, svc7 := count(); now != before || lbsAsked < n {
+			if time.Now().After(settle) {
+				t.Fatalf("ticks with no health change keep asking for members: %d load balancers asked so far, %d asks in the last 100 ms; want none once the %d writes are answered",
+					lbsAsked, now-before, n)
+			}
+			before, svc7Before, stable = now, svc7, time.Now()
+		}
 	}
 
 	healthy.Store(false)
@@ -79,9 +91,9 @@ func TestHealthPushAsksOnlyForTheLoadBalancersNamed(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("the health change of svc-7 never reached the agent")
 		}
-		m, err := s.stream.Recv()
-		if err != nil {
-			t.Fatal(err)
+		m := s.recvWithin(time.Until(deadline))
+		if m == nil {
+			t.Fatal("the health change of svc-7 never reached the agent")
 		}
 		for _, o := range m.GetStatus().GetObjects() {
 			if o.GetName() == "svc-7" && len(o.GetMembers()) == 1 && !o.GetMembers()[0].GetHealthy() {

@@ -141,7 +141,9 @@ type agentStream struct {
 func (h *host) open(t *testing.T, tenant string) *agentStream {
 	t.Helper()
 	cc := h.dial(t, pki.Identity{Role: pki.RoleTenant, Name: tenant, UID: h.uid(t, tenant)})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// The stream's whole life, hundreds of writes on a loaded 2-core CI
+	// machine included; a test that hangs still ends.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	s, err := pb.NewTenantSyncClient(cc).Sync(ctx)
 	if err != nil {
@@ -158,6 +160,32 @@ func (h *host) open(t *testing.T, tenant string) *agentStream {
 		t.Fatalf("first message is %v, want a welcome", m)
 	}
 	return &agentStream{t: t, stream: s, cancel: cancel, welcome: m.GetWelcome()}
+}
+
+// recvWithin receives the stream's next message; it returns nil when none
+// comes within d, and fails the test on a stream error.
+func (a *agentStream) recvWithin(d time.Duration) *pb.SyncResponse {
+	a.t.Helper()
+	type got struct {
+		m   *pb.SyncResponse
+		err error
+	}
+	c := make(chan got, 1)
+	go func() {
+		m, err := a.stream.Recv()
+		c <- got{m, err}
+	}()
+	select {
+	case g := <-c:
+		if g.err != nil {
+			a.t.Fatalf("receive: %v", g.err)
+		}
+		return g.m
+	case <-time.After(d):
+		// Ends the Recv above; the stream is of no further use.
+		a.cancel()
+		return nil
+	}
 }
 
 // change sends one change and returns its ack, skipping status pushes.
