@@ -405,7 +405,7 @@ func (c *clientConn) release(u *upConn) {
 // request, an idle one from the member's pool, or a new one. reused
 // reports that the connection served requests before.
 func (c *clientConn) acquire(addr netip.AddrPort, opts *BackendOptions, now int64) (u *upConn, reused bool, err error) {
-	key := poolKey{addr: addr, proto: opts.Protocol}
+	key := keyOf(addr, opts.Protocol, opts)
 	private := opts.ProxyProtocol != 0
 	maxIdle := int64(c.s.cfg.UpstreamIdleTimeout)
 	if u = c.up; u != nil {

@@ -34,7 +34,7 @@ func (rt h1RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConnect, err)
 	}
-	key := poolKey{addr: ap, proto: opts.Protocol}
+	key := keyOf(ap, opts.Protocol, opts)
 	bp := wbufs.Get().(*[]byte)
 	head := appendHTTPRequest((*bp)[:0], req)
 	*bp = head

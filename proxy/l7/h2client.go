@@ -197,8 +197,8 @@ type h2UpConn struct {
 	pending  atomic.Int32
 	inflight atomic.Int32 // streams reserved or open, for unlockW
 	bw       *bufio.Writer
-	werr    error
-	wdl     int64
+	werr     error
+	wdl      int64
 
 	// mu guards what follows.
 	mu         sync.Mutex

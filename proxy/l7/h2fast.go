@@ -327,7 +327,7 @@ func (st *h2Stream) appendHead(dst []byte, path, query string) []byte {
 func (st *h2Stream) exchange(m Member, opts *BackendOptions, rht time.Duration, limit int64) (*upConn, error) {
 	c := st.c
 	s := c.s
-	key := poolKey{addr: m.Addr(), proto: opts.Protocol}
+	key := keyOf(m.Addr(), opts.Protocol, opts)
 	now := time.Now().UnixNano()
 	p := s.pools.get(key)
 	u, reused := p.take(now, s.cfg.UpstreamIdleTimeout), true

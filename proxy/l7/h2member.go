@@ -1,6 +1,7 @@
 package l7
 
 import (
+	"context"
 	"errors"
 	"io"
 	"runtime"
@@ -153,8 +154,22 @@ func (st *h2Stream) clientGone() bool {
 func (st *h2Stream) openUp(m Member, opts *BackendOptions, rt time.Duration, body []byte, inline bool, limit int64) (*h2UpStream, error) {
 	c := st.c
 	s := c.s
-	key := poolKey{addr: m.Addr(), proto: opts.Protocol}
-	uc, err := s.h2up.acquire(c.ctx, key, opts, time.Now().Add(rt))
+	key := keyOf(m.Addr(), opts.Protocol, opts)
+	// Waiting for a stream slot (or a dial) ends when this stream does:
+	// a client's reset cancels it (abort), not only the connection's end.
+	ctx, cancel := context.WithCancel(c.ctx)
+	c.mu.Lock()
+	prev := st.cancel
+	st.cancel = cancel
+	if st.err != nil {
+		cancel()
+	}
+	c.mu.Unlock()
+	uc, err := s.h2up.acquire(ctx, key, opts, time.Now().Add(rt))
+	c.mu.Lock()
+	st.cancel = prev
+	c.mu.Unlock()
+	cancel()
 	if err != nil {
 		return nil, err
 	}

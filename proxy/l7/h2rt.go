@@ -34,7 +34,7 @@ func (t h2Transport) RoundTrip(r *http.Request) (*http.Response, error) {
 		closeBody(r)
 		return nil, fmt.Errorf("%w: %w", ErrConnect, err)
 	}
-	key := poolKey{addr: ap, proto: opts.Protocol}
+	key := keyOf(ap, opts.Protocol, opts)
 	scheme := "http"
 	if opts.Protocol == H2TLS {
 		scheme = "https"
@@ -66,8 +66,11 @@ func (t h2Transport) RoundTrip(r *http.Request) (*http.Response, error) {
 			return nil, err
 		}
 		up := newH2UpStream(uc)
-		stop := context.AfterFunc(ctx, up.cancel)
-		b := &h2RespBody{up: up, stop: stop}
+		b := &h2RespBody{up: up, cancelled: make(chan struct{})}
+		b.stop = context.AfterFunc(ctx, func() {
+			up.cancel()
+			close(b.cancelled)
+		})
 		b.refs.Store(1)
 		_, err = up.start(blk, !hasBody, nil)
 		if err == nil && hasBody {
@@ -159,12 +162,15 @@ func trimOWS(s string) string {
 // h2RespBody is a member's response body. The stream is closed when both
 // the body is closed and the request body's writer is done.
 type h2RespBody struct {
-	up     *h2UpStream
-	stop   func() bool
-	resp   *http.Response
-	refs   atomic.Int32
-	closed atomic.Bool
-	eof    bool
+	up   *h2UpStream
+	stop func() bool
+	// cancelled is closed when the cancel that the request's context
+	// started is done: st is recycled only after it.
+	cancelled chan struct{}
+	resp      *http.Response
+	refs      atomic.Int32
+	closed    atomic.Bool
+	eof       bool
 }
 
 func (b *h2RespBody) Read(p []byte) (int, error) {
@@ -195,7 +201,11 @@ func (b *h2RespBody) Close() error {
 	if b.closed.Swap(true) {
 		return nil
 	}
-	b.stop()
+	if !b.stop() {
+		// The request's context ended and its cancel of up runs or ran;
+		// up is not recycled under it.
+		<-b.cancelled
+	}
 	if !b.eof {
 		b.up.cancel()
 	}

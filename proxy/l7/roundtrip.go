@@ -38,7 +38,7 @@ func (s *Server) dialConn(ctx context.Context, addr string, pp *proxyAddrs, tlsD
 	if tlsDial && opts.Protocol == HTTP1TLS {
 		proto = HTTP1TLS
 	}
-	u, err := s.dial(ctx, poolKey{addr: ap, proto: proto}, opts, pp)
+	u, err := s.dial(ctx, keyOf(ap, proto, opts), opts, pp)
 	if err != nil {
 		return nil, err
 	}

@@ -35,9 +35,24 @@ const upBufSize = 16 << 10
 // for a close by the member before reuse.
 const staleAfter = int64(time.Second)
 
+// poolKey names a pool of connections to one member: its address, the
+// protocol, and for TLS the configuration that verified the member
+// (BackendOptions.TLS, never modified once published: its server name,
+// CAs and client certificate), so that backends verifying a member
+// differently never share a connection.
 type poolKey struct {
 	addr  netip.AddrPort
 	proto Protocol
+	tls   *tls.Config
+}
+
+// keyOf is the pool key of member addr under opts, speaking proto.
+func keyOf(addr netip.AddrPort, proto Protocol, opts *BackendOptions) poolKey {
+	k := poolKey{addr: addr, proto: proto}
+	if proto == HTTP1TLS || proto == H2TLS {
+		k.tls = opts.TLS
+	}
+	return k
 }
 
 // upConn is one connection to a member.
