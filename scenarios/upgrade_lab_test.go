@@ -405,7 +405,7 @@ func (l *vipLab) runPhase(t *testing.T, tr *upgradeTraffic, name string, n *lbHo
 // never saw them) and the exchanges in flight, and nothing else may.
 func (l *vipLab) account(t *testing.T, tr *upgradeTraffic, ph *upgradePhase) {
 	t.Helper()
-	for _, e := range l.vipEvents(t, ph.from.Add(-time.Second), ph.to) {
+	for _, e := range l.vipEvents(t, ph.from, ph.to) {
 		if e.addr == upgradeVIP && (e.msg == "VIP taken" || e.msg == "VIP released") {
 			ph.moves = append(ph.moves, e)
 		}
@@ -453,7 +453,7 @@ func (ph *upgradePhase) String() string {
 // this release and undrained, the VIP's holder last; then one host goes
 // back to the previous release. Mixed versions exchange both heartbeat
 // formats. No exchange may fail and no connection may break except
-// around a VIP move (which only the holder's drain and restart cause);
+// around a VIP move of its address (the holder's drain and its restart move it);
 // writes of level-2 fields are refused while an old host runs and
 // accepted once none does.
 func TestRollingUpgradeInARPLab(t *testing.T) {
