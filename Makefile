@@ -69,7 +69,7 @@ upgrade-test: ## the rolling-upgrade scenarios (not in test: they build the prev
 kube-tools: ## build etcd and the Kubernetes components for the tenant scenarios (cached in ~/.cache/teapot-lb/kube)
 	bash scenarios/kubetools/build.sh >/dev/null
 
-bench: ## consensus benchmarks, the cluster scale report and L7 through serve vs HAProxy and nginx (HTTP/1.1, HTTPS, HTTP/2), then the engine-only L7 and TCP comparisons, then the proxy's scale report
+bench: ## consensus benchmarks, the cluster scale report and L7 through serve vs HAProxy and nginx (HTTP/1.1, HTTPS, HTTP/2, gRPC unary and streaming), then the engine-only L7 and TCP comparisons, then the proxy's scale report
 	go test ./scenarios -run '^$$' -bench . -benchtime 1x -count=1 -timeout $(BENCH_TIMEOUT)
 	go run ./proxy/l7/bench -duration 5s -rounds 2
 	go run ./proxy/tcpbench -duration 10s -streams 1,4 -rounds 3
