@@ -301,11 +301,12 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	admin := adminserver.New(node).WithDashboardSigner(node.CA().Key)
 	pb.RegisterAdminServer(srv, admin)
 	pb.RegisterClusterServer(srv, node.ClusterService())
-	pb.RegisterCertificatesServer(srv, certs.NewService(node))
+	certAPI := certs.NewService(node)
+	pb.RegisterCertificatesServer(srv, certAPI)
 	// The data plane starts below; tenant streams see its member health
 	// once it exists.
 	var dataPlane atomic.Pointer[proxy.Proxy]
-	tenants := tenantsync.New(tenantsync.Config{Store: node, Logger: log, Events: host.Events().Add, Members: func(lb string) []*pb.MemberState {
+	tenants := tenantsync.New(tenantsync.Config{Store: node, Logger: log, Events: host.Events().Add, Certificates: certAPI, Members: func(lb string) []*pb.MemberState {
 		return memberStates(dataPlane.Load(), lb)
 	}, MembersNotified: true})
 	pb.RegisterTenantSyncServer(srv, tenants)

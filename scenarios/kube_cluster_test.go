@@ -155,6 +155,8 @@ func newKubeLab(t *testing.T) *kubeLab {
 		t.Fatalf("start the tenant cluster: %v", err)
 	}
 	t.Logf("tenant cluster (control plane and 2 nodes) Ready in %s", time.Since(began).Round(100*time.Millisecond))
+	// The agent finds the Gateway API when it starts.
+	l.installGatewayCRDs()
 	l.installAgent()
 	return l
 }
@@ -604,6 +606,7 @@ func TestKubeClusterLoadBalancer(t *testing.T) {
 
 	t.Run("ExternalTrafficPolicyLocal", l.testLocalTraffic)
 	t.Run("IngressToClusterIP", l.testIngressClusterIP)
+	t.Run("Gateway", l.testGateway)
 	t.Run("NoNodePortsRefused", l.testNoNodePorts)
 	t.Run("KillActiveAgent", func(t *testing.T) { l.testKillAgent(t, vip) })
 	t.Run("StopTenantAPIServer", func(t *testing.T) { l.testStopAPIServer(t, vip) })

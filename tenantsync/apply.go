@@ -19,8 +19,10 @@ import (
 // be written whole; the leader folds them into few Raft entries.
 const parallelWrites = 64
 
-// applyChange writes one change: removals first (they free addresses and
-// quota), then the upserts in one request, which is one Raft entry. When
+// applyChange writes one change: its certificates first (load balancers
+// may list them), then removals (they free addresses and quota), then the
+// upserts in one request, which is one Raft entry, then the certificate
+// removals (no load balancer lists them any more). When
 // that request is refused, each upsert is written on its own so that one
 // broken object never holds back the others. It returns an error, which
 // ends the stream, only when the cluster could not be written at all.
@@ -37,7 +39,7 @@ func (s *Server) applyChange(ctx context.Context, st *stream, ch *pb.SyncChange)
 		case seen[name]:
 			ack.Results = append(ack.Results, &pb.ObjectStatus{Name: name, Error: "named twice in one change"})
 		case !Managed(name):
-			ack.Results = append(ack.Results, &pb.ObjectStatus{Name: name, Error: fmt.Sprintf("the agent manages load balancers named %s* and %s*; %s belongs to the operator", ServicePrefix, IngressPrefix, name)})
+			ack.Results = append(ack.Results, &pb.ObjectStatus{Name: name, Error: fmt.Sprintf("the agent manages load balancers named %s*, %s* and %s*; %s belongs to the operator", ServicePrefix, IngressPrefix, GatewayPrefix, name)})
 		default:
 			removals = append(removals, name)
 		}
@@ -69,6 +71,10 @@ func (s *Server) applyChange(ctx context.Context, st *stream, ch *pb.SyncChange)
 		removals = append(removals, stale...)
 	}
 
+	certs, err := s.uploadCertificates(ctx, tenant, ch.GetCertificates())
+	if err != nil {
+		return nil, err
+	}
 	removed, err := s.remove(ctx, tenant, removals)
 	if err != nil {
 		return nil, err
@@ -79,6 +85,11 @@ func (s *Server) applyChange(ctx context.Context, st *stream, ch *pb.SyncChange)
 		return nil, err
 	}
 	ack.Results = append(ack.Results, written...)
+	gone, err := s.removeCertificates(ctx, tenant, ch)
+	if err != nil {
+		return nil, err
+	}
+	ack.Certificates = append(certs, gone...)
 	ack.Revision = max(rev, s.cfg.Store.Revision())
 	slices.SortFunc(ack.Results, func(a, b *pb.ObjectStatus) int { return strings.Compare(a.GetName(), b.GetName()) })
 	st.record(ack.Results)

@@ -91,6 +91,8 @@ type Config struct {
 	// Events receives a tenant-refused event when an object of a tenant
 	// is refused, once per object and reason; nil drops them.
 	Events func(*pb.Event)
+	// Certificates stores the certificates agents upload (nil: refused).
+	Certificates CertificateStore
 }
 
 // Server serves the TenantSync stream and the TenantCredentials calls.
@@ -250,10 +252,11 @@ func (s *Server) Sync(ss pb.TenantSync_SyncServer) error {
 		if ch == nil {
 			return toStatus(fmt.Errorf("after the hello only changes may be sent: %w", ErrProtocol))
 		}
-		if n := len(ch.GetUpserts()) + len(ch.GetRemovals()); n > s.cfg.MaxBatch {
+		n := len(ch.GetUpserts()) + len(ch.GetRemovals()) + len(ch.GetCertificates()) + len(ch.GetCertificateRemovals())
+		if n > s.cfg.MaxBatch {
 			return toStatus(fmt.Errorf("change %d holds %d objects; at most %d: %w", ch.GetSeq(), n, s.cfg.MaxBatch, ErrProtocol))
 		}
-		if err := s.limiter(c.tenant).wait(ctx, len(ch.GetUpserts())+len(ch.GetRemovals())); err != nil {
+		if err := s.limiter(c.tenant).wait(ctx, n); err != nil {
 			return toStatus(cmpCause(ctx, err))
 		}
 		start := time.Now()

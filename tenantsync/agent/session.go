@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -15,10 +17,13 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
+	corev1 "k8s.io/api/core/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
 
 	"github.com/teapot-lb/teapot-lb/api/pki"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 	"github.com/teapot-lb/teapot-lb/tenantsync"
+	"github.com/teapot-lb/teapot-lb/tenantsync/translate"
 )
 
 // Files of the credentials directory (the keys of the Secret printed by
@@ -109,9 +114,11 @@ func (c *agentCreds) dial() (*grpc.ClientConn, error) {
 
 // session is one stream to the LB cluster.
 type session struct {
-	a        *Agent
-	stream   pb.TenantSync_SyncClient
-	sent     map[string]string // name -> version the cluster has or was sent
+	a      *Agent
+	stream pb.TenantSync_SyncClient
+	sent   map[string]string // name -> version the cluster has or was sent
+	// certs are the uploaded certificates' versions this stream sent.
+	certs    map[string]string
 	seq      uint64
 	maxBatch int
 }
@@ -147,7 +154,7 @@ func (a *Agent) runSession(ctx context.Context) error {
 	if w == nil {
 		return errors.New("the LB cluster did not answer with a welcome")
 	}
-	s := &session{a: a, stream: stream, sent: map[string]string{}, maxBatch: int(w.GetMaxBatch())}
+	s := &session{a: a, stream: stream, sent: map[string]string{}, certs: map[string]string{}, maxBatch: int(w.GetMaxBatch())}
 	if s.maxBatch <= 0 {
 		s.maxBatch = tenantsync.DefaultMaxBatch
 	}
@@ -219,6 +226,14 @@ func cmpCause(ctx context.Context, err error) error {
 func (s *session) receive(m *pb.SyncResponse) {
 	switch {
 	case m.GetAck() != nil:
+		for _, c := range m.GetAck().GetCertificates() {
+			if c.GetError() != "" {
+				// Sent again with the next change; the load balancers that
+				// list it are refused until then, which their status says.
+				delete(s.certs, c.GetName())
+				s.a.log.Warn("the LB cluster refused a certificate from a Secret", "certificate", c.GetName(), "err", c.GetError())
+			}
+		}
 		s.a.onStatus(m.GetAck().GetResults())
 	case m.GetStatus() != nil:
 		st := m.GetStatus()
@@ -249,21 +264,34 @@ func (s *session) sendDiff(resync bool) error {
 		return strings.Compare(a.GetLoadBalancer().GetName(), b.GetLoadBalancer().GetName())
 	})
 	slices.Sort(rms)
-	if len(ups) == 0 && len(rms) == 0 && !resync {
+	certUps, certRms, keepCerts := s.certDiff(want)
+	if len(ups) == 0 && len(rms) == 0 && len(certUps) == 0 && len(certRms) == 0 && !resync {
 		return nil
 	}
-	for len(ups) > 0 || len(rms) > 0 || resync {
+	// Certificates go first (load balancers list them), their removals
+	// last (once no load balancer lists them).
+	for len(ups) > 0 || len(rms) > 0 || len(certUps) > 0 || len(certRms) > 0 || resync {
 		ch := &pb.SyncChange{}
-		n := min(len(rms), s.maxBatch)
+		n := min(len(certUps), s.maxBatch)
+		ch.Certificates, certUps = certUps[:n], certUps[n:]
+		room := s.maxBatch - n
+		n = min(len(rms), room)
 		ch.Removals, rms = rms[:n], rms[n:]
-		n = min(len(ups), s.maxBatch-len(ch.Removals))
+		room -= n
+		n = min(len(ups), room)
 		ch.Upserts, ups = ups[:n], ups[n:]
-		if resync && len(ups) == 0 && len(rms) == 0 {
+		room -= n
+		if len(certUps) == 0 && len(ups) == 0 && len(rms) == 0 {
+			n = min(len(certRms), room)
+			ch.CertificateRemovals, certRms = certRms[:n], certRms[n:]
+		}
+		if resync && len(ups) == 0 && len(rms) == 0 && len(certUps) == 0 && len(certRms) == 0 {
 			ch.ResyncEnd = true
 			for name := range want {
 				ch.Keep = append(ch.Keep, name)
 			}
 			slices.Sort(ch.Keep)
+			ch.KeepCertificates = keepCerts
 			resync = false
 		}
 		s.seq++
@@ -277,8 +305,65 @@ func (s *session) sendDiff(resync bool) error {
 		for _, r := range ch.Removals {
 			delete(s.sent, r)
 		}
+		for _, c := range ch.Certificates {
+			s.certs[c.GetName()] = certVersion(c)
+		}
+		for _, r := range ch.CertificateRemovals {
+			delete(s.certs, r)
+		}
 		s.a.metrics.changesSent.Add(1)
 		s.a.metrics.objectsSent.Add(uint64(len(ch.Upserts) + len(ch.Removals)))
 	}
 	return nil
+}
+
+// certDiff reads the TLS Secrets the desired Gateways serve and returns
+// the certificates to upload (new or changed since this stream sent
+// them), those to remove, and the names of all it needs.
+func (s *session) certDiff(want map[string]*translate.Desired) (ups []*pb.SyncCertificate, rms, keep []string) {
+	need := map[string]translate.CertificateSource{}
+	for _, d := range want {
+		if d.Gateway == nil {
+			continue
+		}
+		for _, c := range d.Gateway.Certificates {
+			need[c.Name] = c
+		}
+	}
+	var secrets corelisters.SecretLister
+	if gs := s.a.src.Gateway; gs != nil {
+		secrets = gs.Secrets
+	}
+	for name, c := range need {
+		keep = append(keep, name)
+		if secrets == nil {
+			continue
+		}
+		sec, err := secrets.Secrets(c.Namespace).Get(c.Secret)
+		if err != nil {
+			continue // gone: the next translation drops it
+		}
+		sc := &pb.SyncCertificate{Name: name, CertPem: sec.Data[corev1.TLSCertKey], KeyPem: sec.Data[corev1.TLSPrivateKeyKey]}
+		if s.certs[name] != certVersion(sc) {
+			ups = append(ups, sc)
+		}
+	}
+	for name := range s.certs {
+		if _, ok := need[name]; !ok {
+			rms = append(rms, name)
+		}
+	}
+	slices.SortFunc(ups, func(a, b *pb.SyncCertificate) int { return strings.Compare(a.GetName(), b.GetName()) })
+	slices.Sort(rms)
+	slices.Sort(keep)
+	return ups, rms, keep
+}
+
+// certVersion identifies a certificate's chain and key.
+func certVersion(c *pb.SyncCertificate) string {
+	h := sha256.New()
+	h.Write(c.GetCertPem())
+	h.Write([]byte{0})
+	h.Write(c.GetKeyPem())
+	return hex.EncodeToString(h.Sum(nil)[:8])
 }

@@ -350,9 +350,19 @@ type SyncChange struct {
 	// agent manages and does not list in keep is removed.
 	ResyncEnd bool `protobuf:"varint,4,opt,name=resync_end,json=resyncEnd,proto3" json:"resync_end,omitempty"`
 	// With resync_end: the names of every load balancer the agent has.
-	Keep          []string `protobuf:"bytes,5,rep,name=keep,proto3" json:"keep,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Keep []string `protobuf:"bytes,5,rep,name=keep,proto3" json:"keep,omitempty"`
+	// Certificates the agent uploads from its cluster's kubernetes.io/tls
+	// Secrets (names starting "k8s-"), written before the change's load
+	// balancers, which may list them.
+	Certificates []*SyncCertificate `protobuf:"bytes,6,rep,name=certificates,proto3" json:"certificates,omitempty"`
+	// Names of uploaded "k8s-" certificates the agent no longer needs,
+	// removed after the change's load balancers.
+	CertificateRemovals []string `protobuf:"bytes,7,rep,name=certificate_removals,json=certificateRemovals,proto3" json:"certificate_removals,omitempty"`
+	// With resync_end: the names of every "k8s-" certificate the agent
+	// needs; the tenant's other "k8s-" certificates are removed.
+	KeepCertificates []string `protobuf:"bytes,8,rep,name=keep_certificates,json=keepCertificates,proto3" json:"keep_certificates,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *SyncChange) Reset() {
@@ -420,6 +430,91 @@ func (x *SyncChange) GetKeep() []string {
 	return nil
 }
 
+func (x *SyncChange) GetCertificates() []*SyncCertificate {
+	if x != nil {
+		return x.Certificates
+	}
+	return nil
+}
+
+func (x *SyncChange) GetCertificateRemovals() []string {
+	if x != nil {
+		return x.CertificateRemovals
+	}
+	return nil
+}
+
+func (x *SyncChange) GetKeepCertificates() []string {
+	if x != nil {
+		return x.KeepCertificates
+	}
+	return nil
+}
+
+// SyncCertificate is one certificate chain and its private key.
+type SyncCertificate struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "k8s-" and a DNS label.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// PEM, the leaf first (at most 64 KiB).
+	CertPem []byte `protobuf:"bytes,2,opt,name=cert_pem,json=certPem,proto3" json:"cert_pem,omitempty"`
+	// PEM private key (at most 16 KiB); never returned.
+	KeyPem        []byte `protobuf:"bytes,3,opt,name=key_pem,json=keyPem,proto3" json:"key_pem,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SyncCertificate) Reset() {
+	*x = SyncCertificate{}
+	mi := &file_teapotv1_tenant_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SyncCertificate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SyncCertificate) ProtoMessage() {}
+
+func (x *SyncCertificate) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_tenant_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SyncCertificate.ProtoReflect.Descriptor instead.
+func (*SyncCertificate) Descriptor() ([]byte, []int) {
+	return file_teapotv1_tenant_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *SyncCertificate) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SyncCertificate) GetCertPem() []byte {
+	if x != nil {
+		return x.CertPem
+	}
+	return nil
+}
+
+func (x *SyncCertificate) GetKeyPem() []byte {
+	if x != nil {
+		return x.KeyPem
+	}
+	return nil
+}
+
 type SyncUpsert struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The load balancer's tenant is set by the cluster to the caller's.
@@ -433,7 +528,7 @@ type SyncUpsert struct {
 
 func (x *SyncUpsert) Reset() {
 	*x = SyncUpsert{}
-	mi := &file_teapotv1_tenant_proto_msgTypes[5]
+	mi := &file_teapotv1_tenant_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -445,7 +540,7 @@ func (x *SyncUpsert) String() string {
 func (*SyncUpsert) ProtoMessage() {}
 
 func (x *SyncUpsert) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_tenant_proto_msgTypes[5]
+	mi := &file_teapotv1_tenant_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -458,7 +553,7 @@ func (x *SyncUpsert) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncUpsert.ProtoReflect.Descriptor instead.
 func (*SyncUpsert) Descriptor() ([]byte, []int) {
-	return file_teapotv1_tenant_proto_rawDescGZIP(), []int{5}
+	return file_teapotv1_tenant_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SyncUpsert) GetLoadBalancer() *LoadBalancer {
@@ -481,14 +576,16 @@ type SyncAck struct {
 	Seq     uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
 	Results []*ObjectStatus        `protobuf:"bytes,2,rep,name=results,proto3" json:"results,omitempty"`
 	// State revision after the change was applied.
-	Revision      uint64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	Revision uint64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	// Outcome of the change's certificates and certificate removals.
+	Certificates  []*CertificateResult `protobuf:"bytes,4,rep,name=certificates,proto3" json:"certificates,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SyncAck) Reset() {
 	*x = SyncAck{}
-	mi := &file_teapotv1_tenant_proto_msgTypes[6]
+	mi := &file_teapotv1_tenant_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -500,7 +597,7 @@ func (x *SyncAck) String() string {
 func (*SyncAck) ProtoMessage() {}
 
 func (x *SyncAck) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_tenant_proto_msgTypes[6]
+	mi := &file_teapotv1_tenant_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -513,7 +610,7 @@ func (x *SyncAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncAck.ProtoReflect.Descriptor instead.
 func (*SyncAck) Descriptor() ([]byte, []int) {
-	return file_teapotv1_tenant_proto_rawDescGZIP(), []int{6}
+	return file_teapotv1_tenant_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SyncAck) GetSeq() uint64 {
@@ -537,6 +634,75 @@ func (x *SyncAck) GetRevision() uint64 {
 	return 0
 }
 
+func (x *SyncAck) GetCertificates() []*CertificateResult {
+	if x != nil {
+		return x.Certificates
+	}
+	return nil
+}
+
+// CertificateResult is the outcome of one certificate upload or removal.
+type CertificateResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Why it was refused (one line, naming the field); empty when written.
+	Error         string `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	Removed       bool   `protobuf:"varint,3,opt,name=removed,proto3" json:"removed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CertificateResult) Reset() {
+	*x = CertificateResult{}
+	mi := &file_teapotv1_tenant_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CertificateResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CertificateResult) ProtoMessage() {}
+
+func (x *CertificateResult) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_tenant_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CertificateResult.ProtoReflect.Descriptor instead.
+func (*CertificateResult) Descriptor() ([]byte, []int) {
+	return file_teapotv1_tenant_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *CertificateResult) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CertificateResult) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *CertificateResult) GetRemoved() bool {
+	if x != nil {
+		return x.Removed
+	}
+	return false
+}
+
 // SyncStatus pushes status changes of the tenant's load balancers, and the
 // tenant itself when the operator changed it.
 type SyncStatus struct {
@@ -550,7 +716,7 @@ type SyncStatus struct {
 
 func (x *SyncStatus) Reset() {
 	*x = SyncStatus{}
-	mi := &file_teapotv1_tenant_proto_msgTypes[7]
+	mi := &file_teapotv1_tenant_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -562,7 +728,7 @@ func (x *SyncStatus) String() string {
 func (*SyncStatus) ProtoMessage() {}
 
 func (x *SyncStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_tenant_proto_msgTypes[7]
+	mi := &file_teapotv1_tenant_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -575,7 +741,7 @@ func (x *SyncStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncStatus.ProtoReflect.Descriptor instead.
 func (*SyncStatus) Descriptor() ([]byte, []int) {
-	return file_teapotv1_tenant_proto_rawDescGZIP(), []int{7}
+	return file_teapotv1_tenant_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SyncStatus) GetObjects() []*ObjectStatus {
@@ -624,7 +790,7 @@ type ObjectStatus struct {
 
 func (x *ObjectStatus) Reset() {
 	*x = ObjectStatus{}
-	mi := &file_teapotv1_tenant_proto_msgTypes[8]
+	mi := &file_teapotv1_tenant_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -636,7 +802,7 @@ func (x *ObjectStatus) String() string {
 func (*ObjectStatus) ProtoMessage() {}
 
 func (x *ObjectStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_tenant_proto_msgTypes[8]
+	mi := &file_teapotv1_tenant_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -649,7 +815,7 @@ func (x *ObjectStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectStatus.ProtoReflect.Descriptor instead.
 func (*ObjectStatus) Descriptor() ([]byte, []int) {
-	return file_teapotv1_tenant_proto_rawDescGZIP(), []int{8}
+	return file_teapotv1_tenant_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ObjectStatus) GetName() string {
@@ -722,7 +888,7 @@ type MemberState struct {
 
 func (x *MemberState) Reset() {
 	*x = MemberState{}
-	mi := &file_teapotv1_tenant_proto_msgTypes[9]
+	mi := &file_teapotv1_tenant_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -734,7 +900,7 @@ func (x *MemberState) String() string {
 func (*MemberState) ProtoMessage() {}
 
 func (x *MemberState) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_tenant_proto_msgTypes[9]
+	mi := &file_teapotv1_tenant_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -747,7 +913,7 @@ func (x *MemberState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberState.ProtoReflect.Descriptor instead.
 func (*MemberState) Descriptor() ([]byte, []int) {
-	return file_teapotv1_tenant_proto_rawDescGZIP(), []int{9}
+	return file_teapotv1_tenant_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *MemberState) GetPool() string {
@@ -789,7 +955,7 @@ type CertificateState struct {
 
 func (x *CertificateState) Reset() {
 	*x = CertificateState{}
-	mi := &file_teapotv1_tenant_proto_msgTypes[10]
+	mi := &file_teapotv1_tenant_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -801,7 +967,7 @@ func (x *CertificateState) String() string {
 func (*CertificateState) ProtoMessage() {}
 
 func (x *CertificateState) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_tenant_proto_msgTypes[10]
+	mi := &file_teapotv1_tenant_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -814,7 +980,7 @@ func (x *CertificateState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertificateState.ProtoReflect.Descriptor instead.
 func (*CertificateState) Descriptor() ([]byte, []int) {
-	return file_teapotv1_tenant_proto_rawDescGZIP(), []int{10}
+	return file_teapotv1_tenant_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CertificateState) GetHost() string {
@@ -870,7 +1036,7 @@ type IssueCredentialsRequest struct {
 
 func (x *IssueCredentialsRequest) Reset() {
 	*x = IssueCredentialsRequest{}
-	mi := &file_teapotv1_tenant_proto_msgTypes[11]
+	mi := &file_teapotv1_tenant_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -882,7 +1048,7 @@ func (x *IssueCredentialsRequest) String() string {
 func (*IssueCredentialsRequest) ProtoMessage() {}
 
 func (x *IssueCredentialsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_tenant_proto_msgTypes[11]
+	mi := &file_teapotv1_tenant_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -895,7 +1061,7 @@ func (x *IssueCredentialsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IssueCredentialsRequest.ProtoReflect.Descriptor instead.
 func (*IssueCredentialsRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_tenant_proto_rawDescGZIP(), []int{11}
+	return file_teapotv1_tenant_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *IssueCredentialsRequest) GetTenant() string {
@@ -928,7 +1094,7 @@ type IssueCredentialsResponse struct {
 
 func (x *IssueCredentialsResponse) Reset() {
 	*x = IssueCredentialsResponse{}
-	mi := &file_teapotv1_tenant_proto_msgTypes[12]
+	mi := &file_teapotv1_tenant_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -940,7 +1106,7 @@ func (x *IssueCredentialsResponse) String() string {
 func (*IssueCredentialsResponse) ProtoMessage() {}
 
 func (x *IssueCredentialsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_tenant_proto_msgTypes[12]
+	mi := &file_teapotv1_tenant_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -953,7 +1119,7 @@ func (x *IssueCredentialsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IssueCredentialsResponse.ProtoReflect.Descriptor instead.
 func (*IssueCredentialsResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_tenant_proto_rawDescGZIP(), []int{12}
+	return file_teapotv1_tenant_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *IssueCredentialsResponse) GetCertPem() []byte {
@@ -1009,7 +1175,7 @@ type RevokeCredentialsRequest struct {
 
 func (x *RevokeCredentialsRequest) Reset() {
 	*x = RevokeCredentialsRequest{}
-	mi := &file_teapotv1_tenant_proto_msgTypes[13]
+	mi := &file_teapotv1_tenant_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1021,7 +1187,7 @@ func (x *RevokeCredentialsRequest) String() string {
 func (*RevokeCredentialsRequest) ProtoMessage() {}
 
 func (x *RevokeCredentialsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_tenant_proto_msgTypes[13]
+	mi := &file_teapotv1_tenant_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1034,7 +1200,7 @@ func (x *RevokeCredentialsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeCredentialsRequest.ProtoReflect.Descriptor instead.
 func (*RevokeCredentialsRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_tenant_proto_rawDescGZIP(), []int{13}
+	return file_teapotv1_tenant_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RevokeCredentialsRequest) GetTenant() string {
@@ -1063,7 +1229,7 @@ type RevokeCredentialsResponse struct {
 
 func (x *RevokeCredentialsResponse) Reset() {
 	*x = RevokeCredentialsResponse{}
-	mi := &file_teapotv1_tenant_proto_msgTypes[14]
+	mi := &file_teapotv1_tenant_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1075,7 +1241,7 @@ func (x *RevokeCredentialsResponse) String() string {
 func (*RevokeCredentialsResponse) ProtoMessage() {}
 
 func (x *RevokeCredentialsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_tenant_proto_msgTypes[14]
+	mi := &file_teapotv1_tenant_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1088,7 +1254,7 @@ func (x *RevokeCredentialsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeCredentialsResponse.ProtoReflect.Descriptor instead.
 func (*RevokeCredentialsResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_tenant_proto_rawDescGZIP(), []int{14}
+	return file_teapotv1_tenant_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RevokeCredentialsResponse) GetRevoked() []string {
@@ -1126,7 +1292,7 @@ const file_teapotv1_tenant_proto_rawDesc = "" +
 	"\x06tenant\x18\x01 \x01(\v2\x11.teapot.v1.TenantR\x06tenant\x121\n" +
 	"\aobjects\x18\x02 \x03(\v2\x17.teapot.v1.ObjectStatusR\aobjects\x12\x1a\n" +
 	"\brevision\x18\x03 \x01(\x04R\brevision\x12\x1b\n" +
-	"\tmax_batch\x18\x04 \x01(\rR\bmaxBatch\"\x9e\x01\n" +
+	"\tmax_batch\x18\x04 \x01(\rR\bmaxBatch\"\xbe\x02\n" +
 	"\n" +
 	"SyncChange\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12/\n" +
@@ -1134,15 +1300,27 @@ const file_teapotv1_tenant_proto_rawDesc = "" +
 	"\bremovals\x18\x03 \x03(\tR\bremovals\x12\x1d\n" +
 	"\n" +
 	"resync_end\x18\x04 \x01(\bR\tresyncEnd\x12\x12\n" +
-	"\x04keep\x18\x05 \x03(\tR\x04keep\"d\n" +
+	"\x04keep\x18\x05 \x03(\tR\x04keep\x12>\n" +
+	"\fcertificates\x18\x06 \x03(\v2\x1a.teapot.v1.SyncCertificateR\fcertificates\x121\n" +
+	"\x14certificate_removals\x18\a \x03(\tR\x13certificateRemovals\x12+\n" +
+	"\x11keep_certificates\x18\b \x03(\tR\x10keepCertificates\"Y\n" +
+	"\x0fSyncCertificate\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
+	"\bcert_pem\x18\x02 \x01(\fR\acertPem\x12\x17\n" +
+	"\akey_pem\x18\x03 \x01(\fR\x06keyPem\"d\n" +
 	"\n" +
 	"SyncUpsert\x12<\n" +
 	"\rload_balancer\x18\x01 \x01(\v2\x17.teapot.v1.LoadBalancerR\floadBalancer\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\tR\aversion\"j\n" +
+	"\aversion\x18\x02 \x01(\tR\aversion\"\xac\x01\n" +
 	"\aSyncAck\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x121\n" +
 	"\aresults\x18\x02 \x03(\v2\x17.teapot.v1.ObjectStatusR\aresults\x12\x1a\n" +
-	"\brevision\x18\x03 \x01(\x04R\brevision\"\x86\x01\n" +
+	"\brevision\x18\x03 \x01(\x04R\brevision\x12@\n" +
+	"\fcertificates\x18\x04 \x03(\v2\x1c.teapot.v1.CertificateResultR\fcertificates\"W\n" +
+	"\x11CertificateResult\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error\x12\x18\n" +
+	"\aremoved\x18\x03 \x01(\bR\aremoved\"\x86\x01\n" +
 	"\n" +
 	"SyncStatus\x121\n" +
 	"\aobjects\x18\x01 \x03(\v2\x17.teapot.v1.ObjectStatusR\aobjects\x12)\n" +
@@ -1205,57 +1383,61 @@ func file_teapotv1_tenant_proto_rawDescGZIP() []byte {
 	return file_teapotv1_tenant_proto_rawDescData
 }
 
-var file_teapotv1_tenant_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_teapotv1_tenant_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_teapotv1_tenant_proto_goTypes = []any{
 	(*SyncRequest)(nil),               // 0: teapot.v1.SyncRequest
 	(*SyncResponse)(nil),              // 1: teapot.v1.SyncResponse
 	(*SyncHello)(nil),                 // 2: teapot.v1.SyncHello
 	(*SyncWelcome)(nil),               // 3: teapot.v1.SyncWelcome
 	(*SyncChange)(nil),                // 4: teapot.v1.SyncChange
-	(*SyncUpsert)(nil),                // 5: teapot.v1.SyncUpsert
-	(*SyncAck)(nil),                   // 6: teapot.v1.SyncAck
-	(*SyncStatus)(nil),                // 7: teapot.v1.SyncStatus
-	(*ObjectStatus)(nil),              // 8: teapot.v1.ObjectStatus
-	(*MemberState)(nil),               // 9: teapot.v1.MemberState
-	(*CertificateState)(nil),          // 10: teapot.v1.CertificateState
-	(*IssueCredentialsRequest)(nil),   // 11: teapot.v1.IssueCredentialsRequest
-	(*IssueCredentialsResponse)(nil),  // 12: teapot.v1.IssueCredentialsResponse
-	(*RevokeCredentialsRequest)(nil),  // 13: teapot.v1.RevokeCredentialsRequest
-	(*RevokeCredentialsResponse)(nil), // 14: teapot.v1.RevokeCredentialsResponse
-	(*Tenant)(nil),                    // 15: teapot.v1.Tenant
-	(*LoadBalancer)(nil),              // 16: teapot.v1.LoadBalancer
-	(*Problem)(nil),                   // 17: teapot.v1.Problem
-	(*timestamppb.Timestamp)(nil),     // 18: google.protobuf.Timestamp
+	(*SyncCertificate)(nil),           // 5: teapot.v1.SyncCertificate
+	(*SyncUpsert)(nil),                // 6: teapot.v1.SyncUpsert
+	(*SyncAck)(nil),                   // 7: teapot.v1.SyncAck
+	(*CertificateResult)(nil),         // 8: teapot.v1.CertificateResult
+	(*SyncStatus)(nil),                // 9: teapot.v1.SyncStatus
+	(*ObjectStatus)(nil),              // 10: teapot.v1.ObjectStatus
+	(*MemberState)(nil),               // 11: teapot.v1.MemberState
+	(*CertificateState)(nil),          // 12: teapot.v1.CertificateState
+	(*IssueCredentialsRequest)(nil),   // 13: teapot.v1.IssueCredentialsRequest
+	(*IssueCredentialsResponse)(nil),  // 14: teapot.v1.IssueCredentialsResponse
+	(*RevokeCredentialsRequest)(nil),  // 15: teapot.v1.RevokeCredentialsRequest
+	(*RevokeCredentialsResponse)(nil), // 16: teapot.v1.RevokeCredentialsResponse
+	(*Tenant)(nil),                    // 17: teapot.v1.Tenant
+	(*LoadBalancer)(nil),              // 18: teapot.v1.LoadBalancer
+	(*Problem)(nil),                   // 19: teapot.v1.Problem
+	(*timestamppb.Timestamp)(nil),     // 20: google.protobuf.Timestamp
 }
 var file_teapotv1_tenant_proto_depIdxs = []int32{
 	2,  // 0: teapot.v1.SyncRequest.hello:type_name -> teapot.v1.SyncHello
 	4,  // 1: teapot.v1.SyncRequest.change:type_name -> teapot.v1.SyncChange
 	3,  // 2: teapot.v1.SyncResponse.welcome:type_name -> teapot.v1.SyncWelcome
-	6,  // 3: teapot.v1.SyncResponse.ack:type_name -> teapot.v1.SyncAck
-	7,  // 4: teapot.v1.SyncResponse.status:type_name -> teapot.v1.SyncStatus
-	15, // 5: teapot.v1.SyncWelcome.tenant:type_name -> teapot.v1.Tenant
-	8,  // 6: teapot.v1.SyncWelcome.objects:type_name -> teapot.v1.ObjectStatus
-	5,  // 7: teapot.v1.SyncChange.upserts:type_name -> teapot.v1.SyncUpsert
-	16, // 8: teapot.v1.SyncUpsert.load_balancer:type_name -> teapot.v1.LoadBalancer
-	8,  // 9: teapot.v1.SyncAck.results:type_name -> teapot.v1.ObjectStatus
-	8,  // 10: teapot.v1.SyncStatus.objects:type_name -> teapot.v1.ObjectStatus
-	15, // 11: teapot.v1.SyncStatus.tenant:type_name -> teapot.v1.Tenant
-	17, // 12: teapot.v1.ObjectStatus.problems:type_name -> teapot.v1.Problem
-	10, // 13: teapot.v1.ObjectStatus.certificates:type_name -> teapot.v1.CertificateState
-	9,  // 14: teapot.v1.ObjectStatus.members:type_name -> teapot.v1.MemberState
-	18, // 15: teapot.v1.CertificateState.not_after:type_name -> google.protobuf.Timestamp
-	18, // 16: teapot.v1.IssueCredentialsResponse.expires:type_name -> google.protobuf.Timestamp
-	0,  // 17: teapot.v1.TenantSync.Sync:input_type -> teapot.v1.SyncRequest
-	11, // 18: teapot.v1.TenantCredentials.Issue:input_type -> teapot.v1.IssueCredentialsRequest
-	13, // 19: teapot.v1.TenantCredentials.Revoke:input_type -> teapot.v1.RevokeCredentialsRequest
-	1,  // 20: teapot.v1.TenantSync.Sync:output_type -> teapot.v1.SyncResponse
-	12, // 21: teapot.v1.TenantCredentials.Issue:output_type -> teapot.v1.IssueCredentialsResponse
-	14, // 22: teapot.v1.TenantCredentials.Revoke:output_type -> teapot.v1.RevokeCredentialsResponse
-	20, // [20:23] is the sub-list for method output_type
-	17, // [17:20] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	7,  // 3: teapot.v1.SyncResponse.ack:type_name -> teapot.v1.SyncAck
+	9,  // 4: teapot.v1.SyncResponse.status:type_name -> teapot.v1.SyncStatus
+	17, // 5: teapot.v1.SyncWelcome.tenant:type_name -> teapot.v1.Tenant
+	10, // 6: teapot.v1.SyncWelcome.objects:type_name -> teapot.v1.ObjectStatus
+	6,  // 7: teapot.v1.SyncChange.upserts:type_name -> teapot.v1.SyncUpsert
+	5,  // 8: teapot.v1.SyncChange.certificates:type_name -> teapot.v1.SyncCertificate
+	18, // 9: teapot.v1.SyncUpsert.load_balancer:type_name -> teapot.v1.LoadBalancer
+	10, // 10: teapot.v1.SyncAck.results:type_name -> teapot.v1.ObjectStatus
+	8,  // 11: teapot.v1.SyncAck.certificates:type_name -> teapot.v1.CertificateResult
+	10, // 12: teapot.v1.SyncStatus.objects:type_name -> teapot.v1.ObjectStatus
+	17, // 13: teapot.v1.SyncStatus.tenant:type_name -> teapot.v1.Tenant
+	19, // 14: teapot.v1.ObjectStatus.problems:type_name -> teapot.v1.Problem
+	12, // 15: teapot.v1.ObjectStatus.certificates:type_name -> teapot.v1.CertificateState
+	11, // 16: teapot.v1.ObjectStatus.members:type_name -> teapot.v1.MemberState
+	20, // 17: teapot.v1.CertificateState.not_after:type_name -> google.protobuf.Timestamp
+	20, // 18: teapot.v1.IssueCredentialsResponse.expires:type_name -> google.protobuf.Timestamp
+	0,  // 19: teapot.v1.TenantSync.Sync:input_type -> teapot.v1.SyncRequest
+	13, // 20: teapot.v1.TenantCredentials.Issue:input_type -> teapot.v1.IssueCredentialsRequest
+	15, // 21: teapot.v1.TenantCredentials.Revoke:input_type -> teapot.v1.RevokeCredentialsRequest
+	1,  // 22: teapot.v1.TenantSync.Sync:output_type -> teapot.v1.SyncResponse
+	14, // 23: teapot.v1.TenantCredentials.Issue:output_type -> teapot.v1.IssueCredentialsResponse
+	16, // 24: teapot.v1.TenantCredentials.Revoke:output_type -> teapot.v1.RevokeCredentialsResponse
+	22, // [22:25] is the sub-list for method output_type
+	19, // [19:22] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_teapotv1_tenant_proto_init() }
@@ -1279,7 +1461,7 @@ func file_teapotv1_tenant_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_teapotv1_tenant_proto_rawDesc), len(file_teapotv1_tenant_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
