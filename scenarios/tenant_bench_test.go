@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/teapot-lb/teapot-lb/api"
@@ -215,27 +216,19 @@ func tenantInitialSync(b *testing.B, n int) (stored, live, statuses time.Duratio
 	created := time.Now()
 	var wg sync.WaitGroup
 	work := make(chan int)
-	errs := make(chan error, 32)
-	for range 32 {
+	errs := make(chan error, 16)
+	for range 16 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := range work {
-				ctx, cancel := l.ctx()
-				name := fmt.Sprintf("svc-%05d", i)
-				svc := lbService("bulk", name, "teapot-lb.io/lb", 80, nil)
-				// The members are pods: no node ports (the range holds 2,768).
-				svc.Spec.AllocateLoadBalancerNodePorts = ptrTo(false)
-				_, err := l.k.client.CoreV1().Services("bulk").Create(ctx, svc, metav1.CreateOptions{})
-				if err == nil {
-					var eps []string
-					for j := range initialEndpoints {
-						a := i*initialEndpoints + j + 1
-						eps = append(eps, fmt.Sprintf("10.%d.%d.%d", 100+a>>16, a>>8&255, a&255))
+				var err error
+				// A loaded API server may time out a create; try again.
+				for try := 0; try < 3; try++ {
+					if err = l.createBulkService(i); err == nil {
+						break
 					}
-					_, err = l.k.client.DiscoveryV1().EndpointSlices("bulk").Create(ctx, endpointSlice("bulk", name+"-1", name, 8080, eps...), metav1.CreateOptions{})
 				}
-				cancel()
 				if err != nil {
 					select {
 					case errs <- err:
@@ -330,4 +323,29 @@ func (l *tenantLab) storedWith(members int) (n int, rev uint64, err error) {
 			return n, rev, nil
 		}
 	}
+}
+
+// createBulkService creates Service svc-NNNNN of the initial sync
+// benchmark and its EndpointSlice; an object that exists already counts
+// as created.
+func (l *tenantLab) createBulkService(i int) error {
+	ctx, cancel := l.ctx()
+	defer cancel()
+	name := fmt.Sprintf("svc-%05d", i)
+	svc := lbService("bulk", name, "teapot-lb.io/lb", 80, nil)
+	// The members are pods: no node ports (the range holds 2,768).
+	svc.Spec.AllocateLoadBalancerNodePorts = ptrTo(false)
+	if _, err := l.k.client.CoreV1().Services("bulk").Create(ctx, svc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	var eps []string
+	for j := range initialEndpoints {
+		a := i*initialEndpoints + j + 1
+		eps = append(eps, fmt.Sprintf("10.%d.%d.%d", 100+a>>16, a>>8&255, a&255))
+	}
+	_, err := l.k.client.DiscoveryV1().EndpointSlices("bulk").Create(ctx, endpointSlice("bulk", name+"-1", name, 8080, eps...), metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	return err
 }
