@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -166,14 +167,49 @@ type Mirror struct {
 	Numerator, Denominator uint32
 }
 
-// Mirroring bounds: copies in flight per server (more are dropped), the
-// largest request body copied (a request with a larger one, or one of
-// unknown length, is not mirrored), and the time a copy may take.
+// Mirroring bounds: copies in flight per server and per tenant (more are
+// dropped, so one tenant's mirrors cannot take every slot), the largest
+// request body copied (a request with a larger one, or one of unknown
+// length, is not mirrored), and the time a copy may take.
 const (
 	MaxMirrorsInFlight = 256
+	MaxTenantMirrors   = MaxMirrorsInFlight / 4
 	MaxMirrorBody      = 64 << 10
 	mirrorTimeout      = 30 * time.Second
 )
+
+// mirrorSlots counts the mirrored requests in flight, in all and by
+// tenant.
+type mirrorSlots struct {
+	mu       sync.Mutex
+	total    int
+	byTenant map[string]int
+}
+
+// take reserves a slot for tenant; false when the server or the tenant
+// has none left.
+func (m *mirrorSlots) take(tenant string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.total >= MaxMirrorsInFlight || m.byTenant[tenant] >= MaxTenantMirrors {
+		return false
+	}
+	if m.byTenant == nil {
+		m.byTenant = map[string]int{}
+	}
+	m.total++
+	m.byTenant[tenant]++
+	return true
+}
+
+func (m *mirrorSlots) release(tenant string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.total--
+	if m.byTenant[tenant]--; m.byTenant[tenant] <= 0 {
+		delete(m.byTenant, tenant)
+	}
+}
 
 // pickWeighted returns a backend by weight; ok is false when every weight
 // is 0. A nil backend is an unusable one.
@@ -285,10 +321,9 @@ func (s *Server) mirror(q *rtRequest, ms []Mirror) bool {
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 	}
+	tenant := q.stats.Tenant
 	for _, be := range chosen {
-		select {
-		case s.mirrorSlots <- struct{}{}:
-		default:
+		if !s.mirrors.take(tenant) {
 			continue // too many copies in flight: this one is dropped
 		}
 		mr := &http.Request{
@@ -303,7 +338,7 @@ func (s *Server) mirror(q *rtRequest, ms []Mirror) bool {
 		mq := &rtRequest{r: mr.WithContext(ctx), path: q.path, ca: &ca, scope: q.scope, stats: &RequestStats{},
 			limit: q.limit, reqEdit: q.reqEdit, upHost: q.upHost}
 		go func() {
-			defer func() { <-s.mirrorSlots }()
+			defer s.mirrors.release(tenant)
 			defer cancel()
 			s.proxyHTTP(discardWriter{h: http.Header{}}, mq, be, be.Options())
 		}()

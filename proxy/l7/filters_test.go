@@ -3,6 +3,7 @@ package l7
 import (
 	"io"
 	"net/http"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -215,4 +216,37 @@ func FuzzPathChange(f *testing.F) {
 			}
 		}
 	})
+}
+
+// One tenant's mirrors take at most MaxTenantMirrors slots: with its
+// copies stuck at a member that does not answer, another tenant's copy
+// still goes out.
+func TestMirrorSlotsPerTenant(t *testing.T) {
+	release := make(chan struct{})
+	var arrived sync32
+	stuck := newBackend(t, backendServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived.add()
+		<-release
+	})))
+	defer close(release)
+	s := New(Config{})
+	t.Cleanup(func() { s.Close() })
+	mirrorFor := func(tenant string) {
+		r, _ := http.NewRequest("GET", "http://shop.example/m", nil)
+		ca := newClientAddrs(netip.MustParseAddrPort("192.0.2.1:1234"), false, nil)
+		q := &rtRequest{r: r, path: "/m", ca: &ca, scope: &connScope{s: s}, stats: &RequestStats{Tenant: tenant}}
+		if !s.mirror(q, []Mirror{{Backend: stuck, Numerator: 1, Denominator: 1}}) {
+			t.Fatal("mirror refused a request without a body")
+		}
+	}
+	for range MaxTenantMirrors + 20 {
+		mirrorFor("greedy")
+	}
+	waitUntil(t, 20*time.Second, "the greedy tenant's copies at the member", func() bool { return arrived.get() >= MaxTenantMirrors })
+	time.Sleep(200 * time.Millisecond)
+	if got := arrived.get(); got != MaxTenantMirrors {
+		t.Fatalf("%d copies of one tenant reached the member, want %d", got, MaxTenantMirrors)
+	}
+	mirrorFor("modest")
+	waitUntil(t, 20*time.Second, "the other tenant's copy at the member", func() bool { return arrived.get() == MaxTenantMirrors+1 })
 }

@@ -18,8 +18,8 @@ type Server struct {
 	pools pools
 	// h2up carries the requests to HTTP/2 members without PROXY protocol.
 	h2up *h2Client
-	// mirrorSlots bounds the mirrored requests in flight.
-	mirrorSlots chan struct{}
+	// mirrors bounds the mirrored requests in flight.
+	mirrors mirrorSlots
 
 	conns sync.Pool // *clientConn
 	stop  chan struct{}
@@ -30,7 +30,7 @@ type Server struct {
 // New returns a server with cfg's zero fields defaulted. Close releases
 // its member connections.
 func New(cfg Config) *Server {
-	s := &Server{cfg: cfg.withDefaults(), stop: make(chan struct{}), mirrorSlots: make(chan struct{}, MaxMirrorsInFlight)}
+	s := &Server{cfg: cfg.withDefaults(), stop: make(chan struct{})}
 	s.h2up = newH2Client(s, nil)
 	s.wg.Add(1)
 	go s.janitor()
