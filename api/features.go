@@ -33,6 +33,10 @@ const (
 	// release ignores the former and routes by host and path alone; it
 	// skips a route with a regular expression path.
 	FeatureRouteRules = "route-rules"
+	// FeatureBackendH2: HTTP/2 over TLS to a pool's members
+	// (pools.*.backendProtocol h2). A host of an earlier release ignores
+	// the value and speaks cleartext HTTP/1.1 to members that expect TLS.
+	FeatureBackendH2 = "backend-h2"
 )
 
 // FeatureLevel is the highest cluster feature level this release
@@ -50,6 +54,7 @@ var featureLevels = map[string]uint32{
 	FeatureHTTPSCheck:    2,
 	FeatureCloseOnDown:   2,
 	FeatureRouteRules:    2,
+	FeatureBackendH2:     2,
 }
 
 // LevelNeeded is the highest level the uses need (1 for none).
@@ -87,7 +92,7 @@ func FeatureRefusal(uses []FeatureUse, need uint32, older []string) error {
 
 // Features returns the features this release serves.
 func Features() []string {
-	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules}
+	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2}
 }
 
 // FeatureUse is one place where a write uses a feature: the feature and
@@ -125,6 +130,9 @@ func FeaturesUsed(obj *pb.Object) []FeatureUse {
 	}
 	slices.Sort(names)
 	for _, name := range names {
+		if l.GetPools()[name].GetBackendProtocol() == "h2" {
+			out = append(out, FeatureUse{Feature: FeatureBackendH2, Field: fmt.Sprintf("%s: pools.%s.backendProtocol", RefString(RefOf(obj)), name)})
+		}
 		hc := l.GetPools()[name].GetHealthCheck()
 		at := fmt.Sprintf("%s: pools.%s.healthCheck", RefString(RefOf(obj)), name)
 		if hc.GetHttps() != nil {

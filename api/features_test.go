@@ -33,6 +33,11 @@ func TestFeaturesUsed(t *testing.T) {
 			[]string{"LoadBalancer acme/shop: pools.api.healthCheck.https (https-health-check)"}},
 		{"closeOnDown", lb(func(l *pb.LoadBalancer) { l.Pools["web"].HealthCheck.CloseOnDown = true }),
 			[]string{"LoadBalancer acme/shop: pools.web.healthCheck.closeOnDown (close-on-down)"}},
+		{"h2 backends", lb(func(l *pb.LoadBalancer) {
+			l.Pools["api"].BackendProtocol = "h2"
+			l.Pools["web"].BackendProtocol = "h2c"
+		}),
+			[]string{"LoadBalancer acme/shop: pools.api.backendProtocol (backend-h2)"}},
 		{"regex path", lb(func(l *pb.LoadBalancer) { l.Routes[1].Path, l.Routes[1].PathType = "/api/v[0-9]+", "regex" }),
 			[]string{"LoadBalancer acme/shop: routes[1].pathType (route-rules)"}},
 		{"route rules", lb(func(l *pb.LoadBalancer) {
