@@ -24,7 +24,8 @@ type Catalog interface {
 
 // TenantUsage sums what a tenant's load balancers use of its quotas:
 // load balancers, distinct VIP addresses (status.address), listeners,
-// routes, members and health-checked members.
+// routes (a route with matches once per match), members and
+// health-checked members.
 type TenantUsage struct {
 	LoadBalancers, Addresses, Listeners, Routes, Members, HealthChecks int
 }

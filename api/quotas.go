@@ -112,7 +112,7 @@ type lbUsage struct {
 }
 
 func usageOf(lb *pb.LoadBalancer) lbUsage {
-	u := lbUsage{listeners: len(lb.GetListeners()), routes: len(lb.GetRoutes())}
+	u := lbUsage{listeners: len(lb.GetListeners()), routes: routeCount(lb)}
 	for _, bp := range lb.GetPools() {
 		n := len(bp.GetMembers())
 		u.members += n
@@ -121,6 +121,17 @@ func usageOf(lb *pb.LoadBalancer) lbUsage {
 		}
 	}
 	return u
+}
+
+// routeCount counts a load balancer's routes as the route quotas do: a
+// route with matches once per match (each is a route of its own in the
+// data plane), one without once.
+func routeCount(lb *pb.LoadBalancer) int {
+	n := 0
+	for _, r := range lb.GetRoutes() {
+		n += max(1, len(r.GetMatches()))
+	}
+	return n
 }
 
 func (u *lbUsage) add(o lbUsage) {
@@ -176,7 +187,7 @@ func checkLBBounds(ck *checker, lb *pb.LoadBalancer, q *pb.Quotas, old *pb.LoadB
 		}
 	}
 	over("listeners", len(lb.GetListeners()), len(old.GetListeners()), q.GetListenersPerLb(), "listenersPerLb", "listeners")
-	over("routes", len(lb.GetRoutes()), len(old.GetRoutes()), q.GetRoutesPerLb(), "routesPerLb", "routes")
+	over("routes", routeCount(lb), routeCount(old), q.GetRoutesPerLb(), "routesPerLb", "routes (a route counts once per match)")
 	over("pools", len(lb.GetPools()), len(old.GetPools()), q.GetPoolsPerLb(), "poolsPerLb", "pools")
 	for _, k := range sortedKeys(lb.GetPools()) {
 		n := len(lb.GetPools()[k].GetMembers())
@@ -202,7 +213,7 @@ func checkTenantTotals(ck *checker, lb *pb.LoadBalancer, q *pb.Quotas, c, prior 
 		quota, counted string
 	}{
 		{"listeners", after.listeners, before.listeners, q.GetListeners(), "listeners", "listeners"},
-		{"routes", after.routes, before.routes, q.GetRoutes(), "routes", "routes"},
+		{"routes", after.routes, before.routes, q.GetRoutes(), "routes", "routes (a route counts once per match)"},
 		{"pools", after.members, before.members, q.GetMembers(), "members", "members"},
 		{"pools", after.healthChecks, before.healthChecks, q.GetHealthChecks(), "healthChecks", "health-checked members"},
 	} {

@@ -2,6 +2,7 @@ package api
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -358,5 +359,52 @@ func TestValidateNil(t *testing.T) {
 	}
 	if _, err := AllocateAddress(nil, nil); !errors.Is(err, ErrInvalid) {
 		t.Errorf("allocate: %v, want ErrInvalid", err)
+	}
+}
+
+// A route with matches counts once per match against routesPerLb and
+// routes: a tenant cannot multiply its routes by 64 through matches.
+func TestRouteQuotasCountMatches(t *testing.T) {
+	tenant := acmeTenant()
+	tenant.Quotas = &pb.Quotas{RoutesPerLb: 10, Routes: 15}
+	matches := func(n int) []*pb.RouteMatch {
+		out := make([]*pb.RouteMatch, n)
+		for i := range out {
+			out[i] = &pb.RouteMatch{Path: fmt.Sprintf("/m%d", i)}
+		}
+		return out
+	}
+	withMatches := func(name string, counts ...int) *pb.LoadBalancer {
+		lb := shopLB()
+		lb.Name = name
+		lb.Routes = nil
+		for i, n := range counts {
+			lb.Routes = append(lb.Routes, &pb.Route{Host: fmt.Sprintf("r%d.acme.example", i), Pool: "web", Matches: matches(n)})
+		}
+		return lb
+	}
+	tests := []struct {
+		name string
+		have []any
+		lb   *pb.LoadBalancer
+		want expect
+	}{
+		{"matches within routesPerLb", nil, withMatches("shop", 4, 0, 5), pass()},
+		{"matches over routesPerLb", nil, withMatches("shop", 11), clash("routes", "has 11 routes (a route counts once per match); at most 10 (quotas.routesPerLb")},
+		{"two routes of many matches", nil, withMatches("shop", 6, 6), clash("routes", "has 12 routes")},
+		{"matches over the tenant's routes", []any{withMatches("a", 8)}, withMatches("shop", 8),
+			clash("routes", "would have 16 routes (a route counts once per match) in all; at most 15 (quotas.routes")},
+		{"tenant total within routes", []any{withMatches("a", 7)}, withMatches("shop", 8), pass()},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := baseCatalog()
+			c.Put(tenant)
+			c.Put(tt.have...)
+			check(t, ValidateLoadBalancer(tt.lb, c), tt.want)
+		})
+	}
+	if u := LoadBalancerUsage(withMatches("x", 3, 0, 2)); u.Routes != 6 {
+		t.Errorf("usage counts %d routes for routes of 3, 0 and 2 matches, want 6", u.Routes)
 	}
 }
