@@ -215,6 +215,7 @@ type h2UpConn struct {
 	probing    bool
 
 	ready     chan struct{} // closed at the member's first SETTINGS
+	gone      chan struct{} // closed when the reader ends
 	closeOnce sync.Once
 	idle      *time.Timer
 	probe     *time.Timer
@@ -237,8 +238,12 @@ func (cl *h2Client) dialConn(ctx context.Context, key poolKey, opts *BackendOpti
 		nextID:     1,
 		maxStreams: h2UpMaxStreams,
 		peerWindow: 65535, peerFrame: 16384, sendWindow: 65535,
-		ready: make(chan struct{}),
+		ready: make(chan struct{}), gone: make(chan struct{}),
 	}
+	// Before the first write: a failed write kills the connection, which
+	// stops the timer.
+	c.idle = time.AfterFunc(time.Hour, c.idleCheck)
+	c.idle.Stop()
 	c.bw = bufio.NewWriterSize(c.nc, h2WriteBufSize)
 	c.fr = http2.NewFramer(c.bw, bufio.NewReaderSize(c.nc, h2ReadBufSize))
 	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
@@ -264,14 +269,17 @@ func (cl *h2Client) dialConn(ctx context.Context, key poolKey, opts *BackendOpti
 		c.werr = c.fr.WriteWindowUpdate(0, h2UpConnWindow-65535)
 	}
 	c.unlockW()
-	c.idle = time.AfterFunc(time.Hour, c.idleCheck)
-	c.idle.Stop()
 	go c.readLoop()
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {
 	case <-c.ready:
 		return c, nil
+	case <-c.gone:
+		c.mu.Lock()
+		err = fmt.Errorf("%w: http2 connection ended before SETTINGS: %w", ErrConnect, c.dead)
+		c.mu.Unlock()
+		return nil, err
 	case <-t.C:
 		err = fmt.Errorf("%w: %w: no http2 SETTINGS from the member", ErrConnect, ErrUpstreamTimeout)
 	case <-ctx.Done():
@@ -424,6 +432,7 @@ func (c *h2UpConn) writeBlock(id uint32, b []byte, end bool, max int) error {
 
 // readLoop reads the member's frames until the connection ends.
 func (c *h2UpConn) readLoop() {
+	defer close(c.gone)
 	err := c.read()
 	c.kill(err)
 	c.pool.remove(c)

@@ -406,3 +406,72 @@ func TestH2ClientIdleClose(t *testing.T) {
 		t.Fatal("idle member connection still open after 10 s")
 	}
 }
+
+// TestH2ClientMemberGone answers 502 when the member accepts and closes
+// at once, or never speaks HTTP/2, and 504 when its SETTINGS never come
+// within the connect timeout.
+func TestH2ClientMemberGone(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { silent.Close() })
+	var held []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := silent.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		mu.Lock()
+		for _, c := range held {
+			c.Close()
+		}
+		mu.Unlock()
+	})
+	closing := newBackend(t, ln.Addr().String())
+	closing.opts.Protocol = H2C
+	mute := newBackend(t, silent.Addr().String())
+	mute.opts.Protocol = H2C
+	mute.opts.ConnectTimeout = 300 * time.Millisecond
+	addr := proxyUnder(t, New(Config{}), testRouter{
+		{prefix: "/closing", route: &Route{Backend: closing}},
+		{prefix: "/mute", route: &Route{Backend: mute}},
+	}, selfSigned(t))
+	client := h2TestClient()
+	for _, c := range []struct {
+		path string
+		want int
+	}{{"/closing", 502}, {"/mute", 504}} {
+		resp, err := client.Get("https://" + addr + c.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != c.want {
+			t.Errorf("%s: status %d, want %d", c.path, resp.StatusCode, c.want)
+		}
+	}
+}
