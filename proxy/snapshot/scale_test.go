@@ -57,7 +57,8 @@ func BenchmarkRouteMatch(b *testing.B) {
 
 // TestCompileScales compiles 1,000 and 10,000 load balancers of ten
 // members each and checks that the time grows about linearly and that
-// 10,000 stays well under a second.
+// 10,000 stays within seconds even on a loaded machine (what a change
+// costs is counted, not timed, by TestRecompileCostsWhatChanged).
 func TestCompileScales(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: compiles 11,000 load balancers")
@@ -77,7 +78,7 @@ func TestCompileScales(t *testing.T) {
 	}
 	small, large := measure(1000), measure(10000)
 	t.Logf("compile 1,000 LBs x 10 members: %v; 10,000: %v (x%.1f)", small, large, float64(large)/float64(small))
-	limit := time.Second / 2
+	limit := 3 * time.Second
 	if raceEnabled {
 		limit *= 10
 	}
