@@ -64,7 +64,7 @@ func TestValidateRouteFeatures(t *testing.T) {
 			for i := range 60 {
 				r(lb).Matches = append(r(lb).Matches, &pb.RouteMatch{Path: "/[a-z]{1,200}x" + strings.Repeat("y", i), PathType: "regex"})
 			}
-		}, bad("routes", "at most 20000 per load balancer")},
+		}, bad("routes", "at most 2000 per load balancer")},
 		{"header name bad", func(lb *pb.LoadBalancer) { m(lb).Headers[0].Name = "X Version" }, bad(f+".matches[0].headers[0].name", "not a header name")},
 		{"header name missing", func(lb *pb.LoadBalancer) { m(lb).Headers[0].Name = "" }, bad(f+".matches[0].headers[0].name", "required")},
 		{"header twice", func(lb *pb.LoadBalancer) {

@@ -30,7 +30,7 @@ func quotaDefault(f func(*pb.Quotas) uint32) string {
 func atMost(n int, what string) string { return fmt.Sprintf("at most %d %s", n, what) }
 
 func regexLimits() string {
-	return fmt.Sprintf("exact: at most %d bytes, no CR, LF or NUL; regex: at most %d bytes and %d compiled instructions (%d over the load balancer)", api.MaxHeaderValueLen, api.MaxRegexLen, api.MaxRegexInsts, api.MaxRegexInstsPerLB)
+	return fmt.Sprintf("exact: at most %d bytes, no CR, LF or NUL; regex: at most %d bytes and %d compiled instructions (%d over the load balancer); a request value longer than %d bytes never matches a regex", api.MaxHeaderValueLen, api.MaxRegexLen, api.MaxRegexInsts, api.MaxRegexInstsPerLB, api.MaxRegexSubjectLen)
 }
 
 // rules are keyed by the field's full protobuf name.
@@ -102,7 +102,7 @@ var rules = map[string]rule{
 	"teapot.v1.Route":           {doc: "One HTTP route: requests for host and path go to a backend pool."},
 	"teapot.v1.Route.host":      {limits: "at most 253 bytes; inside the tenant's domains", example: "shop.acme.example"},
 	"teapot.v1.Route.path":      {def: "/", limits: atMost(api.MaxPathLen, "bytes; no spaces, '?' or '#'"), example: "/api/"},
-	"teapot.v1.Route.path_type": {doc: "How path matches: as a prefix (by path segments), exactly, or as a regular expression (RE2) the whole path must match.", def: "prefix", enum: []string{"prefix", "exact", "regex"}},
+	"teapot.v1.Route.path_type": {doc: "How path matches: as a prefix (by path segments), exactly, or as a regular expression (RE2) the whole path must match (a request path longer than " + fmt.Sprint(api.MaxRegexSubjectLen) + " bytes never matches a regex; regexes of a load balancer compile to at most " + fmt.Sprint(api.MaxRegexInstsPerLB) + " instructions together).", def: "prefix", enum: []string{"prefix", "exact", "regex"}},
 	"teapot.v1.Route.pool":      {doc: "Backend pool the route sends to (a key of pools); the shorthand for backends with one entry.", limits: "required unless backends or a requestRedirect filter is set", example: "web"},
 	"teapot.v1.Route.matches":   {limits: atMost(api.MaxRouteMatches, "matches; path and pathType of the route must then be left out")},
 	"teapot.v1.Route.backends":  {limits: atMost(api.MaxRouteBackends, "backends; not with pool")},
@@ -111,7 +111,7 @@ var rules = map[string]rule{
 
 	"teapot.v1.RouteMatch":              {doc: "Conditions a request must all meet."},
 	"teapot.v1.RouteMatch.path":         {def: "/", limits: atMost(api.MaxPathLen, "bytes; no spaces, '?' or '#' (prefix and exact)"), example: "/api/"},
-	"teapot.v1.RouteMatch.path_type":    {doc: "How path matches: as a prefix (by path segments), exactly, or as a regular expression (RE2) the whole path must match.", def: "prefix", enum: []string{"prefix", "exact", "regex"}},
+	"teapot.v1.RouteMatch.path_type":    {doc: "How path matches: as a prefix (by path segments), exactly, or as a regular expression (RE2) the whole path must match (a request path longer than " + fmt.Sprint(api.MaxRegexSubjectLen) + " bytes never matches a regex; regexes of a load balancer compile to at most " + fmt.Sprint(api.MaxRegexInstsPerLB) + " instructions together).", def: "prefix", enum: []string{"prefix", "exact", "regex"}},
 	"teapot.v1.RouteMatch.headers":      {limits: atMost(api.MaxMatchConditions, "headers, each name once")},
 	"teapot.v1.RouteMatch.query_params": {limits: atMost(api.MaxMatchConditions, "parameters, each name once")},
 	"teapot.v1.RouteMatch.method":       {enum: api.RouteMethods},

@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/teapot-lb/teapot-lb/api"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
@@ -87,4 +88,71 @@ func TestCompileLargestRouteMemory(t *testing.T) {
 	}
 	runtime.KeepAlive(s)
 	runtime.KeepAlive(in)
+}
+
+// A regex condition costs a request at most the per-LB instruction
+// budget times MaxRegexSubjectLen: longer paths and values are not
+// matched against regexes at all (so hostile regexes on a long value
+// cost nothing), and values within the bound still match.
+func TestRegexSubjectBound(t *testing.T) {
+	// Close to the per-LB budget in alternations that keep many threads
+	// alive on a run of 'a'.
+	var alts []string
+	for i := range 12 {
+		alts = append(alts, "a*"+strings.Repeat("a", i%5)+"b")
+	}
+	hostile := "(?:" + strings.Join(alts, "|") + ")*a*"
+	n, err := api.CompileRouteRegex(hostile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var routes []*pb.Route
+	total := 0
+	for i := 0; total+2*n <= api.MaxRegexInstsPerLB; i++ {
+		routes = append(routes, &pb.Route{Matches: []*pb.RouteMatch{{
+			Path: "/" + hostile, PathType: "regex",
+			Headers: []*pb.ValueMatch{{Name: "x-h", Type: "regex", Value: hostile}},
+		}}})
+		total += 2 * n
+	}
+	lb := tcpLB("gw", "192.0.2.1", 22, "10.20.0.1:22")
+	lb.Listeners = append(lb.Listeners, &pb.Listener{Port: 80, Protocol: "http"})
+	lb.Vip = &pb.VIPRequest{Pool: "public"}
+	for _, r := range routes {
+		r.Pool = "app"
+	}
+	lb.Routes = routes
+	if err := api.ValidateLoadBalancer(lb, oneTenant{}); err != nil {
+		t.Fatalf("the regexes (%d instructions) are not valid: %v", total, err)
+	}
+	rt := compileRoutes(t, routes...)
+
+	within := strings.Repeat("a", api.MaxRegexSubjectLen-1)
+	if r := rt.MatchRequest("", "/"+within, req("GET /", "x-h: "+within)); r == nil {
+		t.Fatalf("a path and value of %d bytes did not match", len(within))
+	}
+	if r := rt.MatchRequest("", "/a", req("GET /a", "x-h: "+within+"aa")); r != nil {
+		t.Errorf("a value of %d bytes matched a regex condition", len(within)+2)
+	}
+	long := strings.Repeat("a", 64<<10)
+	start := time.Now()
+	if r := rt.MatchRequest("", "/"+long, req("GET /", "x-h: a")); r != nil {
+		t.Errorf("a path of %d bytes matched a regex route", len(long)+1)
+	}
+	if r := rt.MatchRequest("", "/a", req("GET /a", "x-h: "+long)); r != nil {
+		t.Errorf("a value of %d bytes matched a regex condition", len(long))
+	}
+	longCost := time.Since(start)
+	// The worst within the bounds: every regex runs on 1 KiB.
+	start = time.Now()
+	edge := strings.Repeat("a", api.MaxRegexSubjectLen-1) + "c"
+	if r := rt.MatchRequest("", "/"+edge[1:], req("GET /", "x-h: "+edge)); r != nil {
+		t.Errorf("a path ending in c matched")
+	}
+	edgeCost := time.Since(start)
+	t.Logf("%d regexes of %d instructions: 64 KiB path and value %v; %d-byte path at every regex %v", 2*len(routes), n, longCost, len(edge), edgeCost)
+	limit := 2 * time.Second // generous: a loaded machine under -race
+	if longCost > limit || edgeCost > limit {
+		t.Errorf("matching took %v and %v; want under %v", longCost, edgeCost, limit)
+	}
 }

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/teapot-lb/teapot-lb/api"
 )
 
 // RouteExt is what a route has beyond host, path and pool: conditions on
@@ -110,7 +112,8 @@ var noConditions Conditions
 type ValueCond struct {
 	Name  string
 	Value string
-	// Regex, when set, must match the whole value instead of Value.
+	// Regex, when set, must match the whole value instead of Value; a
+	// value over api.MaxRegexSubjectLen bytes never matches it.
 	Regex *regexp.Regexp
 }
 
@@ -119,7 +122,7 @@ func (v *ValueCond) holds(got string, present bool) bool {
 		return false
 	}
 	if v.Regex != nil {
-		return v.Regex.MatchString(got)
+		return len(got) <= api.MaxRegexSubjectLen && v.Regex.MatchString(got)
 	}
 	return got == v.Value
 }

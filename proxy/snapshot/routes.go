@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+
+	"github.com/teapot-lb/teapot-lb/api"
 )
 
 // PathType says how a route's path matches.
@@ -362,7 +364,12 @@ func (ht *hostRoutes) match(path string, req *reqView) *Route {
 	if r := first(ht.exact[path], req); r != nil {
 		return r
 	}
+	// A path over api.MaxRegexSubjectLen matches no regex: with the
+	// per-LB instruction budget that bounds the matching time.
 	for _, r := range ht.regex {
+		if len(path) > api.MaxRegexSubjectLen {
+			break
+		}
 		if r.Ext.PathRegex.MatchString(path) {
 			if req == nil || r.Ext.cond().holds(req) {
 				return r
