@@ -115,6 +115,31 @@ func RouteRegexes(r *pb.Route, fn func(field, expr string)) {
 	}
 }
 
+// CheckRoute checks one route of lb as Validate does, apart from what
+// depends on the other routes and the listeners (host, duplicates): its
+// path or matches, backends (which must name lb's pools), filters and
+// timeouts, every bound of this file included. field names the route in
+// the errors ("routes[3]"). It returns nil or a *ValidationError, and the
+// instructions its regular expressions compile to, which count towards
+// MaxRegexInstsPerLB.
+func CheckRoute(lb *pb.LoadBalancer, field string, r *pb.Route) (regexInsts int, err error) {
+	ck := &checker{}
+	if len(r.GetMatches()) > 0 {
+		if r.GetPath() != "" || r.GetPathType() != "" {
+			ck.invalidf(field+".path", "leave path and pathType out when matches is set; give each match its path")
+		}
+	} else {
+		checkPathMatch(ck, field, r.GetPath(), r.GetPathType())
+	}
+	checkRouteRest(ck, lb, field, r)
+	RouteRegexes(r, func(_, expr string) {
+		if n, err := CompileRouteRegex(expr); err == nil {
+			regexInsts += n
+		}
+	})
+	return regexInsts, ck.err("")
+}
+
 // checkRouteRegexBudget bounds the regular expressions of all routes.
 func checkRouteRegexBudget(ck *checker, lb *pb.LoadBalancer) {
 	total := 0

@@ -12,6 +12,7 @@ import (
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gwlisters "sigs.k8s.io/gateway-api/pkg/client/listers/apis/v1"
 
+	"github.com/teapot-lb/teapot-lb/api"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 	"github.com/teapot-lb/teapot-lb/tenantsync"
 )
@@ -44,6 +45,11 @@ const (
 	// MaxGatewayRoutes is the most routes of all kinds one Gateway takes;
 	// later ones (by creation) are not accepted.
 	MaxGatewayRoutes = 512
+	// MaxGatewayRouteBytes bounds the encoded size of all the LB routes
+	// one Gateway's HTTPRoutes and GRPCRoutes become (one per rule and
+	// hostname): half of api.MaxObjectBytes, leaving the rest to pools
+	// and listeners. A route that would pass it is not accepted.
+	MaxGatewayRouteBytes = api.MaxObjectBytes / 2
 )
 
 // GatewaySources are the Gateway API listers, nil when the Gateway API
@@ -208,6 +214,12 @@ type gwBuild struct {
 	// l4 holds the backends of tcp, udp and tls-passthrough listeners by
 	// port and protocol: the first route attached wins.
 	l4 map[l4Key]*l4Attach
+	// newPools are the pools added since it was last cleared: those of
+	// the route being translated, removed again if it is not accepted.
+	newPools []string
+	// regexInsts and routeBytes are the running totals of the LB routes
+	// added (api.MaxRegexInstsPerLB, MaxGatewayRouteBytes).
+	regexInsts, routeBytes int
 }
 
 type l4Key struct {

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
+	"github.com/teapot-lb/teapot-lb/api"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 	"github.com/teapot-lb/teapot-lb/tenantsync"
 )
@@ -65,10 +66,13 @@ func unsupported(r *routeObj) string {
 // translateRoute adds what an attached route asks for to the load
 // balancer: LB routes for HTTPRoutes and GRPCRoutes (on every hostname it
 // serves), the backends of a tcp, udp or tls-passthrough port otherwise.
-func (g *gwBuild) translateRoute(r *routeObj, atts []attachment) {
+// It returns why the route cannot be served ("" when it is): a rule
+// beyond the API's bounds, or past what the Gateway's routes may hold
+// together; such a route adds nothing.
+func (g *gwBuild) translateRoute(r *routeObj, atts []attachment) string {
 	if r.http == nil && r.grpc == nil {
 		g.translateL4(r, atts)
-		return
+		return ""
 	}
 	var hosts []string
 	for _, a := range atts {
@@ -76,6 +80,7 @@ func (g *gwBuild) translateRoute(r *routeObj, atts []attachment) {
 	}
 	slices.Sort(hosts)
 	hosts = slices.Compact(hosts)
+	g.newPools = g.newPools[:0]
 	var rules []*pb.Route
 	if r.http != nil {
 		for _, rule := range r.http.Spec.Rules {
@@ -86,6 +91,12 @@ func (g *gwBuild) translateRoute(r *routeObj, atts []attachment) {
 			rules = append(rules, g.grpcRule(r, rule))
 		}
 	}
+	if bad := g.checkRules(rules, len(hosts)); bad != "" {
+		for _, k := range g.newPools {
+			delete(g.lb.Pools, k)
+		}
+		return bad
+	}
 	for _, h := range hosts {
 		for _, rule := range rules {
 			rt := proto.Clone(rule).(*pb.Route)
@@ -93,6 +104,35 @@ func (g *gwBuild) translateRoute(r *routeObj, atts []attachment) {
 			g.addRoute(rt)
 		}
 	}
+	return ""
+}
+
+// checkRules runs the API's checks of a route on each rule, as the LB
+// cluster will, and keeps the Gateway's running totals of regular
+// expressions and route bytes; each rule becomes one LB route per
+// hostname. It returns why the rules cannot be served, "" when they can
+// (and are counted).
+func (g *gwBuild) checkRules(rules []*pb.Route, hosts int) string {
+	insts, size := 0, 0
+	for i, rt := range rules {
+		n, err := api.CheckRoute(g.lb, fmt.Sprintf("rules[%d]", i), rt)
+		if err != nil {
+			return err.Error()
+		}
+		insts += n * hosts
+		size += (proto.Size(rt) + 256) * hosts // 256: the hostname and framing
+	}
+	if g.regexInsts+insts > api.MaxRegexInstsPerLB {
+		return fmt.Sprintf("its regular expressions compile to %d instructions on %d hostnames; with the Gateway's other routes (%d) that passes %d, the most one Gateway serves: use prefix or exact matches where they do",
+			insts, hosts, g.regexInsts, api.MaxRegexInstsPerLB)
+	}
+	if g.routeBytes+size > MaxGatewayRouteBytes {
+		return fmt.Sprintf("its rules take about %d bytes on %d hostnames; with the Gateway's other routes (%d) that passes %d, the most one Gateway serves: split the Gateway or use fewer matches and hostnames",
+			size, hosts, g.routeBytes, MaxGatewayRouteBytes)
+	}
+	g.regexInsts += insts
+	g.routeBytes += size
+	return ""
 }
 
 // addRoute appends an LB route unless an earlier route has the same host

@@ -156,8 +156,20 @@ func (g *gwBuild) routes() {
 			continue
 		}
 		if len(atts) > 0 {
-			attached++
-			g.translateRoute(r, atts)
+			if why := g.translateRoute(r, atts); why != "" {
+				// The LB cluster would refuse the Gateway's load balancer
+				// whole; this route alone is not accepted.
+				for _, a := range atts {
+					a.ls.status.AttachedRoutes--
+				}
+				for i := range statuses {
+					if c := &statuses[i].Conditions[0]; c.Status == metav1.ConditionTrue {
+						*c = cond(string(gwv1.RouteConditionAccepted), false, string(gwv1.RouteReasonUnsupportedValue), why, r.meta.Generation)
+					}
+				}
+			} else {
+				attached++
+			}
 		}
 		g.res.Routes[r.key] = statuses
 	}
