@@ -63,7 +63,7 @@ lint: ## go vet and gofmt
 test: lint kube-tools ## lint, then every test with the race detector
 	CGO_ENABLED=1 go test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
-upgrade-test: ## the rolling-upgrade scenarios (not in test: they build the previous release from git, 6-10 min): three hosts of it upgraded one by one under traffic, on loopback and in the ARP lab, then one downgraded
+upgrade-test: ## the rolling-upgrade scenarios (not in test: they build the previous release from git, about 7 min): three hosts of it upgraded one by one under traffic, on loopback and in the ARP lab, then one downgraded
 	TEAPOT_SCENARIO_UPGRADE=1 CGO_ENABLED=1 go test -race -count=1 -p 1 -timeout 30m ./scenarios -run 'TestRollingUpgradeFromPreviousRelease|TestRollingUpgradeInARPLab' -v
 
 kube-tools: ## build etcd and the Kubernetes components for the tenant scenarios (cached in ~/.cache/teapot-lb/kube)
