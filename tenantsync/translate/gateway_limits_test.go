@@ -36,9 +36,15 @@ func TestGatewayRouteBeyondAPIBoundsIsNotAccepted(t *testing.T) {
 	good := route("good", 9, gwv1.HTTPRouteRule{Matches: []gwv1.HTTPRouteMatch{prefix("/good")}, BackendRefs: web})
 	// bigRegex compiles to about 900 instructions (MaxRegexInsts is 1000).
 	bigRegex := func(i int) string { return fmt.Sprintf("/%d/a{890}", i) }
+	insts, err := api.CompileRouteRegex(bigRegex(100))
+	if err != nil || insts > api.MaxRegexInstsPerLB/2 {
+		t.Fatalf("bigRegex: %d instructions, %v; want at most half of MaxRegexInstsPerLB", insts, err)
+	}
+	// manyRegexes fit MaxRegexInstsPerLB alone, and take more than half
+	// of it: two such routes do not fit.
 	manyRegexes := func(from int) []gwv1.HTTPRouteMatch {
 		var ms []gwv1.HTTPRouteMatch
-		for i := range 16 {
+		for i := range api.MaxRegexInstsPerLB / insts {
 			ms = append(ms, regexPath(bigRegex(from+i)))
 		}
 		return ms
