@@ -18,7 +18,7 @@ import (
 )
 
 // BFD runs at 100ms x 3 on both sides: a dead host's routes go within
-// about 300ms; the issue allows a second.
+// about 300ms; the test allows a second.
 const bgpWithdrawBound = time.Second
 
 // After a BFD reset the host dials the router again within its idle hold
