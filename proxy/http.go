@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"net/netip"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/teapot-lb/teapot-lb/proxy/balance"
@@ -64,31 +63,65 @@ func (h *HTTP) ServeConn(ctx context.Context, c net.Conn, current func() *Listen
 // trustNone is the trusted networks of a listener that names none.
 var trustNone = []netip.Prefix{}
 
-// router returns the listener's router, building it on first use.
+// router returns the listener's router: the listener's prebuilt route
+// table bound to this handler's ACME challenge, made once per listener
+// snapshot.
 func (h *HTTP) router(ls *ListenerSnapshot) l7.Router {
-	if r := ls.http.Load(); r != nil {
+	if r := ls.router.Load(); r != nil {
 		return r
 	}
-	r := &httpRouter{h: h, ls: ls, tls: ls.Protocol == snapshot.ProtoHTTPS}
-	r.selector = &l7.Route{Name: ls.LB + "/routes", Select: r.selectRoute}
-	if ls.RedirectToHTTPS {
-		r.redirect = &l7.Route{Name: ls.LB + "/redirect", RedirectHTTPS: true}
+	t := ls.http
+	if t == nil { // a listener snapshot not published by the proxy
+		t = newHTTPTable(ls)
 	}
-	if ls.http.CompareAndSwap(nil, r) {
+	r := &httpRouter{h: h, ls: ls, t: t, tls: ls.Protocol == snapshot.ProtoHTTPS}
+	if ls.router.CompareAndSwap(nil, r) {
 		return r
 	}
-	return ls.http.Load()
+	return ls.router.Load()
 }
 
-type httpRouter struct {
-	h        *HTTP
-	ls       *ListenerSnapshot
-	tls      bool
+// httpTable is an http listener's routes in the engine's terms: built
+// with the listener snapshot, before it is published, and never changed,
+// so that no request builds or caches any of it.
+type httpTable struct {
 	redirect *l7.Route
 	// selector stands for the routes with conditions: the engine asks it
 	// again with the whole request.
 	selector *l7.Route
-	routes   sync.Map // *snapshot.Route → *l7.Route
+	routes   map[*snapshot.Route]*l7.Route
+}
+
+// newHTTPTable builds the engine's routes of an http or https listener,
+// with the L7 faces of every pool they send or mirror to.
+func newHTTPTable(ls *ListenerSnapshot) *httpTable {
+	srs := ls.Routes.Routes()
+	t := &httpTable{routes: make(map[*snapshot.Route]*l7.Route, len(srs))}
+	t.selector = &l7.Route{Name: ls.LB + "/routes", Select: func(req *http.Request, host, path string) *l7.Route {
+		return t.routes[ls.Routes.MatchRequest(host, path, req)]
+	}}
+	if ls.RedirectToHTTPS {
+		t.redirect = &l7.Route{Name: ls.LB + "/redirect", RedirectHTTPS: true}
+	}
+	for i := range srs {
+		sr := &srs[i]
+		route := &l7.Route{Name: ls.LB + "/routes[" + strconv.Itoa(sr.Index) + "]"}
+		if sr.Pool != nil {
+			if p := ls.Pool(sr.Pool); p != nil {
+				route.Backend = p.httpBackend()
+			}
+		}
+		route.Ext = routeExt(ls, sr)
+		t.routes[sr] = route
+	}
+	return t
+}
+
+type httpRouter struct {
+	h   *HTTP
+	ls  *ListenerSnapshot
+	t   *httpTable
+	tls bool
 }
 
 func (r *httpRouter) Route(host, path string) *l7.Route {
@@ -97,44 +130,21 @@ func (r *httpRouter) Route(host, path string) *l7.Route {
 			return &l7.Route{Name: r.ls.LB + "/acme-challenge", Handler: hd}
 		}
 	}
-	if r.redirect != nil {
-		return r.redirect
+	if r.t.redirect != nil {
+		return r.t.redirect
 	}
 	sr := r.ls.Routes.Match(host, path)
 	if sr == nil {
 		return nil
 	}
 	if sr.Conditional() {
-		return r.selector
+		return r.t.selector
 	}
-	return r.route(sr)
+	return r.t.routes[sr]
 }
 
-// route returns the engine's route for a compiled one, built once.
-func (r *httpRouter) route(sr *snapshot.Route) *l7.Route {
-	if sr == nil {
-		return nil
-	}
-	if v, ok := r.routes.Load(sr); ok {
-		return v.(*l7.Route)
-	}
-	route := &l7.Route{Name: r.ls.LB + "/routes[" + strconv.Itoa(sr.Index) + "]"}
-	if sr.Pool != nil {
-		if p := r.ls.Pool(sr.Pool); p != nil {
-			route.Backend = p.httpBackend()
-		}
-	}
-	route.Ext = r.ext(sr)
-	v, _ := r.routes.LoadOrStore(sr, route)
-	return v.(*l7.Route)
-}
-
-// selectRoute chooses among routes with conditions by the whole request.
-func (r *httpRouter) selectRoute(req *http.Request, host, path string) *l7.Route {
-	return r.route(r.ls.Routes.MatchRequest(host, path, req))
-}
-
-// httpBackend returns the pool's L7 face, building it on first use.
+// httpBackend returns the pool's L7 face, building it on first use: when
+// the first http listener snapshot that uses the pool is built.
 func (p *Pool) httpBackend() *httpBackend {
 	if b := p.http.Load(); b != nil {
 		return b

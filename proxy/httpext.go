@@ -5,15 +5,15 @@ import (
 	"github.com/teapot-lb/teapot-lb/proxy/snapshot"
 )
 
-// ext translates a compiled route's extensions into the engine's; nil
-// for a route of host, path and pool only (the engine's fast paths).
-func (r *httpRouter) ext(sr *snapshot.Route) *l7.RouteExt {
+// routeExt translates a compiled route's extensions into the engine's;
+// nil for a route of host, path and pool only (the engine's fast paths).
+func routeExt(ls *ListenerSnapshot, sr *snapshot.Route) *l7.RouteExt {
 	se := sr.Ext
 	if se == nil || (len(se.Backends) == 0 && se.Filters == nil && se.RequestTimeout == 0 && se.BackendTimeout == 0) {
 		return nil
 	}
 	backend := func(p *snapshot.Pool) l7.Backend {
-		if lp := r.ls.Pool(p); lp != nil {
+		if lp := ls.Pool(p); lp != nil {
 			return lp.httpBackend()
 		}
 		return nil

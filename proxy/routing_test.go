@@ -319,3 +319,55 @@ func runRoutingCases(t *testing.T, cases []routingCase, do func(method, path str
 		})
 	}
 }
+
+// The engine's routes of an http listener, their extensions and the L7
+// faces of the pools they use are built with the listener snapshot,
+// before it is published: no request builds any of them.
+func TestHTTPRoutesBuiltBeforePublish(t *testing.T) {
+	bes := map[string]*routingBackend{}
+	for _, n := range []string{"main", "beta", "other", "mirror"} {
+		bes[n] = startRoutingBackend(t, n)
+	}
+	srv := l7.New(l7.Config{})
+	t.Cleanup(func() { srv.Close() })
+	p, _ := newProxy(t, Config{HTTP: NewHTTP(srv, nil)})
+	update(t, p, routingLB(freePort(t), bes))
+	l7s, exts := 0, 0
+	for _, ls := range p.current.Load().listeners.All() {
+		if !ls.Protocol.L7() {
+			continue
+		}
+		l7s++
+		if ls.http == nil {
+			t.Fatalf("listener %s was published without its routes", ls.Name)
+		}
+		srs := ls.Routes.Routes()
+		if len(ls.http.routes) != len(srs) {
+			t.Errorf("listener %s: %d engine routes for %d compiled ones", ls.Name, len(ls.http.routes), len(srs))
+		}
+		for i := range srs {
+			sr := &srs[i]
+			r := ls.http.routes[sr]
+			if r == nil {
+				t.Fatalf("routes[%d] has no engine route", sr.Index)
+			}
+			if (r.Ext != nil) != (routeExt(ls, sr) != nil) {
+				t.Errorf("routes[%d]: extension built %v, want %v", sr.Index, r.Ext != nil, routeExt(ls, sr) != nil)
+			}
+			if r.Ext != nil {
+				exts++
+			}
+		}
+		for sp, lp := range ls.pools {
+			if lp.http.Load() == nil {
+				t.Errorf("pool %s of listener %s has no L7 face", sp.Name, ls.Name)
+			}
+		}
+		if ls.Routes.Conditional() && ls.http.selector == nil {
+			t.Errorf("listener %s has conditions but no selector", ls.Name)
+		}
+	}
+	if l7s == 0 || exts == 0 {
+		t.Fatalf("%d http listeners, %d routes with extensions: the load balancer does not show the point", l7s, exts)
+	}
+}

@@ -46,7 +46,11 @@ func (s *served) listener(k snapshot.Key) *ListenerSnapshot {
 type ListenerSnapshot struct {
 	*snapshot.Listener
 	pools map[*snapshot.Pool]*Pool
-	http  atomic.Pointer[httpRouter] // built by HTTP on first use
+	// http is the routes of an http or https listener in the L7
+	// engine's terms, built with the snapshot; nil for other protocols.
+	http *httpTable
+	// router binds http to the HTTP handler, made on first use.
+	router atomic.Pointer[httpRouter]
 }
 
 // Pool returns the live pool of a compiled pool the listener uses (its L4
@@ -63,7 +67,7 @@ type Pool struct {
 	Spec    *snapshot.Pool
 	members []*balance.Member
 	bal     balance.Balancer
-	http    atomic.Pointer[httpBackend] // built by HTTP on first use
+	http    atomic.Pointer[httpBackend] // built with the first http listener snapshot that uses it
 	// refs counts the listeners in service that use the pool (under
 	// Proxy.mu).
 	refs int
@@ -194,6 +198,9 @@ func (p *Proxy) build(s *snapshot.Snapshot, old *served, keys []snapshot.Key) (*
 			nl := &ListenerSnapshot{Listener: l, pools: map[*snapshot.Pool]*Pool{}}
 			for _, sp := range l.Pools() {
 				nl.pools[sp] = live(sp)
+			}
+			if l.Protocol.L7() {
+				nl.http = newHTTPTable(nl)
 			}
 			ls.Set(k, nl)
 		} else {
