@@ -311,21 +311,32 @@ func (s *Server) mirror(q *rtRequest, ms []Mirror) bool {
 	r := q.r
 	var body []byte
 	hasBody := r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0
-	if hasBody {
-		if r.ContentLength < 0 || r.ContentLength > MaxMirrorBody || (q.limit > 0 && r.ContentLength > q.limit) {
-			return true // not mirrored: the body would have to be held
+	if hasBody && (r.ContentLength < 0 || r.ContentLength > MaxMirrorBody || (q.limit > 0 && r.ContentLength > q.limit)) {
+		return true // not mirrored: the body would have to be held
+	}
+	// Slots first: a copy with no slot left is dropped before its body is
+	// held.
+	tenant := q.stats.Tenant
+	taken := chosen[:0]
+	for _, be := range chosen {
+		if s.mirrors.take(tenant) {
+			taken = append(taken, be)
 		}
+	}
+	if len(taken) == 0 {
+		return true
+	}
+	if hasBody {
 		body = make([]byte, r.ContentLength)
 		if _, err := io.ReadFull(r.Body, body); err != nil {
+			for range taken {
+				s.mirrors.release(tenant)
+			}
 			return false
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 	}
-	tenant := q.stats.Tenant
-	for _, be := range chosen {
-		if !s.mirrors.take(tenant) {
-			continue // too many copies in flight: this one is dropped
-		}
+	for _, be := range taken {
 		mr := &http.Request{
 			Method: r.Method, URL: r.URL, Proto: r.Proto, ProtoMajor: r.ProtoMajor, ProtoMinor: r.ProtoMinor,
 			Header: r.Header.Clone(), Host: r.Host, ContentLength: int64(len(body)), Body: http.NoBody,

@@ -250,3 +250,53 @@ func TestMirrorSlotsPerTenant(t *testing.T) {
 	mirrorFor("modest")
 	waitUntil(t, 20*time.Second, "the other tenant's copy at the member", func() bool { return arrived.get() == MaxTenantMirrors+1 })
 }
+
+// countingBody counts the bytes read from a request body.
+type countingBody struct {
+	r io.Reader
+	n int
+}
+
+func (c *countingBody) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += n
+	return n, err
+}
+
+func (c *countingBody) Close() error { return nil }
+
+// A copy for a tenant with no mirror slot left is dropped before its
+// body is read and held; with a slot, the body is held for the copy.
+func TestMirrorSlotBeforeBody(t *testing.T) {
+	release := make(chan struct{})
+	stuck := newBackend(t, backendServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		<-release
+	})))
+	defer close(release)
+	s := New(Config{})
+	t.Cleanup(func() { s.Close() })
+	mirrorBody := func(tenant string) int {
+		const size = MaxMirrorBody
+		body := &countingBody{r: strings.NewReader(strings.Repeat("b", size))}
+		r, _ := http.NewRequest("POST", "http://shop.example/m", body)
+		r.ContentLength = size
+		ca := newClientAddrs(netip.MustParseAddrPort("192.0.2.1:1234"), false, nil)
+		q := &rtRequest{r: r, path: "/m", ca: &ca, scope: &connScope{s: s}, stats: &RequestStats{Tenant: tenant}}
+		if !s.mirror(q, []Mirror{{Backend: stuck, Numerator: 1, Denominator: 1}}) {
+			t.Fatal("mirror refused a request with a readable body")
+		}
+		return body.n
+	}
+	for i := range MaxTenantMirrors {
+		if n := mirrorBody("greedy"); n != MaxMirrorBody {
+			t.Fatalf("copy %d with a slot read %d body bytes, want %d", i, n, MaxMirrorBody)
+		}
+	}
+	if n := mirrorBody("greedy"); n != 0 {
+		t.Errorf("a copy with no slot left read %d body bytes, want 0", n)
+	}
+	if n := mirrorBody("modest"); n != MaxMirrorBody {
+		t.Errorf("another tenant's copy read %d body bytes, want %d", n, MaxMirrorBody)
+	}
+}
