@@ -250,9 +250,10 @@ func TestAllocateLargeIPv6Pool(t *testing.T) {
 			if err != nil || a != next {
 				t.Fatalf("got %v, %v; want %v", a, err, next)
 			}
-			// A loose bound that only an address-by-address walk breaks;
+			// A loose bound that only an address-by-address walk breaks
+			// (a /64 would take years); a loaded machine keeps within it;
 			// the benchmarks give the real figures.
-			if elapsed > 200*time.Millisecond {
+			if elapsed > 5*time.Second {
 				t.Fatalf("allocation took %v", elapsed)
 			}
 		})
