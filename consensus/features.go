@@ -3,7 +3,12 @@ package consensus
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -69,8 +74,8 @@ func featuresUsed(fw *pb.ForwardRequest) ([]api.FeatureUse, uint32) {
 // reports when asked now (a host downgraded to a release that does not
 // rewrite its Node object still reports its true level, and a host that
 // joined or was upgraded a moment ago its new one); a host that does not
-// answer counts with the level its Node object records. Writes that use
-// no such feature never ask anyone.
+// answer counts with the level its Node object records; answers are
+// cached (featureCache). Writes that use no such feature never ask anyone.
 func (n *Node) checkFeatures(ctx context.Context, fw *pb.ForwardRequest) error {
 	uses, need := featuresUsed(fw)
 	if need <= 1 {
@@ -100,11 +105,16 @@ func (n *Node) hostsBelow(ctx context.Context, need uint32) ([]string, error) {
 		recorded[o.GetNode().GetId()] = o.GetNode()
 	}
 	n.fsm.mu.RUnlock()
+	key := membershipKey(f.Index(), servers, recorded, n.features.epoch.Load())
+	if older, ok := n.features.get(key, need, time.Now()); ok {
+		return older, nil
+	}
 	for id := range recorded {
 		if !slices.ContainsFunc(servers, func(s raft.Server) bool { return string(s.ID) == id }) {
 			servers = append(servers, raft.Server{ID: raft.ServerID(id), Address: raft.ServerAddress(recorded[id].GetRaftAddr())})
 		}
 	}
+	n.features.asked.Add(int64(len(servers)))
 	live := make([]*pb.NodeStatus, len(servers))
 	done := make(chan struct{}, len(servers))
 	for i, s := range servers {
@@ -117,10 +127,15 @@ func (n *Node) hostsBelow(ctx context.Context, need uint32) ([]string, error) {
 		<-done
 	}
 	var older []string
+	all, lowest := true, uint32(FeatureLevel)
 	for i, s := range servers {
 		id := string(s.ID)
 		rec, ok := recorded[id]
 		level, version := hostLevel(rec, live[i])
+		if live[i] == nil || live[i].GetState() == "unreachable" {
+			all = false
+		}
+		lowest = min(lowest, level)
 		if level >= need {
 			continue
 		}
@@ -131,7 +146,84 @@ func (n *Node) hostsBelow(ctx context.Context, need uint32) ([]string, error) {
 		older = append(older, d)
 	}
 	slices.Sort(older)
+	n.features.put(key, need, all, lowest, older, time.Now())
 	return older, nil
+}
+
+// notYetFor is how long hostsBelow keeps an answer in which some host
+// did not answer (each such write would wait for it); allFor how long it
+// keeps "every host answered at level >= L" at most.
+const (
+	notYetFor = time.Second
+	allFor    = 30 * time.Second
+)
+
+// featureCache keeps what the hosts answered about their feature levels,
+// so that writes using a feature above level 1 do not ask every host
+// each time. Once every host answered, "all at level >= L" holds until
+// the membership changes (key: the Raft configuration, the Node objects'
+// recorded levels and versions, and epoch, which Raft observations of a
+// host failing, coming back or a new leader move on), for allFor at most.
+// A host can only go below L by restarting on another release, which those
+// observations see unless the restart falls between two heartbeats; allFor
+// bounds that case. An answer in which a host did not answer is kept for
+// notYetFor; one in which every host answered and some is below the level
+// is not kept: a host just upgraded is seen at once.
+type featureCache struct {
+	epoch atomic.Uint64
+	// asked counts the hosts asked for their level.
+	asked atomic.Int64
+
+	mu sync.Mutex
+	// key and level: every host answered at level >= level, until.
+	key   string
+	level uint32
+	until time.Time
+	// notYet: the hosts below need, as of until.
+	notYetKey   string
+	notYetNeed  uint32
+	notYet      []string
+	notYetUntil time.Time
+}
+
+// get returns the hosts below need from the cache, and whether it knew.
+func (c *featureCache) get(key string, need uint32, now time.Time) ([]string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.key == key && c.level >= need && now.Before(c.until) {
+		return nil, true
+	}
+	if c.notYetKey == key && c.notYetNeed == need && now.Before(c.notYetUntil) {
+		return slices.Clone(c.notYet), true
+	}
+	return nil, false
+}
+
+// put records an answer: all (every host answered) at level >= lowest,
+// and older, the hosts below need.
+func (c *featureCache) put(key string, need uint32, all bool, lowest uint32, older []string, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if all {
+		c.key, c.level, c.until = key, lowest, now.Add(allFor)
+		c.notYetKey = ""
+		return
+	}
+	c.notYetKey, c.notYetNeed, c.notYet, c.notYetUntil = key, need, slices.Clone(older), now.Add(notYetFor)
+}
+
+// membershipKey names the cluster's membership as hostsBelow sees it.
+func membershipKey(index uint64, servers []raft.Server, recorded map[string]*pb.Node, epoch uint64) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d/%d", index, epoch)
+	for _, s := range servers {
+		fmt.Fprintf(&b, "|%s@%s:%d", s.ID, s.Address, s.Suffrage)
+	}
+	for _, id := range slices.Sorted(maps.Keys(recorded)) {
+		rec := recorded[id]
+		fmt.Fprintf(&b, "|%s:%d:%s", id, rec.GetFeatureLevel(), rec.GetVersion())
+	}
+	return b.String()
 }
 
 // hostLevel is a host's feature level and version: what it reports when

@@ -176,3 +176,84 @@ func mustGet(t *testing.T, n *Node, ref *pb.ObjectRef) *pb.Object {
 	}
 	return o
 }
+
+// A write that uses a level-2 feature asks every host for its level
+// once; later ones ask nobody while the membership stays (each host at
+// level 2 answered), and a change of a Node object makes them ask again.
+func TestFeatureLevelsAskedOncePerMembership(t *testing.T) {
+	h1 := startHost(t, Config{NodeID: "n1", Version: "v-new"})
+	hosts := []*testHost{h1}
+	for _, id := range []string{"n2", "n3"} {
+		tok, err := h1.node.CreateJoinToken(ctxT(t), time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hosts = append(hosts, startHost(t, Config{NodeID: id, Join: h1.cfg.APIAddr, Token: tok.Token, Version: "v-new"}))
+	}
+	waitFor(t, "3 voters", func() bool { return h1.node.voters() == 3 })
+	waitFor(t, "3 Node objects at level 2", func() bool { return h1.node.ClusterFeatureLevel() == FeatureLevel && len(nodeObjects(t, h1.node)) == 3 })
+	apply(t, h1.node, pool("public", "192.0.2.0/28"), tenant("acme", "public"), lb("acme", "shop", "public"))
+	https := lb("acme", "shop", "public")
+	https.GetLoadBalancer().Pools["web"].HealthCheck = &pb.HealthCheck{Https: &pb.HTTPSCheck{Path: "/readyz", InsecureSkipVerify: true}}
+	asked := func() int64 {
+		var n int64
+		for _, h := range hosts {
+			n += h.node.features.asked.Load()
+		}
+		return n
+	}
+	write := func() {
+		t.Helper()
+		l := leaderOf(t, hosts)
+		for _, h := range hosts {
+			if h == l {
+				continue
+			}
+			if _, err := h.node.write(ctxT(t), forwardApply(&pb.ApplyRequest{Objects: []*pb.Object{https}}, false)); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+	}
+	before := asked()
+	write()
+	if got := asked() - before; got == 0 {
+		t.Fatal("the first level-2 write asked no host for its level")
+	}
+	// Later writes through the same host ask nobody (Raft observations of
+	// a host failing would; none should happen in this quiet cluster, but
+	// a loaded machine may miss a heartbeat: allow one round).
+	before = asked()
+	for range 10 {
+		write()
+	}
+	if got := asked() - before; got > 6 {
+		t.Errorf("10 more level-2 writes asked %d hosts for their level; want none (at most one round of 6)", got)
+	}
+	// A Node object changes: the membership is asked again.
+	rec := clone(mustGet(t, h1.node, &pb.ObjectRef{Kind: api.KindNode, Name: "n3"})).GetNode()
+	rec.Version = "v-newer"
+	if _, err := h1.node.Apply(ctxT(t), &pb.ApplyRequest{Objects: []*pb.Object{api.Wrap(rec)}}, true); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "n3's record on every host", func() bool {
+		for _, h := range hosts {
+			if mustGet(t, h.node, &pb.ObjectRef{Kind: api.KindNode, Name: "n3"}).GetNode().GetVersion() != "v-newer" {
+				return false
+			}
+		}
+		return true
+	})
+	before = asked()
+	write()
+	if got := asked() - before; got == 0 {
+		t.Error("after a Node object changed, a level-2 write asked no host")
+	}
+}
+
+func nodeObjects(t *testing.T, n *Node) []*pb.Object {
+	t.Helper()
+	n.fsm.mu.RLock()
+	defer n.fsm.mu.RUnlock()
+	return n.fsm.st.list(api.KindNode, "")
+}

@@ -28,7 +28,7 @@ func (n *Node) observeLeaders() {
 	ch := make(chan raft.Observation, 16)
 	obs := raft.NewObserver(ch, false, func(o *raft.Observation) bool {
 		switch o.Data.(type) {
-		case raft.LeaderObservation, raft.ResumedHeartbeatObservation:
+		case raft.LeaderObservation, raft.ResumedHeartbeatObservation, raft.FailedHeartbeatObservation:
 			return true
 		}
 		return false
@@ -43,6 +43,10 @@ func (n *Node) observeLeaders() {
 			case <-n.stop:
 				return
 			case o := <-ch:
+				// A host that stopped or came back may run another
+				// release now: what the hosts said of their levels is
+				// asked again.
+				n.features.epoch.Add(1)
 				switch d := o.Data.(type) {
 				case raft.LeaderObservation:
 					if d.LeaderID != "" {

@@ -114,6 +114,10 @@ type Node struct {
 	metrics   *raftMetrics
 	raftLog   *raftLogWriter
 
+	// features caches what the hosts answered about their feature
+	// levels (hostsBelow).
+	features featureCache
+
 	writes      chan *writeReq
 	barrierTerm atomic.Uint64
 	ready       chan struct{}
