@@ -114,8 +114,9 @@ func (h *h2raw) closedWith(t testing.TB, timeout time.Duration) http2.ErrCode {
 // underAbuse runs attack over and over on new connections while a
 // well-behaved HTTP/2 client sends requests, and checks that the client
 // keeps its latency: every request answers, the median stays within ten
-// times the median measured before (at least 50 ms) and none takes over
-// 10 s. Goroutines return to their number before once it ends.
+// times the median measured before (at least 250 ms: a loaded 2-core
+// machine running the race detector stretches a quiet median) and none
+// takes over 10 s. Goroutines return to their number before once it ends.
 func underAbuse(t *testing.T, addr string, rounds int, attack func(t *testing.T)) {
 	t.Helper()
 	client := h2TestClient()
@@ -169,7 +170,7 @@ func underAbuse(t *testing.T, addr string, rounds int, attack func(t *testing.T)
 	if len(lat) < 5 {
 		t.Fatalf("only %d requests of the well-behaved client finished during the attack", len(lat))
 	}
-	limit := max(10*base, 50*time.Millisecond)
+	limit := max(10*base, 250*time.Millisecond)
 	if m := median(lat); m > limit {
 		t.Errorf("well-behaved client: median %v under attack, %v before (limit %v)", m, base, limit)
 	}
