@@ -413,21 +413,8 @@ func (c *h2UpConn) unlockW() {
 // writeBlock writes a header block as HEADERS and CONTINUATION frames.
 // wmu held.
 func (c *h2UpConn) writeBlock(id uint32, b []byte, end bool, max int) error {
-	first := true
-	for first || len(b) > 0 {
-		k := min(len(b), max)
-		if first {
-			c.werr = c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: b[:k], EndStream: end, EndHeaders: k == len(b)})
-			first = false
-		} else {
-			c.werr = c.fr.WriteContinuation(id, k == len(b), b[:k])
-		}
-		if c.werr != nil {
-			return c.werr
-		}
-		b = b[k:]
-	}
-	return nil
+	c.werr = writeHeaderBlock(c.fr, id, b, end, max)
+	return c.werr
 }
 
 // readLoop reads the member's frames until the connection ends.

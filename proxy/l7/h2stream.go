@@ -360,21 +360,8 @@ func (c *h2Conn) writeBlock(id uint32, b []byte, end bool) error {
 	c.mu.Lock()
 	max := c.peerFrame
 	c.mu.Unlock()
-	first := true
-	for first || len(b) > 0 {
-		k := min(len(b), max)
-		if first {
-			c.werr = c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: b[:k], EndStream: end, EndHeaders: k == len(b)})
-			first = false
-		} else {
-			c.werr = c.fr.WriteContinuation(id, k == len(b), b[:k])
-		}
-		if c.werr != nil {
-			return c.werr
-		}
-		b = b[k:]
-	}
-	return nil
+	c.werr = writeHeaderBlock(c.fr, id, b, end, max)
+	return c.werr
 }
 
 // sendData sends p as DATA frames within the flow-control windows. A
@@ -486,4 +473,25 @@ func (c *h2Conn) closeIfDone() {
 		c.finished.Store(true)
 	}
 	c.unlockW()
+}
+
+// writeHeaderBlock writes the header block b of stream id as a HEADERS
+// frame and as many CONTINUATION frames as frames of max bytes need.
+func writeHeaderBlock(fr *http2.Framer, id uint32, b []byte, end bool, max int) error {
+	first := true
+	for first || len(b) > 0 {
+		k := min(len(b), max)
+		var err error
+		if first {
+			err = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: b[:k], EndStream: end, EndHeaders: k == len(b)})
+			first = false
+		} else {
+			err = fr.WriteContinuation(id, k == len(b), b[:k])
+		}
+		if err != nil {
+			return err
+		}
+		b = b[k:]
+	}
+	return nil
 }
