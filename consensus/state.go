@@ -318,15 +318,21 @@ type overlay struct {
 	parent  reader
 	changes map[string]map[string]*pb.Object
 	order   []*pb.ObjectRef
-	// usage caches tenantUsage at generation usageGen; sets counts the
-	// overlay's changes.
-	usage    map[string]api.TenantUsage
-	usageGen uint64
-	sets     uint64
+	// sets counts the overlay's changes.
+	sets uint64
+	// at indexes the changed load balancers that hold an address, by
+	// address and key; it follows every set (overlay_index.go).
+	at map[netip.Addr]map[string]*pb.Object
+	// usage and used cache tenantUsage and usedAddresses; every set keeps
+	// them right, and they are dropped when the parent's generation moves
+	// from parentGen.
+	usage     map[string]api.TenantUsage
+	used      map[addrRange][]netip.Addr
+	parentGen uint64
 }
 
 func newOverlay(parent reader) *overlay {
-	return &overlay{parent: parent, changes: make(map[string]map[string]*pb.Object)}
+	return &overlay{parent: parent, changes: make(map[string]map[string]*pb.Object), parentGen: parent.generation()}
 }
 
 func (o *overlay) lookup(kind, key string) (*pb.Object, bool) {
@@ -370,68 +376,18 @@ func (o *overlay) list(kind, tenant string) []*pb.Object {
 	return append(out, added...)
 }
 
-func (o *overlay) addressUsers(addr netip.Addr) []*pb.Object {
-	base := o.parent.addressUsers(addr)
-	ch := o.changes[api.KindLoadBalancer]
-	if len(ch) == 0 {
-		return base
-	}
-	var out []*pb.Object
-	for _, b := range base {
-		if _, changed := ch[keyOf(api.RefOf(b))]; !changed {
-			out = append(out, b)
-		}
-	}
-	for _, c := range ch {
-		if a, ok := lbAddress(c); ok && c != nil && a == addr {
-			out = append(out, c)
-		}
-	}
-	sortObjects(out)
-	return out
-}
-
-func (o *overlay) usedAddresses(from, to netip.Addr) []netip.Addr {
-	base := o.parent.usedAddresses(from, to)
-	ch := o.changes[api.KindLoadBalancer]
-	if len(ch) == 0 {
-		return base
-	}
-	inRange := func(a netip.Addr) bool { return a.Compare(from) >= 0 && a.Compare(to) <= 0 }
-	adjust := map[netip.Addr]bool{} // true: in use, false: maybe freed
-	for key, c := range ch {
-		if a, ok := lbAddress(o.parent.get(api.KindLoadBalancer, key)); ok && inRange(a) {
-			if _, set := adjust[a]; !set {
-				adjust[a] = false
-			}
-		}
-		if a, ok := lbAddress(c); ok && c != nil && inRange(a) {
-			adjust[a] = true
-		}
-	}
-	out := slices.Clone(base)
-	for a, inUse := range adjust {
-		if !inUse && len(o.addressUsers(a)) > 0 {
-			inUse = true
-		}
-		i, found := slices.BinarySearchFunc(out, a, netip.Addr.Compare)
-		switch {
-		case inUse && !found:
-			out = slices.Insert(out, i, a)
-		case !inUse && found:
-			out = slices.Delete(out, i, i+1)
-		}
-	}
-	return out
-}
-
 func (o *overlay) set(ref *pb.ObjectRef, obj *pb.Object) {
 	m := o.changes[ref.Kind]
 	if m == nil {
 		m = make(map[string]*pb.Object)
 		o.changes[ref.Kind] = m
 	}
-	m[keyOf(ref)] = obj
+	key := keyOf(ref)
+	if ref.Kind == api.KindLoadBalancer {
+		o.setLoadBalancer(key, obj)
+	} else {
+		m[key] = obj
+	}
 	o.order = append(o.order, ref)
 	o.sets++
 }

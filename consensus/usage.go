@@ -1,8 +1,6 @@
 package consensus
 
 import (
-	"net/netip"
-
 	"github.com/teapot-lb/teapot-lb/api"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
@@ -53,67 +51,6 @@ func (s *state) tenantUsage(tenant string) api.TenantUsage { return s.usage[tena
 func (s *state) generation() uint64 { return s.gen }
 
 func (o *overlay) generation() uint64 { return o.sets + o.parent.generation() }
-
-// tenantUsage is the parent's usage with the overlay's changes of the
-// tenant's load balancers; it is kept until the overlay, or a reader under
-// it, changes.
-func (o *overlay) tenantUsage(tenant string) api.TenantUsage {
-	if gen := o.generation(); gen != o.usageGen {
-		o.usage, o.usageGen = nil, gen
-	}
-	if u, ok := o.usage[tenant]; ok {
-		return u
-	}
-	u := o.parent.tenantUsage(tenant)
-	ch := o.changes[api.KindLoadBalancer]
-	// The addresses the changes leave or take, and which changed load
-	// balancers of the tenant hold each afterwards.
-	var touched map[netip.Addr]int
-	note := func(a netip.Addr, n int) {
-		if touched == nil {
-			touched = map[netip.Addr]int{}
-		}
-		touched[a] += n
-	}
-	for key, c := range ch {
-		if old := o.parent.get(api.KindLoadBalancer, key); old.GetLoadBalancer().GetTenant() == tenant {
-			u.Sub(api.LoadBalancerUsage(old.GetLoadBalancer()))
-			if a, ok := lbAddress(old); ok {
-				note(a, 0)
-			}
-		}
-		if c.GetLoadBalancer().GetTenant() == tenant {
-			u.Add(api.LoadBalancerUsage(c.GetLoadBalancer()))
-			if a, ok := lbAddress(c); ok {
-				note(a, 1)
-			}
-		}
-	}
-	for a, changedHere := range touched {
-		before, kept := false, false
-		for _, p := range o.parent.addressUsers(a) {
-			if p.GetLoadBalancer().GetTenant() != tenant {
-				continue
-			}
-			before = true
-			if _, changed := ch[keyOf(api.RefOf(p))]; !changed {
-				kept = true
-			}
-		}
-		after := kept || changedHere > 0
-		switch {
-		case before && !after:
-			u.Addresses--
-		case !before && after:
-			u.Addresses++
-		}
-	}
-	if o.usage == nil {
-		o.usage = map[string]api.TenantUsage{}
-	}
-	o.usage[tenant] = u
-	return u
-}
 
 // TenantUsage makes the catalog an api.UsageIndex.
 func (c catalog) TenantUsage(tenant string) api.TenantUsage { return c.r.tenantUsage(tenant) }
