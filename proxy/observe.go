@@ -121,6 +121,7 @@ func (p *Proxy) bindFailed(l *snapshot.Listener, err error) {
 		return
 	}
 	p.failed[l.Key] = bindFailure{err: err.Error(), since: time.Now()}
+	p.failedAnew = true
 	p.event(&pb.Event{Type: observe.EventBindFailed, Severity: observe.Warning, Tenant: l.Tenant, LoadBalancer: l.LB,
 		Message: fmt.Sprintf("listeners[%d] cannot listen on %s: %v", l.Index, l.Key, err)})
 }

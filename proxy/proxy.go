@@ -109,7 +109,11 @@ type Proxy struct {
 	// failed holds the listeners that could not be opened: why, since when.
 	failed map[snapshot.Key]bindFailure
 	retry  retryState
-	closed bool
+	// failedAnew says a listener failed to open that was not failing;
+	// binds counts the attempts to open a listener.
+	failedAnew bool
+	binds      int
+	closed     bool
 	// touched are the load balancers whose status the last apply set.
 	touched []string
 
@@ -177,9 +181,10 @@ func New(cfg Config) *Proxy {
 // opens the new listeners, swaps the snapshot that new connections read,
 // and then closes the listeners no longer wanted (their connections drain
 // for DrainTimeout). Listeners that remain keep their sockets and
-// connections. It returns ErrNoChanges when nothing changed; a listener
-// that failed to open earlier is retried on every call, and in between
-// with backoff (BindRetry, doubling up to MaxBindRetry).
+// connections. It returns ErrNoChanges when nothing changed; every
+// listener that failed to open earlier is retried (ApplyChange retries
+// only those it changes), and in between on a timer with backoff
+// (BindRetry, doubling up to MaxBindRetry).
 func (p *Proxy) Update(objs []*pb.Object, revision uint64) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -190,7 +195,7 @@ func (p *Proxy) Update(objs []*pb.Object, revision uint64) error {
 	if s == p.snap && p.missing == 0 {
 		return ErrNoChanges
 	}
-	applied := p.apply(s)
+	applied := p.apply(s, true)
 	p.scheduleRetry(true)
 	if !applied {
 		return ErrNoChanges
@@ -203,7 +208,9 @@ func (p *Proxy) Update(objs []*pb.Object, revision uint64) error {
 // what ch touches (snapshot.CompileChange). Otherwise it is Update: it
 // returns ErrNoChanges when nothing served changed. It also returns the
 // load balancers whose status it set again (sorted), for StatusOf and
-// ReadinessOf. The first state must come through Update.
+// ReadinessOf. The first state must come through Update. Of the
+// listeners that could not be opened it tries again only those ch
+// changes; the retry timer keeps its backoff unless one fails anew.
 func (p *Proxy) ApplyChange(ch snapshot.Change, revision uint64) ([]string, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -215,8 +222,8 @@ func (p *Proxy) ApplyChange(ch snapshot.Change, revision uint64) ([]string, erro
 	}
 	s := snapshot.CompileChange(p.snap, ch, revision, p.cfg.Limits.Defaults)
 	p.touched = nil
-	applied := p.apply(s)
-	p.scheduleRetry(true)
+	applied := p.apply(s, false)
+	p.armRetry()
 	if !applied {
 		return nil, ErrNoChanges
 	}
@@ -226,8 +233,10 @@ func (p *Proxy) ApplyChange(ch snapshot.Change, revision uint64) ([]string, erro
 // apply serves s; it reports false when s serves what was served and no
 // listener that was missing could be opened. It works on what differs
 // between the snapshot in service and s (pmap.Diff visits only the parts
-// the two do not share), so a change costs what it changes.
-func (p *Proxy) apply(s *snapshot.Snapshot) bool {
+// the two do not share), so a change costs what it changes. The listeners
+// that could not be opened are tried again when they differ, and all of
+// them when retryFailed.
+func (p *Proxy) apply(s *snapshot.Snapshot, retryFailed bool) bool {
 	old := p.current.Load()
 	prev := p.snap
 	if prev == nil {
@@ -250,8 +259,10 @@ func (p *Proxy) apply(s *snapshot.Snapshot) bool {
 		lbs[lb] = true
 	})
 	changed := len(keySet) > 0 || len(lbs) > 0
-	for k := range p.failed {
-		keySet[k] = true // retried
+	if retryFailed {
+		for k := range p.failed {
+			keySet[k] = true
+		}
 	}
 	keys := slices.SortedFunc(maps.Keys(keySet), compareKeys)
 	opened := 0
@@ -268,6 +279,7 @@ func (p *Proxy) apply(s *snapshot.Snapshot) bool {
 		if !p.opens(l) || p.sockets[k] != nil {
 			continue
 		}
+		p.binds++
 		sock, _, err := p.acquireSocket(k)
 		if err != nil {
 			p.bindFailed(l, err)
@@ -308,7 +320,12 @@ func (p *Proxy) apply(s *snapshot.Snapshot) bool {
 		pool.release(p.health)
 	}
 	p.snap = s
-	for k := range p.failed {
+	// A failed listener that is not among keys is unchanged and still
+	// missing.
+	for _, k := range keys {
+		if _, ok := p.failed[k]; !ok {
+			continue
+		}
 		if l := s.Listener(k); l == nil || p.sockets[k] != nil {
 			delete(p.failed, k)
 		}

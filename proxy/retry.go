@@ -27,6 +27,7 @@ func (r *retryState) stop() {
 // scheduleRetry arms the retry timer while listeners are missing (under
 // p.mu); reset starts the backoff again from BindRetry.
 func (p *Proxy) scheduleRetry(reset bool) {
+	p.failedAnew = false
 	if p.missing == 0 || p.closed {
 		p.retry.stop()
 		p.retry.delay = 0
@@ -50,7 +51,7 @@ func (p *Proxy) retryBind(gen int) {
 		return
 	}
 	before := p.missing
-	opened := p.apply(p.snap)
+	opened := p.apply(p.snap, true)
 	p.scheduleRetry(false)
 	after, rev := p.missing, p.snap.Revision
 	p.mu.Unlock()
@@ -59,5 +60,15 @@ func (p *Proxy) retryBind(gen int) {
 		if p.cfg.Changed != nil {
 			p.cfg.Changed()
 		}
+	}
+}
+
+// armRetry keeps the retry timer running as it is after a change (under
+// p.mu): a change does not reset the backoff of listeners it did not
+// touch. A listener that failed anew starts the backoff again from
+// BindRetry.
+func (p *Proxy) armRetry() {
+	if p.failedAnew || p.retry.timer == nil || p.missing == 0 {
+		p.scheduleRetry(true)
 	}
 }
