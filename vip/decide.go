@@ -361,6 +361,12 @@ type self struct {
 	// without it yet (view.Keep): it keeps the arp VIPs it holds and
 	// takes none.
 	KeepOnly, HoldDown bool
+	// Rejoining: it regained its majority less than a detection time ago
+	// after losing it (a stall, a cut). Its peers may have taken its VIPs
+	// meanwhile, and the heartbeats that say so may still be on the way:
+	// it keeps what it holds and takes none until they have arrived, so
+	// that a VIP it lost moves once and not back.
+	Rejoining bool
 	// Holding: the arp VIPs it holds now.
 	Holding map[netip.Addr]bool
 	// Rebalance holds the arp VIPs it takes back from the hosts that
@@ -389,7 +395,9 @@ func (me self) withMajority(v view) self {
 // (this host when it has no problem, and in KeepOnly only for an address
 // it holds). A VIP stays with the first candidate that holds it: a host
 // that comes back, from a stall or a cut, takes nothing back, so a VIP
-// moves once and never back and forth. A VIP no candidate holds goes to
+// moves once and never back and forth; for a detection time after it
+// regains its majority (Rejoining) it takes nothing at all, until the
+// heartbeats that say what its peers took meanwhile have arrived. A VIP no candidate holds goes to
 // the first candidate. A host that just started takes back the VIPs it
 // ranks first for (Rebalance): its return brings them back. When a
 // candidate does not say what it holds (an earlier version), the ranking
@@ -404,7 +412,7 @@ func holderOf(a netip.Addr, ranked []string, me self, v view) string {
 	known := true
 	for _, h := range ranked {
 		if h == me.ID {
-			if me.Problem == "" && me.NotReady[a] == "" && (!me.KeepOnly || me.Holding[a]) {
+			if me.Problem == "" && me.NotReady[a] == "" && (!me.KeepOnly && !me.Rejoining || me.Holding[a]) {
 				cands = append(cands, h)
 			}
 			continue
@@ -510,6 +518,8 @@ func decide(vs vipSpec, ranked []string, me self, v view, peers map[string]*peer
 		d.Reason, d.Local = "not ready: "+notReady, true
 	case h == "" && me.KeepOnly:
 		d.Reason, d.Local = "takes nothing without a majority in two-way contact", true
+	case h == "" && me.Rejoining:
+		d.Reason, d.Local = "takes nothing for a detection time after regaining its majority", true
 	case h == "":
 		d.Reason = "no host can hold it"
 	case holds(v, me, h, vs.Addr):

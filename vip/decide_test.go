@@ -328,6 +328,8 @@ func TestHolderOf(t *testing.T) {
 		{"a peer of an earlier version: the ranking", self{ID: "n1"}, view{Alive: map[string]hostView{"n2": peer(false, false), "n3": peer(true, true)}}, "n2"},
 		{"keep-only takes nothing", self{ID: "n1", KeepOnly: true}, view{Alive: map[string]hostView{"n3": peer(false, true)}}, "n3"},
 		{"keep-only keeps what it holds", self{ID: "n1", KeepOnly: true, Holding: held}, view{Alive: map[string]hostView{"n3": peer(false, true)}}, "n1"},
+		{"rejoining takes nothing", self{ID: "n1", Rejoining: true}, view{Alive: map[string]hostView{"n2": peer(false, true), "n3": peer(false, true)}}, "n2"},
+		{"rejoining keeps what it holds", self{ID: "n1", Rejoining: true, Holding: held}, view{Alive: map[string]hostView{"n3": peer(false, true)}}, "n1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -51,6 +51,9 @@ type loopState struct {
 	records map[netip.Addr]*record
 	alive   map[string]bool
 	quorum  string // quorumState of the last view
+	// rejoined: when this host last regained its majority after it had
+	// lost it and released its arp VIPs (see self.Rejoining).
+	rejoined time.Time
 	// rebalanceFrom: when this process could first hold each arp VIP;
 	// rebalanceOpen: those of them whose window may still be open;
 	// rebalancePass: the readiness recomputation (readiness.full) whose
@@ -283,6 +286,15 @@ func (m *Manager) evaluate(now time.Time, inputsChanged bool) time.Time {
 		arpMe.Problem = "no heartbeat key yet"
 	}
 	arpMe = arpMe.withMajority(v)
+	if v.Quorum && st.want != nil && st.quorum == "none" {
+		st.rejoined = now
+	}
+	if until := st.rejoined.Add(m.dead); v.Quorum && !st.rejoined.IsZero() && now.Before(until) {
+		arpMe.Rejoining = arpMe.Problem == ""
+		if wake.IsZero() || until.Before(wake) {
+			wake = until
+		}
+	}
 	if arpMe.Problem == "" && !st.arpUp {
 		arpMe.Problem = "interface " + m.cfg.Interface + " is down"
 	}
@@ -337,7 +349,7 @@ func (m *Manager) evaluate(now time.Time, inputsChanged bool) time.Time {
 		sessions = m.spk.established()
 	}
 	st.sessions = sessions
-	sig := signature(v, st.peers, arpMe.Problem, bgpMe.Problem, me.Problem, fmt.Sprint(arpMe.KeepOnly, arpMe.HoldDown, len(arpMe.Rebalance), sessions))
+	sig := signature(v, st.peers, arpMe.Problem, bgpMe.Problem, me.Problem, fmt.Sprint(arpMe.KeepOnly, arpMe.HoldDown, arpMe.Rejoining, len(arpMe.Rebalance), sessions))
 	if st.want != nil && (inputsChanged || reannounce || sig != st.sig) {
 		m.converge(now, v, arpMe, bgpMe, me)
 	}

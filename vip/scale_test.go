@@ -20,31 +20,7 @@ import (
 // still carry what this host holds and what it is not ready for.
 func TestTicksAtScaleLookAtNoVIP(t *testing.T) {
 	const n = 10000
-	m := &Manager{
-		cfg:  Config{NodeID: "n1", HeartbeatInterval: 20 * time.Millisecond, StateMaxAge: time.Hour},
-		dead: 100 * time.Millisecond, log: slog.New(slog.DiscardHandler),
-		kick: make(chan struct{}, 1), ready: map[string]string{}, key: []byte("key"),
-		arp: &iface{name: "vip-test"},
-	}
-	m.quorum = m.dead - m.cfg.HeartbeatInterval
-	m.settle = settleMultiple * m.dead
-	m.gap = gapMultiple * m.dead
-	udp := func() *net.UDPConn {
-		c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
-	m.conn = udp()
-	sink := udp() // the peers' heartbeats go here and are never read
-	m.act = newActuator(m)
-	m.beats = newBeatSender(m)
-	m.loop.init()
-	m.loop.linkDirty = false // the interface is not read: it is up
-	arrivals := map[string]*peerArrival{}
-	m.arrivals.Store(&arrivals)
+	m, sink := loopTestManager(t)
 
 	objs := []*pb.Object{{Kind: &pb.Object_VipPool{VipPool: &pb.VIPPool{Name: "bulk", Cidrs: []string{"198.18.0.0/15"}, Mode: ModeARP}}}}
 	for _, id := range []string{"n1", "n2", "n3"} {
@@ -135,4 +111,38 @@ func other(id string) string {
 		return "n3"
 	}
 	return "n2"
+}
+
+// loopTestManager returns a Manager for n1 whose loop a test drives by
+// hand (receive, evaluate, planBeats), with 100ms detection, and a socket
+// its heartbeats go to and are never read from.
+func loopTestManager(t *testing.T) (*Manager, *net.UDPConn) {
+	t.Helper()
+	m := &Manager{
+		cfg:  Config{NodeID: "n1", HeartbeatInterval: 20 * time.Millisecond, StateMaxAge: time.Hour},
+		dead: 100 * time.Millisecond, log: slog.New(slog.DiscardHandler),
+		kick: make(chan struct{}, 1), ready: map[string]string{}, key: []byte("key"),
+		arp: &iface{name: "vip-test"},
+	}
+	m.quorum = m.dead - m.cfg.HeartbeatInterval
+	m.settle = settleMultiple * m.dead
+	m.gap = gapMultiple * m.dead
+	udp := func() *net.UDPConn {
+		c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	m.conn = udp()
+	sink := udp() // the peers' heartbeats go here and are never read
+	m.act = newActuator(m)
+	m.beats = newBeatSender(m)
+	m.loop.init()
+	m.loop.linkDirty = false // the interface is not read: it is up
+	arrivals := map[string]*peerArrival{}
+	m.arrivals.Store(&arrivals)
+
+	return m, sink
 }
