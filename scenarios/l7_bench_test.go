@@ -255,13 +255,29 @@ pools:
 			return !slices.Contains(strings.Split(only, ","), w.name)
 		})
 	}
+	// L7_BENCH_PROFILE=dir saves a CPU profile of serve for each
+	// workload's first round (from /debug/pprof/ on its loopback metrics
+	// address) as dir/<workload>.pprof.
+	profileDir := os.Getenv("L7_BENCH_PROFILE")
 	samples := map[string][]l7Sample{}
 	b.ResetTimer()
 	for round := range l7BenchRounds {
 		for _, w := range workloads {
 			for _, p := range proxies {
+				var profiled chan error
+				if profileDir != "" && round == 0 && p.pid == teapotPid {
+					profiled = make(chan error, 1)
+					go func() {
+						profiled <- saveProfile(n.metricsAddr, l7BenchRun-time.Second, filepath.Join(profileDir, w.name+".pprof"))
+					}()
+				}
 				cpu0, t0 := cpuTime(b, p.pid), time.Now()
 				reqs, err := w.run(b, p.host, p.port, p.tlsPort)
+				if profiled != nil {
+					if err := <-profiled; err != nil {
+						b.Fatalf("profile of %s: %v", w.name, err)
+					}
+				}
 				if err != nil {
 					b.Fatalf("round %d, %s through %s: %v", round+1, w.name, p.name, err)
 				}
@@ -297,6 +313,24 @@ pools:
 	}
 	fmt.Print(out.String())
 	b.ReportMetric(0, "ns/op")
+}
+
+// saveProfile writes a CPU profile of the serve process listening for
+// metrics on addr, taken over d, to path.
+func saveProfile(addr string, d time.Duration, path string) error {
+	resp, err := (&http.Client{Timeout: d + time.Minute}).Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, int(d.Seconds())))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", resp.Status, body)
+	}
+	return os.WriteFile(path, body, 0o644)
 }
 
 // freeL7Ports returns a port pair free on the three proxies' addresses.

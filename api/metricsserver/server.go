@@ -1,7 +1,9 @@
 // Package metricsserver serves an LB host's Prometheus metrics over plain
 // HTTP at /metrics. The collectors live with the parts they describe; this
 // package gathers them into one registry with the Go runtime and process
-// collectors.
+// collectors. On a loopback address it also serves the Go runtime's
+// profiles at /debug/pprof/ (CPU, heap, goroutines, mutex and block), for
+// operators on the host; on any other address it does not.
 package metricsserver
 
 import (
@@ -11,6 +13,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
+	"net/netip"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -70,11 +75,15 @@ func Listen(addr string, log *slog.Logger) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	h := Handler(reg, log)
+	if ap, err := netip.ParseAddrPort(ln.Addr().String()); err == nil && ap.Addr().IsLoopback() {
+		h = withProfiles(h)
+	}
 	return &Server{ln: ln, log: log, reg: reg, srv: &http.Server{
-		Handler:           Handler(reg, log),
+		Handler:           h,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
-		WriteTimeout:      30 * time.Second,
+		WriteTimeout:      ProfileMaxSeconds*time.Second + 30*time.Second,
 		IdleTimeout:       time.Minute,
 		MaxHeaderBytes:    16 << 10,
 	}}, nil
@@ -108,4 +117,41 @@ func (s *Server) Run(ctx context.Context) {
 	if err := s.srv.Serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		s.log.Warn("metrics server stopped", "err", err)
 	}
+}
+
+// ProfileMaxSeconds bounds the duration of a CPU profile or execution
+// trace asked for at /debug/pprof/profile?seconds=N.
+const ProfileMaxSeconds = 120
+
+// withProfiles serves next plus the runtime's profiles under
+// /debug/pprof/. Profiles run one at a time (the runtime allows one CPU
+// profile per process anyway); a second request is answered 429.
+func withProfiles(next http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/", next)
+	busy := make(chan struct{}, 1)
+	one := func(h http.HandlerFunc) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			if s := r.URL.Query().Get("seconds"); s != "" {
+				if n, err := strconv.Atoi(s); err != nil || n < 1 || n > ProfileMaxSeconds {
+					http.Error(w, fmt.Sprintf("seconds: give a whole number from 1 to %d", ProfileMaxSeconds), http.StatusBadRequest)
+					return
+				}
+			}
+			select {
+			case busy <- struct{}{}:
+				defer func() { <-busy }()
+			default:
+				http.Error(w, "a profile is already being taken; try again when it ends", http.StatusTooManyRequests)
+				return
+			}
+			h(w, r)
+		}
+	}
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("GET /debug/pprof/profile", one(pprof.Profile))
+	mux.HandleFunc("GET /debug/pprof/trace", one(pprof.Trace))
+	return mux
 }
