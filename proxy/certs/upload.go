@@ -86,10 +86,12 @@ func CheckUpload(t *pb.Tenant, name string, certPEM, keyPEM []byte, now time.Tim
 }
 
 // leafHosts returns the names a certificate covers, or why they may not be
-// served for a tenant with domains.
+// served for a tenant with domains. URI names (a SPIFFE ID, "*") identify
+// no host a TLS client checks, so they are ignored; IP addresses and
+// e-mail addresses are refused.
 func leafHosts(leaf *x509.Certificate, domains []string) ([]string, string) {
-	if len(leaf.IPAddresses) > 0 || len(leaf.URIs) > 0 || len(leaf.EmailAddresses) > 0 {
-		return nil, "names IP addresses, URIs or e-mail addresses; only DNS names inside the tenant's domains are served"
+	if len(leaf.IPAddresses) > 0 || len(leaf.EmailAddresses) > 0 {
+		return nil, "names IP addresses or e-mail addresses; only DNS names inside the tenant's domains are served"
 	}
 	names := leaf.DNSNames
 	if len(names) == 0 && leaf.Subject.CommonName != "" {

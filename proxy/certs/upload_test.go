@@ -13,6 +13,7 @@ import (
 	"io"
 	"math/big"
 	"net"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -48,10 +49,16 @@ func newTestCA(t testing.TB) *testCA {
 
 // issue returns a leaf for names valid from nb to na, as cert and key PEM.
 func (ca *testCA) issue(t testing.TB, nb, na time.Time, names ...string) (certPEM, keyPEM []byte) {
+	return ca.issueWith(t, nb, na, func(*x509.Certificate) {}, names...)
+}
+
+// issueWith is issue with the template changed by edit.
+func (ca *testCA) issueWith(t testing.TB, nb, na time.Time, edit func(*x509.Certificate), names ...string) (certPEM, keyPEM []byte) {
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	serial, _ := rand.Int(rand.Reader, big.NewInt(1<<62))
 	tmpl := &x509.Certificate{SerialNumber: serial, Subject: pkix.Name{CommonName: names[0]}, DNSNames: names,
 		NotBefore: nb, NotAfter: na, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, KeyUsage: x509.KeyUsageDigitalSignature}
+	edit(tmpl)
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {
 		t.Fatal(err)
@@ -75,6 +82,14 @@ func TestCheckUpload(t *testing.T) {
 	expired, expiredKey := ca.issue(t, now.Add(-48*time.Hour), now.Add(-time.Hour), "shop.acme.example")
 	future, futureKey := ca.issue(t, now.Add(time.Hour), now.Add(48*time.Hour), "shop.acme.example")
 	chain := append(append([]byte{}, shopCert...), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.cert.Raw})...)
+	valid := func(edit func(*x509.Certificate), names ...string) ([]byte, []byte) {
+		return ca.issueWith(t, now.Add(-time.Hour), now.Add(24*time.Hour), edit, names...)
+	}
+	// The Gateway API conformance suite's certificate: a URI "*" beside
+	// its DNS names.
+	withURI, withURIKey := valid(func(c *x509.Certificate) { c.URIs = []*url.URL{{Path: "*"}} }, "*.acme.example")
+	withIP, withIPKey := valid(func(c *x509.Certificate) { c.IPAddresses = []net.IP{net.ParseIP("192.0.2.10")} }, "shop.acme.example")
+	withMail, withMailKey := valid(func(c *x509.Certificate) { c.EmailAddresses = []string{"ops@acme.example"} }, "shop.acme.example")
 	tests := []struct {
 		name       string
 		certName   string
@@ -94,6 +109,9 @@ func TestCheckUpload(t *testing.T) {
 		{"another tenant's host", "shop", foreign, foreignKey, "shop.globex.example, which is not inside the tenant's domains (acme.example)", "", 0},
 		{"one foreign host among others", "shop", mixed, mixedKey, "shop.globex.example", "", 0},
 		{"bad name", "Shop.Cert", shopCert, shopKey, `name: "Shop.Cert" must be`, "", 0},
+		{"a URI beside the DNS names", "uri", withURI, withURIKey, "", "[*.acme.example]", 1},
+		{"an IP address", "ip", withIP, withIPKey, "cert: names IP addresses or e-mail addresses", "", 0},
+		{"an e-mail address", "mail", withMail, withMailKey, "cert: names IP addresses or e-mail addresses", "", 0},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
