@@ -31,7 +31,7 @@ SCHEMA_OUT  := api/schema/generated.go docs/reference.md docs/teapot-lb.schema.j
 TEST_TIMEOUT  ?= 45m
 BENCH_TIMEOUT ?= 30m
 
-.PHONY: build run test lint generate generate-check bench soak clean help dist-bin image package upgrade-test
+.PHONY: build run test lint generate generate-check bench soak clean help dist-bin image package upgrade-test conformance
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -65,6 +65,9 @@ test: lint kube-tools ## lint, then every test with the race detector
 
 upgrade-test: ## the rolling-upgrade scenarios (not in test: they build the previous release from git, about 7 min): three hosts of it upgraded one by one under traffic, on loopback and in the ARP lab, then one downgraded
 	TEAPOT_SCENARIO_UPGRADE=1 CGO_ENABLED=1 go test -race -count=1 -p 1 -timeout 30m ./scenarios -run 'TestRollingUpgradeFromPreviousRelease|TestRollingUpgradeInARPLab' -v
+
+conformance: kube-tools ## the official Gateway API conformance suite (the version conformance/go.mod pins) against a tenant cluster and three LB hosts in network namespaces; writes docs/conformance/gateway-api-report.yaml (not in test: it runs for longer than a scenario may)
+	TEAPOT_CONFORMANCE=1 TEAPOT_CONFORMANCE_REPORT=docs go test -count=1 -p 1 -timeout 120m ./scenarios -run '^TestGatewayAPIConformance$$' -v
 
 kube-tools: ## build etcd and the Kubernetes components for the tenant scenarios (cached in ~/.cache/teapot-lb/kube)
 	bash scenarios/kubetools/build.sh >/dev/null

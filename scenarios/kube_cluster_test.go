@@ -88,11 +88,24 @@ func needKubeTools(tb testing.TB) {
 	}
 }
 
+// kubeLabOptions change what newKubeLabWith starts.
+type kubeLabOptions struct {
+	// manifest replaces kubeLabManifest (the pool and the tenant).
+	manifest string
+	// images builds more image tarballs in dir, imported into every node.
+	images func(dir string) []string
+}
+
 // newKubeLab starts the LB hosts, then the tenant cluster with its images
 // imported, then installs the agent from packaging/k8s as a Deployment.
-func newKubeLab(t *testing.T) *kubeLab {
+func newKubeLab(t *testing.T) *kubeLab { return newKubeLabWith(t, kubeLabOptions{}) }
+
+func newKubeLabWith(t *testing.T, o kubeLabOptions) *kubeLab {
 	t.Helper()
 	needKubeTools(t)
+	if o.manifest == "" {
+		o.manifest = kubeLabManifest
+	}
 	bins := kubeBinaries(t)
 	l := &kubeLab{vipLab: newVIPLab(t, labOptions{teapot: true, acme: true, misses: kubeLabMisses}), start: time.Now()}
 	l.dir = filepath.Join(l.vipLab.dir, "kube")
@@ -104,11 +117,14 @@ func newKubeLab(t *testing.T) *kubeLab {
 	}
 	must(os.MkdirAll(l.dir, 0o755))
 	manifest := filepath.Join(l.dir, "tenant.yaml")
-	must(os.WriteFile(manifest, []byte(kubeLabManifest), 0o644))
+	must(os.WriteFile(manifest, []byte(o.manifest), 0o644))
 	if _, err := l.cli(l.lbs[0], "apply", "-f", manifest); err != nil {
 		t.Fatal(err)
 	}
 	images := l.buildImages()
+	if o.images != nil {
+		images = append(images, o.images(l.dir)...)
+	}
 	cp, err := l.lab.AddHost("kcp", "192.0.2.30/24")
 	must(err)
 	var nodes []kubecluster.NodeConfig
