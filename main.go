@@ -70,8 +70,10 @@ type serveConfig struct {
 	MetricsAddr string `json:"metrics-addr"`
 	// WebAddr serves the dashboard over HTTPS; "" (the default) turns it off.
 	WebAddr string `json:"web-addr"`
-	// DrainTimeout is how long a stopping host lets its connections
-	// finish after it gave up its VIPs and closed its listeners.
+	// DrainTimeout is how long a drained or stopping host keeps its arp
+	// VIPs while its clients are handed over, and how long a stopping
+	// host then lets its connections finish after it closed its
+	// listeners.
 	DrainTimeout vip.Duration `json:"drain-timeout"`
 	// AccessLog is the file of the load balancers' access logs; ""
 	// writes them to stderr.
@@ -139,7 +141,7 @@ func serveCommand() *cobra.Command {
 	f.Var(&cfg.HeartbeatTimeout, "raft-heartbeat-timeout", "time without a leader's heartbeat before a follower calls an election")
 	f.Var(&cfg.ElectionTimeout, "raft-election-timeout", "time a candidate waits for votes before trying again")
 	f.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "debug | info | warn | error")
-	f.Var(&cfg.DrainTimeout, "drain-timeout", "on stop (SIGTERM), after the VIPs are handed over and the listeners closed, how long open connections may run to their end before they are closed")
+	f.Var(&cfg.DrainTimeout, "drain-timeout", "how long a drained or stopping (SIGTERM) host keeps its arp VIPs while its clients are handed over (HTTP connections close after their next response; other connections may end), and, on stop, how long open connections may run to their end after the listeners closed")
 	f.StringVar(&cfg.AccessLog, "access-log", "", "file that receives the access logs of load balancers with accessLog enabled (default: stderr)")
 	f.StringVar(&cfg.MetricsAddr, "metrics-addr", cfg.MetricsAddr, `IP:port serving Prometheus metrics at /metrics, and Go profiles at /debug/pprof/ when it is a loopback address ("" turns them off)`)
 	f.StringVar(&cfg.WebAddr, "web-addr", "", "IP:port serving the read-only dashboard over HTTPS with this host's certificate; logins take a token from \"teapot-lb dashboard token\" (default off)")
@@ -356,6 +358,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 		},
 	})
 	dataPlane.Store(px)
+	vm.setHandover(px)
 	host.Add(px)
 	host.Add(counters)
 	host.Add(cm)
@@ -387,7 +390,8 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	go sdnotify.FromEnv(log).Run(ctx, func(ctx context.Context) (string, error) {
 		return waitServing(ctx, node, &applied)
 	}, func() error { return feederAlive(fed, node) })
-	vm.run(ctx, log)
+	// The VIP loop outlives the signal: a stop hands clients over first.
+	vm.run(context.WithoutCancel(ctx), log)
 
 	select {
 	case <-node.Ready():
@@ -403,7 +407,9 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	<-ctx.Done()
 
 	log.Info("shutting down", "component", "serve")
-	// VIPs are handed over and routes withdrawn before any listener closes.
+	// Clients are handed over, then VIPs and routes, before any listener
+	// closes.
+	vm.handOverClients(time.Duration(cfg.DrainTimeout))
 	vm.close(log)
 	stopped := make(chan struct{})
 	go func() { srv.GracefulStop(); close(stopped) }()
@@ -540,7 +546,7 @@ func newVIPManager(cfg serveConfig, log *slog.Logger, events func(*pb.Event)) (*
 	m, err := vip.New(vip.Config{
 		NodeID: cfg.NodeID, Interface: cfg.VIPInterface, HeartbeatAddr: addr,
 		HeartbeatInterval: time.Duration(cfg.HeartbeatInterval), HeartbeatMisses: cfg.HeartbeatMisses,
-		BGP: cfg.BGP, Logger: log, Events: events,
+		BGP: cfg.BGP, Logger: log, Events: events, HandoverTimeout: time.Duration(cfg.DrainTimeout),
 	})
 	if err != nil {
 		return nil, err
@@ -588,6 +594,24 @@ func (v *vipManager) setReady(px *proxy.Proxy) {
 	if v != nil && px != nil {
 		v.SetReady(px.Readiness())
 	}
+}
+
+// setHandover gives the manager the data plane's part of a handover.
+func (v *vipManager) setHandover(px *proxy.Proxy) {
+	if v != nil {
+		v.SetHandover(px)
+	}
+}
+
+// handOverClients lets the manager hand this host's clients over before
+// a stop, for at most the drain timeout (and a second).
+func (v *vipManager) handOverClients(timeout time.Duration) {
+	if v == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout+time.Second)
+	defer cancel()
+	v.HandOverClients(ctx)
 }
 
 func (v *vipManager) close(log *slog.Logger) {

@@ -123,6 +123,8 @@ type Proxy struct {
 	tenants   sync.Map // tenant name -> *atomic.Int64 connections
 	hostConns atomic.Int64
 	wg        sync.WaitGroup
+
+	handover handoverState
 }
 
 // New returns a proxy serving nothing; Update gives it the state.

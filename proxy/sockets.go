@@ -39,8 +39,12 @@ type socket struct {
 type tracked struct {
 	c      net.Conn
 	lb     string
+	l7     bool
 	ctx    context.Context
 	cancel context.CancelFunc
+	// pending: it was open when the handover began (guarded by the
+	// socket's mu).
+	pending bool
 }
 
 // acquireSocket returns the socket for k, opening it when no snapshot
@@ -123,9 +127,9 @@ func (s *socket) drain(match func(lb string) bool) {
 }
 
 // track registers an accepted connection; nil when the socket is closing.
-func (s *socket) track(c net.Conn, lb string) *tracked {
+func (s *socket) track(c net.Conn, lb string, l7 bool) *tracked {
 	ctx, cancel := context.WithCancel(context.Background())
-	t := &tracked{c: c, lb: lb, ctx: ctx, cancel: cancel}
+	t := &tracked{c: c, lb: lb, l7: l7, ctx: ctx, cancel: cancel}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -140,6 +144,10 @@ func (s *socket) untrack(t *tracked) {
 	t.cancel()
 	s.mu.Lock()
 	delete(s.conns, t)
+	if t.pending {
+		t.pending = false
+		s.p.handover.pending.Add(-1)
+	}
 	s.mu.Unlock()
 }
 
@@ -229,12 +237,15 @@ func (p *Proxy) accept(s *socket, c *net.TCPConn) {
 		refuse(c)
 		return
 	}
-	t := s.track(c, l.LB)
+	t := s.track(c, l.LB, l.Protocol.L7())
 	if t == nil {
 		s.active.Add(-1)
 		tenantDone()
 		refuse(c)
 		return
+	}
+	if t.l7 && p.handover.on.Load() {
+		t.cancel() // its answers say Connection: close
 	}
 	p.wg.Add(1)
 	go func() {

@@ -60,6 +60,11 @@ type Config struct {
 	// Events receives this host's VIP moves (taken, released, announced,
 	// withdrawn) with the reason; nil drops them.
 	Events func(*pb.Event)
+	// Handover is the data plane's part when this host gives its arp
+	// VIPs up on purpose (nil: they go at once); HandoverTimeout bounds
+	// how long it keeps them for it (default 30s).
+	Handover        Handover
+	HandoverTimeout time.Duration
 }
 
 // BGPConfig is the `bgp:` section of the serve config file.
@@ -159,6 +164,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.StateMaxAge == 0 {
 		c.StateMaxAge = DefaultStateMaxAge
+	}
+	if c.HandoverTimeout <= 0 {
+		c.HandoverTimeout = 30 * time.Second
 	}
 	switch {
 	case c.StateMaxAge < time.Second || c.StateMaxAge > 10*time.Minute:

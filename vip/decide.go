@@ -367,6 +367,9 @@ type self struct {
 	// it keeps what it holds and takes none until they have arrived, so
 	// that a VIP it lost moves once and not back.
 	Rejoining bool
+	// Handover: it keeps the arp VIPs it holds, and takes none, while
+	// its clients are handed over (drained or stopping; with KeepOnly).
+	Handover bool
 	// Holding: the arp VIPs it holds now.
 	Holding map[netip.Addr]bool
 	// Rebalance holds the arp VIPs it takes back from the hosts that
@@ -504,6 +507,8 @@ func decide(vs vipSpec, ranked []string, me self, v view, peers map[string]*peer
 		d.Reason = "ranks first again (" + prevHolder + " held it)"
 	case d.Hold && prevHolder != "" && prevHolder != me.ID:
 		d.Reason = "took over: " + whyNot(v, prevHolder, vs.Addr, peers, dead)
+	case d.Hold && me.Handover:
+		d.Reason = "keeps it while its clients are handed over (drained or stopping)"
 	case d.Hold && me.KeepOnly && me.HoldDown:
 		d.Reason = "keeps it: lost its majority in two-way contact less than the hold-down ago"
 	case d.Hold && me.KeepOnly:

@@ -82,6 +82,9 @@ type loopState struct {
 	actErrs      bool   // the actuator reported errors at the last publish
 	lastTrigger  time.Time
 	sync         syncState
+	// handover: this host keeps its arp VIPs while its clients are
+	// handed over (handoverStep).
+	handover handoverState
 	// reannounce: a peer hears this host again after taking it for dead;
 	// the VIPs held here are announced again (record.takes).
 	reannounce bool
@@ -215,6 +218,7 @@ func (m *Manager) evaluate(now time.Time, inputsChanged bool) time.Time {
 	st := &m.loop
 	m.mu.Lock()
 	want, revision := m.want, m.revision
+	stopping := m.stopping
 	haveKey := len(m.key) > 0
 	contactOf := m.contact
 	if m.linkChanged {
@@ -269,14 +273,16 @@ func (m *Manager) evaluate(now time.Time, inputsChanged bool) time.Time {
 	if me.NotReady == nil {
 		me.NotReady = map[netip.Addr]string{}
 	}
+	drained := st.want != nil && st.want.Draining[m.cfg.NodeID]
+	handingOver := st.want != nil && m.handoverStep(now, drained || stopping)
 	switch {
-	case st.leaving:
+	case st.leaving, stopping && !handingOver:
 		me.Problem = "shutting down"
 	case st.want == nil:
 		me.Problem = "no committed state yet"
 	case st.sync.synced.IsZero():
 		me.Problem = "has not heard the cluster since it started"
-	case st.want.Draining[m.cfg.NodeID]:
+	case drained && !handingOver:
 		me.Problem = "drained by the operator (cluster drain)"
 	case !haveReady:
 		me.Problem = "the data plane has not reported yet"
@@ -294,6 +300,9 @@ func (m *Manager) evaluate(now time.Time, inputsChanged bool) time.Time {
 		if wake.IsZero() || until.Before(wake) {
 			wake = until
 		}
+	}
+	if handingOver && arpMe.Problem == "" {
+		arpMe.KeepOnly, arpMe.Handover = true, true
 	}
 	if arpMe.Problem == "" && !st.arpUp {
 		arpMe.Problem = "interface " + m.cfg.Interface + " is down"

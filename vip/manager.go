@@ -62,6 +62,10 @@ type Manager struct {
 	linkChanged bool
 	contact     func() time.Time
 	pub         published
+	// stopping: HandOverClients was called (a stop hands clients over).
+	stopping bool
+	// handedOver: the handover the loop runs is over.
+	handedOver atomic.Bool
 
 	loop  loopState // owned by the goroutine in Run, then by Close
 	moves moveCounters

@@ -17,6 +17,11 @@ type Config struct {
 	HeaderTimeout time.Duration
 	// IdleTimeout closes a keep-alive connection without a request.
 	IdleTimeout time.Duration
+	// DrainIdleGrace is how long a drained HTTP/1.x connection that is
+	// idle waits for one more request, answered with Connection: close,
+	// before it closes: a client whose connection is busy reconnects after
+	// its next response instead of racing a close.
+	DrainIdleGrace time.Duration
 	// BodyTimeout bounds each wait for request body bytes (408), and each
 	// wait for response body bytes from a member.
 	BodyTimeout time.Duration
@@ -69,6 +74,7 @@ type Config struct {
 var DefaultConfig = Config{
 	HeaderTimeout:               10 * time.Second,
 	IdleTimeout:                 60 * time.Second,
+	DrainIdleGrace:              time.Second,
 	BodyTimeout:                 60 * time.Second,
 	WriteTimeout:                60 * time.Second,
 	ConnectTimeout:              5 * time.Second,
@@ -105,6 +111,7 @@ func (c Config) withDefaults() Config {
 	}
 	dur(&c.HeaderTimeout, d.HeaderTimeout)
 	dur(&c.IdleTimeout, d.IdleTimeout)
+	dur(&c.DrainIdleGrace, d.DrainIdleGrace)
 	dur(&c.BodyTimeout, d.BodyTimeout)
 	dur(&c.WriteTimeout, d.WriteTimeout)
 	dur(&c.ConnectTimeout, d.ConnectTimeout)

@@ -98,14 +98,15 @@ func (c *clientConn) serve() {
 	}
 }
 
-// drain makes an idle connection close now and a busy one close after its
-// response.
+// drain makes a busy connection close after its response, and an idle one
+// after its next response (with Connection: close) or, when no request
+// comes within DrainIdleGrace, at the end of the grace.
 func (c *clientConn) drain() {
 	for {
 		switch c.state.Load() {
 		case connIdle:
 			if c.state.CompareAndSwap(connIdle, connDrain) {
-				_ = c.nc.SetReadDeadline(aLongTimeAgo)
+				_ = c.nc.SetReadDeadline(time.Now().Add(c.s.cfg.DrainIdleGrace))
 				return
 			}
 		case connActive:
@@ -179,14 +180,21 @@ func (c *clientConn) readRequest() bool {
 		if c.setReadDeadline(now.UnixNano(), c.idle) != nil {
 			return false
 		}
+		if c.draining() {
+			// Drained before the idle deadline was set: the grace holds.
+			c.rdl = 0
+			if c.nc.SetReadDeadline(now.Add(c.s.cfg.DrainIdleGrace)) != nil {
+				return false
+			}
+		}
 		if err := c.fill(); err != nil {
 			return false // idle timeout, close or drain: nothing to answer
 		}
 		now = time.Now()
 	}
 	if !c.state.CompareAndSwap(connIdle, connActive) {
-		// Drained while the request arrived: serve it, then close. The
-		// drain set a read deadline in the past.
+		// Drained while idle: serve this request, then close. The drain
+		// set the read deadline of its grace.
 		c.closing = true
 		c.rdl = 0
 	}

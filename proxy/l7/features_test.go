@@ -299,14 +299,19 @@ func TestHTTPSClientFields(t *testing.T) {
 	}
 }
 
-// TestDrain checks that cancelling the connection context closes idle
-// keep-alive connections and lets a busy one finish its response.
+// TestDrain checks that cancelling the connection context lets a busy
+// connection finish its response with Connection: close, answers the next
+// request of an idle one with Connection: close, and closes an idle one
+// that sends none at the end of the grace, not before.
 func TestDrain(t *testing.T) {
 	slow := backendServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		time.Sleep(200 * time.Millisecond)
+		if r.URL.Path == "/slow" {
+			time.Sleep(200 * time.Millisecond)
+		}
 		fmt.Fprint(w, "done")
 	}))
-	s := New(Config{})
+	const grace = 400 * time.Millisecond
+	s := New(Config{DrainIdleGrace: grace})
 	defer s.Close()
 	router := oneRoute(newBackend(t, slow))
 	info := ConnInfo{Router: func() Router { return router }}
@@ -322,14 +327,36 @@ func TestDrain(t *testing.T) {
 			go s.ServeConn(ctx, c, info)
 		}
 	}()
-	idle, _ := net.Dial("tcp", ln.Addr().String())
-	busy, _ := net.Dial("tcp", ln.Addr().String())
-	defer idle.Close()
-	defer busy.Close()
-	fmt.Fprint(busy, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	dial := func() (net.Conn, *bufio.Reader) {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c, bufio.NewReader(c)
+	}
+	get := func(c net.Conn, br *bufio.Reader, path string, wantClose bool) {
+		t.Helper()
+		fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: x\r\n\r\n", path)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		if string(body) != "done" || resp.Close != wantClose {
+			t.Fatalf("%s: body %q, close %v (want %v)", path, body, resp.Close, wantClose)
+		}
+	}
+	idle, idleR := dial()
+	quiet, quietR := dial()
+	busy, busyR := dial()
+	get(idle, idleR, "/", false)
+	get(quiet, quietR, "/", false)
+	fmt.Fprint(busy, "GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
 	time.Sleep(50 * time.Millisecond)
+	drained := time.Now()
 	cancel()
-	resp, err := http.ReadResponse(bufio.NewReader(busy), nil)
+	resp, err := http.ReadResponse(busyR, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -337,8 +364,21 @@ func TestDrain(t *testing.T) {
 	if string(body) != "done" || !resp.Close {
 		t.Errorf("busy connection: body %q, close %v", body, resp.Close)
 	}
-	_ = idle.SetReadDeadline(time.Now().Add(time.Second))
-	if n, err := idle.Read(make([]byte, 1)); err != io.EOF {
-		t.Errorf("idle connection: read %d, %v; want EOF", n, err)
+	// An idle connection gets one more answer, which closes it.
+	get(idle, idleR, "/", true)
+	_ = idle.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := idleR.Read(make([]byte, 1)); err != io.EOF {
+		t.Errorf("idle connection after its last answer: read %d, %v; want EOF", n, err)
 	}
+	// One without a request closes at the end of the grace.
+	_ = quiet.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := quietR.Read(make([]byte, 1)); err != io.EOF {
+		t.Errorf("quiet connection: read %d, %v; want EOF", n, err)
+	}
+	if took := time.Since(drained); took < grace-50*time.Millisecond {
+		t.Errorf("quiet connection closed %s after the drain, before the %s grace", took, grace)
+	}
+	// A connection accepted after the drain serves its request and closes.
+	late, lateR := dial()
+	get(late, lateR, "/", true)
 }

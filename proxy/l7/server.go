@@ -71,8 +71,10 @@ func (s *Server) janitor() {
 // negotiated "h2" through ALPN, HTTP/1.x otherwise. Pass bare
 // *net.TCPConn and *tls.Conn values: wrappers disable splice.
 //
-// Cancelling ctx drains the connection: an idle HTTP/1.x connection
-// closes at once and a busy one after its response; HTTP/2 clients get a
+// Cancelling ctx drains the connection: a busy HTTP/1.x connection closes
+// after its response, an idle one after its next response or, without a
+// request, after DrainIdleGrace (responses say Connection: close); HTTP/2
+// clients get a
 // GOAWAY and their open streams finish. Upgraded connections (WebSocket)
 // keep running until the caller closes c.
 func (s *Server) ServeConn(ctx context.Context, c net.Conn, info ConnInfo) {

@@ -1,0 +1,136 @@
+package proxy
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/teapot-lb/teapot-lb/proxy/l7"
+	"golang.org/x/net/websocket"
+)
+
+// TestHandoverClosesHTTPAfterItsNextResponse checks the handover of a host
+// whose VIPs are about to move: a kept-alive HTTP connection gets its next
+// answer with Connection: close and then a clean close (EOF, no reset), a
+// new HTTP connection is served once and closed the same way, while a TCP
+// stream and a WebSocket keep working and are counted as pending until
+// CloseConnections ends them cleanly; undone, new HTTP connections stay
+// open again.
+func TestHandoverClosesHTTPAfterItsNextResponse(t *testing.T) {
+	web := startWebBackend(t, "web")
+	echoAddr := startBackend(t, "127.0.0.1", echo).addr
+	srv := l7.New(l7.Config{DrainIdleGrace: 5 * time.Second})
+	t.Cleanup(func() { srv.Close() })
+	p, _ := newProxy(t, Config{HTTP: NewHTTP(srv, nil), DrainTimeout: time.Minute})
+	httpPort, tcpPort := freePort(t), freePort(t)
+	update(t, p, mainL7LB("127.0.0.2", httpPort, tcpPort, []string{web}, []string{echoAddr}))
+	httpTarget, tcpTarget := vipAddr("127.0.0.2", httpPort), vipAddr("127.0.0.2", tcpPort)
+
+	type kept struct {
+		c  net.Conn
+		br *bufio.Reader
+	}
+	dial := func() kept {
+		t.Helper()
+		c, err := net.DialTimeout("tcp", httpTarget, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return kept{c, bufio.NewReader(c)}
+	}
+	get := func(k kept) (closeAfter bool) {
+		t.Helper()
+		_ = k.c.SetDeadline(time.Now().Add(5 * time.Second))
+		fmt.Fprintf(k.c, "GET /x HTTP/1.1\r\nHost: %s\r\n\r\n", shopHost)
+		resp, err := http.ReadResponse(k.br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || string(body) != "hello /x" {
+			t.Fatalf("answer %q, %v", body, err)
+		}
+		return resp.Close
+	}
+	cleanEOF := func(k kept, what string) {
+		t.Helper()
+		_ = k.c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if n, err := k.br.Read(make([]byte, 1)); err != io.EOF {
+			t.Fatalf("%s: read %d, %v; want a clean close (EOF)", what, n, err)
+		}
+	}
+
+	ka := dial()
+	if get(ka) {
+		t.Fatal("Connection: close before the handover")
+	}
+	stream, err := net.DialTimeout("tcp", tcpTarget, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Close()
+	if err := roundTrip(stream, []byte("before")); err != nil {
+		t.Fatal(err)
+	}
+	ws, err := dialWebSocket(httpTarget)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	if err := wsRoundTrip(ws, "before"); err != nil {
+		t.Fatal(err)
+	}
+	if n := p.HandoverPending(); n != 0 {
+		t.Fatalf("%d pending before the handover", n)
+	}
+
+	p.Handover(true)
+	if n := p.HandoverPending(); n != 3 {
+		t.Fatalf("%d connections pending at the handover, want 3 (keep-alive, stream, WebSocket)", n)
+	}
+	if !get(ka) {
+		t.Fatal("the kept-alive connection's next answer does not say Connection: close")
+	}
+	cleanEOF(ka, "kept-alive connection after its last answer")
+	fresh := dial()
+	if !get(fresh) {
+		t.Fatal("a connection accepted during the handover is kept alive")
+	}
+	cleanEOF(fresh, "connection accepted during the handover")
+	for i := range 3 {
+		if err := roundTrip(stream, fmt.Appendf(nil, "during %d", i)); err != nil {
+			t.Fatalf("the TCP stream broke during the handover: %v", err)
+		}
+		if err := wsRoundTrip(ws, fmt.Sprintf("during %d", i)); err != nil {
+			t.Fatalf("the WebSocket broke during the handover: %v", err)
+		}
+	}
+	eventually(t, "the kept-alive connection to leave the pending count", func() bool { return p.HandoverPending() == 2 })
+
+	if n := p.CloseConnections(); n != 2 {
+		t.Fatalf("CloseConnections closed %d, want 2", n)
+	}
+	_ = stream.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := stream.Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("TCP stream after CloseConnections: read %d, %v; want EOF", n, err)
+	}
+	var msg string
+	_ = ws.SetDeadline(time.Now().Add(5 * time.Second))
+	if err := websocket.Message.Receive(ws, &msg); !errors.Is(err, io.EOF) {
+		t.Fatalf("WebSocket after CloseConnections: %q, %v; want EOF", msg, err)
+	}
+	eventually(t, "nothing pending", func() bool { return p.HandoverPending() == 0 })
+
+	p.Handover(false)
+	again := dial()
+	if get(again) || get(again) {
+		t.Fatal("Connection: close after the handover was undone")
+	}
+}

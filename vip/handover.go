@@ -1,0 +1,102 @@
+package vip
+
+import (
+	"context"
+	"time"
+)
+
+// Handover is the data plane's part in a planned move of this host's arp
+// VIPs (`cluster drain` of this host, a stop): Handover(true) asks the
+// clients to reconnect (HTTP connections close after their next
+// response), HandoverPending counts the connections open when it began
+// that are still open, and CloseConnections ends those left, just before
+// the VIPs move. The proxy implements it.
+type Handover interface {
+	Handover(on bool)
+	HandoverPending() int
+	CloseConnections() int
+}
+
+// handoverState is the loop's record of a handover.
+type handoverState struct {
+	since time.Time // when it began (zero: none)
+	begun bool      // Handover(true) was called
+	done  bool
+}
+
+// handoverStep advances the handover of a host that gives its arp VIPs
+// up on purpose (want: drained or stopping) and reports whether it keeps
+// them meanwhile. A host that holds an arp VIP keeps it, taking none,
+// while its clients are handed over: until the connections open when the
+// handover began have all ended, at most HandoverTimeout. Then it closes
+// the connections left and lets the VIPs go; the peers take them at once.
+// A host that holds none has nothing to hand over. When want ends (the
+// host was undrained) the data plane keeps connections open again.
+func (m *Manager) handoverStep(now time.Time, want bool) bool {
+	st := &m.loop
+	h := &st.handover
+	if !want {
+		if h.begun {
+			m.cfg.Handover.Handover(false)
+			m.log.Info("handover ended: this host may hold VIPs again")
+		}
+		*h = handoverState{}
+		m.handedOver.Store(false)
+		return false
+	}
+	if h.done {
+		return false
+	}
+	if h.since.IsZero() {
+		h.since = now
+		if m.cfg.Handover == nil || len(st.holding) == 0 {
+			h.done = true
+			m.handedOver.Store(true)
+			return false
+		}
+		h.begun = true
+		m.cfg.Handover.Handover(true)
+		m.log.Info("keeps its arp VIPs while its clients are handed over",
+			"vips", len(st.holding), "pending", m.cfg.Handover.HandoverPending(), "at_most", m.cfg.HandoverTimeout)
+	}
+	pending := m.cfg.Handover.HandoverPending()
+	if pending > 0 && now.Sub(h.since) < m.cfg.HandoverTimeout {
+		return true
+	}
+	closed := m.cfg.Handover.CloseConnections()
+	h.done = true
+	m.handedOver.Store(true)
+	m.log.Info("clients handed over; letting the arp VIPs go",
+		"took", now.Sub(h.since).Round(time.Millisecond), "still_open", pending, "closed", closed)
+	return false
+}
+
+// HandOverClients is the first step of a stop: the loop keeps running and
+// this host hands its clients over (see handoverStep) before Close lets
+// its VIPs go. It returns when that is done, when ctx ends or when the
+// loop does not run.
+func (m *Manager) HandOverClients(ctx context.Context) {
+	m.mu.Lock()
+	m.stopping = true
+	running := m.loop.running
+	m.mu.Unlock()
+	if !running {
+		return
+	}
+	m.poke()
+	tick := time.NewTicker(m.cfg.HeartbeatInterval)
+	defer tick.Stop()
+	for !m.handedOver.Load() {
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.loopDone:
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// SetHandover gives the manager the data plane's part of a handover
+// (Config.Handover). Call it before Run.
+func (m *Manager) SetHandover(h Handover) { m.cfg.Handover = h }

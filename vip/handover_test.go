@@ -1,0 +1,237 @@
+package vip
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+)
+
+// fakeDataPlane records what the loop asks of the data plane during a
+// handover; pending is what HandoverPending answers.
+type fakeDataPlane struct {
+	mu      sync.Mutex
+	on      []bool
+	pending int
+	closed  int
+}
+
+func (f *fakeDataPlane) Handover(on bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.on = append(f.on, on)
+}
+
+func (f *fakeDataPlane) HandoverPending() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.pending
+}
+
+func (f *fakeDataPlane) CloseConnections() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.closed++
+	n := f.pending
+	f.pending = 0
+	return n
+}
+
+func (f *fakeDataPlane) state() ([]bool, int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]bool(nil), f.on...), f.closed
+}
+
+// loopHarness runs n1's loop of a three-host cluster by hand with n arp
+// VIPs: tick advances the clock one interval with heartbeats from n2 and
+// n3 that see everyone.
+type loopHarness struct {
+	m     *Manager
+	now   time.Time
+	seq   map[string]uint64
+	objs  func(drained bool) []*pb.Object
+	ticks int
+}
+
+func newLoopHarness(t *testing.T, n int, dp Handover, timeout time.Duration) *loopHarness {
+	t.Helper()
+	m := &Manager{
+		cfg: Config{NodeID: "n1", HeartbeatInterval: 20 * time.Millisecond, StateMaxAge: time.Hour,
+			Handover: dp, HandoverTimeout: timeout},
+		dead: 100 * time.Millisecond, log: slog.New(slog.DiscardHandler),
+		kick: make(chan struct{}, 1), ready: map[string]string{}, key: []byte("key"),
+		arp: &iface{name: "vip-test"},
+	}
+	m.quorum = m.dead - m.cfg.HeartbeatInterval
+	m.settle = settleMultiple * m.dead
+	m.gap = gapMultiple * m.dead
+	udp := func() *net.UDPConn {
+		c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	m.conn = udp()
+	sink := udp()
+	m.act = newActuator(m)
+	m.beats = newBeatSender(m)
+	m.loop.init()
+	m.loop.linkDirty = false
+	arrivals := map[string]*peerArrival{}
+	m.arrivals.Store(&arrivals)
+	ready := map[string]string{}
+	h := &loopHarness{m: m, now: time.Now(), seq: map[string]uint64{}}
+	h.objs = func(drained bool) []*pb.Object {
+		objs := []*pb.Object{{Kind: &pb.Object_VipPool{VipPool: &pb.VIPPool{Name: "l2", Cidrs: []string{"198.18.0.0/24"}, Mode: ModeARP}}}}
+		for _, id := range []string{"n1", "n2", "n3"} {
+			objs = append(objs, &pb.Object{Kind: &pb.Object_Node{Node: &pb.Node{Id: id, HeartbeatAddr: sink.LocalAddr().String(),
+				Draining: drained && id == "n1"}}})
+		}
+		for i := range n {
+			lb := &pb.LoadBalancer{Tenant: "t", Name: fmt.Sprintf("lb-%d", i), Vip: &pb.VIPRequest{Pool: "l2"},
+				Status: &pb.LoadBalancerStatus{Address: netip.AddrFrom4([4]byte{198, 18, 0, byte(i + 1)}).String()}}
+			objs = append(objs, &pb.Object{Kind: &pb.Object_LoadBalancer{LoadBalancer: lb}})
+			ready["t/"+lb.Name] = ""
+		}
+		return objs
+	}
+	h.update(false)
+	m.SetReady(ready)
+	for now0 := h.now; h.now.Sub(now0) < 2*rebalanceMultiple*m.settle; {
+		h.tick()
+	}
+	if len(m.loop.heldARP) == 0 {
+		t.Fatalf("n1 holds none of %d VIPs", n)
+	}
+	return h
+}
+
+func (h *loopHarness) update(drained bool) {
+	h.m.Update(h.objs(drained), h.m.loop.revision+1)
+}
+
+func (h *loopHarness) tick() {
+	h.now = h.now.Add(h.m.cfg.HeartbeatInterval)
+	for _, id := range []string{"n2", "n3"} {
+		h.seq[id]++
+		h.m.receive(received{at: h.now, hb: &heartbeat{ID: id, Incarnation: 1, Seq: h.seq[id], Eligible: true, Holdings: true,
+			Sightings: []sighting{{ID: "n1", Eligible: true, Settled: true}, {ID: other(id), Eligible: true, Settled: true}}}})
+	}
+	h.m.evaluate(h.now, false)
+	h.m.planBeats(h.now)
+	h.ticks++
+}
+
+// TestDrainedHolderKeepsItsVIPsWhileClientsAreHandedOver: a drained host
+// that holds arp VIPs keeps them (its heartbeats say it is eligible and
+// list them, so its peers leave them) and asks the data plane to hand
+// its clients over; once the connections open at the drain have ended it
+// closes what is left and lets every VIP go, and it never takes one
+// meanwhile. Undrained, it tells the data plane to keep connections open
+// again.
+func TestDrainedHolderKeepsItsVIPsWhileClientsAreHandedOver(t *testing.T) {
+	dp := &fakeDataPlane{pending: 3}
+	h := newLoopHarness(t, 30, dp, time.Minute)
+	st := &h.m.loop
+	held := len(st.heldARP)
+	h.update(true)
+	for range 50 {
+		h.tick()
+		if len(st.heldARP) != held {
+			t.Fatalf("holds %d VIPs during the handover, held %d", len(st.heldARP), held)
+		}
+		plan := h.m.beats.plan.Load()
+		if !plan.hb.Eligible || len(plan.hb.Holding) != held {
+			t.Fatalf("heartbeat during the handover: eligible %v, holding %d; want true, %d", plan.hb.Eligible, len(plan.hb.Holding), held)
+		}
+	}
+	for a, r := range st.records {
+		if r.held && r.reason != "keeps it while its clients are handed over (drained or stopping)" {
+			t.Fatalf("%s: reason %q", a, r.reason)
+		}
+	}
+	if on, closed := dp.state(); len(on) != 1 || !on[0] || closed != 0 {
+		t.Fatalf("data plane asked %v, closed %d times; want [true], 0", on, closed)
+	}
+	// The last connection open at the drain ends.
+	dp.mu.Lock()
+	dp.pending = 0
+	dp.mu.Unlock()
+	h.tick()
+	if len(st.heldARP) != 0 {
+		t.Fatalf("still holds %d VIPs after the handover", len(st.heldARP))
+	}
+	if plan := h.m.beats.plan.Load(); plan.hb.Eligible || len(plan.hb.Holding) != 0 {
+		t.Fatalf("heartbeat after the handover: eligible %v, holding %d", plan.hb.Eligible, len(plan.hb.Holding))
+	}
+	if _, closed := dp.state(); closed != 1 {
+		t.Fatalf("CloseConnections called %d times, want 1", closed)
+	}
+	for range 10 {
+		h.tick()
+	}
+	if _, closed := dp.state(); closed != 1 {
+		t.Fatalf("CloseConnections called %d times after the handover, want 1", closed)
+	}
+	h.update(false)
+	h.tick()
+	if on, _ := dp.state(); len(on) != 2 || on[1] {
+		t.Fatalf("undrained: data plane asked %v; want [true false]", on)
+	}
+}
+
+// TestHandoverEndsAtItsTimeout: connections that never end (WebSockets,
+// watches) hold the VIPs for the handover timeout, not longer; a stop
+// hands over the same way.
+func TestHandoverEndsAtItsTimeout(t *testing.T) {
+	for _, stop := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stop=%v", stop), func(t *testing.T) {
+			dp := &fakeDataPlane{pending: 2}
+			const timeout = time.Second
+			h := newLoopHarness(t, 10, dp, timeout)
+			st := &h.m.loop
+			if stop {
+				h.m.mu.Lock()
+				h.m.stopping = true
+				h.m.mu.Unlock()
+			} else {
+				h.update(true)
+			}
+			start := h.now
+			for len(st.heldARP) > 0 && h.now.Sub(start) < 2*timeout {
+				h.tick()
+			}
+			took := h.now.Sub(start)
+			if took < timeout || took > timeout+2*h.m.cfg.HeartbeatInterval {
+				t.Fatalf("let its VIPs go %s after the handover began, want at the %s timeout", took, timeout)
+			}
+			if _, closed := dp.state(); closed != 1 {
+				t.Fatalf("CloseConnections called %d times, want 1", closed)
+			}
+			if !h.m.handedOver.Load() {
+				t.Fatal("handedOver not set")
+			}
+		})
+	}
+}
+
+// TestHostHoldingNothingHandsNothingOver: a drained host that holds no
+// arp VIP does not ask the data plane for anything.
+func TestHostHoldingNothingHandsNothingOver(t *testing.T) {
+	dp := &fakeDataPlane{pending: 5}
+	h := newLoopHarness(t, 10, dp, time.Minute)
+	h.m.loop.holding = map[netip.Addr]bool{}
+	h.m.loop.handover = handoverState{}
+	h.m.handoverStep(h.now, true)
+	if on, closed := dp.state(); len(on) != 0 || closed != 0 || !h.m.handedOver.Load() {
+		t.Fatalf("data plane asked %v, closed %d, handed over %v; want nothing and true", on, closed, h.m.handedOver.Load())
+	}
+}
