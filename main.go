@@ -17,6 +17,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -513,14 +514,37 @@ func feedProxy(ctx context.Context, node *consensus.Node, px *proxy.Proxy, vm *v
 			log.Error("update data plane", "revision", ev.Revision, "err", err)
 			continue
 		}
-		if vip.ChangesMatter(ev.Transitions()) {
+		switch {
+		case vm == nil:
+		case vip.ChangesMatter(ev.Transitions()) && !vm.UpdateLoadBalancers(ev.Transitions(), ev.Revision):
 			objs, rev := node.Objects()
 			vm.update(objs, rev, px)
-		} else if vm != nil && len(touched) > 0 {
-			vm.SetReadyFor(px.ReadinessOf(touched))
+		default:
+			// Load balancers created, deleted or readdressed, or served
+			// differently: their VIPs alone are looked at again.
+			if lbs := changedLoadBalancers(ev, touched); len(lbs) > 0 {
+				vm.SetReadyFor(px.ReadinessOf(lbs))
+			}
 		}
 		applied.Store(ev.Revision)
 	}
+}
+
+// changedLoadBalancers returns the load balancers ("tenant/name") that
+// the data plane touched or ev wrote, sorted.
+func changedLoadBalancers(ev consensus.Event, touched []string) []string {
+	out := slices.Clone(touched)
+	for prev, next := range ev.Transitions() {
+		lb := next.GetLoadBalancer()
+		if lb == nil {
+			lb = prev.GetLoadBalancer()
+		}
+		if lb != nil {
+			out = append(out, lb.GetTenant()+"/"+lb.GetName())
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // vipManager is serve's handle on the VIP manager; its methods do nothing

@@ -46,17 +46,25 @@ type desired struct {
 	Ranges []api.Range
 	// Draining holds the hosts an operator drained (`cluster drain`).
 	Draining map[string]bool
+	// pools are the VIP pools, by name in byName, for withLoadBalancers.
+	pools  []poolInfo
+	byName map[string]int
+	// epoch counts the whole states (desiredState) before this one: a
+	// desired derived by withLoadBalancers keeps its origin's.
+	epoch uint64
+}
+
+// poolInfo is a VIP pool with its parsed ranges and communities.
+type poolInfo struct {
+	pool   *pb.VIPPool
+	ranges []api.Range
+	comms  []uint32
 }
 
 // desiredState extracts the VIPs and the hosts from the whole committed
 // state. It is pure. A load balancer without an address, or whose address
 // lies in no known pool, has no VIP yet.
 func desiredState(objs []*pb.Object) desired {
-	type poolInfo struct {
-		pool   *pb.VIPPool
-		ranges []api.Range
-		comms  []uint32
-	}
 	var pools []poolInfo
 	byName := map[string]int{}
 	var lbs []*pb.LoadBalancer
@@ -91,34 +99,14 @@ func desiredState(objs []*pb.Object) desired {
 			d.Members = append(d.Members, member{ID: n.GetId(), Heartbeat: ap})
 		}
 	}
-	poolOf := func(lb *pb.LoadBalancer, a netip.Addr) (poolInfo, bool) {
-		if i, ok := byName[lb.GetVip().GetPool()]; ok && inRanges(pools[i].ranges, a) {
-			return pools[i], true
-		}
-		for _, p := range pools {
-			if inRanges(p.ranges, a) {
-				return p, true
-			}
-		}
-		return poolInfo{}, false
-	}
+	d.pools, d.byName = pools, byName
 	byAddr := map[netip.Addr]int{}
 	for _, lb := range lbs {
-		a, err := netip.ParseAddr(lb.GetStatus().GetAddress())
-		if err != nil || a.Zone() != "" {
-			continue
-		}
-		a = a.Unmap()
-		p, ok := poolOf(lb, a)
+		a, p, ok := d.vipOf(lb)
 		if !ok {
 			continue
 		}
-		switch p.pool.GetMode() {
-		case ModeARP, ModeBGP, ModeStatic:
-		default:
-			continue
-		}
-		name := lb.GetTenant() + "/" + lb.GetName()
+		name := lbName(lb)
 		if i, ok := byAddr[a]; ok {
 			d.VIPs[i].LBs = append(d.VIPs[i].LBs, name)
 			continue
@@ -135,6 +123,111 @@ func desiredState(objs []*pb.Object) desired {
 	}
 	slices.SortFunc(d.Members, func(x, y member) int { return cmp.Compare(x.ID, y.ID) })
 	return d
+}
+
+// lbName is how the VIP layer names a load balancer: "tenant/name".
+func lbName(lb *pb.LoadBalancer) string { return lb.GetTenant() + "/" + lb.GetName() }
+
+// vipOf returns the VIP of lb and its pool: its address, in the pool it
+// asks for or else the first that holds it, of a mode the VIP layer
+// serves. A load balancer without an address, or whose address lies in
+// no known pool, has none.
+func (d *desired) vipOf(lb *pb.LoadBalancer) (netip.Addr, poolInfo, bool) {
+	a, err := netip.ParseAddr(lb.GetStatus().GetAddress())
+	if err != nil || a.Zone() != "" {
+		return netip.Addr{}, poolInfo{}, false
+	}
+	a = a.Unmap()
+	p, ok := poolInfo{}, false
+	if i, found := d.byName[lb.GetVip().GetPool()]; found && inRanges(d.pools[i].ranges, a) {
+		p, ok = d.pools[i], true
+	} else {
+		for _, q := range d.pools {
+			if inRanges(q.ranges, a) {
+				p, ok = q, true
+				break
+			}
+		}
+	}
+	if !ok {
+		return netip.Addr{}, poolInfo{}, false
+	}
+	switch p.pool.GetMode() {
+	case ModeARP, ModeBGP, ModeStatic:
+		return a, p, true
+	}
+	return netip.Addr{}, poolInfo{}, false
+}
+
+// lbChange is a load balancer before and after a write (nil: created,
+// deleted).
+type lbChange struct{ prev, next *pb.LoadBalancer }
+
+// withLoadBalancers returns d with changes of load balancers applied,
+// and the addresses whose VIP they add, remove or change. d is not
+// changed: the result shares what the changes leave alone (the VIPs'
+// slices of load balancers, the hosts, the pools), so it costs what
+// changed plus one copy of the list of VIPs.
+func (d *desired) withLoadBalancers(changes []lbChange) (*desired, []netip.Addr) {
+	out := *d
+	out.VIPs = slices.Clone(d.VIPs)
+	var touched []netip.Addr
+	owned := map[netip.Addr]bool{} // VIPs whose LBs slice out owns
+	find := func(a netip.Addr) (int, bool) {
+		return slices.BinarySearchFunc(out.VIPs, a, func(v vipSpec, a netip.Addr) int { return v.Addr.Compare(a) })
+	}
+	for _, c := range changes {
+		if c.prev != nil {
+			if a, _, ok := d.vipOf(c.prev); ok {
+				if i, found := find(a); found {
+					name := lbName(c.prev)
+					if j, has := slices.BinarySearch(out.VIPs[i].LBs, name); has {
+						if !owned[a] {
+							out.VIPs[i].LBs, owned[a] = slices.Clone(out.VIPs[i].LBs), true
+						}
+						out.VIPs[i].LBs = slices.Delete(out.VIPs[i].LBs, j, j+1)
+						if len(out.VIPs[i].LBs) == 0 {
+							out.VIPs = slices.Delete(out.VIPs, i, i+1)
+						}
+						touched = append(touched, a)
+					}
+				}
+			}
+		}
+		if c.next == nil {
+			continue
+		}
+		a, p, ok := d.vipOf(c.next)
+		if !ok {
+			continue
+		}
+		touched = append(touched, a)
+		name := lbName(c.next)
+		i, found := find(a)
+		if !found {
+			out.VIPs = slices.Insert(out.VIPs, i, vipSpec{Addr: a, Mode: p.pool.GetMode(), Pool: p.pool.GetName(),
+				Communities: p.comms, LBs: []string{name}})
+			owned[a] = true
+			continue
+		}
+		if j, has := slices.BinarySearch(out.VIPs[i].LBs, name); !has {
+			if !owned[a] {
+				out.VIPs[i].LBs, owned[a] = slices.Clone(out.VIPs[i].LBs), true
+			}
+			out.VIPs[i].LBs = slices.Insert(out.VIPs[i].LBs, j, name)
+		}
+	}
+	slices.SortFunc(touched, netip.Addr.Compare)
+	return &out, slices.Compact(touched)
+}
+
+// vip returns the VIP at a.
+func (d *desired) vip(a netip.Addr) (vipSpec, bool) {
+	i, found := slices.BinarySearchFunc(d.VIPs, a, func(v vipSpec, a netip.Addr) int { return v.Addr.Compare(a) })
+	if !found {
+		return vipSpec{}, false
+	}
+	return d.VIPs[i], true
 }
 
 func inRanges(rs []api.Range, a netip.Addr) bool {

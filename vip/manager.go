@@ -49,10 +49,15 @@ type Manager struct {
 	closeOnce sync.Once
 	closeErr  error
 
-	mu        sync.Mutex // guards the inputs and the published status
-	key       []byte
-	want      *desired
-	revision  uint64
+	mu       sync.Mutex // guards the inputs and the published status
+	key      []byte
+	want     *desired
+	revision uint64
+	// epochs counts the whole states given (Update); wantDelta holds the
+	// addresses whose VIP UpdateLoadBalancers changed since the loop last
+	// took m.want.
+	epochs    uint64
+	wantDelta map[netip.Addr]bool
 	ready     map[string]string
 	haveReady bool
 	// readyAll: SetReady replaced the readiness since the loop last took
@@ -242,9 +247,55 @@ func (m *Manager) SetStateContact(f func() time.Time) {
 func (m *Manager) Update(objs []*pb.Object, revision uint64) {
 	d := desiredState(objs)
 	m.mu.Lock()
-	m.want, m.revision = &d, revision
+	m.epochs++
+	d.epoch = m.epochs
+	m.want, m.revision, m.wantDelta = &d, revision, nil
 	m.mu.Unlock()
 	m.poke()
+}
+
+// UpdateLoadBalancers applies one revision's changes (each object before
+// and after it, nil when created or deleted) to the state of the last
+// Update: only the VIPs of the load balancers changed are looked at, by
+// this call and by the loop. It returns false and changes nothing when a
+// change is not a load balancer's (a VIP pool, a host: then Update takes
+// the whole state) or no state was given yet.
+func (m *Manager) UpdateLoadBalancers(changes iter.Seq2[*pb.Object, *pb.Object], revision uint64) bool {
+	var lbs []lbChange
+	for prev, next := range changes {
+		either := next
+		if either == nil {
+			either = prev
+		}
+		switch {
+		case either.GetVipPool() != nil, either.GetNode() != nil:
+			return false
+		case either.GetLoadBalancer() != nil:
+			if LoadBalancerChangeMatters(prev.GetLoadBalancer(), next.GetLoadBalancer()) {
+				lbs = append(lbs, lbChange{prev.GetLoadBalancer(), next.GetLoadBalancer()})
+			}
+		}
+	}
+	m.mu.Lock()
+	if m.want == nil {
+		m.mu.Unlock()
+		return false
+	}
+	if len(lbs) == 0 {
+		m.mu.Unlock()
+		return true
+	}
+	d, touched := m.want.withLoadBalancers(lbs)
+	if m.wantDelta == nil {
+		m.wantDelta = map[netip.Addr]bool{}
+	}
+	for _, a := range touched {
+		m.wantDelta[a] = true
+	}
+	m.want, m.revision = d, revision
+	m.mu.Unlock()
+	m.poke()
+	return true
 }
 
 // SetReady tells which load balancers ("tenant/name") the data plane can

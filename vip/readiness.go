@@ -11,8 +11,9 @@ import (
 // makes of it for each VIP. It is kept up to date from the changes only:
 // a heartbeat tick with nothing new looks at no VIP, and a load balancer
 // whose readiness changed recomputes the VIPs it uses, not the others.
-// The whole is recomputed only when the committed state (the VIPs) or the
-// whole readiness (SetReady) is new.
+// The whole is recomputed only when the whole committed state (Update) or
+// the whole readiness (SetReady) is new; a state that UpdateLoadBalancers
+// derived recomputes the VIPs it changed.
 type readiness struct {
 	// ready is the loop's own copy of Manager.ready.
 	ready map[string]string
@@ -20,7 +21,7 @@ type readiness struct {
 	// want is the committed state the rest was computed for; vipsOf
 	// indexes its VIPs by load balancer.
 	want   *desired
-	vipsOf map[string][]int
+	vipsOf map[string][]netip.Addr
 	// notReady says why this host cannot serve each VIP it cannot serve;
 	// arpNotReady lists the arp ones, sorted. The slice is never changed
 	// once built: the heartbeat plan shares it.
@@ -30,7 +31,7 @@ type readiness struct {
 	// whose readiness was recomputed since the last whole one, until
 	// rebalanceWindows has looked at them.
 	full    uint64
-	changed map[int]bool
+	changed map[netip.Addr]bool
 	// examined counts the VIPs whose readiness was computed, the work
 	// proportional to the state that a change must not cause.
 	examined int
@@ -43,7 +44,18 @@ func (m *Manager) takeReadiness() bool {
 	st := &m.loop
 	rd := &st.ready
 	m.mu.Lock()
-	all := m.readyAll || rd.want != st.want || rd.have != m.haveReady
+	// A state derived from the one computed for (same epoch) changed the
+	// VIPs at the addresses in wantDelta, and maybe more that the loop
+	// has not taken yet: recomputing those too changes nothing.
+	var vips []netip.Addr
+	derived := rd.want != st.want && rd.want != nil && st.want != nil && rd.want.epoch == st.want.epoch
+	if derived {
+		vips = slices.Collect(maps.Keys(m.wantDelta))
+	}
+	if m.want == st.want {
+		m.wantDelta = nil
+	}
+	all := m.readyAll || (rd.want != st.want && !derived) || rd.have != m.haveReady
 	var lbs []string
 	switch {
 	case m.readyAll:
@@ -72,31 +84,60 @@ func (m *Manager) takeReadiness() bool {
 	case all:
 		rd.recompute(st.want)
 		return true
-	case len(lbs) == 0:
+	case len(lbs) == 0 && !derived:
 		return false
 	}
 	arpChanged := false
-	seen := map[int]bool{}
+	seen := map[netip.Addr]bool{}
+	// The VIPs the new state changed: their load balancers, then their
+	// readiness.
+	for _, a := range vips {
+		old, had := rd.want.vip(a)
+		vs, has := st.want.vip(a)
+		if had {
+			for _, lb := range old.LBs {
+				rd.vipsOf[lb] = slices.DeleteFunc(rd.vipsOf[lb], func(x netip.Addr) bool { return x == a })
+				if len(rd.vipsOf[lb]) == 0 {
+					delete(rd.vipsOf, lb)
+				}
+			}
+		}
+		if has {
+			for _, lb := range vs.LBs {
+				rd.vipsOf[lb] = append(rd.vipsOf[lb], a)
+			}
+		}
+		if had && old.Mode == ModeARP && rd.notReady[a] != "" {
+			arpChanged = true
+		}
+		if !has {
+			delete(rd.notReady, a)
+			delete(rd.changed, a)
+			continue
+		}
+		seen[a] = true
+	}
+	rd.want = st.want
 	for _, lb := range lbs {
-		for _, i := range rd.vipsOf[lb] {
-			if seen[i] {
-				continue
-			}
-			seen[i], rd.changed[i] = true, true
-			vs := st.want.VIPs[i]
-			rd.examined++
-			why := notReady(vs, rd.ready, rd.have)
-			if why == rd.notReady[vs.Addr] {
-				continue
-			}
-			if why == "" {
-				delete(rd.notReady, vs.Addr)
-			} else {
-				rd.notReady[vs.Addr] = why
-			}
-			if vs.Mode == ModeARP {
-				arpChanged = true
-			}
+		for _, a := range rd.vipsOf[lb] {
+			seen[a] = true
+		}
+	}
+	for a := range seen {
+		vs, _ := st.want.vip(a)
+		rd.changed[a] = true
+		rd.examined++
+		why := notReady(vs, rd.ready, rd.have)
+		if why == rd.notReady[a] {
+			continue
+		}
+		if why == "" {
+			delete(rd.notReady, a)
+		} else {
+			rd.notReady[a] = why
+		}
+		if vs.Mode == ModeARP {
+			arpChanged = true
 		}
 	}
 	if arpChanged {
@@ -107,13 +148,13 @@ func (m *Manager) takeReadiness() bool {
 				out = append(out, a)
 			}
 		}
-		for i := range seen {
-			vs := st.want.VIPs[i]
-			if vs.Mode != ModeARP || rd.notReady[vs.Addr] == "" {
+		for a := range seen {
+			vs, _ := st.want.vip(a)
+			if vs.Mode != ModeARP || rd.notReady[a] == "" {
 				continue
 			}
-			if j, found := slices.BinarySearchFunc(out, vs.Addr, netip.Addr.Compare); !found {
-				out = slices.Insert(out, j, vs.Addr)
+			if j, found := slices.BinarySearchFunc(out, a, netip.Addr.Compare); !found {
+				out = slices.Insert(out, j, a)
 			}
 		}
 		rd.arpNotReady = out
@@ -125,13 +166,13 @@ func (m *Manager) takeReadiness() bool {
 func (rd *readiness) recompute(want *desired) {
 	rd.full++
 	rd.want = want
-	rd.changed = map[int]bool{}
-	rd.vipsOf = make(map[string][]int, len(want.VIPs))
+	rd.changed = map[netip.Addr]bool{}
+	rd.vipsOf = make(map[string][]netip.Addr, len(want.VIPs))
 	rd.notReady = map[netip.Addr]string{}
 	var arp []netip.Addr
-	for i, vs := range want.VIPs {
+	for _, vs := range want.VIPs {
 		for _, lb := range vs.LBs {
-			rd.vipsOf[lb] = append(rd.vipsOf[lb], i)
+			rd.vipsOf[lb] = append(rd.vipsOf[lb], vs.Addr)
 		}
 		rd.examined++
 		if why := notReady(vs, rd.ready, rd.have); why != "" {
@@ -170,8 +211,10 @@ func (m *Manager) rebalanceWindows(now time.Time) map[netip.Addr]bool {
 			stamp(vs)
 		}
 	} else {
-		for i := range rd.changed {
-			stamp(st.want.VIPs[i])
+		for a := range rd.changed {
+			if vs, ok := st.want.vip(a); ok {
+				stamp(vs)
+			}
 		}
 	}
 	clear(rd.changed)

@@ -3,23 +3,22 @@ package vip
 import (
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
 
-// TestTicksAtScaleLookAtNoVIP: with 10,000 arp VIPs on a host of a
-// three-host cluster, the loop's heartbeat ticks (evaluate and the
-// heartbeat plan, 50 a second at the default interval) look at no VIP and
-// decide none again when nothing changed; a readiness report that changes
-// nothing does not either; a load balancer that stops being ready
-// recomputes its own VIP's readiness, not the others'. The heartbeats
-// still carry what this host holds and what it is not ready for.
-func TestTicksAtScaleLookAtNoVIP(t *testing.T) {
-	const n = 10000
+// scaleManager is a host n1 of a three-host cluster with n arp VIPs, one
+// load balancer lb-i each, all ready, past its start: synced, peers
+// settled, rebalance windows closed. tick advances one heartbeat
+// interval with the peers' heartbeats and runs the loop's evaluation.
+func scaleManager(t *testing.T, n int) (*Manager, func()) {
+	t.Helper()
 	m, sink := loopTestManager(t)
 
 	objs := []*pb.Object{{Kind: &pb.Object_VipPool{VipPool: &pb.VIPPool{Name: "bulk", Cidrs: []string{"198.18.0.0/15"}, Mode: ModeARP}}}}
@@ -58,6 +57,19 @@ func TestTicksAtScaleLookAtNoVIP(t *testing.T) {
 	for now0 := now; now.Sub(now0) < 2*rebalanceMultiple*m.settle; {
 		tick()
 	}
+	return m, tick
+}
+
+// TestTicksAtScaleLookAtNoVIP: with 10,000 arp VIPs on a host of a
+// three-host cluster, the loop's heartbeat ticks (evaluate and the
+// heartbeat plan, 50 a second at the default interval) look at no VIP and
+// decide none again when nothing changed; a readiness report that changes
+// nothing does not either; a load balancer that stops being ready
+// recomputes its own VIP's readiness, not the others'. The heartbeats
+// still carry what this host holds and what it is not ready for.
+func TestTicksAtScaleLookAtNoVIP(t *testing.T) {
+	const n = 10000
+	m, tick := scaleManager(t, n)
 	st := &m.loop
 	if len(st.heldARP) == 0 || len(st.heldARP) == n {
 		t.Fatalf("holds %d of %d VIPs; want the share this host ranks first for", len(st.heldARP), n)
@@ -145,4 +157,97 @@ func loopTestManager(t *testing.T) (*Manager, *net.UDPConn) {
 	m.arrivals.Store(&arrivals)
 
 	return m, sink
+}
+
+// TestLoadBalancerChangesRecomputeTheirVIPsOnly: with 10,000 arp VIPs, a
+// load balancer created, one deleted and one moved to another address
+// (UpdateLoadBalancers, the data plane's readiness of those alone) look at
+// the readiness of the VIPs they change, never recompute all of them,
+// and leave the loop's view of the VIPs as a whole new state would.
+func TestLoadBalancerChangesRecomputeTheirVIPsOnly(t *testing.T) {
+	const n = 10000
+	m, tick := scaleManager(t, n)
+	st := &m.loop
+	lbObj := func(name string, a netip.Addr) *pb.Object {
+		return &pb.Object{Kind: &pb.Object_LoadBalancer{LoadBalancer: &pb.LoadBalancer{Tenant: "t", Name: name,
+			Vip: &pb.VIPRequest{Pool: "bulk"}, Status: &pb.LoadBalancerStatus{Address: a.String()}}}}
+	}
+	addr := func(i int) netip.Addr {
+		return netip.AddrFrom4([4]byte{198, 18 + byte((i+1)>>16), byte((i + 1) >> 8), byte(i + 1)})
+	}
+	// What the state holds: lb-i at addr(i).
+	stored := map[string]*pb.Object{}
+	for i := range n {
+		stored[fmt.Sprintf("lb-%d", i)] = lbObj(fmt.Sprintf("lb-%d", i), addr(i))
+	}
+	write := func(rev uint64, name string, next *pb.Object, why string) {
+		t.Helper()
+		prev := stored[name]
+		if next == nil {
+			delete(stored, name)
+		} else {
+			stored[name] = next
+		}
+		changes := func(yield func(*pb.Object, *pb.Object) bool) { yield(prev, next) }
+		if !m.UpdateLoadBalancers(changes, rev) {
+			t.Fatalf("revision %d: UpdateLoadBalancers refused a change of a load balancer", rev)
+		}
+		ready := map[string]string{}
+		var gone []string
+		if next != nil {
+			ready["t/"+name] = why
+		} else {
+			gone = append(gone, "t/"+name)
+		}
+		m.SetReadyFor(ready, gone)
+	}
+	check := func(what string, wantExamined int) {
+		t.Helper()
+		full := st.ready.full
+		st.ready.examined, st.converges = 0, 0
+		tick()
+		if st.ready.full != full || st.ready.examined > wantExamined {
+			t.Errorf("%s: recomputed the readiness of every VIP %d times and looked at %d VIPs; want 0 and at most %d",
+				what, st.ready.full-full, st.ready.examined, wantExamined)
+		}
+		// The same as a whole new state gives.
+		var objs []*pb.Object
+		objs = append(objs, &pb.Object{Kind: &pb.Object_VipPool{VipPool: &pb.VIPPool{Name: "bulk", Cidrs: []string{"198.18.0.0/15"}, Mode: ModeARP}}})
+		for _, o := range stored {
+			objs = append(objs, o)
+		}
+		whole := desiredState(objs)
+		sameVIP := func(a, b vipSpec) bool {
+			return a.Addr == b.Addr && a.Mode == b.Mode && a.Pool == b.Pool && slices.Equal(a.LBs, b.LBs)
+		}
+		if !slices.EqualFunc(st.want.VIPs, whole.VIPs, sameVIP) {
+			t.Fatalf("%s: the VIPs differ from those of the whole state (%d, want %d)", what, len(st.want.VIPs), len(whole.VIPs))
+		}
+		var again readiness
+		again.ready, again.have = st.ready.ready, st.ready.have
+		again.recompute(st.want)
+		if !maps.Equal(again.notReady, st.ready.notReady) || !slices.Equal(again.arpNotReady, st.ready.arpNotReady) ||
+			!maps.EqualFunc(again.vipsOf, st.ready.vipsOf, slices.Equal) {
+			t.Errorf("%s: readiness kept up to date differs from a recomputation: not ready %v, want %v", what, st.ready.arpNotReady, again.arpNotReady)
+		}
+	}
+	tick()
+
+	write(2, "new", lbObj("new", addr(n+5)), "")
+	check("a load balancer created", 1)
+	if _, ok := st.records[addr(n+5)]; !ok {
+		t.Errorf("no decision for the new VIP %s", addr(n+5))
+	}
+	write(3, "lb-40", nil, "")
+	check("a load balancer deleted", 1)
+	if _, ok := st.records[addr(40)]; ok {
+		t.Errorf("the VIP %s of the deleted load balancer is still decided", addr(40))
+	}
+	write(4, "lb-41", lbObj("lb-41", addr(42)), "")
+	check("a load balancer moved to the address of another", 2)
+	write(5, "other", lbObj("other", addr(n+9)), "no member is healthy")
+	check("a load balancer created not ready", 1)
+	if st.ready.notReady[addr(n+9)] == "" {
+		t.Errorf("the new VIP %s is ready; its only load balancer is not", addr(n+9))
+	}
 }
