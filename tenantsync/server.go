@@ -50,8 +50,8 @@ var _ Store = (*consensus.Node)(nil)
 // Defaults of Config.
 const (
 	DefaultMaxBatch     = 256
-	DefaultRate         = 2000 // objects per second per tenant and host
-	DefaultBurst        = 4000
+	DefaultRate         = 2000  // objects per second per tenant and host
+	DefaultBurst        = 10000 // an agent's first sync of 10,000 Services is not slowed
 	DefaultMaxStreams   = 8
 	DefaultApplyTimeout = 30 * time.Second
 	DefaultHeartbeat    = 10 * time.Second
