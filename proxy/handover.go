@@ -2,54 +2,75 @@ package proxy
 
 import (
 	"net"
+	"net/netip"
 	"slices"
 	"sync/atomic"
 )
 
 // handoverState is what the proxy keeps while this host hands its VIPs
-// over (see Handover).
+// over (see HandOver).
 type handoverState struct {
-	on      atomic.Bool
+	// vips are the addresses handed over (nil: no handover).
+	vips    atomic.Pointer[map[netip.Addr]bool]
 	pending atomic.Int64
 }
 
-// Handover starts (on) or ends the handing over of this host's clients
-// before its VIPs move to another host (`cluster drain`, a stop): HTTP
-// connections are drained as for a removed listener (a busy HTTP/1.x
-// connection closes after its response, which says Connection: close, an
-// idle one after its next response or its idle grace; HTTP/2 clients get
-// a GOAWAY), and so is every HTTP connection accepted while it lasts, so
-// that clients reconnect, through the VIP, to whichever host holds it by
-// then. TCP, TLS passthrough and upgraded (WebSocket) connections keep
-// running. The connections open when it starts are counted in
-// HandoverPending until they end. Handover(false) (the host was
-// undrained) lets new connections stay open again.
-func (p *Proxy) Handover(on bool) {
-	if !p.handover.on.CompareAndSwap(!on, on) {
-		return
+// handingOver reports whether connections to a are being handed over.
+func (h *handoverState) handingOver(a netip.Addr) bool {
+	m := h.vips.Load()
+	return m != nil && (*m)[a]
+}
+
+// HandOver starts the handing over of the clients of the listeners on
+// vips, before these VIPs move to another host (`cluster drain`, a stop):
+// their HTTP connections are drained as for a removed listener (a busy
+// HTTP/1.x connection closes after its response, which says Connection:
+// close, an idle one after its next response or its idle grace; HTTP/2
+// clients get a GOAWAY), and so is every HTTP connection accepted on them
+// while it lasts, so that clients reconnect, through the VIP, to whichever
+// host holds it by then. TCP, TLS passthrough and upgraded (WebSocket)
+// connections keep running. The connections open on them when it starts
+// are counted in HandoverPending until they end.
+func (p *Proxy) HandOver(vips []netip.Addr) {
+	set := make(map[netip.Addr]bool, len(vips))
+	for _, a := range vips {
+		set[a] = true
 	}
-	for _, s := range p.tcpSockets() {
+	p.handover.vips.Store(&set)
+	for _, s := range p.tcpSockets(set) {
 		s.mu.Lock()
 		for t := range s.conns {
-			switch {
-			case on && !t.pending:
+			if !t.pending {
 				t.pending = true
 				p.handover.pending.Add(1)
-				if t.l7 {
-					t.cancel()
-				}
-			case !on && t.pending:
+			}
+			if t.l7 {
+				t.cancel()
+			}
+		}
+		s.mu.Unlock()
+	}
+	p.log.Info("handing clients over: HTTP connections close after their next response",
+		"vips", len(vips), "pending", p.handover.pending.Load())
+}
+
+// EndHandover ends a handover (the host was undrained): new connections
+// stay open again.
+func (p *Proxy) EndHandover() {
+	if p.handover.vips.Swap(nil) == nil {
+		return
+	}
+	for _, s := range p.tcpSockets(nil) {
+		s.mu.Lock()
+		for t := range s.conns {
+			if t.pending {
 				t.pending = false
 				p.handover.pending.Add(-1)
 			}
 		}
 		s.mu.Unlock()
 	}
-	if on {
-		p.log.Info("handing clients over: HTTP connections close after their next response", "pending", p.handover.pending.Load())
-	} else {
-		p.log.Info("handover ended: connections stay open again")
-	}
+	p.log.Info("handover ended: connections stay open again")
 }
 
 // HandoverPending returns how many of the connections open when the
@@ -58,14 +79,18 @@ func (p *Proxy) HandoverPending() int {
 	return int(p.handover.pending.Load())
 }
 
-// CloseConnections closes every TCP connection this host's listeners
-// accepted, cleanly where the client sent nothing unread (FIN): a host
-// that is about to let its VIPs go ends the connections that would
-// otherwise be reset by the next holder, which never saw them, once their
-// clients send again. It returns how many it closed.
+// CloseConnections closes every TCP connection accepted on the addresses
+// handed over, cleanly where the client sent nothing unread (FIN): a host
+// that is about to let its VIPs go ends the connections that the next
+// holder, which never saw them, would otherwise reset once their clients
+// send again. It returns how many it closed.
 func (p *Proxy) CloseConnections() int {
+	m := p.handover.vips.Load()
+	if m == nil {
+		return 0
+	}
 	var cs []net.Conn
-	for _, s := range p.tcpSockets() {
+	for _, s := range p.tcpSockets(*m) {
 		s.mu.Lock()
 		for t := range s.conns {
 			t.cancel()
@@ -82,13 +107,14 @@ func (p *Proxy) CloseConnections() int {
 	return len(cs)
 }
 
-// tcpSockets returns the TCP listening sockets open now.
-func (p *Proxy) tcpSockets() []*socket {
+// tcpSockets returns the TCP listening sockets open now on the addresses
+// in vips (all of them when vips is nil).
+func (p *Proxy) tcpSockets(vips map[netip.Addr]bool) []*socket {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := make([]*socket, 0, len(p.sockets))
+	var out []*socket
 	for _, s := range p.sockets {
-		if s.tcp != nil {
+		if s.tcp != nil && (vips == nil || vips[s.key.Addr.Addr()]) {
 			out = append(out, s)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -19,8 +20,9 @@ import (
 // answer with Connection: close and then a clean close (EOF, no reset), a
 // new HTTP connection is served once and closed the same way, while a TCP
 // stream and a WebSocket keep working and are counted as pending until
-// CloseConnections ends them cleanly; undone, new HTTP connections stay
-// open again.
+// CloseConnections ends them cleanly; a connection to another VIP is
+// neither counted nor closed; undone, new HTTP connections stay open
+// again.
 func TestHandoverClosesHTTPAfterItsNextResponse(t *testing.T) {
 	web := startWebBackend(t, "web")
 	echoAddr := startBackend(t, "127.0.0.1", echo).addr
@@ -28,8 +30,18 @@ func TestHandoverClosesHTTPAfterItsNextResponse(t *testing.T) {
 	t.Cleanup(func() { srv.Close() })
 	p, _ := newProxy(t, Config{HTTP: NewHTTP(srv, nil), DrainTimeout: time.Minute})
 	httpPort, tcpPort := freePort(t), freePort(t)
-	update(t, p, mainL7LB("127.0.0.2", httpPort, tcpPort, []string{web}, []string{echoAddr}))
+	// Another VIP of this host, not handed over.
+	update(t, p, mainL7LB("127.0.0.2", httpPort, tcpPort, []string{web}, []string{echoAddr}),
+		l4LB("other", "127.0.0.3", tcpPort, "tcp", echoAddr))
 	httpTarget, tcpTarget := vipAddr("127.0.0.2", httpPort), vipAddr("127.0.0.2", tcpPort)
+	otherStream, err := net.DialTimeout("tcp", vipAddr("127.0.0.3", tcpPort), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer otherStream.Close()
+	if err := roundTrip(otherStream, []byte("other")); err != nil {
+		t.Fatal(err)
+	}
 
 	type kept struct {
 		c  net.Conn
@@ -91,7 +103,7 @@ func TestHandoverClosesHTTPAfterItsNextResponse(t *testing.T) {
 		t.Fatalf("%d pending before the handover", n)
 	}
 
-	p.Handover(true)
+	p.HandOver([]netip.Addr{netip.MustParseAddr("127.0.0.2")})
 	if n := p.HandoverPending(); n != 3 {
 		t.Fatalf("%d connections pending at the handover, want 3 (keep-alive, stream, WebSocket)", n)
 	}
@@ -117,6 +129,9 @@ func TestHandoverClosesHTTPAfterItsNextResponse(t *testing.T) {
 	if n := p.CloseConnections(); n != 2 {
 		t.Fatalf("CloseConnections closed %d, want 2", n)
 	}
+	if err := roundTrip(otherStream, []byte("other, after")); err != nil {
+		t.Fatalf("a connection to a VIP not handed over: %v", err)
+	}
 	_ = stream.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if n, err := stream.Read(make([]byte, 1)); err != io.EOF {
 		t.Fatalf("TCP stream after CloseConnections: read %d, %v; want EOF", n, err)
@@ -128,7 +143,7 @@ func TestHandoverClosesHTTPAfterItsNextResponse(t *testing.T) {
 	}
 	eventually(t, "nothing pending", func() bool { return p.HandoverPending() == 0 })
 
-	p.Handover(false)
+	p.EndHandover()
 	again := dial()
 	if get(again) || get(again) {
 		t.Fatal("Connection: close after the handover was undone")

@@ -244,7 +244,7 @@ func (p *Proxy) accept(s *socket, c *net.TCPConn) {
 		refuse(c)
 		return
 	}
-	if t.l7 && p.handover.on.Load() {
+	if t.l7 && p.handover.handingOver(s.key.Addr.Addr()) {
 		t.cancel() // its answers say Connection: close
 	}
 	p.wg.Add(1)

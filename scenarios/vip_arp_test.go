@@ -234,9 +234,9 @@ func TestVIPARP(t *testing.T) {
 }
 
 // settleRestart waits out the first seconds of a host restarted by an
-// earlier subtest, in which it takes back the VIPs it ranks first for
-// (3s after it first sees a majority); after them a VIP stays where it
-// goes.
+// earlier subtest, in which it may take back the VIPs it ranks first for
+// from a holder of more than its fair share plus one (3s after it first
+// sees a majority); after them a VIP stays where it goes.
 func settleRestart() { time.Sleep(5 * time.Second) }
 
 // requireStays fails tb unless want holds a, alone, for a few seconds

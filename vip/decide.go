@@ -402,7 +402,9 @@ func (me self) withMajority(v view) self {
 // regains its majority (Rejoining) it takes nothing at all, until the
 // heartbeats that say what its peers took meanwhile have arrived. A VIP no candidate holds goes to
 // the first candidate. A host that just started takes back the VIPs it
-// ranks first for (Rebalance): its return brings them back. When a
+// ranks first for (Rebalance) from holders that hold more than their fair
+// share plus one (overloaded): a restart brings VIPs back only where they
+// are unbalanced, so that one VIP moves once in a rolling upgrade. When a
 // candidate does not say what it holds (an earlier version), the ranking
 // alone decides.
 //
@@ -428,15 +430,35 @@ func holderOf(a netip.Addr, ranked []string, me self, v view) string {
 	if len(cands) == 0 {
 		return ""
 	}
-	if !known || (me.Rebalance[a] && cands[0] == me.ID) {
+	if !known {
 		return cands[0]
 	}
 	for _, h := range cands {
 		if holds(v, me, h, a) {
+			if me.Rebalance[a] && cands[0] == me.ID && h != me.ID && overloaded(v, me, h) {
+				return me.ID
+			}
 			return h
 		}
 	}
 	return cands[0]
+}
+
+// overloaded reports whether host h holds more than its fair share of the
+// arp VIPs held (as far as this host knows) plus one, the share being
+// those VIPs spread over this host and the eligible live peers. A host
+// that just started takes a VIP back from such a holder only: from one
+// that holds its share, the VIP stays where it moved.
+func overloaded(v view, me self, h string) bool {
+	total, hosts := len(me.Holding), 1
+	for _, hv := range v.Alive {
+		if hv.Eligible {
+			total += len(hv.Holding)
+			hosts++
+		}
+	}
+	fair := (total + hosts - 1) / hosts
+	return len(v.Alive[h].Holding) > fair+1
 }
 
 // holds reports whether h holds a (as far as this host knows).

@@ -324,7 +324,9 @@ func TestHolderOf(t *testing.T) {
 		{"it stays with a lower-ranked holder", self{ID: "n1"}, view{Alive: map[string]hostView{"n2": peer(false, true), "n3": peer(true, true)}}, "n3"},
 		{"this host holds it and keeps it", self{ID: "n1", Holding: held}, view{Alive: map[string]hostView{"n2": peer(false, true)}}, "n1"},
 		{"two hold it: the higher-ranked keeps it", self{ID: "n3", Holding: held}, view{Alive: map[string]hostView{"n1": peer(true, true)}}, "n1"},
-		{"a host that just started takes back its first", self{ID: "n2", Rebalance: held}, view{Alive: map[string]hostView{"n3": peer(true, true)}}, "n2"},
+		{"a host that just started leaves it with a holder of its fair share", self{ID: "n2", Rebalance: held}, view{Alive: map[string]hostView{"n3": peer(true, true)}}, "n3"},
+		{"a host that just started and holds it keeps it", self{ID: "n2", Rebalance: held, Holding: held}, view{Alive: map[string]hostView{"n3": peer(false, true)}}, "n2"},
+		{"a host that just started takes nobody's VIP", self{ID: "n2", Rebalance: held}, view{Alive: map[string]hostView{"n3": peer(false, true)}}, "n2"},
 		{"a peer of an earlier version: the ranking", self{ID: "n1"}, view{Alive: map[string]hostView{"n2": peer(false, false), "n3": peer(true, true)}}, "n2"},
 		{"keep-only takes nothing", self{ID: "n1", KeepOnly: true}, view{Alive: map[string]hostView{"n3": peer(false, true)}}, "n3"},
 		{"keep-only keeps what it holds", self{ID: "n1", KeepOnly: true, Holding: held}, view{Alive: map[string]hostView{"n3": peer(false, true)}}, "n1"},
@@ -336,6 +338,64 @@ func TestHolderOf(t *testing.T) {
 			if got := holderOf(a, ranked, tt.me, tt.v); got != tt.want {
 				t.Errorf("holder %q, want %q", got, tt.want)
 			}
+		})
+	}
+}
+
+// TestRestartTakesBackOnlyWhenUnbalanced: a host back from a restart (its
+// rebalance window open) takes a VIP it ranks first for back only from a
+// holder with more than its fair share plus one: one VIP on three hosts
+// stays where it moved (it moves once in a rolling upgrade), while with 30
+// VIPs whose share piled up on one holder it takes back what that holder
+// has of its own, and nothing from the holder of its fair share.
+func TestRestartTakesBackOnlyWhenUnbalanced(t *testing.T) {
+	hosts := []string{"n1", "n2", "n3"}
+	for _, n := range []int{1, 2, 3, 30} {
+		t.Run(fmt.Sprint(n, " VIPs"), func(t *testing.T) {
+			holding := map[string]map[netip.Addr]bool{"n1": {}, "n2": {}, "n3": {}}
+			ranks := map[netip.Addr][]string{}
+			window := map[netip.Addr]bool{}
+			for i := range n {
+				a := netip.AddrFrom4([4]byte{192, 0, 2, byte(10 + i)})
+				r := rank(a, hosts)
+				ranks[a] = r
+				window[a] = true
+				// n2 was drained and restarted: its VIPs went to the next.
+				h := r[0]
+				if h == "n2" {
+					h = r[1]
+				}
+				holding[h][a] = true
+			}
+			v := view{Alive: map[string]hostView{}}
+			for _, h := range []string{"n1", "n3"} {
+				v.Alive[h] = hostView{Eligible: true, Direct: true, Holdings: true, Holding: holding[h]}
+			}
+			me := self{ID: "n2", Rebalance: window, Holding: map[netip.Addr]bool{}}
+			fair := (n + 2) / 3
+			after := map[string]int{}
+			for a, r := range ranks {
+				was := r[0]
+				if was == "n2" {
+					was = r[1]
+				}
+				want := was
+				if r[0] == "n2" && len(holding[was]) > fair+1 {
+					want = "n2"
+				}
+				got := holderOf(a, r, me, v)
+				if got != want {
+					t.Errorf("%s (ranking %v) held by %s, which holds %d of %d: holder %s, want %s", a, r, was, len(holding[was]), n, got, want)
+				}
+				after[got]++
+			}
+			if n == 1 && after["n2"] != 0 {
+				t.Errorf("one VIP moved back to the restarted host")
+			}
+			if n == 30 && after["n2"] == 0 {
+				t.Errorf("30 VIPs: the restarted host took none back; holdings %v", after)
+			}
+			t.Logf("held before n2's return: n1 %d, n3 %d; after: %v", len(holding["n1"]), len(holding["n3"]), after)
 		})
 	}
 }

@@ -2,6 +2,8 @@ package vip
 
 import (
 	"context"
+	"net/netip"
+	"slices"
 	"time"
 )
 
@@ -12,7 +14,8 @@ import (
 // that are still open, and CloseConnections ends those left, just before
 // the VIPs move. The proxy implements it.
 type Handover interface {
-	Handover(on bool)
+	HandOver(vips []netip.Addr)
+	EndHandover()
 	HandoverPending() int
 	CloseConnections() int
 }
@@ -37,7 +40,7 @@ func (m *Manager) handoverStep(now time.Time, want bool) bool {
 	h := &st.handover
 	if !want {
 		if h.begun {
-			m.cfg.Handover.Handover(false)
+			m.cfg.Handover.EndHandover()
 			m.log.Info("handover ended: this host may hold VIPs again")
 		}
 		*h = handoverState{}
@@ -55,7 +58,7 @@ func (m *Manager) handoverStep(now time.Time, want bool) bool {
 			return false
 		}
 		h.begun = true
-		m.cfg.Handover.Handover(true)
+		m.cfg.Handover.HandOver(slices.Clone(st.heldARP))
 		m.log.Info("keeps its arp VIPs while its clients are handed over",
 			"vips", len(st.holding), "pending", m.cfg.Handover.HandoverPending(), "at_most", m.cfg.HandoverTimeout)
 	}

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -17,14 +18,22 @@ import (
 type fakeDataPlane struct {
 	mu      sync.Mutex
 	on      []bool
+	vips    []netip.Addr
 	pending int
 	closed  int
 }
 
-func (f *fakeDataPlane) Handover(on bool) {
+func (f *fakeDataPlane) HandOver(vips []netip.Addr) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.on = append(f.on, on)
+	f.on = append(f.on, true)
+	f.vips = vips
+}
+
+func (f *fakeDataPlane) EndHandover() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.on = append(f.on, false)
 }
 
 func (f *fakeDataPlane) HandoverPending() int {
@@ -160,6 +169,12 @@ func TestDrainedHolderKeepsItsVIPsWhileClientsAreHandedOver(t *testing.T) {
 	}
 	if on, closed := dp.state(); len(on) != 1 || !on[0] || closed != 0 {
 		t.Fatalf("data plane asked %v, closed %d times; want [true], 0", on, closed)
+	}
+	dp.mu.Lock()
+	handed := dp.vips
+	dp.mu.Unlock()
+	if !slices.Equal(handed, st.heldARP) {
+		t.Fatalf("handed over %v, holds %v", handed, st.heldARP)
 	}
 	// The last connection open at the drain ends.
 	dp.mu.Lock()
