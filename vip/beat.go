@@ -34,10 +34,18 @@ type beatPlan struct {
 	arrived []*peerArrival
 	to      []beatDest
 	key     []byte
-	// built: a plan older than stale is not sent (the loop is stuck or
-	// the process was paused: silence is then the truth).
+	// built: a plan older than stale is not sent: the loop is stuck, and
+	// silence is then the truth. A loop that only lags behind on a busy
+	// machine keeps its heartbeats going (stale is several detection
+	// times): the ages in them come from the reader's notes, and nothing
+	// else they say can change without the loop.
 	built         time.Time
 	stale, settle time.Duration
+	// pause: sends this far apart mean the whole process was stopped (a
+	// long GC pause, a paused VM, SIGSTOP). A plan built before such a
+	// pause is not sent: the peers may have taken this host's VIPs
+	// meanwhile, and only the loop can learn it and say so.
+	pause time.Duration
 }
 
 type beatDest struct {
@@ -52,14 +60,18 @@ type beatSender struct {
 	m    *Manager
 	plan atomic.Pointer[beatPlan]
 
-	mu      sync.Mutex
-	seq     uint64
-	sights  []sighting
-	bufs    [2][]byte
-	mac     hash.Hash
-	macKey  []byte
-	sum     [sha256.Size]byte
-	failing map[string]bool
+	mu sync.Mutex
+	// last: the latest send. void: after a pause, plans built up to then
+	// (the last send before it plus an interval, the latest the pause can
+	// have begun) are not sent.
+	last, void time.Time
+	seq        uint64
+	sights     []sighting
+	bufs       [2][]byte
+	mac        hash.Hash
+	macKey     []byte
+	sum        [sha256.Size]byte
+	failing    map[string]bool
 }
 
 func newBeatSender(m *Manager) *beatSender {
@@ -79,6 +91,15 @@ func (s *beatSender) send(now time.Time) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if !s.last.IsZero() && now.Sub(s.last) > p.pause {
+		s.void = s.last.Add(s.m.cfg.HeartbeatInterval)
+	}
+	if now.After(s.last) {
+		s.last = now
+	}
+	if !p.built.After(s.void) {
+		return
+	}
 	s.seq++
 	hb := p.hb
 	hb.Seq = s.seq

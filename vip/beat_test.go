@@ -36,7 +36,7 @@ func testPlan(now time.Time, to netip.AddrPort) *beatPlan {
 		since:   []time.Time{now.Add(-2 * time.Second), now.Add(-10 * time.Millisecond)},
 		arrived: []*peerArrival{nil, nil},
 		to:      []beatDest{{id: "n2", addr: to, withHolding: true}, {id: "n3", addr: to}},
-		key:     testKey, built: now, stale: time.Minute, settle: time.Second,
+		key:     testKey, built: now, stale: time.Minute, pause: time.Minute, settle: time.Second,
 	}
 }
 
@@ -77,6 +77,8 @@ func TestBeatSenderAllocatesNothing(t *testing.T) {
 	}
 }
 
+// TestBeatSenderSkipsAStalePlan: a loop stuck for longer than the bound
+// falls silent.
 func TestBeatSenderSkipsAStalePlan(t *testing.T) {
 	m, rx := beatPair(t)
 	now := time.Now()
@@ -86,7 +88,60 @@ func TestBeatSenderSkipsAStalePlan(t *testing.T) {
 	m.beats.send(now.Add(150 * time.Millisecond))
 	_ = rx.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
 	if _, err := rx.Read(make([]byte, maxDatagram)); err == nil {
-		t.Fatal("a plan older than its bound was sent: a paused loop must fall silent")
+		t.Fatal("a plan older than its bound was sent: a stuck loop must fall silent")
+	}
+}
+
+// TestBeatSenderRidesOutALaggingLoopNotAPause: on a busy machine the loop
+// may plan late while the heartbeat thread sends on time; its last plan
+// keeps going out. After the whole process was stopped, the plan from
+// before the pause is not sent (the peers may have taken this host's VIPs
+// meanwhile); the loop's next plan is.
+func TestBeatSenderRidesOutALaggingLoopNotAPause(t *testing.T) {
+	m, rx := beatPair(t)
+	t0 := time.Now()
+	p := testPlan(t0, rx.LocalAddr().(*net.UDPAddr).AddrPort())
+	p.stale, p.pause = 500*time.Millisecond, 80*time.Millisecond
+	m.beats.plan.Store(p)
+	buf := make([]byte, maxDatagram+1)
+	got := func() uint64 {
+		t.Helper()
+		_ = rx.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		n, err := rx.Read(buf)
+		if err != nil {
+			return 0
+		}
+		hb, err := parseHeartbeat(buf[:n], testKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = rx.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		if _, err := rx.Read(buf); err != nil { // the second destination's copy
+			t.Fatal(err)
+		}
+		return hb.Seq
+	}
+	// The loop lags: sends every 20ms of a plan up to 200ms old.
+	for d := time.Duration(0); d <= 200*time.Millisecond; d += 20 * time.Millisecond {
+		m.beats.send(t0.Add(d))
+		if got() == 0 {
+			t.Fatalf("the plan was not sent %s after it was built, with the heartbeat thread on time", d)
+		}
+	}
+	// The process is stopped for 150ms: the old plan stays unsent.
+	resume := t0.Add(350 * time.Millisecond)
+	m.beats.send(resume)
+	m.beats.send(resume.Add(20 * time.Millisecond))
+	if seq := got(); seq != 0 {
+		t.Fatalf("the plan from before a 150ms pause went out (seq %d)", seq)
+	}
+	// The loop plans again: it goes out.
+	fresh := testPlan(resume.Add(time.Millisecond), rx.LocalAddr().(*net.UDPAddr).AddrPort())
+	fresh.stale, fresh.pause = p.stale, p.pause
+	m.beats.plan.Store(fresh)
+	m.beats.send(resume.Add(2 * time.Millisecond))
+	if got() == 0 {
+		t.Fatal("the plan built after the pause was not sent")
 	}
 }
 

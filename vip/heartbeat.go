@@ -204,7 +204,7 @@ func (m *Manager) planBeats(now time.Time) {
 		m.beats.plan.Store(nil)
 		return
 	}
-	p := &beatPlan{key: key, built: now, stale: m.dead, settle: m.settle}
+	p := &beatPlan{key: key, built: now, stale: m.gap, pause: m.quorum, settle: m.settle}
 	p.hb = heartbeat{
 		ID: m.cfg.NodeID, Incarnation: m.incarnation, Revision: st.revision,
 		Eligible: st.eligible && !st.leaving, Leaving: st.leaving,
