@@ -347,13 +347,10 @@ func (p *Proxy) opens(l *snapshot.Listener) bool { return !l.Protocol.L7() || p.
 func samePtr[T any](a, b *T) bool { return a == b }
 
 // setStatus sets the status of the load balancers lbs from s and the
-// listeners this host could not open (under p.mu).
+// listeners this host could not open (under p.mu). lbs holds every load
+// balancer whose listeners apply tried to open: a failure that apply did
+// not try again is as it was.
 func (p *Proxy) setStatus(s *snapshot.Snapshot, lbs map[string]bool) {
-	for k := range p.failed {
-		if l := s.Listener(k); l != nil {
-			lbs[l.LB] = true
-		}
-	}
 	p.statusMu.Lock()
 	defer p.statusMu.Unlock()
 	e := p.status.Edit()

@@ -12,8 +12,9 @@ import (
 
 // TestChangeRetriesOnlyTheListenersItTouches: with 20 listeners that
 // cannot open (their ports are taken), a change of another load balancer
-// tries to open its own listener only, not the 20 again; a change of one
-// blocked load balancer tries its listener alone; the retry timer tries
+// tries to open its own listener only, not the 20 again, and sets its own
+// status alone; a change of one blocked load balancer tries its listener
+// alone; the retry timer tries
 // them all and opens the one whose port was freed, and the changes in
 // between do not put the timer's backoff back to its start.
 func TestChangeRetriesOnlyTheListenersItTouches(t *testing.T) {
@@ -43,24 +44,27 @@ func TestChangeRetriesOnlyTheListenersItTouches(t *testing.T) {
 		t.Fatalf("first state: %d attempts, %d missing; want %d and %d", binds, missing, blocked, blocked)
 	}
 
-	change := func(rev uint64, lb *pb.LoadBalancer) int {
+	// change applies lb and returns the attempts to open a listener and
+	// the load balancers whose status was set again.
+	change := func(rev uint64, lb *pb.LoadBalancer) (int, []string) {
 		t.Helper()
 		p.mu.Lock()
 		before := p.binds
 		p.mu.Unlock()
-		if _, err := p.ApplyChange(snapshot.Change{Put: []*pb.Object{{Kind: &pb.Object_LoadBalancer{LoadBalancer: lb}}}}, rev); err != nil {
+		touched, err := p.ApplyChange(snapshot.Change{Put: []*pb.Object{{Kind: &pb.Object_LoadBalancer{LoadBalancer: lb}}}}, rev)
+		if err != nil {
 			t.Fatalf("revision %d: %v", rev, err)
 		}
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		return p.binds - before
+		return p.binds - before, touched
 	}
-	if n := change(2, l4LB("fine", "127.0.4.1", port, "tcp", "127.0.0.1:9")); n != 1 {
-		t.Errorf("a new load balancer: %d attempts to open a listener, want 1 (its own)", n)
+	if n, touched := change(2, l4LB("fine", "127.0.4.1", port, "tcp", "127.0.0.1:9")); n != 1 || len(touched) != 1 {
+		t.Errorf("a new load balancer: %d attempts to open a listener, statuses of %v set; want 1 attempt (its own) and its status alone", n, touched)
 	}
 	moved := l4LB("blocked-3", "127.0.3.4", port, "tcp", "127.0.0.1:9", "127.0.0.1:10")
-	if n := change(3, moved); n != 1 {
-		t.Errorf("a blocked load balancer's member change: %d attempts, want 1 (its listener)", n)
+	if n, touched := change(3, moved); n != 1 || len(touched) != 1 {
+		t.Errorf("a blocked load balancer's member change: %d attempts, statuses of %v set; want 1 (its listener) and its status alone", n, touched)
 	}
 	if st := p.Status()["acme/blocked-3"]; len(st) != 1 {
 		t.Errorf("blocked-3 still blocked: status %v", st)
