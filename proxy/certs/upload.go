@@ -103,8 +103,10 @@ func leafHosts(leaf *x509.Certificate, domains []string) ([]string, string) {
 	out := make([]string, 0, len(names))
 	for _, n := range names {
 		h := strings.ToLower(strings.TrimSuffix(n, "."))
-		base := strings.TrimPrefix(h, "*.")
-		if net.ParseIP(base) != nil || !isHostName(base) {
+		base, wildcard := strings.CutPrefix(h, "*.")
+		// A wildcard may cover a one-label domain the operator gave the
+		// tenant ("*.org" when its domains hold org).
+		if net.ParseIP(base) != nil || !isHostName(base) && !(wildcard && isLabel(base)) {
 			return nil, fmt.Sprintf("names %q, which is not a DNS name or a wildcard like *.acme.example", n)
 		}
 		if !inDomains(base, domains) {

@@ -74,6 +74,7 @@ func TestCheckUpload(t *testing.T) {
 		return ca.issue(t, now.Add(-time.Hour), now.Add(24*time.Hour), names...)
 	}
 	acme := &pb.Tenant{Name: "acme", Domains: []string{"acme.example"}}
+	tld := &pb.Tenant{Name: "tld", Domains: []string{"example"}}
 	shopCert, shopKey := good("shop.acme.example")
 	_, otherKey := good("shop.acme.example")
 	wild, wildKey := good("*.acme.example", "acme.example")
@@ -88,6 +89,9 @@ func TestCheckUpload(t *testing.T) {
 	// The Gateway API conformance suite's certificate: a URI "*" beside
 	// its DNS names.
 	withURI, withURIKey := valid(func(c *x509.Certificate) { c.URIs = []*url.URL{{Path: "*"}} }, "*.acme.example")
+	tldWild, tldWildKey := good("*.example")
+	tldOther, tldOtherKey := good("*.org")
+	oneLabel, oneLabelKey := good("example")
 	withIP, withIPKey := valid(func(c *x509.Certificate) { c.IPAddresses = []net.IP{net.ParseIP("192.0.2.10")} }, "shop.acme.example")
 	withMail, withMailKey := valid(func(c *x509.Certificate) { c.EmailAddresses = []string{"ops@acme.example"} }, "shop.acme.example")
 	tests := []struct {
@@ -110,12 +114,19 @@ func TestCheckUpload(t *testing.T) {
 		{"one foreign host among others", "shop", mixed, mixedKey, "shop.globex.example", "", 0},
 		{"bad name", "Shop.Cert", shopCert, shopKey, `name: "Shop.Cert" must be`, "", 0},
 		{"a URI beside the DNS names", "uri", withURI, withURIKey, "", "[*.acme.example]", 1},
+		{"a wildcard of a one-label domain", "tld", tldWild, tldWildKey, "", "[*.example]", 1},
+		{"a one-label domain outside the tenant's", "tld", tldOther, tldOtherKey, "*.org, which is not inside the tenant's domains", "", 0},
+		{"a one-label name", "tld", oneLabel, oneLabelKey, `names "example", which is not a DNS name`, "", 0},
 		{"an IP address", "ip", withIP, withIPKey, "cert: names IP addresses or e-mail addresses", "", 0},
 		{"an e-mail address", "mail", withMail, withMailKey, "cert: names IP addresses or e-mail addresses", "", 0},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			c, secret, err := CheckUpload(acme, tc.certName, tc.cert, tc.key, now)
+			tenant := acme
+			if tc.certName == "tld" { // the cases of a tenant whose domain is one label
+				tenant = tld
+			}
+			c, secret, err := CheckUpload(tenant, tc.certName, tc.cert, tc.key, now)
 			if tc.want != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, api.ErrInvalid) {
 					t.Fatalf("got %v, want an invalid error with %q", err, tc.want)
