@@ -287,7 +287,9 @@ func (st *h2Stream) buildRequest() bool {
 		Host:       st.authority,
 		RemoteAddr: c.hc.client.String(),
 		RequestURI: st.path,
-		TLS:        &c.cs,
+	}
+	if c.hc.info.TLS {
+		r.TLS = &c.cs
 	}
 	if st.endHeaders {
 		r.Body = http.NoBody

@@ -173,7 +173,7 @@ func (s *Server) serveH2(ctx context.Context, tc *tls.Conn, info *ConnInfo, clie
 }
 
 // serveH2Conn serves HTTP/2 on nc, whose transport is raw (nc itself
-// without TLS).
+// without TLS: HTTP/2 with prior knowledge, info.TLS false).
 func (s *Server) serveH2Conn(ctx context.Context, nc, raw net.Conn, cs tls.ConnectionState, info *ConnInfo, client, local netip.AddrPort) {
 	idle := info.IdleTimeout
 	if idle <= 0 {
@@ -183,7 +183,7 @@ func (s *Server) serveH2Conn(ctx context.Context, nc, raw net.Conn, cs tls.Conne
 		s: s, nc: nc, raw: raw, idle: idle,
 		hc: &h2conn{
 			s: s, info: info, client: client,
-			ca:    newClientAddrs(client, true, s.trusted(info)),
+			ca:    newClientAddrs(client, info.TLS, s.trusted(info)),
 			scope: &connScope{s: s, pp: proxyAddrs{src: client, dst: local}},
 		},
 		streams:    make(map[uint32]*h2Stream),

@@ -68,7 +68,9 @@ func (s *Server) janitor() {
 
 // ServeConn serves one client connection until it ends and closes it. c is
 // plain TCP or a *tls.Conn (handshaken or not); HTTP/2 is spoken when TLS
-// negotiated "h2" through ALPN, HTTP/1.x otherwise. Pass bare
+// negotiated "h2" through ALPN or, without TLS, when the client opens with
+// the HTTP/2 preface (prior knowledge, as gRPC clients do); HTTP/1.x
+// otherwise. Pass bare
 // *net.TCPConn and *tls.Conn values: wrappers disable splice.
 //
 // Cancelling ctx drains the connection: a busy HTTP/1.x connection closes
@@ -112,6 +114,23 @@ func (s *Server) ServeConn(ctx context.Context, c net.Conn, info ConnInfo) {
 	cc.idle = info.IdleTimeout
 	if cc.idle <= 0 {
 		cc.idle = s.cfg.IdleTimeout
+	}
+	if !info.TLS {
+		h2c, ok := cc.sniffH2C()
+		if !ok || h2c {
+			if h2c {
+				// The bytes read so far (the preface, perhaps frames) are
+				// read again by the HTTP/2 server.
+				pre := append([]byte(nil), cc.rb[cc.r:cc.w]...)
+				_ = c.SetReadDeadline(time.Time{})
+				s.serveH2Conn(ctx, &replayConn{Conn: c, pre: pre}, c, tls.ConnectionState{}, &info, client, local)
+			} else {
+				_ = c.Close()
+			}
+			cc.nc = nil
+			s.putConn(cc)
+			return
+		}
 	}
 	cc.serve()
 	cc.close()

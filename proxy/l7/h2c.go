@@ -1,0 +1,53 @@
+package l7
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"time"
+
+	"golang.org/x/net/http2"
+)
+
+// sniffH2C reads the start of a cleartext connection into rb and reports
+// whether the client speaks HTTP/2 with prior knowledge (it opens with the
+// HTTP/2 client preface, as gRPC clients do without TLS). ok is false when
+// the connection ended, timed out or was drained before it said which.
+// What was read stays in rb for the HTTP/1.x parser.
+func (c *clientConn) sniffH2C() (h2c, ok bool) {
+	stop := context.AfterFunc(c.ctx, func() { _ = c.nc.SetReadDeadline(aLongTimeAgo) })
+	defer stop()
+	pre := []byte(http2.ClientPreface)
+	timeout := c.idle
+	for {
+		if c.setReadDeadline(time.Now().UnixNano(), timeout) != nil {
+			return false, false
+		}
+		if err := c.fill(); err != nil {
+			return false, false
+		}
+		timeout = c.s.cfg.HeaderTimeout
+		n := min(c.w-c.r, len(pre))
+		if !bytes.Equal(c.rb[c.r:c.r+n], pre[:n]) {
+			return false, true
+		}
+		if n == len(pre) {
+			return true, true
+		}
+	}
+}
+
+// replayConn reads pre before the connection's next bytes.
+type replayConn struct {
+	net.Conn
+	pre []byte
+}
+
+func (c *replayConn) Read(b []byte) (int, error) {
+	if len(c.pre) > 0 {
+		n := copy(b, c.pre)
+		c.pre = c.pre[n:]
+		return n, nil
+	}
+	return c.Conn.Read(b)
+}
