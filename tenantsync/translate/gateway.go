@@ -119,13 +119,17 @@ func (o Options) GatewayControllerName() string {
 
 // listenerState is one Gateway listener as the translation sees it.
 type listenerState struct {
-	spec     gwv1.Listener
-	status   *gwv1.ListenerStatus
-	proto    string // the LB listener protocol
-	valid    bool   // accepted and not conflicted: routes may attach
-	kinds    []string
-	certs    []CertificateSource
-	hostname string
+	spec   gwv1.Listener
+	status *gwv1.ListenerStatus
+	proto  string // the LB listener protocol
+	valid  bool   // served: accepted, not conflicted, with certificates when https
+	// attachable: accepted and not conflicted. Routes attach and count in
+	// attachedRoutes even when the listener is not served (an https
+	// listener whose certificates did not resolve), as the spec asks.
+	attachable bool
+	kinds      []string
+	certs      []CertificateSource
+	hostname   string
 }
 
 // Gateway translates one Gateway the agent takes: one load balancer with
@@ -292,6 +296,7 @@ func (g *gwBuild) listeners() {
 	g.conflicts()
 	for _, ls := range g.ls {
 		resolved := ls.status.Conditions[1].Status == metav1.ConditionTrue
+		ls.attachable = ls.valid
 		if ls.proto == "https" && len(ls.certs) == 0 {
 			ls.valid = false
 		}

@@ -155,8 +155,10 @@ func (g *gwBuild) routes() {
 		if len(statuses) == 0 {
 			continue
 		}
-		if len(atts) > 0 {
-			if why := g.translateRoute(r, atts); why != "" {
+		// Only the listeners that are served carry the route's rules.
+		served := slices.DeleteFunc(slices.Clone(atts), func(a attachment) bool { return !a.ls.valid })
+		if len(served) > 0 {
+			if why := g.translateRoute(r, served); why != "" {
 				// The LB cluster would refuse the Gateway's load balancer
 				// whole; this route alone is not accepted.
 				for _, a := range atts {
@@ -189,7 +191,7 @@ func (g *gwBuild) attach(r *routeObj, pr gwv1.ParentReference) ([]attachment, me
 			continue
 		}
 		matched++
-		if !ls.valid || !slices.Contains(ls.kinds, r.key.Kind) || !g.namespaceAllowed(ls, r.key.Namespace) {
+		if !ls.attachable || !slices.Contains(ls.kinds, r.key.Kind) || !g.namespaceAllowed(ls, r.key.Namespace) {
 			notAllowed++
 			continue
 		}

@@ -298,3 +298,38 @@ func TestGatewayAddressesAndClass(t *testing.T) {
 		t.Error("WantsGateway without the Gateway API")
 	}
 }
+
+// TestGatewayRouteOnAnUnservedListener: a route attaches to an HTTPS
+// listener whose certificate does not resolve and counts in its
+// attachedRoutes, as the spec asks, but the listener is not served and the
+// route adds no LB route (not even on the Gateway's HTTP listener).
+func TestGatewayRouteOnAnUnservedListener(t *testing.T) {
+	https := listener("https", gwv1.HTTPSProtocolType, 443, "")
+	https.TLS = &gwv1.ListenerTLSConfig{CertificateRefs: []gwv1.SecretObjectReference{{Name: "does-not-exist"}}}
+	gw := gateway("shop", "gw", https, listener("http", gwv1.HTTPProtocolType, 80, ""))
+	route := httpRoute("shop", "r", 1, []gwv1.ParentReference{parent("gw", "https")}, nil, gwv1.HTTPRouteRule{BackendRefs: httpBackends(bref("web", 80, nil))})
+	src := gwSources(t, backendObjs(), gwClass("teapot", translate.GatewayController), gw, route)
+	d := translate.Gateway(gw, src, gwOpts)
+	l := d.Gateway.Listeners[0]
+	if l.AttachedRoutes != 1 {
+		t.Errorf("attachedRoutes = %d, want 1", l.AttachedRoutes)
+	}
+	if c := condOf(l.Conditions, "ResolvedRefs"); c.Status != metav1.ConditionFalse {
+		t.Errorf("ResolvedRefs %s %s, want False", c.Status, c.Reason)
+	}
+	if c := condOf(l.Conditions, "Programmed"); c.Status != metav1.ConditionFalse {
+		t.Errorf("Programmed %s %s, want False", c.Status, c.Reason)
+	}
+	ps := d.Gateway.Routes[translate.RouteKey{Kind: translate.KindHTTPRoute, Namespace: "shop", Name: "r"}]
+	if len(ps) != 1 || condOf(ps[0].Conditions, "Accepted").Status != metav1.ConditionTrue {
+		t.Errorf("route parents %+v, want one, Accepted", ps)
+	}
+	for _, ll := range d.LB.GetListeners() {
+		if ll.GetPort() == 443 {
+			t.Errorf("the listener without a certificate is served: %v", ll)
+		}
+	}
+	if n := len(d.LB.GetRoutes()); n != 0 {
+		t.Errorf("%d LB routes, want none: the route's only listener is not served", n)
+	}
+}
