@@ -105,6 +105,14 @@ func (f *fsm) Apply(l *raft.Log) any {
 func (f *fsm) commit(ov *overlay, rev uint64) []Change {
 	seen := make(map[string]bool, len(ov.order))
 	var out []Change
+	// A kind's sorted list is kept by copying it at each put; a commit of
+	// many objects of a kind drops it instead, and the next list sorts it
+	// once.
+	for kind, ch := range ov.changes {
+		if len(ch) > manyChanges {
+			f.st.dropSorted(kind)
+		}
+	}
 	for _, ref := range ov.order {
 		k := ref.Kind + "\x00" + keyOf(ref)
 		if seen[k] {

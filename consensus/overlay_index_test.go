@@ -171,3 +171,51 @@ func TestOverlayAnswersFollowEverySet(t *testing.T) {
 		}
 	}
 }
+
+// TestSortedListsFollowLargeCommits: a kind's list stays complete and in
+// order whether a commit keeps its cached order (few changes) or drops it
+// (many): 100 load balancers in one entry, then one, then 40 removed.
+func TestSortedListsFollowLargeCommits(t *testing.T) {
+	f := newFSM(testLogger())
+	idx := uint64(1)
+	apply := func(txn *pb.Txn) {
+		t.Helper()
+		if res := f.Apply(entry(t, idx, commandVersion, txn)).(*applyResult); res.errs[0] != nil {
+			t.Fatal(res.errs[0])
+		}
+		idx++
+	}
+	check := func(want int) {
+		t.Helper()
+		objs, _ := f.current()
+		var names []string
+		for _, o := range objs {
+			if lb := o.GetLoadBalancer(); lb != nil {
+				names = append(names, lb.GetName())
+			}
+		}
+		if len(names) != want || !slices.IsSorted(names) {
+			t.Fatalf("listed %d load balancers (sorted: %v), want %d in order", len(names), slices.IsSorted(names), want)
+		}
+	}
+	apply(puts(pool("bulk", "10.255.0.0/16"), tenant("acme", "bulk")))
+	check(0)
+	var objs []*pb.Object
+	for i := range 100 {
+		lb := bulkLB(3 * i)
+		lb.Status = &pb.LoadBalancerStatus{Address: fmt.Sprintf("10.255.1.%d", i+1)}
+		objs = append(objs, api.Wrap(lb))
+	}
+	apply(puts(objs...))
+	check(100)
+	one := bulkLB(1)
+	one.Status = &pb.LoadBalancerStatus{Address: "10.255.2.1"}
+	apply(puts(api.Wrap(one)))
+	check(101)
+	del := &pb.Txn{}
+	for i := range 40 {
+		del.Ops = append(del.Ops, &pb.Op{Op: &pb.Op_Delete{Delete: &pb.ObjectRef{Kind: api.KindLoadBalancer, Tenant: "acme", Name: bulkLB(3 * i).GetName()}}})
+	}
+	apply(del)
+	check(61)
+}

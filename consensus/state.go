@@ -210,6 +210,17 @@ func (s *state) put(o *pb.Object) {
 	}
 }
 
+// manyChanges is the number of changes of one kind above which a commit
+// drops the kind's sorted list rather than copy it for each.
+const manyChanges = 32
+
+// dropSorted forgets the sorted list of kind.
+func (s *state) dropSorted(kind string) {
+	s.sortedMu.Lock()
+	delete(s.sorted, kind)
+	s.sortedMu.Unlock()
+}
+
 func (s *state) remove(ref *pb.ObjectRef) {
 	s.gen++
 	key := keyOf(ref)
