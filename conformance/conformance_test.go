@@ -46,7 +46,6 @@ var extended = []features.FeatureName{
 	features.SupportHTTPRoute303RedirectStatusCode,
 	features.SupportHTTPRoute307RedirectStatusCode,
 	features.SupportHTTPRoute308RedirectStatusCode,
-	features.SupportHTTPRouteBackendProtocolWebSocket,
 	features.SupportGRPCRouteNamedRouteRule,
 }
 

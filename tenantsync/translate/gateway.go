@@ -117,6 +117,12 @@ func (o Options) GatewayControllerName() string {
 	return cmp.Or(o.GatewayController, GatewayController)
 }
 
+// UnroutedPool is the empty pool of a Gateway's tcp, udp and
+// tls-passthrough listeners that no route has attached to. Backend pools
+// are named after a Service and its port ("web-80"), so it takes no name
+// of theirs.
+const UnroutedPool = "unrouted"
+
 // listenerState is one Gateway listener as the translation sees it.
 type listenerState struct {
 	spec   gwv1.Listener
@@ -420,10 +426,17 @@ func (g *gwBuild) lbListeners() {
 		}
 	}
 	// A tcp, udp or tls-passthrough port without an attached route has no
-	// backends: it is left out rather than refused.
-	g.lb.Listeners = slices.DeleteFunc(g.lb.Listeners, func(l *pb.Listener) bool {
-		return l.Protocol != "http" && l.Protocol != "https" && l.Pool == ""
-	})
+	// backends: it forwards to an empty pool (connections are closed,
+	// datagrams dropped), so that the Gateway is programmed with all its
+	// listeners, as the spec wants, even before a route attaches.
+	for _, l := range g.lb.Listeners {
+		if l.Protocol != "http" && l.Protocol != "https" && l.Pool == "" {
+			if g.lb.Pools[UnroutedPool] == nil {
+				g.lb.Pools[UnroutedPool] = backendPool(g.gw.Annotations, g.d)
+			}
+			l.Pool = UnroutedPool
+		}
+	}
 	slices.SortStableFunc(g.lb.Listeners, func(a, b *pb.Listener) int {
 		return cmp.Or(cmp.Compare(a.Port, b.Port), strings.Compare(a.Protocol, b.Protocol))
 	})

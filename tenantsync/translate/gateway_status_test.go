@@ -111,7 +111,8 @@ func TestGatewayListenerStatus(t *testing.T) {
 				{"tcp", "Accepted", "ResolvedRefs", "Programmed", false, []string{"TCPRoute"}},
 				{"udp", "Accepted", "ResolvedRefs", "Programmed", false, []string{"UDPRoute"}},
 			},
-			lbL: []*pb.Listener{{Port: 80, Protocol: "http"}},
+			// TCP and UDP without a route forward to the empty pool.
+			lbL: []*pb.Listener{{Port: 53, Protocol: "tcp", Pool: translate.UnroutedPool}, {Port: 53, Protocol: "udp", Pool: translate.UnroutedPool}, {Port: 80, Protocol: "http"}},
 		},
 	}
 	for _, tt := range tests {

@@ -1,6 +1,8 @@
 package translate_test
 
 import (
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
+	"github.com/teapot-lb/teapot-lb/api"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 	"github.com/teapot-lb/teapot-lb/tenantsync"
 	"github.com/teapot-lb/teapot-lb/tenantsync/translate"
@@ -246,9 +249,11 @@ func TestGatewayL4Routes(t *testing.T) {
 			{Port: 53, Protocol: "udp", Pool: "api-8080"},
 			{Port: 443, Protocol: "tls-passthrough", Pool: "web-80"},
 			{Port: 5432, Protocol: "tcp", Pool: merged},
+			// No route: the empty pool, so that the listener is served.
+			{Port: 9000, Protocol: "tcp", Pool: translate.UnroutedPool},
 		},
 		Pools: map[string]*pb.BackendPool{
-			"web-80": webPool, "api-8080": apiPool,
+			"web-80": webPool, "api-8080": apiPool, translate.UnroutedPool: {},
 			merged: {Members: []*pb.Member{
 				{Address: "10.20.0.11:30080", Weight: proto.Uint32(3)}, {Address: "10.20.0.12:30080", Weight: proto.Uint32(3)},
 				{Address: "10.20.0.11:30808"}, {Address: "10.20.0.12:30808"},
@@ -256,6 +261,16 @@ func TestGatewayL4Routes(t *testing.T) {
 		},
 	}
 	check(t, d, want, nil)
+	// The LB cluster takes the listeners and the empty pool (the tenant
+	// and VIP pool are not in this test's catalog).
+	var ve *api.ValidationError
+	if err := api.ValidateLoadBalancer(d.LB, nil); errors.As(err, &ve) {
+		for _, fe := range ve.Errors {
+			if strings.HasPrefix(fe.Field, "listeners") || strings.HasPrefix(fe.Field, "pools") {
+				t.Errorf("the LB cluster refuses the load balancer: %s: %s", fe.Field, fe.Reason)
+			}
+		}
+	}
 	lateSt := d.Gateway.Routes[translate.RouteKey{Kind: translate.KindTCPRoute, Namespace: "shop", Name: "late"}]
 	if len(lateSt) != 1 || condOf(lateSt[0].Conditions, "Accepted").Reason != translate.ReasonListenerTaken {
 		t.Errorf("late TCPRoute parents = %+v, want Accepted False %s", lateSt, translate.ReasonListenerTaken)
