@@ -11,14 +11,17 @@ import (
 	"testing"
 	"time"
 
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 	"github.com/teapot-lb/teapot-lb/proxy/l7"
 	"golang.org/x/net/websocket"
 )
 
 // TestHandoverClosesHTTPAfterItsNextResponse checks the handover of a host
 // whose VIPs are about to move: a kept-alive HTTP connection gets its next
-// answer with Connection: close and then a clean close (EOF, no reset), a
-// new HTTP connection is served once and closed the same way, while a TCP
+// answer (whole, through a route filter) with Connection: close and then a
+// clean close (EOF, no reset), a new HTTP connection is served once and
+// closed the same way, also when its request needs a new member
+// connection, while a TCP
 // stream and a WebSocket keep working and are counted as pending until
 // CloseConnections ends them cleanly; a connection to another VIP is
 // neither counted nor closed; undone, new HTTP connections stay open
@@ -30,9 +33,16 @@ func TestHandoverClosesHTTPAfterItsNextResponse(t *testing.T) {
 	t.Cleanup(func() { srv.Close() })
 	p, _ := newProxy(t, Config{HTTP: NewHTTP(srv, nil), DrainTimeout: time.Minute})
 	httpPort, tcpPort := freePort(t), freePort(t)
-	// Another VIP of this host, not handed over.
-	update(t, p, mainL7LB("127.0.0.2", httpPort, tcpPort, []string{web}, []string{echoAddr}),
-		l4LB("other", "127.0.0.3", tcpPort, "tcp", echoAddr))
+	// The route to filteredHost has a filter (served through the
+	// round-trip path); plainHost's pool is first used during the
+	// handover (a new member connection). Another VIP of this host is not
+	// handed over.
+	const plainHost, filteredHost = "plain.acme.example", "filtered.acme.example"
+	lb := mainL7LB("127.0.0.2", httpPort, tcpPort, []string{web}, []string{echoAddr})
+	lb.Routes = append(lb.Routes, &pb.Route{Host: plainHost, Pool: "plain"}, &pb.Route{Host: filteredHost, Pool: "web",
+		Filters: []*pb.RouteFilter{{ResponseHeaderModifier: &pb.HeaderModifier{Set: []*pb.HeaderValue{{Name: "X-Level", Value: "2"}}}}}})
+	lb.Pools["plain"] = &pb.BackendPool{Members: []*pb.Member{{Address: startWebBackend(t, "plain")}}}
+	update(t, p, lb, l4LB("other", "127.0.0.3", tcpPort, "tcp", echoAddr))
 	httpTarget, tcpTarget := vipAddr("127.0.0.2", httpPort), vipAddr("127.0.0.2", tcpPort)
 	otherStream, err := net.DialTimeout("tcp", vipAddr("127.0.0.3", tcpPort), 5*time.Second)
 	if err != nil {
@@ -56,21 +66,25 @@ func TestHandoverClosesHTTPAfterItsNextResponse(t *testing.T) {
 		t.Cleanup(func() { c.Close() })
 		return kept{c, bufio.NewReader(c)}
 	}
-	get := func(k kept) (closeAfter bool) {
+	getFrom := func(k kept, host string) (closeAfter bool) {
 		t.Helper()
 		_ = k.c.SetDeadline(time.Now().Add(5 * time.Second))
-		fmt.Fprintf(k.c, "GET /x HTTP/1.1\r\nHost: %s\r\n\r\n", shopHost)
+		fmt.Fprintf(k.c, "GET /x HTTP/1.1\r\nHost: %s\r\n\r\n", host)
 		resp, err := http.ReadResponse(k.br, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		body, err := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if err != nil || string(body) != "hello /x" {
-			t.Fatalf("answer %q, %v", body, err)
+		if err != nil || resp.StatusCode != 200 || string(body) != "hello /x" {
+			t.Fatalf("%s: answer %s %q, %v", host, resp.Status, body, err)
+		}
+		if filtered := resp.Header.Get("X-Level") == "2"; filtered != (host == filteredHost) {
+			t.Fatalf("%s: X-Level %q", host, resp.Header.Get("X-Level"))
 		}
 		return resp.Close
 	}
+	get := func(k kept) bool { t.Helper(); return getFrom(k, filteredHost) }
 	cleanEOF := func(k kept, what string) {
 		t.Helper()
 		_ = k.c.SetReadDeadline(time.Now().Add(5 * time.Second))
@@ -112,10 +126,14 @@ func TestHandoverClosesHTTPAfterItsNextResponse(t *testing.T) {
 	}
 	cleanEOF(ka, "kept-alive connection after its last answer")
 	fresh := dial()
-	if !get(fresh) {
+	if !getFrom(fresh, shopHost) {
 		t.Fatal("a connection accepted during the handover is kept alive")
 	}
 	cleanEOF(fresh, "connection accepted during the handover")
+	plain := dial()
+	if !getFrom(plain, plainHost) {
+		t.Fatal("a request to a member not dialled before the handover is kept alive")
+	}
 	for i := range 3 {
 		if err := roundTrip(stream, fmt.Appendf(nil, "during %d", i)); err != nil {
 			t.Fatalf("the TCP stream broke during the handover: %v", err)
@@ -126,8 +144,11 @@ func TestHandoverClosesHTTPAfterItsNextResponse(t *testing.T) {
 	}
 	eventually(t, "the kept-alive connection to leave the pending count", func() bool { return p.HandoverPending() == 2 })
 
-	if n := p.CloseConnections(); n != 2 {
-		t.Fatalf("CloseConnections closed %d, want 2", n)
+	cleanEOF(plain, "connection to a new member accepted during the handover")
+	// The stream and the WebSocket, and the HTTP connections that closed
+	// above if they are not untracked yet.
+	if n := p.CloseConnections(); n < 2 || n > 4 {
+		t.Fatalf("CloseConnections closed %d, want 2 to 4", n)
 	}
 	if err := roundTrip(otherStream, []byte("other, after")); err != nil {
 		t.Fatalf("a connection to a VIP not handed over: %v", err)

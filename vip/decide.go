@@ -404,9 +404,10 @@ func (me self) withMajority(v view) self {
 // the first candidate. A host that just started takes back the VIPs it
 // ranks first for (Rebalance) from holders that hold more than their fair
 // share plus one (overloaded): a restart brings VIPs back only where they
-// are unbalanced, so that one VIP moves once in a rolling upgrade. When a
-// candidate does not say what it holds (an earlier version), the ranking
-// alone decides.
+// are unbalanced, so that one VIP moves once in a rolling upgrade. A
+// candidate that does not say what it holds (an earlier version) ranks
+// alone: when it comes first it gets the VIP, as it takes it itself;
+// ranked lower it takes nothing and the VIP stays where it is.
 //
 // Two hosts whose views differ (one heard a heartbeat the other missed)
 // can briefly both pick themselves; the lower-ranked one lets go as soon
@@ -414,7 +415,6 @@ func (me self) withMajority(v view) self {
 // takes nothing, so two sides of a partition never both take a VIP.
 func holderOf(a netip.Addr, ranked []string, me self, v view) string {
 	var cands []string
-	known := true
 	for _, h := range ranked {
 		if h == me.ID {
 			if me.Problem == "" && me.NotReady[a] == "" && (!me.KeepOnly && !me.Rejoining || me.Holding[a]) {
@@ -424,14 +424,15 @@ func holderOf(a netip.Addr, ranked []string, me self, v view) string {
 		}
 		if usable(v, h, a) {
 			cands = append(cands, h)
-			known = known && v.Alive[h].Holdings
 		}
 	}
 	if len(cands) == 0 {
 		return ""
 	}
-	if !known {
-		return cands[0]
+	if c := cands[0]; c != me.ID && !v.Alive[c].Holdings {
+		// An earlier version ranks alone: it takes what it ranks first
+		// for, and nothing else.
+		return c
 	}
 	for _, h := range cands {
 		if holds(v, me, h, a) {

@@ -250,3 +250,32 @@ func TestHostHoldingNothingHandsNothingOver(t *testing.T) {
 		t.Fatalf("data plane asked %v, closed %d, handed over %v; want nothing and true", on, closed, h.m.handedOver.Load())
 	}
 }
+
+// TestStopBeforeAnyStateHandsNothingOver: a host stopped before it had
+// the committed state holds nothing and does not wait for a handover.
+func TestStopBeforeAnyStateHandsNothingOver(t *testing.T) {
+	dp := &fakeDataPlane{pending: 5}
+	m := &Manager{
+		cfg:  Config{NodeID: "n1", HeartbeatInterval: 20 * time.Millisecond, StateMaxAge: time.Hour, Handover: dp, HandoverTimeout: time.Minute},
+		dead: 100 * time.Millisecond, log: slog.New(slog.DiscardHandler),
+		kick: make(chan struct{}, 1), ready: map[string]string{},
+		arp: &iface{name: "vip-test"},
+	}
+	m.quorum = m.dead - m.cfg.HeartbeatInterval
+	m.settle = settleMultiple * m.dead
+	m.gap = gapMultiple * m.dead
+	m.act = newActuator(m)
+	m.beats = newBeatSender(m)
+	m.loop.init()
+	m.loop.linkDirty = false
+	arrivals := map[string]*peerArrival{}
+	m.arrivals.Store(&arrivals)
+	m.stopping = true
+	m.evaluate(time.Now(), true)
+	if !m.handedOver.Load() {
+		t.Fatal("a host without state waits for a handover")
+	}
+	if on, closed := dp.state(); len(on) != 0 || closed != 0 {
+		t.Fatalf("data plane asked %v, closed %d; want nothing", on, closed)
+	}
+}

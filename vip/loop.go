@@ -274,7 +274,7 @@ func (m *Manager) evaluate(now time.Time, inputsChanged bool) time.Time {
 		me.NotReady = map[netip.Addr]string{}
 	}
 	drained := st.want != nil && st.want.Draining[m.cfg.NodeID]
-	handingOver := st.want != nil && m.handoverStep(now, drained || stopping)
+	handingOver := m.handoverStep(now, drained || stopping)
 	switch {
 	case st.leaving, stopping && !handingOver:
 		me.Problem = "shutting down"

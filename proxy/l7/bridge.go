@@ -38,7 +38,7 @@ func (c *clientConn) bridge(b []byte, route *Route, be Backend, opts *BackendOpt
 		hdr[k] = append(hdr[k], string(f.value(b)))
 	}
 	body := &h1Body{c: c, chunked: h.chunked, left: max(h.contentLength, 0)}
-	ctx, cancel := context.WithCancel(c.ctx)
+	ctx, cancel := context.WithCancel(c.reqCtx())
 	defer cancel()
 	r := &http.Request{
 		Method:        string(b[h.mS:h.mE]), // b changes once the body is read

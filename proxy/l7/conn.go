@@ -121,6 +121,10 @@ func (c *clientConn) drain() {
 
 func (c *clientConn) draining() bool { return c.state.Load() == connDrain }
 
+// reqCtx is the context of the request being served: a drain ends the
+// connection's context, never the request it lets finish.
+func (c *clientConn) reqCtx() context.Context { return context.WithoutCancel(c.ctx) }
+
 // fill reads more client bytes into rb.
 func (c *clientConn) fill() error {
 	if c.w == len(c.rb) {
@@ -441,7 +445,7 @@ func (c *clientConn) acquire(addr netip.AddrPort, opts *BackendOptions, now int6
 	if private {
 		pp = &proxyAddrs{src: c.client, dst: c.local}
 	}
-	u, err = c.s.dial(c.ctx, key, opts, pp)
+	u, err = c.s.dial(c.reqCtx(), key, opts, pp)
 	return u, false, err
 }
 

@@ -138,7 +138,7 @@ func (c *clientConn) exchange(m Member, x *exchangeOpts) error {
 			// The member closed an idle connection as it was reused:
 			// nothing was processed, so send again on a new one.
 			reused = false
-			up, err = c.s.dial(c.ctx, keyOf(m.Addr(), x.opts.Protocol, x.opts), x.opts, c.proxyAddrs(x.opts))
+			up, err = c.s.dial(c.reqCtx(), keyOf(m.Addr(), x.opts.Protocol, x.opts), x.opts, c.proxyAddrs(x.opts))
 			if err != nil {
 				m.Done(err, 0, time.Since(t0))
 				return err
