@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -39,7 +40,7 @@ listeners:
   - { port: 9001, protocol: udp, pool: udpecho }
 routes: [{ path: /, pool: web }]
 pools:
-  web: { members: ["192.0.2.50:8081"] }
+  web: { members: ["192.0.2.50:8081"]%s }
   echo: { members: ["192.0.2.50:9000"] }
   udpecho: { members: ["192.0.2.50:9001"] }
 `
@@ -54,14 +55,31 @@ const (
 
 var trafficKinds = []string{kindKeepAlive, kindWS, kindTCP, kindUDP}
 
+// level2Check is a pool field of feature level 2 (closeOnDown) that the
+// upgrade adds to the load balancer once every host runs this release; a
+// host downgraded to the previous release ignores it.
+const level2Check = `, healthCheck: { tcp: {}, closeOnDown: true }`
+
 // trafficEvent is one failed exchange; lost marks an established
-// connection (keep-alive, WebSocket) that broke after it had worked.
+// connection (keep-alive, WebSocket) that broke after it had worked
+// (reset, or no answer), closed one that the host closed cleanly (FIN)
+// at a message boundary, for its client to reconnect.
 type trafficEvent struct {
-	at   time.Time
-	kind string
-	lost bool
-	err  error
+	at     time.Time
+	kind   string
+	lost   bool
+	closed bool
+	err    error
 }
+
+// errClosedByHost: the host closed the connection cleanly before the
+// client sent on it again (it is handing its clients over); the client
+// opens a new one, as HTTP and WebSocket clients do.
+var errClosedByHost = errors.New("closed cleanly by the host")
+
+// errLastExchange: the exchange worked and the answer said Connection:
+// close; the next exchange opens a new connection.
+var errLastExchange = errors.New("the answer said Connection: close")
 
 // upgradeTraffic is the client's steady traffic through the VIP: 4
 // kept-alive HTTP connections and 4 WebSockets with one exchange each
@@ -175,7 +193,14 @@ func (tr *upgradeTraffic) loop(open func() (func() error, func(), error), kind s
 			if err := exchange(); err != nil {
 				closeFn()
 				exchange, closeFn = nil, nil
-				tr.record(kind, worked, err)
+				switch {
+				case errors.Is(err, errLastExchange):
+					tr.record(kind, false, nil)
+				case errors.Is(err, errClosedByHost) && worked:
+					tr.closedByHost(kind, err)
+				default:
+					tr.record(kind, worked, err)
+				}
 				continue
 			}
 			worked = true
@@ -194,29 +219,50 @@ func (tr *upgradeTraffic) record(kind string, lost bool, err error) {
 	tr.failed = append(tr.failed, trafficEvent{at: time.Now(), kind: kind, lost: lost, err: err})
 }
 
+func (tr *upgradeTraffic) closedByHost(kind string, err error) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	tr.failed = append(tr.failed, trafficEvent{at: time.Now(), kind: kind, closed: true, err: err})
+}
+
 func (tr *upgradeTraffic) finish() {
 	close(tr.stop)
 	tr.wg.Wait()
 }
 
-// between returns, per kind, the failed exchanges and the lost
-// connections in [from, to), and the events themselves.
-func (tr *upgradeTraffic) between(from, to time.Time) (failed, lost map[string]int, events []trafficEvent) {
+// between returns, per kind, the failed exchanges, the lost connections
+// and those closed cleanly by the host in [from, to), and the failures
+// and losses themselves.
+func (tr *upgradeTraffic) between(from, to time.Time) (failed, lost, closed map[string]int, events []trafficEvent) {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
-	failed, lost = map[string]int{}, map[string]int{}
+	failed, lost, closed = map[string]int{}, map[string]int{}, map[string]int{}
 	for _, e := range tr.failed {
 		if e.at.Before(from) || !e.at.Before(to) {
 			continue
 		}
-		events = append(events, e)
-		if e.lost {
+		switch {
+		case e.closed:
+			closed[e.kind]++
+			continue
+		case e.lost:
 			lost[e.kind]++
-		} else {
+		default:
 			failed[e.kind]++
 		}
+		events = append(events, e)
 	}
-	return failed, lost, events
+	return failed, lost, closed, events
+}
+
+// hostClosed reports whether the host closed c cleanly while the client
+// was not using it: a read that finds EOF within a millisecond. Data or
+// another error is left for the exchange to find.
+func hostClosed(c net.Conn, br *bufio.Reader) bool {
+	_ = c.SetReadDeadline(time.Now().Add(time.Millisecond))
+	_, err := br.Peek(1)
+	_ = c.SetReadDeadline(time.Time{})
+	return errors.Is(err, io.EOF)
 }
 
 const exchangeTimeout = 2 * time.Second
@@ -224,7 +270,9 @@ const exchangeTimeout = 2 * time.Second
 var reasonAttr = regexp.MustCompile(`reason="([^"]*)"`)
 
 // keepAlive opens one HTTP/1.1 connection to vip:80; each exchange is one
-// request on it.
+// request on it. An answer that says Connection: close ends it after the
+// exchange, and one the host closed cleanly since the last exchange is
+// not used again (as an HTTP client does).
 func (l *vipLab) keepAlive(vip netip.Addr) (func() error, func(), error) {
 	ctx, cancel := context.WithTimeout(context.Background(), exchangeTimeout)
 	defer cancel()
@@ -233,7 +281,12 @@ func (l *vipLab) keepAlive(vip netip.Addr) (func() error, func(), error) {
 		return nil, nil, err
 	}
 	br := bufio.NewReader(c)
+	used := false
 	return func() error {
+		if used && hostClosed(c, br) {
+			return errClosedByHost
+		}
+		used = true
 		_ = c.SetDeadline(time.Now().Add(exchangeTimeout))
 		if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: up.lab\r\n\r\n"); err != nil {
 			return err
@@ -247,12 +300,23 @@ func (l *vipLab) keepAlive(vip netip.Addr) (func() error, func(), error) {
 		if err != nil {
 			return err
 		}
-		if resp.StatusCode != http.StatusOK || string(body) != "ok\n" || resp.Close {
-			return fmt.Errorf("answer %s %q (close %v)", resp.Status, body, resp.Close)
+		if resp.StatusCode != http.StatusOK || string(body) != "ok\n" {
+			return fmt.Errorf("answer %s %q", resp.Status, body)
+		}
+		if resp.Close {
+			return errLastExchange
 		}
 		return nil
 	}, func() { c.Close() }, nil
 }
+
+// bufConn reads through br, which wraps its connection.
+type bufConn struct {
+	net.Conn
+	br *bufio.Reader
+}
+
+func (b bufConn) Read(p []byte) (int, error) { return b.br.Read(p) }
 
 // webSocket opens one WebSocket to vip:80/ws; each exchange is one
 // message echoed.
@@ -269,13 +333,17 @@ func (l *vipLab) webSocket(vip netip.Addr, worker int) (func() error, func(), er
 		return nil, nil, err
 	}
 	_ = c.SetDeadline(time.Now().Add(exchangeTimeout))
-	ws, err := websocket.NewClient(cfg, c)
+	br := bufio.NewReader(c)
+	ws, err := websocket.NewClient(cfg, bufConn{c, br})
 	if err != nil {
 		c.Close()
 		return nil, nil, fmt.Errorf("websocket handshake: %w", err)
 	}
 	seq := 0
 	return func() error {
+		if hostClosed(c, br) {
+			return errClosedByHost
+		}
 		seq++
 		msg := fmt.Sprintf("w%d-%d", worker, seq)
 		_ = c.SetDeadline(time.Now().Add(exchangeTimeout))
@@ -337,27 +405,30 @@ func (l *vipLab) udpEcho(to netip.AddrPort) (func() error, func(), error) {
 // upgradePhase is one host's drain, restart on another release and
 // undrain, with what the traffic saw meanwhile.
 type upgradePhase struct {
-	name         string
-	host         *lbHost
-	from, to     time.Time
-	held         bool // the host held the VIP when the phase began
-	moves        []vipEvent
-	failed, lost map[string]int
-	unexplained  []trafficEvent
+	name     string
+	host     *lbHost
+	from, to time.Time
+	held     bool // the host held the VIP when the phase began
+	// current: the host drained ran this release (it hands its clients
+	// over before the VIP moves).
+	current              bool
+	moves                []vipEvent
+	failed, lost, closed map[string]int
+	unexplained          []trafficEvent
 }
 
 // runPhase drains n through another host, stops it (SIGTERM: it hands
-// over and drains), starts bin in its place, waits until cluster status
-// shows it healthy with version, undrains it and waits for the VIPs to
-// settle.
-func (l *vipLab) runPhase(t *testing.T, tr *upgradeTraffic, name string, n *lbHost, bin, version string) *upgradePhase {
+// over and drains), starts bin in its place with extra, waits until
+// cluster status shows it healthy with version, undrains it and waits for
+// the VIPs to settle. current says n runs this release when drained.
+func (l *vipLab) runPhase(t *testing.T, tr *upgradeTraffic, name string, n *lbHost, current bool, bin, version string, extra ...string) *upgradePhase {
 	t.Helper()
 	other := l.lbs[0]
 	if other == n {
 		other = l.lbs[1]
 	}
 	holder := l.waitHolder(upgradeVIP, settleTimeout)
-	ph := &upgradePhase{name: name, host: n, from: time.Now(), held: holder == n}
+	ph := &upgradePhase{name: name, host: n, from: time.Now(), held: holder == n, current: current}
 	if out, err := l.cli(other, "cluster", "drain", n.id); err != nil {
 		t.Fatalf("%s: cluster drain %s: %v: %s", name, n.id, err, out)
 	}
@@ -371,7 +442,7 @@ func (l *vipLab) runPhase(t *testing.T, tr *upgradeTraffic, name string, n *lbHo
 		t.Fatalf("%s: %s did not stop after SIGTERM: %v", name, n.id, err)
 	}
 	n.bin = bin
-	l.start(n)
+	l.start(n, extra...)
 	waitFor(t, startTimeout, n.id+" healthy on "+version, func() error {
 		if !n.proc.Running() {
 			return errStop(fmt.Errorf("%s exited", n.id))
@@ -390,8 +461,10 @@ func (l *vipLab) runPhase(t *testing.T, tr *upgradeTraffic, name string, n *lbHo
 	if out, err := l.cli(other, "cluster", "drain", "--undo", n.id); err != nil {
 		t.Fatalf("%s: cluster drain --undo %s: %v: %s", name, n.id, err, out)
 	}
-	// A restarted host takes back, within 3s of being able to hold it, a
-	// VIP it ranks first for; after that the VIP stays.
+	// A restarted host of this release takes a VIP back, within 3s of
+	// being able to hold it, only from a holder of more than its share:
+	// the lab's one VIP stays where it moved. One of the previous release
+	// takes back what it ranks first for.
 	settleRestart()
 	l.waitHolder(upgradeVIP, settleTimeout)
 	ph.to = time.Now()
@@ -411,7 +484,7 @@ func (l *vipLab) account(t *testing.T, tr *upgradeTraffic, ph *upgradePhase) {
 		}
 	}
 	var events []trafficEvent
-	ph.failed, ph.lost, events = tr.between(ph.from, ph.to)
+	ph.failed, ph.lost, ph.closed, events = tr.between(ph.from, ph.to)
 	for _, e := range events {
 		explained := false
 		for _, m := range ph.moves {
@@ -433,9 +506,9 @@ func (ph *upgradePhase) String() string {
 			taken++
 		}
 	}
-	fmt.Fprintf(&b, "%s %s (held the VIP: %v): %s, VIP taken %d times", ph.name, ph.host.id, ph.held, ph.to.Sub(ph.from).Round(time.Millisecond), taken)
+	fmt.Fprintf(&b, "%s %s (held the VIP: %v, drained on this release: %v): %s, VIP taken %d times", ph.name, ph.host.id, ph.held, ph.current, ph.to.Sub(ph.from).Round(time.Millisecond), taken)
 	for _, k := range trafficKinds {
-		fmt.Fprintf(&b, "; %s failed %d, connections lost %d", k, ph.failed[k], ph.lost[k])
+		fmt.Fprintf(&b, "; %s failed %d, connections lost %d, closed cleanly by the host %d", k, ph.failed[k], ph.lost[k], ph.closed[k])
 	}
 	for _, m := range ph.moves {
 		reason := ""
@@ -450,12 +523,20 @@ func (ph *upgradePhase) String() string {
 // A cluster of the previous release in the ARP lab serves one arp VIP
 // under steady traffic (kept-alive HTTP requests, WebSockets, new TCP
 // connections, UDP datagrams); each host in turn is drained, restarted on
-// this release and undrained, the VIP's holder last; then one host goes
-// back to the previous release. Mixed versions exchange both heartbeat
-// formats. No exchange may fail and no connection may break except
-// around a VIP move of its address (the holder's drain and its restart move it);
-// writes of level-2 fields are refused while an old host runs and
-// accepted once none does.
+// this release (with a 5s drain timeout) and undrained, the VIP's holder
+// last; then the holder, on this release, is drained and undrained; then a
+// host that neither holds the VIP nor ranks first for it goes back to the
+// previous release, and finally the two others are drained so that the
+// downgraded host serves the VIP. Mixed versions exchange both heartbeat
+// formats. No exchange may fail and no connection may break except around
+// a VIP move of its address; a holder drained on this release hands its
+// clients over before the VIP moves, so that no kept-alive HTTP connection
+// or WebSocket is lost (they end cleanly between messages and reconnect);
+// the drain of the holder on this release moves the VIP once (a restarted
+// host of this release takes it back only from a holder of more than its
+// share, a downgraded one that does not rank first takes nothing); writes of level-2 fields are refused while an old host
+// runs and accepted once none does, and the downgraded host serves the load
+// balancer that carries one, ignoring it.
 func TestRollingUpgradeInARPLab(t *testing.T) {
 	if os.Getenv("TEAPOT_SCENARIO_UPGRADE") == "" {
 		t.Skip("runs with make upgrade-test (TEAPOT_SCENARIO_UPGRADE=1): building the previous release takes longer than make test's 3-minute budget per scenario")
@@ -465,10 +546,19 @@ func TestRollingUpgradeInARPLab(t *testing.T) {
 	old := buildRelease(t, oldVersion)
 	newBin := teapotBinary(t)
 	newVersion := binaryVersion(t, newBin)
+	newArgs := []string{"--drain-timeout", "5s"}
 	l := newVIPLab(t, labOptions{teapot: true, bin: old})
 	l.serveUpgradeBackend(t)
+	// The lab's other arp VIPs go: with one VIP on three hosts, a holder's
+	// return takes nothing back (it takes from a holder of more than its
+	// fair share plus one only).
+	for _, lb := range []string{"acme/web4", "acme/web6"} {
+		if out, err := l.cli(l.lbs[0], "delete", "lb", lb); err != nil {
+			t.Fatalf("delete lb %s: %v: %s", lb, err, out)
+		}
+	}
 	manifest := filepath.Join(l.dir, "up.yaml")
-	if err := os.WriteFile(manifest, []byte(fmt.Sprintf(upgradeLB, upgradeVIP)), 0o644); err != nil {
+	if err := os.WriteFile(manifest, []byte(fmt.Sprintf(upgradeLB, upgradeVIP, "")), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if out, err := l.cli(l.lbs[0], "apply", "-f", manifest); err != nil {
@@ -514,6 +604,9 @@ func TestRollingUpgradeInARPLab(t *testing.T) {
 	apply := func(via *lbHost) func(string) (string, error) {
 		return func(path string) (string, error) { return l.cli(via, "apply", "-f", path) }
 	}
+	// The first holder ranks first for the VIP: every host ran the
+	// previous release, which ranks alone.
+	first := holder
 	var order []*lbHost
 	for _, n := range l.lbs {
 		if n != holder {
@@ -523,7 +616,7 @@ func TestRollingUpgradeInARPLab(t *testing.T) {
 	order = append(order, holder)
 	var phases []*upgradePhase
 	for i, n := range order {
-		phases = append(phases, l.runPhase(t, tr, "upgrade", n, newBin, newVersion))
+		phases = append(phases, l.runPhase(t, tr, "upgrade", n, false, newBin, newVersion, newArgs...))
 		t.Log(phases[len(phases)-1])
 		if i < len(order)-1 {
 			oldHost := order[len(order)-1]
@@ -541,27 +634,105 @@ func TestRollingUpgradeInARPLab(t *testing.T) {
 	}
 	gated.accepted(t, apply(order[0]), func(args ...string) (string, error) { return l.cli(order[1], args...) })
 
-	// A host just upgraded goes back to the previous release.
-	down := order[0]
-	phases = append(phases, l.runPhase(t, tr, "downgrade", down, old, oldVersion))
+	// Maintenance of the VIP's holder on this release: it hands its
+	// clients over, then the VIP moves, once.
+	phases = append(phases, l.maintain(t, tr, l.waitHolder(upgradeVIP, settleTimeout)))
 	t.Log(phases[len(phases)-1])
-	gated.refused(t, apply(order[1]), down.id+" (version "+oldVersion+") is at level 1")
+
+	// The load balancer under traffic takes a level-2 field, which stays
+	// stored through the downgrade.
+	if err := os.WriteFile(manifest, []byte(fmt.Sprintf(upgradeLB, upgradeVIP, level2Check)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := l.cli(order[0], "apply", "-f", manifest); err != nil {
+		t.Fatalf("a level-2 field on the load balancer: %v: %s", err, out)
+	}
+
+	// A host that neither holds the VIP nor ranks first for it goes back
+	// to the previous release: the VIP stays where it is.
+	cur := l.waitHolder(upgradeVIP, settleTimeout)
+	var down *lbHost
+	for _, n := range l.lbs {
+		if n != cur && n != first {
+			down = n
+		}
+	}
+	phases = append(phases, l.runPhase(t, tr, "downgrade", down, false, old, oldVersion))
+	t.Log(phases[len(phases)-1])
+	var others []*lbHost
+	for _, n := range l.lbs {
+		if n != down {
+			others = append(others, n)
+		}
+	}
+	gated.refused(t, apply(others[0]), down.id+" (version "+oldVersion+") is at level 1")
+
+	// The downgraded host serves: the two others are drained and the VIP
+	// goes to it, with the level-2 field stored (and ignored there).
+	ph := &upgradePhase{name: "serve on the downgraded host", host: down, from: time.Now(), held: true}
+	for _, n := range others {
+		if out, err := l.cli(down, "cluster", "drain", n.id); err != nil {
+			t.Fatalf("cluster drain %s: %v: %s", n.id, err, out)
+		}
+	}
+	waitFor(t, settleTimeout+10*time.Second, "the VIP on the downgraded host "+down.id, func() error {
+		if h := l.waitHolder(upgradeVIP, settleTimeout); h != down {
+			return fmt.Errorf("held by %s", h.id)
+		}
+		return nil
+	})
+	tr.mu.Lock()
+	okBefore := map[string]int{}
+	for k, v := range tr.ok {
+		okBefore[k] = v
+	}
+	tr.mu.Unlock()
+	waitFor(t, settleTimeout, "every kind of traffic through the downgraded host", func() error {
+		tr.mu.Lock()
+		defer tr.mu.Unlock()
+		for _, k := range trafficKinds {
+			if tr.ok[k]-okBefore[k] < 20 {
+				return fmt.Errorf("%s: %d exchanges so far", k, tr.ok[k]-okBefore[k])
+			}
+		}
+		return nil
+	})
+	if h := l.waitHolder(upgradeVIP, settleTimeout); h != down {
+		t.Fatalf("the VIP moved to %s while only %s could hold it", h.id, down.id)
+	}
+	ph.to = time.Now()
+	l.account(t, tr, ph)
+	phases = append(phases, ph)
+	t.Log(ph)
 	tr.finish()
 
 	total := map[string]int{}
-	var lost, failedN, moves int
+	var lost, failedN, closed, moves int
 	for _, ph := range phases {
 		for _, k := range trafficKinds {
 			lost += ph.lost[k]
 			failedN += ph.failed[k]
+			closed += ph.closed[k]
 		}
+		taken := 0
 		for _, m := range ph.moves {
 			if m.msg == "VIP taken" {
-				moves++
+				taken++
 			}
 		}
+		moves += taken
 		for _, e := range ph.unexplained {
 			t.Errorf("%s %s: a %s exchange failed at %s with no VIP move near it: %v", ph.name, ph.host.id, e.kind, e.at.Format(time.StampMilli), e.err)
+		}
+		if ph.current {
+			if taken != 1 {
+				t.Errorf("%s %s: the VIP was taken %d times, want once", ph.name, ph.host.id, taken)
+			}
+			for _, k := range []string{kindKeepAlive, kindWS} {
+				if ph.lost[k] > 0 {
+					t.Errorf("%s %s: %d %s connections lost; a holder on this release hands them over before the VIP moves", ph.name, ph.host.id, ph.lost[k], k)
+				}
+			}
 		}
 	}
 	tr.mu.Lock()
@@ -569,8 +740,32 @@ func TestRollingUpgradeInARPLab(t *testing.T) {
 		total[k] = v
 	}
 	tr.mu.Unlock()
-	t.Logf("rolling upgrade %s → %s and one downgrade in the ARP lab: exchanges that worked %v; %d failed, %d established connections lost, VIP taken %d times",
-		oldVersion, newVersion, total, failedN, lost, moves)
+	t.Logf("rolling upgrade %s → %s, maintenance of the holder, one downgrade and the downgraded host serving, in the ARP lab: exchanges that worked %v; %d failed, %d established connections lost, %d closed cleanly by a host handing them over; VIP taken %d times",
+		oldVersion, newVersion, total, failedN, lost, closed, moves)
+}
+
+// maintain drains n, the VIP's holder on this release, through another
+// host, waits for the VIP to move, undrains it and waits for the VIPs to
+// settle: the holder hands its clients over first.
+func (l *vipLab) maintain(t *testing.T, tr *upgradeTraffic, n *lbHost) *upgradePhase {
+	t.Helper()
+	other := l.lbs[0]
+	if other == n {
+		other = l.lbs[1]
+	}
+	ph := &upgradePhase{name: "drain and undrain", host: n, from: time.Now(), held: true, current: true}
+	if out, err := l.cli(other, "cluster", "drain", n.id); err != nil {
+		t.Fatalf("cluster drain %s: %v: %s", n.id, err, out)
+	}
+	l.waitHolderOther(t, upgradeVIP, n)
+	if out, err := l.cli(other, "cluster", "drain", "--undo", n.id); err != nil {
+		t.Fatalf("cluster drain --undo %s: %v: %s", n.id, err, out)
+	}
+	settleRestart()
+	l.waitHolder(upgradeVIP, settleTimeout)
+	ph.to = time.Now()
+	l.account(t, tr, ph)
+	return ph
 }
 
 // binaryVersion returns the version bin reports (teapot-lb version).
