@@ -16,8 +16,8 @@ import (
 const (
 	// ReasonTooManyRoutes: the Gateway already has MaxGatewayRoutes routes.
 	ReasonTooManyRoutes = "TooManyRoutes"
-	// ReasonListenerTaken: a tcp, udp or tls-passthrough listener already
-	// carries an older route; the LB forwards a port to one set of backends.
+	// ReasonListenerTaken: a tls-passthrough listener already carries an
+	// older route; the LB forwards a port to one set of backends.
 	ReasonListenerTaken = "ListenerTaken"
 )
 
@@ -200,7 +200,11 @@ func (g *gwBuild) attach(r *routeObj, pr gwv1.ParentReference) ([]attachment, me
 			noHost++
 			continue
 		}
-		if r.l4 != nil {
+		// Later TCP and UDP routes of a listener are accepted and counted
+		// but get no traffic (the spec's rule: the oldest route wins); a
+		// TLS passthrough listener would route them by SNI, which it
+		// does not, so they are not accepted.
+		if r.l4 != nil && ls.proto == "tls-passthrough" {
 			k := l4Key{ls.spec.Port, ls.proto}
 			if a := g.l4[k]; a != nil && a.route != r.key {
 				taken++
