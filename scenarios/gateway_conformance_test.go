@@ -21,8 +21,11 @@ import (
 	"github.com/teapot-lb/teapot-lb/scenarios/kubecluster"
 )
 
-// The conformance lab's tenant: the kube lab's pool and networks, and the
-// top-level domains of every host name the suite's manifests use.
+// The conformance lab's tenant: the kube lab's pool and networks, the
+// top-level domains of every host name the suite's manifests use, and pod
+// mode (the LB hosts route to the pods through their nodes): the suite's
+// headless Services and Services with manual EndpointSlices have no node
+// port to send to.
 const conformanceManifest = `
 kind: VIPPool
 name: kube
@@ -34,6 +37,7 @@ name: kube
 networks: [192.0.2.31/32, 192.0.2.32/32, 198.51.100.0/25]
 domains: [com, org, net, io, example]
 pools: [kube]
+podsRoutable: true
 `
 
 const (
@@ -111,6 +115,14 @@ func TestGatewayAPIConformance(t *testing.T) {
 		return tarballs
 	}})
 
+	// Each node's PodCIDR, through the node, from every LB host.
+	for _, lb := range l.lbs {
+		for _, n := range l.k.Nodes {
+			if err := lb.host.IP("route", "add", n.PodCIDR.String(), "via", n.Addr.String()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	gc, err := gwclient.NewForConfig(l.restConfig())
 	if err != nil {
 		t.Fatal(err)
