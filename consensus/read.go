@@ -136,6 +136,15 @@ func (n *Node) List(ctx context.Context, kind, tenant string) ([]*pb.Object, uin
 // subscribers that then follow the watch.
 func (n *Node) Objects() ([]*pb.Object, uint64) { return n.fsm.current() }
 
+// LocalList returns this host's objects of one kind, sorted, without
+// asking the leader, and the revision they are at. The slice is shared:
+// callers must not modify it.
+func (n *Node) LocalList(kind string) ([]*pb.Object, uint64) {
+	n.fsm.mu.RLock()
+	defer n.fsm.mu.RUnlock()
+	return n.fsm.st.list(kind, ""), n.fsm.st.revision
+}
+
 // Revision returns the revision this host has applied.
 func (n *Node) Revision() uint64 {
 	n.fsm.mu.RLock()

@@ -37,7 +37,7 @@ type Store interface {
 	Delete(ctx context.Context, req *pb.DeleteRequest, internal bool) (*pb.DeleteResponse, error)
 	Get(ctx context.Context, ref *pb.ObjectRef) (*pb.Object, error)
 	List(ctx context.Context, kind, tenant string) ([]*pb.Object, uint64, error)
-	Objects() ([]*pb.Object, uint64)
+	LocalList(kind string) ([]*pb.Object, uint64)
 	Revision() uint64
 	Watch(from uint64) *consensus.Watcher
 	// CA signs tenant credentials; APIAddrs are where agents connect.
@@ -390,7 +390,8 @@ func (s *Server) hostAddrs() map[netip.AddrPort]string {
 	s.hostsMu.Lock()
 	defer s.hostsMu.Unlock()
 	if s.hosts == nil || s.hostsRev != rev {
-		objs, r := s.cfg.Store.Objects()
+		// The hosts alone: every change of a sync moves the revision.
+		objs, r := s.cfg.Store.LocalList(api.KindNode)
 		s.hosts, s.hostsRev = hostAddrs(objs), r
 	}
 	return s.hosts

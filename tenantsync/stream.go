@@ -230,13 +230,20 @@ func (st *stream) withCertificates(statuses []*pb.ObjectStatus, lbs map[string]*
 		return statuses
 	}
 	tenant := st.caller.tenant
-	objs, _ := st.srv.cfg.Store.Objects()
+	objs, _ := st.srv.cfg.Store.LocalList(api.KindCertificate)
 	var certs []*pb.Certificate
 	for _, o := range objs {
 		if c := o.GetCertificate(); c != nil && c.GetTenant() == tenant {
 			certs = append(certs, c)
 		}
-		if lb := o.GetLoadBalancer(); certsTouched && lb.GetTenant() == tenant && Managed(lb.GetName()) && lbs[lb.GetName()] == nil && len(tlsHosts(lb)) > 0 {
+	}
+	if certsTouched {
+		objs, _ = st.srv.cfg.Store.LocalList(api.KindLoadBalancer)
+	} else {
+		objs = nil
+	}
+	for _, o := range objs {
+		if lb := o.GetLoadBalancer(); lb.GetTenant() == tenant && Managed(lb.GetName()) && lbs[lb.GetName()] == nil && len(tlsHosts(lb)) > 0 {
 			lbs[lb.GetName()] = lb
 			statuses = append(statuses, statusOf(lb))
 		}
