@@ -294,7 +294,9 @@ func (g *gwBuild) listeners() {
 			resolved = *r
 		}
 		if accepted.Status != metav1.ConditionTrue {
+			// A listener that is not accepted takes no route kind.
 			ls.valid = false
+			ls.kinds, st.SupportedKinds = nil, []gwv1.RouteGroupKind{}
 		}
 		st.Conditions = []metav1.Condition{accepted, resolved}
 		g.ls = append(g.ls, ls)

@@ -87,7 +87,7 @@ func TestGatewayListenerStatus(t *testing.T) {
 			}(),
 			want: []want{
 				{"sctp", "UnsupportedProtocol", "ResolvedRefs", "Invalid", false, []string{}},
-				{"tls-term", "UnsupportedValue", "ResolvedRefs", "Invalid", false, []string{"TLSRoute"}},
+				{"tls-term", "UnsupportedValue", "ResolvedRefs", "Invalid", false, []string{}}, // not accepted: no route kind
 				{"kinds", "Accepted", "InvalidRouteKinds", "Programmed", false, []string{"HTTPRoute"}},
 			},
 			lbL: []*pb.Listener{{Port: 80, Protocol: "http"}},
