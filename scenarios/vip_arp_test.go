@@ -84,7 +84,7 @@ func TestVIPARP(t *testing.T) {
 				t.Errorf("failover took %s, want under %s (target: 300ms at p99)", d, arpFailoverBound)
 			}
 			l.revive(from)
-			l.waitHolderIs(t, tc.a, from)
+			l.waitBack(t, from, tc.a)
 		})
 	}
 
@@ -108,13 +108,12 @@ func TestVIPARP(t *testing.T) {
 			if held != 1 {
 				return fmt.Errorf("%v hosts report holding %s, want 1", held, arpVIP4)
 			}
-			// The failovers above moved the VIPs to another host and back:
-			// the survivor that stood in took and released them (a
-			// restarted host counts from zero again).
+			// The failovers above moved the VIPs to the survivors, which
+			// took them (a restarted host counts from zero again; the VIPs
+			// need not come back to it).
 			takes, _ := l.vipMetrics("teapot_lb_vip_moves_total", map[string]string{"direction": "take"})
-			releases, _ := l.vipMetrics("teapot_lb_vip_moves_total", map[string]string{"direction": "release"})
-			if takes < 2 || releases < 1 {
-				return fmt.Errorf("VIP moves counted: %v takes, %v releases; want at least 2 and 1", takes, releases)
+			if takes < 2 {
+				return fmt.Errorf("VIP moves counted: %v takes; want at least 2", takes)
 			}
 			return nil
 		})
@@ -274,20 +273,43 @@ func (l *vipLab) failover(tb testing.TB, a netip.Addr, unplug bool) (time.Durati
 	return d, from, to
 }
 
-// waitHolderIs waits until want holds a alone and the client reaches it.
-func (l *vipLab) waitHolderIs(tb testing.TB, a netip.Addr, want *lbHost) *lbHost {
+// waitBack waits until n, started again, is healthy in the cluster
+// status of another host, and one host holds a and the client reaches it;
+// then for the restarted host's first seconds, in which it may take a
+// VIP back from a holder of more than its fair share plus one. The VIP
+// need not return to n.
+func (l *vipLab) waitBack(tb testing.TB, n *lbHost, a netip.Addr) {
 	tb.Helper()
-	waitFor(tb, settleTimeout, fmt.Sprintf("%s to hold %s", want.id, a), func() error {
+	other := l.lbs[0]
+	if other == n {
+		other = l.lbs[1]
+	}
+	waitFor(tb, startTimeout, n.id+" healthy again", func() error {
+		if !n.proc.Running() {
+			return errStop(fmt.Errorf("%s exited", n.id))
+		}
+		st, err := l.status(other)
+		if err != nil {
+			return err
+		}
+		for _, ns := range st.GetNodes() {
+			if ns.GetId() == n.id && ns.GetHealthy() {
+				return nil
+			}
+		}
+		return fmt.Errorf("not yet: %v", st.GetNodes())
+	})
+	settleRestart()
+	waitFor(tb, settleTimeout, fmt.Sprintf("one host to hold %s", a), func() error {
 		hs, err := l.holders(a)
 		if err != nil {
 			return err
 		}
-		if len(hs) != 1 || hs[0] != want {
+		if len(hs) != 1 {
 			return fmt.Errorf("held by %v", ids(hs))
 		}
 		return l.get(a)
 	})
-	return want
 }
 
 // waitHolderOther waits until a host other than not holds a alone.

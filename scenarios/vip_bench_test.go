@@ -55,7 +55,7 @@ func BenchmarkVIPFailover(b *testing.B) {
 				d, from, _ := l.failover(b, a, kind.unplug)
 				lat = append(lat, d)
 				l.revive(from)
-				l.waitHolderIs(b, a, from)
+				l.waitBack(b, from, a)
 			}
 			rows = append(rows, failoverRow{kind.label, lat})
 			b.ReportMetric(ms(lat.percentile(99)), "p99-ms-"+metricName(kind.label))
