@@ -101,9 +101,18 @@ func (c *clientConn) exchange(m Member, x *exchangeOpts) error {
 		up.r, up.w = 0, 0
 		up.resp.reset()
 		bodyStarted := false
+		up.pending = nil
 		err = up.setWriteDeadline(now, c.s.cfg.BodyTimeout)
-		if err == nil {
+		switch {
+		case err != nil:
+		case x.stream:
 			_, err = up.nc.Write(c.wb)
+		default:
+			// The answer's wait is armed before the request leaves
+			// (sendAwait), so no read finds the socket empty.
+			if err = up.setReadDeadline(now, rht); err == nil {
+				err = up.sendAwait(c.wb)
+			}
 		}
 		if err != nil {
 			err = fmt.Errorf("%w: %w", ErrUpstreamClosed, err)

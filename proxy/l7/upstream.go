@@ -72,10 +72,17 @@ type upConn struct {
 	idleAt   int64 // unix nanos when it was last released
 	rdl, wdl int64 // deadlines set, unix nanos
 	got      int   // bytes received for the current request
+
+	aw      *rawAwait // sendAwait's state on a bare TCP connection
+	pending error     // a read error sendAwait met, for the next fill
 }
 
 // fill reads more of the member's bytes into rb.
 func (u *upConn) fill() error {
+	if err := u.pending; err != nil {
+		u.pending = nil
+		return err
+	}
 	if u.w == len(u.rb) {
 		if u.r == 0 {
 			return ErrUpstreamProtocol
@@ -318,6 +325,7 @@ func (s *Server) dial(ctx context.Context, key poolKey, opts *BackendOptions, pp
 		}
 		u.nc, u.tcp = tc, nil
 	}
+	u.aw = newRawAwait(u.tcp)
 	return u, nil
 }
 
