@@ -15,12 +15,20 @@ import (
 // the connection ended, timed out or was drained before it said which.
 // What was read stays in rb for the HTTP/1.x parser.
 func (c *clientConn) sniffH2C() (h2c, ok bool) {
-	stop := context.AfterFunc(c.ctx, func() { _ = c.nc.SetReadDeadline(aLongTimeAgo) })
+	// A drained connection gets the drain's grace for its first bytes,
+	// like an idle HTTP/1.x connection (drain), whether the drain comes
+	// before this loop sets its deadline or while it waits.
+	grace := c.s.cfg.DrainIdleGrace
+	stop := context.AfterFunc(c.ctx, func() { _ = c.nc.SetReadDeadline(time.Now().Add(grace)) })
 	defer stop()
 	pre := []byte(http2.ClientPreface)
 	timeout := c.idle
 	for {
-		if c.setReadDeadline(time.Now().UnixNano(), timeout) != nil {
+		d := timeout
+		if c.ctx.Err() != nil {
+			d, c.rdl = min(d, grace), 0
+		}
+		if c.setReadDeadline(time.Now().UnixNano(), d) != nil {
 			return false, false
 		}
 		if err := c.fill(); err != nil {
