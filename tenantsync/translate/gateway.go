@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
@@ -169,6 +170,11 @@ func Gateway(gw *gwv1.Gateway, src Sources, o Options) *Desired {
 	}
 	if !slices.ContainsFunc(g.ls, func(l *listenerState) bool { return l.valid }) && accepted.Status == metav1.ConditionTrue {
 		accepted = cond(string(gwv1.GatewayConditionAccepted), false, string(gwv1.GatewayReasonListenersNotValid), "no listener is valid; see the listeners' conditions", gw.Generation)
+	} else if accepted.Status == metav1.ConditionTrue && slices.ContainsFunc(res.Listeners, func(l gwv1.ListenerStatus) bool {
+		return meta.IsStatusConditionFalse(l.Conditions, string(gwv1.ListenerConditionAccepted))
+	}) {
+		// Served, without the listeners that are not accepted.
+		accepted.Reason, accepted.Message = string(gwv1.GatewayReasonListenersNotValid), "some listeners are not accepted; see their conditions"
 	}
 	res.Accepted = accepted
 	if accepted.Status != metav1.ConditionTrue {

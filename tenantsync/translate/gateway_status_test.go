@@ -334,3 +334,27 @@ func TestGatewayRouteOnAnUnservedListener(t *testing.T) {
 		t.Errorf("%d LB routes, want none: the route's only listener is not served", n)
 	}
 }
+
+// TestGatewayAcceptedWithInvalidListeners: a Gateway served without some
+// of its listeners is Accepted with reason ListenersNotValid; one without
+// any valid listener is not accepted.
+func TestGatewayAcceptedWithInvalidListeners(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		listeners []gwv1.Listener
+		status    metav1.ConditionStatus
+		reason    string
+	}{
+		{"all valid", []gwv1.Listener{listener("http", gwv1.HTTPProtocolType, 80, "")}, metav1.ConditionTrue, "Accepted"},
+		{"one of two valid", []gwv1.Listener{listener("http", gwv1.HTTPProtocolType, 80, ""), listener("bad", "INVALID", 1111, "")}, metav1.ConditionTrue, "ListenersNotValid"},
+		{"none valid", []gwv1.Listener{listener("bad", "INVALID", 1111, "")}, metav1.ConditionFalse, "ListenersNotValid"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			gw := gateway("shop", "gw", tt.listeners...)
+			d := translate.Gateway(gw, gwSources(t, backendObjs(), gwClass("teapot", translate.GatewayController), gw), gwOpts)
+			if a := d.Gateway.Accepted; a.Status != tt.status || a.Reason != tt.reason {
+				t.Errorf("Accepted %s %s (%q), want %s %s", a.Status, a.Reason, a.Message, tt.status, tt.reason)
+			}
+		})
+	}
+}
