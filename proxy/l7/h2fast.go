@@ -348,12 +348,20 @@ func (st *h2Stream) exchange(m Member, opts *BackendOptions, rht time.Duration, 
 			u.close()
 			return nil, err
 		}
-		u.got, u.r, u.w = 0, 0, 0
+		u.got, u.r, u.w, u.pending = 0, 0, 0, nil
 		u.resp.reset()
 		var bodyDone chan error
 		err = u.setWriteDeadline(now, s.cfg.BodyTimeout)
-		if err == nil {
+		switch {
+		case err != nil:
+		case hasBody:
 			_, err = u.nc.Write(st.head)
+		default:
+			// The wait for the answer is armed before the request
+			// leaves (sendAwait).
+			if err = u.setReadDeadline(now, rht); err == nil {
+				err = u.sendAwait(st.head)
+			}
 		}
 		if err != nil {
 			err = fmt.Errorf("%w: %w", ErrUpstreamClosed, err)
