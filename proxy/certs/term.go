@@ -41,7 +41,9 @@ func (t *Terminator) ServeConn(ctx context.Context, c net.Conn, current func() *
 		return
 	}
 	tc := tls.Server(c, t.m.ServerConfig(l.Listener))
-	hctx, cancel := context.WithTimeout(ctx, HandshakeTimeout)
+	// A drain or a handover ends ctx; the handshake of a client that
+	// arrived meanwhile still completes (the drain applies after it).
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), HandshakeTimeout)
 	err := tc.HandshakeContext(hctx)
 	cancel()
 	if err != nil {

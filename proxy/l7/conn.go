@@ -90,11 +90,21 @@ func (c *clientConn) serve() {
 		}
 		c.drainWG.Wait() // a running drain must not touch a recycled conn
 	}()
+	if c.ctx.Err() != nil {
+		// Accepted during a drain: the first request is answered with
+		// Connection: close, whenever the drain above gets to run.
+		c.drain()
+	}
 	for c.readRequest() {
 		c.handle()
-		if c.closing || !c.state.CompareAndSwap(connActive, connIdle) {
+		if c.closing {
 			return
 		}
+		// A drain that came after the response's head went out (without
+		// Connection: close) leaves the state at connDrain: the client may
+		// be sending its next request already, so it is read, within the
+		// drain's grace, and answered with Connection: close.
+		c.state.CompareAndSwap(connActive, connIdle)
 	}
 }
 

@@ -310,7 +310,9 @@ func TestDrain(t *testing.T) {
 		}
 		fmt.Fprint(w, "done")
 	}))
-	const grace = 400 * time.Millisecond
+	// Long enough that the idle connection's request, sent after the
+	// busy one's 200ms answer, arrives within it on a loaded machine.
+	const grace = 2 * time.Second
 	s := New(Config{DrainIdleGrace: grace})
 	defer s.Close()
 	router := oneRoute(newBackend(t, slow))
@@ -371,7 +373,7 @@ func TestDrain(t *testing.T) {
 		t.Errorf("idle connection after its last answer: read %d, %v; want EOF", n, err)
 	}
 	// One without a request closes at the end of the grace.
-	_ = quiet.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_ = quiet.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if n, err := quietR.Read(make([]byte, 1)); err != io.EOF {
 		t.Errorf("quiet connection: read %d, %v; want EOF", n, err)
 	}
