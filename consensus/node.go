@@ -252,9 +252,8 @@ func checkAddrs(cfg Config) error {
 	return nil
 }
 
-// commitTimeout is raft.Config.CommitTimeout (see raftConfig); a
-// variable so that a test can lengthen it.
-var commitTimeout = 5 * time.Millisecond
+// commitTimeout is raft.Config.CommitTimeout (see raftConfig).
+const commitTimeout = 5 * time.Millisecond
 
 // raftConfig is the Raft configuration of a host started with cfg.
 func raftConfig(cfg Config) *raft.Config {
@@ -266,8 +265,7 @@ func raftConfig(cfg Config) *raft.Config {
 	// A follower learns that an entry committed from the leader's next
 	// AppendEntries, which hashicorp/raft sends when new entries come or
 	// after CommitTimeout to 2×CommitTimeout without any: that wait is
-	// part of the way to the followers' data planes of a change that
-	// no barrier follows (commitBatch sends one after each write). 5ms
+	// part of every change's way to the followers' data planes. 5ms
 	// keeps it short for the cost of an empty AppendEntries per follower
 	// every 5–10ms.
 	rc.CommitTimeout = commitTimeout
