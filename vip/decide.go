@@ -370,6 +370,11 @@ type self struct {
 	// Handover: it keeps the arp VIPs it holds, and takes none, while
 	// its clients are handed over (drained or stopping; with KeepOnly).
 	Handover bool
+	// HandOff: drained, its clients handed over, it lets its arp VIPs
+	// go; it keeps each one until the host that takes it over says it
+	// holds it (the loop bounds how long), so that the address is never
+	// without a holder in between.
+	HandOff bool
 	// Holding: the arp VIPs it holds now.
 	Holding map[netip.Addr]bool
 	// Rebalance holds the arp VIPs it takes back from the hosts that
@@ -525,6 +530,10 @@ func decide(vs vipSpec, ranked []string, me self, v view, peers map[string]*peer
 	}
 	h := holderOf(vs.Addr, ranked, me, v)
 	d := decision{Holder: h, Hold: h == me.ID}
+	if !d.Hold && me.HandOff && me.Holding[vs.Addr] && h != "" && !holds(v, me, h, vs.Addr) {
+		d.Hold, d.Reason = true, "hands it to "+h+": keeps it until "+h+" holds it"
+		return d
+	}
 	switch {
 	case d.Hold && prevHolder != "" && prevHolder != me.ID && usable(v, prevHolder, vs.Addr):
 		d.Reason = "ranks first again (" + prevHolder + " held it)"

@@ -694,3 +694,36 @@ func TestStaleProblem(t *testing.T) {
 		t.Error("no contact at all counts as current")
 	}
 }
+
+// TestDrainedHostHandsOff: a drained host whose clients were handed over
+// keeps each arp VIP it holds until the host that takes it over says it
+// holds it, then lets it go; without HandOff it lets go at once.
+func TestDrainedHostHandsOff(t *testing.T) {
+	a := netip.MustParseAddr("192.0.2.10")
+	ranked := []string{"n1", "n2", "n3"}
+	peer := func(holding bool) hostView {
+		hv := hostView{Eligible: true, Direct: true, Holdings: true, Holding: map[netip.Addr]bool{}}
+		hv.Holding[a] = holding
+		return hv
+	}
+	drained := self{ID: "n1", Problem: problemDrained, HandOff: true, NotReady: map[netip.Addr]string{}, Holding: map[netip.Addr]bool{a: true}}
+	v := view{Alive: map[string]hostView{"n2": peer(false), "n3": peer(false)}, Quorum: true}
+	d := decide(vipSpec{Addr: a, Mode: ModeARP}, ranked, drained, v, nil, dead, "n1")
+	if !d.Hold || d.Holder != "n2" || !strings.Contains(d.Reason, "until n2 holds it") {
+		t.Errorf("before n2 holds it: hold %t, holder %q (%s); want it kept for n2", d.Hold, d.Holder, d.Reason)
+	}
+	v.Alive["n2"] = peer(true)
+	if d := decide(vipSpec{Addr: a, Mode: ModeARP}, ranked, drained, v, nil, dead, "n2"); d.Hold {
+		t.Errorf("n2 holds it: still kept (%s)", d.Reason)
+	}
+	v.Alive["n2"] = peer(false)
+	drained.HandOff = false
+	if d := decide(vipSpec{Addr: a, Mode: ModeARP}, ranked, drained, v, nil, dead, "n1"); d.Hold {
+		t.Errorf("past the hand-off: still kept (%s)", d.Reason)
+	}
+	// A VIP it does not hold it never takes.
+	drained.HandOff, drained.Holding = true, map[netip.Addr]bool{}
+	if d := decide(vipSpec{Addr: a, Mode: ModeARP}, ranked, drained, v, nil, dead, ""); d.Hold {
+		t.Errorf("took a VIP while drained (%s)", d.Reason)
+	}
+}

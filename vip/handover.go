@@ -23,8 +23,10 @@ type Handover interface {
 // handoverState is the loop's record of a handover.
 type handoverState struct {
 	since time.Time // when it began (zero: none)
-	begun bool      // Handover(true) was called
-	done  bool
+	// doneAt: when it ended and the VIPs were let go (see self.HandOff).
+	doneAt time.Time
+	begun  bool // Handover(true) was called
+	done   bool
 }
 
 // handoverStep advances the handover of a host that gives its arp VIPs
@@ -53,7 +55,7 @@ func (m *Manager) handoverStep(now time.Time, want bool) bool {
 	if h.since.IsZero() {
 		h.since = now
 		if m.cfg.Handover == nil || len(st.holding) == 0 {
-			h.done = true
+			h.done, h.doneAt = true, now
 			m.handedOver.Store(true)
 			return false
 		}
@@ -67,7 +69,7 @@ func (m *Manager) handoverStep(now time.Time, want bool) bool {
 		return true
 	}
 	closed := m.cfg.Handover.CloseConnections()
-	h.done = true
+	h.done, h.doneAt = true, now
 	m.handedOver.Store(true)
 	m.log.Info("clients handed over; letting the arp VIPs go",
 		"took", now.Sub(h.since).Round(time.Millisecond), "still_open", pending, "closed", closed)

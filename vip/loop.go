@@ -32,6 +32,13 @@ const settleMultiple = 10
 // heartbeat, a stall) does not cost it its vote.
 const gapMultiple = 5
 
+// problemDrained is the problem of a host drained by the operator.
+const problemDrained = "drained by the operator (cluster drain)"
+
+// handOffMultiple: a drained host keeps each arp VIP it lets go until the
+// next holder says it holds it, for at most this many detection times.
+const handOffMultiple = 2
+
 // rebalanceMultiple: a host that started takes back the arp VIPs it ranks
 // first for during this many settling times (3s at the defaults) after it
 // first sees a majority.
@@ -283,7 +290,7 @@ func (m *Manager) evaluate(now time.Time, inputsChanged bool) time.Time {
 	case st.sync.synced.IsZero():
 		me.Problem = "has not heard the cluster since it started"
 	case drained && !handingOver:
-		me.Problem = "drained by the operator (cluster drain)"
+		me.Problem = problemDrained
 	case !haveReady:
 		me.Problem = "the data plane has not reported yet"
 	}
@@ -303,6 +310,14 @@ func (m *Manager) evaluate(now time.Time, inputsChanged bool) time.Time {
 	}
 	if handingOver && arpMe.Problem == "" {
 		arpMe.KeepOnly, arpMe.Handover = true, true
+	}
+	// Drained and handed over: each VIP stays until its next holder says
+	// it holds it, for at most two detection times.
+	if until := st.handover.doneAt.Add(handOffMultiple * m.dead); arpMe.Problem == problemDrained && !st.handover.doneAt.IsZero() && now.Before(until) {
+		arpMe.HandOff = true
+		if wake.IsZero() || until.Before(wake) {
+			wake = until
+		}
 	}
 	if arpMe.Problem == "" && !st.arpUp {
 		arpMe.Problem = "interface " + m.cfg.Interface + " is down"
@@ -358,7 +373,7 @@ func (m *Manager) evaluate(now time.Time, inputsChanged bool) time.Time {
 		sessions = m.spk.established()
 	}
 	st.sessions = sessions
-	sig := signature(v, st.peers, arpMe.Problem, bgpMe.Problem, me.Problem, fmt.Sprint(arpMe.KeepOnly, arpMe.HoldDown, arpMe.Rejoining, len(arpMe.Rebalance), sessions))
+	sig := signature(v, st.peers, arpMe.Problem, bgpMe.Problem, me.Problem, fmt.Sprint(arpMe.KeepOnly, arpMe.HoldDown, arpMe.Rejoining, arpMe.HandOff, len(arpMe.Rebalance), sessions))
 	if st.want != nil && (inputsChanged || reannounce || sig != st.sig) {
 		m.converge(now, v, arpMe, bgpMe, me)
 	}
