@@ -51,13 +51,16 @@ type loopState struct {
 	peers   map[string]*peerState
 	lastSeq map[string][2]uint64 // incarnation, seq
 	want    *desired
-	members map[string]member
-	seenAt  map[string]time.Time // when a member first appeared in the state
-	ranks   map[netip.Addr][]string
-	prev    map[netip.Addr]string // holder computed last time (arp)
-	records map[netip.Addr]*record
-	alive   map[string]bool
-	quorum  string // quorumState of the last view
+	// afterAdopt, when set, runs between taking the inputs and taking the
+	// readiness; tests land inputs there.
+	afterAdopt func()
+	members    map[string]member
+	seenAt     map[string]time.Time // when a member first appeared in the state
+	ranks      map[netip.Addr][]string
+	prev       map[netip.Addr]string // holder computed last time (arp)
+	records    map[netip.Addr]*record
+	alive      map[string]bool
+	quorum     string // quorumState of the last view
 	// rejoined: when this host last regained its majority after it had
 	// lost it and released its arp VIPs (see self.Rejoining).
 	rejoined time.Time
@@ -224,7 +227,14 @@ func (m *Manager) drainChannel() {
 func (m *Manager) evaluate(now time.Time, inputsChanged bool) time.Time {
 	st := &m.loop
 	m.mu.Lock()
+	// The addresses changed since the state the loop holds are taken with
+	// the state itself: an Update or UpdateLoadBalancers that lands while
+	// the loop adopts it starts a delta of its own, relative to want.
 	want, revision := m.want, m.revision
+	var delta map[netip.Addr]bool
+	if want != st.want {
+		delta, m.wantDelta = m.wantDelta, nil
+	}
 	stopping := m.stopping
 	haveKey := len(m.key) > 0
 	contactOf := m.contact
@@ -235,7 +245,10 @@ func (m *Manager) evaluate(now time.Time, inputsChanged bool) time.Time {
 	if want != st.want && want != nil {
 		m.adopt(want, now)
 	}
-	if m.takeReadiness() {
+	if st.afterAdopt != nil {
+		st.afterAdopt()
+	}
+	if m.takeReadiness(delta) {
 		inputsChanged = true
 	}
 	haveReady := st.ready.have

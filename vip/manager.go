@@ -55,7 +55,7 @@ type Manager struct {
 	revision uint64
 	// epochs counts the whole states given (Update); wantDelta holds the
 	// addresses whose VIP UpdateLoadBalancers changed since the loop last
-	// took m.want.
+	// took m.want (evaluate takes both at once).
 	epochs    uint64
 	wantDelta map[netip.Addr]bool
 	ready     map[string]string

@@ -39,22 +39,21 @@ type readiness struct {
 
 // takeReadiness brings the loop's copy of the readiness up to date with
 // what SetReady and SetReadyFor said since it last looked, and recomputes
-// the VIPs it affects. It returns whether anything changed.
-func (m *Manager) takeReadiness() bool {
+// the VIPs it affects. delta holds the addresses whose VIP changed from
+// the state the readiness was computed for to the loop's state, when
+// UpdateLoadBalancers derived the one from the other. It returns whether
+// anything changed.
+func (m *Manager) takeReadiness(delta map[netip.Addr]bool) bool {
 	st := &m.loop
 	rd := &st.ready
-	m.mu.Lock()
 	// A state derived from the one computed for (same epoch) changed the
-	// VIPs at the addresses in wantDelta, and maybe more that the loop
-	// has not taken yet: recomputing those too changes nothing.
+	// VIPs at the addresses in delta alone.
 	var vips []netip.Addr
 	derived := rd.want != st.want && rd.want != nil && st.want != nil && rd.want.epoch == st.want.epoch
 	if derived {
-		vips = slices.Collect(maps.Keys(m.wantDelta))
+		vips = slices.Collect(maps.Keys(delta))
 	}
-	if m.want == st.want {
-		m.wantDelta = nil
-	}
+	m.mu.Lock()
 	all := m.readyAll || (rd.want != st.want && !derived) || rd.have != m.haveReady
 	var lbs []string
 	switch {

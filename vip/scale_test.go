@@ -19,6 +19,13 @@ import (
 // interval with the peers' heartbeats and runs the loop's evaluation.
 func scaleManager(t *testing.T, n int) (*Manager, func()) {
 	t.Helper()
+	m, tick, _ := scaleState(t, n)
+	return m, tick
+}
+
+// scaleState is scaleManager that also returns the objects of its state.
+func scaleState(t *testing.T, n int) (*Manager, func(), []*pb.Object) {
+	t.Helper()
 	m, sink := loopTestManager(t)
 
 	objs := []*pb.Object{{Kind: &pb.Object_VipPool{VipPool: &pb.VIPPool{Name: "bulk", Cidrs: []string{"198.18.0.0/15"}, Mode: ModeARP}}}}
@@ -57,7 +64,7 @@ func scaleManager(t *testing.T, n int) (*Manager, func()) {
 	for now0 := now; now.Sub(now0) < 2*rebalanceMultiple*m.settle; {
 		tick()
 	}
-	return m, tick
+	return m, tick, objs
 }
 
 // TestTicksAtScaleLookAtNoVIP: with 10,000 arp VIPs on a host of a
