@@ -2,8 +2,9 @@
 // HTTP at /metrics. The collectors live with the parts they describe; this
 // package gathers them into one registry with the Go runtime and process
 // collectors. On a loopback address it also serves the Go runtime's
-// profiles at /debug/pprof/ (CPU, heap, goroutines, mutex and block), for
-// operators on the host; on any other address it does not.
+// profiles at /debug/pprof/ (CPU, heap, allocations, goroutines, threads,
+// and the execution trace), for operators on the host; on any other
+// address it does not.
 package metricsserver
 
 import (
@@ -76,14 +77,17 @@ func Listen(addr string, log *slog.Logger) (*Server, error) {
 		return nil, err
 	}
 	h := Handler(reg, log)
+	// A response has 30 s; a profile's runs for its duration first.
+	writeTimeout := 30 * time.Second
 	if ap, err := netip.ParseAddrPort(ln.Addr().String()); err == nil && ap.Addr().IsLoopback() {
 		h = withProfiles(h)
+		writeTimeout += ProfileMaxSeconds * time.Second
 	}
 	return &Server{ln: ln, log: log, reg: reg, srv: &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
-		WriteTimeout:      ProfileMaxSeconds*time.Second + 30*time.Second,
+		WriteTimeout:      writeTimeout,
 		IdleTimeout:       time.Minute,
 		MaxHeaderBytes:    16 << 10,
 	}}, nil
@@ -119,13 +123,16 @@ func (s *Server) Run(ctx context.Context) {
 	}
 }
 
-// ProfileMaxSeconds bounds the duration of a CPU profile or execution
-// trace asked for at /debug/pprof/profile?seconds=N.
+// ProfileMaxSeconds bounds the duration of a CPU profile, an execution
+// trace or a delta profile asked for with ?seconds=N
+// (/debug/pprof/profile, /debug/pprof/trace, /debug/pprof/heap and the
+// other named profiles).
 const ProfileMaxSeconds = 120
 
 // withProfiles serves next plus the runtime's profiles under
-// /debug/pprof/. Profiles run one at a time (the runtime allows one CPU
-// profile per process anyway); a second request is answered 429.
+// /debug/pprof/. Profiles that last (?seconds=N) run one at a time (the
+// runtime allows one CPU profile per process anyway); a second request is
+// answered 429. A snapshot of a named profile (no seconds) is not limited.
 func withProfiles(next http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/", next)
@@ -148,7 +155,14 @@ func withProfiles(next http.Handler) http.Handler {
 			h(w, r)
 		}
 	}
-	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	index := one(pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Has("seconds") {
+			index(w, r) // a delta profile of a named profile lasts seconds
+			return
+		}
+		pprof.Index(w, r)
+	})
 	mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("GET /debug/pprof/profile", one(pprof.Profile))
