@@ -8,11 +8,12 @@ import (
 )
 
 // Handover is the data plane's part in a planned move of this host's arp
-// VIPs (`cluster drain` of this host, a stop): Handover(true) asks the
-// clients to reconnect (HTTP connections close after their next
-// response), HandoverPending counts the connections open when it began
-// that are still open, and CloseConnections ends those left, just before
-// the VIPs move. The proxy implements it.
+// VIPs (`cluster drain` of this host, a stop): HandOver(vips) asks the
+// clients of the listeners on vips to reconnect (HTTP connections close
+// after their next response), HandoverPending counts the connections open
+// when it began that are still open, CloseConnections ends those left,
+// just before the VIPs move, and EndHandover cancels it when the host is
+// undrained. The proxy implements it.
 type Handover interface {
 	HandOver(vips []netip.Addr)
 	EndHandover()
@@ -25,7 +26,7 @@ type handoverState struct {
 	since time.Time // when it began (zero: none)
 	// doneAt: when it ended and the VIPs were let go (see self.HandOff).
 	doneAt time.Time
-	begun  bool // Handover(true) was called
+	begun  bool // HandOver was called (EndHandover is due when want ends)
 	done   bool
 }
 
