@@ -22,9 +22,16 @@ func (c *clientConn) sniffH2C() (h2c, ok bool) {
 	stop := context.AfterFunc(c.ctx, func() { _ = c.nc.SetReadDeadline(time.Now().Add(grace)) })
 	defer stop()
 	pre := []byte(http2.ClientPreface)
-	timeout := c.idle
+	// After its first bytes the client has HeaderTimeout for the whole
+	// preface, however it splits it, as for an HTTP/1.x request head.
+	var deadline time.Time
 	for {
-		d := timeout
+		d := c.idle
+		if !deadline.IsZero() {
+			if d = time.Until(deadline); d <= 0 {
+				return false, false
+			}
+		}
 		if c.ctx.Err() != nil {
 			d, c.rdl = min(d, grace), 0
 		}
@@ -34,7 +41,9 @@ func (c *clientConn) sniffH2C() (h2c, ok bool) {
 		if err := c.fill(); err != nil {
 			return false, false
 		}
-		timeout = c.s.cfg.HeaderTimeout
+		if deadline.IsZero() {
+			deadline = time.Now().Add(c.s.cfg.HeaderTimeout)
+		}
 		n := min(c.w-c.r, len(pre))
 		if !bytes.Equal(c.rb[c.r:c.r+n], pre[:n]) {
 			return false, true

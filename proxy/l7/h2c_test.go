@@ -87,3 +87,38 @@ func TestH2CPriorKnowledge(t *testing.T) {
 		}
 	}
 }
+
+// TestH2CPrefaceTrickleTimesOut: a client that sends the HTTP/2 preface a
+// byte at a time gets HeaderTimeout for all of it, not for each byte.
+func TestH2CPrefaceTrickleTimesOut(t *testing.T) {
+	h1 := newBackend(t, backendServer(t, http.HandlerFunc(echoHandler)))
+	const headerTimeout = 300 * time.Millisecond
+	addr := proxyUnder(t, New(Config{HeaderTimeout: headerTimeout}), testRouter{{prefix: "/", route: &Route{Backend: h1}}}, nil)
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		_, _ = io.Copy(io.Discard, c)
+	}()
+	pre := []byte(http2.ClientPreface)
+	first := time.Now()
+	// 150ms a byte: 3.6s for the preface, 12 times the header timeout.
+	for i := range pre {
+		if _, err := c.Write(pre[i : i+1]); err != nil {
+			return // closed
+		}
+		select {
+		case <-closed:
+			if took := time.Since(first); took < headerTimeout-50*time.Millisecond {
+				t.Fatalf("closed %s after the first of %d bytes, before the %s header timeout", took, i+1, headerTimeout)
+			}
+			return
+		case <-time.After(150 * time.Millisecond):
+		}
+	}
+	t.Fatalf("the whole preface, a byte every 150ms, was read with a header timeout of %s", headerTimeout)
+}
