@@ -17,7 +17,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -514,37 +513,9 @@ func feedProxy(ctx context.Context, node *consensus.Node, px *proxy.Proxy, vm *v
 			log.Error("update data plane", "revision", ev.Revision, "err", err)
 			continue
 		}
-		switch {
-		case vm == nil:
-		case vip.ChangesMatter(ev.Transitions()) && !vm.UpdateLoadBalancers(ev.Transitions(), ev.Revision):
-			objs, rev := node.Objects()
-			vm.update(objs, rev, px)
-		default:
-			// Load balancers created, deleted or readdressed, or served
-			// differently: their VIPs alone are looked at again.
-			if lbs := changedLoadBalancers(ev, touched); len(lbs) > 0 {
-				vm.SetReadyFor(px.ReadinessOf(lbs))
-			}
-		}
+		vm.updateRevision(ev, touched, node, px)
 		applied.Store(ev.Revision)
 	}
-}
-
-// changedLoadBalancers returns the load balancers ("tenant/name") that
-// the data plane touched or ev wrote, sorted.
-func changedLoadBalancers(ev consensus.Event, touched []string) []string {
-	out := slices.Clone(touched)
-	for prev, next := range ev.Transitions() {
-		lb := next.GetLoadBalancer()
-		if lb == nil {
-			lb = prev.GetLoadBalancer()
-		}
-		if lb != nil {
-			out = append(out, lb.GetTenant()+"/"+lb.GetName())
-		}
-	}
-	slices.Sort(out)
-	return slices.Compact(out)
 }
 
 // vipManager is serve's handle on the VIP manager; its methods do nothing
@@ -611,6 +582,19 @@ func (v *vipManager) update(objs []*pb.Object, rev uint64, px *proxy.Proxy) {
 	}
 	v.Update(objs, rev)
 	v.setReady(px)
+}
+
+// updateRevision passes on a revision the data plane applied (touched:
+// the load balancers it touched).
+func (v *vipManager) updateRevision(ev consensus.Event, touched []string, node *consensus.Node, px *proxy.Proxy) {
+	if v == nil {
+		return
+	}
+	var ready vip.Readiness
+	if px != nil {
+		ready = px
+	}
+	v.UpdateRevision(ev.Transitions(), ev.Revision, touched, node.Objects, ready)
 }
 
 // setReady passes on which load balancers the data plane can serve.
