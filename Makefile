@@ -53,8 +53,9 @@ package: dist-bin ## the host packages dist/teapot-lb_VERSION-1_{amd64,arm64}.de
 run: build ## run a single-node cluster with default settings (data in ./teapot-data)
 	./$(BIN) serve
 
-lint: ## go vet and gofmt
+lint: ## go vet (the appliance and the conformance module) and gofmt
 	go vet ./...
+	go -C conformance vet ./...
 	@unformatted="$$(gofmt -l $$(find . -name '*.go' -not -path './.tools/*' -not -path './.git/*'))"; \
 	if [ -n "$$unformatted" ]; then \
 		echo "gofmt: these files need formatting (run gofmt -w):"; echo "$$unformatted"; exit 1; \
