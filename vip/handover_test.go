@@ -3,7 +3,6 @@ package vip
 import (
 	"fmt"
 	"log/slog"
-	"net"
 	"net/netip"
 	"slices"
 	"strings"
@@ -71,32 +70,8 @@ type loopHarness struct {
 
 func newLoopHarness(t *testing.T, n int, dp Handover, timeout time.Duration) *loopHarness {
 	t.Helper()
-	m := &Manager{
-		cfg: Config{NodeID: "n1", HeartbeatInterval: 20 * time.Millisecond, StateMaxAge: time.Hour,
-			Handover: dp, HandoverTimeout: timeout},
-		dead: 100 * time.Millisecond, log: slog.New(slog.DiscardHandler),
-		kick: make(chan struct{}, 1), ready: map[string]string{}, key: []byte("key"),
-		arp: &iface{name: "vip-test"},
-	}
-	m.quorum = m.dead - m.cfg.HeartbeatInterval
-	m.settle = settleMultiple * m.dead
-	m.gap = gapMultiple * m.dead
-	udp := func() *net.UDPConn {
-		c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
-	m.conn = udp()
-	sink := udp()
-	m.act = newActuator(m)
-	m.beats = newBeatSender(m)
-	m.loop.init()
-	m.loop.linkDirty = false
-	arrivals := map[string]*peerArrival{}
-	m.arrivals.Store(&arrivals)
+	m, sink := loopTestManager(t)
+	m.cfg.Handover, m.cfg.HandoverTimeout = dp, timeout
 	ready := map[string]string{}
 	h := &loopHarness{m: m, now: time.Now(), seq: map[string]uint64{}}
 	h.objs = func(drained bool) []*pb.Object {
