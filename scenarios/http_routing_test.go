@@ -200,8 +200,10 @@ func TestHTTPRoutingExample(t *testing.T) {
 			}
 			return nil
 		})
+		// Copies of the split route's requests only, with its header
+		// changes; earlier subtests' requests to it may be among them.
 		for _, r := range members["shadow"].requests() {
-			if r.Path != "/shelf/2" || r.Shelf != "books" {
+			if !strings.HasPrefix(r.Path, "/shelf/") || r.Shelf != "books" {
 				t.Errorf("the shadow pool saw %+v", r)
 			}
 		}
