@@ -56,6 +56,7 @@ run: build ## run a single-node cluster with default settings (data in ./teapot-
 lint: ## go vet (the appliance and the conformance module) and gofmt
 	go vet ./...
 	go -C conformance vet ./...
+	go -C conformance/coredns vet ./...
 	@unformatted="$$(gofmt -l $$(find . -name '*.go' -not -path './.tools/*' -not -path './.git/*'))"; \
 	if [ -n "$$unformatted" ]; then \
 		echo "gofmt: these files need formatting (run gofmt -w):"; echo "$$unformatted"; exit 1; \
@@ -67,7 +68,7 @@ test: lint kube-tools ## lint, then every test with the race detector
 upgrade-test: ## the rolling-upgrade scenarios (not in test: they build the previous release from git, about 7 min): three hosts of it upgraded one by one under traffic, on loopback and in the ARP lab, then one downgraded
 	TEAPOT_SCENARIO_UPGRADE=1 CGO_ENABLED=1 go test -race -count=1 -p 1 -timeout 30m ./scenarios -run 'TestRollingUpgradeFromPreviousRelease|TestRollingUpgradeInARPLab' -v
 
-conformance: kube-tools ## the official Gateway API conformance suite (the version conformance/go.mod pins) against a tenant cluster and three LB hosts in network namespaces; writes docs/conformance/gateway-api-report.yaml (not in test: it runs for longer than a scenario may)
+conformance: kube-tools ## the official Gateway API conformance suite (the version conformance/go.mod pins) against a tenant cluster and three LB hosts in network namespaces; writes docs/conformance/gateway-api-report.yaml (CI runs it after test; not in test: it runs for longer than a scenario may)
 	TEAPOT_CONFORMANCE=1 TEAPOT_CONFORMANCE_REPORT=docs go test -count=1 -p 1 -timeout 120m ./scenarios -run '^TestGatewayAPIConformance$$' -v
 
 kube-tools: ## build etcd and the Kubernetes components for the tenant scenarios (cached in ~/.cache/teapot-lb/kube)

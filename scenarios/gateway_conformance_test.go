@@ -41,8 +41,9 @@ podsRoutable: true
 `
 
 const (
-	// conformanceDNSModule builds the DNS server image the suite's base
-	// manifests run for the UDPRoute tests, at the tag they name.
+	// conformanceDNSModule is the DNS server the suite's base manifests
+	// run for the UDPRoute tests, built by conformance/coredns with only
+	// the plugins their Corefile uses, at the release the image tag names.
 	conformanceDNSModule = "github.com/coredns/coredns"
 	conformanceDNSImage  = "registry.k8s.io/coredns/coredns"
 	// conformanceEchoImage is the suite's backend, built from the
@@ -91,8 +92,13 @@ func TestGatewayAPIConformance(t *testing.T) {
 	var dnsBin string
 	for _, ref := range refs {
 		if repo, tag, _ := strings.Cut(ref, ":"); repo == conformanceDNSImage {
-			goTool(t, modDir, append(static, "GOBIN="+build), "install", "-trimpath", "-ldflags", "-s -w", conformanceDNSModule+"@"+tag)
+			dnsDir := filepath.Join(modDir, "coredns")
+			if pinned := strings.TrimSpace(goTool(t, dnsDir, nil, "list", "-m", "-f", "{{.Version}}", conformanceDNSModule)); pinned != tag {
+				t.Fatalf("the suite's manifests run %s, but conformance/coredns/go.mod pins %s %s: pin %s there (go get %s@%s && go mod tidy)",
+					ref, conformanceDNSModule, pinned, tag, conformanceDNSModule, tag)
+			}
 			dnsBin = filepath.Join(build, "coredns")
+			goTool(t, dnsDir, static, "build", "-trimpath", "-ldflags", "-s -w", "-o", dnsBin, ".")
 		}
 	}
 	t.Logf("conformance suite %s, echo-basic and the DNS server built in %s", suiteVersion, time.Since(began).Round(time.Second))
