@@ -78,6 +78,9 @@ type Manager struct {
 	// uploadHost maps an uploaded certificate's cache tag to one of its
 	// names, to find it for clients without SNI.
 	uploadHost sync.Map
+	// hostless maps the cache tag of an uploaded certificate that names
+	// no host to its *tls.Certificate: a listener's default.
+	hostless sync.Map
 
 	tls              tlsState
 	failedHandshakes atomic.Uint64

@@ -2,6 +2,7 @@ package certs
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/pem"
 	"errors"
 	"net"
@@ -161,27 +162,51 @@ func (m *Manager) loadUploads(d *desired) {
 			continue
 		}
 		certPEM, keyPEM := splitPEM(data)
-		hash, err := m.magic.CacheUnmanagedCertificatePEMBytes(ctx, certPEM, keyPEM, []string{uploadTag(c.GetTenant(), c.GetName())})
+		tag := uploadTag(c.GetTenant(), c.GetName())
+		if len(c.GetHosts()) == 0 {
+			// A certificate naming no host stays out of certmagic's
+			// cache, which indexes certificates by every name they
+			// hold (common name and URIs included): it is only ever
+			// a listener's default.
+			cancel()
+			pair, err := tls.X509KeyPair(certPEM, keyPEM)
+			if err != nil {
+				m.log.Warn("load uploaded certificate", "cert", key, "err", err)
+				continue
+			}
+			m.dropUpload(key)
+			m.hostless.Store(tag, &pair)
+			m.uploaded[key] = loaded{generation: gen}
+			continue
+		}
+		hash, err := m.magic.CacheUnmanagedCertificatePEMBytes(ctx, certPEM, keyPEM, []string{tag})
 		cancel()
 		if err != nil {
 			m.log.Warn("cache uploaded certificate", "cert", key, "err", err)
 			continue
 		}
 		if l, ok := m.uploaded[key]; ok && l.hash != hash {
-			m.cache.Remove([]string{l.hash})
+			m.dropUpload(key)
 		}
 		m.uploaded[key] = loaded{generation: gen, hash: hash}
-		if hs := c.GetHosts(); len(hs) > 0 {
-			m.uploadHost.Store(uploadTag(c.GetTenant(), c.GetName()), hs[0])
-		}
+		m.uploadHost.Store(tag, c.GetHosts()[0])
 	}
-	for key, l := range m.uploaded {
+	for key := range m.uploaded {
 		if _, ok := d.uploaded[key]; !ok {
-			m.cache.Remove([]string{l.hash})
+			m.dropUpload(key)
 			delete(m.uploaded, key)
-			m.uploadHost.Delete("upload:" + key)
 		}
 	}
+}
+
+// dropUpload takes the uploaded certificate loaded under key out of the
+// cache and of the maps that find it.
+func (m *Manager) dropUpload(key string) {
+	if l, ok := m.uploaded[key]; ok && l.hash != "" {
+		m.cache.Remove([]string{l.hash})
+	}
+	m.uploadHost.Delete("upload:" + key)
+	m.hostless.Delete("upload:" + key)
 }
 
 // uploadTag marks an uploaded certificate in the cache with its owner.

@@ -133,8 +133,9 @@ type policy struct {
 	// acme holds the listener's ACME hosts (nil without acme: true).
 	acme map[string]bool
 	// uploads holds the cache tags of the uploaded certificates listed in
-	// tls.certificates.
+	// tls.certificates; order lists them as listed.
 	uploads map[string]bool
+	order   []string
 	// single is the only name the listener can present a certificate
 	// for, used for clients without SNI; "" when there are several.
 	single string
@@ -148,7 +149,11 @@ func (m *Manager) policy(l *snapshot.Listener) *policy {
 	p := &policy{m: m, uploads: map[string]bool{}}
 	if l.TLS != nil {
 		for _, n := range l.TLS.Certificates {
-			p.uploads[uploadTag(l.Tenant, n)] = true
+			tag := uploadTag(l.Tenant, n)
+			if !p.uploads[tag] {
+				p.order = append(p.order, tag)
+			}
+			p.uploads[tag] = true
 		}
 		if l.TLS.ACME && l.Routes != nil {
 			p.acme = map[string]bool{}
@@ -207,7 +212,8 @@ type builtConfig struct {
 // getCertificate picks the certificate for a ClientHello: a TLS-ALPN-01
 // challenge certificate, else the listener's ACME certificate for the
 // name, else one of its uploaded certificates covering the name (exact
-// names before wildcards, the latest expiry first).
+// names before wildcards, the latest expiry first), else the listener's
+// default: the first certificate it lists that names no host.
 func (p *policy) getCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
 	name := strings.ToLower(strings.TrimSuffix(hello.ServerName, "."))
 	if len(hello.SupportedProtos) == 1 && hello.SupportedProtos[0] == acmez.ACMETLS1Protocol {
@@ -222,7 +228,13 @@ func (p *policy) getCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, e
 	if name == "" {
 		name = p.single
 		if name == "" {
-			return p.onlyUpload()
+			c, err := p.onlyUpload()
+			if err != nil {
+				if d := p.hostless(); d != nil {
+					return d, nil
+				}
+			}
+			return c, err
 		}
 	}
 	var best *certmagic.Certificate
@@ -248,9 +260,26 @@ func (p *policy) getCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, e
 		}
 	}
 	if best == nil {
+		if d := p.hostless(); d != nil {
+			return d, nil
+		}
 		return nil, fmt.Errorf("%w: %q", ErrUnknownName, name)
 	}
 	return &best.Certificate, nil
+}
+
+// hostless returns the listener's default certificate: the first of its
+// uploaded certificates that names no host, or nil. Such a certificate
+// claims no name, so it is served only on the listeners of its tenant that
+// list it, and only when none of their certificates covers the name asked
+// for.
+func (p *policy) hostless() *tls.Certificate {
+	for _, tag := range p.order {
+		if c, ok := p.m.hostless.Load(tag); ok {
+			return c.(*tls.Certificate)
+		}
+	}
+	return nil
 }
 
 // onlyUpload serves a client without SNI when the listener has exactly

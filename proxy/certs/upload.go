@@ -88,17 +88,18 @@ func CheckUpload(t *pb.Tenant, name string, certPEM, keyPEM []byte, now time.Tim
 // leafHosts returns the names a certificate covers, or why they may not be
 // served for a tenant with domains. URI names (a SPIFFE ID, "*") identify
 // no host a TLS client checks, so they are ignored; IP addresses and
-// e-mail addresses are refused.
+// e-mail addresses are refused. Without DNS subject alternative names the
+// common name counts when it is a DNS name ("shop.acme.example", not
+// "default" or "Acme Root"). A certificate that names no host is valid and
+// covers nothing: a listener that lists it serves it only as its default,
+// to clients whose server name none of its other certificates covers.
 func leafHosts(leaf *x509.Certificate, domains []string) ([]string, string) {
 	if len(leaf.IPAddresses) > 0 || len(leaf.EmailAddresses) > 0 {
 		return nil, "names IP addresses or e-mail addresses; only DNS names inside the tenant's domains are served"
 	}
 	names := leaf.DNSNames
-	if len(names) == 0 && leaf.Subject.CommonName != "" {
-		names = []string{leaf.Subject.CommonName}
-	}
-	if len(names) == 0 {
-		return nil, "names no host (no DNS subject alternative name)"
+	if cn := leaf.Subject.CommonName; len(names) == 0 && cn != "" && isCommonNameHost(cn) {
+		names = []string{cn}
 	}
 	out := make([]string, 0, len(names))
 	for _, n := range names {
@@ -115,6 +116,14 @@ func leafHosts(leaf *x509.Certificate, domains []string) ([]string, string) {
 		out = append(out, h)
 	}
 	return out, ""
+}
+
+// isCommonNameHost reports whether a common name reads as a host name:
+// a DNS name of two labels or more, or a wildcard of a domain.
+func isCommonNameHost(cn string) bool {
+	h := strings.ToLower(strings.TrimSuffix(cn, "."))
+	base, wildcard := strings.CutPrefix(h, "*.")
+	return net.ParseIP(base) == nil && (isHostName(base) || wildcard && isLabel(base))
 }
 
 func listOr(s []string, none string) string {

@@ -92,6 +92,14 @@ func TestCheckUpload(t *testing.T) {
 	tldWild, tldWildKey := good("*.example")
 	tldOther, tldOtherKey := good("*.org")
 	oneLabel, oneLabelKey := good("example")
+	// The suite's Secret "certificate": common name "default", the URI
+	// "*" and no DNS name; and certificates naming their host only in the
+	// common name.
+	noHost, noHostKey := valid(func(c *x509.Certificate) {
+		c.Subject.CommonName, c.DNSNames, c.URIs = "default", nil, []*url.URL{{Path: "*"}}
+	}, "x")
+	cnOnly, cnOnlyKey := valid(func(c *x509.Certificate) { c.DNSNames = nil }, "shop.acme.example")
+	cnForeign, cnForeignKey := valid(func(c *x509.Certificate) { c.DNSNames = nil }, "shop.globex.example")
 	withIP, withIPKey := valid(func(c *x509.Certificate) { c.IPAddresses = []net.IP{net.ParseIP("192.0.2.10")} }, "shop.acme.example")
 	withMail, withMailKey := valid(func(c *x509.Certificate) { c.EmailAddresses = []string{"ops@acme.example"} }, "shop.acme.example")
 	tests := []struct {
@@ -117,6 +125,9 @@ func TestCheckUpload(t *testing.T) {
 		{"a wildcard of a one-label domain", "tld", tldWild, tldWildKey, "", "[*.example]", 1},
 		{"a one-label domain outside the tenant's", "tld", tldOther, tldOtherKey, "*.org, which is not inside the tenant's domains", "", 0},
 		{"a one-label name", "tld", oneLabel, oneLabelKey, `names "example", which is not a DNS name`, "", 0},
+		{"no host: default and a URI", "anon", noHost, noHostKey, "", "[]", 1},
+		{"a host in the common name only", "cn", cnOnly, cnOnlyKey, "", "[shop.acme.example]", 1},
+		{"another tenant's host in the common name", "cn", cnForeign, cnForeignKey, "shop.globex.example, which is not inside the tenant's domains", "", 0},
 		{"an IP address", "ip", withIP, withIPKey, "cert: names IP addresses or e-mail addresses", "", 0},
 		{"an e-mail address", "mail", withMail, withMailKey, "cert: names IP addresses or e-mail addresses", "", 0},
 	}
