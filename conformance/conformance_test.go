@@ -49,11 +49,6 @@ var extended = []features.FeatureName{
 // pass, and why; the suite skips them and the report lists them.
 var skipped = map[string]string{
 	"TLSRouteHostnameIntersection": "a TLS passthrough listener forwards to the backends of one route; it does not route several TLSRoutes by SNI",
-	// The Secret "certificate" of these two tests names no DNS host (its
-	// only name is the URI "*"); the LB cluster serves a certificate for
-	// the DNS names it lists and refuses one without any.
-	"GatewaySecretReferenceGrantAllInNamespace": "the suite's certificate names no DNS host, which the LB cluster refuses",
-	"GatewaySecretReferenceGrantSpecific":       "the suite's certificate names no DNS host, which the LB cluster refuses",
 	// A TLS listener whose only route has no usable backend forwards to
 	// an empty pool; the suite wants the connection reset, and its dials
 	// to the VIP timed out instead.
