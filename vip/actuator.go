@@ -26,15 +26,21 @@ type pendingAnnouncement struct {
 }
 
 // actuator makes the interfaces and the BGP speaker match the set of
-// VIPs the decision loop wants held. It takes the whole set each time and
-// converges, and it runs on a goroutine of its own so that a slow
-// netlink call or a busy speaker never delays a heartbeat.
+// VIPs the decision loop wants held. It takes the whole set (set) or the
+// changes of some VIPs (change) and converges on what it was given: every
+// address after set, the addresses changed since it last converged after
+// change. It runs on a goroutine of its own so that a slow netlink call or
+// a busy speaker never delays a heartbeat.
 type actuator struct {
 	m    *Manager
 	kick chan struct{}
 
-	mu       sync.Mutex
+	mu sync.Mutex
+	// want is changed in place by change; all: converge looks at every
+	// address, else at those in dirty.
 	want     map[netip.Addr]target
+	all      bool
+	dirty    map[netip.Addr]bool
 	ranges   []api.Range
 	newRange bool                  // ranges changed: sweep at once
 	errs     map[netip.Addr]string // why a wanted VIP is not in place
@@ -48,18 +54,44 @@ func newActuator(m *Manager) *actuator {
 	return &actuator{
 		m: m, kick: make(chan struct{}, 1),
 		want: map[netip.Addr]target{}, errs: map[netip.Addr]string{}, held: map[netip.Addr]target{},
+		dirty: map[netip.Addr]bool{},
 	}
 }
 
-// set replaces the wanted set. ranges are the pool ranges whose stray
-// addresses are removed from the interfaces.
+// set replaces the wanted set; the actuator owns want from then on.
+// ranges are the pool ranges whose stray addresses are removed from the
+// interfaces.
 func (a *actuator) set(want map[netip.Addr]target, ranges []api.Range) {
 	a.mu.Lock()
 	if !slices.Equal(a.ranges, ranges) {
 		a.ranges, a.newRange = ranges, true
 	}
-	a.want = want
+	a.want, a.all = want, true
+	clear(a.dirty)
 	a.mu.Unlock()
+	a.wake()
+}
+
+// change changes the wanted set at some addresses: changes maps each to
+// its target, or to nil when it is not wanted.
+func (a *actuator) change(changes map[netip.Addr]*target, ranges []api.Range) {
+	a.mu.Lock()
+	if !slices.Equal(a.ranges, ranges) {
+		a.ranges, a.newRange = ranges, true
+	}
+	for addr, t := range changes {
+		if t == nil {
+			delete(a.want, addr)
+		} else {
+			a.want[addr] = *t
+		}
+		a.dirty[addr] = true
+	}
+	a.mu.Unlock()
+	a.wake()
+}
+
+func (a *actuator) wake() {
 	select {
 	case a.kick <- struct{}{}:
 	default:
@@ -100,15 +132,37 @@ func (a *actuator) run(stop <-chan struct{}) {
 	}
 }
 
-// converge releases what is no longer wanted, then takes what is.
+// converge releases what is no longer wanted, then takes what is: at
+// every address after set, at those changed since after change.
 func (a *actuator) converge(now time.Time) {
 	a.mu.Lock()
-	want, sweep := a.want, a.newRange
-	a.newRange = false
+	sweep, all := a.newRange, a.all
+	a.newRange, a.all = false, false
+	var look []netip.Addr // the addresses looked at, sorted
+	want := map[netip.Addr]target{}
+	if all {
+		want = maps.Clone(a.want)
+		look = slices.SortedFunc(maps.Keys(a.held), netip.Addr.Compare)
+	} else {
+		// And those that failed: they are tried again.
+		for addr := range a.errs {
+			a.dirty[addr] = true
+		}
+		look = slices.SortedFunc(maps.Keys(a.dirty), netip.Addr.Compare)
+		for _, addr := range look {
+			if t, ok := a.want[addr]; ok {
+				want[addr] = t
+			}
+		}
+	}
+	clear(a.dirty)
 	a.mu.Unlock()
 	errs := map[netip.Addr]string{}
-	for _, addr := range slices.SortedFunc(maps.Keys(a.held), netip.Addr.Compare) {
-		h := a.held[addr]
+	for _, addr := range look {
+		h, ok := a.held[addr]
+		if !ok {
+			continue
+		}
 		if w, ok := want[addr]; ok && w.mode == h.mode && w.iface == h.iface {
 			continue
 		}

@@ -54,9 +54,7 @@ func TestActuatorAnnouncesAgainOnANewTake(t *testing.T) {
 		f := &iface{name: "v0"}
 		defer f.remove(vip)
 		converge := func(announce uint64) {
-			a.mu.Lock()
-			a.want = map[netip.Addr]target{vip: {mode: ModeARP, iface: f, announce: announce}}
-			a.mu.Unlock()
+			a.set(map[netip.Addr]target{vip: {mode: ModeARP, iface: f, announce: announce}}, nil)
 			a.converge(time.Now())
 		}
 		converge(1)

@@ -89,7 +89,7 @@ func (m *Manager) HandOverClients(ctx context.Context) {
 	if !running {
 		return
 	}
-	m.poke()
+	m.pokeAll()
 	tick := time.NewTicker(m.cfg.HeartbeatInterval)
 	defer tick.Stop()
 	for !m.handedOver.Load() {

@@ -304,7 +304,7 @@ func (m *Manager) watchLinks(done <-chan struct{}) {
 				m.mu.Lock()
 				m.linkChanged = true
 				m.mu.Unlock()
-				m.poke()
+				m.pokeAll()
 			}
 		}
 	}()

@@ -78,8 +78,18 @@ type loopState struct {
 	holding map[netip.Addr]bool
 	heldARP []netip.Addr
 	// converges counts the passes that decide every VIP (converge): only
-	// a change of the inputs or of the view causes one.
+	// a change of the view's signature or of the whole state causes one.
+	// decided counts single decisions, those passes' and the others'.
 	converges uint64
+	decided   int
+	// decideAll: the next evaluation decides every VIP; else pending
+	// holds those it decides again (convergeSome).
+	decideAll bool
+	pending   map[netip.Addr]bool
+	// rebalance: the arp VIPs whose rebalance window was open at the last
+	// evaluation; rebalanceHeld: the arp VIPs held here then.
+	rebalance     map[netip.Addr]bool
+	rebalanceHeld int
 	// arpUp and bgpUp: the interfaces can carry traffic.
 	arpUp, bgpUp bool
 	linkDirty    bool
@@ -88,10 +98,13 @@ type loopState struct {
 	revision     uint64
 	sessions     int    // established BGP sessions at the last evaluation
 	sig          string // of the last view the decisions were made on
-	dirty        bool   // records changed since the last publish
 	actErrs      bool   // the actuator reported errors at the last publish
-	lastTrigger  time.Time
-	sync         syncState
+	// dirtyAddrs: the VIPs whose records changed since the last publish;
+	// pubVIPs: the VIPs published last, sorted by address.
+	dirtyAddrs  map[netip.Addr]bool
+	pubVIPs     []*pb.VIPHolding
+	lastTrigger time.Time
+	sync        syncState
 	// handover: this host keeps its arp VIPs while its clients are
 	// handed over (handoverStep).
 	handover handoverState
@@ -112,6 +125,8 @@ func (st *loopState) init() {
 	st.rebalanceFrom = map[netip.Addr]time.Time{}
 	st.rebalanceOpen = map[netip.Addr]time.Time{}
 	st.holding = map[netip.Addr]bool{}
+	st.pending = map[netip.Addr]bool{}
+	st.dirtyAddrs = map[netip.Addr]bool{}
 	st.arpUp, st.bgpUp, st.linkDirty = true, true, true
 }
 
@@ -150,7 +165,6 @@ func (m *Manager) run(ctx context.Context) error {
 	st.sync.started = time.Now()
 	arm(m.evaluate(time.Now(), true))
 	for {
-		force := false
 		select {
 		case <-ctx.Done():
 			return nil
@@ -159,7 +173,6 @@ func (m *Manager) run(ctx context.Context) error {
 		case r := <-m.recv:
 			m.receive(r)
 		case <-m.kick:
-			force = true
 		case <-beat.C:
 			// The heartbeat thread sends; this plans what it says, after
 			// deciding on what came in: a process that was paused must
@@ -171,13 +184,13 @@ func (m *Manager) run(ctx context.Context) error {
 			continue
 		case <-eval.C:
 		case <-links.C:
+			// A link that changed changes the view's signature.
 			st.linkDirty = true
-			force = true
 		}
 		// Heartbeats that came in meanwhile count before anyone is
 		// judged dead.
 		m.drainReceived()
-		arm(m.evaluate(time.Now(), force))
+		arm(m.evaluate(time.Now(), false))
 	}
 }
 
@@ -222,9 +235,12 @@ func (m *Manager) drainChannel() {
 	}
 }
 
-// evaluate recomputes the view and the decisions and converges to them.
-// It returns when to evaluate again if nothing else happens.
-func (m *Manager) evaluate(now time.Time, inputsChanged bool) time.Time {
+// evaluate recomputes the view and the decisions and converges to them:
+// every VIP's when all is set, an input that changes every decision came
+// (pokeAll) or the view's signature changed, else those of the VIPs a
+// change touched. It returns when to evaluate again if nothing else
+// happens.
+func (m *Manager) evaluate(now time.Time, all bool) time.Time {
 	st := &m.loop
 	m.mu.Lock()
 	// The addresses changed since the state the loop holds are taken with
@@ -242,15 +258,16 @@ func (m *Manager) evaluate(now time.Time, inputsChanged bool) time.Time {
 		m.linkChanged, st.linkDirty = false, true
 	}
 	m.mu.Unlock()
+	if m.decideAllAsked.Swap(false) || all {
+		st.decideAll = true
+	}
 	if want != st.want && want != nil {
-		m.adopt(want, now)
+		m.adopt(want, now, delta)
 	}
 	if st.afterAdopt != nil {
 		st.afterAdopt()
 	}
-	if m.takeReadiness(delta) {
-		inputsChanged = true
-	}
+	m.takeReadiness(delta)
 	haveReady := st.ready.have
 	if st.linkDirty {
 		st.linkDirty = false
@@ -344,6 +361,26 @@ func (m *Manager) evaluate(now time.Time, inputsChanged bool) time.Time {
 		// What became ready meanwhile is looked at when it can be held.
 		st.rebalancePass = 0
 	}
+	// A window that opens or closes changes its VIP's decision alone.
+	for a := range arpMe.Rebalance {
+		if !st.rebalance[a] {
+			st.pending[a] = true
+		}
+	}
+	for a := range st.rebalance {
+		if !arpMe.Rebalance[a] {
+			st.pending[a] = true
+		}
+	}
+	st.rebalance = arpMe.Rebalance
+	// The decisions of VIPs whose window is open weigh the number of VIPs
+	// this host holds (overloaded).
+	if len(st.holding) != st.rebalanceHeld {
+		st.rebalanceHeld = len(st.holding)
+		for a := range arpMe.Rebalance {
+			st.pending[a] = true
+		}
+	}
 	// Shared with the loop: decisions only read it, and it is replaced,
 	// not changed, when a holding changes.
 	arpMe.Holding = st.holding
@@ -386,9 +423,16 @@ func (m *Manager) evaluate(now time.Time, inputsChanged bool) time.Time {
 		sessions = m.spk.established()
 	}
 	st.sessions = sessions
-	sig := signature(v, st.peers, arpMe.Problem, bgpMe.Problem, me.Problem, fmt.Sprint(arpMe.KeepOnly, arpMe.HoldDown, arpMe.Rejoining, arpMe.HandOff, len(arpMe.Rebalance), sessions))
-	if st.want != nil && (inputsChanged || reannounce || sig != st.sig) {
+	sig := signature(v, st.peers, arpMe.Problem, bgpMe.Problem, me.Problem, fmt.Sprint(arpMe.KeepOnly, arpMe.HoldDown, arpMe.Rejoining, arpMe.HandOff, sessions))
+	if reannounce || sig != st.sig {
+		st.decideAll = true
+	}
+	switch {
+	case st.want == nil:
+	case st.decideAll:
 		m.converge(now, v, arpMe, bgpMe, me)
+	case len(st.pending) > 0:
+		m.convergeSome(now, v, arpMe, bgpMe, me)
 	}
 	st.sig = sig
 	m.publish(v)
@@ -485,9 +529,11 @@ func notReady(vs vipSpec, ready map[string]string, haveReady bool) string {
 	return strings.Join(why, "; ")
 }
 
-// adopt takes a new committed state: members, rankings, and the addresses
-// that lie in pool ranges but are not wanted here.
-func (m *Manager) adopt(d *desired, now time.Time) {
+// adopt takes a new committed state: members and rankings. delta holds
+// the addresses whose VIP changed when UpdateLoadBalancers derived d from
+// the state the loop holds: with the same members, only those are ranked
+// and decided again.
+func (m *Manager) adopt(d *desired, now time.Time, delta map[netip.Addr]bool) {
 	st := &m.loop
 	first := st.want == nil
 	// A host that joins is given the grace only when this host was in
@@ -525,6 +571,21 @@ func (m *Manager) adopt(d *desired, now time.Time) {
 		m.arrivals.Store(&arr)
 	}
 	hosts := append(slices.Collect(maps.Keys(members)), m.cfg.NodeID)
+	if !changed && delta != nil && d.epoch == st.want.epoch {
+		for a := range delta {
+			st.pending[a] = true
+			vs, ok := d.vip(a)
+			switch {
+			case !ok || vs.Mode != ModeARP:
+				delete(st.ranks, a)
+			case st.ranks[a] == nil:
+				st.ranks[a] = rank(a, hosts)
+			}
+		}
+		st.want = d
+		return
+	}
+	st.decideAll = true
 	ranks := make(map[netip.Addr][]string, len(d.VIPs))
 	for _, vs := range d.VIPs {
 		if vs.Mode != ModeARP {
@@ -538,90 +599,6 @@ func (m *Manager) adopt(d *desired, now time.Time) {
 	}
 	st.ranks = ranks
 	st.want = d
-}
-
-// converge decides every VIP, logs the moves and hands the set to hold
-// to the actuator.
-func (m *Manager) converge(now time.Time, v view, arpMe, bgpMe, me self) {
-	st := &m.loop
-	st.converges++
-	wanted := map[netip.Addr]bool{}
-	hold := map[netip.Addr]target{}
-	for _, vs := range st.want.VIPs {
-		wanted[vs.Addr] = true
-		var d decision
-		switch vs.Mode {
-		case ModeARP:
-			d = decide(vs, st.ranks[vs.Addr], arpMe, v, st.peers, m.dead, st.prev[vs.Addr])
-			if d.Holder != "" {
-				st.prev[vs.Addr] = d.Holder
-			}
-			if d.Hold {
-				hold[vs.Addr] = target{mode: ModeARP, iface: m.arp}
-			}
-		case ModeBGP:
-			d = decide(vs, nil, bgpMe, v, st.peers, m.dead, "")
-			if d.Hold && m.spk != nil && st.sessions == 0 {
-				// The route stays in the speaker and goes out as soon as a
-				// session is up; the address stays for the flows in flight.
-				d.Reason = "ready and current; no BGP session is established, so no router has the route"
-			}
-			if d.Hold {
-				hold[vs.Addr] = target{mode: ModeBGP, iface: m.bgpIf, route: route{Addr: vs.Addr, Communities: vs.Communities}}
-			}
-		default:
-			d = decide(vs, nil, me, v, st.peers, m.dead, "")
-		}
-		m.note(vs, d, now)
-		if t, ok := hold[vs.Addr]; ok && vs.Mode == ModeARP {
-			t.announce = st.records[vs.Addr].takes
-			hold[vs.Addr] = t
-		}
-	}
-	for a, r := range st.records {
-		if wanted[a] {
-			continue
-		}
-		if r.held {
-			m.logMove(r.spec, false, "no load balancer uses it any more")
-		}
-		st.dirty = true
-		delete(st.records, a)
-		delete(st.prev, a)
-		delete(st.rebalanceFrom, a)
-		delete(st.rebalanceOpen, a)
-	}
-	m.heldChanged(hold)
-	m.act.set(hold, st.want.Ranges)
-}
-
-// note records the outcome for one VIP and logs a move.
-func (m *Manager) note(vs vipSpec, d decision, now time.Time) {
-	st := &m.loop
-	r := st.records[vs.Addr]
-	if r == nil {
-		r = &record{since: now}
-		st.records[vs.Addr] = r
-	}
-	if d.Hold && !r.held {
-		r.takes++
-	}
-	if d.Hold != r.held {
-		m.logMove(vs, d.Hold, d.Reason)
-		if vs.Mode != ModeStatic {
-			m.moves.note(d.Hold, now)
-		}
-	}
-	if d.Hold != r.held || d.Local != r.local {
-		r.since = now
-	}
-	if d.Hold != r.held || d.Reason != r.reason || d.Local != r.local || !slices.Equal(vs.LBs, r.spec.LBs) || vs.Mode != r.spec.Mode {
-		st.dirty = true
-	}
-	r.spec, r.held, r.reason, r.local = vs, d.Hold, d.Reason, d.Local
-	if d.Hold {
-		r.everHeld = true
-	}
 }
 
 // logMove logs that this host takes or lets go of a VIP, and why.
@@ -706,51 +683,6 @@ func (m *Manager) noteLiveness(v view) {
 	for id := range v.Alive {
 		st.alive[id] = true
 	}
-}
-
-// publish copies the status out for Describe: the VIPs when they
-// changed, the peers every time.
-func (m *Manager) publish(v view) {
-	st := &m.loop
-	var vips []*pb.VIPHolding
-	changed := st.dirty
-	if changed {
-		st.dirty = false
-		for _, a := range slices.SortedFunc(maps.Keys(st.records), netip.Addr.Compare) {
-			if h := st.records[a].holding(a); h != nil {
-				vips = append(vips, h)
-			}
-		}
-	}
-	peers := make([]peerStatus, 0, len(st.members))
-	for _, id := range slices.Sorted(maps.Keys(st.members)) {
-		ps := peerStatus{id: id}
-		if p := st.peers[id]; p != nil {
-			ps.heard = p.Heard
-		}
-		_, ps.alive = v.Alive[id]
-		peers = append(peers, ps)
-	}
-	if errs := m.act.errors(); len(errs) > 0 || st.actErrs {
-		st.actErrs = len(errs) > 0
-		changed = true
-		vips = nil
-		for _, a := range slices.SortedFunc(maps.Keys(st.records), netip.Addr.Compare) {
-			h := st.records[a].holding(a)
-			if h != nil && errs[a] != "" {
-				h.State, h.Reason = "released", "cannot hold it: "+errs[a]
-			}
-			if h != nil {
-				vips = append(vips, h)
-			}
-		}
-	}
-	m.mu.Lock()
-	if changed {
-		m.pub.vips = vips
-	}
-	m.pub.peers = peers
-	m.mu.Unlock()
 }
 
 // holding is the status of one VIP, or nil when this host has nothing to

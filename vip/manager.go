@@ -65,8 +65,11 @@ type Manager struct {
 	readyAll    bool
 	readyDelta  map[string]bool
 	linkChanged bool
-	contact     func() time.Time
-	pub         published
+	// decideAllAsked: an input changed that every VIP's decision reads
+	// (pokeAll); the loop decides them all.
+	decideAllAsked atomic.Bool
+	contact        func() time.Time
+	pub            published
 	// stopping: HandOverClients was called (a stop hands clients over).
 	stopping bool
 	// handedOver: the handover the loop runs is over.
@@ -166,7 +169,7 @@ func New(cfg Config) (*Manager, error) {
 	}
 	setSocketOptions(m.conn, ap.Addr().Is4())
 	if cfg.BGP != nil {
-		if m.spk, err = startSpeaker(*cfg.BGP, cfg.Logger.With("component", "bgp"), m.poke); err != nil {
+		if m.spk, err = startSpeaker(*cfg.BGP, cfg.Logger.With("component", "bgp"), m.pokeAll); err != nil {
 			m.conn.Close()
 			m.frames.closeIfAny()
 			return nil, err
@@ -224,7 +227,7 @@ func (m *Manager) SetKey(key []byte) {
 	m.mu.Lock()
 	m.key = slices.Clone(key)
 	m.mu.Unlock()
-	m.poke()
+	m.pokeAll()
 }
 
 // SetStateContact tells the manager how to learn when this host last
@@ -237,7 +240,7 @@ func (m *Manager) SetStateContact(f func() time.Time) {
 	m.mu.Lock()
 	m.contact = f
 	m.mu.Unlock()
-	m.poke()
+	m.pokeAll()
 }
 
 // Update gives the manager the whole committed state: the hosts (and
@@ -251,7 +254,7 @@ func (m *Manager) Update(objs []*pb.Object, revision uint64) {
 	d.epoch = m.epochs
 	m.want, m.revision, m.wantDelta = &d, revision, nil
 	m.mu.Unlock()
-	m.poke()
+	m.pokeAll()
 }
 
 // UpdateLoadBalancers applies one revision's changes (each object before
@@ -320,7 +323,7 @@ func (m *Manager) SetReady(lbs map[string]string) {
 	}
 	m.readyAll, m.readyDelta = true, nil
 	m.mu.Unlock()
-	m.poke()
+	m.pokeAll()
 }
 
 // SetReadyFor is SetReady for some load balancers only: lbs holds their
@@ -411,11 +414,19 @@ func HeartbeatKey(caKeyPEM []byte) []byte {
 	return mac.Sum(nil)
 }
 
+// poke wakes the loop for a change it takes as a delta (the VIPs of
+// some load balancers, some load balancers' readiness).
 func (m *Manager) poke() {
 	select {
 	case m.kick <- struct{}{}:
 	default:
 	}
+}
+
+// pokeAll wakes the loop for a change after which it decides every VIP.
+func (m *Manager) pokeAll() {
+	m.decideAllAsked.Store(true)
+	m.poke()
 }
 
 // Describe adds this host's VIPs (held, announced, or released for a

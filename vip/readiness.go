@@ -42,7 +42,8 @@ type readiness struct {
 // the VIPs it affects. delta holds the addresses whose VIP changed from
 // the state the readiness was computed for to the loop's state, when
 // UpdateLoadBalancers derived the one from the other. It returns whether
-// anything changed.
+// anything changed. The VIPs whose readiness it recomputes are decided
+// again: all of them after a whole recomputation, else those alone.
 func (m *Manager) takeReadiness(delta map[netip.Addr]bool) bool {
 	st := &m.loop
 	rd := &st.ready
@@ -82,6 +83,7 @@ func (m *Manager) takeReadiness(delta map[netip.Addr]bool) bool {
 		return all
 	case all:
 		rd.recompute(st.want)
+		st.decideAll = true
 		return true
 	case len(lbs) == 0 && !derived:
 		return false
@@ -124,6 +126,7 @@ func (m *Manager) takeReadiness(delta map[netip.Addr]bool) bool {
 	}
 	for a := range seen {
 		vs, _ := st.want.vip(a)
+		st.pending[a] = true
 		rd.changed[a] = true
 		rd.examined++
 		why := notReady(vs, rd.ready, rd.have)

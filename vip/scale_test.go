@@ -169,8 +169,10 @@ func loopTestManager(t *testing.T) (*Manager, *net.UDPConn) {
 // TestLoadBalancerChangesRecomputeTheirVIPsOnly: with 10,000 arp VIPs, a
 // load balancer created, one deleted and one moved to another address
 // (UpdateLoadBalancers, the data plane's readiness of those alone) look at
-// the readiness of the VIPs they change, never recompute all of them,
-// and leave the loop's view of the VIPs as a whole new state would.
+// the readiness of the VIPs they change and decide those VIPs alone,
+// never all of them, and leave the loop's view of the VIPs, its
+// decisions, what it holds and what it publishes as a whole new state
+// decided from scratch would.
 func TestLoadBalancerChangesRecomputeTheirVIPsOnly(t *testing.T) {
 	const n = 10000
 	m, tick := scaleManager(t, n)
@@ -211,11 +213,67 @@ func TestLoadBalancerChangesRecomputeTheirVIPsOnly(t *testing.T) {
 	check := func(what string, wantExamined int) {
 		t.Helper()
 		full := st.ready.full
-		st.ready.examined, st.converges = 0, 0
+		st.ready.examined, st.converges, st.decided = 0, 0, 0
 		tick()
 		if st.ready.full != full || st.ready.examined > wantExamined {
 			t.Errorf("%s: recomputed the readiness of every VIP %d times and looked at %d VIPs; want 0 and at most %d",
 				what, st.ready.full-full, st.ready.examined, wantExamined)
+		}
+		if st.converges != 0 || st.decided > wantExamined {
+			t.Errorf("%s: decided every VIP %d times and %d VIPs in all; want 0 and at most %d", what, st.converges, st.decided, wantExamined)
+		}
+		// Every VIP decided again from scratch gives the same.
+		type outcome struct {
+			held   bool
+			reason string
+			lbs    string
+		}
+		outcomes := func() map[netip.Addr]outcome {
+			out := map[netip.Addr]outcome{}
+			for a, r := range st.records {
+				out[a] = outcome{r.held, r.reason, fmt.Sprint(r.spec.LBs)}
+			}
+			return out
+		}
+		partial, holding := outcomes(), maps.Clone(st.holding)
+		published := slices.Clone(m.pub.vips)
+		m.act.mu.Lock()
+		acting := maps.Clone(m.act.want)
+		m.act.mu.Unlock()
+		st.converges = 0
+		m.pokeAll()
+		tick()
+		if st.converges != 1 {
+			t.Fatalf("%s: pokeAll did not decide every VIP", what)
+		}
+		if again := outcomes(); !maps.Equal(again, partial) {
+			t.Errorf("%s: %d VIPs decided, %d after deciding every VIP again", what, len(partial), len(again))
+			for a, o := range again {
+				if partial[a] != o {
+					t.Errorf("%s: %s decided %+v, from scratch %+v", what, a, partial[a], o)
+				}
+			}
+		}
+		if !maps.Equal(holding, st.holding) {
+			t.Errorf("%s: holds %d arp VIPs, %d when every VIP is decided again", what, len(holding), len(st.holding))
+		}
+		m.act.mu.Lock()
+		sameTarget := func(a, b target) bool {
+			return a.mode == b.mode && a.iface == b.iface && a.announce == b.announce && a.route.key() == b.route.key()
+		}
+		if !maps.EqualFunc(acting, m.act.want, sameTarget) {
+			t.Errorf("%s: the actuator was given %d VIPs to hold, %d when every VIP is decided again", what, len(acting), len(m.act.want))
+		}
+		m.act.mu.Unlock()
+		if len(published) != len(m.pub.vips) {
+			t.Errorf("%s: publishes %d VIPs, %d when every VIP is decided again", what, len(published), len(m.pub.vips))
+		}
+		for i := range min(len(published), len(m.pub.vips)) {
+			p, w := published[i], m.pub.vips[i]
+			if p.Address != w.Address || p.State != w.State || p.Reason != w.Reason || !slices.Equal(p.LoadBalancers, w.LoadBalancers) {
+				t.Errorf("%s: published %v, from scratch %v", what, p, w)
+				break
+			}
 		}
 		// The same as a whole new state gives.
 		var objs []*pb.Object
