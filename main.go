@@ -508,7 +508,7 @@ func feedProxy(ctx context.Context, node *consensus.Node, px *proxy.Proxy, vm *v
 			applied.Store(ev.Revision)
 			continue
 		}
-		touched, err := feed.Apply(ev.Writes(), ev.Revision)
+		touched, err := feed.Apply(ev.Writes(), ev.Revision, ev.Applied)
 		if err != nil {
 			log.Error("update data plane", "revision", ev.Revision, "err", err)
 			continue

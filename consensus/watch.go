@@ -5,6 +5,7 @@ import (
 	"iter"
 	"slices"
 	"sync"
+	"time"
 
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
@@ -42,6 +43,9 @@ type Event struct {
 	Changes  []Change
 	Reset    bool
 	Objects  []*pb.Object
+	// Applied is when this host applied the revision (this host's clock;
+	// zero in a Reset).
+	Applied time.Time
 }
 
 // hub keeps the latest events in a ring so that every watcher sees each
@@ -60,6 +64,8 @@ func newHub(size int, current func() ([]*pb.Object, uint64)) *hub {
 }
 
 func (h *hub) publish(ev Event) {
+	// The clock stamps the event, never the state.
+	ev.Applied = time.Now()
 	h.mu.Lock()
 	if h.first == 0 || ev.Revision != h.last+1 {
 		h.first = ev.Revision

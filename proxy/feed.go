@@ -4,6 +4,7 @@ import (
 	"errors"
 	"iter"
 	"strings"
+	"time"
 
 	"github.com/teapot-lb/teapot-lb/api"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
@@ -51,7 +52,10 @@ func (f *Feed) Reset(objs []*pb.Object, revision uint64) error {
 // read are passed over) with ApplyChange, logs the problems of the load
 // balancers it touched, and returns them ("tenant/name", sorted; none when
 // nothing served changed). The first state must come through Reset.
-func (f *Feed) Apply(writes iter.Seq2[*pb.ObjectRef, *pb.Object], revision uint64) ([]string, error) {
+// committed is when this host committed the revision (zero: unknown);
+// the "configuration applied" line says how long the change waited from
+// then and how long it took.
+func (f *Feed) Apply(writes iter.Seq2[*pb.ObjectRef, *pb.Object], revision uint64, committed time.Time) ([]string, error) {
 	var ch snapshot.Change
 	for ref, obj := range writes {
 		switch ref.GetKind() {
@@ -63,7 +67,7 @@ func (f *Feed) Apply(writes iter.Seq2[*pb.ObjectRef, *pb.Object], revision uint6
 			}
 		}
 	}
-	touched, err := f.p.ApplyChange(ch, revision)
+	touched, err := f.p.applyChange(ch, revision, committed)
 	if errors.Is(err, ErrNoChanges) {
 		return nil, nil
 	}

@@ -116,6 +116,8 @@ type Proxy struct {
 	closed     bool
 	// touched are the load balancers whose status the last apply set.
 	touched []string
+	// stages times the change being applied, for its log line.
+	stages stageTimes
 
 	statusMu sync.Mutex
 	status   *pmap.Map[string, []Problem]
@@ -214,6 +216,12 @@ func (p *Proxy) Update(objs []*pb.Object, revision uint64) error {
 // listeners that could not be opened it tries again only those ch
 // changes; the retry timer keeps its backoff unless one fails anew.
 func (p *Proxy) ApplyChange(ch snapshot.Change, revision uint64) ([]string, error) {
+	return p.applyChange(ch, revision, time.Time{})
+}
+
+// applyChange is ApplyChange; committed is when this host committed the
+// revision (zero: unknown), for the log line.
+func (p *Proxy) applyChange(ch snapshot.Change, revision uint64, committed time.Time) ([]string, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
@@ -222,7 +230,10 @@ func (p *Proxy) ApplyChange(ch snapshot.Change, revision uint64) ([]string, erro
 	if p.snap == nil {
 		return nil, ErrNoState
 	}
+	start := time.Now()
 	s := snapshot.CompileChange(p.snap, ch, revision, p.cfg.Limits.Defaults)
+	p.stages = stageTimes{committed: committed, start: start, compiled: time.Now()}
+	defer func() { p.stages = stageTimes{} }()
 	p.touched = nil
 	applied := p.apply(s, false)
 	p.armRetry()
@@ -335,9 +346,32 @@ func (p *Proxy) apply(s *snapshot.Snapshot, retryFailed bool) bool {
 	p.missing = len(p.failed)
 	p.setStatus(s, lbs)
 	p.touched = slices.Sorted(maps.Keys(lbs))
-	p.log.Info("configuration applied", "revision", s.Revision, "listeners", len(p.sockets), "missing", p.missing,
-		"opened", opened, "changed", len(keys))
+	args := []any{"revision", s.Revision, "listeners", len(p.sockets), "missing", p.missing, "opened", opened, "changed", len(keys)}
+	p.log.Info("configuration applied", append(args, p.stages.attrs()...)...)
 	return true
+}
+
+// stageTimes are the moments of a change's way through this host.
+type stageTimes struct {
+	committed time.Time // the revision committed here (zero: unknown)
+	start     time.Time // the data plane took it
+	compiled  time.Time // its snapshot compiled
+}
+
+// attrs are the log attributes of the stages, in milliseconds: waited
+// from the commit to the data plane, compile, then until it was served
+// (bind, build, swap, status).
+func (st stageTimes) attrs() []any {
+	if st.start.IsZero() {
+		return nil
+	}
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	now := time.Now()
+	out := []any{"compile_ms", ms(st.compiled.Sub(st.start)), "serve_ms", ms(now.Sub(st.compiled))}
+	if !st.committed.IsZero() {
+		out = append([]any{"waited_ms", ms(st.start.Sub(st.committed))}, out...)
+	}
+	return out
 }
 
 // opens reports whether this host opens a socket for l: http and https

@@ -51,7 +51,11 @@ const (
 //     CPU per write;
 //   - the CPU the three hosts spend idle (heartbeats, VIP decisions, Raft),
 //     in per cent of one core per host;
-//   - the resident set of each host.
+//   - the resident set of each host;
+//   - where a change's time goes, on the host that served it last: from
+//     the write to the first host's commit (the leader), from there to
+//     this host's commit, then waiting for the data plane, compiling and
+//     serving (the stage times of the "configuration applied" line).
 //
 // Every LB host listens on one socket per load balancer: a size that does
 // not fit the descriptor limit (the hard RLIMIT_NOFILE, which only a
@@ -98,6 +102,16 @@ func BenchmarkScaleMemberChange(b *testing.B) {
 	for _, c := range capped {
 		fmt.Printf("note: %s\n", c)
 	}
+	fmt.Printf("\nscale: where a change's time goes, on the host that served it last (p50 / p99 / max over %d changes)\n", scaleChanges)
+	fmt.Printf("| LBs | write to first commit | first to this host's commit | commit to data plane | compile | serve |\n")
+	fmt.Printf("|---:|---:|---:|---:|---:|---:|\n")
+	for _, r := range rows {
+		fmt.Printf("| %d |", r.lbs)
+		for _, l := range r.stages {
+			fmt.Printf(" %.1f / %.1f / %.1f ms |", ms(l.percentile(50)), ms(l.percentile(99)), ms(l.percentile(100)))
+		}
+		fmt.Printf("\n")
+	}
 	b.ReportMetric(0, "ns/op")
 }
 
@@ -110,6 +124,10 @@ type scaleRow struct {
 	cpuPerQuiet  time.Duration
 	idlePercent  float64 // of one core, per host
 	rss          string
+	// stages of each change on the host that served it last: write to
+	// the first commit, to this host's commit, to the data plane,
+	// compile, serve.
+	stages [5]latencies
 }
 
 // scaleSpareFDs are the descriptors an LB host needs besides one per
@@ -196,7 +214,16 @@ func scaleRun(b *testing.B, n int) scaleRow {
 		lbs[i] = lb
 		start := time.Now()
 		rev := apply(api.Wrap(lb))
-		row.lat = append(row.lat, everyPlaneWithin(b, logs, rev, syncTimeout).Sub(start))
+		lat := everyPlaneWithin(b, logs, rev, syncTimeout).Sub(start)
+		row.lat = append(row.lat, lat)
+		st := changeStages(logs, rev, start)
+		for k, d := range st {
+			row.stages[k] = append(row.stages[k], d)
+		}
+		if lat > 20*time.Millisecond {
+			b.Logf("change %d (revision %d) took %.1f ms: write to first commit %.1f, to the last host's commit %.1f, waited %.1f, compile %.1f, serve %.1f ms",
+				c, rev, ms(lat), ms(st[0]), ms(st[1]), ms(st[2]), ms(st[3]), ms(st[4]))
+		}
 	}
 	row.cpuPerChange = busy(hostCPU(b, l)-cpu0, time.Since(t0)) / scaleChanges
 
@@ -227,6 +254,28 @@ func scaleRun(b *testing.B, n int) scaleRow {
 	b.Logf("%d LBs: change p50 %.1f ms p99 %.1f ms; host CPU per change %v; %d data-plane applies for %d writes touching no LB; %s",
 		n, ms(row.lat.percentile(50)), ms(row.lat.percentile(99)), row.cpuPerChange, row.quietApplies, scaleQuiet, row.rss)
 	return row
+}
+
+// changeStages splits the time from start to revision rev served by
+// every host, on the host that served it last: the write to the first
+// host's commit, from there to that host's commit, then its data plane's
+// wait, compile and serve.
+func changeStages(logs []*planeLog, rev uint64, start time.Time) [5]time.Duration {
+	var last planeEntry
+	var first time.Time
+	for _, l := range logs {
+		e, ok := l.servedEntry(rev)
+		if !ok {
+			continue
+		}
+		if e.at.After(last.at) {
+			last = e
+		}
+		if c := e.committed(); first.IsZero() || c.Before(first) {
+			first = c
+		}
+	}
+	return [5]time.Duration{first.Sub(start), last.committed().Sub(first), last.waited, last.compile, last.serve}
 }
 
 // scaleLB is load balancer i of the scale report: tenant i/100, one tcp

@@ -26,8 +26,12 @@ const (
 	initialTimeout   = 5 * time.Minute
 )
 
-// appliedLine is the data plane's log line for a configuration it serves.
-var appliedLine = regexp.MustCompile(`^time=(\S+) .*msg="configuration applied".* revision=(\d+)`)
+// appliedLine is the data plane's log line for a configuration it serves;
+// stageAttr one of its stage times (waited_ms, compile_ms, serve_ms).
+var (
+	appliedLine = regexp.MustCompile(`^time=(\S+) .*msg="configuration applied".* revision=(\d+)`)
+	stageAttr   = regexp.MustCompile(` (waited|compile|serve)_ms=([0-9.]+)`)
+)
 
 // planeLog follows one node's log for the revisions its data plane serves.
 type planeLog struct {
@@ -40,6 +44,15 @@ type planeLog struct {
 type planeEntry struct {
 	rev uint64
 	at  time.Time
+	// The change's way through the host, when the line says: from its
+	// commit on the host to the data plane, compiling, serving.
+	waited, compile, serve time.Duration
+}
+
+// committed is when the host committed the revision (at, when the line
+// does not say).
+func (e planeEntry) committed() time.Time {
+	return e.at.Add(-e.waited - e.compile - e.serve)
 }
 
 // read takes the lines written since the last read.
@@ -66,19 +79,42 @@ func (p *planeLog) read() error {
 		at, terr := time.Parse(time.RFC3339Nano, m[1])
 		rev, rerr := strconv.ParseUint(m[2], 10, 64)
 		if terr == nil && rerr == nil {
-			p.applied = append(p.applied, planeEntry{rev, at})
+			e := planeEntry{rev: rev, at: at}
+			for _, s := range stageAttr.FindAllStringSubmatch(line, -1) {
+				v, err := strconv.ParseFloat(s[2], 64)
+				if err != nil {
+					continue
+				}
+				d := time.Duration(v * float64(time.Millisecond))
+				switch s[1] {
+				case "waited":
+					e.waited = d
+				case "compile":
+					e.compile = d
+				case "serve":
+					e.serve = d
+				}
+			}
+			p.applied = append(p.applied, e)
 		}
 	}
 }
 
 // servedAt returns when the node first served revision rev or later.
 func (p *planeLog) servedAt(rev uint64) (time.Time, bool) {
+	e, ok := p.servedEntry(rev)
+	return e.at, ok
+}
+
+// servedEntry returns the line of the first revision at or after rev the
+// node served.
+func (p *planeLog) servedEntry(rev uint64) (planeEntry, bool) {
 	for _, e := range p.applied {
 		if e.rev >= rev {
-			return e.at, true
+			return e, true
 		}
 	}
-	return time.Time{}, false
+	return planeEntry{}, false
 }
 
 // everyPlane waits until every node's data plane serves rev and returns
