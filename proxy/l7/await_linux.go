@@ -17,9 +17,9 @@ import (
 // rawAwait arms it, writes, then waits: what the peer sends after the
 // write always wakes it, and no read is attempted before. Used for a
 // request to a member and its response head on bare TCP connections.
-// Not for a response and the client's next request: a client may send
-// its next request before the response (pipelining), and a wait armed
-// after that arrival would never see it.
+// A response and the client's next request need more: a client may
+// send its next request before the response (pipelining), and a wait
+// armed after that arrival would never see it (rawclient.go).
 
 // ioWrite, ioWait and ioDone are the steps of rawAwait.run.
 const (

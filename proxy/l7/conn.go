@@ -36,6 +36,7 @@ var (
 	aLongTimeAgo = time.Unix(1, 0)
 	slash        = []byte("/")
 	errBufFull   = errors.New("buffer full")
+	errRawRead   = errors.New("client read inside the socket's read callback")
 )
 
 // clientConn is one HTTP/1.x client connection. Its goroutine reads a
@@ -76,6 +77,8 @@ type clientConn struct {
 	bufs             net.Buffers
 	bufArr           [2][]byte
 	stats            RequestStats
+	// rx serves a bare TCP connection from its RawConn.Read callback.
+	rx rawServe
 }
 
 func (c *clientConn) serve() {
@@ -95,7 +98,7 @@ func (c *clientConn) serve() {
 		// Connection: close, whenever the drain above gets to run.
 		c.drain()
 	}
-	for c.readRequest() {
+	for c.next() {
 		c.handle()
 		if c.closing {
 			return
@@ -129,6 +132,16 @@ func (c *clientConn) drain() {
 	}
 }
 
+// next returns with the next request's head parsed, for handle, or
+// false when the connection is done. On a bare TCP connection the
+// requests that read nothing more from the client are served inside it.
+func (c *clientConn) next() bool {
+	if c.rx.rc != nil {
+		return c.nextRaw()
+	}
+	return c.readRequest()
+}
+
 func (c *clientConn) draining() bool { return c.state.Load() == connDrain }
 
 // reqCtx is the context of the request being served: a drain ends the
@@ -137,6 +150,12 @@ func (c *clientConn) reqCtx() context.Context { return context.WithoutCancel(c.c
 
 // fill reads more client bytes into rb.
 func (c *clientConn) fill() error {
+	if c.rx.on {
+		// Inside the RawConn.Read callback a read through nc would wait
+		// for the read lock the callback holds: rawSafe keeps requests
+		// that read more outside, this keeps a mistake from hanging.
+		return errRawRead
+	}
 	if c.w == len(c.rb) {
 		if c.r == 0 {
 			return errBufFull
@@ -187,32 +206,16 @@ func (c *clientConn) readRequest() bool {
 	c.h.reset()
 	now := time.Now()
 	if c.r == c.w {
-		c.r, c.w = 0, 0
-		if len(c.rb) > clientBufSize {
-			c.rb = make([]byte, clientBufSize) // drop a grown buffer between requests
-		}
-		if c.setReadDeadline(now.UnixNano(), c.idle) != nil {
+		c.emptyBuf()
+		if !c.armIdle(now) {
 			return false
-		}
-		if c.draining() {
-			// Drained before the idle deadline was set: the grace holds.
-			c.rdl = 0
-			if c.nc.SetReadDeadline(now.Add(c.s.cfg.DrainIdleGrace)) != nil {
-				return false
-			}
 		}
 		if err := c.fill(); err != nil {
 			return false // idle timeout, close or drain: nothing to answer
 		}
 		now = time.Now()
 	}
-	if !c.state.CompareAndSwap(connIdle, connActive) {
-		// Drained while idle: serve this request, then close. The drain
-		// set the read deadline of its grace.
-		c.closing = true
-		c.rdl = 0
-	}
-	c.start = now
+	c.claim(now)
 	headerDeadline := false
 	for {
 		done, st := c.h.parse(c.rb[c.r:c.w], c.s.cfg.MaxHeaderBytes, c.s.cfg.MaxHeaderCount)
@@ -230,9 +233,7 @@ func (c *clientConn) readRequest() bool {
 				return false
 			}
 		}
-		if c.w == len(c.rb) && c.r == 0 {
-			c.rb = append(make([]byte, 0, c.s.cfg.MaxHeaderBytes+4096), c.rb[:c.w]...)[:c.s.cfg.MaxHeaderBytes+4096]
-		}
+		c.growHead()
 		if err := c.fill(); err != nil {
 			if isTimeout(err) && !c.draining() {
 				c.reject(408)
@@ -240,6 +241,48 @@ func (c *clientConn) readRequest() bool {
 			return false
 		}
 	}
+}
+
+// emptyBuf resets the empty read buffer, dropping one grown for a big head.
+func (c *clientConn) emptyBuf() {
+	c.r, c.w = 0, 0
+	if len(c.rb) > clientBufSize {
+		c.rb = make([]byte, clientBufSize)
+	}
+}
+
+// growHead makes room for a head that fills the read buffer.
+func (c *clientConn) growHead() {
+	if c.w == len(c.rb) && c.r == 0 {
+		c.rb = append(make([]byte, 0, c.s.cfg.MaxHeaderBytes+4096), c.rb[:c.w]...)[:c.s.cfg.MaxHeaderBytes+4096]
+	}
+}
+
+// armIdle sets the read deadline for the wait for a next request.
+func (c *clientConn) armIdle(now time.Time) bool {
+	if c.setReadDeadline(now.UnixNano(), c.idle) != nil {
+		return false
+	}
+	if c.draining() {
+		// Drained before the idle deadline was set: the grace holds.
+		c.rdl = 0
+		if c.nc.SetReadDeadline(now.Add(c.s.cfg.DrainIdleGrace)) != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// claim marks the connection busy with a request whose first bytes came
+// at now.
+func (c *clientConn) claim(now time.Time) {
+	if !c.state.CompareAndSwap(connIdle, connActive) {
+		// Drained while idle: serve this request, then close. The drain
+		// set the read deadline of its grace.
+		c.closing = true
+		c.rdl = 0
+	}
+	c.start = now
 }
 
 // handle serves one request whose head is parsed.

@@ -132,6 +132,9 @@ func (s *Server) ServeConn(ctx context.Context, c net.Conn, info ConnInfo) {
 			return
 		}
 	}
+	if !info.TLS {
+		cc.rx.rc = rawConnOf(cc.tcp)
+	}
 	cc.serve()
 	cc.close()
 	s.putConn(cc)
@@ -141,7 +144,9 @@ func (s *Server) getConn() *clientConn {
 	if c, ok := s.conns.Get().(*clientConn); ok {
 		return c
 	}
-	return &clientConn{s: s, rb: make([]byte, clientBufSize), wb: make([]byte, 0, 4096)}
+	c := &clientConn{s: s, rb: make([]byte, clientBufSize), wb: make([]byte, 0, 4096)}
+	c.rx.step = c.stepRaw
+	return c
 }
 
 func (s *Server) putConn(c *clientConn) {
@@ -154,6 +159,7 @@ func (s *Server) putConn(c *clientConn) {
 	c.wb, c.hostBuf, c.pathBuf = c.wb[:0], c.hostBuf[:0], c.pathBuf[:0]
 	c.h.reset()
 	c.stats = RequestStats{}
+	c.rx = rawServe{step: c.rx.step}
 	s.conns.Put(c)
 }
 

@@ -1,0 +1,15 @@
+//go:build !linux
+
+package l7
+
+import (
+	"net"
+	"syscall"
+)
+
+// rawConnOf is Linux only: elsewhere requests are read through net.Conn.
+func rawConnOf(*net.TCPConn) syscall.RawConn { return nil }
+
+func (c *clientConn) stepRaw(uintptr) bool {
+	panic("unreachable: rawConnOf returns nil")
+}
