@@ -25,7 +25,7 @@ type testHost struct {
 	srv  *grpc.Server
 }
 
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -42,7 +42,7 @@ func testLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
 
-func startHost(t *testing.T, cfg Config) *testHost {
+func startHost(t testing.TB, cfg Config) *testHost {
 	t.Helper()
 	if cfg.DataDir == "" {
 		cfg.DataDir = t.TempDir()
@@ -88,7 +88,7 @@ func (h *testHost) stop() {
 	}
 }
 
-func ctxT(t *testing.T) context.Context {
+func ctxT(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	t.Cleanup(cancel)
 	return ctx
@@ -110,7 +110,7 @@ func lb(ten, name, pl string) *pb.Object {
 	})
 }
 
-func apply(t *testing.T, n *Node, objs ...*pb.Object) *pb.ApplyResponse {
+func apply(t testing.TB, n *Node, objs ...*pb.Object) *pb.ApplyResponse {
 	t.Helper()
 	resp, err := n.Apply(ctxT(t), &pb.ApplyRequest{Objects: objs}, false)
 	if err != nil {

@@ -252,8 +252,9 @@ func checkAddrs(cfg Config) error {
 	return nil
 }
 
-// commitTimeout is raft.Config.CommitTimeout (see raftConfig).
-const commitTimeout = 5 * time.Millisecond
+// commitTimeout is raft.Config.CommitTimeout (see raftConfig); a
+// variable so that a test can lengthen it.
+var commitTimeout = 5 * time.Millisecond
 
 // raftConfig is the Raft configuration of a host started with cfg.
 func raftConfig(cfg Config) *raft.Config {
@@ -265,7 +266,8 @@ func raftConfig(cfg Config) *raft.Config {
 	// A follower learns that an entry committed from the leader's next
 	// AppendEntries, which hashicorp/raft sends when new entries come or
 	// after CommitTimeout to 2×CommitTimeout without any: that wait is
-	// part of every change's way to the followers' data planes. 5ms
+	// part of the way to the followers' data planes of a change that
+	// no barrier follows (commitBatch sends one after each write). 5ms
 	// keeps it short for the cost of an empty AppendEntries per follower
 	// every 5–10ms.
 	rc.CommitTimeout = commitTimeout
@@ -327,9 +329,7 @@ func (n *Node) startRaft(bootstrap bool) error {
 		store.Close()
 		return err
 	}
-	trans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream: layer, MaxPool: 5, Timeout: 5 * time.Second, Logger: rc.Logger,
-	})
+	trans := newTransport(layer, rc.Logger)
 	if n.cfg.Recover {
 		if err := n.recoverAlone(rc, store, snaps, trans); err != nil {
 			trans.Close()

@@ -215,7 +215,7 @@ func TestWatchLaggingWatcherGetsReset(t *testing.T) {
 }
 
 // threeHosts forms a cluster through join tokens, as operators do.
-func threeHosts(t *testing.T) []*testHost {
+func threeHosts(t testing.TB) []*testHost {
 	t.Helper()
 	h1 := startHost(t, Config{NodeID: "n1"})
 	hosts := []*testHost{h1}
@@ -230,7 +230,7 @@ func threeHosts(t *testing.T) []*testHost {
 	return hosts
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for !cond() {
@@ -241,7 +241,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func leaderOf(t *testing.T, hosts []*testHost) *testHost {
+func leaderOf(t testing.TB, hosts []*testHost) *testHost {
 	t.Helper()
 	var l *testHost
 	waitFor(t, "a leader", func() bool {
@@ -400,5 +400,31 @@ func TestApplyMutualReferencesInOneWrite(t *testing.T) {
 	}
 	if h.node.Revision() != rev {
 		t.Fatal("refused write changed the state")
+	}
+}
+
+// TestFollowersApplyAWriteAtOnce: with a commit timeout of 4s (the
+// leader's idle AppendEntries, which would otherwise tell the followers
+// that an entry committed), a write is applied by both followers well
+// before it: the barrier the leader appends after each write carries the
+// commit index at once.
+func TestFollowersApplyAWriteAtOnce(t *testing.T) {
+	old := commitTimeout
+	commitTimeout = 4 * time.Second
+	t.Cleanup(func() { commitTimeout = old })
+	hosts := threeHosts(t)
+	l := leaderOf(t, hosts)
+	for i := range 3 {
+		start := time.Now()
+		resp := apply(t, l.node, pool(fmt.Sprintf("p%d", i), fmt.Sprintf("192.0.2.%d/32", i)))
+		for _, h := range hosts {
+			for h.node.Revision() < resp.GetRevision() {
+				if time.Since(start) > 2*time.Second {
+					t.Fatalf("write %d: %s at revision %d after %s, want %d; a follower waits for the commit timeout",
+						i, h.cfg.NodeID, h.node.Revision(), time.Since(start).Round(time.Millisecond), resp.GetRevision())
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}
 	}
 }

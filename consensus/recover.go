@@ -231,9 +231,7 @@ func (n *Node) RecoverInPlace(ctx context.Context) ([]string, error) {
 		if err != nil {
 			return err
 		}
-		trans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-			Stream: layer, MaxPool: 5, Timeout: 5 * time.Second, Logger: rc.Logger,
-		})
+		trans := newTransport(layer, rc.Logger)
 		alone := raft.Configuration{Servers: []raft.Server{{
 			ID: raft.ServerID(n.cfg.NodeID), Address: raft.ServerAddress(n.cfg.RaftAddr), Suffrage: raft.Voter,
 		}}}

@@ -63,3 +63,22 @@ func newHCLogger(w *raftLogWriter) hclog.Logger {
 		IncludeLocation: false,
 	})
 }
+
+// newTransport is the Raft transport over layer.
+//
+// It replicates without pipelining (MaxRPCsInFlight 1: each AppendEntries
+// waits for its answer). hashicorp/raft's pipeline (the default, 2 in
+// flight, over unbuffered channels) can wedge: when a follower answers
+// Success=false its decoder returns, and if the sender's next select picks
+// a new entry or the commit timeout instead of the decoder's end, that
+// send waits for a reader that never comes. Replication to that follower
+// then stops for good while its heartbeats go on, so it never calls an
+// election, and Shutdown waits for the sender forever. The commit barrier
+// after each write made such sends frequent enough to hang a recovery test
+// (a follower rejects entries while hosts stop and leadership moves). On a
+// LAN, pipelining gains nothing measurable.
+func newTransport(layer raft.StreamLayer, logger hclog.Logger) *raft.NetworkTransport {
+	return raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream: layer, MaxPool: 5, Timeout: 5 * time.Second, Logger: logger, MaxRPCsInFlight: 1,
+	})
+}

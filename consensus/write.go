@@ -309,6 +309,12 @@ func (n *Node) commitBatch(batch []*writeReq) {
 		}
 		res = f.Response().(*applyResult)
 		rev = res.revision
+		// Followers learn that the entry committed from the leader's next
+		// AppendEntries, which hashicorp/raft sends for new entries or
+		// after CommitTimeout without any. A barrier entry is sent at
+		// once and carries the commit index: the followers apply this
+		// write now, not up to 2×CommitTimeout later.
+		go n.r().Barrier(time.Second)
 	}
 
 	n.fsm.mu.RLock()

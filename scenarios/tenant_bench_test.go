@@ -289,7 +289,7 @@ func tenantInitialSync(b *testing.B, n int) (stored, live, statuses time.Duratio
 
 	b.ResetTimer()
 	start := time.Now()
-	l.agent("agent-1", creds)
+	agent := l.agent("agent-1", creds)
 	var rev uint64
 	deadline := time.Now().Add(initialTimeout)
 	for stored == 0 {
@@ -304,7 +304,8 @@ func tenantInitialSync(b *testing.B, n int) (stored, live, statuses time.Duratio
 		// slow what it measures.
 		time.Sleep(max(20*time.Millisecond, time.Duration(n)*20*time.Microsecond))
 	}
-	b.Logf("%d Services: every load balancer stored %s after the agent started", n, stored.Round(time.Millisecond))
+	b.Logf("%d Services: every load balancer stored %s after the agent started; %s", n, stored.Round(time.Millisecond),
+		milestones(agent.logPath, start, "caches synced", "leading", "connected to the LB cluster"))
 	live = everyPlane(b, logs, rev).Sub(start)
 	// The agent writes statuses through a rate-limited queue: at 10,000
 	// Services that takes minutes. Counted, not required, past the
@@ -335,6 +336,34 @@ func tenantInitialSync(b *testing.B, n int) (stored, live, statuses time.Duratio
 	b.Logf("%d Services: stored %s, live in every data plane %s, every status %s (0: not within %s) after the agent started", n,
 		stored.Round(time.Millisecond), live.Round(time.Millisecond), statuses.Round(time.Millisecond), initialTimeout)
 	return stored, live, statuses
+}
+
+// milestones says when each of msgs was first logged in the log at path,
+// from start.
+func milestones(path string, start time.Time, msgs ...string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for _, msg := range msgs {
+		at := "not logged"
+		for _, line := range strings.Split(string(b), "\n") {
+			if !strings.Contains(line, `msg="`+msg+`"`) && !strings.Contains(line, "msg="+msg+" ") {
+				continue
+			}
+			f := strings.Fields(line)
+			if len(f) == 0 {
+				continue
+			}
+			if t, err := time.Parse(time.RFC3339Nano, strings.TrimPrefix(f[0], "time=")); err == nil {
+				at = t.Sub(start).Round(time.Millisecond).String()
+				break
+			}
+		}
+		out = append(out, msg+" "+at)
+	}
+	return strings.Join(out, ", ")
 }
 
 // storedWith pages through the tenant acme's load balancers and counts
