@@ -181,12 +181,12 @@ type httpBackend struct {
 }
 
 func (b *httpBackend) Pick(client netip.Addr, hashKey []byte) (l7.Member, bool) {
-	var key [16]byte
+	var m *balance.Member
 	if hashKey == nil && b.hashClient {
-		key = client.As16()
-		hashKey = key[:]
+		m = b.pool.PickAddr(client)
+	} else {
+		m = b.pool.Pick(hashKey)
 	}
-	m := b.pool.Pick(hashKey)
 	if m == nil {
 		return nil, false
 	}

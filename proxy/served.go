@@ -86,6 +86,15 @@ func (p *Pool) Pick(key []byte) *balance.Member {
 	return p.pickEjected(nil)
 }
 
+// PickAddr is Pick with the client address as the key, without
+// allocating it.
+func (p *Pool) PickAddr(a netip.Addr) *balance.Member {
+	if m := balance.PickAddr(p.bal, a); m != nil {
+		return m
+	}
+	return p.pickEjected(nil)
+}
+
 // pickEjected returns a member not in tried that only passive ejection
 // keeps from traffic, taking them in turn, or nil. Ejection steers traffic
 // away from a member while others serve; when every member that passes

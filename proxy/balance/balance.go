@@ -107,3 +107,19 @@ func (r *roundRobin) Pick([]byte) *Member {
 	r.current[best] -= total
 	return r.members[best]
 }
+
+// PickAddr picks for a client address, the key of a Hash balancer (its 16
+// bytes). A key passed to Pick through the interface escapes, an
+// allocation on every pick; here a Hash balancer is called directly.
+func PickAddr(b Balancer, a netip.Addr) *Member {
+	if h, ok := b.(*maglev); ok {
+		key := a.As16()
+		return h.Pick(key[:])
+	}
+	return pickAddr(b, a)
+}
+
+func pickAddr(b Balancer, a netip.Addr) *Member {
+	key := a.As16()
+	return b.Pick(key[:])
+}

@@ -97,10 +97,12 @@ func (rc *h2RawClient) do(t testing.TB) int {
 }
 
 // TestH2Allocs counts the allocations of one HTTP/2 request over TLS
-// proxied to an HTTP/1.1 member, all in this process. Three remain, none
+// proxied to an HTTP/1.1 member, all in this process. Two remain, none
 // in this package: crypto/tls allocates one per record read (its
-// atLeastReader), once in the test's client and once in the server, and
-// x/net/http2's framer one HeadersFrame per HEADERS frame. Under the race
+// atLeastReader), once in the test's client and once in the server
+// (HEADERS frames are read without the framer, which would allocate a
+// HeadersFrame for each; cleartext requests allocate nothing:
+// TestServedPathAllocs in proxy). Under the race
 // detector sync.Pool drops entries at random, and crypto/tls's record
 // buffer pool then allocates about two more.
 func TestH2Allocs(t *testing.T) {
@@ -113,7 +115,7 @@ func TestH2Allocs(t *testing.T) {
 		}
 	}
 	allocs := testing.AllocsPerRun(1000, func() { rc.do(t) })
-	limit := 3.0
+	limit := 2.0
 	if raceEnabled {
 		limit += 2.5
 	}

@@ -3,6 +3,7 @@ package l7
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -655,13 +656,40 @@ type h2Head struct {
 // startBlock begins a header block. The framer guarantees that only
 // CONTINUATION frames of the same stream follow until it ends.
 func (c *h2Conn) startBlock(f *http2.HeadersFrame) http2.ErrCode {
+	return c.beginBlock(f.StreamID, f.StreamEnded(), f.HasPriority(), f.Priority.StreamDep, f.HeaderBlockFragment(), f.HeadersEnded())
+}
+
+// beginBlock begins the header block of stream id with the fragment of
+// its HEADERS frame.
+func (c *h2Conn) beginBlock(id uint32, end, prio bool, dep uint32, frag []byte, ended bool) http2.ErrCode {
 	h := &c.head
-	*h = h2Head{id: f.StreamID, end: f.StreamEnded(), prio: f.HasPriority(), fields: h.fields[:0],
-		remain: uint32(c.s.cfg.MaxHeaderBytes)}
-	if h.prio {
-		h.dep = f.Priority.StreamDep
+	*h = h2Head{id: id, end: end, prio: prio, fields: h.fields[:0], remain: uint32(c.s.cfg.MaxHeaderBytes)}
+	if prio {
+		h.dep = dep
 	}
-	return c.continueBlock(f.HeaderBlockFragment(), f.HeadersEnded())
+	return c.continueBlock(frag, ended)
+}
+
+// plainHeaders reports whether fh starts a HEADERS frame without padding
+// or priority on a stream: its payload is all header block fragment.
+// Other HEADERS frames, with their checks, are left to the framer.
+func plainHeaders(fh http2.FrameHeader) bool {
+	return fh.Type == http2.FrameHeaders && fh.StreamID != 0 &&
+		fh.Flags&(http2.FlagHeadersPadded|http2.FlagHeadersPriority) == 0
+}
+
+// readPayload reads the payload of the frame whose header the framer
+// just read (its length is within the frame size the framer enforces)
+// into a buffer reused by the connection.
+func (c *h2Conn) readPayload(n uint32) ([]byte, error) {
+	if uint32(cap(c.hpay)) < n {
+		c.hpay = make([]byte, n)
+	}
+	p := c.hpay[:n]
+	if _, err := io.ReadFull(c.br, p); err != nil {
+		return nil, err
+	}
+	return p, nil
 }
 
 // continueBlock decodes a fragment of the header block; at its end the

@@ -163,6 +163,7 @@ type h2Conn struct {
 	badHeaders int
 	hdec       *hpack.Decoder
 	head       h2Head // the header block being read
+	hpay       []byte // the payload of a HEADERS frame read by readPayload
 	rdl        int64
 	idle       time.Duration
 }
@@ -287,59 +288,35 @@ func (c *h2Conn) serve() {
 	first := true
 	for {
 		c.armRead()
-		f, err := c.fr.ReadFrame()
+		fh, err := c.fr.ReadFrameHeader()
 		if err != nil {
 			c.readError(err)
 			return
 		}
-		if first {
-			if sf, ok := f.(*http2.SettingsFrame); !ok || sf.IsAck() {
-				c.goAway(http2.ErrCodeProtocol)
+		var code http2.ErrCode
+		if !first && plainHeaders(fh) {
+			// The common HEADERS frame is read here: the framer would
+			// allocate a HeadersFrame for it.
+			frag, err := c.readPayload(fh.Length)
+			if err != nil {
+				c.readError(err)
 				return
 			}
-			first = false
-		}
-		var code http2.ErrCode
-		switch f := f.(type) {
-		case *http2.HeadersFrame:
-			code = c.startBlock(f)
-		case *http2.ContinuationFrame:
-			code = c.continueBlock(f.HeaderBlockFragment(), f.HeadersEnded())
-		case *http2.DataFrame:
-			code = c.onData(f)
-		case *http2.SettingsFrame:
-			code = c.onSettings(f)
-		case *http2.WindowUpdateFrame:
-			code = c.onWindowUpdate(f)
-		case *http2.RSTStreamFrame:
-			code = c.onReset(f)
-		case *http2.PingFrame:
-			if !c.control.take(time.Now().UnixNano()) {
-				code = http2.ErrCodeEnhanceYourCalm
-			} else if !f.IsAck() {
-				c.lockW()
-				if c.werr == nil {
-					c.werr = c.fr.WritePing(true, f.Data)
+			code = c.beginBlock(fh.StreamID, fh.Flags.Has(http2.FlagHeadersEndStream), false, 0, frag, fh.Flags.Has(http2.FlagHeadersEndHeaders))
+		} else {
+			f, err := c.fr.ReadFrameForHeader(fh)
+			if err != nil {
+				c.readError(err)
+				return
+			}
+			if first {
+				if sf, ok := f.(*http2.SettingsFrame); !ok || sf.IsAck() {
+					c.goAway(http2.ErrCodeProtocol)
+					return
 				}
-				c.unlockW()
+				first = false
 			}
-		case *http2.PriorityFrame:
-			switch {
-			case !c.control.take(time.Now().UnixNano()):
-				code = http2.ErrCodeEnhanceYourCalm
-			case f.StreamDep == f.StreamID:
-				c.resetStream(f.StreamID, http2.ErrCodeProtocol)
-			}
-		case *http2.GoAwayFrame:
-			c.peerGoAway.Store(true)
-			c.closeIfDone()
-		case *http2.PushPromiseFrame:
-			code = http2.ErrCodeProtocol
-		default:
-			// Unknown frame types are ignored but counted.
-			if !c.control.take(time.Now().UnixNano()) {
-				code = http2.ErrCodeEnhanceYourCalm
-			}
+			code = c.dispatch(f)
 		}
 		if code != 0 {
 			c.goAway(code)
@@ -353,6 +330,53 @@ func (c *h2Conn) serve() {
 		}
 
 	}
+}
+
+// dispatch handles a frame the framer read. It returns a connection error
+// code, or 0 to go on.
+func (c *h2Conn) dispatch(f http2.Frame) (code http2.ErrCode) {
+	switch f := f.(type) {
+	case *http2.HeadersFrame:
+		code = c.startBlock(f)
+	case *http2.ContinuationFrame:
+		code = c.continueBlock(f.HeaderBlockFragment(), f.HeadersEnded())
+	case *http2.DataFrame:
+		code = c.onData(f)
+	case *http2.SettingsFrame:
+		code = c.onSettings(f)
+	case *http2.WindowUpdateFrame:
+		code = c.onWindowUpdate(f)
+	case *http2.RSTStreamFrame:
+		code = c.onReset(f)
+	case *http2.PingFrame:
+		if !c.control.take(time.Now().UnixNano()) {
+			code = http2.ErrCodeEnhanceYourCalm
+		} else if !f.IsAck() {
+			c.lockW()
+			if c.werr == nil {
+				c.werr = c.fr.WritePing(true, f.Data)
+			}
+			c.unlockW()
+		}
+	case *http2.PriorityFrame:
+		switch {
+		case !c.control.take(time.Now().UnixNano()):
+			code = http2.ErrCodeEnhanceYourCalm
+		case f.StreamDep == f.StreamID:
+			c.resetStream(f.StreamID, http2.ErrCodeProtocol)
+		}
+	case *http2.GoAwayFrame:
+		c.peerGoAway.Store(true)
+		c.closeIfDone()
+	case *http2.PushPromiseFrame:
+		code = http2.ErrCodeProtocol
+	default:
+		// Unknown frame types are ignored but counted.
+		if !c.control.take(time.Now().UnixNano()) {
+			code = http2.ErrCodeEnhanceYourCalm
+		}
+	}
+	return code
 }
 
 // armRead sets the read deadline: the idle timeout while no stream is

@@ -1,0 +1,199 @@
+package proxy
+
+import (
+	"bytes"
+	"io"
+	"net"
+	"testing"
+
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+	"github.com/teapot-lb/teapot-lb/proxy/accesslog"
+	"github.com/teapot-lb/teapot-lb/proxy/l7"
+	"github.com/teapot-lb/teapot-lb/proxy/metrics"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+)
+
+const allocsResponse = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 13\r\n\r\nhello, world\n"
+
+// fixedMember answers every request head with allocsResponse without
+// allocating per request.
+func fixedMember(c net.Conn) {
+	buf := make([]byte, 16<<10)
+	out := []byte(allocsResponse)
+	n := 0
+	for {
+		k, err := c.Read(buf[n:])
+		if err != nil {
+			return
+		}
+		n += k
+		for {
+			i := bytes.Index(buf[:n], []byte("\r\n\r\n"))
+			if i < 0 {
+				break
+			}
+			if _, err := c.Write(out); err != nil {
+				return
+			}
+			n = copy(buf, buf[i+4:n])
+		}
+	}
+}
+
+// servedPath starts a proxy wired like serve's (the L7 engine reporting
+// through the access log to the metrics) with one http listener routing
+// to a member of each algorithm's pool, and returns the listener's
+// address.
+func servedPath(t *testing.T) string {
+	member := startBackend(t, "127.0.0.1", fixedMember)
+	engine := l7.New(l7.Config{Metrics: accesslog.New(accesslog.Config{Next: &metrics.Memory{}})})
+	t.Cleanup(func() { engine.Close() })
+	p, _ := newProxy(t, Config{HTTP: NewHTTP(engine, nil)})
+	port := freePort(t)
+	lb := &pb.LoadBalancer{Name: "allocs", Tenant: "acme",
+		Listeners: []*pb.Listener{{Port: uint32(port), Protocol: "http"}},
+		Routes: []*pb.Route{
+			{Host: shopHost, Path: "/rr/", Pool: "rr"},
+			{Host: shopHost, Path: "/least/", Pool: "least"},
+			{Host: shopHost, Path: "/hash/", Pool: "hash"},
+		},
+		Pools: map[string]*pb.BackendPool{
+			"rr":    {Members: []*pb.Member{{Address: member.addr}}},
+			"least": {Algorithm: "least-request", Members: []*pb.Member{{Address: member.addr}}},
+			"hash":  {Algorithm: "hash", Members: []*pb.Member{{Address: member.addr}}},
+		},
+		Status: &pb.LoadBalancerStatus{Address: "127.0.0.7"},
+	}
+	update(t, p, lb)
+	if st := p.Status()["acme/allocs"]; len(st) != 0 {
+		t.Fatalf("problems: %v", st)
+	}
+	return vipAddr("127.0.0.7", port)
+}
+
+// TestServedPathAllocs counts the allocations per request of the whole
+// data plane as serve runs it (listener, compiled router, pools and
+// their balancers, health accounting, access log and metrics), for
+// HTTP/1.1 and for HTTP/2 (cleartext, prior knowledge), with the client
+// and the member in this process allocating nothing per request.
+func TestServedPathAllocs(t *testing.T) {
+	addr := servedPath(t)
+	for _, pool := range []string{"rr", "least", "hash"} {
+		t.Run("http1/"+pool, func(t *testing.T) {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			req := []byte("GET /" + pool + "/x HTTP/1.1\r\nHost: " + shopHost + "\r\nUser-Agent: wrk\r\n\r\n")
+			buf := make([]byte, 4096)
+			do := func() {
+				if _, err := c.Write(req); err != nil {
+					t.Fatal(err)
+				}
+				n := 0
+				for n < len(allocsResponse) {
+					k, err := c.Read(buf[n:])
+					if err != nil {
+						t.Fatal(err)
+					}
+					n += k
+				}
+				if !bytes.HasPrefix(buf[:n], []byte("HTTP/1.1 200 ")) {
+					t.Fatalf("response %q", buf[:n])
+				}
+			}
+			for range 20 {
+				do()
+			}
+			if a := testing.AllocsPerRun(1000, do); a > 0 {
+				t.Errorf("%.2f allocations per request, want 0", a)
+			}
+		})
+		t.Run("h2c/"+pool, func(t *testing.T) {
+			h := newH2cClient(t, addr, "/"+pool+"/x")
+			for range 20 {
+				h.do(t)
+			}
+			if a := testing.AllocsPerRun(1000, func() { h.do(t) }); a > 0 {
+				t.Errorf("%.2f allocations per request, want 0", a)
+			}
+		})
+	}
+}
+
+// h2cClient sends one pre-encoded request at a time over cleartext
+// HTTP/2 and reads frames until its stream ends, allocating nothing.
+type h2cClient struct {
+	c        net.Conn
+	id       uint32
+	blk, out []byte
+	hdr      [9]byte
+	buf      []byte
+}
+
+func newH2cClient(t *testing.T, addr, path string) *h2cClient {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	var b bytes.Buffer
+	b.WriteString(http2.ClientPreface)
+	fr := http2.NewFramer(&b, nil)
+	_ = fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1 << 30})
+	_ = fr.WriteWindowUpdate(0, 1<<30)
+	if _, err := c.Write(b.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	// The first request enters the fields in the dynamic table, later
+	// ones refer to them, as h2load's do.
+	var hb bytes.Buffer
+	enc := hpack.NewEncoder(&hb)
+	fields := [][2]string{{":method", "GET"}, {":scheme", "http"}, {":authority", shopHost}, {":path", path}, {"user-agent", "h2load"}}
+	for _, f := range fields {
+		_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	h := &h2cClient{c: c, id: 1, blk: bytes.Clone(hb.Bytes()), buf: make([]byte, 1<<16)}
+	h.out = make([]byte, 9+len(h.blk))
+	h.do(t)
+	hb.Reset()
+	for _, f := range fields {
+		_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	h.blk = bytes.Clone(hb.Bytes())
+	h.out = make([]byte, 9+len(h.blk))
+	return h
+}
+
+func (h *h2cClient) do(t *testing.T) {
+	o := h.out
+	n := len(h.blk)
+	o[0], o[1], o[2] = byte(n>>16), byte(n>>8), byte(n)
+	o[3] = byte(http2.FrameHeaders)
+	o[4] = byte(http2.FlagHeadersEndHeaders | http2.FlagHeadersEndStream)
+	o[5], o[6], o[7], o[8] = byte(h.id>>24), byte(h.id>>16), byte(h.id>>8), byte(h.id)
+	copy(o[9:], h.blk)
+	if _, err := h.c.Write(o); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := io.ReadFull(h.c, h.hdr[:]); err != nil {
+			t.Fatal(err)
+		}
+		ln := int(h.hdr[0])<<16 | int(h.hdr[1])<<8 | int(h.hdr[2])
+		if _, err := io.ReadFull(h.c, h.buf[:ln]); err != nil {
+			t.Fatal(err)
+		}
+		typ, flags := http2.FrameType(h.hdr[3]), http2.Flags(h.hdr[4])
+		sid := uint32(h.hdr[5]&0x7f)<<24 | uint32(h.hdr[6])<<16 | uint32(h.hdr[7])<<8 | uint32(h.hdr[8])
+		if typ == http2.FrameGoAway || (typ == http2.FrameRSTStream && sid == h.id) {
+			t.Fatalf("stream %d: frame %v", h.id, typ)
+		}
+		if sid == h.id && (typ == http2.FrameData || typ == http2.FrameHeaders) && flags&http2.FlagDataEndStream != 0 {
+			h.id += 2
+			return
+		}
+	}
+}
