@@ -37,15 +37,19 @@ const (
 	// (pools.*.backendProtocol h2). A host of an earlier release ignores
 	// the value and speaks cleartext HTTP/1.1 to members that expect TLS.
 	FeatureBackendH2 = "backend-h2"
+	// FeatureSNIRoutes: tls-passthrough listeners routed by server name
+	// (listeners[].sniRoutes). A host of an earlier release ignores them
+	// and sends every connection to the listener's pool.
+	FeatureSNIRoutes = "sni-routes"
 )
 
 // FeatureLevel is the highest cluster feature level this release
-// understands. Level 1 is every release before levels existed; level 2
-// adds the features of featureLevels. A release that adds a field or a
+// understands. Level 1 is every release before levels existed; levels 2
+// and 3 add the features of featureLevels. A release that adds a field or a
 // request option that a host of an earlier release would ignore, or a
 // command version, raises it, and the cluster accepts writes that use the
 // addition only once every host reports the level.
-const FeatureLevel = 2
+const FeatureLevel = 3
 
 // featureLevels is the level each feature needs on every host.
 var featureLevels = map[string]uint32{
@@ -55,6 +59,7 @@ var featureLevels = map[string]uint32{
 	FeatureCloseOnDown:   2,
 	FeatureRouteRules:    2,
 	FeatureBackendH2:     2,
+	FeatureSNIRoutes:     3,
 }
 
 // LevelNeeded is the highest level the uses need (1 for none).
@@ -92,7 +97,7 @@ func FeatureRefusal(uses []FeatureUse, need uint32, older []string) error {
 
 // Features returns the features this release serves.
 func Features() []string {
-	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2}
+	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes}
 }
 
 // FeatureUse is one place where a write uses a feature: the feature and
@@ -122,6 +127,11 @@ func FeaturesUsed(obj *pb.Object) []FeatureUse {
 			if f.set {
 				out = append(out, FeatureUse{Feature: FeatureRouteRules, Field: at + "." + f.name})
 			}
+		}
+	}
+	for i, ls := range l.GetListeners() {
+		if len(ls.GetSniRoutes()) > 0 {
+			out = append(out, FeatureUse{Feature: FeatureSNIRoutes, Field: fmt.Sprintf("%s: listeners[%d].sniRoutes", RefString(RefOf(obj)), i)})
 		}
 	}
 	names := make([]string, 0, len(l.GetPools()))

@@ -49,6 +49,9 @@ func TestFeaturesUsed(t *testing.T) {
 			"LoadBalancer acme/shop: routes[0].filters (route-rules)", "LoadBalancer acme/shop: routes[0].timeouts (route-rules)",
 			"LoadBalancer acme/shop: routes[1].matches (route-rules)", "LoadBalancer acme/shop: routes[1].backends (route-rules)",
 		}},
+		{"sni routes", lb(func(l *pb.LoadBalancer) {
+			l.Listeners = []*pb.Listener{{Port: 443, Protocol: "tls-passthrough", Pool: "api", SniRoutes: []*pb.SNIRoute{{Host: "a.acme.example", Pool: "web"}}}}
+		}), []string{"LoadBalancer acme/shop: listeners[0].sniRoutes (sni-routes)"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var got []string
@@ -59,7 +62,11 @@ func TestFeaturesUsed(t *testing.T) {
 				t.Fatalf("got %q, want %q", got, tt.want)
 			}
 			uses := FeaturesUsed(tt.obj)
-			if want := map[bool]uint32{true: 1, false: 2}[len(tt.want) == 0]; LevelNeeded(uses) != want {
+			want := map[bool]uint32{true: 1, false: 2}[len(tt.want) == 0]
+			if tt.name == "sni routes" {
+				want = 3
+			}
+			if LevelNeeded(uses) != want {
 				t.Fatalf("level %d, want %d", LevelNeeded(uses), want)
 			}
 		})

@@ -125,11 +125,15 @@ func usageOf(lb *pb.LoadBalancer) lbUsage {
 
 // routeCount counts a load balancer's routes as the route quotas do: a
 // route with matches once per match (each is a route of its own in the
-// data plane), one without once.
+// data plane), one without once, and each server-name route of its
+// listeners once.
 func routeCount(lb *pb.LoadBalancer) int {
 	n := 0
 	for _, r := range lb.GetRoutes() {
 		n += max(1, len(r.GetMatches()))
+	}
+	for _, l := range lb.GetListeners() {
+		n += len(l.GetSniRoutes())
 	}
 	return n
 }

@@ -33,7 +33,7 @@ func ValidateLoadBalancer(lb *pb.LoadBalancer, c Catalog) error {
 	tooLong(ck, "vip.sharingKey", lb.GetVip().GetSharingKey(), MaxSharingKeyLen)
 	tenant := lookupTenant(ck, lb.GetTenant(), c)
 	vip := resolveVIP(ck, lb, tenant, c)
-	checkListeners(ck, lb, c)
+	checkListeners(ck, lb, tenant, c)
 	checkRoutes(ck, lb, tenant)
 	checkBackendPools(ck, lb, tenant, c)
 	checkQuotas(ck, lb, tenant, c)
@@ -234,6 +234,9 @@ func LoadBalancerProblems(lb *pb.LoadBalancer) []*pb.Problem {
 	hasRoutes := len(lb.GetRoutes()) > 0
 	for _, l := range lb.GetListeners() {
 		used[l.GetPool()] = true
+		for _, r := range l.GetSniRoutes() {
+			used[r.GetPool()] = true
+		}
 	}
 	for _, r := range lb.GetRoutes() {
 		used[r.GetPool()] = true

@@ -8,8 +8,9 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
-// checkListeners checks ports, protocols, backend references and TLS.
-func checkListeners(ck *checker, lb *pb.LoadBalancer, c Catalog) {
+// checkListeners checks ports, protocols, backend references, TLS and
+// server-name routes.
+func checkListeners(ck *checker, lb *pb.LoadBalancer, tenant *pb.Tenant, c Catalog) {
 	ls := lb.GetListeners()
 	if len(ls) == 0 {
 		ck.invalidf("listeners", "at least one listener is required, like {port: 443, protocol: https}")
@@ -54,6 +55,7 @@ func checkListeners(ck *checker, lb *pb.LoadBalancer, c Catalog) {
 			}
 		}
 		checkListenerTLS(ck, f, lb, l, c)
+		checkSNIRoutes(ck, f, lb, l, tenant)
 		if l.GetRedirectToHttps() && proto != "http" {
 			ck.invalidf(f+".redirectToHttps", "only http listeners can redirect to https")
 		}

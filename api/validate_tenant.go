@@ -151,13 +151,28 @@ func checkTenantOrphans(ck *checker, t *pb.Tenant, domains []string, nets []neti
 		if field, addr := firstMemberOutside(lb, nets, netNames); field != "" {
 			ck.conflictf("networks", "%s has member %s (%s) outside the new networks; keep a network covering it or change that load balancer first", ref, addr, field)
 		}
-		for i, r := range lb.GetRoutes() {
+		if field, h := firstHostOutside(lb, domains); field != "" {
+			ck.conflictf("domains", "%s routes host %s (%s) outside the new domains; keep a domain covering it or change that load balancer first", ref, h, field)
+		}
+	}
+}
+
+// firstHostOutside returns the first route or server-name route host of
+// lb outside domains.
+func firstHostOutside(lb *pb.LoadBalancer, domains []string) (field, host string) {
+	for i, r := range lb.GetRoutes() {
+		if h := r.GetHost(); h != "" && !hostInDomains(h, domains) {
+			return fmt.Sprintf("routes[%d].host", i), h
+		}
+	}
+	for i, l := range lb.GetListeners() {
+		for j, r := range l.GetSniRoutes() {
 			if h := r.GetHost(); h != "" && !hostInDomains(h, domains) {
-				ck.conflictf("domains", "%s routes host %s (routes[%d].host) outside the new domains; keep a domain covering it or change that load balancer first", ref, h, i)
-				break
+				return fmt.Sprintf("listeners[%d].sniRoutes[%d].host", i, j), h
 			}
 		}
 	}
+	return "", ""
 }
 
 // firstMemberOutside returns the first member (by sorted pool name) that

@@ -47,14 +47,7 @@ var extended = []features.FeatureName{
 
 // skipped are the tests of the profiles' core that teapot-lb does not
 // pass, and why; the suite skips them and the report lists them.
-var skipped = map[string]string{
-	"TLSRouteHostnameIntersection": "a TLS passthrough listener forwards to the backends of one route; it does not route several TLSRoutes by SNI",
-	// A TLS listener whose only route has no usable backend forwards to
-	// an empty pool; the suite wants the connection reset, and its dials
-	// to the VIP timed out instead.
-	"TLSRouteInvalidBackendRefNonexistent": "a TLS connection to a route without a usable backend times out in the lab instead of being reset",
-	"TLSRouteInvalidBackendRefUnknownKind": "a TLS connection to a route without a usable backend times out in the lab instead of being reset",
-}
+var skipped = map[string]string{}
 
 // TestGatewayAPIConformance runs the suite with teapot-lb's profiles and
 // features, writing the report where -report-output says.

@@ -147,13 +147,18 @@ func TestObserveMemberHealth(t *testing.T) {
 	}
 }
 
+// TestReadiness: a load balancer with a live member is ready, and so is
+// one without members (every host refuses its connections alike); one
+// whose listener cannot be compiled is not.
 func TestReadiness(t *testing.T) {
 	port := freePort(t)
 	be := startBackend(t, "127.0.0.1", echo)
 	p, _ := newProxy(t, Config{})
-	update(t, p, l4LB("up", "127.0.0.2", port, "tcp", be.addr), l4LB("off", "127.0.0.3", port, "tcp"))
+	broken := l4LB("broken", "127.0.0.4", port, "tcp", be.addr)
+	broken.Listeners[0].Pool = "missing"
+	update(t, p, l4LB("up", "127.0.0.2", port, "tcp", be.addr), l4LB("off", "127.0.0.3", port, "tcp"), broken)
 	r := p.Readiness()
-	if r["acme/up"] != "" || r["acme/off"] == "" {
+	if r["acme/up"] != "" || r["acme/off"] != "" || r["acme/broken"] == "" {
 		t.Fatalf("readiness %q", r)
 	}
 }

@@ -16,9 +16,10 @@ const HelloTimeout = 10 * time.Second
 
 // servePassthrough reads the ClientHello of a tls-passthrough connection
 // without terminating TLS, picks the pool by server name (the route whose
-// host matches it for path "/", when the load balancer has routes; the
-// listener's pool otherwise), and forwards the connection, starting with
-// the bytes read. Both ends stay bare TCP connections, spliced.
+// host matches it for path "/": of the listener's sniRoutes when it has
+// some, else of the load balancer's routes; the listener's pool when none
+// matches), and forwards the connection, starting with the bytes read.
+// Both ends stay bare TCP connections, spliced.
 func (p *Proxy) servePassthrough(l *ListenerSnapshot, c *net.TCPConn) {
 	hello, read, err := tlspass.Read(c, nil, time.Now().Add(HelloTimeout))
 	if err != nil {

@@ -254,8 +254,8 @@ func (p *Proxy) build(s *snapshot.Snapshot, old *served, keys []snapshot.Key) (*
 // or drained). Members ejected after connect failures still count: a
 // connection tries them when nothing else is left (pickEjected), and every
 // host sees the same members fail, so moving the VIP away would only leave
-// it with no holder. Health changes without a config change, so callers
-// poll it.
+// it with no holder. Pools without members do not count (unservable).
+// Health changes without a config change, so callers poll it.
 func (p *Proxy) Unhealthy() map[string]string {
 	cur := p.current.Load()
 	if cur == nil {
@@ -263,7 +263,9 @@ func (p *Proxy) Unhealthy() map[string]string {
 	}
 	usable := map[string]bool{}
 	for spec, pool := range cur.pools.All() {
-		usable[spec.LB] = usable[spec.LB] || pool.servable()
+		if len(pool.members) > 0 {
+			usable[spec.LB] = usable[spec.LB] || pool.servable()
+		}
 	}
 	out := map[string]string{}
 	for lb, ok := range usable {
@@ -272,6 +274,25 @@ func (p *Proxy) Unhealthy() map[string]string {
 		}
 	}
 	return out
+}
+
+// unservable reports whether a load balancer's pools have members and
+// none of them may take a connection. Pools without members do not count:
+// every host serves them alike, refusing each connection at once (a
+// Gateway listener no route has attached to, a Service without
+// endpoints), so such a load balancer is ready and its VIP held.
+func unservable(pools []*Pool) bool {
+	some := false
+	for _, p := range pools {
+		if len(p.members) == 0 {
+			continue
+		}
+		if p.servable() {
+			return false
+		}
+		some = true
+	}
+	return some
 }
 
 // servable reports whether a connection may go to a member of the pool:
@@ -334,10 +355,8 @@ func (p *Proxy) ReadinessOf(lbs []string) (ready map[string]string, gone []strin
 		for _, pr := range problems {
 			parts = append(parts, pr.Field+": "+pr.Reason)
 		}
-		if pools, _ := cur.byLB.Get(lb); len(parts) == 0 && len(pools) > 0 {
-			if !slices.ContainsFunc(pools, (*Pool).servable) {
-				parts = append(parts, "no healthy member in any of its pools")
-			}
+		if pools, _ := cur.byLB.Get(lb); len(parts) == 0 && unservable(pools) {
+			parts = append(parts, "no healthy member in any of its pools")
 		}
 		ready[lb] = strings.Join(parts, "; ")
 	}

@@ -248,6 +248,9 @@ func (b *lbCompile) listener(f string, i int, l *pb.Listener, tenant string, vip
 		}
 		if proto == ProtoTLSPassthrough {
 			out.Routes = routes // routed by server name, when the load balancer has routes
+			if len(l.GetSniRoutes()) > 0 {
+				out.Routes = b.sniRoutes(f, l.GetSniRoutes(), pools, b.c.tenants[tenant])
+			}
 		}
 		if proto == ProtoUDP {
 			out.Limits = Limits{MaxConnections: d.MaxUDPFlows, IdleTimeout: d.UDPIdleTimeout}
@@ -354,6 +357,37 @@ func (b *lbCompile) routes(rs []*pb.Route, pools map[string]*Pool, t *tenantInfo
 		}
 		seen[k] = i
 		out = append(out, Route{Host: host, Path: path, PathType: pt, Pool: pool, Index: i})
+	}
+	return NewRouteTable(out)
+}
+
+// sniRoutes compiles the server-name routes of a tls-passthrough listener
+// into a route table matched with path "/".
+func (b *lbCompile) sniRoutes(f string, rs []*pb.SNIRoute, pools map[string]*Pool, t *tenantInfo) *RouteTable {
+	var domains []string
+	if t != nil {
+		domains = t.domains
+	}
+	out := make([]Route, 0, len(rs))
+	seen := map[string]int{}
+	for i, r := range rs {
+		rf := f + ".sni_routes[" + strconv.Itoa(i) + "]"
+		host := strings.ToLower(r.GetHost())
+		if why := routeHostProblem(host, domains); why != "" {
+			b.problem(rf+".host", "%s; route skipped", why)
+			continue
+		}
+		pool := pools[r.GetPool()]
+		if pool == nil {
+			b.problem(rf+".pool", "backend pool %q is not defined in pools; route skipped", r.GetPool())
+			continue
+		}
+		if j, dup := seen[host]; dup {
+			b.problem(rf, "duplicates sni_routes[%d]; route skipped", j)
+			continue
+		}
+		seen[host] = i
+		out = append(out, Route{Host: host, Path: "/", Pool: pool, Index: i})
 	}
 	return NewRouteTable(out)
 }

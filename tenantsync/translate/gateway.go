@@ -228,8 +228,14 @@ type gwBuild struct {
 	podMode bool
 	nodes   []string
 	// l4 holds the backends of tcp, udp and tls-passthrough listeners by
-	// port and protocol: the first route attached wins.
+	// port and protocol: the first route attached wins (for
+	// tls-passthrough, the first route for any server name).
 	l4 map[l4Key]*l4Attach
+	// sni holds the server-name routes of each tls-passthrough port, and
+	// sniOwner the route each host name went to: the oldest route that
+	// attached with it.
+	sni      map[l4Key][]*pb.SNIRoute
+	sniOwner map[l4Key]map[string]RouteKey
 	// newPools are the pools added since it was last cleared: those of
 	// the route being translated, removed again if it is not accepted.
 	newPools []string
@@ -428,15 +434,18 @@ func (g *gwBuild) lbListeners() {
 		}
 		switch ls.proto {
 		case "tcp", "udp", "tls-passthrough":
-			if a := g.l4[l4Key{ls.spec.Port, ls.proto}]; a != nil {
+			k := l4Key{ls.spec.Port, ls.proto}
+			if a := g.l4[k]; a != nil {
 				l.Pool = a.pool
 			}
+			l.SniRoutes = g.sni[k]
 		}
 	}
 	// A tcp, udp or tls-passthrough port without an attached route has no
-	// backends: it forwards to an empty pool (connections are closed,
+	// backends: it forwards to an empty pool (connections are reset,
 	// datagrams dropped), so that the Gateway is programmed with all its
-	// listeners, as the spec wants, even before a route attaches.
+	// listeners, as the spec wants, even before a route attaches. So do
+	// the server names of a tls-passthrough port that no route covers.
 	for _, l := range g.lb.Listeners {
 		if l.Protocol != "http" && l.Protocol != "https" && l.Pool == "" {
 			if g.lb.Pools[UnroutedPool] == nil {
@@ -457,6 +466,9 @@ func (g *gwBuild) prunePools() {
 	used := map[string]bool{}
 	for _, l := range g.lb.Listeners {
 		used[l.GetPool()] = true
+		for _, r := range l.GetSniRoutes() {
+			used[r.GetPool()] = true
+		}
 	}
 	for _, r := range g.lb.Routes {
 		used[r.GetPool()] = true

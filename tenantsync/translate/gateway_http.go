@@ -71,8 +71,7 @@ func unsupported(r *routeObj) string {
 // together; such a route adds nothing.
 func (g *gwBuild) translateRoute(r *routeObj, atts []attachment) string {
 	if r.http == nil && r.grpc == nil {
-		g.translateL4(r, atts)
-		return ""
+		return g.translateL4(r, atts)
 	}
 	var hosts []string
 	for _, a := range atts {
@@ -400,10 +399,16 @@ func ptrOr(s *string) string {
 }
 
 // translateL4 gives a tcp, udp or tls-passthrough port the backends of
-// its route: the first route attached to a port keeps it (attach refuses
-// later ones). With several backendRefs, one pool holds the members of
-// all of them, each member weighted by its backendRef's weight.
-func (g *gwBuild) translateL4(r *routeObj, atts []attachment) {
+// its route: the first route attached to a tcp or udp port keeps it; on a
+// tls-passthrough port each server name goes to the first route attached
+// with it, and the first route for any name (no hostname on either side)
+// takes the names no route covers. With several backendRefs, one pool
+// holds the members of all of them, each member weighted by its
+// backendRef's weight. It returns why the route cannot be served, or "".
+func (g *gwBuild) translateL4(r *routeObj, atts []attachment) string {
+	if why := g.sniBudget(r, atts); why != "" {
+		return why
+	}
 	var refs []gwv1.BackendRef
 	for _, rule := range r.l4 {
 		refs = append(refs, rule...)
@@ -437,8 +442,70 @@ func (g *gwBuild) translateL4(r *routeObj, atts []attachment) {
 	}
 	for _, a := range atts {
 		k := l4Key{a.ls.spec.Port, a.ls.proto}
-		if g.l4[k] == nil {
-			g.l4[k] = &l4Attach{route: r.key, pool: key}
+		if a.ls.proto != "tls-passthrough" {
+			if g.l4[k] == nil {
+				g.l4[k] = &l4Attach{route: r.key, pool: key}
+			}
+			continue
+		}
+		for _, h := range a.hosts {
+			if h == "" {
+				if g.l4[k] == nil {
+					g.l4[k] = &l4Attach{route: r.key, pool: key}
+				}
+				continue
+			}
+			if _, ok := g.sniOwner[k][h]; ok {
+				continue
+			}
+			if g.sniOwner[k] == nil {
+				g.sniOwner[k] = map[string]RouteKey{}
+			}
+			g.sniOwner[k][h] = r.key
+			g.sni[k] = append(g.sni[k], &pb.SNIRoute{Host: h, Pool: key})
 		}
 	}
+	return ""
+}
+
+// sniTaken reports whether older routes serve every one of hosts on the
+// tls-passthrough port k already.
+func (g *gwBuild) sniTaken(k l4Key, hosts []string, route RouteKey) bool {
+	for _, h := range hosts {
+		if h == "" {
+			if a := g.l4[k]; a == nil || a.route == route {
+				return false
+			}
+			continue
+		}
+		if owner, ok := g.sniOwner[k][h]; !ok || owner == route {
+			return false
+		}
+	}
+	return true
+}
+
+// sniBudget says why the server names r would add to a tls-passthrough
+// port would take it past api.MaxSNIRoutes, or "".
+func (g *gwBuild) sniBudget(r *routeObj, atts []attachment) string {
+	added := map[l4Key]map[string]bool{}
+	for _, a := range atts {
+		if a.ls.proto != "tls-passthrough" {
+			continue
+		}
+		k := l4Key{a.ls.spec.Port, a.ls.proto}
+		for _, h := range a.hosts {
+			if _, ok := g.sniOwner[k][h]; h == "" || ok {
+				continue
+			}
+			if added[k] == nil {
+				added[k] = map[string]bool{}
+			}
+			added[k][h] = true
+			if len(g.sni[k])+len(added[k]) > api.MaxSNIRoutes {
+				return fmt.Sprintf("port %d would route more than %d hostnames; serve some of them on another listener", k.port, api.MaxSNIRoutes)
+			}
+		}
+	}
+	return ""
 }

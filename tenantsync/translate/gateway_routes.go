@@ -9,6 +9,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
 
 // Route condition reasons of the agent's own (the spec allows
@@ -16,8 +18,8 @@ import (
 const (
 	// ReasonTooManyRoutes: the Gateway already has MaxGatewayRoutes routes.
 	ReasonTooManyRoutes = "TooManyRoutes"
-	// ReasonListenerTaken: a tls-passthrough listener already carries an
-	// older route; the LB forwards a port to one set of backends.
+	// ReasonListenerTaken: every server name a TLSRoute would serve on a
+	// tls-passthrough listener is already served by older routes.
 	ReasonListenerTaken = "ListenerTaken"
 )
 
@@ -124,6 +126,7 @@ func (g *gwBuild) routes() {
 		return
 	}
 	g.l4 = map[l4Key]*l4Attach{}
+	g.sni, g.sniOwner = map[l4Key][]*pb.SNIRoute{}, map[l4Key]map[string]RouteKey{}
 	attached := 0
 	for _, r := range g.listRoutes() {
 		if r.meta.DeletionTimestamp != nil {
@@ -201,15 +204,12 @@ func (g *gwBuild) attach(r *routeObj, pr gwv1.ParentReference) ([]attachment, me
 			continue
 		}
 		// Later TCP and UDP routes of a listener are accepted and counted
-		// but get no traffic (the spec's rule: the oldest route wins); a
-		// TLS passthrough listener would route them by SNI, which it
-		// does not, so they are not accepted.
-		if r.l4 != nil && ls.proto == "tls-passthrough" {
-			k := l4Key{ls.spec.Port, ls.proto}
-			if a := g.l4[k]; a != nil && a.route != r.key {
-				taken++
-				continue
-			}
+		// but get no traffic (the spec's rule: the oldest route wins). A
+		// TLS passthrough listener routes by server name: a later route
+		// whose every name an older one serves there is not accepted.
+		if r.l4 != nil && ls.proto == "tls-passthrough" && g.sniTaken(l4Key{ls.spec.Port, ls.proto}, hosts, r.key) {
+			taken++
+			continue
 		}
 		ls.status.AttachedRoutes++
 		out = append(out, attachment{ls: ls, hosts: hosts})
@@ -220,7 +220,7 @@ func (g *gwBuild) attach(r *routeObj, pr gwv1.ParentReference) ([]attachment, me
 	case matched == 0:
 		return nil, cond(string(gwv1.RouteConditionAccepted), false, string(gwv1.RouteReasonNoMatchingParent), "the Gateway has no listener of this sectionName and port", gen)
 	case taken > 0 && notAllowed == 0 && noHost == 0:
-		return nil, cond(string(gwv1.RouteConditionAccepted), false, ReasonListenerTaken, "the listener already forwards to an older route's backends", gen)
+		return nil, cond(string(gwv1.RouteConditionAccepted), false, ReasonListenerTaken, "older routes already serve every hostname of this route on the listener", gen)
 	case noHost > 0 && notAllowed == 0:
 		return nil, cond(string(gwv1.RouteConditionAccepted), false, string(gwv1.RouteReasonNoMatchingListenerHostname), "no hostname of the route matches a listener's hostname", gen)
 	default:

@@ -221,8 +221,9 @@ func TestGatewayGRPCRoute(t *testing.T) {
 }
 
 // TestGatewayL4Routes: TLS passthrough, TCP and UDP listeners take the
-// backends of their route; several backendRefs merge into one weighted
-// pool; a second route on a taken port is not accepted.
+// backends of their route (TLS by server name); several backendRefs merge
+// into one weighted pool; a second TCP route on a taken port is accepted
+// and gets no traffic.
 func TestGatewayL4Routes(t *testing.T) {
 	tlsL := listener("tls", gwv1.TLSProtocolType, 443, "*.acme.example")
 	tlsL.TLS = &gwv1.ListenerTLSConfig{Mode: ptr(gwv1.TLSModePassthrough)}
@@ -247,7 +248,8 @@ func TestGatewayL4Routes(t *testing.T) {
 		Name: "gw-shop-gw", Vip: &pb.VIPRequest{Pool: "public"},
 		Listeners: []*pb.Listener{
 			{Port: 53, Protocol: "udp", Pool: "api-8080"},
-			{Port: 443, Protocol: "tls-passthrough", Pool: "web-80"},
+			// Its route's name goes to its backends, the others nowhere.
+			{Port: 443, Protocol: "tls-passthrough", Pool: translate.UnroutedPool, SniRoutes: []*pb.SNIRoute{{Host: "shop.acme.example", Pool: "web-80"}}},
 			{Port: 5432, Protocol: "tcp", Pool: merged},
 			// No route: the empty pool, so that the listener is served.
 			{Port: 9000, Protocol: "tcp", Pool: translate.UnroutedPool},

@@ -718,8 +718,14 @@ type Listener struct {
 	// X-Real-IP and related headers are trusted. Empty (the default): the
 	// LB replaces every client-address header with what it saw itself.
 	TrustedProxies []string `protobuf:"bytes,8,rep,name=trusted_proxies,json=trustedProxies,proto3" json:"trusted_proxies,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// tls-passthrough listeners: the pool of each server name (SNI) the
+	// ClientHello may carry. An exact host beats a wildcard and a longer
+	// wildcard a shorter one; connections whose name none covers (or that
+	// send none) go to pool. When set, the load balancer's routes do not
+	// route this listener.
+	SniRoutes     []*SNIRoute `protobuf:"bytes,9,rep,name=sni_routes,json=sniRoutes,proto3" json:"sni_routes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Listener) Reset() {
@@ -808,6 +814,69 @@ func (x *Listener) GetTrustedProxies() []string {
 	return nil
 }
 
+func (x *Listener) GetSniRoutes() []*SNIRoute {
+	if x != nil {
+		return x.SniRoutes
+	}
+	return nil
+}
+
+// SNIRoute sends the TLS connections for one server name to one pool.
+type SNIRoute struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Exact ("db.acme.example") or wildcard ("*.acme.example": one or more
+	// labels in front of acme.example).
+	Host string `protobuf:"bytes,1,opt,name=host,proto3" json:"host,omitempty"`
+	// Backend pool (a key of pools).
+	Pool          string `protobuf:"bytes,2,opt,name=pool,proto3" json:"pool,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SNIRoute) Reset() {
+	*x = SNIRoute{}
+	mi := &file_teapotv1_model_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SNIRoute) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SNIRoute) ProtoMessage() {}
+
+func (x *SNIRoute) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_model_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SNIRoute.ProtoReflect.Descriptor instead.
+func (*SNIRoute) Descriptor() ([]byte, []int) {
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *SNIRoute) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *SNIRoute) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
 type TLSPolicy struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Obtain and renew certificates for the routes' hosts with ACME.
@@ -822,7 +891,7 @@ type TLSPolicy struct {
 
 func (x *TLSPolicy) Reset() {
 	*x = TLSPolicy{}
-	mi := &file_teapotv1_model_proto_msgTypes[8]
+	mi := &file_teapotv1_model_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -834,7 +903,7 @@ func (x *TLSPolicy) String() string {
 func (*TLSPolicy) ProtoMessage() {}
 
 func (x *TLSPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[8]
+	mi := &file_teapotv1_model_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -847,7 +916,7 @@ func (x *TLSPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TLSPolicy.ProtoReflect.Descriptor instead.
 func (*TLSPolicy) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{8}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *TLSPolicy) GetAcme() bool {
@@ -898,7 +967,7 @@ type Route struct {
 
 func (x *Route) Reset() {
 	*x = Route{}
-	mi := &file_teapotv1_model_proto_msgTypes[9]
+	mi := &file_teapotv1_model_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -910,7 +979,7 @@ func (x *Route) String() string {
 func (*Route) ProtoMessage() {}
 
 func (x *Route) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[9]
+	mi := &file_teapotv1_model_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -923,7 +992,7 @@ func (x *Route) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Route.ProtoReflect.Descriptor instead.
 func (*Route) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{9}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Route) GetHost() string {
@@ -1003,7 +1072,7 @@ type RouteMatch struct {
 
 func (x *RouteMatch) Reset() {
 	*x = RouteMatch{}
-	mi := &file_teapotv1_model_proto_msgTypes[10]
+	mi := &file_teapotv1_model_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1015,7 +1084,7 @@ func (x *RouteMatch) String() string {
 func (*RouteMatch) ProtoMessage() {}
 
 func (x *RouteMatch) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[10]
+	mi := &file_teapotv1_model_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1028,7 +1097,7 @@ func (x *RouteMatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteMatch.ProtoReflect.Descriptor instead.
 func (*RouteMatch) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{10}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RouteMatch) GetPath() string {
@@ -1086,7 +1155,7 @@ type ValueMatch struct {
 
 func (x *ValueMatch) Reset() {
 	*x = ValueMatch{}
-	mi := &file_teapotv1_model_proto_msgTypes[11]
+	mi := &file_teapotv1_model_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1098,7 +1167,7 @@ func (x *ValueMatch) String() string {
 func (*ValueMatch) ProtoMessage() {}
 
 func (x *ValueMatch) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[11]
+	mi := &file_teapotv1_model_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1111,7 +1180,7 @@ func (x *ValueMatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValueMatch.ProtoReflect.Descriptor instead.
 func (*ValueMatch) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{11}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ValueMatch) GetName() string {
@@ -1150,7 +1219,7 @@ type GRPCMethodMatch struct {
 
 func (x *GRPCMethodMatch) Reset() {
 	*x = GRPCMethodMatch{}
-	mi := &file_teapotv1_model_proto_msgTypes[12]
+	mi := &file_teapotv1_model_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1162,7 +1231,7 @@ func (x *GRPCMethodMatch) String() string {
 func (*GRPCMethodMatch) ProtoMessage() {}
 
 func (x *GRPCMethodMatch) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[12]
+	mi := &file_teapotv1_model_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1175,7 +1244,7 @@ func (x *GRPCMethodMatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GRPCMethodMatch.ProtoReflect.Descriptor instead.
 func (*GRPCMethodMatch) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{12}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GRPCMethodMatch) GetService() string {
@@ -1215,7 +1284,7 @@ type RouteBackend struct {
 
 func (x *RouteBackend) Reset() {
 	*x = RouteBackend{}
-	mi := &file_teapotv1_model_proto_msgTypes[13]
+	mi := &file_teapotv1_model_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1227,7 +1296,7 @@ func (x *RouteBackend) String() string {
 func (*RouteBackend) ProtoMessage() {}
 
 func (x *RouteBackend) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[13]
+	mi := &file_teapotv1_model_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1240,7 +1309,7 @@ func (x *RouteBackend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteBackend.ProtoReflect.Descriptor instead.
 func (*RouteBackend) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{13}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RouteBackend) GetPool() string {
@@ -1279,7 +1348,7 @@ type RouteFilter struct {
 
 func (x *RouteFilter) Reset() {
 	*x = RouteFilter{}
-	mi := &file_teapotv1_model_proto_msgTypes[14]
+	mi := &file_teapotv1_model_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1291,7 +1360,7 @@ func (x *RouteFilter) String() string {
 func (*RouteFilter) ProtoMessage() {}
 
 func (x *RouteFilter) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[14]
+	mi := &file_teapotv1_model_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1304,7 +1373,7 @@ func (x *RouteFilter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteFilter.ProtoReflect.Descriptor instead.
 func (*RouteFilter) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{14}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RouteFilter) GetRequestHeaderModifier() *HeaderModifier {
@@ -1357,7 +1426,7 @@ type HeaderModifier struct {
 
 func (x *HeaderModifier) Reset() {
 	*x = HeaderModifier{}
-	mi := &file_teapotv1_model_proto_msgTypes[15]
+	mi := &file_teapotv1_model_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1369,7 +1438,7 @@ func (x *HeaderModifier) String() string {
 func (*HeaderModifier) ProtoMessage() {}
 
 func (x *HeaderModifier) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[15]
+	mi := &file_teapotv1_model_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1382,7 +1451,7 @@ func (x *HeaderModifier) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeaderModifier.ProtoReflect.Descriptor instead.
 func (*HeaderModifier) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{15}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *HeaderModifier) GetSet() []*HeaderValue {
@@ -1416,7 +1485,7 @@ type HeaderValue struct {
 
 func (x *HeaderValue) Reset() {
 	*x = HeaderValue{}
-	mi := &file_teapotv1_model_proto_msgTypes[16]
+	mi := &file_teapotv1_model_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1428,7 +1497,7 @@ func (x *HeaderValue) String() string {
 func (*HeaderValue) ProtoMessage() {}
 
 func (x *HeaderValue) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[16]
+	mi := &file_teapotv1_model_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1441,7 +1510,7 @@ func (x *HeaderValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeaderValue.ProtoReflect.Descriptor instead.
 func (*HeaderValue) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{16}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *HeaderValue) GetName() string {
@@ -1479,7 +1548,7 @@ type RequestRedirect struct {
 
 func (x *RequestRedirect) Reset() {
 	*x = RequestRedirect{}
-	mi := &file_teapotv1_model_proto_msgTypes[17]
+	mi := &file_teapotv1_model_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1491,7 +1560,7 @@ func (x *RequestRedirect) String() string {
 func (*RequestRedirect) ProtoMessage() {}
 
 func (x *RequestRedirect) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[17]
+	mi := &file_teapotv1_model_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1504,7 +1573,7 @@ func (x *RequestRedirect) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestRedirect.ProtoReflect.Descriptor instead.
 func (*RequestRedirect) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{17}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RequestRedirect) GetScheme() string {
@@ -1554,7 +1623,7 @@ type URLRewrite struct {
 
 func (x *URLRewrite) Reset() {
 	*x = URLRewrite{}
-	mi := &file_teapotv1_model_proto_msgTypes[18]
+	mi := &file_teapotv1_model_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1566,7 +1635,7 @@ func (x *URLRewrite) String() string {
 func (*URLRewrite) ProtoMessage() {}
 
 func (x *URLRewrite) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[18]
+	mi := &file_teapotv1_model_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1579,7 +1648,7 @@ func (x *URLRewrite) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use URLRewrite.ProtoReflect.Descriptor instead.
 func (*URLRewrite) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{18}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *URLRewrite) GetHostname() string {
@@ -1610,7 +1679,7 @@ type PathModifier struct {
 
 func (x *PathModifier) Reset() {
 	*x = PathModifier{}
-	mi := &file_teapotv1_model_proto_msgTypes[19]
+	mi := &file_teapotv1_model_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1622,7 +1691,7 @@ func (x *PathModifier) String() string {
 func (*PathModifier) ProtoMessage() {}
 
 func (x *PathModifier) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[19]
+	mi := &file_teapotv1_model_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1635,7 +1704,7 @@ func (x *PathModifier) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathModifier.ProtoReflect.Descriptor instead.
 func (*PathModifier) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{19}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PathModifier) GetReplaceFullPath() string {
@@ -1667,7 +1736,7 @@ type RequestMirror struct {
 
 func (x *RequestMirror) Reset() {
 	*x = RequestMirror{}
-	mi := &file_teapotv1_model_proto_msgTypes[20]
+	mi := &file_teapotv1_model_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1679,7 +1748,7 @@ func (x *RequestMirror) String() string {
 func (*RequestMirror) ProtoMessage() {}
 
 func (x *RequestMirror) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[20]
+	mi := &file_teapotv1_model_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1692,7 +1761,7 @@ func (x *RequestMirror) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestMirror.ProtoReflect.Descriptor instead.
 func (*RequestMirror) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{20}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RequestMirror) GetPool() string {
@@ -1727,7 +1796,7 @@ type Fraction struct {
 
 func (x *Fraction) Reset() {
 	*x = Fraction{}
-	mi := &file_teapotv1_model_proto_msgTypes[21]
+	mi := &file_teapotv1_model_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1739,7 +1808,7 @@ func (x *Fraction) String() string {
 func (*Fraction) ProtoMessage() {}
 
 func (x *Fraction) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[21]
+	mi := &file_teapotv1_model_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1752,7 +1821,7 @@ func (x *Fraction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Fraction.ProtoReflect.Descriptor instead.
 func (*Fraction) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{21}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Fraction) GetNumerator() uint32 {
@@ -1784,7 +1853,7 @@ type RouteTimeouts struct {
 
 func (x *RouteTimeouts) Reset() {
 	*x = RouteTimeouts{}
-	mi := &file_teapotv1_model_proto_msgTypes[22]
+	mi := &file_teapotv1_model_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1796,7 +1865,7 @@ func (x *RouteTimeouts) String() string {
 func (*RouteTimeouts) ProtoMessage() {}
 
 func (x *RouteTimeouts) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[22]
+	mi := &file_teapotv1_model_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1809,7 +1878,7 @@ func (x *RouteTimeouts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteTimeouts.ProtoReflect.Descriptor instead.
 func (*RouteTimeouts) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{22}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RouteTimeouts) GetRequest() *durationpb.Duration {
@@ -1846,7 +1915,7 @@ type BackendPool struct {
 
 func (x *BackendPool) Reset() {
 	*x = BackendPool{}
-	mi := &file_teapotv1_model_proto_msgTypes[23]
+	mi := &file_teapotv1_model_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1858,7 +1927,7 @@ func (x *BackendPool) String() string {
 func (*BackendPool) ProtoMessage() {}
 
 func (x *BackendPool) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[23]
+	mi := &file_teapotv1_model_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1871,7 +1940,7 @@ func (x *BackendPool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackendPool.ProtoReflect.Descriptor instead.
 func (*BackendPool) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{23}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *BackendPool) GetAlgorithm() string {
@@ -1935,7 +2004,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_teapotv1_model_proto_msgTypes[24]
+	mi := &file_teapotv1_model_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1947,7 +2016,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[24]
+	mi := &file_teapotv1_model_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1960,7 +2029,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{24}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Member) GetAddress() string {
@@ -2000,7 +2069,7 @@ type HealthCheck struct {
 
 func (x *HealthCheck) Reset() {
 	*x = HealthCheck{}
-	mi := &file_teapotv1_model_proto_msgTypes[25]
+	mi := &file_teapotv1_model_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2012,7 +2081,7 @@ func (x *HealthCheck) String() string {
 func (*HealthCheck) ProtoMessage() {}
 
 func (x *HealthCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[25]
+	mi := &file_teapotv1_model_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2025,7 +2094,7 @@ func (x *HealthCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthCheck.ProtoReflect.Descriptor instead.
 func (*HealthCheck) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{25}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *HealthCheck) GetTcp() *TCPCheck {
@@ -2099,7 +2168,7 @@ type TCPCheck struct {
 
 func (x *TCPCheck) Reset() {
 	*x = TCPCheck{}
-	mi := &file_teapotv1_model_proto_msgTypes[26]
+	mi := &file_teapotv1_model_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2111,7 +2180,7 @@ func (x *TCPCheck) String() string {
 func (*TCPCheck) ProtoMessage() {}
 
 func (x *TCPCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[26]
+	mi := &file_teapotv1_model_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2124,7 +2193,7 @@ func (x *TCPCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TCPCheck.ProtoReflect.Descriptor instead.
 func (*TCPCheck) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{26}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{27}
 }
 
 type HTTPCheck struct {
@@ -2139,7 +2208,7 @@ type HTTPCheck struct {
 
 func (x *HTTPCheck) Reset() {
 	*x = HTTPCheck{}
-	mi := &file_teapotv1_model_proto_msgTypes[27]
+	mi := &file_teapotv1_model_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2151,7 +2220,7 @@ func (x *HTTPCheck) String() string {
 func (*HTTPCheck) ProtoMessage() {}
 
 func (x *HTTPCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[27]
+	mi := &file_teapotv1_model_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2164,7 +2233,7 @@ func (x *HTTPCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HTTPCheck.ProtoReflect.Descriptor instead.
 func (*HTTPCheck) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{27}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *HTTPCheck) GetPath() string {
@@ -2217,7 +2286,7 @@ type HTTPSCheck struct {
 
 func (x *HTTPSCheck) Reset() {
 	*x = HTTPSCheck{}
-	mi := &file_teapotv1_model_proto_msgTypes[28]
+	mi := &file_teapotv1_model_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2229,7 +2298,7 @@ func (x *HTTPSCheck) String() string {
 func (*HTTPSCheck) ProtoMessage() {}
 
 func (x *HTTPSCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[28]
+	mi := &file_teapotv1_model_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2242,7 +2311,7 @@ func (x *HTTPSCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HTTPSCheck.ProtoReflect.Descriptor instead.
 func (*HTTPSCheck) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{28}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *HTTPSCheck) GetPath() string {
@@ -2315,7 +2384,7 @@ type LoadBalancerStatus struct {
 
 func (x *LoadBalancerStatus) Reset() {
 	*x = LoadBalancerStatus{}
-	mi := &file_teapotv1_model_proto_msgTypes[29]
+	mi := &file_teapotv1_model_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2327,7 +2396,7 @@ func (x *LoadBalancerStatus) String() string {
 func (*LoadBalancerStatus) ProtoMessage() {}
 
 func (x *LoadBalancerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[29]
+	mi := &file_teapotv1_model_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2340,7 +2409,7 @@ func (x *LoadBalancerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadBalancerStatus.ProtoReflect.Descriptor instead.
 func (*LoadBalancerStatus) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{29}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *LoadBalancerStatus) GetAddress() string {
@@ -2381,7 +2450,7 @@ type ObservedStatus struct {
 
 func (x *ObservedStatus) Reset() {
 	*x = ObservedStatus{}
-	mi := &file_teapotv1_model_proto_msgTypes[30]
+	mi := &file_teapotv1_model_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2393,7 +2462,7 @@ func (x *ObservedStatus) String() string {
 func (*ObservedStatus) ProtoMessage() {}
 
 func (x *ObservedStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[30]
+	mi := &file_teapotv1_model_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2406,7 +2475,7 @@ func (x *ObservedStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObservedStatus.ProtoReflect.Descriptor instead.
 func (*ObservedStatus) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{30}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ObservedStatus) GetPhase() string {
@@ -2447,7 +2516,7 @@ type Problem struct {
 
 func (x *Problem) Reset() {
 	*x = Problem{}
-	mi := &file_teapotv1_model_proto_msgTypes[31]
+	mi := &file_teapotv1_model_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2459,7 +2528,7 @@ func (x *Problem) String() string {
 func (*Problem) ProtoMessage() {}
 
 func (x *Problem) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[31]
+	mi := &file_teapotv1_model_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2472,7 +2541,7 @@ func (x *Problem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Problem.ProtoReflect.Descriptor instead.
 func (*Problem) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{31}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Problem) GetField() string {
@@ -2516,7 +2585,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_teapotv1_model_proto_msgTypes[32]
+	mi := &file_teapotv1_model_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2528,7 +2597,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[32]
+	mi := &file_teapotv1_model_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2541,7 +2610,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{32}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Node) GetId() string {
@@ -2633,7 +2702,7 @@ type Certificate struct {
 
 func (x *Certificate) Reset() {
 	*x = Certificate{}
-	mi := &file_teapotv1_model_proto_msgTypes[33]
+	mi := &file_teapotv1_model_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2645,7 +2714,7 @@ func (x *Certificate) String() string {
 func (*Certificate) ProtoMessage() {}
 
 func (x *Certificate) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[33]
+	mi := &file_teapotv1_model_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2658,7 +2727,7 @@ func (x *Certificate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Certificate.ProtoReflect.Descriptor instead.
 func (*Certificate) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{33}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Certificate) GetName() string {
@@ -2737,7 +2806,7 @@ type JoinToken struct {
 
 func (x *JoinToken) Reset() {
 	*x = JoinToken{}
-	mi := &file_teapotv1_model_proto_msgTypes[34]
+	mi := &file_teapotv1_model_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2749,7 +2818,7 @@ func (x *JoinToken) String() string {
 func (*JoinToken) ProtoMessage() {}
 
 func (x *JoinToken) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[34]
+	mi := &file_teapotv1_model_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2762,7 +2831,7 @@ func (x *JoinToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinToken.ProtoReflect.Descriptor instead.
 func (*JoinToken) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{34}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *JoinToken) GetId() string {
@@ -2811,7 +2880,7 @@ type StorageItem struct {
 
 func (x *StorageItem) Reset() {
 	*x = StorageItem{}
-	mi := &file_teapotv1_model_proto_msgTypes[35]
+	mi := &file_teapotv1_model_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2823,7 +2892,7 @@ func (x *StorageItem) String() string {
 func (*StorageItem) ProtoMessage() {}
 
 func (x *StorageItem) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[35]
+	mi := &file_teapotv1_model_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2836,7 +2905,7 @@ func (x *StorageItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageItem.ProtoReflect.Descriptor instead.
 func (*StorageItem) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{35}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *StorageItem) GetKey() string {
@@ -2883,7 +2952,7 @@ type StorageLock struct {
 
 func (x *StorageLock) Reset() {
 	*x = StorageLock{}
-	mi := &file_teapotv1_model_proto_msgTypes[36]
+	mi := &file_teapotv1_model_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2895,7 +2964,7 @@ func (x *StorageLock) String() string {
 func (*StorageLock) ProtoMessage() {}
 
 func (x *StorageLock) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[36]
+	mi := &file_teapotv1_model_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2908,7 +2977,7 @@ func (x *StorageLock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageLock.ProtoReflect.Descriptor instead.
 func (*StorageLock) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{36}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *StorageLock) GetName() string {
@@ -2966,7 +3035,7 @@ type Object struct {
 
 func (x *Object) Reset() {
 	*x = Object{}
-	mi := &file_teapotv1_model_proto_msgTypes[37]
+	mi := &file_teapotv1_model_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2978,7 +3047,7 @@ func (x *Object) String() string {
 func (*Object) ProtoMessage() {}
 
 func (x *Object) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[37]
+	mi := &file_teapotv1_model_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2991,7 +3060,7 @@ func (x *Object) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Object.ProtoReflect.Descriptor instead.
 func (*Object) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{37}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Object) GetKind() isObject_Kind {
@@ -3139,7 +3208,7 @@ type ObjectRef struct {
 
 func (x *ObjectRef) Reset() {
 	*x = ObjectRef{}
-	mi := &file_teapotv1_model_proto_msgTypes[38]
+	mi := &file_teapotv1_model_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3151,7 +3220,7 @@ func (x *ObjectRef) String() string {
 func (*ObjectRef) ProtoMessage() {}
 
 func (x *ObjectRef) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[38]
+	mi := &file_teapotv1_model_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3164,7 +3233,7 @@ func (x *ObjectRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectRef.ProtoReflect.Descriptor instead.
 func (*ObjectRef) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{38}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ObjectRef) GetKind() string {
@@ -3258,7 +3327,7 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x16\n" +
 	"\x06family\x18\x03 \x01(\tR\x06family\x12\x1f\n" +
 	"\vsharing_key\x18\x04 \x01(\tR\n" +
-	"sharingKey\"\xb2\x02\n" +
+	"sharingKey\"\xe6\x02\n" +
 	"\bListener\x12\x12\n" +
 	"\x04port\x18\x01 \x01(\rR\x04port\x12\x1a\n" +
 	"\bprotocol\x18\x02 \x01(\tR\bprotocol\x12\x12\n" +
@@ -3267,7 +3336,12 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\x11redirect_to_https\x18\x05 \x01(\bR\x0fredirectToHttps\x12'\n" +
 	"\x0fmax_connections\x18\x06 \x01(\rR\x0emaxConnections\x12<\n" +
 	"\fidle_timeout\x18\a \x01(\v2\x19.google.protobuf.DurationR\vidleTimeout\x12'\n" +
-	"\x0ftrusted_proxies\x18\b \x03(\tR\x0etrustedProxies\"d\n" +
+	"\x0ftrusted_proxies\x18\b \x03(\tR\x0etrustedProxies\x122\n" +
+	"\n" +
+	"sni_routes\x18\t \x03(\v2\x13.teapot.v1.SNIRouteR\tsniRoutes\"2\n" +
+	"\bSNIRoute\x12\x12\n" +
+	"\x04host\x18\x01 \x01(\tR\x04host\x12\x12\n" +
+	"\x04pool\x18\x02 \x01(\tR\x04pool\"d\n" +
 	"\tTLSPolicy\x12\x12\n" +
 	"\x04acme\x18\x01 \x01(\bR\x04acme\x12\"\n" +
 	"\fcertificates\x18\x02 \x03(\tR\fcertificates\x12\x1f\n" +
@@ -3464,7 +3538,7 @@ func file_teapotv1_model_proto_rawDescGZIP() []byte {
 	return file_teapotv1_model_proto_rawDescData
 }
 
-var file_teapotv1_model_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
+var file_teapotv1_model_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_teapotv1_model_proto_goTypes = []any{
 	(*Meta)(nil),                  // 0: teapot.v1.Meta
 	(*Tenant)(nil),                // 1: teapot.v1.Tenant
@@ -3474,109 +3548,111 @@ var file_teapotv1_model_proto_goTypes = []any{
 	(*AccessLog)(nil),             // 5: teapot.v1.AccessLog
 	(*VIPRequest)(nil),            // 6: teapot.v1.VIPRequest
 	(*Listener)(nil),              // 7: teapot.v1.Listener
-	(*TLSPolicy)(nil),             // 8: teapot.v1.TLSPolicy
-	(*Route)(nil),                 // 9: teapot.v1.Route
-	(*RouteMatch)(nil),            // 10: teapot.v1.RouteMatch
-	(*ValueMatch)(nil),            // 11: teapot.v1.ValueMatch
-	(*GRPCMethodMatch)(nil),       // 12: teapot.v1.GRPCMethodMatch
-	(*RouteBackend)(nil),          // 13: teapot.v1.RouteBackend
-	(*RouteFilter)(nil),           // 14: teapot.v1.RouteFilter
-	(*HeaderModifier)(nil),        // 15: teapot.v1.HeaderModifier
-	(*HeaderValue)(nil),           // 16: teapot.v1.HeaderValue
-	(*RequestRedirect)(nil),       // 17: teapot.v1.RequestRedirect
-	(*URLRewrite)(nil),            // 18: teapot.v1.URLRewrite
-	(*PathModifier)(nil),          // 19: teapot.v1.PathModifier
-	(*RequestMirror)(nil),         // 20: teapot.v1.RequestMirror
-	(*Fraction)(nil),              // 21: teapot.v1.Fraction
-	(*RouteTimeouts)(nil),         // 22: teapot.v1.RouteTimeouts
-	(*BackendPool)(nil),           // 23: teapot.v1.BackendPool
-	(*Member)(nil),                // 24: teapot.v1.Member
-	(*HealthCheck)(nil),           // 25: teapot.v1.HealthCheck
-	(*TCPCheck)(nil),              // 26: teapot.v1.TCPCheck
-	(*HTTPCheck)(nil),             // 27: teapot.v1.HTTPCheck
-	(*HTTPSCheck)(nil),            // 28: teapot.v1.HTTPSCheck
-	(*LoadBalancerStatus)(nil),    // 29: teapot.v1.LoadBalancerStatus
-	(*ObservedStatus)(nil),        // 30: teapot.v1.ObservedStatus
-	(*Problem)(nil),               // 31: teapot.v1.Problem
-	(*Node)(nil),                  // 32: teapot.v1.Node
-	(*Certificate)(nil),           // 33: teapot.v1.Certificate
-	(*JoinToken)(nil),             // 34: teapot.v1.JoinToken
-	(*StorageItem)(nil),           // 35: teapot.v1.StorageItem
-	(*StorageLock)(nil),           // 36: teapot.v1.StorageLock
-	(*Object)(nil),                // 37: teapot.v1.Object
-	(*ObjectRef)(nil),             // 38: teapot.v1.ObjectRef
-	nil,                           // 39: teapot.v1.LoadBalancer.PoolsEntry
-	(*timestamppb.Timestamp)(nil), // 40: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 41: google.protobuf.Duration
+	(*SNIRoute)(nil),              // 8: teapot.v1.SNIRoute
+	(*TLSPolicy)(nil),             // 9: teapot.v1.TLSPolicy
+	(*Route)(nil),                 // 10: teapot.v1.Route
+	(*RouteMatch)(nil),            // 11: teapot.v1.RouteMatch
+	(*ValueMatch)(nil),            // 12: teapot.v1.ValueMatch
+	(*GRPCMethodMatch)(nil),       // 13: teapot.v1.GRPCMethodMatch
+	(*RouteBackend)(nil),          // 14: teapot.v1.RouteBackend
+	(*RouteFilter)(nil),           // 15: teapot.v1.RouteFilter
+	(*HeaderModifier)(nil),        // 16: teapot.v1.HeaderModifier
+	(*HeaderValue)(nil),           // 17: teapot.v1.HeaderValue
+	(*RequestRedirect)(nil),       // 18: teapot.v1.RequestRedirect
+	(*URLRewrite)(nil),            // 19: teapot.v1.URLRewrite
+	(*PathModifier)(nil),          // 20: teapot.v1.PathModifier
+	(*RequestMirror)(nil),         // 21: teapot.v1.RequestMirror
+	(*Fraction)(nil),              // 22: teapot.v1.Fraction
+	(*RouteTimeouts)(nil),         // 23: teapot.v1.RouteTimeouts
+	(*BackendPool)(nil),           // 24: teapot.v1.BackendPool
+	(*Member)(nil),                // 25: teapot.v1.Member
+	(*HealthCheck)(nil),           // 26: teapot.v1.HealthCheck
+	(*TCPCheck)(nil),              // 27: teapot.v1.TCPCheck
+	(*HTTPCheck)(nil),             // 28: teapot.v1.HTTPCheck
+	(*HTTPSCheck)(nil),            // 29: teapot.v1.HTTPSCheck
+	(*LoadBalancerStatus)(nil),    // 30: teapot.v1.LoadBalancerStatus
+	(*ObservedStatus)(nil),        // 31: teapot.v1.ObservedStatus
+	(*Problem)(nil),               // 32: teapot.v1.Problem
+	(*Node)(nil),                  // 33: teapot.v1.Node
+	(*Certificate)(nil),           // 34: teapot.v1.Certificate
+	(*JoinToken)(nil),             // 35: teapot.v1.JoinToken
+	(*StorageItem)(nil),           // 36: teapot.v1.StorageItem
+	(*StorageLock)(nil),           // 37: teapot.v1.StorageLock
+	(*Object)(nil),                // 38: teapot.v1.Object
+	(*ObjectRef)(nil),             // 39: teapot.v1.ObjectRef
+	nil,                           // 40: teapot.v1.LoadBalancer.PoolsEntry
+	(*timestamppb.Timestamp)(nil), // 41: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 42: google.protobuf.Duration
 }
 var file_teapotv1_model_proto_depIdxs = []int32{
-	40, // 0: teapot.v1.Meta.created:type_name -> google.protobuf.Timestamp
-	40, // 1: teapot.v1.Meta.updated:type_name -> google.protobuf.Timestamp
+	41, // 0: teapot.v1.Meta.created:type_name -> google.protobuf.Timestamp
+	41, // 1: teapot.v1.Meta.updated:type_name -> google.protobuf.Timestamp
 	2,  // 2: teapot.v1.Tenant.quotas:type_name -> teapot.v1.Quotas
 	0,  // 3: teapot.v1.Tenant.meta:type_name -> teapot.v1.Meta
 	0,  // 4: teapot.v1.VIPPool.meta:type_name -> teapot.v1.Meta
 	6,  // 5: teapot.v1.LoadBalancer.vip:type_name -> teapot.v1.VIPRequest
 	7,  // 6: teapot.v1.LoadBalancer.listeners:type_name -> teapot.v1.Listener
-	9,  // 7: teapot.v1.LoadBalancer.routes:type_name -> teapot.v1.Route
-	39, // 8: teapot.v1.LoadBalancer.pools:type_name -> teapot.v1.LoadBalancer.PoolsEntry
+	10, // 7: teapot.v1.LoadBalancer.routes:type_name -> teapot.v1.Route
+	40, // 8: teapot.v1.LoadBalancer.pools:type_name -> teapot.v1.LoadBalancer.PoolsEntry
 	5,  // 9: teapot.v1.LoadBalancer.access_log:type_name -> teapot.v1.AccessLog
 	0,  // 10: teapot.v1.LoadBalancer.meta:type_name -> teapot.v1.Meta
-	29, // 11: teapot.v1.LoadBalancer.status:type_name -> teapot.v1.LoadBalancerStatus
-	8,  // 12: teapot.v1.Listener.tls:type_name -> teapot.v1.TLSPolicy
-	41, // 13: teapot.v1.Listener.idle_timeout:type_name -> google.protobuf.Duration
-	10, // 14: teapot.v1.Route.matches:type_name -> teapot.v1.RouteMatch
-	13, // 15: teapot.v1.Route.backends:type_name -> teapot.v1.RouteBackend
-	14, // 16: teapot.v1.Route.filters:type_name -> teapot.v1.RouteFilter
-	22, // 17: teapot.v1.Route.timeouts:type_name -> teapot.v1.RouteTimeouts
-	11, // 18: teapot.v1.RouteMatch.headers:type_name -> teapot.v1.ValueMatch
-	11, // 19: teapot.v1.RouteMatch.query_params:type_name -> teapot.v1.ValueMatch
-	12, // 20: teapot.v1.RouteMatch.grpc:type_name -> teapot.v1.GRPCMethodMatch
-	15, // 21: teapot.v1.RouteFilter.request_header_modifier:type_name -> teapot.v1.HeaderModifier
-	15, // 22: teapot.v1.RouteFilter.response_header_modifier:type_name -> teapot.v1.HeaderModifier
-	17, // 23: teapot.v1.RouteFilter.request_redirect:type_name -> teapot.v1.RequestRedirect
-	18, // 24: teapot.v1.RouteFilter.url_rewrite:type_name -> teapot.v1.URLRewrite
-	20, // 25: teapot.v1.RouteFilter.request_mirror:type_name -> teapot.v1.RequestMirror
-	16, // 26: teapot.v1.HeaderModifier.set:type_name -> teapot.v1.HeaderValue
-	16, // 27: teapot.v1.HeaderModifier.add:type_name -> teapot.v1.HeaderValue
-	19, // 28: teapot.v1.RequestRedirect.path:type_name -> teapot.v1.PathModifier
-	19, // 29: teapot.v1.URLRewrite.path:type_name -> teapot.v1.PathModifier
-	21, // 30: teapot.v1.RequestMirror.fraction:type_name -> teapot.v1.Fraction
-	41, // 31: teapot.v1.RouteTimeouts.request:type_name -> google.protobuf.Duration
-	41, // 32: teapot.v1.RouteTimeouts.backend_request:type_name -> google.protobuf.Duration
-	24, // 33: teapot.v1.BackendPool.members:type_name -> teapot.v1.Member
-	25, // 34: teapot.v1.BackendPool.health_check:type_name -> teapot.v1.HealthCheck
-	41, // 35: teapot.v1.BackendPool.connect_timeout:type_name -> google.protobuf.Duration
-	26, // 36: teapot.v1.HealthCheck.tcp:type_name -> teapot.v1.TCPCheck
-	27, // 37: teapot.v1.HealthCheck.http:type_name -> teapot.v1.HTTPCheck
-	41, // 38: teapot.v1.HealthCheck.interval:type_name -> google.protobuf.Duration
-	41, // 39: teapot.v1.HealthCheck.timeout:type_name -> google.protobuf.Duration
-	28, // 40: teapot.v1.HealthCheck.https:type_name -> teapot.v1.HTTPSCheck
-	31, // 41: teapot.v1.LoadBalancerStatus.problems:type_name -> teapot.v1.Problem
-	30, // 42: teapot.v1.LoadBalancerStatus.observed:type_name -> teapot.v1.ObservedStatus
-	0,  // 43: teapot.v1.Node.meta:type_name -> teapot.v1.Meta
-	40, // 44: teapot.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
-	0,  // 45: teapot.v1.Certificate.meta:type_name -> teapot.v1.Meta
-	40, // 46: teapot.v1.JoinToken.expires:type_name -> google.protobuf.Timestamp
-	0,  // 47: teapot.v1.JoinToken.meta:type_name -> teapot.v1.Meta
-	40, // 48: teapot.v1.StorageItem.modified:type_name -> google.protobuf.Timestamp
-	0,  // 49: teapot.v1.StorageItem.meta:type_name -> teapot.v1.Meta
-	40, // 50: teapot.v1.StorageLock.expires:type_name -> google.protobuf.Timestamp
-	41, // 51: teapot.v1.StorageLock.ttl:type_name -> google.protobuf.Duration
-	0,  // 52: teapot.v1.StorageLock.meta:type_name -> teapot.v1.Meta
-	1,  // 53: teapot.v1.Object.tenant:type_name -> teapot.v1.Tenant
-	3,  // 54: teapot.v1.Object.vip_pool:type_name -> teapot.v1.VIPPool
-	4,  // 55: teapot.v1.Object.load_balancer:type_name -> teapot.v1.LoadBalancer
-	32, // 56: teapot.v1.Object.node:type_name -> teapot.v1.Node
-	33, // 57: teapot.v1.Object.certificate:type_name -> teapot.v1.Certificate
-	34, // 58: teapot.v1.Object.join_token:type_name -> teapot.v1.JoinToken
-	35, // 59: teapot.v1.Object.storage_item:type_name -> teapot.v1.StorageItem
-	36, // 60: teapot.v1.Object.storage_lock:type_name -> teapot.v1.StorageLock
-	23, // 61: teapot.v1.LoadBalancer.PoolsEntry.value:type_name -> teapot.v1.BackendPool
-	62, // [62:62] is the sub-list for method output_type
-	62, // [62:62] is the sub-list for method input_type
-	62, // [62:62] is the sub-list for extension type_name
-	62, // [62:62] is the sub-list for extension extendee
-	0,  // [0:62] is the sub-list for field type_name
+	30, // 11: teapot.v1.LoadBalancer.status:type_name -> teapot.v1.LoadBalancerStatus
+	9,  // 12: teapot.v1.Listener.tls:type_name -> teapot.v1.TLSPolicy
+	42, // 13: teapot.v1.Listener.idle_timeout:type_name -> google.protobuf.Duration
+	8,  // 14: teapot.v1.Listener.sni_routes:type_name -> teapot.v1.SNIRoute
+	11, // 15: teapot.v1.Route.matches:type_name -> teapot.v1.RouteMatch
+	14, // 16: teapot.v1.Route.backends:type_name -> teapot.v1.RouteBackend
+	15, // 17: teapot.v1.Route.filters:type_name -> teapot.v1.RouteFilter
+	23, // 18: teapot.v1.Route.timeouts:type_name -> teapot.v1.RouteTimeouts
+	12, // 19: teapot.v1.RouteMatch.headers:type_name -> teapot.v1.ValueMatch
+	12, // 20: teapot.v1.RouteMatch.query_params:type_name -> teapot.v1.ValueMatch
+	13, // 21: teapot.v1.RouteMatch.grpc:type_name -> teapot.v1.GRPCMethodMatch
+	16, // 22: teapot.v1.RouteFilter.request_header_modifier:type_name -> teapot.v1.HeaderModifier
+	16, // 23: teapot.v1.RouteFilter.response_header_modifier:type_name -> teapot.v1.HeaderModifier
+	18, // 24: teapot.v1.RouteFilter.request_redirect:type_name -> teapot.v1.RequestRedirect
+	19, // 25: teapot.v1.RouteFilter.url_rewrite:type_name -> teapot.v1.URLRewrite
+	21, // 26: teapot.v1.RouteFilter.request_mirror:type_name -> teapot.v1.RequestMirror
+	17, // 27: teapot.v1.HeaderModifier.set:type_name -> teapot.v1.HeaderValue
+	17, // 28: teapot.v1.HeaderModifier.add:type_name -> teapot.v1.HeaderValue
+	20, // 29: teapot.v1.RequestRedirect.path:type_name -> teapot.v1.PathModifier
+	20, // 30: teapot.v1.URLRewrite.path:type_name -> teapot.v1.PathModifier
+	22, // 31: teapot.v1.RequestMirror.fraction:type_name -> teapot.v1.Fraction
+	42, // 32: teapot.v1.RouteTimeouts.request:type_name -> google.protobuf.Duration
+	42, // 33: teapot.v1.RouteTimeouts.backend_request:type_name -> google.protobuf.Duration
+	25, // 34: teapot.v1.BackendPool.members:type_name -> teapot.v1.Member
+	26, // 35: teapot.v1.BackendPool.health_check:type_name -> teapot.v1.HealthCheck
+	42, // 36: teapot.v1.BackendPool.connect_timeout:type_name -> google.protobuf.Duration
+	27, // 37: teapot.v1.HealthCheck.tcp:type_name -> teapot.v1.TCPCheck
+	28, // 38: teapot.v1.HealthCheck.http:type_name -> teapot.v1.HTTPCheck
+	42, // 39: teapot.v1.HealthCheck.interval:type_name -> google.protobuf.Duration
+	42, // 40: teapot.v1.HealthCheck.timeout:type_name -> google.protobuf.Duration
+	29, // 41: teapot.v1.HealthCheck.https:type_name -> teapot.v1.HTTPSCheck
+	32, // 42: teapot.v1.LoadBalancerStatus.problems:type_name -> teapot.v1.Problem
+	31, // 43: teapot.v1.LoadBalancerStatus.observed:type_name -> teapot.v1.ObservedStatus
+	0,  // 44: teapot.v1.Node.meta:type_name -> teapot.v1.Meta
+	41, // 45: teapot.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
+	0,  // 46: teapot.v1.Certificate.meta:type_name -> teapot.v1.Meta
+	41, // 47: teapot.v1.JoinToken.expires:type_name -> google.protobuf.Timestamp
+	0,  // 48: teapot.v1.JoinToken.meta:type_name -> teapot.v1.Meta
+	41, // 49: teapot.v1.StorageItem.modified:type_name -> google.protobuf.Timestamp
+	0,  // 50: teapot.v1.StorageItem.meta:type_name -> teapot.v1.Meta
+	41, // 51: teapot.v1.StorageLock.expires:type_name -> google.protobuf.Timestamp
+	42, // 52: teapot.v1.StorageLock.ttl:type_name -> google.protobuf.Duration
+	0,  // 53: teapot.v1.StorageLock.meta:type_name -> teapot.v1.Meta
+	1,  // 54: teapot.v1.Object.tenant:type_name -> teapot.v1.Tenant
+	3,  // 55: teapot.v1.Object.vip_pool:type_name -> teapot.v1.VIPPool
+	4,  // 56: teapot.v1.Object.load_balancer:type_name -> teapot.v1.LoadBalancer
+	33, // 57: teapot.v1.Object.node:type_name -> teapot.v1.Node
+	34, // 58: teapot.v1.Object.certificate:type_name -> teapot.v1.Certificate
+	35, // 59: teapot.v1.Object.join_token:type_name -> teapot.v1.JoinToken
+	36, // 60: teapot.v1.Object.storage_item:type_name -> teapot.v1.StorageItem
+	37, // 61: teapot.v1.Object.storage_lock:type_name -> teapot.v1.StorageLock
+	24, // 62: teapot.v1.LoadBalancer.PoolsEntry.value:type_name -> teapot.v1.BackendPool
+	63, // [63:63] is the sub-list for method output_type
+	63, // [63:63] is the sub-list for method input_type
+	63, // [63:63] is the sub-list for extension type_name
+	63, // [63:63] is the sub-list for extension extendee
+	0,  // [0:63] is the sub-list for field type_name
 }
 
 func init() { file_teapotv1_model_proto_init() }
@@ -3584,12 +3660,12 @@ func file_teapotv1_model_proto_init() {
 	if File_teapotv1_model_proto != nil {
 		return
 	}
-	file_teapotv1_model_proto_msgTypes[13].OneofWrappers = []any{}
-	file_teapotv1_model_proto_msgTypes[17].OneofWrappers = []any{}
-	file_teapotv1_model_proto_msgTypes[19].OneofWrappers = []any{}
+	file_teapotv1_model_proto_msgTypes[14].OneofWrappers = []any{}
+	file_teapotv1_model_proto_msgTypes[18].OneofWrappers = []any{}
 	file_teapotv1_model_proto_msgTypes[20].OneofWrappers = []any{}
-	file_teapotv1_model_proto_msgTypes[24].OneofWrappers = []any{}
-	file_teapotv1_model_proto_msgTypes[37].OneofWrappers = []any{
+	file_teapotv1_model_proto_msgTypes[21].OneofWrappers = []any{}
+	file_teapotv1_model_proto_msgTypes[25].OneofWrappers = []any{}
+	file_teapotv1_model_proto_msgTypes[38].OneofWrappers = []any{
 		(*Object_Tenant)(nil),
 		(*Object_VipPool)(nil),
 		(*Object_LoadBalancer)(nil),
@@ -3605,7 +3681,7 @@ func file_teapotv1_model_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_teapotv1_model_proto_rawDesc), len(file_teapotv1_model_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   40,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
