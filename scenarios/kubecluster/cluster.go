@@ -207,6 +207,9 @@ func (c *Cluster) StartAPIServer() error {
 		"--service-account-signing-key-file", filepath.Join(cfg.Dir, "sa.key"),
 		"--token-auth-file", filepath.Join(cfg.Dir, "tokens.csv"),
 		"--authorization-mode", "Node,RBAC",
+		// Pod logs and exec go to the kubelet at the node's address: the
+		// lab has no DNS for node names.
+		"--kubelet-preferred-address-types", "InternalIP,Hostname",
 		"--service-cluster-ip-range", cfg.ServiceCIDR.String(),
 		"--service-node-port-range", "30000-32767",
 		"--enable-priority-and-fairness=false",
