@@ -13,6 +13,8 @@ type handoverState struct {
 	// vips are the addresses handed over (nil: no handover).
 	vips    atomic.Pointer[map[netip.Addr]bool]
 	pending atomic.Int64
+	// closing: CloseConnections was called in this handover.
+	closing atomic.Bool
 }
 
 // handingOver reports whether connections to a are being handed over.
@@ -36,6 +38,7 @@ func (p *Proxy) HandOver(vips []netip.Addr) {
 	for _, a := range vips {
 		set[a] = true
 	}
+	p.handover.closing.Store(false)
 	p.handover.vips.Store(&set)
 	for _, s := range p.tcpSockets(set) {
 		s.mu.Lock()
@@ -60,6 +63,7 @@ func (p *Proxy) EndHandover() {
 	if p.handover.vips.Swap(nil) == nil {
 		return
 	}
+	p.handover.closing.Store(false)
 	for _, s := range p.tcpSockets(nil) {
 		s.mu.Lock()
 		for t := range s.conns {
@@ -79,22 +83,36 @@ func (p *Proxy) HandoverPending() int {
 	return int(p.handover.pending.Load())
 }
 
-// CloseConnections closes every TCP connection accepted on the addresses
+// CloseConnections ends the TCP connections accepted on the addresses
 // handed over, cleanly where the client sent nothing unread (FIN): a host
 // that is about to let its VIPs go ends the connections that the next
 // holder, which never saw them, would otherwise reset once their clients
-// send again. It returns how many it closed.
-func (p *Proxy) CloseConnections() int {
+// send again. It never cuts an HTTP request: the first call closes the
+// TCP, TLS passthrough and upgraded (WebSocket) connections, and every
+// call closes the HTTP/1.x connections idle between two requests, while
+// those that serve a request close after its response (it says
+// Connection: close) and HTTP/2 connections once their streams have
+// ended. An HTTP connection that has not sent its first request yet is
+// left to send it. It returns how many HTTP connections are still busy:
+// the caller calls again until none is, within a short grace, and then
+// once with force, which closes every connection left.
+func (p *Proxy) CloseConnections(force bool) (busy int) {
 	m := p.handover.vips.Load()
 	if m == nil {
 		return 0
 	}
+	first := !p.handover.closing.Swap(true)
 	var cs []net.Conn
 	for _, s := range p.tcpSockets(*m) {
 		s.mu.Lock()
 		for t := range s.conns {
-			t.cancel()
-			cs = append(cs, t.c)
+			switch {
+			case force, first && (!t.l7 || t.state.Upgraded()), t.l7 && t.state.CloseIfIdle():
+				t.cancel()
+				cs = append(cs, t.c)
+			case t.l7 && t.state.Busy():
+				busy++
+			}
 		}
 		s.mu.Unlock()
 	}
@@ -102,9 +120,9 @@ func (p *Proxy) CloseConnections() int {
 		c.Close()
 	}
 	if len(cs) > 0 {
-		p.log.Info("closed the connections left before the VIPs move", "connections", len(cs))
+		p.log.Info("closed connections before the VIPs move", "connections", len(cs), "busy", busy, "force", force)
 	}
-	return len(cs)
+	return busy
 }
 
 // tcpSockets returns the TCP listening sockets open now on the addresses

@@ -150,8 +150,10 @@ func TestHandoverClosesHTTPAfterItsNextResponse(t *testing.T) {
 	cleanEOF(plain, "connection to a new member accepted during the handover")
 	// The stream and the WebSocket, and the HTTP connections that closed
 	// above if they are not untracked yet.
-	if n := p.CloseConnections(); n < 2 || n > 4 {
-		t.Fatalf("CloseConnections closed %d, want 2 to 4", n)
+	// HTTP connections that answered with Connection: close and are not
+	// untracked yet count as busy until they are.
+	if n := p.CloseConnections(false); n > 2 {
+		t.Fatalf("CloseConnections: %d HTTP connections busy, want at most 2", n)
 	}
 	if err := roundTrip(otherStream, []byte("other, after")); err != nil {
 		t.Fatalf("a connection to a VIP not handed over: %v", err)
@@ -172,4 +174,177 @@ func TestHandoverClosesHTTPAfterItsNextResponse(t *testing.T) {
 	if get(again) || get(again) {
 		t.Fatal("Connection: close after the handover was undone")
 	}
+}
+
+// slowWebBackend answers /slow only once release is closed, telling
+// arrived of each /slow request it got; other paths at once, and /ws is a
+// WebSocket echo.
+func slowWebBackend(t *testing.T, release <-chan struct{}, arrived chan<- struct{}) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/ws", websocket.Handler(func(ws *websocket.Conn) {
+		for {
+			var msg string
+			if websocket.Message.Receive(ws, &msg) != nil || websocket.Message.Send(ws, msg) != nil {
+				return
+			}
+		}
+	}))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			arrived <- struct{}{}
+			select {
+			case <-release:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		io.WriteString(w, "hello "+r.URL.Path)
+	})
+	srv := &http.Server{Handler: mux}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return ln.Addr().String()
+}
+
+// TestCloseConnectionsLetsRequestsInProgressFinish checks the end of a
+// handover with real sockets: CloseConnections closes at once (cleanly)
+// an HTTP connection idle between requests and a WebSocket, while a
+// request in progress on a connection accepted during the handover gets
+// its whole answer (Connection: close) and then a clean close, and a
+// connection that has not sent its request yet is answered too; it counts
+// them as busy until they end. With force it cuts a request that does
+// not finish.
+func TestCloseConnectionsLetsRequestsInProgressFinish(t *testing.T) {
+	release, arrived := make(chan struct{}), make(chan struct{}, 4)
+	slow := slowWebBackend(t, release, arrived)
+	// The drained connections' idle grace outlasts the test: only
+	// CloseConnections ends the idle one.
+	srv := l7.New(l7.Config{DrainIdleGrace: time.Minute})
+	t.Cleanup(func() { srv.Close() })
+	p, _ := newProxy(t, Config{HTTP: NewHTTP(srv, nil), DrainTimeout: time.Minute})
+	httpPort, tcpPort := freePort(t), freePort(t)
+	lb := mainL7LB("127.0.0.4", httpPort, tcpPort, []string{slow}, []string{startBackend(t, "127.0.0.1", echo).addr})
+	update(t, p, lb)
+	target := vipAddr("127.0.0.4", httpPort)
+
+	type conn struct {
+		c  net.Conn
+		br *bufio.Reader
+	}
+	dial := func() conn {
+		t.Helper()
+		c, err := net.DialTimeout("tcp", target, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		_ = c.SetDeadline(time.Now().Add(time.Minute))
+		return conn{c, bufio.NewReader(c)}
+	}
+	send := func(k conn, path string) {
+		t.Helper()
+		if _, err := fmt.Fprintf(k.c, "GET %s HTTP/1.1\r\nHost: %s\r\n\r\n", path, shopHost); err != nil {
+			t.Fatal(err)
+		}
+	}
+	answer := func(k conn, path string) (closeAfter bool) {
+		t.Helper()
+		resp, err := http.ReadResponse(k.br, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != 200 || string(body) != "hello "+path {
+			t.Fatalf("%s: answer %s %q, %v", path, resp.Status, body, err)
+		}
+		return resp.Close
+	}
+	cleanEOF := func(k conn, what string, within time.Duration) {
+		t.Helper()
+		_ = k.c.SetReadDeadline(time.Now().Add(within))
+		if n, err := k.br.Read(make([]byte, 1)); err != io.EOF {
+			t.Fatalf("%s: read %d, %v; want a clean close (EOF)", what, n, err)
+		}
+	}
+
+	idle := dial()
+	send(idle, "/x")
+	if answer(idle, "/x") {
+		t.Fatal("Connection: close before the handover")
+	}
+	ws, err := dialWebSocket(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	if err := wsRoundTrip(ws, "before"); err != nil {
+		t.Fatal(err)
+	}
+
+	p.HandOver([]netip.Addr{netip.MustParseAddr("127.0.0.4")})
+	busy := dial()
+	send(busy, "/slow")
+	select {
+	case <-arrived:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the slow request did not reach the member")
+	}
+	fresh := dial()
+	// The fresh connection is accepted before CloseConnections.
+	eventually(t, "both connections accepted during the handover", func() bool { return p.CloseConnections(false) == 2 })
+
+	cleanEOF(idle, "connection idle between requests", 5*time.Second)
+	var msg string
+	_ = ws.SetDeadline(time.Now().Add(5 * time.Second))
+	if err := websocket.Message.Receive(ws, &msg); !errors.Is(err, io.EOF) {
+		t.Fatalf("WebSocket after CloseConnections: %q, %v; want EOF", msg, err)
+	}
+	send(fresh, "/x")
+	if !answer(fresh, "/x") {
+		t.Fatal("a connection accepted during the handover is kept alive")
+	}
+	cleanEOF(fresh, "connection that sent its request after CloseConnections", 5*time.Second)
+	eventually(t, "one busy connection left", func() bool { return p.CloseConnections(false) == 1 })
+	close(release)
+	if !answer(busy, "/slow") {
+		t.Fatal("the answer to the request in progress is kept alive")
+	}
+	cleanEOF(busy, "connection whose request was in progress", 5*time.Second)
+	eventually(t, "no busy connection", func() bool { return p.CloseConnections(false) == 0 })
+	if n := p.CloseConnections(true); n != 0 {
+		t.Fatalf("CloseConnections with force: %d busy", n)
+	}
+	p.EndHandover()
+
+	// Forced: a request that does not finish is cut.
+	release2, arrived2 := make(chan struct{}), make(chan struct{}, 1)
+	defer close(release2)
+	lb = clone(lb)
+	lb.Pools["web"].Members[0].Address = slowWebBackend(t, release2, arrived2)
+	update(t, p, lb)
+	p.HandOver([]netip.Addr{netip.MustParseAddr("127.0.0.4")})
+	stuck := dial()
+	send(stuck, "/slow")
+	select {
+	case <-arrived2:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the slow request did not reach the member")
+	}
+	if n := p.CloseConnections(false); n != 1 {
+		t.Fatalf("CloseConnections: %d busy, want 1", n)
+	}
+	if n := p.CloseConnections(true); n != 0 {
+		t.Fatalf("CloseConnections with force: %d busy", n)
+	}
+	_ = stuck.c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if resp, err := http.ReadResponse(stuck.br, nil); err == nil {
+		t.Fatalf("an answer (%s) after the forced close", resp.Status)
+	}
+	p.EndHandover()
 }

@@ -57,6 +57,7 @@ func (h *HTTP) ServeConn(ctx context.Context, c net.Conn, current func() *Listen
 	if info.TrustedProxies == nil {
 		info.TrustedProxies = trustNone // not the engine's default
 	}
+	info.State, _ = ctx.Value(connStateKey{}).(*l7.ConnState)
 	h.srv.ServeConn(ctx, c, info)
 }
 

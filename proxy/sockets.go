@@ -12,8 +12,13 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/teapot-lb/teapot-lb/proxy/l7"
 	"github.com/teapot-lb/teapot-lb/proxy/snapshot"
 )
+
+// connStateKey carries a tracked connection's l7.ConnState in the context
+// the ConnHandler gets, for HTTP.ServeConn to hand to the engine.
+type connStateKey struct{}
 
 // socket is one listening socket, shared by every snapshot that serves its
 // key and closed when the last one releases it. It tracks the connections
@@ -45,6 +50,9 @@ type tracked struct {
 	// pending: it was open when the handover began (guarded by the
 	// socket's mu).
 	pending bool
+	// state is what the L7 engine says of an http or https connection
+	// (nil for the others).
+	state *l7.ConnState
 }
 
 // acquireSocket returns the socket for k, opening it when no snapshot
@@ -127,9 +135,13 @@ func (s *socket) drain(match func(lb string) bool) {
 }
 
 // track registers an accepted connection; nil when the socket is closing.
-func (s *socket) track(c net.Conn, lb string, l7 bool) *tracked {
+func (s *socket) track(c net.Conn, lb string, isL7 bool) *tracked {
 	ctx, cancel := context.WithCancel(context.Background())
-	t := &tracked{c: c, lb: lb, l7: l7, ctx: ctx, cancel: cancel}
+	t := &tracked{c: c, lb: lb, l7: isL7, ctx: ctx, cancel: cancel}
+	if isL7 {
+		t.state = new(l7.ConnState)
+		t.ctx = context.WithValue(ctx, connStateKey{}, t.state)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {

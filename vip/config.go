@@ -24,6 +24,9 @@ const (
 	// DefaultStateMaxAge bounds how long a host cut off from the Raft
 	// leader keeps announcing bgp VIPs on its last committed state.
 	DefaultStateMaxAge = 10 * time.Second
+	// DefaultHandoverCloseGrace bounds how long the HTTP requests in
+	// progress at the end of a handover may take to finish.
+	DefaultHandoverCloseGrace = 2 * time.Second
 )
 
 // Errors.
@@ -62,9 +65,12 @@ type Config struct {
 	Events func(*pb.Event)
 	// Handover is the data plane's part when this host gives its arp
 	// VIPs up on purpose (nil: they go at once); HandoverTimeout bounds
-	// how long it keeps them for it (default 30s).
-	Handover        Handover
-	HandoverTimeout time.Duration
+	// how long it keeps them for it (default 30s), and HandoverCloseGrace
+	// how long after that the HTTP requests in progress may take to
+	// finish before the connections left are closed (default 2s).
+	Handover           Handover
+	HandoverTimeout    time.Duration
+	HandoverCloseGrace time.Duration
 }
 
 // BGPConfig is the `bgp:` section of the serve config file.
@@ -167,6 +173,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.HandoverTimeout <= 0 {
 		c.HandoverTimeout = 30 * time.Second
+	}
+	if c.HandoverCloseGrace <= 0 {
+		c.HandoverCloseGrace = DefaultHandoverCloseGrace
 	}
 	switch {
 	case c.StateMaxAge < time.Second || c.StateMaxAge > 10*time.Minute:

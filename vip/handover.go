@@ -11,19 +11,23 @@ import (
 // VIPs (`cluster drain` of this host, a stop): HandOver(vips) asks the
 // clients of the listeners on vips to reconnect (HTTP connections close
 // after their next response), HandoverPending counts the connections open
-// when it began that are still open, CloseConnections ends those left,
-// just before the VIPs move, and EndHandover cancels it when the host is
-// undrained. The proxy implements it.
+// when it began that are still open, CloseConnections ends those left
+// before the VIPs move (without force: the idle ones and those that carry
+// no request, returning how many HTTP connections still serve one; with
+// force: all), and EndHandover cancels it when the host is undrained. The
+// proxy implements it.
 type Handover interface {
 	HandOver(vips []netip.Addr)
 	EndHandover()
 	HandoverPending() int
-	CloseConnections() int
+	CloseConnections(force bool) (busy int)
 }
 
 // handoverState is the loop's record of a handover.
 type handoverState struct {
 	since time.Time // when it began (zero: none)
+	// closing: when the connections left began to close (zero: not yet).
+	closing time.Time
 	// doneAt: when it ended and the VIPs were let go (see self.HandOff).
 	doneAt time.Time
 	begun  bool // HandOver was called (EndHandover is due when want ends)
@@ -35,7 +39,9 @@ type handoverState struct {
 // them meanwhile. A host that holds an arp VIP keeps it, taking none,
 // while its clients are handed over: until the connections open when the
 // handover began have all ended, at most HandoverTimeout. Then it closes
-// the connections left and lets the VIPs go; the peers take them at once.
+// the connections left, letting the HTTP requests in progress finish for
+// at most HandoverCloseGrace, and lets the VIPs go; the peers take them
+// at once.
 // A host that holds none has nothing to hand over. When want ends (the
 // host was undrained) the data plane keeps connections open again.
 func (m *Manager) handoverStep(now time.Time, want bool) bool {
@@ -66,14 +72,21 @@ func (m *Manager) handoverStep(now time.Time, want bool) bool {
 			"vips", len(st.holding), "pending", m.cfg.Handover.HandoverPending(), "at_most", m.cfg.HandoverTimeout)
 	}
 	pending := m.cfg.Handover.HandoverPending()
-	if pending > 0 && now.Sub(h.since) < m.cfg.HandoverTimeout {
+	if h.closing.IsZero() {
+		if pending > 0 && now.Sub(h.since) < m.cfg.HandoverTimeout {
+			return true
+		}
+		h.closing = now
+	}
+	busy := m.cfg.Handover.CloseConnections(false)
+	if busy > 0 && now.Sub(h.closing) < m.cfg.HandoverCloseGrace {
 		return true
 	}
-	closed := m.cfg.Handover.CloseConnections()
+	m.cfg.Handover.CloseConnections(true)
 	h.done, h.doneAt = true, now
 	m.handedOver.Store(true)
 	m.log.Info("clients handed over; letting the arp VIPs go",
-		"took", now.Sub(h.since).Round(time.Millisecond), "still_open", pending, "closed", closed)
+		"took", now.Sub(h.since).Round(time.Millisecond), "still_open", pending, "requests_cut", busy)
 	return false
 }
 

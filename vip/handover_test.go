@@ -14,12 +14,16 @@ import (
 )
 
 // fakeDataPlane records what the loop asks of the data plane during a
-// handover; pending is what HandoverPending answers.
+// handover; pending is what HandoverPending answers, busy what
+// CloseConnections without force answers (HTTP requests in progress);
+// closed counts the calls with force.
 type fakeDataPlane struct {
 	mu      sync.Mutex
 	on      []bool
 	vips    []netip.Addr
 	pending int
+	busy    int
+	gentle  int // calls without force
 	closed  int
 }
 
@@ -42,13 +46,17 @@ func (f *fakeDataPlane) HandoverPending() int {
 	return f.pending
 }
 
-func (f *fakeDataPlane) CloseConnections() int {
+func (f *fakeDataPlane) CloseConnections(force bool) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.closed++
-	n := f.pending
 	f.pending = 0
-	return n
+	if !force {
+		f.gentle++
+		return f.busy
+	}
+	f.closed++
+	f.busy = 0
+	return 0
 }
 
 func (f *fakeDataPlane) state() ([]bool, int) {
@@ -73,6 +81,7 @@ func newLoopHarness(t *testing.T, n int, dp Handover, timeout time.Duration) *lo
 	m, sink := loopTestManager(t)
 	m.cfg.Handover, m.cfg.HandoverTimeout = dp, timeout
 	ready := map[string]string{}
+	m.cfg.HandoverCloseGrace = DefaultHandoverCloseGrace
 	h := &loopHarness{m: m, now: time.Now(), seq: map[string]uint64{}}
 	h.objs = func(drained bool) []*pb.Object {
 		objs := []*pb.Object{{Kind: &pb.Object_VipPool{VipPool: &pb.VIPPool{Name: "l2", Cidrs: []string{"198.18.0.0/24"}, Mode: ModeARP}}}}
@@ -227,6 +236,63 @@ func TestHandoverEndsAtItsTimeout(t *testing.T) {
 			}
 			if !h.m.handedOver.Load() {
 				t.Fatal("handedOver not set")
+			}
+		})
+	}
+}
+
+// TestHandoverLetsRequestsInProgressFinish: when the connections open at
+// the drain have ended, the host keeps its VIPs while HTTP requests are
+// still in progress on the connections left (closing the idle ones), and
+// lets them go as soon as none is, or at the close grace at the latest,
+// closing what is left then.
+func TestHandoverLetsRequestsInProgressFinish(t *testing.T) {
+	for _, finish := range []bool{true, false} {
+		t.Run(fmt.Sprintf("finish=%v", finish), func(t *testing.T) {
+			dp := &fakeDataPlane{pending: 1, busy: 2}
+			h := newLoopHarness(t, 10, dp, time.Minute)
+			st := &h.m.loop
+			held := len(st.heldARP)
+			h.update(true)
+			h.tick()
+			dp.mu.Lock()
+			dp.pending = 0 // the connections open at the drain ended
+			dp.mu.Unlock()
+			h.tick()
+			closing := h.now
+			// Requests in progress: the VIPs stay, the heartbeats say so.
+			for h.now.Sub(closing) < h.m.cfg.HandoverCloseGrace/2 {
+				h.tick()
+				if len(st.heldARP) != held || !h.m.beats.plan.Load().hb.Eligible {
+					t.Fatalf("%s after the connections began to close: holds %d of %d VIPs, eligible %v",
+						h.now.Sub(closing), len(st.heldARP), held, h.m.beats.plan.Load().hb.Eligible)
+				}
+			}
+			dp.mu.Lock()
+			if dp.gentle < 2 || dp.closed != 0 {
+				t.Fatalf("CloseConnections: %d calls without force, %d with; want them repeated, none forced", dp.gentle, dp.closed)
+			}
+			if finish {
+				dp.busy = 0 // the last response went out
+			}
+			dp.mu.Unlock()
+			h.tick()
+			done := h.now
+			for !h.m.handedOver.Load() && h.now.Sub(closing) < 2*h.m.cfg.HandoverCloseGrace {
+				h.tick()
+			}
+			took := h.now.Sub(closing)
+			switch {
+			case finish && h.now != done:
+				t.Fatalf("handed over %s after the last request ended, want at once", h.now.Sub(done))
+			case !finish && (took < h.m.cfg.HandoverCloseGrace || took > h.m.cfg.HandoverCloseGrace+2*h.m.cfg.HeartbeatInterval):
+				t.Fatalf("handed over %s after the connections began to close, want at the %s grace", took, h.m.cfg.HandoverCloseGrace)
+			}
+			if plan := h.m.beats.plan.Load(); plan.hb.Eligible {
+				t.Fatal("heartbeat after the handover: still eligible")
+			}
+			if _, closed := dp.state(); closed != 1 {
+				t.Fatalf("CloseConnections with force called %d times, want 1", closed)
 			}
 		})
 	}

@@ -147,6 +147,9 @@ type ConnInfo struct {
 	// AccessLog is the share of requests whose RequestStats carry the
 	// access-log fields (Host, Method, Path, RequestID); 0 none.
 	AccessLog float64
+	// State, when not nil, is kept up to date by the engine while it
+	// serves the connection (see ConnState).
+	State *ConnState
 }
 
 // Outcome classifies how a request ended, for metrics.

@@ -103,6 +103,7 @@ func (c *clientConn) serve() {
 		if c.closing {
 			return
 		}
+		c.info.State.idle()
 		// A drain that came after the response's head went out (without
 		// Connection: close) leaves the state at connDrain: the client may
 		// be sending its next request already, so it is read, within the
@@ -215,7 +216,9 @@ func (c *clientConn) readRequest() bool {
 		}
 		now = time.Now()
 	}
-	c.claim(now)
+	if !c.claim(now) {
+		return false // closed by its owner while idle
+	}
 	headerDeadline := false
 	for {
 		done, st := c.h.parse(c.rb[c.r:c.w], c.s.cfg.MaxHeaderBytes, c.s.cfg.MaxHeaderCount)
@@ -274,8 +277,12 @@ func (c *clientConn) armIdle(now time.Time) bool {
 }
 
 // claim marks the connection busy with a request whose first bytes came
-// at now.
-func (c *clientConn) claim(now time.Time) {
+// at now. It reports false when the connection's owner closed it while
+// it was idle (ConnState.CloseIfIdle): no request may start.
+func (c *clientConn) claim(now time.Time) bool {
+	if !c.info.State.busy() {
+		return false
+	}
 	if !c.state.CompareAndSwap(connIdle, connActive) {
 		// Drained while idle: serve this request, then close. The drain
 		// set the read deadline of its grace.
@@ -283,6 +290,7 @@ func (c *clientConn) claim(now time.Time) {
 		c.rdl = 0
 	}
 	c.start = now
+	return true
 }
 
 // handle serves one request whose head is parsed.

@@ -86,6 +86,7 @@ func (c *clientConn) served() bool {
 		return false
 	}
 	c.state.CompareAndSwap(connActive, connIdle)
+	c.info.State.idle()
 	c.h.reset()
 	c.rx.started, c.rx.hdrDL = false, false
 	if c.r < c.w {
@@ -103,7 +104,9 @@ func (c *clientConn) parsed() (leave bool) {
 	x.fresh = false
 	if !x.started {
 		x.started = true
-		c.claim(time.Now())
+		if !c.claim(time.Now()) {
+			return true // closed by its owner while idle
+		}
 	}
 	done, st := c.h.parse(c.rb[c.r:c.w], c.s.cfg.MaxHeaderBytes, c.s.cfg.MaxHeaderCount)
 	switch {

@@ -12,6 +12,7 @@ import (
 // connections until either side ends or the tunnel idles out.
 func (c *clientConn) tunnel(m Member, up *upConn, d time.Duration) {
 	c.closing = true
+	c.info.State.upgraded()
 	// The 101 head and whatever the member sent after it.
 	err := c.write(up.rb[up.r:up.w])
 	up.r = up.w
