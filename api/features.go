@@ -41,6 +41,10 @@ const (
 	// (listeners[].sniRoutes). A host of an earlier release ignores them
 	// and sends every connection to the listener's pool.
 	FeatureSNIRoutes = "sni-routes"
+	// FeatureRoutePorts: routes served by some http and https listeners
+	// only (routes[].ports). A host of an earlier release ignores them and
+	// serves each route on every listener.
+	FeatureRoutePorts = "route-ports"
 )
 
 // FeatureLevel is the highest cluster feature level this release
@@ -60,6 +64,7 @@ var featureLevels = map[string]uint32{
 	FeatureRouteRules:    2,
 	FeatureBackendH2:     2,
 	FeatureSNIRoutes:     3,
+	FeatureRoutePorts:    3,
 }
 
 // LevelNeeded is the highest level the uses need (1 for none).
@@ -97,7 +102,7 @@ func FeatureRefusal(uses []FeatureUse, need uint32, older []string) error {
 
 // Features returns the features this release serves.
 func Features() []string {
-	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes}
+	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts}
 }
 
 // FeatureUse is one place where a write uses a feature: the feature and
@@ -127,6 +132,11 @@ func FeaturesUsed(obj *pb.Object) []FeatureUse {
 			if f.set {
 				out = append(out, FeatureUse{Feature: FeatureRouteRules, Field: at + "." + f.name})
 			}
+		}
+	}
+	for i, r := range l.GetRoutes() {
+		if len(r.GetPorts()) > 0 {
+			out = append(out, FeatureUse{Feature: FeatureRoutePorts, Field: fmt.Sprintf("%s: routes[%d].ports", RefString(RefOf(obj)), i)})
 		}
 	}
 	for i, ls := range l.GetListeners() {

@@ -52,6 +52,7 @@ func TestFeaturesUsed(t *testing.T) {
 		{"sni routes", lb(func(l *pb.LoadBalancer) {
 			l.Listeners = []*pb.Listener{{Port: 443, Protocol: "tls-passthrough", Pool: "api", SniRoutes: []*pb.SNIRoute{{Host: "a.acme.example", Pool: "web"}}}}
 		}), []string{"LoadBalancer acme/shop: listeners[0].sniRoutes (sni-routes)"}},
+		{"route ports", lb(func(l *pb.LoadBalancer) { l.Routes[1].Ports = []uint32{80} }), []string{"LoadBalancer acme/shop: routes[1].ports (route-ports)"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var got []string
@@ -63,7 +64,7 @@ func TestFeaturesUsed(t *testing.T) {
 			}
 			uses := FeaturesUsed(tt.obj)
 			want := map[bool]uint32{true: 1, false: 2}[len(tt.want) == 0]
-			if tt.name == "sni routes" {
+			if tt.name == "sni routes" || tt.name == "route ports" {
 				want = 3
 			}
 			if LevelNeeded(uses) != want {

@@ -2,6 +2,7 @@ package api
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
@@ -118,7 +119,7 @@ func fmtDuration(d *durationpb.Duration) string {
 	return d.AsDuration().String()
 }
 
-type routeKey struct{ host, path, pathType string }
+type routeKey struct{ host, path, pathType, ports string }
 
 // checkRoutes checks hosts against the tenant's domains and the TLS that
 // the https listeners need for them.
@@ -167,7 +168,7 @@ func checkRoutes(ck *checker, lb *pb.LoadBalancer, tenant *pb.Tenant) {
 			}
 		} else {
 			path, pt := checkPathMatch(ck, f, r.GetPath(), r.GetPathType())
-			key := routeKey{host, path, pt}
+			key := routeKey{host, path, pt, fmt.Sprint(sortedPorts(r.GetPorts()))}
 			if j, dup := seen[key]; dup {
 				h := host
 				if h == "" {
@@ -178,9 +179,46 @@ func checkRoutes(ck *checker, lb *pb.LoadBalancer, tenant *pb.Tenant) {
 				seen[key] = i
 			}
 		}
+		checkRoutePorts(ck, lb, f, r)
 		checkRouteRest(ck, lb, f, r)
 	}
 	checkRouteRegexBudget(ck, lb)
+}
+
+// MaxRoutePorts bounds routes[].ports.
+const MaxRoutePorts = 64
+
+// checkRoutePorts checks that a route's ports name http or https
+// listeners of the load balancer, each once.
+func checkRoutePorts(ck *checker, lb *pb.LoadBalancer, f string, r *pb.Route) {
+	if tooMany(ck, f+".ports", len(r.GetPorts()), MaxRoutePorts) {
+		return
+	}
+	l7 := map[uint32]bool{}
+	for _, l := range lb.GetListeners() {
+		if p := l.GetProtocol(); p == "http" || p == "https" {
+			l7[l.GetPort()] = true
+		}
+	}
+	seen := map[uint32]int{}
+	for i, p := range r.GetPorts() {
+		pf := fmt.Sprintf("%s.ports[%d]", f, i)
+		if j, dup := seen[p]; dup {
+			ck.invalidf(pf, "port %d is already listed as ports[%d]", p, j)
+			continue
+		}
+		seen[p] = i
+		if !l7[p] {
+			ck.invalidf(pf, "no http or https listener has port %d; name one of the load balancer's http or https listener ports, or leave ports out for all of them", p)
+		}
+	}
+}
+
+// sortedPorts returns a sorted copy of ports.
+func sortedPorts(ports []uint32) []uint32 {
+	out := slices.Clone(ports)
+	slices.Sort(out)
+	return out
 }
 
 // checkRouteHost checks the form of a route host: empty, exact, or

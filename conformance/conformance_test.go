@@ -43,6 +43,10 @@ var extended = []features.FeatureName{
 	features.SupportHTTPRoute307RedirectStatusCode,
 	features.SupportHTTPRoute308RedirectStatusCode,
 	features.SupportGRPCRouteNamedRouteRule,
+	features.SupportHTTPRouteRequestMirror,
+	features.SupportHTTPRouteRequestMultipleMirrors,
+	features.SupportHTTPRouteRequestPercentageMirror,
+	features.SupportHTTPRouteParentRefPort,
 }
 
 // skipped are the tests of the profiles' core that teapot-lb does not

@@ -87,6 +87,7 @@ var protoComments = map[string]string{
 	"teapot.v1.Route.path":                        "Path, starting with \"/\". With matches, leave it out: each match has its own.",
 	"teapot.v1.Route.path_type":                   "prefix | exact | regex (default prefix)",
 	"teapot.v1.Route.pool":                        "Backend pool: the shorthand for backends with one entry.",
+	"teapot.v1.Route.ports":                       "Ports of the http and https listeners that serve the route; empty: every listener of the load balancer.",
 	"teapot.v1.RouteBackend":                      "RouteBackend is one backend pool of a route and its share of requests.",
 	"teapot.v1.RouteBackend.pool":                 "Backend pool (a key of pools). Required unless unavailable is set.",
 	"teapot.v1.RouteBackend.unavailable":          "This share of requests is answered with 500: a backend the route names but cannot use. pool must be empty.",

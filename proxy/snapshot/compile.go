@@ -454,16 +454,30 @@ func (b *lbCompile) compile(lb *pb.LoadBalancer, t *tenantInfo, e *entry) {
 		e.pools[k] = p
 	}
 	var routes *RouteTable
+	var compiled []Route
 	for _, l := range lb.GetListeners() {
 		if Protocol(l.GetProtocol()).L7() {
-			routes = b.routes(lb.GetRoutes(), e.pools, t)
+			compiled = b.routes(lb.GetRoutes(), e.pools, t)
+			routes = NewRouteTable(compiled)
 			break
 		}
 	}
+	scoped := routes != nil && slices.ContainsFunc(lb.GetRoutes(), func(r *pb.Route) bool { return len(r.GetPorts()) > 0 })
+	var byPort map[uint32]*RouteTable
 	seen := map[Key]int{}
 	for i, l := range lb.GetListeners() {
 		field := "listeners[" + strconv.Itoa(i) + "]"
-		cl := b.listener(field, i, l, lb.GetTenant(), vip, e.pools, routes)
+		lr := routes
+		if scoped {
+			if lr = byPort[l.GetPort()]; lr == nil {
+				lr = portRoutes(compiled, lb.GetRoutes(), l.GetPort())
+				if byPort == nil {
+					byPort = map[uint32]*RouteTable{}
+				}
+				byPort[l.GetPort()] = lr
+			}
+		}
+		cl := b.listener(field, i, l, lb.GetTenant(), vip, e.pools, lr)
 		if cl == nil {
 			continue
 		}
@@ -586,4 +600,16 @@ func (c *compiler) winner(k Key, cs []claim) int {
 		}
 	}
 	return win
+}
+
+// portRoutes is the table of the compiled routes that a listener of port
+// serves: those without ports and those listing port.
+func portRoutes(all []Route, rs []*pb.Route, port uint32) *RouteTable {
+	var out []Route
+	for _, r := range all {
+		if ps := rs[r.Index].GetPorts(); len(ps) == 0 || slices.Contains(ps, port) {
+			out = append(out, r)
+		}
+	}
+	return NewRouteTable(out)
 }

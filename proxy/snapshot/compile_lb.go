@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"net/textproto"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -312,9 +313,13 @@ func (b *lbCompile) tls(f string, p *pb.TLSPolicy) (*TLS, bool) {
 type routeKey struct {
 	host, path string
 	t          PathType
+	ports      string // the sorted ports of a route served by some listeners only
 }
 
-func (b *lbCompile) routes(rs []*pb.Route, pools map[string]*Pool, t *tenantInfo) *RouteTable {
+// routes compiles the load balancer's routes, in order, before a
+// RouteTable drops the plain ones that an earlier route shadows (per
+// listener port when routes have ports).
+func (b *lbCompile) routes(rs []*pb.Route, pools map[string]*Pool, t *tenantInfo) []Route {
 	out := make([]Route, 0, len(rs))
 	seen := map[routeKey]int{}
 	for i, r := range rs {
@@ -350,7 +355,13 @@ func (b *lbCompile) routes(rs []*pb.Route, pools map[string]*Pool, t *tenantInfo
 			b.problem(f+".pool", "backend pool %q is not defined in pools; route skipped", r.GetPool())
 			continue
 		}
-		k := routeKey{host, path, pt}
+		var ports string
+		if ps := r.GetPorts(); len(ps) > 0 {
+			ps = slices.Clone(ps)
+			slices.Sort(ps)
+			ports = fmt.Sprint(ps)
+		}
+		k := routeKey{host, path, pt, ports}
 		if j, dup := seen[k]; dup {
 			b.problem(f, "duplicates routes[%d]; route skipped", j)
 			continue
@@ -358,7 +369,7 @@ func (b *lbCompile) routes(rs []*pb.Route, pools map[string]*Pool, t *tenantInfo
 		seen[k] = i
 		out = append(out, Route{Host: host, Path: path, PathType: pt, Pool: pool, Index: i})
 	}
-	return NewRouteTable(out)
+	return out
 }
 
 // sniRoutes compiles the server-name routes of a tls-passthrough listener

@@ -2,6 +2,7 @@ package translate
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -73,12 +74,17 @@ func (g *gwBuild) translateRoute(r *routeObj, atts []attachment) string {
 	if r.http == nil && r.grpc == nil {
 		return g.translateL4(r, atts)
 	}
-	var hosts []string
+	// Each hostname on the ports of the listeners that attached it; on
+	// all of the Gateway's http and https ports, no ports (every
+	// listener).
+	hostPorts := map[string][]uint32{}
 	for _, a := range atts {
-		hosts = append(hosts, a.hosts...)
+		for _, h := range a.hosts {
+			hostPorts[h] = append(hostPorts[h], uint32(a.ls.spec.Port))
+		}
 	}
-	slices.Sort(hosts)
-	hosts = slices.Compact(hosts)
+	hosts := slices.Sorted(maps.Keys(hostPorts))
+	all := g.l7Ports()
 	g.newPools = g.newPools[:0]
 	var rules []*pb.Route
 	if r.http != nil {
@@ -97,13 +103,31 @@ func (g *gwBuild) translateRoute(r *routeObj, atts []attachment) string {
 		return bad
 	}
 	for _, h := range hosts {
+		ports := hostPorts[h]
+		slices.Sort(ports)
+		if ports = slices.Compact(ports); slices.Equal(ports, all) {
+			ports = nil
+		}
 		for _, rule := range rules {
 			rt := proto.Clone(rule).(*pb.Route)
-			rt.Host = h
+			rt.Host, rt.Ports = h, ports
 			g.addRoute(rt)
 		}
 	}
 	return ""
+}
+
+// l7Ports returns the sorted ports of the Gateway's served http and https
+// listeners.
+func (g *gwBuild) l7Ports() []uint32 {
+	var out []uint32
+	for _, ls := range g.ls {
+		if ls.valid && (ls.proto == "http" || ls.proto == "https") {
+			out = append(out, uint32(ls.spec.Port))
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // checkRules runs the API's checks of a route on each rule, as the LB
@@ -135,12 +159,13 @@ func (g *gwBuild) checkRules(rules []*pb.Route, hosts int) string {
 }
 
 // addRoute appends an LB route unless an earlier route has the same host
-// and matches: that one (an older route, or an earlier rule) wins, as the
-// spec orders ties.
+// and matches on every port of it: that one (an older route, or an
+// earlier rule) wins, as the spec orders ties.
 func (g *gwBuild) addRoute(rt *pb.Route) {
 	if slices.ContainsFunc(g.lb.Routes, func(o *pb.Route) bool {
 		return o.GetHost() == rt.GetHost() && o.GetPath() == rt.GetPath() && o.GetPathType() == rt.GetPathType() &&
-			slices.EqualFunc(o.GetMatches(), rt.GetMatches(), func(a, b *pb.RouteMatch) bool { return proto.Equal(a, b) })
+			slices.EqualFunc(o.GetMatches(), rt.GetMatches(), func(a, b *pb.RouteMatch) bool { return proto.Equal(a, b) }) &&
+			(len(o.GetPorts()) == 0 || len(rt.GetPorts()) > 0 && !slices.ContainsFunc(rt.GetPorts(), func(p uint32) bool { return !slices.Contains(o.GetPorts(), p) }))
 	}) {
 		return
 	}

@@ -959,8 +959,11 @@ type Route struct {
 	Backends []*RouteBackend `protobuf:"bytes,6,rep,name=backends,proto3" json:"backends,omitempty"`
 	// Changes to the request or response, in order; a requestRedirect
 	// answers the request at the load balancer.
-	Filters       []*RouteFilter `protobuf:"bytes,7,rep,name=filters,proto3" json:"filters,omitempty"`
-	Timeouts      *RouteTimeouts `protobuf:"bytes,8,opt,name=timeouts,proto3" json:"timeouts,omitempty"`
+	Filters  []*RouteFilter `protobuf:"bytes,7,rep,name=filters,proto3" json:"filters,omitempty"`
+	Timeouts *RouteTimeouts `protobuf:"bytes,8,opt,name=timeouts,proto3" json:"timeouts,omitempty"`
+	// Ports of the http and https listeners that serve the route; empty:
+	// every listener of the load balancer.
+	Ports         []uint32 `protobuf:"varint,9,rep,packed,name=ports,proto3" json:"ports,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1047,6 +1050,13 @@ func (x *Route) GetFilters() []*RouteFilter {
 func (x *Route) GetTimeouts() *RouteTimeouts {
 	if x != nil {
 		return x.Timeouts
+	}
+	return nil
+}
+
+func (x *Route) GetPorts() []uint32 {
+	if x != nil {
+		return x.Ports
 	}
 	return nil
 }
@@ -3346,7 +3356,7 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\x04acme\x18\x01 \x01(\bR\x04acme\x12\"\n" +
 	"\fcertificates\x18\x02 \x03(\tR\fcertificates\x12\x1f\n" +
 	"\vmin_version\x18\x03 \x01(\tR\n" +
-	"minVersion\"\xae\x02\n" +
+	"minVersion\"\xc4\x02\n" +
 	"\x05Route\x12\x12\n" +
 	"\x04host\x18\x01 \x01(\tR\x04host\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x1b\n" +
@@ -3355,7 +3365,8 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\amatches\x18\x05 \x03(\v2\x15.teapot.v1.RouteMatchR\amatches\x123\n" +
 	"\bbackends\x18\x06 \x03(\v2\x17.teapot.v1.RouteBackendR\bbackends\x120\n" +
 	"\afilters\x18\a \x03(\v2\x16.teapot.v1.RouteFilterR\afilters\x124\n" +
-	"\btimeouts\x18\b \x01(\v2\x18.teapot.v1.RouteTimeoutsR\btimeouts\"\xf0\x01\n" +
+	"\btimeouts\x18\b \x01(\v2\x18.teapot.v1.RouteTimeoutsR\btimeouts\x12\x14\n" +
+	"\x05ports\x18\t \x03(\rR\x05ports\"\xf0\x01\n" +
 	"\n" +
 	"RouteMatch\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x1b\n" +
