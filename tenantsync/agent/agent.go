@@ -40,8 +40,17 @@ const (
 	// resyncPeriod re-delivers every object to the handlers, so that a
 	// status someone else changed is written again.
 	resyncPeriod = 10 * time.Minute
-	// writers is how many status writes run at once.
-	writers = 4
+	// writers is how many status writes run at once: a write waits for
+	// the API server's round trip (and etcd's), so a few writers leave
+	// the rate limit unused.
+	writers = 16
+	// DefaultKubeQPS and DefaultKubeBurst bound the agent's status writes
+	// to its Kubernetes API server (Events have a limiter of their own, a
+	// fifth of this). At 200 a second, 10,000 Services' statuses took at
+	// least 50 s. The API server's priority and fairness still decides
+	// what it admits.
+	DefaultKubeQPS   = 1000
+	DefaultKubeBurst = 2000
 )
 
 // Config configures an Agent.

@@ -64,9 +64,13 @@ func Command(version string) *cobra.Command {
 					return fmt.Errorf("gateway API client: %w", err)
 				}
 			}
-			// Events get their own rate limiter so that they never hold back
-			// status writes.
-			if cfg.Events, err = kubernetes.NewForConfig(rc); err != nil {
+			// Events get their own rate limiter, a fifth of the status
+			// writes', so that they never hold back status writes, nor take
+			// the API server's time from them on a first sync (one Event
+			// per Service).
+			erc := rest.CopyConfig(rc)
+			erc.QPS, erc.Burst = qps/5, max(1, burst/5)
+			if cfg.Events, err = kubernetes.NewForConfig(erc); err != nil {
 				return fmt.Errorf("kubernetes client: %w", err)
 			}
 			if cfg.Namespace == "" {
@@ -101,8 +105,8 @@ func Command(version string) *cobra.Command {
 	f.DurationVar(&cfg.RenewDeadline, "renew-deadline", DefaultRenewDeadline, "how long the leader keeps trying to renew before it steps down")
 	f.DurationVar(&cfg.RetryPeriod, "retry-period", DefaultRetryPeriod, "time between lease attempts")
 	f.StringVar(&cfg.Identity, "id", "", "this replica's name in the Lease (default: $POD_NAME or the host name)")
-	f.Float32Var(&qps, "kube-qps", 200, "requests per second to the Kubernetes API, for status writes (and as much again for Events)")
-	f.IntVar(&burst, "kube-burst", 400, "burst of requests to the Kubernetes API")
+	f.Float32Var(&qps, "kube-qps", DefaultKubeQPS, "requests per second to the Kubernetes API for status writes (Events: a fifth of it)")
+	f.IntVar(&burst, "kube-burst", DefaultKubeBurst, "burst of requests to the Kubernetes API")
 	f.StringVar(&cfg.HealthAddr, "health-addr", DefaultHealthAddr, "address of /healthz (live) and /readyz (caches synced and, on the leading replica, connected to the LB cluster); empty turns it off")
 	f.StringVar(&logLevel, "log-level", "info", "debug | info | warn | error")
 	return cmd
