@@ -48,11 +48,15 @@ func (c *clientConn) nextRaw() bool {
 	c.h.reset()
 	if c.r == c.w {
 		c.emptyBuf()
-		if !c.armIdle(time.Now()) {
-			return false
-		}
 	} else {
 		x.fresh = true
+	}
+	// Entering the callback fails at once on a read deadline in the past
+	// (one a stopped request body left), before buffered bytes are
+	// parsed: arm one whatever is buffered. A partial head gets its
+	// header deadline before any wait.
+	if !c.armIdle(time.Now()) {
+		return false
 	}
 	x.on = true
 	err := x.rc.Read(x.step)
