@@ -2,6 +2,7 @@ package scenarios
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -116,10 +117,25 @@ var (
 	h2Requests  = regexp.MustCompile(`requests: \d+ total, \d+ started, \d+ done, (\d+) succeeded, (\d+) failed`)
 )
 
+// runBounded runs a load generator and returns its output. A generator
+// still running a minute after its run should have ended waits for
+// answers that do not come (a stalled stream or connection): it is
+// killed and that is the error, so a stall fails the benchmark instead
+// of hanging it.
+func runBounded(name string, args ...string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), l7BenchRun+time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
+	if ctx.Err() != nil {
+		err = fmt.Errorf("still running %v after its %v run, killed: answers stalled", l7BenchRun+time.Minute, l7BenchRun)
+	}
+	return out, err
+}
+
 // runWrk runs wrk with 64 connections on core 1 and returns the requests
 // answered with 2xx.
 func runWrk(url string) (int64, error) {
-	out, err := exec.Command("taskset", "-c", "1", "wrk", "-t1", "-c64", "-d"+strconv.Itoa(int(l7BenchRun.Seconds()))+"s", url).CombinedOutput()
+	out, err := runBounded("taskset", "-c", "1", "wrk", "-t1", "-c64", "-d"+strconv.Itoa(int(l7BenchRun.Seconds()))+"s", url)
 	if err != nil {
 		return 0, fmt.Errorf("wrk %s: %v\n%s", url, err, out)
 	}
@@ -145,7 +161,7 @@ func runWrk(url string) (int64, error) {
 // core 1 and returns the requests that succeeded.
 func runH2load(url string, extra ...string) (int64, error) {
 	args := append([]string{"-c", "1", "h2load", "-c32", "-m10", "-D", strconv.Itoa(int(l7BenchRun.Seconds()))}, extra...)
-	out, err := exec.Command("taskset", append(args, url)...).CombinedOutput()
+	out, err := runBounded("taskset", append(args, url)...)
 	if err != nil {
 		return 0, fmt.Errorf("h2load %s: %v\n%s", url, err, out)
 	}
@@ -169,7 +185,27 @@ type l7Proxy struct {
 	pid           int
 }
 
-type l7Sample struct{ perSec, perCPU float64 }
+type l7Sample struct{ perSec, perCPU, reads, writes float64 }
+
+// ioCalls returns how many read and write system calls process pid made
+// (syscr and syscw of /proc/pid/io: failed ones and socket calls too).
+func ioCalls(tb testing.TB, pid int) (reads, writes int64) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		k, v, _ := strings.Cut(line, ": ")
+		n, _ := strconv.ParseInt(v, 10, 64)
+		switch k {
+		case "syscr":
+			reads = n
+		case "syscw":
+			writes = n
+		}
+	}
+	return reads, writes
+}
 
 func BenchmarkL7Serve(b *testing.B) {
 	for _, tool := range []string{"haproxy", "nginx", "taskset", "wrk", "h2load"} {
@@ -271,6 +307,7 @@ pools:
 						profiled <- saveProfile(n.metricsAddr, l7BenchRun-time.Second, filepath.Join(profileDir, w.name+".pprof"))
 					}()
 				}
+				r0, w0 := ioCalls(b, p.pid)
 				cpu0, t0 := cpuTime(b, p.pid), time.Now()
 				reqs, err := w.run(b, p.host, p.port, p.tlsPort)
 				if profiled != nil {
@@ -282,7 +319,9 @@ pools:
 					b.Fatalf("round %d, %s through %s: %v", round+1, w.name, p.name, err)
 				}
 				el, cpu := time.Since(t0), cpuTime(b, p.pid)-cpu0
-				s := l7Sample{perSec: float64(reqs) / el.Seconds()}
+				r1, w1 := ioCalls(b, p.pid)
+				s := l7Sample{perSec: float64(reqs) / el.Seconds(),
+					reads: float64(r1-r0) / float64(reqs), writes: float64(w1-w0) / float64(reqs)}
 				if cpu > 0 {
 					s.perCPU = float64(reqs) / cpu.Seconds()
 				}
@@ -300,17 +339,19 @@ pools:
 	perCPU := func(s l7Sample) float64 { return s.perCPU }
 	var out strings.Builder
 	fmt.Fprintf(&out, "\nL7 through `teapot-lb serve`, proxies on core 0, member and generators on core 1, %d interleaved rounds of %v, medians\n", l7BenchRounds, l7BenchRun)
-	fmt.Fprintf(&out, "| workload | proxy | req/s | req per proxy CPU-s | req/s vs haproxy | per CPU-s vs haproxy |\n|---|---|---:|---:|---:|---:|\n")
+	fmt.Fprintf(&out, "| workload | proxy | req/s | req per proxy CPU-s | req/s vs haproxy | per CPU-s vs haproxy | read(2)/req | write(2)/req |\n|---|---|---:|---:|---:|---:|---:|---:|\n")
 	for _, w := range workloads {
 		hs, hc := med(w.name+"/haproxy", perSec), med(w.name+"/haproxy", perCPU)
 		for _, p := range proxies {
 			k := w.name + "/" + p.name
 			s, c := med(k, perSec), med(k, perCPU)
-			fmt.Fprintf(&out, "| %s | %s | %.0f | %.0f | %.2f× | %.2f× |\n", w.name, p.name, s, c, s/hs, c/hc)
+			fmt.Fprintf(&out, "| %s | %s | %.0f | %.0f | %.2f× | %.2f× | %.2f | %.2f |\n", w.name, p.name, s, c, s/hs, c/hc,
+				med(k, func(s l7Sample) float64 { return s.reads }), med(k, func(s l7Sample) float64 { return s.writes }))
 			b.ReportMetric(s, k+"-req/s")
 			b.ReportMetric(c, k+"-req/cpu-s")
 		}
 	}
+	out.WriteString("read(2) and write(2) per request from /proc/pid/io (syscr, syscw); recv(2) and send(2), which HAProxy and nginx use on sockets, are not counted there\n")
 	fmt.Print(out.String())
 	b.ReportMetric(0, "ns/op")
 }

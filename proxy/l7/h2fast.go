@@ -403,14 +403,18 @@ func (st *h2Stream) attach(u *upConn) error {
 	if st.err != nil {
 		return st.err
 	}
-	st.up = u
+	st.up, st.upCut = u, false
 	return nil
 }
 
-func (st *h2Stream) detach() {
+// detach ends the stream's use of its member connection. It reports
+// whether a reset of the stream set the connection's deadlines in the
+// past (its rdl and wdl do not say so).
+func (st *h2Stream) detach() (cut bool) {
 	st.c.mu.Lock()
-	st.up = nil
+	st.up, cut = nil, st.upCut
 	st.c.mu.Unlock()
+	return cut
 }
 
 // sendBody streams the request body to the member, chunked when its
@@ -568,7 +572,7 @@ func (st *h2Stream) relay(u *upConn) (n int64, err error) {
 		st.ended = true
 		c.resetStream(st.id, http2.ErrCodeInternal)
 	}
-	st.detach()
+	cut := st.detach()
 	if st.bodyDone != nil {
 		if !reusable || err != nil {
 			u.close()
@@ -578,10 +582,11 @@ func (st *h2Stream) relay(u *upConn) (n int64, err error) {
 		}
 		st.bodyDone = nil
 	}
-	if err == nil && reusable && u.r == u.w && s.pools.get(u.key) != nil {
+	if err == nil && reusable && !cut && u.r == u.w && s.pools.get(u.key) != nil {
+		// The deadlines stay as rdl and wdl record them: whoever takes
+		// the connection next moves them only when they are too short
+		// (setDeadline), not twice per request.
 		u.idleAt = time.Now().UnixNano()
-		_ = u.nc.SetDeadline(time.Time{})
-		u.rdl, u.wdl = 0, 0
 		if s.pools.get(u.key).put(u, s.cfg.MaxIdlePerMember) {
 			return n, nil
 		}

@@ -489,6 +489,7 @@ type h2Stream struct {
 	id     uint32
 	cancel context.CancelFunc // of the request's context, on the net/http path
 	up     *upConn            // the member connection in use, fast path
+	upCut  bool               // abort set a deadline on up behind its back
 	h2up   *h2UpStream        // the HTTP/2 member stream in use
 	cond   *sync.Cond
 	timer  *time.Timer
@@ -609,6 +610,7 @@ func (st *h2Stream) abort(err error) {
 	}
 	if st.up != nil {
 		_ = st.up.nc.SetDeadline(aLongTimeAgo)
+		st.upCut = true
 	}
 	if st.h2up != nil {
 		st.h2up.cancel()
