@@ -249,6 +249,21 @@ func scaleRun(b *testing.B, n int) scaleRow {
 	var rss []string
 	for _, h := range l.lbs {
 		rss = append(rss, fmt.Sprintf("%s %.0f MiB", h.id, float64(procKiB(b, h.proc.Pid(), "VmRSS"))/1024))
+		// Where the resident set goes: the Go heap, the goroutines'
+		// stacks (one accept loop per listener) and the rest.
+		if s, err := l.scrape(h); err != nil {
+			fmt.Printf("memory: %s: metrics: %v\n", h.id, err)
+		} else {
+			first := func(name string) float64 {
+				if v := s[name]; len(v) > 0 {
+					return v[0].value
+				}
+				return 0
+			}
+			fmt.Printf("memory: %s at %d LBs: RSS %.0f MiB, Go heap in use %.0f MiB, stacks %.0f MiB, %0.f goroutines\n", h.id, n,
+				float64(procKiB(b, h.proc.Pid(), "VmRSS"))/1024, first("go_memstats_heap_inuse_bytes")/(1<<20),
+				first("go_memstats_stack_inuse_bytes")/(1<<20), first("go_goroutines"))
+		}
 	}
 	row.rss = strings.Join(rss, ", ")
 	b.Logf("%d LBs: change p50 %.1f ms p99 %.1f ms; host CPU per change %v; %d data-plane applies for %d writes touching no LB; %s",
