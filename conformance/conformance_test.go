@@ -47,6 +47,8 @@ var extended = []features.FeatureName{
 	features.SupportHTTPRouteRequestMultipleMirrors,
 	features.SupportHTTPRouteRequestPercentageMirror,
 	features.SupportHTTPRouteParentRefPort,
+	features.SupportHTTPRouteBackendProtocolH2C,
+	features.SupportHTTPRouteBackendProtocolWebSocket,
 }
 
 // skipped are the tests of the profiles' core that teapot-lb does not

@@ -330,11 +330,23 @@ func (c *clientConn) handle() {
 			route = rt.Route(unsafeString(host), unsafeString(path))
 		}
 	}
+	// An upgrade (WebSocket) on a route that only spreads requests over
+	// weighted backends takes this path, which relays upgrades, with the
+	// backend picked here.
+	var picked Backend
+	if route != nil && route.Select == nil && route.Ext.onlyBackends() && h.upgradeTo(b) != nil {
+		var ok bool
+		if picked, ok = pickWeighted(route.Ext.Backends); !ok || picked == nil {
+			c.stats.Route = route.Name
+			c.localError(500, OutcomeNoMember, isHead)
+			return
+		}
+	}
 	switch {
 	case route == nil:
 		c.localError(404, OutcomeNoRoute, isHead)
 		return
-	case route.extended():
+	case picked == nil && route.extended():
 		c.stats.Route = route.Name
 		c.bridge(b, route, nil, nil, path, cleaned)
 		return
@@ -346,13 +358,16 @@ func (c *clientConn) handle() {
 		c.stats.Route = route.Name
 		c.bridge(b, route, nil, nil, path, cleaned)
 		return
-	case route.Backend == nil:
+	case picked == nil && route.Backend == nil:
 		c.stats.Route = route.Name
 		c.localError(503, OutcomeNoMember, isHead)
 		return
 	}
 	c.stats.Route = route.Name
 	be := route.Backend
+	if picked != nil {
+		be = picked
+	}
 	opts := be.Options()
 	limit := opts.MaxBodyBytes
 	if limit <= 0 {

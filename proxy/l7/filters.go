@@ -45,6 +45,13 @@ type RouteExt struct {
 	RequestTimeout, BackendTimeout time.Duration
 }
 
+// onlyBackends reports whether e does nothing but spread requests over
+// weighted backends.
+func (e *RouteExt) onlyBackends() bool {
+	return e != nil && len(e.Backends) > 0 && e.RequestHeaders == nil && e.ResponseHeaders == nil && e.Redirect == nil &&
+		e.RewriteHost == "" && e.RewritePath == nil && len(e.Mirrors) == 0 && e.RequestTimeout == 0 && e.BackendTimeout == 0
+}
+
 // WeightedBackend is one backend of a route and its weight.
 type WeightedBackend struct {
 	Backend Backend
