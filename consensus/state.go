@@ -256,32 +256,62 @@ func (s *state) remove(ref *pb.ObjectRef) {
 
 // toProto copies the whole state for a snapshot.
 func (s *state) toProto() *pb.State {
-	out := &pb.State{Revision: s.revision}
-	for _, o := range s.list(api.KindTenant, "") {
+	lists := make(map[string][]*pb.Object, len(stateKinds))
+	for _, kind := range stateKinds {
+		lists[kind] = s.list(kind, "")
+	}
+	return stateProto(s.revision, lists)
+}
+
+// stateKinds are the kinds a pb.State holds.
+var stateKinds = []string{api.KindTenant, api.KindVIPPool, api.KindLoadBalancer, api.KindNode,
+	api.KindCertificate, api.KindJoinToken, api.KindStorageItem, api.KindStorageLock}
+
+// stateProto is the pb.State of revision holding each kind's sorted
+// objects.
+func stateProto(revision uint64, lists map[string][]*pb.Object) *pb.State {
+	out := &pb.State{Revision: revision}
+	for _, o := range lists[api.KindTenant] {
 		out.Tenants = append(out.Tenants, o.GetTenant())
 	}
-	for _, o := range s.list(api.KindVIPPool, "") {
+	for _, o := range lists[api.KindVIPPool] {
 		out.VipPools = append(out.VipPools, o.GetVipPool())
 	}
-	for _, o := range s.list(api.KindLoadBalancer, "") {
+	for _, o := range lists[api.KindLoadBalancer] {
 		out.LoadBalancers = append(out.LoadBalancers, o.GetLoadBalancer())
 	}
-	for _, o := range s.list(api.KindNode, "") {
+	for _, o := range lists[api.KindNode] {
 		out.Nodes = append(out.Nodes, o.GetNode())
 	}
-	for _, o := range s.list(api.KindCertificate, "") {
+	for _, o := range lists[api.KindCertificate] {
 		out.Certificates = append(out.Certificates, o.GetCertificate())
 	}
-	for _, o := range s.list(api.KindJoinToken, "") {
+	for _, o := range lists[api.KindJoinToken] {
 		out.JoinTokens = append(out.JoinTokens, o.GetJoinToken())
 	}
-	for _, o := range s.list(api.KindStorageItem, "") {
+	for _, o := range lists[api.KindStorageItem] {
 		out.StorageItems = append(out.StorageItems, o.GetStorageItem())
 	}
-	for _, o := range s.list(api.KindStorageLock, "") {
+	for _, o := range lists[api.KindStorageLock] {
 		out.StorageLocks = append(out.StorageLocks, o.GetStorageLock())
 	}
 	return out
+}
+
+// unsortedList is kind's objects: its sorted list when one is kept
+// (sorted true), else the objects in no order, for the caller to sort
+// once it no longer holds the state. It builds no sorted list.
+func (s *state) unsortedList(kind string) (objs []*pb.Object, sorted bool) {
+	s.sortedMu.Lock()
+	defer s.sortedMu.Unlock()
+	if cached, ok := s.sorted[kind]; ok {
+		return cached, true
+	}
+	out := make([]*pb.Object, 0, len(s.objects[kind]))
+	for _, o := range s.objects[kind] {
+		out = append(out, o)
+	}
+	return out, false
 }
 
 func stateFromProto(p *pb.State) *state {
