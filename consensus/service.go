@@ -2,6 +2,7 @@ package consensus
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"regexp"
@@ -121,6 +122,11 @@ func (n *Node) handleJoin(ctx context.Context, req *pb.JoinRequest) (*pb.JoinRes
 		return nil, fmt.Errorf("record node: %w", err)
 	}
 	if err := n.r().AddNonvoter(raft.ServerID(node.Id), raft.ServerAddress(node.RaftAddr), 0, 10*time.Second).Error(); err != nil {
+		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
+			// Leadership moved after this host found it led: the joining
+			// host asks again (Unavailable), and reaches the new leader.
+			return nil, fmt.Errorf("add non-voter: %v: %w", err, ErrNoLeader)
+		}
 		return nil, fmt.Errorf("add non-voter: %w", err)
 	}
 	n.log.Info("node joined as non-voter", "node", node.Id, "raft", node.RaftAddr, "api", node.ApiAddr)
