@@ -49,6 +49,7 @@ var extended = []features.FeatureName{
 	features.SupportHTTPRouteParentRefPort,
 	features.SupportHTTPRouteBackendProtocolH2C,
 	features.SupportHTTPRouteBackendProtocolWebSocket,
+	features.SupportGatewayStaticAddresses,
 }
 
 // skipped are the tests of the profiles' core that teapot-lb does not

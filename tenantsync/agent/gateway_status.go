@@ -54,6 +54,8 @@ func gatewayStatus(gw *gwv1.Gateway, d *translate.Desired, st *pb.ObjectStatus) 
 	out := gwv1.GatewayStatus{}
 	prog := metav1.Condition{Type: string(gwv1.GatewayConditionProgrammed), ObservedGeneration: gen}
 	switch {
+	case res.AddressNotUsable != "":
+		prog.Status, prog.Reason, prog.Message = metav1.ConditionFalse, string(gwv1.GatewayReasonAddressNotUsable), res.AddressNotUsable
 	case d.Refused != "":
 		prog.Status, prog.Reason, prog.Message = metav1.ConditionFalse, string(gwv1.GatewayReasonInvalid), "not sent to the LB cluster: "+d.Refused
 	case st == nil || (st.GetAddress() == "" && st.GetError() == ""):

@@ -46,11 +46,17 @@ func TestGatewayStatusFollowsTheLBCluster(t *testing.T) {
 		{"assigned", &pb.ObjectStatus{Address: "192.0.2.7"}, "", "Programmed", "Programmed", "192.0.2.7"},
 		{"refused by the LB cluster keeps the address it still serves", &pb.ObjectStatus{Address: "192.0.2.7", Error: "routes[0].host: shop.other.example is not within the tenant's domains"}, "", ReasonRefusedByLB, ReasonRefusedByLB, "192.0.2.7"},
 		{"refused by the agent", nil, "no listener is valid", "Invalid", "Invalid", ""},
+		{"addresses not usable", nil, "several addresses", "AddressNotUsable", "AddressNotUsable", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			dd := *d
 			dd.Refused = tt.refused
+			if tt.prog == "AddressNotUsable" {
+				res := *d.Gateway
+				res.AddressNotUsable = tt.refused
+				dd.Gateway = &res
+			}
 			got := gatewayStatus(gw, &dd, tt.st)
 			p := find(got.Conditions, "Programmed")
 			if p.Reason != tt.prog || (p.Status == metav1.ConditionTrue) != (tt.prog == "Programmed") || p.ObservedGeneration != 2 || p.LastTransitionTime.IsZero() {

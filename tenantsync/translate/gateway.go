@@ -90,6 +90,10 @@ type GatewayResult struct {
 	// Certificates are the Secrets the https listeners serve, to upload
 	// as the tenant's certificates.
 	Certificates []CertificateSource
+	// AddressNotUsable says why the Gateway's addresses, well formed, are
+	// not served (several: a Gateway has one VIP); the Gateway is
+	// accepted, not sent to the LB cluster, and not programmed.
+	AddressNotUsable string
 }
 
 // CertificateSource is a kubernetes.io/tls Secret uploaded as a tenant
@@ -156,6 +160,8 @@ func Gateway(gw *gwv1.Gateway, src Sources, o Options) *Desired {
 	accepted := cond(string(gwv1.GatewayConditionAccepted), true, string(gwv1.GatewayReasonAccepted), "the Gateway is served by teapot-lb", gw.Generation)
 	if msg := gatewayAddress(gw, lb.Vip); msg != "" {
 		accepted = cond(string(gwv1.GatewayConditionAccepted), false, string(gwv1.GatewayReasonUnsupportedAddress), msg, gw.Generation)
+	} else if n := len(gw.Spec.Addresses); n > 1 {
+		res.AddressNotUsable = fmt.Sprintf("spec.addresses lists %d addresses; a teapot-lb Gateway has one VIP: keep one", n)
 	}
 	g := &gwBuild{gw: gw, src: src, o: o, d: d, lb: lb, res: res}
 	g.podMode = podMode(gw.Annotations, o, d)
@@ -179,31 +185,31 @@ func Gateway(gw *gwv1.Gateway, src Sources, o Options) *Desired {
 	res.Accepted = accepted
 	if accepted.Status != metav1.ConditionTrue {
 		d.Refused = accepted.Message
+	} else if res.AddressNotUsable != "" {
+		d.Refused = res.AddressNotUsable
 	}
 	return finish(d)
 }
 
 // gatewayAddress takes the first spec.addresses entry as the requested
-// VIP; it returns why the addresses cannot be served, or "".
+// VIP; it returns why the addresses are not supported (a type other than
+// IPAddress, a value that is no IP address), or "".
 func gatewayAddress(gw *gwv1.Gateway, v *pb.VIPRequest) string {
-	if len(gw.Spec.Addresses) == 0 {
-		return ""
+	for i, a := range gw.Spec.Addresses {
+		if a.Type != nil && *a.Type != gwv1.IPAddressType {
+			return fmt.Sprintf("spec.addresses[%d].type %s is not supported; use IPAddress", i, *a.Type)
+		}
+		if a.Value == "" {
+			continue // any address: the pool allocates one
+		}
+		ip, err := netip.ParseAddr(a.Value)
+		if err != nil {
+			return fmt.Sprintf("spec.addresses[%d].value %q is not an IP address", i, a.Value)
+		}
+		if i == 0 {
+			v.Address = ip.String()
+		}
 	}
-	if len(gw.Spec.Addresses) > 1 {
-		return fmt.Sprintf("spec.addresses lists %d addresses; a teapot-lb Gateway has one VIP", len(gw.Spec.Addresses))
-	}
-	a := gw.Spec.Addresses[0]
-	if a.Type != nil && *a.Type != gwv1.IPAddressType {
-		return fmt.Sprintf("spec.addresses[0].type %s is not supported; use IPAddress", *a.Type)
-	}
-	if a.Value == "" {
-		return "" // any address: the pool allocates one
-	}
-	ip, err := netip.ParseAddr(a.Value)
-	if err != nil {
-		return fmt.Sprintf("spec.addresses[0].value %q is not an IP address", a.Value)
-	}
-	v.Address = ip.String()
 	return ""
 }
 

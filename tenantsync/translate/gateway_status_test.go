@@ -288,6 +288,18 @@ func TestGatewayAddressesAndClass(t *testing.T) {
 	if d.Gateway.Accepted.Reason != "UnsupportedAddress" || d.Refused == "" {
 		t.Errorf("hostname address: accepted %+v refused %q", d.Gateway.Accepted, d.Refused)
 	}
+	// Several IP addresses: accepted, but one VIP cannot serve them all.
+	two := gateway("shop", "two", l)
+	two.Spec.Addresses = []gwv1.GatewaySpecAddress{{Value: "203.0.113.9"}, {Type: ptr(gwv1.IPAddressType), Value: "192.0.2.10"}}
+	d = translate.Gateway(two, src, gwOpts)
+	if d.Gateway.Accepted.Reason != "Accepted" || d.Gateway.AddressNotUsable == "" || d.Refused == "" || d.LB.GetVip().GetAddress() != "203.0.113.9" {
+		t.Errorf("two addresses: accepted %+v not usable %q refused %q vip %v", d.Gateway.Accepted, d.Gateway.AddressNotUsable, d.Refused, d.LB.GetVip())
+	}
+	// An unsupported type anywhere in the list refuses the Gateway.
+	two.Spec.Addresses = append(two.Spec.Addresses, gwv1.GatewaySpecAddress{Type: ptr(gwv1.AddressType("test/fake-invalid-type")), Value: "x"})
+	if d = translate.Gateway(two, src, gwOpts); d.Gateway.Accepted.Reason != "UnsupportedAddress" || d.Gateway.AddressNotUsable != "" {
+		t.Errorf("an unsupported type: accepted %+v not usable %q", d.Gateway.Accepted, d.Gateway.AddressNotUsable)
+	}
 	d = translate.Gateway(noListener, src, gwOpts)
 	if d.Gateway.Accepted.Reason != "ListenersNotValid" || d.Refused == "" {
 		t.Errorf("no valid listener: accepted %+v refused %q", d.Gateway.Accepted, d.Refused)
