@@ -496,6 +496,7 @@ func feedProxy(ctx context.Context, node *consensus.Node, px *proxy.Proxy, vm *v
 		// manager read (certificate storage and its lock refreshes,
 		// credentials) leaves them as they are.
 		if !ev.Touches(dataPlaneKinds...) {
+			vm.noteRevision(ev.Revision)
 			applied.Store(ev.Revision)
 			continue
 		}
@@ -582,6 +583,14 @@ func (v *vipManager) update(objs []*pb.Object, rev uint64, px *proxy.Proxy) {
 	}
 	v.Update(objs, rev)
 	v.setReady(px)
+}
+
+// noteRevision passes on a revision that changes nothing the data plane
+// and the VIP manager read.
+func (v *vipManager) noteRevision(rev uint64) {
+	if v != nil {
+		v.NoteRevision(rev)
+	}
 }
 
 // updateRevision passes on a revision the data plane applied (touched:

@@ -23,6 +23,7 @@ type peerState struct {
 	Left bool
 	// From its last heartbeat.
 	Eligible    bool
+	Handover    bool
 	NotReadyAll bool
 	NotReady    map[netip.Addr]bool
 	Sightings   []sighting
@@ -36,12 +37,14 @@ type peerState struct {
 	Holdings     bool
 	HoldingKnown bool
 	Holding      map[netip.Addr]bool
-	// Version counts changes of Eligible, NotReadyAll, NotReady and
-	// Holding.
+	// Version counts changes of Eligible, Handover, NotReadyAll,
+	// NotReady and Holding.
 	Version uint64
 	// LostMe: its last heartbeat did not report hearing this host, so it
 	// may have taken this host's VIPs.
 	LostMe bool
+	// Revision is the state revision its last heartbeat said it acts on.
+	Revision uint64
 }
 
 // sighting is a peer's report of a third host: it heard from it Age
@@ -84,7 +87,10 @@ type viewInput struct {
 
 // hostView is a live peer as this host sees it.
 type hostView struct {
-	Eligible    bool
+	Eligible bool
+	// Handover: it keeps what it holds while its clients are handed
+	// over, and takes nothing else.
+	Handover    bool
 	NotReadyAll bool
 	NotReady    map[netip.Addr]bool
 	// Direct: its own heartbeat is fresh (else it is known through a
@@ -148,7 +154,7 @@ func computeView(in viewInput) view {
 			continue
 		}
 		lastSeen[id] = p.Heard
-		v.Alive[id] = hostView{Eligible: p.Eligible, NotReadyAll: p.NotReadyAll, NotReady: p.NotReady, Direct: true,
+		v.Alive[id] = hostView{Eligible: p.Eligible, Handover: p.Handover, NotReadyAll: p.NotReadyAll, NotReady: p.NotReady, Direct: true,
 			Holdings: p.HoldingKnown, Holding: p.Holding}
 		next(p.Heard.Add(in.Dead))
 		if !counted[id] {
@@ -427,7 +433,7 @@ func holderOf(a netip.Addr, ranked []string, me self, v view) string {
 			}
 			continue
 		}
-		if usable(v, h, a) {
+		if usable(v, h, a) && !handsOver(v, h, a) {
 			cands = append(cands, h)
 		}
 	}
@@ -473,6 +479,15 @@ func holds(v view, me self, h string, a netip.Addr) bool {
 		return me.Holding[a]
 	}
 	return v.Alive[h].Holding[a]
+}
+
+// handsOver reports whether peer h hands its clients over and, as its
+// heartbeat lists what it holds, does not hold a: it takes nothing while
+// it hands over, so it is no candidate for a VIP it does not hold (a
+// VIP whose holder dies meanwhile goes to the next host at once).
+func handsOver(v view, h string, a netip.Addr) bool {
+	hv := v.Alive[h]
+	return hv.Handover && hv.Holdings && !hv.Holding[a]
 }
 
 func usable(v view, h string, a netip.Addr) bool {

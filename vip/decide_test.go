@@ -654,15 +654,27 @@ func TestNotReady(t *testing.T) {
 // after it heard the leader since it started, plus a detection time.
 func TestSyncStep(t *testing.T) {
 	start := syncState{started: t0}
+	// behind is the state's revision until caughtUp after t0, then 9;
+	// the peers act on peers.
+	type revs struct {
+		behind, peers uint64
+		caughtUp      time.Duration
+	}
 	tests := []struct {
 		name    string
 		contact time.Time // what the consensus layer reports at each step
+		revs    revs
 		steps   []time.Duration
 		synced  time.Duration // after t0; -1: never
 	}{
-		{"never heard the leader", time.Time{}, []time.Duration{0, time.Second, time.Minute}, -1},
-		{"only an old contact (before the restart)", t0.Add(-time.Millisecond), []time.Duration{0, time.Second}, -1},
-		{"heard the leader, then a full detection time", t0.Add(5 * time.Millisecond), []time.Duration{10 * time.Millisecond, 50 * time.Millisecond, 109 * time.Millisecond, 110 * time.Millisecond}, 110 * time.Millisecond},
+		{"never heard the leader", time.Time{}, revs{}, []time.Duration{0, time.Second, time.Minute}, -1},
+		{"only an old contact (before the restart)", t0.Add(-time.Millisecond), revs{}, []time.Duration{0, time.Second}, -1},
+		{"heard the leader, then a full detection time", t0.Add(5 * time.Millisecond), revs{}, []time.Duration{10 * time.Millisecond, 50 * time.Millisecond, 109 * time.Millisecond, 110 * time.Millisecond}, 110 * time.Millisecond},
+		{"heard the leader, peers on the same revision", t0.Add(5 * time.Millisecond), revs{9, 9, 0}, []time.Duration{10 * time.Millisecond, 110 * time.Millisecond}, 110 * time.Millisecond},
+		{"state behind its peers' until it catches up", t0.Add(5 * time.Millisecond), revs{5, 9, 300 * time.Millisecond},
+			[]time.Duration{10 * time.Millisecond, 110 * time.Millisecond, 200 * time.Millisecond, 299 * time.Millisecond, 300 * time.Millisecond}, 300 * time.Millisecond},
+		{"state that never catches up: synced at the bound", t0.Add(5 * time.Millisecond), revs{5, 9, time.Hour},
+			[]time.Duration{10 * time.Millisecond, 110 * time.Millisecond, 5 * time.Second, 10 * time.Second}, 10 * time.Second},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -670,7 +682,11 @@ func TestSyncStep(t *testing.T) {
 			got := time.Duration(-1)
 			for _, d := range tt.steps {
 				var wake time.Time
-				s, wake = syncStep(s, t0.Add(d), tt.contact, dead, 20*time.Millisecond)
+				rev := uint64(9)
+				if d < tt.revs.caughtUp {
+					rev = tt.revs.behind
+				}
+				s, wake = syncStep(s, t0.Add(d), tt.contact, rev, tt.revs.peers, dead, 20*time.Millisecond, 10*time.Second-10*time.Millisecond)
 				if !s.synced.IsZero() {
 					got = s.synced.Sub(t0)
 					break

@@ -125,8 +125,9 @@ func (h *loopHarness) tick() {
 }
 
 // TestDrainedHolderKeepsItsVIPsWhileClientsAreHandedOver: a drained host
-// that holds arp VIPs keeps them (its heartbeats say it is eligible and
-// list them, so its peers leave them) and asks the data plane to hand
+// that holds arp VIPs keeps them (its heartbeats say it is eligible, hands
+// its clients over and list them, so its peers leave them and give it no
+// other) and asks the data plane to hand
 // its clients over; once the connections open at the drain have ended it
 // closes what is left and lets every VIP go, and it never takes one
 // meanwhile. Undrained, it tells the data plane to keep connections open
@@ -143,8 +144,9 @@ func TestDrainedHolderKeepsItsVIPsWhileClientsAreHandedOver(t *testing.T) {
 			t.Fatalf("holds %d VIPs during the handover, held %d", len(st.heldARP), held)
 		}
 		plan := h.m.beats.plan.Load()
-		if !plan.hb.Eligible || len(plan.hb.Holding) != held {
-			t.Fatalf("heartbeat during the handover: eligible %v, holding %d; want true, %d", plan.hb.Eligible, len(plan.hb.Holding), held)
+		if !plan.hb.Eligible || !plan.hb.Handover || len(plan.hb.Holding) != held {
+			t.Fatalf("heartbeat during the handover: eligible %v, handing over %v, holding %d; want true, true, %d",
+				plan.hb.Eligible, plan.hb.Handover, len(plan.hb.Holding), held)
 		}
 	}
 	for a, r := range st.records {
@@ -166,8 +168,8 @@ func TestDrainedHolderKeepsItsVIPsWhileClientsAreHandedOver(t *testing.T) {
 	dp.pending = 0
 	dp.mu.Unlock()
 	h.tick()
-	if plan := h.m.beats.plan.Load(); plan.hb.Eligible {
-		t.Fatal("heartbeat after the handover: still eligible")
+	if plan := h.m.beats.plan.Load(); plan.hb.Eligible || plan.hb.Handover {
+		t.Fatalf("heartbeat after the handover: eligible %v, handing over %v", plan.hb.Eligible, plan.hb.Handover)
 	}
 	// The peers here never say they took the VIPs: each stays until the
 	// hand-off's bound, then goes.

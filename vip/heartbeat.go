@@ -139,7 +139,7 @@ func (m *Manager) receive(r received) {
 		// heartbeat or a short stall does not cost a peer its vote.
 		p.AliveSince = r.at
 	}
-	p.Heard, p.Left = r.at, false
+	p.Heard, p.Left, p.Revision = r.at, false, hb.Revision
 	var holding map[netip.Addr]bool
 	if hb.HoldingSent {
 		holding = map[netip.Addr]bool{}
@@ -156,8 +156,8 @@ func (m *Manager) receive(r received) {
 	for _, a := range hb.NotReady {
 		notReady[a] = true
 	}
-	if p.Eligible != hb.Eligible || p.NotReadyAll != hb.NotReadyAll || !maps.Equal(p.NotReady, notReady) {
-		p.Eligible, p.NotReadyAll, p.NotReady = hb.Eligible, hb.NotReadyAll, notReady
+	if p.Eligible != hb.Eligible || p.Handover != hb.Handover || p.NotReadyAll != hb.NotReadyAll || !maps.Equal(p.NotReady, notReady) {
+		p.Eligible, p.Handover, p.NotReadyAll, p.NotReady = hb.Eligible, hb.Handover, hb.NotReadyAll, notReady
 		p.Version++
 	}
 	p.Sightings = hb.Sightings
@@ -207,7 +207,7 @@ func (m *Manager) planBeats(now time.Time) {
 	p := &beatPlan{key: key, built: now, stale: m.gap, pause: m.quorum, settle: m.settle}
 	p.hb = heartbeat{
 		ID: m.cfg.NodeID, Incarnation: m.incarnation, Revision: st.revision,
-		Eligible: st.eligible && !st.leaving, Leaving: st.leaving,
+		Eligible: st.eligible && !st.leaving, Leaving: st.leaving, Handover: st.eligible && st.handingOver && !st.leaving,
 		NotReadyAll: st.want == nil || !haveReady, Holdings: true,
 	}
 	for _, id := range slices.Sorted(maps.Keys(st.peers)) {

@@ -94,6 +94,7 @@ type loopState struct {
 	arpUp, bgpUp bool
 	linkDirty    bool
 	eligible     bool
+	handingOver  bool // it keeps its arp VIPs while its clients are handed over
 	leaving      bool
 	revision     uint64
 	sessions     int    // established BGP sessions at the last evaluation
@@ -277,7 +278,7 @@ func (m *Manager) evaluate(now time.Time, all bool) time.Time {
 	if contactOf != nil {
 		contact = contactOf()
 	}
-	wake := m.noteSync(now, contact)
+	wake := m.noteSync(now, contact, revision)
 	var counted []string
 	for id := range st.members {
 		p := st.peers[id]
@@ -399,8 +400,8 @@ func (m *Manager) evaluate(now time.Time, all bool) time.Time {
 		bgpMe.Problem = "this host has no bgp: section for bgp pools"
 	}
 	eligible := arpMe.Problem == "" && m.arp != nil
-	if eligible != st.eligible {
-		st.eligible = eligible
+	if eligible != st.eligible || arpMe.Handover != st.handingOver {
+		st.eligible, st.handingOver = eligible, arpMe.Handover
 		m.trigger(now)
 	}
 	if q := quorumState(v); q != st.quorum && st.want != nil {
@@ -443,16 +444,29 @@ func (m *Manager) evaluate(now time.Time, all bool) time.Time {
 }
 
 // noteSync marks this host as synced (syncStep) and returns when to look
-// again (zero: no need).
-func (m *Manager) noteSync(now, contact time.Time) time.Time {
+// again (zero: no need). revision is the state revision it has.
+func (m *Manager) noteSync(now, contact time.Time, revision uint64) time.Time {
 	st := &m.loop
 	if !st.sync.synced.IsZero() {
 		return time.Time{}
 	}
+	// The revision its peers act on, of those heard since it started.
+	var peers uint64
+	for _, p := range st.peers {
+		if !p.Left && !p.Heard.IsZero() && !p.Heard.Before(st.sync.started) {
+			peers = max(peers, p.Revision)
+		}
+	}
 	var wake time.Time
-	st.sync, wake = syncStep(st.sync, now, contact, m.dead, m.cfg.HeartbeatInterval)
+	st.sync, wake = syncStep(st.sync, now, contact, revision, peers, m.dead, m.cfg.HeartbeatInterval, m.cfg.StateMaxAge)
 	if !st.sync.synced.IsZero() {
-		m.log.Info("heard the cluster; may hold VIPs", "after", now.Sub(st.sync.started).Round(time.Millisecond))
+		args := []any{"after", now.Sub(st.sync.started).Round(time.Millisecond), "revision", revision}
+		if revision < st.sync.target {
+			m.log.Warn("heard the cluster; may hold VIPs, though its state has not reached the revision its peers act on",
+				append(args, "peers_revision", st.sync.target, "waited", m.cfg.StateMaxAge)...)
+		} else {
+			m.log.Info("heard the cluster; may hold VIPs", args...)
+		}
 	}
 	return wake
 }
@@ -461,17 +475,26 @@ func (m *Manager) noteSync(now, contact time.Time) time.Time {
 type syncState struct {
 	// started is when the loop began; contacted is when it first saw the
 	// leader's contact after that, synced when it then had the state for
-	// a full detection time (zero: not yet).
+	// a full detection time and its state reached target (zero: not yet).
 	started, contacted, synced time.Time
+	// target is the highest revision its peers acted on when that
+	// detection time ended (targetSet).
+	target    uint64
+	targetSet bool
 }
 
 // syncStep marks a host synced once it has heard the Raft leader since
-// it started and then waited a full detection time (dead), long enough to
-// apply the entries it missed while it was down: before that the state
-// it has may be a partial one restored from disk, in which the other
-// hosts may be missing, so that it would count a majority of one. It
-// returns the new state and when to look again (zero: no need).
-func syncStep(s syncState, now, contact time.Time, dead, poll time.Duration) (syncState, time.Time) {
+// it started, then waited a full detection time (dead), and its state
+// (revision) has reached the revision its peers acted on at the end of
+// that wait (peers, from their heartbeats; 0 when it heard none), or
+// maxWait after the contact at the latest. Before that the state it has
+// may be a partial one restored from disk, in which the other hosts may
+// be missing, so that it would count a majority of one, or in which it
+// is not drained yet: a leader's heartbeat says it is current before the
+// entries it missed reach it, and on a busy machine these can take longer
+// than a detection time. It returns the new state and when to look again
+// (zero: no need).
+func syncStep(s syncState, now, contact time.Time, revision, peers uint64, dead, poll, maxWait time.Duration) (syncState, time.Time) {
 	if !s.synced.IsZero() {
 		return s, time.Time{}
 	}
@@ -483,6 +506,12 @@ func syncStep(s syncState, now, contact time.Time, dead, poll time.Duration) (sy
 	}
 	if now.Sub(s.contacted) < dead {
 		return s, s.contacted.Add(dead)
+	}
+	if !s.targetSet {
+		s.target, s.targetSet = peers, true
+	}
+	if revision < s.target && now.Sub(s.contacted) < maxWait {
+		return s, now.Add(poll)
 	}
 	s.synced = now
 	return s, time.Time{}

@@ -28,7 +28,8 @@ type Readiness interface {
 // UpdateLoadBalancers cannot take it (a VIP pool or a host changed),
 // the whole state goes to Update and the whole readiness to SetReady.
 // Otherwise the readiness of the load balancers changed or touched goes
-// to SetReadyFor: their VIPs alone are looked at again.
+// to SetReadyFor: their VIPs alone are looked at again. Either way the
+// manager acts on revision from then on (NoteRevision).
 func (m *Manager) UpdateRevision(changes iter.Seq2[*pb.Object, *pb.Object], revision uint64, touched []string,
 	state func() ([]*pb.Object, uint64), ready Readiness) {
 	if ChangesMatter(changes) && !m.UpdateLoadBalancers(changes, revision) {
@@ -41,6 +42,19 @@ func (m *Manager) UpdateRevision(changes iter.Seq2[*pb.Object, *pb.Object], revi
 	}
 	if lbs := changedLoadBalancers(changes, touched); len(lbs) > 0 && ready != nil {
 		m.SetReadyFor(ready.ReadinessOf(lbs))
+	}
+	m.NoteRevision(revision)
+}
+
+// NoteRevision tells the manager that the committed state reached
+// revision with no change it reads (certificate storage, credentials):
+// its heartbeats say it acts on that revision, and a host that just
+// started compares it with its peers' to know that it has caught up.
+func (m *Manager) NoteRevision(revision uint64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.want != nil && revision > m.revision {
+		m.revision = revision
 	}
 }
 

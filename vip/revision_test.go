@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"slices"
 	"testing"
+	"time"
 
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
@@ -64,11 +65,12 @@ func TestUpdateRevision(t *testing.T) {
 	dp.whole = 0
 
 	// A member added: no VIP changes; the load balancer written and the
-	// one the data plane touched are asked about.
+	// one the data plane touched are asked about, and the manager acts
+	// on the revision (its heartbeats say so).
 	want := m.want
 	m.UpdateRevision(one(web, lbObj("web", "198.18.0.1", "192.0.2.1:80", "192.0.2.2:80")), 2, []string{"t/api", "t/web"}, state, dp)
-	if m.want != want || m.revision != 1 || dp.whole != 0 {
-		t.Errorf("a member added changed the state (revision %d, whole readiness %d times); want neither", m.revision, dp.whole)
+	if m.want != want || m.revision != 2 || dp.whole != 0 {
+		t.Errorf("a member added: state changed %v, revision %d, whole readiness %d times; want unchanged, 2, 0", m.want != want, m.revision, dp.whole)
 	}
 	if len(dp.asked) != 1 || !slices.Equal(dp.asked[0], []string{"t/api", "t/web"}) {
 		t.Errorf("a member added asked the readiness of %v; want once [t/api t/web]", dp.asked)
@@ -95,5 +97,27 @@ func TestUpdateRevision(t *testing.T) {
 	if m.epochs != 2 || m.revision != 7 || dp.whole != 1 || len(dp.asked) != 0 {
 		t.Errorf("a VIP pool changed: %d whole states, revision %d, whole readiness %d times, asked %v; want 2, 7 (the state's), 1, none",
 			m.epochs, m.revision, dp.whole, dp.asked)
+	}
+}
+
+// TestNoteRevisionRaisesTheRevisionOnly: a revision that changes nothing
+// the manager reads still raises the revision its heartbeats carry (a
+// restarted host compares it with its peers'), never lowers it, and is
+// ignored before the first state.
+func TestNoteRevisionRaisesTheRevisionOnly(t *testing.T) {
+	m, _ := loopTestManager(t)
+	m.NoteRevision(3)
+	if m.revision != 0 {
+		t.Fatalf("revision %d before any state, want 0", m.revision)
+	}
+	m.Update([]*pb.Object{{Kind: &pb.Object_Node{Node: &pb.Node{Id: "n1"}}}}, 5)
+	m.NoteRevision(7)
+	m.NoteRevision(6)
+	if m.revision != 7 {
+		t.Fatalf("revision %d, want 7", m.revision)
+	}
+	m.evaluate(time.Now(), true)
+	if m.loop.revision != 7 {
+		t.Fatalf("the loop acts on revision %d, want 7", m.loop.revision)
 	}
 }

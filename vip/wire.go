@@ -24,7 +24,10 @@ import (
 // Flags of the heartbeat: eligible (1), leaving (2), not ready for any
 // address (4), holdings (8): the sender reports settled sightings and
 // reads the part in brackets, which is sent only to a peer that sets it
-// (a host of an earlier version rejects trailing bytes). Flags of a
+// (a host of an earlier version rejects trailing bytes), handing over
+// (16): the sender keeps the arp VIPs it holds while its clients are
+// handed over and takes no other (a host of an earlier version ignores
+// it). Flags of a
 // sighting: eligible (1), settled (2): the sender has heard the peer for
 // the whole settling time.
 
@@ -36,6 +39,7 @@ const (
 	flagLeaving  = 1 << 1
 	flagNotReady = 1 << 2
 	flagHoldings = 1 << 3
+	flagHandover = 1 << 4
 	flagSettled  = 1 << 1 // of a sighting
 )
 
@@ -57,6 +61,10 @@ type heartbeat struct {
 	Eligible bool
 	// Leaving: the sender is shutting down; take its VIPs now.
 	Leaving bool
+	// Handover: the sender keeps the arp VIPs it holds while its clients
+	// are handed over (drained or stopping) and takes no other: its peers
+	// rank it only for the VIPs it holds.
+	Handover bool
 	// NotReadyAll: the sender is not ready for any address (it has no
 	// state yet, or its list did not fit).
 	NotReadyAll bool
@@ -159,6 +167,9 @@ func (hb *heartbeat) appendTo(b []byte, withHolding bool) []byte {
 	if hb.Leaving {
 		f |= flagLeaving
 	}
+	if hb.Handover {
+		f |= flagHandover
+	}
 	if notReadyAll {
 		f |= flagNotReady
 	}
@@ -225,6 +236,7 @@ func parseHeartbeat(b, key []byte) (*heartbeat, error) {
 		Incarnation: r.u64(), Seq: r.u64(), Revision: r.u64(),
 		Eligible:    flags&flagEligible != 0,
 		Leaving:     flags&flagLeaving != 0,
+		Handover:    flags&flagHandover != 0,
 		NotReadyAll: flags&flagNotReady != 0,
 		Holdings:    flags&flagHoldings != 0,
 	}

@@ -28,6 +28,8 @@ func TestHeartbeatRoundTrip(t *testing.T) {
 			NotReady:  []netip.Addr{netip.MustParseAddr("192.0.2.10"), netip.MustParseAddr("2001:db8::10")},
 		}, heartbeat{}},
 		{"leaving", heartbeat{ID: "n1", Leaving: true, NotReadyAll: true}, heartbeat{}},
+		{"handing over", heartbeat{ID: "n1", Eligible: true, Handover: true, Holdings: true, HoldingSent: true,
+			Holding: []netip.Addr{netip.MustParseAddr("192.0.2.200")}}, heartbeat{}},
 		{"held addresses and settled sightings", heartbeat{
 			ID: "n2", Holdings: true, HoldingSent: true,
 			Sightings: []sighting{{ID: "n1", Age: time.Millisecond, Eligible: true, Settled: true, AliveFor: 3 * time.Second}, {ID: "n3", AliveFor: time.Millisecond}},
