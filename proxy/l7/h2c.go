@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"net"
+	"sync"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -18,9 +19,24 @@ func (c *clientConn) sniffH2C() (h2c, ok bool) {
 	// A drained connection gets the drain's grace for its first bytes,
 	// like an idle HTTP/1.x connection (drain), whether the drain comes
 	// before this loop sets its deadline or while it waits.
+	// The drain's function is done before this returns: the connection
+	// goes back to the pool (its fields cleared) as soon as it ends, and
+	// a function still running then would touch it (a drain that came as
+	// the client's first bytes or its close did).
 	grace := c.s.cfg.DrainIdleGrace
-	stop := context.AfterFunc(c.ctx, func() { _ = c.nc.SetReadDeadline(time.Now().Add(grace)) })
-	defer stop()
+	nc := c.nc
+	var running sync.WaitGroup
+	running.Add(1)
+	stop := context.AfterFunc(c.ctx, func() {
+		defer running.Done()
+		_ = nc.SetReadDeadline(time.Now().Add(grace))
+	})
+	defer func() {
+		if stop() {
+			running.Done()
+		}
+		running.Wait()
+	}()
 	pre := []byte(http2.ClientPreface)
 	// After its first bytes the client has HeaderTimeout for the whole
 	// preface, however it splits it, as for an HTTP/1.x request head.

@@ -122,3 +122,54 @@ func TestH2CPrefaceTrickleTimesOut(t *testing.T) {
 	}
 	t.Fatalf("the whole preface, a byte every 150ms, was read with a header timeout of %s", headerTimeout)
 }
+
+// TestDrainAsACleartextConnectionEnds: a drain that comes as a cleartext
+// connection sends its first bytes or closes, while the engine looks for
+// the HTTP/2 preface, never touches the connection after the engine has
+// put it back in its pool (the race detector and a nil connection caught
+// it: a host handing its clients over crashed).
+func TestDrainAsACleartextConnectionEnds(t *testing.T) {
+	s := New(Config{DrainIdleGrace: time.Second})
+	t.Cleanup(func() { s.Close() })
+	be := newBackend(t, backendServer(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") })))
+	info := ConnInfo{Listener: "test", LB: "t/lb", Tenant: "t", Router: func() Router { return oneRoute(be) }}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	for i := range 300 {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s.ServeConn(ctx, c, info)
+		}()
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The drain races the client's close (even rounds) or its request
+		// (odd rounds) and the engine's return.
+		if i%2 == 0 {
+			go c.Close()
+		} else {
+			go io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+		}
+		time.Sleep(time.Duration(i%7) * 50 * time.Microsecond)
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("round %d: the connection was not served within 30s", i)
+		}
+		c.Close()
+	}
+	// Let drain functions that outlived their connection run into a
+	// recycled one before the test ends.
+	time.Sleep(50 * time.Millisecond)
+}
