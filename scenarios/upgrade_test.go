@@ -7,71 +7,99 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/teapot-lb/teapot-lb/api"
 )
 
-// previousRelease is the commit the rolling-upgrade scenario upgrades from
-// (and downgrades to): the last one before the state machine stopped
-// validating in Apply. There are no tags. previousReleaseSubject is that
-// commit's subject: a history landed again with rewritten hashes still
-// holds a commit with it.
-const (
-	previousRelease        = "2fc1f46ddc294730a6dd3e6cadb56d5235f667af"
-	previousReleaseSubject = "web: one serve-until-done for the local and the host dashboard"
+// release is a commit the rolling-upgrade scenarios upgrade from (and
+// downgrade to): there are no tags. subject is that commit's subject: a
+// history landed again with rewritten hashes still holds a commit with
+// it. level is its feature level.
+type release struct {
+	hash, subject string
+	level         uint32
+}
+
+// version is the release's version as its binary is built here.
+func (r release) version() string { return r.hash[:7] }
+
+var (
+	// previousRelease is the release operators run now: a drain or a
+	// stop hands its clients over before its VIPs move.
+	// TestRollingUpgradeInARPLab upgrades from it and downgrades to it.
+	previousRelease = release{
+		hash:    "afe62e14ae97f3cf7bcebabcfa30bd786df932b1",
+		subject: "scenarios: the routing example's mirror check accepts copies of earlier subtests' requests to the split route",
+		level:   2,
+	}
+	// levelOneRelease is the last release before feature levels, whose
+	// state machine still validated in Apply.
+	// TestRollingUpgradeFromLevelOneRelease upgrades from it: hosts of
+	// level 1 hold back every field of level 2, and a host goes back to a
+	// release that validates in Apply, which previousRelease (level 2,
+	// with a thin Apply) cannot show.
+	levelOneRelease = release{
+		hash:    "2fc1f46ddc294730a6dd3e6cadb56d5235f667af",
+		subject: "web: one serve-until-done for the local and the host dashboard",
+		level:   1,
+	}
 )
 
-// findRelease returns the commit of the previous release in this clone:
-// by its hash, else by its exact subject, else after fetching the hash
-// from origin. When none of these finds it (a shallow clone without a
-// reachable origin, or a history without that commit) the test skips,
-// even under CI=1: a clone that lacks the old source is no defect of the
-// code under test, and failing there would report one.
-func findRelease(t *testing.T, root string) string {
+// findRelease returns the commit of rel in this clone: by its hash, else
+// by its exact subject, else after fetching the hash from origin. When
+// none of these finds it (a shallow clone without a reachable origin, or
+// a history without that commit) the test skips, even under CI=1: a clone
+// that lacks the old source is no defect of the code under test, and
+// failing there would report one.
+func findRelease(t *testing.T, root string, rel release) string {
 	t.Helper()
 	have := func(ref string) bool {
 		return exec.Command("git", "-C", root, "cat-file", "-e", ref+"^{commit}").Run() == nil
 	}
 	bySubject := func() string {
-		out, err := exec.Command("git", "-C", root, "log", "--all", "-F", "--grep", previousReleaseSubject, "--format=%H %s").Output()
+		out, err := exec.Command("git", "-C", root, "log", "--all", "-F", "--grep", rel.subject, "--format=%H %s").Output()
 		if err != nil {
 			return ""
 		}
 		for _, line := range strings.Split(string(out), "\n") {
-			if hash, subject, ok := strings.Cut(line, " "); ok && subject == previousReleaseSubject {
+			if hash, subject, ok := strings.Cut(line, " "); ok && subject == rel.subject {
 				return hash
 			}
 		}
 		return ""
 	}
-	if have(previousRelease) {
-		return previousRelease
+	if have(rel.hash) {
+		return rel.hash
 	}
 	if h := bySubject(); h != "" {
 		return h
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, "git", "-C", root, "fetch", "--quiet", "origin", previousRelease).CombinedOutput()
-	if err == nil && have(previousRelease) {
-		return previousRelease
+	out, err := exec.CommandContext(ctx, "git", "-C", root, "fetch", "--quiet", "origin", rel.hash).CombinedOutput()
+	if err == nil && have(rel.hash) {
+		return rel.hash
 	}
-	t.Skipf("the previous release is not in this clone (no commit %s, none with the subject %q) and fetching it from origin failed (%v: %s); "+
+	t.Skipf("the release %s is not in this clone (no commit with the subject %q) and fetching it from origin failed (%v: %s); "+
 		"run in a full clone (git fetch --unshallow) to test the rolling upgrade",
-		previousRelease, previousReleaseSubject, err, strings.TrimSpace(string(out)))
+		rel.hash, rel.subject, err, strings.TrimSpace(string(out)))
 	return ""
 }
 
-// buildRelease builds teapot-lb at the previous release into a temporary
-// directory, with Version set to version.
-func buildRelease(t *testing.T, version string) string {
+// buildRelease builds teapot-lb at rel into a temporary directory, with
+// Version set to rel.version().
+func buildRelease(t *testing.T, rel release) string {
 	t.Helper()
+	version := rel.version()
 	root, err := moduleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref := findRelease(t, root)
+	ref := findRelease(t, root, rel)
 	dir := t.TempDir()
 	src := filepath.Join(dir, "src")
 	if err := os.Mkdir(src, 0o755); err != nil {
@@ -123,20 +151,23 @@ func (c *cluster) versions(t *testing.T, via *node) map[string]string {
 	return out
 }
 
-// A cluster of the previous release is upgraded host by host (drain, stop,
-// start the new binary, undrain) under steady writes and traffic through a
-// VIP (new TCP connections, UDP datagrams, requests on a kept-alive HTTPS
-// connection), then one host is downgraded again. Mixed versions keep taking writes
-// and every host ends with every acknowledged write. On one machine a
-// static loopback VIP is served by the host that bound its port first, so
-// traffic can only stop while that host restarts; the others' restarts
-// must not fail a single connection.
-func TestRollingUpgradeFromPreviousRelease(t *testing.T) {
+// A cluster of the last release of feature level 1 is upgraded host by
+// host (drain, stop, start the new binary, undrain) under steady writes
+// and traffic through a VIP (new TCP connections, UDP datagrams, requests
+// on a kept-alive HTTPS connection), then one host is downgraded again.
+// Mixed versions keep taking writes, writes of level-2 fields are refused
+// while a host of level 1 runs, and every host ends with every
+// acknowledged write. On one machine a static loopback VIP is served by
+// the host that bound its port first, so traffic can only stop while
+// that host restarts; the others' restarts must not fail a single
+// connection. (The upgrade from the release operators run now is
+// TestRollingUpgradeInARPLab.)
+func TestRollingUpgradeFromLevelOneRelease(t *testing.T) {
 	if os.Getenv("TEAPOT_SCENARIO_UPGRADE") == "" {
 		t.Skip("runs with make upgrade-test (TEAPOT_SCENARIO_UPGRADE=1): building the previous release takes longer than make test's 3-minute budget per scenario")
 	}
-	oldVersion := previousRelease[:7]
-	old := buildRelease(t, oldVersion)
+	oldVersion := levelOneRelease.version()
+	old := buildRelease(t, levelOneRelease)
 	c := newCluster(t)
 	n1 := c.newNode()
 	n1.bin = old
@@ -206,10 +237,10 @@ func TestRollingUpgradeFromPreviousRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.GetFeatureLevel() != 2 {
-		t.Fatalf("feature level %d after the upgrade, want 2", st.GetFeatureLevel())
+	if st.GetFeatureLevel() != api.FeatureLevel {
+		t.Fatalf("feature level %d after the upgrade, want %d", st.GetFeatureLevel(), api.FeatureLevel)
 	}
-	gated.accepted(t, apply(n3), func(args ...string) (string, error) { return c.cli(n2, args...) })
+	gated.accepted(t, apply(n3), func(args ...string) (string, error) { return c.cli(n2, args...) }, false)
 	// A host that was just upgraded goes back to the previous release.
 	downFailed, _ := phase("downgrade", n3, old)
 	gated.refused(t, apply(n1), n3.id+" (version "+oldVersion+") is at level 1")
@@ -247,11 +278,11 @@ func TestFindReleaseByHashOrSubject(t *testing.T) {
 	}
 	rewritten := t.TempDir()
 	git(rewritten, "init", "--quiet")
-	git(rewritten, "commit", "--quiet", "--allow-empty", "-m", previousReleaseSubject+" (earlier, not it)")
-	git(rewritten, "commit", "--quiet", "--allow-empty", "-m", previousReleaseSubject, "-m", "body")
+	git(rewritten, "commit", "--quiet", "--allow-empty", "-m", previousRelease.subject+" (earlier, not it)")
+	git(rewritten, "commit", "--quiet", "--allow-empty", "-m", previousRelease.subject, "-m", "body")
 	want := git(rewritten, "rev-parse", "HEAD")
 	git(rewritten, "commit", "--quiet", "--allow-empty", "-m", "later")
-	if got := findRelease(t, rewritten); got != want {
+	if got := findRelease(t, rewritten, previousRelease); got != want {
 		t.Fatalf("found %q by subject, want %s", got, want)
 	}
 
@@ -259,22 +290,26 @@ func TestFindReleaseByHashOrSubject(t *testing.T) {
 	git(without, "init", "--quiet")
 	git(without, "commit", "--quiet", "--allow-empty", "-m", "unrelated")
 	found := "not run"
-	t.Run("without the release", func(t *testing.T) { found = findRelease(t, without) })
+	t.Run("without the release", func(t *testing.T) { found = findRelease(t, without, previousRelease) })
 	if found != "not run" {
 		t.Fatalf("a clone without the release returned %q instead of skipping", found)
 	}
 }
 
 // gatedLBFile is a static pool, a tenant and a load balancer of it that
-// uses the fields of feature level 2 (an HTTPS check and closeOnDown), in
-// one file: the cluster writes all or none.
-type gatedLBFile struct{ path string }
+// uses fields of feature level level, in one file: the cluster writes all
+// or none. fields are how a refusal names them.
+type gatedLBFile struct {
+	path   string
+	level  uint32
+	fields []string
+}
 
-// gatedLB writes it with the pool's range and the tenant's one member.
+// gatedLB writes one with the pool's range and the tenant's one member,
+// using the fields of level 2 (an HTTPS check and closeOnDown).
 func gatedLB(t *testing.T, cidr string, member netip.Addr) gatedLBFile {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "gated.yaml")
-	doc := fmt.Sprintf(`kind: VIPPool
+	return writeGated(t, 2, []string{"healthCheck.https (https-health-check)", "healthCheck.closeOnDown (close-on-down)"}, fmt.Sprintf(`kind: VIPPool
 name: gated
 cidrs: [%s]
 mode: static
@@ -293,34 +328,69 @@ pools:
   api:
     members: ["%s"]
     healthCheck: { https: { path: /readyz, insecureSkipVerify: true }, closeOnDown: true }
-`, cidr, member, netip.AddrPortFrom(member, 6443))
+`, cidr, member, netip.AddrPortFrom(member, 6443)))
+}
+
+// sniGatedLB writes one with the pool's range and the tenant's one member,
+// using a field of level 3 (a tls-passthrough listener's sniRoutes).
+func sniGatedLB(t *testing.T, cidr string, member netip.Addr) gatedLBFile {
+	t.Helper()
+	return writeGated(t, 3, []string{"listeners[0].sniRoutes (sni-routes)"}, fmt.Sprintf(`kind: VIPPool
+name: gated
+cidrs: [%s]
+mode: static
+---
+kind: Tenant
+name: gated
+domains: [gated.example]
+networks: [%s/32]
+pools: [gated]
+---
+kind: LoadBalancer
+name: api
+tenant: gated
+vip: { pool: gated }
+listeners:
+  - { port: 6443, protocol: tls-passthrough, pool: api, sniRoutes: [{ host: db.gated.example, pool: db }] }
+pools:
+  api: { members: ["%s"] }
+  db: { members: ["%s"] }
+`, cidr, member, netip.AddrPortFrom(member, 6443), netip.AddrPortFrom(member, 6444)))
+}
+
+func writeGated(t *testing.T, level uint32, fields []string, doc string) gatedLBFile {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "gated.yaml")
 	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return gatedLBFile{path: path}
+	return gatedLBFile{path: path, level: level, fields: fields}
 }
 
 // refused applies the file and requires the cluster's refusal naming the
-// fields and want (a host below level 2).
+// fields, the level and want (a host below it).
 func (g gatedLBFile) refused(t *testing.T, apply func(string) (string, error), want string) {
 	t.Helper()
 	out, err := apply(g.path)
-	for _, s := range []string{"healthCheck.https (https-health-check)", "healthCheck.closeOnDown (close-on-down)", "needs feature level 2", want} {
+	for _, s := range append(slices.Clone(g.fields), fmt.Sprintf("needs feature level %d", g.level), want) {
 		if err == nil || !strings.Contains(err.Error(), s) {
-			t.Fatalf("a write of level-2 fields in a mixed cluster: %v (%s); want a refusal with %q", err, out, s)
+			t.Fatalf("a write of level-%d fields in a mixed cluster: %v (%s); want a refusal with %q", g.level, err, out, s)
 		}
 	}
 	t.Logf("refused as it should: %v", err)
 }
 
-// accepted applies the file once every host is at level 2, then deletes
-// the load balancer again (a downgrade follows).
-func (g gatedLBFile) accepted(t *testing.T, apply func(string) (string, error), cli func(...string) (string, error)) {
+// accepted applies the file once every host is at its level, then
+// deletes the load balancer again unless keep (a downgrade follows).
+func (g gatedLBFile) accepted(t *testing.T, apply func(string) (string, error), cli func(...string) (string, error), keep bool) {
 	t.Helper()
 	if out, err := apply(g.path); err != nil {
-		t.Fatalf("a write of level-2 fields with every host upgraded: %v (%s)", err, out)
+		t.Fatalf("a write of level-%d fields with every host upgraded: %v (%s)", g.level, err, out)
+	}
+	if keep {
+		return
 	}
 	if out, err := cli("delete", "lb", "gated/api"); err != nil {
-		t.Fatalf("delete the level-2 load balancer: %v (%s)", err, out)
+		t.Fatalf("delete the level-%d load balancer: %v (%s)", g.level, err, out)
 	}
 }
