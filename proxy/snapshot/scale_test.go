@@ -85,9 +85,10 @@ func TestCompileScales(t *testing.T) {
 	if large > limit {
 		t.Errorf("compiling 10,000 load balancers took %v, want under %v", large, limit)
 	}
-	// Linear growth is 10x and quadratic 100x; 40x leaves room for a
-	// machine busy with other work during one of the two measurements.
-	if large > 40*small {
+	// Linear growth is 10x and quadratic 100x; 60x leaves room for a
+	// machine busy with other work during one of the two measurements
+	// (42x was seen once under -race with both cores saturated).
+	if large > 60*small {
 		t.Errorf("10x the load balancers took %.1fx the time; compile should grow about linearly", float64(large)/float64(small))
 	}
 }
