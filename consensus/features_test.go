@@ -222,13 +222,13 @@ func TestFeatureLevelsAskedOncePerMembership(t *testing.T) {
 	}
 	// Later writes through the same host ask nobody (Raft observations of
 	// a host failing would; none should happen in this quiet cluster, but
-	// a loaded machine may miss a heartbeat: allow one round).
+	// a loaded machine may miss heartbeats: allow two rounds of 6).
 	before = asked()
 	for range 10 {
 		write()
 	}
-	if got := asked() - before; got > 6 {
-		t.Errorf("10 more level-2 writes asked %d hosts for their level; want none (at most one round of 6)", got)
+	if got := asked() - before; got > 12 {
+		t.Errorf("10 more level-2 writes asked %d hosts for their level; want none (at most two rounds of 6)", got)
 	}
 	// A Node object changes: the membership is asked again.
 	rec := clone(mustGet(t, h1.node, &pb.ObjectRef{Kind: api.KindNode, Name: "n3"})).GetNode()
