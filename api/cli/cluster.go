@@ -190,9 +190,12 @@ func (a *app) drainNodeCmd() *cobra.Command {
 	var undo bool
 	cmd := &cobra.Command{
 		Use:   "drain NODE",
-		Short: "Make an LB host give up its VIPs (release arp, withdraw bgp) and keep serving what it has",
+		Short: "Make an LB host hand its clients over and give up its VIPs (release arp, withdraw bgp)",
 		Long: "drain moves a host's VIPs to the other hosts without stopping it, e.g. before\n" +
-			"maintenance; connections it serves go on. --undo lets it take VIPs again.",
+			"maintenance. A holder of arp VIPs first hands its clients over: HTTP connections\n" +
+			"close after their next response, HTTP/2 clients get a GOAWAY, and TCP, TLS\n" +
+			"passthrough and WebSocket connections run until they end or the host's\n" +
+			"--drain-timeout passes. --undo lets it take VIPs again.",
 		Args: args(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, argv []string) error {
 			return a.call(cmd, func(ctx context.Context, c *client.Conn) error {
