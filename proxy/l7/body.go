@@ -76,7 +76,7 @@ func (c *clientConn) bodyError(err error) {
 // readBody reads more request body into the empty client buffer.
 func (c *clientConn) readBody(bt time.Duration) error {
 	c.r, c.w = 0, 0
-	if err := c.setReadDeadline(time.Now().UnixNano(), bt); err != nil {
+	if err := c.setReadDeadline(nowNano(), bt); err != nil {
 		return errClientGone
 	}
 	if err := c.fill(); err != nil {
@@ -162,7 +162,7 @@ func (c *clientConn) copyBody(up *upConn, limit int64) error {
 }
 
 func (c *clientConn) writeUp(up *upConn, b []byte, bt time.Duration) error {
-	if err := up.setWriteDeadline(time.Now().UnixNano(), bt); err != nil {
+	if err := up.setWriteDeadline(nowNano(), bt); err != nil {
 		return err
 	}
 	_, err := up.nc.Write(b)

@@ -277,7 +277,7 @@ func (w *h1Writer) Write(p []byte) (int, error) {
 		c.wb = append(c.wb, p...)
 		c.wb = append(c.wb, "\r\n"...)
 		w.err = c.write(c.wb)
-	} else if w.err = c.writev(c.wb, p); w.err == nil {
+	} else if w.err = c.writev(c.wb, p, nowNano()); w.err == nil {
 		w.err = c.write([]byte("\r\n"))
 	}
 	if w.err != nil {

@@ -69,8 +69,10 @@ type clientConn struct {
 	hostBuf, pathBuf []byte
 	rdl, wdl         int64
 	closing          bool
-	linger           bool // unread request bytes may follow: drain before closing
-	start            time.Time
+	linger           bool  // unread request bytes may follow: drain before closing
+	start            int64 // nowNano when the request's first bytes came
+	headAt           int64 // nowNano when its head was complete
+	end              int64 // nowNano when its response was out (finish); 0 before
 	bodyCh           chan error
 	bodyAbort        atomic.Bool // stopBody is interrupting the copier
 	bodyN            int64       // body bytes the copier sent
@@ -181,17 +183,21 @@ func (c *clientConn) setReadDeadline(now int64, d time.Duration) error {
 }
 
 // write writes b to the client under the write timeout.
-func (c *clientConn) write(b []byte) error {
-	if err := setDeadline(c.nc.SetWriteDeadline, &c.wdl, time.Now().UnixNano(), c.s.cfg.WriteTimeout); err != nil {
+func (c *clientConn) write(b []byte) error { return c.writeAt(b, nowNano()) }
+
+// writeAt is write with the clock read at now (nowNano), shortly before.
+func (c *clientConn) writeAt(b []byte, now int64) error {
+	if err := setDeadline(c.nc.SetWriteDeadline, &c.wdl, now, c.s.cfg.WriteTimeout); err != nil {
 		return err
 	}
 	_, err := c.nc.Write(b)
 	return err
 }
 
-// writev writes a and b with one system call where the connection allows.
-func (c *clientConn) writev(a, b []byte) error {
-	if err := setDeadline(c.nc.SetWriteDeadline, &c.wdl, time.Now().UnixNano(), c.s.cfg.WriteTimeout); err != nil {
+// writev writes a and b with one system call where the connection allows;
+// now is as for writeAt.
+func (c *clientConn) writev(a, b []byte, now int64) error {
+	if err := setDeadline(c.nc.SetWriteDeadline, &c.wdl, now, c.s.cfg.WriteTimeout); err != nil {
 		return err
 	}
 	c.bufArr[0], c.bufArr[1] = a, b
@@ -205,7 +211,7 @@ func (c *clientConn) writev(a, b []byte) error {
 // false when the connection is done.
 func (c *clientConn) readRequest() bool {
 	c.h.reset()
-	now := time.Now()
+	now := nowNano()
 	if c.r == c.w {
 		c.emptyBuf()
 		if !c.armIdle(now) {
@@ -214,7 +220,7 @@ func (c *clientConn) readRequest() bool {
 		if err := c.fill(); err != nil {
 			return false // idle timeout, close or drain: nothing to answer
 		}
-		now = time.Now()
+		now = nowNano()
 	}
 	if !c.claim(now) {
 		return false // closed by its owner while idle
@@ -227,12 +233,13 @@ func (c *clientConn) readRequest() bool {
 			return false
 		}
 		if done {
+			c.headAt = now
 			return true
 		}
 		if !headerDeadline {
 			headerDeadline = true
 			c.rdl = 0
-			if c.setReadDeadline(now.UnixNano(), c.s.cfg.HeaderTimeout) != nil {
+			if c.setReadDeadline(c.start, c.s.cfg.HeaderTimeout) != nil {
 				return false
 			}
 		}
@@ -243,6 +250,7 @@ func (c *clientConn) readRequest() bool {
 			}
 			return false
 		}
+		now = nowNano()
 	}
 }
 
@@ -262,14 +270,14 @@ func (c *clientConn) growHead() {
 }
 
 // armIdle sets the read deadline for the wait for a next request.
-func (c *clientConn) armIdle(now time.Time) bool {
-	if c.setReadDeadline(now.UnixNano(), c.idle) != nil {
+func (c *clientConn) armIdle(now int64) bool {
+	if c.setReadDeadline(now, c.idle) != nil {
 		return false
 	}
 	if c.draining() {
 		// Drained before the idle deadline was set: the grace holds.
 		c.rdl = 0
-		if c.nc.SetReadDeadline(now.Add(c.s.cfg.DrainIdleGrace)) != nil {
+		if c.nc.SetReadDeadline(timeAt(now+int64(c.s.cfg.DrainIdleGrace))) != nil {
 			return false
 		}
 	}
@@ -279,7 +287,7 @@ func (c *clientConn) armIdle(now time.Time) bool {
 // claim marks the connection busy with a request whose first bytes came
 // at now. It reports false when the connection's owner closed it while
 // it was idle (ConnState.CloseIfIdle): no request may start.
-func (c *clientConn) claim(now time.Time) bool {
+func (c *clientConn) claim(now int64) bool {
 	if !c.info.State.busy() {
 		return false
 	}
@@ -289,7 +297,7 @@ func (c *clientConn) claim(now time.Time) bool {
 		c.closing = true
 		c.rdl = 0
 	}
-	c.start = now
+	c.start, c.headAt, c.end = now, now, 0
 	return true
 }
 
@@ -478,7 +486,8 @@ func (c *clientConn) redirect(route *Route, b, host, path []byte, cleaned, isHea
 func (c *clientConn) finish(status int, out Outcome) {
 	c.stats.Status = status
 	c.stats.Outcome = out
-	c.stats.Duration = time.Since(c.start)
+	c.end = nowNano()
+	c.stats.Duration = time.Duration(c.end - c.start)
 	c.s.cfg.Metrics.Request(c.stats)
 }
 

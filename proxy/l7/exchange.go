@@ -53,6 +53,7 @@ func (c *clientConn) proxy(b []byte, be Backend, opts *BackendOptions, limit int
 		x.stream = false
 	}
 	retries := c.s.cfg.Retries
+	t0 := c.headAt
 	for {
 		// key aliases b, which stays valid: nothing was read since.
 		m, ok := be.Pick(c.client.Addr(), key)
@@ -61,10 +62,11 @@ func (c *clientConn) proxy(b []byte, be Backend, opts *BackendOptions, limit int
 			return
 		}
 		c.stats.Member = m.Addr()
-		err := c.exchange(m, &x)
+		err := c.exchange(m, &x, t0)
 		if err == nil {
 			return
 		}
+		t0 = nowNano()
 		if retries == 0 {
 			c.localError(statusFor(err), outcomeFor(err), isHead)
 			return
@@ -83,12 +85,13 @@ func outcomeFor(err error) Outcome {
 // exchange sends the request in c.wb (and its body) to m and relays the
 // response. It returns an error only when m could not be dialled, so that
 // the caller may try another member; everything else it answers itself.
-func (c *clientConn) exchange(m Member, x *exchangeOpts) error {
-	t0 := time.Now()
-	now := t0.UnixNano()
+// t0 is the clock (nowNano) as the exchange starts.
+func (c *clientConn) exchange(m Member, x *exchangeOpts, t0 int64) error {
+	now := t0
+	since := func() time.Duration { return time.Duration(nowNano() - t0) }
 	up, reused, err := c.acquire(m.Addr(), x.opts, now)
 	if err != nil {
-		m.Done(err, 0, time.Since(t0))
+		m.Done(err, 0, since())
 		return err
 	}
 	rht := x.opts.ResponseHeaderTimeout
@@ -129,7 +132,7 @@ func (c *clientConn) exchange(m Member, x *exchangeOpts) error {
 		if bodyStarted {
 			if berr := c.stopBody(up); isClientBodyError(berr) {
 				up.close()
-				m.Done(nil, 0, time.Since(t0))
+				m.Done(nil, 0, since())
 				c.bodyError(berr)
 				return nil
 			}
@@ -137,7 +140,7 @@ func (c *clientConn) exchange(m Member, x *exchangeOpts) error {
 		if errors.Is(err, errClientGone) {
 			// The client left while an interim response was relayed.
 			up.close()
-			m.Done(nil, 0, time.Since(t0))
+			m.Done(nil, 0, since())
 			c.closing = true
 			c.finish(0, OutcomeAborted)
 			return nil
@@ -149,12 +152,12 @@ func (c *clientConn) exchange(m Member, x *exchangeOpts) error {
 			reused = false
 			up, err = c.s.dial(c.reqCtx(), keyOf(m.Addr(), x.opts.Protocol, x.opts), x.opts, c.proxyAddrs(x.opts))
 			if err != nil {
-				m.Done(err, 0, time.Since(t0))
+				m.Done(err, 0, since())
 				return err
 			}
 			continue
 		}
-		m.Done(err, 0, time.Since(t0))
+		m.Done(err, 0, since())
 		c.closing = c.closing || x.stream
 		c.localError(statusFor(err), outcomeFor(err), x.head)
 		return nil
@@ -213,8 +216,9 @@ func upstreamReadError(err error) error {
 
 // relay sends the member's response to the client and settles both
 // connections.
-func (c *clientConn) relay(m Member, up *upConn, x *exchangeOpts, t0 time.Time) {
-	d := time.Since(t0)
+func (c *clientConn) relay(m Member, up *upConn, x *exchangeOpts, t0 int64) {
+	now := nowNano()
+	d := time.Duration(now - t0)
 	c.stats.Upstream = d
 	rh := &up.resp
 	status := rh.status
@@ -261,14 +265,14 @@ func (c *clientConn) relay(m Member, up *upConn, x *exchangeOpts, t0 time.Time) 
 	}
 	var err error
 	if !rh.edit && conn == "" && rh.minor == 1 {
-		err = c.write(up.rb[headStart : up.r+first])
+		err = c.writeAt(up.rb[headStart:up.r+first], now)
 	} else {
 		c.wb = appendResponseHead(c.wb[:0], up.rb[headStart:up.r], rh, conn, dechunk)
 		if first <= smallBody {
 			c.wb = append(c.wb, up.rb[up.r:up.r+first]...)
-			err = c.write(c.wb)
+			err = c.writeAt(c.wb, now)
 		} else {
-			err = c.writev(c.wb, up.rb[up.r:up.r+first])
+			err = c.writev(c.wb, up.rb[up.r:up.r+first], now)
 		}
 	}
 	up.r += first
@@ -303,7 +307,7 @@ func (c *clientConn) relay(m Member, up *upConn, x *exchangeOpts, t0 time.Time) 
 	}
 	c.finish(status, out)
 	if reusable {
-		up.idleAt = time.Now().UnixNano()
+		up.idleAt = c.end
 		c.up = up
 	} else {
 		up.close()
@@ -416,7 +420,7 @@ func spliceError(up *upConn, err error) (upErr, clientErr error) {
 
 // fillBody reads more of a response body from the member.
 func (c *clientConn) fillBody(up *upConn, bt time.Duration) error {
-	if err := up.setReadDeadline(time.Now().UnixNano(), bt); err != nil {
+	if err := up.setReadDeadline(nowNano(), bt); err != nil {
 		return upstreamReadError(err)
 	}
 	if err := up.fill(); err != nil {

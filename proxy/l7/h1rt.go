@@ -40,7 +40,7 @@ func (rt h1RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	*bp = head
 	defer wbufs.Put(bp)
 
-	now := time.Now().UnixNano()
+	now := nowNano()
 	p := s.pools.get(key)
 	u, reused := p.take(now, s.cfg.UpstreamIdleTimeout), true
 	for u != nil && now-u.idleAt >= staleAfter && u.closedByPeer() {
@@ -147,7 +147,7 @@ func writeH1Body(u *upConn, req *http.Request, bt time.Duration) error {
 	buf := *bp
 	chunkedBody := req.ContentLength < 0
 	write := func(b []byte) error {
-		if err := u.setWriteDeadline(time.Now().UnixNano(), bt); err != nil {
+		if err := u.setWriteDeadline(nowNano(), bt); err != nil {
 			return err
 		}
 		_, err := u.nc.Write(b)
@@ -302,7 +302,7 @@ func (b *h1RespBody) Read(out []byte) (int, error) {
 		}
 		if u.r == u.w {
 			u.r, u.w = 0, 0
-			err := u.setReadDeadline(time.Now().UnixNano(), b.s.cfg.BodyTimeout)
+			err := u.setReadDeadline(nowNano(), b.s.cfg.BodyTimeout)
 			if err == nil {
 				err = u.fill()
 			}
@@ -393,7 +393,7 @@ func (b *h1RespBody) end(err error) error {
 		}
 	}
 	if reusable && b.s.pools.get(u.key) == b.p {
-		u.idleAt = time.Now().UnixNano()
+		u.idleAt = nowNano()
 		// Disarm the deadlines of an idle connection: armed timers of
 		// hundreds of pooled connections cost more than re-arming.
 		_ = u.nc.SetDeadline(time.Time{})

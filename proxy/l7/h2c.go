@@ -51,7 +51,7 @@ func (c *clientConn) sniffH2C() (h2c, ok bool) {
 		if c.ctx.Err() != nil {
 			d, c.rdl = min(d, grace), 0
 		}
-		if c.setReadDeadline(time.Now().UnixNano(), d) != nil {
+		if c.setReadDeadline(nowNano(), d) != nil {
 			return false, false
 		}
 		if err := c.fill(); err != nil {

@@ -316,7 +316,7 @@ func (c *h2UpConn) release() {
 	last := c.active == 0
 	done := last && (c.goAway || c.dead != nil)
 	if last {
-		c.idleAt = time.Now().UnixNano()
+		c.idleAt = nowNano()
 		c.idle.Reset(c.cl.s.cfg.UpstreamIdleTimeout)
 	}
 	c.mu.Unlock()
@@ -332,7 +332,7 @@ func (c *h2UpConn) release() {
 // idleCheck closes a connection left without streams.
 func (c *h2UpConn) idleCheck() {
 	c.mu.Lock()
-	idle := c.active == 0 && time.Now().UnixNano()-c.idleAt >= int64(c.cl.s.cfg.UpstreamIdleTimeout)-int64(time.Millisecond)
+	idle := c.active == 0 && nowNano()-c.idleAt >= int64(c.cl.s.cfg.UpstreamIdleTimeout)-int64(time.Millisecond)
 	if idle {
 		c.goAway = true
 	}
@@ -395,7 +395,7 @@ func (c *h2UpConn) unlockW() {
 		c.wmu.Lock()
 	}
 	if c.pending.Add(-1) == 0 && c.werr == nil && c.bw.Buffered() > 0 {
-		now := time.Now().UnixNano()
+		now := nowNano()
 		wt := int64(c.cl.s.cfg.BodyTimeout)
 		if c.wdl-now < wt-wt/16 {
 			c.wdl = now + wt

@@ -328,7 +328,7 @@ func (st *h2Stream) exchange(m Member, opts *BackendOptions, rht time.Duration, 
 	c := st.c
 	s := c.s
 	key := keyOf(m.Addr(), opts.Protocol, opts)
-	now := time.Now().UnixNano()
+	now := nowNano()
 	p := s.pools.get(key)
 	u, reused := p.take(now, s.cfg.UpstreamIdleTimeout), true
 	for u != nil && now-u.idleAt >= staleAfter && u.closedByPeer() {
@@ -426,7 +426,7 @@ func (st *h2Stream) sendBody(u *upConn, limit int64) error {
 	buf := *bp
 	chunked := st.declLen < 0
 	write := func(b []byte) error {
-		if err := u.setWriteDeadline(time.Now().UnixNano(), bt); err != nil {
+		if err := u.setWriteDeadline(nowNano(), bt); err != nil {
 			return err
 		}
 		_, err := u.nc.Write(b)
@@ -515,7 +515,7 @@ func (st *h2Stream) relay(u *upConn) (n int64, err error) {
 		}
 		if u.r == u.w {
 			u.r, u.w = 0, 0
-			err = u.setReadDeadline(time.Now().UnixNano(), s.cfg.BodyTimeout)
+			err = u.setReadDeadline(nowNano(), s.cfg.BodyTimeout)
 			if err == nil {
 				err = u.fill()
 			}
@@ -586,7 +586,7 @@ func (st *h2Stream) relay(u *upConn) (n int64, err error) {
 		// The deadlines stay as rdl and wdl record them: whoever takes
 		// the connection next moves them only when they are too short
 		// (setDeadline), not twice per request.
-		u.idleAt = time.Now().UnixNano()
+		u.idleAt = nowNano()
 		if s.pools.get(u.key).put(u, s.cfg.MaxIdlePerMember) {
 			return n, nil
 		}

@@ -103,7 +103,7 @@ func (c *h2Conn) onHeaders(f *h2Head) http2.ErrCode {
 	if full {
 		// A refusal costs the client a reset token: opening streams
 		// past the limit in a loop ends in a GOAWAY.
-		if !c.resets.take(time.Now().UnixNano()) {
+		if !c.resets.take(nowNano()) {
 			return http2.ErrCodeEnhanceYourCalm
 		}
 		c.resetStream(id, http2.ErrCodeRefusedStream)
@@ -319,7 +319,7 @@ func (c *h2Conn) onData(f *http2.DataFrame) http2.ErrCode {
 	c.recvWindow -= n
 	c.recvUnack += n
 	data := f.Data()
-	if len(data) == 0 && !f.StreamEnded() && !c.control.take(time.Now().UnixNano()) {
+	if len(data) == 0 && !f.StreamEnded() && !c.control.take(nowNano()) {
 		return http2.ErrCodeEnhanceYourCalm
 	}
 	c.mu.Lock()
@@ -379,7 +379,7 @@ func (c *h2Conn) onSettings(f *http2.SettingsFrame) http2.ErrCode {
 	if f.IsAck() {
 		return 0
 	}
-	if !c.control.take(time.Now().UnixNano()) {
+	if !c.control.take(nowNano()) {
 		return http2.ErrCodeEnhanceYourCalm
 	}
 	// The acknowledgement goes out before any frame sent under the new
@@ -433,7 +433,7 @@ func (c *h2Conn) onSettings(f *http2.SettingsFrame) http2.ErrCode {
 }
 
 func (c *h2Conn) onWindowUpdate(f *http2.WindowUpdateFrame) http2.ErrCode {
-	if !c.control.take(time.Now().UnixNano()) {
+	if !c.control.take(nowNano()) {
 		return http2.ErrCodeEnhanceYourCalm
 	}
 	inc := int64(f.Increment)
@@ -471,7 +471,7 @@ func (c *h2Conn) onReset(f *http2.RSTStreamFrame) http2.ErrCode {
 	if f.StreamID > c.maxSeen.Load() {
 		return http2.ErrCodeProtocol
 	}
-	if !c.resets.take(time.Now().UnixNano()) {
+	if !c.resets.take(nowNano()) {
 		return http2.ErrCodeEnhanceYourCalm
 	}
 	c.mu.Lock()
@@ -621,7 +621,7 @@ func (st *h2Stream) abort(err error) {
 // wait waits on the stream's condition until it is signalled or the
 // deadline (UnixNano) passes; false once it passed. c.mu held.
 func (st *h2Stream) wait(deadline int64) bool {
-	d := time.Duration(deadline - time.Now().UnixNano())
+	d := time.Duration(deadline - nowNano())
 	if d <= 0 {
 		return false
 	}
@@ -630,7 +630,7 @@ func (st *h2Stream) wait(deadline int64) bool {
 		c, cond := st.c, st.cond
 		st.timer = time.AfterFunc(d, func() {
 			c.mu.Lock()
-			if time.Now().UnixNano() >= st.deadline {
+			if nowNano() >= st.deadline {
 				cond.Broadcast()
 			}
 			c.mu.Unlock()
@@ -639,7 +639,7 @@ func (st *h2Stream) wait(deadline int64) bool {
 		st.timer.Reset(d)
 	}
 	st.cond.Wait()
-	return time.Now().UnixNano() < deadline
+	return nowNano() < deadline
 }
 
 // h2Head is a header block being decoded and the HEADERS frame that

@@ -97,12 +97,12 @@ func (st *h2Stream) serveUpH2(route *Route, host []byte, path, query string) boo
 			return fail(503, OutcomeNoMember)
 		}
 		stats.Member = m.Addr()
-		t0 := time.Now()
+		t0 := nowNano()
 		up, err := st.openUp(m, opts, rt, body, inline, limit)
 		if err == nil {
-			err = up.awaitHead(t0.Add(rt).UnixNano())
+			err = up.awaitHead(t0 + int64(rt))
 		}
-		d := time.Since(t0)
+		d := time.Duration(nowNano() - t0)
 		if err != nil {
 			if up != nil {
 				st.endUp(up)

@@ -9,7 +9,6 @@ import (
 	"net/netip"
 	"strconv"
 	"sync/atomic"
-	"time"
 
 	"golang.org/x/net/http2/hpack"
 )
@@ -58,9 +57,9 @@ func (t h2Transport) RoundTrip(r *http.Request) (*http.Response, error) {
 		blk = appendLiteral(blk, "content-length", strconv.FormatInt(r.ContentLength, 10), false)
 	}
 	ctx := r.Context()
-	deadline := time.Now().Add(rht(opts, s))
+	deadline := nowNano() + int64(rht(opts, s))
 	for refusals := 0; ; refusals++ {
-		uc, err := t.cl.acquire(ctx, key, opts, deadline)
+		uc, err := t.cl.acquire(ctx, key, opts, timeAt(deadline))
 		if err != nil {
 			closeBody(r)
 			return nil, err
@@ -78,7 +77,7 @@ func (t h2Transport) RoundTrip(r *http.Request) (*http.Response, error) {
 			go b.pump(r)
 		}
 		if err == nil {
-			err = up.awaitHead(deadline.UnixNano())
+			err = up.awaitHead(deadline)
 		}
 		if err != nil {
 			b.Close()

@@ -256,7 +256,7 @@ func (c *h2Conn) unlockW() {
 // flushLocked writes out the buffered frames within WriteTimeout. wmu
 // held.
 func (c *h2Conn) flushLocked() error {
-	now := time.Now().UnixNano()
+	now := nowNano()
 	wt := int64(c.s.cfg.WriteTimeout)
 	if c.wdl-now < wt-wt/16 {
 		c.wdl = now + wt
@@ -349,7 +349,7 @@ func (c *h2Conn) dispatch(f http2.Frame) (code http2.ErrCode) {
 	case *http2.RSTStreamFrame:
 		code = c.onReset(f)
 	case *http2.PingFrame:
-		if !c.control.take(time.Now().UnixNano()) {
+		if !c.control.take(nowNano()) {
 			code = http2.ErrCodeEnhanceYourCalm
 		} else if !f.IsAck() {
 			c.lockW()
@@ -360,7 +360,7 @@ func (c *h2Conn) dispatch(f http2.Frame) (code http2.ErrCode) {
 		}
 	case *http2.PriorityFrame:
 		switch {
-		case !c.control.take(time.Now().UnixNano()):
+		case !c.control.take(nowNano()):
 			code = http2.ErrCodeEnhanceYourCalm
 		case f.StreamDep == f.StreamID:
 			c.resetStream(f.StreamID, http2.ErrCodeProtocol)
@@ -372,7 +372,7 @@ func (c *h2Conn) dispatch(f http2.Frame) (code http2.ErrCode) {
 		code = http2.ErrCodeProtocol
 	default:
 		// Unknown frame types are ignored but counted.
-		if !c.control.take(time.Now().UnixNano()) {
+		if !c.control.take(nowNano()) {
 			code = http2.ErrCodeEnhanceYourCalm
 		}
 	}
@@ -384,7 +384,7 @@ func (c *h2Conn) dispatch(f http2.Frame) (code http2.ErrCode) {
 func (c *h2Conn) armRead() {
 	var want int64
 	if c.openStreams() == 0 {
-		now := time.Now().UnixNano()
+		now := nowNano()
 		if c.rdl != 0 && c.rdl-now > int64(c.idle)-int64(c.idle)/16 {
 			return
 		}

@@ -106,7 +106,7 @@ func (st *h2Stream) Read(p []byte) (int, error) {
 	c := st.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	deadline := time.Now().UnixNano() + int64(c.s.cfg.BodyTimeout)
+	deadline := nowNano() + int64(c.s.cfg.BodyTimeout)
 	for st.rr == len(st.rbuf) {
 		switch {
 		case st.err != nil:
@@ -395,7 +395,7 @@ func (st *h2Stream) sendData(p []byte, end bool) error {
 				continue
 			}
 			if deadline == 0 {
-				deadline = time.Now().UnixNano() + int64(c.s.cfg.WriteTimeout)
+				deadline = nowNano() + int64(c.s.cfg.WriteTimeout)
 			}
 			if !st.wait(deadline) {
 				c.stalled = true

@@ -92,7 +92,7 @@ func (st *h2UpStream) cancel() {
 // waitOn waits for a signal on ch until deadline (UnixNano); false when
 // it passed.
 func waitOn(ch chan struct{}, t **time.Timer, deadline int64) bool {
-	d := time.Duration(deadline - time.Now().UnixNano())
+	d := time.Duration(deadline - nowNano())
 	if d <= 0 {
 		return false
 	}
@@ -166,7 +166,7 @@ func (st *h2UpStream) write(p []byte, end bool) error {
 	for {
 		c.mu.Lock()
 		var n int
-		deadline := time.Now().UnixNano() + bt
+		deadline := nowNano() + bt
 		for {
 			switch {
 			case st.stopSend:
@@ -279,7 +279,7 @@ func (st *h2UpStream) ready() bool {
 // BodyTimeout.
 func (st *h2UpStream) read(p []byte) (int, error) {
 	c := st.c
-	deadline := time.Now().UnixNano() + int64(c.cl.s.cfg.BodyTimeout)
+	deadline := nowNano() + int64(c.cl.s.cfg.BodyTimeout)
 	c.mu.Lock()
 	for st.rr == len(st.rbuf) {
 		var err error

@@ -1,9 +1,6 @@
 package l7
 
-import (
-	"syscall"
-	"time"
-)
+import "syscall"
 
 // rawServe serves the requests of a bare TCP client connection from
 // inside its syscall.RawConn.Read callback (stepRaw), so that the
@@ -55,7 +52,7 @@ func (c *clientConn) nextRaw() bool {
 	// (one a stopped request body left), before buffered bytes are
 	// parsed: arm one whatever is buffered. A partial head gets its
 	// header deadline before any wait.
-	if !c.armIdle(time.Now()) {
+	if !c.armIdle(nowNano()) {
 		return false
 	}
 	x.on = true
@@ -98,7 +95,11 @@ func (c *clientConn) served() bool {
 		return true
 	}
 	c.emptyBuf()
-	return c.armIdle(time.Now())
+	now := c.end // the response went out just now
+	if now == 0 {
+		now = nowNano()
+	}
+	return c.armIdle(now)
 }
 
 // parsed gives the buffered bytes to the parser. It reports whether the
@@ -108,9 +109,11 @@ func (c *clientConn) parsed() (leave bool) {
 	x.fresh = false
 	if !x.started {
 		x.started = true
-		if !c.claim(time.Now()) {
+		if !c.claim(nowNano()) {
 			return true // closed by its owner while idle
 		}
+	} else {
+		c.headAt = 0 // the head came in several reads
 	}
 	done, st := c.h.parse(c.rb[c.r:c.w], c.s.cfg.MaxHeaderBytes, c.s.cfg.MaxHeaderCount)
 	switch {
@@ -118,6 +121,9 @@ func (c *clientConn) parsed() (leave bool) {
 		c.reject(st)
 		return true
 	case done:
+		if c.headAt == 0 {
+			c.headAt = nowNano()
+		}
 		if !c.rawSafe() {
 			x.out = true
 			return true
@@ -128,7 +134,7 @@ func (c *clientConn) parsed() (leave bool) {
 	if !x.hdrDL {
 		x.hdrDL = true
 		c.rdl = 0
-		if c.setReadDeadline(c.start.UnixNano(), c.s.cfg.HeaderTimeout) != nil {
+		if c.setReadDeadline(c.start, c.s.cfg.HeaderTimeout) != nil {
 			return true
 		}
 	}

@@ -59,8 +59,8 @@ func (s *Server) janitor() {
 		select {
 		case <-s.stop:
 			return
-		case now := <-t.C:
-			n := now.UnixNano()
+		case <-t.C:
+			n := nowNano()
 			s.pools.prune(n-int64(s.cfg.UpstreamIdleTimeout), n-int64(4*s.cfg.UpstreamIdleTimeout))
 		}
 	}

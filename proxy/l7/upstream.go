@@ -120,7 +120,7 @@ func setDeadline(set func(time.Time) error, cur *int64, now int64, d time.Durati
 		return nil
 	}
 	*cur = want
-	return set(time.Unix(0, want))
+	return set(timeAt(want))
 }
 
 // memberPool holds the idle connections to one member, newest last.
