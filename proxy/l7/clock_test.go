@@ -24,3 +24,18 @@ func TestClock(t *testing.T) {
 		t.Fatalf("10ms of sleep measured %v", d)
 	}
 }
+
+// TestAppendRequestID checks the generated request IDs: 32 lower-case
+// hex digits appended to what is there, different each time.
+func TestAppendRequestID(t *testing.T) {
+	a := string(appendRequestID([]byte("id=")))
+	b := string(appendRequestID(nil))
+	if len(a) != 35 || a[:3] != "id=" || len(b) != 32 || a[3:] == b {
+		t.Fatalf("ids %q and %q", a, b)
+	}
+	for _, c := range a[3:] + b {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			t.Fatalf("ids %q and %q: %q is no lower-case hex digit", a, b, c)
+		}
+	}
+}
