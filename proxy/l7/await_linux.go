@@ -1,7 +1,6 @@
 package l7
 
 import (
-	"errors"
 	"io"
 	"net"
 	"os"
@@ -90,8 +89,8 @@ func (a *rawAwait) step(fd uintptr) bool {
 			}
 			switch {
 			case err == nil:
-			case errors.Is(err, syscall.EINTR):
-			case errors.Is(err, syscall.EAGAIN):
+			case err == syscall.EINTR:
+			case err == syscall.EAGAIN:
 				return true // the socket buffer is full: the caller writes the rest
 			default:
 				a.err = os.NewSyscallError("write", err)
@@ -104,9 +103,9 @@ func (a *rawAwait) step(fd uintptr) bool {
 	for {
 		n, err := syscall.Read(int(fd), a.in)
 		switch {
-		case errors.Is(err, syscall.EINTR):
+		case err == syscall.EINTR:
 			continue
-		case errors.Is(err, syscall.EAGAIN):
+		case err == syscall.EAGAIN:
 			return false
 		case err != nil:
 			a.err = os.NewSyscallError("read", err)

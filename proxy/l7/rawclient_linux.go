@@ -1,7 +1,6 @@
 package l7
 
 import (
-	"errors"
 	"net"
 	"syscall"
 )
@@ -46,9 +45,9 @@ func (c *clientConn) stepRaw(fd uintptr) bool {
 		}
 		n, err := syscall.Read(int(fd), c.rb[c.w:])
 		switch {
-		case errors.Is(err, syscall.EINTR):
+		case err == syscall.EINTR:
 			continue
-		case errors.Is(err, syscall.EAGAIN):
+		case err == syscall.EAGAIN:
 			return false
 		case err != nil || n <= 0:
 			return true // closed or reset: nothing to answer
