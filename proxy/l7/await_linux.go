@@ -83,7 +83,7 @@ func (a *rawAwait) writeRead(out, in []byte) (n int, rest []byte, rerr, werr err
 func (a *rawAwait) step(fd uintptr) bool {
 	if a.phase == ioWrite {
 		for len(a.out) > 0 {
-			n, err := syscall.Write(int(fd), a.out)
+			n, err := sockWrite(int(fd), a.out)
 			if n > 0 {
 				a.out = a.out[n:]
 			}
@@ -101,7 +101,7 @@ func (a *rawAwait) step(fd uintptr) bool {
 		return false
 	}
 	for {
-		n, err := syscall.Read(int(fd), a.in)
+		n, err := sockRead(int(fd), a.in)
 		switch {
 		case err == syscall.EINTR:
 			continue

@@ -190,6 +190,15 @@ func (c *clientConn) writeAt(b []byte, now int64) error {
 	if err := setDeadline(c.nc.SetWriteDeadline, &c.wdl, now, c.s.cfg.WriteTimeout); err != nil {
 		return err
 	}
+	if c.rx.on {
+		// Inside the read callback (rawclient.go), which holds the
+		// socket: write directly; net.Conn waits out a full buffer.
+		rest, err := writeRawClient(c.rx.fd, b)
+		if err != nil || len(rest) == 0 {
+			return rawWriteError(err)
+		}
+		b = rest
+	}
 	_, err := c.nc.Write(b)
 	return err
 }

@@ -26,6 +26,7 @@ import "syscall"
 // and is handled outside (nextRaw returns true), with reads of its own.
 type rawServe struct {
 	rc       syscall.RawConn
+	fd       int                // the socket, while stepRaw runs
 	step     func(uintptr) bool // the connection's stepRaw, made once
 	on       bool               // stepRaw may run: client reads must not use nc
 	needRead bool               // the socket may hold bytes no readiness event announced

@@ -23,6 +23,7 @@ func rawConnOf(tc *net.TCPConn) syscall.RawConn {
 // readable, true to leave.
 func (c *clientConn) stepRaw(fd uintptr) bool {
 	x := &c.rx
+	x.fd = int(fd)
 	for {
 		if x.fresh && c.parsed() {
 			return true
@@ -43,7 +44,7 @@ func (c *clientConn) stepRaw(fd uintptr) bool {
 			c.w = copy(c.rb, c.rb[c.r:c.w])
 			c.r = 0
 		}
-		n, err := syscall.Read(int(fd), c.rb[c.w:])
+		n, err := sockRead(int(fd), c.rb[c.w:])
 		switch {
 		case err == syscall.EINTR:
 			continue

@@ -13,3 +13,9 @@ func rawConnOf(*net.TCPConn) syscall.RawConn { return nil }
 func (c *clientConn) stepRaw(uintptr) bool {
 	panic("unreachable: rawConnOf returns nil")
 }
+
+func writeRawClient(int, []byte) ([]byte, error) {
+	panic("unreachable: rawConnOf returns nil")
+}
+
+func rawWriteError(err error) error { return err }
