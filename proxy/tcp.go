@@ -111,8 +111,9 @@ func (p *Proxy) dialMember(l *ListenerSnapshot, pool *Pool, client netip.Addr) (
 			tried = append(tried, m)
 		}
 		tg := Target(m)
+		name := tg.Name()
 		start := time.Now()
-		c, err := d.Dial("tcp", tg.Name())
+		c, err := d.Dial("tcp", name)
 		took := time.Since(start)
 		if err != nil {
 			tg.ConnectFailed()
@@ -122,11 +123,11 @@ func (p *Proxy) dialMember(l *ListenerSnapshot, pool *Pool, client netip.Addr) (
 				status = StatusConnectTimeout
 			}
 			again = status == StatusConnectFailed
-			p.metrics.MemberRequest(l.LB, pool.Spec.Name, tg.Name(), status, took)
+			p.metrics.MemberRequest(l.LB, pool.Spec.Name, name, status, took)
 			continue
 		}
 		tg.ConnectSucceeded()
-		p.metrics.MemberRequest(l.LB, pool.Spec.Name, tg.Name(), StatusConnected, took)
+		p.metrics.MemberRequest(l.LB, pool.Spec.Name, name, StatusConnected, took)
 		return c.(*net.TCPConn), m
 	}
 	return nil, nil

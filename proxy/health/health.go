@@ -18,7 +18,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/netip"
-	"slices"
 	"sync"
 	"time"
 
@@ -77,19 +76,22 @@ func (o Options) withDefaults() Options {
 
 // Registry holds the Targets in use.
 type Registry struct {
-	o       Options
-	sem     chan struct{}
-	wg      sync.WaitGroup
-	mu      sync.Mutex
-	targets map[targetKey]*Target
+	o   Options
+	sem chan struct{}
+	wg  sync.WaitGroup
+	mu  sync.Mutex
+	// targets holds the targets in use by address (in selfKey's form):
+	// the first, the others at that address (other tenants or checks)
+	// chained through Target.next. It is also the index by address that
+	// ChangeSelf uses, so a member costs one map entry.
+	targets map[netip.AddrPort]*Target
+	// n is the number of targets in use.
+	n int
 	// checks holds one copy of each check in use, for the targets' keys.
 	checks map[snapshot.HealthCheck]*checkRef
 	closed bool
 	// self holds the addresses this host listens on (guarded by mu).
 	self map[netip.AddrPort]bool
-	// byAddr indexes the targets by their address (guarded by mu), so that
-	// AddSelf marks the targets at the addresses it names and no others.
-	byAddr map[netip.AddrPort][]*Target
 	// selfLooks counts the targets SetSelf and ChangeSelf looked at.
 	selfLooks int
 	// tenants holds each tenant's check budget (guarded by mu).
@@ -102,19 +104,21 @@ type Registry struct {
 	cancel context.CancelFunc
 }
 
-// tenantBudget bounds one tenant's checks in flight.
+// tenantBudget bounds one tenant's checks in flight. A Target names its
+// tenant through its budget.
 type tenantBudget struct {
-	sem  chan struct{}
-	refs int // targets of the tenant, guarded by Registry.mu
+	tenant string
+	sem    chan struct{}
+	refs   int // targets of the tenant, guarded by Registry.mu
 }
 
-// targetKey identifies a Target. check is the registry's one copy of
+// targetKey is a Target's address and check; with the tenant (its
+// budget) it identifies the Target. check is the registry's one copy of
 // the check (nil: passive only), so that a key is small: a million
 // targets at 100,000 load balancers do not each carry a HealthCheck.
 type targetKey struct {
-	tenant string
-	addr   netip.AddrPort
-	check  *snapshot.HealthCheck
+	addr  netip.AddrPort
+	check *snapshot.HealthCheck
 }
 
 // checkRef is the registry's copy of one check and how many targets use it.
@@ -127,7 +131,7 @@ type checkRef struct {
 func NewRegistry(o Options) *Registry {
 	o = o.withDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Registry{o: o, sem: make(chan struct{}, o.MaxConcurrentChecks), targets: map[targetKey]*Target{}, checks: map[snapshot.HealthCheck]*checkRef{},
+	return &Registry{o: o, sem: make(chan struct{}, o.MaxConcurrentChecks), targets: map[netip.AddrPort]*Target{}, checks: map[snapshot.HealthCheck]*checkRef{},
 		tenants: map[string]*tenantBudget{}, tlsConfs: map[tlsKey]*tlsEntry{}, ctx: ctx, cancel: cancel}
 }
 
@@ -144,7 +148,7 @@ func (r *Registry) Acquire(addr netip.AddrPort, hc *snapshot.HealthCheck) *Targe
 func (r *Registry) AcquireFor(tenant string, addr netip.AddrPort, hc *snapshot.HealthCheck) *Target {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	k := targetKey{tenant: tenant, addr: addr}
+	k := targetKey{addr: addr}
 	var ref *checkRef
 	if hc != nil {
 		c := *hc
@@ -155,34 +159,37 @@ func (r *Registry) AcquireFor(tenant string, addr netip.AddrPort, hc *snapshot.H
 		}
 		k.check = &ref.hc
 	}
-	t := r.targets[k]
-	if t == nil {
-		if ref != nil {
-			ref.refs++
-		}
-		tb := r.tenants[tenant]
-		if tb == nil {
-			tb = &tenantBudget{sem: make(chan struct{}, r.o.MaxChecksPerTenant)}
-			r.tenants[tenant] = tb
-		}
-		tb.refs++
-		t = &Target{r: r, key: k, name: addr.String(), budget: tb}
-		if k.check != nil && k.check.TLS {
-			t.tls = r.acquireTLS(k.check)
-		}
-		t.setBit(bitSelf, r.isSelf(addr))
-		r.targets[k] = t
-		if r.byAddr == nil {
-			r.byAddr = map[netip.AddrPort][]*Target{}
-		}
-		a := selfKey(addr)
-		r.byAddr[a] = append(r.byAddr[a], t)
-		if k.check != nil && !r.closed {
-			first := time.Duration(rand.Int64N(int64(min(k.check.Interval, time.Second)) + 1))
-			t.schedule(first)
+	a := selfKey(addr)
+	first := r.targets[a]
+	for t := first; t != nil; t = t.next {
+		if t.key == k && t.budget.tenant == tenant {
+			t.refs++
+			return t
 		}
 	}
-	t.refs++
+	if ref != nil {
+		ref.refs++
+	}
+	tb := r.tenants[tenant]
+	if tb == nil {
+		tb = &tenantBudget{tenant: tenant, sem: make(chan struct{}, r.o.MaxChecksPerTenant)}
+		r.tenants[tenant] = tb
+	}
+	tb.refs++
+	t := &Target{r: r, key: k, budget: tb, next: first, refs: 1}
+	if k.check != nil {
+		t.active = &activeCheck{}
+		if k.check.TLS {
+			t.active.tls = r.acquireTLS(k.check)
+		}
+	}
+	t.setBit(bitSelf, r.isSelf(addr))
+	r.targets[a] = t
+	r.n++
+	if k.check != nil && !r.closed {
+		first := time.Duration(rand.Int64N(int64(min(k.check.Interval, time.Second)) + 1))
+		t.schedule(first)
+	}
 	return t
 }
 
@@ -197,9 +204,11 @@ func (r *Registry) SetSelf(addrs map[netip.AddrPort]bool) {
 	r.mu.Lock()
 	r.self = addrs
 	var flipped []*Target
-	for _, t := range r.targets {
-		r.selfLooks++
-		flipped = t.setSelf(r.isSelf(t.key.addr), flipped)
+	for _, first := range r.targets {
+		for t := first; t != nil; t = t.next {
+			r.selfLooks++
+			flipped = t.setSelf(r.isSelf(t.key.addr), flipped)
+		}
 	}
 	r.mu.Unlock()
 	r.notifySelf(flipped)
@@ -219,7 +228,7 @@ func (r *Registry) ChangeSelf(added, removed []netip.AddrPort) {
 	for _, a := range removed {
 		a = selfKey(a)
 		delete(r.self, a)
-		for _, t := range r.byAddr[a] {
+		for t := r.targets[a]; t != nil; t = t.next {
 			r.selfLooks++
 			flipped = t.setSelf(r.isSelf(a), flipped)
 		}
@@ -227,7 +236,7 @@ func (r *Registry) ChangeSelf(added, removed []netip.AddrPort) {
 	for _, a := range added {
 		a = selfKey(a)
 		r.self[a] = true
-		for _, t := range r.byAddr[a] {
+		for t := r.targets[a]; t != nil; t = t.next {
 			r.selfLooks++
 			flipped = t.setSelf(true, flipped)
 		}
@@ -257,7 +266,7 @@ func (r *Registry) notifySelf(flipped []*Target) {
 	}
 }
 
-// selfKey is the form of an address and port in self and byAddr.
+// selfKey is the form of an address and port in self and targets.
 func selfKey(a netip.AddrPort) netip.AddrPort {
 	return netip.AddrPortFrom(a.Addr().Unmap(), a.Port())
 }
@@ -277,19 +286,13 @@ func (r *Registry) Release(t *Target) {
 	if t.refs--; t.refs > 0 {
 		return
 	}
-	if r.targets[t.key] == t {
-		delete(r.targets, t.key)
-		a := selfKey(t.key.addr)
-		if ts := slices.DeleteFunc(r.byAddr[a], func(o *Target) bool { return o == t }); len(ts) > 0 {
-			r.byAddr[a] = ts
-		} else {
-			delete(r.byAddr, a)
+	if r.unlink(t) {
+		r.n--
+		if t.budget.refs--; t.budget.refs == 0 && r.tenants[t.budget.tenant] == t.budget {
+			delete(r.tenants, t.budget.tenant)
 		}
-		if t.budget.refs--; t.budget.refs == 0 && r.tenants[t.key.tenant] == t.budget {
-			delete(r.tenants, t.key.tenant)
-		}
-		if t.tls != nil {
-			r.releaseTLS(t.key.check, t.tls)
+		if t.active != nil && t.active.tls != nil {
+			r.releaseTLS(t.key.check, t.active.tls)
 		}
 		if c := t.key.check; c != nil {
 			if ref := r.checks[*c]; ref != nil && &ref.hc == c {
@@ -302,19 +305,45 @@ func (r *Registry) Release(t *Target) {
 	t.stop()
 }
 
+// unlink takes t out of r.targets and reports whether it was there;
+// called under r.mu.
+func (r *Registry) unlink(t *Target) bool {
+	a := selfKey(t.key.addr)
+	first := r.targets[a]
+	if first == t {
+		if t.next == nil {
+			delete(r.targets, a)
+		} else {
+			r.targets[a] = t.next
+		}
+		t.next = nil
+		return true
+	}
+	for p := first; p != nil; p = p.next {
+		if p.next == t {
+			p.next = t.next
+			t.next = nil
+			return true
+		}
+	}
+	return false
+}
+
 // Len returns the number of targets in use.
 func (r *Registry) Len() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return len(r.targets)
+	return r.n
 }
 
 // Close stops every check and waits for those in flight.
 func (r *Registry) Close() {
 	r.mu.Lock()
 	r.closed = true
-	for _, t := range r.targets {
-		t.stop()
+	for _, first := range r.targets {
+		for t := first; t != nil; t = t.next {
+			t.stop()
+		}
 	}
 	r.mu.Unlock()
 	r.cancel()

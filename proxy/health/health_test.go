@@ -58,7 +58,7 @@ func TestTCPCheckTakesMemberOutAndBack(t *testing.T) {
 			defer r.Close()
 			tg := r.Acquire(addr, fastCheck(false))
 			defer r.Release(tg)
-			eventually(t, "first check", func() bool { tg.mu.Lock(); defer tg.mu.Unlock(); return tg.checked })
+			eventually(t, "first check", func() bool { tg.mu.Lock(); defer tg.mu.Unlock(); return tg.active.checked })
 			if !tg.Healthy() {
 				t.Fatalf("listening member is down: %+v", tg.Status())
 			}
@@ -109,7 +109,7 @@ func TestHTTPCheck(t *testing.T) {
 			hc.ExpectStatus = tt.expect
 			hc.Host = "shop.acme.example"
 			tg := r.Acquire(addr, hc)
-			eventually(t, "first check", func() bool { tg.mu.Lock(); defer tg.mu.Unlock(); return tg.checked })
+			eventually(t, "first check", func() bool { tg.mu.Lock(); defer tg.mu.Unlock(); return tg.active.checked })
 			if tg.Healthy() != tt.healthy {
 				t.Errorf("healthy = %v, want %v (%+v)", tg.Healthy(), tt.healthy, tg.Status())
 			}

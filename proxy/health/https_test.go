@@ -140,7 +140,7 @@ func firstResult(t *testing.T, r *Registry, addr netip.AddrPort, hc *snapshot.He
 	t.Helper()
 	tg := r.Acquire(addr, hc)
 	t.Cleanup(func() { r.Release(tg) })
-	eventually(t, "first check", func() bool { tg.mu.Lock(); defer tg.mu.Unlock(); return tg.checked })
+	eventually(t, "first check", func() bool { tg.mu.Lock(); defer tg.mu.Unlock(); return tg.active.checked })
 	return tg
 }
 
@@ -307,8 +307,8 @@ func TestHTTPSCheckSharesParsedTLSPerSettings(t *testing.T) {
 	other.InsecureSkipVerify = true
 	c := r.AcquireFor("acme", netip.MustParseAddrPort("127.0.0.4:6443"), &other)
 	n := func() int { r.mu.Lock(); defer r.mu.Unlock(); return len(r.tlsConfs) }
-	if a.tls == nil || a.tls != b.tls || c.tls == a.tls || n() != 2 {
-		t.Fatalf("members of one check share %p/%p, another check %p; %d configurations, want 2", a.tls, b.tls, c.tls, n())
+	if a.active.tls == nil || a.active.tls != b.active.tls || c.active.tls == a.active.tls || n() != 2 {
+		t.Fatalf("members of one check share %p/%p, another check %p; %d configurations, want 2", a.active.tls, b.active.tls, c.active.tls, n())
 	}
 	r.Release(a)
 	r.Release(c)

@@ -43,3 +43,65 @@ func TestTargetsShareOneCopyOfACheck(t *testing.T) {
 		t.Errorf("%d targets left", r.Len())
 	}
 }
+
+// TestTargetsAtOneAddress: targets of one address under other tenants and
+// checks are distinct, found again by their own key, all marked by
+// ChangeSelf, and each released alone (first, middle or last of the
+// address) leaves the others in place.
+func TestTargetsAtOneAddress(t *testing.T) {
+	r := NewRegistry(Options{})
+	defer r.Close()
+	addr := netip.MustParseAddrPort("127.0.0.1:80")
+	mapped := netip.MustParseAddrPort("[::ffff:127.0.0.1]:80")
+	check := &snapshot.HealthCheck{Interval: time.Hour, Timeout: time.Second, Rise: 1, Fall: 1}
+	acquire := func() []*Target {
+		return []*Target{
+			r.AcquireFor("acme", addr, nil),
+			r.AcquireFor("globex", addr, nil),
+			r.AcquireFor("acme", addr, check),
+			r.AcquireFor("acme", mapped, nil),
+		}
+	}
+	ts := acquire()
+	for i, a := range ts {
+		for j, b := range ts[:i] {
+			if a == b {
+				t.Fatalf("targets %d and %d are one", j, i)
+			}
+		}
+	}
+	if r.Len() != 4 {
+		t.Fatalf("%d targets, want 4", r.Len())
+	}
+	for i, again := range acquire() {
+		if again != ts[i] {
+			t.Fatalf("target %d acquired again is another", i)
+		}
+		r.Release(again)
+	}
+	r.ChangeSelf([]netip.AddrPort{addr}, nil)
+	for i, tg := range ts {
+		if tg.Healthy() || !tg.Status().Self {
+			t.Errorf("target %d at a listened address is healthy", i)
+		}
+	}
+	r.ChangeSelf(nil, []netip.AddrPort{addr})
+	released := map[int]bool{}
+	for _, i := range []int{1, 3, 0, 2} {
+		r.Release(ts[i])
+		released[i] = true
+		for j, tg := range ts {
+			if released[j] {
+				continue
+			}
+			got := r.AcquireFor(tg.budget.tenant, tg.key.addr, tg.key.check)
+			r.Release(got)
+			if got != tg {
+				t.Fatalf("after releasing %d, target %d acquired again is another", i, j)
+			}
+		}
+	}
+	if r.Len() != 0 || len(r.targets) != 0 {
+		t.Errorf("%d targets (%d addresses) left", r.Len(), len(r.targets))
+	}
+}

@@ -16,28 +16,41 @@ const (
 	bitSelf                // the member is an address this host listens on
 )
 
-// Target is the live state of one member under one check.
+// Target is the live state of one member under one check. It is kept
+// small (a host holds one per member and check): what only an active
+// check needs is in active, allocated for targets that have one.
 type Target struct {
-	r      *Registry
-	key    targetKey
-	name   string
-	refs   int // guarded by r.mu
+	r   *Registry
+	key targetKey
+	// budget is the tenant's check budget; it names the tenant.
 	budget *tenantBudget
-	// tls is the TLS configuration of an https check (nil otherwise).
-	tls *tlsEntry
+	// next is the next target at the same address in r.targets (guarded
+	// by r.mu).
+	next *Target
+	refs int32 // guarded by r.mu
 
 	state     atomic.Uint32
-	inFlight  atomic.Int64
 	connFails atomic.Int32
 	// ejections counts ejections since the last successful connect.
 	ejections atomic.Int32
+	inFlight  atomic.Int64
 	// ejected counts every ejection.
 	ejected atomic.Int64
 
 	mu         sync.Mutex
 	stopped    bool
-	timer      *time.Timer
 	ejectTimer *time.Timer
+	// active is the state of the active check (guarded by mu; the
+	// pointer itself never changes); nil without one.
+	active *activeCheck
+}
+
+// activeCheck is what a Target with an active check keeps between
+// checks.
+type activeCheck struct {
+	// tls is the TLS configuration of an https check (nil otherwise).
+	tls        *tlsEntry
+	timer      *time.Timer
 	checked    bool
 	rise, fall int // consecutive successes and failures
 	lastErr    error
@@ -48,7 +61,7 @@ type Target struct {
 func (t *Target) Addr() netip.AddrPort { return t.key.addr }
 
 // Name is the member's address as text ("10.0.0.1:80", "[2001:db8::1]:80").
-func (t *Target) Name() string { return t.name }
+func (t *Target) Name() string { return t.key.addr.String() }
 
 // Healthy reports whether the member may receive new traffic.
 func (t *Target) Healthy() bool { return t.state.Load() == 0 }
@@ -90,9 +103,12 @@ func (t *Target) Status() Status {
 	s := t.state.Load()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	st := Status{Down: s&bitDown != 0, Ejected: s&bitEjected != 0, Self: s&bitSelf != 0, LastCheck: t.lastCheck}
-	if t.lastErr != nil {
-		st.LastError = t.lastErr.Error()
+	st := Status{Down: s&bitDown != 0, Ejected: s&bitEjected != 0, Self: s&bitSelf != 0}
+	if a := t.active; a != nil {
+		st.LastCheck = a.lastCheck
+		if a.lastErr != nil {
+			st.LastError = a.lastErr.Error()
+		}
 	}
 	return st
 }
@@ -131,7 +147,7 @@ func (t *Target) endEjection(why string) {
 		t.ejectTimer = nil
 	}
 	t.setBit(bitEjected, false)
-	t.r.o.Logger.Info("member back from ejection", "member", t.name, "reason", why)
+	t.r.o.Logger.Info("member back from ejection", "member", t.Name(), "reason", why)
 	if t.Healthy() {
 		notify = t.notifier(true, "back from ejection: "+why)
 	}
@@ -156,7 +172,7 @@ func (t *Target) ConnectFailed() {
 	t.ejected.Add(1)
 	t.setBit(bitEjected, true)
 	t.r.o.Logger.Warn("member ejected after consecutive connect failures",
-		"member", t.name, "failures", t.r.o.EjectAfter, "for", d)
+		"member", t.Name(), "failures", t.r.o.EjectAfter, "for", d)
 	if was {
 		notify = t.notifier(false, fmt.Sprintf("ejected for %s after %d consecutive connect failures", d, t.r.o.EjectAfter))
 	}
@@ -216,8 +232,8 @@ func (t *Target) stop() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.stopped = true
-	if t.timer != nil {
-		t.timer.Stop()
+	if t.active != nil && t.active.timer != nil {
+		t.active.timer.Stop()
 	}
 	if t.ejectTimer != nil {
 		t.ejectTimer.Stop()
@@ -231,7 +247,7 @@ func (t *Target) schedule(d time.Duration) {
 	if t.stopped {
 		return
 	}
-	t.timer = time.AfterFunc(d, t.run)
+	t.active.timer = time.AfterFunc(d, t.run)
 }
 
 func (t *Target) run() {
@@ -268,7 +284,7 @@ func (t *Target) run() {
 			<-t.budget.sem
 			return
 		}
-		err = check(t.r.ctx, t.key.addr, t.key.check, t.tls)
+		err = check(t.r.ctx, t.key.addr, t.key.check, t.active.tls)
 		<-t.r.sem
 		<-t.budget.sem
 	}
@@ -288,14 +304,15 @@ func (t *Target) record(err error) {
 	if t.stopped {
 		return
 	}
-	t.lastErr, t.lastCheck = err, time.Now()
+	a := t.active
+	a.lastErr, a.lastCheck = err, time.Now()
 	if err == nil {
-		t.rise, t.fall = t.rise+1, 0
+		a.rise, a.fall = a.rise+1, 0
 	} else {
-		t.rise, t.fall = 0, t.fall+1
+		a.rise, a.fall = 0, a.fall+1
 	}
 	down := t.state.Load()&bitDown != 0
-	wasHealthy, first := t.Healthy(), !t.checked
+	wasHealthy, first := t.Healthy(), !a.checked
 	defer func() {
 		if now := t.Healthy(); now != wasHealthy || (first && !now) {
 			reason := "health check passes"
@@ -306,21 +323,21 @@ func (t *Target) record(err error) {
 		}
 	}()
 	switch {
-	case !t.checked:
-		t.checked = true
+	case !a.checked:
+		a.checked = true
 		t.setBit(bitDown, err != nil)
-	case down && t.rise >= t.key.check.Rise:
+	case down && a.rise >= t.key.check.Rise:
 		t.setBit(bitDown, false)
-	case !down && t.fall >= t.key.check.Fall:
+	case !down && a.fall >= t.key.check.Fall:
 		t.setBit(bitDown, true)
 	default:
 		return
 	}
 	if now := t.state.Load()&bitDown != 0; now != down {
 		if now {
-			t.r.o.Logger.Warn("member down", "member", t.name, "error", err)
+			t.r.o.Logger.Warn("member down", "member", t.Name(), "error", err)
 		} else {
-			t.r.o.Logger.Info("member up", "member", t.name)
+			t.r.o.Logger.Info("member up", "member", t.Name())
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"syscall"
 	"time"
@@ -26,6 +27,7 @@ const changes = 200
 func child(args []string) error {
 	fs := flag.NewFlagSet("child", flag.ContinueOnError)
 	n := fs.Int("lbs", 1000, "number of load balancers")
+	memprofile := fs.String("memprofile", "", "write a heap profile after the changes to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -106,6 +108,19 @@ func child(args []string) error {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	pt.HeapKiB = int64(ms.HeapInuse / 1024)
+	if *memprofile != "" {
+		f, err := os.Create(*memprofile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.WriteHeapProfile(f); err != nil {
+			f.Close()
+			return err
+		}
+		if err := f.Close(); err != nil {
+			return err
+		}
+	}
 	runtime.KeepAlive(objs)
 	return json.NewEncoder(os.Stdout).Encode(pt)
 }

@@ -69,6 +69,7 @@ type point struct {
 func run(args []string) error {
 	fs := flag.NewFlagSet("scalebench", flag.ContinueOnError)
 	sizes := fs.String("sizes", "1000,10000", "comma-separated numbers of load balancers, each measured in its own process")
+	memprofile := fs.String("memprofile", "", "write each size's heap profile, after its changes, to this path with the size appended (\"heap.pprof\" gives heap.pprof.10000)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -87,7 +88,11 @@ func run(args []string) error {
 	fmt.Printf("teapot-lb scale: load balancers of one tcp listener and 10 members, one process per size\n")
 	var pts []point
 	for _, n := range ns {
-		cmd := exec.Command(self, "child", "-lbs", strconv.Itoa(n))
+		args := []string{"child", "-lbs", strconv.Itoa(n)}
+		if *memprofile != "" {
+			args = append(args, "-memprofile", *memprofile+"."+strconv.Itoa(n))
+		}
+		cmd := exec.Command(self, args...)
 		cmd.Stderr = os.Stderr
 		out, err := cmd.Output()
 		if err != nil {
