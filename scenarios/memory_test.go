@@ -1,0 +1,176 @@
+package scenarios
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/teapot-lb/teapot-lb/api"
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+)
+
+// Memory per load balancer of a whole host: TestHostMemoryPerLoadBalancer
+// loads memLBsSmall, then memLBsLarge load balancers of ten members into
+// a one-host cluster through the admin API and bounds the Go heap a
+// load balancer adds (after a collection), everything the host keeps for
+// it: the replicated state, the data plane with its listening socket,
+// the VIP manager, the certificate manager and the status caches.
+//
+// TEAPOT_MEMORY_LBS=10000 loads that many instead, then changes one
+// member of a random load balancer 200 times and logs the host's resident
+// set, Go heap and stacks without forcing a collection (GOMEMLIMIT in the
+// environment reaches the host); TEAPOT_MEMORY_PROFILE=path saves the
+// host's heap profile at the end.
+const (
+	memLBsSmall = 500
+	memLBsLarge = 4500
+	// memPerTenant load balancers share a tenant.
+	memPerTenant = 100
+	// memKiBPerLB bounds the heap one load balancer adds. Measured
+	// 12.0-12.6 KiB (with and without the race detector), 14.9 before
+	// health targets were cut to 128 bytes.
+	memKiBPerLB = 14.0
+)
+
+func TestHostMemoryPerLoadBalancer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: loads 4,500 load balancers into a host")
+	}
+	needFDs := memLBsLarge + 1000
+	raiseNoFile(t, uint64(needFDs))
+	c := newCluster(t)
+	n := c.bootstrap()
+	conn := c.dial(t, n)
+	apply := func(objs ...*pb.Object) uint64 {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		resp, err := conn.Admin.Apply(ctx, &pb.ApplyRequest{Objects: objs})
+		if err != nil {
+			t.Fatalf("apply: %v", err)
+		}
+		var rev uint64
+		for _, o := range resp.GetObjects() {
+			rev = max(rev, api.MetaOf(o).GetRevision())
+		}
+		return rev
+	}
+	logs := []*planeLog{{path: n.logPath}}
+	apply(api.Wrap(&pb.VIPPool{Name: "bulk", Cidrs: []string{"127.80.0.0/12"}, Mode: "static"}))
+	load := func(from, to int) {
+		for tn := from / memPerTenant; tn < to/memPerTenant; tn++ {
+			objs := []*pb.Object{api.Wrap(&pb.Tenant{Name: fmt.Sprintf("t%04d", tn), Networks: []string{"10.0.0.0/8"}, Pools: []string{"bulk"}})}
+			for j := range memPerTenant {
+				i := tn*memPerTenant + j
+				objs = append(objs, api.Wrap(memLB(i)))
+			}
+			everyPlaneWithin(t, logs, apply(objs...), time.Minute)
+		}
+	}
+	load(0, memLBsSmall)
+	small := heapAfterGC(t, n)
+	lbs := memLBsLarge
+	if v := os.Getenv("TEAPOT_MEMORY_LBS"); v != "" {
+		var err error
+		if lbs, err = strconv.Atoi(v); err != nil || lbs <= memLBsSmall || lbs%memPerTenant != 0 {
+			t.Fatalf("TEAPOT_MEMORY_LBS: %q is not a multiple of %d above %d", v, memPerTenant, memLBsSmall)
+		}
+		raiseNoFile(t, uint64(lbs+1000))
+	}
+	load(memLBsSmall, lbs)
+	if lbs != memLBsLarge {
+		// Measuring: one member of a random load balancer changed 200
+		// times, then the resident set as a host's at rest after its load
+		// and some changes (no collection forced).
+		rng := rand.New(rand.NewPCG(17, uint64(lbs)))
+		for c := range 200 {
+			i := rng.IntN(lbs)
+			lb := memLB(i)
+			lb.Pools["app"].Members[rng.IntN(scaleMembers)].Address = fmt.Sprintf("10.%d.%d.%d:%d", 200+c%50, rng.IntN(256), rng.IntN(256), 1+rng.IntN(60000))
+			everyPlaneWithin(t, logs, apply(api.Wrap(lb)), time.Minute)
+		}
+		time.Sleep(5 * time.Second)
+		s, err := scrape(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		first := func(name string) float64 {
+			if v := s[name]; len(v) > 0 {
+				return v[0].value
+			}
+			return 0
+		}
+		t.Logf("%d load balancers after 200 changes: RSS %.1f MiB, Go heap in use %.1f MiB, stacks %.1f MiB, Go runtime's total %.1f MiB (GOMEMLIMIT=%q)", lbs,
+			float64(procKiB(t, n.cmd.Process.Pid, "VmRSS"))/1024, first("go_memstats_heap_inuse_bytes")/(1<<20),
+			first("go_memstats_stack_inuse_bytes")/(1<<20), first("go_memstats_sys_bytes")/(1<<20), os.Getenv("GOMEMLIMIT"))
+	}
+	large := heapAfterGC(t, n)
+	perLB := float64(large-small) / 1024 / float64(lbs-memLBsSmall)
+	limit := memKiBPerLB
+	t.Logf("Go heap in use after a collection: %d load balancers %.1f MiB, %d load balancers %.1f MiB: %.1f KiB per load balancer (bound %.1f)",
+		memLBsSmall, float64(small)/(1<<20), lbs, float64(large)/(1<<20), perLB, limit)
+	if p := os.Getenv("TEAPOT_MEMORY_PROFILE"); p != "" {
+		saveHeapProfile(t, n, p)
+	}
+	if perLB > limit {
+		t.Errorf("a load balancer of ten members costs %.1f KiB of heap on a host, bound %.1f KiB", perLB, limit)
+	}
+}
+
+// heapAfterGC is the node's Go heap in use right after a collection,
+// from its heap profile's memory statistics (gc=1 collects first).
+func heapAfterGC(t *testing.T, n *node) uint64 {
+	t.Helper()
+	resp, err := http.Get("http://" + n.metricsAddr + "/debug/pprof/heap?gc=1&debug=1")
+	if err != nil {
+		t.Fatalf("heap profile of %s: %v", n.id, err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "# HeapInuse = "); ok {
+			b, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				t.Fatalf("heap profile of %s: HeapInuse %q", n.id, v)
+			}
+			return b
+		}
+	}
+	t.Fatalf("heap profile of %s has no HeapInuse (%v)", n.id, sc.Err())
+	return 0
+}
+
+// saveHeapProfile writes the node's heap profile to path.
+func saveHeapProfile(t *testing.T, n *node, path string) {
+	resp, err := http.Get("http://" + n.metricsAddr + "/debug/pprof/heap?gc=1")
+	if err != nil {
+		t.Fatalf("heap profile of %s: %v", n.id, err)
+	}
+	defer resp.Body.Close()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// memLB is the i-th load balancer of the scale report's shape, on a VIP
+// of 127.80.0.0/12.
+func memLB(i int) *pb.LoadBalancer {
+	lb := scaleLB(i)
+	a := i + 1
+	lb.Vip = &pb.VIPRequest{Pool: "bulk", Address: fmt.Sprintf("127.%d.%d.%d", 80+a/65536, a/256%256, a%256)}
+	return lb
+}
