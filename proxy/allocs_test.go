@@ -57,6 +57,10 @@ func servedPath(t *testing.T) string {
 			{Host: shopHost, Path: "/rr/", Pool: "rr"},
 			{Host: shopHost, Path: "/least/", Pool: "least"},
 			{Host: shopHost, Path: "/hash/", Pool: "hash"},
+			// Chosen by the whole request: method, header and query.
+			{Host: shopHost, Matches: []*pb.RouteMatch{{Path: "/cond/", Method: "GET",
+				Headers:     []*pb.ValueMatch{{Name: "x-variant", Value: "b"}},
+				QueryParams: []*pb.ValueMatch{{Name: "v", Value: "1"}}}}, Pool: "rr"},
 		},
 		Pools: map[string]*pb.BackendPool{
 			"rr":    {Members: []*pb.Member{{Address: member.addr}}},
@@ -76,17 +80,24 @@ func servedPath(t *testing.T) string {
 // data plane as serve runs it (listener, compiled router, pools and
 // their balancers, health accounting, access log and metrics), for
 // HTTP/1.1 and for HTTP/2 (cleartext, prior knowledge), with the client
-// and the member in this process allocating nothing per request.
+// and the member in this process allocating nothing per request. "cond"
+// is a route chosen by method, header and query (a mismatch is a 404).
 func TestServedPathAllocs(t *testing.T) {
 	addr := servedPath(t)
-	for _, pool := range []string{"rr", "least", "hash"} {
+	for _, pool := range []string{"rr", "least", "hash", "cond"} {
+		path, fields := "/"+pool+"/x", "User-Agent: wrk\r\n"
+		var h2fields [][2]string
+		if pool == "cond" {
+			path, fields = "/cond/x?a=0&v=1", "User-Agent: wrk\r\nX-Variant: b\r\n"
+			h2fields = [][2]string{{"x-variant", "b"}}
+		}
 		t.Run("http1/"+pool, func(t *testing.T) {
 			c, err := net.Dial("tcp", addr)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer c.Close()
-			req := []byte("GET /" + pool + "/x HTTP/1.1\r\nHost: " + shopHost + "\r\nUser-Agent: wrk\r\n\r\n")
+			req := []byte("GET " + path + " HTTP/1.1\r\nHost: " + shopHost + "\r\n" + fields + "\r\n")
 			buf := make([]byte, 4096)
 			do := func() {
 				if _, err := c.Write(req); err != nil {
@@ -112,7 +123,7 @@ func TestServedPathAllocs(t *testing.T) {
 			}
 		})
 		t.Run("h2c/"+pool, func(t *testing.T) {
-			h := newH2cClient(t, addr, "/"+pool+"/x")
+			h := newH2cClient(t, addr, path, h2fields...)
 			for range 20 {
 				h.do(t)
 			}
@@ -133,7 +144,7 @@ type h2cClient struct {
 	buf      []byte
 }
 
-func newH2cClient(t *testing.T, addr, path string) *h2cClient {
+func newH2cClient(t *testing.T, addr, path string, extra ...[2]string) *h2cClient {
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -152,6 +163,7 @@ func newH2cClient(t *testing.T, addr, path string) *h2cClient {
 	var hb bytes.Buffer
 	enc := hpack.NewEncoder(&hb)
 	fields := [][2]string{{":method", "GET"}, {":scheme", "http"}, {":authority", shopHost}, {":path", path}, {"user-agent", "h2load"}}
+	fields = append(fields, extra...)
 	for _, f := range fields {
 		_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
 	}
@@ -178,6 +190,7 @@ func (h *h2cClient) do(t *testing.T) {
 	if _, err := h.c.Write(o); err != nil {
 		t.Fatal(err)
 	}
+	head := true
 	for {
 		if _, err := io.ReadFull(h.c, h.hdr[:]); err != nil {
 			t.Fatal(err)
@@ -190,6 +203,12 @@ func (h *h2cClient) do(t *testing.T) {
 		sid := uint32(h.hdr[5]&0x7f)<<24 | uint32(h.hdr[6])<<16 | uint32(h.hdr[7])<<8 | uint32(h.hdr[8])
 		if typ == http2.FrameGoAway || (typ == http2.FrameRSTStream && sid == h.id) {
 			t.Fatalf("stream %d: frame %v", h.id, typ)
+		}
+		if sid == h.id && typ == http2.FrameHeaders && head {
+			// The response head starts with :status 200, indexed.
+			if head = false; ln == 0 || h.buf[0] != 0x88 {
+				t.Fatalf("stream %d: response head %x, want :status 200", h.id, h.buf[:min(ln, 8)])
+			}
 		}
 		if sid == h.id && (typ == http2.FrameData || typ == http2.FrameHeaders) && flags&http2.FlagDataEndStream != 0 {
 			h.id += 2

@@ -98,8 +98,8 @@ type httpTable struct {
 func newHTTPTable(ls *ListenerSnapshot) *httpTable {
 	srs := ls.Routes.Routes()
 	t := &httpTable{routes: make(map[*snapshot.Route]*l7.Route, len(srs))}
-	t.selector = &l7.Route{Name: ls.LB + "/routes", Select: func(req *http.Request, host, path string) *l7.Route {
-		return t.routes[ls.Routes.MatchRequest(host, path, req)]
+	t.selector = &l7.Route{Name: ls.LB + "/routes", Select: func(req l7.Request, host, path string) *l7.Route {
+		return t.routes[ls.Routes.Select(host, path, req)]
 	}}
 	if ls.RedirectToHTTPS {
 		t.redirect = &l7.Route{Name: ls.LB + "/redirect", RedirectHTTPS: true}

@@ -35,8 +35,10 @@ type Route struct {
 	Handler http.Handler
 	// Select, when set, chooses the route by the whole request (its
 	// method, headers and query; host and path as Route got them); nil
-	// means no route: 404. The request takes the net/http path.
-	Select func(r *http.Request, host, path string) *Route
+	// means no route: 404. The route it returns is served as if Route had
+	// returned it, on the fast paths when it needs nothing more; it must
+	// not have Select itself.
+	Select func(r Request, host, path string) *Route
 	// Ext, when set, splits traffic, changes the request or response, or
 	// redirects; the request takes the net/http path (see RouteExt).
 	Ext *RouteExt

@@ -28,15 +28,7 @@ func (c *clientConn) bridge(b []byte, route *Route, be Backend, opts *BackendOpt
 		c.localError(400, OutcomeClientError, isHead)
 		return
 	}
-	hdr := make(http.Header, len(h.fields))
-	for i := range h.fields {
-		f := &h.fields[i]
-		if f.kind == hHost || (f.drop && f.kind != hConnection && f.kind != hTE) {
-			continue
-		}
-		k := http.CanonicalHeaderKey(string(f.name(b)))
-		hdr[k] = append(hdr[k], string(f.value(b)))
-	}
+	hdr := h.netHeader(b)
 	body := &h1Body{c: c, chunked: h.chunked, left: max(h.contentLength, 0)}
 	ctx, cancel := context.WithCancel(c.reqCtx())
 	defer cancel()
@@ -330,4 +322,25 @@ func (cw *connWriter) Write(p []byte) (int, error) {
 		return 0, err
 	}
 	return len(p), nil
+}
+
+// netHeader returns the fields of the net/http request the bridge builds:
+// all but Host and the fields that are not forwarded, except Connection
+// and TE. h1Request.Header reads the same fields in place.
+func (h *reqHead) netHeader(b []byte) http.Header {
+	hdr := make(http.Header, len(h.fields))
+	for i := range h.fields {
+		f := &h.fields[i]
+		if !f.netField() {
+			continue
+		}
+		k := http.CanonicalHeaderKey(string(f.name(b)))
+		hdr[k] = append(hdr[k], string(f.value(b)))
+	}
+	return hdr
+}
+
+// netField reports whether the field is in the bridge's net/http request.
+func (f *field) netField() bool {
+	return f.kind != hHost && (!f.drop || f.kind == hConnection || f.kind == hTE)
 }

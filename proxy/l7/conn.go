@@ -347,11 +347,19 @@ func (c *clientConn) handle() {
 			route = rt.Route(unsafeString(host), unsafeString(path))
 		}
 	}
+	if route != nil && route.Select != nil {
+		sel := route
+		if route = sel.Select((*h1Request)(c), unsafeString(host), unsafeString(path)); route == nil {
+			c.stats.Route = sel.Name
+			c.localError(404, OutcomeNoRoute, isHead)
+			return
+		}
+	}
 	// An upgrade (WebSocket) on a route that only spreads requests over
 	// weighted backends takes this path, which relays upgrades, with the
 	// backend picked here.
 	var picked Backend
-	if route != nil && route.Select == nil && route.Ext.onlyBackends() && h.upgradeTo(b) != nil {
+	if route != nil && route.Ext.onlyBackends() && h.upgradeTo(b) != nil {
 		var ok bool
 		if picked, ok = pickWeighted(route.Ext.Backends); !ok || picked == nil {
 			c.stats.Route = route.Name

@@ -244,7 +244,7 @@ func pickWeighted(bs []WeightedBackend) (Backend, bool) {
 func (s *Server) serveExt(w http.ResponseWriter, q *rtRequest, route *Route, host string, tls bool, listenPort uint16) {
 	r := q.r
 	if route.Select != nil {
-		if route = route.Select(r, host, q.path); route == nil {
+		if route = route.Select(httpRequest{r: r}, host, q.path); route == nil {
 			s.failHTTP(w, q, 404, OutcomeNoRoute)
 			return
 		}

@@ -88,8 +88,8 @@ func TestRouteExtBothProtocols(t *testing.T) {
 	m := namedServer(t, "m", mirrored)
 	routeA, routeB := &Route{Name: "a", Backend: a}, &Route{Name: "b", Backend: b}
 	router := testRouter{
-		{prefix: "/sel", route: &Route{Name: "sel", Select: func(r *http.Request, host, path string) *Route {
-			switch r.Header.Get("X-Pick") {
+		{prefix: "/sel", route: &Route{Name: "sel", Select: func(r Request, host, path string) *Route {
+			switch v, _ := r.Header("X-Pick"); v {
 			case "b":
 				return routeB
 			case "none":

@@ -119,6 +119,11 @@ func (st *h2Stream) serveFast() bool {
 		p, cleaned = unsafeString(st.pathBuf), true
 	}
 	route := rtr.Route(unsafeString(host), p)
+	if route != nil && route.Select != nil {
+		if route = route.Select((*h2Request)(st), unsafeString(host), p); route == nil {
+			return false // the net/http path answers 404
+		}
+	}
 	if route == nil || route.RedirectHTTPS || route.Handler != nil || route.Backend == nil || route.extended() {
 		return false
 	}

@@ -251,22 +251,7 @@ func (st *h2Stream) parseHead(f *h2Head) bool {
 // that need one; false is a target net/url refuses.
 func (st *h2Stream) buildRequest() bool {
 	c := st.c
-	hdr := make(http.Header, len(st.fields))
-	var cookies []string
-	for _, hf := range st.fields {
-		switch {
-		case hf.IsPseudo(), hf.Name == "host":
-			continue
-		case hf.Name == "cookie":
-			cookies = append(cookies, hf.Value)
-			continue
-		}
-		k := http.CanonicalHeaderKey(hf.Name)
-		hdr[k] = append(hdr[k], hf.Value)
-	}
-	if len(cookies) > 0 {
-		hdr["Cookie"] = []string{strings.Join(cookies, "; ")}
-	}
+	hdr := h2NetHeader(st.fields)
 	var u *url.URL
 	switch {
 	case st.method == http.MethodConnect:
@@ -768,4 +753,27 @@ func validFieldName(name string) bool {
 		}
 	}
 	return true
+}
+
+// h2NetHeader returns the header of a stream's net/http request: the
+// regular fields but Host, the cookie fields joined with "; ".
+// h2Request.Header reads the same fields in place.
+func h2NetHeader(fields []hpack.HeaderField) http.Header {
+	hdr := make(http.Header, len(fields))
+	var cookies []string
+	for _, hf := range fields {
+		switch {
+		case hf.IsPseudo(), hf.Name == "host":
+			continue
+		case hf.Name == "cookie":
+			cookies = append(cookies, hf.Value)
+			continue
+		}
+		k := http.CanonicalHeaderKey(hf.Name)
+		hdr[k] = append(hdr[k], hf.Value)
+	}
+	if len(cookies) > 0 {
+		hdr["Cookie"] = []string{strings.Join(cookies, "; ")}
+	}
+	return hdr
 }

@@ -127,50 +127,102 @@ func (v *ValueCond) holds(got string, present bool) bool {
 	return got == v.Value
 }
 
-// reqView reads a request for conditions, parsing the query once.
-type reqView struct {
-	r      *http.Request
-	query  url.Values
-	parsed bool
+// Request is what a route's conditions read of a request. The engine
+// implements it over its own parsed request, without building a
+// net/http request; the strings it returns may alias its buffers and are
+// read before the next call.
+type Request interface {
+	// Method is the request method.
+	Method() string
+	// Header returns the field of a canonical name as net/http's Header
+	// would hold it: the values of a repeated field joined with ", ",
+	// without Host and without the fields a proxy does not forward.
+	Header(name string) (value string, ok bool)
+	// RawQuery is the request target's query, without the '?'.
+	RawQuery() string
 }
 
-func (c *Conditions) holds(v *reqView) bool {
-	if c.Method != "" && v.r.Method != c.Method {
+// httpRequest is a net/http request seen as a Request.
+type httpRequest struct{ r *http.Request }
+
+func (h httpRequest) Method() string { return h.r.Method }
+
+func (h httpRequest) Header(name string) (string, bool) {
+	vals, ok := h.r.Header[name]
+	switch len(vals) {
+	case 0:
+		return "", ok
+	case 1:
+		return vals[0], true
+	}
+	return strings.Join(vals, ", "), true
+}
+
+func (h httpRequest) RawQuery() string {
+	if h.r.URL == nil {
+		return ""
+	}
+	return h.r.URL.RawQuery
+}
+
+func (c *Conditions) holds(v Request) bool {
+	if c.Method != "" && v.Method() != c.Method {
 		return false
 	}
 	for i := range c.Headers {
 		h := &c.Headers[i]
-		vals, ok := v.r.Header[h.Name]
-		got := ""
-		switch len(vals) {
-		case 0:
-		case 1:
-			got = vals[0]
-		default:
-			got = strings.Join(vals, ", ")
-		}
+		got, ok := v.Header(h.Name)
 		if !h.holds(got, ok) {
 			return false
 		}
 	}
-	if len(c.Query) > 0 && !v.parsed {
-		v.parsed = true
-		if v.r.URL != nil {
-			v.query, _ = url.ParseQuery(v.r.URL.RawQuery)
-		}
+	if len(c.Query) == 0 {
+		return true
 	}
+	raw := v.RawQuery()
 	for i := range c.Query {
 		q := &c.Query[i]
-		vals, ok := v.query[q.Name]
-		got := ""
-		if len(vals) > 0 {
-			got = vals[0]
-		}
+		got, ok := queryValue(raw, q.Name)
 		if !q.holds(got, ok) {
 			return false
 		}
 	}
 	return true
+}
+
+// maxQueryParams is net/url's limit: url.ParseQuery parses nothing of a
+// query with more parameters.
+const maxQueryParams = 10000
+
+// queryValue returns the first value of the query parameter name as
+// url.ParseQuery decodes raw: pairs separated by '&', a pair holding ';'
+// or an invalid escape skipped, '+' a space. It allocates only to decode
+// a key or value with escapes.
+func queryValue(raw, name string) (string, bool) {
+	if strings.Count(raw, "&") >= maxQueryParams {
+		return "", false
+	}
+	for raw != "" {
+		var pair string
+		pair, raw, _ = strings.Cut(raw, "&")
+		if pair == "" || strings.IndexByte(pair, ';') >= 0 {
+			continue
+		}
+		k, v, _ := strings.Cut(pair, "=")
+		if strings.ContainsAny(k, "%+") {
+			var err error
+			if k, err = url.QueryUnescape(k); err != nil {
+				continue
+			}
+		}
+		if k != name {
+			continue
+		}
+		if v, err := url.QueryUnescape(v); err == nil {
+			return v, true
+		}
+	}
+	return "", false
 }
 
 // Filters change a request or its response, or answer it.

@@ -301,19 +301,28 @@ func (rt *RouteTable) Conditional() bool { return rt != nil && rt.conditional }
 // Match returns the first route in precedence order for a request's Host
 // (with or without a port, any case, an optional trailing dot) and path,
 // or nil. A route it returns with conditions (Conditional) may not be the
-// request's: MatchRequest decides then. It does not allocate.
+// request's: Select decides then. It does not allocate.
 func (rt *RouteTable) Match(host, path string) *Route { return rt.match(host, path, nil) }
 
-// MatchRequest returns the route for a request: the first in precedence
-// order for its host and path whose conditions hold, or nil.
-func (rt *RouteTable) MatchRequest(host, path string, req *http.Request) *Route {
+// Select returns the route for a request: the first in precedence order
+// for its host and path whose conditions hold, or nil. It allocates only
+// to decode a query parameter with escapes.
+func (rt *RouteTable) Select(host, path string, req Request) *Route {
 	if req == nil {
-		req = &http.Request{Method: http.MethodGet, Header: http.Header{}}
+		req = httpRequest{r: &http.Request{Method: http.MethodGet, Header: http.Header{}}}
 	}
-	return rt.match(host, path, &reqView{r: req})
+	return rt.match(host, path, req)
 }
 
-func (rt *RouteTable) match(host, path string, req *reqView) *Route {
+// MatchRequest is Select for a net/http request.
+func (rt *RouteTable) MatchRequest(host, path string, req *http.Request) *Route {
+	if req == nil {
+		return rt.Select(host, path, nil)
+	}
+	return rt.Select(host, path, httpRequest{r: req})
+}
+
+func (rt *RouteTable) match(host, path string, req Request) *Route {
 	if rt == nil {
 		return nil
 	}
@@ -345,7 +354,7 @@ func (rt *RouteTable) match(host, path string, req *reqView) *Route {
 
 // first returns the first route of a chain whose conditions hold; with
 // req nil, the chain's first.
-func first(r *Route, req *reqView) *Route {
+func first(r *Route, req Request) *Route {
 	if req == nil {
 		return r
 	}
@@ -357,7 +366,7 @@ func first(r *Route, req *reqView) *Route {
 	return nil
 }
 
-func (ht *hostRoutes) match(path string, req *reqView) *Route {
+func (ht *hostRoutes) match(path string, req Request) *Route {
 	if path == "" {
 		path = "/"
 	}

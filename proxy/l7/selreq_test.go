@@ -1,0 +1,75 @@
+package l7
+
+import (
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+
+	"golang.org/x/net/http2/hpack"
+)
+
+// selectNames are the field names every view is asked for, beside the
+// request's own.
+var selectNames = []string{"Host", "Connection", "Te", "Upgrade", "Keep-Alive", "X-Request-Id", "Cookie", "X-A", "Content-Length"}
+
+// FuzzRequestViews checks that the views Select reads (h1Request over a
+// parsed HTTP/1.x head, h2Request over HTTP/2 fields) give the method,
+// fields and query that the net/http request of the same request holds,
+// which is what Select read before the views existed.
+func FuzzRequestViews(f *testing.F) {
+	f.Add([]byte("GET /a?b=1&c=2 HTTP/1.1\r\nHost: h\r\nX-A: 1\r\nx-a: 2\r\nConnection: keep-alive, x-b\r\nX-B: gone\r\nTE: trailers\r\n\r\n"))
+	f.Add([]byte("POST http://h/p/../q?x#y?z HTTP/1.1\r\nHost: other\r\nUpgrade: websocket\r\nCookie: a=1\r\nCookie: b=2\r\n\r\n"))
+	f.Add([]byte("OPTIONS * HTTP/1.1\r\nHost: h\r\nX-Request-Id: 1\r\nX-Request-Id: 2\r\n\r\n"))
+	f.Add([]byte("GET /?q HTTP/1.0\r\nKeep-Alive: 1\r\nProxy-Connection: x\r\nx-a:\r\n\r\n"))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		var h reqHead
+		h.reset()
+		done, st := h.parse(in, 4096, 50)
+		if !done || st != 0 {
+			return
+		}
+		c := &clientConn{rb: in, r: h.n, h: h}
+		v := (*h1Request)(c)
+		b := in[:h.n]
+		want := httpRequest{r: &http.Request{Method: string(b[h.mS:h.mE]), Header: h.netHeader(b)}}
+		if u, err := url.ParseRequestURI(string(b[h.tS:h.tE])); err == nil && h.form != formAsterisk {
+			want.r.URL = u
+		}
+		names := append([]string(nil), selectNames...)
+		for i := range h.fields {
+			names = append(names, http.CanonicalHeaderKey(string(h.fields[i].name(b))))
+		}
+		compareViews(t, "HTTP/1.x", v, want, names, want.r.URL != nil)
+
+		// The same fields as HTTP/2 fields, in lower case.
+		fields := []hpack.HeaderField{{Name: ":method", Value: want.r.Method}, {Name: ":path", Value: string(b[h.tS:h.tE])}}
+		for i := range h.fields {
+			fl := &h.fields[i]
+			fields = append(fields, hpack.HeaderField{Name: strings.ToLower(string(fl.name(b))), Value: string(fl.value(b))})
+		}
+		st2 := &h2Stream{fields: fields, method: want.r.Method, path: string(b[h.tS:h.tE])}
+		want2 := httpRequest{r: &http.Request{Method: st2.method, Header: h2NetHeader(fields)}}
+		if u, err := url.ParseRequestURI(st2.path); err == nil && st2.path != "*" {
+			want2.r.URL = u
+		}
+		compareViews(t, "HTTP/2", (*h2Request)(st2), want2, names, want2.r.URL != nil)
+	})
+}
+
+func compareViews(t *testing.T, proto string, got, want Request, names []string, query bool) {
+	t.Helper()
+	if got.Method() != want.Method() {
+		t.Fatalf("%s: method %q, want %q", proto, got.Method(), want.Method())
+	}
+	for _, n := range names {
+		gv, gok := got.Header(n)
+		wv, wok := want.Header(n)
+		if gv != wv || gok != wok {
+			t.Fatalf("%s: field %s: %q %v, want %q %v", proto, n, gv, gok, wv, wok)
+		}
+	}
+	if query && got.RawQuery() != want.RawQuery() {
+		t.Fatalf("%s: query %q, want %q", proto, got.RawQuery(), want.RawQuery())
+	}
+}
