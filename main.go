@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/netip"
@@ -32,6 +33,7 @@ import (
 	"github.com/teapot-lb/teapot-lb/api/adminserver"
 	"github.com/teapot-lb/teapot-lb/api/backup"
 	"github.com/teapot-lb/teapot-lb/api/cli"
+	"github.com/teapot-lb/teapot-lb/api/memlimit"
 	"github.com/teapot-lb/teapot-lb/api/observe"
 	"github.com/teapot-lb/teapot-lb/api/pki"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
@@ -78,6 +80,9 @@ type serveConfig struct {
 	// AccessLog is the file of the load balancers' access logs; ""
 	// writes them to stderr.
 	AccessLog string `json:"access-log"`
+	// MemoryLimit is the Go runtime's soft memory limit: a size or a
+	// share of the memory available; "" leaves GOMEMLIMIT's.
+	MemoryLimit string `json:"memory-limit"`
 
 	// VIPs: the arp interface, the failure detector, and the BGP speaker
 	// (the bgp: section exists only in the file).
@@ -143,6 +148,7 @@ func serveCommand() *cobra.Command {
 	f.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "debug | info | warn | error")
 	f.Var(&cfg.DrainTimeout, "drain-timeout", "how long a drained or stopping (SIGTERM) host keeps its arp VIPs while its clients are handed over (HTTP connections close after their next response; other connections may end), and, on stop, how long open connections may run to their end after the listeners closed")
 	f.StringVar(&cfg.AccessLog, "access-log", "", "file that receives the access logs of load balancers with accessLog enabled (default: stderr)")
+	f.StringVar(&cfg.MemoryLimit, "memory-limit", "", "soft limit of the Go heap and runtime: a size (1536MiB, 2GiB) or a share of the memory available (80%: of the service's cgroup memory.max when set, else of the host's); near it the collector runs more often instead of letting the heap grow to twice what is live (default: GOMEMLIMIT, else none)")
 	f.StringVar(&cfg.MetricsAddr, "metrics-addr", cfg.MetricsAddr, `IP:port serving Prometheus metrics at /metrics, and Go profiles at /debug/pprof/ when it is a loopback address ("" turns them off)`)
 	f.StringVar(&cfg.WebAddr, "web-addr", "", "IP:port serving the read-only dashboard over HTTPS with this host's certificate; logins take a token from \"teapot-lb dashboard token\" (default off)")
 	f.StringVar(&cfg.VIPInterface, "vip-interface", "", "interface that carries the VIPs of arp pools (needs CAP_NET_ADMIN and CAP_NET_RAW)")
@@ -236,6 +242,13 @@ func serve(ctx context.Context, cfg serveConfig) error {
 		return fmt.Errorf("--log-level %q: use debug, info, warn or error", cfg.LogLevel)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	memLimit, err := memlimit.Set(cfg.MemoryLimit)
+	if err != nil {
+		return fmt.Errorf("--memory-limit: %w", err)
+	}
+	if memLimit != math.MaxInt64 {
+		log.Info("memory limit", "component", "serve", "bytes", memLimit, "MiB", memLimit>>20)
+	}
 	if cfg.Join != "" && cfg.Token == "" {
 		return errors.New("--join needs --token (from `teapot-lb cluster join-token` on a cluster host)")
 	}

@@ -2,6 +2,7 @@ package scenarios
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -26,9 +27,10 @@ import (
 //
 // TEAPOT_MEMORY_LBS=10000 loads that many instead, then changes one
 // member of a random load balancer 200 times and logs the host's resident
-// set, Go heap and stacks without forcing a collection (GOMEMLIMIT in the
-// environment reaches the host); TEAPOT_MEMORY_PROFILE=path saves the
-// host's heap profile at the end.
+// set, Go heap and stacks without forcing a collection;
+// TEAPOT_MEMORY_LIMIT is the host's --memory-limit (default 1GiB, far above
+// what the test needs); TEAPOT_MEMORY_PROFILE=path saves the host's heap
+// profile at the end.
 const (
 	memLBsSmall = 500
 	memLBsLarge = 4500
@@ -47,7 +49,20 @@ func TestHostMemoryPerLoadBalancer(t *testing.T) {
 	needFDs := memLBsLarge + 1000
 	raiseNoFile(t, uint64(needFDs))
 	c := newCluster(t)
-	n := c.bootstrap()
+	n := c.newNode()
+	limit := cmp.Or(os.Getenv("TEAPOT_MEMORY_LIMIT"), "1GiB")
+	c.start(n, "--memory-limit", limit)
+	c.waitMember(n)
+	if limit == "1GiB" {
+		// serve hands --memory-limit to the runtime.
+		s, err := scrape(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v := s["go_gc_gomemlimit_bytes"]; len(v) != 1 || v[0].value != 1<<30 {
+			t.Fatalf("--memory-limit 1GiB: go_gc_gomemlimit_bytes %v", v)
+		}
+	}
 	conn := c.dial(t, n)
 	apply := func(objs ...*pb.Object) uint64 {
 		t.Helper()
@@ -91,12 +106,14 @@ func TestHostMemoryPerLoadBalancer(t *testing.T) {
 		// times, then the resident set as a host's at rest after its load
 		// and some changes (no collection forced).
 		rng := rand.New(rand.NewPCG(17, uint64(lbs)))
+		cpu0, t0 := procCPU(t, n.cmd.Process.Pid), time.Now()
 		for c := range 200 {
 			i := rng.IntN(lbs)
 			lb := memLB(i)
 			lb.Pools["app"].Members[rng.IntN(scaleMembers)].Address = fmt.Sprintf("10.%d.%d.%d:%d", 200+c%50, rng.IntN(256), rng.IntN(256), 1+rng.IntN(60000))
 			everyPlaneWithin(t, logs, apply(api.Wrap(lb)), time.Minute)
 		}
+		cpu, took := procCPU(t, n.cmd.Process.Pid)-cpu0, time.Since(t0)
 		time.Sleep(5 * time.Second)
 		s, err := scrape(n)
 		if err != nil {
@@ -108,20 +125,19 @@ func TestHostMemoryPerLoadBalancer(t *testing.T) {
 			}
 			return 0
 		}
-		t.Logf("%d load balancers after 200 changes: RSS %.1f MiB, Go heap in use %.1f MiB, stacks %.1f MiB, Go runtime's total %.1f MiB (GOMEMLIMIT=%q)", lbs,
+		t.Logf("%d load balancers, 200 changes in %v using %v of CPU; then RSS %.1f MiB, Go heap in use %.1f MiB, stacks %.1f MiB, Go runtime's total %.1f MiB (--memory-limit %s)", lbs, took.Round(time.Millisecond), cpu,
 			float64(procKiB(t, n.cmd.Process.Pid, "VmRSS"))/1024, first("go_memstats_heap_inuse_bytes")/(1<<20),
-			first("go_memstats_stack_inuse_bytes")/(1<<20), first("go_memstats_sys_bytes")/(1<<20), os.Getenv("GOMEMLIMIT"))
+			first("go_memstats_stack_inuse_bytes")/(1<<20), first("go_memstats_sys_bytes")/(1<<20), limit)
 	}
 	large := heapAfterGC(t, n)
 	perLB := float64(large-small) / 1024 / float64(lbs-memLBsSmall)
-	limit := memKiBPerLB
 	t.Logf("Go heap in use after a collection: %d load balancers %.1f MiB, %d load balancers %.1f MiB: %.1f KiB per load balancer (bound %.1f)",
-		memLBsSmall, float64(small)/(1<<20), lbs, float64(large)/(1<<20), perLB, limit)
+		memLBsSmall, float64(small)/(1<<20), lbs, float64(large)/(1<<20), perLB, memKiBPerLB)
 	if p := os.Getenv("TEAPOT_MEMORY_PROFILE"); p != "" {
 		saveHeapProfile(t, n, p)
 	}
-	if perLB > limit {
-		t.Errorf("a load balancer of ten members costs %.1f KiB of heap on a host, bound %.1f KiB", perLB, limit)
+	if perLB > memKiBPerLB {
+		t.Errorf("a load balancer of ten members costs %.1f KiB of heap on a host, bound %.1f KiB", perLB, memKiBPerLB)
 	}
 }
 

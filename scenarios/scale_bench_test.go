@@ -380,20 +380,28 @@ func hostCPU(tb testing.TB, l *vipLab) time.Duration {
 	tb.Helper()
 	var total time.Duration
 	for _, h := range l.lbs {
-		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", h.proc.Pid()))
+		total += procCPU(tb, h.proc.Pid())
+	}
+	return total
+}
+
+// procCPU is the user and system CPU time process pid has used.
+func procCPU(tb testing.TB, pid int) time.Duration {
+	tb.Helper()
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	// Fields after the command's closing parenthesis: utime and stime
+	// are the 12th and 13th, in clock ticks (100 per second).
+	f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+	var total time.Duration
+	for _, s := range f[11:13] {
+		v, err := strconv.ParseInt(s, 10, 64)
 		if err != nil {
-			tb.Fatal(err)
+			tb.Fatalf("/proc/%d/stat: %v", pid, err)
 		}
-		// Fields after the command's closing parenthesis: utime and stime
-		// are the 12th and 13th, in clock ticks (100 per second).
-		f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
-		for _, s := range f[11:13] {
-			v, err := strconv.ParseInt(s, 10, 64)
-			if err != nil {
-				tb.Fatalf("/proc/%d/stat: %v", h.proc.Pid(), err)
-			}
-			total += time.Duration(v) * 10 * time.Millisecond
-		}
+		total += time.Duration(v) * 10 * time.Millisecond
 	}
 	return total
 }
