@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 	"github.com/teapot-lb/teapot-lb/proxy/l7"
+	"github.com/teapot-lb/teapot-lb/proxy/snapshot"
 )
 
 // seen is what a routing test backend saw of a request.
@@ -363,9 +365,9 @@ func TestHTTPRoutesBuiltBeforePublish(t *testing.T) {
 				exts++
 			}
 		}
-		for sp, lp := range ls.pools {
+		for _, lp := range ls.pools {
 			if lp.http.Load() == nil {
-				t.Errorf("pool %s of listener %s has no L7 face", sp.Name, ls.Name)
+				t.Errorf("pool %s of listener %s has no L7 face", lp.Spec.Name, ls.Name)
 			}
 		}
 		if ls.Routes.Conditional() && ls.http.selector == nil {
@@ -374,5 +376,48 @@ func TestHTTPRoutesBuiltBeforePublish(t *testing.T) {
 	}
 	if l7s == 0 || exts == 0 {
 		t.Fatalf("%d http listeners, %d routes with extensions: the load balancer does not show the point", l7s, exts)
+	}
+}
+
+// TestListenerFindsItsLivePools: a listener finds the live pool of each
+// compiled pool it uses, by looking through them when it has few and by
+// its index when it has more than fewPools, and nothing for a pool it
+// does not use.
+func TestListenerFindsItsLivePools(t *testing.T) {
+	srv := l7.New(l7.Config{})
+	t.Cleanup(func() { srv.Close() })
+	for _, n := range []int{1, fewPools, fewPools + 3} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			p, _ := newProxy(t, Config{HTTP: NewHTTP(srv, nil)})
+			lb := &pb.LoadBalancer{Name: "many", Tenant: "acme", Status: &pb.LoadBalancerStatus{Address: "127.0.0.9"},
+				Listeners: []*pb.Listener{{Port: uint32(freePort(t)), Protocol: "http"}}, Pools: map[string]*pb.BackendPool{}}
+			for i := range n {
+				name := fmt.Sprintf("p%02d", i)
+				lb.Pools[name] = &pb.BackendPool{Members: []*pb.Member{{Address: fmt.Sprintf("127.0.1.%d:80", i+1)}}}
+				lb.Routes = append(lb.Routes, &pb.Route{Host: "shop.acme.example", Path: "/" + name, Pool: name})
+			}
+			update(t, p, lb)
+			var ls *ListenerSnapshot
+			for _, l := range p.current.Load().listeners.All() {
+				ls = l
+			}
+			if ls == nil {
+				t.Fatal("no listener served")
+			}
+			if got := len(ls.Listener.Pools()); got != n || len(ls.pools) != n || (ls.byPool != nil) != (n > fewPools) {
+				t.Fatalf("%d compiled pools, %d live, indexed %v", got, len(ls.pools), ls.byPool != nil)
+			}
+			for _, sp := range ls.Listener.Pools() {
+				if lp := ls.Pool(sp); lp == nil || lp.Spec != sp {
+					t.Errorf("pool %s: live pool %v", sp.Name, lp)
+				}
+			}
+			if lp := ls.Pool(&snapshot.Pool{Name: "p00"}); lp != nil {
+				t.Errorf("a pool the listener does not use has the live pool of %s", lp.Spec.Name)
+			}
+			if lp := ls.Backend(); lp != nil {
+				t.Errorf("an http listener has a backend: %s", lp.Spec.Name)
+			}
+		})
 	}
 }

@@ -45,7 +45,12 @@ func (s *served) listener(k snapshot.Key) *ListenerSnapshot {
 // new one (or keeps this one when the listener did not change).
 type ListenerSnapshot struct {
 	*snapshot.Listener
-	pools map[*snapshot.Pool]*Pool
+	// pools are the live pools of the compiled pools the listener uses,
+	// in the order of Listener.Pools; byPool indexes them when there are
+	// more than fewPools (a host keeps one ListenerSnapshot per
+	// listener, and most use one pool).
+	pools  []*Pool
+	byPool map[*snapshot.Pool]*Pool
 	// http is the routes of an http or https listener in the L7
 	// engine's terms, built with the snapshot; nil for other protocols.
 	http *httpTable
@@ -55,10 +60,23 @@ type ListenerSnapshot struct {
 
 // Pool returns the live pool of a compiled pool the listener uses (its L4
 // pool or a route's pool), or nil.
-func (l *ListenerSnapshot) Pool(p *snapshot.Pool) *Pool { return l.pools[p] }
+func (l *ListenerSnapshot) Pool(p *snapshot.Pool) *Pool {
+	if l.byPool != nil {
+		return l.byPool[p]
+	}
+	for _, lp := range l.pools {
+		if lp.Spec == p {
+			return lp
+		}
+	}
+	return nil
+}
 
 // Backend returns the live pool of a tcp, udp or tls-passthrough listener.
-func (l *ListenerSnapshot) Backend() *Pool { return l.pools[l.Listener.Pool] }
+func (l *ListenerSnapshot) Backend() *Pool { return l.Pool(l.Listener.Pool) }
+
+// fewPools is the most pools a listener looks through without a map.
+const fewPools = 8
 
 // Pool is a compiled pool with its balancer over live members. Members'
 // health and in-flight counts live in health Targets, shared across
@@ -208,9 +226,16 @@ func (p *Proxy) build(s *snapshot.Snapshot, old *served, keys []snapshot.Key) (*
 			continue
 		}
 		if l != nil {
-			nl := &ListenerSnapshot{Listener: l, pools: map[*snapshot.Pool]*Pool{}}
-			for _, sp := range l.Pools() {
-				nl.pools[sp] = live(sp)
+			sps := l.Pools()
+			nl := &ListenerSnapshot{Listener: l, pools: make([]*Pool, len(sps))}
+			if len(sps) > fewPools {
+				nl.byPool = make(map[*snapshot.Pool]*Pool, len(sps))
+			}
+			for i, sp := range sps {
+				nl.pools[i] = live(sp)
+				if nl.byPool != nil {
+					nl.byPool[sp] = nl.pools[i]
+				}
 			}
 			if l.Protocol.L7() {
 				nl.http = newHTTPTable(nl)

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/teapot-lb/teapot-lb/api"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
@@ -189,7 +190,26 @@ type entry struct {
 	// problems are the load balancer's own, without lost claims.
 	problems []Problem
 	created  int64
-	pools    map[string]*Pool
+	pools    poolSet
+}
+
+// poolSet is a load balancer's compiled pools, sorted by name: the few
+// pools of a load balancer cost a slice rather than a map (a host keeps
+// one set per load balancer).
+type poolSet []namedPool
+
+type namedPool struct {
+	name string
+	pool *Pool
+}
+
+// get returns the pool named name, or nil.
+func (s poolSet) get(name string) *Pool {
+	i, ok := slices.BinarySearchFunc(s, name, func(p namedPool, name string) int { return strings.Compare(p.name, name) })
+	if !ok {
+		return nil
+	}
+	return s[i].pool
 }
 
 // env is what every load balancer's compile depends on besides its own
@@ -432,13 +452,13 @@ func (b *lbCompile) compile(lb *pb.LoadBalancer, t *tenantInfo, e *entry) {
 		b.problem("tenant", "tenant %s does not exist; nothing of this load balancer is served", lb.GetTenant())
 		return
 	}
-	var prevPools map[string]*Pool
+	var prevPools poolSet
 	if b.c.prev != nil {
 		if pe, ok := b.c.prev.entries.Get(b.id); ok {
 			prevPools = pe.pools
 		}
 	}
-	e.pools = make(map[string]*Pool, len(lb.GetPools()))
+	e.pools = make(poolSet, 0, len(lb.GetPools()))
 	keys := make([]string, 0, len(lb.GetPools()))
 	for k := range lb.GetPools() {
 		keys = append(keys, k)
@@ -446,12 +466,12 @@ func (b *lbCompile) compile(lb *pb.LoadBalancer, t *tenantInfo, e *entry) {
 	slices.Sort(keys)
 	for _, k := range keys {
 		p := b.pool(k, lb.GetPools()[k], t)
-		if old := prevPools[k]; old.Equal(p) {
+		if old := prevPools.get(k); old.Equal(p) {
 			p = old
 		} else {
 			b.c.stats.NewPools++
 		}
-		e.pools[k] = p
+		e.pools = append(e.pools, namedPool{k, p})
 	}
 	var routes *RouteTable
 	var compiled []Route

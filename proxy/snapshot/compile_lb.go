@@ -223,7 +223,7 @@ func (b *lbCompile) httpRequest(f string, h *HealthCheck, path, host string, sta
 	}
 }
 
-func (b *lbCompile) listener(f string, i int, l *pb.Listener, tenant string, vip netip.Addr, pools map[string]*Pool, routes *RouteTable) *Listener {
+func (b *lbCompile) listener(f string, i int, l *pb.Listener, tenant string, vip netip.Addr, pools poolSet, routes *RouteTable) *Listener {
 	port := l.GetPort()
 	if port < 1 || port > 65535 {
 		b.problem(f+".port", "must be between 1 and 65535, got %d; listener skipped", port)
@@ -242,7 +242,7 @@ func (b *lbCompile) listener(f string, i int, l *pb.Listener, tenant string, vip
 	out.Name = out.Key.String()
 	switch proto {
 	case ProtoTCP, ProtoUDP, ProtoTLSPassthrough:
-		out.Pool = pools[l.GetPool()]
+		out.Pool = pools.get(l.GetPool())
 		if out.Pool == nil {
 			b.problem(f+".pool", "backend pool %q is not defined in pools; listener skipped", l.GetPool())
 			return nil
@@ -319,7 +319,7 @@ type routeKey struct {
 // routes compiles the load balancer's routes, in order, before a
 // RouteTable drops the plain ones that an earlier route shadows (per
 // listener port when routes have ports).
-func (b *lbCompile) routes(rs []*pb.Route, pools map[string]*Pool, t *tenantInfo) []Route {
+func (b *lbCompile) routes(rs []*pb.Route, pools poolSet, t *tenantInfo) []Route {
 	out := make([]Route, 0, len(rs))
 	seen := map[routeKey]int{}
 	for i, r := range rs {
@@ -350,7 +350,7 @@ func (b *lbCompile) routes(rs []*pb.Route, pools map[string]*Pool, t *tenantInfo
 			continue
 		}
 		path = cleanRoutePath(path, pt)
-		pool := pools[r.GetPool()]
+		pool := pools.get(r.GetPool())
 		if pool == nil {
 			b.problem(f+".pool", "backend pool %q is not defined in pools; route skipped", r.GetPool())
 			continue
@@ -374,7 +374,7 @@ func (b *lbCompile) routes(rs []*pb.Route, pools map[string]*Pool, t *tenantInfo
 
 // sniRoutes compiles the server-name routes of a tls-passthrough listener
 // into a route table matched with path "/".
-func (b *lbCompile) sniRoutes(f string, rs []*pb.SNIRoute, pools map[string]*Pool, t *tenantInfo) *RouteTable {
+func (b *lbCompile) sniRoutes(f string, rs []*pb.SNIRoute, pools poolSet, t *tenantInfo) *RouteTable {
 	var domains []string
 	if t != nil {
 		domains = t.domains
@@ -388,7 +388,7 @@ func (b *lbCompile) sniRoutes(f string, rs []*pb.SNIRoute, pools map[string]*Poo
 			b.problem(rf+".host", "%s; route skipped", why)
 			continue
 		}
-		pool := pools[r.GetPool()]
+		pool := pools.get(r.GetPool())
 		if pool == nil {
 			b.problem(rf+".pool", "backend pool %q is not defined in pools; route skipped", r.GetPool())
 			continue

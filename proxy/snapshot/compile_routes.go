@@ -32,7 +32,7 @@ func anchored(expr string) (*regexp.Regexp, error) {
 // extRoutes compiles a route with matches, backends, filters or timeouts
 // into one Route per match. A broken part skips the whole route with a
 // problem: half a route could send traffic where its writer did not want.
-func (b *lbCompile) extRoutes(f string, index int, host string, r *pb.Route, pools map[string]*Pool) []Route {
+func (b *lbCompile) extRoutes(f string, index int, host string, r *pb.Route, pools poolSet) []Route {
 	ext := RouteExt{
 		RequestTimeout: r.GetTimeouts().GetRequest().AsDuration(),
 		BackendTimeout: r.GetTimeouts().GetBackendRequest().AsDuration(),
@@ -44,7 +44,7 @@ func (b *lbCompile) extRoutes(f string, index int, host string, r *pb.Route, poo
 	var pool *Pool
 	switch {
 	case r.GetPool() != "":
-		if pool = pools[r.GetPool()]; pool == nil {
+		if pool = pools.get(r.GetPool()); pool == nil {
 			b.problem(f+".pool", "backend pool %q is not defined in pools; route skipped", r.GetPool())
 			return nil
 		}
@@ -56,7 +56,7 @@ func (b *lbCompile) extRoutes(f string, index int, host string, r *pb.Route, poo
 			}
 			wp := WeightedPool{Weight: min(w, api.MaxBackendWeight)}
 			if !be.GetUnavailable() {
-				if wp.Pool = pools[be.GetPool()]; wp.Pool == nil {
+				if wp.Pool = pools.get(be.GetPool()); wp.Pool == nil {
 					b.problem(f+".backends["+strconv.Itoa(i)+"].pool", "backend pool %q is not defined in pools; route skipped", be.GetPool())
 					return nil
 				}
@@ -207,7 +207,7 @@ func (b *lbCompile) valueCond(f string, v *pb.ValueMatch) (ValueCond, bool) {
 }
 
 // filters compiles a route's filters; nil when it has none.
-func (b *lbCompile) filters(f string, r *pb.Route, pools map[string]*Pool) (*Filters, bool) {
+func (b *lbCompile) filters(f string, r *pb.Route, pools poolSet) (*Filters, bool) {
 	if len(r.GetFilters()) == 0 {
 		return nil, true
 	}
@@ -232,7 +232,7 @@ func (b *lbCompile) filters(f string, r *pb.Route, pools map[string]*Pool) (*Fil
 			out.Rewrite = &Rewrite{Hostname: rw.GetHostname(), Path: pathChange(rw.GetPath())}
 		case fl.GetRequestMirror() != nil:
 			m := fl.GetRequestMirror()
-			p := pools[m.GetPool()]
+			p := pools.get(m.GetPool())
 			if p == nil {
 				b.problem(ff+".request_mirror.pool", "backend pool %q is not defined in pools; route skipped", m.GetPool())
 				return nil, false
