@@ -9,6 +9,7 @@ import (
 	"github.com/mholt/acmez/v3"
 
 	"github.com/teapot-lb/teapot-lb/proxy"
+	"github.com/teapot-lb/teapot-lb/proxy/l7"
 	"github.com/teapot-lb/teapot-lb/proxy/snapshot"
 )
 
@@ -40,7 +41,7 @@ func (t *Terminator) ServeConn(ctx context.Context, c net.Conn, current func() *
 		t.inner.ServeConn(ctx, c, current)
 		return
 	}
-	tc := tls.Server(c, t.m.ServerConfig(l.Listener))
+	tc := tls.Server(l7.ClientTransport(c), t.m.ServerConfig(l.Listener))
 	// A drain or a handover ends ctx; the handshake of a client that
 	// arrived meanwhile still completes (the drain applies after it).
 	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), HandshakeTimeout)

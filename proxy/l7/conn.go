@@ -190,9 +190,10 @@ func (c *clientConn) writeAt(b []byte, now int64) error {
 	if err := setDeadline(c.nc.SetWriteDeadline, &c.wdl, now, c.s.cfg.WriteTimeout); err != nil {
 		return err
 	}
-	if c.rx.on {
+	if c.rx.on && c.rx.tr == nil {
 		// Inside the read callback (rawclient.go), which holds the
 		// socket: write directly; net.Conn waits out a full buffer.
+		// TLS records go out through crypto/tls and the TCP connection.
 		rest, err := writeRawClient(c.rx.fd, b)
 		if err != nil || len(rest) == 0 {
 			return rawWriteError(err)

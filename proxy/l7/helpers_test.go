@@ -131,7 +131,7 @@ func proxyUnder(t testing.TB, s *Server, router Router, tlsCfg *tls.Config) stri
 			}
 			var nc net.Conn = c
 			if tlsCfg != nil {
-				nc = tls.Server(c, tlsCfg)
+				nc = tls.Server(ClientTransport(c), tlsCfg)
 			}
 			mu.Lock()
 			conns[nc] = true

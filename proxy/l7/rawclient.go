@@ -34,6 +34,10 @@ type rawServe struct {
 	started  bool               // a request's first bytes are in and it is claimed
 	hdrDL    bool               // the header deadline of the request is set
 	out      bool               // a parsed request is handled outside the callback
+	// tr is the transport under the client's TLS connection, nil for
+	// bare TCP: records are read through crypto/tls (stepTLS), and
+	// responses written through it.
+	tr *tlsTransport
 }
 
 // nextRaw serves requests inside the callback until one must be handled
@@ -56,9 +60,15 @@ func (c *clientConn) nextRaw() bool {
 	if !c.armIdle(nowNano()) {
 		return false
 	}
+	if x.tr != nil {
+		x.tr.enter()
+	}
 	x.on = true
 	err := x.rc.Read(x.step)
 	x.on = false
+	if x.tr != nil {
+		x.tr.leave()
+	}
 	if x.out {
 		return true
 	}

@@ -24,6 +24,9 @@ func rawConnOf(tc *net.TCPConn) syscall.RawConn {
 func (c *clientConn) stepRaw(fd uintptr) bool {
 	x := &c.rx
 	x.fd = int(fd)
+	if x.tr != nil {
+		return c.stepTLS(fd)
+	}
 	for {
 		if x.fresh && c.parsed() {
 			return true

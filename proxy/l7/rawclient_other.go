@@ -19,3 +19,5 @@ func writeRawClient(int, []byte) ([]byte, error) {
 }
 
 func rawWriteError(err error) error { return err }
+
+func (t *tlsTransport) Read(p []byte) (int, error) { return t.TCPConn.Read(p) }

@@ -134,6 +134,10 @@ func (s *Server) ServeConn(ctx context.Context, c net.Conn, info ConnInfo) {
 	}
 	if !info.TLS {
 		cc.rx.rc = rawConnOf(cc.tcp)
+	} else if tc, ok := c.(*tls.Conn); ok {
+		if tr, ok := tc.NetConn().(*tlsTransport); ok {
+			cc.rx.rc, cc.rx.tr = tr.rc, tr
+		}
 	}
 	cc.serve()
 	cc.close()

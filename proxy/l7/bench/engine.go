@@ -82,7 +82,7 @@ func serveEngine(args []string) error {
 			}
 			go func() {
 				if tlsCfg != nil {
-					srv.ServeConn(ctx, tls.Server(c, tlsCfg), info)
+					srv.ServeConn(ctx, tls.Server(l7.ClientTransport(c), tlsCfg), info)
 					return
 				}
 				srv.ServeConn(ctx, c, info)
