@@ -100,6 +100,26 @@ func (p *planeLog) read() error {
 	}
 }
 
+// stages sums the data plane's stage times of the revisions served after
+// start: how many, and how long they waited for it, compiled and took to
+// serve (binding listeners).
+func (p *planeLog) stages(start time.Time) string {
+	var revs int
+	var waited, compile, serve, maxServe time.Duration
+	for _, e := range p.applied {
+		if e.at.Before(start) {
+			continue
+		}
+		revs++
+		waited += e.waited
+		compile += e.compile
+		serve += e.serve
+		maxServe = max(maxServe, e.serve)
+	}
+	return fmt.Sprintf("%d revisions served; waited %s, compiled %s, served %s in all (longest serve %s)", revs,
+		waited.Round(time.Millisecond), compile.Round(time.Millisecond), serve.Round(time.Millisecond), maxServe.Round(time.Millisecond))
+}
+
 // servedAt returns when the node first served revision rev or later.
 func (p *planeLog) servedAt(rev uint64) (time.Time, bool) {
 	e, ok := p.servedEntry(rev)
@@ -307,6 +327,9 @@ func tenantInitialSync(b *testing.B, n int) (stored, live, statuses time.Duratio
 	b.Logf("%d Services: every load balancer stored %s after the agent started; %s", n, stored.Round(time.Millisecond),
 		milestones(agent.logPath, start, "caches synced", "leading", "connected to the LB cluster"))
 	live = everyPlane(b, logs, rev).Sub(start)
+	for i, pl := range logs {
+		b.Logf("%d Services: host %d: %s", n, i+1, pl.stages(start))
+	}
 	// The agent writes statuses through a rate-limited queue: at 10,000
 	// Services that takes minutes. Counted, not required, past the
 	// deadline.

@@ -92,7 +92,6 @@ func (s *Server) applyChange(ctx context.Context, st *stream, ch *pb.SyncChange)
 	ack.Certificates = append(certs, gone...)
 	ack.Revision = max(rev, s.cfg.Store.Revision())
 	slices.SortFunc(ack.Results, func(a, b *pb.ObjectStatus) int { return strings.Compare(a.GetName(), b.GetName()) })
-	st.record(ack.Results)
 	s.noteRefusals(tenant, ack.Results)
 	return ack, nil
 }

@@ -27,7 +27,7 @@ type host struct {
 	ts   *tenantsync.Server
 }
 
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -44,7 +44,7 @@ func logger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
 
-func startHost(t *testing.T, cfg tenantsync.Config) *host {
+func startHost(t testing.TB, cfg tenantsync.Config) *host {
 	t.Helper()
 	api := freeAddr(t)
 	ln, err := net.Listen("tcp", api)
@@ -101,7 +101,7 @@ func (h *host) seed(t *testing.T) {
 }
 
 // dial connects with a certificate of identity id.
-func (h *host) dial(t *testing.T, id pki.Identity) *grpc.ClientConn {
+func (h *host) dial(t testing.TB, id pki.Identity) *grpc.ClientConn {
 	t.Helper()
 	cert, key, err := h.node.CA().Issue(pki.IssueRequest{Identity: id})
 	if err != nil {
@@ -120,7 +120,7 @@ func (h *host) dial(t *testing.T, id pki.Identity) *grpc.ClientConn {
 }
 
 // uid returns the stored tenant's uid, which its credentials carry.
-func (h *host) uid(t *testing.T, tenant string) string {
+func (h *host) uid(t testing.TB, tenant string) string {
 	t.Helper()
 	o, err := h.node.Get(context.Background(), &pb.ObjectRef{Kind: api.KindTenant, Name: tenant})
 	if err != nil {
@@ -131,14 +131,14 @@ func (h *host) uid(t *testing.T, tenant string) string {
 
 // agentStream is a test agent's stream.
 type agentStream struct {
-	t       *testing.T
+	t       testing.TB
 	stream  pb.TenantSync_SyncClient
 	cancel  context.CancelFunc
 	welcome *pb.SyncWelcome
 	seq     uint64
 }
 
-func (h *host) open(t *testing.T, tenant string) *agentStream {
+func (h *host) open(t testing.TB, tenant string) *agentStream {
 	t.Helper()
 	cc := h.dial(t, pki.Identity{Role: pki.RoleTenant, Name: tenant, UID: h.uid(t, tenant)})
 	// The stream's whole life, hundreds of writes on a loaded 2-core CI

@@ -9,7 +9,7 @@ import (
 	"github.com/teapot-lb/teapot-lb/tenantsync"
 )
 
-// Member health reaches the agent with the status, and a change of health
+// Member health reaches the agent with the ack, and a change of health
 // alone (no change of the stored state) is pushed.
 func TestStatusCarriesMemberHealth(t *testing.T) {
 	var healthy atomic.Bool
@@ -23,7 +23,7 @@ func TestStatusCarriesMemberHealth(t *testing.T) {
 	h := startHost(t, tenantsync.Config{Heartbeat: 200 * time.Millisecond, Members: members})
 	h.seed(t)
 	s := h.open(t, "acme")
-	s.change(upsert(tcpLB("svc-ns-a", &pb.VIPRequest{Pool: "public"}, "10.20.0.1:80")))
+	ack := s.change(upsert(tcpLB("svc-ns-a", &pb.VIPRequest{Pool: "public"}, "10.20.0.1:80")))
 
 	wait := func(want bool) {
 		t.Helper()
@@ -41,7 +41,11 @@ func TestStatusCarriesMemberHealth(t *testing.T) {
 		}
 		t.Fatalf("member health %v never reached the agent", want)
 	}
-	wait(true)
+	// The ack tells the members' health as the pushes do (a push of the
+	// same revision may come before it).
+	if ms := result(t, ack, "svc-ns-a").GetMembers(); len(ms) != 1 || !ms[0].GetHealthy() {
+		t.Fatalf("the ack tells members %v, want one healthy", ms)
+	}
 	healthy.Store(false)
 	wait(false)
 }

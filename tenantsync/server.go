@@ -71,6 +71,9 @@ type Config struct {
 	MaxStreams int
 	// MaxBatch bounds the objects in one change.
 	MaxBatch int
+	// InFlight bounds the changes of one stream written at once (see
+	// pipeline); 1 writes them one after the other.
+	InFlight int
 	// ApplyTimeout bounds one change's writes; a change that cannot be
 	// written in time (no leader) ends the stream and the agent resyncs.
 	ApplyTimeout time.Duration
@@ -131,6 +134,9 @@ func New(cfg Config) *Server {
 	}
 	if cfg.MaxBatch <= 0 {
 		cfg.MaxBatch = DefaultMaxBatch
+	}
+	if cfg.InFlight <= 0 {
+		cfg.InFlight = DefaultInFlight
 	}
 	if cfg.ApplyTimeout <= 0 {
 		cfg.ApplyTimeout = DefaultApplyTimeout
@@ -232,6 +238,11 @@ func (s *Server) Sync(ss pb.TenantSync_SyncServer) error {
 			}
 		}
 	}()
+	p := newPipeline(ctx, s, st, log)
+	defer func() {
+		cancel(nil)
+		p.close()
+	}()
 	for {
 		var msg *pb.SyncRequest
 		select {
@@ -241,6 +252,8 @@ func (s *Server) Sync(ss pb.TenantSync_SyncServer) error {
 			return toStatus(cause)
 		case err := <-recvErr:
 			if errors.Is(err, io.EOF) {
+				// The changes sent before the end are written and acked.
+				p.acked.Wait()
 				log.Info("agent disconnected")
 				return nil
 			}
@@ -259,15 +272,8 @@ func (s *Server) Sync(ss pb.TenantSync_SyncServer) error {
 		if err := s.limiter(c.tenant).wait(ctx, n); err != nil {
 			return toStatus(cmpCause(ctx, err))
 		}
-		start := time.Now()
-		ack, err := s.applyChange(ctx, st, ch)
-		s.metrics.note(c.tenant, ack, err != nil, time.Since(start))
-		if err != nil {
-			log.Warn("change not applied; the agent resyncs on its next stream", "seq", ch.GetSeq(), "err", err)
+		if err := p.start(ch); err != nil {
 			return toStatus(cmpCause(ctx, err))
-		}
-		if err := st.send(&pb.SyncResponse{Msg: &pb.SyncResponse_Ack{Ack: ack}}); err != nil {
-			return err
 		}
 	}
 }

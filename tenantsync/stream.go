@@ -54,6 +54,19 @@ func (st *stream) send(m *pb.SyncResponse) error {
 	return st.ss.Send(m)
 }
 
+// sendAck adds the members' health to the statuses an ack tells the
+// agent, records them and sends it, with no status push in between: the
+// agent takes the last status it gets, so an ack that followed a push of
+// the same revision must not tell less than the push did.
+func (st *stream) sendAck(ack *pb.SyncAck) error {
+	st.withMembers(ack.GetResults())
+	st.sendMu.Lock()
+	defer st.sendMu.Unlock()
+	st.record(ack.GetResults())
+	st.sent = time.Now()
+	return st.ss.Send(&pb.SyncResponse{Msg: &pb.SyncResponse_Ack{Ack: ack}})
+}
+
 // record notes statuses the agent is being told in an ack.
 func (st *stream) record(results []*pb.ObjectStatus) {
 	st.mu.Lock()
