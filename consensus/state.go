@@ -44,7 +44,7 @@ type state struct {
 	revision uint64
 	objects  map[string]map[string]*pb.Object // kind → key → object
 	byTenant map[string]map[string]*pb.Object // tenant → "kind/name" → namespaced object
-	byAddr   map[netip.Addr]map[string]*pb.Object
+	byAddr   map[netip.Addr][]*pb.Object
 	used     []netip.Addr // keys of byAddr, sorted
 	usage    map[string]api.TenantUsage
 	gen      uint64 // counts puts and removals
@@ -64,7 +64,7 @@ func newState() *state {
 	s := &state{
 		objects:  make(map[string]map[string]*pb.Object),
 		byTenant: make(map[string]map[string]*pb.Object),
-		byAddr:   make(map[netip.Addr]map[string]*pb.Object),
+		byAddr:   make(map[netip.Addr][]*pb.Object),
 		sorted:   make(map[string][]*pb.Object),
 		usage:    make(map[string]api.TenantUsage),
 	}
@@ -197,16 +197,14 @@ func (s *state) put(o *pb.Object) {
 		}
 		m[ref.Kind+"/"+ref.Name] = o
 	}
-	s.usageAdd(o, key, 1)
+	s.usageAdd(o, 1)
 	if a, ok := lbAddress(o); ok {
-		m := s.byAddr[a]
-		if m == nil {
-			m = make(map[string]*pb.Object)
-			s.byAddr[a] = m
+		users := s.byAddr[a]
+		if len(users) == 0 {
 			i, _ := slices.BinarySearchFunc(s.used, a, netip.Addr.Compare)
 			s.used = slices.Insert(s.used, i, a)
 		}
-		m[key] = o
+		s.byAddr[a] = append(slices.Clip(users), o)
 	}
 }
 
@@ -243,15 +241,16 @@ func (s *state) remove(ref *pb.ObjectRef) {
 		}
 	}
 	if a, ok := lbAddress(old); ok {
-		delete(s.byAddr[a], key)
-		if len(s.byAddr[a]) == 0 {
+		users := slices.DeleteFunc(slices.Clone(s.byAddr[a]), func(u *pb.Object) bool { return u == old })
+		s.byAddr[a] = users
+		if len(users) == 0 {
 			delete(s.byAddr, a)
 			if i, ok := slices.BinarySearchFunc(s.used, a, netip.Addr.Compare); ok {
 				s.used = slices.Delete(s.used, i, i+1)
 			}
 		}
 	}
-	s.usageAdd(old, key, -1)
+	s.usageAdd(old, -1)
 }
 
 // toProto copies the whole state for a snapshot.

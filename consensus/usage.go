@@ -10,17 +10,17 @@ import (
 // own from its parent's and its changes: a quota check costs what the
 // write changes, whatever the number of load balancers the tenant has.
 
-// usageAdd adds (sign 1) or takes (sign -1) load balancer o, stored at
-// key, from its tenant's usage. It runs before o enters the address
+// usageAdd adds (sign 1) or takes (sign -1) load balancer o from its
+// tenant's usage. It runs before o enters the address
 // index on a put and after it left it on a removal.
-func (s *state) usageAdd(o *pb.Object, key string, sign int) {
+func (s *state) usageAdd(o *pb.Object, sign int) {
 	lb := o.GetLoadBalancer()
 	if lb == nil {
 		return
 	}
 	u := s.usage[lb.GetTenant()]
 	d := api.LoadBalancerUsage(lb)
-	if a, ok := lbAddress(o); ok && !tenantAt(s.byAddr[a], lb.GetTenant(), key) {
+	if a, ok := lbAddress(o); ok && !tenantAt(s.byAddr[a], lb.GetTenant(), o) {
 		d.Addresses = 1
 	}
 	if sign > 0 {
@@ -35,11 +35,11 @@ func (s *state) usageAdd(o *pb.Object, key string, sign int) {
 	s.usage[lb.GetTenant()] = u
 }
 
-// tenantAt reports whether users (load balancers at one address, by key)
-// hold one of tenant's other than the one at key.
-func tenantAt(users map[string]*pb.Object, tenant, key string) bool {
-	for k, o := range users {
-		if k != key && o.GetLoadBalancer().GetTenant() == tenant {
+// tenantAt reports whether users (load balancers at one address) hold
+// one of tenant's other than o.
+func tenantAt(users []*pb.Object, tenant string, o *pb.Object) bool {
+	for _, u := range users {
+		if u != o && u.GetLoadBalancer().GetTenant() == tenant {
 			return true
 		}
 	}
