@@ -22,11 +22,6 @@ type Request interface {
 	RawQuery() string
 }
 
-// join joins the values of a repeated field.
-func join(first, next, sep string) string {
-	return first + sep + next
-}
-
 // h1Request is an HTTP/1.x client connection's current request, parsed
 // in place, seen as a Request.
 type h1Request clientConn
@@ -47,7 +42,7 @@ func (v *h1Request) Header(name string) (string, bool) {
 		if val := unsafeString(f.value(b)); !ok {
 			out, ok = val, true
 		} else {
-			out = join(out, val, ", ")
+			out += ", " + val
 		}
 	}
 	return out, ok
@@ -77,7 +72,7 @@ func (v *h2Request) Header(name string) (string, bool) {
 		if !ok {
 			out, ok = hf.Value, true
 		} else {
-			out = join(out, hf.Value, sep)
+			out += sep + hf.Value
 		}
 	}
 	return out, ok
