@@ -10,6 +10,9 @@
 //
 //	go run ./proxy/scalebench -sizes 1000,10000,100000
 //
+// With -memprofile heap.pprof each child also writes its heap profile,
+// after its changes, to heap.pprof.SIZE (go tool pprof).
+//
 // The listeners are tcp and bind VIPs spread over 127.16.0.0/12 on one
 // port, so each child needs as many file descriptors as load balancers: it
 // raises its soft limit to the hard one. When that is not enough the
