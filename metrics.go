@@ -63,8 +63,9 @@ func serveMetrics(ctx context.Context, srv *metricsserver.Server, counters *metr
 	}
 	cs := []prometheus.Collector{
 		metrics.NewCollector(counters, metrics.CollectorConfig{Members: func() []metrics.Member {
-			var out []metrics.Member
-			for _, m := range px.MemberStats() {
+			stats := px.MemberStats()
+			out := make([]metrics.Member, 0, len(stats))
+			for _, m := range stats {
 				out = append(out, metrics.Member(m))
 			}
 			return out

@@ -17,7 +17,11 @@ func (p *Proxy) MemberStats() []MemberStat {
 	if cur == nil {
 		return nil
 	}
-	var out []MemberStat
+	n := 0
+	for _, pool := range cur.pools.All() {
+		n += len(pool.members)
+	}
+	out := make([]MemberStat, 0, n)
 	for spec, pool := range cur.pools.All() {
 		for _, m := range pool.members {
 			out = append(out, MemberStat{LB: spec.LB, Pool: spec.Name, Addr: m.Addr, Healthy: m.Usable(), Ejections: Target(m).Ejections()})

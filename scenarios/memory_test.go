@@ -125,6 +125,27 @@ func TestHostMemoryPerLoadBalancer(t *testing.T) {
 			}
 			return 0
 		}
+		// What one scrape of /metrics costs the host: the allocations
+		// between two scrapes, the size and series of the second.
+		if dir := os.Getenv("TEAPOT_MEMORY_SCRAPE_PROFILE"); dir != "" {
+			saveNodeProfile(t, n, "allocs", dir+"/allocs-before.pprof")
+			defer saveNodeProfile(t, n, "allocs", dir+"/allocs-after.pprof")
+		}
+		s2, err := scrape(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		series := 0
+		for _, v := range s2 {
+			series += len(v)
+		}
+		alloc := func(s map[string][]sample) float64 {
+			if v := s["go_memstats_alloc_bytes_total"]; len(v) > 0 {
+				return v[0].value
+			}
+			return 0
+		}
+		t.Logf("one scrape of /metrics: %d series, %.1f MiB allocated by the host", series, (alloc(s2)-alloc(s))/(1<<20))
 		t.Logf("%d load balancers, 200 changes in %v using %v of CPU; then RSS %.1f MiB, Go heap in use %.1f MiB, stacks %.1f MiB, Go runtime's total %.1f MiB (--memory-limit %s)", lbs, took.Round(time.Millisecond), cpu,
 			float64(procKiB(t, n.cmd.Process.Pid, "VmRSS"))/1024, first("go_memstats_heap_inuse_bytes")/(1<<20),
 			first("go_memstats_stack_inuse_bytes")/(1<<20), first("go_memstats_sys_bytes")/(1<<20), limit)
@@ -166,8 +187,12 @@ func heapAfterGC(t *testing.T, n *node) uint64 {
 }
 
 // saveHeapProfile writes the node's heap profile to path.
-func saveHeapProfile(t *testing.T, n *node, path string) {
-	resp, err := http.Get("http://" + n.metricsAddr + "/debug/pprof/heap?gc=1")
+func saveHeapProfile(t *testing.T, n *node, path string) { saveNodeProfile(t, n, "heap", path) }
+
+// saveNodeProfile writes the node's profile of that name to path, after a
+// collection.
+func saveNodeProfile(t *testing.T, n *node, name, path string) {
+	resp, err := http.Get("http://" + n.metricsAddr + "/debug/pprof/" + name + "?gc=1")
 	if err != nil {
 		t.Fatalf("heap profile of %s: %v", n.id, err)
 	}

@@ -1,7 +1,6 @@
 package metrics
 
 import (
-	"cmp"
 	"net/netip"
 	"slices"
 	"strings"
@@ -322,25 +321,30 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-func sortedKeys[K cmp.Ordered | [3]string | [4]string, V any](m map[K]V) []K {
+func sortedKeys[K string | [3]string | [4]string, V any](m map[K]V) []K {
 	keys := make([]K, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
 	}
-	slices.SortFunc(keys, func(a, b K) int { return strings.Compare(keyString(a), keyString(b)) })
+	slices.SortFunc(keys, compareKeys[K])
 	return keys
 }
 
-func keyString(k any) string {
-	switch k := k.(type) {
+// compareKeys orders keys by their label values in turn, without joining
+// them: a scrape sorts one key per member, so it must not allocate per
+// comparison.
+func compareKeys[K string | [3]string | [4]string](a, b K) int {
+	switch x := any(a).(type) {
 	case string:
-		return k
+		return strings.Compare(x, any(b).(string))
 	case [3]string:
-		return strings.Join(k[:], "\x00")
+		y := any(b).([3]string)
+		return slices.Compare(x[:], y[:])
 	case [4]string:
-		return strings.Join(k[:], "\x00")
+		y := any(b).([4]string)
+		return slices.Compare(x[:], y[:])
 	}
-	return ""
+	panic("unreachable")
 }
 
 // add returns the sum of two histograms.
