@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
+	"runtime/metrics"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -124,8 +126,28 @@ func clusterAtScale(b *testing.B, n int) {
 	const changes = 120
 	rng := rand.New(rand.NewPCG(17, uint64(n)))
 	var toLeader, toAll []time.Duration
+	// GC cycles that ran during each change: a tail from the collector
+	// shows as slow changes that saw one.
+	gcs := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}}
+	gcCycles := func() uint64 { metrics.Read(gcs); return gcs[0].Value.Uint64() }
+	var withGC []bool
+	stopProfile := func() {}
+	// TEAPOT_CONSENSUS_SCALE_PROFILE names a file for a CPU profile of
+	// the changes alone.
+	if path := os.Getenv("TEAPOT_CONSENSUS_SCALE_PROFILE"); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			b.Fatal(err)
+		}
+		defer f.Close()
+		stopProfile = pprof.StopCPUProfile
+	}
 	b.ResetTimer()
 	for c := range changes {
+		gc0 := gcCycles()
 		i := rng.IntN(n)
 		lb := scaleLB(i)
 		lb.Pools["app"].Members[rng.IntN(10)].Address = fmt.Sprintf("10.%d.%d.%d:%d", 200+c%50, rng.IntN(256), rng.IntN(256), 1+rng.IntN(60000))
@@ -155,8 +177,10 @@ func clusterAtScale(b *testing.B, n int) {
 			cancel()
 		}
 		toAll = append(toAll, last.Sub(t0))
+		withGC = append(withGC, gcCycles() > gc0)
 	}
 	b.StopTimer()
+	stopProfile()
 
 	// What a snapshot holds the state machine for (applies wait), and the
 	// whole snapshot (encoding and writing run beside the applies).
@@ -177,6 +201,20 @@ func clusterAtScale(b *testing.B, n int) {
 		s := slices.Clone(ds)
 		slices.Sort(s)
 		return float64(s[min(len(s)-1, len(s)*p/100)].Microseconds()) / 1000
+	}
+	var gcd, plain []time.Duration
+	for i, d := range toAll {
+		if withGC[i] {
+			gcd = append(gcd, d)
+		} else {
+			plain = append(plain, d)
+		}
+	}
+	if len(gcd) > 0 && len(plain) > 0 {
+		fmt.Printf("consensus at %d LBs: %d of %d changes saw a GC cycle (applied on every host p50 %.1f, max %.1f ms); the others p50 %.1f, p99 %.1f, max %.1f ms\n",
+			n, len(gcd), len(toAll), pct(gcd, 50), pct(gcd, 100), pct(plain, 50), pct(plain, 99), pct(plain, 100))
+	} else {
+		fmt.Printf("consensus at %d LBs: %d of %d changes saw a GC cycle\n", n, len(gcd), len(toAll))
 	}
 	fmt.Printf("consensus at %d LBs x 10 members (3 hosts in one process): load %s; one member change: leader answers p50 %.1f p99 %.1f ms, applied on every host p50 %.1f p99 %.1f max %.1f ms; heap %.0f MiB for 3 hosts (%.1f KiB per LB and host); Raft snapshot %s, of which the state machine is held %s\n",
 		n, load.Round(time.Millisecond), pct(toLeader, 50), pct(toLeader, 99), pct(toAll, 50), pct(toAll, 99), pct(toAll, 100),

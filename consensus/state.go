@@ -176,17 +176,29 @@ func lbAddress(o *pb.Object) (netip.Addr, bool) {
 }
 
 // put stores o (replacing any object with its reference) and keeps the
-// indexes right.
+// indexes right. Replacing an object keeps its place in the sorted list
+// (one copy of the list, not two) and, when the address stays, the used
+// addresses as they are: an update costs what it changes, not the length
+// of those lists.
 func (s *state) put(o *pb.Object) {
 	s.gen++
 	ref := api.RefOf(o)
 	key := keyOf(ref)
-	s.remove(ref)
+	old := s.objects[ref.Kind][key]
+	s.unindex(ref, key, old, o)
 	s.objects[ref.Kind][key] = o
 	s.sortedMu.Lock()
 	if cached, ok := s.sorted[ref.Kind]; ok {
-		i, _ := slices.BinarySearchFunc(cached, o, compareObjects)
-		s.sorted[ref.Kind] = slices.Insert(slices.Clip(cached), i, o)
+		i, found := slices.BinarySearchFunc(cached, o, compareObjects)
+		if found {
+			// old's place (unindex left it when old was there): the
+			// list may be shared with readers, so a copy.
+			c := slices.Clone(cached)
+			c[i] = o
+			s.sorted[ref.Kind] = c
+		} else {
+			s.sorted[ref.Kind] = slices.Insert(slices.Clip(cached), i, o)
+		}
 	}
 	s.sortedMu.Unlock()
 	if api.Namespaced(ref.Kind) {
@@ -199,8 +211,10 @@ func (s *state) put(o *pb.Object) {
 	}
 	s.usageAdd(o, 1)
 	if a, ok := lbAddress(o); ok {
-		users := s.byAddr[a]
-		if len(users) == 0 {
+		// An address in the index is in the used addresses, even with no
+		// user left: unindex keeps it for the object replacing its user.
+		users, known := s.byAddr[a]
+		if !known {
 			i, _ := slices.BinarySearchFunc(s.used, a, netip.Addr.Compare)
 			s.used = slices.Insert(s.used, i, a)
 		}
@@ -222,18 +236,27 @@ func (s *state) dropSorted(kind string) {
 func (s *state) remove(ref *pb.ObjectRef) {
 	s.gen++
 	key := keyOf(ref)
-	old := s.objects[ref.Kind][key]
+	s.unindex(ref, key, s.objects[ref.Kind][key], nil)
+}
+
+// unindex takes old (nil: nothing) out of the state and its indexes. With
+// next, the object about to replace it, old keeps its place in the sorted
+// list and its address in the used addresses if next has the same one:
+// put takes them over.
+func (s *state) unindex(ref *pb.ObjectRef, key string, old, next *pb.Object) {
 	if old == nil {
 		return
 	}
 	delete(s.objects[ref.Kind], key)
-	s.sortedMu.Lock()
-	if cached, ok := s.sorted[ref.Kind]; ok {
-		if i, found := slices.BinarySearchFunc(cached, old, compareObjects); found {
-			s.sorted[ref.Kind] = slices.Delete(slices.Clone(cached), i, i+1)
+	if next == nil {
+		s.sortedMu.Lock()
+		if cached, ok := s.sorted[ref.Kind]; ok {
+			if i, found := slices.BinarySearchFunc(cached, old, compareObjects); found {
+				s.sorted[ref.Kind] = slices.Delete(slices.Clone(cached), i, i+1)
+			}
 		}
+		s.sortedMu.Unlock()
 	}
-	s.sortedMu.Unlock()
 	if api.Namespaced(ref.Kind) {
 		delete(s.byTenant[ref.Tenant], ref.Kind+"/"+ref.Name)
 		if len(s.byTenant[ref.Tenant]) == 0 {
@@ -243,7 +266,7 @@ func (s *state) remove(ref *pb.ObjectRef) {
 	if a, ok := lbAddress(old); ok {
 		users := slices.DeleteFunc(slices.Clone(s.byAddr[a]), func(u *pb.Object) bool { return u == old })
 		s.byAddr[a] = users
-		if len(users) == 0 {
+		if na, ok := lbAddress(next); len(users) == 0 && (!ok || na != a) {
 			delete(s.byAddr, a)
 			if i, ok := slices.BinarySearchFunc(s.used, a, netip.Addr.Compare); ok {
 				s.used = slices.Delete(s.used, i, i+1)

@@ -325,7 +325,7 @@ func tenantInitialSync(b *testing.B, n int) (stored, live, statuses time.Duratio
 		time.Sleep(max(20*time.Millisecond, time.Duration(n)*20*time.Microsecond))
 	}
 	b.Logf("%d Services: every load balancer stored %s after the agent started; %s", n, stored.Round(time.Millisecond),
-		milestones(agent.logPath, start, "caches synced", "leading", "connected to the LB cluster"))
+		milestones(agent.logPath, start, "caches synced", "leading", "connected to the LB cluster", "resync sent"))
 	live = everyPlane(b, logs, rev).Sub(start)
 	for i, pl := range logs {
 		b.Logf("%d Services: host %d: %s", n, i+1, pl.stages(start))

@@ -184,10 +184,13 @@ func (a *Agent) runSession(ctx context.Context) error {
 		}
 	}()
 
+	start := time.Now()
 	a.recompute()
+	translated := time.Since(start)
 	if err := s.sendDiff(true); err != nil {
 		return err
 	}
+	a.log.Info("resync sent", "changes", s.seq, "translate", translated.Round(time.Millisecond), "send", (time.Since(start) - translated).Round(time.Millisecond))
 	quiet := time.NewTimer(silence)
 	defer quiet.Stop()
 	for {
