@@ -146,8 +146,9 @@ func TestHostMemoryPerLoadBalancer(t *testing.T) {
 			return 0
 		}
 		t.Logf("one scrape of /metrics: %d series, %.1f MiB allocated by the host", series, (alloc(s2)-alloc(s))/(1<<20))
-		t.Logf("%d load balancers, 200 changes in %v using %v of CPU; then RSS %.1f MiB, Go heap in use %.1f MiB, stacks %.1f MiB, Go runtime's total %.1f MiB (--memory-limit %s)", lbs, took.Round(time.Millisecond), cpu,
-			float64(procKiB(t, n.cmd.Process.Pid, "VmRSS"))/1024, first("go_memstats_heap_inuse_bytes")/(1<<20),
+		pid := n.cmd.Process.Pid
+		t.Logf("%d load balancers, 200 changes in %v using %v of CPU; then RSS %.1f MiB (anonymous %.1f, files %.1f), Go heap in use %.1f MiB, stacks %.1f MiB, Go runtime's total %.1f MiB (--memory-limit %s)", lbs, took.Round(time.Millisecond), cpu,
+			float64(procKiB(t, pid, "VmRSS"))/1024, float64(procKiB(t, pid, "RssAnon"))/1024, float64(procKiB(t, pid, "RssFile"))/1024, first("go_memstats_heap_inuse_bytes")/(1<<20),
 			first("go_memstats_stack_inuse_bytes")/(1<<20), first("go_memstats_sys_bytes")/(1<<20), limit)
 	}
 	large := heapAfterGC(t, n)

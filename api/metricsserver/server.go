@@ -8,20 +8,25 @@
 package metricsserver
 
 import (
+	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/pprof"
 	"net/netip"
+	"slices"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/common/expfmt"
 )
 
 // NewRegistry returns a registry of the collectors with the Go runtime
@@ -37,17 +42,101 @@ func NewRegistry(cs ...prometheus.Collector) (*prometheus.Registry, error) {
 	return reg, nil
 }
 
-// Handler serves g's metrics in the Prometheus text or OpenMetrics format.
-func Handler(g prometheus.Gatherer, log *slog.Logger) http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{
-		ErrorLog:            slogPrinter{log},
-		ErrorHandling:       promhttp.ContinueOnError,
-		MaxRequestsInFlight: 4,
-		Timeout:             10 * time.Second,
-	}))
-	return mux
+// TextWriter is a collector too large to gather: a scrape writes its
+// series straight to the response in the text format, after the
+// registry's, instead of building a metric object per series first.
+type TextWriter interface {
+	prometheus.Collector
+	WriteText(io.Writer) error
 }
+
+// maxScrapes bounds the scrapes served at once; more are answered 503.
+const maxScrapes = 4
+
+// metricsHandler serves a registry and the TextWriters in the Prometheus
+// text format (version 0.0.4), gzipped when the scraper accepts it.
+type metricsHandler struct {
+	g    prometheus.Gatherer
+	log  *slog.Logger
+	busy chan struct{}
+
+	mu   sync.Mutex
+	text []TextWriter
+}
+
+func newMetricsHandler(g prometheus.Gatherer, log *slog.Logger) *metricsHandler {
+	return &metricsHandler{g: g, log: log, busy: make(chan struct{}, maxScrapes)}
+}
+
+func (h *metricsHandler) add(t TextWriter) {
+	h.mu.Lock()
+	h.text = append(h.text, t)
+	h.mu.Unlock()
+}
+
+func (h *metricsHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	select {
+	case h.busy <- struct{}{}:
+		defer func() { <-h.busy }()
+	default:
+		http.Error(w, fmt.Sprintf("%d scrapes are being served; try again", maxScrapes), http.StatusServiceUnavailable)
+		return
+	}
+	mfs, err := h.g.Gather()
+	if err != nil {
+		// What could be gathered is served, as promhttp's ContinueOnError.
+		h.log.Warn("gather metrics", "err", err)
+	}
+	h.mu.Lock()
+	text := slices.Clone(h.text)
+	h.mu.Unlock()
+
+	format := expfmt.NewFormat(expfmt.TypeTextPlain)
+	w.Header().Set("Content-Type", string(format))
+	var out io.Writer = w
+	if gzipAccepted(r.Header.Get("Accept-Encoding")) {
+		w.Header().Set("Content-Encoding", "gzip")
+		w.Header().Add("Vary", "Accept-Encoding")
+		gz := gzip.NewWriter(w)
+		defer gz.Close()
+		out = gz
+	}
+	enc := expfmt.NewEncoder(out, format)
+	for _, mf := range mfs {
+		if err := enc.Encode(mf); err != nil {
+			h.log.Warn("write metrics", "err", err)
+			return
+		}
+	}
+	for _, t := range text {
+		if err := t.WriteText(out); err != nil {
+			h.log.Warn("write metrics", "err", err)
+			return
+		}
+	}
+}
+
+// gzipAccepted reports whether an Accept-Encoding header lists gzip
+// without q=0.
+func gzipAccepted(header string) bool {
+	for part := range strings.SplitSeq(header, ",") {
+		coding, params, _ := strings.Cut(strings.TrimSpace(part), ";")
+		if !strings.EqualFold(strings.TrimSpace(coding), "gzip") {
+			continue
+		}
+		q := strings.ReplaceAll(params, " ", "")
+		return q != "q=0" && q != "q=0.0" && q != "q=0.00" && q != "q=0.000"
+	}
+	return false
+}
+
+// describeOnly stands for a TextWriter in the registry: its descriptors
+// are registered, so that a name is never exported twice, and it collects
+// nothing there.
+type describeOnly struct{ c prometheus.Collector }
+
+func (d describeOnly) Describe(ch chan<- *prometheus.Desc) { d.c.Describe(ch) }
+func (describeOnly) Collect(chan<- prometheus.Metric)      {}
 
 type slogPrinter struct{ log *slog.Logger }
 
@@ -55,10 +144,11 @@ func (p slogPrinter) Println(v ...any) { p.log.Warn("gather metrics", "err", fmt
 
 // Server serves /metrics on one address.
 type Server struct {
-	ln  net.Listener
-	srv *http.Server
-	log *slog.Logger
-	reg *prometheus.Registry
+	ln      net.Listener
+	srv     *http.Server
+	log     *slog.Logger
+	reg     *prometheus.Registry
+	metrics *metricsHandler
 }
 
 // Listen binds addr now, so that a busy port is known at start; the
@@ -76,14 +166,17 @@ func Listen(addr string, log *slog.Logger) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := Handler(reg, log)
+	mh := newMetricsHandler(reg, log)
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", mh)
+	var h http.Handler = mux
 	// A response has 30 s; a profile's runs for its duration first.
 	writeTimeout := 30 * time.Second
 	if ap, err := netip.ParseAddrPort(ln.Addr().String()); err == nil && ap.Addr().IsLoopback() {
 		h = withProfiles(h)
 		writeTimeout += ProfileMaxSeconds * time.Second
 	}
-	return &Server{ln: ln, log: log, reg: reg, srv: &http.Server{
+	return &Server{ln: ln, log: log, reg: reg, metrics: mh, srv: &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
@@ -93,11 +186,19 @@ func Listen(addr string, log *slog.Logger) (*Server, error) {
 	}}, nil
 }
 
-// Register adds collectors.
+// Register adds collectors; a TextWriter's series are written by it at
+// each scrape.
 func (s *Server) Register(cs ...prometheus.Collector) error {
 	for _, c := range cs {
+		t, isText := c.(TextWriter)
+		if isText {
+			c = describeOnly{t}
+		}
 		if err := s.reg.Register(c); err != nil {
 			return fmt.Errorf("register metrics: %w", err)
+		}
+		if isText {
+			s.metrics.add(t)
 		}
 	}
 	return nil

@@ -10,6 +10,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 func TestProfilesOnLoopback(t *testing.T) {
@@ -197,5 +201,79 @@ func TestNoProfilesOffLoopback(t *testing.T) {
 	srv.srv.Handler.ServeHTTP(rec, httptest.NewRequest("GET", "/debug/pprof/", nil))
 	if rec.Code != http.StatusNotFound {
 		t.Fatalf("/debug/pprof/ off loopback: %d, want 404", rec.Code)
+	}
+}
+
+// textCollector exports one gauge through WriteText.
+type textCollector struct{ desc *prometheus.Desc }
+
+func (c textCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+func (c textCollector) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, 7)
+}
+func (c textCollector) WriteText(w io.Writer) error {
+	_, err := io.WriteString(w, "# HELP big_family A family written as text.\n# TYPE big_family gauge\nbig_family 7\n")
+	return err
+}
+
+// TestTextWritersFollowTheRegistry: a TextWriter's series are written
+// after the registry's in one text response, plain or gzipped, and it
+// cannot export a name that is already registered.
+func TestTextWritersFollowTheRegistry(t *testing.T) {
+	srv, err := Listen("127.0.0.1:0", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := textCollector{prometheus.NewDesc("big_family", "A family written as text.", nil, nil)}
+	if err := srv.Register(c); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Register(prometheus.NewGauge(prometheus.GaugeOpts{Name: "big_family", Help: "again"})); err == nil {
+		t.Fatal("a second collector of big_family was registered")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go srv.Run(ctx)
+	for _, tc := range []struct {
+		enc  string
+		gzip bool
+	}{{"", false}, {"gzip", true}, {"br, gzip;q=0.5", true}, {"gzip;q=0", false}} {
+		enc := tc.enc
+		req, _ := http.NewRequest("GET", "http://"+srv.Addr().String()+"/metrics", nil)
+		req.Header.Set("Accept-Encoding", enc)
+		req.Header.Set("Accept", "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5")
+		resp, err := (&http.Transport{DisableCompression: true}).RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := io.Reader(resp.Body)
+		gzipped := resp.Header.Get("Content-Encoding") == "gzip"
+		if gzipped != tc.gzip {
+			t.Errorf("Accept-Encoding %q: gzipped %v", enc, gzipped)
+		}
+		if gzipped {
+			if body, err = gzip.NewReader(resp.Body); err != nil {
+				t.Fatal(err)
+			}
+		}
+		b, err := io.ReadAll(body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/plain; version=0.0.4") {
+			t.Errorf("Content-Type %q", ct)
+		}
+		p := expfmt.NewTextParser(model.LegacyValidation)
+		mfs, err := p.TextToMetricFamilies(bytes.NewReader(b))
+		if err != nil {
+			t.Fatalf("Accept-Encoding %q: %v\n%s", enc, err, b)
+		}
+		if mfs["big_family"].GetMetric()[0].GetGauge().GetValue() != 7 || mfs["go_goroutines"] == nil {
+			t.Errorf("Accept-Encoding %q: big_family %v, go_goroutines %v", enc, mfs["big_family"], mfs["go_goroutines"])
+		}
+		if n := strings.Count(string(b), "# TYPE big_family"); n != 1 {
+			t.Errorf("big_family written %d times", n)
+		}
 	}
 }

@@ -63,27 +63,53 @@ func NewCollector(m *Memory, cfg CollectorConfig) *Collector {
 
 var _ prometheus.Collector = (*Collector)(nil)
 
-func desc(name, help string, labels ...string) *prometheus.Desc {
-	return prometheus.NewDesc("teapot_lb_"+name, help, labels, nil)
+// family is one metric family the collector exports.
+type family struct {
+	name, help, typ string
+	labels          []string
+	desc            *prometheus.Desc
+}
+
+func newFamily(name, typ, help string, labels ...string) *family {
+	name = "teapot_lb_" + name
+	return &family{name: name, help: help, typ: typ, labels: labels, desc: prometheus.NewDesc(name, help, labels, nil)}
 }
 
 var (
-	lbLabels       = []string{"tenant", "lb", "listener"}
-	descConns      = desc("connections_total", "Connections (UDP: flows) accepted by a listener.", lbLabels...)
-	descActive     = desc("connections_active", "Connections (UDP: flows) open now.", lbLabels...)
-	descRefused    = desc("connections_refused_total", "Connections or flows turned away, by reason (no-member, listener-limit, tenant-limit, host-limit, not-tls).", append(lbLabels, "reason")...)
-	descConnDur    = desc("connection_duration_seconds", "Lifetime of finished connections and flows.", lbLabels...)
-	descBytesIn    = desc("received_bytes_total", "Bytes received from clients (HTTP listeners: request bodies).", lbLabels...)
-	descBytesOut   = desc("sent_bytes_total", "Bytes sent to clients (HTTP listeners: response bodies).", lbLabels...)
-	descRequests   = desc("http_requests_total", "HTTP requests finished, by response code class (none: the client left before a response).", append(lbLabels, "code_class")...)
-	descReqDur     = desc("http_request_duration_seconds", "Time from a complete request head to the end of the response.", lbLabels...)
-	descUpDur      = desc("http_upstream_duration_seconds", "Time from the first attempt to reach a member to its response head.", lbLabels...)
-	memberLabels   = []string{"tenant", "lb", "member"}
-	descMemberReq  = desc("member_requests_total", "Requests (L7) and connects (L4) sent to a member.", memberLabels...)
-	descMemberFail = desc("member_failures_total", "Requests or connects to a member that failed (5xx, connect failure or timeout).", memberLabels...)
-	poolLabels     = []string{"tenant", "lb", "pool", "member"}
-	descMemberUp   = desc("member_up", "1 when the member may receive traffic (its check passes and it is not ejected), else 0.", poolLabels...)
-	descMemberEj   = desc("member_ejections_total", "Passive ejections of a member after consecutive connect failures.", poolLabels...)
+	lbLabels     = []string{"tenant", "lb", "listener"}
+	memberLabels = []string{"tenant", "lb", "member"}
+	poolLabels   = []string{"tenant", "lb", "pool", "member"}
+
+	famConns      = newFamily("connections_total", "counter", "Connections (UDP: flows) accepted by a listener.", lbLabels...)
+	famActive     = newFamily("connections_active", "gauge", "Connections (UDP: flows) open now.", lbLabels...)
+	famRefused    = newFamily("connections_refused_total", "counter", "Connections or flows turned away, by reason (no-member, listener-limit, tenant-limit, host-limit, not-tls).", append(lbLabels, "reason")...)
+	famConnDur    = newFamily("connection_duration_seconds", "histogram", "Lifetime of finished connections and flows.", lbLabels...)
+	famBytesIn    = newFamily("received_bytes_total", "counter", "Bytes received from clients (HTTP listeners: request bodies).", lbLabels...)
+	famBytesOut   = newFamily("sent_bytes_total", "counter", "Bytes sent to clients (HTTP listeners: response bodies).", lbLabels...)
+	famRequests   = newFamily("http_requests_total", "counter", "HTTP requests finished, by response code class (none: the client left before a response).", append(lbLabels, "code_class")...)
+	famReqDur     = newFamily("http_request_duration_seconds", "histogram", "Time from a complete request head to the end of the response.", lbLabels...)
+	famUpDur      = newFamily("http_upstream_duration_seconds", "histogram", "Time from the first attempt to reach a member to its response head.", lbLabels...)
+	famMemberReq  = newFamily("member_requests_total", "counter", "Requests (L7) and connects (L4) sent to a member.", memberLabels...)
+	famMemberFail = newFamily("member_failures_total", "counter", "Requests or connects to a member that failed (5xx, connect failure or timeout).", memberLabels...)
+	famMemberUp   = newFamily("member_up", "gauge", "1 when the member may receive traffic (its check passes and it is not ejected), else 0.", poolLabels...)
+	famMemberEj   = newFamily("member_ejections_total", "counter", "Passive ejections of a member after consecutive connect failures.", poolLabels...)
+
+	families = []*family{famConns, famActive, famRefused, famConnDur, famBytesIn, famBytesOut,
+		famRequests, famReqDur, famUpDur, famMemberReq, famMemberFail, famMemberUp, famMemberEj}
+
+	descConns      = famConns.desc
+	descActive     = famActive.desc
+	descRefused    = famRefused.desc
+	descConnDur    = famConnDur.desc
+	descBytesIn    = famBytesIn.desc
+	descBytesOut   = famBytesOut.desc
+	descRequests   = famRequests.desc
+	descReqDur     = famReqDur.desc
+	descUpDur      = famUpDur.desc
+	descMemberReq  = famMemberReq.desc
+	descMemberFail = famMemberFail.desc
+	descMemberUp   = famMemberUp.desc
+	descMemberEj   = famMemberEj.desc
 )
 
 // refusedReasons are the reasons of proxy.Metrics.ConnRefused.
@@ -91,9 +117,8 @@ var refusedReasons = []string{"no-member", "listener-limit", "tenant-limit", "ho
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descConns, descActive, descRefused, descConnDur, descBytesIn, descBytesOut,
-		descRequests, descReqDur, descUpDur, descMemberReq, descMemberFail, descMemberUp, descMemberEj} {
-		ch <- d
+	for _, f := range families {
+		ch <- f.desc
 	}
 }
 
@@ -166,8 +191,19 @@ type poolSums struct {
 	up, ejections int64
 }
 
-// Collect implements prometheus.Collector.
-func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+// sums is one scrape's counters, folded under the caps and summed by
+// their label values, with the keys of each map in label order.
+type sums struct {
+	ls    map[[3]string]*listenerSums
+	lkeys [][3]string
+	ms    map[[3]string]*memberSums
+	mkeys [][3]string
+	ps    map[[4]string]*poolSums
+	pkeys [][4]string
+}
+
+// sum reads the counters and folds them under the caps.
+func (c *Collector) sum() *sums {
 	if c.cfg.Served != nil {
 		live := c.cfg.Served()
 		c.m.Retain(func(lb string) bool { return live[lb] })
@@ -202,7 +238,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	f := newFolder(c.cfg.MaxLBsPerTenant, c.cfg.MaxMembersPerLB, lbs, addrs)
 
-	ls := map[[3]string]*listenerSums{}
+	out := &sums{ls: map[[3]string]*listenerSums{}, ms: map[[3]string]*memberSums{}, ps: map[[4]string]*poolSums{}}
+	ls := out.ls
 	get := func(k [3]string) *listenerSums {
 		s := ls[k]
 		if s == nil {
@@ -233,32 +270,16 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		s.latency = s.latency.add(h.Latency)
 		s.upstream = s.upstream.add(h.Upstream)
 	}
-	for _, k := range sortedKeys(ls) {
-		s := ls[k]
-		l := k[:]
-		ch <- prometheus.MustNewConstMetric(descConns, prometheus.CounterValue, float64(s.opened), l...)
-		ch <- prometheus.MustNewConstMetric(descActive, prometheus.GaugeValue, float64(max(0, s.opened-s.closed)), l...)
+	for _, s := range ls {
 		for _, r := range refusedReasons {
 			if _, ok := s.refused[r]; !ok {
 				s.refused[r] = 0 // known reasons start at 0, so that rate() sees the first
 			}
 		}
-		for _, r := range sortedKeys(s.refused) {
-			ch <- prometheus.MustNewConstMetric(descRefused, prometheus.CounterValue, float64(s.refused[r]), append(l, r)...)
-		}
-		ch <- constHistogram(descConnDur, s.duration, l)
-		ch <- prometheus.MustNewConstMetric(descBytesIn, prometheus.CounterValue, float64(s.bytesIn), l...)
-		ch <- prometheus.MustNewConstMetric(descBytesOut, prometheus.CounterValue, float64(s.bytesOut), l...)
-		if s.http {
-			for i, n := range s.byClass {
-				ch <- prometheus.MustNewConstMetric(descRequests, prometheus.CounterValue, float64(n), append(l, ClassNames[i])...)
-			}
-			ch <- constHistogram(descReqDur, s.latency, l)
-			ch <- constHistogram(descUpDur, s.upstream, l)
-		}
 	}
+	out.lkeys = sortedKeys(ls)
 
-	ms := map[[3]string]*memberSums{}
+	ms := out.ms
 	mget := func(k [3]string) *memberSums {
 		s := ms[k]
 		if s == nil {
@@ -285,12 +306,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		s.requests += m.Requests
 		s.failures += m.Failures
 	}
-	for _, k := range sortedKeys(ms) {
-		ch <- prometheus.MustNewConstMetric(descMemberReq, prometheus.CounterValue, float64(ms[k].requests), k[:]...)
-		ch <- prometheus.MustNewConstMetric(descMemberFail, prometheus.CounterValue, float64(ms[k].failures), k[:]...)
-	}
+	out.mkeys = sortedKeys(ms)
 
-	ps := map[[4]string]*poolSums{}
+	ps := out.ps
 	for _, m := range members {
 		l := f.member(m.LB, m.Addr)
 		k := [4]string{l[0], l[1], m.Pool, l[2]}
@@ -307,16 +325,51 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		s.ejections += m.Ejections
 	}
-	for _, k := range sortedKeys(ps) {
-		s := ps[k]
-		up := 0.0
-		if s.up > 0 {
-			up = 1
+	out.pkeys = sortedKeys(ps)
+	return out
+}
+
+// upValue is the value of member_up for a pool's key: 1 when the member may
+// receive traffic; for the folded members, how many may.
+func (s *poolSums) upValue(member string) float64 {
+	if member == Other {
+		return float64(s.up)
+	}
+	if s.up > 0 {
+		return 1
+	}
+	return 0
+}
+
+// Collect implements prometheus.Collector.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	a := c.sum()
+	for _, k := range a.lkeys {
+		s := a.ls[k]
+		l := k[:]
+		ch <- prometheus.MustNewConstMetric(descConns, prometheus.CounterValue, float64(s.opened), l...)
+		ch <- prometheus.MustNewConstMetric(descActive, prometheus.GaugeValue, float64(max(0, s.opened-s.closed)), l...)
+		for _, r := range sortedKeys(s.refused) {
+			ch <- prometheus.MustNewConstMetric(descRefused, prometheus.CounterValue, float64(s.refused[r]), append(l, r)...)
 		}
-		if k[3] == Other {
-			up = float64(s.up) // folded: the number of usable members
+		ch <- constHistogram(descConnDur, s.duration, l)
+		ch <- prometheus.MustNewConstMetric(descBytesIn, prometheus.CounterValue, float64(s.bytesIn), l...)
+		ch <- prometheus.MustNewConstMetric(descBytesOut, prometheus.CounterValue, float64(s.bytesOut), l...)
+		if s.http {
+			for i, n := range s.byClass {
+				ch <- prometheus.MustNewConstMetric(descRequests, prometheus.CounterValue, float64(n), append(l, ClassNames[i])...)
+			}
+			ch <- constHistogram(descReqDur, s.latency, l)
+			ch <- constHistogram(descUpDur, s.upstream, l)
 		}
-		ch <- prometheus.MustNewConstMetric(descMemberUp, prometheus.GaugeValue, up, k[:]...)
+	}
+	for _, k := range a.mkeys {
+		ch <- prometheus.MustNewConstMetric(descMemberReq, prometheus.CounterValue, float64(a.ms[k].requests), k[:]...)
+		ch <- prometheus.MustNewConstMetric(descMemberFail, prometheus.CounterValue, float64(a.ms[k].failures), k[:]...)
+	}
+	for _, k := range a.pkeys {
+		s := a.ps[k]
+		ch <- prometheus.MustNewConstMetric(descMemberUp, prometheus.GaugeValue, s.upValue(k[3]), k[:]...)
 		ch <- prometheus.MustNewConstMetric(descMemberEj, prometheus.CounterValue, float64(s.ejections), k[:]...)
 	}
 }

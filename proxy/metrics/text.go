@@ -1,0 +1,218 @@
+package metrics
+
+import (
+	"bufio"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+)
+
+// WriteText writes the collector's series in the Prometheus text format
+// (version 0.0.4), family by family. It holds one scrape's sums, as
+// Collect does, but builds no prometheus.Metric per series: through a
+// registry each series becomes a Metric and a dto.Metric with its label
+// pairs, all kept until the last is encoded (about 1.5 KiB a series; a
+// host of 10,000 load balancers has about 100,000).
+func (c *Collector) WriteText(w io.Writer) error {
+	a := c.sum()
+	t := textWriter{w: bufio.NewWriterSize(w, 32<<10)}
+
+	listenerFamily := func(f *family, httpOnly bool, sample func(labels []string, s *listenerSums)) {
+		t.family(f, len(a.lkeys))
+		for _, k := range a.lkeys {
+			if s := a.ls[k]; s.http || !httpOnly {
+				sample(k[:], s)
+			}
+		}
+	}
+	value := func(f *family, httpOnly bool, v func(*listenerSums) float64) {
+		listenerFamily(f, httpOnly, func(labels []string, s *listenerSums) {
+			t.sample(f.name, "", f.labels, labels, "", "", v(s))
+		})
+	}
+	histogram := func(f *family, httpOnly bool, h func(*listenerSums) HistogramValues) {
+		listenerFamily(f, httpOnly, func(labels []string, s *listenerSums) {
+			t.histogram(f, labels, h(s))
+		})
+	}
+	value(famConns, false, func(s *listenerSums) float64 { return float64(s.opened) })
+	value(famActive, false, func(s *listenerSums) float64 { return float64(max(0, s.opened-s.closed)) })
+	listenerFamily(famRefused, false, func(labels []string, s *listenerSums) {
+		for _, r := range sortedKeys(s.refused) {
+			t.sample(famRefused.name, "", lbLabels, labels, "reason", r, float64(s.refused[r]))
+		}
+	})
+	histogram(famConnDur, false, func(s *listenerSums) HistogramValues { return s.duration })
+	value(famBytesIn, false, func(s *listenerSums) float64 { return float64(s.bytesIn) })
+	value(famBytesOut, false, func(s *listenerSums) float64 { return float64(s.bytesOut) })
+	http := 0
+	for _, s := range a.ls {
+		if s.http {
+			http++
+		}
+	}
+	if http > 0 {
+		listenerFamily(famRequests, true, func(labels []string, s *listenerSums) {
+			for i, n := range s.byClass {
+				t.sample(famRequests.name, "", lbLabels, labels, "code_class", ClassNames[i], float64(n))
+			}
+		})
+		histogram(famReqDur, true, func(s *listenerSums) HistogramValues { return s.latency })
+		histogram(famUpDur, true, func(s *listenerSums) HistogramValues { return s.upstream })
+	}
+
+	t.family(famMemberReq, len(a.mkeys))
+	for _, k := range a.mkeys {
+		t.sample(famMemberReq.name, "", memberLabels, k[:], "", "", float64(a.ms[k].requests))
+	}
+	t.family(famMemberFail, len(a.mkeys))
+	for _, k := range a.mkeys {
+		t.sample(famMemberFail.name, "", memberLabels, k[:], "", "", float64(a.ms[k].failures))
+	}
+	t.family(famMemberUp, len(a.pkeys))
+	for _, k := range a.pkeys {
+		t.sample(famMemberUp.name, "", poolLabels, k[:], "", "", a.ps[k].upValue(k[3]))
+	}
+	t.family(famMemberEj, len(a.pkeys))
+	for _, k := range a.pkeys {
+		t.sample(famMemberEj.name, "", poolLabels, k[:], "", "", float64(a.ps[k].ejections))
+	}
+	return t.flush()
+}
+
+// textWriter writes the Prometheus text format; the first error stops it
+// and is returned by flush.
+type textWriter struct {
+	w   *bufio.Writer
+	buf []byte
+	err error
+}
+
+// family writes a family's HELP and TYPE lines, unless it has no series.
+func (t *textWriter) family(f *family, series int) {
+	if series == 0 || t.err != nil {
+		return
+	}
+	b := append(t.buf[:0], "# HELP "...)
+	b = append(b, f.name...)
+	b = append(b, ' ')
+	b = appendEscaped(b, f.help, false)
+	b = append(b, "\n# TYPE "...)
+	b = append(b, f.name...)
+	b = append(b, ' ')
+	b = append(b, f.typ...)
+	b = append(b, '\n')
+	t.write(b)
+}
+
+// sample writes one line: name+suffix{names=values[,extra=extraValue]} v.
+func (t *textWriter) sample(name, suffix string, names, values []string, extra, extraValue string, v float64) {
+	if t.err != nil {
+		return
+	}
+	b := append(t.buf[:0], name...)
+	b = append(b, suffix...)
+	b = append(b, '{')
+	for i, n := range names {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendLabel(b, n, values[i])
+	}
+	if extra != "" {
+		if len(names) > 0 {
+			b = append(b, ',')
+		}
+		b = appendLabel(b, extra, extraValue)
+	}
+	b = append(b, "} "...)
+	b = appendFloat(b, v)
+	b = append(b, '\n')
+	t.write(b)
+}
+
+// histogram writes a histogram's buckets (cumulative, then +Inf), sum and
+// count.
+func (t *textWriter) histogram(f *family, labels []string, h HistogramValues) {
+	var cum uint64
+	for i, le := range bucketLabels {
+		if i < len(h.Counts) {
+			cum += h.Counts[i]
+		}
+		t.sample(f.name, "_bucket", f.labels, labels, "le", le, float64(cum))
+	}
+	t.sample(f.name, "_bucket", f.labels, labels, "le", "+Inf", float64(h.Count))
+	t.sample(f.name, "_sum", f.labels, labels, "", "", h.Sum.Seconds())
+	t.sample(f.name, "_count", f.labels, labels, "", "", float64(h.Count))
+}
+
+// bucketLabels are the values of le of Buckets.
+var bucketLabels = func() []string {
+	out := make([]string, len(Buckets))
+	for i, b := range Buckets {
+		out[i] = string(appendFloat(nil, b.Seconds()))
+	}
+	return out
+}()
+
+func (t *textWriter) write(b []byte) {
+	t.buf = b
+	if _, err := t.w.Write(b); err != nil {
+		t.err = err
+	}
+}
+
+func (t *textWriter) flush() error {
+	if t.err != nil {
+		return t.err
+	}
+	return t.w.Flush()
+}
+
+func appendLabel(b []byte, name, value string) []byte {
+	b = append(b, name...)
+	b = append(b, '=', '"')
+	b = appendEscaped(b, value, true)
+	return append(b, '"')
+}
+
+// appendEscaped escapes a backslash and a line feed, and in a label value
+// a double quote, as the text format asks.
+func appendEscaped(b []byte, s string, quote bool) []byte {
+	if !strings.ContainsAny(s, "\\\n\"") {
+		return append(b, s...)
+	}
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '\\':
+			b = append(b, `\\`...)
+		case c == '\n':
+			b = append(b, `\n`...)
+		case c == '"' && quote:
+			b = append(b, `\"`...)
+		default:
+			b = append(b, c)
+		}
+	}
+	return b
+}
+
+// appendFloat formats v as the text format's encoder does.
+func appendFloat(b []byte, v float64) []byte {
+	switch {
+	case v == 1:
+		return append(b, '1')
+	case v == 0:
+		return append(b, '0')
+	case v == -1:
+		return append(b, "-1"...)
+	case math.IsNaN(v):
+		return append(b, "NaN"...)
+	case math.IsInf(v, +1):
+		return append(b, "+Inf"...)
+	case math.IsInf(v, -1):
+		return append(b, "-Inf"...)
+	}
+	return strconv.AppendFloat(b, v, 'g', -1, 64)
+}
