@@ -198,7 +198,7 @@ type sums struct {
 	lkeys [][3]string
 	ms    map[[3]string]*memberSums
 	mkeys [][3]string
-	ps    map[[4]string]*poolSums
+	ps    map[[4]string]poolSums
 	pkeys [][4]string
 }
 
@@ -214,7 +214,7 @@ func (c *Collector) sum() *sums {
 	if c.cfg.Members != nil {
 		members = c.cfg.Members()
 	}
-	var lbs []string
+	lbs := make([]string, 0, len(rep.Listeners)+len(hs)+len(rep.Members)+len(hms)+len(members))
 	addrs := map[string][]netip.AddrPort{}
 	for _, l := range rep.Listeners {
 		lbs = append(lbs, l.LB)
@@ -238,7 +238,7 @@ func (c *Collector) sum() *sums {
 	}
 	f := newFolder(c.cfg.MaxLBsPerTenant, c.cfg.MaxMembersPerLB, lbs, addrs)
 
-	out := &sums{ls: map[[3]string]*listenerSums{}, ms: map[[3]string]*memberSums{}, ps: map[[4]string]*poolSums{}}
+	out := &sums{ls: map[[3]string]*listenerSums{}, ms: map[[3]string]*memberSums{}, ps: make(map[[4]string]poolSums, len(members))}
 	ls := out.ls
 	get := func(k [3]string) *listenerSums {
 		s := ls[k]
@@ -316,14 +316,11 @@ func (c *Collector) sum() *sums {
 			k[2] = Other
 		}
 		s := ps[k]
-		if s == nil {
-			s = &poolSums{}
-			ps[k] = s
-		}
 		if m.Healthy {
 			s.up++
 		}
 		s.ejections += m.Ejections
+		ps[k] = s
 	}
 	out.pkeys = sortedKeys(ps)
 	return out
@@ -331,7 +328,7 @@ func (c *Collector) sum() *sums {
 
 // upValue is the value of member_up for a pool's key: 1 when the member may
 // receive traffic; for the folded members, how many may.
-func (s *poolSums) upValue(member string) float64 {
+func (s poolSums) upValue(member string) float64 {
 	if member == Other {
 		return float64(s.up)
 	}
