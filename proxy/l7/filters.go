@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/teapot-lb/teapot-lb/proxy/internal/reqview"
 )
 
 // Routes that choose by the method, headers or query of a request, split
@@ -244,7 +246,7 @@ func pickWeighted(bs []WeightedBackend) (Backend, bool) {
 func (s *Server) serveExt(w http.ResponseWriter, q *rtRequest, route *Route, host string, tls bool, listenPort uint16) {
 	r := q.r
 	if route.Select != nil {
-		if route = route.Select(httpRequest{r: r}, host, q.path); route == nil {
+		if route = route.Select(reqview.HTTP{R: r}, host, q.path); route == nil {
 			s.failHTTP(w, q, 404, OutcomeNoRoute)
 			return
 		}

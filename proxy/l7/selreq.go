@@ -1,8 +1,9 @@
 package l7
 
 import (
-	"net/http"
 	"strings"
+
+	"github.com/teapot-lb/teapot-lb/proxy/internal/reqview"
 )
 
 // Request is what Route.Select reads of a request: its method, header
@@ -10,17 +11,7 @@ import (
 // head, so that choosing a route by them builds no net/http request. The
 // strings it returns alias the connection's buffers: they must not be
 // retained after Select returns.
-type Request interface {
-	// Method is the request method.
-	Method() string
-	// Header returns the field of a canonical name as a net/http request's
-	// Header would hold it: Host and the hop-by-hop fields that are not
-	// forwarded are absent, the values of a repeated field are joined with
-	// ", " (HTTP/2 cookie fields with "; ").
-	Header(name string) (value string, ok bool)
-	// RawQuery is the request target's query, without the '?'.
-	RawQuery() string
-}
+type Request = reqview.Request
 
 // h1Request is an HTTP/1.x client connection's current request, parsed
 // in place, seen as a Request.
@@ -84,27 +75,4 @@ func (v *h2Request) RawQuery() string {
 	}
 	_, q, _ := strings.Cut(v.path, "?")
 	return q
-}
-
-// httpRequest is a net/http request seen as a Request.
-type httpRequest struct{ r *http.Request }
-
-func (v httpRequest) Method() string { return v.r.Method }
-
-func (v httpRequest) Header(name string) (string, bool) {
-	vals, ok := v.r.Header[name]
-	switch len(vals) {
-	case 0:
-		return "", ok
-	case 1:
-		return vals[0], true
-	}
-	return strings.Join(vals, ", "), true
-}
-
-func (v httpRequest) RawQuery() string {
-	if v.r.URL == nil {
-		return ""
-	}
-	return v.r.URL.RawQuery
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"golang.org/x/net/http2/hpack"
+
+	"github.com/teapot-lb/teapot-lb/proxy/internal/reqview"
 )
 
 // selectNames are the field names every view is asked for, beside the
@@ -32,28 +34,28 @@ func FuzzRequestViews(f *testing.F) {
 		c := &clientConn{rb: in, r: h.n, h: h}
 		v := (*h1Request)(c)
 		b := in[:h.n]
-		want := httpRequest{r: &http.Request{Method: string(b[h.mS:h.mE]), Header: h.netHeader(b)}}
+		want := reqview.HTTP{R: &http.Request{Method: string(b[h.mS:h.mE]), Header: h.netHeader(b)}}
 		if u, err := url.ParseRequestURI(string(b[h.tS:h.tE])); err == nil && h.form != formAsterisk {
-			want.r.URL = u
+			want.R.URL = u
 		}
 		names := append([]string(nil), selectNames...)
 		for i := range h.fields {
 			names = append(names, http.CanonicalHeaderKey(string(h.fields[i].name(b))))
 		}
-		compareViews(t, "HTTP/1.x", v, want, names, want.r.URL != nil)
+		compareViews(t, "HTTP/1.x", v, want, names, want.R.URL != nil)
 
 		// The same fields as HTTP/2 fields, in lower case.
-		fields := []hpack.HeaderField{{Name: ":method", Value: want.r.Method}, {Name: ":path", Value: string(b[h.tS:h.tE])}}
+		fields := []hpack.HeaderField{{Name: ":method", Value: want.R.Method}, {Name: ":path", Value: string(b[h.tS:h.tE])}}
 		for i := range h.fields {
 			fl := &h.fields[i]
 			fields = append(fields, hpack.HeaderField{Name: strings.ToLower(string(fl.name(b))), Value: string(fl.value(b))})
 		}
-		st2 := &h2Stream{fields: fields, method: want.r.Method, path: string(b[h.tS:h.tE])}
-		want2 := httpRequest{r: &http.Request{Method: st2.method, Header: h2NetHeader(fields)}}
+		st2 := &h2Stream{fields: fields, method: want.R.Method, path: string(b[h.tS:h.tE])}
+		want2 := reqview.HTTP{R: &http.Request{Method: st2.method, Header: h2NetHeader(fields)}}
 		if u, err := url.ParseRequestURI(st2.path); err == nil && st2.path != "*" {
-			want2.r.URL = u
+			want2.R.URL = u
 		}
-		compareViews(t, "HTTP/2", (*h2Request)(st2), want2, names, want2.r.URL != nil)
+		compareViews(t, "HTTP/2", (*h2Request)(st2), want2, names, want2.R.URL != nil)
 	})
 }
 

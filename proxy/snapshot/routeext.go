@@ -1,7 +1,6 @@
 package snapshot
 
 import (
-	"net/http"
 	"net/url"
 	"regexp"
 	"slices"
@@ -9,6 +8,7 @@ import (
 	"time"
 
 	"github.com/teapot-lb/teapot-lb/api"
+	"github.com/teapot-lb/teapot-lb/proxy/internal/reqview"
 )
 
 // RouteExt is what a route has beyond host, path and pool: conditions on
@@ -129,41 +129,8 @@ func (v *ValueCond) holds(got string, present bool) bool {
 
 // Request is what a route's conditions read of a request. The engine
 // implements it over its own parsed request, without building a
-// net/http request; the strings it returns may alias its buffers and are
-// read before the next call.
-type Request interface {
-	// Method is the request method.
-	Method() string
-	// Header returns the field of a canonical name as net/http's Header
-	// would hold it: the values of a repeated field joined with ", ",
-	// without Host and without the fields a proxy does not forward.
-	Header(name string) (value string, ok bool)
-	// RawQuery is the request target's query, without the '?'.
-	RawQuery() string
-}
-
-// httpRequest is a net/http request seen as a Request.
-type httpRequest struct{ r *http.Request }
-
-func (h httpRequest) Method() string { return h.r.Method }
-
-func (h httpRequest) Header(name string) (string, bool) {
-	vals, ok := h.r.Header[name]
-	switch len(vals) {
-	case 0:
-		return "", ok
-	case 1:
-		return vals[0], true
-	}
-	return strings.Join(vals, ", "), true
-}
-
-func (h httpRequest) RawQuery() string {
-	if h.r.URL == nil {
-		return ""
-	}
-	return h.r.URL.RawQuery
-}
+// net/http request.
+type Request = reqview.Request
 
 func (c *Conditions) holds(v Request) bool {
 	if c.Method != "" && v.Method() != c.Method {

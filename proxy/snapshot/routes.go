@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/teapot-lb/teapot-lb/api"
+	"github.com/teapot-lb/teapot-lb/proxy/internal/reqview"
 )
 
 // PathType says how a route's path matches.
@@ -309,7 +310,7 @@ func (rt *RouteTable) Match(host, path string) *Route { return rt.match(host, pa
 // to decode a query parameter with escapes.
 func (rt *RouteTable) Select(host, path string, req Request) *Route {
 	if req == nil {
-		req = httpRequest{r: &http.Request{Method: http.MethodGet, Header: http.Header{}}}
+		req = reqview.HTTP{R: &http.Request{Method: http.MethodGet, Header: http.Header{}}}
 	}
 	return rt.match(host, path, req)
 }
@@ -319,7 +320,7 @@ func (rt *RouteTable) MatchRequest(host, path string, req *http.Request) *Route 
 	if req == nil {
 		return rt.Select(host, path, nil)
 	}
-	return rt.Select(host, path, httpRequest{r: req})
+	return rt.Select(host, path, reqview.HTTP{R: req})
 }
 
 func (rt *RouteTable) match(host, path string, req Request) *Route {
