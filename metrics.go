@@ -62,13 +62,8 @@ func serveMetrics(ctx context.Context, srv *metricsserver.Server, counters *metr
 		return nil
 	}
 	cs := []prometheus.Collector{
-		metrics.NewCollector(counters, metrics.CollectorConfig{Members: func() []metrics.Member {
-			stats := px.MemberStats()
-			out := make([]metrics.Member, 0, len(stats))
-			for _, m := range stats {
-				out = append(out, metrics.Member(m))
-			}
-			return out
+		metrics.NewCollector(counters, metrics.CollectorConfig{Members: func(each func(metrics.Member)) {
+			px.EachMember(func(m proxy.MemberStat) { each(metrics.Member(m)) })
 		}, Served: px.LoadBalancers}),
 		node.Collector(), tenants.Collector(), cm.Collector(),
 	}

@@ -11,23 +11,18 @@ type MemberStat struct {
 	Ejections int64
 }
 
-// MemberStats returns every member of every pool in service, unsorted.
-func (p *Proxy) MemberStats() []MemberStat {
+// EachMember calls each for every member of every pool in service,
+// unordered.
+func (p *Proxy) EachMember(each func(MemberStat)) {
 	cur := p.current.Load()
 	if cur == nil {
-		return nil
+		return
 	}
-	n := 0
-	for _, pool := range cur.pools.All() {
-		n += len(pool.members)
-	}
-	out := make([]MemberStat, 0, n)
 	for spec, pool := range cur.pools.All() {
 		for _, m := range pool.members {
-			out = append(out, MemberStat{LB: spec.LB, Pool: spec.Name, Addr: m.Addr, Healthy: m.Usable(), Ejections: Target(m).Ejections()})
+			each(MemberStat{LB: spec.LB, Pool: spec.Name, Addr: m.Addr, Healthy: m.Usable(), Ejections: Target(m).Ejections()})
 		}
 	}
-	return out
 }
 
 // LoadBalancers returns the load balancers with a listener in the

@@ -34,9 +34,9 @@ type CollectorConfig struct {
 	// MaxMembersPerLB bounds the members of one load balancer that get
 	// their own series; the others are summed into member="_other".
 	MaxMembersPerLB int
-	// Members returns the members in service and their health; nil
-	// exports no member health.
-	Members func() []Member
+	// Members calls each for every member in service, with its health;
+	// nil exports no member health.
+	Members func(each func(Member))
 	// Served returns the load balancers in service; the counters of the
 	// others are forgotten at each scrape (see Memory.Retain). nil keeps
 	// everything.
@@ -131,12 +131,36 @@ func tenantOf(lb string) string {
 // folder maps load balancers and members to their label values under the
 // caps.
 type folder struct {
-	lbs     map[string]bool // kept
-	members map[string]map[netip.AddrPort]bool
+	lbs map[string]bool // kept
+	// members are the kept members of each load balancer, sorted.
+	members map[string][]netip.AddrPort
 }
 
-func newFolder(maxLBs, maxMembers int, lbs []string, members map[string][]netip.AddrPort) *folder {
-	f := &folder{lbs: map[string]bool{}, members: map[string]map[netip.AddrPort]bool{}}
+// lbAddr is a member's address in a load balancer.
+type lbAddr struct {
+	lb   string
+	addr netip.AddrPort
+}
+
+func compareLBAddr(a, b lbAddr) int {
+	if c := strings.Compare(a.lb, b.lb); c != 0 {
+		return c
+	}
+	return a.addr.Compare(b.addr)
+}
+
+// newFolder keeps the first maxLBs load balancers of each tenant and the
+// first maxMembers members of each, by name and address. members is
+// sorted in place.
+func newFolder(maxLBs, maxMembers int, lbs []string, members []lbAddr) *folder {
+	f := &folder{lbs: map[string]bool{}, members: map[string][]netip.AddrPort{}}
+	slices.SortFunc(members, compareLBAddr)
+	members = slices.Compact(members)
+	for i, m := range members {
+		if i == 0 || members[i-1].lb != m.lb {
+			lbs = append(lbs, m.lb)
+		}
+	}
 	slices.Sort(lbs)
 	lbs = slices.Compact(lbs)
 	perTenant := map[string]int{}
@@ -147,14 +171,16 @@ func newFolder(maxLBs, maxMembers int, lbs []string, members map[string][]netip.
 			f.lbs[lb] = true
 		}
 	}
-	for lb, addrs := range members {
-		slices.SortFunc(addrs, func(a, b netip.AddrPort) int { return a.Compare(b) })
-		addrs = slices.Compact(addrs)
-		keep := map[netip.AddrPort]bool{}
-		for _, a := range addrs[:min(len(addrs), maxMembers)] {
-			keep[a] = true
+	// One array holds every load balancer's kept members.
+	kept := make([]netip.AddrPort, 0, len(members))
+	for i := 0; i < len(members); {
+		lb, from := members[i].lb, len(kept)
+		for ; i < len(members) && members[i].lb == lb; i++ {
+			if len(kept)-from < maxMembers {
+				kept = append(kept, members[i].addr)
+			}
 		}
-		f.members[lb] = keep
+		f.members[lb] = kept[from:len(kept):len(kept)]
 	}
 	return f
 }
@@ -171,7 +197,7 @@ func (f *folder) lb(lb, listener string) [3]string {
 // member returns the label values tenant, lb, member.
 func (f *folder) member(lb string, addr netip.AddrPort) [3]string {
 	l := f.lb(lb, "")
-	if l[1] != lb || !f.members[lb][addr] {
+	if _, kept := slices.BinarySearchFunc(f.members[lb], addr, netip.AddrPort.Compare); l[1] != lb || !kept {
 		return [3]string{l[0], l[1], Other}
 	}
 	return [3]string{l[0], l[1], addr.String()}
@@ -191,6 +217,12 @@ type poolSums struct {
 	up, ejections int64
 }
 
+// poolRow is one series of member_up and member_ejections_total.
+type poolRow struct {
+	k [4]string // tenant, lb, pool, member
+	s poolSums
+}
+
 // sums is one scrape's counters, folded under the caps and summed by
 // their label values, with the keys of each map in label order.
 type sums struct {
@@ -198,8 +230,9 @@ type sums struct {
 	lkeys [][3]string
 	ms    map[[3]string]*memberSums
 	mkeys [][3]string
-	ps    map[[4]string]poolSums
-	pkeys [][4]string
+	// pools are in label order, one row per series: there is a row for
+	// every member in service, so they are a slice, sorted, and not a map.
+	pools []poolRow
 }
 
 // sum reads the counters and folds them under the caps.
@@ -212,10 +245,15 @@ func (c *Collector) sum() *sums {
 	hs, hms := c.m.HTTP()
 	var members []Member
 	if c.cfg.Members != nil {
-		members = c.cfg.Members()
+		// Counted first, so that the list is allocated once: a host has a
+		// member for each of 100,000s of pool members.
+		n := 0
+		c.cfg.Members(func(Member) { n++ })
+		members = make([]Member, 0, n+n/8)
+		c.cfg.Members(func(m Member) { members = append(members, m) })
 	}
-	lbs := make([]string, 0, len(rep.Listeners)+len(hs)+len(rep.Members)+len(hms)+len(members))
-	addrs := map[string][]netip.AddrPort{}
+	lbs := make([]string, 0, len(rep.Listeners)+len(hs))
+	addrs := make([]lbAddr, 0, len(rep.Members)+len(hms)+len(members))
 	for _, l := range rep.Listeners {
 		lbs = append(lbs, l.LB)
 	}
@@ -223,22 +261,21 @@ func (c *Collector) sum() *sums {
 		lbs = append(lbs, h.LB)
 	}
 	for _, m := range rep.Members {
-		lbs = append(lbs, m.LB)
 		if a, err := netip.ParseAddrPort(m.Name); err == nil {
-			addrs[m.LB] = append(addrs[m.LB], a)
+			addrs = append(addrs, lbAddr{m.LB, a})
+		} else {
+			lbs = append(lbs, m.LB)
 		}
 	}
 	for _, m := range hms {
-		lbs = append(lbs, m.LB)
-		addrs[m.LB] = append(addrs[m.LB], m.Member)
+		addrs = append(addrs, lbAddr{m.LB, m.Member})
 	}
 	for _, m := range members {
-		lbs = append(lbs, m.LB)
-		addrs[m.LB] = append(addrs[m.LB], m.Addr)
+		addrs = append(addrs, lbAddr{m.LB, m.Addr})
 	}
 	f := newFolder(c.cfg.MaxLBsPerTenant, c.cfg.MaxMembersPerLB, lbs, addrs)
 
-	out := &sums{ls: map[[3]string]*listenerSums{}, ms: map[[3]string]*memberSums{}, ps: make(map[[4]string]poolSums, len(members))}
+	out := &sums{ls: map[[3]string]*listenerSums{}, ms: map[[3]string]*memberSums{}}
 	ls := out.ls
 	get := func(k [3]string) *listenerSums {
 		s := ls[k]
@@ -308,21 +345,30 @@ func (c *Collector) sum() *sums {
 	}
 	out.mkeys = sortedKeys(ms)
 
-	ps := out.ps
+	rows := make([]poolRow, 0, len(members))
 	for _, m := range members {
 		l := f.member(m.LB, m.Addr)
-		k := [4]string{l[0], l[1], m.Pool, l[2]}
+		r := poolRow{k: [4]string{l[0], l[1], m.Pool, l[2]}, s: poolSums{ejections: m.Ejections}}
 		if l[1] != m.LB {
-			k[2] = Other
+			r.k[2] = Other
 		}
-		s := ps[k]
 		if m.Healthy {
-			s.up++
+			r.s.up = 1
 		}
-		s.ejections += m.Ejections
-		ps[k] = s
+		rows = append(rows, r)
 	}
-	out.pkeys = sortedKeys(ps)
+	slices.SortFunc(rows, func(a, b poolRow) int { return compareKeys(a.k, b.k) })
+	// Members folded into one series are summed into its first row, in
+	// place.
+	out.pools = rows[:0]
+	for _, r := range rows {
+		if n := len(out.pools); n > 0 && out.pools[n-1].k == r.k {
+			out.pools[n-1].s.up += r.s.up
+			out.pools[n-1].s.ejections += r.s.ejections
+			continue
+		}
+		out.pools = append(out.pools, r)
+	}
 	return out
 }
 
@@ -364,10 +410,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descMemberReq, prometheus.CounterValue, float64(a.ms[k].requests), k[:]...)
 		ch <- prometheus.MustNewConstMetric(descMemberFail, prometheus.CounterValue, float64(a.ms[k].failures), k[:]...)
 	}
-	for _, k := range a.pkeys {
-		s := a.ps[k]
-		ch <- prometheus.MustNewConstMetric(descMemberUp, prometheus.GaugeValue, s.upValue(k[3]), k[:]...)
-		ch <- prometheus.MustNewConstMetric(descMemberEj, prometheus.CounterValue, float64(s.ejections), k[:]...)
+	for _, r := range a.pools {
+		ch <- prometheus.MustNewConstMetric(descMemberUp, prometheus.GaugeValue, r.s.upValue(r.k[3]), r.k[:]...)
+		ch <- prometheus.MustNewConstMetric(descMemberEj, prometheus.CounterValue, float64(r.s.ejections), r.k[:]...)
 	}
 }
 

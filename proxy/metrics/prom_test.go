@@ -37,7 +37,7 @@ func TestCollectorExportsAndFolds(t *testing.T) {
 		{LB: "other/tcp", Pool: "db", Addr: netip.MustParseAddrPort("10.1.0.1:5432"), Healthy: true},
 		{LB: "other/tcp", Pool: "db", Addr: netip.MustParseAddrPort("10.1.0.2:5432"), Ejections: 2},
 	}
-	c := NewCollector(&m, CollectorConfig{MaxLBsPerTenant: 2, MaxMembersPerLB: 1, Members: func() []Member { return members }})
+	c := NewCollector(&m, CollectorConfig{MaxLBsPerTenant: 2, MaxMembersPerLB: 1, Members: each(members)})
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(c)
 

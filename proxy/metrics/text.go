@@ -70,13 +70,15 @@ func (c *Collector) WriteText(w io.Writer) error {
 	for _, k := range a.mkeys {
 		t.sample(famMemberFail.name, "", memberLabels, k[:], "", "", float64(a.ms[k].failures))
 	}
-	t.family(famMemberUp, len(a.pkeys))
-	for _, k := range a.pkeys {
-		t.sample(famMemberUp.name, "", poolLabels, k[:], "", "", a.ps[k].upValue(k[3]))
+	t.family(famMemberUp, len(a.pools))
+	for i := range a.pools {
+		r := &a.pools[i]
+		t.sample(famMemberUp.name, "", poolLabels, r.k[:], "", "", r.s.upValue(r.k[3]))
 	}
-	t.family(famMemberEj, len(a.pkeys))
-	for _, k := range a.pkeys {
-		t.sample(famMemberEj.name, "", poolLabels, k[:], "", "", float64(a.ps[k].ejections))
+	t.family(famMemberEj, len(a.pools))
+	for i := range a.pools {
+		r := &a.pools[i]
+		t.sample(famMemberEj.name, "", poolLabels, r.k[:], "", "", float64(r.s.ejections))
 	}
 	return t.flush()
 }

@@ -69,7 +69,7 @@ func TestWriteTextIsWhatTheRegistryWrites(t *testing.T) {
 		{LB: "tcp/db", Pool: "db", Addr: netip.MustParseAddrPort("10.1.0.2:5432"), Ejections: 2},
 		{LB: "tcp/db", Pool: "db", Addr: netip.MustParseAddrPort("10.1.0.3:5432"), Healthy: true},
 	}
-	c := NewCollector(&m, CollectorConfig{MaxLBsPerTenant: 2, MaxMembersPerLB: 1, Members: func() []Member { return members }})
+	c := NewCollector(&m, CollectorConfig{MaxLBsPerTenant: 2, MaxMembersPerLB: 1, Members: each(members)})
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(c)
 	gathered, err := reg.Gather()
@@ -124,7 +124,7 @@ func TestWriteTextCostsLessThanGathering(t *testing.T) {
 			members = append(members, Member{LB: lb, Pool: "app", Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, byte(i / 250), byte(i % 250), byte(j)}), 8080), Healthy: j%2 == 0})
 		}
 	}
-	c := NewCollector(&m, CollectorConfig{Members: func() []Member { return members }})
+	c := NewCollector(&m, CollectorConfig{Members: each(members)})
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(c)
 	allocated := func(f func()) uint64 {
@@ -159,8 +159,8 @@ func TestWriteTextCostsLessThanGathering(t *testing.T) {
 	if lines < 2000*10*2 {
 		t.Fatalf("%d lines for 20,000 members", lines)
 	}
-	if written*4 > viaRegistry {
-		t.Errorf("WriteText allocated %d bytes, more than a quarter of gathering through a registry (%d)", written, viaRegistry)
+	if written*6 > viaRegistry {
+		t.Errorf("WriteText allocated %d bytes, more than a sixth of gathering through a registry (%d)", written, viaRegistry)
 	}
 }
 
@@ -169,4 +169,13 @@ type countingWriter struct{ lines int }
 func (w *countingWriter) Write(b []byte) (int, error) {
 	w.lines += bytes.Count(b, []byte{'\n'})
 	return len(b), nil
+}
+
+// each is a CollectorConfig.Members of members.
+func each(members []Member) func(func(Member)) {
+	return func(f func(Member)) {
+		for _, m := range members {
+			f(m)
+		}
+	}
 }
