@@ -1,7 +1,9 @@
 // Package metricsserver serves an LB host's Prometheus metrics over plain
-// HTTP at /metrics. The collectors live with the parts they describe; this
-// package gathers them into one registry with the Go runtime and process
-// collectors. On a loopback address it also serves the Go runtime's
+// HTTP at /metrics, in the Prometheus text format. The collectors live
+// with the parts they describe; this package gathers them into one
+// registry with the Go runtime and process collectors, and lets the large
+// ones (TextWriter) write their series straight to the response. On a
+// loopback address it also serves the Go runtime's
 // profiles at /debug/pprof/ (CPU, heap, allocations, goroutines, threads,
 // and the execution trace), for operators on the host; on any other
 // address it does not.
