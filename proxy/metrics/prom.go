@@ -96,20 +96,6 @@ var (
 
 	families = []*family{famConns, famActive, famRefused, famConnDur, famBytesIn, famBytesOut,
 		famRequests, famReqDur, famUpDur, famMemberReq, famMemberFail, famMemberUp, famMemberEj}
-
-	descConns      = famConns.desc
-	descActive     = famActive.desc
-	descRefused    = famRefused.desc
-	descConnDur    = famConnDur.desc
-	descBytesIn    = famBytesIn.desc
-	descBytesOut   = famBytesOut.desc
-	descRequests   = famRequests.desc
-	descReqDur     = famReqDur.desc
-	descUpDur      = famUpDur.desc
-	descMemberReq  = famMemberReq.desc
-	descMemberFail = famMemberFail.desc
-	descMemberUp   = famMemberUp.desc
-	descMemberEj   = famMemberEj.desc
 )
 
 // refusedReasons are the reasons of proxy.Metrics.ConnRefused.
@@ -390,29 +376,29 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	for _, k := range a.lkeys {
 		s := a.ls[k]
 		l := k[:]
-		ch <- prometheus.MustNewConstMetric(descConns, prometheus.CounterValue, float64(s.opened), l...)
-		ch <- prometheus.MustNewConstMetric(descActive, prometheus.GaugeValue, float64(max(0, s.opened-s.closed)), l...)
+		ch <- prometheus.MustNewConstMetric(famConns.desc, prometheus.CounterValue, float64(s.opened), l...)
+		ch <- prometheus.MustNewConstMetric(famActive.desc, prometheus.GaugeValue, float64(max(0, s.opened-s.closed)), l...)
 		for _, r := range sortedKeys(s.refused) {
-			ch <- prometheus.MustNewConstMetric(descRefused, prometheus.CounterValue, float64(s.refused[r]), append(l, r)...)
+			ch <- prometheus.MustNewConstMetric(famRefused.desc, prometheus.CounterValue, float64(s.refused[r]), append(l, r)...)
 		}
-		ch <- constHistogram(descConnDur, s.duration, l)
-		ch <- prometheus.MustNewConstMetric(descBytesIn, prometheus.CounterValue, float64(s.bytesIn), l...)
-		ch <- prometheus.MustNewConstMetric(descBytesOut, prometheus.CounterValue, float64(s.bytesOut), l...)
+		ch <- constHistogram(famConnDur.desc, s.duration, l)
+		ch <- prometheus.MustNewConstMetric(famBytesIn.desc, prometheus.CounterValue, float64(s.bytesIn), l...)
+		ch <- prometheus.MustNewConstMetric(famBytesOut.desc, prometheus.CounterValue, float64(s.bytesOut), l...)
 		if s.http {
 			for i, n := range s.byClass {
-				ch <- prometheus.MustNewConstMetric(descRequests, prometheus.CounterValue, float64(n), append(l, ClassNames[i])...)
+				ch <- prometheus.MustNewConstMetric(famRequests.desc, prometheus.CounterValue, float64(n), append(l, ClassNames[i])...)
 			}
-			ch <- constHistogram(descReqDur, s.latency, l)
-			ch <- constHistogram(descUpDur, s.upstream, l)
+			ch <- constHistogram(famReqDur.desc, s.latency, l)
+			ch <- constHistogram(famUpDur.desc, s.upstream, l)
 		}
 	}
 	for _, k := range a.mkeys {
-		ch <- prometheus.MustNewConstMetric(descMemberReq, prometheus.CounterValue, float64(a.ms[k].requests), k[:]...)
-		ch <- prometheus.MustNewConstMetric(descMemberFail, prometheus.CounterValue, float64(a.ms[k].failures), k[:]...)
+		ch <- prometheus.MustNewConstMetric(famMemberReq.desc, prometheus.CounterValue, float64(a.ms[k].requests), k[:]...)
+		ch <- prometheus.MustNewConstMetric(famMemberFail.desc, prometheus.CounterValue, float64(a.ms[k].failures), k[:]...)
 	}
 	for _, r := range a.pools {
-		ch <- prometheus.MustNewConstMetric(descMemberUp, prometheus.GaugeValue, r.s.upValue(r.k[3]), r.k[:]...)
-		ch <- prometheus.MustNewConstMetric(descMemberEj, prometheus.CounterValue, float64(r.s.ejections), r.k[:]...)
+		ch <- prometheus.MustNewConstMetric(famMemberUp.desc, prometheus.GaugeValue, r.s.upValue(r.k[3]), r.k[:]...)
+		ch <- prometheus.MustNewConstMetric(famMemberEj.desc, prometheus.CounterValue, float64(r.s.ejections), r.k[:]...)
 	}
 }
 
