@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"slices"
 	"sync"
@@ -13,7 +14,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/teapot-lb/teapot-lb/scenarios/kubecluster"
 	"github.com/teapot-lb/teapot-lb/scenarios/netlab"
 )
 
@@ -367,6 +370,76 @@ func (l *kubeLab) testStopAPIServer(t *testing.T, vip netip.Addr) {
 	reportFailures(t, "while the tenant's apiserver was stopped", failures)
 	if err := l.k.WaitNodesReady(ctx, kubeLabTimeout); err != nil {
 		t.Fatal(err)
+	}
+	l.waitKubeProxies(t)
+}
+
+// kubeProxyResumeTimeout bounds the time every kube-proxy takes to follow a
+// restarted API server: its watches resume with backoff, and each one
+// (Services, EndpointSlices) on its own.
+const kubeProxyResumeTimeout = 5 * time.Minute
+
+// waitKubeProxies waits until the kube-proxy of every node follows the
+// API server again, after a restart: until it does, a new pod gets no
+// traffic through that node's NodePorts, whatever the LB sends there. A
+// Service created now must show in each kube-proxy's counts of Service and
+// EndpointSlice changes.
+func (l *kubeLab) waitKubeProxies(t *testing.T) {
+	t.Helper()
+	changes := func(n *kubecluster.Node) (services, endpoints float64, err error) {
+		s, err := scrapeAddr("127.0.0.1:10249", func(ctx context.Context, network, addr string) (c net.Conn, err error) {
+			err = n.Host.Do(func() (err error) {
+				var d net.Dialer
+				c, err = d.DialContext(ctx, network, addr)
+				return err
+			})
+			return c, err
+		})
+		if err != nil {
+			return 0, 0, err
+		}
+		return sum(s, "kubeproxy_sync_proxy_rules_service_changes_total", nil), sum(s, "kubeproxy_sync_proxy_rules_endpoint_changes_total", nil), nil
+	}
+	type counts struct{ services, endpoints float64 }
+	var before []counts
+	for _, n := range l.k.Nodes {
+		s, e, err := changes(n)
+		if err != nil {
+			t.Fatalf("kube-proxy metrics on %s: %v", n.Name, err)
+		}
+		before = append(before, counts{s, e})
+	}
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "kube-proxy-probe"},
+		Spec: corev1.ServiceSpec{
+			Selector: map[string]string{"app": "echo"},
+			Ports:    []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80, TargetPort: intstr.FromString("http")}},
+		},
+	}
+	ctx, cancel := l.ctx()
+	_, err := l.k.Client.CoreV1().Services("shop").Create(ctx, svc, metav1.CreateOptions{})
+	cancel()
+	if err != nil {
+		t.Fatalf("create Service shop/kube-proxy-probe: %v", err)
+	}
+	began := time.Now()
+	waitFor(t, kubeProxyResumeTimeout, "every kube-proxy following the restarted API server", func() error {
+		for i, n := range l.k.Nodes {
+			s, e, err := changes(n)
+			if err != nil {
+				return err
+			}
+			if s <= before[i].services || e <= before[i].endpoints {
+				return fmt.Errorf("kube-proxy on %s has not seen a new Service and its EndpointSlice", n.Name)
+			}
+		}
+		return nil
+	})
+	t.Logf("every kube-proxy saw a new Service and its endpoints %s after it was created", time.Since(began).Round(time.Millisecond))
+	ctx, cancel = l.ctx()
+	defer cancel()
+	if err := l.k.Client.CoreV1().Services("shop").Delete(ctx, "kube-proxy-probe", metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("delete Service shop/kube-proxy-probe: %v", err)
 	}
 }
 
