@@ -1,0 +1,223 @@
+package steer
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+	"os"
+	"runtime"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// inNetns runs fn on a thread of its own in a new network namespace whose
+// loopback is up and holds addrs. The thread is thrown away afterwards.
+func inNetns(t *testing.T, addrs []string, fn func()) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create a network namespace")
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			t.Errorf("unshare: %v", err)
+			return
+		}
+		lo, err := netlink.LinkByName("lo")
+		if err == nil {
+			err = netlink.LinkSetUp(lo)
+		}
+		for _, a := range addrs {
+			if err != nil {
+				break
+			}
+			var na *netlink.Addr
+			if na, err = netlink.ParseAddr(a); err == nil {
+				na.Flags = unix.IFA_F_NODAD
+				err = netlink.AddrAdd(lo, na)
+			}
+		}
+		if err != nil {
+			t.Errorf("set up the namespace: %v", err)
+			return
+		}
+		fn()
+	}()
+	<-done
+}
+
+func listen(t *testing.T, addr string) *net.TCPListener {
+	t.Helper()
+	var lc net.ListenConfig
+	lc.SetMultipathTCP(false) // a sockmap takes TCP sockets, not MPTCP ones
+	l, err := lc.Listen(context.Background(), "tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l.(*net.TCPListener)
+}
+
+func rawConn(t *testing.T, l *net.TCPListener) syscall.RawConn {
+	t.Helper()
+	rc, err := l.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rc
+}
+
+// reaches dials dst and reports which listener accepted it, and the
+// local address the accepted connection has (nil, "" when refused).
+func reaches(t *testing.T, dst string, ls ...*net.TCPListener) (*net.TCPListener, string) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", dst, 5*time.Second)
+	if err != nil {
+		if !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Fatalf("dial %s: %v", dst, err)
+		}
+		return nil, ""
+	}
+	defer c.Close()
+	for _, l := range ls {
+		l.SetDeadline(time.Now().Add(200 * time.Millisecond))
+		a, err := l.Accept()
+		if err == nil {
+			defer a.Close()
+			return l, a.LocalAddr().String()
+		}
+	}
+	t.Fatalf("dial %s connected, but no listener accepted it", dst)
+	return nil, ""
+}
+
+func TestSteersDestinationsToSockets(t *testing.T) {
+	inNetns(t, []string{"192.0.2.10/32", "192.0.2.11/32", "192.0.2.12/32", "2001:db8::10/128"}, func() {
+		s, err := Open(1024)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		v4, v6 := listen(t, "127.0.0.1:0"), listen(t, "[::1]:0")
+		if err := s.SetSocket(1, rawConn(t, v4)); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.SetSocket(2, rawConn(t, v6)); err != nil {
+			t.Fatal(err)
+		}
+		for dst, slot := range map[string]uint32{"192.0.2.10:80": 1, "192.0.2.11:443": 1, "[2001:db8::10]:80": 2} {
+			if err := s.Add(netip.MustParseAddrPort(dst), slot); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if slot, ok := s.Lookup(netip.MustParseAddrPort("192.0.2.11:443")); !ok || slot != 1 {
+			t.Errorf("Lookup = %d, %t; want 1, true", slot, ok)
+		}
+		for dst, want := range map[string]*net.TCPListener{"192.0.2.10:80": v4, "192.0.2.11:443": v4, "[2001:db8::10]:80": v6} {
+			got, local := reaches(t, dst, v4, v6)
+			if got != want || local != dst {
+				t.Errorf("%s: accepted by %v as %q; want %v as %q", dst, got, local, want.Addr(), dst)
+			}
+		}
+		// Not steered: another address, another port, UDP.
+		for _, dst := range []string{"192.0.2.12:80", "192.0.2.10:81"} {
+			if got, _ := reaches(t, dst, v4, v6); got != nil {
+				t.Errorf("%s is not steered, but %s accepted it", dst, got.Addr())
+			}
+		}
+		u, err := net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer u.Close()
+		if err := s.SetSocket(3, rawConnOf(t, u.(*net.UDPConn))); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Add(netip.MustParseAddrPort("192.0.2.10:53"), 3); err != nil {
+			t.Fatal(err)
+		}
+		uc, err := net.Dial("udp", "192.0.2.10:53")
+		if err != nil {
+			t.Fatal(err)
+		}
+		uc.Write([]byte("x"))
+		uc.Close()
+		u.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+		if _, _, err := u.ReadFrom(make([]byte, 8)); err == nil {
+			t.Error("a UDP datagram was steered; only TCP is")
+		}
+
+		// A later program takes over the destinations it steers, and
+		// gives them back when it is closed.
+		s2, err := Open(16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		later := listen(t, "127.0.0.1:0")
+		if err := s2.SetSocket(7, rawConn(t, later)); err != nil {
+			t.Fatal(err)
+		}
+		if err := s2.Add(netip.MustParseAddrPort("192.0.2.10:80"), 7); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := reaches(t, "192.0.2.10:80", v4, later); got != later {
+			t.Errorf("with a later program, 192.0.2.10:80 went to %v; want the later program's socket", got)
+		}
+		if got, _ := reaches(t, "192.0.2.11:443", v4, later); got != v4 {
+			t.Errorf("with a later program, 192.0.2.11:443 went to %v; want the first program's socket", got)
+		}
+		s2.Close()
+		if got, _ := reaches(t, "192.0.2.10:80", v4, later); got != v4 {
+			t.Errorf("after the later program closed, 192.0.2.10:80 went to %v; want the first program's socket", got)
+		}
+
+		// Removed, then the socket closed.
+		if err := s.Remove(netip.MustParseAddrPort("192.0.2.11:443")); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := reaches(t, "192.0.2.11:443", v4, v6); got != nil {
+			t.Errorf("192.0.2.11:443 was removed, but %s accepted it", got.Addr())
+		}
+		v4.Close()
+		if got, _ := reaches(t, "192.0.2.10:80", v6); got != nil {
+			t.Errorf("the socket of 192.0.2.10:80 was closed, but %s accepted it", got.Addr())
+		}
+		if err := s.Remove(netip.MustParseAddrPort("192.0.2.11:443")); err != nil {
+			t.Errorf("removing twice: %v", err)
+		}
+	})
+}
+
+func rawConnOf(t *testing.T, c *net.UDPConn) syscall.RawConn {
+	t.Helper()
+	rc, err := c.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rc
+}
+
+func TestProgramIsAccepted(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to load a BPF program")
+	}
+	s, err := Open(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Add(netip.MustParseAddrPort("198.51.100.1:1"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Add(netip.MustParseAddrPort("198.51.100.1:2"), 0); err == nil {
+		t.Error("a second destination fit a map of one")
+	}
+	s.Close()
+	s.Close()
+}
