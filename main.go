@@ -83,6 +83,9 @@ type serveConfig struct {
 	// MemoryLimit is the Go runtime's soft memory limit: a size or a
 	// share of the memory available; "" leaves GOMEMLIMIT's.
 	MemoryLimit string `json:"memory-limit"`
+	// ListenSockets is how TCP listeners listen: a socket per listener,
+	// or one per tenant and address family steered to by a BPF program.
+	ListenSockets string `json:"listen-sockets"`
 
 	// VIPs: the arp interface, the failure detector, and the BGP speaker
 	// (the bgp: section exists only in the file).
@@ -119,6 +122,7 @@ func serveCommand() *cobra.Command {
 		LogLevel:         "info",
 		MetricsAddr:      defaultMetricsAddr,
 		DrainTimeout:     vip.Duration(proxy.DefaultDrainTimeout),
+		ListenSockets:    proxy.ListenPerListener,
 
 		HeartbeatInterval: vip.Duration(vip.DefaultHeartbeatInterval),
 		HeartbeatMisses:   vip.DefaultHeartbeatMisses,
@@ -149,6 +153,7 @@ func serveCommand() *cobra.Command {
 	f.Var(&cfg.DrainTimeout, "drain-timeout", "how long a drained or stopping (SIGTERM) host keeps its arp VIPs while its clients are handed over (HTTP connections close after their next response; other connections may end), and, on stop, how long open connections may run to their end after the listeners closed")
 	f.StringVar(&cfg.AccessLog, "access-log", "", "file that receives the access logs of load balancers with accessLog enabled (default: stderr)")
 	f.StringVar(&cfg.MemoryLimit, "memory-limit", "", "soft limit of the Go heap and runtime: a size (1536MiB, 2GiB) or a share of the memory available (80%: of the service's cgroup memory.max when set, else of the host's); near it the collector runs more often instead of letting the heap grow to twice what is live (default: GOMEMLIMIT, else none)")
+	f.StringVar(&cfg.ListenSockets, "listen-sockets", cfg.ListenSockets, `how TCP listeners listen: "listener" opens a socket per listener (address and port); "tenant" opens one per tenant and address family and steers each listener's address to it with a BPF sk_lookup program (Linux 5.9 or later, CAP_BPF and CAP_NET_ADMIN), for hosts of tens of thousands of listeners`)
 	f.StringVar(&cfg.MetricsAddr, "metrics-addr", cfg.MetricsAddr, `IP:port serving Prometheus metrics at /metrics, and Go profiles at /debug/pprof/ when it is a loopback address ("" turns them off)`)
 	f.StringVar(&cfg.WebAddr, "web-addr", "", "IP:port serving the read-only dashboard over HTTPS with this host's certificate; logins take a token from \"teapot-lb dashboard token\" (default off)")
 	f.StringVar(&cfg.VIPInterface, "vip-interface", "", "interface that carries the VIPs of arp pools (needs CAP_NET_ADMIN and CAP_NET_RAW)")
@@ -198,6 +203,7 @@ func loadServeConfig(cmd *cobra.Command, cfg *serveConfig) error {
 	pick("metrics-addr", &cfg.MetricsAddr, file.MetricsAddr)
 	pick("web-addr", &cfg.WebAddr, file.WebAddr)
 	pick("access-log", &cfg.AccessLog, file.AccessLog)
+	pick("listen-sockets", &cfg.ListenSockets, file.ListenSockets)
 	pick("vip-interface", &cfg.VIPInterface, file.VIPInterface)
 	pick("heartbeat-addr", &cfg.HeartbeatAddr, file.HeartbeatAddr)
 	if file.HeartbeatInterval != 0 && !set["heartbeat-interval"] {
@@ -248,6 +254,14 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	}
 	if memLimit != math.MaxInt64 {
 		log.Info("memory limit", "component", "serve", "bytes", memLimit, "MiB", memLimit>>20)
+	}
+	steering, err := proxy.OpenSteer(cfg.ListenSockets)
+	if err != nil {
+		return fmt.Errorf("--listen-sockets: %w", err)
+	}
+	if steering != nil {
+		defer steering.Close()
+		log.Info("TCP listeners share a socket per tenant", "component", "serve", "listen-sockets", cfg.ListenSockets)
 	}
 	if cfg.Join != "" && cfg.Token == "" {
 		return errors.New("--join needs --token (from `teapot-lb cluster join-token` on a cluster host)")
@@ -358,7 +372,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	}
 	px := proxy.New(proxy.Config{
 		Logger: log, DrainTimeout: time.Duration(cfg.DrainTimeout), Metrics: counters, HTTP: cm.Terminator(proxy.NewHTTP(engine, challenge)),
-		Events: host.Events().Add,
+		Events: host.Events().Add, Steer: steering,
 		// Member health and listeners opened on retry change readiness
 		// without a change of the committed state; a member's health, that
 		// of the load balancers holding it only.

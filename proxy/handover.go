@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"github.com/teapot-lb/teapot-lb/proxy/snapshot"
 	"net"
 	"net/netip"
 	"slices"
@@ -132,7 +133,7 @@ func (p *Proxy) tcpSockets(vips map[netip.Addr]bool) []*socket {
 	defer p.mu.Unlock()
 	var out []*socket
 	for _, s := range p.sockets {
-		if s.tcp != nil && (vips == nil || vips[s.key.Addr.Addr()]) {
+		if s.key.Network == snapshot.TCP && (vips == nil || vips[s.key.Addr.Addr()]) {
 			out = append(out, s)
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/teapot-lb/teapot-lb/proxy/health"
 	"github.com/teapot-lb/teapot-lb/proxy/internal/pmap"
 	"github.com/teapot-lb/teapot-lb/proxy/snapshot"
+	"github.com/teapot-lb/teapot-lb/proxy/steer"
 )
 
 // Errors of the proxy.
@@ -87,6 +88,10 @@ type Config struct {
 	// and 30s).
 	BindRetry    time.Duration
 	MaxBindRetry time.Duration
+	// Steer, when set, steers the addresses of TCP listeners to a
+	// socket per tenant and address family instead of opening a socket
+	// per listener (see steered.go). The caller opens and closes it.
+	Steer *steer.Steer
 }
 
 // DefaultDrainTimeout is used when Config.DrainTimeout is zero.
@@ -105,7 +110,9 @@ type Proxy struct {
 	mu      sync.Mutex // serializes Update and Close
 	snap    *snapshot.Snapshot
 	sockets map[snapshot.Key]*socket
-	missing int // listeners that should be open but are not
+	// steering is nil without Config.Steer.
+	steering *steering
+	missing  int // listeners that should be open but are not
 	// failed holds the listeners that could not be opened: why, since when.
 	failed map[snapshot.Key]bindFailure
 	retry  retryState
@@ -168,6 +175,9 @@ func New(cfg Config) *Proxy {
 		sockets: map[snapshot.Key]*socket{},
 		failed:  map[snapshot.Key]bindFailure{},
 		status:  pmap.New[string, []Problem](pmap.String),
+	}
+	if cfg.Steer != nil {
+		p.steering = &steering{s: cfg.Steer, shared: map[sharedKey]*sharedSocket{}}
 	}
 	p.health = health.NewRegistry(health.Options{
 		Logger:      log,
@@ -293,7 +303,7 @@ func (p *Proxy) apply(s *snapshot.Snapshot, retryFailed bool) bool {
 			continue
 		}
 		p.binds++
-		sock, _, err := p.acquireSocket(k)
+		sock, _, err := p.acquireSocket(l)
 		if err != nil {
 			p.bindFailed(l, err)
 			continue
@@ -326,6 +336,13 @@ func (p *Proxy) apply(s *snapshot.Snapshot, retryFailed bool) bool {
 			p.releaseSocket(sock)
 			delete(p.sockets, k)
 		} else {
+			if sock.shared != nil {
+				if err := p.steerListener(sock, l.Tenant); err != nil {
+					// The address stays with the former tenant's socket,
+					// whose connections acceptSteered refuses.
+					p.log.Warn("listener not moved to its new tenant's shared socket", "listener", k.String(), "error", err)
+				}
+			}
 			sock.setOwner(l.LB)
 		}
 	}

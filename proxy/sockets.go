@@ -31,6 +31,9 @@ type socket struct {
 	owner string
 	tcp   *net.TCPListener
 	udp   *udpSocket
+	// shared is the socket a steered TCP listener's connections come to
+	// (Config.Steer; guarded by p.mu).
+	shared *sharedSocket
 	// opened is when the socket was bound.
 	opened time.Time
 
@@ -55,18 +58,24 @@ type tracked struct {
 	state *l7.ConnState
 }
 
-// acquireSocket returns the socket for k, opening it when no snapshot
-// holds it yet; isNew reports that it was opened now.
-func (p *Proxy) acquireSocket(k snapshot.Key) (s *socket, isNew bool, err error) {
+// acquireSocket returns the socket for l's key, opening it when no
+// snapshot holds it yet; isNew reports that it was opened now.
+func (p *Proxy) acquireSocket(l *snapshot.Listener) (s *socket, isNew bool, err error) {
+	k := l.Key
 	if s := p.sockets[k]; s != nil {
 		s.refs++
 		return s, false, nil
 	}
 	s = &socket{p: p, key: k, refs: 1, conns: map[*tracked]struct{}{}, opened: time.Now()}
-	switch k.Network {
-	case snapshot.TCP:
+	switch {
+	case k.Network == snapshot.TCP && p.steering != nil:
+		if err := p.steerListener(s, l.Tenant); err != nil {
+			return nil, false, err
+		}
+		return s, true, nil
+	case k.Network == snapshot.TCP:
 		s.tcp, err = listenTCP(k)
-	case snapshot.UDP:
+	case k.Network == snapshot.UDP:
 		s.udp, err = p.listenUDP(s)
 	}
 	if err != nil {
@@ -87,12 +96,16 @@ func (p *Proxy) releaseSocket(s *socket) {
 	if s.refs--; s.refs > 0 {
 		return
 	}
+	if s.shared != nil {
+		p.unsteerListener(s)
+	}
 	s.mu.Lock()
 	s.closed = true
 	s.mu.Unlock()
-	if s.tcp != nil {
+	switch {
+	case s.tcp != nil:
 		s.tcp.Close()
-	} else {
+	case s.udp != nil:
 		s.udp.close()
 	}
 	s.drain(func(string) bool { return true })
@@ -203,9 +216,15 @@ func listenTCP(k snapshot.Key) (*net.TCPListener, error) {
 
 func (s *socket) acceptLoop() {
 	defer s.p.wg.Done()
+	acceptEach(s.p, s.tcp, s.key.String(), func(c *net.TCPConn) { s.p.acceptFor(s, c, "") })
+}
+
+// acceptEach hands each connection ln accepts to accept, until ln is
+// closed.
+func acceptEach(p *Proxy, ln *net.TCPListener, name string, accept func(*net.TCPConn)) {
 	var delay time.Duration
 	for {
-		c, err := s.tcp.AcceptTCP()
+		c, err := ln.AcceptTCP()
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return
@@ -213,12 +232,12 @@ func (s *socket) acceptLoop() {
 			// Out of file descriptors or a transient accept error: back
 			// off as net/http does, up to a second.
 			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-			s.p.log.Warn("accept failed", "listener", s.key.String(), "error", err, "retry_in", delay)
+			p.log.Warn("accept failed", "listener", name, "error", err, "retry_in", delay)
 			time.Sleep(delay)
 			continue
 		}
 		delay = 0
-		s.p.accept(s, c)
+		accept(c)
 	}
 }
 
@@ -228,11 +247,13 @@ func refuse(c *net.TCPConn) {
 	c.Close()
 }
 
-// accept hands one connection to its protocol, reading the snapshot in
-// service now.
-func (p *Proxy) accept(s *socket, c *net.TCPConn) {
+// acceptFor hands one connection to its protocol, reading the snapshot in
+// service now. A connection that came through tenant's shared socket
+// (tenant is "" for a socket of the listener's own) is refused unless the
+// listener is that tenant's.
+func (p *Proxy) acceptFor(s *socket, c *net.TCPConn, tenant string) {
 	l := p.current.Load().listener(s.key)
-	if l == nil {
+	if l == nil || tenant != "" && l.Tenant != tenant {
 		refuse(c)
 		return
 	}

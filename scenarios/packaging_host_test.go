@@ -84,7 +84,7 @@ func TestHostPackages(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"Type=notify", "WatchdogSec=", "User=teapot-lb", "StateDirectory=teapot-lb",
-		"AmbientCapabilities=CAP_NET_ADMIN CAP_NET_RAW CAP_NET_BIND_SERVICE\n", "CapabilityBoundingSet=CAP_NET_ADMIN CAP_NET_RAW CAP_NET_BIND_SERVICE\n",
+		"AmbientCapabilities=CAP_NET_ADMIN CAP_NET_RAW CAP_NET_BIND_SERVICE CAP_BPF\n", "CapabilityBoundingSet=CAP_NET_ADMIN CAP_NET_RAW CAP_NET_BIND_SERVICE CAP_BPF\n",
 		"ProtectSystem=strict", "NoNewPrivileges=yes", "Restart=on-failure", "LimitNOFILE=",
 		"LimitRTPRIO=10\n", "RestrictRealtime=no\n"} {
 		if !strings.Contains(string(unit), want) {

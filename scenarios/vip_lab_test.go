@@ -166,6 +166,8 @@ type labOptions struct {
 	// LB hosts' ACME at it (names resolve to the client unless AddA says
 	// otherwise).
 	acme bool
+	// args are more serve flags for every LB host.
+	args []string
 }
 
 // needTools skips tb when the lab cannot run here.
@@ -272,6 +274,7 @@ func newVIPLab(tb testing.TB, opt labOptions) *vipLab {
 			"--vip-interface", "eth0", "--heartbeat-addr", n.ip4.String() + ":7946",
 			"--heartbeat-interval", labHeartbeat, "--heartbeat-misses", cmp.Or(opt.misses, labMisses),
 		}, acme...)
+		n.args = append(n.args, opt.args...)
 		if opt.bgp {
 			cfg := filepath.Join(l.dir, n.id+".yaml")
 			must(os.WriteFile(cfg, []byte(bgpSection(n)), 0o644))

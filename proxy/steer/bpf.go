@@ -112,10 +112,14 @@ func bpf(cmd int, attr unsafe.Pointer, size uintptr) (int, error) {
 	return int(r), nil
 }
 
-func mapCreate(typ, keySize, valueSize, maxEntries uint32) (int, error) {
+// noPrealloc (BPF_F_NO_PREALLOC) allocates a hash map's entries as they
+// are added, not all of maxEntries at once.
+const noPrealloc = 1
+
+func mapCreate(typ, keySize, valueSize, maxEntries, flags uint32) (int, error) {
 	attr := struct {
 		typ, keySize, valueSize, maxEntries, flags uint32
-	}{typ, keySize, valueSize, maxEntries, 0}
+	}{typ, keySize, valueSize, maxEntries, flags}
 	return bpf(unix.BPF_MAP_CREATE, unsafe.Pointer(&attr), unsafe.Sizeof(attr))
 }
 

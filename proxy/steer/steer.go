@@ -49,10 +49,10 @@ func Open(maxDests int) (*Steer, error) {
 	}
 	s := &Steer{dests: -1, sockets: -1, prog: -1, link: -1}
 	var err error
-	if s.dests, err = mapCreate(unix.BPF_MAP_TYPE_HASH, keySize, 4, uint32(maxDests)); err != nil {
+	if s.dests, err = mapCreate(unix.BPF_MAP_TYPE_HASH, keySize, 4, uint32(maxDests), noPrealloc); err != nil {
 		return nil, fmt.Errorf("steer: create the destination map: %w", err)
 	}
-	if s.sockets, err = mapCreate(unix.BPF_MAP_TYPE_SOCKMAP, 4, 8, MaxSockets); err != nil {
+	if s.sockets, err = mapCreate(unix.BPF_MAP_TYPE_SOCKMAP, 4, 8, MaxSockets, 0); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("steer: create the socket map: %w", err)
 	}
@@ -94,9 +94,9 @@ func (s *Steer) Close() error {
 	return nil
 }
 
-// SetSocket puts the listening socket fd in slot; the map holds its own
-// reference, so the caller may close fd without the slot losing it, and
-// a socket closed by its owner leaves the map by itself.
+// SetSocket puts the listening socket in slot. It must be a TCP socket
+// (a Go listener made with MPTCP refuses: ListenConfig.SetMultipathTCP
+// false). A socket closed by its owner leaves the map by itself.
 func (s *Steer) SetSocket(slot uint32, conn syscall.RawConn) error {
 	if slot >= MaxSockets {
 		return fmt.Errorf("steer: slot %d out of range", slot)

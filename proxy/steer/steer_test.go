@@ -6,52 +6,12 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"runtime"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
+	"github.com/teapot-lb/teapot-lb/proxy/internal/netnstest"
 )
-
-// inNetns runs fn on a thread of its own in a new network namespace whose
-// loopback is up and holds addrs. The thread is thrown away afterwards.
-func inNetns(t *testing.T, addrs []string, fn func()) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create a network namespace")
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
-		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			t.Errorf("unshare: %v", err)
-			return
-		}
-		lo, err := netlink.LinkByName("lo")
-		if err == nil {
-			err = netlink.LinkSetUp(lo)
-		}
-		for _, a := range addrs {
-			if err != nil {
-				break
-			}
-			var na *netlink.Addr
-			if na, err = netlink.ParseAddr(a); err == nil {
-				na.Flags = unix.IFA_F_NODAD
-				err = netlink.AddrAdd(lo, na)
-			}
-		}
-		if err != nil {
-			t.Errorf("set up the namespace: %v", err)
-			return
-		}
-		fn()
-	}()
-	<-done
-}
 
 func listen(t *testing.T, addr string) *net.TCPListener {
 	t.Helper()
@@ -99,7 +59,7 @@ func reaches(t *testing.T, dst string, ls ...*net.TCPListener) (*net.TCPListener
 }
 
 func TestSteersDestinationsToSockets(t *testing.T) {
-	inNetns(t, []string{"192.0.2.10/32", "192.0.2.11/32", "192.0.2.12/32", "2001:db8::10/128"}, func() {
+	netnstest.Run(t, []string{"192.0.2.10/32", "192.0.2.11/32", "192.0.2.12/32", "2001:db8::10/128"}, func() {
 		s, err := Open(1024)
 		if err != nil {
 			t.Fatal(err)
