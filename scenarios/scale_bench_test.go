@@ -1,6 +1,7 @@
 package scenarios
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -57,12 +58,15 @@ const (
 //     this host's commit, then waiting for the data plane, compiling and
 //     serving (the stage times of the "configuration applied" line).
 //
-// Every LB host listens on one socket per load balancer: a size that does
-// not fit the descriptor limit (the hard RLIMIT_NOFILE, which only a
-// process with CAP_SYS_RESOURCE may raise) runs at the largest that fits,
-// and the report says so.
+// The LB hosts run with listen-sockets: tenant (TEAPOT_SCALE_LISTEN),
+// a socket per tenant. With listen-sockets: listener, each host listens
+// on one socket per load balancer: a size that does not fit the
+// descriptor limit (the hard RLIMIT_NOFILE, which only a process with
+// CAP_SYS_RESOURCE may raise) runs at the largest that fits, and the
+// report says so.
 func BenchmarkScaleMemberChange(b *testing.B) {
 	sizes := []int{1000, 10000, 100000}
+	listen := cmp.Or(os.Getenv("TEAPOT_SCALE_LISTEN"), "tenant")
 	if env := os.Getenv("TEAPOT_SCALE_SIZES"); env != "" {
 		sizes = nil
 		for _, f := range strings.Split(env, ",") {
@@ -76,7 +80,10 @@ func BenchmarkScaleMemberChange(b *testing.B) {
 	needTools(b)
 	var rows []scaleRow
 	var capped []string
-	fits := maxScaleSize(b)
+	fits := 120000
+	if listen == "listener" {
+		fits = maxScaleSize(b)
+	}
 	for _, n := range sizes {
 		if n > fits {
 			capped = append(capped, fmt.Sprintf("%d load balancers need %d descriptors per host; the hard limit is %d and cannot be raised here: ran %d",
@@ -87,11 +94,11 @@ func BenchmarkScaleMemberChange(b *testing.B) {
 			continue
 		}
 		b.Run(strconv.Itoa(n), func(b *testing.B) {
-			rows = append(rows, scaleRun(b, n))
+			rows = append(rows, scaleRun(b, n, listen))
 		})
 	}
 	b.StopTimer()
-	fmt.Printf("\nscale: one member change through the admin API, live in the data plane of 3 hosts (network namespaces, one machine)\n")
+	fmt.Printf("\nscale: one member change through the admin API, live in the data plane of 3 hosts (network namespaces, one machine; listen-sockets: %s)\n", listen)
 	fmt.Printf("| LBs x %d members | load (first write to last revision on every host) | change p50 | change p99 | max | host CPU per change (above idle) | data-plane applies for %d writes touching no LB | host CPU per such write | idle CPU per host | RSS per host |\n", scaleMembers, scaleQuiet)
 	fmt.Printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, r := range rows {
@@ -147,9 +154,13 @@ func maxScaleSize(tb testing.TB) int {
 	return max(scalePerTenant, (int(lim.Max)-scaleSpareFDs)/scalePerTenant*scalePerTenant)
 }
 
-func scaleRun(b *testing.B, n int) scaleRow {
-	raiseNoFile(b, uint64(n)+scaleSpareFDs)
-	l := newVIPLab(b, labOptions{teapot: true})
+func scaleRun(b *testing.B, n int, listen string) scaleRow {
+	need := uint64(scaleSpareFDs)
+	if listen == "listener" {
+		need += uint64(n)
+	}
+	raiseNoFile(b, need)
+	l := newVIPLab(b, labOptions{teapot: true, args: []string{"--listen-sockets", listen}})
 	admin := l.adminClient()
 	ctx := func() (context.Context, context.CancelFunc) {
 		return context.WithTimeout(context.Background(), time.Minute)
@@ -260,9 +271,10 @@ func scaleRun(b *testing.B, n int) scaleRow {
 				}
 				return 0
 			}
-			fmt.Printf("memory: %s at %d LBs: RSS %.0f MiB, Go heap in use %.0f MiB, stacks %.0f MiB, %0.f goroutines\n", h.id, n,
+			fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", h.proc.Pid()))
+			fmt.Printf("memory: %s at %d LBs: RSS %.0f MiB, Go heap in use %.0f MiB, stacks %.0f MiB, %0.f goroutines, %d descriptors\n", h.id, n,
 				float64(procKiB(b, h.proc.Pid(), "VmRSS"))/1024, first("go_memstats_heap_inuse_bytes")/(1<<20),
-				first("go_memstats_stack_inuse_bytes")/(1<<20), first("go_goroutines"))
+				first("go_memstats_stack_inuse_bytes")/(1<<20), first("go_goroutines"), len(fds))
 		}
 	}
 	row.rss = strings.Join(rss, ", ")
