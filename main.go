@@ -710,8 +710,16 @@ func feedCerts(ctx context.Context, node *consensus.Node, cm *certs.Manager) {
 // certificate manager manages.
 func certsMayChange(ev consensus.Event) bool {
 	for _, c := range ev.Changes {
-		if c.Ref.GetKind() != api.KindLoadBalancer ||
-			certs.LoadBalancerChangeMatters(c.Previous.GetLoadBalancer(), c.Object.GetLoadBalancer()) {
+		switch c.Ref.GetKind() {
+		case api.KindLoadBalancer:
+			if certs.LoadBalancerChangeMatters(c.Previous.GetLoadBalancer(), c.Object.GetLoadBalancer()) {
+				return true
+			}
+		case api.KindTenant:
+			if certs.TenantChangeMatters(c.Previous.GetTenant(), c.Object.GetTenant()) {
+				return true
+			}
+		default:
 			return true
 		}
 	}

@@ -118,6 +118,20 @@ func LoadBalancerChangeMatters(prev, next *pb.LoadBalancer) bool {
 	return prev != nil && wantsACME(prev) || next != nil && wantsACME(next)
 }
 
+// TenantChangeMatters reports whether a change of a tenant from prev to
+// next (nil when created or deleted) can change which names get ACME
+// certificates: its domains and its certificate quota decide. A tenant
+// without domains names none, so creating or deleting one changes
+// nothing (a state of many tenants is loaded without a pass over the
+// whole state per tenant).
+func TenantChangeMatters(prev, next *pb.Tenant) bool {
+	if prev == nil || next == nil {
+		return len(prev.GetDomains()) > 0 || len(next.GetDomains()) > 0
+	}
+	return !slices.Equal(prev.GetDomains(), next.GetDomains()) ||
+		api.EffectiveQuotas(prev).GetCertificates() != api.EffectiveQuotas(next).GetCertificates()
+}
+
 func wantsACME(lb *pb.LoadBalancer) bool {
 	for _, l := range lb.GetListeners() {
 		if l.GetProtocol() == "https" && l.GetTls().GetAcme() {
