@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net"
 	"net/netip"
-	"os"
 	"syscall"
 	"testing"
 	"time"
@@ -164,20 +163,25 @@ func rawConnOf(t *testing.T, c *net.UDPConn) syscall.RawConn {
 	return rc
 }
 
-func TestProgramIsAccepted(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to load a BPF program")
-	}
-	s, err := Open(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Add(netip.MustParseAddrPort("198.51.100.1:1"), 0); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Add(netip.MustParseAddrPort("198.51.100.1:2"), 0); err == nil {
-		t.Error("a second destination fit a map of one")
-	}
-	s.Close()
-	s.Close()
+func TestMapIsBounded(t *testing.T) {
+	netnstest.Run(t, nil, func() {
+		s, err := Open(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Add(netip.MustParseAddrPort("198.51.100.1:1"), 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Add(netip.MustParseAddrPort("198.51.100.1:2"), 0); err == nil {
+			t.Error("a second destination fit a map of one")
+		}
+		if err := s.Add(netip.MustParseAddrPort("198.51.100.1:1"), 1); err != nil {
+			t.Errorf("changing the slot of a destination in a full map: %v", err)
+		}
+		s.Close()
+		s.Close()
+		if _, err := Open(0); err == nil {
+			t.Error("Open(0) did not fail")
+		}
+	})
 }
