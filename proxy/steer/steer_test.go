@@ -3,8 +3,12 @@ package steer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
+	"os"
+	"os/exec"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -184,4 +188,79 @@ func TestMapIsBounded(t *testing.T) {
 			t.Error("Open(0) did not fail")
 		}
 	})
+}
+
+// TestOpensWithTheUnitsCapabilities: a process of an unprivileged user
+// with CAP_BPF and CAP_NET_ADMIN alone (what the packaged unit grants)
+// opens a Steer and steers a connection; without CAP_BPF it cannot, and
+// says what is missing.
+func TestOpensWithTheUnitsCapabilities(t *testing.T) {
+	if os.Getenv("STEER_HELPER") == "1" {
+		helperSteer()
+		return
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to start a process as another user")
+	}
+	for _, tool := range []string{"unshare", "setpriv", "ip"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s is not installed (util-linux, iproute2)", tool)
+		}
+	}
+	run := func(caps string) (string, error) {
+		script := `ip link set lo up && exec setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=` + caps +
+			` --ambient-caps=` + caps + ` "$0" -test.run='^TestOpensWithTheUnitsCapabilities$'`
+		cmd := exec.Command("unshare", "-n", "sh", "-c", script, os.Args[0])
+		cmd.Env = append(os.Environ(), "STEER_HELPER=1")
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	out, err := run("+bpf,+net_admin")
+	if err != nil || !strings.Contains(out, "steered 127.0.0.77:8077 as uid 65534") {
+		t.Errorf("with CAP_BPF and CAP_NET_ADMIN: %v\n%s", err, out)
+	}
+	out, err = run("+net_admin")
+	if err == nil || !strings.Contains(out, "operation not permitted") {
+		t.Errorf("without CAP_BPF it opened, or failed without saying why: %v\n%s", err, out)
+	}
+}
+
+// helperSteer is the process TestOpensWithTheUnitsCapabilities starts.
+func helperSteer() {
+	fail := func(what string, err error) {
+		fmt.Println(what+":", err)
+		os.Exit(1)
+	}
+	s, err := Open(16)
+	if err != nil {
+		fail("open", err)
+	}
+	var lc net.ListenConfig
+	lc.SetMultipathTCP(false)
+	l, err := lc.Listen(context.Background(), "tcp4", "127.0.0.1:0")
+	if err != nil {
+		fail("listen", err)
+	}
+	rc, err := l.(*net.TCPListener).SyscallConn()
+	if err == nil {
+		err = s.SetSocket(0, rc)
+	}
+	if err != nil {
+		fail("set socket", err)
+	}
+	if err := s.Add(netip.MustParseAddrPort("127.0.0.77:8077"), 0); err != nil {
+		fail("add", err)
+	}
+	c, err := net.DialTimeout("tcp", "127.0.0.77:8077", 5*time.Second)
+	if err != nil {
+		fail("dial", err)
+	}
+	defer c.Close()
+	l.(*net.TCPListener).SetDeadline(time.Now().Add(5 * time.Second))
+	a, err := l.Accept()
+	if err != nil {
+		fail("accept", err)
+	}
+	fmt.Printf("steered %s as uid %d\n", a.LocalAddr(), os.Getuid())
+	os.Exit(0)
 }
