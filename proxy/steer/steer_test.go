@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -207,10 +208,28 @@ func TestOpensWithTheUnitsCapabilities(t *testing.T) {
 			t.Skipf("%s is not installed (util-linux, iproute2)", tool)
 		}
 	}
+	// The user must reach the binary: a copy in a directory anyone may
+	// read (go test's own may not be).
+	dir, err := os.MkdirTemp("", "steer-caps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	self, err := os.ReadFile(os.Args[0])
+	if err == nil {
+		err = os.Chmod(dir, 0o755)
+	}
+	bin := filepath.Join(dir, "steer.test")
+	if err == nil {
+		err = os.WriteFile(bin, self, 0o755)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
 	run := func(caps string) (string, error) {
 		script := `ip link set lo up && exec setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=` + caps +
 			` --ambient-caps=` + caps + ` "$0" -test.run='^TestOpensWithTheUnitsCapabilities$'`
-		cmd := exec.Command("unshare", "-n", "sh", "-c", script, os.Args[0])
+		cmd := exec.Command("unshare", "-n", "sh", "-c", script, bin)
 		cmd.Env = append(os.Environ(), "STEER_HELPER=1")
 		out, err := cmd.CombinedOutput()
 		return string(out), err
