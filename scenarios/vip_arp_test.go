@@ -77,15 +77,7 @@ func TestVIPARP(t *testing.T) {
 		{"host death IPv4", arpVIP4, true},
 		{"host death IPv6", arpVIP6, true},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			d, from, to := l.failover(t, tc.a, tc.unplug)
-			t.Logf("%s moved from %s to %s; first successful request %s after the kill", tc.a, from.id, to.id, d.Round(time.Millisecond))
-			if d > arpFailoverBound {
-				t.Errorf("failover took %s, want under %s (target: 300ms at p99)", d, arpFailoverBound)
-			}
-			l.revive(from)
-			l.waitBack(t, from, tc.a)
-		})
+		t.Run(tc.name, func(t *testing.T) { l.failoverAndBack(t, tc.a, tc.unplug) })
 	}
 
 	t.Run("metrics show the holder and count the moves", func(t *testing.T) {
@@ -366,4 +358,18 @@ func ids(ns []*lbHost) []string {
 		out = append(out, n.id)
 	}
 	return out
+}
+
+// failoverAndBack kills the holder of a (its process, or its host when
+// unplug), checks that a serves again within arpFailoverBound, and brings
+// the holder back.
+func (l *vipLab) failoverAndBack(t *testing.T, a netip.Addr, unplug bool) {
+	t.Helper()
+	d, from, to := l.failover(t, a, unplug)
+	t.Logf("%s moved from %s to %s; first successful request %s after the kill", a, from.id, to.id, d.Round(time.Millisecond))
+	if d > arpFailoverBound {
+		t.Errorf("failover took %s, want under %s (target: 300ms at p99)", d, arpFailoverBound)
+	}
+	l.revive(from)
+	l.waitBack(t, from, a)
 }

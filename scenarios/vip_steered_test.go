@@ -55,13 +55,7 @@ func TestVIPARPTenantSockets(t *testing.T) {
 			name = fmt.Sprintf("host death %s", tc.a)
 		}
 		t.Run(name, func(t *testing.T) {
-			d, from, to := l.failover(t, tc.a, tc.unplug)
-			t.Logf("%s moved from %s to %s; first successful request %s after the kill", tc.a, from.id, to.id, d.Round(time.Millisecond))
-			if d > arpFailoverBound {
-				t.Errorf("failover took %s, want under %s", d, arpFailoverBound)
-			}
-			l.revive(from)
-			l.waitBack(t, from, tc.a)
+			l.failoverAndBack(t, tc.a, tc.unplug)
 			waitFor(t, settleTimeout, "a request through "+tc.a.String(), func() error { return l.get(tc.a) })
 		})
 	}
