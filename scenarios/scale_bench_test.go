@@ -58,8 +58,9 @@ const (
 //     this host's commit, then waiting for the data plane, compiling and
 //     serving (the stage times of the "configuration applied" line).
 //
-// The LB hosts run with listen-sockets: tenant (TEAPOT_SCALE_LISTEN),
-// a socket per tenant. With listen-sockets: listener, each host listens
+// The LB hosts run with listen-sockets: tenant (TEAPOT_SCALE_LISTEN), a
+// socket per tenant, and no memory limit (TEAPOT_SCALE_MEMORY_LIMIT sets
+// their --memory-limit). With listen-sockets: listener, each host listens
 // on one socket per load balancer: a size that does not fit the
 // descriptor limit (the hard RLIMIT_NOFILE, which only a process with
 // CAP_SYS_RESOURCE may raise) runs at the largest that fits, and the
@@ -98,7 +99,8 @@ func BenchmarkScaleMemberChange(b *testing.B) {
 		})
 	}
 	b.StopTimer()
-	fmt.Printf("\nscale: one member change through the admin API, live in the data plane of 3 hosts (network namespaces, one machine; listen-sockets: %s)\n", listen)
+	fmt.Printf("\nscale: one member change through the admin API, live in the data plane of 3 hosts (network namespaces, one machine; listen-sockets: %s, memory-limit: %s)\n",
+		listen, cmp.Or(os.Getenv("TEAPOT_SCALE_MEMORY_LIMIT"), "none"))
 	fmt.Printf("| LBs x %d members | load (first write to last revision on every host) | change p50 | change p99 | max | host CPU per change (above idle) | data-plane applies for %d writes touching no LB | host CPU per such write | idle CPU per host | RSS per host |\n", scaleMembers, scaleQuiet)
 	fmt.Printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, r := range rows {
@@ -160,7 +162,11 @@ func scaleRun(b *testing.B, n int, listen string) scaleRow {
 		need += uint64(n)
 	}
 	raiseNoFile(b, need)
-	l := newVIPLab(b, labOptions{teapot: true, args: []string{"--listen-sockets", listen}})
+	args := []string{"--listen-sockets", listen}
+	if limit := os.Getenv("TEAPOT_SCALE_MEMORY_LIMIT"); limit != "" {
+		args = append(args, "--memory-limit", limit)
+	}
+	l := newVIPLab(b, labOptions{teapot: true, args: args})
 	admin := l.adminClient()
 	ctx := func() (context.Context, context.CancelFunc) {
 		return context.WithTimeout(context.Background(), time.Minute)
