@@ -9,6 +9,9 @@
 // by address, port and transport: a socket that the new configuration
 // still serves is kept, with its accepted connections; one no longer
 // served stops accepting and its connections drain for DrainTimeout.
+// With Config.Steer, a TCP key has no socket of its own: a BPF sk_lookup
+// program (proxy/steer) hands its connections to a socket its tenant's
+// TCP listeners share, one per address family (steered.go).
 // Member health (proxy/health), balancers (proxy/balance) and the live
 // pools outlive a swap wherever the compiled pool did not change.
 //
