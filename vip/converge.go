@@ -9,15 +9,18 @@ import (
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
 
-// A VIP's decision depends on the view's signature (who is alive,
-// eligible and ready, the peers' holdings, this host's problems and
-// flags), on the VIP itself (its load balancers, its ranking, this host's
-// readiness for it, its rebalance window) and on this host's holdings
-// while a rebalance window is open. The loop decides every VIP again when
-// something they all depend on changes (converge), and only the VIPs in
-// loopState.pending when only those changed (convergeSome): a load
-// balancer created, deleted or moved, a readiness change, a rebalance
-// window that opened or closed.
+// A VIP's decision depends on the VIP itself (its load balancers, its
+// ranking, this host's readiness for it, its rebalance window) and, by
+// mode: an arp VIP's on the view's signature (who is alive, eligible and
+// ready, the peers' holdings, this host's problems and flags) and on this
+// host's holdings while a rebalance window is open; a bgp VIP's on this
+// host's problems and its BGP sessions; a static VIP's on nothing more.
+// The loop decides every VIP again when something they all depend on
+// changes (converge: a new whole state, every readiness), and only the
+// VIPs in loopState.pending otherwise (convergeSome): a load balancer
+// created, deleted or moved, a readiness change, a rebalance window that
+// opened or closed, or a signature change, which adds every VIP of its
+// mode.
 
 // converge decides every VIP, logs the moves and hands the set to hold
 // to the actuator.

@@ -254,3 +254,12 @@ func parseCommunities(cs []string) []uint32 {
 	}
 	return out
 }
+
+// pendMode adds the VIPs of mode to pending.
+func (d *desired) pendMode(pending map[netip.Addr]bool, mode string) {
+	for _, vs := range d.VIPs {
+		if vs.Mode == mode {
+			pending[vs.Addr] = true
+		}
+	}
+}

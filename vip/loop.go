@@ -97,9 +97,12 @@ type loopState struct {
 	handingOver  bool // it keeps its arp VIPs while its clients are handed over
 	leaving      bool
 	revision     uint64
-	sessions     int    // established BGP sessions at the last evaluation
-	sig          string // of the last view the decisions were made on
-	actErrs      bool   // the actuator reported errors at the last publish
+	sessions     int // established BGP sessions at the last evaluation
+	// sigARP and sigBGP: what the decisions of arp and of bgp VIPs read
+	// of the view and this host's state, at the last evaluation. Those of
+	// static VIPs read this host's readiness for each alone.
+	sigARP, sigBGP string
+	actErrs        bool // the actuator reported errors at the last publish
 	// dirtyAddrs: the VIPs whose records changed since the last publish;
 	// pubVIPs: the VIPs published last, sorted by address.
 	dirtyAddrs  map[netip.Addr]bool
@@ -424,18 +427,27 @@ func (m *Manager) evaluate(now time.Time, all bool) time.Time {
 		sessions = m.spk.established()
 	}
 	st.sessions = sessions
-	sig := signature(v, st.peers, arpMe.Problem, bgpMe.Problem, me.Problem, fmt.Sprint(arpMe.KeepOnly, arpMe.HoldDown, arpMe.Rejoining, arpMe.HandOff, sessions))
-	if reannounce || sig != st.sig {
-		st.decideAll = true
-	}
+	// A change of the view or of this host's problems decides again the
+	// VIPs of the modes that read it: a peer that goes quiet on a loaded
+	// machine costs the arp VIPs, not every VIP.
+	sigARP := signature(v, st.peers, arpMe.Problem, fmt.Sprint(arpMe.KeepOnly, arpMe.HoldDown, arpMe.Rejoining, arpMe.HandOff))
+	sigBGP := fmt.Sprint(bgpMe.Problem, "|", sessions)
 	switch {
 	case st.want == nil:
 	case st.decideAll:
 		m.converge(now, v, arpMe, bgpMe, me)
-	case len(st.pending) > 0:
-		m.convergeSome(now, v, arpMe, bgpMe, me)
+	default:
+		if reannounce || sigARP != st.sigARP {
+			st.want.pendMode(st.pending, ModeARP)
+		}
+		if sigBGP != st.sigBGP {
+			st.want.pendMode(st.pending, ModeBGP)
+		}
+		if len(st.pending) > 0 {
+			m.convergeSome(now, v, arpMe, bgpMe, me)
+		}
 	}
-	st.sig = sig
+	st.sigARP, st.sigBGP = sigARP, sigBGP
 	m.publish(v)
 	if v.Next.IsZero() || (!wake.IsZero() && wake.Before(v.Next)) {
 		return wake

@@ -316,3 +316,148 @@ func TestLoadBalancerChangesRecomputeTheirVIPsOnly(t *testing.T) {
 		t.Errorf("the new VIP %s is ready; its only load balancer is not", addr(n+9))
 	}
 }
+
+// TestViewChangesDecideTheVIPsThatReadIt: on a host with arp, bgp and
+// static VIPs, a peer that goes quiet and comes back (what a loaded
+// machine does to heartbeats) decides the arp VIPs again, and neither the
+// static VIPs nor the bgp ones, whose decisions do not read the view;
+// what the host then holds, hands the actuator and publishes is what
+// deciding every VIP again gives.
+func TestViewChangesDecideTheVIPsThatReadIt(t *testing.T) {
+	const nARP, nStatic, nBGP = 200, 3000, 1000
+	m, sink := loopTestManager(t)
+	st := &m.loop
+	objs := []*pb.Object{
+		{Kind: &pb.Object_VipPool{VipPool: &pb.VIPPool{Name: "l2", Cidrs: []string{"198.18.0.0/16"}, Mode: ModeARP}}},
+		{Kind: &pb.Object_VipPool{VipPool: &pb.VIPPool{Name: "fixed", Cidrs: []string{"198.19.0.0/17"}, Mode: ModeStatic}}},
+		{Kind: &pb.Object_VipPool{VipPool: &pb.VIPPool{Name: "routed", Cidrs: []string{"198.19.128.0/17"}, Mode: ModeBGP}}},
+	}
+	for _, id := range []string{"n1", "n2", "n3"} {
+		objs = append(objs, &pb.Object{Kind: &pb.Object_Node{Node: &pb.Node{Id: id, HeartbeatAddr: sink.LocalAddr().String()}}})
+	}
+	ready := map[string]string{}
+	add := func(pool string, base netip.Addr, n int) {
+		a := base
+		for i := range n {
+			a = a.Next()
+			lb := &pb.LoadBalancer{Tenant: "t", Name: fmt.Sprintf("%s-%d", pool, i), Vip: &pb.VIPRequest{Pool: pool},
+				Status: &pb.LoadBalancerStatus{Address: a.String()}}
+			objs = append(objs, &pb.Object{Kind: &pb.Object_LoadBalancer{LoadBalancer: lb}})
+			ready["t/"+lb.Name] = ""
+		}
+	}
+	add("l2", netip.MustParseAddr("198.18.0.0"), nARP)
+	add("fixed", netip.MustParseAddr("198.19.0.0"), nStatic)
+	add("routed", netip.MustParseAddr("198.19.128.0"), nBGP)
+	m.Update(objs, 1)
+	m.SetReady(ready)
+
+	now := time.Now()
+	seq := map[string]uint64{}
+	quiet := map[string]bool{}
+	tick := func() {
+		now = now.Add(m.cfg.HeartbeatInterval)
+		for _, id := range []string{"n2", "n3"} {
+			if quiet[id] {
+				continue
+			}
+			var sights []sighting
+			for _, o := range []string{"n1", other(id)} {
+				if !quiet[o] {
+					sights = append(sights, sighting{ID: o, Eligible: true, Settled: true})
+				}
+			}
+			seq[id]++
+			m.receive(received{at: now, hb: &heartbeat{ID: id, Incarnation: 1, Seq: seq[id], Eligible: true, Holdings: true, Sightings: sights}})
+		}
+		m.evaluate(now, false)
+		m.planBeats(now)
+	}
+	for now0 := now; now.Sub(now0) < 2*rebalanceMultiple*m.settle; {
+		tick()
+	}
+	if len(st.heldARP) == 0 || len(st.heldARP) == nARP {
+		t.Fatalf("holds %d of %d arp VIPs; want the share this host ranks first for", len(st.heldARP), nARP)
+	}
+
+	// An arp VIP's reason tells how it came to be held ("took over" the
+	// first time, "holds it" after): deciding it twice words it anew.
+	type outcome struct {
+		held   bool
+		reason string
+	}
+	outcomes := func() map[netip.Addr]outcome {
+		out := map[netip.Addr]outcome{}
+		for a, r := range st.records {
+			o := outcome{held: r.held}
+			if r.spec.Mode != ModeARP {
+				o.reason = r.reason
+			}
+			out[a] = o
+		}
+		return out
+	}
+	// Ticks decide again no more VIPs than the arp ones, for each
+	// evaluation whose view changed, and never every VIP.
+	run := func(what string, ticks int) {
+		t.Helper()
+		st.converges, st.decided = 0, 0
+		sig := st.sigARP
+		changed := 0
+		for range ticks {
+			tick()
+			if st.sigARP != sig {
+				changed++
+				sig = st.sigARP
+			}
+		}
+		if changed == 0 {
+			t.Fatalf("%s: the view did not change", what)
+		}
+		if st.converges != 0 || st.decided > changed*nARP {
+			t.Errorf("%s: %d whole decisions and %d VIPs decided over %d view changes; want 0 and at most %d (the arp VIPs, each time)",
+				what, st.converges, st.decided, changed, changed*nARP)
+		}
+		partial, holding := outcomes(), maps.Clone(st.holding)
+		m.act.mu.Lock()
+		acting := maps.Clone(m.act.want)
+		m.act.mu.Unlock()
+		published := slices.Clone(m.pub.vips)
+		m.pokeAll()
+		m.evaluate(now, false)
+		if st.converges != 1 {
+			t.Fatalf("%s: pokeAll did not decide every VIP", what)
+		}
+		if again := outcomes(); !maps.Equal(again, partial) {
+			for a, o := range again {
+				if partial[a] != o {
+					t.Errorf("%s: %s decided %+v, from scratch %+v", what, a, partial[a], o)
+				}
+			}
+		}
+		if !maps.Equal(holding, st.holding) {
+			t.Errorf("%s: holds %d arp VIPs, %d when every VIP is decided again", what, len(holding), len(st.holding))
+		}
+		m.act.mu.Lock()
+		if !maps.EqualFunc(acting, m.act.want, func(a, b target) bool {
+			return a.mode == b.mode && a.iface == b.iface && a.announce == b.announce && a.route.key() == b.route.key()
+		}) {
+			t.Errorf("%s: the actuator was given %d VIPs to hold, %d when every VIP is decided again", what, len(acting), len(m.act.want))
+		}
+		m.act.mu.Unlock()
+		if !slices.EqualFunc(published, m.pub.vips, func(p, w *pb.VIPHolding) bool {
+			return p.Address == w.Address && p.State == w.State
+		}) {
+			t.Errorf("%s: publishes what deciding every VIP again does not", what)
+		}
+	}
+	quiet["n3"] = true
+	run("n3 goes quiet", int(3*m.dead/m.cfg.HeartbeatInterval))
+	for a, r := range st.records {
+		if r.spec.Mode == ModeARP && !r.held && r.reason == "n3 ranks first" {
+			t.Fatalf("%s: still left to n3, which is dead", a)
+		}
+	}
+	quiet["n3"] = false
+	run("n3 comes back", int(2*rebalanceMultiple*m.settle/m.cfg.HeartbeatInterval))
+}
