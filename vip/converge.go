@@ -31,7 +31,7 @@ func (m *Manager) converge(now time.Time, v view, arpMe, bgpMe, me self) {
 	clear(st.pending)
 	wanted := map[netip.Addr]bool{}
 	hold := map[netip.Addr]target{}
-	for _, vs := range st.want.VIPs {
+	for vs := range st.want.VIPs.All() {
 		wanted[vs.Addr] = true
 		if t, ok := m.decideOne(vs, now, v, arpMe, bgpMe, me); ok {
 			hold[vs.Addr] = t

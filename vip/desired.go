@@ -38,8 +38,8 @@ type member struct {
 
 // desired is what the committed state asks of the VIP layer.
 type desired struct {
-	VIPs    []vipSpec // sorted by address
-	Members []member  // sorted by id; hosts without a heartbeat address are left out
+	VIPs    vipList  // sorted by address
+	Members []member // sorted by id; hosts without a heartbeat address are left out
 	// Ranges are the address ranges of the arp and bgp pools: host
 	// addresses inside them that this host does not hold are removed from
 	// its interfaces.
@@ -101,6 +101,7 @@ func desiredState(objs []*pb.Object) desired {
 	}
 	d.pools, d.byName = pools, byName
 	byAddr := map[netip.Addr]int{}
+	var vips []vipSpec
 	for _, lb := range lbs {
 		a, p, ok := d.vipOf(lb)
 		if !ok {
@@ -108,19 +109,20 @@ func desiredState(objs []*pb.Object) desired {
 		}
 		name := lbName(lb)
 		if i, ok := byAddr[a]; ok {
-			d.VIPs[i].LBs = append(d.VIPs[i].LBs, name)
+			vips[i].LBs = append(vips[i].LBs, name)
 			continue
 		}
-		byAddr[a] = len(d.VIPs)
-		d.VIPs = append(d.VIPs, vipSpec{
+		byAddr[a] = len(vips)
+		vips = append(vips, vipSpec{
 			Addr: a, Mode: p.pool.GetMode(), Pool: p.pool.GetName(),
 			Communities: p.comms, LBs: []string{name},
 		})
 	}
-	slices.SortFunc(d.VIPs, func(x, y vipSpec) int { return x.Addr.Compare(y.Addr) })
-	for i := range d.VIPs {
-		slices.Sort(d.VIPs[i].LBs)
+	slices.SortFunc(vips, func(x, y vipSpec) int { return x.Addr.Compare(y.Addr) })
+	for i := range vips {
+		slices.Sort(vips[i].LBs)
 	}
+	d.VIPs = newVIPList(vips)
 	slices.SortFunc(d.Members, func(x, y member) int { return cmp.Compare(x.ID, y.ID) })
 	return d
 }
@@ -166,28 +168,28 @@ type lbChange struct{ prev, next *pb.LoadBalancer }
 // withLoadBalancers returns d with changes of load balancers applied,
 // and the addresses whose VIP they add, remove or change. d is not
 // changed: the result shares what the changes leave alone (the VIPs'
-// slices of load balancers, the hosts, the pools), so it costs what
-// changed plus one copy of the list of VIPs.
+// slices of load balancers, the hosts, the pools, the chunks of the
+// list of VIPs), so it costs what changed plus the chunks it changes
+// and the list of chunks.
 func (d *desired) withLoadBalancers(changes []lbChange) (*desired, []netip.Addr) {
 	out := *d
-	out.VIPs = slices.Clone(d.VIPs)
+	e := d.VIPs.edit()
 	var touched []netip.Addr
 	owned := map[netip.Addr]bool{} // VIPs whose LBs slice out owns
-	find := func(a netip.Addr) (int, bool) {
-		return slices.BinarySearchFunc(out.VIPs, a, func(v vipSpec, a netip.Addr) int { return v.Addr.Compare(a) })
-	}
 	for _, c := range changes {
 		if c.prev != nil {
 			if a, _, ok := d.vipOf(c.prev); ok {
-				if i, found := find(a); found {
+				if vs, found := e.l.get(a); found {
 					name := lbName(c.prev)
-					if j, has := slices.BinarySearch(out.VIPs[i].LBs, name); has {
+					if j, has := slices.BinarySearch(vs.LBs, name); has {
 						if !owned[a] {
-							out.VIPs[i].LBs, owned[a] = slices.Clone(out.VIPs[i].LBs), true
+							vs.LBs, owned[a] = slices.Clone(vs.LBs), true
 						}
-						out.VIPs[i].LBs = slices.Delete(out.VIPs[i].LBs, j, j+1)
-						if len(out.VIPs[i].LBs) == 0 {
-							out.VIPs = slices.Delete(out.VIPs, i, i+1)
+						vs.LBs = slices.Delete(vs.LBs, j, j+1)
+						if len(vs.LBs) == 0 {
+							e.remove(a)
+						} else {
+							e.put(vs)
 						}
 						touched = append(touched, a)
 					}
@@ -203,31 +205,28 @@ func (d *desired) withLoadBalancers(changes []lbChange) (*desired, []netip.Addr)
 		}
 		touched = append(touched, a)
 		name := lbName(c.next)
-		i, found := find(a)
+		vs, found := e.l.get(a)
 		if !found {
-			out.VIPs = slices.Insert(out.VIPs, i, vipSpec{Addr: a, Mode: p.pool.GetMode(), Pool: p.pool.GetName(),
-				Communities: p.comms, LBs: []string{name}})
+			e.put(vipSpec{Addr: a, Mode: p.pool.GetMode(), Pool: p.pool.GetName(), Communities: p.comms, LBs: []string{name}})
 			owned[a] = true
 			continue
 		}
-		if j, has := slices.BinarySearch(out.VIPs[i].LBs, name); !has {
+		if j, has := slices.BinarySearch(vs.LBs, name); !has {
 			if !owned[a] {
-				out.VIPs[i].LBs, owned[a] = slices.Clone(out.VIPs[i].LBs), true
+				vs.LBs, owned[a] = slices.Clone(vs.LBs), true
 			}
-			out.VIPs[i].LBs = slices.Insert(out.VIPs[i].LBs, j, name)
+			vs.LBs = slices.Insert(vs.LBs, j, name)
+			e.put(vs)
 		}
 	}
+	out.VIPs = *e.l
 	slices.SortFunc(touched, netip.Addr.Compare)
 	return &out, slices.Compact(touched)
 }
 
 // vip returns the VIP at a.
 func (d *desired) vip(a netip.Addr) (vipSpec, bool) {
-	i, found := slices.BinarySearchFunc(d.VIPs, a, func(v vipSpec, a netip.Addr) int { return v.Addr.Compare(a) })
-	if !found {
-		return vipSpec{}, false
-	}
-	return d.VIPs[i], true
+	return d.VIPs.get(a)
 }
 
 func inRanges(rs []api.Range, a netip.Addr) bool {
@@ -257,7 +256,7 @@ func parseCommunities(cs []string) []uint32 {
 
 // pendMode adds the VIPs of mode to pending.
 func (d *desired) pendMode(pending map[netip.Addr]bool, mode string) {
-	for _, vs := range d.VIPs {
+	for vs := range d.VIPs.All() {
 		if vs.Mode == mode {
 			pending[vs.Addr] = true
 		}

@@ -3,6 +3,7 @@ package vip
 import (
 	"net/netip"
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/teapot-lb/teapot-lb/api"
@@ -59,8 +60,8 @@ func TestDesiredState(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			d := desiredState(tt.objs)
-			if !reflect.DeepEqual(d.VIPs, tt.vips) {
-				t.Errorf("VIPs:\n got %+v\nwant %+v", d.VIPs, tt.vips)
+			if got := slices.Collect(d.VIPs.All()); !reflect.DeepEqual(got, tt.vips) {
+				t.Errorf("VIPs:\n got %+v\nwant %+v", got, tt.vips)
 			}
 			if !reflect.DeepEqual(d.Members, tt.members) {
 				t.Errorf("members:\n got %+v\nwant %+v", d.Members, tt.members)

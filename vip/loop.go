@@ -627,8 +627,8 @@ func (m *Manager) adopt(d *desired, now time.Time, delta map[netip.Addr]bool) {
 		return
 	}
 	st.decideAll = true
-	ranks := make(map[netip.Addr][]string, len(d.VIPs))
-	for _, vs := range d.VIPs {
+	ranks := make(map[netip.Addr][]string, d.VIPs.Len())
+	for vs := range d.VIPs.All() {
 		if vs.Mode != ModeARP {
 			continue
 		}

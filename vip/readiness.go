@@ -169,10 +169,10 @@ func (rd *readiness) recompute(want *desired) {
 	rd.full++
 	rd.want = want
 	rd.changed = map[netip.Addr]bool{}
-	rd.vipsOf = make(map[string][]netip.Addr, len(want.VIPs))
+	rd.vipsOf = make(map[string][]netip.Addr, want.VIPs.Len())
 	rd.notReady = map[netip.Addr]string{}
 	var arp []netip.Addr
-	for _, vs := range want.VIPs {
+	for vs := range want.VIPs.All() {
 		for _, lb := range vs.LBs {
 			rd.vipsOf[lb] = append(rd.vipsOf[lb], vs.Addr)
 		}
@@ -208,7 +208,7 @@ func (m *Manager) rebalanceWindows(now time.Time) map[netip.Addr]bool {
 	}
 	if st.rebalancePass != rd.full {
 		st.rebalancePass = rd.full
-		for _, vs := range st.want.VIPs {
+		for vs := range st.want.VIPs.All() {
 			rd.examined++
 			stamp(vs)
 		}

@@ -285,8 +285,8 @@ func TestLoadBalancerChangesRecomputeTheirVIPsOnly(t *testing.T) {
 		sameVIP := func(a, b vipSpec) bool {
 			return a.Addr == b.Addr && a.Mode == b.Mode && a.Pool == b.Pool && slices.Equal(a.LBs, b.LBs)
 		}
-		if !slices.EqualFunc(st.want.VIPs, whole.VIPs, sameVIP) {
-			t.Fatalf("%s: the VIPs differ from those of the whole state (%d, want %d)", what, len(st.want.VIPs), len(whole.VIPs))
+		if !slices.EqualFunc(slices.Collect(st.want.VIPs.All()), slices.Collect(whole.VIPs.All()), sameVIP) {
+			t.Fatalf("%s: the VIPs differ from those of the whole state (%d, want %d)", what, st.want.VIPs.Len(), whole.VIPs.Len())
 		}
 		var again readiness
 		again.ready, again.have = st.ready.ready, st.ready.have
