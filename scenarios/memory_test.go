@@ -112,6 +112,21 @@ func TestHostMemoryPerLoadBalancer(t *testing.T) {
 		// times, then the resident set as a host's at rest after its load
 		// and some changes (no collection forced).
 		rng := rand.New(rand.NewPCG(17, uint64(lbs)))
+		allocated := func() float64 {
+			s, err := scrape(n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s["go_memstats_alloc_bytes_total"][0].value
+		}
+		// Two scrapes one after the other: what a scrape allocates, to
+		// leave out of what the changes do.
+		a0 := allocated()
+		a1 := allocated()
+		if dir := os.Getenv("TEAPOT_MEMORY_CHANGE_PROFILE"); dir != "" {
+			saveNodeProfile(t, n, "allocs", dir+"/changes-before.pprof")
+			defer saveNodeProfile(t, n, "allocs", dir+"/changes-after.pprof")
+		}
 		cpu0, t0 := procCPU(t, n.cmd.Process.Pid), time.Now()
 		for c := range 200 {
 			i := rng.IntN(lbs)
@@ -120,6 +135,7 @@ func TestHostMemoryPerLoadBalancer(t *testing.T) {
 			everyPlaneWithin(t, logs, apply(api.Wrap(lb)), time.Minute)
 		}
 		cpu, took := procCPU(t, n.cmd.Process.Pid)-cpu0, time.Since(t0)
+		perChange := (allocated() - a1 - (a1 - a0)) / 200
 		time.Sleep(5 * time.Second)
 		s, err := scrape(n)
 		if err != nil {
@@ -132,7 +148,7 @@ func TestHostMemoryPerLoadBalancer(t *testing.T) {
 			return 0
 		}
 		pid := n.cmd.Process.Pid
-		t.Logf("%d load balancers, 200 changes in %v using %v of CPU; then RSS %.1f MiB (anonymous %.1f, files %.1f), Go heap in use %.1f MiB, stacks %.1f MiB, Go runtime's total %.1f MiB (--memory-limit %s)", lbs, took.Round(time.Millisecond), cpu,
+		t.Logf("%d load balancers, 200 changes in %v using %v of CPU, %.0f KiB allocated per change; then RSS %.1f MiB (anonymous %.1f, files %.1f), Go heap in use %.1f MiB, stacks %.1f MiB, Go runtime's total %.1f MiB (--memory-limit %s)", lbs, took.Round(time.Millisecond), cpu, perChange/1024,
 			float64(procKiB(t, pid, "VmRSS"))/1024, float64(procKiB(t, pid, "RssAnon"))/1024, float64(procKiB(t, pid, "RssFile"))/1024, first("go_memstats_heap_inuse_bytes")/(1<<20),
 			first("go_memstats_stack_inuse_bytes")/(1<<20), first("go_memstats_sys_bytes")/(1<<20), limit)
 	}

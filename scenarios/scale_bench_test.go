@@ -278,8 +278,10 @@ func scaleRun(b *testing.B, n int, listen string) scaleRow {
 				return 0
 			}
 			fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", h.proc.Pid()))
-			fmt.Printf("memory: %s at %d LBs: RSS %.0f MiB, Go heap in use %.0f MiB, stacks %.0f MiB, %0.f goroutines, %d descriptors\n", h.id, n,
-				float64(procKiB(b, h.proc.Pid(), "VmRSS"))/1024, first("go_memstats_heap_inuse_bytes")/(1<<20),
+			pid := h.proc.Pid()
+			fmt.Printf("memory: %s at %d LBs: RSS %.0f MiB (anonymous %.0f, files %.0f), Go heap in use %.0f MiB, stacks %.0f MiB, %0.f goroutines, %d descriptors\n", h.id, n,
+				float64(procKiB(b, pid, "VmRSS"))/1024, float64(procKiB(b, pid, "RssAnon"))/1024, float64(procKiB(b, pid, "RssFile"))/1024,
+				first("go_memstats_heap_inuse_bytes")/(1<<20),
 				first("go_memstats_stack_inuse_bytes")/(1<<20), first("go_goroutines"), len(fds))
 		}
 	}

@@ -108,3 +108,31 @@ func BenchmarkEditOneOf100k(b *testing.B) {
 		m = e.Done()
 	}
 }
+
+// TestEditCostsTheSameAtAnySize: an edit of one entry allocates about as
+// much among 300,000 entries as among 1,000 (a copy of the root, one
+// branch and one shard).
+func TestEditCostsTheSameAtAnySize(t *testing.T) {
+	perEdit := func(n int) float64 {
+		e := New[string, int](String).Edit()
+		for i := range n {
+			e.Set(fmt.Sprintf("tenant/lb-%d", i), i)
+		}
+		m := e.Done()
+		i := 0
+		return float64(testing.Benchmark(func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				i++
+				e := m.Edit()
+				e.Set(fmt.Sprintf("tenant/lb-%d", i%n), -i)
+				m = e.Done()
+			}
+		}).AllocedBytesPerOp())
+	}
+	small, large := perEdit(1000), perEdit(300000)
+	t.Logf("one edit allocates %.0f bytes among 1,000 entries, %.0f among 300,000", small, large)
+	if large > 2*small+1024 {
+		t.Errorf("one edit allocates %.0f bytes among 300,000 entries and %.0f among 1,000: it grows with the map", large, small)
+	}
+}
