@@ -42,6 +42,9 @@ const (
 //
 //   - the load: from the first write to the last revision served by every
 //     host's data plane;
+//   - then the time until the hosts are at rest (a second in which they
+//     used under a quarter of a core each): the load leaves them
+//     collecting its garbage, and the changes below are timed after;
 //   - one member of a random load balancer changed through the admin API,
 //     from the write to the revision live in every host's data plane (the
 //     hosts' "configuration applied" lines), p50/p99 over 120 changes;
@@ -101,10 +104,10 @@ func BenchmarkScaleMemberChange(b *testing.B) {
 	b.StopTimer()
 	fmt.Printf("\nscale: one member change through the admin API, live in the data plane of 3 hosts (network namespaces, one machine; listen-sockets: %s, memory-limit: %s)\n",
 		listen, cmp.Or(os.Getenv("TEAPOT_SCALE_MEMORY_LIMIT"), "none"))
-	fmt.Printf("| LBs x %d members | load (first write to last revision on every host) | change p50 | change p99 | max | host CPU per change (above idle) | data-plane applies for %d writes touching no LB | host CPU per such write | idle CPU per host | RSS per host |\n", scaleMembers, scaleQuiet)
-	fmt.Printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
+	fmt.Printf("| LBs x %d members | load (first write to last revision on every host) | then to hosts at rest | change p50 | change p99 | max | host CPU per change (above idle) | data-plane applies for %d writes touching no LB | host CPU per such write | idle CPU per host | RSS per host |\n", scaleMembers, scaleQuiet)
+	fmt.Printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, r := range rows {
-		fmt.Printf("| %d | %s | %.1f ms | %.1f ms | %.1f ms | %.2f ms | %d | %.2f ms | %.1f%% | %s |\n", r.lbs, r.load.Round(time.Millisecond),
+		fmt.Printf("| %d | %s | %s | %.1f ms | %.1f ms | %.1f ms | %.2f ms | %d | %.2f ms | %.1f%% | %s |\n", r.lbs, r.load.Round(time.Millisecond), r.settle.Round(100*time.Millisecond),
 			ms(r.lat.percentile(50)), ms(r.lat.percentile(99)), ms(r.lat.percentile(100)), ms(r.cpuPerChange),
 			r.quietApplies, ms(r.cpuPerQuiet), r.idlePercent, r.rss)
 	}
@@ -127,6 +130,7 @@ func BenchmarkScaleMemberChange(b *testing.B) {
 type scaleRow struct {
 	lbs          int
 	load         time.Duration
+	settle       time.Duration // from the load to hosts at rest
 	lat          latencies
 	cpuPerChange time.Duration
 	quietApplies int
@@ -210,6 +214,11 @@ func scaleRun(b *testing.B, n int, listen string) scaleRow {
 	everyPlaneWithin(b, logs, rev, scaleLoadLimit)
 	row.load = time.Since(start)
 	b.Logf("%d load balancers live on every host %s after the first write", n, row.load.Round(time.Millisecond))
+	// The changes are timed on hosts at rest: the load leaves them
+	// collecting its garbage for a while (at 100,000 a collection marks
+	// about 1 GiB).
+	row.settle = settleHosts(b, l)
+	b.Logf("the hosts came to rest %s after the load", row.settle.Round(time.Millisecond))
 
 	// What the hosts spend doing nothing (heartbeats, Raft), per second,
 	// to take from the figures below.
@@ -396,6 +405,29 @@ func countApplied(tb testing.TB, logs []*planeLog) int {
 }
 
 // hostCPU is the CPU time the LB hosts' processes have used.
+// Hosts at rest: a second in which the hosts together used less than
+// scaleRestCPU of a core each on average (idle, they use 6-15%).
+const (
+	scaleRestCPU   = 0.25
+	scaleRestLimit = 2 * time.Minute
+)
+
+// settleHosts waits for a second in which the hosts are at rest, for at
+// most scaleRestLimit, and returns how long it waited.
+func settleHosts(b *testing.B, l *vipLab) time.Duration {
+	b.Helper()
+	start := time.Now()
+	for time.Since(start) < scaleRestLimit {
+		c0, t0 := hostCPU(b, l), time.Now()
+		time.Sleep(time.Second)
+		if used := float64(hostCPU(b, l)-c0) / float64(time.Since(t0)); used < scaleRestCPU*float64(len(l.lbs)) {
+			return time.Since(start)
+		}
+	}
+	b.Fatalf("the hosts were still busy %s after the load", scaleRestLimit)
+	return 0
+}
+
 func hostCPU(tb testing.TB, l *vipLab) time.Duration {
 	tb.Helper()
 	var total time.Duration
