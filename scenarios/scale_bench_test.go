@@ -61,6 +61,9 @@ const (
 //     this host's commit, then waiting for the data plane, compiling and
 //     serving (the stage times of the "configuration applied" line).
 //
+// TEAPOT_SCALE_LOGS=dir keeps the hosts' logs there (GODEBUG=gctrace=1
+// reaches the hosts and writes their collections in them).
+//
 // The LB hosts run with listen-sockets: tenant (TEAPOT_SCALE_LISTEN), a
 // socket per tenant, and no memory limit (TEAPOT_SCALE_MEMORY_LIMIT sets
 // their --memory-limit). With listen-sockets: listener, each host listens
@@ -295,6 +298,17 @@ func scaleRun(b *testing.B, n int, listen string) scaleRow {
 		}
 	}
 	row.rss = strings.Join(rss, ", ")
+	if dir := os.Getenv("TEAPOT_SCALE_LOGS"); dir != "" {
+		for _, h := range l.lbs {
+			data, err := os.ReadFile(h.logPath)
+			if err == nil {
+				err = os.WriteFile(filepath.Join(dir, fmt.Sprintf("%s-%d.log", h.id, n)), data, 0o644)
+			}
+			if err != nil {
+				b.Errorf("TEAPOT_SCALE_LOGS: %v", err)
+			}
+		}
+	}
 	b.Logf("%d LBs: change p50 %.1f ms p99 %.1f ms; host CPU per change %v; %d data-plane applies for %d writes touching no LB; %s",
 		n, ms(row.lat.percentile(50)), ms(row.lat.percentile(99)), row.cpuPerChange, row.quietApplies, scaleQuiet, row.rss)
 	return row
