@@ -223,58 +223,11 @@ func TestLoadBalancerChangesRecomputeTheirVIPsOnly(t *testing.T) {
 			t.Errorf("%s: decided every VIP %d times and %d VIPs in all; want 0 and at most %d", what, st.converges, st.decided, wantExamined)
 		}
 		// Every VIP decided again from scratch gives the same.
-		type outcome struct {
-			held   bool
-			reason string
-			lbs    string
-		}
-		outcomes := func() map[netip.Addr]outcome {
-			out := map[netip.Addr]outcome{}
-			for a, r := range st.records {
-				out[a] = outcome{r.held, r.reason, fmt.Sprint(r.spec.LBs)}
-			}
-			return out
-		}
-		partial, holding := outcomes(), maps.Clone(st.holding)
-		published := slices.Clone(m.pub.vips)
-		m.act.mu.Lock()
-		acting := maps.Clone(m.act.want)
-		m.act.mu.Unlock()
-		st.converges = 0
-		m.pokeAll()
-		tick()
-		if st.converges != 1 {
-			t.Fatalf("%s: pokeAll did not decide every VIP", what)
-		}
-		if again := outcomes(); !maps.Equal(again, partial) {
-			t.Errorf("%s: %d VIPs decided, %d after deciding every VIP again", what, len(partial), len(again))
-			for a, o := range again {
-				if partial[a] != o {
-					t.Errorf("%s: %s decided %+v, from scratch %+v", what, a, partial[a], o)
-				}
-			}
-		}
-		if !maps.Equal(holding, st.holding) {
-			t.Errorf("%s: holds %d arp VIPs, %d when every VIP is decided again", what, len(holding), len(st.holding))
-		}
-		m.act.mu.Lock()
-		sameTarget := func(a, b target) bool {
-			return a.mode == b.mode && a.iface == b.iface && a.announce == b.announce && a.route.key() == b.route.key()
-		}
-		if !maps.EqualFunc(acting, m.act.want, sameTarget) {
-			t.Errorf("%s: the actuator was given %d VIPs to hold, %d when every VIP is decided again", what, len(acting), len(m.act.want))
-		}
-		m.act.mu.Unlock()
-		if len(published) != len(m.pub.vips) {
-			t.Errorf("%s: publishes %d VIPs, %d when every VIP is decided again", what, len(published), len(m.pub.vips))
-		}
-		for i := range min(len(published), len(m.pub.vips)) {
-			p, w := published[i], m.pub.vips[i]
-			if p.Address != w.Address || p.State != w.State || p.Reason != w.Reason || !slices.Equal(p.LoadBalancers, w.LoadBalancers) {
-				t.Errorf("%s: published %v, from scratch %v", what, p, w)
-				break
-			}
-		}
+		sameAsDecidedAgain(t, m, what, tick, func(r *record) string {
+			return fmt.Sprint(r.held, r.reason, r.spec.LBs)
+		}, func(p, w *pb.VIPHolding) bool {
+			return p.Address == w.Address && p.State == w.State && p.Reason == w.Reason && slices.Equal(p.LoadBalancers, w.LoadBalancers)
+		})
 		// The same as a whole new state gives.
 		var objs []*pb.Object
 		objs = append(objs, &pb.Object{Kind: &pb.Object_VipPool{VipPool: &pb.VIPPool{Name: "bulk", Cidrs: []string{"198.18.0.0/15"}, Mode: ModeARP}}})
@@ -380,23 +333,6 @@ func TestViewChangesDecideTheVIPsThatReadIt(t *testing.T) {
 		t.Fatalf("holds %d of %d arp VIPs; want the share this host ranks first for", len(st.heldARP), nARP)
 	}
 
-	// An arp VIP's reason tells how it came to be held ("took over" the
-	// first time, "holds it" after): deciding it twice words it anew.
-	type outcome struct {
-		held   bool
-		reason string
-	}
-	outcomes := func() map[netip.Addr]outcome {
-		out := map[netip.Addr]outcome{}
-		for a, r := range st.records {
-			o := outcome{held: r.held}
-			if r.spec.Mode != ModeARP {
-				o.reason = r.reason
-			}
-			out[a] = o
-		}
-		return out
-	}
 	// Ticks decide again no more VIPs than the arp ones, for each
 	// evaluation whose view changed, and never every VIP.
 	run := func(what string, ticks int) {
@@ -418,38 +354,15 @@ func TestViewChangesDecideTheVIPsThatReadIt(t *testing.T) {
 			t.Errorf("%s: %d whole decisions and %d VIPs decided over %d view changes; want 0 and at most %d (the arp VIPs, each time)",
 				what, st.converges, st.decided, changed, changed*nARP)
 		}
-		partial, holding := outcomes(), maps.Clone(st.holding)
-		m.act.mu.Lock()
-		acting := maps.Clone(m.act.want)
-		m.act.mu.Unlock()
-		published := slices.Clone(m.pub.vips)
-		m.pokeAll()
-		m.evaluate(now, false)
-		if st.converges != 1 {
-			t.Fatalf("%s: pokeAll did not decide every VIP", what)
-		}
-		if again := outcomes(); !maps.Equal(again, partial) {
-			for a, o := range again {
-				if partial[a] != o {
-					t.Errorf("%s: %s decided %+v, from scratch %+v", what, a, partial[a], o)
-				}
+		// An arp VIP's reason tells how it came to be held ("took over"
+		// the first time, "holds it" after): deciding it twice words it
+		// anew.
+		sameAsDecidedAgain(t, m, what, func() { m.evaluate(now, false) }, func(r *record) string {
+			if r.spec.Mode == ModeARP {
+				return fmt.Sprint(r.held)
 			}
-		}
-		if !maps.Equal(holding, st.holding) {
-			t.Errorf("%s: holds %d arp VIPs, %d when every VIP is decided again", what, len(holding), len(st.holding))
-		}
-		m.act.mu.Lock()
-		if !maps.EqualFunc(acting, m.act.want, func(a, b target) bool {
-			return a.mode == b.mode && a.iface == b.iface && a.announce == b.announce && a.route.key() == b.route.key()
-		}) {
-			t.Errorf("%s: the actuator was given %d VIPs to hold, %d when every VIP is decided again", what, len(acting), len(m.act.want))
-		}
-		m.act.mu.Unlock()
-		if !slices.EqualFunc(published, m.pub.vips, func(p, w *pb.VIPHolding) bool {
-			return p.Address == w.Address && p.State == w.State
-		}) {
-			t.Errorf("%s: publishes what deciding every VIP again does not", what)
-		}
+			return fmt.Sprint(r.held, r.reason)
+		}, func(p, w *pb.VIPHolding) bool { return p.Address == w.Address && p.State == w.State })
 	}
 	quiet["n3"] = true
 	run("n3 goes quiet", int(3*m.dead/m.cfg.HeartbeatInterval))
@@ -460,4 +373,52 @@ func TestViewChangesDecideTheVIPsThatReadIt(t *testing.T) {
 	}
 	quiet["n3"] = false
 	run("n3 comes back", int(2*rebalanceMultiple*m.settle/m.cfg.HeartbeatInterval))
+}
+
+// sameAsDecidedAgain checks that deciding every VIP again (pokeAll, then
+// step, one evaluation) leaves each VIP's outcome, what the loop holds,
+// what it hands the actuator and what it publishes (as samePub compares
+// them) as they were.
+func sameAsDecidedAgain(t *testing.T, m *Manager, what string, step func(), outcome func(*record) string, samePub func(p, w *pb.VIPHolding) bool) {
+	t.Helper()
+	st := &m.loop
+	outcomes := func() map[netip.Addr]string {
+		out := map[netip.Addr]string{}
+		for a, r := range st.records {
+			out[a] = outcome(r)
+		}
+		return out
+	}
+	partial, holding := outcomes(), maps.Clone(st.holding)
+	published := slices.Clone(m.pub.vips)
+	m.act.mu.Lock()
+	acting := maps.Clone(m.act.want)
+	m.act.mu.Unlock()
+	st.converges = 0
+	m.pokeAll()
+	step()
+	if st.converges != 1 {
+		t.Fatalf("%s: pokeAll did not decide every VIP", what)
+	}
+	if again := outcomes(); !maps.Equal(again, partial) {
+		t.Errorf("%s: %d VIPs decided, %d after deciding every VIP again", what, len(partial), len(again))
+		for a, o := range again {
+			if partial[a] != o {
+				t.Errorf("%s: %s decided %s, from scratch %s", what, a, partial[a], o)
+			}
+		}
+	}
+	if !maps.Equal(holding, st.holding) {
+		t.Errorf("%s: holds %d arp VIPs, %d when every VIP is decided again", what, len(holding), len(st.holding))
+	}
+	m.act.mu.Lock()
+	if !maps.EqualFunc(acting, m.act.want, func(a, b target) bool {
+		return a.mode == b.mode && a.iface == b.iface && a.announce == b.announce && a.route.key() == b.route.key()
+	}) {
+		t.Errorf("%s: the actuator was given %d VIPs to hold, %d when every VIP is decided again", what, len(acting), len(m.act.want))
+	}
+	m.act.mu.Unlock()
+	if !slices.EqualFunc(published, m.pub.vips, samePub) {
+		t.Errorf("%s: publishes %d VIPs, not what deciding every VIP again does (%d)", what, len(published), len(m.pub.vips))
+	}
 }
