@@ -404,8 +404,18 @@ func (m *Manager) evaluate(now time.Time, all bool) time.Time {
 	}
 	eligible := arpMe.Problem == "" && m.arp != nil
 	if eligible != st.eligible || arpMe.Handover != st.handingOver {
+		lost := st.eligible && !eligible
 		st.eligible, st.handingOver = eligible, arpMe.Handover
-		m.trigger(now)
+		if lost {
+			// Its arp VIPs go below, in this evaluation: the peers hear
+			// first, even when a heartbeat went out a moment ago (a
+			// handover that ended at once), or they would take them only
+			// from the next one.
+			st.lastTrigger = now
+			m.sendHeartbeats(now)
+		} else {
+			m.trigger(now)
+		}
 	}
 	if q := quorumState(v); q != st.quorum && st.want != nil {
 		st.quorum = q

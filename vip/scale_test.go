@@ -422,3 +422,82 @@ func sameAsDecidedAgain(t *testing.T, m *Manager, what string, step func(), outc
 		t.Errorf("%s: publishes %d VIPs, not what deciding every VIP again does (%d)", what, len(published), len(m.pub.vips))
 	}
 }
+
+// TestPeersHearBeforeVIPsGo: a host that stops being eligible (it stops,
+// and its handover ended at once) tells its peers in the evaluation that
+// lets its arp VIPs go, even when a heartbeat went out a moment before
+// (the handover starting): otherwise the peers learn only from the next
+// one, and the VIPs go unheld meanwhile.
+func TestPeersHearBeforeVIPsGo(t *testing.T) {
+	m, sink := loopTestManager(t)
+	st := &m.loop
+	objs := []*pb.Object{{Kind: &pb.Object_VipPool{VipPool: &pb.VIPPool{Name: "l2", Cidrs: []string{"198.18.0.0/16"}, Mode: ModeARP}}}}
+	for _, id := range []string{"n1", "n2", "n3"} {
+		objs = append(objs, &pb.Object{Kind: &pb.Object_Node{Node: &pb.Node{Id: id, HeartbeatAddr: sink.LocalAddr().String()}}})
+	}
+	ready := map[string]string{}
+	a := netip.MustParseAddr("198.18.0.0")
+	for i := range 30 {
+		a = a.Next()
+		objs = append(objs, &pb.Object{Kind: &pb.Object_LoadBalancer{LoadBalancer: &pb.LoadBalancer{Tenant: "t", Name: fmt.Sprintf("lb-%d", i),
+			Vip: &pb.VIPRequest{Pool: "l2"}, Status: &pb.LoadBalancerStatus{Address: a.String()}}}})
+		ready[fmt.Sprintf("t/lb-%d", i)] = ""
+	}
+	m.Update(objs, 1)
+	m.SetReady(ready)
+	now := time.Now()
+	seq := map[string]uint64{}
+	tick := func() {
+		now = now.Add(m.cfg.HeartbeatInterval)
+		for _, id := range []string{"n2", "n3"} {
+			seq[id]++
+			m.receive(received{at: now, hb: &heartbeat{ID: id, Incarnation: 1, Seq: seq[id], Eligible: true, Holdings: true,
+				Sightings: []sighting{{ID: "n1", Eligible: true, Settled: true}, {ID: other(id), Eligible: true, Settled: true}}}})
+		}
+		m.evaluate(now, false)
+		m.planBeats(now)
+	}
+	for now0 := now; now.Sub(now0) < 2*rebalanceMultiple*m.settle; {
+		tick()
+	}
+	if len(st.holding) == 0 || !st.eligible {
+		t.Fatalf("holds %d arp VIPs, eligible %t; want some, and eligible", len(st.holding), st.eligible)
+	}
+	// What was sent so far is not what this test reads.
+	buf := make([]byte, 64<<10)
+	drain := func() []*heartbeat {
+		var out []*heartbeat
+		for {
+			_ = sink.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+			n, _, err := sink.ReadFrom(buf)
+			if err != nil {
+				return out
+			}
+			if hb, err := parseHeartbeat(buf[:n], m.key); err == nil {
+				out = append(out, hb)
+			}
+		}
+	}
+	drain()
+
+	// A heartbeat went out a moment ago; then the host stops, with no
+	// clients to hand over.
+	now = now.Add(time.Millisecond)
+	m.trigger(now)
+	drain()
+	m.stopping = true
+	now = now.Add(time.Millisecond)
+	m.evaluate(now, false)
+	if len(st.holding) != 0 {
+		t.Fatalf("stopping: still holds %d arp VIPs", len(st.holding))
+	}
+	told := false
+	for _, hb := range drain() {
+		if hb.ID == "n1" && !hb.Eligible {
+			told = true
+		}
+	}
+	if !told {
+		t.Errorf("let its arp VIPs go without a heartbeat saying it is no longer eligible")
+	}
+}
