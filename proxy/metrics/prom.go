@@ -114,81 +114,6 @@ func tenantOf(lb string) string {
 	return t
 }
 
-// folder maps load balancers and members to their label values under the
-// caps.
-type folder struct {
-	lbs map[string]bool // kept
-	// members are the kept members of each load balancer, sorted.
-	members map[string][]netip.AddrPort
-}
-
-// lbAddr is a member's address in a load balancer.
-type lbAddr struct {
-	lb   string
-	addr netip.AddrPort
-}
-
-func compareLBAddr(a, b lbAddr) int {
-	if c := strings.Compare(a.lb, b.lb); c != 0 {
-		return c
-	}
-	return a.addr.Compare(b.addr)
-}
-
-// newFolder keeps the first maxLBs load balancers of each tenant and the
-// first maxMembers members of each, by name and address. members is
-// sorted in place.
-func newFolder(maxLBs, maxMembers int, lbs []string, members []lbAddr) *folder {
-	f := &folder{lbs: map[string]bool{}, members: map[string][]netip.AddrPort{}}
-	slices.SortFunc(members, compareLBAddr)
-	members = slices.Compact(members)
-	for i, m := range members {
-		if i == 0 || members[i-1].lb != m.lb {
-			lbs = append(lbs, m.lb)
-		}
-	}
-	slices.Sort(lbs)
-	lbs = slices.Compact(lbs)
-	perTenant := map[string]int{}
-	for _, lb := range lbs {
-		t := tenantOf(lb)
-		if perTenant[t] < maxLBs {
-			perTenant[t]++
-			f.lbs[lb] = true
-		}
-	}
-	// One array holds every load balancer's kept members.
-	kept := make([]netip.AddrPort, 0, len(members))
-	for i := 0; i < len(members); {
-		lb, from := members[i].lb, len(kept)
-		for ; i < len(members) && members[i].lb == lb; i++ {
-			if len(kept)-from < maxMembers {
-				kept = append(kept, members[i].addr)
-			}
-		}
-		f.members[lb] = kept[from:len(kept):len(kept)]
-	}
-	return f
-}
-
-// lb returns the label values tenant, lb, listener.
-func (f *folder) lb(lb, listener string) [3]string {
-	if f.lbs[lb] {
-		return [3]string{tenantOf(lb), lb, listener}
-	}
-	t := tenantOf(lb)
-	return [3]string{t, t + "/" + Other, Other}
-}
-
-// member returns the label values tenant, lb, member.
-func (f *folder) member(lb string, addr netip.AddrPort) [3]string {
-	l := f.lb(lb, "")
-	if _, kept := slices.BinarySearchFunc(f.members[lb], addr, netip.AddrPort.Compare); l[1] != lb || !kept {
-		return [3]string{l[0], l[1], Other}
-	}
-	return [3]string{l[0], l[1], addr.String()}
-}
-
 type listenerSums struct {
 	opened, closed, bytesIn, bytesOut int64
 	refused                           map[string]int64
@@ -199,16 +124,6 @@ type listenerSums struct {
 
 type memberSums struct{ requests, failures int64 }
 
-type poolSums struct {
-	up, ejections int64
-}
-
-// poolRow is one series of member_up and member_ejections_total.
-type poolRow struct {
-	k [4]string // tenant, lb, pool, member
-	s poolSums
-}
-
 // sums is one scrape's counters, folded under the caps and summed by
 // their label values, with the keys of each map in label order.
 type sums struct {
@@ -216,9 +131,9 @@ type sums struct {
 	lkeys [][3]string
 	ms    map[[3]string]*memberSums
 	mkeys [][3]string
-	// pools are in label order, one row per series: there is a row for
-	// every member in service, so they are a slice, sorted, and not a map.
-	pools []poolRow
+	// pools has a record for every member in service, so it is a slice,
+	// sorted, and not a map.
+	pools poolTable
 }
 
 // sum reads the counters and folds them under the caps.
@@ -229,39 +144,43 @@ func (c *Collector) sum() *sums {
 	}
 	rep := c.m.Report()
 	hs, hms := c.m.HTTP()
-	var members []Member
+	// Members are counted first, so that their list is allocated once: a
+	// host has 100,000s of them. They come pool by pool, so the changes
+	// of load balancer from one to the next count the load balancers (or
+	// a few more).
+	n, lbs, last := 0, 0, ""
 	if c.cfg.Members != nil {
-		// Counted first, so that the list is allocated once: a host has a
-		// member for each of 100,000s of pool members.
-		n := 0
-		c.cfg.Members(func(Member) { n++ })
-		members = make([]Member, 0, n+n/8)
-		c.cfg.Members(func(m Member) { members = append(members, m) })
+		c.cfg.Members(func(m Member) {
+			if n++; n == 1 || m.LB != last {
+				lbs, last = lbs+1, m.LB
+			}
+		})
 	}
-	lbs := make([]string, 0, len(rep.Listeners)+len(hs))
-	addrs := make([]lbAddr, 0, len(rep.Members)+len(hms)+len(members))
+	f := newFolder(lbs)
+	var members []poolMember
+	if c.cfg.Members != nil {
+		members = make([]poolMember, 0, n+n/64)
+		c.cfg.Members(func(m Member) { members = append(members, f.poolMember(m)) })
+	}
+	addrs := make([]lbAddr, 0, len(rep.Members)+len(hms))
 	for _, l := range rep.Listeners {
-		lbs = append(lbs, l.LB)
+		f.lbOf(l.LB)
 	}
 	for _, h := range hs {
-		lbs = append(lbs, h.LB)
+		f.lbOf(h.LB)
 	}
 	for _, m := range rep.Members {
+		i := f.lbOf(m.LB)
 		if a, err := netip.ParseAddrPort(m.Name); err == nil {
-			addrs = append(addrs, lbAddr{m.LB, a})
-		} else {
-			lbs = append(lbs, m.LB)
+			addrs = append(addrs, lbAddr{f.key(a), i})
 		}
 	}
 	for _, m := range hms {
-		addrs = append(addrs, lbAddr{m.LB, m.Member})
+		addrs = append(addrs, lbAddr{f.key(m.Member), f.lbOf(m.LB)})
 	}
-	for _, m := range members {
-		addrs = append(addrs, lbAddr{m.LB, m.Addr})
-	}
-	f := newFolder(c.cfg.MaxLBsPerTenant, c.cfg.MaxMembersPerLB, lbs, addrs)
+	f.fold(c.cfg.MaxLBsPerTenant, c.cfg.MaxMembersPerLB, members, addrs)
 
-	out := &sums{ls: map[[3]string]*listenerSums{}, ms: map[[3]string]*memberSums{}}
+	out := &sums{ls: map[[3]string]*listenerSums{}, ms: map[[3]string]*memberSums{}, pools: poolTable{f, members}}
 	ls := out.ls
 	get := func(k [3]string) *listenerSums {
 		s := ls[k]
@@ -330,44 +249,7 @@ func (c *Collector) sum() *sums {
 		s.failures += m.Failures
 	}
 	out.mkeys = sortedKeys(ms)
-
-	rows := make([]poolRow, 0, len(members))
-	for _, m := range members {
-		l := f.member(m.LB, m.Addr)
-		r := poolRow{k: [4]string{l[0], l[1], m.Pool, l[2]}, s: poolSums{ejections: m.Ejections}}
-		if l[1] != m.LB {
-			r.k[2] = Other
-		}
-		if m.Healthy {
-			r.s.up = 1
-		}
-		rows = append(rows, r)
-	}
-	slices.SortFunc(rows, func(a, b poolRow) int { return compareKeys(a.k, b.k) })
-	// Members folded into one series are summed into its first row, in
-	// place.
-	out.pools = rows[:0]
-	for _, r := range rows {
-		if n := len(out.pools); n > 0 && out.pools[n-1].k == r.k {
-			out.pools[n-1].s.up += r.s.up
-			out.pools[n-1].s.ejections += r.s.ejections
-			continue
-		}
-		out.pools = append(out.pools, r)
-	}
 	return out
-}
-
-// upValue is the value of member_up for a pool's key: 1 when the member may
-// receive traffic; for the folded members, how many may.
-func (s poolSums) upValue(member string) float64 {
-	if member == Other {
-		return float64(s.up)
-	}
-	if s.up > 0 {
-		return 1
-	}
-	return 0
 }
 
 // Collect implements prometheus.Collector.
@@ -396,13 +278,14 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(famMemberReq.desc, prometheus.CounterValue, float64(a.ms[k].requests), k[:]...)
 		ch <- prometheus.MustNewConstMetric(famMemberFail.desc, prometheus.CounterValue, float64(a.ms[k].failures), k[:]...)
 	}
-	for _, r := range a.pools {
-		ch <- prometheus.MustNewConstMetric(famMemberUp.desc, prometheus.GaugeValue, r.s.upValue(r.k[3]), r.k[:]...)
-		ch <- prometheus.MustNewConstMetric(famMemberEj.desc, prometheus.CounterValue, float64(r.s.ejections), r.k[:]...)
-	}
+	a.pools.each(func(r poolRow) {
+		l := []string{r.tenant, r.lb, r.pool, r.member()}
+		ch <- prometheus.MustNewConstMetric(famMemberUp.desc, prometheus.GaugeValue, r.upValue(), l...)
+		ch <- prometheus.MustNewConstMetric(famMemberEj.desc, prometheus.CounterValue, float64(r.ejections), l...)
+	})
 }
 
-func sortedKeys[K string | [3]string | [4]string, V any](m map[K]V) []K {
+func sortedKeys[K string | [3]string, V any](m map[K]V) []K {
 	keys := make([]K, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
@@ -412,17 +295,14 @@ func sortedKeys[K string | [3]string | [4]string, V any](m map[K]V) []K {
 }
 
 // compareKeys orders keys by their label values in turn, without joining
-// them: a scrape sorts one key per member, so it must not allocate per
-// comparison.
-func compareKeys[K string | [3]string | [4]string](a, b K) int {
+// them: a scrape sorts one key per member with counters, so it must not
+// allocate per comparison.
+func compareKeys[K string | [3]string](a, b K) int {
 	switch x := any(a).(type) {
 	case string:
 		return strings.Compare(x, any(b).(string))
 	case [3]string:
 		y := any(b).([3]string)
-		return slices.Compare(x[:], y[:])
-	case [4]string:
-		y := any(b).([4]string)
 		return slices.Compare(x[:], y[:])
 	}
 	panic("unreachable")

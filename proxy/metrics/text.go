@@ -70,16 +70,10 @@ func (c *Collector) WriteText(w io.Writer) error {
 	for _, k := range a.mkeys {
 		t.sample(famMemberFail.name, "", memberLabels, k[:], "", "", float64(a.ms[k].failures))
 	}
-	t.family(famMemberUp, len(a.pools))
-	for i := range a.pools {
-		r := &a.pools[i]
-		t.sample(famMemberUp.name, "", poolLabels, r.k[:], "", "", r.s.upValue(r.k[3]))
-	}
-	t.family(famMemberEj, len(a.pools))
-	for i := range a.pools {
-		r := &a.pools[i]
-		t.sample(famMemberEj.name, "", poolLabels, r.k[:], "", "", float64(r.s.ejections))
-	}
+	t.family(famMemberUp, len(a.pools.members))
+	a.pools.each(func(r poolRow) { t.poolSample(famMemberUp.name, &r, r.upValue()) })
+	t.family(famMemberEj, len(a.pools.members))
+	a.pools.each(func(r poolRow) { t.poolSample(famMemberEj.name, &r, float64(r.ejections)) })
 	return t.flush()
 }
 
@@ -129,6 +123,27 @@ func (t *textWriter) sample(name, suffix string, names, values []string, extra, 
 		b = appendLabel(b, extra, extraValue)
 	}
 	b = append(b, "} "...)
+	b = appendFloat(b, v)
+	b = append(b, '\n')
+	t.write(b)
+}
+
+// poolSample writes one line of member_up or member_ejections_total,
+// with the member's address written in place rather than made a string.
+func (t *textWriter) poolSample(name string, r *poolRow, v float64) {
+	if t.err != nil {
+		return
+	}
+	b := append(t.buf[:0], name...)
+	b = append(b, '{')
+	for i, value := range [...]string{r.tenant, r.lb, r.pool} {
+		b = appendLabel(b, poolLabels[i], value)
+		b = append(b, ',')
+	}
+	b = append(b, poolLabels[3]...)
+	b = append(b, '=', '"')
+	b = r.appendMember(b)
+	b = append(b, "\"} "...)
 	b = appendFloat(b, v)
 	b = append(b, '\n')
 	t.write(b)
