@@ -29,6 +29,7 @@ import (
 const (
 	scaleChanges   = 120 // member changes timed per size
 	scaleQuiet     = 100 // writes that touch no load balancer
+	scaleScrapes   = 6   // scrapes of each host's /metrics, for the RSS while scraped
 	scalePerTenant = 100 // load balancers per tenant (and per write while loading)
 	scaleMembers   = 10
 	scaleLoadLimit = 30 * time.Minute
@@ -55,7 +56,10 @@ const (
 //     CPU per write;
 //   - the CPU the three hosts spend idle (heartbeats, VIP decisions, Raft),
 //     in per cent of one core per host;
-//   - the resident set of each host;
+//   - the resident set of each host, at rest and the most over six
+//     scrapes of every host's /metrics (a scrape leaves garbage, as
+//     Prometheus's would, and the heap grows towards its goal between
+//     collections; the goal is printed too);
 //   - where a change's time goes, on the host that served it last: from
 //     the write to the first host's commit (the leader), from there to
 //     this host's commit, then waiting for the data plane, compiling and
@@ -107,12 +111,12 @@ func BenchmarkScaleMemberChange(b *testing.B) {
 	b.StopTimer()
 	fmt.Printf("\nscale: one member change through the admin API, live in the data plane of 3 hosts (network namespaces, one machine; listen-sockets: %s, memory-limit: %s)\n",
 		listen, cmp.Or(os.Getenv("TEAPOT_SCALE_MEMORY_LIMIT"), "none"))
-	fmt.Printf("| LBs x %d members | load (first write to last revision on every host) | then to hosts at rest | change p50 | change p99 | max | host CPU per change (above idle) | data-plane applies for %d writes touching no LB | host CPU per such write | idle CPU per host | RSS per host |\n", scaleMembers, scaleQuiet)
-	fmt.Printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
+	fmt.Printf("| LBs x %d members | load (first write to last revision on every host) | then to hosts at rest | change p50 | change p99 | max | host CPU per change (above idle) | data-plane applies for %d writes touching no LB | host CPU per such write | idle CPU per host | RSS per host | RSS per host over %d scrapes of /metrics (most) |\n", scaleMembers, scaleQuiet, scaleScrapes)
+	fmt.Printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n")
 	for _, r := range rows {
-		fmt.Printf("| %d | %s | %s | %.1f ms | %.1f ms | %.1f ms | %.2f ms | %d | %.2f ms | %.1f%% | %s |\n", r.lbs, r.load.Round(time.Millisecond), r.settle.Round(100*time.Millisecond),
+		fmt.Printf("| %d | %s | %s | %.1f ms | %.1f ms | %.1f ms | %.2f ms | %d | %.2f ms | %.1f%% | %s | %s |\n", r.lbs, r.load.Round(time.Millisecond), r.settle.Round(100*time.Millisecond),
 			ms(r.lat.percentile(50)), ms(r.lat.percentile(99)), ms(r.lat.percentile(100)), ms(r.cpuPerChange),
-			r.quietApplies, ms(r.cpuPerQuiet), r.idlePercent, r.rss)
+			r.quietApplies, ms(r.cpuPerQuiet), r.idlePercent, r.rss, r.scraped)
 	}
 	for _, c := range capped {
 		fmt.Printf("note: %s\n", c)
@@ -140,6 +144,7 @@ type scaleRow struct {
 	cpuPerQuiet  time.Duration
 	idlePercent  float64 // of one core, per host
 	rss          string
+	scraped      string // the most RSS per host over scaleScrapes scrapes
 	// stages of each change on the host that served it last: write to
 	// the first commit, to this host's commit, to the data plane,
 	// compile, serve.
@@ -298,6 +303,28 @@ func scaleRun(b *testing.B, n int, listen string) scaleRow {
 		}
 	}
 	row.rss = strings.Join(rss, ", ")
+	// A host's resident set while it is scraped, as Prometheus would:
+	// each scrape leaves garbage, and the heap grows towards its goal
+	// between collections.
+	peak := make([]int64, len(l.lbs))
+	goal := make([]float64, len(l.lbs))
+	for range scaleScrapes {
+		for i, h := range l.lbs {
+			s, err := l.scrape(h)
+			if err != nil {
+				b.Fatalf("scrape %s: %v", h.id, err)
+			}
+			if v := s["go_memstats_next_gc_bytes"]; len(v) > 0 {
+				goal[i] = v[0].value
+			}
+			peak[i] = max(peak[i], procKiB(b, h.proc.Pid(), "VmRSS"))
+		}
+	}
+	var scraped []string
+	for i, h := range l.lbs {
+		scraped = append(scraped, fmt.Sprintf("%s %.0f MiB (heap goal %.0f MiB)", h.id, float64(peak[i])/1024, goal[i]/(1<<20)))
+	}
+	row.scraped = strings.Join(scraped, ", ")
 	if dir := os.Getenv("TEAPOT_SCALE_LOGS"); dir != "" {
 		for _, h := range l.lbs {
 			data, err := os.ReadFile(h.logPath)

@@ -190,8 +190,14 @@ func monotonic() int64 {
 // spareProcs is how many more Go processors than CPUs a process with a
 // VIP manager runs: when every processor is held by a goroutine whose
 // thread the kernel has descheduled (a saturated machine), the heartbeat
-// threads, woken on time by the kernel, would still wait for one.
-const spareProcs = 4
+// threads, woken on time by the kernel, would still wait for one. One is
+// enough for them, and each more costs: during a collection the runtime
+// runs a mark worker on every Go processor with nothing else to do, and
+// sizes its own share by GOMAXPROCS, so on a small host spare processors
+// turn into threads that mark while the proxy waits for a core (at
+// 100,000 load balancers on 2 CPUs a collection took 5.3-5.6 s of CPU with
+// four spare, 2.7-3.4 s with one).
+const spareProcs = 1
 
 // ensureSpareProcs raises GOMAXPROCS to the CPUs plus spareProcs and
 // returns the old and new values (equal when nothing changed).

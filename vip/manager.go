@@ -100,7 +100,7 @@ type peerStatus struct {
 // New checks the settings and the host (interfaces exist, capabilities
 // are there), removes VIP addresses a crashed process left on the
 // interfaces, opens the heartbeat socket and starts the BGP speaker. It
-// raises GOMAXPROCS to the CPUs plus four (see spareProcs). It
+// raises GOMAXPROCS to the CPUs plus one (see spareProcs). It
 // does not hold anything until Run has the committed state (Update), the
 // data plane's readiness (SetReady) and the heartbeat key (SetKey).
 func New(cfg Config) (*Manager, error) {
