@@ -87,46 +87,53 @@ type folder struct {
 
 	// The last load balancer and pool interned: members come load
 	// balancer by load balancer.
-	lastLB, lastPool   string
-	lastLBi, lastPooli int32
+	lastLB, lastPool lastName
+}
+
+// lastName is the last name an index was looked up for.
+type lastName struct {
+	name string
+	i    int32 // -1: none yet
+}
+
+// intern returns name's index in index, adding it with add (which returns
+// its index) when new.
+func (l *lastName) intern(index map[string]int32, name string, add func() int32) int32 {
+	if l.i >= 0 && name == l.name {
+		return l.i
+	}
+	i, ok := index[name]
+	if !ok {
+		i = add()
+		index[name] = i
+	}
+	*l = lastName{name, i}
+	return i
 }
 
 // newFolder returns a folder with room for about lbs load balancers.
 func newFolder(lbs int) *folder {
 	f := &folder{index: make(map[string]int32, lbs), lbs: make([]lbEntry, 0, lbs), cutoffs: map[int32]addrKey{},
-		poolIndex: map[string]int32{}, lastLBi: -1, lastPooli: -1}
+		poolIndex: map[string]int32{}, lastLB: lastName{i: -1}, lastPool: lastName{i: -1}}
 	f.other = f.poolOf(Other)
 	return f
 }
 
 // lbOf interns a load balancer.
 func (f *folder) lbOf(name string) int32 {
-	if f.lastLBi >= 0 && name == f.lastLB {
-		return f.lastLBi
-	}
-	i, ok := f.index[name]
-	if !ok {
-		i = int32(len(f.lbs))
-		f.index[name] = i
+	return f.lastLB.intern(f.index, name, func() int32 {
+		i := int32(len(f.lbs))
 		f.lbs = append(f.lbs, lbEntry{name: name, was: i})
-	}
-	f.lastLB, f.lastLBi = name, i
-	return i
+		return i
+	})
 }
 
 // poolOf interns a pool.
 func (f *folder) poolOf(name string) int32 {
-	if f.lastPooli >= 0 && name == f.lastPool {
-		return f.lastPooli
-	}
-	i, ok := f.poolIndex[name]
-	if !ok {
-		i = int32(len(f.pools))
-		f.poolIndex[name] = i
+	return f.lastPool.intern(f.poolIndex, name, func() int32 {
 		f.pools = append(f.pools, name)
-	}
-	f.lastPool, f.lastPooli = name, i
-	return i
+		return int32(len(f.pools) - 1)
+	})
 }
 
 // poolMember returns m as a poolMember.
