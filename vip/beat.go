@@ -195,7 +195,7 @@ func monotonic() int64 {
 // runs a mark worker on every Go processor with nothing else to do, and
 // sizes its own share by GOMAXPROCS, so on a small host spare processors
 // turn into threads that mark while the proxy waits for a core (at
-// 100,000 load balancers on 2 CPUs a collection took 5.3-5.6 s of CPU with
+// 100,000 load balancers on 2 CPUs a collection took 5.3-5.8 s of CPU with
 // four spare, 2.7-3.4 s with one).
 const spareProcs = 1
 

@@ -14,7 +14,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 
 	"github.com/teapot-lb/teapot-lb/proxy/l7"
 )
@@ -84,16 +83,7 @@ func TestWriteTextIsWhatTheRegistryWrites(t *testing.T) {
 	if err := c.WriteText(&text); err != nil {
 		t.Fatal(err)
 	}
-	p := expfmt.NewTextParser(model.LegacyValidation)
-	parsed, err := p.TextToMetricFamilies(bytes.NewReader(text.Bytes()))
-	if err != nil {
-		t.Fatalf("parse WriteText's output: %v\n%s", err, text.String())
-	}
-	var written []*dto.MetricFamily
-	for _, mf := range parsed {
-		written = append(written, mf)
-	}
-	if got, want := canonical(t, written), canonical(t, gathered); got != want {
+	if got, want := canonical(t, parseText(t, text.Bytes())), canonical(t, gathered); got != want {
 		t.Errorf("WriteText:\n%s\nthe registry:\n%s", got, want)
 	}
 	if !strings.Contains(text.String(), `lb="odd/\"quoted\\\nname"`) {
