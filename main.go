@@ -83,6 +83,9 @@ type serveConfig struct {
 	// MemoryLimit is the Go runtime's soft memory limit: a size or a
 	// share of the memory available; "" leaves GOMEMLIMIT's.
 	MemoryLimit string `json:"memory-limit"`
+	// GCHeadroom is the most the Go heap grows past what is live between
+	// collections: a size, or "none" for GOGC alone.
+	GCHeadroom string `json:"gc-headroom"`
 	// ListenSockets is how TCP listeners listen: a socket per listener,
 	// or one per tenant and address family steered to by a BPF program.
 	ListenSockets string `json:"listen-sockets"`
@@ -123,6 +126,7 @@ func serveCommand() *cobra.Command {
 		MetricsAddr:      defaultMetricsAddr,
 		DrainTimeout:     vip.Duration(proxy.DefaultDrainTimeout),
 		ListenSockets:    proxy.ListenPerListener,
+		GCHeadroom:       memlimit.DefaultHeadroom,
 
 		HeartbeatInterval: vip.Duration(vip.DefaultHeartbeatInterval),
 		HeartbeatMisses:   vip.DefaultHeartbeatMisses,
@@ -153,6 +157,7 @@ func serveCommand() *cobra.Command {
 	f.Var(&cfg.DrainTimeout, "drain-timeout", "how long a drained or stopping (SIGTERM) host keeps its arp VIPs while its clients are handed over (HTTP connections close after their next response; other connections may end), and, on stop, how long open connections may run to their end after the listeners closed")
 	f.StringVar(&cfg.AccessLog, "access-log", "", "file that receives the access logs of load balancers with accessLog enabled (default: stderr)")
 	f.StringVar(&cfg.MemoryLimit, "memory-limit", "", "soft limit of the Go heap and runtime: a size (1536MiB, 2GiB) or a share of the memory available (80%: of the service's cgroup memory.max when set, else of the host's); near it the collector runs more often instead of letting the heap grow to twice what is live (default: GOMEMLIMIT, else none)")
+	f.StringVar(&cfg.GCHeadroom, "gc-headroom", cfg.GCHeadroom, `the most the Go heap may grow past what the last collection found live: below it the collector runs as GOGC says (by default when the heap doubled), above it every time the heap grew by this much, never by less than a quarter of what is live; a size (512MiB) or "none" for GOGC alone`)
 	f.StringVar(&cfg.ListenSockets, "listen-sockets", cfg.ListenSockets, `how TCP listeners listen: "listener" opens a socket per listener (address and port); "tenant" opens one per tenant and address family and steers each listener's address to it with a BPF sk_lookup program (Linux 5.9 or later, CAP_BPF and CAP_NET_ADMIN), for hosts of tens of thousands of listeners`)
 	f.StringVar(&cfg.MetricsAddr, "metrics-addr", cfg.MetricsAddr, `IP:port serving Prometheus metrics at /metrics, and Go profiles at /debug/pprof/ when it is a loopback address ("" turns them off)`)
 	f.StringVar(&cfg.WebAddr, "web-addr", "", "IP:port serving the read-only dashboard over HTTPS with this host's certificate; logins take a token from \"teapot-lb dashboard token\" (default off)")
@@ -254,6 +259,13 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	}
 	if memLimit != math.MaxInt64 {
 		log.Info("memory limit", "component", "serve", "bytes", memLimit, "MiB", memLimit>>20)
+	}
+	room, err := memlimit.ParseHeadroom(cfg.GCHeadroom)
+	if err != nil {
+		return fmt.Errorf("--gc-headroom: %w", err)
+	}
+	if h := memlimit.NewHeadroom(room, log); h != nil {
+		go h.Run(ctx)
 	}
 	steering, err := proxy.OpenSteer(cfg.ListenSockets)
 	if err != nil {

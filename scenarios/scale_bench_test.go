@@ -308,6 +308,7 @@ func scaleRun(b *testing.B, n int, listen string) scaleRow {
 	// between collections.
 	peak := make([]int64, len(l.lbs))
 	goal := make([]float64, len(l.lbs))
+	gogc := make([]float64, len(l.lbs))
 	for range scaleScrapes {
 		for i, h := range l.lbs {
 			s, err := l.scrape(h)
@@ -317,12 +318,15 @@ func scaleRun(b *testing.B, n int, listen string) scaleRow {
 			if v := s["go_memstats_next_gc_bytes"]; len(v) > 0 {
 				goal[i] = v[0].value
 			}
+			if v := s["go_gc_gogc_percent"]; len(v) > 0 {
+				gogc[i] = v[0].value
+			}
 			peak[i] = max(peak[i], procKiB(b, h.proc.Pid(), "VmRSS"))
 		}
 	}
 	var scraped []string
 	for i, h := range l.lbs {
-		scraped = append(scraped, fmt.Sprintf("%s %.0f MiB (heap goal %.0f MiB)", h.id, float64(peak[i])/1024, goal[i]/(1<<20)))
+		scraped = append(scraped, fmt.Sprintf("%s %.0f MiB (heap goal %.0f MiB, GOGC %.0f)", h.id, float64(peak[i])/1024, goal[i]/(1<<20), gogc[i]))
 	}
 	row.scraped = strings.Join(scraped, ", ")
 	if dir := os.Getenv("TEAPOT_SCALE_LOGS"); dir != "" {

@@ -1,0 +1,121 @@
+package memlimit
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"runtime/metrics"
+	"strings"
+	"time"
+)
+
+// DefaultHeadroom is serve's --gc-headroom when none is given.
+const DefaultHeadroom = "512MiB"
+
+// MinPercent is the least collector target a headroom sets: however large
+// the live heap, it may grow by a quarter of it between collections, so
+// that the collector never runs without pause.
+const MinPercent = 25
+
+// ParseHeadroom returns the bytes of a headroom: a size as Parse takes
+// it, at least Min, or "none" (0: GOGC alone).
+func ParseHeadroom(s string) (int64, error) {
+	s = strings.TrimSpace(s)
+	if s == "none" {
+		return 0, nil
+	}
+	if strings.HasSuffix(s, "%") {
+		return 0, fmt.Errorf("%w: %q: a headroom is a size (512MiB) or none", ErrInvalid, s)
+	}
+	return Parse(s, nil)
+}
+
+// percentFor is the collector target (GOGC) that lets a heap of live
+// bytes grow by at most room before the next collection: base (the
+// target without a headroom) when that stays within room, else
+// room/live, but never below MinPercent.
+func percentFor(live, room uint64, base int) int {
+	if live == 0 || room == 0 || base <= MinPercent || live*uint64(base) <= room*100 {
+		return base
+	}
+	return max(int(room*100/live), MinPercent)
+}
+
+// Headroom keeps the Go heap from growing more than a fixed number of
+// bytes past what the last collection found live.
+//
+// The runtime's target (GOGC, 100 by default) lets the heap grow by a
+// share of what is live: to twice it. A host's heap is mostly its
+// long-lived state (the replicated objects, the compiled load balancers,
+// the health targets), so on a large host that share is garbage the
+// size of the whole state: at 100,000 load balancers, a gigabyte. Under a
+// headroom the heap grows by GOGC's share or by the headroom, whichever
+// is less (never by less than MinPercent of what is live): a host whose
+// live heap is below the headroom collects as GOGC says; above it, it
+// collects more often, and its resident set stays near live plus the
+// headroom. A soft memory limit (--memory-limit), when set, still
+// applies on top.
+type Headroom struct {
+	max  uint64
+	base int
+	log  *slog.Logger
+	// every is how often it reads the runtime's statistics.
+	every   time.Duration
+	samples []metrics.Sample
+	cycles  uint64
+	percent int
+}
+
+// NewHeadroom returns a headroom of max bytes over the runtime's current
+// target (GOGC). It returns nil when there is nothing to do: max is 0,
+// or the collector is off (GOGC=off).
+func NewHeadroom(max int64, log *slog.Logger) *Headroom {
+	h := &Headroom{max: uint64(max), log: log, every: time.Second, samples: []metrics.Sample{
+		{Name: "/gc/gogc:percent"}, {Name: "/gc/heap/live:bytes"}, {Name: "/gc/cycles/total:gc-cycles"},
+	}}
+	metrics.Read(h.samples)
+	h.base = int(h.samples[0].Value.Uint64())
+	h.percent = h.base
+	if max <= 0 || h.samples[0].Value.Kind() != metrics.KindUint64 || h.base <= 0 {
+		return nil
+	}
+	return h
+}
+
+// Run sets the collector's target after each collection until ctx ends,
+// then gives the runtime back the target it had.
+func (h *Headroom) Run(ctx context.Context) {
+	t := time.NewTicker(h.every)
+	defer t.Stop()
+	defer debug.SetGCPercent(h.base)
+	for {
+		h.update()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// update reads what the last collection found live and, when that
+// collection is new, sets the target for the next one.
+func (h *Headroom) update() {
+	metrics.Read(h.samples)
+	cycles := h.samples[2].Value.Uint64()
+	if cycles == h.cycles {
+		return
+	}
+	h.cycles = cycles
+	live := h.samples[1].Value.Uint64()
+	p := percentFor(live, h.max, h.base)
+	if p == h.percent {
+		return
+	}
+	debug.SetGCPercent(p)
+	if h.log != nil {
+		h.log.Debug("collector target", "component", "serve", "gogc", p, "live_MiB", live>>20, "headroom_MiB", h.max>>20)
+	}
+	h.percent = p
+}
