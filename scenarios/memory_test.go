@@ -61,7 +61,9 @@ func TestHostMemoryPerLoadBalancer(t *testing.T) {
 	n := c.newNode()
 	limit := cmp.Or(os.Getenv("TEAPOT_MEMORY_LIMIT"), "1GiB")
 	listen := cmp.Or(os.Getenv("TEAPOT_MEMORY_LISTEN"), "listener")
-	c.start(n, "--memory-limit", limit, "--listen-sockets", listen)
+	// A headroom below the host's live heap at memLBsLarge, so that serve
+	// must lower the collector's target.
+	c.start(n, "--memory-limit", limit, "--listen-sockets", listen, "--gc-headroom", "32MiB")
 	c.waitMember(n)
 	if limit == "1GiB" {
 		// serve hands --memory-limit to the runtime.
@@ -160,6 +162,7 @@ func TestHostMemoryPerLoadBalancer(t *testing.T) {
 			first("go_memstats_stack_inuse_bytes")/(1<<20), first("go_memstats_sys_bytes")/(1<<20), limit)
 	}
 	large := heapAfterGC(t, n)
+	checkHeadroom(t, n, large, 32<<20)
 	perLB := float64(large-small) / 1024 / float64(lbs-memLBsSmall)
 	t.Logf("Go heap in use after a collection: %d load balancers %.1f MiB, %d load balancers %.1f MiB: %.1f KiB per load balancer (bound %.1f)",
 		memLBsSmall, float64(small)/(1<<20), lbs, float64(large)/(1<<20), perLB, memKiBPerLB)
@@ -169,6 +172,34 @@ func TestHostMemoryPerLoadBalancer(t *testing.T) {
 	if perLB > memKiBPerLB {
 		t.Errorf("a load balancer of ten members costs %.1f KiB of heap on a host, bound %.1f KiB", perLB, memKiBPerLB)
 	}
+}
+
+// checkHeadroom checks that serve's --gc-headroom of room bytes holds
+// the heap goal within room (or a quarter of the heap, when that is
+// more) of the heap in use after a collection (inuse), by a collector
+// target below GOGC's 100, within the second the headroom takes to see
+// the collection.
+func checkHeadroom(t *testing.T, n *node, inuse, room uint64) {
+	t.Helper()
+	if inuse <= room {
+		t.Fatalf("%d MiB of heap in use after a collection: not above the headroom of %d MiB", inuse>>20, room>>20)
+	}
+	var gogc, goal float64
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		s, err := scrape(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v, g := s["go_gc_gogc_percent"], s["go_memstats_next_gc_bytes"]; len(v) == 1 && len(g) == 1 {
+			gogc, goal = v[0].value, g[0].value
+		}
+		// The goal also counts stacks and globals at the target's share.
+		if gogc < 100 && goal <= float64(inuse+max(room, inuse/4)+8<<20) {
+			t.Logf("--gc-headroom %d MiB: %.0f MiB in use after a collection, heap goal %.0f MiB, GOGC %.0f", room>>20, float64(inuse)/(1<<20), goal/(1<<20), gogc)
+			return
+		}
+	}
+	t.Errorf("--gc-headroom %d MiB with %d MiB in use after a collection: GOGC %.0f, heap goal %.0f MiB", room>>20, inuse>>20, gogc, goal/(1<<20))
 }
 
 // scrapeBytesPerSeries bounds what one scrape of /metrics allocates on

@@ -18,17 +18,24 @@ const DefaultHeadroom = "512MiB"
 // that the collector never runs without pause.
 const MinPercent = 25
 
+// MinHeadroom is the smallest headroom accepted.
+const MinHeadroom = 16 << 20
+
 // ParseHeadroom returns the bytes of a headroom: a size as Parse takes
-// it, at least Min, or "none" (0: GOGC alone).
+// it, at least MinHeadroom, or "none" (0: GOGC alone).
 func ParseHeadroom(s string) (int64, error) {
 	s = strings.TrimSpace(s)
 	if s == "none" {
 		return 0, nil
 	}
-	if strings.HasSuffix(s, "%") {
-		return 0, fmt.Errorf("%w: %q: a headroom is a size (512MiB) or none", ErrInvalid, s)
+	n, err := parseSize(s)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %q: a headroom is a size in B, KiB, MiB, GiB or TiB (512MiB) or none", ErrInvalid, s)
 	}
-	return Parse(s, nil)
+	if n < MinHeadroom {
+		return 0, fmt.Errorf("%q is below %d MiB: the collector would run almost without pause on a small heap", s, MinHeadroom>>20)
+	}
+	return int64(n), nil
 }
 
 // percentFor is the collector target (GOGC) that lets a heap of live

@@ -42,10 +42,12 @@ func TestParseHeadroom(t *testing.T) {
 		{in: "none", want: 0},
 		{in: " 512MiB ", want: 512 << 20},
 		{in: "1GiB", want: 1 << 30},
-		{in: "32MiB", err: "below 64 MiB"},
-		{in: "0", err: "below 64 MiB"},
+		{in: "16MiB", want: 16 << 20},
+		{in: "8MiB", err: "below 16 MiB"},
+		{in: "0", err: "below 16 MiB"},
 		{in: "50%", err: "a headroom is a size"},
-		{in: "lots", err: "KiB, MiB, GiB"},
+		{in: "-1GiB", err: "a headroom is a size"},
+		{in: "lots", err: "a headroom is a size"},
 	} {
 		got, err := ParseHeadroom(tc.in)
 		if tc.err != "" {

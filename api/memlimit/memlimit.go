@@ -46,6 +46,15 @@ func Parse(s string, available func() (uint64, error)) (int64, error) {
 		}
 		return check(s, uint64(float64(total)*p/100))
 	}
+	if n, err := parseSize(s); err == nil {
+		return check(s, n)
+	}
+	return 0, fmt.Errorf("%w: %q: give a size in B, KiB, MiB, GiB or TiB (1536MiB) or a percentage of the memory available (80%%)", ErrInvalid, s)
+}
+
+// parseSize reads a size: a whole number of bytes with or without one of
+// units' suffixes, up to math.MaxInt64 bytes.
+func parseSize(s string) (uint64, error) {
 	for _, u := range units {
 		num, ok := strings.CutSuffix(s, u.suffix)
 		if !ok {
@@ -55,12 +64,12 @@ func Parse(s string, available func() (uint64, error)) (int64, error) {
 		if err != nil || n > math.MaxInt64/u.bytes {
 			break
 		}
-		return check(s, n*u.bytes)
+		return n * u.bytes, nil
 	}
 	if n, err := strconv.ParseUint(s, 10, 64); err == nil && n <= math.MaxInt64 {
-		return check(s, n)
+		return n, nil
 	}
-	return 0, fmt.Errorf("%w: %q: give a size in B, KiB, MiB, GiB or TiB (1536MiB) or a percentage of the memory available (80%%)", ErrInvalid, s)
+	return 0, ErrInvalid
 }
 
 func check(s string, n uint64) (int64, error) {
