@@ -30,6 +30,7 @@ const (
 	scaleChanges   = 120 // member changes timed per size
 	scaleQuiet     = 100 // writes that touch no load balancer
 	scaleScrapes   = 6   // scrapes of each host's /metrics, for the RSS while scraped
+	scaleAllocOps  = 40  // changes, then writes touching no LB, whose allocation is read
 	scalePerTenant = 100 // load balancers per tenant (and per write while loading)
 	scaleMembers   = 10
 	scaleLoadLimit = 30 * time.Minute
@@ -121,6 +122,12 @@ func BenchmarkScaleMemberChange(b *testing.B) {
 	for _, c := range capped {
 		fmt.Printf("note: %s\n", c)
 	}
+	fmt.Printf("\nscale: Go heap allocated per host (the most of the hosts; what sets how often the collector runs)\n")
+	fmt.Printf("| LBs | per second at rest | per change | per write touching no LB | per scrape of /metrics |\n")
+	fmt.Printf("|---:|---:|---:|---:|---:|\n")
+	for _, r := range rows {
+		fmt.Printf("| %d | %.2f MiB | %.0f KiB | %.0f KiB | %.1f MiB |\n", r.lbs, r.allocIdle/(1<<20), r.allocChange/1024, r.allocQuiet/1024, r.allocScrape/(1<<20))
+	}
 	fmt.Printf("\nscale: where a change's time goes, on the host that served it last (p50 / p99 / max over %d changes)\n", scaleChanges)
 	fmt.Printf("| LBs | write to first commit | first to this host's commit | commit to data plane | compile | serve |\n")
 	fmt.Printf("|---:|---:|---:|---:|---:|---:|\n")
@@ -145,6 +152,9 @@ type scaleRow struct {
 	idlePercent  float64 // of one core, per host
 	rss          string
 	scraped      string // the most RSS per host over scaleScrapes scrapes
+	// Go heap allocated per host (the most of the hosts): per second at
+	// rest, per change, per write touching no load balancer, per scrape.
+	allocIdle, allocChange, allocQuiet, allocScrape float64
 	// stages of each change on the host that served it last: write to
 	// the first commit, to this host's commit, to the data plane,
 	// compile, serve.
@@ -239,15 +249,27 @@ func scaleRun(b *testing.B, n int, listen string) scaleRow {
 	}
 
 	rng := rand.New(rand.NewPCG(17, uint64(n)))
-	cpu0, t0 := hostCPU(b, l), time.Now()
-	for c := range scaleChanges {
+	// change moves one member of a random load balancer and returns the
+	// revision written.
+	change := func(c int) uint64 {
 		i := rng.IntN(n)
 		lb := proto.Clone(lbs[i]).(*pb.LoadBalancer)
 		lb.Meta = nil
 		lb.Pools["app"].Members[rng.IntN(scaleMembers)].Address = fmt.Sprintf("10.%d.%d.%d:%d", 200+c%50, rng.IntN(256), rng.IntN(256), 1+rng.IntN(60000))
 		lbs[i] = lb
+		return apply(api.Wrap(lb))
+	}
+	quiet := func() {
+		c, cancel := ctx()
+		defer cancel()
+		if _, err := admin.CreateJoinToken(c, &pb.CreateJoinTokenRequest{TtlSeconds: 60}); err != nil {
+			b.Fatalf("join token: %v", err)
+		}
+	}
+	cpu0, t0 := hostCPU(b, l), time.Now()
+	for c := range scaleChanges {
 		start := time.Now()
-		rev := apply(api.Wrap(lb))
+		rev := change(c)
 		lat := everyPlaneWithin(b, logs, rev, syncTimeout).Sub(start)
 		row.lat = append(row.lat, lat)
 		st := changeStages(logs, rev, start)
@@ -264,12 +286,7 @@ func scaleRun(b *testing.B, n int, listen string) scaleRow {
 	applied := countApplied(b, logs)
 	cpu0, t0 = hostCPU(b, l), time.Now()
 	for range scaleQuiet {
-		c, cancel := ctx()
-		_, err := admin.CreateJoinToken(c, &pb.CreateJoinTokenRequest{TtlSeconds: 60})
-		cancel()
-		if err != nil {
-			b.Fatalf("join token: %v", err)
-		}
+		quiet()
 	}
 	row.cpuPerQuiet = busy(hostCPU(b, l)-cpu0, time.Since(t0)) / scaleQuiet
 	// The last writes had time to reach every host: wait for one more
@@ -279,6 +296,31 @@ func scaleRun(b *testing.B, n int, listen string) scaleRow {
 	lb.Pools["app"].Members[0].Address = "10.250.0.1:1"
 	everyPlaneWithin(b, logs, apply(api.Wrap(lb)), syncTimeout)
 	row.quietApplies = countApplied(b, logs) - applied - len(logs)
+
+	// What the hosts allocate drives their collections. It is read from
+	// /metrics, and a scrape at 100,000 allocates more than a hundred
+	// changes, so it is measured here, after the timed phases: a scrape's
+	// own allocation, from two scrapes one after the other, is taken
+	// from what the counter reads around each phase.
+	a0 := allocated(b, l)
+	a1 := allocated(b, l)
+	scrapeAlloc := diff(a1, a0)
+	row.allocScrape = most(scrapeAlloc)
+	time.Sleep(3 * time.Second)
+	a2 := allocated(b, l)
+	idleAlloc := scaled(minus(diff(a2, a1), scrapeAlloc), 1.0/3)
+	row.allocIdle = most(idleAlloc)
+	t0 = time.Now()
+	for c := range scaleAllocOps {
+		everyPlaneWithin(b, logs, change(scaleChanges+c), syncTimeout)
+	}
+	a3 := allocated(b, l)
+	row.allocChange = most(minus(minus(diff(a3, a2), scrapeAlloc), scaled(idleAlloc, time.Since(t0).Seconds()))) / scaleAllocOps
+	t0 = time.Now()
+	for range scaleAllocOps {
+		quiet()
+	}
+	row.allocQuiet = most(minus(minus(diff(allocated(b, l), a3), scrapeAlloc), scaled(idleAlloc, time.Since(t0).Seconds()))) / scaleAllocOps
 
 	var rss []string
 	for _, h := range l.lbs {
@@ -504,6 +546,58 @@ func procCPU(tb testing.TB, pid int) time.Duration {
 }
 
 // procKiB reads a kB field of /proc/PID/status.
+// allocated reads each host's Go heap allocated since it started
+// (go_memstats_alloc_bytes_total).
+func allocated(b *testing.B, l *vipLab) []float64 {
+	out := make([]float64, len(l.lbs))
+	for i, h := range l.lbs {
+		s, err := l.scrape(h)
+		if err != nil {
+			b.Fatalf("scrape %s: %v", h.id, err)
+		}
+		if v := s["go_memstats_alloc_bytes_total"]; len(v) > 0 {
+			out[i] = v[0].value
+		}
+	}
+	return out
+}
+
+// diff is after-before, host by host.
+func diff(after, before []float64) []float64 {
+	out := make([]float64, len(after))
+	for i := range after {
+		out[i] = after[i] - before[i]
+	}
+	return out
+}
+
+// minus is a-b, host by host, at least 0.
+func minus(a, b []float64) []float64 {
+	out := diff(a, b)
+	for i := range out {
+		out[i] = max(out[i], 0)
+	}
+	return out
+}
+
+// scaled is a times f, host by host.
+func scaled(a []float64, f float64) []float64 {
+	out := make([]float64, len(a))
+	for i := range a {
+		out[i] = a[i] * f
+	}
+	return out
+}
+
+// most is the largest of the hosts' values.
+func most(a []float64) float64 {
+	var m float64
+	for _, v := range a {
+		m = max(m, v)
+	}
+	return m
+}
+
 func procKiB(tb testing.TB, pid int, field string) int64 {
 	tb.Helper()
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))

@@ -1,6 +1,9 @@
 package vip
 
 import (
+	"bufio"
+	"io"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -33,7 +36,10 @@ var (
 )
 
 // Collector exports this host's VIPs, moves and failure-detector peers
-// to Prometheus.
+// to Prometheus. It is a metricsserver.TextWriter: a host announcing
+// 100,000 VIPs has a series for each, and a scrape writes them from the
+// published list instead of building a metric (and a copy of each VIP)
+// per series.
 func (m *Manager) Collector() prometheus.Collector { return vipCollector{m} }
 
 type vipCollector struct{ m *Manager }
@@ -48,11 +54,7 @@ func (c vipCollector) Collect(ch chan<- prometheus.Metric) {
 	var ns pb.NodeStatus
 	c.m.Describe(&ns)
 	for _, v := range ns.Vips {
-		held := 0.0
-		if v.State == "holding" || v.State == "announcing" {
-			held = 1
-		}
-		ch <- prometheus.MustNewConstMetric(descVIPHeld, prometheus.GaugeValue, held, v.Address, v.Mode)
+		ch <- prometheus.MustNewConstMetric(descVIPHeld, prometheus.GaugeValue, held(v.State), v.Address, v.Mode)
 	}
 	mv := &c.m.moves
 	ch <- prometheus.MustNewConstMetric(descVIPMoves, prometheus.CounterValue, float64(mv.taken.Load()), "take")
@@ -70,4 +72,69 @@ func (c vipCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(descPeers, prometheus.GaugeValue, float64(len(ns.Peers)))
 	ch <- prometheus.MustNewConstMetric(descPeersAlive, prometheus.GaugeValue, float64(alive))
+}
+
+// held is the teapot_lb_vip_held value of a VIP in state.
+func held(state string) float64 {
+	if state == "holding" || state == "announcing" {
+		return 1
+	}
+	return 0
+}
+
+// WriteText writes what Collect collects in the Prometheus text format
+// (version 0.0.4). The VIPs come from the list published last, which is
+// never modified once published, so they are read without a copy.
+func (c vipCollector) WriteText(w io.Writer) error {
+	m := c.m
+	m.mu.Lock()
+	vips, peers := m.pub.vips, m.pub.peers
+	m.mu.Unlock()
+	bw := bufio.NewWriterSize(w, 32<<10)
+	header := func(name, help, typ string) {
+		bw.WriteString("# HELP " + name + " " + help + "\n# TYPE " + name + " " + typ + "\n")
+	}
+	value := func(v float64) {
+		bw.Write(strconv.AppendFloat(bw.AvailableBuffer(), v, 'g', -1, 64))
+		bw.WriteByte('\n')
+	}
+	// Label values here are addresses, modes and fixed words: nothing to
+	// escape.
+	if len(vips) > 0 {
+		header("teapot_lb_vip_held", "1 when this host holds (arp) or announces (bgp) the VIP, else 0.", "gauge")
+		for _, v := range vips {
+			bw.WriteString(`teapot_lb_vip_held{vip="`)
+			bw.WriteString(v.Address)
+			bw.WriteString(`",mode="`)
+			bw.WriteString(v.Mode)
+			bw.WriteString(`"} `)
+			value(held(v.State))
+		}
+	}
+	mv := &m.moves
+	header("teapot_lb_vip_moves_total", "VIPs this host took or announced (direction=take) and released or withdrew (direction=release).", "counter")
+	bw.WriteString(`teapot_lb_vip_moves_total{direction="release"} `)
+	value(float64(mv.released.Load()))
+	bw.WriteString(`teapot_lb_vip_moves_total{direction="take"} `)
+	value(float64(mv.taken.Load()))
+	last := 0.0
+	if ns := mv.last.Load(); ns != 0 {
+		last = float64(ns) / 1e9
+	}
+	header("teapot_lb_vip_last_move_timestamp_seconds", "Unix time of this host's last VIP move (0 before the first); time() minus it is the time since.", "gauge")
+	bw.WriteString("teapot_lb_vip_last_move_timestamp_seconds ")
+	value(last)
+	alive := 0
+	for _, p := range peers {
+		if p.alive {
+			alive++
+		}
+	}
+	header("teapot_lb_vip_peers", "LB hosts the failure detector expects heartbeats from.", "gauge")
+	bw.WriteString("teapot_lb_vip_peers ")
+	value(float64(len(peers)))
+	header("teapot_lb_vip_peers_alive", "LB hosts the failure detector hears from now.", "gauge")
+	bw.WriteString("teapot_lb_vip_peers_alive ")
+	value(float64(alive))
+	return bw.Flush()
 }
