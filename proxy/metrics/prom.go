@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -48,6 +49,29 @@ type CollectorConfig struct {
 type Collector struct {
 	m   *Memory
 	cfg CollectorConfig
+	// records are the member records of the last scrape, for the next one
+	// (nil while a scrape holds them). A scrape of 1,000,000 members
+	// would otherwise allocate 40 MiB of them; kept, they cost the
+	// collector nothing to mark (they hold no pointers).
+	records atomic.Pointer[[]poolMember]
+}
+
+// takeRecords returns an empty slice of member records with room for n:
+// the last scrape's when they fit and are not more than twice too large.
+func (c *Collector) takeRecords(n int) []poolMember {
+	if p := c.records.Swap(nil); p != nil && cap(*p) >= n && cap(*p) <= 2*n {
+		return (*p)[:0]
+	}
+	return make([]poolMember, 0, n)
+}
+
+// keepRecords hands a scrape's member records to the next scrape; the
+// scrape must not read them afterwards.
+func (c *Collector) keepRecords(a *sums) {
+	if a.pools.members != nil {
+		rs := a.pools.members[:0]
+		c.records.Store(&rs)
+	}
 }
 
 // NewCollector returns a Collector of m.
@@ -159,7 +183,7 @@ func (c *Collector) sum() *sums {
 	f := newFolder(lbs)
 	var members []poolMember
 	if c.cfg.Members != nil {
-		members = make([]poolMember, 0, n+n/64)
+		members = c.takeRecords(n + n/64)
 		c.cfg.Members(func(m Member) { members = append(members, f.poolMember(m)) })
 	}
 	addrs := make([]lbAddr, 0, len(rep.Members)+len(hms))
@@ -255,6 +279,7 @@ func (c *Collector) sum() *sums {
 // Collect implements prometheus.Collector.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	a := c.sum()
+	defer c.keepRecords(a)
 	for _, k := range a.lkeys {
 		s := a.ls[k]
 		l := k[:]

@@ -16,6 +16,7 @@ import (
 // host of 10,000 load balancers has about 100,000).
 func (c *Collector) WriteText(w io.Writer) error {
 	a := c.sum()
+	defer c.keepRecords(a)
 	t := textWriter{w: bufio.NewWriterSize(w, 32<<10)}
 
 	listenerFamily := func(f *family, httpOnly bool, sample func(labels []string, s *listenerSums)) {
