@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -63,6 +65,15 @@ func percentFor(live, room uint64, base int) int {
 // collects more often, and its resident set stays near live plus the
 // headroom. A soft memory limit (--memory-limit), when set, still
 // applies on top.
+//
+// Such a host also collects when it goes quiet after a burst (a bulk
+// load, a tenant's resync): when it allocated at least a quarter of the
+// headroom in the last burstWindow, half of the headroom is garbage now,
+// and it used less than a quarter of a CPU since the last look. The
+// garbage of the burst is then collected while nothing waits, not later
+// while changes are being served; a collection of a gigabyte of live heap
+// takes one to two seconds. A host that allocates slowly (scrapes, its
+// own heartbeats) or never goes quiet collects as the target says.
 type Headroom struct {
 	max  uint64
 	base int
@@ -72,14 +83,38 @@ type Headroom struct {
 	samples []metrics.Sample
 	cycles  uint64
 	percent int
+
+	// cpu is the process's CPU time so far.
+	cpu     func() time.Duration
+	lastCPU time.Duration
+	lastAt  time.Time
+	// allocs are the bytes allocated so far at each look of the last
+	// burstWindow, oldest first.
+	allocs    []allocsAt
+	lastQuiet time.Time
+	// quietGCs counts the collections it started.
+	quietGCs int
 }
+
+type allocsAt struct {
+	at    time.Time
+	bytes uint64
+}
+
+const (
+	// burstWindow is how recent the allocation of a burst must be.
+	burstWindow = 5 * time.Second
+	// quietGap is the least time between two collections after bursts.
+	quietGap = 30 * time.Second
+)
 
 // NewHeadroom returns a headroom of max bytes over the runtime's current
 // target (GOGC). It returns nil when there is nothing to do: max is 0,
 // or the collector is off (GOGC=off).
 func NewHeadroom(max int64, log *slog.Logger) *Headroom {
-	h := &Headroom{max: uint64(max), log: log, every: time.Second, samples: []metrics.Sample{
+	h := &Headroom{max: uint64(max), log: log, every: 250 * time.Millisecond, cpu: processCPU, samples: []metrics.Sample{
 		{Name: "/gc/gogc:percent"}, {Name: "/gc/heap/live:bytes"}, {Name: "/gc/cycles/total:gc-cycles"},
+		{Name: "/gc/heap/allocs:bytes"}, {Name: "/memory/classes/heap/objects:bytes"},
 	}}
 	metrics.Read(h.samples)
 	h.base = int(h.samples[0].Value.Uint64())
@@ -98,6 +133,7 @@ func (h *Headroom) Run(ctx context.Context) {
 	defer debug.SetGCPercent(h.base)
 	for {
 		h.update()
+		h.afterBurst(time.Now())
 		select {
 		case <-ctx.Done():
 			return
@@ -125,4 +161,44 @@ func (h *Headroom) update() {
 		h.log.Debug("collector target", "component", "serve", "gogc", p, "live_MiB", live>>20, "headroom_MiB", h.max>>20)
 	}
 	h.percent = p
+}
+
+// afterBurst collects when the host went quiet after a burst (see
+// Headroom), once the headroom binds: on a heap small enough for GOGC's
+// share, a collection is short and this does nothing.
+func (h *Headroom) afterBurst(now time.Time) {
+	cpu := h.cpu()
+	used, elapsed := cpu-h.lastCPU, now.Sub(h.lastAt)
+	h.lastCPU, h.lastAt = cpu, now
+	allocs := h.samples[3].Value.Uint64()
+	h.allocs = append(h.allocs, allocsAt{now, allocs})
+	i := 0
+	for i < len(h.allocs)-1 && now.Sub(h.allocs[i].at) > burstWindow {
+		i++
+	}
+	h.allocs = h.allocs[i:]
+	if h.percent >= h.base || elapsed <= 0 || elapsed > 4*h.every {
+		return
+	}
+	live, objects := h.samples[1].Value.Uint64(), h.samples[4].Value.Uint64()
+	burst := allocs - h.allocs[0].bytes
+	quiet := used < elapsed/4
+	if objects < live+h.max/2 || burst < h.max/4 || !quiet || now.Sub(h.lastQuiet) < quietGap {
+		return
+	}
+	h.lastQuiet = now
+	h.quietGCs++
+	runtime.GC()
+	if h.log != nil {
+		h.log.Debug("collected after a burst", "component", "serve", "garbage_MiB", (objects-live)>>20, "burst_MiB", burst>>20, "took", time.Since(now).Round(time.Millisecond))
+	}
+}
+
+// processCPU is the CPU time this process has used (user and system).
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

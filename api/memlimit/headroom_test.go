@@ -121,3 +121,141 @@ func TestHeadroomHoldsTheHeapGoal(t *testing.T) {
 		t.Errorf("GOGC %d after the headroom stopped; want 100 back", got)
 	}
 }
+
+// burstLab is a headroom of 16 MiB over 64 MiB kept live, at GOGC 100,
+// looked at with a clock and a CPU time the test moves.
+type burstLab struct {
+	t      *testing.T
+	h      *Headroom
+	now    time.Time
+	cpu    time.Duration
+	live   [][]byte
+	forced func() uint64
+}
+
+func newBurstLab(t *testing.T) *burstLab {
+	old := debug.SetGCPercent(100)
+	t.Cleanup(func() { debug.SetGCPercent(old) })
+	l := &burstLab{t: t, now: time.Now()}
+	for range 64 {
+		l.live = append(l.live, make([]byte, 1<<20))
+	}
+	l.h = NewHeadroom(16<<20, nil)
+	l.h.cpu = func() time.Duration { return l.cpu }
+	s := []metrics.Sample{{Name: "/gc/cycles/forced:gc-cycles"}}
+	l.forced = func() uint64 { metrics.Read(s); return s[0].Value.Uint64() }
+	runtime.GC()
+	l.h.update()
+	if l.h.percent >= 100 {
+		t.Fatalf("GOGC %d with 64 MiB live under a headroom of 16 MiB", l.h.percent)
+	}
+	l.look(0)
+	return l
+}
+
+// look moves the clock by one look, the CPU by busy, and looks.
+func (l *burstLab) look(busy time.Duration) {
+	l.now = l.now.Add(l.h.every)
+	l.cpu += busy
+	l.h.update()
+	l.h.afterBurst(l.now)
+}
+
+// garbage allocates n MiB that nothing keeps.
+func garbage(n int) {
+	for range n {
+		sink = make([]byte, 1<<20)
+	}
+	sink = nil
+}
+
+var sink []byte
+
+// TestCollectsWhenQuietAfterABurst: 12 MiB of garbage made at once, then
+// a quiet look: the headroom collects, once, and not again within
+// quietGap.
+func TestCollectsWhenQuietAfterABurst(t *testing.T) {
+	l := newBurstLab(t)
+	f0 := l.forced()
+	garbage(12)
+	l.look(0)
+	if l.h.quietGCs != 1 || l.forced() != f0+1 {
+		t.Fatalf("quiet after a burst of 12 MiB (headroom 16 MiB): %d collections started, %d forced", l.h.quietGCs, l.forced()-f0)
+	}
+	garbage(12)
+	l.look(0)
+	if l.h.quietGCs != 1 {
+		t.Errorf("a second burst right after: %d collections started; want none within %s", l.h.quietGCs-1, quietGap)
+	}
+	runtime.KeepAlive(l.live)
+}
+
+// TestNoCollectionWhileBusy: after the same burst, looks that find the
+// process using half a CPU start no collection.
+func TestNoCollectionWhileBusy(t *testing.T) {
+	l := newBurstLab(t)
+	garbage(12)
+	for range 4 {
+		l.look(l.h.every / 2)
+	}
+	if l.h.quietGCs != 0 {
+		t.Errorf("busy after a burst: %d collections started", l.h.quietGCs)
+	}
+	runtime.KeepAlive(l.live)
+}
+
+// TestNoCollectionForSlowGarbage: garbage that comes slowly (0.5 MiB a
+// second, under a quarter of the headroom in burstWindow) is left to the
+// target, quiet or not, though it grows past half the headroom.
+func TestNoCollectionForSlowGarbage(t *testing.T) {
+	l := newBurstLab(t)
+	var keep [][]byte // garbage once dropped; kept until then so that it counts
+	for range 80 {
+		keep = append(keep, make([]byte, 128<<10))
+		l.look(0)
+	}
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}, {Name: "/memory/classes/heap/objects:bytes"}}
+	metrics.Read(s)
+	if grown := s[1].Value.Uint64() - s[0].Value.Uint64(); grown < 8<<20 {
+		t.Fatalf("the heap grew by %d KiB past what is live: the test needs half the headroom (8 MiB)", grown>>10)
+	}
+	if l.h.quietGCs != 0 {
+		t.Errorf("slow garbage: %d collections started", l.h.quietGCs)
+	}
+	runtime.KeepAlive(keep)
+	runtime.KeepAlive(l.live)
+}
+
+// TestNoCollectionOnASmallHeap: when GOGC's share of the live heap is
+// under the headroom (GOGC binds, not the headroom), a burst that would
+// otherwise be collected starts no collection.
+func TestNoCollectionOnASmallHeap(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(100))
+	h := NewHeadroom(16<<20, nil)
+	var cpu time.Duration
+	h.cpu = func() time.Duration { return cpu }
+	now := time.Now()
+	runtime.GC()
+	h.update()
+	if h.percent != h.base {
+		t.Fatalf("GOGC %d for %d MiB live under a headroom of 16 MiB", h.percent, h.samples[1].Value.Uint64()>>20)
+	}
+	h.afterBurst(now)
+	// No collection of its own until the look: the garbage stays.
+	debug.SetGCPercent(-1)
+	var keep [][]byte
+	for range 24 {
+		keep = append(keep, make([]byte, 1<<20))
+	}
+	keep = nil
+	h.update()
+	if objects, live := h.samples[4].Value.Uint64(), h.samples[1].Value.Uint64(); objects < live+8<<20 {
+		t.Fatalf("%d MiB of garbage: the test needs half the headroom (8 MiB)", (objects-live)>>20)
+	}
+	h.afterBurst(now.Add(h.every))
+	debug.SetGCPercent(100)
+	if h.quietGCs != 0 {
+		t.Errorf("a heap under the headroom (GOGC %d): %d collections started", h.percent, h.quietGCs)
+	}
+	runtime.KeepAlive(keep)
+}
