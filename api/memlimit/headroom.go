@@ -32,7 +32,7 @@ func ParseHeadroom(s string) (int64, error) {
 	}
 	n, err := parseSize(s)
 	if err != nil {
-		return 0, fmt.Errorf("%w: %q: a headroom is a size in B, KiB, MiB, GiB or TiB (512MiB) or none", ErrInvalid, s)
+		return 0, fmt.Errorf("%q is not a headroom: give a size in B, KiB, MiB, GiB or TiB (512MiB) or none", s)
 	}
 	if n < MinHeadroom {
 		return 0, fmt.Errorf("%q is below %d MiB: the collector would run almost without pause on a small heap", s, MinHeadroom>>20)

@@ -45,9 +45,9 @@ func TestParseHeadroom(t *testing.T) {
 		{in: "16MiB", want: 16 << 20},
 		{in: "8MiB", err: "below 16 MiB"},
 		{in: "0", err: "below 16 MiB"},
-		{in: "50%", err: "a headroom is a size"},
-		{in: "-1GiB", err: "a headroom is a size"},
-		{in: "lots", err: "a headroom is a size"},
+		{in: "50%", err: "is not a headroom: give a size"},
+		{in: "-1GiB", err: "is not a headroom: give a size"},
+		{in: "lots", err: "is not a headroom: give a size"},
 	} {
 		got, err := ParseHeadroom(tc.in)
 		if tc.err != "" {
