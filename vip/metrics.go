@@ -1,13 +1,13 @@
 package vip
 
 import (
-	"bufio"
 	"io"
-	"strconv"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/teapot-lb/teapot-lb/api/metricsserver"
 
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
@@ -27,12 +27,28 @@ func (c *moveCounters) note(take bool, now time.Time) {
 	c.last.Store(now.UnixNano())
 }
 
+// The families the collector exports, with their help.
+const (
+	nameVIPHeld     = "teapot_lb_vip_held"
+	helpVIPHeld     = "1 when this host holds (arp) or announces (bgp) the VIP, else 0."
+	nameVIPMoves    = "teapot_lb_vip_moves_total"
+	helpVIPMoves    = "VIPs this host took or announced (direction=take) and released or withdrew (direction=release)."
+	nameVIPLastMove = "teapot_lb_vip_last_move_timestamp_seconds"
+	helpVIPLastMove = "Unix time of this host's last VIP move (0 before the first); time() minus it is the time since."
+	namePeers       = "teapot_lb_vip_peers"
+	helpPeers       = "LB hosts the failure detector expects heartbeats from."
+	namePeersAlive  = "teapot_lb_vip_peers_alive"
+	helpPeersAlive  = "LB hosts the failure detector hears from now."
+)
+
 var (
-	descVIPHeld     = prometheus.NewDesc("teapot_lb_vip_held", "1 when this host holds (arp) or announces (bgp) the VIP, else 0.", []string{"vip", "mode"}, nil)
-	descVIPMoves    = prometheus.NewDesc("teapot_lb_vip_moves_total", "VIPs this host took or announced (direction=take) and released or withdrew (direction=release).", []string{"direction"}, nil)
-	descVIPLastMove = prometheus.NewDesc("teapot_lb_vip_last_move_timestamp_seconds", "Unix time of this host's last VIP move (0 before the first); time() minus it is the time since.", nil, nil)
-	descPeers       = prometheus.NewDesc("teapot_lb_vip_peers", "LB hosts the failure detector expects heartbeats from.", nil, nil)
-	descPeersAlive  = prometheus.NewDesc("teapot_lb_vip_peers_alive", "LB hosts the failure detector hears from now.", nil, nil)
+	vipHeldLabels   = []string{"vip", "mode"}
+	vipMovesLabels  = []string{"direction"}
+	descVIPHeld     = prometheus.NewDesc(nameVIPHeld, helpVIPHeld, vipHeldLabels, nil)
+	descVIPMoves    = prometheus.NewDesc(nameVIPMoves, helpVIPMoves, vipMovesLabels, nil)
+	descVIPLastMove = prometheus.NewDesc(nameVIPLastMove, helpVIPLastMove, nil, nil)
+	descPeers       = prometheus.NewDesc(namePeers, helpPeers, nil, nil)
+	descPeersAlive  = prometheus.NewDesc(namePeersAlive, helpPeersAlive, nil, nil)
 )
 
 // Collector exports this host's VIPs, moves and failure-detector peers
@@ -59,11 +75,7 @@ func (c vipCollector) Collect(ch chan<- prometheus.Metric) {
 	mv := &c.m.moves
 	ch <- prometheus.MustNewConstMetric(descVIPMoves, prometheus.CounterValue, float64(mv.taken.Load()), "take")
 	ch <- prometheus.MustNewConstMetric(descVIPMoves, prometheus.CounterValue, float64(mv.released.Load()), "release")
-	last := 0.0
-	if ns := mv.last.Load(); ns != 0 {
-		last = float64(ns) / 1e9
-	}
-	ch <- prometheus.MustNewConstMetric(descVIPLastMove, prometheus.GaugeValue, last)
+	ch <- prometheus.MustNewConstMetric(descVIPLastMove, prometheus.GaugeValue, lastMove(mv))
 	alive := 0
 	for _, p := range ns.Peers {
 		if p.Alive {
@@ -90,51 +102,34 @@ func (c vipCollector) WriteText(w io.Writer) error {
 	m.mu.Lock()
 	vips, peers := m.pub.vips, m.pub.peers
 	m.mu.Unlock()
-	bw := bufio.NewWriterSize(w, 32<<10)
-	header := func(name, help, typ string) {
-		bw.WriteString("# HELP " + name + " " + help + "\n# TYPE " + name + " " + typ + "\n")
-	}
-	value := func(v float64) {
-		bw.Write(strconv.AppendFloat(bw.AvailableBuffer(), v, 'g', -1, 64))
-		bw.WriteByte('\n')
-	}
-	// Label values here are addresses, modes and fixed words: nothing to
-	// escape.
-	if len(vips) > 0 {
-		header("teapot_lb_vip_held", "1 when this host holds (arp) or announces (bgp) the VIP, else 0.", "gauge")
-		for _, v := range vips {
-			bw.WriteString(`teapot_lb_vip_held{vip="`)
-			bw.WriteString(v.Address)
-			bw.WriteString(`",mode="`)
-			bw.WriteString(v.Mode)
-			bw.WriteString(`"} `)
-			value(held(v.State))
-		}
+	t := metricsserver.NewText(w)
+	t.Family(nameVIPHeld, helpVIPHeld, "gauge", len(vips))
+	for _, v := range vips {
+		t.Sample(nameVIPHeld, "", vipHeldLabels, []string{v.Address, v.Mode}, "", "", held(v.State))
 	}
 	mv := &m.moves
-	header("teapot_lb_vip_moves_total", "VIPs this host took or announced (direction=take) and released or withdrew (direction=release).", "counter")
-	bw.WriteString(`teapot_lb_vip_moves_total{direction="release"} `)
-	value(float64(mv.released.Load()))
-	bw.WriteString(`teapot_lb_vip_moves_total{direction="take"} `)
-	value(float64(mv.taken.Load()))
-	last := 0.0
-	if ns := mv.last.Load(); ns != 0 {
-		last = float64(ns) / 1e9
-	}
-	header("teapot_lb_vip_last_move_timestamp_seconds", "Unix time of this host's last VIP move (0 before the first); time() minus it is the time since.", "gauge")
-	bw.WriteString("teapot_lb_vip_last_move_timestamp_seconds ")
-	value(last)
+	t.Family(nameVIPMoves, helpVIPMoves, "counter", 2)
+	t.Sample(nameVIPMoves, "", vipMovesLabels, []string{"release"}, "", "", float64(mv.released.Load()))
+	t.Sample(nameVIPMoves, "", vipMovesLabels, []string{"take"}, "", "", float64(mv.taken.Load()))
+	t.Family(nameVIPLastMove, helpVIPLastMove, "gauge", 1)
+	t.Sample(nameVIPLastMove, "", nil, nil, "", "", lastMove(mv))
 	alive := 0
 	for _, p := range peers {
 		if p.alive {
 			alive++
 		}
 	}
-	header("teapot_lb_vip_peers", "LB hosts the failure detector expects heartbeats from.", "gauge")
-	bw.WriteString("teapot_lb_vip_peers ")
-	value(float64(len(peers)))
-	header("teapot_lb_vip_peers_alive", "LB hosts the failure detector hears from now.", "gauge")
-	bw.WriteString("teapot_lb_vip_peers_alive ")
-	value(float64(alive))
-	return bw.Flush()
+	t.Family(namePeers, helpPeers, "gauge", 1)
+	t.Sample(namePeers, "", nil, nil, "", "", float64(len(peers)))
+	t.Family(namePeersAlive, helpPeersAlive, "gauge", 1)
+	t.Sample(namePeersAlive, "", nil, nil, "", "", float64(alive))
+	return t.Flush()
+}
+
+// lastMove is the teapot_lb_vip_last_move_timestamp_seconds value.
+func lastMove(mv *moveCounters) float64 {
+	if ns := mv.last.Load(); ns != 0 {
+		return float64(ns) / 1e9
+	}
+	return 0
 }

@@ -117,9 +117,12 @@ func NewHeadroom(max int64, log *slog.Logger) *Headroom {
 		{Name: "/gc/heap/allocs:bytes"}, {Name: "/memory/classes/heap/objects:bytes"},
 	}}
 	metrics.Read(h.samples)
+	if max <= 0 || h.samples[0].Value.Kind() != metrics.KindUint64 {
+		return nil
+	}
 	h.base = int(h.samples[0].Value.Uint64())
 	h.percent = h.base
-	if max <= 0 || h.samples[0].Value.Kind() != metrics.KindUint64 || h.base <= 0 {
+	if h.base <= 0 {
 		return nil
 	}
 	return h

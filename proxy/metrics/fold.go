@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+
+	"github.com/teapot-lb/teapot-lb/api/metricsserver"
 )
 
 // A scrape has a row of member_up and member_ejections_total for every
@@ -491,7 +493,7 @@ func (r *poolRow) appendMember(b []byte) []byte {
 		return append(b, Other...)
 	}
 	if ip := r.addr.Addr(); !ip.IsValid() || ip.Zone() != "" {
-		return appendEscaped(b, r.addr.String(), true)
+		return metricsserver.AppendEscaped(b, r.addr.String(), true)
 	}
 	return r.addr.AppendTo(b)
 }

@@ -1,11 +1,9 @@
 package metrics
 
 import (
-	"bufio"
 	"io"
-	"math"
-	"strconv"
-	"strings"
+
+	"github.com/teapot-lb/teapot-lb/api/metricsserver"
 )
 
 // WriteText writes the collector's series in the Prometheus text format
@@ -17,7 +15,7 @@ import (
 func (c *Collector) WriteText(w io.Writer) error {
 	a := c.sum()
 	defer c.keepRecords(a)
-	t := textWriter{w: bufio.NewWriterSize(w, 32<<10)}
+	t := textWriter{metricsserver.NewText(w)}
 
 	listenerFamily := func(f *family, httpOnly bool, sample func(labels []string, s *listenerSums)) {
 		t.family(f, len(a.lkeys))
@@ -75,84 +73,42 @@ func (c *Collector) WriteText(w io.Writer) error {
 	a.pools.each(func(r poolRow) { t.poolSample(famMemberUp.name, &r, r.upValue()) })
 	t.family(famMemberEj, len(a.pools.members))
 	a.pools.each(func(r poolRow) { t.poolSample(famMemberEj.name, &r, float64(r.ejections)) })
-	return t.flush()
+	return t.Flush()
 }
 
-// textWriter writes the Prometheus text format; the first error stops it
-// and is returned by flush.
-type textWriter struct {
-	w   *bufio.Writer
-	buf []byte
-	err error
-}
+// textWriter is the text format writer with the collector's own lines:
+// families by their descriptions, members' lines, histograms.
+type textWriter struct{ *metricsserver.Text }
 
 // family writes a family's HELP and TYPE lines, unless it has no series.
-func (t *textWriter) family(f *family, series int) {
-	if series == 0 || t.err != nil {
-		return
-	}
-	b := append(t.buf[:0], "# HELP "...)
-	b = append(b, f.name...)
-	b = append(b, ' ')
-	b = appendEscaped(b, f.help, false)
-	b = append(b, "\n# TYPE "...)
-	b = append(b, f.name...)
-	b = append(b, ' ')
-	b = append(b, f.typ...)
-	b = append(b, '\n')
-	t.write(b)
-}
+func (t textWriter) family(f *family, series int) { t.Family(f.name, f.help, f.typ, series) }
 
 // sample writes one line: name+suffix{names=values[,extra=extraValue]} v.
-func (t *textWriter) sample(name, suffix string, names, values []string, extra, extraValue string, v float64) {
-	if t.err != nil {
-		return
-	}
-	b := append(t.buf[:0], name...)
-	b = append(b, suffix...)
-	b = append(b, '{')
-	for i, n := range names {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = appendLabel(b, n, values[i])
-	}
-	if extra != "" {
-		if len(names) > 0 {
-			b = append(b, ',')
-		}
-		b = appendLabel(b, extra, extraValue)
-	}
-	b = append(b, "} "...)
-	b = appendFloat(b, v)
-	b = append(b, '\n')
-	t.write(b)
+func (t textWriter) sample(name, suffix string, names, values []string, extra, extraValue string, v float64) {
+	t.Sample(name, suffix, names, values, extra, extraValue, v)
 }
 
 // poolSample writes one line of member_up or member_ejections_total,
 // with the member's address written in place rather than made a string.
-func (t *textWriter) poolSample(name string, r *poolRow, v float64) {
-	if t.err != nil {
-		return
-	}
-	b := append(t.buf[:0], name...)
+func (t textWriter) poolSample(name string, r *poolRow, v float64) {
+	b := append(t.Line(), name...)
 	b = append(b, '{')
 	for i, value := range [...]string{r.tenant, r.lb, r.pool} {
-		b = appendLabel(b, poolLabels[i], value)
+		b = metricsserver.AppendLabel(b, poolLabels[i], value)
 		b = append(b, ',')
 	}
 	b = append(b, poolLabels[3]...)
 	b = append(b, '=', '"')
 	b = r.appendMember(b)
 	b = append(b, "\"} "...)
-	b = appendFloat(b, v)
+	b = metricsserver.AppendFloat(b, v)
 	b = append(b, '\n')
-	t.write(b)
+	t.Write(b)
 }
 
 // histogram writes a histogram's buckets (cumulative, then +Inf), sum and
 // count.
-func (t *textWriter) histogram(f *family, labels []string, h HistogramValues) {
+func (t textWriter) histogram(f *family, labels []string, h HistogramValues) {
 	var cum uint64
 	for i, le := range bucketLabels {
 		if i < len(h.Counts) {
@@ -169,68 +125,7 @@ func (t *textWriter) histogram(f *family, labels []string, h HistogramValues) {
 var bucketLabels = func() []string {
 	out := make([]string, len(Buckets))
 	for i, b := range Buckets {
-		out[i] = string(appendFloat(nil, b.Seconds()))
+		out[i] = string(metricsserver.AppendFloat(nil, b.Seconds()))
 	}
 	return out
 }()
-
-func (t *textWriter) write(b []byte) {
-	t.buf = b
-	if _, err := t.w.Write(b); err != nil {
-		t.err = err
-	}
-}
-
-func (t *textWriter) flush() error {
-	if t.err != nil {
-		return t.err
-	}
-	return t.w.Flush()
-}
-
-func appendLabel(b []byte, name, value string) []byte {
-	b = append(b, name...)
-	b = append(b, '=', '"')
-	b = appendEscaped(b, value, true)
-	return append(b, '"')
-}
-
-// appendEscaped escapes a backslash and a line feed, and in a label value
-// a double quote, as the text format asks.
-func appendEscaped(b []byte, s string, quote bool) []byte {
-	if !strings.ContainsAny(s, "\\\n\"") {
-		return append(b, s...)
-	}
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c == '\\':
-			b = append(b, `\\`...)
-		case c == '\n':
-			b = append(b, `\n`...)
-		case c == '"' && quote:
-			b = append(b, `\"`...)
-		default:
-			b = append(b, c)
-		}
-	}
-	return b
-}
-
-// appendFloat formats v as the text format's encoder does.
-func appendFloat(b []byte, v float64) []byte {
-	switch {
-	case v == 1:
-		return append(b, '1')
-	case v == 0:
-		return append(b, '0')
-	case v == -1:
-		return append(b, "-1"...)
-	case math.IsNaN(v):
-		return append(b, "NaN"...)
-	case math.IsInf(v, +1):
-		return append(b, "+Inf"...)
-	case math.IsInf(v, -1):
-		return append(b, "-Inf"...)
-	}
-	return strconv.AppendFloat(b, v, 'g', -1, 64)
-}
