@@ -547,7 +547,6 @@ func procCPU(tb testing.TB, pid int) time.Duration {
 	return total
 }
 
-// procKiB reads a kB field of /proc/PID/status.
 // allocated reads each host's Go heap allocated since it started
 // (go_memstats_alloc_bytes_total).
 func allocated(b *testing.B, l *vipLab) []float64 {
@@ -600,6 +599,7 @@ func most(a []float64) float64 {
 	return m
 }
 
+// procKiB reads a kB field of /proc/PID/status.
 func procKiB(tb testing.TB, pid int, field string) int64 {
 	tb.Helper()
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
