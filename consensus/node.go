@@ -100,10 +100,13 @@ type Node struct {
 	fsm *fsm
 	// raftp is the running Raft instance: a recovery in place
 	// (RecoverInPlace) replaces it while the host runs; r() reads it.
-	raftp  atomic.Pointer[raft.Raft]
-	snaps  raft.SnapshotStore
-	store  *raftboltdb.BoltStore
-	transp atomic.Pointer[raft.NetworkTransport]
+	raftp atomic.Pointer[raft.Raft]
+	// readTerm is the term in which this host, as leader, saw an entry of
+	// its own committed (see leaderReadIndex); 0: none yet.
+	readTerm atomic.Uint64
+	snaps    raft.SnapshotStore
+	store    *raftboltdb.BoltStore
+	transp   atomic.Pointer[raft.NetworkTransport]
 	// recoverMu keeps Close and RecoverInPlace apart.
 	recoverMu sync.Mutex
 	// observers are registered with every Raft instance the host runs.

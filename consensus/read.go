@@ -55,10 +55,21 @@ func (n *Node) readIndex(ctx context.Context) (uint64, error) {
 }
 
 // leaderReadIndex confirms leadership with a quorum and returns the commit
-// index, which covers every acknowledged write.
+// index, which covers every acknowledged write once the leader has
+// committed an entry of its own term. Until then (right after an election
+// or a restart) its commit index may still be below writes acknowledged
+// in an earlier term, so the first read of a term waits for a barrier:
+// an entry of this term, committed and applied.
 func (n *Node) leaderReadIndex() (uint64, error) {
-	idx := n.r().CommitIndex()
-	if err := n.r().VerifyLeader().Error(); err != nil {
+	r := n.r()
+	if term := r.CurrentTerm(); n.readTerm.Load() != term {
+		if err := r.Barrier(10 * time.Second).Error(); err != nil {
+			return 0, errRetry
+		}
+		n.readTerm.Store(term)
+	}
+	idx := r.CommitIndex()
+	if err := r.VerifyLeader().Error(); err != nil {
 		return 0, errRetry
 	}
 	return idx, nil
