@@ -47,7 +47,11 @@ const (
 	checkMembers    = 1000 // b's HTTPS-checked members, each asking for a client certificate
 	udpSources      = 64   // b's "victims": one flow each
 	udpPerSource    = 4    // 40-byte datagrams each sends
-	udpAmplifyBound = 10   // bytes relayed per byte received, at most
+	// udpAmplifyBound: bytes relayed per byte a source sent, at most. A
+	// flow gets max(4 KiB, 3x) until its source sends again after a reply,
+	// then max(4 KiB, 64x) (proxy/DESIGN.md): a spoofer that keeps
+	// sending gets 64x, not the member's 1,400x.
+	udpAmplifyBound = 70
 	// rsa16384Key is a committed key (generating one takes minutes).
 	rsa16384Key = "testdata/noisy/rsa16384.key"
 )
