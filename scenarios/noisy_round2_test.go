@@ -141,7 +141,7 @@ func startSlowBackend(tb testing.TB, ip string, hold time.Duration) *slowBackend
 // stream wants a member connection; b's budget must bound them.
 func phaseH2FanOut(tb testing.TB, l *noisyLab, b *tenantAgent) []string {
 	slow := startSlowBackend(tb, "127.0.51.4", fanOutHold)
-	host := "h2.b.example"
+	host := noisyHostB // shop-b's name
 	lb := bLB("svc-fanout", []*pb.Listener{{Port: noisyTLSPort, Protocol: "https", Tls: &pb.TLSPolicy{Certificates: []string{"shop-b"}}}},
 		[]*pb.Route{{Host: host, Path: "/", Pool: "web"}}, &pb.BackendPool{Members: memberList(slow.addr)})
 	vip, refused := bUpsert(tb, b, lb)
@@ -156,6 +156,7 @@ func phaseH2FanOut(tb testing.TB, l *noisyLab, b *tenantAgent) []string {
 	}
 	var (
 		ok, failed, connFailed atomic.Int64
+		firstErr               atomic.Value
 		wg                     sync.WaitGroup
 	)
 	ctx, cancel := context.WithTimeout(context.Background(), abuseFor+fanOutHold)
@@ -169,12 +170,14 @@ func phaseH2FanOut(tb testing.TB, l *noisyLab, b *tenantAgent) []string {
 				&tls.Config{ServerName: host, InsecureSkipVerify: true, NextProtos: []string{"h2"}})
 			if err != nil {
 				connFailed.Add(1)
+				firstErr.CompareAndSwap(nil, err.Error())
 				return
 			}
 			defer c.Close()
 			cc, err := tr.NewClientConn(c)
 			if err != nil {
 				connFailed.Add(1)
+				firstErr.CompareAndSwap(nil, err.Error())
 				return
 			}
 			var streams sync.WaitGroup
@@ -186,6 +189,7 @@ func phaseH2FanOut(tb testing.TB, l *noisyLab, b *tenantAgent) []string {
 					resp, err := cc.RoundTrip(req)
 					if err != nil {
 						failed.Add(1)
+						firstErr.CompareAndSwap(nil, err.Error())
 						return
 					}
 					io.Copy(io.Discard, resp.Body)
@@ -201,8 +205,15 @@ func phaseH2FanOut(tb testing.TB, l *noisyLab, b *tenantAgent) []string {
 		}()
 	}
 	wg.Wait()
-	return []string{fmt.Sprintf("%d streams on %d connections (%d not opened): %d answered, %d refused or failed; the member saw at most %d connections at once",
+	notes := []string{fmt.Sprintf("%d streams on %d connections (%d not opened): %d answered, %d refused or failed; the member saw at most %d connections at once",
 		fanOutConns*fanOutStreams, fanOutConns, connFailed.Load(), ok.Load(), failed.Load(), slow.maxOpen.Load())}
+	if e, _ := firstErr.Load().(string); e != "" {
+		notes = append(notes, "first error: "+shorten(e))
+	}
+	if ok.Load() == 0 {
+		tb.Errorf("no stream of b's fan-out was answered: the abuse did not happen")
+	}
+	return notes
 }
 
 // phaseAPIFlood: apiFloodConns connections to the API port that never
