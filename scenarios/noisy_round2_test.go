@@ -34,19 +34,19 @@ import (
 // the data plane (HTTP/2 fan-out, handshakes, regular expressions, health
 // checks, UDP replies) and through the API port without credentials.
 const (
-	fanOutConns     = 200 // b's HTTP/2 connections
-	fanOutStreams   = 100 // concurrent streams on each
-	fanOutHold      = 3 * time.Second
-	apiFloodConns   = 6000 // idle connections to the API port, more than the host's descriptors
-	apiFloodRate    = 2000 // opened per second
-	apiFloodHold    = 5 * time.Second
-	handshakeConns  = 8 // clients doing full handshakes in a loop
-	abuseFor        = 8 * time.Second
-	regexClients    = 16
-	regexRoutes     = 1000
-	checkMembers    = 1000 // b's HTTPS-checked members, each asking for a client certificate
-	udpSources      = 64   // b's "victims": one flow each
-	udpPerSource    = 4    // 40-byte datagrams each sends
+	fanOutConns    = 200 // b's HTTP/2 connections
+	fanOutStreams  = 100 // concurrent streams on each
+	fanOutHold     = 3 * time.Second
+	apiFloodConns  = 6000 // idle connections to the API port, more than the host's descriptors
+	apiFloodRate   = 2000 // opened per second
+	apiFloodHold   = 5 * time.Second
+	handshakeConns = 8 // clients doing full handshakes in a loop
+	abuseFor       = 8 * time.Second
+	regexClients   = 16
+	regexRoutes    = 1000
+	checkMembers   = 1000 // b's HTTPS-checked members, each asking for a client certificate
+	udpSources     = 64   // b's "victims": one flow each
+	udpPerSource   = 4    // 40-byte datagrams each sends
 	// udpAmplifyBound: bytes relayed per byte a source sent, at most. A
 	// flow gets max(4 KiB, 3x) until its source sends again after a reply,
 	// then max(4 KiB, 64x) (proxy/DESIGN.md): a spoofer that keeps
