@@ -93,8 +93,8 @@ func sanitize(tenant string, lb *pb.LoadBalancer, hosts map[netip.AddrPort]strin
 		return nil, fmt.Errorf("upsert without a load balancer: %w", api.ErrInvalid)
 	}
 	if !Managed(lb.GetName()) {
-		return nil, fmt.Errorf("name %q: the agent manages load balancers named %s* and %s*; others belong to the operator: %w",
-			lb.GetName(), ServicePrefix, IngressPrefix, api.ErrForbidden)
+		return nil, fmt.Errorf("name %s: the agent manages load balancers named %s* and %s*; others belong to the operator: %w",
+			api.Excerpt(lb.GetName()), ServicePrefix, IngressPrefix, api.ErrForbidden)
 	}
 	out := &pb.LoadBalancer{
 		Name: lb.GetName(), Tenant: tenant, Vip: lb.GetVip(), Listeners: lb.GetListeners(), Routes: lb.GetRoutes(), Pools: lb.GetPools(),

@@ -437,7 +437,8 @@ type lbCompile struct {
 }
 
 func (b *lbCompile) problem(field, format string, args ...any) {
-	b.problems = append(b.problems, Problem{Field: field, Reason: fmt.Sprintf(format, args...)})
+	// A problem quotes the object's values: at most an excerpt of each.
+	b.problems = append(b.problems, Problem{Field: api.Clip(field, api.MaxFieldPath), Reason: api.Reasonf(format, args...)})
 }
 
 func (b *lbCompile) compile(lb *pb.LoadBalancer, t *tenantInfo, e *entry) {
