@@ -98,7 +98,7 @@ func dnsNameProblem(s string) string {
 	}
 	if l := strings.ToLower(s); l != s {
 		if dnsNameProblem(l) == "" {
-			return fmt.Sprintf("%s must be lowercase; use %s", Excerpt(s), Excerpt(l))
+			return fmt.Sprintf("%s must be lowercase; use %s", Excerpt(s), Clip(l, MaxQuoted))
 		}
 	}
 	for _, label := range strings.Split(s, ".") {

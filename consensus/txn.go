@@ -136,6 +136,7 @@ func validate(o *pb.Object, c api.Catalog) error {
 				errs = append(errs, api.FieldError{Field: "heartbeatAddr", Reason: "must be IP:port"})
 			}
 		}
+		errs = append(errs, api.CheckNodeServices(n)...)
 		if len(errs) > 0 {
 			return &api.ValidationError{Ref: api.RefString(api.RefOf(o)), Errors: errs}
 		}

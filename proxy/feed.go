@@ -59,7 +59,7 @@ func (f *Feed) Apply(writes iter.Seq2[*pb.ObjectRef, *pb.Object], revision uint6
 	var ch snapshot.Change
 	for ref, obj := range writes {
 		switch ref.GetKind() {
-		case api.KindLoadBalancer, api.KindTenant, api.KindVIPPool:
+		case api.KindLoadBalancer, api.KindTenant, api.KindVIPPool, api.KindNode:
 			if obj == nil {
 				ch.Deleted = append(ch.Deleted, ref)
 			} else {

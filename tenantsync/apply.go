@@ -45,7 +45,7 @@ func (s *Server) applyChange(ctx context.Context, st *stream, ch *pb.SyncChange)
 		}
 		seen[name] = true
 	}
-	hosts := s.hostAddrs()
+	hosts := s.hostPorts()
 	var objs []*pb.Object
 	var versions []string
 	for _, up := range ch.GetUpserts() {

@@ -23,8 +23,8 @@ import (
 
 // startObservedHost is startHost with the host's events wired as serve
 // wires them: the tenant stream's refusals go into the ring that the
-// admin API's Events reads.
-func startObservedHost(t *testing.T) *host {
+// admin API's Events reads. with, when not nil, adds to the host's config.
+func startObservedHost(t *testing.T, with func(*consensus.Config)) *host {
 	t.Helper()
 	addr := freeAddr(t)
 	ln, err := net.Listen("tcp", addr)
@@ -34,10 +34,14 @@ func startObservedHost(t *testing.T) *host {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	obs := observe.NewHost("n1")
-	node, err := consensus.Open(ctx, consensus.Config{
+	cfg := consensus.Config{
 		DataDir: t.TempDir(), NodeID: "n1", RaftAddr: freeAddr(t), APIAddr: addr, Logger: logger(),
 		Observe: obs.Observe, Event: obs.Events().Add,
-	})
+	}
+	if with != nil {
+		with(&cfg)
+	}
+	node, err := consensus.Open(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +69,7 @@ func startObservedHost(t *testing.T) *host {
 // quote a short excerpt of each, and the host's events stay small: the
 // admin API lists every one of 200 such refusals in one message.
 func TestRefusalsQuoteAnExcerptOfLongValues(t *testing.T) {
-	h := startObservedHost(t)
+	h := startObservedHost(t, nil)
 	h.seed(t)
 	acme := h.open(t, "acme")
 	long := strings.Repeat("é", 50<<10) // 100 KB, two bytes a character
