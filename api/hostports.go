@@ -81,7 +81,7 @@ func (h *HostPorts) AddNode(n *pb.Node) {
 		if !ok {
 			return
 		}
-		what := fmt.Sprintf("the %s port of LB host %s", name, Clip(n.GetId(), MaxQuoted))
+		what := fmt.Sprintf("a service port of LB host %s (%s)", Clip(n.GetId(), MaxQuoted), Clip(name, MaxQuoted))
 		if a.IsUnspecified() {
 			h.every[port] = append(h.every[port], everyAddr{what: what, addrs: addrs})
 			return
@@ -113,8 +113,8 @@ func parseServiceAddr(s string) (netip.Addr, uint16, bool) {
 	return ap.Addr().Unmap().WithZone(""), ap.Port(), true
 }
 
-// Owner names the host service that ap reaches ("the metrics port of LB
-// host n1"), or returns "".
+// Owner names the host service that ap reaches ("a service port of LB
+// host n1 (metrics)"), or returns "".
 func (h *HostPorts) Owner(ap netip.AddrPort) string {
 	if h == nil {
 		return ""

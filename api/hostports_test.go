@@ -29,22 +29,22 @@ func TestHostPortsNeverMembersNorCheckedPorts(t *testing.T) {
 		hc     uint32
 		want   string // "" accepted
 	}{
-		{"10.20.0.5:7443", 0, "api port of LB host n1"},       // 0.0.0.0: every address of n1
-		{"[fd00:20::5]:7443", 0, "api port of LB host n1"},    // and of both families
-		{"127.0.0.1:7443", 0, "api port of LB host n1"},       // and loopback
-		{"10.20.0.6:7443", 0, "api port of LB host n2"},       // n2's own, exact
-		{"10.20.0.6:7300", 0, "raft port of LB host n2"},      //
-		{"10.20.0.5:7946", 0, "heartbeat port of LB host n1"}, //
-		{"127.0.0.1:9300", 0, "metrics port of LB host n1"},   // the loopback metrics and profiles
-		{"10.20.0.5:9443", 0, "web port of LB host n1"},       // the dashboard on ::
-		{"10.20.0.5:179", 0, "bgp port of LB host n1"},        //
-		{"10.20.0.6:9301", 0, "metrics port of LB host n2"},   // ":port" is every address; n2's own are its services'
-		{"10.20.0.5:80", 9300, ""},                            // 10.20.0.5:9300 is no service (metrics is on loopback)
-		{"127.0.0.1:80", 9300, "healthCheck.port 9300"},       // a check on a host port
-		{"10.20.0.6:80", 7300, "healthCheck.port 7300"},       //
-		{"10.20.0.5:8080", 0, ""},                             // the host's address, another port
-		{"10.20.0.7:7443", 0, ""},                             // another address, the API's port
-		{"127.0.0.2:9300", 0, ""},                             // a listener on 127.0.0.1 only
+		{"10.20.0.5:7443", 0, "service port of LB host n1 (api)"},       // 0.0.0.0: every address of n1
+		{"[fd00:20::5]:7443", 0, "service port of LB host n1 (api)"},    // and of both families
+		{"127.0.0.1:7443", 0, "service port of LB host n1 (api)"},       // and loopback
+		{"10.20.0.6:7443", 0, "service port of LB host n2 (api)"},       // n2's own, exact
+		{"10.20.0.6:7300", 0, "service port of LB host n2 (raft)"},      //
+		{"10.20.0.5:7946", 0, "service port of LB host n1 (heartbeat)"}, //
+		{"127.0.0.1:9300", 0, "service port of LB host n1 (metrics)"},   // the loopback metrics and profiles
+		{"10.20.0.5:9443", 0, "service port of LB host n1 (web)"},       // the dashboard on ::
+		{"10.20.0.5:179", 0, "service port of LB host n1 (bgp)"},        //
+		{"10.20.0.6:9301", 0, "service port of LB host n2 (metrics)"},   // ":port" is every address; n2's own are its services'
+		{"10.20.0.5:80", 9300, ""},                                      // 10.20.0.5:9300 is no service (metrics is on loopback)
+		{"127.0.0.1:80", 9300, "healthCheck.port 9300"},                 // a check on a host port
+		{"10.20.0.6:80", 7300, "healthCheck.port 7300"},                 //
+		{"10.20.0.5:8080", 0, ""},                                       // the host's address, another port
+		{"10.20.0.7:7443", 0, ""},                                       // another address, the API's port
+		{"127.0.0.2:9300", 0, ""},                                       // a listener on 127.0.0.1 only
 	} {
 		lb := shopLB()
 		lb.Pools["web"].Members = []*pb.Member{{Address: tc.member}}

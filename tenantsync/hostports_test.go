@@ -53,14 +53,14 @@ func TestMembersNeverAHostsOwnService(t *testing.T) {
 		lb   *pb.LoadBalancer
 		want string // "" accepted
 	}{
-		{acme, tcpLB("svc-metrics", &pb.VIPRequest{Pool: "public"}, "10.20.0.5:9300"), "metrics port of LB host n1"},
-		{beta, tcpLB("svc-metrics-other-addr", &pb.VIPRequest{Pool: "public"}, "10.30.0.5:9300"), "metrics port of LB host n1"},
-		{beta, tcpLB("svc-metrics-loopback", &pb.VIPRequest{Pool: "public"}, "127.0.0.1:9300"), "metrics port of LB host n1"},
-		{beta, tcpLB("svc-metrics-loopback2", &pb.VIPRequest{Pool: "public"}, "127.0.0.2:9300"), "metrics port of LB host n1"},
-		{acme, tcpLB("svc-web", &pb.VIPRequest{Pool: "public"}, "10.20.0.5:9443"), "web port of LB host n1"},
-		{acme, tcpLB("svc-bgp", &pb.VIPRequest{Pool: "public"}, "10.20.0.5:179"), "bgp port of LB host n1"},
-		{acme, tcpLB("svc-heartbeat", &pb.VIPRequest{Pool: "public"}, "10.20.0.5:7946"), "heartbeat port of LB host n1"},
-		{beta, tcpLB("svc-raft", &pb.VIPRequest{Pool: "public"}, raft), "raft port of LB host n1"},
+		{acme, tcpLB("svc-metrics", &pb.VIPRequest{Pool: "public"}, "10.20.0.5:9300"), "service port of LB host n1 (metrics)"},
+		{beta, tcpLB("svc-metrics-other-addr", &pb.VIPRequest{Pool: "public"}, "10.30.0.5:9300"), "service port of LB host n1 (metrics)"},
+		{beta, tcpLB("svc-metrics-loopback", &pb.VIPRequest{Pool: "public"}, "127.0.0.1:9300"), "service port of LB host n1 (metrics)"},
+		{beta, tcpLB("svc-metrics-loopback2", &pb.VIPRequest{Pool: "public"}, "127.0.0.2:9300"), "service port of LB host n1 (metrics)"},
+		{acme, tcpLB("svc-web", &pb.VIPRequest{Pool: "public"}, "10.20.0.5:9443"), "service port of LB host n1 (web)"},
+		{acme, tcpLB("svc-bgp", &pb.VIPRequest{Pool: "public"}, "10.20.0.5:179"), "service port of LB host n1 (bgp)"},
+		{acme, tcpLB("svc-heartbeat", &pb.VIPRequest{Pool: "public"}, "10.20.0.5:7946"), "service port of LB host n1 (heartbeat)"},
+		{beta, tcpLB("svc-raft", &pb.VIPRequest{Pool: "public"}, raft), "service port of LB host n1 (raft)"},
 		{acme, checked(tcpLB("svc-check-metrics", &pb.VIPRequest{Pool: "public"}, "10.20.0.5:8080"), 9300), "healthCheck.port 9300"},
 		{beta, checked(tcpLB("svc-check-raft", &pb.VIPRequest{Pool: "public"}, "127.0.0.1:8080"), uint32(raftPort)), "healthCheck.port"},
 		// The host's address on a port of no service of its own, and

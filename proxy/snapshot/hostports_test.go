@@ -40,7 +40,7 @@ func TestMembersNeverDialAHostsOwnService(t *testing.T) {
 	for _, p := range problemsOf(s, "acme/shop") {
 		why = append(why, p.Field+": "+p.Reason)
 	}
-	for i, want := range []string{"metrics port of LB host n1", "api port of LB host n1", "virtual IP and port 9300 is the metrics port"} {
+	for i, want := range []string{"service port of LB host n1 (metrics)", "service port of LB host n1 (api)", "virtual IP and port 9300 is a service port of LB host n1 (metrics)"} {
 		if i >= len(why) || !strings.Contains(why[i], want) {
 			t.Errorf("problem %d: %v, want %q", i, why, want)
 		}
