@@ -28,6 +28,10 @@ type Catalog interface {
 // health-checked members.
 type TenantUsage struct {
 	LoadBalancers, Addresses, Listeners, Routes, Members, HealthChecks int
+	// StoredBytes are the encoded bytes of everything the tenant stores:
+	// its load balancers, certificates and uploaded certificates' keys
+	// (kept by the UsageIndex of the store; LoadBalancerUsage leaves it 0).
+	StoredBytes int64
 }
 
 // UsageIndex is implemented by a Catalog that keeps each tenant's usage up
@@ -54,6 +58,7 @@ func (u *TenantUsage) Add(o TenantUsage) {
 	u.Routes += o.Routes
 	u.Members += o.Members
 	u.HealthChecks += o.HealthChecks
+	u.StoredBytes += o.StoredBytes
 }
 
 // Sub takes o from u.
@@ -64,4 +69,5 @@ func (u *TenantUsage) Sub(o TenantUsage) {
 	u.Routes -= o.Routes
 	u.Members -= o.Members
 	u.HealthChecks -= o.HealthChecks
+	u.StoredBytes -= o.StoredBytes
 }

@@ -56,6 +56,7 @@ var rules = map[string]rule{
 	"teapot.v1.Quotas.routes":                   {doc: "Routes over all the tenant's load balancers, counted as in routesPerLb.", def: quotaDefault((*pb.Quotas).GetRoutes)},
 	"teapot.v1.Quotas.members":                  {doc: "Members over all the tenant's load balancers.", def: quotaDefault((*pb.Quotas).GetMembers)},
 	"teapot.v1.Quotas.health_checks":            {def: quotaDefault((*pb.Quotas).GetHealthChecks)},
+	"teapot.v1.Quotas.stored_bytes":             {doc: "Encoded bytes of everything the tenant stores: its load balancers, certificates and uploaded keys. Every LB host keeps all of it in memory and in its Raft log; a write that takes the total over it is refused.", def: fmt.Sprintf("%d (%d MiB)", api.DefaultStoredBytes, api.DefaultStoredBytes>>20)},
 	"teapot.v1.Quotas.connections":              {def: "derived on each LB host from its descriptor limit"},
 	"teapot.v1.Quotas.connections_per_listener": {def: "derived on each LB host from its descriptor limit"},
 
@@ -153,7 +154,7 @@ var rules = map[string]rule{
 	"teapot.v1.BackendPool":                  {doc: "A set of members traffic is balanced over."},
 	"teapot.v1.BackendPool.algorithm":        {doc: "How a member is chosen for a connection or request.", def: "round-robin", enum: []string{"round-robin", "least-request", "hash"}},
 	"teapot.v1.BackendPool.hash_on":          {doc: "What algorithm hash hashes: client-ip or header:NAME.", def: "client-ip", limits: fmt.Sprintf("algorithm hash only; header names at most %d bytes", api.MaxHeaderNameLen), example: "header:X-User"},
-	"teapot.v1.BackendPool.members":          {doc: "Where traffic goes: \"IP:port\", or {address, weight}.", limits: "at most quotas.membersPerPool (default " + quotaDefault((*pb.Quotas).GetMembersPerPool) + "); inside the tenant's networks; never a VIP or an LB host's service port", example: "[10.20.0.11:30080, {address: \"10.20.0.12:30080\", weight: 2}]"},
+	"teapot.v1.BackendPool.members":          {doc: "Where traffic goes: \"IP:port\", or {address, weight}.", limits: "at most quotas.membersPerPool (default " + quotaDefault((*pb.Quotas).GetMembersPerPool) + "); inside the tenant's networks; never a VIP or an LB host's own port (API, Raft, heartbeat, metrics and profiling, dashboard, BGP), nor checked on one", example: "[10.20.0.11:30080, {address: \"10.20.0.12:30080\", weight: 2}]"},
 	"teapot.v1.BackendPool.health_check":     {doc: "Active health check of every member: tcp, http or https (one of them)."},
 	"teapot.v1.BackendPool.proxy_protocol":   {doc: "Send the client's address to the members in a PROXY protocol header.", def: "none", enum: []string{"v1", "v2"}, limits: "not for pools of udp listeners"},
 	"teapot.v1.BackendPool.backend_protocol": {doc: "Protocol towards the members (http and https listeners): HTTP/1.1, HTTP/2 without TLS, HTTP/1.1 over TLS, or HTTP/2 over TLS (ALPN h2).", def: "http1", enum: []string{"http1", "h2c", "tls", "h2"}},
