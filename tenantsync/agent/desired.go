@@ -33,6 +33,8 @@ type desiredSet struct {
 	byName map[string]*translate.Desired
 	nameOf map[objKey]string
 	dirty  map[objKey]bool
+	// held are the names the LB cluster holds (hold).
+	held   map[string]bool
 	all    bool
 	notify chan struct{}
 }
@@ -269,17 +271,17 @@ func (s *desiredSet) update(k objKey, d *translate.Desired) bool {
 		return true
 	}
 	name := d.LB.GetName()
-	if holder := s.byName[name]; holder != nil && keyOf(holder.Source) != k {
-		prefix := tenantsync.ServicePrefix
-		switch k.kind {
-		case translate.KindIngress:
-			prefix = tenantsync.IngressPrefix
-		case translate.KindGateway:
-			prefix = tenantsync.GatewayPrefix
-		}
-		d.LB.Name = tenantsync.HashedName(prefix, k.kind, k.ns, k.name)
+	unique := uniqueName(k)
+	holder := s.byName[name]
+	if old == unique || s.held[unique] || (holder != nil && keyOf(holder.Source) != k) {
+		// The plain name is another object's (namespace a-b Service c
+		// and namespace a Service b-c both read svc-a-b-c), or this
+		// object had to leave it before: the name only it can have, kept
+		// from then on so that its load balancer (and VIP) is not renamed
+		// when the other object goes.
+		d.LB.Name = unique
 		d.Version = tenantsync.Version(d.LB)
-		name = d.LB.Name
+		name = unique
 	}
 	if old != "" && old != name {
 		delete(s.byName, old)
@@ -289,6 +291,35 @@ func (s *desiredSet) update(k objKey, d *translate.Desired) bool {
 	s.nameOf[k] = name
 	return prev == nil || prev.Version != d.Version || !slices.Equal(prev.Warnings, d.Warnings) ||
 		!slices.Equal(prev.NodePorts, d.NodePorts) || prev.Refused != d.Refused || !reflect.DeepEqual(prev.Gateway, d.Gateway)
+}
+
+// uniqueName is the load balancer name of k that no other object's can
+// be (tenantsync.UniqueName).
+func uniqueName(k objKey) string {
+	prefix := tenantsync.ServicePrefix
+	switch k.kind {
+	case translate.KindIngress:
+		prefix = tenantsync.IngressPrefix
+	case translate.KindGateway:
+		prefix = tenantsync.GatewayPrefix
+	}
+	return tenantsync.UniqueName(prefix, k.kind, k.ns, k.name)
+}
+
+// hold records the managed load balancer names the LB cluster holds (a
+// welcome), so that an object whose load balancer has its unique name
+// keeps it after the agent restarts. A name the set does not give yet
+// makes everything dirty.
+func (s *desiredSet) hold(names []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.held = map[string]bool{}
+	for _, n := range names {
+		s.held[n] = true
+		if _, given := s.byName[n]; !given {
+			s.all = true
+		}
+	}
 }
 
 // versions returns the load balancers to ask the LB cluster for, by
