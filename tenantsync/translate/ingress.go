@@ -72,6 +72,15 @@ func Ingress(ing *networkingv1.Ingress, src Sources, o Options) *Desired {
 				}
 			}
 		}
+		secrets := 0
+		for _, t := range ing.Spec.TLS {
+			if t.SecretName != "" {
+				secrets++
+			}
+		}
+		if secrets > 0 {
+			d.Warnings = append(d.Warnings, fmt.Sprintf("spec.tls: %d secretName entries are not read: the https listener serves certificates from ACME for the rules' hosts, or the uploaded ones %s names", secrets, AnnotationTLSCertificates))
+		}
 		lb.Listeners = append(lb.Listeners, &pb.Listener{Port: 443, Protocol: "https", Tls: tls})
 		httpL.RedirectToHttps = parseBool(ing.Annotations[AnnotationSSLRedirect])
 	}
