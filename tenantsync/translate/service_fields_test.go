@@ -1,12 +1,14 @@
 package translate_test
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/teapot-lb/teapot-lb/api"
 	"github.com/teapot-lb/teapot-lb/tenantsync/translate"
 )
 
@@ -94,6 +96,16 @@ func TestServiceFieldsHonouredOrRefused(t *testing.T) {
 			}
 			if got := d.LB.GetVip().GetFamily(); got != tt.family {
 				t.Errorf("VIP family %q, want %q", got, tt.family)
+			}
+			// The LB cluster takes the pools and the VIP request (the
+			// tenant and VIP pool are not in this test's catalog).
+			var ve *api.ValidationError
+			if err := api.ValidateLoadBalancer(d.LB, nil); errors.As(err, &ve) {
+				for _, fe := range ve.Errors {
+					if strings.HasPrefix(fe.Field, "pools") || strings.HasPrefix(fe.Field, "vip.family") {
+						t.Errorf("the LB cluster refuses the load balancer: %s: %s", fe.Field, fe.Reason)
+					}
+				}
 			}
 		})
 	}
