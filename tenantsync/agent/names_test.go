@@ -5,6 +5,9 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
 	"github.com/teapot-lb/teapot-lb/tenantsync"
 	"github.com/teapot-lb/teapot-lb/tenantsync/translate"
 )
@@ -74,4 +77,65 @@ func keys[V any](m map[string]V) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// TestUpgradeKeepsTheVIPOfARenamedLoadBalancer: an older agent gave
+// Service a-b/c, whose plain name Service a/b-c held, the 32-bit hashed
+// name; this agent gives it its unique name, and the new load balancer
+// asks for the old one's VIP (the same sync removes the old one first),
+// until the cluster reports the new one's address. When another object
+// wants the old name (a Service named to spell it), the VIP is not
+// carried.
+func TestUpgradeKeepsTheVIPOfARenamedLoadBalancer(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	older := tenantsync.HashedName(tenantsync.ServicePrefix, translate.KindService, "a-b", "c")
+	unique := "svc--a-b-c-" + tenantsync.Hash64(translate.KindService, "a-b", "c")
+	o := translate.Options{DefaultPool: "public"}
+	k := objKey{translate.KindService, "a-b", "c"}
+	for _, spoofed := range []bool{false, true} {
+		objs := []*corev1.Service{lbService("a", "b-c", t0), lbService("a-b", "c", t0.Add(time.Hour))}
+		if spoofed {
+			objs = append(objs, lbService("a", strings.TrimPrefix(older, "svc-a-"), t0.Add(time.Minute)))
+		}
+		var ros []runtime.Object
+		for _, o := range objs {
+			ros = append(ros, o)
+		}
+		src, _ := sources(t, ros...)
+		cluster := map[string]string{"svc-a-b-c": "192.0.2.1", older: "192.0.2.2"}
+		s := newDesiredSet()
+		s.addr = func(n string) string { return cluster[n] }
+		s.hold([]string{"svc-a-b-c", older})
+		s.recompute(src, o)
+		d, name := s.lookup(k)
+		if name != unique {
+			t.Fatalf("spoofed %t: a-b/c is %q, want %q", spoofed, name, unique)
+		}
+		want := "192.0.2.2"
+		if spoofed {
+			want = "" // the old name is another object's: its VIP is not ours to take
+		}
+		if got := d.LB.GetVip().GetAddress(); got != want || d.Version != tenantsync.Version(d.LB) {
+			t.Errorf("spoofed %t: %s asks for %q (version %s), want %q", spoofed, name, got, d.Version, want)
+		}
+		if _, kept := s.versions()[older]; kept != spoofed {
+			t.Errorf("spoofed %t: %s still desired: %t", spoofed, older, kept)
+		}
+		if d, _ := s.lookup(objKey{translate.KindService, "a", "b-c"}); d.LB.GetVip().GetAddress() != "" {
+			t.Errorf("a/b-c asks for %q", d.LB.GetVip().GetAddress())
+		}
+		if spoofed {
+			continue
+		}
+		// The cluster created the new load balancer on the old VIP and
+		// removed the old one: the request is dropped.
+		delete(cluster, older)
+		cluster[unique] = "192.0.2.2"
+		s.markAll()
+		s.recompute(src, o)
+		if d, name := s.lookup(k); name != unique || d.LB.GetVip().GetAddress() != "" {
+			t.Errorf("after the rename, %s asks for %q, want no address (the LB keeps its own)", name, d.LB.GetVip().GetAddress())
+		}
+	}
 }
