@@ -85,7 +85,7 @@ var ingressFields = []Field{
 	{"spec.defaultBackend.service", Honoured, "the pool of the Service's port", true},
 	{"spec.defaultBackend.resource", Refused, "resource backends are not supported: left out, with a warning", true},
 	{"spec.tls", Honoured, "any entry adds an https listener on 443", false},
-	{"spec.tls[].hosts", HonouredInPart, "certificates are obtained by ACME for the hosts of the rules, not the hosts listed here", false},
+	{"spec.tls[].hosts", HonouredInPart, "any entry turns on https for the rules' hosts (ACME certificates for them); a host listed here that no rule has gets no certificate, and a warning says so", false},
 	{"spec.tls[].secretName", Refused, "the Secret is not read: the https listener serves ACME certificates, or the uploaded ones teapot-lb.io/tls-certificates names (a warning says so)", false},
 	{"spec.rules", Honoured, "one route per path", false},
 	{"spec.rules[].host", Honoured, "the routes' host", false},

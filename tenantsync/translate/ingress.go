@@ -78,6 +78,21 @@ func Ingress(ing *networkingv1.Ingress, src Sources, o Options) *Desired {
 				secrets++
 			}
 		}
+		ruleHosts := map[string]bool{}
+		for _, r := range ing.Spec.Rules {
+			ruleHosts[r.Host] = true
+		}
+		var stray []string
+		for _, t := range ing.Spec.TLS {
+			for _, h := range t.Hosts {
+				if !ruleHosts[h] && !slices.Contains(stray, h) {
+					stray = append(stray, h)
+				}
+			}
+		}
+		if len(stray) > 0 {
+			d.Warnings = append(d.Warnings, fmt.Sprintf("spec.tls[].hosts: %d hosts (%.64q first) have no rule: the https listener obtains certificates for the rules' hosts only; add a rule for them", len(stray), stray[0]))
+		}
 		if secrets > 0 {
 			d.Warnings = append(d.Warnings, fmt.Sprintf("spec.tls: %d secretName entries are not read: the https listener serves certificates from ACME for the rules' hosts, or the uploaded ones %s names", secrets, AnnotationTLSCertificates))
 		}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/teapot-lb/teapot-lb/api"
@@ -108,5 +109,26 @@ func TestServiceFieldsHonouredOrRefused(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestIngressTLSFieldsNotReadAreWarned: an Ingress's tls secretName is
+// not read and a TLS host without a rule gets no certificate; each is a
+// warning naming the field.
+func TestIngressTLSFieldsNotReadAreWarned(t *testing.T) {
+	t.Parallel()
+	ing := ingress("shop", "main", func(i *networkingv1.Ingress) {
+		i.Spec.TLS = []networkingv1.IngressTLS{{Hosts: []string{"shop.acme.example", "www.acme.example"}, SecretName: "shop-tls"}}
+	})
+	objs := append(append([]runtime.Object{class("teapot", translate.IngressController, false), ing}, nodes...), backendServices()...)
+	d := translate.Ingress(ing, sources(t, objs...), translate.Options{DefaultPool: "public"})
+	want := []string{`spec.tls[].hosts: 1 hosts ("www.acme.example" first) have no rule`, "spec.tls: 1 secretName entries are not read"}
+	if len(d.Warnings) != len(want) {
+		t.Fatalf("warnings %q; want %d", d.Warnings, len(want))
+	}
+	for i, w := range want {
+		if !strings.Contains(d.Warnings[i], w) {
+			t.Errorf("warning %q; want it to say %q", d.Warnings[i], w)
+		}
 	}
 }
