@@ -112,7 +112,8 @@ func Hash64(parts ...string) string {
 
 // Key is a map key (a pool of a load balancer) for a tuple of parts: a
 // readable part and Hash64 of kind and parts. It ends in 16 hex digits,
-// so it is never a key that ends in a port number or a word.
+// so it never reads as a NAME-PORT key (a port has at most 5 digits) or
+// one ending in -h2c, and two keys meet only if SHA-256 does.
 func Key(readable, kind string, parts ...string) string {
 	suffix := "-" + Hash64(append([]string{kind}, parts...)...)
 	readable = clean(readable)
