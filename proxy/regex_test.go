@@ -1,0 +1,162 @@
+package proxy
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+	"github.com/teapot-lb/teapot-lb/proxy/l7"
+)
+
+// twoTenants is the lab with tenants a and b (loopback networks and
+// VIPs) and their load balancers.
+func twoTenants(lbs ...*pb.LoadBalancer) []*pb.Object {
+	out := []*pb.Object{
+		{Kind: &pb.Object_VipPool{VipPool: &pb.VIPPool{Name: "lab", Cidrs: []string{"127.0.0.0/8"}, Mode: "static"}}},
+	}
+	for _, n := range []string{"a", "b"} {
+		out = append(out, &pb.Object{Kind: &pb.Object_Tenant{Tenant: &pb.Tenant{Name: n, Domains: []string{n + ".example"},
+			Networks: []string{"127.0.0.0/8"}}}})
+	}
+	for _, lb := range lbs {
+		out = append(out, &pb.Object{Kind: &pb.Object_LoadBalancer{LoadBalancer: lb}})
+	}
+	return out
+}
+
+// hostileRegexLB is tenant b's load balancer: regular expressions at the
+// per-LB instruction budget that keep hundreds of threads alive on every
+// byte of a path (about 17 ms of a core per 1 KiB path), in front of a
+// catch-all.
+func hostileRegexLB(vip string, port int, member string) *pb.LoadBalancer {
+	lb := l4LB("regex", vip, port, "http", member)
+	lb.Tenant = "b"
+	lb.Listeners[0].Pool = ""
+	for i := range 4 {
+		lb.Routes = append(lb.Routes, &pb.Route{Path: fmt.Sprintf("/(?:[a-z/]?){240}x{9}%d", i), PathType: "regex", Pool: "app"})
+	}
+	lb.Routes = append(lb.Routes, &pb.Route{Path: "/", Pool: "app"})
+	return lb
+}
+
+// latencies times n sequential requests to url, one every 5 ms.
+func latencies(t *testing.T, c *http.Client, url string, n int) []time.Duration {
+	t.Helper()
+	out := make([]time.Duration, 0, n)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for range n {
+		<-tick.C
+		start := time.Now()
+		resp, err := c.Get(url)
+		if err != nil {
+			t.Fatalf("tenant a: %v", err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("tenant a: %s", resp.Status)
+		}
+		out = append(out, time.Since(start))
+	}
+	slices.Sort(out)
+	return out
+}
+
+func pct(d []time.Duration, p int) time.Duration { return d[(len(d)-1)*p/100] }
+
+// TestRegexRoutesDoNotSlowOtherTenants: tenant b's regex routes, at the
+// bounds the API allows, hammered by 8 clients over real sockets (160
+// requests a second of 1 KiB paths: about 2.7 cores of matching without a
+// budget) leave tenant a's latency near its quiet baseline: b's matching
+// is charged to its regex CPU budget (quotas.regexCpuMillicores, 100
+// thousandths of a core by default), and once it is spent b's requests
+// that need a regex get 429 at once.
+func TestRegexRoutesDoNotSlowOtherTenants(t *testing.T) {
+	member := startHTTPMember(t)
+	p, _ := newProxy(t, Config{HTTP: NewHTTP(l7.New(l7.Config{}), nil)})
+	port := freePort(t)
+	a := l4LB("plain", "127.0.0.2", port, "http", member)
+	a.Tenant = "a"
+	a.Listeners[0].Pool = ""
+	a.Routes = []*pb.Route{{Path: "/", Pool: "app"}}
+	if err := p.Update(twoTenants(a, hostileRegexLB("127.0.0.3", port, member)), 1); err != nil {
+		t.Fatal(err)
+	}
+	for lb, ps := range p.StatusOf([]string{"a/plain", "b/regex"}) {
+		if len(ps) > 0 {
+			t.Fatalf("%s: %v", lb, ps)
+		}
+	}
+	client := &http.Client{Timeout: 10 * time.Second}
+	urlA := "http://" + vipAddr("127.0.0.2", port) + "/api/v1/items"
+	long := "/" + strings.Repeat("abcdefghi/", 102)[:1020]
+	urlB := "http://" + vipAddr("127.0.0.3", port) + long
+
+	latencies(t, client, urlA, 50) // warm up
+	quiet := latencies(t, client, urlA, 400)
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var ok, refused, other atomic.Int64
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := &http.Client{Timeout: 30 * time.Second}
+			tick := time.NewTicker(50 * time.Millisecond) // 20 requests a second each
+			defer tick.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-tick.C:
+				}
+				resp, err := c.Get(urlB)
+				if err != nil {
+					other.Add(1)
+					continue
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				switch resp.StatusCode {
+				case 200:
+					ok.Add(1)
+				case 429:
+					if resp.Header.Get("Retry-After") == "" {
+						t.Errorf("429 without Retry-After")
+					}
+					refused.Add(1)
+				default:
+					other.Add(1)
+				}
+			}
+		}()
+	}
+	eventually(t, "tenant b's regex budget to be spent", func() bool { return p.RegexRefused("b") > 0 })
+	abused := latencies(t, client, urlA, 400)
+	close(stop)
+	wg.Wait()
+
+	qp50, qp99, ap50, ap99 := pct(quiet, 50), pct(quiet, 99), pct(abused, 50), pct(abused, 99)
+	t.Logf("tenant a quiet p50 %v p99 %v; with b's regex routes hammered p50 %v p99 %v; b: %d served, %d refused (429), %d other",
+		qp50, qp99, ap50, ap99, ok.Load(), refused.Load(), other.Load())
+	// Generous for a loaded 2-core machine under -race: without the
+	// budget a's p50 rises past 20 ms here.
+	if limit := max(3*qp50, qp50+10*time.Millisecond); ap50 > limit {
+		t.Errorf("tenant a's p50 went from %v to %v (limit %v)", qp50, ap50, limit)
+	}
+	if limit := max(3*qp99, qp99+50*time.Millisecond); ap99 > limit {
+		t.Errorf("tenant a's p99 went from %v to %v (limit %v)", qp99, ap99, limit)
+	}
+	if ok.Load() == 0 || refused.Load() == 0 {
+		t.Errorf("tenant b: %d served, %d refused; want both (the budget serves some, refuses the rest)", ok.Load(), refused.Load())
+	}
+}
