@@ -160,3 +160,73 @@ func TestRegexRoutesDoNotSlowOtherTenants(t *testing.T) {
 		t.Errorf("tenant b: %d served, %d refused; want both (the budget serves some, refuses the rest)", ok.Load(), refused.Load())
 	}
 }
+
+// The budget lets a tenant spend its millicores of a core on regexes,
+// after a burst of regexBurst of budget time, and refuses past that
+// until time refills it; a tenant's quota sets the rate.
+func TestRegexBudgetRate(t *testing.T) {
+	t.Parallel()
+	b := &regexBudget{}
+	b.millicores.Store(100) // a tenth of a core
+	ms := int64(time.Millisecond)
+	now := int64(0)
+	n := 0
+	for b.reserve(now, ms) {
+		n++
+	}
+	// 1 ms of CPU is 10 ms of budget time: 20 fit in the 200 ms burst,
+	// and one more starts at its edge.
+	if n != 21 {
+		t.Errorf("%d lookups of 1 ms in a burst, want 21", n)
+	}
+	now += 100 * ms // a tenth of a core for 100 ms: 10 ms of CPU
+	for n = 0; b.reserve(now, ms); n++ {
+	}
+	if n != 10 {
+		t.Errorf("%d lookups of 1 ms after 100 ms, want 10", n)
+	}
+	b.settle(ms, 0) // a lookup that took nothing gives its reservation back
+	if !b.reserve(now, ms) {
+		t.Error("settling did not give the reservation back")
+	}
+	b.millicores.Store(1000) // a whole core: 1 ms of CPU is 1 ms of budget time
+	now += 1000 * ms
+	for n = 0; b.reserve(now, ms); n++ {
+	}
+	if n != 201 {
+		t.Errorf("%d lookups at 1000 millicores, want 201", n)
+	}
+}
+
+// quotas.regexCpuMillicores reaches the tenant's budget on the host.
+func TestRegexBudgetFollowsTheQuota(t *testing.T) {
+	member := startHTTPMember(t)
+	p, _ := newProxy(t, Config{HTTP: NewHTTP(l7.New(l7.Config{}), nil)})
+	port := freePort(t)
+	objs := twoTenants(hostileRegexLB("127.0.0.3", port, member))
+	if err := p.Update(objs, 1); err != nil {
+		t.Fatal(err)
+	}
+	budget := func() int64 {
+		v, _ := p.regexBudgets.Load("b")
+		if v == nil {
+			return -1
+		}
+		return v.(*regexBudget).millicores.Load()
+	}
+	if got := budget(); got != 0 {
+		t.Errorf("budget of a tenant without the quota: %d millicores, want 0 (the default)", got)
+	}
+	for i, o := range objs { // the store replaces an object, never changes it
+		if o.GetTenant().GetName() == "b" {
+			objs[i] = &pb.Object{Kind: &pb.Object_Tenant{Tenant: &pb.Tenant{Name: "b", Domains: []string{"b.example"},
+				Networks: []string{"127.0.0.0/8"}, Quotas: &pb.Quotas{RegexCpuMillicores: 500}}}}
+		}
+	}
+	if err := p.Update(objs, 2); err != nil {
+		t.Fatal(err)
+	}
+	if got := budget(); got != 500 {
+		t.Errorf("budget after quotas.regexCpuMillicores 500: %d", got)
+	}
+}
