@@ -149,11 +149,18 @@ func TestRegexRoutesDoNotSlowOtherTenants(t *testing.T) {
 	t.Logf("tenant a quiet p50 %v p99 %v; with b's regex routes hammered p50 %v p99 %v; b: %d served, %d refused (429), %d other",
 		qp50, qp99, ap50, ap99, ok.Load(), refused.Load(), other.Load())
 	// Generous for a loaded 2-core machine under -race: without the
-	// budget a's p50 rises past 20 ms here.
+	// budget a's p50 rises to about 110 ms here.
 	if limit := max(3*qp50, qp50+10*time.Millisecond); ap50 > limit {
 		t.Errorf("tenant a's p50 went from %v to %v (limit %v)", qp50, ap50, limit)
 	}
-	if limit := max(3*qp99, qp99+50*time.Millisecond); ap99 > limit {
+	// p99 as the goal has it; under the race detector one of b's
+	// lookups runs about ten times longer (a few hundred ms of one
+	// core) before it is charged, and the tail shows it.
+	slack := 50 * time.Millisecond
+	if raceEnabled {
+		slack = 250 * time.Millisecond
+	}
+	if limit := max(3*qp99, qp99+slack); ap99 > limit {
 		t.Errorf("tenant a's p99 went from %v to %v (limit %v)", qp99, ap99, limit)
 	}
 	if ok.Load() == 0 || refused.Load() == 0 {
@@ -174,10 +181,9 @@ func TestRegexBudgetRate(t *testing.T) {
 	for b.reserve(now, ms) {
 		n++
 	}
-	// 1 ms of CPU is 10 ms of budget time: 20 fit in the 200 ms burst,
-	// and one more starts at its edge.
-	if n != 21 {
-		t.Errorf("%d lookups of 1 ms in a burst, want 21", n)
+	// 1 ms of CPU is 10 ms of budget time: 20 fit in the 200 ms burst.
+	if n != 20 {
+		t.Errorf("%d lookups of 1 ms in a burst, want 20", n)
 	}
 	now += 100 * ms // a tenth of a core for 100 ms: 10 ms of CPU
 	for n = 0; b.reserve(now, ms); n++ {
@@ -193,8 +199,14 @@ func TestRegexBudgetRate(t *testing.T) {
 	now += 1000 * ms
 	for n = 0; b.reserve(now, ms); n++ {
 	}
-	if n != 201 {
-		t.Errorf("%d lookups at 1000 millicores, want 201", n)
+	if n != 200 {
+		t.Errorf("%d lookups at 1000 millicores, want 200", n)
+	}
+	// A lookup dearer than the whole burst runs from a full budget only,
+	// and alone.
+	now += 1000 * ms
+	if !b.reserve(now, 300*ms) || b.reserve(now, int64(time.Microsecond)) {
+		t.Error("a reservation over the burst: want it taken from a full budget, and nothing after it")
 	}
 }
 

@@ -13,8 +13,8 @@ import (
 // The regex CPU budget of a tenant on this host (quotas.regexCpuMillicores)
 // is a token bucket kept as a theoretical arrival time (GCRA): matching
 // that costs c of CPU moves it c x 1000 / millicores forward; a lookup
-// that would run a regular expression is refused while it is more than
-// regexBurst ahead of now. A tenant at its budget therefore spends at
+// that would run a regular expression is refused while its reservation
+// would take it more than regexBurst ahead of now. A tenant at its budget therefore spends at
 // most its millicores of a core on regexes, after a burst of
 // regexBurst x millicores / 1000 (20 ms at the default 100), and its
 // requests that need a regex are answered 429 at once; other tenants
@@ -53,13 +53,16 @@ func (b *regexBudget) scale(cpu int64) int64 {
 	return cpu * 1000 / mc
 }
 
-// reserve takes cpu from the budget at now, unless the budget is spent.
+// reserve takes cpu from the budget at now, unless what is left of the
+// burst cannot hold it. A reservation larger than the whole burst is
+// taken only from a full budget, so lookups that are dear run one at a
+// time, and cheap ones many at once.
 func (b *regexBudget) reserve(now, cpu int64) bool {
 	d := b.scale(cpu)
 	for {
 		t := b.tat.Load()
 		start := max(t, now)
-		if start-now > int64(regexBurst) {
+		if start > now && start+d-now > int64(regexBurst) {
 			return false
 		}
 		if b.tat.CompareAndSwap(t, start+d) {
