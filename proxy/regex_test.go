@@ -242,3 +242,40 @@ func TestRegexBudgetFollowsTheQuota(t *testing.T) {
 		t.Errorf("budget after quotas.regexCpuMillicores 500: %d", got)
 	}
 }
+
+// BenchmarkRegexLookup is what the budget adds to a lookup in a table
+// with typical regexes: two clock reads and two atomic operations.
+func BenchmarkRegexLookup(b *testing.B) {
+	lb := l4LB("re", "127.0.0.2", 80, "http", "127.0.0.1:1")
+	lb.Listeners[0].Pool = ""
+	lb.Routes = []*pb.Route{{Path: "/", Pool: "app"}}
+	for i := range 10 {
+		lb.Routes = append(lb.Routes, &pb.Route{Path: fmt.Sprintf("/api/v[0-9]+/svc%d/[0-9a-f]{8}-[0-9a-f]{4}/.*", i), PathType: "regex", Pool: "app"})
+	}
+	p, _ := newProxy(b, Config{HTTP: NewHTTP(l7.New(l7.Config{}), nil)})
+	objs := labObjects(lb)
+	objs[0].GetTenant().Quotas = &pb.Quotas{RegexCpuMillicores: 1 << 30}
+	if err := p.Update(objs, 1); err != nil {
+		b.Fatal(err)
+	}
+	var ls *ListenerSnapshot
+	for _, l := range p.current.Load().listeners.All() {
+		ls = l
+	}
+	if ls == nil || ls.regex == nil {
+		b.Fatal("no listener with a regex budget")
+	}
+	const path = "/api/v2/svc9/0123abcd-ef01/x"
+	b.Run("match", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			ls.Routes.Match("", path)
+		}
+	})
+	b.Run("lookup-charged", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			ls.lookup("", path, nil)
+		}
+	})
+}
