@@ -1,8 +1,11 @@
 package proxy
 
 import (
+	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -10,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/net/http2"
 
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 	"github.com/teapot-lb/teapot-lb/proxy/l7"
@@ -278,4 +283,61 @@ func BenchmarkRegexLookup(b *testing.B) {
 			ls.lookup("", path, nil)
 		}
 	})
+}
+
+// Over HTTP/2 too, a tenant past its regex budget gets 429 with
+// Retry-After for the requests that need a regex, and its exact routes
+// are still served.
+func TestRegexBudgetRefusesHTTP2(t *testing.T) {
+	member := startHTTPMember(t)
+	p, _ := newProxy(t, Config{HTTP: NewHTTP(l7.New(l7.Config{}), nil)})
+	port := freePort(t)
+	lb := hostileRegexLB("127.0.0.3", port, member)
+	lb.Routes = append(lb.Routes, &pb.Route{Path: "/health", PathType: "exact", Pool: "app"})
+	objs := twoTenants(lb)
+	for i, o := range objs {
+		if o.GetTenant().GetName() == "b" {
+			objs[i] = &pb.Object{Kind: &pb.Object_Tenant{Tenant: &pb.Tenant{Name: "b", Domains: []string{"b.example"},
+				Networks: []string{"127.0.0.0/8"}, Quotas: &pb.Quotas{RegexCpuMillicores: 1}}}}
+		}
+	}
+	if err := p.Update(objs, 1); err != nil {
+		t.Fatal(err)
+	}
+	tr := &http2.Transport{AllowHTTP: true, DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}}
+	defer tr.CloseIdleConnections()
+	c := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	base := "http://" + vipAddr("127.0.0.3", port)
+	get := func(path string) *http.Response {
+		t.Helper()
+		resp, err := c.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.ProtoMajor != 2 {
+			t.Fatalf("%s over HTTP/%d", path, resp.ProtoMajor)
+		}
+		return resp
+	}
+	long := "/" + strings.Repeat("abcdefghi/", 102)[:1020]
+	var refused *http.Response
+	for range 20 {
+		if r := get(long); r.StatusCode == http.StatusTooManyRequests {
+			refused = r
+			break
+		}
+	}
+	if refused == nil || refused.Header.Get("Retry-After") != "1" {
+		t.Fatalf("20 requests at 1 thousandth of a core: no 429 with Retry-After: 1 (%v)", refused)
+	}
+	if r := get("/health"); r.StatusCode != 200 {
+		t.Errorf("an exact route while the budget is spent: %s, want 200", r.Status)
+	}
+	if p.RegexRefused("b") == 0 {
+		t.Error("no refusal counted")
+	}
 }
