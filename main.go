@@ -321,6 +321,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 		Logger: log, Version: cli.Version,
 		Observe: host.Observe, Event: host.Events().Add,
 		Restore: restore, Recover: cfg.Recover,
+		Services: ownServices(msrv, webLn, cfg.BGP), Addresses: hostAddresses(),
 	}
 	if vm != nil {
 		ccfg.HeartbeatAddr, ccfg.VIPInterface, ccfg.Describe = vm.heartbeatAddr, cfg.VIPInterface, vm.Describe

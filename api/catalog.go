@@ -29,6 +29,10 @@ type Catalog interface {
 type TenantUsage struct {
 	LoadBalancers, Addresses, Listeners, Routes, Members, HealthChecks int
 	RegexMatches                                                       int
+	// StoredBytes are the encoded bytes of everything the tenant stores:
+	// its load balancers, certificates and uploaded certificates' keys
+	// (kept by the UsageIndex of the store; LoadBalancerUsage leaves it 0).
+	StoredBytes int64
 }
 
 // UsageIndex is implemented by a Catalog that keeps each tenant's usage up
@@ -56,6 +60,7 @@ func (u *TenantUsage) Add(o TenantUsage) {
 	u.Members += o.Members
 	u.HealthChecks += o.HealthChecks
 	u.RegexMatches += o.RegexMatches
+	u.StoredBytes += o.StoredBytes
 }
 
 // Sub takes o from u.
@@ -67,4 +72,5 @@ func (u *TenantUsage) Sub(o TenantUsage) {
 	u.Members -= o.Members
 	u.HealthChecks -= o.HealthChecks
 	u.RegexMatches -= o.RegexMatches
+	u.StoredBytes -= o.StoredBytes
 }

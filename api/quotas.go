@@ -21,6 +21,7 @@ func DefaultQuotas() *pb.Quotas {
 		Routes:         10000,
 		Members:        10000,
 		HealthChecks:   2000,
+		StoredBytes:    DefaultStoredBytes,
 		// Each regular expression a request meets costs it a program run;
 		// route regexes seen in practice are a handful per load balancer.
 		RegexMatchesPerLb:  64,
@@ -91,6 +92,9 @@ func EffectiveQuotas(t *pb.Tenant) *pb.Quotas {
 		if f.v != 0 {
 			*f.dst = f.v
 		}
+	}
+	if b := set.GetStoredBytes(); b != 0 {
+		q.StoredBytes = b
 	}
 	return q
 }
@@ -275,6 +279,7 @@ func checkQuotas(ck *checker, lb *pb.LoadBalancer, tenant *pb.Tenant, c Catalog)
 	}
 	checkLBQuota(ck, lb, q, c, old)
 	checkTenantTotals(ck, lb, q, c, prior, old)
+	checkStoredBytes(ck, "", lb.GetTenant(), q, c, prior)
 }
 
 // tooLong says that field's value is over max bytes, without echoing it.

@@ -125,11 +125,7 @@ func maxRepeat(re *syntax.Regexp) int {
 func shortSyntaxError(err error) string {
 	var se *syntax.Error
 	if errors.As(err, &se) {
-		expr := se.Expr
-		if len(expr) > 32 {
-			expr = expr[:32] + "..."
-		}
-		return fmt.Sprintf("%s: %q", se.Code, expr)
+		return fmt.Sprintf("%s: %s", se.Code, Excerpt(se.Expr))
 	}
 	return err.Error()
 }

@@ -148,9 +148,7 @@ func forwardHeader(in http.Header, ca *clientAddrs, host string) http.Header {
 		out["Te"] = []string{"trailers"}
 	}
 	if !ca.trusted {
-		for _, k := range untrustedFields {
-			delete(out, k)
-		}
+		dropUntrustedFields(out)
 	}
 	out["X-Forwarded-For"] = append(out["X-Forwarded-For"][:len(out["X-Forwarded-For"]):len(out["X-Forwarded-For"])], string(ca.ip))
 	if out.Get("X-Forwarded-Proto") == "" {
