@@ -87,6 +87,9 @@ func (h *HTTP) router(ls *ListenerSnapshot) l7.Router {
 // so that no request builds or caches any of it.
 type httpTable struct {
 	redirect *l7.Route
+	// regexRefused answers a request that needs a regex when the
+	// tenant's regex CPU budget is spent.
+	regexRefused *l7.Route
 	// selector stands for the routes with conditions: the engine asks it
 	// again with the whole request.
 	selector *l7.Route
@@ -99,8 +102,15 @@ func newHTTPTable(ls *ListenerSnapshot) *httpTable {
 	srs := ls.Routes.Routes()
 	t := &httpTable{routes: make(map[*snapshot.Route]*l7.Route, len(srs))}
 	t.selector = &l7.Route{Name: ls.LB + "/routes", Select: func(req l7.Request, host, path string) *l7.Route {
-		return t.routes[ls.Routes.Select(host, path, req)]
+		sr, blocked := ls.lookup(host, path, req)
+		if blocked {
+			return t.regexRefused
+		}
+		return t.routes[sr]
 	}}
+	if ls.Routes.Regex() {
+		t.regexRefused = regexRefusedRoute(ls.LB)
+	}
 	if ls.RedirectToHTTPS {
 		t.redirect = &l7.Route{Name: ls.LB + "/redirect", RedirectHTTPS: true}
 	}
@@ -134,7 +144,10 @@ func (r *httpRouter) Route(host, path string) *l7.Route {
 	if r.t.redirect != nil {
 		return r.t.redirect
 	}
-	sr := r.ls.Routes.Match(host, path)
+	sr, blocked := r.ls.lookup(host, path, nil)
+	if blocked {
+		return r.t.regexRefused
+	}
 	if sr == nil {
 		return nil
 	}

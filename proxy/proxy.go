@@ -129,9 +129,11 @@ type Proxy struct {
 	statusMu sync.Mutex
 	status   *pmap.Map[string, []Problem]
 
-	tenants   sync.Map // tenant name -> *atomic.Int64 connections
-	hostConns atomic.Int64
-	wg        sync.WaitGroup
+	tenants sync.Map // tenant name -> *atomic.Int64 connections
+	// regexBudgets: tenant name -> *regexBudget (regexbudget.go).
+	regexBudgets sync.Map
+	hostConns    atomic.Int64
+	wg           sync.WaitGroup
 
 	handover handoverState
 }

@@ -56,6 +56,9 @@ type ListenerSnapshot struct {
 	http *httpTable
 	// router binds http to the HTTP handler, made on first use.
 	router atomic.Pointer[httpRouter]
+	// regex is the tenant's regex CPU budget on this host; nil for
+	// listeners not published by the proxy (no budget applies).
+	regex *regexBudget
 }
 
 // Pool returns the live pool of a compiled pool the listener uses (its L4
@@ -238,6 +241,9 @@ func (p *Proxy) build(s *snapshot.Snapshot, old *served, keys []snapshot.Key) (*
 				}
 			}
 			if l.Protocol.L7() {
+				if l.Routes.Regex() {
+					nl.regex = p.regexBudget(tenantOf(l.LB), l.Limits.RegexCPUMillicores)
+				}
 				nl.http = newHTTPTable(nl)
 			}
 			ls.Set(k, nl)

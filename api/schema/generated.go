@@ -76,6 +76,8 @@ var protoComments = map[string]string{
 	"teapot.v1.Quotas.health_checks":              "Active health checks (members of pools with a health check).",
 	"teapot.v1.Quotas.listeners":                  "Totals over all the tenant's load balancers.",
 	"teapot.v1.Quotas.listeners_per_lb":           "Per load balancer.",
+	"teapot.v1.Quotas.regex_cpu_millicores":       "CPU time an LB host spends matching the tenant's regular expressions, in thousandths of a core (0: the default).",
+	"teapot.v1.Quotas.regex_matches_per_lb":       "Regular expressions (regex path, header, query and gRPC matches) per load balancer, and over all the tenant's load balancers.",
 	"teapot.v1.Quotas.stored_bytes":               "Encoded bytes of everything the tenant stores (load balancers and certificates), which every LB host keeps in memory and in its Raft log.",
 	"teapot.v1.RequestMirror":                     "RequestMirror sends a copy of requests to another pool; its answers are dropped, and it never delays the request itself.",
 	"teapot.v1.RequestMirror.percent":             "Share of requests mirrored, 0-100 (default 100). Or fraction.",

@@ -30,7 +30,7 @@ func quotaDefault(f func(*pb.Quotas) uint32) string {
 func atMost(n int, what string) string { return fmt.Sprintf("at most %d %s", n, what) }
 
 func regexLimits() string {
-	return fmt.Sprintf("exact: at most %d bytes, no CR, LF or NUL; regex: at most %d bytes and %d compiled instructions (%d over the load balancer); a request value longer than %d bytes never matches a regex", api.MaxHeaderValueLen, api.MaxRegexLen, api.MaxRegexInsts, api.MaxRegexInstsPerLB, api.MaxRegexSubjectLen)
+	return fmt.Sprintf("exact: at most %d bytes, no CR, LF or NUL; regex: at most %d bytes, repetition counts at most %d, %d compiled instructions (%d over the load balancer); a request value longer than %d bytes never matches a regex", api.MaxHeaderValueLen, api.MaxRegexLen, api.MaxRegexRepeat, api.MaxRegexInsts, api.MaxRegexInstsPerLB, api.MaxRegexSubjectLen)
 }
 
 // rules are keyed by the field's full protobuf name.
@@ -59,6 +59,9 @@ var rules = map[string]rule{
 	"teapot.v1.Quotas.stored_bytes":             {doc: "Encoded bytes of everything the tenant stores: its load balancers, certificates and uploaded keys. Every LB host keeps all of it in memory and in its Raft log; a write that takes the total over it is refused.", def: fmt.Sprintf("%d (%d MiB)", api.DefaultStoredBytes, api.DefaultStoredBytes>>20)},
 	"teapot.v1.Quotas.connections":              {def: "derived on each LB host from its descriptor limit"},
 	"teapot.v1.Quotas.connections_per_listener": {def: "derived on each LB host from its descriptor limit"},
+	"teapot.v1.Quotas.regex_matches_per_lb":     {doc: "Regular expressions of one load balancer: each regex path, header, query value or gRPC service and method counts once.", def: quotaDefault((*pb.Quotas).GetRegexMatchesPerLb)},
+	"teapot.v1.Quotas.regex_matches":            {doc: "Regular expressions over all the tenant's load balancers, counted as in regexMatchesPerLb.", def: quotaDefault((*pb.Quotas).GetRegexMatches)},
+	"teapot.v1.Quotas.regex_cpu_millicores":     {doc: "CPU each LB host may spend matching the tenant's regular expressions, in thousandths of a core; past it (after a burst of a fifth of a second's worth) a request that would be matched against a regex is answered 429 with Retry-After: 1 until the budget refills.", def: quotaDefault((*pb.Quotas).GetRegexCpuMillicores)},
 
 	"teapot.v1.VIPPool.name":         {doc: "Name of the pool.", required: true, limits: nameLimits, example: "public"},
 	"teapot.v1.VIPPool.cidrs":        {required: true, limits: atMost(api.MaxPoolCIDRs, "entries; no overlap with each other or with another pool"), example: "[192.0.2.0/28, \"2001:db8:10::/124\"]"},
@@ -103,7 +106,7 @@ var rules = map[string]rule{
 	"teapot.v1.Route":           {doc: "One HTTP route: requests for host and path go to a backend pool."},
 	"teapot.v1.Route.host":      {limits: "at most 253 bytes; inside the tenant's domains", example: "shop.acme.example"},
 	"teapot.v1.Route.path":      {def: "/", limits: atMost(api.MaxPathLen, "bytes; no spaces, '?' or '#'"), example: "/api/"},
-	"teapot.v1.Route.path_type": {doc: "How path matches: as a prefix (by path segments), exactly, or as a regular expression (RE2) the whole path must match (a request path longer than " + fmt.Sprint(api.MaxRegexSubjectLen) + " bytes never matches a regex; regexes of a load balancer compile to at most " + fmt.Sprint(api.MaxRegexInstsPerLB) + " instructions together).", def: "prefix", enum: []string{"prefix", "exact", "regex"}},
+	"teapot.v1.Route.path_type": {doc: "How path matches: as a prefix (by path segments), exactly, or as a regular expression (RE2) the whole path must match (a request path longer than " + fmt.Sprint(api.MaxRegexSubjectLen) + " bytes never matches a regex; a regex repeats nothing more than " + fmt.Sprint(api.MaxRegexRepeat) + " times and compiles to at most " + fmt.Sprint(api.MaxRegexInsts) + " instructions, those of a load balancer to at most " + fmt.Sprint(api.MaxRegexInstsPerLB) + " together; matching them is charged to quotas.regexCpuMillicores).", def: "prefix", enum: []string{"prefix", "exact", "regex"}},
 	"teapot.v1.Route.pool":      {doc: "Backend pool the route sends to (a key of pools); the shorthand for backends with one entry.", limits: "required unless backends or a requestRedirect filter is set", example: "web"},
 	"teapot.v1.Route.matches":   {limits: atMost(api.MaxRouteMatches, "matches; path and pathType of the route must then be left out")},
 	"teapot.v1.Route.backends":  {limits: atMost(api.MaxRouteBackends, "backends; not with pool")},
@@ -112,7 +115,7 @@ var rules = map[string]rule{
 
 	"teapot.v1.RouteMatch":              {doc: "Conditions a request must all meet."},
 	"teapot.v1.RouteMatch.path":         {def: "/", limits: atMost(api.MaxPathLen, "bytes; no spaces, '?' or '#' (prefix and exact)"), example: "/api/"},
-	"teapot.v1.RouteMatch.path_type":    {doc: "How path matches: as a prefix (by path segments), exactly, or as a regular expression (RE2) the whole path must match (a request path longer than " + fmt.Sprint(api.MaxRegexSubjectLen) + " bytes never matches a regex; regexes of a load balancer compile to at most " + fmt.Sprint(api.MaxRegexInstsPerLB) + " instructions together).", def: "prefix", enum: []string{"prefix", "exact", "regex"}},
+	"teapot.v1.RouteMatch.path_type":    {doc: "How path matches: as a prefix (by path segments), exactly, or as a regular expression (RE2) the whole path must match (a request path longer than " + fmt.Sprint(api.MaxRegexSubjectLen) + " bytes never matches a regex; a regex repeats nothing more than " + fmt.Sprint(api.MaxRegexRepeat) + " times and compiles to at most " + fmt.Sprint(api.MaxRegexInsts) + " instructions, those of a load balancer to at most " + fmt.Sprint(api.MaxRegexInstsPerLB) + " together; matching them is charged to quotas.regexCpuMillicores).", def: "prefix", enum: []string{"prefix", "exact", "regex"}},
 	"teapot.v1.RouteMatch.headers":      {limits: atMost(api.MaxMatchConditions, "headers, each name once")},
 	"teapot.v1.RouteMatch.query_params": {limits: atMost(api.MaxMatchConditions, "parameters, each name once")},
 	"teapot.v1.RouteMatch.method":       {enum: api.RouteMethods},

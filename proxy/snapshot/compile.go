@@ -260,11 +260,13 @@ type tenantInfo struct {
 	// conns and connsPerListener are the tenant's connection quotas (0:
 	// the host's defaults).
 	conns, connsPerListener int
+	// regexCPU is quotas.regexCpuMillicores (0: the default).
+	regexCPU int
 }
 
 // equal reports whether two tenants compile their load balancers the same.
 func (t *tenantInfo) equal(o *tenantInfo) bool {
-	return t.conns == o.conns && t.connsPerListener == o.connsPerListener &&
+	return t.conns == o.conns && t.connsPerListener == o.connsPerListener && t.regexCPU == o.regexCPU &&
 		slices.Equal(t.domains, o.domains) && slices.Equal(t.nets, o.nets)
 }
 
@@ -542,7 +544,7 @@ func (b *lbCompile) compile(lb *pb.LoadBalancer, t *tenantInfo, e *entry) {
 
 func newTenantInfo(t *pb.Tenant) *tenantInfo {
 	ti := &tenantInfo{src: t, domains: t.GetDomains(), conns: int(t.GetQuotas().GetConnections()),
-		connsPerListener: int(t.GetQuotas().GetConnectionsPerListener())}
+		connsPerListener: int(t.GetQuotas().GetConnectionsPerListener()), regexCPU: int(t.GetQuotas().GetRegexCpuMillicores())}
 	for _, s := range t.GetNetworks() {
 		if p, err := netip.ParsePrefix(s); err == nil && p == p.Masked() {
 			ti.nets = append(ti.nets, p)

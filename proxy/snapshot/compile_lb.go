@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/teapot-lb/teapot-lb/api"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
@@ -307,6 +308,7 @@ func (b *lbCompile) listener(f string, i int, l *pb.Listener, tenant string, vip
 	}
 	if t := b.c.tenants[tenant]; t != nil {
 		out.Limits.TenantConnections = t.conns
+		out.Limits.RegexCPUMillicores = t.regexCPU
 		if t.connsPerListener > 0 {
 			out.Limits.MaxConnections = t.connsPerListener
 		}
@@ -346,6 +348,7 @@ type routeKey struct {
 func (b *lbCompile) routes(rs []*pb.Route, pools poolSet, t *tenantInfo) []Route {
 	out := make([]Route, 0, len(rs))
 	seen := map[routeKey]int{}
+	var regex api.RegexUsage
 	for i, r := range rs {
 		f := "routes[" + strconv.Itoa(i) + "]"
 		host := strings.ToLower(r.GetHost())
@@ -356,6 +359,15 @@ func (b *lbCompile) routes(rs []*pb.Route, pools poolSet, t *tenantInfo) []Route
 			}
 		}
 		if extended(r) {
+			// The API refuses a load balancer over its regex budget; a
+			// route that would take it over is skipped, with the API's
+			// reason.
+			ru := api.RouteRegexUsage(r)
+			if err := (api.RegexUsage{Insts: regex.Insts + ru.Insts}).CheckLB(); err != nil {
+				b.problem(f, "%v; route skipped", err)
+				continue
+			}
+			regex.Insts += ru.Insts
 			out = append(out, b.extRoutes(f, i, host, r, pools)...)
 			continue
 		}

@@ -240,6 +240,13 @@ type Quotas struct {
 	Connections uint32 `protobuf:"varint,12,opt,name=connections,proto3" json:"connections,omitempty"`
 	// Concurrent client connections per listener per LB host (0: derived).
 	ConnectionsPerListener uint32 `protobuf:"varint,13,opt,name=connections_per_listener,json=connectionsPerListener,proto3" json:"connections_per_listener,omitempty"`
+	// Regular expressions (regex path, header, query and gRPC matches) per
+	// load balancer, and over all the tenant's load balancers.
+	RegexMatchesPerLb uint32 `protobuf:"varint,14,opt,name=regex_matches_per_lb,json=regexMatchesPerLb,proto3" json:"regex_matches_per_lb,omitempty"`
+	RegexMatches      uint32 `protobuf:"varint,15,opt,name=regex_matches,json=regexMatches,proto3" json:"regex_matches,omitempty"`
+	// CPU time an LB host spends matching the tenant's regular expressions,
+	// in thousandths of a core (0: the default).
+	RegexCpuMillicores uint32 `protobuf:"varint,16,opt,name=regex_cpu_millicores,json=regexCpuMillicores,proto3" json:"regex_cpu_millicores,omitempty"`
 	// Encoded bytes of everything the tenant stores (load balancers and
 	// certificates), which every LB host keeps in memory and in its Raft log.
 	StoredBytes   uint64 `protobuf:"varint,20,opt,name=stored_bytes,json=storedBytes,proto3" json:"stored_bytes,omitempty"`
@@ -364,6 +371,27 @@ func (x *Quotas) GetConnections() uint32 {
 func (x *Quotas) GetConnectionsPerListener() uint32 {
 	if x != nil {
 		return x.ConnectionsPerListener
+	}
+	return 0
+}
+
+func (x *Quotas) GetRegexMatchesPerLb() uint32 {
+	if x != nil {
+		return x.RegexMatchesPerLb
+	}
+	return 0
+}
+
+func (x *Quotas) GetRegexMatches() uint32 {
+	if x != nil {
+		return x.RegexMatches
+	}
+	return 0
+}
+
+func (x *Quotas) GetRegexCpuMillicores() uint32 {
+	if x != nil {
+		return x.RegexCpuMillicores
 	}
 	return 0
 }
@@ -3374,7 +3402,7 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\rpods_routable\x18\x06 \x01(\bR\fpodsRoutable\x12/\n" +
 	"\x13revoked_credentials\x18\a \x03(\tR\x12revokedCredentials\x12\x10\n" +
 	"\x03uid\x18\b \x01(\tR\x03uid\x12#\n" +
-	"\x04meta\x18\x0f \x01(\v2\x0f.teapot.v1.MetaR\x04meta\"\xff\x03\n" +
+	"\x04meta\x18\x0f \x01(\v2\x0f.teapot.v1.MetaR\x04meta\"\x87\x05\n" +
 	"\x06Quotas\x12%\n" +
 	"\x0eload_balancers\x18\x01 \x01(\rR\rloadBalancers\x12\x1c\n" +
 	"\taddresses\x18\x02 \x01(\rR\taddresses\x12\"\n" +
@@ -3390,7 +3418,10 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	" \x01(\rR\amembers\x12#\n" +
 	"\rhealth_checks\x18\v \x01(\rR\fhealthChecks\x12 \n" +
 	"\vconnections\x18\f \x01(\rR\vconnections\x128\n" +
-	"\x18connections_per_listener\x18\r \x01(\rR\x16connectionsPerListener\x12!\n" +
+	"\x18connections_per_listener\x18\r \x01(\rR\x16connectionsPerListener\x12/\n" +
+	"\x14regex_matches_per_lb\x18\x0e \x01(\rR\x11regexMatchesPerLb\x12#\n" +
+	"\rregex_matches\x18\x0f \x01(\rR\fregexMatches\x120\n" +
+	"\x14regex_cpu_millicores\x18\x10 \x01(\rR\x12regexCpuMillicores\x12!\n" +
 	"\fstored_bytes\x18\x14 \x01(\x04R\vstoredBytes\"\xcb\x01\n" +
 	"\aVIPPool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
