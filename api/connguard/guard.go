@@ -16,11 +16,12 @@
 // bounded lifetime (a host joining with a token).
 //
 // Over a source's bound the newcomer is closed at once. At the total
-// bound a newcomer whose source holds fewer unauthenticated connections
-// than the source that holds the most takes the place of that source's
-// oldest; otherwise it is closed. So a flood from any number of sources
-// never keeps out a client that holds less than the flood's heaviest
-// source: the admin's CLI, a tenant's agent, a joining host.
+// bound a newcomer whose source holds none or one unauthenticated
+// connection, fewer than the source that holds the most, takes the place
+// of that source's oldest; otherwise it is closed. So a flood from any
+// number of sources never keeps out a client that is not itself
+// flooding (the admin's CLI, a tenant's agent, a joining host), and the
+// flood's own sources do not churn each other's connections.
 package connguard
 
 import (
@@ -76,6 +77,12 @@ type Config struct {
 	// now is the clock (tests).
 	now func() time.Time
 }
+
+// evictBelow: at the total bound, only a newcomer whose source holds
+// fewer unauthenticated connections than this may take the place of
+// another's (a client's handshake takes milliseconds; a flood's sources
+// hold many and do not take each other's places).
+const evictBelow = 2
 
 // logEvery is the least time between two log lines of one reason.
 const logEvery = 10 * time.Second
@@ -187,7 +194,7 @@ func (g *Guard) admit(c *conn) (victim *conn, reason string) {
 	}
 	if g.handshaking+g.anonymous >= g.lim.Unauthenticated {
 		h := g.heaviestLocked()
-		if h == nil || h.n <= held {
+		if held >= evictBelow || h == nil || h.n <= held {
 			g.refuseLocked(ReasonUnauth, g.lim.Unauthenticated)
 			return nil, ReasonUnauth
 		}
@@ -356,7 +363,7 @@ func (g *Guard) expire(c *conn) {
 	}
 	g.dropLocked(c)
 	c.state = stGone
-	g.refuseLocked(ReasonLifetime, int(g.lim.AnonymousLifetime/time.Second))
+	g.refuseLocked(ReasonLifetime, g.lim.AnonymousLifetime)
 	g.mu.Unlock()
 	c.abort()
 }
@@ -364,13 +371,13 @@ func (g *Guard) expire(c *conn) {
 // timedOut counts a handshake that missed its deadline.
 func (g *Guard) timedOut() {
 	g.mu.Lock()
-	g.refuseLocked(ReasonTimeout, int(g.lim.HandshakeTimeout/time.Second))
+	g.refuseLocked(ReasonTimeout, g.lim.HandshakeTimeout)
 	g.mu.Unlock()
 }
 
 // refuseLocked counts a refusal and logs it, at most once per reason
 // every logEvery, with the number refused since the last line.
-func (g *Guard) refuseLocked(reason string, bound int) {
+func (g *Guard) refuseLocked(reason string, bound any) {
 	i := reasonIndex(reason)
 	g.refused[i].Add(1)
 	g.pending[i]++

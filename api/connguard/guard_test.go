@@ -66,7 +66,7 @@ func TestSourceKey(t *testing.T) {
 }
 
 // TestFloodIsBounded floods a guarded mTLS gRPC server with idle TCP
-// connections from six loopback sources, and checks from the kernel's
+// connections from one loopback source and then six, and checks from the kernel's
 // view (the server's socket descriptors) that no source holds more than
 // PerSource and all together no more than Unauthenticated, while a
 // client with an admin certificate, connecting anew for every call,
@@ -91,13 +91,25 @@ func TestFloodIsBounded(t *testing.T) {
 		return took[len(took)/2], took[len(took)*99/100]
 	}
 	quiet50, quiet99 := adminCalls(10)
-	sources := []string{"127.0.1.1", "127.0.1.2", "127.0.1.3", "127.0.2.1", "127.0.2.2", "127.0.3.1"}
-	f := startFlood(s.addr, sources, 150)
+	f := newFlood(s.addr)
 	defer f.stop()
-	// The flood reaches the bounds.
-	waitFor(t, 20*time.Second, "flood at the bounds", func() error {
-		st := s.g.Stats()
-		if st.Handshaking < lim.Unauthenticated || st.Refused[ReasonSource] == 0 || st.Refused[ReasonEvicted] == 0 {
+	// One source alone reaches its bound.
+	f.from(s.addr, "127.0.1.1", 100)
+	waitFor(t, 20*time.Second, "one source at its bound", func() error {
+		if st := s.g.Stats(); st.Refused[ReasonSource] == 0 || st.Handshaking != lim.PerSource {
+			return fmt.Errorf("stats %+v", st)
+		}
+		if _, by := serverSockets(t, s.port); by["127.0.1.1"] != lim.PerSource {
+			return fmt.Errorf("%d descriptors for its connections", by["127.0.1.1"])
+		}
+		return nil
+	})
+	// Five more reach the total bound.
+	for _, src := range []string{"127.0.1.2", "127.0.1.3", "127.0.2.1", "127.0.2.2", "127.0.3.1"} {
+		f.from(s.addr, src, 100)
+	}
+	waitFor(t, 20*time.Second, "the flood at the total bound", func() error {
+		if st := s.g.Stats(); st.Refused[ReasonUnauth] == 0 || st.Handshaking != lim.Unauthenticated {
 			return fmt.Errorf("stats %+v", st)
 		}
 		return nil
@@ -166,8 +178,10 @@ func TestFloodIsBounded(t *testing.T) {
 // flood holds every connection it opens.
 func TestFloodUnguarded(t *testing.T) {
 	s := newServer(t, Limits{}, false)
-	f := startFlood(s.addr, []string{"127.0.4.1", "127.0.4.2"}, 100)
+	f := newFlood(s.addr)
 	defer f.stop()
+	f.from(s.addr, "127.0.4.1", 100)
+	f.from(s.addr, "127.0.4.2", 100)
 	waitFor(t, 20*time.Second, "200 connections held", func() error {
 		if n, _ := serverSockets(t, s.port); n < 200 {
 			return fmt.Errorf("%d held", n)
@@ -383,4 +397,50 @@ func helpOf(d interface{ String() string }) string {
 	_, h, _ := strings.Cut(d.String(), `help: "`)
 	h, _, _ = strings.Cut(h, `"`)
 	return h
+}
+
+// BenchmarkRefused measures the listener's refusals: every connection
+// but the first is over its source's bound.
+func BenchmarkRefused(b *testing.B) {
+	for _, guarded := range []bool{true, false} {
+		b.Run(fmt.Sprintf("guarded=%v", guarded), func(b *testing.B) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			g := New(Config{Limits: Limits{PerSource: 1}})
+			if guarded {
+				ln = g.Listener(ln)
+			}
+			defer ln.Close()
+			held, err := dialFrom(context.Background(), "127.0.10.1", ln.Addr().String())
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer held.Close()
+			go func() {
+				for {
+					c, err := ln.Accept()
+					if err != nil {
+						return
+					}
+					if !guarded {
+						abort(c)
+					}
+					_ = c // the one admitted stays open
+				}
+			}()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					c, err := dialFrom(context.Background(), "127.0.10.1", ln.Addr().String())
+					if err != nil {
+						continue
+					}
+					_, _ = c.Read(make([]byte, 1))
+					c.Close()
+				}
+			})
+		})
+	}
 }

@@ -145,47 +145,61 @@ func closedWithin(c net.Conn, limit time.Duration) (time.Duration, bool) {
 
 // flood holds idle TCP connections to addr from each source, slots per
 // source, and opens a new one (after a pause) whenever the server closes
-// one, until stop. It counts the connections opened.
+// one, until stop. It counts the connections opened. Dials are paced at
+// floodRate: the flood shares the test's process and two cores with the
+// server, and an unpaced storm measures the CPU, not the bounds.
 type flood struct {
+	ctx    context.Context
 	cancel context.CancelFunc
+	tick   *time.Ticker
 	wg     sync.WaitGroup
 	opened atomic.Int64
 	// paused stops opening new connections; held ones stay open.
 	paused atomic.Bool
 }
 
-// floodPause is how long a slot waits after its connection was closed.
-const floodPause = 50 * time.Millisecond
+const (
+	floodRate  = 2000                  // dials per second
+	floodPause = 50 * time.Millisecond // after the server closed a slot's connection
+)
 
-func startFlood(addr string, sources []string, slots int) *flood {
+func newFlood(addr string) *flood {
 	ctx, cancel := context.WithCancel(context.Background())
-	f := &flood{cancel: cancel}
-	for _, src := range sources {
-		for range slots {
-			f.wg.Add(1)
-			go func() {
-				defer f.wg.Done()
-				for ctx.Err() == nil {
-					if f.paused.Load() {
-						time.Sleep(floodPause)
-						continue
-					}
-					c, err := dialFrom(ctx, src, addr)
-					if err != nil {
-						time.Sleep(floodPause)
-						continue
-					}
+	f := &flood{ctx: ctx, cancel: cancel, tick: time.NewTicker(time.Second / floodRate)}
+	context.AfterFunc(ctx, f.tick.Stop)
+	return f
+}
+
+// from starts slots connections from src.
+func (f *flood) from(addr, src string, slots int) {
+	for range slots {
+		f.wg.Add(1)
+		go func() {
+			defer f.wg.Done()
+			for {
+				select {
+				case <-f.tick.C:
+				case <-f.ctx.Done():
+					return
+				}
+				if f.paused.Load() {
+					continue
+				}
+				if c, err := dialFrom(f.ctx, src, addr); err == nil {
 					f.opened.Add(1)
-					stop := context.AfterFunc(ctx, func() { c.Close() })
+					stop := context.AfterFunc(f.ctx, func() { c.Close() })
 					_, _ = c.Read(make([]byte, 1)) // until the server closes it
 					stop()
 					c.Close()
-					time.Sleep(floodPause)
 				}
-			}()
-		}
+				select {
+				case <-time.After(floodPause):
+				case <-f.ctx.Done():
+					return
+				}
+			}
+		}()
 	}
-	return f
 }
 
 func (f *flood) stop() int64 {
