@@ -83,8 +83,22 @@ func (f *apiFlood) stop() int64 {
 	return f.opened.Load()
 }
 
-// adminCalls makes n admin calls, each on a new connection as the CLI
-// does, one every apiFloodEvery, and returns their p50 and p99.
+// adminCall makes one admin call on a new connection, as the CLI does.
+func adminCall(cfg *client.Config, addr string) (time.Duration, error) {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), cliTimeout)
+	defer cancel()
+	conn, err := client.Dial(ctx, cfg, addr)
+	if err != nil {
+		return time.Since(start), err
+	}
+	defer conn.Close()
+	_, err = conn.Admin.ClusterStatus(ctx, &pb.ClusterStatusRequest{})
+	return time.Since(start), err
+}
+
+// adminCalls makes n admin calls, each on a new connection, one every
+// apiFloodEvery, and returns their p50 and p99.
 func adminCalls(tb testing.TB, cfg *client.Config, addr string, n int) (p50, p99 time.Duration) {
 	tb.Helper()
 	var took []time.Duration
@@ -92,21 +106,43 @@ func adminCalls(tb testing.TB, cfg *client.Config, addr string, n int) (p50, p99
 		if i > 0 {
 			time.Sleep(apiFloodEvery)
 		}
-		start := time.Now()
-		ctx, cancel := context.WithTimeout(context.Background(), cliTimeout)
-		conn, err := client.Dial(ctx, cfg, addr)
-		if err == nil {
-			_, err = conn.Admin.ClusterStatus(ctx, &pb.ClusterStatusRequest{})
-			conn.Close()
-		}
-		cancel()
+		d, err := adminCall(cfg, addr)
 		if err != nil {
-			tb.Fatalf("admin call after %v: %v", time.Since(start), err)
+			tb.Fatalf("admin call after %v: %v", d, err)
 		}
-		took = append(took, time.Since(start))
+		took = append(took, d)
 	}
 	slices.Sort(took)
 	return took[len(took)/2], took[len(took)*99/100]
+}
+
+// phaseAPIFlood: idle connections to the LB host's API port (which b's
+// agent must reach) from apiFloodSources addresses, for minPhase, while
+// the admin API is also called on a new connection every apiFloodEvery.
+func phaseAPIFlood(tb testing.TB, l *noisyLab, _ *tenantAgent) []string {
+	cfg, err := client.LoadConfig(l.c.adminConf())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	f := startAPIFlood(l.n.apiAddr)
+	var took []time.Duration
+	failed := 0
+	for start := time.Now(); time.Since(start) < minPhase; time.Sleep(apiFloodEvery) {
+		d, err := adminCall(cfg, l.n.apiAddr)
+		if err != nil {
+			failed++
+			tb.Errorf("admin call on a new connection during the API port flood: %v", err)
+			continue
+		}
+		took = append(took, d)
+	}
+	opened := f.stop()
+	note := fmt.Sprintf("%d connections opened; admin on a new connection: %d calls, %d failed", opened, len(took)+failed, failed)
+	if len(took) > 0 {
+		slices.Sort(took)
+		note += fmt.Sprintf(", p50 %.0fms p99 %.0fms", ms(took[len(took)/2]), ms(took[len(took)*99/100]))
+	}
+	return []string{note}
 }
 
 // descriptors counts the open descriptors of process pid.
