@@ -84,6 +84,11 @@ type Config struct {
 // hold many and do not take each other's places).
 const evictBelow = 2
 
+// MaxClosing bounds the evicted connections whose descriptors are not
+// closed yet (their handshake goroutine closes them): the descriptors of
+// unauthenticated connections never exceed Unauthenticated+MaxClosing.
+const MaxClosing = 8
+
 // logEvery is the least time between two log lines of one reason.
 const logEvery = 10 * time.Second
 
@@ -103,7 +108,9 @@ type Guard struct {
 	byCount []map[*source]struct{}
 	// Open connections by state.
 	handshaking, anonymous, admin, node, tenants int
-	perTenant                                    map[string]int
+	// closing counts the evicted connections not closed yet.
+	closing   int
+	perTenant map[string]int
 	// Peaks since New: unauthenticated connections, and of one source.
 	peakUnauth, peakSource int
 	// logged is when each reason was last logged, and how many were
@@ -194,13 +201,14 @@ func (g *Guard) admit(c *conn) (victim *conn, reason string) {
 	}
 	if g.handshaking+g.anonymous >= g.lim.Unauthenticated {
 		h := g.heaviestLocked()
-		if held >= evictBelow || h == nil || h.n <= held {
+		if held >= evictBelow || h == nil || h.n <= held || g.closing >= MaxClosing {
 			g.refuseLocked(ReasonUnauth, g.lim.Unauthenticated)
 			return nil, ReasonUnauth
 		}
 		victim = h.first
 		g.dropLocked(victim)
-		victim.state = stGone
+		victim.state, victim.evicted = stGone, true
+		g.closing++
 		g.refuseLocked(ReasonEvicted, g.lim.Unauthenticated)
 	}
 	if s == nil {
@@ -305,12 +313,12 @@ func (g *Guard) promote(c *conn, id pki.Identity, ok bool) error {
 	case id.Role == pki.RoleTenant && g.perTenant[id.Name] >= g.lim.PerTenant:
 		reason, bound = ReasonTenant, g.lim.PerTenant
 	}
-	g.dropLocked(c)
 	if reason != "" {
-		c.state = stGone
+		// Counted until gRPC closes it.
 		g.refuseLocked(reason, bound)
 		return fmt.Errorf("%s: %d %s connections are open: %w", id, bound, reason, ErrRefused)
 	}
+	g.dropLocked(c)
 	c.state, c.class = stAuthenticated, class{role: id.Role}
 	switch id.Role {
 	case pki.RoleAdmin:
@@ -345,6 +353,10 @@ func (g *Guard) release(c *conn) bool {
 			g.node--
 		}
 	default:
+		if c.evicted {
+			c.evicted = false
+			g.closing--
+		}
 		return false
 	}
 	c.state = stGone
@@ -354,15 +366,14 @@ func (g *Guard) release(c *conn) bool {
 	return true
 }
 
-// expire closes an anonymous connection at the end of its lifetime.
+// expire closes an anonymous connection at the end of its lifetime; it
+// stays counted until gRPC closes it.
 func (g *Guard) expire(c *conn) {
 	g.mu.Lock()
 	if c.state != stAnonymous {
 		g.mu.Unlock()
 		return
 	}
-	g.dropLocked(c)
-	c.state = stGone
 	g.refuseLocked(ReasonLifetime, g.lim.AnonymousLifetime)
 	g.mu.Unlock()
 	c.abort()

@@ -158,10 +158,11 @@ func TestFloodIsBounded(t *testing.T) {
 			t.Errorf("server held %d connections from %s at rest, bound %d", n, src, lim.PerSource)
 		}
 	}
-	// During the flood a descriptor outlives its count by the close in
-	// flight (its handshake goroutine must run to release it): on a
-	// loaded machine some tens (an unguarded server holds every one).
-	if peakTotal > 2*lim.Unauthenticated || peakSource > 2*lim.PerSource {
+	// A connection is counted until its descriptor is closed, but for
+	// an evicted one, whose handshake goroutine closes it after its place
+	// was taken: at most MaxClosing of those (an unguarded server holds
+	// every connection).
+	if peakTotal > lim.Unauthenticated+MaxClosing || peakSource > lim.PerSource+MaxClosing {
 		t.Errorf("server held %d unauthenticated connections (most %d from one source), bounds %d and %d", peakTotal, peakSource, lim.Unauthenticated, lim.PerSource)
 	}
 	if st.PeakUnauthenticated > lim.Unauthenticated || st.PeakSource > lim.PerSource {

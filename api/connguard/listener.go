@@ -68,6 +68,7 @@ type conn struct {
 
 	// Guarded by g.mu.
 	state      int
+	evicted    bool // evicted, and not closed yet
 	class      class
 	src        *source
 	prev, next *conn
@@ -83,18 +84,20 @@ func (c *conn) SetDeadline(t time.Time) error {
 	return c.Conn.SetDeadline(t)
 }
 
-// Close uncounts the connection and closes it.
+// Close closes the connection and then uncounts it: its descriptor is
+// counted until it is closed.
 func (c *conn) Close() error {
+	err := c.Conn.Close()
 	c.once.Do(func() {
 		if c.g.release(c) && !c.ready.Load() && !c.g.now().Before(c.deadline) {
 			c.g.timedOut()
 		}
 	})
-	return c.Conn.Close()
+	return err
 }
 
-// abort closes a connection g no longer counts (evicted, refused or
-// expired) with a reset; its owner's Close then only closes.
+// abort closes a connection with a reset: one evicted, refused or
+// expired. Its owner's Close then uncounts it, if g still counts it.
 func (c *conn) abort() { abort(c.Conn) }
 
 // Credentials returns tc bounded by g: the server handshake of a
