@@ -44,6 +44,7 @@ var noisyPhases = []noisyPhase{
 	{"member is a VIP", phaseSelfDial},
 	{"TLS ticket replay", phaseTicketReplay},
 	{"streams without hello", phaseNoHello},
+	{"API port flood", phaseAPIFlood},
 }
 
 // TestNoisyNeighbour runs every abuse of tenant b while tenant a's load
