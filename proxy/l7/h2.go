@@ -14,6 +14,8 @@ type h2conn struct {
 	info   *ConnInfo
 	ca     clientAddrs
 	scope  *connScope
+	// members bounds the member connections its streams hold at once.
+	members memberSlots
 }
 
 func (hc *h2conn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
