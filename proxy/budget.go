@@ -75,16 +75,28 @@ var _ l7.Descriptors = (*tenantBudget)(nil)
 
 // TakeDescriptor charges one descriptor to the tenant and the host.
 func (t *tenantBudget) TakeDescriptor() bool {
-	if t.p.hostFDs.Add(1) > int64(t.p.cfg.Limits.MaxHostDescriptors) {
-		t.p.hostFDs.Add(-1)
+	if !takeUnder(&t.fds, t.limit.Load()) {
 		return false
 	}
-	if t.fds.Add(1) > t.limit.Load() {
+	if !takeUnder(&t.p.hostFDs, int64(t.p.cfg.Limits.MaxHostDescriptors)) {
 		t.fds.Add(-1)
-		t.p.hostFDs.Add(-1)
 		return false
 	}
 	return true
+}
+
+// takeUnder adds one to n unless that would pass limit: n never reads
+// above its limit, not even for a moment.
+func takeUnder(n *atomic.Int64, limit int64) bool {
+	for {
+		v := n.Load()
+		if v >= limit {
+			return false
+		}
+		if n.CompareAndSwap(v, v+1) {
+			return true
+		}
+	}
 }
 
 // ReleaseDescriptor gives one back.
@@ -110,8 +122,7 @@ func (p *Proxy) tenantBudget(tenant string) *tenantBudget {
 // the defaults) and the host's; done undoes it. It reports nil when a
 // bound is reached; reason says which.
 func (p *Proxy) admitTenant(tenant string, quota int) (done func(), reason string) {
-	if p.hostConns.Add(1) > int64(p.cfg.Limits.MaxHostConnections) {
-		p.hostConns.Add(-1)
+	if !takeUnder(&p.hostConns, int64(p.cfg.Limits.MaxHostConnections)) {
 		return nil, RefusedHostLimit
 	}
 	t := p.tenantBudget(tenant)
@@ -122,8 +133,7 @@ func (p *Proxy) admitTenant(tenant string, quota int) (done func(), reason strin
 	if t.limit.Load() != int64(fdLimit) {
 		t.limit.Store(int64(fdLimit))
 	}
-	if t.conns.Add(1) > int64(connLimit) {
-		t.conns.Add(-1)
+	if !takeUnder(&t.conns, int64(connLimit)) {
 		p.hostConns.Add(-1)
 		return nil, RefusedTenantLimit
 	}
