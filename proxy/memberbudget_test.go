@@ -211,6 +211,20 @@ func TestHTTP2FanOutStaysInTheTenantsBudget(t *testing.T) {
 	if n := maxFDs.Load(); n > 2*quota {
 		t.Errorf("globex held %d descriptors, over its budget of %d", n, 2*quota)
 	}
+	// Every descriptor charged comes back: the clients leave, and the
+	// idle member connections close with the engine.
+	for _, c := range append(cs, a) {
+		c.CloseIdleConnections()
+	}
+	waitFor(t, 10*time.Second, "the client connections to close", func() bool {
+		conns, _ := p.TenantUse("globex")
+		return conns == 0
+	})
+	srv.Close()
+	waitFor(t, 10*time.Second, "the member connections to give their descriptors back", func() bool {
+		_, fds := p.TenantUse("globex")
+		return fds == 0 && p.HostDescriptors() == 0
+	})
 	// Each client and member connection costs this process two
 	// descriptors (both ends are here): a bound on what globex made it
 	// open, whatever the streams.
@@ -298,5 +312,38 @@ func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestIdleMemberConnectionMakesRoom: a tenant whose budget is spent, in
+// part by an idle pooled connection to one member, still reaches another:
+// the dial closes the idle connection to make room (quotas.connections 1:
+// two descriptors, the client's and one member connection).
+func TestIdleMemberConnectionMakesRoom(t *testing.T) {
+	x, y := startCountingMember(t), startCountingMember(t)
+	srv := l7.New(l7.Config{})
+	t.Cleanup(func() { srv.Close() })
+	p, _ := newProxy(t, Config{HTTP: NewHTTP(srv, nil)})
+	port := freePort(t)
+	lb := httpLB("acme", "a", "127.0.0.2", port, x.addr)
+	lb.Pools["y"] = &pb.BackendPool{Members: []*pb.Member{{Address: y.addr}}}
+	lb.Routes = []*pb.Route{{Path: "/x", Pool: "app"}, {Path: "/y", Pool: "y"}}
+	objs := labObjects(lb)
+	objs[0].GetTenant().Quotas = &pb.Quotas{Connections: 1}
+	if err := p.Update(objs, 1); err != nil {
+		t.Fatal(err)
+	}
+	c := &http.Client{Timeout: 10 * time.Second}
+	for i := range 10 {
+		path := []string{"/x", "/y"}[i%2]
+		if code, err := get(c, "http://"+vipAddr("127.0.0.2", port)+path); err != nil || code != 200 {
+			t.Fatalf("request %d to %s: %d %v", i, path, code, err)
+		}
+		if _, fds := p.TenantUse("acme"); fds > 2 {
+			t.Fatalf("the tenant holds %d descriptors, its budget is 2", fds)
+		}
+	}
+	if x.maxOpen.Load() != 1 || y.maxOpen.Load() != 1 {
+		t.Errorf("members had %d and %d connections at once, want 1 each", x.maxOpen.Load(), y.maxOpen.Load())
 	}
 }

@@ -98,6 +98,13 @@ func (hc *h2conn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if q.limit <= 0 {
 			q.limit = s.cfg.MaxBodyBytes
 		}
+		if !h2Member(opts) { // each stream holds an HTTP/1.1 connection
+			if err := hc.members.acquire(r.Context(), s.cfg.MaxMembersPerConn, rht(opts, s)); err != nil {
+				s.failHTTP(w, q, 503, OutcomeMemberLimit)
+				return
+			}
+			defer hc.members.release()
+		}
 		s.proxyHTTP(w, q, route.Backend, opts)
 	}
 }
