@@ -177,8 +177,8 @@ func (l Limits) withBudgets(b Budgets) Limits {
 	pair := func(conns, fds *int, def int) {
 		switch {
 		case *conns <= 0 && *fds <= 0:
-			*fds = def
 			*conns = max(def/2, 1)
+			*fds = 2 * *conns
 		case *fds <= 0:
 			*fds = 2 * *conns
 		case *conns <= 0:

@@ -32,7 +32,7 @@ func TestDeriveBudgets(t *testing.T) {
 // connection holds two descriptors), else the derived budget.
 func TestLimitsWithBudgets(t *testing.T) {
 	t.Parallel()
-	b := Budgets{Host: 1000, Tenant: 250, Pipes: 10}
+	b := Budgets{Host: 1001, Tenant: 251, Pipes: 10}
 	for _, tc := range []struct {
 		in, want Limits
 	}{
