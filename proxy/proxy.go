@@ -14,6 +14,7 @@ import (
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 	"github.com/teapot-lb/teapot-lb/proxy/health"
 	"github.com/teapot-lb/teapot-lb/proxy/internal/pmap"
+	"github.com/teapot-lb/teapot-lb/proxy/internal/splice"
 	"github.com/teapot-lb/teapot-lb/proxy/snapshot"
 	"github.com/teapot-lb/teapot-lb/proxy/steer"
 )
@@ -147,7 +148,7 @@ type Proxy struct {
 	tenants   sync.Map // tenant name -> *tenantBudget
 	hostConns atomic.Int64
 	hostFDs   atomic.Int64
-	pipes     *pipePool
+	pipes     *splice.Pool
 	wg        sync.WaitGroup
 
 	handover handoverState
@@ -184,7 +185,7 @@ func New(cfg Config) *Proxy {
 		sockets: map[snapshot.Key]*socket{},
 		failed:  map[snapshot.Key]bindFailure{},
 		status:  pmap.New[string, []Problem](pmap.String),
-		pipes:   newPipePool(cfg.Limits.SplicePipes),
+		pipes:   splice.NewPool(cfg.Limits.SplicePipes),
 	}
 	if cfg.Steer != nil {
 		p.steering = &steering{s: cfg.Steer, shared: map[sharedKey]*sharedSocket{}}
@@ -490,7 +491,7 @@ func (p *Proxy) Close() error {
 	}
 	p.mu.Unlock()
 	p.wg.Wait()
-	p.pipes.close()
+	p.pipes.Close()
 	p.health.Close()
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/teapot-lb/teapot-lb/proxy/balance"
 	"github.com/teapot-lb/teapot-lb/proxy/health"
+	"github.com/teapot-lb/teapot-lb/proxy/internal/splice"
 	"github.com/teapot-lb/teapot-lb/proxy/proxyproto"
 )
 
@@ -143,7 +144,7 @@ func (p *Proxy) dialMember(l *ListenerSnapshot, pool *Pool, client netip.Addr) (
 }
 
 // pipe copies both ways between a client and a member, with splice(2)
-// through the host's pipe pool (splice.go) while bytes move. When one side ends its half (EOF), the other side's write half
+// through the host's pipe pool (package splice) while bytes move. When one side ends its half (EOF), the other side's write half
 // is closed; when a side fails, both are reset. A read deadline of a
 // quarter of the idle timeout wakes each direction to check whether either
 // moved bytes lately; after IdleTimeout of silence both are closed. With
@@ -159,9 +160,9 @@ func (p *Proxy) pipe(l *ListenerSnapshot, client, up *net.TCPConn, downWatch *he
 	pp.last.Store(time.Now().UnixNano())
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		pp.copy(newSplicer(p.pipes, client, up), func(n int64) { p.metrics.BytesOut(l.LB, l.Name, n) })
+		pp.copy(splice.New(p.pipes, client, up), func(n int64) { p.metrics.BytesOut(l.LB, l.Name, n) })
 	})
-	pp.copy(newSplicer(p.pipes, up, client), func(n int64) { p.metrics.BytesIn(l.LB, l.Name, n) })
+	pp.copy(splice.New(p.pipes, up, client), func(n int64) { p.metrics.BytesIn(l.LB, l.Name, n) })
 	wg.Wait()
 	pp.end(false)
 }
@@ -181,14 +182,15 @@ type pipe struct {
 
 // copy moves sp's source to its destination until the source's half
 // ends or the pipe does.
-func (pp *pipe) copy(sp *splicer, count func(int64)) {
-	dst, src := sp.dst, sp.src
+func (pp *pipe) copy(sp *splice.Splicer, count func(int64)) {
+	defer sp.Close()
+	dst, src := sp.Dst(), sp.Src()
 	for {
 		if err := src.SetReadDeadline(time.Now().Add(pp.tick)); err != nil {
 			pp.end(true)
 			return
 		}
-		n, err := sp.move()
+		n, err := sp.Move()
 		if n > 0 {
 			count(n)
 			pp.last.Store(time.Now().UnixNano())

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+	"github.com/teapot-lb/teapot-lb/proxy/internal/splice"
 	"github.com/teapot-lb/teapot-lb/proxy/metrics"
 	"github.com/teapot-lb/teapot-lb/proxy/proxyproto"
 	"github.com/teapot-lb/teapot-lb/proxy/snapshot"
@@ -110,11 +111,11 @@ func TestTCPUsesSplice(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The echo went through a pipe each way, given back to the pool.
-	if n := p.pipes.inUse(); n < 1 || n > 2 {
+	if n := p.pipes.Open(); n < 1 || n > 2 {
 		t.Errorf("%d pipes open after a round trip; splice(2) takes one per direction moving bytes", n)
 	}
-	if n := pipeFDs(t) - others; n != 2*p.pipes.inUse() {
-		t.Errorf("%d pipe descriptors opened, the pool has %d pipes", n, p.pipes.inUse())
+	if n := pipeFDs(t) - others; n != 2*p.pipes.Open() {
+		t.Errorf("%d pipe descriptors opened, the pool has %d pipes", n, p.pipes.Open())
 	}
 }
 
@@ -150,15 +151,15 @@ func TestPipesReturnToTheBaseline(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if n := pipeFDs(t) - others; n > 2*freePipes {
+	if n := pipeFDs(t) - others; n > 2*splice.FreePipes {
 		t.Errorf("%d pipe descriptors open while %d connections wait for bytes", n, conns)
 	}
 	for _, c := range cs {
 		c.Close()
 	}
 	eventually(t, "the connections to close", func() bool { return p.HostDescriptors() == 0 })
-	eventually(t, "descriptors back to the baseline", func() bool { return openFDs(t) <= before+2*freePipes })
-	t.Logf("descriptors: %d before, %d after (%d pipes idle in the pool)", before, openFDs(t), p.pipes.inUse())
+	eventually(t, "descriptors back to the baseline", func() bool { return openFDs(t) <= before+2*splice.FreePipes })
+	t.Logf("descriptors: %d before, %d after (%d pipes idle in the pool)", before, openFDs(t), p.pipes.Open())
 }
 
 // echoCopying echoes through a buffer: Go's splice path, which io.Copy
@@ -222,7 +223,7 @@ func TestSplicePipesBounded(t *testing.T) {
 	go func() {
 		defer close(sampled)
 		for {
-			if n := int64(p.pipes.inUse()); n > most.Load() {
+			if n := int64(p.pipes.Open()); n > most.Load() {
 				most.Store(n)
 			}
 			if n := int64(pipeFDs(t) - others); n > mostFDs.Load() {

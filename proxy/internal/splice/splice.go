@@ -1,4 +1,7 @@
-package proxy
+// Package splice moves bytes between two TCP sockets through pipes in the
+// kernel (splice(2)), taking a pipe from a bounded pool only while bytes
+// move.
+package splice
 
 import (
 	"errors"
@@ -12,18 +15,17 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Splicing moves a TCP connection's bytes through a pipe in the kernel.
 // Go's own splice path (io.Copy between two *net.TCPConn) holds a pipe per
 // direction for as long as the copy waits for bytes, so an idle
 // connection holds four descriptors besides its two sockets, and keeps
 // its pipes in a sync.Pool that only a garbage collection empties. Here a
 // direction waits for bytes without a pipe, takes one from the host's
 // pool only while it moves them, and gives it back empty; the pool holds
-// at most Limits.SplicePipes pipes and keeps at most freePipes idle, and a
+// at most its bound of pipes and keeps at most FreePipes idle, and a
 // direction that finds none copies through a buffer instead.
 
-// freePipes bounds the idle pipes the pool keeps open.
-const freePipes = 16
+// FreePipes bounds the idle pipes a pool keeps open.
+const FreePipes = 16
 
 // spliceChunk is what one splice(2) asks for: at most a pipe's capacity
 // moves.
@@ -34,8 +36,8 @@ const copyBufSize = 32 << 10
 
 var copyBufs = sync.Pool{New: func() any { b := make([]byte, copyBufSize); return &b }}
 
-// pipePool is the host's splice pipes.
-type pipePool struct {
+// Pool is a host's splice pipes. A nil Pool has none: splicers copy.
+type Pool struct {
 	max int
 	mu  sync.Mutex
 	// open counts the pipes open, free or in use.
@@ -46,10 +48,11 @@ type pipePool struct {
 // kpipe is a pipe's read and write ends.
 type kpipe struct{ r, w int }
 
-func newPipePool(max int) *pipePool { return &pipePool{max: max} }
+// NewPool returns a pool of at most max pipes (none when max <= 0).
+func NewPool(max int) *Pool { return &Pool{max: max} }
 
 // get returns an empty pipe; false when the pool is spent.
-func (pl *pipePool) get() (kpipe, bool) {
+func (pl *Pool) get() (kpipe, bool) {
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
 	if n := len(pl.free); n > 0 {
@@ -69,9 +72,9 @@ func (pl *pipePool) get() (kpipe, bool) {
 }
 
 // put gives back an empty pipe.
-func (pl *pipePool) put(p kpipe) {
+func (pl *Pool) put(p kpipe) {
 	pl.mu.Lock()
-	if len(pl.free) < freePipes {
+	if len(pl.free) < FreePipes {
 		pl.free = append(pl.free, p)
 		pl.mu.Unlock()
 		return
@@ -82,15 +85,18 @@ func (pl *pipePool) put(p kpipe) {
 }
 
 // discard closes a pipe that may hold bytes.
-func (pl *pipePool) discard(p kpipe) {
+func (pl *Pool) discard(p kpipe) {
 	pl.mu.Lock()
 	pl.open--
 	pl.mu.Unlock()
 	closePipe(p)
 }
 
-// close closes the idle pipes.
-func (pl *pipePool) close() {
+// Close closes the idle pipes.
+func (pl *Pool) Close() {
+	if pl == nil {
+		return
+	}
 	pl.mu.Lock()
 	free := pl.free
 	pl.free = nil
@@ -101,8 +107,11 @@ func (pl *pipePool) close() {
 	}
 }
 
-// inUse reports the pipes open, idle ones included.
-func (pl *pipePool) inUse() int {
+// Open reports the pipes open, idle ones included.
+func (pl *Pool) Open() int {
+	if pl == nil {
+		return 0
+	}
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
 	return pl.open
@@ -113,15 +122,19 @@ func closePipe(p kpipe) {
 	_ = unix.Close(p.w)
 }
 
-// splicer moves one direction of a connection, src to dst. Its methods
-// are bound once, so that waiting and moving allocate nothing.
-type splicer struct {
-	pl       *pipePool
+// Splicer moves one direction of a connection, src to dst. Its methods
+// are bound once, so that waiting and moving allocate nothing. Close gives
+// back a pipe it still holds.
+type Splicer struct {
+	pl       *Pool
 	dst, src *net.TCPConn
 	srcRaw   syscall.RawConn
 	dstRaw   syscall.RawConn
 	// noSplice: the kernel refused to splice these sockets; copy.
 	noSplice bool
+	// held is a pipe whose bytes a failed write left (holding is set).
+	held    kpipe
+	holding bool
 
 	// State of the callbacks.
 	p        kpipe
@@ -135,8 +148,9 @@ type splicer struct {
 	peekByte [1]byte
 }
 
-func newSplicer(pl *pipePool, dst, src *net.TCPConn) *splicer {
-	sp := &splicer{pl: pl, dst: dst, src: src, noSplice: pl == nil || pl.max <= 0}
+// New returns the splicer of src to dst over pl's pipes.
+func New(pl *Pool, dst, src *net.TCPConn) *Splicer {
+	sp := &Splicer{pl: pl, dst: dst, src: src, noSplice: pl == nil || pl.max <= 0}
 	var err error
 	if sp.srcRaw, err = src.SyscallConn(); err != nil {
 		sp.noSplice = true
@@ -148,10 +162,26 @@ func newSplicer(pl *pipePool, dst, src *net.TCPConn) *splicer {
 	return sp
 }
 
-// move moves bytes until src's half ends (nil, as io.Copy), the read
-// deadline of src passes (os.ErrDeadlineExceeded) or a side fails.
-func (sp *splicer) move() (int64, error) {
+// Dst and Src are the splicer's sockets.
+func (sp *Splicer) Dst() *net.TCPConn { return sp.dst }
+func (sp *Splicer) Src() *net.TCPConn { return sp.src }
+
+// Move moves bytes until src's half ends (nil, as io.Copy), a deadline
+// passes (os.ErrDeadlineExceeded) or a side fails. Bytes a write deadline
+// left in the pipe go first at the next Move.
+func (sp *Splicer) Move() (int64, error) {
 	var total int64
+	if sp.holding {
+		// What a write deadline left in the pipe goes first.
+		sp.holding = false
+		sp.p = sp.held
+		n, err := sp.pumpHeld()
+		total += n
+		if err != nil {
+			return total, err
+		}
+		sp.pl.put(sp.p)
+	}
 	for {
 		if sp.noSplice {
 			n, err := sp.copyOnce()
@@ -190,9 +220,10 @@ func (sp *splicer) move() (int64, error) {
 }
 
 // through moves what src has through p until src has no more for now;
-// done reports src's end. p goes back to the pool, or is closed when a
-// failure left bytes in it.
-func (sp *splicer) through(p kpipe) (total int64, done bool, err error) {
+// done reports src's end. p goes back to the pool, stays with the splicer
+// when a write deadline left bytes in it, or is closed when another
+// failure did.
+func (sp *Splicer) through(p kpipe) (total int64, done bool, err error) {
 	sp.p = p
 	for {
 		sp.inPipe, sp.eof, sp.err = 0, false, nil
@@ -218,21 +249,45 @@ func (sp *splicer) through(p kpipe) (total int64, done bool, err error) {
 			sp.pl.put(p)
 			return total, false, nil
 		}
-		sp.moved, sp.err = 0, nil
-		werr := sp.dstRaw.Write(sp.pumpF)
-		total += int64(sp.moved)
-		if werr == nil {
-			werr = sp.err
-		}
-		if werr != nil {
-			sp.pl.discard(p)
-			return total, false, werr
+		n, err := sp.pumpHeld()
+		total += n
+		if err != nil {
+			return total, false, err
 		}
 	}
 }
 
+// pumpHeld splices the bytes of sp.p into dst. On a deadline the pipe and
+// its bytes stay with the splicer for the next Move; on another failure
+// it is closed; else it stays in sp.p, empty.
+func (sp *Splicer) pumpHeld() (int64, error) {
+	sp.moved, sp.err = 0, nil
+	werr := sp.dstRaw.Write(sp.pumpF)
+	if werr == nil {
+		werr = sp.err
+	}
+	if werr == nil {
+		return int64(sp.moved), nil
+	}
+	if errors.Is(werr, os.ErrDeadlineExceeded) && sp.inPipe > 0 {
+		sp.held, sp.holding = sp.p, true
+	} else {
+		sp.pl.discard(sp.p)
+	}
+	return int64(sp.moved), werr
+}
+
+// Close gives back a pipe the splicer still holds (with bytes a write
+// deadline left in it: they are dropped).
+func (sp *Splicer) Close() {
+	if sp.holding {
+		sp.holding = false
+		sp.pl.discard(sp.held)
+	}
+}
+
 // peek waits for src to be readable: bytes, the end or an error.
-func (sp *splicer) peek(fd uintptr) bool {
+func (sp *Splicer) peek(fd uintptr) bool {
 	for {
 		n, _, err := unix.Recvfrom(int(fd), sp.peekByte[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
 		switch {
@@ -250,7 +305,7 @@ func (sp *splicer) peek(fd uintptr) bool {
 }
 
 // drain splices what src has into the pipe, up to its capacity.
-func (sp *splicer) drain(fd uintptr) bool {
+func (sp *Splicer) drain(fd uintptr) bool {
 	for {
 		n, err := unix.Splice(int(fd), nil, sp.p.w, nil, spliceChunk, unix.SPLICE_F_MOVE|unix.SPLICE_F_NONBLOCK)
 		switch {
@@ -270,7 +325,7 @@ func (sp *splicer) drain(fd uintptr) bool {
 }
 
 // pump splices the pipe's bytes into dst, waiting while dst is full.
-func (sp *splicer) pump(fd uintptr) bool {
+func (sp *Splicer) pump(fd uintptr) bool {
 	for sp.inPipe > 0 {
 		n, err := unix.Splice(sp.p.r, nil, int(fd), nil, sp.inPipe, unix.SPLICE_F_MOVE|unix.SPLICE_F_NONBLOCK)
 		switch {
@@ -290,7 +345,7 @@ func (sp *splicer) pump(fd uintptr) bool {
 
 // copyOnce copies what one read of src returns; 0 bytes and no error is
 // the end of src.
-func (sp *splicer) copyOnce() (int64, error) {
+func (sp *Splicer) copyOnce() (int64, error) {
 	bp := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(bp)
 	n, err := sp.src.Read(*bp)
