@@ -154,6 +154,10 @@ type Proxy struct {
 	handover handoverState
 }
 
+// Pipes returns the host's splice pipe pool (Limits.SplicePipes), for the
+// L7 engine's tunnels (l7.Server.SetPipes).
+func (p *Proxy) Pipes() *splice.Pool { return p.pipes }
+
 // New returns a proxy serving nothing; Update gives it the state.
 func New(cfg Config) *Proxy {
 	if cfg.Logger == nil {
