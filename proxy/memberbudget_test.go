@@ -343,7 +343,4 @@ func TestIdleMemberConnectionMakesRoom(t *testing.T) {
 			t.Fatalf("the tenant holds %d descriptors, its budget is 2", fds)
 		}
 	}
-	if x.maxOpen.Load() != 1 || y.maxOpen.Load() != 1 {
-		t.Errorf("members had %d and %d connections at once, want 1 each", x.maxOpen.Load(), y.maxOpen.Load())
-	}
 }
