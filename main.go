@@ -399,6 +399,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 			}
 		},
 	})
+	engine.SetPipes(px.Pipes()) // tunnels splice through the host's bounded pipe pool
 	dataPlane.Store(px)
 	vm.setHandover(px)
 	host.Add(px)

@@ -67,9 +67,11 @@ const (
 	// RefusedListenerLimit: the listener is at max_connections (UDP: its
 	// flow table is full).
 	RefusedListenerLimit = "listener-limit"
-	// RefusedTenantLimit: the tenant is at MaxConnectionsPerTenant.
+	// RefusedTenantLimit: the tenant is at its connections or descriptors
+	// (MaxConnectionsPerTenant, MaxDescriptorsPerTenant, or its quota).
 	RefusedTenantLimit = "tenant-limit"
-	// RefusedHostLimit: every tenant together is at MaxHostConnections.
+	// RefusedHostLimit: every tenant together is at MaxHostConnections
+	// or MaxHostDescriptors.
 	RefusedHostLimit = "host-limit"
 )
 

@@ -71,7 +71,7 @@ var protoComments = map[string]string{
 	"teapot.v1.PathModifier.replace_full_path":    "The whole path.",
 	"teapot.v1.PathModifier.replace_prefix_match": "The part matched by the route's prefix path (matches[].path with pathType prefix), keeping the rest.",
 	"teapot.v1.Quotas":                            "Quotas bound what a tenant may write and use. Zero means the cluster's default for that field (see api.DefaultQuotas), never \"no limit\"; an operator raises a bound by setting it.",
-	"teapot.v1.Quotas.connections":                "Concurrent client connections per LB host, over all the tenant's listeners (0: derived from the host's descriptor limit).",
+	"teapot.v1.Quotas.connections":                "Concurrent client connections and UDP flows per LB host, over all the tenant's listeners (0: derived from the host's descriptor limit). It also bounds the descriptors they hold at twice this: each client connection, UDP flow and member connection (idle pooled ones included) holds one; an HTTP request that finds none within 100 ms gets 503, a TCP connection is reset.",
 	"teapot.v1.Quotas.connections_per_listener":   "Concurrent client connections per listener per LB host (0: derived).",
 	"teapot.v1.Quotas.health_checks":              "Active health checks (members of pools with a health check).",
 	"teapot.v1.Quotas.listeners":                  "Totals over all the tenant's load balancers.",

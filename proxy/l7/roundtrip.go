@@ -42,7 +42,22 @@ func (s *Server) dialConn(ctx context.Context, addr string, pp *proxyAddrs, tlsD
 	if err != nil {
 		return nil, err
 	}
-	return u.nc, nil
+	if opts.Budget == nil {
+		return u.nc, nil
+	}
+	return chargedConn{u.nc, u}, nil
+}
+
+// chargedConn is a member connection of the net/http transports that
+// gives its descriptor back to its budget when it closes.
+type chargedConn struct {
+	net.Conn
+	u *upConn
+}
+
+func (c chargedConn) Close() error {
+	c.u.close()
+	return nil
 }
 
 // newH1Transport returns the HTTP/1.1 transport for round trips; pp is set

@@ -235,8 +235,12 @@ type Quotas struct {
 	Members   uint32 `protobuf:"varint,10,opt,name=members,proto3" json:"members,omitempty"`
 	// Active health checks (members of pools with a health check).
 	HealthChecks uint32 `protobuf:"varint,11,opt,name=health_checks,json=healthChecks,proto3" json:"health_checks,omitempty"`
-	// Concurrent client connections per LB host, over all the tenant's
-	// listeners (0: derived from the host's descriptor limit).
+	// Concurrent client connections and UDP flows per LB host, over all the
+	// tenant's listeners (0: derived from the host's descriptor limit).
+	// It also bounds the descriptors they hold at twice this: each client
+	// connection, UDP flow and member connection (idle pooled ones
+	// included) holds one; an HTTP request that finds none within 100 ms
+	// gets 503, a TCP connection is reset.
 	Connections uint32 `protobuf:"varint,12,opt,name=connections,proto3" json:"connections,omitempty"`
 	// Concurrent client connections per listener per LB host (0: derived).
 	ConnectionsPerListener uint32 `protobuf:"varint,13,opt,name=connections_per_listener,json=connectionsPerListener,proto3" json:"connections_per_listener,omitempty"`
