@@ -33,6 +33,7 @@ import (
 	"github.com/teapot-lb/teapot-lb/api/adminserver"
 	"github.com/teapot-lb/teapot-lb/api/backup"
 	"github.com/teapot-lb/teapot-lb/api/cli"
+	"github.com/teapot-lb/teapot-lb/api/connguard"
 	"github.com/teapot-lb/teapot-lb/api/memlimit"
 	"github.com/teapot-lb/teapot-lb/api/observe"
 	"github.com/teapot-lb/teapot-lb/api/pki"
@@ -321,6 +322,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 		Logger: log, Version: cli.Version,
 		Observe: host.Observe, Event: host.Events().Add,
 		Restore: restore, Recover: cfg.Recover,
+		Services: ownServices(msrv, webLn, cfg.BGP), Addresses: hostAddresses(),
 	}
 	if vm != nil {
 		ccfg.HeartbeatAddr, ccfg.VIPInterface, ccfg.Describe = vm.heartbeatAddr, cfg.VIPInterface, vm.Describe
@@ -334,8 +336,9 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	vm.setKey(node.CA())
 	vm.setStateContact(node)
 	rules := adminserver.DefaultRules
+	guard := connguard.New(connguard.Config{Logger: log})
 	srv := grpc.NewServer(
-		grpc.Creds(credentials.NewTLS(node.ServerTLS())),
+		grpc.Creds(guard.Credentials(credentials.NewTLS(node.ServerTLS()))),
 		grpc.ChainUnaryInterceptor(rules.Unary()),
 		grpc.ChainStreamInterceptor(rules.Stream()),
 	)
@@ -353,7 +356,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	pb.RegisterTenantSyncServer(srv, tenants)
 	pb.RegisterTenantCredentialsServer(srv, tenants.Credentials())
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	go func() { served <- srv.Serve(guard.Listener(ln)) }()
 	log.Info("serving API", "component", "api", "addr", cfg.APIAddr)
 
 	cm, err := newCertManager(cfg, node, log, host.Events().Add)
@@ -396,6 +399,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 			}
 		},
 	})
+	engine.SetPipes(px.Pipes()) // tunnels splice through the host's bounded pipe pool
 	dataPlane.Store(px)
 	vm.setHandover(px)
 	host.Add(px)
@@ -404,7 +408,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	if vm != nil {
 		host.Add(vm.Manager)
 	}
-	if err := serveMetrics(ctx, msrv, counters, px, node, tenants, cm, vm); err != nil {
+	if err := serveMetrics(ctx, msrv, counters, px, node, tenants, cm, vm, guard.Collector()); err != nil {
 		log.Error("metrics are off", "component", "metrics", "err", err)
 	}
 	if webLn != nil {

@@ -54,10 +54,10 @@ func listenMetrics(addr string, log *slog.Logger) (*metricsserver.Server, error)
 	return srv, nil
 }
 
-// serveMetrics registers every part's collector and serves them until
-// ctx ends.
+// serveMetrics registers every part's collector, and more, and serves
+// them until ctx ends.
 func serveMetrics(ctx context.Context, srv *metricsserver.Server, counters *metrics.Memory, px *proxy.Proxy,
-	node *consensus.Node, tenants *tenantsync.Server, cm *certs.Manager, vm *vipManager) error {
+	node *consensus.Node, tenants *tenantsync.Server, cm *certs.Manager, vm *vipManager, more ...prometheus.Collector) error {
 	if srv == nil {
 		return nil
 	}
@@ -70,6 +70,7 @@ func serveMetrics(ctx context.Context, srv *metricsserver.Server, counters *metr
 	if vm != nil {
 		cs = append(cs, vm.Collector())
 	}
+	cs = append(cs, more...)
 	if err := srv.Register(cs...); err != nil {
 		return err
 	}

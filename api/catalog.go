@@ -25,9 +25,14 @@ type Catalog interface {
 // TenantUsage sums what a tenant's load balancers use of its quotas:
 // load balancers, distinct VIP addresses (status.address), listeners,
 // routes (a route with matches once per match), members and
-// health-checked members.
+// health-checked members, and regular expressions.
 type TenantUsage struct {
 	LoadBalancers, Addresses, Listeners, Routes, Members, HealthChecks int
+	RegexMatches                                                       int
+	// StoredBytes are the encoded bytes of everything the tenant stores:
+	// its load balancers, certificates and uploaded certificates' keys
+	// (kept by the UsageIndex of the store; LoadBalancerUsage leaves it 0).
+	StoredBytes int64
 }
 
 // UsageIndex is implemented by a Catalog that keeps each tenant's usage up
@@ -43,7 +48,7 @@ type UsageIndex interface {
 // TenantUsage).
 func LoadBalancerUsage(lb *pb.LoadBalancer) TenantUsage {
 	u := usageOf(lb)
-	return TenantUsage{LoadBalancers: 1, Listeners: u.listeners, Routes: u.routes, Members: u.members, HealthChecks: u.healthChecks}
+	return TenantUsage{LoadBalancers: 1, Listeners: u.listeners, Routes: u.routes, Members: u.members, HealthChecks: u.healthChecks, RegexMatches: u.regexMatches}
 }
 
 // Add adds o to u.
@@ -54,6 +59,8 @@ func (u *TenantUsage) Add(o TenantUsage) {
 	u.Routes += o.Routes
 	u.Members += o.Members
 	u.HealthChecks += o.HealthChecks
+	u.RegexMatches += o.RegexMatches
+	u.StoredBytes += o.StoredBytes
 }
 
 // Sub takes o from u.
@@ -64,4 +71,6 @@ func (u *TenantUsage) Sub(o TenantUsage) {
 	u.Routes -= o.Routes
 	u.Members -= o.Members
 	u.HealthChecks -= o.HealthChecks
+	u.RegexMatches -= o.RegexMatches
+	u.StoredBytes -= o.StoredBytes
 }

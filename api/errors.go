@@ -95,12 +95,12 @@ type checker struct {
 
 func (c *checker) invalidf(field, format string, args ...any) {
 	c.invalid = true
-	c.errs = append(c.errs, FieldError{Field: field, Reason: fmt.Sprintf(format, args...)})
+	c.errs = append(c.errs, FieldError{Field: Clip(field, MaxFieldPath), Reason: reasonf(format, args)})
 }
 
 func (c *checker) conflictf(field, format string, args ...any) {
 	c.conflict = true
-	c.errs = append(c.errs, FieldError{Field: field, Reason: fmt.Sprintf(format, args...)})
+	c.errs = append(c.errs, FieldError{Field: Clip(field, MaxFieldPath), Reason: reasonf(format, args)})
 }
 
 func (c *checker) ok() bool { return len(c.errs) == 0 }

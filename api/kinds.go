@@ -41,7 +41,7 @@ func ParseKind(s string) (string, error) {
 		}
 	}
 	sort.Strings(names)
-	return "", fmt.Errorf("unknown kind %q (known: %s)", s, strings.Join(names, ", "))
+	return "", fmt.Errorf("unknown kind %s (known: %s)", Excerpt(s), strings.Join(names, ", "))
 }
 
 // Namespaced reports whether objects of kind belong to a tenant.

@@ -21,6 +21,12 @@ func DefaultQuotas() *pb.Quotas {
 		Routes:         10000,
 		Members:        10000,
 		HealthChecks:   2000,
+		StoredBytes:    DefaultStoredBytes,
+		// Each regular expression a request meets costs it a program run;
+		// route regexes seen in practice are a handful per load balancer.
+		RegexMatchesPerLb:  64,
+		RegexMatches:       1000,
+		RegexCpuMillicores: DefaultRegexCPUMillicores,
 	}
 }
 
@@ -79,10 +85,16 @@ func EffectiveQuotas(t *pb.Tenant) *pb.Quotas {
 		{set.GetHealthChecks(), &q.HealthChecks},
 		{set.GetConnections(), &q.Connections},
 		{set.GetConnectionsPerListener(), &q.ConnectionsPerListener},
+		{set.GetRegexMatchesPerLb(), &q.RegexMatchesPerLb},
+		{set.GetRegexMatches(), &q.RegexMatches},
+		{set.GetRegexCpuMillicores(), &q.RegexCpuMillicores},
 	} {
 		if f.v != 0 {
 			*f.dst = f.v
 		}
+	}
+	if b := set.GetStoredBytes(); b != 0 {
+		q.StoredBytes = b
 	}
 	return q
 }
@@ -108,11 +120,11 @@ func priorOf(c Catalog) Catalog {
 
 // lbUsage counts what one load balancer uses of its tenant's quotas.
 type lbUsage struct {
-	listeners, routes, members, healthChecks int
+	listeners, routes, members, healthChecks, regexMatches int
 }
 
 func usageOf(lb *pb.LoadBalancer) lbUsage {
-	u := lbUsage{listeners: len(lb.GetListeners()), routes: routeCount(lb)}
+	u := lbUsage{listeners: len(lb.GetListeners()), routes: routeCount(lb), regexMatches: regexCount(lb)}
 	for _, bp := range lb.GetPools() {
 		n := len(bp.GetMembers())
 		u.members += n
@@ -143,6 +155,7 @@ func (u *lbUsage) add(o lbUsage) {
 	u.routes += o.routes
 	u.members += o.members
 	u.healthChecks += o.healthChecks
+	u.regexMatches += o.regexMatches
 }
 
 func (u *lbUsage) sub(o lbUsage) {
@@ -150,6 +163,7 @@ func (u *lbUsage) sub(o lbUsage) {
 	u.routes -= o.routes
 	u.members -= o.members
 	u.healthChecks -= o.healthChecks
+	u.regexMatches -= o.regexMatches
 }
 
 // tenantUsage sums the usage of the tenant's load balancers in c, with lb
@@ -157,7 +171,7 @@ func (u *lbUsage) sub(o lbUsage) {
 func tenantUsage(c Catalog, tenant string, lb *pb.LoadBalancer) lbUsage {
 	if idx, ok := c.(UsageIndex); ok {
 		tu := idx.TenantUsage(tenant)
-		u := lbUsage{listeners: tu.Listeners, routes: tu.Routes, members: tu.Members, healthChecks: tu.HealthChecks}
+		u := lbUsage{listeners: tu.Listeners, routes: tu.Routes, members: tu.Members, healthChecks: tu.HealthChecks, regexMatches: tu.RegexMatches}
 		if lb != nil {
 			if old := c.LoadBalancer(tenant, lb.GetName()); old != nil {
 				u.sub(usageOf(old))
@@ -193,6 +207,7 @@ func checkLBBounds(ck *checker, lb *pb.LoadBalancer, q *pb.Quotas, old *pb.LoadB
 	over("listeners", len(lb.GetListeners()), len(old.GetListeners()), q.GetListenersPerLb(), "listenersPerLb", "listeners")
 	over("routes", routeCount(lb), routeCount(old), q.GetRoutesPerLb(), "routesPerLb", "routes (a route counts once per match)")
 	over("pools", len(lb.GetPools()), len(old.GetPools()), q.GetPoolsPerLb(), "poolsPerLb", "pools")
+	over("routes", regexCount(lb), regexCount(old), q.GetRegexMatchesPerLb(), "regexMatchesPerLb", "regular expressions (regex path, header, query and gRPC matches)")
 	for _, k := range sortedKeys(lb.GetPools()) {
 		n := len(lb.GetPools()[k].GetMembers())
 		over("pools."+k+".members", n, len(old.GetPools()[k].GetMembers()), q.GetMembersPerPool(), "membersPerPool", "members")
@@ -205,7 +220,7 @@ func checkLBBounds(ck *checker, lb *pb.LoadBalancer, q *pb.Quotas, old *pb.LoadB
 // a quota is refused.
 func checkTenantTotals(ck *checker, lb *pb.LoadBalancer, q *pb.Quotas, c, prior Catalog, old *pb.LoadBalancer) {
 	u, ou := usageOf(lb), usageOf(old)
-	if u.listeners <= ou.listeners && u.routes <= ou.routes && u.members <= ou.members && u.healthChecks <= ou.healthChecks {
+	if u.listeners <= ou.listeners && u.routes <= ou.routes && u.members <= ou.members && u.healthChecks <= ou.healthChecks && u.regexMatches <= ou.regexMatches {
 		return
 	}
 	after := tenantUsage(c, lb.GetTenant(), lb)
@@ -220,6 +235,7 @@ func checkTenantTotals(ck *checker, lb *pb.LoadBalancer, q *pb.Quotas, c, prior 
 		{"routes", after.routes, before.routes, q.GetRoutes(), "routes", "routes (a route counts once per match)"},
 		{"pools", after.members, before.members, q.GetMembers(), "members", "members"},
 		{"pools", after.healthChecks, before.healthChecks, q.GetHealthChecks(), "healthChecks", "health-checked members"},
+		{"routes", after.regexMatches, before.regexMatches, q.GetRegexMatches(), "regexMatches", "regular expressions"},
 	} {
 		if t.after > int(t.limit) && t.after > t.before {
 			ck.conflictf(t.field, "the tenant's load balancers would have %d %s in all; at most %d (quotas.%s; %s)", t.after, t.counted, t.limit, t.quota, raiseHint)
@@ -263,6 +279,7 @@ func checkQuotas(ck *checker, lb *pb.LoadBalancer, tenant *pb.Tenant, c Catalog)
 	}
 	checkLBQuota(ck, lb, q, c, old)
 	checkTenantTotals(ck, lb, q, c, prior, old)
+	checkStoredBytes(ck, "", lb.GetTenant(), q, c, prior)
 }
 
 // tooLong says that field's value is over max bytes, without echoing it.

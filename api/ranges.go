@@ -32,7 +32,7 @@ func (e *rangeError) Error() string { return e.reason }
 func (e *rangeError) Unwrap() error { return ErrInvalid }
 
 func rangeErrorf(format string, args ...any) error {
-	return &rangeError{reason: fmt.Sprintf(format, args...)}
+	return &rangeError{reason: reasonf(format, args)}
 }
 
 const rangeExample = "like 192.0.2.0/28, 192.0.2.10-192.0.2.20 or 2001:db8::/120"
@@ -106,7 +106,7 @@ func parsePoolRange(raw string) (poolRange, error) {
 	if strings.Contains(s, "/") {
 		p, err := netip.ParsePrefix(s)
 		if err != nil {
-			return poolRange{}, rangeErrorf("%q is not a CIDR or a range, %s", raw, rangeExample)
+			return poolRange{}, rangeErrorf("%s is not a CIDR or a range, %s", Excerpt(raw), rangeExample)
 		}
 		if p.Addr().Is4In6() {
 			return poolRange{}, rangeErrorf("%s is an IPv4-mapped IPv6 prefix; write it in IPv4 form", s)
@@ -119,7 +119,7 @@ func parsePoolRange(raw string) (poolRange, error) {
 	if a, err := netip.ParseAddr(s); err == nil && a.Zone() == "" && !a.Is4In6() {
 		return poolRange{}, rangeErrorf("%s is a single address; write it as %s/%d", s, a, a.BitLen())
 	}
-	return poolRange{}, rangeErrorf("%q is not a CIDR or a range, %s", raw, rangeExample)
+	return poolRange{}, rangeErrorf("%s is not a CIDR or a range, %s", Excerpt(raw), rangeExample)
 }
 
 // parseVIPAddr parses an address as written in pools and VIP requests.
@@ -127,7 +127,7 @@ func parseVIPAddr(s string) (netip.Addr, error) {
 	a, err := netip.ParseAddr(s)
 	switch {
 	case err != nil:
-		return netip.Addr{}, rangeErrorf("%q is not an IP address", s)
+		return netip.Addr{}, rangeErrorf("%s is not an IP address", Excerpt(s))
 	case a.Zone() != "":
 		return netip.Addr{}, rangeErrorf("%s: zones are not allowed; use %s", s, a.WithZone(""))
 	case a.Is4In6():

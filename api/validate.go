@@ -92,18 +92,18 @@ func dnsNameProblem(s string) string {
 	case s == "":
 		return "empty; give a DNS name like acme.example"
 	case strings.HasSuffix(s, "."):
-		return fmt.Sprintf("%q: remove the trailing dot", s)
+		return fmt.Sprintf("%s: remove the trailing dot", Excerpt(s))
 	case len(s) > 253:
 		return fmt.Sprintf("%.40q... is longer than 253 characters", s)
 	}
 	if l := strings.ToLower(s); l != s {
 		if dnsNameProblem(l) == "" {
-			return fmt.Sprintf("%q must be lowercase; use %s", s, l)
+			return fmt.Sprintf("%s must be lowercase; use %s", Excerpt(s), Clip(l, MaxQuoted))
 		}
 	}
 	for _, label := range strings.Split(s, ".") {
 		if !isLabel(label) {
-			return fmt.Sprintf("%q is not a DNS name: each dot-separated label %s", s, nameRule)
+			return fmt.Sprintf("%s is not a DNS name: each dot-separated label %s", Excerpt(s), nameRule)
 		}
 	}
 	return ""
@@ -191,7 +191,7 @@ func parseMember(s string) (netip.AddrPort, string) {
 	ap, err := netip.ParseAddrPort(s)
 	switch {
 	case err != nil:
-		return ap, fmt.Sprintf("%q is not IP:port (like 10.20.0.11:30080 or [2001:db8::1]:80)", s)
+		return ap, fmt.Sprintf("%s is not IP:port (like 10.20.0.11:30080 or [2001:db8::1]:80)", Excerpt(s))
 	case ap.Addr().Zone() != "":
 		return ap, fmt.Sprintf("%s: zones are not allowed", s)
 	case ap.Addr().Is4In6():

@@ -106,25 +106,19 @@ func isToken(s string) bool {
 }
 
 // ownAddrs are the cluster's own addresses, which are never members: the
-// VIP pools' ranges and the LB hosts' service addresses (IP:port).
+// VIP pools' ranges and the LB hosts' own services (HostPorts).
 type ownAddrs struct {
 	vips  []poolRange
-	hosts map[netip.AddrPort]bool
+	hosts *HostPorts
 }
 
 func clusterAddrs(c Catalog) ownAddrs {
-	own := ownAddrs{hosts: map[netip.AddrPort]bool{}}
+	var own ownAddrs
 	for _, p := range parsePools(c) {
 		own.vips = append(own.vips, p.ranges...)
 	}
 	if nl, ok := c.(NodeLister); ok {
-		for _, n := range nl.Nodes() {
-			for _, a := range []string{n.GetApiAddr(), n.GetRaftAddr(), n.GetHeartbeatAddr()} {
-				if ap, err := netip.ParseAddrPort(a); err == nil {
-					own.hosts[netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())] = true
-				}
-			}
-		}
+		own.hosts = NewHostPorts(nl.Nodes())
 	}
 	return own
 }
@@ -135,15 +129,7 @@ func (o ownAddrs) problem(ap netip.AddrPort, hcPort uint32) string {
 	if rangesContain(o.vips, ap.Addr()) {
 		return fmt.Sprintf("%s is a virtual IP of this cluster and is never a member", ap.Addr())
 	}
-	if o.hosts[ap] {
-		return fmt.Sprintf("%s is a service port of an LB host and is never a member", ap)
-	}
-	if hcPort != 0 && hcPort <= 65535 {
-		if hp := netip.AddrPortFrom(ap.Addr(), uint16(hcPort)); o.hosts[hp] {
-			return fmt.Sprintf("healthCheck.port %d: %s is a service port of an LB host and is never checked", hcPort, hp)
-		}
-	}
-	return ""
+	return o.hosts.Problem(ap, hcPort)
 }
 
 func checkMembers(ck *checker, f string, bp *pb.BackendPool, tenant *pb.Tenant, nets []netip.Prefix, own ownAddrs) {

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"errors"
 	"fmt"
 	"regexp/syntax"
 	"strings"
@@ -33,18 +34,29 @@ const (
 	MaxBackendWeight = 1000000
 	// MaxRegexLen bounds a regular expression as written.
 	MaxRegexLen = 1024
+	// MaxRegexRepeat bounds a repetition count ({n}, {n,m}): a count
+	// copies what it repeats that many times into the program.
+	MaxRegexRepeat = 256
 	// MaxRegexInsts bounds one compiled regular expression (RE2 program
-	// instructions); matching costs time linear in the input times this.
+	// instructions, after simplification); matching costs time linear in
+	// the input times this. Route regexes seen in practice compile to
+	// 10-150 (a UUID 36, a SHA-256 hex digest 66).
 	MaxRegexInsts = 1000
 	// MaxRegexInstsPerLB bounds all the compiled regular expressions of
 	// one load balancer together. With MaxRegexSubjectLen it bounds what
 	// one request can cost in matching: at most 2,000 x 1,024 program
-	// steps, about 16 ms of a loaded core in the worst case.
+	// steps, 8-9 ms of a core for the worst patterns (measured by
+	// proxy/snapshot's BenchmarkRegexMatch); the data plane charges that
+	// time to the tenant's regex CPU budget (proxy/DESIGN.md).
 	MaxRegexInstsPerLB = 2000
 	// MaxRegexSubjectLen bounds what a regular expression is matched
 	// against: a request path, header value or query value longer than
 	// this never matches a regex condition (exact ones still apply).
 	MaxRegexSubjectLen = 1024
+	// DefaultRegexCPUMillicores is quotas.regexCpuMillicores unset: the
+	// CPU an LB host spends matching one tenant's regular expressions, in
+	// thousandths of a core.
+	DefaultRegexCPUMillicores = 100
 	// MaxRouteTimeout bounds routes[].timeouts.
 	MaxRouteTimeout = time.Hour
 )
@@ -63,25 +75,128 @@ var reservedHeaders = map[string]bool{
 	"keep-alive": true, "proxy-connection": true, "upgrade": true, "te": true, "trailer": true,
 }
 
+// Refusals of a regular expression (errors.Is), wrapped with the
+// measured size and the bound.
+var (
+	ErrRegexSyntax = errors.New("is not a regular expression (RE2 syntax)")
+	ErrRegexSize   = errors.New("is too big a regular expression")
+)
+
 // CompileRouteRegex parses and compiles a route's regular expression
-// (RE2 syntax, matching the whole value) within MaxRegexLen and
-// MaxRegexInsts, and returns the size of its program.
+// (RE2 syntax, matching the whole value) within MaxRegexLen,
+// MaxRegexRepeat and MaxRegexInsts, and returns the size of its program.
+// It is the one check of a regular expression: validation, the Gateway
+// translation and the data plane's compile all call it.
 func CompileRouteRegex(expr string) (int, error) {
 	if len(expr) > MaxRegexLen {
-		return 0, fmt.Errorf("is %d bytes long; at most %d", len(expr), MaxRegexLen)
+		return 0, fmt.Errorf("%w: %d bytes long; at most %d (a fixed bound)", ErrRegexSize, len(expr), MaxRegexLen)
 	}
 	re, err := syntax.Parse(expr, syntax.Perl)
 	if err != nil {
-		return 0, fmt.Errorf("is not a regular expression (RE2 syntax): %v", err)
+		return 0, fmt.Errorf("%w: %v", ErrRegexSyntax, shortSyntaxError(err))
+	}
+	if n := maxRepeat(re); n > MaxRegexRepeat {
+		return 0, fmt.Errorf("%w: repeats something %d times; a repetition count ({n} or {n,m}) is at most %d (a fixed bound): use + or * where any count will do", ErrRegexSize, n, MaxRegexRepeat)
 	}
 	prog, err := syntax.Compile(re.Simplify())
 	if err != nil {
-		return 0, fmt.Errorf("is not a regular expression (RE2 syntax): %v", err)
+		return 0, fmt.Errorf("%w: %v", ErrRegexSyntax, shortSyntaxError(err))
 	}
 	if n := len(prog.Inst); n > MaxRegexInsts {
-		return n, fmt.Errorf("compiles to %d instructions; at most %d: use fewer or smaller repetitions and alternatives", n, MaxRegexInsts)
+		return n, fmt.Errorf("%w: compiles to %d instructions; at most %d (a fixed bound): use fewer or smaller repetitions and alternatives", ErrRegexSize, n, MaxRegexInsts)
 	}
 	return len(prog.Inst), nil
+}
+
+// maxRepeat returns the largest repetition count in re.
+func maxRepeat(re *syntax.Regexp) int {
+	n := 0
+	if re.Op == syntax.OpRepeat {
+		n = max(re.Min, re.Max)
+	}
+	for _, s := range re.Sub {
+		n = max(n, maxRepeat(s))
+	}
+	return n
+}
+
+// shortSyntaxError quotes at most a short prefix of the expression a
+// syntax error names.
+func shortSyntaxError(err error) string {
+	var se *syntax.Error
+	if errors.As(err, &se) {
+		return fmt.Sprintf("%s: %s", se.Code, Excerpt(se.Expr))
+	}
+	return err.Error()
+}
+
+// RegexUsage is what the regular expressions of some routes cost: the
+// instructions they compile to and how many there are (each is one regex
+// match of the quotas). Expressions that do not compile count nothing:
+// they are refused on their own.
+type RegexUsage struct {
+	Insts, Matches int
+}
+
+// RouteRegexUsage sums the regular expressions of r.
+func RouteRegexUsage(r *pb.Route) RegexUsage {
+	var u RegexUsage
+	RouteRegexes(r, func(_, expr string) {
+		if n, err := CompileRouteRegex(expr); err == nil {
+			u.Insts += n
+			u.Matches++
+		}
+	})
+	return u
+}
+
+// regexCount counts the regular expressions of lb's routes as the quotas
+// do (RouteRegexes), without compiling them.
+func regexCount(lb *pb.LoadBalancer) int {
+	n := 0
+	for _, r := range lb.GetRoutes() {
+		if r.GetPathType() == "regex" {
+			n++
+		}
+		for _, m := range r.GetMatches() {
+			if m.GetPathType() == "regex" {
+				n++
+			}
+			for _, h := range m.GetHeaders() {
+				if h.GetType() == "regex" {
+					n++
+				}
+			}
+			for _, q := range m.GetQueryParams() {
+				if q.GetType() == "regex" {
+					n++
+				}
+			}
+			if g := m.GetGrpc(); g.GetType() == "regex" {
+				n += boolInt(g.GetService() != "") + boolInt(g.GetMethod() != "")
+			}
+		}
+	}
+	return n
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// CheckLB reports whether u, the regular expressions of one load
+// balancer, is within MaxRegexInstsPerLB, and why not. Validation, the
+// data plane's compile call it (so does the Gateway translation, by its own sum). How many
+// regular expressions a load balancer and a tenant may have is a quota
+// (quotas.regexMatchesPerLb, quotas.regexMatches: see quotas.go).
+func (u RegexUsage) CheckLB() error {
+	if u.Insts > MaxRegexInstsPerLB {
+		return fmt.Errorf("%w: the regular expressions compile to %d instructions together; at most %d per load balancer (a fixed bound): use prefix or exact matches where they do", ErrRegexSize, u.Insts, MaxRegexInstsPerLB)
+	}
+	return nil
 }
 
 // RouteRegexes calls fn with every regular expression of r.
@@ -140,19 +255,23 @@ func CheckRoute(lb *pb.LoadBalancer, field string, r *pb.Route) (regexInsts int,
 	return regexInsts, ck.err("")
 }
 
-// checkRouteRegexBudget bounds the regular expressions of all routes.
+// checkRouteRegexBudget bounds the regular expressions of all routes
+// together (MaxRegexInstsPerLB).
 func checkRouteRegexBudget(ck *checker, lb *pb.LoadBalancer) {
-	total := 0
+	if err := LBRegexUsage(lb).CheckLB(); err != nil {
+		ck.invalidf("routes", "%v", err)
+	}
+}
+
+// LBRegexUsage sums the regular expressions of lb's routes.
+func LBRegexUsage(lb *pb.LoadBalancer) RegexUsage {
+	var u RegexUsage
 	for _, r := range lb.GetRoutes() {
-		RouteRegexes(r, func(_, expr string) {
-			if n, err := CompileRouteRegex(expr); err == nil {
-				total += n
-			}
-		})
+		ru := RouteRegexUsage(r)
+		u.Insts += ru.Insts
+		u.Matches += ru.Matches
 	}
-	if total > MaxRegexInstsPerLB {
-		ck.invalidf("routes", "regular expressions compile to %d instructions together; at most %d per load balancer: use prefix or exact matches where they do", total, MaxRegexInstsPerLB)
-	}
+	return u
 }
 
 // checkPathMatch checks a path and its type, and returns them with

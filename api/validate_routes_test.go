@@ -1,6 +1,7 @@
 package api
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -58,7 +59,8 @@ func TestValidateRouteFeatures(t *testing.T) {
 		}, pass()},
 		{"regex path broken", func(lb *pb.LoadBalancer) { m(lb).Path, m(lb).PathType = `/items/(`, "regex" }, bad(f+".matches[0].path", "not a regular expression")},
 		{"regex too complex", func(lb *pb.LoadBalancer) { m(lb).Path, m(lb).PathType = `/(a{1,1000}){1,1000}`, "regex" }, bad(f+".matches[0].path", "")},
-		{"regex too big", func(lb *pb.LoadBalancer) { m(lb).Path, m(lb).PathType = `/[a-z]{1,900}`, "regex" }, bad(f+".matches[0].path", "instructions; at most 1000")},
+		{"regex too big", func(lb *pb.LoadBalancer) { m(lb).Path, m(lb).PathType = `/(?:[a-z]{1,200}){1,4}`, "regex" }, bad(f+".matches[0].path", "instructions; at most 1000")},
+		{"regex repeat", func(lb *pb.LoadBalancer) { m(lb).Path, m(lb).PathType = `/[a-z]{1,900}`, "regex" }, bad(f+".matches[0].path", "repeats something 900 times; a repetition count ({n} or {n,m}) is at most 256")},
 		{"regex too long", func(lb *pb.LoadBalancer) { m(lb).Path, m(lb).PathType = "/"+strings.Repeat("a", MaxRegexLen), "regex" }, bad(f+".matches[0].path", "at most 1024")},
 		{"regex budget", func(lb *pb.LoadBalancer) {
 			for i := range 60 {
@@ -213,5 +215,104 @@ func TestRouteAllZeroWeightsProblem(t *testing.T) {
 	}
 	if !found {
 		t.Fatalf("no problem for a route whose backends all weigh 0: %v", LoadBalancerProblems(lb))
+	}
+}
+
+// A regular expression whose program is too big is refused with the
+// field, the measured size and the bound; so are long repetition counts
+// and expressions too long to write, and the refusal never echoes the
+// expression.
+func TestPathologicalRegexRefused(t *testing.T) {
+	t.Parallel()
+	// 450 optional "a?" keep 450 threads alive on every byte: about 2 ms
+	// per 1 KiB path on its own (BenchmarkRegexMatch in proxy/snapshot).
+	pathological := "/" + strings.Repeat("a?", 450) + strings.Repeat("a", 100)
+	tests := []struct {
+		name, expr string
+		want       []string
+	}{
+		{"program size", pathological, []string{"compiles to 1003 instructions; at most 1000"}},
+		{"repetition", `/(?:x|y){1000}`, []string{"repeats something 1000 times", "at most 256"}},
+		{"nested repetitions", `/(?:(?:a|b){200}){200}`, []string{"not a regular expression", "invalid repeat count"}},
+		{"length", "/" + strings.Repeat("[ab]", 300), []string{"1201 bytes long; at most 1024"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			lb := shopLB()
+			lb.Routes[1].Path, lb.Routes[1].PathType = tt.expr, "regex"
+			err := ValidateLoadBalancer(lb, nil)
+			if err == nil {
+				t.Fatalf("%s accepted", tt.name)
+			}
+			msg := err.Error()
+			if !strings.Contains(msg, "routes[1].path") {
+				t.Errorf("refusal does not name routes[1].path: %s", msg)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(msg, w) {
+					t.Errorf("refusal %q does not say %q", msg, w)
+				}
+			}
+			if len(msg) > 600 {
+				t.Errorf("refusal is %d bytes long; it echoes the expression?", len(msg))
+			}
+		})
+	}
+	// Nested counts within MaxRegexRepeat (and RE2's own bound of 1,000
+	// on their product) are refused by the program size.
+	if _, err := CompileRouteRegex(`/(?:(?:ab|cd){30}){30}`); err == nil || !strings.Contains(err.Error(), "instructions") {
+		t.Errorf("nested repetitions of 30 x 30: %v, want refused by instruction count", err)
+	}
+	// Route regexes as written in practice compile far below the bound.
+	for _, expr := range []string{`/api/v[0-9]+/users/[0-9]+`, `/(?:docs|api)/[^/]+`,
+		`/objects/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`, `/blobs/sha256:[0-9a-f]{64}`} {
+		n, err := CompileRouteRegex(expr)
+		if err != nil || n > 150 {
+			t.Errorf("%s: %d instructions, %v; want at most 150", expr, n, err)
+		}
+	}
+}
+
+// regexMatchesPerLb and regexMatches bound how many regular expressions
+// a load balancer and a tenant have; a count that does not grow is
+// allowed.
+func TestRegexMatchQuotas(t *testing.T) {
+	t.Parallel()
+	tenant := acmeTenant()
+	tenant.Quotas = &pb.Quotas{RegexMatchesPerLb: 4, RegexMatches: 6}
+	withRegexes := func(name string, n int) *pb.LoadBalancer {
+		lb := shopLB()
+		lb.Name = name
+		lb.Routes = nil
+		var ms []*pb.RouteMatch
+		for i := range n {
+			ms = append(ms, &pb.RouteMatch{Path: fmt.Sprintf("/m%d/[0-9]+", i), PathType: "regex"})
+		}
+		lb.Routes = append(lb.Routes, &pb.Route{Host: "shop.acme.example", Pool: "web", Matches: ms})
+		return lb
+	}
+	tests := []struct {
+		name string
+		have []any
+		lb   *pb.LoadBalancer
+		want expect
+	}{
+		{"within regexMatchesPerLb", nil, withRegexes("shop", 4), pass()},
+		{"over regexMatchesPerLb", nil, withRegexes("shop", 5), clash("routes", "has 5 regular expressions (regex path, header, query and gRPC matches); at most 4 (quotas.regexMatchesPerLb")},
+		{"over the tenant's regexMatches", []any{withRegexes("a", 4)}, withRegexes("shop", 3),
+			clash("routes", "would have 7 regular expressions in all; at most 6 (quotas.regexMatches")},
+		{"tenant total within regexMatches", []any{withRegexes("a", 3)}, withRegexes("shop", 3), pass()},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := baseCatalog()
+			c.Put(tenant)
+			c.Put(tt.have...)
+			check(t, ValidateLoadBalancer(tt.lb, c), tt.want)
+		})
+	}
+	if u := LoadBalancerUsage(gwLB()); u.RegexMatches != 1 {
+		t.Errorf("usage counts %d regular expressions in gwLB, want 1", u.RegexMatches)
 	}
 }

@@ -68,6 +68,12 @@ type Config struct {
 	// object for the VIP failure detector.
 	HeartbeatAddr string
 	VIPInterface  string
+	// Services and Addresses are this host's other services (metrics,
+	// dashboard, BGP) and its addresses, recorded in its Node object so
+	// that the leader refuses members and health checks that reach them
+	// (api.HostPorts).
+	Services  []*pb.NodeService
+	Addresses []string
 	// Describe adds what other parts of the host know (VIPs held, peers
 	// seen) to this host's health report.
 	Describe func(*pb.NodeStatus)
@@ -554,6 +560,7 @@ func (n *Node) ensureMember(ctx context.Context) error {
 		Id: n.cfg.NodeID, RaftAddr: n.cfg.RaftAddr, ApiAddr: n.cfg.APIAddr, Suffrage: suffrageOf(me.Suffrage),
 		HeartbeatAddr: n.cfg.HeartbeatAddr, VipInterface: n.cfg.VIPInterface,
 		Version: n.cfg.Version, FeatureLevel: n.featureLevel(),
+		Services: n.cfg.Services, Addresses: n.cfg.Addresses,
 	}
 	n.fsm.mu.RLock()
 	have := n.fsm.st.get(api.KindNode, n.cfg.NodeID).GetNode()
@@ -561,12 +568,22 @@ func (n *Node) ensureMember(ctx context.Context) error {
 	want.Draining = have.GetDraining() // an operator's drain outlives a restart
 	if have.GetRaftAddr() != want.RaftAddr || have.GetApiAddr() != want.ApiAddr ||
 		have.GetHeartbeatAddr() != want.HeartbeatAddr || have.GetVipInterface() != want.VipInterface ||
-		have.GetVersion() != want.Version || have.GetFeatureLevel() != want.FeatureLevel {
+		have.GetVersion() != want.Version || have.GetFeatureLevel() != want.FeatureLevel ||
+		!sameServices(have, want) {
 		if _, err := n.Apply(wctx, &pb.ApplyRequest{Objects: []*pb.Object{api.Wrap(want)}}, true); err != nil {
 			return fmt.Errorf("register node: %w", err)
 		}
 	}
 	return nil
+}
+
+// sameServices reports whether two Node records publish the same own
+// services and addresses.
+func sameServices(a, b *pb.Node) bool {
+	return slices.Equal(a.GetAddresses(), b.GetAddresses()) &&
+		slices.EqualFunc(a.GetServices(), b.GetServices(), func(x, y *pb.NodeService) bool {
+			return x.GetName() == y.GetName() && x.GetAddr() == y.GetAddr()
+		})
 }
 
 func suffrageOf(s raft.ServerSuffrage) string {

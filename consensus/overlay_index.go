@@ -92,10 +92,10 @@ func (o *overlay) setLoadBalancer(key string, obj *pb.Object) {
 	for _, h := range tenants {
 		u := o.usage[h.tenant]
 		if lb := prev.GetLoadBalancer(); lb != nil && lb.GetTenant() == h.tenant {
-			u.Sub(api.LoadBalancerUsage(lb))
+			u.Sub(objUsage(prev))
 		}
 		if lb := obj.GetLoadBalancer(); lb != nil && lb.GetTenant() == h.tenant {
-			u.Add(api.LoadBalancerUsage(lb))
+			u.Add(objUsage(obj))
 		}
 		for i, a := range addrs {
 			switch after := o.tenantHolds(h.tenant, a); {
@@ -235,18 +235,19 @@ func (o *overlay) tenantUsage(tenant string) api.TenantUsage {
 	touched := map[netip.Addr]bool{}
 	for key, c := range ch {
 		if old := o.parent.get(api.KindLoadBalancer, key); old.GetLoadBalancer().GetTenant() == tenant {
-			u.Sub(api.LoadBalancerUsage(old.GetLoadBalancer()))
+			u.Sub(objUsage(old))
 			if a, ok := lbAddress(old); ok {
 				touched[a] = true
 			}
 		}
 		if c.GetLoadBalancer().GetTenant() == tenant {
-			u.Add(api.LoadBalancerUsage(c.GetLoadBalancer()))
+			u.Add(objUsage(c))
 			if a, ok := lbAddress(c); ok {
 				touched[a] = true
 			}
 		}
 	}
+	o.storedChanges(tenant, &u)
 	for a := range touched {
 		before := false
 		for _, p := range o.parent.addressUsers(a) {

@@ -446,9 +446,17 @@ func (o *overlay) set(ref *pb.ObjectRef, obj *pb.Object) {
 		o.changes[ref.Kind] = m
 	}
 	key := keyOf(ref)
-	if ref.Kind == api.KindLoadBalancer {
+	switch ref.Kind {
+	case api.KindLoadBalancer:
 		o.setLoadBalancer(key, obj)
-	} else {
+	case api.KindCertificate, api.KindStorageItem:
+		prev, changed := m[key]
+		if !changed {
+			prev = o.parent.get(ref.Kind, key)
+		}
+		m[key] = obj
+		o.setStored(prev, obj)
+	default:
 		m[key] = obj
 	}
 	o.order = append(o.order, ref)

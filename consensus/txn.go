@@ -136,6 +136,7 @@ func validate(o *pb.Object, c api.Catalog) error {
 				errs = append(errs, api.FieldError{Field: "heartbeatAddr", Reason: "must be IP:port"})
 			}
 		}
+		errs = append(errs, api.CheckNodeServices(n)...)
 		if len(errs) > 0 {
 			return &api.ValidationError{Ref: api.RefString(api.RefOf(o)), Errors: errs}
 		}
@@ -155,6 +156,14 @@ func validate(o *pb.Object, c api.Catalog) error {
 		if v.Certificate.GetName() == "" || v.Certificate.GetTenant() == "" {
 			return &api.ValidationError{Ref: "Certificate", Errors: []api.FieldError{{Field: "name", Reason: "certificate needs a name and a tenant"}}}
 		}
+		// A new certificate and its key (written with it) count towards
+		// what the tenant stores; the cluster's own updates of one that
+		// exists (its state, its renewals) are never refused for it.
+		ref := api.RefOf(o)
+		if cat, ok := c.(catalog); ok && cat.prior != nil && cat.prior.get(api.KindCertificate, keyOf(ref)) != nil {
+			return nil
+		}
+		return api.CheckStoredBytes(api.RefString(ref), v.Certificate.GetTenant(), c)
 	}
 	return nil
 }

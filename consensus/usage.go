@@ -1,6 +1,10 @@
 package consensus
 
 import (
+	"strings"
+
+	"google.golang.org/protobuf/proto"
+
 	"github.com/teapot-lb/teapot-lb/api"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
@@ -9,18 +13,51 @@ import (
 // state as load balancers are put and removed, and an overlay derives its
 // own from its parent's and its changes: a quota check costs what the
 // write changes, whatever the number of load balancers the tenant has.
+// StoredBytes counts everything a tenant owns: its load balancers, its
+// certificates and the keys of the certificates it uploaded.
 
-// usageAdd adds (sign 1) or takes (sign -1) load balancer o from its
-// tenant's usage. It runs before o enters the address
-// index on a put and after it left it on a removal.
+// uploadedPrefix is where the certificate store keeps uploaded
+// certificates and keys ("uploaded/TENANT/NAME", proxy/certs.UploadKey).
+const uploadedPrefix = "uploaded/"
+
+// storedBy names the tenant that o's bytes are charged to, or "".
+func storedBy(o *pb.Object) string {
+	switch v := o.GetKind().(type) {
+	case *pb.Object_LoadBalancer:
+		return v.LoadBalancer.GetTenant()
+	case *pb.Object_Certificate:
+		return v.Certificate.GetTenant()
+	case *pb.Object_StorageItem:
+		if rest, ok := strings.CutPrefix(v.StorageItem.GetKey(), uploadedPrefix); ok {
+			if tenant, _, ok := strings.Cut(rest, "/"); ok {
+				return tenant
+			}
+		}
+	}
+	return ""
+}
+
+// objUsage is what o adds to its tenant's usage, its address aside.
+func objUsage(o *pb.Object) api.TenantUsage {
+	var u api.TenantUsage
+	if lb := o.GetLoadBalancer(); lb != nil {
+		u = api.LoadBalancerUsage(lb)
+	}
+	u.StoredBytes = int64(proto.Size(o))
+	return u
+}
+
+// usageAdd adds (sign 1) or takes (sign -1) object o from its tenant's
+// usage. It runs before a load balancer enters the address index on a
+// put and after it left it on a removal.
 func (s *state) usageAdd(o *pb.Object, sign int) {
-	lb := o.GetLoadBalancer()
-	if lb == nil {
+	tenant := storedBy(o)
+	if tenant == "" {
 		return
 	}
-	u := s.usage[lb.GetTenant()]
-	d := api.LoadBalancerUsage(lb)
-	if a, ok := lbAddress(o); ok && !tenantAt(s.byAddr[a], lb.GetTenant(), o) {
+	u := s.usage[tenant]
+	d := objUsage(o)
+	if a, ok := lbAddress(o); ok && !tenantAt(s.byAddr[a], tenant, o) {
 		d.Addresses = 1
 	}
 	if sign > 0 {
@@ -29,10 +66,10 @@ func (s *state) usageAdd(o *pb.Object, sign int) {
 		u.Sub(d)
 	}
 	if u == (api.TenantUsage{}) {
-		delete(s.usage, lb.GetTenant())
+		delete(s.usage, tenant)
 		return
 	}
-	s.usage[lb.GetTenant()] = u
+	s.usage[tenant] = u
 }
 
 // tenantAt reports whether users (load balancers at one address) hold
@@ -44,6 +81,46 @@ func tenantAt(users []*pb.Object, tenant string, o *pb.Object) bool {
 		}
 	}
 	return false
+}
+
+// setStored corrects the overlay's cached usage for a write of an object
+// of another kind than a load balancer (prev replaced by obj).
+func (o *overlay) setStored(prev, obj *pb.Object) {
+	o.fresh()
+	for _, x := range []struct {
+		o    *pb.Object
+		sign int
+	}{{prev, -1}, {obj, 1}} {
+		t := storedBy(x.o)
+		if t == "" {
+			continue
+		}
+		u, cached := o.usage[t]
+		if !cached {
+			continue
+		}
+		if x.sign < 0 {
+			u.Sub(objUsage(x.o))
+		} else {
+			u.Add(objUsage(x.o))
+		}
+		o.usage[t] = u
+	}
+}
+
+// storedChanges corrects u, tenant's usage in the parent, for the
+// overlay's changes of other kinds than load balancers.
+func (o *overlay) storedChanges(tenant string, u *api.TenantUsage) {
+	for _, kind := range []string{api.KindCertificate, api.KindStorageItem} {
+		for key, c := range o.changes[kind] {
+			if old := o.parent.get(kind, key); storedBy(old) == tenant {
+				u.Sub(objUsage(old))
+			}
+			if storedBy(c) == tenant {
+				u.Add(objUsage(c))
+			}
+		}
+	}
 }
 
 func (s *state) tenantUsage(tenant string) api.TenantUsage { return s.usage[tenant] }

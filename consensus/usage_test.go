@@ -14,18 +14,44 @@ import (
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
 
-// recount is a tenant's usage counted from its load balancers.
+// recount is a tenant's usage counted from its load balancers, and the
+// bytes it stores from those and its certificates and uploaded keys.
 func recount(r reader, tenant string) api.TenantUsage {
 	var u api.TenantUsage
 	addrs := map[netip.Addr]bool{}
 	for _, o := range r.list(api.KindLoadBalancer, tenant) {
 		u.Add(api.LoadBalancerUsage(o.GetLoadBalancer()))
+		u.StoredBytes += int64(proto.Size(o))
 		if a, ok := lbAddress(o); ok {
 			addrs[a] = true
 		}
 	}
+	for _, o := range r.list(api.KindCertificate, tenant) {
+		u.StoredBytes += int64(proto.Size(o))
+	}
+	for _, o := range r.list(api.KindStorageItem, "") {
+		if strings.HasPrefix(o.GetStorageItem().GetKey(), "uploaded/"+tenant+"/") {
+			u.StoredBytes += int64(proto.Size(o))
+		}
+	}
 	u.Addresses = len(addrs)
 	return u
+}
+
+// storedChange is a random write of a certificate or a stored item
+// (uploaded or the ACME store's, which no tenant is charged for).
+func storedChange(rng *rand.Rand, ten, n string) (*pb.ObjectRef, *pb.Object) {
+	switch rng.IntN(3) {
+	case 0:
+		ref := &pb.ObjectRef{Kind: api.KindCertificate, Tenant: ten, Name: n}
+		return ref, api.Wrap(&pb.Certificate{Name: n, Tenant: ten, LastError: strings.Repeat("e", rng.IntN(100))})
+	case 1:
+		key := "uploaded/" + ten + "/" + n
+		return &pb.ObjectRef{Kind: api.KindStorageItem, Name: key}, api.Wrap(&pb.StorageItem{Key: key, Value: make([]byte, rng.IntN(500))})
+	default:
+		key := "certificates/acme/" + ten + "." + n
+		return &pb.ObjectRef{Kind: api.KindStorageItem, Name: key}, api.Wrap(&pb.StorageItem{Key: key, Value: make([]byte, rng.IntN(500))})
+	}
 }
 
 // usageLB is a load balancer of a random shape at one of few addresses.
@@ -63,6 +89,17 @@ func TestTenantUsageMatchesACount(t *testing.T) {
 	}
 	change := func(set func(ref *pb.ObjectRef, o *pb.Object), get func(kind, key string) *pb.Object) {
 		ten, n := name()
+		if rng.IntN(3) == 0 {
+			ref, o := storedChange(rng, ten, n)
+			if rng.IntN(4) == 0 {
+				if get(ref.GetKind(), keyOf(ref)) != nil {
+					set(ref, nil)
+				}
+				return
+			}
+			set(ref, o)
+			return
+		}
 		ref := &pb.ObjectRef{Kind: api.KindLoadBalancer, Tenant: ten, Name: n}
 		if rng.IntN(4) == 0 {
 			if get(api.KindLoadBalancer, keyOf(ref)) != nil {

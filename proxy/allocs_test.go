@@ -61,6 +61,9 @@ func servedPath(t *testing.T) string {
 			{Host: shopHost, Matches: []*pb.RouteMatch{{Path: "/cond/", Method: "GET",
 				Headers:     []*pb.ValueMatch{{Name: "x-variant", Value: "b"}},
 				QueryParams: []*pb.ValueMatch{{Name: "v", Value: "1"}}}}, Pool: "rr"},
+			// A regular expression: every request of the table above is
+			// looked up under the tenant's regex CPU budget.
+			{Host: shopHost, Path: "/re/[a-z]+/[0-9]+", PathType: "regex", Pool: "rr"},
 		},
 		Pools: map[string]*pb.BackendPool{
 			"rr":    {Members: []*pb.Member{{Address: member.addr}}},
@@ -69,7 +72,13 @@ func servedPath(t *testing.T) string {
 		},
 		Status: &pb.LoadBalancerStatus{Address: "127.0.0.7"},
 	}
-	update(t, p, lb)
+	// The test's thousands of requests (slowed by the race detector)
+	// would spend the default regex budget.
+	objs := labObjects(lb)
+	objs[0].GetTenant().Quotas = &pb.Quotas{RegexCpuMillicores: 1 << 20}
+	if err := p.Update(objs, 1); err != nil {
+		t.Fatal(err)
+	}
 	if st := p.Status()["acme/allocs"]; len(st) != 0 {
 		t.Fatalf("problems: %v", st)
 	}
@@ -81,11 +90,15 @@ func servedPath(t *testing.T) string {
 // their balancers, health accounting, access log and metrics), for
 // HTTP/1.1 and for HTTP/2 (cleartext, prior knowledge), with the client
 // and the member in this process allocating nothing per request. "cond"
-// is a route chosen by method, header and query (a mismatch is a 404).
+// is a route chosen by method, header and query (a mismatch is a 404),
+// "re" one chosen by a regular expression.
 func TestServedPathAllocs(t *testing.T) {
 	addr := servedPath(t)
-	for _, pool := range []string{"rr", "least", "hash", "cond"} {
+	for _, pool := range []string{"rr", "least", "hash", "cond", "re"} {
 		path, fields := "/"+pool+"/x", "User-Agent: wrk\r\n"
+		if pool == "re" {
+			path = "/re/items/42"
+		}
 		var h2fields [][2]string
 		if pool == "cond" {
 			path, fields = "/cond/x?a=0&v=1", "User-Agent: wrk\r\nX-Variant: b\r\n"

@@ -1,29 +1,47 @@
 package proxy
 
-import "syscall"
+import (
+	"sync/atomic"
+	"syscall"
 
-// Budgets are the default connection bounds of a host.
+	"github.com/teapot-lb/teapot-lb/proxy/l7"
+)
+
+// Budgets are the default descriptor bounds of a host.
 type Budgets struct {
-	// Host bounds the connections and UDP flows of all tenants together.
+	// Host bounds the descriptors the connections of all tenants hold
+	// together: client connections, member connections (idle pooled ones
+	// included) and UDP flows' sockets.
 	Host int
 	// Tenant bounds one tenant's, over all its listeners.
 	Tenant int
+	// Pipes bounds the splice pipes of the host (two descriptors each),
+	// shared by every tenant's TCP and TLS passthrough connections while
+	// they move bytes; a connection that finds none copies instead.
+	Pipes int
 }
+
+// maxPipes caps the derived pipe pool: past it, more pipes buy no speed.
+const maxPipes = 4096
 
 // DeriveBudgets derives the default bounds from the host's descriptor
 // limit (RLIMIT_NOFILE). A tenth of it plus 512 descriptors are kept for
-// the admin API, Raft, the cluster API, health checks and files; a proxied
-// connection costs two descriptors (client and member), so the rest
-// carries half as many connections. One tenant may use a quarter of that.
+// the admin API, Raft, the cluster API, health checks and files; a
+// sixteenth of the rest, in pairs, makes the pipe pool (at most maxPipes
+// pipes); the rest is the host's budget, of which one tenant may use a
+// quarter. A proxied connection holds two descriptors (its client's and
+// its member's), so a tenant's connections default to half its
+// descriptors.
 func DeriveBudgets(nofile uint64) Budgets {
 	const fixedReserve = 512
 	reserve := nofile/10 + fixedReserve
-	var host int
+	var rest int
 	if nofile > reserve {
-		host = int((nofile - reserve) / 2)
+		rest = int(nofile - reserve)
 	}
-	host = max(host, 1)
-	return Budgets{Host: host, Tenant: max(host/4, 1)}
+	pipes := min(rest/16, maxPipes)
+	host := max(rest-2*pipes, 2)
+	return Budgets{Host: host, Tenant: max(host/4, 2), Pipes: pipes}
 }
 
 // DescriptorLimit returns the process's soft RLIMIT_NOFILE (1024 when it
@@ -34,4 +52,143 @@ func DescriptorLimit() uint64 {
 		return 1024
 	}
 	return r.Cur
+}
+
+// tenantBudget is what one tenant holds on this host: its client
+// connections and UDP flows (bounded by quotas.connections, else
+// Limits.MaxConnectionsPerTenant), and the descriptors they and its member
+// connections hold (bounded by twice quotas.connections, else
+// Limits.MaxDescriptorsPerTenant). Every descriptor also counts in the
+// host's.
+type tenantBudget struct {
+	p     *Proxy
+	conns atomic.Int64
+	fds   atomic.Int64
+	// limit is the descriptor bound under the tenant's quota as the last
+	// connection accepted saw it.
+	limit atomic.Int64
+	// member charges the tenant's L7 member connections.
+	member *l7.MemberBudget
+}
+
+var _ l7.Descriptors = (*tenantBudget)(nil)
+
+// TakeDescriptor charges one descriptor to the tenant and the host.
+func (t *tenantBudget) TakeDescriptor() bool {
+	if !takeUnder(&t.fds, t.limit.Load()) {
+		return false
+	}
+	if !takeUnder(&t.p.hostFDs, int64(t.p.cfg.Limits.MaxHostDescriptors)) {
+		t.fds.Add(-1)
+		return false
+	}
+	return true
+}
+
+// takeUnder adds one to n unless that would pass limit: n never reads
+// above its limit, not even for a moment.
+func takeUnder(n *atomic.Int64, limit int64) bool {
+	for {
+		v := n.Load()
+		if v >= limit {
+			return false
+		}
+		if n.CompareAndSwap(v, v+1) {
+			return true
+		}
+	}
+}
+
+// ReleaseDescriptor gives one back.
+func (t *tenantBudget) ReleaseDescriptor() {
+	t.fds.Add(-1)
+	t.p.hostFDs.Add(-1)
+}
+
+// tenantBudget returns the tenant's budget, made on first use.
+func (p *Proxy) tenantBudget(tenant string) *tenantBudget {
+	if v, ok := p.tenants.Load(tenant); ok {
+		return v.(*tenantBudget)
+	}
+	t := &tenantBudget{p: p}
+	t.limit.Store(int64(p.cfg.Limits.MaxDescriptorsPerTenant))
+	t.member = l7.NewMemberBudget(t)
+	v, _ := p.tenants.LoadOrStore(tenant, t)
+	return v.(*tenantBudget)
+}
+
+// admitTenant counts a connection (or UDP flow) and its descriptor against
+// its tenant's bounds (quota is the tenant's quotas.connections; 0 takes
+// the defaults) and the host's; done undoes it. It reports nil when a
+// bound is reached; reason says which.
+func (p *Proxy) admitTenant(tenant string, quota int) (done func(), reason string) {
+	if !takeUnder(&p.hostConns, int64(p.cfg.Limits.MaxHostConnections)) {
+		return nil, RefusedHostLimit
+	}
+	t := p.tenantBudget(tenant)
+	connLimit, fdLimit := p.cfg.Limits.MaxConnectionsPerTenant, p.cfg.Limits.MaxDescriptorsPerTenant
+	if quota > 0 {
+		connLimit, fdLimit = quota, 2*quota
+	}
+	if t.limit.Load() != int64(fdLimit) {
+		t.limit.Store(int64(fdLimit))
+	}
+	if !takeUnder(&t.conns, int64(connLimit)) {
+		p.hostConns.Add(-1)
+		return nil, RefusedTenantLimit
+	}
+	if !t.TakeDescriptor() {
+		t.conns.Add(-1)
+		p.hostConns.Add(-1)
+		if p.hostFDs.Load() >= int64(p.cfg.Limits.MaxHostDescriptors) {
+			return nil, RefusedHostLimit
+		}
+		return nil, RefusedTenantLimit
+	}
+	return t.done, ""
+}
+
+// done undoes admitTenant.
+func (t *tenantBudget) done() {
+	t.ReleaseDescriptor()
+	t.conns.Add(-1)
+	t.p.hostConns.Add(-1)
+}
+
+// TenantUse reports what a tenant holds on this host: its client
+// connections and UDP flows, and the descriptors they and its member
+// connections hold.
+func (p *Proxy) TenantUse(tenant string) (conns, descriptors int64) {
+	v, ok := p.tenants.Load(tenant)
+	if !ok {
+		return 0, 0
+	}
+	t := v.(*tenantBudget)
+	return t.conns.Load(), t.fds.Load()
+}
+
+// HostDescriptors reports the descriptors all tenants' connections hold
+// on this host.
+func (p *Proxy) HostDescriptors() int64 { return p.hostFDs.Load() }
+
+// withBudgets fills the bounds left at zero: from the one of a pair that
+// is set (a connection holds two descriptors), else from b.
+func (l Limits) withBudgets(b Budgets) Limits {
+	pair := func(conns, fds *int, def int) {
+		switch {
+		case *conns <= 0 && *fds <= 0:
+			*conns = max(def/2, 1)
+			*fds = 2 * *conns
+		case *fds <= 0:
+			*fds = 2 * *conns
+		case *conns <= 0:
+			*conns = max(*fds/2, 1)
+		}
+	}
+	pair(&l.MaxConnectionsPerTenant, &l.MaxDescriptorsPerTenant, b.Tenant)
+	pair(&l.MaxHostConnections, &l.MaxHostDescriptors, b.Host)
+	if l.SplicePipes == 0 {
+		l.SplicePipes = b.Pipes
+	}
+	return l
 }

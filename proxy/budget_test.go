@@ -11,17 +11,37 @@ import (
 )
 
 func TestDeriveBudgets(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
-		nofile       uint64
-		host, tenant int
+		nofile              uint64
+		host, tenant, pipes int
 	}{
-		{1024, 205, 51},      // 1024 - 102 - 512 = 410 descriptors, 2 per connection
-		{65536, 29235, 7308}, // 65536 - 6553 - 512
-		{1048576, 471603, 117900},
-		{100, 1, 1},
+		{1024, 360, 90, 25},        // 1024 - 102 - 512 = 410 descriptors, 25 pipes of 2
+		{20000, 15302, 3825, 1093}, // 20000 - 2000 - 512 = 17488
+		{65536, 51163, 12790, 3654},
+		{1048576, 935015, 233753, maxPipes},
+		{100, 2, 2, 0},
 	} {
-		if b := DeriveBudgets(tc.nofile); b.Host != tc.host || b.Tenant != tc.tenant {
-			t.Errorf("DeriveBudgets(%d) = %+v, want host %d tenant %d", tc.nofile, b, tc.host, tc.tenant)
+		if b := DeriveBudgets(tc.nofile); b.Host != tc.host || b.Tenant != tc.tenant || b.Pipes != tc.pipes {
+			t.Errorf("DeriveBudgets(%d) = %+v, want host %d tenant %d pipes %d", tc.nofile, b, tc.host, tc.tenant, tc.pipes)
+		}
+	}
+}
+
+// TestLimitsWithBudgets: a bound left at zero takes its pair's (a
+// connection holds two descriptors), else the derived budget.
+func TestLimitsWithBudgets(t *testing.T) {
+	t.Parallel()
+	b := Budgets{Host: 1001, Tenant: 251, Pipes: 10}
+	for _, tc := range []struct {
+		in, want Limits
+	}{
+		{Limits{}, Limits{MaxConnectionsPerTenant: 125, MaxDescriptorsPerTenant: 250, MaxHostConnections: 500, MaxHostDescriptors: 1000, SplicePipes: 10}},
+		{Limits{MaxConnectionsPerTenant: 2, MaxHostDescriptors: 7, SplicePipes: -1},
+			Limits{MaxConnectionsPerTenant: 2, MaxDescriptorsPerTenant: 4, MaxHostConnections: 3, MaxHostDescriptors: 7, SplicePipes: -1}},
+	} {
+		if got := tc.in.withBudgets(b); got != tc.want {
+			t.Errorf("%+v.withBudgets = %+v, want %+v", tc.in, got, tc.want)
 		}
 	}
 }
@@ -102,7 +122,7 @@ func TestTenantBudgetKeepsHostAnswering(t *testing.T) {
 	}
 	eventually(t, "b's accepted connections to settle", func() bool {
 		_, opened := refusedB()
-		return opened == int64(budget.Tenant)
+		return opened == int64(budget.Tenant/2)
 	})
 	refused, opened := refusedB()
 	t.Logf("descriptor limit %d: budgets %+v; b holds %d connections, %d refused", limit, budget, opened, refused)

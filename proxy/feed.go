@@ -59,7 +59,7 @@ func (f *Feed) Apply(writes iter.Seq2[*pb.ObjectRef, *pb.Object], revision uint6
 	var ch snapshot.Change
 	for ref, obj := range writes {
 		switch ref.GetKind() {
-		case api.KindLoadBalancer, api.KindTenant, api.KindVIPPool:
+		case api.KindLoadBalancer, api.KindTenant, api.KindVIPPool, api.KindNode:
 			if obj == nil {
 				ch.Deleted = append(ch.Deleted, ref)
 			} else {
@@ -84,6 +84,10 @@ func (f *Feed) Apply(writes iter.Seq2[*pb.ObjectRef, *pb.Object], revision uint6
 	return touched, nil
 }
 
+// maxLoggedProblems bounds the problems of one load balancer in one log
+// line: a tenant's object may have a problem per route.
+const maxLoggedProblems = 4096
+
 // log logs the load balancers of status whose problems differ from those
 // last logged, and remembers them.
 func (f *Feed) log(status map[string][]Problem) {
@@ -97,7 +101,8 @@ func (f *Feed) log(status map[string][]Problem) {
 			if now == "" {
 				f.p.log.Info("load balancer serving", "lb", lb)
 			} else {
-				f.p.log.Warn("load balancer has problems", "lb", lb, "problems", now)
+				// Each problem is bounded (api.Reasonf); so is the line.
+				f.p.log.Warn("load balancer has problems", "lb", lb, "problems", api.Clip(now, maxLoggedProblems))
 			}
 		}
 		f.reported[lb] = now

@@ -45,6 +45,13 @@ type Metrics interface {
 	RouteRequest(lb, route string, status int, d time.Duration)
 }
 
+// UDPReplyMetrics is implemented by a Metrics that counts the bytes of
+// member replies a UDP listener dropped: over the reply budget of a flow
+// whose client has not sent enough to receive them (see udpReplyFloor).
+type UDPReplyMetrics interface {
+	UDPReplyDropped(lb, listener string, n int64)
+}
+
 // Statuses of L4 connects in MemberRequest, in the HTTP codes a gateway
 // would use.
 const (
@@ -60,9 +67,11 @@ const (
 	// RefusedListenerLimit: the listener is at max_connections (UDP: its
 	// flow table is full).
 	RefusedListenerLimit = "listener-limit"
-	// RefusedTenantLimit: the tenant is at MaxConnectionsPerTenant.
+	// RefusedTenantLimit: the tenant is at its connections or descriptors
+	// (MaxConnectionsPerTenant, MaxDescriptorsPerTenant, or its quota).
 	RefusedTenantLimit = "tenant-limit"
-	// RefusedHostLimit: every tenant together is at MaxHostConnections.
+	// RefusedHostLimit: every tenant together is at MaxHostConnections
+	// or MaxHostDescriptors.
 	RefusedHostLimit = "host-limit"
 )
 

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/http"
 	"net/netip"
@@ -87,6 +88,9 @@ func (h *HTTP) router(ls *ListenerSnapshot) l7.Router {
 // so that no request builds or caches any of it.
 type httpTable struct {
 	redirect *l7.Route
+	// regexRefused answers a request that needs a regex when the
+	// tenant's regex CPU budget is spent.
+	regexRefused *l7.Route
 	// selector stands for the routes with conditions: the engine asks it
 	// again with the whole request.
 	selector *l7.Route
@@ -99,8 +103,15 @@ func newHTTPTable(ls *ListenerSnapshot) *httpTable {
 	srs := ls.Routes.Routes()
 	t := &httpTable{routes: make(map[*snapshot.Route]*l7.Route, len(srs))}
 	t.selector = &l7.Route{Name: ls.LB + "/routes", Select: func(req l7.Request, host, path string) *l7.Route {
-		return t.routes[ls.Routes.Select(host, path, req)]
+		sr, blocked := ls.lookup(host, path, req)
+		if blocked {
+			return t.regexRefused
+		}
+		return t.routes[sr]
 	}}
+	if ls.Routes.Regex() {
+		t.regexRefused = regexRefusedRoute(ls.LB)
+	}
 	if ls.RedirectToHTTPS {
 		t.redirect = &l7.Route{Name: ls.LB + "/redirect", RedirectHTTPS: true}
 	}
@@ -109,7 +120,7 @@ func newHTTPTable(ls *ListenerSnapshot) *httpTable {
 		route := &l7.Route{Name: ls.LB + "/routes[" + strconv.Itoa(sr.Index) + "]"}
 		if sr.Pool != nil {
 			if p := ls.Pool(sr.Pool); p != nil {
-				route.Backend = p.httpBackend()
+				route.Backend = p.httpBackend(ls.budget)
 			}
 		}
 		route.Ext = routeExt(ls, sr)
@@ -134,7 +145,10 @@ func (r *httpRouter) Route(host, path string) *l7.Route {
 	if r.t.redirect != nil {
 		return r.t.redirect
 	}
-	sr := r.ls.Routes.Match(host, path)
+	sr, blocked := r.ls.lookup(host, path, nil)
+	if blocked {
+		return r.t.regexRefused
+	}
 	if sr == nil {
 		return nil
 	}
@@ -145,8 +159,10 @@ func (r *httpRouter) Route(host, path string) *l7.Route {
 }
 
 // httpBackend returns the pool's L7 face, building it on first use: when
-// the first http listener snapshot that uses the pool is built.
-func (p *Pool) httpBackend() *httpBackend {
+// the first http listener snapshot that uses the pool is built. Its member
+// connections are charged to budget, the tenant's (a pool is one load
+// balancer's).
+func (p *Pool) httpBackend(budget *l7.MemberBudget) *httpBackend {
 	if b := p.http.Load(); b != nil {
 		return b
 	}
@@ -155,6 +171,7 @@ func (p *Pool) httpBackend() *httpBackend {
 		ConnectTimeout: p.Spec.ConnectTimeout,
 		ProxyProtocol:  uint8(p.Spec.ProxyProtocol),
 		HashHeader:     p.Spec.HashHeader,
+		Budget:         budget,
 	}
 	switch p.Spec.BackendProtocol {
 	case "h2c":
@@ -206,9 +223,13 @@ type httpMember struct {
 func (m *httpMember) Addr() netip.AddrPort { return m.addr }
 
 // Done feeds least-request accounting and passive health: a member that
-// gave no response counts as a failed connect towards ejection.
+// gave no response counts as a failed connect towards ejection, unless the
+// tenant's own budget kept it from being dialled.
 func (m *httpMember) Done(err error, _ int, _ time.Duration) {
 	m.target.End()
+	if errors.Is(err, l7.ErrMemberLimit) {
+		return
+	}
 	if err != nil {
 		m.target.ConnectFailed()
 	} else {

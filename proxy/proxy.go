@@ -14,6 +14,7 @@ import (
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 	"github.com/teapot-lb/teapot-lb/proxy/health"
 	"github.com/teapot-lb/teapot-lb/proxy/internal/pmap"
+	"github.com/teapot-lb/teapot-lb/proxy/internal/splice"
 	"github.com/teapot-lb/teapot-lb/proxy/snapshot"
 	"github.com/teapot-lb/teapot-lb/proxy/steer"
 )
@@ -39,15 +40,30 @@ type Limits struct {
 	// listener and flows per UDP listener, health checks every 5s with a
 	// 2s timeout, rise 2, fall 3).
 	snapshot.Defaults
-	// MaxConnectionsPerTenant bounds a tenant's connections and UDP flows
-	// on this host across its listeners, unless the tenant's
-	// quotas.connections says otherwise (0: derived from the descriptor
-	// limit, see DeriveBudgets).
+	// MaxConnectionsPerTenant bounds a tenant's client connections and
+	// UDP flows on this host across its listeners, unless the tenant's
+	// quotas.connections says otherwise (0: half of
+	// MaxDescriptorsPerTenant).
 	MaxConnectionsPerTenant int
-	// MaxHostConnections bounds the connections and UDP flows of every
-	// tenant together (0: derived from the descriptor limit), so that the
-	// admin API, Raft and health checks keep their descriptors.
+	// MaxDescriptorsPerTenant bounds the descriptors a tenant's
+	// connections hold on this host: each client connection, UDP flow and
+	// member connection (idle pooled ones included) holds one. A tenant's
+	// quotas.connections makes it twice that quota. 0: twice
+	// MaxConnectionsPerTenant when that is set, else derived from the
+	// descriptor limit (see DeriveBudgets).
+	MaxDescriptorsPerTenant int
+	// MaxHostConnections bounds the client connections and UDP flows of
+	// every tenant together (0: half of MaxHostDescriptors).
 	MaxHostConnections int
+	// MaxHostDescriptors bounds the descriptors of every tenant's
+	// connections together, so that the admin API, Raft and health checks
+	// keep theirs (0: twice MaxHostConnections when that is set, else
+	// derived from the descriptor limit).
+	MaxHostDescriptors int
+	// SplicePipes bounds the pipes TCP and TLS passthrough connections
+	// splice through, two descriptors each, held only while bytes move (0:
+	// derived from the descriptor limit; negative: none, always copy).
+	SplicePipes int
 	// ConnectAttempts bounds the members tried for one connection
 	// (default 3).
 	ConnectAttempts int
@@ -129,12 +145,20 @@ type Proxy struct {
 	statusMu sync.Mutex
 	status   *pmap.Map[string, []Problem]
 
-	tenants   sync.Map // tenant name -> *atomic.Int64 connections
-	hostConns atomic.Int64
-	wg        sync.WaitGroup
+	tenants sync.Map // tenant name -> *tenantBudget
+	// regexBudgets: tenant name -> *regexBudget (regexbudget.go).
+	regexBudgets sync.Map
+	hostConns    atomic.Int64
+	hostFDs      atomic.Int64
+	pipes        *splice.Pool
+	wg           sync.WaitGroup
 
 	handover handoverState
 }
+
+// Pipes returns the host's splice pipe pool (Limits.SplicePipes), for the
+// L7 engine's tunnels (l7.Server.SetPipes).
+func (p *Proxy) Pipes() *splice.Pool { return p.pipes }
 
 // New returns a proxy serving nothing; Update gives it the state.
 func New(cfg Config) *Proxy {
@@ -158,15 +182,7 @@ func New(cfg Config) *Proxy {
 	if cfg.Limits.ConnectAttempts <= 0 {
 		cfg.Limits.ConnectAttempts = 3
 	}
-	if cfg.Limits.MaxConnectionsPerTenant <= 0 || cfg.Limits.MaxHostConnections <= 0 {
-		b := DeriveBudgets(DescriptorLimit())
-		if cfg.Limits.MaxConnectionsPerTenant <= 0 {
-			cfg.Limits.MaxConnectionsPerTenant = b.Tenant
-		}
-		if cfg.Limits.MaxHostConnections <= 0 {
-			cfg.Limits.MaxHostConnections = b.Host
-		}
-	}
+	cfg.Limits = cfg.Limits.withBudgets(DeriveBudgets(DescriptorLimit()))
 	log := cfg.Logger.With("component", "proxy")
 	p := &Proxy{
 		cfg:     cfg,
@@ -175,6 +191,7 @@ func New(cfg Config) *Proxy {
 		sockets: map[snapshot.Key]*socket{},
 		failed:  map[snapshot.Key]bindFailure{},
 		status:  pmap.New[string, []Problem](pmap.String),
+		pipes:   splice.NewPool(cfg.Limits.SplicePipes),
 	}
 	if cfg.Steer != nil {
 		p.steering = &steering{s: cfg.Steer, shared: map[sharedKey]*sharedSocket{}}
@@ -480,33 +497,9 @@ func (p *Proxy) Close() error {
 	}
 	p.mu.Unlock()
 	p.wg.Wait()
+	p.pipes.Close()
 	p.health.Close()
 	return nil
-}
-
-// admitTenant counts a connection against its tenant's bound (quota, the
-// tenant's quotas.connections, or the default) and the host's; done undoes
-// it. It reports false when either is reached; reason says which.
-func (p *Proxy) admitTenant(tenant string, quota int) (done func(), reason string) {
-	if p.hostConns.Add(1) > int64(p.cfg.Limits.MaxHostConnections) {
-		p.hostConns.Add(-1)
-		return nil, RefusedHostLimit
-	}
-	limit := quota
-	if limit <= 0 {
-		limit = p.cfg.Limits.MaxConnectionsPerTenant
-	}
-	v, _ := p.tenants.Load(tenant)
-	if v == nil {
-		v, _ = p.tenants.LoadOrStore(tenant, new(atomic.Int64))
-	}
-	n := v.(*atomic.Int64)
-	if n.Add(1) > int64(limit) {
-		n.Add(-1)
-		p.hostConns.Add(-1)
-		return nil, RefusedTenantLimit
-	}
-	return func() { n.Add(-1); p.hostConns.Add(-1) }, ""
 }
 
 // otherNetwork is tcp for udp and udp for tcp: a listen address is this

@@ -9,6 +9,7 @@ import (
 	"github.com/teapot-lb/teapot-lb/proxy/balance"
 	"github.com/teapot-lb/teapot-lb/proxy/health"
 	"github.com/teapot-lb/teapot-lb/proxy/internal/pmap"
+	"github.com/teapot-lb/teapot-lb/proxy/l7"
 	"github.com/teapot-lb/teapot-lb/proxy/snapshot"
 )
 
@@ -56,6 +57,12 @@ type ListenerSnapshot struct {
 	http *httpTable
 	// router binds http to the HTTP handler, made on first use.
 	router atomic.Pointer[httpRouter]
+	// regex is the tenant's regex CPU budget on this host; nil for
+	// listeners not published by the proxy (no budget applies).
+	regex *regexBudget
+	// budget is the tenant's member budget (nil in a listener snapshot
+	// the proxy did not build: member connections go uncharged).
+	budget *l7.MemberBudget
 }
 
 // Pool returns the live pool of a compiled pool the listener uses (its L4
@@ -228,6 +235,9 @@ func (p *Proxy) build(s *snapshot.Snapshot, old *served, keys []snapshot.Key) (*
 		if l != nil {
 			sps := l.Pools()
 			nl := &ListenerSnapshot{Listener: l, pools: make([]*Pool, len(sps))}
+			if l.Protocol.L7() {
+				nl.budget = p.tenantBudget(l.Tenant).member
+			}
 			if len(sps) > fewPools {
 				nl.byPool = make(map[*snapshot.Pool]*Pool, len(sps))
 			}
@@ -238,6 +248,9 @@ func (p *Proxy) build(s *snapshot.Snapshot, old *served, keys []snapshot.Key) (*
 				}
 			}
 			if l.Protocol.L7() {
+				if l.Routes.Regex() {
+					nl.regex = p.regexBudget(tenantOf(l.LB), l.Limits.RegexCPUMillicores)
+				}
 				nl.http = newHTTPTable(nl)
 			}
 			ls.Set(k, nl)

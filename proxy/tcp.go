@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"errors"
-	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/teapot-lb/teapot-lb/proxy/balance"
 	"github.com/teapot-lb/teapot-lb/proxy/health"
+	"github.com/teapot-lb/teapot-lb/proxy/internal/splice"
 	"github.com/teapot-lb/teapot-lb/proxy/proxyproto"
 )
 
@@ -22,9 +22,19 @@ func (p *Proxy) serveTCP(l *ListenerSnapshot, c *net.TCPConn) {
 }
 
 // forwardTCP forwards a connection to a member of pool; read, the bytes
-// already read from the client, go first.
+// already read from the client, go first. The member connection is
+// charged to the tenant's descriptors; at the limit the client is reset.
 func (p *Proxy) forwardTCP(l *ListenerSnapshot, c *net.TCPConn, pool *Pool, read []byte) {
 	client := addrPort(c.RemoteAddr())
+	// The member connection's descriptor is the tenant's, as its
+	// client's is (admitTenant).
+	budget := p.tenantBudget(l.Tenant)
+	if !budget.TakeDescriptor() {
+		p.metrics.ConnRefused(l.LB, l.Name, RefusedTenantLimit)
+		refuse(c)
+		return
+	}
+	defer budget.ReleaseDescriptor()
 	up, m := p.dialMember(l, pool, client.Addr())
 	if up == nil {
 		p.metrics.ConnRefused(l.LB, l.Name, RefusedNoMember)
@@ -133,9 +143,8 @@ func (p *Proxy) dialMember(l *ListenerSnapshot, pool *Pool, client netip.Addr) (
 	return nil, nil
 }
 
-// pipe copies both ways between a client and a member. Both ends stay bare
-// *net.TCPConn so that io.Copy moves the bytes with splice(2) in the
-// kernel. When one side ends its half (EOF), the other side's write half
+// pipe copies both ways between a client and a member, with splice(2)
+// through the host's pipe pool (package splice) while bytes move. When one side ends its half (EOF), the other side's write half
 // is closed; when a side fails, both are reset. A read deadline of a
 // quarter of the idle timeout wakes each direction to check whether either
 // moved bytes lately; after IdleTimeout of silence both are closed. With
@@ -151,9 +160,9 @@ func (p *Proxy) pipe(l *ListenerSnapshot, client, up *net.TCPConn, downWatch *he
 	pp.last.Store(time.Now().UnixNano())
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		pp.copy(client, up, func(n int64) { p.metrics.BytesOut(l.LB, l.Name, n) })
+		pp.copy(splice.New(p.pipes, client, up), func(n int64) { p.metrics.BytesOut(l.LB, l.Name, n) })
 	})
-	pp.copy(up, client, func(n int64) { p.metrics.BytesIn(l.LB, l.Name, n) })
+	pp.copy(splice.New(p.pipes, up, client), func(n int64) { p.metrics.BytesIn(l.LB, l.Name, n) })
 	wg.Wait()
 	pp.end(false)
 }
@@ -171,14 +180,17 @@ type pipe struct {
 	once sync.Once
 }
 
-// copy moves src to dst until src's half ends or the pipe does.
-func (pp *pipe) copy(dst, src *net.TCPConn, count func(int64)) {
+// copy moves sp's source to its destination until the source's half
+// ends or the pipe does.
+func (pp *pipe) copy(sp *splice.Splicer, count func(int64)) {
+	defer sp.Close()
+	dst, src := sp.Dst(), sp.Src()
 	for {
 		if err := src.SetReadDeadline(time.Now().Add(pp.tick)); err != nil {
 			pp.end(true)
 			return
 		}
-		n, err := io.Copy(dst, src)
+		n, err := sp.Move()
 		if n > 0 {
 			count(n)
 			pp.last.Store(time.Now().UnixNano())

@@ -48,6 +48,63 @@ type flow struct {
 	opened time.Time
 	done   func()
 	once   sync.Once
+
+	// The reply budget (udpReplyAllowed). rx counts the bytes the client
+	// sent; replied is set once a reply left; verified by a client
+	// datagram read after that. tx counts the bytes relayed to the client
+	// (the replies goroutine's).
+	rx       atomic.Int64
+	replied  atomic.Bool
+	verified atomic.Bool
+	tx       int64
+}
+
+// The reply budget of a UDP flow. A source address of a datagram is not
+// proof that the client lives there: a spoofed datagram would make the
+// listener send its member's replies to a victim, from the VIP. So a flow
+// relays at most max(udpReplyFloor, udpReplyRatio × the bytes its client
+// sent) until the client has sent a datagram after the flow's first reply
+// left (as a client that waits on replies does); then at most
+// max(udpReplyFloor, udpReplyRatioVerified × the bytes its client sent).
+// The rest of the member's replies is dropped and counted
+// (UDPReplyMetrics), and does not keep the flow alive. A blind spoofer
+// can send that second datagram too: the verification only chooses the
+// ratio, it never lifts the bound. A reflection through a listener is
+// thus at most udpReplyRatioVerified times what the attacker sends (plus
+// udpReplyFloor per flow), whatever its member sends.
+//
+// The floor lets a first answer of up to 4 KiB through (a DNS answer is
+// often ten times its query; EDNS answers stay under 1,232 bytes); 3× is
+// what QUIC allows a server before it validates an address; 64× covers a
+// download whose client acknowledges every second full datagram (QUIC,
+// or TCP inside WireGuard: 30 to 60 times what the client sends).
+const (
+	udpReplyFloor         = 4 << 10
+	udpReplyRatio         = 3
+	udpReplyRatioVerified = 64
+)
+
+// udpReplyAllowed reports whether a reply of n bytes fits the flow's
+// budget, and counts it when it does.
+func (f *flow) udpReplyAllowed(n int) bool {
+	ratio := int64(udpReplyRatio)
+	if f.verified.Load() {
+		ratio = udpReplyRatioVerified
+	}
+	if f.tx+int64(n) > max(udpReplyFloor, ratio*f.rx.Load()) {
+		return false
+	}
+	f.tx += int64(n)
+	return true
+}
+
+// received counts a datagram of n bytes from the client, and verifies
+// the flow when it comes after the first reply.
+func (f *flow) received(n int) {
+	f.rx.Add(int64(n))
+	if !f.verified.Load() && f.replied.Load() {
+		f.verified.Store(true)
+	}
 }
 
 func (p *Proxy) listenUDP(s *socket) (*udpSocket, error) {
@@ -92,6 +149,7 @@ func (u *udpSocket) readLoop() {
 			continue
 		}
 		f.last.Store(u.now.Load())
+		f.received(n)
 		if _, err := f.up.Write(buf[:n]); err == nil {
 			p.metrics.BytesIn(f.l.LB, f.l.Name, int64(n))
 		}
@@ -181,9 +239,19 @@ func (f *flow) replies() {
 		case rerr != nil:
 			bufPool.Put(bp)
 			return
+		case !f.udpReplyAllowed(n):
+			// Over the reply budget: dropped, and it does not keep the
+			// flow alive.
+			f.target.ConnectSucceeded()
+			if m, ok := p.metrics.(UDPReplyMetrics); ok {
+				m.UDPReplyDropped(f.l.LB, f.l.Name, int64(n))
+			}
 		default:
 			f.target.ConnectSucceeded()
 			f.last.Store(f.u.now.Load())
+			if !f.replied.Load() {
+				f.replied.Store(true)
+			}
 			if _, err := f.u.conn.WriteToUDPAddrPort((*bp)[:n], f.client); err == nil {
 				p.metrics.BytesOut(f.l.LB, f.l.Name, int64(n))
 			}

@@ -45,7 +45,7 @@ func (s *Server) applyChange(ctx context.Context, st *stream, ch *pb.SyncChange)
 		}
 		seen[name] = true
 	}
-	hosts := s.hostAddrs()
+	hosts := s.hostPorts()
 	var objs []*pb.Object
 	var versions []string
 	for _, up := range ch.GetUpserts() {
@@ -200,12 +200,16 @@ func unavailable(err error) bool {
 	return false
 }
 
+// maxErrorLine bounds the reason an object was refused: it goes back to
+// the agent and into the host's events.
+const maxErrorLine = 2048
+
 // errorLine is the one-line reason an object was refused.
 func errorLine(err error) string {
 	if s, ok := status.FromError(err); ok {
-		return s.Message()
+		return api.Clip(s.Message(), maxErrorLine)
 	}
-	return err.Error()
+	return api.Clip(err.Error(), maxErrorLine)
 }
 
 // parallel runs fn(0..n-1) on at most parallelWrites goroutines.

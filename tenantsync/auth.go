@@ -67,34 +67,29 @@ func (c caller) admit(t *pb.Tenant) error {
 	return nil
 }
 
-// hostAddrs are the service addresses (IP:port) of the LB hosts: a member
-// pointing at one of them is refused whatever the tenant's networks say.
-func hostAddrs(objs []*pb.Object) map[netip.AddrPort]string {
-	out := map[netip.AddrPort]string{}
+// hostPorts are the LB hosts' own services (api.HostPorts): a member or
+// a health check reaching one of them is refused whatever the tenant's
+// networks say.
+func hostPorts(objs []*pb.Object) *api.HostPorts {
+	hp := api.NewHostPorts(nil)
 	for _, o := range objs {
-		n := o.GetNode()
-		if n == nil {
-			continue
-		}
-		for _, a := range []string{n.GetApiAddr(), n.GetRaftAddr(), n.GetHeartbeatAddr()} {
-			if ap, err := netip.ParseAddrPort(a); err == nil {
-				out[ap] = n.GetId()
-			}
+		if n := o.GetNode(); n != nil {
+			hp.AddNode(n)
 		}
 	}
-	return out
+	return hp
 }
 
 // sanitize scopes an upserted load balancer to the caller and checks what
 // the model's validation cannot know: that the agent manages the name and
 // that no member points at an LB host's own services.
-func sanitize(tenant string, lb *pb.LoadBalancer, hosts map[netip.AddrPort]string) (*pb.LoadBalancer, error) {
+func sanitize(tenant string, lb *pb.LoadBalancer, hosts *api.HostPorts) (*pb.LoadBalancer, error) {
 	if lb == nil {
 		return nil, fmt.Errorf("upsert without a load balancer: %w", api.ErrInvalid)
 	}
 	if !Managed(lb.GetName()) {
-		return nil, fmt.Errorf("name %q: the agent manages load balancers named %s* and %s*; others belong to the operator: %w",
-			lb.GetName(), ServicePrefix, IngressPrefix, api.ErrForbidden)
+		return nil, fmt.Errorf("name %s: the agent manages load balancers named %s* and %s*; others belong to the operator: %w",
+			api.Excerpt(lb.GetName()), ServicePrefix, IngressPrefix, api.ErrForbidden)
 	}
 	out := &pb.LoadBalancer{
 		Name: lb.GetName(), Tenant: tenant, Vip: lb.GetVip(), Listeners: lb.GetListeners(), Routes: lb.GetRoutes(), Pools: lb.GetPools(),
@@ -105,12 +100,12 @@ func sanitize(tenant string, lb *pb.LoadBalancer, hosts map[netip.AddrPort]strin
 			if err != nil {
 				continue // validation names it
 			}
-			if id, ok := hosts[netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())]; ok {
+			if why := hosts.Problem(ap, out.GetPools()[key].GetHealthCheck().GetPort()); why != "" {
 				return nil, &api.ValidationError{
 					Ref: api.RefString(&pb.ObjectRef{Kind: api.KindLoadBalancer, Tenant: tenant, Name: lb.GetName()}),
 					Errors: []api.FieldError{{
-						Field:  fmt.Sprintf("pools.%s.members[%d]", key, i),
-						Reason: fmt.Sprintf("%s is a service port of LB host %s and is never a member", ap, id),
+						Field:  api.Clip(fmt.Sprintf("pools.%s.members[%d]", key, i), api.MaxFieldPath),
+						Reason: why,
 					}},
 				}
 			}

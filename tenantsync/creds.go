@@ -88,7 +88,7 @@ func (c *credService) Revoke(ctx context.Context, req *pb.RevokeCredentialsReque
 	for i, s := range req.GetSerials() {
 		s = strings.ToLower(strings.TrimPrefix(strings.TrimSpace(s), "0x"))
 		if _, ok := new(big.Int).SetString(s, 16); !ok || s == "" {
-			return nil, toStatus(fmt.Errorf("serials[%d]: %q is not a hexadecimal serial number: %w", i, req.GetSerials()[i], api.ErrInvalid))
+			return nil, toStatus(fmt.Errorf("serials[%d]: %s is not a hexadecimal serial number: %w", i, api.Excerpt(req.GetSerials()[i]), api.ErrInvalid))
 		}
 		fresh[s] = true
 		if !slices.Contains(revoked, s) {

@@ -2,6 +2,7 @@ package tenantsync
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"strings"
 
@@ -47,19 +48,80 @@ func GatewayName(namespace, name string) string {
 }
 
 // SecretCertificateName is the name of the tenant certificate the agent
-// uploads from kubernetes.io/tls Secret namespace/name.
+// uploads from kubernetes.io/tls Secret namespace/name. The names of two
+// different Secrets never meet: k8s-NAMESPACE-NAME is used only when the
+// namespace holds no '-' (so the first '-' after the prefix ends it) and
+// the whole is a DNS label; every other Secret gets UniqueName, which
+// starts with "k8s--", a start no namespace can give.
 func SecretCertificateName(namespace, name string) string {
-	return derive(CertificatePrefix, "Secret", namespace, name)
+	raw := CertificatePrefix + namespace + "-" + name
+	if !strings.Contains(namespace, "-") && len(raw) <= maxName && clean(raw) == raw {
+		return raw
+	}
+	return UniqueName(CertificatePrefix, "Secret", namespace, name)
 }
 
-// HashedName is the collision-free form of a derived name: the readable
-// part cut short and a hash of the object's kind, namespace and name.
+// HashedName is the older hashed form of a derived name: the readable
+// part cut short and 32 bits of a hash of the object's kind, namespace
+// and name. It is the name of load balancers whose plain name is too long
+// or not a DNS label, kept so that their names do not change; it is not
+// unique on its own (a plain name may spell it, and 32 bits can be
+// searched), so the agent's desired set gives a name to one object only
+// and moves the others to UniqueName.
 func HashedName(prefix, kind, namespace, name string) string {
 	sum := sha256.Sum256([]byte(kind + "/" + namespace + "/" + name))
 	suffix := "-" + hex.EncodeToString(sum[:4])
 	readable := clean(prefix + namespace + "-" + name)
 	if len(readable) > maxName-len(suffix) {
 		readable = strings.TrimRight(readable[:maxName-len(suffix)], "-")
+	}
+	return readable + suffix
+}
+
+// UniqueName is a derived name that no other object's can be:
+// prefix, '-', a readable part, '-' and 64 bits of SHA-256 over the
+// kind, namespace and name (each length-prefixed). Plain names start with
+// prefix and a namespace, which never starts with '-', so a unique name
+// ("svc--…") is never a plain or HashedName one, and two unique names
+// meet only if SHA-256 does.
+func UniqueName(prefix, kind, namespace, name string) string {
+	suffix := "-" + Hash64(kind, namespace, name)
+	head := prefix + "-"
+	readable := clean(namespace + "-" + name)
+	if room := maxName - len(head) - len(suffix); len(readable) > room {
+		readable = strings.TrimRight(readable[:room], "-")
+	}
+	if readable == "" {
+		return strings.TrimSuffix(head, "-") + suffix
+	}
+	return head + readable + suffix
+}
+
+// Hash64 is 64 bits of SHA-256 over parts, each prefixed by its length,
+// in 16 hex digits: two different lists of parts never give one input.
+func Hash64(parts ...string) string {
+	h := sha256.New()
+	var n [4]byte
+	for _, p := range parts {
+		binary.BigEndian.PutUint32(n[:], uint32(len(p)))
+		h.Write(n[:])
+		h.Write([]byte(p))
+	}
+	return hex.EncodeToString(h.Sum(nil)[:8])
+}
+
+// Key is a map key (a pool of a load balancer) for a tuple of parts: a
+// readable part and Hash64 of kind and parts. It ends in 16 hex digits,
+// so it never reads as a NAME-PORT key (a port has at most 5 digits) or
+// one ending in -h2c, and two keys meet only if SHA-256 does.
+func Key(readable, kind string, parts ...string) string {
+	suffix := "-" + Hash64(append([]string{kind}, parts...)...)
+	readable = clean(readable)
+	if room := maxName - len(suffix); len(readable) > room {
+		readable = strings.TrimRight(readable[:room], "-")
+	}
+	if readable == "" {
+		return suffix[1:]
 	}
 	return readable + suffix
 }

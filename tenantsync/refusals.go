@@ -3,6 +3,7 @@ package tenantsync
 import (
 	"sync"
 
+	"github.com/teapot-lb/teapot-lb/api"
 	"github.com/teapot-lb/teapot-lb/api/observe"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
@@ -49,8 +50,10 @@ func (s *Server) noteRefusals(tenant string, results []*pb.ObjectStatus) {
 			continue
 		}
 		seen[name] = reason
+		// The name and the reason are the tenant's: both are clipped.
+		lb := tenant + "/" + api.Clip(name, api.MaxQuoted)
 		events = append(events, &pb.Event{Type: observe.EventTenantRefused, Severity: observe.Warning, Tenant: tenant,
-			LoadBalancer: tenant + "/" + name, Message: "refused " + tenant + "/" + name + ": " + reason})
+			LoadBalancer: lb, Message: "refused " + lb + ": " + api.Clip(reason, api.MaxReason)})
 	}
 	if len(seen) == 0 {
 		delete(r.m, tenant)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/netip"
 	"strings"
 	"sync"
 	"time"
@@ -111,7 +110,7 @@ type Server struct {
 
 	hostsMu  sync.Mutex
 	hostsRev uint64
-	hosts    map[netip.AddrPort]string
+	hosts    *api.HostPorts
 
 	metrics *syncMetrics
 }
@@ -389,16 +388,15 @@ func (s *Server) limiter(tenant string) *bucket {
 	return b
 }
 
-// hostAddrs returns the LB hosts' service addresses at the current
-// revision.
-func (s *Server) hostAddrs() map[netip.AddrPort]string {
+// hostPorts returns the LB hosts' own services at the current revision.
+func (s *Server) hostPorts() *api.HostPorts {
 	rev := s.cfg.Store.Revision()
 	s.hostsMu.Lock()
 	defer s.hostsMu.Unlock()
 	if s.hosts == nil || s.hostsRev != rev {
 		// The hosts alone: every change of a sync moves the revision.
 		objs, r := s.cfg.Store.LocalList(api.KindNode)
-		s.hosts, s.hostsRev = hostAddrs(objs), r
+		s.hosts, s.hostsRev = hostPorts(objs), r
 	}
 	return s.hosts
 }

@@ -235,6 +235,18 @@ func (c *Catalog) Node(id string) *pb.Node {
 	return c.nodes[id]
 }
 
+// Nodes returns the LB hosts, by id: the catalog is an api.NodeLister.
+func (c *Catalog) Nodes() []*pb.Node {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]*pb.Node, 0, len(c.nodes))
+	for _, n := range c.nodes {
+		out = append(out, n)
+	}
+	slices.SortFunc(out, func(a, b *pb.Node) int { return strings.Compare(a.GetId(), b.GetId()) })
+	return out
+}
+
 // Certificate returns the tenant's named certificate, or nil.
 func (c *Catalog) Certificate(tenant, name string) *pb.Certificate {
 	c.mu.Lock()

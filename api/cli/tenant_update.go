@@ -39,6 +39,9 @@ func newQuotaFlags() quotaFlags {
 		{flag: "max-routes", help: "most routes over all the tenant's load balancers", field: func(q *pb.Quotas) *uint32 { return &q.Routes }},
 		{flag: "max-members", help: "most members over all the tenant's load balancers", field: func(q *pb.Quotas) *uint32 { return &q.Members }},
 		{flag: "max-health-checks", help: "most health-checked members over all the tenant's load balancers", field: func(q *pb.Quotas) *uint32 { return &q.HealthChecks }},
+		{flag: "max-regex-matches-per-lb", help: "most regular expressions (regex path, header, query and gRPC matches) of one load balancer", field: func(q *pb.Quotas) *uint32 { return &q.RegexMatchesPerLb }},
+		{flag: "max-regex-matches", help: "most regular expressions over all the tenant's load balancers", field: func(q *pb.Quotas) *uint32 { return &q.RegexMatches }},
+		{flag: "regex-cpu-millicores", help: "CPU each LB host may spend matching the tenant's regular expressions, in thousandths of a core", field: func(q *pb.Quotas) *uint32 { return &q.RegexCpuMillicores }},
 	}
 }
 

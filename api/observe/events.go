@@ -3,6 +3,7 @@ package observe
 import (
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -37,9 +38,24 @@ const DefaultEvents = 1000
 const (
 	DefaultMaxEvents = 100
 	MaxEvents        = 1000
-	// maxMessage bounds an event's message (a tenant may influence it).
+	// maxMessage bounds an event's message and maxField each of its other
+	// strings: a tenant may influence them, and a query of MaxEvents
+	// events of every host must fit one admin API message.
 	maxMessage = 512
+	maxField   = 256
 )
+
+// clip cuts s to at most max bytes at a character boundary (an event is
+// protobuf: its strings stay valid UTF-8), marking the cut.
+func clip(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	for max > 0 && !utf8.RuneStart(s[max]) {
+		max--
+	}
+	return s[:max] + "…"
+}
 
 // Events is a bounded ring of a host's recent events. The oldest event is
 // dropped when it is full. It is safe for concurrent use.
@@ -69,9 +85,9 @@ func (e *Events) Add(ev *pb.Event) {
 		return
 	}
 	ev = proto.Clone(ev).(*pb.Event)
-	if len(ev.Message) > maxMessage {
-		ev.Message = ev.Message[:maxMessage] + "…"
-	}
+	ev.Message = clip(ev.Message, maxMessage)
+	ev.Type, ev.Severity = clip(ev.Type, maxField), clip(ev.Severity, maxField)
+	ev.Tenant, ev.LoadBalancer = clip(ev.Tenant, maxField), clip(ev.LoadBalancer, maxField)
 	if ev.Severity == "" {
 		ev.Severity = Info
 	}

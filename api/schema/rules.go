@@ -30,7 +30,7 @@ func quotaDefault(f func(*pb.Quotas) uint32) string {
 func atMost(n int, what string) string { return fmt.Sprintf("at most %d %s", n, what) }
 
 func regexLimits() string {
-	return fmt.Sprintf("exact: at most %d bytes, no CR, LF or NUL; regex: at most %d bytes and %d compiled instructions (%d over the load balancer); a request value longer than %d bytes never matches a regex", api.MaxHeaderValueLen, api.MaxRegexLen, api.MaxRegexInsts, api.MaxRegexInstsPerLB, api.MaxRegexSubjectLen)
+	return fmt.Sprintf("exact: at most %d bytes, no CR, LF or NUL; regex: at most %d bytes, repetition counts at most %d, %d compiled instructions (%d over the load balancer); a request value longer than %d bytes never matches a regex", api.MaxHeaderValueLen, api.MaxRegexLen, api.MaxRegexRepeat, api.MaxRegexInsts, api.MaxRegexInstsPerLB, api.MaxRegexSubjectLen)
 }
 
 // rules are keyed by the field's full protobuf name.
@@ -56,8 +56,12 @@ var rules = map[string]rule{
 	"teapot.v1.Quotas.routes":                   {doc: "Routes over all the tenant's load balancers, counted as in routesPerLb.", def: quotaDefault((*pb.Quotas).GetRoutes)},
 	"teapot.v1.Quotas.members":                  {doc: "Members over all the tenant's load balancers.", def: quotaDefault((*pb.Quotas).GetMembers)},
 	"teapot.v1.Quotas.health_checks":            {def: quotaDefault((*pb.Quotas).GetHealthChecks)},
+	"teapot.v1.Quotas.stored_bytes":             {doc: "Encoded bytes of everything the tenant stores: its load balancers, certificates and uploaded keys. Every LB host keeps all of it in memory and in its Raft log; a write that takes the total over it is refused.", def: fmt.Sprintf("%d (%d MiB)", api.DefaultStoredBytes, api.DefaultStoredBytes>>20)},
 	"teapot.v1.Quotas.connections":              {def: "derived on each LB host from its descriptor limit"},
 	"teapot.v1.Quotas.connections_per_listener": {def: "derived on each LB host from its descriptor limit"},
+	"teapot.v1.Quotas.regex_matches_per_lb":     {doc: "Regular expressions of one load balancer: each regex path, header, query value or gRPC service and method counts once.", def: quotaDefault((*pb.Quotas).GetRegexMatchesPerLb)},
+	"teapot.v1.Quotas.regex_matches":            {doc: "Regular expressions over all the tenant's load balancers, counted as in regexMatchesPerLb.", def: quotaDefault((*pb.Quotas).GetRegexMatches)},
+	"teapot.v1.Quotas.regex_cpu_millicores":     {doc: "CPU each LB host may spend matching the tenant's regular expressions, in thousandths of a core; past it (after a burst of a fifth of a second's worth) a request that would be matched against a regex is answered 429 with Retry-After: 1 until the budget refills.", def: quotaDefault((*pb.Quotas).GetRegexCpuMillicores)},
 
 	"teapot.v1.VIPPool.name":         {doc: "Name of the pool.", required: true, limits: nameLimits, example: "public"},
 	"teapot.v1.VIPPool.cidrs":        {required: true, limits: atMost(api.MaxPoolCIDRs, "entries; no overlap with each other or with another pool"), example: "[192.0.2.0/28, \"2001:db8:10::/124\"]"},
@@ -102,7 +106,7 @@ var rules = map[string]rule{
 	"teapot.v1.Route":           {doc: "One HTTP route: requests for host and path go to a backend pool."},
 	"teapot.v1.Route.host":      {limits: "at most 253 bytes; inside the tenant's domains", example: "shop.acme.example"},
 	"teapot.v1.Route.path":      {def: "/", limits: atMost(api.MaxPathLen, "bytes; no spaces, '?' or '#'"), example: "/api/"},
-	"teapot.v1.Route.path_type": {doc: "How path matches: as a prefix (by path segments), exactly, or as a regular expression (RE2) the whole path must match (a request path longer than " + fmt.Sprint(api.MaxRegexSubjectLen) + " bytes never matches a regex; regexes of a load balancer compile to at most " + fmt.Sprint(api.MaxRegexInstsPerLB) + " instructions together).", def: "prefix", enum: []string{"prefix", "exact", "regex"}},
+	"teapot.v1.Route.path_type": {doc: "How path matches: as a prefix (by path segments), exactly, or as a regular expression (RE2) the whole path must match (a request path longer than " + fmt.Sprint(api.MaxRegexSubjectLen) + " bytes never matches a regex; a regex repeats nothing more than " + fmt.Sprint(api.MaxRegexRepeat) + " times and compiles to at most " + fmt.Sprint(api.MaxRegexInsts) + " instructions, those of a load balancer to at most " + fmt.Sprint(api.MaxRegexInstsPerLB) + " together; matching them is charged to quotas.regexCpuMillicores).", def: "prefix", enum: []string{"prefix", "exact", "regex"}},
 	"teapot.v1.Route.pool":      {doc: "Backend pool the route sends to (a key of pools); the shorthand for backends with one entry.", limits: "required unless backends or a requestRedirect filter is set", example: "web"},
 	"teapot.v1.Route.matches":   {limits: atMost(api.MaxRouteMatches, "matches; path and pathType of the route must then be left out")},
 	"teapot.v1.Route.backends":  {limits: atMost(api.MaxRouteBackends, "backends; not with pool")},
@@ -111,7 +115,7 @@ var rules = map[string]rule{
 
 	"teapot.v1.RouteMatch":              {doc: "Conditions a request must all meet."},
 	"teapot.v1.RouteMatch.path":         {def: "/", limits: atMost(api.MaxPathLen, "bytes; no spaces, '?' or '#' (prefix and exact)"), example: "/api/"},
-	"teapot.v1.RouteMatch.path_type":    {doc: "How path matches: as a prefix (by path segments), exactly, or as a regular expression (RE2) the whole path must match (a request path longer than " + fmt.Sprint(api.MaxRegexSubjectLen) + " bytes never matches a regex; regexes of a load balancer compile to at most " + fmt.Sprint(api.MaxRegexInstsPerLB) + " instructions together).", def: "prefix", enum: []string{"prefix", "exact", "regex"}},
+	"teapot.v1.RouteMatch.path_type":    {doc: "How path matches: as a prefix (by path segments), exactly, or as a regular expression (RE2) the whole path must match (a request path longer than " + fmt.Sprint(api.MaxRegexSubjectLen) + " bytes never matches a regex; a regex repeats nothing more than " + fmt.Sprint(api.MaxRegexRepeat) + " times and compiles to at most " + fmt.Sprint(api.MaxRegexInsts) + " instructions, those of a load balancer to at most " + fmt.Sprint(api.MaxRegexInstsPerLB) + " together; matching them is charged to quotas.regexCpuMillicores).", def: "prefix", enum: []string{"prefix", "exact", "regex"}},
 	"teapot.v1.RouteMatch.headers":      {limits: atMost(api.MaxMatchConditions, "headers, each name once")},
 	"teapot.v1.RouteMatch.query_params": {limits: atMost(api.MaxMatchConditions, "parameters, each name once")},
 	"teapot.v1.RouteMatch.method":       {enum: api.RouteMethods},
@@ -153,7 +157,7 @@ var rules = map[string]rule{
 	"teapot.v1.BackendPool":                  {doc: "A set of members traffic is balanced over."},
 	"teapot.v1.BackendPool.algorithm":        {doc: "How a member is chosen for a connection or request.", def: "round-robin", enum: []string{"round-robin", "least-request", "hash"}},
 	"teapot.v1.BackendPool.hash_on":          {doc: "What algorithm hash hashes: client-ip or header:NAME.", def: "client-ip", limits: fmt.Sprintf("algorithm hash only; header names at most %d bytes", api.MaxHeaderNameLen), example: "header:X-User"},
-	"teapot.v1.BackendPool.members":          {doc: "Where traffic goes: \"IP:port\", or {address, weight}.", limits: "at most quotas.membersPerPool (default " + quotaDefault((*pb.Quotas).GetMembersPerPool) + "); inside the tenant's networks; never a VIP or an LB host's service port", example: "[10.20.0.11:30080, {address: \"10.20.0.12:30080\", weight: 2}]"},
+	"teapot.v1.BackendPool.members":          {doc: "Where traffic goes: \"IP:port\", or {address, weight}.", limits: "at most quotas.membersPerPool (default " + quotaDefault((*pb.Quotas).GetMembersPerPool) + "); inside the tenant's networks; never a VIP or an LB host's own port (API, Raft, heartbeat, metrics and profiling, dashboard, BGP), nor checked on one", example: "[10.20.0.11:30080, {address: \"10.20.0.12:30080\", weight: 2}]"},
 	"teapot.v1.BackendPool.health_check":     {doc: "Active health check of every member: tcp, http or https (one of them)."},
 	"teapot.v1.BackendPool.proxy_protocol":   {doc: "Send the client's address to the members in a PROXY protocol header.", def: "none", enum: []string{"v1", "v2"}, limits: "not for pools of udp listeners"},
 	"teapot.v1.BackendPool.backend_protocol": {doc: "Protocol towards the members (http and https listeners): HTTP/1.1, HTTP/2 without TLS, HTTP/1.1 over TLS, or HTTP/2 over TLS (ALPN h2).", def: "http1", enum: []string{"http1", "h2c", "tls", "h2"}},

@@ -1,7 +1,8 @@
 // Package accesslog writes the access logs of load balancers that turn
 // them on: one JSON line per sampled HTTP request, rate-limited per load
-// balancer and for the whole host, so that a flood of requests cannot
-// fill a disk or the journal.
+// balancer, per tenant and for the whole host, so that a flood of
+// requests cannot fill a disk or the journal, and one tenant's flood
+// drops that tenant's lines, not its neighbours'.
 package accesslog
 
 import (
@@ -16,9 +17,11 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultPerLB   = 100  // lines per second per load balancer
-	DefaultPerHost = 1000 // lines per second for the host
-	// maxBuckets bounds the per-load-balancer limiters kept.
+	DefaultPerLB     = 100  // lines per second per load balancer
+	DefaultPerTenant = 200  // lines per second per tenant
+	DefaultPerHost   = 1000 // lines per second for the host
+	// maxBuckets bounds the per-load-balancer and per-tenant limiters
+	// kept.
 	maxBuckets = 100000
 )
 
@@ -28,8 +31,13 @@ type Config struct {
 	Next l7.Metrics
 	// Out receives the lines; writes are serialised.
 	Out io.Writer
-	// PerLB and PerHost bound the lines per second (burst: twice that).
-	PerLB, PerHost float64
+	// PerLB and PerTenant bound the lines per second of a load balancer
+	// and of a tenant (bursts: twice that). PerHost bounds the host's
+	// lines in each second, but a tenant below its fair share of it
+	// (PerHost over the tenants that logged in that second) is never
+	// refused by it: so the host writes at most twice PerHost lines a
+	// second, and no tenant's flood takes another's share.
+	PerLB, PerTenant, PerHost float64
 	// Now and Rand are for tests.
 	Now  func() time.Time
 	Rand func() float64
@@ -41,10 +49,24 @@ type Logger struct {
 	cfg Config
 
 	mu      sync.Mutex
-	host    bucket
 	perLB   map[string]*bucket
-	dropped map[string]int64
+	dropped map[string]int64 // by load balancer, since its last line
+	tenants map[string]*tenantLog
 	enc     *json.Encoder
+
+	// The host's second: its start (Unix seconds), the lines written in
+	// it and the tenants that logged in it.
+	second       int64
+	hostLines    float64
+	activeTenant float64
+}
+
+// tenantLog is a tenant's budget and counters.
+type tenantLog struct {
+	bucket
+	second  int64   // the host second of lines
+	lines   float64 // lines written in that second
+	dropped int64   // lines dropped, in all
 }
 
 var _ l7.Metrics = (*Logger)(nil)
@@ -57,6 +79,9 @@ func New(cfg Config) *Logger {
 	if cfg.PerLB <= 0 {
 		cfg.PerLB = DefaultPerLB
 	}
+	if cfg.PerTenant <= 0 {
+		cfg.PerTenant = DefaultPerTenant
+	}
 	if cfg.PerHost <= 0 {
 		cfg.PerHost = DefaultPerHost
 	}
@@ -66,8 +91,46 @@ func New(cfg Config) *Logger {
 	if cfg.Rand == nil {
 		cfg.Rand = rand.Float64
 	}
-	return &Logger{cfg: cfg, perLB: map[string]*bucket{}, dropped: map[string]int64{}, enc: json.NewEncoder(cfg.Out),
-		host: bucket{rate: cfg.PerHost, burst: 2 * cfg.PerHost, tokens: 2 * cfg.PerHost}}
+	return &Logger{cfg: cfg, perLB: map[string]*bucket{}, dropped: map[string]int64{}, tenants: map[string]*tenantLog{},
+		enc: json.NewEncoder(cfg.Out)}
+}
+
+// Dropped returns the lines dropped by the rate limits, in all, by tenant.
+func (l *Logger) Dropped() map[string]int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make(map[string]int64, len(l.tenants))
+	for name, t := range l.tenants {
+		if t.dropped > 0 {
+			out[name] = t.dropped
+		}
+	}
+	return out
+}
+
+// admit charges a line of tenant t and load balancer b at now against the
+// budgets, and reports whether it may be written. l.mu held.
+func (l *Logger) admit(t *tenantLog, b *bucket, now time.Time) bool {
+	if sec := now.Unix(); sec != l.second {
+		l.second, l.hostLines, l.activeTenant = sec, 0, 0
+	}
+	if t.second != l.second {
+		t.second, t.lines = l.second, 0
+		l.activeTenant++
+	}
+	// The host's bound first, without taking tokens: a line it refuses
+	// must not spend the tenant's budget.
+	if l.hostLines >= l.cfg.PerHost && t.lines >= l.cfg.PerHost/l.activeTenant {
+		return false
+	}
+	if !b.ready(now) || !t.ready(now) {
+		return false
+	}
+	b.tokens--
+	t.tokens--
+	l.hostLines++
+	t.lines++
+	return true
 }
 
 // Line is one access-log entry.
@@ -99,6 +162,7 @@ var outcomes = map[l7.Outcome]string{
 	l7.OutcomeOK: "ok", l7.OutcomeClientError: "client-error", l7.OutcomeNoRoute: "no-route",
 	l7.OutcomeRedirect: "redirect", l7.OutcomeLocal: "local", l7.OutcomeNoMember: "no-member",
 	l7.OutcomeUpstreamError: "upstream-error", l7.OutcomeUpstreamTimeout: "upstream-timeout", l7.OutcomeAborted: "aborted",
+	l7.OutcomeMemberLimit: "member-limit",
 }
 
 // Request implements l7.Metrics.
@@ -119,8 +183,17 @@ func (l *Logger) Request(s l7.RequestStats) {
 		b = &bucket{rate: l.cfg.PerLB, burst: 2 * l.cfg.PerLB, tokens: 2 * l.cfg.PerLB, last: now}
 		l.perLB[s.LB] = b
 	}
-	if !b.take(now) || !l.host.take(now) {
+	t := l.tenants[s.Tenant]
+	if t == nil {
+		if len(l.tenants) >= maxBuckets {
+			clear(l.tenants)
+		}
+		t = &tenantLog{bucket: bucket{rate: l.cfg.PerTenant, burst: 2 * l.cfg.PerTenant, tokens: 2 * l.cfg.PerTenant, last: now}}
+		l.tenants[s.Tenant] = t
+	}
+	if !l.admit(t, b, now) {
 		l.dropped[s.LB]++
+		t.dropped++
 		return
 	}
 	line := Line{
@@ -151,14 +224,11 @@ type bucket struct {
 	last                time.Time
 }
 
-func (b *bucket) take(now time.Time) bool {
+// ready refills the bucket at now and reports whether it holds a token.
+func (b *bucket) ready(now time.Time) bool {
 	if !b.last.IsZero() {
 		b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
 	}
 	b.last = now
-	if b.tokens < 1 {
-		return false
-	}
-	b.tokens--
-	return true
+	return b.tokens >= 1
 }

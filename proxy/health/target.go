@@ -1,6 +1,7 @@
 package health
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
@@ -49,8 +50,11 @@ type Target struct {
 // checks.
 type activeCheck struct {
 	// tls is the TLS configuration of an https check (nil otherwise).
-	tls        *tlsEntry
-	timer      *time.Timer
+	tls   *tlsEntry
+	timer *time.Timer
+	// cancel ends the check in flight, or waiting for a budget, when the
+	// target stops (nil between checks).
+	cancel     context.CancelFunc
 	checked    bool
 	rise, fall int // consecutive successes and failures
 	lastErr    error
@@ -235,6 +239,12 @@ func (t *Target) stop() {
 	if t.active != nil && t.active.timer != nil {
 		t.active.timer.Stop()
 	}
+	if t.active != nil && t.active.cancel != nil {
+		// A released target's check stops now, waiting or in flight,
+		// and gives its tenant's budget back: a deleted load balancer's
+		// checks of a tarpit must not hold up the tenant's new ones.
+		t.active.cancel()
+	}
 	if t.ejectTimer != nil {
 		t.ejectTimer.Stop()
 	}
@@ -259,8 +269,16 @@ func (t *Target) run() {
 	// Close stops every target under its lock before waiting, so no Add
 	// happens after Wait has started.
 	t.r.wg.Add(1)
+	ctx, cancel := context.WithCancel(t.r.ctx)
+	t.active.cancel = cancel
 	t.mu.Unlock()
 	defer t.r.wg.Done()
+	defer func() {
+		t.mu.Lock()
+		t.active.cancel = nil
+		t.mu.Unlock()
+		cancel()
+	}()
 	var err error
 	self := t.state.Load()&bitSelf != 0
 	if hc := t.key.check; !self && hc.Port != 0 {
@@ -275,18 +293,21 @@ func (t *Target) run() {
 		// holding a slot of the host's.
 		select {
 		case t.budget.sem <- struct{}{}:
-		case <-t.r.ctx.Done():
+		case <-ctx.Done():
 			return
 		}
 		select {
 		case t.r.sem <- struct{}{}:
-		case <-t.r.ctx.Done():
+		case <-ctx.Done():
 			<-t.budget.sem
 			return
 		}
-		err = check(t.r.ctx, t.key.addr, t.key.check, t.active.tls)
+		err = check(ctx, t.key.addr, t.key.check, t.active.tls)
 		<-t.r.sem
 		<-t.budget.sem
+		if ctx.Err() != nil {
+			return // stopped: no result, no next check
+		}
 	}
 	t.record(err)
 	// Up to 10% of jitter keeps checks of many members from bunching.

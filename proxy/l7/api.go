@@ -96,6 +96,10 @@ type BackendOptions struct {
 	// MaxBodyBytes refuses larger request bodies with 413; 0 takes
 	// Config.MaxBodyBytes.
 	MaxBodyBytes int64
+	// Budget, when set, is charged a descriptor for every connection to
+	// a member (idle pooled ones included) while it is open; backends
+	// share pooled connections only with backends of the same budget.
+	Budget *MemberBudget
 }
 
 // Backend is a pool of members.
@@ -177,6 +181,9 @@ const (
 	OutcomeUpstreamTimeout
 	// OutcomeAborted: the client went away before the response ended.
 	OutcomeAborted
+	// OutcomeMemberLimit: no member connection within the tenant's
+	// descriptor budget or the client connection's bound (503).
+	OutcomeMemberLimit
 )
 
 // RequestStats describes one finished request.

@@ -39,6 +39,14 @@ type Config struct {
 	UpstreamIdleTimeout time.Duration
 	// MaxIdlePerMember bounds the idle connections kept per member.
 	MaxIdlePerMember int
+	// MemberBudgetWait is how long a dial whose budget is spent
+	// (BackendOptions.Budget) waits for a connection of the budget to
+	// close before its request fails with 503.
+	MemberBudgetWait time.Duration
+	// MaxMembersPerConn bounds the member connections the streams of one
+	// HTTP/2 client connection hold at once; a stream beyond it waits up
+	// to its response header timeout for one, then fails with 503.
+	MaxMembersPerConn int
 
 	// MaxHeaderBytes bounds a request head (request line and fields; 431).
 	MaxHeaderBytes int
@@ -82,6 +90,8 @@ var DefaultConfig = Config{
 	TunnelTimeout:               time.Hour,
 	UpstreamIdleTimeout:         50 * time.Second,
 	MaxIdlePerMember:            512,
+	MemberBudgetWait:            100 * time.Millisecond,
+	MaxMembersPerConn:           32,
 	MaxHeaderBytes:              64 << 10,
 	MaxHeaderCount:              100,
 	H2MaxConcurrentStreams:      100,
@@ -119,6 +129,8 @@ func (c Config) withDefaults() Config {
 	dur(&c.TunnelTimeout, d.TunnelTimeout)
 	dur(&c.UpstreamIdleTimeout, d.UpstreamIdleTimeout)
 	num(&c.MaxIdlePerMember, d.MaxIdlePerMember)
+	dur(&c.MemberBudgetWait, d.MemberBudgetWait)
+	num(&c.MaxMembersPerConn, d.MaxMembersPerConn)
 	num(&c.MaxHeaderBytes, d.MaxHeaderBytes)
 	num(&c.MaxHeaderCount, d.MaxHeaderCount)
 	num(&c.H2MaxResetsPerSecond, d.H2MaxResetsPerSecond)

@@ -76,6 +76,9 @@ func (c *clientConn) proxy(b []byte, be Backend, opts *BackendOptions, limit int
 }
 
 func outcomeFor(err error) Outcome {
+	if errors.Is(err, ErrMemberLimit) {
+		return OutcomeMemberLimit
+	}
 	if errors.Is(err, ErrUpstreamTimeout) {
 		return OutcomeUpstreamTimeout
 	}

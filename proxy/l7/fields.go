@@ -59,6 +59,7 @@ const (
 	hProxyAuthorization
 	hProxyAuthenticate
 	hHTTP2Settings
+	hClientAddr // another field naming the client or its path (clientAddrName)
 )
 
 // classify returns the kind of a header field name (any case).
@@ -142,7 +143,56 @@ func classify(name []byte) hdrKind {
 			return hProxyAuthorization
 		}
 	}
+	if clientAddrName(name) {
+		return hClientAddr
+	}
 	return hOther
+}
+
+// clientAddrNames are fields that proxies and CDNs use to name the client
+// (or, X-Request-Id, the request), besides the X-Forwarded family.
+var clientAddrNames = [...]string{
+	"client-ip", "x-real-ip", "x-client-ip", "true-client-ip", "cf-connecting-ip",
+	"fastly-client-ip", "x-originating-ip", "x-cluster-client-ip",
+	"x-original-forwarded-for", "forwarded", "x-request-id",
+}
+
+// clientAddrName reports whether name, in any case and with '_' read as
+// '-', is X-Forwarded or starts with X-Forwarded-, or is one of
+// clientAddrNames. Many members read X_Forwarded_For as X-Forwarded-For
+// (CGI and its kin turn both into HTTP_X_FORWARDED_FOR), so an untrusted
+// client may send neither.
+func clientAddrName(name []byte) bool {
+	if len(name) >= len("x-forwarded") && eqFoldDash(name[:len("x-forwarded")], "x-forwarded") &&
+		(len(name) == len("x-forwarded") || name[len("x-forwarded")] == '-' || name[len("x-forwarded")] == '_') {
+		return true
+	}
+	for _, s := range clientAddrNames {
+		if len(s) == len(name) && eqFoldDash(name, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// eqFoldDash is eqFold with '_' in b read as '-'.
+func eqFoldDash(b []byte, s string) bool {
+	if len(b) != len(s) {
+		return false
+	}
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		switch {
+		case c >= 'A' && c <= 'Z':
+			c += 'a' - 'A'
+		case c == '_':
+			c = '-'
+		}
+		if c != s[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // eqFold reports whether b equals the lower-case ASCII string s in any case.

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"math/rand/v2"
+	"net/http"
 	"net/netip"
 )
 
@@ -67,19 +68,26 @@ func (ca *clientAddrs) proto() string {
 
 // forwardKind reports whether a field carries forwarding information that
 // an untrusted client may not set: the LB drops it and, for the fields it
-// owns (X-Forwarded-*, Forwarded, X-Request-Id), sends its own.
+// owns (X-Forwarded-For, -Proto, -Host, Forwarded, X-Request-Id), sends
+// its own. The others are every field clientAddrName matches (X-Real-IP,
+// CF-Connecting-IP, X-Forwarded-*, X_Forwarded_For, ...).
 func forwardKind(k hdrKind) bool {
 	switch k {
-	case hXFF, hXFProto, hXFHost, hForwarded, hRequestID, hXRealIP, hTrueClientIP, hXClientIP, hXFPort:
+	case hXFF, hXFProto, hXFHost, hForwarded, hRequestID, hXRealIP, hTrueClientIP, hXClientIP, hXFPort, hClientAddr:
 		return true
 	}
 	return false
 }
 
-// untrustedFields are the canonical names of the fields forwardKind
-// matches, for the paths that forward net/http headers.
-var untrustedFields = []string{"X-Forwarded-For", "X-Forwarded-Proto", "X-Forwarded-Host", "Forwarded",
-	"X-Request-Id", "X-Real-Ip", "True-Client-Ip", "X-Client-Ip", "X-Forwarded-Port"}
+// dropUntrustedFields deletes from h the fields forwardKind matches, for
+// the paths that forward net/http headers.
+func dropUntrustedFields(h http.Header) {
+	for k := range h {
+		if forwardKind(classify(unsafeBytes(k))) {
+			delete(h, k)
+		}
+	}
+}
 
 // appendRequestHead appends the head forwarded to a member: the request
 // line in origin form with HTTP/1.1, the client's fields without the

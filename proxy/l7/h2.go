@@ -14,6 +14,8 @@ type h2conn struct {
 	info   *ConnInfo
 	ca     clientAddrs
 	scope  *connScope
+	// members bounds the member connections its streams hold at once.
+	members memberSlots
 }
 
 func (hc *h2conn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -95,6 +97,13 @@ func (hc *h2conn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		q.limit = opts.MaxBodyBytes
 		if q.limit <= 0 {
 			q.limit = s.cfg.MaxBodyBytes
+		}
+		if !h2Member(opts) { // each stream holds an HTTP/1.1 connection
+			if err := hc.members.acquire(r.Context(), s.cfg.MaxMembersPerConn, rht(opts, s)); err != nil {
+				s.failHTTP(w, q, 503, OutcomeMemberLimit)
+				return
+			}
+			defer hc.members.release()
 		}
 		s.proxyHTTP(w, q, route.Backend, opts)
 	}

@@ -190,6 +190,7 @@ type h2UpConn struct {
 	cl   *h2Client
 	pool *h2Pool
 	nc   net.Conn
+	up   *upConn // nc's dial: closing it gives its descriptor back
 	fr   *http2.Framer
 
 	// Write side: wmu serialises frames, the last writer flushes.
@@ -233,7 +234,7 @@ func (cl *h2Client) dialConn(ctx context.Context, key poolKey, opts *BackendOpti
 		return nil, err
 	}
 	c := &h2UpConn{
-		cl: cl, pool: p, nc: u.nc,
+		cl: cl, pool: p, nc: u.nc, up: u,
 		streams:    make(map[uint32]*h2UpStream),
 		nextID:     1,
 		maxStreams: h2UpMaxStreams,
@@ -375,7 +376,7 @@ func (c *h2UpConn) kill(err error) {
 	c.mu.Unlock()
 	c.closeOnce.Do(func() {
 		c.idle.Stop()
-		_ = c.nc.Close()
+		c.up.close() // closes nc and gives its descriptor back
 	})
 }
 

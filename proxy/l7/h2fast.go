@@ -186,9 +186,14 @@ func (st *h2Stream) serveFast() bool {
 		}
 		stats.Member = m.Addr()
 		t0 := time.Now()
+		if err := hc.members.acquire(c.ctx, s.cfg.MaxMembersPerConn, rht); err != nil {
+			m.Done(nil, 0, time.Since(t0))
+			return fail(statusFor(err), outcomeFor(err))
+		}
 		u, err := st.exchange(m, opts, rht, limit)
 		d := time.Since(t0)
 		if err != nil {
+			hc.members.release()
 			st.c.mu.Lock()
 			gone := st.err != nil
 			st.c.mu.Unlock()
@@ -211,6 +216,7 @@ func (st *h2Stream) serveFast() bool {
 		stats.Status = u.resp.status
 		m.Done(nil, u.resp.status, d)
 		n, err := st.relay(u)
+		hc.members.release()
 		stats.ResponseBytes = n
 		stats.RequestBytes = st.gotLen
 		stats.Outcome = OutcomeOK

@@ -44,6 +44,12 @@ func (c *h2Conn) forget(st *h2Stream) {
 	delete(c.streams, st.id)
 	c.recent[c.recentN%len(c.recent)] = st.id
 	c.recentN++
+	if len(c.streams) == 0 {
+		// The connection is idle from now: the reader may be waiting
+		// without a deadline, while the stream was open.
+		c.idleAt = nowNano()
+		c.setReadDL()
+	}
 }
 
 // resetStream sends RST_STREAM and ends the stream if it is open.

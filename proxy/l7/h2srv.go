@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -164,8 +165,17 @@ type h2Conn struct {
 	hdec       *hpack.Decoder
 	head       h2Head // the header block being read
 	hpay       []byte // the payload of a HEADERS frame read by readPayload
-	rdl        int64
 	idle       time.Duration
+
+	// Read deadlines (c.mu): rdl is the one set on the connection (0:
+	// none; -1: pinned by stall or linger, left alone); headDL ends an
+	// unfinished header block, or the preface and first SETTINGS, at
+	// HeaderTimeout after it began; idleAt is when the last stream
+	// closed (or the connection began), and the connection ends at
+	// idleAt + idle while it has no stream. Control frames move neither.
+	rdl    int64
+	headDL int64
+	idleAt int64
 }
 
 // serveH2 serves an HTTP/2 client on a TLS connection that negotiated h2.
@@ -195,6 +205,8 @@ func (s *Server) serveH2Conn(ctx context.Context, nc, raw net.Conn, cs tls.Conne
 		cs:         cs,
 	}
 	c.ctx, c.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	now := nowNano()
+	c.idleAt, c.headDL = now, now+int64(s.cfg.HeaderTimeout)
 	c.scan = frameScan{r: nc, preface: len(http2.ClientPreface)}
 	c.br = bufio.NewReaderSize(&c.scan, h2ReadBufSize)
 	c.bw = bufio.NewWriterSize(nc, h2WriteBufSize)
@@ -269,7 +281,7 @@ func (c *h2Conn) flushLocked() error {
 func (c *h2Conn) serve() {
 	defer c.shutdown()
 	var preface [len(http2.ClientPreface)]byte
-	_ = c.nc.SetReadDeadline(time.Now().Add(c.s.cfg.HeaderTimeout))
+	c.armRead() // the preface and the first SETTINGS: HeaderTimeout
 	if _, err := io.ReadFull(c.br, preface[:]); err != nil || string(preface[:]) != http2.ClientPreface {
 		c.lockW()
 		c.werr = c.fr.WriteGoAway(0, http2.ErrCodeProtocol, nil)
@@ -293,6 +305,12 @@ func (c *h2Conn) serve() {
 			c.readError(err)
 			return
 		}
+		if fh.Type == http2.FrameHeaders && (!fh.Flags.Has(http2.FlagHeadersEndHeaders) || c.br.Buffered() < int(fh.Length)) {
+			// A header block begins that may wait on the client: it
+			// has HeaderTimeout to end, its frames' payloads included.
+			// (A whole block already read needs no deadline.)
+			c.beginHead()
+		}
 		var code http2.ErrCode
 		if !first && plainHeaders(fh) {
 			// The common HEADERS frame is read here: the framer would
@@ -315,8 +333,12 @@ func (c *h2Conn) serve() {
 					return
 				}
 				first = false
+				c.endHead()
 			}
 			code = c.dispatch(f)
+		}
+		if fh.Flags.Has(http2.FlagHeadersEndHeaders) && (fh.Type == http2.FrameHeaders || fh.Type == http2.FrameContinuation) {
+			c.endHead()
 		}
 		if code != 0 {
 			c.goAway(code)
@@ -379,17 +401,28 @@ func (c *h2Conn) dispatch(f http2.Frame) (code http2.ErrCode) {
 	return code
 }
 
-// armRead sets the read deadline: the idle timeout while no stream is
-// open, none while requests are in flight (their own timeouts apply).
+// armRead sets the read deadline before a frame: the end of an
+// unfinished header block, or the idle deadline while no stream is open;
+// none while requests are in flight (their own timeouts apply) and no
+// header block is open. Only a change costs a SetReadDeadline.
 func (c *h2Conn) armRead() {
-	var want int64
-	if c.openStreams() == 0 {
-		now := nowNano()
-		if c.rdl != 0 && c.rdl-now > int64(c.idle)-int64(c.idle)/16 {
-			return
+	c.mu.Lock()
+	c.setReadDL()
+	c.mu.Unlock()
+}
+
+// setReadDL sets the read deadline that the state asks for. c.mu held.
+func (c *h2Conn) setReadDL() {
+	if c.rdl < 0 {
+		return
+	}
+	want := c.headDL
+	if len(c.streams) == 0 {
+		if d := c.idleAt + int64(c.idle); want == 0 || d < want {
+			want = d
 		}
-		want = now + int64(c.idle)
-	} else if c.rdl == 0 {
+	}
+	if want == c.rdl {
 		return
 	}
 	c.rdl = want
@@ -398,6 +431,31 @@ func (c *h2Conn) armRead() {
 		return
 	}
 	_ = c.nc.SetReadDeadline(time.Unix(0, want))
+}
+
+// beginHead starts the HeaderTimeout of a header block, unless one runs.
+func (c *h2Conn) beginHead() {
+	c.mu.Lock()
+	if c.headDL == 0 {
+		c.headDL = nowNano() + int64(c.s.cfg.HeaderTimeout)
+		c.setReadDL()
+	}
+	c.mu.Unlock()
+}
+
+// endHead ends the HeaderTimeout of a header block (or of the preface).
+func (c *h2Conn) endHead() {
+	c.mu.Lock()
+	c.headDL = 0
+	c.mu.Unlock()
+}
+
+// pinRead sets a read deadline that the stream bookkeeping leaves alone.
+func (c *h2Conn) pinRead(t time.Time) {
+	c.mu.Lock()
+	c.rdl = -1
+	_ = c.nc.SetReadDeadline(t)
+	c.mu.Unlock()
 }
 
 func (c *h2Conn) openStreams() int {
@@ -417,6 +475,8 @@ func (c *h2Conn) readError(err error) {
 	switch {
 	case stalled:
 		c.linger()
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		c.timedOut()
 	case c.scan.calm || errors.Is(err, errH2Calm):
 		c.goAway(http2.ErrCodeEnhanceYourCalm)
 	case errors.As(err, &ce):
@@ -429,11 +489,35 @@ func (c *h2Conn) readError(err error) {
 	}
 }
 
+// Debug data of the GOAWAY frames that end a connection on a timeout.
+var (
+	h2HeaderTimeoutDebug = []byte("header timeout")
+	h2IdleTimeoutDebug   = []byte("idle timeout")
+)
+
+// timedOut ends a connection whose read deadline passed: a header block
+// (or the preface and SETTINGS) unfinished after HeaderTimeout gets a
+// GOAWAY with ENHANCE_YOUR_CALM, an idle connection one with NO_ERROR.
+func (c *h2Conn) timedOut() {
+	c.mu.Lock()
+	head := c.headDL != 0
+	c.mu.Unlock()
+	if head {
+		c.goAwayDebug(http2.ErrCodeEnhanceYourCalm, h2HeaderTimeoutDebug)
+		return
+	}
+	c.goAwayDebug(http2.ErrCodeNo, h2IdleTimeoutDebug)
+}
+
 // goAway sends a GOAWAY with code and lets the client read it.
-func (c *h2Conn) goAway(code http2.ErrCode) {
+func (c *h2Conn) goAway(code http2.ErrCode) { c.goAwayDebug(code, nil) }
+
+// goAwayDebug sends a GOAWAY with code and debug data, and lets the
+// client read it.
+func (c *h2Conn) goAwayDebug(code http2.ErrCode, debug []byte) {
 	c.lockW()
 	if c.werr == nil {
-		c.werr = c.fr.WriteGoAway(c.lastID(), code, nil)
+		c.werr = c.fr.WriteGoAway(c.lastID(), code, debug)
 		c.goAwaySent.Store(true)
 		if c.werr == nil {
 			c.werr = c.flushLocked() // before the close, whoever else writes
@@ -446,7 +530,7 @@ func (c *h2Conn) goAway(code http2.ErrCode) {
 // linger reads and discards for a moment so that the close does not
 // reset the connection under the last frames.
 func (c *h2Conn) linger() {
-	_ = c.nc.SetReadDeadline(time.Now().Add(time.Second))
+	c.pinRead(time.Now().Add(time.Second))
 	_, _ = io.CopyN(io.Discard, c.nc, 1<<20)
 }
 

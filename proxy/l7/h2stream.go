@@ -471,7 +471,7 @@ func (c *h2Conn) stall() {
 	c.mu.Lock()
 	c.stalled = true
 	c.mu.Unlock()
-	_ = c.nc.SetReadDeadline(time.Now())
+	c.pinRead(time.Now())
 }
 
 // closeIfDone ends a connection that sent or received a GOAWAY once its

@@ -42,7 +42,22 @@ func (s *Server) dialConn(ctx context.Context, addr string, pp *proxyAddrs, tlsD
 	if err != nil {
 		return nil, err
 	}
-	return u.nc, nil
+	if opts.Budget == nil {
+		return u.nc, nil
+	}
+	return chargedConn{u.nc, u}, nil
+}
+
+// chargedConn is a member connection of the net/http transports that
+// gives its descriptor back to its budget when it closes.
+type chargedConn struct {
+	net.Conn
+	u *upConn
+}
+
+func (c chargedConn) Close() error {
+	c.u.close()
+	return nil
 }
 
 // newH1Transport returns the HTTP/1.1 transport for round trips; pp is set
@@ -148,9 +163,7 @@ func forwardHeader(in http.Header, ca *clientAddrs, host string) http.Header {
 		out["Te"] = []string{"trailers"}
 	}
 	if !ca.trusted {
-		for _, k := range untrustedFields {
-			delete(out, k)
-		}
+		dropUntrustedFields(out)
 	}
 	out["X-Forwarded-For"] = append(out["X-Forwarded-For"][:len(out["X-Forwarded-For"]):len(out["X-Forwarded-For"])], string(ca.ip))
 	if out.Get("X-Forwarded-Proto") == "" {

@@ -22,21 +22,45 @@ func (v *h1Request) head() []byte { return v.rb[v.r-v.h.n : v.r] }
 
 func (v *h1Request) Method() string { return v.h.method(v.head()) }
 
+// maxCombinedValue bounds the value Header builds of repeated fields. A
+// route condition compares at most 4,096 bytes (an exact value) or 1,024
+// (what a regular expression sees), so a combination is cut after it is
+// this long (still longer than any condition matches), and building it
+// costs one copy of at most this many bytes however many fields repeat.
+const maxCombinedValue = 8 << 10
+
 func (v *h1Request) Header(name string) (string, bool) {
 	h, b := &v.h, v.head()
-	out, ok := "", false
+	first, n, total := -1, 0, 0
 	for i := range h.fields {
 		f := &h.fields[i]
 		if !f.netField() || !eqFoldMixed(f.name(b), name) {
 			continue
 		}
-		if val := unsafeString(f.value(b)); !ok {
-			out, ok = val, true
-		} else {
-			out += ", " + val
+		if first < 0 {
+			first = i
 		}
+		n++
+		total += len(f.value(b)) + 2
 	}
-	return out, ok
+	switch n {
+	case 0:
+		return "", false
+	case 1:
+		return unsafeString(h.fields[first].value(b)), true
+	}
+	out := make([]byte, 0, min(total, maxCombinedValue+4))
+	for i := first; i < len(h.fields) && len(out) < maxCombinedValue; i++ {
+		f := &h.fields[i]
+		if !f.netField() || !eqFoldMixed(f.name(b), name) {
+			continue
+		}
+		if i != first {
+			out = append(out, ", "...)
+		}
+		out = append(out, f.value(b)[:min(len(f.value(b)), maxCombinedValue+2-len(out))]...)
+	}
+	return unsafeString(out), true
 }
 
 func (v *h1Request) RawQuery() string {
@@ -55,18 +79,35 @@ func (v *h2Request) Header(name string) (string, bool) {
 	if name == "Cookie" {
 		sep = "; "
 	}
-	out, ok := "", false
-	for _, hf := range v.fields {
+	first, n, total := -1, 0, 0
+	for i, hf := range v.fields {
 		if hf.IsPseudo() || hf.Name == "host" || !strings.EqualFold(hf.Name, name) {
 			continue
 		}
-		if !ok {
-			out, ok = hf.Value, true
-		} else {
-			out += sep + hf.Value
+		if first < 0 {
+			first = i
 		}
+		n++
+		total += len(hf.Value) + 2
 	}
-	return out, ok
+	switch n {
+	case 0:
+		return "", false
+	case 1:
+		return v.fields[first].Value, true
+	}
+	out := make([]byte, 0, min(total, maxCombinedValue+4))
+	for i := first; i < len(v.fields) && len(out) < maxCombinedValue; i++ {
+		hf := v.fields[i]
+		if hf.IsPseudo() || hf.Name == "host" || !strings.EqualFold(hf.Name, name) {
+			continue
+		}
+		if i != first {
+			out = append(out, sep...)
+		}
+		out = append(out, hf.Value[:min(len(hf.Value), maxCombinedValue+2-len(out))]...)
+	}
+	return unsafeString(out), true
 }
 
 func (v *h2Request) RawQuery() string {

@@ -6,9 +6,12 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/http2"
+
+	"github.com/teapot-lb/teapot-lb/proxy/internal/splice"
 )
 
 // Server proxies HTTP connections handed to it by listeners. Its member
@@ -22,6 +25,8 @@ type Server struct {
 	mirrors mirrorSlots
 
 	conns sync.Pool // *clientConn
+	// pipes, once set, carries the bytes of WebSocket tunnels (SetPipes).
+	pipes atomic.Pointer[splice.Pool]
 	stop  chan struct{}
 	wg    sync.WaitGroup
 	once  sync.Once
@@ -36,6 +41,12 @@ func New(cfg Config) *Server {
 	go s.janitor()
 	return s
 }
+
+// SetPipes makes tunnels (WebSocket and other upgrades) between bare TCP
+// connections splice through pl, the host's bounded pipe pool, taking a
+// pipe only while bytes move; until it is called they take Go's splice
+// path, which holds a pipe per direction for the tunnel's life.
+func (s *Server) SetPipes(pl *splice.Pool) { s.pipes.Store(pl) }
 
 // Close closes idle member connections and stops the pool janitor. It does
 // not close client connections: their listeners own them.

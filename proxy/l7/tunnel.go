@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/teapot-lb/teapot-lb/proxy/internal/splice"
 )
 
 // tunnel relays the member's 101 response and then the bytes of both
@@ -22,7 +24,7 @@ func (c *clientConn) tunnel(m Member, up *upConn, d time.Duration) {
 	}
 	c.stats.Status = 101
 	if err == nil {
-		pipe(c.nc, c.tcp, up.nc, up.tcp, c.s.cfg.TunnelTimeout)
+		pipe(c.nc, c.tcp, up.nc, up.tcp, c.s.cfg.TunnelTimeout, c.s.pipes.Load())
 	}
 	up.close()
 	m.Done(nil, 101, d)
@@ -36,14 +38,14 @@ var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b 
 // direction that ends half-closes the other side. The tunnel closes when
 // both directions saw no byte for a whole timeout window (idle between one
 // and two timeouts).
-func pipe(a net.Conn, aTCP *net.TCPConn, b net.Conn, bTCP *net.TCPConn, timeout time.Duration) {
+func pipe(a net.Conn, aTCP *net.TCPConn, b net.Conn, bTCP *net.TCPConn, timeout time.Duration, pl *splice.Pool) {
 	var idle [2]atomic.Bool
 	done := make(chan struct{})
 	go func() {
-		pipeDir(b, bTCP, a, aTCP, timeout, &idle[0], &idle[1], a, b)
+		pipeDir(b, bTCP, a, aTCP, timeout, &idle[0], &idle[1], a, b, pl)
 		close(done)
 	}()
-	pipeDir(a, aTCP, b, bTCP, timeout, &idle[1], &idle[0], a, b)
+	pipeDir(a, aTCP, b, bTCP, timeout, &idle[1], &idle[0], a, b, pl)
 	<-done
 	_ = a.Close()
 	_ = b.Close()
@@ -52,12 +54,19 @@ func pipe(a net.Conn, aTCP *net.TCPConn, b net.Conn, bTCP *net.TCPConn, timeout 
 type onlyReader struct{ io.Reader }
 type onlyWriter struct{ io.Writer }
 
-func pipeDir(dst net.Conn, dstTCP *net.TCPConn, src net.Conn, srcTCP *net.TCPConn, timeout time.Duration, mine, other *atomic.Bool, a, b net.Conn) {
+func pipeDir(dst net.Conn, dstTCP *net.TCPConn, src net.Conn, srcTCP *net.TCPConn, timeout time.Duration, mine, other *atomic.Bool, a, b net.Conn, pl *splice.Pool) {
 	var buf *[]byte
+	var sp *splice.Splicer
+	if pl != nil && dstTCP != nil && srcTCP != nil {
+		sp = splice.New(pl, dstTCP, srcTCP)
+	}
 	defer func() {
 		mine.Store(true)
 		if buf != nil {
 			copyBufs.Put(buf)
+		}
+		if sp != nil {
+			sp.Close()
 		}
 	}()
 	for {
@@ -66,9 +75,12 @@ func pipeDir(dst net.Conn, dstTCP *net.TCPConn, src net.Conn, srcTCP *net.TCPCon
 		_ = dst.SetWriteDeadline(dl)
 		var n int64
 		var err error
-		if dstTCP != nil && srcTCP != nil {
+		switch {
+		case sp != nil:
+			n, err = sp.Move()
+		case dstTCP != nil && srcTCP != nil:
 			n, err = io.Copy(dstTCP, srcTCP)
-		} else {
+		default:
 			if buf == nil {
 				buf = copyBufs.Get().(*[]byte)
 			}

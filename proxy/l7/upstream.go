@@ -39,16 +39,18 @@ const staleAfter = int64(time.Second)
 // protocol, and for TLS the configuration that verified the member
 // (BackendOptions.TLS, never modified once published: its server name,
 // CAs and client certificate), so that backends verifying a member
-// differently never share a connection.
+// differently never share a connection, and the budget its connections
+// are charged to (BackendOptions.Budget), so that tenants never share one.
 type poolKey struct {
-	addr  netip.AddrPort
-	proto Protocol
-	tls   *tls.Config
+	addr   netip.AddrPort
+	proto  Protocol
+	tls    *tls.Config
+	budget *MemberBudget
 }
 
 // keyOf is the pool key of member addr under opts, speaking proto.
 func keyOf(addr netip.AddrPort, proto Protocol, opts *BackendOptions) poolKey {
-	k := poolKey{addr: addr, proto: proto}
+	k := poolKey{addr: addr, proto: proto, budget: opts.Budget}
 	if proto == HTTP1TLS || proto == H2TLS {
 		k.tls = opts.TLS
 	}
@@ -75,6 +77,10 @@ type upConn struct {
 
 	aw      *rawAwait // sendAwait's state on a bare TCP connection
 	pending error     // a read error sendAwait met, for the next fill
+
+	// charged is the budget the connection's descriptor is charged to,
+	// until it closes.
+	charged atomic.Pointer[MemberBudget]
 }
 
 // fill reads more of the member's bytes into rb.
@@ -232,6 +238,9 @@ func (ps *pools) get(k poolKey) *memberPool {
 		}
 		p = &memberPool{key: k}
 		sh.m[k] = p
+		if k.budget != nil {
+			k.budget.addPool(p)
+		}
 	}
 	return p
 }
@@ -253,11 +262,15 @@ func (ps *pools) prune(cutoff, forget int64) {
 				// Recheck under the lock: a racing put leaves the pool
 				// in the map.
 				p.mu.Lock()
-				if len(p.idle) == 0 {
+				gone := len(p.idle) == 0
+				if gone {
 					delete(sh.m, p.key)
 				}
 				p.mu.Unlock()
 				sh.mu.Unlock()
+				if gone && p.key.budget != nil {
+					p.key.budget.dropPool(p)
+				}
 			}
 		}
 	}
@@ -287,6 +300,19 @@ func (s *Server) dial(ctx context.Context, key poolKey, opts *BackendOptions, pp
 	if timeout <= 0 {
 		timeout = s.cfg.ConnectTimeout
 	}
+	if err := s.charge(ctx, key); err != nil {
+		return nil, err
+	}
+	u, err := s.dialCharged(ctx, key, opts, pp, timeout)
+	if err != nil && key.budget != nil {
+		key.budget.d.ReleaseDescriptor()
+	}
+	return u, err
+}
+
+// dialCharged dials once the connection's descriptor is charged; the
+// connection gives it back when it closes.
+func (s *Server) dialCharged(ctx context.Context, key poolKey, opts *BackendOptions, pp *proxyAddrs, timeout time.Duration) (*upConn, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	d := net.Dialer{KeepAlive: 30 * time.Second}
@@ -326,6 +352,7 @@ func (s *Server) dial(ctx context.Context, key poolKey, opts *BackendOptions, pp
 		u.nc, u.tcp = tc, nil
 	}
 	u.aw = newRawAwait(u.tcp)
+	u.charged.Store(key.budget)
 	return u, nil
 }
 
@@ -340,6 +367,9 @@ func (u *upConn) close() {
 	if u.nc != nil {
 		_ = u.nc.Close()
 	}
+	if b := u.charged.Swap(nil); b != nil {
+		b.d.ReleaseDescriptor()
+	}
 }
 
 func isTimeout(err error) bool {
@@ -352,6 +382,9 @@ func isTimeout(err error) bool {
 
 // statusFor maps a failed exchange with a member to the client's status.
 func statusFor(err error) int {
+	if errors.Is(err, ErrMemberLimit) {
+		return 503
+	}
 	if errors.Is(err, ErrUpstreamTimeout) {
 		return 504
 	}

@@ -100,6 +100,7 @@ type listenerKey struct{ lb, listener string }
 
 type listenerCounters struct {
 	opened, closed, bytesIn, bytesOut atomic.Int64
+	udpReplyDropped                   atomic.Int64
 	refused                           table[string, atomic.Int64]
 	duration                          Histogram
 }
@@ -162,6 +163,12 @@ func (m *Memory) BytesOut(lb, listener string, n int64) {
 	m.listeners.get(listenerKey{lb, listener}).bytesOut.Add(n)
 }
 
+// UDPReplyDropped counts bytes of member replies a UDP listener dropped
+// over a flow's reply budget.
+func (m *Memory) UDPReplyDropped(lb, listener string, n int64) {
+	m.listeners.get(listenerKey{lb, listener}).udpReplyDropped.Add(n)
+}
+
 // MemberRequest counts one request (L7) or connect (L4) to a member.
 func (m *Memory) MemberRequest(lb, pool, member string, status int, d time.Duration) {
 	c := m.members.get(memberKey{lb, pool, member})
@@ -181,8 +188,11 @@ type ListenerStats struct {
 	LB, Listener      string
 	Opened, Closed    int64
 	BytesIn, BytesOut int64
-	Refused           map[string]int64
-	Duration          HistogramValues
+	// UDPReplyDropped is the bytes of member replies dropped over the
+	// reply budget of UDP flows.
+	UDPReplyDropped int64
+	Refused         map[string]int64
+	Duration        HistogramValues
 }
 
 // RequestStats are one member's or route's counters; Pool is empty for
@@ -205,7 +215,7 @@ func (m *Memory) Report() Report {
 	var r Report
 	m.listeners.each(func(k listenerKey, c *listenerCounters) {
 		s := ListenerStats{LB: k.lb, Listener: k.listener, Opened: c.opened.Load(), Closed: c.closed.Load(),
-			BytesIn: c.bytesIn.Load(), BytesOut: c.bytesOut.Load(), Refused: map[string]int64{}, Duration: c.duration.values()}
+			BytesIn: c.bytesIn.Load(), BytesOut: c.bytesOut.Load(), UDPReplyDropped: c.udpReplyDropped.Load(), Refused: map[string]int64{}, Duration: c.duration.values()}
 		c.refused.each(func(reason string, n *atomic.Int64) { s.Refused[reason] = n.Load() })
 		r.Listeners = append(r.Listeners, s)
 	})

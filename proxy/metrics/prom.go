@@ -110,6 +110,7 @@ var (
 	famConnDur    = newFamily("connection_duration_seconds", "histogram", "Lifetime of finished connections and flows.", lbLabels...)
 	famBytesIn    = newFamily("received_bytes_total", "counter", "Bytes received from clients (HTTP listeners: request bodies).", lbLabels...)
 	famBytesOut   = newFamily("sent_bytes_total", "counter", "Bytes sent to clients (HTTP listeners: response bodies).", lbLabels...)
+	famUDPDropped = newFamily("udp_reply_dropped_bytes_total", "counter", "Bytes of member replies a UDP listener dropped: over the reply budget of a flow whose client sent too little (anti-reflection).", lbLabels...)
 	famRequests   = newFamily("http_requests_total", "counter", "HTTP requests finished, by response code class (none: the client left before a response).", append(lbLabels, "code_class")...)
 	famReqDur     = newFamily("http_request_duration_seconds", "histogram", "Time from a complete request head to the end of the response.", lbLabels...)
 	famUpDur      = newFamily("http_upstream_duration_seconds", "histogram", "Time from the first attempt to reach a member to its response head.", lbLabels...)
@@ -118,7 +119,7 @@ var (
 	famMemberUp   = newFamily("member_up", "gauge", "1 when the member may receive traffic (its check passes and it is not ejected), else 0.", poolLabels...)
 	famMemberEj   = newFamily("member_ejections_total", "counter", "Passive ejections of a member after consecutive connect failures.", poolLabels...)
 
-	families = []*family{famConns, famActive, famRefused, famConnDur, famBytesIn, famBytesOut,
+	families = []*family{famConns, famActive, famRefused, famConnDur, famBytesIn, famBytesOut, famUDPDropped,
 		famRequests, famReqDur, famUpDur, famMemberReq, famMemberFail, famMemberUp, famMemberEj}
 )
 
@@ -140,6 +141,7 @@ func tenantOf(lb string) string {
 
 type listenerSums struct {
 	opened, closed, bytesIn, bytesOut int64
+	udpDropped                        int64
 	refused                           map[string]int64
 	duration, latency, upstream       HistogramValues
 	byClass                           [codeClasses]int64
@@ -220,6 +222,7 @@ func (c *Collector) sum() *sums {
 		s.closed += l.Closed
 		s.bytesIn += l.BytesIn
 		s.bytesOut += l.BytesOut
+		s.udpDropped += l.UDPReplyDropped
 		for r, n := range l.Refused {
 			s.refused[r] += n
 		}
@@ -291,6 +294,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- constHistogram(famConnDur.desc, s.duration, l)
 		ch <- prometheus.MustNewConstMetric(famBytesIn.desc, prometheus.CounterValue, float64(s.bytesIn), l...)
 		ch <- prometheus.MustNewConstMetric(famBytesOut.desc, prometheus.CounterValue, float64(s.bytesOut), l...)
+		if s.udpDropped > 0 {
+			ch <- prometheus.MustNewConstMetric(famUDPDropped.desc, prometheus.CounterValue, float64(s.udpDropped), l...)
+		}
 		if s.http {
 			for i, n := range s.byClass {
 				ch <- prometheus.MustNewConstMetric(famRequests.desc, prometheus.CounterValue, float64(n), append(l, ClassNames[i])...)

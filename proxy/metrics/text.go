@@ -45,6 +45,19 @@ func (c *Collector) WriteText(w io.Writer) error {
 	histogram(famConnDur, false, func(s *listenerSums) HistogramValues { return s.duration })
 	value(famBytesIn, false, func(s *listenerSums) float64 { return float64(s.bytesIn) })
 	value(famBytesOut, false, func(s *listenerSums) float64 { return float64(s.bytesOut) })
+	// Only the listeners that dropped UDP replies have the series.
+	dropped := 0
+	for _, s := range a.ls {
+		if s.udpDropped > 0 {
+			dropped++
+		}
+	}
+	t.family(famUDPDropped, dropped)
+	for _, k := range a.lkeys {
+		if s := a.ls[k]; s.udpDropped > 0 {
+			t.sample(famUDPDropped.name, "", famUDPDropped.labels, k[:], "", "", float64(s.udpDropped))
+		}
+	}
 	http := 0
 	for _, s := range a.ls {
 		if s.http {

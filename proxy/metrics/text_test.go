@@ -61,6 +61,8 @@ func TestWriteTextIsWhatTheRegistryWrites(t *testing.T) {
 	m.ConnRefused("acme/a", "192.0.2.1:80/tcp", "tenant-limit")
 	m.ConnOpened("tcp/db", "192.0.2.9:5432/tcp")
 	m.BytesIn("tcp/db", "192.0.2.9:5432/tcp", 1234567891)
+	m.ConnOpened("udp/dns", "192.0.2.9:53/udp")
+	m.UDPReplyDropped("udp/dns", "192.0.2.9:53/udp", 61440)
 	m.MemberRequest("tcp/db", "db", "10.1.0.1:5432", 0, time.Millisecond)
 	m.MemberRequest("tcp/db", "db", "10.1.0.2:5432", 504, time.Millisecond)
 	members := []Member{

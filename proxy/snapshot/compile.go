@@ -42,6 +42,7 @@ func Compile(objs []*pb.Object, revision uint64, d Defaults, prev *Snapshot) *Sn
 func compile(objs []*pb.Object, revision uint64, d Defaults, prev *Snapshot) (*Snapshot, Stats) {
 	tenants := map[string]*pb.Tenant{}
 	var pools []*pb.VIPPool
+	var nodes []*pb.Node
 	var lbs []*pb.LoadBalancer
 	for _, o := range objs {
 		switch v := o.GetKind().(type) {
@@ -49,12 +50,15 @@ func compile(objs []*pb.Object, revision uint64, d Defaults, prev *Snapshot) (*S
 			tenants[v.Tenant.GetName()] = v.Tenant
 		case *pb.Object_VipPool:
 			pools = append(pools, v.VipPool)
+		case *pb.Object_Node:
+			nodes = append(nodes, v.Node)
 		case *pb.Object_LoadBalancer:
 			lbs = append(lbs, v.LoadBalancer)
 		}
 	}
 	slices.SortFunc(pools, func(a, b *pb.VIPPool) int { return cmp.Compare(a.GetName(), b.GetName()) })
-	c := newCompiler(d.WithDefaults(), prev, tenants, pools)
+	slices.SortFunc(nodes, func(a, b *pb.Node) int { return cmp.Compare(a.GetId(), b.GetId()) })
+	c := newCompiler(d.WithDefaults(), prev, tenants, pools, nodes)
 	matched := 0
 	for _, lb := range lbs {
 		id := lbID(lb)
@@ -110,6 +114,7 @@ func compileChange(prev *Snapshot, ch Change, revision uint64, d Defaults) (*Sna
 		tenants[name] = t.src
 	}
 	pools := slices.Clone(prev.env.pools)
+	nodes := slices.Clone(prev.env.nodes)
 	lbs := map[string]*pb.LoadBalancer{}
 	var gone []string
 	for _, o := range ch.Put {
@@ -119,6 +124,9 @@ func compileChange(prev *Snapshot, ch Change, revision uint64, d Defaults) (*Sna
 		case *pb.Object_VipPool:
 			pools = slices.DeleteFunc(pools, func(p *pb.VIPPool) bool { return p.GetName() == v.VipPool.GetName() })
 			pools = append(pools, v.VipPool)
+		case *pb.Object_Node:
+			nodes = slices.DeleteFunc(nodes, func(n *pb.Node) bool { return n.GetId() == v.Node.GetId() })
+			nodes = append(nodes, v.Node)
 		case *pb.Object_LoadBalancer:
 			lbs[lbID(v.LoadBalancer)] = v.LoadBalancer
 		}
@@ -129,6 +137,8 @@ func compileChange(prev *Snapshot, ch Change, revision uint64, d Defaults) (*Sna
 			delete(tenants, r.GetName())
 		case api.KindVIPPool:
 			pools = slices.DeleteFunc(pools, func(p *pb.VIPPool) bool { return p.GetName() == r.GetName() })
+		case api.KindNode:
+			nodes = slices.DeleteFunc(nodes, func(n *pb.Node) bool { return n.GetId() == r.GetName() })
 		case api.KindLoadBalancer:
 			id := r.GetTenant() + "/" + r.GetName()
 			delete(lbs, id)
@@ -136,7 +146,8 @@ func compileChange(prev *Snapshot, ch Change, revision uint64, d Defaults) (*Sna
 		}
 	}
 	slices.SortFunc(pools, func(a, b *pb.VIPPool) int { return cmp.Compare(a.GetName(), b.GetName()) })
-	c := newCompiler(d.WithDefaults(), prev, tenants, pools)
+	slices.SortFunc(nodes, func(a, b *pb.Node) int { return cmp.Compare(a.GetId(), b.GetId()) })
+	c := newCompiler(d.WithDefaults(), prev, tenants, pools, nodes)
 	if !c.reusable {
 		// Everything compiles again, from the objects prev was compiled from.
 		for id, e := range prev.entries.All() {
@@ -217,14 +228,29 @@ func (s poolSet) get(name string) *Pool {
 type env struct {
 	d     Defaults
 	pools []*pb.VIPPool // by name
+	// nodes are the LB hosts (by id), and hosts their own services, which
+	// no member or health check reaches (defence in depth: validation
+	// refuses them, but an object stored before may still name one).
+	nodes []*pb.Node
+	hosts *api.HostPorts
 }
 
 // equal reports whether load balancers compile the same under e and o:
-// the same defaults and VIP pools of the same ranges.
+// the same defaults, VIP pools of the same ranges and hosts of the same
+// services.
 func (e *env) equal(o *env) bool {
 	return o != nil && e.d == o.d && slices.EqualFunc(e.pools, o.pools, func(a, b *pb.VIPPool) bool {
 		return a == b || slices.Equal(a.GetCidrs(), b.GetCidrs())
-	})
+	}) && slices.EqualFunc(e.nodes, o.nodes, sameHostPorts)
+}
+
+// sameHostPorts reports whether two hosts publish the same services.
+func sameHostPorts(a, b *pb.Node) bool {
+	return a == b || a.GetId() == b.GetId() && a.GetApiAddr() == b.GetApiAddr() && a.GetRaftAddr() == b.GetRaftAddr() &&
+		a.GetHeartbeatAddr() == b.GetHeartbeatAddr() && slices.Equal(a.GetAddresses(), b.GetAddresses()) &&
+		slices.EqualFunc(a.GetServices(), b.GetServices(), func(x, y *pb.NodeService) bool {
+			return x.GetName() == y.GetName() && x.GetAddr() == y.GetAddr()
+		})
 }
 
 type tenantInfo struct {
@@ -234,11 +260,13 @@ type tenantInfo struct {
 	// conns and connsPerListener are the tenant's connection quotas (0:
 	// the host's defaults).
 	conns, connsPerListener int
+	// regexCPU is quotas.regexCpuMillicores (0: the default).
+	regexCPU int
 }
 
 // equal reports whether two tenants compile their load balancers the same.
 func (t *tenantInfo) equal(o *tenantInfo) bool {
-	return t.conns == o.conns && t.connsPerListener == o.connsPerListener &&
+	return t.conns == o.conns && t.connsPerListener == o.connsPerListener && t.regexCPU == o.regexCPU &&
 		slices.Equal(t.domains, o.domains) && slices.Equal(t.nets, o.nets)
 }
 
@@ -274,11 +302,11 @@ type claim struct {
 	field string
 }
 
-func newCompiler(d Defaults, prev *Snapshot, tenants map[string]*pb.Tenant, pools []*pb.VIPPool) *compiler {
+func newCompiler(d Defaults, prev *Snapshot, tenants map[string]*pb.Tenant, pools []*pb.VIPPool, nodes []*pb.Node) *compiler {
 	c := &compiler{
 		d:              d,
 		prev:           prev,
-		env:            &env{d: d, pools: pools},
+		env:            &env{d: d, pools: pools, nodes: nodes, hosts: api.NewHostPorts(nodes)},
 		tenants:        make(map[string]*tenantInfo, len(tenants)),
 		changedTenants: map[string]bool{},
 		done:           map[string]bool{},
@@ -437,7 +465,8 @@ type lbCompile struct {
 }
 
 func (b *lbCompile) problem(field, format string, args ...any) {
-	b.problems = append(b.problems, Problem{Field: field, Reason: fmt.Sprintf(format, args...)})
+	// A problem quotes the object's values: at most an excerpt of each.
+	b.problems = append(b.problems, Problem{Field: api.Clip(field, api.MaxFieldPath), Reason: api.Reasonf(format, args...)})
 }
 
 func (b *lbCompile) compile(lb *pb.LoadBalancer, t *tenantInfo, e *entry) {
@@ -515,7 +544,7 @@ func (b *lbCompile) compile(lb *pb.LoadBalancer, t *tenantInfo, e *entry) {
 
 func newTenantInfo(t *pb.Tenant) *tenantInfo {
 	ti := &tenantInfo{src: t, domains: t.GetDomains(), conns: int(t.GetQuotas().GetConnections()),
-		connsPerListener: int(t.GetQuotas().GetConnectionsPerListener())}
+		connsPerListener: int(t.GetQuotas().GetConnectionsPerListener()), regexCPU: int(t.GetQuotas().GetRegexCpuMillicores())}
 	for _, s := range t.GetNetworks() {
 		if p, err := netip.ParsePrefix(s); err == nil && p == p.Masked() {
 			ti.nets = append(ti.nets, p)

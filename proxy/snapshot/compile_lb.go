@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/teapot-lb/teapot-lb/api"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
@@ -49,7 +50,7 @@ func (b *lbCompile) pool(name string, bp *pb.BackendPool, t *tenantInfo) *Pool {
 			b.problem(f+".hash_on", "%q is not client-ip or header:NAME; hashing the client IP", on)
 		}
 	}
-	p.Members = b.members(f, bp.GetMembers(), t)
+	p.Members = b.members(f, bp.GetMembers(), bp.GetHealthCheck().GetPort(), t)
 	p.Health = b.healthCheck(f+".health_check", bp.GetHealthCheck())
 	switch pp := bp.GetProxyProtocol(); pp {
 	case "":
@@ -71,7 +72,7 @@ func (b *lbCompile) pool(name string, bp *pb.BackendPool, t *tenantInfo) *Pool {
 	return p
 }
 
-func (b *lbCompile) members(f string, ms []*pb.Member, t *tenantInfo) []Member {
+func (b *lbCompile) members(f string, ms []*pb.Member, hcPort uint32, t *tenantInfo) []Member {
 	out := make([]Member, 0, len(ms))
 	seen := make(map[netip.AddrPort]int, len(ms))
 	for i, m := range ms {
@@ -94,6 +95,10 @@ func (b *lbCompile) members(f string, ms []*pb.Member, t *tenantInfo) []Member {
 			b.problem(mf(), "%s; member skipped", why)
 			continue
 		}
+		if why := b.hostPortProblem(ap, hcPort); why != "" {
+			b.problem(mf(), "%s; member skipped", why)
+			continue
+		}
 		w := uint32(1)
 		if m.Weight != nil {
 			w = m.GetWeight()
@@ -105,6 +110,26 @@ func (b *lbCompile) members(f string, ms []*pb.Member, t *tenantInfo) []Member {
 		out = append(out, Member{Addr: ap, Weight: w})
 	}
 	return out
+}
+
+// hostPortProblem says why the member ap (checked on hcPort, 0: its own
+// port) reaches an LB host's own service, or returns "": on a host
+// address or loopback, or on a VIP when the service listens on every
+// address. Such a member is never dialled nor checked.
+func (b *lbCompile) hostPortProblem(ap netip.AddrPort, hcPort uint32) string {
+	hosts := b.c.env.hosts
+	if why := hosts.Problem(ap, hcPort); why != "" {
+		return why
+	}
+	for _, port := range []uint32{uint32(ap.Port()), hcPort} {
+		if port == 0 || port > 65535 {
+			continue
+		}
+		if what := hosts.OnEveryAddress(uint16(port)); what != "" && b.c.isVIP(ap.Addr()) {
+			return fmt.Sprintf("%s is a virtual IP and port %d is %s", ap.Addr(), port, what)
+		}
+	}
+	return ""
 }
 
 // specialBlocks may hold members only when a tenant network lies inside
@@ -283,6 +308,7 @@ func (b *lbCompile) listener(f string, i int, l *pb.Listener, tenant string, vip
 	}
 	if t := b.c.tenants[tenant]; t != nil {
 		out.Limits.TenantConnections = t.conns
+		out.Limits.RegexCPUMillicores = t.regexCPU
 		if t.connsPerListener > 0 {
 			out.Limits.MaxConnections = t.connsPerListener
 		}
@@ -322,6 +348,7 @@ type routeKey struct {
 func (b *lbCompile) routes(rs []*pb.Route, pools poolSet, t *tenantInfo) []Route {
 	out := make([]Route, 0, len(rs))
 	seen := map[routeKey]int{}
+	var regex api.RegexUsage
 	for i, r := range rs {
 		f := "routes[" + strconv.Itoa(i) + "]"
 		host := strings.ToLower(r.GetHost())
@@ -332,6 +359,15 @@ func (b *lbCompile) routes(rs []*pb.Route, pools poolSet, t *tenantInfo) []Route
 			}
 		}
 		if extended(r) {
+			// The API refuses a load balancer over its regex budget; a
+			// route that would take it over is skipped, with the API's
+			// reason.
+			ru := api.RouteRegexUsage(r)
+			if err := (api.RegexUsage{Insts: regex.Insts + ru.Insts}).CheckLB(); err != nil {
+				b.problem(f, "%v; route skipped", err)
+				continue
+			}
+			regex.Insts += ru.Insts
 			out = append(out, b.extRoutes(f, i, host, r, pools)...)
 			continue
 		}
@@ -451,4 +487,14 @@ func isToken(s string) bool {
 		return false
 	}
 	return true
+}
+
+// isVIP reports whether a lies in a VIP pool.
+func (c *compiler) isVIP(a netip.Addr) bool {
+	for _, r := range c.vipRanges {
+		if r.Contains(a) {
+			return true
+		}
+	}
+	return false
 }

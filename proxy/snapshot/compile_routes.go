@@ -20,15 +20,6 @@ func extended(r *pb.Route) bool {
 		r.GetPathType() == "regex"
 }
 
-// anchored compiles a route's regular expression to match whole values,
-// within the bounds the API checks.
-func anchored(expr string) (*regexp.Regexp, error) {
-	if _, err := api.CompileRouteRegex(expr); err != nil {
-		return nil, err
-	}
-	return regexp.Compile("^(?:" + expr + ")$")
-}
-
 // extRoutes compiles a route with matches, backends, filters or timeouts
 // into one Route per match. A broken part skips the whole route with a
 // problem: half a route could send traffic where its writer did not want.
@@ -150,7 +141,7 @@ func (b *lbCompile) routePath(f, path, pt string, g *pb.GRPCMethodMatch, e *Rout
 	case "exact":
 		return cleanRoutePath(path, PathExact), PathExact, plainPathOK(b, f, path)
 	case "regex":
-		re, err := anchored(path)
+		re, err := compileRegex(path)
 		if err != nil {
 			b.problem(f+".path", "%v; route skipped", err)
 			return "", 0, false
@@ -179,6 +170,9 @@ func (b *lbCompile) conditions(f string, m *pb.RouteMatch) (*Conditions, bool) {
 		}
 		v.Name = textproto.CanonicalMIMEHeaderKey(v.Name)
 		c.Headers = append(c.Headers, v)
+		if v.Regex != nil {
+			c.regexInsts += v.Regex.insts
+		}
 	}
 	for i, q := range m.GetQueryParams() {
 		v, ok := b.valueCond(f+".query_params["+strconv.Itoa(i)+"]", q)
@@ -186,6 +180,9 @@ func (b *lbCompile) conditions(f string, m *pb.RouteMatch) (*Conditions, bool) {
 			return nil, false
 		}
 		c.Query = append(c.Query, v)
+		if v.Regex != nil {
+			c.regexInsts += v.Regex.insts
+		}
 	}
 	if c.Method == "" && len(c.Headers) == 0 && len(c.Query) == 0 {
 		return nil, true
@@ -196,7 +193,7 @@ func (b *lbCompile) conditions(f string, m *pb.RouteMatch) (*Conditions, bool) {
 func (b *lbCompile) valueCond(f string, v *pb.ValueMatch) (ValueCond, bool) {
 	out := ValueCond{Name: v.GetName(), Value: v.GetValue()}
 	if v.GetType() == "regex" {
-		re, err := anchored(v.GetValue())
+		re, err := compileRegex(v.GetValue())
 		if err != nil {
 			b.problem(f+".value", "%v; route skipped", err)
 			return out, false

@@ -2,7 +2,6 @@ package snapshot
 
 import (
 	"net/url"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -21,7 +20,7 @@ type RouteExt struct {
 	Cond *Conditions
 	// PathRegex is set for PathRegex routes: the expression anchored at
 	// both ends.
-	PathRegex *regexp.Regexp
+	PathRegex *Regex
 	// Backends replace Route.Pool when the route splits traffic (or
 	// names an unavailable backend).
 	Backends []WeightedPool
@@ -104,6 +103,8 @@ type Conditions struct {
 	// Headers have canonical names; Query names are case-sensitive.
 	Headers []ValueCond
 	Query   []ValueCond
+	// regexInsts sums the programs of the regular expression conditions.
+	regexInsts int
 }
 
 var noConditions Conditions
@@ -114,7 +115,7 @@ type ValueCond struct {
 	Value string
 	// Regex, when set, must match the whole value instead of Value; a
 	// value over api.MaxRegexSubjectLen bytes never matches it.
-	Regex *regexp.Regexp
+	Regex *Regex
 }
 
 func (v *ValueCond) holds(got string, present bool) bool {
@@ -132,15 +133,23 @@ func (v *ValueCond) holds(got string, present bool) bool {
 // net/http request.
 type Request = reqview.Request
 
-func (c *Conditions) holds(v Request) bool {
+// holds reports whether the request meets every condition: the method
+// and the exact ones first, so that a request they turn away costs no
+// regular expression.
+func (c *Conditions) holds(m *matching) bool {
+	return c.holdsExact(m.req) && c.holdsRegex(m)
+}
+
+func (c *Conditions) holdsExact(v Request) bool {
 	if c.Method != "" && v.Method() != c.Method {
 		return false
 	}
 	for i := range c.Headers {
-		h := &c.Headers[i]
-		got, ok := v.Header(h.Name)
-		if !h.holds(got, ok) {
-			return false
+		if h := &c.Headers[i]; h.Regex == nil {
+			got, ok := v.Header(h.Name)
+			if !h.holds(got, ok) {
+				return false
+			}
 		}
 	}
 	if len(c.Query) == 0 {
@@ -148,10 +157,44 @@ func (c *Conditions) holds(v Request) bool {
 	}
 	raw := v.RawQuery()
 	for i := range c.Query {
-		q := &c.Query[i]
-		got, ok := queryValue(raw, q.Name)
-		if !q.holds(got, ok) {
-			return false
+		if q := &c.Query[i]; q.Regex == nil {
+			got, ok := queryValue(raw, q.Name)
+			if !q.holds(got, ok) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// holdsRegex evaluates the regular expression conditions; the lookup
+// stops when m allows no regular expression.
+func (c *Conditions) holdsRegex(m *matching) bool {
+	if c.regexInsts == 0 {
+		return true
+	}
+	if !m.regexOK() {
+		return false
+	}
+	v := m.req
+	for i := range c.Headers {
+		if h := &c.Headers[i]; h.Regex != nil {
+			got, ok := v.Header(h.Name)
+			if !h.holds(got, ok) {
+				return false
+			}
+		}
+	}
+	if len(c.Query) == 0 {
+		return true
+	}
+	raw := v.RawQuery()
+	for i := range c.Query {
+		if q := &c.Query[i]; q.Regex != nil {
+			got, ok := queryValue(raw, q.Name)
+			if !q.holds(got, ok) {
+				return false
+			}
 		}
 	}
 	return true

@@ -93,6 +93,9 @@ type RouteTable struct {
 	any      *hostRoutes
 	// conditional is set when some route has conditions.
 	conditional bool
+	// pathInsts and condInsts sum the programs of the regular
+	// expressions of paths and of conditions.
+	pathInsts, condInsts int
 }
 
 type hostRoutes struct {
@@ -134,8 +137,12 @@ func NewRouteTable(routes []Route) *RouteTable {
 	for i := range rt.routes {
 		r := &rt.routes[i]
 		rt.conditional = rt.conditional || r.Conditional()
+		if r.Ext != nil && r.Ext.Cond != nil {
+			rt.condInsts += r.Ext.Cond.regexInsts
+		}
 		ht := rt.hostTable(r.Host)
 		if r.PathType == PathRegex {
+			rt.pathInsts += r.Ext.PathRegex.insts
 			ht.regex = append(ht.regex, r)
 			continue
 		}
@@ -303,7 +310,10 @@ func (rt *RouteTable) Conditional() bool { return rt != nil && rt.conditional }
 // (with or without a port, any case, an optional trailing dot) and path,
 // or nil. A route it returns with conditions (Conditional) may not be the
 // request's: Select decides then. It does not allocate.
-func (rt *RouteTable) Match(host, path string) *Route { return rt.match(host, path, nil) }
+func (rt *RouteTable) Match(host, path string) *Route {
+	m := matching{}
+	return rt.match(host, path, &m)
+}
 
 // Select returns the route for a request: the first in precedence order
 // for its host and path whose conditions hold, or nil. It allocates only
@@ -312,7 +322,42 @@ func (rt *RouteTable) Select(host, path string, req Request) *Route {
 	if req == nil {
 		req = reqview.HTTP{R: &http.Request{Method: http.MethodGet, Header: http.Header{}}}
 	}
-	return rt.match(host, path, req)
+	m := matching{req: req}
+	return rt.match(host, path, &m)
+}
+
+// Lookup is Select (Match when req is nil) that runs no regular
+// expression when regex is false: it stops where one would run and
+// reports blocked. A request whose route is decided before any (an exact
+// path without regex conditions, a table without regexes) is routed
+// whatever regex says. It allocates as Select does.
+func (rt *RouteTable) Lookup(host, path string, req Request, regex bool) (r *Route, blocked bool) {
+	m := matching{req: req, noRegex: !regex}
+	r = rt.match(host, path, &m)
+	if m.blocked {
+		return nil, true
+	}
+	return r, false
+}
+
+// Regex reports whether some route of the table has a regular expression,
+// of its path or a condition.
+func (rt *RouteTable) Regex() bool { return rt != nil && rt.pathInsts+rt.condInsts > 0 }
+
+// RegexSteps bounds the program steps the regular expressions of the
+// table may take for one request of a path of pathLen bytes: each
+// program runs at most once per byte of its subject, which is at most
+// api.MaxRegexSubjectLen bytes. (Match then Select of one request may
+// run the path expressions twice.)
+func (rt *RouteTable) RegexSteps(pathLen int) int {
+	if rt == nil {
+		return 0
+	}
+	n := rt.condInsts * (api.MaxRegexSubjectLen + 1)
+	if pathLen <= api.MaxRegexSubjectLen {
+		n += rt.pathInsts * (pathLen + 1)
+	}
+	return n
 }
 
 // MatchRequest is Select for a net/http request.
@@ -323,14 +368,14 @@ func (rt *RouteTable) MatchRequest(host, path string, req *http.Request) *Route 
 	return rt.Select(host, path, reqview.HTTP{R: req})
 }
 
-func (rt *RouteTable) match(host, path string, req Request) *Route {
+func (rt *RouteTable) match(host, path string, m *matching) *Route {
 	if rt == nil {
 		return nil
 	}
 	var buf [maxHostLen]byte
 	if h, ok := normalizeHost(&buf, host); ok && (rt.exact != nil || rt.wildcard != nil) {
 		if ht := rt.exact[string(h)]; ht != nil {
-			if r := ht.match(path, req); r != nil {
+			if r := ht.match(path, m); r != nil || m.blocked {
 				return r
 			}
 		}
@@ -340,7 +385,7 @@ func (rt *RouteTable) match(host, path string, req Request) *Route {
 					continue
 				}
 				if ht := rt.wildcard[string(h[i+1:])]; ht != nil {
-					if r := ht.match(path, req); r != nil {
+					if r := ht.match(path, m); r != nil || m.blocked {
 						return r
 					}
 				}
@@ -348,40 +393,47 @@ func (rt *RouteTable) match(host, path string, req Request) *Route {
 		}
 	}
 	if rt.any != nil {
-		return rt.any.match(path, req)
+		return rt.any.match(path, m)
 	}
 	return nil
 }
 
 // first returns the first route of a chain whose conditions hold; with
-// req nil, the chain's first.
-func first(r *Route, req Request) *Route {
-	if req == nil {
+// no request, the chain's first.
+func first(r *Route, m *matching) *Route {
+	if m.req == nil {
 		return r
 	}
 	for ; r != nil; r = r.next {
-		if r.Ext.cond().holds(req) {
+		if r.Ext.cond().holds(m) {
 			return r
+		}
+		if m.blocked {
+			return nil
 		}
 	}
 	return nil
 }
 
-func (ht *hostRoutes) match(path string, req Request) *Route {
+func (ht *hostRoutes) match(path string, m *matching) *Route {
 	if path == "" {
 		path = "/"
 	}
-	if r := first(ht.exact[path], req); r != nil {
+	if r := first(ht.exact[path], m); r != nil || m.blocked {
 		return r
 	}
 	// A path over api.MaxRegexSubjectLen matches no regex: with the
 	// per-LB instruction budget that bounds the matching time.
-	for _, r := range ht.regex {
-		if len(path) > api.MaxRegexSubjectLen {
-			break
+	if len(ht.regex) > 0 && len(path) <= api.MaxRegexSubjectLen {
+		if !m.regexOK() {
+			return nil
 		}
-		if r.Ext.PathRegex.MatchString(path) {
-			if req == nil || r.Ext.cond().holds(req) {
+		for _, r := range ht.regex {
+			c := r.Ext.cond()
+			if m.req != nil && !c.holdsExact(m.req) {
+				continue
+			}
+			if r.Ext.PathRegex.MatchString(path) && (m.req == nil || c.holdsRegex(m)) {
 				return r
 			}
 		}
@@ -394,7 +446,7 @@ func (ht *hostRoutes) match(path string, req Request) *Route {
 		end--
 	}
 	for {
-		if r := first(ht.prefix[path[:end]], req); r != nil {
+		if r := first(ht.prefix[path[:end]], m); r != nil || m.blocked {
 			return r
 		}
 		i := strings.LastIndexByte(path[:end], '/')
@@ -403,7 +455,7 @@ func (ht *hostRoutes) match(path string, req Request) *Route {
 		}
 		end = i
 	}
-	return first(ht.prefix["/"], req)
+	return first(ht.prefix["/"], m)
 }
 
 // normalizeHost lowercases host into buf without its port and trailing

@@ -186,6 +186,10 @@ type Limits struct {
 	TenantConnections int
 	// IdleTimeout closes a connection or UDP flow without traffic.
 	IdleTimeout time.Duration
+	// RegexCPUMillicores is the tenant's quotas.regexCpuMillicores: the
+	// CPU a host may spend matching its regular expressions, in
+	// thousandths of a core (0: api.DefaultRegexCPUMillicores).
+	RegexCPUMillicores int
 }
 
 // Listener is the compiled form of one listener of one load balancer.

@@ -154,6 +154,7 @@ func New(cfg Config) (*Agent, error) {
 		options:      cfg.Options,
 		nodePortWake: make(chan struct{}, 1),
 	}
+	a.set.addr = func(name string) string { return a.book.get(name).GetAddress() }
 	// Events on Gateway API objects need their kinds in the scheme.
 	if err := gwv1.Install(scheme.Scheme); err != nil {
 		return nil, fmt.Errorf("agent: register the Gateway API types: %w", err)

@@ -33,6 +33,14 @@ type desiredSet struct {
 	byName map[string]*translate.Desired
 	nameOf map[objKey]string
 	dirty  map[objKey]bool
+	// held are the names the LB cluster holds (hold).
+	held map[string]bool
+	// addr is the address the LB cluster reports for a load balancer
+	// ("" when none, or nil: none known).
+	addr func(name string) string
+	// carry names, per object moved to its unique name in this
+	// recompute, the older name whose VIP its new load balancer asks for.
+	carry  map[objKey]string
 	all    bool
 	notify chan struct{}
 }
@@ -42,6 +50,7 @@ func newDesiredSet() *desiredSet {
 		byName: map[string]*translate.Desired{},
 		nameOf: map[objKey]string{},
 		dirty:  map[objKey]bool{},
+		carry:  map[objKey]string{},
 		all:    true,
 		notify: make(chan struct{}, 1),
 	}
@@ -107,7 +116,30 @@ func (s *desiredSet) recompute(src translate.Sources, o translate.Options) []obj
 			}
 		}
 	}
+	s.carryAddresses()
 	return changed
+}
+
+// carryAddresses keeps the VIP of a load balancer that an upgrade renames:
+// an older agent gave an object whose plain name another held the older
+// hashed name (tenantsync.HashedName); this one gives it its unique name.
+// The new load balancer asks for the old one's address, which the same
+// sync frees (removals are written before upserts), unless another object
+// still wants the old name. Once the cluster reports the new load
+// balancer's address, the request is dropped again (an update without an
+// address keeps the one the load balancer has).
+func (s *desiredSet) carryAddresses() {
+	for k, old := range s.carry {
+		if s.byName[old] != nil {
+			continue
+		}
+		d := s.byName[s.nameOf[k]]
+		if a := s.addr(old); d != nil && a != "" && d.LB.GetVip() != nil && d.LB.Vip.Address == "" {
+			d.LB.Vip.Address = a
+			d.Version = tenantsync.Version(d.LB)
+		}
+	}
+	clear(s.carry)
 }
 
 // routeParents returns the parent statuses every Gateway of the agent
@@ -269,17 +301,23 @@ func (s *desiredSet) update(k objKey, d *translate.Desired) bool {
 		return true
 	}
 	name := d.LB.GetName()
-	if holder := s.byName[name]; holder != nil && keyOf(holder.Source) != k {
-		prefix := tenantsync.ServicePrefix
-		switch k.kind {
-		case translate.KindIngress:
-			prefix = tenantsync.IngressPrefix
-		case translate.KindGateway:
-			prefix = tenantsync.GatewayPrefix
-		}
-		d.LB.Name = tenantsync.HashedName(prefix, k.kind, k.ns, k.name)
+	preferred := name
+	unique := uniqueName(k)
+	holder := s.byName[name]
+	if old == unique || s.held[unique] || (holder != nil && keyOf(holder.Source) != k) {
+		// The plain name is another object's (namespace a-b Service c
+		// and namespace a Service b-c both read svc-a-b-c), or this
+		// object had to leave it before: the name only it can have, kept
+		// from then on so that its load balancer (and VIP) is not renamed
+		// when the other object goes.
+		d.LB.Name = unique
 		d.Version = tenantsync.Version(d.LB)
-		name = d.LB.Name
+		name = unique
+		if s.addr != nil && s.addr(unique) == "" {
+			if older := legacyName(k); older != preferred && s.addr(older) != "" {
+				s.carry[k] = older
+			}
+		}
 	}
 	if old != "" && old != name {
 		delete(s.byName, old)
@@ -289,6 +327,43 @@ func (s *desiredSet) update(k objKey, d *translate.Desired) bool {
 	s.nameOf[k] = name
 	return prev == nil || prev.Version != d.Version || !slices.Equal(prev.Warnings, d.Warnings) ||
 		!slices.Equal(prev.NodePorts, d.NodePorts) || prev.Refused != d.Refused || !reflect.DeepEqual(prev.Gateway, d.Gateway)
+}
+
+// uniqueName is the load balancer name of k that no other object's can
+// be (tenantsync.UniqueName).
+func uniqueName(k objKey) string {
+	prefix := tenantsync.ServicePrefix
+	switch k.kind {
+	case translate.KindIngress:
+		prefix = tenantsync.IngressPrefix
+	case translate.KindGateway:
+		prefix = tenantsync.GatewayPrefix
+	}
+	return tenantsync.UniqueName(prefix, k.kind, k.ns, k.name)
+}
+
+// legacyName is the name an older agent gave k when its plain name was
+// another object's.
+func legacyName(k objKey) string {
+	u := uniqueName(k)
+	prefix := u[:strings.Index(u, "-")+1]
+	return tenantsync.HashedName(prefix, k.kind, k.ns, k.name)
+}
+
+// hold records the managed load balancer names the LB cluster holds (a
+// welcome), so that an object whose load balancer has its unique name
+// keeps it after the agent restarts. A name the set does not give yet
+// makes everything dirty.
+func (s *desiredSet) hold(names []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.held = map[string]bool{}
+	for _, n := range names {
+		s.held[n] = true
+		if _, given := s.byName[n]; !given {
+			s.all = true
+		}
+	}
 }
 
 // versions returns the load balancers to ask the LB cluster for, by

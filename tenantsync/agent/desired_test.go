@@ -47,7 +47,8 @@ func lbService(ns, name string, created time.Time) *corev1.Service {
 func TestDesiredSet(t *testing.T) {
 	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	// Namespace a-b with Service c and namespace a with Service b-c both
-	// read "svc-a-b-c": the older keeps it, the newer gets the hashed name.
+	// read "svc-a-b-c": the older keeps it, the newer gets the name only
+	// it can have (svc--a-b-c-HASH64).
 	older, newer := lbService("a-b", "c", t0), lbService("a", "b-c", t0.Add(time.Hour))
 	other := lbService("shop", "web", t0)
 	other.Spec.LoadBalancerClass = nil
@@ -62,7 +63,7 @@ func TestDesiredSet(t *testing.T) {
 	if d := got["svc-a-b-c"]; d == nil || d.Source.Namespace != "a-b" {
 		t.Errorf("svc-a-b-c = %v, want the older Service a-b/c", d)
 	}
-	hashed := tenantsync.HashedName(tenantsync.ServicePrefix, translate.KindService, "a", "b-c")
+	hashed := "svc--a-b-c-" + tenantsync.Hash64(translate.KindService, "a", "b-c")
 	if d := got[hashed]; d == nil || d.Source.Name != "b-c" || d.Version != tenantsync.Version(d.LB) {
 		t.Errorf("%s = %v, want the newer Service a/b-c with a matching version", hashed, d)
 	}

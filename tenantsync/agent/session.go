@@ -158,9 +158,12 @@ func (a *Agent) runSession(ctx context.Context) error {
 	if s.maxBatch <= 0 {
 		s.maxBatch = tenantsync.DefaultMaxBatch
 	}
+	held := make([]string, 0, len(w.GetObjects()))
 	for _, o := range w.GetObjects() {
 		s.sent[o.GetName()] = o.GetVersion()
+		held = append(held, o.GetName())
 	}
+	a.set.hold(held)
 	a.setTenant(w.GetTenant())
 	a.book.reset(w.GetObjects())
 	a.health.connected.Store(true)

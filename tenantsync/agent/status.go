@@ -6,10 +6,13 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
@@ -243,30 +246,87 @@ func serviceIngress(d *translate.Desired, st *pb.ObjectStatus) []corev1.LoadBala
 }
 
 func (a *Agent) writeService(ctx context.Context, svc *corev1.Service, d *translate.Desired, st *pb.ObjectStatus) (bool, error) {
-	want := serviceIngress(d, st)
-	if d != nil && d.Refused != "" {
+	want, touch := serviceIngress(d, st), true
+	switch {
+	case d != nil && d.Refused != "":
 		want = nil // refused: no address, whatever was there before
-	} else if d == nil {
+	case d == nil:
 		// No longer ours: clear what the agent wrote, if the object still
 		// names our class (or none).
-		if len(svc.Status.LoadBalancer.Ingress) == 0 || !a.ownsClass(svc) {
-			return false, nil
-		}
-	} else if st == nil || (st.GetAddress() == "" && st.GetError() == "") {
-		return false, nil // not answered yet; keep the last known state
-	} else if st.GetAddress() == "" {
+		touch = len(svc.Status.LoadBalancer.Ingress) > 0 && a.ownsClass(svc)
+	case st == nil || (st.GetAddress() == "" && st.GetError() == ""):
+		touch = false // not answered yet; keep the last known state
+	case st.GetAddress() == "":
 		want = nil
 	}
-	if ingressEqual(svc.Status.LoadBalancer.Ingress, want) {
+	ingress := touch && !ingressEqual(svc.Status.LoadBalancer.Ingress, want)
+	conds := serviceConditions(svc, d)
+	if !ingress && equality.Semantic.DeepEqual(conds, svc.Status.Conditions) {
 		return false, nil
 	}
 	c := svc.DeepCopy()
-	c.Status.LoadBalancer.Ingress = want
+	if ingress {
+		c.Status.LoadBalancer.Ingress = want
+	}
+	c.Status.Conditions = conds
 	_, err := a.kube.CoreV1().Services(svc.Namespace).UpdateStatus(ctx, c, metav1.UpdateOptions{})
 	if err != nil {
 		return false, fmt.Errorf("update status of Service %s/%s: %w", svc.Namespace, svc.Name, err)
 	}
-	return true, nil
+	return ingress, nil
+}
+
+// ConditionAccepted is the Service condition the agent writes when it
+// does not serve a Service as asked: False (reason Refused) when the
+// Service gets no load balancer, True (reason AcceptedWithChanges) when
+// some fields are served differently; the message names the fields and
+// what the load balancer does instead (the same words as the Warning
+// Events). A Service served as asked carries no such condition.
+const (
+	ConditionAccepted         = "teapot-lb.io/Accepted"
+	ReasonConditionRefused    = "Refused"
+	ReasonAcceptedWithChanges = "AcceptedWithChanges"
+	maxConditionMessage       = 1024
+)
+
+// serviceConditions returns svc's conditions with the agent's brought up
+// to date (a copy when it changes; svc's own when it does not).
+func serviceConditions(svc *corev1.Service, d *translate.Desired) []metav1.Condition {
+	var want *metav1.Condition
+	switch {
+	case d == nil:
+	case d.Refused != "":
+		want = &metav1.Condition{Type: ConditionAccepted, Status: metav1.ConditionFalse, Reason: ReasonConditionRefused, Message: boundMessage(d.Refused)}
+	case len(d.Warnings) > 0:
+		want = &metav1.Condition{Type: ConditionAccepted, Status: metav1.ConditionTrue, Reason: ReasonAcceptedWithChanges, Message: boundMessage(strings.Join(d.Warnings, "; "))}
+	}
+	have := apimeta.FindStatusCondition(svc.Status.Conditions, ConditionAccepted)
+	switch {
+	case want == nil && have == nil:
+		return svc.Status.Conditions
+	case want != nil && have != nil && have.Status == want.Status && have.Reason == want.Reason && have.Message == want.Message && have.ObservedGeneration == svc.Generation:
+		return svc.Status.Conditions
+	}
+	out := slices.Clone(svc.Status.Conditions)
+	if want == nil {
+		apimeta.RemoveStatusCondition(&out, ConditionAccepted)
+		return out
+	}
+	want.ObservedGeneration = svc.Generation
+	apimeta.SetStatusCondition(&out, *want)
+	return out
+}
+
+// boundMessage cuts a condition message to maxConditionMessage bytes.
+func boundMessage(s string) string {
+	if len(s) <= maxConditionMessage {
+		return s
+	}
+	cut := maxConditionMessage - len("…")
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }
 
 func (a *Agent) ownsClass(svc *corev1.Service) bool {

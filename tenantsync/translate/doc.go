@@ -12,7 +12,8 @@
 //
 // Gateways of a GatewayClass whose controllerName is
 // teapot-lb.io/gateway-controller become one load balancer each (named
-// gw-NAMESPACE-NAME) on one VIP (spec.addresses: one IPAddress, inside the
+// gw-NAMESPACE-NAME, or gw--READABLE-HASH when another object holds that)
+// on one VIP (spec.addresses: one IPAddress, inside the
 // tenant's pools). Its listeners become one LB listener per port and
 // protocol: HTTP and HTTPS listeners of a port share one (their hostnames
 // go into the routes; HTTPS listeners offer all their certificates, chosen
@@ -46,6 +47,14 @@
 // Desired.NodePorts. A Service of type LoadBalancer with
 // allocateLoadBalancerNodePorts: false has no nodePort either: it is
 // served in pod mode, and refused with a warning (an Event) otherwise.
+//
+// Every field of the specs the agent reads is decided in Fields
+// (FIELDS.md): honoured, refused with a warning (a Warning Event, and a
+// condition), or not applicable. Services: sessionAffinity ClientIP hashes
+// the client address; loadBalancerSourceRanges and RequireDualStack are
+// refused (Desired.Refused: no load balancer); PreferDualStack gets one
+// VIP of the first family. Names joined from a namespace and a name never
+// collide (tenantsync.UniqueName, tenantsync.Key).
 //
 // Annotations under teapot-lb.io/ set the rest:
 //

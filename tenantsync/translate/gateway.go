@@ -160,9 +160,12 @@ func Gateway(gw *gwv1.Gateway, src Sources, o Options) *Desired {
 	accepted := cond(string(gwv1.GatewayConditionAccepted), true, string(gwv1.GatewayReasonAccepted), "the Gateway is served by teapot-lb", gw.Generation)
 	if msg := gatewayAddress(gw, lb.Vip); msg != "" {
 		accepted = cond(string(gwv1.GatewayConditionAccepted), false, string(gwv1.GatewayReasonUnsupportedAddress), msg, gw.Generation)
+	} else if reason, msg := gatewayUnsupported(gw); msg != "" {
+		accepted = cond(string(gwv1.GatewayConditionAccepted), false, reason, msg, gw.Generation)
 	} else if n := len(gw.Spec.Addresses); n > 1 {
 		res.AddressNotUsable = fmt.Sprintf("spec.addresses lists %d addresses; a teapot-lb Gateway has one VIP: keep one", n)
 	}
+	gatewayWarnings(gw, d)
 	g := &gwBuild{gw: gw, src: src, o: o, d: d, lb: lb, res: res}
 	g.podMode = podMode(gw.Annotations, o, d)
 	if !g.podMode {
@@ -181,6 +184,9 @@ func Gateway(gw *gwv1.Gateway, src Sources, o Options) *Desired {
 	}) {
 		// Served, without the listeners that are not accepted.
 		accepted.Reason, accepted.Message = string(gwv1.GatewayReasonListenersNotValid), "some listeners are not accepted; see their conditions"
+	}
+	if accepted.Status == metav1.ConditionTrue && len(d.Warnings) > 0 {
+		accepted.Message = boundText(accepted.Message+"; not as asked: "+strings.Join(d.Warnings, "; "), 1024)
 	}
 	res.Accepted = accepted
 	if accepted.Status != metav1.ConditionTrue {

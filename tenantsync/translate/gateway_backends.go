@@ -134,17 +134,7 @@ func (g *gwBuild) backendPool(r *routeObj, ref gwv1.BackendObjectReference, h2c 
 	if port.AppProtocol != nil && *port.AppProtocol == appProtocolH2C {
 		h2c = true
 	}
-	raw := fmt.Sprintf("%s-%d", ref.Name, *ref.Port)
-	if ns != g.gw.Namespace {
-		raw = ns + "-" + raw
-	}
-	if h2c {
-		raw += "-h2c"
-	}
-	key := raw
-	if len(raw) > 63 || !tenantsyncLabel(raw) {
-		key = strings.TrimPrefix(tenantsync.HashedName("", "Backend", ns, raw), "-")
-	}
+	key := backendKey(g.gw.Namespace, ns, string(ref.Name), *ref.Port, h2c)
 	if _, ok := g.lb.Pools[key]; ok {
 		return key
 	}
@@ -157,6 +147,27 @@ func (g *gwBuild) backendPool(r *routeObj, ref gwv1.BackendObjectReference, h2c 
 	g.lb.Pools[key] = bp
 	g.newPools = append(g.newPools, key)
 	return key
+}
+
+// backendKey names the pool of Service ns/name port port (h2c: HTTP/2
+// towards the members) in a load balancer of a Gateway of namespace gwNS.
+// No two backends share a key: a Service of the Gateway's namespace is
+// NAME-PORT or NAME-PORT-h2c (read from the right, the port and the h2c
+// mark end it), and every other backend (another namespace, or a name
+// that does not make a DNS label) is tenantsync.Key of namespace, name,
+// port and h2c, which ends in 16 hex digits, never in a port or h2c.
+// Joining namespace and name with '-' would not do: namespace a-b with
+// Service c and namespace a with Service b-c would share a pool.
+func backendKey(gwNS, ns, name string, port int32, h2c bool) string {
+	raw := fmt.Sprintf("%s-%d", name, port)
+	mark := ""
+	if h2c {
+		raw, mark = raw+"-h2c", "h2c"
+	}
+	if ns == gwNS && len(raw) <= 63 && tenantsyncLabel(raw) {
+		return raw
+	}
+	return tenantsync.Key(ns+"-"+raw, "Backend", ns, name, fmt.Sprint(port), mark)
 }
 
 // certificateName is the tenant certificate uploaded from Secret ns/name.

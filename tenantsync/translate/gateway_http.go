@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -443,7 +442,7 @@ func (g *gwBuild) translateL4(r *routeObj, atts []attachment) string {
 		key = g.backendPool(r, refs[0].BackendObjectReference, false)
 	}
 	if key == "" {
-		key = strings.TrimPrefix(tenantsync.HashedName("", r.key.Kind, r.key.Namespace, r.key.Name), "-")
+		key = tenantsync.Key(r.key.Namespace+"-"+r.key.Name, r.key.Kind, r.key.Namespace, r.key.Name)
 		bp := backendPool(g.gw.Annotations, g.d)
 		for _, b := range refs {
 			w := int32(1)

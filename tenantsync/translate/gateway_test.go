@@ -14,7 +14,6 @@ import (
 
 	"github.com/teapot-lb/teapot-lb/api"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
-	"github.com/teapot-lb/teapot-lb/tenantsync"
 	"github.com/teapot-lb/teapot-lb/tenantsync/translate"
 )
 
@@ -243,7 +242,9 @@ func TestGatewayL4Routes(t *testing.T) {
 	udpR.Spec.Rules = []gwv1.UDPRouteRule{{BackendRefs: []gwv1.BackendRef{bref("api", 8080, nil)}}}
 	src := gwSources(t, backendObjs(), gwClass("teapot", translate.GatewayController), gw, tlsR, tcpR, late, udpR)
 	d := translate.Gateway(gw, src, gwOpts)
-	merged := tenantsync.HashedName("", translate.KindTCPRoute, "shop", "c")
+	// The pool of TCPRoute shop/c's two backends: readable part and 64
+	// bits of a hash of kind, namespace and name.
+	merged := "shop-c-d212526b1e6c6365"
 	want := &pb.LoadBalancer{
 		Name: "gw-shop-gw", Vip: &pb.VIPRequest{Pool: "public"},
 		Listeners: []*pb.Listener{

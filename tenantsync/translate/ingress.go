@@ -72,6 +72,30 @@ func Ingress(ing *networkingv1.Ingress, src Sources, o Options) *Desired {
 				}
 			}
 		}
+		secrets := 0
+		for _, t := range ing.Spec.TLS {
+			if t.SecretName != "" {
+				secrets++
+			}
+		}
+		ruleHosts := map[string]bool{}
+		for _, r := range ing.Spec.Rules {
+			ruleHosts[r.Host] = true
+		}
+		var stray []string
+		for _, t := range ing.Spec.TLS {
+			for _, h := range t.Hosts {
+				if !ruleHosts[h] && !slices.Contains(stray, h) {
+					stray = append(stray, h)
+				}
+			}
+		}
+		if len(stray) > 0 {
+			d.Warnings = append(d.Warnings, fmt.Sprintf("spec.tls[].hosts: %d hosts (%.64q first) have no rule: the https listener obtains certificates for the rules' hosts only; add a rule for them", len(stray), stray[0]))
+		}
+		if secrets > 0 {
+			d.Warnings = append(d.Warnings, fmt.Sprintf("spec.tls: %d secretName entries are not read: the https listener serves certificates from ACME for the rules' hosts, or the uploaded ones %s names", secrets, AnnotationTLSCertificates))
+		}
 		lb.Listeners = append(lb.Listeners, &pb.Listener{Port: 443, Protocol: "https", Tls: tls})
 		httpL.RedirectToHttps = parseBool(ing.Annotations[AnnotationSSLRedirect])
 	}
@@ -80,7 +104,7 @@ func Ingress(ing *networkingv1.Ingress, src Sources, o Options) *Desired {
 			d.Warnings = append(d.Warnings, "a backend without a service is not supported (resource backends); its paths are left out")
 			return ""
 		}
-		key := backendKey(b.Service)
+		key := ingressBackendKey(b.Service)
 		if _, ok := lb.Pools[key]; !ok {
 			bp := backendPool(ing.Annotations, d)
 			bp.ProxyProtocol = proxyProtocol(ing.Annotations, d)
@@ -117,17 +141,21 @@ func Ingress(ing *networkingv1.Ingress, src Sources, o Options) *Desired {
 	return finish(d)
 }
 
-// backendKey names the pool of an Ingress backend: service and port.
-func backendKey(b *networkingv1.IngressServiceBackend) string {
+// ingressBackendKey names the pool of an Ingress backend: SERVICE-PORT
+// when the port (a number or a name) holds no '-', so that the last '-'
+// ends the Service's name; otherwise tenantsync.Key of Service and port
+// (Service web-http port alt and Service web port http-alt must not
+// share a pool).
+func ingressBackendKey(b *networkingv1.IngressServiceBackend) string {
 	port := b.Port.Name
 	if port == "" {
 		port = fmt.Sprint(b.Port.Number)
 	}
 	raw := b.Name + "-" + port
-	if len(raw) <= 63 && tenantsyncLabel(raw) {
+	if !strings.Contains(port, "-") && len(raw) <= 63 && tenantsyncLabel(raw) {
 		return raw
 	}
-	return strings.TrimPrefix(tenantsync.HashedName("", "Backend", b.Name, port), "-")
+	return tenantsync.Key(raw, "Backend", b.Name, port)
 }
 
 // ingressMembers finds the members behind an Ingress backend.

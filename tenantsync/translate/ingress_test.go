@@ -127,6 +127,8 @@ func TestIngress(t *testing.T) {
 				Listeners: []*pb.Listener{http, {Port: 443, Protocol: "https", Tls: &pb.TLSPolicy{Certificates: []string{"shop", "shop-ecdsa"}}}},
 				Routes:    routes, Pools: nodePools,
 			},
+			// The Secret is not read, which a warning says.
+			warnings: []string{"1 secretName entries are not read"},
 		},
 		{
 			name: "pod mode reads the backends' EndpointSlices",

@@ -133,10 +133,8 @@ func Service(svc *corev1.Service, src Sources, o Options) *Desired {
 		Vip:   vipRequest(svc.Annotations, svc.Spec.LoadBalancerIP, o, d),
 		Pools: map[string]*pb.BackendPool{},
 	}
-	if len(svc.Spec.IPFamilies) == 1 && svc.Spec.IPFamilies[0] == corev1.IPv6Protocol && lb.Vip.Address == "" {
-		lb.Vip.Family = "ipv6"
-	}
 	d.LB = lb
+	serviceFamily(svc, lb.Vip, d)
 	podMode := podMode(svc.Annotations, o, d)
 	pp := proxyProtocol(svc.Annotations, d)
 	var nodes []string
@@ -158,6 +156,7 @@ func Service(svc *corev1.Service, src Sources, o Options) *Desired {
 		key := portKey(p.Name, p.Port, proto)
 		lb.Listeners = append(lb.Listeners, &pb.Listener{Port: uint32(p.Port), Protocol: proto, Pool: key})
 		bp := backendPool(svc.Annotations, d)
+		affinity(svc, bp)
 		if proto == "tcp" {
 			bp.ProxyProtocol = pp
 		}
@@ -179,6 +178,8 @@ func Service(svc *corev1.Service, src Sources, o Options) *Desired {
 		}
 		lb.Pools[key] = bp
 	}
+	affinityWarnings(svc, d)
+	sourceRanges(svc, d) // last: of several refusals, the tenant reads this one
 	d.ProxyMode = pp != ""
 	return finish(d)
 }

@@ -235,13 +235,27 @@ type Quotas struct {
 	Members   uint32 `protobuf:"varint,10,opt,name=members,proto3" json:"members,omitempty"`
 	// Active health checks (members of pools with a health check).
 	HealthChecks uint32 `protobuf:"varint,11,opt,name=health_checks,json=healthChecks,proto3" json:"health_checks,omitempty"`
-	// Concurrent client connections per LB host, over all the tenant's
-	// listeners (0: derived from the host's descriptor limit).
+	// Concurrent client connections and UDP flows per LB host, over all the
+	// tenant's listeners (0: derived from the host's descriptor limit).
+	// It also bounds the descriptors they hold at twice this: each client
+	// connection, UDP flow and member connection (idle pooled ones
+	// included) holds one; an HTTP request that finds none within 100 ms
+	// gets 503, a TCP connection is reset.
 	Connections uint32 `protobuf:"varint,12,opt,name=connections,proto3" json:"connections,omitempty"`
 	// Concurrent client connections per listener per LB host (0: derived).
 	ConnectionsPerListener uint32 `protobuf:"varint,13,opt,name=connections_per_listener,json=connectionsPerListener,proto3" json:"connections_per_listener,omitempty"`
-	unknownFields          protoimpl.UnknownFields
-	sizeCache              protoimpl.SizeCache
+	// Regular expressions (regex path, header, query and gRPC matches) per
+	// load balancer, and over all the tenant's load balancers.
+	RegexMatchesPerLb uint32 `protobuf:"varint,14,opt,name=regex_matches_per_lb,json=regexMatchesPerLb,proto3" json:"regex_matches_per_lb,omitempty"`
+	RegexMatches      uint32 `protobuf:"varint,15,opt,name=regex_matches,json=regexMatches,proto3" json:"regex_matches,omitempty"`
+	// CPU time an LB host spends matching the tenant's regular expressions,
+	// in thousandths of a core (0: the default).
+	RegexCpuMillicores uint32 `protobuf:"varint,16,opt,name=regex_cpu_millicores,json=regexCpuMillicores,proto3" json:"regex_cpu_millicores,omitempty"`
+	// Encoded bytes of everything the tenant stores (load balancers and
+	// certificates), which every LB host keeps in memory and in its Raft log.
+	StoredBytes   uint64 `protobuf:"varint,20,opt,name=stored_bytes,json=storedBytes,proto3" json:"stored_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Quotas) Reset() {
@@ -361,6 +375,34 @@ func (x *Quotas) GetConnections() uint32 {
 func (x *Quotas) GetConnectionsPerListener() uint32 {
 	if x != nil {
 		return x.ConnectionsPerListener
+	}
+	return 0
+}
+
+func (x *Quotas) GetRegexMatchesPerLb() uint32 {
+	if x != nil {
+		return x.RegexMatchesPerLb
+	}
+	return 0
+}
+
+func (x *Quotas) GetRegexMatches() uint32 {
+	if x != nil {
+		return x.RegexMatches
+	}
+	return 0
+}
+
+func (x *Quotas) GetRegexCpuMillicores() uint32 {
+	if x != nil {
+		return x.RegexCpuMillicores
+	}
+	return 0
+}
+
+func (x *Quotas) GetStoredBytes() uint64 {
+	if x != nil {
+		return x.StoredBytes
 	}
 	return 0
 }
@@ -2587,8 +2629,15 @@ type Node struct {
 	Version string `protobuf:"bytes,8,opt,name=version,proto3" json:"version,omitempty"`
 	// The highest feature level this host understands (0: a release from
 	// before feature levels, which counts as level 1).
-	FeatureLevel  uint32 `protobuf:"varint,9,opt,name=feature_level,json=featureLevel,proto3" json:"feature_level,omitempty"`
-	Meta          *Meta  `protobuf:"bytes,15,opt,name=meta,proto3" json:"meta,omitempty"`
+	FeatureLevel uint32 `protobuf:"varint,9,opt,name=feature_level,json=featureLevel,proto3" json:"feature_level,omitempty"`
+	// This host's own services besides the API, Raft and heartbeat
+	// addresses above (metrics and profiling, dashboard, BGP): no member or
+	// health check of a tenant is ever one of them.
+	Services []*NodeService `protobuf:"bytes,10,rep,name=services,proto3" json:"services,omitempty"`
+	// This host's addresses (its interfaces'): a service that listens on
+	// 0.0.0.0 or :: answers on each of them.
+	Addresses     []string `protobuf:"bytes,11,rep,name=addresses,proto3" json:"addresses,omitempty"`
+	Meta          *Meta    `protobuf:"bytes,15,opt,name=meta,proto3" json:"meta,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2686,11 +2735,80 @@ func (x *Node) GetFeatureLevel() uint32 {
 	return 0
 }
 
+func (x *Node) GetServices() []*NodeService {
+	if x != nil {
+		return x.Services
+	}
+	return nil
+}
+
+func (x *Node) GetAddresses() []string {
+	if x != nil {
+		return x.Addresses
+	}
+	return nil
+}
+
 func (x *Node) GetMeta() *Meta {
 	if x != nil {
 		return x.Meta
 	}
 	return nil
+}
+
+// NodeService is one service an LB host listens on for itself.
+type NodeService struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// metrics | web | bgp
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// IP:port; 0.0.0.0 or :: for every address of the host.
+	Addr          string `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeService) Reset() {
+	*x = NodeService{}
+	mi := &file_teapotv1_model_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeService) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeService) ProtoMessage() {}
+
+func (x *NodeService) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_model_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeService.ProtoReflect.Descriptor instead.
+func (*NodeService) Descriptor() ([]byte, []int) {
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *NodeService) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *NodeService) GetAddr() string {
+	if x != nil {
+		return x.Addr
+	}
+	return ""
 }
 
 // Certificate describes a TLS certificate known to the cluster.
@@ -2712,7 +2830,7 @@ type Certificate struct {
 
 func (x *Certificate) Reset() {
 	*x = Certificate{}
-	mi := &file_teapotv1_model_proto_msgTypes[34]
+	mi := &file_teapotv1_model_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2724,7 +2842,7 @@ func (x *Certificate) String() string {
 func (*Certificate) ProtoMessage() {}
 
 func (x *Certificate) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[34]
+	mi := &file_teapotv1_model_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2737,7 +2855,7 @@ func (x *Certificate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Certificate.ProtoReflect.Descriptor instead.
 func (*Certificate) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{34}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Certificate) GetName() string {
@@ -2816,7 +2934,7 @@ type JoinToken struct {
 
 func (x *JoinToken) Reset() {
 	*x = JoinToken{}
-	mi := &file_teapotv1_model_proto_msgTypes[35]
+	mi := &file_teapotv1_model_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2828,7 +2946,7 @@ func (x *JoinToken) String() string {
 func (*JoinToken) ProtoMessage() {}
 
 func (x *JoinToken) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[35]
+	mi := &file_teapotv1_model_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2841,7 +2959,7 @@ func (x *JoinToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinToken.ProtoReflect.Descriptor instead.
 func (*JoinToken) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{35}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *JoinToken) GetId() string {
@@ -2890,7 +3008,7 @@ type StorageItem struct {
 
 func (x *StorageItem) Reset() {
 	*x = StorageItem{}
-	mi := &file_teapotv1_model_proto_msgTypes[36]
+	mi := &file_teapotv1_model_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2902,7 +3020,7 @@ func (x *StorageItem) String() string {
 func (*StorageItem) ProtoMessage() {}
 
 func (x *StorageItem) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[36]
+	mi := &file_teapotv1_model_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2915,7 +3033,7 @@ func (x *StorageItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageItem.ProtoReflect.Descriptor instead.
 func (*StorageItem) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{36}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *StorageItem) GetKey() string {
@@ -2962,7 +3080,7 @@ type StorageLock struct {
 
 func (x *StorageLock) Reset() {
 	*x = StorageLock{}
-	mi := &file_teapotv1_model_proto_msgTypes[37]
+	mi := &file_teapotv1_model_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2974,7 +3092,7 @@ func (x *StorageLock) String() string {
 func (*StorageLock) ProtoMessage() {}
 
 func (x *StorageLock) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[37]
+	mi := &file_teapotv1_model_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2987,7 +3105,7 @@ func (x *StorageLock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageLock.ProtoReflect.Descriptor instead.
 func (*StorageLock) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{37}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *StorageLock) GetName() string {
@@ -3045,7 +3163,7 @@ type Object struct {
 
 func (x *Object) Reset() {
 	*x = Object{}
-	mi := &file_teapotv1_model_proto_msgTypes[38]
+	mi := &file_teapotv1_model_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3057,7 +3175,7 @@ func (x *Object) String() string {
 func (*Object) ProtoMessage() {}
 
 func (x *Object) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[38]
+	mi := &file_teapotv1_model_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3070,7 +3188,7 @@ func (x *Object) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Object.ProtoReflect.Descriptor instead.
 func (*Object) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{38}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *Object) GetKind() isObject_Kind {
@@ -3218,7 +3336,7 @@ type ObjectRef struct {
 
 func (x *ObjectRef) Reset() {
 	*x = ObjectRef{}
-	mi := &file_teapotv1_model_proto_msgTypes[39]
+	mi := &file_teapotv1_model_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3230,7 +3348,7 @@ func (x *ObjectRef) String() string {
 func (*ObjectRef) ProtoMessage() {}
 
 func (x *ObjectRef) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[39]
+	mi := &file_teapotv1_model_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3243,7 +3361,7 @@ func (x *ObjectRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectRef.ProtoReflect.Descriptor instead.
 func (*ObjectRef) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{39}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ObjectRef) GetKind() string {
@@ -3288,7 +3406,7 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\rpods_routable\x18\x06 \x01(\bR\fpodsRoutable\x12/\n" +
 	"\x13revoked_credentials\x18\a \x03(\tR\x12revokedCredentials\x12\x10\n" +
 	"\x03uid\x18\b \x01(\tR\x03uid\x12#\n" +
-	"\x04meta\x18\x0f \x01(\v2\x0f.teapot.v1.MetaR\x04meta\"\xdc\x03\n" +
+	"\x04meta\x18\x0f \x01(\v2\x0f.teapot.v1.MetaR\x04meta\"\x87\x05\n" +
 	"\x06Quotas\x12%\n" +
 	"\x0eload_balancers\x18\x01 \x01(\rR\rloadBalancers\x12\x1c\n" +
 	"\taddresses\x18\x02 \x01(\rR\taddresses\x12\"\n" +
@@ -3304,7 +3422,11 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	" \x01(\rR\amembers\x12#\n" +
 	"\rhealth_checks\x18\v \x01(\rR\fhealthChecks\x12 \n" +
 	"\vconnections\x18\f \x01(\rR\vconnections\x128\n" +
-	"\x18connections_per_listener\x18\r \x01(\rR\x16connectionsPerListener\"\xcb\x01\n" +
+	"\x18connections_per_listener\x18\r \x01(\rR\x16connectionsPerListener\x12/\n" +
+	"\x14regex_matches_per_lb\x18\x0e \x01(\rR\x11regexMatchesPerLb\x12#\n" +
+	"\rregex_matches\x18\x0f \x01(\rR\fregexMatches\x120\n" +
+	"\x14regex_cpu_millicores\x18\x10 \x01(\rR\x12regexCpuMillicores\x12!\n" +
+	"\fstored_bytes\x18\x14 \x01(\x04R\vstoredBytes\"\xcb\x01\n" +
 	"\aVIPPool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05cidrs\x18\x02 \x03(\tR\x05cidrs\x12\x12\n" +
@@ -3482,7 +3604,7 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\aheld_by\x18\x04 \x03(\tR\x06heldBy\"7\n" +
 	"\aProblem\x12\x14\n" +
 	"\x05field\x18\x01 \x01(\tR\x05field\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xb6\x02\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x88\x03\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x19\n" +
@@ -3492,8 +3614,14 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\x0eheartbeat_addr\x18\x06 \x01(\tR\rheartbeatAddr\x12\x1a\n" +
 	"\bdraining\x18\a \x01(\bR\bdraining\x12\x18\n" +
 	"\aversion\x18\b \x01(\tR\aversion\x12#\n" +
-	"\rfeature_level\x18\t \x01(\rR\ffeatureLevel\x12#\n" +
-	"\x04meta\x18\x0f \x01(\v2\x0f.teapot.v1.MetaR\x04meta\"\x92\x02\n" +
+	"\rfeature_level\x18\t \x01(\rR\ffeatureLevel\x122\n" +
+	"\bservices\x18\n" +
+	" \x03(\v2\x16.teapot.v1.NodeServiceR\bservices\x12\x1c\n" +
+	"\taddresses\x18\v \x03(\tR\taddresses\x12#\n" +
+	"\x04meta\x18\x0f \x01(\v2\x0f.teapot.v1.MetaR\x04meta\"5\n" +
+	"\vNodeService\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04addr\x18\x02 \x01(\tR\x04addr\"\x92\x02\n" +
 	"\vCertificate\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x14\n" +
@@ -3549,7 +3677,7 @@ func file_teapotv1_model_proto_rawDescGZIP() []byte {
 	return file_teapotv1_model_proto_rawDescData
 }
 
-var file_teapotv1_model_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_teapotv1_model_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_teapotv1_model_proto_goTypes = []any{
 	(*Meta)(nil),                  // 0: teapot.v1.Meta
 	(*Tenant)(nil),                // 1: teapot.v1.Tenant
@@ -3585,31 +3713,32 @@ var file_teapotv1_model_proto_goTypes = []any{
 	(*ObservedStatus)(nil),        // 31: teapot.v1.ObservedStatus
 	(*Problem)(nil),               // 32: teapot.v1.Problem
 	(*Node)(nil),                  // 33: teapot.v1.Node
-	(*Certificate)(nil),           // 34: teapot.v1.Certificate
-	(*JoinToken)(nil),             // 35: teapot.v1.JoinToken
-	(*StorageItem)(nil),           // 36: teapot.v1.StorageItem
-	(*StorageLock)(nil),           // 37: teapot.v1.StorageLock
-	(*Object)(nil),                // 38: teapot.v1.Object
-	(*ObjectRef)(nil),             // 39: teapot.v1.ObjectRef
-	nil,                           // 40: teapot.v1.LoadBalancer.PoolsEntry
-	(*timestamppb.Timestamp)(nil), // 41: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 42: google.protobuf.Duration
+	(*NodeService)(nil),           // 34: teapot.v1.NodeService
+	(*Certificate)(nil),           // 35: teapot.v1.Certificate
+	(*JoinToken)(nil),             // 36: teapot.v1.JoinToken
+	(*StorageItem)(nil),           // 37: teapot.v1.StorageItem
+	(*StorageLock)(nil),           // 38: teapot.v1.StorageLock
+	(*Object)(nil),                // 39: teapot.v1.Object
+	(*ObjectRef)(nil),             // 40: teapot.v1.ObjectRef
+	nil,                           // 41: teapot.v1.LoadBalancer.PoolsEntry
+	(*timestamppb.Timestamp)(nil), // 42: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 43: google.protobuf.Duration
 }
 var file_teapotv1_model_proto_depIdxs = []int32{
-	41, // 0: teapot.v1.Meta.created:type_name -> google.protobuf.Timestamp
-	41, // 1: teapot.v1.Meta.updated:type_name -> google.protobuf.Timestamp
+	42, // 0: teapot.v1.Meta.created:type_name -> google.protobuf.Timestamp
+	42, // 1: teapot.v1.Meta.updated:type_name -> google.protobuf.Timestamp
 	2,  // 2: teapot.v1.Tenant.quotas:type_name -> teapot.v1.Quotas
 	0,  // 3: teapot.v1.Tenant.meta:type_name -> teapot.v1.Meta
 	0,  // 4: teapot.v1.VIPPool.meta:type_name -> teapot.v1.Meta
 	6,  // 5: teapot.v1.LoadBalancer.vip:type_name -> teapot.v1.VIPRequest
 	7,  // 6: teapot.v1.LoadBalancer.listeners:type_name -> teapot.v1.Listener
 	10, // 7: teapot.v1.LoadBalancer.routes:type_name -> teapot.v1.Route
-	40, // 8: teapot.v1.LoadBalancer.pools:type_name -> teapot.v1.LoadBalancer.PoolsEntry
+	41, // 8: teapot.v1.LoadBalancer.pools:type_name -> teapot.v1.LoadBalancer.PoolsEntry
 	5,  // 9: teapot.v1.LoadBalancer.access_log:type_name -> teapot.v1.AccessLog
 	0,  // 10: teapot.v1.LoadBalancer.meta:type_name -> teapot.v1.Meta
 	30, // 11: teapot.v1.LoadBalancer.status:type_name -> teapot.v1.LoadBalancerStatus
 	9,  // 12: teapot.v1.Listener.tls:type_name -> teapot.v1.TLSPolicy
-	42, // 13: teapot.v1.Listener.idle_timeout:type_name -> google.protobuf.Duration
+	43, // 13: teapot.v1.Listener.idle_timeout:type_name -> google.protobuf.Duration
 	8,  // 14: teapot.v1.Listener.sni_routes:type_name -> teapot.v1.SNIRoute
 	11, // 15: teapot.v1.Route.matches:type_name -> teapot.v1.RouteMatch
 	14, // 16: teapot.v1.Route.backends:type_name -> teapot.v1.RouteBackend
@@ -3628,42 +3757,43 @@ var file_teapotv1_model_proto_depIdxs = []int32{
 	20, // 29: teapot.v1.RequestRedirect.path:type_name -> teapot.v1.PathModifier
 	20, // 30: teapot.v1.URLRewrite.path:type_name -> teapot.v1.PathModifier
 	22, // 31: teapot.v1.RequestMirror.fraction:type_name -> teapot.v1.Fraction
-	42, // 32: teapot.v1.RouteTimeouts.request:type_name -> google.protobuf.Duration
-	42, // 33: teapot.v1.RouteTimeouts.backend_request:type_name -> google.protobuf.Duration
+	43, // 32: teapot.v1.RouteTimeouts.request:type_name -> google.protobuf.Duration
+	43, // 33: teapot.v1.RouteTimeouts.backend_request:type_name -> google.protobuf.Duration
 	25, // 34: teapot.v1.BackendPool.members:type_name -> teapot.v1.Member
 	26, // 35: teapot.v1.BackendPool.health_check:type_name -> teapot.v1.HealthCheck
-	42, // 36: teapot.v1.BackendPool.connect_timeout:type_name -> google.protobuf.Duration
+	43, // 36: teapot.v1.BackendPool.connect_timeout:type_name -> google.protobuf.Duration
 	27, // 37: teapot.v1.HealthCheck.tcp:type_name -> teapot.v1.TCPCheck
 	28, // 38: teapot.v1.HealthCheck.http:type_name -> teapot.v1.HTTPCheck
-	42, // 39: teapot.v1.HealthCheck.interval:type_name -> google.protobuf.Duration
-	42, // 40: teapot.v1.HealthCheck.timeout:type_name -> google.protobuf.Duration
+	43, // 39: teapot.v1.HealthCheck.interval:type_name -> google.protobuf.Duration
+	43, // 40: teapot.v1.HealthCheck.timeout:type_name -> google.protobuf.Duration
 	29, // 41: teapot.v1.HealthCheck.https:type_name -> teapot.v1.HTTPSCheck
 	32, // 42: teapot.v1.LoadBalancerStatus.problems:type_name -> teapot.v1.Problem
 	31, // 43: teapot.v1.LoadBalancerStatus.observed:type_name -> teapot.v1.ObservedStatus
-	0,  // 44: teapot.v1.Node.meta:type_name -> teapot.v1.Meta
-	41, // 45: teapot.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
-	0,  // 46: teapot.v1.Certificate.meta:type_name -> teapot.v1.Meta
-	41, // 47: teapot.v1.JoinToken.expires:type_name -> google.protobuf.Timestamp
-	0,  // 48: teapot.v1.JoinToken.meta:type_name -> teapot.v1.Meta
-	41, // 49: teapot.v1.StorageItem.modified:type_name -> google.protobuf.Timestamp
-	0,  // 50: teapot.v1.StorageItem.meta:type_name -> teapot.v1.Meta
-	41, // 51: teapot.v1.StorageLock.expires:type_name -> google.protobuf.Timestamp
-	42, // 52: teapot.v1.StorageLock.ttl:type_name -> google.protobuf.Duration
-	0,  // 53: teapot.v1.StorageLock.meta:type_name -> teapot.v1.Meta
-	1,  // 54: teapot.v1.Object.tenant:type_name -> teapot.v1.Tenant
-	3,  // 55: teapot.v1.Object.vip_pool:type_name -> teapot.v1.VIPPool
-	4,  // 56: teapot.v1.Object.load_balancer:type_name -> teapot.v1.LoadBalancer
-	33, // 57: teapot.v1.Object.node:type_name -> teapot.v1.Node
-	34, // 58: teapot.v1.Object.certificate:type_name -> teapot.v1.Certificate
-	35, // 59: teapot.v1.Object.join_token:type_name -> teapot.v1.JoinToken
-	36, // 60: teapot.v1.Object.storage_item:type_name -> teapot.v1.StorageItem
-	37, // 61: teapot.v1.Object.storage_lock:type_name -> teapot.v1.StorageLock
-	24, // 62: teapot.v1.LoadBalancer.PoolsEntry.value:type_name -> teapot.v1.BackendPool
-	63, // [63:63] is the sub-list for method output_type
-	63, // [63:63] is the sub-list for method input_type
-	63, // [63:63] is the sub-list for extension type_name
-	63, // [63:63] is the sub-list for extension extendee
-	0,  // [0:63] is the sub-list for field type_name
+	34, // 44: teapot.v1.Node.services:type_name -> teapot.v1.NodeService
+	0,  // 45: teapot.v1.Node.meta:type_name -> teapot.v1.Meta
+	42, // 46: teapot.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
+	0,  // 47: teapot.v1.Certificate.meta:type_name -> teapot.v1.Meta
+	42, // 48: teapot.v1.JoinToken.expires:type_name -> google.protobuf.Timestamp
+	0,  // 49: teapot.v1.JoinToken.meta:type_name -> teapot.v1.Meta
+	42, // 50: teapot.v1.StorageItem.modified:type_name -> google.protobuf.Timestamp
+	0,  // 51: teapot.v1.StorageItem.meta:type_name -> teapot.v1.Meta
+	42, // 52: teapot.v1.StorageLock.expires:type_name -> google.protobuf.Timestamp
+	43, // 53: teapot.v1.StorageLock.ttl:type_name -> google.protobuf.Duration
+	0,  // 54: teapot.v1.StorageLock.meta:type_name -> teapot.v1.Meta
+	1,  // 55: teapot.v1.Object.tenant:type_name -> teapot.v1.Tenant
+	3,  // 56: teapot.v1.Object.vip_pool:type_name -> teapot.v1.VIPPool
+	4,  // 57: teapot.v1.Object.load_balancer:type_name -> teapot.v1.LoadBalancer
+	33, // 58: teapot.v1.Object.node:type_name -> teapot.v1.Node
+	35, // 59: teapot.v1.Object.certificate:type_name -> teapot.v1.Certificate
+	36, // 60: teapot.v1.Object.join_token:type_name -> teapot.v1.JoinToken
+	37, // 61: teapot.v1.Object.storage_item:type_name -> teapot.v1.StorageItem
+	38, // 62: teapot.v1.Object.storage_lock:type_name -> teapot.v1.StorageLock
+	24, // 63: teapot.v1.LoadBalancer.PoolsEntry.value:type_name -> teapot.v1.BackendPool
+	64, // [64:64] is the sub-list for method output_type
+	64, // [64:64] is the sub-list for method input_type
+	64, // [64:64] is the sub-list for extension type_name
+	64, // [64:64] is the sub-list for extension extendee
+	0,  // [0:64] is the sub-list for field type_name
 }
 
 func init() { file_teapotv1_model_proto_init() }
@@ -3676,7 +3806,7 @@ func file_teapotv1_model_proto_init() {
 	file_teapotv1_model_proto_msgTypes[20].OneofWrappers = []any{}
 	file_teapotv1_model_proto_msgTypes[21].OneofWrappers = []any{}
 	file_teapotv1_model_proto_msgTypes[25].OneofWrappers = []any{}
-	file_teapotv1_model_proto_msgTypes[38].OneofWrappers = []any{
+	file_teapotv1_model_proto_msgTypes[39].OneofWrappers = []any{
 		(*Object_Tenant)(nil),
 		(*Object_VipPool)(nil),
 		(*Object_LoadBalancer)(nil),
@@ -3692,7 +3822,7 @@ func file_teapotv1_model_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_teapotv1_model_proto_rawDesc), len(file_teapotv1_model_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   41,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

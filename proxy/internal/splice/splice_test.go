@@ -1,0 +1,99 @@
+package splice
+
+import (
+	"bytes"
+	"crypto/rand"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"testing"
+	"time"
+)
+
+// tcpPair returns both ends of a loopback TCP connection.
+func tcpPair(t *testing.T) (*net.TCPConn, *net.TCPConn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	a, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close(); b.Close() })
+	return a.(*net.TCPConn), b.(*net.TCPConn)
+}
+
+// TestMoveKeepsBytesAWriteDeadlineLeft: a destination that reads nothing
+// makes a Move fail on its write deadline with bytes in the pipe; the
+// next Move sends them first, and every byte arrives in order. The pool
+// is back to its idle pipe afterwards.
+func TestMoveKeepsBytesAWriteDeadlineLeft(t *testing.T) {
+	t.Parallel()
+	client, srcEnd := tcpPair(t)
+	dstEnd, reader := tcpPair(t)
+	pl := NewPool(4)
+	defer pl.Close()
+	sp := New(pl, dstEnd, srcEnd)
+	defer sp.Close()
+
+	msg := make([]byte, 16<<20) // more than both sockets' buffers hold
+	rand.Read(msg)
+	go func() {
+		client.Write(msg)
+		client.CloseWrite()
+	}()
+	dstEnd.SetWriteDeadline(time.Now().Add(200 * time.Millisecond))
+	first, err := sp.Move()
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("Move with a destination that reads nothing: %d bytes, %v; want a deadline", first, err)
+	}
+	if !sp.holding {
+		t.Fatal("the deadline left no bytes in the pipe; make the message larger")
+	}
+	got := make(chan []byte, 1)
+	go func() {
+		b, _ := io.ReadAll(reader)
+		got <- b
+	}()
+	dstEnd.SetWriteDeadline(time.Time{})
+	rest, err := sp.Move()
+	if err != nil {
+		t.Fatalf("second Move: %v", err)
+	}
+	dstEnd.CloseWrite()
+	b := <-got
+	if first+rest != int64(len(msg)) || !bytes.Equal(b, msg) {
+		t.Fatalf("moved %d+%d bytes, received %d of %d, equal %v", first, rest, len(b), len(msg), bytes.Equal(b, msg))
+	}
+	if n := pl.Open(); n != 1 {
+		t.Errorf("%d pipes open after the transfer, want the one idle", n)
+	}
+}
+
+// TestNilPoolCopies: without a pool a splicer copies.
+func TestNilPoolCopies(t *testing.T) {
+	t.Parallel()
+	client, srcEnd := tcpPair(t)
+	dstEnd, reader := tcpPair(t)
+	sp := New(nil, dstEnd, srcEnd)
+	defer sp.Close()
+	go func() {
+		client.Write([]byte("hello"))
+		client.CloseWrite()
+	}()
+	if n, err := sp.Move(); n != 5 || err != nil {
+		t.Fatalf("Move: %d, %v", n, err)
+	}
+	dstEnd.CloseWrite()
+	if b, _ := io.ReadAll(reader); string(b) != "hello" {
+		t.Fatalf("received %q", b)
+	}
+}

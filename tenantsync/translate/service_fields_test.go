@@ -1,0 +1,134 @@
+package translate_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/teapot-lb/teapot-lb/api"
+	"github.com/teapot-lb/teapot-lb/tenantsync/translate"
+)
+
+// TestServiceFieldsHonouredOrRefused is the table of the Service fields
+// that cloud load balancers honour: loadBalancerSourceRanges (and its
+// annotation) refuse the Service until source ranges are enforced,
+// sessionAffinity ClientIP hashes the client address (the timeout is not
+// applied, which a warning says), and a dual-stack policy gets one VIP
+// (RequireDualStack is refused, PreferDualStack warned).
+func TestServiceFieldsHonouredOrRefused(t *testing.T) {
+	t.Parallel()
+	twoPorts := func(s *corev1.Service) {
+		s.Spec.Ports = append(s.Spec.Ports, corev1.ServicePort{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP, NodePort: 30053})
+	}
+	clientIP := func(timeout int32) svcOpt {
+		return func(s *corev1.Service) {
+			s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP
+			if timeout > 0 {
+				s.Spec.SessionAffinityConfig = &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: ptr(timeout)}}
+			}
+		}
+	}
+	families := func(p corev1.IPFamilyPolicy, fs ...corev1.IPFamily) svcOpt {
+		return func(s *corev1.Service) { s.Spec.IPFamilyPolicy, s.Spec.IPFamilies = &p, fs }
+	}
+	tests := []struct {
+		name     string
+		opts     []svcOpt
+		refused  []string // words of the refusal; nil: served
+		warnings []string // words one warning each holds, in order
+		hashed   bool     // every pool hashes the client address
+		family   string
+	}{
+		{name: "plain Service: served as asked"},
+		{name: "loadBalancerSourceRanges: refused", opts: []svcOpt{func(s *corev1.Service) { s.Spec.LoadBalancerSourceRanges = []string{"192.0.2.0/24"} }},
+			refused: []string{"spec.loadBalancerSourceRanges (1 ranges)", "no load balancer and no VIP"}},
+		{name: "source-ranges annotation: refused", opts: []svcOpt{func(s *corev1.Service) { s.Annotations[translate.AnnotationSourceRanges] = "192.0.2.0/24" }},
+			refused: []string{"annotation " + translate.AnnotationSourceRanges, "no load balancer"}},
+		{name: "source ranges win over another refusal", opts: []svcOpt{families(corev1.IPFamilyPolicyRequireDualStack, corev1.IPv4Protocol, corev1.IPv6Protocol), func(s *corev1.Service) { s.Spec.LoadBalancerSourceRanges = []string{"192.0.2.0/24"} }},
+			refused: []string{"spec.loadBalancerSourceRanges"}, warnings: nil},
+		{name: "ClientIP with a timeout: every pool hashes the client address", opts: []svcOpt{twoPorts, clientIP(600)},
+			hashed: true, warnings: []string{"spec.sessionAffinityConfig.clientIP.timeoutSeconds (600) is not applied"}},
+		{name: "ClientIP without a config: the default timeout is named", opts: []svcOpt{clientIP(0)},
+			hashed: true, warnings: []string{"timeoutSeconds (10800) is not applied"}},
+		{name: "ClientIP overrides an algorithm annotation", opts: []svcOpt{clientIP(60), func(s *corev1.Service) { s.Annotations[translate.AnnotationAlgorithm] = "least-request" }},
+			hashed: true, warnings: []string{`teapot-lb.io/algorithm "least-request" is overridden by spec.sessionAffinity ClientIP`, "timeoutSeconds (60)"}},
+		{name: "RequireDualStack: refused", opts: []svcOpt{families(corev1.IPFamilyPolicyRequireDualStack, corev1.IPv4Protocol, corev1.IPv6Protocol)},
+			refused: []string{"spec.ipFamilyPolicy RequireDualStack", "one VIP"}},
+		{name: "PreferDualStack IPv6 first: one IPv6 VIP", opts: []svcOpt{families(corev1.IPFamilyPolicyPreferDualStack, corev1.IPv6Protocol, corev1.IPv4Protocol)},
+			family: "ipv6", warnings: []string{"spec.ipFamilyPolicy PreferDualStack: served on one IPv6 VIP"}},
+		{name: "PreferDualStack IPv4 first: one IPv4 VIP", opts: []svcOpt{families(corev1.IPFamilyPolicyPreferDualStack, corev1.IPv4Protocol, corev1.IPv6Protocol)},
+			warnings: []string{"served on one IPv4 VIP"}},
+		{name: "SingleStack IPv6", opts: []svcOpt{families(corev1.IPFamilyPolicySingleStack, corev1.IPv6Protocol)}, family: "ipv6"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			svc := service("shop", "web", tt.opts...)
+			d := translate.Service(svc, sources(t, append([]runtime.Object{svc}, nodes...)...), translate.Options{DefaultPool: "public"})
+			for _, w := range tt.refused {
+				if !strings.Contains(d.Refused, w) {
+					t.Errorf("refused %q; want it to say %q", d.Refused, w)
+				}
+			}
+			if tt.refused == nil && d.Refused != "" {
+				t.Errorf("refused %q; want it served", d.Refused)
+			}
+			if tt.refused == nil {
+				if len(d.Warnings) != len(tt.warnings) {
+					t.Fatalf("warnings %q; want %d", d.Warnings, len(tt.warnings))
+				}
+				for i, w := range tt.warnings {
+					if !strings.Contains(d.Warnings[i], w) {
+						t.Errorf("warning %d %q; want it to say %q", i, d.Warnings[i], w)
+					}
+				}
+			}
+			if len(d.LB.GetPools()) == 0 {
+				t.Fatal("no pools")
+			}
+			for key, p := range d.LB.GetPools() {
+				if hashed := p.GetAlgorithm() == "hash" && p.GetHashOn() == "client-ip"; hashed != tt.hashed {
+					t.Errorf("pool %s: algorithm %q hash_on %q; want hashing the client address %t", key, p.GetAlgorithm(), p.GetHashOn(), tt.hashed)
+				}
+			}
+			if got := d.LB.GetVip().GetFamily(); got != tt.family {
+				t.Errorf("VIP family %q, want %q", got, tt.family)
+			}
+			// The LB cluster takes the pools and the VIP request (the
+			// tenant and VIP pool are not in this test's catalog).
+			var ve *api.ValidationError
+			if err := api.ValidateLoadBalancer(d.LB, nil); errors.As(err, &ve) {
+				for _, fe := range ve.Errors {
+					if strings.HasPrefix(fe.Field, "pools") || strings.HasPrefix(fe.Field, "vip.family") {
+						t.Errorf("the LB cluster refuses the load balancer: %s: %s", fe.Field, fe.Reason)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestIngressTLSFieldsNotReadAreWarned: an Ingress's tls secretName is
+// not read and a TLS host without a rule gets no certificate; each is a
+// warning naming the field.
+func TestIngressTLSFieldsNotReadAreWarned(t *testing.T) {
+	t.Parallel()
+	ing := ingress("shop", "main", func(i *networkingv1.Ingress) {
+		i.Spec.TLS = []networkingv1.IngressTLS{{Hosts: []string{"shop.acme.example", "www.acme.example"}, SecretName: "shop-tls"}}
+	})
+	objs := append(append([]runtime.Object{class("teapot", translate.IngressController, false), ing}, nodes...), backendServices()...)
+	d := translate.Ingress(ing, sources(t, objs...), translate.Options{DefaultPool: "public"})
+	want := []string{`spec.tls[].hosts: 1 hosts ("www.acme.example" first) have no rule`, "spec.tls: 1 secretName entries are not read"}
+	if len(d.Warnings) != len(want) {
+		t.Fatalf("warnings %q; want %d", d.Warnings, len(want))
+	}
+	for i, w := range want {
+		if !strings.Contains(d.Warnings[i], w) {
+			t.Errorf("warning %q; want it to say %q", d.Warnings[i], w)
+		}
+	}
+}
