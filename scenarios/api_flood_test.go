@@ -137,8 +137,18 @@ func phaseAPIFlood(tb testing.TB, l *noisyLab, _ *tenantAgent) []string {
 		}
 		took = append(took, d)
 	}
+	// a's agent, like the admin, connects through the flood.
+	welcome := time.Now()
+	agentNote := ""
+	if st, err := dialTenant(tb, "a-agent-flood", l.credsA).open(true); err != nil {
+		tb.Errorf("a's agent during the API port flood: %v", err)
+		agentNote = "a's agent refused: " + shorten(err.Error())
+	} else {
+		st.close()
+		agentNote = fmt.Sprintf("a's agent welcomed in %.0fms", ms(time.Since(welcome)))
+	}
 	opened := f.stop()
-	note := fmt.Sprintf("%d connections opened; admin on a new connection: %d calls, %d failed", opened, len(took)+failed, failed)
+	note := fmt.Sprintf("%d connections opened; %s; admin on a new connection: %d calls, %d failed", opened, agentNote, len(took)+failed, failed)
 	if len(took) > 0 {
 		slices.Sort(took)
 		note += fmt.Sprintf(", p50 %.0fms p99 %.0fms", ms(took[len(took)/2]), ms(took[len(took)*99/100]))

@@ -45,7 +45,6 @@ var noisyPhases = []noisyPhase{
 	{"member is a VIP", phaseSelfDial},
 	{"TLS ticket replay", phaseTicketReplay},
 	{"streams without hello", phaseNoHello},
-	{"API port flood", phaseAPIFlood},
 }
 
 // adminP99Bound is the admin API's p99 in every phase.

@@ -37,9 +37,6 @@ const (
 	fanOutConns    = 200 // b's HTTP/2 connections
 	fanOutStreams  = 100 // concurrent streams on each
 	fanOutHold     = 3 * time.Second
-	apiFloodConns  = 6000 // idle connections to the API port, more than the host's descriptors
-	apiFloodRate   = 2000 // opened per second
-	apiFloodHold   = 5 * time.Second
 	handshakeConns = 8 // clients doing full handshakes in a loop
 	abuseFor       = 8 * time.Second
 	regexClients   = 16
@@ -214,63 +211,6 @@ func phaseH2FanOut(tb testing.TB, l *noisyLab, b *tenantAgent) []string {
 		tb.Errorf("no stream of b's fan-out was answered: the abuse did not happen")
 	}
 	return notes
-}
-
-// phaseAPIFlood: apiFloodConns connections to the API port that never
-// start TLS, while a's agent connects.
-func phaseAPIFlood(tb testing.TB, l *noisyLab, _ *tenantAgent) []string {
-	var (
-		mu     sync.Mutex
-		conns  []net.Conn
-		failed atomic.Int64
-	)
-	work := make(chan int)
-	var wg sync.WaitGroup
-	for range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range work {
-				d := net.Dialer{Timeout: time.Second, LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 62, byte(1+i%8))}}
-				c, err := d.Dial("tcp", l.n.apiAddr)
-				if err != nil {
-					failed.Add(1)
-					continue
-				}
-				mu.Lock()
-				conns = append(conns, c)
-				mu.Unlock()
-			}
-		}()
-	}
-	start := time.Now()
-	for i := range apiFloodConns {
-		if d := time.Until(start.Add(time.Duration(i) * time.Second / apiFloodRate)); d > 0 {
-			time.Sleep(d)
-		}
-		work <- i
-	}
-	close(work)
-	wg.Wait()
-	defer func() {
-		for _, c := range conns {
-			c.Close()
-		}
-	}()
-	// a's agent connects while the flood holds what the host let it.
-	a := dialTenant(tb, "a-agent-flood", l.credsA)
-	welcome := time.Now()
-	note := ""
-	if st, err := a.open(true); err != nil {
-		tb.Errorf("a's agent during the API port flood: %v", err)
-		note = "a's agent refused: " + shorten(err.Error())
-	} else {
-		st.close()
-		note = fmt.Sprintf("a's agent welcomed in %.0fms", ms(time.Since(welcome)))
-	}
-	time.Sleep(apiFloodHold)
-	held := countHeld(conns)
-	return []string{fmt.Sprintf("%d opened, %d not, %d still held after %s", len(conns), failed.Load(), held, apiFloodHold), note}
 }
 
 // countHeld counts the connections the far end still holds open: a read
