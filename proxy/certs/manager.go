@@ -18,6 +18,7 @@ import (
 
 	"github.com/teapot-lb/teapot-lb/api/observe"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+	"github.com/teapot-lb/teapot-lb/proxy/cpubudget"
 )
 
 // Store is what the manager needs of the replicated state: the certificate
@@ -57,6 +58,10 @@ type Config struct {
 	// Events receives certificates obtained and failures to obtain or
 	// renew one; nil drops them.
 	Events func(*pb.Event)
+	// CPU charges the signatures of full handshakes to the listener's
+	// tenant (shared with the health checks' client signatures); nil
+	// takes budgets of the defaults.
+	CPU *cpubudget.Budgets
 }
 
 // Manager obtains, renews, loads and serves certificates. Update gives it
@@ -83,6 +88,7 @@ type Manager struct {
 	hostless sync.Map
 
 	tls              tlsState
+	cpu              *cpubudget.Budgets
 	failedHandshakes atomic.Uint64
 	issueFailures    atomic.Uint64
 	lastHandshakeLog atomic.Int64
@@ -132,7 +138,11 @@ func New(cfg Config) (*Manager, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	log := cfg.Logger.With("component", "certs")
+	if cfg.CPU == nil {
+		cfg.CPU = cpubudget.New(cpubudget.Options{})
+	}
 	m := &Manager{
+		cpu:      cfg.CPU,
 		cfg:      cfg,
 		log:      log,
 		store:    NewStorage(cfg.Store, cfg.Host, cfg.LockTTL, log),
