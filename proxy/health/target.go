@@ -1,6 +1,7 @@
 package health
 
 import (
+	"crypto/tls"
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
@@ -48,8 +49,11 @@ type Target struct {
 // activeCheck is what a Target with an active check keeps between
 // checks.
 type activeCheck struct {
-	// tls is the TLS configuration of an https check (nil otherwise).
+	// tls is the TLS configuration of an https check (nil otherwise);
+	// sessions holds the target's TLS session, so that a check resumes
+	// the last one and signs nothing when the member allows it.
 	tls        *tlsEntry
+	sessions   tls.ClientSessionCache
 	timer      *time.Timer
 	checked    bool
 	rise, fall int // consecutive successes and failures
@@ -271,8 +275,13 @@ func (t *Target) run() {
 	if self {
 		err = ErrSelf // never dialled: it would be this host's own listener
 	} else {
-		// The tenant's budget first: a tenant at its bound waits without
-		// holding a slot of the host's.
+		// A check that signs waits while its tenant's signature CPU is
+		// spent (its checks are delayed, not failed), then the tenant's
+		// budget of checks in flight: a tenant at its bound waits
+		// without holding a slot of the host's.
+		if a := t.active; a.tls != nil && a.tls.signs && !t.budget.cpu.Wait(t.r.ctx) {
+			return
+		}
 		select {
 		case t.budget.sem <- struct{}{}:
 		case <-t.r.ctx.Done():
@@ -284,7 +293,7 @@ func (t *Target) run() {
 			<-t.budget.sem
 			return
 		}
-		err = check(t.r.ctx, t.key.addr, t.key.check, t.active.tls)
+		err = check(t.r.ctx, t.key.addr, t.key.check, t.active.tls, t.active.sessions)
 		<-t.r.sem
 		<-t.budget.sem
 	}
