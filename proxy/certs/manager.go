@@ -58,6 +58,10 @@ type Config struct {
 	// Events receives certificates obtained and failures to obtain or
 	// renew one; nil drops them.
 	Events func(*pb.Event)
+	// OrdersPerHour bounds the new ACME orders of each tenant on this
+	// host (default DefaultOrdersPerHour); failing names back off
+	// besides (FirstOrderBackoff, doubling).
+	OrdersPerHour int
 	// CPU charges the signatures of full handshakes to the listener's
 	// tenant (shared with the health checks' client signatures); nil
 	// takes budgets of the defaults.
@@ -153,6 +157,8 @@ func New(cfg Config) (*Manager, error) {
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	m.iss = newIssuer(cfg.CA, cfg.Email, cfg.Roots, m.store, log)
+	m.iss.orders = newOrderLimiter(cfg.OrdersPerHour)
+	m.iss.tenantOf = func(host string) string { return (*m.acme.Load())[host] }
 	zl := zapLogger(log)
 	m.cache = certmagic.NewCache(certmagic.CacheOptions{
 		GetConfigForCert:   func(certmagic.Certificate) (*certmagic.Config, error) { return m.magic, nil },
@@ -234,6 +240,7 @@ func (m *Manager) reconcile(d *desired) {
 		if _, ok := d.managed[h]; !ok {
 			cancel() // an obtain in progress or waiting to retry stops
 			delete(m.managed, h)
+			m.iss.orders.forget(h)
 			m.failures.Delete(h)
 			drop = append(drop, certmagic.SubjectIssuer{Subject: h})
 		}
