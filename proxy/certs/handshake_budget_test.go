@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 	"github.com/teapot-lb/teapot-lb/proxy/cpubudget"
 )
@@ -184,6 +186,23 @@ func TestHandshakeFloodIsChargedToItsTenant(t *testing.T) {
 	}
 	if st := l.budget.Tenant("a").Stat(); st.Refused != 0 {
 		t.Errorf("a's handshakes refused: %+v", st)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(l.m.Collector())
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() == "teapot_lb_tls_handshakes_refused_total" {
+			for _, m := range mf.GetMetric() {
+				refused[m.GetLabel()[0].GetValue()] = m.GetCounter().GetValue()
+			}
+		}
+	}
+	if refused["b"] == 0 || refused["a"] != 0 {
+		t.Errorf("teapot_lb_tls_handshakes_refused_total by tenant: %v", refused)
 	}
 }
 
