@@ -12,8 +12,8 @@ var (
 	descIssueFails = prometheus.NewDesc("teapot_lb_acme_issue_failures_total", "Failed attempts of this host to obtain or renew an ACME certificate.", nil, nil)
 	descHandshakes = prometheus.NewDesc("teapot_lb_tls_handshake_failures_total", "TLS handshakes with clients that failed on this host.", nil, nil)
 	descSigned     = prometheus.NewDesc("teapot_lb_tls_signatures_total", "TLS signatures made on this host for a tenant: full handshakes of its https listeners and client certificates of its HTTPS health checks.", []string{"tenant"}, nil)
-	descSignCPU    = prometheus.NewDesc("teapot_lb_tls_signature_cpu_seconds_total", "CPU time of a tenant's TLS signatures on this host, as charged to its budget (--tls-cpu-per-tenant).", []string{"tenant"}, nil)
-	descRefused    = prometheus.NewDesc("teapot_lb_tls_handshakes_refused_total", "Full TLS handshakes of a tenant's listeners refused on this host because its signature CPU budget was spent.", []string{"tenant"}, nil)
+	descSignCPU    = prometheus.NewDesc("teapot_lb_tls_signature_cpu_seconds_total", "CPU time charged to a tenant's TLS budget on this host (--tls-cpu-per-tenant): its signatures, and the key exchange of each ClientHello its listeners admitted.", []string{"tenant"}, nil)
+	descRefused    = prometheus.NewDesc("teapot_lb_tls_handshakes_refused_total", "TLS handshakes of a tenant's listeners refused on this host (at the ClientHello or the signature) because its TLS CPU budget was spent.", []string{"tenant"}, nil)
 	descDelayed    = prometheus.NewDesc("teapot_lb_health_checks_delayed_total", "HTTPS health checks of a tenant delayed on this host because its signature CPU budget was spent.", []string{"tenant"}, nil)
 )
 

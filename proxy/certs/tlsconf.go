@@ -237,8 +237,17 @@ func (m *Manager) ServerConfig(l *snapshot.Listener) *tls.Config {
 		cfg.NextProtos = append(cfg.NextProtos[:len(cfg.NextProtos):len(cfg.NextProtos)], acmez.ACMETLS1Protocol)
 	}
 	cfg.GetCertificate = p.getCertificate
+	cfg.GetConfigForClient = p.hello
 	p.built.Store(&builtConfig{from: base, cfg: cfg})
 	return cfg
+}
+
+// hello admits a ClientHello against the tenant's CPU budget before the
+// key exchange: a tenant in debt waits briefly, then its handshake ends
+// here (see cpubudget.Tenant.Hello). It changes nothing of the
+// configuration.
+func (p *policy) hello(*tls.ClientHelloInfo) (*tls.Config, error) {
+	return nil, p.cpu.Hello()
 }
 
 // builtConfig is a listener's configuration and the base it came from.

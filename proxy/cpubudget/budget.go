@@ -1,11 +1,12 @@
-// Package cpubudget charges the CPU of signatures to the tenant they are
-// made for: the full TLS handshakes of a tenant's https listeners (the
-// server signs with the listener's certificate) and the handshakes of its
-// HTTPS health checks (the check signs with its client key). Each tenant
-// has a token bucket of CPU time and a bound on its signatures in
-// progress; a tenant past either waits, then is refused (handshakes) or
-// delayed (checks), while the other tenants keep their own budgets. A
-// resumed session signs nothing and costs nothing here.
+// Package cpubudget charges the CPU of TLS handshakes to the tenant they
+// are made for: the ClientHellos its https listeners answer (the key
+// exchange, charged a fixed cost before it is done), their full
+// handshakes (the server signs with the listener's certificate) and the
+// handshakes of its HTTPS health checks (the check signs with its client
+// key). Each tenant has a token bucket of CPU time and a bound on its
+// signatures in progress; a tenant past either waits, then is refused
+// (handshakes) or delayed (checks), while the other tenants keep their
+// own budgets. A resumed session signs nothing: it pays its ClientHello.
 package cpubudget
 
 import (
@@ -36,10 +37,10 @@ const (
 	// DefaultMaxWait is how long a handshake over budget waits for the
 	// budget before it is refused and its connection closed.
 	DefaultMaxWait = 200 * time.Millisecond
-	// DefaultOverhead is charged for each full handshake beside its
-	// measured signature: the key exchange and record work that a
-	// signature stands for (about 100 µs of X25519 and hashing).
-	DefaultOverhead = 100 * time.Microsecond
+	// DefaultOverhead is charged for each ClientHello a tenant's
+	// listener answers, resumed or not: the key exchange (X25519MLKEM768
+	// or X25519) and transcript work done before any signature.
+	DefaultOverhead = 150 * time.Microsecond
 )
 
 // Options configure Budgets; zero fields take the defaults.
@@ -55,7 +56,7 @@ type Options struct {
 	Concurrency int
 	// MaxWait: see DefaultMaxWait.
 	MaxWait time.Duration
-	// Overhead: see DefaultOverhead.
+	// Overhead: see DefaultOverhead (charged by Hello).
 	Overhead time.Duration
 }
 
@@ -111,9 +112,10 @@ func (b *Budgets) Tenant(name string) *Tenant {
 // Stat is one tenant's account.
 type Stat struct {
 	Tenant string
-	// Signed counts signatures made, Refused handshakes refused over
-	// budget, Delayed health checks that waited for the budget.
-	Signed, Refused, Delayed uint64
+	// Hellos counts ClientHellos admitted, Signed signatures made,
+	// Refused handshakes refused over budget, Delayed health checks that
+	// waited for the budget.
+	Hellos, Signed, Refused, Delayed uint64
 	// Spent is the CPU time charged.
 	Spent time.Duration
 	// InFlight is the signatures in progress, Peak the most at once.
@@ -144,8 +146,8 @@ type Tenant struct {
 	tokens float64 // nanoseconds of CPU; negative: in debt
 	last   time.Time
 
-	signed, refused, delayed atomic.Uint64
-	spent                    atomic.Int64
+	hellos, signed, refused, delayed atomic.Uint64
+	spent                            atomic.Int64
 	// inFlight counts signatures in progress, peak the most at once.
 	inFlight, peak atomic.Int32
 }
@@ -155,7 +157,7 @@ func (t *Tenant) Name() string { return t.name }
 
 // Stat returns the tenant's account.
 func (t *Tenant) Stat() Stat {
-	return Stat{Tenant: t.name, Signed: t.signed.Load(), Refused: t.refused.Load(), Delayed: t.delayed.Load(), Spent: time.Duration(t.spent.Load()), InFlight: int(t.inFlight.Load()), Peak: int(t.peak.Load())}
+	return Stat{Tenant: t.name, Hellos: t.hellos.Load(), Signed: t.signed.Load(), Refused: t.refused.Load(), Delayed: t.delayed.Load(), Spent: time.Duration(t.spent.Load()), InFlight: int(t.inFlight.Load()), Peak: int(t.peak.Load())}
 }
 
 // owed returns how long until the bucket is out of debt (0: it is not);
@@ -186,7 +188,21 @@ func (t *Tenant) charge(cost time.Duration) {
 	t.tokens -= float64(cost)
 	t.mu.Unlock()
 	t.spent.Add(int64(cost))
-	t.signed.Add(1)
+}
+
+// Hello admits a ClientHello to one of the tenant's listeners before any
+// key exchange is done: while the bucket is in debt it waits up to
+// MaxWait, then fails with ErrOverBudget (the handshake ends before it
+// cost more); admitted, it is charged Overhead. A resumed session pays
+// this and nothing more.
+func (t *Tenant) Hello() error {
+	if !t.waitTokens(context.Background(), time.Now().Add(t.b.o.MaxWait)) {
+		t.refused.Add(1)
+		return ErrOverBudget
+	}
+	t.hellos.Add(1)
+	t.charge(t.b.o.Overhead)
+	return nil
 }
 
 // waitTokens waits until the bucket is out of debt, for at most until
@@ -276,7 +292,8 @@ func (t *Tenant) sign(s crypto.Signer, rand io.Reader, digest []byte, opts crypt
 	sig, cost, err := measure(func() ([]byte, error) { return s.Sign(rand, digest, opts) })
 	t.inFlight.Add(-1)
 	<-t.sem
-	t.charge(cost + t.b.o.Overhead)
+	t.charge(cost)
+	t.signed.Add(1)
 	return sig, err
 }
 

@@ -114,3 +114,26 @@ func TestWaitDelaysUntilRepaid(t *testing.T) {
 		t.Error("Wait with an ended context reported the budget free while in debt")
 	}
 }
+
+// A ClientHello is admitted before any key exchange and charged
+// Overhead; while the tenant is in debt it waits MaxWait and is refused.
+func TestHelloIsAdmittedBeforeTheKeyExchange(t *testing.T) {
+	t.Parallel()
+	b := New(Options{Rate: 0.01, Burst: time.Millisecond, Overhead: 400 * time.Microsecond, MaxWait: 5 * time.Millisecond})
+	tn := b.Tenant("b")
+	for i := range 3 {
+		if err := tn.Hello(); err != nil {
+			t.Fatalf("hello %d: %v", i+1, err)
+		}
+	}
+	// 1 ms of burst, 1.2 ms charged: in debt for ~20 ms at 0.01.
+	if err := tn.Hello(); !errors.Is(err, ErrOverBudget) {
+		t.Fatalf("hello in debt: %v", err)
+	}
+	if st := tn.Stat(); st.Hellos != 3 || st.Refused != 1 || st.Spent != 1200*time.Microsecond {
+		t.Errorf("account %+v", st)
+	}
+	if err := b.Tenant("a").Hello(); err != nil {
+		t.Errorf("another tenant's hello: %v", err)
+	}
+}
