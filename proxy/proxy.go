@@ -12,6 +12,7 @@ import (
 	"time"
 
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+	"github.com/teapot-lb/teapot-lb/proxy/cpubudget"
 	"github.com/teapot-lb/teapot-lb/proxy/health"
 	"github.com/teapot-lb/teapot-lb/proxy/internal/pmap"
 	"github.com/teapot-lb/teapot-lb/proxy/internal/splice"
@@ -108,6 +109,11 @@ type Config struct {
 	// socket per tenant and address family instead of opening a socket
 	// per listener (see steered.go). The caller opens and closes it.
 	Steer *steer.Steer
+	// CPU is the tenants' budgets of signature CPU, charged by the
+	// client signatures of their HTTPS health checks (and, given to the
+	// certificate manager too, by their listeners' handshakes); nil takes
+	// budgets of the defaults.
+	CPU *cpubudget.Budgets
 }
 
 // DefaultDrainTimeout is used when Config.DrainTimeout is zero.
@@ -202,6 +208,7 @@ func New(cfg Config) *Proxy {
 		EjectAfter:  cfg.Limits.EjectAfter,
 		EjectFor:    cfg.Limits.EjectFor,
 		MaxEjectFor: cfg.Limits.MaxEjectFor,
+		CPU:         cfg.CPU,
 	})
 	p.current.Store(emptyServed())
 	return p
