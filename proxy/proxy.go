@@ -134,6 +134,13 @@ type Proxy struct {
 	wg        sync.WaitGroup
 
 	handover handoverState
+
+	// recovering holds the load balancers without a healthy member (zero
+	// time) or recovering from it (since when), for memberReadiness.
+	recoverMu  sync.Mutex
+	recovering map[string]time.Time
+	// passiveStop ends watchPassive.
+	passiveStop chan struct{}
 }
 
 // New returns a proxy serving nothing; Update gives it the state.
@@ -187,6 +194,8 @@ func New(cfg Config) *Proxy {
 		MaxEjectFor: cfg.Limits.MaxEjectFor,
 	})
 	p.current.Store(emptyServed())
+	p.passiveStop = make(chan struct{})
+	p.wg.Go(func() { p.watchPassive(p.passiveStop) })
 	return p
 }
 
@@ -468,6 +477,7 @@ func (p *Proxy) Close() error {
 		return nil
 	}
 	p.closed = true
+	close(p.passiveStop)
 	p.retry.stop()
 	old := p.current.Load()
 	p.current.Store(emptyServed())

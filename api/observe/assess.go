@@ -146,6 +146,9 @@ func Assess(lb *pb.LoadBalancer, hosts []*pb.HostObservation) *pb.ObservedStatus
 				if reason == "" {
 					reason = "not healthy"
 				}
+				if verdict == Failing || verdict == Degraded {
+					reason = evidence + " (" + reason + ")"
+				}
 				add("%s: pool %s member %s is down: %s; check the member and its health check", id, po.GetPool(), m.GetAddress(), reason)
 			}
 		}

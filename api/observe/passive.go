@@ -73,16 +73,8 @@ func JudgePassive(c PassiveCounts) (verdict, evidence string) {
 	for _, f := range c.Failures {
 		failed += f.GetCount()
 	}
-	failed = min(failed, c.Total)
-	switch {
-	case c.Total < PassiveMinimum:
-		return Unknown, ""
-	case failed*100 >= c.Total*PassiveFailingPercent:
-		verdict = Failing
-	case failed*100 >= c.Total*PassiveDegradedPercent:
-		verdict = Degraded
-	default:
-		return Healthy, ""
+	if verdict = PassiveVerdict(c.Total, failed); verdict != Failing && verdict != Degraded {
+		return verdict, ""
 	}
 	fs := slices.Clone(c.Failures)
 	slices.SortStableFunc(fs, func(a, b *pb.PassiveFailure) int {
@@ -101,6 +93,41 @@ func JudgePassive(c PassiveCounts) (verdict, evidence string) {
 	}
 	unit := cmp.Or(c.Unit, UnitRequests)
 	return verdict, fmt.Sprintf("%s of %d %s in the last %d s", strings.Join(parts, " and "), c.Total, unit, int(PassiveWindow/time.Second))
+}
+
+// PassiveVerdict is JudgePassive's verdict alone, from the total and the
+// failed count; it allocates nothing.
+func PassiveVerdict(total, failed uint64) string {
+	failed = min(failed, total)
+	switch {
+	case total < PassiveMinimum:
+		return Unknown
+	case failed*100 >= total*PassiveFailingPercent:
+		return Failing
+	case failed*100 >= total*PassiveDegradedPercent:
+		return Degraded
+	}
+	return Healthy
+}
+
+// Readiness reasons the data plane gives the VIP manager for a load
+// balancer whose listeners are open but whose members cannot serve:
+// NoHealthyMember while none of them is healthy (active check or
+// Failing by passive health), Recovering for RecoverHoldDown after one
+// became healthy again. The VIP manager keeps the VIPs of such load
+// balancers (there is nowhere better to send the traffic) except in a
+// bgp pool with withdrawWhenDown (see vip/DESIGN.md "Member health and
+// VIPs").
+const (
+	NoHealthyMember = "no healthy member in any of its pools"
+	Recovering      = "a member recovered less than the hold-down ago"
+	RecoverHoldDown = 10 * time.Second
+)
+
+// MemberHealthOnly reports whether a readiness reason is only about the
+// members' health (NoHealthyMember or Recovering).
+func MemberHealthOnly(reason string) bool {
+	return reason == NoHealthyMember || reason == Recovering
 }
 
 // JudgeObserved applies JudgePassive to a member observation; a member
