@@ -160,6 +160,13 @@ type Proxy struct {
 	wg           sync.WaitGroup
 
 	handover handoverState
+
+	// recovering holds the load balancers without a healthy member (zero
+	// time) or recovering from it (since when), for memberReadiness.
+	recoverMu  sync.Mutex
+	recovering map[string]time.Time
+	// passiveStop ends watchPassive.
+	passiveStop chan struct{}
 }
 
 // Pipes returns the host's splice pipe pool (Limits.SplicePipes), for the
@@ -211,6 +218,8 @@ func New(cfg Config) *Proxy {
 		CPU:         cfg.CPU,
 	})
 	p.current.Store(emptyServed())
+	p.passiveStop = make(chan struct{})
+	p.wg.Go(func() { p.watchPassive(p.passiveStop) })
 	return p
 }
 
@@ -492,6 +501,7 @@ func (p *Proxy) Close() error {
 		return nil
 	}
 	p.closed = true
+	close(p.passiveStop)
 	p.retry.stop()
 	old := p.current.Load()
 	p.current.Store(emptyServed())

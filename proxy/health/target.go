@@ -38,6 +38,11 @@ type Target struct {
 	inFlight  atomic.Int64
 	// ejected counts every ejection.
 	ejected atomic.Int64
+	// passive holds what clients got from the member lately (Record);
+	// nil until its first request.
+	passive atomic.Pointer[passiveWindow]
+	// passiveFailing is the last passive verdict (SetPassiveFailing).
+	passiveFailing atomic.Bool
 
 	mu         sync.Mutex
 	stopped    bool
