@@ -43,6 +43,7 @@ import (
 	"github.com/teapot-lb/teapot-lb/packaging/sdnotify"
 	"github.com/teapot-lb/teapot-lb/proxy"
 	"github.com/teapot-lb/teapot-lb/proxy/certs"
+	"github.com/teapot-lb/teapot-lb/proxy/cpubudget"
 	"github.com/teapot-lb/teapot-lb/proxy/l7"
 	"github.com/teapot-lb/teapot-lb/proxy/metrics"
 	"github.com/teapot-lb/teapot-lb/tenantsync"
@@ -105,6 +106,12 @@ type serveConfig struct {
 	ACMECARoot     string       `json:"acme-ca-root"`
 	ACMEEmail      string       `json:"acme-email"`
 	ACMERenewCheck vip.Duration `json:"acme-renew-check"`
+	// ACMEOrdersPerTenant bounds each tenant's new ACME orders an hour
+	// on this host.
+	ACMEOrdersPerTenant int `json:"acme-orders-per-tenant"`
+	// TLSCPUPerTenant is the CPU (cores) one tenant's TLS signatures may
+	// use on average; 0 takes a quarter of the host's CPUs.
+	TLSCPUPerTenant float64 `json:"tls-cpu-per-tenant"`
 
 	// Restore and RestorePassphraseFile start a new cluster from a backup
 	// (command line only: a restore happens once).
@@ -128,6 +135,8 @@ func serveCommand() *cobra.Command {
 		DrainTimeout:     vip.Duration(proxy.DefaultDrainTimeout),
 		ListenSockets:    proxy.ListenPerListener,
 		GCHeadroom:       memlimit.DefaultHeadroom,
+
+		ACMEOrdersPerTenant: certs.DefaultOrdersPerHour,
 
 		HeartbeatInterval: vip.Duration(vip.DefaultHeartbeatInterval),
 		HeartbeatMisses:   vip.DefaultHeartbeatMisses,
@@ -171,6 +180,8 @@ func serveCommand() *cobra.Command {
 	f.StringVar(&cfg.ACMEEmail, "acme-email", "", "contact address of the cluster's ACME account")
 	f.Var(&cfg.ACMERenewCheck, "acme-renew-check", "how often certificates are checked for renewal (default 10m)")
 	_ = f.MarkHidden("acme-renew-check")
+	f.IntVar(&cfg.ACMEOrdersPerTenant, "acme-orders-per-tenant", cfg.ACMEOrdersPerTenant, "new ACME orders one tenant may start in an hour on this host (the cluster shares one ACME account, whose limits the CA counts); a name whose order failed also waits 1 minute, doubling with each failure up to a day")
+	f.Float64Var(&cfg.TLSCPUPerTenant, "tls-cpu-per-tenant", 0, "CPU cores one tenant's TLS handshakes may use on average on this host: the ClientHellos and full handshakes of its https listeners (over it they wait up to 200ms, then are refused) and the client certificates of its HTTPS health checks (over it they are delayed); resumed sessions sign nothing (0: a quarter of the host's CPUs)")
 	f.StringVar(&cfg.Restore, "restore", "", "start a new cluster from this backup (\"teapot-lb cluster backup\"): needs an empty --data-dir; other hosts then --join it")
 	f.BoolVar(&cfg.Recover, "recover", false, "the other voters are gone for good: make this host a one-host cluster with the state in its data dir (refused while any other voter answers); new hosts then --join it")
 	f.StringVar(&cfg.RestorePassphraseFile, "restore-passphrase-file", "", "passphrase of an encrypted --restore backup (the file's first line)")
@@ -225,6 +236,12 @@ func loadServeConfig(cmd *cobra.Command, cfg *serveConfig) error {
 	if file.ACMERenewCheck != 0 && !set["acme-renew-check"] {
 		cfg.ACMERenewCheck = file.ACMERenewCheck
 	}
+	if file.ACMEOrdersPerTenant != 0 && !set["acme-orders-per-tenant"] {
+		cfg.ACMEOrdersPerTenant = file.ACMEOrdersPerTenant
+	}
+	if file.TLSCPUPerTenant != 0 && !set["tls-cpu-per-tenant"] {
+		cfg.TLSCPUPerTenant = file.TLSCPUPerTenant
+	}
 	if file.HeartbeatTimeout != 0 && !set["raft-heartbeat-timeout"] {
 		cfg.HeartbeatTimeout = file.HeartbeatTimeout
 	}
@@ -275,6 +292,12 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	if steering != nil {
 		defer steering.Close()
 		log.Info("TCP listeners share a socket per tenant", "component", "serve", "listen-sockets", cfg.ListenSockets)
+	}
+	if cfg.ACMEOrdersPerTenant < 1 {
+		return fmt.Errorf("--acme-orders-per-tenant %d: give 1 or more new orders an hour (default %d)", cfg.ACMEOrdersPerTenant, certs.DefaultOrdersPerHour)
+	}
+	if cfg.TLSCPUPerTenant < 0 {
+		return fmt.Errorf("--tls-cpu-per-tenant %g: give the CPU cores a tenant's TLS signatures may use, like 0.5, or 0 for a quarter of the host's CPUs", cfg.TLSCPUPerTenant)
 	}
 	if cfg.Join != "" && cfg.Token == "" {
 		return errors.New("--join needs --token (from `teapot-lb cluster join-token` on a cluster host)")
@@ -359,7 +382,10 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	go func() { served <- srv.Serve(guard.Listener(ln)) }()
 	log.Info("serving API", "component", "api", "addr", cfg.APIAddr)
 
-	cm, err := newCertManager(cfg, node, log, host.Events().Add)
+	// One budget of signature CPU per tenant, drawn on by its listeners'
+	// handshakes and its health checks' client certificates.
+	cpu := cpubudget.New(cpubudget.Options{Rate: cfg.TLSCPUPerTenant})
+	cm, err := newCertManager(cfg, node, log, host.Events().Add, cpu)
 	if err != nil {
 		srv.Stop()
 		node.Close()
@@ -387,7 +413,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	}
 	px := proxy.New(proxy.Config{
 		Logger: log, DrainTimeout: time.Duration(cfg.DrainTimeout), Metrics: counters, HTTP: cm.Terminator(proxy.NewHTTP(engine, challenge)),
-		Events: host.Events().Add, Steer: steering,
+		Events: host.Events().Add, Steer: steering, CPU: cpu,
 		// Member health and listeners opened on retry change readiness
 		// without a change of the committed state; a member's health, that
 		// of the load balancers holding it only.
@@ -687,11 +713,11 @@ func (v *vipManager) close(log *slog.Logger) {
 // CA and certificates uploaded through the API, kept in the replicated
 // store. Session ticket keys derive from the cluster CA's key, so every
 // host resumes the sessions of the others.
-func newCertManager(cfg serveConfig, node *consensus.Node, log *slog.Logger, events func(*pb.Event)) (*certs.Manager, error) {
+func newCertManager(cfg serveConfig, node *consensus.Node, log *slog.Logger, events func(*pb.Event), cpu *cpubudget.Budgets) (*certs.Manager, error) {
 	mc := certs.Config{
 		Store: node, Host: cfg.NodeID, CA: cfg.ACMECA, Email: cfg.ACMEEmail,
 		TicketSecret: node.CA().KeyPEM, RenewCheckInterval: time.Duration(cfg.ACMERenewCheck), Logger: log,
-		Events: events,
+		Events: events, OrdersPerHour: cfg.ACMEOrdersPerTenant, CPU: cpu,
 	}
 	if cfg.ACMECARoot != "" {
 		roots, err := certs.LoadRoots(cfg.ACMECARoot)

@@ -2,14 +2,9 @@ package api
 
 import (
 	"crypto"
-	"crypto/ecdsa"
-	"crypto/ed25519"
-	"crypto/elliptic"
-	"crypto/rsa"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
-	"fmt"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -29,9 +24,9 @@ const (
 	// bundle.
 	MaxCheckCACerts = 32
 	// MaxCheckClientRSABits bounds an RSA client key: every check signs
-	// with it, and a private-key operation costs the cube of its size
-	// (4096 bits: a few milliseconds; 12,000 bits: about a second).
-	MaxCheckClientRSABits = 4096
+	// with it (see MaxRSAKeyBits, the one bound of every key the hosts
+	// sign with).
+	MaxCheckClientRSABits = MaxRSAKeyBits
 	// MaxRiseFall bounds a health check's rise and fall counts.
 	MaxRiseFall = 100
 )
@@ -156,7 +151,7 @@ func checkHTTPSCheck(ck *checker, f string, h *pb.HTTPSCheck) {
 			ck.invalidf(f+".clientCertPEM", "and clientKeyPEM are not a PEM certificate with its private key: %v", err)
 			return
 		}
-		if why := keyProblem(publicOf(pair.PrivateKey)); why != "" {
+		if why := KeyProblem(publicOf(pair.PrivateKey)); why != "" {
 			ck.invalidf(f+".clientKeyPEM", "%s", why)
 		}
 	}
@@ -179,7 +174,7 @@ func clientCertKeyProblem(s string) string {
 		if err != nil {
 			return "first certificate does not parse: " + err.Error()
 		}
-		return keyProblem(c.PublicKey)
+		return KeyProblem(c.PublicKey)
 	}
 }
 
@@ -190,28 +185,6 @@ func publicOf(k any) any {
 		return s.Public()
 	}
 	return nil
-}
-
-// keyProblem says why a client key is refused, or "": only keys whose
-// signature costs the hosts little are accepted.
-func keyProblem(pub any) string {
-	const accepted = "use an ECDSA P-256 or P-384, Ed25519, or RSA key of at most 4096 bits"
-	switch k := pub.(type) {
-	case *ecdsa.PublicKey:
-		if k.Curve == elliptic.P256() || k.Curve == elliptic.P384() {
-			return ""
-		}
-		return fmt.Sprintf("has an ECDSA key on curve %s; %s", k.Curve.Params().Name, accepted)
-	case ed25519.PublicKey:
-		return ""
-	case *rsa.PublicKey:
-		if n := k.N.BitLen(); n > MaxCheckClientRSABits {
-			return fmt.Sprintf("has an RSA key of %d bits; %s", n, accepted)
-		}
-		return ""
-	default:
-		return fmt.Sprintf("has a key of type %T; %s", pub, accepted)
-	}
 }
 
 // caBundleProblem says what is wrong with a PEM CA bundle, or "".

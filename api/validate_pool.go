@@ -35,6 +35,9 @@ func ValidatePool(p *pb.VIPPool, c Catalog) error {
 	default:
 		ck.invalidf("mode", "%q is not one of arp, bgp, static", p.GetMode())
 	}
+	if p.GetWithdrawWhenDown() && p.GetMode() != "bgp" {
+		ck.invalidf("withdrawWhenDown", "applies to bgp pools only (this pool is %s): elsewhere a VIP with no healthy member stays held, as no other site can take its traffic; remove the field or use mode: bgp", orUnset(p.GetMode()))
+	}
 	seen := map[string]int{}
 	for i, tn := range p.GetTenants() {
 		f := fmt.Sprintf("tenants[%d]", i)
@@ -174,4 +177,11 @@ func checkPoolUsers(ck *checker, p *pb.VIPPool, ranges []poolRange, c Catalog) {
 			holders[u.addr] = u.lb
 		}
 	}
+}
+
+func orUnset(mode string) string {
+	if mode == "" {
+		return "unset"
+	}
+	return mode
 }

@@ -223,9 +223,10 @@ type httpMember struct {
 func (m *httpMember) Addr() netip.AddrPort { return m.addr }
 
 // Done feeds least-request accounting and passive health: a member that
-// gave no response counts as a failed connect towards ejection, unless the
-// tenant's own budget kept it from being dialled.
-func (m *httpMember) Done(err error, _ int, _ time.Duration) {
+// gave no response counts as a failed connect towards ejection, and the
+// outcome counts in the member's passive window, unless the tenant's own
+// budget kept it from being dialled.
+func (m *httpMember) Done(err error, status int, _ time.Duration) {
 	m.target.End()
 	if errors.Is(err, l7.ErrMemberLimit) {
 		return
@@ -235,4 +236,32 @@ func (m *httpMember) Done(err error, _ int, _ time.Duration) {
 	} else {
 		m.target.ConnectSucceeded()
 	}
+	if o, ok := httpOutcome(err, status); ok {
+		m.target.Record(o)
+	}
+}
+
+// httpOutcome is what a request got from a member for passive health;
+// false when it says nothing about the member (the client left before
+// the answer, status 0 without an error).
+func httpOutcome(err error, status int) (health.Outcome, bool) {
+	switch {
+	case err == nil && status == 0:
+		return health.OutcomeOK, false
+	case err == nil && status == 502:
+		return health.Outcome502, true
+	case err == nil && status == 503:
+		return health.Outcome503, true
+	case err == nil && status == 504:
+		return health.Outcome504, true
+	case err == nil:
+		return health.OutcomeOK, true
+	case errors.Is(err, l7.ErrConnect):
+		return health.OutcomeConnect, true
+	case errors.Is(err, l7.ErrUpstreamTimeout):
+		return health.OutcomeTimeout, true
+	case errors.Is(err, l7.ErrUpstreamProtocol):
+		return health.OutcomeProtocol, true
+	}
+	return health.OutcomeReset, true
 }

@@ -60,11 +60,13 @@ func (p *Proxy) Observe(f observe.Filter, h *pb.HostObservation) {
 		}
 		return strings.Compare(a.Name, b.Name)
 	})
+	now := time.Now()
 	for _, spec := range pools {
 		po := &pb.PoolObservation{LoadBalancer: spec.LB, Pool: spec.Name}
 		lp, _ := cur.pools.Get(spec)
+		unit := unitOf(lp)
 		for _, m := range lp.members {
-			mo := &pb.MemberObservation{Address: m.Addr.String(), Healthy: m.Usable()}
+			mo := &pb.MemberObservation{Address: m.Addr.String(), Healthy: m.Usable(), Passive: passiveHealth(Target(m), unit, now)}
 			if m.Weight == 0 {
 				mo.Reason = "weight 0 (drained)"
 			}

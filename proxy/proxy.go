@@ -12,6 +12,7 @@ import (
 	"time"
 
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+	"github.com/teapot-lb/teapot-lb/proxy/cpubudget"
 	"github.com/teapot-lb/teapot-lb/proxy/health"
 	"github.com/teapot-lb/teapot-lb/proxy/internal/pmap"
 	"github.com/teapot-lb/teapot-lb/proxy/internal/splice"
@@ -108,6 +109,11 @@ type Config struct {
 	// socket per tenant and address family instead of opening a socket
 	// per listener (see steered.go). The caller opens and closes it.
 	Steer *steer.Steer
+	// CPU is the tenants' budgets of signature CPU, charged by the
+	// client signatures of their HTTPS health checks (and, given to the
+	// certificate manager too, by their listeners' handshakes); nil takes
+	// budgets of the defaults.
+	CPU *cpubudget.Budgets
 }
 
 // DefaultDrainTimeout is used when Config.DrainTimeout is zero.
@@ -154,6 +160,13 @@ type Proxy struct {
 	wg           sync.WaitGroup
 
 	handover handoverState
+
+	// recovering holds the load balancers without a healthy member (zero
+	// time) or recovering from it (since when), for memberReadiness.
+	recoverMu  sync.Mutex
+	recovering map[string]time.Time
+	// passiveStop ends watchPassive.
+	passiveStop chan struct{}
 }
 
 // Pipes returns the host's splice pipe pool (Limits.SplicePipes), for the
@@ -202,8 +215,11 @@ func New(cfg Config) *Proxy {
 		EjectAfter:  cfg.Limits.EjectAfter,
 		EjectFor:    cfg.Limits.EjectFor,
 		MaxEjectFor: cfg.Limits.MaxEjectFor,
+		CPU:         cfg.CPU,
 	})
 	p.current.Store(emptyServed())
+	p.passiveStop = make(chan struct{})
+	p.wg.Go(func() { p.watchPassive(p.passiveStop) })
 	return p
 }
 
@@ -485,6 +501,7 @@ func (p *Proxy) Close() error {
 		return nil
 	}
 	p.closed = true
+	close(p.passiveStop)
 	p.retry.stop()
 	old := p.current.Load()
 	p.current.Store(emptyServed())

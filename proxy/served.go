@@ -5,6 +5,9 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+	"time"
+
+	"github.com/teapot-lb/teapot-lb/api/observe"
 
 	"github.com/teapot-lb/teapot-lb/proxy/balance"
 	"github.com/teapot-lb/teapot-lb/proxy/health"
@@ -312,7 +315,7 @@ func (p *Proxy) Unhealthy() map[string]string {
 	out := map[string]string{}
 	for lb, ok := range usable {
 		if !ok {
-			out[lb] = "no healthy member in any of its pools"
+			out[lb] = observe.NoHealthyMember
 		}
 	}
 	return out
@@ -337,12 +340,13 @@ func unservable(pools []*Pool) bool {
 	return some
 }
 
-// servable reports whether a connection may go to a member of the pool:
-// one usable, or one only ejected after connect failures (Unhealthy says
-// why those count).
+// servable reports whether a connection may go to a member of the pool
+// and be served: one usable, or one only ejected after connect failures
+// (Unhealthy says why those count), that its clients do not find Failing
+// (passive health, judgePassive).
 func (pool *Pool) servable() bool {
 	return slices.ContainsFunc(pool.members, func(m *balance.Member) bool {
-		return m.Usable() || (m.Weight > 0 && Target(m).OnlyEjected())
+		return (m.Usable() || (m.Weight > 0 && Target(m).OnlyEjected())) && !Target(m).PassiveFailing()
 	})
 }
 
@@ -386,6 +390,7 @@ func (p *Proxy) ReadinessOf(lbs []string) (ready map[string]string, gone []strin
 	st := p.status
 	p.statusMu.Unlock()
 	cur := p.current.Load()
+	now := time.Now()
 	ready = make(map[string]string, len(lbs))
 	for _, lb := range lbs {
 		problems, ok := st.Get(lb)
@@ -397,10 +402,16 @@ func (p *Proxy) ReadinessOf(lbs []string) (ready map[string]string, gone []strin
 		for _, pr := range problems {
 			parts = append(parts, pr.Field+": "+pr.Reason)
 		}
-		if pools, _ := cur.byLB.Get(lb); len(parts) == 0 && unservable(pools) {
-			parts = append(parts, "no healthy member in any of its pools")
+		if len(parts) == 0 {
+			pools, _ := cur.byLB.Get(lb)
+			if r := p.memberReadiness(lb, unservable(pools), now); r != "" {
+				parts = append(parts, r)
+			}
 		}
 		ready[lb] = strings.Join(parts, "; ")
+	}
+	if len(gone) > 0 {
+		p.forgetReadiness(func(lb string) bool { return !slices.Contains(gone, lb) })
 	}
 	return ready, gone
 }
@@ -427,16 +438,20 @@ func (p *Proxy) StatusOf(lbs []string) map[string][]Problem {
 // may hold.
 func (p *Proxy) Readiness() map[string]string {
 	status, unhealthy := p.Status(), p.Unhealthy()
+	now := time.Now()
 	ready := make(map[string]string, len(status))
 	for lb, problems := range status {
 		var parts []string
 		for _, pr := range problems {
 			parts = append(parts, pr.Field+": "+pr.Reason)
 		}
-		if len(parts) == 0 && unhealthy[lb] != "" {
-			parts = append(parts, unhealthy[lb])
+		if len(parts) == 0 {
+			if r := p.memberReadiness(lb, unhealthy[lb] != "", now); r != "" {
+				parts = append(parts, r)
+			}
 		}
 		ready[lb] = strings.Join(parts, "; ")
 	}
+	p.forgetReadiness(func(lb string) bool { _, ok := status[lb]; return ok })
 	return ready
 }

@@ -65,7 +65,7 @@ func (p *Proxy) forwardTCP(l *ListenerSnapshot, c *net.TCPConn, pool *Pool, read
 	if h := pool.Spec.Health; h != nil && h.CloseOnDown {
 		downWatch = tg
 	}
-	p.pipe(l, c, up, downWatch)
+	p.pipe(l, c, up, tg, downWatch)
 }
 
 // proxyHeaderMax bounds an encoded PROXY header (v1 is at most 107 bytes).
@@ -127,16 +127,18 @@ func (p *Proxy) dialMember(l *ListenerSnapshot, pool *Pool, client netip.Addr) (
 		took := time.Since(start)
 		if err != nil {
 			tg.ConnectFailed()
-			status := StatusConnectFailed
+			status, outcome := StatusConnectFailed, health.OutcomeConnect
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
-				status = StatusConnectTimeout
+				status, outcome = StatusConnectTimeout, health.OutcomeTimeout
 			}
+			tg.Record(outcome)
 			again = status == StatusConnectFailed
 			p.metrics.MemberRequest(l.LB, pool.Spec.Name, name, status, took)
 			continue
 		}
 		tg.ConnectSucceeded()
+		tg.Record(health.OutcomeOK)
 		p.metrics.MemberRequest(l.LB, pool.Spec.Name, name, StatusConnected, took)
 		return c.(*net.TCPConn), m
 	}
@@ -151,9 +153,9 @@ func (p *Proxy) dialMember(l *ListenerSnapshot, pool *Pool, client netip.Addr) (
 // downWatch set (the pool's check closes connections of members it takes
 // down), the directions wake at least every downPoll and close both sides
 // once that member's check says down.
-func (p *Proxy) pipe(l *ListenerSnapshot, client, up *net.TCPConn, downWatch *health.Target) {
+func (p *Proxy) pipe(l *ListenerSnapshot, client, up *net.TCPConn, member, downWatch *health.Target) {
 	idle := l.Limits.IdleTimeout
-	pp := &pipe{client: client, up: up, idle: idle, tick: max(idle/4, 10*time.Millisecond), downWatch: downWatch}
+	pp := &pipe{client: client, up: up, idle: idle, tick: max(idle/4, 10*time.Millisecond), member: member, downWatch: downWatch}
 	if downWatch != nil {
 		pp.tick = min(pp.tick, downPoll)
 	}
@@ -174,10 +176,15 @@ const downPoll = 500 * time.Millisecond
 type pipe struct {
 	client, up *net.TCPConn
 	idle, tick time.Duration
-	downWatch  *health.Target
+	// member is the member's live state: a reset it sends counts in its
+	// passive window.
+	member    *health.Target
+	downWatch *health.Target
 	// last is when bytes last moved either way, in Unix nanoseconds.
 	last atomic.Int64
 	once sync.Once
+	// reset: the member's reset was counted.
+	reset atomic.Bool
 }
 
 // copy moves sp's source to its destination until the source's half
@@ -210,10 +217,22 @@ func (pp *pipe) copy(sp *splice.Splicer, count func(int64)) {
 			pp.end(false)
 			return
 		default:
+			pp.memberFailed()
 			pp.end(true)
 			return
 		}
 	}
+}
+
+// memberFailed counts, once per connection, a reset the member sent: a
+// copy failed and the member's socket is closed by the peer (a client
+// that resets leaves the member's socket established, so it does not
+// count against the member).
+func (pp *pipe) memberFailed() {
+	if pp.member == nil || !peerReset(pp.up) || !pp.reset.CompareAndSwap(false, true) {
+		return
+	}
+	pp.member.RecordFailure(health.OutcomeReset)
 }
 
 // end closes both sides once: with a reset after a failure, gracefully

@@ -48,6 +48,9 @@ type flow struct {
 	opened time.Time
 	done   func()
 	once   sync.Once
+	// refused: a port unreachable was counted in the member's passive
+	// window.
+	refused atomic.Bool
 
 	// The reply budget (udpReplyAllowed). rx counts the bytes the client
 	// sent; replied is set once a reply left; verified by a client
@@ -189,9 +192,11 @@ func (u *udpSocket) flow(client netip.AddrPort) *flow {
 	if err != nil {
 		done()
 		tg.ConnectFailed()
+		tg.Record(health.OutcomeConnect)
 		p.metrics.ConnRefused(l.LB, l.Name, RefusedNoMember)
 		return nil
 	}
+	tg.Record(health.OutcomeOK)
 	tg.Begin()
 	f := &flow{u: u, client: client, up: up, l: l, target: tg, idle: int64(l.Limits.IdleTimeout), opened: time.Now(), done: done}
 	f.last.Store(u.now.Load())
@@ -233,8 +238,12 @@ func (f *flow) replies() {
 		}
 		switch {
 		case rerr == unix.ECONNREFUSED:
-			// ICMP port unreachable: nothing listens on the member.
+			// ICMP port unreachable: nothing listens on the member
+			// (a failed flow in its passive window, once).
 			f.target.ConnectFailed()
+			if f.refused.CompareAndSwap(false, true) {
+				f.target.RecordFailure(health.OutcomeConnect)
+			}
 		case rerr == unix.EINTR:
 		case rerr != nil:
 			bufPool.Put(bp)

@@ -14,11 +14,13 @@ import (
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
 
-// Bounds of an uploaded certificate; a tenant's count is its
+// Bounds of an uploaded certificate, the API's (checked here before the
+// upload is sent on, and again by the certificate store with the key's
+// size and the chain's length); a tenant's count is its
 // quotas.certificates, checked by the certificate store.
 const (
-	MaxCertificatePEM = 64 << 10
-	MaxKeyPEM         = 16 << 10
+	MaxCertificatePEM = api.MaxCertificatePEMLen
+	MaxKeyPEM         = api.MaxCertificateKeyPEMLen
 )
 
 // CertificateStore stores the certificates agents upload from their

@@ -28,6 +28,8 @@ type vipSpec struct {
 	// LBs are the load balancers using the address ("tenant/name"),
 	// sorted.
 	LBs []string
+	// WithdrawWhenDown: the pool's withdrawWhenDown (bgp pools only).
+	WithdrawWhenDown bool
 }
 
 // member is an LB host that takes part in failure detection.
@@ -115,7 +117,7 @@ func desiredState(objs []*pb.Object) desired {
 		byAddr[a] = len(vips)
 		vips = append(vips, vipSpec{
 			Addr: a, Mode: p.pool.GetMode(), Pool: p.pool.GetName(),
-			Communities: p.comms, LBs: []string{name},
+			Communities: p.comms, LBs: []string{name}, WithdrawWhenDown: p.pool.GetWithdrawWhenDown(),
 		})
 	}
 	slices.SortFunc(vips, func(x, y vipSpec) int { return x.Addr.Compare(y.Addr) })
@@ -207,7 +209,8 @@ func (d *desired) withLoadBalancers(changes []lbChange) (*desired, []netip.Addr)
 		name := lbName(c.next)
 		vs, found := e.l.get(a)
 		if !found {
-			e.put(vipSpec{Addr: a, Mode: p.pool.GetMode(), Pool: p.pool.GetName(), Communities: p.comms, LBs: []string{name}})
+			e.put(vipSpec{Addr: a, Mode: p.pool.GetMode(), Pool: p.pool.GetName(), Communities: p.comms, LBs: []string{name},
+				WithdrawWhenDown: p.pool.GetWithdrawWhenDown()})
 			owned[a] = true
 			continue
 		}

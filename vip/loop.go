@@ -561,19 +561,32 @@ func quorumState(v view) string {
 	return "none"
 }
 
-// notReady says why the data plane cannot serve vs ("" when it can).
+// notReady says why this host cannot serve vs ("" when it can): it can
+// when the data plane serves one of its load balancers. The rule for
+// member health is the same for every mode and listener kind (see
+// DESIGN.md "Member health and VIPs"): a load balancer whose listeners
+// are open but none of whose members is healthy (observe.NoHealthyMember,
+// or observe.Recovering in the hold-down after) is served: the VIP stays
+// where it is, as every host dials the same members and releasing it
+// would only turn the clients' errors into timeouts. Only a bgp pool with
+// withdrawWhenDown withdraws it then, so that another site announcing the
+// address takes the traffic.
 func notReady(vs vipSpec, ready map[string]string, haveReady bool) string {
 	if !haveReady {
 		return "the data plane has not reported yet"
 	}
+	withdraw := vs.WithdrawWhenDown && vs.Mode == ModeBGP
 	var why []string
 	for _, lb := range vs.LBs {
 		r, ok := ready[lb]
 		if !ok {
 			r = "not served by the data plane yet"
 		}
-		if r == "" {
+		if r == "" || (!withdraw && observe.MemberHealthOnly(r)) {
 			return ""
+		}
+		if withdraw && observe.MemberHealthOnly(r) {
+			r += " (withdrawWhenDown)"
 		}
 		why = append(why, lb+": "+r)
 	}

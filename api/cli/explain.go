@@ -146,15 +146,26 @@ func (a *app) explainLB(ctx context.Context, w io.Writer, c *client.Conn, ref *p
 
 	fmt.Fprintln(w, "\n4. Members per host")
 	t = newTable(w)
-	t.row("  HOST", "POOL", "MEMBER", "HEALTHY", "LAST CHECK", "WHY / WHAT TO DO")
+	t.row("  HOST", "POOL", "MEMBER", "HEALTHY", "LAST CHECK", "CLIENTS (60 s)", "WHY / WHAT TO DO")
 	for _, h := range hosts {
 		for _, p := range h.GetPools() {
 			for _, mb := range p.GetMembers() {
 				why := mb.GetReason()
-				if !mb.GetHealthy() {
-					why += "; check that " + mb.GetAddress() + " serves and that the health check matches it"
+				verdict, evidence := observe.JudgeObserved(mb)
+				healthy := mb.GetHealthy() && verdict != observe.Failing
+				switch {
+				case evidence != "" && why != "":
+					why = evidence + "; " + why
+				case evidence != "":
+					why = evidence
 				}
-				t.row("  "+h.GetNodeId(), p.GetPool(), mb.GetAddress(), yesNo(mb.GetHealthy()), stamp(now, mb.GetLastCheck()), why)
+				switch {
+				case !mb.GetHealthy():
+					why += "; check that " + mb.GetAddress() + " serves and that the health check matches it"
+				case evidence != "":
+					why += "; check that " + mb.GetAddress() + " serves"
+				}
+				t.row("  "+h.GetNodeId(), p.GetPool(), mb.GetAddress(), yesNo(healthy), stamp(now, mb.GetLastCheck()), clients(mb.GetPassive()), why)
 			}
 		}
 	}
@@ -428,4 +439,13 @@ func stamp(now time.Time, ts *timestamppb.Timestamp) string {
 		return "-"
 	}
 	return age(now, ts) + " ago (" + ts.AsTime().UTC().Format(time.RFC3339) + ")"
+}
+
+// clients sums up what clients got from a member: "3 of 412 requests
+// failed", "-" with nothing sent to it.
+func clients(p *pb.PassiveHealth) string {
+	if p.GetTotal() == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%d of %d %s failed", p.GetFailed(), p.GetTotal(), p.GetUnit())
 }

@@ -30,9 +30,14 @@ func Held(state string) bool { return state == "holding" || state == "announcing
 //     problems and opens none of its listeners).
 //   - Failing: no host holds its VIP while hosts report it, none of its
 //     listeners is bound anywhere, or no member is healthy on any host.
+//     A member is not healthy when its active check says down, or when
+//     what clients get says Failing (JudgePassive) on a host and no host
+//     has seen it serve: with PassiveMinimum requests and a Healthy
+//     verdict. A host without traffic to the member (not the VIP's
+//     holder) has no evidence of its own and follows the others.
 //   - Degraded: it serves, but something is wrong somewhere (a listener not
-//     bound on one host, a member down, a certificate not obtained, a
-//     problem in its spec).
+//     bound on one host, a member down or passively Degraded, a
+//     certificate not obtained, a problem in its spec).
 //   - Serving: nothing is wrong.
 //   - Unknown: no host answered.
 func Assess(lb *pb.LoadBalancer, hosts []*pb.HostObservation) *pb.ObservedStatus {
@@ -50,6 +55,7 @@ func Assess(lb *pb.LoadBalancer, hosts []*pb.HostObservation) *pb.ObservedStatus
 		return out
 	}
 
+	passiveDown := passiveDownMembers(name, hosts)
 	var reachable, refused, pending, unbound, noMember, serving int
 	vipReported := false
 	var released []string
@@ -119,6 +125,19 @@ func Assess(lb *pb.LoadBalancer, hosts []*pb.HostObservation) *pb.ObservedStatus
 			}
 			for _, m := range po.GetMembers() {
 				members++
+				key := po.GetPool() + " " + m.GetAddress()
+				verdict, evidence := JudgeObserved(m)
+				switch {
+				case m.GetHealthy() && verdict == Degraded:
+					add("%s: pool %s member %s is degraded: %s; check the member", id, po.GetPool(), m.GetAddress(), evidence)
+				case m.GetHealthy() && verdict == Failing:
+					add("%s: pool %s member %s is down: %s; check the member", id, po.GetPool(), m.GetAddress(), evidence)
+					continue
+				case m.GetHealthy() && passiveDown[key]:
+					// No evidence of its own here (no traffic): another
+					// host's clients get failures and none are served.
+					continue
+				}
 				if m.GetHealthy() {
 					healthy++
 					continue
@@ -126,6 +145,9 @@ func Assess(lb *pb.LoadBalancer, hosts []*pb.HostObservation) *pb.ObservedStatus
 				reason := m.GetReason()
 				if reason == "" {
 					reason = "not healthy"
+				}
+				if verdict == Failing || verdict == Degraded {
+					reason = evidence + " (" + reason + ")"
 				}
 				add("%s: pool %s member %s is down: %s; check the member and its health check", id, po.GetPool(), m.GetAddress(), reason)
 			}
@@ -173,6 +195,36 @@ func Assess(lb *pb.LoadBalancer, hosts []*pb.HostObservation) *pb.ObservedStatus
 		out.Phase = Serving
 	}
 	return out
+}
+
+// passiveDownMembers returns the members of lb ("pool address") that
+// some host judges Failing by what its clients get and that no host has
+// seen serve (a Healthy verdict).
+func passiveDownMembers(lb string, hosts []*pb.HostObservation) map[string]bool {
+	failing, served := map[string]bool{}, map[string]bool{}
+	for _, h := range hosts {
+		if !h.GetReachable() {
+			continue
+		}
+		for _, po := range h.GetPools() {
+			if po.GetLoadBalancer() != lb {
+				continue
+			}
+			for _, m := range po.GetMembers() {
+				key := po.GetPool() + " " + m.GetAddress()
+				switch v, _ := JudgeObserved(m); v {
+				case Failing:
+					failing[key] = true
+				case Healthy:
+					served[key] = true
+				}
+			}
+		}
+	}
+	for k := range served {
+		delete(failing, k)
+	}
+	return failing
 }
 
 // routesHost reports whether lb routes requests for host.

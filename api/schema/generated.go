@@ -137,6 +137,7 @@ var protoComments = map[string]string{
 	"teapot.v1.VIPPool.communities":               "BGP communities attached to the pool's routes (\"65000:100\").",
 	"teapot.v1.VIPPool.mode":                      "arp | bgp | static",
 	"teapot.v1.VIPPool.tenants":                   "If set, only these tenants may use the pool (they must also list it).",
+	"teapot.v1.VIPPool.withdraw_when_down":        "bgp pools only: withdraw a VIP from the routers while none of the members of its load balancers is healthy on the host, by the active checks or by what clients get (passive health), so that another site announcing the same address (anycast) takes the traffic; announce it again once a member has been healthy for 10 s. Refused in arp and static pools. Off: a VIP stays announced whatever its members do.",
 	"teapot.v1.VIPRequest":                        "VIPRequest asks for an address from a pool, or a specific address.",
 	"teapot.v1.VIPRequest.address":                "A specific address; must lie inside the pool.",
 	"teapot.v1.VIPRequest.family":                 "ipv4 | ipv6 (default: ipv4 when the pool has IPv4 addresses)",

@@ -40,6 +40,11 @@ type issuer struct {
 	log   *slog.Logger
 
 	client *acmez.Client
+	// orders bounds each tenant's orders and backs off failing names;
+	// tenantOf names the tenant of a host ("" for none).
+	orders   *orderLimiter
+	tenantOf func(host string) string
+	now      func() time.Time
 
 	mu      sync.Mutex
 	account *acme.Account
@@ -59,6 +64,7 @@ func newIssuer(ca, email string, roots *x509.CertPool, store *Storage, log *slog
 		store: store,
 		log:   log,
 		local: map[string]acme.Challenge{},
+		now:   time.Now,
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
@@ -101,8 +107,27 @@ func issuerKey(ca string) string {
 // IssuerKey implements certmagic.Issuer.
 func (i *issuer) IssuerKey() string { return i.key }
 
-// Issue implements certmagic.Issuer: one ACME order for the CSR's names.
+// Issue implements certmagic.Issuer: one ACME order for the CSR's names,
+// if the tenant of the names may start one (see orderLimiter).
 func (i *issuer) Issue(ctx context.Context, csr *x509.CertificateRequest) (*certmagic.IssuedCertificate, error) {
+	name := strings.Join(csr.DNSNames, ",")
+	if i.orders != nil {
+		tenant := ""
+		if i.tenantOf != nil && len(csr.DNSNames) > 0 {
+			tenant = i.tenantOf(csr.DNSNames[0])
+		}
+		if err := i.orders.admit(tenant, name, i.now()); err != nil {
+			return nil, err
+		}
+	}
+	c, err := i.issue(ctx, csr)
+	if i.orders != nil && ctx.Err() == nil {
+		i.orders.done(name, err != nil, i.now())
+	}
+	return c, err
+}
+
+func (i *issuer) issue(ctx context.Context, csr *x509.CertificateRequest) (*certmagic.IssuedCertificate, error) {
 	acct, err := i.ensureAccount(ctx)
 	if err != nil {
 		return nil, err

@@ -18,6 +18,7 @@ import (
 
 	"github.com/teapot-lb/teapot-lb/api/observe"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+	"github.com/teapot-lb/teapot-lb/proxy/cpubudget"
 )
 
 // Store is what the manager needs of the replicated state: the certificate
@@ -57,6 +58,14 @@ type Config struct {
 	// Events receives certificates obtained and failures to obtain or
 	// renew one; nil drops them.
 	Events func(*pb.Event)
+	// OrdersPerHour bounds the new ACME orders of each tenant on this
+	// host (default DefaultOrdersPerHour); failing names back off
+	// besides (FirstOrderBackoff, doubling).
+	OrdersPerHour int
+	// CPU charges the signatures of full handshakes to the listener's
+	// tenant (shared with the health checks' client signatures); nil
+	// takes budgets of the defaults.
+	CPU *cpubudget.Budgets
 }
 
 // Manager obtains, renews, loads and serves certificates. Update gives it
@@ -83,6 +92,7 @@ type Manager struct {
 	hostless sync.Map
 
 	tls              tlsState
+	cpu              *cpubudget.Budgets
 	failedHandshakes atomic.Uint64
 	issueFailures    atomic.Uint64
 	lastHandshakeLog atomic.Int64
@@ -132,7 +142,11 @@ func New(cfg Config) (*Manager, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	log := cfg.Logger.With("component", "certs")
+	if cfg.CPU == nil {
+		cfg.CPU = cpubudget.New(cpubudget.Options{})
+	}
 	m := &Manager{
+		cpu:      cfg.CPU,
 		cfg:      cfg,
 		log:      log,
 		store:    NewStorage(cfg.Store, cfg.Host, cfg.LockTTL, log),
@@ -143,6 +157,8 @@ func New(cfg Config) (*Manager, error) {
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	m.iss = newIssuer(cfg.CA, cfg.Email, cfg.Roots, m.store, log)
+	m.iss.orders = newOrderLimiter(cfg.OrdersPerHour)
+	m.iss.tenantOf = func(host string) string { return (*m.acme.Load())[host] }
 	zl := zapLogger(log)
 	m.cache = certmagic.NewCache(certmagic.CacheOptions{
 		GetConfigForCert:   func(certmagic.Certificate) (*certmagic.Config, error) { return m.magic, nil },
@@ -224,6 +240,7 @@ func (m *Manager) reconcile(d *desired) {
 		if _, ok := d.managed[h]; !ok {
 			cancel() // an obtain in progress or waiting to retry stops
 			delete(m.managed, h)
+			m.iss.orders.forget(h)
 			m.failures.Delete(h)
 			drop = append(drop, certmagic.SubjectIssuer{Subject: h})
 		}

@@ -11,16 +11,21 @@ var (
 	descExpiry     = prometheus.NewDesc("teapot_lb_certificate_expiry_seconds", "Seconds until a certificate expires (negative once expired).", []string{"tenant", "name", "source"}, nil)
 	descIssueFails = prometheus.NewDesc("teapot_lb_acme_issue_failures_total", "Failed attempts of this host to obtain or renew an ACME certificate.", nil, nil)
 	descHandshakes = prometheus.NewDesc("teapot_lb_tls_handshake_failures_total", "TLS handshakes with clients that failed on this host.", nil, nil)
+	descSigned     = prometheus.NewDesc("teapot_lb_tls_signatures_total", "TLS signatures made on this host for a tenant: full handshakes of its https listeners and client certificates of its HTTPS health checks.", []string{"tenant"}, nil)
+	descSignCPU    = prometheus.NewDesc("teapot_lb_tls_signature_cpu_seconds_total", "CPU time charged to a tenant's TLS budget on this host (--tls-cpu-per-tenant): its signatures, and the key exchange of each ClientHello its listeners admitted.", []string{"tenant"}, nil)
+	descRefused    = prometheus.NewDesc("teapot_lb_tls_handshakes_refused_total", "TLS handshakes of a tenant's listeners refused on this host (at the ClientHello or the signature) because its TLS CPU budget was spent.", []string{"tenant"}, nil)
+	descDelayed    = prometheus.NewDesc("teapot_lb_health_checks_delayed_total", "HTTPS health checks of a tenant delayed on this host because its signature CPU budget was spent.", []string{"tenant"}, nil)
 )
 
-// Collector exports the certificates and ACME failures to Prometheus.
-// Certificate series are bounded by the tenants' name budgets.
+// Collector exports the certificates, ACME failures and the tenants'
+// signature budgets to Prometheus. Certificate series are bounded by the
+// tenants' name budgets, budget series by the tenants.
 func (m *Manager) Collector() prometheus.Collector { return certCollector{m} }
 
 type certCollector struct{ m *Manager }
 
 func (c certCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descCerts, descExpiry, descIssueFails, descHandshakes} {
+	for _, d := range []*prometheus.Desc{descCerts, descExpiry, descIssueFails, descHandshakes, descSigned, descSignCPU, descRefused, descDelayed} {
 		ch <- d
 	}
 }
@@ -45,4 +50,10 @@ func (c certCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(descIssueFails, prometheus.CounterValue, float64(c.m.issueFailures.Load()))
 	ch <- prometheus.MustNewConstMetric(descHandshakes, prometheus.CounterValue, float64(c.m.FailedHandshakes()))
+	for _, st := range c.m.cpu.Stats() {
+		ch <- prometheus.MustNewConstMetric(descSigned, prometheus.CounterValue, float64(st.Signed), st.Tenant)
+		ch <- prometheus.MustNewConstMetric(descSignCPU, prometheus.CounterValue, st.Spent.Seconds(), st.Tenant)
+		ch <- prometheus.MustNewConstMetric(descRefused, prometheus.CounterValue, float64(st.Refused), st.Tenant)
+		ch <- prometheus.MustNewConstMetric(descDelayed, prometheus.CounterValue, float64(st.Delayed), st.Tenant)
+	}
 }

@@ -3,6 +3,7 @@ package certs
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/pem"
 	"errors"
 	"net"
@@ -163,6 +164,15 @@ func (m *Manager) loadUploads(d *desired) {
 		}
 		certPEM, keyPEM := splitPEM(data)
 		tag := uploadTag(c.GetTenant(), c.GetName())
+		if why := storedKeyProblem(certPEM); why != "" {
+			// Stored before uploads were bounded: never served, each
+			// handshake would cost its tenant's neighbours too.
+			cancel()
+			m.log.Warn("uploaded certificate not served", "cert", key, "reason", why)
+			m.dropUpload(key)
+			m.uploaded[key] = loaded{generation: gen}
+			continue
+		}
 		if len(c.GetHosts()) == 0 {
 			// A certificate naming no host stays out of certmagic's
 			// cache, which indexes certificates by every name they
@@ -211,6 +221,19 @@ func (m *Manager) dropUpload(key string) {
 
 // uploadTag marks an uploaded certificate in the cache with its owner.
 func uploadTag(tenant, name string) string { return "upload:" + tenant + "/" + name }
+
+// storedKeyProblem applies api.KeyProblem to the leaf of a stored chain.
+func storedKeyProblem(certPEM []byte) string {
+	b, _ := pem.Decode(certPEM)
+	if b == nil {
+		return "holds no certificate"
+	}
+	c, err := x509.ParseCertificate(b.Bytes)
+	if err != nil {
+		return "does not parse: " + err.Error()
+	}
+	return api.KeyProblem(c.PublicKey)
+}
 
 // splitPEM separates the certificate blocks from the private key block.
 func splitPEM(data []byte) (certPEM, keyPEM []byte) {

@@ -2,6 +2,7 @@ package certs
 
 import (
 	"context"
+	"crypto"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -18,6 +19,7 @@ import (
 	"github.com/caddyserver/certmagic"
 	"github.com/mholt/acmez/v3"
 
+	"github.com/teapot-lb/teapot-lb/proxy/cpubudget"
 	"github.com/teapot-lb/teapot-lb/proxy/snapshot"
 )
 
@@ -140,13 +142,49 @@ type policy struct {
 	// for, used for clients without SNI; "" when there are several.
 	single string
 	built  atomic.Pointer[builtConfig]
+	// cpu is the budget of the listener's tenant: every certificate the
+	// listener presents signs through it (charged holds the charged
+	// signers, by certmagic hash or *tls.Certificate).
+	cpu      *cpubudget.Tenant
+	charged  sync.Map
+	nCharged atomic.Int32
+}
+
+// maxCharged bounds a listener's wrapped certificates (renewals add
+// some while the listener stays the same).
+const maxCharged = 64
+
+// chargedCert returns c with its signatures charged to the listener's
+// tenant: a full handshake signs (and waits or is refused over budget), a
+// resumed one does not sign and is not charged. The signers are kept by
+// key (certmagic's hash, or the *tls.Certificate); the certificate is
+// copied each time, so that a staple certmagic refreshed is served.
+func (p *policy) chargedCert(key any, c *tls.Certificate) *tls.Certificate {
+	var s crypto.Signer
+	if v, ok := p.charged.Load(key); ok {
+		s = v.(crypto.Signer)
+	} else {
+		k, ok := c.PrivateKey.(crypto.Signer)
+		if !ok {
+			return c
+		}
+		s = p.cpu.Signer(k)
+		if p.nCharged.Add(1) > maxCharged {
+			p.charged.Clear()
+			p.nCharged.Store(0)
+		}
+		p.charged.Store(key, s)
+	}
+	w := *c
+	w.PrivateKey = s
+	return &w
 }
 
 func (m *Manager) policy(l *snapshot.Listener) *policy {
 	if p, ok := m.tls.policies.Load(l); ok {
 		return p.(*policy)
 	}
-	p := &policy{m: m, uploads: map[string]bool{}}
+	p := &policy{m: m, uploads: map[string]bool{}, cpu: m.cpu.Tenant(l.Tenant)}
 	if l.TLS != nil {
 		for _, n := range l.TLS.Certificates {
 			tag := uploadTag(l.Tenant, n)
@@ -199,8 +237,17 @@ func (m *Manager) ServerConfig(l *snapshot.Listener) *tls.Config {
 		cfg.NextProtos = append(cfg.NextProtos[:len(cfg.NextProtos):len(cfg.NextProtos)], acmez.ACMETLS1Protocol)
 	}
 	cfg.GetCertificate = p.getCertificate
+	cfg.GetConfigForClient = p.hello
 	p.built.Store(&builtConfig{from: base, cfg: cfg})
 	return cfg
+}
+
+// hello admits a ClientHello against the tenant's CPU budget before the
+// key exchange: a tenant in debt waits briefly, then its handshake ends
+// here (see cpubudget.Tenant.Hello). It changes nothing of the
+// configuration.
+func (p *policy) hello(*tls.ClientHelloInfo) (*tls.Config, error) {
+	return nil, p.cpu.Hello()
 }
 
 // builtConfig is a listener's configuration and the base it came from.
@@ -231,7 +278,7 @@ func (p *policy) getCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, e
 			c, err := p.onlyUpload()
 			if err != nil {
 				if d := p.hostless(); d != nil {
-					return d, nil
+					return p.chargedCert(d, d), nil
 				}
 			}
 			return c, err
@@ -261,11 +308,11 @@ func (p *policy) getCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, e
 	}
 	if best == nil {
 		if d := p.hostless(); d != nil {
-			return d, nil
+			return p.chargedCert(d, d), nil
 		}
 		return nil, fmt.Errorf("%w: %q", ErrUnknownName, name)
 	}
-	return &best.Certificate, nil
+	return p.chargedCert(best.Hash(), &best.Certificate), nil
 }
 
 // hostless returns the listener's default certificate: the first of its
@@ -295,7 +342,7 @@ func (p *policy) onlyUpload() (*tls.Certificate, error) {
 	if host, ok := p.m.uploadHost.Load(tag); ok {
 		for _, c := range p.m.cache.AllMatchingCertificates(host.(string)) {
 			if len(c.Tags) == 1 && c.Tags[0] == tag {
-				return &c.Certificate, nil
+				return p.chargedCert(c.Hash(), &c.Certificate), nil
 			}
 		}
 	}

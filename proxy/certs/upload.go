@@ -17,8 +17,11 @@ import (
 
 // CheckUpload validates an uploaded certificate for tenant t at time now:
 // the name is a DNS label, the PEM holds a certificate chain (leaf first)
-// whose leaf the private key matches, the leaf is valid at now, and every
-// name it covers (wildcards too) lies inside the tenant's domains. It
+// of at most api.MaxCertificateChain certificates, whose leaf has a key
+// that api.KeyProblem accepts (every full handshake signs with it, so its
+// cost is bounded before the private key is even parsed) and matches the
+// private key, the leaf is valid at now, and every name it covers
+// (wildcards too) lies inside the tenant's domains. It
 // returns the Certificate object to store and the secret to keep in the
 // certificate store: the chain and the key, re-encoded as PEM.
 func CheckUpload(t *pb.Tenant, name string, certPEM, keyPEM []byte, now time.Time) (*pb.Certificate, []byte, error) {
@@ -29,6 +32,12 @@ func CheckUpload(t *pb.Tenant, name string, certPEM, keyPEM []byte, now time.Tim
 	if !isLabel(name) {
 		return nil, nil, fail("name", "%q must be 1 to 63 lowercase letters, digits or '-', starting and ending with a letter or digit", name)
 	}
+	if len(certPEM) > api.MaxCertificatePEMLen {
+		return nil, nil, fail("cert", "is %d bytes; at most %d (the certificate and its intermediates, no root or bundle)", len(certPEM), api.MaxCertificatePEMLen)
+	}
+	if len(keyPEM) > api.MaxCertificateKeyPEMLen {
+		return nil, nil, fail("key", "is %d bytes; at most %d (one private key; %s)", len(keyPEM), api.MaxCertificateKeyPEMLen, api.AcceptedKeys)
+	}
 	var chain []*x509.Certificate
 	var chainPEM []byte
 	for rest := certPEM; ; {
@@ -36,6 +45,9 @@ func CheckUpload(t *pb.Tenant, name string, certPEM, keyPEM []byte, now time.Tim
 		b, rest = pem.Decode(rest)
 		if b == nil {
 			break
+		}
+		if len(chain) == api.MaxCertificateChain {
+			return nil, nil, fail("cert", "holds more than %d certificates; give the server's certificate and its intermediates only", api.MaxCertificateChain)
 		}
 		if b.Type != "CERTIFICATE" {
 			return nil, nil, fail("cert", "holds a %q PEM block; give the certificate chain here and the key in --key", b.Type)
@@ -49,6 +61,9 @@ func CheckUpload(t *pb.Tenant, name string, certPEM, keyPEM []byte, now time.Tim
 	}
 	if len(chain) == 0 {
 		return nil, nil, fail("cert", "holds no PEM certificate; give the chain in PEM, the server's certificate first")
+	}
+	if why := api.KeyProblem(chain[0].PublicKey); why != "" {
+		return nil, nil, fail("cert", "%s (every full handshake signs with it)", why)
 	}
 	pair, err := tls.X509KeyPair(chainPEM, keyPEM)
 	if err != nil {

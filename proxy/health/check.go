@@ -26,9 +26,9 @@ var (
 )
 
 // check runs one check of addr (its port replaced by hc.Port when set);
-// tlsc is the TLS configuration of an https check. Ending ctx ends it at
-// once.
-func check(ctx context.Context, addr netip.AddrPort, hc *snapshot.HealthCheck, tlsc *tlsEntry) error {
+// tlsc is the TLS configuration of an https check, sessions the target's
+// session cache (nil: none). Ending ctx ends it at once.
+func check(ctx context.Context, addr netip.AddrPort, hc *snapshot.HealthCheck, tlsc *tlsEntry, sessions tls.ClientSessionCache) error {
 	if hc.Port != 0 {
 		addr = netip.AddrPortFrom(addr.Addr(), hc.Port)
 	}
@@ -56,6 +56,7 @@ func check(ctx context.Context, addr netip.AddrPort, hc *snapshot.HealthCheck, t
 	if hc.TLS {
 		conf := tlsc.conf.Clone()
 		conf.ServerName = serverName(hc, addr)
+		conf.ClientSessionCache = sessions
 		tc := tls.Client(raw, conf)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			return fmt.Errorf("TLS handshake: %w", err)

@@ -15,12 +15,14 @@ package health
 
 import (
 	"context"
+	"crypto/tls"
 	"log/slog"
 	"math/rand/v2"
 	"net/netip"
 	"sync"
 	"time"
 
+	"github.com/teapot-lb/teapot-lb/proxy/cpubudget"
 	"github.com/teapot-lb/teapot-lb/proxy/snapshot"
 )
 
@@ -45,6 +47,11 @@ type Options struct {
 	// OnChange is called, without locks held, when a target becomes
 	// healthy or unhealthy (check or ejection); reason says why.
 	OnChange func(t *Target, healthy bool, reason string)
+	// CPU charges the client signatures of a tenant's https checks to
+	// the tenant (the budget its listeners' handshakes draw on too): a
+	// tenant whose checks spent it has its checks delayed. Nil takes
+	// budgets of the defaults.
+	CPU *cpubudget.Budgets
 }
 
 func (o Options) withDefaults() Options {
@@ -70,6 +77,9 @@ func (o Options) withDefaults() Options {
 	o.MaxChecksPerTenant = min(o.MaxChecksPerTenant, o.MaxConcurrentChecks)
 	if o.MaxCheckTimeout <= 0 {
 		o.MaxCheckTimeout = 10 * time.Second
+	}
+	if o.CPU == nil {
+		o.CPU = cpubudget.New(cpubudget.Options{})
 	}
 	return o
 }
@@ -109,7 +119,9 @@ type Registry struct {
 type tenantBudget struct {
 	tenant string
 	sem    chan struct{}
-	refs   int // targets of the tenant, guarded by Registry.mu
+	// cpu is the tenant's budget of signature CPU.
+	cpu  *cpubudget.Tenant
+	refs int // targets of the tenant, guarded by Registry.mu
 }
 
 // targetKey is a Target's address and check; with the tenant (its
@@ -172,7 +184,7 @@ func (r *Registry) AcquireFor(tenant string, addr netip.AddrPort, hc *snapshot.H
 	}
 	tb := r.tenants[tenant]
 	if tb == nil {
-		tb = &tenantBudget{tenant: tenant, sem: make(chan struct{}, r.o.MaxChecksPerTenant)}
+		tb = &tenantBudget{tenant: tenant, sem: make(chan struct{}, r.o.MaxChecksPerTenant), cpu: r.o.CPU.Tenant(tenant)}
 		r.tenants[tenant] = tb
 	}
 	tb.refs++
@@ -180,7 +192,8 @@ func (r *Registry) AcquireFor(tenant string, addr netip.AddrPort, hc *snapshot.H
 	if k.check != nil {
 		t.active = &activeCheck{}
 		if k.check.TLS {
-			t.active.tls = r.acquireTLS(k.check)
+			t.active.tls = r.acquireTLS(tb, k.check)
+			t.active.sessions = tls.NewLRUClientSessionCache(1)
 		}
 	}
 	t.setBit(bitSelf, r.isSelf(addr))
@@ -292,7 +305,7 @@ func (r *Registry) Release(t *Target) {
 			delete(r.tenants, t.budget.tenant)
 		}
 		if t.active != nil && t.active.tls != nil {
-			r.releaseTLS(t.key.check, t.active.tls)
+			r.releaseTLS(t.budget.tenant, t.key.check, t.active.tls)
 		}
 		if c := t.key.check; c != nil {
 			if ref := r.checks[*c]; ref != nil && &ref.hc == c {

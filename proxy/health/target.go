@@ -2,6 +2,7 @@ package health
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
@@ -37,6 +38,11 @@ type Target struct {
 	inFlight  atomic.Int64
 	// ejected counts every ejection.
 	ejected atomic.Int64
+	// passive holds what clients got from the member lately (Record);
+	// nil until its first request.
+	passive atomic.Pointer[passiveWindow]
+	// passiveFailing is the last passive verdict (SetPassiveFailing).
+	passiveFailing atomic.Bool
 
 	mu         sync.Mutex
 	stopped    bool
@@ -49,9 +55,12 @@ type Target struct {
 // activeCheck is what a Target with an active check keeps between
 // checks.
 type activeCheck struct {
-	// tls is the TLS configuration of an https check (nil otherwise).
-	tls   *tlsEntry
-	timer *time.Timer
+	// tls is the TLS configuration of an https check (nil otherwise);
+	// sessions holds the target's TLS session, so that a check resumes
+	// the last one and signs nothing when the member allows it.
+	tls      *tlsEntry
+	sessions tls.ClientSessionCache
+	timer    *time.Timer
 	// cancel ends the check in flight, or waiting for a budget, when the
 	// target stops (nil between checks).
 	cancel     context.CancelFunc
@@ -289,8 +298,13 @@ func (t *Target) run() {
 	if self {
 		err = ErrSelf // never dialled: it would be this host's own listener
 	} else {
-		// The tenant's budget first: a tenant at its bound waits without
-		// holding a slot of the host's.
+		// A check that signs waits while its tenant's signature CPU is
+		// spent (its checks are delayed, not failed), then the tenant's
+		// budget of checks in flight: a tenant at its bound waits
+		// without holding a slot of the host's.
+		if a := t.active; a.tls != nil && a.tls.signs && !t.budget.cpu.Wait(ctx) {
+			return
+		}
 		select {
 		case t.budget.sem <- struct{}{}:
 		case <-ctx.Done():
@@ -302,7 +316,7 @@ func (t *Target) run() {
 			<-t.budget.sem
 			return
 		}
-		err = check(ctx, t.key.addr, t.key.check, t.active.tls)
+		err = check(ctx, t.key.addr, t.key.check, t.active.tls, t.active.sessions)
 		<-t.r.sem
 		<-t.budget.sem
 		if ctx.Err() != nil {

@@ -1,12 +1,14 @@
 package health
 
 import (
+	"crypto"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/netip"
 
+	"github.com/teapot-lb/teapot-lb/proxy/cpubudget"
 	"github.com/teapot-lb/teapot-lb/proxy/snapshot"
 )
 
@@ -15,8 +17,10 @@ import (
 // plane all the same).
 var ErrCheckTLSConfig = errors.New("https check: bad TLS settings")
 
-// tlsKey is what an https check's TLS configuration is built from.
+// tlsKey is what an https check's TLS configuration is built from: its
+// PEM fields, and the tenant its client signatures are charged to.
 type tlsKey struct {
+	tenant        string
 	ca, cert, key string
 	insecure      bool
 }
@@ -26,21 +30,24 @@ type tlsKey struct {
 type tlsEntry struct {
 	conf *tls.Config
 	err  error
-	refs int // guarded by Registry.mu
+	// signs: the check presents a client certificate, whose signature
+	// is charged to the tenant's CPU budget.
+	signs bool
+	refs  int // guarded by Registry.mu
 }
 
-func tlsKeyOf(hc *snapshot.HealthCheck) tlsKey {
-	return tlsKey{ca: hc.CAPEM, cert: hc.ClientCertPEM, key: hc.ClientKeyPEM, insecure: hc.InsecureSkipVerify}
+func tlsKeyOf(tenant string, hc *snapshot.HealthCheck) tlsKey {
+	return tlsKey{tenant: tenant, ca: hc.CAPEM, cert: hc.ClientCertPEM, key: hc.ClientKeyPEM, insecure: hc.InsecureSkipVerify}
 }
 
-// acquireTLS returns the shared TLS configuration of an https check;
-// called under r.mu.
-func (r *Registry) acquireTLS(hc *snapshot.HealthCheck) *tlsEntry {
-	k := tlsKeyOf(hc)
+// acquireTLS returns the shared TLS configuration of a tenant's https
+// check; called under r.mu.
+func (r *Registry) acquireTLS(tb *tenantBudget, hc *snapshot.HealthCheck) *tlsEntry {
+	k := tlsKeyOf(tb.tenant, hc)
 	e := r.tlsConfs[k]
 	if e == nil {
-		conf, err := buildTLS(hc)
-		e = &tlsEntry{conf: conf, err: err}
+		conf, err := buildTLS(hc, tb.cpu)
+		e = &tlsEntry{conf: conf, err: err, signs: err == nil && len(conf.Certificates) > 0}
 		r.tlsConfs[k] = e
 	}
 	e.refs++
@@ -48,18 +55,19 @@ func (r *Registry) acquireTLS(hc *snapshot.HealthCheck) *tlsEntry {
 }
 
 // releaseTLS drops a reference taken by acquireTLS; called under r.mu.
-func (r *Registry) releaseTLS(hc *snapshot.HealthCheck, e *tlsEntry) {
+func (r *Registry) releaseTLS(tenant string, hc *snapshot.HealthCheck, e *tlsEntry) {
 	if e.refs--; e.refs > 0 {
 		return
 	}
-	if k := tlsKeyOf(hc); r.tlsConfs[k] == e {
+	if k := tlsKeyOf(tenant, hc); r.tlsConfs[k] == e {
 		delete(r.tlsConfs, k)
 	}
 }
 
-func buildTLS(hc *snapshot.HealthCheck) (*tls.Config, error) {
-	// No session cache: a check never resumes a session, so nothing
-	// carries over between checks, members or tenants.
+// buildTLS parses a check's TLS settings; the client key signs through
+// the tenant's CPU budget. Each target resumes its own sessions (see
+// activeCheck.sessions): nothing carries over between members or tenants.
+func buildTLS(hc *snapshot.HealthCheck, cpu *cpubudget.Tenant) (*tls.Config, error) {
 	conf := &tls.Config{
 		MinVersion:         tls.VersionTLS12,
 		NextProtos:         []string{"http/1.1"},
@@ -76,6 +84,9 @@ func buildTLS(hc *snapshot.HealthCheck) (*tls.Config, error) {
 		cert, err := tls.X509KeyPair([]byte(hc.ClientCertPEM), []byte(hc.ClientKeyPEM))
 		if err != nil {
 			return nil, fmt.Errorf("%w: client certificate: %v", ErrCheckTLSConfig, err)
+		}
+		if s, ok := cert.PrivateKey.(crypto.Signer); ok && cpu != nil {
+			cert.PrivateKey = cpu.ClientSigner(s)
 		}
 		conf.Certificates = []tls.Certificate{cert}
 	}

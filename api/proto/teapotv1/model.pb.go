@@ -420,10 +420,17 @@ type VIPPool struct {
 	// Load balancers of one tenant may share an address on distinct ports.
 	AllowShared bool `protobuf:"varint,5,opt,name=allow_shared,json=allowShared,proto3" json:"allow_shared,omitempty"`
 	// BGP communities attached to the pool's routes ("65000:100").
-	Communities   []string `protobuf:"bytes,6,rep,name=communities,proto3" json:"communities,omitempty"`
-	Meta          *Meta    `protobuf:"bytes,15,opt,name=meta,proto3" json:"meta,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Communities []string `protobuf:"bytes,6,rep,name=communities,proto3" json:"communities,omitempty"`
+	// bgp pools only: withdraw a VIP from the routers while none of the
+	// members of its load balancers is healthy on the host, by the active
+	// checks or by what clients get (passive health), so that another site
+	// announcing the same address (anycast) takes the traffic; announce it
+	// again once a member has been healthy for 10 s. Refused in arp and
+	// static pools. Off: a VIP stays announced whatever its members do.
+	WithdrawWhenDown bool  `protobuf:"varint,7,opt,name=withdraw_when_down,json=withdrawWhenDown,proto3" json:"withdraw_when_down,omitempty"`
+	Meta             *Meta `protobuf:"bytes,15,opt,name=meta,proto3" json:"meta,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *VIPPool) Reset() {
@@ -496,6 +503,13 @@ func (x *VIPPool) GetCommunities() []string {
 		return x.Communities
 	}
 	return nil
+}
+
+func (x *VIPPool) GetWithdrawWhenDown() bool {
+	if x != nil {
+		return x.WithdrawWhenDown
+	}
+	return false
 }
 
 func (x *VIPPool) GetMeta() *Meta {
@@ -3426,14 +3440,15 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\x14regex_matches_per_lb\x18\x0e \x01(\rR\x11regexMatchesPerLb\x12#\n" +
 	"\rregex_matches\x18\x0f \x01(\rR\fregexMatches\x120\n" +
 	"\x14regex_cpu_millicores\x18\x10 \x01(\rR\x12regexCpuMillicores\x12!\n" +
-	"\fstored_bytes\x18\x14 \x01(\x04R\vstoredBytes\"\xcb\x01\n" +
+	"\fstored_bytes\x18\x14 \x01(\x04R\vstoredBytes\"\xf9\x01\n" +
 	"\aVIPPool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05cidrs\x18\x02 \x03(\tR\x05cidrs\x12\x12\n" +
 	"\x04mode\x18\x03 \x01(\tR\x04mode\x12\x18\n" +
 	"\atenants\x18\x04 \x03(\tR\atenants\x12!\n" +
 	"\fallow_shared\x18\x05 \x01(\bR\vallowShared\x12 \n" +
-	"\vcommunities\x18\x06 \x03(\tR\vcommunities\x12#\n" +
+	"\vcommunities\x18\x06 \x03(\tR\vcommunities\x12,\n" +
+	"\x12withdraw_when_down\x18\a \x01(\bR\x10withdrawWhenDown\x12#\n" +
 	"\x04meta\x18\x0f \x01(\v2\x0f.teapot.v1.MetaR\x04meta\"\xdd\x03\n" +
 	"\fLoadBalancer\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +

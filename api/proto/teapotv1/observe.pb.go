@@ -516,7 +516,10 @@ type MemberObservation struct {
 	// Why it is not healthy (the last check's failure).
 	Reason string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
 	// Connections or requests in flight to the member.
-	InFlight      int64 `protobuf:"varint,7,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
+	InFlight int64 `protobuf:"varint,7,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
+	// What clients got from the member on this host over the last minute
+	// (passive health; unset: nothing was sent to it).
+	Passive       *PassiveHealth `protobuf:"bytes,8,opt,name=passive,proto3" json:"passive,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -600,6 +603,170 @@ func (x *MemberObservation) GetInFlight() int64 {
 	return 0
 }
 
+func (x *MemberObservation) GetPassive() *PassiveHealth {
+	if x != nil {
+		return x.Passive
+	}
+	return nil
+}
+
+// PassiveHealth is what clients got from one member on one host over a
+// sliding window: requests (L7) or connections (L4) and those that failed
+// because of the member.
+type PassiveHealth struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Length of the window in seconds.
+	WindowSeconds uint32 `protobuf:"varint,1,opt,name=window_seconds,json=windowSeconds,proto3" json:"window_seconds,omitempty"`
+	// "requests" (http, https) or "connections" (tcp, udp, passthrough).
+	Unit   string `protobuf:"bytes,2,opt,name=unit,proto3" json:"unit,omitempty"`
+	Total  uint64 `protobuf:"varint,3,opt,name=total,proto3" json:"total,omitempty"`
+	Failed uint64 `protobuf:"varint,4,opt,name=failed,proto3" json:"failed,omitempty"`
+	// Failures by kind, most first.
+	Failures []*PassiveFailure `protobuf:"bytes,5,rep,name=failures,proto3" json:"failures,omitempty"`
+	// Healthy | Degraded | Failing | Unknown (too few to judge).
+	Verdict string `protobuf:"bytes,6,opt,name=verdict,proto3" json:"verdict,omitempty"`
+	// The evidence in words ("502 from 10.20.0.11:30080 on 412 of 412
+	// requests in the last 60 s"); empty when healthy.
+	Evidence      string `protobuf:"bytes,7,opt,name=evidence,proto3" json:"evidence,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PassiveHealth) Reset() {
+	*x = PassiveHealth{}
+	mi := &file_teapotv1_observe_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PassiveHealth) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PassiveHealth) ProtoMessage() {}
+
+func (x *PassiveHealth) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_observe_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PassiveHealth.ProtoReflect.Descriptor instead.
+func (*PassiveHealth) Descriptor() ([]byte, []int) {
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *PassiveHealth) GetWindowSeconds() uint32 {
+	if x != nil {
+		return x.WindowSeconds
+	}
+	return 0
+}
+
+func (x *PassiveHealth) GetUnit() string {
+	if x != nil {
+		return x.Unit
+	}
+	return ""
+}
+
+func (x *PassiveHealth) GetTotal() uint64 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+func (x *PassiveHealth) GetFailed() uint64 {
+	if x != nil {
+		return x.Failed
+	}
+	return 0
+}
+
+func (x *PassiveHealth) GetFailures() []*PassiveFailure {
+	if x != nil {
+		return x.Failures
+	}
+	return nil
+}
+
+func (x *PassiveHealth) GetVerdict() string {
+	if x != nil {
+		return x.Verdict
+	}
+	return ""
+}
+
+func (x *PassiveHealth) GetEvidence() string {
+	if x != nil {
+		return x.Evidence
+	}
+	return ""
+}
+
+// PassiveFailure counts one kind of failure.
+type PassiveFailure struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "502", "503", "504" (answered by the member), "connect" (refused or
+	// unreachable), "timeout", "reset" (closed without an answer),
+	// "protocol" (an answer that is not HTTP).
+	Kind          string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	Count         uint64 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PassiveFailure) Reset() {
+	*x = PassiveFailure{}
+	mi := &file_teapotv1_observe_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PassiveFailure) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PassiveFailure) ProtoMessage() {}
+
+func (x *PassiveFailure) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_observe_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PassiveFailure.ProtoReflect.Descriptor instead.
+func (*PassiveFailure) Descriptor() ([]byte, []int) {
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *PassiveFailure) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *PassiveFailure) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
 // CertificateObservation is a certificate this host serves (or should).
 type CertificateObservation struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
@@ -617,7 +784,7 @@ type CertificateObservation struct {
 
 func (x *CertificateObservation) Reset() {
 	*x = CertificateObservation{}
-	mi := &file_teapotv1_observe_proto_msgTypes[6]
+	mi := &file_teapotv1_observe_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -629,7 +796,7 @@ func (x *CertificateObservation) String() string {
 func (*CertificateObservation) ProtoMessage() {}
 
 func (x *CertificateObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[6]
+	mi := &file_teapotv1_observe_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -642,7 +809,7 @@ func (x *CertificateObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertificateObservation.ProtoReflect.Descriptor instead.
 func (*CertificateObservation) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{6}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CertificateObservation) GetHost() string {
@@ -714,7 +881,7 @@ type TrafficObservation struct {
 
 func (x *TrafficObservation) Reset() {
 	*x = TrafficObservation{}
-	mi := &file_teapotv1_observe_proto_msgTypes[7]
+	mi := &file_teapotv1_observe_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -726,7 +893,7 @@ func (x *TrafficObservation) String() string {
 func (*TrafficObservation) ProtoMessage() {}
 
 func (x *TrafficObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[7]
+	mi := &file_teapotv1_observe_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -739,7 +906,7 @@ func (x *TrafficObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrafficObservation.ProtoReflect.Descriptor instead.
 func (*TrafficObservation) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{7}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *TrafficObservation) GetLoadBalancer() string {
@@ -817,7 +984,7 @@ type LoadBalancerProblem struct {
 
 func (x *LoadBalancerProblem) Reset() {
 	*x = LoadBalancerProblem{}
-	mi := &file_teapotv1_observe_proto_msgTypes[8]
+	mi := &file_teapotv1_observe_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -829,7 +996,7 @@ func (x *LoadBalancerProblem) String() string {
 func (*LoadBalancerProblem) ProtoMessage() {}
 
 func (x *LoadBalancerProblem) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[8]
+	mi := &file_teapotv1_observe_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -842,7 +1009,7 @@ func (x *LoadBalancerProblem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadBalancerProblem.ProtoReflect.Descriptor instead.
 func (*LoadBalancerProblem) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{8}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *LoadBalancerProblem) GetLoadBalancer() string {
@@ -888,7 +1055,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_teapotv1_observe_proto_msgTypes[9]
+	mi := &file_teapotv1_observe_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -900,7 +1067,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[9]
+	mi := &file_teapotv1_observe_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -913,7 +1080,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{9}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Event) GetSeq() uint64 {
@@ -987,7 +1154,7 @@ type EventsRequest struct {
 
 func (x *EventsRequest) Reset() {
 	*x = EventsRequest{}
-	mi := &file_teapotv1_observe_proto_msgTypes[10]
+	mi := &file_teapotv1_observe_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -999,7 +1166,7 @@ func (x *EventsRequest) String() string {
 func (*EventsRequest) ProtoMessage() {}
 
 func (x *EventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[10]
+	mi := &file_teapotv1_observe_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1012,7 +1179,7 @@ func (x *EventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsRequest.ProtoReflect.Descriptor instead.
 func (*EventsRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{10}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *EventsRequest) GetTenant() string {
@@ -1064,7 +1231,7 @@ type EventsResponse struct {
 
 func (x *EventsResponse) Reset() {
 	*x = EventsResponse{}
-	mi := &file_teapotv1_observe_proto_msgTypes[11]
+	mi := &file_teapotv1_observe_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1076,7 +1243,7 @@ func (x *EventsResponse) String() string {
 func (*EventsResponse) ProtoMessage() {}
 
 func (x *EventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[11]
+	mi := &file_teapotv1_observe_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1089,7 +1256,7 @@ func (x *EventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsResponse.ProtoReflect.Descriptor instead.
 func (*EventsResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{11}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *EventsResponse) GetEvents() []*Event {
@@ -1132,7 +1299,7 @@ type VIPHolding struct {
 
 func (x *VIPHolding) Reset() {
 	*x = VIPHolding{}
-	mi := &file_teapotv1_observe_proto_msgTypes[12]
+	mi := &file_teapotv1_observe_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1144,7 +1311,7 @@ func (x *VIPHolding) String() string {
 func (*VIPHolding) ProtoMessage() {}
 
 func (x *VIPHolding) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[12]
+	mi := &file_teapotv1_observe_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1157,7 +1324,7 @@ func (x *VIPHolding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VIPHolding.ProtoReflect.Descriptor instead.
 func (*VIPHolding) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{12}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *VIPHolding) GetAddress() string {
@@ -1251,7 +1418,7 @@ const file_teapotv1_observe_proto_rawDesc = "" +
 	"\x0fPoolObservation\x12#\n" +
 	"\rload_balancer\x18\x01 \x01(\tR\floadBalancer\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x126\n" +
-	"\amembers\x18\x03 \x03(\v2\x1c.teapot.v1.MemberObservationR\amembers\"\xe5\x01\n" +
+	"\amembers\x18\x03 \x03(\v2\x1c.teapot.v1.MemberObservationR\amembers\"\x99\x02\n" +
 	"\x11MemberObservation\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x18\n" +
 	"\ahealthy\x18\x02 \x01(\bR\ahealthy\x12\x12\n" +
@@ -1260,7 +1427,19 @@ const file_teapotv1_observe_proto_rawDesc = "" +
 	"\n" +
 	"last_check\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tlastCheck\x12\x16\n" +
 	"\x06reason\x18\x06 \x01(\tR\x06reason\x12\x1b\n" +
-	"\tin_flight\x18\a \x01(\x03R\binFlight\"\xca\x01\n" +
+	"\tin_flight\x18\a \x01(\x03R\binFlight\x122\n" +
+	"\apassive\x18\b \x01(\v2\x18.teapot.v1.PassiveHealthR\apassive\"\xe5\x01\n" +
+	"\rPassiveHealth\x12%\n" +
+	"\x0ewindow_seconds\x18\x01 \x01(\rR\rwindowSeconds\x12\x12\n" +
+	"\x04unit\x18\x02 \x01(\tR\x04unit\x12\x14\n" +
+	"\x05total\x18\x03 \x01(\x04R\x05total\x12\x16\n" +
+	"\x06failed\x18\x04 \x01(\x04R\x06failed\x125\n" +
+	"\bfailures\x18\x05 \x03(\v2\x19.teapot.v1.PassiveFailureR\bfailures\x12\x18\n" +
+	"\averdict\x18\x06 \x01(\tR\averdict\x12\x1a\n" +
+	"\bevidence\x18\a \x01(\tR\bevidence\":\n" +
+	"\x0ePassiveFailure\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x04R\x05count\"\xca\x01\n" +
 	"\x16CertificateObservation\x12\x12\n" +
 	"\x04host\x18\x01 \x01(\tR\x04host\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x16\n" +
@@ -1335,7 +1514,7 @@ func file_teapotv1_observe_proto_rawDescGZIP() []byte {
 	return file_teapotv1_observe_proto_rawDescData
 }
 
-var file_teapotv1_observe_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_teapotv1_observe_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_teapotv1_observe_proto_goTypes = []any{
 	(*ObserveRequest)(nil),         // 0: teapot.v1.ObserveRequest
 	(*ObserveResponse)(nil),        // 1: teapot.v1.ObserveResponse
@@ -1343,46 +1522,50 @@ var file_teapotv1_observe_proto_goTypes = []any{
 	(*ListenerObservation)(nil),    // 3: teapot.v1.ListenerObservation
 	(*PoolObservation)(nil),        // 4: teapot.v1.PoolObservation
 	(*MemberObservation)(nil),      // 5: teapot.v1.MemberObservation
-	(*CertificateObservation)(nil), // 6: teapot.v1.CertificateObservation
-	(*TrafficObservation)(nil),     // 7: teapot.v1.TrafficObservation
-	(*LoadBalancerProblem)(nil),    // 8: teapot.v1.LoadBalancerProblem
-	(*Event)(nil),                  // 9: teapot.v1.Event
-	(*EventsRequest)(nil),          // 10: teapot.v1.EventsRequest
-	(*EventsResponse)(nil),         // 11: teapot.v1.EventsResponse
-	(*VIPHolding)(nil),             // 12: teapot.v1.VIPHolding
-	nil,                            // 13: teapot.v1.ObserveRequest.EventsAfterEntry
-	nil,                            // 14: teapot.v1.TrafficObservation.RequestsEntry
-	nil,                            // 15: teapot.v1.EventsRequest.AfterEntry
-	nil,                            // 16: teapot.v1.EventsResponse.CursorEntry
-	(*timestamppb.Timestamp)(nil),  // 17: google.protobuf.Timestamp
+	(*PassiveHealth)(nil),          // 6: teapot.v1.PassiveHealth
+	(*PassiveFailure)(nil),         // 7: teapot.v1.PassiveFailure
+	(*CertificateObservation)(nil), // 8: teapot.v1.CertificateObservation
+	(*TrafficObservation)(nil),     // 9: teapot.v1.TrafficObservation
+	(*LoadBalancerProblem)(nil),    // 10: teapot.v1.LoadBalancerProblem
+	(*Event)(nil),                  // 11: teapot.v1.Event
+	(*EventsRequest)(nil),          // 12: teapot.v1.EventsRequest
+	(*EventsResponse)(nil),         // 13: teapot.v1.EventsResponse
+	(*VIPHolding)(nil),             // 14: teapot.v1.VIPHolding
+	nil,                            // 15: teapot.v1.ObserveRequest.EventsAfterEntry
+	nil,                            // 16: teapot.v1.TrafficObservation.RequestsEntry
+	nil,                            // 17: teapot.v1.EventsRequest.AfterEntry
+	nil,                            // 18: teapot.v1.EventsResponse.CursorEntry
+	(*timestamppb.Timestamp)(nil),  // 19: google.protobuf.Timestamp
 }
 var file_teapotv1_observe_proto_depIdxs = []int32{
-	13, // 0: teapot.v1.ObserveRequest.events_after:type_name -> teapot.v1.ObserveRequest.EventsAfterEntry
+	15, // 0: teapot.v1.ObserveRequest.events_after:type_name -> teapot.v1.ObserveRequest.EventsAfterEntry
 	2,  // 1: teapot.v1.ObserveResponse.hosts:type_name -> teapot.v1.HostObservation
-	17, // 2: teapot.v1.ObserveResponse.time:type_name -> google.protobuf.Timestamp
-	17, // 3: teapot.v1.HostObservation.time:type_name -> google.protobuf.Timestamp
+	19, // 2: teapot.v1.ObserveResponse.time:type_name -> google.protobuf.Timestamp
+	19, // 3: teapot.v1.HostObservation.time:type_name -> google.protobuf.Timestamp
 	3,  // 4: teapot.v1.HostObservation.listeners:type_name -> teapot.v1.ListenerObservation
 	4,  // 5: teapot.v1.HostObservation.pools:type_name -> teapot.v1.PoolObservation
-	12, // 6: teapot.v1.HostObservation.vips:type_name -> teapot.v1.VIPHolding
-	6,  // 7: teapot.v1.HostObservation.certificates:type_name -> teapot.v1.CertificateObservation
-	7,  // 8: teapot.v1.HostObservation.traffic:type_name -> teapot.v1.TrafficObservation
-	8,  // 9: teapot.v1.HostObservation.problems:type_name -> teapot.v1.LoadBalancerProblem
-	9,  // 10: teapot.v1.HostObservation.events:type_name -> teapot.v1.Event
-	17, // 11: teapot.v1.ListenerObservation.since:type_name -> google.protobuf.Timestamp
+	14, // 6: teapot.v1.HostObservation.vips:type_name -> teapot.v1.VIPHolding
+	8,  // 7: teapot.v1.HostObservation.certificates:type_name -> teapot.v1.CertificateObservation
+	9,  // 8: teapot.v1.HostObservation.traffic:type_name -> teapot.v1.TrafficObservation
+	10, // 9: teapot.v1.HostObservation.problems:type_name -> teapot.v1.LoadBalancerProblem
+	11, // 10: teapot.v1.HostObservation.events:type_name -> teapot.v1.Event
+	19, // 11: teapot.v1.ListenerObservation.since:type_name -> google.protobuf.Timestamp
 	5,  // 12: teapot.v1.PoolObservation.members:type_name -> teapot.v1.MemberObservation
-	17, // 13: teapot.v1.MemberObservation.last_check:type_name -> google.protobuf.Timestamp
-	17, // 14: teapot.v1.CertificateObservation.not_after:type_name -> google.protobuf.Timestamp
-	14, // 15: teapot.v1.TrafficObservation.requests:type_name -> teapot.v1.TrafficObservation.RequestsEntry
-	17, // 16: teapot.v1.Event.time:type_name -> google.protobuf.Timestamp
-	15, // 17: teapot.v1.EventsRequest.after:type_name -> teapot.v1.EventsRequest.AfterEntry
-	9,  // 18: teapot.v1.EventsResponse.events:type_name -> teapot.v1.Event
-	16, // 19: teapot.v1.EventsResponse.cursor:type_name -> teapot.v1.EventsResponse.CursorEntry
-	17, // 20: teapot.v1.VIPHolding.since:type_name -> google.protobuf.Timestamp
-	21, // [21:21] is the sub-list for method output_type
-	21, // [21:21] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	19, // 13: teapot.v1.MemberObservation.last_check:type_name -> google.protobuf.Timestamp
+	6,  // 14: teapot.v1.MemberObservation.passive:type_name -> teapot.v1.PassiveHealth
+	7,  // 15: teapot.v1.PassiveHealth.failures:type_name -> teapot.v1.PassiveFailure
+	19, // 16: teapot.v1.CertificateObservation.not_after:type_name -> google.protobuf.Timestamp
+	16, // 17: teapot.v1.TrafficObservation.requests:type_name -> teapot.v1.TrafficObservation.RequestsEntry
+	19, // 18: teapot.v1.Event.time:type_name -> google.protobuf.Timestamp
+	17, // 19: teapot.v1.EventsRequest.after:type_name -> teapot.v1.EventsRequest.AfterEntry
+	11, // 20: teapot.v1.EventsResponse.events:type_name -> teapot.v1.Event
+	18, // 21: teapot.v1.EventsResponse.cursor:type_name -> teapot.v1.EventsResponse.CursorEntry
+	19, // 22: teapot.v1.VIPHolding.since:type_name -> google.protobuf.Timestamp
+	23, // [23:23] is the sub-list for method output_type
+	23, // [23:23] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_teapotv1_observe_proto_init() }
@@ -1396,7 +1579,7 @@ func file_teapotv1_observe_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_teapotv1_observe_proto_rawDesc), len(file_teapotv1_observe_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   17,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
