@@ -188,5 +188,18 @@ func OpenSteer(mode string) (*steer.Steer, error) {
 		}
 		return s, nil
 	}
-	return nil, fmt.Errorf("%q is not a way to listen: use %q (a socket per listener) or %q (a socket per tenant)", mode, ListenPerListener, ListenPerTenant)
+	return nil, CheckListenSockets(mode)
+}
+
+// CheckListenSockets reports whether mode is a way to listen OpenSteer
+// knows.
+func CheckListenSockets(mode string) error {
+	switch mode {
+	case ListenPerListener, ListenPerTenant, "":
+		return nil
+	}
+	if len(mode) > 40 {
+		mode = mode[:40] + "..."
+	}
+	return fmt.Errorf("%q is not a way to listen: use %q (a socket per listener) or %q (a socket per tenant)", mode, ListenPerListener, ListenPerTenant)
 }
