@@ -186,7 +186,7 @@ func serveCommandWith(run func(context.Context, serveConfig) error) *cobra.Comma
 	f.StringVar(&cfg.Token, "token", "", "join token printed by \"teapot-lb cluster join-token\"")
 	f.Var(&cfg.HeartbeatTimeout, "raft-heartbeat-timeout", "time without a leader's heartbeat before a follower calls an election")
 	f.Var(&cfg.ElectionTimeout, "raft-election-timeout", "time a candidate waits for votes before trying again")
-	checked(&cfg.LogLevel, "log-level", "level", checkLogLevel, "debug | info | warn | error")
+	checked(&cfg.LogLevel, "log-level", "level", serveconfig.LogLevel, "debug | info | warn | error")
 	f.Var(&cfg.DrainTimeout, "drain-timeout", "how long a drained or stopping (SIGTERM) host keeps its arp VIPs while its clients are handed over (HTTP connections close after their next response; other connections may end), and, on stop, how long open connections may run to their end after the listeners closed")
 	f.StringVar(&cfg.AccessLog, "access-log", "", "file that receives the access logs of load balancers with accessLog enabled (default: stderr)")
 	checked(&cfg.MemoryLimit, "memory-limit", "size", memlimit.Check, "soft limit of the Go heap and runtime: a size (1536MiB, 2GiB) or a share of the memory available (80%: of the service's cgroup memory.max when set, else of the host's); near it the collector runs more often instead of letting the heap grow to twice what is live (default: GOMEMLIMIT, else none)")
@@ -207,15 +207,6 @@ func serveCommandWith(run func(context.Context, serveConfig) error) *cobra.Comma
 	f.BoolVar(&cfg.Recover, "recover", false, "the other voters are gone for good: make this host a one-host cluster with the state in its data dir (refused while any other voter answers); new hosts then --join it")
 	f.StringVar(&cfg.RestorePassphraseFile, "restore-passphrase-file", "", "passphrase of an encrypted --restore backup (the file's first line)")
 	return cmd
-}
-
-// checkLogLevel accepts slog's level names.
-func checkLogLevel(s string) error {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(s)); err != nil {
-		return fmt.Errorf("%q is not a level: use debug, info, warn or error", s)
-	}
-	return nil
 }
 
 // checkServeConfig refuses settings that are each valid but do not go

@@ -3,6 +3,7 @@ package serveconfig
 import (
 	"encoding"
 	"fmt"
+	"log/slog"
 	"net"
 	"reflect"
 	"strings"
@@ -180,6 +181,15 @@ func (c *Checked) Type() string { return c.typ }
 func HostPort(s string) error {
 	if _, port, err := net.SplitHostPort(s); err != nil || port == "" {
 		return fmt.Errorf("%s is not IP:port (for example 127.0.0.1:7443)", quoteLong(s))
+	}
+	return nil
+}
+
+// LogLevel accepts slog's level names.
+func LogLevel(s string) error {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(s)); err != nil {
+		return fmt.Errorf("%s is not a level: use debug, info, warn or error", quoteLong(s))
 	}
 	return nil
 }
