@@ -161,6 +161,7 @@ func TestServeConfigRefusals(t *testing.T) {
 		{"drain-timeout:\n", ":1: drain-timeout: no value: give a duration such as 30s or remove the key (default 30s)"},
 		{"zzzzzz: 1\n", `:1: unknown key "zzzzzz": the keys are serve's flags without their dashes`},
 		{"- data-dir\n", ":1: the file is a list"},
+		{"data-dir: /a\n---\ndrain-timeout: 5s\n", "a second document (after ---)"},
 		{"bgp:\n  asnn: 1\n", `:2: unknown key bgp."asnn": did you mean asn?`},
 		{"bgp:\n  asn: 64512\n  withdraw-grace: 5\n", ":3: bgp.withdraw-grace: 5 has no unit; write 5s"},
 		{"bgp:\n  asn: many\n", `:2: bgp.asn is the value "many", want a whole number`},

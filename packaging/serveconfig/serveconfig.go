@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"strings"
@@ -97,8 +98,15 @@ func Apply(flags *pflag.FlagSet, path string, f File) error {
 }
 
 func apply(flags *pflag.FlagSet, path string, data []byte, f File) error {
-	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
+	var doc, next yaml.Node
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("%s: %s", path, strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	// A second document would be ignored: refuse it.
+	if err := dec.Decode(&next); err == nil {
+		return fmt.Errorf("%s:%d: a second document (after ---): the file is one set of keys", path, max(next.Line-1, 1))
+	} else if !errors.Is(err, io.EOF) {
 		return fmt.Errorf("%s: %s", path, strings.TrimPrefix(err.Error(), "yaml: "))
 	}
 	if doc.Kind == 0 || len(doc.Content) == 0 {
