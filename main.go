@@ -24,15 +24,14 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
-	"sigs.k8s.io/yaml"
 
 	"github.com/teapot-lb/teapot-lb/api"
 	"github.com/teapot-lb/teapot-lb/api/adminserver"
 	"github.com/teapot-lb/teapot-lb/api/backup"
 	"github.com/teapot-lb/teapot-lb/api/cli"
+	"github.com/teapot-lb/teapot-lb/api/client"
 	"github.com/teapot-lb/teapot-lb/api/connguard"
 	"github.com/teapot-lb/teapot-lb/api/memlimit"
 	"github.com/teapot-lb/teapot-lb/api/observe"
@@ -41,6 +40,7 @@ import (
 	"github.com/teapot-lb/teapot-lb/consensus"
 	"github.com/teapot-lb/teapot-lb/packaging/gen"
 	"github.com/teapot-lb/teapot-lb/packaging/sdnotify"
+	"github.com/teapot-lb/teapot-lb/packaging/serveconfig"
 	"github.com/teapot-lb/teapot-lb/proxy"
 	"github.com/teapot-lb/teapot-lb/proxy/certs"
 	"github.com/teapot-lb/teapot-lb/proxy/cpubudget"
@@ -122,7 +122,22 @@ type serveConfig struct {
 	Recover bool `json:"-"`
 }
 
-func serveCommand() *cobra.Command {
+// commandLineOnly are serve's flags without a key in the file: --config
+// and --check-config themselves, and --restore and --recover, which
+// happen once and must not outlive a restart.
+var commandLineOnly = []string{"config", "check-config", "restore", "restore-passphrase-file", "recover"}
+
+// serveFile is the serve configuration file: a key per flag, and the bgp:
+// section.
+func serveFile(cfg *serveConfig) serveconfig.File {
+	return serveconfig.File{CommandLineOnly: commandLineOnly, Sections: map[string]any{"bgp": &cfg.BGP}}
+}
+
+func serveCommand() *cobra.Command { return serveCommandWith(serve) }
+
+// serveCommandWith builds serve's command; run gets the configuration
+// merged from the flags and the file.
+func serveCommandWith(run func(context.Context, serveConfig) error) *cobra.Command {
 	cfg := serveConfig{
 		DataDir:          "./teapot-data",
 		NodeID:           defaultNodeID(),
@@ -135,6 +150,8 @@ func serveCommand() *cobra.Command {
 		DrainTimeout:     vip.Duration(proxy.DefaultDrainTimeout),
 		ListenSockets:    proxy.ListenPerListener,
 		GCHeadroom:       memlimit.DefaultHeadroom,
+		ACMECA:           certs.LetsEncrypt,
+		ACMERenewCheck:   vip.Duration(10 * time.Minute), // certmagic's own
 
 		ACMEOrdersPerTenant: certs.DefaultOrdersPerHour,
 
@@ -146,39 +163,55 @@ func serveCommand() *cobra.Command {
 		Short: "Run an LB host (bootstraps a single-node cluster in ./teapot-data when started with no flags)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := loadServeConfig(cmd, &cfg); err != nil {
-				return err
+			f := cmd.Flags()
+			if path, _ := f.GetString("config"); path != "" {
+				if err := serveconfig.Apply(f, path, serveFile(&cfg)); err != nil {
+					return err
+				}
 			}
-			return serve(cmd.Context(), cfg)
+			if err := checkServeConfig(cfg); err != nil {
+				return serveconfig.Refuse(err)
+			}
+			if check, _ := f.GetBool("check-config"); check {
+				fmt.Fprintln(cmd.OutOrStdout(), "configuration is valid")
+				return nil
+			}
+			return run(cmd.Context(), cfg)
 		},
 	}
+	// A flag the command line gets wrong is a configuration error too.
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return serveconfig.Refuse(err) })
 	f := cmd.Flags()
+	checked := func(p *string, name, typ string, check func(string) error, usage string) {
+		f.Var(serveconfig.NewChecked(p, typ, check), name, usage)
+	}
 	// serve's own --config shadows the root's admin --config.
 	f.String("config", "", "serve configuration file: YAML with the flag names as keys and a bgp: section (the packages install a documented /etc/teapot-lb/serve.yaml); flags given on the command line win")
+	f.Bool("check-config", false, "check the flags and the --config file, print what is wrong, and exit (0: valid, 78: refused) without starting anything")
 	f.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "where this host keeps its state and credentials")
 	f.StringVar(&cfg.NodeID, "node-id", cfg.NodeID, "this host's id in the cluster")
-	f.StringVar(&cfg.RaftAddr, "raft-addr", cfg.RaftAddr, "IP:port for Raft traffic between hosts (mTLS)")
-	f.StringVar(&cfg.APIAddr, "api-addr", cfg.APIAddr, "IP:port of the admin and cluster API (mTLS)")
+	checked(&cfg.RaftAddr, "raft-addr", "address", serveconfig.HostPort, "IP:port for Raft traffic between hosts (mTLS)")
+	checked(&cfg.APIAddr, "api-addr", "address", serveconfig.HostPort, "IP:port of the admin and cluster API (mTLS)")
 	f.StringVar(&cfg.Join, "join", "", "API address of a cluster host to join through (with --token)")
 	f.StringVar(&cfg.Token, "token", "", "join token printed by \"teapot-lb cluster join-token\"")
 	f.Var(&cfg.HeartbeatTimeout, "raft-heartbeat-timeout", "time without a leader's heartbeat before a follower calls an election")
 	f.Var(&cfg.ElectionTimeout, "raft-election-timeout", "time a candidate waits for votes before trying again")
-	f.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "debug | info | warn | error")
+	checked(&cfg.LogLevel, "log-level", "level", serveconfig.LogLevel, "debug | info | warn | error")
 	f.Var(&cfg.DrainTimeout, "drain-timeout", "how long a drained or stopping (SIGTERM) host keeps its arp VIPs while its clients are handed over (HTTP connections close after their next response; other connections may end), and, on stop, how long open connections may run to their end after the listeners closed")
 	f.StringVar(&cfg.AccessLog, "access-log", "", "file that receives the access logs of load balancers with accessLog enabled (default: stderr)")
-	f.StringVar(&cfg.MemoryLimit, "memory-limit", "", "soft limit of the Go heap and runtime: a size (1536MiB, 2GiB) or a share of the memory available (80%: of the service's cgroup memory.max when set, else of the host's); near it the collector runs more often instead of letting the heap grow to twice what is live (default: GOMEMLIMIT, else none)")
-	f.StringVar(&cfg.GCHeadroom, "gc-headroom", cfg.GCHeadroom, `the most the Go heap may grow past what the last collection found live: below it the collector runs as GOGC says (by default when the heap doubled), above it every time the heap grew by this much, never by less than a quarter of what is live; such a host also collects when it goes quiet after a burst (a bulk load, a resync); a size (512MiB) or "none" for GOGC alone`)
-	f.StringVar(&cfg.ListenSockets, "listen-sockets", cfg.ListenSockets, `how TCP listeners listen: "listener" opens a socket per listener (address and port); "tenant" opens one per tenant and address family and steers each listener's address to it with a BPF sk_lookup program (Linux 5.9 or later, CAP_BPF and CAP_NET_ADMIN), for hosts of tens of thousands of listeners`)
-	f.StringVar(&cfg.MetricsAddr, "metrics-addr", cfg.MetricsAddr, `IP:port serving Prometheus metrics at /metrics, and Go profiles at /debug/pprof/ when it is a loopback address ("" turns them off)`)
-	f.StringVar(&cfg.WebAddr, "web-addr", "", "IP:port serving the read-only dashboard over HTTPS with this host's certificate; logins take a token from \"teapot-lb dashboard token\" (default off)")
+	checked(&cfg.MemoryLimit, "memory-limit", "size", memlimit.Check, "soft limit of the Go heap and runtime: a size (1536MiB, 2GiB) or a share of the memory available (80%: of the service's cgroup memory.max when set, else of the host's); near it the collector runs more often instead of letting the heap grow to twice what is live (default: GOMEMLIMIT, else none)")
+	checked(&cfg.GCHeadroom, "gc-headroom", "size", memlimit.CheckHeadroom, `the most the Go heap may grow past what the last collection found live: below it the collector runs as GOGC says (by default when the heap doubled), above it every time the heap grew by this much, never by less than a quarter of what is live; such a host also collects when it goes quiet after a burst (a bulk load, a resync); a size (512MiB) or "none" for GOGC alone`)
+	checked(&cfg.ListenSockets, "listen-sockets", "mode", proxy.CheckListenSockets, `how TCP listeners listen: "listener" opens a socket per listener (address and port); "tenant" opens one per tenant and address family and steers each listener's address to it with a BPF sk_lookup program (Linux 5.9 or later, CAP_BPF and CAP_NET_ADMIN), for hosts of tens of thousands of listeners`)
+	checked(&cfg.MetricsAddr, "metrics-addr", "address", serveconfig.OptionalHostPort, `IP:port serving Prometheus metrics at /metrics, and Go profiles at /debug/pprof/ when it is a loopback address ("" turns them off)`)
+	checked(&cfg.WebAddr, "web-addr", "address", serveconfig.OptionalHostPort, "IP:port serving the read-only dashboard over HTTPS with this host's certificate; logins take a token from \"teapot-lb dashboard token\" (default off)")
 	f.StringVar(&cfg.VIPInterface, "vip-interface", "", "interface that carries the VIPs of arp pools (needs CAP_NET_ADMIN and CAP_NET_RAW)")
-	f.StringVar(&cfg.HeartbeatAddr, "heartbeat-addr", "", fmt.Sprintf("IP:port of the VIP failure detector on the data-plane network (default: the --raft-addr IP, port %d)", vip.DefaultHeartbeatPort))
+	checked(&cfg.HeartbeatAddr, "heartbeat-addr", "address", serveconfig.OptionalHostPort, fmt.Sprintf("IP:port of the VIP failure detector on the data-plane network (default: the --raft-addr IP, port %d)", vip.DefaultHeartbeatPort))
 	f.Var(&cfg.HeartbeatInterval, "heartbeat-interval", "time between VIP heartbeats to each peer")
 	f.IntVar(&cfg.HeartbeatMisses, "heartbeat-misses", cfg.HeartbeatMisses, "heartbeats a peer may miss before its VIPs move")
-	f.StringVar(&cfg.ACMECA, "acme-ca", certs.LetsEncrypt, "ACME directory URL of the CA that issues certificates for https listeners with acme: true")
+	f.StringVar(&cfg.ACMECA, "acme-ca", cfg.ACMECA, "ACME directory URL of the CA that issues certificates for https listeners with acme: true")
 	f.StringVar(&cfg.ACMECARoot, "acme-ca-root", "", "PEM file of extra root certificates that verify the ACME CA's HTTPS endpoint")
 	f.StringVar(&cfg.ACMEEmail, "acme-email", "", "contact address of the cluster's ACME account")
-	f.Var(&cfg.ACMERenewCheck, "acme-renew-check", "how often certificates are checked for renewal (default 10m)")
+	f.Var(&cfg.ACMERenewCheck, "acme-renew-check", "how often certificates are checked for renewal")
 	_ = f.MarkHidden("acme-renew-check")
 	f.IntVar(&cfg.ACMEOrdersPerTenant, "acme-orders-per-tenant", cfg.ACMEOrdersPerTenant, "new ACME orders one tenant may start in an hour on this host (the cluster shares one ACME account, whose limits the CA counts); a name whose order failed also waits 1 minute, doubling with each failure up to a day")
 	f.Float64Var(&cfg.TLSCPUPerTenant, "tls-cpu-per-tenant", 0, "CPU cores one tenant's TLS handshakes may use on average on this host: the ClientHellos and full handshakes of its https listeners (over it they wait up to 200ms, then are refused) and the client certificates of its HTTPS health checks (over it they are delayed); resumed sessions sign nothing (0: a quarter of the host's CPUs)")
@@ -188,68 +221,17 @@ func serveCommand() *cobra.Command {
 	return cmd
 }
 
-// loadServeConfig reads --config (if given) and lets flags set on the
-// command line win over it.
-func loadServeConfig(cmd *cobra.Command, cfg *serveConfig) error {
-	path, _ := cmd.Flags().GetString("config")
-	if path == "" {
-		return nil
+// checkServeConfig refuses settings that are each valid but do not go
+// together.
+func checkServeConfig(cfg serveConfig) error {
+	if cfg.ACMEOrdersPerTenant < 1 {
+		return fmt.Errorf("--acme-orders-per-tenant %d: give 1 or more new orders an hour (default %d)", cfg.ACMEOrdersPerTenant, certs.DefaultOrdersPerHour)
 	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Errorf("read config: %w", err)
+	if cfg.TLSCPUPerTenant < 0 {
+		return fmt.Errorf("--tls-cpu-per-tenant %g: give the CPU cores a tenant's TLS signatures may use, like 0.5, or 0 for a quarter of the host's CPUs", cfg.TLSCPUPerTenant)
 	}
-	var file serveConfig
-	if err := yaml.UnmarshalStrict(data, &file); err != nil {
-		return fmt.Errorf("config %s: %w", path, err)
-	}
-	set := map[string]bool{}
-	cmd.Flags().Visit(func(fl *pflag.Flag) { set[fl.Name] = true })
-	pick := func(name string, dst *string, v string) {
-		if v != "" && !set[name] {
-			*dst = v
-		}
-	}
-	pick("data-dir", &cfg.DataDir, file.DataDir)
-	pick("node-id", &cfg.NodeID, file.NodeID)
-	pick("raft-addr", &cfg.RaftAddr, file.RaftAddr)
-	pick("api-addr", &cfg.APIAddr, file.APIAddr)
-	pick("join", &cfg.Join, file.Join)
-	pick("token", &cfg.Token, file.Token)
-	pick("log-level", &cfg.LogLevel, file.LogLevel)
-	pick("metrics-addr", &cfg.MetricsAddr, file.MetricsAddr)
-	pick("web-addr", &cfg.WebAddr, file.WebAddr)
-	pick("access-log", &cfg.AccessLog, file.AccessLog)
-	pick("listen-sockets", &cfg.ListenSockets, file.ListenSockets)
-	pick("vip-interface", &cfg.VIPInterface, file.VIPInterface)
-	pick("heartbeat-addr", &cfg.HeartbeatAddr, file.HeartbeatAddr)
-	if file.HeartbeatInterval != 0 && !set["heartbeat-interval"] {
-		cfg.HeartbeatInterval = file.HeartbeatInterval
-	}
-	if file.HeartbeatMisses != 0 && !set["heartbeat-misses"] {
-		cfg.HeartbeatMisses = file.HeartbeatMisses
-	}
-	cfg.BGP = file.BGP
-	pick("acme-ca", &cfg.ACMECA, file.ACMECA)
-	pick("acme-ca-root", &cfg.ACMECARoot, file.ACMECARoot)
-	pick("acme-email", &cfg.ACMEEmail, file.ACMEEmail)
-	if file.ACMERenewCheck != 0 && !set["acme-renew-check"] {
-		cfg.ACMERenewCheck = file.ACMERenewCheck
-	}
-	if file.ACMEOrdersPerTenant != 0 && !set["acme-orders-per-tenant"] {
-		cfg.ACMEOrdersPerTenant = file.ACMEOrdersPerTenant
-	}
-	if file.TLSCPUPerTenant != 0 && !set["tls-cpu-per-tenant"] {
-		cfg.TLSCPUPerTenant = file.TLSCPUPerTenant
-	}
-	if file.HeartbeatTimeout != 0 && !set["raft-heartbeat-timeout"] {
-		cfg.HeartbeatTimeout = file.HeartbeatTimeout
-	}
-	if file.DrainTimeout != 0 && !set["drain-timeout"] {
-		cfg.DrainTimeout = file.DrainTimeout
-	}
-	if file.ElectionTimeout != 0 && !set["raft-election-timeout"] {
-		cfg.ElectionTimeout = file.ElectionTimeout
+	if cfg.Join != "" && cfg.Token == "" {
+		return errors.New("--join needs --token (from `teapot-lb cluster join-token` on a cluster host)")
 	}
 	return nil
 }
@@ -292,15 +274,6 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	if steering != nil {
 		defer steering.Close()
 		log.Info("TCP listeners share a socket per tenant", "component", "serve", "listen-sockets", cfg.ListenSockets)
-	}
-	if cfg.ACMEOrdersPerTenant < 1 {
-		return fmt.Errorf("--acme-orders-per-tenant %d: give 1 or more new orders an hour (default %d)", cfg.ACMEOrdersPerTenant, certs.DefaultOrdersPerHour)
-	}
-	if cfg.TLSCPUPerTenant < 0 {
-		return fmt.Errorf("--tls-cpu-per-tenant %g: give the CPU cores a tenant's TLS signatures may use, like 0.5, or 0 for a quarter of the host's CPUs", cfg.TLSCPUPerTenant)
-	}
-	if cfg.Join != "" && cfg.Token == "" {
-		return errors.New("--join needs --token (from `teapot-lb cluster join-token` on a cluster host)")
 	}
 	restore, err := backup.ReadRestore(cfg.Restore, cfg.RestorePassphraseFile)
 	if err != nil {
@@ -454,21 +427,34 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	fed := make(chan struct{})
 	var applied atomic.Uint64
 	go func() { defer close(fed); feedProxy(ctx, node, px, vm, &applied, log) }()
-	// systemd hears READY=1 once Raft has formed or joined and the data
-	// plane has applied the state committed by then.
+	// systemd hears READY=1 once Raft has formed or joined, the data
+	// plane has applied the state committed by then, the admin
+	// credentials are written and the admin API answers with them.
+	adminConf, adminWritten := filepath.Join(cfg.DataDir, "admin.conf"), make(chan struct{})
 	go sdnotify.FromEnv(log).Run(ctx, func(ctx context.Context) (string, error) {
-		return waitServing(ctx, node, &applied)
+		status, err := waitServing(ctx, node, &applied)
+		if err != nil {
+			return "", err
+		}
+		select {
+		case <-adminWritten:
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+		return status, client.WaitAnswers(ctx, adminConf, cfg.APIAddr)
 	}, func() error { return feederAlive(fed, node) })
 	// The VIP loop outlives the signal: a stop hands clients over first.
 	vm.run(context.WithoutCancel(ctx), log)
 
 	select {
 	case <-node.Ready():
-		if err := node.WriteAdminConfig(filepath.Join(cfg.DataDir, "admin.conf")); err != nil {
-			log.Error("write admin credentials", "component", "serve", "err", err)
+		if err := node.WriteAdminConfig(adminConf); err != nil {
+			log.Error("write admin credentials; systemd will not hear READY=1", "component", "serve", "err", err)
+		} else {
+			close(adminWritten)
 		}
-		log.Info("ready", "component", "serve", "node", cfg.NodeID, "cluster", node.ClusterID(), "admin", filepath.Join(cfg.DataDir, "admin.conf"))
-		go node.KeepAdminConfig(ctx, filepath.Join(cfg.DataDir, "admin.conf"))
+		log.Info("ready", "component", "serve", "node", cfg.NodeID, "cluster", node.ClusterID(), "admin", adminConf)
+		go node.KeepAdminConfig(ctx, adminConf)
 	case <-ctx.Done():
 	case err := <-served:
 		log.Error("API server stopped", "component", "api", "err", err)

@@ -2,10 +2,12 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"sync"
+	"syscall"
 
 	"github.com/teapot-lb/teapot-lb/proxy/snapshot"
 	"github.com/teapot-lb/teapot-lb/proxy/steer"
@@ -183,10 +185,27 @@ func OpenSteer(mode string) (*steer.Steer, error) {
 		return nil, nil
 	case ListenPerTenant:
 		s, err := steer.Open(maxSteered)
+		if errors.Is(err, syscall.EPERM) {
+			// steer names the cause.
+			return nil, fmt.Errorf("%w (listen-sockets: listener needs no BPF)", err)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("%w (listen-sockets: tenant needs Linux 5.9 or later, CAP_BPF and CAP_NET_ADMIN; listen-sockets: listener needs neither)", err)
 		}
 		return s, nil
 	}
-	return nil, fmt.Errorf("%q is not a way to listen: use %q (a socket per listener) or %q (a socket per tenant)", mode, ListenPerListener, ListenPerTenant)
+	return nil, CheckListenSockets(mode)
+}
+
+// CheckListenSockets reports whether mode is a way to listen OpenSteer
+// knows.
+func CheckListenSockets(mode string) error {
+	switch mode {
+	case ListenPerListener, ListenPerTenant, "":
+		return nil
+	}
+	if len(mode) > 40 {
+		mode = mode[:40] + "..."
+	}
+	return fmt.Errorf("%q is not a way to listen: use %q (a socket per listener) or %q (a socket per tenant)", mode, ListenPerListener, ListenPerTenant)
 }

@@ -86,7 +86,11 @@ func TestHostPackages(t *testing.T) {
 	for _, want := range []string{"Type=notify", "WatchdogSec=", "User=teapot-lb", "StateDirectory=teapot-lb",
 		"AmbientCapabilities=CAP_NET_ADMIN CAP_NET_RAW CAP_NET_BIND_SERVICE CAP_BPF\n", "CapabilityBoundingSet=CAP_NET_ADMIN CAP_NET_RAW CAP_NET_BIND_SERVICE CAP_BPF\n",
 		"ProtectSystem=strict", "NoNewPrivileges=yes", "Restart=on-failure", "LimitNOFILE=",
-		"LimitRTPRIO=10\n", "RestrictRealtime=no\n"} {
+		"LimitRTPRIO=10\n", "RestrictRealtime=no\n",
+		// listen-sockets: tenant, access-log in /var/log/teapot-lb, a
+		// start limit, no restart on a refused configuration.
+		"SystemCallFilter=@system-service bpf\n", "LogsDirectory=teapot-lb\n", "StartLimitBurst=", "StartLimitIntervalSec=",
+		"RestartPreventExitStatus=78\n"} {
 		if !strings.Contains(string(unit), want) {
 			t.Errorf("unit lacks %q", want)
 		}

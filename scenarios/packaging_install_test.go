@@ -119,13 +119,17 @@ func TestHostPackageInstall(t *testing.T) {
 
 	// The operator's edit of the conffile: the VIP interface.
 	conf := "/etc/teapot-lb/serve.yaml"
-	edited := readFile(t, conf) + "\n# edited by the operator\nvip-interface: eth0\nnode-id: lb-install\n"
+	accessLog := "/var/log/teapot-lb/access.log"
+	edited := readFile(t, conf) + "\n# edited by the operator\nvip-interface: eth0\nnode-id: lb-install\naccess-log: " + accessLog + "\n"
 	if err := os.WriteFile(conf, []byte(edited), 0o644); err != nil {
 		t.Fatal(err)
 	}
 
 	l.startUnit(unitPath)
 	clusterID := l.waitServing()
+	if fi, err := os.Stat(accessLog); err != nil || fi.Mode().Perm()&0o007 != 0 {
+		t.Errorf("access log in the unit's LogsDirectory: %v %v", fi, err)
+	}
 	l.cli("apply", "-f", l.write("lab.yaml", installManifest))
 	l.waitVIP()
 	l.stopUnit()
@@ -152,11 +156,14 @@ func TestHostPackageInstall(t *testing.T) {
 	l.stopUnit()
 
 	// Purge: files, state, user and group go.
-	l.run("apt-get", "purge", "-y", "teapot-lb")
+	// Purge quietly: no warning from deluser about cron.
+	if out := l.run("apt-get", "purge", "-y", "teapot-lb"); strings.Contains(out, "crontab") || strings.Contains(out, "deluser:") {
+		t.Errorf("purge warns:\n%s", out)
+	}
 	if out, _ := exec.Command("dpkg-query", "-W", "-f", "${Status}", "teapot-lb").Output(); strings.Contains(string(out), "installed") {
 		t.Errorf("after purge dpkg-query: %q", out)
 	}
-	for _, f := range []string{"/usr/bin/teapot-lb", unitPath, "/etc/teapot-lb", "/var/lib/teapot-lb",
+	for _, f := range []string{"/usr/bin/teapot-lb", unitPath, "/etc/teapot-lb", "/var/lib/teapot-lb", "/var/log/teapot-lb",
 		"/etc/systemd/system/multi-user.target.wants/teapot-lb.service"} {
 		if _, err := os.Lstat(f); err == nil {
 			t.Errorf("after purge %s still exists", f)
@@ -256,7 +263,7 @@ func (l *installLab) cliErr(args ...string) (string, error) {
 }
 
 // startUnit runs the unit's ExecStart as systemd would: the StateDirectory
-// created for the unit's user, the WorkingDirectory, umask 0077, the user
+// and LogsDirectory created for the unit's user, the WorkingDirectory, umask 0077, the user
 // and group, no new privileges and only the ambient capabilities of the
 // unit, which are also the bounding set.
 func (l *installLab) startUnit(unitPath string) {
@@ -269,7 +276,7 @@ func (l *installLab) startUnit(unitPath string) {
 		}
 		return strings.TrimSpace(m[1])
 	}
-	user, group, state := key("User"), key("Group"), key("StateDirectory")
+	user, group, state, logs := key("User"), key("Group"), key("StateDirectory"), key("LogsDirectory")
 	var caps []string
 	for _, c := range strings.Fields(key("AmbientCapabilities")) {
 		caps = append(caps, "+"+strings.ToLower(strings.TrimPrefix(c, "CAP_")))
@@ -281,6 +288,12 @@ func (l *installLab) startUnit(unitPath string) {
 	}
 	l.run("chown", user+":"+group, stateDir)
 	l.run("chmod", key("StateDirectoryMode"), stateDir)
+	logsDir := filepath.Join("/var/log", logs)
+	if err := os.MkdirAll(logsDir, 0o755); err != nil {
+		l.t.Fatal(err)
+	}
+	l.run("chown", user+":"+group, logsDir)
+	l.run("chmod", key("LogsDirectoryMode"), logsDir)
 
 	args := []string{"netns", "exec", l.ns, "sh", "-c", `umask 0077; exec "$@"`, "sh",
 		"setpriv", "--reuid", user, "--regid", group, "--init-groups", "--no-new-privs",
@@ -375,7 +388,7 @@ func (l *installLab) cleanup() {
 			l.t.Errorf("cleanup: dpkg --purge: %v\n%s", err, out)
 		}
 	}
-	for _, p := range []string{"/etc/teapot-lb", "/var/lib/teapot-lb",
+	for _, p := range []string{"/etc/teapot-lb", "/var/lib/teapot-lb", "/var/log/teapot-lb",
 		"/etc/systemd/system/multi-user.target.wants/teapot-lb.service",
 		"/var/lib/systemd/deb-systemd-helper-enabled/teapot-lb.service.dsh-also",
 		"/var/lib/systemd/deb-systemd-helper-enabled/multi-user.target.wants/teapot-lb.service",

@@ -127,6 +127,12 @@ func (d Duration) String() string { return time.Duration(d).String() }
 func (d *Duration) Set(s string) error {
 	v, err := time.ParseDuration(s)
 	if err != nil {
+		if _, nerr := strconv.ParseFloat(s, 64); nerr == nil && len(s) <= 20 {
+			return fmt.Errorf("%s has no unit; write %ss", s, s)
+		}
+		if len(s) > 40 {
+			s = s[:40] + "..."
+		}
 		return fmt.Errorf("%q is not a duration like 20ms or 1s", s)
 	}
 	*d = Duration(v)
@@ -139,18 +145,18 @@ func (d *Duration) Type() string { return "duration" }
 // MarshalJSON writes the duration as a string.
 func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
 
-// UnmarshalJSON reads "300ms" or a number of nanoseconds.
+// UnmarshalJSON reads "300ms"; a bare number is refused for want of a
+// unit (0 aside), as Set does.
 func (d *Duration) UnmarshalJSON(b []byte) error {
 	var s string
 	if err := json.Unmarshal(b, &s); err == nil {
 		return d.Set(s)
 	}
-	var n int64
+	var n json.Number
 	if err := json.Unmarshal(b, &n); err != nil {
-		return fmt.Errorf("%s is not a duration like \"20ms\" or \"1s\"", b)
+		return fmt.Errorf("not a duration like \"20ms\" or \"1s\"")
 	}
-	*d = Duration(n)
-	return nil
+	return d.Set(n.String())
 }
 
 // withDefaults fills the zero fields and checks the rest; errors name the

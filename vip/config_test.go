@@ -68,7 +68,7 @@ func TestConfigDefaultsAndErrors(t *testing.T) {
 func TestBGPConfigFromJSON(t *testing.T) {
 	var b BGPConfig
 	err := json.Unmarshal([]byte(`{"asn": 65001, "withdraw-grace": "250ms",
-		"peers": [{"address": "192.0.2.1", "asn": 64512, "bfd": {"enabled": true, "min-tx": "50ms", "min-rx": 50000000}}]}`), &b)
+		"peers": [{"address": "192.0.2.1", "asn": 64512, "bfd": {"enabled": true, "min-tx": "50ms", "min-rx": "50ms"}}]}`), &b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,5 +77,9 @@ func TestBGPConfigFromJSON(t *testing.T) {
 	}
 	if err := json.Unmarshal([]byte(`{"withdraw-grace": "soon"}`), &b); err == nil || !strings.Contains(err.Error(), "duration") {
 		t.Errorf("bad duration: err = %v", err)
+	}
+	// A bare number is refused for want of a unit, as on the command line.
+	if err := json.Unmarshal([]byte(`{"withdraw-grace": 30}`), &b); err == nil || !strings.Contains(err.Error(), "30 has no unit; write 30s") {
+		t.Errorf("a duration without a unit: err = %v", err)
 	}
 }

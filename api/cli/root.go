@@ -116,6 +116,12 @@ func Main(root *cobra.Command) int {
 			return ee.code
 		}
 		fmt.Fprintln(root.ErrOrStderr(), "error: "+client.ErrorLine(err))
+		// An error may carry its own exit status (a refused serve
+		// configuration: one the unit does not restart on).
+		var coded interface{ ExitCode() int }
+		if errors.As(err, &coded) {
+			return coded.ExitCode()
+		}
 		return 1
 	}
 	return 0

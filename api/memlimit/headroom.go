@@ -40,6 +40,12 @@ func ParseHeadroom(s string) (int64, error) {
 	return int64(n), nil
 }
 
+// CheckHeadroom reports whether ParseHeadroom accepts s.
+func CheckHeadroom(s string) error {
+	_, err := ParseHeadroom(s)
+	return err
+}
+
 // percentFor is the collector target (GOGC) that lets a heap of live
 // bytes grow by at most room before the next collection: base (the
 // target without a headroom) when that stays within room, else

@@ -79,6 +79,16 @@ func check(s string, n uint64) (int64, error) {
 	return int64(n), nil
 }
 
+// Check reports whether Set would accept s: "" (the runtime's), a size
+// or a share of the memory available.
+func Check(s string) error {
+	if strings.TrimSpace(s) == "" {
+		return nil
+	}
+	_, err := Parse(s, Available)
+	return err
+}
+
 // Set applies s as the runtime's soft memory limit and returns the limit
 // in force. An empty s leaves the runtime's (GOMEMLIMIT, else none:
 // math.MaxInt64).

@@ -8,7 +8,9 @@
 // The program runs before the kernel's own socket lookup. A destination
 // that is not in the map, or whose socket is gone, takes the normal path.
 // It needs Linux 5.9 or later, CAP_BPF (or CAP_SYS_ADMIN) and
-// CAP_NET_ADMIN in the namespace. The program and its maps live as long
+// CAP_NET_ADMIN in the namespace, and bpf(2) allowed by any seccomp
+// filter (systemd's SystemCallFilter=@system-service leaves it out); a
+// refusal names which of these it was. The program and its maps live as long
 // as the Steer: when the process ends, the kernel detaches them.
 package steer
 
@@ -50,6 +52,9 @@ func Open(maxDests int) (*Steer, error) {
 	s := &Steer{dests: -1, sockets: -1, prog: -1, link: -1}
 	var err error
 	if s.dests, err = mapCreate(unix.BPF_MAP_TYPE_HASH, keySize, 4, uint32(maxDests), noPrealloc); err != nil {
+		if errors.Is(err, unix.EPERM) {
+			return nil, fmt.Errorf("steer: create the destination map: %w: %s", err, selfDeniedCause())
+		}
 		return nil, fmt.Errorf("steer: create the destination map: %w", err)
 	}
 	if s.sockets, err = mapCreate(unix.BPF_MAP_TYPE_SOCKMAP, 4, 8, MaxSockets, 0); err != nil {

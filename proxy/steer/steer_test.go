@@ -239,7 +239,7 @@ func TestOpensWithTheUnitsCapabilities(t *testing.T) {
 		t.Errorf("with CAP_BPF and CAP_NET_ADMIN: %v\n%s", err, out)
 	}
 	out, err = run("+net_admin")
-	if err == nil || !strings.Contains(out, "operation not permitted") {
+	if err == nil || !strings.Contains(out, "operation not permitted: this process lacks CAP_BPF") {
 		t.Errorf("without CAP_BPF it opened, or failed without saying why: %v\n%s", err, out)
 	}
 }
