@@ -34,12 +34,16 @@ import (
 // the data plane (HTTP/2 fan-out, handshakes, regular expressions, health
 // checks, UDP replies) and through the API port without credentials.
 const (
-	fanOutConns    = 200 // b's HTTP/2 connections
-	fanOutStreams  = 100 // concurrent streams on each
+	// b's HTTP/2 connections and the streams each opens at once: 2,000
+	// requests that each want a member connection for fanOutHold, more
+	// than b's descriptors (a quarter of what the host does not keep).
+	fanOutConns    = 50
+	fanOutStreams  = 40
 	fanOutHold     = 3 * time.Second
 	handshakeConns = 8 // clients doing full handshakes in a loop
 	abuseFor       = 8 * time.Second
 	regexClients   = 16
+	regexRate      = 64 // requests a second, all clients together (the attack measured 53)
 	regexRoutes    = 1000
 	checkMembers   = 1000 // b's HTTPS-checked members, each asking for a client certificate
 	udpSources     = 64   // b's "victims": one flow each
@@ -409,13 +413,20 @@ func phaseRegex(tb testing.TB, l *noisyLab, b *tenantAgent) []string {
 	var codes sync.Map
 	var sent atomic.Int64
 	var wg sync.WaitGroup
-	stop := time.Now().Add(abuseFor)
-	for range regexClients {
+	start := time.Now()
+	stop := start.Add(abuseFor)
+	for c := range regexClients {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			hc := &http.Client{Timeout: 5 * time.Second}
-			for time.Now().Before(stop) {
+			every := time.Second * regexClients / regexRate
+			for i := 0; ; i++ {
+				at := start.Add(every*time.Duration(i) + every*time.Duration(c)/regexClients)
+				if at.After(stop) {
+					return
+				}
+				time.Sleep(time.Until(at))
 				req, _ := http.NewRequest(http.MethodGet, "http://"+addr+path, nil)
 				req.Host = host
 				sent.Add(1)
