@@ -2,8 +2,11 @@ package scenarios
 
 import (
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -122,7 +125,9 @@ func runNoisyNeighbour(tb testing.TB) []noisyRow {
 		p.phase.Store(int64(i + 1))
 		start := time.Now()
 		tb.Logf("phase %q", ph.name)
+		profiled := profilePhase(tb, l, ph.name)
 		n := ph.run(tb, l, b)
+		<-profiled
 		if rest := minPhase - time.Since(start); rest > 0 {
 			time.Sleep(rest)
 		}
@@ -131,6 +136,37 @@ func runNoisyNeighbour(tb testing.TB) []noisyRow {
 	}
 	p.finish()
 	return p.rows(names, notes)
+}
+
+// profilePhase saves a CPU profile of the LB host over the first
+// minPhase of a phase into the folder TEAPOT_NOISY_PROFILES names (when
+// set), to see what an abuse makes the host spend. The channel closes
+// when the profile is saved.
+func profilePhase(tb testing.TB, l *noisyLab, phase string) <-chan struct{} {
+	done := make(chan struct{})
+	dir := os.Getenv("TEAPOT_NOISY_PROFILES")
+	if dir == "" {
+		close(done)
+		return done
+	}
+	go func() {
+		defer close(done)
+		url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", l.n.metricsAddr, int(minPhase/time.Second))
+		resp, err := http.Get(url)
+		if err != nil {
+			tb.Logf("profile of %q: %v", phase, err)
+			return
+		}
+		defer resp.Body.Close()
+		data, err := io.ReadAll(resp.Body)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, strings.NewReplacer(" ", "-", "/", "").Replace(phase)+".pprof"), data, 0o644)
+		}
+		if err != nil {
+			tb.Logf("profile of %q: %v", phase, err)
+		}
+	}()
+	return done
 }
 
 // selectedPhases is every phase of both rounds, or those named (comma
