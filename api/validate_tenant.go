@@ -46,7 +46,7 @@ func checkTenantDomains(ck *checker, t *pb.Tenant, c Catalog) []string {
 			ck.invalidf(f, "%q: wildcards are not allowed; %s covers itself and all its subdomains", d, rest)
 			continue
 		}
-		if why := dnsNameProblem(d); why != "" {
+		if why := DNSNameProblem(d); why != "" {
 			ck.invalidf(f, "%s", why)
 			continue
 		}
@@ -72,9 +72,9 @@ func checkDomainOwner(ck *checker, f, d, self string, others []*pb.Tenant) {
 			switch {
 			case d == od:
 				ck.conflictf(f, "domain %s is owned by tenant %s", d, o.GetName())
-			case inDomain(d, od):
+			case InDomain(d, od):
 				ck.conflictf(f, "domain %s is inside %s, owned by tenant %s", d, od, o.GetName())
-			case inDomain(od, d):
+			case InDomain(od, d):
 				ck.conflictf(f, "domain %s contains %s, owned by tenant %s", d, od, o.GetName())
 			default:
 				continue
@@ -161,13 +161,13 @@ func checkTenantOrphans(ck *checker, t *pb.Tenant, domains []string, nets []neti
 // lb outside domains.
 func firstHostOutside(lb *pb.LoadBalancer, domains []string) (field, host string) {
 	for i, r := range lb.GetRoutes() {
-		if h := r.GetHost(); h != "" && !hostInDomains(h, domains) {
+		if h := r.GetHost(); h != "" && !HostInDomains(h, domains) {
 			return fmt.Sprintf("routes[%d].host", i), h
 		}
 	}
 	for i, l := range lb.GetListeners() {
 		for j, r := range l.GetSniRoutes() {
-			if h := r.GetHost(); h != "" && !hostInDomains(h, domains) {
+			if h := r.GetHost(); h != "" && !HostInDomains(h, domains) {
 				return fmt.Sprintf("listeners[%d].sniRoutes[%d].host", i, j), h
 			}
 		}
@@ -185,7 +185,7 @@ func firstMemberOutside(lb *pb.LoadBalancer, nets []netip.Prefix, names []string
 			if why != "" {
 				continue
 			}
-			if memberProblem(ap.Addr(), nets, names) != "" {
+			if MemberNetworkProblem(ap.Addr(), nets, names) != "" {
 				return fmt.Sprintf("pools.%s.members[%d]", k, i), m.GetAddress()
 			}
 		}
