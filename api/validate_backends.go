@@ -46,7 +46,10 @@ func checkBackendPools(ck *checker, lb *pb.LoadBalancer, tenant *pb.Tenant, c Ca
 // proxyProtocol (udp: the index of the first udp listener that uses the
 // pool, or -1), backendProtocol and connectTimeout. Its members and health
 // check have CheckMember and CheckHealthCheck. It returns the rules broken,
-// with the field paths of the manifest.
+// with the field paths of the manifest: field followed by the setting's
+// own path (".hashOn"), so a caller that passes "" gets paths relative to
+// the pool and builds the pool's path only when something is broken, as
+// every Check* function of this package allows.
 func CheckBackendPool(field string, bp *pb.BackendPool, udp int) []FieldError {
 	var ck checker
 	checkAlgorithm(&ck, field, bp)

@@ -56,14 +56,14 @@ func duration(errs []api.FieldError, field string, d *durationpb.Duration, def t
 func (b *lbCompile) pool(name string, bp *pb.BackendPool, udp int, t *tenantInfo) *Pool {
 	f := "pools." + name
 	p := &Pool{LB: b.id, Name: name, Algorithm: RoundRobin, BackendProtocol: "http1"}
-	errs := api.CheckBackendPool(f, bp, udp)
+	errs := api.CheckBackendPool("", bp, udp)
 	for _, e := range errs {
 		then := "ignored"
-		switch e.Field[len(f):] {
+		switch e.Field {
 		case ".algorithm":
 			then = "using round-robin"
 		case ".hashOn":
-			if !broken(errs, f+".algorithm") && bp.GetAlgorithm() == string(Hash) {
+			if !broken(errs, ".algorithm") && bp.GetAlgorithm() == string(Hash) {
 				then = "hashing the client IP"
 			}
 		case ".proxyProtocol":
@@ -76,12 +76,12 @@ func (b *lbCompile) pool(name string, bp *pb.BackendPool, udp int, t *tenantInfo
 		case ".connectTimeout":
 			then = "using " + b.c.d.ConnectTimeout.String()
 		}
-		b.finding(e.Field, e.Reason, then)
+		b.finding(f+e.Field, e.Reason, then)
 	}
-	if a := Algorithm(bp.GetAlgorithm()); a != "" && !broken(errs, f+".algorithm") {
+	if a := Algorithm(bp.GetAlgorithm()); a != "" && !broken(errs, ".algorithm") {
 		p.Algorithm = a
 	}
-	if name, ok := strings.CutPrefix(bp.GetHashOn(), "header:"); ok && p.Algorithm == Hash && !broken(errs, f+".hashOn") {
+	if name, ok := strings.CutPrefix(bp.GetHashOn(), "header:"); ok && p.Algorithm == Hash && !broken(errs, ".hashOn") {
 		p.HashHeader = textproto.CanonicalMIMEHeaderKey(name)
 	}
 	p.Members = b.members(f, bp.GetMembers(), bp.GetHealthCheck().GetPort(), t)
@@ -92,10 +92,10 @@ func (b *lbCompile) pool(name string, bp *pb.BackendPool, udp int, t *tenantInfo
 	case "v2":
 		p.ProxyProtocol = 2
 	}
-	if bpp := bp.GetBackendProtocol(); bpp != "" && !broken(errs, f+".backendProtocol") {
+	if bpp := bp.GetBackendProtocol(); bpp != "" && !broken(errs, ".backendProtocol") {
 		p.BackendProtocol = bpp
 	}
-	p.ConnectTimeout = duration(errs, f+".connectTimeout", bp.GetConnectTimeout(), b.c.d.ConnectTimeout)
+	p.ConnectTimeout = duration(errs, ".connectTimeout", bp.GetConnectTimeout(), b.c.d.ConnectTimeout)
 	return p
 }
 
@@ -156,14 +156,14 @@ func (b *lbCompile) healthCheck(f string, hc *pb.HealthCheck) *HealthCheck {
 		return nil
 	}
 	d := b.c.d
-	errs := api.CheckHealthCheck(f, hc)
+	errs := api.CheckHealthCheck("", hc)
 	h := &HealthCheck{Rise: d.HealthRise, Fall: d.HealthFall}
-	h.Interval = duration(errs, f+".interval", hc.GetInterval(), d.HealthInterval)
-	h.Timeout = duration(errs, f+".timeout", hc.GetTimeout(), min(d.HealthTimeout, h.Interval))
+	h.Interval = duration(errs, ".interval", hc.GetInterval(), d.HealthInterval)
+	h.Timeout = duration(errs, ".timeout", hc.GetTimeout(), min(d.HealthTimeout, h.Interval))
 	h.Timeout = min(h.Timeout, h.Interval)
 	for _, e := range errs {
 		then := "ignored"
-		switch e.Field[len(f):] {
+		switch e.Field {
 		case "":
 			then = "checking by http"
 			if hc.GetHttps() != nil {
@@ -177,8 +177,18 @@ func (b *lbCompile) healthCheck(f string, hc *pb.HealthCheck) *HealthCheck {
 			then = "sending the member address"
 		case ".https.serverName":
 			then = "verifying the member address"
-		case ".https.caPEM", ".https.insecureSkipVerify", ".https.clientCertPEM", ".https.clientKeyPEM":
-			then = "checks fail until it is fixed"
+		case ".https.caPEM":
+			then = "used as written"
+			if hc.GetHttps().GetCaPem() == "" {
+				then = "verifying with the host's CA roots"
+			}
+		case ".https.insecureSkipVerify":
+			then = "accepting any certificate"
+		case ".https.clientCertPEM", ".https.clientKeyPEM":
+			then = "used as written"
+			if hc.GetHttps().GetClientCertPem() == "" || hc.GetHttps().GetClientKeyPem() == "" {
+				then = "checks fail until it is fixed"
+			}
 		case ".interval":
 			then = "using " + h.Interval.String()
 		case ".timeout":
@@ -188,16 +198,16 @@ func (b *lbCompile) healthCheck(f string, hc *pb.HealthCheck) *HealthCheck {
 		case ".port":
 			then = "checking the member's port"
 		}
-		b.finding(e.Field, e.Reason, then)
+		b.finding(f+e.Field, e.Reason, then)
 	}
 	if hh := hc.GetHttp(); hh != nil {
-		b.httpRequest(errs, f+".http", h, hh.GetPath(), hh.GetHost(), hh.GetExpectStatus())
+		b.httpRequest(errs, ".http", h, hh.GetPath(), hh.GetHost(), hh.GetExpectStatus())
 	}
 	if hs := hc.GetHttps(); hs != nil {
 		*h = HealthCheck{Rise: h.Rise, Fall: h.Fall, Interval: h.Interval, Timeout: h.Timeout}
-		b.httpRequest(errs, f+".https", h, hs.GetPath(), hs.GetHost(), hs.GetExpectStatus())
+		b.httpRequest(errs, ".https", h, hs.GetPath(), hs.GetHost(), hs.GetExpectStatus())
 		h.TLS = true
-		if !broken(errs, f+".https.serverName") {
+		if !broken(errs, ".https.serverName") {
 			h.ServerName = hs.GetServerName()
 		}
 		h.CAPEM, h.InsecureSkipVerify = hs.GetCaPem(), hs.GetInsecureSkipVerify()
@@ -210,13 +220,14 @@ func (b *lbCompile) healthCheck(f string, hc *pb.HealthCheck) *HealthCheck {
 	if r := hc.GetFall(); r > 0 {
 		h.Fall = int(min(r, api.MaxRiseFall))
 	}
-	if !broken(errs, f+".port") {
+	if !broken(errs, ".port") {
 		h.Port = uint16(hc.GetPort())
 	}
 	return h
 }
 
-// httpRequest fills the request of an http or https check.
+// httpRequest fills the request of an http or https check (f: ".http"
+// or ".https", as errs name it).
 func (b *lbCompile) httpRequest(errs []api.FieldError, f string, h *HealthCheck, path, host string, status uint32) {
 	h.HTTP = true
 	h.Path = "/"
@@ -233,11 +244,11 @@ func (b *lbCompile) httpRequest(errs []api.FieldError, f string, h *HealthCheck,
 
 func (b *lbCompile) listener(f string, i int, l *pb.Listener, lb *pb.LoadBalancer, vip netip.Addr, pools poolSet, routes *RouteTable) *Listener {
 	proto := Protocol(l.GetProtocol())
-	errs := api.CheckListener(f, l, lb.GetPools())
+	errs := api.CheckListener("", l, lb.GetPools())
 	skip := false
 	for _, e := range errs {
 		then := "ignored"
-		switch e.Field[len(f):] {
+		switch e.Field {
 		case ".port", ".protocol":
 			skip = true
 		case ".pool":
@@ -251,14 +262,14 @@ func (b *lbCompile) listener(f string, i int, l *pb.Listener, lb *pb.LoadBalance
 		case ".trustedProxies":
 			then = "trusting none"
 		default:
-			if strings.HasPrefix(e.Field[len(f):], ".trustedProxies[") {
+			if strings.HasPrefix(e.Field, ".trustedProxies[") {
 				then = "not trusted"
 			}
 		}
 		if skip {
 			then = "listener skipped"
 		}
-		b.finding(e.Field, e.Reason, then)
+		b.finding(f+e.Field, e.Reason, then)
 	}
 	if skip {
 		return nil
@@ -290,7 +301,7 @@ func (b *lbCompile) listener(f string, i int, l *pb.Listener, lb *pb.LoadBalance
 		out.Routes = routes
 		out.Limits.IdleTimeout = d.HTTPIdleTimeout
 		out.RedirectToHTTPS = l.GetRedirectToHttps() && proto == ProtoHTTP
-		if !broken(errs, f+".trustedProxies") {
+		if !broken(errs, ".trustedProxies") {
 			for _, c := range l.GetTrustedProxies() {
 				if pfx, err := netip.ParsePrefix(c); err == nil {
 					out.TrustedProxies = append(out.TrustedProxies, pfx.Masked())
@@ -314,7 +325,7 @@ func (b *lbCompile) listener(f string, i int, l *pb.Listener, lb *pb.LoadBalance
 	if m := l.GetMaxConnections(); m > 0 {
 		out.Limits.MaxConnections = int(m)
 	}
-	out.Limits.IdleTimeout = duration(errs, f+".idleTimeout", l.GetIdleTimeout(), out.Limits.IdleTimeout)
+	out.Limits.IdleTimeout = duration(errs, ".idleTimeout", l.GetIdleTimeout(), out.Limits.IdleTimeout)
 	return out
 }
 
@@ -335,15 +346,15 @@ func (b *lbCompile) routes(lb *pb.LoadBalancer, pools poolSet, t *tenantInfo) []
 	for i, r := range rs {
 		f := "routes[" + strconv.Itoa(i) + "]"
 		host := r.GetHost()
-		if errs := api.CheckRouteHost(f+".host", host, t.src); errs != nil {
-			b.report("", errs, "route skipped")
+		if errs := api.CheckRouteHost(".host", host, t.src); errs != nil {
+			b.report(f, errs, "route skipped")
 			continue
 		}
-		insts, err := api.CheckRoute(lb, f, r)
+		insts, err := api.CheckRoute(lb, "", r)
 		if err != nil {
 			var ve *api.ValidationError
 			if errors.As(err, &ve) {
-				b.report("", ve.Errors, "route skipped")
+				b.report(f, ve.Errors, "route skipped")
 			}
 			continue
 		}
