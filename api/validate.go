@@ -85,6 +85,27 @@ func checkName(ck *checker, field, s string) bool {
 	return false
 }
 
+// checkNameList checks a list of names at field (list: its last part, as
+// a duplicate's reason names it): each a name (checkName), each once, and
+// what missing says about it ("" when it exists).
+func checkNameList(ck *checker, field, list string, names []string, missing func(name string) string) {
+	seen := map[string]int{}
+	for i, name := range names {
+		f := fmt.Sprintf("%s[%d]", field, i)
+		if !checkName(ck, f, name) {
+			continue
+		}
+		if j, dup := seen[name]; dup {
+			ck.invalidf(f, "%s is already listed as %s[%d]", name, list, j)
+			continue
+		}
+		seen[name] = i
+		if why := missing(name); why != "" {
+			ck.invalidf(f, "%s", why)
+		}
+	}
+}
+
 // DNSNameProblem says why s is not a lowercase DNS name without a trailing
 // dot, or returns "".
 func DNSNameProblem(s string) string {

@@ -119,21 +119,12 @@ func checkListenerCerts(ck *checker, f string, lb *pb.LoadBalancer, l *pb.Listen
 		return
 	}
 	certs, _ := c.(CertificateCatalog)
-	seen := map[string]int{}
-	for j, name := range tls.GetCertificates() {
-		cf := fmt.Sprintf("%s.tls.certificates[%d]", f, j)
-		if !checkName(ck, cf, name) {
-			continue
-		}
-		if k, dup := seen[name]; dup {
-			ck.invalidf(cf, "%s is already listed as certificates[%d]", name, k)
-			continue
-		}
-		seen[name] = j
+	checkNameList(ck, f+".tls.certificates", "certificates", tls.GetCertificates(), func(name string) string {
 		if certs != nil && certs.Certificate(lb.GetTenant(), name) == nil {
-			ck.invalidf(cf, "certificate %s/%s does not exist; upload it first", lb.GetTenant(), name)
+			return fmt.Sprintf("certificate %s/%s does not exist; upload it first", lb.GetTenant(), name)
 		}
-	}
+		return ""
+	})
 }
 
 func checkPositive(ck *checker, field string, d *durationpb.Duration) {

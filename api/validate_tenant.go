@@ -116,21 +116,12 @@ func checkTenantNetworks(ck *checker, t *pb.Tenant) []netip.Prefix {
 }
 
 func checkTenantPools(ck *checker, t *pb.Tenant, c Catalog) {
-	seen := map[string]int{}
-	for i, name := range t.GetPools() {
-		f := fmt.Sprintf("pools[%d]", i)
-		if !checkName(ck, f, name) {
-			continue
-		}
-		if j, dup := seen[name]; dup {
-			ck.invalidf(f, "%s is already listed as pools[%d]", name, j)
-			continue
-		}
-		seen[name] = i
+	checkNameList(ck, "pools", "pools", t.GetPools(), func(name string) string {
 		if c.Pool(name) == nil {
-			ck.invalidf(f, "VIP pool %s does not exist; create it first", name)
+			return fmt.Sprintf("VIP pool %s does not exist; create it first", name)
 		}
-	}
+		return ""
+	})
 }
 
 // checkTenantOrphans refuses a change that would leave one of the tenant's
