@@ -103,6 +103,14 @@ func (c *checker) conflictf(field, format string, args ...any) {
 	c.errs = append(c.errs, FieldError{Field: Clip(field, MaxFieldPath), Reason: reasonf(format, args)})
 }
 
+// add records errs, rules broken found by an exported check.
+func (c *checker) add(errs []FieldError) {
+	if len(errs) > 0 {
+		c.invalid = true
+		c.errs = append(c.errs, errs...)
+	}
+}
+
 func (c *checker) ok() bool { return len(c.errs) == 0 }
 
 // err returns nil when nothing was found, else a *ValidationError.

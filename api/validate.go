@@ -51,9 +51,9 @@ type AddressIndex interface {
 
 const nameRule = "must be 1 to 63 lowercase letters, digits or '-', starting and ending with a letter or digit"
 
-// isLabel reports whether s is a DNS label: [a-z0-9-]{1,63}, alphanumeric
+// IsLabel reports whether s is a DNS label: [a-z0-9-]{1,63}, alphanumeric
 // at both ends.
-func isLabel(s string) bool {
+func IsLabel(s string) bool {
 	if len(s) == 0 || len(s) > 63 || s[0] == '-' || s[len(s)-1] == '-' {
 		return false
 	}
@@ -73,8 +73,8 @@ func checkName(ck *checker, field, s string) bool {
 		ck.invalidf(field, "required; it %s", nameRule)
 	case len(s) > 63:
 		ck.invalidf(field, "is %d bytes long; it %s", len(s), nameRule)
-	case !isLabel(s):
-		if l := strings.ToLower(s); l != s && isLabel(l) {
+	case !IsLabel(s):
+		if l := strings.ToLower(s); l != s && IsLabel(l) {
 			ck.invalidf(field, "%q must be lowercase; use %q", s, l)
 		} else {
 			ck.invalidf(field, "%q %s", s, nameRule)
@@ -85,44 +85,80 @@ func checkName(ck *checker, field, s string) bool {
 	return false
 }
 
-// dnsNameProblem says why s is not a lowercase DNS name without a trailing
+// checkNameList checks a list of names at field (list: its last part, as
+// a duplicate's reason names it): each a name (checkName), each once, and
+// what missing says about it ("" when it exists).
+func checkNameList(ck *checker, field, list string, names []string, missing func(name string) string) {
+	seen := map[string]int{}
+	for i, name := range names {
+		f := fmt.Sprintf("%s[%d]", field, i)
+		if !checkName(ck, f, name) {
+			continue
+		}
+		if j, dup := seen[name]; dup {
+			ck.invalidf(f, "%s is already listed as %s[%d]", name, list, j)
+			continue
+		}
+		seen[name] = i
+		if why := missing(name); why != "" {
+			ck.invalidf(f, "%s", why)
+		}
+	}
+}
+
+// DNSNameProblem says why s is not a lowercase DNS name without a trailing
 // dot, or returns "".
-func dnsNameProblem(s string) string {
+func DNSNameProblem(s string) string {
 	switch {
 	case s == "":
 		return "empty; give a DNS name like acme.example"
 	case strings.HasSuffix(s, "."):
 		return fmt.Sprintf("%s: remove the trailing dot", Excerpt(s))
-	case len(s) > 253:
+	case len(s) > MaxHostLen:
 		return fmt.Sprintf("%.40q... is longer than 253 characters", s)
 	}
-	if l := strings.ToLower(s); l != s {
-		if dnsNameProblem(l) == "" {
-			return fmt.Sprintf("%s must be lowercase; use %s", Excerpt(s), Clip(l, MaxQuoted))
-		}
+	if IsDNSName(s) {
+		return ""
 	}
-	for _, label := range strings.Split(s, ".") {
-		if !isLabel(label) {
-			return fmt.Sprintf("%s is not a DNS name: each dot-separated label %s", Excerpt(s), nameRule)
-		}
+	if l := strings.ToLower(s); l != s && IsDNSName(l) {
+		return fmt.Sprintf("%s must be lowercase; use %s", Excerpt(s), Clip(l, MaxQuoted))
 	}
-	return ""
+	return fmt.Sprintf("%s is not a DNS name: each dot-separated label %s", Excerpt(s), nameRule)
 }
 
-// inDomain reports whether host is domain or one of its subdomains.
-func inDomain(host, domain string) bool {
+// IsDNSName reports whether s is a lowercase DNS name without a trailing
+// dot: at most 253 bytes of dot-separated labels (IsLabel). It does not
+// allocate.
+func IsDNSName(s string) bool {
+	if s == "" || len(s) > MaxHostLen {
+		return false
+	}
+	for {
+		label, rest, more := strings.Cut(s, ".")
+		if !IsLabel(label) {
+			return false
+		}
+		if !more {
+			return true
+		}
+		s = rest
+	}
+}
+
+// InDomain reports whether host is domain or one of its subdomains.
+func InDomain(host, domain string) bool {
 	if domain == "" {
 		return false
 	}
 	return host == domain || strings.HasSuffix(host, "."+domain)
 }
 
-// hostInDomains reports whether a route host (exact or "*.suffix") lies
-// inside one of domains.
-func hostInDomains(host string, domains []string) bool {
+// HostInDomains reports whether a host (exact or "*.suffix") lies inside
+// one of domains.
+func HostInDomains(host string, domains []string) bool {
 	h := strings.TrimPrefix(host, "*.")
 	for _, d := range domains {
-		if inDomain(h, d) {
+		if InDomain(h, d) {
 			return true
 		}
 	}
@@ -164,9 +200,9 @@ func tenantNetworks(t *pb.Tenant) []netip.Prefix {
 	return out
 }
 
-// memberProblem says why a member address may not be dialled for a tenant
+// MemberNetworkProblem says why a member address may not be dialled for a tenant
 // with networks nets (as written: names), or returns "".
-func memberProblem(a netip.Addr, nets []netip.Prefix, names []string) string {
+func MemberNetworkProblem(a netip.Addr, nets []netip.Prefix, names []string) string {
 	for _, b := range specialBlocks {
 		if !b.prefix.Contains(a) {
 			continue

@@ -30,37 +30,62 @@ func checkBackendPools(ck *checker, lb *pb.LoadBalancer, tenant *pb.Tenant, c Ca
 		nets = tenantNetworks(tenant)
 	}
 	own := clusterAddrs(c)
-	udpUsers := map[string]int{}
-	for i, l := range lb.GetListeners() {
-		if l.GetProtocol() == "udp" {
-			if _, seen := udpUsers[l.GetPool()]; !seen {
-				udpUsers[l.GetPool()] = i
-			}
-		}
-	}
 	for _, key := range sortedKeys(lb.GetPools()) {
 		f := "pools." + key
 		checkName(ck, f, key)
 		bp := lb.GetPools()[key]
 		checkAlgorithm(ck, f, bp)
 		checkMembers(ck, f, bp, tenant, nets, own)
-		checkHealthCheck(ck, f+".healthCheck", bp.GetHealthCheck())
-		switch pp := bp.GetProxyProtocol(); pp {
-		case "":
-		case "v1", "v2":
-			if i, ok := udpUsers[key]; ok {
-				ck.invalidf(f+".proxyProtocol", "PROXY protocol cannot be sent to UDP backends, and udp listeners[%d] uses this pool; remove proxyProtocol or use a separate pool", i)
-			}
-		default:
-			ck.invalidf(f+".proxyProtocol", "%q is not one of v1, v2 (or empty for none)", pp)
-		}
-		switch bpp := bp.GetBackendProtocol(); bpp {
-		case "", "http1", "h2c", "tls", "h2":
-		default:
-			ck.invalidf(f+".backendProtocol", "%q is not one of http1, h2c, tls, h2", bpp)
-		}
-		checkPositive(ck, f+".connectTimeout", bp.GetConnectTimeout())
+		checkHealthCheck(ck, f+".healthCheck", bp.GetHealthCheck(), true)
+		checkPoolProtocols(ck, f, bp, FirstUDPListener(lb, key))
 	}
+}
+
+// CheckBackendPool checks the settings of the backend pool at field
+// ("pools.web") that stand on their own: algorithm and hashOn,
+// proxyProtocol (udp: the index of the first udp listener that uses the
+// pool, or -1), backendProtocol and connectTimeout. Its members and health
+// check have CheckMember and CheckHealthCheck. It returns the rules broken,
+// with the field paths of the manifest: field followed by the setting's
+// own path (".hashOn"), so a caller that passes "" gets paths relative to
+// the pool and builds the pool's path only when something is broken, as
+// every Check* function of this package allows.
+func CheckBackendPool(field string, bp *pb.BackendPool, udp int) []FieldError {
+	var ck checker
+	checkAlgorithm(&ck, field, bp)
+	checkPoolProtocols(&ck, field, bp, udp)
+	return ck.errs
+}
+
+// FirstUDPListener returns the index of the first udp listener of lb that
+// sends to the backend pool named pool, or -1.
+func FirstUDPListener(lb *pb.LoadBalancer, pool string) int {
+	for i, l := range lb.GetListeners() {
+		if l.GetProtocol() == "udp" && l.GetPool() == pool {
+			return i
+		}
+	}
+	return -1
+}
+
+// checkPoolProtocols checks proxyProtocol, backendProtocol and
+// connectTimeout.
+func checkPoolProtocols(ck *checker, f string, bp *pb.BackendPool, udp int) {
+	switch pp := bp.GetProxyProtocol(); pp {
+	case "":
+	case "v1", "v2":
+		if udp >= 0 {
+			ck.invalidf(f+".proxyProtocol", "PROXY protocol cannot be sent to UDP backends, and udp listeners[%d] uses this pool; remove proxyProtocol or use a separate pool", udp)
+		}
+	default:
+		ck.invalidf(f+".proxyProtocol", "%q is not one of v1, v2 (or empty for none)", pp)
+	}
+	switch bpp := bp.GetBackendProtocol(); bpp {
+	case "", "http1", "h2c", "tls", "h2":
+	default:
+		ck.invalidf(f+".backendProtocol", "%q is not one of http1, h2c, tls, h2", bpp)
+	}
+	checkPositive(ck, f+".connectTimeout", bp.GetConnectTimeout())
 }
 
 func checkAlgorithm(ck *checker, f string, bp *pb.BackendPool) {
@@ -84,14 +109,14 @@ func checkAlgorithm(ck *checker, f string, bp *pb.BackendPool) {
 	if tooLong(ck, f+".hashOn", on, len("header:")+MaxHeaderNameLen) {
 		return
 	}
-	if name, ok := strings.CutPrefix(on, "header:"); ok && isToken(name) {
+	if name, ok := strings.CutPrefix(on, "header:"); ok && IsToken(name) {
 		return
 	}
 	ck.invalidf(f+".hashOn", "%q is not client-ip or header:NAME (like header:X-User)", on)
 }
 
-// isToken reports whether s is an HTTP header name (RFC 9110 token).
-func isToken(s string) bool {
+// IsToken reports whether s is an HTTP header name (RFC 9110 token).
+func IsToken(s string) bool {
 	if s == "" {
 		return false
 	}
@@ -136,26 +161,58 @@ func checkMembers(ck *checker, f string, bp *pb.BackendPool, tenant *pb.Tenant, 
 	seen := map[netip.AddrPort]int{}
 	for i, m := range bp.GetMembers() {
 		mf := fmt.Sprintf("%s.members[%d]", f, i)
-		if tooLong(ck, mf, m.GetAddress(), MaxAddressLen) {
-			continue
-		}
-		ap, why := parseMember(m.GetAddress())
-		if why != "" {
-			ck.invalidf(mf, "%s", why)
-		} else if j, dup := seen[ap]; dup {
-			ck.invalidf(mf, "%s duplicates members[%d]", ap, j)
-		} else {
-			seen[ap] = i
-			if why := own.problem(ap, bp.GetHealthCheck().GetPort()); why != "" {
+		ap, ok := checkMemberAddress(ck, mf, m)
+		if ok {
+			if why := DuplicateMember(ap, seen, i); why != "" {
+				ck.invalidf(mf, "%s", why)
+			} else if why := own.problem(ap, bp.GetHealthCheck().GetPort()); why != "" {
 				ck.invalidf(mf, "%s", why)
 			} else if tenant != nil {
-				if why := memberProblem(ap.Addr(), nets, tenant.GetNetworks()); why != "" {
+				if why := MemberNetworkProblem(ap.Addr(), nets, tenant.GetNetworks()); why != "" {
 					ck.invalidf(mf, "%s", why)
 				}
 			}
 		}
-		if m.Weight != nil && m.GetWeight() > MaxWeight {
-			ck.invalidf(mf+".weight", "must be at most %d, got %d", MaxWeight, m.GetWeight())
-		}
+		checkMemberWeight(ck, mf, m)
+	}
+}
+
+// CheckMember checks the form of the member at field
+// ("pools.web.members[2]"): its address, IP:port, and its weight. It
+// returns the address (valid when the address is well-formed) and the
+// rules broken. Whether the member may be dialled for its tenant is
+// MemberNetworkProblem; whether it repeats another, DuplicateMember.
+func CheckMember(field string, m *pb.Member) (netip.AddrPort, []FieldError) {
+	var ck checker
+	ap, _ := checkMemberAddress(&ck, field, m)
+	checkMemberWeight(&ck, field, m)
+	return ap, ck.errs
+}
+
+// DuplicateMember says why member i at address ap repeats an earlier
+// member of its pool, or records it in seen and returns "".
+func DuplicateMember(ap netip.AddrPort, seen map[netip.AddrPort]int, i int) string {
+	if j, dup := seen[ap]; dup {
+		return fmt.Sprintf("%s duplicates members[%d]", ap, j)
+	}
+	seen[ap] = i
+	return ""
+}
+
+func checkMemberAddress(ck *checker, mf string, m *pb.Member) (netip.AddrPort, bool) {
+	if tooLong(ck, mf, m.GetAddress(), MaxAddressLen) {
+		return netip.AddrPort{}, false
+	}
+	ap, why := parseMember(m.GetAddress())
+	if why != "" {
+		ck.invalidf(mf, "%s", why)
+		return netip.AddrPort{}, false
+	}
+	return ap, true
+}
+
+func checkMemberWeight(ck *checker, mf string, m *pb.Member) {
+	if m.Weight != nil && m.GetWeight() > MaxWeight {
+		ck.invalidf(mf+".weight", "must be at most %d, got %d", MaxWeight, m.GetWeight())
 	}
 }

@@ -121,7 +121,7 @@ func checkModifiedName(ck *checker, f, name string) bool {
 	case name == "":
 		ck.invalidf(f, "required: a header name")
 	case tooLong(ck, f, name, MaxHeaderNameLen):
-	case !isToken(name):
+	case !IsToken(name):
 		ck.invalidf(f, "%q is not a header name (letters, digits and !#$%%&'*+-.^_`|~)", name)
 	case reservedHeaders[strings.ToLower(name)]:
 		ck.invalidf(f, "%s frames the message or connection and cannot be changed by a filter (use urlRewrite.hostname for Host)", name)
@@ -138,7 +138,7 @@ func checkRedirect(ck *checker, f string, rd *pb.RequestRedirect, r *pb.Route) {
 		ck.invalidf(f+".scheme", "%q is not one of http, https", rd.GetScheme())
 	}
 	if h := rd.GetHostname(); h != "" {
-		if why := dnsNameProblem(h); why != "" {
+		if why := DNSNameProblem(h); why != "" {
 			ck.invalidf(f+".hostname", "%s", why)
 		}
 	}
@@ -153,7 +153,7 @@ func checkRedirect(ck *checker, f string, rd *pb.RequestRedirect, r *pb.Route) {
 
 func checkRewrite(ck *checker, f string, rw *pb.URLRewrite, r *pb.Route) {
 	if h := rw.GetHostname(); h != "" {
-		if why := dnsNameProblem(h); why != "" {
+		if why := DNSNameProblem(h); why != "" {
 			ck.invalidf(f+".hostname", "%s", why)
 		}
 	}
@@ -205,7 +205,7 @@ func prefixMatchesOnly(r *pb.Route) bool {
 }
 
 func checkMirror(ck *checker, lb *pb.LoadBalancer, f string, m *pb.RequestMirror) {
-	checkPoolRef(ck, lb, f+".pool", m.GetPool())
+	checkPoolRef(ck, lb.GetPools(), f+".pool", m.GetPool())
 	if m.Percent != nil && m.GetFraction() != nil {
 		ck.invalidf(f, "set percent or fraction, not both")
 	}

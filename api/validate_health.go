@@ -31,7 +31,20 @@ const (
 	MaxRiseFall = 100
 )
 
-func checkHealthCheck(ck *checker, f string, hc *pb.HealthCheck) {
+// CheckHealthCheck checks the health check at field
+// ("pools.web.healthCheck") as validation does, but for what the PEM
+// fields hold (certificates and keys are parsed when the object is
+// written, not again each time it is compiled). It returns the rules
+// broken, with the field paths of the manifest.
+func CheckHealthCheck(field string, hc *pb.HealthCheck) []FieldError {
+	var ck checker
+	checkHealthCheck(&ck, field, hc, false)
+	return ck.errs
+}
+
+// checkHealthCheck checks a health check; pem: what its PEM fields hold
+// too.
+func checkHealthCheck(ck *checker, f string, hc *pb.HealthCheck, pem bool) {
 	if hc == nil {
 		return
 	}
@@ -48,7 +61,7 @@ func checkHealthCheck(ck *checker, f string, hc *pb.HealthCheck) {
 		checkHTTPRequest(ck, f+".http", h.GetPath(), h.GetExpectStatus(), h.GetHost())
 	}
 	if h := hc.GetHttps(); h != nil {
-		checkHTTPSCheck(ck, f+".https", h)
+		checkHTTPSCheck(ck, f+".https", h, pem)
 	}
 	checkPositive(ck, f+".interval", hc.GetInterval())
 	checkPositive(ck, f+".timeout", hc.GetTimeout())
@@ -109,12 +122,12 @@ func checkHostOrIP(ck *checker, f, host string) {
 	if _, err := netip.ParseAddr(host); err == nil {
 		return
 	}
-	if why := dnsNameProblem(host); why != "" {
+	if why := DNSNameProblem(host); why != "" {
 		ck.invalidf(f, "%s", why)
 	}
 }
 
-func checkHTTPSCheck(ck *checker, f string, h *pb.HTTPSCheck) {
+func checkHTTPSCheck(ck *checker, f string, h *pb.HTTPSCheck, pem bool) {
 	checkHTTPRequest(ck, f, h.GetPath(), h.GetExpectStatus(), h.GetHost())
 	checkHostOrIP(ck, f+".serverName", h.GetServerName())
 	ca := h.GetCaPem()
@@ -124,7 +137,7 @@ func checkHTTPSCheck(ck *checker, f string, h *pb.HTTPSCheck) {
 		ck.invalidf(f+".insecureSkipVerify", "is set together with caPEM, which it would ignore; keep caPEM to verify the members, or remove it to accept any certificate")
 	case ca == "" && !h.GetInsecureSkipVerify():
 		ck.invalidf(f+".caPEM", "is empty; give the PEM CA bundle that signed the members' certificates, or set insecureSkipVerify: true to accept any certificate (the check then proves only that TLS and HTTP answer)")
-	case ca != "":
+	case ca != "" && pem:
 		if why := caBundleProblem(ca); why != "" {
 			ck.invalidf(f+".caPEM", "%s", why)
 		}
@@ -138,7 +151,7 @@ func checkHTTPSCheck(ck *checker, f string, h *pb.HTTPSCheck) {
 		ck.invalidf(f+".clientKeyPEM", "is empty but clientCertPEM is set, and the load balancer stores no key for this certificate; give the certificate's private key (once stored, it is kept while clientCertPEM stays the same)")
 	case cert == "" && key != "":
 		ck.invalidf(f+".clientCertPEM", "is empty but clientKeyPEM is set; give the client certificate too, or remove the key")
-	case cert != "":
+	case cert != "" && pem:
 		// The certificate's key is checked before the private key is
 		// parsed or used: a tenant's check must not cost the hosts more
 		// than a usual key does.

@@ -2,6 +2,7 @@ package api
 
 import (
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 
@@ -20,22 +21,8 @@ func checkListeners(ck *checker, lb *pb.LoadBalancer, tenant *pb.Tenant, c Catal
 	seen := map[string]int{}
 	for i, l := range ls {
 		f := fmt.Sprintf("listeners[%d]", i)
-		port, proto := l.GetPort(), l.GetProtocol()
-		portOK := port >= 1 && port <= 65535
-		if !portOK {
-			ck.invalidf(f+".port", "must be between 1 and 65535, got %d", port)
-		}
-		protoOK := true
-		switch proto {
-		case "tcp", "udp", "http", "https", "tls-passthrough":
-		case "":
-			protoOK = false
-			ck.invalidf(f+".protocol", "required: tcp, udp, http, https or tls-passthrough")
-		default:
-			protoOK = false
-			ck.invalidf(f+".protocol", "%q is not one of tcp, udp, http, https, tls-passthrough", proto)
-		}
-		if portOK && protoOK {
+		ck.add(CheckListener(f, l, lb.GetPools()))
+		if port, proto := l.GetPort(), l.GetProtocol(); port >= 1 && port <= 65535 && listenerProtocol(proto) {
 			key := fmt.Sprintf("%d/%s", port, listenerKind(proto))
 			if j, dup := seen[key]; dup {
 				ck.invalidf(f+".port", "port %s is already used by listeners[%d]", key, j)
@@ -43,29 +30,70 @@ func checkListeners(ck *checker, lb *pb.LoadBalancer, tenant *pb.Tenant, c Catal
 				seen[key] = i
 			}
 		}
-		switch proto {
-		case "tcp", "udp", "tls-passthrough":
-			if l.GetPool() == "" {
-				ck.invalidf(f+".pool", "required for %s listeners: name one of the load balancer's pools", proto)
-			} else if _, ok := lb.GetPools()[l.GetPool()]; !ok {
-				ck.invalidf(f+".pool", "backend pool %s is not defined in pools", l.GetPool())
-			}
-		case "http", "https":
-			if l.GetPool() != "" {
-				ck.invalidf(f+".pool", "%s listeners send traffic by routes; remove pool and add a route to %s", proto, l.GetPool())
-			}
+		checkListenerCerts(ck, f, lb, l, c)
+		if l.GetProtocol() == "tls-passthrough" && !tooMany(ck, f+".sniRoutes", len(l.GetSniRoutes()), MaxSNIRoutes) {
+			CheckSNIRoutes(f, l, lb.GetPools(), tenant, func(_ int, _ string, errs []FieldError) { ck.add(errs) })
 		}
-		checkListenerTLS(ck, f, lb, l, c)
-		checkSNIRoutes(ck, f, lb, l, tenant)
-		if l.GetRedirectToHttps() && proto != "http" {
-			ck.invalidf(f+".redirectToHttps", "only http listeners can redirect to https")
-		}
-		checkPositive(ck, f+".idleTimeout", l.GetIdleTimeout())
-		tooMany(ck, f+".trustedProxies", len(l.GetTrustedProxies()), MaxTrustedProxies)
 	}
 }
 
-func checkListenerTLS(ck *checker, f string, lb *pb.LoadBalancer, l *pb.Listener, c Catalog) {
+func listenerProtocol(p string) bool {
+	switch p {
+	case "tcp", "udp", "http", "https", "tls-passthrough":
+		return true
+	}
+	return false
+}
+
+// CheckListener checks the listener at field ("listeners[1]") on its own:
+// port, protocol, the pool it names among pools, TLS (but for the
+// certificates it lists), redirectToHttps, idleTimeout and trustedProxies.
+// Its server-name routes have CheckSNIRoutes. It returns the rules broken,
+// with the field paths of the manifest.
+func CheckListener(field string, l *pb.Listener, pools map[string]*pb.BackendPool) []FieldError {
+	var ck checker
+	f := field
+	port, proto := l.GetPort(), l.GetProtocol()
+	if port < 1 || port > 65535 {
+		ck.invalidf(f+".port", "must be between 1 and 65535, got %d", port)
+	}
+	switch {
+	case proto == "":
+		ck.invalidf(f+".protocol", "required: tcp, udp, http, https or tls-passthrough")
+	case !listenerProtocol(proto):
+		ck.invalidf(f+".protocol", "%q is not one of tcp, udp, http, https, tls-passthrough", proto)
+	}
+	switch proto {
+	case "tcp", "udp", "tls-passthrough":
+		if l.GetPool() == "" {
+			ck.invalidf(f+".pool", "required for %s listeners: name one of the load balancer's pools", proto)
+		} else if _, ok := pools[l.GetPool()]; !ok {
+			ck.invalidf(f+".pool", "backend pool %s is not defined in pools", l.GetPool())
+		}
+	case "http", "https":
+		if l.GetPool() != "" {
+			ck.invalidf(f+".pool", "%s listeners send traffic by routes; remove pool and add a route to %s", proto, l.GetPool())
+		}
+	}
+	checkListenerTLS(&ck, f, l)
+	if len(l.GetSniRoutes()) > 0 && proto != "tls-passthrough" {
+		ck.invalidf(f+".sniRoutes", "only tls-passthrough listeners route by server name; remove sniRoutes (http and https listeners use the load balancer's routes)")
+	}
+	if l.GetRedirectToHttps() && proto != "http" {
+		ck.invalidf(f+".redirectToHttps", "only http listeners can redirect to https")
+	}
+	checkPositive(&ck, f+".idleTimeout", l.GetIdleTimeout())
+	if !tooMany(&ck, f+".trustedProxies", len(l.GetTrustedProxies()), MaxTrustedProxies) {
+		for j, c := range l.GetTrustedProxies() {
+			if _, err := netip.ParsePrefix(c); err != nil {
+				ck.invalidf(fmt.Sprintf("%s.trustedProxies[%d]", f, j), "%s is not a CIDR (like 192.0.2.0/24)", Excerpt(c))
+			}
+		}
+	}
+	return ck.errs
+}
+
+func checkListenerTLS(ck *checker, f string, l *pb.Listener) {
 	tls := l.GetTls()
 	empty := !tls.GetAcme() && len(tls.GetCertificates()) == 0 && tls.GetMinVersion() == ""
 	if l.GetProtocol() != "https" {
@@ -82,25 +110,21 @@ func checkListenerTLS(ck *checker, f string, lb *pb.LoadBalancer, l *pb.Listener
 	default:
 		ck.invalidf(f+".tls.minVersion", "%q is not one of tls1.2, tls1.3", tls.GetMinVersion())
 	}
-	if tooMany(ck, f+".tls.certificates", len(tls.GetCertificates()), MaxListenerCertificates) {
+}
+
+// checkListenerCerts checks the certificates an https listener lists.
+func checkListenerCerts(ck *checker, f string, lb *pb.LoadBalancer, l *pb.Listener, c Catalog) {
+	tls := l.GetTls()
+	if l.GetProtocol() != "https" || tooMany(ck, f+".tls.certificates", len(tls.GetCertificates()), MaxListenerCertificates) {
 		return
 	}
 	certs, _ := c.(CertificateCatalog)
-	seen := map[string]int{}
-	for j, name := range tls.GetCertificates() {
-		cf := fmt.Sprintf("%s.tls.certificates[%d]", f, j)
-		if !checkName(ck, cf, name) {
-			continue
-		}
-		if k, dup := seen[name]; dup {
-			ck.invalidf(cf, "%s is already listed as certificates[%d]", name, k)
-			continue
-		}
-		seen[name] = j
+	checkNameList(ck, f+".tls.certificates", "certificates", tls.GetCertificates(), func(name string) string {
 		if certs != nil && certs.Certificate(lb.GetTenant(), name) == nil {
-			ck.invalidf(cf, "certificate %s/%s does not exist; upload it first", lb.GetTenant(), name)
+			return fmt.Sprintf("certificate %s/%s does not exist; upload it first", lb.GetTenant(), name)
 		}
-	}
+		return ""
+	})
 }
 
 func checkPositive(ck *checker, field string, d *durationpb.Duration) {
@@ -147,12 +171,9 @@ func checkRoutes(ck *checker, lb *pb.LoadBalancer, tenant *pb.Tenant) {
 	for i, r := range routes {
 		f := fmt.Sprintf("routes[%d]", i)
 		host := r.GetHost()
-		if tooLong(ck, f+".host", host, 253) || tooLong(ck, f+".path", r.GetPath(), MaxPathLen) {
+		hostOK := checkRouteHostIn(ck, f+".host", host, tenant)
+		if len(host) > MaxHostLen || tooLong(ck, f+".path", r.GetPath(), MaxPathLen) {
 			continue
-		}
-		hostOK := checkRouteHost(ck, f+".host", host)
-		if hostOK && host != "" && tenant != nil && !hostInDomains(host, tenant.GetDomains()) {
-			ck.invalidf(f+".host", "%s is not inside the tenant's domains (%s)", host, listOrNone(tenant.GetDomains(), "the tenant has none; the operator sets them"))
 		}
 		if hostOK && acmeOnly >= 0 {
 			switch {
@@ -221,6 +242,31 @@ func sortedPorts(ports []uint32) []uint32 {
 	return out
 }
 
+// MaxHostLen bounds a host name.
+const MaxHostLen = 253
+
+// CheckRouteHost checks the host of a route at field ("routes[0].host"):
+// empty, exact or "*.suffix", inside the tenant's domains (tenant nil: not
+// checked). It returns the rules broken, with the field paths of the
+// manifest.
+func CheckRouteHost(field, host string, tenant *pb.Tenant) []FieldError {
+	var ck checker
+	checkRouteHostIn(&ck, field, host, tenant)
+	return ck.errs
+}
+
+// checkRouteHostIn is CheckRouteHost; it reports whether the host is well
+// formed (inside the domains or not).
+func checkRouteHostIn(ck *checker, field, host string, tenant *pb.Tenant) bool {
+	if tooLong(ck, field, host, MaxHostLen) || !checkRouteHost(ck, field, host) {
+		return false
+	}
+	if host != "" && tenant != nil && !HostInDomains(host, tenant.GetDomains()) {
+		ck.invalidf(field, "%s is not inside the tenant's domains (%s)", host, listOrNone(tenant.GetDomains(), "the tenant has none; the operator sets them"))
+	}
+	return true
+}
+
 // checkRouteHost checks the form of a route host: empty, exact, or
 // "*.suffix".
 func checkRouteHost(ck *checker, field, host string) bool {
@@ -235,7 +281,7 @@ func checkRouteHost(ck *checker, field, host string) bool {
 		ck.invalidf(field, "%q: a wildcard must be the whole first label, like *.acme.example", host)
 		return false
 	}
-	if why := dnsNameProblem(name); why != "" {
+	if why := DNSNameProblem(name); why != "" {
 		ck.invalidf(field, "%s", why)
 		return false
 	}

@@ -38,21 +38,12 @@ func ValidatePool(p *pb.VIPPool, c Catalog) error {
 	if p.GetWithdrawWhenDown() && p.GetMode() != "bgp" {
 		ck.invalidf("withdrawWhenDown", "applies to bgp pools only (this pool is %s): elsewhere a VIP with no healthy member stays held, as no other site can take its traffic; remove the field or use mode: bgp", orUnset(p.GetMode()))
 	}
-	seen := map[string]int{}
-	for i, tn := range p.GetTenants() {
-		f := fmt.Sprintf("tenants[%d]", i)
-		if !checkName(ck, f, tn) {
-			continue
+	checkNameList(ck, "tenants", "tenants", p.GetTenants(), func(name string) string {
+		if c.Tenant(name) == nil {
+			return fmt.Sprintf("tenant %s does not exist", name)
 		}
-		if j, dup := seen[tn]; dup {
-			ck.invalidf(f, "%s is already listed as tenants[%d]", tn, j)
-			continue
-		}
-		seen[tn] = i
-		if c.Tenant(tn) == nil {
-			ck.invalidf(f, "tenant %s does not exist", tn)
-		}
-	}
+		return ""
+	})
 	for i, cm := range p.GetCommunities() {
 		if !validCommunity(cm) {
 			ck.invalidf(fmt.Sprintf("communities[%d]", i), "%q must be ASN:VALUE with two numbers from 0 to 65535, like 65000:100", cm)

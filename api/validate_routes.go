@@ -381,7 +381,7 @@ func checkValueMatch(ck *checker, f string, v *pb.ValueMatch, header bool) {
 	case name == "":
 		ck.invalidf(f+".name", "required")
 	case tooLong(ck, f+".name", name, MaxHeaderNameLen):
-	case header && !isToken(name):
+	case header && !IsToken(name):
 		ck.invalidf(f+".name", "%q is not a header name (letters, digits and !#$%%&'*+-.^_`|~)", name)
 	case !header && strings.ContainsAny(name, "&=#? \t\r\n\x00"):
 		ck.invalidf(f+".name", "%q must not contain '&', '=', '#', '?' or spaces", name)
@@ -452,7 +452,7 @@ func checkRouteBackends(ck *checker, lb *pb.LoadBalancer, f string, r *pb.Route,
 		ck.invalidf(f+".pool", "set pool or backends, not both")
 		return
 	case r.GetPool() != "":
-		checkPoolRef(ck, lb, f+".pool", r.GetPool())
+		checkPoolRef(ck, lb.GetPools(), f+".pool", r.GetPool())
 		return
 	case len(bs) == 0:
 		if !redirect {
@@ -470,7 +470,7 @@ func checkRouteBackends(ck *checker, lb *pb.LoadBalancer, f string, r *pb.Route,
 				ck.invalidf(bf+".pool", "leave it out when unavailable is set")
 			}
 		} else {
-			checkPoolRef(ck, lb, bf+".pool", b.GetPool())
+			checkPoolRef(ck, lb.GetPools(), bf+".pool", b.GetPool())
 		}
 		if b.Weight != nil && b.GetWeight() > MaxBackendWeight {
 			ck.invalidf(bf+".weight", "must be at most %d, got %d", MaxBackendWeight, b.GetWeight())
@@ -478,10 +478,10 @@ func checkRouteBackends(ck *checker, lb *pb.LoadBalancer, f string, r *pb.Route,
 	}
 }
 
-func checkPoolRef(ck *checker, lb *pb.LoadBalancer, f, pool string) {
+func checkPoolRef(ck *checker, pools map[string]*pb.BackendPool, f, pool string) {
 	if pool == "" {
 		ck.invalidf(f, "required: name one of the load balancer's pools")
-	} else if _, ok := lb.GetPools()[pool]; !ok {
+	} else if _, ok := pools[pool]; !ok {
 		ck.invalidf(f, "backend pool %s is not defined in pools", pool)
 	}
 }

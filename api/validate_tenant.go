@@ -46,7 +46,7 @@ func checkTenantDomains(ck *checker, t *pb.Tenant, c Catalog) []string {
 			ck.invalidf(f, "%q: wildcards are not allowed; %s covers itself and all its subdomains", d, rest)
 			continue
 		}
-		if why := dnsNameProblem(d); why != "" {
+		if why := DNSNameProblem(d); why != "" {
 			ck.invalidf(f, "%s", why)
 			continue
 		}
@@ -72,9 +72,9 @@ func checkDomainOwner(ck *checker, f, d, self string, others []*pb.Tenant) {
 			switch {
 			case d == od:
 				ck.conflictf(f, "domain %s is owned by tenant %s", d, o.GetName())
-			case inDomain(d, od):
+			case InDomain(d, od):
 				ck.conflictf(f, "domain %s is inside %s, owned by tenant %s", d, od, o.GetName())
-			case inDomain(od, d):
+			case InDomain(od, d):
 				ck.conflictf(f, "domain %s contains %s, owned by tenant %s", d, od, o.GetName())
 			default:
 				continue
@@ -116,21 +116,12 @@ func checkTenantNetworks(ck *checker, t *pb.Tenant) []netip.Prefix {
 }
 
 func checkTenantPools(ck *checker, t *pb.Tenant, c Catalog) {
-	seen := map[string]int{}
-	for i, name := range t.GetPools() {
-		f := fmt.Sprintf("pools[%d]", i)
-		if !checkName(ck, f, name) {
-			continue
-		}
-		if j, dup := seen[name]; dup {
-			ck.invalidf(f, "%s is already listed as pools[%d]", name, j)
-			continue
-		}
-		seen[name] = i
+	checkNameList(ck, "pools", "pools", t.GetPools(), func(name string) string {
 		if c.Pool(name) == nil {
-			ck.invalidf(f, "VIP pool %s does not exist; create it first", name)
+			return fmt.Sprintf("VIP pool %s does not exist; create it first", name)
 		}
-	}
+		return ""
+	})
 }
 
 // checkTenantOrphans refuses a change that would leave one of the tenant's
@@ -161,13 +152,13 @@ func checkTenantOrphans(ck *checker, t *pb.Tenant, domains []string, nets []neti
 // lb outside domains.
 func firstHostOutside(lb *pb.LoadBalancer, domains []string) (field, host string) {
 	for i, r := range lb.GetRoutes() {
-		if h := r.GetHost(); h != "" && !hostInDomains(h, domains) {
+		if h := r.GetHost(); h != "" && !HostInDomains(h, domains) {
 			return fmt.Sprintf("routes[%d].host", i), h
 		}
 	}
 	for i, l := range lb.GetListeners() {
 		for j, r := range l.GetSniRoutes() {
-			if h := r.GetHost(); h != "" && !hostInDomains(h, domains) {
+			if h := r.GetHost(); h != "" && !HostInDomains(h, domains) {
 				return fmt.Sprintf("listeners[%d].sniRoutes[%d].host", i, j), h
 			}
 		}
@@ -185,7 +176,7 @@ func firstMemberOutside(lb *pb.LoadBalancer, nets []netip.Prefix, names []string
 			if why != "" {
 				continue
 			}
-			if memberProblem(ap.Addr(), nets, names) != "" {
+			if MemberNetworkProblem(ap.Addr(), nets, names) != "" {
 				return fmt.Sprintf("pools.%s.members[%d]", k, i), m.GetAddress()
 			}
 		}

@@ -76,7 +76,7 @@ func computeDesired(objs []*pb.Object) *desired {
 		}
 		for _, r := range lb.GetRoutes() {
 			h := strings.ToLower(r.GetHost())
-			if h == "" || strings.HasPrefix(h, "*.") || !isHostName(h) || !inDomains(h, t.GetDomains()) {
+			if h == "" || strings.HasPrefix(h, "*.") || !isHostName(h) || !api.HostInDomains(h, t.GetDomains()) {
 				continue
 			}
 			if _, seen := owner[h]; seen {
@@ -141,33 +141,8 @@ func wantsACME(lb *pb.LoadBalancer) bool {
 	return false
 }
 
-// inDomains reports whether host equals one of domains or lies below one.
-func inDomains(host string, domains []string) bool {
-	for _, d := range domains {
-		d = strings.ToLower(strings.TrimSuffix(d, "."))
-		if d != "" && (host == d || strings.HasSuffix(host, "."+d)) {
-			return true
-		}
-	}
-	return false
-}
-
 // isHostName reports whether s is a lowercase DNS name of at least two
-// labels of [a-z0-9-], none starting or ending with '-'.
+// labels (api.IsDNSName).
 func isHostName(s string) bool {
-	if len(s) > 253 || !strings.Contains(s, ".") {
-		return false
-	}
-	for _, label := range strings.Split(s, ".") {
-		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
-			return false
-		}
-		for i := 0; i < len(label); i++ {
-			c := label[i]
-			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
-				return false
-			}
-		}
-	}
-	return true
+	return strings.Contains(s, ".") && api.IsDNSName(s)
 }

@@ -29,7 +29,7 @@ func CheckUpload(t *pb.Tenant, name string, certPEM, keyPEM []byte, now time.Tim
 	fail := func(field, format string, args ...any) error {
 		return &api.ValidationError{Ref: ref, Errors: []api.FieldError{{Field: field, Reason: fmt.Sprintf(format, args...)}}}
 	}
-	if !isLabel(name) {
+	if !api.IsLabel(name) {
 		return nil, nil, fail("name", "%q must be 1 to 63 lowercase letters, digits or '-', starting and ending with a letter or digit", name)
 	}
 	if len(certPEM) > api.MaxCertificatePEMLen {
@@ -122,10 +122,10 @@ func leafHosts(leaf *x509.Certificate, domains []string) ([]string, string) {
 		base, wildcard := strings.CutPrefix(h, "*.")
 		// A wildcard may cover a one-label domain the operator gave the
 		// tenant ("*.org" when its domains hold org).
-		if net.ParseIP(base) != nil || !isHostName(base) && !(wildcard && isLabel(base)) {
+		if net.ParseIP(base) != nil || !isHostName(base) && !(wildcard && api.IsLabel(base)) {
 			return nil, fmt.Sprintf("names %q, which is not a DNS name or a wildcard like *.acme.example", n)
 		}
-		if !inDomains(base, domains) {
+		if !api.HostInDomains(base, domains) {
 			return nil, fmt.Sprintf("names %s, which is not inside the tenant's domains (%s)", n, listOr(domains, "the tenant has none; the operator sets them"))
 		}
 		out = append(out, h)
@@ -138,7 +138,7 @@ func leafHosts(leaf *x509.Certificate, domains []string) ([]string, string) {
 func isCommonNameHost(cn string) bool {
 	h := strings.ToLower(strings.TrimSuffix(cn, "."))
 	base, wildcard := strings.CutPrefix(h, "*.")
-	return net.ParseIP(base) == nil && (isHostName(base) || wildcard && isLabel(base))
+	return net.ParseIP(base) == nil && (isHostName(base) || wildcard && api.IsLabel(base))
 }
 
 func listOr(s []string, none string) string {
@@ -146,19 +146,4 @@ func listOr(s []string, none string) string {
 		return none
 	}
 	return strings.Join(s, ", ")
-}
-
-// isLabel reports whether s is a DNS label: [a-z0-9-]{1,63}, alphanumeric
-// at both ends.
-func isLabel(s string) bool {
-	if len(s) == 0 || len(s) > 63 || s[0] == '-' || s[len(s)-1] == '-' {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
-			return false
-		}
-	}
-	return true
 }

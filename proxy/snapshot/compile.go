@@ -494,7 +494,7 @@ func (b *lbCompile) compile(lb *pb.LoadBalancer, t *tenantInfo, e *entry) {
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
-		p := b.pool(k, lb.GetPools()[k], t)
+		p := b.pool(k, lb.GetPools()[k], api.FirstUDPListener(lb, k), t)
 		if old := prevPools.get(k); old.Equal(p) {
 			p = old
 		} else {
@@ -506,7 +506,7 @@ func (b *lbCompile) compile(lb *pb.LoadBalancer, t *tenantInfo, e *entry) {
 	var compiled []Route
 	for _, l := range lb.GetListeners() {
 		if Protocol(l.GetProtocol()).L7() {
-			compiled = b.routes(lb.GetRoutes(), e.pools, t)
+			compiled = b.routes(lb, e.pools, t)
 			routes = NewRouteTable(compiled)
 			break
 		}
@@ -526,7 +526,7 @@ func (b *lbCompile) compile(lb *pb.LoadBalancer, t *tenantInfo, e *entry) {
 				byPort[l.GetPort()] = lr
 			}
 		}
-		cl := b.listener(field, i, l, lb.GetTenant(), vip, e.pools, lr)
+		cl := b.listener(field, i, l, lb, vip, e.pools, lr)
 		if cl == nil {
 			continue
 		}

@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net/netip"
 	"net/textproto"
@@ -15,60 +16,86 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
-// maxWeight is the highest member weight.
-const maxWeight = 1000
+// The compile applies the API's rules (api.CheckBackendPool, CheckMember,
+// CheckHealthCheck, CheckListener, CheckRouteHost, CheckRoute,
+// CheckSNIRoutes): what a stored object breaks, because it was stored
+// before a rule was added or restored from an old backup, becomes a
+// problem under the field path the API names, with what the data plane
+// does instead, and the rest of the object is served.
 
-// duration returns d, or def when d is unset or not a positive duration
-// (then reported).
-func (b *lbCompile) duration(field string, d *durationpb.Duration, def time.Duration) time.Duration {
-	if d == nil {
-		return def
+// report adds the rules broken, prefixed with field (for checks called
+// with a relative path), each with what the data plane does instead.
+func (b *lbCompile) report(field string, errs []api.FieldError, then string) {
+	for _, e := range errs {
+		b.finding(field+e.Field, e.Reason, then)
 	}
-	if d.CheckValid() != nil || d.AsDuration() <= 0 {
-		b.problem(field, "must be a positive duration; using %s", def)
+}
+
+func (b *lbCompile) finding(field, reason, then string) {
+	b.problems = append(b.problems, Problem{Field: api.Clip(field, api.MaxFieldPath), Reason: reason + "; " + then})
+}
+
+// broken reports whether one of errs is about field itself.
+func broken(errs []api.FieldError, field string) bool {
+	for _, e := range errs {
+		if e.Field == field {
+			return true
+		}
+	}
+	return false
+}
+
+// duration returns d, or def when d is unset or field is broken.
+func duration(errs []api.FieldError, field string, d *durationpb.Duration, def time.Duration) time.Duration {
+	if d == nil || broken(errs, field) {
 		return def
 	}
 	return d.AsDuration()
 }
 
-func (b *lbCompile) pool(name string, bp *pb.BackendPool, t *tenantInfo) *Pool {
+func (b *lbCompile) pool(name string, bp *pb.BackendPool, udp int, t *tenantInfo) *Pool {
 	f := "pools." + name
 	p := &Pool{LB: b.id, Name: name, Algorithm: RoundRobin, BackendProtocol: "http1"}
-	switch a := Algorithm(bp.GetAlgorithm()); a {
-	case "":
-	case RoundRobin, LeastRequest, Hash:
-		p.Algorithm = a
-	default:
-		b.problem(f+".algorithm", "%q is not one of round-robin, least-request, hash; using round-robin", a)
-	}
-	if p.Algorithm == Hash {
-		switch on := bp.GetHashOn(); {
-		case on == "" || on == "client-ip":
-		case strings.HasPrefix(on, "header:") && isToken(on[len("header:"):]):
-			p.HashHeader = textproto.CanonicalMIMEHeaderKey(on[len("header:"):])
-		default:
-			b.problem(f+".hash_on", "%q is not client-ip or header:NAME; hashing the client IP", on)
+	errs := api.CheckBackendPool("", bp, udp)
+	for _, e := range errs {
+		then := "ignored"
+		switch e.Field {
+		case ".algorithm":
+			then = "using round-robin"
+		case ".hashOn":
+			if !broken(errs, ".algorithm") && bp.GetAlgorithm() == string(Hash) {
+				then = "hashing the client IP"
+			}
+		case ".proxyProtocol":
+			then = "sending no PROXY header"
+			if pp := bp.GetProxyProtocol(); pp == "v1" || pp == "v2" {
+				then = "udp listeners send none"
+			}
+		case ".backendProtocol":
+			then = "using http1"
+		case ".connectTimeout":
+			then = "using " + b.c.d.ConnectTimeout.String()
 		}
+		b.finding(f+e.Field, e.Reason, then)
+	}
+	if a := Algorithm(bp.GetAlgorithm()); a != "" && !broken(errs, ".algorithm") {
+		p.Algorithm = a
+	}
+	if name, ok := strings.CutPrefix(bp.GetHashOn(), "header:"); ok && p.Algorithm == Hash && !broken(errs, ".hashOn") {
+		p.HashHeader = textproto.CanonicalMIMEHeaderKey(name)
 	}
 	p.Members = b.members(f, bp.GetMembers(), bp.GetHealthCheck().GetPort(), t)
-	p.Health = b.healthCheck(f+".health_check", bp.GetHealthCheck())
-	switch pp := bp.GetProxyProtocol(); pp {
-	case "":
+	p.Health = b.healthCheck(f+".healthCheck", bp.GetHealthCheck())
+	switch bp.GetProxyProtocol() {
 	case "v1":
 		p.ProxyProtocol = 1
 	case "v2":
 		p.ProxyProtocol = 2
-	default:
-		b.problem(f+".proxy_protocol", "%q is not one of v1, v2; sending no PROXY header", pp)
 	}
-	switch bpp := bp.GetBackendProtocol(); bpp {
-	case "":
-	case "http1", "h2c", "tls", "h2":
+	if bpp := bp.GetBackendProtocol(); bpp != "" && !broken(errs, ".backendProtocol") {
 		p.BackendProtocol = bpp
-	default:
-		b.problem(f+".backend_protocol", "%q is not one of http1, h2c, tls, h2; using http1", bpp)
 	}
-	p.ConnectTimeout = b.duration(f+".connect_timeout", bp.GetConnectTimeout(), b.c.d.ConnectTimeout)
+	p.ConnectTimeout = duration(errs, ".connectTimeout", bp.GetConnectTimeout(), b.c.d.ConnectTimeout)
 	return p
 }
 
@@ -76,36 +103,28 @@ func (b *lbCompile) members(f string, ms []*pb.Member, hcPort uint32, t *tenantI
 	out := make([]Member, 0, len(ms))
 	seen := make(map[netip.AddrPort]int, len(ms))
 	for i, m := range ms {
-		mf := func() string { return fmt.Sprintf("%s.members[%d]", f, i) }
-		ap, err := netip.ParseAddrPort(m.GetAddress())
-		switch {
-		case err != nil:
-			b.problem(mf(), "%q is not IP:port (like 10.20.0.11:30080 or [2001:db8::1]:80); member skipped", m.GetAddress())
-			continue
-		case ap.Addr().Zone() != "" || ap.Addr().Is4In6() || ap.Port() == 0:
-			b.problem(mf(), "%s must be a plain IP address with a port from 1 to 65535; member skipped", m.GetAddress())
+		mf := func() string { return f + ".members[" + strconv.Itoa(i) + "]" }
+		// Checked with a relative field path: the member's is built only
+		// for a problem.
+		ap, errs := api.CheckMember("", m)
+		if errs != nil {
+			b.report(mf(), errs, "member skipped")
 			continue
 		}
-		if j, dup := seen[ap]; dup {
-			b.problem(mf(), "%s duplicates members[%d]; member skipped", ap, j)
-			continue
+		why := api.DuplicateMember(ap, seen, i)
+		if why == "" {
+			why = api.MemberNetworkProblem(ap.Addr(), t.nets, t.src.GetNetworks())
 		}
-		seen[ap] = i
-		if why := memberProblem(ap.Addr(), t.nets); why != "" {
-			b.problem(mf(), "%s; member skipped", why)
-			continue
+		if why == "" {
+			why = b.hostPortProblem(ap, hcPort)
 		}
-		if why := b.hostPortProblem(ap, hcPort); why != "" {
-			b.problem(mf(), "%s; member skipped", why)
+		if why != "" {
+			b.finding(mf(), why, "member skipped")
 			continue
 		}
 		w := uint32(1)
 		if m.Weight != nil {
 			w = m.GetWeight()
-		}
-		if w > maxWeight {
-			b.problem(mf()+".weight", "must be at most %d, got %d; member skipped", maxWeight, w)
-			continue
 		}
 		out = append(out, Member{Addr: ap, Weight: w})
 	}
@@ -132,181 +151,171 @@ func (b *lbCompile) hostPortProblem(ap netip.AddrPort, hcPort uint32) string {
 	return ""
 }
 
-// specialBlocks may hold members only when a tenant network lies inside
-// the block: the operator put them there on purpose.
-var specialBlocks = []netip.Prefix{
-	netip.MustParsePrefix("0.0.0.0/8"),
-	netip.MustParsePrefix("::/128"),
-	netip.MustParsePrefix("127.0.0.0/8"),
-	netip.MustParsePrefix("::1/128"),
-	netip.MustParsePrefix("169.254.0.0/16"),
-	netip.MustParsePrefix("fe80::/10"),
-	netip.MustParsePrefix("224.0.0.0/4"),
-	netip.MustParsePrefix("ff00::/8"),
-	netip.MustParsePrefix("255.255.255.255/32"),
-}
-
-// memberProblem says why a may not be dialled for a tenant with networks
-// nets, or returns "". Nothing outside the tenant's networks is dialled.
-func memberProblem(a netip.Addr, nets []netip.Prefix) string {
-	var special, in netip.Prefix
-	for _, n := range nets {
-		if !n.Contains(a) {
-			continue
-		}
-		sb, ok := specialBlock(a)
-		if !ok || sb.Bits() <= n.Bits() && sb.Contains(n.Addr()) {
-			return ""
-		}
-		special, in = sb, n
-	}
-	if special.IsValid() {
-		return fmt.Sprintf("%s is a special-purpose address (%s) that the tenant's network %s does not name on purpose", a, special, in)
-	}
-	return fmt.Sprintf("%s is outside the tenant's networks", a)
-}
-
-func specialBlock(a netip.Addr) (netip.Prefix, bool) {
-	for _, sb := range specialBlocks {
-		if sb.Contains(a) {
-			return sb, true
-		}
-	}
-	return netip.Prefix{}, false
-}
-
 func (b *lbCompile) healthCheck(f string, hc *pb.HealthCheck) *HealthCheck {
 	if hc == nil {
 		return nil
 	}
 	d := b.c.d
+	errs := api.CheckHealthCheck("", hc)
 	h := &HealthCheck{Rise: d.HealthRise, Fall: d.HealthFall}
-	if hh := hc.GetHttp(); hh != nil {
-		b.httpRequest(f+".http", h, hh.GetPath(), hh.GetHost(), hh.GetExpectStatus())
-		if hc.GetTcp() != nil {
-			b.problem(f, "set tcp or http, not both; using http")
+	h.Interval = duration(errs, ".interval", hc.GetInterval(), d.HealthInterval)
+	h.Timeout = duration(errs, ".timeout", hc.GetTimeout(), min(d.HealthTimeout, h.Interval))
+	h.Timeout = min(h.Timeout, h.Interval)
+	for _, e := range errs {
+		then := "ignored"
+		switch e.Field {
+		case "":
+			then = "checking by http"
+			if hc.GetHttps() != nil {
+				then = "checking by https"
+			}
+		case ".http.path", ".https.path":
+			then = "checking /"
+		case ".http.expectStatus", ".https.expectStatus":
+			then = "accepting 2xx and 3xx"
+		case ".http.host", ".https.host":
+			then = "sending the member address"
+		case ".https.serverName":
+			then = "verifying the member address"
+		case ".https.caPEM":
+			then = "used as written"
+			if hc.GetHttps().GetCaPem() == "" {
+				then = "verifying with the host's CA roots"
+			}
+		case ".https.insecureSkipVerify":
+			then = "accepting any certificate"
+		case ".https.clientCertPEM", ".https.clientKeyPEM":
+			then = "used as written"
+			if hc.GetHttps().GetClientCertPem() == "" || hc.GetHttps().GetClientKeyPem() == "" {
+				then = "checks fail until it is fixed"
+			}
+		case ".interval":
+			then = "using " + h.Interval.String()
+		case ".timeout":
+			then = "using " + h.Timeout.String()
+		case ".rise", ".fall":
+			then = "using " + strconv.Itoa(api.MaxRiseFall)
+		case ".port":
+			then = "checking the member's port"
 		}
+		b.finding(f+e.Field, e.Reason, then)
+	}
+	if hh := hc.GetHttp(); hh != nil {
+		b.httpRequest(errs, ".http", h, hh.GetPath(), hh.GetHost(), hh.GetExpectStatus())
 	}
 	if hs := hc.GetHttps(); hs != nil {
-		if hc.GetTcp() != nil || hc.GetHttp() != nil {
-			b.problem(f, "set one of tcp, http or https; using https")
-		}
-		*h = HealthCheck{Rise: h.Rise, Fall: h.Fall}
-		b.httpRequest(f+".https", h, hs.GetPath(), hs.GetHost(), hs.GetExpectStatus())
+		*h = HealthCheck{Rise: h.Rise, Fall: h.Fall, Interval: h.Interval, Timeout: h.Timeout}
+		b.httpRequest(errs, ".https", h, hs.GetPath(), hs.GetHost(), hs.GetExpectStatus())
 		h.TLS = true
-		h.ServerName = hs.GetServerName()
-		if strings.ContainsAny(h.ServerName, " \t\r\n/") {
-			b.problem(f+".https.server_name", "%q is not a host name; verifying the member address", h.ServerName)
-			h.ServerName = ""
+		if !broken(errs, ".https.serverName") {
+			h.ServerName = hs.GetServerName()
 		}
 		h.CAPEM, h.InsecureSkipVerify = hs.GetCaPem(), hs.GetInsecureSkipVerify()
 		h.ClientCertPEM, h.ClientKeyPEM = hs.GetClientCertPem(), hs.GetClientKeyPem()
 	}
 	h.CloseOnDown = hc.GetCloseOnDown()
-	h.Interval = b.duration(f+".interval", hc.GetInterval(), d.HealthInterval)
-	h.Timeout = b.duration(f+".timeout", hc.GetTimeout(), min(d.HealthTimeout, h.Interval))
-	if h.Timeout > h.Interval {
-		b.problem(f+".timeout", "%s is longer than interval %s; using the interval", h.Timeout, h.Interval)
-		h.Timeout = h.Interval
-	}
 	if r := hc.GetRise(); r > 0 {
-		h.Rise = int(min(r, 100))
+		h.Rise = int(min(r, api.MaxRiseFall))
 	}
 	if r := hc.GetFall(); r > 0 {
-		h.Fall = int(min(r, 100))
+		h.Fall = int(min(r, api.MaxRiseFall))
 	}
-	if p := hc.GetPort(); p > 65535 {
-		b.problem(f+".port", "must be between 0 (the member's port) and 65535, got %d; checking the member's port", p)
-	} else {
-		h.Port = uint16(p)
+	if !broken(errs, ".port") {
+		h.Port = uint16(hc.GetPort())
 	}
 	return h
 }
 
-// httpRequest fills the request of an http or https check.
-func (b *lbCompile) httpRequest(f string, h *HealthCheck, path, host string, status uint32) {
+// httpRequest fills the request of an http or https check (f: ".http"
+// or ".https", as errs name it).
+func (b *lbCompile) httpRequest(errs []api.FieldError, f string, h *HealthCheck, path, host string, status uint32) {
 	h.HTTP = true
-	h.Path = path
-	if h.Path == "" {
-		h.Path = "/"
+	h.Path = "/"
+	if path != "" && !broken(errs, f+".path") {
+		h.Path = path
 	}
-	if !strings.HasPrefix(h.Path, "/") || strings.ContainsAny(h.Path, " \t\r\n") {
-		b.problem(f+".path", "%q must start with / and hold no spaces; checking /", h.Path)
-		h.Path = "/"
+	if !broken(errs, f+".host") {
+		h.Host = host
 	}
-	h.Host = host
-	if strings.ContainsAny(h.Host, " \t\r\n/") {
-		b.problem(f+".host", "%q is not a host name; sending the member address", h.Host)
-		h.Host = ""
-	}
-	if status != 0 {
-		if status < 100 || status > 599 {
-			b.problem(f+".expect_status", "must be an HTTP status from 100 to 599, got %d; accepting 2xx and 3xx", status)
-		} else {
-			h.ExpectStatus = int(status)
-		}
+	if !broken(errs, f+".expectStatus") {
+		h.ExpectStatus = int(status)
 	}
 }
 
-func (b *lbCompile) listener(f string, i int, l *pb.Listener, tenant string, vip netip.Addr, pools poolSet, routes *RouteTable) *Listener {
-	port := l.GetPort()
-	if port < 1 || port > 65535 {
-		b.problem(f+".port", "must be between 1 and 65535, got %d; listener skipped", port)
+func (b *lbCompile) listener(f string, i int, l *pb.Listener, lb *pb.LoadBalancer, vip netip.Addr, pools poolSet, routes *RouteTable) *Listener {
+	proto := Protocol(l.GetProtocol())
+	errs := api.CheckListener("", l, lb.GetPools())
+	skip := false
+	for _, e := range errs {
+		then := "ignored"
+		switch e.Field {
+		case ".port", ".protocol":
+			skip = true
+		case ".pool":
+			skip = skip || proto == ProtoTCP || proto == ProtoUDP || proto == ProtoTLSPassthrough
+		case ".tls":
+			skip = skip || proto == ProtoHTTPS
+		case ".tls.minVersion":
+			then = "using tls1.2"
+		case ".idleTimeout":
+			then = "using the default"
+		case ".trustedProxies":
+			then = "trusting none"
+		default:
+			if strings.HasPrefix(e.Field, ".trustedProxies[") {
+				then = "not trusted"
+			}
+		}
+		if skip {
+			then = "listener skipped"
+		}
+		b.finding(f+e.Field, e.Reason, then)
+	}
+	if skip {
 		return nil
 	}
-	proto := Protocol(l.GetProtocol())
 	d := b.c.d
 	out := &Listener{
-		Key:      Key{Addr: netip.AddrPortFrom(vip, uint16(port)), Network: proto.Network()},
+		Key:      Key{Addr: netip.AddrPortFrom(vip, uint16(l.GetPort())), Network: proto.Network()},
 		LB:       b.id,
-		Tenant:   tenant,
+		Tenant:   lb.GetTenant(),
 		Index:    i,
 		Protocol: proto,
 		Limits:   Limits{MaxConnections: d.MaxConnections, IdleTimeout: d.TCPIdleTimeout},
 	}
 	out.Name = out.Key.String()
+	t := b.c.tenants[lb.GetTenant()]
 	switch proto {
 	case ProtoTCP, ProtoUDP, ProtoTLSPassthrough:
 		out.Pool = pools.get(l.GetPool())
-		if out.Pool == nil {
-			b.problem(f+".pool", "backend pool %q is not defined in pools; listener skipped", l.GetPool())
-			return nil
-		}
 		if proto == ProtoTLSPassthrough {
 			out.Routes = routes // routed by server name, when the load balancer has routes
 			if len(l.GetSniRoutes()) > 0 {
-				out.Routes = b.sniRoutes(f, l.GetSniRoutes(), pools, b.c.tenants[tenant])
+				out.Routes = b.sniRoutes(f, l, lb, pools, t)
 			}
 		}
 		if proto == ProtoUDP {
 			out.Limits = Limits{MaxConnections: d.MaxUDPFlows, IdleTimeout: d.UDPIdleTimeout}
-			if out.Pool.ProxyProtocol != 0 {
-				b.problem(f+".pool", "PROXY protocol cannot be sent to UDP members; sending none")
-			}
 		}
 	case ProtoHTTP, ProtoHTTPS:
 		out.Routes = routes
 		out.Limits.IdleTimeout = d.HTTPIdleTimeout
 		out.RedirectToHTTPS = l.GetRedirectToHttps() && proto == ProtoHTTP
-		for j, c := range l.GetTrustedProxies() {
-			pfx, err := netip.ParsePrefix(c)
-			if err != nil {
-				b.problem(fmt.Sprintf("%s.trustedProxies[%d]", f, j), "%q is not a CIDR (like 192.0.2.0/24); not trusted", c)
-				continue
+		if !broken(errs, ".trustedProxies") {
+			for _, c := range l.GetTrustedProxies() {
+				if pfx, err := netip.ParsePrefix(c); err == nil {
+					out.TrustedProxies = append(out.TrustedProxies, pfx.Masked())
+				}
 			}
-			out.TrustedProxies = append(out.TrustedProxies, pfx.Masked())
 		}
 		if proto == ProtoHTTPS {
-			var ok bool
-			if out.TLS, ok = b.tls(f+".tls", l.GetTls()); !ok {
-				return nil
+			out.TLS = &TLS{ACME: l.GetTls().GetAcme(), Certificates: l.GetTls().GetCertificates(), MinVersion: tls.VersionTLS12}
+			if l.GetTls().GetMinVersion() == "tls1.3" {
+				out.TLS.MinVersion = tls.VersionTLS13
 			}
 		}
-	default:
-		b.problem(f+".protocol", "%q is not one of tcp, udp, http, https, tls-passthrough; listener skipped", proto)
-		return nil
 	}
-	if t := b.c.tenants[tenant]; t != nil {
+	if t != nil {
 		out.Limits.TenantConnections = t.conns
 		out.Limits.RegexCPUMillicores = t.regexCPU
 		if t.connsPerListener > 0 {
@@ -316,24 +325,8 @@ func (b *lbCompile) listener(f string, i int, l *pb.Listener, tenant string, vip
 	if m := l.GetMaxConnections(); m > 0 {
 		out.Limits.MaxConnections = int(m)
 	}
-	out.Limits.IdleTimeout = b.duration(f+".idle_timeout", l.GetIdleTimeout(), out.Limits.IdleTimeout)
+	out.Limits.IdleTimeout = duration(errs, ".idleTimeout", l.GetIdleTimeout(), out.Limits.IdleTimeout)
 	return out
-}
-
-func (b *lbCompile) tls(f string, p *pb.TLSPolicy) (*TLS, bool) {
-	t := &TLS{ACME: p.GetAcme(), Certificates: p.GetCertificates(), MinVersion: tls.VersionTLS12}
-	if !t.ACME && len(t.Certificates) == 0 {
-		b.problem(f, "https listeners need tls.acme: true or tls.certificates; listener skipped")
-		return nil, false
-	}
-	switch v := p.GetMinVersion(); v {
-	case "", "tls1.2":
-	case "tls1.3":
-		t.MinVersion = tls.VersionTLS13
-	default:
-		b.problem(f+".min_version", "%q is not one of tls1.2, tls1.3; using tls1.2", v)
-	}
-	return t, true
 }
 
 type routeKey struct {
@@ -345,52 +338,43 @@ type routeKey struct {
 // routes compiles the load balancer's routes, in order, before a
 // RouteTable drops the plain ones that an earlier route shadows (per
 // listener port when routes have ports).
-func (b *lbCompile) routes(rs []*pb.Route, pools poolSet, t *tenantInfo) []Route {
+func (b *lbCompile) routes(lb *pb.LoadBalancer, pools poolSet, t *tenantInfo) []Route {
+	rs := lb.GetRoutes()
 	out := make([]Route, 0, len(rs))
 	seen := map[routeKey]int{}
 	var regex api.RegexUsage
 	for i, r := range rs {
 		f := "routes[" + strconv.Itoa(i) + "]"
-		host := strings.ToLower(r.GetHost())
-		if host != "" {
-			if why := routeHostProblem(host, t.domains); why != "" {
-				b.problem(f+".host", "%s; route skipped", why)
-				continue
+		host := r.GetHost()
+		if errs := api.CheckRouteHost(".host", host, t.src); errs != nil {
+			b.report(f, errs, "route skipped")
+			continue
+		}
+		insts, err := api.CheckRoute(lb, "", r)
+		if err != nil {
+			var ve *api.ValidationError
+			if errors.As(err, &ve) {
+				b.report(f, ve.Errors, "route skipped")
 			}
+			continue
 		}
 		if extended(r) {
 			// The API refuses a load balancer over its regex budget; a
 			// route that would take it over is skipped, with the API's
 			// reason.
-			ru := api.RouteRegexUsage(r)
-			if err := (api.RegexUsage{Insts: regex.Insts + ru.Insts}).CheckLB(); err != nil {
+			if err := (api.RegexUsage{Insts: regex.Insts + insts}).CheckLB(); err != nil {
 				b.problem(f, "%v; route skipped", err)
 				continue
 			}
-			regex.Insts += ru.Insts
+			regex.Insts += insts
 			out = append(out, b.extRoutes(f, i, host, r, pools)...)
 			continue
 		}
-		var pt PathType
-		switch r.GetPathType() {
-		case "", "prefix":
-		case "exact":
+		pt := PathPrefix
+		if r.GetPathType() == "exact" {
 			pt = PathExact
-		default:
-			b.problem(f+".path_type", "%q is not one of prefix, exact, regex; route skipped", r.GetPathType())
-			continue
 		}
-		path := r.GetPath()
-		if path != "" && (!strings.HasPrefix(path, "/") || strings.ContainsAny(path, " ?#\t\r\n")) {
-			b.problem(f+".path", "%q must start with / and hold no spaces, '?' or '#'; route skipped", path)
-			continue
-		}
-		path = cleanRoutePath(path, pt)
-		pool := pools.get(r.GetPool())
-		if pool == nil {
-			b.problem(f+".pool", "backend pool %q is not defined in pools; route skipped", r.GetPool())
-			continue
-		}
+		path := cleanRoutePath(r.GetPath(), pt)
 		var ports string
 		if ps := r.GetPorts(); len(ps) > 0 {
 			ps = slices.Clone(ps)
@@ -403,90 +387,23 @@ func (b *lbCompile) routes(rs []*pb.Route, pools poolSet, t *tenantInfo) []Route
 			continue
 		}
 		seen[k] = i
-		out = append(out, Route{Host: host, Path: path, PathType: pt, Pool: pool, Index: i})
+		out = append(out, Route{Host: host, Path: path, PathType: pt, Pool: pools.get(r.GetPool()), Index: i})
 	}
 	return out
 }
 
 // sniRoutes compiles the server-name routes of a tls-passthrough listener
 // into a route table matched with path "/".
-func (b *lbCompile) sniRoutes(f string, rs []*pb.SNIRoute, pools poolSet, t *tenantInfo) *RouteTable {
-	var domains []string
-	if t != nil {
-		domains = t.domains
-	}
-	out := make([]Route, 0, len(rs))
-	seen := map[string]int{}
-	for i, r := range rs {
-		rf := f + ".sni_routes[" + strconv.Itoa(i) + "]"
-		host := strings.ToLower(r.GetHost())
-		if why := routeHostProblem(host, domains); why != "" {
-			b.problem(rf+".host", "%s; route skipped", why)
-			continue
+func (b *lbCompile) sniRoutes(f string, l *pb.Listener, lb *pb.LoadBalancer, pools poolSet, t *tenantInfo) *RouteTable {
+	out := make([]Route, 0, len(l.GetSniRoutes()))
+	api.CheckSNIRoutes(f, l, lb.GetPools(), t.src, func(i int, host string, errs []api.FieldError) {
+		if errs != nil {
+			b.report("", errs, "route skipped")
+			return
 		}
-		pool := pools.get(r.GetPool())
-		if pool == nil {
-			b.problem(rf+".pool", "backend pool %q is not defined in pools; route skipped", r.GetPool())
-			continue
-		}
-		if j, dup := seen[host]; dup {
-			b.problem(rf, "duplicates sni_routes[%d]; route skipped", j)
-			continue
-		}
-		seen[host] = i
-		out = append(out, Route{Host: host, Path: "/", Pool: pool, Index: i})
-	}
+		out = append(out, Route{Host: host, Path: "/", Pool: pools.get(l.GetSniRoutes()[i].GetPool()), Index: i})
+	})
 	return NewRouteTable(out)
-}
-
-// routeHostProblem checks an exact or "*." host and that it lies inside
-// the tenant's domains.
-func routeHostProblem(host string, domains []string) string {
-	name := strings.TrimPrefix(host, "*.")
-	if !isDNSName(name) {
-		return fmt.Sprintf("%q is not a DNS name or a wildcard like *.acme.example", host)
-	}
-	for _, d := range domains {
-		if name == d || strings.HasSuffix(name, "."+d) {
-			return ""
-		}
-	}
-	return fmt.Sprintf("%s is not inside the tenant's domains", host)
-}
-
-// isDNSName reports whether s is a lowercase DNS name of labels
-// [a-z0-9-], 1 to 63 long, not starting or ending with '-'.
-func isDNSName(s string) bool {
-	if s == "" || len(s) > maxHostLen {
-		return false
-	}
-	for _, label := range strings.Split(s, ".") {
-		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
-			return false
-		}
-		for i := 0; i < len(label); i++ {
-			c := label[i]
-			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
-				return false
-			}
-		}
-	}
-	return true
-}
-
-// isToken reports whether s is an HTTP header name (RFC 9110 token).
-func isToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0 {
-			continue
-		}
-		return false
-	}
-	return true
 }
 
 // isVIP reports whether a lies in a VIP pool.

@@ -5,11 +5,9 @@ import (
 	"net/textproto"
 	"regexp"
 	"strconv"
-	"strings"
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/teapot-lb/teapot-lb/api"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
 
@@ -21,49 +19,26 @@ func extended(r *pb.Route) bool {
 }
 
 // extRoutes compiles a route with matches, backends, filters or timeouts
-// into one Route per match. A broken part skips the whole route with a
-// problem: half a route could send traffic where its writer did not want.
+// into one Route per match. The route has passed api.CheckRoute: every
+// pool it names is one of pools, every regular expression compiles.
 func (b *lbCompile) extRoutes(f string, index int, host string, r *pb.Route, pools poolSet) []Route {
 	ext := RouteExt{
 		RequestTimeout: r.GetTimeouts().GetRequest().AsDuration(),
 		BackendTimeout: r.GetTimeouts().GetBackendRequest().AsDuration(),
 	}
-	if ext.RequestTimeout < 0 || ext.BackendTimeout < 0 || ext.RequestTimeout > api.MaxRouteTimeout || ext.BackendTimeout > api.MaxRouteTimeout {
-		b.problem(f+".timeouts", "out of range; route skipped")
-		return nil
-	}
-	var pool *Pool
-	switch {
-	case r.GetPool() != "":
-		if pool = pools.get(r.GetPool()); pool == nil {
-			b.problem(f+".pool", "backend pool %q is not defined in pools; route skipped", r.GetPool())
-			return nil
+	pool := pools.get(r.GetPool())
+	for _, be := range r.GetBackends() {
+		w := uint32(1)
+		if be.Weight != nil {
+			w = be.GetWeight()
 		}
-	case len(r.GetBackends()) > 0:
-		for i, be := range r.GetBackends() {
-			w := uint32(1)
-			if be.Weight != nil {
-				w = be.GetWeight()
-			}
-			wp := WeightedPool{Weight: min(w, api.MaxBackendWeight)}
-			if !be.GetUnavailable() {
-				if wp.Pool = pools.get(be.GetPool()); wp.Pool == nil {
-					b.problem(f+".backends["+strconv.Itoa(i)+"].pool", "backend pool %q is not defined in pools; route skipped", be.GetPool())
-					return nil
-				}
-			}
-			ext.Backends = append(ext.Backends, wp)
+		wp := WeightedPool{Weight: w}
+		if !be.GetUnavailable() {
+			wp.Pool = pools.get(be.GetPool())
 		}
+		ext.Backends = append(ext.Backends, wp)
 	}
-	filters, ok := b.filters(f, r, pools)
-	if !ok {
-		return nil
-	}
-	ext.Filters = filters
-	if pool == nil && len(ext.Backends) == 0 && (filters == nil || filters.Redirect == nil) {
-		b.problem(f+".pool", "no pool, backends or requestRedirect; route skipped")
-		return nil
-	}
+	ext.Filters = b.filters(r, pools)
 	enc, err := proto.MarshalOptions{Deterministic: true}.Marshal(r)
 	if err != nil {
 		b.problem(f, "cannot be encoded: %v; route skipped", err)
@@ -136,10 +111,8 @@ func (b *lbCompile) routePath(f, path, pt string, g *pb.GRPCMethodMatch, e *Rout
 		path, pt = "/"+svc+"/"+meth, "regex"
 	}
 	switch pt {
-	case "", "prefix":
-		return cleanRoutePath(path, PathPrefix), PathPrefix, plainPathOK(b, f, path)
 	case "exact":
-		return cleanRoutePath(path, PathExact), PathExact, plainPathOK(b, f, path)
+		return cleanRoutePath(path, PathExact), PathExact, true
 	case "regex":
 		re, err := compileRegex(path)
 		if err != nil {
@@ -149,16 +122,7 @@ func (b *lbCompile) routePath(f, path, pt string, g *pb.GRPCMethodMatch, e *Rout
 		e.PathRegex = re
 		return path, PathRegex, true
 	}
-	b.problem(f+".path_type", "%q is not one of prefix, exact, regex; route skipped", pt)
-	return "", 0, false
-}
-
-func plainPathOK(b *lbCompile, f, path string) bool {
-	if path != "" && (!strings.HasPrefix(path, "/") || strings.ContainsAny(path, " ?#\t\r\n")) {
-		b.problem(f+".path", "%q must start with / and hold no spaces, '?' or '#'; route skipped", path)
-		return false
-	}
-	return true
+	return cleanRoutePath(path, PathPrefix), PathPrefix, true
 }
 
 func (b *lbCompile) conditions(f string, m *pb.RouteMatch) (*Conditions, bool) {
@@ -175,7 +139,7 @@ func (b *lbCompile) conditions(f string, m *pb.RouteMatch) (*Conditions, bool) {
 		}
 	}
 	for i, q := range m.GetQueryParams() {
-		v, ok := b.valueCond(f+".query_params["+strconv.Itoa(i)+"]", q)
+		v, ok := b.valueCond(f+".queryParams["+strconv.Itoa(i)+"]", q)
 		if !ok {
 			return nil, false
 		}
@@ -204,13 +168,12 @@ func (b *lbCompile) valueCond(f string, v *pb.ValueMatch) (ValueCond, bool) {
 }
 
 // filters compiles a route's filters; nil when it has none.
-func (b *lbCompile) filters(f string, r *pb.Route, pools poolSet) (*Filters, bool) {
+func (b *lbCompile) filters(r *pb.Route, pools poolSet) *Filters {
 	if len(r.GetFilters()) == 0 {
-		return nil, true
+		return nil
 	}
 	out := &Filters{}
-	for i, fl := range r.GetFilters() {
-		ff := f + ".filters[" + strconv.Itoa(i) + "]"
+	for _, fl := range r.GetFilters() {
 		switch {
 		case fl.GetRequestHeaderModifier() != nil:
 			out.RequestHeaders = headerEdit(fl.GetRequestHeaderModifier())
@@ -229,12 +192,7 @@ func (b *lbCompile) filters(f string, r *pb.Route, pools poolSet) (*Filters, boo
 			out.Rewrite = &Rewrite{Hostname: rw.GetHostname(), Path: pathChange(rw.GetPath())}
 		case fl.GetRequestMirror() != nil:
 			m := fl.GetRequestMirror()
-			p := pools.get(m.GetPool())
-			if p == nil {
-				b.problem(ff+".request_mirror.pool", "backend pool %q is not defined in pools; route skipped", m.GetPool())
-				return nil, false
-			}
-			mi := Mirror{Pool: p, Numerator: 100, Denominator: 100}
+			mi := Mirror{Pool: pools.get(m.GetPool()), Numerator: 100, Denominator: 100}
 			switch {
 			case m.GetFraction() != nil:
 				mi.Numerator, mi.Denominator = m.GetFraction().GetNumerator(), m.GetFraction().GetDenominator()
@@ -245,12 +203,9 @@ func (b *lbCompile) filters(f string, r *pb.Route, pools poolSet) (*Filters, boo
 				mi.Numerator = m.GetPercent()
 			}
 			out.Mirrors = append(out.Mirrors, mi)
-		default:
-			b.problem(ff, "sets no filter; route skipped")
-			return nil, false
 		}
 	}
-	return out, true
+	return out
 }
 
 func headerEdit(m *pb.HeaderModifier) *HeaderEdit {

@@ -109,7 +109,7 @@ func TestCompileListenersAndPools(t *testing.T) {
 			}()},
 			want: map[Key]string{key("192.0.2.1:80", TCP): "acme/db"},
 			problems: map[string][]Problem{"acme/db": {
-				{"listeners[1].pool", `backend pool "nope" is not defined in pools; listener skipped`},
+				{"listeners[1].pool", "backend pool nope is not defined in pools; listener skipped"},
 				{"listeners[2].protocol", `"sctp" is not one of tcp, udp, http, https, tls-passthrough; listener skipped`},
 				{"listeners[3].tls", "https listeners need tls.acme: true or tls.certificates; listener skipped"},
 			}},
@@ -178,10 +178,10 @@ func TestCompilePoolDefaultsAndMembers(t *testing.T) {
 			problems: []Problem{
 				{"pools.app.members[0]", `"10.20.0.1" is not IP:port (like 10.20.0.11:30080 or [2001:db8::1]:80); member skipped`},
 				{"pools.app.members[2]", "10.20.0.2:80 duplicates members[1]; member skipped"},
-				{"pools.app.members[3]", "10.99.0.1 is outside the tenant's networks; member skipped"},
-				{"pools.app.members[4]", "[fe80::1%eth0]:80 must be a plain IP address with a port from 1 to 65535; member skipped"},
+				{"pools.app.members[3]", "10.99.0.1 is outside the tenant's networks (10.20.0.0/16, 2001:db8:20::/64); member skipped"},
+				{"pools.app.members[4]", "[fe80::1%eth0]:80: zones are not allowed; member skipped"},
 				{"pools.app.members[5].weight", "must be at most 1000, got 1001; member skipped"},
-				{"pools.app.members[7]", "127.0.0.1 is outside the tenant's networks; member skipped"},
+				{"pools.app.members[7]", "127.0.0.1 is a loopback address, refused unless a tenant network lies inside 127.0.0.0/8; member skipped"},
 			},
 		},
 		{
@@ -191,7 +191,7 @@ func TestCompilePoolDefaultsAndMembers(t *testing.T) {
 			want: &Pool{Algorithm: RoundRobin, BackendProtocol: "http1", ConnectTimeout: 5 * time.Second,
 				Members: []Member{{netip.MustParseAddrPort("127.0.0.1:80"), 1}, {netip.MustParseAddrPort("10.1.1.1:80"), 1}}},
 			problems: []Problem{{"pools.app.members[1]",
-				"127.0.1.1 is a special-purpose address (127.0.0.0/8) that the tenant's network 0.0.0.0/0 does not name on purpose; member skipped"}},
+				"127.0.1.1 is a loopback address, refused unless a tenant network lies inside 127.0.0.0/8; member skipped"}},
 		},
 		{
 			name: "hash on a header, PROXY v2, health check defaults",
@@ -221,8 +221,8 @@ func TestCompilePoolDefaultsAndMembers(t *testing.T) {
 				Health: &HealthCheck{HTTP: true, TLS: true, Path: "/", InsecureSkipVerify: true,
 					Interval: time.Second, Timeout: time.Second, Rise: 2, Fall: 3}},
 			problems: []Problem{
-				{"pools.app.health_check", "set one of tcp, http or https; using https"},
-				{"pools.app.health_check.https.server_name", `"bad name" is not a host name; verifying the member address`},
+				{"pools.app.healthCheck", "set one of tcp, http or https, not several; checking by https"},
+				{"pools.app.healthCheck.https.serverName", `"bad name" is not a DNS name: each dot-separated label must be 1 to 63 lowercase letters, digits or '-', starting and ending with a letter or digit; verifying the member address`},
 			},
 		},
 		{
@@ -233,9 +233,10 @@ func TestCompilePoolDefaultsAndMembers(t *testing.T) {
 				Health: &HealthCheck{Interval: time.Second, Timeout: time.Second, Rise: 100, Fall: 3}},
 			problems: []Problem{
 				{"pools.app.algorithm", `"random" is not one of round-robin, least-request, hash; using round-robin`},
-				{"pools.app.health_check.timeout", "3s is longer than interval 1s; using the interval"},
-				{"pools.app.proxy_protocol", `"v3" is not one of v1, v2; sending no PROXY header`},
-				{"pools.app.backend_protocol", `"h3" is not one of http1, h2c, tls, h2; using http1`},
+				{"pools.app.proxyProtocol", `"v3" is not one of v1, v2 (or empty for none); sending no PROXY header`},
+				{"pools.app.backendProtocol", `"h3" is not one of http1, h2c, tls, h2; using http1`},
+				{"pools.app.healthCheck.timeout", "3s is longer than interval 1s; make it shorter than the interval; using 1s"},
+				{"pools.app.healthCheck.rise", "must be at most 100, got 500; using 100"},
 			},
 		},
 	}
@@ -313,11 +314,11 @@ func TestCompileRoutesProblems(t *testing.T) {
 	}
 	s := Compile(objs(lb), 1, Defaults{}, nil)
 	want := []Problem{
-		{"routes[1].host", "shop.other.example is not inside the tenant's domains; route skipped"},
-		{"routes[2].path", `"api" must start with / and hold no spaces, '?' or '#'; route skipped`},
-		{"routes[3]", "duplicates routes[0]; route skipped"},
-		{"routes[4].pool", `backend pool "nope" is not defined in pools; route skipped`},
-		{"routes[5].path_type", `"glob" is not one of prefix, exact, regex; route skipped`},
+		{"routes[1].host", "shop.other.example is not inside the tenant's domains (acme.example); route skipped"},
+		{"routes[2].path", `"api" must start with /; route skipped`},
+		{"routes[3].host", `"Shop.acme.example" must be lowercase; use shop.acme.example; route skipped`},
+		{"routes[4].pool", "backend pool nope is not defined in pools; route skipped"},
+		{"routes[5].pathType", `"glob" is not one of prefix, exact, regex; route skipped`},
 	}
 	if got := problemsOf(s, "acme/web"); !slices.Equal(got, want) {
 		t.Errorf("problems = %q\nwant %q", got, want)

@@ -300,7 +300,7 @@ func (rt *RouteTable) equal(o *RouteTable) bool {
 }
 
 // maxHostLen is the longest DNS name.
-const maxHostLen = 253
+const maxHostLen = api.MaxHostLen
 
 // Conditional reports whether some route of the table has conditions on
 // the method, headers or query parameters.

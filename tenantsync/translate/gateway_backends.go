@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
+	"github.com/teapot-lb/teapot-lb/api"
 	"github.com/teapot-lb/teapot-lb/tenantsync"
 )
 
@@ -164,7 +165,7 @@ func backendKey(gwNS, ns, name string, port int32, h2c bool) string {
 	if h2c {
 		raw, mark = raw+"-h2c", "h2c"
 	}
-	if ns == gwNS && len(raw) <= 63 && tenantsyncLabel(raw) {
+	if ns == gwNS && api.IsLabel(raw) {
 		return raw
 	}
 	return tenantsync.Key(ns+"-"+raw, "Backend", ns, name, fmt.Sprint(port), mark)

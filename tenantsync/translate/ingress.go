@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/teapot-lb/teapot-lb/api"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 	"github.com/teapot-lb/teapot-lb/tenantsync"
 )
@@ -152,7 +153,7 @@ func ingressBackendKey(b *networkingv1.IngressServiceBackend) string {
 		port = fmt.Sprint(b.Port.Number)
 	}
 	raw := b.Name + "-" + port
-	if !strings.Contains(port, "-") && len(raw) <= 63 && tenantsyncLabel(raw) {
+	if !strings.Contains(port, "-") && api.IsLabel(raw) {
 		return raw
 	}
 	return tenantsync.Key(raw, "Backend", b.Name, port)

@@ -15,6 +15,7 @@ import (
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	networkinglisters "k8s.io/client-go/listers/networking/v1"
 
+	"github.com/teapot-lb/teapot-lb/api"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 	"github.com/teapot-lb/teapot-lb/tenantsync"
 )
@@ -186,23 +187,10 @@ func Service(svc *corev1.Service, src Sources, o Options) *Desired {
 
 // portKey names the backend pool of a Service port.
 func portKey(name string, port int32, proto string) string {
-	if name != "" && tenantsyncLabel(name) {
+	if name != "" && api.IsLabel(name) {
 		return name
 	}
 	return fmt.Sprintf("%s-%d", proto, port)
-}
-
-// tenantsyncLabel reports whether s is a lowercase DNS label.
-func tenantsyncLabel(s string) bool {
-	if len(s) == 0 || len(s) > 63 || s[0] == '-' || s[len(s)-1] == '-' {
-		return false
-	}
-	for _, c := range s {
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
-			return false
-		}
-	}
-	return true
 }
 
 func vipRequest(ann map[string]string, legacyIP string, o Options, d *Desired) *pb.VIPRequest {
