@@ -81,7 +81,7 @@ func TestOneHostDoesNotAnswer(t *testing.T) {
 	c := &cluster{
 		status: &pb.ClusterStatusResponse{LeaderId: "n2", Nodes: []*pb.NodeStatus{
 			node("n1", "follower", true, holding("192.0.2.200", "holding", "ranks first")), node("n2", "leader", true)}},
-		obs: &pb.ObserveResponse{Hosts: []*pb.HostObservation{{NodeId: "n1", Error: "context deadline exceeded"}, hostObs("n2", "")}},
+		obs:  &pb.ObserveResponse{Hosts: []*pb.HostObservation{{NodeId: "n1", Error: "context deadline exceeded"}, hostObs("n2", "")}},
 		objs: map[string][]*pb.Object{"LoadBalancer": {shop()}},
 	}
 	v, obs := gather(context.Background(), c, time.Now(), nil)
