@@ -119,7 +119,9 @@ func (s *Server) Run(ctx context.Context) {
 
 // refresh reads one snapshot, records what changed and wakes the streams.
 func (s *Server) refresh(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, refreshTimeout)
+	// A read that takes longer than the page waits before calling data
+	// stale is cut short: no answer in time is the answer.
+	ctx, cancel := context.WithTimeout(ctx, min(refreshTimeout, staleAfter(s.cfg.Interval)))
 	defer cancel()
 	s.mu.Lock()
 	cursor := maps.Clone(s.cursor)

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -248,26 +249,57 @@ type CertHost struct {
 func gather(ctx context.Context, src Source, now time.Time, eventsAfter map[string]uint64) (*Snapshot, *pb.ObserveResponse) {
 	s := &Snapshot{Time: now}
 	fail := func(part string, err error) { s.Errors = addError(s.Errors, part, err.Error(), now) }
-	st, err := src.ClusterStatus(ctx, &pb.ClusterStatusRequest{})
-	if err != nil {
-		fail("cluster status", err)
+	// The calls go out together, so a read takes as long as its slowest
+	// call, not their sum.
+	kinds := []string{api.KindTenant, api.KindVIPPool, api.KindLoadBalancer, api.KindNode, api.KindCertificate}
+	type listed struct {
+		objs []*pb.Object
+		rev  uint64
+		err  error
+	}
+	lists := make([]listed, len(kinds))
+	var (
+		wg            sync.WaitGroup
+		st            *pb.ClusterStatusResponse
+		obs           *pb.ObserveResponse
+		stErr, obsErr error
+	)
+	wg.Add(2 + len(kinds))
+	go func() {
+		defer wg.Done()
+		st, stErr = src.ClusterStatus(ctx, &pb.ClusterStatusRequest{})
+	}()
+	go func() {
+		defer wg.Done()
+		obs, obsErr = src.Observe(ctx, &pb.ObserveRequest{EventsAfter: eventsAfter, MaxEvents: maxHostEvents})
+	}()
+	for i, kind := range kinds {
+		go func() {
+			defer wg.Done()
+			l := &lists[i]
+			l.objs, l.rev, l.err = listAll(ctx, src, kind)
+		}()
+	}
+	wg.Wait()
+	if stErr != nil {
+		fail("cluster status", stErr)
+		st = nil
 	} else {
 		s.Reachable, s.ReadAt = true, now
 	}
-	obs, err := src.Observe(ctx, &pb.ObserveRequest{EventsAfter: eventsAfter, MaxEvents: maxHostEvents})
-	if err != nil {
-		fail("observe the hosts", err)
+	if obsErr != nil {
+		fail("observe the hosts", obsErr)
 		obs = nil
 	}
 	objs := map[string][]*pb.Object{}
-	for _, kind := range []string{api.KindTenant, api.KindVIPPool, api.KindLoadBalancer, api.KindNode, api.KindCertificate} {
-		list, rev, err := listAll(ctx, src, kind)
-		if err != nil {
-			fail("list "+kind, err)
-			s.listFailed = s.listFailed || !errors.Is(err, errTooMany)
+	for i, kind := range kinds {
+		l := lists[i]
+		if l.err != nil {
+			fail("list "+kind, l.err)
+			s.listFailed = s.listFailed || !errors.Is(l.err, errTooMany)
 		}
-		objs[kind] = list
-		s.Revision = max(s.Revision, rev)
+		objs[kind] = l.objs
+		s.Revision = max(s.Revision, l.rev)
 	}
 	draining := map[string]bool{}
 	for _, o := range objs[api.KindNode] {

@@ -92,8 +92,12 @@ function chart(ps, m) {
     const y = H - 2 - ((p[m.key] || 0) / top) * (H - 4);
     return [x, y];
   }).filter(([x]) => x >= 0).map(([x, y]) => `${x.toFixed(1)},${y.toFixed(1)}`).join(" ");
-  return `<figure class="chart" data-metric="${m.key}" data-latest="${esc(latest)}" data-points="${ps.length}">` +
-    `<figcaption>${esc(m.label)} <b class="latest">${ps.length ? esc(m.fmt(latest)) : "—"}</b> <span class="muted">max ${esc(m.fmt(top))}</span></figcaption>` +
+  // A series whose newest point is old (its hosts do not answer) says so.
+  const lastT = ps.length ? ps[ps.length - 1].t : "";
+  const old = lastT && !(ageS(lastT) <= staleAfter());
+  return `<figure class="chart${old ? " stale" : ""}" data-metric="${m.key}" data-latest="${esc(latest)}" data-points="${ps.length}">` +
+    `<figcaption>${esc(m.label)} <b class="latest">${ps.length ? esc(m.fmt(latest)) : "—"}</b> ` +
+    (old ? seen(lastT) : `<span class="muted">max ${esc(m.fmt(top))}</span>`) + `</figcaption>` +
     `<svg viewBox="0 0 ${W} ${H}" preserveAspectRatio="none" role="img" aria-label="${esc(m.label)} over the last ${Math.round(win)} s">` +
     `<line class="axis" x1="0" y1="${H - 1}" x2="${W}" y2="${H - 1}"></line>` +
     (xy ? `<polyline points="${xy}"></polyline>` : "") + `</svg></figure>`;
@@ -285,6 +289,11 @@ function render() {
       (set(s.readAt) ? `, from ${esc(clock(s.readAt))} (${ago(s.readAt)})` : "") + `. It is not live.</p>` + html;
   }
   main.innerHTML = html;
+  if (!main.dataset.firstRender) {
+    // When the page first showed data, laid out (for the browser test).
+    void main.offsetHeight;
+    main.dataset.firstRender = performance.now().toFixed(0);
+  }
   main.dataset.page = r.page;
   document.body.classList.toggle("stale", !s.reachable);
   const errs = document.getElementById("errors");
