@@ -66,9 +66,11 @@ func (f *freshness) settle(prev, cur *Snapshot, obs *pb.ObserveResponse, interva
 	// Which hosts answered this read: the observation says so per host;
 	// without one, the cluster status does.
 	answered := map[string]bool{}
+	why := map[string]string{}
 	if obs != nil {
 		for _, h := range obs.GetHosts() {
 			answered[h.GetNodeId()] = h.GetReachable()
+			why[h.GetNodeId()] = h.GetError()
 		}
 	} else if cur.Reachable {
 		for _, n := range cur.Cluster.Nodes {
@@ -98,7 +100,7 @@ func (f *freshness) settle(prev, cur *Snapshot, obs *pb.ObserveResponse, interva
 		if !n.Reachable {
 			n.Healthy = false
 			if n.Error == "" || !cur.Reachable {
-				n.Error = "did not answer this read"
+				n.Error = orText(why[n.ID], "did not answer this read")
 			}
 		}
 	}
@@ -119,6 +121,10 @@ func (f *freshness) settle(prev, cur *Snapshot, obs *pb.ObserveResponse, interva
 			last[l.ID] = l
 		}
 	}
+	unknown := "no LB host answered this read; "
+	if anyHost && obs == nil {
+		unknown = "the hosts' observations could not be read this time; "
+	}
 	for i := range cur.LBs {
 		l := &cur.LBs[i]
 		l.HeldBy, l.HeldByStale = holders(vips[l.Address])
@@ -130,14 +136,21 @@ func (f *freshness) settle(prev, cur *Snapshot, obs *pb.ObserveResponse, interva
 				l.Hosts, l.LastStatus = p.Hosts, p.LastStatus
 			}
 			l.Status = StatusUnknown
-			l.Reasons = []string{"no LB host answered this read; " + lastHeard(f.readAt, l.LastStatus)}
+			l.Reasons = []string{unknown + lastHeard(f.readAt, l.LastStatus)}
 		}
 		hosts := slices.Clone(l.Hosts)
 		for j := range hosts {
 			h := &hosts[j]
 			h.Observed = f.seen[h.Node]
-			if !answered[h.Node] && h.Reachable {
-				h.Reachable, h.Error = false, "did not answer this read"
+			if answered[h.Node] {
+				continue
+			}
+			if h.Reachable {
+				h.Reachable, h.Error = false, orText(why[h.Node], "did not answer this read")
+			}
+			// What the host showed when it last answered, marked unknown.
+			if i := slices.IndexFunc(p.Hosts, func(x LBHost) bool { return x.Node == h.Node }); had && i >= 0 && len(h.Members)+len(h.Listeners) == 0 {
+				h.Listeners, h.Members, h.Problems = p.Hosts[i].Listeners, p.Hosts[i].Members, p.Hosts[i].Problems
 			}
 		}
 		l.Hosts = hosts

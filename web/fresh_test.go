@@ -96,6 +96,21 @@ func TestOneHostDoesNotAnswer(t *testing.T) {
 	if lb := v.LBs[0]; len(lb.HeldBy) != 0 || strings.Join(lb.HeldByStale, ",") != "n1" {
 		t.Errorf("held by %v, last known %v: want n1 unknown", lb.HeldBy, lb.HeldByStale)
 	}
+	if n := v.Cluster.Nodes[0]; n.Error != "context deadline exceeded" {
+		t.Errorf("n1's error %q, want the observation's", n.Error)
+	}
+
+	// n1 answered before: its last view of the load balancer stays, marked
+	// as from a host that does not answer.
+	c.set(func() { c.obs.Hosts[0] = hostObs("n1", "") })
+	prev, obs := gather(context.Background(), c, time.Now(), nil)
+	f.settle(nil, prev, obs, time.Second)
+	c.set(func() { c.obs.Hosts[0] = &pb.HostObservation{NodeId: "n1", Error: "context deadline exceeded"} })
+	v, obs = gather(context.Background(), c, time.Now(), nil)
+	f.settle(prev, v, obs, time.Second)
+	if h := v.LBs[0].Hosts[0]; h.Node != "n1" || h.Reachable || len(h.Members) != 2 || h.Observed.IsZero() {
+		t.Errorf("n1's view of acme/shop %+v: want its last members, unreachable, with their age", h)
+	}
 }
 
 // A member shared by two load balancers changes once on the timeline,
