@@ -258,6 +258,31 @@ func TestDashboardInBrowser(t *testing.T) {
 	})
 
 	measureBigLB(t, l, b, base)
+	checkQuotaBars(t, l, b, base)
+}
+
+// checkQuotaBars gives acme a load balancer quota and checks its bar on
+// the tenants page: a <meter> at the tenant's use, and nothing in the page
+// styled inline (the Content-Security-Policy refuses inline styles, which
+// made every bar look full).
+func checkQuotaBars(t *testing.T, l *vipLab, b *browser, base string) {
+	t.Helper()
+	if out, err := l.cli(l.lbs[0], "tenant", "update", "acme", "--max-lbs", "20"); err != nil {
+		t.Fatalf("tenant update: %v\n%s", err, out)
+	}
+	b.do(chromedp.Navigate(base + "/#/tenants"))
+	waitEval(b, pageTimeout, "acme's load balancer quota as a meter", `(() => {
+  const m = [...document.querySelectorAll("#main meter.quota")].find(x => x.max === 20);
+  return m ? [m.value, m.max, document.querySelectorAll("#main [style]").length] : [];
+})()`, func(v []float64) error {
+		if len(v) != 3 {
+			return errors.New("no meter of 20")
+		}
+		if v[0] < 1 || v[0] >= 20 || v[2] != 0 {
+			return fmt.Errorf("meter %v of %v, %v elements styled inline; want the tenant's few load balancers and none inline", v[0], v[1], v[2])
+		}
+		return nil
+	})
 }
 
 // measureBigLB applies a load balancer with bigMembers members and times
