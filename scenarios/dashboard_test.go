@@ -34,6 +34,13 @@ const (
 	envDocsScreenshots = "TEAPOT_LB_DOCS_SCREENSHOTS"
 	browserTimeout     = 6 * time.Minute
 	pageTimeout        = 60 * time.Second // one thing to appear in the page
+	// incidentTimeout: what the page must show of a failure, from the
+	// moment it happens.
+	incidentTimeout = 10 * time.Second
+	// bigMembers is the size of the load balancer whose page is timed, and
+	// maxRender the time its page may take to render.
+	bigMembers = 1000
+	maxRender  = time.Second
 )
 
 // dashboardLB is a load balancer on an arp VIP of the lab with two
@@ -56,9 +63,12 @@ pools:
 // headless Chromium, both running in the lab's client host: it logs in
 // with the one-time token; a load balancer created with the CLI appears
 // serving, with its listeners bound on every host; traffic through its
-// VIP moves its req/s chart above zero; a member taken down
-// turns it Degraded with the reason its checks give; killing the host that
-// holds its VIP shows the move on the timeline.
+// VIP moves its req/s chart above zero; a member killed under traffic
+// turns it Degraded, naming the member, within 10 s; killing the host
+// that holds its VIP shows the move on the timeline and the host
+// unreachable; killing every host shows the cluster unreachable with no
+// green indicator within 10 s; restarting them, the page recovers by
+// itself. Last, the page of a load balancer with 1,000 members is timed.
 func TestDashboardInBrowser(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: builds the VIP lab and starts a browser")
@@ -139,20 +149,30 @@ func TestDashboardInBrowser(t *testing.T) {
 		}
 		return nil
 	})
-	stopTraffic()
 	b.do(chromedp.Navigate(base + "/#/lb/acme%2Fshop"))
-
-	// A member goes down: Degraded, with the reason from the checks.
-	flaky.stop()
-	b.waitText("#main", "acme/shop Degraded with the member's reason", func(s string) error {
-		if !strings.Contains(s, "acme/shop Degraded") {
-			return fmt.Errorf("not Degraded")
-		}
-		if !regexp.MustCompile(`pool web member ` + regexp.QuoteMeta(flaky.addr) + ` is down: \S`).MatchString(s) {
-			return fmt.Errorf("no reason for %s", flaky.addr)
+	b.waitText("#main", "acme/shop Serving on its page", func(s string) error {
+		if !strings.Contains(s, "acme/shop Serving") {
+			return errors.New("not Serving")
 		}
 		return nil
 	})
+
+	// A member killed under traffic: Degraded, naming the member (the
+	// evidence: its checks' reason, or what clients got), within 10 s.
+	killed := time.Now()
+	flaky.stop()
+	b.waitTextIn(incidentTimeout, "#main", "acme/shop Degraded naming the member", func(s string) error {
+		if !strings.Contains(s, "acme/shop Degraded") {
+			return fmt.Errorf("not Degraded")
+		}
+		if !regexp.MustCompile(`member ` + regexp.QuoteMeta(flaky.addr) + `\b.*\S`).MatchString(s) {
+			return fmt.Errorf("no evidence naming %s", flaky.addr)
+		}
+		return nil
+	})
+	t.Logf("acme/shop Degraded on the page %v after its member was killed under traffic", time.Since(killed).Round(10*time.Millisecond))
+	b.shot(shots, "dashboard-degraded.png")
+	stopTraffic()
 	b.do(chromedp.Navigate(base + "/#/lbs"))
 	b.waitText("#main", "the list shows Degraded", func(s string) error {
 		if !regexp.MustCompile(`acme/shop\s*Degraded`).MatchString(s) {
@@ -162,7 +182,8 @@ func TestDashboardInBrowser(t *testing.T) {
 	})
 	b.shot(shots, "dashboard-load-balancers.png")
 
-	// Killing the VIP's holder moves it; the timeline shows the move.
+	// Killing the VIP's holder moves it; the timeline shows the move and
+	// the dead host is unreachable, never healthy.
 	holder := l.waitHolder(netip.MustParseAddr("192.0.2.201"), pageTimeout)
 	b.do(chromedp.Navigate(base + "/#/cluster"))
 	l.kill(holder, false)
@@ -172,13 +193,148 @@ func TestDashboardInBrowser(t *testing.T) {
 		}
 		return nil
 	})
-	b.waitText("#main", "the dead host unhealthy", func(s string) error {
-		if !strings.Contains(s, "unhealthy") {
-			return fmt.Errorf("no unhealthy host")
+	hostRow := fmt.Sprintf(`[...document.querySelectorAll("#main tr")].map(r => r.innerText).find(t => t.startsWith(%q)) || ""`, holder.id+"\n")
+	waitEval(b, incidentTimeout, "the dead host unreachable, never healthy", hostRow, func(row string) error {
+		if !strings.Contains(row, "unreachable") || regexp.MustCompile(`\bhealthy\b`).MatchString(row) {
+			return fmt.Errorf("%s's row %q: want unreachable, not healthy", holder.id, clip(row, 300))
+		}
+		return nil
+	})
+	b.waitTextIn(incidentTimeout, "#main", "two of three hosts healthy", func(s string) error {
+		if !regexp.MustCompile(`Hosts healthy\s*2 / 3\s*1 unreachable`).MatchString(s) {
+			return errors.New(`no "Hosts healthy 2 / 3, 1 unreachable"`)
 		}
 		return nil
 	})
 	b.shot(shots, "dashboard-cluster.png")
+
+	// Every host killed: within 10 s the page says the cluster is
+	// unreachable, shows no green indicator, and keeps the last data
+	// with its age, marked stale.
+	dead := time.Now()
+	for _, n := range l.lbs {
+		if n != holder {
+			l.kill(n, false)
+		}
+	}
+	b.waitPage(incidentTimeout, "the cluster unreachable and nothing green", func(p pageState) error {
+		if p.Conn != "down" || !strings.Contains(p.ConnText, "cluster unreachable since") {
+			return fmt.Errorf("indicator %s %q, want down: cluster unreachable since …", p.Conn, p.ConnText)
+		}
+		if p.Green != 0 {
+			return fmt.Errorf("%d green elements", p.Green)
+		}
+		if n := strings.Count(p.Main, "unreachable"); !strings.Contains(p.Main, "No LB host answers") || n < 3 {
+			return fmt.Errorf("%d hosts unreachable, want 3, and the stale note", n)
+		}
+		if !regexp.MustCompile(`Hosts healthy\s*0 / 3`).MatchString(p.Main) || p.Stale < 3 || !strings.Contains(p.Main, "unknown") {
+			return fmt.Errorf(`want "Hosts healthy 0 / 3", the ages marked stale (%d) and the VIP's holder unknown`, p.Stale)
+		}
+		return nil
+	})
+	t.Logf("the page showed the cluster unreachable %v after the last host was killed", time.Since(dead).Round(10*time.Millisecond))
+	b.shot(shots, "dashboard-dead.png")
+	b.do(chromedp.Navigate(base + "/#/lbs"))
+	b.waitText("#main", "acme/shop Unknown, its holder unknown", func(s string) error {
+		if !regexp.MustCompile(`acme/shop\s*Unknown\s*no LB host answered`).MatchString(s) || !strings.Contains(s, "unknown") {
+			return errors.New("acme/shop not Unknown with an unknown holder")
+		}
+		return nil
+	})
+
+	// The hosts restart: the page recovers by itself, without a reload.
+	for _, n := range l.lbs {
+		l.start(n)
+	}
+	b.do(chromedp.Navigate(base + "/#/cluster"))
+	b.waitPage(pageTimeout, "the page live again with three healthy hosts", func(p pageState) error {
+		if p.Conn != "live" {
+			return fmt.Errorf("indicator %s %q, want live", p.Conn, p.ConnText)
+		}
+		if !regexp.MustCompile(`Hosts healthy\s*3 / 3`).MatchString(p.Main) || strings.Contains(p.Main, "No LB host answers") {
+			return errors.New(`not "Hosts healthy 3 / 3"`)
+		}
+		return nil
+	})
+
+	measureBigLB(t, l, b, base)
+	checkQuotaBars(t, l, b, base)
+}
+
+// checkQuotaBars gives acme a load balancer quota and checks its bar on
+// the tenants page: a <meter> at the tenant's use, and nothing in the page
+// styled inline (the Content-Security-Policy refuses inline styles, which
+// made every bar look full).
+func checkQuotaBars(t *testing.T, l *vipLab, b *browser, base string) {
+	t.Helper()
+	if out, err := l.cli(l.lbs[0], "tenant", "update", "acme", "--max-lbs", "20"); err != nil {
+		t.Fatalf("tenant update: %v\n%s", err, out)
+	}
+	b.do(chromedp.Navigate(base + "/#/tenants"))
+	waitEval(b, pageTimeout, "acme's load balancer quota as a meter", `(() => {
+  const m = [...document.querySelectorAll("#main meter.quota")].find(x => x.max === 20);
+  return m ? [m.value, m.max, document.querySelectorAll("#main [style]").length] : [];
+})()`, func(v []float64) error {
+		if len(v) != 3 {
+			return errors.New("no meter of 20")
+		}
+		if v[0] < 1 || v[0] >= 20 || v[2] != 0 {
+			return fmt.Errorf("meter %v of %v, %v elements styled inline; want the tenant's few load balancers and none inline", v[0], v[1], v[2])
+		}
+		return nil
+	})
+}
+
+// measureBigLB applies a load balancer with bigMembers members and times
+// its page in a fresh load: from the start of the navigation to the page
+// rendered with every member of every host (performance.now() after the
+// first render's layout).
+func measureBigLB(t *testing.T, l *vipLab, b *browser, base string) {
+	t.Helper()
+	var m strings.Builder
+	m.WriteString("kind: LoadBalancer\nname: big\ntenant: acme\nvip: { pool: l2, address: \"192.0.2.202\" }\n" +
+		"listeners: [{ port: 80, protocol: http }]\nroutes: [{ path: /, pool: web }]\npools:\n  web:\n    members:\n")
+	for i := range bigMembers {
+		fmt.Fprintf(&m, "      - \"192.0.2.50:%d\"\n", 20000+i)
+	}
+	manifest := filepath.Join(t.TempDir(), "big.yaml")
+	if err := os.WriteFile(manifest, []byte(m.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := l.cli(l.lbs[0], "apply", "-f", manifest); err != nil {
+		t.Fatalf("apply: %v\n%s", err, out)
+	}
+	want := bigMembers * len(l.lbs)
+	members := `document.getElementById("main").innerText.split("up web: 192.0.2.50:2").length - 1`
+	page := base + "/#/lb/acme%2Fbig"
+	b.do(chromedp.Navigate(page))
+	waitEval(b, pageTimeout, "every member of acme/big on every host", members, func(n int) error {
+		if n != want {
+			return fmt.Errorf("%d members up on the page, want %d", n, want)
+		}
+		return nil
+	})
+	// A fresh load of the page, timed.
+	b.do(chromedp.Navigate("about:blank"), chromedp.Navigate(page))
+	var first float64
+	waitEval(b, pageTimeout, "acme/big's page loaded again", `[`+members+`, Number(document.getElementById("main").dataset.firstRender || 0)]`, func(v []float64) error {
+		if int(v[0]) != want || v[1] == 0 {
+			return fmt.Errorf("%v members, first render at %v ms", v[0], v[1])
+		}
+		first = v[1]
+		return nil
+	})
+	var again string
+	waitEval(b, pageTimeout, "a second render", `document.getElementById("main").dataset.renderMs || ""`, func(v string) error {
+		again = v
+		return nil
+	})
+	took := time.Duration(first * float64(time.Millisecond))
+	t.Logf("the page of a load balancer with %d members (%d member rows over %d hosts) rendered %v after the navigation started; a refresh re-renders it in %s ms",
+		bigMembers, want, len(l.lbs), took.Round(time.Millisecond), again)
+	if took > maxRender {
+		t.Errorf("the page of a load balancer with %d members took %v to render, want < %v", bigMembers, took, maxRender)
+	}
 }
 
 // flakyMember is an HTTP server in the lab's backend host that the test
@@ -323,8 +479,14 @@ func (b *browser) do(steps ...chromedp.Action[chromedp.Void]) {
 // waitText polls the text of the element at sel until check accepts it.
 func (b *browser) waitText(sel, what string, check func(string) error) {
 	b.t.Helper()
+	b.waitTextIn(pageTimeout, sel, what, check)
+}
+
+// waitTextIn is waitText within timeout.
+func (b *browser) waitTextIn(timeout time.Duration, sel, what string, check func(string) error) {
+	b.t.Helper()
 	var last string
-	waitFor(b.t, pageTimeout, what, func() error {
+	waitFor(b.t, timeout, what, func() error {
 		ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
 		defer cancel()
 		text, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel), chromedp.NodeVisible))
@@ -334,6 +496,55 @@ func (b *browser) waitText(sel, what string, check func(string) error) {
 		last = text
 		if err := check(text); err != nil {
 			return fmt.Errorf("%w; page text %q", err, clip(last, 600))
+		}
+		return nil
+	})
+}
+
+// waitEval polls the value of the JavaScript expression expr until check
+// accepts it.
+func waitEval[T any](b *browser, timeout time.Duration, what, expr string, check func(T) error) {
+	b.t.Helper()
+	waitFor(b.t, timeout, what, func() error {
+		ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
+		defer cancel()
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr))
+		if err != nil {
+			return fmt.Errorf("evaluate: %w", err)
+		}
+		return check(v)
+	})
+}
+
+// pageState is what the page shows of how live it is.
+type pageState struct {
+	// Conn is the live indicator's state (live, partial, down) and
+	// ConnText its words.
+	Conn, ConnText string
+	// Green counts what the page shows in green: the live indicator,
+	// healthy hosts, VIP holders, members up, Serving load balancers.
+	Green int
+	// Stale counts the ages marked stale.
+	Stale int
+	Main  string
+}
+
+const pageStateJS = `(() => {
+  const conn = document.getElementById("conn");
+  return { Conn: conn.dataset.state || "", ConnText: conn.textContent,
+    Green: document.querySelectorAll(".conn.live, #main .badge.ok, #main .badge.holding, #main .badge.announcing, #main .badge.Serving, #main .badge.leader").length,
+    Stale: document.querySelectorAll("#main time.seen.stale").length,
+    Main: document.getElementById("main").innerText };
+})()`
+
+// waitPage polls the page's state until check accepts it.
+func (b *browser) waitPage(timeout time.Duration, what string, check func(pageState) error) {
+	b.t.Helper()
+	var last pageState
+	waitEval(b, timeout, what, pageStateJS, func(p pageState) error {
+		last = p
+		if err := check(p); err != nil {
+			return fmt.Errorf("%w; page %q", err, clip(last.ConnText+" | "+last.Main, 600))
 		}
 		return nil
 	})

@@ -64,6 +64,8 @@ type Server struct {
 	lastHeld map[string][]string
 	// charts are the live charts, from the hosts' traffic counters.
 	charts *charter
+	// fresh is when each host last answered.
+	fresh freshness
 }
 
 // New returns a Server reading cfg.Source. Call Run to start reading.
@@ -94,7 +96,7 @@ func New(cfg Config) (*Server, error) {
 	return &Server{
 		cfg: cfg, log: cfg.Logger.With("component", "web"), auth: a,
 		subs: map[chan struct{}]bool{}, cursor: map[string]uint64{}, lastHeld: map[string][]string{},
-		charts: newCharter(chartPoints),
+		charts: newCharter(chartPoints), fresh: freshness{seen: map[string]time.Time{}},
 	}, nil
 }
 
@@ -117,7 +119,9 @@ func (s *Server) Run(ctx context.Context) {
 
 // refresh reads one snapshot, records what changed and wakes the streams.
 func (s *Server) refresh(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, refreshTimeout)
+	// A read that takes longer than the page waits before calling data
+	// stale is cut short: no answer in time is the answer.
+	ctx, cancel := context.WithTimeout(ctx, min(refreshTimeout, staleAfter(s.cfg.Interval)))
 	defer cancel()
 	s.mu.Lock()
 	cursor := maps.Clone(s.cursor)
@@ -125,13 +129,8 @@ func (s *Server) refresh(ctx context.Context) {
 	snap, obs := gather(ctx, s.cfg.Source, s.cfg.Now(), cursor)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(snap.Cluster.Nodes) == 0 && len(snap.Errors) > 0 && s.snap != nil {
-		// No server answered: keep showing the last view, with the errors,
-		// rather than an empty cluster.
-		keep := *s.snap
-		keep.Time, keep.Errors = snap.Time, snap.Errors
-		snap = &keep
-	}
+	// Hosts that did not answer keep their last data, marked with its age.
+	s.fresh.settle(s.snap, snap, obs, s.cfg.Interval)
 	if obs != nil {
 		s.charts.add(obs, snap.Time)
 	}
@@ -140,15 +139,7 @@ func (s *Server) refresh(ctx context.Context) {
 		if !h.GetReachable() {
 			continue
 		}
-		for _, e := range h.GetEvents() {
-			if e.GetSeq() <= s.cursor[h.GetNodeId()] || e.GetType() == EventLeader {
-				continue // leader changes come from the cluster status
-			}
-			events = append(events, Event{
-				Time: e.GetTime().AsTime(), Kind: e.GetType(), Subject: orText(e.GetLoadBalancer(), e.GetNodeId()),
-				Message: e.GetNodeId() + ": " + e.GetMessage(), Warning: e.GetSeverity() == "warning",
-			})
-		}
+		events = append(events, hostEvents(h, s.cursor[h.GetNodeId()])...)
 		s.cursor[h.GetNodeId()] = max(s.cursor[h.GetNodeId()], h.GetLastEvent())
 	}
 	for _, e := range events {

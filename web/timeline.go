@@ -2,9 +2,12 @@ package web
 
 import (
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
+
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
 
 // Event kinds on the timeline.
@@ -29,6 +32,56 @@ type Event struct {
 	// Warning marks a change for the worse (a host lost, a VIP moved away
 	// from a failed holder, a load balancer no longer serving).
 	Warning bool `json:"warning"`
+	// Subjects are every load balancer a host event concerns (a member
+	// shared by several load balancers changes once for all of them).
+	Subjects []string `json:"subjects,omitempty"`
+	// Tenant and Host: the tenant and DNS name of a certificate event.
+	Tenant string `json:"tenant,omitempty"`
+	Host   string `json:"host,omitempty"`
+}
+
+// memberEvent is the message of a member's health change
+// (proxy.memberChanged): one per load balancer whose pools hold it.
+var memberEvent = regexp.MustCompile(`^member (\S+) of pool (\S+) is (up|down): `)
+
+// hostEvents turns a host's events newer than after into timeline
+// events. The same change of one member, reported once per load balancer
+// sharing it, becomes one event naming them all.
+func hostEvents(h *pb.HostObservation, after uint64) []Event {
+	var out []Event
+	index := map[string]int{}
+	for _, e := range h.GetEvents() {
+		if e.GetSeq() <= after || e.GetType() == EventLeader {
+			continue // leader changes come from the cluster status
+		}
+		msg, key := e.GetMessage(), ""
+		if m := memberEvent.FindStringSubmatchIndex(msg); m != nil && e.GetLoadBalancer() != "" {
+			// member ADDR is up|down: reason, whatever the pool's name
+			key = e.GetType() + " " + msg[m[2]:m[3]] + " " + msg[m[6]:]
+			if i, ok := index[key]; ok {
+				ev := &out[i]
+				if !slices.Contains(ev.Subjects, e.GetLoadBalancer()) {
+					ev.Subjects = append(ev.Subjects, e.GetLoadBalancer())
+					ev.Message += fmt.Sprintf("; also %s (pool %s)", e.GetLoadBalancer(), msg[m[4]:m[5]])
+				}
+				continue
+			}
+			msg += " (" + e.GetLoadBalancer() + ")"
+		}
+		ev := Event{
+			Time: e.GetTime().AsTime(), Kind: e.GetType(), Subject: orText(e.GetLoadBalancer(), e.GetNodeId()),
+			Message: e.GetNodeId() + ": " + msg, Warning: e.GetSeverity() == "warning",
+			Tenant: e.GetTenant(), Host: e.GetHost(),
+		}
+		if e.GetLoadBalancer() != "" {
+			ev.Subjects = []string{e.GetLoadBalancer()}
+		}
+		if key != "" {
+			index[key] = len(out)
+		}
+		out = append(out, ev)
+	}
+	return out
 }
 
 // diff returns what changed from prev to cur, in a stable order. With no

@@ -3,10 +3,12 @@ package web
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -43,18 +45,44 @@ const maxHostEvents = 200
 // refresh, so a huge cluster cannot make every refresh unbounded.
 const maxObjects = 5000
 
+// errTooMany: a kind has more objects than the dashboard reads.
+var errTooMany = fmt.Errorf("more than %d objects", maxObjects)
+
 // Snapshot is everything the dashboard shows at one moment. It is sent as
 // JSON to the browser.
 type Snapshot struct {
+	// Time is when this snapshot was read (the dashboard's clock).
 	Time     time.Time `json:"time"`
 	Revision uint64    `json:"revision"`
-	Cluster  Cluster   `json:"cluster"`
-	Tenants  []Tenant  `json:"tenants"`
-	Pools    []Pool    `json:"pools"`
-	LBs      []LB      `json:"lbs"`
-	Certs    []Cert    `json:"certs"`
-	// Errors are parts that could not be read this time.
-	Errors []string `json:"errors,omitempty"`
+	// Reachable is false when no LB host answered this read: the page
+	// then shows the last data it had, marked with its age.
+	Reachable bool `json:"reachable"`
+	// ReadAt is when an LB host last answered (zero: never).
+	ReadAt time.Time `json:"readAt"`
+	// IntervalSeconds is the refresh interval; StaleAfterSeconds how old
+	// data may be before the page marks it stale.
+	IntervalSeconds   float64  `json:"intervalSeconds"`
+	StaleAfterSeconds float64  `json:"staleAfterSeconds"`
+	Cluster           Cluster  `json:"cluster"`
+	Tenants           []Tenant `json:"tenants"`
+	Pools             []Pool   `json:"pools"`
+	LBs               []LB     `json:"lbs"`
+	Certs             []Cert   `json:"certs"`
+	// Errors are what could not be read this time, one line per distinct
+	// error with the parts it hit and since when it repeats.
+	Errors []ErrorLine `json:"errors,omitempty"`
+	// listFailed: a List call failed, so the objects are incomplete.
+	listFailed bool
+}
+
+// ErrorLine is one error of a read, shown once however many parts it hit.
+type ErrorLine struct {
+	Message string `json:"message"`
+	// Parts are what could not be read ("cluster status", "list Tenant").
+	Parts []string `json:"parts"`
+	// Count is how many reads in a row failed with it, since Since.
+	Count int       `json:"count"`
+	Since time.Time `json:"since"`
 }
 
 // Cluster is the Raft and VIP picture of the LB hosts.
@@ -82,6 +110,10 @@ type Node struct {
 	Error       string `json:"error,omitempty"`
 	PeersAlive  int    `json:"peersAlive"`
 	Peers       int    `json:"peers"`
+	// Reachable is whether the host answered this read; Observed is when
+	// it last did (zero: never since the dashboard started).
+	Reachable bool      `json:"reachable"`
+	Observed  time.Time `json:"observed"`
 }
 
 // VIP is one virtual address and the hosts that hold or announce it.
@@ -98,6 +130,10 @@ type VIPHolder struct {
 	State  string    `json:"state"`
 	Since  time.Time `json:"since"`
 	Reason string    `json:"reason,omitempty"`
+	// Stale marks a hold reported by a host that did not answer this
+	// read: the state is its last known one, from Observed.
+	Stale    bool      `json:"stale"`
+	Observed time.Time `json:"observed"`
 }
 
 // Tenant is one tenant with what it uses of its quotas.
@@ -141,8 +177,13 @@ type LB struct {
 	Listeners []string  `json:"listeners"`
 	Updated   time.Time `json:"updated"`
 	Revision  uint64    `json:"revision"`
-	// HeldBy are the hosts holding or announcing the address.
-	HeldBy []string `json:"heldBy"`
+	// HeldBy are the hosts holding or announcing the address, by this
+	// read; HeldByStale those that did so when last heard from.
+	HeldBy      []string `json:"heldBy"`
+	HeldByStale []string `json:"heldByStale"`
+	// LastStatus is the status when an LB host last answered (it differs
+	// from Status, Unknown, while none answers).
+	LastStatus string `json:"lastStatus"`
 	// Hosts is what each host sees of it: listeners, members, problems.
 	Hosts []LBHost `json:"hosts"`
 	// Spec is the stored object as protojson, for the detail view.
@@ -157,6 +198,8 @@ type LBHost struct {
 	Listeners []ListenerState `json:"listeners"`
 	Members   []MemberState   `json:"members"`
 	Problems  []string        `json:"problems"`
+	// Observed is when the host last answered (zero: never).
+	Observed time.Time `json:"observed"`
 }
 
 // ListenerState is one listen socket on one host.
@@ -205,22 +248,58 @@ type CertHost struct {
 // cannot be read is named in Errors; the rest is still shown.
 func gather(ctx context.Context, src Source, now time.Time, eventsAfter map[string]uint64) (*Snapshot, *pb.ObserveResponse) {
 	s := &Snapshot{Time: now}
-	st, err := src.ClusterStatus(ctx, &pb.ClusterStatusRequest{})
-	if err != nil {
-		s.Errors = append(s.Errors, "cluster status: "+err.Error())
+	fail := func(part string, err error) { s.Errors = addError(s.Errors, part, err.Error(), now) }
+	// The calls go out together, so a read takes as long as its slowest
+	// call, not their sum.
+	kinds := []string{api.KindTenant, api.KindVIPPool, api.KindLoadBalancer, api.KindNode, api.KindCertificate}
+	type listed struct {
+		objs []*pb.Object
+		rev  uint64
+		err  error
 	}
-	obs, err := src.Observe(ctx, &pb.ObserveRequest{EventsAfter: eventsAfter, MaxEvents: maxHostEvents})
-	if err != nil {
-		s.Errors = append(s.Errors, "observe the hosts: "+err.Error())
+	lists := make([]listed, len(kinds))
+	var (
+		wg            sync.WaitGroup
+		st            *pb.ClusterStatusResponse
+		obs           *pb.ObserveResponse
+		stErr, obsErr error
+	)
+	wg.Add(2 + len(kinds))
+	go func() {
+		defer wg.Done()
+		st, stErr = src.ClusterStatus(ctx, &pb.ClusterStatusRequest{})
+	}()
+	go func() {
+		defer wg.Done()
+		obs, obsErr = src.Observe(ctx, &pb.ObserveRequest{EventsAfter: eventsAfter, MaxEvents: maxHostEvents})
+	}()
+	for i, kind := range kinds {
+		go func() {
+			defer wg.Done()
+			l := &lists[i]
+			l.objs, l.rev, l.err = listAll(ctx, src, kind)
+		}()
+	}
+	wg.Wait()
+	if stErr != nil {
+		fail("cluster status", stErr)
+		st = nil
+	} else {
+		s.Reachable, s.ReadAt = true, now
+	}
+	if obsErr != nil {
+		fail("observe the hosts", obsErr)
+		obs = nil
 	}
 	objs := map[string][]*pb.Object{}
-	for _, kind := range []string{api.KindTenant, api.KindVIPPool, api.KindLoadBalancer, api.KindNode, api.KindCertificate} {
-		list, rev, err := listAll(ctx, src, kind)
-		if err != nil {
-			s.Errors = append(s.Errors, "list "+kind+": "+err.Error())
+	for i, kind := range kinds {
+		l := lists[i]
+		if l.err != nil {
+			fail("list "+kind, l.err)
+			s.listFailed = s.listFailed || !errors.Is(l.err, errTooMany)
 		}
-		objs[kind] = list
-		s.Revision = max(s.Revision, rev)
+		objs[kind] = l.objs
+		s.Revision = max(s.Revision, l.rev)
 	}
 	draining := map[string]bool{}
 	for _, o := range objs[api.KindNode] {
@@ -278,7 +357,7 @@ func listAll(ctx context.Context, src Source, kind string) ([]*pb.Object, uint64
 			return out, rev, nil
 		}
 		if len(out) >= maxObjects {
-			return out, rev, fmt.Errorf("more than %d objects; the dashboard shows the first %d", maxObjects, len(out))
+			return out, rev, fmt.Errorf("%w; the dashboard shows the first %d", errTooMany, len(out))
 		}
 	}
 }
@@ -393,20 +472,13 @@ func lbView(lb *pb.LoadBalancer, vips map[string]*VIP, obs []*pb.HostObservation
 			reasons = append(reasons, p)
 		}
 	}
-	var heldBy []string
-	if vip != nil {
-		for _, h := range vip.Holders {
-			if observe.Held(h.State) {
-				heldBy = append(heldBy, h.Node)
-			}
-		}
-	}
 	v := LB{
 		ID: id, Tenant: lb.GetTenant(), Name: lb.GetName(),
-		Address: addr, Status: st.GetPhase(), Reasons: reasons,
+		Address: addr, Status: st.GetPhase(), LastStatus: st.GetPhase(), Reasons: reasons,
 		Updated: lb.GetMeta().GetUpdated().AsTime(), Revision: lb.GetMeta().GetRevision(),
-		HeldBy: nonNil(heldBy), Hosts: hosts,
+		Hosts: hosts,
 	}
+	v.HeldBy, v.HeldByStale = holders(vip)
 	for _, l := range lb.GetListeners() {
 		v.Listeners = append(v.Listeners, fmt.Sprintf("%d/%s", l.GetPort(), l.GetProtocol()))
 	}
@@ -417,6 +489,23 @@ func lbView(lb *pb.LoadBalancer, vips map[string]*VIP, obs []*pb.HostObservation
 	}
 	v.Spec = spec
 	return v
+}
+
+// holders are the hosts holding or announcing vip, those of this read
+// and those last known from hosts that did not answer.
+func holders(vip *VIP) (fresh, stale []string) {
+	if vip != nil {
+		for _, h := range vip.Holders {
+			switch {
+			case !observe.Held(h.State):
+			case h.Stale:
+				stale = append(stale, h.Node)
+			default:
+				fresh = append(fresh, h.Node)
+			}
+		}
+	}
+	return nonNil(fresh), nonNil(stale)
 }
 
 func tenantView(t *pb.Tenant, lbs, certs []*pb.Object) Tenant {

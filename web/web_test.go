@@ -23,23 +23,34 @@ type cluster struct {
 	status *pb.ClusterStatusResponse
 	obs    *pb.ObserveResponse
 	objs   map[string][]*pb.Object
+	// down, when set, is the error every call gets (no server answers).
+	down error
 }
 
 func (c *cluster) ClusterStatus(context.Context, *pb.ClusterStatusRequest, ...grpc.CallOption) (*pb.ClusterStatusResponse, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.down != nil {
+		return nil, c.down
+	}
 	return c.status, nil
 }
 
 func (c *cluster) List(_ context.Context, in *pb.ListRequest, _ ...grpc.CallOption) (*pb.ListResponse, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.down != nil {
+		return nil, c.down
+	}
 	return &pb.ListResponse{Objects: c.objs[in.GetKind()], Revision: 7}, nil
 }
 
 func (c *cluster) Observe(context.Context, *pb.ObserveRequest, ...grpc.CallOption) (*pb.ObserveResponse, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.down != nil {
+		return nil, c.down
+	}
 	return c.obs, nil
 }
 

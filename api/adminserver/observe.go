@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/teapot-lb/teapot-lb/api"
+	"github.com/teapot-lb/teapot-lb/api/observe"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
 
@@ -21,7 +22,26 @@ func (s *Server) Observe(ctx context.Context, req *pb.ObserveRequest) (*pb.Obser
 		return nil, api.ToStatus(err)
 	}
 	resp, err := s.store.Observe(ctx, req)
-	return resp, api.ToStatus(err)
+	if err != nil {
+		return nil, api.ToStatus(err)
+	}
+	s.scopeCertEvents(ctx, req.GetLoadBalancer(), resp)
+	return resp, nil
+}
+
+// scopeCertEvents keeps, in an observation of load balancer lb, only the
+// certificate events of the names it serves (the hosts select them by
+// tenant alone).
+func (s *Server) scopeCertEvents(ctx context.Context, lb string, resp *pb.ObserveResponse) {
+	if lb == "" {
+		return
+	}
+	t, name, _ := strings.Cut(lb, "/")
+	o, err := s.store.Get(ctx, &pb.ObjectRef{Kind: api.KindLoadBalancer, Tenant: t, Name: name})
+	if err != nil {
+		o = nil // not stored: it serves no name
+	}
+	observe.KeepCertEventsOf(resp.GetHosts(), o.GetLoadBalancer())
 }
 
 func (s *Server) Events(ctx context.Context, req *pb.EventsRequest) (*pb.EventsResponse, error) {
@@ -37,6 +57,7 @@ func (s *Server) Events(ctx context.Context, req *pb.EventsRequest) (*pb.EventsR
 	if err != nil {
 		return nil, api.ToStatus(err)
 	}
+	s.scopeCertEvents(ctx, req.GetLoadBalancer(), obs)
 	return MergeEvents(obs, req.GetAfter()), nil
 }
 

@@ -195,6 +195,7 @@ var goldenCases = []struct {
 	{name: "explain-lb-members-down", args: "explain lb acme/shop", hosts: membersDown},
 	{name: "explain-lb-unbound", args: "explain lb shop --tenant acme", hosts: unboundOnLB2},
 	{name: "explain-lb-refused", args: "explain lb acme/svc-default-web", hosts: refusedByValidation},
+	{name: "explain-lb-cert-events", args: "explain lb acme/shop", hosts: certEvents},
 	{name: "explain-lb-not-found", args: "explain lb acme/nope", code: 1},
 	{name: "explain-tenant", args: "explain tenant acme", hosts: membersDown},
 	{name: "explain-node", args: "explain node lb2", hosts: unboundOnLB2},
@@ -207,6 +208,8 @@ var goldenCases = []struct {
 	{name: "schema-complete", args: "__complete schema lb.listeners.t"},
 	{name: "events", args: "events", hosts: unboundOnLB2},
 	{name: "events-lb", args: "events --lb acme/shop", hosts: membersDown},
+	{name: "events-cert", args: "events", hosts: certEvents},
+	{name: "events-lb-cert", args: "events --lb acme/shop", hosts: certEvents},
 	{name: "events-bad-lb", args: "events --lb shop", code: 1},
 
 	{name: "bad-output", args: "get pools -o xml", code: 1},

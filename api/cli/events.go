@@ -101,14 +101,13 @@ func writeEvents(w io.Writer, evs []*pb.Event, header bool) {
 	}
 	t := newTable(w)
 	if header {
-		t.row("TIME", "NODE", "TYPE", "SEVERITY", "LB", "MESSAGE")
+		t.row("TIME", "NODE", "TYPE", "SEVERITY", "TENANT", "LB", "MESSAGE")
 	}
 	for _, ev := range evs {
-		lb := ev.GetLoadBalancer()
-		if lb == "" {
-			lb = ev.GetTenant()
-		}
-		t.row(ev.GetTime().AsTime().UTC().Format(time.RFC3339), ev.GetNodeId(), ev.GetType(), ev.GetSeverity(), lb, ev.GetMessage())
+		// A certificate event is the tenant's, for a name, not one load
+		// balancer's: its LB column is "-" (--lb selects it by the name).
+		t.row(ev.GetTime().AsTime().UTC().Format(time.RFC3339), ev.GetNodeId(), ev.GetType(), ev.GetSeverity(),
+			orDash(ev.GetTenant()), orDash(ev.GetLoadBalancer()), ev.GetMessage())
 	}
 	_ = t.flush()
 }

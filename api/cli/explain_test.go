@@ -52,6 +52,24 @@ func membersDown(f *fakeAdmin) []*pb.HostObservation {
 	return hosts
 }
 
+// certEvents: both hosts serve; lb1 obtained acme/shop's certificate
+// (shop.acme.example) and failed one for a name no load balancer of acme
+// routes (old.acme.example).
+func certEvents(f *fakeAdmin) []*pb.HostObservation {
+	hosts := f.servingHosts()
+	cert := func(seq uint64, ago time.Duration, typ, severity, host, msg string) *pb.Event {
+		ev := event(f, "lb1", seq, ago, typ, severity, "", msg)
+		ev.Tenant, ev.Host = "acme", host
+		return ev
+	}
+	hosts[0].Events = []*pb.Event{
+		cert(3, 9*time.Minute, observe.EventCertFailed, observe.Warning, "old.acme.example", "certificate for old.acme.example not obtained: acme: no route"),
+		cert(4, 8*time.Minute, observe.EventCertIssued, observe.Info, "shop.acme.example", "certificate for shop.acme.example obtained"),
+	}
+	hosts[0].LastEvent = 4
+	return hosts
+}
+
 // unboundOnLB2: lb2 cannot bind acme/shop's port 443 (another process
 // holds it); lb1 serves.
 func unboundOnLB2(f *fakeAdmin) []*pb.HostObservation {

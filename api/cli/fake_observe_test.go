@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/teapot-lb/teapot-lb/api"
 	"github.com/teapot-lb/teapot-lb/api/adminserver"
 	"github.com/teapot-lb/teapot-lb/api/observe"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
@@ -31,6 +33,12 @@ func (f *fakeAdmin) Observe(_ context.Context, req *pb.ObserveRequest) (*pb.Obse
 			continue
 		}
 		out.Hosts = append(out.Hosts, filterHost(h, flt, req))
+	}
+	if lb := req.GetLoadBalancer(); lb != "" {
+		// as the admin API server does: certificate events of the names
+		// the load balancer serves
+		t, n, _ := strings.Cut(lb, "/")
+		observe.KeepCertEventsOf(out.Hosts, f.objs[key(&pb.ObjectRef{Kind: api.KindLoadBalancer, Tenant: t, Name: n})].GetLoadBalancer())
 	}
 	return out, nil
 }
@@ -94,7 +102,7 @@ func (f *fakeAdmin) servingHosts() []*pb.HostObservation {
 func filterHost(h *pb.HostObservation, f observe.Filter, req *pb.ObserveRequest) *pb.HostObservation {
 	out := &pb.HostObservation{NodeId: h.NodeId, Reachable: h.Reachable, Error: h.Error, Time: h.Time, Revision: h.Revision, Draining: h.Draining, LastEvent: h.LastEvent}
 	for _, ev := range h.Events {
-		if ev.Seq > req.GetEventsAfter()[h.NodeId] && f.Match(ev.Tenant, ev.LoadBalancer) {
+		if ev.Seq > req.GetEventsAfter()[h.NodeId] && f.MatchEvent(ev) {
 			out.Events = append(out.Events, ev)
 		}
 	}

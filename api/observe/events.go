@@ -1,6 +1,7 @@
 package observe
 
 import (
+	"slices"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -87,7 +88,7 @@ func (e *Events) Add(ev *pb.Event) {
 	ev = proto.Clone(ev).(*pb.Event)
 	ev.Message = clip(ev.Message, maxMessage)
 	ev.Type, ev.Severity = clip(ev.Type, maxField), clip(ev.Severity, maxField)
-	ev.Tenant, ev.LoadBalancer = clip(ev.Tenant, maxField), clip(ev.LoadBalancer, maxField)
+	ev.Tenant, ev.LoadBalancer, ev.Host = clip(ev.Tenant, maxField), clip(ev.LoadBalancer, maxField), clip(ev.Host, maxField)
 	if ev.Severity == "" {
 		ev.Severity = Info
 	}
@@ -144,7 +145,7 @@ func (e *Events) Since(after uint64, f Filter, max int) ([]*pb.Event, uint64) {
 		if ev.Seq <= after {
 			break
 		}
-		if f.Match(ev.Tenant, ev.LoadBalancer) {
+		if f.MatchEvent(ev) {
 			out = append(out, ev)
 		}
 	}
@@ -152,4 +153,50 @@ func (e *Events) Since(after uint64, f Filter, max int) ([]*pb.Event, uint64) {
 		out[i], out[j] = out[j], out[i]
 	}
 	return out, e.seq
+}
+
+// MatchEvent reports whether f selects ev. A certificate event (no load
+// balancer, a DNS name in host) is selected by its tenant, and by a
+// load balancer of that tenant: which names a load balancer serves is in
+// the stored object, which the host does not consult here, so the admin
+// API narrows it with KeepCertEventsOf.
+func (f Filter) MatchEvent(ev *pb.Event) bool {
+	if ev.GetLoadBalancer() == "" && ev.GetHost() != "" {
+		return f.MatchTenant(ev.GetTenant())
+	}
+	return f.Match(ev.GetTenant(), ev.GetLoadBalancer())
+}
+
+// LBNames are the DNS names lb serves: its routes' and SNI routes' hosts.
+// A certificate for one of them is the load balancer's.
+func LBNames(lb *pb.LoadBalancer) []string {
+	var out []string
+	add := func(h string) {
+		if h != "" && !slices.Contains(out, h) {
+			out = append(out, h)
+		}
+	}
+	for _, r := range lb.GetRoutes() {
+		add(r.GetHost())
+	}
+	for _, l := range lb.GetListeners() {
+		for _, r := range l.GetSniRoutes() {
+			add(r.GetHost())
+		}
+	}
+	return out
+}
+
+// KeepCertEventsOf drops from every host's events the certificate events
+// of names lb does not serve (lb nil: every certificate event), so a
+// selection of one load balancer has its own certificates' events and
+// not those of the tenant's other load balancers.
+func KeepCertEventsOf(hosts []*pb.HostObservation, lb *pb.LoadBalancer) {
+	names := LBNames(lb)
+	for _, h := range hosts {
+		h.Events = slices.DeleteFunc(h.Events, func(ev *pb.Event) bool {
+			return ev.GetLoadBalancer() == "" && ev.GetHost() != "" &&
+				(ev.GetTenant() != lb.GetTenant() || !slices.Contains(names, ev.GetHost()))
+		})
+	}
 }

@@ -93,3 +93,26 @@ func TestHostAsksSourcesUnlessEventsOnly(t *testing.T) {
 		t.Fatalf("events only: calls %d, %v", calls, o)
 	}
 }
+
+// A load balancer's selection has the certificate events of the names
+// it routes, not those of its tenant's other names or other tenants.
+func TestCertEventsScopedToTheLoadBalancersNames(t *testing.T) {
+	t.Parallel()
+	e := NewEvents("n1", 0)
+	e.Add(&pb.Event{Type: EventCertIssued, Tenant: "acme", Host: "shop.acme.example"})
+	e.Add(&pb.Event{Type: EventCertFailed, Tenant: "acme", Host: "old.acme.example"})
+	e.Add(&pb.Event{Type: EventCertIssued, Tenant: "beta", Host: "shop.acme.example"})
+	e.Add(&pb.Event{Type: EventMemberDown, Tenant: "acme", LoadBalancer: "acme/api"})
+	got, _ := e.Since(0, Filter{LB: "acme/shop"}, 0)
+	hosts := []*pb.HostObservation{{Events: got}}
+	KeepCertEventsOf(hosts, &pb.LoadBalancer{Tenant: "acme", Name: "shop", Routes: []*pb.Route{{Host: "shop.acme.example"}}})
+	if len(hosts[0].Events) != 1 || hosts[0].Events[0].Seq != 1 {
+		t.Errorf("acme/shop's events: %v, want the certificate of shop.acme.example alone", hosts[0].Events)
+	}
+	got, _ = e.Since(0, Filter{LB: "acme/shop"}, 0)
+	hosts = []*pb.HostObservation{{Events: got}}
+	KeepCertEventsOf(hosts, nil)
+	if len(hosts[0].Events) != 0 {
+		t.Errorf("a load balancer not stored kept %v", hosts[0].Events)
+	}
+}

@@ -59,7 +59,7 @@ func (m *Manager) event(typ, severity, host, msg string) {
 	if m.cfg.Events == nil {
 		return
 	}
-	ev := &pb.Event{Type: typ, Severity: severity, Message: msg}
+	ev := &pb.Event{Type: typ, Severity: severity, Message: msg, Host: host}
 	if acme := m.acme.Load(); acme != nil {
 		ev.Tenant = (*acme)[host]
 	}

@@ -2,7 +2,14 @@
 // the page named in the URL fragment. Read-only; no third-party code.
 "use strict";
 
-const state = { snap: null, events: [], charts: { lbs: {}, hosts: {}, omitted: 0 } };
+const state = {
+  snap: null, events: [], charts: { lbs: {}, hosts: {}, omitted: 0 },
+  // recvAt: when the last view arrived (this browser's clock); ages are
+  // the server's (snapshot time - observed) plus the time since then.
+  recvAt: 0,
+  // The page's own stream: open, or down since downSince (and why).
+  stream: { open: false, downSince: 0, why: "" },
+};
 const MAX_EVENTS = 500;
 const CHART_POINTS = 300;      // history kept per series, as the server keeps it
 const CHART_WINDOW_S = 300;    // the charts show at most the last five minutes
@@ -12,13 +19,30 @@ function esc(s) {
   return String(s ?? "").replace(/[&<>"']/g, c => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
 }
 function badge(text, cls) { return `<span class="badge ${esc(cls ?? text)}">${esc(text)}</span>`; }
-function ago(t) {
-  const d = (Date.now() - new Date(t).getTime()) / 1000;
-  if (!isFinite(d) || new Date(t).getFullYear() < 2000) return "—";
-  if (d < 60) return `${Math.max(0, Math.round(d))}s ago`;
-  if (d < 3600) return `${Math.round(d / 60)}m ago`;
-  if (d < 86400) return `${Math.round(d / 3600)}h ago`;
-  return `${Math.round(d / 86400)}d ago`;
+// set reports whether a time is set (Go's zero time is year 1).
+function set(t) { return !!t && new Date(t).getFullYear() > 2000; }
+// ageS is how old t is in seconds, by the server's clock.
+function ageS(t) {
+  if (!set(t) || !state.snap) return NaN;
+  return (Date.parse(state.snap.time) - Date.parse(t)) / 1000 + (Date.now() - state.recvAt) / 1000;
+}
+function fmtAge(d) {
+  if (!isFinite(d)) return "never";
+  d = Math.max(0, d);
+  if (d < 60) return `${Math.round(d)} s ago`;
+  if (d < 3600) return `${Math.round(d / 60)} min ago`;
+  if (d < 86400) return `${Math.round(d / 3600)} h ago`;
+  return `${Math.round(d / 86400)} d ago`;
+}
+function staleAfter() { return state.snap ? state.snap.staleAfterSeconds || 3 : 3; }
+// ago is the age of a stored change ("Last change"); seen the age of an
+// observation, marked stale when older than a few refresh intervals.
+// Both count on by themselves (tick).
+function ago(t) { return set(t) ? `<time class="ago" data-t="${esc(t)}">${esc(fmtAge(ageS(t)))}</time>` : "—"; }
+function seen(t) {
+  const d = ageS(t);
+  const stale = !(d <= staleAfter());
+  return `<time class="seen${stale ? " stale" : ""}" data-t="${esc(t)}">${esc(set(t) ? fmtAge(d) : "never")}</time>`;
 }
 function clock(t) { return new Date(t).toLocaleTimeString(); }
 function table(headers, rows, empty) {
@@ -26,7 +50,7 @@ function table(headers, rows, empty) {
   return `<table><thead><tr>${headers.map(h => `<th>${esc(h)}</th>`).join("")}</tr></thead>` +
     `<tbody>${rows.map(r => `<tr>${r.map(c => `<td>${c}</td>`).join("")}</tr>`).join("")}</tbody></table>`;
 }
-function card(k, v) { return `<div class="card"><div class="k">${esc(k)}</div><div class="v">${v}</div></div>`; }
+function card(k, v, cls) { return `<div class="card ${esc(cls || "")}"><div class="k">${esc(k)}</div><div class="v">${v}</div></div>`; }
 function lbLink(id) { return `<a href="#/lb/${encodeURIComponent(id)}">${esc(id)}</a>`; }
 
 // mergeCharts adds a view's new chart points and drops the series the
@@ -68,8 +92,12 @@ function chart(ps, m) {
     const y = H - 2 - ((p[m.key] || 0) / top) * (H - 4);
     return [x, y];
   }).filter(([x]) => x >= 0).map(([x, y]) => `${x.toFixed(1)},${y.toFixed(1)}`).join(" ");
-  return `<figure class="chart" data-metric="${m.key}" data-latest="${esc(latest)}" data-points="${ps.length}">` +
-    `<figcaption>${esc(m.label)} <b class="latest">${ps.length ? esc(m.fmt(latest)) : "—"}</b> <span class="muted">max ${esc(m.fmt(top))}</span></figcaption>` +
+  // A series whose newest point is old (its hosts do not answer) says so.
+  const lastT = ps.length ? ps[ps.length - 1].t : "";
+  const old = lastT && !(ageS(lastT) <= staleAfter());
+  return `<figure class="chart${old ? " stale" : ""}" data-metric="${m.key}" data-latest="${esc(latest)}" data-points="${ps.length}">` +
+    `<figcaption>${esc(m.label)} <b class="latest">${ps.length ? esc(m.fmt(latest)) : "—"}</b> ` +
+    (old ? seen(lastT) : `<span class="muted">max ${esc(m.fmt(top))}</span>`) + `</figcaption>` +
     `<svg viewBox="0 0 ${W} ${H}" preserveAspectRatio="none" role="img" aria-label="${esc(m.label)} over the last ${Math.round(win)} s">` +
     `<line class="axis" x1="0" y1="${H - 1}" x2="${W}" y2="${H - 1}"></line>` +
     (xy ? `<polyline points="${xy}"></polyline>` : "") + `</svg></figure>`;
@@ -78,17 +106,23 @@ function charts(ps) { return `<div class="charts">${METRICS.map(m => chart(ps ||
 
 function renderCluster(s) {
   const c = s.cluster;
-  const healthy = c.nodes.filter(n => n.healthy).length;
+  const healthy = c.nodes.filter(n => n.healthy && n.reachable).length;
+  const reach = c.nodes.filter(n => n.reachable).length;
+  const was = s.reachable ? "" : ` <span class="muted">(last known)</span>`;
   let h = `<h1>Cluster <small>${esc(c.id)}</small></h1><div class="cards">` +
-    card("Leader", esc(c.leader || "none")) + card("Term", c.term) + card("Hosts healthy", `${healthy} / ${c.nodes.length}`) +
-    card("Revision", s.revision) + card("VIPs", c.vips.length) + card("Load balancers", s.lbs.length) + `</div>`;
+    card("Leader", s.reachable ? esc(c.leader || "none") : `unknown <span class="muted">(was ${esc(c.leader || "none")})</span>`, s.reachable && c.leader ? "" : "bad") +
+    card("Term", c.term + was) +
+    card("Hosts healthy", `${healthy} / ${c.nodes.length}` + (reach < c.nodes.length ? ` <span class="muted">${c.nodes.length - reach} unreachable</span>` : ""),
+      healthy === c.nodes.length && c.nodes.length ? "" : "bad") +
+    card("Revision", s.revision + was) + card("VIPs", c.vips.length) + card("Load balancers", s.lbs.length) + `</div>`;
   h += `<h2>Hosts <small>${esc(c.timeouts)}</small></h2>`;
-  h += table(["Host", "Raft role", "Health", "Last contact", "Applied", "Draining", "Failure detector", "Version"],
+  h += table(["Host", "Raft role", "Health", "Data from", "Last contact", "Applied", "Draining", "Failure detector", "Version"],
     c.nodes.map(n => [
       `<b>${esc(n.id)}</b><div class="muted">${esc(n.apiAddr)}</div>`,
-      badge(n.role, n.role) + ` <span class="muted">${esc(n.suffrage)}</span>`,
-      (n.healthy ? badge("healthy", "ok") : badge("unhealthy", "bad")) + (n.error ? `<div class="reason">${esc(n.error)}</div>` : ""),
-      esc(n.lastContact || "—"), `<span class="num">${n.applied}</span>`,
+      badge(n.role, n.reachable ? n.role : "unknown") + ` <span class="muted">${esc(n.suffrage)}${n.reachable ? "" : ", last known"}</span>`,
+      (!n.reachable ? badge("unreachable", "bad") : n.healthy ? badge("healthy", "ok") : badge("unhealthy", "bad")) +
+        (n.error ? `<div class="reason">${esc(n.error)}</div>` : ""),
+      seen(n.observed), esc(n.lastContact || "—"), `<span class="num">${n.applied}</span>`,
       n.draining ? badge("draining") : `<span class="muted">no</span>`,
       n.peers ? `${n.peersAlive}/${n.peers} peers alive` : `<span class="muted">—</span>`,
       esc(n.version),
@@ -105,13 +139,16 @@ function renderCluster(s) {
   h += `<h2>VIP holders</h2>`;
   h += table(["VIP", "Mode", "Held by", "Since", "Why", "Load balancers"],
     c.vips.map(v => {
-      const held = v.holders.filter(x => x.state === "holding" || x.state === "announcing");
-      const other = v.holders.filter(x => !held.includes(x));
+      const holds = x => x.state === "holding" || x.state === "announcing";
+      const held = v.holders.filter(x => holds(x) && !x.stale);
+      const unknown = v.holders.filter(x => holds(x) && x.stale);
+      const other = v.holders.filter(x => !holds(x));
       return [
         `<b>${esc(v.address)}</b>`, esc(v.mode),
-        (held.map(x => badge(x.node, x.state)).join(" ") || badge("nobody", "bad")) +
-          (other.length ? `<div class="muted">${other.map(x => esc(x.node + " " + x.state)).join(", ")}</div>` : ""),
-        held.map(x => esc(ago(x.since))).join(", "),
+        (held.map(x => badge(x.node, x.state)).join(" ") || (unknown.length ? badge("unknown", "unknown") : badge("nobody", "bad"))) +
+          unknown.map(x => `<div class="reason">${esc(x.node)} did not answer: it was ${esc(x.state)}, data from ${seen(x.observed)}</div>`).join("") +
+          (other.length ? `<div class="muted">${other.map(x => esc(x.node + " " + x.state) + (x.stale ? " (last known)" : "")).join(", ")}</div>` : ""),
+        held.map(x => ago(x.since)).join(", "),
         v.holders.map(x => x.reason ? `<div>${esc(x.node)}: ${esc(x.reason)}</div>` : "").join(""),
         v.lbs.map(lbLink).join("<br>"),
       ];
@@ -123,10 +160,17 @@ function renderCluster(s) {
   return h;
 }
 
+// quotaBar is a <meter>: the page's Content-Security-Policy refuses
+// inline styles, so no width is set in the markup.
 function quotaBar(q) {
   if (!q.limit) return `${q.used} <span class="muted">(default limit)</span>`;
-  const pct = Math.min(100, Math.round(100 * q.used / q.limit));
-  return `<span class="bar"><span style="width:${pct}%"></span></span>${q.used} / ${q.limit}`;
+  return `<meter class="quota" min="0" max="${esc(q.limit)}" value="${esc(Math.min(q.used, q.limit))}" low="${esc(0.8 * q.limit)}" high="${esc(0.95 * q.limit)}" optimum="0"></meter>${q.used} / ${q.limit}`;
+}
+// expires is a certificate's expiry, or why there is none.
+function expires(t) {
+  if (!set(t)) return `<span class="muted">not issued</span>`;
+  const d = (Date.parse(t) - Date.now()) / 86400000;
+  return esc(new Date(t).toLocaleDateString()) + (d < 0 ? ` ${badge("expired", "bad")}` : d < 14 ? ` <span class="reason">in ${Math.ceil(d)} d</span>` : "");
 }
 
 function renderTenants(s) {
@@ -137,7 +181,7 @@ function renderTenants(s) {
       t.pools.map(esc).join("<br>"), t.domains.map(esc).join("<br>"), t.networks.map(esc).join("<br>"),
       t.quotas.filter(q => q.used || q.limit).map(q => `<div>${esc(q.name)}: ${quotaBar(q)}</div>`).join("") || `<span class="muted">nothing used</span>`,
       t.revokedCredentials.length ? t.revokedCredentials.map(esc).join("<br>") : `<span class="muted">none</span>`,
-      `${esc(ago(t.updated))} <span class="muted">(generation ${t.generation})</span>`,
+      `${ago(t.updated)} <span class="muted">(generation ${t.generation})</span>`,
     ]), "No tenants yet: `teapot-lb apply -f` a Tenant.");
   h += `<h2>VIP pools</h2>`;
   h += table(["Pool", "Mode", "CIDRs", "Tenants", "Shared addresses"],
@@ -148,21 +192,30 @@ function renderTenants(s) {
   h += table(["Certificate", "Hosts", "Source", "State", "Expires"],
     s.certs.map(c => [`${esc(c.tenant)}/<b>${esc(c.name)}</b>`, c.hosts.map(esc).join("<br>"), esc(c.source + (c.issuer ? " · " + c.issuer : "")),
       badge(c.state || "unknown", c.state === "valid" ? "ok" : "Degraded") + (c.error ? `<div class="reason">${esc(c.error)}</div>` : ""),
-      esc(new Date(c.notAfter).getFullYear() > 2000 ? new Date(c.notAfter).toLocaleDateString() : "—")]),
+      expires(c.notAfter)]),
     "No certificates.");
   return h;
+}
+
+// heldBy: the hosts holding the address by this read, and those that held
+// it when they last answered (unknown now).
+function heldBy(l) {
+  const stale = l.heldByStale || [];
+  return l.heldBy.map(x => badge(x, "holding")).join(" ") +
+    (stale.length ? badge("unknown", "unknown") + `<div class="muted">last known: ${stale.map(esc).join(", ")}</div>` : "") ||
+    `<span class="muted">—</span>`;
 }
 
 function renderLBs(s) {
   const counts = {};
   s.lbs.forEach(l => counts[l.status] = (counts[l.status] || 0) + 1);
   let h = `<h1>Load balancers <small>${s.lbs.length}</small></h1><div class="cards">` +
-    ["Serving", "Degraded", "Failing", "Refused", "Pending"].map(k => card(k, counts[k] || 0)).join("") + `</div>`;
+    ["Serving", "Degraded", "Failing", "Refused", "Pending", "Unknown"].filter(k => k !== "Unknown" || counts[k]).map(k => card(k, counts[k] || 0)).join("") + `</div>`;
   h += table(["Load balancer", "Status", "Address", "Held by", "Listeners", "Last change"],
     s.lbs.map(l => [
       lbLink(l.id), badge(l.status) + (l.reasons || []).map(r => `<div class="reason">${esc(r)}</div>`).join(""),
-      esc(l.address || "—"), l.heldBy.map(x => badge(x, "holding")).join(" ") || `<span class="muted">—</span>`,
-      l.listeners.map(esc).join(", "), `${esc(ago(l.updated))} <span class="muted">rev ${l.revision}</span>`,
+      esc(l.address || "—"), heldBy(l),
+      l.listeners.map(esc).join(", "), `${ago(l.updated)} <span class="muted">rev ${l.revision}</span>`,
     ]), "No load balancers yet: `teapot-lb apply -f` one.");
   return h;
 }
@@ -174,19 +227,21 @@ function renderLB(s, id) {
   let h = `<h1>${esc(l.id)} ${badge(l.status)}</h1>`;
   if (l.reasons && l.reasons.length) h += `<ul>${l.reasons.map(r => `<li class="reason">${esc(r)}</li>`).join("")}</ul>`;
   h += `<div class="cards">` + card("Address", esc(l.address || "—")) + card("VIP from", esc(spec.vip?.pool || spec.vip?.address || "—")) +
-    card("Held by", l.heldBy.map(esc).join(", ") || "—") + card("Revision", l.revision) + card("Last change", esc(ago(l.updated))) + `</div>`;
+    card("Held by", heldBy(l)) + card("Revision", l.revision) + card("Last change", ago(l.updated)) + `</div>`;
   h += `<h2>Traffic <small>up to the last five minutes, all hosts</small></h2>` + (state.charts.lbs[l.id]
     ? `<div data-lb="${esc(l.id)}">${charts(state.charts.lbs[l.id])}</div>`
     : `<p class="muted">No host reports traffic counters for it yet${state.charts.omitted ? " (or it is over the bound of charted load balancers)" : ""}.</p>`);
   const vip = s.cluster.vips.find(v => v.address === l.address);
-  h += `<h2>VIP</h2>` + table(["Host", "State", "Since", "Why"], (vip ? vip.holders : []).map(x => [esc(x.node), badge(x.state), esc(ago(x.since)), esc(x.reason)]),
+  h += `<h2>VIP</h2>` + table(["Host", "State", "Since", "Why", "Data from"], (vip ? vip.holders : []).map(x => [esc(x.node),
+    x.stale ? badge("unknown", "unknown") + ` <span class="muted">was ${esc(x.state)}</span>` : badge(x.state), ago(x.since), esc(x.reason), seen(x.observed)]),
     "No host reports this address.");
   h += `<h2>Per host</h2>` + table(["Host", "Listeners", "Members (this host's checks)", "Problems"], (l.hosts || []).map(x => [
-    `<b>${esc(x.node)}</b>` + (x.reachable ? "" : `<div class="reason">unreachable: ${esc(x.error)}</div>`),
+    `<b>${esc(x.node)}</b>` + (x.reachable ? "" : `<div>${badge("unreachable", "bad")} <span class="reason">${esc(x.error)}</span></div>`) +
+      `<div class="muted">data from ${seen(x.observed)}</div>`,
     x.listeners.map(li => (li.bound ? badge("bound", "ok") : badge("not bound", "bad")) + ` ${esc(li.address)}/${esc(li.protocol)}` +
       (li.error ? `<div class="reason">${esc(li.error)}</div>` : "")).join("<br>") || `<span class="muted">—</span>`,
-    x.members.map(m => (m.healthy ? badge("up", "ok") : badge("down", "bad")) + ` ${esc(m.pool)}: ${esc(m.address)}` +
-      ` <span class="muted">checked ${esc(ago(m.lastCheck))}</span>` + (m.reason ? `<div class="reason">${esc(m.reason)}</div>` : "")).join("<br>") || `<span class="muted">—</span>`,
+    x.members.map(m => (!x.reachable ? badge("unknown", "unknown") : m.healthy ? badge("up", "ok") : badge("down", "bad")) + ` ${esc(m.pool)}: ${esc(m.address)}` +
+      (set(m.lastCheck) ? ` <span class="muted">checked ${ago(m.lastCheck)}</span>` : "") + (m.reason ? `<div class="reason">${esc(m.reason)}</div>` : "")).join("<br>") || `<span class="muted">—</span>`,
     x.problems.map(p => `<div class="reason">${esc(p)}</div>`).join("") || `<span class="muted">none</span>`,
   ]), "No host reported this load balancer.");
   h += `<h2>Listeners</h2>` + table(["Port", "Protocol", "Pool", "TLS"], (spec.listeners || []).map(x => [
@@ -201,13 +256,14 @@ function renderLB(s, id) {
     return [`<b>${esc(name)}</b>`, esc(p.algorithm || "round-robin"), esc(hc),
       (p.members || []).map(m => esc(m.address) + (m.weight !== undefined ? ` <span class="muted">w${esc(m.weight)}</span>` : "")).join("<br>")];
   }), "No pools.");
-  const hosts = new Set((spec.routes || []).map(r => r.host).filter(Boolean));
+  const hosts = new Set((spec.routes || []).map(r => r.host).concat((spec.listeners || []).flatMap(x => (x.sniRoutes || []).map(r => r.host))).filter(Boolean));
   const certs = s.certs.filter(c => c.tenant === l.tenant && c.hosts.some(x => hosts.has(x)));
   h += `<h2>Certificates</h2>` + table(["Certificate", "Hosts", "State", "Per host", "Expires"], certs.map(c => [esc(c.name), c.hosts.map(esc).join("<br>"),
     badge(c.state || "unknown", c.state === "valid" ? "ok" : "Degraded") + (c.error ? `<div class="reason">${esc(c.error)}</div>` : ""),
     c.perHost.map(p => `${esc(p.node)} ${esc(p.host)}: ${badge(p.state || "unknown", p.state === "valid" ? "ok" : "Degraded")}` + (p.error ? `<div class="reason">${esc(p.error)}</div>` : "")).join("<br>"),
-    esc(new Date(c.notAfter).toLocaleDateString())]), "No certificate for this load balancer's hosts.");
-  const evs = state.events.filter(e => e.subject === l.id || e.subject === l.address).slice().reverse();
+    expires(c.notAfter)]), "No certificate for this load balancer's hosts.");
+  const evs = state.events.filter(e => e.subject === l.id || e.subject === l.address || (e.subjects || []).includes(l.id) ||
+    (e.host && e.tenant === l.tenant && hosts.has(e.host))).slice().reverse();
   h += `<h2>Events</h2>` + table(["Time", "What"], evs.map(e => [esc(clock(e.time)), esc(e.message)]), "Nothing changed since the dashboard started.");
   h += `<h2>Stored object</h2><pre>${esc(JSON.stringify(spec, null, 2))}</pre>`;
   return h;
@@ -224,38 +280,101 @@ function route() {
 function render() {
   const s = state.snap;
   if (!s) return;
+  const t0 = performance.now();
   const r = route();
   const main = document.getElementById("main");
-  const html = r.page === "tenants" ? renderTenants(s) : r.page === "lbs" ? renderLBs(s) : r.page === "lb" ? renderLB(s, r.arg) : renderCluster(s);
+  let html = r.page === "tenants" ? renderTenants(s) : r.page === "lbs" ? renderLBs(s) : r.page === "lb" ? renderLB(s, r.arg) : renderCluster(s);
+  if (!s.reachable) {
+    html = `<p class="stale-note">No LB host answers: what follows is the last data there is` +
+      (set(s.readAt) ? `, from ${esc(clock(s.readAt))} (${ago(s.readAt)})` : "") + `. It is not live.</p>` + html;
+  }
   main.innerHTML = html;
+  if (!main.dataset.firstRender) {
+    // When the page first showed data, laid out (for the browser test).
+    void main.offsetHeight;
+    main.dataset.firstRender = performance.now().toFixed(0);
+  }
   main.dataset.page = r.page;
+  document.body.classList.toggle("stale", !s.reachable);
   const errs = document.getElementById("errors");
   errs.hidden = !(s.errors && s.errors.length);
-  errs.textContent = (s.errors || []).join(" · ");
+  errs.innerHTML = (s.errors || []).map(e =>
+    `<div class="error" data-count="${esc(e.count)}"><b>${esc(e.message)}</b> <span class="parts">(${e.parts.map(esc).join(", ")})</span>` +
+    ` <span class="count">${e.count > 1 ? `${esc(e.count)} reads in a row since ${esc(clock(e.since))}` : "this read"}</span></div>`).join("");
   const tl = document.getElementById("timeline");
   tl.innerHTML = state.events.slice().reverse().map(e =>
     `<li class="${e.warning ? "warn" : ""}" data-kind="${esc(e.kind)}"><time>${esc(clock(e.time))}</time><span class="kind">${esc(e.kind)}</span>${esc(e.message)}</li>`).join("") ||
     `<li class="muted">Changes appear here as they happen.</li>`;
+  // How long the last render took, for the browser test's measurement.
+  main.dataset.renderMs = (performance.now() - t0).toFixed(1);
+  tick();
 }
 
-function connect() {
+// tick counts the ages on, marks what went stale and says how live the
+// page is: green only while the stream delivers fresh reads of a cluster
+// that answers.
+function tick() {
+  for (const el of document.querySelectorAll("time.ago, time.seen")) {
+    const d = ageS(el.dataset.t);
+    el.textContent = set(el.dataset.t) ? fmtAge(d) : "never";
+    if (el.classList.contains("seen")) el.classList.toggle("stale", !(d <= staleAfter()));
+  }
   const conn = document.getElementById("conn");
+  const s = state.snap, st = state.stream;
+  const since = t => `since ${clock(t)} (${fmtAge((Date.now() - t) / 1000)})`;
+  let text, cls;
+  if (!st.open && st.downSince) {
+    text = `${st.why || "disconnected"} ${since(st.downSince)}; retrying`;
+    cls = "down";
+  } else if (!s) {
+    text = "connecting…";
+    cls = "";
+  } else if (!s.reachable) {
+    text = set(s.readAt) ? `cluster unreachable since ${clock(s.readAt)} (${fmtAge(ageS(s.readAt))})` : "cluster unreachable: no LB host has answered";
+    cls = "down";
+  } else if ((Date.now() - state.recvAt) / 1000 > staleAfter()) {
+    text = `no update ${since(state.recvAt)}`;
+    cls = "down";
+  } else {
+    const lost = s.cluster.nodes.filter(n => !n.reachable).length;
+    const partial = lost || (s.errors && s.errors.length);
+    text = `live · read ${fmtAge(ageS(s.time))}` + (lost ? ` · ${lost} of ${s.cluster.nodes.length} hosts unreachable` : partial ? " · with errors" : "");
+    cls = partial ? "partial" : "live";
+  }
+  conn.textContent = text;
+  conn.className = "conn " + cls;
+  conn.dataset.state = cls || "connecting";
+}
+
+let stream = null;
+function connect() {
   const es = new EventSource("/api/stream");
+  stream = es;
+  es.onopen = () => { state.stream.open = true; tick(); };
   es.addEventListener("view", ev => {
     const v = JSON.parse(ev.data);
+    state.stream = { open: true, downSince: 0, why: "" };
     state.snap = v.snapshot;
+    state.recvAt = Date.now();
     mergeCharts(v.charts);
     const last = state.events.length ? state.events[state.events.length - 1].seq : 0;
     state.events = state.events.concat(v.events.filter(e => e.seq > last)).slice(-MAX_EVENTS);
-    conn.textContent = `live · ${clock(v.snapshot.time)}`;
-    conn.className = "conn live";
     render();
   });
   es.onerror = () => {
-    conn.textContent = "disconnected; retrying…";
-    conn.className = "conn down";
+    if (state.stream.open || !state.stream.downSince) state.stream = { open: false, downSince: Date.now(), why: "disconnected" };
+    tick();
+    if (es.readyState !== EventSource.CLOSED) return; // the browser retries by itself
+    // The server answered an error: ask why, and retry.
+    fetch("/api/snapshot", { cache: "no-store" }).then(r => {
+      state.stream.why = r.status === 401 ? "logged out (open a new login URL)" : r.ok ? "stream refused" : `dashboard answers HTTP ${r.status}`;
+    }, () => { state.stream.why = "dashboard not reachable"; }).finally(() => {
+      tick();
+      setTimeout(() => { if (stream === es) connect(); }, 2000);
+    });
   };
 }
 
 window.addEventListener("hashchange", render);
+setInterval(tick, 1000);
 connect();

@@ -1047,8 +1047,12 @@ type Event struct {
 	Severity string `protobuf:"bytes,5,opt,name=severity,proto3" json:"severity,omitempty"`
 	Tenant   string `protobuf:"bytes,6,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	// "tenant/name", when the event concerns one load balancer.
-	LoadBalancer  string `protobuf:"bytes,7,opt,name=load_balancer,json=loadBalancer,proto3" json:"load_balancer,omitempty"`
-	Message       string `protobuf:"bytes,8,opt,name=message,proto3" json:"message,omitempty"`
+	LoadBalancer string `protobuf:"bytes,7,opt,name=load_balancer,json=loadBalancer,proto3" json:"load_balancer,omitempty"`
+	Message      string `protobuf:"bytes,8,opt,name=message,proto3" json:"message,omitempty"`
+	// The DNS name a certificate event (cert-issued, cert-failed) is about;
+	// an Observe or Events call selecting a load balancer gets the
+	// certificate events of the names its routes serve.
+	Host          string `protobuf:"bytes,9,opt,name=host,proto3" json:"host,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1135,6 +1139,13 @@ func (x *Event) GetLoadBalancer() string {
 func (x *Event) GetMessage() string {
 	if x != nil {
 		return x.Message
+	}
+	return ""
+}
+
+func (x *Event) GetHost() string {
+	if x != nil {
+		return x.Host
 	}
 	return ""
 }
@@ -1465,7 +1476,7 @@ const file_teapotv1_observe_proto_rawDesc = "" +
 	"\x13LoadBalancerProblem\x12#\n" +
 	"\rload_balancer\x18\x01 \x01(\tR\floadBalancer\x12\x14\n" +
 	"\x05field\x18\x02 \x01(\tR\x05field\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"\xe9\x01\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"\xfd\x01\n" +
 	"\x05Event\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12.\n" +
@@ -1474,7 +1485,8 @@ const file_teapotv1_observe_proto_rawDesc = "" +
 	"\bseverity\x18\x05 \x01(\tR\bseverity\x12\x16\n" +
 	"\x06tenant\x18\x06 \x01(\tR\x06tenant\x12#\n" +
 	"\rload_balancer\x18\a \x01(\tR\floadBalancer\x12\x18\n" +
-	"\amessage\x18\b \x01(\tR\amessage\"\xf4\x01\n" +
+	"\amessage\x18\b \x01(\tR\amessage\x12\x12\n" +
+	"\x04host\x18\t \x01(\tR\x04host\"\xf4\x01\n" +
 	"\rEventsRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12#\n" +
 	"\rload_balancer\x18\x02 \x01(\tR\floadBalancer\x12\x12\n" +
