@@ -26,7 +26,15 @@ func (r *Reference) Markdown(w io.Writer) error {
 		"yaml-language-server, start a file with\n" +
 		"`# yaml-language-server: $schema=teapot-lb.schema.json`.\n\n" +
 		"Fields marked *set by the cluster* are shown by `get` and ignored when applied.\n" +
-		"Complete manifests for common cases are in [examples/](../examples/).\n\n")
+		"Complete manifests for common cases are in [examples/](../examples/).\n\n" +
+		"A tenant's `quotas` (below, under Tenant) bound what it stores. What it makes an LB host\n" +
+		"spend is bounded on each host where it is spent, per tenant: connections and the\n" +
+		"descriptors of its member connections and splice pipes (`quotas.connections`, derived from\n" +
+		"the host's `LimitNOFILE`), TLS handshake and health-check signature CPU\n" +
+		"(`serve --tls-cpu-per-tenant`), regular-expression CPU (`quotas.regexCpuMillicores`),\n" +
+		"new ACME orders (`serve --acme-orders-per-tenant`), connections to the API port (from\n" +
+		"`LimitNOFILE`), access-log lines and UDP replies. The README's\n" +
+		"[Tenant limits](../README.md#tenant-limits) lists each with its default and how to raise it.\n\n")
 	for _, k := range r.Kinds {
 		fmt.Fprintf(&b, "- [%s](#%s)\n", k.Name, strings.ToLower(k.Name))
 	}
