@@ -56,7 +56,9 @@ func (n *Node) collectQuotas(ch chan<- prometheus.Metric) {
 // unreachable. Raft retries a failing peer at least every half heartbeat
 // timeout, so a peer still down fails again well within it; one whose
 // recovery observation was dropped is back after it.
-func (n *Node) peerFailureWindow() time.Duration { return max(10*time.Second, 8*n.cfg.HeartbeatTimeout) }
+func (n *Node) peerFailureWindow() time.Duration {
+	return max(10*time.Second, 8*n.cfg.HeartbeatTimeout)
+}
 
 // collectVoters writes the voters and, on the leader, those reachable.
 func (n *Node) collectVoters(ch chan<- prometheus.Metric, leader bool) {
