@@ -184,7 +184,7 @@ func (st *h2Stream) serveFast() bool {
 		if !ok {
 			return fail(503, OutcomeNoMember)
 		}
-		stats.Member = m.Addr()
+		stats.Member, stats.Pool = m.Addr(), opts.Pool
 		t0 := time.Now()
 		u, err := st.exchange(m, opts, rht, limit)
 		d := time.Since(t0)
