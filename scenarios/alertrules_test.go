@@ -1,7 +1,10 @@
 package scenarios
 
 import (
+	"bytes"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -220,6 +223,25 @@ func checkAlertingSeries(t *testing.T, live []*node, member string) {
 	}
 	if requests == 0 {
 		t.Errorf("no teapot_lb_member_requests_total of acme/shop with pool=web, member=%s", member)
+	}
+	// The exposition, new series included, passes Prometheus's own lint.
+	if promtool, err := exec.LookPath("promtool"); err != nil {
+		t.Logf("promtool is not installed: the scrape is not linted")
+	} else {
+		resp, err := http.Get("http://" + live[0].metricsAddr + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(promtool, "check", "metrics")
+		cmd.Stdin = bytes.NewReader(body)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("promtool check metrics of %s: %v\n%s", live[0].id, err, out)
+		}
 	}
 	waitFor(t, startTimeout, "the leader to count 2 voters reachable of 3", func() error {
 		reachable := 0.0
