@@ -24,8 +24,12 @@ func (a *app) eventsCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "events",
 		Short: "List the recent events of every LB host (VIP moves, bind failures, member health, certificates, leader changes)",
+		Long: "List the recent events of every LB host (VIP moves, bind failures, member health, certificates, leader changes).\n\n" +
+			"-o json prints one JSON array of events, as get -o json prints objects; with --watch, events are printed as they\n" +
+			"happen, -o json as one JSON object per line (newline-delimited JSON) and -o yaml as documents separated by ---.",
 		Example: "  teapot-lb events --lb acme/shop\n" +
-			"  teapot-lb events --node n2 --watch",
+			"  teapot-lb events --node n2 --watch\n" +
+			"  teapot-lb events -o json --watch | jq -r .message",
 		Args: args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if req.LoadBalancer != "" {
