@@ -145,7 +145,7 @@ func l7Client(tb testing.TB, cfg l7.Config) func() {
 	be := fixedBackend(tb, resp)
 	srv := l7.New(cfg)
 	tb.Cleanup(func() { srv.Close() })
-	rt := oneRoute{&l7.Route{Name: "acme/shop/routes[0]", Backend: &backend{m: &member{be}}}}
+	rt := oneRoute{&l7.Route{Name: "acme/shop/routes[0]", Backend: &backend{m: &member{be}, opts: l7.BackendOptions{Pool: "web"}}}}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)
@@ -199,9 +199,9 @@ func TestHotPathAllocsWithMetrics(t *testing.T) {
 		t.Errorf("%.2f allocations per proxied request with metrics on, want 0", allocs)
 	}
 	hs, ms := m.HTTP()
-	if len(hs) != 1 || hs[0].ByClass[2] != 1011 || len(ms) != 1 || ms[0].Requests != 1011 || hs[0].Upstream.Count != 1011 {
+	if len(hs) != 1 || hs[0].ByClass[2] != 1011 || len(ms) != 1 || ms[0].Requests != 1011 || ms[0].Pool != "web" || hs[0].Upstream.Count != 1011 {
 		// 10 warm-up requests, and AllocsPerRun runs once more than asked.
-		t.Errorf("counted %+v %+v, want 1011 2xx requests to one member", hs, ms)
+		t.Errorf("counted %+v %+v, want 1011 2xx requests to one member of pool web", hs, ms)
 	}
 }
 
