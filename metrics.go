@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/teapot-lb/teapot-lb/api/cli"
 	"github.com/teapot-lb/teapot-lb/api/metricsserver"
 	"github.com/teapot-lb/teapot-lb/consensus"
 	"github.com/teapot-lb/teapot-lb/proxy"
@@ -66,6 +67,7 @@ func serveMetrics(ctx context.Context, srv *metricsserver.Server, counters *metr
 			px.EachMember(func(m proxy.MemberStat) { each(metrics.Member(m)) })
 		}, Served: px.LoadBalancers}),
 		node.Collector(), tenants.Collector(), cm.Collector(),
+		metricsserver.BuildInfo(cli.Version, cli.Commit),
 	}
 	if vm != nil {
 		cs = append(cs, vm.Collector())

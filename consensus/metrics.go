@@ -1,6 +1,7 @@
 package consensus
 
 import (
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -12,10 +13,15 @@ import (
 type raftMetrics struct {
 	leaderChanges atomic.Int64
 	apply         prometheus.Histogram
+
+	mu sync.Mutex
+	// failing holds the voters whose heartbeats from this host, as
+	// leader, fail, with the time of the last failure.
+	failing map[raft.ServerID]time.Time
 }
 
 func newRaftMetrics() *raftMetrics {
-	return &raftMetrics{apply: prometheus.NewHistogram(prometheus.HistogramOpts{
+	return &raftMetrics{failing: map[raft.ServerID]time.Time{}, apply: prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "teapot_lb_raft_apply_duration_seconds",
 		Help:    "Time for this host, as leader, to commit one batched command through Raft.",
 		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
@@ -49,10 +55,14 @@ func (n *Node) observeLeaders() {
 				n.features.epoch.Add(1)
 				switch d := o.Data.(type) {
 				case raft.LeaderObservation:
+					n.metrics.leaderChanged()
 					if d.LeaderID != "" {
 						n.metrics.leaderChanges.Add(1)
 					}
+				case raft.FailedHeartbeatObservation:
+					n.metrics.peerFailed(d.PeerID)
 				case raft.ResumedHeartbeatObservation:
+					n.metrics.peerResumed(d.PeerID)
 					n.raftLog.peerRecovered(string(d.PeerID), n.peerAddr(d.PeerID))
 				}
 			}
@@ -61,7 +71,8 @@ func (n *Node) observeLeaders() {
 }
 
 // Collector exports this host's view of Raft to Prometheus: whether it
-// leads, term, indexes, leader changes and apply latency.
+// leads, term, indexes, leader changes, apply latency, the voters (and on
+// the leader those reachable), and each tenant's quotas and their usage.
 func (n *Node) Collector() prometheus.Collector { return raftCollector{n} }
 
 type raftCollector struct{ n *Node }
@@ -78,7 +89,8 @@ var (
 )
 
 func (c raftCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descLeader, descHasLeader, descTerm, descCommit, descApplied, descLastContact, descLeaderChanges, descRevision} {
+	for _, d := range []*prometheus.Desc{descLeader, descHasLeader, descTerm, descCommit, descApplied, descLastContact, descLeaderChanges, descRevision,
+		descQuotaUsed, descQuotaLimit, descVoters, descReachable} {
 		ch <- d
 	}
 	c.n.metrics.apply.Describe(ch)
@@ -112,6 +124,8 @@ func (c raftCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descLeaderChanges, prometheus.CounterValue, float64(c.n.metrics.leaderChanges.Load()))
 	gauge(descRevision, float64(c.n.Revision()))
 	c.n.metrics.apply.Collect(ch)
+	c.n.collectVoters(ch, leader == 1)
+	c.n.collectQuotas(ch)
 }
 
 // peerAddr returns the Raft address of a server, "" if unknown.

@@ -168,6 +168,7 @@ func (p *Pool) httpBackend(budget *l7.MemberBudget) *httpBackend {
 	}
 	b := &httpBackend{pool: p, members: make(map[*balance.Member]*httpMember, len(p.members))}
 	b.opts = l7.BackendOptions{
+		Pool:           p.Spec.Name,
 		ConnectTimeout: p.Spec.ConnectTimeout,
 		ProxyProtocol:  uint8(p.Spec.ProxyProtocol),
 		HashHeader:     p.Spec.HashHeader,

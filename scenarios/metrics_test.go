@@ -288,6 +288,8 @@ accessLog: { enabled: true, sample: 1.0 }
 	t.Logf("new leader %s; %d requests answered, %d failed", newLeader.id, ok.Load(), failed.Load())
 
 	checkDashboard(t, names)
+	checkRules(t, names)
+	checkAlertingSeries(t, survivors, bl.Addr().String())
 	checkAccessLog(t, c.nodes, bl.Addr().String())
 
 	// A clean SIGTERM of a survivor logs no ERROR and exits 0.

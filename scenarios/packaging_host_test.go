@@ -57,7 +57,9 @@ func TestHostPackages(t *testing.T) {
 	files := tool("rpm", "-qpl", rpmFile)
 	for _, want := range []string{"/usr/bin/teapot-lb", "/usr/lib/systemd/system/teapot-lb.service", "/etc/teapot-lb/serve.yaml",
 		"/usr/share/bash-completion/completions/teapot-lb", "/usr/share/zsh/vendor-completions/_teapot-lb",
-		"/usr/share/fish/vendor_completions.d/teapot-lb.fish", "/usr/share/man/man1/teapot-lb-serve.1.gz"} {
+		"/usr/share/fish/vendor_completions.d/teapot-lb.fish", "/usr/share/man/man1/teapot-lb-serve.1.gz",
+		"/usr/share/teapot-lb/grafana/teapot-lb.json", "/usr/share/teapot-lb/prometheus/teapot-lb.rules.yml",
+		"/usr/share/teapot-lb/prometheus/teapot-lb.rules.test.yml"} {
 		if !strings.Contains(files, want+"\n") {
 			t.Errorf("rpm -qpl lacks %s:\n%s", want, files)
 		}
@@ -78,6 +80,20 @@ func TestHostPackages(t *testing.T) {
 	tool("dpkg-deb", "-x", deb, root)
 	if conf := tool("dpkg-deb", "-f", deb, "Depends"); !strings.Contains(conf, "adduser") {
 		t.Errorf("deb Depends %q", conf)
+	}
+	// The monitoring files, as in the source tree.
+	for src, dst := range map[string]string{
+		"packaging/grafana/teapot-lb.json":              "usr/share/teapot-lb/grafana/teapot-lb.json",
+		"packaging/prometheus/teapot-lb.rules.yml":      "usr/share/teapot-lb/prometheus/teapot-lb.rules.yml",
+		"packaging/prometheus/teapot-lb.rules.test.yml": "usr/share/teapot-lb/prometheus/teapot-lb.rules.test.yml",
+	} {
+		want, err := os.ReadFile(filepath.Join("..", src))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := os.ReadFile(filepath.Join(root, dst)); err != nil || string(got) != string(want) {
+			t.Errorf("the deb's /%s is not %s (%v)", dst, src, err)
+		}
 	}
 	unit, err := os.ReadFile(filepath.Join(root, "lib/systemd/system/teapot-lb.service"))
 	if err != nil {

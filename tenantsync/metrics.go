@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/teapot-lb/teapot-lb/api"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
 
@@ -59,7 +60,9 @@ var (
 )
 
 // Collector exports the tenant streams and their changes to Prometheus.
-// Tenants are created by the operator, so the tenant label is bounded.
+// Tenants are created by the operator, so the tenant label is bounded:
+// teapot_lb_tenant_sync_streams has a series for every tenant in the
+// state (0 without a stream) and every tenant that sent a change.
 func (s *Server) Collector() prometheus.Collector { return syncCollector{s} }
 
 type syncCollector struct{ s *Server }
@@ -73,6 +76,18 @@ func (c syncCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c syncCollector) Collect(ch chan<- prometheus.Metric) {
 	streams := c.s.Streams()
+	// Every tenant has the gauge, at 0 without a stream, so that an
+	// alert on an agent that stopped streaming finds a value to compare.
+	if c.s.cfg.Store != nil {
+		objs, _ := c.s.cfg.Store.LocalList(api.KindTenant)
+		for _, o := range objs {
+			if t := o.GetTenant().GetName(); t != "" {
+				if _, ok := streams[t]; !ok {
+					streams[t] = 0
+				}
+			}
+		}
+	}
 	m := c.s.metrics
 	m.mu.Lock()
 	for t := range m.changes {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/teapot-lb/teapot-lb/api/client"
 	"github.com/teapot-lb/teapot-lb/api/manifest"
@@ -23,8 +24,12 @@ func (a *app) eventsCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "events",
 		Short: "List the recent events of every LB host (VIP moves, bind failures, member health, certificates, leader changes)",
+		Long: "List the recent events of every LB host (VIP moves, bind failures, member health, certificates, leader changes).\n\n" +
+			"-o json prints one JSON array of events, as get -o json prints objects; with --watch, events are printed as they\n" +
+			"happen, -o json as one JSON object per line (newline-delimited JSON) and -o yaml as documents separated by ---.",
 		Example: "  teapot-lb events --lb acme/shop\n" +
-			"  teapot-lb events --node n2 --watch",
+			"  teapot-lb events --node n2 --watch\n" +
+			"  teapot-lb events -o json --watch | jq -r .message",
 		Args: args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if req.LoadBalancer != "" {
@@ -45,7 +50,7 @@ func (a *app) eventsCmd() *cobra.Command {
 	f.StringVar(&req.Tenant, "tenant", "", "only events of this tenant")
 	f.StringVar(&req.LoadBalancer, "lb", "", "only events of this load balancer (TENANT/NAME)")
 	f.StringVar(&req.Node, "node", "", "only events of this LB host")
-	f.BoolVarP(&watch, "watch", "w", false, "keep printing new events as they happen")
+	f.BoolVarP(&watch, "watch", "w", false, "keep printing new events as they happen (-o json: one object per line)")
 	return cmd
 }
 
@@ -70,11 +75,10 @@ func (a *app) events(cmd *cobra.Command, c *client.Conn, req *pb.EventsRequest, 
 			}
 		}
 		if !a.tabular() {
-			for _, ev := range resp.GetEvents() {
-				if err := manifest.EncodeMessage(w, ev, string(a.output)); err != nil {
-					return err
-				}
+			if err := encodeEvents(w, resp.GetEvents(), string(a.output), watch, header); err != nil {
+				return err
 			}
+			header = header && len(resp.GetEvents()) == 0
 		} else {
 			if header && !watch && len(resp.GetEvents()) == 0 {
 				fmt.Fprintln(w, "No events.")
@@ -92,6 +96,40 @@ func (a *app) events(cmd *cobra.Command, c *client.Conn, req *pb.EventsRequest, 
 		case <-time.After(watchEvery):
 		}
 	}
+}
+
+// encodeEvents writes events as -o asks. Without --watch: one JSON array
+// (as `get -o json` writes), or YAML documents. With --watch, events are
+// written as they come: JSON as one object per line (newline-delimited
+// JSON), YAML as documents separated by "---"; first says whether any
+// was written before.
+func encodeEvents(w io.Writer, evs []*pb.Event, format string, watch, first bool) error {
+	if !watch {
+		ms := make([]proto.Message, len(evs))
+		for i, ev := range evs {
+			ms[i] = ev
+		}
+		return manifest.EncodeMessageList(w, ms, format)
+	}
+	for _, ev := range evs {
+		var err error
+		switch format {
+		case manifest.FormatJSON:
+			err = manifest.EncodeMessageLine(w, ev)
+		default:
+			if !first {
+				if _, err := io.WriteString(w, "---\n"); err != nil {
+					return err
+				}
+			}
+			err = manifest.EncodeMessage(w, ev, format)
+		}
+		if err != nil {
+			return err
+		}
+		first = false
+	}
+	return nil
 }
 
 // writeEvents writes events as a table, one line each.

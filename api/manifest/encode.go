@@ -46,6 +46,29 @@ func EncodeMessage(w io.Writer, m proto.Message, format string) error {
 	return write(w, []ordered{messageValue(m.ProtoReflect())}, format, false)
 }
 
+// EncodeMessageList writes messages as the answer to a list request:
+// one JSON array (empty for none) or YAML documents separated by "---".
+func EncodeMessageList(w io.Writer, ms []proto.Message, format string) error {
+	vals := make([]ordered, len(ms))
+	for i, m := range ms {
+		vals[i] = messageValue(m.ProtoReflect())
+	}
+	return write(w, vals, format, true)
+}
+
+// EncodeMessageLine writes a message as one line of JSON, for a stream of
+// newline-delimited JSON (one object per line).
+func EncodeMessageLine(w io.Writer, m proto.Message) error {
+	var pretty, line bytes.Buffer
+	writeJSON(&pretty, messageValue(m.ProtoReflect()), "")
+	if err := json.Compact(&line, pretty.Bytes()); err != nil {
+		return fmt.Errorf("encode json: %w", err)
+	}
+	line.WriteByte('\n')
+	_, err := w.Write(line.Bytes())
+	return err
+}
+
 func encode(w io.Writer, objs []*pb.Object, format string, list bool) error {
 	vals := make([]ordered, 0, len(objs))
 	for _, o := range objs {

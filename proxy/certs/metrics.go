@@ -9,6 +9,7 @@ import (
 var (
 	descCerts      = prometheus.NewDesc("teapot_lb_certificates", "Certificate objects in the cluster's state, by state (valid, pending, failed, refused).", []string{"state"}, nil)
 	descExpiry     = prometheus.NewDesc("teapot_lb_certificate_expiry_seconds", "Seconds until a certificate expires (negative once expired).", []string{"tenant", "name", "source"}, nil)
+	descNotAfter   = prometheus.NewDesc("teapot_lb_certificate_not_after_timestamp_seconds", "Unix time at which a certificate expires; time() subtracted from it is the time left.", []string{"tenant", "name", "source"}, nil)
 	descIssueFails = prometheus.NewDesc("teapot_lb_acme_issue_failures_total", "Failed attempts of this host to obtain or renew an ACME certificate.", nil, nil)
 	descHandshakes = prometheus.NewDesc("teapot_lb_tls_handshake_failures_total", "TLS handshakes with clients that failed on this host.", nil, nil)
 	descSigned     = prometheus.NewDesc("teapot_lb_tls_signatures_total", "TLS signatures made on this host for a tenant: full handshakes of its https listeners and client certificates of its HTTPS health checks.", []string{"tenant"}, nil)
@@ -25,7 +26,7 @@ func (m *Manager) Collector() prometheus.Collector { return certCollector{m} }
 type certCollector struct{ m *Manager }
 
 func (c certCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descCerts, descExpiry, descIssueFails, descHandshakes, descSigned, descSignCPU, descRefused, descDelayed} {
+	for _, d := range []*prometheus.Desc{descCerts, descExpiry, descNotAfter, descIssueFails, descHandshakes, descSigned, descSignCPU, descRefused, descDelayed} {
 		ch <- d
 	}
 }
@@ -38,6 +39,8 @@ func (c certCollector) Collect(ch chan<- prometheus.Metric) {
 			states[cert.GetState()]++
 			if na := cert.GetNotAfter(); na != nil && !na.AsTime().IsZero() {
 				ch <- prometheus.MustNewConstMetric(descExpiry, prometheus.GaugeValue, na.AsTime().Sub(now).Seconds(),
+					cert.GetTenant(), cert.GetName(), cert.GetSource())
+				ch <- prometheus.MustNewConstMetric(descNotAfter, prometheus.GaugeValue, float64(na.AsTime().Unix()),
 					cert.GetTenant(), cert.GetName(), cert.GetSource())
 			}
 		}

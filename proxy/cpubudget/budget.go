@@ -122,8 +122,12 @@ type Stat struct {
 	InFlight, Peak int
 }
 
-// Stats returns every tenant's account, by tenant name.
+// Stats returns every tenant's account, by tenant name (none for a nil
+// Budgets: nothing is charged).
 func (b *Budgets) Stats() []Stat {
+	if b == nil {
+		return nil
+	}
 	b.mu.Lock()
 	out := make([]Stat, 0, len(b.tenants))
 	for _, t := range b.tenants {

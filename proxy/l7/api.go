@@ -78,6 +78,8 @@ func (p Protocol) String() string {
 // value is never modified.
 type BackendOptions struct {
 	Protocol Protocol
+	// Pool names the backend in metrics (RequestStats.Pool).
+	Pool string
 	// TLS configures HTTP1TLS and H2TLS connections; nil dials without
 	// verifying the member's certificate, as members are addressed by IP.
 	TLS *tls.Config
@@ -193,6 +195,8 @@ type RequestStats struct {
 	Route string
 	// Member is the member that served the request; zero without one.
 	Member netip.AddrPort
+	// Pool is the BackendOptions.Pool of the member's backend.
+	Pool string
 	// HTTP2 is set for requests from HTTP/2 clients.
 	HTTP2   bool
 	Status  int

@@ -61,7 +61,7 @@ func (c *clientConn) proxy(b []byte, be Backend, opts *BackendOptions, limit int
 			c.localError(503, OutcomeNoMember, isHead)
 			return
 		}
-		c.stats.Member = m.Addr()
+		c.stats.Member, c.stats.Pool = m.Addr(), opts.Pool
 		err := c.exchange(m, &x, t0)
 		if err == nil {
 			return

@@ -184,7 +184,7 @@ func (st *h2Stream) serveFast() bool {
 		if !ok {
 			return fail(503, OutcomeNoMember)
 		}
-		stats.Member = m.Addr()
+		stats.Member, stats.Pool = m.Addr(), opts.Pool
 		t0 := time.Now()
 		if err := hc.members.acquire(c.ctx, s.cfg.MaxMembersPerConn, rht); err != nil {
 			m.Done(nil, 0, time.Since(t0))

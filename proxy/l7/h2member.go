@@ -96,7 +96,7 @@ func (st *h2Stream) serveUpH2(route *Route, host []byte, path, query string) boo
 		if !ok {
 			return fail(503, OutcomeNoMember)
 		}
-		stats.Member = m.Addr()
+		stats.Member, stats.Pool = m.Addr(), opts.Pool
 		t0 := nowNano()
 		up, err := st.openUp(m, opts, rt, body, inline, limit)
 		if err == nil {

@@ -278,7 +278,7 @@ func (s *Server) proxyHTTP(w http.ResponseWriter, q *rtRequest, be Backend, opts
 			s.failHTTP(w, q, 503, OutcomeNoMember)
 			return
 		}
-		q.stats.Member = m.Addr()
+		q.stats.Member, q.stats.Pool = m.Addr(), opts.Pool
 		out := &http.Request{
 			Method:        r.Method,
 			URL:           &url.URL{Scheme: scheme, Host: m.Addr().String(), Path: unescaped, RawPath: q.path, RawQuery: r.URL.RawQuery},

@@ -416,18 +416,20 @@ func (f *folder) lb(lb, listener string) [3]string {
 	return [3]string{t, f.lbs[i].label, Other}
 }
 
-// member returns the label values tenant, lb, member of an address that
-// counters name (and that fold saw).
-func (f *folder) member(lb string, addr netip.AddrPort) [3]string {
+// member returns the label values tenant, lb, pool, member of an address
+// that counters name (and that fold saw) in a pool, folded as member_up
+// folds: a load balancer folded into TENANT/_other has pool and member
+// "_other", a member beyond the cap keeps its pool.
+func (f *folder) member(lb, pool string, addr netip.AddrPort) [4]string {
 	l := f.lb(lb, "")
 	i, ok := f.index[lb]
 	if !ok || !f.lbs[i].own {
-		return [3]string{l[0], l[1], Other}
+		return [4]string{l[0], l[1], Other, Other}
 	}
 	if last, capped := f.cutoffs[i]; capped && f.compare(f.key(addr), last) > 0 {
-		return [3]string{l[0], l[1], Other}
+		return [4]string{l[0], l[1], pool, Other}
 	}
-	return [3]string{l[0], l[1], addr.String()}
+	return [4]string{l[0], l[1], pool, addr.String()}
 }
 
 // poolTable is one scrape's series of member_up and

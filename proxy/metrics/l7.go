@@ -31,8 +31,8 @@ type httpCounters struct {
 }
 
 type httpMemberKey struct {
-	lb   string
-	addr netip.AddrPort
+	lb, pool string
+	addr     netip.AddrPort
 }
 
 type httpMemberCounters struct {
@@ -53,7 +53,7 @@ func (m *Memory) Request(s l7.RequestStats) {
 		c.upstream.Observe(s.Upstream)
 	}
 	if s.Member.IsValid() {
-		mc := m.httpMembers.get(httpMemberKey{s.LB, s.Member})
+		mc := m.httpMembers.get(httpMemberKey{s.LB, s.Pool, s.Member})
 		mc.requests.Add(1)
 		if s.Status >= 500 || s.Outcome == l7.OutcomeUpstreamError || s.Outcome == l7.OutcomeUpstreamTimeout {
 			mc.failures.Add(1)
@@ -79,7 +79,7 @@ type HTTPStats struct {
 // HTTPMemberStats are one member's request counters as the L7 engine saw
 // them.
 type HTTPMemberStats struct {
-	LB                 string
+	LB, Pool           string
 	Member             netip.AddrPort
 	Requests, Failures int64
 }
@@ -97,7 +97,7 @@ func (m *Memory) HTTP() ([]HTTPStats, []HTTPMemberStats) {
 	})
 	var ms []HTTPMemberStats
 	m.httpMembers.each(func(k httpMemberKey, c *httpMemberCounters) {
-		ms = append(ms, HTTPMemberStats{LB: k.lb, Member: k.addr, Requests: c.requests.Load(), Failures: c.failures.Load()})
+		ms = append(ms, HTTPMemberStats{LB: k.lb, Pool: k.pool, Member: k.addr, Requests: c.requests.Load(), Failures: c.failures.Load()})
 	})
 	return hs, ms
 }

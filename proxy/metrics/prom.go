@@ -101,8 +101,8 @@ func newFamily(name, typ, help string, labels ...string) *family {
 
 var (
 	lbLabels     = []string{"tenant", "lb", "listener"}
-	memberLabels = []string{"tenant", "lb", "member"}
 	poolLabels   = []string{"tenant", "lb", "pool", "member"}
+	memberLabels = poolLabels
 
 	famConns      = newFamily("connections_total", "counter", "Connections (UDP: flows) accepted by a listener.", lbLabels...)
 	famActive     = newFamily("connections_active", "gauge", "Connections (UDP: flows) open now.", lbLabels...)
@@ -114,8 +114,8 @@ var (
 	famRequests   = newFamily("http_requests_total", "counter", "HTTP requests finished, by response code class (none: the client left before a response).", append(lbLabels, "code_class")...)
 	famReqDur     = newFamily("http_request_duration_seconds", "histogram", "Time from a complete request head to the end of the response.", lbLabels...)
 	famUpDur      = newFamily("http_upstream_duration_seconds", "histogram", "Time from the first attempt to reach a member to its response head.", lbLabels...)
-	famMemberReq  = newFamily("member_requests_total", "counter", "Requests (L7) and connects (L4) sent to a member.", memberLabels...)
-	famMemberFail = newFamily("member_failures_total", "counter", "Requests or connects to a member that failed (5xx, connect failure or timeout).", memberLabels...)
+	famMemberReq  = newFamily("member_requests_total", "counter", "Requests (L7) and connects (L4) sent to a member of a pool.", memberLabels...)
+	famMemberFail = newFamily("member_failures_total", "counter", "Requests or connects to a member of a pool that failed (5xx, connect failure or timeout).", memberLabels...)
 	famMemberUp   = newFamily("member_up", "gauge", "1 when the member may receive traffic (its check passes and it is not ejected), else 0.", poolLabels...)
 	famMemberEj   = newFamily("member_ejections_total", "counter", "Passive ejections of a member after consecutive connect failures.", poolLabels...)
 
@@ -155,8 +155,8 @@ type memberSums struct{ requests, failures int64 }
 type sums struct {
 	ls    map[[3]string]*listenerSums
 	lkeys [][3]string
-	ms    map[[3]string]*memberSums
-	mkeys [][3]string
+	ms    map[[4]string]*memberSums
+	mkeys [][4]string
 	// pools has a record for every member in service, so it is a slice,
 	// sorted, and not a map.
 	pools poolTable
@@ -206,7 +206,7 @@ func (c *Collector) sum() *sums {
 	}
 	f.fold(c.cfg.MaxLBsPerTenant, c.cfg.MaxMembersPerLB, members, addrs)
 
-	out := &sums{ls: map[[3]string]*listenerSums{}, ms: map[[3]string]*memberSums{}, pools: poolTable{f, members}}
+	out := &sums{ls: map[[3]string]*listenerSums{}, ms: map[[4]string]*memberSums{}, pools: poolTable{f, members}}
 	ls := out.ls
 	get := func(k [3]string) *listenerSums {
 		s := ls[k]
@@ -249,7 +249,7 @@ func (c *Collector) sum() *sums {
 	out.lkeys = sortedKeys(ls)
 
 	ms := out.ms
-	mget := func(k [3]string) *memberSums {
+	mget := func(k [4]string) *memberSums {
 		s := ms[k]
 		if s == nil {
 			s = &memberSums{}
@@ -262,7 +262,7 @@ func (c *Collector) sum() *sums {
 		if err != nil {
 			continue
 		}
-		s := mget(f.member(m.LB, a))
+		s := mget(f.member(m.LB, m.Pool, a))
 		for code, n := range m.ByStatus {
 			s.requests += n
 			if code >= 500 {
@@ -271,7 +271,7 @@ func (c *Collector) sum() *sums {
 		}
 	}
 	for _, m := range hms {
-		s := mget(f.member(m.LB, m.Member))
+		s := mget(f.member(m.LB, m.Pool, m.Member))
 		s.requests += m.Requests
 		s.failures += m.Failures
 	}
@@ -316,7 +316,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	})
 }
 
-func sortedKeys[K string | [3]string, V any](m map[K]V) []K {
+func sortedKeys[K string | [3]string | [4]string, V any](m map[K]V) []K {
 	keys := make([]K, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
@@ -328,12 +328,15 @@ func sortedKeys[K string | [3]string, V any](m map[K]V) []K {
 // compareKeys orders keys by their label values in turn, without joining
 // them: a scrape sorts one key per member with counters, so it must not
 // allocate per comparison.
-func compareKeys[K string | [3]string](a, b K) int {
+func compareKeys[K string | [3]string | [4]string](a, b K) int {
 	switch x := any(a).(type) {
 	case string:
 		return strings.Compare(x, any(b).(string))
 	case [3]string:
 		y := any(b).([3]string)
+		return slices.Compare(x[:], y[:])
+	case [4]string:
+		y := any(b).([4]string)
 		return slices.Compare(x[:], y[:])
 	}
 	panic("unreachable")

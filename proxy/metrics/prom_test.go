@@ -25,10 +25,12 @@ func TestCollectorExportsAndFolds(t *testing.T) {
 	// acme has three load balancers; with a cap of two, "acme/c" folds.
 	for _, lb := range []string{"acme/a", "acme/b", "acme/c"} {
 		m.ConnOpened(lb, "192.0.2.1:80/tcp")
-		m.Request(l7.RequestStats{LB: lb, Listener: "192.0.2.1:80/tcp", Member: member, Status: 200,
+		m.Request(l7.RequestStats{LB: lb, Listener: "192.0.2.1:80/tcp", Member: member, Pool: "web", Status: 200,
 			Duration: 3 * time.Millisecond, Upstream: 2 * time.Millisecond, RequestBytes: 5, ResponseBytes: 100})
 	}
-	m.Request(l7.RequestStats{LB: "acme/a", Listener: "192.0.2.1:80/tcp", Member: member, Status: 502, Outcome: l7.OutcomeUpstreamError})
+	m.Request(l7.RequestStats{LB: "acme/a", Listener: "192.0.2.1:80/tcp", Member: member, Pool: "web", Status: 502, Outcome: l7.OutcomeUpstreamError})
+	// The same address in another pool of acme/a has its own series.
+	m.Request(l7.RequestStats{LB: "acme/a", Listener: "192.0.2.1:80/tcp", Member: member, Pool: "api", Status: 200})
 	m.ConnClosed("acme/a", "192.0.2.1:80/tcp", time.Second)
 	m.ConnRefused("acme/a", "192.0.2.1:80/tcp", "tenant-limit")
 	m.MemberRequest("other/tcp", "db", "10.1.0.1:5432", 0, time.Millisecond)
@@ -73,7 +75,7 @@ teapot_lb_http_requests_total{code_class="4xx",lb="acme/_other",listener="_other
 teapot_lb_http_requests_total{code_class="5xx",lb="acme/_other",listener="_other",tenant="acme"} 0
 teapot_lb_http_requests_total{code_class="none",lb="acme/_other",listener="_other",tenant="acme"} 0
 teapot_lb_http_requests_total{code_class="1xx",lb="acme/a",listener="192.0.2.1:80/tcp",tenant="acme"} 0
-teapot_lb_http_requests_total{code_class="2xx",lb="acme/a",listener="192.0.2.1:80/tcp",tenant="acme"} 1
+teapot_lb_http_requests_total{code_class="2xx",lb="acme/a",listener="192.0.2.1:80/tcp",tenant="acme"} 2
 teapot_lb_http_requests_total{code_class="3xx",lb="acme/a",listener="192.0.2.1:80/tcp",tenant="acme"} 0
 teapot_lb_http_requests_total{code_class="4xx",lb="acme/a",listener="192.0.2.1:80/tcp",tenant="acme"} 0
 teapot_lb_http_requests_total{code_class="5xx",lb="acme/a",listener="192.0.2.1:80/tcp",tenant="acme"} 1
@@ -84,13 +86,22 @@ teapot_lb_http_requests_total{code_class="3xx",lb="acme/b",listener="192.0.2.1:8
 teapot_lb_http_requests_total{code_class="4xx",lb="acme/b",listener="192.0.2.1:80/tcp",tenant="acme"} 0
 teapot_lb_http_requests_total{code_class="5xx",lb="acme/b",listener="192.0.2.1:80/tcp",tenant="acme"} 0
 teapot_lb_http_requests_total{code_class="none",lb="acme/b",listener="192.0.2.1:80/tcp",tenant="acme"} 0
-# HELP teapot_lb_member_failures_total Requests or connects to a member that failed (5xx, connect failure or timeout).
+# HELP teapot_lb_member_requests_total Requests (L7) and connects (L4) sent to a member of a pool.
+# TYPE teapot_lb_member_requests_total counter
+teapot_lb_member_requests_total{lb="acme/_other",member="_other",pool="_other",tenant="acme"} 1
+teapot_lb_member_requests_total{lb="acme/a",member="10.0.0.1:80",pool="api",tenant="acme"} 1
+teapot_lb_member_requests_total{lb="acme/a",member="10.0.0.1:80",pool="web",tenant="acme"} 2
+teapot_lb_member_requests_total{lb="acme/b",member="10.0.0.1:80",pool="web",tenant="acme"} 1
+teapot_lb_member_requests_total{lb="other/tcp",member="10.1.0.1:5432",pool="db",tenant="other"} 1
+teapot_lb_member_requests_total{lb="other/tcp",member="_other",pool="db",tenant="other"} 1
+# HELP teapot_lb_member_failures_total Requests or connects to a member of a pool that failed (5xx, connect failure or timeout).
 # TYPE teapot_lb_member_failures_total counter
-teapot_lb_member_failures_total{lb="acme/_other",member="_other",tenant="acme"} 0
-teapot_lb_member_failures_total{lb="acme/a",member="10.0.0.1:80",tenant="acme"} 1
-teapot_lb_member_failures_total{lb="acme/b",member="10.0.0.1:80",tenant="acme"} 0
-teapot_lb_member_failures_total{lb="other/tcp",member="10.1.0.1:5432",tenant="other"} 0
-teapot_lb_member_failures_total{lb="other/tcp",member="_other",tenant="other"} 1
+teapot_lb_member_failures_total{lb="acme/_other",member="_other",pool="_other",tenant="acme"} 0
+teapot_lb_member_failures_total{lb="acme/a",member="10.0.0.1:80",pool="api",tenant="acme"} 0
+teapot_lb_member_failures_total{lb="acme/a",member="10.0.0.1:80",pool="web",tenant="acme"} 1
+teapot_lb_member_failures_total{lb="acme/b",member="10.0.0.1:80",pool="web",tenant="acme"} 0
+teapot_lb_member_failures_total{lb="other/tcp",member="10.1.0.1:5432",pool="db",tenant="other"} 0
+teapot_lb_member_failures_total{lb="other/tcp",member="_other",pool="db",tenant="other"} 1
 # HELP teapot_lb_member_up 1 when the member may receive traffic (its check passes and it is not ejected), else 0.
 # TYPE teapot_lb_member_up gauge
 teapot_lb_member_up{lb="other/tcp",member="10.1.0.1:5432",pool="db",tenant="other"} 1
@@ -101,7 +112,7 @@ teapot_lb_member_ejections_total{lb="other/tcp",member="10.1.0.1:5432",pool="db"
 teapot_lb_member_ejections_total{lb="other/tcp",member="_other",pool="db",tenant="other"} 2
 `
 	names := []string{"teapot_lb_connections_active", "teapot_lb_connections_refused_total", "teapot_lb_http_requests_total",
-		"teapot_lb_member_failures_total", "teapot_lb_member_up", "teapot_lb_member_ejections_total"}
+		"teapot_lb_member_requests_total", "teapot_lb_member_failures_total", "teapot_lb_member_up", "teapot_lb_member_ejections_total"}
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), names...); err != nil {
 		t.Error(err)
 	}
@@ -134,7 +145,7 @@ func l7Client(tb testing.TB, cfg l7.Config) func() {
 	be := fixedBackend(tb, resp)
 	srv := l7.New(cfg)
 	tb.Cleanup(func() { srv.Close() })
-	rt := oneRoute{&l7.Route{Name: "acme/shop/routes[0]", Backend: &backend{m: &member{be}}}}
+	rt := oneRoute{&l7.Route{Name: "acme/shop/routes[0]", Backend: &backend{m: &member{be}, opts: l7.BackendOptions{Pool: "web"}}}}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)
@@ -188,9 +199,9 @@ func TestHotPathAllocsWithMetrics(t *testing.T) {
 		t.Errorf("%.2f allocations per proxied request with metrics on, want 0", allocs)
 	}
 	hs, ms := m.HTTP()
-	if len(hs) != 1 || hs[0].ByClass[2] != 1011 || len(ms) != 1 || ms[0].Requests != 1011 || hs[0].Upstream.Count != 1011 {
+	if len(hs) != 1 || hs[0].ByClass[2] != 1011 || len(ms) != 1 || ms[0].Requests != 1011 || ms[0].Pool != "web" || hs[0].Upstream.Count != 1011 {
 		// 10 warm-up requests, and AllocsPerRun runs once more than asked.
-		t.Errorf("counted %+v %+v, want 1011 2xx requests to one member", hs, ms)
+		t.Errorf("counted %+v %+v, want 1011 2xx requests to one member of pool web", hs, ms)
 	}
 }
 

@@ -83,10 +83,11 @@ func foldingCase() scrapeCase {
 		m.ConnRefused("a/x", "192.0.2.1:80/tcp", "tenant-limit")
 		m.ConnClosed("a/lb-1", "192.0.2.1:80/tcp", 2*time.Second)
 		for _, r := range []struct {
-			lb, member string
-			status     int
-		}{{"a/lb-10", "10.0.0.1:80", 200}, {"a/lb-10", "10.0.0.9:80", 503}, {"a/lb-2", "10.3.0.1:80", 200}, {"b/_other", "10.9.0.4:80", 500}, {"b/c", "10.9.0.1:80", 200}} {
-			m.Request(l7.RequestStats{LB: r.lb, Listener: "192.0.2.1:443/tcp", Member: ap(r.member), Status: r.status,
+			lb, pool, member string
+			status           int
+		}{{"a/lb-10", "app", "10.0.0.1:80", 200}, {"a/lb-10", "api", "10.0.0.9:80", 503}, {"a/lb-10", "app", "10.0.0.9:80", 200},
+			{"a/lb-2", "app", "10.3.0.1:80", 200}, {"b/_other", "app", "10.9.0.4:80", 500}, {"b/c", "app", "10.9.0.1:80", 200}} {
+			m.Request(l7.RequestStats{LB: r.lb, Listener: "192.0.2.1:443/tcp", Member: ap(r.member), Pool: r.pool, Status: r.status,
 				Duration: 3 * time.Millisecond, Upstream: time.Millisecond, RequestBytes: 10, ResponseBytes: 20})
 		}
 		m.MemberRequest("a/x", "db", "10.4.0.0:5432", 0, time.Millisecond)
@@ -120,7 +121,7 @@ func randomCase(seed uint64) scrapeCase {
 				}
 				if r.IntN(2) == 0 {
 					m.Request(l7.RequestStats{LB: lb, Listener: "192.0.2.1:443/tcp", Member: netip.MustParseAddrPort(pick(addrs...)),
-						Status: pick2(r, 200, 502), Duration: time.Millisecond})
+						Pool: pick("app", "api"), Status: pick2(r, 200, 502), Duration: time.Millisecond})
 				}
 				if r.IntN(3) == 0 {
 					m.MemberRequest(lb, "db", pick(addrs...), pick2(r, 0, 504), time.Millisecond)

@@ -186,6 +186,11 @@ func buildPackage(work, dist, format, arch, bin, version string, t time.Time) (s
 	for _, p := range pages {
 		add(p, "/usr/share/man/man1/"+filepath.Base(p), "", 0o644)
 	}
+	// For the operator's monitoring: the Grafana dashboard and the
+	// Prometheus alerting rules with their unit tests.
+	add("packaging/grafana/teapot-lb.json", "/usr/share/teapot-lb/grafana/teapot-lb.json", "", 0o644)
+	add("packaging/prometheus/teapot-lb.rules.yml", "/usr/share/teapot-lb/prometheus/teapot-lb.rules.yml", "", 0o644)
+	add("packaging/prometheus/teapot-lb.rules.test.yml", "/usr/share/teapot-lb/prometheus/teapot-lb.rules.test.yml", "", 0o644)
 	if format == "deb" {
 		add(filepath.Join(host, "deb", "copyright"), "/usr/share/doc/teapot-lb/copyright", "", 0o644)
 		add(filepath.Join(work, "changelog.Debian.gz"), "/usr/share/doc/teapot-lb/changelog.Debian.gz", "", 0o644)
