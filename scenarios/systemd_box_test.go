@@ -3,8 +3,6 @@ package scenarios
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -19,17 +17,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-)
-
-// The Debian 12 root the systemd test boots: debootstrap's minbase with
-// systemd as init and what the package and the test use. The root is
-// cached under ~/.cache/teapot-lb/bookworm-root, one folder per package
-// list, and every run boots an overlay of it, so only the first run
-// downloads it.
-const (
-	debianSuite    = "bookworm"
-	debianMirror   = "http://deb.debian.org/debian"
-	debianPackages = "systemd,systemd-sysv,dbus,iproute2,ca-certificates,adduser,procps"
 )
 
 // netUnit is the container's network, set up at every boot before
@@ -67,56 +54,29 @@ type box struct {
 	pid    int    // the container's PID 1, seen from the host
 }
 
-// debianRoot returns the cached root folder, debootstrapping it first
-// when the cache lacks it.
+// debianRoot returns the cached Debian 12 root (scenarios/debianroot.sh
+// debootstraps it when the cache lacks it).
 func debianRoot(t *testing.T) string {
 	t.Helper()
-	home, err := os.UserHomeDir()
+	root, err := moduleRoot()
 	if err != nil {
 		t.Fatal(err)
-	}
-	sum := sha256.Sum256([]byte(debianSuite + " minbase " + debianPackages + " " + debianMirror))
-	dir := filepath.Join(home, ".cache", "teapot-lb", "bookworm-root", hex.EncodeToString(sum[:6]))
-	root := filepath.Join(dir, "rootfs")
-	done := filepath.Join(dir, "complete")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	lock, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lock.Close()
-	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(done); err == nil {
-		return root
 	}
 	start := time.Now()
-	tmp := root + ".partial"
-	if err := os.RemoveAll(tmp); err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "debootstrap", "--variant=minbase", "--include="+debianPackages,
-		debianSuite, tmp, debianMirror)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("debootstrap of the %s root from %s: %v\n%s", debianSuite, debianMirror, err, tail2(out, 30))
+	cmd := exec.CommandContext(ctx, "bash", filepath.Join(root, "scenarios", "debianroot.sh"))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("scenarios/debianroot.sh: %v\n%s", err, stderr.String())
 	}
-	// Downloaded packages are not needed again.
-	_ = os.RemoveAll(filepath.Join(tmp, "var/cache/apt/archives"))
-	_ = os.MkdirAll(filepath.Join(tmp, "var/cache/apt/archives/partial"), 0o755)
-	_ = os.RemoveAll(root)
-	if err := os.Rename(tmp, root); err != nil {
-		t.Fatal(err)
+	dir := strings.TrimSpace(string(out))
+	if d := time.Since(start); d > 10*time.Second {
+		t.Logf("the Debian root %s took %s (debootstrap)", dir, d.Round(time.Second))
 	}
-	if err := os.WriteFile(done, []byte(debianPackages+"\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("debootstrapped the %s root into %s in %s", debianSuite, root, time.Since(start).Round(time.Second))
-	return root
+	return dir
 }
 
 // tail2 returns the last n lines of out.
@@ -233,6 +193,11 @@ func (b *box) boot() {
 		b.pid = pid
 		return err
 	})
+	// The host's end of eth0 goes up so that eth0 has a carrier; it has
+	// no address and nothing else on it.
+	if out, err := exec.Command("ip", "link", "set", "dev", b.name, "up").CombinedOutput(); err != nil {
+		t.Fatalf("ip link set dev %s up: %v %s", b.name, err, out)
+	}
 	var state string
 	waitFor(t, 2*time.Minute, "the container's systemd to finish starting up", func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

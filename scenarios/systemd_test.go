@@ -59,7 +59,6 @@ accessLog: { enabled: true }
 // in the unit's LogsDirectory and a short drain.
 const unitConf = `
 # edited by the operator
-node-id: lb-systemd
 vip-interface: eth0
 listen-sockets: tenant
 access-log: /var/log/teapot-lb/access.log
@@ -225,8 +224,9 @@ teapot-lb cluster status`); err != nil {
 	t.Logf("TestHostUnderSystemd: %s in all", time.Since(start).Round(time.Second))
 }
 
-// unitDebs builds the amd64 binary once (as make package does) and
-// packages it as 0.1.0 and 0.2.0 into dist.
+// unitDebs builds the amd64 deb of 0.1.0 as make package does, and from
+// it the deb of 0.2.0 (the same files, a higher version: dpkg-deb), into
+// dist.
 func unitDebs(root, dist string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
@@ -234,20 +234,24 @@ func unitDebs(root, dist string) error {
 	if os.Getenv("SOURCE_DATE_EPOCH") == "" {
 		env = append(env, "SOURCE_DATE_EPOCH=1700000000")
 	}
-	cmds := [][]string{{"make", "--no-print-directory", "dist-bin", "ARCHES=amd64", "DIST=" + dist, "VERSION=v0.1.0"}}
-	for _, v := range []string{"v0.1.0", "v0.2.0"} {
-		cmds = append(cmds, []string{"go", "run", "./packaging/cmd/teapot-pkg", "package",
-			"--arch", "amd64", "--version", v, "--revision", "test", "--dist", dist})
-	}
-	for _, args := range cmds {
+	old, newer := filepath.Join(dist, "teapot-lb_0.1.0-1_amd64.deb"), filepath.Join(dist, "teapot-lb_0.2.0-1_amd64.deb")
+	tree := filepath.Join(dist, "tree")
+	control := filepath.Join(tree, "DEBIAN", "control")
+	for _, args := range [][]string{
+		{"make", "--no-print-directory", "dist-bin", "ARCHES=amd64", "DIST=" + dist, "VERSION=v0.1.0"},
+		{"go", "run", "./packaging/cmd/teapot-pkg", "package", "--arch", "amd64", "--version", "v0.1.0", "--revision", "test", "--dist", dist},
+		{"dpkg-deb", "--raw-extract", old, tree},
+		{"sed", "-i", "s/^Version: .*/Version: 0.2.0-1/", control},
+		{"dpkg-deb", "-Zgzip", "--root-owner-group", "--build", tree, newer},
+	} {
 		cmd := exec.CommandContext(ctx, args[0], args[1:]...)
 		cmd.Dir, cmd.Env, cmd.WaitDelay = root, env, 10*time.Second
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("%s: %w\n%s", strings.Join(args, " "), err, out)
 		}
 	}
-	for _, v := range []string{"0.1.0", "0.2.0"} {
-		if err := os.Chmod(filepath.Join(dist, "teapot-lb_"+v+"-1_amd64.deb"), 0o644); err != nil {
+	for _, f := range []string{old, newer} {
+		if err := os.Chmod(f, 0o644); err != nil {
 			return err
 		}
 	}
