@@ -108,11 +108,11 @@ func newBox(t *testing.T, debs string) *box {
 	}
 	t.Cleanup(func() {
 		b.poweroff()
+		b.removeCgroups()
 		if out, err := exec.Command("umount", b.root).CombinedOutput(); err != nil {
 			t.Logf("umount %s: %v %s; detaching it", b.root, err, out)
 			_ = exec.Command("umount", "-l", b.root).Run()
 		}
-		b.removeCgroups()
 	})
 	unit := filepath.Join(b.root, "etc/systemd/system/teapot-test-net.service")
 	if err := os.WriteFile(unit, []byte(netUnit), 0o644); err != nil {
@@ -407,8 +407,9 @@ func (b *box) poweroff() {
 	}
 }
 
-// removeCgroups removes the cgroups made for systemd-nspawn, deepest
-// first.
+// removeCgroups kills what is left in the cgroups made for
+// systemd-nspawn (a container whose systemd-nspawn was killed outlives it)
+// and removes them, deepest first.
 func (b *box) removeCgroups() {
 	for _, top := range b.cgroup {
 		var dirs []string
@@ -418,6 +419,23 @@ func (b *box) removeCgroups() {
 			}
 			return nil
 		})
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			left := 0
+			for _, d := range dirs {
+				procs, _ := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+				for _, f := range strings.Fields(string(procs)) {
+					if pid, err := strconv.Atoi(f); err == nil {
+						_ = syscall.Kill(pid, syscall.SIGKILL)
+						left++
+					}
+				}
+			}
+			if left == 0 || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
 		for i := len(dirs) - 1; i >= 0; i-- {
 			_ = os.Remove(dirs[i])
 		}
