@@ -39,6 +39,7 @@ import (
 	"github.com/teapot-lb/teapot-lb/api/pki"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 	"github.com/teapot-lb/teapot-lb/consensus"
+	"github.com/teapot-lb/teapot-lb/echo"
 	"github.com/teapot-lb/teapot-lb/packaging/gen"
 	"github.com/teapot-lb/teapot-lb/packaging/sdnotify"
 	"github.com/teapot-lb/teapot-lb/proxy"
@@ -55,6 +56,7 @@ import (
 func main() {
 	root := cli.NewRoot()
 	root.AddCommand(serveCommand(), agent.Command(cli.Version), web.Command(), gen.ManCommand())
+	root.AddCommand(echo.Command())
 	os.Exit(cli.Main(root))
 }
 
