@@ -148,6 +148,6 @@ var protoComments = map[string]string{
 // kindExamples are the first document of each kind in examples/.
 var kindExamples = map[string]Example{
 	"LoadBalancer": {File: "examples/bgp-pool.yaml", YAML: "kind: LoadBalancer\nname: api-v6\ntenant: edge\nvip: { pool: anycast, family: ipv6 }\nlisteners:\n  - { port: 443, protocol: https, tls: { acme: true, minVersion: tls1.3 } }\nroutes:\n  - { host: api.edge.example, path: /v1/, pool: api }\n  - { host: api.edge.example, path: /healthz, pathType: exact, pool: api }\npools:\n  api:\n    algorithm: hash\n    hashOn: header:X-User\n    backendProtocol: tls           # TLS again towards the members\n    healthCheck: { http: { path: /healthz, host: api.edge.example }, interval: 10s }\n    members: [\"[2001:db8:70::11]:8443\", \"[2001:db8:70::12]:8443\"]\n"},
-	"Tenant":       {File: "examples/bgp-pool.yaml", YAML: "kind: Tenant\nname: edge\ndomains: [edge.example]\nnetworks: [10.70.0.0/16, \"2001:db8:70::/64\"]\npools: [anycast]\n"},
+	"Tenant":       {File: "examples/bgp-pool.yaml", YAML: "kind: Tenant\nname: edge\ndomains: [edge.example]\nnetworks: [127.70.0.0/16, \"2001:db8:70::/64\"]\npools: [anycast]\n"},
 	"VIPPool":      {File: "examples/bgp-pool.yaml", YAML: "kind: VIPPool\nname: anycast\ncidrs: [203.0.113.0/27, \"2001:db8:20::/124\"]\nmode: bgp\ncommunities: [\"65000:100\"]\n"},
 }
