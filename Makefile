@@ -27,6 +27,13 @@ PROTO_FILES := $(wildcard $(PROTO_DIR)/teapotv1/*.proto)
 # What the manifest reference generator writes (from model.proto and examples/).
 SCHEMA_OUT  := api/schema/generated.go docs/reference.md docs/teapot-lb.schema.json
 
+# The ACME CA of `make run`: pebble's address on this machine (apt-get install
+# pebble), so that trying things never reaches a public CA. Opt in to one with
+# `make run ACME_CA=https://acme-v02.api.letsencrypt.org/directory`;
+# ACME_CA_ROOT is a PEM file that verifies the CA (pebble's certificate).
+ACME_CA      ?= https://127.0.0.1:14000/dir
+ACME_CA_ROOT ?=
+
 # Timeouts for one test binary; the scenarios start real clusters.
 TEST_TIMEOUT  ?= 45m
 BENCH_TIMEOUT ?= 30m
@@ -50,8 +57,8 @@ image: dist-bin ## the agent's multi-arch OCI image as dist/teapot-lb-agent_VERS
 package: dist-bin ## the host packages dist/teapot-lb_VERSION-1_{amd64,arm64}.deb and .rpm (nfpm)
 	go run ./packaging/cmd/teapot-pkg package --version $(VERSION) --revision $(COMMIT) --dist $(DIST)
 
-run: build ## run a single-node cluster with default settings (data in ./teapot-data)
-	./$(BIN) serve
+run: build ## run a single-node cluster with default settings (data in ./teapot-data), ACME against ACME_CA (default a pebble on 127.0.0.1:14000)
+	./$(BIN) serve --acme-ca $(ACME_CA) $(if $(ACME_CA_ROOT),--acme-ca-root $(ACME_CA_ROOT))
 
 lint: ## go vet (the appliance and the conformance module) and gofmt
 	go vet ./...

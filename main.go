@@ -33,6 +33,7 @@ import (
 	"github.com/teapot-lb/teapot-lb/api/cli"
 	"github.com/teapot-lb/teapot-lb/api/client"
 	"github.com/teapot-lb/teapot-lb/api/connguard"
+	"github.com/teapot-lb/teapot-lb/api/echo"
 	"github.com/teapot-lb/teapot-lb/api/memlimit"
 	"github.com/teapot-lb/teapot-lb/api/observe"
 	"github.com/teapot-lb/teapot-lb/api/pki"
@@ -55,6 +56,7 @@ import (
 func main() {
 	root := cli.NewRoot()
 	root.AddCommand(serveCommand(), agent.Command(cli.Version), web.Command(), gen.ManCommand())
+	root.AddCommand(echo.Command())
 	os.Exit(cli.Main(root))
 }
 

@@ -132,40 +132,40 @@ func checkHTTPSCheck(ck *checker, f string, h *pb.HTTPSCheck, pem bool) {
 	checkHostOrIP(ck, f+".serverName", h.GetServerName())
 	ca := h.GetCaPem()
 	switch {
-	case tooLong(ck, f+".caPEM", ca, MaxCheckCAPEMLen):
+	case tooLong(ck, f+".caPem", ca, MaxCheckCAPEMLen):
 	case ca != "" && h.GetInsecureSkipVerify():
-		ck.invalidf(f+".insecureSkipVerify", "is set together with caPEM, which it would ignore; keep caPEM to verify the members, or remove it to accept any certificate")
+		ck.invalidf(f+".insecureSkipVerify", "is set together with caPem, which it would ignore; keep caPem to verify the members, or remove it to accept any certificate")
 	case ca == "" && !h.GetInsecureSkipVerify():
-		ck.invalidf(f+".caPEM", "is empty; give the PEM CA bundle that signed the members' certificates, or set insecureSkipVerify: true to accept any certificate (the check then proves only that TLS and HTTP answer)")
+		ck.invalidf(f+".caPem", "is empty; give the PEM CA bundle that signed the members' certificates, or set insecureSkipVerify: true to accept any certificate (the check then proves only that TLS and HTTP answer)")
 	case ca != "" && pem:
 		if why := caBundleProblem(ca); why != "" {
-			ck.invalidf(f+".caPEM", "%s", why)
+			ck.invalidf(f+".caPem", "%s", why)
 		}
 	}
 	cert, key := h.GetClientCertPem(), h.GetClientKeyPem()
-	longCert := tooLong(ck, f+".clientCertPEM", cert, MaxCheckClientCertPEMLen)
-	longKey := tooLong(ck, f+".clientKeyPEM", key, MaxCheckClientKeyPEMLen)
+	longCert := tooLong(ck, f+".clientCertPem", cert, MaxCheckClientCertPEMLen)
+	longKey := tooLong(ck, f+".clientKeyPem", key, MaxCheckClientKeyPEMLen)
 	switch {
 	case longCert || longKey:
 	case cert != "" && key == "":
-		ck.invalidf(f+".clientKeyPEM", "is empty but clientCertPEM is set, and the load balancer stores no key for this certificate; give the certificate's private key (once stored, it is kept while clientCertPEM stays the same)")
+		ck.invalidf(f+".clientKeyPem", "is empty but clientCertPem is set, and the load balancer stores no key for this certificate; give the certificate's private key (once stored, it is kept while clientCertPem stays the same)")
 	case cert == "" && key != "":
-		ck.invalidf(f+".clientCertPEM", "is empty but clientKeyPEM is set; give the client certificate too, or remove the key")
+		ck.invalidf(f+".clientCertPem", "is empty but clientKeyPem is set; give the client certificate too, or remove the key")
 	case cert != "" && pem:
 		// The certificate's key is checked before the private key is
 		// parsed or used: a tenant's check must not cost the hosts more
 		// than a usual key does.
 		if why := clientCertKeyProblem(cert); why != "" {
-			ck.invalidf(f+".clientCertPEM", "%s", why)
+			ck.invalidf(f+".clientCertPem", "%s", why)
 			return
 		}
 		pair, err := tls.X509KeyPair([]byte(cert), []byte(key))
 		if err != nil {
-			ck.invalidf(f+".clientCertPEM", "and clientKeyPEM are not a PEM certificate with its private key: %v", err)
+			ck.invalidf(f+".clientCertPem", "and clientKeyPem are not a PEM certificate with its private key: %v", err)
 			return
 		}
 		if why := KeyProblem(publicOf(pair.PrivateKey)); why != "" {
-			ck.invalidf(f+".clientKeyPEM", "%s", why)
+			ck.invalidf(f+".clientKeyPem", "%s", why)
 		}
 	}
 }

@@ -85,13 +85,13 @@ func TestValidateHTTPSCheckRefusesCostlyClientKeys(t *testing.T) {
 		{"ECDSA P-384", p384Cert, p384Key, pass()},
 		{"Ed25519", edCert, edKeyPEM, pass()},
 		{"RSA 4096", rsa4096Cert, rsa4096Key, pass()},
-		{"RSA 6144", rsa6144Cert, rsa6144Key, bad(f+".clientCertPEM", "RSA key of 6144 bits; use an ECDSA P-256 or P-384, Ed25519, or RSA key of at most 4096 bits")},
-		{"ECDSA P-521", p521Cert, p521Key, bad(f+".clientCertPEM", "ECDSA key on curve P-521")},
+		{"RSA 6144", rsa6144Cert, rsa6144Key, bad(f+".clientCertPem", "RSA key of 6144 bits; use an ECDSA P-256 or P-384, Ed25519, or RSA key of at most 4096 bits")},
+		{"ECDSA P-521", p521Cert, p521Key, bad(f+".clientCertPem", "ECDSA key on curve P-521")},
 		// The certificate is checked before the key is parsed: a small
 		// certificate does not carry a costly key past the check.
-		{"RSA 6144 key under a P-256 certificate", p256Cert, rsa6144Key, bad(f+".clientCertPEM", "are not a PEM certificate with its private key")},
-		{"P-256 key under an RSA 6144 certificate", rsa6144Cert, p256Key, bad(f+".clientCertPEM", "RSA key of 6144 bits")},
-		{"chain whose first block is not a certificate", "junk", p256Key, bad(f+".clientCertPEM", "holds no PEM certificate")},
+		{"RSA 6144 key under a P-256 certificate", p256Cert, rsa6144Key, bad(f+".clientCertPem", "are not a PEM certificate with its private key")},
+		{"P-256 key under an RSA 6144 certificate", rsa6144Cert, p256Key, bad(f+".clientCertPem", "RSA key of 6144 bits")},
+		{"chain whose first block is not a certificate", "junk", p256Key, bad(f+".clientCertPem", "holds no PEM certificate")},
 	}
 	c := baseCatalog()
 	for _, tt := range tests {
@@ -109,7 +109,7 @@ func TestValidateHTTPSCheckRefusesCostlyClientKeys(t *testing.T) {
 			t.Fatalf("%d certificates of %d bytes pass the length bound; the count bound is not what refuses them", MaxCheckCACerts+1, len(ca))
 		}
 		lb.Pools["web"].HealthCheck = &pb.HealthCheck{Https: &pb.HTTPSCheck{CaPem: many}}
-		check(t, ValidateLoadBalancer(lb, c), bad(f+".caPEM", "holds more than 32 certificates"))
+		check(t, ValidateLoadBalancer(lb, c), bad(f+".caPem", "holds more than 32 certificates"))
 		lb.Pools["web"].HealthCheck.Https.CaPem = strings.Repeat(ca, MaxCheckCACerts)
 		check(t, ValidateLoadBalancer(lb, c), pass())
 	})

@@ -135,7 +135,7 @@ func TestClientKeySurvivesGetApplyRoundTrip(t *testing.T) {
 		hc := o.GetLoadBalancer().GetPools()["web"].GetHealthCheck().GetHttps()
 		hc.ClientCertPem = cert2
 		_, err = admin.Apply(ctxT(t), &pb.ApplyRequest{Objects: []*pb.Object{o}})
-		if err == nil || !strings.Contains(err.Error(), "clientKeyPEM") || !strings.Contains(err.Error(), "stores no key for this certificate") {
+		if err == nil || !strings.Contains(err.Error(), "clientKeyPem") || !strings.Contains(err.Error(), "stores no key for this certificate") {
 			t.Fatalf("a new certificate without a key: %v", err)
 		}
 		if n.Revision() != rev || storedKey() != key {
@@ -153,7 +153,7 @@ func TestClientKeySurvivesGetApplyRoundTrip(t *testing.T) {
 		o := lb("acme", "other", "public")
 		o.GetLoadBalancer().Pools["web"].HealthCheck = &pb.HealthCheck{Https: &pb.HTTPSCheck{InsecureSkipVerify: true, ClientCertPem: cert}}
 		_, err := admin.Apply(ctxT(t), &pb.ApplyRequest{Objects: []*pb.Object{o}})
-		if !errors.Is(api.FromStatus(err), api.ErrInvalid) || !strings.Contains(err.Error(), "clientKeyPEM") {
+		if !errors.Is(api.FromStatus(err), api.ErrInvalid) || !strings.Contains(err.Error(), "clientKeyPem") {
 			t.Fatalf("a certificate without its key on a new load balancer: %v", err)
 		}
 	})

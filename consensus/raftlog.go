@@ -45,6 +45,10 @@ func newRaftLogWriter(log *slog.Logger, now func() time.Time) *raftLogWriter {
 // peerField finds the peer a line is about.
 var peerField = regexp.MustCompile(`\b(?:peer|target|server-id)=("[^"]*"|\S+)`)
 
+// noLeaderYet matches raft's election line of a follower that has heard
+// no leader ("last-leader-addr=" empty).
+var noLeaderYet = regexp.MustCompile(`^raft: heartbeat timeout reached, starting election: last-leader-addr=(\s|$)`)
+
 func (w *raftLogWriter) Write(p []byte) (int, error) {
 	sc := bufio.NewScanner(strings.NewReader(string(p)))
 	for sc.Scan() {
@@ -65,6 +69,13 @@ func (w *raftLogWriter) Write(p []byte) (int, error) {
 			// This host's own transport is closing (a stop): a
 			// connection still being read ends, which is no fault.
 			level = slog.LevelDebug
+		}
+		if level == slog.LevelWarn && noLeaderYet.MatchString(line) {
+			// No leader heard since this process started: an election is
+			// how a starting host finds or becomes the leader (every
+			// bootstrap and every restart of a one-host cluster), no
+			// fault. A host that loses a leader it heard still warns.
+			level = slog.LevelInfo
 		}
 		if level >= slog.LevelWarn && strings.HasPrefix(line, "raft: failed to") {
 			if m := peerField.FindStringSubmatch(line); m != nil {

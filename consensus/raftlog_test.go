@@ -65,3 +65,21 @@ func TestRaftLogPeerFailuresRateLimited(t *testing.T) {
 		t.Errorf("a transport shutdown is logged as a fault: %s", buf.String()[before:])
 	}
 }
+
+// A host that starts and has heard no leader yet starts an election: that
+// is how every bootstrap goes, logged as information. Losing a leader it
+// had heard stays a warning.
+func TestRaftLogFirstElectionIsNoWarning(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	w := newRaftLogWriter(slog.New(slog.NewTextHandler(&buf, nil)), time.Now)
+	_, _ = w.Write([]byte("2026-01-01T00:00:00.000Z [WARN]  raft: heartbeat timeout reached, starting election: last-leader-addr= last-leader-id=\n"))
+	if got := buf.String(); !strings.Contains(got, "level=INFO") || !strings.Contains(got, "starting election") {
+		t.Errorf("first election logged as %q, want INFO", got)
+	}
+	buf.Reset()
+	_, _ = w.Write([]byte("2026-01-01T00:00:00.000Z [WARN]  raft: heartbeat timeout reached, starting election: last-leader-addr=127.0.0.1:7301 last-leader-id=n1\n"))
+	if got := buf.String(); !strings.Contains(got, "level=WARN") {
+		t.Errorf("a lost leader logged as %q, want WARN", got)
+	}
+}

@@ -99,10 +99,10 @@ func (f *Feed) log(status map[string][]Problem) {
 		now := strings.Join(parts, "; ")
 		if now != f.reported[lb] {
 			if now == "" {
-				f.p.log.Info("load balancer serving", "lb", lb)
+				f.p.log.Info("load balancer serving", "tenant", tenantOf(lb), "lb", lb)
 			} else {
 				// Each problem is bounded (api.Reasonf); so is the line.
-				f.p.log.Warn("load balancer has problems", "lb", lb, "problems", api.Clip(now, maxLoggedProblems))
+				f.p.log.Warn("load balancer has problems", "tenant", tenantOf(lb), "lb", lb, "problems", api.Clip(now, maxLoggedProblems))
 			}
 		}
 		f.reported[lb] = now

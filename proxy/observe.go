@@ -140,6 +140,16 @@ func (p *Proxy) bindOK(l *snapshot.Listener) {
 		Message: fmt.Sprintf("listeners[%d] listens on %s after failing for %s", l.Index, l.Key, time.Since(bf.since).Round(time.Second))})
 }
 
+// memberOwners returns the served pools that hold t, for its log lines.
+func (p *Proxy) memberOwners(t *health.Target) []*snapshot.Pool {
+	pools, _ := p.current.Load().byTarget.Get(t)
+	specs := make([]*snapshot.Pool, len(pools))
+	for i, pool := range pools {
+		specs[i] = pool.Spec
+	}
+	return specs
+}
+
 // memberChanged turns a member's health change into an event for every
 // load balancer whose pools hold it, and tells Config.MembersChanged (or
 // Changed). It reads the pools that hold the member, not every pool.

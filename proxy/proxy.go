@@ -212,6 +212,7 @@ func New(cfg Config) *Proxy {
 	p.health = health.NewRegistry(health.Options{
 		Logger:      log,
 		OnChange:    p.memberChanged,
+		Owners:      p.memberOwners,
 		EjectAfter:  cfg.Limits.EjectAfter,
 		EjectFor:    cfg.Limits.EjectFor,
 		MaxEjectFor: cfg.Limits.MaxEjectFor,
@@ -373,7 +374,7 @@ func (p *Proxy) apply(s *snapshot.Snapshot, retryFailed bool) bool {
 				if err := p.steerListener(sock, l.Tenant); err != nil {
 					// The address stays with the former tenant's socket,
 					// whose connections acceptSteered refuses.
-					p.log.Warn("listener not moved to its new tenant's shared socket", "listener", k.String(), "error", err)
+					p.log.Warn("listener not moved to its new tenant's shared socket", "tenant", l.Tenant, "lb", l.LB, "listener", k.String(), "error", err)
 				}
 			}
 			sock.setOwner(l.LB)

@@ -184,9 +184,8 @@ func newPool(sp *snapshot.Pool, reg *health.Registry) *Pool {
 	p := &Pool{Spec: sp, members: make([]*balance.Member, len(sp.Members))}
 	// One allocation for the pool's members: they live and go together.
 	block := make([]balance.Member, len(sp.Members))
-	tenant := tenantOf(sp.LB)
 	for i, m := range sp.Members {
-		block[i] = balance.Member{Addr: m.Addr, Weight: m.Weight, State: reg.AcquireFor(tenant, m.Addr, sp.Health)}
+		block[i] = balance.Member{Addr: m.Addr, Weight: m.Weight, State: reg.AcquireForPool(sp, m.Addr)}
 		p.members[i] = &block[i]
 	}
 	p.bal = balance.New(algorithms[sp.Algorithm], p.members)

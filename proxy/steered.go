@@ -106,7 +106,7 @@ func (p *Proxy) releaseShared(sh *sharedSocket) {
 	delete(st.shared, sh.key)
 	sh.ln.Close()
 	if err := st.s.ClearSocket(sh.slot); err != nil {
-		p.log.Warn("shared socket not cleared", "error", err)
+		p.log.Warn("shared socket not cleared", "tenant", sh.key.tenant, "error", err)
 	}
 	st.free = append(st.free, sh.slot)
 }
@@ -137,7 +137,7 @@ func (p *Proxy) steerListener(s *socket, tenant string) error {
 // unsteerListener stops steering s's address.
 func (p *Proxy) unsteerListener(s *socket) {
 	if err := p.steering.s.Remove(s.key.Addr); err != nil {
-		p.log.Warn("steered address not removed", "listener", s.key.String(), "error", err)
+		p.log.Warn("steered address not removed", "tenant", tenantOf(s.owner), "lb", s.owner, "listener", s.key.String(), "error", err)
 	}
 	p.steering.listeners.Delete(s.key)
 	if s.shared != nil {

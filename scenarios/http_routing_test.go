@@ -85,15 +85,15 @@ func TestHTTPRoutingExample(t *testing.T) {
 	port := freePortOn(t, routingVIP)
 	manifest := string(data)
 	for old, repl := range map[string]string{
-		"cidrs: [192.0.2.64/28]":               "cidrs: [" + routingVIP + "/32]",
-		"networks: [10.40.0.0/16]":             "networks: [127.0.0.1/32]",
-		"vip: { pool: routing-public }":        `vip: { pool: routing-public, address: "` + routingVIP + `" }`,
-		"{ port: 80, protocol: http }":         "{ port: " + strconv.Itoa(port) + ", protocol: http }",
-		"[10.40.0.11:30080, 10.40.0.12:30080]": `["` + members["stable"].addr + `"]`,
-		"[10.40.0.21:30080]":                   `["` + members["canary"].addr + `"]`,
-		"[10.40.0.31:30080]":                   `["` + members["beta"].addr + `"]`,
-		"[10.40.0.41:30080]":                   `["` + members["shadow"].addr + `"]`,
-		"[10.40.0.51:50051]":                   `["` + members["grpc"].addr + `"]`,
+		"cidrs: [192.0.2.64/28]":                 "cidrs: [" + routingVIP + "/32]",
+		"networks: [127.40.0.0/16]":              "networks: [127.0.0.1/32]",
+		"vip: { pool: routing-public }":          `vip: { pool: routing-public, address: "` + routingVIP + `" }`,
+		"{ port: 80, protocol: http }":           "{ port: " + strconv.Itoa(port) + ", protocol: http }",
+		"[127.40.0.11:30080, 127.40.0.12:30080]": `["` + members["stable"].addr + `"]`,
+		"[127.40.0.21:30080]":                    `["` + members["canary"].addr + `"]`,
+		"[127.40.0.31:30080]":                    `["` + members["beta"].addr + `"]`,
+		"[127.40.0.41:30080]":                    `["` + members["shadow"].addr + `"]`,
+		"[127.40.0.51:50051]":                    `["` + members["grpc"].addr + `"]`,
 	} {
 		if !strings.Contains(manifest, old) {
 			t.Fatalf("examples/http-routing.yaml no longer holds %q; update this test", old)

@@ -18,12 +18,12 @@ var protoComments = map[string]string{
 	"teapot.v1.GRPCMethodMatch.service":           "Fully qualified service name (\"shop.v1.Cart\"); empty matches any.",
 	"teapot.v1.GRPCMethodMatch.type":              "exact | regex (default exact)",
 	"teapot.v1.HTTPCheck.expect_status":           "Expected status code (default: any 2xx or 3xx).",
-	"teapot.v1.HTTPSCheck":                        "HTTPSCheck is an HTTP GET over TLS. The member's certificate is verified against ca_pem for server_name (or host, or the member's IP address), unless insecure_skip_verify is set on purpose.",
+	"teapot.v1.HTTPSCheck":                        "HTTPSCheck is an HTTP GET over TLS. The member's certificate is verified against caPem for serverName (or host, or the member's IP address), unless insecureSkipVerify is set on purpose.",
 	"teapot.v1.HTTPSCheck.ca_pem":                 "PEM certificates the member's certificate must chain to.",
 	"teapot.v1.HTTPSCheck.client_cert_pem":        "Client certificate (PEM, leaf first) and its private key, for members that require one. The key is never returned when the load balancer is read.",
 	"teapot.v1.HTTPSCheck.expect_status":          "Expected status code (default: any 2xx or 3xx).",
 	"teapot.v1.HTTPSCheck.host":                   "Host header (default: the member's address).",
-	"teapot.v1.HTTPSCheck.insecure_skip_verify":   "Accept any certificate: the check proves only that TLS and HTTP answer. Needed when ca_pem is empty.",
+	"teapot.v1.HTTPSCheck.insecure_skip_verify":   "Accept any certificate: the check proves only that TLS and HTTP answer. Needed when caPem is empty.",
 	"teapot.v1.HTTPSCheck.server_name":            "Name sent in the TLS ClientHello and verified in the member's certificate (default: host, else the member's IP address).",
 	"teapot.v1.HeaderModifier":                    "HeaderModifier sets, adds and removes headers.",
 	"teapot.v1.HeaderModifier.add":                "Add a value to the header (append to the values it has).",
@@ -149,6 +149,6 @@ var protoComments = map[string]string{
 // kindExamples are the first document of each kind in examples/.
 var kindExamples = map[string]Example{
 	"LoadBalancer": {File: "examples/bgp-pool.yaml", YAML: "kind: LoadBalancer\nname: api-v6\ntenant: edge\nvip: { pool: anycast, family: ipv6 }\nlisteners:\n  - { port: 443, protocol: https, tls: { acme: true, minVersion: tls1.3 } }\nroutes:\n  - { host: api.edge.example, path: /v1/, pool: api }\n  - { host: api.edge.example, path: /healthz, pathType: exact, pool: api }\npools:\n  api:\n    algorithm: hash\n    hashOn: header:X-User\n    backendProtocol: tls           # TLS again towards the members\n    healthCheck: { http: { path: /healthz, host: api.edge.example }, interval: 10s }\n    members: [\"[2001:db8:70::11]:8443\", \"[2001:db8:70::12]:8443\"]\n"},
-	"Tenant":       {File: "examples/bgp-pool.yaml", YAML: "kind: Tenant\nname: edge\ndomains: [edge.example]\nnetworks: [10.70.0.0/16, \"2001:db8:70::/64\"]\npools: [anycast]\n"},
+	"Tenant":       {File: "examples/bgp-pool.yaml", YAML: "kind: Tenant\nname: edge\ndomains: [edge.example]\nnetworks: [127.70.0.0/16, \"2001:db8:70::/64\"]\npools: [anycast]\n"},
 	"VIPPool":      {File: "examples/bgp-pool.yaml", YAML: "kind: VIPPool\nname: anycast\ncidrs: [203.0.113.0/27, \"2001:db8:20::/124\"]\nmode: bgp\ncommunities: [\"65000:100\"]\n"},
 }

@@ -183,6 +183,6 @@ var rules = map[string]rule{
 	"teapot.v1.HTTPSCheck.expect_status":        {limits: "100 to 599"},
 	"teapot.v1.HTTPSCheck.ca_pem":               {limits: atMost(api.MaxCheckCAPEMLen, fmt.Sprintf("bytes and %d certificates", api.MaxCheckCACerts))},
 	"teapot.v1.HTTPSCheck.client_cert_pem":      {limits: atMost(api.MaxCheckClientCertPEMLen, fmt.Sprintf("bytes; its key ECDSA P-256 or P-384, Ed25519, or RSA of at most %d bits", api.MaxCheckClientRSABits))},
-	"teapot.v1.HTTPSCheck.client_key_pem":       {doc: "Private key (PEM) of client_cert_pem; never returned when the load balancer is read. Left out while client_cert_pem is the stored one, the stored key is kept.", limits: atMost(api.MaxCheckClientKeyPEMLen, "bytes")},
+	"teapot.v1.HTTPSCheck.client_key_pem":       {doc: "Private key (PEM) of clientCertPem; never returned when the load balancer is read. Left out while clientCertPem is the stored one, the stored key is kept.", limits: atMost(api.MaxCheckClientKeyPEMLen, "bytes")},
 	"teapot.v1.HTTPSCheck.insecure_skip_verify": {def: "false"},
 }

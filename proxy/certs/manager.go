@@ -105,6 +105,11 @@ type Manager struct {
 	// their work in progress.
 	managed  map[string]context.CancelFunc
 	uploaded map[string]loaded
+	// current is set once the host's state holds every committed write
+	// (see Current); until then names are only loaded, never obtained.
+	current atomic.Bool
+	// preloaded are the names loaded from the store before current.
+	preloaded map[string]bool
 }
 
 // loaded is an uploaded certificate in the cache.
@@ -146,14 +151,15 @@ func New(cfg Config) (*Manager, error) {
 		cfg.CPU = cpubudget.New(cpubudget.Options{})
 	}
 	m := &Manager{
-		cpu:      cfg.CPU,
-		cfg:      cfg,
-		log:      log,
-		store:    NewStorage(cfg.Store, cfg.Host, cfg.LockTTL, log),
-		wake:     make(chan struct{}, 1),
-		managed:  map[string]context.CancelFunc{},
-		uploaded: map[string]loaded{},
-		lookups:  newLimiter(50, 100),
+		cpu:       cfg.CPU,
+		cfg:       cfg,
+		log:       log,
+		store:     NewStorage(cfg.Store, cfg.Host, cfg.LockTTL, log),
+		wake:      make(chan struct{}, 1),
+		managed:   map[string]context.CancelFunc{},
+		preloaded: map[string]bool{},
+		uploaded:  map[string]loaded{},
+		lookups:   newLimiter(50, 100),
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	m.iss = newIssuer(cfg.CA, cfg.Email, cfg.Roots, m.store, log)
@@ -204,6 +210,7 @@ func (m *Manager) Run(ctx context.Context) {
 	defer stop()
 	t := time.NewTicker(statusEvery)
 	defer t.Stop()
+	go m.awaitCurrent()
 	for {
 		select {
 		case <-m.ctx.Done():
@@ -229,6 +236,9 @@ func (m *Manager) Close() {
 }
 
 func (m *Manager) reconcile(d *desired) {
+	if !m.preload(d) {
+		return
+	}
 	var add []string
 	for h := range d.managed {
 		if _, ok := m.managed[h]; !ok {

@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/netip"
+	"strings"
 	"sync"
 	"time"
 
@@ -47,6 +48,12 @@ type Options struct {
 	// OnChange is called, without locks held, when a target becomes
 	// healthy or unhealthy (check or ejection); reason says why.
 	OnChange func(t *Target, healthy bool, reason string)
+	// Owners, when set, returns the pools that serve a target now; each
+	// log line about a target is written once per pool, with its tenant,
+	// load balancer and pool. A target no served pool holds yet (its
+	// first check may end before the snapshot that holds it is
+	// published) is logged with the pool that acquired it first.
+	Owners func(t *Target) []*snapshot.Pool
 	// CPU charges the client signatures of a tenant's https checks to
 	// the tenant (the budget its listeners' handshakes draw on too): a
 	// tenant whose checks spent it has its checks delayed. Nil takes
@@ -158,6 +165,17 @@ func (r *Registry) Acquire(addr netip.AddrPort, hc *snapshot.HealthCheck) *Targe
 // its budget of MaxChecksPerTenant in flight, so they cannot delay
 // another tenant's.
 func (r *Registry) AcquireFor(tenant string, addr netip.AddrPort, hc *snapshot.HealthCheck) *Target {
+	return r.acquire(tenant, addr, hc, nil)
+}
+
+// AcquireForPool is AcquireFor for a member of pool: the target's log
+// lines name the pool until Options.Owners finds it served.
+func (r *Registry) AcquireForPool(pool *snapshot.Pool, addr netip.AddrPort) *Target {
+	tenant, _, _ := strings.Cut(pool.LB, "/")
+	return r.acquire(tenant, addr, pool.Health, pool)
+}
+
+func (r *Registry) acquire(tenant string, addr netip.AddrPort, hc *snapshot.HealthCheck, pool *snapshot.Pool) *Target {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	k := targetKey{addr: addr}
@@ -188,7 +206,7 @@ func (r *Registry) AcquireFor(tenant string, addr netip.AddrPort, hc *snapshot.H
 		r.tenants[tenant] = tb
 	}
 	tb.refs++
-	t := &Target{r: r, key: k, budget: tb, next: first, refs: 1}
+	t := &Target{r: r, key: k, budget: tb, next: first, refs: 1, firstPool: pool}
 	if k.check != nil {
 		t.active = &activeCheck{}
 		if k.check.TLS {

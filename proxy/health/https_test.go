@@ -207,7 +207,7 @@ func TestHTTPSCheckRefusesWrongCertificates(t *testing.T) {
 			hc.InsecureSkipVerify, hc.ServerName = true, "evil.example"
 			return hc
 		}, true, "", "evil.example", false},
-		{"CA that does not parse", func() *snapshot.HealthCheck { return httpsCheck("not PEM") }, false, "caPEM", "", true},
+		{"CA that does not parse", func() *snapshot.HealthCheck { return httpsCheck("not PEM") }, false, "caPem", "", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rs := newReadyzServer(t, ca, nil)

@@ -4,11 +4,14 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/teapot-lb/teapot-lb/proxy/snapshot"
 )
 
 // State bits; a Target is healthy when none is set.
@@ -50,6 +53,10 @@ type Target struct {
 	// active is the state of the active check (guarded by mu; the
 	// pointer itself never changes); nil without one.
 	active *activeCheck
+	// firstPool is the pool that acquired the target (nil: acquired
+	// without one); its log lines name it while no served pool holds
+	// the target.
+	firstPool *snapshot.Pool
 }
 
 // activeCheck is what a Target with an active check keeps between
@@ -160,7 +167,7 @@ func (t *Target) endEjection(why string) {
 		t.ejectTimer = nil
 	}
 	t.setBit(bitEjected, false)
-	t.r.o.Logger.Info("member back from ejection", "member", t.Name(), "reason", why)
+	t.log(slog.LevelInfo, "member back from ejection", "reason", why)
 	if t.Healthy() {
 		notify = t.notifier(true, "back from ejection: "+why)
 	}
@@ -184,8 +191,8 @@ func (t *Target) ConnectFailed() {
 	was := t.Healthy()
 	t.ejected.Add(1)
 	t.setBit(bitEjected, true)
-	t.r.o.Logger.Warn("member ejected after consecutive connect failures",
-		"member", t.Name(), "failures", t.r.o.EjectAfter, "for", d)
+	t.log(slog.LevelWarn, "member ejected after consecutive connect failures",
+		"failures", t.r.o.EjectAfter, "for", d)
 	if was {
 		notify = t.notifier(false, fmt.Sprintf("ejected for %s after %d consecutive connect failures", d, t.r.o.EjectAfter))
 	}
@@ -199,6 +206,30 @@ func (t *Target) ConnectFailed() {
 		}
 	})
 	t.ejectTimer = timer
+}
+
+// log writes a line about the member once per pool that serves it, with
+// the tenant, load balancer ("tenant/name") and pool, so that an operator
+// can grep a tenant's or a load balancer's lines.
+func (t *Target) log(level slog.Level, msg string, args ...any) {
+	lg := t.r.o.Logger
+	if !lg.Enabled(context.Background(), level) {
+		return
+	}
+	var pools []*snapshot.Pool
+	if t.r.o.Owners != nil {
+		pools = t.r.o.Owners(t)
+	}
+	if len(pools) == 0 && t.firstPool != nil {
+		pools = []*snapshot.Pool{t.firstPool}
+	}
+	if len(pools) == 0 {
+		lg.Log(context.Background(), level, msg, append([]any{"tenant", t.budget.tenant, "member", t.Name()}, args...)...)
+		return
+	}
+	for _, p := range pools {
+		lg.Log(context.Background(), level, msg, append([]any{"tenant", t.budget.tenant, "lb", p.LB, "pool", p.Name, "member", t.Name()}, args...)...)
+	}
 }
 
 // notifier returns the call of the registry's OnChange for t, or nil.
@@ -370,9 +401,9 @@ func (t *Target) record(err error) {
 	}
 	if now := t.state.Load()&bitDown != 0; now != down {
 		if now {
-			t.r.o.Logger.Warn("member down", "member", t.Name(), "error", err)
+			t.log(slog.LevelWarn, "member down", "error", err)
 		} else {
-			t.r.o.Logger.Info("member up", "member", t.Name())
+			t.log(slog.LevelInfo, "member up")
 		}
 	}
 }

@@ -76,7 +76,7 @@ func buildTLS(hc *snapshot.HealthCheck, cpu *cpubudget.Tenant) (*tls.Config, err
 	if hc.CAPEM != "" {
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM([]byte(hc.CAPEM)) {
-			return nil, fmt.Errorf("%w: caPEM holds no certificate", ErrCheckTLSConfig)
+			return nil, fmt.Errorf("%w: caPem holds no certificate", ErrCheckTLSConfig)
 		}
 		conf.RootCAs = pool
 	}

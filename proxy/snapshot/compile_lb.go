@@ -177,14 +177,14 @@ func (b *lbCompile) healthCheck(f string, hc *pb.HealthCheck) *HealthCheck {
 			then = "sending the member address"
 		case ".https.serverName":
 			then = "verifying the member address"
-		case ".https.caPEM":
+		case ".https.caPem":
 			then = "used as written"
 			if hc.GetHttps().GetCaPem() == "" {
 				then = "verifying with the host's CA roots"
 			}
 		case ".https.insecureSkipVerify":
 			then = "accepting any certificate"
-		case ".https.clientCertPEM", ".https.clientKeyPEM":
+		case ".https.clientCertPem", ".https.clientKeyPem":
 			then = "used as written"
 			if hc.GetHttps().GetClientCertPem() == "" || hc.GetHttps().GetClientKeyPem() == "" {
 				then = "checks fail until it is fixed"

@@ -73,7 +73,7 @@ func TestCompileAndValidationNameTheSameField(t *testing.T) {
 		{"pools.app.healthCheck.https.serverName", func(lb *pb.LoadBalancer) {
 			hc(lb).Http, hc(lb).Https = nil, &pb.HTTPSCheck{InsecureSkipVerify: true, ServerName: "bad name"}
 		}},
-		{"pools.app.healthCheck.https.caPEM", func(lb *pb.LoadBalancer) { hc(lb).Http, hc(lb).Https = nil, &pb.HTTPSCheck{} }},
+		{"pools.app.healthCheck.https.caPem", func(lb *pb.LoadBalancer) { hc(lb).Http, hc(lb).Https = nil, &pb.HTTPSCheck{} }},
 		{"pools.app.healthCheck.interval", func(lb *pb.LoadBalancer) { hc(lb).Interval = dur(100 * time.Millisecond) }},
 		{"pools.app.healthCheck.timeout", func(lb *pb.LoadBalancer) { hc(lb).Timeout = dur(6 * time.Second) }},
 		{"pools.app.healthCheck.rise", func(lb *pb.LoadBalancer) { hc(lb).Rise = 500 }},

@@ -2324,8 +2324,8 @@ func (x *HTTPCheck) GetHost() string {
 }
 
 // HTTPSCheck is an HTTP GET over TLS. The member's certificate is
-// verified against ca_pem for server_name (or host, or the member's IP
-// address), unless insecure_skip_verify is set on purpose.
+// verified against caPem for serverName (or host, or the member's IP
+// address), unless insecureSkipVerify is set on purpose.
 type HTTPSCheck struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Path  string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
@@ -2339,7 +2339,7 @@ type HTTPSCheck struct {
 	// PEM certificates the member's certificate must chain to.
 	CaPem string `protobuf:"bytes,5,opt,name=ca_pem,json=caPem,proto3" json:"ca_pem,omitempty"`
 	// Accept any certificate: the check proves only that TLS and HTTP
-	// answer. Needed when ca_pem is empty.
+	// answer. Needed when caPem is empty.
 	InsecureSkipVerify bool `protobuf:"varint,6,opt,name=insecure_skip_verify,json=insecureSkipVerify,proto3" json:"insecure_skip_verify,omitempty"`
 	// Client certificate (PEM, leaf first) and its private key, for members
 	// that require one. The key is never returned when the load balancer
