@@ -74,7 +74,9 @@ var (
 // bUpsert stores one load balancer of b and returns its VIP, or "" with a
 // note when it was refused.
 func bUpsert(tb testing.TB, b *tenantAgent, lb *pb.LoadBalancer) (vip, refused string) {
+	start := time.Now()
 	ack, err := b.change([]*pb.LoadBalancer{lb})
+	tb.Logf("b's upsert of %s at %s took %s", lb.GetName(), start.UTC().Format("15:04:05.000"), time.Since(start).Round(time.Millisecond))
 	if err != nil {
 		return "", "stream ended: " + err.Error()
 	}
