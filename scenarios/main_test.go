@@ -19,6 +19,9 @@ var binary struct {
 // the tests run with the race detector, so does the binary (set
 // TEAPOT_SCENARIO_RACE=0 to build it without).
 func TestMain(m *testing.M) {
+	if role := os.Getenv(attackerEnv); role != "" {
+		os.Exit(attackerMain(role))
+	}
 	dir, err := os.MkdirTemp("", "teapot-scenarios-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "scenarios:", err)

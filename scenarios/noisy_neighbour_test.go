@@ -105,6 +105,16 @@ func BenchmarkNoisyNeighbour(b *testing.B) {
 
 func runNoisyNeighbour(tb testing.TB) []noisyRow {
 	l := newNoisyLab(tb)
+	if dir := os.Getenv("TEAPOT_NOISY_PROFILES"); dir != "" {
+		// The host's whole log beside the profiles (the failure shows its
+		// last lines only).
+		tb.Cleanup(func() {
+			if data, err := os.ReadFile(l.n.logPath); err == nil {
+				os.MkdirAll(dir, 0o755)
+				os.WriteFile(filepath.Join(dir, "host.log"), data, 0o644)
+			}
+		})
+	}
 	b := dialTenant(tb, "b-agent", l.credsB)
 	defer b.close()
 	if _, err := b.change(nil); err != nil {
@@ -124,7 +134,7 @@ func runNoisyNeighbour(tb testing.TB) []noisyRow {
 	for i, ph := range selectedPhases(tb) {
 		p.phase.Store(int64(i + 1))
 		start := time.Now()
-		tb.Logf("phase %q", ph.name)
+		tb.Logf("phase %q at %s", ph.name, start.UTC().Format("15:04:05.000"))
 		profiled := profilePhase(tb, l, ph.name)
 		n := ph.run(tb, l, b)
 		<-profiled
@@ -149,6 +159,22 @@ func profilePhase(tb testing.TB, l *noisyLab, phase string) <-chan struct{} {
 		close(done)
 		return done
 	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		tb.Logf("profiles: %v", err)
+	}
+	base := filepath.Join(dir, strings.NewReplacer(" ", "-", "/", "").Replace(phase))
+	go func() {
+		// The host's goroutines half-way through, to see what waits.
+		time.Sleep(minPhase / 2)
+		resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/goroutine?debug=1", l.n.metricsAddr))
+		if err != nil {
+			return
+		}
+		defer resp.Body.Close()
+		if data, err := io.ReadAll(resp.Body); err == nil {
+			os.WriteFile(base+".goroutines.txt", data, 0o644)
+		}
+	}()
 	go func() {
 		defer close(done)
 		url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", l.n.metricsAddr, int(minPhase/time.Second))
@@ -160,7 +186,7 @@ func profilePhase(tb testing.TB, l *noisyLab, phase string) <-chan struct{} {
 		defer resp.Body.Close()
 		data, err := io.ReadAll(resp.Body)
 		if err == nil {
-			err = os.WriteFile(filepath.Join(dir, strings.NewReplacer(" ", "-", "/", "").Replace(phase)+".pprof"), data, 0o644)
+			err = os.WriteFile(base+".pprof", data, 0o644)
 		}
 		if err != nil {
 			tb.Logf("profile of %q: %v", phase, err)

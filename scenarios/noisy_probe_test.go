@@ -2,10 +2,12 @@ package scenarios
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -28,6 +30,8 @@ const (
 // failed (nil when it succeeded).
 type probeSample struct {
 	phase int
+	at    time.Time // when the probe started
+	what  string    // which call (admin probes)
 	took  time.Duration
 	err   error
 }
@@ -43,6 +47,11 @@ type noisyProbes struct {
 	http  []probeSample
 	tcp   []probeSample
 	admin []probeSample
+	// late holds how late the test process's own timer woke (a 5 ms
+	// sleep, every 20 ms): when the probes and the admin calls are slow
+	// and this is too, the test process (the attacker's members and
+	// clients beside a's probers) was starved, not the LB host.
+	late []probeSample
 }
 
 func startProbes(conn *client.Conn) *noisyProbes {
@@ -61,17 +70,35 @@ func startProbes(conn *client.Conn) *noisyProbes {
 		return err
 	})
 	var turn int
-	p.loop(adminInterval, &p.admin, func() error {
+	p.loopNamed(adminInterval, &p.admin, func() (string, error) {
 		turn++
 		ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
 		defer cancel()
 		if turn%2 == 0 {
 			_, err := conn.Admin.ClusterStatus(ctx, &pb.ClusterStatusRequest{})
-			return err
+			return "status", err
 		}
 		_, err := listAll(ctx, conn, api.KindLoadBalancer)
-		return err
+		return "list", err
 	})
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		for {
+			select {
+			case <-p.stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			phase := int(p.phase.Load())
+			start := time.Now()
+			time.Sleep(5 * time.Millisecond)
+			s := probeSample{phase: phase, at: start, took: time.Since(start) - 5*time.Millisecond}
+			p.mu.Lock()
+			p.late = append(p.late, s)
+			p.mu.Unlock()
+		}
+	}()
 	return p
 }
 
@@ -93,6 +120,10 @@ func listAll(ctx context.Context, conn *client.Conn, kind string) ([]*pb.Object,
 }
 
 func (p *noisyProbes) loop(every time.Duration, into *[]probeSample, probe func() error) {
+	p.loopNamed(every, into, func() (string, error) { return "", probe() })
+}
+
+func (p *noisyProbes) loopNamed(every time.Duration, into *[]probeSample, probe func() (string, error)) {
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
@@ -106,8 +137,8 @@ func (p *noisyProbes) loop(every time.Duration, into *[]probeSample, probe func(
 			}
 			phase := int(p.phase.Load())
 			start := time.Now()
-			err := probe()
-			s := probeSample{phase: phase, took: time.Since(start), err: err}
+			what, err := probe()
+			s := probeSample{phase: phase, at: start, what: what, took: time.Since(start), err: err}
 			p.mu.Lock()
 			*into = append(*into, s)
 			p.mu.Unlock()
@@ -176,7 +207,30 @@ func summariseProbes(all []probeSample, phase int) probeStat {
 type noisyRow struct {
 	name             string
 	http, tcp, admin probeStat
+	late             probeStat // the test process's timer lateness
+	slowAdmin        string    // the slowest admin calls: which, when in the phase, how long
 	notes            []string
+}
+
+// slowest describes the n slowest samples of a phase: which call, when
+// (seconds after the phase's first sample) and how long it took.
+func slowest(all []probeSample, phase, n int) string {
+	var in []probeSample
+	for _, x := range all {
+		if x.phase == phase {
+			in = append(in, x)
+		}
+	}
+	if len(in) == 0 {
+		return ""
+	}
+	first := in[0].at
+	slices.SortFunc(in, func(a, b probeSample) int { return cmp.Compare(b.took, a.took) })
+	var parts []string
+	for _, x := range in[:min(n, len(in))] {
+		parts = append(parts, fmt.Sprintf("%s@%.1fs %.0fms", x.what, x.at.Sub(first).Seconds(), ms(x.took)))
+	}
+	return strings.Join(parts, " ")
 }
 
 func (p *noisyProbes) rows(names []string, notes [][]string) []noisyRow {
@@ -184,7 +238,8 @@ func (p *noisyProbes) rows(names []string, notes [][]string) []noisyRow {
 	defer p.mu.Unlock()
 	var out []noisyRow
 	for i, n := range names {
-		out = append(out, noisyRow{name: n, http: summariseProbes(p.http, i), tcp: summariseProbes(p.tcp, i), admin: summariseProbes(p.admin, i), notes: notes[i]})
+		out = append(out, noisyRow{name: n, http: summariseProbes(p.http, i), tcp: summariseProbes(p.tcp, i), admin: summariseProbes(p.admin, i),
+			late: summariseProbes(p.late, i), slowAdmin: slowest(p.admin, i, 3), notes: notes[i]})
 	}
 	return out
 }
@@ -196,6 +251,10 @@ func noisyTable(rows []noisyRow) string {
 	for _, r := range rows {
 		fmt.Fprintf(&b, "%-22s | %-27s | %-27s | %-20s | %s\n", r.name, r.http, r.tcp,
 			fmt.Sprintf("%d/%d %7.1f", r.admin.ok, r.admin.total, ms(r.admin.p99)), strings.Join(r.notes, "; "))
+	}
+	b.WriteString("slowest admin calls, and how late the test process's own 5 ms timer woke (p50 p99 ms):\n")
+	for _, r := range rows {
+		fmt.Fprintf(&b, "%-22s | %s | test process late %.1f %.1f\n", r.name, r.slowAdmin, ms(r.late.p50), ms(r.late.p99))
 	}
 	return b.String()
 }

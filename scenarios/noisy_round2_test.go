@@ -1,7 +1,6 @@
 package scenarios
 
 import (
-	"context"
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -24,7 +23,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/net/http2"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
@@ -74,7 +72,9 @@ var (
 // bUpsert stores one load balancer of b and returns its VIP, or "" with a
 // note when it was refused.
 func bUpsert(tb testing.TB, b *tenantAgent, lb *pb.LoadBalancer) (vip, refused string) {
+	start := time.Now()
 	ack, err := b.change([]*pb.LoadBalancer{lb})
+	tb.Logf("b's upsert of %s at %s took %s", lb.GetName(), start.UTC().Format("15:04:05.000"), time.Since(start).Round(time.Millisecond))
 	if err != nil {
 		return "", "stream ended: " + err.Error()
 	}
@@ -110,12 +110,13 @@ type slowBackend struct {
 	addr          string
 	open, maxOpen atomic.Int64
 	served        atomic.Int64
+	close         func()
 }
 
-func startSlowBackend(tb testing.TB, ip string, hold time.Duration) *slowBackend {
+func listenSlowBackend(ip string, hold time.Duration) (*slowBackend, error) {
 	ln, err := net.Listen("tcp", ip+":0")
 	if err != nil {
-		tb.Fatalf("slow backend: %v", err)
+		return nil, err
 	}
 	s := &slowBackend{addr: ln.Addr().String()}
 	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -133,20 +134,28 @@ func startSlowBackend(tb testing.TB, ip string, hold time.Duration) *slowBackend
 		}
 	}}
 	go srv.Serve(ln)
-	tb.Cleanup(func() { srv.Close() })
-	return s
+	s.close = func() { srv.Close() }
+	return s, nil
 }
 
 // phaseH2FanOut: fanOutConns HTTP/2 connections with fanOutStreams
 // streams each to a member that takes fanOutHold per request. Every
 // stream wants a member connection; b's budget must bound them.
 func phaseH2FanOut(tb testing.TB, l *noisyLab, b *tenantAgent) []string {
-	slow := startSlowBackend(tb, "127.0.51.4", fanOutHold)
+	// The member and the clients are an attacker process: b's 2,000
+	// streams must not queue a's probers in the test process.
+	att := startAttacker(tb, "fanout")
+	defer att.stop()
+	var member fanOutResult
+	if err := att.recv(&member); err != nil {
+		tb.Errorf("fan-out attacker: %v", err)
+		return nil
+	}
 	// Cleartext HTTP/2 (prior knowledge): the abuse is the streams, and
 	// b's TLS handshakes are a budget of their own.
 	host := "h2.b.example"
 	lb := bLB("svc-fanout", []*pb.Listener{{Port: noisyHTTPPort, Protocol: "http"}},
-		[]*pb.Route{{Host: host, Path: "/", Pool: "web"}}, &pb.BackendPool{Members: memberList(slow.addr)})
+		[]*pb.Route{{Host: host, Path: "/", Pool: "web"}}, &pb.BackendPool{Members: memberList(member.Addr)})
 	vip, refused := bUpsert(tb, b, lb)
 	if vip == "" {
 		tb.Errorf("b's fan-out load balancer refused: %s", refused)
@@ -157,62 +166,21 @@ func phaseH2FanOut(tb testing.TB, l *noisyLab, b *tenantAgent) []string {
 	if !waitDial(tb, addr) {
 		return nil
 	}
-	var (
-		ok, failed, connFailed atomic.Int64
-		firstErr               atomic.Value
-		wg                     sync.WaitGroup
-	)
-	ctx, cancel := context.WithTimeout(context.Background(), abuseFor+fanOutHold)
-	defer cancel()
-	tr := &http2.Transport{AllowHTTP: true}
-	for range fanOutConns {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c, err := net.DialTimeout("tcp", addr, 10*time.Second)
-			if err != nil {
-				connFailed.Add(1)
-				firstErr.CompareAndSwap(nil, err.Error())
-				return
-			}
-			defer c.Close()
-			cc, err := tr.NewClientConn(c)
-			if err != nil {
-				connFailed.Add(1)
-				firstErr.CompareAndSwap(nil, err.Error())
-				return
-			}
-			var streams sync.WaitGroup
-			for range fanOutStreams {
-				streams.Add(1)
-				go func() {
-					defer streams.Done()
-					req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+host+"/", nil)
-					resp, err := cc.RoundTrip(req)
-					if err != nil {
-						failed.Add(1)
-						firstErr.CompareAndSwap(nil, err.Error())
-						return
-					}
-					io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-					if resp.StatusCode == http.StatusOK {
-						ok.Add(1)
-					} else {
-						failed.Add(1)
-					}
-				}()
-			}
-			streams.Wait()
-		}()
+	var got fanOutResult
+	if err := att.send(addr + " " + host); err != nil {
+		tb.Errorf("fan-out attacker: %v", err)
+		return nil
 	}
-	wg.Wait()
+	if err := att.recv(&got); err != nil {
+		tb.Errorf("fan-out attacker: %v", err)
+		return nil
+	}
 	notes := []string{fmt.Sprintf("%d streams on %d connections (%d not opened): %d answered, %d refused or failed; the member saw at most %d connections at once",
-		fanOutConns*fanOutStreams, fanOutConns, connFailed.Load(), ok.Load(), failed.Load(), slow.maxOpen.Load())}
-	if e, _ := firstErr.Load().(string); e != "" {
-		notes = append(notes, "first error: "+shorten(e))
+		fanOutConns*fanOutStreams, fanOutConns, got.ConnFailed, got.OK, got.Failed, got.MaxOpen)}
+	if got.FirstErr != "" {
+		notes = append(notes, "first error: "+shorten(got.FirstErr))
 	}
-	if ok.Load() == 0 {
+	if got.OK == 0 {
 		tb.Errorf("no stream of b's fan-out was answered: the abuse did not happen")
 	}
 	return notes
@@ -466,35 +434,19 @@ func phaseExpensiveChecks(tb testing.TB, l *noisyLab, b *tenantAgent) []string {
 		tb.Fatal(err)
 	}
 	sc, sk := certPair(tb, "check.b.example", serverKey)
-	serverCert, err := tls.X509KeyPair(sc, sk)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	var handshakes, checkConns atomic.Int64
-	srvCfg := &tls.Config{Certificates: []tls.Certificate{serverCert}, ClientAuth: tls.RequireAnyClientCert,
-		VerifyPeerCertificate: func([][]byte, [][]*x509.Certificate) error { handshakes.Add(1); return nil }}
-	handler := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-	var addrs []string
-	for i := range checkMembers {
-		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.51.%d:0", 100+i%100))
-		if err != nil {
-			tb.Errorf("member %d: %v", i, err)
-			break
-		}
-		srv := &http.Server{Handler: handler, TLSConfig: srvCfg.Clone(), ReadHeaderTimeout: 5 * time.Second,
-			ConnState: func(_ net.Conn, st http.ConnState) {
-				if st == http.StateNew {
-					checkConns.Add(1)
-				}
-			}}
-		go srv.ServeTLS(ln, "", "")
-		defer srv.Close()
-		addrs = append(addrs, ln.Addr().String())
+	// The members are an attacker process: their handshakes must not
+	// queue a's probers in the test process.
+	att := startAttacker(tb, "checkmembers", checkCertEnv+"="+string(sc), checkKeyEnv+"="+string(sk))
+	defer att.stop()
+	var members checkMembersResult
+	if err := att.recv(&members); err != nil {
+		tb.Errorf("check members: %v", err)
+		return nil
 	}
 	cc, ck := certPair(tb, "client.b.example", rsa4096(tb))
 	hc := &pb.HealthCheck{Https: &pb.HTTPSCheck{Path: "/", InsecureSkipVerify: true, ClientCertPem: string(cc), ClientKeyPem: string(ck)},
 		Interval: durationpb.New(time.Second), Timeout: durationpb.New(500 * time.Millisecond), Rise: 1, Fall: 3}
-	lb := bLB("svc-checks", []*pb.Listener{{Port: 9400, Protocol: "tcp", Pool: "web"}}, nil, &pb.BackendPool{Members: memberList(addrs...), HealthCheck: hc})
+	lb := bLB("svc-checks", []*pb.Listener{{Port: 9400, Protocol: "tcp", Pool: "web"}}, nil, &pb.BackendPool{Members: memberList(members.Addrs...), HealthCheck: hc})
 	vip, refused := bUpsert(tb, b, lb)
 	if vip == "" {
 		tb.Errorf("b's checked load balancer refused: %s", refused)
@@ -504,8 +456,13 @@ func phaseExpensiveChecks(tb testing.TB, l *noisyLab, b *tenantAgent) []string {
 	time.Sleep(abuseFor)
 	removeLBs(tb, b, "svc-checks")
 	took := time.Since(start)
+	att.in.Close()
+	var got checkMembersResult
+	if err := att.recv(&got); err != nil {
+		tb.Errorf("check members: %v", err)
+	}
 	return []string{fmt.Sprintf("%d members checked each second with an RSA-4096 client key: %d connections, %d client signatures in %.0fs (%.0f/s)",
-		len(addrs), checkConns.Load(), handshakes.Load(), took.Seconds(), float64(handshakes.Load())/took.Seconds())}
+		len(members.Addrs), got.Conns, got.Handshakes, took.Seconds(), float64(got.Handshakes)/took.Seconds())}
 }
 
 // phaseUDPReflect: a member that answers each datagram with 40 datagrams

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -37,6 +38,9 @@ type MemberBudget struct {
 	// pools are this budget's member pools, for a dial at the limit to
 	// find an idle connection to close.
 	pools map[*memberPool]struct{}
+	// waiters counts the dials waiting for the budget (charge); at most
+	// maxMemberWaiters wait, the others fail at once.
+	waiters atomic.Int32
 }
 
 // NewMemberBudget returns a budget charging d.
@@ -98,6 +102,15 @@ const (
 	memberWaitMaxStep = 16 * time.Millisecond
 )
 
+// maxMemberWaiters bounds the dials of one budget (one tenant) that wait
+// for it at once. Each waiter wakes every memberWaitMaxStep to look for a
+// free or idle connection: 2,000 HTTP/2 streams of one tenant waiting
+// made the host's run queue hundreds of milliseconds long, and every
+// other tenant's connections and the admin API waited in it. Beyond the
+// bound a dial fails at once (503), charged to the tenant whose budget
+// is spent.
+const maxMemberWaiters = 64
+
 // charge takes a descriptor of key's budget for a new member connection:
 // at once when the budget has one, else by closing an idle connection of
 // the budget, else by waiting up to Config.MemberBudgetWait for a
@@ -107,6 +120,14 @@ func (s *Server) charge(ctx context.Context, key poolKey) error {
 	if b == nil || b.d.TakeDescriptor() {
 		return nil
 	}
+	if b.evictIdle() && b.d.TakeDescriptor() {
+		return nil
+	}
+	if n := b.waiters.Add(1); n > maxMemberWaiters {
+		b.waiters.Add(-1)
+		return fmt.Errorf("%w: the tenant's descriptor budget is spent and %d requests already wait for it", ErrMemberLimit, maxMemberWaiters)
+	}
+	defer b.waiters.Add(-1)
 	deadline := time.Now().Add(s.cfg.MemberBudgetWait)
 	step := memberWaitStep
 	for {
