@@ -247,7 +247,7 @@ func defaultNodeID() string {
 	return h
 }
 
-func serve(ctx context.Context, cfg serveConfig) error {
+func serve(ctx context.Context, cfg serveConfig) (err error) {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
 		return fmt.Errorf("--log-level %q: use debug, info, warn or error", cfg.LogLevel)
@@ -267,12 +267,20 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	if h := memlimit.NewHeadroom(room, log); h != nil {
 		go h.Run(ctx)
 	}
+	// Each part pushes its stop once it runs; they stop in reverse, on an
+	// error as at the end.
+	var stack closers
+	defer func() {
+		if cerr := stack.Close(); err == nil {
+			err = cerr
+		}
+	}()
 	steering, err := proxy.OpenSteer(cfg.ListenSockets)
 	if err != nil {
 		return fmt.Errorf("--listen-sockets: %w", err)
 	}
 	if steering != nil {
-		defer steering.Close()
+		stack.PushFunc(func() { steering.Close() })
 		log.Info("TCP listeners share a socket per tenant", "component", "serve", "listen-sockets", cfg.ListenSockets)
 	}
 	restore, err := backup.ReadRestore(cfg.Restore, cfg.RestorePassphraseFile)
@@ -280,7 +288,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
+	stack.PushFunc(stop)
 
 	// The API port is taken before Raft starts so that a busy port fails
 	// fast, before a new host joins anywhere.
@@ -288,18 +296,17 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	if err != nil {
 		return fmt.Errorf("listen on --api-addr: %w", err)
 	}
+	stack.PushFunc(func() { ln.Close() })
 	msrv, err := listenMetrics(cfg.MetricsAddr, log)
 	if err != nil {
-		ln.Close()
 		return err
 	}
 	var webLn net.Listener
 	if cfg.WebAddr != "" {
 		if webLn, err = web.ListenWeb(cfg.WebAddr); err != nil {
-			ln.Close()
 			return err
 		}
-		defer webLn.Close()
+		stack.PushFunc(func() { webLn.Close() })
 	}
 	// The VIP manager checks its interfaces and capabilities before Raft
 	// starts, for the same reason.
@@ -308,9 +315,9 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	host := observe.NewHost(cfg.NodeID)
 	vm, err := newVIPManager(cfg, log, host.Events().Add)
 	if err != nil {
-		ln.Close()
 		return err
 	}
+	stack.PushFunc(func() { vm.close(log) })
 	ccfg := consensus.Config{
 		DataDir: cfg.DataDir, NodeID: cfg.NodeID, RaftAddr: cfg.RaftAddr, APIAddr: cfg.APIAddr,
 		Join: cfg.Join, Token: cfg.Token,
@@ -325,10 +332,9 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	}
 	node, err := consensus.Open(ctx, ccfg)
 	if err != nil {
-		ln.Close()
-		vm.close(log)
 		return err
 	}
+	stack.Push(node.Close)
 	vm.setKey(node.CA())
 	vm.setStateContact(node)
 	rules := adminserver.DefaultRules
@@ -353,6 +359,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	pb.RegisterTenantCredentialsServer(srv, tenants.Credentials())
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(guard.Listener(ln)) }()
+	stack.PushFunc(func() { stopGRPC(srv, 3*time.Second) })
 	log.Info("serving API", "component", "api", "addr", cfg.APIAddr)
 
 	// One budget of signature CPU per tenant, drawn on by its listeners'
@@ -360,24 +367,20 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	cpu := cpubudget.New(cpubudget.Options{Rate: cfg.TLSCPUPerTenant})
 	cm, err := newCertManager(cfg, node, log, host.Events().Add, cpu)
 	if err != nil {
-		srv.Stop()
-		node.Close()
-		vm.close(log)
 		return err
 	}
 	go cm.Run(ctx)
+	stack.PushFunc(cm.Close)
 	go feedCerts(ctx, node, cm)
 	// http and https listeners: TLS termination (https), then the L7 engine,
 	// which also answers ACME HTTP-01 challenges on http listeners.
 	counters := &metrics.Memory{}
 	access, err := openAccessLog(cfg.AccessLog, counters)
 	if err != nil {
-		srv.Stop()
-		node.Close()
-		vm.close(log)
 		return err
 	}
 	engine := l7.New(l7.Config{Logger: log.With("component", "l7"), Metrics: access})
+	stack.Push(engine.Close)
 	challenge := func(path string) http.Handler {
 		if certs.IsHTTPChallenge(path) {
 			return cm.HTTPChallengeHandler()
@@ -398,6 +401,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 			}
 		},
 	})
+	stack.Push(px.Close)
 	engine.SetPipes(px.Pipes()) // tunnels splice through the host's bounded pipe pool
 	dataPlane.Store(px)
 	vm.setHandover(px)
@@ -427,6 +431,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	fed := make(chan struct{})
 	var applied atomic.Uint64
 	go func() { defer close(fed); feedProxy(ctx, node, px, vm, &applied, log) }()
+	stack.PushFunc(func() { <-fed })
 	// systemd hears READY=1 once Raft has formed or joined, the data
 	// plane has applied the state committed by then, the admin
 	// credentials are written and the admin API answers with them.
@@ -443,8 +448,13 @@ func serve(ctx context.Context, cfg serveConfig) error {
 		}
 		return status, client.WaitAnswers(ctx, adminConf, cfg.APIAddr)
 	}, func() error { return feederAlive(fed, node) })
-	// The VIP loop outlives the signal: a stop hands clients over first.
+	// The VIP loop outlives the signal: a stop hands clients over first,
+	// then VIPs and routes, before any listener closes.
 	vm.run(context.WithoutCancel(ctx), log)
+	stack.PushFunc(func() {
+		vm.handOverClients(time.Duration(cfg.DrainTimeout))
+		vm.close(log)
+	})
 
 	select {
 	case <-node.Ready():
@@ -460,29 +470,19 @@ func serve(ctx context.Context, cfg serveConfig) error {
 		log.Error("API server stopped", "component", "api", "err", err)
 	}
 	<-ctx.Done()
-
 	log.Info("shutting down", "component", "serve")
-	// Clients are handed over, then VIPs and routes, before any listener
-	// closes.
-	vm.handOverClients(time.Duration(cfg.DrainTimeout))
-	vm.close(log)
+	return nil
+}
+
+// stopGRPC lets the API's calls finish for at most grace, then ends them.
+func stopGRPC(srv *grpc.Server, grace time.Duration) {
 	stopped := make(chan struct{})
 	go func() { srv.GracefulStop(); close(stopped) }()
 	select {
 	case <-stopped:
-	case <-time.After(3 * time.Second):
+	case <-time.After(grace):
 		srv.Stop()
 	}
-	cm.Close()
-	err = node.Close()
-	<-fed
-	if perr := px.Close(); perr != nil && err == nil {
-		err = perr
-	}
-	if perr := engine.Close(); perr != nil && err == nil {
-		err = perr
-	}
-	return err
 }
 
 // waitServing returns once this host is in the cluster and its data plane
