@@ -13,12 +13,12 @@ import (
 	"math"
 	"net"
 	"net/http"
-	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -35,7 +35,6 @@ import (
 	"github.com/teapot-lb/teapot-lb/api/connguard"
 	"github.com/teapot-lb/teapot-lb/api/memlimit"
 	"github.com/teapot-lb/teapot-lb/api/observe"
-	"github.com/teapot-lb/teapot-lb/api/pki"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 	"github.com/teapot-lb/teapot-lb/consensus"
 	"github.com/teapot-lb/teapot-lb/packaging/gen"
@@ -313,11 +312,20 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 	// What this host sees (listeners, member health, VIPs, certificates,
 	// events) is gathered here on demand; the parts add themselves below.
 	host := observe.NewHost(cfg.NodeID)
-	vm, err := newVIPManager(cfg, log, host.Events().Add)
+	vm, err := vip.Open(vip.Config{
+		NodeID: cfg.NodeID, Interface: cfg.VIPInterface, HeartbeatAddr: cfg.HeartbeatAddr, RaftAddr: cfg.RaftAddr,
+		HeartbeatInterval: time.Duration(cfg.HeartbeatInterval), HeartbeatMisses: cfg.HeartbeatMisses,
+		BGP: cfg.BGP, Logger: log, Events: host.Events().Add, HandoverTimeout: time.Duration(cfg.DrainTimeout),
+	})
 	if err != nil {
 		return err
 	}
-	stack.PushFunc(func() { vm.close(log) })
+	releaseVIPs := sync.OnceFunc(func() {
+		if err := vm.Close(); err != nil {
+			log.Error("release VIPs", "component", "vip", "err", err)
+		}
+	})
+	stack.PushFunc(releaseVIPs)
 	ccfg := consensus.Config{
 		DataDir: cfg.DataDir, NodeID: cfg.NodeID, RaftAddr: cfg.RaftAddr, APIAddr: cfg.APIAddr,
 		Join: cfg.Join, Token: cfg.Token,
@@ -326,17 +334,15 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 		Observe: host.Observe, Event: host.Events().Add,
 		Restore: restore, Recover: cfg.Recover,
 		Services: ownServices(msrv, webLn, cfg.BGP), Addresses: hostAddresses(),
-	}
-	if vm != nil {
-		ccfg.HeartbeatAddr, ccfg.VIPInterface, ccfg.Describe = vm.heartbeatAddr, cfg.VIPInterface, vm.Describe
+		HeartbeatAddr: vm.HeartbeatAddr(), VIPInterface: cfg.VIPInterface, Describe: vm.Describe,
 	}
 	node, err := consensus.Open(ctx, ccfg)
 	if err != nil {
 		return err
 	}
 	stack.Push(node.Close)
-	vm.setKey(node.CA())
-	vm.setStateContact(node)
+	vm.SetKey(vip.HeartbeatKey(node.CA().KeyPEM))
+	vm.SetStateContact(node.LeaderContact)
 	rules := adminserver.DefaultRules
 	guard := connguard.New(connguard.Config{Logger: log})
 	srv := grpc.NewServer(
@@ -393,10 +399,14 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 		// Member health and listeners opened on retry change readiness
 		// without a change of the committed state; a member's health, that
 		// of the load balancers holding it only.
-		Changed: func() { vm.setReady(dataPlane.Load()) },
+		Changed: func() {
+			if px := dataPlane.Load(); px != nil {
+				vm.SetReady(px.Readiness())
+			}
+		},
 		MembersChanged: func(lbs []string) {
 			tenants.MembersChanged(lbs)
-			if px := dataPlane.Load(); vm != nil && px != nil {
+			if px := dataPlane.Load(); px != nil {
 				vm.SetReadyFor(px.ReadinessOf(lbs))
 			}
 		},
@@ -404,13 +414,11 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 	stack.Push(px.Close)
 	engine.SetPipes(px.Pipes()) // tunnels splice through the host's bounded pipe pool
 	dataPlane.Store(px)
-	vm.setHandover(px)
+	vm.SetHandover(px)
 	host.Add(px)
 	host.Add(counters)
 	host.Add(cm)
-	if vm != nil {
-		host.Add(vm.Manager)
-	}
+	host.Add(vm)
 	if err := serveMetrics(ctx, msrv, counters, px, node, tenants, cm, vm, guard.Collector()); err != nil {
 		log.Error("metrics are off", "component", "metrics", "err", err)
 	}
@@ -450,10 +458,17 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 	}, func() error { return feederAlive(fed, node) })
 	// The VIP loop outlives the signal: a stop hands clients over first,
 	// then VIPs and routes, before any listener closes.
-	vm.run(context.WithoutCancel(ctx), log)
+	go func() {
+		if err := vm.Run(context.WithoutCancel(ctx)); err != nil {
+			log.Error("VIP manager stopped", "component", "vip", "err", err)
+		}
+	}()
 	stack.PushFunc(func() {
-		vm.handOverClients(time.Duration(cfg.DrainTimeout))
-		vm.close(log)
+		// At most the drain timeout (and a second).
+		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(cfg.DrainTimeout)+time.Second)
+		defer cancel()
+		vm.HandOverClients(ctx)
+		releaseVIPs()
 	})
 
 	select {
@@ -538,7 +553,7 @@ var dataPlaneKinds = []string{api.KindLoadBalancer, api.KindTenant, api.KindVIPP
 // and then to the VIP manager with the data plane's readiness: the whole
 // state after a Reset or when the revision can change the VIPs, else the
 // readiness of the load balancers the data plane touched.
-func feedProxy(ctx context.Context, node *consensus.Node, px *proxy.Proxy, vm *vipManager, applied *atomic.Uint64, log *slog.Logger) {
+func feedProxy(ctx context.Context, node *consensus.Node, px *proxy.Proxy, vm *vip.Manager, applied *atomic.Uint64, log *slog.Logger) {
 	log = log.With("component", "proxy")
 	feed := proxy.NewFeed(px)
 	w := node.Watch(0)
@@ -551,7 +566,7 @@ func feedProxy(ctx context.Context, node *consensus.Node, px *proxy.Proxy, vm *v
 		// manager read (certificate storage and its lock refreshes,
 		// credentials) leaves them as they are.
 		if !ev.Touches(dataPlaneKinds...) {
-			vm.noteRevision(ev.Revision)
+			vm.NoteRevision(ev.Revision)
 			applied.Store(ev.Revision)
 			continue
 		}
@@ -560,7 +575,7 @@ func feedProxy(ctx context.Context, node *consensus.Node, px *proxy.Proxy, vm *v
 				log.Error("update data plane", "revision", ev.Revision, "err", err)
 				continue
 			}
-			vm.update(ev.Objects, ev.Revision, px)
+			vm.Follow(true, ev.Objects, nil, ev.Revision, nil, node.Objects, px)
 			applied.Store(ev.Revision)
 			continue
 		}
@@ -569,129 +584,8 @@ func feedProxy(ctx context.Context, node *consensus.Node, px *proxy.Proxy, vm *v
 			log.Error("update data plane", "revision", ev.Revision, "err", err)
 			continue
 		}
-		vm.updateRevision(ev, touched, node, px)
+		vm.Follow(false, nil, ev.Transitions(), ev.Revision, touched, node.Objects, px)
 		applied.Store(ev.Revision)
-	}
-}
-
-// vipManager is serve's handle on the VIP manager; its methods do nothing
-// when this host runs none (no --vip-interface and no bgp: section).
-type vipManager struct {
-	*vip.Manager
-	heartbeatAddr string
-}
-
-// newVIPManager returns nil when this host takes no part in VIPs.
-func newVIPManager(cfg serveConfig, log *slog.Logger, events func(*pb.Event)) (*vipManager, error) {
-	if cfg.VIPInterface == "" && cfg.BGP == nil {
-		return nil, nil
-	}
-	addr := cfg.HeartbeatAddr
-	if addr == "" {
-		ap, err := netip.ParseAddrPort(cfg.RaftAddr)
-		if err != nil {
-			return nil, fmt.Errorf("--raft-addr %q: must be IP:port (for example 127.0.0.1:7300)", cfg.RaftAddr)
-		}
-		addr = netip.AddrPortFrom(ap.Addr(), vip.DefaultHeartbeatPort).String()
-	}
-	m, err := vip.New(vip.Config{
-		NodeID: cfg.NodeID, Interface: cfg.VIPInterface, HeartbeatAddr: addr,
-		HeartbeatInterval: time.Duration(cfg.HeartbeatInterval), HeartbeatMisses: cfg.HeartbeatMisses,
-		BGP: cfg.BGP, Logger: log, Events: events, HandoverTimeout: time.Duration(cfg.DrainTimeout),
-	})
-	if err != nil {
-		return nil, err
-	}
-	return &vipManager{Manager: m, heartbeatAddr: addr}, nil
-}
-
-// setKey hands the manager the heartbeat key derived from the cluster CA.
-func (v *vipManager) setKey(ca *pki.CA) {
-	if v != nil {
-		v.SetKey(vip.HeartbeatKey(ca.KeyPEM))
-	}
-}
-
-// setStateContact lets the manager see when this host last heard the
-// Raft leader.
-func (v *vipManager) setStateContact(node *consensus.Node) {
-	if v != nil {
-		v.SetStateContact(node.LeaderContact)
-	}
-}
-
-func (v *vipManager) run(ctx context.Context, log *slog.Logger) {
-	if v == nil {
-		return
-	}
-	go func() {
-		if err := v.Run(ctx); err != nil {
-			log.Error("VIP manager stopped", "component", "vip", "err", err)
-		}
-	}()
-}
-
-// update passes the committed state on, with the data plane's readiness.
-func (v *vipManager) update(objs []*pb.Object, rev uint64, px *proxy.Proxy) {
-	if v == nil {
-		return
-	}
-	v.Update(objs, rev)
-	v.setReady(px)
-}
-
-// noteRevision passes on a revision that changes nothing the data plane
-// and the VIP manager read.
-func (v *vipManager) noteRevision(rev uint64) {
-	if v != nil {
-		v.NoteRevision(rev)
-	}
-}
-
-// updateRevision passes on a revision the data plane applied (touched:
-// the load balancers it touched).
-func (v *vipManager) updateRevision(ev consensus.Event, touched []string, node *consensus.Node, px *proxy.Proxy) {
-	if v == nil {
-		return
-	}
-	var ready vip.Readiness
-	if px != nil {
-		ready = px
-	}
-	v.UpdateRevision(ev.Transitions(), ev.Revision, touched, node.Objects, ready)
-}
-
-// setReady passes on which load balancers the data plane can serve.
-func (v *vipManager) setReady(px *proxy.Proxy) {
-	if v != nil && px != nil {
-		v.SetReady(px.Readiness())
-	}
-}
-
-// setHandover gives the manager the data plane's part of a handover.
-func (v *vipManager) setHandover(px *proxy.Proxy) {
-	if v != nil {
-		v.SetHandover(px)
-	}
-}
-
-// handOverClients lets the manager hand this host's clients over before
-// a stop, for at most the drain timeout (and a second).
-func (v *vipManager) handOverClients(timeout time.Duration) {
-	if v == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout+time.Second)
-	defer cancel()
-	v.HandOverClients(ctx)
-}
-
-func (v *vipManager) close(log *slog.Logger) {
-	if v == nil {
-		return
-	}
-	if err := v.Close(); err != nil {
-		log.Error("release VIPs", "component", "vip", "err", err)
 	}
 }
 

@@ -56,7 +56,12 @@ var (
 // 100,000 VIPs has a series for each, and a scrape writes them from the
 // published list instead of building a metric (and a copy of each VIP)
 // per series.
-func (m *Manager) Collector() prometheus.Collector { return vipCollector{m} }
+func (m *Manager) Collector() prometheus.Collector {
+	if m == nil {
+		return noMetrics{}
+	}
+	return vipCollector{m}
+}
 
 type vipCollector struct{ m *Manager }
 
