@@ -27,7 +27,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
-	"github.com/teapot-lb/teapot-lb/api"
 	"github.com/teapot-lb/teapot-lb/api/adminserver"
 	"github.com/teapot-lb/teapot-lb/api/backup"
 	"github.com/teapot-lb/teapot-lb/api/cli"
@@ -359,7 +358,7 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 	// once it exists.
 	var dataPlane atomic.Pointer[proxy.Proxy]
 	tenants := tenantsync.New(tenantsync.Config{Store: node, Logger: log, Events: host.Events().Add, Certificates: certAPI, Members: func(lb string) []*pb.MemberState {
-		return memberStates(dataPlane.Load(), lb)
+		return dataPlane.Load().MemberStates(lb)
 	}, MembersNotified: true})
 	pb.RegisterTenantSyncServer(srv, tenants)
 	pb.RegisterTenantCredentialsServer(srv, tenants.Credentials())
@@ -377,7 +376,7 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 	}
 	go cm.Run(ctx)
 	stack.PushFunc(cm.Close)
-	go feedCerts(ctx, node, cm)
+	go cm.Follow(ctx, revisions{node.Watch(0).Only(certs.Kinds...)}, node.Objects)
 	// http and https listeners: TLS termination (https), then the L7 engine,
 	// which also answers ACME HTTP-01 challenges on http listeners.
 	counters := &metrics.Memory{}
@@ -436,26 +435,37 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 			}()
 		}
 	}
-	fed := make(chan struct{})
-	var applied atomic.Uint64
-	go func() { defer close(fed); feedProxy(ctx, node, px, vm, &applied, log) }()
+	// Each committed revision reaches the data plane, then the VIP
+	// manager with the data plane's readiness.
+	feed, fed := proxy.NewFeed(px), make(chan struct{})
+	go func() {
+		defer close(fed)
+		feed.Follow(ctx, revisions{node.Watch(0)}, func(r proxy.Revision, touched []string) {
+			vm.Follow(r.Reset, r.Objects, r.Transitions(), r.Revision, touched, node.Objects, px)
+		})
+	}()
 	stack.PushFunc(func() { <-fed })
 	// systemd hears READY=1 once Raft has formed or joined, the data
 	// plane has applied the state committed by then, the admin
 	// credentials are written and the admin API answers with them.
 	adminConf, adminWritten := filepath.Join(cfg.DataDir, "admin.conf"), make(chan struct{})
 	go sdnotify.FromEnv(log).Run(ctx, func(ctx context.Context) (string, error) {
-		status, err := waitServing(ctx, node, &applied)
-		if err != nil {
+		select {
+		case <-node.Ready():
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+		if err := feed.WaitApplied(ctx, node.Revision()); err != nil {
 			return "", err
 		}
+		status := fmt.Sprintf("serving revision %d of cluster %s", feed.Applied(), node.ClusterID())
 		select {
 		case <-adminWritten:
 		case <-ctx.Done():
 			return "", ctx.Err()
 		}
 		return status, client.WaitAnswers(ctx, adminConf, cfg.APIAddr)
-	}, func() error { return feederAlive(fed, node) })
+	}, func() error { node.Revision(); return feed.Alive() })
 	// The VIP loop outlives the signal: a stop hands clients over first,
 	// then VIPs and routes, before any listener closes.
 	go func() {
@@ -500,93 +510,16 @@ func stopGRPC(srv *grpc.Server, grace time.Duration) {
 	}
 }
 
-// waitServing returns once this host is in the cluster and its data plane
-// has applied the revision committed when it got there.
-func waitServing(ctx context.Context, node *consensus.Node, applied *atomic.Uint64) (string, error) {
-	select {
-	case <-node.Ready():
-	case <-ctx.Done():
-		return "", ctx.Err()
-	}
-	target := node.Revision()
-	t := time.NewTicker(20 * time.Millisecond)
-	defer t.Stop()
-	for applied.Load() < target {
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			return "", ctx.Err()
-		}
-	}
-	return fmt.Sprintf("serving revision %d of cluster %s", applied.Load(), node.ClusterID()), nil
-}
+// revisions is the committed state's watch as proxy reads it.
+type revisions struct{ w *consensus.Watcher }
 
-// feederAlive fails once the data plane's feeder has stopped or the
-// state cannot be read.
-func feederAlive(fed <-chan struct{}, node *consensus.Node) error {
-	select {
-	case <-fed:
-		return errors.New("the data plane no longer follows the state")
-	default:
+func (r revisions) Next(ctx context.Context) (proxy.Revision, error) {
+	ev, err := r.w.Next(ctx)
+	out := proxy.Revision{Revision: ev.Revision, Reset: ev.Reset, Objects: ev.Objects, Applied: ev.Applied, Changes: make([]proxy.Change, len(ev.Changes))}
+	for i, c := range ev.Changes {
+		out.Changes[i] = proxy.Change{Ref: c.Ref, Object: c.Object, Previous: c.Previous}
 	}
-	node.Revision()
-	return nil
-}
-
-// memberStates is the data plane's view of a load balancer's members, for
-// the tenant's status.
-func memberStates(px *proxy.Proxy, lb string) []*pb.MemberState {
-	if px == nil {
-		return nil
-	}
-	var out []*pb.MemberState
-	for _, m := range px.Members(lb) {
-		out = append(out, &pb.MemberState{Pool: m.Pool, Address: m.Addr.String(), Healthy: m.Healthy})
-	}
-	return out
-}
-
-// dataPlaneKinds are the kinds the data plane and the VIP manager read.
-var dataPlaneKinds = []string{api.KindLoadBalancer, api.KindTenant, api.KindVIPPool, api.KindNode}
-
-// feedProxy hands every committed change to the data plane (proxy.Feed),
-// and then to the VIP manager with the data plane's readiness: the whole
-// state after a Reset or when the revision can change the VIPs, else the
-// readiness of the load balancers the data plane touched.
-func feedProxy(ctx context.Context, node *consensus.Node, px *proxy.Proxy, vm *vip.Manager, applied *atomic.Uint64, log *slog.Logger) {
-	log = log.With("component", "proxy")
-	feed := proxy.NewFeed(px)
-	w := node.Watch(0)
-	for {
-		ev, err := w.Next(ctx)
-		if err != nil {
-			return
-		}
-		// A revision that changes none of what the data plane and the VIP
-		// manager read (certificate storage and its lock refreshes,
-		// credentials) leaves them as they are.
-		if !ev.Touches(dataPlaneKinds...) {
-			vm.NoteRevision(ev.Revision)
-			applied.Store(ev.Revision)
-			continue
-		}
-		if ev.Reset {
-			if err := feed.Reset(ev.Objects, ev.Revision); err != nil {
-				log.Error("update data plane", "revision", ev.Revision, "err", err)
-				continue
-			}
-			vm.Follow(true, ev.Objects, nil, ev.Revision, nil, node.Objects, px)
-			applied.Store(ev.Revision)
-			continue
-		}
-		touched, err := feed.Apply(ev.Writes(), ev.Revision, ev.Applied)
-		if err != nil {
-			log.Error("update data plane", "revision", ev.Revision, "err", err)
-			continue
-		}
-		vm.Follow(false, nil, ev.Transitions(), ev.Revision, touched, node.Objects, px)
-		applied.Store(ev.Revision)
-	}
+	return out, err
 }
 
 // newCertManager sets up certificate management: ACME with the configured
@@ -607,43 +540,4 @@ func newCertManager(cfg serveConfig, node *consensus.Node, log *slog.Logger, eve
 		mc.Roots = roots
 	}
 	return certs.New(mc)
-}
-
-// feedCerts hands the committed state to the certificate manager when a
-// revision can change what it manages: certificates, tenants, certificate
-// storage, or a load balancer that asks for ACME certificates. Lock
-// refreshes and the other load balancers' changes never reach it.
-func feedCerts(ctx context.Context, node *consensus.Node, cm *certs.Manager) {
-	w := node.Watch(0).Only(api.KindCertificate, api.KindLoadBalancer, api.KindTenant, api.KindStorageItem)
-	for {
-		ev, err := w.Next(ctx)
-		if err != nil {
-			return
-		}
-		if !ev.Reset && !certsMayChange(ev) {
-			continue
-		}
-		objs, _ := node.Objects()
-		cm.Update(objs)
-	}
-}
-
-// certsMayChange reports whether a revision can change what the
-// certificate manager manages.
-func certsMayChange(ev consensus.Event) bool {
-	for _, c := range ev.Changes {
-		switch c.Ref.GetKind() {
-		case api.KindLoadBalancer:
-			if certs.LoadBalancerChangeMatters(c.Previous.GetLoadBalancer(), c.Object.GetLoadBalancer()) {
-				return true
-			}
-		case api.KindTenant:
-			if certs.TenantChangeMatters(c.Previous.GetTenant(), c.Object.GetTenant()) {
-				return true
-			}
-		default:
-			return true
-		}
-	}
-	return false
 }
