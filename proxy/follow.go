@@ -143,7 +143,8 @@ func (f *Feed) Applied() uint64 {
 }
 
 // WaitApplied returns once Follow has applied revision (or a later one),
-// with ErrNotFollowing when Follow returned first, or ctx's error.
+// with ctx's error when ctx ended, or ErrNotFollowing when Follow returned
+// first.
 func (f *Feed) WaitApplied(ctx context.Context, revision uint64) error {
 	a := &f.applied
 	for {
@@ -156,6 +157,10 @@ func (f *Feed) WaitApplied(ctx context.Context, revision uint64) error {
 		select {
 		case <-advanced:
 		case <-a.done:
+			// Follow ends when its context does, which is often this one.
+			if err := ctx.Err(); err != nil {
+				return err
+			}
 			return ErrNotFollowing
 		case <-ctx.Done():
 			return ctx.Err()
