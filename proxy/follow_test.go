@@ -78,6 +78,13 @@ func TestFeedFollow(t *testing.T) {
 	if err := feed.WaitApplied(context.Background(), 99); !errors.Is(err, ErrNotFollowing) {
 		t.Errorf("WaitApplied after the watch ended = %v, want ErrNotFollowing", err)
 	}
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	for range 20 { // the select would pick either at random
+		if err := feed.WaitApplied(ended, 99); !errors.Is(err, context.Canceled) {
+			t.Fatalf("WaitApplied with its context ended = %v, want context.Canceled", err)
+		}
+	}
 	if err := feed.Alive(); !errors.Is(err, ErrNotFollowing) {
 		t.Errorf("Alive after the watch ended = %v, want ErrNotFollowing", err)
 	}
