@@ -55,13 +55,9 @@ var (
 // to Prometheus. It is a metricsserver.TextWriter: a host announcing
 // 100,000 VIPs has a series for each, and a scrape writes them from the
 // published list instead of building a metric (and a copy of each VIP)
-// per series.
-func (m *Manager) Collector() prometheus.Collector {
-	if m == nil {
-		return noMetrics{}
-	}
-	return vipCollector{m}
-}
+// per series. The disabled manager's describes the metrics and exports
+// none.
+func (m *Manager) Collector() prometheus.Collector { return vipCollector{m} }
 
 type vipCollector struct{ m *Manager }
 
@@ -72,6 +68,9 @@ func (c vipCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c vipCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.m == nil {
+		return
+	}
 	var ns pb.NodeStatus
 	c.m.Describe(&ns)
 	for _, v := range ns.Vips {
@@ -104,6 +103,9 @@ func held(state string) float64 {
 // never modified once published, so they are read without a copy.
 func (c vipCollector) WriteText(w io.Writer) error {
 	m := c.m
+	if m == nil {
+		return nil
+	}
 	m.mu.Lock()
 	vips, peers := m.pub.vips, m.pub.peers
 	m.mu.Unlock()

@@ -2,11 +2,8 @@ package vip
 
 import (
 	"fmt"
-	"io"
 	"iter"
 	"net/netip"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
@@ -14,7 +11,8 @@ import (
 // Open returns this host's VIP manager. A host with no Interface and no
 // BGP takes no part in VIPs: Open returns the disabled manager, a nil
 // *Manager, whose methods do nothing (Run and Close return at once,
-// HeartbeatAddr is "", Collector exports nothing). Otherwise it is New,
+// HeartbeatAddr is "", Collector describes the metrics and
+// exports none). Otherwise it is New,
 // with HeartbeatAddr defaulting to the IP of RaftAddr at
 // DefaultHeartbeatPort.
 func Open(cfg Config) (*Manager, error) {
@@ -59,10 +57,3 @@ func (m *Manager) Follow(reset bool, objs []*pb.Object, changes iter.Seq2[*pb.Ob
 	}
 	m.UpdateRevision(changes, revision, touched, state, ready)
 }
-
-// noMetrics is the disabled manager's collector.
-type noMetrics struct{}
-
-func (noMetrics) Describe(chan<- *prometheus.Desc) {}
-func (noMetrics) Collect(chan<- prometheus.Metric) {}
-func (noMetrics) WriteText(io.Writer) error        { return nil }

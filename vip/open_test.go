@@ -43,6 +43,11 @@ func TestOpenDisabled(t *testing.T) {
 	if err := m.Close(); err != nil {
 		t.Errorf("Close = %v", err)
 	}
+	descs := make(chan *prometheus.Desc, 16)
+	m.Collector().Describe(descs)
+	if len(descs) == 0 {
+		t.Errorf("the disabled manager's collector describes no metric (the dashboard check reads them)")
+	}
 	reg := prometheus.NewRegistry()
 	if err := reg.Register(m.Collector()); err != nil {
 		t.Fatal(err)
