@@ -17,6 +17,7 @@ import (
 	"github.com/teapot-lb/teapot-lb/proxy/certs"
 	"github.com/teapot-lb/teapot-lb/proxy/metrics"
 	"github.com/teapot-lb/teapot-lb/tenantsync"
+	"github.com/teapot-lb/teapot-lb/vip"
 )
 
 // openAccessLog returns the L7 engine's metrics: the access logger in
@@ -58,7 +59,7 @@ func listenMetrics(addr string, log *slog.Logger) (*metricsserver.Server, error)
 // serveMetrics registers every part's collector, and more, and serves
 // them until ctx ends.
 func serveMetrics(ctx context.Context, srv *metricsserver.Server, counters *metrics.Memory, px *proxy.Proxy,
-	node *consensus.Node, tenants *tenantsync.Server, cm *certs.Manager, vm *vipManager, more ...prometheus.Collector) error {
+	node *consensus.Node, tenants *tenantsync.Server, cm *certs.Manager, vm *vip.Manager, more ...prometheus.Collector) error {
 	if srv == nil {
 		return nil
 	}
@@ -66,11 +67,8 @@ func serveMetrics(ctx context.Context, srv *metricsserver.Server, counters *metr
 		metrics.NewCollector(counters, metrics.CollectorConfig{Members: func(each func(metrics.Member)) {
 			px.EachMember(func(m proxy.MemberStat) { each(metrics.Member(m)) })
 		}, Served: px.LoadBalancers}),
-		node.Collector(), tenants.Collector(), cm.Collector(),
+		node.Collector(), tenants.Collector(), cm.Collector(), vm.Collector(),
 		metricsserver.BuildInfo(cli.Version, cli.Commit),
-	}
-	if vm != nil {
-		cs = append(cs, vm.Collector())
 	}
 	cs = append(cs, more...)
 	if err := srv.Register(cs...); err != nil {

@@ -18,15 +18,19 @@ import (
 // through Reset; every other revision through Apply with its changes
 // alone, so that a change costs what it changes: the proxy compiles what
 // it touches, and only the problems of the load balancers it touched are
-// looked at. A Feed is used from one goroutine.
+// looked at. A Feed is used from one goroutine (Follow's); Applied,
+// WaitApplied and Alive may be called from any.
 type Feed struct {
 	p        *Proxy
 	reported map[string]string // "tenant/name" -> problems last logged ("" serving)
+	applied  appliedWatch      // Follow's progress, read by other goroutines
 }
 
 // NewFeed returns a Feed of p; it logs with p's Logger.
 func NewFeed(p *Proxy) *Feed {
-	return &Feed{p: p, reported: map[string]string{}}
+	f := &Feed{p: p, reported: map[string]string{}}
+	f.applied.advanced, f.applied.done = make(chan struct{}), make(chan struct{})
+	return f
 }
 
 // Reset makes objs, the whole desired state at revision, the proxy's

@@ -47,8 +47,12 @@ type Config struct {
 	// arp pool).
 	Interface string
 	// HeartbeatAddr is the IP:port of this host's failure detector on the
-	// data-plane network.
+	// data-plane network (Open: default the IP of RaftAddr, port
+	// DefaultHeartbeatPort).
 	HeartbeatAddr string
+	// RaftAddr is this host's Raft IP:port; Open derives the default
+	// HeartbeatAddr from it.
+	RaftAddr string
 	// HeartbeatInterval between heartbeats to every peer (default 20ms);
 	// a peer is dead after HeartbeatMisses intervals without one
 	// (default 5).

@@ -95,6 +95,9 @@ func (m *Manager) handoverStep(now time.Time, want bool) bool {
 // its VIPs go. It returns when that is done, when ctx ends or when the
 // loop does not run.
 func (m *Manager) HandOverClients(ctx context.Context) {
+	if m == nil {
+		return
+	}
 	m.mu.Lock()
 	m.stopping = true
 	running := m.loop.running
@@ -118,4 +121,8 @@ func (m *Manager) HandOverClients(ctx context.Context) {
 
 // SetHandover gives the manager the data plane's part of a handover
 // (Config.Handover). Call it before Run.
-func (m *Manager) SetHandover(h Handover) { m.cfg.Handover = h }
+func (m *Manager) SetHandover(h Handover) {
+	if m != nil {
+		m.cfg.Handover = h
+	}
+}

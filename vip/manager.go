@@ -22,7 +22,9 @@ import (
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
 
-// Manager holds and announces this host's share of the VIPs.
+// Manager holds and announces this host's share of the VIPs. A nil
+// *Manager is the disabled manager of a host that takes no part in VIPs
+// (Open): its methods do nothing.
 type Manager struct {
 	cfg         Config
 	log         *slog.Logger
@@ -224,6 +226,9 @@ func (m *Manager) removeOrphans(f *iface) error {
 // the cluster must derive the same. Until it is set no heartbeat is sent
 // or accepted.
 func (m *Manager) SetKey(key []byte) {
+	if m == nil {
+		return
+	}
 	m.mu.Lock()
 	m.key = slices.Clone(key)
 	m.mu.Unlock()
@@ -237,6 +242,9 @@ func (m *Manager) SetKey(key []byte) {
 // holds and announces nothing; bgp VIPs are withdrawn when the contact is
 // older than Config.StateMaxAge. Without it, the state counts as current.
 func (m *Manager) SetStateContact(f func() time.Time) {
+	if m == nil {
+		return
+	}
 	m.mu.Lock()
 	m.contact = f
 	m.mu.Unlock()
@@ -248,6 +256,9 @@ func (m *Manager) SetStateContact(f func() time.Time) {
 // load balancers (and their addresses). It returns at once; Run
 // converges.
 func (m *Manager) Update(objs []*pb.Object, revision uint64) {
+	if m == nil {
+		return
+	}
 	d := desiredState(objs)
 	m.mu.Lock()
 	m.epochs++
@@ -467,6 +478,9 @@ func cloneHolding(v *pb.VIPHolding) *pb.VIPHolding {
 // removes the addresses and stops the speaker. Call it before the
 // listeners close.
 func (m *Manager) Close() error {
+	if m == nil {
+		return nil
+	}
 	m.closeOnce.Do(func() {
 		m.stopLoop()
 		m.closeErr = m.handOver()
@@ -488,6 +502,9 @@ func (m *Manager) stopLoop() {
 // Run detects failures, decides and converges until ctx ends or Close is
 // called. It does not release anything when it returns: Close does.
 func (m *Manager) Run(ctx context.Context) error {
+	if m == nil {
+		return nil
+	}
 	m.mu.Lock()
 	if m.loop.running || m.loop.stopped {
 		m.mu.Unlock()

@@ -55,7 +55,8 @@ var (
 // to Prometheus. It is a metricsserver.TextWriter: a host announcing
 // 100,000 VIPs has a series for each, and a scrape writes them from the
 // published list instead of building a metric (and a copy of each VIP)
-// per series.
+// per series. The disabled manager's describes the metrics and exports
+// none.
 func (m *Manager) Collector() prometheus.Collector { return vipCollector{m} }
 
 type vipCollector struct{ m *Manager }
@@ -67,6 +68,9 @@ func (c vipCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c vipCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.m == nil {
+		return
+	}
 	var ns pb.NodeStatus
 	c.m.Describe(&ns)
 	for _, v := range ns.Vips {
@@ -99,6 +103,9 @@ func held(state string) float64 {
 // never modified once published, so they are read without a copy.
 func (c vipCollector) WriteText(w io.Writer) error {
 	m := c.m
+	if m == nil {
+		return nil
+	}
 	m.mu.Lock()
 	vips, peers := m.pub.vips, m.pub.peers
 	m.mu.Unlock()

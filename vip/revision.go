@@ -32,6 +32,9 @@ type Readiness interface {
 // manager acts on revision from then on (NoteRevision).
 func (m *Manager) UpdateRevision(changes iter.Seq2[*pb.Object, *pb.Object], revision uint64, touched []string,
 	state func() ([]*pb.Object, uint64), ready Readiness) {
+	if m == nil {
+		return
+	}
 	if ChangesMatter(changes) && !m.UpdateLoadBalancers(changes, revision) {
 		objs, rev := state()
 		m.Update(objs, rev)
@@ -51,6 +54,9 @@ func (m *Manager) UpdateRevision(changes iter.Seq2[*pb.Object, *pb.Object], revi
 // its heartbeats say it acts on that revision, and a host that just
 // started compares it with its peers' to know that it has caught up.
 func (m *Manager) NoteRevision(revision uint64) {
+	if m == nil {
+		return
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.want != nil && revision > m.revision {

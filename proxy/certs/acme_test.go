@@ -248,11 +248,19 @@ func TestChallengesAnsweredForOtherHosts(t *testing.T) {
 		{"shop.acme.example", "/.well-known/acme-challenge/other", 404},
 		{"api.acme.example", "/.well-known/acme-challenge/tok123", 404}, // not managed
 		{"shop.acme.example", "/.well-known/acme-challenge/", 404},
+		{"shop.acme.example", "/index.html", 404},
 	}
 	for _, tc := range tests {
 		req, _ := http.NewRequest(http.MethodGet, "http://"+tc.host+tc.path, nil)
 		rec := &recorder{header: http.Header{}}
-		b.HTTPChallengeHandler().ServeHTTP(rec, req)
+		h := b.Challenge(tc.path)
+		if h == nil { // the load balancer's request, not a challenge
+			if tc.code == 200 {
+				t.Errorf("Challenge(%q) = nil, want the challenge handler", tc.path)
+			}
+			continue
+		}
+		h.ServeHTTP(rec, req)
 		if rec.code == 0 {
 			rec.code = 200
 		}

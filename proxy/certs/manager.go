@@ -119,8 +119,11 @@ type loaded struct {
 }
 
 // LoadRoots reads PEM certificates from file into a pool that also holds
-// the system roots.
+// the system roots; no file ("") is nil, the system roots alone.
 func LoadRoots(file string) (*x509.CertPool, error) {
+	if file == "" {
+		return nil, nil
+	}
 	data, err := os.ReadFile(file)
 	if err != nil {
 		return nil, fmt.Errorf("read --acme-ca-root: %w", err)
@@ -337,6 +340,16 @@ const HTTPChallengePrefix = "/.well-known/acme-challenge/"
 // HTTPChallengeHandler.
 func IsHTTPChallenge(path string) bool {
 	return strings.HasPrefix(path, HTTPChallengePrefix) && len(path) > len(HTTPChallengePrefix)
+}
+
+// Challenge routes the requests of http listeners (proxy.NewHTTP's
+// challenge): an ACME HTTP-01 challenge (IsHTTPChallenge) goes to
+// HTTPChallengeHandler, any other path gets nil, for the load balancer.
+func (m *Manager) Challenge(path string) http.Handler {
+	if IsHTTPChallenge(path) {
+		return m.HTTPChallengeHandler()
+	}
+	return nil
 }
 
 // HTTPChallengeHandler answers ACME HTTP-01 challenges for the hosts this

@@ -1,0 +1,211 @@
+package main
+
+// serve's configuration: the settings, their flags (whose names are the
+// keys of the serve.yaml file) and the checks of settings that do not go
+// together.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/teapot-lb/teapot-lb/api/memlimit"
+	"github.com/teapot-lb/teapot-lb/consensus"
+	"github.com/teapot-lb/teapot-lb/packaging/serveconfig"
+	"github.com/teapot-lb/teapot-lb/proxy"
+	"github.com/teapot-lb/teapot-lb/proxy/certs"
+	"github.com/teapot-lb/teapot-lb/vip"
+)
+
+// serveConfig holds serve's settings; the YAML config file uses the flag
+// names as keys.
+type serveConfig struct {
+	DataDir          string       `json:"data-dir"`
+	NodeID           string       `json:"node-id"`
+	RaftAddr         string       `json:"raft-addr"`
+	APIAddr          string       `json:"api-addr"`
+	Join             string       `json:"join"`
+	Token            string       `json:"token"`
+	HeartbeatTimeout vip.Duration `json:"raft-heartbeat-timeout"`
+	ElectionTimeout  vip.Duration `json:"raft-election-timeout"`
+	LogLevel         string       `json:"log-level"`
+	// MetricsAddr serves Prometheus metrics at /metrics; "" turns it off.
+	MetricsAddr string `json:"metrics-addr"`
+	// WebAddr serves the dashboard over HTTPS; "" (the default) turns it off.
+	WebAddr string `json:"web-addr"`
+	// DrainTimeout is how long a drained or stopping host keeps its arp
+	// VIPs while its clients are handed over, and how long a stopping
+	// host then lets its connections finish after it closed its
+	// listeners.
+	DrainTimeout vip.Duration `json:"drain-timeout"`
+	// AccessLog is the file of the load balancers' access logs; ""
+	// writes them to stderr.
+	AccessLog string `json:"access-log"`
+	// MemoryLimit is the Go runtime's soft memory limit: a size or a
+	// share of the memory available; "" leaves GOMEMLIMIT's.
+	MemoryLimit string `json:"memory-limit"`
+	// GCHeadroom is the most the Go heap grows past what is live between
+	// collections: a size, or "none" for GOGC alone.
+	GCHeadroom string `json:"gc-headroom"`
+	// ListenSockets is how TCP listeners listen: a socket per listener,
+	// or one per tenant and address family steered to by a BPF program.
+	ListenSockets string `json:"listen-sockets"`
+
+	// VIPs: the arp interface, the failure detector, and the BGP speaker
+	// (the bgp: section exists only in the file).
+	VIPInterface      string         `json:"vip-interface"`
+	HeartbeatAddr     string         `json:"heartbeat-addr"`
+	HeartbeatInterval vip.Duration   `json:"heartbeat-interval"`
+	HeartbeatMisses   int            `json:"heartbeat-misses"`
+	BGP               *vip.BGPConfig `json:"bgp"`
+
+	// ACME: the CA's directory (default Let's Encrypt production), a PEM
+	// file of roots for its HTTPS endpoint, the account's contact.
+	ACMECA         string       `json:"acme-ca"`
+	ACMECARoot     string       `json:"acme-ca-root"`
+	ACMEEmail      string       `json:"acme-email"`
+	ACMERenewCheck vip.Duration `json:"acme-renew-check"`
+	// ACMEOrdersPerTenant bounds each tenant's new ACME orders an hour
+	// on this host.
+	ACMEOrdersPerTenant int `json:"acme-orders-per-tenant"`
+	// TLSCPUPerTenant is the CPU (cores) one tenant's TLS signatures may
+	// use on average; 0 takes a quarter of the host's CPUs.
+	TLSCPUPerTenant float64 `json:"tls-cpu-per-tenant"`
+
+	// Restore and RestorePassphraseFile start a new cluster from a backup
+	// (command line only: a restore happens once).
+	Restore               string `json:"-"`
+	RestorePassphraseFile string `json:"-"`
+	// Recover makes a survivor of a lost majority a one-host cluster
+	// (command line only, like --restore).
+	Recover bool `json:"-"`
+}
+
+// commandLineOnly are serve's flags without a key in the file: --config
+// and --check-config themselves, and --restore and --recover, which
+// happen once and must not outlive a restart.
+var commandLineOnly = []string{"config", "check-config", "restore", "restore-passphrase-file", "recover"}
+
+// serveFile is the serve configuration file: a key per flag, and the bgp:
+// section.
+func serveFile(cfg *serveConfig) serveconfig.File {
+	return serveconfig.File{CommandLineOnly: commandLineOnly, Sections: map[string]any{"bgp": &cfg.BGP}}
+}
+
+// serveCommandWith builds serve's command; run gets the configuration
+// merged from the flags and the file.
+func serveCommandWith(run func(context.Context, serveConfig) error) *cobra.Command {
+	cfg := serveConfig{
+		DataDir:          "./teapot-data",
+		NodeID:           defaultNodeID(),
+		RaftAddr:         "127.0.0.1:7300",
+		APIAddr:          "127.0.0.1:7443",
+		HeartbeatTimeout: vip.Duration(consensus.DefaultHeartbeatTimeout),
+		ElectionTimeout:  vip.Duration(consensus.DefaultElectionTimeout),
+		LogLevel:         "info",
+		MetricsAddr:      defaultMetricsAddr,
+		DrainTimeout:     vip.Duration(proxy.DefaultDrainTimeout),
+		ListenSockets:    proxy.ListenPerListener,
+		GCHeadroom:       memlimit.DefaultHeadroom,
+		ACMECA:           certs.LetsEncrypt,
+		ACMERenewCheck:   vip.Duration(10 * time.Minute), // certmagic's own
+
+		ACMEOrdersPerTenant: certs.DefaultOrdersPerHour,
+
+		HeartbeatInterval: vip.Duration(vip.DefaultHeartbeatInterval),
+		HeartbeatMisses:   vip.DefaultHeartbeatMisses,
+	}
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run an LB host (bootstraps a single-node cluster in ./teapot-data when started with no flags)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			f := cmd.Flags()
+			if path, _ := f.GetString("config"); path != "" {
+				if err := serveconfig.Apply(f, path, serveFile(&cfg)); err != nil {
+					return err
+				}
+			}
+			if err := checkServeConfig(cfg); err != nil {
+				return serveconfig.Refuse(err)
+			}
+			if check, _ := f.GetBool("check-config"); check {
+				fmt.Fprintln(cmd.OutOrStdout(), "configuration is valid")
+				return nil
+			}
+			return run(cmd.Context(), cfg)
+		},
+	}
+	// A flag the command line gets wrong is a configuration error too.
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return serveconfig.Refuse(err) })
+	f := cmd.Flags()
+	checked := func(p *string, name, typ string, check func(string) error, usage string) {
+		f.Var(serveconfig.NewChecked(p, typ, check), name, usage)
+	}
+	// serve's own --config shadows the root's admin --config.
+	f.String("config", "", "serve configuration file: YAML with the flag names as keys and a bgp: section (the packages install a documented /etc/teapot-lb/serve.yaml); flags given on the command line win")
+	f.Bool("check-config", false, "check the flags and the --config file, print what is wrong, and exit (0: valid, 78: refused) without starting anything")
+	f.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "where this host keeps its state and credentials")
+	f.StringVar(&cfg.NodeID, "node-id", cfg.NodeID, "this host's id in the cluster")
+	checked(&cfg.RaftAddr, "raft-addr", "address", serveconfig.HostPort, "IP:port for Raft traffic between hosts (mTLS)")
+	checked(&cfg.APIAddr, "api-addr", "address", serveconfig.HostPort, "IP:port of the admin and cluster API (mTLS)")
+	f.StringVar(&cfg.Join, "join", "", "API address of a cluster host to join through (with --token)")
+	f.StringVar(&cfg.Token, "token", "", "join token printed by \"teapot-lb cluster join-token\"")
+	f.Var(&cfg.HeartbeatTimeout, "raft-heartbeat-timeout", "time without a leader's heartbeat before a follower calls an election")
+	f.Var(&cfg.ElectionTimeout, "raft-election-timeout", "time a candidate waits for votes before trying again")
+	checked(&cfg.LogLevel, "log-level", "level", serveconfig.LogLevel, "debug | info | warn | error")
+	f.Var(&cfg.DrainTimeout, "drain-timeout", "how long a drained or stopping (SIGTERM) host keeps its arp VIPs while its clients are handed over (HTTP connections close after their next response; other connections may end), and, on stop, how long open connections may run to their end after the listeners closed")
+	f.StringVar(&cfg.AccessLog, "access-log", "", "file that receives the access logs of load balancers with accessLog enabled (default: stderr)")
+	checked(&cfg.MemoryLimit, "memory-limit", "size", memlimit.Check, "soft limit of the Go heap and runtime: a size (1536MiB, 2GiB) or a share of the memory available (80%: of the service's cgroup memory.max when set, else of the host's); near it the collector runs more often instead of letting the heap grow to twice what is live (default: GOMEMLIMIT, else none)")
+	checked(&cfg.GCHeadroom, "gc-headroom", "size", memlimit.CheckHeadroom, `the most the Go heap may grow past what the last collection found live: below it the collector runs as GOGC says (by default when the heap doubled), above it every time the heap grew by this much, never by less than a quarter of what is live; such a host also collects when it goes quiet after a burst (a bulk load, a resync); a size (512MiB) or "none" for GOGC alone`)
+	checked(&cfg.ListenSockets, "listen-sockets", "mode", proxy.CheckListenSockets, `how TCP listeners listen: "listener" opens a socket per listener (address and port); "tenant" opens one per tenant and address family and steers each listener's address to it with a BPF sk_lookup program (Linux 5.9 or later, CAP_BPF and CAP_NET_ADMIN), for hosts of tens of thousands of listeners`)
+	checked(&cfg.MetricsAddr, "metrics-addr", "address", serveconfig.OptionalHostPort, `IP:port serving Prometheus metrics at /metrics, and Go profiles at /debug/pprof/ when it is a loopback address ("" turns them off)`)
+	checked(&cfg.WebAddr, "web-addr", "address", serveconfig.OptionalHostPort, "IP:port serving the read-only dashboard over HTTPS with this host's certificate; logins take a token from \"teapot-lb dashboard token\" (default off)")
+	f.StringVar(&cfg.VIPInterface, "vip-interface", "", "interface that carries the VIPs of arp pools (needs CAP_NET_ADMIN and CAP_NET_RAW)")
+	checked(&cfg.HeartbeatAddr, "heartbeat-addr", "address", serveconfig.OptionalHostPort, fmt.Sprintf("IP:port of the VIP failure detector on the data-plane network (default: the --raft-addr IP, port %d)", vip.DefaultHeartbeatPort))
+	f.Var(&cfg.HeartbeatInterval, "heartbeat-interval", "time between VIP heartbeats to each peer")
+	f.IntVar(&cfg.HeartbeatMisses, "heartbeat-misses", cfg.HeartbeatMisses, "heartbeats a peer may miss before its VIPs move")
+	f.StringVar(&cfg.ACMECA, "acme-ca", cfg.ACMECA, "ACME directory URL of the CA that issues certificates for https listeners with acme: true")
+	f.StringVar(&cfg.ACMECARoot, "acme-ca-root", "", "PEM file of extra root certificates that verify the ACME CA's HTTPS endpoint")
+	f.StringVar(&cfg.ACMEEmail, "acme-email", "", "contact address of the cluster's ACME account")
+	f.Var(&cfg.ACMERenewCheck, "acme-renew-check", "how often certificates are checked for renewal")
+	_ = f.MarkHidden("acme-renew-check")
+	f.IntVar(&cfg.ACMEOrdersPerTenant, "acme-orders-per-tenant", cfg.ACMEOrdersPerTenant, "new ACME orders one tenant may start in an hour on this host (the cluster shares one ACME account, whose limits the CA counts); a name whose order failed also waits 1 minute, doubling with each failure up to a day")
+	f.Float64Var(&cfg.TLSCPUPerTenant, "tls-cpu-per-tenant", 0, "CPU cores one tenant's TLS handshakes may use on average on this host: the ClientHellos and full handshakes of its https listeners (over it they wait up to 200ms, then are refused) and the client certificates of its HTTPS health checks (over it they are delayed); resumed sessions sign nothing (0: a quarter of the host's CPUs)")
+	f.StringVar(&cfg.Restore, "restore", "", "start a new cluster from this backup (\"teapot-lb cluster backup\"): needs an empty --data-dir; other hosts then --join it")
+	f.BoolVar(&cfg.Recover, "recover", false, "the other voters are gone for good: make this host a one-host cluster with the state in its data dir (refused while any other voter answers); new hosts then --join it")
+	f.StringVar(&cfg.RestorePassphraseFile, "restore-passphrase-file", "", "passphrase of an encrypted --restore backup (the file's first line)")
+	return cmd
+}
+
+// checkServeConfig refuses settings that are each valid but do not go
+// together.
+func checkServeConfig(cfg serveConfig) error {
+	if cfg.ACMEOrdersPerTenant < 1 {
+		return fmt.Errorf("--acme-orders-per-tenant %d: give 1 or more new orders an hour (default %d)", cfg.ACMEOrdersPerTenant, certs.DefaultOrdersPerHour)
+	}
+	if cfg.TLSCPUPerTenant < 0 {
+		return fmt.Errorf("--tls-cpu-per-tenant %g: give the CPU cores a tenant's TLS signatures may use, like 0.5, or 0 for a quarter of the host's CPUs", cfg.TLSCPUPerTenant)
+	}
+	if cfg.Join != "" && cfg.Token == "" {
+		return errors.New("--join needs --token (from `teapot-lb cluster join-token` on a cluster host)")
+	}
+	return nil
+}
+
+var nonID = regexp.MustCompile(`[^a-z0-9.-]+`)
+
+func defaultNodeID() string {
+	h, err := os.Hostname()
+	h = strings.Trim(nonID.ReplaceAllString(strings.ToLower(h), "-"), "-.")
+	if err != nil || h == "" {
+		return "node1"
+	}
+	return h
+}

@@ -1,0 +1,59 @@
+package vip
+
+import (
+	"fmt"
+	"iter"
+	"net/netip"
+
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+)
+
+// Open returns this host's VIP manager. A host with no Interface and no
+// BGP takes no part in VIPs: Open returns the disabled manager, a nil
+// *Manager, whose methods do nothing (Run and Close return at once,
+// HeartbeatAddr is "", Collector describes the metrics and
+// exports none). Otherwise it is New,
+// with HeartbeatAddr defaulting to the IP of RaftAddr at
+// DefaultHeartbeatPort.
+func Open(cfg Config) (*Manager, error) {
+	if cfg.Interface == "" && cfg.BGP == nil {
+		return nil, nil
+	}
+	if cfg.HeartbeatAddr == "" {
+		ap, err := netip.ParseAddrPort(cfg.RaftAddr)
+		if err != nil {
+			return nil, fmt.Errorf("--raft-addr %q: must be IP:port (for example 127.0.0.1:7300)", cfg.RaftAddr)
+		}
+		cfg.HeartbeatAddr = netip.AddrPortFrom(ap.Addr(), DefaultHeartbeatPort).String()
+	}
+	return New(cfg)
+}
+
+// HeartbeatAddr is the IP:port of this host's failure detector ("" for
+// the disabled manager).
+func (m *Manager) HeartbeatAddr() string {
+	if m == nil {
+		return ""
+	}
+	return m.cfg.HeartbeatAddr
+}
+
+// Follow passes on one committed revision once the data plane has
+// applied it: after a reset (objs: the whole state) the state goes to
+// Update and the data plane's readiness to SetReady; any other revision
+// (changes: each object before and after it; touched: the load balancers
+// the data plane touched) goes to UpdateRevision.
+func (m *Manager) Follow(reset bool, objs []*pb.Object, changes iter.Seq2[*pb.Object, *pb.Object], revision uint64,
+	touched []string, state func() ([]*pb.Object, uint64), ready Readiness) {
+	if m == nil {
+		return
+	}
+	if reset {
+		m.Update(objs, revision)
+		if ready != nil {
+			m.SetReady(ready.Readiness())
+		}
+		return
+	}
+	m.UpdateRevision(changes, revision, touched, state, ready)
+}
