@@ -759,12 +759,15 @@ func TestRollingUpgradeInARPLab(t *testing.T) {
 				}
 			}
 		}
-		// A host restarted on this release takes no VIP it did not hold
-		// (the VIP may still move around a stall of another host on a
-		// loaded machine; that move is reported).
+		// A host restarted on this release takes no VIP it did not hold.
+		// The VIP may still move around a stall of its holder on a loaded
+		// machine (the holder's heartbeats stopped for a detection time,
+		// and the holder let it go as it lost its majority): a failover,
+		// which the restarted host may win as any host would; that move
+		// is reported, and its failures are explained by it.
 		if !ph.held && ph.startsThis {
 			for _, m := range ph.moves {
-				if m.msg == "VIP taken" && m.host == ph.host {
+				if m.msg == "VIP taken" && m.host == ph.host && !strings.Contains(m.line, `reason="took over: no heartbeat from `) {
 					t.Errorf("%s %s: the restarted host took the VIP at %s: %s", ph.name, ph.host.id, m.at.Format("15:04:05.000"), m.line)
 				}
 			}
