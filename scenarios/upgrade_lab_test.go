@@ -653,13 +653,18 @@ func TestRollingUpgradeInARPLab(t *testing.T) {
 			gated.refused(t, apply(oldHost), want)
 		}
 	}
-	st, err = l.status(order[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.GetFeatureLevel() != api.FeatureLevel {
-		t.Fatalf("feature level %d after the upgrade, want %d", st.GetFeatureLevel(), api.FeatureLevel)
-	}
+	// Each host records its level in the state once it runs: the last
+	// one's record may follow its first healthy status by a moment.
+	waitFor(t, startTimeout, fmt.Sprintf("feature level %d after the upgrade", api.FeatureLevel), func() error {
+		st, err := l.status(order[0])
+		if err != nil {
+			return err
+		}
+		if st.GetFeatureLevel() != api.FeatureLevel {
+			return fmt.Errorf("feature level %d", st.GetFeatureLevel())
+		}
+		return nil
+	})
 	// The load balancer with a level-3 field stays stored through the
 	// downgrade.
 	gated.accepted(t, apply(order[0]), func(args ...string) (string, error) { return l.cli(order[1], args...) }, true)

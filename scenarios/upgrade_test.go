@@ -142,6 +142,23 @@ func (c *cluster) joinAs(via *node, bin string) *node {
 	return n
 }
 
+// waitFeatureLevel waits until cluster status through via reports the
+// cluster's feature level as want: each host records its level in the
+// state once it runs, a moment after it first answers.
+func (c *cluster) waitFeatureLevel(t *testing.T, via *node, want uint32) {
+	t.Helper()
+	waitFor(t, startTimeout, fmt.Sprintf("feature level %d", want), func() error {
+		st, err := c.status(via)
+		if err != nil {
+			return err
+		}
+		if st.GetFeatureLevel() != want {
+			return fmt.Errorf("feature level %d", st.GetFeatureLevel())
+		}
+		return nil
+	})
+}
+
 // versions returns each host's version as cluster status reports it.
 func (c *cluster) versions(t *testing.T, via *node) map[string]string {
 	t.Helper()
@@ -238,20 +255,12 @@ func TestRollingUpgradeFromLevelOneRelease(t *testing.T) {
 			t.Fatalf("%s still runs %s after the upgrade", id, v)
 		}
 	}
-	st, err := c.status(n2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.GetFeatureLevel() != api.FeatureLevel {
-		t.Fatalf("feature level %d after the upgrade, want %d", st.GetFeatureLevel(), api.FeatureLevel)
-	}
+	c.waitFeatureLevel(t, n2, api.FeatureLevel)
 	gated.accepted(t, apply(n3), func(args ...string) (string, error) { return c.cli(n2, args...) }, false)
 	// A host that was just upgraded goes back to the previous release.
 	downFailed, _ := phase("downgrade", n3, old)
 	gated.refused(t, apply(n1), n3.id+" (version "+oldVersion+") is at level 1")
-	if st, err := c.status(n2); err != nil || st.GetFeatureLevel() != 1 {
-		t.Fatalf("feature level %d (%v) with n3 downgraded, want 1", st.GetFeatureLevel(), err)
-	}
+	c.waitFeatureLevel(t, n2, 1)
 	if downFailed > 0 {
 		t.Errorf("%d connections through the VIP failed while n3 was downgraded", downFailed)
 	}
