@@ -72,7 +72,7 @@ lint: ## go vet (the appliance and the conformance module) and gofmt
 test: lint kube-tools ## lint, then every test with the race detector
 	CGO_ENABLED=1 go test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
-upgrade-test: ## the rolling-upgrade scenarios (not in test: they build two earlier releases from git, about 8 min): three hosts of the previous release upgraded one by one under traffic in the ARP lab, and of the last level-1 release on loopback, then one downgraded
+upgrade-test: ## the rolling-upgrade scenarios (CI runs it after test; not in test: they build two earlier releases from git, 8-12 min): three hosts of the previous release upgraded one by one under traffic in the ARP lab, and of the last level-1 release on loopback, then one downgraded
 	TEAPOT_SCENARIO_UPGRADE=1 CGO_ENABLED=1 go test -race -count=1 -p 1 -timeout 30m ./scenarios -run 'TestRollingUpgradeFromLevelOneRelease|TestRollingUpgradeInARPLab' -v
 
 conformance: kube-tools ## the official Gateway API conformance suite (the version conformance/go.mod pins) against a tenant cluster and three LB hosts in network namespaces; writes docs/conformance/gateway-api-report.yaml (CI runs it after test; not in test: it runs for longer than a scenario may)

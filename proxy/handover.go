@@ -1,11 +1,16 @@
 package proxy
 
 import (
-	"github.com/teapot-lb/teapot-lb/proxy/snapshot"
+	"crypto/tls"
 	"net"
 	"net/netip"
 	"slices"
 	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/teapot-lb/teapot-lb/proxy/snapshot"
 )
 
 // handoverState is what the proxy keeps while this host hands its VIPs
@@ -14,9 +19,14 @@ type handoverState struct {
 	// vips are the addresses handed over (nil: no handover).
 	vips    atomic.Pointer[map[netip.Addr]bool]
 	pending atomic.Int64
-	// closing: CloseConnections was called in this handover.
-	closing atomic.Bool
 }
+
+// HandoverQuiet is how long a TCP, TLS passthrough or WebSocket connection
+// must have carried nothing either way, its last bytes going to its
+// client, for CloseConnections to end it without force: a pause between
+// an answer and the client's next message, so that the close does not
+// meet a message in flight (the client would lose it and see a reset).
+const HandoverQuiet = 10 * time.Millisecond
 
 // handingOver reports whether connections to a are being handed over.
 func (h *handoverState) handingOver(a netip.Addr) bool {
@@ -39,7 +49,6 @@ func (p *Proxy) HandOver(vips []netip.Addr) {
 	for _, a := range vips {
 		set[a] = true
 	}
-	p.handover.closing.Store(false)
 	p.handover.vips.Store(&set)
 	for _, s := range p.tcpSockets(set) {
 		s.mu.Lock()
@@ -64,7 +73,6 @@ func (p *Proxy) EndHandover() {
 	if p.handover.vips.Swap(nil) == nil {
 		return
 	}
-	p.handover.closing.Store(false)
 	for _, s := range p.tcpSockets(nil) {
 		s.mu.Lock()
 		for t := range s.conns {
@@ -85,30 +93,38 @@ func (p *Proxy) HandoverPending() int {
 }
 
 // CloseConnections ends the TCP connections accepted on the addresses
-// handed over, cleanly where the client sent nothing unread (FIN): a host
+// handed over, cleanly (FIN) and each at a pause of its traffic: a host
 // that is about to let its VIPs go ends the connections that the next
 // holder, which never saw them, would otherwise reset once their clients
-// send again. It never cuts an HTTP request: the first call closes the
-// TCP, TLS passthrough and upgraded (WebSocket) connections, and every
-// call closes the HTTP/1.x connections idle between two requests, while
+// send again. It never cuts an HTTP request or a message: it closes the
+// TCP, TLS passthrough and upgraded (WebSocket) connections that are
+// quiet (nothing either way for HandoverQuiet, the last bytes to the
+// client) and the HTTP/1.x connections idle between two requests, while
 // those that serve a request close after its response (it says
 // Connection: close) and HTTP/2 connections once their streams have
 // ended. An HTTP connection that has not sent its first request yet is
-// left to send it. It returns how many HTTP connections are still busy:
-// the caller calls again until none is, within a short grace, and then
-// once with force, which closes every connection left.
+// left to send it. It returns how many connections are still busy (HTTP
+// requests in progress, connections not quiet yet): the caller calls
+// again until none is, within a short grace, and then once with force,
+// which closes every connection left.
 func (p *Proxy) CloseConnections(force bool) (busy int) {
 	m := p.handover.vips.Load()
 	if m == nil {
 		return 0
 	}
-	first := !p.handover.closing.Swap(true)
 	var cs []net.Conn
 	for _, s := range p.tcpSockets(*m) {
 		s.mu.Lock()
 		for t := range s.conns {
 			switch {
-			case force, first && (!t.l7 || t.state.Upgraded()), t.l7 && t.state.CloseIfIdle():
+			case force, t.l7 && t.state.CloseIfIdle():
+				t.cancel()
+				cs = append(cs, t.c)
+			case !t.l7 || t.state.Upgraded():
+				if !quiet(t.c, HandoverQuiet) {
+					busy++
+					continue
+				}
 				t.cancel()
 				cs = append(cs, t.c)
 			case t.l7 && t.state.Busy():
@@ -124,6 +140,34 @@ func (p *Proxy) CloseConnections(force bool) (busy int) {
 		p.log.Info("closed connections before the VIPs move", "connections", len(cs), "busy", busy, "force", force)
 	}
 	return busy
+}
+
+// quiet reports whether the kernel says c has received nothing from its
+// client and sent nothing to it for at least d, and sent last (what the
+// client sent last was answered). The kernel counts these times in its
+// clock ticks (1 to 10ms): bytes received in the tick of the last answer
+// count as answered. A connection the kernel cannot say this of counts as
+// quiet.
+func quiet(c net.Conn, d time.Duration) bool {
+	if tc, ok := c.(*tls.Conn); ok {
+		c = tc.NetConn()
+	}
+	tcp, ok := c.(*net.TCPConn)
+	if !ok {
+		return true
+	}
+	rc, err := tcp.SyscallConn()
+	if err != nil {
+		return true
+	}
+	var info *unix.TCPInfo
+	if rc.Control(func(fd uintptr) { info, err = unix.GetsockoptTCPInfo(int(fd), unix.SOL_TCP, unix.TCP_INFO) }) != nil || err != nil {
+		return true
+	}
+	// Milliseconds since the last bytes received from the client and the
+	// last bytes sent to it.
+	recv, sent := time.Duration(info.Last_data_recv)*time.Millisecond, time.Duration(info.Last_data_sent)*time.Millisecond
+	return sent >= d && recv >= sent && info.Notsent_bytes == 0
 }
 
 // tcpSockets returns the TCP listening sockets open now on the addresses

@@ -14,6 +14,7 @@ import (
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 	"github.com/teapot-lb/teapot-lb/proxy/l7"
 	"golang.org/x/net/websocket"
+	"golang.org/x/sys/unix"
 )
 
 // TestHandoverClosesHTTPAfterItsNextResponse checks the handover of a host
@@ -152,9 +153,9 @@ func TestHandoverClosesHTTPAfterItsNextResponse(t *testing.T) {
 	// above if they are not untracked yet.
 	// HTTP connections that answered with Connection: close and are not
 	// untracked yet count as busy until they are.
-	if n := p.CloseConnections(false); n > 2 {
-		t.Fatalf("CloseConnections: %d HTTP connections busy, want at most 2", n)
-	}
+	// The stream and the WebSocket close once they have been quiet for
+	// HandoverQuiet.
+	eventually(t, "CloseConnections to find nothing busy", func() bool { return p.CloseConnections(false) == 0 })
 	if err := roundTrip(otherStream, []byte("other, after")); err != nil {
 		t.Fatalf("a connection to a VIP not handed over: %v", err)
 	}
@@ -212,8 +213,8 @@ func slowWebBackend(t *testing.T, release <-chan struct{}, arrived chan<- struct
 }
 
 // TestCloseConnectionsLetsRequestsInProgressFinish checks the end of a
-// handover with real sockets: CloseConnections closes at once (cleanly)
-// an HTTP connection idle between requests and a WebSocket, while a
+// handover with real sockets: CloseConnections closes (cleanly) an HTTP
+// connection idle between requests at once and a quiet WebSocket, while a
 // request in progress on a connection accepted during the handover gets
 // its whole answer (Connection: close) and then a clean close, and a
 // connection that has not sent its request yet is answered too; it counts
@@ -296,8 +297,12 @@ func TestCloseConnectionsLetsRequestsInProgressFinish(t *testing.T) {
 		t.Fatal("the slow request did not reach the member")
 	}
 	fresh := dial()
-	// The fresh connection is accepted before CloseConnections.
-	eventually(t, "both connections accepted during the handover", func() bool { return p.CloseConnections(false) == 2 })
+	// The fresh connection is accepted before CloseConnections; the idle
+	// connection closes at once, the WebSocket once it has been quiet for
+	// HandoverQuiet (neither is pending then).
+	eventually(t, "both connections accepted during the handover busy, the others closed", func() bool {
+		return p.CloseConnections(false) == 2 && p.HandoverPending() == 0
+	})
 
 	cleanEOF(idle, "connection idle between requests", 5*time.Second)
 	var msg string
@@ -347,4 +352,84 @@ func TestCloseConnectionsLetsRequestsInProgressFinish(t *testing.T) {
 		t.Fatalf("an answer (%s) after the forced close", resp.Status)
 	}
 	p.EndHandover()
+}
+
+// TestCloseConnectionsWaitsForTheAnswerInFlight: at the end of a handover a
+// TCP connection whose client sent a message that is not answered yet is
+// busy, not closed (the close would lose the message and the client would
+// see its connection end under it); once the answer has reached the client
+// and the connection has been quiet for HandoverQuiet, it closes cleanly.
+func TestCloseConnectionsWaitsForTheAnswerInFlight(t *testing.T) {
+	t.Parallel()
+	// The member answers each message once given a token.
+	arrived, answer := make(chan struct{}, 2), make(chan struct{}, 2)
+	slowEcho := func(c net.Conn) {
+		buf := make([]byte, 64)
+		for {
+			n, err := c.Read(buf)
+			if err != nil {
+				return
+			}
+			arrived <- struct{}{}
+			<-answer
+			if _, err := c.Write(buf[:n]); err != nil {
+				return
+			}
+		}
+	}
+	member := startBackend(t, "127.0.0.1", slowEcho).addr
+	t.Cleanup(func() { close(answer) })
+	p, _ := newProxy(t, Config{DrainTimeout: time.Minute})
+	port := freePort(t)
+	update(t, p, l4LB("slow", "127.0.0.2", port, "tcp", member))
+	c, err := net.DialTimeout("tcp", vipAddr("127.0.0.2", port), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	answer <- struct{}{}
+	if err := roundTrip(c, []byte("answered")); err != nil {
+		t.Fatal(err)
+	}
+	<-arrived
+	// The next message goes out once the kernel's clock tells the last
+	// answer from it (its ticks are up to 10ms).
+	eventually(t, "the answer to age", func() bool { return lastReceived(t, c) >= 2*HandoverQuiet })
+	p.HandOver([]netip.Addr{netip.MustParseAddr("127.0.0.2")})
+	if _, err := c.Write([]byte("in flight")); err != nil {
+		t.Fatal(err)
+	}
+	<-arrived
+	// The member holds the answer for several quiet times: every call
+	// finds the connection busy and leaves it open.
+	for start := time.Now(); time.Since(start) < 5*HandoverQuiet; {
+		if busy := p.CloseConnections(false); busy != 1 {
+			t.Fatalf("CloseConnections with an answer in flight: %d busy, want 1", busy)
+		}
+	}
+	answer <- struct{}{}
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	got := make([]byte, 64)
+	n, err := c.Read(got)
+	if err != nil || string(got[:n]) != "in flight" {
+		t.Fatalf("the answer in flight: %q, %v; want it whole", got[:n], err)
+	}
+	eventually(t, "the quiet connection closed", func() bool { return p.CloseConnections(false) == 0 })
+	if n, err := c.Read(got); err != io.EOF {
+		t.Fatalf("after the close: read %d, %v; want a clean close (EOF)", n, err)
+	}
+}
+
+// lastReceived is how long ago, by the kernel, c last received bytes.
+func lastReceived(t *testing.T, c net.Conn) time.Duration {
+	t.Helper()
+	rc, err := c.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info *unix.TCPInfo
+	if cerr := rc.Control(func(fd uintptr) { info, err = unix.GetsockoptTCPInfo(int(fd), unix.SOL_TCP, unix.TCP_INFO) }); cerr != nil || err != nil {
+		t.Fatal(cerr, err)
+	}
+	return time.Duration(info.Last_data_recv) * time.Millisecond
 }

@@ -653,13 +653,18 @@ func TestRollingUpgradeInARPLab(t *testing.T) {
 			gated.refused(t, apply(oldHost), want)
 		}
 	}
-	st, err = l.status(order[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.GetFeatureLevel() != api.FeatureLevel {
-		t.Fatalf("feature level %d after the upgrade, want %d", st.GetFeatureLevel(), api.FeatureLevel)
-	}
+	// Each host records its level in the state once it runs: the last
+	// one's record may follow its first healthy status by a moment.
+	waitFor(t, startTimeout, fmt.Sprintf("feature level %d after the upgrade", api.FeatureLevel), func() error {
+		st, err := l.status(order[0])
+		if err != nil {
+			return err
+		}
+		if st.GetFeatureLevel() != api.FeatureLevel {
+			return fmt.Errorf("feature level %d", st.GetFeatureLevel())
+		}
+		return nil
+	})
 	// The load balancer with a level-3 field stays stored through the
 	// downgrade.
 	gated.accepted(t, apply(order[0]), func(args ...string) (string, error) { return l.cli(order[1], args...) }, true)
@@ -759,12 +764,15 @@ func TestRollingUpgradeInARPLab(t *testing.T) {
 				}
 			}
 		}
-		// A host restarted on this release takes no VIP it did not hold
-		// (the VIP may still move around a stall of another host on a
-		// loaded machine; that move is reported).
+		// A host restarted on this release takes no VIP it did not hold.
+		// The VIP may still move around a stall of its holder on a loaded
+		// machine (the holder's heartbeats stopped for a detection time,
+		// and the holder let it go as it lost its majority): a failover,
+		// which the restarted host may win as any host would; that move
+		// is reported, and its failures are explained by it.
 		if !ph.held && ph.startsThis {
 			for _, m := range ph.moves {
-				if m.msg == "VIP taken" && m.host == ph.host {
+				if m.msg == "VIP taken" && m.host == ph.host && !strings.Contains(m.line, `reason="took over: no heartbeat from `) {
 					t.Errorf("%s %s: the restarted host took the VIP at %s: %s", ph.name, ph.host.id, m.at.Format("15:04:05.000"), m.line)
 				}
 			}

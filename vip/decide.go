@@ -89,7 +89,8 @@ type viewInput struct {
 type hostView struct {
 	Eligible bool
 	// Handover: it keeps what it holds while its clients are handed
-	// over, and takes nothing else.
+	// over, and takes nothing else; not eligible, it has handed them
+	// over and lets its VIPs go.
 	Handover    bool
 	NotReadyAll bool
 	NotReady    map[netip.Addr]bool
@@ -505,6 +506,8 @@ func whyNot(v view, h string, a netip.Addr, peers map[string]*peerState, dead ti
 		return h + " was never heard from"
 	case !ok:
 		return fmt.Sprintf("no heartbeat from %s for %s", h, dead)
+	case !hv.Eligible && hv.Handover:
+		return h + " handed its clients over (drained or stopping)"
 	case !hv.Eligible:
 		return h + " lost its majority or its interface"
 	case hv.NotReadyAll || hv.NotReady[a]:

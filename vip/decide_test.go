@@ -562,6 +562,8 @@ func TestDecide(t *testing.T) {
 		{"first in the ranking died", arp, self{ID: "n1"}, live("n3"), "n2", true, "n1", "took over: no heartbeat from n2 for 100ms", false},
 		{"first in the ranking is not eligible", arp, self{ID: "n1"},
 			view{Alive: map[string]hostView{"n2": {}, "n3": {Eligible: true}}, Quorum: true}, "n2", true, "n1", "took over: n2 lost its majority or its interface", false},
+		{"first in the ranking handed its clients over", arp, self{ID: "n1"},
+			view{Alive: map[string]hostView{"n2": {Handover: true}, "n3": {Eligible: true}}, Quorum: true}, "n2", true, "n1", "took over: n2 handed its clients over (drained or stopping)", false},
 		{"first in the ranking is not ready", arp, self{ID: "n1"},
 			view{Alive: map[string]hostView{"n2": {Eligible: true, NotReady: map[netip.Addr]bool{a: true}}}, Quorum: true}, "n2", true, "n1", "took over: n2 is not ready to serve it", false},
 		{"first in the ranking is not ready for anything", arp, self{ID: "n1"},

@@ -12,10 +12,11 @@ import (
 // clients of the listeners on vips to reconnect (HTTP connections close
 // after their next response), HandoverPending counts the connections open
 // when it began that are still open, CloseConnections ends those left
-// before the VIPs move (without force: the idle ones and those that carry
-// no request, returning how many HTTP connections still serve one; with
-// force: all), and EndHandover cancels it when the host is undrained. The
-// proxy implements it.
+// before the VIPs move (without force: the HTTP connections idle between
+// requests and the TCP and WebSocket connections at a pause of their
+// traffic, returning how many are still busy: HTTP requests in progress,
+// messages not answered yet; with force: all), and EndHandover cancels it
+// when the host is undrained. The proxy implements it.
 type Handover interface {
 	HandOver(vips []netip.Addr)
 	EndHandover()
@@ -39,9 +40,9 @@ type handoverState struct {
 // them meanwhile. A host that holds an arp VIP keeps it, taking none,
 // while its clients are handed over: until the connections open when the
 // handover began have all ended, at most HandoverTimeout. Then it closes
-// the connections left, letting the HTTP requests in progress finish for
-// at most HandoverCloseGrace, and lets the VIPs go; the peers take them
-// at once.
+// the connections left, letting the HTTP requests in progress finish and
+// the other connections reach a pause for at most HandoverCloseGrace, and
+// lets the VIPs go; the peers take them at once.
 // A host that holds none has nothing to hand over. When want ends (the
 // host was undrained) the data plane keeps connections open again.
 func (m *Manager) handoverStep(now time.Time, want bool) bool {
@@ -86,7 +87,7 @@ func (m *Manager) handoverStep(now time.Time, want bool) bool {
 	h.done, h.doneAt = true, now
 	m.handedOver.Store(true)
 	m.log.Info("clients handed over; letting the arp VIPs go",
-		"took", now.Sub(h.since).Round(time.Millisecond), "still_open", pending, "requests_cut", busy)
+		"took", now.Sub(h.since).Round(time.Millisecond), "still_open", pending, "busy_cut", busy)
 	return false
 }
 

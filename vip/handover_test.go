@@ -168,8 +168,9 @@ func TestDrainedHolderKeepsItsVIPsWhileClientsAreHandedOver(t *testing.T) {
 	dp.pending = 0
 	dp.mu.Unlock()
 	h.tick()
-	if plan := h.m.beats.plan.Load(); plan.hb.Eligible || plan.hb.Handover {
-		t.Fatalf("heartbeat after the handover: eligible %v, handing over %v", plan.hb.Eligible, plan.hb.Handover)
+	// Not eligible, and handed over: its peers say why they take its VIPs.
+	if plan := h.m.beats.plan.Load(); plan.hb.Eligible || !plan.hb.Handover {
+		t.Fatalf("heartbeat after the handover: eligible %v, handing over %v; want false, true", plan.hb.Eligible, plan.hb.Handover)
 	}
 	// The peers here never say they took the VIPs: each stays until the
 	// hand-off's bound, then goes.

@@ -207,7 +207,7 @@ func (m *Manager) planBeats(now time.Time) {
 	p := &beatPlan{key: key, built: now, stale: m.gap, pause: m.quorum, settle: m.settle}
 	p.hb = heartbeat{
 		ID: m.cfg.NodeID, Incarnation: m.incarnation, Revision: st.revision,
-		Eligible: st.eligible && !st.leaving, Leaving: st.leaving, Handover: st.eligible && st.handingOver && !st.leaving,
+		Eligible: st.eligible && !st.leaving, Leaving: st.leaving, Handover: (st.eligible && st.handingOver || st.handedOff) && !st.leaving,
 		NotReadyAll: st.want == nil || !haveReady, Holdings: true,
 	}
 	for _, id := range slices.Sorted(maps.Keys(st.peers)) {

@@ -95,9 +95,13 @@ type loopState struct {
 	linkDirty    bool
 	eligible     bool
 	handingOver  bool // it keeps its arp VIPs while its clients are handed over
-	leaving      bool
-	revision     uint64
-	sessions     int // established BGP sessions at the last evaluation
+	// handedOff: drained or stopping, it has handed its clients over and
+	// lets its arp VIPs go; its heartbeats say so (not eligible, handing
+	// over), so that its peers give that as the reason they take them.
+	handedOff bool
+	leaving   bool
+	revision  uint64
+	sessions  int // established BGP sessions at the last evaluation
 	// sigARP and sigBGP: what the decisions of arp and of bgp VIPs read
 	// of the view and this host's state, at the last evaluation. Those of
 	// static VIPs read this host's readiness for each alone.
@@ -403,9 +407,10 @@ func (m *Manager) evaluate(now time.Time, all bool) time.Time {
 		bgpMe.Problem = "this host has no bgp: section for bgp pools"
 	}
 	eligible := arpMe.Problem == "" && m.arp != nil
-	if eligible != st.eligible || arpMe.Handover != st.handingOver {
+	handedOff := st.handover.done && !eligible
+	if eligible != st.eligible || arpMe.Handover != st.handingOver || handedOff != st.handedOff {
 		lost := st.eligible && !eligible
-		st.eligible, st.handingOver = eligible, arpMe.Handover
+		st.eligible, st.handingOver, st.handedOff = eligible, arpMe.Handover, handedOff
 		if lost {
 			// Its arp VIPs go below, in this evaluation: the peers hear
 			// first, even when a heartbeat went out a moment ago (a

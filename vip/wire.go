@@ -26,8 +26,9 @@ import (
 // reads the part in brackets, which is sent only to a peer that sets it
 // (a host of an earlier version rejects trailing bytes), handing over
 // (16): the sender keeps the arp VIPs it holds while its clients are
-// handed over and takes no other (a host of an earlier version ignores
-// it). Flags of a
+// handed over and takes no other, or, without eligible, has handed them
+// over and lets its VIPs go (a host of an earlier version ignores it and
+// reads only eligible, as every version before did). Flags of a
 // sighting: eligible (1), settled (2): the sender has heard the peer for
 // the whole settling time.
 
@@ -63,7 +64,8 @@ type heartbeat struct {
 	Leaving bool
 	// Handover: the sender keeps the arp VIPs it holds while its clients
 	// are handed over (drained or stopping) and takes no other: its peers
-	// rank it only for the VIPs it holds.
+	// rank it only for the VIPs it holds. Without Eligible: it has handed
+	// them over and lets its VIPs go.
 	Handover bool
 	// NotReadyAll: the sender is not ready for any address (it has no
 	// state yet, or its list did not fit).
