@@ -94,10 +94,17 @@ func TestPassiveHealth502IsFailing(t *testing.T) {
 		t.Fatalf("below the minimum: %s %q", st.Phase, st.Reason)
 	}
 	get(11, 502)
+	// A request is counted once its exchange ends, which may be just
+	// after the client read the answer: wait for the last one.
 	want := fmt.Sprintf("502 from %s on 30 of 30 requests in the last 60 s", ln.Addr())
-	st := assessHere(p, lb)
-	if st.Phase != observe.Failing || !strings.Contains(st.Reason, want) {
-		t.Fatalf("every answer 502: %s %q, want Failing with %q", st.Phase, st.Reason, want)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		st := assessHere(p, lb)
+		if st.Phase == observe.Failing && strings.Contains(st.Reason, want) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("every answer 502: %s %q, want Failing with %q", st.Phase, st.Reason, want)
+		}
 	}
 	// The data plane's own verdict: readiness and an event.
 	deadline := time.Now().Add(3*PassiveTick + 5*time.Second)
