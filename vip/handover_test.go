@@ -98,7 +98,7 @@ func newLoopHarness(t *testing.T, n int, dp Handover, timeout time.Duration) *lo
 		return objs
 	}
 	h.update(false)
-	m.SetReady(ready)
+	m.setReady(ready)
 	for now0 := h.now; h.now.Sub(now0) < 2*rebalanceMultiple*m.settle; {
 		h.tick()
 	}
