@@ -322,8 +322,8 @@ func TestStopBeforeAnyStateHandsNothingOver(t *testing.T) {
 		cfg:  Config{NodeID: "n1", HeartbeatInterval: 20 * time.Millisecond, StateMaxAge: time.Hour, Handover: dp, HandoverTimeout: time.Minute},
 		dead: 100 * time.Millisecond, log: slog.New(slog.DiscardHandler),
 		kick: make(chan struct{}, 1), ready: map[string]string{},
-		arp: &iface{name: "vip-test"},
 	}
+	m.arp = &iface{name: "vip-test"}
 	m.quorum = m.dead - m.cfg.HeartbeatInterval
 	m.settle = settleMultiple * m.dead
 	m.gap = gapMultiple * m.dead

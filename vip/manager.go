@@ -35,16 +35,13 @@ type Manager struct {
 	gap         time.Duration // an absence this long makes a peer settle again
 	incarnation uint64
 
-	arp    *iface  // nil: no arp pools here
-	bgpIf  *iface  // nil: no BGP
-	frames *sender // raw frames on the arp interface
-	spk    *speaker
-	conn   *net.UDPConn
-	act    *actuator
-	beats  *beatSender
+	// carriers: the interfaces, the speaker and the actuator that
+	// converges them (actuator.go).
+	carriers
+	// heartbeats: the failure detector's transport (heartbeat.go).
+	heartbeats
 
 	kick      chan struct{}
-	recv      chan received
 	stop      chan struct{}
 	stopOnce  sync.Once
 	loopDone  chan struct{}
@@ -77,14 +74,8 @@ type Manager struct {
 	// handedOver: the handover the loop runs is over.
 	handedOver atomic.Bool
 
-	loop  loopState // owned by the goroutine in Run, then by Close
+	loop  loopState // owned by the goroutine in Run, then by Close (loop.go)
 	moves moveCounters
-
-	// epoch is the origin of the reader's arrival times; arrivals maps
-	// each member to its latest heartbeat as the reader saw it (the loop
-	// replaces the map when the members change).
-	epoch    time.Time
-	arrivals atomic.Pointer[map[string]*peerArrival]
 }
 
 // published is what Describe shows, copied out of the loop.
@@ -115,7 +106,6 @@ func New(cfg Config) (*Manager, error) {
 		log:      cfg.Logger.With("component", "vip"),
 		dead:     time.Duration(cfg.HeartbeatMisses) * cfg.HeartbeatInterval,
 		kick:     make(chan struct{}, 1),
-		recv:     make(chan received, 256),
 		stop:     make(chan struct{}),
 		loopDone: make(chan struct{}),
 		ready:    map[string]string{},
@@ -127,6 +117,7 @@ func New(cfg Config) (*Manager, error) {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	m.incarnation = binary.BigEndian.Uint64(b[:])
+	m.recv = make(chan received, 256)
 	m.loop.init()
 	m.act = newActuator(m)
 	m.beats = newBeatSender(m)

@@ -141,8 +141,8 @@ func loopTestManager(t *testing.T) (*Manager, *net.UDPConn) {
 		cfg:  Config{NodeID: "n1", HeartbeatInterval: 20 * time.Millisecond, StateMaxAge: time.Hour},
 		dead: 100 * time.Millisecond, log: slog.New(slog.DiscardHandler),
 		kick: make(chan struct{}, 1), ready: map[string]string{}, key: []byte("key"),
-		arp: &iface{name: "vip-test"},
 	}
+	m.arp = &iface{name: "vip-test"}
 	m.quorum = m.dead - m.cfg.HeartbeatInterval
 	m.settle = settleMultiple * m.dead
 	m.gap = gapMultiple * m.dead
