@@ -15,7 +15,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -121,11 +120,14 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 	// starts, for the same reason.
 	// What this host sees (listeners, member health, VIPs, certificates,
 	// events) is gathered here on demand; the parts add themselves below.
-	host := observe.NewHost(cfg.NodeID)
+	// The data plane writes its readiness and member health to plane,
+	// which the VIP manager and the tenant streams follow.
+	host, plane := observe.NewHost(cfg.NodeID), observe.NewPlane()
 	vm, err := vip.Open(vip.Config{
 		NodeID: cfg.NodeID, Interface: cfg.VIPInterface, HeartbeatAddr: cfg.HeartbeatAddr, RaftAddr: cfg.RaftAddr,
 		HeartbeatInterval: time.Duration(cfg.HeartbeatInterval), HeartbeatMisses: cfg.HeartbeatMisses,
 		BGP: cfg.BGP, Logger: log, Events: host.Events().Add, HandoverTimeout: time.Duration(cfg.DrainTimeout),
+		Observed: plane,
 	})
 	if err != nil {
 		return err
@@ -165,12 +167,7 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 	pb.RegisterClusterServer(srv, node.ClusterService())
 	certAPI := certs.NewService(node)
 	pb.RegisterCertificatesServer(srv, certAPI)
-	// The data plane starts below; tenant streams see its member health
-	// once it exists.
-	var dataPlane atomic.Pointer[proxy.Proxy]
-	tenants := tenantsync.New(tenantsync.Config{Store: node, Logger: log, Events: host.Events().Add, Certificates: certAPI, Members: func(lb string) []*pb.MemberState {
-		return dataPlane.Load().MemberStates(lb)
-	}, MembersNotified: true})
+	tenants := tenantsync.New(tenantsync.Config{Store: node, Logger: log, Events: host.Events().Add, Certificates: certAPI, Observed: plane})
 	pb.RegisterTenantSyncServer(srv, tenants)
 	pb.RegisterTenantCredentialsServer(srv, tenants.Credentials())
 	served := make(chan error, 1)
@@ -210,25 +207,10 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 	stack.Push(engine.Close)
 	px := proxy.New(proxy.Config{
 		Logger: log, DrainTimeout: time.Duration(cfg.DrainTimeout), Metrics: counters, HTTP: cm.Terminator(proxy.NewHTTP(engine, cm.Challenge)),
-		Events: host.Events().Add, Steer: steering, CPU: cpu,
-		// Member health and listeners opened on retry change readiness
-		// without a change of the committed state; a member's health, that
-		// of the load balancers holding it only.
-		Changed: func() {
-			if px := dataPlane.Load(); px != nil {
-				vm.SetReady(px.Readiness())
-			}
-		},
-		MembersChanged: func(lbs []string) {
-			tenants.MembersChanged(lbs)
-			if px := dataPlane.Load(); px != nil {
-				vm.SetReadyFor(px.ReadinessOf(lbs))
-			}
-		},
+		Events: host.Events().Add, Steer: steering, CPU: cpu, Observed: plane,
 	})
 	stack.Push(px.Close)
 	engine.SetPipes(px.Pipes()) // tunnels splice through the host's bounded pipe pool
-	dataPlane.Store(px)
 	vm.SetHandover(px)
 	host.Add(px)
 	host.Add(counters)
@@ -252,12 +234,12 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 		}
 	}
 	// Each committed revision reaches the data plane, then the VIP
-	// manager with the data plane's readiness.
+	// manager.
 	feed, fed := proxy.NewFeed(px), make(chan struct{})
 	go func() {
 		defer close(fed)
-		feed.Follow(ctx, revisions{node.Watch(0)}, func(r proxy.Revision, touched []string) {
-			vm.Follow(r.Reset, r.Objects, r.Transitions(), r.Revision, touched, node.Objects, px)
+		feed.Follow(ctx, revisions{node.Watch(0)}, func(r proxy.Revision, _ []string) {
+			vm.Follow(r.Reset, r.Objects, r.Transitions(), r.Revision, node.Objects)
 		})
 	}()
 	stack.PushFunc(func() { <-fed })

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/teapot-lb/teapot-lb/api"
+	"github.com/teapot-lb/teapot-lb/api/observe"
 	"github.com/teapot-lb/teapot-lb/api/pki"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 	"github.com/teapot-lb/teapot-lb/consensus"
@@ -82,14 +82,10 @@ type Config struct {
 	// HelloTimeout bounds the wait for a stream's hello; a stream that
 	// says nothing is closed and frees its slot.
 	HelloTimeout time.Duration
-	// Members, if set, tells the health of a load balancer's members
-	// ("tenant/name") as this host sees them; statuses carry it and
-	// streams push its changes.
-	Members func(lb string) []*pb.MemberState
-	// MembersNotified says that MembersChanged is called on every change
-	// of member health: streams then ask Members, every half heartbeat,
-	// only for the load balancers named since, not for all their tenant's.
-	MembersNotified bool
+	// Observed, if set, is this host's data plane's observed state: the
+	// statuses carry the health of each load balancer's members as it
+	// tells, and each stream follows it to push their changes.
+	Observed *observe.Plane
 	// Events receives a tenant-refused event when an object of a tenant
 	// is refused, once per object and reason; nil drops them.
 	Events func(*pb.Event)
@@ -211,6 +207,12 @@ func (s *Server) Sync(ss pb.TenantSync_SyncServer) error {
 	st.agent = hello.GetAgent()
 	log := s.log.With("tenant", c.tenant, "agent", hello.GetAgent(), "credential", c.serial)
 
+	// The observed state is followed from before the welcome reads it,
+	// so that no change of member health falls in between.
+	var observed *observe.PlaneWatcher
+	if s.cfg.Observed != nil {
+		observed = s.cfg.Observed.Watch(s.cfg.Observed.Revision()).Only(c.tenant + "/")
+	}
 	welcome, err := s.welcome(ctx, st)
 	if err != nil {
 		return toStatus(err)
@@ -219,7 +221,7 @@ func (s *Server) Sync(ss pb.TenantSync_SyncServer) error {
 		return err
 	}
 	log.Info("agent connected", "objects", len(welcome.GetObjects()), "revision", welcome.GetRevision(), "version", hello.GetVersion())
-	go st.follow(ctx, welcome.GetRevision()+1)
+	go st.follow(ctx, welcome.GetRevision()+1, observed)
 
 	msgs := make(chan *pb.SyncRequest)
 	recvErr := make(chan error, 1)
@@ -399,29 +401,4 @@ func (s *Server) hostPorts() *api.HostPorts {
 		s.hosts, s.hostsRev = hostPorts(objs), r
 	}
 	return s.hosts
-}
-
-// MembersChanged tells the streams that the members' health of load
-// balancers ("tenant/name") changed; with Config.MembersNotified their
-// next health push looks at these alone. It costs what it names.
-func (s *Server) MembersChanged(lbs []string) {
-	byTenant := map[string][]string{}
-	for _, lb := range lbs {
-		if tenant, name, ok := strings.Cut(lb, "/"); ok {
-			byTenant[tenant] = append(byTenant[tenant], name)
-		}
-	}
-	s.mu.Lock()
-	var targets []*stream
-	var names [][]string
-	for tenant, ns := range byTenant {
-		for st := range s.streams[tenant] {
-			targets = append(targets, st)
-			names = append(names, ns)
-		}
-	}
-	s.mu.Unlock()
-	for i, st := range targets {
-		st.membersChanged(names[i])
-	}
 }

@@ -40,20 +40,16 @@ func (m *Manager) HeartbeatAddr() string {
 
 // Follow passes on one committed revision once the data plane has
 // applied it: after a reset (objs: the whole state) the state goes to
-// Update and the data plane's readiness to SetReady; any other revision
-// (changes: each object before and after it; touched: the load balancers
-// the data plane touched) goes to UpdateRevision.
+// Update; any other revision (changes: each object before and after it)
+// goes to UpdateRevision.
 func (m *Manager) Follow(reset bool, objs []*pb.Object, changes iter.Seq2[*pb.Object, *pb.Object], revision uint64,
-	touched []string, state func() ([]*pb.Object, uint64), ready Readiness) {
+	state func() ([]*pb.Object, uint64)) {
 	if m == nil {
 		return
 	}
 	if reset {
 		m.Update(objs, revision)
-		if ready != nil {
-			m.SetReady(ready.Readiness())
-		}
 		return
 	}
-	m.UpdateRevision(changes, revision, touched, state, ready)
+	m.UpdateRevision(changes, revision, state)
 }
