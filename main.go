@@ -43,6 +43,7 @@ import (
 	"github.com/teapot-lb/teapot-lb/tenantsync"
 	"github.com/teapot-lb/teapot-lb/tenantsync/agent"
 	"github.com/teapot-lb/teapot-lb/vip"
+	"github.com/teapot-lb/teapot-lb/vip/tenantbgp"
 	"github.com/teapot-lb/teapot-lb/web"
 )
 
@@ -136,6 +137,14 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 		}
 	})
 	stack.PushFunc(releaseVIPs)
+	asn, routerID := vm.BGPIdentity()
+	relay, err := tenantbgp.New(tenantbgp.Config{ASN: asn, RouterID: routerID, Logger: log, Events: host.Events().Add})
+	if err != nil {
+		return err
+	}
+	stack.Push(relay.Close)
+	go relay.Run(ctx)
+	host.Add(relay)
 	ccfg := consensus.Config{
 		DataDir: cfg.DataDir, NodeID: cfg.NodeID, RaftAddr: cfg.RaftAddr, APIAddr: cfg.APIAddr,
 		Join: cfg.Join, Token: cfg.Token,
@@ -258,6 +267,7 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 		defer close(fed)
 		feed.Follow(ctx, revisions{node.Watch(0)}, func(r proxy.Revision, touched []string) {
 			vm.Follow(r.Reset, r.Objects, r.Transitions(), r.Revision, touched, node.Objects, px)
+			followTenantBGP(relay, r, node.Objects)
 		})
 	}()
 	stack.PushFunc(func() { <-fed })

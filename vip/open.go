@@ -57,3 +57,13 @@ func (m *Manager) Follow(reset bool, objs []*pb.Object, changes iter.Seq2[*pb.Ob
 	}
 	m.UpdateRevision(changes, revision, touched, state, ready)
 }
+
+// BGPIdentity is this host's AS number and router id from its bgp:
+// section with defaults (0 and "" without one, and for the disabled
+// manager): the tenant BGP relay peers under them.
+func (m *Manager) BGPIdentity() (asn uint32, routerID string) {
+	if m == nil || m.cfg.BGP == nil {
+		return 0, ""
+	}
+	return m.cfg.BGP.ASN, m.cfg.BGP.RouterID
+}
