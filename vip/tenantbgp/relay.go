@@ -119,9 +119,11 @@ func New(cfg Config) (*Relay, error) {
 		}
 		r.cfg.Routes = k
 	}
+	// gobgp logs every step at info; its warnings and errors are enough
+	// next to the session changes the relay logs.
 	level := &slog.LevelVar{}
-	level.Set(slog.LevelError)
-	r.srv = server.NewBgpServer(server.LoggerOption(r.log, level))
+	level.Set(slog.LevelWarn)
+	r.srv = server.NewBgpServer(server.LoggerOption(slog.New(minLevel{Handler: r.log.Handler(), min: slog.LevelWarn}), level))
 	go r.srv.Serve()
 	ctx, cancel := context.WithCancel(context.Background())
 	r.stop = cancel
@@ -509,4 +511,22 @@ func interfaceAddrs() []netip.Addr {
 		}
 	}
 	return out
+}
+
+// minLevel drops records below min.
+type minLevel struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (h minLevel) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.min && h.Handler.Enabled(ctx, l)
+}
+
+func (h minLevel) WithAttrs(as []slog.Attr) slog.Handler {
+	return minLevel{Handler: h.Handler.WithAttrs(as), min: h.min}
+}
+
+func (h minLevel) WithGroup(name string) slog.Handler {
+	return minLevel{Handler: h.Handler.WithGroup(name), min: h.min}
 }
