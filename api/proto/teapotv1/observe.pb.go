@@ -1296,7 +1296,8 @@ type Event struct {
 	NodeId string                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	Time   *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=time,proto3" json:"time,omitempty"`
 	// vip-taken | vip-released | bind-failed | bind-ok | member-down |
-	// member-up | cert-issued | cert-failed | tenant-refused | leader-change
+	// member-up | cert-issued | cert-failed | tenant-refused | leader-change |
+	// route-dropped
 	Type string `protobuf:"bytes,4,opt,name=type,proto3" json:"type,omitempty"`
 	// info | warning
 	Severity string `protobuf:"bytes,5,opt,name=severity,proto3" json:"severity,omitempty"`
