@@ -63,6 +63,11 @@ type Config struct {
 	// Routes installs the accepted routes (default: the kernel's main
 	// table over netlink, protocol RouteProtocol).
 	Routes Installer
+	// PeerPort is the port the tenants' speakers listen on (default 179)
+	// and LimitHold how long a session closed for its prefix count stays
+	// down (default LimitHold); tests shorten them.
+	PeerPort  uint16
+	LimitHold time.Duration
 }
 
 // Installer puts the desired set of routes in place (the whole set every
@@ -105,6 +110,9 @@ func New(cfg Config) (*Relay, error) {
 	}
 	if cfg.HostAddrs == nil {
 		cfg.HostAddrs = interfaceAddrs
+	}
+	if cfg.LimitHold == 0 {
+		cfg.LimitHold = LimitHold
 	}
 	r := &Relay{cfg: cfg, log: cfg.Logger.With("component", "tenant-bgp"), kick: make(chan struct{}, 1), world: compile(nil),
 		obs: map[string]*pb.TenantBGPObservation{}, peers: map[netip.Addr]string{}, states: map[netip.Addr]sessionState{},
@@ -289,7 +297,7 @@ func (r *Relay) syncPeers(ctx context.Context, w *world) {
 	prints := map[netip.Addr]string{}
 	for a, tenant := range w.peers {
 		b := w.tenants[tenant].bgp
-		want[a] = apiPeer(a, b)
+		want[a] = apiPeer(a, b, r.cfg.PeerPort)
 		prints[a] = fmt.Sprintf("%s %d %x %d", tenant, b.GetAsn(), b.GetPassword(), api.TenantBGPMaxPrefixes(b))
 	}
 	for a, fp := range r.peers {
@@ -335,12 +343,16 @@ func (r *Relay) readStates(ctx context.Context, now time.Time) {
 		reason := st.GetDisconnectMessage()
 		if st.GetAdminState() == gobgpapi.PeerState_ADMIN_STATE_PFX_CT {
 			state = "prefix-limit"
-			reason = fmt.Sprintf("announced more than maxPrefixes (%d); dialled again %s after it was closed", p.GetAfiSafis()[0].GetPrefixLimits().GetMaxPrefixes(), LimitHold)
+			var limit uint32
+			for _, af := range p.GetAfiSafis() {
+				limit = max(limit, af.GetPrefixLimits().GetMaxPrefixes())
+			}
+			reason = fmt.Sprintf("announced more than maxPrefixes (%d); dialled again %s after it was closed", limit, r.cfg.LimitHold)
 			since, ok := r.limitSince[a]
 			if !ok {
 				r.limitSince[a] = now
 				r.limitEvent(a, reason)
-			} else if now.Sub(since) >= LimitHold {
+			} else if now.Sub(since) >= r.cfg.LimitHold {
 				if err := r.srv.EnablePeer(ctx, &gobgpapi.EnablePeerRequest{Address: a.String()}); err == nil {
 					delete(r.limitSince, a)
 				}
@@ -412,14 +424,15 @@ func nextHop(p *apiutil.Path) netip.Addr {
 }
 
 // apiPeer is the gobgp peer of one tenant speaker.
-func apiPeer(a netip.Addr, b *pb.TenantBGP) *gobgpapi.Peer {
+func apiPeer(a netip.Addr, b *pb.TenantBGP, port uint16) *gobgpapi.Peer {
 	fam := &gobgpapi.Family{Afi: gobgpapi.Family_AFI_IP, Safi: gobgpapi.Family_SAFI_UNICAST}
 	if a.Is6() {
 		fam.Afi = gobgpapi.Family_AFI_IP6
 	}
 	return &gobgpapi.Peer{
-		Conf:   &gobgpapi.PeerConf{NeighborAddress: a.String(), PeerAsn: b.GetAsn(), AuthPassword: b.GetPassword()},
-		Timers: &gobgpapi.Timers{Config: &gobgpapi.TimersConfig{ConnectRetry: connectRetry}},
+		Conf:      &gobgpapi.PeerConf{NeighborAddress: a.String(), PeerAsn: b.GetAsn(), AuthPassword: b.GetPassword()},
+		Timers:    &gobgpapi.Timers{Config: &gobgpapi.TimersConfig{ConnectRetry: connectRetry}},
+		Transport: &gobgpapi.Transport{RemotePort: uint32(port)},
 		AfiSafis: []*gobgpapi.AfiSafi{{
 			Config:       &gobgpapi.AfiSafiConfig{Family: fam, Enabled: true},
 			PrefixLimits: &gobgpapi.PrefixLimit{Family: fam, MaxPrefixes: api.TenantBGPMaxPrefixes(b)},
