@@ -237,6 +237,19 @@ func TestTenantBGP(t *testing.T) {
 				}
 			}
 		}
+		for _, n := range l.lbs {
+			s, err := l.scrape(n)
+			must(err)
+			kube := map[string]string{"tenant": "kube"}
+			if up := sum(s, "teapot_lb_tenant_bgp_sessions_established", kube); up != 1 {
+				t.Errorf("%s: %v sessions established in /metrics, want 1", n.id, up)
+			}
+			for result, want := range map[string]int{"accepted": len(tenantAccepted), "dropped": len(tenantDropped)} {
+				if got := sum(s, "teapot_lb_tenant_bgp_routes", map[string]string{"tenant": "kube", "result": result}); got != float64(want) {
+					t.Errorf("%s: %v routes %s in /metrics, want %d", n.id, got, result, want)
+				}
+			}
+		}
 		// BIRD's table on the fabric router holds the VIPs and nothing of
 		// the tenant's.
 		out, err := l.birdc("show", "route")
@@ -290,6 +303,15 @@ func TestTenantBGP(t *testing.T) {
 		})
 		if !strings.Contains(out, "announced more than maxPrefixes (20)") {
 			t.Errorf("explain does not say why the session is down:\n%s", out)
+		}
+		for _, n := range l.lbs {
+			s, err := l.scrape(n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := sum(s, "teapot_lb_tenant_bgp_prefix_limit_total", map[string]string{"tenant": "kube"}); got != 1 {
+				t.Errorf("%s: %v sessions closed for their prefix count in /metrics, want 1", n.id, got)
+			}
 		}
 	})
 }

@@ -89,6 +89,8 @@ type Relay struct {
 	mu    sync.Mutex
 	world *world
 	obs   map[string]*pb.TenantBGPObservation
+	// limits counts the sessions closed for their prefix count, by tenant.
+	limits map[string]uint64
 
 	// Owned by the loop.
 	peers      map[netip.Addr]string // configured peer -> fingerprint
@@ -115,7 +117,7 @@ func New(cfg Config) (*Relay, error) {
 		cfg.LimitHold = LimitHold
 	}
 	r := &Relay{cfg: cfg, log: cfg.Logger.With("component", "tenant-bgp"), kick: make(chan struct{}, 1), world: compile(nil),
-		obs: map[string]*pb.TenantBGPObservation{}, peers: map[netip.Addr]string{}, states: map[netip.Addr]sessionState{},
+		obs: map[string]*pb.TenantBGPObservation{}, limits: map[string]uint64{}, peers: map[netip.Addr]string{}, states: map[netip.Addr]sessionState{},
 		limitSince: map[netip.Addr]time.Time{}, dropped: map[string]bool{}}
 	if cfg.ASN == 0 {
 		return r, nil
@@ -470,6 +472,7 @@ func (r *Relay) reportDrops(w *world, drops []*pb.TenantRoute) {
 func (r *Relay) limitEvent(a netip.Addr, reason string) {
 	r.mu.Lock()
 	tenant := r.world.peers[a]
+	r.limits[tenant]++
 	r.mu.Unlock()
 	r.log.Warn("tenant BGP session closed", "tenant", tenant, "peer", a, "reason", reason)
 	r.event(tenant, fmt.Sprintf("BGP session with %s closed: %s", a, reason))
