@@ -40,8 +40,10 @@ type world struct {
 	// two tenants belongs to the first by name (conflicts lists it).
 	peers     map[netip.Addr]string
 	conflicts []conflict
-	// nets are every tenant's networks, by tenant.
+	// nets are every tenant's networks, by tenant, and order their
+	// names sorted.
 	nets  map[string][]netip.Prefix
+	order []string
 	pools []namedRange
 }
 
@@ -89,6 +91,7 @@ func compile(objs []*pb.Object) *world {
 			names = append(names, t.GetName())
 		}
 	}
+	w.order = sortedKeys(w.nets)
 	slices.Sort(names)
 	for _, n := range names {
 		for _, s := range w.tenants[n].bgp.GetPeers() {
@@ -133,7 +136,7 @@ func (w *world) judge(t *tenantRules, p netip.Prefix, nh netip.Addr, host []neti
 			return ReasonHostAddress
 		}
 	}
-	for _, other := range sortedKeys(w.nets) {
+	for _, other := range w.order {
 		if other == t.name {
 			continue
 		}
