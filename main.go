@@ -123,11 +123,21 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 	// What this host sees (listeners, member health, VIPs, certificates,
 	// events) is gathered here on demand; the parts add themselves below.
 	host := observe.NewHost(cfg.NodeID)
-	vm, err := vip.Open(vip.Config{
+	vcfg := vip.Config{
 		NodeID: cfg.NodeID, Interface: cfg.VIPInterface, HeartbeatAddr: cfg.HeartbeatAddr, RaftAddr: cfg.RaftAddr,
 		HeartbeatInterval: time.Duration(cfg.HeartbeatInterval), HeartbeatMisses: cfg.HeartbeatMisses,
 		BGP: cfg.BGP, Logger: log, Events: host.Events().Add, HandoverTimeout: time.Duration(cfg.DrainTimeout),
-	})
+	}
+	// The tenants' BGP sessions: before the VIP manager (see
+	// vip.BGPIdentity), stopped after it.
+	asn, routerID := vip.BGPIdentity(vcfg)
+	relay, err := tenantbgp.New(tenantbgp.Config{ASN: asn, RouterID: routerID, Logger: log, Events: host.Events().Add})
+	if err != nil {
+		return err
+	}
+	stack.Push(relay.Close)
+	host.Add(relay)
+	vm, err := vip.Open(vcfg)
 	if err != nil {
 		return err
 	}
@@ -137,14 +147,7 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 		}
 	})
 	stack.PushFunc(releaseVIPs)
-	asn, routerID := vm.BGPIdentity()
-	relay, err := tenantbgp.New(tenantbgp.Config{ASN: asn, RouterID: routerID, Logger: log, Events: host.Events().Add})
-	if err != nil {
-		return err
-	}
-	stack.Push(relay.Close)
 	go relay.Run(ctx)
-	host.Add(relay)
 	ccfg := consensus.Config{
 		DataDir: cfg.DataDir, NodeID: cfg.NodeID, RaftAddr: cfg.RaftAddr, APIAddr: cfg.APIAddr,
 		Join: cfg.Join, Token: cfg.Token,

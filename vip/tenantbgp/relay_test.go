@@ -48,14 +48,23 @@ type tenantSpeaker struct {
 	port uint16
 }
 
-func startTenantSpeaker(t *testing.T) *tenantSpeaker {
+// freePort is a port free on 127.0.0.2.
+func freePort(t *testing.T) uint16 {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.2:0")
 	if err != nil {
 		t.Skipf("no 127.0.0.2 here: %v", err)
 	}
-	port := uint16(ln.Addr().(*net.TCPAddr).Port)
-	ln.Close()
+	defer ln.Close()
+	return uint16(ln.Addr().(*net.TCPAddr).Port)
+}
+
+// startTenantSpeaker starts the speaker; the relay must exist already:
+// gobgp's StartBgp writes package variables that a running server reads,
+// so two servers of one process start one after the other and before
+// either has work (which is also why these tests do not run in parallel).
+func startTenantSpeaker(t *testing.T, password string, port uint16) *tenantSpeaker {
+	t.Helper()
 	srv := server.NewBgpServer()
 	go srv.Serve()
 	t.Cleanup(srv.Stop)
@@ -65,7 +74,7 @@ func startTenantSpeaker(t *testing.T) *tenantSpeaker {
 		t.Fatal(err)
 	}
 	if err := srv.AddPeer(ctx, &gobgpapi.AddPeerRequest{Peer: &gobgpapi.Peer{
-		Conf:      &gobgpapi.PeerConf{NeighborAddress: "127.0.0.1", PeerAsn: 65001},
+		Conf:      &gobgpapi.PeerConf{NeighborAddress: "127.0.0.1", PeerAsn: 65001, AuthPassword: password},
 		Transport: &gobgpapi.Transport{PassiveMode: true},
 	}}); err != nil {
 		t.Fatal(err)
@@ -95,10 +104,13 @@ func (s *tenantSpeaker) path(t *testing.T, prefix string, withdraw bool) {
 	}
 }
 
-func kubeState(maxPrefixes uint32, withBGP bool) []*pb.Object {
+func kubeState(maxPrefixes uint32, withBGP bool, password ...string) []*pb.Object {
 	t := &pb.Tenant{Name: "kube", Networks: []string{"127.0.0.2/32", "10.244.0.0/16"}}
 	if withBGP {
 		t.Bgp = &pb.TenantBGP{Asn: 64600, Peers: []string{"127.0.0.2"}, MaxPrefixes: maxPrefixes}
+		if len(password) > 0 {
+			t.Bgp.Password = password[0]
+		}
 	}
 	return []*pb.Object{{Kind: &pb.Object_Tenant{Tenant: t}}}
 }
@@ -132,12 +144,11 @@ func waitUntil(t *testing.T, what string, cond func() error) {
 // it again after the hold, and forgets the tenant's routes and session
 // when its bgp goes.
 func TestRelaySession(t *testing.T) {
-	t.Parallel()
-	sp := startTenantSpeaker(t)
+	port := freePort(t)
 	routes := &memRoutes{}
 	var evMu sync.Mutex
 	var events []string
-	r, err := New(Config{ASN: 65001, RouterID: "127.0.0.1", Routes: routes, PeerPort: sp.port, LimitHold: 500 * time.Millisecond,
+	r, err := New(Config{ASN: 65001, RouterID: "127.0.0.1", Routes: routes, PeerPort: port, LimitHold: 500 * time.Millisecond,
 		HostAddrs: func() []netip.Addr { return []netip.Addr{netip.MustParseAddr("127.0.0.1")} },
 		Events: func(e *pb.Event) {
 			evMu.Lock()
@@ -148,6 +159,7 @@ func TestRelaySession(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.Close() })
+	sp := startTenantSpeaker(t, "", port)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	go r.Run(ctx)
@@ -222,4 +234,42 @@ func TestRelayWithoutSpeaker(t *testing.T) {
 	if err := r.Close(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// The tenant's password signs the sessions (TCP MD5): a speaker with
+// another password gets no session and no route in; with the same one,
+// it does.
+func TestRelayPassword(t *testing.T) {
+	port := freePort(t)
+	routes := &memRoutes{}
+	r, err := New(Config{ASN: 65001, RouterID: "127.0.0.1", Routes: routes, PeerPort: port,
+		HostAddrs: func() []netip.Addr { return []netip.Addr{netip.MustParseAddr("127.0.0.1")} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	sp := startTenantSpeaker(t, "s3cret", port)
+	sp.path(t, "10.244.1.0/24", false)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go r.Run(ctx)
+	r.Update(kubeState(0, true, "wrong"))
+	// Long enough for the first dials (the first within 2s, then every 3s).
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if o := observed(r); len(o.GetSessions()) == 1 && o.GetSessions()[0].GetState() == "established" {
+			t.Fatal("a session was established with the wrong password")
+		}
+		if len(routes.get()) > 0 {
+			t.Fatalf("routes installed with the wrong password: %v", routes.get())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	r.Update(kubeState(0, true, "s3cret"))
+	waitUntil(t, "the route over a signed session", func() error {
+		if got := routes.get(); len(got) != 1 {
+			return fmt.Errorf("installed %v", got)
+		}
+		return nil
+	})
 }

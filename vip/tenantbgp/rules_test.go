@@ -12,7 +12,7 @@ func testWorld() *world {
 	return compile([]*pb.Object{
 		{Kind: &pb.Object_VipPool{VipPool: &pb.VIPPool{Name: "edge", Cidrs: []string{"203.0.113.0/28"}}}},
 		{Kind: &pb.Object_Tenant{Tenant: &pb.Tenant{Name: "kube", Networks: []string{"192.0.2.60/32", "10.244.0.0/16", "2001:db8:244::/48"},
-			Bgp: &pb.TenantBGP{Asn: 64600, Peers: []string{"192.0.2.60"}, MaxPrefixLength: 28}}}},
+			Bgp: &pb.TenantBGP{Asn: 64600, Peers: []string{"192.0.2.60"}, MaxPrefixLength: 28, MaxPrefixLength6: 64}}}},
 		{Kind: &pb.Object_Tenant{Tenant: &pb.Tenant{Name: "other", Networks: []string{"10.99.0.0/16", "10.244.200.0/24"},
 			Bgp: &pb.TenantBGP{Asn: 64700, Peers: []string{"10.99.0.1", "192.0.2.60"}}}}},
 		{Kind: &pb.Object_Tenant{Tenant: &pb.Tenant{Name: "plain", Networks: []string{"198.51.100.0/24"}}}},
@@ -37,6 +37,7 @@ func TestJudge(t *testing.T) {
 		{"10.0.0.0/8", "", ReasonOutside}, // covers the networks but is not inside them
 		{"192.0.2.11/32", "", ReasonOutside},
 		{"10.244.1.16/30", "", ReasonTooSpecific},
+		{"2001:db8:244:1:8000::/65", "", ReasonTooSpecific},
 		{"10.244.9.0/24", "", ReasonHostAddress},
 		{"10.244.200.0/25", "", ReasonOtherTenant + " other"},
 		{"10.244.1.0/24", "192.0.2.11", ReasonNextHopHost},
