@@ -49,7 +49,7 @@ type tenantSpeaker struct {
 }
 
 // freePort is a port free on 127.0.0.2.
-func freePort(t *testing.T) uint16 {
+func freePort(t testing.TB) uint16 {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.2:0")
 	if err != nil {
@@ -63,7 +63,7 @@ func freePort(t *testing.T) uint16 {
 // gobgp's StartBgp writes package variables that a running server reads,
 // so two servers of one process start one after the other and before
 // either has work (which is also why these tests do not run in parallel).
-func startTenantSpeaker(t *testing.T, password string, port uint16) *tenantSpeaker {
+func startTenantSpeaker(t testing.TB, password string, port uint16) *tenantSpeaker {
 	t.Helper()
 	srv := server.NewBgpServer()
 	go srv.Serve()
@@ -82,7 +82,7 @@ func startTenantSpeaker(t *testing.T, password string, port uint16) *tenantSpeak
 	return &tenantSpeaker{srv: srv, port: port}
 }
 
-func (s *tenantSpeaker) path(t *testing.T, prefix string, withdraw bool) {
+func (s *tenantSpeaker) path(t testing.TB, prefix string, withdraw bool) {
 	t.Helper()
 	nlri, err := bgp.NewIPAddrPrefix(netip.MustParsePrefix(prefix))
 	if err != nil {
