@@ -42,6 +42,7 @@ import (
 	"github.com/teapot-lb/teapot-lb/tenantsync"
 	"github.com/teapot-lb/teapot-lb/tenantsync/agent"
 	"github.com/teapot-lb/teapot-lb/vip"
+	"github.com/teapot-lb/teapot-lb/vip/tenantbgp"
 	"github.com/teapot-lb/teapot-lb/web"
 )
 
@@ -123,12 +124,22 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 	// The data plane writes its readiness and member health to plane,
 	// which the VIP manager and the tenant streams follow.
 	host, plane := observe.NewHost(cfg.NodeID), observe.NewPlane()
-	vm, err := vip.Open(vip.Config{
+	vcfg := vip.Config{
 		NodeID: cfg.NodeID, Interface: cfg.VIPInterface, HeartbeatAddr: cfg.HeartbeatAddr, RaftAddr: cfg.RaftAddr,
 		HeartbeatInterval: time.Duration(cfg.HeartbeatInterval), HeartbeatMisses: cfg.HeartbeatMisses,
 		BGP: cfg.BGP, Logger: log, Events: host.Events().Add, HandoverTimeout: time.Duration(cfg.DrainTimeout),
 		Observed: plane,
-	})
+	}
+	// The tenants' BGP sessions: before the VIP manager (see
+	// vip.BGPIdentity), stopped after it.
+	asn, routerID := vip.BGPIdentity(vcfg)
+	relay, err := tenantbgp.New(tenantbgp.Config{ASN: asn, RouterID: routerID, Logger: log, Events: host.Events().Add})
+	if err != nil {
+		return err
+	}
+	stack.Push(relay.Close)
+	host.Add(relay)
+	vm, err := vip.Open(vcfg)
 	if err != nil {
 		return err
 	}
@@ -138,6 +149,7 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 		}
 	})
 	stack.PushFunc(releaseVIPs)
+	go relay.Run(ctx)
 	ccfg := consensus.Config{
 		DataDir: cfg.DataDir, NodeID: cfg.NodeID, RaftAddr: cfg.RaftAddr, APIAddr: cfg.APIAddr,
 		Join: cfg.Join, Token: cfg.Token,
@@ -216,7 +228,7 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 	host.Add(counters)
 	host.Add(cm)
 	host.Add(vm)
-	if err := serveMetrics(ctx, msrv, counters, px, node, tenants, cm, vm, guard.Collector()); err != nil {
+	if err := serveMetrics(ctx, msrv, counters, px, node, tenants, cm, vm, guard.Collector(), relay.Collector()); err != nil {
 		log.Error("metrics are off", "component", "metrics", "err", err)
 	}
 	if webLn != nil {
@@ -240,6 +252,7 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 		defer close(fed)
 		feed.Follow(ctx, revisions{node.Watch(0)}, func(r proxy.Revision, _ []string) {
 			vm.Follow(r.Reset, r.Objects, r.Transitions(), r.Revision, node.Objects)
+			followTenantBGP(relay, r, node.Objects)
 		})
 	}()
 	stack.PushFunc(func() { <-fed })

@@ -29,6 +29,7 @@ func TestFeaturesUsed(t *testing.T) {
 	}{
 		{"level 1 fields only", lb(nil), nil},
 		{"not a load balancer", Wrap(&pb.Tenant{Name: "acme"}), nil},
+		{"tenant bgp", Wrap(&pb.Tenant{Name: "acme", Bgp: &pb.TenantBGP{Asn: 64600}}), []string{"Tenant acme: bgp (tenant-bgp)"}},
 		{"https check", lb(func(l *pb.LoadBalancer) { l.Pools["api"].HealthCheck = &pb.HealthCheck{Https: &pb.HTTPSCheck{}} }),
 			[]string{"LoadBalancer acme/shop: pools.api.healthCheck.https (https-health-check)"}},
 		{"closeOnDown", lb(func(l *pb.LoadBalancer) { l.Pools["web"].HealthCheck.CloseOnDown = true }),
@@ -66,6 +67,9 @@ func TestFeaturesUsed(t *testing.T) {
 			want := map[bool]uint32{true: 1, false: 2}[len(tt.want) == 0]
 			if tt.name == "sni routes" || tt.name == "route ports" {
 				want = 3
+			}
+			if tt.name == "tenant bgp" {
+				want = 4
 			}
 			if LevelNeeded(uses) != want {
 				t.Fatalf("level %d, want %d", LevelNeeded(uses), want)

@@ -53,3 +53,32 @@ func (m *Manager) Follow(reset bool, objs []*pb.Object, changes iter.Seq2[*pb.Ob
 	}
 	m.UpdateRevision(changes, revision, state)
 }
+
+// BGPIdentity is the AS number and router id a host with cfg has (its
+// bgp: section with defaults; 0 and "" without one or when it is
+// invalid, which Open then reports). The tenant BGP relay peers under
+// them; it starts before Open because gobgp's StartBgp writes package
+// variables that a running server reads, so the two servers of a host
+// start one after the other, before either has work.
+func BGPIdentity(cfg Config) (asn uint32, routerID string) {
+	if cfg.BGP == nil {
+		return 0, ""
+	}
+	hb := cfg.HeartbeatAddr
+	if hb == "" {
+		ap, err := netip.ParseAddrPort(cfg.RaftAddr)
+		if err != nil {
+			return 0, ""
+		}
+		hb = netip.AddrPortFrom(ap.Addr(), DefaultHeartbeatPort).String()
+	}
+	ap, err := netip.ParseAddrPort(hb)
+	if err != nil {
+		return 0, ""
+	}
+	b, err := cfg.BGP.withDefaults(ap.Addr())
+	if err != nil {
+		return 0, ""
+	}
+	return b.ASN, b.RouterID
+}

@@ -198,6 +198,7 @@ var goldenCases = []struct {
 	{name: "explain-lb-cert-events", args: "explain lb acme/shop", hosts: certEvents},
 	{name: "explain-lb-not-found", args: "explain lb acme/nope", code: 1},
 	{name: "explain-tenant", args: "explain tenant acme", hosts: membersDown},
+	{name: "explain-tenant-bgp", args: "explain tenant acme", hosts: tenantBGP},
 	{name: "explain-node", args: "explain node lb2", hosts: unboundOnLB2},
 	{name: "explain-bad-kind", args: "explain pool public", code: 1},
 	{name: "schema-kinds", args: "schema"},

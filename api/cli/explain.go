@@ -299,6 +299,7 @@ func (a *app) explainTenant(ctx context.Context, w io.Writer, c *client.Conn, na
 		}
 		_ = t.flush()
 	}
+	writeTenantBGP(w, now, tn, obs.GetHosts())
 	writeUnreachable(w, obs.GetHosts())
 	writeExplainEvents(w, obs.GetHosts())
 	return nil

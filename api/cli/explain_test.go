@@ -5,6 +5,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/teapot-lb/teapot-lb/api"
 	"github.com/teapot-lb/teapot-lb/api/observe"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
@@ -100,5 +101,29 @@ func refusedByValidation(f *fakeAdmin) []*pb.HostObservation {
 	hosts[0].Events = []*pb.Event{event(f, "lb1", 4, 2*time.Minute, observe.EventTenantRefused, observe.Warning, "acme/svc-default-web",
 		"refused acme/svc-default-web: pools.default.members[0]: 192.168.1.5:30080 is outside the tenant's networks (10.20.0.0/16); ask the operator to add the network, or fix the Service's endpoints")}
 	hosts[0].LastEvent = 4
+	return hosts
+}
+
+// tenantBGP: acme peers with two speakers; lb1 has both sessions, one
+// closed for its prefix count, and lb2 has no bgp: section.
+func tenantBGP(f *fakeAdmin) []*pb.HostObservation {
+	t := f.objs[key(&pb.ObjectRef{Kind: api.KindTenant, Name: "acme"})].GetTenant()
+	t.Bgp = &pb.TenantBGP{Asn: 64600, Peers: []string{"10.20.0.5", "10.20.0.6"}, MaxPrefixes: 50}
+	hosts := f.servingHosts()
+	since := timestamppb.New(f.now.Add(-90 * time.Second))
+	hosts[0].TenantBgp = []*pb.TenantBGPObservation{{
+		Tenant: "acme",
+		Sessions: []*pb.TenantBGPSession{
+			{Peer: "10.20.0.5", State: "established", Received: 3, Since: since},
+			{Peer: "10.20.0.6", State: "prefix-limit", Reason: "announced more than maxPrefixes (50); dialled again 30s after it was closed", Since: since},
+		},
+		Accepted: []*pb.TenantRoute{{Prefix: "10.20.64.0/26", NextHop: "10.20.0.5", Peer: "10.20.0.5"}},
+		Dropped: []*pb.TenantRoute{
+			{Prefix: "0.0.0.0/0", NextHop: "10.20.0.5", Peer: "10.20.0.5", Reason: "default route"},
+			{Prefix: "10.30.0.0/16", NextHop: "10.20.0.5", Peer: "10.20.0.5", Reason: "outside the tenant's networks"},
+		},
+		AcceptedCount: 1, DroppedCount: 2,
+	}}
+	hosts[1].TenantBgp = []*pb.TenantBGPObservation{{Tenant: "acme", Problem: "this host has no bgp: section in its serve config (bgp.asn): it does not peer with the tenant's speakers nor install their routes"}}
 	return hosts
 }

@@ -137,6 +137,11 @@ func filterHost(h *pb.HostObservation, f observe.Filter, req *pb.ObserveRequest)
 			}
 		}
 	}
+	for _, b := range h.TenantBgp {
+		if f.MatchTenant(b.Tenant) {
+			out.TenantBgp = append(out.TenantBgp, b)
+		}
+	}
 	for _, c := range h.Certificates {
 		if f.MatchTenant(c.Tenant) {
 			out.Certificates = append(out.Certificates, c)

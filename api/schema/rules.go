@@ -44,6 +44,14 @@ var rules = map[string]rule{
 	"teapot.v1.Tenant.revoked_credentials": {readOnly: true, limits: atMost(api.MaxRevokedCredentials, "serials")},
 	"teapot.v1.Tenant.uid":                 {readOnly: true},
 	"teapot.v1.Tenant.meta":                {readOnly: true, opaque: true, doc: "Revision, generation and times, stamped by the cluster."},
+	"teapot.v1.Tenant.bgp":                 {example: "{ asn: 64600, peers: [10.20.0.5] }"},
+
+	"teapot.v1.TenantBGP.asn":                {required: true, example: "64600"},
+	"teapot.v1.TenantBGP.peers":              {required: true, limits: atMost(api.MaxTenantBGPPeers, "addresses, each inside the tenant's networks"), example: "[10.20.0.5]"},
+	"teapot.v1.TenantBGP.password":           {limits: fmt.Sprintf("at most %d characters", api.MaxBGPPasswordLen)},
+	"teapot.v1.TenantBGP.max_prefixes":       {def: fmt.Sprint(api.DefaultTenantBGPMaxPrefixes), limits: fmt.Sprintf("at most %d", api.MaxTenantBGPMaxPrefixes)},
+	"teapot.v1.TenantBGP.max_prefix_length":  {def: "32", limits: "1 to 32"},
+	"teapot.v1.TenantBGP.max_prefix_length6": {def: "128", limits: "1 to 128"},
 
 	"teapot.v1.Quotas.load_balancers":           {doc: "Load balancers the tenant may have.", def: quotaDefault((*pb.Quotas).GetLoadBalancers)},
 	"teapot.v1.Quotas.addresses":                {doc: "Distinct VIP addresses the tenant may hold.", def: quotaDefault((*pb.Quotas).GetAddresses)},

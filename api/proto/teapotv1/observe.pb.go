@@ -207,7 +207,9 @@ type HostObservation struct {
 	Events []*Event `protobuf:"bytes,16,rep,name=events,proto3" json:"events,omitempty"`
 	// Sequence number of the newest event on the host: the cursor for
 	// ObserveRequest.events_after.
-	LastEvent     uint64 `protobuf:"varint,17,opt,name=last_event,json=lastEvent,proto3" json:"last_event,omitempty"`
+	LastEvent uint64 `protobuf:"varint,17,opt,name=last_event,json=lastEvent,proto3" json:"last_event,omitempty"`
+	// The tenants' BGP sessions with this host and what they announced.
+	TenantBgp     []*TenantBGPObservation `protobuf:"bytes,60,rep,name=tenant_bgp,json=tenantBgp,proto3" json:"tenant_bgp,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -340,6 +342,259 @@ func (x *HostObservation) GetLastEvent() uint64 {
 	return 0
 }
 
+func (x *HostObservation) GetTenantBgp() []*TenantBGPObservation {
+	if x != nil {
+		return x.TenantBgp
+	}
+	return nil
+}
+
+// TenantBGPObservation is one tenant's BGP on one host.
+type TenantBGPObservation struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Tenant   string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Sessions []*TenantBGPSession    `protobuf:"bytes,2,rep,name=sessions,proto3" json:"sessions,omitempty"`
+	// Prefixes installed on the host (with their next hop) and prefixes
+	// dropped (with the reason), at most 100 of each; the counts are whole.
+	Accepted      []*TenantRoute `protobuf:"bytes,3,rep,name=accepted,proto3" json:"accepted,omitempty"`
+	Dropped       []*TenantRoute `protobuf:"bytes,4,rep,name=dropped,proto3" json:"dropped,omitempty"`
+	AcceptedCount uint32         `protobuf:"varint,5,opt,name=accepted_count,json=acceptedCount,proto3" json:"accepted_count,omitempty"`
+	DroppedCount  uint32         `protobuf:"varint,6,opt,name=dropped_count,json=droppedCount,proto3" json:"dropped_count,omitempty"`
+	// Why this host has no sessions for the tenant (no bgp: section).
+	Problem       string `protobuf:"bytes,7,opt,name=problem,proto3" json:"problem,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TenantBGPObservation) Reset() {
+	*x = TenantBGPObservation{}
+	mi := &file_teapotv1_observe_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TenantBGPObservation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TenantBGPObservation) ProtoMessage() {}
+
+func (x *TenantBGPObservation) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_observe_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TenantBGPObservation.ProtoReflect.Descriptor instead.
+func (*TenantBGPObservation) Descriptor() ([]byte, []int) {
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *TenantBGPObservation) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *TenantBGPObservation) GetSessions() []*TenantBGPSession {
+	if x != nil {
+		return x.Sessions
+	}
+	return nil
+}
+
+func (x *TenantBGPObservation) GetAccepted() []*TenantRoute {
+	if x != nil {
+		return x.Accepted
+	}
+	return nil
+}
+
+func (x *TenantBGPObservation) GetDropped() []*TenantRoute {
+	if x != nil {
+		return x.Dropped
+	}
+	return nil
+}
+
+func (x *TenantBGPObservation) GetAcceptedCount() uint32 {
+	if x != nil {
+		return x.AcceptedCount
+	}
+	return 0
+}
+
+func (x *TenantBGPObservation) GetDroppedCount() uint32 {
+	if x != nil {
+		return x.DroppedCount
+	}
+	return 0
+}
+
+func (x *TenantBGPObservation) GetProblem() string {
+	if x != nil {
+		return x.Problem
+	}
+	return ""
+}
+
+// TenantBGPSession is one tenant speaker's session with this host.
+type TenantBGPSession struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Peer  string                 `protobuf:"bytes,1,opt,name=peer,proto3" json:"peer,omitempty"`
+	// established | idle | connect | active | ... | prefix-limit
+	State string `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	// Why the session last went down.
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Prefixes it announces now.
+	Received      uint32                 `protobuf:"varint,4,opt,name=received,proto3" json:"received,omitempty"`
+	Since         *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=since,proto3" json:"since,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TenantBGPSession) Reset() {
+	*x = TenantBGPSession{}
+	mi := &file_teapotv1_observe_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TenantBGPSession) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TenantBGPSession) ProtoMessage() {}
+
+func (x *TenantBGPSession) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_observe_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TenantBGPSession.ProtoReflect.Descriptor instead.
+func (*TenantBGPSession) Descriptor() ([]byte, []int) {
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *TenantBGPSession) GetPeer() string {
+	if x != nil {
+		return x.Peer
+	}
+	return ""
+}
+
+func (x *TenantBGPSession) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *TenantBGPSession) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *TenantBGPSession) GetReceived() uint32 {
+	if x != nil {
+		return x.Received
+	}
+	return 0
+}
+
+func (x *TenantBGPSession) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+// TenantRoute is one prefix a tenant speaker announced.
+type TenantRoute struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Prefix  string                 `protobuf:"bytes,1,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	NextHop string                 `protobuf:"bytes,2,opt,name=next_hop,json=nextHop,proto3" json:"next_hop,omitempty"`
+	Peer    string                 `protobuf:"bytes,3,opt,name=peer,proto3" json:"peer,omitempty"`
+	// Why it was dropped (empty when accepted).
+	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TenantRoute) Reset() {
+	*x = TenantRoute{}
+	mi := &file_teapotv1_observe_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TenantRoute) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TenantRoute) ProtoMessage() {}
+
+func (x *TenantRoute) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_observe_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TenantRoute.ProtoReflect.Descriptor instead.
+func (*TenantRoute) Descriptor() ([]byte, []int) {
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *TenantRoute) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+func (x *TenantRoute) GetNextHop() string {
+	if x != nil {
+		return x.NextHop
+	}
+	return ""
+}
+
+func (x *TenantRoute) GetPeer() string {
+	if x != nil {
+		return x.Peer
+	}
+	return ""
+}
+
+func (x *TenantRoute) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 // ListenerObservation is one listen socket of a load balancer on one host.
 type ListenerObservation struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -362,7 +617,7 @@ type ListenerObservation struct {
 
 func (x *ListenerObservation) Reset() {
 	*x = ListenerObservation{}
-	mi := &file_teapotv1_observe_proto_msgTypes[3]
+	mi := &file_teapotv1_observe_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -374,7 +629,7 @@ func (x *ListenerObservation) String() string {
 func (*ListenerObservation) ProtoMessage() {}
 
 func (x *ListenerObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[3]
+	mi := &file_teapotv1_observe_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -387,7 +642,7 @@ func (x *ListenerObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListenerObservation.ProtoReflect.Descriptor instead.
 func (*ListenerObservation) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{3}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ListenerObservation) GetLoadBalancer() string {
@@ -451,7 +706,7 @@ type PoolObservation struct {
 
 func (x *PoolObservation) Reset() {
 	*x = PoolObservation{}
-	mi := &file_teapotv1_observe_proto_msgTypes[4]
+	mi := &file_teapotv1_observe_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -463,7 +718,7 @@ func (x *PoolObservation) String() string {
 func (*PoolObservation) ProtoMessage() {}
 
 func (x *PoolObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[4]
+	mi := &file_teapotv1_observe_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -476,7 +731,7 @@ func (x *PoolObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolObservation.ProtoReflect.Descriptor instead.
 func (*PoolObservation) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{4}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *PoolObservation) GetLoadBalancer() string {
@@ -526,7 +781,7 @@ type MemberObservation struct {
 
 func (x *MemberObservation) Reset() {
 	*x = MemberObservation{}
-	mi := &file_teapotv1_observe_proto_msgTypes[5]
+	mi := &file_teapotv1_observe_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -538,7 +793,7 @@ func (x *MemberObservation) String() string {
 func (*MemberObservation) ProtoMessage() {}
 
 func (x *MemberObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[5]
+	mi := &file_teapotv1_observe_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -551,7 +806,7 @@ func (x *MemberObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberObservation.ProtoReflect.Descriptor instead.
 func (*MemberObservation) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{5}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *MemberObservation) GetAddress() string {
@@ -634,7 +889,7 @@ type PassiveHealth struct {
 
 func (x *PassiveHealth) Reset() {
 	*x = PassiveHealth{}
-	mi := &file_teapotv1_observe_proto_msgTypes[6]
+	mi := &file_teapotv1_observe_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -646,7 +901,7 @@ func (x *PassiveHealth) String() string {
 func (*PassiveHealth) ProtoMessage() {}
 
 func (x *PassiveHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[6]
+	mi := &file_teapotv1_observe_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -659,7 +914,7 @@ func (x *PassiveHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PassiveHealth.ProtoReflect.Descriptor instead.
 func (*PassiveHealth) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{6}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *PassiveHealth) GetWindowSeconds() uint32 {
@@ -725,7 +980,7 @@ type PassiveFailure struct {
 
 func (x *PassiveFailure) Reset() {
 	*x = PassiveFailure{}
-	mi := &file_teapotv1_observe_proto_msgTypes[7]
+	mi := &file_teapotv1_observe_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -737,7 +992,7 @@ func (x *PassiveFailure) String() string {
 func (*PassiveFailure) ProtoMessage() {}
 
 func (x *PassiveFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[7]
+	mi := &file_teapotv1_observe_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -750,7 +1005,7 @@ func (x *PassiveFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PassiveFailure.ProtoReflect.Descriptor instead.
 func (*PassiveFailure) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{7}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *PassiveFailure) GetKind() string {
@@ -784,7 +1039,7 @@ type CertificateObservation struct {
 
 func (x *CertificateObservation) Reset() {
 	*x = CertificateObservation{}
-	mi := &file_teapotv1_observe_proto_msgTypes[8]
+	mi := &file_teapotv1_observe_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -796,7 +1051,7 @@ func (x *CertificateObservation) String() string {
 func (*CertificateObservation) ProtoMessage() {}
 
 func (x *CertificateObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[8]
+	mi := &file_teapotv1_observe_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -809,7 +1064,7 @@ func (x *CertificateObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertificateObservation.ProtoReflect.Descriptor instead.
 func (*CertificateObservation) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{8}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CertificateObservation) GetHost() string {
@@ -881,7 +1136,7 @@ type TrafficObservation struct {
 
 func (x *TrafficObservation) Reset() {
 	*x = TrafficObservation{}
-	mi := &file_teapotv1_observe_proto_msgTypes[9]
+	mi := &file_teapotv1_observe_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -893,7 +1148,7 @@ func (x *TrafficObservation) String() string {
 func (*TrafficObservation) ProtoMessage() {}
 
 func (x *TrafficObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[9]
+	mi := &file_teapotv1_observe_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -906,7 +1161,7 @@ func (x *TrafficObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrafficObservation.ProtoReflect.Descriptor instead.
 func (*TrafficObservation) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{9}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *TrafficObservation) GetLoadBalancer() string {
@@ -984,7 +1239,7 @@ type LoadBalancerProblem struct {
 
 func (x *LoadBalancerProblem) Reset() {
 	*x = LoadBalancerProblem{}
-	mi := &file_teapotv1_observe_proto_msgTypes[10]
+	mi := &file_teapotv1_observe_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -996,7 +1251,7 @@ func (x *LoadBalancerProblem) String() string {
 func (*LoadBalancerProblem) ProtoMessage() {}
 
 func (x *LoadBalancerProblem) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[10]
+	mi := &file_teapotv1_observe_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1009,7 +1264,7 @@ func (x *LoadBalancerProblem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadBalancerProblem.ProtoReflect.Descriptor instead.
 func (*LoadBalancerProblem) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{10}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *LoadBalancerProblem) GetLoadBalancer() string {
@@ -1041,7 +1296,8 @@ type Event struct {
 	NodeId string                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	Time   *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=time,proto3" json:"time,omitempty"`
 	// vip-taken | vip-released | bind-failed | bind-ok | member-down |
-	// member-up | cert-issued | cert-failed | tenant-refused | leader-change
+	// member-up | cert-issued | cert-failed | tenant-refused | leader-change |
+	// route-dropped
 	Type string `protobuf:"bytes,4,opt,name=type,proto3" json:"type,omitempty"`
 	// info | warning
 	Severity string `protobuf:"bytes,5,opt,name=severity,proto3" json:"severity,omitempty"`
@@ -1059,7 +1315,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_teapotv1_observe_proto_msgTypes[11]
+	mi := &file_teapotv1_observe_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1071,7 +1327,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[11]
+	mi := &file_teapotv1_observe_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1084,7 +1340,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{11}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Event) GetSeq() uint64 {
@@ -1165,7 +1421,7 @@ type EventsRequest struct {
 
 func (x *EventsRequest) Reset() {
 	*x = EventsRequest{}
-	mi := &file_teapotv1_observe_proto_msgTypes[12]
+	mi := &file_teapotv1_observe_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1177,7 +1433,7 @@ func (x *EventsRequest) String() string {
 func (*EventsRequest) ProtoMessage() {}
 
 func (x *EventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[12]
+	mi := &file_teapotv1_observe_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1190,7 +1446,7 @@ func (x *EventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsRequest.ProtoReflect.Descriptor instead.
 func (*EventsRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{12}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *EventsRequest) GetTenant() string {
@@ -1242,7 +1498,7 @@ type EventsResponse struct {
 
 func (x *EventsResponse) Reset() {
 	*x = EventsResponse{}
-	mi := &file_teapotv1_observe_proto_msgTypes[13]
+	mi := &file_teapotv1_observe_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1254,7 +1510,7 @@ func (x *EventsResponse) String() string {
 func (*EventsResponse) ProtoMessage() {}
 
 func (x *EventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[13]
+	mi := &file_teapotv1_observe_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1267,7 +1523,7 @@ func (x *EventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsResponse.ProtoReflect.Descriptor instead.
 func (*EventsResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{13}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *EventsResponse) GetEvents() []*Event {
@@ -1310,7 +1566,7 @@ type VIPHolding struct {
 
 func (x *VIPHolding) Reset() {
 	*x = VIPHolding{}
-	mi := &file_teapotv1_observe_proto_msgTypes[14]
+	mi := &file_teapotv1_observe_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1322,7 +1578,7 @@ func (x *VIPHolding) String() string {
 func (*VIPHolding) ProtoMessage() {}
 
 func (x *VIPHolding) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[14]
+	mi := &file_teapotv1_observe_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1335,7 +1591,7 @@ func (x *VIPHolding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VIPHolding.ProtoReflect.Descriptor instead.
 func (*VIPHolding) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{14}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *VIPHolding) GetAddress() string {
@@ -1400,7 +1656,7 @@ const file_teapotv1_observe_proto_rawDesc = "" +
 	"\x0fObserveResponse\x120\n" +
 	"\x05hosts\x18\x01 \x03(\v2\x1a.teapot.v1.HostObservationR\x05hosts\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\x12.\n" +
-	"\x04time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\xe6\x04\n" +
+	"\x04time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\xa6\x05\n" +
 	"\x0fHostObservation\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1c\n" +
 	"\treachable\x18\x02 \x01(\bR\treachable\x12\x14\n" +
@@ -1417,7 +1673,28 @@ const file_teapotv1_observe_proto_rawDesc = "" +
 	"\bproblems\x18\x0f \x03(\v2\x1e.teapot.v1.LoadBalancerProblemR\bproblems\x12(\n" +
 	"\x06events\x18\x10 \x03(\v2\x10.teapot.v1.EventR\x06events\x12\x1d\n" +
 	"\n" +
-	"last_event\x18\x11 \x01(\x04R\tlastEvent\"\xe4\x01\n" +
+	"last_event\x18\x11 \x01(\x04R\tlastEvent\x12>\n" +
+	"\n" +
+	"tenant_bgp\x18< \x03(\v2\x1f.teapot.v1.TenantBGPObservationR\ttenantBgp\"\xb3\x02\n" +
+	"\x14TenantBGPObservation\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x127\n" +
+	"\bsessions\x18\x02 \x03(\v2\x1b.teapot.v1.TenantBGPSessionR\bsessions\x122\n" +
+	"\baccepted\x18\x03 \x03(\v2\x16.teapot.v1.TenantRouteR\baccepted\x120\n" +
+	"\adropped\x18\x04 \x03(\v2\x16.teapot.v1.TenantRouteR\adropped\x12%\n" +
+	"\x0eaccepted_count\x18\x05 \x01(\rR\racceptedCount\x12#\n" +
+	"\rdropped_count\x18\x06 \x01(\rR\fdroppedCount\x12\x18\n" +
+	"\aproblem\x18\a \x01(\tR\aproblem\"\xa2\x01\n" +
+	"\x10TenantBGPSession\x12\x12\n" +
+	"\x04peer\x18\x01 \x01(\tR\x04peer\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x1a\n" +
+	"\breceived\x18\x04 \x01(\rR\breceived\x120\n" +
+	"\x05since\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\"l\n" +
+	"\vTenantRoute\x12\x16\n" +
+	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x19\n" +
+	"\bnext_hop\x18\x02 \x01(\tR\anextHop\x12\x12\n" +
+	"\x04peer\x18\x03 \x01(\tR\x04peer\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\"\xe4\x01\n" +
 	"\x13ListenerObservation\x12#\n" +
 	"\rload_balancer\x18\x01 \x01(\tR\floadBalancer\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\rR\x05index\x12\x18\n" +
@@ -1526,58 +1803,66 @@ func file_teapotv1_observe_proto_rawDescGZIP() []byte {
 	return file_teapotv1_observe_proto_rawDescData
 }
 
-var file_teapotv1_observe_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_teapotv1_observe_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_teapotv1_observe_proto_goTypes = []any{
 	(*ObserveRequest)(nil),         // 0: teapot.v1.ObserveRequest
 	(*ObserveResponse)(nil),        // 1: teapot.v1.ObserveResponse
 	(*HostObservation)(nil),        // 2: teapot.v1.HostObservation
-	(*ListenerObservation)(nil),    // 3: teapot.v1.ListenerObservation
-	(*PoolObservation)(nil),        // 4: teapot.v1.PoolObservation
-	(*MemberObservation)(nil),      // 5: teapot.v1.MemberObservation
-	(*PassiveHealth)(nil),          // 6: teapot.v1.PassiveHealth
-	(*PassiveFailure)(nil),         // 7: teapot.v1.PassiveFailure
-	(*CertificateObservation)(nil), // 8: teapot.v1.CertificateObservation
-	(*TrafficObservation)(nil),     // 9: teapot.v1.TrafficObservation
-	(*LoadBalancerProblem)(nil),    // 10: teapot.v1.LoadBalancerProblem
-	(*Event)(nil),                  // 11: teapot.v1.Event
-	(*EventsRequest)(nil),          // 12: teapot.v1.EventsRequest
-	(*EventsResponse)(nil),         // 13: teapot.v1.EventsResponse
-	(*VIPHolding)(nil),             // 14: teapot.v1.VIPHolding
-	nil,                            // 15: teapot.v1.ObserveRequest.EventsAfterEntry
-	nil,                            // 16: teapot.v1.TrafficObservation.RequestsEntry
-	nil,                            // 17: teapot.v1.EventsRequest.AfterEntry
-	nil,                            // 18: teapot.v1.EventsResponse.CursorEntry
-	(*timestamppb.Timestamp)(nil),  // 19: google.protobuf.Timestamp
+	(*TenantBGPObservation)(nil),   // 3: teapot.v1.TenantBGPObservation
+	(*TenantBGPSession)(nil),       // 4: teapot.v1.TenantBGPSession
+	(*TenantRoute)(nil),            // 5: teapot.v1.TenantRoute
+	(*ListenerObservation)(nil),    // 6: teapot.v1.ListenerObservation
+	(*PoolObservation)(nil),        // 7: teapot.v1.PoolObservation
+	(*MemberObservation)(nil),      // 8: teapot.v1.MemberObservation
+	(*PassiveHealth)(nil),          // 9: teapot.v1.PassiveHealth
+	(*PassiveFailure)(nil),         // 10: teapot.v1.PassiveFailure
+	(*CertificateObservation)(nil), // 11: teapot.v1.CertificateObservation
+	(*TrafficObservation)(nil),     // 12: teapot.v1.TrafficObservation
+	(*LoadBalancerProblem)(nil),    // 13: teapot.v1.LoadBalancerProblem
+	(*Event)(nil),                  // 14: teapot.v1.Event
+	(*EventsRequest)(nil),          // 15: teapot.v1.EventsRequest
+	(*EventsResponse)(nil),         // 16: teapot.v1.EventsResponse
+	(*VIPHolding)(nil),             // 17: teapot.v1.VIPHolding
+	nil,                            // 18: teapot.v1.ObserveRequest.EventsAfterEntry
+	nil,                            // 19: teapot.v1.TrafficObservation.RequestsEntry
+	nil,                            // 20: teapot.v1.EventsRequest.AfterEntry
+	nil,                            // 21: teapot.v1.EventsResponse.CursorEntry
+	(*timestamppb.Timestamp)(nil),  // 22: google.protobuf.Timestamp
 }
 var file_teapotv1_observe_proto_depIdxs = []int32{
-	15, // 0: teapot.v1.ObserveRequest.events_after:type_name -> teapot.v1.ObserveRequest.EventsAfterEntry
+	18, // 0: teapot.v1.ObserveRequest.events_after:type_name -> teapot.v1.ObserveRequest.EventsAfterEntry
 	2,  // 1: teapot.v1.ObserveResponse.hosts:type_name -> teapot.v1.HostObservation
-	19, // 2: teapot.v1.ObserveResponse.time:type_name -> google.protobuf.Timestamp
-	19, // 3: teapot.v1.HostObservation.time:type_name -> google.protobuf.Timestamp
-	3,  // 4: teapot.v1.HostObservation.listeners:type_name -> teapot.v1.ListenerObservation
-	4,  // 5: teapot.v1.HostObservation.pools:type_name -> teapot.v1.PoolObservation
-	14, // 6: teapot.v1.HostObservation.vips:type_name -> teapot.v1.VIPHolding
-	8,  // 7: teapot.v1.HostObservation.certificates:type_name -> teapot.v1.CertificateObservation
-	9,  // 8: teapot.v1.HostObservation.traffic:type_name -> teapot.v1.TrafficObservation
-	10, // 9: teapot.v1.HostObservation.problems:type_name -> teapot.v1.LoadBalancerProblem
-	11, // 10: teapot.v1.HostObservation.events:type_name -> teapot.v1.Event
-	19, // 11: teapot.v1.ListenerObservation.since:type_name -> google.protobuf.Timestamp
-	5,  // 12: teapot.v1.PoolObservation.members:type_name -> teapot.v1.MemberObservation
-	19, // 13: teapot.v1.MemberObservation.last_check:type_name -> google.protobuf.Timestamp
-	6,  // 14: teapot.v1.MemberObservation.passive:type_name -> teapot.v1.PassiveHealth
-	7,  // 15: teapot.v1.PassiveHealth.failures:type_name -> teapot.v1.PassiveFailure
-	19, // 16: teapot.v1.CertificateObservation.not_after:type_name -> google.protobuf.Timestamp
-	16, // 17: teapot.v1.TrafficObservation.requests:type_name -> teapot.v1.TrafficObservation.RequestsEntry
-	19, // 18: teapot.v1.Event.time:type_name -> google.protobuf.Timestamp
-	17, // 19: teapot.v1.EventsRequest.after:type_name -> teapot.v1.EventsRequest.AfterEntry
-	11, // 20: teapot.v1.EventsResponse.events:type_name -> teapot.v1.Event
-	18, // 21: teapot.v1.EventsResponse.cursor:type_name -> teapot.v1.EventsResponse.CursorEntry
-	19, // 22: teapot.v1.VIPHolding.since:type_name -> google.protobuf.Timestamp
-	23, // [23:23] is the sub-list for method output_type
-	23, // [23:23] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	22, // 2: teapot.v1.ObserveResponse.time:type_name -> google.protobuf.Timestamp
+	22, // 3: teapot.v1.HostObservation.time:type_name -> google.protobuf.Timestamp
+	6,  // 4: teapot.v1.HostObservation.listeners:type_name -> teapot.v1.ListenerObservation
+	7,  // 5: teapot.v1.HostObservation.pools:type_name -> teapot.v1.PoolObservation
+	17, // 6: teapot.v1.HostObservation.vips:type_name -> teapot.v1.VIPHolding
+	11, // 7: teapot.v1.HostObservation.certificates:type_name -> teapot.v1.CertificateObservation
+	12, // 8: teapot.v1.HostObservation.traffic:type_name -> teapot.v1.TrafficObservation
+	13, // 9: teapot.v1.HostObservation.problems:type_name -> teapot.v1.LoadBalancerProblem
+	14, // 10: teapot.v1.HostObservation.events:type_name -> teapot.v1.Event
+	3,  // 11: teapot.v1.HostObservation.tenant_bgp:type_name -> teapot.v1.TenantBGPObservation
+	4,  // 12: teapot.v1.TenantBGPObservation.sessions:type_name -> teapot.v1.TenantBGPSession
+	5,  // 13: teapot.v1.TenantBGPObservation.accepted:type_name -> teapot.v1.TenantRoute
+	5,  // 14: teapot.v1.TenantBGPObservation.dropped:type_name -> teapot.v1.TenantRoute
+	22, // 15: teapot.v1.TenantBGPSession.since:type_name -> google.protobuf.Timestamp
+	22, // 16: teapot.v1.ListenerObservation.since:type_name -> google.protobuf.Timestamp
+	8,  // 17: teapot.v1.PoolObservation.members:type_name -> teapot.v1.MemberObservation
+	22, // 18: teapot.v1.MemberObservation.last_check:type_name -> google.protobuf.Timestamp
+	9,  // 19: teapot.v1.MemberObservation.passive:type_name -> teapot.v1.PassiveHealth
+	10, // 20: teapot.v1.PassiveHealth.failures:type_name -> teapot.v1.PassiveFailure
+	22, // 21: teapot.v1.CertificateObservation.not_after:type_name -> google.protobuf.Timestamp
+	19, // 22: teapot.v1.TrafficObservation.requests:type_name -> teapot.v1.TrafficObservation.RequestsEntry
+	22, // 23: teapot.v1.Event.time:type_name -> google.protobuf.Timestamp
+	20, // 24: teapot.v1.EventsRequest.after:type_name -> teapot.v1.EventsRequest.AfterEntry
+	14, // 25: teapot.v1.EventsResponse.events:type_name -> teapot.v1.Event
+	21, // 26: teapot.v1.EventsResponse.cursor:type_name -> teapot.v1.EventsResponse.CursorEntry
+	22, // 27: teapot.v1.VIPHolding.since:type_name -> google.protobuf.Timestamp
+	28, // [28:28] is the sub-list for method output_type
+	28, // [28:28] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_teapotv1_observe_proto_init() }
@@ -1591,7 +1876,7 @@ func file_teapotv1_observe_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_teapotv1_observe_proto_rawDesc), len(file_teapotv1_observe_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   19,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
