@@ -29,7 +29,7 @@ const (
 	// busiest of the last interval).
 	MaxMemberTraffic = 64
 	// maxHistoryAnswer bounds the load balancer series one Observe sends
-	// when it selects more than one load balancer (the busiest of the
+	// when it selects more than one load balancer (those with the most
 	// requests since their series began); selecting one load balancer
 	// sends its series.
 	maxHistoryAnswer = 16
@@ -53,7 +53,7 @@ const HistoryMaxBytes = (MaxHistoryLBs + 1) * HistoryPoints * int(unsafe.Sizeof(
 type ring struct {
 	pts  []histPoint
 	next int // where the next point goes once full
-	// requests is the series' requests over the ring, to pick the busiest.
+	// requests is the series' requests since it began, to pick the busiest.
 	requests float64
 }
 

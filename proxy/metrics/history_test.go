@@ -175,4 +175,5 @@ func TestHistoryBounds(t *testing.T) {
 }
 
 func near(a, b float64) bool { return a-b < 1e-6 && b-a < 1e-6 }
+
 const statusConnected = 0 // proxy.StatusConnected
