@@ -105,6 +105,8 @@ type History struct {
 	omitted   int
 	prev      map[string]prevLB
 	prevM     map[memberKey3]prevMember
+	// lastLB is every load balancer's last point, ringed or not.
+	lastLB    map[string]histPoint
 	members   map[string][]*pb.MemberTraffic // lb -> busiest first, at most MaxMemberTraffic
 	memberOut map[string]int                 // lb -> members left out
 	last      time.Time
@@ -113,7 +115,7 @@ type History struct {
 // NewHistory returns the history of m. Call Run to sample it.
 func NewHistory(m *Memory) *History {
 	return &History{m: m, proc: newProcReader(), lbs: map[string]*ring{}, prev: map[string]prevLB{},
-		prevM: map[memberKey3]prevMember{}, members: map[string][]*pb.MemberTraffic{}, memberOut: map[string]int{}}
+		prevM: map[memberKey3]prevMember{}, lastLB: map[string]histPoint{}, members: map[string][]*pb.MemberTraffic{}, memberOut: map[string]int{}}
 }
 
 // Run samples every HistoryInterval, on its multiples, until ctx ends.
@@ -204,6 +206,7 @@ func (h *History) Sample(now time.Time) {
 		if req > 0 {
 			pt.errShare = float32(errs / req)
 		}
+		h.lastLB[lb] = pt
 		hostPt.rps += pt.rps
 		hostPt.cps += pt.cps
 		hostPt.bytesIn += pt.bytesIn
@@ -233,6 +236,11 @@ func (h *History) Sample(now time.Time) {
 	for lb := range h.lbs {
 		if _, ok := byLB[lb]; !ok {
 			delete(h.lbs, lb)
+		}
+	}
+	for lb := range h.lastLB {
+		if _, ok := byLB[lb]; !ok {
+			delete(h.lastLB, lb)
 		}
 	}
 	h.omitted = max(0, len(byLB)-len(h.lbs))
@@ -346,6 +354,9 @@ func (h *History) Observe(f observe.Filter, o *pb.HostObservation) {
 	for _, t := range o.Traffic {
 		t.Members = h.members[t.GetLoadBalancer()]
 		t.MembersOmitted = uint32(h.memberOut[t.GetLoadBalancer()])
+		if p, ok := h.lastLB[t.GetLoadBalancer()]; ok {
+			t.Last = p.proto()
+		}
 	}
 	if o.Resources == nil {
 		o.Resources = &pb.HostResources{}

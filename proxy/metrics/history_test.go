@@ -72,6 +72,9 @@ func TestHistoryRates(t *testing.T) {
 		!near(w.Members[0].ErrorShare, 0.1) || !near(w.Members[0].P99Seconds, 0.2) || w.Members[0].IntervalSeconds != 10 {
 		t.Errorf("web members %v", w)
 	}
+	if l := o.Traffic[1].Last; l.GetRequestsPerSecond() != 10 || !l.Time.AsTime().Equal(t0.Add(10*time.Second)) {
+		t.Errorf("web's last interval %v", l)
+	}
 	if d := o.Traffic[0]; len(d.Members) != 1 || d.Members[0].RequestsPerSecond != 2 || !near(d.Members[0].ErrorShare, 0.1) {
 		t.Errorf("db members %v", d)
 	}

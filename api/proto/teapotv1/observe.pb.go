@@ -1451,8 +1451,11 @@ type TrafficObservation struct {
 	Members []*MemberTraffic `protobuf:"bytes,80,rep,name=members,proto3" json:"members,omitempty"`
 	// Members left out of members (over the bound).
 	MembersOmitted uint32 `protobuf:"varint,81,opt,name=members_omitted,json=membersOmitted,proto3" json:"members_omitted,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The rates of the last interval of the host's history ring (unset
+	// until the ring has two samples); its time says when it ended.
+	Last          *HistoryPoint `protobuf:"bytes,82,opt,name=last,proto3" json:"last,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TrafficObservation) Reset() {
@@ -1560,6 +1563,13 @@ func (x *TrafficObservation) GetMembersOmitted() uint32 {
 		return x.MembersOmitted
 	}
 	return 0
+}
+
+func (x *TrafficObservation) GetLast() *HistoryPoint {
+	if x != nil {
+		return x.Last
+	}
+	return nil
 }
 
 // LoadBalancerProblem is something wrong with one field of a load balancer.
@@ -2105,7 +2115,7 @@ const file_teapotv1_observe_proto_rawDesc = "" +
 	"\x05state\x18\x04 \x01(\tR\x05state\x127\n" +
 	"\tnot_after\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\bnotAfter\x12\x1d\n" +
 	"\n" +
-	"last_error\x18\x06 \x01(\tR\tlastError\"\x94\x04\n" +
+	"last_error\x18\x06 \x01(\tR\tlastError\"\xc1\x04\n" +
 	"\x12TrafficObservation\x12#\n" +
 	"\rload_balancer\x18\x01 \x01(\tR\floadBalancer\x12G\n" +
 	"\brequests\x18\x02 \x03(\v2+.teapot.v1.TrafficObservation.RequestsEntryR\brequests\x12-\n" +
@@ -2118,7 +2128,8 @@ const file_teapotv1_observe_proto_rawDesc = "" +
 	"\x0elatency_bounds\x18\b \x03(\x01R\rlatencyBounds\x12%\n" +
 	"\x0elatency_counts\x18\t \x03(\x04R\rlatencyCounts\x122\n" +
 	"\amembers\x18P \x03(\v2\x18.teapot.v1.MemberTrafficR\amembers\x12'\n" +
-	"\x0fmembers_omitted\x18Q \x01(\rR\x0emembersOmitted\x1a;\n" +
+	"\x0fmembers_omitted\x18Q \x01(\rR\x0emembersOmitted\x12+\n" +
+	"\x04last\x18R \x01(\v2\x17.teapot.v1.HistoryPointR\x04last\x1a;\n" +
 	"\rRequestsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"h\n" +
@@ -2230,16 +2241,17 @@ var file_teapotv1_observe_proto_depIdxs = []int32{
 	24, // 23: teapot.v1.CertificateObservation.not_after:type_name -> google.protobuf.Timestamp
 	21, // 24: teapot.v1.TrafficObservation.requests:type_name -> teapot.v1.TrafficObservation.RequestsEntry
 	7,  // 25: teapot.v1.TrafficObservation.members:type_name -> teapot.v1.MemberTraffic
-	24, // 26: teapot.v1.Event.time:type_name -> google.protobuf.Timestamp
-	22, // 27: teapot.v1.EventsRequest.after:type_name -> teapot.v1.EventsRequest.AfterEntry
-	16, // 28: teapot.v1.EventsResponse.events:type_name -> teapot.v1.Event
-	23, // 29: teapot.v1.EventsResponse.cursor:type_name -> teapot.v1.EventsResponse.CursorEntry
-	24, // 30: teapot.v1.VIPHolding.since:type_name -> google.protobuf.Timestamp
-	31, // [31:31] is the sub-list for method output_type
-	31, // [31:31] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	4,  // 26: teapot.v1.TrafficObservation.last:type_name -> teapot.v1.HistoryPoint
+	24, // 27: teapot.v1.Event.time:type_name -> google.protobuf.Timestamp
+	22, // 28: teapot.v1.EventsRequest.after:type_name -> teapot.v1.EventsRequest.AfterEntry
+	16, // 29: teapot.v1.EventsResponse.events:type_name -> teapot.v1.Event
+	23, // 30: teapot.v1.EventsResponse.cursor:type_name -> teapot.v1.EventsResponse.CursorEntry
+	24, // 31: teapot.v1.VIPHolding.since:type_name -> google.protobuf.Timestamp
+	32, // [32:32] is the sub-list for method output_type
+	32, // [32:32] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_teapotv1_observe_proto_init() }
