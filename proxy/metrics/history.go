@@ -99,12 +99,12 @@ type History struct {
 	m    *Memory
 	proc *procReader
 
-	mu        sync.Mutex
-	host      ring
-	lbs       map[string]*ring
-	omitted   int
-	prev      map[string]prevLB
-	prevM     map[memberKey3]prevMember
+	mu      sync.Mutex
+	host    ring
+	lbs     map[string]*ring
+	omitted int
+	prev    map[string]prevLB
+	prevM   map[memberKey3]prevMember
 	// lastLB is every load balancer's last point, ringed or not.
 	lastLB    map[string]histPoint
 	members   map[string][]*pb.MemberTraffic // lb -> busiest first, at most MaxMemberTraffic
