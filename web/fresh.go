@@ -92,7 +92,13 @@ func (f *freshness) settle(prev, cur *Snapshot, obs *pb.ObserveResponse, interva
 		if listFailed(cur) {
 			cur.Tenants, cur.Pools, cur.Certs = prev.Tenants, prev.Pools, prev.Certs
 			cur.LBs = slices.Clone(prev.LBs)
+			cur.objects, cur.objectsAt = prev.objects, prev.objectsAt
 		}
+		cur.Hosts = keepHosts(prev.Hosts, cur.Hosts, cur.Cluster.Nodes)
+	}
+	for i := range cur.Hosts {
+		h := &cur.Hosts[i]
+		h.Reachable, h.Observed = answered[h.Node], f.seen[h.Node]
 	}
 	for i := range cur.Cluster.Nodes {
 		n := &cur.Cluster.Nodes[i]
