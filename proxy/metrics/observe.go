@@ -72,6 +72,8 @@ func (m *Memory) totals(match func(lb string) bool) map[string]*lbTotals {
 		}
 		a := get(s.LB)
 		a.http = true
+		a.t.BytesIn += uint64(s.RequestBytes)
+		a.t.BytesOut += uint64(s.ResponseBytes)
 		for i, n := range s.ByClass {
 			if i > 0 && n > 0 {
 				a.t.Requests[ClassNames[i]] += uint64(n)

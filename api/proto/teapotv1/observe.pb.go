@@ -1436,8 +1436,10 @@ type TrafficObservation struct {
 	Requests          map[string]uint64 `protobuf:"bytes,2,rep,name=requests,proto3" json:"requests,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	ActiveConnections int64             `protobuf:"varint,3,opt,name=active_connections,json=activeConnections,proto3" json:"active_connections,omitempty"`
 	Connections       uint64            `protobuf:"varint,4,opt,name=connections,proto3" json:"connections,omitempty"`
-	BytesIn           uint64            `protobuf:"varint,5,opt,name=bytes_in,json=bytesIn,proto3" json:"bytes_in,omitempty"`
-	BytesOut          uint64            `protobuf:"varint,6,opt,name=bytes_out,json=bytesOut,proto3" json:"bytes_out,omitempty"`
+	// Bytes from and to clients: every byte for tcp, udp and
+	// tls-passthrough; the request and response bodies for http and https.
+	BytesIn  uint64 `protobuf:"varint,5,opt,name=bytes_in,json=bytesIn,proto3" json:"bytes_in,omitempty"`
+	BytesOut uint64 `protobuf:"varint,6,opt,name=bytes_out,json=bytesOut,proto3" json:"bytes_out,omitempty"`
 	// 99th percentile of request (L7) or connect (L4) latency, in seconds
 	// (upper bound of its histogram bucket); 0 without samples.
 	P99Seconds float64 `protobuf:"fixed64,7,opt,name=p99_seconds,json=p99Seconds,proto3" json:"p99_seconds,omitempty"`
