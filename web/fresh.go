@@ -94,11 +94,9 @@ func (f *freshness) settle(prev, cur *Snapshot, obs *pb.ObserveResponse, interva
 			cur.LBs = slices.Clone(prev.LBs)
 			cur.objects, cur.objectsAt = prev.objects, prev.objectsAt
 		}
+		// A host's own report from an earlier read stays, marked
+		// unreachable, with when it was observed.
 		cur.Hosts = keepHosts(prev.Hosts, cur.Hosts, cur.Cluster.Nodes)
-	}
-	for i := range cur.Hosts {
-		h := &cur.Hosts[i]
-		h.Reachable, h.Observed = answered[h.Node], f.seen[h.Node]
 	}
 	for i := range cur.Cluster.Nodes {
 		n := &cur.Cluster.Nodes[i]
