@@ -28,11 +28,6 @@ const (
 	// MaxMemberTraffic bounds the members reported per load balancer (the
 	// busiest of the last interval).
 	MaxMemberTraffic = 64
-	// maxHistoryAnswer bounds the load balancer series one Observe sends
-	// when it selects more than one load balancer (those with the most
-	// requests since their series began); selecting one load balancer
-	// sends its series.
-	maxHistoryAnswer = 16
 )
 
 // histPoint is one interval of one series. It is kept small: the ring
@@ -53,8 +48,6 @@ const HistoryMaxBytes = (MaxHistoryLBs + 1) * HistoryPoints * int(unsafe.Sizeof(
 type ring struct {
 	pts  []histPoint
 	next int // where the next point goes once full
-	// requests is the series' requests since it began, to pick the busiest.
-	requests float64
 }
 
 func (r *ring) add(p histPoint) {
@@ -230,7 +223,6 @@ func (h *History) Sample(now time.Time) {
 			h.lbs[lb] = r
 		}
 		r.add(pt)
-		r.requests += req
 	}
 	// Forget load balancers gone from the counters (deleted).
 	for lb := range h.lbs {
@@ -369,20 +361,8 @@ func (h *History) Observe(f observe.Filter, o *pb.HostObservation) {
 		return
 	}
 	o.History = append(o.History, h.host.proto(""))
-	var lbs []string
-	for lb := range h.lbs {
-		if f.MatchLB(lb) {
-			lbs = append(lbs, lb)
-		}
-	}
-	slices.SortFunc(lbs, func(a, b string) int {
-		return cmp.Or(cmp.Compare(h.lbs[b].requests, h.lbs[a].requests), cmp.Compare(a, b))
-	})
-	if f.LB == "" && len(lbs) > maxHistoryAnswer {
-		lbs = lbs[:maxHistoryAnswer]
-	}
-	for _, lb := range lbs {
-		o.History = append(o.History, h.lbs[lb].proto(lb))
+	if r := h.lbs[f.LB]; r != nil && f.MatchLB(f.LB) {
+		o.History = append(o.History, r.proto(f.LB))
 	}
 	o.HistoryOmitted = uint32(h.omitted)
 }

@@ -48,12 +48,18 @@ func TestHistoryRates(t *testing.T) {
 	m.Observe(observe.Filter{}, &o)
 	h.Observe(observe.Filter{History: true}, &o)
 	series := map[string]*pb.HistorySeries{}
-	for _, s := range o.History {
-		series[s.LoadBalancer] = s
+	for _, lb := range []string{"acme/web", "acme/db"} {
+		var one pb.HostObservation
+		h.Observe(observe.Filter{LB: lb, History: true}, &one)
+		if len(one.History) != 2 || one.History[1].LoadBalancer != lb {
+			t.Fatalf("history of %s: %v", lb, one.History)
+		}
+		series[lb] = one.History[1]
 	}
-	if len(series) != 3 {
-		t.Fatalf("series %v", o.History)
+	if len(o.History) != 1 {
+		t.Fatalf("history without a load balancer selected: %v", o.History)
 	}
+	series[""] = o.History[0]
 	web := series["acme/web"].Points[0]
 	if web.RequestsPerSecond != 10 || !near(web.ErrorShare, 0.1) || !near(web.P99Seconds, 0.2) {
 		t.Errorf("web point %v", web)
@@ -159,11 +165,11 @@ func TestHistoryBounds(t *testing.T) {
 	if o.Resources.GetHistoryBytes() != uint64(used) || o.Resources.GetHistoryMaxBytes() != uint64(HistoryMaxBytes) {
 		t.Errorf("resources %v", o.Resources)
 	}
-	// Without a load balancer selected, an answer carries at most
-	// maxHistoryAnswer of them.
+	// Without a load balancer selected, an answer carries the host's
+	// series alone.
 	o = pb.HostObservation{}
 	h.Observe(observe.Filter{History: true}, &o)
-	if len(o.History) != 1+maxHistoryAnswer || o.HistoryOmitted != 10 {
+	if len(o.History) != 1 || o.History[0].LoadBalancer != "" || o.HistoryOmitted != 10 {
 		t.Errorf("%d series in one answer, %d omitted", len(o.History), o.HistoryOmitted)
 	}
 	// A load balancer deleted frees its series.

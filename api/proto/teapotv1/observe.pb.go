@@ -218,9 +218,9 @@ type HostObservation struct {
 	// Sequence number of the newest event on the host: the cursor for
 	// ObserveRequest.events_after.
 	LastEvent uint64 `protobuf:"varint,17,opt,name=last_event,json=lastEvent,proto3" json:"last_event,omitempty"`
-	// The host's history ring, when ObserveRequest.history asks for it: one
-	// series for the host (load_balancer empty) and one per load balancer
-	// the ring keeps.
+	// The host's history ring, when ObserveRequest.history asks for it: the
+	// host's series (load_balancer empty) and, when the request selects one
+	// load balancer, that load balancer's.
 	History []*HistorySeries `protobuf:"bytes,80,rep,name=history,proto3" json:"history,omitempty"`
 	// Load balancers with traffic that the ring keeps no series for (over
 	// its bound).
