@@ -69,7 +69,8 @@ function hhmm(ms, withSec) {
 // chart draws one metric over the chosen range (ending now, by the
 // server's clock): a y axis with its unit (0, half, top), an x axis with
 // times, a line per stretch without gaps; the newest value and its age
-// in the caption and in data-latest; hovering reads out any point.
+// (marked stale past the bound) in the caption and in data-latest;
+// hovering reads out any point.
 function chart(id, ps, m, opt) {
   const W = 320, H = 120, L = 46, R = 6, T = 8, B = 18;
   const range = opt.range, now = opt.now, liveStep = opt.liveStep || 1;
@@ -96,7 +97,7 @@ function chart(id, ps, m, opt) {
   return `<figure class="chart${old ? " stale" : ""}" data-chart="${esc(id)}" data-metric="${m.key}" data-latest="${esc(latest)}" data-points="${shown.length}"` +
     ` data-history="${shown.filter(p => p.h).length}" title="${esc(m.title)}">` +
     `<figcaption>${esc(m.label)} <b class="latest">${latestP ? esc(m.fmt(latest)) : "—"}</b> ` +
-    (latestP ? (old ? seen(latestP.t) : "") : `<span class="muted">no data</span>`) +
+    (latestP ? seen(latestP.t) : `<span class="muted">no data</span>`) +
     ` <span class="hover"></span></figcaption>` +
     `<svg viewBox="0 0 ${W} ${H}" role="img" aria-label="${esc(m.label)} over the last ${esc(rangeName(range))}">` +
     grid + xt + `<line class="axis" x1="${L}" y1="${T}" x2="${L}" y2="${H - B}"></line>` + lines +
