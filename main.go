@@ -226,6 +226,10 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 	vm.SetHandover(px)
 	host.Add(px)
 	host.Add(counters)
+	// The history ring adds the members' rates to the counters' traffic.
+	history := metrics.NewHistory(counters)
+	go history.Run(ctx)
+	host.Add(history)
 	host.Add(cm)
 	host.Add(vm)
 	if err := serveMetrics(ctx, msrv, counters, px, node, tenants, cm, vm, guard.Collector(), relay.Collector()); err != nil {

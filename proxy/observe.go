@@ -90,6 +90,8 @@ func (p *Proxy) Observe(f observe.Filter, h *pb.HostObservation) {
 		h.Pools = append(h.Pools, po)
 	}
 
+	p.observeBudgets(f, h)
+
 	status, unhealthy := p.Status(), p.Unhealthy()
 	lbs := make([]string, 0, len(status))
 	for lb := range status {

@@ -68,11 +68,18 @@ type Snapshot struct {
 	Pools             []Pool   `json:"pools"`
 	LBs               []LB     `json:"lbs"`
 	Certs             []Cert   `json:"certs"`
+	// Hosts is each host's own state: resources, budgets, tenants' use.
+	Hosts []HostInfo `json:"hosts"`
 	// Errors are what could not be read this time, one line per distinct
 	// error with the parts it hit and since when it repeats.
 	Errors []ErrorLine `json:"errors,omitempty"`
 	// listFailed: a List call failed, so the objects are incomplete.
 	listFailed bool
+	// objects are the stored objects of this read by kind and name
+	// ("tenant/name" for namespaced kinds), for the YAML view.
+	objects map[string]map[string]*pb.Object
+	// objectsAt is when objects were read.
+	objectsAt time.Time
 }
 
 // ErrorLine is one error of a read, shown once however many parts it hit.
@@ -200,6 +207,9 @@ type LBHost struct {
 	Problems  []string        `json:"problems"`
 	// Observed is when the host last answered (zero: never).
 	Observed time.Time `json:"observed"`
+	// MembersOmitted is how many members the host left out of its member
+	// traffic (over its bound).
+	MembersOmitted uint32 `json:"membersOmitted,omitempty"`
 }
 
 // ListenerState is one listen socket on one host.
@@ -219,6 +229,9 @@ type MemberState struct {
 	Reason    string    `json:"reason,omitempty"`
 	LastCheck time.Time `json:"lastCheck"`
 	InFlight  int64     `json:"inFlight"`
+	// Traffic is the member's last interval on this host (nil: the host
+	// did not report it, e.g. over its bound of members reported).
+	Traffic *MemberTraffic `json:"traffic,omitempty"`
 }
 
 // Cert is a certificate as stored.
@@ -336,6 +349,8 @@ func gather(ctx context.Context, src Source, now time.Time, eventsAfter map[stri
 			})
 		}
 	}
+	s.Hosts = hostInfos(obs.GetHosts(), now)
+	s.objects, s.objectsAt = objectIndex(objs), now
 	s.Tenants, s.Pools, s.LBs, s.Certs = nonNil(s.Tenants), nonNil(s.Pools), nonNil(s.LBs), nonNil(s.Certs)
 	return s, obs
 }
@@ -425,13 +440,16 @@ func lbHosts(id string, hosts []*pb.HostObservation) []LBHost {
 				v.Listeners = append(v.Listeners, ListenerState{Address: l.GetAddress(), Protocol: l.GetProtocol(), Bound: l.GetBound(), Error: l.GetError(), Since: l.GetSince().AsTime()})
 			}
 		}
+		traffic := memberTraffic(h, id)
+		v.MembersOmitted = traffic.omitted
 		for _, p := range h.GetPools() {
 			if p.GetLoadBalancer() != id {
 				continue
 			}
 			for _, m := range p.GetMembers() {
 				v.Members = append(v.Members, MemberState{Pool: p.GetPool(), Address: m.GetAddress(), Healthy: m.GetHealthy(),
-					Reason: m.GetReason(), LastCheck: m.GetLastCheck().AsTime(), InFlight: m.GetInFlight()})
+					Reason: m.GetReason(), LastCheck: m.GetLastCheck().AsTime(), InFlight: m.GetInFlight(),
+					Traffic: traffic.of[memberKey{p.GetPool(), m.GetAddress()}]})
 			}
 		}
 		for _, p := range h.GetProblems() {

@@ -189,6 +189,7 @@ var goldenCases = []struct {
 	{name: "cluster-remove-leader", args: "cluster remove lb1", code: 1},
 
 	{name: "get-lbs-wide", args: "get lbs -o wide", hosts: membersDown},
+	{name: "get-lbs-wide-traffic", args: "get lbs --tenant acme -o wide", hosts: withTraffic},
 	{name: "get-lbs-unbound", args: "get lbs --tenant acme", hosts: unboundOnLB2},
 	{name: "get-lb-observed-yaml", args: "get lb acme/shop -o yaml", hosts: membersDown},
 	{name: "explain-lb-serving", args: "explain lb acme/shop"},

@@ -125,8 +125,12 @@ func (a *app) writeTable(w io.Writer, kind string, objs []*pb.Object, lbs []*pb.
 		}
 	case api.KindLoadBalancer:
 		head := []string{"TENANT", "NAME", "STATUS", "ADDRESS", "HELD BY", "POOL", "LISTENERS", "ROUTES", "MEMBERS", "AGE"}
+		var traffic map[string]*lbTraffic
 		if a.output == OutputWide {
-			head = append(head, "REASON")
+			// The last interval of the hosts' history rings (10 s), and
+			// how long ago it ended.
+			head = append(head, "REQ/S", "5XX", "P99", "CONNS", "TRAFFIC AGE", "REASON")
+			traffic = trafficOf(a.observed)
 		}
 		t.row(head...)
 		for _, o := range objs {
@@ -146,6 +150,7 @@ func (a *app) writeTable(w io.Writer, kind string, objs []*pb.Object, lbs []*pb.
 			row := []string{v.GetTenant(), v.GetName(), orDash(v.GetStatus().GetObserved().GetPhase()), addr, orDash(holders[v.GetStatus().GetAddress()]), v.GetVip().GetPool(), list(listeners),
 				strconv.Itoa(len(v.GetRoutes())), strconv.Itoa(members), age(now, v.GetMeta().GetCreated())}
 			if a.output == OutputWide {
+				row = append(row, trafficCells(traffic[v.GetTenant()+"/"+v.GetName()], now)...)
 				row = append(row, v.GetStatus().GetObserved().GetReason())
 			}
 			t.row(row...)
@@ -171,6 +176,11 @@ func (a *app) writeTable(w io.Writer, kind string, objs []*pb.Object, lbs []*pb.
 	}
 	if err := t.flush(); err != nil {
 		return err
+	}
+	if kind == api.KindLoadBalancer && a.output == OutputWide {
+		if err := writeMemberTraffic(w, objs, a.observed, now); err != nil {
+			return err
+		}
 	}
 	return writeProblems(w, objs)
 }
