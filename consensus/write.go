@@ -573,16 +573,23 @@ func prepareRaw(p *prepared, raw *pb.Txn, internal bool, ov *overlay, now time.T
 	return p, txn, nil
 }
 
-// allocate stamps the load balancer's address.
+// allocate stamps the load balancer's addresses: status.address, and
+// with vip.families status.addresses (every family's, address first).
 func allocate(lb *pb.LoadBalancer, ov *overlay) error {
-	addr, err := api.AllocateAddress(lb, catalog{r: ov})
+	addrs, err := api.AllocateAddresses(lb, catalog{r: ov})
 	if err != nil {
 		return err
 	}
 	if lb.Status == nil {
 		lb.Status = &pb.LoadBalancerStatus{}
 	}
-	lb.Status.Address = addr.String()
+	lb.Status.Address = addrs[0].String()
+	lb.Status.Addresses = nil
+	if len(lb.GetVip().GetFamilies()) > 0 {
+		for _, a := range addrs {
+			lb.Status.Addresses = append(lb.Status.Addresses, a.String())
+		}
+	}
 	return nil
 }
 
@@ -602,7 +609,7 @@ func stamp(obj, existing *pb.Object, now time.Time) {
 		v.LoadBalancer.Meta = meta
 		v.LoadBalancer.Status = nil
 		if old := existing.GetLoadBalancer().GetStatus(); old != nil {
-			v.LoadBalancer.Status = &pb.LoadBalancerStatus{Address: old.GetAddress()}
+			v.LoadBalancer.Status = &pb.LoadBalancerStatus{Address: old.GetAddress(), Addresses: old.GetAddresses()}
 		}
 	case *pb.Object_Node:
 		v.Node.Meta = meta

@@ -88,6 +88,10 @@ var rules = map[string]rule{
 	"teapot.v1.VIPRequest.address":     {limits: atMost(api.MaxAddressLen, "bytes"), example: "192.0.2.10"},
 	"teapot.v1.VIPRequest.family":      {doc: "Address family of the allocated address.", def: "ipv4 when the pool has IPv4 addresses", enum: []string{"ipv4", "ipv6"}},
 	"teapot.v1.VIPRequest.sharing_key": {limits: atMost(api.MaxSharingKeyLen, "bytes"), example: "edge"},
+	"teapot.v1.VIPRequest.families": {doc: "Dual stack: one VIP of each family listed, from the pool, in this order; the first is status.address and status.addresses holds them all. vip.address, when given, is the VIP of its family.",
+		def: "unset: one VIP of vip.family", limits: "one or two distinct families, each ipv4 or ipv6; not with vip.family; feature level 4 on every host", example: "[ipv4, ipv6]"},
+	"teapot.v1.VIPRequest.family_policy": {doc: "With two families: require refuses the load balancer unless the pool gives an address of each; prefer serves it on the families the pool has a free address of (at least one), and status.problems names the family left out.",
+		def: "require", limits: "only with vip.families", enum: []string{"require", "prefer"}},
 
 	"teapot.v1.Listener":                   {doc: "One port of the load balancer."},
 	"teapot.v1.Listener.port":              {doc: "Port on the VIP.", required: true, limits: "1 to 65535; one listener per port and transport (udp, or tcp for the others)", example: "443"},

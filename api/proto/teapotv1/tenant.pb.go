@@ -773,6 +773,9 @@ type ObjectStatus struct {
 	Version string `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
 	// Allocated VIP.
 	Address string `protobuf:"bytes,3,opt,name=address,proto3" json:"address,omitempty"`
+	// Every allocated VIP (one per family for a dual-stack load
+	// balancer), address first.
+	Addresses []string `protobuf:"bytes,40,rep,name=addresses,proto3" json:"addresses,omitempty"`
 	// Why the object was refused (one line, naming the field); empty when
 	// it was stored. A refused object keeps its previous stored version.
 	Error string `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
@@ -837,6 +840,13 @@ func (x *ObjectStatus) GetAddress() string {
 		return x.Address
 	}
 	return ""
+}
+
+func (x *ObjectStatus) GetAddresses() []string {
+	if x != nil {
+		return x.Addresses
+	}
+	return nil
 }
 
 func (x *ObjectStatus) GetError() string {
@@ -1325,11 +1335,12 @@ const file_teapotv1_tenant_proto_rawDesc = "" +
 	"SyncStatus\x121\n" +
 	"\aobjects\x18\x01 \x03(\v2\x17.teapot.v1.ObjectStatusR\aobjects\x12)\n" +
 	"\x06tenant\x18\x02 \x01(\v2\x11.teapot.v1.TenantR\x06tenant\x12\x1a\n" +
-	"\brevision\x18\x03 \x01(\x04R\brevision\"\xa9\x02\n" +
+	"\brevision\x18\x03 \x01(\x04R\brevision\"\xc7\x02\n" +
 	"\fObjectStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x18\n" +
-	"\aaddress\x18\x03 \x01(\tR\aaddress\x12\x14\n" +
+	"\aaddress\x18\x03 \x01(\tR\aaddress\x12\x1c\n" +
+	"\taddresses\x18( \x03(\tR\taddresses\x12\x14\n" +
 	"\x05error\x18\x04 \x01(\tR\x05error\x12.\n" +
 	"\bproblems\x18\x05 \x03(\v2\x12.teapot.v1.ProblemR\bproblems\x12\x18\n" +
 	"\aremoved\x18\x06 \x01(\bR\aremoved\x12?\n" +
