@@ -72,6 +72,10 @@ var featureLevels = map[string]uint32{
 	FeatureDualStack:     4,
 }
 
+// LevelOf is the feature level a feature needs on every host (0 for a
+// feature this release does not know).
+func LevelOf(feature string) uint32 { return featureLevels[feature] }
+
 // LevelNeeded is the highest level the uses need (1 for none).
 func LevelNeeded(uses []FeatureUse) uint32 {
 	need := uint32(1)
