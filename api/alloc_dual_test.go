@@ -111,7 +111,7 @@ func TestAllocateAddressesDualStack(t *testing.T) {
 			if err := ValidateLoadBalancer(lb, poolCatalog(tt.pool, objs...)); err != nil {
 				t.Fatalf("stamped %v: %v", got, err)
 			}
-			p := familyProblem(lb)
+			p := FamilyProblem(lb)
 			if (len(got) < len(tt.lb.GetVip().GetFamilies())) != (p != nil) {
 				t.Fatalf("problem %v for %v of %v", p, got, tt.lb.GetVip().GetFamilies())
 			}

@@ -330,7 +330,7 @@ func checkStatusAddress(ck *checker, lb *pb.LoadBalancer, tenant *pb.Tenant, v *
 // sends traffic to, and http(s) listeners without routes.
 func LoadBalancerProblems(lb *pb.LoadBalancer) []*pb.Problem {
 	var out []*pb.Problem
-	if p := familyProblem(lb); p != nil {
+	if p := FamilyProblem(lb); p != nil {
 		out = append(out, p)
 	}
 	used := map[string]bool{}
@@ -389,9 +389,9 @@ func allZeroWeights(bs []*pb.RouteBackend) bool {
 	return true
 }
 
-// familyProblem says which families of vip.families a load balancer
+// FamilyProblem says which families of vip.families a load balancer
 // under familyPolicy prefer was given no address of, or returns nil.
-func familyProblem(lb *pb.LoadBalancer) *pb.Problem {
+func FamilyProblem(lb *pb.LoadBalancer) *pb.Problem {
 	fams := lb.GetVip().GetFamilies()
 	got := StatusAddrs(lb)
 	if len(fams) == 0 || len(got) == 0 {

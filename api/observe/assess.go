@@ -49,6 +49,10 @@ func Assess(lb *pb.LoadBalancer, hosts []*pb.HostObservation) *pb.ObservedStatus
 		add("spec: %s: %s", p.GetField(), p.GetReason())
 	}
 	addr := lb.GetStatus().GetAddress()
+	addrs := lb.GetStatus().GetAddresses() // every VIP of a dual-stack one
+	if len(addrs) == 0 {
+		addrs = []string{addr}
+	}
 	if addr == "" {
 		out.Phase, out.Reason = Pending, "no address allocated yet"
 		out.Problems = problems
@@ -66,12 +70,14 @@ func Assess(lb *pb.LoadBalancer, hosts []*pb.HostObservation) *pb.ObservedStatus
 		reachable++
 		id := h.GetNodeId()
 		for _, v := range h.GetVips() {
-			if v.GetAddress() != addr {
+			if !slices.Contains(addrs, v.GetAddress()) {
 				continue
 			}
 			vipReported = true
 			if Held(v.GetState()) {
-				out.HeldBy = append(out.HeldBy, id)
+				if !slices.Contains(out.HeldBy, id) {
+					out.HeldBy = append(out.HeldBy, id)
+				}
 			} else if v.GetReason() != "" {
 				released = append(released, id+": "+v.GetReason())
 			}
