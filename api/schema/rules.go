@@ -46,7 +46,7 @@ var rules = map[string]rule{
 	"teapot.v1.Tenant.meta":                {readOnly: true, opaque: true, doc: "Revision, generation and times, stamped by the cluster."},
 
 	"teapot.v1.Quotas.load_balancers":           {doc: "Load balancers the tenant may have.", def: quotaDefault((*pb.Quotas).GetLoadBalancers)},
-	"teapot.v1.Quotas.addresses":                {doc: "Distinct VIP addresses the tenant may hold.", def: quotaDefault((*pb.Quotas).GetAddresses)},
+	"teapot.v1.Quotas.addresses":                {doc: "Distinct VIP addresses the tenant may hold (a dual-stack load balancer holds two).", def: quotaDefault((*pb.Quotas).GetAddresses)},
 	"teapot.v1.Quotas.certificates":             {doc: "Certificates the tenant may have.", def: quotaDefault((*pb.Quotas).GetCertificates)},
 	"teapot.v1.Quotas.listeners_per_lb":         {doc: "Listeners of one load balancer.", def: quotaDefault((*pb.Quotas).GetListenersPerLb)},
 	"teapot.v1.Quotas.routes_per_lb":            {doc: "Routes of one load balancer; a route with matches counts once per match.", def: quotaDefault((*pb.Quotas).GetRoutesPerLb)},
