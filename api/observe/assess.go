@@ -63,6 +63,9 @@ func Assess(lb *pb.LoadBalancer, hosts []*pb.HostObservation) *pb.ObservedStatus
 	var reachable, refused, pending, unbound, noMember, serving int
 	vipReported := false
 	var released []string
+	// Per VIP of a dual-stack load balancer: reported by some host, and
+	// held by one.
+	vipSeen, vipHeld := map[string]bool{}, map[string]bool{}
 	for _, h := range hosts {
 		if !h.GetReachable() {
 			continue
@@ -74,7 +77,9 @@ func Assess(lb *pb.LoadBalancer, hosts []*pb.HostObservation) *pb.ObservedStatus
 				continue
 			}
 			vipReported = true
+			vipSeen[v.GetAddress()] = true
 			if Held(v.GetState()) {
+				vipHeld[v.GetAddress()] = true
 				if !slices.Contains(out.HeldBy, id) {
 					out.HeldBy = append(out.HeldBy, id)
 				}
@@ -176,6 +181,13 @@ func Assess(lb *pb.LoadBalancer, hosts []*pb.HostObservation) *pb.ObservedStatus
 	}
 	slices.Sort(out.HeldBy)
 	out.HeldBy = slices.Compact(out.HeldBy)
+	if len(out.HeldBy) > 0 {
+		for _, a := range addrs {
+			if vipSeen[a] && !vipHeld[a] {
+				add("no host holds VIP %s, one of the load balancer's %d: its clients of that family get no answer", a, len(addrs))
+			}
+		}
+	}
 	out.Problems = problems
 	switch {
 	case reachable == 0:
