@@ -408,7 +408,7 @@ func FamilyProblem(lb *pb.LoadBalancer) *pb.Problem {
 	}
 	return &pb.Problem{
 		Field: "vip.families",
-		Reason: fmt.Sprintf("no %s VIP: pool %s had no free %s address when the load balancer was written (familyPolicy prefer), so it is served on %s alone; ask the operator for %s addresses in the pool, then apply it again",
+		Reason: fmt.Sprintf("no %s VIP: pool %s had no free %s address when the load balancer was written (familyPolicy prefer), so it is served on %s alone; once the operator has added %s addresses to the pool, apply the load balancer again (the agent does so with the Service's next change)",
 			strings.Join(missing, ", "), lb.GetVip().GetPool(), strings.Join(missing, ", "), familyName(got[0].Is4()), strings.Join(missing, ", ")),
 	}
 }

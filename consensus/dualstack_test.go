@@ -50,7 +50,20 @@ func TestDualStackWrites(t *testing.T) {
 		t.Fatalf("no vip.families problem for the IPv4-only VIP: %v", ps)
 	}
 
+	// The same spec applied again stays as it is while the pool has no
+	// free IPv6 address.
+	if r := apply(t, n, dual("d", "prefer")); r.Results[0] != "unchanged" {
+		t.Fatalf("d applied again with IPv6 exhausted: %s", r.Results[0])
+	}
+
 	if _, err := n.Delete(ctxT(t), &pb.DeleteRequest{Ref: &pb.ObjectRef{Kind: api.KindLoadBalancer, Tenant: "acme", Name: "b"}}, false); err != nil {
+		t.Fatal(err)
+	}
+	// b's IPv6 address is free: d applied again gets it.
+	if r := apply(t, n, dual("d", "prefer")); r.Results[0] != "configured" || addrs(r.Objects[0]) != "192.0.2.4 2001:db8:10::2" {
+		t.Fatalf("d applied again with an IPv6 address free: %s %q", r.Results[0], addrs(r.Objects[0]))
+	}
+	if _, err := n.Delete(ctxT(t), &pb.DeleteRequest{Ref: &pb.ObjectRef{Kind: api.KindLoadBalancer, Tenant: "acme", Name: "d"}}, false); err != nil {
 		t.Fatal(err)
 	}
 	if got := addrs(apply(t, n, dual("e", "")).Objects[0]); got != "192.0.2.2 2001:db8:10::2" {
@@ -66,7 +79,7 @@ func TestDualStackWrites(t *testing.T) {
 	if got := addrs(apply(t, n, a).Objects[0]); got != "192.0.2.1" {
 		t.Fatalf("ipv4 only: %q", got)
 	}
-	if got := addrs(apply(t, n, dual("f", "")).Objects[0]); got != "192.0.2.5 2001:db8:10::1" {
+	if got := addrs(apply(t, n, dual("f", "")).Objects[0]); got != "192.0.2.4 2001:db8:10::1" {
 		t.Fatalf("after a dropped IPv6: %q", got)
 	}
 }

@@ -435,7 +435,7 @@ func prepare(r *writeReq, ov *overlay, now time.Time) (*prepared, *pb.Txn, error
 		case req.GetMode() == pb.ApplyMode_APPLY_MODE_UPDATE && existing == nil:
 			return nil, nil, fmt.Errorf("%s %w", api.RefString(ref), api.ErrNotFound)
 		}
-		if existing != nil && specEqual(existing, obj) {
+		if existing != nil && specEqual(existing, obj) && !gainsFamily(existing.GetLoadBalancer(), scratch) {
 			p.results[i] = "unchanged"
 			p.objects[i] = existing
 			continue
@@ -571,6 +571,19 @@ func prepareRaw(p *prepared, raw *pb.Txn, internal bool, ov *overlay, now time.T
 		return nil, nil, fmt.Errorf("empty transaction: %w", api.ErrInvalid)
 	}
 	return p, txn, nil
+}
+
+// gainsFamily reports whether a stored load balancer served on fewer
+// families than it prefers (familyPolicy prefer) would get more now (its
+// pool has an address of a missing family): an apply of the same spec
+// then writes it again, with the new address, rather than answer
+// unchanged.
+func gainsFamily(lb *pb.LoadBalancer, ov *overlay) bool {
+	if lb == nil || api.FamilyProblem(lb) == nil {
+		return false
+	}
+	addrs, err := api.AllocateAddresses(lb, catalog{r: ov})
+	return err == nil && len(addrs) > len(api.StatusAddrs(lb))
 }
 
 // allocate stamps the load balancer's addresses: status.address, and
