@@ -49,6 +49,10 @@ const (
 	// (tenant.bgp). A host of an earlier release ignores the field: it
 	// neither peers nor installs the tenant's routes.
 	FeatureTenantBGP = "tenant-bgp"
+	// FeatureDualStack: one VIP per address family (vip.families,
+	// vip.familyPolicy, status.addresses). A host of an earlier release
+	// ignores them and serves and announces the first address only.
+	FeatureDualStack = "dual-stack"
 )
 
 // FeatureLevel is the highest cluster feature level this release
@@ -70,7 +74,12 @@ var featureLevels = map[string]uint32{
 	FeatureSNIRoutes:     3,
 	FeatureRoutePorts:    3,
 	FeatureTenantBGP:     4,
+	FeatureDualStack:     4,
 }
+
+// LevelOf is the feature level a feature needs on every host (0 for a
+// feature this release does not know).
+func LevelOf(feature string) uint32 { return featureLevels[feature] }
 
 // LevelNeeded is the highest level the uses need (1 for none).
 func LevelNeeded(uses []FeatureUse) uint32 {
@@ -107,7 +116,7 @@ func FeatureRefusal(uses []FeatureUse, need uint32, older []string) error {
 
 // Features returns the features this release serves.
 func Features() []string {
-	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP}
+	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack}
 }
 
 // FeatureUse is one place where a write uses a feature: the feature and
@@ -130,6 +139,9 @@ func FeaturesUsed(obj *pb.Object) []FeatureUse {
 		return nil
 	}
 	var out []FeatureUse
+	if len(l.GetVip().GetFamilies()) > 0 || l.GetVip().GetFamilyPolicy() != "" {
+		out = append(out, FeatureUse{Feature: FeatureDualStack, Field: RefString(RefOf(obj)) + ": vip.families"})
+	}
 	for i, r := range l.GetRoutes() {
 		at := fmt.Sprintf("%s: routes[%d]", RefString(RefOf(obj)), i)
 		for _, f := range []struct {

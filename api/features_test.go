@@ -54,6 +54,7 @@ func TestFeaturesUsed(t *testing.T) {
 			l.Listeners = []*pb.Listener{{Port: 443, Protocol: "tls-passthrough", Pool: "api", SniRoutes: []*pb.SNIRoute{{Host: "a.acme.example", Pool: "web"}}}}
 		}), []string{"LoadBalancer acme/shop: listeners[0].sniRoutes (sni-routes)"}},
 		{"route ports", lb(func(l *pb.LoadBalancer) { l.Routes[1].Ports = []uint32{80} }), []string{"LoadBalancer acme/shop: routes[1].ports (route-ports)"}},
+		{"dual stack", lb(func(l *pb.LoadBalancer) { l.Vip = &pb.VIPRequest{Families: []string{"ipv4", "ipv6"}} }), []string{"LoadBalancer acme/shop: vip.families (dual-stack)"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var got []string
@@ -68,7 +69,7 @@ func TestFeaturesUsed(t *testing.T) {
 			if tt.name == "sni routes" || tt.name == "route ports" {
 				want = 3
 			}
-			if tt.name == "tenant bgp" {
+			if tt.name == "tenant bgp" || tt.name == "dual stack" {
 				want = 4
 			}
 			if LevelNeeded(uses) != want {

@@ -46,6 +46,14 @@ type Store interface {
 
 var _ Store = (*consensus.Node)(nil)
 
+// featureLeveler is implemented by a Store that knows the cluster's
+// feature level, which the welcome tells the agent.
+type featureLeveler interface {
+	ClusterFeatureLevel() uint32
+}
+
+var _ featureLeveler = (*consensus.Node)(nil)
+
 // Defaults of Config.
 const (
 	DefaultMaxBatch     = 256
@@ -307,6 +315,9 @@ func (s *Server) welcome(ctx context.Context, st *stream) (*pb.SyncWelcome, erro
 		return nil, err
 	}
 	w := &pb.SyncWelcome{Tenant: tenant, Revision: rev, MaxBatch: uint32(s.cfg.MaxBatch)}
+	if fl, ok := s.cfg.Store.(featureLeveler); ok {
+		w.FeatureLevel = fl.ClusterFeatureLevel()
+	}
 	for _, o := range lbs {
 		lb := o.GetLoadBalancer()
 		if !Managed(lb.GetName()) {
@@ -322,7 +333,7 @@ func (s *Server) welcome(ctx context.Context, st *stream) (*pb.SyncWelcome, erro
 
 // statusOf is what the agent learns about a stored load balancer.
 func statusOf(lb *pb.LoadBalancer) *pb.ObjectStatus {
-	stat := &pb.ObjectStatus{Name: lb.GetName(), Version: Version(lb), Address: lb.GetStatus().GetAddress()}
+	stat := &pb.ObjectStatus{Name: lb.GetName(), Version: Version(lb), Address: lb.GetStatus().GetAddress(), Addresses: lb.GetStatus().GetAddresses()}
 	stat.Problems = append(stat.Problems, lb.GetStatus().GetProblems()...)
 	stat.Problems = append(stat.Problems, api.LoadBalancerProblems(lb)...)
 	return stat

@@ -400,6 +400,7 @@ func LoadBalancerChangeMatters(prev, next *pb.LoadBalancer) bool {
 		return true
 	}
 	return prev.GetStatus().GetAddress() != next.GetStatus().GetAddress() ||
+		!slices.Equal(prev.GetStatus().GetAddresses(), next.GetStatus().GetAddresses()) ||
 		prev.GetVip().GetPool() != next.GetVip().GetPool()
 }
 

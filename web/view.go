@@ -175,10 +175,13 @@ type Pool struct {
 
 // LB is one load balancer with its status and spec.
 type LB struct {
-	ID        string    `json:"id"` // tenant/name
-	Tenant    string    `json:"tenant"`
-	Name      string    `json:"name"`
-	Address   string    `json:"address"`
+	ID      string `json:"id"` // tenant/name
+	Tenant  string `json:"tenant"`
+	Name    string `json:"name"`
+	Address string `json:"address"`
+	// Addresses are every VIP of the load balancer (one per family of a
+	// dual-stack one), Address first.
+	Addresses []string  `json:"addresses"`
 	Status    string    `json:"status"`
 	Reasons   []string  `json:"reasons,omitempty"`
 	Listeners []string  `json:"listeners"`
@@ -477,7 +480,7 @@ func certHosts(tenant string, names []string, hosts []*pb.HostObservation) []Cer
 
 func lbView(lb *pb.LoadBalancer, vips map[string]*VIP, obs []*pb.HostObservation) LB {
 	addr := lb.GetStatus().GetAddress()
-	vip := vips[addr]
+	addrs := nonNil(api.StatusAddresses(lb))
 	id := lb.GetTenant() + "/" + lb.GetName()
 	hosts := lbHosts(id, obs)
 	st := observe.Assess(lb, obs)
@@ -492,11 +495,24 @@ func lbView(lb *pb.LoadBalancer, vips map[string]*VIP, obs []*pb.HostObservation
 	}
 	v := LB{
 		ID: id, Tenant: lb.GetTenant(), Name: lb.GetName(),
-		Address: addr, Status: st.GetPhase(), LastStatus: st.GetPhase(), Reasons: reasons,
+		Address: addr, Addresses: addrs, Status: st.GetPhase(), LastStatus: st.GetPhase(), Reasons: reasons,
 		Updated: lb.GetMeta().GetUpdated().AsTime(), Revision: lb.GetMeta().GetRevision(),
 		Hosts: hosts,
 	}
-	v.HeldBy, v.HeldByStale = holders(vip)
+	for _, a := range addrs {
+		fresh, stale := holders(vips[a])
+		for _, h := range fresh {
+			if !slices.Contains(v.HeldBy, h) {
+				v.HeldBy = append(v.HeldBy, h)
+			}
+		}
+		for _, h := range stale {
+			if !slices.Contains(v.HeldByStale, h) {
+				v.HeldByStale = append(v.HeldByStale, h)
+			}
+		}
+	}
+	v.HeldBy, v.HeldByStale = nonNil(v.HeldBy), nonNil(v.HeldByStale)
 	for _, l := range lb.GetListeners() {
 		v.Listeners = append(v.Listeners, fmt.Sprintf("%d/%s", l.GetPort(), l.GetProtocol()))
 	}
@@ -537,7 +553,7 @@ func tenantView(t *pb.Tenant, lbs, certs []*pb.Object) Tenant {
 		nLB++
 		nListeners += len(lb.GetListeners())
 		nRoutes += len(lb.GetRoutes())
-		if a := lb.GetStatus().GetAddress(); a != "" {
+		for _, a := range api.StatusAddresses(lb) {
 			addrs[a] = true
 		}
 		for _, p := range lb.GetPools() {

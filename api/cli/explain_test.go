@@ -127,3 +127,19 @@ func tenantBGP(f *fakeAdmin) []*pb.HostObservation {
 	hosts[1].TenantBgp = []*pb.TenantBGPObservation{{Tenant: "acme", Problem: "this host has no bgp: section in its serve config (bgp.asn): it does not peer with the tenant's speakers nor install their routes"}}
 	return hosts
 }
+
+// dualStack: acme/dual holds an IPv4 and an IPv6 VIP; acme/half asked
+// for both under familyPolicy prefer and got the IPv4 one alone. Both
+// are served on every address they have.
+func dualStack(f *fakeAdmin) []*pb.HostObservation {
+	lb := func(name, policy string, addrs ...string) *pb.LoadBalancer {
+		return &pb.LoadBalancer{Name: name, Tenant: "acme",
+			Vip:       &pb.VIPRequest{Pool: "public", Families: []string{"ipv4", "ipv6"}, FamilyPolicy: policy},
+			Listeners: []*pb.Listener{{Port: 53, Protocol: "udp", Pool: "dns"}},
+			Pools:     map[string]*pb.BackendPool{"dns": {Members: []*pb.Member{{Address: "10.20.0.53:53"}}}},
+			Status:    &pb.LoadBalancerStatus{Address: addrs[0], Addresses: addrs}}
+	}
+	f.put(api.Wrap(lb("dual", "", "192.0.2.40", "2001:db8:10::40")))
+	f.put(api.Wrap(lb("half", "prefer", "192.0.2.41")))
+	return f.servingHosts()
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -135,9 +136,16 @@ func (a *app) writeTable(w io.Writer, kind string, objs []*pb.Object, lbs []*pb.
 		t.row(head...)
 		for _, o := range objs {
 			v := o.GetLoadBalancer()
-			addr := v.GetStatus().GetAddress()
+			addrs := api.StatusAddresses(v)
+			addr := strings.Join(addrs, ",")
 			if addr == "" {
 				addr = "<pending>"
+			}
+			var held []string
+			for _, a := range addrs {
+				if h := holders[a]; h != "" && !slices.Contains(held, h) {
+					held = append(held, h)
+				}
 			}
 			var listeners []string
 			for _, l := range v.GetListeners() {
@@ -147,7 +155,7 @@ func (a *app) writeTable(w io.Writer, kind string, objs []*pb.Object, lbs []*pb.
 			for _, p := range v.GetPools() {
 				members += len(p.GetMembers())
 			}
-			row := []string{v.GetTenant(), v.GetName(), orDash(v.GetStatus().GetObserved().GetPhase()), addr, orDash(holders[v.GetStatus().GetAddress()]), v.GetVip().GetPool(), list(listeners),
+			row := []string{v.GetTenant(), v.GetName(), orDash(v.GetStatus().GetObserved().GetPhase()), addr, orDash(strings.Join(held, ",")), v.GetVip().GetPool(), list(listeners),
 				strconv.Itoa(len(v.GetRoutes())), strconv.Itoa(members), age(now, v.GetMeta().GetCreated())}
 			if a.output == OutputWide {
 				row = append(row, trafficCells(traffic[v.GetTenant()+"/"+v.GetName()], now)...)
@@ -194,6 +202,9 @@ func writeProblems(w io.Writer, objs []*pb.Object) error {
 		for _, p := range lb.GetStatus().GetProblems() {
 			rows = append(rows, []string{lb.GetTenant() + "/" + lb.GetName(), p.GetField(), p.GetReason()})
 		}
+		if p := api.FamilyProblem(lb); p != nil {
+			rows = append(rows, []string{lb.GetTenant() + "/" + lb.GetName(), p.GetField(), p.GetReason()})
+		}
 	}
 	if len(rows) == 0 {
 		return nil
@@ -211,12 +222,10 @@ func writeProblems(w io.Writer, objs []*pb.Object) error {
 func used(pool *pb.VIPPool, lbs []*pb.LoadBalancer) int {
 	addrs := map[string]bool{}
 	for _, lb := range lbs {
-		addr := lb.GetStatus().GetAddress()
-		if addr == "" {
-			continue
-		}
-		if lb.GetVip().GetPool() == pool.GetName() || (lb.GetVip().GetPool() == "" && inPool(pool, addr)) {
-			addrs[addr] = true
+		for _, addr := range api.StatusAddresses(lb) {
+			if lb.GetVip().GetPool() == pool.GetName() || (lb.GetVip().GetPool() == "" && inPool(pool, addr)) {
+				addrs[addr] = true
+			}
 		}
 	}
 	return len(addrs)

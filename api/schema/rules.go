@@ -54,7 +54,7 @@ var rules = map[string]rule{
 	"teapot.v1.TenantBGP.max_prefix_length6": {def: "128", limits: "1 to 128"},
 
 	"teapot.v1.Quotas.load_balancers":           {doc: "Load balancers the tenant may have.", def: quotaDefault((*pb.Quotas).GetLoadBalancers)},
-	"teapot.v1.Quotas.addresses":                {doc: "Distinct VIP addresses the tenant may hold.", def: quotaDefault((*pb.Quotas).GetAddresses)},
+	"teapot.v1.Quotas.addresses":                {doc: "Distinct VIP addresses the tenant may hold (a dual-stack load balancer holds two).", def: quotaDefault((*pb.Quotas).GetAddresses)},
 	"teapot.v1.Quotas.certificates":             {doc: "Certificates the tenant may have.", def: quotaDefault((*pb.Quotas).GetCertificates)},
 	"teapot.v1.Quotas.listeners_per_lb":         {doc: "Listeners of one load balancer.", def: quotaDefault((*pb.Quotas).GetListenersPerLb)},
 	"teapot.v1.Quotas.routes_per_lb":            {doc: "Routes of one load balancer; a route with matches counts once per match.", def: quotaDefault((*pb.Quotas).GetRoutesPerLb)},
@@ -96,6 +96,10 @@ var rules = map[string]rule{
 	"teapot.v1.VIPRequest.address":     {limits: atMost(api.MaxAddressLen, "bytes"), example: "192.0.2.10"},
 	"teapot.v1.VIPRequest.family":      {doc: "Address family of the allocated address.", def: "ipv4 when the pool has IPv4 addresses", enum: []string{"ipv4", "ipv6"}},
 	"teapot.v1.VIPRequest.sharing_key": {limits: atMost(api.MaxSharingKeyLen, "bytes"), example: "edge"},
+	"teapot.v1.VIPRequest.families": {doc: "Dual stack: one VIP of each family listed, from the pool, in this order; the first is status.address and status.addresses holds them all. vip.address, when given, is the VIP of its family.",
+		def: "unset: one VIP of vip.family", limits: "one or two distinct families, each ipv4 or ipv6; not with vip.family; feature level 4 on every host", example: "[ipv4, ipv6]"},
+	"teapot.v1.VIPRequest.family_policy": {doc: "With two families: require refuses the load balancer unless the pool gives an address of each; prefer serves it on the families the pool has a free address of (at least one), and status.problems names the family left out.",
+		def: "require", limits: "only with vip.families", enum: []string{"require", "prefer"}},
 
 	"teapot.v1.Listener":                   {doc: "One port of the load balancer."},
 	"teapot.v1.Listener.port":              {doc: "Port on the VIP.", required: true, limits: "1 to 65535; one listener per port and transport (udp, or tcp for the others)", example: "443"},

@@ -203,6 +203,11 @@ function matches(q, ...texts) {
   return words.every(w => hay.includes(w));
 }
 
+// addresses: every VIP of a load balancer (two for a dual-stack one).
+function addresses(l) {
+  return (l.addresses && l.addresses.length ? l.addresses : [l.address]).filter(a => a).join(", ");
+}
+
 function renderLBs(s) {
   const counts = {};
   s.lbs.forEach(l => counts[l.status] = (counts[l.status] || 0) + 1);
@@ -214,7 +219,7 @@ function renderLBs(s) {
   h += table(["Load balancer", "Status", "Address", "Held by", "Listeners", "Traffic now", "Last change"],
     shown.map(l => [
       lbLink(l.id), badge(l.status) + (l.reasons || []).map(r => `<div class="reason">${esc(r)}</div>`).join(""),
-      esc(l.address || "—"), heldBy(l),
+      esc(addresses(l) || "—"), heldBy(l),
       l.listeners.map(esc).join(", "), lbNow(l.id), `${ago(l.updated)} <span class="muted">rev ${l.revision}</span>`,
     ]), s.lbs.length ? "No load balancer matches the filter." : "No load balancers yet: `teapot-lb apply -f` one.");
   return h;
@@ -235,15 +240,16 @@ function renderLB(s, id) {
   const spec = l.spec || {};
   let h = `<h1>${esc(l.id)} ${badge(l.status)}</h1>`;
   if (l.reasons && l.reasons.length) h += `<ul>${l.reasons.map(r => `<li class="reason">${esc(r)}</li>`).join("")}</ul>`;
-  h += `<div class="cards">` + card("Address", esc(l.address || "—")) + card("VIP from", esc(spec.vip?.pool || spec.vip?.address || "—")) +
+  h += `<div class="cards">` + card((l.addresses || []).length > 1 ? "Addresses" : "Address", esc(addresses(l) || "—")) + card("VIP from", esc(spec.vip?.pool || spec.vip?.address || "—")) +
     card("Held by", heldBy(l)) + card("Revision", l.revision) + card("Last change", ago(l.updated)) + `</div>`;
   h += `<h2>Traffic <small>the last ${esc(rangeName(state.range))}, all hosts</small></h2>` + (state.charts.lbs[l.id] || state.hist["lb:" + l.id]?.data?.lb?.length
     ? lbCharts(l.id) + historyNote(state.hist["lb:" + l.id])
     : (history("lb:" + l.id), `<p class="muted">No host reports traffic counters for it yet${state.charts.omitted ? " (or it is over the bound of charted load balancers)" : ""}.</p>`));
   h += memberTraffic(l);
-  const vip = s.cluster.vips.find(v => v.address === l.address);
-  h += `<h2>VIP</h2>` + table(["Host", "State", "Since", "Why", "Data from"], (vip ? vip.holders : []).map(x => [esc(x.node),
-    x.stale ? badge("unknown", "unknown") + ` <span class="muted">was ${esc(x.state)}</span>` : badge(x.state), ago(x.since), esc(x.reason), seen(x.observed)]),
+  const mine = l.addresses && l.addresses.length ? l.addresses : [l.address];
+  const vipRows = s.cluster.vips.filter(v => mine.includes(v.address)).flatMap(v => v.holders.map(x => [esc(v.address), esc(x.node),
+    x.stale ? badge("unknown", "unknown") + ` <span class="muted">was ${esc(x.state)}</span>` : badge(x.state), ago(x.since), esc(x.reason), seen(x.observed)]));
+  h += `<h2>VIP</h2>` + table(["Address", "Host", "State", "Since", "Why", "Data from"], vipRows,
     "No host reports this address.");
   h += `<h2>Per host</h2>` + table(["Host", "Listeners", "Members (this host's checks)", "Problems"], (l.hosts || []).map(x => [
     `<b>${esc(x.node)}</b>` + (x.reachable ? "" : `<div>${badge("unreachable", "bad")} <span class="reason">${esc(x.error)}</span></div>`) +

@@ -803,7 +803,17 @@ type VIPRequest struct {
 	// ipv4 | ipv6 (default: ipv4 when the pool has IPv4 addresses)
 	Family string `protobuf:"bytes,3,opt,name=family,proto3" json:"family,omitempty"`
 	// Load balancers of one tenant with the same key may share an address.
-	SharingKey    string `protobuf:"bytes,4,opt,name=sharing_key,json=sharingKey,proto3" json:"sharing_key,omitempty"`
+	SharingKey string `protobuf:"bytes,4,opt,name=sharing_key,json=sharingKey,proto3" json:"sharing_key,omitempty"`
+	// Dual stack: one VIP of each family listed, from the pool, in this
+	// order ([ipv4, ipv6] or [ipv6, ipv4]); the first is status.address and
+	// status.addresses holds them all. vip.address, when given, is the VIP of
+	// its family. Unset: one VIP of vip.family. Not with vip.family.
+	Families []string `protobuf:"bytes,40,rep,name=families,proto3" json:"families,omitempty"`
+	// With two families: require (the default) refuses the load balancer
+	// unless the pool gives an address of each; prefer serves it on the
+	// families the pool has a free address of (at least one), and
+	// status.problems names the family left out.
+	FamilyPolicy  string `protobuf:"bytes,41,opt,name=family_policy,json=familyPolicy,proto3" json:"family_policy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -862,6 +872,20 @@ func (x *VIPRequest) GetFamily() string {
 func (x *VIPRequest) GetSharingKey() string {
 	if x != nil {
 		return x.SharingKey
+	}
+	return ""
+}
+
+func (x *VIPRequest) GetFamilies() []string {
+	if x != nil {
+		return x.Families
+	}
+	return nil
+}
+
+func (x *VIPRequest) GetFamilyPolicy() string {
+	if x != nil {
+		return x.FamilyPolicy
 	}
 	return ""
 }
@@ -2547,9 +2571,13 @@ func (x *HTTPSCheck) GetClientKeyPem() string {
 
 type LoadBalancerStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Allocated address (stamped when the load balancer is written).
-	Address  string     `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
-	Problems []*Problem `protobuf:"bytes,2,rep,name=problems,proto3" json:"problems,omitempty"`
+	// Allocated address (stamped when the load balancer is written); with
+	// vip.families, the address of the first family given.
+	Address string `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
+	// With vip.families: every allocated address, one per family, address
+	// first. Listeners open and VIPs are announced on each of them.
+	Addresses []string   `protobuf:"bytes,40,rep,name=addresses,proto3" json:"addresses,omitempty"`
+	Problems  []*Problem `protobuf:"bytes,2,rep,name=problems,proto3" json:"problems,omitempty"`
 	// What the hosts see, computed when read (get, explain, the dashboard)
 	// from their observations; never stored.
 	Observed      *ObservedStatus `protobuf:"bytes,3,opt,name=observed,proto3" json:"observed,omitempty"`
@@ -2592,6 +2620,13 @@ func (x *LoadBalancerStatus) GetAddress() string {
 		return x.Address
 	}
 	return ""
+}
+
+func (x *LoadBalancerStatus) GetAddresses() []string {
+	if x != nil {
+		return x.Addresses
+	}
+	return nil
 }
 
 func (x *LoadBalancerStatus) GetProblems() []*Problem {
@@ -3584,14 +3619,16 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\v2\x16.teapot.v1.BackendPoolR\x05value:\x028\x01\"=\n" +
 	"\tAccessLog\x12\x18\n" +
 	"\aenabled\x18\x01 \x01(\bR\aenabled\x12\x16\n" +
-	"\x06sample\x18\x02 \x01(\x01R\x06sample\"s\n" +
+	"\x06sample\x18\x02 \x01(\x01R\x06sample\"\xb4\x01\n" +
 	"\n" +
 	"VIPRequest\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x16\n" +
 	"\x06family\x18\x03 \x01(\tR\x06family\x12\x1f\n" +
 	"\vsharing_key\x18\x04 \x01(\tR\n" +
-	"sharingKey\"\xe6\x02\n" +
+	"sharingKey\x12\x1a\n" +
+	"\bfamilies\x18( \x03(\tR\bfamilies\x12#\n" +
+	"\rfamily_policy\x18) \x01(\tR\ffamilyPolicy\"\xe6\x02\n" +
 	"\bListener\x12\x12\n" +
 	"\x04port\x18\x01 \x01(\rR\x04port\x12\x1a\n" +
 	"\bprotocol\x18\x02 \x01(\tR\bprotocol\x12\x12\n" +
@@ -3724,9 +3761,10 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\x06ca_pem\x18\x05 \x01(\tR\x05caPem\x120\n" +
 	"\x14insecure_skip_verify\x18\x06 \x01(\bR\x12insecureSkipVerify\x12&\n" +
 	"\x0fclient_cert_pem\x18\a \x01(\tR\rclientCertPem\x12$\n" +
-	"\x0eclient_key_pem\x18\b \x01(\tR\fclientKeyPem\"\x95\x01\n" +
+	"\x0eclient_key_pem\x18\b \x01(\tR\fclientKeyPem\"\xb3\x01\n" +
 	"\x12LoadBalancerStatus\x12\x18\n" +
-	"\aaddress\x18\x01 \x01(\tR\aaddress\x12.\n" +
+	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x1c\n" +
+	"\taddresses\x18( \x03(\tR\taddresses\x12.\n" +
 	"\bproblems\x18\x02 \x03(\v2\x12.teapot.v1.ProblemR\bproblems\x125\n" +
 	"\bobserved\x18\x03 \x01(\v2\x19.teapot.v1.ObservedStatusR\bobserved\"s\n" +
 	"\x0eObservedStatus\x12\x14\n" +
