@@ -193,9 +193,10 @@ func runNoisyNeighbour(tb testing.TB) []noisyRow {
 	return p.rows(names, notes)
 }
 
-// profilePhase saves a CPU profile of the LB host over the first
-// minPhase of a phase into the folder TEAPOT_NOISY_PROFILES names (when
-// set), to see what an abuse makes the host spend. The channel closes
+// profilePhase saves an execution trace and a CPU profile of the LB
+// host over the first minPhase of a phase into the folder
+// TEAPOT_NOISY_PROFILES names (when set), to see what an abuse makes the
+// host spend. The channel closes
 // when the profile is saved.
 func profilePhase(tb testing.TB, l *noisyLab, phase string) <-chan struct{} {
 	done := make(chan struct{})
@@ -222,19 +223,27 @@ func profilePhase(tb testing.TB, l *noisyLab, phase string) <-chan struct{} {
 	}()
 	go func() {
 		defer close(done)
-		url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", l.n.metricsAddr, int(minPhase/time.Second))
-		resp, err := http.Get(url)
-		if err != nil {
-			tb.Logf("profile of %q: %v", phase, err)
-			return
-		}
-		defer resp.Body.Close()
-		data, err := io.ReadAll(resp.Body)
-		if err == nil {
-			err = os.WriteFile(base+".pprof", data, 0o644)
-		}
-		if err != nil {
-			tb.Logf("profile of %q: %v", phase, err)
+		// An execution trace of the phase's first half (b's setup
+		// burst), to see what a slow admin call or probe waited on, then
+		// a CPU profile of its second half: the host takes one at a time.
+		half := int(minPhase / 2 / time.Second)
+		for _, p := range []struct{ url, file string }{
+			{fmt.Sprintf("http://%s/debug/pprof/trace?seconds=%d", l.n.metricsAddr, half), base + ".trace"},
+			{fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", l.n.metricsAddr, half), base + ".pprof"},
+		} {
+			resp, err := http.Get(p.url)
+			if err != nil {
+				tb.Logf("profile of %q: %v", phase, err)
+				return
+			}
+			data, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err == nil {
+				err = os.WriteFile(p.file, data, 0o644)
+			}
+			if err != nil {
+				tb.Logf("profile of %q: %v", phase, err)
+			}
 		}
 	}()
 	return done
