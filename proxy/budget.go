@@ -73,6 +73,14 @@ type tenantBudget struct {
 	limit atomic.Int64
 	// member charges the tenant's L7 member connections.
 	member *l7.MemberBudget
+	// streams counts the tenant's HTTP/2 streams whose handlers run, at
+	// most streamLimit: its connection bound as the last connection
+	// accepted saw it. A stream in flight costs the host what an
+	// HTTP/1.1 connection does (a goroutine, a request, a member
+	// connection), so a tenant's streams are bounded as its connections
+	// are, whatever number of connections carry them.
+	streams     atomic.Int64
+	streamLimit atomic.Int64
 }
 
 var _ l7.Descriptors = (*tenantBudget)(nil)
@@ -116,6 +124,7 @@ func (p *Proxy) tenantBudget(tenant string) *tenantBudget {
 	}
 	t := &tenantBudget{p: p}
 	t.limit.Store(int64(p.cfg.Limits.MaxDescriptorsPerTenant))
+	t.streamLimit.Store(int64(p.cfg.Limits.MaxConnectionsPerTenant))
 	t.member = l7.NewMemberBudget(t)
 	v, _ := p.tenants.LoadOrStore(tenant, t)
 	return v.(*tenantBudget)
@@ -137,6 +146,9 @@ func (p *Proxy) admitTenant(tenant string, quota int) (done func(), reason strin
 	if t.limit.Load() != int64(fdLimit) {
 		t.limit.Store(int64(fdLimit))
 	}
+	if t.streamLimit.Load() != int64(connLimit) {
+		t.streamLimit.Store(int64(connLimit))
+	}
 	if !takeUnder(&t.conns, int64(connLimit)) {
 		p.hostConns.Add(-1)
 		return nil, RefusedTenantLimit
@@ -157,6 +169,36 @@ func (t *tenantBudget) done() {
 	t.ReleaseDescriptor()
 	t.conns.Add(-1)
 	t.p.hostConns.Add(-1)
+}
+
+// listenerStreams charges one listener's HTTP/2 streams to its tenant's
+// bound, counting the refusals against the listener.
+type listenerStreams struct {
+	t        *tenantBudget
+	lb, name string
+}
+
+var _ l7.Streams = (*listenerStreams)(nil)
+
+// TakeStream implements l7.Streams.
+func (s *listenerStreams) TakeStream() bool {
+	if takeUnder(&s.t.streams, s.t.streamLimit.Load()) {
+		return true
+	}
+	s.t.p.metrics.ConnRefused(s.lb, s.name, RefusedTenantStreams)
+	return false
+}
+
+// ReleaseStream implements l7.Streams.
+func (s *listenerStreams) ReleaseStream() { s.t.streams.Add(-1) }
+
+// TenantStreams reports a tenant's HTTP/2 streams in flight on this host.
+func (p *Proxy) TenantStreams(tenant string) int64 {
+	v, ok := p.tenants.Load(tenant)
+	if !ok {
+		return 0
+	}
+	return v.(*tenantBudget).streams.Load()
 }
 
 // TenantUse reports what a tenant holds on this host: its client

@@ -31,8 +31,8 @@ type Metrics interface {
 	ConnOpened(lb, listener string)
 	// ConnClosed counts a finished connection or expired flow.
 	ConnClosed(lb, listener string, d time.Duration)
-	// ConnRefused counts a connection or flow turned away; reason is one
-	// of the Refused constants.
+	// ConnRefused counts a connection, flow or HTTP/2 stream turned away;
+	// reason is one of the Refused constants.
 	ConnRefused(lb, listener, reason string)
 	// BytesIn and BytesOut count bytes from and to clients.
 	BytesIn(lb, listener string, n int64)
@@ -73,6 +73,10 @@ const (
 	// RefusedHostLimit: every tenant together is at MaxHostConnections
 	// or MaxHostDescriptors.
 	RefusedHostLimit = "host-limit"
+	// RefusedTenantStreams: an HTTP/2 stream refused (REFUSED_STREAM) as
+	// its HEADERS were read: the tenant's streams in flight are at its
+	// connection bound (quotas.connections, else MaxConnectionsPerTenant).
+	RefusedTenantStreams = "tenant-streams"
 )
 
 type nopMetrics struct{}

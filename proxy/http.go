@@ -58,6 +58,9 @@ func (h *HTTP) ServeConn(ctx context.Context, c net.Conn, current func() *Listen
 	if info.TrustedProxies == nil {
 		info.TrustedProxies = trustNone // not the engine's default
 	}
+	if ls.streams != nil {
+		info.Streams = ls.streams
+	}
 	info.State, _ = ctx.Value(connStateKey{}).(*l7.ConnState)
 	h.srv.ServeConn(ctx, c, info)
 }

@@ -6,10 +6,13 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/net/http2"
 
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 	"github.com/teapot-lb/teapot-lb/proxy/l7"
@@ -97,14 +100,50 @@ func httpLB(tenant, name, vip string, port int, member string) *pb.LoadBalancer 
 	return lb
 }
 
+// h2cConn is one cleartext HTTP/2 client connection with prior
+// knowledge whose RoundTrip does not retry a refused stream (an attacker
+// need not, and a retry hides the refusal).
+func h2cConn(t *testing.T, target string) *http2.ClientConn {
+	t.Helper()
+	c, err := net.Dial("tcp", target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	cc, err := (&http2.Transport{AllowHTTP: true}).NewClientConn(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cc
+}
+
+// h2cGet is get on one connection: the status, or an error.
+func h2cGet(cc *http2.ClientConn, url string) (int, error) {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := cc.RoundTrip(req)
+	if err != nil {
+		return 0, err
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
 // TestHTTP2FanOutStaysInTheTenantsBudget: tenant globex (quotas.connections
 // 10, so 20 descriptors) opens 4 HTTP/2 connections of 50 concurrent
-// streams each to a member that does not answer. Its member connections
-// never exceed what its descriptors leave after its client connections,
-// the streams beyond fail with 503 within the budget wait, this process's
-// descriptors stay bounded, and tenant acme's requests all succeed
-// meanwhile. Before member connections were charged, each stream held a
-// member connection of its own: 200.
+// streams each to a member that does not answer. At most 10 of its
+// streams are in flight at once, its connection bound, whatever the
+// connections carrying them: the others are refused (REFUSED_STREAM) as
+// their HEADERS are read and counted as tenant-streams refusals, so its
+// member connections stay within what its descriptors leave after its
+// client connections and this process's descriptors stay bounded;
+// tenant acme's requests all succeed meanwhile. Before member
+// connections were charged, each stream held a member connection of its
+// own: 200; with the charge but without the stream bound, 16 streams held
+// member connections and 184 ran until they failed with 503.
 func TestHTTP2FanOutStaysInTheTenantsBudget(t *testing.T) {
 	const (
 		quota   = 10
@@ -115,7 +154,7 @@ func TestHTTP2FanOutStaysInTheTenantsBudget(t *testing.T) {
 	fast := startCountingMember(t)
 	srv := l7.New(l7.Config{})
 	t.Cleanup(func() { srv.Close() })
-	p, _ := newProxy(t, Config{HTTP: NewHTTP(srv, nil)})
+	p, m := newProxy(t, Config{HTTP: NewHTTP(srv, nil)})
 	port := freePort(t)
 	objs := append(labObjects(httpLB("acme", "a", "127.0.0.2", port, fast.addr), httpLB("globex", "b", "127.0.0.3", port, slow.addr)),
 		&pb.Object{Kind: &pb.Object_Tenant{Tenant: &pb.Tenant{Name: "globex", Networks: []string{"127.0.0.0/8"},
@@ -129,7 +168,7 @@ func TestHTTP2FanOutStaysInTheTenantsBudget(t *testing.T) {
 	before := openFDs(t)
 
 	// The most globex held at once, sampled while the streams run.
-	var maxFDs atomic.Int64
+	var maxFDs, maxStreams atomic.Int64
 	stopSampling := make(chan struct{})
 	sampled := make(chan struct{})
 	go func() {
@@ -137,6 +176,9 @@ func TestHTTP2FanOutStaysInTheTenantsBudget(t *testing.T) {
 		for {
 			if _, fds := p.TenantUse("globex"); fds > maxFDs.Load() {
 				maxFDs.Store(fds)
+			}
+			if n := p.TenantStreams("globex"); n > maxStreams.Load() {
+				maxStreams.Store(n)
 			}
 			select {
 			case <-stopSampling:
@@ -150,12 +192,13 @@ func TestHTTP2FanOutStaysInTheTenantsBudget(t *testing.T) {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	statuses := map[int]int{}
+	var refused int
 	var failures []error
 	var done atomic.Int64
-	var cs []*http.Client
+	var cs []*http2.ClientConn
 	for range clients { // open the connections first: the streams then spend the budget
-		c := h2cOwnClient(t, vipAddr("127.0.0.3", port))
-		if _, err := get(c, "http://"+vipAddr("127.0.0.3", port)+"/"); err != nil {
+		c := h2cConn(t, vipAddr("127.0.0.3", port))
+		if _, err := h2cGet(c, "http://"+vipAddr("127.0.0.3", port)+"/"); err != nil {
 			t.Fatal(err)
 		}
 		cs = append(cs, c)
@@ -163,25 +206,28 @@ func TestHTTP2FanOutStaysInTheTenantsBudget(t *testing.T) {
 	for _, c := range cs {
 		for range streams {
 			wg.Go(func() {
-				code, err := get(c, bURL)
+				code, err := h2cGet(c, bURL)
 				mu.Lock()
-				if err != nil {
+				switch {
+				case err != nil && strings.Contains(err.Error(), "REFUSED_STREAM"):
+					refused++
+				case err != nil:
 					failures = append(failures, err)
+				default:
+					statuses[code]++
 				}
-				statuses[code]++
 				mu.Unlock()
 				done.Add(1)
 			})
 		}
 	}
-	budget := int64(2*quota - clients)
-	// Every stream that found no member connection within the budget
-	// has its answer; the others wait on the member.
-	waitFor(t, 20*time.Second, "the streams beyond the budget to be refused", func() bool {
-		return done.Load() >= clients*streams-budget || slow.open.Load() > budget
+	// Every stream past the bound has its answer; the others wait on
+	// the member.
+	waitFor(t, 20*time.Second, "the streams beyond the bound to be refused", func() bool {
+		return done.Load() >= clients*streams-quota || slow.open.Load() > quota
 	})
-	if n := slow.open.Load(); n > budget {
-		t.Errorf("the member holds %d connections of globex, whose budget leaves %d", n, budget)
+	if n := slow.open.Load(); n > quota {
+		t.Errorf("the member holds %d connections of globex, whose streams in flight are bounded at %d", n, quota)
 	}
 	fdsDuring := openFDs(t)
 
@@ -189,7 +235,7 @@ func TestHTTP2FanOutStaysInTheTenantsBudget(t *testing.T) {
 	a := h2cOwnClient(t, vipAddr("127.0.0.2", port))
 	for i := range 50 {
 		if code, err := get(a, "http://"+vipAddr("127.0.0.2", port)+"/"); err != nil || code != 200 {
-			t.Fatalf("acme's request %d while globex is at its budget: %d %v", i, code, err)
+			t.Fatalf("acme's request %d while globex is at its bound: %d %v", i, code, err)
 		}
 	}
 
@@ -197,28 +243,41 @@ func TestHTTP2FanOutStaysInTheTenantsBudget(t *testing.T) {
 	wg.Wait()
 	close(stopSampling)
 	<-sampled
-	t.Logf("globex: %v, %d errors; member connections at most %d; globex held at most %d descriptors; process descriptors %d before, %d during",
-		statuses, len(failures), slow.maxOpen.Load(), maxFDs.Load(), before, fdsDuring)
+	t.Logf("globex: %v, %d refused, %d other errors; member connections at most %d; streams in flight at most %d; globex held at most %d descriptors; process descriptors %d before, %d during",
+		statuses, refused, len(failures), slow.maxOpen.Load(), maxStreams.Load(), maxFDs.Load(), before, fdsDuring)
 	if len(failures) > 0 {
-		t.Errorf("%d requests failed without a status, first: %v", len(failures), failures[0])
+		t.Errorf("%d requests failed without a status or a refusal, first: %v", len(failures), failures[0])
 	}
-	if statuses[200] == 0 || statuses[503] == 0 || statuses[200]+statuses[503] != clients*streams {
-		t.Errorf("statuses %v: want 200s within the budget and 503s beyond it, nothing else", statuses)
+	if statuses[200] != quota || refused != clients*streams-quota {
+		t.Errorf("statuses %v, %d refused: want %d answered and the other %d refused", statuses, refused, quota, clients*streams-quota)
 	}
-	if n := slow.maxOpen.Load(); n > budget {
-		t.Errorf("the member had %d connections of globex at once, whose budget leaves %d", n, budget)
+	var counted int64
+	for _, l := range m.Report().Listeners {
+		if l.LB == "globex/b" {
+			counted += l.Refused[RefusedTenantStreams]
+		}
+	}
+	if n := counted; n != int64(refused) {
+		t.Errorf("%d refusals counted as %s, want %d", n, RefusedTenantStreams, refused)
+	}
+	if n := maxStreams.Load(); n > quota {
+		t.Errorf("globex had %d streams in flight, over its bound of %d", n, quota)
+	}
+	if n := slow.maxOpen.Load(); n > quota {
+		t.Errorf("the member had %d connections of globex at once, whose streams are bounded at %d", n, quota)
 	}
 	if n := maxFDs.Load(); n > 2*quota {
 		t.Errorf("globex held %d descriptors, over its budget of %d", n, 2*quota)
 	}
 	// Every descriptor charged comes back: the clients leave, and the
 	// idle member connections close with the engine.
-	for _, c := range append(cs, a) {
-		c.CloseIdleConnections()
+	for _, c := range cs {
+		c.Close()
 	}
+	a.CloseIdleConnections()
 	waitFor(t, 10*time.Second, "the client connections to close", func() bool {
 		conns, _ := p.TenantUse("globex")
-		return conns == 0
+		return conns == 0 && p.TenantStreams("globex") == 0
 	})
 	srv.Close()
 	waitFor(t, 10*time.Second, "the member connections to give their descriptors back", func() bool {

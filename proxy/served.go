@@ -66,6 +66,9 @@ type ListenerSnapshot struct {
 	// budget is the tenant's member budget (nil in a listener snapshot
 	// the proxy did not build: member connections go uncharged).
 	budget *l7.MemberBudget
+	// streams bounds the tenant's HTTP/2 streams in flight (nil in a
+	// listener snapshot the proxy did not build: no bound applies).
+	streams *listenerStreams
 }
 
 // Pool returns the live pool of a compiled pool the listener uses (its L4
@@ -238,7 +241,9 @@ func (p *Proxy) build(s *snapshot.Snapshot, old *served, keys []snapshot.Key) (*
 			sps := l.Pools()
 			nl := &ListenerSnapshot{Listener: l, pools: make([]*Pool, len(sps))}
 			if l.Protocol.L7() {
-				nl.budget = p.tenantBudget(l.Tenant).member
+				tb := p.tenantBudget(l.Tenant)
+				nl.budget = tb.member
+				nl.streams = &listenerStreams{t: tb, lb: l.LB, name: l.Name}
 			}
 			if len(sps) > fewPools {
 				nl.byPool = make(map[*snapshot.Pool]*Pool, len(sps))

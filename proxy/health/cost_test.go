@@ -10,6 +10,8 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"os"
+	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -153,5 +155,45 @@ func TestCostlyCheckSignaturesAreChargedToTheirTenant(t *testing.T) {
 	}
 	if sa := cpu.Tenant("a").Stat(); sa.Delayed != 0 {
 		t.Errorf("a's checks delayed: %+v", sa)
+	}
+}
+
+// TestCheckCPUWaitersBounded: a tenant whose signature CPU is spent has
+// at most MaxChecksPerTenant of its checks waiting for it; the others
+// wait for a slot without running. With each waiting check polling the
+// budget, one tenant's 1,000 signing checks woke together whenever its
+// debt was paid, and the host's run queue that other tenants and the
+// admin API share grew by that many goroutines. Not parallel: it counts
+// the process's goroutines waiting for any tenant's CPU.
+func TestCheckCPUWaitersBounded(t *testing.T) {
+	const perTenant = 2
+	ca := newTestCA(t, "cluster CA")
+	cert, key := rsa4096Client(t)
+	cpu := cpubudget.New(cpubudget.Options{Rate: 0.01, Burst: time.Millisecond})
+	r := NewRegistry(Options{CPU: cpu, MaxChecksPerTenant: perTenant})
+	defer r.Close()
+	hc := httpsCheck(ca.pem)
+	hc.ClientCertPEM, hc.ClientKeyPEM = cert, key
+	var bs []*Target
+	for range 8 {
+		m := newMTLSMember(t, ca, cert, false)
+		bs = append(bs, r.AcquireFor("b", m.addr, hc))
+	}
+	defer func() {
+		for _, tg := range bs {
+			r.Release(tg)
+		}
+	}()
+	eventually(t, "b's checks delayed", func() bool { return cpu.Tenant("b").Stat().Delayed >= perTenant })
+	most := 0
+	for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		buf := make([]byte, 1<<20)
+		most = max(most, strings.Count(string(buf[:runtime.Stack(buf, true)]), "cpubudget.(*Tenant).waitTokens("))
+	}
+	if most > perTenant {
+		t.Errorf("%d of b's checks waited for its CPU at once, want at most %d (MaxChecksPerTenant)", most, perTenant)
+	}
+	if most == 0 {
+		t.Errorf("no check of b waited for its CPU: the budget was not spent")
 	}
 }

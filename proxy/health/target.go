@@ -329,16 +329,20 @@ func (t *Target) run() {
 	if self {
 		err = ErrSelf // never dialled: it would be this host's own listener
 	} else {
-		// A check that signs waits while its tenant's signature CPU is
-		// spent (its checks are delayed, not failed), then the tenant's
-		// budget of checks in flight: a tenant at its bound waits
-		// without holding a slot of the host's.
-		if a := t.active; a.tls != nil && a.tls.signs && !t.budget.cpu.Wait(ctx) {
-			return
-		}
+		// A check takes a slot of its tenant's budget of checks in
+		// flight, then, if it signs, waits while the tenant's signature
+		// CPU is spent (its checks are delayed, not failed): at most
+		// that many of a tenant's checks wait for its CPU, each waking
+		// when the debt is paid, and the others wait on the slot without
+		// running. A tenant at its bound waits without holding a slot of
+		// the host's.
 		select {
 		case t.budget.sem <- struct{}{}:
 		case <-ctx.Done():
+			return
+		}
+		if a := t.active; a.tls != nil && a.tls.signs && !t.budget.cpu.Wait(ctx) {
+			<-t.budget.sem
 			return
 		}
 		select {

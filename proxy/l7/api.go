@@ -158,6 +158,21 @@ type ConnInfo struct {
 	// State, when not nil, is kept up to date by the engine while it
 	// serves the connection (see ConnState).
 	State *ConnState
+	// Streams, when not nil, bounds the HTTP/2 streams of the
+	// connection's tenant whose handlers run, over all its connections:
+	// a stream past it is refused as its HEADERS are read (RST_STREAM
+	// REFUSED_STREAM), before a goroutine or a buffer is spent on it.
+	Streams Streams
+}
+
+// Streams is a bound on work in progress: the HTTP/2 streams of one
+// tenant being served at once. Implementations must be safe for
+// concurrent use and allocate nothing.
+type Streams interface {
+	// TakeStream charges one stream; false when the bound is reached.
+	TakeStream() bool
+	// ReleaseStream gives back one that TakeStream charged.
+	ReleaseStream()
 }
 
 // Outcome classifies how a request ended, for metrics.

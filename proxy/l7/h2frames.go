@@ -129,6 +129,19 @@ func (c *h2Conn) onHeaders(f *h2Head) http2.ErrCode {
 		return 0
 	}
 	st.status0 = status
+	if sb := c.hc.info.Streams; sb != nil {
+		if !sb.TakeStream() {
+			// The tenant's streams in flight are at their bound: refused
+			// here, on the reading goroutine, before a worker starts.
+			// Like any refusal it costs the client a reset token.
+			c.putStream(st)
+			if !c.resets.take(nowNano()) {
+				return http2.ErrCodeEnhanceYourCalm
+			}
+			c.resetStream(id, http2.ErrCodeRefusedStream)
+			return 0
+		}
+	}
 	c.mu.Lock()
 	c.streams[id] = st
 	c.workers++

@@ -75,6 +75,9 @@ func (st *h2Stream) run() {
 	if st.serve() {
 		st.finish()
 	}
+	if sb := c.hc.info.Streams; sb != nil {
+		sb.ReleaseStream()
+	}
 	c.mu.Lock()
 	c.workers--
 	c.active.Add(-1)

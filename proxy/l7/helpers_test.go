@@ -99,6 +99,12 @@ func (rt testRouter) Route(host, path string) *Route {
 // its address. With tlsCfg set it terminates TLS first.
 func proxyUnder(t testing.TB, s *Server, router Router, tlsCfg *tls.Config) string {
 	t.Helper()
+	return proxyUnderInfo(t, s, ConnInfo{Listener: "test", LB: "t/lb", Tenant: "t", Router: func() Router { return router }}, tlsCfg)
+}
+
+// proxyUnderInfo is proxyUnder serving every connection with info.
+func proxyUnderInfo(t testing.TB, s *Server, info ConnInfo, tlsCfg *tls.Config) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -111,7 +117,6 @@ func proxyUnder(t testing.TB, s *Server, router Router, tlsCfg *tls.Config) stri
 		wg.Wait()
 		s.Close()
 	})
-	info := ConnInfo{Listener: "test", LB: "t/lb", Tenant: "t", Router: func() Router { return router }}
 	var mu sync.Mutex
 	conns := map[net.Conn]bool{}
 	t.Cleanup(func() {

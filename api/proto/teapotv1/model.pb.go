@@ -349,7 +349,9 @@ type Quotas struct {
 	// It also bounds the descriptors they hold at twice this: each client
 	// connection, UDP flow and member connection (idle pooled ones
 	// included) holds one; an HTTP request that finds none within 100 ms
-	// gets 503, a TCP connection is reset.
+	// gets 503, a TCP connection is reset. It bounds the tenant's HTTP/2
+	// streams in flight per LB host as well, over all its connections: a
+	// stream past it is refused (REFUSED_STREAM).
 	Connections uint32 `protobuf:"varint,12,opt,name=connections,proto3" json:"connections,omitempty"`
 	// Concurrent client connections per listener per LB host (0: derived).
 	ConnectionsPerListener uint32 `protobuf:"varint,13,opt,name=connections_per_listener,json=connectionsPerListener,proto3" json:"connections_per_listener,omitempty"`
