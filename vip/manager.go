@@ -78,6 +78,9 @@ type Manager struct {
 	handedOver atomic.Bool
 
 	loop  loopState // owned by the goroutine in Run, then by Close
+	// serving: the VIPs held or announced somewhere, for SetServingWatch
+	// (its fields but watch are the loop's).
+	serving servingState
 	moves moveCounters
 
 	// epoch is the origin of the reader's arrival times; arrivals maps
