@@ -151,6 +151,10 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 		return err
 	}
 	stack.Push(node.Close)
+	dnsSrv, err := openDNS(ctx, cfg, log, node.Objects, vm, &stack)
+	if err != nil {
+		return err
+	}
 	vm.SetKey(vip.HeartbeatKey(node.CA().KeyPEM))
 	vm.SetStateContact(node.LeaderContact)
 	rules := adminserver.DefaultRules
@@ -216,13 +220,17 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 		// of the load balancers holding it only.
 		Changed: func() {
 			if px := dataPlane.Load(); px != nil {
-				vm.SetReady(px.Readiness())
+				ready := px.Readiness()
+				vm.SetReady(ready)
+				dnsSrv.SetReady(ready)
 			}
 		},
 		MembersChanged: func(lbs []string) {
 			tenants.MembersChanged(lbs)
 			if px := dataPlane.Load(); px != nil {
-				vm.SetReadyFor(px.ReadinessOf(lbs))
+				ready, gone := px.ReadinessOf(lbs)
+				vm.SetReadyFor(ready, gone)
+				dnsSrv.SetReadyFor(ready, gone)
 			}
 		},
 	})
@@ -258,6 +266,7 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 		defer close(fed)
 		feed.Follow(ctx, revisions{node.Watch(0)}, func(r proxy.Revision, touched []string) {
 			vm.Follow(r.Reset, r.Objects, r.Transitions(), r.Revision, touched, node.Objects, px)
+			dnsSrv.Follow(r.Reset, r.Transitions(), touched, px)
 		})
 	}()
 	stack.PushFunc(func() { <-fed })

@@ -77,11 +77,11 @@ type Manager struct {
 	// handedOver: the handover the loop runs is over.
 	handedOver atomic.Bool
 
-	loop  loopState // owned by the goroutine in Run, then by Close
+	loop loopState // owned by the goroutine in Run, then by Close
 	// serving: the VIPs held or announced somewhere, for SetServingWatch
 	// (its fields but watch are the loop's).
 	serving servingState
-	moves moveCounters
+	moves   moveCounters
 
 	// epoch is the origin of the reader's arrival times; arrivals maps
 	// each member to its latest heartbeat as the reader saw it (the loop

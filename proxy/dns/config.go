@@ -9,6 +9,8 @@ import (
 	"time"
 
 	mdns "github.com/miekg/dns"
+
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
 
 // Bounds and defaults of the settings.
@@ -63,7 +65,10 @@ type Config struct {
 	// QueriesPerTenant bounds the queries for one tenant's names a
 	// second (0: the default).
 	QueriesPerTenant int
-	Logger           *slog.Logger
+	// State returns the whole committed state and its revision, which
+	// Follow compiles.
+	State  func() ([]*pb.Object, uint64)
+	Logger *slog.Logger
 }
 
 // Enabled reports whether the configuration asks for a DNS server.
@@ -73,12 +78,12 @@ func (c Config) Enabled() bool { return len(c.Addrs) > 0 }
 func (c Config) Check() error {
 	if len(c.Addrs) == 0 {
 		if len(c.Zones) > 0 || len(c.NameServers) > 0 {
-			return fmt.Errorf("--dns-zone and --dns-ns need --dns-addr (the IP:port the LB hosts answer DNS on): %w", ErrConfig)
+			return fmt.Errorf("--dns-zones and --dns-ns need --dns-addr (the IP:port the LB hosts answer DNS on): %w", ErrConfig)
 		}
 		return nil
 	}
 	if len(c.Zones) == 0 {
-		return fmt.Errorf("--dns-addr needs at least one --dns-zone (a zone delegated to the LB hosts, like lb.example.com): %w", ErrConfig)
+		return fmt.Errorf("--dns-addr needs at least one zone in --dns-zones (a zone delegated to the LB hosts, like lb.example.com): %w", ErrConfig)
 	}
 	if len(c.NameServers) == 0 {
 		return fmt.Errorf("--dns-addr needs at least one --dns-ns NAME=IP (the name servers the zones' NS records name): %w", ErrConfig)

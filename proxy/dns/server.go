@@ -28,12 +28,14 @@ type Server struct {
 	table atomic.Pointer[Table]
 	// held: the VIPs held or announced somewhere (nil: not known yet).
 	held atomic.Pointer[map[netip.Addr]bool]
+	// heldHere: no VIP manager; the data plane binds every VIP here.
+	heldHere atomic.Bool
 	// ready: each load balancer's readiness on this host ("": ready).
 	readyMu sync.RWMutex
 	ready   map[string]string
 
 	servers []*mdns.Server
-	started sync.WaitGroup
+	dirty   chan struct{}
 	stats   Stats
 }
 
@@ -65,17 +67,17 @@ func New(cfg Config) (*Server, error) {
 		perTenant = DefaultQueriesPerTenant
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "dns"), rrl: newRRL(rate, slip),
-		budget: newTenantBudget(perTenant), now: time.Now, ready: map[string]string{}}
+		budget: newTenantBudget(perTenant), now: time.Now, ready: map[string]string{}, dirty: make(chan struct{}, 1)}
 	s.table.Store(Compile(cfg, nil, 0))
 	for _, addr := range cfg.Addrs {
-		pc, err := net.ListenPacket("udp", addr)
+		pc, err := listenPacket(addr)
 		if err != nil {
 			s.Close()
 			return nil, fmt.Errorf("--dns-addr %s: %w", addr, err)
 		}
 		s.servers = append(s.servers, &mdns.Server{PacketConn: pc, Handler: s, UDPSize: MaxUDPSize})
 		// TCP on the same port (the one UDP got, for a port 0).
-		ln, err := net.Listen("tcp", pc.LocalAddr().String())
+		ln, err := listenTCP(pc.LocalAddr().String())
 		if err != nil {
 			s.Close()
 			return nil, fmt.Errorf("--dns-addr %s: %w", addr, err)
@@ -104,6 +106,7 @@ func (s *Server) Run(ctx context.Context) error {
 	for _, srv := range s.servers {
 		go func() { errs <- srv.ActivateAndServe() }()
 	}
+	go s.compileLoop(ctx)
 	s.log.Info("serving DNS", "addrs", s.cfg.Addrs, "zones", s.cfg.Zones)
 	select {
 	case <-ctx.Done():
@@ -158,9 +161,17 @@ func (s *Server) Table() *Table { return s.table.Load() }
 // manager's serving watch). The map is not changed after the call.
 func (s *Server) SetHeld(held map[netip.Addr]bool) { s.held.Store(&held) }
 
+// HeldHere says that this host runs no VIP manager: its data plane binds
+// every VIP itself, and the network brings it the traffic (as for a
+// static pool). Readiness still decides.
+func (s *Server) HeldHere() { s.heldHere.Store(true) }
+
 // SetReady takes every load balancer's readiness on this host ("":
 // ready, else why not); one missing is not ready.
 func (s *Server) SetReady(ready map[string]string) {
+	if s == nil {
+		return
+	}
 	s.readyMu.Lock()
 	s.ready = make(map[string]string, len(ready))
 	for k, v := range ready {
@@ -172,6 +183,9 @@ func (s *Server) SetReady(ready map[string]string) {
 // SetReadyFor takes the readiness of some load balancers; gone no longer
 // exist.
 func (s *Server) SetReadyFor(ready map[string]string, gone []string) {
+	if s == nil {
+		return
+	}
 	s.readyMu.Lock()
 	for k, v := range ready {
 		s.ready[k] = v
@@ -187,7 +201,7 @@ func (s *Server) SetReadyFor(ready map[string]string, gone []string) {
 // (a listener open and a member up).
 func (s *Server) Serves(t Target) string {
 	held := s.held.Load()
-	if held == nil || !(*held)[t.Addr] {
+	if !s.heldHere.Load() && (held == nil || !(*held)[t.Addr]) {
 		return "no host holds or announces " + t.Addr.String()
 	}
 	s.readyMu.RLock()
