@@ -60,18 +60,14 @@ func servedSomewhere(a netip.Addr, r *record, v view, peers map[string]*peerStat
 	if r.held {
 		return true
 	}
-	for id := range v.Alive {
-		p := peers[id]
-		if p == nil {
-			continue
-		}
-		if r.spec.Mode == ModeARP {
-			if p.HoldingKnown && p.Holding[a] {
+	for id, h := range v.Alive {
+		if r.spec.Mode != ModeARP {
+			if h.Eligible && !h.NotReadyAll && !h.NotReady[a] {
 				return true
 			}
 			continue
 		}
-		if p.Eligible && !p.NotReadyAll && !p.NotReady[a] {
+		if p := peers[id]; p != nil && p.HoldingKnown && p.Holding[a] {
 			return true
 		}
 	}
