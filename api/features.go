@@ -45,15 +45,19 @@ const (
 	// only (routes[].ports). A host of an earlier release ignores them and
 	// serves each route on every listener.
 	FeatureRoutePorts = "route-ports"
+	// FeatureHostnames: DNS names a load balancer's VIP is answered for
+	// (hostnames). A host of an earlier release ignores them and its DNS
+	// (it has none) answers nothing.
+	FeatureHostnames = "hostnames"
 )
 
 // FeatureLevel is the highest cluster feature level this release
 // understands. Level 1 is every release before levels existed; levels 2
-// and 3 add the features of featureLevels. A release that adds a field or a
+// to 4 add the features of featureLevels. A release that adds a field or a
 // request option that a host of an earlier release would ignore, or a
 // command version, raises it, and the cluster accepts writes that use the
 // addition only once every host reports the level.
-const FeatureLevel = 3
+const FeatureLevel = 4
 
 // featureLevels is the level each feature needs on every host.
 var featureLevels = map[string]uint32{
@@ -65,6 +69,7 @@ var featureLevels = map[string]uint32{
 	FeatureBackendH2:     2,
 	FeatureSNIRoutes:     3,
 	FeatureRoutePorts:    3,
+	FeatureHostnames:     4,
 }
 
 // LevelNeeded is the highest level the uses need (1 for none).
@@ -102,7 +107,7 @@ func FeatureRefusal(uses []FeatureUse, need uint32, older []string) error {
 
 // Features returns the features this release serves.
 func Features() []string {
-	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts}
+	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureHostnames}
 }
 
 // FeatureUse is one place where a write uses a feature: the feature and
@@ -143,6 +148,9 @@ func FeaturesUsed(obj *pb.Object) []FeatureUse {
 		if len(ls.GetSniRoutes()) > 0 {
 			out = append(out, FeatureUse{Feature: FeatureSNIRoutes, Field: fmt.Sprintf("%s: listeners[%d].sniRoutes", RefString(RefOf(obj)), i)})
 		}
+	}
+	if len(l.GetHostnames()) > 0 {
+		out = append(out, FeatureUse{Feature: FeatureHostnames, Field: RefString(RefOf(obj)) + ": hostnames"})
 	}
 	names := make([]string, 0, len(l.GetPools()))
 	for name := range l.GetPools() {

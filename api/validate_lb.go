@@ -35,6 +35,7 @@ func ValidateLoadBalancer(lb *pb.LoadBalancer, c Catalog) error {
 	vip := resolveVIP(ck, lb, tenant, c)
 	checkListeners(ck, lb, tenant, c)
 	checkRoutes(ck, lb, tenant)
+	checkHostnames(ck, lb, tenant)
 	checkBackendPools(ck, lb, tenant, c)
 	checkQuotas(ck, lb, tenant, c)
 	checkStatusAddress(ck, lb, tenant, vip, c)
@@ -284,4 +285,33 @@ func allZeroWeights(bs []*pb.RouteBackend) bool {
 		}
 	}
 	return true
+}
+
+// MaxHostnames bounds a load balancer's hostnames: the DNS names its VIP
+// is answered for besides its route hosts.
+const MaxHostnames = 32
+
+// checkHostnames checks hostnames: each an exact or wildcard name inside
+// the tenant's domains, none twice, at most MaxHostnames.
+func checkHostnames(ck *checker, lb *pb.LoadBalancer, tenant *pb.Tenant) {
+	hs := lb.GetHostnames()
+	if len(hs) > MaxHostnames {
+		ck.invalidf("hostnames", "has %d names; at most %d per load balancer: split them over several load balancers", len(hs), MaxHostnames)
+		return
+	}
+	seen := map[string]int{}
+	for i, h := range hs {
+		f := fmt.Sprintf("hostnames[%d]", i)
+		if h == "" {
+			ck.invalidf(f, "is empty; give a DNS name like shop.acme.example")
+			continue
+		}
+		if !checkRouteHostIn(ck, f, h, tenant) {
+			continue
+		}
+		if j, dup := seen[h]; dup {
+			ck.invalidf(f, "%s repeats hostnames[%d]", h, j)
+		}
+		seen[h] = i
+	}
 }

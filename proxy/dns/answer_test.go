@@ -39,7 +39,11 @@ func testState() []*pb.Object {
 	sni := lb("acme", "db", "192.0.2.30")
 	sni.GetLoadBalancer().Listeners = []*pb.Listener{{Port: 5432, Protocol: "tls-passthrough", Pool: "db",
 		SniRoutes: []*pb.SNIRoute{{Host: "db.acme.example", Pool: "db"}}}}
+	l4 := lb("acme", "l4", "192.0.2.31")
+	l4.GetLoadBalancer().Listeners = []*pb.Listener{{Port: 5432, Protocol: "tcp", Pool: "db"}}
+	l4.GetLoadBalancer().Hostnames = []string{"pg.acme.example"}
 	return []*pb.Object{
+		l4,
 		tenant("acme", "acme.example", "acme.lb.example.com"),
 		tenant("evil", "evil.example"),
 		lb("acme", "shop", "192.0.2.10", "shop.acme.example", "www.shop.acme.example"),
@@ -96,6 +100,7 @@ func TestAnswerRules(t *testing.T) {
 		{"none works: NODATA", "www.shop.acme.example.", mdns.TypeA, serving{"acme/shop 192.0.2.10": "not held"}, mdns.RcodeSuccess, nil, true},
 		{"AAAA of an IPv4 name: NODATA", "shop.acme.example.", mdns.TypeAAAA, serving{}, mdns.RcodeSuccess, nil, true},
 		{"AAAA", "six.acme.example.", mdns.TypeAAAA, serving{}, mdns.RcodeSuccess, []string{"2001:db8::10"}, false},
+		{"a Service's hostname", "pg.acme.example.", mdns.TypeA, serving{}, mdns.RcodeSuccess, []string{"192.0.2.31"}, false},
 		{"server-name route host", "db.acme.example.", mdns.TypeA, serving{}, mdns.RcodeSuccess, []string{"192.0.2.30"}, false},
 		{"wildcard, one label", "a.apps.acme.example.", mdns.TypeA, serving{}, mdns.RcodeSuccess, []string{"192.0.2.20"}, false},
 		{"wildcard, two labels", "a.b.apps.acme.example.", mdns.TypeA, serving{}, mdns.RcodeSuccess, []string{"192.0.2.20"}, false},

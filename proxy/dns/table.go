@@ -100,10 +100,10 @@ func Compile(cfg Config, objs []*pb.Object, revision uint64) *Table {
 	return t
 }
 
-// hostsOf returns the names a load balancer serves: its route hosts and
-// its server-name route hosts.
+// hostsOf returns the names a load balancer serves: its route hosts,
+// its server-name route hosts and its hostnames.
 func hostsOf(lb *pb.LoadBalancer) []string {
-	var out []string
+	out := slices.Clone(lb.GetHostnames())
 	for _, r := range lb.GetRoutes() {
 		if h := r.GetHost(); h != "" {
 			out = append(out, h)
