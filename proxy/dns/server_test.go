@@ -9,6 +9,7 @@ import (
 	"time"
 
 	mdns "github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus"
 
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
@@ -181,6 +182,40 @@ func TestServerRateLimitsSpoofedFlood(t *testing.T) {
 	for range 20 {
 		if m := ask(t, "tcp", addr, "shop.acme.example.", mdns.TypeA, false); len(m.Answer) != 2 {
 			t.Fatalf("TCP after the flood: %v", m.Answer)
+		}
+	}
+}
+
+func TestCollectorCountsRcodes(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig()
+	cfg.ResponsesPerSecond = -1
+	s, addr := startServer(t, cfg, testState())
+	ask(t, "udp", addr, "shop.acme.example.", mdns.TypeA, false)
+	ask(t, "udp", addr, "nope.acme.example.", mdns.TypeA, false)
+	ask(t, "udp", addr, "example.org.", mdns.TypeA, false)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(s.Collectors()...)
+	got := map[string]float64{}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			key := mf.GetName()
+			for _, l := range m.GetLabel() {
+				key += "," + l.GetValue()
+			}
+			got[key] = m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	for key, want := range map[string]float64{
+		"teapot_lb_dns_responses_total,NOERROR": 1, "teapot_lb_dns_responses_total,NXDOMAIN": 1,
+		"teapot_lb_dns_responses_total,REFUSED": 1, "teapot_lb_dns_queries_total": 3, "teapot_lb_dns_revision": 7,
+	} {
+		if got[key] != want {
+			t.Errorf("%s = %v, want %v (all: %v)", key, got[key], want, got)
 		}
 	}
 }
