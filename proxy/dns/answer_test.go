@@ -201,3 +201,21 @@ func TestTenantBudget(t *testing.T) {
 		t.Fatalf("budget asked %v", calls)
 	}
 }
+
+func TestInZone(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, zone string
+		want       bool
+	}{
+		{"acme.example.", "acme.example.", true},
+		{"a.acme.example.", "acme.example.", true},
+		{"xacme.example.", "acme.example.", false},
+		{"example.", "acme.example.", false},
+		{"a.b.acme.example.", "b.acme.example.", true},
+	} {
+		if got := inZone(tc.name, tc.zone); got != tc.want {
+			t.Errorf("inZone(%s, %s) = %t", tc.name, tc.zone, got)
+		}
+	}
+}

@@ -139,19 +139,7 @@ func (s *Server) Close() error {
 func (s *Server) Update(objs []*pb.Object, revision uint64) {
 	t := Compile(s.cfg, objs, revision)
 	s.table.Store(t)
-	s.budget.forget(func(tenant string) bool {
-		for _, ts := range t.names {
-			if tenantOf(ts) == tenant {
-				return true
-			}
-		}
-		for _, ts := range t.wild {
-			if tenantOf(ts) == tenant {
-				return true
-			}
-		}
-		return false
-	})
+	s.budget.forget(func(tenant string) bool { return t.tenants[tenant] })
 }
 
 // Table returns the table served now.

@@ -48,7 +48,9 @@ type Table struct {
 	// inner are the names that exist only because a name below them does
 	// (empty non-terminals): NODATA, not NXDOMAIN.
 	inner map[string]bool
-	left  []Left
+	// tenants are those with a name in the table.
+	tenants map[string]bool
+	left    []Left
 }
 
 // Compile builds the table of the state objs at revision: the route and
@@ -56,7 +58,7 @@ type Table struct {
 // inside its tenant's domains, with the load balancer's address.
 func Compile(cfg Config, objs []*pb.Object, revision uint64) *Table {
 	t := &Table{cfg: cfg, ttl: cfg.ttl(), revision: revision,
-		names: map[string][]Target{}, wild: map[string][]Target{}, inner: map[string]bool{}}
+		names: map[string][]Target{}, wild: map[string][]Target{}, inner: map[string]bool{}, tenants: map[string]bool{}}
 	for _, z := range cfg.Zones {
 		if cz, err := canonicalZone(z); err == nil && !slices.ContainsFunc(t.zones, func(x *zone) bool { return x.name == cz }) {
 			t.zones = append(t.zones, t.buildZone(cz))
@@ -134,6 +136,7 @@ func (t *Table) add(ref string, lb *pb.LoadBalancer, host string, domains map[st
 		t.left = append(t.left, Left{Name: name, LB: ref, Reason: "outside the tenant's domains"})
 		return
 	}
+	t.tenants[lb.GetTenant()] = true
 	var tg []Target
 	if a, err := netip.ParseAddr(lb.GetStatus().GetAddress()); err == nil {
 		tg = append(tg, Target{LB: ref, Tenant: lb.GetTenant(), Addr: a.Unmap()})
@@ -188,7 +191,7 @@ func (t *Table) buildZone(name string) *zone {
 	}
 	for _, ns := range t.cfg.NameServers {
 		z.ns = append(z.ns, &mdns.NS{Hdr: mdns.RR_Header{Name: name, Rrtype: mdns.TypeNS, Class: mdns.ClassINET, Ttl: infra}, Ns: ns.Name})
-		if mdns.IsSubDomain(name, ns.Name) {
+		if inZone(ns.Name, name) {
 			z.glue[ns.Name] = append(z.glue[ns.Name], ns.Addrs...)
 		}
 	}
@@ -198,11 +201,18 @@ func (t *Table) buildZone(name string) *zone {
 // zoneOf returns the most specific zone holding name, or nil.
 func (t *Table) zoneOf(name string) *zone {
 	for _, z := range t.zones {
-		if mdns.IsSubDomain(z.name, name) {
+		if inZone(name, z.name) {
 			return z
 		}
 	}
 	return nil
+}
+
+// inZone reports whether name (canonical: lower case, fully qualified) is
+// zone or below it.
+func inZone(name, zone string) bool {
+	n, z := len(name), len(zone)
+	return n == z && name == zone || n > z && name[n-z-1] == '.' && name[n-z:] == zone
 }
 
 // Revision is the state revision the table was compiled from.
