@@ -177,6 +177,14 @@ func TestServeConfigRefusals(t *testing.T) {
 		{"bgp:\n  peers: {address: 192.0.2.1}\n", ":2: bgp.peers is a mapping, want a list"},
 		{"bgp:\n  peers:\n    - address: 192.0.2.1\n      hold-tme: 9s\n", `:4: unknown key bgp.peers[0]."hold-tme": did you mean hold-time?`},
 		{"join: 127.0.0.1:7443\n", "--join needs --token"},
+		{"dns-addr: 127.0.0.1:5353\n", "--dns-addr needs at least one zone in --dns-zones"},
+		{"dns-addr: 127.0.0.1:5353\ndns-zones: lb.example.com\n", "--dns-addr needs at least one --dns-ns NAME=IP"},
+		{"dns-zones: lb.example.com\n", "--dns-zones and --dns-ns need --dns-addr"},
+		{"dns-addr: dns.example:53\n", `:1: dns-addr: "dns.example:53": give an IP address, not a name`},
+		{"dns-zones: \"*.example\"\n", `:1: dns-zones: zone "*.example": give a domain name like lb.example.com`},
+		{"dns-ns: ns1.example.com\n", `:1: dns-ns: name server "ns1.example.com": give NAME=IP`},
+		{"dns-addr: 127.0.0.1:5353\ndns-zones: lb.example.com\ndns-ns: ns1.lb.example.com=192.0.2.53\ndns-ttl: 2h\n", "--dns-ttl 2h0m0s: give 1s to 1h0m0s"},
+		{"dns-responses-per-second: -1\n", "--dns-responses-per-second -1: give a rate, or 0 to turn response-rate limiting off"},
 	} {
 		path := writeFile(t, "serve.yaml", tc.file)
 		_, err := loadConfig(t, "--config", path)
