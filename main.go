@@ -242,6 +242,7 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 	host.Add(counters)
 	host.Add(cm)
 	host.Add(vm)
+	host.Add(dnsSrv)
 	if err := serveMetrics(ctx, msrv, counters, px, node, tenants, cm, vm, append(dnsSrv.Collectors(), guard.Collector())...); err != nil {
 		log.Error("metrics are off", "component", "metrics", "err", err)
 	}

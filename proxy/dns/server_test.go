@@ -11,6 +11,7 @@ import (
 	mdns "github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/teapot-lb/teapot-lb/api/observe"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
 
@@ -217,5 +218,37 @@ func TestCollectorCountsRcodes(t *testing.T) {
 		if got[key] != want {
 			t.Errorf("%s = %v, want %v (all: %v)", key, got[key], want, got)
 		}
+	}
+}
+
+func TestObserveSaysWhyAnAddressIsLeftOut(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig()
+	s, _ := startServer(t, cfg, testState())
+	s.SetReadyFor(map[string]string{"acme/shop2": "no member is up"}, nil)
+	var h pb.HostObservation
+	s.Observe(observe.Filter{Tenant: "acme"}, &h)
+	got := map[string]string{}
+	for _, d := range h.GetDnsNames() {
+		got[d.GetLoadBalancer()+" "+d.GetName()] = fmt.Sprint(d.GetAnswered(), " ", d.GetReason())
+	}
+	for k, want := range map[string]string{
+		"acme/shop shop.acme.example.":       "true ",
+		"acme/shop2 shop.acme.example.":      "false no member is up",
+		"acme/wild *.apps.acme.example.":     "true ",
+		"acme/pending pending.acme.example.": "false the load balancer has no address yet",
+		"acme/outside shop.acme.other.":      "false outside the zones served",
+	} {
+		if got[k] != want {
+			t.Errorf("%s: %q, want %q", k, got[k], want)
+		}
+	}
+	if _, ok := got["evil/steal steal.acme.example."]; ok {
+		t.Error("another tenant's names shown")
+	}
+	var all pb.HostObservation
+	s.Observe(observe.Filter{}, &all)
+	if len(all.GetDnsNames()) != 0 {
+		t.Errorf("a whole-host observation lists %d names", len(all.GetDnsNames()))
 	}
 }

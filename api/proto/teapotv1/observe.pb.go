@@ -207,7 +207,10 @@ type HostObservation struct {
 	Events []*Event `protobuf:"bytes,16,rep,name=events,proto3" json:"events,omitempty"`
 	// Sequence number of the newest event on the host: the cursor for
 	// ObserveRequest.events_after.
-	LastEvent     uint64 `protobuf:"varint,17,opt,name=last_event,json=lastEvent,proto3" json:"last_event,omitempty"`
+	LastEvent uint64 `protobuf:"varint,17,opt,name=last_event,json=lastEvent,proto3" json:"last_event,omitempty"`
+	// What the host's DNS answers for the names of the load balancers
+	// selected (only when the request selects a tenant or a load balancer).
+	DnsNames      []*DNSNameObservation `protobuf:"bytes,70,rep,name=dns_names,json=dnsNames,proto3" json:"dns_names,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -340,6 +343,95 @@ func (x *HostObservation) GetLastEvent() uint64 {
 	return 0
 }
 
+func (x *HostObservation) GetDnsNames() []*DNSNameObservation {
+	if x != nil {
+		return x.DnsNames
+	}
+	return nil
+}
+
+// DNSNameObservation is one name of a load balancer and one address the
+// host's DNS answers for it, or why it does not.
+type DNSNameObservation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "tenant/name"
+	LoadBalancer string `protobuf:"bytes,1,opt,name=load_balancer,json=loadBalancer,proto3" json:"load_balancer,omitempty"`
+	// The name, fully qualified ("shop.acme.example."; "*.apps.acme.example.").
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// The load balancer's address ("" when it has none yet).
+	Address  string `protobuf:"bytes,3,opt,name=address,proto3" json:"address,omitempty"`
+	Answered bool   `protobuf:"varint,4,opt,name=answered,proto3" json:"answered,omitempty"`
+	// Why it is not answered.
+	Reason        string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DNSNameObservation) Reset() {
+	*x = DNSNameObservation{}
+	mi := &file_teapotv1_observe_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DNSNameObservation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DNSNameObservation) ProtoMessage() {}
+
+func (x *DNSNameObservation) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_observe_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DNSNameObservation.ProtoReflect.Descriptor instead.
+func (*DNSNameObservation) Descriptor() ([]byte, []int) {
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *DNSNameObservation) GetLoadBalancer() string {
+	if x != nil {
+		return x.LoadBalancer
+	}
+	return ""
+}
+
+func (x *DNSNameObservation) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *DNSNameObservation) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *DNSNameObservation) GetAnswered() bool {
+	if x != nil {
+		return x.Answered
+	}
+	return false
+}
+
+func (x *DNSNameObservation) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 // ListenerObservation is one listen socket of a load balancer on one host.
 type ListenerObservation struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -362,7 +454,7 @@ type ListenerObservation struct {
 
 func (x *ListenerObservation) Reset() {
 	*x = ListenerObservation{}
-	mi := &file_teapotv1_observe_proto_msgTypes[3]
+	mi := &file_teapotv1_observe_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -374,7 +466,7 @@ func (x *ListenerObservation) String() string {
 func (*ListenerObservation) ProtoMessage() {}
 
 func (x *ListenerObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[3]
+	mi := &file_teapotv1_observe_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -387,7 +479,7 @@ func (x *ListenerObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListenerObservation.ProtoReflect.Descriptor instead.
 func (*ListenerObservation) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{3}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ListenerObservation) GetLoadBalancer() string {
@@ -451,7 +543,7 @@ type PoolObservation struct {
 
 func (x *PoolObservation) Reset() {
 	*x = PoolObservation{}
-	mi := &file_teapotv1_observe_proto_msgTypes[4]
+	mi := &file_teapotv1_observe_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -463,7 +555,7 @@ func (x *PoolObservation) String() string {
 func (*PoolObservation) ProtoMessage() {}
 
 func (x *PoolObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[4]
+	mi := &file_teapotv1_observe_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -476,7 +568,7 @@ func (x *PoolObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolObservation.ProtoReflect.Descriptor instead.
 func (*PoolObservation) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{4}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *PoolObservation) GetLoadBalancer() string {
@@ -526,7 +618,7 @@ type MemberObservation struct {
 
 func (x *MemberObservation) Reset() {
 	*x = MemberObservation{}
-	mi := &file_teapotv1_observe_proto_msgTypes[5]
+	mi := &file_teapotv1_observe_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -538,7 +630,7 @@ func (x *MemberObservation) String() string {
 func (*MemberObservation) ProtoMessage() {}
 
 func (x *MemberObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[5]
+	mi := &file_teapotv1_observe_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -551,7 +643,7 @@ func (x *MemberObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberObservation.ProtoReflect.Descriptor instead.
 func (*MemberObservation) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{5}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *MemberObservation) GetAddress() string {
@@ -634,7 +726,7 @@ type PassiveHealth struct {
 
 func (x *PassiveHealth) Reset() {
 	*x = PassiveHealth{}
-	mi := &file_teapotv1_observe_proto_msgTypes[6]
+	mi := &file_teapotv1_observe_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -646,7 +738,7 @@ func (x *PassiveHealth) String() string {
 func (*PassiveHealth) ProtoMessage() {}
 
 func (x *PassiveHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[6]
+	mi := &file_teapotv1_observe_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -659,7 +751,7 @@ func (x *PassiveHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PassiveHealth.ProtoReflect.Descriptor instead.
 func (*PassiveHealth) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{6}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *PassiveHealth) GetWindowSeconds() uint32 {
@@ -725,7 +817,7 @@ type PassiveFailure struct {
 
 func (x *PassiveFailure) Reset() {
 	*x = PassiveFailure{}
-	mi := &file_teapotv1_observe_proto_msgTypes[7]
+	mi := &file_teapotv1_observe_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -737,7 +829,7 @@ func (x *PassiveFailure) String() string {
 func (*PassiveFailure) ProtoMessage() {}
 
 func (x *PassiveFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[7]
+	mi := &file_teapotv1_observe_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -750,7 +842,7 @@ func (x *PassiveFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PassiveFailure.ProtoReflect.Descriptor instead.
 func (*PassiveFailure) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{7}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *PassiveFailure) GetKind() string {
@@ -784,7 +876,7 @@ type CertificateObservation struct {
 
 func (x *CertificateObservation) Reset() {
 	*x = CertificateObservation{}
-	mi := &file_teapotv1_observe_proto_msgTypes[8]
+	mi := &file_teapotv1_observe_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -796,7 +888,7 @@ func (x *CertificateObservation) String() string {
 func (*CertificateObservation) ProtoMessage() {}
 
 func (x *CertificateObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[8]
+	mi := &file_teapotv1_observe_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -809,7 +901,7 @@ func (x *CertificateObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertificateObservation.ProtoReflect.Descriptor instead.
 func (*CertificateObservation) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{8}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CertificateObservation) GetHost() string {
@@ -881,7 +973,7 @@ type TrafficObservation struct {
 
 func (x *TrafficObservation) Reset() {
 	*x = TrafficObservation{}
-	mi := &file_teapotv1_observe_proto_msgTypes[9]
+	mi := &file_teapotv1_observe_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -893,7 +985,7 @@ func (x *TrafficObservation) String() string {
 func (*TrafficObservation) ProtoMessage() {}
 
 func (x *TrafficObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[9]
+	mi := &file_teapotv1_observe_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -906,7 +998,7 @@ func (x *TrafficObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrafficObservation.ProtoReflect.Descriptor instead.
 func (*TrafficObservation) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{9}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *TrafficObservation) GetLoadBalancer() string {
@@ -984,7 +1076,7 @@ type LoadBalancerProblem struct {
 
 func (x *LoadBalancerProblem) Reset() {
 	*x = LoadBalancerProblem{}
-	mi := &file_teapotv1_observe_proto_msgTypes[10]
+	mi := &file_teapotv1_observe_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -996,7 +1088,7 @@ func (x *LoadBalancerProblem) String() string {
 func (*LoadBalancerProblem) ProtoMessage() {}
 
 func (x *LoadBalancerProblem) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[10]
+	mi := &file_teapotv1_observe_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1009,7 +1101,7 @@ func (x *LoadBalancerProblem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadBalancerProblem.ProtoReflect.Descriptor instead.
 func (*LoadBalancerProblem) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{10}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *LoadBalancerProblem) GetLoadBalancer() string {
@@ -1059,7 +1151,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_teapotv1_observe_proto_msgTypes[11]
+	mi := &file_teapotv1_observe_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1071,7 +1163,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[11]
+	mi := &file_teapotv1_observe_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1084,7 +1176,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{11}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Event) GetSeq() uint64 {
@@ -1165,7 +1257,7 @@ type EventsRequest struct {
 
 func (x *EventsRequest) Reset() {
 	*x = EventsRequest{}
-	mi := &file_teapotv1_observe_proto_msgTypes[12]
+	mi := &file_teapotv1_observe_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1177,7 +1269,7 @@ func (x *EventsRequest) String() string {
 func (*EventsRequest) ProtoMessage() {}
 
 func (x *EventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[12]
+	mi := &file_teapotv1_observe_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1190,7 +1282,7 @@ func (x *EventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsRequest.ProtoReflect.Descriptor instead.
 func (*EventsRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{12}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *EventsRequest) GetTenant() string {
@@ -1242,7 +1334,7 @@ type EventsResponse struct {
 
 func (x *EventsResponse) Reset() {
 	*x = EventsResponse{}
-	mi := &file_teapotv1_observe_proto_msgTypes[13]
+	mi := &file_teapotv1_observe_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1254,7 +1346,7 @@ func (x *EventsResponse) String() string {
 func (*EventsResponse) ProtoMessage() {}
 
 func (x *EventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[13]
+	mi := &file_teapotv1_observe_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1267,7 +1359,7 @@ func (x *EventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsResponse.ProtoReflect.Descriptor instead.
 func (*EventsResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{13}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *EventsResponse) GetEvents() []*Event {
@@ -1310,7 +1402,7 @@ type VIPHolding struct {
 
 func (x *VIPHolding) Reset() {
 	*x = VIPHolding{}
-	mi := &file_teapotv1_observe_proto_msgTypes[14]
+	mi := &file_teapotv1_observe_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1322,7 +1414,7 @@ func (x *VIPHolding) String() string {
 func (*VIPHolding) ProtoMessage() {}
 
 func (x *VIPHolding) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[14]
+	mi := &file_teapotv1_observe_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1335,7 +1427,7 @@ func (x *VIPHolding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VIPHolding.ProtoReflect.Descriptor instead.
 func (*VIPHolding) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{14}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *VIPHolding) GetAddress() string {
@@ -1400,7 +1492,7 @@ const file_teapotv1_observe_proto_rawDesc = "" +
 	"\x0fObserveResponse\x120\n" +
 	"\x05hosts\x18\x01 \x03(\v2\x1a.teapot.v1.HostObservationR\x05hosts\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\x12.\n" +
-	"\x04time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\xe6\x04\n" +
+	"\x04time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\xa2\x05\n" +
 	"\x0fHostObservation\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1c\n" +
 	"\treachable\x18\x02 \x01(\bR\treachable\x12\x14\n" +
@@ -1417,7 +1509,14 @@ const file_teapotv1_observe_proto_rawDesc = "" +
 	"\bproblems\x18\x0f \x03(\v2\x1e.teapot.v1.LoadBalancerProblemR\bproblems\x12(\n" +
 	"\x06events\x18\x10 \x03(\v2\x10.teapot.v1.EventR\x06events\x12\x1d\n" +
 	"\n" +
-	"last_event\x18\x11 \x01(\x04R\tlastEvent\"\xe4\x01\n" +
+	"last_event\x18\x11 \x01(\x04R\tlastEvent\x12:\n" +
+	"\tdns_names\x18F \x03(\v2\x1d.teapot.v1.DNSNameObservationR\bdnsNames\"\x9b\x01\n" +
+	"\x12DNSNameObservation\x12#\n" +
+	"\rload_balancer\x18\x01 \x01(\tR\floadBalancer\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
+	"\aaddress\x18\x03 \x01(\tR\aaddress\x12\x1a\n" +
+	"\banswered\x18\x04 \x01(\bR\banswered\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\"\xe4\x01\n" +
 	"\x13ListenerObservation\x12#\n" +
 	"\rload_balancer\x18\x01 \x01(\tR\floadBalancer\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\rR\x05index\x12\x18\n" +
@@ -1526,58 +1625,60 @@ func file_teapotv1_observe_proto_rawDescGZIP() []byte {
 	return file_teapotv1_observe_proto_rawDescData
 }
 
-var file_teapotv1_observe_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_teapotv1_observe_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_teapotv1_observe_proto_goTypes = []any{
 	(*ObserveRequest)(nil),         // 0: teapot.v1.ObserveRequest
 	(*ObserveResponse)(nil),        // 1: teapot.v1.ObserveResponse
 	(*HostObservation)(nil),        // 2: teapot.v1.HostObservation
-	(*ListenerObservation)(nil),    // 3: teapot.v1.ListenerObservation
-	(*PoolObservation)(nil),        // 4: teapot.v1.PoolObservation
-	(*MemberObservation)(nil),      // 5: teapot.v1.MemberObservation
-	(*PassiveHealth)(nil),          // 6: teapot.v1.PassiveHealth
-	(*PassiveFailure)(nil),         // 7: teapot.v1.PassiveFailure
-	(*CertificateObservation)(nil), // 8: teapot.v1.CertificateObservation
-	(*TrafficObservation)(nil),     // 9: teapot.v1.TrafficObservation
-	(*LoadBalancerProblem)(nil),    // 10: teapot.v1.LoadBalancerProblem
-	(*Event)(nil),                  // 11: teapot.v1.Event
-	(*EventsRequest)(nil),          // 12: teapot.v1.EventsRequest
-	(*EventsResponse)(nil),         // 13: teapot.v1.EventsResponse
-	(*VIPHolding)(nil),             // 14: teapot.v1.VIPHolding
-	nil,                            // 15: teapot.v1.ObserveRequest.EventsAfterEntry
-	nil,                            // 16: teapot.v1.TrafficObservation.RequestsEntry
-	nil,                            // 17: teapot.v1.EventsRequest.AfterEntry
-	nil,                            // 18: teapot.v1.EventsResponse.CursorEntry
-	(*timestamppb.Timestamp)(nil),  // 19: google.protobuf.Timestamp
+	(*DNSNameObservation)(nil),     // 3: teapot.v1.DNSNameObservation
+	(*ListenerObservation)(nil),    // 4: teapot.v1.ListenerObservation
+	(*PoolObservation)(nil),        // 5: teapot.v1.PoolObservation
+	(*MemberObservation)(nil),      // 6: teapot.v1.MemberObservation
+	(*PassiveHealth)(nil),          // 7: teapot.v1.PassiveHealth
+	(*PassiveFailure)(nil),         // 8: teapot.v1.PassiveFailure
+	(*CertificateObservation)(nil), // 9: teapot.v1.CertificateObservation
+	(*TrafficObservation)(nil),     // 10: teapot.v1.TrafficObservation
+	(*LoadBalancerProblem)(nil),    // 11: teapot.v1.LoadBalancerProblem
+	(*Event)(nil),                  // 12: teapot.v1.Event
+	(*EventsRequest)(nil),          // 13: teapot.v1.EventsRequest
+	(*EventsResponse)(nil),         // 14: teapot.v1.EventsResponse
+	(*VIPHolding)(nil),             // 15: teapot.v1.VIPHolding
+	nil,                            // 16: teapot.v1.ObserveRequest.EventsAfterEntry
+	nil,                            // 17: teapot.v1.TrafficObservation.RequestsEntry
+	nil,                            // 18: teapot.v1.EventsRequest.AfterEntry
+	nil,                            // 19: teapot.v1.EventsResponse.CursorEntry
+	(*timestamppb.Timestamp)(nil),  // 20: google.protobuf.Timestamp
 }
 var file_teapotv1_observe_proto_depIdxs = []int32{
-	15, // 0: teapot.v1.ObserveRequest.events_after:type_name -> teapot.v1.ObserveRequest.EventsAfterEntry
+	16, // 0: teapot.v1.ObserveRequest.events_after:type_name -> teapot.v1.ObserveRequest.EventsAfterEntry
 	2,  // 1: teapot.v1.ObserveResponse.hosts:type_name -> teapot.v1.HostObservation
-	19, // 2: teapot.v1.ObserveResponse.time:type_name -> google.protobuf.Timestamp
-	19, // 3: teapot.v1.HostObservation.time:type_name -> google.protobuf.Timestamp
-	3,  // 4: teapot.v1.HostObservation.listeners:type_name -> teapot.v1.ListenerObservation
-	4,  // 5: teapot.v1.HostObservation.pools:type_name -> teapot.v1.PoolObservation
-	14, // 6: teapot.v1.HostObservation.vips:type_name -> teapot.v1.VIPHolding
-	8,  // 7: teapot.v1.HostObservation.certificates:type_name -> teapot.v1.CertificateObservation
-	9,  // 8: teapot.v1.HostObservation.traffic:type_name -> teapot.v1.TrafficObservation
-	10, // 9: teapot.v1.HostObservation.problems:type_name -> teapot.v1.LoadBalancerProblem
-	11, // 10: teapot.v1.HostObservation.events:type_name -> teapot.v1.Event
-	19, // 11: teapot.v1.ListenerObservation.since:type_name -> google.protobuf.Timestamp
-	5,  // 12: teapot.v1.PoolObservation.members:type_name -> teapot.v1.MemberObservation
-	19, // 13: teapot.v1.MemberObservation.last_check:type_name -> google.protobuf.Timestamp
-	6,  // 14: teapot.v1.MemberObservation.passive:type_name -> teapot.v1.PassiveHealth
-	7,  // 15: teapot.v1.PassiveHealth.failures:type_name -> teapot.v1.PassiveFailure
-	19, // 16: teapot.v1.CertificateObservation.not_after:type_name -> google.protobuf.Timestamp
-	16, // 17: teapot.v1.TrafficObservation.requests:type_name -> teapot.v1.TrafficObservation.RequestsEntry
-	19, // 18: teapot.v1.Event.time:type_name -> google.protobuf.Timestamp
-	17, // 19: teapot.v1.EventsRequest.after:type_name -> teapot.v1.EventsRequest.AfterEntry
-	11, // 20: teapot.v1.EventsResponse.events:type_name -> teapot.v1.Event
-	18, // 21: teapot.v1.EventsResponse.cursor:type_name -> teapot.v1.EventsResponse.CursorEntry
-	19, // 22: teapot.v1.VIPHolding.since:type_name -> google.protobuf.Timestamp
-	23, // [23:23] is the sub-list for method output_type
-	23, // [23:23] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	20, // 2: teapot.v1.ObserveResponse.time:type_name -> google.protobuf.Timestamp
+	20, // 3: teapot.v1.HostObservation.time:type_name -> google.protobuf.Timestamp
+	4,  // 4: teapot.v1.HostObservation.listeners:type_name -> teapot.v1.ListenerObservation
+	5,  // 5: teapot.v1.HostObservation.pools:type_name -> teapot.v1.PoolObservation
+	15, // 6: teapot.v1.HostObservation.vips:type_name -> teapot.v1.VIPHolding
+	9,  // 7: teapot.v1.HostObservation.certificates:type_name -> teapot.v1.CertificateObservation
+	10, // 8: teapot.v1.HostObservation.traffic:type_name -> teapot.v1.TrafficObservation
+	11, // 9: teapot.v1.HostObservation.problems:type_name -> teapot.v1.LoadBalancerProblem
+	12, // 10: teapot.v1.HostObservation.events:type_name -> teapot.v1.Event
+	3,  // 11: teapot.v1.HostObservation.dns_names:type_name -> teapot.v1.DNSNameObservation
+	20, // 12: teapot.v1.ListenerObservation.since:type_name -> google.protobuf.Timestamp
+	6,  // 13: teapot.v1.PoolObservation.members:type_name -> teapot.v1.MemberObservation
+	20, // 14: teapot.v1.MemberObservation.last_check:type_name -> google.protobuf.Timestamp
+	7,  // 15: teapot.v1.MemberObservation.passive:type_name -> teapot.v1.PassiveHealth
+	8,  // 16: teapot.v1.PassiveHealth.failures:type_name -> teapot.v1.PassiveFailure
+	20, // 17: teapot.v1.CertificateObservation.not_after:type_name -> google.protobuf.Timestamp
+	17, // 18: teapot.v1.TrafficObservation.requests:type_name -> teapot.v1.TrafficObservation.RequestsEntry
+	20, // 19: teapot.v1.Event.time:type_name -> google.protobuf.Timestamp
+	18, // 20: teapot.v1.EventsRequest.after:type_name -> teapot.v1.EventsRequest.AfterEntry
+	12, // 21: teapot.v1.EventsResponse.events:type_name -> teapot.v1.Event
+	19, // 22: teapot.v1.EventsResponse.cursor:type_name -> teapot.v1.EventsResponse.CursorEntry
+	20, // 23: teapot.v1.VIPHolding.since:type_name -> google.protobuf.Timestamp
+	24, // [24:24] is the sub-list for method output_type
+	24, // [24:24] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_teapotv1_observe_proto_init() }
@@ -1591,7 +1692,7 @@ func file_teapotv1_observe_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_teapotv1_observe_proto_rawDesc), len(file_teapotv1_observe_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   19,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
