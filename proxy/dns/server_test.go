@@ -252,3 +252,46 @@ func TestObserveSaysWhyAnAddressIsLeftOut(t *testing.T) {
 		t.Errorf("a whole-host observation lists %d names", len(all.GetDnsNames()))
 	}
 }
+
+// TestTenantFloodSparesNeighbours floods one tenant's names from many
+// queries: past its budget its names get no answer over UDP and REFUSED
+// over TCP, while another tenant's names keep answering.
+func TestTenantFloodSparesNeighbours(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig()
+	cfg.Zones = append(cfg.Zones, "beta.example")
+	cfg.ResponsesPerSecond, cfg.QueriesPerTenant = -1, 1
+	state := append(testState(), tenant("beta", "beta.example"), lb("beta", "site", "192.0.2.90", "www.beta.example"))
+	s, addr := startServer(t, cfg, state)
+	ask(t, "tcp", addr, "lb.example.com.", mdns.TypeSOA, false) // started; the zone's own names spend no budget
+
+	conn, err := net.Dial("udp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	wire, _ := query("shop.acme.example.", mdns.TypeA).Pack()
+	for range 200 {
+		if _, err := conn.Write(wire); err != nil {
+			t.Fatal(err)
+		}
+	}
+	answers := 0
+	buf := make([]byte, 2048)
+	for {
+		_ = conn.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+		if _, err := conn.Read(buf); err != nil {
+			break
+		}
+		answers++
+	}
+	if answers > 2 || s.Stats().OverBudget.Load() < 190 {
+		t.Fatalf("acme's flood: %d answers, %d over budget; want at most its budget (1 a second)", answers, s.Stats().OverBudget.Load())
+	}
+	if m := ask(t, "tcp", addr, "shop.acme.example.", mdns.TypeA, false); m.Rcode != mdns.RcodeRefused {
+		t.Fatalf("acme over its budget over TCP: %s", mdns.RcodeToString[m.Rcode])
+	}
+	if m := ask(t, "udp", addr, "www.beta.example.", mdns.TypeA, false); len(m.Answer) != 1 {
+		t.Fatalf("beta's name during acme's flood: %v", m)
+	}
+}
