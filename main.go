@@ -165,6 +165,10 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 		return err
 	}
 	stack.Push(node.Close)
+	dnsSrv, err := openDNS(ctx, cfg, log, node.Objects, vm, plane, &stack)
+	if err != nil {
+		return err
+	}
 	vm.SetKey(vip.HeartbeatKey(node.CA().KeyPEM))
 	vm.SetStateContact(node.LeaderContact)
 	rules := adminserver.DefaultRules
@@ -232,7 +236,8 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 	host.Add(history)
 	host.Add(cm)
 	host.Add(vm)
-	if err := serveMetrics(ctx, msrv, counters, px, node, tenants, cm, vm, guard.Collector(), relay.Collector()); err != nil {
+	host.Add(dnsSrv)
+	if err := serveMetrics(ctx, msrv, counters, px, node, tenants, cm, vm, append(dnsSrv.Collectors(), guard.Collector(), relay.Collector())...); err != nil {
 		log.Error("metrics are off", "component", "metrics", "err", err)
 	}
 	if webLn != nil {
@@ -257,6 +262,7 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 		feed.Follow(ctx, revisions{node.Watch(0)}, func(r proxy.Revision, _ []string) {
 			vm.Follow(r.Reset, r.Objects, r.Transitions(), r.Revision, node.Objects)
 			followTenantBGP(relay, r, node.Objects)
+			dnsSrv.Follow(r.Reset, r.Transitions())
 		})
 	}()
 	stack.PushFunc(func() { <-fed })

@@ -20,6 +20,7 @@ import (
 	"github.com/teapot-lb/teapot-lb/packaging/serveconfig"
 	"github.com/teapot-lb/teapot-lb/proxy"
 	"github.com/teapot-lb/teapot-lb/proxy/certs"
+	"github.com/teapot-lb/teapot-lb/proxy/dns"
 	"github.com/teapot-lb/teapot-lb/vip"
 )
 
@@ -78,6 +79,16 @@ type serveConfig struct {
 	// use on average; 0 takes a quarter of the host's CPUs.
 	TLSCPUPerTenant float64 `json:"tls-cpu-per-tenant"`
 
+	// DNS: the authoritative server of the zones delegated to the LB
+	// hosts (off without --dns-addr).
+	DNSAddr               string       `json:"dns-addr"`
+	DNSZones              string       `json:"dns-zones"`
+	DNSNameServers        string       `json:"dns-ns"`
+	DNSTTL                vip.Duration `json:"dns-ttl"`
+	DNSResponsesPerSecond int          `json:"dns-responses-per-second"`
+	DNSSlip               int          `json:"dns-slip"`
+	DNSQueriesPerTenant   int          `json:"dns-queries-per-tenant"`
+
 	// Restore and RestorePassphraseFile start a new cluster from a backup
 	// (command line only: a restore happens once).
 	Restore               string `json:"-"`
@@ -117,6 +128,11 @@ func serveCommandWith(run func(context.Context, serveConfig) error) *cobra.Comma
 		ACMERenewCheck:   vip.Duration(10 * time.Minute), // certmagic's own
 
 		ACMEOrdersPerTenant: certs.DefaultOrdersPerHour,
+
+		DNSTTL:                vip.Duration(dns.DefaultTTL),
+		DNSResponsesPerSecond: dns.DefaultResponsesPerSecond,
+		DNSSlip:               dns.DefaultSlip,
+		DNSQueriesPerTenant:   dns.DefaultQueriesPerTenant,
 
 		HeartbeatInterval: vip.Duration(vip.DefaultHeartbeatInterval),
 		HeartbeatMisses:   vip.DefaultHeartbeatMisses,
@@ -178,6 +194,13 @@ func serveCommandWith(run func(context.Context, serveConfig) error) *cobra.Comma
 	_ = f.MarkHidden("acme-renew-check")
 	f.IntVar(&cfg.ACMEOrdersPerTenant, "acme-orders-per-tenant", cfg.ACMEOrdersPerTenant, "new ACME orders one tenant may start in an hour on this host (the cluster shares one ACME account, whose limits the CA counts); a name whose order failed also waits 1 minute, doubling with each failure up to a day")
 	f.Float64Var(&cfg.TLSCPUPerTenant, "tls-cpu-per-tenant", 0, "CPU cores one tenant's TLS handshakes may use on average on this host: the ClientHellos and full handshakes of its https listeners (over it they wait up to 200ms, then are refused) and the client certificates of its HTTPS health checks (over it they are delayed); resumed sessions sign nothing (0: a quarter of the host's CPUs)")
+	checked(&cfg.DNSAddr, "dns-addr", "addresses", dns.CheckAddrs, "IP:port (comma-separated) where this host answers DNS, UDP and TCP, for --dns-zones: typically a VIP of a static pool that every host binds, or of an arp pool (default off)")
+	checked(&cfg.DNSZones, "dns-zones", "zones", dns.CheckZones, "zones delegated to the LB hosts (comma-separated, like lb.example.com,acme.example): the route hosts of tenants' load balancers inside them, and inside their tenant's domains, are answered with the load balancer's VIP while some host holds or announces it and the load balancer has a member up; other names in them get NXDOMAIN, names outside them REFUSED")
+	checked(&cfg.DNSNameServers, "dns-ns", "servers", dns.CheckNameServers, "the name servers of the zones' NS records, NAME=IP (comma-separated; repeat a name for several addresses): a name inside a zone is answered with its address (glue); the first is the SOA's primary")
+	f.Var(&cfg.DNSTTL, "dns-ttl", fmt.Sprintf("TTL of DNS answers and of negative answers (%s to %s): a VIP that stops working leaves caches within it", dns.MinTTL, dns.MaxTTL))
+	f.IntVar(&cfg.DNSResponsesPerSecond, "dns-responses-per-second", cfg.DNSResponsesPerSecond, "UDP responses a second one client prefix (/24, /56) gets for one name and type (NXDOMAIN: for one zone), with 15 s of credit; over it responses are dropped or truncated (--dns-slip), so a spoofed flood is not amplified (0: off)")
+	f.IntVar(&cfg.DNSSlip, "dns-slip", cfg.DNSSlip, "of the UDP responses over --dns-responses-per-second, every Nth goes out truncated and empty (a real client retries over TCP), the others are dropped (0: drop them all)")
+	f.IntVar(&cfg.DNSQueriesPerTenant, "dns-queries-per-tenant", cfg.DNSQueriesPerTenant, "queries a second for one tenant's names this host answers, over every client; over it UDP queries get no answer and TCP queries REFUSED, so a flood at one tenant's names costs the others nothing")
 	f.StringVar(&cfg.Restore, "restore", "", "start a new cluster from this backup (\"teapot-lb cluster backup\"): needs an empty --data-dir; other hosts then --join it")
 	f.BoolVar(&cfg.Recover, "recover", false, "the other voters are gone for good: make this host a one-host cluster with the state in its data dir (refused while any other voter answers); new hosts then --join it")
 	f.StringVar(&cfg.RestorePassphraseFile, "restore-passphrase-file", "", "passphrase of an encrypted --restore backup (the file's first line)")
@@ -192,6 +215,9 @@ func checkServeConfig(cfg serveConfig) error {
 	}
 	if cfg.TLSCPUPerTenant < 0 {
 		return fmt.Errorf("--tls-cpu-per-tenant %g: give the CPU cores a tenant's TLS signatures may use, like 0.5, or 0 for a quarter of the host's CPUs", cfg.TLSCPUPerTenant)
+	}
+	if _, err := cfg.dnsSettings().Config(); err != nil {
+		return err
 	}
 	if cfg.Join != "" && cfg.Token == "" {
 		return errors.New("--join needs --token (from `teapot-lb cluster join-token` on a cluster host)")
@@ -208,4 +234,10 @@ func defaultNodeID() string {
 		return "node1"
 	}
 	return h
+}
+
+// dnsSettings are the DNS flags as proxy/dns reads them.
+func (cfg serveConfig) dnsSettings() dns.Settings {
+	return dns.Settings{Addrs: cfg.DNSAddr, Zones: cfg.DNSZones, NameServers: cfg.DNSNameServers, TTL: time.Duration(cfg.DNSTTL),
+		ResponsesPerSecond: cfg.DNSResponsesPerSecond, Slip: cfg.DNSSlip, QueriesPerTenant: cfg.DNSQueriesPerTenant}
 }

@@ -53,6 +53,10 @@ const (
 	// vip.familyPolicy, status.addresses). A host of an earlier release
 	// ignores them and serves and announces the first address only.
 	FeatureDualStack = "dual-stack"
+	// FeatureHostnames: DNS names a load balancer's VIP is answered for
+	// (hostnames). A host of an earlier release ignores them and its DNS
+	// (it has none) answers nothing.
+	FeatureHostnames = "hostnames"
 )
 
 // FeatureLevel is the highest cluster feature level this release
@@ -75,6 +79,7 @@ var featureLevels = map[string]uint32{
 	FeatureRoutePorts:    3,
 	FeatureTenantBGP:     4,
 	FeatureDualStack:     4,
+	FeatureHostnames:     4,
 }
 
 // LevelOf is the feature level a feature needs on every host (0 for a
@@ -116,7 +121,7 @@ func FeatureRefusal(uses []FeatureUse, need uint32, older []string) error {
 
 // Features returns the features this release serves.
 func Features() []string {
-	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack}
+	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames}
 }
 
 // FeatureUse is one place where a write uses a feature: the feature and
@@ -163,6 +168,9 @@ func FeaturesUsed(obj *pb.Object) []FeatureUse {
 		if len(ls.GetSniRoutes()) > 0 {
 			out = append(out, FeatureUse{Feature: FeatureSNIRoutes, Field: fmt.Sprintf("%s: listeners[%d].sniRoutes", RefString(RefOf(obj)), i)})
 		}
+	}
+	if len(l.GetHostnames()) > 0 {
+		out = append(out, FeatureUse{Feature: FeatureHostnames, Field: RefString(RefOf(obj)) + ": hostnames"})
 	}
 	names := make([]string, 0, len(l.GetPools()))
 	for name := range l.GetPools() {

@@ -35,6 +35,7 @@ func ValidateLoadBalancer(lb *pb.LoadBalancer, c Catalog) error {
 	vip := resolveVIP(ck, lb, tenant, c)
 	checkListeners(ck, lb, tenant, c)
 	checkRoutes(ck, lb, tenant)
+	checkHostnames(ck, lb, tenant)
 	checkBackendPools(ck, lb, tenant, c)
 	checkQuotas(ck, lb, tenant, c)
 	checkStatusAddress(ck, lb, tenant, vip, c)
@@ -410,5 +411,34 @@ func FamilyProblem(lb *pb.LoadBalancer) *pb.Problem {
 		Field: "vip.families",
 		Reason: fmt.Sprintf("no %s VIP: pool %s had no free %s address when the load balancer was written (familyPolicy prefer), so it is served on %s alone; once the operator has added %s addresses to the pool, apply the load balancer again (the agent does so with the Service's next change)",
 			strings.Join(missing, ", "), lb.GetVip().GetPool(), strings.Join(missing, ", "), familyName(got[0].Is4()), strings.Join(missing, ", ")),
+	}
+}
+
+// MaxHostnames bounds a load balancer's hostnames: the DNS names its VIP
+// is answered for besides its route hosts.
+const MaxHostnames = 32
+
+// checkHostnames checks hostnames: each an exact or wildcard name inside
+// the tenant's domains, none twice, at most MaxHostnames.
+func checkHostnames(ck *checker, lb *pb.LoadBalancer, tenant *pb.Tenant) {
+	hs := lb.GetHostnames()
+	if len(hs) > MaxHostnames {
+		ck.invalidf("hostnames", "has %d names; at most %d per load balancer: split them over several load balancers", len(hs), MaxHostnames)
+		return
+	}
+	seen := map[string]int{}
+	for i, h := range hs {
+		f := fmt.Sprintf("hostnames[%d]", i)
+		if h == "" {
+			ck.invalidf(f, "is empty; give a DNS name like shop.acme.example")
+			continue
+		}
+		if !checkRouteHostIn(ck, f, h, tenant) {
+			continue
+		}
+		if j, dup := seen[h]; dup {
+			ck.invalidf(f, "%s repeats hostnames[%d]", h, j)
+		}
+		seen[h] = i
 	}
 }

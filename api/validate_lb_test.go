@@ -107,6 +107,17 @@ func TestValidateLoadBalancerSpec(t *testing.T) {
 		{"wildcard in middle", func(lb *pb.LoadBalancer) { lb.Routes[0].Host = "a.*.acme.example" }, bad("routes[0].host", "whole first label")},
 		{"host uppercase", func(lb *pb.LoadBalancer) { lb.Routes[0].Host = "Shop.acme.example" }, bad("routes[0].host", "must be lowercase")},
 		{"host trailing dot", func(lb *pb.LoadBalancer) { lb.Routes[0].Host = "shop.acme.example." }, bad("routes[0].host", "trailing dot")},
+		{"hostnames", func(lb *pb.LoadBalancer) { lb.Hostnames = []string{"db.acme.example", "*.apps.acme.example"} }, pass()},
+		{"hostname outside the domains", func(lb *pb.LoadBalancer) { lb.Hostnames = []string{"db.other.example"} },
+			bad("hostnames[0]", "db.other.example is not inside the tenant's domains (acme.example)")},
+		{"hostname twice", func(lb *pb.LoadBalancer) { lb.Hostnames = []string{"db.acme.example", "db.acme.example"} }, bad("hostnames[1]", "repeats hostnames[0]")},
+		{"hostname empty", func(lb *pb.LoadBalancer) { lb.Hostnames = []string{""} }, bad("hostnames[0]", "is empty")},
+		{"hostname not a name", func(lb *pb.LoadBalancer) { lb.Hostnames = []string{"a b.acme.example"} }, bad("hostnames[0]", "not a DNS name")},
+		{"too many hostnames", func(lb *pb.LoadBalancer) {
+			for i := range MaxHostnames + 1 {
+				lb.Hostnames = append(lb.Hostnames, fmt.Sprintf("h%d.acme.example", i))
+			}
+		}, bad("hostnames", "at most 32 per load balancer")},
 		{"path without slash", func(lb *pb.LoadBalancer) { lb.Routes[1].Path = "api" }, bad("routes[1].path", `"api" must start with /`)},
 		{"path with query", func(lb *pb.LoadBalancer) { lb.Routes[1].Path = "/api?x=1" }, bad("routes[1].path", "'?'")},
 		{"path type bad", func(lb *pb.LoadBalancer) { lb.Routes[1].PathType = "glob" }, bad("routes[1].pathType", `"glob" is not one of prefix, exact, regex`)},

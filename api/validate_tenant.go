@@ -164,6 +164,11 @@ func firstHostOutside(lb *pb.LoadBalancer, domains []string) (field, host string
 			}
 		}
 	}
+	for i, h := range lb.GetHostnames() {
+		if !HostInDomains(h, domains) {
+			return fmt.Sprintf("hostnames[%d]", i), h
+		}
+	}
 	return "", ""
 }
 

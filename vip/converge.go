@@ -205,6 +205,7 @@ func (m *Manager) publish(v view) {
 		st.pubVIPs = vips
 	}
 	clear(st.dirtyAddrs)
+	m.publishServing(v, changed)
 	vips := st.pubVIPs
 	peers := make([]peerStatus, 0, len(st.members))
 	for _, id := range slices.Sorted(maps.Keys(st.members)) {

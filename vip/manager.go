@@ -74,8 +74,11 @@ type Manager struct {
 	// handedOver: the handover the loop runs is over.
 	handedOver atomic.Bool
 
-	loop  loopState // owned by the goroutine in Run, then by Close (loop.go)
-	moves moveCounters
+	loop loopState // owned by the goroutine in Run, then by Close (loop.go)
+	// serving: the VIPs held or announced somewhere, for SetServingWatch
+	// (its fields but watch are the loop's).
+	serving servingState
+	moves   moveCounters
 }
 
 // published is what Describe shows, copied out of the loop.

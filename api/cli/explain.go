@@ -133,6 +133,16 @@ func (a *app) explainLB(ctx context.Context, w io.Writer, c *client.Conn, ref *p
 	if addr != "" && vipRows == 0 {
 		fmt.Fprintln(w, "  no host reports this VIP (static pools, or hosts without a VIP interface, only bind it)")
 	}
+	for _, h := range hosts {
+		for _, d := range h.GetDnsNames() {
+			switch {
+			case d.GetAnswered():
+				fmt.Fprintf(w, "  %-10s DNS answers %s with %s\n", h.GetNodeId()+":", d.GetName(), d.GetAddress())
+			default:
+				fmt.Fprintf(w, "  %-10s DNS leaves %s out of %s: %s\n", h.GetNodeId()+":", orDash(d.GetAddress()), d.GetName(), d.GetReason())
+			}
+		}
+	}
 
 	fmt.Fprintln(w, "\n3. Listeners per host")
 	t := newTable(w)

@@ -93,6 +93,15 @@ func (f *fakeAdmin) servingHosts() []*pb.HostObservation {
 			if id == "lb1" {
 				state, reason = "holding", "ranked first among live hosts"
 			}
+			for _, r := range lb.GetRoutes() {
+				if r.GetHost() != "" {
+					d := &pb.DNSNameObservation{LoadBalancer: name, Name: r.GetHost() + ".", Address: addrs[0], Answered: true}
+					if id == "lb2" {
+						d.Answered, d.Reason = false, "pools.web: no member is up"
+					}
+					h.DnsNames = append(h.DnsNames, d)
+				}
+			}
 			for _, addr := range addrs {
 				h.Vips = append(h.Vips, &pb.VIPHolding{Address: addr, Mode: "arp", State: state, Reason: reason,
 					Since: timestamppb.New(f.now.Add(-3 * time.Hour)), LoadBalancers: []string{name}})
@@ -132,6 +141,11 @@ func filterHost(h *pb.HostObservation, f observe.Filter, req *pb.ObserveRequest)
 	for _, p := range h.Problems {
 		if f.MatchLB(p.LoadBalancer) {
 			out.Problems = append(out.Problems, p)
+		}
+	}
+	for _, d := range h.DnsNames {
+		if f != (observe.Filter{}) && f.MatchLB(d.LoadBalancer) {
+			out.DnsNames = append(out.DnsNames, d)
 		}
 	}
 	for _, v := range h.Vips {

@@ -41,6 +41,7 @@ var protoComments = map[string]string{
 	"teapot.v1.Listener.trusted_proxies":          "http/https listeners: upstream proxies (CIDRs) whose X-Forwarded-For, X-Real-IP and related headers are trusted. Empty (the default): the LB replaces every client-address header with what it saw itself.",
 	"teapot.v1.LoadBalancer":                      "LoadBalancer is one virtual service of a tenant.",
 	"teapot.v1.LoadBalancer.access_log":           "Access logs of the http and https listeners (off by default).",
+	"teapot.v1.LoadBalancer.hostnames":            "DNS names answered with the load balancer's VIP by the LB hosts' DNS (--dns-zones), besides its route hosts: exact (\"db.acme.example\") or wildcard (\"*.acme.example\"), inside the tenant's domains. The agent fills it from a Service's teapot-lb.io/hostname and external-dns.alpha.kubernetes.io/hostname annotations.",
 	"teapot.v1.LoadBalancerStatus.address":        "Allocated address (stamped when the load balancer is written); with vip.families, the address of the first family given.",
 	"teapot.v1.LoadBalancerStatus.addresses":      "With vip.families: every allocated address, one per family, address first. Listeners open and VIPs are announced on each of them.",
 	"teapot.v1.LoadBalancerStatus.observed":       "What the hosts see, computed when read (get, explain, the dashboard) from their observations; never stored.",

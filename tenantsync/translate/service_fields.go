@@ -2,6 +2,7 @@ package translate
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -108,4 +109,22 @@ func affinityWarnings(svc *corev1.Service, d *Desired) {
 	}
 	d.Warnings = append(d.Warnings, fmt.Sprintf("spec.sessionAffinityConfig.clientIP.timeoutSeconds (%d) is not applied: spec.sessionAffinity ClientIP is served by hashing the client address, "+
 		"so a client stays on its member with no expiry while the members stay the same, and when a member is added or removed some clients move at once", timeout))
+}
+
+// serviceHostnames reads the DNS names a Service asks for, from
+// teapot-lb.io/hostname and external-dns.alpha.kubernetes.io/hostname
+// (comma-separated, as external-dns reads it): trimmed, lower-cased,
+// without a trailing dot, each once. The cluster refuses a name outside
+// the tenant's domains, with the reason in the Service's status.
+func serviceHostnames(ann map[string]string) []string {
+	var out []string
+	for _, key := range []string{AnnotationHostname, AnnotationExternalDNSHostname} {
+		for _, h := range strings.Split(ann[key], ",") {
+			h = strings.TrimSuffix(strings.ToLower(strings.TrimSpace(h)), ".")
+			if h != "" && !slices.Contains(out, h) {
+				out = append(out, h)
+			}
+		}
+	}
+	return out
 }

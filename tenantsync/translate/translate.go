@@ -34,6 +34,10 @@ const (
 	AnnotationMembers         = "teapot-lb.io/members"
 	AnnotationSSLRedirect     = "teapot-lb.io/ssl-redirect"
 	AnnotationTLSCertificates = "teapot-lb.io/tls-certificates"
+	// AnnotationHostname and external-dns's spelling: DNS names (comma-
+	// separated) the LB hosts' DNS answers with the Service's VIP.
+	AnnotationHostname            = "teapot-lb.io/hostname"
+	AnnotationExternalDNSHostname = "external-dns.alpha.kubernetes.io/hostname"
 
 	// Well-known Kubernetes names.
 	labelServiceName    = "kubernetes.io/service-name"
@@ -139,6 +143,7 @@ func Service(svc *corev1.Service, src Sources, o Options) *Desired {
 		Pools: map[string]*pb.BackendPool{},
 	}
 	d.LB = lb
+	lb.Hostnames = serviceHostnames(svc.Annotations)
 	serviceFamily(svc, lb.Vip, o, d)
 	podMode := podMode(svc.Annotations, o, d)
 	pp := proxyProtocol(svc.Annotations, d)

@@ -185,6 +185,19 @@ func TestService(t *testing.T) {
 			warnings:  []string{"lists 2 addresses"},
 		},
 		{
+			name: "hostnames from teapot-lb.io/hostname and external-dns's annotation",
+			objs: nodes, opts: opts,
+			svc: service("shop", "web", func(s *corev1.Service) {
+				s.Annotations[translate.AnnotationHostname] = "Web.Acme.Example., *.apps.acme.example"
+				s.Annotations[translate.AnnotationExternalDNSHostname] = "web.acme.example,db.acme.example"
+			}),
+			want: func() *pb.LoadBalancer {
+				lb := tcpLB("svc-shop-web", vip, map[string]*pb.BackendPool{"http": {Members: members("10.20.0.11:30080", "10.20.0.12:30080")}}, http80)
+				lb.Hostnames = []string{"web.acme.example", "*.apps.acme.example", "db.acme.example"}
+				return lb
+			}(),
+		},
+		{
 			name: "spec.loadBalancerIP is honoured",
 			objs: nodes, opts: opts,
 			svc:  service("shop", "web", func(s *corev1.Service) { s.Spec.LoadBalancerIP = "192.0.2.20" }),

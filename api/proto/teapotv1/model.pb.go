@@ -640,9 +640,15 @@ type LoadBalancer struct {
 	Routes    []*Route                `protobuf:"bytes,5,rep,name=routes,proto3" json:"routes,omitempty"`
 	Pools     map[string]*BackendPool `protobuf:"bytes,6,rep,name=pools,proto3" json:"pools,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Access logs of the http and https listeners (off by default).
-	AccessLog     *AccessLog          `protobuf:"bytes,12,opt,name=access_log,json=accessLog,proto3" json:"access_log,omitempty"`
-	Meta          *Meta               `protobuf:"bytes,15,opt,name=meta,proto3" json:"meta,omitempty"`
-	Status        *LoadBalancerStatus `protobuf:"bytes,16,opt,name=status,proto3" json:"status,omitempty"`
+	AccessLog *AccessLog          `protobuf:"bytes,12,opt,name=access_log,json=accessLog,proto3" json:"access_log,omitempty"`
+	Meta      *Meta               `protobuf:"bytes,15,opt,name=meta,proto3" json:"meta,omitempty"`
+	Status    *LoadBalancerStatus `protobuf:"bytes,16,opt,name=status,proto3" json:"status,omitempty"`
+	// DNS names answered with the load balancer's VIP by the LB hosts'
+	// DNS (--dns-zones), besides its route hosts: exact ("db.acme.example")
+	// or wildcard ("*.acme.example"), inside the tenant's domains. The
+	// agent fills it from a Service's teapot-lb.io/hostname and
+	// external-dns.alpha.kubernetes.io/hostname annotations.
+	Hostnames     []string `protobuf:"bytes,70,rep,name=hostnames,proto3" json:"hostnames,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -736,6 +742,13 @@ func (x *LoadBalancer) GetMeta() *Meta {
 func (x *LoadBalancer) GetStatus() *LoadBalancerStatus {
 	if x != nil {
 		return x.Status
+	}
+	return nil
+}
+
+func (x *LoadBalancer) GetHostnames() []string {
+	if x != nil {
+		return x.Hostnames
 	}
 	return nil
 }
@@ -3603,7 +3616,7 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\fallow_shared\x18\x05 \x01(\bR\vallowShared\x12 \n" +
 	"\vcommunities\x18\x06 \x03(\tR\vcommunities\x12,\n" +
 	"\x12withdraw_when_down\x18\a \x01(\bR\x10withdrawWhenDown\x12#\n" +
-	"\x04meta\x18\x0f \x01(\v2\x0f.teapot.v1.MetaR\x04meta\"\xdd\x03\n" +
+	"\x04meta\x18\x0f \x01(\v2\x0f.teapot.v1.MetaR\x04meta\"\xfb\x03\n" +
 	"\fLoadBalancer\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12'\n" +
@@ -3614,7 +3627,8 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\n" +
 	"access_log\x18\f \x01(\v2\x14.teapot.v1.AccessLogR\taccessLog\x12#\n" +
 	"\x04meta\x18\x0f \x01(\v2\x0f.teapot.v1.MetaR\x04meta\x125\n" +
-	"\x06status\x18\x10 \x01(\v2\x1d.teapot.v1.LoadBalancerStatusR\x06status\x1aP\n" +
+	"\x06status\x18\x10 \x01(\v2\x1d.teapot.v1.LoadBalancerStatusR\x06status\x12\x1c\n" +
+	"\thostnames\x18F \x03(\tR\thostnames\x1aP\n" +
 	"\n" +
 	"PoolsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12,\n" +

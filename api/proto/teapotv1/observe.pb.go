@@ -230,7 +230,10 @@ type HostObservation struct {
 	// The host process's resources and its descriptor budgets.
 	Resources *HostResources `protobuf:"bytes,82,opt,name=resources,proto3" json:"resources,omitempty"`
 	// What each tenant holds on this host against its budgets.
-	TenantUsage   []*TenantUsage `protobuf:"bytes,83,rep,name=tenant_usage,json=tenantUsage,proto3" json:"tenant_usage,omitempty"`
+	TenantUsage []*TenantUsage `protobuf:"bytes,83,rep,name=tenant_usage,json=tenantUsage,proto3" json:"tenant_usage,omitempty"`
+	// What the host's DNS answers for the names of the load balancers
+	// selected (only when the request selects a tenant or a load balancer).
+	DnsNames      []*DNSNameObservation `protobuf:"bytes,70,rep,name=dns_names,json=dnsNames,proto3" json:"dns_names,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -394,6 +397,13 @@ func (x *HostObservation) GetResources() *HostResources {
 func (x *HostObservation) GetTenantUsage() []*TenantUsage {
 	if x != nil {
 		return x.TenantUsage
+	}
+	return nil
+}
+
+func (x *HostObservation) GetDnsNames() []*DNSNameObservation {
+	if x != nil {
+		return x.DnsNames
 	}
 	return nil
 }
@@ -1167,6 +1177,88 @@ func (x *TenantRoute) GetReason() string {
 	return ""
 }
 
+// DNSNameObservation is one name of a load balancer and one address the
+// host's DNS answers for it, or why it does not.
+type DNSNameObservation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "tenant/name"
+	LoadBalancer string `protobuf:"bytes,1,opt,name=load_balancer,json=loadBalancer,proto3" json:"load_balancer,omitempty"`
+	// The name, fully qualified ("shop.acme.example."; "*.apps.acme.example.").
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// The load balancer's address ("" when it has none yet).
+	Address  string `protobuf:"bytes,3,opt,name=address,proto3" json:"address,omitempty"`
+	Answered bool   `protobuf:"varint,4,opt,name=answered,proto3" json:"answered,omitempty"`
+	// Why it is not answered.
+	Reason        string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DNSNameObservation) Reset() {
+	*x = DNSNameObservation{}
+	mi := &file_teapotv1_observe_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DNSNameObservation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DNSNameObservation) ProtoMessage() {}
+
+func (x *DNSNameObservation) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_observe_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DNSNameObservation.ProtoReflect.Descriptor instead.
+func (*DNSNameObservation) Descriptor() ([]byte, []int) {
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *DNSNameObservation) GetLoadBalancer() string {
+	if x != nil {
+		return x.LoadBalancer
+	}
+	return ""
+}
+
+func (x *DNSNameObservation) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *DNSNameObservation) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *DNSNameObservation) GetAnswered() bool {
+	if x != nil {
+		return x.Answered
+	}
+	return false
+}
+
+func (x *DNSNameObservation) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 // ListenerObservation is one listen socket of a load balancer on one host.
 type ListenerObservation struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1189,7 +1281,7 @@ type ListenerObservation struct {
 
 func (x *ListenerObservation) Reset() {
 	*x = ListenerObservation{}
-	mi := &file_teapotv1_observe_proto_msgTypes[11]
+	mi := &file_teapotv1_observe_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1201,7 +1293,7 @@ func (x *ListenerObservation) String() string {
 func (*ListenerObservation) ProtoMessage() {}
 
 func (x *ListenerObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[11]
+	mi := &file_teapotv1_observe_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1214,7 +1306,7 @@ func (x *ListenerObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListenerObservation.ProtoReflect.Descriptor instead.
 func (*ListenerObservation) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{11}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListenerObservation) GetLoadBalancer() string {
@@ -1278,7 +1370,7 @@ type PoolObservation struct {
 
 func (x *PoolObservation) Reset() {
 	*x = PoolObservation{}
-	mi := &file_teapotv1_observe_proto_msgTypes[12]
+	mi := &file_teapotv1_observe_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1290,7 +1382,7 @@ func (x *PoolObservation) String() string {
 func (*PoolObservation) ProtoMessage() {}
 
 func (x *PoolObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[12]
+	mi := &file_teapotv1_observe_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1303,7 +1395,7 @@ func (x *PoolObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolObservation.ProtoReflect.Descriptor instead.
 func (*PoolObservation) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{12}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PoolObservation) GetLoadBalancer() string {
@@ -1353,7 +1445,7 @@ type MemberObservation struct {
 
 func (x *MemberObservation) Reset() {
 	*x = MemberObservation{}
-	mi := &file_teapotv1_observe_proto_msgTypes[13]
+	mi := &file_teapotv1_observe_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1365,7 +1457,7 @@ func (x *MemberObservation) String() string {
 func (*MemberObservation) ProtoMessage() {}
 
 func (x *MemberObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[13]
+	mi := &file_teapotv1_observe_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1378,7 +1470,7 @@ func (x *MemberObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberObservation.ProtoReflect.Descriptor instead.
 func (*MemberObservation) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{13}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *MemberObservation) GetAddress() string {
@@ -1461,7 +1553,7 @@ type PassiveHealth struct {
 
 func (x *PassiveHealth) Reset() {
 	*x = PassiveHealth{}
-	mi := &file_teapotv1_observe_proto_msgTypes[14]
+	mi := &file_teapotv1_observe_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1473,7 +1565,7 @@ func (x *PassiveHealth) String() string {
 func (*PassiveHealth) ProtoMessage() {}
 
 func (x *PassiveHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[14]
+	mi := &file_teapotv1_observe_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1486,7 +1578,7 @@ func (x *PassiveHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PassiveHealth.ProtoReflect.Descriptor instead.
 func (*PassiveHealth) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{14}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PassiveHealth) GetWindowSeconds() uint32 {
@@ -1552,7 +1644,7 @@ type PassiveFailure struct {
 
 func (x *PassiveFailure) Reset() {
 	*x = PassiveFailure{}
-	mi := &file_teapotv1_observe_proto_msgTypes[15]
+	mi := &file_teapotv1_observe_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1564,7 +1656,7 @@ func (x *PassiveFailure) String() string {
 func (*PassiveFailure) ProtoMessage() {}
 
 func (x *PassiveFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[15]
+	mi := &file_teapotv1_observe_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1577,7 +1669,7 @@ func (x *PassiveFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PassiveFailure.ProtoReflect.Descriptor instead.
 func (*PassiveFailure) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{15}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PassiveFailure) GetKind() string {
@@ -1611,7 +1703,7 @@ type CertificateObservation struct {
 
 func (x *CertificateObservation) Reset() {
 	*x = CertificateObservation{}
-	mi := &file_teapotv1_observe_proto_msgTypes[16]
+	mi := &file_teapotv1_observe_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1623,7 +1715,7 @@ func (x *CertificateObservation) String() string {
 func (*CertificateObservation) ProtoMessage() {}
 
 func (x *CertificateObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[16]
+	mi := &file_teapotv1_observe_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1636,7 +1728,7 @@ func (x *CertificateObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertificateObservation.ProtoReflect.Descriptor instead.
 func (*CertificateObservation) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{16}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CertificateObservation) GetHost() string {
@@ -1717,7 +1809,7 @@ type TrafficObservation struct {
 
 func (x *TrafficObservation) Reset() {
 	*x = TrafficObservation{}
-	mi := &file_teapotv1_observe_proto_msgTypes[17]
+	mi := &file_teapotv1_observe_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1729,7 +1821,7 @@ func (x *TrafficObservation) String() string {
 func (*TrafficObservation) ProtoMessage() {}
 
 func (x *TrafficObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[17]
+	mi := &file_teapotv1_observe_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1742,7 +1834,7 @@ func (x *TrafficObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrafficObservation.ProtoReflect.Descriptor instead.
 func (*TrafficObservation) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{17}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *TrafficObservation) GetLoadBalancer() string {
@@ -1841,7 +1933,7 @@ type LoadBalancerProblem struct {
 
 func (x *LoadBalancerProblem) Reset() {
 	*x = LoadBalancerProblem{}
-	mi := &file_teapotv1_observe_proto_msgTypes[18]
+	mi := &file_teapotv1_observe_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1853,7 +1945,7 @@ func (x *LoadBalancerProblem) String() string {
 func (*LoadBalancerProblem) ProtoMessage() {}
 
 func (x *LoadBalancerProblem) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[18]
+	mi := &file_teapotv1_observe_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1866,7 +1958,7 @@ func (x *LoadBalancerProblem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadBalancerProblem.ProtoReflect.Descriptor instead.
 func (*LoadBalancerProblem) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{18}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *LoadBalancerProblem) GetLoadBalancer() string {
@@ -1917,7 +2009,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_teapotv1_observe_proto_msgTypes[19]
+	mi := &file_teapotv1_observe_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1929,7 +2021,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[19]
+	mi := &file_teapotv1_observe_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1942,7 +2034,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{19}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Event) GetSeq() uint64 {
@@ -2023,7 +2115,7 @@ type EventsRequest struct {
 
 func (x *EventsRequest) Reset() {
 	*x = EventsRequest{}
-	mi := &file_teapotv1_observe_proto_msgTypes[20]
+	mi := &file_teapotv1_observe_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2035,7 +2127,7 @@ func (x *EventsRequest) String() string {
 func (*EventsRequest) ProtoMessage() {}
 
 func (x *EventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[20]
+	mi := &file_teapotv1_observe_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2048,7 +2140,7 @@ func (x *EventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsRequest.ProtoReflect.Descriptor instead.
 func (*EventsRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{20}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *EventsRequest) GetTenant() string {
@@ -2100,7 +2192,7 @@ type EventsResponse struct {
 
 func (x *EventsResponse) Reset() {
 	*x = EventsResponse{}
-	mi := &file_teapotv1_observe_proto_msgTypes[21]
+	mi := &file_teapotv1_observe_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2112,7 +2204,7 @@ func (x *EventsResponse) String() string {
 func (*EventsResponse) ProtoMessage() {}
 
 func (x *EventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[21]
+	mi := &file_teapotv1_observe_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2125,7 +2217,7 @@ func (x *EventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsResponse.ProtoReflect.Descriptor instead.
 func (*EventsResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{21}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *EventsResponse) GetEvents() []*Event {
@@ -2168,7 +2260,7 @@ type VIPHolding struct {
 
 func (x *VIPHolding) Reset() {
 	*x = VIPHolding{}
-	mi := &file_teapotv1_observe_proto_msgTypes[22]
+	mi := &file_teapotv1_observe_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2180,7 +2272,7 @@ func (x *VIPHolding) String() string {
 func (*VIPHolding) ProtoMessage() {}
 
 func (x *VIPHolding) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[22]
+	mi := &file_teapotv1_observe_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2193,7 +2285,7 @@ func (x *VIPHolding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VIPHolding.ProtoReflect.Descriptor instead.
 func (*VIPHolding) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{22}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *VIPHolding) GetAddress() string {
@@ -2259,7 +2351,7 @@ const file_teapotv1_observe_proto_rawDesc = "" +
 	"\x0fObserveResponse\x120\n" +
 	"\x05hosts\x18\x01 \x03(\v2\x1a.teapot.v1.HostObservationR\x05hosts\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\x12.\n" +
-	"\x04time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\xf6\x06\n" +
+	"\x04time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\xb2\a\n" +
 	"\x0fHostObservation\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1c\n" +
 	"\treachable\x18\x02 \x01(\bR\treachable\x12\x14\n" +
@@ -2282,7 +2374,8 @@ const file_teapotv1_observe_proto_rawDesc = "" +
 	"\ahistory\x18P \x03(\v2\x18.teapot.v1.HistorySeriesR\ahistory\x12'\n" +
 	"\x0fhistory_omitted\x18Q \x01(\rR\x0ehistoryOmitted\x126\n" +
 	"\tresources\x18R \x01(\v2\x18.teapot.v1.HostResourcesR\tresources\x129\n" +
-	"\ftenant_usage\x18S \x03(\v2\x16.teapot.v1.TenantUsageR\vtenantUsage\"\x90\x01\n" +
+	"\ftenant_usage\x18S \x03(\v2\x16.teapot.v1.TenantUsageR\vtenantUsage\x12:\n" +
+	"\tdns_names\x18F \x03(\v2\x1d.teapot.v1.DNSNameObservationR\bdnsNames\"\x90\x01\n" +
 	"\rHistorySeries\x12#\n" +
 	"\rload_balancer\x18\x01 \x01(\tR\floadBalancer\x12)\n" +
 	"\x10interval_seconds\x18\x02 \x01(\rR\x0fintervalSeconds\x12/\n" +
@@ -2353,7 +2446,13 @@ const file_teapotv1_observe_proto_rawDesc = "" +
 	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x19\n" +
 	"\bnext_hop\x18\x02 \x01(\tR\anextHop\x12\x12\n" +
 	"\x04peer\x18\x03 \x01(\tR\x04peer\x12\x16\n" +
-	"\x06reason\x18\x04 \x01(\tR\x06reason\"\xe4\x01\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\"\x9b\x01\n" +
+	"\x12DNSNameObservation\x12#\n" +
+	"\rload_balancer\x18\x01 \x01(\tR\floadBalancer\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
+	"\aaddress\x18\x03 \x01(\tR\aaddress\x12\x1a\n" +
+	"\banswered\x18\x04 \x01(\bR\banswered\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\"\xe4\x01\n" +
 	"\x13ListenerObservation\x12#\n" +
 	"\rload_balancer\x18\x01 \x01(\tR\floadBalancer\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\rR\x05index\x12\x18\n" +
@@ -2465,7 +2564,7 @@ func file_teapotv1_observe_proto_rawDescGZIP() []byte {
 	return file_teapotv1_observe_proto_rawDescData
 }
 
-var file_teapotv1_observe_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_teapotv1_observe_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_teapotv1_observe_proto_goTypes = []any{
 	(*ObserveRequest)(nil),         // 0: teapot.v1.ObserveRequest
 	(*ObserveResponse)(nil),        // 1: teapot.v1.ObserveResponse
@@ -2478,67 +2577,69 @@ var file_teapotv1_observe_proto_goTypes = []any{
 	(*TenantBGPObservation)(nil),   // 8: teapot.v1.TenantBGPObservation
 	(*TenantBGPSession)(nil),       // 9: teapot.v1.TenantBGPSession
 	(*TenantRoute)(nil),            // 10: teapot.v1.TenantRoute
-	(*ListenerObservation)(nil),    // 11: teapot.v1.ListenerObservation
-	(*PoolObservation)(nil),        // 12: teapot.v1.PoolObservation
-	(*MemberObservation)(nil),      // 13: teapot.v1.MemberObservation
-	(*PassiveHealth)(nil),          // 14: teapot.v1.PassiveHealth
-	(*PassiveFailure)(nil),         // 15: teapot.v1.PassiveFailure
-	(*CertificateObservation)(nil), // 16: teapot.v1.CertificateObservation
-	(*TrafficObservation)(nil),     // 17: teapot.v1.TrafficObservation
-	(*LoadBalancerProblem)(nil),    // 18: teapot.v1.LoadBalancerProblem
-	(*Event)(nil),                  // 19: teapot.v1.Event
-	(*EventsRequest)(nil),          // 20: teapot.v1.EventsRequest
-	(*EventsResponse)(nil),         // 21: teapot.v1.EventsResponse
-	(*VIPHolding)(nil),             // 22: teapot.v1.VIPHolding
-	nil,                            // 23: teapot.v1.ObserveRequest.EventsAfterEntry
-	nil,                            // 24: teapot.v1.TrafficObservation.RequestsEntry
-	nil,                            // 25: teapot.v1.EventsRequest.AfterEntry
-	nil,                            // 26: teapot.v1.EventsResponse.CursorEntry
-	(*timestamppb.Timestamp)(nil),  // 27: google.protobuf.Timestamp
+	(*DNSNameObservation)(nil),     // 11: teapot.v1.DNSNameObservation
+	(*ListenerObservation)(nil),    // 12: teapot.v1.ListenerObservation
+	(*PoolObservation)(nil),        // 13: teapot.v1.PoolObservation
+	(*MemberObservation)(nil),      // 14: teapot.v1.MemberObservation
+	(*PassiveHealth)(nil),          // 15: teapot.v1.PassiveHealth
+	(*PassiveFailure)(nil),         // 16: teapot.v1.PassiveFailure
+	(*CertificateObservation)(nil), // 17: teapot.v1.CertificateObservation
+	(*TrafficObservation)(nil),     // 18: teapot.v1.TrafficObservation
+	(*LoadBalancerProblem)(nil),    // 19: teapot.v1.LoadBalancerProblem
+	(*Event)(nil),                  // 20: teapot.v1.Event
+	(*EventsRequest)(nil),          // 21: teapot.v1.EventsRequest
+	(*EventsResponse)(nil),         // 22: teapot.v1.EventsResponse
+	(*VIPHolding)(nil),             // 23: teapot.v1.VIPHolding
+	nil,                            // 24: teapot.v1.ObserveRequest.EventsAfterEntry
+	nil,                            // 25: teapot.v1.TrafficObservation.RequestsEntry
+	nil,                            // 26: teapot.v1.EventsRequest.AfterEntry
+	nil,                            // 27: teapot.v1.EventsResponse.CursorEntry
+	(*timestamppb.Timestamp)(nil),  // 28: google.protobuf.Timestamp
 }
 var file_teapotv1_observe_proto_depIdxs = []int32{
-	23, // 0: teapot.v1.ObserveRequest.events_after:type_name -> teapot.v1.ObserveRequest.EventsAfterEntry
+	24, // 0: teapot.v1.ObserveRequest.events_after:type_name -> teapot.v1.ObserveRequest.EventsAfterEntry
 	2,  // 1: teapot.v1.ObserveResponse.hosts:type_name -> teapot.v1.HostObservation
-	27, // 2: teapot.v1.ObserveResponse.time:type_name -> google.protobuf.Timestamp
-	27, // 3: teapot.v1.HostObservation.time:type_name -> google.protobuf.Timestamp
-	11, // 4: teapot.v1.HostObservation.listeners:type_name -> teapot.v1.ListenerObservation
-	12, // 5: teapot.v1.HostObservation.pools:type_name -> teapot.v1.PoolObservation
-	22, // 6: teapot.v1.HostObservation.vips:type_name -> teapot.v1.VIPHolding
-	16, // 7: teapot.v1.HostObservation.certificates:type_name -> teapot.v1.CertificateObservation
-	17, // 8: teapot.v1.HostObservation.traffic:type_name -> teapot.v1.TrafficObservation
-	18, // 9: teapot.v1.HostObservation.problems:type_name -> teapot.v1.LoadBalancerProblem
-	19, // 10: teapot.v1.HostObservation.events:type_name -> teapot.v1.Event
+	28, // 2: teapot.v1.ObserveResponse.time:type_name -> google.protobuf.Timestamp
+	28, // 3: teapot.v1.HostObservation.time:type_name -> google.protobuf.Timestamp
+	12, // 4: teapot.v1.HostObservation.listeners:type_name -> teapot.v1.ListenerObservation
+	13, // 5: teapot.v1.HostObservation.pools:type_name -> teapot.v1.PoolObservation
+	23, // 6: teapot.v1.HostObservation.vips:type_name -> teapot.v1.VIPHolding
+	17, // 7: teapot.v1.HostObservation.certificates:type_name -> teapot.v1.CertificateObservation
+	18, // 8: teapot.v1.HostObservation.traffic:type_name -> teapot.v1.TrafficObservation
+	19, // 9: teapot.v1.HostObservation.problems:type_name -> teapot.v1.LoadBalancerProblem
+	20, // 10: teapot.v1.HostObservation.events:type_name -> teapot.v1.Event
 	8,  // 11: teapot.v1.HostObservation.tenant_bgp:type_name -> teapot.v1.TenantBGPObservation
 	3,  // 12: teapot.v1.HostObservation.history:type_name -> teapot.v1.HistorySeries
 	5,  // 13: teapot.v1.HostObservation.resources:type_name -> teapot.v1.HostResources
 	6,  // 14: teapot.v1.HostObservation.tenant_usage:type_name -> teapot.v1.TenantUsage
-	4,  // 15: teapot.v1.HistorySeries.points:type_name -> teapot.v1.HistoryPoint
-	27, // 16: teapot.v1.HistoryPoint.time:type_name -> google.protobuf.Timestamp
-	27, // 17: teapot.v1.HostResources.time:type_name -> google.protobuf.Timestamp
-	27, // 18: teapot.v1.MemberTraffic.time:type_name -> google.protobuf.Timestamp
-	9,  // 19: teapot.v1.TenantBGPObservation.sessions:type_name -> teapot.v1.TenantBGPSession
-	10, // 20: teapot.v1.TenantBGPObservation.accepted:type_name -> teapot.v1.TenantRoute
-	10, // 21: teapot.v1.TenantBGPObservation.dropped:type_name -> teapot.v1.TenantRoute
-	27, // 22: teapot.v1.TenantBGPSession.since:type_name -> google.protobuf.Timestamp
-	27, // 23: teapot.v1.ListenerObservation.since:type_name -> google.protobuf.Timestamp
-	13, // 24: teapot.v1.PoolObservation.members:type_name -> teapot.v1.MemberObservation
-	27, // 25: teapot.v1.MemberObservation.last_check:type_name -> google.protobuf.Timestamp
-	14, // 26: teapot.v1.MemberObservation.passive:type_name -> teapot.v1.PassiveHealth
-	15, // 27: teapot.v1.PassiveHealth.failures:type_name -> teapot.v1.PassiveFailure
-	27, // 28: teapot.v1.CertificateObservation.not_after:type_name -> google.protobuf.Timestamp
-	24, // 29: teapot.v1.TrafficObservation.requests:type_name -> teapot.v1.TrafficObservation.RequestsEntry
-	7,  // 30: teapot.v1.TrafficObservation.members:type_name -> teapot.v1.MemberTraffic
-	4,  // 31: teapot.v1.TrafficObservation.last:type_name -> teapot.v1.HistoryPoint
-	27, // 32: teapot.v1.Event.time:type_name -> google.protobuf.Timestamp
-	25, // 33: teapot.v1.EventsRequest.after:type_name -> teapot.v1.EventsRequest.AfterEntry
-	19, // 34: teapot.v1.EventsResponse.events:type_name -> teapot.v1.Event
-	26, // 35: teapot.v1.EventsResponse.cursor:type_name -> teapot.v1.EventsResponse.CursorEntry
-	27, // 36: teapot.v1.VIPHolding.since:type_name -> google.protobuf.Timestamp
-	37, // [37:37] is the sub-list for method output_type
-	37, // [37:37] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	11, // 15: teapot.v1.HostObservation.dns_names:type_name -> teapot.v1.DNSNameObservation
+	4,  // 16: teapot.v1.HistorySeries.points:type_name -> teapot.v1.HistoryPoint
+	28, // 17: teapot.v1.HistoryPoint.time:type_name -> google.protobuf.Timestamp
+	28, // 18: teapot.v1.HostResources.time:type_name -> google.protobuf.Timestamp
+	28, // 19: teapot.v1.MemberTraffic.time:type_name -> google.protobuf.Timestamp
+	9,  // 20: teapot.v1.TenantBGPObservation.sessions:type_name -> teapot.v1.TenantBGPSession
+	10, // 21: teapot.v1.TenantBGPObservation.accepted:type_name -> teapot.v1.TenantRoute
+	10, // 22: teapot.v1.TenantBGPObservation.dropped:type_name -> teapot.v1.TenantRoute
+	28, // 23: teapot.v1.TenantBGPSession.since:type_name -> google.protobuf.Timestamp
+	28, // 24: teapot.v1.ListenerObservation.since:type_name -> google.protobuf.Timestamp
+	14, // 25: teapot.v1.PoolObservation.members:type_name -> teapot.v1.MemberObservation
+	28, // 26: teapot.v1.MemberObservation.last_check:type_name -> google.protobuf.Timestamp
+	15, // 27: teapot.v1.MemberObservation.passive:type_name -> teapot.v1.PassiveHealth
+	16, // 28: teapot.v1.PassiveHealth.failures:type_name -> teapot.v1.PassiveFailure
+	28, // 29: teapot.v1.CertificateObservation.not_after:type_name -> google.protobuf.Timestamp
+	25, // 30: teapot.v1.TrafficObservation.requests:type_name -> teapot.v1.TrafficObservation.RequestsEntry
+	7,  // 31: teapot.v1.TrafficObservation.members:type_name -> teapot.v1.MemberTraffic
+	4,  // 32: teapot.v1.TrafficObservation.last:type_name -> teapot.v1.HistoryPoint
+	28, // 33: teapot.v1.Event.time:type_name -> google.protobuf.Timestamp
+	26, // 34: teapot.v1.EventsRequest.after:type_name -> teapot.v1.EventsRequest.AfterEntry
+	20, // 35: teapot.v1.EventsResponse.events:type_name -> teapot.v1.Event
+	27, // 36: teapot.v1.EventsResponse.cursor:type_name -> teapot.v1.EventsResponse.CursorEntry
+	28, // 37: teapot.v1.VIPHolding.since:type_name -> google.protobuf.Timestamp
+	38, // [38:38] is the sub-list for method output_type
+	38, // [38:38] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_teapotv1_observe_proto_init() }
@@ -2552,7 +2653,7 @@ func file_teapotv1_observe_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_teapotv1_observe_proto_rawDesc), len(file_teapotv1_observe_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   27,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

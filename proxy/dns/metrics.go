@@ -1,0 +1,49 @@
+package dns
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	mdns "github.com/miekg/dns"
+)
+
+var (
+	descQueries    = prometheus.NewDesc("teapot_lb_dns_queries_total", "DNS queries this host received.", nil, nil)
+	descResponses  = prometheus.NewDesc("teapot_lb_dns_responses_total", "DNS responses this host sent, by rcode.", []string{"rcode"}, nil)
+	descLimited    = prometheus.NewDesc("teapot_lb_dns_rate_limited_total", "UDP responses over --dns-responses-per-second: dropped, or sent truncated (slipped).", []string{"action"}, nil)
+	descOverBudget = prometheus.NewDesc("teapot_lb_dns_over_budget_total", "Queries for a tenant's names over --dns-queries-per-tenant, not answered.", nil, nil)
+	descNames      = prometheus.NewDesc("teapot_lb_dns_names", "Names (exact and wildcard) the DNS table holds.", nil, nil)
+	descRevision   = prometheus.NewDesc("teapot_lb_dns_revision", "State revision of the DNS table (the zones' SOA serial).", nil, nil)
+)
+
+// Collectors exports the server's counters to Prometheus (none when the
+// server is off).
+func (s *Server) Collectors() []prometheus.Collector {
+	if s == nil {
+		return nil
+	}
+	return []prometheus.Collector{collector{s}}
+}
+
+type collector struct{ s *Server }
+
+func (c collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descQueries, descResponses, descLimited, descOverBudget, descNames, descRevision} {
+		ch <- d
+	}
+}
+
+func (c collector) Collect(ch chan<- prometheus.Metric) {
+	st := &c.s.stats
+	ch <- prometheus.MustNewConstMetric(descQueries, prometheus.CounterValue, float64(st.Queries.Load()))
+	for rc := range st.Rcodes {
+		if n := st.Rcodes[rc].Load(); n > 0 {
+			ch <- prometheus.MustNewConstMetric(descResponses, prometheus.CounterValue, float64(n), mdns.RcodeToString[rc])
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(descLimited, prometheus.CounterValue, float64(st.Dropped.Load()), "dropped")
+	ch <- prometheus.MustNewConstMetric(descLimited, prometheus.CounterValue, float64(st.Slipped.Load()), "slipped")
+	ch <- prometheus.MustNewConstMetric(descOverBudget, prometheus.CounterValue, float64(st.OverBudget.Load()))
+	t := c.s.table.Load()
+	ch <- prometheus.MustNewConstMetric(descNames, prometheus.GaugeValue, float64(len(t.names)+len(t.wild)))
+	ch <- prometheus.MustNewConstMetric(descRevision, prometheus.GaugeValue, float64(t.revision))
+}
