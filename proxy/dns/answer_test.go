@@ -42,8 +42,11 @@ func testState() []*pb.Object {
 	l4 := lb("acme", "l4", "192.0.2.31")
 	l4.GetLoadBalancer().Listeners = []*pb.Listener{{Port: 5432, Protocol: "tcp", Pool: "db"}}
 	l4.GetLoadBalancer().Hostnames = []string{"pg.acme.example"}
+	dual := lb("acme", "dual", "192.0.2.50", "dual.acme.example")
+	dual.GetLoadBalancer().Status.Addresses = []string{"192.0.2.50", "2001:db8::50"}
 	return []*pb.Object{
 		l4,
+		dual,
 		tenant("acme", "acme.example", "acme.lb.example.com"),
 		tenant("evil", "evil.example"),
 		lb("acme", "shop", "192.0.2.10", "shop.acme.example", "www.shop.acme.example"),
@@ -100,6 +103,9 @@ func TestAnswerRules(t *testing.T) {
 		{"none works: NODATA", "www.shop.acme.example.", mdns.TypeA, serving{"acme/shop 192.0.2.10": "not held"}, mdns.RcodeSuccess, nil, true},
 		{"AAAA of an IPv4 name: NODATA", "shop.acme.example.", mdns.TypeAAAA, serving{}, mdns.RcodeSuccess, nil, true},
 		{"AAAA", "six.acme.example.", mdns.TypeAAAA, serving{}, mdns.RcodeSuccess, []string{"2001:db8::10"}, false},
+		{"dual stack: A", "dual.acme.example.", mdns.TypeA, serving{}, mdns.RcodeSuccess, []string{"192.0.2.50"}, false},
+		{"dual stack: AAAA", "dual.acme.example.", mdns.TypeAAAA, serving{}, mdns.RcodeSuccess, []string{"2001:db8::50"}, false},
+		{"dual stack: the IPv6 VIP down", "dual.acme.example.", mdns.TypeAAAA, serving{"acme/dual 2001:db8::50": "not held"}, mdns.RcodeSuccess, nil, true},
 		{"a Service's hostname", "pg.acme.example.", mdns.TypeA, serving{}, mdns.RcodeSuccess, []string{"192.0.2.31"}, false},
 		{"server-name route host", "db.acme.example.", mdns.TypeA, serving{}, mdns.RcodeSuccess, []string{"192.0.2.30"}, false},
 		{"wildcard, one label", "a.apps.acme.example.", mdns.TypeA, serving{}, mdns.RcodeSuccess, []string{"192.0.2.20"}, false},

@@ -5,6 +5,7 @@ import (
 	"iter"
 	"slices"
 
+	"github.com/teapot-lb/teapot-lb/api"
 	"github.com/teapot-lb/teapot-lb/api/observe"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
@@ -84,7 +85,7 @@ func ChangesMatter(changes iter.Seq2[*pb.Object, *pb.Object]) bool {
 		if pl == nil && nl == nil {
 			continue
 		}
-		if pl == nil || nl == nil || pl.GetStatus().GetAddress() != nl.GetStatus().GetAddress() ||
+		if pl == nil || nl == nil || !slices.Equal(api.StatusAddresses(pl), api.StatusAddresses(nl)) ||
 			!slices.Equal(hostsOf(pl), hostsOf(nl)) {
 			return true
 		}

@@ -138,9 +138,12 @@ func (t *Table) add(ref string, lb *pb.LoadBalancer, host string, domains map[st
 	}
 	t.tenants[lb.GetTenant()] = true
 	var tg []Target
-	if a, err := netip.ParseAddr(lb.GetStatus().GetAddress()); err == nil {
+	// Every VIP of the load balancer: a dual-stack one is answered for
+	// A and AAAA.
+	for _, a := range api.StatusAddrs(lb) {
 		tg = append(tg, Target{LB: ref, Tenant: lb.GetTenant(), Addr: a.Unmap()})
-	} else {
+	}
+	if len(tg) == 0 {
 		t.left = append(t.left, Left{Name: name, LB: ref, Reason: "the load balancer has no address yet"})
 	}
 	if strings.HasPrefix(name, "*.") {
