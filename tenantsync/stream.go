@@ -13,6 +13,7 @@ import (
 	"github.com/teapot-lb/teapot-lb/api"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 	"github.com/teapot-lb/teapot-lb/consensus"
+	"github.com/teapot-lb/teapot-lb/tenantsync/syncspec"
 )
 
 // stream is one agent's open stream.
@@ -175,7 +176,7 @@ func (st *stream) handle(ev consensus.Event) error {
 			if t := o.GetTenant(); t.GetName() == tenant {
 				tenantObj = t
 			}
-			if lb := o.GetLoadBalancer(); lb.GetTenant() == tenant && Managed(lb.GetName()) {
+			if lb := o.GetLoadBalancer(); lb.GetTenant() == tenant && syncspec.Managed(lb.GetName()) {
 				seen[lb.GetName()] = true
 				lbs[lb.GetName()] = lb
 				statuses = append(statuses, statusOf(lb))
@@ -197,7 +198,7 @@ func (st *stream) handle(ev consensus.Event) error {
 				tenantObj = c.Object.GetTenant()
 			}
 		case api.KindLoadBalancer:
-			if c.Ref.GetTenant() != tenant || !Managed(c.Ref.GetName()) {
+			if c.Ref.GetTenant() != tenant || !syncspec.Managed(c.Ref.GetName()) {
 				continue
 			}
 			if c.Type == consensus.ChangeDelete {
@@ -256,7 +257,7 @@ func (st *stream) withCertificates(statuses []*pb.ObjectStatus, lbs map[string]*
 		objs = nil
 	}
 	for _, o := range objs {
-		if lb := o.GetLoadBalancer(); lb.GetTenant() == tenant && Managed(lb.GetName()) && lbs[lb.GetName()] == nil && len(tlsHosts(lb)) > 0 {
+		if lb := o.GetLoadBalancer(); lb.GetTenant() == tenant && syncspec.Managed(lb.GetName()) && lbs[lb.GetName()] == nil && len(tlsHosts(lb)) > 0 {
 			lbs[lb.GetName()] = lb
 			statuses = append(statuses, statusOf(lb))
 		}

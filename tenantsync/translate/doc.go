@@ -54,7 +54,7 @@
 // the client address; loadBalancerSourceRanges and RequireDualStack are
 // refused (Desired.Refused: no load balancer); PreferDualStack gets one
 // VIP of the first family. Names joined from a namespace and a name never
-// collide (tenantsync.UniqueName, tenantsync.Key).
+// collide (syncspec.UniqueName, syncspec.Key).
 //
 // Annotations under teapot-lb.io/ set the rest:
 //
