@@ -15,7 +15,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -43,6 +42,7 @@ import (
 	"github.com/teapot-lb/teapot-lb/tenantsync"
 	"github.com/teapot-lb/teapot-lb/tenantsync/agent"
 	"github.com/teapot-lb/teapot-lb/vip"
+	"github.com/teapot-lb/teapot-lb/vip/tenantbgp"
 	"github.com/teapot-lb/teapot-lb/web"
 )
 
@@ -121,12 +121,25 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 	// starts, for the same reason.
 	// What this host sees (listeners, member health, VIPs, certificates,
 	// events) is gathered here on demand; the parts add themselves below.
-	host := observe.NewHost(cfg.NodeID)
-	vm, err := vip.Open(vip.Config{
+	// The data plane writes its readiness and member health to plane,
+	// which the VIP manager and the tenant streams follow.
+	host, plane := observe.NewHost(cfg.NodeID), observe.NewPlane()
+	vcfg := vip.Config{
 		NodeID: cfg.NodeID, Interface: cfg.VIPInterface, HeartbeatAddr: cfg.HeartbeatAddr, RaftAddr: cfg.RaftAddr,
 		HeartbeatInterval: time.Duration(cfg.HeartbeatInterval), HeartbeatMisses: cfg.HeartbeatMisses,
 		BGP: cfg.BGP, Logger: log, Events: host.Events().Add, HandoverTimeout: time.Duration(cfg.DrainTimeout),
-	})
+		Observed: plane,
+	}
+	// The tenants' BGP sessions: before the VIP manager (see
+	// vip.BGPIdentity), stopped after it.
+	asn, routerID := vip.BGPIdentity(vcfg)
+	relay, err := tenantbgp.New(tenantbgp.Config{ASN: asn, RouterID: routerID, Logger: log, Events: host.Events().Add})
+	if err != nil {
+		return err
+	}
+	stack.Push(relay.Close)
+	host.Add(relay)
+	vm, err := vip.Open(vcfg)
 	if err != nil {
 		return err
 	}
@@ -136,6 +149,7 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 		}
 	})
 	stack.PushFunc(releaseVIPs)
+	go relay.Run(ctx)
 	ccfg := consensus.Config{
 		DataDir: cfg.DataDir, NodeID: cfg.NodeID, RaftAddr: cfg.RaftAddr, APIAddr: cfg.APIAddr,
 		Join: cfg.Join, Token: cfg.Token,
@@ -165,12 +179,7 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 	pb.RegisterClusterServer(srv, node.ClusterService())
 	certAPI := certs.NewService(node)
 	pb.RegisterCertificatesServer(srv, certAPI)
-	// The data plane starts below; tenant streams see its member health
-	// once it exists.
-	var dataPlane atomic.Pointer[proxy.Proxy]
-	tenants := tenantsync.New(tenantsync.Config{Store: node, Logger: log, Events: host.Events().Add, Certificates: certAPI, Members: func(lb string) []*pb.MemberState {
-		return dataPlane.Load().MemberStates(lb)
-	}, MembersNotified: true})
+	tenants := tenantsync.New(tenantsync.Config{Store: node, Logger: log, Events: host.Events().Add, Certificates: certAPI, Observed: plane})
 	pb.RegisterTenantSyncServer(srv, tenants)
 	pb.RegisterTenantCredentialsServer(srv, tenants.Credentials())
 	served := make(chan error, 1)
@@ -210,31 +219,20 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 	stack.Push(engine.Close)
 	px := proxy.New(proxy.Config{
 		Logger: log, DrainTimeout: time.Duration(cfg.DrainTimeout), Metrics: counters, HTTP: cm.Terminator(proxy.NewHTTP(engine, cm.Challenge)),
-		Events: host.Events().Add, Steer: steering, CPU: cpu,
-		// Member health and listeners opened on retry change readiness
-		// without a change of the committed state; a member's health, that
-		// of the load balancers holding it only.
-		Changed: func() {
-			if px := dataPlane.Load(); px != nil {
-				vm.SetReady(px.Readiness())
-			}
-		},
-		MembersChanged: func(lbs []string) {
-			tenants.MembersChanged(lbs)
-			if px := dataPlane.Load(); px != nil {
-				vm.SetReadyFor(px.ReadinessOf(lbs))
-			}
-		},
+		Events: host.Events().Add, Steer: steering, CPU: cpu, Observed: plane,
 	})
 	stack.Push(px.Close)
 	engine.SetPipes(px.Pipes()) // tunnels splice through the host's bounded pipe pool
-	dataPlane.Store(px)
 	vm.SetHandover(px)
 	host.Add(px)
 	host.Add(counters)
+	// The history ring adds the members' rates to the counters' traffic.
+	history := metrics.NewHistory(counters)
+	go history.Run(ctx)
+	host.Add(history)
 	host.Add(cm)
 	host.Add(vm)
-	if err := serveMetrics(ctx, msrv, counters, px, node, tenants, cm, vm, guard.Collector()); err != nil {
+	if err := serveMetrics(ctx, msrv, counters, px, node, tenants, cm, vm, guard.Collector(), relay.Collector()); err != nil {
 		log.Error("metrics are off", "component", "metrics", "err", err)
 	}
 	if webLn != nil {
@@ -252,12 +250,13 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 		}
 	}
 	// Each committed revision reaches the data plane, then the VIP
-	// manager with the data plane's readiness.
+	// manager.
 	feed, fed := proxy.NewFeed(px), make(chan struct{})
 	go func() {
 		defer close(fed)
-		feed.Follow(ctx, revisions{node.Watch(0)}, func(r proxy.Revision, touched []string) {
-			vm.Follow(r.Reset, r.Objects, r.Transitions(), r.Revision, touched, node.Objects, px)
+		feed.Follow(ctx, revisions{node.Watch(0)}, func(r proxy.Revision, _ []string) {
+			vm.Follow(r.Reset, r.Objects, r.Transitions(), r.Revision, node.Objects)
+			followTenantBGP(relay, r, node.Objects)
 		})
 	}()
 	stack.PushFunc(func() { <-fed })

@@ -25,40 +25,97 @@ import (
 // The cost never depends on the pool's size: with a Catalog that
 // implements AddressIndex it binary-searches the sorted used addresses
 // for the first gap; otherwise it reads every load balancer's address once. Errors are *ValidationError; an exhausted pool, a taken
-// address or a reached quota match ErrConflict.
+// address or a reached quota match ErrConflict. With vip.families it
+// returns the address of the first family AllocateAddresses gives.
 func AllocateAddress(lb *pb.LoadBalancer, c Catalog) (netip.Addr, error) {
+	as, err := AllocateAddresses(lb, c)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	return as[0], nil
+}
+
+// AllocateAddresses chooses every VIP of a load balancer: one address as
+// AllocateAddress says, or with vip.families one per family in the order
+// given, each chosen by the same rules within the family. Under
+// familyPolicy require (the default) every family must get an address;
+// under prefer the families the pool has no (free) address of are left
+// out, and the answer is refused only when none gets one. The answer is
+// never empty when the error is nil.
+func AllocateAddresses(lb *pb.LoadBalancer, c Catalog) ([]netip.Addr, error) {
 	c = orEmpty(c)
 	ck := &checker{}
 	if lb == nil {
 		ck.invalidf("", "no load balancer given")
-		return netip.Addr{}, ck.err(KindLoadBalancer)
+		return nil, ck.err(KindLoadBalancer)
 	}
 	ref := lbRef(lb)
 	tenant := lookupTenant(ck, lb.GetTenant(), c)
 	v := resolveVIP(ck, lb, tenant, c)
 	if !ck.ok() || v.pool == nil {
-		return netip.Addr{}, ck.err(ref)
+		return nil, ck.err(ref)
 	}
+	if len(v.families) == 0 {
+		a, err := allocateFamily(ck, lb, tenant, v, v.family, v.want, nil, c)
+		if err != nil {
+			return nil, err
+		}
+		return []netip.Addr{a}, nil
+	}
+	var out []netip.Addr
+	var firstErr error
+	for _, f := range v.families {
+		if !v.hasFamily(f == "ipv4") {
+			continue // prefer only: resolveVIP refused it under require
+		}
+		want := netip.Addr{}
+		if v.want.IsValid() && familyOK(f, v.want) {
+			want = v.want
+		}
+		a, err := allocateFamily(&checker{}, lb, tenant, v, f, want, out, c)
+		if err != nil {
+			if !v.prefer || want.IsValid() {
+				return nil, err
+			}
+			if firstErr == nil {
+				firstErr = err
+			}
+			continue
+		}
+		out = append(out, a)
+	}
+	if len(out) == 0 {
+		return nil, firstErr
+	}
+	return out, nil
+}
+
+// allocateFamily chooses lb's address of family ("" for the pool's
+// default) by the rules of AllocateAddress; want is the requested address
+// of the family, and taken the addresses of lb's other families chosen
+// already (they count against the tenant's quota).
+func allocateFamily(ck *checker, lb *pb.LoadBalancer, tenant *pb.Tenant, v *vipTarget, family string, want netip.Addr, taken []netip.Addr, c Catalog) (netip.Addr, error) {
+	ref := lbRef(lb)
 	take := func(field string, a netip.Addr) (netip.Addr, error) {
-		if why := addressQuotaProblem(lb, tenant, a, c); why != "" {
+		if why := addressQuotaProblem(lb, tenant, a, taken, c); why != "" {
 			ck.conflictf(field, "%s", why)
 			return netip.Addr{}, ck.err(ref)
 		}
 		return a, nil
 	}
-	if v.want.IsValid() {
-		if why := addressBlocker(lb, v.want, v.pool, c); why != "" {
+	if want.IsValid() {
+		if why := addressBlocker(lb, want, v.pool, c); why != "" {
 			ck.conflictf("vip.address", "%s", why)
 			return netip.Addr{}, ck.err(ref)
 		}
-		return take("vip.address", v.want)
+		return take("vip.address", want)
 	}
-	if cur, err := netip.ParseAddr(lb.GetStatus().GetAddress()); err == nil &&
-		familyOK(v.family, cur) && v.placeProblem(cur) == "" && addressBlocker(lb, cur, v.pool, c) == "" &&
-		addressQuotaProblem(lb, tenant, cur, c) == "" {
+	if cur, ok := statusAddrOf(lb, family); ok &&
+		v.placeProblem(cur) == "" && addressBlocker(lb, cur, v.pool, c) == "" &&
+		addressQuotaProblem(lb, tenant, cur, taken, c) == "" {
 		return cur, nil
 	}
-	is4 := v.family == "ipv4" || v.family == "" && v.hasFamily(true)
+	is4 := family == "ipv4" || family == "" && v.hasFamily(true)
 	var ranges []Range
 	for _, r := range v.ranges {
 		if r.From.Is4() == is4 {
@@ -115,15 +172,16 @@ func sharedAddress(lb *pb.LoadBalancer, v *vipTarget, ranges []Range, c Catalog)
 		if sameLB(o, lb) || o.GetVip().GetSharingKey() != key {
 			continue
 		}
-		a, err := netip.ParseAddr(o.GetStatus().GetAddress())
-		if err != nil || seen[a] {
-			continue
-		}
-		seen[a] = true
-		for i, r := range ranges {
-			if r.Contains(a) {
-				cands = append(cands, candidate{i, a})
-				break
+		for _, a := range StatusAddrs(o) {
+			if seen[a] {
+				continue
+			}
+			seen[a] = true
+			for i, r := range ranges {
+				if r.Contains(a) {
+					cands = append(cands, candidate{i, a})
+					break
+				}
 			}
 		}
 	}
@@ -148,24 +206,21 @@ func usedAddresses(lb *pb.LoadBalancer, pool string, ranges []Range, c Catalog) 
 	out := make([][]netip.Addr, len(ranges))
 	lbs := c.LoadBalancers("")
 	for _, o := range lbs {
-		s := o.GetStatus().GetAddress()
-		if s == "" || sameLB(o, lb) {
+		if o.GetStatus().GetAddress() == "" || sameLB(o, lb) {
 			continue
 		}
 		if p := o.GetVip().GetPool(); p != "" && p != pool {
 			continue
 		}
-		a, err := netip.ParseAddr(s)
-		if err != nil {
-			continue
-		}
-		for i, r := range ranges {
-			if r.Contains(a) {
-				if out[i] == nil {
-					out[i] = make([]netip.Addr, 0, len(lbs))
+		for _, a := range StatusAddrs(o) {
+			for i, r := range ranges {
+				if r.Contains(a) {
+					if out[i] == nil {
+						out[i] = make([]netip.Addr, 0, len(lbs))
+					}
+					out[i] = append(out[i], a)
+					break
 				}
-				out[i] = append(out[i], a)
-				break
 			}
 		}
 	}

@@ -18,7 +18,8 @@ type Catalog interface {
 	LoadBalancer(tenant, name string) *pb.LoadBalancer
 	// LoadBalancers returns the tenant's load balancers, or all with "".
 	LoadBalancers(tenant string) []*pb.LoadBalancer
-	// AddressUsers returns the load balancers whose status.address is addr.
+	// AddressUsers returns the load balancers holding addr (status.address
+	// or one of status.addresses).
 	AddressUsers(addr netip.Addr) []*pb.LoadBalancer
 }
 

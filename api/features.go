@@ -45,15 +45,23 @@ const (
 	// only (routes[].ports). A host of an earlier release ignores them and
 	// serves each route on every listener.
 	FeatureRoutePorts = "route-ports"
+	// FeatureTenantBGP: a tenant's BGP sessions with the LB hosts
+	// (tenant.bgp). A host of an earlier release ignores the field: it
+	// neither peers nor installs the tenant's routes.
+	FeatureTenantBGP = "tenant-bgp"
+	// FeatureDualStack: one VIP per address family (vip.families,
+	// vip.familyPolicy, status.addresses). A host of an earlier release
+	// ignores them and serves and announces the first address only.
+	FeatureDualStack = "dual-stack"
 )
 
 // FeatureLevel is the highest cluster feature level this release
 // understands. Level 1 is every release before levels existed; levels 2
-// and 3 add the features of featureLevels. A release that adds a field or a
+// to 4 add the features of featureLevels. A release that adds a field or a
 // request option that a host of an earlier release would ignore, or a
 // command version, raises it, and the cluster accepts writes that use the
 // addition only once every host reports the level.
-const FeatureLevel = 3
+const FeatureLevel = 4
 
 // featureLevels is the level each feature needs on every host.
 var featureLevels = map[string]uint32{
@@ -65,7 +73,13 @@ var featureLevels = map[string]uint32{
 	FeatureBackendH2:     2,
 	FeatureSNIRoutes:     3,
 	FeatureRoutePorts:    3,
+	FeatureTenantBGP:     4,
+	FeatureDualStack:     4,
 }
+
+// LevelOf is the feature level a feature needs on every host (0 for a
+// feature this release does not know).
+func LevelOf(feature string) uint32 { return featureLevels[feature] }
 
 // LevelNeeded is the highest level the uses need (1 for none).
 func LevelNeeded(uses []FeatureUse) uint32 {
@@ -102,7 +116,7 @@ func FeatureRefusal(uses []FeatureUse, need uint32, older []string) error {
 
 // Features returns the features this release serves.
 func Features() []string {
-	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts}
+	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack}
 }
 
 // FeatureUse is one place where a write uses a feature: the feature and
@@ -117,11 +131,17 @@ func (u FeatureUse) String() string { return u.Field + " (" + u.Feature + ")" }
 // FeaturesUsed returns the model fields of obj that need a feature, in
 // a stable order. Objects of the kinds without such fields use none.
 func FeaturesUsed(obj *pb.Object) []FeatureUse {
+	if t := obj.GetTenant(); t.GetBgp() != nil {
+		return []FeatureUse{{Feature: FeatureTenantBGP, Field: RefString(RefOf(obj)) + ": bgp"}}
+	}
 	l := obj.GetLoadBalancer()
 	if l == nil {
 		return nil
 	}
 	var out []FeatureUse
+	if len(l.GetVip().GetFamilies()) > 0 || l.GetVip().GetFamilyPolicy() != "" {
+		out = append(out, FeatureUse{Feature: FeatureDualStack, Field: RefString(RefOf(obj)) + ": vip.families"})
+	}
 	for i, r := range l.GetRoutes() {
 		at := fmt.Sprintf("%s: routes[%d]", RefString(RefOf(obj)), i)
 		for _, f := range []struct {

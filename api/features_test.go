@@ -29,6 +29,7 @@ func TestFeaturesUsed(t *testing.T) {
 	}{
 		{"level 1 fields only", lb(nil), nil},
 		{"not a load balancer", Wrap(&pb.Tenant{Name: "acme"}), nil},
+		{"tenant bgp", Wrap(&pb.Tenant{Name: "acme", Bgp: &pb.TenantBGP{Asn: 64600}}), []string{"Tenant acme: bgp (tenant-bgp)"}},
 		{"https check", lb(func(l *pb.LoadBalancer) { l.Pools["api"].HealthCheck = &pb.HealthCheck{Https: &pb.HTTPSCheck{}} }),
 			[]string{"LoadBalancer acme/shop: pools.api.healthCheck.https (https-health-check)"}},
 		{"closeOnDown", lb(func(l *pb.LoadBalancer) { l.Pools["web"].HealthCheck.CloseOnDown = true }),
@@ -53,6 +54,7 @@ func TestFeaturesUsed(t *testing.T) {
 			l.Listeners = []*pb.Listener{{Port: 443, Protocol: "tls-passthrough", Pool: "api", SniRoutes: []*pb.SNIRoute{{Host: "a.acme.example", Pool: "web"}}}}
 		}), []string{"LoadBalancer acme/shop: listeners[0].sniRoutes (sni-routes)"}},
 		{"route ports", lb(func(l *pb.LoadBalancer) { l.Routes[1].Ports = []uint32{80} }), []string{"LoadBalancer acme/shop: routes[1].ports (route-ports)"}},
+		{"dual stack", lb(func(l *pb.LoadBalancer) { l.Vip = &pb.VIPRequest{Families: []string{"ipv4", "ipv6"}} }), []string{"LoadBalancer acme/shop: vip.families (dual-stack)"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var got []string
@@ -66,6 +68,9 @@ func TestFeaturesUsed(t *testing.T) {
 			want := map[bool]uint32{true: 1, false: 2}[len(tt.want) == 0]
 			if tt.name == "sni routes" || tt.name == "route ports" {
 				want = 3
+			}
+			if tt.name == "tenant bgp" || tt.name == "dual stack" {
+				want = 4
 			}
 			if LevelNeeded(uses) != want {
 				t.Fatalf("level %d, want %d", LevelNeeded(uses), want)

@@ -237,3 +237,9 @@ func (u u128) sub(v u128) u128 {
 	}
 	return u128{hi, lo}
 }
+
+// PrefixRange is the range of addresses p covers.
+func PrefixRange(p netip.Prefix) Range {
+	p = p.Masked()
+	return Range{From: p.Addr(), To: lastAddr(p)}
+}

@@ -43,8 +43,9 @@ type NodeLister interface {
 // used addresses of a pool for the first gap instead of reading every load
 // balancer, which keeps allocation in large pools in microseconds.
 type AddressIndex interface {
-	// UsedAddresses returns the distinct status addresses of all load
-	// balancers within [from, to] (one family), in ascending order.
+	// UsedAddresses returns the distinct status addresses (every one of
+	// status.addresses) of all load balancers within [from, to] (one
+	// family), in ascending order.
 	// Callers do not modify the slice.
 	UsedAddresses(from, to netip.Addr) []netip.Addr
 }
@@ -372,7 +373,7 @@ func addressBlocker(lb *pb.LoadBalancer, a netip.Addr, pool *pb.VIPPool, c Catal
 }
 
 // holdsAddress reports whether a load balancer of lb's tenant other than
-// lb has status.address a.
+// lb holds a (status.address or status.addresses).
 func holdsAddress(lb *pb.LoadBalancer, a netip.Addr, c Catalog) bool {
 	for _, u := range c.AddressUsers(a) {
 		if u.GetTenant() == lb.GetTenant() && !sameLB(u, lb) {
@@ -393,17 +394,19 @@ func tenantAddressCount(lb *pb.LoadBalancer, c Catalog) int {
 			if sameLB(o, lb) {
 				continue
 			}
-			if a, err := netip.ParseAddr(o.GetStatus().GetAddress()); err == nil {
+			for _, a := range StatusAddrs(o) {
 				out[a] = true
 			}
 		}
 		return len(out)
 	}
 	n := idx.TenantUsage(lb.GetTenant()).Addresses
-	// lb's own address counts unless another of the tenant's holds it.
+	// lb's own addresses count unless another of the tenant's holds them.
 	if cur := c.LoadBalancer(lb.GetTenant(), lb.GetName()); cur != nil {
-		if a, err := netip.ParseAddr(cur.GetStatus().GetAddress()); err == nil && !holdsAddress(lb, a, c) {
-			n--
+		for _, a := range StatusAddrs(cur) {
+			if !holdsAddress(lb, a, c) {
+				n--
+			}
 		}
 	}
 	return n

@@ -63,6 +63,11 @@ type vipTarget struct {
 	want netip.Addr
 	// family is vip.family: "", "ipv4" or "ipv6".
 	family string
+	// families is vip.families (its well-formed entries): one address of
+	// each; nil asks for one address of family.
+	families []string
+	// prefer is vip.familyPolicy prefer.
+	prefer bool
 }
 
 func familyName(is4 bool) string {
@@ -113,6 +118,7 @@ func resolveVIP(ck *checker, lb *pb.LoadBalancer, tenant *pb.Tenant, c Catalog) 
 		ck.invalidf("vip.family", "%q is not one of ipv4, ipv6 (or empty for the pool's default)", v.family)
 		v.family = ""
 	}
+	checkFamilies(ck, lb.GetVip(), v)
 	if s := lb.GetVip().GetAddress(); s != "" {
 		a, err := parseVIPAddr(s)
 		switch {
@@ -120,6 +126,8 @@ func resolveVIP(ck *checker, lb *pb.LoadBalancer, tenant *pb.Tenant, c Catalog) 
 			ck.invalidf("vip.address", "%s", err.Error())
 		case !familyOK(v.family, a):
 			ck.invalidf("vip.family", "%s does not match vip.address %s", v.family, a)
+		case len(v.families) > 0 && !slices.ContainsFunc(v.families, func(f string) bool { return familyOK(f, a) }):
+			ck.invalidf("vip.address", "%s is an %s address and vip.families lists no %s; add it or request an address of a listed family", a, familyName(a.Is4()), familyKey(a.Is4()))
 		default:
 			v.want = a
 		}
@@ -163,6 +171,19 @@ func resolveVIP(ck *checker, lb *pb.LoadBalancer, tenant *pb.Tenant, c Catalog) 
 	if v.family != "" && !v.hasFamily(v.family == "ipv4") {
 		ck.invalidf("vip.family", "VIP pool %s has no %s addresses", v.pool.GetName(), familyName(v.family == "ipv4"))
 	}
+	var missing []string
+	for _, f := range v.families {
+		if !v.hasFamily(f == "ipv4") {
+			missing = append(missing, familyName(f == "ipv4"))
+		}
+	}
+	switch {
+	case len(missing) == 0:
+	case len(missing) == len(v.families):
+		ck.invalidf("vip.families", "VIP pool %s has no %s addresses; use a pool with addresses of a listed family, or ask the operator to add a CIDR of that family to %s", v.pool.GetName(), strings.Join(missing, " or "), v.pool.GetName())
+	case !v.prefer:
+		ck.invalidf("vip.families", "VIP pool %s has no %s addresses, and familyPolicy require needs one VIP of each listed family; ask the operator to add an %s CIDR to the pool, or set familyPolicy: prefer to be served on the other family alone", v.pool.GetName(), missing[0], missing[0])
+	}
 	if v.want.IsValid() {
 		if why := v.placeProblem(v.want); why != "" {
 			ck.invalidf("vip.address", "%s", why)
@@ -171,57 +192,136 @@ func resolveVIP(ck *checker, lb *pb.LoadBalancer, tenant *pb.Tenant, c Catalog) 
 	return v
 }
 
-// addressQuotaProblem says why lb holding a would take the tenant over its
-// address quota, or returns "". An address the load balancer already held
-// is always allowed, so lowering a quota never blocks updates.
-func addressQuotaProblem(lb *pb.LoadBalancer, tenant *pb.Tenant, a netip.Addr, c Catalog) string {
-	q := EffectiveQuotas(tenant).GetAddresses()
-	if old := priorOf(c).LoadBalancer(lb.GetTenant(), lb.GetName()); old != nil && old.GetStatus().GetAddress() != "" {
-		if oa, err := netip.ParseAddr(old.GetStatus().GetAddress()); err == nil && oa == a {
-			return ""
+// checkFamilies checks vip.families and vip.familyPolicy into v.
+func checkFamilies(ck *checker, req *pb.VIPRequest, v *vipTarget) {
+	fams := req.GetFamilies()
+	if len(fams) > 0 && v.family != "" {
+		ck.invalidf("vip.family", "set vip.families or vip.family, not both (vip.families: [%s] gives one VIP of each)", familyKey(v.family == "ipv4"))
+	}
+	if len(fams) > 2 {
+		ck.invalidf("vip.families", "lists %d families; at most 2, one of each of ipv4 and ipv6", len(fams))
+		fams = nil
+	}
+	for i, f := range fams {
+		switch {
+		case f != "ipv4" && f != "ipv6":
+			ck.invalidf(fmt.Sprintf("vip.families[%d]", i), "%.20q is not one of ipv4, ipv6", f)
+		case slices.Contains(v.families, f):
+			ck.invalidf(fmt.Sprintf("vip.families[%d]", i), "%s is listed twice; list each family once", f)
+		default:
+			v.families = append(v.families, f)
 		}
 	}
-	if holdsAddress(lb, a, c) || tenantAddressCount(lb, c)+1 <= int(q) {
+	switch p := req.GetFamilyPolicy(); p {
+	case "":
+	case "require", "prefer":
+		if len(fams) == 0 {
+			ck.invalidf("vip.familyPolicy", "applies to vip.families, which is unset; list the families (vip.families: [ipv4, ipv6]) or remove it")
+		}
+		v.prefer = p == "prefer"
+	default:
+		ck.invalidf("vip.familyPolicy", "%.20q is not one of require, prefer (or empty for require)", p)
+	}
+}
+
+// familyKey spells a family as vip.family and vip.families do.
+func familyKey(is4 bool) string {
+	if is4 {
+		return "ipv4"
+	}
+	return "ipv6"
+}
+
+// addressQuotaProblem says why lb holding a would take the tenant over its
+// address quota, or returns "". An address the load balancer already held
+// is always allowed, so lowering a quota never blocks updates. taken are
+// lb's addresses of its other families, chosen already: those the tenant
+// does not hold otherwise count too.
+func addressQuotaProblem(lb *pb.LoadBalancer, tenant *pb.Tenant, a netip.Addr, taken []netip.Addr, c Catalog) string {
+	q := EffectiveQuotas(tenant).GetAddresses()
+	if old := priorOf(c).LoadBalancer(lb.GetTenant(), lb.GetName()); old != nil && holdsAny(old, a) {
+		return ""
+	}
+	pending := 0
+	for _, t := range taken {
+		if t != a && !holdsAddress(lb, t, c) {
+			pending++
+		}
+	}
+	if holdsAddress(lb, a, c) || tenantAddressCount(lb, c)+pending+1 <= int(q) {
 		return ""
 	}
 	return fmt.Sprintf("tenant %s has reached its quota of %d addresses (quotas.addresses); share one with vip.sharingKey or ask the operator to raise it", tenant.GetName(), q)
 }
 
-// checkStatusAddress checks an allocated address against the request, the
-// pool, the other load balancers and the tenant's quota.
+// checkStatusAddress checks the allocated addresses (status.address, and
+// status.addresses with vip.families) against the request, the pool, the
+// other load balancers and the tenant's quota.
 func checkStatusAddress(ck *checker, lb *pb.LoadBalancer, tenant *pb.Tenant, v *vipTarget, c Catalog) {
 	s := lb.GetStatus().GetAddress()
-	if s == "" {
+	all := lb.GetStatus().GetAddresses()
+	switch {
+	case len(all) > 0 && len(v.families) == 0:
+		ck.invalidf("status.addresses", "is set only for a load balancer with vip.families")
+		return
+	case len(all) > 0 && all[0] != s:
+		ck.invalidf("status.addresses", "must start with status.address %.64q", s)
+		return
+	case len(all) > len(v.families) && len(v.families) > 0:
+		ck.invalidf("status.addresses", "holds %d addresses; at most one per family of vip.families", len(all))
+		return
+	case s == "":
 		return
 	}
-	const f = "status.address"
-	a, err := parseVIPAddr(s)
-	if err != nil {
-		ck.invalidf(f, "%s", err.Error())
-		return
+	if len(all) == 0 {
+		all = []string{s}
 	}
-	if v.want.IsValid() && a != v.want {
-		ck.invalidf(f, "%s differs from vip.address %s", a, v.want)
-		return
-	}
-	if !familyOK(v.family, a) {
-		ck.invalidf(f, "%s is not an %s address as vip.family asks", a, familyName(v.family == "ipv4"))
-		return
-	}
-	if v.pool == nil {
-		return
-	}
-	if why := v.placeProblem(a); why != "" {
-		ck.invalidf(f, "%s", why)
-		return
-	}
-	if why := addressBlocker(lb, a, v.pool, c); why != "" {
-		ck.conflictf(f, "%s", why)
-	}
-	if tenant != nil {
-		if why := addressQuotaProblem(lb, tenant, a, c); why != "" {
+	var taken []netip.Addr
+	for i, s := range all {
+		f := "status.address"
+		if len(lb.GetStatus().GetAddresses()) > 0 {
+			f = fmt.Sprintf("status.addresses[%d]", i)
+		}
+		a, err := parseVIPAddr(s)
+		if err != nil {
+			ck.invalidf(f, "%s", err.Error())
+			return
+		}
+		if slices.ContainsFunc(taken, func(t netip.Addr) bool { return t.Is4() == a.Is4() }) {
+			ck.invalidf(f, "%s is a second %s address; one per family", a, familyName(a.Is4()))
+			return
+		}
+		if v.want.IsValid() && a.Is4() == v.want.Is4() && a != v.want {
+			ck.invalidf(f, "%s differs from vip.address %s", a, v.want)
+			return
+		}
+		if !familyOK(v.family, a) {
+			ck.invalidf(f, "%s is not an %s address as vip.family asks", a, familyName(v.family == "ipv4"))
+			return
+		}
+		if len(v.families) > 0 && !slices.Contains(v.families, familyKey(a.Is4())) {
+			ck.invalidf(f, "%s is an %s address and vip.families lists no %s", a, familyName(a.Is4()), familyKey(a.Is4()))
+			return
+		}
+		if v.pool == nil {
+			return
+		}
+		if why := v.placeProblem(a); why != "" {
+			ck.invalidf(f, "%s", why)
+			return
+		}
+		if why := addressBlocker(lb, a, v.pool, c); why != "" {
 			ck.conflictf(f, "%s", why)
 		}
+		if tenant != nil {
+			if why := addressQuotaProblem(lb, tenant, a, taken, c); why != "" {
+				ck.conflictf(f, "%s", why)
+			}
+		}
+		taken = append(taken, a)
+	}
+	if len(v.families) > len(taken) && !v.prefer && ck.ok() {
+		ck.invalidf("status.addresses", "holds %d addresses for the %d families of vip.families, and familyPolicy require needs one of each", len(taken), len(v.families))
 	}
 }
 
@@ -230,6 +330,9 @@ func checkStatusAddress(ck *checker, lb *pb.LoadBalancer, tenant *pb.Tenant, v *
 // sends traffic to, and http(s) listeners without routes.
 func LoadBalancerProblems(lb *pb.LoadBalancer) []*pb.Problem {
 	var out []*pb.Problem
+	if p := FamilyProblem(lb); p != nil {
+		out = append(out, p)
+	}
 	used := map[string]bool{}
 	hasRoutes := len(lb.GetRoutes()) > 0
 	for _, l := range lb.GetListeners() {
@@ -284,4 +387,28 @@ func allZeroWeights(bs []*pb.RouteBackend) bool {
 		}
 	}
 	return true
+}
+
+// FamilyProblem says which families of vip.families a load balancer
+// under familyPolicy prefer was given no address of, or returns nil.
+func FamilyProblem(lb *pb.LoadBalancer) *pb.Problem {
+	fams := lb.GetVip().GetFamilies()
+	got := StatusAddrs(lb)
+	if len(fams) == 0 || len(got) == 0 {
+		return nil
+	}
+	var missing []string
+	for _, f := range fams {
+		if !slices.ContainsFunc(got, func(a netip.Addr) bool { return familyOK(f, a) }) {
+			missing = append(missing, f)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	return &pb.Problem{
+		Field: "vip.families",
+		Reason: fmt.Sprintf("no %s VIP: pool %s had no free %s address when the load balancer was written (familyPolicy prefer), so it is served on %s alone; once the operator has added %s addresses to the pool, apply the load balancer again (the agent does so with the Service's next change)",
+			strings.Join(missing, ", "), lb.GetVip().GetPool(), strings.Join(missing, ", "), familyName(got[0].Is4()), strings.Join(missing, ", ")),
+	}
 }

@@ -140,13 +140,11 @@ func checkPoolUsers(ck *checker, p *pb.VIPPool, ranges []poolRange, c Catalog) {
 	}
 	var users []user
 	for _, lb := range c.LoadBalancers("") {
-		a, err := netip.ParseAddr(lb.GetStatus().GetAddress())
-		if err != nil {
-			continue
-		}
-		vp := lb.GetVip().GetPool()
-		if vp == p.GetName() || vp == "" && rangesContain(oldRanges, a) {
-			users = append(users, user{lb, a})
+		for _, a := range StatusAddrs(lb) {
+			vp := lb.GetVip().GetPool()
+			if vp == p.GetName() || vp == "" && rangesContain(oldRanges, a) {
+				users = append(users, user{lb, a})
+			}
 		}
 	}
 	if len(users) == 0 {
@@ -154,12 +152,12 @@ func checkPoolUsers(ck *checker, p *pb.VIPPool, ranges []poolRange, c Catalog) {
 	}
 	slices.SortFunc(users, func(a, b user) int { return cmpLB(a.lb, b.lb) })
 	holders := map[netip.Addr]*pb.LoadBalancer{}
-	for _, u := range users {
+	for i, u := range users {
 		ref := lbRef(u.lb)
 		if !usableContain(ranges, u.addr) {
 			ck.conflictf("cidrs", "%s holds %s, which would fall outside the pool; keep it in cidrs or move that load balancer first", ref, u.addr)
 		}
-		if len(p.GetTenants()) > 0 && !slices.Contains(p.GetTenants(), u.lb.GetTenant()) {
+		if len(p.GetTenants()) > 0 && !slices.Contains(p.GetTenants(), u.lb.GetTenant()) && (i == 0 || users[i-1].lb != u.lb) {
 			ck.conflictf("tenants", "%s of tenant %s uses this pool; add %s to tenants or move that load balancer first", ref, u.lb.GetTenant(), u.lb.GetTenant())
 		}
 		if h, shared := holders[u.addr]; shared && !p.GetAllowShared() {

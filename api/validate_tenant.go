@@ -29,6 +29,7 @@ func ValidateTenant(t *pb.Tenant, c Catalog) error {
 	domains := checkTenantDomains(ck, t, c)
 	nets := checkTenantNetworks(ck, t)
 	checkTenantPools(ck, t, c)
+	checkTenantBGP(ck, t, nets)
 	if ck.ok() {
 		checkTenantOrphans(ck, t, domains, nets, c)
 	}

@@ -1,6 +1,8 @@
 package api
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
@@ -41,6 +43,34 @@ func TestValidateTenant(t *testing.T) {
 		{"pool unknown", func(t *pb.Tenant) { t.Pools = []string{"private"} }, bad("pools[0]", "VIP pool private does not exist")},
 		{"pool duplicate", func(t *pb.Tenant) { t.Pools = []string{"public", "public"} }, bad("pools[1]", "already listed as pools[0]")},
 		{"pool name bad", func(t *pb.Tenant) { t.Pools = []string{"Public"} }, bad("pools[0]", `use "public"`)},
+		{"bgp", func(t *pb.Tenant) {
+			t.Bgp = &pb.TenantBGP{Asn: 64600, Peers: []string{"10.20.0.5", "fd00:20::5"}, Password: "s3cret", MaxPrefixes: MaxTenantBGPMaxPrefixes, MaxPrefixLength: 26, MaxPrefixLength6: 64}
+		}, pass()},
+		{"bgp no asn", func(t *pb.Tenant) { t.Bgp = &pb.TenantBGP{Peers: []string{"10.20.0.5"}} }, bad("bgp.asn", "required")},
+		{"bgp no peers", func(t *pb.Tenant) { t.Bgp = &pb.TenantBGP{Asn: 1} }, bad("bgp.peers", "is empty")},
+		{"bgp peer outside", func(t *pb.Tenant) { t.Bgp = &pb.TenantBGP{Asn: 1, Peers: []string{"10.21.0.5"}} },
+			bad("bgp.peers[0]", "10.21.0.5 is outside the tenant's networks")},
+		{"bgp peer not an address", func(t *pb.Tenant) { t.Bgp = &pb.TenantBGP{Asn: 1, Peers: []string{"10.20.0.0/24"}} }, bad("bgp.peers[0]", "is not an IP address")},
+		{"bgp peer zone", func(t *pb.Tenant) { t.Bgp = &pb.TenantBGP{Asn: 1, Peers: []string{"fd00:20::5%eth0"}} }, bad("bgp.peers[0]", "is not an IP address")},
+		{"bgp peer duplicate", func(t *pb.Tenant) { t.Bgp = &pb.TenantBGP{Asn: 1, Peers: []string{"10.20.0.5", "10.20.0.5"}} },
+			bad("bgp.peers[1]", "already listed as bgp.peers[0]")},
+		{"bgp too many peers", func(t *pb.Tenant) {
+			t.Bgp = &pb.TenantBGP{Asn: 1}
+			for i := range MaxTenantBGPPeers + 1 {
+				t.Bgp.Peers = append(t.Bgp.Peers, fmt.Sprintf("10.20.0.%d", i+1))
+			}
+		}, bad("bgp.peers", "at most 16")},
+		{"bgp password long", func(t *pb.Tenant) {
+			t.Bgp = &pb.TenantBGP{Asn: 1, Peers: []string{"10.20.0.5"}, Password: strings.Repeat("x", MaxBGPPasswordLen+1)}
+		}, bad("bgp.password", "TCP MD5 takes at most 80")},
+		{"bgp max prefixes", func(t *pb.Tenant) {
+			t.Bgp = &pb.TenantBGP{Asn: 1, Peers: []string{"10.20.0.5"}, MaxPrefixes: MaxTenantBGPMaxPrefixes + 1}
+		},
+			bad("bgp.maxPrefixes", "over the bound of 100000")},
+		{"bgp prefix length", func(t *pb.Tenant) { t.Bgp = &pb.TenantBGP{Asn: 1, Peers: []string{"10.20.0.5"}, MaxPrefixLength: 33} },
+			bad("bgp.maxPrefixLength", "1 to 32")},
+		{"bgp prefix length6", func(t *pb.Tenant) { t.Bgp = &pb.TenantBGP{Asn: 1, Peers: []string{"10.20.0.5"}, MaxPrefixLength6: 129} },
+			bad("bgp.maxPrefixLength6", "1 to 128")},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

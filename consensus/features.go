@@ -120,7 +120,7 @@ func (n *Node) hostsBelow(ctx context.Context, need uint32) ([]string, error) {
 	for i, s := range servers {
 		go func() {
 			defer func() { done <- struct{}{} }()
-			live[i] = n.peerHealth(ctx, s)
+			live[i] = n.peerHealthNow(ctx, s)
 		}()
 	}
 	for range servers {

@@ -81,6 +81,8 @@ func TestFeatureGateInMixedCluster(t *testing.T) {
 	https.GetLoadBalancer().Pools["web"].HealthCheck = &pb.HealthCheck{Https: &pb.HTTPSCheck{Path: "/readyz", InsecureSkipVerify: true}}
 	closing := lb("acme", "shop", "public")
 	closing.GetLoadBalancer().Pools["web"].HealthCheck = &pb.HealthCheck{Tcp: &pb.TCPCheck{}, CloseOnDown: true}
+	dual := lb("acme", "shop", "public")
+	dual.GetLoadBalancer().Vip.Families, dual.GetLoadBalancer().Vip.FamilyPolicy = []string{"ipv4", "ipv6"}, "prefer"
 	ref := &pb.ObjectRef{Kind: api.KindLoadBalancer, Tenant: "acme", Name: "shop"}
 	writes := []struct {
 		name, field string
@@ -98,6 +100,9 @@ func TestFeatureGateInMixedCluster(t *testing.T) {
 		{"precondition", api.FeatureCheckedWrites, func() *pb.ForwardRequest {
 			at := mustGet(t, h1.node, ref).GetLoadBalancer().GetMeta().GetRevision()
 			return forwardApply(&pb.ApplyRequest{Objects: []*pb.Object{base}, Preconditions: []*pb.RevisionPrecondition{{Ref: ref, Revision: at}}}, false)
+		}},
+		{"dual stack", "vip.families", func() *pb.ForwardRequest {
+			return forwardApply(&pb.ApplyRequest{Objects: []*pb.Object{dual}}, false)
 		}},
 		{"closeOnDown", "pools.web.healthCheck.closeOnDown", func() *pb.ForwardRequest {
 			return forwardApply(&pb.ApplyRequest{Objects: []*pb.Object{closing}}, false)

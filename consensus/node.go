@@ -21,6 +21,7 @@ import (
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"go.etcd.io/bbolt"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
 
 	"github.com/teapot-lb/teapot-lb/api"
 	"github.com/teapot-lb/teapot-lb/api/pki"
@@ -673,6 +674,17 @@ func (p *peerPool) cluster(addr string) (pb.ClusterClient, error) {
 	}
 	p.conns[addr] = c
 	return pb.NewClusterClient(c), nil
+}
+
+// reconnectNow makes the connection to addr, if it is waiting out a
+// reconnect backoff, try again at once.
+func (p *peerPool) reconnectNow(addr string) {
+	p.mu.Lock()
+	c := p.conns[addr]
+	p.mu.Unlock()
+	if c != nil && c.GetState() == connectivity.TransientFailure {
+		c.ResetConnectBackoff()
+	}
 }
 
 func (p *peerPool) close() {

@@ -40,14 +40,12 @@ func (o *overlay) setLoadBalancer(key string, obj *pb.Object) {
 	if !changedBefore {
 		prev = o.parent.get(api.KindLoadBalancer, key)
 	}
-	var addrs []netip.Addr
-	oa, hadA := lbAddress(prev)
-	if hadA {
-		addrs = append(addrs, oa)
-	}
-	na, hasA := lbAddress(obj)
-	if hasA && (!hadA || na != oa) {
-		addrs = append(addrs, na)
+	olds, news := lbAddrs(prev), lbAddrs(obj)
+	addrs := slices.Clone(olds)
+	for _, a := range news {
+		if !slices.Contains(addrs, a) {
+			addrs = append(addrs, a)
+		}
 	}
 	// The tenants whose cached usage this set moves, and what each held
 	// at the addresses before.
@@ -68,16 +66,18 @@ func (o *overlay) setLoadBalancer(key string, obj *pb.Object) {
 		tenants = append(tenants, h)
 	}
 
-	if changedBefore && hadA {
-		if users := o.at[oa]; users != nil {
-			delete(users, key)
-			if len(users) == 0 {
-				delete(o.at, oa)
+	if changedBefore {
+		for _, oa := range olds {
+			if users := o.at[oa]; users != nil {
+				delete(users, key)
+				if len(users) == 0 {
+					delete(o.at, oa)
+				}
 			}
 		}
 	}
 	m[key] = obj
-	if hasA {
+	for _, na := range news {
 		if o.at == nil {
 			o.at = make(map[netip.Addr]map[string]*pb.Object)
 		}
@@ -208,10 +208,10 @@ func (o *overlay) usedAddresses(from, to netip.Addr) []netip.Addr {
 		out = setMember(out, a, o.inUse(a))
 	}
 	for key, c := range ch {
-		if a, ok := lbAddress(o.parent.get(api.KindLoadBalancer, key)); ok {
+		for _, a := range lbAddrs(o.parent.get(api.KindLoadBalancer, key)) {
 			note(a)
 		}
-		if a, ok := lbAddress(c); ok {
+		for _, a := range lbAddrs(c) {
 			note(a)
 		}
 	}
@@ -236,13 +236,13 @@ func (o *overlay) tenantUsage(tenant string) api.TenantUsage {
 	for key, c := range ch {
 		if old := o.parent.get(api.KindLoadBalancer, key); old.GetLoadBalancer().GetTenant() == tenant {
 			u.Sub(objUsage(old))
-			if a, ok := lbAddress(old); ok {
+			for _, a := range lbAddrs(old) {
 				touched[a] = true
 			}
 		}
 		if c.GetLoadBalancer().GetTenant() == tenant {
 			u.Add(objUsage(c))
-			if a, ok := lbAddress(c); ok {
+			for _, a := range lbAddrs(c) {
 				touched[a] = true
 			}
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -312,6 +313,19 @@ func (n *Node) Status(ctx context.Context) (*pb.ClusterStatusResponse, error) {
 }
 
 func (n *Node) peerHealth(ctx context.Context, s raft.Server) *pb.NodeStatus {
+	return n.askPeerHealth(ctx, s, false)
+}
+
+// peerHealthNow is peerHealth for a decision that must not take a stale
+// answer for the host's: a connection to a peer that restarted a moment
+// ago (and may run another release now) is retried at once rather than
+// after its reconnect backoff, and the call waits for it (within the same
+// 700 ms) instead of failing fast.
+func (n *Node) peerHealthNow(ctx context.Context, s raft.Server) *pb.NodeStatus {
+	return n.askPeerHealth(ctx, s, true)
+}
+
+func (n *Node) askPeerHealth(ctx context.Context, s raft.Server, now bool) *pb.NodeStatus {
 	id := string(s.ID)
 	var ns *pb.NodeStatus
 	if id == n.cfg.NodeID {
@@ -326,8 +340,13 @@ func (n *Node) peerHealth(ctx context.Context, s raft.Server) *pb.NodeStatus {
 		} else if c, err := n.peers.cluster(apiAddr); err != nil {
 			ns.Error = err.Error()
 		} else {
+			var opts []grpc.CallOption
+			if now {
+				n.peers.reconnectNow(apiAddr)
+				opts = append(opts, grpc.WaitForReady(true))
+			}
 			hctx, cancel := context.WithTimeout(ctx, 700*time.Millisecond)
-			got, err := c.Health(hctx, &pb.HealthRequest{})
+			got, err := c.Health(hctx, &pb.HealthRequest{}, opts...)
 			cancel()
 			if err != nil {
 				ns.Error = status.Convert(err).Message()

@@ -175,6 +175,10 @@ func lbAddress(o *pb.Object) (netip.Addr, bool) {
 	return a, err == nil
 }
 
+// lbAddrs returns every address the load balancer in o holds (one per
+// family of a dual-stack one), nil for any other object.
+func lbAddrs(o *pb.Object) []netip.Addr { return api.StatusAddrs(o.GetLoadBalancer()) }
+
 // put stores o (replacing any object with its reference) and keeps the
 // indexes right. Replacing an object keeps its place in the sorted list
 // (one copy of the list, not two) and, when the address stays, the used
@@ -210,7 +214,7 @@ func (s *state) put(o *pb.Object) {
 		m[ref.Kind+"/"+ref.Name] = o
 	}
 	s.usageAdd(o, 1)
-	if a, ok := lbAddress(o); ok {
+	for _, a := range lbAddrs(o) {
 		// An address in the index is in the used addresses, even with no
 		// user left: unindex keeps it for the object replacing its user.
 		users, known := s.byAddr[a]
@@ -263,10 +267,11 @@ func (s *state) unindex(ref *pb.ObjectRef, key string, old, next *pb.Object) {
 			delete(s.byTenant, ref.Tenant)
 		}
 	}
-	if a, ok := lbAddress(old); ok {
+	nextAddrs := lbAddrs(next)
+	for _, a := range lbAddrs(old) {
 		users := slices.DeleteFunc(slices.Clone(s.byAddr[a]), func(u *pb.Object) bool { return u == old })
 		s.byAddr[a] = users
-		if na, ok := lbAddress(next); len(users) == 0 && (!ok || na != a) {
+		if len(users) == 0 && !slices.Contains(nextAddrs, a) {
 			delete(s.byAddr, a)
 			if i, ok := slices.BinarySearchFunc(s.used, a, netip.Addr.Compare); ok {
 				s.used = slices.Delete(s.used, i, i+1)

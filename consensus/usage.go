@@ -57,8 +57,10 @@ func (s *state) usageAdd(o *pb.Object, sign int) {
 	}
 	u := s.usage[tenant]
 	d := objUsage(o)
-	if a, ok := lbAddress(o); ok && !tenantAt(s.byAddr[a], tenant, o) {
-		d.Addresses = 1
+	for _, a := range lbAddrs(o) {
+		if !tenantAt(s.byAddr[a], tenant, o) {
+			d.Addresses++
+		}
 	}
 	if sign > 0 {
 		u.Add(d)

@@ -22,7 +22,7 @@ func recount(r reader, tenant string) api.TenantUsage {
 	for _, o := range r.list(api.KindLoadBalancer, tenant) {
 		u.Add(api.LoadBalancerUsage(o.GetLoadBalancer()))
 		u.StoredBytes += int64(proto.Size(o))
-		if a, ok := lbAddress(o); ok {
+		for _, a := range lbAddrs(o) {
 			addrs[a] = true
 		}
 	}

@@ -435,7 +435,7 @@ func prepare(r *writeReq, ov *overlay, now time.Time) (*prepared, *pb.Txn, error
 		case req.GetMode() == pb.ApplyMode_APPLY_MODE_UPDATE && existing == nil:
 			return nil, nil, fmt.Errorf("%s %w", api.RefString(ref), api.ErrNotFound)
 		}
-		if existing != nil && specEqual(existing, obj) {
+		if existing != nil && specEqual(existing, obj) && !gainsFamily(existing.GetLoadBalancer(), scratch) {
 			p.results[i] = "unchanged"
 			p.objects[i] = existing
 			continue
@@ -573,16 +573,36 @@ func prepareRaw(p *prepared, raw *pb.Txn, internal bool, ov *overlay, now time.T
 	return p, txn, nil
 }
 
-// allocate stamps the load balancer's address.
+// gainsFamily reports whether a stored load balancer served on fewer
+// families than it prefers (familyPolicy prefer) would get more now (its
+// pool has an address of a missing family): an apply of the same spec
+// then writes it again, with the new address, rather than answer
+// unchanged.
+func gainsFamily(lb *pb.LoadBalancer, ov *overlay) bool {
+	if lb == nil || api.FamilyProblem(lb) == nil {
+		return false
+	}
+	addrs, err := api.AllocateAddresses(lb, catalog{r: ov})
+	return err == nil && len(addrs) > len(api.StatusAddrs(lb))
+}
+
+// allocate stamps the load balancer's addresses: status.address, and
+// with vip.families status.addresses (every family's, address first).
 func allocate(lb *pb.LoadBalancer, ov *overlay) error {
-	addr, err := api.AllocateAddress(lb, catalog{r: ov})
+	addrs, err := api.AllocateAddresses(lb, catalog{r: ov})
 	if err != nil {
 		return err
 	}
 	if lb.Status == nil {
 		lb.Status = &pb.LoadBalancerStatus{}
 	}
-	lb.Status.Address = addr.String()
+	lb.Status.Address = addrs[0].String()
+	lb.Status.Addresses = nil
+	if len(lb.GetVip().GetFamilies()) > 0 {
+		for _, a := range addrs {
+			lb.Status.Addresses = append(lb.Status.Addresses, a.String())
+		}
+	}
 	return nil
 }
 
@@ -602,7 +622,7 @@ func stamp(obj, existing *pb.Object, now time.Time) {
 		v.LoadBalancer.Meta = meta
 		v.LoadBalancer.Status = nil
 		if old := existing.GetLoadBalancer().GetStatus(); old != nil {
-			v.LoadBalancer.Status = &pb.LoadBalancerStatus{Address: old.GetAddress()}
+			v.LoadBalancer.Status = &pb.LoadBalancerStatus{Address: old.GetAddress(), Addresses: old.GetAddresses()}
 		}
 	case *pb.Object_Node:
 		v.Node.Meta = meta

@@ -1,9 +1,13 @@
 package proxy
 
 import (
+	"slices"
+	"strings"
 	"sync/atomic"
 	"syscall"
 
+	"github.com/teapot-lb/teapot-lb/api/observe"
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 	"github.com/teapot-lb/teapot-lb/proxy/l7"
 )
 
@@ -165,6 +169,25 @@ func (p *Proxy) TenantUse(tenant string) (conns, descriptors int64) {
 	}
 	t := v.(*tenantBudget)
 	return t.conns.Load(), t.fds.Load()
+}
+
+// observeBudgets adds the host's connections and descriptors against its
+// bounds, and each selected tenant's holdings, to h.
+func (p *Proxy) observeBudgets(f observe.Filter, h *pb.HostObservation) {
+	if h.Resources == nil {
+		h.Resources = &pb.HostResources{}
+	}
+	r := h.Resources
+	r.Connections, r.MaxConnections = p.hostConns.Load(), int64(p.cfg.Limits.MaxHostConnections)
+	r.Descriptors, r.MaxDescriptors = p.hostFDs.Load(), int64(p.cfg.Limits.MaxHostDescriptors)
+	p.tenants.Range(func(k, v any) bool {
+		name, t := k.(string), v.(*tenantBudget)
+		if f.MatchTenant(name) {
+			h.TenantUsage = append(h.TenantUsage, &pb.TenantUsage{Tenant: name, Connections: t.conns.Load(), Descriptors: t.fds.Load(), MaxDescriptors: t.limit.Load()})
+		}
+		return true
+	})
+	slices.SortFunc(h.TenantUsage, func(a, b *pb.TenantUsage) int { return strings.Compare(a.Tenant, b.Tenant) })
 }
 
 // HostDescriptors reports the descriptors all tenants' connections hold

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/teapot-lb/teapot-lb/api/observe"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
 
@@ -171,5 +172,20 @@ func TestConnectionQuotas(t *testing.T) {
 	}
 	if got["acme/a "+RefusedListenerLimit] != 1 || got["acme/c "+RefusedTenantLimit] != 1 || len(got) != 2 {
 		t.Errorf("refusals %v", got)
+	}
+	// The host's page shows what the tenant holds against its budget.
+	var h pb.HostObservation
+	p.Observe(observe.Filter{}, &h)
+	if len(h.TenantUsage) != 1 || h.TenantUsage[0].Tenant != "acme" || h.TenantUsage[0].Connections != 2 ||
+		h.TenantUsage[0].Descriptors < 2 || h.TenantUsage[0].MaxDescriptors != 4 {
+		t.Errorf("tenant usage %v, want acme holding 2 connections and 2 or more of its 4 descriptors", h.TenantUsage)
+	}
+	if r := h.Resources; r.GetConnections() != 2 || r.GetMaxConnections() <= 2 || r.GetDescriptors() < 2 || r.GetMaxDescriptors() <= 2 {
+		t.Errorf("host budgets %v", r)
+	}
+	h = pb.HostObservation{}
+	p.Observe(observe.Filter{Tenant: "other"}, &h)
+	if len(h.TenantUsage) != 0 {
+		t.Errorf("another tenant's selection shows %v", h.TenantUsage)
 	}
 }

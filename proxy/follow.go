@@ -178,16 +178,3 @@ func (f *Feed) Alive() error {
 		return nil
 	}
 }
-
-// MemberStates is Members in the form of the tenant's status; none on a
-// nil Proxy (the data plane not started yet).
-func (p *Proxy) MemberStates(lb string) []*pb.MemberState {
-	if p == nil {
-		return nil
-	}
-	var out []*pb.MemberState
-	for _, m := range p.Members(lb) {
-		out = append(out, &pb.MemberState{Pool: m.Pool, Address: m.Addr.String(), Healthy: m.Healthy})
-	}
-	return out
-}

@@ -102,20 +102,9 @@ func (p *Proxy) watchPassive(stop <-chan struct{}) {
 		case now := <-tick.C:
 			if lbs := p.judgePassive(now); len(lbs) > 0 {
 				slices.Sort(lbs)
-				p.notifyMembers(lbs)
+				p.publish(lbs)
 			}
 		}
-	}
-}
-
-// notifyMembers tells Config.MembersChanged (or Changed) that the
-// members' health of lbs changed.
-func (p *Proxy) notifyMembers(lbs []string) {
-	switch {
-	case p.cfg.MembersChanged != nil:
-		p.cfg.MembersChanged(lbs)
-	case p.cfg.Changed != nil:
-		p.cfg.Changed()
 	}
 }
 

@@ -90,6 +90,8 @@ func (p *Proxy) Observe(f observe.Filter, h *pb.HostObservation) {
 		h.Pools = append(h.Pools, po)
 	}
 
+	p.observeBudgets(f, h)
+
 	status, unhealthy := p.Status(), p.Unhealthy()
 	lbs := make([]string, 0, len(status))
 	for lb := range status {
@@ -151,8 +153,8 @@ func (p *Proxy) memberOwners(t *health.Target) []*snapshot.Pool {
 }
 
 // memberChanged turns a member's health change into an event for every
-// load balancer whose pools hold it, and tells Config.MembersChanged (or
-// Changed). It reads the pools that hold the member, not every pool.
+// load balancer whose pools hold it, and publishes their state. It reads
+// the pools that hold the member, not every pool.
 func (p *Proxy) memberChanged(t *health.Target, healthy bool, reason string) {
 	cur := p.current.Load()
 	pools, _ := cur.byTarget.Get(t)
@@ -171,10 +173,5 @@ func (p *Proxy) memberChanged(t *health.Target, healthy bool, reason string) {
 		}
 		p.event(ev)
 	}
-	switch {
-	case p.cfg.MembersChanged != nil:
-		p.cfg.MembersChanged(lbs)
-	case p.cfg.Changed != nil:
-		p.cfg.Changed()
-	}
+	p.publish(lbs)
 }

@@ -1,11 +1,11 @@
 package proxy
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,22 +24,62 @@ func assessHere(p *Proxy, lb *pb.LoadBalancer) *pb.ObservedStatus {
 	return observe.Assess(lb, []*pb.HostObservation{h})
 }
 
-// membersLog records the load balancers MembersChanged was told of.
-type membersLog struct {
-	mu  sync.Mutex
-	lbs []string
+// planeLog follows a proxy's observed state from the start: the latest
+// state of each load balancer, and how often a revision after the first
+// named each.
+type planeLog struct {
+	mu    sync.Mutex
+	state map[string]observe.LBState
+	named map[string]int
 }
 
-func (m *membersLog) add(lbs []string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.lbs = append(m.lbs, lbs...)
+func watchPlane(t *testing.T, p *Proxy) *planeLog {
+	l := &planeLog{state: map[string]observe.LBState{}, named: map[string]int{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	t.Cleanup(func() { cancel(); <-done })
+	w := p.Observed().Watch(0)
+	go func() {
+		defer close(done)
+		for {
+			ch, err := w.Next(ctx)
+			if err != nil {
+				return
+			}
+			l.mu.Lock()
+			if ch.Reset {
+				clear(l.state)
+			}
+			for lb, s := range ch.LBs {
+				l.state[lb] = s
+				if !ch.Reset {
+					l.named[lb]++
+				}
+			}
+			for _, lb := range ch.Gone {
+				delete(l.state, lb)
+				l.named[lb]++
+			}
+			l.mu.Unlock()
+		}
+	}()
+	return l
 }
 
-func (m *membersLog) has(lb string) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return slices.Contains(m.lbs, lb)
+// ready returns lb's readiness as the reader last saw it, and whether it
+// saw lb at all.
+func (l *planeLog) ready(lb string) (string, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s, ok := l.state[lb]
+	return s.Ready, ok
+}
+
+// times returns how many revisions after the first named lb.
+func (l *planeLog) times(lb string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.named[lb]
 }
 
 // A load balancer without health checks whose member answers 502 to
@@ -62,8 +102,8 @@ func TestPassiveHealth502IsFailing(t *testing.T) {
 	srv := l7.New(l7.Config{})
 	t.Cleanup(func() { srv.Close() })
 	var events eventLog
-	var changed membersLog
-	p, _ := newProxy(t, Config{HTTP: NewHTTP(srv, nil), Events: events.add, MembersChanged: changed.add})
+	p, _ := newProxy(t, Config{HTTP: NewHTTP(srv, nil), Events: events.add})
+	plane := watchPlane(t, p)
 	port := freePort(t)
 	lb := l4LB("web", "127.0.0.2", port, "http", ln.Addr().String())
 	lb.Listeners[0].Pool = ""
@@ -108,9 +148,9 @@ func TestPassiveHealth502IsFailing(t *testing.T) {
 	}
 	// The data plane's own verdict: readiness and an event.
 	deadline := time.Now().Add(3*PassiveTick + 5*time.Second)
-	for p.Readiness()["acme/web"] != observe.NoHealthyMember || !changed.has("acme/web") || !events.has(observe.EventMemberDown, "acme/web") {
+	for r, _ := plane.ready("acme/web"); r != observe.NoHealthyMember || p.Readiness()["acme/web"] != observe.NoHealthyMember || !events.has(observe.EventMemberDown, "acme/web"); r, _ = plane.ready("acme/web") {
 		if time.Now().After(deadline) {
-			t.Fatalf("readiness %q, told %v, events %d down", p.Readiness()["acme/web"], changed.lbs, events.count(observe.EventMemberDown))
+			t.Fatalf("readiness %q, observed %q, events %d down", p.Readiness()["acme/web"], r, events.count(observe.EventMemberDown))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -121,9 +161,9 @@ func TestPassiveHealth502IsFailing(t *testing.T) {
 		t.Fatalf("after the member recovered: %s %q (problems %q)", st.Phase, st.Reason, st.Problems)
 	}
 	deadline = time.Now().Add(3*PassiveTick + 5*time.Second)
-	for p.Readiness()["acme/web"] != observe.Recovering || !events.has(observe.EventMemberUp, "acme/web") {
+	for r, _ := plane.ready("acme/web"); r != observe.Recovering || !events.has(observe.EventMemberUp, "acme/web"); r, _ = plane.ready("acme/web") {
 		if time.Now().After(deadline) {
-			t.Fatalf("readiness after recovery %q", p.Readiness()["acme/web"])
+			t.Fatalf("readiness after recovery %q, observed %q", p.Readiness()["acme/web"], r)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/teapot-lb/teapot-lb/api/observe"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 	"github.com/teapot-lb/teapot-lb/proxy/cpubudget"
 	"github.com/teapot-lb/teapot-lb/proxy/health"
@@ -92,14 +93,9 @@ type Config struct {
 	// Events receives the data plane's events (a listener that cannot be
 	// opened or opens again, a member going down or up); nil drops them.
 	Events func(*pb.Event)
-	// Changed is called (without locks held) when what Status or
-	// Unhealthy report may have changed without an Update: a member's
-	// health changed, or a listener opened on a retry.
-	Changed func()
-	// MembersChanged, when set, is called instead of Changed for a
-	// member's health change, with the load balancers ("tenant/name") whose
-	// pools hold the member: ReadinessOf them tells what changed.
-	MembersChanged func(lbs []string)
+	// Observed receives the data plane's observed state (see Observed);
+	// nil: the proxy keeps a plane of its own.
+	Observed *observe.Plane
 	// BindRetry is the first delay before a listener that could not be
 	// opened is tried again; it doubles up to MaxBindRetry (defaults 1s
 	// and 30s).
@@ -167,6 +163,9 @@ type Proxy struct {
 	recovering map[string]time.Time
 	// passiveStop ends watchPassive.
 	passiveStop chan struct{}
+	// plane is the observed state publish writes, one publish at a time.
+	plane     *observe.Plane
+	publishMu sync.Mutex
 }
 
 // Pipes returns the host's splice pipe pool (Limits.SplicePipes), for the
@@ -205,6 +204,10 @@ func New(cfg Config) *Proxy {
 		failed:  map[snapshot.Key]bindFailure{},
 		status:  pmap.New[string, []Problem](pmap.String),
 		pipes:   splice.NewPool(cfg.Limits.SplicePipes),
+		plane:   cfg.Observed,
+	}
+	if p.plane == nil {
+		p.plane = observe.NewPlane()
 	}
 	if cfg.Steer != nil {
 		p.steering = &steering{s: cfg.Steer, shared: map[sharedKey]*sharedSocket{}}
@@ -347,8 +350,10 @@ func (p *Proxy) apply(s *snapshot.Snapshot, retryFailed bool) bool {
 		fresh[k] = sock
 	}
 	if !changed && opened == 0 {
-		// Nothing served changes; s is kept for the next compile.
+		// Nothing served changes; s is kept for the next compile. The
+		// first state marks the plane reported, even when it is empty.
 		p.snap = s
+		p.publish(nil)
 		return false
 	}
 	if p.snap == nil {
@@ -397,6 +402,7 @@ func (p *Proxy) apply(s *snapshot.Snapshot, retryFailed bool) bool {
 	p.missing = len(p.failed)
 	p.setStatus(s, lbs)
 	p.touched = slices.Sorted(maps.Keys(lbs))
+	p.publish(p.touched)
 	args := []any{"revision", s.Revision, "listeners", len(p.sockets), "missing", p.missing, "opened", opened, "changed", len(keys)}
 	p.log.Info("configuration applied", append(args, p.stages.attrs()...)...)
 	return true

@@ -56,10 +56,8 @@ func (p *Proxy) retryBind(gen int) {
 	after, rev := p.missing, p.snap.Revision
 	p.mu.Unlock()
 	if opened && after < before {
+		// apply published the state of their load balancers.
 		p.log.Info("listener opened on retry", "revision", rev, "missing", after)
-		if p.cfg.Changed != nil {
-			p.cfg.Changed()
-		}
 	}
 }
 

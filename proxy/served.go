@@ -349,12 +349,9 @@ func (pool *Pool) servable() bool {
 	})
 }
 
-// MemberHealth is one member's health as this host sees it.
-type MemberHealth struct {
-	Pool    string
-	Addr    netip.AddrPort
-	Healthy bool
-}
+// MemberHealth is one member's health as this host sees it, as the
+// observed state (Observed) carries it.
+type MemberHealth = observe.Member
 
 // Members returns the health of a load balancer's members ("tenant/name"),
 // by pool then address, as this host's checks see them now. It reads that

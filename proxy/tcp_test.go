@@ -664,21 +664,15 @@ func TestRefusedConnectIsRetried(t *testing.T) {
 	}
 }
 
-// TestMembersChangedNamesTheLoadBalancersHoldingTheMember: a member whose
-// check fails is reported with the load balancers whose pools hold it (two
-// share it), not the others, and ReadinessOf them says why.
-func TestMembersChangedNamesTheLoadBalancersHoldingTheMember(t *testing.T) {
+// TestMemberHealthPublishesTheLoadBalancersHoldingTheMember: a member
+// whose check fails changes the observed state of the load balancers
+// whose pools hold it (two share it), not of the others, and ReadinessOf
+// them says why.
+func TestMemberHealthPublishesTheLoadBalancersHoldingTheMember(t *testing.T) {
 	be := startBackend(t, "127.0.0.1", echo)
 	other := startBackend(t, "127.0.0.1", echo)
-	var mu sync.Mutex
-	reported := map[string]bool{}
-	p, _ := newProxy(t, Config{MembersChanged: func(lbs []string) {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, lb := range lbs {
-			reported[lb] = true
-		}
-	}})
+	p, _ := newProxy(t, Config{})
+	plane := watchPlane(t, p)
 	// The echo member does not speak HTTP: its check fails.
 	failing := &pb.HealthCheck{Http: &pb.HTTPCheck{Path: "/"}, Interval: dur(20 * time.Millisecond), Rise: 1, Fall: 1}
 	a := l4LB("a", "127.0.0.2", freePort(t), "tcp", be.addr)
@@ -686,16 +680,15 @@ func TestMembersChangedNamesTheLoadBalancersHoldingTheMember(t *testing.T) {
 	c := l4LB("c", "127.0.0.4", freePort(t), "tcp", other.addr)
 	a.Pools["app"].HealthCheck, b.Pools["app"].HealthCheck = failing, failing
 	update(t, p, a, b, c)
-	eventually(t, "both holders reported", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return reported["acme/a"] && reported["acme/b"]
+	eventually(t, "both holders observed with their member down", func() bool {
+		plane.mu.Lock()
+		defer plane.mu.Unlock()
+		a, b := plane.state["acme/a"], plane.state["acme/b"]
+		return len(a.Members) == 1 && !a.Members[0].Healthy && len(b.Members) == 1 && !b.Members[0].Healthy
 	})
-	mu.Lock()
-	if reported["acme/c"] {
-		t.Error("acme/c was reported though its member did not change")
+	if r, ok := plane.ready("acme/c"); !ok || r != "" || plane.times("acme/c") != 0 {
+		t.Errorf("acme/c observed %q (seen %v), named by %d revisions after the first, though its member did not change", r, ok, plane.times("acme/c"))
 	}
-	mu.Unlock()
 	ready, gone := p.ReadinessOf([]string{"acme/a", "acme/c", "acme/ghost"})
 	if ready["acme/a"] == "" || ready["acme/c"] != "" || len(gone) != 1 || gone[0] != "acme/ghost" {
 		t.Errorf("ReadinessOf: %q, gone %v", ready, gone)

@@ -149,6 +149,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		}
 		return nil
 	})
+	checkMonitoring(t, l, b, base, carrier.id, flaky.addr, shots)
 	b.do(chromedp.Navigate(base + "/#/lb/acme%2Fshop"))
 	b.waitText("#main", "acme/shop Serving on its page", func(s string) error {
 		if !strings.Contains(s, "acme/shop Serving") {
@@ -173,6 +174,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	t.Logf("acme/shop Degraded on the page %v after its member was killed under traffic", time.Since(killed).Round(10*time.Millisecond))
 	b.shot(shots, "dashboard-degraded.png")
 	stopTraffic()
+	checkHistoryAfterTheFact(t, l, b)
 	b.do(chromedp.Navigate(base + "/#/lbs"))
 	b.waitText("#main", "the list shows Degraded", func(s string) error {
 		if !regexp.MustCompile(`acme/shop\s*Degraded`).MatchString(s) {
@@ -259,6 +261,7 @@ func TestDashboardInBrowser(t *testing.T) {
 
 	measureBigLB(t, l, b, base)
 	checkQuotaBars(t, l, b, base)
+	checkSearch(t, b, base)
 }
 
 // checkQuotaBars gives acme a load balancer quota and checks its bar on
@@ -366,12 +369,19 @@ func (m *flakyMember) stop() { m.srv.Close() }
 // against every LB host and returns the login URL it prints.
 func startDashboard(t *testing.T, l *vipLab) string {
 	t.Helper()
+	return startDashboardAt(t, l, "127.0.0.1:8000")
+}
+
+// startDashboardAt starts `teapot-lb dashboard` on addr in the client
+// host and returns its login URL.
+func startDashboardAt(t *testing.T, l *vipLab, addr string) string {
+	t.Helper()
 	var servers []string
 	for _, n := range l.lbs {
 		servers = append(servers, n.apiAddr())
 	}
-	logPath := filepath.Join(l.dir, "dashboard.log")
-	p, err := l.client.Start(logPath, childEnv(), l.binary(), "dashboard", "--addr", "127.0.0.1:8000", "--interval", "300ms",
+	logPath := filepath.Join(l.dir, "dashboard-"+strings.ReplaceAll(addr, ":", "-")+".log")
+	p, err := l.client.Start(logPath, childEnv(), l.binary(), "dashboard", "--addr", addr, "--interval", "300ms",
 		"--config", filepath.Join(l.lbs[0].dir, "admin.conf"), "--server", strings.Join(servers, ","))
 	if err != nil {
 		t.Fatal(err)

@@ -1,7 +1,6 @@
 package scenarios
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -14,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/teapot-lb/teapot-lb/api"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
 
@@ -72,16 +72,33 @@ func TestTenantAgentAgainstKubeAPIServer(t *testing.T) {
 		l.agent("agent-2", creds, "--health-addr", probes[1]),
 	}
 
+	// The pool has an IPv6 address too (::1, on loopback like the rest),
+	// so that the dual-stack Service below gets a VIP of each family.
+	{
+		ctx, cancel := l.ctx()
+		_, err := l.conn.Admin.Apply(ctx, &pb.ApplyRequest{Objects: []*pb.Object{api.Wrap(&pb.VIPPool{Name: "public", Cidrs: []string{vipPrefix.String(), "::1/128"}, Mode: "static"})}})
+		cancel()
+		if err != nil {
+			t.Fatalf("add ::1 to the pool: %v", err)
+		}
+	}
+
 	const port = 8080
 	b2, b3 := pods.addr(0), pods.addr(1)
 	startPodBackend(t, pods, "backend-2", b2, port)
 	startPodBackend(t, pods, "backend-3", b3, port)
-	l.createService(lbService("shop", "web", "teapot-lb.io/lb", 8080, nil))
+	web := lbService("shop", "web", "teapot-lb.io/lb", 8080, nil)
+	preferDual := corev1.IPFamilyPolicyPreferDualStack
+	web.Spec.IPFamilyPolicy = &preferDual // the kube cluster is IPv4 only: the LB's VIPs are both families all the same
+	l.createService(web)
 	l.putSlice(endpointSlice("shop", "web-1", "web", port, b2))
 
 	vip, svc := l.waitServiceVIP("shop", "web")
 	if a, err := netip.ParseAddr(vip); err != nil || !vipPrefix.Contains(a) {
 		t.Fatalf("Service VIP %q is not from the pool %s", vip, vipPrefix)
+	}
+	if in := svc.Status.LoadBalancer.Ingress; len(in) != 2 || in[1].IP != "::1" {
+		t.Fatalf("status.loadBalancer.ingress %v; want the IPv4 VIP and ::1 (PreferDualStack)", in)
 	}
 	if m := svc.Status.LoadBalancer.Ingress[0].IPMode; m == nil || *m != corev1.LoadBalancerIPModeVIP {
 		t.Errorf("ipMode = %v, want VIP (no PROXY protocol, no termination)", m)
@@ -90,9 +107,10 @@ func TestTenantAgentAgainstKubeAPIServer(t *testing.T) {
 	if lb.GetStatus().GetAddress() != vip {
 		t.Errorf("the LB cluster holds VIP %s, the Service's status says %s", lb.GetStatus().GetAddress(), vip)
 	}
-	l.waitEvent("shop", "Service", "web", "VIPAssigned", vip)
-	front := fmt.Sprintf("%s:8080", vip)
+	l.waitEvent("shop", "Service", "web", "VIPAssigned", vip+" and ::1")
+	front, front6 := fmt.Sprintf("%s:8080", vip), "[::1]:8080"
 	waitReaches(t, front, "backend-2")
+	waitReaches(t, front6, "backend-2")
 	t.Logf("Service shop/web got VIP %s; HTTP over its TCP listener reaches the backend", vip)
 	leader := checkOneLeader(t, l, agents)
 	// The probes: both replicas live; the leader ready because it is
@@ -172,9 +190,11 @@ func TestTenantAgentAgainstKubeAPIServer(t *testing.T) {
 	if next != vip {
 		t.Errorf("the next Service got %s, want the freed VIP %s", next, vip)
 	}
-	waitFor(t, syncTimeout, "the old listener to close", func() error {
-		if _, err := httpName(front); err == nil {
-			return errors.New("still answering")
+	waitFor(t, syncTimeout, "the old listeners to close", func() error {
+		for _, f := range []string{front, front6} {
+			if _, err := httpName(f); err == nil {
+				return fmt.Errorf("%s still answering", f)
+			}
 		}
 		return nil
 	})

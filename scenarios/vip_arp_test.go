@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -32,6 +33,44 @@ func TestVIPARP(t *testing.T) {
 		h := l.waitHolder(a, startTimeout)
 		t.Logf("%s held by %s", a, h.id)
 	}
+
+	t.Run("a dual-stack load balancer is held and served on both VIPs, and deleting it frees both", func(t *testing.T) {
+		// The pool's first addresses of each family are web4's and web6's.
+		v4, v6 := arpVIP4.Next(), arpVIP6.Next()
+		manifest := filepath.Join(l.dir, "dual.yaml")
+		if err := os.WriteFile(manifest, []byte(`kind: LoadBalancer
+name: dual
+tenant: acme
+vip: { pool: l2, families: [ipv4, ipv6] }
+listeners: [{ port: 80, protocol: http }]
+routes: [{ path: /, pool: web }]
+pools: { web: { members: ["192.0.2.50:8080"] } }
+`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := l.cli(l.lbs[0], "apply", "-f", manifest); err != nil {
+			t.Fatalf("apply: %v: %s", err, out)
+		}
+		if out, err := l.cli(l.lbs[0], "get", "lb", "acme/dual"); err != nil || !strings.Contains(out, v4.String()+","+v6.String()) {
+			t.Fatalf("get lb: %v: %s; want both VIPs", err, out)
+		}
+		for _, a := range []netip.Addr{v4, v6} {
+			h := l.waitHolder(a, settleTimeout) // announced (ARP, NDP) and served from the client
+			t.Logf("%s of acme/dual held by %s", a, h.id)
+		}
+		if out, err := l.cli(l.lbs[0], "delete", "lb", "acme/dual"); err != nil {
+			t.Fatalf("delete: %v: %s", err, out)
+		}
+		for _, a := range []netip.Addr{v4, v6} {
+			waitFor(t, settleTimeout, "every host to release "+a.String(), func() error {
+				hs, err := l.holders(a)
+				if err != nil || len(hs) > 0 {
+					return fmt.Errorf("%d holders (%v)", len(hs), err)
+				}
+				return nil
+			})
+		}
+	})
 
 	t.Run("status shows holdings and heartbeat settings", func(t *testing.T) {
 		h := l.waitHolder(arpVIP4, settleTimeout)

@@ -1,26 +1,32 @@
 package tenantsync_test
 
 import (
-	"sync/atomic"
+	"net/netip"
 	"testing"
 	"time"
 
+	"github.com/teapot-lb/teapot-lb/api/observe"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 	"github.com/teapot-lb/teapot-lb/tenantsync"
 )
 
-// Member health reaches the agent with the ack, and a change of health
-// alone (no change of the stored state) is pushed.
-func TestStatusCarriesMemberHealth(t *testing.T) {
-	var healthy atomic.Bool
-	healthy.Store(true)
-	members := func(lb string) []*pb.MemberState {
-		if lb != "acme/svc-ns-a" {
-			return nil
-		}
-		return []*pb.MemberState{{Pool: "web", Address: "10.20.0.1:80", Healthy: healthy.Load()}}
+// memberState is the observed state of a load balancer with one member.
+func memberState(addr string, healthy bool) observe.LBState {
+	s := observe.LBState{Members: []observe.Member{{Pool: "web", Addr: netip.MustParseAddrPort(addr), Healthy: healthy}}}
+	if !healthy {
+		s.Ready = observe.NoHealthyMember
 	}
-	h := startHost(t, tenantsync.Config{Heartbeat: 200 * time.Millisecond, Members: members})
+	return s
+}
+
+// Member health reaches the agent with the ack, and a change of health
+// alone (no change of the stored state) is pushed as soon as the
+// observed state has it: the stream's heartbeat here is 10 minutes, so
+// no timer carries it.
+func TestStatusCarriesMemberHealth(t *testing.T) {
+	plane := observe.NewPlane()
+	plane.Set(map[string]observe.LBState{"acme/svc-ns-a": memberState("10.20.0.1:80", true)}, nil)
+	h := startHost(t, tenantsync.Config{Heartbeat: 10 * time.Minute, Observed: plane})
 	h.seed(t)
 	s := h.open(t, "acme")
 	ack := s.change(upsert(tcpLB("svc-ns-a", &pb.VIPRequest{Pool: "public"}, "10.20.0.1:80")))
@@ -29,9 +35,9 @@ func TestStatusCarriesMemberHealth(t *testing.T) {
 		t.Helper()
 		deadline := time.Now().Add(30 * time.Second) // a loaded 2-core CI machine
 		for time.Now().Before(deadline) {
-			m, err := s.stream.Recv()
-			if err != nil {
-				t.Fatalf("waiting for member health %v: %v", want, err)
+			m := s.recvWithin(time.Until(deadline))
+			if m == nil {
+				break
 			}
 			for _, o := range m.GetStatus().GetObjects() {
 				if o.GetName() == "svc-ns-a" && len(o.GetMembers()) == 1 && o.GetMembers()[0].GetHealthy() == want {
@@ -46,6 +52,8 @@ func TestStatusCarriesMemberHealth(t *testing.T) {
 	if ms := result(t, ack, "svc-ns-a").GetMembers(); len(ms) != 1 || !ms[0].GetHealthy() {
 		t.Fatalf("the ack tells members %v, want one healthy", ms)
 	}
-	healthy.Store(false)
+	plane.Set(map[string]observe.LBState{"acme/svc-ns-a": memberState("10.20.0.1:80", false)}, nil)
 	wait(false)
+	plane.Set(map[string]observe.LBState{"acme/svc-ns-a": memberState("10.20.0.1:80", true)}, nil)
+	wait(true)
 }

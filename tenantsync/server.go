@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/teapot-lb/teapot-lb/api"
+	"github.com/teapot-lb/teapot-lb/api/observe"
 	"github.com/teapot-lb/teapot-lb/api/pki"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 	"github.com/teapot-lb/teapot-lb/consensus"
@@ -46,6 +46,14 @@ type Store interface {
 }
 
 var _ Store = (*consensus.Node)(nil)
+
+// featureLeveler is implemented by a Store that knows the cluster's
+// feature level, which the welcome tells the agent.
+type featureLeveler interface {
+	ClusterFeatureLevel() uint32
+}
+
+var _ featureLeveler = (*consensus.Node)(nil)
 
 // Defaults of Config.
 const (
@@ -83,14 +91,10 @@ type Config struct {
 	// HelloTimeout bounds the wait for a stream's hello; a stream that
 	// says nothing is closed and frees its slot.
 	HelloTimeout time.Duration
-	// Members, if set, tells the health of a load balancer's members
-	// ("tenant/name") as this host sees them; statuses carry it and
-	// streams push its changes.
-	Members func(lb string) []*pb.MemberState
-	// MembersNotified says that MembersChanged is called on every change
-	// of member health: streams then ask Members, every half heartbeat,
-	// only for the load balancers named since, not for all their tenant's.
-	MembersNotified bool
+	// Observed, if set, is this host's data plane's observed state: the
+	// statuses carry the health of each load balancer's members as it
+	// tells, and each stream follows it to push their changes.
+	Observed *observe.Plane
 	// Events receives a tenant-refused event when an object of a tenant
 	// is refused, once per object and reason; nil drops them.
 	Events func(*pb.Event)
@@ -212,6 +216,12 @@ func (s *Server) Sync(ss pb.TenantSync_SyncServer) error {
 	st.agent = hello.GetAgent()
 	log := s.log.With("tenant", c.tenant, "agent", hello.GetAgent(), "credential", c.serial)
 
+	// The observed state is followed from before the welcome reads it,
+	// so that no change of member health falls in between.
+	var observed *observe.PlaneWatcher
+	if s.cfg.Observed != nil {
+		observed = s.cfg.Observed.Watch(s.cfg.Observed.Revision()).Only(c.tenant + "/")
+	}
 	welcome, err := s.welcome(ctx, st)
 	if err != nil {
 		return toStatus(err)
@@ -220,7 +230,7 @@ func (s *Server) Sync(ss pb.TenantSync_SyncServer) error {
 		return err
 	}
 	log.Info("agent connected", "objects", len(welcome.GetObjects()), "revision", welcome.GetRevision(), "version", hello.GetVersion())
-	go st.follow(ctx, welcome.GetRevision()+1)
+	go st.follow(ctx, welcome.GetRevision()+1, observed)
 
 	msgs := make(chan *pb.SyncRequest)
 	recvErr := make(chan error, 1)
@@ -306,6 +316,9 @@ func (s *Server) welcome(ctx context.Context, st *stream) (*pb.SyncWelcome, erro
 		return nil, err
 	}
 	w := &pb.SyncWelcome{Tenant: tenant, Revision: rev, MaxBatch: uint32(s.cfg.MaxBatch)}
+	if fl, ok := s.cfg.Store.(featureLeveler); ok {
+		w.FeatureLevel = fl.ClusterFeatureLevel()
+	}
 	for _, o := range lbs {
 		lb := o.GetLoadBalancer()
 		if !syncspec.Managed(lb.GetName()) {
@@ -321,7 +334,7 @@ func (s *Server) welcome(ctx context.Context, st *stream) (*pb.SyncWelcome, erro
 
 // statusOf is what the agent learns about a stored load balancer.
 func statusOf(lb *pb.LoadBalancer) *pb.ObjectStatus {
-	stat := &pb.ObjectStatus{Name: lb.GetName(), Version: syncspec.Version(lb), Address: lb.GetStatus().GetAddress()}
+	stat := &pb.ObjectStatus{Name: lb.GetName(), Version: syncspec.Version(lb), Address: lb.GetStatus().GetAddress(), Addresses: lb.GetStatus().GetAddresses()}
 	stat.Problems = append(stat.Problems, lb.GetStatus().GetProblems()...)
 	stat.Problems = append(stat.Problems, api.LoadBalancerProblems(lb)...)
 	return stat
@@ -400,29 +413,4 @@ func (s *Server) hostPorts() *api.HostPorts {
 		s.hosts, s.hostsRev = hostPorts(objs), r
 	}
 	return s.hosts
-}
-
-// MembersChanged tells the streams that the members' health of load
-// balancers ("tenant/name") changed; with Config.MembersNotified their
-// next health push looks at these alone. It costs what it names.
-func (s *Server) MembersChanged(lbs []string) {
-	byTenant := map[string][]string{}
-	for _, lb := range lbs {
-		if tenant, name, ok := strings.Cut(lb, "/"); ok {
-			byTenant[tenant] = append(byTenant[tenant], name)
-		}
-	}
-	s.mu.Lock()
-	var targets []*stream
-	var names [][]string
-	for tenant, ns := range byTenant {
-		for st := range s.streams[tenant] {
-			targets = append(targets, st)
-			names = append(names, ns)
-		}
-	}
-	s.mu.Unlock()
-	for i, st := range targets {
-		st.membersChanged(names[i])
-	}
 }

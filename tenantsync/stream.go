@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/teapot-lb/teapot-lb/api"
+	"github.com/teapot-lb/teapot-lb/api/observe"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 	"github.com/teapot-lb/teapot-lb/consensus"
 	"github.com/teapot-lb/teapot-lb/tenantsync/syncspec"
@@ -30,22 +31,6 @@ type stream struct {
 	mu sync.Mutex
 	// last is the status the agent was last told per load balancer.
 	last map[string]*pb.ObjectStatus
-	// healthDirty names the load balancers whose members' health changed
-	// since the last push (Server.MembersChanged).
-	healthDirty map[string]bool
-}
-
-// membersChanged notes load balancers (names) whose members' health
-// changed, for the next pushHealth.
-func (st *stream) membersChanged(names []string) {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if st.healthDirty == nil {
-		st.healthDirty = map[string]bool{}
-	}
-	for _, n := range names {
-		st.healthDirty[n] = true
-	}
 }
 
 func (st *stream) send(m *pb.SyncResponse) error {
@@ -111,8 +96,10 @@ func (st *stream) changed(in []*pb.ObjectStatus) []*pb.ObjectStatus {
 // follow watches the state from revision from: it pushes status changes
 // of the tenant's load balancers, passes on changes of the tenant, ends
 // the stream when the tenant goes away or revokes the caller's credential,
-// and sends a heartbeat on a quiet stream.
-func (st *stream) follow(ctx context.Context, from uint64) {
+// and sends a heartbeat on a quiet stream. It follows the observed state
+// through observed (nil: none) and pushes the members' health of the
+// load balancers whose state changed, as soon as it changes.
+func (st *stream) follow(ctx context.Context, from uint64, observed *observe.PlaneWatcher) {
 	w := st.srv.cfg.Store.Watch(from)
 	tick := time.NewTicker(st.srv.cfg.Heartbeat / 2)
 	defer tick.Stop()
@@ -131,15 +118,33 @@ func (st *stream) follow(ctx context.Context, from uint64) {
 			}
 		}
 	}()
+	var health chan []string
+	if observed != nil {
+		health = make(chan []string)
+		go func() {
+			for {
+				ch, err := observed.Next(ctx)
+				if err != nil {
+					return
+				}
+				prefix := st.caller.tenant + "/"
+				names := make([]string, 0, len(ch.LBs))
+				for lb := range ch.LBs {
+					names = append(names, strings.TrimPrefix(lb, prefix))
+				}
+				select {
+				case health <- names:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
-			if err := st.pushHealth(); err != nil {
-				st.cancel(err)
-				return
-			}
 			st.sendMu.Lock()
 			idle := time.Since(st.sent) >= st.srv.cfg.Heartbeat
 			st.sendMu.Unlock()
@@ -148,6 +153,11 @@ func (st *stream) follow(ctx context.Context, from uint64) {
 					st.cancel(err)
 					return
 				}
+			}
+		case names := <-health:
+			if err := st.pushHealth(names); err != nil {
+				st.cancel(err)
+				return
 			}
 		case ev, ok := <-events:
 			if !ok {
@@ -273,36 +283,39 @@ func (st *stream) withCertificates(statuses []*pb.ObjectStatus, lbs map[string]*
 }
 
 // withMembers adds the members' health to the statuses of stored load
-// balancers.
+// balancers, as the observed state tells it now.
 func (st *stream) withMembers(statuses []*pb.ObjectStatus) {
-	if st.srv.cfg.Members == nil {
+	plane := st.srv.cfg.Observed
+	if plane == nil {
 		return
 	}
 	for _, s := range statuses {
 		if !s.GetRemoved() && s.GetError() == "" {
-			s.Members = st.srv.cfg.Members(st.caller.tenant + "/" + s.GetName())
+			s.Members = memberStates(plane, st.caller.tenant+"/"+s.GetName())
 		}
 	}
 }
 
-// pushHealth sends the statuses whose members' health changed since they
-// were last sent: health changes without any change of the stored state.
-func (st *stream) pushHealth() error {
-	if st.srv.cfg.Members == nil {
-		return nil
+// memberStates is the observed health of lb's members in the form of the
+// tenant's status.
+func memberStates(plane *observe.Plane, lb string) []*pb.MemberState {
+	state, _ := plane.Get(lb)
+	var out []*pb.MemberState
+	for _, m := range state.Members {
+		out = append(out, &pb.MemberState{Pool: m.Pool, Address: m.Addr.String(), Healthy: m.Healthy})
 	}
+	return out
+}
+
+// pushHealth sends the statuses of the load balancers names (the observed
+// state changed theirs) whose members' health differs from what the agent
+// was last told: health changes without any change of the stored state.
+// Load balancers the agent was not told of are left to the store's watch.
+func (st *stream) pushHealth(names []string) error {
 	st.mu.Lock()
 	var statuses []*pb.ObjectStatus
-	if st.srv.cfg.MembersNotified {
-		// Only the load balancers named since the last push.
-		for name := range st.healthDirty {
-			if last := st.last[name]; last != nil {
-				statuses = append(statuses, proto.Clone(last).(*pb.ObjectStatus))
-			}
-		}
-		st.healthDirty = nil
-	} else {
-		for _, last := range st.last {
+	for _, name := range names {
+		if last := st.last[name]; last != nil {
 			statuses = append(statuses, proto.Clone(last).(*pb.ObjectStatus))
 		}
 	}

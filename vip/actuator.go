@@ -10,6 +10,18 @@ import (
 	"github.com/teapot-lb/teapot-lb/api"
 )
 
+// carriers are what carries this host's VIPs: the interfaces, the raw
+// frames of gratuitous ARP and unsolicited NA, the BGP speaker, and the
+// actuator that converges them to the loop's decisions on a goroutine of
+// its own.
+type carriers struct {
+	arp    *iface  // nil: no arp pools here
+	bgpIf  *iface  // nil: no BGP
+	frames *sender // raw frames on the arp interface
+	spk    *speaker
+	act    *actuator
+}
+
 // target is one VIP the loop wants in place on this host.
 type target struct {
 	mode  string

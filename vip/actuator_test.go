@@ -48,7 +48,8 @@ func TestActuatorAnnouncesAgainOnANewTake(t *testing.T) {
 				}
 			}
 		}
-		m := &Manager{log: slog.New(slog.DiscardHandler), frames: &sender{name: "v0"}}
+		m := &Manager{log: slog.New(slog.DiscardHandler)}
+		m.frames = &sender{name: "v0"}
 		defer m.frames.close()
 		a := newActuator(m)
 		f := &iface{name: "v0"}

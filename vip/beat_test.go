@@ -19,7 +19,8 @@ func beatPair(t *testing.T) (*Manager, *net.UDPConn) {
 		t.Cleanup(func() { c.Close() })
 		return c
 	}
-	m := &Manager{conn: listen(), log: slog.New(slog.DiscardHandler), cfg: Config{NodeID: "n1", HeartbeatInterval: 5 * time.Millisecond}}
+	m := &Manager{log: slog.New(slog.DiscardHandler), cfg: Config{NodeID: "n1", HeartbeatInterval: 5 * time.Millisecond}}
+	m.conn = listen()
 	m.beats = newBeatSender(m)
 	m.epoch = time.Now()
 	m.arrivals.Store(&map[string]*peerArrival{})

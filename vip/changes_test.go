@@ -34,6 +34,11 @@ func TestChangesMatter(t *testing.T) {
 		{"load balancer created", [][2]*pb.Object{{nil, base}}, true},
 		{"load balancer deleted", [][2]*pb.Object{{base, nil}}, true},
 		{"address changed", [][2]*pb.Object{{base, lbObj("192.0.2.11", "public", "198.51.100.1:80")}}, true},
+		{"second address added", [][2]*pb.Object{{base, func() *pb.Object {
+			o := lbObj("192.0.2.10", "public", "198.51.100.1:80")
+			o.GetLoadBalancer().Status.Addresses = []string{"192.0.2.10", "2001:db8::10"}
+			return o
+		}()}}, true},
 		{"VIP pool changed", [][2]*pb.Object{{base, lbObj("192.0.2.10", "other", "198.51.100.1:80")}}, true},
 		{"VIP pool written", [][2]*pb.Object{{nil, vipPool}}, true},
 		{"host deleted", [][2]*pb.Object{{node, nil}}, true},

@@ -4,11 +4,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 	"log/slog"
 	"net/netip"
 	"strconv"
 	"time"
+
+	"github.com/teapot-lb/teapot-lb/api/observe"
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
 
 // Defaults of the failure detector and the BGP speaker.
@@ -75,6 +77,9 @@ type Config struct {
 	Handover           Handover
 	HandoverTimeout    time.Duration
 	HandoverCloseGrace time.Duration
+	// Observed is the data plane's observed state; Run follows it for
+	// the readiness of each load balancer (nil: no VIP is ever ready).
+	Observed *observe.Plane
 }
 
 // BGPConfig is the `bgp:` section of the serve config file.

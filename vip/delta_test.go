@@ -28,7 +28,7 @@ func TestStateLandingWhileAdoptingKeepsTheDelta(t *testing.T) {
 		if !m.UpdateLoadBalancers(changes, rev) {
 			t.Fatalf("revision %d: UpdateLoadBalancers refused a load balancer created", rev)
 		}
-		m.SetReadyFor(map[string]string{"t/" + name: "no member is healthy"}, nil)
+		m.setReadyFor(map[string]string{"t/" + name: "no member is healthy"}, nil)
 		return o
 	}
 	check := func(what string, notReady ...netip.Addr) {

@@ -105,20 +105,19 @@ func desiredState(objs []*pb.Object) desired {
 	byAddr := map[netip.Addr]int{}
 	var vips []vipSpec
 	for _, lb := range lbs {
-		a, p, ok := d.vipOf(lb)
-		if !ok {
-			continue
+		for _, v := range d.vipsOf(lb) {
+			a, p := v.addr, v.pool
+			name := lbName(lb)
+			if i, ok := byAddr[a]; ok {
+				vips[i].LBs = append(vips[i].LBs, name)
+				continue
+			}
+			byAddr[a] = len(vips)
+			vips = append(vips, vipSpec{
+				Addr: a, Mode: p.pool.GetMode(), Pool: p.pool.GetName(),
+				Communities: p.comms, LBs: []string{name}, WithdrawWhenDown: p.pool.GetWithdrawWhenDown(),
+			})
 		}
-		name := lbName(lb)
-		if i, ok := byAddr[a]; ok {
-			vips[i].LBs = append(vips[i].LBs, name)
-			continue
-		}
-		byAddr[a] = len(vips)
-		vips = append(vips, vipSpec{
-			Addr: a, Mode: p.pool.GetMode(), Pool: p.pool.GetName(),
-			Communities: p.comms, LBs: []string{name}, WithdrawWhenDown: p.pool.GetWithdrawWhenDown(),
-		})
 	}
 	slices.SortFunc(vips, func(x, y vipSpec) int { return x.Addr.Compare(y.Addr) })
 	for i := range vips {
@@ -132,12 +131,30 @@ func desiredState(objs []*pb.Object) desired {
 // lbName is how the VIP layer names a load balancer: "tenant/name".
 func lbName(lb *pb.LoadBalancer) string { return lb.GetTenant() + "/" + lb.GetName() }
 
-// vipOf returns the VIP of lb and its pool: its address, in the pool it
-// asks for or else the first that holds it, of a mode the VIP layer
-// serves. A load balancer without an address, or whose address lies in
-// no known pool, has none.
-func (d *desired) vipOf(lb *pb.LoadBalancer) (netip.Addr, poolInfo, bool) {
-	a, err := netip.ParseAddr(lb.GetStatus().GetAddress())
+// lbVIP is one VIP of a load balancer and its pool.
+type lbVIP struct {
+	addr netip.Addr
+	pool poolInfo
+}
+
+// vipsOf returns the VIPs of lb: one per address it holds (two for a
+// dual-stack load balancer, status.addresses), as vipOf finds each.
+func (d *desired) vipsOf(lb *pb.LoadBalancer) []lbVIP {
+	var out []lbVIP
+	for _, s := range api.StatusAddresses(lb) {
+		if a, p, ok := d.vipOf(lb, s); ok {
+			out = append(out, lbVIP{a, p})
+		}
+	}
+	return out
+}
+
+// vipOf returns the VIP of lb at address s and its pool: the address, in
+// the pool lb asks for or else the first that holds it, of a mode the VIP
+// layer serves. An address that does not parse, or lies in no known
+// pool, is none.
+func (d *desired) vipOf(lb *pb.LoadBalancer, s string) (netip.Addr, poolInfo, bool) {
+	a, err := netip.ParseAddr(s)
 	if err != nil || a.Zone() != "" {
 		return netip.Addr{}, poolInfo{}, false
 	}
@@ -179,47 +196,44 @@ func (d *desired) withLoadBalancers(changes []lbChange) (*desired, []netip.Addr)
 	var touched []netip.Addr
 	owned := map[netip.Addr]bool{} // VIPs whose LBs slice out owns
 	for _, c := range changes {
-		if c.prev != nil {
-			if a, _, ok := d.vipOf(c.prev); ok {
-				if vs, found := e.l.get(a); found {
-					name := lbName(c.prev)
-					if j, has := slices.BinarySearch(vs.LBs, name); has {
-						if !owned[a] {
-							vs.LBs, owned[a] = slices.Clone(vs.LBs), true
-						}
-						vs.LBs = slices.Delete(vs.LBs, j, j+1)
-						if len(vs.LBs) == 0 {
-							e.remove(a)
-						} else {
-							e.put(vs)
-						}
-						touched = append(touched, a)
-					}
+		for _, v := range d.vipsOf(c.prev) {
+			a := v.addr
+			vs, found := e.l.get(a)
+			if !found {
+				continue
+			}
+			name := lbName(c.prev)
+			if j, has := slices.BinarySearch(vs.LBs, name); has {
+				if !owned[a] {
+					vs.LBs, owned[a] = slices.Clone(vs.LBs), true
 				}
+				vs.LBs = slices.Delete(vs.LBs, j, j+1)
+				if len(vs.LBs) == 0 {
+					e.remove(a)
+				} else {
+					e.put(vs)
+				}
+				touched = append(touched, a)
 			}
 		}
-		if c.next == nil {
-			continue
-		}
-		a, p, ok := d.vipOf(c.next)
-		if !ok {
-			continue
-		}
-		touched = append(touched, a)
-		name := lbName(c.next)
-		vs, found := e.l.get(a)
-		if !found {
-			e.put(vipSpec{Addr: a, Mode: p.pool.GetMode(), Pool: p.pool.GetName(), Communities: p.comms, LBs: []string{name},
-				WithdrawWhenDown: p.pool.GetWithdrawWhenDown()})
-			owned[a] = true
-			continue
-		}
-		if j, has := slices.BinarySearch(vs.LBs, name); !has {
-			if !owned[a] {
-				vs.LBs, owned[a] = slices.Clone(vs.LBs), true
+		for _, v := range d.vipsOf(c.next) {
+			a, p := v.addr, v.pool
+			touched = append(touched, a)
+			name := lbName(c.next)
+			vs, found := e.l.get(a)
+			if !found {
+				e.put(vipSpec{Addr: a, Mode: p.pool.GetMode(), Pool: p.pool.GetName(), Communities: p.comms, LBs: []string{name},
+					WithdrawWhenDown: p.pool.GetWithdrawWhenDown()})
+				owned[a] = true
+				continue
 			}
-			vs.LBs = slices.Insert(vs.LBs, j, name)
-			e.put(vs)
+			if j, has := slices.BinarySearch(vs.LBs, name); !has {
+				if !owned[a] {
+					vs.LBs, owned[a] = slices.Clone(vs.LBs), true
+				}
+				vs.LBs = slices.Insert(vs.LBs, j, name)
+				e.put(vs)
+			}
 		}
 	}
 	out.VIPs = *e.l

@@ -44,6 +44,13 @@ func TestDesiredState(t *testing.T) {
 		{"the pool is found by address when the lb names none", append(pools,
 			lbAt("acme", "web", "", "203.0.113.15"),
 		), []vipSpec{{Addr: addr("203.0.113.15"), Mode: "bgp", Pool: "edge", Communities: []uint32{65000<<16 | 100}, LBs: []string{"acme/web"}}}, nil},
+		{"a dual-stack lb has a VIP of each family", append(pools, api.Wrap(&pb.LoadBalancer{Tenant: "acme", Name: "dual",
+			Vip:    &pb.VIPRequest{Pool: "l2", Families: []string{"ipv6", "ipv4"}},
+			Status: &pb.LoadBalancerStatus{Address: "2001:db8::7", Addresses: []string{"2001:db8::7", "192.0.2.7"}}}),
+		), []vipSpec{
+			{Addr: addr("192.0.2.7"), Mode: "arp", Pool: "l2", LBs: []string{"acme/dual"}},
+			{Addr: addr("2001:db8::7"), Mode: "arp", Pool: "l2", LBs: []string{"acme/dual"}},
+		}, nil},
 		{"no address yet, or outside every pool", append(pools,
 			lbAt("acme", "new", "l2", ""),
 			lbAt("acme", "stray", "l2", "10.9.9.9"),

@@ -21,8 +21,9 @@
 // cannot make a majority without it, so the two sides of a partition
 // never hold a VIP at once. DESIGN.md gives the rules and the figures.
 //
-// The Manager takes the whole committed state (Update) and the data
-// plane's readiness (SetReady); a decision loop turns them and the
+// The Manager takes the whole committed state (Update) and follows the
+// data plane's readiness through its observed-state watch
+// (Config.Observed); a decision loop turns them and the
 // heartbeats into the set of VIPs to hold, and an actuator converges the
 // interfaces and the speaker to that set on a goroutine of its own.
 // Close hands everything over before the listeners close. The package

@@ -50,7 +50,7 @@ func newPeerLoop(t *testing.T, n int) *peerLoop {
 		}
 	}
 	m.Update(objs, 1)
-	m.SetReady(ready)
+	m.setReady(ready)
 	for now0 := l.now; l.now.Sub(now0) < 2*rebalanceMultiple*m.settle; {
 		l.tick()
 	}
@@ -176,7 +176,7 @@ func TestRestartedHostWaitsForItsPeersRevision(t *testing.T) {
 	for i := range 60 {
 		ready[fmt.Sprintf("t/lb-%d", i)] = ""
 	}
-	m.SetReady(ready)
+	m.setReady(ready)
 	seq := uint64(0)
 	tick := func() {
 		now = now.Add(m.cfg.HeartbeatInterval)

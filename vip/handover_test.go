@@ -98,7 +98,7 @@ func newLoopHarness(t *testing.T, n int, dp Handover, timeout time.Duration) *lo
 		return objs
 	}
 	h.update(false)
-	m.SetReady(ready)
+	m.setReady(ready)
 	for now0 := h.now; h.now.Sub(now0) < 2*rebalanceMultiple*m.settle; {
 		h.tick()
 	}
@@ -322,8 +322,8 @@ func TestStopBeforeAnyStateHandsNothingOver(t *testing.T) {
 		cfg:  Config{NodeID: "n1", HeartbeatInterval: 20 * time.Millisecond, StateMaxAge: time.Hour, Handover: dp, HandoverTimeout: time.Minute},
 		dead: 100 * time.Millisecond, log: slog.New(slog.DiscardHandler),
 		kick: make(chan struct{}, 1), ready: map[string]string{},
-		arp: &iface{name: "vip-test"},
 	}
+	m.arp = &iface{name: "vip-test"}
 	m.quorum = m.dead - m.cfg.HeartbeatInterval
 	m.settle = settleMultiple * m.dead
 	m.gap = gapMultiple * m.dead

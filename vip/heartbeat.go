@@ -15,6 +15,21 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// heartbeats is the failure detector's transport: the UDP socket, the
+// channel from its reader (readHeartbeats) to the loop, the sender that
+// runs on an OS thread of its own (beat.go), and the arrival times the
+// reader stamps.
+type heartbeats struct {
+	conn  *net.UDPConn
+	recv  chan received
+	beats *beatSender
+	// epoch is the origin of the reader's arrival times; arrivals maps
+	// each member to its latest heartbeat as the reader saw it (the loop
+	// replaces the map when the members change).
+	epoch    time.Time
+	arrivals atomic.Pointer[map[string]*peerArrival]
+}
+
 // received is one heartbeat as the reader took it off the socket.
 type received struct {
 	hb *heartbeat

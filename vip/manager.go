@@ -35,16 +35,13 @@ type Manager struct {
 	gap         time.Duration // an absence this long makes a peer settle again
 	incarnation uint64
 
-	arp    *iface  // nil: no arp pools here
-	bgpIf  *iface  // nil: no BGP
-	frames *sender // raw frames on the arp interface
-	spk    *speaker
-	conn   *net.UDPConn
-	act    *actuator
-	beats  *beatSender
+	// carriers: the interfaces, the speaker and the actuator that
+	// converges them (actuator.go).
+	carriers
+	// heartbeats: the failure detector's transport (heartbeat.go).
+	heartbeats
 
 	kick      chan struct{}
-	recv      chan received
 	stop      chan struct{}
 	stopOnce  sync.Once
 	loopDone  chan struct{}
@@ -62,8 +59,8 @@ type Manager struct {
 	wantDelta map[netip.Addr]bool
 	ready     map[string]string
 	haveReady bool
-	// readyAll: SetReady replaced the readiness since the loop last took
-	// it; readyDelta: the load balancers SetReadyFor changed since then.
+	// readyAll: setReady replaced the readiness since the loop last took
+	// it; readyDelta: the load balancers setReadyFor changed since then.
 	readyAll    bool
 	readyDelta  map[string]bool
 	linkChanged bool
@@ -77,14 +74,8 @@ type Manager struct {
 	// handedOver: the handover the loop runs is over.
 	handedOver atomic.Bool
 
-	loop  loopState // owned by the goroutine in Run, then by Close
+	loop  loopState // owned by the goroutine in Run, then by Close (loop.go)
 	moves moveCounters
-
-	// epoch is the origin of the reader's arrival times; arrivals maps
-	// each member to its latest heartbeat as the reader saw it (the loop
-	// replaces the map when the members change).
-	epoch    time.Time
-	arrivals atomic.Pointer[map[string]*peerArrival]
 }
 
 // published is what Describe shows, copied out of the loop.
@@ -104,7 +95,7 @@ type peerStatus struct {
 // interfaces, opens the heartbeat socket and starts the BGP speaker. It
 // raises GOMAXPROCS to the CPUs plus one (see spareProcs). It
 // does not hold anything until Run has the committed state (Update), the
-// data plane's readiness (SetReady) and the heartbeat key (SetKey).
+// data plane's readiness (Config.Observed) and the heartbeat key (SetKey).
 func New(cfg Config) (*Manager, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -115,7 +106,6 @@ func New(cfg Config) (*Manager, error) {
 		log:      cfg.Logger.With("component", "vip"),
 		dead:     time.Duration(cfg.HeartbeatMisses) * cfg.HeartbeatInterval,
 		kick:     make(chan struct{}, 1),
-		recv:     make(chan received, 256),
 		stop:     make(chan struct{}),
 		loopDone: make(chan struct{}),
 		ready:    map[string]string{},
@@ -127,6 +117,7 @@ func New(cfg Config) (*Manager, error) {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	m.incarnation = binary.BigEndian.Uint64(b[:])
+	m.recv = make(chan received, 256)
 	m.loop.init()
 	m.act = newActuator(m)
 	m.beats = newBeatSender(m)
@@ -312,17 +303,14 @@ func (m *Manager) UpdateLoadBalancers(changes iter.Seq2[*pb.Object, *pb.Object],
 	return true
 }
 
-// SetReady tells which load balancers ("tenant/name") the data plane can
-// serve: an empty reason means ready, any other text says why not. A VIP
-// is ready when at least one load balancer using it is; a load balancer
-// missing from the map is not ready. Until the first call no VIP is.
+// setReady tells which load balancers ("tenant/name") the data plane can
+// serve (followObserved calls it with a Reset of Config.Observed): an
+// empty reason means ready, any other text says why not. A VIP is ready
+// when at least one load balancer using it is; a load balancer missing
+// from the map is not ready. Until the first call no VIP is.
 //
-// A call that changes nothing is dropped without waking the loop. It is
-// safe on a nil Manager.
-func (m *Manager) SetReady(lbs map[string]string) {
-	if m == nil {
-		return
-	}
+// A call that changes nothing is dropped without waking the loop.
+func (m *Manager) setReady(lbs map[string]string) {
 	m.mu.Lock()
 	if m.haveReady && maps.Equal(m.ready, lbs) {
 		m.mu.Unlock()
@@ -337,14 +325,12 @@ func (m *Manager) SetReady(lbs map[string]string) {
 	m.pokeAll()
 }
 
-// SetReadyFor is SetReady for some load balancers only: lbs holds their
-// readiness as SetReady takes it, and gone those that no longer exist.
-// The others keep theirs. A call that changes nothing costs what it holds
-// and does not wake the loop. It does nothing before the first SetReady.
-func (m *Manager) SetReadyFor(lbs map[string]string, gone []string) {
-	if m == nil {
-		return
-	}
+// setReadyFor is setReady for some load balancers only (a change of
+// Config.Observed): lbs holds their readiness as setReady takes it, and
+// gone those that no longer exist. The others keep theirs. A call that
+// changes nothing costs what it holds and does not wake the loop. It does
+// nothing before the first setReady.
+func (m *Manager) setReadyFor(lbs map[string]string, gone []string) {
 	m.mu.Lock()
 	if !m.haveReady {
 		m.mu.Unlock()
@@ -414,6 +400,7 @@ func LoadBalancerChangeMatters(prev, next *pb.LoadBalancer) bool {
 		return true
 	}
 	return prev.GetStatus().GetAddress() != next.GetStatus().GetAddress() ||
+		!slices.Equal(prev.GetStatus().GetAddresses(), next.GetStatus().GetAddresses()) ||
 		prev.GetVip().GetPool() != next.GetVip().GetPool()
 }
 
@@ -532,7 +519,12 @@ func (m *Manager) Run(ctx context.Context) error {
 	m.watchLinks(watchDone)
 	beatStop, beatDone := make(chan struct{}), make(chan struct{})
 	go func() { defer close(beatDone); m.beatThread(beatStop) }()
+	obsCtx, obsStop := context.WithCancel(ctx)
+	obsDone := make(chan struct{})
+	go func() { defer close(obsDone); m.followObserved(obsCtx) }()
 	err := m.run(ctx)
+	obsStop()
+	<-obsDone
 	close(beatStop)
 	<-beatDone
 	close(actStop)

@@ -44,7 +44,7 @@ func TestWriteTextIsWhatCollectWrites(t *testing.T) {
 	// A load balancer that stops being ready: this host releases its VIP
 	// and still publishes it (held 0).
 	lb := m.pub.vips[0].LoadBalancers[0]
-	m.SetReadyFor(map[string]string{lb: "its listeners are not open"}, nil)
+	m.setReadyFor(map[string]string{lb: "its listeners are not open"}, nil)
 	for range 5 {
 		tick()
 	}

@@ -40,20 +40,45 @@ func (m *Manager) HeartbeatAddr() string {
 
 // Follow passes on one committed revision once the data plane has
 // applied it: after a reset (objs: the whole state) the state goes to
-// Update and the data plane's readiness to SetReady; any other revision
-// (changes: each object before and after it; touched: the load balancers
-// the data plane touched) goes to UpdateRevision.
+// Update; any other revision (changes: each object before and after it)
+// goes to UpdateRevision.
 func (m *Manager) Follow(reset bool, objs []*pb.Object, changes iter.Seq2[*pb.Object, *pb.Object], revision uint64,
-	touched []string, state func() ([]*pb.Object, uint64), ready Readiness) {
+	state func() ([]*pb.Object, uint64)) {
 	if m == nil {
 		return
 	}
 	if reset {
 		m.Update(objs, revision)
-		if ready != nil {
-			m.SetReady(ready.Readiness())
-		}
 		return
 	}
-	m.UpdateRevision(changes, revision, touched, state, ready)
+	m.UpdateRevision(changes, revision, state)
+}
+
+// BGPIdentity is the AS number and router id a host with cfg has (its
+// bgp: section with defaults; 0 and "" without one or when it is
+// invalid, which Open then reports). The tenant BGP relay peers under
+// them; it starts before Open because gobgp's StartBgp writes package
+// variables that a running server reads, so the two servers of a host
+// start one after the other, before either has work.
+func BGPIdentity(cfg Config) (asn uint32, routerID string) {
+	if cfg.BGP == nil {
+		return 0, ""
+	}
+	hb := cfg.HeartbeatAddr
+	if hb == "" {
+		ap, err := netip.ParseAddrPort(cfg.RaftAddr)
+		if err != nil {
+			return 0, ""
+		}
+		hb = netip.AddrPortFrom(ap.Addr(), DefaultHeartbeatPort).String()
+	}
+	ap, err := netip.ParseAddrPort(hb)
+	if err != nil {
+		return 0, ""
+	}
+	b, err := cfg.BGP.withDefaults(ap.Addr())
+	if err != nil {
+		return 0, ""
+	}
+	return b.ASN, b.RouterID
 }

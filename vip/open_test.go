@@ -24,10 +24,8 @@ func TestOpenDisabled(t *testing.T) {
 	m.SetHandover(nil)
 	m.Update(nil, 1)
 	m.NoteRevision(2)
-	m.Follow(true, nil, nil, 3, nil, nil, nil)
-	m.Follow(false, nil, func(func(*pb.Object, *pb.Object) bool) {}, 4, nil, nil, nil)
-	m.SetReady(map[string]string{"t/lb": ""})
-	m.SetReadyFor(nil, nil)
+	m.Follow(true, nil, nil, 3, nil)
+	m.Follow(false, nil, func(func(*pb.Object, *pb.Object) bool) {}, 4, nil)
 	m.HandOverClients(context.Background())
 	var ns pb.NodeStatus
 	m.Describe(&ns)

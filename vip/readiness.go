@@ -12,7 +12,7 @@ import (
 // a heartbeat tick with nothing new looks at no VIP, and a load balancer
 // whose readiness changed recomputes the VIPs it uses, not the others.
 // The whole is recomputed only when the whole committed state (Update) or
-// the whole readiness (SetReady) is new; a state that UpdateLoadBalancers
+// the whole readiness (setReady) is new; a state that UpdateLoadBalancers
 // derived recomputes the VIPs it changed.
 type readiness struct {
 	// ready is the loop's own copy of Manager.ready.
@@ -38,7 +38,7 @@ type readiness struct {
 }
 
 // takeReadiness brings the loop's copy of the readiness up to date with
-// what SetReady and SetReadyFor said since it last looked, and recomputes
+// what setReady and setReadyFor said since it last looked, and recomputes
 // the VIPs it affects. delta holds the addresses whose VIP changed from
 // the state the readiness was computed for to the loop's state, when
 // UpdateLoadBalancers derived the one from the other. It returns whether

@@ -3,45 +3,17 @@ package vip
 import (
 	"maps"
 	"net/netip"
-	"slices"
 	"testing"
 	"time"
 
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
 
-// servedLBs is a data plane's readiness as the tests set it; it records
-// which load balancers it was asked about.
-type servedLBs struct {
-	ready map[string]string
-	whole int
-	asked [][]string
-}
-
-func (s *servedLBs) Readiness() map[string]string {
-	s.whole++
-	return maps.Clone(s.ready)
-}
-
-func (s *servedLBs) ReadinessOf(lbs []string) (map[string]string, []string) {
-	s.asked = append(s.asked, lbs)
-	ready := map[string]string{}
-	var gone []string
-	for _, lb := range lbs {
-		if why, ok := s.ready[lb]; ok {
-			ready[lb] = why
-		} else {
-			gone = append(gone, lb)
-		}
-	}
-	return ready, gone
-}
-
-// TestUpdateRevision: a revision that changes no VIP passes on the
-// readiness of the load balancers it wrote or the data plane touched; a
-// load balancer created goes through UpdateLoadBalancers (no new whole
-// state) with its readiness; a VIP pool changed gives the whole state
-// and the whole readiness.
+// TestUpdateRevision: a revision that changes no VIP only moves the
+// revision the manager acts on; a load balancer created goes through
+// UpdateLoadBalancers (no new whole state); a VIP pool changed gives the
+// whole state. None of them touches the readiness, which comes from the
+// observed state alone (TestReadinessFollowsTheObservedState).
 func TestUpdateRevision(t *testing.T) {
 	m, _ := loopTestManager(t)
 	lbObj := func(name, addr string, members ...string) *pb.Object {
@@ -56,47 +28,39 @@ func TestUpdateRevision(t *testing.T) {
 	web := lbObj("web", "198.18.0.1", "192.0.2.1:80")
 	objs := []*pb.Object{pool, web}
 	state := func() ([]*pb.Object, uint64) { return objs, 7 }
-	dp := &servedLBs{ready: map[string]string{"t/web": "", "t/api": "no member is healthy"}}
 	one := func(prev, next *pb.Object) func(func(*pb.Object, *pb.Object) bool) {
 		return func(yield func(*pb.Object, *pb.Object) bool) { yield(prev, next) }
 	}
 	m.Update(objs, 1)
-	m.SetReady(dp.Readiness())
-	dp.whole = 0
+	ready := map[string]string{"t/web": "", "t/api": "no member is healthy"}
+	m.setReady(ready)
 
-	// A member added: no VIP changes; the load balancer written and the
-	// one the data plane touched are asked about, and the manager acts
-	// on the revision (its heartbeats say so).
+	// A member added: no VIP changes, and the manager acts on the
+	// revision (its heartbeats say so).
 	want := m.want
-	m.UpdateRevision(one(web, lbObj("web", "198.18.0.1", "192.0.2.1:80", "192.0.2.2:80")), 2, []string{"t/api", "t/web"}, state, dp)
-	if m.want != want || m.revision != 2 || dp.whole != 0 {
-		t.Errorf("a member added: state changed %v, revision %d, whole readiness %d times; want unchanged, 2, 0", m.want != want, m.revision, dp.whole)
-	}
-	if len(dp.asked) != 1 || !slices.Equal(dp.asked[0], []string{"t/api", "t/web"}) {
-		t.Errorf("a member added asked the readiness of %v; want once [t/api t/web]", dp.asked)
+	m.UpdateRevision(one(web, lbObj("web", "198.18.0.1", "192.0.2.1:80", "192.0.2.2:80")), 2, state)
+	if m.want != want || m.revision != 2 {
+		t.Errorf("a member added: state changed %v, revision %d; want unchanged, 2", m.want != want, m.revision)
 	}
 
 	// A load balancer created: derived from the state, not a whole one.
-	dp.asked = nil
 	api := lbObj("api", "198.18.0.2")
-	m.UpdateRevision(one(nil, api), 3, nil, state, dp)
-	if m.epochs != 1 || m.revision != 3 || dp.whole != 0 {
-		t.Errorf("a load balancer created: %d whole states, revision %d, whole readiness %d times; want 1, 3, 0", m.epochs, m.revision, dp.whole)
+	m.UpdateRevision(one(nil, api), 3, state)
+	if m.epochs != 1 || m.revision != 3 {
+		t.Errorf("a load balancer created: %d whole states, revision %d; want 1, 3", m.epochs, m.revision)
 	}
 	if _, ok := m.want.vip(netip.MustParseAddr("198.18.0.2")); !ok {
 		t.Error("a load balancer created: its VIP is not in the state")
 	}
-	if len(dp.asked) != 1 || !slices.Equal(dp.asked[0], []string{"t/api"}) || m.ready["t/api"] == "" {
-		t.Errorf("a load balancer created asked the readiness of %v (it is %q); want once [t/api], not ready", dp.asked, m.ready["t/api"])
-	}
 
-	// A VIP pool changed: the whole state and the whole readiness.
-	dp.asked = nil
+	// A VIP pool changed: the whole state.
 	objs = []*pb.Object{pool, web, api}
-	m.UpdateRevision(one(pool, pool), 8, nil, state, dp)
-	if m.epochs != 2 || m.revision != 7 || dp.whole != 1 || len(dp.asked) != 0 {
-		t.Errorf("a VIP pool changed: %d whole states, revision %d, whole readiness %d times, asked %v; want 2, 7 (the state's), 1, none",
-			m.epochs, m.revision, dp.whole, dp.asked)
+	m.UpdateRevision(one(pool, pool), 8, state)
+	if m.epochs != 2 || m.revision != 7 {
+		t.Errorf("a VIP pool changed: %d whole states, revision %d; want 2, 7 (the state's)", m.epochs, m.revision)
+	}
+	if !maps.Equal(m.ready, ready) || len(m.readyDelta) != 0 {
+		t.Errorf("revisions changed the readiness: %q (delta %v), want %q", m.ready, m.readyDelta, ready)
 	}
 }
 

@@ -43,7 +43,7 @@ func scaleState(t *testing.T, n int) (*Manager, func(), []*pb.Object) {
 		ready["t/"+lb.Name] = ""
 	}
 	m.Update(objs, 1)
-	m.SetReady(ready)
+	m.setReady(ready)
 
 	now := time.Now()
 	seq := map[string]uint64{}
@@ -95,7 +95,7 @@ func TestTicksAtScaleLookAtNoVIP(t *testing.T) {
 	}
 
 	// The data plane says again what it said: nothing to do.
-	m.SetReadyFor(map[string]string{"t/lb-7": ""}, nil)
+	m.setReadyFor(map[string]string{"t/lb-7": ""}, nil)
 	tick()
 	if st.ready.examined != 0 || st.converges != 0 {
 		t.Errorf("a readiness report that changes nothing: looked at %d VIPs, %d whole decisions; want 0 and 0", st.ready.examined, st.converges)
@@ -104,7 +104,7 @@ func TestTicksAtScaleLookAtNoVIP(t *testing.T) {
 	// One held VIP's load balancer stops being ready.
 	held := st.heldARP[len(st.heldARP)/2]
 	lb := fmt.Sprintf("t/lb-%d", int(held.As4()[1]-18)<<16|int(held.As4()[2])<<8|int(held.As4()[3])-1)
-	m.SetReadyFor(map[string]string{lb: "no member is healthy"}, nil)
+	m.setReadyFor(map[string]string{lb: "no member is healthy"}, nil)
 	tick()
 	if st.ready.examined != 1 {
 		t.Errorf("one load balancer not ready: looked at the readiness of %d VIPs, want 1", st.ready.examined)
@@ -141,8 +141,8 @@ func loopTestManager(t *testing.T) (*Manager, *net.UDPConn) {
 		cfg:  Config{NodeID: "n1", HeartbeatInterval: 20 * time.Millisecond, StateMaxAge: time.Hour},
 		dead: 100 * time.Millisecond, log: slog.New(slog.DiscardHandler),
 		kick: make(chan struct{}, 1), ready: map[string]string{}, key: []byte("key"),
-		arp: &iface{name: "vip-test"},
 	}
+	m.arp = &iface{name: "vip-test"}
 	m.quorum = m.dead - m.cfg.HeartbeatInterval
 	m.settle = settleMultiple * m.dead
 	m.gap = gapMultiple * m.dead
@@ -208,7 +208,7 @@ func TestLoadBalancerChangesRecomputeTheirVIPsOnly(t *testing.T) {
 		} else {
 			gone = append(gone, "t/"+name)
 		}
-		m.SetReadyFor(ready, gone)
+		m.setReadyFor(ready, gone)
 	}
 	check := func(what string, wantExamined int) {
 		t.Helper()
@@ -303,7 +303,7 @@ func TestViewChangesDecideTheVIPsThatReadIt(t *testing.T) {
 	add("fixed", netip.MustParseAddr("198.19.0.0"), nStatic)
 	add("routed", netip.MustParseAddr("198.19.128.0"), nBGP)
 	m.Update(objs, 1)
-	m.SetReady(ready)
+	m.setReady(ready)
 
 	now := time.Now()
 	seq := map[string]uint64{}
@@ -444,7 +444,7 @@ func TestPeersHearBeforeVIPsGo(t *testing.T) {
 		ready[fmt.Sprintf("t/lb-%d", i)] = ""
 	}
 	m.Update(objs, 1)
-	m.SetReady(ready)
+	m.setReady(ready)
 	now := time.Now()
 	seq := map[string]uint64{}
 	tick := func() {

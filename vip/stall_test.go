@@ -39,7 +39,7 @@ func TestStalledHolderLosesItsVIPsOnce(t *testing.T) {
 		ready["t/"+lb.Name] = ""
 	}
 	m.Update(objs, 1)
-	m.SetReady(ready)
+	m.setReady(ready)
 
 	// holders: who holds each VIP; at first the host ranked first.
 	holders := map[netip.Addr]string{}

@@ -38,6 +38,15 @@ type Point struct {
 	Active int64 `json:"active"`
 	// Hosts is how many hosts contributed to the point.
 	Hosts int `json:"hosts"`
+	// CPS is connections (TCP) or flows (UDP) accepted per second;
+	// BytesIn and BytesOut the bytes per second from and to clients.
+	CPS      float64 `json:"cps"`
+	BytesIn  float64 `json:"bin"`
+	BytesOut float64 `json:"bout"`
+	// CPU (CPU seconds per second) and Memory (resident bytes) of the
+	// host process: host series only, 0 when the host does not say.
+	CPU    float64 `json:"cpu,omitempty"`
+	Memory uint64  `json:"mem,omitempty"`
 }
 
 // Charts is the history of every series: per load balancer
@@ -54,8 +63,11 @@ type counters struct {
 	at       time.Time
 	requests uint64
 	errors   uint64
-	p99      float64
-	active   int64
+	// conns, bytesIn and bytesOut count connections accepted and bytes
+	// from and to clients.
+	conns, bytesIn, bytesOut uint64
+	p99                      float64
+	active                   int64
 	// bounds and buckets are the latency histogram, when the host sends it.
 	bounds  []float64
 	buckets []uint64
@@ -63,10 +75,11 @@ type counters struct {
 
 // sample is one series' contribution from one host over one interval.
 type sample struct {
-	requests, errors uint64
-	seconds          float64
-	p99              float64
-	active           int64
+	requests, errors         uint64
+	conns, bytesIn, bytesOut uint64
+	seconds                  float64
+	p99                      float64
+	active                   int64
 	// bounds and buckets are the latency histogram of the interval (nil
 	// when the host sends none).
 	bounds  []float64
@@ -90,7 +103,8 @@ func newCharter(points int) *charter {
 }
 
 func trafficCounters(tr *pb.TrafficObservation, at time.Time) counters {
-	c := counters{at: at, p99: tr.GetP99Seconds(), active: tr.GetActiveConnections()}
+	c := counters{at: at, p99: tr.GetP99Seconds(), active: tr.GetActiveConnections(),
+		conns: tr.GetConnections(), bytesIn: tr.GetBytesIn(), bytesOut: tr.GetBytesOut()}
 	if b, n := tr.GetLatencyBounds(), tr.GetLatencyCounts(); len(b) > 0 && len(n) == len(b)+1 {
 		c.bounds, c.buckets = b, n
 	}
@@ -110,7 +124,8 @@ func delta(prev, cur counters) (sample, bool) {
 		return sample{}, false
 	}
 	s := sample{seconds: secs, p99: cur.p99, active: cur.active}
-	reset := cur.requests < prev.requests || cur.errors < prev.errors
+	reset := cur.requests < prev.requests || cur.errors < prev.errors ||
+		cur.conns < prev.conns || cur.bytesIn < prev.bytesIn || cur.bytesOut < prev.bytesOut
 	sameBuckets := cur.buckets != nil && slices.Equal(cur.bounds, prev.bounds)
 	if sameBuckets {
 		for i := range cur.buckets {
@@ -119,8 +134,10 @@ func delta(prev, cur counters) (sample, bool) {
 	}
 	if reset {
 		s.requests, s.errors = cur.requests, cur.errors
+		s.conns, s.bytesIn, s.bytesOut = cur.conns, cur.bytesIn, cur.bytesOut
 	} else {
 		s.requests, s.errors = cur.requests-prev.requests, cur.errors-prev.errors
+		s.conns, s.bytesIn, s.bytesOut = cur.conns-prev.conns, cur.bytesIn-prev.bytesIn, cur.bytesOut-prev.bytesOut
 	}
 	switch {
 	case cur.buckets == nil:
@@ -142,6 +159,7 @@ func delta(prev, cur counters) (sample, bool) {
 func (c *charter) add(obs *pb.ObserveResponse, now time.Time) {
 	lbSamples := map[string][]sample{}
 	hostSamples := map[string][]sample{}
+	hostRes := map[string]*pb.HostResources{}
 	present := map[string]bool{}
 	reached := map[string]bool{}
 	for _, h := range obs.GetHosts() {
@@ -151,6 +169,7 @@ func (c *charter) add(obs *pb.ObserveResponse, now time.Time) {
 			continue
 		}
 		reached[id] = true
+		hostRes[id] = h.GetResources()
 		at := now
 		if h.GetTime() != nil {
 			at = h.GetTime().AsTime()
@@ -225,7 +244,9 @@ func (c *charter) add(obs *pb.ObserveResponse, now time.Time) {
 	for _, id := range hosts {
 		keepHost[id] = true
 		if reached[id] {
-			c.hosts[id] = appendPoint(c.hosts[id], hostPoint(hostSamples[id], now), c.points)
+			p := hostPoint(hostSamples[id], now)
+			p.CPU, p.Memory = hostRes[id].GetCpu(), hostRes[id].GetMemoryBytes()
+			c.hosts[id] = appendPoint(c.hosts[id], p, c.points)
 		} else if _, ok := c.hosts[id]; !ok {
 			c.hosts[id] = []Point{}
 		}
@@ -249,6 +270,9 @@ func combine(ss []sample, now time.Time) Point {
 	for _, s := range ss {
 		req += float64(s.requests) / s.seconds
 		errs += float64(s.errors) / s.seconds
+		p.CPS += float64(s.conns) / s.seconds
+		p.BytesIn += float64(s.bytesIn) / s.seconds
+		p.BytesOut += float64(s.bytesOut) / s.seconds
 		p.Active += s.active
 		switch {
 		case s.buckets != nil && buckets == nil:

@@ -210,3 +210,28 @@ func TestChartP99FromBuckets(t *testing.T) {
 		t.Errorf("p99 without requests = %v, want 0", p.P99)
 	}
 }
+
+// TestChartL4Traffic: a TCP load balancer's connections per second and
+// bytes per second each way are charted (summed over hosts), and a host's
+// chart carries its CPU and memory.
+func TestChartL4Traffic(t *testing.T) {
+	t.Parallel()
+	l4 := func(node string, sec float64, conns, in, out uint64) *pb.HostObservation {
+		h := traffic(node, sec, "acme/db", conns, 0, 2, 0.001)
+		tr := h.Traffic[0]
+		tr.Connections, tr.BytesIn, tr.BytesOut = conns, in, out
+		h.Resources = &pb.HostResources{Cpu: 0.25, MemoryBytes: 64 << 20}
+		return h
+	}
+	c := newCharter(chartPoints)
+	c.add(observed(l4("n1", 0, 10, 1000, 5000), l4("n2", 0, 0, 0, 0)), t0)
+	// In 2 s: n1 took 20 connections, 4 MB in, 8 MB out; n2 10, 2 MB, 2 MB.
+	c.add(observed(l4("n1", 2, 30, 4_001_000, 8_005_000), l4("n2", 2, 10, 2_000_000, 2_000_000)), t0.Add(2*time.Second))
+	p := last(t, c.lbs["acme/db"])
+	if !near(p.CPS, 15) || !near(p.BytesIn, 3_000_000) || !near(p.BytesOut, 5_000_000) {
+		t.Errorf("lb point = %+v, want 15 conn/s, 3 MB/s in, 5 MB/s out", p)
+	}
+	if h := last(t, c.hosts["n1"]); !near(h.CPS, 10) || h.CPU != 0.25 || h.Memory != 64<<20 {
+		t.Errorf("host n1 point = %+v, want 10 conn/s, CPU 0.25, 64 MiB", h)
+	}
+}

@@ -92,7 +92,11 @@ func (f *freshness) settle(prev, cur *Snapshot, obs *pb.ObserveResponse, interva
 		if listFailed(cur) {
 			cur.Tenants, cur.Pools, cur.Certs = prev.Tenants, prev.Pools, prev.Certs
 			cur.LBs = slices.Clone(prev.LBs)
+			cur.objects, cur.objectsAt = prev.objects, prev.objectsAt
 		}
+		// A host's own report from an earlier read stays, marked
+		// unreachable, with when it was observed.
+		cur.Hosts = keepHosts(prev.Hosts, cur.Hosts, cur.Cluster.Nodes)
 	}
 	for i := range cur.Cluster.Nodes {
 		n := &cur.Cluster.Nodes[i]

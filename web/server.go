@@ -66,6 +66,8 @@ type Server struct {
 	charts *charter
 	// fresh is when each host last answered.
 	fresh freshness
+	// histCache holds recent answers of /api/history.
+	histCache historyCache
 }
 
 // New returns a Server reading cfg.Source. Call Run to start reading.
@@ -200,6 +202,8 @@ func (s *Server) Handler() http.Handler {
 	})))
 	mux.Handle("GET /api/snapshot", s.private(http.HandlerFunc(s.snapshot)))
 	mux.Handle("GET /api/stream", s.private(http.HandlerFunc(s.stream)))
+	mux.Handle("GET /api/history", s.private(http.HandlerFunc(s.history)))
+	mux.Handle("GET /api/object", s.private(http.HandlerFunc(s.object)))
 	return securityHeaders(mux, s.cfg.TokenKey == nil)
 }
 

@@ -68,11 +68,18 @@ type Snapshot struct {
 	Pools             []Pool   `json:"pools"`
 	LBs               []LB     `json:"lbs"`
 	Certs             []Cert   `json:"certs"`
+	// Hosts is each host's own state: resources, budgets, tenants' use.
+	Hosts []HostInfo `json:"hosts"`
 	// Errors are what could not be read this time, one line per distinct
 	// error with the parts it hit and since when it repeats.
 	Errors []ErrorLine `json:"errors,omitempty"`
 	// listFailed: a List call failed, so the objects are incomplete.
 	listFailed bool
+	// objects are the stored objects of this read by kind and name
+	// ("tenant/name" for namespaced kinds), for the YAML view.
+	objects map[string]map[string]*pb.Object
+	// objectsAt is when objects were read.
+	objectsAt time.Time
 }
 
 // ErrorLine is one error of a read, shown once however many parts it hit.
@@ -168,10 +175,13 @@ type Pool struct {
 
 // LB is one load balancer with its status and spec.
 type LB struct {
-	ID        string    `json:"id"` // tenant/name
-	Tenant    string    `json:"tenant"`
-	Name      string    `json:"name"`
-	Address   string    `json:"address"`
+	ID      string `json:"id"` // tenant/name
+	Tenant  string `json:"tenant"`
+	Name    string `json:"name"`
+	Address string `json:"address"`
+	// Addresses are every VIP of the load balancer (one per family of a
+	// dual-stack one), Address first.
+	Addresses []string  `json:"addresses"`
 	Status    string    `json:"status"`
 	Reasons   []string  `json:"reasons,omitempty"`
 	Listeners []string  `json:"listeners"`
@@ -200,6 +210,9 @@ type LBHost struct {
 	Problems  []string        `json:"problems"`
 	// Observed is when the host last answered (zero: never).
 	Observed time.Time `json:"observed"`
+	// MembersOmitted is how many members the host left out of its member
+	// traffic (over its bound).
+	MembersOmitted uint32 `json:"membersOmitted,omitempty"`
 }
 
 // ListenerState is one listen socket on one host.
@@ -219,6 +232,9 @@ type MemberState struct {
 	Reason    string    `json:"reason,omitempty"`
 	LastCheck time.Time `json:"lastCheck"`
 	InFlight  int64     `json:"inFlight"`
+	// Traffic is the member's last interval on this host (nil: the host
+	// did not report it, e.g. over its bound of members reported).
+	Traffic *MemberTraffic `json:"traffic,omitempty"`
 }
 
 // Cert is a certificate as stored.
@@ -336,6 +352,8 @@ func gather(ctx context.Context, src Source, now time.Time, eventsAfter map[stri
 			})
 		}
 	}
+	s.Hosts = hostInfos(obs.GetHosts(), now)
+	s.objects, s.objectsAt = objectIndex(objs), now
 	s.Tenants, s.Pools, s.LBs, s.Certs = nonNil(s.Tenants), nonNil(s.Pools), nonNil(s.LBs), nonNil(s.Certs)
 	return s, obs
 }
@@ -425,13 +443,16 @@ func lbHosts(id string, hosts []*pb.HostObservation) []LBHost {
 				v.Listeners = append(v.Listeners, ListenerState{Address: l.GetAddress(), Protocol: l.GetProtocol(), Bound: l.GetBound(), Error: l.GetError(), Since: l.GetSince().AsTime()})
 			}
 		}
+		traffic := memberTraffic(h, id)
+		v.MembersOmitted = traffic.omitted
 		for _, p := range h.GetPools() {
 			if p.GetLoadBalancer() != id {
 				continue
 			}
 			for _, m := range p.GetMembers() {
 				v.Members = append(v.Members, MemberState{Pool: p.GetPool(), Address: m.GetAddress(), Healthy: m.GetHealthy(),
-					Reason: m.GetReason(), LastCheck: m.GetLastCheck().AsTime(), InFlight: m.GetInFlight()})
+					Reason: m.GetReason(), LastCheck: m.GetLastCheck().AsTime(), InFlight: m.GetInFlight(),
+					Traffic: traffic.of[memberKey{p.GetPool(), m.GetAddress()}]})
 			}
 		}
 		for _, p := range h.GetProblems() {
@@ -459,7 +480,7 @@ func certHosts(tenant string, names []string, hosts []*pb.HostObservation) []Cer
 
 func lbView(lb *pb.LoadBalancer, vips map[string]*VIP, obs []*pb.HostObservation) LB {
 	addr := lb.GetStatus().GetAddress()
-	vip := vips[addr]
+	addrs := nonNil(api.StatusAddresses(lb))
 	id := lb.GetTenant() + "/" + lb.GetName()
 	hosts := lbHosts(id, obs)
 	st := observe.Assess(lb, obs)
@@ -474,11 +495,24 @@ func lbView(lb *pb.LoadBalancer, vips map[string]*VIP, obs []*pb.HostObservation
 	}
 	v := LB{
 		ID: id, Tenant: lb.GetTenant(), Name: lb.GetName(),
-		Address: addr, Status: st.GetPhase(), LastStatus: st.GetPhase(), Reasons: reasons,
+		Address: addr, Addresses: addrs, Status: st.GetPhase(), LastStatus: st.GetPhase(), Reasons: reasons,
 		Updated: lb.GetMeta().GetUpdated().AsTime(), Revision: lb.GetMeta().GetRevision(),
 		Hosts: hosts,
 	}
-	v.HeldBy, v.HeldByStale = holders(vip)
+	for _, a := range addrs {
+		fresh, stale := holders(vips[a])
+		for _, h := range fresh {
+			if !slices.Contains(v.HeldBy, h) {
+				v.HeldBy = append(v.HeldBy, h)
+			}
+		}
+		for _, h := range stale {
+			if !slices.Contains(v.HeldByStale, h) {
+				v.HeldByStale = append(v.HeldByStale, h)
+			}
+		}
+	}
+	v.HeldBy, v.HeldByStale = nonNil(v.HeldBy), nonNil(v.HeldByStale)
 	for _, l := range lb.GetListeners() {
 		v.Listeners = append(v.Listeners, fmt.Sprintf("%d/%s", l.GetPort(), l.GetProtocol()))
 	}
@@ -519,7 +553,7 @@ func tenantView(t *pb.Tenant, lbs, certs []*pb.Object) Tenant {
 		nLB++
 		nListeners += len(lb.GetListeners())
 		nRoutes += len(lb.GetRoutes())
-		if a := lb.GetStatus().GetAddress(); a != "" {
+		for _, a := range api.StatusAddresses(lb) {
 			addrs[a] = true
 		}
 		for _, p := range lb.GetPools() {

@@ -334,3 +334,19 @@ func TestHostEventsOnTheTimelineOnce(t *testing.T) {
 		t.Errorf("timeline:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// A dual-stack load balancer lists both VIPs, and the hosts holding
+// either.
+func TestLBViewDualStack(t *testing.T) {
+	lb := shop().GetLoadBalancer()
+	lb.Vip = &pb.VIPRequest{Families: []string{"ipv4", "ipv6"}}
+	lb.Status.Addresses = []string{"192.0.2.200", "2001:db8::200"}
+	vips := map[string]*VIP{
+		"192.0.2.200":   {Address: "192.0.2.200", Holders: []VIPHolder{{Node: "n1", State: "holding"}}},
+		"2001:db8::200": {Address: "2001:db8::200", Holders: []VIPHolder{{Node: "n2", State: "holding"}, {Node: "n1", State: "released"}}},
+	}
+	v := lbView(lb, vips, []*pb.HostObservation{hostObs("n1", "")})
+	if strings.Join(v.Addresses, ",") != "192.0.2.200,2001:db8::200" || v.Address != "192.0.2.200" || strings.Join(v.HeldBy, ",") != "n1,n2" {
+		t.Errorf("addresses %v (address %s) held by %v; want both VIPs, held by n1 and n2", v.Addresses, v.Address, v.HeldBy)
+	}
+}

@@ -86,7 +86,7 @@ func (c *Catalog) put(o any) {
 		k := lbKey{v.GetTenant(), v.GetName()}
 		c.unindex(c.lbs[k])
 		c.lbs[k] = v
-		if a, err := netip.ParseAddr(v.GetStatus().GetAddress()); err == nil {
+		for _, a := range addrsOf(v) {
 			c.byAddr[a] = append(c.byAddr[a], v)
 		}
 	case *pb.Node:
@@ -104,16 +104,30 @@ func (c *Catalog) unindex(old *pb.LoadBalancer) {
 	if old == nil {
 		return
 	}
-	a, err := netip.ParseAddr(old.GetStatus().GetAddress())
-	if err != nil {
-		return
+	for _, a := range addrsOf(old) {
+		users := slices.DeleteFunc(slices.Clone(c.byAddr[a]), func(u *pb.LoadBalancer) bool { return u == old })
+		if len(users) == 0 {
+			delete(c.byAddr, a)
+		} else {
+			c.byAddr[a] = users
+		}
 	}
-	users := slices.DeleteFunc(slices.Clone(c.byAddr[a]), func(u *pb.LoadBalancer) bool { return u == old })
-	if len(users) == 0 {
-		delete(c.byAddr, a)
-	} else {
-		c.byAddr[a] = users
+}
+
+// addrsOf returns every address lb holds: status.addresses when set, else
+// status.address (api.StatusAddrs, which this package may not import).
+func addrsOf(lb *pb.LoadBalancer) []netip.Addr {
+	ss := lb.GetStatus().GetAddresses()
+	if len(ss) == 0 {
+		ss = []string{lb.GetStatus().GetAddress()}
 	}
+	var out []netip.Addr
+	for _, s := range ss {
+		if a, err := netip.ParseAddr(s); err == nil {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // Delete removes the object ref names, if present.

@@ -104,19 +104,26 @@ func (a *app) explainLB(ctx context.Context, w io.Writer, c *client.Conn, ref *p
 	for _, p := range lb.GetStatus().GetProblems() {
 		fmt.Fprintf(w, "  problem:   %s: %s\n", p.GetField(), p.GetReason())
 	}
+	if p := api.FamilyProblem(lb); p != nil {
+		fmt.Fprintf(w, "  problem:   %s: %s\n", p.GetField(), p.GetReason())
+	}
 
 	fmt.Fprintln(w, "\n2. VIP")
-	addr := lb.GetStatus().GetAddress()
+	addrs := api.StatusAddresses(lb)
+	addr := strings.Join(addrs, ", ")
 	pool := lb.GetVip().GetPool()
-	if addr == "" {
+	switch {
+	case addr == "":
 		fmt.Fprintf(w, "  address:   none yet: pool %s gave none; check `teapot-lb get pool %s` for free addresses\n", orDash(pool), orDash(pool))
-	} else {
+	case len(lb.GetVip().GetFamilies()) > 0:
+		fmt.Fprintf(w, "  addresses: %s (pool %s, families %s)\n", addr, orDash(pool), strings.Join(lb.GetVip().GetFamilies(), ", "))
+	default:
 		fmt.Fprintf(w, "  address:   %s (pool %s)\n", addr, orDash(pool))
 	}
 	vipRows := 0
 	for _, h := range hosts {
 		for _, v := range h.GetVips() {
-			if v.GetAddress() != addr {
+			if !slices.Contains(addrs, v.GetAddress()) {
 				continue
 			}
 			vipRows++
@@ -295,10 +302,11 @@ func (a *app) explainTenant(ctx context.Context, w io.Writer, c *client.Conn, na
 			if k := api.AgentKind(lb.GetName()); k != "" {
 				origin = "agent (" + k + ")"
 			}
-			t.row("  "+lb.GetName(), st.GetPhase(), lb.GetStatus().GetAddress(), origin, st.GetReason())
+			t.row("  "+lb.GetName(), st.GetPhase(), strings.Join(api.StatusAddresses(lb), ","), origin, st.GetReason())
 		}
 		_ = t.flush()
 	}
+	writeTenantBGP(w, now, tn, obs.GetHosts())
 	writeUnreachable(w, obs.GetHosts())
 	writeExplainEvents(w, obs.GetHosts())
 	return nil

@@ -5,6 +5,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/teapot-lb/teapot-lb/api"
 	"github.com/teapot-lb/teapot-lb/api/observe"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
@@ -101,4 +102,44 @@ func refusedByValidation(f *fakeAdmin) []*pb.HostObservation {
 		"refused acme/svc-default-web: pools.default.members[0]: 192.168.1.5:30080 is outside the tenant's networks (10.20.0.0/16); ask the operator to add the network, or fix the Service's endpoints")}
 	hosts[0].LastEvent = 4
 	return hosts
+}
+
+// tenantBGP: acme peers with two speakers; lb1 has both sessions, one
+// closed for its prefix count, and lb2 has no bgp: section.
+func tenantBGP(f *fakeAdmin) []*pb.HostObservation {
+	t := f.objs[key(&pb.ObjectRef{Kind: api.KindTenant, Name: "acme"})].GetTenant()
+	t.Bgp = &pb.TenantBGP{Asn: 64600, Peers: []string{"10.20.0.5", "10.20.0.6"}, MaxPrefixes: 50}
+	hosts := f.servingHosts()
+	since := timestamppb.New(f.now.Add(-90 * time.Second))
+	hosts[0].TenantBgp = []*pb.TenantBGPObservation{{
+		Tenant: "acme",
+		Sessions: []*pb.TenantBGPSession{
+			{Peer: "10.20.0.5", State: "established", Received: 3, Since: since},
+			{Peer: "10.20.0.6", State: "prefix-limit", Reason: "announced more than maxPrefixes (50); dialled again 30s after it was closed", Since: since},
+		},
+		Accepted: []*pb.TenantRoute{{Prefix: "10.20.64.0/26", NextHop: "10.20.0.5", Peer: "10.20.0.5"}},
+		Dropped: []*pb.TenantRoute{
+			{Prefix: "0.0.0.0/0", NextHop: "10.20.0.5", Peer: "10.20.0.5", Reason: "default route"},
+			{Prefix: "10.30.0.0/16", NextHop: "10.20.0.5", Peer: "10.20.0.5", Reason: "outside the tenant's networks"},
+		},
+		AcceptedCount: 1, DroppedCount: 2,
+	}}
+	hosts[1].TenantBgp = []*pb.TenantBGPObservation{{Tenant: "acme", Problem: "this host has no bgp: section in its serve config (bgp.asn): it does not peer with the tenant's speakers nor install their routes"}}
+	return hosts
+}
+
+// dualStack: acme/dual holds an IPv4 and an IPv6 VIP; acme/half asked
+// for both under familyPolicy prefer and got the IPv4 one alone. Both
+// are served on every address they have.
+func dualStack(f *fakeAdmin) []*pb.HostObservation {
+	lb := func(name, policy string, addrs ...string) *pb.LoadBalancer {
+		return &pb.LoadBalancer{Name: name, Tenant: "acme",
+			Vip:       &pb.VIPRequest{Pool: "public", Families: []string{"ipv4", "ipv6"}, FamilyPolicy: policy},
+			Listeners: []*pb.Listener{{Port: 53, Protocol: "udp", Pool: "dns"}},
+			Pools:     map[string]*pb.BackendPool{"dns": {Members: []*pb.Member{{Address: "10.20.0.53:53"}}}},
+			Status:    &pb.LoadBalancerStatus{Address: addrs[0], Addresses: addrs}}
+	}
+	f.put(api.Wrap(lb("dual", "", "192.0.2.40", "2001:db8:10::40")))
+	f.put(api.Wrap(lb("half", "prefer", "192.0.2.41")))
+	return f.servingHosts()
 }

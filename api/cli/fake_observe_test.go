@@ -2,8 +2,9 @@ package cli_test
 
 import (
 	"context"
-	"fmt"
+	"net"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -66,11 +67,13 @@ func (f *fakeAdmin) servingHosts() []*pb.HostObservation {
 		for _, k := range keys {
 			lb := f.objs[k].GetLoadBalancer()
 			name := lb.GetTenant() + "/" + lb.GetName()
-			addr := lb.GetStatus().GetAddress()
-			for i, l := range lb.GetListeners() {
-				h.Listeners = append(h.Listeners, &pb.ListenerObservation{LoadBalancer: name, Index: uint32(i),
-					Address: fmt.Sprintf("%s:%d", addr, l.GetPort()), Protocol: l.GetProtocol(), Bound: true,
-					Since: timestamppb.New(f.now.Add(-time.Hour))})
+			addrs := api.StatusAddresses(lb)
+			for _, addr := range addrs {
+				for i, l := range lb.GetListeners() {
+					h.Listeners = append(h.Listeners, &pb.ListenerObservation{LoadBalancer: name, Index: uint32(i),
+						Address: net.JoinHostPort(addr, strconv.Itoa(int(l.GetPort()))), Protocol: l.GetProtocol(), Bound: true,
+						Since: timestamppb.New(f.now.Add(-time.Hour))})
+				}
 			}
 			var pools []string
 			for p := range lb.GetPools() {
@@ -90,8 +93,10 @@ func (f *fakeAdmin) servingHosts() []*pb.HostObservation {
 			if id == "lb1" {
 				state, reason = "holding", "ranked first among live hosts"
 			}
-			h.Vips = append(h.Vips, &pb.VIPHolding{Address: addr, Mode: "arp", State: state, Reason: reason,
-				Since: timestamppb.New(f.now.Add(-3 * time.Hour)), LoadBalancers: []string{name}})
+			for _, addr := range addrs {
+				h.Vips = append(h.Vips, &pb.VIPHolding{Address: addr, Mode: "arp", State: state, Reason: reason,
+					Since: timestamppb.New(f.now.Add(-3 * time.Hour)), LoadBalancers: []string{name}})
+			}
 		}
 		out = append(out, h)
 	}
@@ -135,6 +140,11 @@ func filterHost(h *pb.HostObservation, f observe.Filter, req *pb.ObserveRequest)
 				out.Vips = append(out.Vips, v)
 				break
 			}
+		}
+	}
+	for _, b := range h.TenantBgp {
+		if f.MatchTenant(b.Tenant) {
+			out.TenantBgp = append(out.TenantBgp, b)
 		}
 	}
 	for _, c := range h.Certificates {

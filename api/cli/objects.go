@@ -391,6 +391,7 @@ func (a *app) withObserved(ctx context.Context, c *client.Conn, objs []*pb.Objec
 	} else {
 		hosts = resp.GetHosts()
 	}
+	a.observed = hosts
 	for _, o := range objs {
 		lb := o.GetLoadBalancer()
 		if lb == nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/teapot-lb/teapot-lb/api/client"
 	"github.com/teapot-lb/teapot-lb/api/manifest"
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
 
 // Build information, set with -ldflags "-X github.com/teapot-lb/teapot-lb/api/cli.Version=...".
@@ -50,6 +51,9 @@ type app struct {
 	server     string
 	output     outputFlag
 	timeout    time.Duration
+	// observed is what the hosts answered for the objects shown (set by
+	// withObserved), for the traffic of wide tables.
+	observed []*pb.HostObservation
 }
 
 // NewRoot returns a "teapot-lb" root command with the client commands and

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -125,15 +126,26 @@ func (a *app) writeTable(w io.Writer, kind string, objs []*pb.Object, lbs []*pb.
 		}
 	case api.KindLoadBalancer:
 		head := []string{"TENANT", "NAME", "STATUS", "ADDRESS", "HELD BY", "POOL", "LISTENERS", "ROUTES", "MEMBERS", "AGE"}
+		var traffic map[string]*lbTraffic
 		if a.output == OutputWide {
-			head = append(head, "REASON")
+			// The last interval of the hosts' history rings (10 s), and
+			// how long ago it ended.
+			head = append(head, "REQ/S", "5XX", "P99", "CONNS", "TRAFFIC AGE", "REASON")
+			traffic = trafficOf(a.observed)
 		}
 		t.row(head...)
 		for _, o := range objs {
 			v := o.GetLoadBalancer()
-			addr := v.GetStatus().GetAddress()
+			addrs := api.StatusAddresses(v)
+			addr := strings.Join(addrs, ",")
 			if addr == "" {
 				addr = "<pending>"
+			}
+			var held []string
+			for _, a := range addrs {
+				if h := holders[a]; h != "" && !slices.Contains(held, h) {
+					held = append(held, h)
+				}
 			}
 			var listeners []string
 			for _, l := range v.GetListeners() {
@@ -143,9 +155,10 @@ func (a *app) writeTable(w io.Writer, kind string, objs []*pb.Object, lbs []*pb.
 			for _, p := range v.GetPools() {
 				members += len(p.GetMembers())
 			}
-			row := []string{v.GetTenant(), v.GetName(), orDash(v.GetStatus().GetObserved().GetPhase()), addr, orDash(holders[v.GetStatus().GetAddress()]), v.GetVip().GetPool(), list(listeners),
+			row := []string{v.GetTenant(), v.GetName(), orDash(v.GetStatus().GetObserved().GetPhase()), addr, orDash(strings.Join(held, ",")), v.GetVip().GetPool(), list(listeners),
 				strconv.Itoa(len(v.GetRoutes())), strconv.Itoa(members), age(now, v.GetMeta().GetCreated())}
 			if a.output == OutputWide {
+				row = append(row, trafficCells(traffic[v.GetTenant()+"/"+v.GetName()], now)...)
 				row = append(row, v.GetStatus().GetObserved().GetReason())
 			}
 			t.row(row...)
@@ -172,6 +185,11 @@ func (a *app) writeTable(w io.Writer, kind string, objs []*pb.Object, lbs []*pb.
 	if err := t.flush(); err != nil {
 		return err
 	}
+	if kind == api.KindLoadBalancer && a.output == OutputWide {
+		if err := writeMemberTraffic(w, objs, a.observed, now); err != nil {
+			return err
+		}
+	}
 	return writeProblems(w, objs)
 }
 
@@ -182,6 +200,9 @@ func writeProblems(w io.Writer, objs []*pb.Object) error {
 	for _, o := range objs {
 		lb := o.GetLoadBalancer()
 		for _, p := range lb.GetStatus().GetProblems() {
+			rows = append(rows, []string{lb.GetTenant() + "/" + lb.GetName(), p.GetField(), p.GetReason()})
+		}
+		if p := api.FamilyProblem(lb); p != nil {
 			rows = append(rows, []string{lb.GetTenant() + "/" + lb.GetName(), p.GetField(), p.GetReason()})
 		}
 	}
@@ -201,12 +222,10 @@ func writeProblems(w io.Writer, objs []*pb.Object) error {
 func used(pool *pb.VIPPool, lbs []*pb.LoadBalancer) int {
 	addrs := map[string]bool{}
 	for _, lb := range lbs {
-		addr := lb.GetStatus().GetAddress()
-		if addr == "" {
-			continue
-		}
-		if lb.GetVip().GetPool() == pool.GetName() || (lb.GetVip().GetPool() == "" && inPool(pool, addr)) {
-			addrs[addr] = true
+		for _, addr := range api.StatusAddresses(lb) {
+			if lb.GetVip().GetPool() == pool.GetName() || (lb.GetVip().GetPool() == "" && inPool(pool, addr)) {
+				addrs[addr] = true
+			}
 		}
 	}
 	return len(addrs)

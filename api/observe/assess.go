@@ -49,6 +49,10 @@ func Assess(lb *pb.LoadBalancer, hosts []*pb.HostObservation) *pb.ObservedStatus
 		add("spec: %s: %s", p.GetField(), p.GetReason())
 	}
 	addr := lb.GetStatus().GetAddress()
+	addrs := lb.GetStatus().GetAddresses() // every VIP of a dual-stack one
+	if len(addrs) == 0 {
+		addrs = []string{addr}
+	}
 	if addr == "" {
 		out.Phase, out.Reason = Pending, "no address allocated yet"
 		out.Problems = problems
@@ -59,6 +63,9 @@ func Assess(lb *pb.LoadBalancer, hosts []*pb.HostObservation) *pb.ObservedStatus
 	var reachable, refused, pending, unbound, noMember, serving int
 	vipReported := false
 	var released []string
+	// Per VIP of a dual-stack load balancer: reported by some host, and
+	// held by one.
+	vipSeen, vipHeld := map[string]bool{}, map[string]bool{}
 	for _, h := range hosts {
 		if !h.GetReachable() {
 			continue
@@ -66,12 +73,16 @@ func Assess(lb *pb.LoadBalancer, hosts []*pb.HostObservation) *pb.ObservedStatus
 		reachable++
 		id := h.GetNodeId()
 		for _, v := range h.GetVips() {
-			if v.GetAddress() != addr {
+			if !slices.Contains(addrs, v.GetAddress()) {
 				continue
 			}
 			vipReported = true
+			vipSeen[v.GetAddress()] = true
 			if Held(v.GetState()) {
-				out.HeldBy = append(out.HeldBy, id)
+				vipHeld[v.GetAddress()] = true
+				if !slices.Contains(out.HeldBy, id) {
+					out.HeldBy = append(out.HeldBy, id)
+				}
 			} else if v.GetReason() != "" {
 				released = append(released, id+": "+v.GetReason())
 			}
@@ -170,6 +181,13 @@ func Assess(lb *pb.LoadBalancer, hosts []*pb.HostObservation) *pb.ObservedStatus
 	}
 	slices.Sort(out.HeldBy)
 	out.HeldBy = slices.Compact(out.HeldBy)
+	if len(out.HeldBy) > 0 {
+		for _, a := range addrs {
+			if vipSeen[a] && !vipHeld[a] {
+				add("no host holds VIP %s, one of the load balancer's %d: its clients of that family get no answer", a, len(addrs))
+			}
+		}
+	}
 	out.Problems = problems
 	switch {
 	case reachable == 0:

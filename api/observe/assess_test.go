@@ -70,6 +70,18 @@ func TestAssess(t *testing.T) {
 			}
 		})
 	}
+	// A dual-stack load balancer with one of its VIPs held by nobody.
+	dual := assessLB()
+	dual.Status.Addresses = []string{"192.0.2.10", "2001:db8::10"}
+	h1 := host("n1", true, []bool{true}, "holding")
+	h1.Vips = append(h1.Vips, &pb.VIPHolding{Address: "2001:db8::10", State: "released", Reason: "no majority", LoadBalancers: []string{"acme/web"}})
+	if got := Assess(dual, []*pb.HostObservation{h1}); got.Phase != Degraded || !strings.Contains(got.Reason, "no host holds VIP 2001:db8::10, one of the load balancer's 2") {
+		t.Errorf("dual stack, IPv6 VIP released: %s %q", got.Phase, got.Reason)
+	}
+	h1.Vips[1].State = "holding"
+	if got := Assess(dual, []*pb.HostObservation{h1}); got.Phase != Serving || strings.Join(got.HeldBy, ",") != "n1" {
+		t.Errorf("dual stack, both held: %s %q held by %v", got.Phase, got.Reason, got.HeldBy)
+	}
 	held := Assess(assessLB(), []*pb.HostObservation{host("n2", true, []bool{true}, "announcing"), host("n1", true, []bool{true}, "announcing")})
 	if strings.Join(held.HeldBy, ",") != "n1,n2" {
 		t.Errorf("held by %v", held.HeldBy)

@@ -24,6 +24,9 @@ const (
 	EventCertFailed    = "cert-failed"
 	EventTenantRefused = "tenant-refused"
 	EventLeaderChange  = "leader-change"
+	// EventRouteDropped: a tenant's BGP speaker announced a route that
+	// was dropped, or its session was closed for its prefix count.
+	EventRouteDropped = "route-dropped"
 )
 
 // Severities.

@@ -16,11 +16,13 @@ type Filter struct {
 	Tenant string
 	// LB is "tenant/name".
 	LB string
+	// History asks for the host's history ring (ObserveRequest.history).
+	History bool
 }
 
 // FilterOf is the filter of a request.
 func FilterOf(req *pb.ObserveRequest) Filter {
-	return Filter{Tenant: req.GetTenant(), LB: req.GetLoadBalancer()}
+	return Filter{Tenant: req.GetTenant(), LB: req.GetLoadBalancer(), History: req.GetHistory()}
 }
 
 // Match reports whether an object of tenant, or of load balancer lb

@@ -218,7 +218,10 @@ func TestEnumsMatchValidation(t *testing.T) {
 		"teapot.v1.VIPPool.mode": func(v string) (string, error) {
 			return "mode", api.ValidatePool(&pb.VIPPool{Name: "more", Cidrs: []string{"198.51.100.0/28"}, Mode: v}, testCatalog())
 		},
-		"teapot.v1.VIPRequest.family":     lbCase("vip.family", func(lb *pb.LoadBalancer, v string) { lb.Vip.Family = v }),
+		"teapot.v1.VIPRequest.family": lbCase("vip.family", func(lb *pb.LoadBalancer, v string) { lb.Vip.Family = v }),
+		"teapot.v1.VIPRequest.family_policy": lbCase("vip.familyPolicy", func(lb *pb.LoadBalancer, v string) {
+			lb.Vip.Families, lb.Vip.FamilyPolicy = []string{"ipv4"}, v
+		}),
 		"teapot.v1.Listener.protocol":     lbCase("listeners[0].protocol", func(lb *pb.LoadBalancer, v string) { lb.Listeners[0].Protocol = v }),
 		"teapot.v1.TLSPolicy.min_version": lbCase("listeners[0].tls.minVersion", func(lb *pb.LoadBalancer, v string) { lb.Listeners[0].Tls.MinVersion = v }),
 		"teapot.v1.Route.path_type":       lbCase("routes[0].pathType", func(lb *pb.LoadBalancer, v string) { lb.Routes[0].PathType = v }),

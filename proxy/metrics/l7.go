@@ -37,6 +37,8 @@ type httpMemberKey struct {
 
 type httpMemberCounters struct {
 	requests, failures atomic.Int64
+	// latency is the upstream time of the member's requests.
+	latency Histogram
 }
 
 // Request implements l7.Metrics: it counts one finished HTTP request per
@@ -55,6 +57,9 @@ func (m *Memory) Request(s l7.RequestStats) {
 	if s.Member.IsValid() {
 		mc := m.httpMembers.get(httpMemberKey{s.LB, s.Pool, s.Member})
 		mc.requests.Add(1)
+		if s.Upstream > 0 {
+			mc.latency.Observe(s.Upstream)
+		}
 		if s.Status >= 500 || s.Outcome == l7.OutcomeUpstreamError || s.Outcome == l7.OutcomeUpstreamTimeout {
 			mc.failures.Add(1)
 		}
@@ -82,6 +87,8 @@ type HTTPMemberStats struct {
 	LB, Pool           string
 	Member             netip.AddrPort
 	Requests, Failures int64
+	// Latency is the upstream time of the member's requests.
+	Latency HistogramValues
 }
 
 // HTTP returns the HTTP counters, unsorted.
@@ -97,7 +104,7 @@ func (m *Memory) HTTP() ([]HTTPStats, []HTTPMemberStats) {
 	})
 	var ms []HTTPMemberStats
 	m.httpMembers.each(func(k httpMemberKey, c *httpMemberCounters) {
-		ms = append(ms, HTTPMemberStats{LB: k.lb, Pool: k.pool, Member: k.addr, Requests: c.requests.Load(), Failures: c.failures.Load()})
+		ms = append(ms, HTTPMemberStats{LB: k.lb, Pool: k.pool, Member: k.addr, Requests: c.requests.Load(), Failures: c.failures.Load(), Latency: c.latency.values()})
 	})
 	return hs, ms
 }

@@ -14,17 +14,25 @@ import (
 )
 
 // Buckets are the upper bounds of the latency histograms; a last,
-// unbounded bucket catches the rest.
+// unbounded bucket catches the rest. Between 50 ms and 1.5 s, where web
+// latencies live, a bound is at most 1.5 times the one below it, so a p99
+// read from the bucket is at most that far above the true one (the bounds
+// of earlier releases are all kept, so queries naming an le still work).
 var Buckets = []time.Duration{
 	500 * time.Microsecond, time.Millisecond, 2500 * time.Microsecond, 5 * time.Millisecond,
-	10 * time.Millisecond, 25 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond,
-	250 * time.Millisecond, 500 * time.Millisecond, time.Second, 2500 * time.Millisecond,
+	10 * time.Millisecond, 25 * time.Millisecond, 50 * time.Millisecond, 75 * time.Millisecond,
+	100 * time.Millisecond, 150 * time.Millisecond, 200 * time.Millisecond, 250 * time.Millisecond,
+	300 * time.Millisecond, 400 * time.Millisecond, 500 * time.Millisecond, 750 * time.Millisecond,
+	time.Second, 1500 * time.Millisecond, 2500 * time.Millisecond,
 	5 * time.Second, 10 * time.Second, 30 * time.Second, time.Minute,
 }
 
+// numBuckets is len(Buckets)+1: the histograms' counts.
+const numBuckets = 24
+
 // Histogram counts durations into Buckets.
 type Histogram struct {
-	counts [17]atomic.Uint64 // len(Buckets)+1
+	counts [numBuckets]atomic.Uint64
 	sum    atomic.Int64
 }
 

@@ -72,3 +72,35 @@ func TestMemoryRetain(t *testing.T) {
 		t.Fatalf("a load balancer served again should start from zero: %+v", r.Listeners)
 	}
 }
+
+// TestBucketsResolveWebLatencies: between 50 ms and 1.5 s a p99 is read
+// from a bucket at most 1.5 times the true value (a 180 ms p99 is 0.2 s,
+// not the 0.25 s of the coarser buckets before), and the histogram's
+// counts match the bounds.
+func TestBucketsResolveWebLatencies(t *testing.T) {
+	t.Parallel()
+	if len(Buckets)+1 != numBuckets {
+		t.Fatalf("%d bounds need %d counts, histograms keep %d", len(Buckets), len(Buckets)+1, numBuckets)
+	}
+	for i := 1; i < len(Buckets); i++ {
+		if lo, hi := Buckets[i-1], Buckets[i]; lo >= 50*time.Millisecond && hi <= 1500*time.Millisecond && float64(hi) > 1.5*float64(lo) {
+			t.Errorf("bounds %s and %s are more than 1.5 times apart", lo, hi)
+		}
+	}
+	for _, tc := range []struct{ took, p99 time.Duration }{
+		{60 * time.Millisecond, 75 * time.Millisecond},
+		{120 * time.Millisecond, 150 * time.Millisecond},
+		{180 * time.Millisecond, 200 * time.Millisecond},
+		{350 * time.Millisecond, 400 * time.Millisecond},
+		{600 * time.Millisecond, 750 * time.Millisecond},
+		{1200 * time.Millisecond, 1500 * time.Millisecond},
+	} {
+		var m Memory
+		for range 100 {
+			m.MemberRequest("acme/shop", "web", "10.0.0.1:80", 200, tc.took)
+		}
+		if got := Quantile(m.Report().Members[0].Latency, 0.99); got != tc.p99 {
+			t.Errorf("p99 of %s: %s, want %s", tc.took, got, tc.p99)
+		}
+	}
+}

@@ -16,60 +16,7 @@ var _ observe.Source = (*Memory)(nil)
 // bytes each way, and the 99th percentile of request (L7) or connect (L4)
 // latency.
 func (m *Memory) Observe(f observe.Filter, h *pb.HostObservation) {
-	type acc struct {
-		t       *pb.TrafficObservation
-		http    bool
-		latency HistogramValues
-	}
-	byLB := map[string]*acc{}
-	get := func(lb string) *acc {
-		a := byLB[lb]
-		if a == nil {
-			a = &acc{t: &pb.TrafficObservation{LoadBalancer: lb, Requests: map[string]uint64{}}}
-			byLB[lb] = a
-		}
-		return a
-	}
-	r := m.Report()
-	for _, l := range r.Listeners {
-		if !f.MatchLB(l.LB) {
-			continue
-		}
-		a := get(l.LB)
-		a.t.Connections += uint64(l.Opened)
-		a.t.ActiveConnections += l.Opened - l.Closed
-		a.t.BytesIn += uint64(l.BytesIn)
-		a.t.BytesOut += uint64(l.BytesOut)
-	}
-	hs, _ := m.HTTP()
-	for _, s := range hs {
-		if !f.MatchLB(s.LB) {
-			continue
-		}
-		a := get(s.LB)
-		a.http = true
-		for i, n := range s.ByClass {
-			if i > 0 && n > 0 {
-				a.t.Requests[ClassNames[i]] += uint64(n)
-			}
-		}
-		a.latency = addHistograms(a.latency, s.Latency)
-	}
-	for _, s := range r.Members {
-		if !f.MatchLB(s.LB) || get(s.LB).http {
-			continue
-		}
-		a := get(s.LB)
-		for status, n := range s.ByStatus {
-			switch {
-			case status == 0:
-				a.t.Requests["2xx"] += uint64(n)
-			case status >= 100 && status < 600:
-				a.t.Requests[ClassNames[status/100]] += uint64(n)
-			}
-		}
-		a.latency = addHistograms(a.latency, s.Latency)
-	}
+	byLB := m.totals(f.MatchLB)
 	lbs := make([]string, 0, len(byLB))
 	for lb := range byLB {
 		lbs = append(lbs, lb)
@@ -87,6 +34,69 @@ func (m *Memory) Observe(f observe.Filter, h *pb.HostObservation) {
 		}
 		h.Traffic = append(h.Traffic, a.t)
 	}
+}
+
+// lbTotals is one load balancer's counters since the host started.
+type lbTotals struct {
+	t       *pb.TrafficObservation
+	http    bool
+	latency HistogramValues
+}
+
+// totals adds up the counters of the load balancers match selects.
+func (m *Memory) totals(match func(lb string) bool) map[string]*lbTotals {
+	byLB := map[string]*lbTotals{}
+	get := func(lb string) *lbTotals {
+		a := byLB[lb]
+		if a == nil {
+			a = &lbTotals{t: &pb.TrafficObservation{LoadBalancer: lb, Requests: map[string]uint64{}}}
+			byLB[lb] = a
+		}
+		return a
+	}
+	r := m.Report()
+	for _, l := range r.Listeners {
+		if !match(l.LB) {
+			continue
+		}
+		a := get(l.LB)
+		a.t.Connections += uint64(l.Opened)
+		a.t.ActiveConnections += l.Opened - l.Closed
+		a.t.BytesIn += uint64(l.BytesIn)
+		a.t.BytesOut += uint64(l.BytesOut)
+	}
+	hs, _ := m.HTTP()
+	for _, s := range hs {
+		if !match(s.LB) {
+			continue
+		}
+		a := get(s.LB)
+		a.http = true
+		a.t.BytesIn += uint64(s.RequestBytes)
+		a.t.BytesOut += uint64(s.ResponseBytes)
+		for i, n := range s.ByClass {
+			if i > 0 && n > 0 {
+				a.t.Requests[ClassNames[i]] += uint64(n)
+			}
+		}
+		a.latency = addHistograms(a.latency, s.Latency)
+	}
+	for _, s := range r.Members {
+		if !match(s.LB) || get(s.LB).http {
+			continue
+		}
+		a := get(s.LB)
+		for status, n := range s.ByStatus {
+			switch {
+			case status == 0:
+				a.t.Requests["2xx"] += uint64(n)
+			case status >= 100 && status < 600:
+				a.t.Requests[ClassNames[status/100]] += uint64(n)
+			}
+		}
+		a.latency = addHistograms(a.latency, s.Latency)
+	}
+	return byLB
 }
 
 func addHistograms(a, b HistogramValues) HistogramValues {

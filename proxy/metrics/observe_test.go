@@ -26,7 +26,7 @@ func TestObserveTraffic(t *testing.T) {
 		m.Request(l7.RequestStats{LB: "acme/web", Listener: "192.0.2.2:80/tcp", Status: 200, Duration: 3 * time.Millisecond})
 		m.MemberRequest("acme/web", "web", "10.20.0.3:80", 200, 3*time.Millisecond)
 	}
-	m.Request(l7.RequestStats{LB: "acme/web", Listener: "192.0.2.2:80/tcp", Status: 503, Duration: 2 * time.Second})
+	m.Request(l7.RequestStats{LB: "acme/web", Listener: "192.0.2.2:80/tcp", Status: 503, Duration: 2 * time.Second, RequestBytes: 10, ResponseBytes: 700})
 	m.ConnOpened("beta/x", "192.0.2.3:80/tcp")
 
 	var h pb.HostObservation
@@ -39,7 +39,8 @@ func TestObserveTraffic(t *testing.T) {
 		db.Requests["2xx"] != 2 || db.Requests["5xx"] != 1 || db.P99Seconds != (2500*time.Microsecond).Seconds() {
 		t.Errorf("L4: %v", db)
 	}
-	if web.Requests["2xx"] != 99 || web.Requests["5xx"] != 1 || web.Connections != 1 || web.P99Seconds != (5*time.Millisecond).Seconds() {
+	if web.Requests["2xx"] != 99 || web.Requests["5xx"] != 1 || web.Connections != 1 || web.P99Seconds != (5*time.Millisecond).Seconds() ||
+		web.BytesIn != 10 || web.BytesOut != 700 {
 		t.Errorf("L7 (member requests must not count twice): %v", web)
 	}
 	// The histogram behind the p99: 99 requests up to 5 ms, one up to 2.5 s.

@@ -17,7 +17,8 @@ import (
 
 // Compile turns the full desired state (every LoadBalancer, Tenant and
 // VIPPool; other kinds are ignored) into a snapshot. Only load balancers
-// with a status.address are served. What is broken in one load balancer is
+// with a status.address are served (a dual-stack one on each address of
+// status.addresses). What is broken in one load balancer is
 // reported in Problems under "tenant/name" and skipped: a member that does
 // not parse, a listener whose address and port another load balancer
 // already serves, a route to a missing pool.
@@ -470,11 +471,18 @@ func (b *lbCompile) problem(field, format string, args ...any) {
 }
 
 func (b *lbCompile) compile(lb *pb.LoadBalancer, t *tenantInfo, e *entry) {
-	if lb.GetStatus().GetAddress() == "" {
-		return
+	addrs := api.StatusAddresses(lb)
+	vips := make([]netip.Addr, 0, len(addrs))
+	for i, s := range addrs {
+		field := "status.address"
+		if len(lb.GetStatus().GetAddresses()) > 0 {
+			field = "status.addresses[" + strconv.Itoa(i) + "]"
+		}
+		if a, ok := b.address(field, s, len(addrs) == 1); ok {
+			vips = append(vips, a)
+		}
 	}
-	vip, ok := b.address(lb.GetStatus().GetAddress())
-	if !ok {
+	if len(vips) == 0 {
 		return
 	}
 	if t == nil {
@@ -526,19 +534,30 @@ func (b *lbCompile) compile(lb *pb.LoadBalancer, t *tenantInfo, e *entry) {
 				byPort[l.GetPort()] = lr
 			}
 		}
-		cl := b.listener(field, i, l, lb, vip, e.pools, lr)
-		if cl == nil {
+		first := b.listener(field, i, l, lb, vips[0], e.pools, lr)
+		if first == nil {
 			continue
 		}
-		if al := lb.GetAccessLog(); al.GetEnabled() && (cl.Protocol == ProtoHTTP || cl.Protocol == ProtoHTTPS) {
-			cl.AccessLog = cmp.Or(al.GetSample(), 1)
+		if al := lb.GetAccessLog(); al.GetEnabled() && (first.Protocol == ProtoHTTP || first.Protocol == ProtoHTTPS) {
+			first.AccessLog = cmp.Or(al.GetSample(), 1)
 		}
-		if j, dup := seen[cl.Key]; dup {
-			b.problem(field+".port", "%s duplicates listeners[%d]; use another port", cl.Key, j)
-			continue
+		// A dual-stack load balancer serves each listener on every VIP:
+		// one listener per address, alike but for the key.
+		for k, vip := range vips {
+			cl := first
+			if k > 0 {
+				c := *first
+				c.Key.Addr = netip.AddrPortFrom(vip, first.Key.Addr.Port())
+				c.Name = c.Key.String()
+				cl = &c
+			}
+			if j, dup := seen[cl.Key]; dup {
+				b.problem(field+".port", "%s duplicates listeners[%d]; use another port", cl.Key, j)
+				continue
+			}
+			seen[cl.Key] = i
+			e.claims = append(e.claims, claim{l: cl, field: field})
 		}
-		seen[cl.Key] = i
-		e.claims = append(e.claims, claim{l: cl, field: field})
 	}
 }
 
@@ -561,16 +580,21 @@ func createdNanos(lb *pb.LoadBalancer) int64 {
 	return ts.AsTime().UnixNano()
 }
 
-// address parses status.address and checks that it lies in a VIP pool: the
+// address parses one of the load balancer's addresses (field names it;
+// only: it is the only one) and checks that it lies in a VIP pool: the
 // proxy binds nothing else.
-func (b *lbCompile) address(s string) (netip.Addr, bool) {
+func (b *lbCompile) address(field, s string, only bool) (netip.Addr, bool) {
+	then := "nothing of this load balancer is served"
+	if !only {
+		then = "the load balancer is not served on it"
+	}
 	a, err := netip.ParseAddr(s)
 	switch {
 	case err != nil:
-		b.problem("status.address", "%q is not an IP address; nothing of this load balancer is served", s)
+		b.problem(field, "%q is not an IP address; %s", s, then)
 		return a, false
 	case a.Zone() != "" || a.Is4In6():
-		b.problem("status.address", "%s must be a plain IPv4 or IPv6 address; nothing of this load balancer is served", s)
+		b.problem(field, "%s must be a plain IPv4 or IPv6 address; %s", s, then)
 		return a, false
 	}
 	for _, r := range b.c.vipRanges {
@@ -578,7 +602,7 @@ func (b *lbCompile) address(s string) (netip.Addr, bool) {
 			return a, true
 		}
 	}
-	b.problem("status.address", "%s is not inside any VIP pool; nothing of this load balancer is served", a)
+	b.problem(field, "%s is not inside any VIP pool; %s", a, then)
 	return a, false
 }
 

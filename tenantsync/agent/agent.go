@@ -27,6 +27,7 @@ import (
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gwclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 
+	"github.com/teapot-lb/teapot-lb/api"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 	"github.com/teapot-lb/teapot-lb/tenantsync/translate"
 )
@@ -269,6 +270,23 @@ func (a *Agent) setTenant(t *pb.Tenant) {
 	a.optMu.Unlock()
 	if changed {
 		a.log.Info("tenant settings", "tenant", t.GetName(), "podsRoutable", o.PodsRoutable, "defaultPool", o.DefaultPool)
+		a.set.markAll()
+	}
+}
+
+// setFeatureLevel takes what the LB cluster serves (the welcome's
+// feature level) into the options and retranslates everything when it
+// changed: dual-stack Services ask for a VIP of each family only from a
+// cluster whose every host serves them.
+func (a *Agent) setFeatureLevel(level uint32) {
+	a.optMu.Lock()
+	o := a.options
+	o.DualStack = level >= api.LevelOf(api.FeatureDualStack)
+	changed := o != a.options
+	a.options = o
+	a.optMu.Unlock()
+	if changed {
+		a.log.Info("LB cluster features", "featureLevel", level, "dualStack", o.DualStack)
 		a.set.markAll()
 	}
 }

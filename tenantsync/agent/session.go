@@ -164,6 +164,7 @@ func (a *Agent) runSession(ctx context.Context) error {
 		held = append(held, o.GetName())
 	}
 	a.set.hold(held)
+	a.setFeatureLevel(w.GetFeatureLevel())
 	a.setTenant(w.GetTenant())
 	a.book.reset(w.GetObjects())
 	a.health.connected.Store(true)

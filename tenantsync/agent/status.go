@@ -64,7 +64,7 @@ func (b *statusBook) put(objs []*pb.ObjectStatus) {
 		}
 		if o.GetError() != "" {
 			if prev := b.byName[o.GetName()]; prev != nil {
-				o = &pb.ObjectStatus{Name: o.GetName(), Version: prev.GetVersion(), Address: prev.GetAddress(), Problems: prev.GetProblems(), Error: o.GetError()}
+				o = &pb.ObjectStatus{Name: o.GetName(), Version: prev.GetVersion(), Address: prev.GetAddress(), Addresses: prev.GetAddresses(), Problems: prev.GetProblems(), Error: o.GetError()}
 			}
 		}
 		b.byName[o.GetName()] = o
@@ -194,6 +194,8 @@ func (a *Agent) recordEvents(k objKey, obj runtime.Object, d *translate.Desired,
 		return
 	case st.GetError() != "":
 		kind, reason, msg = corev1.EventTypeWarning, ReasonRefused, "refused by the LB cluster: "+st.GetError()
+	case len(st.GetAddresses()) > 1:
+		reason, msg = ReasonAssigned, "VIPs "+strings.Join(st.GetAddresses(), " and ")+" on load balancer "+st.GetName()
 	case st.GetAddress() != "":
 		reason, msg = ReasonAssigned, "VIP "+st.GetAddress()+" on load balancer "+st.GetName()
 	}
@@ -242,7 +244,15 @@ func serviceIngress(d *translate.Desired, st *pb.ObjectStatus) []corev1.LoadBala
 	if d.ProxyMode {
 		mode = corev1.LoadBalancerIPModeProxy
 	}
-	return []corev1.LoadBalancerIngress{{IP: st.GetAddress(), IPMode: &mode}}
+	addrs := st.GetAddresses()
+	if len(addrs) == 0 {
+		addrs = []string{st.GetAddress()}
+	}
+	out := make([]corev1.LoadBalancerIngress, len(addrs))
+	for i, a := range addrs {
+		out[i] = corev1.LoadBalancerIngress{IP: a, IPMode: &mode}
+	}
+	return out
 }
 
 func (a *Agent) writeService(ctx context.Context, svc *corev1.Service, d *translate.Desired, st *pb.ObjectStatus) (bool, error) {
@@ -260,7 +270,7 @@ func (a *Agent) writeService(ctx context.Context, svc *corev1.Service, d *transl
 		want = nil
 	}
 	ingress := touch && !ingressEqual(svc.Status.LoadBalancer.Ingress, want)
-	conds := serviceConditions(svc, d)
+	conds := serviceConditions(svc, d, st)
 	if !ingress && equality.Semantic.DeepEqual(conds, svc.Status.Conditions) {
 		return false, nil
 	}
@@ -290,15 +300,33 @@ const (
 )
 
 // serviceConditions returns svc's conditions with the agent's brought up
-// to date (a copy when it changes; svc's own when it does not).
-func serviceConditions(svc *corev1.Service, d *translate.Desired) []metav1.Condition {
+// to date (a copy when it changes; svc's own when it does not). Besides
+// the translation's refusal and warnings, a dual-stack Service's
+// condition carries what the LB cluster said about its families: its
+// refusal (a family with no free address under RequireDualStack) or the
+// family left out under PreferDualStack.
+func serviceConditions(svc *corev1.Service, d *translate.Desired, st *pb.ObjectStatus) []metav1.Condition {
 	var want *metav1.Condition
+	var warnings []string
+	dual := false
+	if d != nil {
+		warnings = slices.Clone(d.Warnings)
+		dual = len(d.LB.GetVip().GetFamilies()) > 1
+	}
+	for _, p := range st.GetProblems() {
+		if dual && p.GetField() == "vip.families" {
+			warnings = append(warnings, "spec.ipFamilyPolicy PreferDualStack: "+p.GetReason())
+		}
+	}
 	switch {
 	case d == nil:
 	case d.Refused != "":
 		want = &metav1.Condition{Type: ConditionAccepted, Status: metav1.ConditionFalse, Reason: ReasonConditionRefused, Message: boundMessage(d.Refused)}
-	case len(d.Warnings) > 0:
-		want = &metav1.Condition{Type: ConditionAccepted, Status: metav1.ConditionTrue, Reason: ReasonAcceptedWithChanges, Message: boundMessage(strings.Join(d.Warnings, "; "))}
+	case dual && st.GetError() != "":
+		want = &metav1.Condition{Type: ConditionAccepted, Status: metav1.ConditionFalse, Reason: ReasonConditionRefused,
+			Message: boundMessage("spec.ipFamilyPolicy asks for a VIP of each family, and the LB cluster refused the load balancer: " + st.GetError())}
+	case len(warnings) > 0:
+		want = &metav1.Condition{Type: ConditionAccepted, Status: metav1.ConditionTrue, Reason: ReasonAcceptedWithChanges, Message: boundMessage(strings.Join(warnings, "; "))}
 	}
 	have := apimeta.FindStatusCondition(svc.Status.Conditions, ConditionAccepted)
 	switch {

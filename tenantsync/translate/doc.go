@@ -51,9 +51,12 @@
 // Every field of the specs the agent reads is decided in Fields
 // (FIELDS.md): honoured, refused with a warning (a Warning Event, and a
 // condition), or not applicable. Services: sessionAffinity ClientIP hashes
-// the client address; loadBalancerSourceRanges and RequireDualStack are
-// refused (Desired.Refused: no load balancer); PreferDualStack gets one
-// VIP of the first family. Names joined from a namespace and a name never
+// the client address; loadBalancerSourceRanges is refused
+// (Desired.Refused: no load balancer); RequireDualStack and
+// PreferDualStack ask for a VIP of each family (vip.families, familyPolicy
+// require or prefer), which the LB cluster gives or refuses (Options.DualStack
+// false, on a cluster below feature level 4: RequireDualStack refused,
+// PreferDualStack one VIP). Names joined from a namespace and a name never
 // collide (syncspec.UniqueName, syncspec.Key).
 //
 // Annotations under teapot-lb.io/ set the rest:

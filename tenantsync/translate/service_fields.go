@@ -32,27 +32,52 @@ func sourceRanges(svc *corev1.Service, d *Desired) {
 		"remove the field to serve it to every client, or keep it unserved until source ranges are enforced"
 }
 
-// serviceFamily chooses the VIP's family and says what a dual-stack
-// policy gets: a load balancer has one VIP, so RequireDualStack is refused
-// and PreferDualStack is served on the first family of spec.ipFamilies.
-func serviceFamily(svc *corev1.Service, v *pb.VIPRequest, d *Desired) {
+// serviceFamily chooses the VIP's families. SingleStack (or no policy)
+// gets one VIP of the first of spec.ipFamilies. RequireDualStack asks for
+// a VIP of each family (the first of spec.ipFamilies first), which the LB
+// cluster refuses unless the pool has a free address of each;
+// PreferDualStack asks for the same with familyPolicy prefer, which the
+// cluster serves on the families it has an address of, naming the other
+// in the load balancer's problems (a Warning Event and the Accepted
+// condition). On an LB cluster below feature level 4 (o.DualStack
+// false) RequireDualStack is refused and PreferDualStack gets one VIP,
+// with a warning.
+func serviceFamily(svc *corev1.Service, v *pb.VIPRequest, o Options, d *Desired) {
 	fams := svc.Spec.IPFamilies
-	if v.Address == "" && len(fams) > 0 && fams[0] == corev1.IPv6Protocol {
-		v.Family = "ipv6"
+	first := corev1.IPv4Protocol
+	if len(fams) > 0 && fams[0] == corev1.IPv6Protocol {
+		first = corev1.IPv6Protocol
 	}
-	if svc.Spec.IPFamilyPolicy == nil {
+	single := func() {
+		if v.Address == "" && first == corev1.IPv6Protocol {
+			v.Family = "ipv6"
+		}
+	}
+	if svc.Spec.IPFamilyPolicy == nil || *svc.Spec.IPFamilyPolicy == corev1.IPFamilyPolicySingleStack {
+		single()
 		return
 	}
-	switch *svc.Spec.IPFamilyPolicy {
-	case corev1.IPFamilyPolicyRequireDualStack:
-		d.Refused = "spec.ipFamilyPolicy RequireDualStack asks for an IPv4 and an IPv6 VIP, and a teapot-lb load balancer has one VIP, so the Service gets no load balancer: " +
-			"use PreferDualStack (served on one VIP of the first of spec.ipFamilies) or SingleStack"
-	case corev1.IPFamilyPolicyPreferDualStack:
-		first := corev1.IPv4Protocol
-		if len(fams) > 0 {
-			first = fams[0]
-		}
-		d.Warnings = append(d.Warnings, fmt.Sprintf("spec.ipFamilyPolicy PreferDualStack: served on one %s VIP (the first of spec.ipFamilies); a teapot-lb load balancer has one VIP, so there is no VIP of the other family", first))
+	policy := *svc.Spec.IPFamilyPolicy
+	switch {
+	case policy != corev1.IPFamilyPolicyRequireDualStack && policy != corev1.IPFamilyPolicyPreferDualStack:
+		single()
+		d.Warnings = append(d.Warnings, fmt.Sprintf("spec.ipFamilyPolicy %.32q is not SingleStack, PreferDualStack or RequireDualStack: served on one %s VIP", policy, first))
+		return
+	case !o.DualStack && policy == corev1.IPFamilyPolicyRequireDualStack:
+		d.Refused = "spec.ipFamilyPolicy RequireDualStack asks for an IPv4 and an IPv6 VIP, and a host of the LB cluster runs a release without dual-stack load balancers (below feature level 4), so the Service gets no load balancer: " +
+			"ask the operator to finish upgrading the LB hosts (the agent asks again when it reconnects), or use PreferDualStack or SingleStack"
+		return
+	case !o.DualStack:
+		single()
+		d.Warnings = append(d.Warnings, fmt.Sprintf("spec.ipFamilyPolicy PreferDualStack: served on one %s VIP (the first of spec.ipFamilies), because a host of the LB cluster runs a release without dual-stack load balancers (below feature level 4); the agent asks for both when it reconnects after the upgrade", first))
+		return
+	}
+	v.Families = []string{"ipv4", "ipv6"}
+	if first == corev1.IPv6Protocol {
+		v.Families = []string{"ipv6", "ipv4"}
+	}
+	if policy == corev1.IPFamilyPolicyPreferDualStack {
+		v.FamilyPolicy = "prefer"
 	}
 }
 

@@ -2,6 +2,7 @@ package translate_test
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -17,8 +18,10 @@ import (
 // that cloud load balancers honour: loadBalancerSourceRanges (and its
 // annotation) refuse the Service until source ranges are enforced,
 // sessionAffinity ClientIP hashes the client address (the timeout is not
-// applied, which a warning says), and a dual-stack policy gets one VIP
-// (RequireDualStack is refused, PreferDualStack warned).
+// applied, which a warning says), and a dual-stack policy asks for a VIP
+// of each family (required or preferred), or on an LB cluster without
+// dual-stack gets one VIP (RequireDualStack is refused, PreferDualStack
+// warned).
 func TestServiceFieldsHonouredOrRefused(t *testing.T) {
 	t.Parallel()
 	twoPorts := func(s *corev1.Service) {
@@ -42,6 +45,9 @@ func TestServiceFieldsHonouredOrRefused(t *testing.T) {
 		warnings []string // words one warning each holds, in order
 		hashed   bool     // every pool hashes the client address
 		family   string
+		dual     bool     // the LB cluster serves dual-stack (Options.DualStack)
+		families []string // vip.families
+		policy   string   // vip.familyPolicy
 	}{
 		{name: "plain Service: served as asked"},
 		{name: "loadBalancerSourceRanges: refused", opts: []svcOpt{func(s *corev1.Service) { s.Spec.LoadBalancerSourceRanges = []string{"192.0.2.0/24"} }},
@@ -56,19 +62,25 @@ func TestServiceFieldsHonouredOrRefused(t *testing.T) {
 			hashed: true, warnings: []string{"timeoutSeconds (10800) is not applied"}},
 		{name: "ClientIP overrides an algorithm annotation", opts: []svcOpt{clientIP(60), func(s *corev1.Service) { s.Annotations[translate.AnnotationAlgorithm] = "least-request" }},
 			hashed: true, warnings: []string{`teapot-lb.io/algorithm "least-request" is overridden by spec.sessionAffinity ClientIP`, "timeoutSeconds (60)"}},
-		{name: "RequireDualStack: refused", opts: []svcOpt{families(corev1.IPFamilyPolicyRequireDualStack, corev1.IPv4Protocol, corev1.IPv6Protocol)},
-			refused: []string{"spec.ipFamilyPolicy RequireDualStack", "one VIP"}},
-		{name: "PreferDualStack IPv6 first: one IPv6 VIP", opts: []svcOpt{families(corev1.IPFamilyPolicyPreferDualStack, corev1.IPv6Protocol, corev1.IPv4Protocol)},
+		{name: "RequireDualStack: a VIP of each family, required", dual: true, opts: []svcOpt{families(corev1.IPFamilyPolicyRequireDualStack, corev1.IPv4Protocol, corev1.IPv6Protocol)},
+			families: []string{"ipv4", "ipv6"}},
+		{name: "PreferDualStack IPv6 first: a VIP of each family, IPv6 first, preferred", dual: true, opts: []svcOpt{families(corev1.IPFamilyPolicyPreferDualStack, corev1.IPv6Protocol, corev1.IPv4Protocol)},
+			families: []string{"ipv6", "ipv4"}, policy: "prefer"},
+		{name: "PreferDualStack in a single-stack cluster: both families all the same", dual: true, opts: []svcOpt{families(corev1.IPFamilyPolicyPreferDualStack, corev1.IPv4Protocol)},
+			families: []string{"ipv4", "ipv6"}, policy: "prefer"},
+		{name: "RequireDualStack on an older LB cluster: refused", opts: []svcOpt{families(corev1.IPFamilyPolicyRequireDualStack, corev1.IPv4Protocol, corev1.IPv6Protocol)},
+			refused: []string{"spec.ipFamilyPolicy RequireDualStack", "below feature level 4"}},
+		{name: "PreferDualStack IPv6 first on an older LB cluster: one IPv6 VIP", opts: []svcOpt{families(corev1.IPFamilyPolicyPreferDualStack, corev1.IPv6Protocol, corev1.IPv4Protocol)},
 			family: "ipv6", warnings: []string{"spec.ipFamilyPolicy PreferDualStack: served on one IPv6 VIP"}},
-		{name: "PreferDualStack IPv4 first: one IPv4 VIP", opts: []svcOpt{families(corev1.IPFamilyPolicyPreferDualStack, corev1.IPv4Protocol, corev1.IPv6Protocol)},
+		{name: "PreferDualStack IPv4 first on an older LB cluster: one IPv4 VIP", opts: []svcOpt{families(corev1.IPFamilyPolicyPreferDualStack, corev1.IPv4Protocol, corev1.IPv6Protocol)},
 			warnings: []string{"served on one IPv4 VIP"}},
-		{name: "SingleStack IPv6", opts: []svcOpt{families(corev1.IPFamilyPolicySingleStack, corev1.IPv6Protocol)}, family: "ipv6"},
+		{name: "SingleStack IPv6", dual: true, opts: []svcOpt{families(corev1.IPFamilyPolicySingleStack, corev1.IPv6Protocol)}, family: "ipv6"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			svc := service("shop", "web", tt.opts...)
-			d := translate.Service(svc, sources(t, append([]runtime.Object{svc}, nodes...)...), translate.Options{DefaultPool: "public"})
+			d := translate.Service(svc, sources(t, append([]runtime.Object{svc}, nodes...)...), translate.Options{DefaultPool: "public", DualStack: tt.dual})
 			for _, w := range tt.refused {
 				if !strings.Contains(d.Refused, w) {
 					t.Errorf("refused %q; want it to say %q", d.Refused, w)
@@ -98,12 +110,15 @@ func TestServiceFieldsHonouredOrRefused(t *testing.T) {
 			if got := d.LB.GetVip().GetFamily(); got != tt.family {
 				t.Errorf("VIP family %q, want %q", got, tt.family)
 			}
+			if got := d.LB.GetVip().GetFamilies(); !slices.Equal(got, tt.families) || d.LB.GetVip().GetFamilyPolicy() != tt.policy {
+				t.Errorf("VIP families %q policy %q, want %q %q", got, d.LB.GetVip().GetFamilyPolicy(), tt.families, tt.policy)
+			}
 			// The LB cluster takes the pools and the VIP request (the
 			// tenant and VIP pool are not in this test's catalog).
 			var ve *api.ValidationError
 			if err := api.ValidateLoadBalancer(d.LB, nil); errors.As(err, &ve) {
 				for _, fe := range ve.Errors {
-					if strings.HasPrefix(fe.Field, "pools") || strings.HasPrefix(fe.Field, "vip.family") {
+					if strings.HasPrefix(fe.Field, "pools") || strings.HasPrefix(fe.Field, "vip.family") || strings.HasPrefix(fe.Field, "vip.families") {
 						t.Errorf("the LB cluster refuses the load balancer: %s: %s", fe.Field, fe.Reason)
 					}
 				}

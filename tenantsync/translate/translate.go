@@ -58,6 +58,10 @@ type Options struct {
 	// GatewayController selects the GatewayClasses (default
 	// GatewayController).
 	GatewayController string
+	// DualStack: every host of the LB cluster serves dual-stack load
+	// balancers (feature level 4), so a dual-stack Service asks for a VIP
+	// of each family.
+	DualStack bool
 }
 
 func (o Options) lbClass() string { return cmp.Or(o.LoadBalancerClass, LoadBalancerClass) }
@@ -135,7 +139,7 @@ func Service(svc *corev1.Service, src Sources, o Options) *Desired {
 		Pools: map[string]*pb.BackendPool{},
 	}
 	d.LB = lb
-	serviceFamily(svc, lb.Vip, d)
+	serviceFamily(svc, lb.Vip, o, d)
 	podMode := podMode(svc.Annotations, o, d)
 	pp := proxyProtocol(svc.Annotations, d)
 	var nodes []string
@@ -208,7 +212,7 @@ func vipRequest(ann map[string]string, legacyIP string, o Options, d *Desired) *
 	if len(addrs) > 0 {
 		v.Address = addrs[0]
 		if len(addrs) > 1 {
-			d.Warnings = append(d.Warnings, fmt.Sprintf("%s lists %d addresses; a load balancer has one VIP, %s is used", AnnotationIPs, len(addrs), addrs[0]))
+			d.Warnings = append(d.Warnings, fmt.Sprintf("%s lists %d addresses; one address is requested, %s (a dual-stack Service's VIP of the other family comes from the pool)", AnnotationIPs, len(addrs), addrs[0]))
 		}
 	}
 	return v

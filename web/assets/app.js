@@ -9,11 +9,15 @@ const state = {
   recvAt: 0,
   // The page's own stream: open, or down since downSince (and why).
   stream: { open: false, downSince: 0, why: "" },
+  // The charts' range in seconds, the hosts' history per key ("hosts",
+  // "lb:tenant/name"), the chart under the pointer, the filters of the
+  // lists, and the YAML of stored objects by kind/name.
+  range: 900, hist: {}, hover: null,
+  filter: { q: "", status: "", tenant: "" },
+  yaml: {},
 };
 const MAX_EVENTS = 500;
-const CHART_POINTS = 300;      // history kept per series, as the server keeps it
-const CHART_WINDOW_S = 300;    // the charts show at most the last five minutes
-const CHART_MIN_WINDOW_S = 60; // and at least a minute wide
+const CHART_POINTS = 300;      // live points kept per series, as the server keeps them
 
 function esc(s) {
   return String(s ?? "").replace(/[&<>"']/g, c => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
@@ -69,40 +73,19 @@ function mergeCharts(c) {
   state.charts.omitted = c.omitted || 0;
 }
 
-const METRICS = [
-  { key: "rps", label: "req/s", fmt: v => v < 10 ? v.toFixed(1) : String(Math.round(v)), floor: 1 },
-  { key: "err", label: "errors (5xx)", fmt: v => (100 * v).toFixed(1) + "%", floor: 0.01 },
-  { key: "p99", label: "p99", fmt: v => v < 1 ? (1000 * v).toFixed(v < 0.01 ? 1 : 0) + " ms" : v.toFixed(2) + " s", floor: 0.001 },
-  { key: "active", label: "active conns", fmt: v => String(Math.round(v)), floor: 1 },
-];
-
-// chart is a small SVG line chart of one metric over the last five
-// minutes; its newest value is in data-latest (and in the caption).
-function chart(ps, m) {
-  const W = 240, H = 48;
-  const vals = ps.map(p => p[m.key] || 0);
-  const latest = vals.length ? vals[vals.length - 1] : 0;
-  const top = Math.max(m.floor, ...vals);
-  const end = ps.length ? Date.parse(ps[ps.length - 1].t) : 0;
-  // The x axis spans the history there is, at least a minute, at most five.
-  const span = ps.length ? (end - Date.parse(ps[0].t)) / 1000 : 0;
-  const win = Math.min(CHART_WINDOW_S, Math.max(CHART_MIN_WINDOW_S, span));
-  const xy = ps.map(p => {
-    const x = W - (end - Date.parse(p.t)) / 1000 / win * W;
-    const y = H - 2 - ((p[m.key] || 0) / top) * (H - 4);
-    return [x, y];
-  }).filter(([x]) => x >= 0).map(([x, y]) => `${x.toFixed(1)},${y.toFixed(1)}`).join(" ");
-  // A series whose newest point is old (its hosts do not answer) says so.
-  const lastT = ps.length ? ps[ps.length - 1].t : "";
-  const old = lastT && !(ageS(lastT) <= staleAfter());
-  return `<figure class="chart${old ? " stale" : ""}" data-metric="${m.key}" data-latest="${esc(latest)}" data-points="${ps.length}">` +
-    `<figcaption>${esc(m.label)} <b class="latest">${ps.length ? esc(m.fmt(latest)) : "—"}</b> ` +
-    (old ? seen(lastT) : `<span class="muted">max ${esc(m.fmt(top))}</span>`) + `</figcaption>` +
-    `<svg viewBox="0 0 ${W} ${H}" preserveAspectRatio="none" role="img" aria-label="${esc(m.label)} over the last ${Math.round(win)} s">` +
-    `<line class="axis" x1="0" y1="${H - 1}" x2="${W}" y2="${H - 1}"></line>` +
-    (xy ? `<polyline points="${xy}"></polyline>` : "") + `</svg></figure>`;
+// The charts of lists (a few per row): traffic, errors, latency, CPU.
+const SHORT = ["rps", "err", "p99", "active"];
+const HOST_SHORT = SHORT.concat(["cpu", "mem"]);
+function pick(ms, keys) { return ms.filter(m => keys.includes(m.key)); }
+function lbCharts(id) {
+  const h = history("lb:" + id);
+  return `<div data-lb="${esc(id)}">${chartSet("lb", id, state.charts.lbs[id], h.data && h.data.lb)}</div>`;
 }
-function charts(ps) { return `<div class="charts">${METRICS.map(m => chart(ps || [], m)).join("")}</div>`; }
+function hostCharts(id, metrics) {
+  const h = history("hosts");
+  return `<div data-host="${esc(id)}">${chartSet("host", id, state.charts.hosts[id], h.data && h.data.hosts[id], metrics)}</div>`;
+}
+function hostLink(id) { return `<a href="#/host/${encodeURIComponent(id)}">${esc(id)}</a>`; }
 
 function renderCluster(s) {
   const c = s.cluster;
@@ -118,7 +101,7 @@ function renderCluster(s) {
   h += `<h2>Hosts <small>${esc(c.timeouts)}</small></h2>`;
   h += table(["Host", "Raft role", "Health", "Data from", "Last contact", "Applied", "Draining", "Failure detector", "Version"],
     c.nodes.map(n => [
-      `<b>${esc(n.id)}</b><div class="muted">${esc(n.apiAddr)}</div>`,
+      `<b>${hostLink(n.id)}</b><div class="muted">${esc(n.apiAddr)}</div>`,
       badge(n.role, n.reachable ? n.role : "unknown") + ` <span class="muted">${esc(n.suffrage)}${n.reachable ? "" : ", last known"}</span>`,
       (!n.reachable ? badge("unreachable", "bad") : n.healthy ? badge("healthy", "ok") : badge("unhealthy", "bad")) +
         (n.error ? `<div class="reason">${esc(n.error)}</div>` : ""),
@@ -128,13 +111,15 @@ function renderCluster(s) {
       esc(n.version),
     ]), "No hosts answered.");
   const hostIDs = Object.keys(state.charts.hosts).sort();
-  h += `<h2>Traffic per host <small>up to the last five minutes, every load balancer on the host</small></h2>`;
-  h += table(["Host", "Traffic"], hostIDs.map(id => [`<b>${esc(id)}</b>`, `<div data-host="${esc(id)}">${charts(state.charts.hosts[id])}</div>`]),
+  h += `<h2>Traffic per host <small>the last ${esc(rangeName(state.range))}, every load balancer on the host</small></h2>`;
+  h += table(["Host", "Traffic"], hostIDs.map(id => [hostLink(id), hostCharts(id, pick(HOST_METRICS, HOST_SHORT))]),
     "No host reported traffic counters yet.");
+  h += historyNote(state.hist.hosts);
   const busiest = Object.entries(state.charts.lbs).map(([id, ps]) => [id, ps.length ? ps[ps.length - 1].rps : 0])
     .sort((a, b) => b[1] - a[1] || a[0].localeCompare(b[0])).slice(0, 5);
   h += `<h2>Busiest load balancers <small>by req/s now` + (state.charts.omitted ? `; ${state.charts.omitted} not charted (over the bound)` : "") + `</small></h2>`;
-  h += table(["Load balancer", "Traffic"], busiest.map(([id]) => [lbLink(id), `<div data-lb="${esc(id)}">${charts(state.charts.lbs[id])}</div>`]),
+  h += table(["Load balancer", "Traffic"], busiest.map(([id]) => [lbLink(id),
+    `<div data-lb="${esc(id)}">${chartSet("top", id, state.charts.lbs[id], null, pick(METRICS, SHORT))}</div>`]),
     "No load balancer reported traffic yet.");
   h += `<h2>VIP holders</h2>`;
   h += table(["VIP", "Mode", "Held by", "Since", "Why", "Load balancers"],
@@ -174,23 +159,27 @@ function expires(t) {
 }
 
 function renderTenants(s) {
-  let h = `<h1>Tenants <small>${s.tenants.length}</small></h1>`;
+  const f = state.filter;
+  const tenants = s.tenants.filter(t => (!f.tenant || t.name === f.tenant) && matches(f.q, t.name, t.domains, t.networks, t.pools));
+  let h = `<h1>Tenants <small>${tenants.length === s.tenants.length ? s.tenants.length : `${tenants.length} of ${s.tenants.length} shown`}</small></h1>`;
   h += table(["Tenant", "VIP pools", "Domains", "Networks", "Quotas used", "Revoked credentials", "Last change"],
-    s.tenants.map(t => [
-      `<b>${esc(t.name)}</b>` + (t.uid ? `<div class="muted">${esc(t.uid)}</div>` : ""),
+    tenants.map(t => [
+      `<b><a href="#/object/Tenant/${encodeURIComponent(t.name)}">${esc(t.name)}</a></b>` + (t.uid ? `<div class="muted">${esc(t.uid)}</div>` : ""),
       t.pools.map(esc).join("<br>"), t.domains.map(esc).join("<br>"), t.networks.map(esc).join("<br>"),
       t.quotas.filter(q => q.used || q.limit).map(q => `<div>${esc(q.name)}: ${quotaBar(q)}</div>`).join("") || `<span class="muted">nothing used</span>`,
       t.revokedCredentials.length ? t.revokedCredentials.map(esc).join("<br>") : `<span class="muted">none</span>`,
       `${ago(t.updated)} <span class="muted">(generation ${t.generation})</span>`,
-    ]), "No tenants yet: `teapot-lb apply -f` a Tenant.");
+    ]), s.tenants.length ? "No tenant matches the filter." : "No tenants yet: `teapot-lb apply -f` a Tenant.");
   h += `<h2>VIP pools</h2>`;
   h += table(["Pool", "Mode", "CIDRs", "Tenants", "Shared addresses"],
-    s.pools.map(p => [`<b>${esc(p.name)}</b>`, esc(p.mode), p.cidrs.map(esc).join("<br>"),
+    s.pools.filter(p => (!f.q && !f.tenant) || (!f.tenant && matches(f.q, p.name, p.mode, p.cidrs)) || tenants.some(t => t.pools.includes(p.name)))
+      .map(p => [`<b><a href="#/object/VIPPool/${encodeURIComponent(p.name)}">${esc(p.name)}</a></b>`, esc(p.mode), p.cidrs.map(esc).join("<br>"),
       p.tenants.length ? p.tenants.map(esc).join(", ") : `<span class="muted">any allowed by the tenant</span>`, p.shared ? "yes" : "no"]),
     "No VIP pools yet.");
   h += `<h2>Certificates</h2>`;
   h += table(["Certificate", "Hosts", "Source", "State", "Expires"],
-    s.certs.map(c => [`${esc(c.tenant)}/<b>${esc(c.name)}</b>`, c.hosts.map(esc).join("<br>"), esc(c.source + (c.issuer ? " · " + c.issuer : "")),
+    s.certs.filter(c => (!f.tenant || c.tenant === f.tenant) && matches(f.q, c.tenant, c.name, c.hosts))
+      .map(c => [`${esc(c.tenant)}/<b><a href="#/object/Certificate/${encodeURIComponent(c.tenant + "/" + c.name)}">${esc(c.name)}</a></b>`, c.hosts.map(esc).join("<br>"), esc(c.source + (c.issuer ? " · " + c.issuer : "")),
       badge(c.state || "unknown", c.state === "valid" ? "ok" : "Degraded") + (c.error ? `<div class="reason">${esc(c.error)}</div>` : ""),
       expires(c.notAfter)]),
     "No certificates.");
@@ -206,18 +195,43 @@ function heldBy(l) {
     `<span class="muted">—</span>`;
 }
 
+// matches reports whether any of texts contains the search words (all of
+// them, case-insensitive).
+function matches(q, ...texts) {
+  const words = q.toLowerCase().split(/\s+/).filter(Boolean);
+  const hay = texts.flat().join(" ").toLowerCase();
+  return words.every(w => hay.includes(w));
+}
+
+// addresses: every VIP of a load balancer (two for a dual-stack one).
+function addresses(l) {
+  return (l.addresses && l.addresses.length ? l.addresses : [l.address]).filter(a => a).join(", ");
+}
+
 function renderLBs(s) {
   const counts = {};
   s.lbs.forEach(l => counts[l.status] = (counts[l.status] || 0) + 1);
-  let h = `<h1>Load balancers <small>${s.lbs.length}</small></h1><div class="cards">` +
+  const f = state.filter;
+  const shown = s.lbs.filter(l => (!f.status || l.status === f.status) && (!f.tenant || l.tenant === f.tenant) &&
+    matches(f.q, l.id, l.address, l.status, l.listeners, l.reasons || [], l.heldBy));
+  let h = `<h1>Load balancers <small>${shown.length === s.lbs.length ? s.lbs.length : `${shown.length} of ${s.lbs.length} shown`}</small></h1><div class="cards">` +
     ["Serving", "Degraded", "Failing", "Refused", "Pending", "Unknown"].filter(k => k !== "Unknown" || counts[k]).map(k => card(k, counts[k] || 0)).join("") + `</div>`;
-  h += table(["Load balancer", "Status", "Address", "Held by", "Listeners", "Last change"],
-    s.lbs.map(l => [
+  h += table(["Load balancer", "Status", "Address", "Held by", "Listeners", "Traffic now", "Last change"],
+    shown.map(l => [
       lbLink(l.id), badge(l.status) + (l.reasons || []).map(r => `<div class="reason">${esc(r)}</div>`).join(""),
-      esc(l.address || "—"), heldBy(l),
-      l.listeners.map(esc).join(", "), `${ago(l.updated)} <span class="muted">rev ${l.revision}</span>`,
-    ]), "No load balancers yet: `teapot-lb apply -f` one.");
+      esc(addresses(l) || "—"), heldBy(l),
+      l.listeners.map(esc).join(", "), lbNow(l.id), `${ago(l.updated)} <span class="muted">rev ${l.revision}</span>`,
+    ]), s.lbs.length ? "No load balancer matches the filter." : "No load balancers yet: `teapot-lb apply -f` one.");
   return h;
+}
+
+// lbNow is a load balancer's newest live point in words, with its age.
+function lbNow(id) {
+  const ps = state.charts.lbs[id];
+  if (!ps || !ps.length) return `<span class="muted">—</span>`;
+  const p = ps[ps.length - 1];
+  return `<span class="num">${esc(fmtNum(p.rps))} req/s</span>` + (p.rps ? ` · ${esc(fmtPct(p.err))} 5xx · p99 ${esc(fmtDur(p.p99))}` : "") +
+    ` · ${esc(p.active)} conns <div class="muted">${seen(p.t)}</div>`;
 }
 
 function renderLB(s, id) {
@@ -226,14 +240,16 @@ function renderLB(s, id) {
   const spec = l.spec || {};
   let h = `<h1>${esc(l.id)} ${badge(l.status)}</h1>`;
   if (l.reasons && l.reasons.length) h += `<ul>${l.reasons.map(r => `<li class="reason">${esc(r)}</li>`).join("")}</ul>`;
-  h += `<div class="cards">` + card("Address", esc(l.address || "—")) + card("VIP from", esc(spec.vip?.pool || spec.vip?.address || "—")) +
+  h += `<div class="cards">` + card((l.addresses || []).length > 1 ? "Addresses" : "Address", esc(addresses(l) || "—")) + card("VIP from", esc(spec.vip?.pool || spec.vip?.address || "—")) +
     card("Held by", heldBy(l)) + card("Revision", l.revision) + card("Last change", ago(l.updated)) + `</div>`;
-  h += `<h2>Traffic <small>up to the last five minutes, all hosts</small></h2>` + (state.charts.lbs[l.id]
-    ? `<div data-lb="${esc(l.id)}">${charts(state.charts.lbs[l.id])}</div>`
-    : `<p class="muted">No host reports traffic counters for it yet${state.charts.omitted ? " (or it is over the bound of charted load balancers)" : ""}.</p>`);
-  const vip = s.cluster.vips.find(v => v.address === l.address);
-  h += `<h2>VIP</h2>` + table(["Host", "State", "Since", "Why", "Data from"], (vip ? vip.holders : []).map(x => [esc(x.node),
-    x.stale ? badge("unknown", "unknown") + ` <span class="muted">was ${esc(x.state)}</span>` : badge(x.state), ago(x.since), esc(x.reason), seen(x.observed)]),
+  h += `<h2>Traffic <small>the last ${esc(rangeName(state.range))}, all hosts</small></h2>` + (state.charts.lbs[l.id] || state.hist["lb:" + l.id]?.data?.lb?.length
+    ? lbCharts(l.id) + historyNote(state.hist["lb:" + l.id])
+    : (history("lb:" + l.id), `<p class="muted">No host reports traffic counters for it yet${state.charts.omitted ? " (or it is over the bound of charted load balancers)" : ""}.</p>`));
+  h += memberTraffic(l);
+  const mine = l.addresses && l.addresses.length ? l.addresses : [l.address];
+  const vipRows = s.cluster.vips.filter(v => mine.includes(v.address)).flatMap(v => v.holders.map(x => [esc(v.address), esc(x.node),
+    x.stale ? badge("unknown", "unknown") + ` <span class="muted">was ${esc(x.state)}</span>` : badge(x.state), ago(x.since), esc(x.reason), seen(x.observed)]));
+  h += `<h2>VIP</h2>` + table(["Address", "Host", "State", "Since", "Why", "Data from"], vipRows,
     "No host reports this address.");
   h += `<h2>Per host</h2>` + table(["Host", "Listeners", "Members (this host's checks)", "Problems"], (l.hosts || []).map(x => [
     `<b>${esc(x.node)}</b>` + (x.reachable ? "" : `<div>${badge("unreachable", "bad")} <span class="reason">${esc(x.error)}</span></div>`) +
@@ -241,7 +257,9 @@ function renderLB(s, id) {
     x.listeners.map(li => (li.bound ? badge("bound", "ok") : badge("not bound", "bad")) + ` ${esc(li.address)}/${esc(li.protocol)}` +
       (li.error ? `<div class="reason">${esc(li.error)}</div>` : "")).join("<br>") || `<span class="muted">—</span>`,
     x.members.map(m => (!x.reachable ? badge("unknown", "unknown") : m.healthy ? badge("up", "ok") : badge("down", "bad")) + ` ${esc(m.pool)}: ${esc(m.address)}` +
-      (set(m.lastCheck) ? ` <span class="muted">checked ${ago(m.lastCheck)}</span>` : "") + (m.reason ? `<div class="reason">${esc(m.reason)}</div>` : "")).join("<br>") || `<span class="muted">—</span>`,
+      (m.traffic ? ` <span class="mt">${esc(memberRate(m.traffic))}, ${esc(m.inFlight)} in flight, ${seen(m.traffic.at)}</span>` : "") +
+      (set(m.lastCheck) ? ` <span class="muted">checked ${ago(m.lastCheck)}</span>` : "") + (m.reason ? `<div class="reason">${esc(m.reason)}</div>` : "")).join("<br>") +
+      (x.membersOmitted ? `<div class="muted">traffic of ${esc(x.membersOmitted)} quieter members not reported (each host reports its 64 busiest)</div>` : "") || `<span class="muted">—</span>`,
     x.problems.map(p => `<div class="reason">${esc(p)}</div>`).join("") || `<span class="muted">none</span>`,
   ]), "No host reported this load balancer.");
   h += `<h2>Listeners</h2>` + table(["Port", "Protocol", "Pool", "TLS"], (spec.listeners || []).map(x => [
@@ -265,7 +283,123 @@ function renderLB(s, id) {
   const evs = state.events.filter(e => e.subject === l.id || e.subject === l.address || (e.subjects || []).includes(l.id) ||
     (e.host && e.tenant === l.tenant && hosts.has(e.host))).slice().reverse();
   h += `<h2>Events</h2>` + table(["Time", "What"], evs.map(e => [esc(clock(e.time)), esc(e.message)]), "Nothing changed since the dashboard started.");
-  h += `<h2>Stored object</h2><pre>${esc(JSON.stringify(spec, null, 2))}</pre>`;
+  h += `<h2>Stored object <small>as <code>teapot-lb get lb ${esc(l.id)} -o yaml</code> prints it</small></h2>` + yamlView("LoadBalancer", l.id, l.revision);
+  return h;
+}
+
+// memberRate is a member's last interval in words.
+function memberRate(t) {
+  return `${fmtNum(t.rps)} req/s, ${fmtPct(t.err)} 5xx, p99 ${fmtDur(t.p99)}`;
+}
+
+// memberTraffic is the members' traffic summed over the hosts, busiest
+// first: req/s and 5xx add up, the p99 is the highest, in flight adds up;
+// the age is that of the oldest host's interval.
+const MAX_MEMBER_ROWS = 50;
+function memberTraffic(l) {
+  const rows = new Map();
+  let omitted = 0;
+  for (const x of l.hosts || []) {
+    omitted = Math.max(omitted, x.membersOmitted || 0);
+    for (const m of x.members) {
+      const k = m.pool + " " + m.address;
+      const r = rows.get(k) || { pool: m.pool, address: m.address, rps: 0, errs: 0, p99: 0, inFlight: 0, hosts: 0, at: "" };
+      r.inFlight += m.inFlight || 0;
+      if (m.traffic) {
+        r.rps += m.traffic.rps;
+        r.errs += m.traffic.rps * m.traffic.err;
+        r.p99 = Math.max(r.p99, m.traffic.p99);
+        r.hosts++;
+        if (!r.at || Date.parse(m.traffic.at) < Date.parse(r.at)) r.at = m.traffic.at;
+      }
+      rows.set(k, r);
+    }
+  }
+  const list = [...rows.values()].filter(r => r.hosts).sort((a, b) => b.rps - a.rps || a.address.localeCompare(b.address));
+  let h = `<h2>Member traffic <small>each host's last 10 s, summed over the hosts; busiest first</small></h2>`;
+  h += table(["Member", "req/s", "5xx", "p99", "In flight", "Hosts", "Measured"], list.slice(0, MAX_MEMBER_ROWS).map(r => [
+    `${esc(r.pool)}: <b>${esc(r.address)}</b>`, `<span class="num">${esc(fmtNum(r.rps))}</span>`,
+    r.rps ? `<span class="num${r.errs / r.rps >= 0.05 ? " reason" : ""}">${esc(fmtPct(r.errs / r.rps))}</span>` : "—",
+    r.p99 ? esc(fmtDur(r.p99)) : "—", `<span class="num">${esc(r.inFlight)}</span>`, esc(r.hosts), seen(r.at)]),
+    "No host reported member traffic yet (the hosts measure every 10 s).");
+  if (list.length > MAX_MEMBER_ROWS) h += `<p class="muted">${list.length - MAX_MEMBER_ROWS} more members with traffic not listed.</p>`;
+  if (omitted) h += `<p class="muted">Each host reports its 64 busiest members of a load balancer; ${esc(omitted)} more not reported by at least one host.</p>`;
+  return h;
+}
+
+// yamlView is a stored object as YAML, read from the dashboard when the
+// page shows it and again when its revision changes.
+function yamlView(kind, name, rev) {
+  const key = kind + "/" + name;
+  const e = state.yaml[key];
+  if (!e || (e.rev !== rev && !e.busy)) {
+    state.yaml[key] = { rev, busy: true, text: e ? e.text : "", readAt: e ? e.readAt : "", error: "" };
+    fetch(`/api/object?kind=${encodeURIComponent(kind)}&name=${encodeURIComponent(name)}`, { cache: "no-store" })
+      .then(r => r.ok ? r.json() : r.text().then(t => Promise.reject(new Error(t.trim() || `HTTP ${r.status}`))))
+      .then(v => { state.yaml[key] = { rev, text: v.yaml, readAt: v.readAt, revision: v.revision, error: "" }; },
+        err => { state.yaml[key] = { rev, text: "", readAt: "", error: String(err.message || err) }; })
+      .finally(() => render());
+  }
+  const v = state.yaml[key];
+  if (v.error) return `<p class="reason">${esc(v.error)}</p>`;
+  if (!v.text) return `<p class="muted">Reading…</p>`;
+  return `<p class="muted">read ${ago(v.readAt)} (cluster revision ${esc(v.revision)})</p><pre class="yaml" data-kind="${esc(kind)}">${esc(v.text)}</pre>`;
+}
+
+function renderObject(s, arg) {
+  const i = arg.indexOf("/");
+  const kind = arg.slice(0, i), name = arg.slice(i + 1);
+  return `<h1>${esc(kind)} <small>${esc(name)}</small></h1>` + yamlView(kind, name, s.revision);
+}
+
+// renderHost is one host's page: what it holds and serves, what it uses
+// of the machine and of its budgets, each tenant's share, with the age of
+// every value.
+function renderHost(s, id) {
+  const n = s.cluster.nodes.find(x => x.id === id);
+  const info = (s.hosts || []).find(x => x.node === id);
+  if (!n && !info) return `<h1>${esc(id)}</h1><p class="muted">No such host in the cluster. <a href="#/cluster">Cluster</a></p>`;
+  const reach = n ? n.reachable : info.reachable;
+  let h = `<h1>Host ${esc(id)} ` + (!reach ? badge("unreachable", "bad") : n && n.healthy ? badge("healthy", "ok") : badge("unhealthy", "bad")) +
+    ` <small>data from ${seen(n ? n.observed : info.observed)}</small></h1>`;
+  if (n && n.error) h += `<p class="reason">${esc(n.error)}</p>`;
+  const r = info && info.resources;
+  const of = (a, b) => b ? `${esc(a)} <span class="muted">/ ${esc(b)}</span>` : esc(a);
+  const meter = (a, b) => b ? `<meter class="quota" min="0" max="${esc(b)}" value="${esc(Math.min(a, b))}" low="${esc(0.8 * b)}" high="${esc(0.95 * b)}" optimum="0"></meter>` : "";
+  h += `<div class="cards">` + (n ? card("Raft", `${esc(n.role)} <span class="muted">${esc(n.suffrage)}</span>`) + card("Version", esc(n.version)) : "");
+  if (r) {
+    h += card("CPU", `${esc(r.cpu.toFixed(2))} <span class="muted">of ${esc(r.cpus)} cores</span>`) + card("Memory", esc(fmtBytes(r.memory))) +
+      card("Descriptors (process)", meter(r.descriptors, r.descriptorLimit) + of(r.descriptors, r.descriptorLimit)) +
+      card("Connections (data plane)", meter(r.conns, r.maxConns) + of(r.conns, r.maxConns)) +
+      card("Descriptors (data plane)", meter(r.fds, r.maxFds) + of(r.fds, r.maxFds)) +
+      card("History ring", `${esc(fmtBytes(r.history))} <span class="muted">of ${esc(fmtBytes(r.maxHistory))} at most</span>`) +
+      card("Goroutines", esc(r.goroutines));
+  }
+  h += `</div>` + (r ? `<p class="muted">measured ${seen(r.at)}; CPU over the host's last 10 s</p>` : `<p class="muted">The host reports no resources (an earlier release, or it never answered).</p>`);
+  h += `<h2>Traffic <small>the last ${esc(rangeName(state.range))}, every load balancer on the host</small></h2>` + hostCharts(id, HOST_METRICS) + historyNote(state.hist.hosts);
+  const vips = s.cluster.vips.filter(v => v.holders.some(x => x.node === id));
+  h += `<h2>VIPs</h2>` + table(["VIP", "Mode", "State", "Since", "Why", "Load balancers"], vips.map(v => {
+    const x = v.holders.find(x => x.node === id);
+    return [`<b>${esc(v.address)}</b>`, esc(v.mode), x.stale ? badge("unknown", "unknown") + ` <span class="muted">was ${esc(x.state)}</span>` : badge(x.state),
+      ago(x.since), esc(x.reason), v.lbs.map(lbLink).join("<br>")];
+  }), "This host holds or announces no VIP.");
+  const ls = [];
+  for (const l of s.lbs) {
+    const x = (l.hosts || []).find(y => y.node === id);
+    if (x) for (const li of x.listeners) ls.push([l, x, li]);
+  }
+  const MAX_ROWS = 500;
+  h += `<h2>Listeners <small>${ls.length}${ls.length > MAX_ROWS ? `, the first ${MAX_ROWS} shown` : ""}</small></h2>` +
+    table(["Load balancer", "Status", "Address", "Socket", "Since"], ls.slice(0, MAX_ROWS).map(([l, x, li]) => [lbLink(l.id), badge(l.status),
+      `${esc(li.address)}/${esc(li.protocol)}`,
+      (!x.reachable ? badge("unknown", "unknown") : li.bound ? badge("bound", "ok") : badge("not bound", "bad")) + (li.error ? `<div class="reason">${esc(li.error)}</div>` : ""),
+      ago(li.since)]), "No listener on this host.");
+  h += `<h2>Budgets per tenant <small>what each tenant holds on this host now</small></h2>` +
+    table(["Tenant", "Load balancers", "Listeners bound", "Connections", "Descriptors"], (info ? info.tenants : []).map(t => [
+      `<b>${esc(t.tenant)}</b>`, esc(t.lbs), esc(t.listeners), `<span class="num">${esc(t.conns)}</span>`, meter(t.fds, t.maxFds) + of(t.fds, t.maxFds)]),
+    "No tenant holds anything on this host.") + (info ? `<p class="muted">as the host reported ${seen(info.observed)}</p>` : "");
+  const evs = state.events.filter(e => e.subject === id || e.message.startsWith(id + ": ")).slice().reverse();
+  h += `<h2>Events</h2>` + table(["Time", "What"], evs.map(e => [esc(clock(e.time)), esc(e.message)]), "Nothing from this host since the dashboard started.");
   return h;
 }
 
@@ -273,7 +407,8 @@ function route() {
   const hash = location.hash || "#/cluster";
   const parts = hash.slice(2).split("/");
   const page = parts[0] || "cluster";
-  document.querySelectorAll("nav a").forEach(a => a.classList.toggle("active", a.dataset.page === page || (page === "lb" && a.dataset.page === "lbs")));
+  document.querySelectorAll("nav a").forEach(a => a.classList.toggle("active", a.dataset.page === page || (page === "lb" && a.dataset.page === "lbs") ||
+    (page === "host" && a.dataset.page === "cluster")));
   return { page, arg: decodeURIComponent(parts.slice(1).join("/")) };
 }
 
@@ -283,7 +418,10 @@ function render() {
   const t0 = performance.now();
   const r = route();
   const main = document.getElementById("main");
-  let html = r.page === "tenants" ? renderTenants(s) : r.page === "lbs" ? renderLBs(s) : r.page === "lb" ? renderLB(s, r.arg) : renderCluster(s);
+  toolbar(s, r.page);
+  chartData.clear();
+  let html = r.page === "tenants" ? renderTenants(s) : r.page === "lbs" ? renderLBs(s) : r.page === "lb" ? renderLB(s, r.arg) :
+    r.page === "host" ? renderHost(s, r.arg) : r.page === "object" ? renderObject(s, r.arg) : renderCluster(s);
   if (!s.reachable) {
     html = `<p class="stale-note">No LB host answers: what follows is the last data there is` +
       (set(s.readAt) ? `, from ${esc(clock(s.readAt))} (${ago(s.readAt)})` : "") + `. It is not live.</p>` + html;
@@ -307,7 +445,45 @@ function render() {
     `<li class="muted">Changes appear here as they happen.</li>`;
   // How long the last render took, for the browser test's measurement.
   main.dataset.renderMs = (performance.now() - t0).toFixed(1);
+  rehover();
   tick();
+}
+
+// toolbar shows the controls of the page: the search and filters on the
+// lists, the charts' range where there are charts. It lives outside the
+// page, so typing survives the re-renders.
+function toolbar(s, page) {
+  const bar = document.getElementById("toolbar");
+  const lists = page === "lbs" || page === "tenants";
+  const charted = page === "cluster" || page === "lb" || page === "host";
+  document.getElementById("filters").hidden = !lists;
+  document.getElementById("ranges").hidden = !charted;
+  bar.hidden = !lists && !charted;
+  document.getElementById("status-filter").hidden = page !== "lbs";
+  const sel = document.getElementById("tenant-filter");
+  const names = s.tenants.map(t => t.name).concat(s.lbs.map(l => l.tenant));
+  const want = [""].concat([...new Set(names)].sort()).join("\n");
+  if (sel.dataset.options !== want) {
+    sel.innerHTML = `<option value="">all tenants</option>` + [...new Set(names)].sort().map(n => `<option>${esc(n)}</option>`).join("");
+    sel.dataset.options = want;
+    sel.value = state.filter.tenant;
+  }
+  for (const b of document.querySelectorAll("#ranges button")) b.classList.toggle("active", Number(b.dataset.range) === state.range);
+}
+
+function setupToolbar() {
+  const q = document.getElementById("search");
+  q.addEventListener("input", () => { state.filter.q = q.value; render(); });
+  const st = document.getElementById("status-filter");
+  st.addEventListener("change", () => { state.filter.status = st.value; render(); });
+  const tn = document.getElementById("tenant-filter");
+  tn.addEventListener("change", () => { state.filter.tenant = tn.value; render(); });
+  const ranges = document.getElementById("ranges");
+  ranges.innerHTML = `<span class="muted">charts:</span> ` + RANGES.map(([sec, name]) => `<button type="button" data-range="${sec}">${esc(name)}</button>`).join("");
+  ranges.addEventListener("click", ev => {
+    const b = ev.target.closest("button");
+    if (b) { state.range = Number(b.dataset.range); render(); }
+  });
 }
 
 // tick counts the ages on, marks what went stale and says how live the
@@ -376,5 +552,6 @@ function connect() {
 }
 
 window.addEventListener("hashchange", render);
+setupToolbar();
 setInterval(tick, 1000);
 connect();

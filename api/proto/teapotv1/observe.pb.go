@@ -42,7 +42,10 @@ type ObserveRequest struct {
 	// At most this many events per host, the newest (0: 100; at most 1000).
 	MaxEvents uint32 `protobuf:"varint,5,opt,name=max_events,json=maxEvents,proto3" json:"max_events,omitempty"`
 	// Gather the events only (and the cursor), not the rest.
-	EventsOnly    bool `protobuf:"varint,6,opt,name=events_only,json=eventsOnly,proto3" json:"events_only,omitempty"`
+	EventsOnly bool `protobuf:"varint,6,opt,name=events_only,json=eventsOnly,proto3" json:"events_only,omitempty"`
+	// Also send each host's history ring (HostObservation.history): the
+	// last hour of its traffic at 10 s resolution.
+	History       bool `protobuf:"varint,80,opt,name=history,proto3" json:"history,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -115,6 +118,13 @@ func (x *ObserveRequest) GetMaxEvents() uint32 {
 func (x *ObserveRequest) GetEventsOnly() bool {
 	if x != nil {
 		return x.EventsOnly
+	}
+	return false
+}
+
+func (x *ObserveRequest) GetHistory() bool {
+	if x != nil {
+		return x.History
 	}
 	return false
 }
@@ -207,7 +217,20 @@ type HostObservation struct {
 	Events []*Event `protobuf:"bytes,16,rep,name=events,proto3" json:"events,omitempty"`
 	// Sequence number of the newest event on the host: the cursor for
 	// ObserveRequest.events_after.
-	LastEvent     uint64 `protobuf:"varint,17,opt,name=last_event,json=lastEvent,proto3" json:"last_event,omitempty"`
+	LastEvent uint64 `protobuf:"varint,17,opt,name=last_event,json=lastEvent,proto3" json:"last_event,omitempty"`
+	// The tenants' BGP sessions with this host and what they announced.
+	TenantBgp []*TenantBGPObservation `protobuf:"bytes,60,rep,name=tenant_bgp,json=tenantBgp,proto3" json:"tenant_bgp,omitempty"`
+	// The host's history ring, when ObserveRequest.history asks for it: the
+	// host's series (load_balancer empty) and, when the request selects one
+	// load balancer, that load balancer's.
+	History []*HistorySeries `protobuf:"bytes,80,rep,name=history,proto3" json:"history,omitempty"`
+	// Load balancers with traffic that the ring keeps no series for (over
+	// its bound).
+	HistoryOmitted uint32 `protobuf:"varint,81,opt,name=history_omitted,json=historyOmitted,proto3" json:"history_omitted,omitempty"`
+	// The host process's resources and its descriptor budgets.
+	Resources *HostResources `protobuf:"bytes,82,opt,name=resources,proto3" json:"resources,omitempty"`
+	// What each tenant holds on this host against its budgets.
+	TenantUsage   []*TenantUsage `protobuf:"bytes,83,rep,name=tenant_usage,json=tenantUsage,proto3" json:"tenant_usage,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -340,6 +363,810 @@ func (x *HostObservation) GetLastEvent() uint64 {
 	return 0
 }
 
+func (x *HostObservation) GetTenantBgp() []*TenantBGPObservation {
+	if x != nil {
+		return x.TenantBgp
+	}
+	return nil
+}
+
+func (x *HostObservation) GetHistory() []*HistorySeries {
+	if x != nil {
+		return x.History
+	}
+	return nil
+}
+
+func (x *HostObservation) GetHistoryOmitted() uint32 {
+	if x != nil {
+		return x.HistoryOmitted
+	}
+	return 0
+}
+
+func (x *HostObservation) GetResources() *HostResources {
+	if x != nil {
+		return x.Resources
+	}
+	return nil
+}
+
+func (x *HostObservation) GetTenantUsage() []*TenantUsage {
+	if x != nil {
+		return x.TenantUsage
+	}
+	return nil
+}
+
+// HistorySeries is one series of a host's history ring, oldest first.
+type HistorySeries struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "tenant/name"; empty for the host's own series (all its load balancers
+	// together, with its CPU and memory).
+	LoadBalancer string `protobuf:"bytes,1,opt,name=load_balancer,json=loadBalancer,proto3" json:"load_balancer,omitempty"`
+	// The interval between points in seconds (10).
+	IntervalSeconds uint32          `protobuf:"varint,2,opt,name=interval_seconds,json=intervalSeconds,proto3" json:"interval_seconds,omitempty"`
+	Points          []*HistoryPoint `protobuf:"bytes,3,rep,name=points,proto3" json:"points,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *HistorySeries) Reset() {
+	*x = HistorySeries{}
+	mi := &file_teapotv1_observe_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HistorySeries) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HistorySeries) ProtoMessage() {}
+
+func (x *HistorySeries) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_observe_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HistorySeries.ProtoReflect.Descriptor instead.
+func (*HistorySeries) Descriptor() ([]byte, []int) {
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *HistorySeries) GetLoadBalancer() string {
+	if x != nil {
+		return x.LoadBalancer
+	}
+	return ""
+}
+
+func (x *HistorySeries) GetIntervalSeconds() uint32 {
+	if x != nil {
+		return x.IntervalSeconds
+	}
+	return 0
+}
+
+func (x *HistorySeries) GetPoints() []*HistoryPoint {
+	if x != nil {
+		return x.Points
+	}
+	return nil
+}
+
+// HistoryPoint is the rates of one interval of a host's history ring.
+type HistoryPoint struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Time  *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=time,proto3" json:"time,omitempty"`
+	// Requests (L7) or connects (L4) per second.
+	RequestsPerSecond float64 `protobuf:"fixed64,2,opt,name=requests_per_second,json=requestsPerSecond,proto3" json:"requests_per_second,omitempty"`
+	// Share of them answered 5xx or failed to connect, 0..1.
+	ErrorShare float64 `protobuf:"fixed64,3,opt,name=error_share,json=errorShare,proto3" json:"error_share,omitempty"`
+	// 99th percentile latency of the interval in seconds (upper bound of
+	// its bucket); 0 without requests.
+	P99Seconds float64 `protobuf:"fixed64,4,opt,name=p99_seconds,json=p99Seconds,proto3" json:"p99_seconds,omitempty"`
+	// Connections open at the end of the interval.
+	ActiveConnections int64 `protobuf:"varint,5,opt,name=active_connections,json=activeConnections,proto3" json:"active_connections,omitempty"`
+	// Connections (TCP) or flows (UDP) accepted per second.
+	ConnectionsPerSecond float64 `protobuf:"fixed64,6,opt,name=connections_per_second,json=connectionsPerSecond,proto3" json:"connections_per_second,omitempty"`
+	// Bytes per second from clients and to clients.
+	BytesInPerSecond  float64 `protobuf:"fixed64,7,opt,name=bytes_in_per_second,json=bytesInPerSecond,proto3" json:"bytes_in_per_second,omitempty"`
+	BytesOutPerSecond float64 `protobuf:"fixed64,8,opt,name=bytes_out_per_second,json=bytesOutPerSecond,proto3" json:"bytes_out_per_second,omitempty"`
+	// Host series only: CPU seconds used per second by the process, and
+	// its resident memory in bytes.
+	Cpu           float64 `protobuf:"fixed64,9,opt,name=cpu,proto3" json:"cpu,omitempty"`
+	MemoryBytes   uint64  `protobuf:"varint,10,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HistoryPoint) Reset() {
+	*x = HistoryPoint{}
+	mi := &file_teapotv1_observe_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HistoryPoint) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HistoryPoint) ProtoMessage() {}
+
+func (x *HistoryPoint) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_observe_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HistoryPoint.ProtoReflect.Descriptor instead.
+func (*HistoryPoint) Descriptor() ([]byte, []int) {
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *HistoryPoint) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *HistoryPoint) GetRequestsPerSecond() float64 {
+	if x != nil {
+		return x.RequestsPerSecond
+	}
+	return 0
+}
+
+func (x *HistoryPoint) GetErrorShare() float64 {
+	if x != nil {
+		return x.ErrorShare
+	}
+	return 0
+}
+
+func (x *HistoryPoint) GetP99Seconds() float64 {
+	if x != nil {
+		return x.P99Seconds
+	}
+	return 0
+}
+
+func (x *HistoryPoint) GetActiveConnections() int64 {
+	if x != nil {
+		return x.ActiveConnections
+	}
+	return 0
+}
+
+func (x *HistoryPoint) GetConnectionsPerSecond() float64 {
+	if x != nil {
+		return x.ConnectionsPerSecond
+	}
+	return 0
+}
+
+func (x *HistoryPoint) GetBytesInPerSecond() float64 {
+	if x != nil {
+		return x.BytesInPerSecond
+	}
+	return 0
+}
+
+func (x *HistoryPoint) GetBytesOutPerSecond() float64 {
+	if x != nil {
+		return x.BytesOutPerSecond
+	}
+	return 0
+}
+
+func (x *HistoryPoint) GetCpu() float64 {
+	if x != nil {
+		return x.Cpu
+	}
+	return 0
+}
+
+func (x *HistoryPoint) GetMemoryBytes() uint64 {
+	if x != nil {
+		return x.MemoryBytes
+	}
+	return 0
+}
+
+// HostResources is what the host process uses, sampled at time.
+type HostResources struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Time  *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=time,proto3" json:"time,omitempty"`
+	// CPU seconds per second over the last sample interval.
+	Cpu             float64 `protobuf:"fixed64,2,opt,name=cpu,proto3" json:"cpu,omitempty"`
+	Cpus            uint32  `protobuf:"varint,3,opt,name=cpus,proto3" json:"cpus,omitempty"`
+	MemoryBytes     uint64  `protobuf:"varint,4,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	OpenDescriptors uint64  `protobuf:"varint,5,opt,name=open_descriptors,json=openDescriptors,proto3" json:"open_descriptors,omitempty"`
+	DescriptorLimit uint64  `protobuf:"varint,6,opt,name=descriptor_limit,json=descriptorLimit,proto3" json:"descriptor_limit,omitempty"`
+	Goroutines      int64   `protobuf:"varint,7,opt,name=goroutines,proto3" json:"goroutines,omitempty"`
+	// The data plane's own bounds: client connections and the descriptors
+	// of client and member connections, held now and at most.
+	Connections    int64 `protobuf:"varint,8,opt,name=connections,proto3" json:"connections,omitempty"`
+	MaxConnections int64 `protobuf:"varint,9,opt,name=max_connections,json=maxConnections,proto3" json:"max_connections,omitempty"`
+	Descriptors    int64 `protobuf:"varint,10,opt,name=descriptors,proto3" json:"descriptors,omitempty"`
+	MaxDescriptors int64 `protobuf:"varint,11,opt,name=max_descriptors,json=maxDescriptors,proto3" json:"max_descriptors,omitempty"`
+	// Bytes the history ring holds now and may hold at most.
+	HistoryBytes    uint64 `protobuf:"varint,12,opt,name=history_bytes,json=historyBytes,proto3" json:"history_bytes,omitempty"`
+	HistoryMaxBytes uint64 `protobuf:"varint,13,opt,name=history_max_bytes,json=historyMaxBytes,proto3" json:"history_max_bytes,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *HostResources) Reset() {
+	*x = HostResources{}
+	mi := &file_teapotv1_observe_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HostResources) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HostResources) ProtoMessage() {}
+
+func (x *HostResources) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_observe_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HostResources.ProtoReflect.Descriptor instead.
+func (*HostResources) Descriptor() ([]byte, []int) {
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *HostResources) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *HostResources) GetCpu() float64 {
+	if x != nil {
+		return x.Cpu
+	}
+	return 0
+}
+
+func (x *HostResources) GetCpus() uint32 {
+	if x != nil {
+		return x.Cpus
+	}
+	return 0
+}
+
+func (x *HostResources) GetMemoryBytes() uint64 {
+	if x != nil {
+		return x.MemoryBytes
+	}
+	return 0
+}
+
+func (x *HostResources) GetOpenDescriptors() uint64 {
+	if x != nil {
+		return x.OpenDescriptors
+	}
+	return 0
+}
+
+func (x *HostResources) GetDescriptorLimit() uint64 {
+	if x != nil {
+		return x.DescriptorLimit
+	}
+	return 0
+}
+
+func (x *HostResources) GetGoroutines() int64 {
+	if x != nil {
+		return x.Goroutines
+	}
+	return 0
+}
+
+func (x *HostResources) GetConnections() int64 {
+	if x != nil {
+		return x.Connections
+	}
+	return 0
+}
+
+func (x *HostResources) GetMaxConnections() int64 {
+	if x != nil {
+		return x.MaxConnections
+	}
+	return 0
+}
+
+func (x *HostResources) GetDescriptors() int64 {
+	if x != nil {
+		return x.Descriptors
+	}
+	return 0
+}
+
+func (x *HostResources) GetMaxDescriptors() int64 {
+	if x != nil {
+		return x.MaxDescriptors
+	}
+	return 0
+}
+
+func (x *HostResources) GetHistoryBytes() uint64 {
+	if x != nil {
+		return x.HistoryBytes
+	}
+	return 0
+}
+
+func (x *HostResources) GetHistoryMaxBytes() uint64 {
+	if x != nil {
+		return x.HistoryMaxBytes
+	}
+	return 0
+}
+
+// TenantUsage is what one tenant holds on one host.
+type TenantUsage struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Tenant      string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Connections int64                  `protobuf:"varint,2,opt,name=connections,proto3" json:"connections,omitempty"`
+	Descriptors int64                  `protobuf:"varint,3,opt,name=descriptors,proto3" json:"descriptors,omitempty"`
+	// The descriptor bound the tenant's last accepted connection saw.
+	MaxDescriptors int64 `protobuf:"varint,4,opt,name=max_descriptors,json=maxDescriptors,proto3" json:"max_descriptors,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *TenantUsage) Reset() {
+	*x = TenantUsage{}
+	mi := &file_teapotv1_observe_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TenantUsage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TenantUsage) ProtoMessage() {}
+
+func (x *TenantUsage) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_observe_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TenantUsage.ProtoReflect.Descriptor instead.
+func (*TenantUsage) Descriptor() ([]byte, []int) {
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *TenantUsage) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *TenantUsage) GetConnections() int64 {
+	if x != nil {
+		return x.Connections
+	}
+	return 0
+}
+
+func (x *TenantUsage) GetDescriptors() int64 {
+	if x != nil {
+		return x.Descriptors
+	}
+	return 0
+}
+
+func (x *TenantUsage) GetMaxDescriptors() int64 {
+	if x != nil {
+		return x.MaxDescriptors
+	}
+	return 0
+}
+
+// MemberTraffic is one member's traffic on one host over the last
+// interval of the host's history ring.
+type MemberTraffic struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Pool  string                 `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	// IP:port
+	Address string `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	// Requests (L7) or connects (L4) per second.
+	RequestsPerSecond float64 `protobuf:"fixed64,3,opt,name=requests_per_second,json=requestsPerSecond,proto3" json:"requests_per_second,omitempty"`
+	// Share answered 5xx (L7) or failed (L4: connects; L7: upstream
+	// errors), 0..1.
+	ErrorShare float64 `protobuf:"fixed64,4,opt,name=error_share,json=errorShare,proto3" json:"error_share,omitempty"`
+	// 99th percentile of the member's latency (L7: upstream time; L4:
+	// connect time) in seconds; 0 without requests.
+	P99Seconds float64 `protobuf:"fixed64,5,opt,name=p99_seconds,json=p99Seconds,proto3" json:"p99_seconds,omitempty"`
+	// Totals since the host started.
+	Requests uint64 `protobuf:"varint,6,opt,name=requests,proto3" json:"requests,omitempty"`
+	Errors   uint64 `protobuf:"varint,7,opt,name=errors,proto3" json:"errors,omitempty"`
+	// When the interval ended and how long it was.
+	Time            *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=time,proto3" json:"time,omitempty"`
+	IntervalSeconds uint32                 `protobuf:"varint,9,opt,name=interval_seconds,json=intervalSeconds,proto3" json:"interval_seconds,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *MemberTraffic) Reset() {
+	*x = MemberTraffic{}
+	mi := &file_teapotv1_observe_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MemberTraffic) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MemberTraffic) ProtoMessage() {}
+
+func (x *MemberTraffic) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_observe_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MemberTraffic.ProtoReflect.Descriptor instead.
+func (*MemberTraffic) Descriptor() ([]byte, []int) {
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *MemberTraffic) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *MemberTraffic) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *MemberTraffic) GetRequestsPerSecond() float64 {
+	if x != nil {
+		return x.RequestsPerSecond
+	}
+	return 0
+}
+
+func (x *MemberTraffic) GetErrorShare() float64 {
+	if x != nil {
+		return x.ErrorShare
+	}
+	return 0
+}
+
+func (x *MemberTraffic) GetP99Seconds() float64 {
+	if x != nil {
+		return x.P99Seconds
+	}
+	return 0
+}
+
+func (x *MemberTraffic) GetRequests() uint64 {
+	if x != nil {
+		return x.Requests
+	}
+	return 0
+}
+
+func (x *MemberTraffic) GetErrors() uint64 {
+	if x != nil {
+		return x.Errors
+	}
+	return 0
+}
+
+func (x *MemberTraffic) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *MemberTraffic) GetIntervalSeconds() uint32 {
+	if x != nil {
+		return x.IntervalSeconds
+	}
+	return 0
+}
+
+// TenantBGPObservation is one tenant's BGP on one host.
+type TenantBGPObservation struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Tenant   string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Sessions []*TenantBGPSession    `protobuf:"bytes,2,rep,name=sessions,proto3" json:"sessions,omitempty"`
+	// Prefixes installed on the host (with their next hop) and prefixes
+	// dropped (with the reason), at most 100 of each; the counts are whole.
+	Accepted      []*TenantRoute `protobuf:"bytes,3,rep,name=accepted,proto3" json:"accepted,omitempty"`
+	Dropped       []*TenantRoute `protobuf:"bytes,4,rep,name=dropped,proto3" json:"dropped,omitempty"`
+	AcceptedCount uint32         `protobuf:"varint,5,opt,name=accepted_count,json=acceptedCount,proto3" json:"accepted_count,omitempty"`
+	DroppedCount  uint32         `protobuf:"varint,6,opt,name=dropped_count,json=droppedCount,proto3" json:"dropped_count,omitempty"`
+	// Why this host has no sessions for the tenant (no bgp: section).
+	Problem       string `protobuf:"bytes,7,opt,name=problem,proto3" json:"problem,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TenantBGPObservation) Reset() {
+	*x = TenantBGPObservation{}
+	mi := &file_teapotv1_observe_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TenantBGPObservation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TenantBGPObservation) ProtoMessage() {}
+
+func (x *TenantBGPObservation) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_observe_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TenantBGPObservation.ProtoReflect.Descriptor instead.
+func (*TenantBGPObservation) Descriptor() ([]byte, []int) {
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *TenantBGPObservation) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *TenantBGPObservation) GetSessions() []*TenantBGPSession {
+	if x != nil {
+		return x.Sessions
+	}
+	return nil
+}
+
+func (x *TenantBGPObservation) GetAccepted() []*TenantRoute {
+	if x != nil {
+		return x.Accepted
+	}
+	return nil
+}
+
+func (x *TenantBGPObservation) GetDropped() []*TenantRoute {
+	if x != nil {
+		return x.Dropped
+	}
+	return nil
+}
+
+func (x *TenantBGPObservation) GetAcceptedCount() uint32 {
+	if x != nil {
+		return x.AcceptedCount
+	}
+	return 0
+}
+
+func (x *TenantBGPObservation) GetDroppedCount() uint32 {
+	if x != nil {
+		return x.DroppedCount
+	}
+	return 0
+}
+
+func (x *TenantBGPObservation) GetProblem() string {
+	if x != nil {
+		return x.Problem
+	}
+	return ""
+}
+
+// TenantBGPSession is one tenant speaker's session with this host.
+type TenantBGPSession struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Peer  string                 `protobuf:"bytes,1,opt,name=peer,proto3" json:"peer,omitempty"`
+	// established | idle | connect | active | ... | prefix-limit
+	State string `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	// Why the session last went down.
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Prefixes it announces now.
+	Received      uint32                 `protobuf:"varint,4,opt,name=received,proto3" json:"received,omitempty"`
+	Since         *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=since,proto3" json:"since,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TenantBGPSession) Reset() {
+	*x = TenantBGPSession{}
+	mi := &file_teapotv1_observe_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TenantBGPSession) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TenantBGPSession) ProtoMessage() {}
+
+func (x *TenantBGPSession) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_observe_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TenantBGPSession.ProtoReflect.Descriptor instead.
+func (*TenantBGPSession) Descriptor() ([]byte, []int) {
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *TenantBGPSession) GetPeer() string {
+	if x != nil {
+		return x.Peer
+	}
+	return ""
+}
+
+func (x *TenantBGPSession) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *TenantBGPSession) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *TenantBGPSession) GetReceived() uint32 {
+	if x != nil {
+		return x.Received
+	}
+	return 0
+}
+
+func (x *TenantBGPSession) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+// TenantRoute is one prefix a tenant speaker announced.
+type TenantRoute struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Prefix  string                 `protobuf:"bytes,1,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	NextHop string                 `protobuf:"bytes,2,opt,name=next_hop,json=nextHop,proto3" json:"next_hop,omitempty"`
+	Peer    string                 `protobuf:"bytes,3,opt,name=peer,proto3" json:"peer,omitempty"`
+	// Why it was dropped (empty when accepted).
+	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TenantRoute) Reset() {
+	*x = TenantRoute{}
+	mi := &file_teapotv1_observe_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TenantRoute) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TenantRoute) ProtoMessage() {}
+
+func (x *TenantRoute) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_observe_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TenantRoute.ProtoReflect.Descriptor instead.
+func (*TenantRoute) Descriptor() ([]byte, []int) {
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *TenantRoute) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+func (x *TenantRoute) GetNextHop() string {
+	if x != nil {
+		return x.NextHop
+	}
+	return ""
+}
+
+func (x *TenantRoute) GetPeer() string {
+	if x != nil {
+		return x.Peer
+	}
+	return ""
+}
+
+func (x *TenantRoute) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 // ListenerObservation is one listen socket of a load balancer on one host.
 type ListenerObservation struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -362,7 +1189,7 @@ type ListenerObservation struct {
 
 func (x *ListenerObservation) Reset() {
 	*x = ListenerObservation{}
-	mi := &file_teapotv1_observe_proto_msgTypes[3]
+	mi := &file_teapotv1_observe_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -374,7 +1201,7 @@ func (x *ListenerObservation) String() string {
 func (*ListenerObservation) ProtoMessage() {}
 
 func (x *ListenerObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[3]
+	mi := &file_teapotv1_observe_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -387,7 +1214,7 @@ func (x *ListenerObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListenerObservation.ProtoReflect.Descriptor instead.
 func (*ListenerObservation) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{3}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListenerObservation) GetLoadBalancer() string {
@@ -451,7 +1278,7 @@ type PoolObservation struct {
 
 func (x *PoolObservation) Reset() {
 	*x = PoolObservation{}
-	mi := &file_teapotv1_observe_proto_msgTypes[4]
+	mi := &file_teapotv1_observe_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -463,7 +1290,7 @@ func (x *PoolObservation) String() string {
 func (*PoolObservation) ProtoMessage() {}
 
 func (x *PoolObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[4]
+	mi := &file_teapotv1_observe_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -476,7 +1303,7 @@ func (x *PoolObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolObservation.ProtoReflect.Descriptor instead.
 func (*PoolObservation) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{4}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PoolObservation) GetLoadBalancer() string {
@@ -526,7 +1353,7 @@ type MemberObservation struct {
 
 func (x *MemberObservation) Reset() {
 	*x = MemberObservation{}
-	mi := &file_teapotv1_observe_proto_msgTypes[5]
+	mi := &file_teapotv1_observe_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -538,7 +1365,7 @@ func (x *MemberObservation) String() string {
 func (*MemberObservation) ProtoMessage() {}
 
 func (x *MemberObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[5]
+	mi := &file_teapotv1_observe_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -551,7 +1378,7 @@ func (x *MemberObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberObservation.ProtoReflect.Descriptor instead.
 func (*MemberObservation) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{5}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *MemberObservation) GetAddress() string {
@@ -634,7 +1461,7 @@ type PassiveHealth struct {
 
 func (x *PassiveHealth) Reset() {
 	*x = PassiveHealth{}
-	mi := &file_teapotv1_observe_proto_msgTypes[6]
+	mi := &file_teapotv1_observe_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -646,7 +1473,7 @@ func (x *PassiveHealth) String() string {
 func (*PassiveHealth) ProtoMessage() {}
 
 func (x *PassiveHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[6]
+	mi := &file_teapotv1_observe_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -659,7 +1486,7 @@ func (x *PassiveHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PassiveHealth.ProtoReflect.Descriptor instead.
 func (*PassiveHealth) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{6}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PassiveHealth) GetWindowSeconds() uint32 {
@@ -725,7 +1552,7 @@ type PassiveFailure struct {
 
 func (x *PassiveFailure) Reset() {
 	*x = PassiveFailure{}
-	mi := &file_teapotv1_observe_proto_msgTypes[7]
+	mi := &file_teapotv1_observe_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -737,7 +1564,7 @@ func (x *PassiveFailure) String() string {
 func (*PassiveFailure) ProtoMessage() {}
 
 func (x *PassiveFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[7]
+	mi := &file_teapotv1_observe_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -750,7 +1577,7 @@ func (x *PassiveFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PassiveFailure.ProtoReflect.Descriptor instead.
 func (*PassiveFailure) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{7}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PassiveFailure) GetKind() string {
@@ -784,7 +1611,7 @@ type CertificateObservation struct {
 
 func (x *CertificateObservation) Reset() {
 	*x = CertificateObservation{}
-	mi := &file_teapotv1_observe_proto_msgTypes[8]
+	mi := &file_teapotv1_observe_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -796,7 +1623,7 @@ func (x *CertificateObservation) String() string {
 func (*CertificateObservation) ProtoMessage() {}
 
 func (x *CertificateObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[8]
+	mi := &file_teapotv1_observe_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -809,7 +1636,7 @@ func (x *CertificateObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertificateObservation.ProtoReflect.Descriptor instead.
 func (*CertificateObservation) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{8}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CertificateObservation) GetHost() string {
@@ -864,8 +1691,10 @@ type TrafficObservation struct {
 	Requests          map[string]uint64 `protobuf:"bytes,2,rep,name=requests,proto3" json:"requests,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	ActiveConnections int64             `protobuf:"varint,3,opt,name=active_connections,json=activeConnections,proto3" json:"active_connections,omitempty"`
 	Connections       uint64            `protobuf:"varint,4,opt,name=connections,proto3" json:"connections,omitempty"`
-	BytesIn           uint64            `protobuf:"varint,5,opt,name=bytes_in,json=bytesIn,proto3" json:"bytes_in,omitempty"`
-	BytesOut          uint64            `protobuf:"varint,6,opt,name=bytes_out,json=bytesOut,proto3" json:"bytes_out,omitempty"`
+	// Bytes from and to clients: every byte for tcp, udp and
+	// tls-passthrough; the request and response bodies for http and https.
+	BytesIn  uint64 `protobuf:"varint,5,opt,name=bytes_in,json=bytesIn,proto3" json:"bytes_in,omitempty"`
+	BytesOut uint64 `protobuf:"varint,6,opt,name=bytes_out,json=bytesOut,proto3" json:"bytes_out,omitempty"`
 	// 99th percentile of request (L7) or connect (L4) latency, in seconds
 	// (upper bound of its histogram bucket); 0 without samples.
 	P99Seconds float64 `protobuf:"fixed64,7,opt,name=p99_seconds,json=p99Seconds,proto3" json:"p99_seconds,omitempty"`
@@ -875,13 +1704,20 @@ type TrafficObservation struct {
 	// Empty when the host keeps no histogram.
 	LatencyBounds []float64 `protobuf:"fixed64,8,rep,packed,name=latency_bounds,json=latencyBounds,proto3" json:"latency_bounds,omitempty"`
 	LatencyCounts []uint64  `protobuf:"varint,9,rep,packed,name=latency_counts,json=latencyCounts,proto3" json:"latency_counts,omitempty"`
+	// Per-member traffic, the busiest first (at most 64 per load balancer).
+	Members []*MemberTraffic `protobuf:"bytes,80,rep,name=members,proto3" json:"members,omitempty"`
+	// Members left out of members (over the bound).
+	MembersOmitted uint32 `protobuf:"varint,81,opt,name=members_omitted,json=membersOmitted,proto3" json:"members_omitted,omitempty"`
+	// The rates of the last interval of the host's history ring (unset
+	// until the ring has two samples); its time says when it ended.
+	Last          *HistoryPoint `protobuf:"bytes,82,opt,name=last,proto3" json:"last,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TrafficObservation) Reset() {
 	*x = TrafficObservation{}
-	mi := &file_teapotv1_observe_proto_msgTypes[9]
+	mi := &file_teapotv1_observe_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -893,7 +1729,7 @@ func (x *TrafficObservation) String() string {
 func (*TrafficObservation) ProtoMessage() {}
 
 func (x *TrafficObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[9]
+	mi := &file_teapotv1_observe_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -906,7 +1742,7 @@ func (x *TrafficObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrafficObservation.ProtoReflect.Descriptor instead.
 func (*TrafficObservation) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{9}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *TrafficObservation) GetLoadBalancer() string {
@@ -972,6 +1808,27 @@ func (x *TrafficObservation) GetLatencyCounts() []uint64 {
 	return nil
 }
 
+func (x *TrafficObservation) GetMembers() []*MemberTraffic {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *TrafficObservation) GetMembersOmitted() uint32 {
+	if x != nil {
+		return x.MembersOmitted
+	}
+	return 0
+}
+
+func (x *TrafficObservation) GetLast() *HistoryPoint {
+	if x != nil {
+		return x.Last
+	}
+	return nil
+}
+
 // LoadBalancerProblem is something wrong with one field of a load balancer.
 type LoadBalancerProblem struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -984,7 +1841,7 @@ type LoadBalancerProblem struct {
 
 func (x *LoadBalancerProblem) Reset() {
 	*x = LoadBalancerProblem{}
-	mi := &file_teapotv1_observe_proto_msgTypes[10]
+	mi := &file_teapotv1_observe_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -996,7 +1853,7 @@ func (x *LoadBalancerProblem) String() string {
 func (*LoadBalancerProblem) ProtoMessage() {}
 
 func (x *LoadBalancerProblem) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[10]
+	mi := &file_teapotv1_observe_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1009,7 +1866,7 @@ func (x *LoadBalancerProblem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadBalancerProblem.ProtoReflect.Descriptor instead.
 func (*LoadBalancerProblem) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{10}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *LoadBalancerProblem) GetLoadBalancer() string {
@@ -1041,7 +1898,8 @@ type Event struct {
 	NodeId string                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	Time   *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=time,proto3" json:"time,omitempty"`
 	// vip-taken | vip-released | bind-failed | bind-ok | member-down |
-	// member-up | cert-issued | cert-failed | tenant-refused | leader-change
+	// member-up | cert-issued | cert-failed | tenant-refused | leader-change |
+	// route-dropped
 	Type string `protobuf:"bytes,4,opt,name=type,proto3" json:"type,omitempty"`
 	// info | warning
 	Severity string `protobuf:"bytes,5,opt,name=severity,proto3" json:"severity,omitempty"`
@@ -1059,7 +1917,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_teapotv1_observe_proto_msgTypes[11]
+	mi := &file_teapotv1_observe_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1071,7 +1929,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[11]
+	mi := &file_teapotv1_observe_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1084,7 +1942,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{11}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Event) GetSeq() uint64 {
@@ -1165,7 +2023,7 @@ type EventsRequest struct {
 
 func (x *EventsRequest) Reset() {
 	*x = EventsRequest{}
-	mi := &file_teapotv1_observe_proto_msgTypes[12]
+	mi := &file_teapotv1_observe_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1177,7 +2035,7 @@ func (x *EventsRequest) String() string {
 func (*EventsRequest) ProtoMessage() {}
 
 func (x *EventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[12]
+	mi := &file_teapotv1_observe_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1190,7 +2048,7 @@ func (x *EventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsRequest.ProtoReflect.Descriptor instead.
 func (*EventsRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{12}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *EventsRequest) GetTenant() string {
@@ -1242,7 +2100,7 @@ type EventsResponse struct {
 
 func (x *EventsResponse) Reset() {
 	*x = EventsResponse{}
-	mi := &file_teapotv1_observe_proto_msgTypes[13]
+	mi := &file_teapotv1_observe_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1254,7 +2112,7 @@ func (x *EventsResponse) String() string {
 func (*EventsResponse) ProtoMessage() {}
 
 func (x *EventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[13]
+	mi := &file_teapotv1_observe_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1267,7 +2125,7 @@ func (x *EventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsResponse.ProtoReflect.Descriptor instead.
 func (*EventsResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{13}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *EventsResponse) GetEvents() []*Event {
@@ -1310,7 +2168,7 @@ type VIPHolding struct {
 
 func (x *VIPHolding) Reset() {
 	*x = VIPHolding{}
-	mi := &file_teapotv1_observe_proto_msgTypes[14]
+	mi := &file_teapotv1_observe_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1322,7 +2180,7 @@ func (x *VIPHolding) String() string {
 func (*VIPHolding) ProtoMessage() {}
 
 func (x *VIPHolding) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[14]
+	mi := &file_teapotv1_observe_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1335,7 +2193,7 @@ func (x *VIPHolding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VIPHolding.ProtoReflect.Descriptor instead.
 func (*VIPHolding) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{14}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *VIPHolding) GetAddress() string {
@@ -1384,7 +2242,7 @@ var File_teapotv1_observe_proto protoreflect.FileDescriptor
 
 const file_teapotv1_observe_proto_rawDesc = "" +
 	"\n" +
-	"\x16teapotv1/observe.proto\x12\tteapot.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb0\x02\n" +
+	"\x16teapotv1/observe.proto\x12\tteapot.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xca\x02\n" +
 	"\x0eObserveRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12#\n" +
 	"\rload_balancer\x18\x02 \x01(\tR\floadBalancer\x12\x12\n" +
@@ -1393,14 +2251,15 @@ const file_teapotv1_observe_proto_rawDesc = "" +
 	"\n" +
 	"max_events\x18\x05 \x01(\rR\tmaxEvents\x12\x1f\n" +
 	"\vevents_only\x18\x06 \x01(\bR\n" +
-	"eventsOnly\x1a>\n" +
+	"eventsOnly\x12\x18\n" +
+	"\ahistory\x18P \x01(\bR\ahistory\x1a>\n" +
 	"\x10EventsAfterEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\x8f\x01\n" +
 	"\x0fObserveResponse\x120\n" +
 	"\x05hosts\x18\x01 \x03(\v2\x1a.teapot.v1.HostObservationR\x05hosts\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\x12.\n" +
-	"\x04time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\xe6\x04\n" +
+	"\x04time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\xf6\x06\n" +
 	"\x0fHostObservation\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1c\n" +
 	"\treachable\x18\x02 \x01(\bR\treachable\x12\x14\n" +
@@ -1417,7 +2276,84 @@ const file_teapotv1_observe_proto_rawDesc = "" +
 	"\bproblems\x18\x0f \x03(\v2\x1e.teapot.v1.LoadBalancerProblemR\bproblems\x12(\n" +
 	"\x06events\x18\x10 \x03(\v2\x10.teapot.v1.EventR\x06events\x12\x1d\n" +
 	"\n" +
-	"last_event\x18\x11 \x01(\x04R\tlastEvent\"\xe4\x01\n" +
+	"last_event\x18\x11 \x01(\x04R\tlastEvent\x12>\n" +
+	"\n" +
+	"tenant_bgp\x18< \x03(\v2\x1f.teapot.v1.TenantBGPObservationR\ttenantBgp\x122\n" +
+	"\ahistory\x18P \x03(\v2\x18.teapot.v1.HistorySeriesR\ahistory\x12'\n" +
+	"\x0fhistory_omitted\x18Q \x01(\rR\x0ehistoryOmitted\x126\n" +
+	"\tresources\x18R \x01(\v2\x18.teapot.v1.HostResourcesR\tresources\x129\n" +
+	"\ftenant_usage\x18S \x03(\v2\x16.teapot.v1.TenantUsageR\vtenantUsage\"\x90\x01\n" +
+	"\rHistorySeries\x12#\n" +
+	"\rload_balancer\x18\x01 \x01(\tR\floadBalancer\x12)\n" +
+	"\x10interval_seconds\x18\x02 \x01(\rR\x0fintervalSeconds\x12/\n" +
+	"\x06points\x18\x03 \x03(\v2\x17.teapot.v1.HistoryPointR\x06points\"\xaa\x03\n" +
+	"\fHistoryPoint\x12.\n" +
+	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12.\n" +
+	"\x13requests_per_second\x18\x02 \x01(\x01R\x11requestsPerSecond\x12\x1f\n" +
+	"\verror_share\x18\x03 \x01(\x01R\n" +
+	"errorShare\x12\x1f\n" +
+	"\vp99_seconds\x18\x04 \x01(\x01R\n" +
+	"p99Seconds\x12-\n" +
+	"\x12active_connections\x18\x05 \x01(\x03R\x11activeConnections\x124\n" +
+	"\x16connections_per_second\x18\x06 \x01(\x01R\x14connectionsPerSecond\x12-\n" +
+	"\x13bytes_in_per_second\x18\a \x01(\x01R\x10bytesInPerSecond\x12/\n" +
+	"\x14bytes_out_per_second\x18\b \x01(\x01R\x11bytesOutPerSecond\x12\x10\n" +
+	"\x03cpu\x18\t \x01(\x01R\x03cpu\x12!\n" +
+	"\fmemory_bytes\x18\n" +
+	" \x01(\x04R\vmemoryBytes\"\xe5\x03\n" +
+	"\rHostResources\x12.\n" +
+	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x10\n" +
+	"\x03cpu\x18\x02 \x01(\x01R\x03cpu\x12\x12\n" +
+	"\x04cpus\x18\x03 \x01(\rR\x04cpus\x12!\n" +
+	"\fmemory_bytes\x18\x04 \x01(\x04R\vmemoryBytes\x12)\n" +
+	"\x10open_descriptors\x18\x05 \x01(\x04R\x0fopenDescriptors\x12)\n" +
+	"\x10descriptor_limit\x18\x06 \x01(\x04R\x0fdescriptorLimit\x12\x1e\n" +
+	"\n" +
+	"goroutines\x18\a \x01(\x03R\n" +
+	"goroutines\x12 \n" +
+	"\vconnections\x18\b \x01(\x03R\vconnections\x12'\n" +
+	"\x0fmax_connections\x18\t \x01(\x03R\x0emaxConnections\x12 \n" +
+	"\vdescriptors\x18\n" +
+	" \x01(\x03R\vdescriptors\x12'\n" +
+	"\x0fmax_descriptors\x18\v \x01(\x03R\x0emaxDescriptors\x12#\n" +
+	"\rhistory_bytes\x18\f \x01(\x04R\fhistoryBytes\x12*\n" +
+	"\x11history_max_bytes\x18\r \x01(\x04R\x0fhistoryMaxBytes\"\x92\x01\n" +
+	"\vTenantUsage\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12 \n" +
+	"\vconnections\x18\x02 \x01(\x03R\vconnections\x12 \n" +
+	"\vdescriptors\x18\x03 \x01(\x03R\vdescriptors\x12'\n" +
+	"\x0fmax_descriptors\x18\x04 \x01(\x03R\x0emaxDescriptors\"\xbe\x02\n" +
+	"\rMemberTraffic\x12\x12\n" +
+	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x18\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\x12.\n" +
+	"\x13requests_per_second\x18\x03 \x01(\x01R\x11requestsPerSecond\x12\x1f\n" +
+	"\verror_share\x18\x04 \x01(\x01R\n" +
+	"errorShare\x12\x1f\n" +
+	"\vp99_seconds\x18\x05 \x01(\x01R\n" +
+	"p99Seconds\x12\x1a\n" +
+	"\brequests\x18\x06 \x01(\x04R\brequests\x12\x16\n" +
+	"\x06errors\x18\a \x01(\x04R\x06errors\x12.\n" +
+	"\x04time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12)\n" +
+	"\x10interval_seconds\x18\t \x01(\rR\x0fintervalSeconds\"\xb3\x02\n" +
+	"\x14TenantBGPObservation\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x127\n" +
+	"\bsessions\x18\x02 \x03(\v2\x1b.teapot.v1.TenantBGPSessionR\bsessions\x122\n" +
+	"\baccepted\x18\x03 \x03(\v2\x16.teapot.v1.TenantRouteR\baccepted\x120\n" +
+	"\adropped\x18\x04 \x03(\v2\x16.teapot.v1.TenantRouteR\adropped\x12%\n" +
+	"\x0eaccepted_count\x18\x05 \x01(\rR\racceptedCount\x12#\n" +
+	"\rdropped_count\x18\x06 \x01(\rR\fdroppedCount\x12\x18\n" +
+	"\aproblem\x18\a \x01(\tR\aproblem\"\xa2\x01\n" +
+	"\x10TenantBGPSession\x12\x12\n" +
+	"\x04peer\x18\x01 \x01(\tR\x04peer\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x1a\n" +
+	"\breceived\x18\x04 \x01(\rR\breceived\x120\n" +
+	"\x05since\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\"l\n" +
+	"\vTenantRoute\x12\x16\n" +
+	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x19\n" +
+	"\bnext_hop\x18\x02 \x01(\tR\anextHop\x12\x12\n" +
+	"\x04peer\x18\x03 \x01(\tR\x04peer\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\"\xe4\x01\n" +
 	"\x13ListenerObservation\x12#\n" +
 	"\rload_balancer\x18\x01 \x01(\tR\floadBalancer\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\rR\x05index\x12\x18\n" +
@@ -1458,7 +2394,7 @@ const file_teapotv1_observe_proto_rawDesc = "" +
 	"\x05state\x18\x04 \x01(\tR\x05state\x127\n" +
 	"\tnot_after\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\bnotAfter\x12\x1d\n" +
 	"\n" +
-	"last_error\x18\x06 \x01(\tR\tlastError\"\xb7\x03\n" +
+	"last_error\x18\x06 \x01(\tR\tlastError\"\xc1\x04\n" +
 	"\x12TrafficObservation\x12#\n" +
 	"\rload_balancer\x18\x01 \x01(\tR\floadBalancer\x12G\n" +
 	"\brequests\x18\x02 \x03(\v2+.teapot.v1.TrafficObservation.RequestsEntryR\brequests\x12-\n" +
@@ -1469,7 +2405,10 @@ const file_teapotv1_observe_proto_rawDesc = "" +
 	"\vp99_seconds\x18\a \x01(\x01R\n" +
 	"p99Seconds\x12%\n" +
 	"\x0elatency_bounds\x18\b \x03(\x01R\rlatencyBounds\x12%\n" +
-	"\x0elatency_counts\x18\t \x03(\x04R\rlatencyCounts\x1a;\n" +
+	"\x0elatency_counts\x18\t \x03(\x04R\rlatencyCounts\x122\n" +
+	"\amembers\x18P \x03(\v2\x18.teapot.v1.MemberTrafficR\amembers\x12'\n" +
+	"\x0fmembers_omitted\x18Q \x01(\rR\x0emembersOmitted\x12+\n" +
+	"\x04last\x18R \x01(\v2\x17.teapot.v1.HistoryPointR\x04last\x1a;\n" +
 	"\rRequestsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"h\n" +
@@ -1526,58 +2465,80 @@ func file_teapotv1_observe_proto_rawDescGZIP() []byte {
 	return file_teapotv1_observe_proto_rawDescData
 }
 
-var file_teapotv1_observe_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_teapotv1_observe_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_teapotv1_observe_proto_goTypes = []any{
 	(*ObserveRequest)(nil),         // 0: teapot.v1.ObserveRequest
 	(*ObserveResponse)(nil),        // 1: teapot.v1.ObserveResponse
 	(*HostObservation)(nil),        // 2: teapot.v1.HostObservation
-	(*ListenerObservation)(nil),    // 3: teapot.v1.ListenerObservation
-	(*PoolObservation)(nil),        // 4: teapot.v1.PoolObservation
-	(*MemberObservation)(nil),      // 5: teapot.v1.MemberObservation
-	(*PassiveHealth)(nil),          // 6: teapot.v1.PassiveHealth
-	(*PassiveFailure)(nil),         // 7: teapot.v1.PassiveFailure
-	(*CertificateObservation)(nil), // 8: teapot.v1.CertificateObservation
-	(*TrafficObservation)(nil),     // 9: teapot.v1.TrafficObservation
-	(*LoadBalancerProblem)(nil),    // 10: teapot.v1.LoadBalancerProblem
-	(*Event)(nil),                  // 11: teapot.v1.Event
-	(*EventsRequest)(nil),          // 12: teapot.v1.EventsRequest
-	(*EventsResponse)(nil),         // 13: teapot.v1.EventsResponse
-	(*VIPHolding)(nil),             // 14: teapot.v1.VIPHolding
-	nil,                            // 15: teapot.v1.ObserveRequest.EventsAfterEntry
-	nil,                            // 16: teapot.v1.TrafficObservation.RequestsEntry
-	nil,                            // 17: teapot.v1.EventsRequest.AfterEntry
-	nil,                            // 18: teapot.v1.EventsResponse.CursorEntry
-	(*timestamppb.Timestamp)(nil),  // 19: google.protobuf.Timestamp
+	(*HistorySeries)(nil),          // 3: teapot.v1.HistorySeries
+	(*HistoryPoint)(nil),           // 4: teapot.v1.HistoryPoint
+	(*HostResources)(nil),          // 5: teapot.v1.HostResources
+	(*TenantUsage)(nil),            // 6: teapot.v1.TenantUsage
+	(*MemberTraffic)(nil),          // 7: teapot.v1.MemberTraffic
+	(*TenantBGPObservation)(nil),   // 8: teapot.v1.TenantBGPObservation
+	(*TenantBGPSession)(nil),       // 9: teapot.v1.TenantBGPSession
+	(*TenantRoute)(nil),            // 10: teapot.v1.TenantRoute
+	(*ListenerObservation)(nil),    // 11: teapot.v1.ListenerObservation
+	(*PoolObservation)(nil),        // 12: teapot.v1.PoolObservation
+	(*MemberObservation)(nil),      // 13: teapot.v1.MemberObservation
+	(*PassiveHealth)(nil),          // 14: teapot.v1.PassiveHealth
+	(*PassiveFailure)(nil),         // 15: teapot.v1.PassiveFailure
+	(*CertificateObservation)(nil), // 16: teapot.v1.CertificateObservation
+	(*TrafficObservation)(nil),     // 17: teapot.v1.TrafficObservation
+	(*LoadBalancerProblem)(nil),    // 18: teapot.v1.LoadBalancerProblem
+	(*Event)(nil),                  // 19: teapot.v1.Event
+	(*EventsRequest)(nil),          // 20: teapot.v1.EventsRequest
+	(*EventsResponse)(nil),         // 21: teapot.v1.EventsResponse
+	(*VIPHolding)(nil),             // 22: teapot.v1.VIPHolding
+	nil,                            // 23: teapot.v1.ObserveRequest.EventsAfterEntry
+	nil,                            // 24: teapot.v1.TrafficObservation.RequestsEntry
+	nil,                            // 25: teapot.v1.EventsRequest.AfterEntry
+	nil,                            // 26: teapot.v1.EventsResponse.CursorEntry
+	(*timestamppb.Timestamp)(nil),  // 27: google.protobuf.Timestamp
 }
 var file_teapotv1_observe_proto_depIdxs = []int32{
-	15, // 0: teapot.v1.ObserveRequest.events_after:type_name -> teapot.v1.ObserveRequest.EventsAfterEntry
+	23, // 0: teapot.v1.ObserveRequest.events_after:type_name -> teapot.v1.ObserveRequest.EventsAfterEntry
 	2,  // 1: teapot.v1.ObserveResponse.hosts:type_name -> teapot.v1.HostObservation
-	19, // 2: teapot.v1.ObserveResponse.time:type_name -> google.protobuf.Timestamp
-	19, // 3: teapot.v1.HostObservation.time:type_name -> google.protobuf.Timestamp
-	3,  // 4: teapot.v1.HostObservation.listeners:type_name -> teapot.v1.ListenerObservation
-	4,  // 5: teapot.v1.HostObservation.pools:type_name -> teapot.v1.PoolObservation
-	14, // 6: teapot.v1.HostObservation.vips:type_name -> teapot.v1.VIPHolding
-	8,  // 7: teapot.v1.HostObservation.certificates:type_name -> teapot.v1.CertificateObservation
-	9,  // 8: teapot.v1.HostObservation.traffic:type_name -> teapot.v1.TrafficObservation
-	10, // 9: teapot.v1.HostObservation.problems:type_name -> teapot.v1.LoadBalancerProblem
-	11, // 10: teapot.v1.HostObservation.events:type_name -> teapot.v1.Event
-	19, // 11: teapot.v1.ListenerObservation.since:type_name -> google.protobuf.Timestamp
-	5,  // 12: teapot.v1.PoolObservation.members:type_name -> teapot.v1.MemberObservation
-	19, // 13: teapot.v1.MemberObservation.last_check:type_name -> google.protobuf.Timestamp
-	6,  // 14: teapot.v1.MemberObservation.passive:type_name -> teapot.v1.PassiveHealth
-	7,  // 15: teapot.v1.PassiveHealth.failures:type_name -> teapot.v1.PassiveFailure
-	19, // 16: teapot.v1.CertificateObservation.not_after:type_name -> google.protobuf.Timestamp
-	16, // 17: teapot.v1.TrafficObservation.requests:type_name -> teapot.v1.TrafficObservation.RequestsEntry
-	19, // 18: teapot.v1.Event.time:type_name -> google.protobuf.Timestamp
-	17, // 19: teapot.v1.EventsRequest.after:type_name -> teapot.v1.EventsRequest.AfterEntry
-	11, // 20: teapot.v1.EventsResponse.events:type_name -> teapot.v1.Event
-	18, // 21: teapot.v1.EventsResponse.cursor:type_name -> teapot.v1.EventsResponse.CursorEntry
-	19, // 22: teapot.v1.VIPHolding.since:type_name -> google.protobuf.Timestamp
-	23, // [23:23] is the sub-list for method output_type
-	23, // [23:23] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	27, // 2: teapot.v1.ObserveResponse.time:type_name -> google.protobuf.Timestamp
+	27, // 3: teapot.v1.HostObservation.time:type_name -> google.protobuf.Timestamp
+	11, // 4: teapot.v1.HostObservation.listeners:type_name -> teapot.v1.ListenerObservation
+	12, // 5: teapot.v1.HostObservation.pools:type_name -> teapot.v1.PoolObservation
+	22, // 6: teapot.v1.HostObservation.vips:type_name -> teapot.v1.VIPHolding
+	16, // 7: teapot.v1.HostObservation.certificates:type_name -> teapot.v1.CertificateObservation
+	17, // 8: teapot.v1.HostObservation.traffic:type_name -> teapot.v1.TrafficObservation
+	18, // 9: teapot.v1.HostObservation.problems:type_name -> teapot.v1.LoadBalancerProblem
+	19, // 10: teapot.v1.HostObservation.events:type_name -> teapot.v1.Event
+	8,  // 11: teapot.v1.HostObservation.tenant_bgp:type_name -> teapot.v1.TenantBGPObservation
+	3,  // 12: teapot.v1.HostObservation.history:type_name -> teapot.v1.HistorySeries
+	5,  // 13: teapot.v1.HostObservation.resources:type_name -> teapot.v1.HostResources
+	6,  // 14: teapot.v1.HostObservation.tenant_usage:type_name -> teapot.v1.TenantUsage
+	4,  // 15: teapot.v1.HistorySeries.points:type_name -> teapot.v1.HistoryPoint
+	27, // 16: teapot.v1.HistoryPoint.time:type_name -> google.protobuf.Timestamp
+	27, // 17: teapot.v1.HostResources.time:type_name -> google.protobuf.Timestamp
+	27, // 18: teapot.v1.MemberTraffic.time:type_name -> google.protobuf.Timestamp
+	9,  // 19: teapot.v1.TenantBGPObservation.sessions:type_name -> teapot.v1.TenantBGPSession
+	10, // 20: teapot.v1.TenantBGPObservation.accepted:type_name -> teapot.v1.TenantRoute
+	10, // 21: teapot.v1.TenantBGPObservation.dropped:type_name -> teapot.v1.TenantRoute
+	27, // 22: teapot.v1.TenantBGPSession.since:type_name -> google.protobuf.Timestamp
+	27, // 23: teapot.v1.ListenerObservation.since:type_name -> google.protobuf.Timestamp
+	13, // 24: teapot.v1.PoolObservation.members:type_name -> teapot.v1.MemberObservation
+	27, // 25: teapot.v1.MemberObservation.last_check:type_name -> google.protobuf.Timestamp
+	14, // 26: teapot.v1.MemberObservation.passive:type_name -> teapot.v1.PassiveHealth
+	15, // 27: teapot.v1.PassiveHealth.failures:type_name -> teapot.v1.PassiveFailure
+	27, // 28: teapot.v1.CertificateObservation.not_after:type_name -> google.protobuf.Timestamp
+	24, // 29: teapot.v1.TrafficObservation.requests:type_name -> teapot.v1.TrafficObservation.RequestsEntry
+	7,  // 30: teapot.v1.TrafficObservation.members:type_name -> teapot.v1.MemberTraffic
+	4,  // 31: teapot.v1.TrafficObservation.last:type_name -> teapot.v1.HistoryPoint
+	27, // 32: teapot.v1.Event.time:type_name -> google.protobuf.Timestamp
+	25, // 33: teapot.v1.EventsRequest.after:type_name -> teapot.v1.EventsRequest.AfterEntry
+	19, // 34: teapot.v1.EventsResponse.events:type_name -> teapot.v1.Event
+	26, // 35: teapot.v1.EventsResponse.cursor:type_name -> teapot.v1.EventsResponse.CursorEntry
+	27, // 36: teapot.v1.VIPHolding.since:type_name -> google.protobuf.Timestamp
+	37, // [37:37] is the sub-list for method output_type
+	37, // [37:37] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_teapotv1_observe_proto_init() }
@@ -1591,7 +2552,7 @@ func file_teapotv1_observe_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_teapotv1_observe_proto_rawDesc), len(file_teapotv1_observe_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   19,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -274,7 +274,11 @@ type SyncWelcome struct {
 	// State revision the list was read at.
 	Revision uint64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
 	// Most upserts plus removals the cluster takes in one change.
-	MaxBatch      uint32 `protobuf:"varint,4,opt,name=max_batch,json=maxBatch,proto3" json:"max_batch,omitempty"`
+	MaxBatch uint32 `protobuf:"varint,4,opt,name=max_batch,json=maxBatch,proto3" json:"max_batch,omitempty"`
+	// The cluster's feature level (the lowest of its hosts' as recorded
+	// when the stream opened; 0 from a release before it was sent): the
+	// agent asks for dual-stack VIPs only at level 4 or above.
+	FeatureLevel  uint32 `protobuf:"varint,40,opt,name=feature_level,json=featureLevel,proto3" json:"feature_level,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -333,6 +337,13 @@ func (x *SyncWelcome) GetRevision() uint64 {
 func (x *SyncWelcome) GetMaxBatch() uint32 {
 	if x != nil {
 		return x.MaxBatch
+	}
+	return 0
+}
+
+func (x *SyncWelcome) GetFeatureLevel() uint32 {
+	if x != nil {
+		return x.FeatureLevel
 	}
 	return 0
 }
@@ -773,6 +784,9 @@ type ObjectStatus struct {
 	Version string `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
 	// Allocated VIP.
 	Address string `protobuf:"bytes,3,opt,name=address,proto3" json:"address,omitempty"`
+	// Every allocated VIP (one per family for a dual-stack load
+	// balancer), address first.
+	Addresses []string `protobuf:"bytes,40,rep,name=addresses,proto3" json:"addresses,omitempty"`
 	// Why the object was refused (one line, naming the field); empty when
 	// it was stored. A refused object keeps its previous stored version.
 	Error string `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
@@ -837,6 +851,13 @@ func (x *ObjectStatus) GetAddress() string {
 		return x.Address
 	}
 	return ""
+}
+
+func (x *ObjectStatus) GetAddresses() []string {
+	if x != nil {
+		return x.Addresses
+	}
+	return nil
 }
 
 func (x *ObjectStatus) GetError() string {
@@ -1287,12 +1308,13 @@ const file_teapotv1_tenant_proto_rawDesc = "" +
 	"\x03msg\";\n" +
 	"\tSyncHello\x12\x14\n" +
 	"\x05agent\x18\x01 \x01(\tR\x05agent\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\tR\aversion\"\xa4\x01\n" +
+	"\aversion\x18\x02 \x01(\tR\aversion\"\xc9\x01\n" +
 	"\vSyncWelcome\x12)\n" +
 	"\x06tenant\x18\x01 \x01(\v2\x11.teapot.v1.TenantR\x06tenant\x121\n" +
 	"\aobjects\x18\x02 \x03(\v2\x17.teapot.v1.ObjectStatusR\aobjects\x12\x1a\n" +
 	"\brevision\x18\x03 \x01(\x04R\brevision\x12\x1b\n" +
-	"\tmax_batch\x18\x04 \x01(\rR\bmaxBatch\"\xbe\x02\n" +
+	"\tmax_batch\x18\x04 \x01(\rR\bmaxBatch\x12#\n" +
+	"\rfeature_level\x18( \x01(\rR\ffeatureLevel\"\xbe\x02\n" +
 	"\n" +
 	"SyncChange\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12/\n" +
@@ -1325,11 +1347,12 @@ const file_teapotv1_tenant_proto_rawDesc = "" +
 	"SyncStatus\x121\n" +
 	"\aobjects\x18\x01 \x03(\v2\x17.teapot.v1.ObjectStatusR\aobjects\x12)\n" +
 	"\x06tenant\x18\x02 \x01(\v2\x11.teapot.v1.TenantR\x06tenant\x12\x1a\n" +
-	"\brevision\x18\x03 \x01(\x04R\brevision\"\xa9\x02\n" +
+	"\brevision\x18\x03 \x01(\x04R\brevision\"\xc7\x02\n" +
 	"\fObjectStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x18\n" +
-	"\aaddress\x18\x03 \x01(\tR\aaddress\x12\x14\n" +
+	"\aaddress\x18\x03 \x01(\tR\aaddress\x12\x1c\n" +
+	"\taddresses\x18( \x03(\tR\taddresses\x12\x14\n" +
 	"\x05error\x18\x04 \x01(\tR\x05error\x12.\n" +
 	"\bproblems\x18\x05 \x03(\v2\x12.teapot.v1.ProblemR\bproblems\x12\x18\n" +
 	"\aremoved\x18\x06 \x01(\bR\aremoved\x12?\n" +

@@ -1,0 +1,55 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/teapot-lb/teapot-lb/api"
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+)
+
+// writeTenantBGP prints a tenant's BGP peering and, per host, its
+// sessions and the routes accepted and dropped with the reason.
+func writeTenantBGP(w io.Writer, now time.Time, tn *pb.Tenant, hosts []*pb.HostObservation) {
+	b := tn.GetBgp()
+	if b == nil {
+		return
+	}
+	fmt.Fprintf(w, "\nBGP (asn %d, peers %s, at most %d prefixes per session)\n", b.GetAsn(), list(b.GetPeers()), api.TenantBGPMaxPrefixes(b))
+	sessions, routes := newTable(w), newTable(w)
+	sessions.row("  HOST", "PEER", "STATE", "SINCE", "PREFIXES", "REASON")
+	routes.row("  HOST", "PREFIX", "NEXT HOP", "PEER", "ROUTE")
+	var problems []string
+	more := 0
+	for _, h := range hosts {
+		for _, o := range h.GetTenantBgp() {
+			if o.GetTenant() != tn.GetName() {
+				continue
+			}
+			if o.GetProblem() != "" {
+				problems = append(problems, fmt.Sprintf("  %s: %s", h.GetNodeId(), o.GetProblem()))
+				continue
+			}
+			for _, s := range o.GetSessions() {
+				sessions.row("  "+h.GetNodeId(), s.GetPeer(), s.GetState(), stamp(now, s.GetSince()), fmt.Sprint(s.GetReceived()), s.GetReason())
+			}
+			for _, r := range o.GetAccepted() {
+				routes.row("  "+h.GetNodeId(), r.GetPrefix(), r.GetNextHop(), r.GetPeer(), "installed")
+			}
+			for _, r := range o.GetDropped() {
+				routes.row("  "+h.GetNodeId(), r.GetPrefix(), r.GetNextHop(), r.GetPeer(), "dropped: "+r.GetReason())
+			}
+			more += int(o.GetAcceptedCount()) - len(o.GetAccepted()) + int(o.GetDroppedCount()) - len(o.GetDropped())
+		}
+	}
+	_ = sessions.flush()
+	for _, p := range problems {
+		fmt.Fprintln(w, p)
+	}
+	fmt.Fprintln(w, "\nRoutes from the tenant's speakers")
+	_ = routes.flush()
+	if more > 0 {
+		fmt.Fprintf(w, "  (%d more not listed; each host lists at most 100 accepted and 100 dropped)\n", more)
+	}
+}

@@ -1,0 +1,107 @@
+package api
+
+import (
+	"fmt"
+	"net/netip"
+
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+)
+
+// Bounds of a tenant's BGP peering (Tenant.bgp).
+const (
+	// MaxTenantBGPPeers bounds bgp.peers: every LB host holds one session
+	// per peer.
+	MaxTenantBGPPeers = 16
+	// DefaultTenantBGPMaxPrefixes is bgp.maxPrefixes when it is 0, and
+	// MaxTenantBGPMaxPrefixes the most an operator may set: each prefix a
+	// session holds costs every LB host memory in its speaker.
+	DefaultTenantBGPMaxPrefixes = 1000
+	MaxTenantBGPMaxPrefixes     = 100000
+	// MaxBGPPasswordLen is the longest TCP MD5 key Linux takes.
+	MaxBGPPasswordLen = 80
+)
+
+// TenantBGPMaxPrefixes is the prefixes one session of b may announce.
+func TenantBGPMaxPrefixes(b *pb.TenantBGP) uint32 {
+	if n := b.GetMaxPrefixes(); n != 0 {
+		return n
+	}
+	return DefaultTenantBGPMaxPrefixes
+}
+
+// TenantBGPMaxLength is the most specific prefix length of a's family
+// that b accepts.
+func TenantBGPMaxLength(b *pb.TenantBGP, v6 bool) int {
+	if v6 {
+		if n := b.GetMaxPrefixLength6(); n != 0 {
+			return int(n)
+		}
+		return 128
+	}
+	if n := b.GetMaxPrefixLength(); n != 0 {
+		return int(n)
+	}
+	return 32
+}
+
+// checkTenantBGP checks t.bgp against the tenant's well-formed networks.
+func checkTenantBGP(ck *checker, t *pb.Tenant, nets []netip.Prefix) {
+	b := t.GetBgp()
+	if b == nil {
+		return
+	}
+	if b.GetAsn() == 0 {
+		ck.invalidf("bgp.asn", "is required: the autonomous system number of the tenant's speakers")
+	}
+	if len(b.GetPeers()) == 0 {
+		ck.invalidf("bgp.peers", "is empty: list the addresses of the tenant's speakers, or leave bgp out")
+	}
+	if tooMany(ck, "bgp.peers", len(b.GetPeers()), MaxTenantBGPPeers) {
+		return
+	}
+	seen := map[netip.Addr]int{}
+	for i, s := range b.GetPeers() {
+		f := fmt.Sprintf("bgp.peers[%d]", i)
+		if tooLong(ck, f, s, MaxAddressLen) {
+			continue
+		}
+		a, err := netip.ParseAddr(s)
+		switch {
+		case err != nil || a.Zone() != "":
+			ck.invalidf(f, "%q is not an IP address (like 10.20.0.5 or 2001:db8:20::5)", s)
+			continue
+		case a.Is4In6():
+			ck.invalidf(f, "%s is an IPv4-mapped IPv6 address; write it in IPv4 form", s)
+			continue
+		case !inPrefixes(nets, a):
+			ck.invalidf(f, "%s is outside the tenant's networks; a tenant's speakers live inside them", s)
+			continue
+		}
+		if j, dup := seen[a]; dup {
+			ck.invalidf(f, "%s is already listed as bgp.peers[%d]", s, j)
+			continue
+		}
+		seen[a] = i
+	}
+	if len(b.GetPassword()) > MaxBGPPasswordLen {
+		ck.invalidf("bgp.password", "is %d characters long; TCP MD5 takes at most %d", len(b.GetPassword()), MaxBGPPasswordLen)
+	}
+	if n := b.GetMaxPrefixes(); n > MaxTenantBGPMaxPrefixes {
+		ck.invalidf("bgp.maxPrefixes", "%d is over the bound of %d prefixes per session", n, MaxTenantBGPMaxPrefixes)
+	}
+	if n := b.GetMaxPrefixLength(); n > 32 {
+		ck.invalidf("bgp.maxPrefixLength", "%d is not an IPv4 prefix length (1 to 32)", n)
+	}
+	if n := b.GetMaxPrefixLength6(); n > 128 {
+		ck.invalidf("bgp.maxPrefixLength6", "%d is not an IPv6 prefix length (1 to 128)", n)
+	}
+}
+
+func inPrefixes(ps []netip.Prefix, a netip.Addr) bool {
+	for _, p := range ps {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}

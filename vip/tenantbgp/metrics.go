@@ -1,0 +1,48 @@
+package tenantbgp
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+var (
+	descSessions = prometheus.NewDesc("teapot_lb_tenant_bgp_sessions_established",
+		"Sessions this host has established with the tenant's BGP speakers.", []string{"tenant"}, nil)
+	descRoutes = prometheus.NewDesc("teapot_lb_tenant_bgp_routes",
+		"Routes the tenant's speakers announce to this host: installed (result=accepted) or dropped (result=dropped).", []string{"tenant", "result"}, nil)
+	descLimits = prometheus.NewDesc("teapot_lb_tenant_bgp_prefix_limit_total",
+		"Sessions this host closed for announcing more than the tenant's bgp.maxPrefixes.", []string{"tenant"}, nil)
+)
+
+// Collector exports, per tenant with BGP, its sessions with this host and
+// the routes accepted and dropped.
+func (r *Relay) Collector() prometheus.Collector { return relayCollector{r} }
+
+type relayCollector struct{ r *Relay }
+
+func (c relayCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descSessions
+	ch <- descRoutes
+	ch <- descLimits
+}
+
+func (c relayCollector) Collect(ch chan<- prometheus.Metric) {
+	r := c.r
+	if r == nil || r.srv == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, name := range sortedKeys(r.world.tenants) {
+		o := r.obs[name]
+		up := 0
+		for _, s := range o.GetSessions() {
+			if s.GetState() == "established" {
+				up++
+			}
+		}
+		ch <- prometheus.MustNewConstMetric(descSessions, prometheus.GaugeValue, float64(up), name)
+		ch <- prometheus.MustNewConstMetric(descRoutes, prometheus.GaugeValue, float64(o.GetAcceptedCount()), name, "accepted")
+		ch <- prometheus.MustNewConstMetric(descRoutes, prometheus.GaugeValue, float64(o.GetDroppedCount()), name, "dropped")
+		ch <- prometheus.MustNewConstMetric(descLimits, prometheus.CounterValue, float64(r.limits[name]), name)
+	}
+}

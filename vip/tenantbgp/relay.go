@@ -1,0 +1,548 @@
+package tenantbgp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	gobgpapi "github.com/osrg/gobgp/v4/api"
+	"github.com/osrg/gobgp/v4/pkg/apiutil"
+	"github.com/osrg/gobgp/v4/pkg/packet/bgp"
+	"github.com/osrg/gobgp/v4/pkg/server"
+
+	"github.com/teapot-lb/teapot-lb/api"
+	"github.com/teapot-lb/teapot-lb/api/observe"
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// Timings of the relay.
+const (
+	// connectRetry is how often a tenant speaker without a session is
+	// dialled, in seconds.
+	connectRetry = 3
+	// LimitHold is how long a session closed for announcing more than its
+	// maxPrefixes stays down before it is dialled again.
+	LimitHold = 30 * time.Second
+	// resync is the longest time between two passes; a change of a
+	// session or of its routes starts one at once, at most one per
+	// minGap.
+	resync = 2 * time.Second
+	minGap = 100 * time.Millisecond
+	// maxListed bounds the accepted and dropped prefixes an observation
+	// lists per tenant (the counts stay whole), and maxEvents the drop
+	// events one pass sends per tenant.
+	maxListed = 100
+	maxEvents = 5
+)
+
+// ErrConfig: the relay's settings are invalid.
+var ErrConfig = errors.New("invalid tenant BGP settings")
+
+// Config configures a Relay.
+type Config struct {
+	// ASN and RouterID are this host's, from the serve config's bgp:
+	// section; ASN 0 turns the relay off (it then reports, per tenant with
+	// BGP, that this host has no sessions).
+	ASN      uint32
+	RouterID string
+	Logger   *slog.Logger
+	// Events receives the drops (a tenant, prefix and reason each) and
+	// the sessions closed for their prefix count; nil drops them.
+	Events func(*pb.Event)
+	// HostAddrs returns this host's own addresses (default: those of its
+	// interfaces).
+	HostAddrs func() []netip.Addr
+	// Routes installs the accepted routes (default: the kernel's main
+	// table over netlink, protocol RouteProtocol).
+	Routes Installer
+	// PeerPort is the port the tenants' speakers listen on (default 179)
+	// and LimitHold how long a session closed for its prefix count stays
+	// down (default LimitHold); tests shorten them.
+	PeerPort  uint16
+	LimitHold time.Duration
+}
+
+// Installer puts the desired set of routes in place (the whole set every
+// time) and returns the prefixes it could not install, with why.
+type Installer interface {
+	Set(routes map[netip.Prefix]netip.Addr) map[netip.Prefix]error
+	Close() error
+}
+
+// Relay peers with the tenants' speakers, judges what they announce and
+// installs what it accepts.
+type Relay struct {
+	cfg  Config
+	log  *slog.Logger
+	srv  *server.BgpServer
+	stop context.CancelFunc
+	kick chan struct{}
+
+	mu    sync.Mutex
+	world *world
+	obs   map[string]*pb.TenantBGPObservation
+	// limits counts the sessions closed for their prefix count, by tenant.
+	limits map[string]uint64
+
+	// Owned by the loop.
+	peers      map[netip.Addr]string // configured peer -> fingerprint
+	states     map[netip.Addr]sessionState
+	limitSince map[netip.Addr]time.Time
+	dropped    map[string]bool // tenant prefix reason, as last reported
+}
+
+type sessionState struct {
+	state, reason string
+	since         time.Time
+}
+
+// New starts the relay's BGP speaker (when cfg.ASN is set). It opens no
+// port: it dials the tenants' speakers.
+func New(cfg Config) (*Relay, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.HostAddrs == nil {
+		cfg.HostAddrs = interfaceAddrs
+	}
+	if cfg.LimitHold == 0 {
+		cfg.LimitHold = LimitHold
+	}
+	r := &Relay{cfg: cfg, log: cfg.Logger.With("component", "tenant-bgp"), kick: make(chan struct{}, 1), world: compile(nil),
+		obs: map[string]*pb.TenantBGPObservation{}, limits: map[string]uint64{}, peers: map[netip.Addr]string{}, states: map[netip.Addr]sessionState{},
+		limitSince: map[netip.Addr]time.Time{}, dropped: map[string]bool{}}
+	if cfg.ASN == 0 {
+		return r, nil
+	}
+	if r.cfg.Routes == nil {
+		k, err := newKernelRoutes()
+		if err != nil {
+			return nil, err
+		}
+		r.cfg.Routes = k
+	}
+	// gobgp logs every step at info; its warnings and errors are enough
+	// next to the session changes the relay logs.
+	level := &slog.LevelVar{}
+	level.Set(slog.LevelWarn)
+	r.srv = server.NewBgpServer(server.LoggerOption(slog.New(minLevel{Handler: r.log.Handler(), min: slog.LevelWarn}), level))
+	go r.srv.Serve()
+	ctx, cancel := context.WithCancel(context.Background())
+	r.stop = cancel
+	fail := func(what string, err error) (*Relay, error) {
+		cancel()
+		r.srv.Stop()
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	if err := r.srv.StartBgp(ctx, &gobgpapi.StartBgpRequest{Global: &gobgpapi.Global{Asn: cfg.ASN, RouterId: cfg.RouterID, ListenPort: -1}}); err != nil {
+		return fail("start the tenant BGP speaker", err)
+	}
+	// Nothing a tenant announces enters the speaker's RIB, so nothing is
+	// ever sent on to another tenant or anywhere else: the relay reads
+	// each session's received routes and judges them itself.
+	for _, dir := range []gobgpapi.PolicyDirection{gobgpapi.PolicyDirection_POLICY_DIRECTION_IMPORT, gobgpapi.PolicyDirection_POLICY_DIRECTION_EXPORT} {
+		if err := r.srv.SetPolicyAssignment(ctx, &gobgpapi.SetPolicyAssignmentRequest{Assignment: &gobgpapi.PolicyAssignment{
+			Name: "global", Direction: dir, DefaultAction: gobgpapi.RouteAction_ROUTE_ACTION_REJECT}}); err != nil {
+			return fail("set the tenant BGP speaker's policy", err)
+		}
+	}
+	err := r.srv.WatchEvent(ctx, server.WatchEventMessageCallbacks{
+		OnPathUpdate: func([]*apiutil.Path, time.Time) { r.poke() },
+		OnPeerUpdate: func(*apiutil.WatchEventMessage_PeerEvent, time.Time) { r.poke() },
+	}, server.WatchUpdate(false, "", ""), server.WatchPeer())
+	if err != nil {
+		return fail("watch the tenant BGP sessions", err)
+	}
+	return r, nil
+}
+
+func (r *Relay) poke() {
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Update takes the committed state (the whole of it; only tenants and
+// VIP pools matter).
+func (r *Relay) Update(objs []*pb.Object) {
+	if r == nil {
+		return
+	}
+	w := compile(objs)
+	r.mu.Lock()
+	r.world = w
+	r.mu.Unlock()
+	r.poke()
+}
+
+// Run converges until ctx ends.
+func (r *Relay) Run(ctx context.Context) {
+	if r == nil || r.srv == nil {
+		return
+	}
+	t := time.NewTicker(resync)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.kick:
+		case <-t.C:
+		}
+		r.pass(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(minGap):
+		}
+	}
+}
+
+// Close closes the sessions, removes the installed routes and stops the
+// speaker.
+func (r *Relay) Close() error {
+	if r == nil || r.srv == nil {
+		return nil
+	}
+	r.stop()
+	r.srv.Stop()
+	return r.cfg.Routes.Close()
+}
+
+// pass converges once: sessions to the world's peers, then the routes.
+func (r *Relay) pass(ctx context.Context) {
+	r.mu.Lock()
+	w := r.world
+	r.mu.Unlock()
+	r.syncPeers(ctx, w)
+	now := time.Now()
+	r.readStates(ctx, now)
+	host := r.cfg.HostAddrs()
+	obs := map[string]*pb.TenantBGPObservation{}
+	for name := range w.tenants {
+		obs[name] = &pb.TenantBGPObservation{Tenant: name}
+	}
+	want := map[netip.Prefix]netip.Addr{}
+	from := map[netip.Prefix]*pb.TenantRoute{}
+	var drops []*pb.TenantRoute
+	for _, peer := range sortedAddrs(r.peers) {
+		tenant := w.peers[peer]
+		t := w.tenants[tenant]
+		st := r.states[peer]
+		sess := &pb.TenantBGPSession{Peer: peer.String(), State: st.state, Reason: st.reason}
+		if !st.since.IsZero() {
+			sess.Since = timestamppb.New(st.since)
+		}
+		o := obs[tenant]
+		for _, rt := range r.received(peer) {
+			sess.Received++
+			tr := &pb.TenantRoute{Prefix: rt.prefix.String(), NextHop: addrString(rt.nh), Peer: peer.String()}
+			if t == nil {
+				tr.Reason = ReasonUnknownPeer
+			} else {
+				tr.Reason = w.judge(t, rt.prefix, rt.nh, host)
+			}
+			if tr.Reason != "" {
+				drops = append(drops, tr)
+				o.Dropped = append(o.Dropped, tr)
+				continue
+			}
+			// Several speakers of the tenant announce one prefix: the
+			// lowest next hop carries it, on every host alike.
+			if cur, ok := want[rt.prefix]; !ok || rt.nh.Less(cur) {
+				want[rt.prefix] = rt.nh
+				from[rt.prefix] = tr
+			}
+		}
+		o.Sessions = append(o.Sessions, sess)
+	}
+	failed := r.cfg.Routes.Set(want)
+	for p, tr := range from {
+		o := obs[tenantOfPeer(w, tr.Peer)]
+		if err := failed[p]; err != nil {
+			tr.Reason = ReasonInstallFailed + ": " + err.Error()
+			drops = append(drops, tr)
+			o.Dropped = append(o.Dropped, tr)
+			continue
+		}
+		o.Accepted = append(o.Accepted, tr)
+	}
+	for _, c := range w.conflicts {
+		obs[c.tenant].Sessions = append(obs[c.tenant].Sessions, &pb.TenantBGPSession{Peer: c.peer.String(), State: "refused",
+			Reason: fmt.Sprintf("%s is also a peer of tenant %s, which has the session", c.peer, c.owner)})
+	}
+	for _, o := range obs {
+		sortRoutes(o.Accepted)
+		sortRoutes(o.Dropped)
+		o.AcceptedCount, o.DroppedCount = uint32(len(o.Accepted)), uint32(len(o.Dropped))
+		o.Accepted = o.Accepted[:min(len(o.Accepted), maxListed)]
+		o.Dropped = o.Dropped[:min(len(o.Dropped), maxListed)]
+	}
+	r.reportDrops(w, drops)
+	r.mu.Lock()
+	r.obs = obs
+	r.mu.Unlock()
+}
+
+// syncPeers makes the speaker's peers those of w.
+func (r *Relay) syncPeers(ctx context.Context, w *world) {
+	want := map[netip.Addr]*gobgpapi.Peer{}
+	prints := map[netip.Addr]string{}
+	for a, tenant := range w.peers {
+		b := w.tenants[tenant].bgp
+		want[a] = apiPeer(a, b, r.cfg.PeerPort)
+		prints[a] = fmt.Sprintf("%s %d %x %d", tenant, b.GetAsn(), b.GetPassword(), api.TenantBGPMaxPrefixes(b))
+	}
+	for a, fp := range r.peers {
+		if prints[a] == fp {
+			continue
+		}
+		if err := r.srv.DeletePeer(ctx, &gobgpapi.DeletePeerRequest{Address: a.String()}); err != nil && ctx.Err() == nil {
+			r.log.Warn("cannot remove a tenant BGP peer", "peer", a, "err", err)
+			continue
+		}
+		delete(r.peers, a)
+		delete(r.states, a)
+		delete(r.limitSince, a)
+	}
+	for a, p := range want {
+		if _, ok := r.peers[a]; ok {
+			continue
+		}
+		if err := r.srv.AddPeer(ctx, &gobgpapi.AddPeerRequest{Peer: p}); err != nil {
+			if ctx.Err() == nil {
+				r.log.Warn("cannot add a tenant BGP peer", "tenant", w.peers[a], "peer", a, "err", err)
+			}
+			continue
+		}
+		r.peers[a] = prints[a]
+		r.states[a] = sessionState{state: "idle", since: time.Now()}
+	}
+}
+
+// readStates reads each session's state, and dials again a session closed
+// for its prefix count LimitHold after it was closed.
+func (r *Relay) readStates(ctx context.Context, now time.Time) {
+	err := r.srv.ListPeer(ctx, &gobgpapi.ListPeerRequest{}, func(p *gobgpapi.Peer) {
+		a, err := netip.ParseAddr(p.GetConf().GetNeighborAddress())
+		if err != nil {
+			return
+		}
+		if _, ok := r.peers[a]; !ok {
+			return
+		}
+		st := p.GetState()
+		state := strings.ToLower(strings.TrimPrefix(st.GetSessionState().String(), "SESSION_STATE_"))
+		reason := st.GetDisconnectMessage()
+		if st.GetAdminState() == gobgpapi.PeerState_ADMIN_STATE_PFX_CT {
+			state = "prefix-limit"
+			var limit uint32
+			for _, af := range p.GetAfiSafis() {
+				limit = max(limit, af.GetPrefixLimits().GetMaxPrefixes())
+			}
+			reason = fmt.Sprintf("announced more than maxPrefixes (%d); dialled again %s after it was closed", limit, r.cfg.LimitHold)
+			since, ok := r.limitSince[a]
+			if !ok {
+				r.limitSince[a] = now
+				r.limitEvent(a, reason)
+			} else if now.Sub(since) >= r.cfg.LimitHold {
+				if err := r.srv.EnablePeer(ctx, &gobgpapi.EnablePeerRequest{Address: a.String()}); err == nil {
+					delete(r.limitSince, a)
+				}
+			}
+		}
+		prev := r.states[a]
+		if prev.state != state {
+			prev.since = now
+			r.log.Info("tenant BGP session", "peer", a, "state", state, "reason", reason)
+		}
+		prev.state, prev.reason = state, reason
+		r.states[a] = prev
+	})
+	if err != nil && ctx.Err() == nil {
+		r.log.Warn("cannot read the tenant BGP sessions", "err", err)
+	}
+}
+
+type learned struct {
+	prefix netip.Prefix
+	nh     netip.Addr
+}
+
+// received returns what peer announces now (its adj-RIB-in).
+func (r *Relay) received(peer netip.Addr) []learned {
+	fam := bgp.RF_IPv4_UC
+	if peer.Is6() {
+		fam = bgp.RF_IPv6_UC
+	}
+	var out []learned
+	err := r.srv.ListPath(apiutil.ListPathRequest{TableType: gobgpapi.TableType_TABLE_TYPE_ADJ_IN, Name: peer.String(), Family: fam},
+		func(nlri bgp.NLRI, paths []*apiutil.Path) {
+			p, ok := prefixOf(nlri)
+			if !ok {
+				return
+			}
+			for _, path := range paths {
+				if path.Withdrawal {
+					continue
+				}
+				out = append(out, learned{prefix: p, nh: nextHop(path)})
+				break
+			}
+		})
+	if err != nil {
+		return nil
+	}
+	return out
+}
+
+func prefixOf(n bgp.NLRI) (netip.Prefix, bool) {
+	if p, ok := n.(*bgp.IPAddrPrefix); ok {
+		return p.Prefix.Masked(), true
+	}
+	p, err := netip.ParsePrefix(n.String())
+	return p.Masked(), err == nil
+}
+
+func nextHop(p *apiutil.Path) netip.Addr {
+	for _, a := range p.Attrs {
+		switch a := a.(type) {
+		case *bgp.PathAttributeNextHop:
+			return a.Value
+		case *bgp.PathAttributeMpReachNLRI:
+			return a.Nexthop
+		}
+	}
+	return netip.Addr{}
+}
+
+// apiPeer is the gobgp peer of one tenant speaker.
+func apiPeer(a netip.Addr, b *pb.TenantBGP, port uint16) *gobgpapi.Peer {
+	fam := &gobgpapi.Family{Afi: gobgpapi.Family_AFI_IP, Safi: gobgpapi.Family_SAFI_UNICAST}
+	if a.Is6() {
+		fam.Afi = gobgpapi.Family_AFI_IP6
+	}
+	return &gobgpapi.Peer{
+		Conf:      &gobgpapi.PeerConf{NeighborAddress: a.String(), PeerAsn: b.GetAsn(), AuthPassword: b.GetPassword()},
+		Timers:    &gobgpapi.Timers{Config: &gobgpapi.TimersConfig{ConnectRetry: connectRetry}},
+		Transport: &gobgpapi.Transport{RemotePort: uint32(port)},
+		AfiSafis: []*gobgpapi.AfiSafi{{
+			Config:       &gobgpapi.AfiSafiConfig{Family: fam, Enabled: true},
+			PrefixLimits: &gobgpapi.PrefixLimit{Family: fam, MaxPrefixes: api.TenantBGPMaxPrefixes(b)},
+		}},
+	}
+}
+
+// reportDrops sends an event for each drop not reported in the previous
+// pass, at most maxEvents per tenant and pass, then one that counts the
+// rest.
+func (r *Relay) reportDrops(w *world, drops []*pb.TenantRoute) {
+	now := map[string]bool{}
+	sent, more := map[string]int{}, map[string]int{}
+	for _, d := range drops {
+		tenant := tenantOfPeer(w, d.Peer)
+		key := tenant + " " + d.Peer + " " + d.Prefix + " " + d.Reason
+		now[key] = true
+		if r.dropped[key] {
+			continue
+		}
+		if sent[tenant] >= maxEvents {
+			more[tenant]++
+			continue
+		}
+		sent[tenant]++
+		r.log.Warn("tenant route dropped", "tenant", tenant, "peer", d.Peer, "prefix", d.Prefix, "nextHop", d.NextHop, "reason", d.Reason)
+		r.event(tenant, fmt.Sprintf("route %s via %s from %s dropped: %s", d.Prefix, d.NextHop, d.Peer, d.Reason))
+	}
+	for tenant, n := range more {
+		r.event(tenant, fmt.Sprintf("%d more routes from the tenant's speakers dropped (explain tenant %s lists them)", n, tenant))
+	}
+	r.dropped = now
+}
+
+func (r *Relay) limitEvent(a netip.Addr, reason string) {
+	r.mu.Lock()
+	tenant := r.world.peers[a]
+	r.limits[tenant]++
+	r.mu.Unlock()
+	r.log.Warn("tenant BGP session closed", "tenant", tenant, "peer", a, "reason", reason)
+	r.event(tenant, fmt.Sprintf("BGP session with %s closed: %s", a, reason))
+}
+
+func (r *Relay) event(tenant, msg string) {
+	if r.cfg.Events == nil {
+		return
+	}
+	r.cfg.Events(&pb.Event{Type: observe.EventRouteDropped, Severity: observe.Warning, Tenant: tenant, Message: msg})
+}
+
+func tenantOfPeer(w *world, peer string) string {
+	a, _ := netip.ParseAddr(peer)
+	return w.peers[a]
+}
+
+func sortedAddrs[V any](m map[netip.Addr]V) []netip.Addr {
+	out := make([]netip.Addr, 0, len(m))
+	for a := range m {
+		out = append(out, a)
+	}
+	slices.SortFunc(out, func(a, b netip.Addr) int { return a.Compare(b) })
+	return out
+}
+
+func sortRoutes(rs []*pb.TenantRoute) {
+	slices.SortFunc(rs, func(a, b *pb.TenantRoute) int {
+		return strings.Compare(a.Prefix+" "+a.Peer, b.Prefix+" "+b.Peer)
+	})
+}
+
+func addrString(a netip.Addr) string {
+	if !a.IsValid() {
+		return ""
+	}
+	return a.String()
+}
+
+// interfaceAddrs are the addresses of this host's interfaces.
+func interfaceAddrs() []netip.Addr {
+	as, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil
+	}
+	var out []netip.Addr
+	for _, a := range as {
+		if n, ok := a.(*net.IPNet); ok {
+			if ip, ok := netip.AddrFromSlice(n.IP); ok {
+				out = append(out, ip.Unmap())
+			}
+		}
+	}
+	return out
+}
+
+// minLevel drops records below min.
+type minLevel struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (h minLevel) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.min && h.Handler.Enabled(ctx, l)
+}
+
+func (h minLevel) WithAttrs(as []slog.Attr) slog.Handler {
+	return minLevel{Handler: h.Handler.WithAttrs(as), min: h.min}
+}
+
+func (h minLevel) WithGroup(name string) slog.Handler {
+	return minLevel{Handler: h.Handler.WithGroup(name), min: h.min}
+}
