@@ -38,7 +38,7 @@ ACME_CA_ROOT ?=
 TEST_TIMEOUT  ?= 45m
 BENCH_TIMEOUT ?= 30m
 
-.PHONY: build run test lint generate generate-check bench soak clean help dist-bin image package upgrade-test conformance
+.PHONY: build run test test-quick lint generate generate-check bench soak clean help dist-bin image package upgrade-test conformance
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -71,6 +71,14 @@ lint: ## go vet (the appliance and the conformance module) and gofmt
 
 test: lint kube-tools ## lint, then every test with the race detector
 	CGO_ENABLED=1 go test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+# The rule tests of the scenarios package (dependencies, doc comments, file
+# sizes): they read `go list` and the tree, and start nothing.
+RULE_TESTS := ^(TestDependencyRules|TestImportProblems|TestForbiddenDependencies|TestDepProblems|TestPackagesHaveDocComments|TestFileSizes)$$
+
+test-quick: lint ## the inner loop: lint, the unit tests of every package but scenarios (-short, without the race detector) and the rule tests; under 2 minutes warm
+	go test -short -count=1 -timeout 10m $$(go list ./... | grep -v '/scenarios$$')
+	go test -count=1 -timeout 5m -run '$(RULE_TESTS)' ./scenarios
 
 upgrade-test: ## the rolling-upgrade scenarios (CI runs it after test; not in test: they build two earlier releases from git, 8-12 min): three hosts of the previous release upgraded one by one under traffic in the ARP lab, and of the last level-1 release on loopback, then one downgraded
 	TEAPOT_SCENARIO_UPGRADE=1 CGO_ENABLED=1 go test -race -count=1 -p 1 -timeout 30m ./scenarios -run 'TestRollingUpgradeFromLevelOneRelease|TestRollingUpgradeInARPLab' -v

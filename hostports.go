@@ -7,8 +7,8 @@ import (
 	"strconv"
 
 	"github.com/teapot-lb/teapot-lb/api"
-	"github.com/teapot-lb/teapot-lb/api/metricsserver"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+	"github.com/teapot-lb/teapot-lb/proxy/metricsserver"
 	"github.com/teapot-lb/teapot-lb/vip"
 )
 

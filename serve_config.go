@@ -15,12 +15,12 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/teapot-lb/teapot-lb/api/memlimit"
 	"github.com/teapot-lb/teapot-lb/consensus"
 	"github.com/teapot-lb/teapot-lb/packaging/serveconfig"
 	"github.com/teapot-lb/teapot-lb/proxy"
 	"github.com/teapot-lb/teapot-lb/proxy/certs"
 	"github.com/teapot-lb/teapot-lb/proxy/dns"
+	"github.com/teapot-lb/teapot-lb/proxy/memlimit"
 	"github.com/teapot-lb/teapot-lb/vip"
 )
 

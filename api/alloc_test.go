@@ -180,12 +180,14 @@ func TestAllocateAddressQuota(t *testing.T) {
 }
 
 func TestAllocateNoDoubleAllocation(t *testing.T) {
+	t.Parallel()
 	pools := []*pb.VIPPool{
 		{Name: "v4", Cidrs: []string{"10.100.0.0/24", "10.100.8.0-10.100.11.255"}, Mode: "arp"},
 		{Name: "v6", Cidrs: []string{"2001:db8:100::/120", "2001:db8:200::/64"}, Mode: "bgp"},
 	}
 	for _, p := range pools {
 		t.Run(p.GetName(), func(t *testing.T) {
+			t.Parallel() // each pool has its own catalog
 			c := poolCatalog(p)
 			ranges, err := ParsePoolRanges(p.GetCidrs())
 			if err != nil {

@@ -19,6 +19,7 @@ import (
 // it; a host restored from it starts a new cluster with the same CA,
 // objects and revision, which new hosts join and write to.
 func TestBackupFromFollowerRestoresIntoNewCluster(t *testing.T) {
+	t.Parallel() // hosts of its own, in temporary directories on free ports
 	hosts := threeHosts(t)
 	l := leaderOf(t, hosts)
 	var follower *Node

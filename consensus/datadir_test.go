@@ -15,6 +15,7 @@ import (
 // A host whose Raft log or snapshot is damaged or gone stops with what to
 // do; it never starts with an empty state.
 func TestDamagedDataDirStopsWithWhatToDo(t *testing.T) {
+	t.Parallel() // hosts of its own, in temporary directories on free ports
 	tests := []struct {
 		name   string
 		damage func(t *testing.T, raftDir string)

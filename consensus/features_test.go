@@ -16,6 +16,7 @@ import (
 // Every host records its version and feature level; the cluster's level
 // is the lowest, and a host of a release before levels counts as 1.
 func TestFeatureLevels(t *testing.T) {
+	t.Parallel() // hosts of its own, in temporary directories on free ports
 	h := startHost(t, Config{NodeID: "n1", Version: "v-test"})
 	waitFor(t, "the Node object with version and level", func() bool {
 		o, err := h.node.Get(ctxT(t), &pb.ObjectRef{Kind: api.KindNode, Name: "n1"})
@@ -47,6 +48,7 @@ func TestFeatureLevels(t *testing.T) {
 // downgraded host whose release left its Node object alone) — and is
 // accepted once every host is at level 2. Nothing refused is written.
 func TestFeatureGateInMixedCluster(t *testing.T) {
+	t.Parallel() // hosts of its own, in temporary directories on free ports
 	h1 := startHost(t, Config{NodeID: "n1", Version: "v-new"})
 	hosts := []*testHost{h1}
 	join := func(id string, level uint32, dir string) *testHost {

@@ -257,6 +257,7 @@ func leaderOf(t testing.TB, hosts []*testHost) *testHost {
 }
 
 func TestClusterJoinForwardRemove(t *testing.T) {
+	t.Parallel() // hosts of its own, in temporary directories on free ports
 	hosts := threeHosts(t)
 	leader := leaderOf(t, hosts)
 	var follower *testHost

@@ -98,6 +98,7 @@ func TestBatchAllocationCostsWhatItAdds(t *testing.T) {
 // addresses, address users and every tenant's usage, through puts,
 // address moves, shared addresses, other tenants and deletions.
 func TestOverlayAnswersFollowEverySet(t *testing.T) {
+	t.Parallel() // hosts of its own, in temporary directories on free ports
 	const n = 300
 	s := bulkState(n)
 	s.put(api.Wrap(&pb.Tenant{Name: "beta", Networks: []string{"10.0.0.0/9"}, Pools: []string{"bulk"}}))

@@ -82,6 +82,7 @@ func TestQuotaSeries(t *testing.T) {
 // TestVotersReachable: the leader counts a voter whose heartbeats fail as
 // unreachable, and again as reachable once it is back.
 func TestVotersReachable(t *testing.T) {
+	t.Parallel() // hosts of its own, in temporary directories on free ports
 	hosts := threeHosts(t)
 	leader := leaderOf(t, hosts)
 	wait := func(want float64) {

@@ -143,7 +143,13 @@ func TestCloseOnDownEndsConnectionsOfAMemberTakenDown(t *testing.T) {
 				t.Logf("closed %s after the check's port closed", time.Since(start).Round(time.Millisecond))
 				return
 			}
-			time.Sleep(2 * time.Second) // the member is down after ~100ms
+			eventually(t, "member A down", func() bool {
+				ms := p.Members(lb.Tenant + "/" + lb.Name)
+				return len(ms) == 1 && !ms[0].Healthy
+			})
+			// A connection looks at its member's check every downPoll:
+			// the absence of a close is shown by two looks after it.
+			time.Sleep(2 * downPoll)
 			if err := roundTrip(conn, []byte("still")); err != nil {
 				t.Fatalf("without closeOnDown the connection of a member taken down was cut: %v", err)
 			}

@@ -5,17 +5,21 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
 )
 
-// binary is the teapot-lb binary built once for all scenarios, or the
-// reason it could not be built.
+// binary is the teapot-lb binary built once for all scenarios, on the
+// first call of teapotBinary, or the reason it could not be built.
 var binary struct {
+	once sync.Once
+	dir  string
 	path string
 	err  error
 }
 
-// TestMain builds the teapot-lb binary once; every scenario runs it. When
+// TestMain makes the directory of the teapot-lb binary, which the first
+// scenario that needs it builds (so the rule tests run without it). When
 // the tests run with the race detector, so does the binary (set
 // TEAPOT_SCENARIO_RACE=0 to build it without).
 func TestMain(m *testing.M) {
@@ -27,7 +31,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "scenarios:", err)
 		os.Exit(1)
 	}
-	binary.path, binary.err = build(dir)
+	binary.dir = dir
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
@@ -51,9 +55,11 @@ func build(dir string) (string, error) {
 	return out, nil
 }
 
-// teapotBinary returns the path of the built binary or fails tb.
+// teapotBinary returns the path of the built binary, building it on the
+// first call, or fails tb.
 func teapotBinary(tb testing.TB) string {
 	tb.Helper()
+	binary.once.Do(func() { binary.path, binary.err = build(binary.dir) })
 	if binary.err != nil {
 		tb.Fatalf("build teapot-lb: %v", binary.err)
 	}

@@ -20,7 +20,7 @@ import (
 
 	"github.com/teapot-lb/teapot-lb/api/pki"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
-	"github.com/teapot-lb/teapot-lb/tenantsync"
+	"github.com/teapot-lb/teapot-lb/tenantsync/syncspec"
 )
 
 // The noisy-neighbour lab: one LB host on loopback, tenant a's load
@@ -346,7 +346,7 @@ func (a *tenantAgent) change(upserts []*pb.LoadBalancer, removals ...string) (*p
 	st.seq++
 	ch := &pb.SyncChange{Seq: st.seq, Removals: removals}
 	for _, lb := range upserts {
-		ch.Upserts = append(ch.Upserts, &pb.SyncUpsert{LoadBalancer: lb, Version: tenantsync.Version(lb)})
+		ch.Upserts = append(ch.Upserts, &pb.SyncUpsert{LoadBalancer: lb, Version: syncspec.Version(lb)})
 	}
 	fail := func(err error) (*pb.SyncAck, error) {
 		st.close()

@@ -10,7 +10,7 @@ import (
 
 	"github.com/teapot-lb/teapot-lb/api/client"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
-	"github.com/teapot-lb/teapot-lb/tenantsync"
+	"github.com/teapot-lb/teapot-lb/tenantsync/syncspec"
 )
 
 func TestTenantIsolation(t *testing.T) {
@@ -83,7 +83,7 @@ func TestTenantIsolation(t *testing.T) {
 	if err != nil || after == nil {
 		t.Fatalf("acme's load balancer: %v", err)
 	}
-	if tenantsync.Version(after) != tenantsync.Version(before) || after.GetStatus().GetAddress() != vip ||
+	if syncspec.Version(after) != syncspec.Version(before) || after.GetStatus().GetAddress() != vip ||
 		after.GetMeta().GetGeneration() != before.GetMeta().GetGeneration() {
 		t.Errorf("acme's load balancer changed during beta's attempts: generation %d -> %d, VIP %s -> %s",
 			before.GetMeta().GetGeneration(), after.GetMeta().GetGeneration(), vip, after.GetStatus().GetAddress())

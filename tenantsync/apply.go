@@ -13,6 +13,7 @@ import (
 
 	"github.com/teapot-lb/teapot-lb/api"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+	"github.com/teapot-lb/teapot-lb/tenantsync/syncspec"
 )
 
 // parallelWrites bounds the single-object writes of a change that could not
@@ -38,8 +39,8 @@ func (s *Server) applyChange(ctx context.Context, st *stream, ch *pb.SyncChange)
 		switch {
 		case seen[name]:
 			ack.Results = append(ack.Results, &pb.ObjectStatus{Name: name, Error: "named twice in one change"})
-		case !Managed(name):
-			ack.Results = append(ack.Results, &pb.ObjectStatus{Name: name, Error: fmt.Sprintf("the agent manages load balancers named %s*, %s* and %s*; %s belongs to the operator", ServicePrefix, IngressPrefix, GatewayPrefix, name)})
+		case !syncspec.Managed(name):
+			ack.Results = append(ack.Results, &pb.ObjectStatus{Name: name, Error: fmt.Sprintf("the agent manages load balancers named %s*, %s* and %s*; %s belongs to the operator", syncspec.ServicePrefix, syncspec.IngressPrefix, syncspec.GatewayPrefix, name)})
 		default:
 			removals = append(removals, name)
 		}
@@ -110,7 +111,7 @@ func (s *Server) stale(ctx context.Context, tenant string, keep []string, named 
 	var out []string
 	for _, o := range objs {
 		name := o.GetLoadBalancer().GetName()
-		if Managed(name) && !kept[name] && !named[name] {
+		if syncspec.Managed(name) && !kept[name] && !named[name] {
 			out = append(out, name)
 		}
 	}

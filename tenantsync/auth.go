@@ -14,6 +14,7 @@ import (
 	"github.com/teapot-lb/teapot-lb/api"
 	"github.com/teapot-lb/teapot-lb/api/pki"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+	"github.com/teapot-lb/teapot-lb/tenantsync/syncspec"
 )
 
 // caller is an authenticated agent.
@@ -87,9 +88,9 @@ func sanitize(tenant string, lb *pb.LoadBalancer, hosts *api.HostPorts) (*pb.Loa
 	if lb == nil {
 		return nil, fmt.Errorf("upsert without a load balancer: %w", api.ErrInvalid)
 	}
-	if !Managed(lb.GetName()) {
+	if !syncspec.Managed(lb.GetName()) {
 		return nil, fmt.Errorf("name %s: the agent manages load balancers named %s* and %s*; others belong to the operator: %w",
-			api.Excerpt(lb.GetName()), ServicePrefix, IngressPrefix, api.ErrForbidden)
+			api.Excerpt(lb.GetName()), syncspec.ServicePrefix, syncspec.IngressPrefix, api.ErrForbidden)
 	}
 	out := &pb.LoadBalancer{
 		Name: lb.GetName(), Tenant: tenant, Vip: lb.GetVip(), Listeners: lb.GetListeners(), Routes: lb.GetRoutes(), Pools: lb.GetPools(),

@@ -12,6 +12,7 @@ import (
 
 	"github.com/teapot-lb/teapot-lb/api"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+	"github.com/teapot-lb/teapot-lb/tenantsync/syncspec"
 )
 
 // Bounds of an uploaded certificate, the API's (checked here before the
@@ -33,7 +34,7 @@ type CertificateStore interface {
 
 // ManagedCertificate reports whether a certificate name is one the agent
 // uploads; the tenant's other certificates belong to the operator.
-func ManagedCertificate(name string) bool { return strings.HasPrefix(name, CertificatePrefix) }
+func ManagedCertificate(name string) bool { return strings.HasPrefix(name, syncspec.CertificatePrefix) }
 
 // uploadCertificates writes a change's certificates, each on its own. It
 // returns an error, which ends the stream, only when the cluster could not
@@ -54,7 +55,7 @@ func (s *Server) uploadCertificates(ctx context.Context, tenant string, certs []
 		out[i] = r
 		switch {
 		case !ManagedCertificate(c.GetName()):
-			r.Error = fmt.Sprintf("name: the agent uploads certificates named %s*; %s belongs to the operator", CertificatePrefix, c.GetName())
+			r.Error = fmt.Sprintf("name: the agent uploads certificates named %s*; %s belongs to the operator", syncspec.CertificatePrefix, c.GetName())
 		case len(c.GetCertPem()) > MaxCertificatePEM:
 			r.Error = fmt.Sprintf("cert: %d bytes; at most %d", len(c.GetCertPem()), MaxCertificatePEM)
 		case len(c.GetKeyPem()) > MaxKeyPEM:
@@ -103,7 +104,7 @@ func (s *Server) removeCertificates(ctx context.Context, tenant string, ch *pb.S
 		r := &pb.CertificateResult{Name: names[i]}
 		out[i] = r
 		if !ManagedCertificate(names[i]) {
-			r.Error = fmt.Sprintf("name: the agent removes only certificates named %s*", CertificatePrefix)
+			r.Error = fmt.Sprintf("name: the agent removes only certificates named %s*", syncspec.CertificatePrefix)
 			return
 		}
 		if s.cfg.Certificates == nil {

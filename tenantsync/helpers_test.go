@@ -18,6 +18,7 @@ import (
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 	"github.com/teapot-lb/teapot-lb/consensus"
 	"github.com/teapot-lb/teapot-lb/tenantsync"
+	"github.com/teapot-lb/teapot-lb/tenantsync/syncspec"
 )
 
 // host is a one-node cluster with the API server wired as serve wires it.
@@ -213,7 +214,7 @@ func (a *agentStream) change(ch *pb.SyncChange) *pb.SyncAck {
 func upsert(lbs ...*pb.LoadBalancer) *pb.SyncChange {
 	ch := &pb.SyncChange{}
 	for _, lb := range lbs {
-		ch.Upserts = append(ch.Upserts, &pb.SyncUpsert{LoadBalancer: lb, Version: tenantsync.Version(lb)})
+		ch.Upserts = append(ch.Upserts, &pb.SyncUpsert{LoadBalancer: lb, Version: syncspec.Version(lb)})
 	}
 	return ch
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/teapot-lb/teapot-lb/api/pki"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 	"github.com/teapot-lb/teapot-lb/consensus"
+	"github.com/teapot-lb/teapot-lb/tenantsync/syncspec"
 )
 
 // Errors of the server.
@@ -56,7 +57,7 @@ var _ featureLeveler = (*consensus.Node)(nil)
 
 // Defaults of Config.
 const (
-	DefaultMaxBatch     = 256
+	DefaultMaxBatch     = syncspec.DefaultMaxBatch
 	DefaultRate         = 2000  // objects per second per tenant and host
 	DefaultBurst        = 10000 // an agent's first sync of 10,000 Services is not slowed
 	DefaultMaxStreams   = 8
@@ -320,7 +321,7 @@ func (s *Server) welcome(ctx context.Context, st *stream) (*pb.SyncWelcome, erro
 	}
 	for _, o := range lbs {
 		lb := o.GetLoadBalancer()
-		if !Managed(lb.GetName()) {
+		if !syncspec.Managed(lb.GetName()) {
 			continue
 		}
 		stat := statusOf(lb)
@@ -333,7 +334,7 @@ func (s *Server) welcome(ctx context.Context, st *stream) (*pb.SyncWelcome, erro
 
 // statusOf is what the agent learns about a stored load balancer.
 func statusOf(lb *pb.LoadBalancer) *pb.ObjectStatus {
-	stat := &pb.ObjectStatus{Name: lb.GetName(), Version: Version(lb), Address: lb.GetStatus().GetAddress(), Addresses: lb.GetStatus().GetAddresses()}
+	stat := &pb.ObjectStatus{Name: lb.GetName(), Version: syncspec.Version(lb), Address: lb.GetStatus().GetAddress(), Addresses: lb.GetStatus().GetAddresses()}
 	stat.Problems = append(stat.Problems, lb.GetStatus().GetProblems()...)
 	stat.Problems = append(stat.Problems, api.LoadBalancerProblems(lb)...)
 	return stat

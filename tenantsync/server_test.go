@@ -13,6 +13,7 @@ import (
 	"github.com/teapot-lb/teapot-lb/api/pki"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 	"github.com/teapot-lb/teapot-lb/tenantsync"
+	"github.com/teapot-lb/teapot-lb/tenantsync/syncspec"
 )
 
 func TestStreamScopesAndValidates(t *testing.T) {
@@ -27,8 +28,8 @@ func TestStreamScopesAndValidates(t *testing.T) {
 	good.Tenant = "beta" // the cluster sets the tenant to the caller's
 	ack := acme.change(upsert(good, tcpLB("svc-shop-bad", pool, "10.99.0.1:80"), tcpLB("shop", pool, "10.20.0.1:80")))
 	web := result(t, ack, "svc-shop-web")
-	if web.GetError() != "" || web.GetAddress() == "" || web.GetVersion() != tenantsync.Version(good) {
-		t.Errorf("svc-shop-web: %v, want an address and version %s", web, tenantsync.Version(good))
+	if web.GetError() != "" || web.GetAddress() == "" || web.GetVersion() != syncspec.Version(good) {
+		t.Errorf("svc-shop-web: %v, want an address and version %s", web, syncspec.Version(good))
 	}
 	if e := result(t, ack, "svc-shop-bad").GetError(); !strings.Contains(e, "outside the tenant's networks") {
 		t.Errorf("svc-shop-bad error = %q, want it outside the networks", e)
@@ -79,7 +80,7 @@ func TestStreamScopesAndValidates(t *testing.T) {
 		t.Errorf("beta's own svc-shop-web refused: %s", e)
 	}
 	after, err := h.node.Get(ctx, &pb.ObjectRef{Kind: api.KindLoadBalancer, Tenant: "acme", Name: "svc-shop-web"})
-	if err != nil || tenantsync.Version(after.GetLoadBalancer()) != tenantsync.Version(good) {
+	if err != nil || syncspec.Version(after.GetLoadBalancer()) != syncspec.Version(good) {
 		t.Errorf("acme's load balancer changed by beta's writes: %v %v", after, err)
 	}
 
@@ -113,7 +114,7 @@ func TestResyncRemovesWhatTheAgentNoLongerHas(t *testing.T) {
 	for _, o := range second.welcome.GetObjects() {
 		got[o.GetName()] = o.GetVersion()
 	}
-	if got["svc-ns-a"] != tenantsync.Version(a) || got["svc-ns-b"] != tenantsync.Version(b) {
+	if got["svc-ns-a"] != syncspec.Version(a) || got["svc-ns-b"] != syncspec.Version(b) {
 		t.Fatalf("welcome after reconnect = %v, want both with their versions", got)
 	}
 	ack := second.change(&pb.SyncChange{ResyncEnd: true, Keep: []string{"svc-ns-a"}})

@@ -14,6 +14,7 @@ import (
 	"github.com/teapot-lb/teapot-lb/api/observe"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 	"github.com/teapot-lb/teapot-lb/consensus"
+	"github.com/teapot-lb/teapot-lb/tenantsync/syncspec"
 )
 
 // stream is one agent's open stream.
@@ -185,7 +186,7 @@ func (st *stream) handle(ev consensus.Event) error {
 			if t := o.GetTenant(); t.GetName() == tenant {
 				tenantObj = t
 			}
-			if lb := o.GetLoadBalancer(); lb.GetTenant() == tenant && Managed(lb.GetName()) {
+			if lb := o.GetLoadBalancer(); lb.GetTenant() == tenant && syncspec.Managed(lb.GetName()) {
 				seen[lb.GetName()] = true
 				lbs[lb.GetName()] = lb
 				statuses = append(statuses, statusOf(lb))
@@ -207,7 +208,7 @@ func (st *stream) handle(ev consensus.Event) error {
 				tenantObj = c.Object.GetTenant()
 			}
 		case api.KindLoadBalancer:
-			if c.Ref.GetTenant() != tenant || !Managed(c.Ref.GetName()) {
+			if c.Ref.GetTenant() != tenant || !syncspec.Managed(c.Ref.GetName()) {
 				continue
 			}
 			if c.Type == consensus.ChangeDelete {
@@ -266,7 +267,7 @@ func (st *stream) withCertificates(statuses []*pb.ObjectStatus, lbs map[string]*
 		objs = nil
 	}
 	for _, o := range objs {
-		if lb := o.GetLoadBalancer(); lb.GetTenant() == tenant && Managed(lb.GetName()) && lbs[lb.GetName()] == nil && len(tlsHosts(lb)) > 0 {
+		if lb := o.GetLoadBalancer(); lb.GetTenant() == tenant && syncspec.Managed(lb.GetName()) && lbs[lb.GetName()] == nil && len(tlsHosts(lb)) > 0 {
 			lbs[lb.GetName()] = lb
 			statuses = append(statuses, statusOf(lb))
 		}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/teapot-lb/teapot-lb/api/metricsserver"
+	"github.com/teapot-lb/teapot-lb/api/promtext"
 
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
@@ -52,10 +52,10 @@ var (
 )
 
 // Collector exports this host's VIPs, moves and failure-detector peers
-// to Prometheus. It is a metricsserver.TextWriter: a host announcing
-// 100,000 VIPs has a series for each, and a scrape writes them from the
-// published list instead of building a metric (and a copy of each VIP)
-// per series. The disabled manager's describes the metrics and exports
+// to Prometheus. It is a TextWriter of the metrics server
+// (proxy/metricsserver): a host announcing 100,000 VIPs has a series for
+// each, and a scrape writes them from the published list instead of
+// building a metric (and a copy of each VIP) per series. The disabled manager's describes the metrics and exports
 // none.
 func (m *Manager) Collector() prometheus.Collector { return vipCollector{m} }
 
@@ -109,7 +109,7 @@ func (c vipCollector) WriteText(w io.Writer) error {
 	m.mu.Lock()
 	vips, peers := m.pub.vips, m.pub.peers
 	m.mu.Unlock()
-	t := metricsserver.NewText(w)
+	t := promtext.NewText(w)
 	t.Family(nameVIPHeld, helpVIPHeld, "gauge", len(vips))
 	for _, v := range vips {
 		t.Sample(nameVIPHeld, "", vipHeldLabels, []string{v.Address, v.Mode}, "", "", held(v.State))

@@ -223,8 +223,10 @@ var goldenCases = []struct {
 }
 
 func TestGolden(t *testing.T) {
+	t.Parallel()
 	for _, tc := range goldenCases {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // each case has its own fake server and golden file
 			fake := newFake()
 			if !tc.empty {
 				fake = seeded(t)

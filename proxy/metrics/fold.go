@@ -8,7 +8,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/teapot-lb/teapot-lb/api/metricsserver"
+	"github.com/teapot-lb/teapot-lb/api/promtext"
 )
 
 // A scrape has a row of member_up and member_ejections_total for every
@@ -495,7 +495,7 @@ func (r *poolRow) appendMember(b []byte) []byte {
 		return append(b, Other...)
 	}
 	if ip := r.addr.Addr(); !ip.IsValid() || ip.Zone() != "" {
-		return metricsserver.AppendEscaped(b, r.addr.String(), true)
+		return promtext.AppendEscaped(b, r.addr.String(), true)
 	}
 	return r.addr.AppendTo(b)
 }

@@ -3,7 +3,7 @@ package metrics
 import (
 	"io"
 
-	"github.com/teapot-lb/teapot-lb/api/metricsserver"
+	"github.com/teapot-lb/teapot-lb/api/promtext"
 )
 
 // WriteText writes the collector's series in the Prometheus text format
@@ -15,7 +15,7 @@ import (
 func (c *Collector) WriteText(w io.Writer) error {
 	a := c.sum()
 	defer c.keepRecords(a)
-	t := textWriter{metricsserver.NewText(w)}
+	t := textWriter{promtext.NewText(w)}
 
 	listenerFamily := func(f *family, httpOnly bool, sample func(labels []string, s *listenerSums)) {
 		t.family(f, len(a.lkeys))
@@ -91,7 +91,7 @@ func (c *Collector) WriteText(w io.Writer) error {
 
 // textWriter is the text format writer with the collector's own lines:
 // families by their descriptions, members' lines, histograms.
-type textWriter struct{ *metricsserver.Text }
+type textWriter struct{ *promtext.Text }
 
 // family writes a family's HELP and TYPE lines, unless it has no series.
 func (t textWriter) family(f *family, series int) { t.Family(f.name, f.help, f.typ, series) }
@@ -107,14 +107,14 @@ func (t textWriter) poolSample(name string, r *poolRow, v float64) {
 	b := append(t.Line(), name...)
 	b = append(b, '{')
 	for i, value := range [...]string{r.tenant, r.lb, r.pool} {
-		b = metricsserver.AppendLabel(b, poolLabels[i], value)
+		b = promtext.AppendLabel(b, poolLabels[i], value)
 		b = append(b, ',')
 	}
 	b = append(b, poolLabels[3]...)
 	b = append(b, '=', '"')
 	b = r.appendMember(b)
 	b = append(b, "\"} "...)
-	b = metricsserver.AppendFloat(b, v)
+	b = promtext.AppendFloat(b, v)
 	b = append(b, '\n')
 	t.Write(b)
 }
@@ -138,7 +138,7 @@ func (t textWriter) histogram(f *family, labels []string, h HistogramValues) {
 var bucketLabels = func() []string {
 	out := make([]string, len(Buckets))
 	for i, b := range Buckets {
-		out[i] = string(metricsserver.AppendFloat(nil, b.Seconds()))
+		out[i] = string(promtext.AppendFloat(nil, b.Seconds()))
 	}
 	return out
 }()

@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
-	"github.com/teapot-lb/teapot-lb/tenantsync"
+	"github.com/teapot-lb/teapot-lb/tenantsync/syncspec"
 	"github.com/teapot-lb/teapot-lb/tenantsync/translate"
 )
 
@@ -122,7 +122,7 @@ func (s *desiredSet) recompute(src translate.Sources, o translate.Options) []obj
 
 // carryAddresses keeps the VIP of a load balancer that an upgrade renames:
 // an older agent gave an object whose plain name another held the older
-// hashed name (tenantsync.HashedName); this one gives it its unique name.
+// hashed name (syncspec.HashedName); this one gives it its unique name.
 // The new load balancer asks for the old one's address, which the same
 // sync frees (removals are written before upserts), unless another object
 // still wants the old name. Once the cluster reports the new load
@@ -136,7 +136,7 @@ func (s *desiredSet) carryAddresses() {
 		d := s.byName[s.nameOf[k]]
 		if a := s.addr(old); d != nil && a != "" && d.LB.GetVip() != nil && d.LB.Vip.Address == "" {
 			d.LB.Vip.Address = a
-			d.Version = tenantsync.Version(d.LB)
+			d.Version = syncspec.Version(d.LB)
 		}
 	}
 	clear(s.carry)
@@ -311,7 +311,7 @@ func (s *desiredSet) update(k objKey, d *translate.Desired) bool {
 		// from then on so that its load balancer (and VIP) is not renamed
 		// when the other object goes.
 		d.LB.Name = unique
-		d.Version = tenantsync.Version(d.LB)
+		d.Version = syncspec.Version(d.LB)
 		name = unique
 		if s.addr != nil && s.addr(unique) == "" {
 			if older := legacyName(k); older != preferred && s.addr(older) != "" {
@@ -330,16 +330,16 @@ func (s *desiredSet) update(k objKey, d *translate.Desired) bool {
 }
 
 // uniqueName is the load balancer name of k that no other object's can
-// be (tenantsync.UniqueName).
+// be (syncspec.UniqueName).
 func uniqueName(k objKey) string {
-	prefix := tenantsync.ServicePrefix
+	prefix := syncspec.ServicePrefix
 	switch k.kind {
 	case translate.KindIngress:
-		prefix = tenantsync.IngressPrefix
+		prefix = syncspec.IngressPrefix
 	case translate.KindGateway:
-		prefix = tenantsync.GatewayPrefix
+		prefix = syncspec.GatewayPrefix
 	}
-	return tenantsync.UniqueName(prefix, k.kind, k.ns, k.name)
+	return syncspec.UniqueName(prefix, k.kind, k.ns, k.name)
 }
 
 // legacyName is the name an older agent gave k when its plain name was
@@ -347,7 +347,7 @@ func uniqueName(k objKey) string {
 func legacyName(k objKey) string {
 	u := uniqueName(k)
 	prefix := u[:strings.Index(u, "-")+1]
-	return tenantsync.HashedName(prefix, k.kind, k.ns, k.name)
+	return syncspec.HashedName(prefix, k.kind, k.ns, k.name)
 }
 
 // hold records the managed load balancer names the LB cluster holds (a

@@ -11,7 +11,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/teapot-lb/teapot-lb/tenantsync"
+	"github.com/teapot-lb/teapot-lb/tenantsync/syncspec"
 	"github.com/teapot-lb/teapot-lb/tenantsync/translate"
 )
 
@@ -63,8 +63,8 @@ func TestDesiredSet(t *testing.T) {
 	if d := got["svc-a-b-c"]; d == nil || d.Source.Namespace != "a-b" {
 		t.Errorf("svc-a-b-c = %v, want the older Service a-b/c", d)
 	}
-	hashed := "svc--a-b-c-" + tenantsync.Hash64(translate.KindService, "a", "b-c")
-	if d := got[hashed]; d == nil || d.Source.Name != "b-c" || d.Version != tenantsync.Version(d.LB) {
+	hashed := "svc--a-b-c-" + syncspec.Hash64(translate.KindService, "a", "b-c")
+	if d := got[hashed]; d == nil || d.Source.Name != "b-c" || d.Version != syncspec.Version(d.LB) {
 		t.Errorf("%s = %v, want the newer Service a/b-c with a matching version", hashed, d)
 	}
 	if len(got) != 2 {

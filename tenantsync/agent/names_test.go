@@ -8,7 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
-	"github.com/teapot-lb/teapot-lb/tenantsync"
+	"github.com/teapot-lb/teapot-lb/tenantsync/syncspec"
 	"github.com/teapot-lb/teapot-lb/tenantsync/translate"
 )
 
@@ -22,7 +22,7 @@ import (
 func TestDesiredNamesAreOneObjectEach(t *testing.T) {
 	t.Parallel()
 	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
-	legacy := tenantsync.HashedName(tenantsync.ServicePrefix, translate.KindService, "a-b", "c")
+	legacy := syncspec.HashedName(syncspec.ServicePrefix, translate.KindService, "a-b", "c")
 	spoof := strings.TrimPrefix(legacy, "svc-a-")
 	svcs := []struct {
 		ns, name string
@@ -42,7 +42,7 @@ func TestDesiredNamesAreOneObjectEach(t *testing.T) {
 			t.Errorf("Service %s/%s: load balancer %q is %v", sv.ns, sv.name, name, d)
 		}
 	}
-	unique := "svc--a-b-c-" + tenantsync.Hash64(translate.KindService, "a-b", "c")
+	unique := "svc--a-b-c-" + syncspec.Hash64(translate.KindService, "a-b", "c")
 	if d := got[unique]; d == nil || d.Source.Namespace != "a-b" {
 		t.Fatalf("%s = %v, want Service a-b/c", unique, d)
 	}
@@ -89,8 +89,8 @@ func keys[V any](m map[string]V) []string {
 func TestUpgradeKeepsTheVIPOfARenamedLoadBalancer(t *testing.T) {
 	t.Parallel()
 	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
-	older := tenantsync.HashedName(tenantsync.ServicePrefix, translate.KindService, "a-b", "c")
-	unique := "svc--a-b-c-" + tenantsync.Hash64(translate.KindService, "a-b", "c")
+	older := syncspec.HashedName(syncspec.ServicePrefix, translate.KindService, "a-b", "c")
+	unique := "svc--a-b-c-" + syncspec.Hash64(translate.KindService, "a-b", "c")
 	o := translate.Options{DefaultPool: "public"}
 	k := objKey{translate.KindService, "a-b", "c"}
 	for _, spoofed := range []bool{false, true} {
@@ -116,7 +116,7 @@ func TestUpgradeKeepsTheVIPOfARenamedLoadBalancer(t *testing.T) {
 		if spoofed {
 			want = "" // the old name is another object's: its VIP is not ours to take
 		}
-		if got := d.LB.GetVip().GetAddress(); got != want || d.Version != tenantsync.Version(d.LB) {
+		if got := d.LB.GetVip().GetAddress(); got != want || d.Version != syncspec.Version(d.LB) {
 			t.Errorf("spoofed %t: %s asks for %q (version %s), want %q", spoofed, name, got, d.Version, want)
 		}
 		if _, kept := s.versions()[older]; kept != spoofed {

@@ -22,7 +22,7 @@ import (
 
 	"github.com/teapot-lb/teapot-lb/api/pki"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
-	"github.com/teapot-lb/teapot-lb/tenantsync"
+	"github.com/teapot-lb/teapot-lb/tenantsync/syncspec"
 	"github.com/teapot-lb/teapot-lb/tenantsync/translate"
 )
 
@@ -156,7 +156,7 @@ func (a *Agent) runSession(ctx context.Context) error {
 	}
 	s := &session{a: a, stream: stream, sent: map[string]string{}, certs: map[string]string{}, maxBatch: int(w.GetMaxBatch())}
 	if s.maxBatch <= 0 {
-		s.maxBatch = tenantsync.DefaultMaxBatch
+		s.maxBatch = syncspec.DefaultMaxBatch
 	}
 	held := make([]string, 0, len(w.GetObjects()))
 	for _, o := range w.GetObjects() {

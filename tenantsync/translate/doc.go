@@ -57,7 +57,7 @@
 // require or prefer), which the LB cluster gives or refuses (Options.DualStack
 // false, on a cluster below feature level 4: RequireDualStack refused,
 // PreferDualStack one VIP). Names joined from a namespace and a name never
-// collide (tenantsync.UniqueName, tenantsync.Key).
+// collide (syncspec.UniqueName, syncspec.Key).
 //
 // Annotations under teapot-lb.io/ set the rest:
 //

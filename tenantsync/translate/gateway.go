@@ -15,7 +15,7 @@ import (
 
 	"github.com/teapot-lb/teapot-lb/api"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
-	"github.com/teapot-lb/teapot-lb/tenantsync"
+	"github.com/teapot-lb/teapot-lb/tenantsync/syncspec"
 )
 
 // GatewayController is the controllerName of the GatewayClasses whose
@@ -151,7 +151,7 @@ func Gateway(gw *gwv1.Gateway, src Sources, o Options) *Desired {
 	res := &GatewayResult{Generation: gw.Generation, Routes: map[RouteKey][]gwv1.RouteParentStatus{}}
 	d.Gateway = res
 	lb := &pb.LoadBalancer{
-		Name:  tenantsync.GatewayName(gw.Namespace, gw.Name),
+		Name:  syncspec.GatewayName(gw.Namespace, gw.Name),
 		Vip:   vipRequest(gw.Annotations, "", o, d),
 		Pools: map[string]*pb.BackendPool{},
 	}

@@ -13,7 +13,7 @@ import (
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/teapot-lb/teapot-lb/api"
-	"github.com/teapot-lb/teapot-lb/tenantsync"
+	"github.com/teapot-lb/teapot-lb/tenantsync/syncspec"
 )
 
 // appProtocolH2C marks a Service port that speaks HTTP/2 without TLS.
@@ -155,7 +155,7 @@ func (g *gwBuild) backendPool(r *routeObj, ref gwv1.BackendObjectReference, h2c 
 // No two backends share a key: a Service of the Gateway's namespace is
 // NAME-PORT or NAME-PORT-h2c (read from the right, the port and the h2c
 // mark end it), and every other backend (another namespace, or a name
-// that does not make a DNS label) is tenantsync.Key of namespace, name,
+// that does not make a DNS label) is syncspec.Key of namespace, name,
 // port and h2c, which ends in 16 hex digits, never in a port or h2c.
 // Joining namespace and name with '-' would not do: namespace a-b with
 // Service c and namespace a with Service b-c would share a pool.
@@ -168,12 +168,12 @@ func backendKey(gwNS, ns, name string, port int32, h2c bool) string {
 	if ns == gwNS && api.IsLabel(raw) {
 		return raw
 	}
-	return tenantsync.Key(ns+"-"+raw, "Backend", ns, name, fmt.Sprint(port), mark)
+	return syncspec.Key(ns+"-"+raw, "Backend", ns, name, fmt.Sprint(port), mark)
 }
 
 // certificateName is the tenant certificate uploaded from Secret ns/name.
 func certificateName(ns, name string) string {
-	return tenantsync.SecretCertificateName(ns, name)
+	return syncspec.SecretCertificateName(ns, name)
 }
 
 // listenerCerts resolves an HTTPS listener's certificateRefs into the

@@ -12,7 +12,7 @@ import (
 
 	"github.com/teapot-lb/teapot-lb/api"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
-	"github.com/teapot-lb/teapot-lb/tenantsync"
+	"github.com/teapot-lb/teapot-lb/tenantsync/syncspec"
 )
 
 // unsupported says which part of a route the LB cannot serve ("" when it
@@ -442,7 +442,7 @@ func (g *gwBuild) translateL4(r *routeObj, atts []attachment) string {
 		key = g.backendPool(r, refs[0].BackendObjectReference, false)
 	}
 	if key == "" {
-		key = tenantsync.Key(r.key.Namespace+"-"+r.key.Name, r.key.Kind, r.key.Namespace, r.key.Name)
+		key = syncspec.Key(r.key.Namespace+"-"+r.key.Name, r.key.Kind, r.key.Namespace, r.key.Name)
 		bp := backendPool(g.gw.Annotations, g.d)
 		for _, b := range refs {
 			w := int32(1)

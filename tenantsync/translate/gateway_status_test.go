@@ -10,7 +10,7 @@ import (
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
-	"github.com/teapot-lb/teapot-lb/tenantsync"
+	"github.com/teapot-lb/teapot-lb/tenantsync/syncspec"
 	"github.com/teapot-lb/teapot-lb/tenantsync/translate"
 )
 
@@ -281,7 +281,7 @@ func TestGatewayAddressesAndClass(t *testing.T) {
 	if d.LB.GetVip().GetAddress() != "192.0.2.10" || d.Refused != "" || d.Gateway.Accepted.Reason != "Accepted" {
 		t.Errorf("addresses: vip %v refused %q accepted %+v", d.LB.GetVip(), d.Refused, d.Gateway.Accepted)
 	}
-	if d.LB.GetName() != tenantsync.GatewayName("shop", "gw") {
+	if d.LB.GetName() != syncspec.GatewayName("shop", "gw") {
 		t.Errorf("name %s", d.LB.GetName())
 	}
 	d = translate.Gateway(named, src, gwOpts)

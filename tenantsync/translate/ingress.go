@@ -13,7 +13,7 @@ import (
 
 	"github.com/teapot-lb/teapot-lb/api"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
-	"github.com/teapot-lb/teapot-lb/tenantsync"
+	"github.com/teapot-lb/teapot-lb/tenantsync/syncspec"
 )
 
 // WantsIngress reports whether the agent takes ing: its class (by
@@ -51,7 +51,7 @@ func WantsIngress(ing *networkingv1.Ingress, src Sources, o Options) bool {
 func Ingress(ing *networkingv1.Ingress, src Sources, o Options) *Desired {
 	d := &Desired{Source: Source{KindIngress, ing.Namespace, ing.Name}}
 	lb := &pb.LoadBalancer{
-		Name:  tenantsync.IngressName(ing.Namespace, ing.Name),
+		Name:  syncspec.IngressName(ing.Namespace, ing.Name),
 		Vip:   vipRequest(ing.Annotations, "", o, d),
 		Pools: map[string]*pb.BackendPool{},
 	}
@@ -144,7 +144,7 @@ func Ingress(ing *networkingv1.Ingress, src Sources, o Options) *Desired {
 
 // ingressBackendKey names the pool of an Ingress backend: SERVICE-PORT
 // when the port (a number or a name) holds no '-', so that the last '-'
-// ends the Service's name; otherwise tenantsync.Key of Service and port
+// ends the Service's name; otherwise syncspec.Key of Service and port
 // (Service web-http port alt and Service web port http-alt must not
 // share a pool).
 func ingressBackendKey(b *networkingv1.IngressServiceBackend) string {
@@ -156,7 +156,7 @@ func ingressBackendKey(b *networkingv1.IngressServiceBackend) string {
 	if !strings.Contains(port, "-") && api.IsLabel(raw) {
 		return raw
 	}
-	return tenantsync.Key(raw, "Backend", b.Name, port)
+	return syncspec.Key(raw, "Backend", b.Name, port)
 }
 
 // ingressMembers finds the members behind an Ingress backend.

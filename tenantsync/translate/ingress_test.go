@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
-	"github.com/teapot-lb/teapot-lb/tenantsync"
+	"github.com/teapot-lb/teapot-lb/tenantsync/syncspec"
 	"github.com/teapot-lb/teapot-lb/tenantsync/translate"
 )
 
@@ -221,26 +221,26 @@ func TestNames(t *testing.T) {
 	tests := []struct {
 		name, got, want string
 	}{
-		{"service", tenantsync.ServiceName("shop", "web"), "svc-shop-web"},
-		{"ingress", tenantsync.IngressName("shop", "main"), "ing-shop-main"},
-		{"ingress with dots", tenantsync.IngressName("shop", "www.acme"), tenantsync.HashedName("ing-", "Ingress", "shop", "www.acme")},
-		{"too long", tenantsync.ServiceName("shop", long), tenantsync.HashedName("svc-", "Service", "shop", long)},
+		{"service", syncspec.ServiceName("shop", "web"), "svc-shop-web"},
+		{"ingress", syncspec.IngressName("shop", "main"), "ing-shop-main"},
+		{"ingress with dots", syncspec.IngressName("shop", "www.acme"), syncspec.HashedName("ing-", "Ingress", "shop", "www.acme")},
+		{"too long", syncspec.ServiceName("shop", long), syncspec.HashedName("svc-", "Service", "shop", long)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			if tt.got != tt.want {
 				t.Errorf("got %q, want %q", tt.got, tt.want)
 			}
-			if len(tt.got) > 63 || !tenantsync.Managed(tt.got) {
+			if len(tt.got) > 63 || !syncspec.Managed(tt.got) {
 				t.Errorf("%q is not a managed DNS label", tt.got)
 			}
 		})
 	}
-	a, b := tenantsync.HashedName("svc-", "Service", "a-b", "c"), tenantsync.HashedName("svc-", "Service", "a", "b-c")
+	a, b := syncspec.HashedName("svc-", "Service", "a-b", "c"), syncspec.HashedName("svc-", "Service", "a", "b-c")
 	if a == b {
 		t.Errorf("hashed names of a-b/c and a/b-c clash: %s", a)
 	}
-	if h := tenantsync.HashedName("svc-", "Service", "shop", long); len(h) != 63 || !strings.HasPrefix(h, "svc-shop-xxx") {
+	if h := syncspec.HashedName("svc-", "Service", "shop", long); len(h) != 63 || !strings.HasPrefix(h, "svc-shop-xxx") {
 		t.Errorf("hashed long name %q: want 63 characters starting with the readable part", h)
 	}
 }

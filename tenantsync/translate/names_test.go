@@ -9,7 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
-	"github.com/teapot-lb/teapot-lb/tenantsync"
+	"github.com/teapot-lb/teapot-lb/tenantsync/syncspec"
 	"github.com/teapot-lb/teapot-lb/tenantsync/translate"
 )
 
@@ -28,24 +28,24 @@ var lookalikes = []struct{ ns1, name1, ns2, name2 string }{
 func TestCertificateNamesOfLookalikeSecretsDiffer(t *testing.T) {
 	t.Parallel()
 	for _, p := range lookalikes {
-		a, b := tenantsync.SecretCertificateName(p.ns1, p.name1), tenantsync.SecretCertificateName(p.ns2, p.name2)
+		a, b := syncspec.SecretCertificateName(p.ns1, p.name1), syncspec.SecretCertificateName(p.ns2, p.name2)
 		if a == b {
 			t.Errorf("Secrets %s/%s and %s/%s share the certificate name %s", p.ns1, p.name1, p.ns2, p.name2, a)
 		}
 		for _, n := range []string{a, b} {
-			if len(n) > 63 || !strings.HasPrefix(n, tenantsync.CertificatePrefix) {
+			if len(n) > 63 || !strings.HasPrefix(n, syncspec.CertificatePrefix) {
 				t.Errorf("%q is not a k8s- DNS label", n)
 			}
 		}
 	}
-	if got := tenantsync.SecretCertificateName("shop", "shop-tls"); got != "k8s-shop-shop-tls" {
+	if got := syncspec.SecretCertificateName("shop", "shop-tls"); got != "k8s-shop-shop-tls" {
 		t.Errorf("Secret shop/shop-tls: certificate %q, want the name it had, k8s-shop-shop-tls", got)
 	}
 	// A unique name is never a plain one: no namespace starts with '-'.
-	if got := tenantsync.SecretCertificateName("a-b", "c"); !strings.HasPrefix(got, "k8s--a-b-c-") {
+	if got := syncspec.SecretCertificateName("a-b", "c"); !strings.HasPrefix(got, "k8s--a-b-c-") {
 		t.Errorf("Secret a-b/c: certificate %q, want k8s--a-b-c-HASH", got)
 	}
-	if u, h := tenantsync.UniqueName("svc-", "Service", "a", "b-c"), tenantsync.HashedName("svc-", "Service", "a", "b-c"); !strings.HasPrefix(u, "svc--") || u == h || len(u) > 63 {
+	if u, h := syncspec.UniqueName("svc-", "Service", "a", "b-c"), syncspec.HashedName("svc-", "Service", "a", "b-c"); !strings.HasPrefix(u, "svc--") || u == h || len(u) > 63 {
 		t.Errorf("UniqueName %q (HashedName %q)", u, h)
 	}
 }

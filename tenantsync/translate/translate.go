@@ -17,7 +17,7 @@ import (
 
 	"github.com/teapot-lb/teapot-lb/api"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
-	"github.com/teapot-lb/teapot-lb/tenantsync"
+	"github.com/teapot-lb/teapot-lb/tenantsync/syncspec"
 )
 
 // Classes and the annotations the agent reads.
@@ -119,7 +119,7 @@ type Desired struct {
 }
 
 func finish(d *Desired) *Desired {
-	d.Version = tenantsync.Version(d.LB)
+	d.Version = syncspec.Version(d.LB)
 	return d
 }
 
@@ -138,7 +138,7 @@ func WantsService(svc *corev1.Service, o Options) bool {
 func Service(svc *corev1.Service, src Sources, o Options) *Desired {
 	d := &Desired{Source: Source{KindService, svc.Namespace, svc.Name}}
 	lb := &pb.LoadBalancer{
-		Name:  tenantsync.ServiceName(svc.Namespace, svc.Name),
+		Name:  syncspec.ServiceName(svc.Namespace, svc.Name),
 		Vip:   vipRequest(svc.Annotations, svc.Spec.LoadBalancerIP, o, d),
 		Pools: map[string]*pb.BackendPool{},
 	}

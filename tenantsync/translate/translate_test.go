@@ -17,7 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
-	"github.com/teapot-lb/teapot-lb/tenantsync"
+	"github.com/teapot-lb/teapot-lb/tenantsync/syncspec"
 	"github.com/teapot-lb/teapot-lb/tenantsync/translate"
 )
 
@@ -292,8 +292,8 @@ func check(t *testing.T, d *translate.Desired, want *pb.LoadBalancer, warnings [
 	if !proto.Equal(d.LB, want) {
 		t.Errorf("load balancer\n got %s\nwant %s", protojson.Format(d.LB), protojson.Format(want))
 	}
-	if d.Version != tenantsync.Version(want) {
-		t.Errorf("Version = %s, want %s", d.Version, tenantsync.Version(want))
+	if d.Version != syncspec.Version(want) {
+		t.Errorf("Version = %s, want %s", d.Version, syncspec.Version(want))
 	}
 	if len(d.Warnings) != len(warnings) {
 		t.Fatalf("warnings = %q, want %d matching %q", d.Warnings, len(warnings), warnings)

@@ -2,7 +2,8 @@
 // HTTP at /metrics, in the Prometheus text format. The collectors live
 // with the parts they describe; this package gathers them into one
 // registry with the Go runtime and process collectors, and lets the large
-// ones (TextWriter) write their series straight to the response. On a
+// ones (TextWriter, with api/promtext) write their series straight to the
+// response. On a
 // loopback address it also serves the Go runtime's
 // profiles at /debug/pprof/ (CPU, heap, allocations, goroutines, threads,
 // and the execution trace), for operators on the host; on any other

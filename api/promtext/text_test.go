@@ -1,4 +1,4 @@
-package metricsserver
+package promtext
 
 import (
 	"errors"

@@ -1,4 +1,4 @@
-package tenantsync
+package syncspec
 
 import (
 	"crypto/sha256"

@@ -1,4 +1,4 @@
-package metricsserver
+package promtext
 
 import (
 	"bufio"
@@ -9,7 +9,7 @@ import (
 )
 
 // Text writes the Prometheus text format (version 0.0.4) line by line,
-// for a TextWriter: it reuses one line buffer, so writing a series
+// for a metrics server's TextWriter: it reuses one line buffer, so writing a series
 // allocates nothing. The first error stops it and is returned by Flush.
 type Text struct {
 	w   *bufio.Writer
