@@ -45,15 +45,23 @@ const (
 	// only (routes[].ports). A host of an earlier release ignores them and
 	// serves each route on every listener.
 	FeatureRoutePorts = "route-ports"
+	// FeatureSourceRanges: listeners open to some client networks only
+	// (listeners[].allowedSources, deniedSources). A host of an earlier
+	// release ignores them and serves every address.
+	FeatureSourceRanges = "source-ranges"
+	// FeatureRateLimits: rate limits of listeners and routes
+	// (listeners[].rateLimit, routes[].rateLimit). A host of an earlier
+	// release ignores them.
+	FeatureRateLimits = "rate-limits"
 )
 
 // FeatureLevel is the highest cluster feature level this release
-// understands. Level 1 is every release before levels existed; levels 2
-// and 3 add the features of featureLevels. A release that adds a field or a
+// understands. Level 1 is every release before levels existed; levels 2,
+// 3 and 4 add the features of featureLevels. A release that adds a field or a
 // request option that a host of an earlier release would ignore, or a
 // command version, raises it, and the cluster accepts writes that use the
 // addition only once every host reports the level.
-const FeatureLevel = 3
+const FeatureLevel = 4
 
 // featureLevels is the level each feature needs on every host.
 var featureLevels = map[string]uint32{
@@ -65,6 +73,8 @@ var featureLevels = map[string]uint32{
 	FeatureBackendH2:     2,
 	FeatureSNIRoutes:     3,
 	FeatureRoutePorts:    3,
+	FeatureSourceRanges:  4,
+	FeatureRateLimits:    4,
 }
 
 // LevelNeeded is the highest level the uses need (1 for none).
@@ -102,7 +112,7 @@ func FeatureRefusal(uses []FeatureUse, need uint32, older []string) error {
 
 // Features returns the features this release serves.
 func Features() []string {
-	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts}
+	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureSourceRanges, FeatureRateLimits}
 }
 
 // FeatureUse is one place where a write uses a feature: the feature and
@@ -142,6 +152,23 @@ func FeaturesUsed(obj *pb.Object) []FeatureUse {
 	for i, ls := range l.GetListeners() {
 		if len(ls.GetSniRoutes()) > 0 {
 			out = append(out, FeatureUse{Feature: FeatureSNIRoutes, Field: fmt.Sprintf("%s: listeners[%d].sniRoutes", RefString(RefOf(obj)), i)})
+		}
+	}
+	for i, ls := range l.GetListeners() {
+		at := fmt.Sprintf("%s: listeners[%d]", RefString(RefOf(obj)), i)
+		if len(ls.GetAllowedSources()) > 0 {
+			out = append(out, FeatureUse{Feature: FeatureSourceRanges, Field: at + ".allowedSources"})
+		}
+		if len(ls.GetDeniedSources()) > 0 {
+			out = append(out, FeatureUse{Feature: FeatureSourceRanges, Field: at + ".deniedSources"})
+		}
+		if ls.GetRateLimit() != nil {
+			out = append(out, FeatureUse{Feature: FeatureRateLimits, Field: at + ".rateLimit"})
+		}
+	}
+	for i, r := range l.GetRoutes() {
+		if r.GetRateLimit() != nil {
+			out = append(out, FeatureUse{Feature: FeatureRateLimits, Field: fmt.Sprintf("%s: routes[%d].rateLimit", RefString(RefOf(obj)), i)})
 		}
 	}
 	names := make([]string, 0, len(l.GetPools()))

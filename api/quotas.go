@@ -27,6 +27,7 @@ func DefaultQuotas() *pb.Quotas {
 		RegexMatchesPerLb:  64,
 		RegexMatches:       1000,
 		RegexCpuMillicores: DefaultRegexCPUMillicores,
+		RateLimitKeys:      DefaultRateLimitKeys,
 	}
 }
 
@@ -88,6 +89,7 @@ func EffectiveQuotas(t *pb.Tenant) *pb.Quotas {
 		{set.GetRegexMatchesPerLb(), &q.RegexMatchesPerLb},
 		{set.GetRegexMatches(), &q.RegexMatches},
 		{set.GetRegexCpuMillicores(), &q.RegexCpuMillicores},
+		{set.GetRateLimitKeys(), &q.RateLimitKeys},
 	} {
 		if f.v != 0 {
 			*f.dst = f.v

@@ -73,6 +73,13 @@ const (
 	// RefusedHostLimit: every tenant together is at MaxHostConnections
 	// or MaxHostDescriptors.
 	RefusedHostLimit = "host-limit"
+	// RefusedSource: the client's address is outside the listener's
+	// allowedSources or inside its deniedSources.
+	RefusedSource = "source"
+	// RefusedRateLimit: the listener's connectionsPerSecond is spent for
+	// the client (or all clients), or the tenant's rate-limit table is
+	// full.
+	RefusedRateLimit = "rate-limit"
 )
 
 type nopMetrics struct{}

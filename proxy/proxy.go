@@ -378,6 +378,7 @@ func (p *Proxy) apply(s *snapshot.Snapshot, retryFailed bool) bool {
 				}
 			}
 			sock.setOwner(l.LB)
+			sock.enforceSources(l)
 		}
 	}
 	for _, pool := range retired {

@@ -51,8 +51,10 @@
 // Every field of the specs the agent reads is decided in Fields
 // (FIELDS.md): honoured, refused with a warning (a Warning Event, and a
 // condition), or not applicable. Services: sessionAffinity ClientIP hashes
-// the client address; loadBalancerSourceRanges and RequireDualStack are
-// refused (Desired.Refused: no load balancer); PreferDualStack gets one
+// the client address; loadBalancerSourceRanges (or its annotation) become
+// every listener's allowedSources, and a list the LB cannot enforce
+// refuses the Service like RequireDualStack (Desired.Refused: no load
+// balancer); PreferDualStack gets one
 // VIP of the first family. Names joined from a namespace and a name never
 // collide (tenantsync.UniqueName, tenantsync.Key).
 //
@@ -67,4 +69,12 @@
 //	teapot-lb.io/members            nodeport | pod (default: pod when pods are routable)
 //	teapot-lb.io/ssl-redirect       "true": Ingress http listener redirects to https
 //	teapot-lb.io/tls-certificates   Ingress: uploaded certificates instead of ACME
+//	teapot-lb.io/allowed-sources    CIDRs allowed to connect, on every listener
+//	                                (Services: spec.loadBalancerSourceRanges wins)
+//	teapot-lb.io/denied-sources     CIDRs refused on every listener
+//
+// Ingresses also take ingress-nginx's nginx.ingress.kubernetes.io/
+// allowlist-source-range, whitelist-source-range and denylist-source-range
+// (teapot-lb.io/ wins, with a warning). A source list that is not all
+// CIDRs refuses the object: no load balancer, never one open to everyone.
 package translate

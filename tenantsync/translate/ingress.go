@@ -138,6 +138,7 @@ func Ingress(ing *networkingv1.Ingress, src Sources, o Options) *Desired {
 			lb.Routes = append(lb.Routes, &pb.Route{Path: "/", Pool: key})
 		}
 	}
+	edgeSources(ing.Annotations, lb, d, true)
 	d.ProxyMode = true
 	return finish(d)
 }

@@ -2,6 +2,7 @@ package translate_test
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -14,8 +15,9 @@ import (
 )
 
 // TestServiceFieldsHonouredOrRefused is the table of the Service fields
-// that cloud load balancers honour: loadBalancerSourceRanges (and its
-// annotation) refuse the Service until source ranges are enforced,
+// that cloud load balancers honour: loadBalancerSourceRanges (or its
+// annotation) become every listener's allowedSources, and a list the LB
+// cannot enforce refuses the Service,
 // sessionAffinity ClientIP hashes the client address (the timeout is not
 // applied, which a warning says), and a dual-stack policy gets one VIP
 // (RequireDualStack is refused, PreferDualStack warned).
@@ -42,14 +44,23 @@ func TestServiceFieldsHonouredOrRefused(t *testing.T) {
 		warnings []string // words one warning each holds, in order
 		hashed   bool     // every pool hashes the client address
 		family   string
+		sources  []string // every listener's allowedSources
 	}{
 		{name: "plain Service: served as asked"},
-		{name: "loadBalancerSourceRanges: refused", opts: []svcOpt{func(s *corev1.Service) { s.Spec.LoadBalancerSourceRanges = []string{"192.0.2.0/24"} }},
-			refused: []string{"spec.loadBalancerSourceRanges (1 ranges)", "no load balancer and no VIP"}},
-		{name: "source-ranges annotation: refused", opts: []svcOpt{func(s *corev1.Service) { s.Annotations[translate.AnnotationSourceRanges] = "192.0.2.0/24" }},
-			refused: []string{"annotation " + translate.AnnotationSourceRanges, "no load balancer"}},
-		{name: "source ranges win over another refusal", opts: []svcOpt{families(corev1.IPFamilyPolicyRequireDualStack, corev1.IPv4Protocol, corev1.IPv6Protocol), func(s *corev1.Service) { s.Spec.LoadBalancerSourceRanges = []string{"192.0.2.0/24"} }},
-			refused: []string{"spec.loadBalancerSourceRanges"}, warnings: nil},
+		{name: "loadBalancerSourceRanges: every listener allows them", opts: []svcOpt{twoPorts, func(s *corev1.Service) { s.Spec.LoadBalancerSourceRanges = []string{"192.0.2.0/24", "2001:db8::/32"} }},
+			sources: []string{"192.0.2.0/24", "2001:db8::/32"}},
+		{name: "source-ranges annotation: every listener allows them", opts: []svcOpt{func(s *corev1.Service) {
+			s.Annotations[translate.AnnotationSourceRanges] = " 192.0.2.0/24, 198.51.100.7/32"
+		}},
+			sources: []string{"192.0.2.0/24", "198.51.100.7/32"}},
+		{name: "the field wins over the annotation", opts: []svcOpt{func(s *corev1.Service) {
+			s.Spec.LoadBalancerSourceRanges = []string{"192.0.2.0/24"}
+			s.Annotations[translate.AnnotationSourceRanges] = "0.0.0.0/0"
+		}}, sources: []string{"192.0.2.0/24"}},
+		{name: "a malformed annotation: refused, never served open", opts: []svcOpt{func(s *corev1.Service) { s.Annotations[translate.AnnotationSourceRanges] = "192.0.2.0/24,office" }},
+			refused: []string{"annotation " + translate.AnnotationSourceRanges + "[1]", `"office" is not a CIDR`, "no load balancer and no VIP"}},
+		{name: "source ranges win over another refusal", opts: []svcOpt{families(corev1.IPFamilyPolicyRequireDualStack, corev1.IPv4Protocol, corev1.IPv6Protocol), func(s *corev1.Service) { s.Spec.LoadBalancerSourceRanges = []string{"192.0.2.0/24", "192.0.2.300/32"} }},
+			refused: []string{"spec.loadBalancerSourceRanges[1]"}, warnings: nil},
 		{name: "ClientIP with a timeout: every pool hashes the client address", opts: []svcOpt{twoPorts, clientIP(600)},
 			hashed: true, warnings: []string{"spec.sessionAffinityConfig.clientIP.timeoutSeconds (600) is not applied"}},
 		{name: "ClientIP without a config: the default timeout is named", opts: []svcOpt{clientIP(0)},
@@ -95,6 +106,11 @@ func TestServiceFieldsHonouredOrRefused(t *testing.T) {
 					t.Errorf("pool %s: algorithm %q hash_on %q; want hashing the client address %t", key, p.GetAlgorithm(), p.GetHashOn(), tt.hashed)
 				}
 			}
+			for i, l := range d.LB.GetListeners() {
+				if !slices.Equal(l.GetAllowedSources(), tt.sources) {
+					t.Errorf("listeners[%d].allowedSources %q, want %q", i, l.GetAllowedSources(), tt.sources)
+				}
+			}
 			if got := d.LB.GetVip().GetFamily(); got != tt.family {
 				t.Errorf("VIP family %q, want %q", got, tt.family)
 			}
@@ -103,7 +119,7 @@ func TestServiceFieldsHonouredOrRefused(t *testing.T) {
 			var ve *api.ValidationError
 			if err := api.ValidateLoadBalancer(d.LB, nil); errors.As(err, &ve) {
 				for _, fe := range ve.Errors {
-					if strings.HasPrefix(fe.Field, "pools") || strings.HasPrefix(fe.Field, "vip.family") {
+					if strings.HasPrefix(fe.Field, "pools") || strings.HasPrefix(fe.Field, "vip.family") || strings.Contains(fe.Field, "Sources") {
 						t.Errorf("the LB cluster refuses the load balancer: %s: %s", fe.Field, fe.Reason)
 					}
 				}
@@ -130,5 +146,59 @@ func TestIngressTLSFieldsNotReadAreWarned(t *testing.T) {
 		if !strings.Contains(d.Warnings[i], w) {
 			t.Errorf("warning %q; want it to say %q", d.Warnings[i], w)
 		}
+	}
+}
+
+// TestEdgeSourceAnnotations: an Ingress takes teapot-lb.io/allowed-sources
+// and ingress-nginx's allowlist/whitelist/denylist spellings onto every
+// listener; a malformed list refuses it; a Gateway takes the teapot-lb.io
+// annotations, and a malformed one makes it not accepted.
+func TestEdgeSourceAnnotations(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name           string
+		ann            map[string]string
+		allowed        []string
+		denied         []string
+		refused, warns string
+	}{
+		{name: "teapot-lb.io", ann: map[string]string{translate.AnnotationAllowedSources: "192.0.2.0/24", translate.AnnotationDeniedSources: "192.0.2.9"},
+			allowed: []string{"192.0.2.0/24"}, denied: []string{"192.0.2.9"}},
+		{name: "nginx allowlist", ann: map[string]string{translate.NginxAllowlistSourceRange: "10.0.0.0/8, 2001:db8::/32"}, allowed: []string{"10.0.0.0/8", "2001:db8::/32"}},
+		{name: "nginx whitelist and denylist", ann: map[string]string{translate.NginxWhitelistSourceRange: "10.0.0.0/8", translate.NginxDenylistSourceRange: "10.1.0.0/16"},
+			allowed: []string{"10.0.0.0/8"}, denied: []string{"10.1.0.0/16"}},
+		{name: "teapot-lb.io wins", ann: map[string]string{translate.AnnotationAllowedSources: "10.0.0.0/8", translate.NginxWhitelistSourceRange: "0.0.0.0/0"},
+			allowed: []string{"10.0.0.0/8"}, warns: translate.NginxWhitelistSourceRange + " is not read"},
+		{name: "malformed", ann: map[string]string{translate.NginxDenylistSourceRange: "10.0.0.0/8,evil"}, refused: translate.NginxDenylistSourceRange + "[1]"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ing := ingress("shop", "main", func(i *networkingv1.Ingress) {
+				i.Annotations = tt.ann
+				i.Spec.TLS = []networkingv1.IngressTLS{{Hosts: []string{"shop.acme.example"}}}
+			})
+			objs := append(append([]runtime.Object{class("teapot", translate.IngressController, false), ing}, nodes...), backendServices()...)
+			d := translate.Ingress(ing, sources(t, objs...), translate.Options{DefaultPool: "public"})
+			if tt.refused != "" {
+				if !strings.Contains(d.Refused, tt.refused) {
+					t.Fatalf("refused %q; want it to name %s", d.Refused, tt.refused)
+				}
+				return
+			}
+			if d.Refused != "" {
+				t.Fatalf("refused %q", d.Refused)
+			}
+			if len(d.LB.GetListeners()) != 2 {
+				t.Fatalf("listeners %v", d.LB.GetListeners())
+			}
+			for i, l := range d.LB.GetListeners() {
+				if !slices.Equal(l.GetAllowedSources(), tt.allowed) || !slices.Equal(l.GetDeniedSources(), tt.denied) {
+					t.Errorf("listeners[%d]: allowed %q denied %q; want %q %q", i, l.GetAllowedSources(), l.GetDeniedSources(), tt.allowed, tt.denied)
+				}
+			}
+			if tt.warns != "" && !slices.ContainsFunc(d.Warnings, func(w string) bool { return strings.Contains(w, tt.warns) }) {
+				t.Errorf("warnings %q; want one saying %q", d.Warnings, tt.warns)
+			}
+		})
 	}
 }

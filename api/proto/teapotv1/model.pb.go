@@ -253,7 +253,10 @@ type Quotas struct {
 	RegexCpuMillicores uint32 `protobuf:"varint,16,opt,name=regex_cpu_millicores,json=regexCpuMillicores,proto3" json:"regex_cpu_millicores,omitempty"`
 	// Encoded bytes of everything the tenant stores (load balancers and
 	// certificates), which every LB host keeps in memory and in its Raft log.
-	StoredBytes   uint64 `protobuf:"varint,20,opt,name=stored_bytes,json=storedBytes,proto3" json:"stored_bytes,omitempty"`
+	StoredBytes uint64 `protobuf:"varint,20,opt,name=stored_bytes,json=storedBytes,proto3" json:"stored_bytes,omitempty"`
+	// Client keys (address or /64, per rate limit) an LB host tracks for the
+	// tenant's rate limits at once, about 100 bytes each (0: the default).
+	RateLimitKeys uint32 `protobuf:"varint,50,opt,name=rate_limit_keys,json=rateLimitKeys,proto3" json:"rate_limit_keys,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -403,6 +406,13 @@ func (x *Quotas) GetRegexCpuMillicores() uint32 {
 func (x *Quotas) GetStoredBytes() uint64 {
 	if x != nil {
 		return x.StoredBytes
+	}
+	return 0
+}
+
+func (x *Quotas) GetRateLimitKeys() uint32 {
+	if x != nil {
+		return x.RateLimitKeys
 	}
 	return 0
 }
@@ -779,7 +789,19 @@ type Listener struct {
 	// wildcard a shorter one; connections whose name none covers (or that
 	// send none) go to pool. When set, the load balancer's routes do not
 	// route this listener.
-	SniRoutes     []*SNIRoute `protobuf:"bytes,9,rep,name=sni_routes,json=sniRoutes,proto3" json:"sni_routes,omitempty"`
+	SniRoutes []*SNIRoute `protobuf:"bytes,9,rep,name=sni_routes,json=sniRoutes,proto3" json:"sni_routes,omitempty"`
+	// Client networks (CIDRs, IPv4 and IPv6) allowed to connect; empty
+	// allows every address not denied. Checked on each new connection (UDP:
+	// each new flow) at accept, before any member connection or TLS
+	// handshake, against the address that connects to the VIP; a change
+	// closes the open connections and flows it no longer allows.
+	AllowedSources []string `protobuf:"bytes,50,rep,name=allowed_sources,json=allowedSources,proto3" json:"allowed_sources,omitempty"`
+	// Client networks refused even when allowedSources covers them.
+	DeniedSources []string `protobuf:"bytes,51,rep,name=denied_sources,json=deniedSources,proto3" json:"denied_sources,omitempty"`
+	// Per-listener rate limit: new connections per second (every protocol;
+	// UDP: new flows) and, for http and https listeners, requests per
+	// second over all its routes.
+	RateLimit     *RateLimit `protobuf:"bytes,52,opt,name=rate_limit,json=rateLimit,proto3" json:"rate_limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -877,6 +899,107 @@ func (x *Listener) GetSniRoutes() []*SNIRoute {
 	return nil
 }
 
+func (x *Listener) GetAllowedSources() []string {
+	if x != nil {
+		return x.AllowedSources
+	}
+	return nil
+}
+
+func (x *Listener) GetDeniedSources() []string {
+	if x != nil {
+		return x.DeniedSources
+	}
+	return nil
+}
+
+func (x *Listener) GetRateLimit() *RateLimit {
+	if x != nil {
+		return x.RateLimit
+	}
+	return nil
+}
+
+// RateLimit bounds the rate of new connections or requests, per client
+// address (IPv6 clients per /64) or for the listener or route as a whole,
+// on each LB host (see docs: the counts are not shared between hosts).
+type RateLimit struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Requests per second (http and https). Over the limit: 429 with
+	// Retry-After and RateLimit-Limit/-Remaining/-Reset.
+	RequestsPerSecond uint32 `protobuf:"varint,1,opt,name=requests_per_second,json=requestsPerSecond,proto3" json:"requests_per_second,omitempty"`
+	// New connections per second (listeners only). Over the limit: the
+	// connection is reset (UDP: the datagram that would start a flow is
+	// dropped).
+	ConnectionsPerSecond uint32 `protobuf:"varint,2,opt,name=connections_per_second,json=connectionsPerSecond,proto3" json:"connections_per_second,omitempty"`
+	// How many may arrive at once after a quiet period (default: one
+	// second's worth of the rate).
+	Burst uint32 `protobuf:"varint,3,opt,name=burst,proto3" json:"burst,omitempty"`
+	// client (default: each client address on its own) | total (all
+	// clients together).
+	Key           string `protobuf:"bytes,4,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RateLimit) Reset() {
+	*x = RateLimit{}
+	mi := &file_teapotv1_model_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RateLimit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RateLimit) ProtoMessage() {}
+
+func (x *RateLimit) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_model_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RateLimit.ProtoReflect.Descriptor instead.
+func (*RateLimit) Descriptor() ([]byte, []int) {
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *RateLimit) GetRequestsPerSecond() uint32 {
+	if x != nil {
+		return x.RequestsPerSecond
+	}
+	return 0
+}
+
+func (x *RateLimit) GetConnectionsPerSecond() uint32 {
+	if x != nil {
+		return x.ConnectionsPerSecond
+	}
+	return 0
+}
+
+func (x *RateLimit) GetBurst() uint32 {
+	if x != nil {
+		return x.Burst
+	}
+	return 0
+}
+
+func (x *RateLimit) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
 // SNIRoute sends the TLS connections for one server name to one pool.
 type SNIRoute struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -891,7 +1014,7 @@ type SNIRoute struct {
 
 func (x *SNIRoute) Reset() {
 	*x = SNIRoute{}
-	mi := &file_teapotv1_model_proto_msgTypes[8]
+	mi := &file_teapotv1_model_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -903,7 +1026,7 @@ func (x *SNIRoute) String() string {
 func (*SNIRoute) ProtoMessage() {}
 
 func (x *SNIRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[8]
+	mi := &file_teapotv1_model_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -916,7 +1039,7 @@ func (x *SNIRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SNIRoute.ProtoReflect.Descriptor instead.
 func (*SNIRoute) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{8}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SNIRoute) GetHost() string {
@@ -947,7 +1070,7 @@ type TLSPolicy struct {
 
 func (x *TLSPolicy) Reset() {
 	*x = TLSPolicy{}
-	mi := &file_teapotv1_model_proto_msgTypes[9]
+	mi := &file_teapotv1_model_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -959,7 +1082,7 @@ func (x *TLSPolicy) String() string {
 func (*TLSPolicy) ProtoMessage() {}
 
 func (x *TLSPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[9]
+	mi := &file_teapotv1_model_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -972,7 +1095,7 @@ func (x *TLSPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TLSPolicy.ProtoReflect.Descriptor instead.
 func (*TLSPolicy) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{9}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *TLSPolicy) GetAcme() bool {
@@ -1019,14 +1142,17 @@ type Route struct {
 	Timeouts *RouteTimeouts `protobuf:"bytes,8,opt,name=timeouts,proto3" json:"timeouts,omitempty"`
 	// Ports of the http and https listeners that serve the route; empty:
 	// every listener of the load balancer.
-	Ports         []uint32 `protobuf:"varint,9,rep,packed,name=ports,proto3" json:"ports,omitempty"`
+	Ports []uint32 `protobuf:"varint,9,rep,packed,name=ports,proto3" json:"ports,omitempty"`
+	// Requests per second to this route (see RateLimit); counted after the
+	// listener's rate limit.
+	RateLimit     *RateLimit `protobuf:"bytes,50,opt,name=rate_limit,json=rateLimit,proto3" json:"rate_limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Route) Reset() {
 	*x = Route{}
-	mi := &file_teapotv1_model_proto_msgTypes[10]
+	mi := &file_teapotv1_model_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1038,7 +1164,7 @@ func (x *Route) String() string {
 func (*Route) ProtoMessage() {}
 
 func (x *Route) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[10]
+	mi := &file_teapotv1_model_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1051,7 +1177,7 @@ func (x *Route) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Route.ProtoReflect.Descriptor instead.
 func (*Route) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{10}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Route) GetHost() string {
@@ -1117,6 +1243,13 @@ func (x *Route) GetPorts() []uint32 {
 	return nil
 }
 
+func (x *Route) GetRateLimit() *RateLimit {
+	if x != nil {
+		return x.RateLimit
+	}
+	return nil
+}
+
 // RouteMatch is one set of conditions; all of them must hold.
 type RouteMatch struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1138,7 +1271,7 @@ type RouteMatch struct {
 
 func (x *RouteMatch) Reset() {
 	*x = RouteMatch{}
-	mi := &file_teapotv1_model_proto_msgTypes[11]
+	mi := &file_teapotv1_model_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1150,7 +1283,7 @@ func (x *RouteMatch) String() string {
 func (*RouteMatch) ProtoMessage() {}
 
 func (x *RouteMatch) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[11]
+	mi := &file_teapotv1_model_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1163,7 +1296,7 @@ func (x *RouteMatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteMatch.ProtoReflect.Descriptor instead.
 func (*RouteMatch) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{11}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RouteMatch) GetPath() string {
@@ -1221,7 +1354,7 @@ type ValueMatch struct {
 
 func (x *ValueMatch) Reset() {
 	*x = ValueMatch{}
-	mi := &file_teapotv1_model_proto_msgTypes[12]
+	mi := &file_teapotv1_model_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1233,7 +1366,7 @@ func (x *ValueMatch) String() string {
 func (*ValueMatch) ProtoMessage() {}
 
 func (x *ValueMatch) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[12]
+	mi := &file_teapotv1_model_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1246,7 +1379,7 @@ func (x *ValueMatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValueMatch.ProtoReflect.Descriptor instead.
 func (*ValueMatch) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{12}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ValueMatch) GetName() string {
@@ -1285,7 +1418,7 @@ type GRPCMethodMatch struct {
 
 func (x *GRPCMethodMatch) Reset() {
 	*x = GRPCMethodMatch{}
-	mi := &file_teapotv1_model_proto_msgTypes[13]
+	mi := &file_teapotv1_model_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1297,7 +1430,7 @@ func (x *GRPCMethodMatch) String() string {
 func (*GRPCMethodMatch) ProtoMessage() {}
 
 func (x *GRPCMethodMatch) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[13]
+	mi := &file_teapotv1_model_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1310,7 +1443,7 @@ func (x *GRPCMethodMatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GRPCMethodMatch.ProtoReflect.Descriptor instead.
 func (*GRPCMethodMatch) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{13}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GRPCMethodMatch) GetService() string {
@@ -1350,7 +1483,7 @@ type RouteBackend struct {
 
 func (x *RouteBackend) Reset() {
 	*x = RouteBackend{}
-	mi := &file_teapotv1_model_proto_msgTypes[14]
+	mi := &file_teapotv1_model_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1362,7 +1495,7 @@ func (x *RouteBackend) String() string {
 func (*RouteBackend) ProtoMessage() {}
 
 func (x *RouteBackend) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[14]
+	mi := &file_teapotv1_model_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1375,7 +1508,7 @@ func (x *RouteBackend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteBackend.ProtoReflect.Descriptor instead.
 func (*RouteBackend) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{14}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RouteBackend) GetPool() string {
@@ -1414,7 +1547,7 @@ type RouteFilter struct {
 
 func (x *RouteFilter) Reset() {
 	*x = RouteFilter{}
-	mi := &file_teapotv1_model_proto_msgTypes[15]
+	mi := &file_teapotv1_model_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1426,7 +1559,7 @@ func (x *RouteFilter) String() string {
 func (*RouteFilter) ProtoMessage() {}
 
 func (x *RouteFilter) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[15]
+	mi := &file_teapotv1_model_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1439,7 +1572,7 @@ func (x *RouteFilter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteFilter.ProtoReflect.Descriptor instead.
 func (*RouteFilter) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{15}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RouteFilter) GetRequestHeaderModifier() *HeaderModifier {
@@ -1492,7 +1625,7 @@ type HeaderModifier struct {
 
 func (x *HeaderModifier) Reset() {
 	*x = HeaderModifier{}
-	mi := &file_teapotv1_model_proto_msgTypes[16]
+	mi := &file_teapotv1_model_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1504,7 +1637,7 @@ func (x *HeaderModifier) String() string {
 func (*HeaderModifier) ProtoMessage() {}
 
 func (x *HeaderModifier) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[16]
+	mi := &file_teapotv1_model_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1517,7 +1650,7 @@ func (x *HeaderModifier) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeaderModifier.ProtoReflect.Descriptor instead.
 func (*HeaderModifier) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{16}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *HeaderModifier) GetSet() []*HeaderValue {
@@ -1551,7 +1684,7 @@ type HeaderValue struct {
 
 func (x *HeaderValue) Reset() {
 	*x = HeaderValue{}
-	mi := &file_teapotv1_model_proto_msgTypes[17]
+	mi := &file_teapotv1_model_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1563,7 +1696,7 @@ func (x *HeaderValue) String() string {
 func (*HeaderValue) ProtoMessage() {}
 
 func (x *HeaderValue) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[17]
+	mi := &file_teapotv1_model_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1576,7 +1709,7 @@ func (x *HeaderValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeaderValue.ProtoReflect.Descriptor instead.
 func (*HeaderValue) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{17}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *HeaderValue) GetName() string {
@@ -1614,7 +1747,7 @@ type RequestRedirect struct {
 
 func (x *RequestRedirect) Reset() {
 	*x = RequestRedirect{}
-	mi := &file_teapotv1_model_proto_msgTypes[18]
+	mi := &file_teapotv1_model_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1626,7 +1759,7 @@ func (x *RequestRedirect) String() string {
 func (*RequestRedirect) ProtoMessage() {}
 
 func (x *RequestRedirect) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[18]
+	mi := &file_teapotv1_model_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1639,7 +1772,7 @@ func (x *RequestRedirect) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestRedirect.ProtoReflect.Descriptor instead.
 func (*RequestRedirect) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{18}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RequestRedirect) GetScheme() string {
@@ -1689,7 +1822,7 @@ type URLRewrite struct {
 
 func (x *URLRewrite) Reset() {
 	*x = URLRewrite{}
-	mi := &file_teapotv1_model_proto_msgTypes[19]
+	mi := &file_teapotv1_model_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1701,7 +1834,7 @@ func (x *URLRewrite) String() string {
 func (*URLRewrite) ProtoMessage() {}
 
 func (x *URLRewrite) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[19]
+	mi := &file_teapotv1_model_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1714,7 +1847,7 @@ func (x *URLRewrite) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use URLRewrite.ProtoReflect.Descriptor instead.
 func (*URLRewrite) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{19}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *URLRewrite) GetHostname() string {
@@ -1745,7 +1878,7 @@ type PathModifier struct {
 
 func (x *PathModifier) Reset() {
 	*x = PathModifier{}
-	mi := &file_teapotv1_model_proto_msgTypes[20]
+	mi := &file_teapotv1_model_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1757,7 +1890,7 @@ func (x *PathModifier) String() string {
 func (*PathModifier) ProtoMessage() {}
 
 func (x *PathModifier) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[20]
+	mi := &file_teapotv1_model_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1770,7 +1903,7 @@ func (x *PathModifier) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathModifier.ProtoReflect.Descriptor instead.
 func (*PathModifier) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{20}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PathModifier) GetReplaceFullPath() string {
@@ -1802,7 +1935,7 @@ type RequestMirror struct {
 
 func (x *RequestMirror) Reset() {
 	*x = RequestMirror{}
-	mi := &file_teapotv1_model_proto_msgTypes[21]
+	mi := &file_teapotv1_model_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1814,7 +1947,7 @@ func (x *RequestMirror) String() string {
 func (*RequestMirror) ProtoMessage() {}
 
 func (x *RequestMirror) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[21]
+	mi := &file_teapotv1_model_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1827,7 +1960,7 @@ func (x *RequestMirror) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestMirror.ProtoReflect.Descriptor instead.
 func (*RequestMirror) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{21}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RequestMirror) GetPool() string {
@@ -1862,7 +1995,7 @@ type Fraction struct {
 
 func (x *Fraction) Reset() {
 	*x = Fraction{}
-	mi := &file_teapotv1_model_proto_msgTypes[22]
+	mi := &file_teapotv1_model_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1874,7 +2007,7 @@ func (x *Fraction) String() string {
 func (*Fraction) ProtoMessage() {}
 
 func (x *Fraction) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[22]
+	mi := &file_teapotv1_model_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1887,7 +2020,7 @@ func (x *Fraction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Fraction.ProtoReflect.Descriptor instead.
 func (*Fraction) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{22}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Fraction) GetNumerator() uint32 {
@@ -1919,7 +2052,7 @@ type RouteTimeouts struct {
 
 func (x *RouteTimeouts) Reset() {
 	*x = RouteTimeouts{}
-	mi := &file_teapotv1_model_proto_msgTypes[23]
+	mi := &file_teapotv1_model_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1931,7 +2064,7 @@ func (x *RouteTimeouts) String() string {
 func (*RouteTimeouts) ProtoMessage() {}
 
 func (x *RouteTimeouts) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[23]
+	mi := &file_teapotv1_model_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1944,7 +2077,7 @@ func (x *RouteTimeouts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteTimeouts.ProtoReflect.Descriptor instead.
 func (*RouteTimeouts) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{23}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RouteTimeouts) GetRequest() *durationpb.Duration {
@@ -1981,7 +2114,7 @@ type BackendPool struct {
 
 func (x *BackendPool) Reset() {
 	*x = BackendPool{}
-	mi := &file_teapotv1_model_proto_msgTypes[24]
+	mi := &file_teapotv1_model_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1993,7 +2126,7 @@ func (x *BackendPool) String() string {
 func (*BackendPool) ProtoMessage() {}
 
 func (x *BackendPool) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[24]
+	mi := &file_teapotv1_model_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2006,7 +2139,7 @@ func (x *BackendPool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackendPool.ProtoReflect.Descriptor instead.
 func (*BackendPool) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{24}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *BackendPool) GetAlgorithm() string {
@@ -2070,7 +2203,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_teapotv1_model_proto_msgTypes[25]
+	mi := &file_teapotv1_model_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2082,7 +2215,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[25]
+	mi := &file_teapotv1_model_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2095,7 +2228,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{25}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Member) GetAddress() string {
@@ -2135,7 +2268,7 @@ type HealthCheck struct {
 
 func (x *HealthCheck) Reset() {
 	*x = HealthCheck{}
-	mi := &file_teapotv1_model_proto_msgTypes[26]
+	mi := &file_teapotv1_model_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2147,7 +2280,7 @@ func (x *HealthCheck) String() string {
 func (*HealthCheck) ProtoMessage() {}
 
 func (x *HealthCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[26]
+	mi := &file_teapotv1_model_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2160,7 +2293,7 @@ func (x *HealthCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthCheck.ProtoReflect.Descriptor instead.
 func (*HealthCheck) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{26}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *HealthCheck) GetTcp() *TCPCheck {
@@ -2234,7 +2367,7 @@ type TCPCheck struct {
 
 func (x *TCPCheck) Reset() {
 	*x = TCPCheck{}
-	mi := &file_teapotv1_model_proto_msgTypes[27]
+	mi := &file_teapotv1_model_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2246,7 +2379,7 @@ func (x *TCPCheck) String() string {
 func (*TCPCheck) ProtoMessage() {}
 
 func (x *TCPCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[27]
+	mi := &file_teapotv1_model_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2259,7 +2392,7 @@ func (x *TCPCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TCPCheck.ProtoReflect.Descriptor instead.
 func (*TCPCheck) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{27}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{28}
 }
 
 type HTTPCheck struct {
@@ -2274,7 +2407,7 @@ type HTTPCheck struct {
 
 func (x *HTTPCheck) Reset() {
 	*x = HTTPCheck{}
-	mi := &file_teapotv1_model_proto_msgTypes[28]
+	mi := &file_teapotv1_model_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2286,7 +2419,7 @@ func (x *HTTPCheck) String() string {
 func (*HTTPCheck) ProtoMessage() {}
 
 func (x *HTTPCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[28]
+	mi := &file_teapotv1_model_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2299,7 +2432,7 @@ func (x *HTTPCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HTTPCheck.ProtoReflect.Descriptor instead.
 func (*HTTPCheck) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{28}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *HTTPCheck) GetPath() string {
@@ -2352,7 +2485,7 @@ type HTTPSCheck struct {
 
 func (x *HTTPSCheck) Reset() {
 	*x = HTTPSCheck{}
-	mi := &file_teapotv1_model_proto_msgTypes[29]
+	mi := &file_teapotv1_model_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2364,7 +2497,7 @@ func (x *HTTPSCheck) String() string {
 func (*HTTPSCheck) ProtoMessage() {}
 
 func (x *HTTPSCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[29]
+	mi := &file_teapotv1_model_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2377,7 +2510,7 @@ func (x *HTTPSCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HTTPSCheck.ProtoReflect.Descriptor instead.
 func (*HTTPSCheck) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{29}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *HTTPSCheck) GetPath() string {
@@ -2450,7 +2583,7 @@ type LoadBalancerStatus struct {
 
 func (x *LoadBalancerStatus) Reset() {
 	*x = LoadBalancerStatus{}
-	mi := &file_teapotv1_model_proto_msgTypes[30]
+	mi := &file_teapotv1_model_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2462,7 +2595,7 @@ func (x *LoadBalancerStatus) String() string {
 func (*LoadBalancerStatus) ProtoMessage() {}
 
 func (x *LoadBalancerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[30]
+	mi := &file_teapotv1_model_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2475,7 +2608,7 @@ func (x *LoadBalancerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadBalancerStatus.ProtoReflect.Descriptor instead.
 func (*LoadBalancerStatus) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{30}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *LoadBalancerStatus) GetAddress() string {
@@ -2516,7 +2649,7 @@ type ObservedStatus struct {
 
 func (x *ObservedStatus) Reset() {
 	*x = ObservedStatus{}
-	mi := &file_teapotv1_model_proto_msgTypes[31]
+	mi := &file_teapotv1_model_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2528,7 +2661,7 @@ func (x *ObservedStatus) String() string {
 func (*ObservedStatus) ProtoMessage() {}
 
 func (x *ObservedStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[31]
+	mi := &file_teapotv1_model_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2541,7 +2674,7 @@ func (x *ObservedStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObservedStatus.ProtoReflect.Descriptor instead.
 func (*ObservedStatus) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{31}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ObservedStatus) GetPhase() string {
@@ -2582,7 +2715,7 @@ type Problem struct {
 
 func (x *Problem) Reset() {
 	*x = Problem{}
-	mi := &file_teapotv1_model_proto_msgTypes[32]
+	mi := &file_teapotv1_model_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2594,7 +2727,7 @@ func (x *Problem) String() string {
 func (*Problem) ProtoMessage() {}
 
 func (x *Problem) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[32]
+	mi := &file_teapotv1_model_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2607,7 +2740,7 @@ func (x *Problem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Problem.ProtoReflect.Descriptor instead.
 func (*Problem) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{32}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Problem) GetField() string {
@@ -2658,7 +2791,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_teapotv1_model_proto_msgTypes[33]
+	mi := &file_teapotv1_model_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2670,7 +2803,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[33]
+	mi := &file_teapotv1_model_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2683,7 +2816,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{33}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Node) GetId() string {
@@ -2783,7 +2916,7 @@ type NodeService struct {
 
 func (x *NodeService) Reset() {
 	*x = NodeService{}
-	mi := &file_teapotv1_model_proto_msgTypes[34]
+	mi := &file_teapotv1_model_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2795,7 +2928,7 @@ func (x *NodeService) String() string {
 func (*NodeService) ProtoMessage() {}
 
 func (x *NodeService) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[34]
+	mi := &file_teapotv1_model_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2808,7 +2941,7 @@ func (x *NodeService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeService.ProtoReflect.Descriptor instead.
 func (*NodeService) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{34}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *NodeService) GetName() string {
@@ -2844,7 +2977,7 @@ type Certificate struct {
 
 func (x *Certificate) Reset() {
 	*x = Certificate{}
-	mi := &file_teapotv1_model_proto_msgTypes[35]
+	mi := &file_teapotv1_model_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2856,7 +2989,7 @@ func (x *Certificate) String() string {
 func (*Certificate) ProtoMessage() {}
 
 func (x *Certificate) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[35]
+	mi := &file_teapotv1_model_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2869,7 +3002,7 @@ func (x *Certificate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Certificate.ProtoReflect.Descriptor instead.
 func (*Certificate) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{35}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Certificate) GetName() string {
@@ -2948,7 +3081,7 @@ type JoinToken struct {
 
 func (x *JoinToken) Reset() {
 	*x = JoinToken{}
-	mi := &file_teapotv1_model_proto_msgTypes[36]
+	mi := &file_teapotv1_model_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2960,7 +3093,7 @@ func (x *JoinToken) String() string {
 func (*JoinToken) ProtoMessage() {}
 
 func (x *JoinToken) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[36]
+	mi := &file_teapotv1_model_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2973,7 +3106,7 @@ func (x *JoinToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinToken.ProtoReflect.Descriptor instead.
 func (*JoinToken) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{36}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *JoinToken) GetId() string {
@@ -3022,7 +3155,7 @@ type StorageItem struct {
 
 func (x *StorageItem) Reset() {
 	*x = StorageItem{}
-	mi := &file_teapotv1_model_proto_msgTypes[37]
+	mi := &file_teapotv1_model_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3034,7 +3167,7 @@ func (x *StorageItem) String() string {
 func (*StorageItem) ProtoMessage() {}
 
 func (x *StorageItem) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[37]
+	mi := &file_teapotv1_model_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3047,7 +3180,7 @@ func (x *StorageItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageItem.ProtoReflect.Descriptor instead.
 func (*StorageItem) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{37}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *StorageItem) GetKey() string {
@@ -3094,7 +3227,7 @@ type StorageLock struct {
 
 func (x *StorageLock) Reset() {
 	*x = StorageLock{}
-	mi := &file_teapotv1_model_proto_msgTypes[38]
+	mi := &file_teapotv1_model_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3106,7 +3239,7 @@ func (x *StorageLock) String() string {
 func (*StorageLock) ProtoMessage() {}
 
 func (x *StorageLock) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[38]
+	mi := &file_teapotv1_model_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3119,7 +3252,7 @@ func (x *StorageLock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageLock.ProtoReflect.Descriptor instead.
 func (*StorageLock) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{38}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *StorageLock) GetName() string {
@@ -3177,7 +3310,7 @@ type Object struct {
 
 func (x *Object) Reset() {
 	*x = Object{}
-	mi := &file_teapotv1_model_proto_msgTypes[39]
+	mi := &file_teapotv1_model_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3189,7 +3322,7 @@ func (x *Object) String() string {
 func (*Object) ProtoMessage() {}
 
 func (x *Object) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[39]
+	mi := &file_teapotv1_model_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3202,7 +3335,7 @@ func (x *Object) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Object.ProtoReflect.Descriptor instead.
 func (*Object) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{39}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Object) GetKind() isObject_Kind {
@@ -3350,7 +3483,7 @@ type ObjectRef struct {
 
 func (x *ObjectRef) Reset() {
 	*x = ObjectRef{}
-	mi := &file_teapotv1_model_proto_msgTypes[40]
+	mi := &file_teapotv1_model_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3362,7 +3495,7 @@ func (x *ObjectRef) String() string {
 func (*ObjectRef) ProtoMessage() {}
 
 func (x *ObjectRef) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[40]
+	mi := &file_teapotv1_model_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3375,7 +3508,7 @@ func (x *ObjectRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectRef.ProtoReflect.Descriptor instead.
 func (*ObjectRef) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{40}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ObjectRef) GetKind() string {
@@ -3420,7 +3553,7 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\rpods_routable\x18\x06 \x01(\bR\fpodsRoutable\x12/\n" +
 	"\x13revoked_credentials\x18\a \x03(\tR\x12revokedCredentials\x12\x10\n" +
 	"\x03uid\x18\b \x01(\tR\x03uid\x12#\n" +
-	"\x04meta\x18\x0f \x01(\v2\x0f.teapot.v1.MetaR\x04meta\"\x87\x05\n" +
+	"\x04meta\x18\x0f \x01(\v2\x0f.teapot.v1.MetaR\x04meta\"\xaf\x05\n" +
 	"\x06Quotas\x12%\n" +
 	"\x0eload_balancers\x18\x01 \x01(\rR\rloadBalancers\x12\x1c\n" +
 	"\taddresses\x18\x02 \x01(\rR\taddresses\x12\"\n" +
@@ -3440,7 +3573,8 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\x14regex_matches_per_lb\x18\x0e \x01(\rR\x11regexMatchesPerLb\x12#\n" +
 	"\rregex_matches\x18\x0f \x01(\rR\fregexMatches\x120\n" +
 	"\x14regex_cpu_millicores\x18\x10 \x01(\rR\x12regexCpuMillicores\x12!\n" +
-	"\fstored_bytes\x18\x14 \x01(\x04R\vstoredBytes\"\xf9\x01\n" +
+	"\fstored_bytes\x18\x14 \x01(\x04R\vstoredBytes\x12&\n" +
+	"\x0frate_limit_keys\x182 \x01(\rR\rrateLimitKeys\"\xf9\x01\n" +
 	"\aVIPPool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05cidrs\x18\x02 \x03(\tR\x05cidrs\x12\x12\n" +
@@ -3474,7 +3608,7 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x16\n" +
 	"\x06family\x18\x03 \x01(\tR\x06family\x12\x1f\n" +
 	"\vsharing_key\x18\x04 \x01(\tR\n" +
-	"sharingKey\"\xe6\x02\n" +
+	"sharingKey\"\xeb\x03\n" +
 	"\bListener\x12\x12\n" +
 	"\x04port\x18\x01 \x01(\rR\x04port\x12\x1a\n" +
 	"\bprotocol\x18\x02 \x01(\tR\bprotocol\x12\x12\n" +
@@ -3485,7 +3619,16 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\fidle_timeout\x18\a \x01(\v2\x19.google.protobuf.DurationR\vidleTimeout\x12'\n" +
 	"\x0ftrusted_proxies\x18\b \x03(\tR\x0etrustedProxies\x122\n" +
 	"\n" +
-	"sni_routes\x18\t \x03(\v2\x13.teapot.v1.SNIRouteR\tsniRoutes\"2\n" +
+	"sni_routes\x18\t \x03(\v2\x13.teapot.v1.SNIRouteR\tsniRoutes\x12'\n" +
+	"\x0fallowed_sources\x182 \x03(\tR\x0eallowedSources\x12%\n" +
+	"\x0edenied_sources\x183 \x03(\tR\rdeniedSources\x123\n" +
+	"\n" +
+	"rate_limit\x184 \x01(\v2\x14.teapot.v1.RateLimitR\trateLimit\"\x99\x01\n" +
+	"\tRateLimit\x12.\n" +
+	"\x13requests_per_second\x18\x01 \x01(\rR\x11requestsPerSecond\x124\n" +
+	"\x16connections_per_second\x18\x02 \x01(\rR\x14connectionsPerSecond\x12\x14\n" +
+	"\x05burst\x18\x03 \x01(\rR\x05burst\x12\x10\n" +
+	"\x03key\x18\x04 \x01(\tR\x03key\"2\n" +
 	"\bSNIRoute\x12\x12\n" +
 	"\x04host\x18\x01 \x01(\tR\x04host\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\"d\n" +
@@ -3493,7 +3636,7 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\x04acme\x18\x01 \x01(\bR\x04acme\x12\"\n" +
 	"\fcertificates\x18\x02 \x03(\tR\fcertificates\x12\x1f\n" +
 	"\vmin_version\x18\x03 \x01(\tR\n" +
-	"minVersion\"\xc4\x02\n" +
+	"minVersion\"\xf9\x02\n" +
 	"\x05Route\x12\x12\n" +
 	"\x04host\x18\x01 \x01(\tR\x04host\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x1b\n" +
@@ -3503,7 +3646,9 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\bbackends\x18\x06 \x03(\v2\x17.teapot.v1.RouteBackendR\bbackends\x120\n" +
 	"\afilters\x18\a \x03(\v2\x16.teapot.v1.RouteFilterR\afilters\x124\n" +
 	"\btimeouts\x18\b \x01(\v2\x18.teapot.v1.RouteTimeoutsR\btimeouts\x12\x14\n" +
-	"\x05ports\x18\t \x03(\rR\x05ports\"\xf0\x01\n" +
+	"\x05ports\x18\t \x03(\rR\x05ports\x123\n" +
+	"\n" +
+	"rate_limit\x182 \x01(\v2\x14.teapot.v1.RateLimitR\trateLimit\"\xf0\x01\n" +
 	"\n" +
 	"RouteMatch\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x1b\n" +
@@ -3692,7 +3837,7 @@ func file_teapotv1_model_proto_rawDescGZIP() []byte {
 	return file_teapotv1_model_proto_rawDescData
 }
 
-var file_teapotv1_model_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_teapotv1_model_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_teapotv1_model_proto_goTypes = []any{
 	(*Meta)(nil),                  // 0: teapot.v1.Meta
 	(*Tenant)(nil),                // 1: teapot.v1.Tenant
@@ -3702,113 +3847,116 @@ var file_teapotv1_model_proto_goTypes = []any{
 	(*AccessLog)(nil),             // 5: teapot.v1.AccessLog
 	(*VIPRequest)(nil),            // 6: teapot.v1.VIPRequest
 	(*Listener)(nil),              // 7: teapot.v1.Listener
-	(*SNIRoute)(nil),              // 8: teapot.v1.SNIRoute
-	(*TLSPolicy)(nil),             // 9: teapot.v1.TLSPolicy
-	(*Route)(nil),                 // 10: teapot.v1.Route
-	(*RouteMatch)(nil),            // 11: teapot.v1.RouteMatch
-	(*ValueMatch)(nil),            // 12: teapot.v1.ValueMatch
-	(*GRPCMethodMatch)(nil),       // 13: teapot.v1.GRPCMethodMatch
-	(*RouteBackend)(nil),          // 14: teapot.v1.RouteBackend
-	(*RouteFilter)(nil),           // 15: teapot.v1.RouteFilter
-	(*HeaderModifier)(nil),        // 16: teapot.v1.HeaderModifier
-	(*HeaderValue)(nil),           // 17: teapot.v1.HeaderValue
-	(*RequestRedirect)(nil),       // 18: teapot.v1.RequestRedirect
-	(*URLRewrite)(nil),            // 19: teapot.v1.URLRewrite
-	(*PathModifier)(nil),          // 20: teapot.v1.PathModifier
-	(*RequestMirror)(nil),         // 21: teapot.v1.RequestMirror
-	(*Fraction)(nil),              // 22: teapot.v1.Fraction
-	(*RouteTimeouts)(nil),         // 23: teapot.v1.RouteTimeouts
-	(*BackendPool)(nil),           // 24: teapot.v1.BackendPool
-	(*Member)(nil),                // 25: teapot.v1.Member
-	(*HealthCheck)(nil),           // 26: teapot.v1.HealthCheck
-	(*TCPCheck)(nil),              // 27: teapot.v1.TCPCheck
-	(*HTTPCheck)(nil),             // 28: teapot.v1.HTTPCheck
-	(*HTTPSCheck)(nil),            // 29: teapot.v1.HTTPSCheck
-	(*LoadBalancerStatus)(nil),    // 30: teapot.v1.LoadBalancerStatus
-	(*ObservedStatus)(nil),        // 31: teapot.v1.ObservedStatus
-	(*Problem)(nil),               // 32: teapot.v1.Problem
-	(*Node)(nil),                  // 33: teapot.v1.Node
-	(*NodeService)(nil),           // 34: teapot.v1.NodeService
-	(*Certificate)(nil),           // 35: teapot.v1.Certificate
-	(*JoinToken)(nil),             // 36: teapot.v1.JoinToken
-	(*StorageItem)(nil),           // 37: teapot.v1.StorageItem
-	(*StorageLock)(nil),           // 38: teapot.v1.StorageLock
-	(*Object)(nil),                // 39: teapot.v1.Object
-	(*ObjectRef)(nil),             // 40: teapot.v1.ObjectRef
-	nil,                           // 41: teapot.v1.LoadBalancer.PoolsEntry
-	(*timestamppb.Timestamp)(nil), // 42: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 43: google.protobuf.Duration
+	(*RateLimit)(nil),             // 8: teapot.v1.RateLimit
+	(*SNIRoute)(nil),              // 9: teapot.v1.SNIRoute
+	(*TLSPolicy)(nil),             // 10: teapot.v1.TLSPolicy
+	(*Route)(nil),                 // 11: teapot.v1.Route
+	(*RouteMatch)(nil),            // 12: teapot.v1.RouteMatch
+	(*ValueMatch)(nil),            // 13: teapot.v1.ValueMatch
+	(*GRPCMethodMatch)(nil),       // 14: teapot.v1.GRPCMethodMatch
+	(*RouteBackend)(nil),          // 15: teapot.v1.RouteBackend
+	(*RouteFilter)(nil),           // 16: teapot.v1.RouteFilter
+	(*HeaderModifier)(nil),        // 17: teapot.v1.HeaderModifier
+	(*HeaderValue)(nil),           // 18: teapot.v1.HeaderValue
+	(*RequestRedirect)(nil),       // 19: teapot.v1.RequestRedirect
+	(*URLRewrite)(nil),            // 20: teapot.v1.URLRewrite
+	(*PathModifier)(nil),          // 21: teapot.v1.PathModifier
+	(*RequestMirror)(nil),         // 22: teapot.v1.RequestMirror
+	(*Fraction)(nil),              // 23: teapot.v1.Fraction
+	(*RouteTimeouts)(nil),         // 24: teapot.v1.RouteTimeouts
+	(*BackendPool)(nil),           // 25: teapot.v1.BackendPool
+	(*Member)(nil),                // 26: teapot.v1.Member
+	(*HealthCheck)(nil),           // 27: teapot.v1.HealthCheck
+	(*TCPCheck)(nil),              // 28: teapot.v1.TCPCheck
+	(*HTTPCheck)(nil),             // 29: teapot.v1.HTTPCheck
+	(*HTTPSCheck)(nil),            // 30: teapot.v1.HTTPSCheck
+	(*LoadBalancerStatus)(nil),    // 31: teapot.v1.LoadBalancerStatus
+	(*ObservedStatus)(nil),        // 32: teapot.v1.ObservedStatus
+	(*Problem)(nil),               // 33: teapot.v1.Problem
+	(*Node)(nil),                  // 34: teapot.v1.Node
+	(*NodeService)(nil),           // 35: teapot.v1.NodeService
+	(*Certificate)(nil),           // 36: teapot.v1.Certificate
+	(*JoinToken)(nil),             // 37: teapot.v1.JoinToken
+	(*StorageItem)(nil),           // 38: teapot.v1.StorageItem
+	(*StorageLock)(nil),           // 39: teapot.v1.StorageLock
+	(*Object)(nil),                // 40: teapot.v1.Object
+	(*ObjectRef)(nil),             // 41: teapot.v1.ObjectRef
+	nil,                           // 42: teapot.v1.LoadBalancer.PoolsEntry
+	(*timestamppb.Timestamp)(nil), // 43: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 44: google.protobuf.Duration
 }
 var file_teapotv1_model_proto_depIdxs = []int32{
-	42, // 0: teapot.v1.Meta.created:type_name -> google.protobuf.Timestamp
-	42, // 1: teapot.v1.Meta.updated:type_name -> google.protobuf.Timestamp
+	43, // 0: teapot.v1.Meta.created:type_name -> google.protobuf.Timestamp
+	43, // 1: teapot.v1.Meta.updated:type_name -> google.protobuf.Timestamp
 	2,  // 2: teapot.v1.Tenant.quotas:type_name -> teapot.v1.Quotas
 	0,  // 3: teapot.v1.Tenant.meta:type_name -> teapot.v1.Meta
 	0,  // 4: teapot.v1.VIPPool.meta:type_name -> teapot.v1.Meta
 	6,  // 5: teapot.v1.LoadBalancer.vip:type_name -> teapot.v1.VIPRequest
 	7,  // 6: teapot.v1.LoadBalancer.listeners:type_name -> teapot.v1.Listener
-	10, // 7: teapot.v1.LoadBalancer.routes:type_name -> teapot.v1.Route
-	41, // 8: teapot.v1.LoadBalancer.pools:type_name -> teapot.v1.LoadBalancer.PoolsEntry
+	11, // 7: teapot.v1.LoadBalancer.routes:type_name -> teapot.v1.Route
+	42, // 8: teapot.v1.LoadBalancer.pools:type_name -> teapot.v1.LoadBalancer.PoolsEntry
 	5,  // 9: teapot.v1.LoadBalancer.access_log:type_name -> teapot.v1.AccessLog
 	0,  // 10: teapot.v1.LoadBalancer.meta:type_name -> teapot.v1.Meta
-	30, // 11: teapot.v1.LoadBalancer.status:type_name -> teapot.v1.LoadBalancerStatus
-	9,  // 12: teapot.v1.Listener.tls:type_name -> teapot.v1.TLSPolicy
-	43, // 13: teapot.v1.Listener.idle_timeout:type_name -> google.protobuf.Duration
-	8,  // 14: teapot.v1.Listener.sni_routes:type_name -> teapot.v1.SNIRoute
-	11, // 15: teapot.v1.Route.matches:type_name -> teapot.v1.RouteMatch
-	14, // 16: teapot.v1.Route.backends:type_name -> teapot.v1.RouteBackend
-	15, // 17: teapot.v1.Route.filters:type_name -> teapot.v1.RouteFilter
-	23, // 18: teapot.v1.Route.timeouts:type_name -> teapot.v1.RouteTimeouts
-	12, // 19: teapot.v1.RouteMatch.headers:type_name -> teapot.v1.ValueMatch
-	12, // 20: teapot.v1.RouteMatch.query_params:type_name -> teapot.v1.ValueMatch
-	13, // 21: teapot.v1.RouteMatch.grpc:type_name -> teapot.v1.GRPCMethodMatch
-	16, // 22: teapot.v1.RouteFilter.request_header_modifier:type_name -> teapot.v1.HeaderModifier
-	16, // 23: teapot.v1.RouteFilter.response_header_modifier:type_name -> teapot.v1.HeaderModifier
-	18, // 24: teapot.v1.RouteFilter.request_redirect:type_name -> teapot.v1.RequestRedirect
-	19, // 25: teapot.v1.RouteFilter.url_rewrite:type_name -> teapot.v1.URLRewrite
-	21, // 26: teapot.v1.RouteFilter.request_mirror:type_name -> teapot.v1.RequestMirror
-	17, // 27: teapot.v1.HeaderModifier.set:type_name -> teapot.v1.HeaderValue
-	17, // 28: teapot.v1.HeaderModifier.add:type_name -> teapot.v1.HeaderValue
-	20, // 29: teapot.v1.RequestRedirect.path:type_name -> teapot.v1.PathModifier
-	20, // 30: teapot.v1.URLRewrite.path:type_name -> teapot.v1.PathModifier
-	22, // 31: teapot.v1.RequestMirror.fraction:type_name -> teapot.v1.Fraction
-	43, // 32: teapot.v1.RouteTimeouts.request:type_name -> google.protobuf.Duration
-	43, // 33: teapot.v1.RouteTimeouts.backend_request:type_name -> google.protobuf.Duration
-	25, // 34: teapot.v1.BackendPool.members:type_name -> teapot.v1.Member
-	26, // 35: teapot.v1.BackendPool.health_check:type_name -> teapot.v1.HealthCheck
-	43, // 36: teapot.v1.BackendPool.connect_timeout:type_name -> google.protobuf.Duration
-	27, // 37: teapot.v1.HealthCheck.tcp:type_name -> teapot.v1.TCPCheck
-	28, // 38: teapot.v1.HealthCheck.http:type_name -> teapot.v1.HTTPCheck
-	43, // 39: teapot.v1.HealthCheck.interval:type_name -> google.protobuf.Duration
-	43, // 40: teapot.v1.HealthCheck.timeout:type_name -> google.protobuf.Duration
-	29, // 41: teapot.v1.HealthCheck.https:type_name -> teapot.v1.HTTPSCheck
-	32, // 42: teapot.v1.LoadBalancerStatus.problems:type_name -> teapot.v1.Problem
-	31, // 43: teapot.v1.LoadBalancerStatus.observed:type_name -> teapot.v1.ObservedStatus
-	34, // 44: teapot.v1.Node.services:type_name -> teapot.v1.NodeService
-	0,  // 45: teapot.v1.Node.meta:type_name -> teapot.v1.Meta
-	42, // 46: teapot.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
-	0,  // 47: teapot.v1.Certificate.meta:type_name -> teapot.v1.Meta
-	42, // 48: teapot.v1.JoinToken.expires:type_name -> google.protobuf.Timestamp
-	0,  // 49: teapot.v1.JoinToken.meta:type_name -> teapot.v1.Meta
-	42, // 50: teapot.v1.StorageItem.modified:type_name -> google.protobuf.Timestamp
-	0,  // 51: teapot.v1.StorageItem.meta:type_name -> teapot.v1.Meta
-	42, // 52: teapot.v1.StorageLock.expires:type_name -> google.protobuf.Timestamp
-	43, // 53: teapot.v1.StorageLock.ttl:type_name -> google.protobuf.Duration
-	0,  // 54: teapot.v1.StorageLock.meta:type_name -> teapot.v1.Meta
-	1,  // 55: teapot.v1.Object.tenant:type_name -> teapot.v1.Tenant
-	3,  // 56: teapot.v1.Object.vip_pool:type_name -> teapot.v1.VIPPool
-	4,  // 57: teapot.v1.Object.load_balancer:type_name -> teapot.v1.LoadBalancer
-	33, // 58: teapot.v1.Object.node:type_name -> teapot.v1.Node
-	35, // 59: teapot.v1.Object.certificate:type_name -> teapot.v1.Certificate
-	36, // 60: teapot.v1.Object.join_token:type_name -> teapot.v1.JoinToken
-	37, // 61: teapot.v1.Object.storage_item:type_name -> teapot.v1.StorageItem
-	38, // 62: teapot.v1.Object.storage_lock:type_name -> teapot.v1.StorageLock
-	24, // 63: teapot.v1.LoadBalancer.PoolsEntry.value:type_name -> teapot.v1.BackendPool
-	64, // [64:64] is the sub-list for method output_type
-	64, // [64:64] is the sub-list for method input_type
-	64, // [64:64] is the sub-list for extension type_name
-	64, // [64:64] is the sub-list for extension extendee
-	0,  // [0:64] is the sub-list for field type_name
+	31, // 11: teapot.v1.LoadBalancer.status:type_name -> teapot.v1.LoadBalancerStatus
+	10, // 12: teapot.v1.Listener.tls:type_name -> teapot.v1.TLSPolicy
+	44, // 13: teapot.v1.Listener.idle_timeout:type_name -> google.protobuf.Duration
+	9,  // 14: teapot.v1.Listener.sni_routes:type_name -> teapot.v1.SNIRoute
+	8,  // 15: teapot.v1.Listener.rate_limit:type_name -> teapot.v1.RateLimit
+	12, // 16: teapot.v1.Route.matches:type_name -> teapot.v1.RouteMatch
+	15, // 17: teapot.v1.Route.backends:type_name -> teapot.v1.RouteBackend
+	16, // 18: teapot.v1.Route.filters:type_name -> teapot.v1.RouteFilter
+	24, // 19: teapot.v1.Route.timeouts:type_name -> teapot.v1.RouteTimeouts
+	8,  // 20: teapot.v1.Route.rate_limit:type_name -> teapot.v1.RateLimit
+	13, // 21: teapot.v1.RouteMatch.headers:type_name -> teapot.v1.ValueMatch
+	13, // 22: teapot.v1.RouteMatch.query_params:type_name -> teapot.v1.ValueMatch
+	14, // 23: teapot.v1.RouteMatch.grpc:type_name -> teapot.v1.GRPCMethodMatch
+	17, // 24: teapot.v1.RouteFilter.request_header_modifier:type_name -> teapot.v1.HeaderModifier
+	17, // 25: teapot.v1.RouteFilter.response_header_modifier:type_name -> teapot.v1.HeaderModifier
+	19, // 26: teapot.v1.RouteFilter.request_redirect:type_name -> teapot.v1.RequestRedirect
+	20, // 27: teapot.v1.RouteFilter.url_rewrite:type_name -> teapot.v1.URLRewrite
+	22, // 28: teapot.v1.RouteFilter.request_mirror:type_name -> teapot.v1.RequestMirror
+	18, // 29: teapot.v1.HeaderModifier.set:type_name -> teapot.v1.HeaderValue
+	18, // 30: teapot.v1.HeaderModifier.add:type_name -> teapot.v1.HeaderValue
+	21, // 31: teapot.v1.RequestRedirect.path:type_name -> teapot.v1.PathModifier
+	21, // 32: teapot.v1.URLRewrite.path:type_name -> teapot.v1.PathModifier
+	23, // 33: teapot.v1.RequestMirror.fraction:type_name -> teapot.v1.Fraction
+	44, // 34: teapot.v1.RouteTimeouts.request:type_name -> google.protobuf.Duration
+	44, // 35: teapot.v1.RouteTimeouts.backend_request:type_name -> google.protobuf.Duration
+	26, // 36: teapot.v1.BackendPool.members:type_name -> teapot.v1.Member
+	27, // 37: teapot.v1.BackendPool.health_check:type_name -> teapot.v1.HealthCheck
+	44, // 38: teapot.v1.BackendPool.connect_timeout:type_name -> google.protobuf.Duration
+	28, // 39: teapot.v1.HealthCheck.tcp:type_name -> teapot.v1.TCPCheck
+	29, // 40: teapot.v1.HealthCheck.http:type_name -> teapot.v1.HTTPCheck
+	44, // 41: teapot.v1.HealthCheck.interval:type_name -> google.protobuf.Duration
+	44, // 42: teapot.v1.HealthCheck.timeout:type_name -> google.protobuf.Duration
+	30, // 43: teapot.v1.HealthCheck.https:type_name -> teapot.v1.HTTPSCheck
+	33, // 44: teapot.v1.LoadBalancerStatus.problems:type_name -> teapot.v1.Problem
+	32, // 45: teapot.v1.LoadBalancerStatus.observed:type_name -> teapot.v1.ObservedStatus
+	35, // 46: teapot.v1.Node.services:type_name -> teapot.v1.NodeService
+	0,  // 47: teapot.v1.Node.meta:type_name -> teapot.v1.Meta
+	43, // 48: teapot.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
+	0,  // 49: teapot.v1.Certificate.meta:type_name -> teapot.v1.Meta
+	43, // 50: teapot.v1.JoinToken.expires:type_name -> google.protobuf.Timestamp
+	0,  // 51: teapot.v1.JoinToken.meta:type_name -> teapot.v1.Meta
+	43, // 52: teapot.v1.StorageItem.modified:type_name -> google.protobuf.Timestamp
+	0,  // 53: teapot.v1.StorageItem.meta:type_name -> teapot.v1.Meta
+	43, // 54: teapot.v1.StorageLock.expires:type_name -> google.protobuf.Timestamp
+	44, // 55: teapot.v1.StorageLock.ttl:type_name -> google.protobuf.Duration
+	0,  // 56: teapot.v1.StorageLock.meta:type_name -> teapot.v1.Meta
+	1,  // 57: teapot.v1.Object.tenant:type_name -> teapot.v1.Tenant
+	3,  // 58: teapot.v1.Object.vip_pool:type_name -> teapot.v1.VIPPool
+	4,  // 59: teapot.v1.Object.load_balancer:type_name -> teapot.v1.LoadBalancer
+	34, // 60: teapot.v1.Object.node:type_name -> teapot.v1.Node
+	36, // 61: teapot.v1.Object.certificate:type_name -> teapot.v1.Certificate
+	37, // 62: teapot.v1.Object.join_token:type_name -> teapot.v1.JoinToken
+	38, // 63: teapot.v1.Object.storage_item:type_name -> teapot.v1.StorageItem
+	39, // 64: teapot.v1.Object.storage_lock:type_name -> teapot.v1.StorageLock
+	25, // 65: teapot.v1.LoadBalancer.PoolsEntry.value:type_name -> teapot.v1.BackendPool
+	66, // [66:66] is the sub-list for method output_type
+	66, // [66:66] is the sub-list for method input_type
+	66, // [66:66] is the sub-list for extension type_name
+	66, // [66:66] is the sub-list for extension extendee
+	0,  // [0:66] is the sub-list for field type_name
 }
 
 func init() { file_teapotv1_model_proto_init() }
@@ -3816,12 +3964,12 @@ func file_teapotv1_model_proto_init() {
 	if File_teapotv1_model_proto != nil {
 		return
 	}
-	file_teapotv1_model_proto_msgTypes[14].OneofWrappers = []any{}
-	file_teapotv1_model_proto_msgTypes[18].OneofWrappers = []any{}
-	file_teapotv1_model_proto_msgTypes[20].OneofWrappers = []any{}
+	file_teapotv1_model_proto_msgTypes[15].OneofWrappers = []any{}
+	file_teapotv1_model_proto_msgTypes[19].OneofWrappers = []any{}
 	file_teapotv1_model_proto_msgTypes[21].OneofWrappers = []any{}
-	file_teapotv1_model_proto_msgTypes[25].OneofWrappers = []any{}
-	file_teapotv1_model_proto_msgTypes[39].OneofWrappers = []any{
+	file_teapotv1_model_proto_msgTypes[22].OneofWrappers = []any{}
+	file_teapotv1_model_proto_msgTypes[26].OneofWrappers = []any{}
+	file_teapotv1_model_proto_msgTypes[40].OneofWrappers = []any{
 		(*Object_Tenant)(nil),
 		(*Object_VipPool)(nil),
 		(*Object_LoadBalancer)(nil),
@@ -3837,7 +3985,7 @@ func file_teapotv1_model_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_teapotv1_model_proto_rawDesc), len(file_teapotv1_model_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   42,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
