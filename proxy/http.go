@@ -113,7 +113,7 @@ func newHTTPTable(ls *ListenerSnapshot) *httpTable {
 		t.regexRefused = regexRefusedRoute(ls.LB)
 	}
 	if ls.RedirectToHTTPS {
-		t.redirect = &l7.Route{Name: ls.LB + "/redirect", RedirectHTTPS: true}
+		t.redirect = &l7.Route{Name: ls.LB + "/redirect", RedirectHTTPS: true, Gate: requestGate(ls, -1)}
 	}
 	for i := range srs {
 		sr := &srs[i]
@@ -124,6 +124,7 @@ func newHTTPTable(ls *ListenerSnapshot) *httpTable {
 			}
 		}
 		route.Ext = routeExt(ls, sr)
+		route.Gate = requestGate(ls, sr.Index)
 		t.routes[sr] = route
 	}
 	return t

@@ -154,6 +154,8 @@ type Proxy struct {
 	tenants sync.Map // tenant name -> *tenantBudget
 	// regexBudgets: tenant name -> *regexBudget (regexbudget.go).
 	regexBudgets sync.Map
+	// rateTables: tenant name -> *ratelimit.Table (ratelimits.go).
+	rateTables sync.Map
 	hostConns    atomic.Int64
 	hostFDs      atomic.Int64
 	pipes        *splice.Pool

@@ -66,6 +66,8 @@ type ListenerSnapshot struct {
 	// budget is the tenant's member budget (nil in a listener snapshot
 	// the proxy did not build: member connections go uncharged).
 	budget *l7.MemberBudget
+	// rates are the listener's rate limits in service (ratelimits.go).
+	rates listenerRates
 }
 
 // Pool returns the live pool of a compiled pool the listener uses (its L4
@@ -249,6 +251,7 @@ func (p *Proxy) build(s *snapshot.Snapshot, old *served, keys []snapshot.Key) (*
 					nl.byPool[sp] = nl.pools[i]
 				}
 			}
+			nl.rates = p.acquireRates(l)
 			if l.Protocol.L7() {
 				if l.Routes.Regex() {
 					nl.regex = p.regexBudget(tenantOf(l.LB), l.Limits.RegexCPUMillicores)
@@ -260,6 +263,7 @@ func (p *Proxy) build(s *snapshot.Snapshot, old *served, keys []snapshot.Key) (*
 			ls.Delete(k)
 		}
 		if had {
+			ol.rates.release()
 			for _, lp := range ol.pools {
 				if lp.refs--; lp.refs == 0 {
 					dropped = append(dropped, lp)

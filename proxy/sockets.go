@@ -257,7 +257,7 @@ func (p *Proxy) acceptFor(s *socket, c *net.TCPConn, tenant string) {
 		refuse(c)
 		return
 	}
-	if !p.admitSource(l, c) {
+	if !p.admitSource(l, c) || !p.admitConnRate(l, c) {
 		refuse(c)
 		return
 	}

@@ -172,7 +172,7 @@ func (u *udpSocket) flow(client netip.AddrPort) *flow {
 	if l == nil {
 		return nil
 	}
-	if !p.admitSourceAddr(l, client.Addr()) {
+	if !p.admitSourceAddr(l, client.Addr()) || !p.admitConnRateAddr(l, client.Addr()) {
 		return nil
 	}
 	if len(u.flows) >= l.Limits.MaxConnections {

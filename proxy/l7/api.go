@@ -42,6 +42,24 @@ type Route struct {
 	// Ext, when set, splits traffic, changes the request or response, or
 	// redirects; the request takes the net/http path (see RouteExt).
 	Ext *RouteExt
+	// Gate, when set, is asked with the client's address once the route
+	// is chosen (after Select), before anything else is done for the
+	// request; a non-nil handler answers it instead (a rate limit's 429),
+	// counted under the route's Name. It must not allocate when it lets
+	// the request through.
+	Gate func(client netip.Addr) http.Handler
+}
+
+// gated returns the route that answers a request the route's Gate stops,
+// or nil when it lets the request through.
+func (r *Route) gated(client netip.Addr) *Route {
+	if r == nil || r.Gate == nil {
+		return nil
+	}
+	if h := r.Gate(client); h != nil {
+		return &Route{Name: r.Name, Handler: h}
+	}
+	return nil
 }
 
 // extended reports whether the route needs the net/http path's serveExt.

@@ -72,9 +72,18 @@
 //	teapot-lb.io/allowed-sources    CIDRs allowed to connect, on every listener
 //	                                (Services: spec.loadBalancerSourceRanges wins)
 //	teapot-lb.io/denied-sources     CIDRs refused on every listener
+//	teapot-lb.io/rate-limit-rps     requests per second per client: each Ingress
+//	                                route, each Gateway http/https listener
+//	teapot-lb.io/rate-limit-connections  new connections per second per client,
+//	                                every listener
+//	teapot-lb.io/rate-limit-burst   the burst of both (default: one second's worth)
+//	teapot-lb.io/rate-limit-key     client (default) | total
 //
 // Ingresses also take ingress-nginx's nginx.ingress.kubernetes.io/
 // allowlist-source-range, whitelist-source-range and denylist-source-range
 // (teapot-lb.io/ wins, with a warning). A source list that is not all
 // CIDRs refuses the object: no load balancer, never one open to everyone.
+// They also take limit-rps (with limit-burst-multiplier, default 5) as
+// teapot-lb.io/rate-limit-rps; limit-rpm and limit-connections are
+// warned as not applied.
 package translate

@@ -3,6 +3,7 @@ package translate
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/teapot-lb/teapot-lb/api"
@@ -101,4 +102,104 @@ func edgeSources(ann map[string]string, lb *pb.LoadBalancer, d *Desired, nginx b
 		}
 	}
 	return true
+}
+
+// Annotations of rate limits. On an Ingress, requests per second limit
+// each route (path) on its own, as ingress-nginx's limit-rps limits each
+// location; on a Gateway, each http and https listener. New connections
+// per second limit every listener.
+const (
+	AnnotationRateLimitRPS         = "teapot-lb.io/rate-limit-rps"
+	AnnotationRateLimitConnections = "teapot-lb.io/rate-limit-connections"
+	AnnotationRateLimitBurst       = "teapot-lb.io/rate-limit-burst"
+	AnnotationRateLimitKey         = "teapot-lb.io/rate-limit-key"
+
+	NginxLimitRPS             = "nginx.ingress.kubernetes.io/limit-rps"
+	NginxLimitBurstMultiplier = "nginx.ingress.kubernetes.io/limit-burst-multiplier"
+	NginxLimitRPM             = "nginx.ingress.kubernetes.io/limit-rpm"
+	NginxLimitConnections     = "nginx.ingress.kubernetes.io/limit-connections"
+)
+
+// edgeKind says where an object's rate-limit annotations go.
+type edgeKind int
+
+const (
+	edgeService edgeKind = iota
+	edgeIngress
+	edgeGateway
+)
+
+// rateNumber parses a rate-limit annotation; a malformed or out-of-range
+// value is a warning and 0 (not applied).
+func rateNumber(ann map[string]string, name string, d *Desired) uint32 {
+	v := strings.TrimSpace(ann[name])
+	if v == "" {
+		return 0
+	}
+	n, err := strconv.ParseUint(v, 10, 32)
+	if err != nil || n == 0 || n > api.MaxRateLimit {
+		d.Warnings = append(d.Warnings, fmt.Sprintf("annotation %s %s is not applied: give a whole number from 1 to %d", name, api.Excerpt(v), api.MaxRateLimit))
+		return 0
+	}
+	return uint32(n)
+}
+
+// edgeRates sets the rate limits the annotations ask for.
+func edgeRates(ann map[string]string, lb *pb.LoadBalancer, d *Desired, kind edgeKind) {
+	rps := rateNumber(ann, AnnotationRateLimitRPS, d)
+	conns := rateNumber(ann, AnnotationRateLimitConnections, d)
+	burst := rateNumber(ann, AnnotationRateLimitBurst, d)
+	key := strings.TrimSpace(ann[AnnotationRateLimitKey])
+	if key != "" && key != api.RateKeyClient && key != api.RateKeyTotal {
+		d.Warnings = append(d.Warnings, fmt.Sprintf("annotation %s %s is not applied: client or total (each client address is limited on its own)", AnnotationRateLimitKey, api.Excerpt(key)))
+		key = ""
+	}
+	if kind == edgeIngress {
+		if n := rateNumber(ann, NginxLimitRPS, d); n > 0 {
+			if rps == 0 {
+				rps = n
+				mult := uint32(5) // ingress-nginx's default
+				if m := rateNumber(ann, NginxLimitBurstMultiplier, d); m > 0 {
+					mult = m
+				}
+				if burst == 0 {
+					burst = uint32(min(uint64(n)*uint64(mult), api.MaxRateBurst))
+				}
+			} else {
+				d.Warnings = append(d.Warnings, fmt.Sprintf("annotation %s is not read: %s is set and wins", NginxLimitRPS, AnnotationRateLimitRPS))
+			}
+		}
+		for _, n := range []string{NginxLimitRPM, NginxLimitConnections} {
+			if strings.TrimSpace(ann[n]) != "" {
+				d.Warnings = append(d.Warnings, fmt.Sprintf("annotation %s is not applied: teapot-lb limits requests per second (%s, %s) and new connections per second (%s), not requests per minute or concurrent connections", n, AnnotationRateLimitRPS, NginxLimitRPS, AnnotationRateLimitConnections))
+			}
+		}
+	}
+	if rps > 0 && kind == edgeService {
+		d.Warnings = append(d.Warnings, fmt.Sprintf("annotation %s is not applied: a Service's listeners carry connections, not requests; use %s", AnnotationRateLimitRPS, AnnotationRateLimitConnections))
+		rps = 0
+	}
+	if rps == 0 && conns == 0 {
+		if burst > 0 || key != "" {
+			d.Warnings = append(d.Warnings, fmt.Sprintf("annotations %s and %s are not applied without %s or %s", AnnotationRateLimitBurst, AnnotationRateLimitKey, AnnotationRateLimitRPS, AnnotationRateLimitConnections))
+		}
+		return
+	}
+	spec := func(r, c uint32) *pb.RateLimit {
+		return &pb.RateLimit{RequestsPerSecond: r, ConnectionsPerSecond: c, Burst: burst, Key: key}
+	}
+	for _, l := range lb.Listeners {
+		r := uint32(0)
+		if kind == edgeGateway && (l.Protocol == "http" || l.Protocol == "https") {
+			r = rps
+		}
+		if r > 0 || conns > 0 {
+			l.RateLimit = spec(r, conns)
+		}
+	}
+	if kind == edgeIngress && rps > 0 {
+		for _, r := range lb.Routes {
+			r.RateLimit = spec(rps, 0)
+		}
+	}
 }

@@ -33,6 +33,7 @@ func sourceRanges(svc *corev1.Service, lb *pb.LoadBalancer, d *Desired) {
 		}
 	}
 	edgeSources(svc.Annotations, lb, d, false)
+	edgeRates(svc.Annotations, lb, d, edgeService)
 }
 
 // serviceFamily chooses the VIP's family and says what a dual-stack

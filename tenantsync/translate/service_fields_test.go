@@ -6,11 +6,13 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/teapot-lb/teapot-lb/api"
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 	"github.com/teapot-lb/teapot-lb/tenantsync/translate"
 )
 
@@ -198,6 +200,54 @@ func TestEdgeSourceAnnotations(t *testing.T) {
 			}
 			if tt.warns != "" && !slices.ContainsFunc(d.Warnings, func(w string) bool { return strings.Contains(w, tt.warns) }) {
 				t.Errorf("warnings %q; want one saying %q", d.Warnings, tt.warns)
+			}
+		})
+	}
+}
+
+// TestEdgeRateAnnotations: an Ingress's rate-limit annotations (and
+// ingress-nginx's limit-rps with its burst multiplier) limit each route;
+// connections per second limit the listeners; what teapot-lb cannot
+// apply is a warning naming the annotation.
+func TestEdgeRateAnnotations(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name        string
+		ann         map[string]string
+		route, lsnr *pb.RateLimit
+		warns       string
+	}{
+		{name: "teapot-lb.io", ann: map[string]string{translate.AnnotationRateLimitRPS: "50", translate.AnnotationRateLimitBurst: "80", translate.AnnotationRateLimitConnections: "10", translate.AnnotationRateLimitKey: "total"},
+			route: &pb.RateLimit{RequestsPerSecond: 50, Burst: 80, Key: "total"}, lsnr: &pb.RateLimit{ConnectionsPerSecond: 10, Burst: 80, Key: "total"}},
+		{name: "nginx limit-rps", ann: map[string]string{translate.NginxLimitRPS: "20", translate.NginxLimitBurstMultiplier: "3"},
+			route: &pb.RateLimit{RequestsPerSecond: 20, Burst: 60}},
+		{name: "nginx limit-rps default multiplier", ann: map[string]string{translate.NginxLimitRPS: "20"}, route: &pb.RateLimit{RequestsPerSecond: 20, Burst: 100}},
+		{name: "nginx limit-connections", ann: map[string]string{translate.NginxLimitConnections: "5"}, warns: translate.NginxLimitConnections + " is not applied"},
+		{name: "malformed", ann: map[string]string{translate.AnnotationRateLimitRPS: "lots"}, warns: translate.AnnotationRateLimitRPS + ` "lots" is not applied`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ing := ingress("shop", "main", func(i *networkingv1.Ingress) { i.Annotations = tt.ann })
+			objs := append(append([]runtime.Object{class("teapot", translate.IngressController, false), ing}, nodes...), backendServices()...)
+			d := translate.Ingress(ing, sources(t, objs...), translate.Options{DefaultPool: "public"})
+			if d.Refused != "" || len(d.LB.GetRoutes()) == 0 {
+				t.Fatalf("refused %q routes %v", d.Refused, d.LB.GetRoutes())
+			}
+			for i, r := range d.LB.GetRoutes() {
+				if !proto.Equal(r.GetRateLimit(), tt.route) {
+					t.Errorf("routes[%d].rateLimit %v, want %v", i, r.GetRateLimit(), tt.route)
+				}
+			}
+			for i, l := range d.LB.GetListeners() {
+				if !proto.Equal(l.GetRateLimit(), tt.lsnr) {
+					t.Errorf("listeners[%d].rateLimit %v, want %v", i, l.GetRateLimit(), tt.lsnr)
+				}
+			}
+			if tt.warns != "" && !slices.ContainsFunc(d.Warnings, func(w string) bool { return strings.Contains(w, tt.warns) }) {
+				t.Errorf("warnings %q; want one saying %q", d.Warnings, tt.warns)
+			}
+			if err := api.ValidateLoadBalancer(d.LB, nil); err != nil && strings.Contains(err.Error(), "rateLimit") {
+				t.Errorf("the LB cluster refuses the rate limits: %v", err)
 			}
 		})
 	}
