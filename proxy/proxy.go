@@ -156,10 +156,10 @@ type Proxy struct {
 	regexBudgets sync.Map
 	// rateTables: tenant name -> *ratelimit.Table (ratelimits.go).
 	rateTables sync.Map
-	hostConns    atomic.Int64
-	hostFDs      atomic.Int64
-	pipes        *splice.Pool
-	wg           sync.WaitGroup
+	hostConns  atomic.Int64
+	hostFDs    atomic.Int64
+	pipes      *splice.Pool
+	wg         sync.WaitGroup
 
 	handover handoverState
 
