@@ -53,6 +53,9 @@ const (
 	// (listeners[].rateLimit, routes[].rateLimit). A host of an earlier
 	// release ignores them.
 	FeatureRateLimits = "rate-limits"
+	// FeatureWAF: request inspection by the web application firewall
+	// (routes[].waf). A host of an earlier release ignores it.
+	FeatureWAF = "waf"
 )
 
 // FeatureLevel is the highest cluster feature level this release
@@ -75,6 +78,7 @@ var featureLevels = map[string]uint32{
 	FeatureRoutePorts:    3,
 	FeatureSourceRanges:  4,
 	FeatureRateLimits:    4,
+	FeatureWAF:           4,
 }
 
 // LevelNeeded is the highest level the uses need (1 for none).
@@ -112,7 +116,7 @@ func FeatureRefusal(uses []FeatureUse, need uint32, older []string) error {
 
 // Features returns the features this release serves.
 func Features() []string {
-	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureSourceRanges, FeatureRateLimits}
+	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureSourceRanges, FeatureRateLimits, FeatureWAF}
 }
 
 // FeatureUse is one place where a write uses a feature: the feature and
@@ -169,6 +173,9 @@ func FeaturesUsed(obj *pb.Object) []FeatureUse {
 	for i, r := range l.GetRoutes() {
 		if r.GetRateLimit() != nil {
 			out = append(out, FeatureUse{Feature: FeatureRateLimits, Field: fmt.Sprintf("%s: routes[%d].rateLimit", RefString(RefOf(obj)), i)})
+		}
+		if r.GetWaf() != nil {
+			out = append(out, FeatureUse{Feature: FeatureWAF, Field: fmt.Sprintf("%s: routes[%d].waf", RefString(RefOf(obj)), i)})
 		}
 	}
 	names := make([]string, 0, len(l.GetPools()))

@@ -28,6 +28,7 @@ func DefaultQuotas() *pb.Quotas {
 		RegexMatches:       1000,
 		RegexCpuMillicores: DefaultRegexCPUMillicores,
 		RateLimitKeys:      DefaultRateLimitKeys,
+		WafCpuMillicores:   DefaultWAFCPUMillicores,
 	}
 }
 
@@ -90,6 +91,7 @@ func EffectiveQuotas(t *pb.Tenant) *pb.Quotas {
 		{set.GetRegexMatches(), &q.RegexMatches},
 		{set.GetRegexCpuMillicores(), &q.RegexCpuMillicores},
 		{set.GetRateLimitKeys(), &q.RateLimitKeys},
+		{set.GetWafCpuMillicores(), &q.WafCpuMillicores},
 	} {
 		if f.v != 0 {
 			*f.dst = f.v

@@ -23,6 +23,19 @@ const (
 	// RateLimitKeyBytes is what one tracked key costs an LB host, as the
 	// docs state it (a map entry: limit, address, arrival time).
 	RateLimitKeyBytes = 100
+	// DefaultWAFCPUMillicores is quotas.wafCpuMillicores when unset: a
+	// quarter of a core per tenant and host (about 250 inspected requests
+	// a second at paranoia level 1).
+	DefaultWAFCPUMillicores = 250
+	// DefaultWAFBodyBytes and MaxWAFBodyBytes bound waf.maxBodyBytes.
+	DefaultWAFBodyBytes = 128 << 10
+	MaxWAFBodyBytes     = 1 << 20
+)
+
+// WAF modes.
+const (
+	WAFBlock  = "block"
+	WAFDetect = "detect"
 )
 
 // Rate limit keys.
@@ -100,6 +113,21 @@ func CheckRouteRateLimit(field string, r *pb.Route) []FieldError {
 			ck.invalidf(field+".rateLimit.connectionsPerSecond", "routes count requests; set connectionsPerSecond on the listener's rateLimit instead")
 		}
 		checkRateLimit(&ck, field+".rateLimit", rl, false)
+	}
+	if w := r.GetWaf(); w != nil {
+		switch w.GetMode() {
+		case WAFBlock, WAFDetect:
+		case "":
+			ck.invalidf(field+".waf.mode", "required: block or detect")
+		default:
+			ck.invalidf(field+".waf.mode", "%s is not one of block, detect", Excerpt(w.GetMode()))
+		}
+		if pl := w.GetParanoiaLevel(); pl > 4 {
+			ck.invalidf(field+".waf.paranoiaLevel", "is %d; from 1 to 4", pl)
+		}
+		if b := w.GetMaxBodyBytes(); b > MaxWAFBodyBytes {
+			ck.invalidf(field+".waf.maxBodyBytes", "is %d; at most %d", b, MaxWAFBodyBytes)
+		}
 	}
 	return ck.errs
 }

@@ -41,6 +41,14 @@ func TestValidateEdgeFields(t *testing.T) {
 			bad("routes[0].rateLimit.requestsPerSecond", "at most")},
 		{"connections on a route", func(lb *pb.LoadBalancer) { lb.Routes[0].RateLimit = &pb.RateLimit{ConnectionsPerSecond: 5} },
 			bad("routes[0].rateLimit.connectionsPerSecond", "on the listener")},
+		{"waf", func(lb *pb.LoadBalancer) {
+			lb.Routes[0].Waf = &pb.WAF{Mode: "block", ParanoiaLevel: 2, MaxBodyBytes: 65536}
+		}, pass()},
+		{"waf without mode", func(lb *pb.LoadBalancer) { lb.Routes[0].Waf = &pb.WAF{} }, bad("routes[0].waf.mode", "required")},
+		{"waf paranoia 5", func(lb *pb.LoadBalancer) { lb.Routes[0].Waf = &pb.WAF{Mode: "detect", ParanoiaLevel: 5} }, bad("routes[0].waf.paranoiaLevel", "from 1 to 4")},
+		{"waf body too big", func(lb *pb.LoadBalancer) {
+			lb.Routes[0].Waf = &pb.WAF{Mode: "detect", MaxBodyBytes: MaxWAFBodyBytes + 1}
+		}, bad("routes[0].waf.maxBodyBytes", "at most")},
 		{"route key bogus", func(lb *pb.LoadBalancer) {
 			lb.Routes[0].RateLimit = &pb.RateLimit{RequestsPerSecond: 5, Key: "header:x"}
 		},

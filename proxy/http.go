@@ -125,6 +125,12 @@ func newHTTPTable(ls *ListenerSnapshot) *httpTable {
 		}
 		route.Ext = routeExt(ls, sr)
 		route.Gate = requestGate(ls, sr.Index)
+		if sr.WAF.On {
+			route.Inspect, route.InspectBody = wafNotReady, sr.WAF.MaxBody
+			if ls.waf != nil {
+				route.Inspect = ls.waf(ls, sr)
+			}
+		}
 		t.routes[sr] = route
 	}
 	return t

@@ -156,6 +156,8 @@ type Proxy struct {
 	regexBudgets sync.Map
 	// rateTables: tenant name -> *ratelimit.Table (ratelimits.go).
 	rateTables sync.Map
+	// wafBudgets: tenant name -> *wafBudget (wafroute.go).
+	wafBudgets sync.Map
 	hostConns  atomic.Int64
 	hostFDs    atomic.Int64
 	pipes      *splice.Pool

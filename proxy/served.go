@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"net/http"
 	"net/netip"
 	"slices"
 	"strings"
@@ -68,6 +69,9 @@ type ListenerSnapshot struct {
 	budget *l7.MemberBudget
 	// rates are the listener's rate limits in service (ratelimits.go).
 	rates listenerRates
+	// waf builds the Inspect of a route with a WAF (nil in a listener
+	// snapshot the proxy did not build: a WAF route answers 503).
+	waf func(*ListenerSnapshot, *snapshot.Route) func(*http.Request, []byte, netip.AddrPort, netip.AddrPort) (http.Handler, int)
 }
 
 // Pool returns the live pool of a compiled pool the listener uses (its L4
@@ -252,6 +256,7 @@ func (p *Proxy) build(s *snapshot.Snapshot, old *served, keys []snapshot.Key) (*
 				}
 			}
 			nl.rates = p.acquireRates(l)
+			nl.waf = p.wafInspect
 			if l.Protocol.L7() {
 				if l.Routes.Regex() {
 					nl.regex = p.regexBudget(tenantOf(l.LB), l.Limits.RegexCPUMillicores)

@@ -83,6 +83,7 @@ var protoComments = map[string]string{
 	"teapot.v1.Quotas.regex_cpu_millicores":       "CPU time an LB host spends matching the tenant's regular expressions, in thousandths of a core (0: the default).",
 	"teapot.v1.Quotas.regex_matches_per_lb":       "Regular expressions (regex path, header, query and gRPC matches) per load balancer, and over all the tenant's load balancers.",
 	"teapot.v1.Quotas.stored_bytes":               "Encoded bytes of everything the tenant stores (load balancers and certificates), which every LB host keeps in memory and in its Raft log.",
+	"teapot.v1.Quotas.waf_cpu_millicores":         "CPU an LB host may spend inspecting the tenant's requests with the WAF, in thousandths of a core (0: the default).",
 	"teapot.v1.RateLimit":                         "RateLimit bounds the rate of new connections or requests, per client address (IPv6 clients per /64) or for the listener or route as a whole, on each LB host (see docs: the counts are not shared between hosts).",
 	"teapot.v1.RateLimit.burst":                   "How many may arrive at once after a quiet period (default: one second's worth of the rate).",
 	"teapot.v1.RateLimit.connections_per_second":  "New connections per second (listeners only). Over the limit: the connection is reset (UDP: the datagram that would start a flow is dropped).",
@@ -106,6 +107,7 @@ var protoComments = map[string]string{
 	"teapot.v1.Route.pool":                        "Backend pool: the shorthand for backends with one entry.",
 	"teapot.v1.Route.ports":                       "Ports of the http and https listeners that serve the route; empty: every listener of the load balancer.",
 	"teapot.v1.Route.rate_limit":                  "Requests per second to this route (see RateLimit); counted after the listener's rate limit.",
+	"teapot.v1.Route.waf":                         "Inspect the route's requests with the web application firewall (Coraza and the OWASP Core Rule Set v4, embedded). Off when unset.",
 	"teapot.v1.RouteBackend":                      "RouteBackend is one backend pool of a route and its share of requests.",
 	"teapot.v1.RouteBackend.pool":                 "Backend pool (a key of pools). Required unless unavailable is set.",
 	"teapot.v1.RouteBackend.unavailable":          "This share of requests is answered with 500: a backend the route names but cannot use. pool must be empty.",
@@ -154,6 +156,10 @@ var protoComments = map[string]string{
 	"teapot.v1.VIPRequest.sharing_key":            "Load balancers of one tenant with the same key may share an address.",
 	"teapot.v1.ValueMatch":                        "ValueMatch matches a header or query parameter by name and value.",
 	"teapot.v1.ValueMatch.type":                   "exact | regex (default exact)",
+	"teapot.v1.WAF":                               "WAF turns on request inspection with the OWASP Core Rule Set. Its CPU is charged to the tenant's quotas.wafCpuMillicores on each LB host: past it, the route's requests are answered 429 with Retry-After: 1.",
+	"teapot.v1.WAF.max_body_bytes":                "Bytes of a request body inspected (default 131072); the rest is passed on uninspected.",
+	"teapot.v1.WAF.mode":                          "block (answer 403 to a request the rules reject) | detect (serve it and count the rules that matched).",
+	"teapot.v1.WAF.paranoia_level":                "CRS paranoia level, 1 (default) to 4: higher catches more and rejects more ordinary traffic.",
 }
 
 // kindExamples are the first document of each kind in examples/.

@@ -48,6 +48,13 @@ type Route struct {
 	// counted under the route's Name. It must not allocate when it lets
 	// the request through.
 	Gate func(client netip.Addr) http.Handler
+	// Inspect, when set, is asked with the request before it is sent on,
+	// with the first InspectBody bytes of its body read and kept (the
+	// member still gets the whole body); a non-nil handler answers the
+	// request instead, with status (a WAF's 403). Such a route takes the
+	// net/http path.
+	Inspect     func(r *http.Request, body []byte, client, local netip.AddrPort) (h http.Handler, status int)
+	InspectBody int
 }
 
 // gated returns the route that answers a request the route's Gate stops,
@@ -63,7 +70,7 @@ func (r *Route) gated(client netip.Addr) *Route {
 }
 
 // extended reports whether the route needs the net/http path's serveExt.
-func (r *Route) extended() bool { return r.Select != nil || r.Ext != nil }
+func (r *Route) extended() bool { return r.Select != nil || r.Ext != nil || r.Inspect != nil }
 
 // Protocol is the protocol spoken to a backend's members.
 type Protocol uint8

@@ -257,6 +257,9 @@ func (s *Server) serveExt(w http.ResponseWriter, q *rtRequest, route *Route, hos
 			return
 		}
 	}
+	if route.Inspect != nil && !s.inspect(w, q, route) {
+		return
+	}
 	e := route.Ext
 	if e == nil {
 		e = &RouteExt{}

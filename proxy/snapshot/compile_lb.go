@@ -324,6 +324,7 @@ func (b *lbCompile) listener(f string, i int, l *pb.Listener, lb *pb.LoadBalance
 		out.Limits.TenantConnections = t.conns
 		out.Limits.RegexCPUMillicores = t.regexCPU
 		out.Limits.RateLimitKeys = t.rateKeys
+		out.Limits.WAFCPUMillicores = t.wafCPU
 		if t.connsPerListener > 0 {
 			out.Limits.MaxConnections = t.connsPerListener
 		}
@@ -376,7 +377,7 @@ func (b *lbCompile) routes(lb *pb.LoadBalancer, pools poolSet, t *tenantInfo) []
 			start := len(out)
 			out = append(out, b.extRoutes(f, i, host, r, pools)...)
 			for j := start; j < len(out); j++ {
-				out[j].Rate = rateSpec(r.GetRateLimit())
+				out[j].Rate, out[j].WAF = rateSpec(r.GetRateLimit()), wafSpec(r.GetWaf())
 			}
 			continue
 		}
@@ -397,7 +398,7 @@ func (b *lbCompile) routes(lb *pb.LoadBalancer, pools poolSet, t *tenantInfo) []
 			continue
 		}
 		seen[k] = i
-		out = append(out, Route{Host: host, Path: path, PathType: pt, Pool: pools.get(r.GetPool()), Index: i, Rate: rateSpec(r.GetRateLimit())})
+		out = append(out, Route{Host: host, Path: path, PathType: pt, Pool: pools.get(r.GetPool()), Index: i, Rate: rateSpec(r.GetRateLimit()), WAF: wafSpec(r.GetWaf())})
 	}
 	return out
 }

@@ -127,6 +127,25 @@ type RateSpec struct {
 	Total bool
 }
 
+// WAFSpec is a route's web application firewall; the zero value is off.
+type WAFSpec struct {
+	On, Block bool
+	// Paranoia is the CRS paranoia level (1 to 4); MaxBody the bytes of
+	// a request body inspected.
+	Paranoia, MaxBody int
+}
+
+func wafSpec(w *pb.WAF) WAFSpec {
+	if w == nil {
+		return WAFSpec{}
+	}
+	s := WAFSpec{On: true, Block: w.GetMode() == api.WAFBlock, Paranoia: int(max(w.GetParanoiaLevel(), 1)), MaxBody: int(w.GetMaxBodyBytes())}
+	if s.MaxBody == 0 {
+		s.MaxBody = api.DefaultWAFBodyBytes
+	}
+	return s
+}
+
 // Set reports whether the spec limits anything.
 func (r RateSpec) Set() bool { return r.Requests > 0 || r.Conns > 0 }
 

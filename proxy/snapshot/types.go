@@ -193,6 +193,9 @@ type Limits struct {
 	// RateLimitKeys is the tenant's quotas.rateLimitKeys: the client keys
 	// a host tracks for its rate limits (0: api.DefaultRateLimitKeys).
 	RateLimitKeys int
+	// WAFCPUMillicores is the tenant's quotas.wafCpuMillicores (0:
+	// api.DefaultWAFCPUMillicores).
+	WAFCPUMillicores int
 }
 
 // Listener is the compiled form of one listener of one load balancer.

@@ -78,6 +78,8 @@
 //	                                every listener
 //	teapot-lb.io/rate-limit-burst   the burst of both (default: one second's worth)
 //	teapot-lb.io/rate-limit-key     client (default) | total
+//	teapot-lb.io/waf                Ingress: block | detect, every route inspected
+//	teapot-lb.io/waf-paranoia-level CRS paranoia level 1 (default) to 4
 //
 // Ingresses also take ingress-nginx's nginx.ingress.kubernetes.io/
 // allowlist-source-range, whitelist-source-range and denylist-source-range
@@ -85,5 +87,7 @@
 // CIDRs refuses the object: no load balancer, never one open to everyone.
 // They also take limit-rps (with limit-burst-multiplier, default 5) as
 // teapot-lb.io/rate-limit-rps; limit-rpm and limit-connections are
-// warned as not applied.
+// warned as not applied; enable-modsecurity with enable-owasp-core-rules
+// is teapot-lb.io/waf detect, and a modsecurity-snippet is warned as not
+// read.
 package translate

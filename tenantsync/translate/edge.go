@@ -120,6 +120,51 @@ const (
 	NginxLimitConnections     = "nginx.ingress.kubernetes.io/limit-connections"
 )
 
+// Annotations of the web application firewall, on Ingresses: every route
+// is inspected. ingress-nginx's enable-modsecurity with
+// enable-owasp-core-rules is taken as teapot-lb.io/waf detect (its
+// ModSecurity only detects unless a snippet turns blocking on); a
+// modsecurity-snippet is not read (tenants' own rules are not taken).
+const (
+	AnnotationWAF         = "teapot-lb.io/waf"
+	AnnotationWAFParanoia = "teapot-lb.io/waf-paranoia-level"
+
+	NginxEnableModSecurity  = "nginx.ingress.kubernetes.io/enable-modsecurity"
+	NginxEnableOWASPRules   = "nginx.ingress.kubernetes.io/enable-owasp-core-rules"
+	NginxModSecuritySnippet = "nginx.ingress.kubernetes.io/modsecurity-snippet"
+)
+
+// edgeWAF sets the WAF of every route of an Ingress.
+func edgeWAF(ann map[string]string, lb *pb.LoadBalancer, d *Desired) {
+	mode := strings.TrimSpace(ann[AnnotationWAF])
+	if mode == "" && parseBool(ann[NginxEnableModSecurity]) && parseBool(ann[NginxEnableOWASPRules]) {
+		mode = api.WAFDetect
+	}
+	if strings.TrimSpace(ann[NginxModSecuritySnippet]) != "" {
+		d.Warnings = append(d.Warnings, fmt.Sprintf("annotation %s is not read: the WAF runs the OWASP Core Rule Set as embedded; set %s and %s", NginxModSecuritySnippet, AnnotationWAF, AnnotationWAFParanoia))
+	}
+	switch mode {
+	case "":
+		return
+	case api.WAFBlock, api.WAFDetect:
+	default:
+		d.Warnings = append(d.Warnings, fmt.Sprintf("annotation %s %s is not applied: block or detect", AnnotationWAF, api.Excerpt(mode)))
+		return
+	}
+	w := &pb.WAF{Mode: mode}
+	if v := strings.TrimSpace(ann[AnnotationWAFParanoia]); v != "" {
+		n, err := strconv.ParseUint(v, 10, 32)
+		if err != nil || n < 1 || n > 4 {
+			d.Warnings = append(d.Warnings, fmt.Sprintf("annotation %s %s is not applied: 1 to 4; level 1 is used", AnnotationWAFParanoia, api.Excerpt(v)))
+		} else {
+			w.ParanoiaLevel = uint32(n)
+		}
+	}
+	for _, r := range lb.Routes {
+		r.Waf = w
+	}
+}
+
 // edgeKind says where an object's rate-limit annotations go.
 type edgeKind int
 

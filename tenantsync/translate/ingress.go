@@ -140,6 +140,7 @@ func Ingress(ing *networkingv1.Ingress, src Sources, o Options) *Desired {
 	}
 	edgeSources(ing.Annotations, lb, d, true)
 	edgeRates(ing.Annotations, lb, d, edgeIngress)
+	edgeWAF(ing.Annotations, lb, d)
 	d.ProxyMode = true
 	return finish(d)
 }

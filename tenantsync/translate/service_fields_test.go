@@ -215,6 +215,7 @@ func TestEdgeRateAnnotations(t *testing.T) {
 		name        string
 		ann         map[string]string
 		route, lsnr *pb.RateLimit
+		waf         *pb.WAF
 		warns       string
 	}{
 		{name: "teapot-lb.io", ann: map[string]string{translate.AnnotationRateLimitRPS: "50", translate.AnnotationRateLimitBurst: "80", translate.AnnotationRateLimitConnections: "10", translate.AnnotationRateLimitKey: "total"},
@@ -223,6 +224,9 @@ func TestEdgeRateAnnotations(t *testing.T) {
 			route: &pb.RateLimit{RequestsPerSecond: 20, Burst: 60}},
 		{name: "nginx limit-rps default multiplier", ann: map[string]string{translate.NginxLimitRPS: "20"}, route: &pb.RateLimit{RequestsPerSecond: 20, Burst: 100}},
 		{name: "nginx limit-connections", ann: map[string]string{translate.NginxLimitConnections: "5"}, warns: translate.NginxLimitConnections + " is not applied"},
+		{name: "waf", ann: map[string]string{translate.AnnotationWAF: "block", translate.AnnotationWAFParanoia: "2"}, waf: &pb.WAF{Mode: "block", ParanoiaLevel: 2}},
+		{name: "nginx modsecurity with the CRS", ann: map[string]string{translate.NginxEnableModSecurity: "true", translate.NginxEnableOWASPRules: "true", translate.NginxModSecuritySnippet: "SecRuleEngine On"},
+			waf: &pb.WAF{Mode: "detect"}, warns: translate.NginxModSecuritySnippet + " is not read"},
 		{name: "malformed", ann: map[string]string{translate.AnnotationRateLimitRPS: "lots"}, warns: translate.AnnotationRateLimitRPS + ` "lots" is not applied`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -236,6 +240,9 @@ func TestEdgeRateAnnotations(t *testing.T) {
 			for i, r := range d.LB.GetRoutes() {
 				if !proto.Equal(r.GetRateLimit(), tt.route) {
 					t.Errorf("routes[%d].rateLimit %v, want %v", i, r.GetRateLimit(), tt.route)
+				}
+				if !proto.Equal(r.GetWaf(), tt.waf) {
+					t.Errorf("routes[%d].waf %v, want %v", i, r.GetWaf(), tt.waf)
 				}
 			}
 			for i, l := range d.LB.GetListeners() {

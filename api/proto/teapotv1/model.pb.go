@@ -257,8 +257,11 @@ type Quotas struct {
 	// Client keys (address or /64, per rate limit) an LB host tracks for the
 	// tenant's rate limits at once, about 100 bytes each (0: the default).
 	RateLimitKeys uint32 `protobuf:"varint,50,opt,name=rate_limit_keys,json=rateLimitKeys,proto3" json:"rate_limit_keys,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// CPU an LB host may spend inspecting the tenant's requests with the
+	// WAF, in thousandths of a core (0: the default).
+	WafCpuMillicores uint32 `protobuf:"varint,51,opt,name=waf_cpu_millicores,json=wafCpuMillicores,proto3" json:"waf_cpu_millicores,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Quotas) Reset() {
@@ -413,6 +416,13 @@ func (x *Quotas) GetStoredBytes() uint64 {
 func (x *Quotas) GetRateLimitKeys() uint32 {
 	if x != nil {
 		return x.RateLimitKeys
+	}
+	return 0
+}
+
+func (x *Quotas) GetWafCpuMillicores() uint32 {
+	if x != nil {
+		return x.WafCpuMillicores
 	}
 	return 0
 }
@@ -1145,7 +1155,10 @@ type Route struct {
 	Ports []uint32 `protobuf:"varint,9,rep,packed,name=ports,proto3" json:"ports,omitempty"`
 	// Requests per second to this route (see RateLimit); counted after the
 	// listener's rate limit.
-	RateLimit     *RateLimit `protobuf:"bytes,50,opt,name=rate_limit,json=rateLimit,proto3" json:"rate_limit,omitempty"`
+	RateLimit *RateLimit `protobuf:"bytes,50,opt,name=rate_limit,json=rateLimit,proto3" json:"rate_limit,omitempty"`
+	// Inspect the route's requests with the web application firewall
+	// (Coraza and the OWASP Core Rule Set v4, embedded). Off when unset.
+	Waf           *WAF `protobuf:"bytes,51,opt,name=waf,proto3" json:"waf,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1250,6 +1263,82 @@ func (x *Route) GetRateLimit() *RateLimit {
 	return nil
 }
 
+func (x *Route) GetWaf() *WAF {
+	if x != nil {
+		return x.Waf
+	}
+	return nil
+}
+
+// WAF turns on request inspection with the OWASP Core Rule Set. Its CPU
+// is charged to the tenant's quotas.wafCpuMillicores on each LB host: past
+// it, the route's requests are answered 429 with Retry-After: 1.
+type WAF struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// block (answer 403 to a request the rules reject) | detect (serve it
+	// and count the rules that matched).
+	Mode string `protobuf:"bytes,1,opt,name=mode,proto3" json:"mode,omitempty"`
+	// CRS paranoia level, 1 (default) to 4: higher catches more and
+	// rejects more ordinary traffic.
+	ParanoiaLevel uint32 `protobuf:"varint,2,opt,name=paranoia_level,json=paranoiaLevel,proto3" json:"paranoia_level,omitempty"`
+	// Bytes of a request body inspected (default 131072); the rest is
+	// passed on uninspected.
+	MaxBodyBytes  uint32 `protobuf:"varint,3,opt,name=max_body_bytes,json=maxBodyBytes,proto3" json:"max_body_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WAF) Reset() {
+	*x = WAF{}
+	mi := &file_teapotv1_model_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WAF) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WAF) ProtoMessage() {}
+
+func (x *WAF) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_model_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WAF.ProtoReflect.Descriptor instead.
+func (*WAF) Descriptor() ([]byte, []int) {
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *WAF) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *WAF) GetParanoiaLevel() uint32 {
+	if x != nil {
+		return x.ParanoiaLevel
+	}
+	return 0
+}
+
+func (x *WAF) GetMaxBodyBytes() uint32 {
+	if x != nil {
+		return x.MaxBodyBytes
+	}
+	return 0
+}
+
 // RouteMatch is one set of conditions; all of them must hold.
 type RouteMatch struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1271,7 +1360,7 @@ type RouteMatch struct {
 
 func (x *RouteMatch) Reset() {
 	*x = RouteMatch{}
-	mi := &file_teapotv1_model_proto_msgTypes[12]
+	mi := &file_teapotv1_model_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1283,7 +1372,7 @@ func (x *RouteMatch) String() string {
 func (*RouteMatch) ProtoMessage() {}
 
 func (x *RouteMatch) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[12]
+	mi := &file_teapotv1_model_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1296,7 +1385,7 @@ func (x *RouteMatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteMatch.ProtoReflect.Descriptor instead.
 func (*RouteMatch) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{12}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RouteMatch) GetPath() string {
@@ -1354,7 +1443,7 @@ type ValueMatch struct {
 
 func (x *ValueMatch) Reset() {
 	*x = ValueMatch{}
-	mi := &file_teapotv1_model_proto_msgTypes[13]
+	mi := &file_teapotv1_model_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1366,7 +1455,7 @@ func (x *ValueMatch) String() string {
 func (*ValueMatch) ProtoMessage() {}
 
 func (x *ValueMatch) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[13]
+	mi := &file_teapotv1_model_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1379,7 +1468,7 @@ func (x *ValueMatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValueMatch.ProtoReflect.Descriptor instead.
 func (*ValueMatch) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{13}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ValueMatch) GetName() string {
@@ -1418,7 +1507,7 @@ type GRPCMethodMatch struct {
 
 func (x *GRPCMethodMatch) Reset() {
 	*x = GRPCMethodMatch{}
-	mi := &file_teapotv1_model_proto_msgTypes[14]
+	mi := &file_teapotv1_model_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1430,7 +1519,7 @@ func (x *GRPCMethodMatch) String() string {
 func (*GRPCMethodMatch) ProtoMessage() {}
 
 func (x *GRPCMethodMatch) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[14]
+	mi := &file_teapotv1_model_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1443,7 +1532,7 @@ func (x *GRPCMethodMatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GRPCMethodMatch.ProtoReflect.Descriptor instead.
 func (*GRPCMethodMatch) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{14}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GRPCMethodMatch) GetService() string {
@@ -1483,7 +1572,7 @@ type RouteBackend struct {
 
 func (x *RouteBackend) Reset() {
 	*x = RouteBackend{}
-	mi := &file_teapotv1_model_proto_msgTypes[15]
+	mi := &file_teapotv1_model_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1495,7 +1584,7 @@ func (x *RouteBackend) String() string {
 func (*RouteBackend) ProtoMessage() {}
 
 func (x *RouteBackend) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[15]
+	mi := &file_teapotv1_model_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1508,7 +1597,7 @@ func (x *RouteBackend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteBackend.ProtoReflect.Descriptor instead.
 func (*RouteBackend) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{15}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RouteBackend) GetPool() string {
@@ -1547,7 +1636,7 @@ type RouteFilter struct {
 
 func (x *RouteFilter) Reset() {
 	*x = RouteFilter{}
-	mi := &file_teapotv1_model_proto_msgTypes[16]
+	mi := &file_teapotv1_model_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1559,7 +1648,7 @@ func (x *RouteFilter) String() string {
 func (*RouteFilter) ProtoMessage() {}
 
 func (x *RouteFilter) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[16]
+	mi := &file_teapotv1_model_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1572,7 +1661,7 @@ func (x *RouteFilter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteFilter.ProtoReflect.Descriptor instead.
 func (*RouteFilter) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{16}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RouteFilter) GetRequestHeaderModifier() *HeaderModifier {
@@ -1625,7 +1714,7 @@ type HeaderModifier struct {
 
 func (x *HeaderModifier) Reset() {
 	*x = HeaderModifier{}
-	mi := &file_teapotv1_model_proto_msgTypes[17]
+	mi := &file_teapotv1_model_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1637,7 +1726,7 @@ func (x *HeaderModifier) String() string {
 func (*HeaderModifier) ProtoMessage() {}
 
 func (x *HeaderModifier) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[17]
+	mi := &file_teapotv1_model_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1650,7 +1739,7 @@ func (x *HeaderModifier) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeaderModifier.ProtoReflect.Descriptor instead.
 func (*HeaderModifier) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{17}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *HeaderModifier) GetSet() []*HeaderValue {
@@ -1684,7 +1773,7 @@ type HeaderValue struct {
 
 func (x *HeaderValue) Reset() {
 	*x = HeaderValue{}
-	mi := &file_teapotv1_model_proto_msgTypes[18]
+	mi := &file_teapotv1_model_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1696,7 +1785,7 @@ func (x *HeaderValue) String() string {
 func (*HeaderValue) ProtoMessage() {}
 
 func (x *HeaderValue) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[18]
+	mi := &file_teapotv1_model_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1709,7 +1798,7 @@ func (x *HeaderValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeaderValue.ProtoReflect.Descriptor instead.
 func (*HeaderValue) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{18}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *HeaderValue) GetName() string {
@@ -1747,7 +1836,7 @@ type RequestRedirect struct {
 
 func (x *RequestRedirect) Reset() {
 	*x = RequestRedirect{}
-	mi := &file_teapotv1_model_proto_msgTypes[19]
+	mi := &file_teapotv1_model_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1759,7 +1848,7 @@ func (x *RequestRedirect) String() string {
 func (*RequestRedirect) ProtoMessage() {}
 
 func (x *RequestRedirect) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[19]
+	mi := &file_teapotv1_model_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1772,7 +1861,7 @@ func (x *RequestRedirect) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestRedirect.ProtoReflect.Descriptor instead.
 func (*RequestRedirect) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{19}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RequestRedirect) GetScheme() string {
@@ -1822,7 +1911,7 @@ type URLRewrite struct {
 
 func (x *URLRewrite) Reset() {
 	*x = URLRewrite{}
-	mi := &file_teapotv1_model_proto_msgTypes[20]
+	mi := &file_teapotv1_model_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1834,7 +1923,7 @@ func (x *URLRewrite) String() string {
 func (*URLRewrite) ProtoMessage() {}
 
 func (x *URLRewrite) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[20]
+	mi := &file_teapotv1_model_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1847,7 +1936,7 @@ func (x *URLRewrite) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use URLRewrite.ProtoReflect.Descriptor instead.
 func (*URLRewrite) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{20}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *URLRewrite) GetHostname() string {
@@ -1878,7 +1967,7 @@ type PathModifier struct {
 
 func (x *PathModifier) Reset() {
 	*x = PathModifier{}
-	mi := &file_teapotv1_model_proto_msgTypes[21]
+	mi := &file_teapotv1_model_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1890,7 +1979,7 @@ func (x *PathModifier) String() string {
 func (*PathModifier) ProtoMessage() {}
 
 func (x *PathModifier) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[21]
+	mi := &file_teapotv1_model_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1903,7 +1992,7 @@ func (x *PathModifier) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathModifier.ProtoReflect.Descriptor instead.
 func (*PathModifier) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{21}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PathModifier) GetReplaceFullPath() string {
@@ -1935,7 +2024,7 @@ type RequestMirror struct {
 
 func (x *RequestMirror) Reset() {
 	*x = RequestMirror{}
-	mi := &file_teapotv1_model_proto_msgTypes[22]
+	mi := &file_teapotv1_model_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1947,7 +2036,7 @@ func (x *RequestMirror) String() string {
 func (*RequestMirror) ProtoMessage() {}
 
 func (x *RequestMirror) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[22]
+	mi := &file_teapotv1_model_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1960,7 +2049,7 @@ func (x *RequestMirror) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestMirror.ProtoReflect.Descriptor instead.
 func (*RequestMirror) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{22}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RequestMirror) GetPool() string {
@@ -1995,7 +2084,7 @@ type Fraction struct {
 
 func (x *Fraction) Reset() {
 	*x = Fraction{}
-	mi := &file_teapotv1_model_proto_msgTypes[23]
+	mi := &file_teapotv1_model_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2007,7 +2096,7 @@ func (x *Fraction) String() string {
 func (*Fraction) ProtoMessage() {}
 
 func (x *Fraction) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[23]
+	mi := &file_teapotv1_model_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2020,7 +2109,7 @@ func (x *Fraction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Fraction.ProtoReflect.Descriptor instead.
 func (*Fraction) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{23}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Fraction) GetNumerator() uint32 {
@@ -2052,7 +2141,7 @@ type RouteTimeouts struct {
 
 func (x *RouteTimeouts) Reset() {
 	*x = RouteTimeouts{}
-	mi := &file_teapotv1_model_proto_msgTypes[24]
+	mi := &file_teapotv1_model_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2064,7 +2153,7 @@ func (x *RouteTimeouts) String() string {
 func (*RouteTimeouts) ProtoMessage() {}
 
 func (x *RouteTimeouts) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[24]
+	mi := &file_teapotv1_model_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2077,7 +2166,7 @@ func (x *RouteTimeouts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteTimeouts.ProtoReflect.Descriptor instead.
 func (*RouteTimeouts) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{24}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RouteTimeouts) GetRequest() *durationpb.Duration {
@@ -2114,7 +2203,7 @@ type BackendPool struct {
 
 func (x *BackendPool) Reset() {
 	*x = BackendPool{}
-	mi := &file_teapotv1_model_proto_msgTypes[25]
+	mi := &file_teapotv1_model_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2126,7 +2215,7 @@ func (x *BackendPool) String() string {
 func (*BackendPool) ProtoMessage() {}
 
 func (x *BackendPool) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[25]
+	mi := &file_teapotv1_model_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2139,7 +2228,7 @@ func (x *BackendPool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackendPool.ProtoReflect.Descriptor instead.
 func (*BackendPool) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{25}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *BackendPool) GetAlgorithm() string {
@@ -2203,7 +2292,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_teapotv1_model_proto_msgTypes[26]
+	mi := &file_teapotv1_model_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2215,7 +2304,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[26]
+	mi := &file_teapotv1_model_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2228,7 +2317,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{26}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Member) GetAddress() string {
@@ -2268,7 +2357,7 @@ type HealthCheck struct {
 
 func (x *HealthCheck) Reset() {
 	*x = HealthCheck{}
-	mi := &file_teapotv1_model_proto_msgTypes[27]
+	mi := &file_teapotv1_model_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2280,7 +2369,7 @@ func (x *HealthCheck) String() string {
 func (*HealthCheck) ProtoMessage() {}
 
 func (x *HealthCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[27]
+	mi := &file_teapotv1_model_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2293,7 +2382,7 @@ func (x *HealthCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthCheck.ProtoReflect.Descriptor instead.
 func (*HealthCheck) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{27}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *HealthCheck) GetTcp() *TCPCheck {
@@ -2367,7 +2456,7 @@ type TCPCheck struct {
 
 func (x *TCPCheck) Reset() {
 	*x = TCPCheck{}
-	mi := &file_teapotv1_model_proto_msgTypes[28]
+	mi := &file_teapotv1_model_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2379,7 +2468,7 @@ func (x *TCPCheck) String() string {
 func (*TCPCheck) ProtoMessage() {}
 
 func (x *TCPCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[28]
+	mi := &file_teapotv1_model_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2392,7 +2481,7 @@ func (x *TCPCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TCPCheck.ProtoReflect.Descriptor instead.
 func (*TCPCheck) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{28}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{29}
 }
 
 type HTTPCheck struct {
@@ -2407,7 +2496,7 @@ type HTTPCheck struct {
 
 func (x *HTTPCheck) Reset() {
 	*x = HTTPCheck{}
-	mi := &file_teapotv1_model_proto_msgTypes[29]
+	mi := &file_teapotv1_model_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2419,7 +2508,7 @@ func (x *HTTPCheck) String() string {
 func (*HTTPCheck) ProtoMessage() {}
 
 func (x *HTTPCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[29]
+	mi := &file_teapotv1_model_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2432,7 +2521,7 @@ func (x *HTTPCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HTTPCheck.ProtoReflect.Descriptor instead.
 func (*HTTPCheck) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{29}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *HTTPCheck) GetPath() string {
@@ -2485,7 +2574,7 @@ type HTTPSCheck struct {
 
 func (x *HTTPSCheck) Reset() {
 	*x = HTTPSCheck{}
-	mi := &file_teapotv1_model_proto_msgTypes[30]
+	mi := &file_teapotv1_model_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2497,7 +2586,7 @@ func (x *HTTPSCheck) String() string {
 func (*HTTPSCheck) ProtoMessage() {}
 
 func (x *HTTPSCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[30]
+	mi := &file_teapotv1_model_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2510,7 +2599,7 @@ func (x *HTTPSCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HTTPSCheck.ProtoReflect.Descriptor instead.
 func (*HTTPSCheck) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{30}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *HTTPSCheck) GetPath() string {
@@ -2583,7 +2672,7 @@ type LoadBalancerStatus struct {
 
 func (x *LoadBalancerStatus) Reset() {
 	*x = LoadBalancerStatus{}
-	mi := &file_teapotv1_model_proto_msgTypes[31]
+	mi := &file_teapotv1_model_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2595,7 +2684,7 @@ func (x *LoadBalancerStatus) String() string {
 func (*LoadBalancerStatus) ProtoMessage() {}
 
 func (x *LoadBalancerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[31]
+	mi := &file_teapotv1_model_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2608,7 +2697,7 @@ func (x *LoadBalancerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadBalancerStatus.ProtoReflect.Descriptor instead.
 func (*LoadBalancerStatus) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{31}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *LoadBalancerStatus) GetAddress() string {
@@ -2649,7 +2738,7 @@ type ObservedStatus struct {
 
 func (x *ObservedStatus) Reset() {
 	*x = ObservedStatus{}
-	mi := &file_teapotv1_model_proto_msgTypes[32]
+	mi := &file_teapotv1_model_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2661,7 +2750,7 @@ func (x *ObservedStatus) String() string {
 func (*ObservedStatus) ProtoMessage() {}
 
 func (x *ObservedStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[32]
+	mi := &file_teapotv1_model_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2674,7 +2763,7 @@ func (x *ObservedStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObservedStatus.ProtoReflect.Descriptor instead.
 func (*ObservedStatus) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{32}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ObservedStatus) GetPhase() string {
@@ -2715,7 +2804,7 @@ type Problem struct {
 
 func (x *Problem) Reset() {
 	*x = Problem{}
-	mi := &file_teapotv1_model_proto_msgTypes[33]
+	mi := &file_teapotv1_model_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2727,7 +2816,7 @@ func (x *Problem) String() string {
 func (*Problem) ProtoMessage() {}
 
 func (x *Problem) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[33]
+	mi := &file_teapotv1_model_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2740,7 +2829,7 @@ func (x *Problem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Problem.ProtoReflect.Descriptor instead.
 func (*Problem) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{33}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Problem) GetField() string {
@@ -2791,7 +2880,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_teapotv1_model_proto_msgTypes[34]
+	mi := &file_teapotv1_model_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2803,7 +2892,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[34]
+	mi := &file_teapotv1_model_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2816,7 +2905,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{34}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Node) GetId() string {
@@ -2916,7 +3005,7 @@ type NodeService struct {
 
 func (x *NodeService) Reset() {
 	*x = NodeService{}
-	mi := &file_teapotv1_model_proto_msgTypes[35]
+	mi := &file_teapotv1_model_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2928,7 +3017,7 @@ func (x *NodeService) String() string {
 func (*NodeService) ProtoMessage() {}
 
 func (x *NodeService) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[35]
+	mi := &file_teapotv1_model_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2941,7 +3030,7 @@ func (x *NodeService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeService.ProtoReflect.Descriptor instead.
 func (*NodeService) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{35}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *NodeService) GetName() string {
@@ -2977,7 +3066,7 @@ type Certificate struct {
 
 func (x *Certificate) Reset() {
 	*x = Certificate{}
-	mi := &file_teapotv1_model_proto_msgTypes[36]
+	mi := &file_teapotv1_model_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2989,7 +3078,7 @@ func (x *Certificate) String() string {
 func (*Certificate) ProtoMessage() {}
 
 func (x *Certificate) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[36]
+	mi := &file_teapotv1_model_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3002,7 +3091,7 @@ func (x *Certificate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Certificate.ProtoReflect.Descriptor instead.
 func (*Certificate) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{36}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Certificate) GetName() string {
@@ -3081,7 +3170,7 @@ type JoinToken struct {
 
 func (x *JoinToken) Reset() {
 	*x = JoinToken{}
-	mi := &file_teapotv1_model_proto_msgTypes[37]
+	mi := &file_teapotv1_model_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3093,7 +3182,7 @@ func (x *JoinToken) String() string {
 func (*JoinToken) ProtoMessage() {}
 
 func (x *JoinToken) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[37]
+	mi := &file_teapotv1_model_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3106,7 +3195,7 @@ func (x *JoinToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinToken.ProtoReflect.Descriptor instead.
 func (*JoinToken) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{37}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *JoinToken) GetId() string {
@@ -3155,7 +3244,7 @@ type StorageItem struct {
 
 func (x *StorageItem) Reset() {
 	*x = StorageItem{}
-	mi := &file_teapotv1_model_proto_msgTypes[38]
+	mi := &file_teapotv1_model_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3167,7 +3256,7 @@ func (x *StorageItem) String() string {
 func (*StorageItem) ProtoMessage() {}
 
 func (x *StorageItem) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[38]
+	mi := &file_teapotv1_model_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3180,7 +3269,7 @@ func (x *StorageItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageItem.ProtoReflect.Descriptor instead.
 func (*StorageItem) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{38}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *StorageItem) GetKey() string {
@@ -3227,7 +3316,7 @@ type StorageLock struct {
 
 func (x *StorageLock) Reset() {
 	*x = StorageLock{}
-	mi := &file_teapotv1_model_proto_msgTypes[39]
+	mi := &file_teapotv1_model_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3239,7 +3328,7 @@ func (x *StorageLock) String() string {
 func (*StorageLock) ProtoMessage() {}
 
 func (x *StorageLock) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[39]
+	mi := &file_teapotv1_model_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3252,7 +3341,7 @@ func (x *StorageLock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageLock.ProtoReflect.Descriptor instead.
 func (*StorageLock) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{39}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *StorageLock) GetName() string {
@@ -3310,7 +3399,7 @@ type Object struct {
 
 func (x *Object) Reset() {
 	*x = Object{}
-	mi := &file_teapotv1_model_proto_msgTypes[40]
+	mi := &file_teapotv1_model_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3322,7 +3411,7 @@ func (x *Object) String() string {
 func (*Object) ProtoMessage() {}
 
 func (x *Object) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[40]
+	mi := &file_teapotv1_model_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3335,7 +3424,7 @@ func (x *Object) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Object.ProtoReflect.Descriptor instead.
 func (*Object) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{40}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *Object) GetKind() isObject_Kind {
@@ -3483,7 +3572,7 @@ type ObjectRef struct {
 
 func (x *ObjectRef) Reset() {
 	*x = ObjectRef{}
-	mi := &file_teapotv1_model_proto_msgTypes[41]
+	mi := &file_teapotv1_model_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3495,7 +3584,7 @@ func (x *ObjectRef) String() string {
 func (*ObjectRef) ProtoMessage() {}
 
 func (x *ObjectRef) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[41]
+	mi := &file_teapotv1_model_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3508,7 +3597,7 @@ func (x *ObjectRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectRef.ProtoReflect.Descriptor instead.
 func (*ObjectRef) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{41}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ObjectRef) GetKind() string {
@@ -3553,7 +3642,7 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\rpods_routable\x18\x06 \x01(\bR\fpodsRoutable\x12/\n" +
 	"\x13revoked_credentials\x18\a \x03(\tR\x12revokedCredentials\x12\x10\n" +
 	"\x03uid\x18\b \x01(\tR\x03uid\x12#\n" +
-	"\x04meta\x18\x0f \x01(\v2\x0f.teapot.v1.MetaR\x04meta\"\xaf\x05\n" +
+	"\x04meta\x18\x0f \x01(\v2\x0f.teapot.v1.MetaR\x04meta\"\xdd\x05\n" +
 	"\x06Quotas\x12%\n" +
 	"\x0eload_balancers\x18\x01 \x01(\rR\rloadBalancers\x12\x1c\n" +
 	"\taddresses\x18\x02 \x01(\rR\taddresses\x12\"\n" +
@@ -3574,7 +3663,8 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\rregex_matches\x18\x0f \x01(\rR\fregexMatches\x120\n" +
 	"\x14regex_cpu_millicores\x18\x10 \x01(\rR\x12regexCpuMillicores\x12!\n" +
 	"\fstored_bytes\x18\x14 \x01(\x04R\vstoredBytes\x12&\n" +
-	"\x0frate_limit_keys\x182 \x01(\rR\rrateLimitKeys\"\xf9\x01\n" +
+	"\x0frate_limit_keys\x182 \x01(\rR\rrateLimitKeys\x12,\n" +
+	"\x12waf_cpu_millicores\x183 \x01(\rR\x10wafCpuMillicores\"\xf9\x01\n" +
 	"\aVIPPool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05cidrs\x18\x02 \x03(\tR\x05cidrs\x12\x12\n" +
@@ -3636,7 +3726,7 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\x04acme\x18\x01 \x01(\bR\x04acme\x12\"\n" +
 	"\fcertificates\x18\x02 \x03(\tR\fcertificates\x12\x1f\n" +
 	"\vmin_version\x18\x03 \x01(\tR\n" +
-	"minVersion\"\xf9\x02\n" +
+	"minVersion\"\x9b\x03\n" +
 	"\x05Route\x12\x12\n" +
 	"\x04host\x18\x01 \x01(\tR\x04host\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x1b\n" +
@@ -3648,7 +3738,12 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\btimeouts\x18\b \x01(\v2\x18.teapot.v1.RouteTimeoutsR\btimeouts\x12\x14\n" +
 	"\x05ports\x18\t \x03(\rR\x05ports\x123\n" +
 	"\n" +
-	"rate_limit\x182 \x01(\v2\x14.teapot.v1.RateLimitR\trateLimit\"\xf0\x01\n" +
+	"rate_limit\x182 \x01(\v2\x14.teapot.v1.RateLimitR\trateLimit\x12 \n" +
+	"\x03waf\x183 \x01(\v2\x0e.teapot.v1.WAFR\x03waf\"f\n" +
+	"\x03WAF\x12\x12\n" +
+	"\x04mode\x18\x01 \x01(\tR\x04mode\x12%\n" +
+	"\x0eparanoia_level\x18\x02 \x01(\rR\rparanoiaLevel\x12$\n" +
+	"\x0emax_body_bytes\x18\x03 \x01(\rR\fmaxBodyBytes\"\xf0\x01\n" +
 	"\n" +
 	"RouteMatch\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x1b\n" +
@@ -3837,7 +3932,7 @@ func file_teapotv1_model_proto_rawDescGZIP() []byte {
 	return file_teapotv1_model_proto_rawDescData
 }
 
-var file_teapotv1_model_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_teapotv1_model_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_teapotv1_model_proto_goTypes = []any{
 	(*Meta)(nil),                  // 0: teapot.v1.Meta
 	(*Tenant)(nil),                // 1: teapot.v1.Tenant
@@ -3851,112 +3946,114 @@ var file_teapotv1_model_proto_goTypes = []any{
 	(*SNIRoute)(nil),              // 9: teapot.v1.SNIRoute
 	(*TLSPolicy)(nil),             // 10: teapot.v1.TLSPolicy
 	(*Route)(nil),                 // 11: teapot.v1.Route
-	(*RouteMatch)(nil),            // 12: teapot.v1.RouteMatch
-	(*ValueMatch)(nil),            // 13: teapot.v1.ValueMatch
-	(*GRPCMethodMatch)(nil),       // 14: teapot.v1.GRPCMethodMatch
-	(*RouteBackend)(nil),          // 15: teapot.v1.RouteBackend
-	(*RouteFilter)(nil),           // 16: teapot.v1.RouteFilter
-	(*HeaderModifier)(nil),        // 17: teapot.v1.HeaderModifier
-	(*HeaderValue)(nil),           // 18: teapot.v1.HeaderValue
-	(*RequestRedirect)(nil),       // 19: teapot.v1.RequestRedirect
-	(*URLRewrite)(nil),            // 20: teapot.v1.URLRewrite
-	(*PathModifier)(nil),          // 21: teapot.v1.PathModifier
-	(*RequestMirror)(nil),         // 22: teapot.v1.RequestMirror
-	(*Fraction)(nil),              // 23: teapot.v1.Fraction
-	(*RouteTimeouts)(nil),         // 24: teapot.v1.RouteTimeouts
-	(*BackendPool)(nil),           // 25: teapot.v1.BackendPool
-	(*Member)(nil),                // 26: teapot.v1.Member
-	(*HealthCheck)(nil),           // 27: teapot.v1.HealthCheck
-	(*TCPCheck)(nil),              // 28: teapot.v1.TCPCheck
-	(*HTTPCheck)(nil),             // 29: teapot.v1.HTTPCheck
-	(*HTTPSCheck)(nil),            // 30: teapot.v1.HTTPSCheck
-	(*LoadBalancerStatus)(nil),    // 31: teapot.v1.LoadBalancerStatus
-	(*ObservedStatus)(nil),        // 32: teapot.v1.ObservedStatus
-	(*Problem)(nil),               // 33: teapot.v1.Problem
-	(*Node)(nil),                  // 34: teapot.v1.Node
-	(*NodeService)(nil),           // 35: teapot.v1.NodeService
-	(*Certificate)(nil),           // 36: teapot.v1.Certificate
-	(*JoinToken)(nil),             // 37: teapot.v1.JoinToken
-	(*StorageItem)(nil),           // 38: teapot.v1.StorageItem
-	(*StorageLock)(nil),           // 39: teapot.v1.StorageLock
-	(*Object)(nil),                // 40: teapot.v1.Object
-	(*ObjectRef)(nil),             // 41: teapot.v1.ObjectRef
-	nil,                           // 42: teapot.v1.LoadBalancer.PoolsEntry
-	(*timestamppb.Timestamp)(nil), // 43: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 44: google.protobuf.Duration
+	(*WAF)(nil),                   // 12: teapot.v1.WAF
+	(*RouteMatch)(nil),            // 13: teapot.v1.RouteMatch
+	(*ValueMatch)(nil),            // 14: teapot.v1.ValueMatch
+	(*GRPCMethodMatch)(nil),       // 15: teapot.v1.GRPCMethodMatch
+	(*RouteBackend)(nil),          // 16: teapot.v1.RouteBackend
+	(*RouteFilter)(nil),           // 17: teapot.v1.RouteFilter
+	(*HeaderModifier)(nil),        // 18: teapot.v1.HeaderModifier
+	(*HeaderValue)(nil),           // 19: teapot.v1.HeaderValue
+	(*RequestRedirect)(nil),       // 20: teapot.v1.RequestRedirect
+	(*URLRewrite)(nil),            // 21: teapot.v1.URLRewrite
+	(*PathModifier)(nil),          // 22: teapot.v1.PathModifier
+	(*RequestMirror)(nil),         // 23: teapot.v1.RequestMirror
+	(*Fraction)(nil),              // 24: teapot.v1.Fraction
+	(*RouteTimeouts)(nil),         // 25: teapot.v1.RouteTimeouts
+	(*BackendPool)(nil),           // 26: teapot.v1.BackendPool
+	(*Member)(nil),                // 27: teapot.v1.Member
+	(*HealthCheck)(nil),           // 28: teapot.v1.HealthCheck
+	(*TCPCheck)(nil),              // 29: teapot.v1.TCPCheck
+	(*HTTPCheck)(nil),             // 30: teapot.v1.HTTPCheck
+	(*HTTPSCheck)(nil),            // 31: teapot.v1.HTTPSCheck
+	(*LoadBalancerStatus)(nil),    // 32: teapot.v1.LoadBalancerStatus
+	(*ObservedStatus)(nil),        // 33: teapot.v1.ObservedStatus
+	(*Problem)(nil),               // 34: teapot.v1.Problem
+	(*Node)(nil),                  // 35: teapot.v1.Node
+	(*NodeService)(nil),           // 36: teapot.v1.NodeService
+	(*Certificate)(nil),           // 37: teapot.v1.Certificate
+	(*JoinToken)(nil),             // 38: teapot.v1.JoinToken
+	(*StorageItem)(nil),           // 39: teapot.v1.StorageItem
+	(*StorageLock)(nil),           // 40: teapot.v1.StorageLock
+	(*Object)(nil),                // 41: teapot.v1.Object
+	(*ObjectRef)(nil),             // 42: teapot.v1.ObjectRef
+	nil,                           // 43: teapot.v1.LoadBalancer.PoolsEntry
+	(*timestamppb.Timestamp)(nil), // 44: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 45: google.protobuf.Duration
 }
 var file_teapotv1_model_proto_depIdxs = []int32{
-	43, // 0: teapot.v1.Meta.created:type_name -> google.protobuf.Timestamp
-	43, // 1: teapot.v1.Meta.updated:type_name -> google.protobuf.Timestamp
+	44, // 0: teapot.v1.Meta.created:type_name -> google.protobuf.Timestamp
+	44, // 1: teapot.v1.Meta.updated:type_name -> google.protobuf.Timestamp
 	2,  // 2: teapot.v1.Tenant.quotas:type_name -> teapot.v1.Quotas
 	0,  // 3: teapot.v1.Tenant.meta:type_name -> teapot.v1.Meta
 	0,  // 4: teapot.v1.VIPPool.meta:type_name -> teapot.v1.Meta
 	6,  // 5: teapot.v1.LoadBalancer.vip:type_name -> teapot.v1.VIPRequest
 	7,  // 6: teapot.v1.LoadBalancer.listeners:type_name -> teapot.v1.Listener
 	11, // 7: teapot.v1.LoadBalancer.routes:type_name -> teapot.v1.Route
-	42, // 8: teapot.v1.LoadBalancer.pools:type_name -> teapot.v1.LoadBalancer.PoolsEntry
+	43, // 8: teapot.v1.LoadBalancer.pools:type_name -> teapot.v1.LoadBalancer.PoolsEntry
 	5,  // 9: teapot.v1.LoadBalancer.access_log:type_name -> teapot.v1.AccessLog
 	0,  // 10: teapot.v1.LoadBalancer.meta:type_name -> teapot.v1.Meta
-	31, // 11: teapot.v1.LoadBalancer.status:type_name -> teapot.v1.LoadBalancerStatus
+	32, // 11: teapot.v1.LoadBalancer.status:type_name -> teapot.v1.LoadBalancerStatus
 	10, // 12: teapot.v1.Listener.tls:type_name -> teapot.v1.TLSPolicy
-	44, // 13: teapot.v1.Listener.idle_timeout:type_name -> google.protobuf.Duration
+	45, // 13: teapot.v1.Listener.idle_timeout:type_name -> google.protobuf.Duration
 	9,  // 14: teapot.v1.Listener.sni_routes:type_name -> teapot.v1.SNIRoute
 	8,  // 15: teapot.v1.Listener.rate_limit:type_name -> teapot.v1.RateLimit
-	12, // 16: teapot.v1.Route.matches:type_name -> teapot.v1.RouteMatch
-	15, // 17: teapot.v1.Route.backends:type_name -> teapot.v1.RouteBackend
-	16, // 18: teapot.v1.Route.filters:type_name -> teapot.v1.RouteFilter
-	24, // 19: teapot.v1.Route.timeouts:type_name -> teapot.v1.RouteTimeouts
+	13, // 16: teapot.v1.Route.matches:type_name -> teapot.v1.RouteMatch
+	16, // 17: teapot.v1.Route.backends:type_name -> teapot.v1.RouteBackend
+	17, // 18: teapot.v1.Route.filters:type_name -> teapot.v1.RouteFilter
+	25, // 19: teapot.v1.Route.timeouts:type_name -> teapot.v1.RouteTimeouts
 	8,  // 20: teapot.v1.Route.rate_limit:type_name -> teapot.v1.RateLimit
-	13, // 21: teapot.v1.RouteMatch.headers:type_name -> teapot.v1.ValueMatch
-	13, // 22: teapot.v1.RouteMatch.query_params:type_name -> teapot.v1.ValueMatch
-	14, // 23: teapot.v1.RouteMatch.grpc:type_name -> teapot.v1.GRPCMethodMatch
-	17, // 24: teapot.v1.RouteFilter.request_header_modifier:type_name -> teapot.v1.HeaderModifier
-	17, // 25: teapot.v1.RouteFilter.response_header_modifier:type_name -> teapot.v1.HeaderModifier
-	19, // 26: teapot.v1.RouteFilter.request_redirect:type_name -> teapot.v1.RequestRedirect
-	20, // 27: teapot.v1.RouteFilter.url_rewrite:type_name -> teapot.v1.URLRewrite
-	22, // 28: teapot.v1.RouteFilter.request_mirror:type_name -> teapot.v1.RequestMirror
-	18, // 29: teapot.v1.HeaderModifier.set:type_name -> teapot.v1.HeaderValue
-	18, // 30: teapot.v1.HeaderModifier.add:type_name -> teapot.v1.HeaderValue
-	21, // 31: teapot.v1.RequestRedirect.path:type_name -> teapot.v1.PathModifier
-	21, // 32: teapot.v1.URLRewrite.path:type_name -> teapot.v1.PathModifier
-	23, // 33: teapot.v1.RequestMirror.fraction:type_name -> teapot.v1.Fraction
-	44, // 34: teapot.v1.RouteTimeouts.request:type_name -> google.protobuf.Duration
-	44, // 35: teapot.v1.RouteTimeouts.backend_request:type_name -> google.protobuf.Duration
-	26, // 36: teapot.v1.BackendPool.members:type_name -> teapot.v1.Member
-	27, // 37: teapot.v1.BackendPool.health_check:type_name -> teapot.v1.HealthCheck
-	44, // 38: teapot.v1.BackendPool.connect_timeout:type_name -> google.protobuf.Duration
-	28, // 39: teapot.v1.HealthCheck.tcp:type_name -> teapot.v1.TCPCheck
-	29, // 40: teapot.v1.HealthCheck.http:type_name -> teapot.v1.HTTPCheck
-	44, // 41: teapot.v1.HealthCheck.interval:type_name -> google.protobuf.Duration
-	44, // 42: teapot.v1.HealthCheck.timeout:type_name -> google.protobuf.Duration
-	30, // 43: teapot.v1.HealthCheck.https:type_name -> teapot.v1.HTTPSCheck
-	33, // 44: teapot.v1.LoadBalancerStatus.problems:type_name -> teapot.v1.Problem
-	32, // 45: teapot.v1.LoadBalancerStatus.observed:type_name -> teapot.v1.ObservedStatus
-	35, // 46: teapot.v1.Node.services:type_name -> teapot.v1.NodeService
-	0,  // 47: teapot.v1.Node.meta:type_name -> teapot.v1.Meta
-	43, // 48: teapot.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
-	0,  // 49: teapot.v1.Certificate.meta:type_name -> teapot.v1.Meta
-	43, // 50: teapot.v1.JoinToken.expires:type_name -> google.protobuf.Timestamp
-	0,  // 51: teapot.v1.JoinToken.meta:type_name -> teapot.v1.Meta
-	43, // 52: teapot.v1.StorageItem.modified:type_name -> google.protobuf.Timestamp
-	0,  // 53: teapot.v1.StorageItem.meta:type_name -> teapot.v1.Meta
-	43, // 54: teapot.v1.StorageLock.expires:type_name -> google.protobuf.Timestamp
-	44, // 55: teapot.v1.StorageLock.ttl:type_name -> google.protobuf.Duration
-	0,  // 56: teapot.v1.StorageLock.meta:type_name -> teapot.v1.Meta
-	1,  // 57: teapot.v1.Object.tenant:type_name -> teapot.v1.Tenant
-	3,  // 58: teapot.v1.Object.vip_pool:type_name -> teapot.v1.VIPPool
-	4,  // 59: teapot.v1.Object.load_balancer:type_name -> teapot.v1.LoadBalancer
-	34, // 60: teapot.v1.Object.node:type_name -> teapot.v1.Node
-	36, // 61: teapot.v1.Object.certificate:type_name -> teapot.v1.Certificate
-	37, // 62: teapot.v1.Object.join_token:type_name -> teapot.v1.JoinToken
-	38, // 63: teapot.v1.Object.storage_item:type_name -> teapot.v1.StorageItem
-	39, // 64: teapot.v1.Object.storage_lock:type_name -> teapot.v1.StorageLock
-	25, // 65: teapot.v1.LoadBalancer.PoolsEntry.value:type_name -> teapot.v1.BackendPool
-	66, // [66:66] is the sub-list for method output_type
-	66, // [66:66] is the sub-list for method input_type
-	66, // [66:66] is the sub-list for extension type_name
-	66, // [66:66] is the sub-list for extension extendee
-	0,  // [0:66] is the sub-list for field type_name
+	12, // 21: teapot.v1.Route.waf:type_name -> teapot.v1.WAF
+	14, // 22: teapot.v1.RouteMatch.headers:type_name -> teapot.v1.ValueMatch
+	14, // 23: teapot.v1.RouteMatch.query_params:type_name -> teapot.v1.ValueMatch
+	15, // 24: teapot.v1.RouteMatch.grpc:type_name -> teapot.v1.GRPCMethodMatch
+	18, // 25: teapot.v1.RouteFilter.request_header_modifier:type_name -> teapot.v1.HeaderModifier
+	18, // 26: teapot.v1.RouteFilter.response_header_modifier:type_name -> teapot.v1.HeaderModifier
+	20, // 27: teapot.v1.RouteFilter.request_redirect:type_name -> teapot.v1.RequestRedirect
+	21, // 28: teapot.v1.RouteFilter.url_rewrite:type_name -> teapot.v1.URLRewrite
+	23, // 29: teapot.v1.RouteFilter.request_mirror:type_name -> teapot.v1.RequestMirror
+	19, // 30: teapot.v1.HeaderModifier.set:type_name -> teapot.v1.HeaderValue
+	19, // 31: teapot.v1.HeaderModifier.add:type_name -> teapot.v1.HeaderValue
+	22, // 32: teapot.v1.RequestRedirect.path:type_name -> teapot.v1.PathModifier
+	22, // 33: teapot.v1.URLRewrite.path:type_name -> teapot.v1.PathModifier
+	24, // 34: teapot.v1.RequestMirror.fraction:type_name -> teapot.v1.Fraction
+	45, // 35: teapot.v1.RouteTimeouts.request:type_name -> google.protobuf.Duration
+	45, // 36: teapot.v1.RouteTimeouts.backend_request:type_name -> google.protobuf.Duration
+	27, // 37: teapot.v1.BackendPool.members:type_name -> teapot.v1.Member
+	28, // 38: teapot.v1.BackendPool.health_check:type_name -> teapot.v1.HealthCheck
+	45, // 39: teapot.v1.BackendPool.connect_timeout:type_name -> google.protobuf.Duration
+	29, // 40: teapot.v1.HealthCheck.tcp:type_name -> teapot.v1.TCPCheck
+	30, // 41: teapot.v1.HealthCheck.http:type_name -> teapot.v1.HTTPCheck
+	45, // 42: teapot.v1.HealthCheck.interval:type_name -> google.protobuf.Duration
+	45, // 43: teapot.v1.HealthCheck.timeout:type_name -> google.protobuf.Duration
+	31, // 44: teapot.v1.HealthCheck.https:type_name -> teapot.v1.HTTPSCheck
+	34, // 45: teapot.v1.LoadBalancerStatus.problems:type_name -> teapot.v1.Problem
+	33, // 46: teapot.v1.LoadBalancerStatus.observed:type_name -> teapot.v1.ObservedStatus
+	36, // 47: teapot.v1.Node.services:type_name -> teapot.v1.NodeService
+	0,  // 48: teapot.v1.Node.meta:type_name -> teapot.v1.Meta
+	44, // 49: teapot.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
+	0,  // 50: teapot.v1.Certificate.meta:type_name -> teapot.v1.Meta
+	44, // 51: teapot.v1.JoinToken.expires:type_name -> google.protobuf.Timestamp
+	0,  // 52: teapot.v1.JoinToken.meta:type_name -> teapot.v1.Meta
+	44, // 53: teapot.v1.StorageItem.modified:type_name -> google.protobuf.Timestamp
+	0,  // 54: teapot.v1.StorageItem.meta:type_name -> teapot.v1.Meta
+	44, // 55: teapot.v1.StorageLock.expires:type_name -> google.protobuf.Timestamp
+	45, // 56: teapot.v1.StorageLock.ttl:type_name -> google.protobuf.Duration
+	0,  // 57: teapot.v1.StorageLock.meta:type_name -> teapot.v1.Meta
+	1,  // 58: teapot.v1.Object.tenant:type_name -> teapot.v1.Tenant
+	3,  // 59: teapot.v1.Object.vip_pool:type_name -> teapot.v1.VIPPool
+	4,  // 60: teapot.v1.Object.load_balancer:type_name -> teapot.v1.LoadBalancer
+	35, // 61: teapot.v1.Object.node:type_name -> teapot.v1.Node
+	37, // 62: teapot.v1.Object.certificate:type_name -> teapot.v1.Certificate
+	38, // 63: teapot.v1.Object.join_token:type_name -> teapot.v1.JoinToken
+	39, // 64: teapot.v1.Object.storage_item:type_name -> teapot.v1.StorageItem
+	40, // 65: teapot.v1.Object.storage_lock:type_name -> teapot.v1.StorageLock
+	26, // 66: teapot.v1.LoadBalancer.PoolsEntry.value:type_name -> teapot.v1.BackendPool
+	67, // [67:67] is the sub-list for method output_type
+	67, // [67:67] is the sub-list for method input_type
+	67, // [67:67] is the sub-list for extension type_name
+	67, // [67:67] is the sub-list for extension extendee
+	0,  // [0:67] is the sub-list for field type_name
 }
 
 func init() { file_teapotv1_model_proto_init() }
@@ -3964,12 +4061,12 @@ func file_teapotv1_model_proto_init() {
 	if File_teapotv1_model_proto != nil {
 		return
 	}
-	file_teapotv1_model_proto_msgTypes[15].OneofWrappers = []any{}
-	file_teapotv1_model_proto_msgTypes[19].OneofWrappers = []any{}
-	file_teapotv1_model_proto_msgTypes[21].OneofWrappers = []any{}
+	file_teapotv1_model_proto_msgTypes[16].OneofWrappers = []any{}
+	file_teapotv1_model_proto_msgTypes[20].OneofWrappers = []any{}
 	file_teapotv1_model_proto_msgTypes[22].OneofWrappers = []any{}
-	file_teapotv1_model_proto_msgTypes[26].OneofWrappers = []any{}
-	file_teapotv1_model_proto_msgTypes[40].OneofWrappers = []any{
+	file_teapotv1_model_proto_msgTypes[23].OneofWrappers = []any{}
+	file_teapotv1_model_proto_msgTypes[27].OneofWrappers = []any{}
+	file_teapotv1_model_proto_msgTypes[41].OneofWrappers = []any{
 		(*Object_Tenant)(nil),
 		(*Object_VipPool)(nil),
 		(*Object_LoadBalancer)(nil),
@@ -3985,7 +4082,7 @@ func file_teapotv1_model_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_teapotv1_model_proto_rawDesc), len(file_teapotv1_model_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   43,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
