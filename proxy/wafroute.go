@@ -3,7 +3,6 @@ package proxy
 import (
 	"net/http"
 	"net/netip"
-	"strings"
 	"sync/atomic"
 
 	"github.com/teapot-lb/teapot-lb/api"
@@ -58,13 +57,13 @@ func (p *Proxy) WAFStats(tenant string) WAFStats {
 // wafInspect returns the Inspect of a route with a WAF: the shared engine
 // of its spec, run within the tenant's WAF CPU budget.
 func (p *Proxy) wafInspect(ls *ListenerSnapshot, sr *snapshot.Route) func(*http.Request, []byte, netip.AddrPort, netip.AddrPort) (http.Handler, int) {
-	e, err := waf.Get(waf.Config{Paranoia: sr.WAF.Paranoia, Block: sr.WAF.Block, MaxBody: sr.WAF.MaxBody})
+	e, err := waf.Get(sr.WAF.Paranoia)
 	if err != nil {
 		p.log.Error("WAF rule set not built; the route answers 503", "lb", ls.LB, "error", err)
 		return wafNotReady
 	}
 	b := p.wafBudget(ls.Tenant, ls.Limits.WAFCPUMillicores)
-	lb := ls.LB
+	lb, block := ls.LB, sr.WAF.Block
 	log := p.log
 	return func(r *http.Request, body []byte, client, local netip.AddrPort) (http.Handler, int) {
 		start := regexNow()
@@ -76,14 +75,15 @@ func (p *Proxy) wafInspect(ls *ListenerSnapshot, sr *snapshot.Route) func(*http.
 		b.settle(wafReserve, regexNow()-start)
 		b.inspected.Add(1)
 		switch {
-		case v.Blocked:
-			b.blocked.Add(1)
-			if b.blocked.Load()%100 == 1 { // rate-limited: the first of each hundred
+		case v.Rejected && block:
+			if b.blocked.Add(1)%100 == 1 { // rate-limited: the first of each hundred
 				log.Info("WAF blocked a request", "lb", lb, "client", client.Addr().String(), "rules", waf.RuleList(v.Rules))
 			}
-			return wafBlocked(v.Status, v.Rules), v.Status
+			return wafBlocked(v.Status), v.Status
 		case v.Rejected:
-			b.detected.Add(1)
+			if b.detected.Add(1)%100 == 1 {
+				log.Info("WAF detected a request it would block", "lb", lb, "client", client.Addr().String(), "rules", waf.RuleList(v.Rules))
+			}
 		}
 		return nil, 0
 	}
@@ -104,11 +104,11 @@ var wafBudgetRefusal = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Requ
 	http.Error(w, "429 too many requests: this load balancer's WAF is over its CPU budget (quotas.wafCpuMillicores)", http.StatusTooManyRequests)
 })
 
-// wafBlocked answers a request the rules rejected, naming the rules in
-// X-Teapot-WAF-Rules (the member never sees it).
-func wafBlocked(status int, rules []int) http.Handler {
+// wafBlocked answers a request the rules rejected. The rules are not
+// named to the client (they would guide an attacker past them); the log
+// names them.
+func wafBlocked(status int) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("X-Teapot-WAF-Rules", strings.ReplaceAll(waf.RuleList(rules), ",", " "))
 		http.Error(w, http.StatusText(status), status)
 	})
 }

@@ -78,8 +78,8 @@ func TestWAFBlocksAttacksOverRealSockets(t *testing.T) {
 			{"POST", "/login", "user=admin&pass=" + url.QueryEscape("' OR 1=1--")},
 		} {
 			resp := do(c, a.method, a.target, a.body)
-			if resp.StatusCode != 403 || resp.Header.Get("X-Teapot-WAF-Rules") == "" {
-				t.Errorf("%s %s %s: %d %v, want 403 naming the rules", name, a.method, a.target, resp.StatusCode, resp.Header)
+			if resp.StatusCode != 403 {
+				t.Errorf("%s %s %s: %d, want 403", name, a.method, a.target, resp.StatusCode)
 			}
 		}
 		if n := got.Load() - before; n != 0 {

@@ -1,14 +1,15 @@
 // Package waf inspects HTTP requests with Coraza v3 and the OWASP Core
 // Rule Set v4 it embeds (no file or network access: the rules come from
-// the binary). One engine is built per paranoia level and mode and shared
-// by every route that asks for it: the rules are the same for all tenants,
-// and an engine costs tens of megabytes.
+// the binary). One engine is built per paranoia level (at most four) and
+// shared by every route that asks for it: the rules are the same for all
+// tenants, and an engine costs megabytes. Whether a rejected request is
+// blocked (block) or only reported (detect) is the route's choice, made
+// with the verdict.
 package waf
 
 import (
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/netip"
 	"strconv"
@@ -22,43 +23,34 @@ import (
 // ErrBuild: an engine could not be built from the embedded rules.
 var ErrBuild = errors.New("waf: build the rule set")
 
-// Config is what a route asks for.
-type Config struct {
-	// Paranoia is the CRS paranoia level, 1 to 4.
-	Paranoia int
-	// Block answers a request the rules reject with 403; otherwise the
-	// verdict is only reported (detect).
-	Block bool
-	// MaxBody is how many bytes of a request body are inspected.
-	MaxBody int
-}
+// MaxBody bounds the body bytes an engine takes (the caller reads at most
+// its route's bound, which the API keeps under this).
+const MaxBody = 1 << 20
 
 var (
 	mu      sync.Mutex
-	engines = map[Config]*Engine{}
+	engines = map[int]*Engine{}
 )
 
 // Engine is one built rule set.
 type Engine struct {
-	cfg Config
 	waf coraza.WAF
 }
 
-// Get returns the engine of cfg, building it on first use (a second or
-// so of CPU; call it off the request path).
-func Get(cfg Config) (*Engine, error) {
+// Get returns the engine of a paranoia level (1 to 4), building it on
+// first use (about 170 ms of CPU; call it off the request path).
+func Get(paranoia int) (*Engine, error) {
+	if paranoia < 1 || paranoia > 4 {
+		return nil, fmt.Errorf("%w: paranoia level %d is not 1 to 4", ErrBuild, paranoia)
+	}
 	mu.Lock()
 	defer mu.Unlock()
-	if e := engines[cfg]; e != nil {
+	if e := engines[paranoia]; e != nil {
 		return e, nil
-	}
-	engine := "On"
-	if !cfg.Block {
-		engine = "DetectionOnly"
 	}
 	directives := fmt.Sprintf(`Include @coraza.conf-recommended
 Include @crs-setup.conf.example
-SecRuleEngine %s
+SecRuleEngine On
 SecRequestBodyAccess On
 SecRequestBodyLimit %d
 SecRequestBodyInMemoryLimit %d
@@ -68,13 +60,13 @@ SecAuditEngine Off
 SecAction "id:900000,phase:1,pass,t:none,nolog,setvar:tx.blocking_paranoia_level=%d"
 SecAction "id:900001,phase:1,pass,t:none,nolog,setvar:tx.detection_paranoia_level=%d"
 Include @owasp_crs/*.conf
-`, engine, cfg.MaxBody, cfg.MaxBody, cfg.Paranoia, cfg.Paranoia)
+`, MaxBody, MaxBody, paranoia, paranoia)
 	w, err := coraza.NewWAF(coraza.NewWAFConfig().WithRootFS(coreruleset.FS).WithDirectives(directives))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBuild, err)
 	}
-	e := &Engine{cfg: cfg, waf: w}
-	engines[cfg] = e
+	e := &Engine{waf: w}
+	engines[paranoia] = e
 	return e, nil
 }
 
@@ -84,9 +76,7 @@ const inboundAnomaly = 949110
 
 // Verdict is the outcome of one inspection.
 type Verdict struct {
-	// Blocked: the request must be refused (block mode).
-	Blocked bool
-	// Status is the status a blocked request gets.
+	// Status is the status a rejected request gets when it is blocked.
 	Status int
 	// Rules are the ids of the rules that matched (detect and block).
 	Rules []int
@@ -136,42 +126,13 @@ func (e *Engine) verdict(tx types.Transaction, it *types.Interruption) Verdict {
 		v.Rejected = v.Rejected || m.Rule().ID() == inboundAnomaly
 	}
 	v.Rejected = v.Rejected || it != nil
-	if it != nil && e.cfg.Block {
-		v.Blocked, v.Status = true, it.Status
-		if v.Status == 0 {
-			v.Status = http.StatusForbidden
+	if v.Rejected {
+		v.Status = http.StatusForbidden
+		if it != nil && it.Status != 0 {
+			v.Status = it.Status
 		}
 	}
 	return v
-}
-
-// ReadBody reads at most max bytes of r's body and returns them, with a
-// body for r that yields them and then the rest.
-func ReadBody(r *http.Request, max int) ([]byte, io.ReadCloser, error) {
-	if r.Body == nil || r.Body == http.NoBody || max <= 0 {
-		return nil, r.Body, nil
-	}
-	buf, err := io.ReadAll(io.LimitReader(r.Body, int64(max)))
-	if err != nil {
-		return nil, nil, err
-	}
-	return buf, struct {
-		io.Reader
-		io.Closer
-	}{io.MultiReader(bytesReader(buf), r.Body), r.Body}, nil
-}
-
-func bytesReader(b []byte) io.Reader { return &sliceReader{b: b} }
-
-type sliceReader struct{ b []byte }
-
-func (s *sliceReader) Read(p []byte) (int, error) {
-	if len(s.b) == 0 {
-		return 0, io.EOF
-	}
-	n := copy(p, s.b)
-	s.b = s.b[n:]
-	return n, nil
 }
 
 // RuleList renders rule ids for a log line.
