@@ -57,6 +57,17 @@ const (
 	// (hostnames). A host of an earlier release ignores them and its DNS
 	// (it has none) answers nothing.
 	FeatureHostnames = "hostnames"
+	// FeatureSourceRanges: listeners open to some client networks only
+	// (listeners[].allowedSources, deniedSources). A host of an earlier
+	// release ignores them and serves every address.
+	FeatureSourceRanges = "source-ranges"
+	// FeatureRateLimits: rate limits of listeners and routes
+	// (listeners[].rateLimit, routes[].rateLimit). A host of an earlier
+	// release ignores them.
+	FeatureRateLimits = "rate-limits"
+	// FeatureWAF: request inspection by the web application firewall
+	// (routes[].waf). A host of an earlier release ignores it.
+	FeatureWAF = "waf"
 )
 
 // FeatureLevel is the highest cluster feature level this release
@@ -80,6 +91,9 @@ var featureLevels = map[string]uint32{
 	FeatureTenantBGP:     4,
 	FeatureDualStack:     4,
 	FeatureHostnames:     4,
+	FeatureSourceRanges:  4,
+	FeatureRateLimits:    4,
+	FeatureWAF:           4,
 }
 
 // LevelOf is the feature level a feature needs on every host (0 for a
@@ -121,7 +135,7 @@ func FeatureRefusal(uses []FeatureUse, need uint32, older []string) error {
 
 // Features returns the features this release serves.
 func Features() []string {
-	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames}
+	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF}
 }
 
 // FeatureUse is one place where a write uses a feature: the feature and
@@ -171,6 +185,26 @@ func FeaturesUsed(obj *pb.Object) []FeatureUse {
 	}
 	if len(l.GetHostnames()) > 0 {
 		out = append(out, FeatureUse{Feature: FeatureHostnames, Field: RefString(RefOf(obj)) + ": hostnames"})
+	}
+	for i, ls := range l.GetListeners() {
+		at := fmt.Sprintf("%s: listeners[%d]", RefString(RefOf(obj)), i)
+		if len(ls.GetAllowedSources()) > 0 {
+			out = append(out, FeatureUse{Feature: FeatureSourceRanges, Field: at + ".allowedSources"})
+		}
+		if len(ls.GetDeniedSources()) > 0 {
+			out = append(out, FeatureUse{Feature: FeatureSourceRanges, Field: at + ".deniedSources"})
+		}
+		if ls.GetRateLimit() != nil {
+			out = append(out, FeatureUse{Feature: FeatureRateLimits, Field: at + ".rateLimit"})
+		}
+	}
+	for i, r := range l.GetRoutes() {
+		if r.GetRateLimit() != nil {
+			out = append(out, FeatureUse{Feature: FeatureRateLimits, Field: fmt.Sprintf("%s: routes[%d].rateLimit", RefString(RefOf(obj)), i)})
+		}
+		if r.GetWaf() != nil {
+			out = append(out, FeatureUse{Feature: FeatureWAF, Field: fmt.Sprintf("%s: routes[%d].waf", RefString(RefOf(obj)), i)})
+		}
 	}
 	names := make([]string, 0, len(l.GetPools()))
 	for name := range l.GetPools() {

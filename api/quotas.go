@@ -27,6 +27,8 @@ func DefaultQuotas() *pb.Quotas {
 		RegexMatchesPerLb:  64,
 		RegexMatches:       1000,
 		RegexCpuMillicores: DefaultRegexCPUMillicores,
+		RateLimitKeys:      DefaultRateLimitKeys,
+		WafCpuMillicores:   DefaultWAFCPUMillicores,
 	}
 }
 
@@ -88,6 +90,8 @@ func EffectiveQuotas(t *pb.Tenant) *pb.Quotas {
 		{set.GetRegexMatchesPerLb(), &q.RegexMatchesPerLb},
 		{set.GetRegexMatches(), &q.RegexMatches},
 		{set.GetRegexCpuMillicores(), &q.RegexCpuMillicores},
+		{set.GetRateLimitKeys(), &q.RateLimitKeys},
+		{set.GetWafCpuMillicores(), &q.WafCpuMillicores},
 	} {
 		if f.v != 0 {
 			*f.dst = f.v

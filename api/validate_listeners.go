@@ -47,7 +47,8 @@ func listenerProtocol(p string) bool {
 
 // CheckListener checks the listener at field ("listeners[1]") on its own:
 // port, protocol, the pool it names among pools, TLS (but for the
-// certificates it lists), redirectToHttps, idleTimeout and trustedProxies.
+// certificates it lists), redirectToHttps, idleTimeout, trustedProxies,
+// allowedSources, deniedSources and rateLimit.
 // Its server-name routes have CheckSNIRoutes. It returns the rules broken,
 // with the field paths of the manifest.
 func CheckListener(field string, l *pb.Listener, pools map[string]*pb.BackendPool) []FieldError {
@@ -90,6 +91,7 @@ func CheckListener(field string, l *pb.Listener, pools map[string]*pb.BackendPoo
 			}
 		}
 	}
+	checkListenerEdge(&ck, f, l)
 	return ck.errs
 }
 

@@ -326,6 +326,7 @@ func checkRouteRest(ck *checker, lb *pb.LoadBalancer, f string, r *pb.Route) {
 	checkRouteBackends(ck, lb, f, r, redirect)
 	checkRouteFilters(ck, lb, f, r)
 	checkRouteTimeouts(ck, f+".timeouts", r.GetTimeouts())
+	ck.add(CheckRouteRateLimit(f, r))
 }
 
 func checkRouteMatch(ck *checker, f string, m *pb.RouteMatch) {

@@ -77,6 +77,13 @@ const (
 	// its HEADERS were read: the tenant's streams in flight are at its
 	// connection bound (quotas.connections, else MaxConnectionsPerTenant).
 	RefusedTenantStreams = "tenant-streams"
+	// RefusedSource: the client's address is outside the listener's
+	// allowedSources or inside its deniedSources.
+	RefusedSource = "source"
+	// RefusedRateLimit: the listener's connectionsPerSecond is spent for
+	// the client (or all clients), or the tenant's rate-limit table is
+	// full.
+	RefusedRateLimit = "rate-limit"
 )
 
 type nopMetrics struct{}

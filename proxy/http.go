@@ -116,7 +116,7 @@ func newHTTPTable(ls *ListenerSnapshot) *httpTable {
 		t.regexRefused = regexRefusedRoute(ls.LB)
 	}
 	if ls.RedirectToHTTPS {
-		t.redirect = &l7.Route{Name: ls.LB + "/redirect", RedirectHTTPS: true}
+		t.redirect = &l7.Route{Name: ls.LB + "/redirect", RedirectHTTPS: true, Gate: requestGate(ls, -1)}
 	}
 	for i := range srs {
 		sr := &srs[i]
@@ -127,6 +127,13 @@ func newHTTPTable(ls *ListenerSnapshot) *httpTable {
 			}
 		}
 		route.Ext = routeExt(ls, sr)
+		route.Gate = requestGate(ls, sr.Index)
+		if sr.WAF.On {
+			route.Inspect, route.InspectBody = wafNotReady, sr.WAF.MaxBody
+			if ls.waf != nil {
+				route.Inspect = ls.waf(ls, sr)
+			}
+		}
 		t.routes[sr] = route
 	}
 	return t

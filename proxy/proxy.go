@@ -150,10 +150,14 @@ type Proxy struct {
 	tenants sync.Map // tenant name -> *tenantBudget
 	// regexBudgets: tenant name -> *regexBudget (regexbudget.go).
 	regexBudgets sync.Map
-	hostConns    atomic.Int64
-	hostFDs      atomic.Int64
-	pipes        *splice.Pool
-	wg           sync.WaitGroup
+	// rateTables: tenant name -> *ratelimit.Table (ratelimits.go).
+	rateTables sync.Map
+	// wafBudgets: tenant name -> *wafBudget (wafroute.go).
+	wafBudgets sync.Map
+	hostConns  atomic.Int64
+	hostFDs    atomic.Int64
+	pipes      *splice.Pool
+	wg         sync.WaitGroup
 
 	handover handoverState
 
@@ -383,6 +387,7 @@ func (p *Proxy) apply(s *snapshot.Snapshot, retryFailed bool) bool {
 				}
 			}
 			sock.setOwner(l.LB)
+			sock.enforceSources(l)
 		}
 	}
 	for _, pool := range retired {

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"net/http"
 	"net/netip"
 	"slices"
 	"strings"
@@ -69,6 +70,11 @@ type ListenerSnapshot struct {
 	// streams bounds the tenant's HTTP/2 streams in flight (nil in a
 	// listener snapshot the proxy did not build: no bound applies).
 	streams *listenerStreams
+	// rates are the listener's rate limits in service (ratelimits.go).
+	rates listenerRates
+	// waf builds the Inspect of a route with a WAF (nil in a listener
+	// snapshot the proxy did not build: a WAF route answers 503).
+	waf func(*ListenerSnapshot, *snapshot.Route) func(*http.Request, []byte, netip.AddrPort, netip.AddrPort) (http.Handler, int)
 }
 
 // Pool returns the live pool of a compiled pool the listener uses (its L4
@@ -254,6 +260,8 @@ func (p *Proxy) build(s *snapshot.Snapshot, old *served, keys []snapshot.Key) (*
 					nl.byPool[sp] = nl.pools[i]
 				}
 			}
+			nl.rates = p.acquireRates(l)
+			nl.waf = p.wafInspect
 			if l.Protocol.L7() {
 				if l.Routes.Regex() {
 					nl.regex = p.regexBudget(tenantOf(l.LB), l.Limits.RegexCPUMillicores)
@@ -265,6 +273,7 @@ func (p *Proxy) build(s *snapshot.Snapshot, old *served, keys []snapshot.Key) (*
 			ls.Delete(k)
 		}
 		if had {
+			ol.rates.release()
 			for _, lp := range ol.pools {
 				if lp.refs--; lp.refs == 0 {
 					dropped = append(dropped, lp)

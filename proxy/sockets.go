@@ -257,6 +257,10 @@ func (p *Proxy) acceptFor(s *socket, c *net.TCPConn, tenant string) {
 		refuse(c)
 		return
 	}
+	if !p.admitSource(l, c) || !p.admitConnRate(l, c) {
+		refuse(c)
+		return
+	}
 	if n := s.active.Add(1); n > int64(l.Limits.MaxConnections) {
 		s.active.Add(-1)
 		p.metrics.ConnRefused(l.LB, l.Name, RefusedListenerLimit)

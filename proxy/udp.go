@@ -172,6 +172,9 @@ func (u *udpSocket) flow(client netip.AddrPort) *flow {
 	if l == nil {
 		return nil
 	}
+	if !p.admitSourceAddr(l, client.Addr()) || !p.admitConnRateAddr(l, client.Addr()) {
+		return nil
+	}
 	if len(u.flows) >= l.Limits.MaxConnections {
 		p.metrics.ConnRefused(l.LB, l.Name, RefusedListenerLimit)
 		return nil

@@ -42,6 +42,8 @@ func newQuotaFlags() quotaFlags {
 		{flag: "max-regex-matches-per-lb", help: "most regular expressions (regex path, header, query and gRPC matches) of one load balancer", field: func(q *pb.Quotas) *uint32 { return &q.RegexMatchesPerLb }},
 		{flag: "max-regex-matches", help: "most regular expressions over all the tenant's load balancers", field: func(q *pb.Quotas) *uint32 { return &q.RegexMatches }},
 		{flag: "regex-cpu-millicores", help: "CPU each LB host may spend matching the tenant's regular expressions, in thousandths of a core", field: func(q *pb.Quotas) *uint32 { return &q.RegexCpuMillicores }},
+		{flag: "waf-cpu-millicores", help: "CPU each LB host may spend inspecting the tenant's requests with the WAF, in thousandths of a core", field: func(q *pb.Quotas) *uint32 { return &q.WafCpuMillicores }},
+		{flag: "max-rate-limit-keys", help: "most client keys each LB host tracks for the tenant's rate limits at once (about 100 bytes each)", field: func(q *pb.Quotas) *uint32 { return &q.RateLimitKeys }},
 	}
 }
 

@@ -244,6 +244,12 @@ func TestEnumsMatchValidation(t *testing.T) {
 		"teapot.v1.RequestRedirect.scheme": lbCase("routes[0].filters[0].requestRedirect.scheme", func(lb *pb.LoadBalancer, v string) {
 			lb.Routes[0].Filters = []*pb.RouteFilter{{RequestRedirect: &pb.RequestRedirect{Scheme: v}}}
 		}),
+		"teapot.v1.WAF.mode": lbCase("routes[0].waf.mode", func(lb *pb.LoadBalancer, v string) {
+			lb.Routes[0].Waf = &pb.WAF{Mode: v}
+		}),
+		"teapot.v1.RateLimit.key": lbCase("routes[0].rateLimit.key", func(lb *pb.LoadBalancer, v string) {
+			lb.Routes[0].RateLimit = &pb.RateLimit{RequestsPerSecond: 10, Key: v}
+		}),
 		"teapot.v1.BackendPool.algorithm": lbCase("pools.web.algorithm", func(lb *pb.LoadBalancer, v string) { lb.Pools["web"].Algorithm = v }),
 		"teapot.v1.BackendPool.proxy_protocol": lbCase("pools.web.proxyProtocol", func(lb *pb.LoadBalancer, v string) {
 			lb.Pools["web"].ProxyProtocol = v

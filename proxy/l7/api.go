@@ -42,10 +42,35 @@ type Route struct {
 	// Ext, when set, splits traffic, changes the request or response, or
 	// redirects; the request takes the net/http path (see RouteExt).
 	Ext *RouteExt
+	// Gate, when set, is asked with the client's address once the route
+	// is chosen (after Select), before anything else is done for the
+	// request; a non-nil handler answers it instead (a rate limit's 429),
+	// counted under the route's Name. It must not allocate when it lets
+	// the request through.
+	Gate func(client netip.Addr) http.Handler
+	// Inspect, when set, is asked with the request before it is sent on,
+	// with the first InspectBody bytes of its body read and kept (the
+	// member still gets the whole body); a non-nil handler answers the
+	// request instead, with status (a WAF's 403). Such a route takes the
+	// net/http path.
+	Inspect     func(r *http.Request, body []byte, client, local netip.AddrPort) (h http.Handler, status int)
+	InspectBody int
+}
+
+// gated returns the route that answers a request the route's Gate stops,
+// or nil when it lets the request through.
+func (r *Route) gated(client netip.Addr) *Route {
+	if r == nil || r.Gate == nil {
+		return nil
+	}
+	if h := r.Gate(client); h != nil {
+		return &Route{Name: r.Name, Handler: h}
+	}
+	return nil
 }
 
 // extended reports whether the route needs the net/http path's serveExt.
-func (r *Route) extended() bool { return r.Select != nil || r.Ext != nil }
+func (r *Route) extended() bool { return r.Select != nil || r.Ext != nil || r.Inspect != nil }
 
 // Protocol is the protocol spoken to a backend's members.
 type Protocol uint8

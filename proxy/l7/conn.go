@@ -356,6 +356,9 @@ func (c *clientConn) handle() {
 			return
 		}
 	}
+	if g := route.gated(c.ca.addr); g != nil {
+		route = g
+	}
 	// An upgrade (WebSocket) on a route that only spreads requests over
 	// weighted backends takes this path, which relays upgrades, with the
 	// backend picked here.

@@ -251,6 +251,14 @@ func (s *Server) serveExt(w http.ResponseWriter, q *rtRequest, route *Route, hos
 			return
 		}
 		q.stats.Route = route.Name
+		if g := route.gated(q.ca.addr); g != nil {
+			g.Handler.ServeHTTP(w, r)
+			q.stats.Status, q.stats.Outcome = http.StatusTooManyRequests, OutcomeLocal
+			return
+		}
+	}
+	if route.Inspect != nil && !s.inspect(w, q, route) {
+		return
 	}
 	e := route.Ext
 	if e == nil {

@@ -67,6 +67,14 @@ func (hc *h2conn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.failHTTP(w, q, 404, OutcomeNoRoute)
 		return
 	}
+	if route.Select == nil {
+		if g := route.gated(hc.ca.addr); g != nil {
+			stats.Route = route.Name
+			g.Handler.ServeHTTP(w, r)
+			stats.Status, stats.Outcome = http.StatusTooManyRequests, OutcomeLocal
+			return
+		}
+	}
 	stats.Route = route.Name
 	switch {
 	case route.extended():

@@ -49,24 +49,30 @@ func TestCollectorExportsAndFolds(t *testing.T) {
 teapot_lb_connections_active{lb="acme/_other",listener="_other",tenant="acme"} 1
 teapot_lb_connections_active{lb="acme/a",listener="192.0.2.1:80/tcp",tenant="acme"} 0
 teapot_lb_connections_active{lb="acme/b",listener="192.0.2.1:80/tcp",tenant="acme"} 1
-# HELP teapot_lb_connections_refused_total Connections, flows or HTTP/2 streams turned away, by reason (no-member, listener-limit, tenant-limit, host-limit, not-tls, tenant-streams).
+# HELP teapot_lb_connections_refused_total Connections, flows or HTTP/2 streams turned away, by reason (no-member, listener-limit, tenant-limit, host-limit, not-tls, tenant-streams, source, rate-limit).
 # TYPE teapot_lb_connections_refused_total counter
 teapot_lb_connections_refused_total{lb="acme/_other",listener="_other",reason="host-limit",tenant="acme"} 0
 teapot_lb_connections_refused_total{lb="acme/_other",listener="_other",reason="listener-limit",tenant="acme"} 0
 teapot_lb_connections_refused_total{lb="acme/_other",listener="_other",reason="no-member",tenant="acme"} 0
 teapot_lb_connections_refused_total{lb="acme/_other",listener="_other",reason="not-tls",tenant="acme"} 0
+teapot_lb_connections_refused_total{lb="acme/_other",listener="_other",reason="rate-limit",tenant="acme"} 0
+teapot_lb_connections_refused_total{lb="acme/_other",listener="_other",reason="source",tenant="acme"} 0
 teapot_lb_connections_refused_total{lb="acme/_other",listener="_other",reason="tenant-limit",tenant="acme"} 0
 teapot_lb_connections_refused_total{lb="acme/_other",listener="_other",reason="tenant-streams",tenant="acme"} 0
 teapot_lb_connections_refused_total{lb="acme/a",listener="192.0.2.1:80/tcp",reason="host-limit",tenant="acme"} 0
 teapot_lb_connections_refused_total{lb="acme/a",listener="192.0.2.1:80/tcp",reason="listener-limit",tenant="acme"} 0
 teapot_lb_connections_refused_total{lb="acme/a",listener="192.0.2.1:80/tcp",reason="no-member",tenant="acme"} 0
 teapot_lb_connections_refused_total{lb="acme/a",listener="192.0.2.1:80/tcp",reason="not-tls",tenant="acme"} 0
+teapot_lb_connections_refused_total{lb="acme/a",listener="192.0.2.1:80/tcp",reason="rate-limit",tenant="acme"} 0
+teapot_lb_connections_refused_total{lb="acme/a",listener="192.0.2.1:80/tcp",reason="source",tenant="acme"} 0
 teapot_lb_connections_refused_total{lb="acme/a",listener="192.0.2.1:80/tcp",reason="tenant-limit",tenant="acme"} 1
 teapot_lb_connections_refused_total{lb="acme/a",listener="192.0.2.1:80/tcp",reason="tenant-streams",tenant="acme"} 0
 teapot_lb_connections_refused_total{lb="acme/b",listener="192.0.2.1:80/tcp",reason="host-limit",tenant="acme"} 0
 teapot_lb_connections_refused_total{lb="acme/b",listener="192.0.2.1:80/tcp",reason="listener-limit",tenant="acme"} 0
 teapot_lb_connections_refused_total{lb="acme/b",listener="192.0.2.1:80/tcp",reason="no-member",tenant="acme"} 0
 teapot_lb_connections_refused_total{lb="acme/b",listener="192.0.2.1:80/tcp",reason="not-tls",tenant="acme"} 0
+teapot_lb_connections_refused_total{lb="acme/b",listener="192.0.2.1:80/tcp",reason="rate-limit",tenant="acme"} 0
+teapot_lb_connections_refused_total{lb="acme/b",listener="192.0.2.1:80/tcp",reason="source",tenant="acme"} 0
 teapot_lb_connections_refused_total{lb="acme/b",listener="192.0.2.1:80/tcp",reason="tenant-limit",tenant="acme"} 0
 teapot_lb_connections_refused_total{lb="acme/b",listener="192.0.2.1:80/tcp",reason="tenant-streams",tenant="acme"} 0
 # HELP teapot_lb_http_requests_total HTTP requests finished, by response code class (none: the client left before a response).

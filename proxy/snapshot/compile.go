@@ -263,11 +263,15 @@ type tenantInfo struct {
 	conns, connsPerListener int
 	// regexCPU is quotas.regexCpuMillicores (0: the default).
 	regexCPU int
+	// rateKeys is quotas.rateLimitKeys (0: the default).
+	rateKeys int
+	// wafCPU is quotas.wafCpuMillicores (0: the default).
+	wafCPU int
 }
 
 // equal reports whether two tenants compile their load balancers the same.
 func (t *tenantInfo) equal(o *tenantInfo) bool {
-	return t.conns == o.conns && t.connsPerListener == o.connsPerListener && t.regexCPU == o.regexCPU &&
+	return t.conns == o.conns && t.connsPerListener == o.connsPerListener && t.regexCPU == o.regexCPU && t.rateKeys == o.rateKeys && t.wafCPU == o.wafCPU &&
 		slices.Equal(t.domains, o.domains) && slices.Equal(t.nets, o.nets)
 }
 
@@ -563,7 +567,8 @@ func (b *lbCompile) compile(lb *pb.LoadBalancer, t *tenantInfo, e *entry) {
 
 func newTenantInfo(t *pb.Tenant) *tenantInfo {
 	ti := &tenantInfo{src: t, domains: t.GetDomains(), conns: int(t.GetQuotas().GetConnections()),
-		connsPerListener: int(t.GetQuotas().GetConnectionsPerListener()), regexCPU: int(t.GetQuotas().GetRegexCpuMillicores())}
+		connsPerListener: int(t.GetQuotas().GetConnectionsPerListener()), regexCPU: int(t.GetQuotas().GetRegexCpuMillicores()),
+		rateKeys: int(t.GetQuotas().GetRateLimitKeys()), wafCPU: int(t.GetQuotas().GetWafCpuMillicores())}
 	for _, s := range t.GetNetworks() {
 		if p, err := netip.ParsePrefix(s); err == nil && p == p.Masked() {
 			ti.nets = append(ti.nets, p)

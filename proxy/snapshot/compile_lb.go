@@ -265,6 +265,9 @@ func (b *lbCompile) listener(f string, i int, l *pb.Listener, lb *pb.LoadBalance
 			if strings.HasPrefix(e.Field, ".trustedProxies[") {
 				then = "not trusted"
 			}
+			// Served without its source ranges or rate limit, a listener
+			// would be open to what the tenant closed it to.
+			skip = skip || edgeField(e.Field)
 		}
 		if skip {
 			then = "listener skipped"
@@ -282,6 +285,8 @@ func (b *lbCompile) listener(f string, i int, l *pb.Listener, lb *pb.LoadBalance
 		Index:    i,
 		Protocol: proto,
 		Limits:   Limits{MaxConnections: d.MaxConnections, IdleTimeout: d.TCPIdleTimeout},
+		Sources:  listenerSources(l),
+		Rate:     rateSpec(l.GetRateLimit()),
 	}
 	out.Name = out.Key.String()
 	t := b.c.tenants[lb.GetTenant()]
@@ -318,6 +323,8 @@ func (b *lbCompile) listener(f string, i int, l *pb.Listener, lb *pb.LoadBalance
 	if t != nil {
 		out.Limits.TenantConnections = t.conns
 		out.Limits.RegexCPUMillicores = t.regexCPU
+		out.Limits.RateLimitKeys = t.rateKeys
+		out.Limits.WAFCPUMillicores = t.wafCPU
 		if t.connsPerListener > 0 {
 			out.Limits.MaxConnections = t.connsPerListener
 		}
@@ -367,7 +374,11 @@ func (b *lbCompile) routes(lb *pb.LoadBalancer, pools poolSet, t *tenantInfo) []
 				continue
 			}
 			regex.Insts += insts
+			start := len(out)
 			out = append(out, b.extRoutes(f, i, host, r, pools)...)
+			for j := start; j < len(out); j++ {
+				out[j].Rate, out[j].WAF = rateSpec(r.GetRateLimit()), wafSpec(r.GetWaf())
+			}
 			continue
 		}
 		pt := PathPrefix
@@ -387,7 +398,7 @@ func (b *lbCompile) routes(lb *pb.LoadBalancer, pools poolSet, t *tenantInfo) []
 			continue
 		}
 		seen[k] = i
-		out = append(out, Route{Host: host, Path: path, PathType: pt, Pool: pools.get(r.GetPool()), Index: i})
+		out = append(out, Route{Host: host, Path: path, PathType: pt, Pool: pools.get(r.GetPool()), Index: i, Rate: rateSpec(r.GetRateLimit()), WAF: wafSpec(r.GetWaf())})
 	}
 	return out
 }

@@ -50,6 +50,10 @@ type Route struct {
 	// Ext holds conditions, weighted backends, filters and timeouts; nil
 	// for a route of host, path and pool only.
 	Ext *RouteExt
+	// Rate is the route's rate limit (requests).
+	Rate RateSpec
+	// WAF is the route's request inspection.
+	WAF WAFSpec
 
 	// next is the route tried after this one for the same host and path
 	// when its conditions do not hold.
@@ -59,7 +63,7 @@ type Route struct {
 // same reports whether r and o route alike; pools compare by identity.
 func (r *Route) same(o *Route) bool {
 	return r.Host == o.Host && r.Path == o.Path && r.PathType == o.PathType && r.Pool == o.Pool &&
-		r.Index == o.Index && r.Ext.equal(o.Ext)
+		r.Index == o.Index && r.Ext.equal(o.Ext) && r.Rate == o.Rate && r.WAF == o.WAF
 }
 
 // Conditional reports whether the route matches on more than host and

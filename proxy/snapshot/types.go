@@ -190,6 +190,12 @@ type Limits struct {
 	// CPU a host may spend matching its regular expressions, in
 	// thousandths of a core (0: api.DefaultRegexCPUMillicores).
 	RegexCPUMillicores int
+	// RateLimitKeys is the tenant's quotas.rateLimitKeys: the client keys
+	// a host tracks for its rate limits (0: api.DefaultRateLimitKeys).
+	RateLimitKeys int
+	// WAFCPUMillicores is the tenant's quotas.wafCpuMillicores (0:
+	// api.DefaultWAFCPUMillicores).
+	WAFCPUMillicores int
 }
 
 // Listener is the compiled form of one listener of one load balancer.
@@ -217,6 +223,11 @@ type Listener struct {
 	// AccessLog (http and https) is the share of requests written to the
 	// access log; 0 writes none.
 	AccessLog float64
+	// Sources are the client networks that may connect; nil allows all.
+	Sources *Sources
+	// Rate is the listener's rate limit (connections at accept, requests
+	// over all its routes).
+	Rate RateSpec
 }
 
 // equal compares two listeners whose pools were already deduplicated, so
@@ -225,7 +236,8 @@ func (l *Listener) equal(o *Listener) bool {
 	return l.Key == o.Key && l.LB == o.LB && l.Tenant == o.Tenant && l.Index == o.Index &&
 		l.Protocol == o.Protocol && l.Pool == o.Pool && l.Routes.equal(o.Routes) &&
 		l.RedirectToHTTPS == o.RedirectToHTTPS && equalTLS(l.TLS, o.TLS) && l.Limits == o.Limits &&
-		slices.Equal(l.TrustedProxies, o.TrustedProxies) && l.AccessLog == o.AccessLog
+		slices.Equal(l.TrustedProxies, o.TrustedProxies) && l.AccessLog == o.AccessLog &&
+		l.Sources.equal(o.Sources) && l.Rate == o.Rate
 }
 
 // Snapshot is the immutable data-plane configuration. Nothing in it may be

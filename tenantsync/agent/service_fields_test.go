@@ -16,19 +16,21 @@ import (
 )
 
 // TestRestrictedServiceIsNotServed: a Service whose owner restricted its
-// clients (loadBalancerSourceRanges) and that the LB served before loses
-// its load balancer: it is not asked of the LB cluster (the next sync
-// removes it), its status loses the address, and it carries a Warning
-// Event and a False teapot-lb.io/Accepted condition naming the field.
-// When the owner drops the field and asks PreferDualStack, it is served
-// with a True condition that says what it gets instead; served as asked,
-// the condition goes.
+// clients with source ranges the LB cannot enforce as written (a
+// malformed entry of the load-balancer-source-ranges annotation) and
+// that the LB served before loses its load balancer: it is not asked of
+// the LB cluster (the next sync removes it), its status loses the
+// address, and it carries a Warning Event and a False
+// teapot-lb.io/Accepted condition naming the field. When the owner
+// corrects the entry and asks PreferDualStack, it is served, restricted
+// to the ranges, with a True condition that says what it gets instead;
+// served as asked, the condition goes.
 func TestRestrictedServiceIsNotServed(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	svc := lbService("shop", "admin", time.Now())
-	svc.Spec.LoadBalancerSourceRanges = []string{"198.51.100.0/24"}
+	svc.Annotations = map[string]string{translate.AnnotationSourceRanges: "198.51.100.0/24,office"}
 	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "192.0.2.7"}}
 	src, client := sources(t, svc)
 	rec := record.NewFakeRecorder(10)
@@ -39,8 +41,8 @@ func TestRestrictedServiceIsNotServed(t *testing.T) {
 	set := newDesiredSet()
 	set.recompute(src, o)
 	d, _ := set.lookup(k)
-	if d == nil || !strings.Contains(d.Refused, "spec.loadBalancerSourceRanges") {
-		t.Fatalf("desired %+v; want refused naming spec.loadBalancerSourceRanges", d)
+	if d == nil || !strings.Contains(d.Refused, translate.AnnotationSourceRanges+"[1]") {
+		t.Fatalf("desired %+v; want refused naming the annotation's entry", d)
 	}
 	if v := set.versions(); len(v) != 0 {
 		t.Fatalf("load balancers to ask for %v; want none", keys(v))
@@ -62,10 +64,10 @@ func TestRestrictedServiceIsNotServed(t *testing.T) {
 		t.Errorf("status still has %v", got.Status.LoadBalancer.Ingress)
 	}
 	c := apimeta.FindStatusCondition(got.Status.Conditions, ConditionAccepted)
-	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != ReasonConditionRefused || !strings.Contains(c.Message, "spec.loadBalancerSourceRanges") || !strings.Contains(c.Message, "no load balancer") {
+	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != ReasonConditionRefused || !strings.Contains(c.Message, translate.AnnotationSourceRanges) || !strings.Contains(c.Message, "no load balancer") {
 		t.Errorf("condition %+v; want False %s naming the field and what the LB does", c, ReasonConditionRefused)
 	}
-	if ev := drain(rec); len(ev) != 1 || !strings.Contains(ev[0], "Warning "+ReasonRefused) || !strings.Contains(ev[0], "spec.loadBalancerSourceRanges") {
+	if ev := drain(rec); len(ev) != 1 || !strings.Contains(ev[0], "Warning "+ReasonRefused) || !strings.Contains(ev[0], translate.AnnotationSourceRanges) {
 		t.Errorf("events %q; want one Warning %s naming the field", ev, ReasonRefused)
 	}
 	// Written once: the same verdict writes nothing more.
@@ -76,12 +78,15 @@ func TestRestrictedServiceIsNotServed(t *testing.T) {
 
 	// The owner drops the restriction and asks for dual-stack.
 	served := got.DeepCopy()
-	served.Spec.LoadBalancerSourceRanges = nil
+	served.Annotations[translate.AnnotationSourceRanges] = "198.51.100.0/24"
 	policy := corev1.IPFamilyPolicyPreferDualStack
 	served.Spec.IPFamilyPolicy, served.Spec.IPFamilies = &policy, []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}
 	d2 := translate.Service(served, src, o)
 	if d2.Refused != "" {
 		t.Fatalf("refused %q", d2.Refused)
+	}
+	if src := d2.LB.GetListeners()[0].GetAllowedSources(); len(src) != 1 || src[0] != "198.51.100.0/24" {
+		t.Fatalf("allowedSources %q; want the annotation's range", src)
 	}
 	st := &pb.ObjectStatus{Name: d2.LB.GetName(), Address: "192.0.2.7"}
 	if wrote, err := a.writeService(ctx, served, d2, st); err != nil || !wrote {

@@ -51,13 +51,14 @@
 // Every field of the specs the agent reads is decided in Fields
 // (FIELDS.md): honoured, refused with a warning (a Warning Event, and a
 // condition), or not applicable. Services: sessionAffinity ClientIP hashes
-// the client address; loadBalancerSourceRanges is refused
-// (Desired.Refused: no load balancer); RequireDualStack and
-// PreferDualStack ask for a VIP of each family (vip.families, familyPolicy
-// require or prefer), which the LB cluster gives or refuses (Options.DualStack
-// false, on a cluster below feature level 4: RequireDualStack refused,
-// PreferDualStack one VIP). Names joined from a namespace and a name never
-// collide (syncspec.UniqueName, syncspec.Key).
+// the client address; loadBalancerSourceRanges (or its annotation) become
+// every listener's allowedSources, and a list the LB cannot enforce
+// refuses the Service (Desired.Refused: no load balancer); RequireDualStack
+// and PreferDualStack ask for a VIP of each family (vip.families,
+// familyPolicy require or prefer), which the LB cluster gives or refuses
+// (Options.DualStack false, on a cluster below feature level 4:
+// RequireDualStack refused, PreferDualStack one VIP). Names joined from a
+// namespace and a name never collide (syncspec.UniqueName, syncspec.Key).
 //
 // Annotations under teapot-lb.io/ set the rest:
 //
@@ -70,4 +71,25 @@
 //	teapot-lb.io/members            nodeport | pod (default: pod when pods are routable)
 //	teapot-lb.io/ssl-redirect       "true": Ingress http listener redirects to https
 //	teapot-lb.io/tls-certificates   Ingress: uploaded certificates instead of ACME
+//	teapot-lb.io/allowed-sources    CIDRs allowed to connect, on every listener
+//	                                (Services: spec.loadBalancerSourceRanges wins)
+//	teapot-lb.io/denied-sources     CIDRs refused on every listener
+//	teapot-lb.io/rate-limit-rps     requests per second per client: each Ingress
+//	                                route, each Gateway http/https listener
+//	teapot-lb.io/rate-limit-connections  new connections per second per client,
+//	                                every listener
+//	teapot-lb.io/rate-limit-burst   the burst of both (default: one second's worth)
+//	teapot-lb.io/rate-limit-key     client (default) | total
+//	teapot-lb.io/waf                Ingress: block | detect, every route inspected
+//	teapot-lb.io/waf-paranoia-level CRS paranoia level 1 (default) to 4
+//
+// Ingresses also take ingress-nginx's nginx.ingress.kubernetes.io/
+// allowlist-source-range, whitelist-source-range and denylist-source-range
+// (teapot-lb.io/ wins, with a warning). A source list that is not all
+// CIDRs refuses the object: no load balancer, never one open to everyone.
+// They also take limit-rps (with limit-burst-multiplier, default 5) as
+// teapot-lb.io/rate-limit-rps; limit-rpm and limit-connections are
+// warned as not applied; enable-modsecurity with enable-owasp-core-rules
+// is teapot-lb.io/waf detect, and a modsecurity-snippet is warned as not
+// read.
 package translate

@@ -1,5 +1,11 @@
 package translate
 
+import (
+	"fmt"
+
+	"github.com/teapot-lb/teapot-lb/api"
+)
+
 // Handling says what the agent does with a field of a Kubernetes object.
 type Handling string
 
@@ -66,7 +72,7 @@ var serviceFields = []Field{
 	{"spec.externalIPs", NotApplicable, kubeProxy + "the LB neither announces nor serves them", false},
 	{"spec.externalName", NotApplicable, "type ExternalName is not taken", false},
 	{"spec.loadBalancerIP", Honoured, "the requested VIP (teapot-lb.io/load-balancer-ips wins)", false},
-	{"spec.loadBalancerSourceRanges", Refused, "the LB cannot restrict clients by source address yet: the Service gets no load balancer and no VIP (an existing one is removed) rather than being open to every address; so is the annotation service.beta.kubernetes.io/load-balancer-source-ranges", false},
+	{"spec.loadBalancerSourceRanges", Honoured, "every listener's allowedSources: clients outside the ranges are refused at accept on every LB host; the annotation service.beta.kubernetes.io/load-balancer-source-ranges when the field is empty. A list the LB cannot enforce (an entry that is not a CIDR, more than " + fmt.Sprint(api.MaxListenerSources) + ") refuses the Service: no load balancer rather than one open to every address", false},
 	{"spec.sessionAffinity", Honoured, "ClientIP: every pool hashes the client address (Maglev; every LB host sends one address to one member)", false},
 	{"spec.sessionAffinityConfig", Refused, "clientIP.timeoutSeconds is not applied: a client stays on its member with no expiry while the members stay the same, and some clients move at once when a member is added or removed (a warning says so)", true},
 	{"spec.externalTrafficPolicy", Honoured, "Local in nodeport mode: members are health checked on healthCheckNodePort, so only nodes with a local endpoint get traffic", false},

@@ -174,6 +174,10 @@ func Gateway(gw *gwv1.Gateway, src Sources, o Options) *Desired {
 	g.listeners()
 	g.routes()
 	g.lbListeners()
+	edgeRates(gw.Annotations, lb, d, edgeGateway)
+	if !edgeSources(gw.Annotations, lb, d, false) && accepted.Status == metav1.ConditionTrue {
+		accepted = cond(string(gwv1.GatewayConditionAccepted), false, "InvalidSourceRanges", d.Refused, gw.Generation)
+	}
 	for i := range g.ls {
 		res.Listeners = append(res.Listeners, *g.ls[i].status)
 	}

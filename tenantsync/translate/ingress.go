@@ -138,6 +138,9 @@ func Ingress(ing *networkingv1.Ingress, src Sources, o Options) *Desired {
 			lb.Routes = append(lb.Routes, &pb.Route{Path: "/", Pool: key})
 		}
 	}
+	edgeSources(ing.Annotations, lb, d, true)
+	edgeRates(ing.Annotations, lb, d, edgeIngress)
+	edgeWAF(ing.Annotations, lb, d)
 	d.ProxyMode = true
 	return finish(d)
 }

@@ -14,23 +14,27 @@ import (
 // spec.loadBalancerSourceRanges that cloud providers read.
 const AnnotationSourceRanges = "service.beta.kubernetes.io/load-balancer-source-ranges"
 
-// sourceRanges refuses a Service that restricts its clients by source
-// address: the LB cannot enforce it yet, and serving the Service to every
-// address would open what its owner closed. The load balancer is not
-// created (an existing one is removed with its VIP).
-func sourceRanges(svc *corev1.Service, d *Desired) {
-	field := ""
-	switch {
-	case len(svc.Spec.LoadBalancerSourceRanges) > 0:
-		field = fmt.Sprintf("spec.loadBalancerSourceRanges (%d ranges)", len(svc.Spec.LoadBalancerSourceRanges))
-	case strings.TrimSpace(svc.Annotations[AnnotationSourceRanges]) != "":
-		field = "annotation " + AnnotationSourceRanges
-	default:
-		return
+// sourceRanges restricts every listener of the Service's load balancer
+// to the client networks of spec.loadBalancerSourceRanges, or of the
+// annotation when the field is empty (as cloud providers read them). A
+// list the LB cannot enforce as written (an entry that is not a CIDR, too
+// many entries) refuses the Service rather than serve it open: the load
+// balancer is not created (an existing one is removed with its VIP).
+func sourceRanges(svc *corev1.Service, lb *pb.LoadBalancer, d *Desired) {
+	field, ranges := "spec.loadBalancerSourceRanges", svc.Spec.LoadBalancerSourceRanges
+	if len(ranges) == 0 {
+		field, ranges = "annotation "+AnnotationSourceRanges, csvList(svc.Annotations[AnnotationSourceRanges])
 	}
-	d.Refused = field + " restricts the clients by source address, which teapot-lb load balancers do not enforce yet; " +
-		"so that the Service is not open to every address, it gets no load balancer and no VIP: " +
-		"remove the field to serve it to every client, or keep it unserved until source ranges are enforced"
+	if len(ranges) > 0 {
+		if !checkSources(field, ranges, d) {
+			return
+		}
+		for _, l := range lb.Listeners {
+			l.AllowedSources = slices.Clone(ranges)
+		}
+	}
+	edgeSources(svc.Annotations, lb, d, false)
+	edgeRates(svc.Annotations, lb, d, edgeService)
 }
 
 // serviceFamily chooses the VIP's families. SingleStack (or no policy)

@@ -189,7 +189,7 @@ func Service(svc *corev1.Service, src Sources, o Options) *Desired {
 		lb.Pools[key] = bp
 	}
 	affinityWarnings(svc, d)
-	sourceRanges(svc, d) // last: of several refusals, the tenant reads this one
+	sourceRanges(svc, lb, d) // last: of several refusals, the tenant reads this one
 	d.ProxyMode = pp != ""
 	return finish(d)
 }

@@ -364,9 +364,15 @@ type Quotas struct {
 	RegexCpuMillicores uint32 `protobuf:"varint,16,opt,name=regex_cpu_millicores,json=regexCpuMillicores,proto3" json:"regex_cpu_millicores,omitempty"`
 	// Encoded bytes of everything the tenant stores (load balancers and
 	// certificates), which every LB host keeps in memory and in its Raft log.
-	StoredBytes   uint64 `protobuf:"varint,20,opt,name=stored_bytes,json=storedBytes,proto3" json:"stored_bytes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	StoredBytes uint64 `protobuf:"varint,20,opt,name=stored_bytes,json=storedBytes,proto3" json:"stored_bytes,omitempty"`
+	// Client keys (address or /64, per rate limit) an LB host tracks for the
+	// tenant's rate limits at once, about 100 bytes each (0: the default).
+	RateLimitKeys uint32 `protobuf:"varint,50,opt,name=rate_limit_keys,json=rateLimitKeys,proto3" json:"rate_limit_keys,omitempty"`
+	// CPU an LB host may spend inspecting the tenant's requests with the
+	// WAF, in thousandths of a core (0: the default).
+	WafCpuMillicores uint32 `protobuf:"varint,51,opt,name=waf_cpu_millicores,json=wafCpuMillicores,proto3" json:"waf_cpu_millicores,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Quotas) Reset() {
@@ -514,6 +520,20 @@ func (x *Quotas) GetRegexCpuMillicores() uint32 {
 func (x *Quotas) GetStoredBytes() uint64 {
 	if x != nil {
 		return x.StoredBytes
+	}
+	return 0
+}
+
+func (x *Quotas) GetRateLimitKeys() uint32 {
+	if x != nil {
+		return x.RateLimitKeys
+	}
+	return 0
+}
+
+func (x *Quotas) GetWafCpuMillicores() uint32 {
+	if x != nil {
+		return x.WafCpuMillicores
 	}
 	return 0
 }
@@ -927,7 +947,19 @@ type Listener struct {
 	// wildcard a shorter one; connections whose name none covers (or that
 	// send none) go to pool. When set, the load balancer's routes do not
 	// route this listener.
-	SniRoutes     []*SNIRoute `protobuf:"bytes,9,rep,name=sni_routes,json=sniRoutes,proto3" json:"sni_routes,omitempty"`
+	SniRoutes []*SNIRoute `protobuf:"bytes,9,rep,name=sni_routes,json=sniRoutes,proto3" json:"sni_routes,omitempty"`
+	// Client networks (CIDRs, IPv4 and IPv6) allowed to connect; empty
+	// allows every address not denied. Checked on each new connection (UDP:
+	// each new flow) at accept, before any member connection or TLS
+	// handshake, against the address that connects to the VIP; a change
+	// closes the open connections and flows it no longer allows.
+	AllowedSources []string `protobuf:"bytes,50,rep,name=allowed_sources,json=allowedSources,proto3" json:"allowed_sources,omitempty"`
+	// Client networks refused even when allowedSources covers them.
+	DeniedSources []string `protobuf:"bytes,51,rep,name=denied_sources,json=deniedSources,proto3" json:"denied_sources,omitempty"`
+	// Per-listener rate limit: new connections per second (every protocol;
+	// UDP: new flows) and, for http and https listeners, requests per
+	// second over all its routes.
+	RateLimit     *RateLimit `protobuf:"bytes,52,opt,name=rate_limit,json=rateLimit,proto3" json:"rate_limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1025,6 +1057,107 @@ func (x *Listener) GetSniRoutes() []*SNIRoute {
 	return nil
 }
 
+func (x *Listener) GetAllowedSources() []string {
+	if x != nil {
+		return x.AllowedSources
+	}
+	return nil
+}
+
+func (x *Listener) GetDeniedSources() []string {
+	if x != nil {
+		return x.DeniedSources
+	}
+	return nil
+}
+
+func (x *Listener) GetRateLimit() *RateLimit {
+	if x != nil {
+		return x.RateLimit
+	}
+	return nil
+}
+
+// RateLimit bounds the rate of new connections or requests, per client
+// address (IPv6 clients per /64) or for the listener or route as a whole,
+// on each LB host (see docs: the counts are not shared between hosts).
+type RateLimit struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Requests per second (http and https). Over the limit: 429 with
+	// Retry-After and RateLimit-Limit/-Remaining/-Reset.
+	RequestsPerSecond uint32 `protobuf:"varint,1,opt,name=requests_per_second,json=requestsPerSecond,proto3" json:"requests_per_second,omitempty"`
+	// New connections per second (listeners only). Over the limit: the
+	// connection is reset (UDP: the datagram that would start a flow is
+	// dropped).
+	ConnectionsPerSecond uint32 `protobuf:"varint,2,opt,name=connections_per_second,json=connectionsPerSecond,proto3" json:"connections_per_second,omitempty"`
+	// How many may arrive at once after a quiet period (default: one
+	// second's worth of the rate).
+	Burst uint32 `protobuf:"varint,3,opt,name=burst,proto3" json:"burst,omitempty"`
+	// client (default: each client address on its own) | total (all
+	// clients together).
+	Key           string `protobuf:"bytes,4,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RateLimit) Reset() {
+	*x = RateLimit{}
+	mi := &file_teapotv1_model_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RateLimit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RateLimit) ProtoMessage() {}
+
+func (x *RateLimit) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_model_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RateLimit.ProtoReflect.Descriptor instead.
+func (*RateLimit) Descriptor() ([]byte, []int) {
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *RateLimit) GetRequestsPerSecond() uint32 {
+	if x != nil {
+		return x.RequestsPerSecond
+	}
+	return 0
+}
+
+func (x *RateLimit) GetConnectionsPerSecond() uint32 {
+	if x != nil {
+		return x.ConnectionsPerSecond
+	}
+	return 0
+}
+
+func (x *RateLimit) GetBurst() uint32 {
+	if x != nil {
+		return x.Burst
+	}
+	return 0
+}
+
+func (x *RateLimit) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
 // SNIRoute sends the TLS connections for one server name to one pool.
 type SNIRoute struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1039,7 +1172,7 @@ type SNIRoute struct {
 
 func (x *SNIRoute) Reset() {
 	*x = SNIRoute{}
-	mi := &file_teapotv1_model_proto_msgTypes[9]
+	mi := &file_teapotv1_model_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1051,7 +1184,7 @@ func (x *SNIRoute) String() string {
 func (*SNIRoute) ProtoMessage() {}
 
 func (x *SNIRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[9]
+	mi := &file_teapotv1_model_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1064,7 +1197,7 @@ func (x *SNIRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SNIRoute.ProtoReflect.Descriptor instead.
 func (*SNIRoute) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{9}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SNIRoute) GetHost() string {
@@ -1095,7 +1228,7 @@ type TLSPolicy struct {
 
 func (x *TLSPolicy) Reset() {
 	*x = TLSPolicy{}
-	mi := &file_teapotv1_model_proto_msgTypes[10]
+	mi := &file_teapotv1_model_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1107,7 +1240,7 @@ func (x *TLSPolicy) String() string {
 func (*TLSPolicy) ProtoMessage() {}
 
 func (x *TLSPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[10]
+	mi := &file_teapotv1_model_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1120,7 +1253,7 @@ func (x *TLSPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TLSPolicy.ProtoReflect.Descriptor instead.
 func (*TLSPolicy) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{10}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *TLSPolicy) GetAcme() bool {
@@ -1167,14 +1300,20 @@ type Route struct {
 	Timeouts *RouteTimeouts `protobuf:"bytes,8,opt,name=timeouts,proto3" json:"timeouts,omitempty"`
 	// Ports of the http and https listeners that serve the route; empty:
 	// every listener of the load balancer.
-	Ports         []uint32 `protobuf:"varint,9,rep,packed,name=ports,proto3" json:"ports,omitempty"`
+	Ports []uint32 `protobuf:"varint,9,rep,packed,name=ports,proto3" json:"ports,omitempty"`
+	// Requests per second to this route (see RateLimit); counted after the
+	// listener's rate limit.
+	RateLimit *RateLimit `protobuf:"bytes,50,opt,name=rate_limit,json=rateLimit,proto3" json:"rate_limit,omitempty"`
+	// Inspect the route's requests with the web application firewall
+	// (Coraza and the OWASP Core Rule Set v4, embedded). Off when unset.
+	Waf           *WAF `protobuf:"bytes,51,opt,name=waf,proto3" json:"waf,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Route) Reset() {
 	*x = Route{}
-	mi := &file_teapotv1_model_proto_msgTypes[11]
+	mi := &file_teapotv1_model_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1186,7 +1325,7 @@ func (x *Route) String() string {
 func (*Route) ProtoMessage() {}
 
 func (x *Route) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[11]
+	mi := &file_teapotv1_model_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1199,7 +1338,7 @@ func (x *Route) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Route.ProtoReflect.Descriptor instead.
 func (*Route) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{11}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Route) GetHost() string {
@@ -1265,6 +1404,89 @@ func (x *Route) GetPorts() []uint32 {
 	return nil
 }
 
+func (x *Route) GetRateLimit() *RateLimit {
+	if x != nil {
+		return x.RateLimit
+	}
+	return nil
+}
+
+func (x *Route) GetWaf() *WAF {
+	if x != nil {
+		return x.Waf
+	}
+	return nil
+}
+
+// WAF turns on request inspection with the OWASP Core Rule Set. Its CPU
+// is charged to the tenant's quotas.wafCpuMillicores on each LB host: past
+// it, the route's requests are answered 429 with Retry-After: 1.
+type WAF struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// block (answer 403 to a request the rules reject) | detect (serve it
+	// and count the rules that matched).
+	Mode string `protobuf:"bytes,1,opt,name=mode,proto3" json:"mode,omitempty"`
+	// CRS paranoia level, 1 (default) to 4: higher catches more and
+	// rejects more ordinary traffic.
+	ParanoiaLevel uint32 `protobuf:"varint,2,opt,name=paranoia_level,json=paranoiaLevel,proto3" json:"paranoia_level,omitempty"`
+	// Bytes of a request body inspected (default 131072); the rest is
+	// passed on uninspected.
+	MaxBodyBytes  uint32 `protobuf:"varint,3,opt,name=max_body_bytes,json=maxBodyBytes,proto3" json:"max_body_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WAF) Reset() {
+	*x = WAF{}
+	mi := &file_teapotv1_model_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WAF) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WAF) ProtoMessage() {}
+
+func (x *WAF) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_model_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WAF.ProtoReflect.Descriptor instead.
+func (*WAF) Descriptor() ([]byte, []int) {
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *WAF) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *WAF) GetParanoiaLevel() uint32 {
+	if x != nil {
+		return x.ParanoiaLevel
+	}
+	return 0
+}
+
+func (x *WAF) GetMaxBodyBytes() uint32 {
+	if x != nil {
+		return x.MaxBodyBytes
+	}
+	return 0
+}
+
 // RouteMatch is one set of conditions; all of them must hold.
 type RouteMatch struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1286,7 +1508,7 @@ type RouteMatch struct {
 
 func (x *RouteMatch) Reset() {
 	*x = RouteMatch{}
-	mi := &file_teapotv1_model_proto_msgTypes[12]
+	mi := &file_teapotv1_model_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1298,7 +1520,7 @@ func (x *RouteMatch) String() string {
 func (*RouteMatch) ProtoMessage() {}
 
 func (x *RouteMatch) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[12]
+	mi := &file_teapotv1_model_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1311,7 +1533,7 @@ func (x *RouteMatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteMatch.ProtoReflect.Descriptor instead.
 func (*RouteMatch) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{12}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RouteMatch) GetPath() string {
@@ -1369,7 +1591,7 @@ type ValueMatch struct {
 
 func (x *ValueMatch) Reset() {
 	*x = ValueMatch{}
-	mi := &file_teapotv1_model_proto_msgTypes[13]
+	mi := &file_teapotv1_model_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1381,7 +1603,7 @@ func (x *ValueMatch) String() string {
 func (*ValueMatch) ProtoMessage() {}
 
 func (x *ValueMatch) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[13]
+	mi := &file_teapotv1_model_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1394,7 +1616,7 @@ func (x *ValueMatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValueMatch.ProtoReflect.Descriptor instead.
 func (*ValueMatch) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{13}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ValueMatch) GetName() string {
@@ -1433,7 +1655,7 @@ type GRPCMethodMatch struct {
 
 func (x *GRPCMethodMatch) Reset() {
 	*x = GRPCMethodMatch{}
-	mi := &file_teapotv1_model_proto_msgTypes[14]
+	mi := &file_teapotv1_model_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1445,7 +1667,7 @@ func (x *GRPCMethodMatch) String() string {
 func (*GRPCMethodMatch) ProtoMessage() {}
 
 func (x *GRPCMethodMatch) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[14]
+	mi := &file_teapotv1_model_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1458,7 +1680,7 @@ func (x *GRPCMethodMatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GRPCMethodMatch.ProtoReflect.Descriptor instead.
 func (*GRPCMethodMatch) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{14}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GRPCMethodMatch) GetService() string {
@@ -1498,7 +1720,7 @@ type RouteBackend struct {
 
 func (x *RouteBackend) Reset() {
 	*x = RouteBackend{}
-	mi := &file_teapotv1_model_proto_msgTypes[15]
+	mi := &file_teapotv1_model_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1510,7 +1732,7 @@ func (x *RouteBackend) String() string {
 func (*RouteBackend) ProtoMessage() {}
 
 func (x *RouteBackend) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[15]
+	mi := &file_teapotv1_model_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1523,7 +1745,7 @@ func (x *RouteBackend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteBackend.ProtoReflect.Descriptor instead.
 func (*RouteBackend) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{15}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RouteBackend) GetPool() string {
@@ -1562,7 +1784,7 @@ type RouteFilter struct {
 
 func (x *RouteFilter) Reset() {
 	*x = RouteFilter{}
-	mi := &file_teapotv1_model_proto_msgTypes[16]
+	mi := &file_teapotv1_model_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1574,7 +1796,7 @@ func (x *RouteFilter) String() string {
 func (*RouteFilter) ProtoMessage() {}
 
 func (x *RouteFilter) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[16]
+	mi := &file_teapotv1_model_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1587,7 +1809,7 @@ func (x *RouteFilter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteFilter.ProtoReflect.Descriptor instead.
 func (*RouteFilter) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{16}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RouteFilter) GetRequestHeaderModifier() *HeaderModifier {
@@ -1640,7 +1862,7 @@ type HeaderModifier struct {
 
 func (x *HeaderModifier) Reset() {
 	*x = HeaderModifier{}
-	mi := &file_teapotv1_model_proto_msgTypes[17]
+	mi := &file_teapotv1_model_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1652,7 +1874,7 @@ func (x *HeaderModifier) String() string {
 func (*HeaderModifier) ProtoMessage() {}
 
 func (x *HeaderModifier) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[17]
+	mi := &file_teapotv1_model_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1665,7 +1887,7 @@ func (x *HeaderModifier) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeaderModifier.ProtoReflect.Descriptor instead.
 func (*HeaderModifier) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{17}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *HeaderModifier) GetSet() []*HeaderValue {
@@ -1699,7 +1921,7 @@ type HeaderValue struct {
 
 func (x *HeaderValue) Reset() {
 	*x = HeaderValue{}
-	mi := &file_teapotv1_model_proto_msgTypes[18]
+	mi := &file_teapotv1_model_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1711,7 +1933,7 @@ func (x *HeaderValue) String() string {
 func (*HeaderValue) ProtoMessage() {}
 
 func (x *HeaderValue) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[18]
+	mi := &file_teapotv1_model_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1724,7 +1946,7 @@ func (x *HeaderValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeaderValue.ProtoReflect.Descriptor instead.
 func (*HeaderValue) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{18}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *HeaderValue) GetName() string {
@@ -1762,7 +1984,7 @@ type RequestRedirect struct {
 
 func (x *RequestRedirect) Reset() {
 	*x = RequestRedirect{}
-	mi := &file_teapotv1_model_proto_msgTypes[19]
+	mi := &file_teapotv1_model_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1774,7 +1996,7 @@ func (x *RequestRedirect) String() string {
 func (*RequestRedirect) ProtoMessage() {}
 
 func (x *RequestRedirect) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[19]
+	mi := &file_teapotv1_model_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1787,7 +2009,7 @@ func (x *RequestRedirect) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestRedirect.ProtoReflect.Descriptor instead.
 func (*RequestRedirect) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{19}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RequestRedirect) GetScheme() string {
@@ -1837,7 +2059,7 @@ type URLRewrite struct {
 
 func (x *URLRewrite) Reset() {
 	*x = URLRewrite{}
-	mi := &file_teapotv1_model_proto_msgTypes[20]
+	mi := &file_teapotv1_model_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1849,7 +2071,7 @@ func (x *URLRewrite) String() string {
 func (*URLRewrite) ProtoMessage() {}
 
 func (x *URLRewrite) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[20]
+	mi := &file_teapotv1_model_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1862,7 +2084,7 @@ func (x *URLRewrite) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use URLRewrite.ProtoReflect.Descriptor instead.
 func (*URLRewrite) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{20}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *URLRewrite) GetHostname() string {
@@ -1893,7 +2115,7 @@ type PathModifier struct {
 
 func (x *PathModifier) Reset() {
 	*x = PathModifier{}
-	mi := &file_teapotv1_model_proto_msgTypes[21]
+	mi := &file_teapotv1_model_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1905,7 +2127,7 @@ func (x *PathModifier) String() string {
 func (*PathModifier) ProtoMessage() {}
 
 func (x *PathModifier) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[21]
+	mi := &file_teapotv1_model_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1918,7 +2140,7 @@ func (x *PathModifier) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathModifier.ProtoReflect.Descriptor instead.
 func (*PathModifier) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{21}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PathModifier) GetReplaceFullPath() string {
@@ -1950,7 +2172,7 @@ type RequestMirror struct {
 
 func (x *RequestMirror) Reset() {
 	*x = RequestMirror{}
-	mi := &file_teapotv1_model_proto_msgTypes[22]
+	mi := &file_teapotv1_model_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1962,7 +2184,7 @@ func (x *RequestMirror) String() string {
 func (*RequestMirror) ProtoMessage() {}
 
 func (x *RequestMirror) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[22]
+	mi := &file_teapotv1_model_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1975,7 +2197,7 @@ func (x *RequestMirror) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestMirror.ProtoReflect.Descriptor instead.
 func (*RequestMirror) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{22}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RequestMirror) GetPool() string {
@@ -2010,7 +2232,7 @@ type Fraction struct {
 
 func (x *Fraction) Reset() {
 	*x = Fraction{}
-	mi := &file_teapotv1_model_proto_msgTypes[23]
+	mi := &file_teapotv1_model_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2022,7 +2244,7 @@ func (x *Fraction) String() string {
 func (*Fraction) ProtoMessage() {}
 
 func (x *Fraction) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[23]
+	mi := &file_teapotv1_model_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2035,7 +2257,7 @@ func (x *Fraction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Fraction.ProtoReflect.Descriptor instead.
 func (*Fraction) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{23}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Fraction) GetNumerator() uint32 {
@@ -2067,7 +2289,7 @@ type RouteTimeouts struct {
 
 func (x *RouteTimeouts) Reset() {
 	*x = RouteTimeouts{}
-	mi := &file_teapotv1_model_proto_msgTypes[24]
+	mi := &file_teapotv1_model_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2079,7 +2301,7 @@ func (x *RouteTimeouts) String() string {
 func (*RouteTimeouts) ProtoMessage() {}
 
 func (x *RouteTimeouts) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[24]
+	mi := &file_teapotv1_model_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2092,7 +2314,7 @@ func (x *RouteTimeouts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteTimeouts.ProtoReflect.Descriptor instead.
 func (*RouteTimeouts) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{24}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RouteTimeouts) GetRequest() *durationpb.Duration {
@@ -2129,7 +2351,7 @@ type BackendPool struct {
 
 func (x *BackendPool) Reset() {
 	*x = BackendPool{}
-	mi := &file_teapotv1_model_proto_msgTypes[25]
+	mi := &file_teapotv1_model_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2141,7 +2363,7 @@ func (x *BackendPool) String() string {
 func (*BackendPool) ProtoMessage() {}
 
 func (x *BackendPool) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[25]
+	mi := &file_teapotv1_model_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2154,7 +2376,7 @@ func (x *BackendPool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackendPool.ProtoReflect.Descriptor instead.
 func (*BackendPool) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{25}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *BackendPool) GetAlgorithm() string {
@@ -2218,7 +2440,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_teapotv1_model_proto_msgTypes[26]
+	mi := &file_teapotv1_model_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2230,7 +2452,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[26]
+	mi := &file_teapotv1_model_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2243,7 +2465,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{26}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Member) GetAddress() string {
@@ -2283,7 +2505,7 @@ type HealthCheck struct {
 
 func (x *HealthCheck) Reset() {
 	*x = HealthCheck{}
-	mi := &file_teapotv1_model_proto_msgTypes[27]
+	mi := &file_teapotv1_model_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2295,7 +2517,7 @@ func (x *HealthCheck) String() string {
 func (*HealthCheck) ProtoMessage() {}
 
 func (x *HealthCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[27]
+	mi := &file_teapotv1_model_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2308,7 +2530,7 @@ func (x *HealthCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthCheck.ProtoReflect.Descriptor instead.
 func (*HealthCheck) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{27}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *HealthCheck) GetTcp() *TCPCheck {
@@ -2382,7 +2604,7 @@ type TCPCheck struct {
 
 func (x *TCPCheck) Reset() {
 	*x = TCPCheck{}
-	mi := &file_teapotv1_model_proto_msgTypes[28]
+	mi := &file_teapotv1_model_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2394,7 +2616,7 @@ func (x *TCPCheck) String() string {
 func (*TCPCheck) ProtoMessage() {}
 
 func (x *TCPCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[28]
+	mi := &file_teapotv1_model_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2407,7 +2629,7 @@ func (x *TCPCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TCPCheck.ProtoReflect.Descriptor instead.
 func (*TCPCheck) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{28}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{30}
 }
 
 type HTTPCheck struct {
@@ -2422,7 +2644,7 @@ type HTTPCheck struct {
 
 func (x *HTTPCheck) Reset() {
 	*x = HTTPCheck{}
-	mi := &file_teapotv1_model_proto_msgTypes[29]
+	mi := &file_teapotv1_model_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2434,7 +2656,7 @@ func (x *HTTPCheck) String() string {
 func (*HTTPCheck) ProtoMessage() {}
 
 func (x *HTTPCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[29]
+	mi := &file_teapotv1_model_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2447,7 +2669,7 @@ func (x *HTTPCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HTTPCheck.ProtoReflect.Descriptor instead.
 func (*HTTPCheck) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{29}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *HTTPCheck) GetPath() string {
@@ -2500,7 +2722,7 @@ type HTTPSCheck struct {
 
 func (x *HTTPSCheck) Reset() {
 	*x = HTTPSCheck{}
-	mi := &file_teapotv1_model_proto_msgTypes[30]
+	mi := &file_teapotv1_model_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2512,7 +2734,7 @@ func (x *HTTPSCheck) String() string {
 func (*HTTPSCheck) ProtoMessage() {}
 
 func (x *HTTPSCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[30]
+	mi := &file_teapotv1_model_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2525,7 +2747,7 @@ func (x *HTTPSCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HTTPSCheck.ProtoReflect.Descriptor instead.
 func (*HTTPSCheck) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{30}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *HTTPSCheck) GetPath() string {
@@ -2602,7 +2824,7 @@ type LoadBalancerStatus struct {
 
 func (x *LoadBalancerStatus) Reset() {
 	*x = LoadBalancerStatus{}
-	mi := &file_teapotv1_model_proto_msgTypes[31]
+	mi := &file_teapotv1_model_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2614,7 +2836,7 @@ func (x *LoadBalancerStatus) String() string {
 func (*LoadBalancerStatus) ProtoMessage() {}
 
 func (x *LoadBalancerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[31]
+	mi := &file_teapotv1_model_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2627,7 +2849,7 @@ func (x *LoadBalancerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadBalancerStatus.ProtoReflect.Descriptor instead.
 func (*LoadBalancerStatus) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{31}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *LoadBalancerStatus) GetAddress() string {
@@ -2675,7 +2897,7 @@ type ObservedStatus struct {
 
 func (x *ObservedStatus) Reset() {
 	*x = ObservedStatus{}
-	mi := &file_teapotv1_model_proto_msgTypes[32]
+	mi := &file_teapotv1_model_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2687,7 +2909,7 @@ func (x *ObservedStatus) String() string {
 func (*ObservedStatus) ProtoMessage() {}
 
 func (x *ObservedStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[32]
+	mi := &file_teapotv1_model_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2700,7 +2922,7 @@ func (x *ObservedStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObservedStatus.ProtoReflect.Descriptor instead.
 func (*ObservedStatus) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{32}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ObservedStatus) GetPhase() string {
@@ -2741,7 +2963,7 @@ type Problem struct {
 
 func (x *Problem) Reset() {
 	*x = Problem{}
-	mi := &file_teapotv1_model_proto_msgTypes[33]
+	mi := &file_teapotv1_model_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2753,7 +2975,7 @@ func (x *Problem) String() string {
 func (*Problem) ProtoMessage() {}
 
 func (x *Problem) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[33]
+	mi := &file_teapotv1_model_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2766,7 +2988,7 @@ func (x *Problem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Problem.ProtoReflect.Descriptor instead.
 func (*Problem) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{33}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Problem) GetField() string {
@@ -2817,7 +3039,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_teapotv1_model_proto_msgTypes[34]
+	mi := &file_teapotv1_model_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2829,7 +3051,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[34]
+	mi := &file_teapotv1_model_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2842,7 +3064,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{34}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Node) GetId() string {
@@ -2942,7 +3164,7 @@ type NodeService struct {
 
 func (x *NodeService) Reset() {
 	*x = NodeService{}
-	mi := &file_teapotv1_model_proto_msgTypes[35]
+	mi := &file_teapotv1_model_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2954,7 +3176,7 @@ func (x *NodeService) String() string {
 func (*NodeService) ProtoMessage() {}
 
 func (x *NodeService) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[35]
+	mi := &file_teapotv1_model_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2967,7 +3189,7 @@ func (x *NodeService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeService.ProtoReflect.Descriptor instead.
 func (*NodeService) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{35}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *NodeService) GetName() string {
@@ -3003,7 +3225,7 @@ type Certificate struct {
 
 func (x *Certificate) Reset() {
 	*x = Certificate{}
-	mi := &file_teapotv1_model_proto_msgTypes[36]
+	mi := &file_teapotv1_model_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3015,7 +3237,7 @@ func (x *Certificate) String() string {
 func (*Certificate) ProtoMessage() {}
 
 func (x *Certificate) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[36]
+	mi := &file_teapotv1_model_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3028,7 +3250,7 @@ func (x *Certificate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Certificate.ProtoReflect.Descriptor instead.
 func (*Certificate) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{36}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Certificate) GetName() string {
@@ -3107,7 +3329,7 @@ type JoinToken struct {
 
 func (x *JoinToken) Reset() {
 	*x = JoinToken{}
-	mi := &file_teapotv1_model_proto_msgTypes[37]
+	mi := &file_teapotv1_model_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3119,7 +3341,7 @@ func (x *JoinToken) String() string {
 func (*JoinToken) ProtoMessage() {}
 
 func (x *JoinToken) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[37]
+	mi := &file_teapotv1_model_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3132,7 +3354,7 @@ func (x *JoinToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinToken.ProtoReflect.Descriptor instead.
 func (*JoinToken) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{37}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *JoinToken) GetId() string {
@@ -3181,7 +3403,7 @@ type StorageItem struct {
 
 func (x *StorageItem) Reset() {
 	*x = StorageItem{}
-	mi := &file_teapotv1_model_proto_msgTypes[38]
+	mi := &file_teapotv1_model_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3193,7 +3415,7 @@ func (x *StorageItem) String() string {
 func (*StorageItem) ProtoMessage() {}
 
 func (x *StorageItem) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[38]
+	mi := &file_teapotv1_model_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3206,7 +3428,7 @@ func (x *StorageItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageItem.ProtoReflect.Descriptor instead.
 func (*StorageItem) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{38}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *StorageItem) GetKey() string {
@@ -3253,7 +3475,7 @@ type StorageLock struct {
 
 func (x *StorageLock) Reset() {
 	*x = StorageLock{}
-	mi := &file_teapotv1_model_proto_msgTypes[39]
+	mi := &file_teapotv1_model_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3265,7 +3487,7 @@ func (x *StorageLock) String() string {
 func (*StorageLock) ProtoMessage() {}
 
 func (x *StorageLock) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[39]
+	mi := &file_teapotv1_model_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3278,7 +3500,7 @@ func (x *StorageLock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageLock.ProtoReflect.Descriptor instead.
 func (*StorageLock) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{39}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *StorageLock) GetName() string {
@@ -3336,7 +3558,7 @@ type Object struct {
 
 func (x *Object) Reset() {
 	*x = Object{}
-	mi := &file_teapotv1_model_proto_msgTypes[40]
+	mi := &file_teapotv1_model_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3348,7 +3570,7 @@ func (x *Object) String() string {
 func (*Object) ProtoMessage() {}
 
 func (x *Object) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[40]
+	mi := &file_teapotv1_model_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3361,7 +3583,7 @@ func (x *Object) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Object.ProtoReflect.Descriptor instead.
 func (*Object) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{40}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *Object) GetKind() isObject_Kind {
@@ -3509,7 +3731,7 @@ type ObjectRef struct {
 
 func (x *ObjectRef) Reset() {
 	*x = ObjectRef{}
-	mi := &file_teapotv1_model_proto_msgTypes[41]
+	mi := &file_teapotv1_model_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3521,7 +3743,7 @@ func (x *ObjectRef) String() string {
 func (*ObjectRef) ProtoMessage() {}
 
 func (x *ObjectRef) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[41]
+	mi := &file_teapotv1_model_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3534,7 +3756,7 @@ func (x *ObjectRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectRef.ProtoReflect.Descriptor instead.
 func (*ObjectRef) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{41}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ObjectRef) GetKind() string {
@@ -3587,7 +3809,7 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\bpassword\x18\x03 \x01(\tR\bpassword\x12!\n" +
 	"\fmax_prefixes\x18\x04 \x01(\rR\vmaxPrefixes\x12*\n" +
 	"\x11max_prefix_length\x18\x05 \x01(\rR\x0fmaxPrefixLength\x12,\n" +
-	"\x12max_prefix_length6\x18\x06 \x01(\rR\x10maxPrefixLength6\"\x87\x05\n" +
+	"\x12max_prefix_length6\x18\x06 \x01(\rR\x10maxPrefixLength6\"\xdd\x05\n" +
 	"\x06Quotas\x12%\n" +
 	"\x0eload_balancers\x18\x01 \x01(\rR\rloadBalancers\x12\x1c\n" +
 	"\taddresses\x18\x02 \x01(\rR\taddresses\x12\"\n" +
@@ -3607,7 +3829,9 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\x14regex_matches_per_lb\x18\x0e \x01(\rR\x11regexMatchesPerLb\x12#\n" +
 	"\rregex_matches\x18\x0f \x01(\rR\fregexMatches\x120\n" +
 	"\x14regex_cpu_millicores\x18\x10 \x01(\rR\x12regexCpuMillicores\x12!\n" +
-	"\fstored_bytes\x18\x14 \x01(\x04R\vstoredBytes\"\xf9\x01\n" +
+	"\fstored_bytes\x18\x14 \x01(\x04R\vstoredBytes\x12&\n" +
+	"\x0frate_limit_keys\x182 \x01(\rR\rrateLimitKeys\x12,\n" +
+	"\x12waf_cpu_millicores\x183 \x01(\rR\x10wafCpuMillicores\"\xf9\x01\n" +
 	"\aVIPPool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05cidrs\x18\x02 \x03(\tR\x05cidrs\x12\x12\n" +
@@ -3644,7 +3868,7 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\vsharing_key\x18\x04 \x01(\tR\n" +
 	"sharingKey\x12\x1a\n" +
 	"\bfamilies\x18( \x03(\tR\bfamilies\x12#\n" +
-	"\rfamily_policy\x18) \x01(\tR\ffamilyPolicy\"\xe6\x02\n" +
+	"\rfamily_policy\x18) \x01(\tR\ffamilyPolicy\"\xeb\x03\n" +
 	"\bListener\x12\x12\n" +
 	"\x04port\x18\x01 \x01(\rR\x04port\x12\x1a\n" +
 	"\bprotocol\x18\x02 \x01(\tR\bprotocol\x12\x12\n" +
@@ -3655,7 +3879,16 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\fidle_timeout\x18\a \x01(\v2\x19.google.protobuf.DurationR\vidleTimeout\x12'\n" +
 	"\x0ftrusted_proxies\x18\b \x03(\tR\x0etrustedProxies\x122\n" +
 	"\n" +
-	"sni_routes\x18\t \x03(\v2\x13.teapot.v1.SNIRouteR\tsniRoutes\"2\n" +
+	"sni_routes\x18\t \x03(\v2\x13.teapot.v1.SNIRouteR\tsniRoutes\x12'\n" +
+	"\x0fallowed_sources\x182 \x03(\tR\x0eallowedSources\x12%\n" +
+	"\x0edenied_sources\x183 \x03(\tR\rdeniedSources\x123\n" +
+	"\n" +
+	"rate_limit\x184 \x01(\v2\x14.teapot.v1.RateLimitR\trateLimit\"\x99\x01\n" +
+	"\tRateLimit\x12.\n" +
+	"\x13requests_per_second\x18\x01 \x01(\rR\x11requestsPerSecond\x124\n" +
+	"\x16connections_per_second\x18\x02 \x01(\rR\x14connectionsPerSecond\x12\x14\n" +
+	"\x05burst\x18\x03 \x01(\rR\x05burst\x12\x10\n" +
+	"\x03key\x18\x04 \x01(\tR\x03key\"2\n" +
 	"\bSNIRoute\x12\x12\n" +
 	"\x04host\x18\x01 \x01(\tR\x04host\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\"d\n" +
@@ -3663,7 +3896,7 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\x04acme\x18\x01 \x01(\bR\x04acme\x12\"\n" +
 	"\fcertificates\x18\x02 \x03(\tR\fcertificates\x12\x1f\n" +
 	"\vmin_version\x18\x03 \x01(\tR\n" +
-	"minVersion\"\xc4\x02\n" +
+	"minVersion\"\x9b\x03\n" +
 	"\x05Route\x12\x12\n" +
 	"\x04host\x18\x01 \x01(\tR\x04host\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x1b\n" +
@@ -3673,7 +3906,14 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\bbackends\x18\x06 \x03(\v2\x17.teapot.v1.RouteBackendR\bbackends\x120\n" +
 	"\afilters\x18\a \x03(\v2\x16.teapot.v1.RouteFilterR\afilters\x124\n" +
 	"\btimeouts\x18\b \x01(\v2\x18.teapot.v1.RouteTimeoutsR\btimeouts\x12\x14\n" +
-	"\x05ports\x18\t \x03(\rR\x05ports\"\xf0\x01\n" +
+	"\x05ports\x18\t \x03(\rR\x05ports\x123\n" +
+	"\n" +
+	"rate_limit\x182 \x01(\v2\x14.teapot.v1.RateLimitR\trateLimit\x12 \n" +
+	"\x03waf\x183 \x01(\v2\x0e.teapot.v1.WAFR\x03waf\"f\n" +
+	"\x03WAF\x12\x12\n" +
+	"\x04mode\x18\x01 \x01(\tR\x04mode\x12%\n" +
+	"\x0eparanoia_level\x18\x02 \x01(\rR\rparanoiaLevel\x12$\n" +
+	"\x0emax_body_bytes\x18\x03 \x01(\rR\fmaxBodyBytes\"\xf0\x01\n" +
 	"\n" +
 	"RouteMatch\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x1b\n" +
@@ -3863,7 +4103,7 @@ func file_teapotv1_model_proto_rawDescGZIP() []byte {
 	return file_teapotv1_model_proto_rawDescData
 }
 
-var file_teapotv1_model_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_teapotv1_model_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_teapotv1_model_proto_goTypes = []any{
 	(*Meta)(nil),                  // 0: teapot.v1.Meta
 	(*Tenant)(nil),                // 1: teapot.v1.Tenant
@@ -3874,114 +4114,119 @@ var file_teapotv1_model_proto_goTypes = []any{
 	(*AccessLog)(nil),             // 6: teapot.v1.AccessLog
 	(*VIPRequest)(nil),            // 7: teapot.v1.VIPRequest
 	(*Listener)(nil),              // 8: teapot.v1.Listener
-	(*SNIRoute)(nil),              // 9: teapot.v1.SNIRoute
-	(*TLSPolicy)(nil),             // 10: teapot.v1.TLSPolicy
-	(*Route)(nil),                 // 11: teapot.v1.Route
-	(*RouteMatch)(nil),            // 12: teapot.v1.RouteMatch
-	(*ValueMatch)(nil),            // 13: teapot.v1.ValueMatch
-	(*GRPCMethodMatch)(nil),       // 14: teapot.v1.GRPCMethodMatch
-	(*RouteBackend)(nil),          // 15: teapot.v1.RouteBackend
-	(*RouteFilter)(nil),           // 16: teapot.v1.RouteFilter
-	(*HeaderModifier)(nil),        // 17: teapot.v1.HeaderModifier
-	(*HeaderValue)(nil),           // 18: teapot.v1.HeaderValue
-	(*RequestRedirect)(nil),       // 19: teapot.v1.RequestRedirect
-	(*URLRewrite)(nil),            // 20: teapot.v1.URLRewrite
-	(*PathModifier)(nil),          // 21: teapot.v1.PathModifier
-	(*RequestMirror)(nil),         // 22: teapot.v1.RequestMirror
-	(*Fraction)(nil),              // 23: teapot.v1.Fraction
-	(*RouteTimeouts)(nil),         // 24: teapot.v1.RouteTimeouts
-	(*BackendPool)(nil),           // 25: teapot.v1.BackendPool
-	(*Member)(nil),                // 26: teapot.v1.Member
-	(*HealthCheck)(nil),           // 27: teapot.v1.HealthCheck
-	(*TCPCheck)(nil),              // 28: teapot.v1.TCPCheck
-	(*HTTPCheck)(nil),             // 29: teapot.v1.HTTPCheck
-	(*HTTPSCheck)(nil),            // 30: teapot.v1.HTTPSCheck
-	(*LoadBalancerStatus)(nil),    // 31: teapot.v1.LoadBalancerStatus
-	(*ObservedStatus)(nil),        // 32: teapot.v1.ObservedStatus
-	(*Problem)(nil),               // 33: teapot.v1.Problem
-	(*Node)(nil),                  // 34: teapot.v1.Node
-	(*NodeService)(nil),           // 35: teapot.v1.NodeService
-	(*Certificate)(nil),           // 36: teapot.v1.Certificate
-	(*JoinToken)(nil),             // 37: teapot.v1.JoinToken
-	(*StorageItem)(nil),           // 38: teapot.v1.StorageItem
-	(*StorageLock)(nil),           // 39: teapot.v1.StorageLock
-	(*Object)(nil),                // 40: teapot.v1.Object
-	(*ObjectRef)(nil),             // 41: teapot.v1.ObjectRef
-	nil,                           // 42: teapot.v1.LoadBalancer.PoolsEntry
-	(*timestamppb.Timestamp)(nil), // 43: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 44: google.protobuf.Duration
+	(*RateLimit)(nil),             // 9: teapot.v1.RateLimit
+	(*SNIRoute)(nil),              // 10: teapot.v1.SNIRoute
+	(*TLSPolicy)(nil),             // 11: teapot.v1.TLSPolicy
+	(*Route)(nil),                 // 12: teapot.v1.Route
+	(*WAF)(nil),                   // 13: teapot.v1.WAF
+	(*RouteMatch)(nil),            // 14: teapot.v1.RouteMatch
+	(*ValueMatch)(nil),            // 15: teapot.v1.ValueMatch
+	(*GRPCMethodMatch)(nil),       // 16: teapot.v1.GRPCMethodMatch
+	(*RouteBackend)(nil),          // 17: teapot.v1.RouteBackend
+	(*RouteFilter)(nil),           // 18: teapot.v1.RouteFilter
+	(*HeaderModifier)(nil),        // 19: teapot.v1.HeaderModifier
+	(*HeaderValue)(nil),           // 20: teapot.v1.HeaderValue
+	(*RequestRedirect)(nil),       // 21: teapot.v1.RequestRedirect
+	(*URLRewrite)(nil),            // 22: teapot.v1.URLRewrite
+	(*PathModifier)(nil),          // 23: teapot.v1.PathModifier
+	(*RequestMirror)(nil),         // 24: teapot.v1.RequestMirror
+	(*Fraction)(nil),              // 25: teapot.v1.Fraction
+	(*RouteTimeouts)(nil),         // 26: teapot.v1.RouteTimeouts
+	(*BackendPool)(nil),           // 27: teapot.v1.BackendPool
+	(*Member)(nil),                // 28: teapot.v1.Member
+	(*HealthCheck)(nil),           // 29: teapot.v1.HealthCheck
+	(*TCPCheck)(nil),              // 30: teapot.v1.TCPCheck
+	(*HTTPCheck)(nil),             // 31: teapot.v1.HTTPCheck
+	(*HTTPSCheck)(nil),            // 32: teapot.v1.HTTPSCheck
+	(*LoadBalancerStatus)(nil),    // 33: teapot.v1.LoadBalancerStatus
+	(*ObservedStatus)(nil),        // 34: teapot.v1.ObservedStatus
+	(*Problem)(nil),               // 35: teapot.v1.Problem
+	(*Node)(nil),                  // 36: teapot.v1.Node
+	(*NodeService)(nil),           // 37: teapot.v1.NodeService
+	(*Certificate)(nil),           // 38: teapot.v1.Certificate
+	(*JoinToken)(nil),             // 39: teapot.v1.JoinToken
+	(*StorageItem)(nil),           // 40: teapot.v1.StorageItem
+	(*StorageLock)(nil),           // 41: teapot.v1.StorageLock
+	(*Object)(nil),                // 42: teapot.v1.Object
+	(*ObjectRef)(nil),             // 43: teapot.v1.ObjectRef
+	nil,                           // 44: teapot.v1.LoadBalancer.PoolsEntry
+	(*timestamppb.Timestamp)(nil), // 45: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 46: google.protobuf.Duration
 }
 var file_teapotv1_model_proto_depIdxs = []int32{
-	43, // 0: teapot.v1.Meta.created:type_name -> google.protobuf.Timestamp
-	43, // 1: teapot.v1.Meta.updated:type_name -> google.protobuf.Timestamp
+	45, // 0: teapot.v1.Meta.created:type_name -> google.protobuf.Timestamp
+	45, // 1: teapot.v1.Meta.updated:type_name -> google.protobuf.Timestamp
 	3,  // 2: teapot.v1.Tenant.quotas:type_name -> teapot.v1.Quotas
 	0,  // 3: teapot.v1.Tenant.meta:type_name -> teapot.v1.Meta
 	2,  // 4: teapot.v1.Tenant.bgp:type_name -> teapot.v1.TenantBGP
 	0,  // 5: teapot.v1.VIPPool.meta:type_name -> teapot.v1.Meta
 	7,  // 6: teapot.v1.LoadBalancer.vip:type_name -> teapot.v1.VIPRequest
 	8,  // 7: teapot.v1.LoadBalancer.listeners:type_name -> teapot.v1.Listener
-	11, // 8: teapot.v1.LoadBalancer.routes:type_name -> teapot.v1.Route
-	42, // 9: teapot.v1.LoadBalancer.pools:type_name -> teapot.v1.LoadBalancer.PoolsEntry
+	12, // 8: teapot.v1.LoadBalancer.routes:type_name -> teapot.v1.Route
+	44, // 9: teapot.v1.LoadBalancer.pools:type_name -> teapot.v1.LoadBalancer.PoolsEntry
 	6,  // 10: teapot.v1.LoadBalancer.access_log:type_name -> teapot.v1.AccessLog
 	0,  // 11: teapot.v1.LoadBalancer.meta:type_name -> teapot.v1.Meta
-	31, // 12: teapot.v1.LoadBalancer.status:type_name -> teapot.v1.LoadBalancerStatus
-	10, // 13: teapot.v1.Listener.tls:type_name -> teapot.v1.TLSPolicy
-	44, // 14: teapot.v1.Listener.idle_timeout:type_name -> google.protobuf.Duration
-	9,  // 15: teapot.v1.Listener.sni_routes:type_name -> teapot.v1.SNIRoute
-	12, // 16: teapot.v1.Route.matches:type_name -> teapot.v1.RouteMatch
-	15, // 17: teapot.v1.Route.backends:type_name -> teapot.v1.RouteBackend
-	16, // 18: teapot.v1.Route.filters:type_name -> teapot.v1.RouteFilter
-	24, // 19: teapot.v1.Route.timeouts:type_name -> teapot.v1.RouteTimeouts
-	13, // 20: teapot.v1.RouteMatch.headers:type_name -> teapot.v1.ValueMatch
-	13, // 21: teapot.v1.RouteMatch.query_params:type_name -> teapot.v1.ValueMatch
-	14, // 22: teapot.v1.RouteMatch.grpc:type_name -> teapot.v1.GRPCMethodMatch
-	17, // 23: teapot.v1.RouteFilter.request_header_modifier:type_name -> teapot.v1.HeaderModifier
-	17, // 24: teapot.v1.RouteFilter.response_header_modifier:type_name -> teapot.v1.HeaderModifier
-	19, // 25: teapot.v1.RouteFilter.request_redirect:type_name -> teapot.v1.RequestRedirect
-	20, // 26: teapot.v1.RouteFilter.url_rewrite:type_name -> teapot.v1.URLRewrite
-	22, // 27: teapot.v1.RouteFilter.request_mirror:type_name -> teapot.v1.RequestMirror
-	18, // 28: teapot.v1.HeaderModifier.set:type_name -> teapot.v1.HeaderValue
-	18, // 29: teapot.v1.HeaderModifier.add:type_name -> teapot.v1.HeaderValue
-	21, // 30: teapot.v1.RequestRedirect.path:type_name -> teapot.v1.PathModifier
-	21, // 31: teapot.v1.URLRewrite.path:type_name -> teapot.v1.PathModifier
-	23, // 32: teapot.v1.RequestMirror.fraction:type_name -> teapot.v1.Fraction
-	44, // 33: teapot.v1.RouteTimeouts.request:type_name -> google.protobuf.Duration
-	44, // 34: teapot.v1.RouteTimeouts.backend_request:type_name -> google.protobuf.Duration
-	26, // 35: teapot.v1.BackendPool.members:type_name -> teapot.v1.Member
-	27, // 36: teapot.v1.BackendPool.health_check:type_name -> teapot.v1.HealthCheck
-	44, // 37: teapot.v1.BackendPool.connect_timeout:type_name -> google.protobuf.Duration
-	28, // 38: teapot.v1.HealthCheck.tcp:type_name -> teapot.v1.TCPCheck
-	29, // 39: teapot.v1.HealthCheck.http:type_name -> teapot.v1.HTTPCheck
-	44, // 40: teapot.v1.HealthCheck.interval:type_name -> google.protobuf.Duration
-	44, // 41: teapot.v1.HealthCheck.timeout:type_name -> google.protobuf.Duration
-	30, // 42: teapot.v1.HealthCheck.https:type_name -> teapot.v1.HTTPSCheck
-	33, // 43: teapot.v1.LoadBalancerStatus.problems:type_name -> teapot.v1.Problem
-	32, // 44: teapot.v1.LoadBalancerStatus.observed:type_name -> teapot.v1.ObservedStatus
-	35, // 45: teapot.v1.Node.services:type_name -> teapot.v1.NodeService
-	0,  // 46: teapot.v1.Node.meta:type_name -> teapot.v1.Meta
-	43, // 47: teapot.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
-	0,  // 48: teapot.v1.Certificate.meta:type_name -> teapot.v1.Meta
-	43, // 49: teapot.v1.JoinToken.expires:type_name -> google.protobuf.Timestamp
-	0,  // 50: teapot.v1.JoinToken.meta:type_name -> teapot.v1.Meta
-	43, // 51: teapot.v1.StorageItem.modified:type_name -> google.protobuf.Timestamp
-	0,  // 52: teapot.v1.StorageItem.meta:type_name -> teapot.v1.Meta
-	43, // 53: teapot.v1.StorageLock.expires:type_name -> google.protobuf.Timestamp
-	44, // 54: teapot.v1.StorageLock.ttl:type_name -> google.protobuf.Duration
-	0,  // 55: teapot.v1.StorageLock.meta:type_name -> teapot.v1.Meta
-	1,  // 56: teapot.v1.Object.tenant:type_name -> teapot.v1.Tenant
-	4,  // 57: teapot.v1.Object.vip_pool:type_name -> teapot.v1.VIPPool
-	5,  // 58: teapot.v1.Object.load_balancer:type_name -> teapot.v1.LoadBalancer
-	34, // 59: teapot.v1.Object.node:type_name -> teapot.v1.Node
-	36, // 60: teapot.v1.Object.certificate:type_name -> teapot.v1.Certificate
-	37, // 61: teapot.v1.Object.join_token:type_name -> teapot.v1.JoinToken
-	38, // 62: teapot.v1.Object.storage_item:type_name -> teapot.v1.StorageItem
-	39, // 63: teapot.v1.Object.storage_lock:type_name -> teapot.v1.StorageLock
-	25, // 64: teapot.v1.LoadBalancer.PoolsEntry.value:type_name -> teapot.v1.BackendPool
-	65, // [65:65] is the sub-list for method output_type
-	65, // [65:65] is the sub-list for method input_type
-	65, // [65:65] is the sub-list for extension type_name
-	65, // [65:65] is the sub-list for extension extendee
-	0,  // [0:65] is the sub-list for field type_name
+	33, // 12: teapot.v1.LoadBalancer.status:type_name -> teapot.v1.LoadBalancerStatus
+	11, // 13: teapot.v1.Listener.tls:type_name -> teapot.v1.TLSPolicy
+	46, // 14: teapot.v1.Listener.idle_timeout:type_name -> google.protobuf.Duration
+	10, // 15: teapot.v1.Listener.sni_routes:type_name -> teapot.v1.SNIRoute
+	9,  // 16: teapot.v1.Listener.rate_limit:type_name -> teapot.v1.RateLimit
+	14, // 17: teapot.v1.Route.matches:type_name -> teapot.v1.RouteMatch
+	17, // 18: teapot.v1.Route.backends:type_name -> teapot.v1.RouteBackend
+	18, // 19: teapot.v1.Route.filters:type_name -> teapot.v1.RouteFilter
+	26, // 20: teapot.v1.Route.timeouts:type_name -> teapot.v1.RouteTimeouts
+	9,  // 21: teapot.v1.Route.rate_limit:type_name -> teapot.v1.RateLimit
+	13, // 22: teapot.v1.Route.waf:type_name -> teapot.v1.WAF
+	15, // 23: teapot.v1.RouteMatch.headers:type_name -> teapot.v1.ValueMatch
+	15, // 24: teapot.v1.RouteMatch.query_params:type_name -> teapot.v1.ValueMatch
+	16, // 25: teapot.v1.RouteMatch.grpc:type_name -> teapot.v1.GRPCMethodMatch
+	19, // 26: teapot.v1.RouteFilter.request_header_modifier:type_name -> teapot.v1.HeaderModifier
+	19, // 27: teapot.v1.RouteFilter.response_header_modifier:type_name -> teapot.v1.HeaderModifier
+	21, // 28: teapot.v1.RouteFilter.request_redirect:type_name -> teapot.v1.RequestRedirect
+	22, // 29: teapot.v1.RouteFilter.url_rewrite:type_name -> teapot.v1.URLRewrite
+	24, // 30: teapot.v1.RouteFilter.request_mirror:type_name -> teapot.v1.RequestMirror
+	20, // 31: teapot.v1.HeaderModifier.set:type_name -> teapot.v1.HeaderValue
+	20, // 32: teapot.v1.HeaderModifier.add:type_name -> teapot.v1.HeaderValue
+	23, // 33: teapot.v1.RequestRedirect.path:type_name -> teapot.v1.PathModifier
+	23, // 34: teapot.v1.URLRewrite.path:type_name -> teapot.v1.PathModifier
+	25, // 35: teapot.v1.RequestMirror.fraction:type_name -> teapot.v1.Fraction
+	46, // 36: teapot.v1.RouteTimeouts.request:type_name -> google.protobuf.Duration
+	46, // 37: teapot.v1.RouteTimeouts.backend_request:type_name -> google.protobuf.Duration
+	28, // 38: teapot.v1.BackendPool.members:type_name -> teapot.v1.Member
+	29, // 39: teapot.v1.BackendPool.health_check:type_name -> teapot.v1.HealthCheck
+	46, // 40: teapot.v1.BackendPool.connect_timeout:type_name -> google.protobuf.Duration
+	30, // 41: teapot.v1.HealthCheck.tcp:type_name -> teapot.v1.TCPCheck
+	31, // 42: teapot.v1.HealthCheck.http:type_name -> teapot.v1.HTTPCheck
+	46, // 43: teapot.v1.HealthCheck.interval:type_name -> google.protobuf.Duration
+	46, // 44: teapot.v1.HealthCheck.timeout:type_name -> google.protobuf.Duration
+	32, // 45: teapot.v1.HealthCheck.https:type_name -> teapot.v1.HTTPSCheck
+	35, // 46: teapot.v1.LoadBalancerStatus.problems:type_name -> teapot.v1.Problem
+	34, // 47: teapot.v1.LoadBalancerStatus.observed:type_name -> teapot.v1.ObservedStatus
+	37, // 48: teapot.v1.Node.services:type_name -> teapot.v1.NodeService
+	0,  // 49: teapot.v1.Node.meta:type_name -> teapot.v1.Meta
+	45, // 50: teapot.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
+	0,  // 51: teapot.v1.Certificate.meta:type_name -> teapot.v1.Meta
+	45, // 52: teapot.v1.JoinToken.expires:type_name -> google.protobuf.Timestamp
+	0,  // 53: teapot.v1.JoinToken.meta:type_name -> teapot.v1.Meta
+	45, // 54: teapot.v1.StorageItem.modified:type_name -> google.protobuf.Timestamp
+	0,  // 55: teapot.v1.StorageItem.meta:type_name -> teapot.v1.Meta
+	45, // 56: teapot.v1.StorageLock.expires:type_name -> google.protobuf.Timestamp
+	46, // 57: teapot.v1.StorageLock.ttl:type_name -> google.protobuf.Duration
+	0,  // 58: teapot.v1.StorageLock.meta:type_name -> teapot.v1.Meta
+	1,  // 59: teapot.v1.Object.tenant:type_name -> teapot.v1.Tenant
+	4,  // 60: teapot.v1.Object.vip_pool:type_name -> teapot.v1.VIPPool
+	5,  // 61: teapot.v1.Object.load_balancer:type_name -> teapot.v1.LoadBalancer
+	36, // 62: teapot.v1.Object.node:type_name -> teapot.v1.Node
+	38, // 63: teapot.v1.Object.certificate:type_name -> teapot.v1.Certificate
+	39, // 64: teapot.v1.Object.join_token:type_name -> teapot.v1.JoinToken
+	40, // 65: teapot.v1.Object.storage_item:type_name -> teapot.v1.StorageItem
+	41, // 66: teapot.v1.Object.storage_lock:type_name -> teapot.v1.StorageLock
+	27, // 67: teapot.v1.LoadBalancer.PoolsEntry.value:type_name -> teapot.v1.BackendPool
+	68, // [68:68] is the sub-list for method output_type
+	68, // [68:68] is the sub-list for method input_type
+	68, // [68:68] is the sub-list for extension type_name
+	68, // [68:68] is the sub-list for extension extendee
+	0,  // [0:68] is the sub-list for field type_name
 }
 
 func init() { file_teapotv1_model_proto_init() }
@@ -3989,12 +4234,12 @@ func file_teapotv1_model_proto_init() {
 	if File_teapotv1_model_proto != nil {
 		return
 	}
-	file_teapotv1_model_proto_msgTypes[15].OneofWrappers = []any{}
-	file_teapotv1_model_proto_msgTypes[19].OneofWrappers = []any{}
+	file_teapotv1_model_proto_msgTypes[17].OneofWrappers = []any{}
 	file_teapotv1_model_proto_msgTypes[21].OneofWrappers = []any{}
-	file_teapotv1_model_proto_msgTypes[22].OneofWrappers = []any{}
-	file_teapotv1_model_proto_msgTypes[26].OneofWrappers = []any{}
-	file_teapotv1_model_proto_msgTypes[40].OneofWrappers = []any{
+	file_teapotv1_model_proto_msgTypes[23].OneofWrappers = []any{}
+	file_teapotv1_model_proto_msgTypes[24].OneofWrappers = []any{}
+	file_teapotv1_model_proto_msgTypes[28].OneofWrappers = []any{}
+	file_teapotv1_model_proto_msgTypes[42].OneofWrappers = []any{
 		(*Object_Tenant)(nil),
 		(*Object_VipPool)(nil),
 		(*Object_LoadBalancer)(nil),
@@ -4010,7 +4255,7 @@ func file_teapotv1_model_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_teapotv1_model_proto_rawDesc), len(file_teapotv1_model_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   43,
+			NumMessages:   45,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

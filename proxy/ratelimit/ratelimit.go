@@ -1,0 +1,236 @@
+// Package ratelimit counts the requests and connections of the tenants'
+// rate limits on one LB host, without any external store.
+//
+// Each limit is a GCRA (generic cell rate algorithm): one theoretical
+// arrival time per key, which admits a burst and then the rate. A limit
+// keyed per client keeps one arrival time per client address (IPv6
+// clients per /64, the smallest block a client is given) in its tenant's
+// Table; a limit for all clients together keeps one in itself. An
+// arrival time in the past behaves as an absent key, so such entries are
+// dropped when the table needs room: the Table never holds more keys than
+// its tenant's bound, and under an attack from more addresses than that
+// a new client is refused (counted in Stats.Full) until keys expire,
+// never given room by forgetting a client still over its limit.
+//
+// The counts are this host's: with several hosts serving one VIP (BGP
+// ECMP), each sees the clients the routers send it, so a per-client limit
+// holds per client as long as the routers keep a client's flows on one
+// host (ECMP hashes the 5-tuple: a client with many connections may reach
+// several hosts and get up to the limit from each), and a total limit is
+// the limit per host.
+package ratelimit
+
+import (
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// sweepEvery bounds how often a full table is swept for expired keys, so
+// that a flood of new clients costs the tenant's requests a sweep of its
+// table at most this often.
+const sweepEvery = 50 * time.Millisecond
+
+var base = time.Now()
+
+// Now is the clock of Allow: nanoseconds on the monotonic clock.
+func Now() int64 { return int64(time.Since(base)) }
+
+type key struct {
+	lim  *Limiter
+	addr netip.Addr
+}
+
+// Table holds one tenant's per-client keys on one host.
+type Table struct {
+	max atomic.Int64
+
+	mu        sync.Mutex
+	keys      map[key]int64
+	limiters  map[string]*Limiter
+	lastSweep int64
+
+	full, refused atomic.Int64
+}
+
+// NewTable returns a table that holds at most max keys.
+func NewTable(max int) *Table {
+	t := &Table{keys: map[key]int64{}, limiters: map[string]*Limiter{}, lastSweep: -int64(sweepEvery)}
+	t.SetMax(max)
+	return t
+}
+
+// SetMax changes the bound (the tenant's quota changed). A table over a
+// lowered bound takes no new key until it is under it again.
+func (t *Table) SetMax(max int) { t.max.Store(int64(max)) }
+
+// Stats are a table's counts.
+type Stats struct {
+	// Keys is the number of keys held now; Max the bound.
+	Keys, Max int
+	// Refused counts arrivals refused over their limit; Full those
+	// refused because the table had no room for a new client.
+	Refused, Full int64
+}
+
+// Stats returns the table's counts.
+func (t *Table) Stats() Stats {
+	t.mu.Lock()
+	n := len(t.keys)
+	t.mu.Unlock()
+	return Stats{Keys: n, Max: int(t.max.Load()), Refused: t.refused.Load(), Full: t.full.Load()}
+}
+
+// Spec is one limit: Rate events per second, Burst of them at once, per
+// client or for everyone (Total).
+type Spec struct {
+	Rate, Burst uint32
+	Total       bool
+}
+
+// Limiter is one limit in service. Acquire it from its table for each
+// user (a listener snapshot) and Release it when that user is gone: a
+// limiter whose id and spec stay the same across configuration changes
+// keeps its counts.
+type Limiter struct {
+	t        *Table
+	id       string
+	spec     Spec
+	interval int64 // ns per event
+	tau      int64 // the burst's tolerance: (Burst-1)*interval
+	refs     int
+	retired  atomic.Bool
+	tat      atomic.Int64 // Total limits
+}
+
+// Spec returns the limit's spec.
+func (l *Limiter) Spec() Spec { return l.spec }
+
+// Acquire returns the table's limiter of id, made with spec unless one of
+// the same spec is in service; the old one of another spec is retired
+// once released by its users. Acquire and Release are called by one
+// goroutine at a time (the proxy's configuration changes).
+func (t *Table) Acquire(id string, s Spec) *Limiter {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if l := t.limiters[id]; l != nil && l.spec == s {
+		l.refs++
+		return l
+	}
+	if s.Rate == 0 {
+		s.Rate = 1
+	}
+	if s.Burst == 0 {
+		s.Burst = s.Rate
+	}
+	interval := int64(time.Second) / int64(s.Rate)
+	l := &Limiter{t: t, id: id, spec: s, interval: interval, tau: int64(s.Burst-1) * interval, refs: 1}
+	l.tat.Store(-1 << 62)
+	t.limiters[id] = l
+	return l
+}
+
+// Release drops one user of l; the last one retires it, and its keys go
+// with the next sweep.
+func (l *Limiter) Release() {
+	t := l.t
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if l.refs--; l.refs > 0 {
+		return
+	}
+	l.retired.Store(true)
+	if t.limiters[l.id] == l {
+		delete(t.limiters, l.id)
+	}
+}
+
+// clientKey is the address a client is counted under: IPv4 as it is,
+// IPv6 by its /64.
+func clientKey(a netip.Addr) netip.Addr {
+	a = a.Unmap().WithZone("")
+	if a.Is6() {
+		p, _ := a.Prefix(64)
+		return p.Addr()
+	}
+	return a
+}
+
+// Verdict is the outcome of one arrival.
+type Verdict struct {
+	OK bool
+	// Remaining is how many more may arrive now; RetryAfter how long a
+	// refused one should wait.
+	Remaining  int
+	RetryAfter time.Duration
+	// Reset is when the limit is back to its full burst.
+	Reset time.Duration
+}
+
+// Allow counts one arrival of client at now (Now()). It allocates nothing
+// unless the table stores a new client.
+func (l *Limiter) Allow(client netip.Addr, now int64) Verdict {
+	if l.spec.Total {
+		for {
+			old := l.tat.Load()
+			v, tat := l.gcra(old, now)
+			if !v.OK {
+				l.t.refused.Add(1)
+				return v
+			}
+			if l.tat.CompareAndSwap(old, tat) {
+				return v
+			}
+		}
+	}
+	t := l.t
+	k := key{l, clientKey(client)}
+	t.mu.Lock()
+	old, had := t.keys[k]
+	if !had {
+		old = -1 << 62
+		if int64(len(t.keys)) >= t.max.Load() && !t.makeRoom(now) {
+			t.mu.Unlock()
+			t.full.Add(1)
+			t.refused.Add(1)
+			return Verdict{RetryAfter: time.Second, Reset: time.Second}
+		}
+	}
+	v, tat := l.gcra(old, now)
+	if v.OK {
+		t.keys[k] = tat
+	}
+	t.mu.Unlock()
+	if !v.OK {
+		t.refused.Add(1)
+	}
+	return v
+}
+
+// gcra decides an arrival at now against the theoretical arrival time
+// tat, and returns the new one.
+func (l *Limiter) gcra(tat, now int64) (Verdict, int64) {
+	tat = max(tat, now)
+	if wait := tat - now - l.tau; wait > 0 {
+		return Verdict{RetryAfter: time.Duration(wait), Reset: time.Duration(tat - now)}, 0
+	}
+	tat += l.interval
+	left := (l.tau - (tat - now - l.interval)) / l.interval
+	return Verdict{OK: true, Remaining: int(max(left, 0)), Reset: time.Duration(tat - now)}, tat
+}
+
+// makeRoom drops the keys whose arrival time passed (they act as absent)
+// and those of retired limiters, at most once per sweepEvery; it reports
+// whether the table has room now. t.mu is held.
+func (t *Table) makeRoom(now int64) bool {
+	if now-t.lastSweep >= int64(sweepEvery) {
+		t.lastSweep = now
+		for k, tat := range t.keys {
+			if tat <= now || k.lim.retired.Load() {
+				delete(t.keys, k)
+			}
+		}
+	}
+	return int64(len(t.keys)) < t.max.Load()
+}

@@ -1,0 +1,147 @@
+package proxy
+
+import (
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+	"github.com/teapot-lb/teapot-lb/proxy/l7"
+)
+
+// wafMember counts the requests it gets and answers 200.
+func wafMember(t *testing.T) (string, *atomic.Int64) {
+	var n atomic.Int64
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n.Add(1)
+		io.Copy(io.Discard, r.Body)
+		io.WriteString(w, "ok")
+	})}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return ln.Addr().String(), &n
+}
+
+// TestWAFBlocksAttacksOverRealSockets: a route with waf block answers
+// attacks (query, path and a form body) with 403 naming the rules, and
+// the member never sees them; ordinary requests are served, over HTTP/1.1
+// and HTTP/2. A route in detect mode serves the attack and counts it.
+func TestWAFBlocksAttacksOverRealSockets(t *testing.T) {
+	addr, got := wafMember(t)
+	srv := l7.New(l7.Config{})
+	t.Cleanup(func() { srv.Close() })
+	p, _ := newProxy(t, Config{HTTP: NewHTTP(srv, nil)})
+	port := freePort(t)
+	lb := httpLB("acme", "web", "127.0.0.2", port, addr)
+	lb.Routes = []*pb.Route{
+		{Path: "/detect", Pool: "app", Waf: &pb.WAF{Mode: "detect"}},
+		{Path: "/", Pool: "app", Waf: &pb.WAF{Mode: "block", ParanoiaLevel: 1}},
+	}
+	update(t, p, lb)
+	if st := p.Status()["acme/web"]; len(st) != 0 {
+		t.Fatalf("problems: %v", st)
+	}
+	base := "http://" + vipAddr("127.0.0.2", port)
+	h1 := sourceClient(t, "127.0.0.3")
+	h2 := h2cOwnClient(t, vipAddr("127.0.0.2", port))
+	do := func(c *http.Client, method, target, body string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequest(method, base+target, strings.NewReader(body))
+		req.Header.Set("User-Agent", "Mozilla/5.0")
+		req.Header.Set("Accept", "text/html")
+		if body != "" {
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	for name, c := range map[string]*http.Client{"HTTP/1.1": h1, "HTTP/2": h2} {
+		before := got.Load()
+		for _, a := range []struct{ method, target, body string }{
+			{"GET", "/search?q=" + url.QueryEscape("1' OR '1'='1"), ""},
+			{"GET", "/?x=" + url.QueryEscape("<script>alert(1)</script>"), ""},
+			{"GET", "/files?name=" + url.QueryEscape("../../../etc/passwd"), ""},
+			{"POST", "/login", "user=admin&pass=" + url.QueryEscape("' OR 1=1--")},
+		} {
+			resp := do(c, a.method, a.target, a.body)
+			if resp.StatusCode != 403 {
+				t.Errorf("%s %s %s: %d, want 403", name, a.method, a.target, resp.StatusCode)
+			}
+		}
+		if n := got.Load() - before; n != 0 {
+			t.Errorf("%s: the member got %d attacks", name, n)
+		}
+		for _, target := range []string{"/", "/shop/items?id=42&sort=price"} {
+			if resp := do(c, "GET", target, ""); resp.StatusCode != 200 {
+				t.Errorf("%s GET %s: %d", name, target, resp.StatusCode)
+			}
+		}
+		if resp := do(c, "POST", "/form", "name=Ada&city=London"); resp.StatusCode != 200 {
+			t.Errorf("%s ordinary POST: %d", name, resp.StatusCode)
+		}
+	}
+	if resp := do(h1, "GET", "/detect?q="+url.QueryEscape("1' OR '1'='1"), ""); resp.StatusCode != 200 {
+		t.Errorf("detect mode: %d, want the request served", resp.StatusCode)
+	}
+	st := p.WAFStats("acme")
+	if st.Blocked != 8 || st.Detected != 1 || st.Inspected != 15 {
+		t.Fatalf("WAF stats %+v", st)
+	}
+}
+
+// TestWAFCPUChargedToItsTenant: a tenant whose WAF spent its CPU budget
+// gets 429 for its WAF routes, while another tenant's WAF route keeps
+// serving.
+func TestWAFCPUChargedToItsTenant(t *testing.T) {
+	addr, _ := wafMember(t)
+	srv := l7.New(l7.Config{})
+	t.Cleanup(func() { srv.Close() })
+	p, _ := newProxy(t, Config{HTTP: NewHTTP(srv, nil)})
+	port := freePort(t)
+	noisy := httpLB("globex", "web", "127.0.0.2", port, addr)
+	noisy.Routes[0].Waf = &pb.WAF{Mode: "block"}
+	quiet := httpLB("acme", "web", "127.0.0.5", port, addr)
+	quiet.Routes[0].Waf = &pb.WAF{Mode: "block"}
+	objs := append(labObjects(noisy, quiet), &pb.Object{Kind: &pb.Object_Tenant{Tenant: &pb.Tenant{Name: "globex", Networks: []string{"127.0.0.0/8"},
+		Quotas: &pb.Quotas{WafCpuMillicores: 1}}}})
+	if err := p.Update(objs, 1); err != nil {
+		t.Fatal(err)
+	}
+	c := sourceClient(t, "127.0.0.3")
+	refused := 0
+	deadline := time.Now().Add(10 * time.Second)
+	for refused == 0 && time.Now().Before(deadline) {
+		code, err := get(c, "http://"+vipAddr("127.0.0.2", port)+"/?page=1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code == 429 {
+			refused++
+		}
+	}
+	if refused == 0 || p.WAFStats("globex").Refused == 0 {
+		t.Fatalf("globex at 1 millicore was never refused: %+v", p.WAFStats("globex"))
+	}
+	for range 20 {
+		if code, err := get(c, "http://"+vipAddr("127.0.0.5", port)+"/?page=1"); err != nil || code != 200 {
+			t.Fatalf("acme's WAF route: %d %v", code, err)
+		}
+	}
+	if st := p.WAFStats("acme"); st.Refused != 0 || st.Inspected != 20 {
+		t.Fatalf("acme %+v", st)
+	}
+}
