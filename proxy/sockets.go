@@ -3,15 +3,12 @@ package proxy
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/teapot-lb/teapot-lb/proxy/internal/freebind"
 	"github.com/teapot-lb/teapot-lb/proxy/l7"
 	"github.com/teapot-lb/teapot-lb/proxy/snapshot"
 )
@@ -176,28 +173,6 @@ func (s *socket) untrack(t *tracked) {
 	s.mu.Unlock()
 }
 
-// freebind lets a socket bind an address this host does not hold (yet):
-// a VIP is opened on every host before it is announced on one.
-func freebind(network, _ string, c syscall.RawConn) error {
-	var serr error
-	err := c.Control(func(fd uintptr) {
-		if network == "tcp6" || network == "udp6" {
-			serr = unix.SetsockoptInt(int(fd), unix.SOL_IPV6, unix.IPV6_FREEBIND, 1)
-			if serr == nil {
-				return
-			}
-		}
-		serr = unix.SetsockoptInt(int(fd), unix.SOL_IP, unix.IP_FREEBIND, 1)
-	})
-	if err != nil {
-		return err
-	}
-	if serr != nil {
-		return fmt.Errorf("set IP_FREEBIND: %w", serr)
-	}
-	return nil
-}
-
 func family(k snapshot.Key) string {
 	if k.Addr.Addr().Is4() {
 		return "4"
@@ -206,7 +181,7 @@ func family(k snapshot.Key) string {
 }
 
 func listenTCP(k snapshot.Key) (*net.TCPListener, error) {
-	lc := net.ListenConfig{Control: freebind}
+	lc := net.ListenConfig{Control: freebind.Control}
 	l, err := lc.Listen(context.Background(), "tcp"+family(k), k.Addr.String())
 	if err != nil {
 		return nil, err

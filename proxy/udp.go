@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/teapot-lb/teapot-lb/proxy/health"
+	"github.com/teapot-lb/teapot-lb/proxy/internal/freebind"
 )
 
 // udpSocket forwards datagrams of one udp listener. Each client address
@@ -111,7 +112,7 @@ func (f *flow) received(n int) {
 }
 
 func (p *Proxy) listenUDP(s *socket) (*udpSocket, error) {
-	lc := net.ListenConfig{Control: freebind}
+	lc := net.ListenConfig{Control: freebind.Control}
 	pc, err := lc.ListenPacket(context.Background(), "udp"+family(s.key), s.key.Addr.String())
 	if err != nil {
 		return nil, err

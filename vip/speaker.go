@@ -15,6 +15,8 @@ import (
 	"github.com/osrg/gobgp/v4/pkg/apiutil"
 	"github.com/osrg/gobgp/v4/pkg/packet/bgp"
 	"github.com/osrg/gobgp/v4/pkg/server"
+
+	"github.com/teapot-lb/teapot-lb/vip/internal/quietlog"
 )
 
 // connectRetry is how often the speaker dials a router it has no session
@@ -105,7 +107,7 @@ func startSpeaker(cfg BGPConfig, log *slog.Logger, changed func()) (*speaker, er
 	level.Set(slog.LevelWarn)
 	// gobgp logs every step at info; its warnings and errors are enough
 	// next to the session changes logged below.
-	quiet := slog.New(minLevel{Handler: log.Handler(), min: slog.LevelWarn})
+	quiet := quietlog.New(log, slog.LevelWarn)
 	srv := server.NewBgpServer(server.LoggerOption(quiet, level))
 	go srv.Serve()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -310,22 +312,4 @@ func (sp *speaker) stop() {
 	sp.cancel()
 	sp.redials.Wait()
 	sp.srv.Stop()
-}
-
-// minLevel drops records below min.
-type minLevel struct {
-	slog.Handler
-	min slog.Level
-}
-
-func (h minLevel) Enabled(ctx context.Context, l slog.Level) bool {
-	return l >= h.min && h.Handler.Enabled(ctx, l)
-}
-
-func (h minLevel) WithAttrs(as []slog.Attr) slog.Handler {
-	return minLevel{Handler: h.Handler.WithAttrs(as), min: h.min}
-}
-
-func (h minLevel) WithGroup(name string) slog.Handler {
-	return minLevel{Handler: h.Handler.WithGroup(name), min: h.min}
 }

@@ -2,36 +2,12 @@ package dns
 
 import (
 	"context"
-	"fmt"
 	"net"
-	"syscall"
 
-	"golang.org/x/sys/unix"
+	"github.com/teapot-lb/teapot-lb/proxy/internal/freebind"
 )
 
-// freebind lets a socket bind an address this host does not hold (yet):
-// --dns-addr is typically a VIP, bound on every host before one holds it.
-func freebind(network, _ string, c syscall.RawConn) error {
-	var serr error
-	err := c.Control(func(fd uintptr) {
-		if network == "tcp6" || network == "udp6" {
-			serr = unix.SetsockoptInt(int(fd), unix.SOL_IPV6, unix.IPV6_FREEBIND, 1)
-			if serr == nil {
-				return
-			}
-		}
-		serr = unix.SetsockoptInt(int(fd), unix.SOL_IP, unix.IP_FREEBIND, 1)
-	})
-	if err != nil {
-		return err
-	}
-	if serr != nil {
-		return fmt.Errorf("set IP_FREEBIND: %w", serr)
-	}
-	return nil
-}
-
-var listenConfig = net.ListenConfig{Control: freebind}
+var listenConfig = net.ListenConfig{Control: freebind.Control}
 
 func listenPacket(addr string) (net.PacketConn, error) {
 	return listenConfig.ListenPacket(context.Background(), "udp", addr)

@@ -17,10 +17,12 @@ import (
 	"github.com/osrg/gobgp/v4/pkg/packet/bgp"
 	"github.com/osrg/gobgp/v4/pkg/server"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	"github.com/teapot-lb/teapot-lb/api"
 	"github.com/teapot-lb/teapot-lb/api/observe"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
-	"google.golang.org/protobuf/types/known/timestamppb"
+	"github.com/teapot-lb/teapot-lb/vip/internal/quietlog"
 )
 
 // Timings of the relay.
@@ -133,7 +135,7 @@ func New(cfg Config) (*Relay, error) {
 	// next to the session changes the relay logs.
 	level := &slog.LevelVar{}
 	level.Set(slog.LevelWarn)
-	r.srv = server.NewBgpServer(server.LoggerOption(slog.New(minLevel{Handler: r.log.Handler(), min: slog.LevelWarn}), level))
+	r.srv = server.NewBgpServer(server.LoggerOption(quietlog.New(r.log, slog.LevelWarn), level))
 	go r.srv.Serve()
 	ctx, cancel := context.WithCancel(context.Background())
 	r.stop = cancel
@@ -527,22 +529,4 @@ func interfaceAddrs() []netip.Addr {
 		}
 	}
 	return out
-}
-
-// minLevel drops records below min.
-type minLevel struct {
-	slog.Handler
-	min slog.Level
-}
-
-func (h minLevel) Enabled(ctx context.Context, l slog.Level) bool {
-	return l >= h.min && h.Handler.Enabled(ctx, l)
-}
-
-func (h minLevel) WithAttrs(as []slog.Attr) slog.Handler {
-	return minLevel{Handler: h.Handler.WithAttrs(as), min: h.min}
-}
-
-func (h minLevel) WithGroup(name string) slog.Handler {
-	return minLevel{Handler: h.Handler.WithGroup(name), min: h.min}
 }
