@@ -160,7 +160,7 @@ func TestCostlyCheckSignaturesAreChargedToTheirTenant(t *testing.T) {
 
 // TestCheckCPUWaitersBounded: a tenant whose signature CPU is spent has
 // at most MaxChecksPerTenant of its checks waiting for it; the others
-// wait for a slot without running. With each waiting check polling the
+// wait in its ready queue without a goroutine. With each waiting check polling the
 // budget, one tenant's 1,000 signing checks woke together whenever its
 // debt was paid, and the host's run queue that other tenants and the
 // admin API share grew by that many goroutines. Not parallel: it counts

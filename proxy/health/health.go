@@ -8,9 +8,10 @@
 // State lives in a Registry keyed by member address and check spec, with
 // reference counts: a config change that keeps a member keeps its health,
 // in-flight count and ejection, and pools of different load balancers that
-// check the same member the same way share one Target. Checks run from
-// timers, not one goroutine per member, and at most MaxConcurrentChecks at
-// once.
+// check the same member the same way share one Target. Each tenant
+// dispatches its checks from one timer to at most MaxChecksPerTenant
+// goroutines (dispatch.go), never one per member, and at most
+// MaxConcurrentChecks run at once.
 package health
 
 import (
@@ -116,16 +117,34 @@ type Registry struct {
 	// tlsConfs holds the parsed TLS settings of https checks (guarded by
 	// mu).
 	tlsConfs map[tlsKey]*tlsEntry
+	// epoch is the start of the registry's clock (now).
+	epoch time.Time
 	// ctx ends with Close: checks waiting or in flight stop at once.
 	ctx    context.Context
 	cancel context.CancelFunc
 }
 
-// tenantBudget bounds one tenant's checks in flight. A Target names its
-// tenant through its budget.
+// tenantBudget bounds one tenant's checks in flight and dispatches them
+// (dispatch.go). A Target names its tenant through its budget.
 type tenantBudget struct {
+	r      *Registry
 	tenant string
-	sem    chan struct{}
+	slots  int // MaxChecksPerTenant
+
+	mu sync.Mutex
+	// timed holds the targets whose next check is not due yet, ready
+	// (from head) those due, waiting for a slot; nready counts the live
+	// ones among them (a stopped target's entry stays until skipped).
+	timed  timedHeap
+	ready  []*Target
+	head   int
+	nready int
+	// running counts the tenant's workers (at most slots).
+	running int
+	// timer fires at armed, the earliest due check (0: not set).
+	timer *time.Timer
+	armed time.Duration
+
 	// cpu is the tenant's budget of signature CPU.
 	cpu  *cpubudget.Tenant
 	refs int // targets of the tenant, guarded by Registry.mu
@@ -151,7 +170,7 @@ func NewRegistry(o Options) *Registry {
 	o = o.withDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Registry{o: o, sem: make(chan struct{}, o.MaxConcurrentChecks), targets: map[netip.AddrPort]*Target{}, checks: map[snapshot.HealthCheck]*checkRef{},
-		tenants: map[string]*tenantBudget{}, tlsConfs: map[tlsKey]*tlsEntry{}, ctx: ctx, cancel: cancel}
+		tenants: map[string]*tenantBudget{}, tlsConfs: map[tlsKey]*tlsEntry{}, epoch: time.Now(), ctx: ctx, cancel: cancel}
 }
 
 // Acquire returns the Target for a member address and check (nil: no
@@ -202,7 +221,7 @@ func (r *Registry) acquire(tenant string, addr netip.AddrPort, hc *snapshot.Heal
 	}
 	tb := r.tenants[tenant]
 	if tb == nil {
-		tb = &tenantBudget{tenant: tenant, sem: make(chan struct{}, r.o.MaxChecksPerTenant), cpu: r.o.CPU.Tenant(tenant)}
+		tb = &tenantBudget{r: r, tenant: tenant, slots: r.o.MaxChecksPerTenant, cpu: r.o.CPU.Tenant(tenant)}
 		r.tenants[tenant] = tb
 	}
 	tb.refs++

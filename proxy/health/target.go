@@ -67,7 +67,12 @@ type activeCheck struct {
 	// the last one and signs nothing when the member allows it.
 	tls      *tlsEntry
 	sessions tls.ClientSessionCache
-	timer    *time.Timer
+	// due is when the next check is due (on Registry.now), idx the
+	// target's place in its tenant's heap and q where its next check is
+	// (dispatch.go); guarded by the tenant budget's mu.
+	due time.Duration
+	idx int32
+	q   uint8
 	// cancel ends the check in flight, or waiting for a budget, when the
 	// target stops (nil between checks).
 	cancel     context.CancelFunc
@@ -276,8 +281,8 @@ func (t *Target) stop() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.stopped = true
-	if t.active != nil && t.active.timer != nil {
-		t.active.timer.Stop()
+	if t.active != nil {
+		t.budget.unschedule(t)
 	}
 	if t.active != nil && t.active.cancel != nil {
 		// A released target's check stops now, waiting or in flight,
@@ -291,28 +296,19 @@ func (t *Target) stop() {
 }
 
 // schedule runs the next check after d, unless stopped.
-func (t *Target) schedule(d time.Duration) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.stopped {
-		return
-	}
-	t.active.timer = time.AfterFunc(d, t.run)
-}
+func (t *Target) schedule(d time.Duration) { t.budget.schedule(t, d) }
 
+// run makes one check, on a worker of the tenant's (which holds one of
+// its MaxChecksPerTenant slots), and schedules the next.
 func (t *Target) run() {
 	t.mu.Lock()
 	if t.stopped {
 		t.mu.Unlock()
 		return
 	}
-	// Close stops every target under its lock before waiting, so no Add
-	// happens after Wait has started.
-	t.r.wg.Add(1)
 	ctx, cancel := context.WithCancel(t.r.ctx)
 	t.active.cancel = cancel
 	t.mu.Unlock()
-	defer t.r.wg.Done()
 	defer func() {
 		t.mu.Lock()
 		t.active.cancel = nil
@@ -329,31 +325,23 @@ func (t *Target) run() {
 	if self {
 		err = ErrSelf // never dialled: it would be this host's own listener
 	} else {
-		// A check takes a slot of its tenant's budget of checks in
-		// flight, then, if it signs, waits while the tenant's signature
-		// CPU is spent (its checks are delayed, not failed): at most
-		// that many of a tenant's checks wait for its CPU, each waking
-		// when the debt is paid, and the others wait on the slot without
-		// running. A tenant at its bound waits without holding a slot of
-		// the host's.
-		select {
-		case t.budget.sem <- struct{}{}:
-		case <-ctx.Done():
-			return
-		}
+		// The check holds a slot of its tenant's (its worker); if it
+		// signs, it waits while the tenant's signature CPU is spent (its
+		// checks are delayed, not failed): at most the tenant's slots
+		// wait for its CPU, each waking when the debt is paid, and its
+		// other due checks wait in its ready queue without a goroutine.
+		// A tenant at its bound waits without holding a slot of the
+		// host's.
 		if a := t.active; a.tls != nil && a.tls.signs && !t.budget.cpu.Wait(ctx) {
-			<-t.budget.sem
 			return
 		}
 		select {
 		case t.r.sem <- struct{}{}:
 		case <-ctx.Done():
-			<-t.budget.sem
 			return
 		}
 		err = check(ctx, t.key.addr, t.key.check, t.active.tls, t.active.sessions)
 		<-t.r.sem
-		<-t.budget.sem
 		if ctx.Err() != nil {
 			return // stopped: no result, no next check
 		}
