@@ -70,18 +70,12 @@ func New(cfg Config) (*Server, error) {
 		budget: newTenantBudget(perTenant), now: time.Now, ready: map[string]string{}, dirty: make(chan struct{}, 1)}
 	s.table.Store(Compile(cfg, nil, 0))
 	for _, addr := range cfg.Addrs {
-		pc, err := listenPacket(addr)
+		pc, ln, err := listenBoth(addr)
 		if err != nil {
 			s.Close()
 			return nil, fmt.Errorf("--dns-addr %s: %w", addr, err)
 		}
 		s.servers = append(s.servers, &mdns.Server{PacketConn: pc, Handler: s, UDPSize: MaxUDPSize})
-		// TCP on the same port (the one UDP got, for a port 0).
-		ln, err := listenTCP(pc.LocalAddr().String())
-		if err != nil {
-			s.Close()
-			return nil, fmt.Errorf("--dns-addr %s: %w", addr, err)
-		}
 		s.servers = append(s.servers, &mdns.Server{Listener: netutil.LimitListener(ln, MaxTCPConns), Handler: s,
 			ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second, MaxTCPQueries: 128,
 			IdleTimeout: func() time.Duration { return 8 * time.Second }})

@@ -2,7 +2,9 @@ package dns
 
 import (
 	"context"
+	"errors"
 	"net"
+	"syscall"
 
 	"github.com/teapot-lb/teapot-lb/proxy/internal/freebind"
 )
@@ -15,4 +17,25 @@ func listenPacket(addr string) (net.PacketConn, error) {
 
 func listenTCP(addr string) (net.Listener, error) {
 	return listenConfig.Listen(context.Background(), "tcp", addr)
+}
+
+// listenBoth opens UDP and TCP on addr. For a port 0, TCP takes the port
+// UDP got; when another socket holds that TCP port, both are opened again
+// on another port (a few times).
+func listenBoth(addr string) (net.PacketConn, net.Listener, error) {
+	_, port, _ := net.SplitHostPort(addr)
+	for attempt := 0; ; attempt++ {
+		pc, err := listenPacket(addr)
+		if err != nil {
+			return nil, nil, err
+		}
+		ln, err := listenTCP(pc.LocalAddr().String())
+		if err == nil {
+			return pc, ln, nil
+		}
+		pc.Close()
+		if port != "0" || !errors.Is(err, syscall.EADDRINUSE) || attempt == 8 {
+			return nil, nil, err
+		}
+	}
 }
