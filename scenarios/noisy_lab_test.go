@@ -97,6 +97,9 @@ type noisyLab struct {
 	credsA   string
 	credsB   string
 	overlaps bool // b's networks overlap the VIP pool (the operator's apply was taken)
+	// together: the phases run at once ("all at once"), where b's other
+	// abuses spend the budgets one abuse alone has to itself.
+	together bool
 }
 
 func newNoisyLab(tb testing.TB) *noisyLab {

@@ -180,7 +180,13 @@ func phaseH2FanOut(tb testing.TB, l *noisyLab, b *tenantAgent) []string {
 	if got.FirstErr != "" {
 		notes = append(notes, "first error: "+shorten(got.FirstErr))
 	}
-	if got.OK == 0 {
+	switch {
+	case got.OK == 0 && l.together:
+		// b's other abuses hold b's descriptors and the machine's
+		// attention: none of its streams getting through is b's budget
+		// at work, not a missing abuse (the phase alone requires it).
+		notes = append(notes, "none answered while b's other abuses ran")
+	case got.OK == 0:
 		tb.Errorf("no stream of b's fan-out was answered: the abuse did not happen")
 	}
 	return notes
@@ -554,6 +560,8 @@ func phaseUDPReflect(tb testing.TB, l *noisyLab, b *tenantAgent) []string {
 // phaseAllAtOnce runs every abuse of this round at the same time, each
 // from a stream of its own.
 func phaseAllAtOnce(tb testing.TB, l *noisyLab, _ *tenantAgent) []string {
+	l.together = true
+	defer func() { l.together = false }()
 	var (
 		mu    sync.Mutex
 		notes []string
