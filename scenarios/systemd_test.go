@@ -33,26 +33,7 @@ const maxExposure = 2.1
 // unitManifest is an arp pool on the container's eth0, a tenant whose
 // backend listens on the container's lo, and one HTTP load balancer on
 // port 80 of a VIP, with access logs.
-const unitManifest = `
-kind: VIPPool
-name: l2
-cidrs: ["192.0.2.200-192.0.2.203"]
-mode: arp
----
-kind: Tenant
-name: acme
-networks: [192.0.2.50/32]
-pools: [l2]
----
-kind: LoadBalancer
-name: shop
-tenant: acme
-vip: { pool: l2, address: "192.0.2.200" }
-listeners: [{ port: 80, protocol: http }]
-routes: [{ path: /, pool: web }]
-pools: { web: { members: ["192.0.2.50:8080"] } }
-accessLog: { enabled: true }
-`
+const unitManifest = installManifest + "accessLog: { enabled: true }\n"
 
 // unitConf is the operator's edit of /etc/teapot-lb/serve.yaml: the VIP
 // interface, the sk_lookup listeners (bpf(2) and CAP_BPF), the access log

@@ -21,7 +21,7 @@ const (
 	KindAnswer Kind = iota
 	// KindNXDomain: the name does not exist in a zone served.
 	KindNXDomain
-	// KindError: refused, not implemented, malformed.
+	// KindError: an error rcode (REFUSED, NOTIMP, FORMERR) for the query.
 	KindError
 	// KindOverBudget: the tenant's query budget was spent: no answer.
 	KindOverBudget
