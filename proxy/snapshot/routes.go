@@ -54,6 +54,9 @@ type Route struct {
 	Rate RateSpec
 	// WAF is the route's request inspection.
 	WAF WAFSpec
+	// NotFound: the route answers 404 (routes[].notFound); matching stops
+	// at it rather than trying less specific hosts.
+	NotFound bool
 
 	// next is the route tried after this one for the same host and path
 	// when its conditions do not hold.
@@ -63,7 +66,7 @@ type Route struct {
 // same reports whether r and o route alike; pools compare by identity.
 func (r *Route) same(o *Route) bool {
 	return r.Host == o.Host && r.Path == o.Path && r.PathType == o.PathType && r.Pool == o.Pool &&
-		r.Index == o.Index && r.Ext.equal(o.Ext) && r.Rate == o.Rate && r.WAF == o.WAF
+		r.Index == o.Index && r.Ext.equal(o.Ext) && r.Rate == o.Rate && r.WAF == o.WAF && r.NotFound == o.NotFound
 }
 
 // Conditional reports whether the route matches on more than host and

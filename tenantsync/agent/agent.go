@@ -282,11 +282,12 @@ func (a *Agent) setFeatureLevel(level uint32) {
 	a.optMu.Lock()
 	o := a.options
 	o.DualStack = level >= api.LevelOf(api.FeatureDualStack)
+	o.NotFoundRoutes = level >= api.LevelOf(api.FeatureNotFoundRoutes)
 	changed := o != a.options
 	a.options = o
 	a.optMu.Unlock()
 	if changed {
-		a.log.Info("LB cluster features", "featureLevel", level, "dualStack", o.DualStack)
+		a.log.Info("LB cluster features", "featureLevel", level, "dualStack", o.DualStack, "notFoundRoutes", o.NotFoundRoutes)
 		a.set.markAll()
 	}
 }

@@ -1306,7 +1306,13 @@ type Route struct {
 	RateLimit *RateLimit `protobuf:"bytes,50,opt,name=rate_limit,json=rateLimit,proto3" json:"rate_limit,omitempty"`
 	// Inspect the route's requests with the web application firewall
 	// (Coraza and the OWASP Core Rule Set v4, embedded). Off when unset.
-	Waf           *WAF `protobuf:"bytes,51,opt,name=waf,proto3" json:"waf,omitempty"`
+	Waf *WAF `protobuf:"bytes,51,opt,name=waf,proto3" json:"waf,omitempty"`
+	// Answer the requests the route matches with 404 Not Found, and stop
+	// there: the routes of less specific hosts (a shorter wildcard, any
+	// host) are not tried for them. With host "*.shop.example" and path
+	// "/", the routes for any host no longer serve x.shop.example. Without
+	// pool, backends, filters, matches, timeouts, rateLimit and waf.
+	NotFound      bool `protobuf:"varint,120,opt,name=not_found,json=notFound,proto3" json:"not_found,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1416,6 +1422,13 @@ func (x *Route) GetWaf() *WAF {
 		return x.Waf
 	}
 	return nil
+}
+
+func (x *Route) GetNotFound() bool {
+	if x != nil {
+		return x.NotFound
+	}
+	return false
 }
 
 // WAF turns on request inspection with the OWASP Core Rule Set. Its CPU
@@ -3896,7 +3909,7 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\x04acme\x18\x01 \x01(\bR\x04acme\x12\"\n" +
 	"\fcertificates\x18\x02 \x03(\tR\fcertificates\x12\x1f\n" +
 	"\vmin_version\x18\x03 \x01(\tR\n" +
-	"minVersion\"\x9b\x03\n" +
+	"minVersion\"\xb8\x03\n" +
 	"\x05Route\x12\x12\n" +
 	"\x04host\x18\x01 \x01(\tR\x04host\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x1b\n" +
@@ -3909,7 +3922,8 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\x05ports\x18\t \x03(\rR\x05ports\x123\n" +
 	"\n" +
 	"rate_limit\x182 \x01(\v2\x14.teapot.v1.RateLimitR\trateLimit\x12 \n" +
-	"\x03waf\x183 \x01(\v2\x0e.teapot.v1.WAFR\x03waf\"f\n" +
+	"\x03waf\x183 \x01(\v2\x0e.teapot.v1.WAFR\x03waf\x12\x1b\n" +
+	"\tnot_found\x18x \x01(\bR\bnotFound\"f\n" +
 	"\x03WAF\x12\x12\n" +
 	"\x04mode\x18\x01 \x01(\tR\x04mode\x12%\n" +
 	"\x0eparanoia_level\x18\x02 \x01(\rR\rparanoiaLevel\x12$\n" +
