@@ -81,7 +81,8 @@ func (r *Route) Conditional() bool { return r.Ext != nil && r.Ext.Cond != nil }
 // matches names with one or more labels in front of acme.example
 // ("shop.acme.example" and "a.b.acme.example", never "acme.example"
 // itself). When the most specific host has no route for the request, the
-// next less specific one is tried.
+// next less specific one is tried; a NotFound route is a route like any
+// other here, so the search stops at it (the proxy answers it 404).
 //
 // Paths: an exact path beats a regular expression, which beats a prefix;
 // a longer expression beats a shorter one and a longer prefix a shorter
