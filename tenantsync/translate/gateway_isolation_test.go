@@ -141,3 +141,26 @@ func TestGatewayNoIsolationWithoutOverlap(t *testing.T) {
 		t.Errorf("routes:\n got %q\nwant %q", got, want)
 	}
 }
+
+// TestGatewayListenerIsolationGRPC: a GRPCRoute of the listener without a
+// hostname does not serve a name a wildcard listener of its port covers,
+// on that port; on another port without such a listener it does.
+func TestGatewayListenerIsolationGRPC(t *testing.T) {
+	t.Parallel()
+	gw := gateway("shop", "gw",
+		listener("any", gwv1.HTTPProtocolType, 80, ""),
+		listener("wild", gwv1.HTTPProtocolType, 80, "*.example.com"),
+		listener("other", gwv1.HTTPProtocolType, 8080, ""),
+	)
+	r := &gwv1.GRPCRoute{ObjectMeta: meta("shop", "g", 1)}
+	r.Spec.ParentRefs = []gwv1.ParentReference{parent("gw", "any"), parent("gw", "other")}
+	r.Spec.Hostnames = []gwv1.Hostname{"grpc.example.com", "grpc.acme.example"}
+	r.Spec.Rules = []gwv1.GRPCRouteRule{{BackendRefs: []gwv1.GRPCBackendRef{{BackendRef: bref("api", 8080, nil)}}}}
+	o := gwOpts
+	o.NotFoundRoutes = true
+	d := translate.Gateway(gw, gwSources(t, backendObjs(), gwClass("teapot", translate.GatewayController), gw, r), o)
+	want := []string{"*.example.com 404 [80]", "grpc.acme.example / []", "grpc.example.com / [8080]"}
+	if got := routeSummary(d.LB.GetRoutes()); !slices.Equal(got, want) {
+		t.Errorf("routes:\n got %q\nwant %q", got, want)
+	}
+}
