@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -261,6 +262,7 @@ func (a *Agent) setTenant(t *pb.Tenant) {
 	a.optMu.Lock()
 	o := a.options
 	o.PodsRoutable = t.GetPodsRoutable()
+	o.Domains = strings.Join(t.GetDomains(), ",")
 	o.DefaultPool = a.cfg.Options.DefaultPool
 	if o.DefaultPool == "" && len(t.GetPools()) > 0 {
 		o.DefaultPool = t.GetPools()[0]

@@ -3,7 +3,9 @@ package translate
 import (
 	"fmt"
 	"slices"
+	"strings"
 
+	"github.com/teapot-lb/teapot-lb/api"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
 
@@ -116,10 +118,20 @@ func (g *gwBuild) isolationBarriers() {
 		g.d.Warnings = append(g.d.Warnings, fmt.Sprintf("listeners of port %d have overlapping hostnames, and a host of the LB cluster runs a release without notFound routes (below feature level 5): a request a more specific listener's routes do not match may be served by a less specific listener's routes until every host is upgraded", ports[0]))
 		return
 	}
+	var domains []string
+	if g.o.Domains != "" {
+		domains = strings.Split(g.o.Domains, ",")
+	}
 	for _, p := range ports {
 		hosts := iso[p]
 		slices.Sort(hosts)
 		for _, h := range hosts {
+			if domains != nil && !api.HostInDomains(h, domains) {
+				// The LB cluster would refuse the whole load balancer for
+				// a route host outside the tenant's domains.
+				g.d.Warnings = append(g.d.Warnings, fmt.Sprintf("listener hostname %s is outside the tenant's domains, so requests for it that its listener's routes do not match are not kept from the less specific listeners of port %d", h, p))
+				continue
+			}
 			g.addRoute(&pb.Route{Host: h, Path: "/", NotFound: true, Ports: []uint32{uint32(p)}})
 		}
 	}

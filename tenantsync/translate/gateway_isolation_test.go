@@ -164,3 +164,30 @@ func TestGatewayListenerIsolationGRPC(t *testing.T) {
 		t.Errorf("routes:\n got %q\nwant %q", got, want)
 	}
 }
+
+// TestGatewayListenerIsolationOutsideDomains: a listener hostname outside
+// the tenant's domains gets no notFound route (the LB cluster would
+// refuse the whole load balancer for it); the Gateway says so.
+func TestGatewayListenerIsolationOutsideDomains(t *testing.T) {
+	t.Parallel()
+	gw, routes := isolationGateway()
+	objs := []runtime.Object{gwClass("teapot", translate.GatewayController), gw}
+	for _, r := range routes {
+		objs = append(objs, r)
+	}
+	o := gwOpts
+	o.NotFoundRoutes, o.Domains = true, "foo.example.com,bar.com"
+	d := translate.Gateway(gw, gwSources(t, backendObjs(), objs...), o)
+	var barriers []string
+	for _, r := range d.LB.GetRoutes() {
+		if r.GetNotFound() {
+			barriers = append(barriers, r.GetHost())
+		}
+	}
+	if want := []string{"*.foo.example.com", "abc.foo.example.com"}; !slices.Equal(barriers, want) {
+		t.Errorf("notFound routes for %q, want %q", barriers, want)
+	}
+	if c := d.Gateway.Accepted; c.Status != "True" || !strings.Contains(c.Message, "*.example.com is outside the tenant's domains") {
+		t.Errorf("Accepted %s %q, want True with the domains warning", c.Status, c.Message)
+	}
+}

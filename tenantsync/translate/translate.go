@@ -70,6 +70,9 @@ type Options struct {
 	// answer 404 (routes[].notFound, feature level 5), which isolate a
 	// Gateway's http listeners of one port from each other.
 	NotFoundRoutes bool
+	// Domains are the tenant's domains, comma-separated ("" when it has
+	// none: any host); the LB cluster refuses a route host outside them.
+	Domains string
 }
 
 func (o Options) lbClass() string { return cmp.Or(o.LoadBalancerClass, LoadBalancerClass) }
