@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -234,11 +235,22 @@ func profilePhase(tb testing.TB, l *noisyLab, phase string) <-chan struct{} {
 		// An execution trace of the phase's first half (b's setup
 		// burst), to see what a slow admin call or probe waited on, then
 		// a CPU profile of its second half: the host takes one at a time.
+		// TEAPOT_NOISY_TRACE_SECONDS traces that long instead and
+		// TEAPOT_NOISY_CPU_SECONDS profiles that long instead (one of
+		// the two), to see a whole phase.
 		half := int(minPhase / 2 / time.Second)
-		for _, p := range []struct{ url, file string }{
+		profiles := []struct{ url, file string }{
 			{fmt.Sprintf("http://%s/debug/pprof/trace?seconds=%d", l.n.metricsAddr, half), base + ".trace"},
 			{fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", l.n.metricsAddr, half), base + ".pprof"},
-		} {
+		}
+		if n, err := strconv.Atoi(os.Getenv("TEAPOT_NOISY_TRACE_SECONDS")); err == nil && n > 0 {
+			profiles[0].url = fmt.Sprintf("http://%s/debug/pprof/trace?seconds=%d", l.n.metricsAddr, n)
+			profiles = profiles[:1]
+		} else if n, err := strconv.Atoi(os.Getenv("TEAPOT_NOISY_CPU_SECONDS")); err == nil && n > 0 {
+			profiles[1].url = fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", l.n.metricsAddr, n)
+			profiles = profiles[1:]
+		}
+		for _, p := range profiles {
 			resp, err := http.Get(p.url)
 			if err != nil {
 				tb.Logf("profile of %q: %v", phase, err)
