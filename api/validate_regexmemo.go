@@ -11,8 +11,9 @@ import (
 var regexCompiles atomic.Int64
 
 // regexMemo is what validating one load balancer spends compiling its
-// regular expressions, which is the costly part of validation (about
-// 1.5 ms of a core for a 60-character pattern under the race detector):
+// regular expressions, the costly part of validation (a 60-character
+// pattern takes about 0.13 ms of a core, several times that under the
+// race detector; a refused load balancer of 1,000 took 2,000 compiles):
 // each distinct expression is compiled once, none is compiled when the
 // load balancer is refused already by a bound that costs nothing to
 // check (more regular expressions than quotas.regexMatchesPerLb allows),
