@@ -91,6 +91,9 @@ type checker struct {
 	errs     []FieldError
 	invalid  bool
 	conflict bool
+	// rx, when set, memoises and bounds the regular expressions compiled
+	// (ValidateLoadBalancer sets it; see regexMemo).
+	rx *regexMemo
 }
 
 func (c *checker) invalidf(field, format string, args ...any) {

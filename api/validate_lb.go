@@ -32,6 +32,7 @@ func ValidateLoadBalancer(lb *pb.LoadBalancer, c Catalog) error {
 	}
 	tooLong(ck, "vip.sharingKey", lb.GetVip().GetSharingKey(), MaxSharingKeyLen)
 	tenant := lookupTenant(ck, lb.GetTenant(), c)
+	ck.rx = &regexMemo{skip: regexOverQuota(lb, tenant, c)}
 	vip := resolveVIP(ck, lb, tenant, c)
 	checkListeners(ck, lb, tenant, c)
 	checkRoutes(ck, lb, tenant)

@@ -88,6 +88,7 @@ var (
 // It is the one check of a regular expression: validation, the Gateway
 // translation and the data plane's compile all call it.
 func CompileRouteRegex(expr string) (int, error) {
+	regexCompiles.Add(1)
 	if len(expr) > MaxRegexLen {
 		return 0, fmt.Errorf("%w: %d bytes long; at most %d (a fixed bound)", ErrRegexSize, len(expr), MaxRegexLen)
 	}
@@ -136,18 +137,6 @@ func shortSyntaxError(err error) string {
 // they are refused on their own.
 type RegexUsage struct {
 	Insts, Matches int
-}
-
-// RouteRegexUsage sums the regular expressions of r.
-func RouteRegexUsage(r *pb.Route) RegexUsage {
-	var u RegexUsage
-	RouteRegexes(r, func(_, expr string) {
-		if n, err := CompileRouteRegex(expr); err == nil {
-			u.Insts += n
-			u.Matches++
-		}
-	})
-	return u
 }
 
 // regexCount counts the regular expressions of lb's routes as the quotas
@@ -255,25 +244,6 @@ func CheckRoute(lb *pb.LoadBalancer, field string, r *pb.Route) (regexInsts int,
 	return regexInsts, ck.err("")
 }
 
-// checkRouteRegexBudget bounds the regular expressions of all routes
-// together (MaxRegexInstsPerLB).
-func checkRouteRegexBudget(ck *checker, lb *pb.LoadBalancer) {
-	if err := LBRegexUsage(lb).CheckLB(); err != nil {
-		ck.invalidf("routes", "%v", err)
-	}
-}
-
-// LBRegexUsage sums the regular expressions of lb's routes.
-func LBRegexUsage(lb *pb.LoadBalancer) RegexUsage {
-	var u RegexUsage
-	for _, r := range lb.GetRoutes() {
-		ru := RouteRegexUsage(r)
-		u.Insts += ru.Insts
-		u.Matches += ru.Matches
-	}
-	return u
-}
-
 // checkPathMatch checks a path and its type, and returns them with
 // defaults filled in.
 func checkPathMatch(ck *checker, f, path, pt string) (string, string) {
@@ -291,7 +261,7 @@ func checkPathMatch(ck *checker, f, path, pt string) (string, string) {
 	if pt == "regex" {
 		if path == "" {
 			ck.invalidf(f+".path", "required with pathType regex: a regular expression the whole path must match")
-		} else if _, err := CompileRouteRegex(path); err != nil {
+		} else if _, err := ck.compileRegex(path); err != nil {
 			ck.invalidf(f+".path", "%v", err)
 		}
 		return path, pt
@@ -401,7 +371,7 @@ func checkValueMatch(ck *checker, f string, v *pb.ValueMatch, header bool) {
 			ck.invalidf(f+".value", "must not contain CR, LF or NUL")
 		}
 	case "regex":
-		if _, err := CompileRouteRegex(val); err != nil {
+		if _, err := ck.compileRegex(val); err != nil {
 			ck.invalidf(f+".value", "%v", err)
 		}
 	default:
@@ -428,7 +398,7 @@ func checkGRPCMatch(ck *checker, f string, g *pb.GRPCMethodMatch) {
 			if x.v == "" {
 				continue
 			}
-			if _, err := CompileRouteRegex(x.v); err != nil {
+			if _, err := ck.compileRegex(x.v); err != nil {
 				ck.invalidf(f+"."+x.field, "%v", err)
 			}
 		}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -88,6 +89,15 @@ const (
 	udpReplyRatioVerified = 64
 )
 
+// replyRoom is how many more bytes the flow may relay now.
+func (f *flow) replyRoom() int64 {
+	ratio := int64(udpReplyRatio)
+	if f.verified.Load() {
+		ratio = udpReplyRatioVerified
+	}
+	return max(udpReplyFloor, ratio*f.rx.Load()) - f.tx
+}
+
 // udpReplyAllowed reports whether a reply of n bytes fits the flow's
 // budget, and counts it when it does.
 func (f *flow) udpReplyAllowed(n int) bool {
@@ -130,7 +140,7 @@ func (p *Proxy) listenUDP(s *socket) (*udpSocket, error) {
 
 // bufPool holds datagram buffers for replies, taken only once a reply is
 // ready to read, so that idle flows hold none.
-var bufPool = sync.Pool{New: func() any { b := make([]byte, 65536); return &b }}
+var bufPool = sync.Pool{New: func() any { b := make([]byte, maxDatagram); return &b }}
 
 func (u *udpSocket) readLoop() {
 	p := u.s.p
@@ -224,8 +234,28 @@ func (f *flow) replies() {
 		var bp *[]byte
 		var n int
 		var rerr error
+		drop := false
 		err := rc.Read(func(fd uintptr) bool {
+			if f.replyRoom() < maxDatagram {
+				// Near or over the budget: the datagram's size first;
+				// one that does not fit is discarded in the kernel,
+				// without a buffer or a copy (a reflecting member sends
+				// many times what a flow may relay).
+				n, rerr = recvLen(fd, unix.MSG_PEEK|unix.MSG_TRUNC)
+				if rerr == unix.EAGAIN {
+					return false
+				}
+				if rerr != nil {
+					return true
+				}
+				if int64(n) > f.replyRoom() {
+					_, rerr = recvLen(fd, 0)
+					drop = true
+					return true
+				}
+			}
 			bp = bufPool.Get().(*[]byte)
+			replyBufTakes.Add(1)
 			n, rerr = unix.Read(int(fd), *bp)
 			if rerr == unix.EAGAIN {
 				bufPool.Put(bp)
@@ -250,15 +280,12 @@ func (f *flow) replies() {
 			}
 		case rerr == unix.EINTR:
 		case rerr != nil:
-			bufPool.Put(bp)
-			return
-		case !f.udpReplyAllowed(n):
-			// Over the reply budget: dropped, and it does not keep the
-			// flow alive.
-			f.target.ConnectSucceeded()
-			if m, ok := p.metrics.(UDPReplyMetrics); ok {
-				m.UDPReplyDropped(f.l.LB, f.l.Name, int64(n))
+			if bp != nil {
+				bufPool.Put(bp)
 			}
+			return
+		case drop || !f.udpReplyAllowed(n):
+			f.dropReply(n)
 		default:
 			f.target.ConnectSucceeded()
 			f.last.Store(f.u.now.Load())
@@ -269,7 +296,9 @@ func (f *flow) replies() {
 				p.metrics.BytesOut(f.l.LB, f.l.Name, int64(n))
 			}
 		}
-		bufPool.Put(bp)
+		if bp != nil {
+			bufPool.Put(bp)
+		}
 	}
 }
 
@@ -281,6 +310,36 @@ func (u *udpSocket) remove(f *flow) {
 	}
 	u.mu.Unlock()
 	f.end()
+}
+
+// dropReply counts a reply of n bytes over the flow's budget: dropped,
+// and it does not keep the flow alive.
+func (f *flow) dropReply(n int) {
+	f.target.ConnectSucceeded()
+	if m, ok := f.u.s.p.metrics.(UDPReplyMetrics); ok {
+		m.UDPReplyDropped(f.l.LB, f.l.Name, int64(n))
+	}
+}
+
+// maxDatagram is the largest datagram a reply may be (the size of a reply
+// buffer).
+const maxDatagram = 65536
+
+// replyBufTakes counts the reply buffers taken (tests read it: a reply
+// over the budget takes none).
+var replyBufTakes atomic.Int64
+
+// recvLen receives from fd into no buffer: with MSG_PEEK|MSG_TRUNC it
+// returns the size of the next datagram and leaves it queued; with no
+// flags it discards that datagram (a zero-length read(2) would not). It
+// allocates nothing (unix.Recvfrom converts the source address).
+func recvLen(fd uintptr, flags int) (int, error) {
+	var b byte
+	n, _, errno := unix.Syscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b)), 0, uintptr(flags), 0, 0)
+	if errno != 0 {
+		return 0, errno
+	}
+	return int(n), nil
 }
 
 func (f *flow) end() {

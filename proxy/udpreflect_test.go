@@ -189,3 +189,40 @@ func TestUDPReplyBudgetKeepsNormalFlows(t *testing.T) {
 		})
 	}
 }
+
+// TestUDPDroppedRepliesTakeNoBuffer: the replies a flow drops over its
+// budget cost no reply buffer and no copy (a reflecting member's burst
+// took a 64 KiB buffer per datagram, which under load was most of what
+// the host allocated). The test reads a package counter, so it does not
+// run in parallel with the other UDP tests.
+func TestUDPDroppedRepliesTakeNoBuffer(t *testing.T) {
+	const burst = 64
+	member, sent := udpMember(t, func(int) []int {
+		out := make([]int, burst)
+		for i := range out {
+			out[i] = 1024
+		}
+		return out
+	})
+	p, m := newProxy(t, Config{})
+	port := freePort(t)
+	update(t, p, l4LB("amp", "127.0.0.3", port, "udp", member))
+	vip := netip.MustParseAddrPort(vipAddr("127.0.0.3", port))
+	c := udpClient(t, "127.0.0.1")
+	udpCounter(c)
+	before := replyBufTakes.Load()
+	if _, err := c.WriteToUDPAddrPort(make([]byte, 40), vip); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the member's burst to be relayed or dropped", func() bool {
+		l := listenerStats(m)
+		return sent.Load() == burst*1024 && l.BytesOut+l.UDPReplyDropped >= burst*1024
+	})
+	l := listenerStats(m)
+	taken := replyBufTakes.Load() - before
+	relayed := l.BytesOut / 1024
+	if taken > relayed+1 {
+		t.Errorf("%d reply buffers taken for %d datagrams relayed and %d dropped, want at most %d", taken, relayed, l.UDPReplyDropped/1024, relayed+1)
+	}
+	t.Logf("%d datagrams relayed, %d dropped, %d buffers taken", relayed, l.UDPReplyDropped/1024, taken)
+}

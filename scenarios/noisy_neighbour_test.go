@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -50,27 +51,26 @@ var noisyPhases = []noisyPhase{
 	{"streams without hello", phaseNoHello},
 }
 
-// adminP99Bound is the admin API's p99 in every phase but "all at once".
-// With every abuse of the second round starting in the same second, the
-// admin calls of that second still wait up to ~450 ms behind b's setup
-// burst on a 2-core host (the goal is 250 ms, not met yet): that phase is
-// held to adminP99AllAtOnce, which still fails the multi-second stalls
-// seen before the budgets (3.9 s), and its p99 against the goal is logged.
-// What the admin calls wait for is the host's run queue: with b's 2,000
-// HTTP/2 streams each a goroutine, 60 of them were runnable at any time
-// (an execution trace, TEAPOT_NOISY_PROFILES); b's streams in flight are
-// now bounded at its connection bound (347 here). On a machine whose load
-// average was 17-25 (other builds), that phase's admin p99 was 1.4-2.0 s
-// with the stream bound against 2.2-3.4 s without, and 357-1,068 ms
-// with it at a load average of 6-14: adminP99AllAtOnce holds only on a
-// machine that is not also running other work.
-// The bound applies to the second round's abuses (roundTwo).
+// adminP99Bound is the admin API's p99 in every phase (the goal).
+//
+// The "all at once" phase is held to its goals plus allAtOnceLateFactor
+// times the p99 of how late the test process's own 5 ms timer woke in
+// the same phase: what the machine's other work adds, which the host
+// cannot help. In that phase the host is not short of CPU: it was 0.3 of
+// a core busy on average (CPU profiles of the whole phase, 4.2-4.9 s in
+// 14-15 s), while a's and the admin's p99 followed the machine's load:
+// 8-9 times the timer's p99 for a's probes and 7-13 times for the admin
+// calls (4 runs at load averages 6-40, where other builds and labs ran).
+// The kernel's count says the same (schedstat, in each phase's notes): in
+// a run at load averages 44-58 the host was 0.05-0.38 of a core busy in
+// every phase while its threads waited 6-33 s for a CPU per phase, and
+// even the quiet phase's admin p99 was 347 ms.
+// On a quiet machine (timer p99 5-10 ms) the bound is the goal plus
+// 80-160 ms; a host that starves a by itself is not excused, since its
+// own work does not make the test process's timer late.
 const (
-	adminP99Bound     = 250 * time.Millisecond
-	adminP99AllAtOnce = time.Second
-	// allAtOnceSlack is what a's p99 may exceed its quiet figure by in
-	// the all-at-once phase (the goal, p99Bound, is logged).
-	allAtOnceSlack = 500 * time.Millisecond
+	adminP99Bound       = 250 * time.Millisecond
+	allAtOnceLateFactor = 16
 )
 
 // roundTwo names the second round's phases.
@@ -106,14 +106,23 @@ func TestNoisyNeighbour(t *testing.T) {
 			if p.s.ok != p.s.total {
 				t.Errorf("%s: %d of %d %s failed; first: %v", r.name, p.s.total-p.s.ok, p.s.total, p.what, p.s.firstErr)
 			}
-			if bound := adminP99Bound; !p.bound && r.name == "all at once" {
-				if p.s.p99 > adminP99Bound {
-					t.Logf("%s: p99 of %s %.1f ms, over the goal of %.1f ms (held to %.1f ms)", r.name, p.what, ms(p.s.p99), ms(adminP99Bound), ms(adminP99AllAtOnce))
+			if r.name == "all at once" {
+				goal := adminP99Bound
+				if p.bound {
+					goal = p99Bound(p.q.p99)
 				}
-				if p.s.p99 > adminP99AllAtOnce {
-					t.Errorf("%s: p99 of %s %.1f ms, want at most %.1f ms", r.name, p.what, ms(p.s.p99), ms(adminP99AllAtOnce))
+				held := goal + allAtOnceLateFactor*r.late.p99
+				if p.s.p99 > goal {
+					t.Logf("%s: p99 of %s %.1f ms, over the goal of %.1f ms (held to %.1f ms: the test process's timer was %.1f ms late at p99)",
+						r.name, p.what, ms(p.s.p99), ms(goal), ms(held), ms(r.late.p99))
 				}
-			} else if !p.bound && p.s.p99 > bound {
+				if p.s.p99 > held {
+					t.Errorf("%s: p99 of %s %.1f ms, want at most %.1f ms (the goal %.1f ms and %d times the test process's timer p99 of %.1f ms)",
+						r.name, p.what, ms(p.s.p99), ms(held), ms(goal), allAtOnceLateFactor, ms(r.late.p99))
+				}
+				continue
+			}
+			if bound := adminP99Bound; !p.bound && p.s.p99 > bound {
 				if roundTwo[r.name] {
 					t.Errorf("%s: p99 of %s %.1f ms, want at most %.1f ms", r.name, p.what, ms(p.s.p99), ms(bound))
 				} else {
@@ -124,17 +133,7 @@ func TestNoisyNeighbour(t *testing.T) {
 				}
 			}
 			if b := p99Bound(p.q.p99); p.bound && p.s.p99 > b {
-				if r.name == "all at once" {
-					// The same setup burst as the admin's: a's p99
-					// reached 88-155 ms against quiet+150 ms. Held to
-					// quiet+500 ms (2.5 s and failed probes before the
-					// budgets), its figure logged against the goal.
-					t.Logf("%s: p99 of %s %.1f ms, over the goal of %.1f ms (quiet %.1f ms)", r.name, p.what, ms(p.s.p99), ms(b), ms(p.q.p99))
-					b = p.q.p99 + allAtOnceSlack
-				}
-				if p.s.p99 > b {
-					t.Errorf("%s: p99 of %s %.1f ms, want at most %.1f ms (quiet %.1f ms)", r.name, p.what, ms(p.s.p99), ms(b), ms(p.q.p99))
-				}
+				t.Errorf("%s: p99 of %s %.1f ms, want at most %.1f ms (quiet %.1f ms)", r.name, p.what, ms(p.s.p99), ms(b), ms(p.q.p99))
 			}
 		}
 	}
@@ -180,20 +179,25 @@ func runNoisyNeighbour(tb testing.TB) []noisyRow {
 	// which the tarpit phase repeats.
 	start := time.Now()
 	time.Sleep(3 * time.Second)
+	pid := l.n.cmd.Process.Pid
+	quietSched, _ := readSchedStat(pid)
 	notes := [][]string{{l.ejection(tb)}}
 	if rest := quietPhase - time.Since(start); rest > 0 {
 		time.Sleep(rest)
 	}
+	notes[0] = append(notes[0], schedNote(pid, quietSched, time.Since(start)))
 	for i, ph := range selectedPhases(tb) {
 		p.phase.Store(int64(i + 1))
 		start := time.Now()
 		tb.Logf("phase %q at %s", ph.name, start.UTC().Format("15:04:05.000"))
 		profiled := profilePhase(tb, l, ph.name)
+		sched, _ := readSchedStat(pid)
 		n := ph.run(tb, l, b)
 		<-profiled
 		if rest := minPhase - time.Since(start); rest > 0 {
 			time.Sleep(rest)
 		}
+		n = append(n, schedNote(pid, sched, time.Since(start)))
 		names = append(names, ph.name)
 		notes = append(notes, append(n, fmt.Sprintf("%.0fs", time.Since(start).Seconds())))
 	}
@@ -234,11 +238,22 @@ func profilePhase(tb testing.TB, l *noisyLab, phase string) <-chan struct{} {
 		// An execution trace of the phase's first half (b's setup
 		// burst), to see what a slow admin call or probe waited on, then
 		// a CPU profile of its second half: the host takes one at a time.
+		// TEAPOT_NOISY_TRACE_SECONDS traces that long instead and
+		// TEAPOT_NOISY_CPU_SECONDS profiles that long instead (one of
+		// the two), to see a whole phase.
 		half := int(minPhase / 2 / time.Second)
-		for _, p := range []struct{ url, file string }{
+		profiles := []struct{ url, file string }{
 			{fmt.Sprintf("http://%s/debug/pprof/trace?seconds=%d", l.n.metricsAddr, half), base + ".trace"},
 			{fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", l.n.metricsAddr, half), base + ".pprof"},
-		} {
+		}
+		if n, err := strconv.Atoi(os.Getenv("TEAPOT_NOISY_TRACE_SECONDS")); err == nil && n > 0 {
+			profiles[0].url = fmt.Sprintf("http://%s/debug/pprof/trace?seconds=%d", l.n.metricsAddr, n)
+			profiles = profiles[:1]
+		} else if n, err := strconv.Atoi(os.Getenv("TEAPOT_NOISY_CPU_SECONDS")); err == nil && n > 0 {
+			profiles[1].url = fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", l.n.metricsAddr, n)
+			profiles = profiles[1:]
+		}
+		for _, p := range profiles {
 			resp, err := http.Get(p.url)
 			if err != nil {
 				tb.Logf("profile of %q: %v", phase, err)

@@ -3,6 +3,8 @@ package tenantsync_test
 import (
 	"context"
 	"fmt"
+	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -78,4 +80,75 @@ func TestHealthPushCarriesTheLoadBalancersChanged(t *testing.T) {
 		}
 		return
 	}
+}
+
+// TestHealthPushesAreCoalesced: 200 members of one load balancer of 1,000
+// go down one at a time, a millisecond apart. Each push carries the whole
+// load balancer's members, so a push per change would cost the host the
+// square of the members on each of the tenant's streams (as 1,000
+// failing health checks did); the stream is pushed at most once per
+// HealthPushEvery, and the last push carries every change.
+func TestHealthPushesAreCoalesced(t *testing.T) {
+	t.Parallel()
+	const members, changes = 1000, 200
+	plane := observe.NewPlane()
+	h := startHost(t, tenantsync.Config{Heartbeat: 10 * time.Minute, Observed: plane})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := h.node.Apply(ctx, &pb.ApplyRequest{Objects: []*pb.Object{
+		api.Wrap(&pb.VIPPool{Name: "wide", Cidrs: []string{"198.18.0.0/20"}, Mode: "static"}),
+		api.Wrap(&pb.Tenant{Name: "big", Networks: []string{"10.20.0.0/16"}, Pools: []string{"wide"},
+			Quotas: &pb.Quotas{Members: members, MembersPerPool: members, HealthChecks: members}}),
+	}}, false); err != nil {
+		t.Fatal(err)
+	}
+	state := observe.LBState{}
+	var addrs []string
+	for i := range members {
+		a := fmt.Sprintf("10.20.%d.%d:80", i/250, 1+i%250)
+		addrs = append(addrs, a)
+		state.Members = append(state.Members, observe.Member{Pool: "web", Addr: netip.MustParseAddrPort(a), Healthy: true})
+	}
+	plane.Set(map[string]observe.LBState{"big/svc-big": state}, nil)
+	s := h.open(t, "big")
+	if r := s.change(upsert(tcpLB("svc-big", &pb.VIPRequest{Pool: "wide"}, addrs...))).GetResults(); len(r) != 1 || r[0].GetError() != "" {
+		t.Fatalf("upsert: %v", r)
+	}
+	start := time.Now()
+	for i := range changes {
+		next := observe.LBState{Members: slices.Clone(state.Members)}
+		for j := 0; j <= i; j++ {
+			next.Members[j].Healthy = false
+		}
+		plane.Set(map[string]observe.LBState{"big/svc-big": next}, nil)
+		time.Sleep(time.Millisecond)
+	}
+	took := time.Since(start)
+	pushes := 0
+	deadline := time.Now().Add(30 * time.Second) // a loaded 2-core CI machine
+	for {
+		m := s.recvWithin(time.Until(deadline))
+		if m == nil {
+			t.Fatalf("after %d pushes, none carried all %d members down", pushes, changes)
+		}
+		objs := m.GetStatus().GetObjects()
+		if len(objs) == 0 {
+			continue
+		}
+		pushes++
+		down := 0
+		for _, ms := range objs[0].GetMembers() {
+			if !ms.GetHealthy() {
+				down++
+			}
+		}
+		if down == changes {
+			break
+		}
+	}
+	// One at once, one per interval of the changes, one for the last.
+	if bound := int(took/tenantsync.HealthPushEvery) + 2; pushes > bound {
+		t.Errorf("%d health pushes for %d changes in %s, want at most %d (one per %s)", pushes, changes, took.Round(time.Millisecond), bound, tenantsync.HealthPushEvery)
+	}
+	t.Logf("%d health pushes for %d changes in %s", pushes, changes, took.Round(time.Millisecond))
 }

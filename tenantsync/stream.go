@@ -93,6 +93,15 @@ func (st *stream) changed(in []*pb.ObjectStatus) []*pb.ObjectStatus {
 	return out
 }
 
+// healthPushEvery is the shortest time between two member-health pushes
+// of a stream. A push costs its load balancers' members (a status of
+// each, compared with what the agent was told and sent): a tenant whose
+// members change health one at a time (1,000 members going down in turn)
+// would otherwise make each of its streams rebuild its whole load
+// balancer once per member, and the host spend in proportion to the
+// square of its members.
+const healthPushEvery = 250 * time.Millisecond
+
 // follow watches the state from revision from: it pushes status changes
 // of the tenant's load balancers, passes on changes of the tenant, ends
 // the stream when the tenant goes away or revokes the caller's credential,
@@ -122,11 +131,25 @@ func (st *stream) follow(ctx context.Context, from uint64, observed *observe.Pla
 	if observed != nil {
 		health = make(chan []string)
 		go func() {
+			var pushed time.Time
 			for {
+				// One push per healthPushEvery at most: the changes of
+				// the wait are taken together by the next Next. A change
+				// after a quiet spell goes at once.
+				if wait := healthPushEvery - time.Since(pushed); wait > 0 {
+					t := time.NewTimer(wait)
+					select {
+					case <-t.C:
+					case <-ctx.Done():
+						t.Stop()
+						return
+					}
+				}
 				ch, err := observed.Next(ctx)
 				if err != nil {
 					return
 				}
+				pushed = time.Now()
 				prefix := st.caller.tenant + "/"
 				names := make([]string, 0, len(ch.LBs))
 				for lb := range ch.LBs {
