@@ -68,6 +68,11 @@ const (
 	// FeatureWAF: request inspection by the web application firewall
 	// (routes[].waf). A host of an earlier release ignores it.
 	FeatureWAF = "waf"
+	// FeatureCORS: the cors filter of routes (routes[].filters[].cors).
+	FeatureCORS = "cors"
+	// FeatureClientValidation: client certificates checked by https
+	// listeners (listeners[].tls.clientValidation).
+	FeatureClientValidation = "client-validation"
 )
 
 // FeatureLevel is the highest cluster feature level this release
@@ -76,24 +81,26 @@ const (
 // request option that a host of an earlier release would ignore, or a
 // command version, raises it, and the cluster accepts writes that use the
 // addition only once every host reports the level.
-const FeatureLevel = 4
+const FeatureLevel = 5
 
 // featureLevels is the level each feature needs on every host.
 var featureLevels = map[string]uint32{
-	FeatureDryRun:        2,
-	FeatureCheckedWrites: 2,
-	FeatureHTTPSCheck:    2,
-	FeatureCloseOnDown:   2,
-	FeatureRouteRules:    2,
-	FeatureBackendH2:     2,
-	FeatureSNIRoutes:     3,
-	FeatureRoutePorts:    3,
-	FeatureTenantBGP:     4,
-	FeatureDualStack:     4,
-	FeatureHostnames:     4,
-	FeatureSourceRanges:  4,
-	FeatureRateLimits:    4,
-	FeatureWAF:           4,
+	FeatureDryRun:           2,
+	FeatureCheckedWrites:    2,
+	FeatureHTTPSCheck:       2,
+	FeatureCloseOnDown:      2,
+	FeatureRouteRules:       2,
+	FeatureBackendH2:        2,
+	FeatureSNIRoutes:        3,
+	FeatureRoutePorts:       3,
+	FeatureTenantBGP:        4,
+	FeatureDualStack:        4,
+	FeatureHostnames:        4,
+	FeatureSourceRanges:     4,
+	FeatureRateLimits:       4,
+	FeatureWAF:              4,
+	FeatureCORS:             5,
+	FeatureClientValidation: 5,
 }
 
 // LevelOf is the feature level a feature needs on every host (0 for a
@@ -135,7 +142,7 @@ func FeatureRefusal(uses []FeatureUse, need uint32, older []string) error {
 
 // Features returns the features this release serves.
 func Features() []string {
-	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF}
+	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureCORS, FeatureClientValidation}
 }
 
 // FeatureUse is one place where a write uses a feature: the feature and
@@ -197,6 +204,9 @@ func FeaturesUsed(obj *pb.Object) []FeatureUse {
 		if ls.GetRateLimit() != nil {
 			out = append(out, FeatureUse{Feature: FeatureRateLimits, Field: at + ".rateLimit"})
 		}
+		if ls.GetTls().GetClientValidation() != nil {
+			out = append(out, FeatureUse{Feature: FeatureClientValidation, Field: at + ".tls.clientValidation"})
+		}
 	}
 	for i, r := range l.GetRoutes() {
 		if r.GetRateLimit() != nil {
@@ -204,6 +214,11 @@ func FeaturesUsed(obj *pb.Object) []FeatureUse {
 		}
 		if r.GetWaf() != nil {
 			out = append(out, FeatureUse{Feature: FeatureWAF, Field: fmt.Sprintf("%s: routes[%d].waf", RefString(RefOf(obj)), i)})
+		}
+		for j, fl := range r.GetFilters() {
+			if fl.GetCors() != nil {
+				out = append(out, FeatureUse{Feature: FeatureCORS, Field: fmt.Sprintf("%s: routes[%d].filters[%d].cors", RefString(RefOf(obj)), i, j)})
+			}
 		}
 	}
 	names := make([]string, 0, len(l.GetPools()))

@@ -50,6 +50,7 @@ var extended = []features.FeatureName{
 	features.SupportHTTPRouteBackendProtocolH2C,
 	features.SupportHTTPRouteBackendProtocolWebSocket,
 	features.SupportGatewayStaticAddresses,
+	features.SupportHTTPRouteCORS,
 }
 
 // skipped are the tests of the profiles' core that teapot-lb does not

@@ -157,7 +157,7 @@ var httpRouteFields = append(append(parentRefFields(), []Field{
 	{"spec.rules", Honoured, "LB routes, in the spec's precedence", false},
 	{"spec.rules[].name", NotApplicable, "names a rule for policies and status; the agent attaches no policies", false},
 	{"spec.rules[].matches", Honoured, "path (Exact, PathPrefix, RegularExpression), headers, query parameters and method", true},
-	{"spec.rules[].filters", HonouredInPart, "RequestHeaderModifier, ResponseHeaderModifier, RequestRedirect, URLRewrite and RequestMirror; any other type: the route is not accepted (UnsupportedValue)", true},
+	{"spec.rules[].filters", HonouredInPart, "RequestHeaderModifier, ResponseHeaderModifier, RequestRedirect, URLRewrite, RequestMirror and CORS (maxAge at most a day; exposeHeaders \"*\" not with allowCredentials); any other type: the route is not accepted (UnsupportedValue)", true},
 	{"spec.rules[].backendRefs[].filters", Refused, "filters on a backendRef: the route is not accepted (UnsupportedValue); put them on the rule", true},
 	{"spec.rules[].timeouts", Honoured, "request and backendRequest, each up to the response headers (a streaming body is not cut off)", true},
 	{"spec.rules[].retry", Refused, "the route is not accepted (UnsupportedValue)", true},
