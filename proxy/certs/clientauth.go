@@ -115,4 +115,3 @@ func headerSafe(s string) string {
 	}
 	return s
 }
-
