@@ -122,7 +122,9 @@ var gatewayFields = []Field{
 	{"spec.infrastructure.annotations", NotApplicable, "the agent makes no resources for a Gateway", false},
 	{"spec.infrastructure.parametersRef", Refused, "no parameters are read: the Gateway is not accepted (InvalidParameters)", true},
 	{"spec.allowedListeners", Refused, "ListenerSets are not supported, so none attach: a warning says so", true},
-	{"spec.tls", Refused, "client certificate validation (frontend) and a client certificate towards backends (backend) are not supported: the Gateway is not accepted (UnsupportedValue) rather than served without them", true},
+	{"spec.tls", HonouredInPart, "frontend is honoured, backend refused (below)", false},
+	{"spec.tls.frontend", Honoured, "client certificate validation of the HTTPS listeners (the perPort entry of a listener's port, else default): CA bundles from ConfigMaps (key ca.crt; other namespaces need a ReferenceGrant), AllowValidOnly fails the handshake of a client without a valid certificate, AllowInsecureFallback serves it and sets the Gateway's InsecureFrontendValidationMode; a reference that does not resolve: ResolvedRefs False, and when none does the listener is not accepted (NoValidCACertificate) nor served", true},
+	{"spec.tls.backend", Refused, "a client certificate towards backends is not supported: the Gateway is not accepted (UnsupportedValue) rather than served without it", true},
 	{"spec.defaultScope", Refused, "All: a teapot-lb Gateway is never a default Gateway, routes attach by parentRefs only, and a warning says so; None is served as asked", false},
 }
 
