@@ -29,7 +29,9 @@ func TestGatewayFrontendValidation(t *testing.T) {
 	}
 	gw := gateway("shop", "gw", https("https", 443), https("fallback", 8443), https("unresolved", 7443), https("kind", 6443),
 		https("grant", 5443), listener("http", gwv1.HTTPProtocolType, 80, ""))
-	cmRef := func(name string) gwv1.ObjectReference { return gwv1.ObjectReference{Kind: "ConfigMap", Name: gwv1.ObjectName(name)} }
+	cmRef := func(name string) gwv1.ObjectReference {
+		return gwv1.ObjectReference{Kind: "ConfigMap", Name: gwv1.ObjectName(name)}
+	}
 	valid := func(mode gwv1.FrontendValidationModeType, refs ...gwv1.ObjectReference) gwv1.TLSConfig {
 		return gwv1.TLSConfig{Validation: &gwv1.FrontendTLSValidation{CACertificateRefs: refs, Mode: mode}}
 	}
