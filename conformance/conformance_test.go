@@ -51,6 +51,8 @@ var extended = []features.FeatureName{
 	features.SupportHTTPRouteBackendProtocolWebSocket,
 	features.SupportGatewayStaticAddresses,
 	features.SupportHTTPRouteCORS,
+	features.SupportGatewayFrontendClientCertificateValidation,
+	features.SupportGatewayFrontendClientCertificateValidationInsecureFallback,
 }
 
 // skipped are the tests of the profiles' core that teapot-lb does not
