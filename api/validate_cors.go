@@ -191,11 +191,23 @@ func checkClientValidation(ck *checker, f string, cv *pb.ClientValidation) {
 		ck.invalidf(f+".mode", "%s is not one of require, optional", Excerpt(m))
 	}
 	if h := cv.GetSubjectHeader(); h != "" {
-		checkModifiedName(ck, f+".subjectHeader", h)
-		if forwardingHeader(h) {
+		if checkModifiedName(ck, f+".subjectHeader", h) && forwardingHeader(h) {
 			ck.invalidf(f+".subjectHeader", "%s is a forwarding header the load balancer sets itself; name another", Excerpt(h))
 		}
 	}
+}
+
+// SubjectHeaderProblem says why h cannot be a listener's subject header
+// (tls.clientValidation.subjectHeader), or "".
+func SubjectHeaderProblem(h string) string {
+	ck := &checker{}
+	checkClientValidation(ck, "subjectHeader", &pb.ClientValidation{CaBundle: "-", SubjectHeader: h})
+	for _, e := range ck.errs {
+		if e.Field == "subjectHeader.subjectHeader" {
+			return e.Reason
+		}
+	}
+	return ""
 }
 
 // forwardingHeader reports whether the load balancer owns the header

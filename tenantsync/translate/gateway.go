@@ -183,6 +183,7 @@ func Gateway(gw *gwv1.Gateway, src Sources, o Options) *Desired {
 	g.listeners()
 	g.routes()
 	g.lbListeners()
+	g.clientSubjectHeader()
 	if c := g.insecureFallback(); c != nil {
 		res.Conditions = append(res.Conditions, *c)
 	}

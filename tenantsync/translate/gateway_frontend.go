@@ -142,3 +142,31 @@ func (g *gwBuild) insecureFallback() *metav1.Condition {
 	}
 	return nil
 }
+
+// AnnotationClientSubjectHeader, on a Gateway, names the request header
+// that carries the subject of a client's verified certificate to the
+// members, on every HTTPS listener spec.tls.frontend validates.
+const AnnotationClientSubjectHeader = "teapot-lb.io/client-subject-header"
+
+// clientSubjectHeader applies AnnotationClientSubjectHeader to the LB's
+// https listeners with client validation; a name the LB cluster would
+// refuse, or one without such a listener, is a warning.
+func (g *gwBuild) clientSubjectHeader() {
+	h := strings.TrimSpace(g.gw.Annotations[AnnotationClientSubjectHeader])
+	if h == "" {
+		return
+	}
+	if why := api.SubjectHeaderProblem(h); why != "" {
+		g.d.Warnings = append(g.d.Warnings, fmt.Sprintf("annotation %s is not applied: %s", AnnotationClientSubjectHeader, why))
+		return
+	}
+	set := false
+	for _, l := range g.lb.Listeners {
+		if cv := l.GetTls().GetClientValidation(); cv != nil {
+			cv.SubjectHeader, set = h, true
+		}
+	}
+	if !set {
+		g.d.Warnings = append(g.d.Warnings, fmt.Sprintf("annotation %s is not applied: no HTTPS listener validates client certificates (spec.tls.frontend)", AnnotationClientSubjectHeader))
+	}
+}

@@ -1,6 +1,7 @@
 package translate_test
 
 import (
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -47,6 +48,7 @@ func TestGatewayFrontendValidation(t *testing.T) {
 			{Port: 80, TLS: valid("", cmRef("missing"))},
 		},
 	}}
+	gw.Annotations = map[string]string{translate.AnnotationClientSubjectHeader: "X-Client-Subject"}
 	src := gwSources(t, append(backendObjs(), tlsSecret(t, "shop", "cert")), gwClass("teapot", translate.GatewayController), gw)
 	cms := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 	for _, cm := range []*corev1.ConfigMap{
@@ -68,12 +70,12 @@ func TestGatewayFrontendValidation(t *testing.T) {
 		case cv == nil:
 			ports[l.Port] = l.Protocol
 		case cv.CaBundle == caPEM || cv.CaBundle == ca2PEM:
-			ports[l.Port] = l.Protocol + " " + cv.Mode
+			ports[l.Port] = l.Protocol + " " + cv.Mode + " " + cv.SubjectHeader
 		default:
 			ports[l.Port] = l.Protocol + " other bundle " + cv.Mode
 		}
 	}
-	want := map[uint32]string{443: "https require", 8443: "https optional", 80: "http"}
+	want := map[uint32]string{443: "https require X-Client-Subject", 8443: "https optional X-Client-Subject", 80: "http"}
 	if len(ports) != len(want) {
 		t.Errorf("listeners %v, want %v", ports, want)
 	}
@@ -107,5 +109,28 @@ func TestGatewayFrontendValidation(t *testing.T) {
 	}
 	if c := condOf(d.Gateway.Conditions, "InsecureFrontendValidationMode"); c.Status != metav1.ConditionTrue || c.Reason != "ConfigurationChanged" {
 		t.Errorf("InsecureFrontendValidationMode = %+v", c)
+	}
+}
+
+// A subject header the LB cluster would refuse is a warning, and the
+// listeners are served without one.
+func TestGatewayClientSubjectHeaderRefused(t *testing.T) {
+	t.Parallel()
+	l := listener("https", gwv1.HTTPSProtocolType, 443, "")
+	l.TLS = &gwv1.ListenerTLSConfig{CertificateRefs: []gwv1.SecretObjectReference{{Name: "cert"}}}
+	gw := gateway("shop", "gw", l)
+	gw.Annotations = map[string]string{translate.AnnotationClientSubjectHeader: "X-Forwarded-User"}
+	gw.Spec.TLS = &gwv1.GatewayTLSConfig{Frontend: &gwv1.FrontendTLSConfig{Default: gwv1.TLSConfig{Validation: &gwv1.FrontendTLSValidation{
+		CACertificateRefs: []gwv1.ObjectReference{{Kind: "ConfigMap", Name: "ca"}}}}}}
+	src := gwSources(t, append(backendObjs(), tlsSecret(t, "shop", "cert")), gwClass("teapot", translate.GatewayController), gw)
+	cms := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	_ = cms.Add(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "ca"}, Data: map[string]string{"ca.crt": string(tlsSecret(t, "x", "x").Data[corev1.TLSCertKey])}})
+	src.Gateway.ConfigMaps = corelisters.NewConfigMapLister(cms)
+	d := translate.Gateway(gw, src, gwOpts)
+	if len(d.LB.GetListeners()) != 1 || d.LB.Listeners[0].GetTls().GetClientValidation() == nil || d.LB.Listeners[0].Tls.ClientValidation.SubjectHeader != "" {
+		t.Fatalf("listeners %v", d.LB.GetListeners())
+	}
+	if len(d.Warnings) != 1 || !strings.Contains(d.Warnings[0], "forwarding header") {
+		t.Errorf("warnings %q", d.Warnings)
 	}
 }
