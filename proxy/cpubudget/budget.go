@@ -1,7 +1,8 @@
 // Package cpubudget charges the CPU of TLS handshakes to the tenant they
 // are made for: the ClientHellos its https listeners answer (the key
 // exchange, charged a fixed cost before it is done), their full
-// handshakes (the server signs with the listener's certificate) and the
+// handshakes (the server signs with the listener's certificate), the
+// checks of its clients' certificate chains (Verify) and the
 // handshakes of its HTTPS health checks (the check signs with its client
 // key). Each tenant has a token bucket of CPU time and a bound on its
 // signatures in progress; a tenant past either waits, then is refused
