@@ -12,6 +12,7 @@ import (
 
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 	"github.com/teapot-lb/teapot-lb/proxy"
+	"github.com/teapot-lb/teapot-lb/proxy/cpubudget"
 	"github.com/teapot-lb/teapot-lb/proxy/snapshot"
 )
 
@@ -35,7 +36,8 @@ func TestClientCertificateValidation(t *testing.T) {
 	if _, err := svc.Upload(ctxT(t), &pb.UploadCertificateRequest{Tenant: "a", Name: "shop", CertPem: cert, KeyPem: key}); err != nil {
 		t.Fatal(err)
 	}
-	m, err := New(Config{Store: store, Host: "h", CA: "https://127.0.0.1:1/dir", Logger: testLogger(t)})
+	cpu := cpubudget.New(cpubudget.Options{})
+	m, err := New(Config{Store: store, Host: "h", CA: "https://127.0.0.1:1/dir", Logger: testLogger(t), CPU: cpu})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,6 +82,9 @@ func TestClientCertificateValidation(t *testing.T) {
 		return string(b), err
 	}
 	required, optional := serve(true), serve(false)
+	// Every chain the listeners check is charged to tenant a's budget:
+	// a client without a certificate costs no check.
+	wantChecks := uint64(0)
 	for _, tc := range []struct {
 		name, addr string
 		cert       *tls.Certificate
@@ -92,6 +97,9 @@ func TestClientCertificateValidation(t *testing.T) {
 		{"optional, none", optional, nil, "subject="},
 		{"optional, another CA", optional, &foreign, "subject="},
 	} {
+		if tc.cert != nil {
+			wantChecks++
+		}
 		got, err := get(tc.addr, tc.cert)
 		switch {
 		case tc.want == "" && err == nil:
@@ -99,5 +107,8 @@ func TestClientCertificateValidation(t *testing.T) {
 		case tc.want != "" && got != tc.want:
 			t.Errorf("%s: %q (%v), want %q", tc.name, got, err, tc.want)
 		}
+	}
+	if st := cpu.Tenant("a").Stat(); st.Verified != wantChecks || st.Spent == 0 {
+		t.Errorf("a's account %+v, want %d checks charged", st, wantChecks)
 	}
 }

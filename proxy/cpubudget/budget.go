@@ -117,6 +117,8 @@ type Stat struct {
 	// Refused handshakes refused over budget, Delayed health checks that
 	// waited for the budget.
 	Hellos, Signed, Refused, Delayed uint64
+	// Verified counts client certificate chains checked (Verify).
+	Verified uint64
 	// Spent is the CPU time charged.
 	Spent time.Duration
 	// InFlight is the signatures in progress, Peak the most at once.
@@ -152,6 +154,7 @@ type Tenant struct {
 	last   time.Time
 
 	hellos, signed, refused, delayed atomic.Uint64
+	verified                         atomic.Uint64
 	spent                            atomic.Int64
 	// inFlight counts signatures in progress, peak the most at once.
 	inFlight, peak atomic.Int32
@@ -162,7 +165,7 @@ func (t *Tenant) Name() string { return t.name }
 
 // Stat returns the tenant's account.
 func (t *Tenant) Stat() Stat {
-	return Stat{Tenant: t.name, Hellos: t.hellos.Load(), Signed: t.signed.Load(), Refused: t.refused.Load(), Delayed: t.delayed.Load(), Spent: time.Duration(t.spent.Load()), InFlight: int(t.inFlight.Load()), Peak: int(t.peak.Load())}
+	return Stat{Tenant: t.name, Hellos: t.hellos.Load(), Signed: t.signed.Load(), Refused: t.refused.Load(), Delayed: t.delayed.Load(), Verified: t.verified.Load(), Spent: time.Duration(t.spent.Load()), InFlight: int(t.inFlight.Load()), Peak: int(t.peak.Load())}
 }
 
 // owed returns how long until the bucket is out of debt (0: it is not);

@@ -21,5 +21,6 @@ func (t *Tenant) Verify(f func() error) error {
 	_, cost, err := measure(func() ([]byte, error) { return nil, f() })
 	<-t.sem
 	t.charge(cost)
+	t.verified.Add(1)
 	return err
 }

@@ -25,7 +25,7 @@ func TestVerifyIsCharged(t *testing.T) {
 	if err := b.Tenant("b").Verify(func() error { ran = true; return nil }); !errors.Is(err, ErrOverBudget) || ran {
 		t.Fatalf("second check: %v (ran %v), want ErrOverBudget without running", err, ran)
 	}
-	if st := b.Tenant("b").Stat(); st.Refused != 1 || st.Spent < 20*time.Millisecond {
+	if st := b.Tenant("b").Stat(); st.Refused != 1 || st.Verified != 1 || st.Spent < 20*time.Millisecond {
 		t.Errorf("b's account %+v", st)
 	}
 	bad := errors.New("bad chain")
