@@ -175,7 +175,6 @@ func (c *CORS) apply(w http.ResponseWriter, r *http.Request) (_ http.ResponseWri
 		}
 		h.Set("Access-Control-Max-Age", c.maxAge)
 	}
-	h.Set("Content-Length", "0")
 	w.WriteHeader(http.StatusNoContent)
 	return w, http.StatusNoContent, true
 }

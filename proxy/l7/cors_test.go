@@ -1,6 +1,7 @@
 package l7
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -135,4 +136,40 @@ func corsFields(h http.Header) string {
 	}
 	slices.Sort(out)
 	return strings.Join(out, "; ")
+}
+
+// A preflight's 204 carries no body framing (RFC 9110: no Content-Length
+// or Transfer-Encoding on a 204) and the connection serves the next
+// request.
+func TestCORSPreflightFraming(t *testing.T) {
+	t.Parallel()
+	be := namedServer(t, "a", nil)
+	router := testRouter{{prefix: "/", route: &Route{Backend: be, Ext: &RouteExt{CORS: NewCORS(CORSConfig{AllowOrigins: []string{"*"}, MaxAge: 5})}}}}
+	addr := proxyUnder(t, New(Config{}), router, nil)
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+	pre := "OPTIONS /x HTTP/1.1\r\nHost: a\r\nOrigin: https://o.example\r\nAccess-Control-Request-Method: PUT\r\n\r\n"
+	if _, err := io.WriteString(c, pre+"GET /x HTTP/1.1\r\nHost: a\r\nOrigin: https://o.example\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 204 || resp.Header.Get("Content-Length") != "" || len(resp.TransferEncoding) > 0 || resp.Header.Get("Access-Control-Allow-Origin") != "*" {
+		t.Fatalf("preflight: %d %v %v", resp.StatusCode, resp.TransferEncoding, resp.Header)
+	}
+	resp, err = http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || !strings.HasPrefix(string(body), "a GET") || resp.Header.Get("Access-Control-Allow-Origin") != "*" {
+		t.Errorf("next request: %d %q %v", resp.StatusCode, body, resp.Header)
+	}
 }
