@@ -72,6 +72,11 @@ const (
 	// for a less specific host (routes[].notFound). A host of an earlier
 	// release ignores the field and refuses the route for want of a pool.
 	FeatureNotFoundRoutes = "not-found-routes"
+	// FeatureCORS: the cors filter of routes (routes[].filters[].cors).
+	FeatureCORS = "cors"
+	// FeatureClientValidation: client certificates checked by https
+	// listeners (listeners[].tls.clientValidation).
+	FeatureClientValidation = "client-validation"
 )
 
 // FeatureLevel is the highest cluster feature level this release
@@ -84,21 +89,23 @@ const FeatureLevel = 5
 
 // featureLevels is the level each feature needs on every host.
 var featureLevels = map[string]uint32{
-	FeatureDryRun:         2,
-	FeatureCheckedWrites:  2,
-	FeatureHTTPSCheck:     2,
-	FeatureCloseOnDown:    2,
-	FeatureRouteRules:     2,
-	FeatureBackendH2:      2,
-	FeatureSNIRoutes:      3,
-	FeatureRoutePorts:     3,
-	FeatureTenantBGP:      4,
-	FeatureDualStack:      4,
-	FeatureHostnames:      4,
-	FeatureSourceRanges:   4,
-	FeatureRateLimits:     4,
-	FeatureWAF:            4,
-	FeatureNotFoundRoutes: 5,
+	FeatureDryRun:           2,
+	FeatureCheckedWrites:    2,
+	FeatureHTTPSCheck:       2,
+	FeatureCloseOnDown:      2,
+	FeatureRouteRules:       2,
+	FeatureBackendH2:        2,
+	FeatureSNIRoutes:        3,
+	FeatureRoutePorts:       3,
+	FeatureTenantBGP:        4,
+	FeatureDualStack:        4,
+	FeatureHostnames:        4,
+	FeatureSourceRanges:     4,
+	FeatureRateLimits:       4,
+	FeatureWAF:              4,
+	FeatureNotFoundRoutes:   5,
+	FeatureCORS:             5,
+	FeatureClientValidation: 5,
 }
 
 // LevelOf is the feature level a feature needs on every host (0 for a
@@ -140,7 +147,7 @@ func FeatureRefusal(uses []FeatureUse, need uint32, older []string) error {
 
 // Features returns the features this release serves.
 func Features() []string {
-	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureNotFoundRoutes}
+	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureNotFoundRoutes, FeatureCORS, FeatureClientValidation}
 }
 
 // FeatureUse is one place where a write uses a feature: the feature and
@@ -202,6 +209,9 @@ func FeaturesUsed(obj *pb.Object) []FeatureUse {
 		if ls.GetRateLimit() != nil {
 			out = append(out, FeatureUse{Feature: FeatureRateLimits, Field: at + ".rateLimit"})
 		}
+		if ls.GetTls().GetClientValidation() != nil {
+			out = append(out, FeatureUse{Feature: FeatureClientValidation, Field: at + ".tls.clientValidation"})
+		}
 	}
 	for i, r := range l.GetRoutes() {
 		if r.GetRateLimit() != nil {
@@ -212,6 +222,11 @@ func FeaturesUsed(obj *pb.Object) []FeatureUse {
 		}
 		if r.GetNotFound() {
 			out = append(out, FeatureUse{Feature: FeatureNotFoundRoutes, Field: fmt.Sprintf("%s: routes[%d].notFound", RefString(RefOf(obj)), i)})
+		}
+		for j, fl := range r.GetFilters() {
+			if fl.GetCors() != nil {
+				out = append(out, FeatureUse{Feature: FeatureCORS, Field: fmt.Sprintf("%s: routes[%d].filters[%d].cors", RefString(RefOf(obj)), i, j)})
+			}
 		}
 	}
 	names := make([]string, 0, len(l.GetPools()))

@@ -52,6 +52,9 @@ var extended = []features.FeatureName{
 	features.SupportGatewayStaticAddresses,
 	features.SupportGatewayHTTPListenerIsolation,
 	features.SupportGatewayAddressEmpty,
+	features.SupportHTTPRouteCORS,
+	features.SupportGatewayFrontendClientCertificateValidation,
+	features.SupportGatewayFrontendClientCertificateValidationInsecureFallback,
 }
 
 // skipped are the tests of the profiles' core that teapot-lb does not

@@ -61,8 +61,28 @@ func (h *HTTP) ServeConn(ctx context.Context, c net.Conn, current func() *Listen
 	if ls.streams != nil {
 		info.Streams = ls.streams
 	}
+	if ls.TLS != nil && ls.TLS.Client != nil && ls.TLS.Client.SubjectHeader != "" {
+		info.ClientCertHeader = ls.TLS.Client.SubjectHeader
+		info.ClientSubject = ClientSubject(ctx)
+	}
 	info.State, _ = ctx.Value(connStateKey{}).(*l7.ConnState)
 	h.srv.ServeConn(ctx, c, info)
+}
+
+// clientSubjectKey carries the subject of a client's verified
+// certificate from TLS termination to ServeConn.
+type clientSubjectKey struct{}
+
+// WithClientSubject returns ctx carrying the subject of the connection's
+// verified client certificate, for the listener's subject header.
+func WithClientSubject(ctx context.Context, subject string) context.Context {
+	return context.WithValue(ctx, clientSubjectKey{}, subject)
+}
+
+// ClientSubject returns the subject WithClientSubject put in ctx, or "".
+func ClientSubject(ctx context.Context) string {
+	s, _ := ctx.Value(clientSubjectKey{}).(string)
+	return s
 }
 
 // trustNone is the trusted networks of a listener that names none.

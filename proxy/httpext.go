@@ -38,6 +38,10 @@ func routeExt(ls *ListenerSnapshot, sr *snapshot.Route) *l7.RouteExt {
 		if rw := f.Rewrite; rw != nil {
 			e.RewriteHost, e.RewritePath = rw.Hostname, pathChange(rw.Path)
 		}
+		if c := f.CORS; c != nil {
+			e.CORS = l7.NewCORS(l7.CORSConfig{AllowOrigins: c.AllowOrigins, AllowMethods: c.AllowMethods, AllowHeaders: c.AllowHeaders,
+				ExposeHeaders: c.ExposeHeaders, MaxAge: c.MaxAge, AllowCredentials: c.AllowCredentials})
+		}
 		for _, m := range f.Mirrors {
 			if be := backend(m.Pool); be != nil {
 				e.Mirrors = append(e.Mirrors, l7.Mirror{Backend: be, Numerator: m.Numerator, Denominator: m.Denominator})

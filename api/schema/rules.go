@@ -124,7 +124,11 @@ var rules = map[string]rule{
 
 	"teapot.v1.TLSPolicy.acme":         {def: "false", limits: "every route host must be an exact name (no wildcard)"},
 	"teapot.v1.TLSPolicy.certificates": {limits: atMost(api.MaxListenerCertificates, "names of the tenant's uploaded certificates (teapot-lb cert upload)")},
-	"teapot.v1.TLSPolicy.min_version":  {doc: "Oldest TLS version accepted from clients.", def: "tls1.2", enum: []string{"tls1.2", "tls1.3"}},
+
+	"teapot.v1.ClientValidation.ca_bundle":      {required: true, limits: fmt.Sprintf("at most %d bytes and %d PEM CERTIFICATE blocks", api.MaxCABundleBytes, api.MaxCABundleCerts)},
+	"teapot.v1.ClientValidation.mode":           {def: "require"},
+	"teapot.v1.ClientValidation.subject_header": {limits: fmt.Sprintf("a header name of at most %d bytes; not Host, framing, connection or forwarding headers", api.MaxHeaderNameLen), example: "X-Client-Subject"},
+	"teapot.v1.TLSPolicy.min_version":           {doc: "Oldest TLS version accepted from clients.", def: "tls1.2", enum: []string{"tls1.2", "tls1.3"}},
 
 	"teapot.v1.Route":           {doc: "One HTTP route: requests for host and path go to a backend pool."},
 	"teapot.v1.Route.host":      {limits: "at most 253 bytes; inside the tenant's domains", example: "shop.acme.example"},
@@ -172,11 +176,18 @@ var rules = map[string]rule{
 	"teapot.v1.PathModifier.replace_full_path":    {limits: atMost(api.MaxPathLen, "bytes, starting with /"), example: "/new"},
 	"teapot.v1.PathModifier.replace_prefix_match": {limits: "only when every match of the route has a prefix path", example: "/v2/"},
 	"teapot.v1.RequestMirror.pool":                {required: true, example: "shadow"},
-	"teapot.v1.RequestMirror.percent":             {def: "100", limits: "0 to 100; not with fraction"},
-	"teapot.v1.Fraction.numerator":                {limits: "at most denominator"},
-	"teapot.v1.Fraction.denominator":              {def: "100"},
-	"teapot.v1.RouteTimeouts.request":             {limits: fmt.Sprintf("0 to %s", api.MaxRouteTimeout), example: "10s"},
-	"teapot.v1.RouteTimeouts.backend_request":     {limits: fmt.Sprintf("0 to %s; at most request", api.MaxRouteTimeout), example: "2s"},
+
+	"teapot.v1.CORS.allow_origins":            {limits: atMost(api.MaxCORSOrigins, fmt.Sprintf("origins of at most %d bytes each; \"*\" only alone", api.MaxCORSOriginLen)), example: "[\"https://www.acme.example\", \"https://*.acme.example\"]"},
+	"teapot.v1.CORS.allow_methods":            {limits: atMost(api.MaxCORSMethods, "methods; \"*\" only alone"), example: "[GET, PUT]"},
+	"teapot.v1.CORS.allow_headers":            {limits: atMost(api.MaxCORSHeaders, "header names; \"*\" only alone")},
+	"teapot.v1.CORS.expose_headers":           {limits: atMost(api.MaxCORSHeaders, "header names; \"*\" only alone and without allowCredentials")},
+	"teapot.v1.CORS.max_age":                  {def: fmt.Sprint(api.DefaultCORSMaxAge), limits: fmt.Sprintf("at most %d", api.MaxCORSMaxAge)},
+	"teapot.v1.CORS.allow_credentials":        {def: "false"},
+	"teapot.v1.RequestMirror.percent":         {def: "100", limits: "0 to 100; not with fraction"},
+	"teapot.v1.Fraction.numerator":            {limits: "at most denominator"},
+	"teapot.v1.Fraction.denominator":          {def: "100"},
+	"teapot.v1.RouteTimeouts.request":         {limits: fmt.Sprintf("0 to %s", api.MaxRouteTimeout), example: "10s"},
+	"teapot.v1.RouteTimeouts.backend_request": {limits: fmt.Sprintf("0 to %s; at most request", api.MaxRouteTimeout), example: "2s"},
 
 	"teapot.v1.BackendPool":                  {doc: "A set of members traffic is balanced over."},
 	"teapot.v1.BackendPool.algorithm":        {doc: "How a member is chosen for a connection or request.", def: "round-robin", enum: []string{"round-robin", "least-request", "hash"}},

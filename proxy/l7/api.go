@@ -183,6 +183,12 @@ type ConnInfo struct {
 	// State, when not nil, is kept up to date by the engine while it
 	// serves the connection (see ConnState).
 	State *ConnState
+	// ClientCertHeader, when set, names the request field that carries
+	// ClientSubject, the subject of the client's verified certificate
+	// ("" when it sent none or it did not verify), to the members; what
+	// the client sent in that field is dropped. Requests of such a
+	// connection take the net/http path, where forwardHeader does both.
+	ClientCertHeader, ClientSubject string
 	// Streams, when not nil, bounds the HTTP/2 streams of the
 	// connection's tenant whose handlers run, over all its connections:
 	// a stream past it is refused as its HEADERS are read (RST_STREAM

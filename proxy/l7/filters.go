@@ -45,13 +45,16 @@ type RouteExt struct {
 	// head over all attempts; BackendTimeout one attempt. 0: the
 	// engine's and backend's own timeouts.
 	RequestTimeout, BackendTimeout time.Duration
+	// CORS answers preflights and marks the responses of allowed
+	// origins (NewCORS).
+	CORS *CORS
 }
 
 // onlyBackends reports whether e does nothing but spread requests over
 // weighted backends.
 func (e *RouteExt) onlyBackends() bool {
 	return e != nil && len(e.Backends) > 0 && e.RequestHeaders == nil && e.ResponseHeaders == nil && e.Redirect == nil &&
-		e.RewriteHost == "" && e.RewritePath == nil && len(e.Mirrors) == 0 && e.RequestTimeout == 0 && e.BackendTimeout == 0
+		e.RewriteHost == "" && e.RewritePath == nil && len(e.Mirrors) == 0 && e.RequestTimeout == 0 && e.BackendTimeout == 0 && e.CORS == nil
 }
 
 // WeightedBackend is one backend of a route and its weight.
@@ -266,6 +269,13 @@ func (s *Server) serveExt(w http.ResponseWriter, q *rtRequest, route *Route, hos
 	}
 	if e.ResponseHeaders != nil {
 		w = &editWriter{ResponseWriter: w, edit: e.ResponseHeaders}
+	}
+	if e.CORS != nil {
+		var done bool
+		if w, q.stats.Status, done = e.CORS.apply(w, r); done {
+			q.stats.Outcome = OutcomeLocal
+			return
+		}
 	}
 	if rd := e.Redirect; rd != nil {
 		w.Header().Set("Location", rd.location(tls, listenPort, host, q.path, r.URL.RawQuery, e.Prefix))

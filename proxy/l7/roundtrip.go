@@ -165,6 +165,9 @@ func forwardHeader(in http.Header, ca *clientAddrs, host string) http.Header {
 	if !ca.trusted {
 		dropUntrustedFields(out)
 	}
+	if ca.certHeader != "" {
+		ca.setClientCert(out)
+	}
 	out["X-Forwarded-For"] = append(out["X-Forwarded-For"][:len(out["X-Forwarded-For"]):len(out["X-Forwarded-For"])], string(ca.ip))
 	if out.Get("X-Forwarded-Proto") == "" {
 		out["X-Forwarded-Proto"] = []string{ca.proto()}

@@ -122,6 +122,7 @@ func (s *Server) ServeConn(ctx context.Context, c net.Conn, info ConnInfo) {
 	cc.tcp, _ = c.(*net.TCPConn)
 	cc.client, cc.local = client, local
 	cc.ca = newClientAddrs(client, info.TLS, s.trusted(&info))
+	cc.ca.clientCert(&info)
 	cc.idle = info.IdleTimeout
 	if cc.idle <= 0 {
 		cc.idle = s.cfg.IdleTimeout

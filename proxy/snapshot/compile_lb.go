@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -318,6 +319,9 @@ func (b *lbCompile) listener(f string, i int, l *pb.Listener, lb *pb.LoadBalance
 			if l.GetTls().GetMinVersion() == "tls1.3" {
 				out.TLS.MinVersion = tls.VersionTLS13
 			}
+			if cv := l.GetTls().GetClientValidation(); cv != nil {
+				out.TLS.Client = clientTLS(cv)
+			}
 		}
 	}
 	if t != nil {
@@ -425,4 +429,20 @@ func (c *compiler) isVIP(a netip.Addr) bool {
 		}
 	}
 	return false
+}
+
+// clientTLS compiles an https listener's client certificate validation.
+// A bundle that does not parse (validation refuses it) trusts no CA, so
+// that no client certificate passes as verified.
+func clientTLS(cv *pb.ClientValidation) *ClientTLS {
+	c := &ClientTLS{CAs: x509.NewCertPool(), Bundle: cv.GetCaBundle(), Required: cv.GetMode() != "optional"}
+	if certs, why := api.ParseCABundle(cv.GetCaBundle()); why == "" {
+		for _, ca := range certs {
+			c.CAs.AddCert(ca)
+		}
+	}
+	if h := cv.GetSubjectHeader(); h != "" {
+		c.SubjectHeader = textproto.CanonicalMIMEHeaderKey(h)
+	}
+	return c
 }

@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/teapot-lb/teapot-lb/api"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
 
@@ -203,6 +204,13 @@ func (b *lbCompile) filters(r *pb.Route, pools poolSet) *Filters {
 				mi.Numerator = m.GetPercent()
 			}
 			out.Mirrors = append(out.Mirrors, mi)
+		case fl.GetCors() != nil:
+			c := fl.GetCors()
+			out.CORS = &CORS{AllowOrigins: c.GetAllowOrigins(), AllowMethods: c.GetAllowMethods(), AllowHeaders: c.GetAllowHeaders(),
+				ExposeHeaders: c.GetExposeHeaders(), MaxAge: c.GetMaxAge(), AllowCredentials: c.GetAllowCredentials()}
+			if out.CORS.MaxAge == 0 {
+				out.CORS.MaxAge = api.DefaultCORSMaxAge
+			}
 		}
 	}
 	return out

@@ -241,6 +241,15 @@ type Filters struct {
 	Redirect                        *Redirect
 	Rewrite                         *Rewrite
 	Mirrors                         []Mirror
+	CORS                            *CORS
+}
+
+// CORS is a route's CORS filter as validated (api.CORSOriginProblem);
+// MaxAge is the default when the model left it 0.
+type CORS struct {
+	AllowOrigins, AllowMethods, AllowHeaders, ExposeHeaders []string
+	MaxAge                                                  uint32
+	AllowCredentials                                        bool
 }
 
 // HeaderEdit sets, adds and removes headers; names are canonical.

@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"crypto/x509"
 	"encoding/binary"
 	"net/netip"
 	"slices"
@@ -166,13 +167,35 @@ type TLS struct {
 	Certificates []string
 	// MinVersion is a crypto/tls version constant.
 	MinVersion uint16
+	// Client is nil when clients are not asked for a certificate.
+	Client *ClientTLS
+}
+
+// ClientTLS is the client certificate validation of an https listener.
+type ClientTLS struct {
+	// CAs are the certificates of Bundle, the PEM text they came from.
+	CAs    *x509.CertPool
+	Bundle string
+	// Required fails the handshake of a client without a certificate
+	// the CAs signed; otherwise every client is served.
+	Required bool
+	// SubjectHeader carries a verified client's subject to the members
+	// ("" none); canonical.
+	SubjectHeader string
 }
 
 func equalTLS(a, b *TLS) bool {
 	if a == nil || b == nil {
 		return a == b
 	}
-	return a.ACME == b.ACME && a.MinVersion == b.MinVersion && slices.Equal(a.Certificates, b.Certificates)
+	return a.ACME == b.ACME && a.MinVersion == b.MinVersion && slices.Equal(a.Certificates, b.Certificates) && equalClientTLS(a.Client, b.Client)
+}
+
+func equalClientTLS(a, b *ClientTLS) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Bundle == b.Bundle && a.Required == b.Required && a.SubjectHeader == b.SubjectHeader
 }
 
 // Limits bound one listener.

@@ -99,6 +99,11 @@ func (a *Agent) watchGateways(ctx context.Context) {
 		{core.Core().V1().Namespaces().Informer(), allGateways},
 		{secrets.Core().V1().Secrets().Informer(), allGateways},
 	}
+	if have["configmaps"] {
+		// The CA bundles of spec.tls.frontend.
+		gs.ConfigMaps = core.Core().V1().ConfigMaps().Lister()
+		regs = append(regs, reg{core.Core().V1().ConfigMaps().Informer(), allGateways})
+	}
 	if have["referencegrants"] {
 		gs.ReferenceGrants = v1.ReferenceGrants().Lister()
 		regs = append(regs, reg{v1.ReferenceGrants().Informer(), allGateways})
@@ -159,8 +164,9 @@ func (a *Agent) checkAccess(ctx context.Context, have map[string]bool) {
 		"referencegrants": func() error { _, err := gw.ReferenceGrants("").List(ctx, one); return err },
 		"namespaces":      func() error { _, err := a.kube.CoreV1().Namespaces().List(ctx, one); return err },
 		"secrets":         func() error { _, err := a.kube.CoreV1().Secrets("").List(ctx, one); return err },
+		"configmaps":      func() error { _, err := a.kube.CoreV1().ConfigMaps("").List(ctx, one); return err },
 	}
-	have["namespaces"], have["secrets"] = true, true
+	have["namespaces"], have["secrets"], have["configmaps"] = true, true, true
 	for name, check := range checks {
 		if !have[name] {
 			continue

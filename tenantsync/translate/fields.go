@@ -122,7 +122,9 @@ var gatewayFields = []Field{
 	{"spec.infrastructure.annotations", NotApplicable, "the agent makes no resources for a Gateway", false},
 	{"spec.infrastructure.parametersRef", Refused, "no parameters are read: the Gateway is not accepted (InvalidParameters)", true},
 	{"spec.allowedListeners", Refused, "ListenerSets are not supported, so none attach: a warning says so", true},
-	{"spec.tls", Refused, "client certificate validation (frontend) and a client certificate towards backends (backend) are not supported: the Gateway is not accepted (UnsupportedValue) rather than served without them", true},
+	{"spec.tls", HonouredInPart, "frontend is honoured, backend refused (below)", false},
+	{"spec.tls.frontend", Honoured, "client certificate validation of the HTTPS listeners (the perPort entry of a listener's port, else default): CA bundles from ConfigMaps (key ca.crt; other namespaces need a ReferenceGrant), AllowValidOnly fails the handshake of a client without a valid certificate, AllowInsecureFallback serves it and sets the Gateway's InsecureFrontendValidationMode; a reference that does not resolve: ResolvedRefs False, and when none does the listener is not accepted (NoValidCACertificate) nor served", true},
+	{"spec.tls.backend", Refused, "a client certificate towards backends is not supported: the Gateway is not accepted (UnsupportedValue) rather than served without it", true},
 	{"spec.defaultScope", Refused, "All: a teapot-lb Gateway is never a default Gateway, routes attach by parentRefs only, and a warning says so; None is served as asked", false},
 }
 
@@ -157,7 +159,7 @@ var httpRouteFields = append(append(parentRefFields(), []Field{
 	{"spec.rules", Honoured, "LB routes, in the spec's precedence", false},
 	{"spec.rules[].name", NotApplicable, "names a rule for policies and status; the agent attaches no policies", false},
 	{"spec.rules[].matches", Honoured, "path (Exact, PathPrefix, RegularExpression), headers, query parameters and method", true},
-	{"spec.rules[].filters", HonouredInPart, "RequestHeaderModifier, ResponseHeaderModifier, RequestRedirect, URLRewrite and RequestMirror; any other type: the route is not accepted (UnsupportedValue)", true},
+	{"spec.rules[].filters", HonouredInPart, "RequestHeaderModifier, ResponseHeaderModifier, RequestRedirect, URLRewrite, RequestMirror and CORS (maxAge at most a day; exposeHeaders \"*\" not with allowCredentials); any other type: the route is not accepted (UnsupportedValue)", true},
 	{"spec.rules[].backendRefs[].filters", Refused, "filters on a backendRef: the route is not accepted (UnsupportedValue); put them on the rule", true},
 	{"spec.rules[].timeouts", Honoured, "request and backendRequest, each up to the response headers (a streaming body is not cut off)", true},
 	{"spec.rules[].retry", Refused, "the route is not accepted (UnsupportedValue)", true},

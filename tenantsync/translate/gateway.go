@@ -66,6 +66,9 @@ type GatewaySources struct {
 	ReferenceGrants gwlisters.ReferenceGrantLister
 	Namespaces      corelisters.NamespaceLister
 	Secrets         corelisters.SecretLister
+	// ConfigMaps hold the CA bundles of spec.tls.frontend; nil when the
+	// agent may not read them.
+	ConfigMaps corelisters.ConfigMapLister
 }
 
 // RouteKey names one route object.
@@ -90,6 +93,9 @@ type GatewayResult struct {
 	// Certificates are the Secrets the https listeners serve, to upload
 	// as the tenant's certificates.
 	Certificates []CertificateSource
+	// Conditions are the Gateway's conditions besides Accepted and
+	// Programmed (InsecureFrontendValidationMode).
+	Conditions []metav1.Condition
 	// AddressNotUsable says why the Gateway's addresses, well formed, are
 	// not served (several: a Gateway has one VIP); the Gateway is
 	// accepted, not sent to the LB cluster, and not programmed.
@@ -141,6 +147,9 @@ type listenerState struct {
 	kinds      []string
 	certs      []CertificateSource
 	hostname   string
+	// client is the client certificate validation of an https listener
+	// (spec.tls.frontend), nil without one.
+	client *pb.ClientValidation
 }
 
 // Gateway translates one Gateway the agent takes: one load balancer with
@@ -175,6 +184,10 @@ func Gateway(gw *gwv1.Gateway, src Sources, o Options) *Desired {
 	g.routes()
 	g.isolationBarriers()
 	g.lbListeners()
+	g.clientSubjectHeader()
+	if c := g.insecureFallback(); c != nil {
+		res.Conditions = append(res.Conditions, *c)
+	}
 	edgeRates(gw.Annotations, lb, d, edgeGateway)
 	if !edgeSources(gw.Annotations, lb, d, false) && accepted.Status == metav1.ConditionTrue {
 		accepted = cond(string(gwv1.GatewayConditionAccepted), false, "InvalidSourceRanges", d.Refused, gw.Generation)
@@ -304,8 +317,18 @@ func (g *gwBuild) listeners() {
 			ls.proto = "https"
 			if l.TLS != nil && l.TLS.Mode != nil && *l.TLS.Mode == gwv1.TLSModePassthrough {
 				accepted = cond(string(gwv1.ListenerConditionAccepted), false, string(gwv1.ListenerReasonUnsupportedValue), "an HTTPS listener terminates TLS; use protocol TLS for passthrough", gen)
-			} else if r := g.listenerCerts(ls); r != nil {
-				resolved = *r
+			} else {
+				if r := g.listenerCerts(ls); r != nil {
+					resolved = *r
+				}
+				if r, a := g.listenerClientCAs(ls); a != nil {
+					accepted = *a
+					if r != nil {
+						resolved = *r
+					}
+				} else if r != nil && resolved.Status == metav1.ConditionTrue {
+					resolved = *r
+				}
 			}
 		case gwv1.TLSProtocolType:
 			ls.proto = "tls-passthrough"
@@ -436,7 +459,7 @@ func (g *gwBuild) lbListeners() {
 		if l == nil {
 			l = &pb.Listener{Port: uint32(ls.spec.Port), Protocol: ls.proto}
 			if ls.proto == "https" {
-				l.Tls = &pb.TLSPolicy{}
+				l.Tls = &pb.TLSPolicy{ClientValidation: ls.client}
 			}
 			byKey[k] = l
 			g.lb.Listeners = append(g.lb.Listeners, l)

@@ -25,6 +25,10 @@ func unsupported(r *routeObj) string {
 				switch f.Type {
 				case gwv1.HTTPRouteFilterRequestHeaderModifier, gwv1.HTTPRouteFilterResponseHeaderModifier,
 					gwv1.HTTPRouteFilterRequestRedirect, gwv1.HTTPRouteFilterURLRewrite, gwv1.HTTPRouteFilterRequestMirror:
+				case gwv1.HTTPRouteFilterCORS:
+					if why := corsUnsupported(f.CORS); why != "" {
+						return fmt.Sprintf("rules[%d].filters[%d]: %s", i, j, why)
+					}
 				default:
 					return fmt.Sprintf("rules[%d].filters[%d]: filter type %s is not supported", i, j, f.Type)
 				}
@@ -228,6 +232,8 @@ func (g *gwBuild) httpRule(r *routeObj, rule gwv1.HTTPRouteRule) *pb.Route {
 			if m := g.mirror(r, f.RequestMirror); m != nil {
 				rt.Filters = append(rt.Filters, &pb.RouteFilter{RequestMirror: m})
 			}
+		case gwv1.HTTPRouteFilterCORS:
+			rt.Filters = append(rt.Filters, corsFilter(f.CORS))
 		}
 	}
 	if !redirect {
