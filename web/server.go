@@ -66,6 +66,8 @@ type Server struct {
 	charts *charter
 	// fresh is when each host last answered.
 	fresh freshness
+	// sent is snap as the stream sends it (streamed).
+	sent *Snapshot
 	// histCache holds recent answers of /api/history.
 	histCache historyCache
 }
@@ -154,6 +156,7 @@ func (s *Server) refresh(ctx context.Context) {
 		s.events = append([]Event(nil), s.events[n:]...)
 	}
 	s.snap = snap
+	s.sent = streamed(snap)
 	for c := range s.subs {
 		select {
 		case c <- struct{}{}:
@@ -173,9 +176,17 @@ type view struct {
 }
 
 func (s *Server) current(after uint64, chartsAfter time.Time) view {
+	return s.view(after, chartsAfter, false)
+}
+
+// view is current with the snapshot as the stream sends it when sent.
+func (s *Server) view(after uint64, chartsAfter time.Time, sent bool) view {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	v := view{Snapshot: s.snap, Events: []Event{}, Charts: s.charts.since(chartsAfter)}
+	if sent {
+		v.Snapshot = s.sent
+	}
 	for _, e := range s.events {
 		if e.Seq > after {
 			v.Events = append(v.Events, e)
@@ -204,6 +215,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("GET /api/stream", s.private(http.HandlerFunc(s.stream)))
 	mux.Handle("GET /api/history", s.private(http.HandlerFunc(s.history)))
 	mux.Handle("GET /api/object", s.private(http.HandlerFunc(s.object)))
+	mux.Handle("GET /api/members", s.private(http.HandlerFunc(s.members)))
 	return securityHeaders(mux, s.cfg.TokenKey == nil)
 }
 
@@ -296,7 +308,7 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) snapshot(w http.ResponseWriter, r *http.Request) {
-	v := s.current(0, time.Time{})
+	v := s.view(0, time.Time{}, true)
 	if v.Snapshot == nil {
 		http.Error(w, "no snapshot yet: the cluster was not read so far", http.StatusServiceUnavailable)
 		return
@@ -344,7 +356,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 			fmt.Fprint(w, ": keep-alive\n\n")
 			fl.Flush()
 		case <-wake:
-			v := s.current(after, chartsAfter)
+			v := s.view(after, chartsAfter, true)
 			if v.Snapshot == nil {
 				continue
 			}

@@ -180,7 +180,7 @@ function history(key) {
     fetch(url, { cache: "no-store" }).then(r => r.ok ? r.json() : r.text().then(t => Promise.reject(new Error(t.trim() || `HTTP ${r.status}`))))
       .then(d => { state.hist[key] = { data: d, error: "", at: Date.now(), busy: false }; },
         err => { state.hist[key] = { data: (state.hist[key] || {}).data, error: String(err.message || err), at: Date.now(), busy: false }; })
-      .finally(() => render());
+      .finally(() => renderSoon());
   }
   return state.hist[key];
 }
