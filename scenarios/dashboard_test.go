@@ -347,6 +347,18 @@ func measureBigLB(t *testing.T, l *vipLab, b *browser, base string) {
 			took = append(took, time.Duration(v[2]*float64(time.Millisecond)))
 			return nil
 		})
+		// Where the time went: the page and its scripts loaded, the
+		// member page and the first view read, the charts drawn.
+		steps, err := chromedp.Run(b.ctx, chromedp.Evaluate[string](`(() => {
+  const ms = x => x === undefined ? "?" : x.toFixed(0);
+  const res = n => performance.getEntriesByType("resource").find(e => e.name.includes(n));
+  const nav = performance.getEntriesByType("navigation")[0];
+  const view = performance.getEntriesByName("view")[0], parsed = performance.getEntriesByName("view-parsed")[0];
+  const figs = document.querySelectorAll('#main [data-lb="acme/big"] figure[data-metric]:not(.pending)').length;
+  return "page " + ms(nav && nav.responseEnd) + " ms, app.js " + ms(res("app.js")?.responseEnd) + ", members read " + ms(res("/api/members")?.responseEnd) +
+    ", first view " + ms(view?.startTime) + " (parsed in " + ms(parsed?.duration) + "), " + figs + " charts drawn";
+})()`))
+		t.Logf("load %d of acme/big: shown at %v; %s %v", len(took), took[len(took)-1], steps, err)
 	}
 	var again string
 	waitEval(b, pageTimeout, "a second render", `document.getElementById("main").dataset.renderMs || ""`, func(v string) error {

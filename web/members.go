@@ -125,7 +125,7 @@ type MemberRow struct {
 	On      map[string]MemberOn `json:"on"`
 	rank    int                 // down 0, unknown 1, up 2, no host 3
 	text    string              // "pool: address", lower case, for the search
-	hasSt   map[string]bool     // the states it has on some host
+	states  uint8               // the states it has on some host (stateBit)
 }
 
 // MemberOn is a member on one host: its state by the host's checks, why
@@ -137,6 +137,9 @@ type MemberOn struct {
 	InFlight  int64          `json:"inFlight"`
 	Traffic   *MemberTraffic `json:"traffic,omitempty"`
 }
+
+// stateBit is a member state's bit in MemberRow.states.
+var stateBit = map[string]uint8{memberUp: 1, memberDown: 2, memberUnknown: 4}
 
 // memberRows joins the hosts' views of the load balancer l (and its
 // stored object o, for members no host reports and for weights).
@@ -150,7 +153,7 @@ func memberRows(l *LB, o *pb.LoadBalancer) []MemberRow {
 			i = len(rows)
 			idx[k] = i
 			rows = append(rows, MemberRow{Pool: pool, Address: addr, On: map[string]MemberOn{}, rank: 3,
-				text: strings.ToLower(pool + ": " + addr), hasSt: map[string]bool{}})
+				text: strings.ToLower(pool + ": " + addr)})
 		}
 		return &rows[i]
 	}
@@ -178,7 +181,7 @@ func memberRows(l *LB, o *pb.LoadBalancer) []MemberRow {
 			r := row(m.Pool, m.Address)
 			r.On[h.Node] = MemberOn{State: st, Reason: m.Reason, LastCheck: m.LastCheck, InFlight: m.InFlight, Traffic: m.Traffic}
 			r.rank = min(r.rank, rank[st])
-			r.hasSt[st] = true
+			r.states |= stateBit[st]
 		}
 	}
 	slices.SortStableFunc(rows, func(a, b MemberRow) int { return cmp.Compare(a.rank, b.rank) })
@@ -193,7 +196,7 @@ func memberPage(l *LB, o *pb.LoadBalancer, offset, limit int, q, state string) M
 	words := strings.Fields(strings.ToLower(q))
 	var match []MemberRow
 	for _, r := range all {
-		ok := state == "" || r.hasSt[state]
+		ok := state == "" || r.states&stateBit[state] != 0
 		for _, w := range words {
 			ok = ok && strings.Contains(r.text, w)
 		}

@@ -67,7 +67,7 @@ func TestStreamCarriesMemberCounts(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.refresh(context.Background())
-	sent := s.view(0, time.Time{}, true).Snapshot.LBs[0]
+	sent := s.sent.LBs[0]
 	n1, n2 := sent.Hosts[0], sent.Hosts[1]
 	if n1.Counts != (MemberCounts{Up: 1000 - len(down), Down: len(down)}) || n2.Counts != (MemberCounts{Up: 1000}) {
 		t.Errorf("counts n1 %+v, n2 %+v", n1.Counts, n2.Counts)
@@ -80,8 +80,8 @@ func TestStreamCarriesMemberCounts(t *testing.T) {
 	if len(n2.Members) != 0 || n2.MembersLeftOut != 1000 {
 		t.Errorf("n2 streams %d members, left out %d; want none, 1000", len(n2.Members), n2.MembersLeftOut)
 	}
-	if b, _ := json.Marshal(s.view(0, time.Time{}, true)); len(b) > 64<<10 {
-		t.Errorf("the stream's view of 1,000 members on 2 hosts is %d bytes", len(b))
+	if v, _ := s.sentAfter(0, time.Time{}); len(v.Snapshot) > 64<<10 {
+		t.Errorf("the stream's snapshot of 1,000 members on 2 hosts is %d bytes", len(v.Snapshot))
 	}
 	if kept := s.current(0, time.Time{}).Snapshot.LBs[0].Hosts[0]; len(kept.Members) != 1000 {
 		t.Errorf("the server's snapshot keeps %d members of n1, want 1000", len(kept.Members))

@@ -291,7 +291,7 @@ const POOL_MEMBERS_LISTED = 10;
 function poolMembers(ms) {
   const one = m => esc(m.address) + (m.weight !== undefined ? ` <span class="muted">w${esc(m.weight)}</span>` : "");
   if (ms.length <= POOL_MEMBERS_LISTED) return ms.map(one).join("<br>") || `<span class="muted">none</span>`;
-  return `${ms.length} members: ` + ms.slice(0, 3).map(one).join(", ") + `, … <a href="#members">all in Members</a>`;
+  return `${ms.length} members: ` + ms.slice(0, 3).map(one).join(", ") + `, … <span class="muted">(all in Members above)</span>`;
 }
 
 // memberTraffic is the members' traffic summed over the hosts, busiest
@@ -471,7 +471,7 @@ function toolbar(s, page) {
   const charted = page === "cluster" || page === "lb" || page === "host";
   document.getElementById("filters").hidden = !lists;
   document.getElementById("ranges").hidden = !charted;
-  bar.hidden = !lists && !charted && page !== "lb";
+  bar.hidden = !lists && !charted;
   document.getElementById("status-filter").hidden = page !== "lbs";
   const sel = document.getElementById("tenant-filter");
   const names = s.tenants.map(t => t.name).concat(s.lbs.map(l => l.tenant));
@@ -541,7 +541,10 @@ function connect() {
   stream = es;
   es.onopen = () => { state.stream.open = true; tick(); };
   es.addEventListener("view", ev => {
+    // When the first view arrived and was read (for the browser test).
+    if (!state.snap) performance.mark("view");
     const v = JSON.parse(ev.data);
+    if (!state.snap) performance.measure("view-parsed", "view");
     state.stream = { open: true, downSince: 0, why: "" };
     state.snap = v.snapshot;
     state.recvAt = Date.now();
