@@ -123,9 +123,6 @@ type MemberRow struct {
 	Address string              `json:"address"`
 	Weight  *uint32             `json:"weight,omitempty"`
 	On      map[string]MemberOn `json:"on"`
-	rank    int                 // down 0, unknown 1, up 2, no host 3
-	text    string              // "pool: address", lower case, for the search
-	states  uint8               // the states it has on some host (stateBit)
 }
 
 // MemberOn is a member on one host: its state by the host's checks, why
@@ -138,22 +135,37 @@ type MemberOn struct {
 	Traffic   *MemberTraffic `json:"traffic,omitempty"`
 }
 
-// stateBit is a member state's bit in MemberRow.states.
+// memberIndex is one member in the table's order: enough to sort and
+// filter every member; a page's rows are built from it (row).
+type memberIndex struct {
+	pool, address string
+	weight        *uint32
+	rank          int    // down 0, unknown 1, up 2, no host 3
+	text          string // "pool: address", lower case, for the search
+	states        uint8  // the states it has on some host (stateBit)
+	// at is its index in each host's Members (-1: not reported).
+	at []int32
+}
+
+// stateBit is a member state's bit in memberIndex.states.
 var stateBit = map[string]uint8{memberUp: 1, memberDown: 2, memberUnknown: 4}
 
 // memberRows joins the hosts' views of the load balancer l (and its
 // stored object o, for members no host reports and for weights).
-func memberRows(l *LB, o *pb.LoadBalancer) []MemberRow {
+func memberRows(l *LB, o *pb.LoadBalancer) []memberIndex {
 	idx := map[[2]string]int{}
-	var rows []MemberRow
-	row := func(pool, addr string) *MemberRow {
+	var rows []memberIndex
+	row := func(pool, addr string) *memberIndex {
 		k := [2]string{pool, addr}
 		i, ok := idx[k]
 		if !ok {
 			i = len(rows)
 			idx[k] = i
-			rows = append(rows, MemberRow{Pool: pool, Address: addr, On: map[string]MemberOn{}, rank: 3,
-				text: strings.ToLower(pool + ": " + addr)})
+			at := make([]int32, len(l.Hosts))
+			for j := range at {
+				at[j] = -1
+			}
+			rows = append(rows, memberIndex{pool: pool, address: addr, rank: 3, at: at})
 		}
 		return &rows[i]
 	}
@@ -168,24 +180,41 @@ func memberRows(l *LB, o *pb.LoadBalancer) []MemberRow {
 			r := row(n, m.GetAddress())
 			if m.Weight != nil {
 				w := m.GetWeight()
-				r.Weight = &w
+				r.weight = &w
 			}
 		}
 	}
 	rank := map[string]int{memberDown: 0, memberUnknown: 1, memberUp: 2}
-	for i := range l.Hosts {
-		h := &l.Hosts[i]
+	for j := range l.Hosts {
+		h := &l.Hosts[j]
 		for k := range h.Members {
 			m := &h.Members[k]
 			st := memberState(h, m)
 			r := row(m.Pool, m.Address)
-			r.On[h.Node] = MemberOn{State: st, Reason: m.Reason, LastCheck: m.LastCheck, InFlight: m.InFlight, Traffic: m.Traffic}
+			r.at[j] = int32(k)
 			r.rank = min(r.rank, rank[st])
 			r.states |= stateBit[st]
 		}
 	}
-	slices.SortStableFunc(rows, func(a, b MemberRow) int { return cmp.Compare(a.rank, b.rank) })
+	for i := range rows {
+		rows[i].text = strings.ToLower(rows[i].pool + ": " + rows[i].address)
+	}
+	slices.SortStableFunc(rows, func(a, b memberIndex) int { return cmp.Compare(a.rank, b.rank) })
 	return rows
+}
+
+// row is the member's row of the table.
+func (r *memberIndex) row(l *LB) MemberRow {
+	out := MemberRow{Pool: r.pool, Address: r.address, Weight: r.weight, On: map[string]MemberOn{}}
+	for j, k := range r.at {
+		if k < 0 {
+			continue
+		}
+		h := &l.Hosts[j]
+		m := &h.Members[k]
+		out.On[h.Node] = MemberOn{State: memberState(h, m), Reason: m.Reason, LastCheck: m.LastCheck, InFlight: m.InFlight, Traffic: m.Traffic}
+	}
+	return out
 }
 
 // memberPage is the page of rows from offset (the last page when offset
@@ -194,26 +223,28 @@ func memberRows(l *LB, o *pb.LoadBalancer) []MemberRow {
 func memberPage(l *LB, o *pb.LoadBalancer, offset, limit int, q, state string) MemberPage {
 	all := memberRows(l, o)
 	words := strings.Fields(strings.ToLower(q))
-	var match []MemberRow
-	for _, r := range all {
-		ok := state == "" || r.states&stateBit[state] != 0
-		for _, w := range words {
-			ok = ok && strings.Contains(r.text, w)
-		}
-		if ok {
-			match = append(match, r)
+	match := all
+	if len(words) > 0 || state != "" {
+		match = nil
+		for _, r := range all {
+			ok := state == "" || r.states&stateBit[state] != 0
+			for _, w := range words {
+				ok = ok && strings.Contains(r.text, w)
+			}
+			if ok {
+				match = append(match, r)
+			}
 		}
 	}
 	if offset >= len(match) {
 		offset = max(0, (len(match)-1)/limit*limit)
 	}
-	p := MemberPage{LB: l.ID, Total: len(all), Matching: len(match), Offset: offset, Hosts: []string{},
-		Rows: match[offset:min(len(match), offset+limit)]}
+	p := MemberPage{LB: l.ID, Total: len(all), Matching: len(match), Offset: offset, Hosts: []string{}, Rows: []MemberRow{}}
+	for i := offset; i < min(len(match), offset+limit); i++ {
+		p.Rows = append(p.Rows, match[i].row(l))
+	}
 	for _, h := range l.Hosts {
 		p.Hosts = append(p.Hosts, h.Node)
-	}
-	if p.Rows == nil {
-		p.Rows = []MemberRow{}
 	}
 	return p
 }
