@@ -68,6 +68,14 @@ const (
 	// FeatureWAF: request inspection by the web application firewall
 	// (routes[].waf). A host of an earlier release ignores it.
 	FeatureWAF = "waf"
+	// FeatureRouteRetry: retries of a route's failed attempts
+	// (routes[].retry). A host of an earlier release ignores it and
+	// answers with the first attempt.
+	FeatureRouteRetry = "route-retry"
+	// FeatureBackendHeaders: header changes per backend of a route
+	// (routes[].backends[].requestHeaderModifier). A host of an earlier
+	// release ignores them.
+	FeatureBackendHeaders = "backend-headers"
 )
 
 // FeatureLevel is the highest cluster feature level this release
@@ -76,7 +84,7 @@ const (
 // request option that a host of an earlier release would ignore, or a
 // command version, raises it, and the cluster accepts writes that use the
 // addition only once every host reports the level.
-const FeatureLevel = 4
+const FeatureLevel = 5
 
 // featureLevels is the level each feature needs on every host.
 var featureLevels = map[string]uint32{
@@ -94,6 +102,9 @@ var featureLevels = map[string]uint32{
 	FeatureSourceRanges:  4,
 	FeatureRateLimits:    4,
 	FeatureWAF:           4,
+
+	FeatureRouteRetry:     5,
+	FeatureBackendHeaders: 5,
 }
 
 // LevelOf is the feature level a feature needs on every host (0 for a
@@ -135,7 +146,7 @@ func FeatureRefusal(uses []FeatureUse, need uint32, older []string) error {
 
 // Features returns the features this release serves.
 func Features() []string {
-	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF}
+	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureRouteRetry, FeatureBackendHeaders}
 }
 
 // FeatureUse is one place where a write uses a feature: the feature and
@@ -205,6 +216,7 @@ func FeaturesUsed(obj *pb.Object) []FeatureUse {
 		if r.GetWaf() != nil {
 			out = append(out, FeatureUse{Feature: FeatureWAF, Field: fmt.Sprintf("%s: routes[%d].waf", RefString(RefOf(obj)), i)})
 		}
+		out = append(out, retryFeaturesUsed(obj, i, r)...)
 	}
 	names := make([]string, 0, len(l.GetPools()))
 	for name := range l.GetPools() {

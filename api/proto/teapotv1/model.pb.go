@@ -1306,7 +1306,10 @@ type Route struct {
 	RateLimit *RateLimit `protobuf:"bytes,50,opt,name=rate_limit,json=rateLimit,proto3" json:"rate_limit,omitempty"`
 	// Inspect the route's requests with the web application firewall
 	// (Coraza and the OWASP Core Rule Set v4, embedded). Off when unset.
-	Waf           *WAF `protobuf:"bytes,51,opt,name=waf,proto3" json:"waf,omitempty"`
+	Waf *WAF `protobuf:"bytes,51,opt,name=waf,proto3" json:"waf,omitempty"`
+	// Send a request again, to a member picked anew, when its attempt
+	// failed (see RouteRetry). Off when unset.
+	Retry         *RouteRetry `protobuf:"bytes,90,opt,name=retry,proto3" json:"retry,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1418,6 +1421,91 @@ func (x *Route) GetWaf() *WAF {
 	return nil
 }
 
+func (x *Route) GetRetry() *RouteRetry {
+	if x != nil {
+		return x.Retry
+	}
+	return nil
+}
+
+// RouteRetry sends a request again when an attempt failed: when the
+// member answered one of codes, when no connection to a member could be
+// made or it closed before a response head (connection errors), or when
+// the attempt passed timeouts.backendRequest. A request whose body was
+// not fully buffered is never retried: only a body of known length of at
+// most 64 KiB is read before the first attempt and sent again; a larger
+// or chunked body streams to the member once, and its failure is the
+// answer. Retries are bounded per tenant on each LB host: at most 20% of
+// the tenant's requests in flight on routes with retry (at least 3 at
+// once) may be retries; past that budget the failed attempt is the
+// answer. timeouts.request bounds the first attempt, the retries and the
+// waits between them together.
+type RouteRetry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Response statuses (400-599) that are retried. Empty: only
+	// connection errors and backend timeouts are.
+	Codes []uint32 `protobuf:"varint,1,rep,packed,name=codes,proto3" json:"codes,omitempty"`
+	// Retries after the first attempt, 1-5 (default 1).
+	Attempts *uint32 `protobuf:"varint,2,opt,name=attempts,proto3,oneof" json:"attempts,omitempty"`
+	// The least wait before a retry; it doubles for each further retry,
+	// up to 10 times itself, with up to as much again of random jitter
+	// (default 25ms; at most 10s).
+	Backoff       *durationpb.Duration `protobuf:"bytes,3,opt,name=backoff,proto3" json:"backoff,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RouteRetry) Reset() {
+	*x = RouteRetry{}
+	mi := &file_teapotv1_model_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RouteRetry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RouteRetry) ProtoMessage() {}
+
+func (x *RouteRetry) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_model_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RouteRetry.ProtoReflect.Descriptor instead.
+func (*RouteRetry) Descriptor() ([]byte, []int) {
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *RouteRetry) GetCodes() []uint32 {
+	if x != nil {
+		return x.Codes
+	}
+	return nil
+}
+
+func (x *RouteRetry) GetAttempts() uint32 {
+	if x != nil && x.Attempts != nil {
+		return *x.Attempts
+	}
+	return 0
+}
+
+func (x *RouteRetry) GetBackoff() *durationpb.Duration {
+	if x != nil {
+		return x.Backoff
+	}
+	return nil
+}
+
 // WAF turns on request inspection with the OWASP Core Rule Set. Its CPU
 // is charged to the tenant's quotas.wafCpuMillicores on each LB host: past
 // it, the route's requests are answered 429 with Retry-After: 1.
@@ -1438,7 +1526,7 @@ type WAF struct {
 
 func (x *WAF) Reset() {
 	*x = WAF{}
-	mi := &file_teapotv1_model_proto_msgTypes[13]
+	mi := &file_teapotv1_model_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1450,7 +1538,7 @@ func (x *WAF) String() string {
 func (*WAF) ProtoMessage() {}
 
 func (x *WAF) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[13]
+	mi := &file_teapotv1_model_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1463,7 +1551,7 @@ func (x *WAF) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WAF.ProtoReflect.Descriptor instead.
 func (*WAF) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{13}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *WAF) GetMode() string {
@@ -1508,7 +1596,7 @@ type RouteMatch struct {
 
 func (x *RouteMatch) Reset() {
 	*x = RouteMatch{}
-	mi := &file_teapotv1_model_proto_msgTypes[14]
+	mi := &file_teapotv1_model_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1520,7 +1608,7 @@ func (x *RouteMatch) String() string {
 func (*RouteMatch) ProtoMessage() {}
 
 func (x *RouteMatch) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[14]
+	mi := &file_teapotv1_model_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1533,7 +1621,7 @@ func (x *RouteMatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteMatch.ProtoReflect.Descriptor instead.
 func (*RouteMatch) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{14}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RouteMatch) GetPath() string {
@@ -1591,7 +1679,7 @@ type ValueMatch struct {
 
 func (x *ValueMatch) Reset() {
 	*x = ValueMatch{}
-	mi := &file_teapotv1_model_proto_msgTypes[15]
+	mi := &file_teapotv1_model_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1603,7 +1691,7 @@ func (x *ValueMatch) String() string {
 func (*ValueMatch) ProtoMessage() {}
 
 func (x *ValueMatch) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[15]
+	mi := &file_teapotv1_model_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1616,7 +1704,7 @@ func (x *ValueMatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValueMatch.ProtoReflect.Descriptor instead.
 func (*ValueMatch) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{15}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ValueMatch) GetName() string {
@@ -1655,7 +1743,7 @@ type GRPCMethodMatch struct {
 
 func (x *GRPCMethodMatch) Reset() {
 	*x = GRPCMethodMatch{}
-	mi := &file_teapotv1_model_proto_msgTypes[16]
+	mi := &file_teapotv1_model_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1667,7 +1755,7 @@ func (x *GRPCMethodMatch) String() string {
 func (*GRPCMethodMatch) ProtoMessage() {}
 
 func (x *GRPCMethodMatch) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[16]
+	mi := &file_teapotv1_model_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1680,7 +1768,7 @@ func (x *GRPCMethodMatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GRPCMethodMatch.ProtoReflect.Descriptor instead.
 func (*GRPCMethodMatch) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{16}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GRPCMethodMatch) GetService() string {
@@ -1713,14 +1801,17 @@ type RouteBackend struct {
 	Weight *uint32 `protobuf:"varint,2,opt,name=weight,proto3,oneof" json:"weight,omitempty"`
 	// This share of requests is answered with 500: a backend the route
 	// names but cannot use. pool must be empty.
-	Unavailable   bool `protobuf:"varint,3,opt,name=unavailable,proto3" json:"unavailable,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Unavailable bool `protobuf:"varint,3,opt,name=unavailable,proto3" json:"unavailable,omitempty"`
+	// Changes to the request's headers when it goes to this backend,
+	// applied after the route's requestHeaderModifier filter.
+	RequestHeaderModifier *HeaderModifier `protobuf:"bytes,90,opt,name=request_header_modifier,json=requestHeaderModifier,proto3" json:"request_header_modifier,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *RouteBackend) Reset() {
 	*x = RouteBackend{}
-	mi := &file_teapotv1_model_proto_msgTypes[17]
+	mi := &file_teapotv1_model_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1732,7 +1823,7 @@ func (x *RouteBackend) String() string {
 func (*RouteBackend) ProtoMessage() {}
 
 func (x *RouteBackend) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[17]
+	mi := &file_teapotv1_model_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1745,7 +1836,7 @@ func (x *RouteBackend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteBackend.ProtoReflect.Descriptor instead.
 func (*RouteBackend) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{17}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RouteBackend) GetPool() string {
@@ -1769,6 +1860,13 @@ func (x *RouteBackend) GetUnavailable() bool {
 	return false
 }
 
+func (x *RouteBackend) GetRequestHeaderModifier() *HeaderModifier {
+	if x != nil {
+		return x.RequestHeaderModifier
+	}
+	return nil
+}
+
 // RouteFilter is one change to a request or its response; exactly one of
 // its fields is set.
 type RouteFilter struct {
@@ -1784,7 +1882,7 @@ type RouteFilter struct {
 
 func (x *RouteFilter) Reset() {
 	*x = RouteFilter{}
-	mi := &file_teapotv1_model_proto_msgTypes[18]
+	mi := &file_teapotv1_model_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1796,7 +1894,7 @@ func (x *RouteFilter) String() string {
 func (*RouteFilter) ProtoMessage() {}
 
 func (x *RouteFilter) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[18]
+	mi := &file_teapotv1_model_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1809,7 +1907,7 @@ func (x *RouteFilter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteFilter.ProtoReflect.Descriptor instead.
 func (*RouteFilter) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{18}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RouteFilter) GetRequestHeaderModifier() *HeaderModifier {
@@ -1862,7 +1960,7 @@ type HeaderModifier struct {
 
 func (x *HeaderModifier) Reset() {
 	*x = HeaderModifier{}
-	mi := &file_teapotv1_model_proto_msgTypes[19]
+	mi := &file_teapotv1_model_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1874,7 +1972,7 @@ func (x *HeaderModifier) String() string {
 func (*HeaderModifier) ProtoMessage() {}
 
 func (x *HeaderModifier) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[19]
+	mi := &file_teapotv1_model_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1887,7 +1985,7 @@ func (x *HeaderModifier) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeaderModifier.ProtoReflect.Descriptor instead.
 func (*HeaderModifier) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{19}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *HeaderModifier) GetSet() []*HeaderValue {
@@ -1921,7 +2019,7 @@ type HeaderValue struct {
 
 func (x *HeaderValue) Reset() {
 	*x = HeaderValue{}
-	mi := &file_teapotv1_model_proto_msgTypes[20]
+	mi := &file_teapotv1_model_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1933,7 +2031,7 @@ func (x *HeaderValue) String() string {
 func (*HeaderValue) ProtoMessage() {}
 
 func (x *HeaderValue) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[20]
+	mi := &file_teapotv1_model_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1946,7 +2044,7 @@ func (x *HeaderValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeaderValue.ProtoReflect.Descriptor instead.
 func (*HeaderValue) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{20}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *HeaderValue) GetName() string {
@@ -1984,7 +2082,7 @@ type RequestRedirect struct {
 
 func (x *RequestRedirect) Reset() {
 	*x = RequestRedirect{}
-	mi := &file_teapotv1_model_proto_msgTypes[21]
+	mi := &file_teapotv1_model_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1996,7 +2094,7 @@ func (x *RequestRedirect) String() string {
 func (*RequestRedirect) ProtoMessage() {}
 
 func (x *RequestRedirect) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[21]
+	mi := &file_teapotv1_model_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2009,7 +2107,7 @@ func (x *RequestRedirect) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestRedirect.ProtoReflect.Descriptor instead.
 func (*RequestRedirect) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{21}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RequestRedirect) GetScheme() string {
@@ -2059,7 +2157,7 @@ type URLRewrite struct {
 
 func (x *URLRewrite) Reset() {
 	*x = URLRewrite{}
-	mi := &file_teapotv1_model_proto_msgTypes[22]
+	mi := &file_teapotv1_model_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2071,7 +2169,7 @@ func (x *URLRewrite) String() string {
 func (*URLRewrite) ProtoMessage() {}
 
 func (x *URLRewrite) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[22]
+	mi := &file_teapotv1_model_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2084,7 +2182,7 @@ func (x *URLRewrite) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use URLRewrite.ProtoReflect.Descriptor instead.
 func (*URLRewrite) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{22}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *URLRewrite) GetHostname() string {
@@ -2115,7 +2213,7 @@ type PathModifier struct {
 
 func (x *PathModifier) Reset() {
 	*x = PathModifier{}
-	mi := &file_teapotv1_model_proto_msgTypes[23]
+	mi := &file_teapotv1_model_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2127,7 +2225,7 @@ func (x *PathModifier) String() string {
 func (*PathModifier) ProtoMessage() {}
 
 func (x *PathModifier) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[23]
+	mi := &file_teapotv1_model_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2140,7 +2238,7 @@ func (x *PathModifier) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathModifier.ProtoReflect.Descriptor instead.
 func (*PathModifier) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{23}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PathModifier) GetReplaceFullPath() string {
@@ -2172,7 +2270,7 @@ type RequestMirror struct {
 
 func (x *RequestMirror) Reset() {
 	*x = RequestMirror{}
-	mi := &file_teapotv1_model_proto_msgTypes[24]
+	mi := &file_teapotv1_model_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2184,7 +2282,7 @@ func (x *RequestMirror) String() string {
 func (*RequestMirror) ProtoMessage() {}
 
 func (x *RequestMirror) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[24]
+	mi := &file_teapotv1_model_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2197,7 +2295,7 @@ func (x *RequestMirror) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestMirror.ProtoReflect.Descriptor instead.
 func (*RequestMirror) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{24}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RequestMirror) GetPool() string {
@@ -2232,7 +2330,7 @@ type Fraction struct {
 
 func (x *Fraction) Reset() {
 	*x = Fraction{}
-	mi := &file_teapotv1_model_proto_msgTypes[25]
+	mi := &file_teapotv1_model_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2244,7 +2342,7 @@ func (x *Fraction) String() string {
 func (*Fraction) ProtoMessage() {}
 
 func (x *Fraction) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[25]
+	mi := &file_teapotv1_model_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2257,7 +2355,7 @@ func (x *Fraction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Fraction.ProtoReflect.Descriptor instead.
 func (*Fraction) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{25}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Fraction) GetNumerator() uint32 {
@@ -2289,7 +2387,7 @@ type RouteTimeouts struct {
 
 func (x *RouteTimeouts) Reset() {
 	*x = RouteTimeouts{}
-	mi := &file_teapotv1_model_proto_msgTypes[26]
+	mi := &file_teapotv1_model_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2301,7 +2399,7 @@ func (x *RouteTimeouts) String() string {
 func (*RouteTimeouts) ProtoMessage() {}
 
 func (x *RouteTimeouts) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[26]
+	mi := &file_teapotv1_model_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2314,7 +2412,7 @@ func (x *RouteTimeouts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteTimeouts.ProtoReflect.Descriptor instead.
 func (*RouteTimeouts) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{26}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RouteTimeouts) GetRequest() *durationpb.Duration {
@@ -2351,7 +2449,7 @@ type BackendPool struct {
 
 func (x *BackendPool) Reset() {
 	*x = BackendPool{}
-	mi := &file_teapotv1_model_proto_msgTypes[27]
+	mi := &file_teapotv1_model_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2363,7 +2461,7 @@ func (x *BackendPool) String() string {
 func (*BackendPool) ProtoMessage() {}
 
 func (x *BackendPool) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[27]
+	mi := &file_teapotv1_model_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2376,7 +2474,7 @@ func (x *BackendPool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackendPool.ProtoReflect.Descriptor instead.
 func (*BackendPool) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{27}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *BackendPool) GetAlgorithm() string {
@@ -2440,7 +2538,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_teapotv1_model_proto_msgTypes[28]
+	mi := &file_teapotv1_model_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2452,7 +2550,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[28]
+	mi := &file_teapotv1_model_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2465,7 +2563,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{28}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Member) GetAddress() string {
@@ -2505,7 +2603,7 @@ type HealthCheck struct {
 
 func (x *HealthCheck) Reset() {
 	*x = HealthCheck{}
-	mi := &file_teapotv1_model_proto_msgTypes[29]
+	mi := &file_teapotv1_model_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2517,7 +2615,7 @@ func (x *HealthCheck) String() string {
 func (*HealthCheck) ProtoMessage() {}
 
 func (x *HealthCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[29]
+	mi := &file_teapotv1_model_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2530,7 +2628,7 @@ func (x *HealthCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthCheck.ProtoReflect.Descriptor instead.
 func (*HealthCheck) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{29}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *HealthCheck) GetTcp() *TCPCheck {
@@ -2604,7 +2702,7 @@ type TCPCheck struct {
 
 func (x *TCPCheck) Reset() {
 	*x = TCPCheck{}
-	mi := &file_teapotv1_model_proto_msgTypes[30]
+	mi := &file_teapotv1_model_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2616,7 +2714,7 @@ func (x *TCPCheck) String() string {
 func (*TCPCheck) ProtoMessage() {}
 
 func (x *TCPCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[30]
+	mi := &file_teapotv1_model_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2629,7 +2727,7 @@ func (x *TCPCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TCPCheck.ProtoReflect.Descriptor instead.
 func (*TCPCheck) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{30}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{31}
 }
 
 type HTTPCheck struct {
@@ -2644,7 +2742,7 @@ type HTTPCheck struct {
 
 func (x *HTTPCheck) Reset() {
 	*x = HTTPCheck{}
-	mi := &file_teapotv1_model_proto_msgTypes[31]
+	mi := &file_teapotv1_model_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2656,7 +2754,7 @@ func (x *HTTPCheck) String() string {
 func (*HTTPCheck) ProtoMessage() {}
 
 func (x *HTTPCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[31]
+	mi := &file_teapotv1_model_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2669,7 +2767,7 @@ func (x *HTTPCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HTTPCheck.ProtoReflect.Descriptor instead.
 func (*HTTPCheck) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{31}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *HTTPCheck) GetPath() string {
@@ -2722,7 +2820,7 @@ type HTTPSCheck struct {
 
 func (x *HTTPSCheck) Reset() {
 	*x = HTTPSCheck{}
-	mi := &file_teapotv1_model_proto_msgTypes[32]
+	mi := &file_teapotv1_model_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2734,7 +2832,7 @@ func (x *HTTPSCheck) String() string {
 func (*HTTPSCheck) ProtoMessage() {}
 
 func (x *HTTPSCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[32]
+	mi := &file_teapotv1_model_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2747,7 +2845,7 @@ func (x *HTTPSCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HTTPSCheck.ProtoReflect.Descriptor instead.
 func (*HTTPSCheck) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{32}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *HTTPSCheck) GetPath() string {
@@ -2824,7 +2922,7 @@ type LoadBalancerStatus struct {
 
 func (x *LoadBalancerStatus) Reset() {
 	*x = LoadBalancerStatus{}
-	mi := &file_teapotv1_model_proto_msgTypes[33]
+	mi := &file_teapotv1_model_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2836,7 +2934,7 @@ func (x *LoadBalancerStatus) String() string {
 func (*LoadBalancerStatus) ProtoMessage() {}
 
 func (x *LoadBalancerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[33]
+	mi := &file_teapotv1_model_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2849,7 +2947,7 @@ func (x *LoadBalancerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadBalancerStatus.ProtoReflect.Descriptor instead.
 func (*LoadBalancerStatus) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{33}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *LoadBalancerStatus) GetAddress() string {
@@ -2897,7 +2995,7 @@ type ObservedStatus struct {
 
 func (x *ObservedStatus) Reset() {
 	*x = ObservedStatus{}
-	mi := &file_teapotv1_model_proto_msgTypes[34]
+	mi := &file_teapotv1_model_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2909,7 +3007,7 @@ func (x *ObservedStatus) String() string {
 func (*ObservedStatus) ProtoMessage() {}
 
 func (x *ObservedStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[34]
+	mi := &file_teapotv1_model_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2922,7 +3020,7 @@ func (x *ObservedStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObservedStatus.ProtoReflect.Descriptor instead.
 func (*ObservedStatus) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{34}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ObservedStatus) GetPhase() string {
@@ -2963,7 +3061,7 @@ type Problem struct {
 
 func (x *Problem) Reset() {
 	*x = Problem{}
-	mi := &file_teapotv1_model_proto_msgTypes[35]
+	mi := &file_teapotv1_model_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2975,7 +3073,7 @@ func (x *Problem) String() string {
 func (*Problem) ProtoMessage() {}
 
 func (x *Problem) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[35]
+	mi := &file_teapotv1_model_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2988,7 +3086,7 @@ func (x *Problem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Problem.ProtoReflect.Descriptor instead.
 func (*Problem) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{35}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Problem) GetField() string {
@@ -3039,7 +3137,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_teapotv1_model_proto_msgTypes[36]
+	mi := &file_teapotv1_model_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3051,7 +3149,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[36]
+	mi := &file_teapotv1_model_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3064,7 +3162,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{36}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Node) GetId() string {
@@ -3164,7 +3262,7 @@ type NodeService struct {
 
 func (x *NodeService) Reset() {
 	*x = NodeService{}
-	mi := &file_teapotv1_model_proto_msgTypes[37]
+	mi := &file_teapotv1_model_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3176,7 +3274,7 @@ func (x *NodeService) String() string {
 func (*NodeService) ProtoMessage() {}
 
 func (x *NodeService) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[37]
+	mi := &file_teapotv1_model_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3189,7 +3287,7 @@ func (x *NodeService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeService.ProtoReflect.Descriptor instead.
 func (*NodeService) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{37}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *NodeService) GetName() string {
@@ -3225,7 +3323,7 @@ type Certificate struct {
 
 func (x *Certificate) Reset() {
 	*x = Certificate{}
-	mi := &file_teapotv1_model_proto_msgTypes[38]
+	mi := &file_teapotv1_model_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3237,7 +3335,7 @@ func (x *Certificate) String() string {
 func (*Certificate) ProtoMessage() {}
 
 func (x *Certificate) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[38]
+	mi := &file_teapotv1_model_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3250,7 +3348,7 @@ func (x *Certificate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Certificate.ProtoReflect.Descriptor instead.
 func (*Certificate) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{38}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *Certificate) GetName() string {
@@ -3329,7 +3427,7 @@ type JoinToken struct {
 
 func (x *JoinToken) Reset() {
 	*x = JoinToken{}
-	mi := &file_teapotv1_model_proto_msgTypes[39]
+	mi := &file_teapotv1_model_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3341,7 +3439,7 @@ func (x *JoinToken) String() string {
 func (*JoinToken) ProtoMessage() {}
 
 func (x *JoinToken) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[39]
+	mi := &file_teapotv1_model_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3354,7 +3452,7 @@ func (x *JoinToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinToken.ProtoReflect.Descriptor instead.
 func (*JoinToken) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{39}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *JoinToken) GetId() string {
@@ -3403,7 +3501,7 @@ type StorageItem struct {
 
 func (x *StorageItem) Reset() {
 	*x = StorageItem{}
-	mi := &file_teapotv1_model_proto_msgTypes[40]
+	mi := &file_teapotv1_model_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3415,7 +3513,7 @@ func (x *StorageItem) String() string {
 func (*StorageItem) ProtoMessage() {}
 
 func (x *StorageItem) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[40]
+	mi := &file_teapotv1_model_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3428,7 +3526,7 @@ func (x *StorageItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageItem.ProtoReflect.Descriptor instead.
 func (*StorageItem) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{40}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *StorageItem) GetKey() string {
@@ -3475,7 +3573,7 @@ type StorageLock struct {
 
 func (x *StorageLock) Reset() {
 	*x = StorageLock{}
-	mi := &file_teapotv1_model_proto_msgTypes[41]
+	mi := &file_teapotv1_model_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3487,7 +3585,7 @@ func (x *StorageLock) String() string {
 func (*StorageLock) ProtoMessage() {}
 
 func (x *StorageLock) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[41]
+	mi := &file_teapotv1_model_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3500,7 +3598,7 @@ func (x *StorageLock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageLock.ProtoReflect.Descriptor instead.
 func (*StorageLock) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{41}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *StorageLock) GetName() string {
@@ -3558,7 +3656,7 @@ type Object struct {
 
 func (x *Object) Reset() {
 	*x = Object{}
-	mi := &file_teapotv1_model_proto_msgTypes[42]
+	mi := &file_teapotv1_model_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3570,7 +3668,7 @@ func (x *Object) String() string {
 func (*Object) ProtoMessage() {}
 
 func (x *Object) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[42]
+	mi := &file_teapotv1_model_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3583,7 +3681,7 @@ func (x *Object) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Object.ProtoReflect.Descriptor instead.
 func (*Object) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{42}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *Object) GetKind() isObject_Kind {
@@ -3731,7 +3829,7 @@ type ObjectRef struct {
 
 func (x *ObjectRef) Reset() {
 	*x = ObjectRef{}
-	mi := &file_teapotv1_model_proto_msgTypes[43]
+	mi := &file_teapotv1_model_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3743,7 +3841,7 @@ func (x *ObjectRef) String() string {
 func (*ObjectRef) ProtoMessage() {}
 
 func (x *ObjectRef) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[43]
+	mi := &file_teapotv1_model_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3756,7 +3854,7 @@ func (x *ObjectRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectRef.ProtoReflect.Descriptor instead.
 func (*ObjectRef) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{43}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ObjectRef) GetKind() string {
@@ -3896,7 +3994,7 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\x04acme\x18\x01 \x01(\bR\x04acme\x12\"\n" +
 	"\fcertificates\x18\x02 \x03(\tR\fcertificates\x12\x1f\n" +
 	"\vmin_version\x18\x03 \x01(\tR\n" +
-	"minVersion\"\x9b\x03\n" +
+	"minVersion\"\xc8\x03\n" +
 	"\x05Route\x12\x12\n" +
 	"\x04host\x18\x01 \x01(\tR\x04host\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x1b\n" +
@@ -3909,7 +4007,14 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\x05ports\x18\t \x03(\rR\x05ports\x123\n" +
 	"\n" +
 	"rate_limit\x182 \x01(\v2\x14.teapot.v1.RateLimitR\trateLimit\x12 \n" +
-	"\x03waf\x183 \x01(\v2\x0e.teapot.v1.WAFR\x03waf\"f\n" +
+	"\x03waf\x183 \x01(\v2\x0e.teapot.v1.WAFR\x03waf\x12+\n" +
+	"\x05retry\x18Z \x01(\v2\x15.teapot.v1.RouteRetryR\x05retry\"\x85\x01\n" +
+	"\n" +
+	"RouteRetry\x12\x14\n" +
+	"\x05codes\x18\x01 \x03(\rR\x05codes\x12\x1f\n" +
+	"\battempts\x18\x02 \x01(\rH\x00R\battempts\x88\x01\x01\x123\n" +
+	"\abackoff\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\abackoffB\v\n" +
+	"\t_attempts\"f\n" +
 	"\x03WAF\x12\x12\n" +
 	"\x04mode\x18\x01 \x01(\tR\x04mode\x12%\n" +
 	"\x0eparanoia_level\x18\x02 \x01(\rR\rparanoiaLevel\x12$\n" +
@@ -3930,11 +4035,12 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\x0fGRPCMethodMatch\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12\x16\n" +
 	"\x06method\x18\x02 \x01(\tR\x06method\x12\x12\n" +
-	"\x04type\x18\x03 \x01(\tR\x04type\"l\n" +
+	"\x04type\x18\x03 \x01(\tR\x04type\"\xbf\x01\n" +
 	"\fRouteBackend\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x1b\n" +
 	"\x06weight\x18\x02 \x01(\rH\x00R\x06weight\x88\x01\x01\x12 \n" +
-	"\vunavailable\x18\x03 \x01(\bR\vunavailableB\t\n" +
+	"\vunavailable\x18\x03 \x01(\bR\vunavailable\x12Q\n" +
+	"\x17request_header_modifier\x18Z \x01(\v2\x19.teapot.v1.HeaderModifierR\x15requestHeaderModifierB\t\n" +
 	"\a_weight\"\xf5\x02\n" +
 	"\vRouteFilter\x12Q\n" +
 	"\x17request_header_modifier\x18\x01 \x01(\v2\x19.teapot.v1.HeaderModifierR\x15requestHeaderModifier\x12S\n" +
@@ -4103,7 +4209,7 @@ func file_teapotv1_model_proto_rawDescGZIP() []byte {
 	return file_teapotv1_model_proto_rawDescData
 }
 
-var file_teapotv1_model_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_teapotv1_model_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
 var file_teapotv1_model_proto_goTypes = []any{
 	(*Meta)(nil),                  // 0: teapot.v1.Meta
 	(*Tenant)(nil),                // 1: teapot.v1.Tenant
@@ -4118,44 +4224,45 @@ var file_teapotv1_model_proto_goTypes = []any{
 	(*SNIRoute)(nil),              // 10: teapot.v1.SNIRoute
 	(*TLSPolicy)(nil),             // 11: teapot.v1.TLSPolicy
 	(*Route)(nil),                 // 12: teapot.v1.Route
-	(*WAF)(nil),                   // 13: teapot.v1.WAF
-	(*RouteMatch)(nil),            // 14: teapot.v1.RouteMatch
-	(*ValueMatch)(nil),            // 15: teapot.v1.ValueMatch
-	(*GRPCMethodMatch)(nil),       // 16: teapot.v1.GRPCMethodMatch
-	(*RouteBackend)(nil),          // 17: teapot.v1.RouteBackend
-	(*RouteFilter)(nil),           // 18: teapot.v1.RouteFilter
-	(*HeaderModifier)(nil),        // 19: teapot.v1.HeaderModifier
-	(*HeaderValue)(nil),           // 20: teapot.v1.HeaderValue
-	(*RequestRedirect)(nil),       // 21: teapot.v1.RequestRedirect
-	(*URLRewrite)(nil),            // 22: teapot.v1.URLRewrite
-	(*PathModifier)(nil),          // 23: teapot.v1.PathModifier
-	(*RequestMirror)(nil),         // 24: teapot.v1.RequestMirror
-	(*Fraction)(nil),              // 25: teapot.v1.Fraction
-	(*RouteTimeouts)(nil),         // 26: teapot.v1.RouteTimeouts
-	(*BackendPool)(nil),           // 27: teapot.v1.BackendPool
-	(*Member)(nil),                // 28: teapot.v1.Member
-	(*HealthCheck)(nil),           // 29: teapot.v1.HealthCheck
-	(*TCPCheck)(nil),              // 30: teapot.v1.TCPCheck
-	(*HTTPCheck)(nil),             // 31: teapot.v1.HTTPCheck
-	(*HTTPSCheck)(nil),            // 32: teapot.v1.HTTPSCheck
-	(*LoadBalancerStatus)(nil),    // 33: teapot.v1.LoadBalancerStatus
-	(*ObservedStatus)(nil),        // 34: teapot.v1.ObservedStatus
-	(*Problem)(nil),               // 35: teapot.v1.Problem
-	(*Node)(nil),                  // 36: teapot.v1.Node
-	(*NodeService)(nil),           // 37: teapot.v1.NodeService
-	(*Certificate)(nil),           // 38: teapot.v1.Certificate
-	(*JoinToken)(nil),             // 39: teapot.v1.JoinToken
-	(*StorageItem)(nil),           // 40: teapot.v1.StorageItem
-	(*StorageLock)(nil),           // 41: teapot.v1.StorageLock
-	(*Object)(nil),                // 42: teapot.v1.Object
-	(*ObjectRef)(nil),             // 43: teapot.v1.ObjectRef
-	nil,                           // 44: teapot.v1.LoadBalancer.PoolsEntry
-	(*timestamppb.Timestamp)(nil), // 45: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 46: google.protobuf.Duration
+	(*RouteRetry)(nil),            // 13: teapot.v1.RouteRetry
+	(*WAF)(nil),                   // 14: teapot.v1.WAF
+	(*RouteMatch)(nil),            // 15: teapot.v1.RouteMatch
+	(*ValueMatch)(nil),            // 16: teapot.v1.ValueMatch
+	(*GRPCMethodMatch)(nil),       // 17: teapot.v1.GRPCMethodMatch
+	(*RouteBackend)(nil),          // 18: teapot.v1.RouteBackend
+	(*RouteFilter)(nil),           // 19: teapot.v1.RouteFilter
+	(*HeaderModifier)(nil),        // 20: teapot.v1.HeaderModifier
+	(*HeaderValue)(nil),           // 21: teapot.v1.HeaderValue
+	(*RequestRedirect)(nil),       // 22: teapot.v1.RequestRedirect
+	(*URLRewrite)(nil),            // 23: teapot.v1.URLRewrite
+	(*PathModifier)(nil),          // 24: teapot.v1.PathModifier
+	(*RequestMirror)(nil),         // 25: teapot.v1.RequestMirror
+	(*Fraction)(nil),              // 26: teapot.v1.Fraction
+	(*RouteTimeouts)(nil),         // 27: teapot.v1.RouteTimeouts
+	(*BackendPool)(nil),           // 28: teapot.v1.BackendPool
+	(*Member)(nil),                // 29: teapot.v1.Member
+	(*HealthCheck)(nil),           // 30: teapot.v1.HealthCheck
+	(*TCPCheck)(nil),              // 31: teapot.v1.TCPCheck
+	(*HTTPCheck)(nil),             // 32: teapot.v1.HTTPCheck
+	(*HTTPSCheck)(nil),            // 33: teapot.v1.HTTPSCheck
+	(*LoadBalancerStatus)(nil),    // 34: teapot.v1.LoadBalancerStatus
+	(*ObservedStatus)(nil),        // 35: teapot.v1.ObservedStatus
+	(*Problem)(nil),               // 36: teapot.v1.Problem
+	(*Node)(nil),                  // 37: teapot.v1.Node
+	(*NodeService)(nil),           // 38: teapot.v1.NodeService
+	(*Certificate)(nil),           // 39: teapot.v1.Certificate
+	(*JoinToken)(nil),             // 40: teapot.v1.JoinToken
+	(*StorageItem)(nil),           // 41: teapot.v1.StorageItem
+	(*StorageLock)(nil),           // 42: teapot.v1.StorageLock
+	(*Object)(nil),                // 43: teapot.v1.Object
+	(*ObjectRef)(nil),             // 44: teapot.v1.ObjectRef
+	nil,                           // 45: teapot.v1.LoadBalancer.PoolsEntry
+	(*timestamppb.Timestamp)(nil), // 46: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 47: google.protobuf.Duration
 }
 var file_teapotv1_model_proto_depIdxs = []int32{
-	45, // 0: teapot.v1.Meta.created:type_name -> google.protobuf.Timestamp
-	45, // 1: teapot.v1.Meta.updated:type_name -> google.protobuf.Timestamp
+	46, // 0: teapot.v1.Meta.created:type_name -> google.protobuf.Timestamp
+	46, // 1: teapot.v1.Meta.updated:type_name -> google.protobuf.Timestamp
 	3,  // 2: teapot.v1.Tenant.quotas:type_name -> teapot.v1.Quotas
 	0,  // 3: teapot.v1.Tenant.meta:type_name -> teapot.v1.Meta
 	2,  // 4: teapot.v1.Tenant.bgp:type_name -> teapot.v1.TenantBGP
@@ -4163,70 +4270,73 @@ var file_teapotv1_model_proto_depIdxs = []int32{
 	7,  // 6: teapot.v1.LoadBalancer.vip:type_name -> teapot.v1.VIPRequest
 	8,  // 7: teapot.v1.LoadBalancer.listeners:type_name -> teapot.v1.Listener
 	12, // 8: teapot.v1.LoadBalancer.routes:type_name -> teapot.v1.Route
-	44, // 9: teapot.v1.LoadBalancer.pools:type_name -> teapot.v1.LoadBalancer.PoolsEntry
+	45, // 9: teapot.v1.LoadBalancer.pools:type_name -> teapot.v1.LoadBalancer.PoolsEntry
 	6,  // 10: teapot.v1.LoadBalancer.access_log:type_name -> teapot.v1.AccessLog
 	0,  // 11: teapot.v1.LoadBalancer.meta:type_name -> teapot.v1.Meta
-	33, // 12: teapot.v1.LoadBalancer.status:type_name -> teapot.v1.LoadBalancerStatus
+	34, // 12: teapot.v1.LoadBalancer.status:type_name -> teapot.v1.LoadBalancerStatus
 	11, // 13: teapot.v1.Listener.tls:type_name -> teapot.v1.TLSPolicy
-	46, // 14: teapot.v1.Listener.idle_timeout:type_name -> google.protobuf.Duration
+	47, // 14: teapot.v1.Listener.idle_timeout:type_name -> google.protobuf.Duration
 	10, // 15: teapot.v1.Listener.sni_routes:type_name -> teapot.v1.SNIRoute
 	9,  // 16: teapot.v1.Listener.rate_limit:type_name -> teapot.v1.RateLimit
-	14, // 17: teapot.v1.Route.matches:type_name -> teapot.v1.RouteMatch
-	17, // 18: teapot.v1.Route.backends:type_name -> teapot.v1.RouteBackend
-	18, // 19: teapot.v1.Route.filters:type_name -> teapot.v1.RouteFilter
-	26, // 20: teapot.v1.Route.timeouts:type_name -> teapot.v1.RouteTimeouts
+	15, // 17: teapot.v1.Route.matches:type_name -> teapot.v1.RouteMatch
+	18, // 18: teapot.v1.Route.backends:type_name -> teapot.v1.RouteBackend
+	19, // 19: teapot.v1.Route.filters:type_name -> teapot.v1.RouteFilter
+	27, // 20: teapot.v1.Route.timeouts:type_name -> teapot.v1.RouteTimeouts
 	9,  // 21: teapot.v1.Route.rate_limit:type_name -> teapot.v1.RateLimit
-	13, // 22: teapot.v1.Route.waf:type_name -> teapot.v1.WAF
-	15, // 23: teapot.v1.RouteMatch.headers:type_name -> teapot.v1.ValueMatch
-	15, // 24: teapot.v1.RouteMatch.query_params:type_name -> teapot.v1.ValueMatch
-	16, // 25: teapot.v1.RouteMatch.grpc:type_name -> teapot.v1.GRPCMethodMatch
-	19, // 26: teapot.v1.RouteFilter.request_header_modifier:type_name -> teapot.v1.HeaderModifier
-	19, // 27: teapot.v1.RouteFilter.response_header_modifier:type_name -> teapot.v1.HeaderModifier
-	21, // 28: teapot.v1.RouteFilter.request_redirect:type_name -> teapot.v1.RequestRedirect
-	22, // 29: teapot.v1.RouteFilter.url_rewrite:type_name -> teapot.v1.URLRewrite
-	24, // 30: teapot.v1.RouteFilter.request_mirror:type_name -> teapot.v1.RequestMirror
-	20, // 31: teapot.v1.HeaderModifier.set:type_name -> teapot.v1.HeaderValue
-	20, // 32: teapot.v1.HeaderModifier.add:type_name -> teapot.v1.HeaderValue
-	23, // 33: teapot.v1.RequestRedirect.path:type_name -> teapot.v1.PathModifier
-	23, // 34: teapot.v1.URLRewrite.path:type_name -> teapot.v1.PathModifier
-	25, // 35: teapot.v1.RequestMirror.fraction:type_name -> teapot.v1.Fraction
-	46, // 36: teapot.v1.RouteTimeouts.request:type_name -> google.protobuf.Duration
-	46, // 37: teapot.v1.RouteTimeouts.backend_request:type_name -> google.protobuf.Duration
-	28, // 38: teapot.v1.BackendPool.members:type_name -> teapot.v1.Member
-	29, // 39: teapot.v1.BackendPool.health_check:type_name -> teapot.v1.HealthCheck
-	46, // 40: teapot.v1.BackendPool.connect_timeout:type_name -> google.protobuf.Duration
-	30, // 41: teapot.v1.HealthCheck.tcp:type_name -> teapot.v1.TCPCheck
-	31, // 42: teapot.v1.HealthCheck.http:type_name -> teapot.v1.HTTPCheck
-	46, // 43: teapot.v1.HealthCheck.interval:type_name -> google.protobuf.Duration
-	46, // 44: teapot.v1.HealthCheck.timeout:type_name -> google.protobuf.Duration
-	32, // 45: teapot.v1.HealthCheck.https:type_name -> teapot.v1.HTTPSCheck
-	35, // 46: teapot.v1.LoadBalancerStatus.problems:type_name -> teapot.v1.Problem
-	34, // 47: teapot.v1.LoadBalancerStatus.observed:type_name -> teapot.v1.ObservedStatus
-	37, // 48: teapot.v1.Node.services:type_name -> teapot.v1.NodeService
-	0,  // 49: teapot.v1.Node.meta:type_name -> teapot.v1.Meta
-	45, // 50: teapot.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
-	0,  // 51: teapot.v1.Certificate.meta:type_name -> teapot.v1.Meta
-	45, // 52: teapot.v1.JoinToken.expires:type_name -> google.protobuf.Timestamp
-	0,  // 53: teapot.v1.JoinToken.meta:type_name -> teapot.v1.Meta
-	45, // 54: teapot.v1.StorageItem.modified:type_name -> google.protobuf.Timestamp
-	0,  // 55: teapot.v1.StorageItem.meta:type_name -> teapot.v1.Meta
-	45, // 56: teapot.v1.StorageLock.expires:type_name -> google.protobuf.Timestamp
-	46, // 57: teapot.v1.StorageLock.ttl:type_name -> google.protobuf.Duration
-	0,  // 58: teapot.v1.StorageLock.meta:type_name -> teapot.v1.Meta
-	1,  // 59: teapot.v1.Object.tenant:type_name -> teapot.v1.Tenant
-	4,  // 60: teapot.v1.Object.vip_pool:type_name -> teapot.v1.VIPPool
-	5,  // 61: teapot.v1.Object.load_balancer:type_name -> teapot.v1.LoadBalancer
-	36, // 62: teapot.v1.Object.node:type_name -> teapot.v1.Node
-	38, // 63: teapot.v1.Object.certificate:type_name -> teapot.v1.Certificate
-	39, // 64: teapot.v1.Object.join_token:type_name -> teapot.v1.JoinToken
-	40, // 65: teapot.v1.Object.storage_item:type_name -> teapot.v1.StorageItem
-	41, // 66: teapot.v1.Object.storage_lock:type_name -> teapot.v1.StorageLock
-	27, // 67: teapot.v1.LoadBalancer.PoolsEntry.value:type_name -> teapot.v1.BackendPool
-	68, // [68:68] is the sub-list for method output_type
-	68, // [68:68] is the sub-list for method input_type
-	68, // [68:68] is the sub-list for extension type_name
-	68, // [68:68] is the sub-list for extension extendee
-	0,  // [0:68] is the sub-list for field type_name
+	14, // 22: teapot.v1.Route.waf:type_name -> teapot.v1.WAF
+	13, // 23: teapot.v1.Route.retry:type_name -> teapot.v1.RouteRetry
+	47, // 24: teapot.v1.RouteRetry.backoff:type_name -> google.protobuf.Duration
+	16, // 25: teapot.v1.RouteMatch.headers:type_name -> teapot.v1.ValueMatch
+	16, // 26: teapot.v1.RouteMatch.query_params:type_name -> teapot.v1.ValueMatch
+	17, // 27: teapot.v1.RouteMatch.grpc:type_name -> teapot.v1.GRPCMethodMatch
+	20, // 28: teapot.v1.RouteBackend.request_header_modifier:type_name -> teapot.v1.HeaderModifier
+	20, // 29: teapot.v1.RouteFilter.request_header_modifier:type_name -> teapot.v1.HeaderModifier
+	20, // 30: teapot.v1.RouteFilter.response_header_modifier:type_name -> teapot.v1.HeaderModifier
+	22, // 31: teapot.v1.RouteFilter.request_redirect:type_name -> teapot.v1.RequestRedirect
+	23, // 32: teapot.v1.RouteFilter.url_rewrite:type_name -> teapot.v1.URLRewrite
+	25, // 33: teapot.v1.RouteFilter.request_mirror:type_name -> teapot.v1.RequestMirror
+	21, // 34: teapot.v1.HeaderModifier.set:type_name -> teapot.v1.HeaderValue
+	21, // 35: teapot.v1.HeaderModifier.add:type_name -> teapot.v1.HeaderValue
+	24, // 36: teapot.v1.RequestRedirect.path:type_name -> teapot.v1.PathModifier
+	24, // 37: teapot.v1.URLRewrite.path:type_name -> teapot.v1.PathModifier
+	26, // 38: teapot.v1.RequestMirror.fraction:type_name -> teapot.v1.Fraction
+	47, // 39: teapot.v1.RouteTimeouts.request:type_name -> google.protobuf.Duration
+	47, // 40: teapot.v1.RouteTimeouts.backend_request:type_name -> google.protobuf.Duration
+	29, // 41: teapot.v1.BackendPool.members:type_name -> teapot.v1.Member
+	30, // 42: teapot.v1.BackendPool.health_check:type_name -> teapot.v1.HealthCheck
+	47, // 43: teapot.v1.BackendPool.connect_timeout:type_name -> google.protobuf.Duration
+	31, // 44: teapot.v1.HealthCheck.tcp:type_name -> teapot.v1.TCPCheck
+	32, // 45: teapot.v1.HealthCheck.http:type_name -> teapot.v1.HTTPCheck
+	47, // 46: teapot.v1.HealthCheck.interval:type_name -> google.protobuf.Duration
+	47, // 47: teapot.v1.HealthCheck.timeout:type_name -> google.protobuf.Duration
+	33, // 48: teapot.v1.HealthCheck.https:type_name -> teapot.v1.HTTPSCheck
+	36, // 49: teapot.v1.LoadBalancerStatus.problems:type_name -> teapot.v1.Problem
+	35, // 50: teapot.v1.LoadBalancerStatus.observed:type_name -> teapot.v1.ObservedStatus
+	38, // 51: teapot.v1.Node.services:type_name -> teapot.v1.NodeService
+	0,  // 52: teapot.v1.Node.meta:type_name -> teapot.v1.Meta
+	46, // 53: teapot.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
+	0,  // 54: teapot.v1.Certificate.meta:type_name -> teapot.v1.Meta
+	46, // 55: teapot.v1.JoinToken.expires:type_name -> google.protobuf.Timestamp
+	0,  // 56: teapot.v1.JoinToken.meta:type_name -> teapot.v1.Meta
+	46, // 57: teapot.v1.StorageItem.modified:type_name -> google.protobuf.Timestamp
+	0,  // 58: teapot.v1.StorageItem.meta:type_name -> teapot.v1.Meta
+	46, // 59: teapot.v1.StorageLock.expires:type_name -> google.protobuf.Timestamp
+	47, // 60: teapot.v1.StorageLock.ttl:type_name -> google.protobuf.Duration
+	0,  // 61: teapot.v1.StorageLock.meta:type_name -> teapot.v1.Meta
+	1,  // 62: teapot.v1.Object.tenant:type_name -> teapot.v1.Tenant
+	4,  // 63: teapot.v1.Object.vip_pool:type_name -> teapot.v1.VIPPool
+	5,  // 64: teapot.v1.Object.load_balancer:type_name -> teapot.v1.LoadBalancer
+	37, // 65: teapot.v1.Object.node:type_name -> teapot.v1.Node
+	39, // 66: teapot.v1.Object.certificate:type_name -> teapot.v1.Certificate
+	40, // 67: teapot.v1.Object.join_token:type_name -> teapot.v1.JoinToken
+	41, // 68: teapot.v1.Object.storage_item:type_name -> teapot.v1.StorageItem
+	42, // 69: teapot.v1.Object.storage_lock:type_name -> teapot.v1.StorageLock
+	28, // 70: teapot.v1.LoadBalancer.PoolsEntry.value:type_name -> teapot.v1.BackendPool
+	71, // [71:71] is the sub-list for method output_type
+	71, // [71:71] is the sub-list for method input_type
+	71, // [71:71] is the sub-list for extension type_name
+	71, // [71:71] is the sub-list for extension extendee
+	0,  // [0:71] is the sub-list for field type_name
 }
 
 func init() { file_teapotv1_model_proto_init() }
@@ -4234,12 +4344,13 @@ func file_teapotv1_model_proto_init() {
 	if File_teapotv1_model_proto != nil {
 		return
 	}
-	file_teapotv1_model_proto_msgTypes[17].OneofWrappers = []any{}
-	file_teapotv1_model_proto_msgTypes[21].OneofWrappers = []any{}
-	file_teapotv1_model_proto_msgTypes[23].OneofWrappers = []any{}
+	file_teapotv1_model_proto_msgTypes[13].OneofWrappers = []any{}
+	file_teapotv1_model_proto_msgTypes[18].OneofWrappers = []any{}
+	file_teapotv1_model_proto_msgTypes[22].OneofWrappers = []any{}
 	file_teapotv1_model_proto_msgTypes[24].OneofWrappers = []any{}
-	file_teapotv1_model_proto_msgTypes[28].OneofWrappers = []any{}
-	file_teapotv1_model_proto_msgTypes[42].OneofWrappers = []any{
+	file_teapotv1_model_proto_msgTypes[25].OneofWrappers = []any{}
+	file_teapotv1_model_proto_msgTypes[29].OneofWrappers = []any{}
+	file_teapotv1_model_proto_msgTypes[43].OneofWrappers = []any{
 		(*Object_Tenant)(nil),
 		(*Object_VipPool)(nil),
 		(*Object_LoadBalancer)(nil),
@@ -4255,7 +4366,7 @@ func file_teapotv1_model_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_teapotv1_model_proto_rawDesc), len(file_teapotv1_model_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   45,
+			NumMessages:   46,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
