@@ -109,7 +109,7 @@ var protoComments = map[string]string{
 	"teapot.v1.Route.pool":                           "Backend pool: the shorthand for backends with one entry.",
 	"teapot.v1.Route.ports":                          "Ports of the http and https listeners that serve the route; empty: every listener of the load balancer.",
 	"teapot.v1.Route.rate_limit":                     "Requests per second to this route (see RateLimit); counted after the listener's rate limit.",
-	"teapot.v1.Route.retry":                          "Send a request again, to a member picked anew, when its attempt failed (see RouteRetry). Off when unset.",
+	"teapot.v1.Route.retry":                          "Send a request again, to a member of the same backend picked anew, when an attempt failed: the member answered one of retry.codes, the connection failed or closed before a response head, or the attempt passed timeouts.backendRequest. A request whose body was not fully buffered (of unknown length, or over 64 KiB) is sent once and never retried. On each LB host at most 20% of the tenant's requests in flight on routes with retry (at least 3) retry at once; past that the failed attempt is the answer. timeouts.request bounds the attempts and the waits between them together. Off when unset.",
 	"teapot.v1.Route.waf":                            "Inspect the route's requests with the web application firewall (Coraza and the OWASP Core Rule Set v4, embedded). Off when unset.",
 	"teapot.v1.RouteBackend":                         "RouteBackend is one backend pool of a route and its share of requests.",
 	"teapot.v1.RouteBackend.pool":                    "Backend pool (a key of pools). Required unless unavailable is set.",

@@ -1307,8 +1307,15 @@ type Route struct {
 	// Inspect the route's requests with the web application firewall
 	// (Coraza and the OWASP Core Rule Set v4, embedded). Off when unset.
 	Waf *WAF `protobuf:"bytes,51,opt,name=waf,proto3" json:"waf,omitempty"`
-	// Send a request again, to a member picked anew, when its attempt
-	// failed (see RouteRetry). Off when unset.
+	// Send a request again, to a member of the same backend picked anew,
+	// when an attempt failed: the member answered one of retry.codes, the
+	// connection failed or closed before a response head, or the attempt
+	// passed timeouts.backendRequest. A request whose body was not fully
+	// buffered (of unknown length, or over 64 KiB) is sent once and never
+	// retried. On each LB host at most 20% of the tenant's requests in
+	// flight on routes with retry (at least 3) retry at once; past that the
+	// failed attempt is the answer. timeouts.request bounds the attempts
+	// and the waits between them together. Off when unset.
 	Retry         *RouteRetry `protobuf:"bytes,90,opt,name=retry,proto3" json:"retry,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
