@@ -92,6 +92,12 @@ var retryRows = []coreRow{
 		Retry: &Retry{Attempts: 2, Backoff: time.Millisecond}}, "slow", "ok"), wantBody: "ok after 2", wantSeen: "GET | GET"},
 	{name: "retry/backoff past the request timeout: no retry", route: retryRoute(RouteExt{RequestTimeout: 2 * time.Second,
 		Retry: &Retry{Codes: []int{500}, Attempts: 3, Backoff: 5 * time.Second}}, "500", "ok"), status: 500, wantSeen: "GET"},
+	{name: "retry/to an h2c member", route: func(t *testing.T) (*Route, func() string) {
+		m := &scriptedMember{script: []string{"503", "ok"}}
+		be := newBackend(t, h2cServer(t, m))
+		be.opts.Protocol = H2C
+		return &Route{Name: "retry-h2c", Backend: be, Ext: &RouteExt{Retry: &Retry{Codes: []int{503}, Attempts: 1, Backoff: time.Millisecond}}}, m.attempts
+	}, method: "PUT", body: "data", wantBody: "ok after 2", wantSeen: "PUT data | PUT data"},
 	{name: "backend headers/after the route's", route: func(t *testing.T) (*Route, func() string) {
 		m := &scriptedMember{script: []string{"ok"}}
 		be := newBackend(t, backendServer(t, m))
