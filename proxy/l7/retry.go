@@ -156,7 +156,8 @@ func (rt *retrier) done() {
 	}
 }
 
-// body returns a fresh reader of the buffered body for the next attempt.
+// nextBody returns what the next attempt sends: body for the first, a
+// fresh reader of the buffered body for a retry.
 func (rt *retrier) nextBody(body io.ReadCloser) io.ReadCloser {
 	if rt == nil || rt.body == nil || rt.n == 0 {
 		return body
