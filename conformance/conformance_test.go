@@ -50,6 +50,11 @@ var extended = []features.FeatureName{
 	features.SupportHTTPRouteBackendProtocolH2C,
 	features.SupportHTTPRouteBackendProtocolWebSocket,
 	features.SupportGatewayStaticAddresses,
+	features.SupportHTTPRouteRetry,
+	features.SupportHTTPRouteRetryBackendTimeout,
+	features.SupportHTTPRouteRetryConnectionError,
+	features.SupportHTTPRouteBackendRequestHeaderModification,
+	features.SupportHTTPRouteDestinationPortMatching,
 }
 
 // skipped are the tests of the profiles' core that teapot-lb does not
