@@ -68,6 +68,10 @@ const (
 	// FeatureWAF: request inspection by the web application firewall
 	// (routes[].waf). A host of an earlier release ignores it.
 	FeatureWAF = "waf"
+	// FeatureNotFoundRoutes: routes that answer 404 and stop the search
+	// for a less specific host (routes[].notFound). A host of an earlier
+	// release ignores the field and refuses the route for want of a pool.
+	FeatureNotFoundRoutes = "not-found-routes"
 	// FeatureRouteRetry: retries of a route's failed attempts
 	// (routes[].retry). A host of an earlier release ignores it and
 	// answers with the first attempt.
@@ -80,7 +84,7 @@ const (
 
 // FeatureLevel is the highest cluster feature level this release
 // understands. Level 1 is every release before levels existed; levels 2
-// to 4 add the features of featureLevels. A release that adds a field or a
+// to 5 add the features of featureLevels. A release that adds a field or a
 // request option that a host of an earlier release would ignore, or a
 // command version, raises it, and the cluster accepts writes that use the
 // addition only once every host reports the level.
@@ -88,20 +92,21 @@ const FeatureLevel = 5
 
 // featureLevels is the level each feature needs on every host.
 var featureLevels = map[string]uint32{
-	FeatureDryRun:        2,
-	FeatureCheckedWrites: 2,
-	FeatureHTTPSCheck:    2,
-	FeatureCloseOnDown:   2,
-	FeatureRouteRules:    2,
-	FeatureBackendH2:     2,
-	FeatureSNIRoutes:     3,
-	FeatureRoutePorts:    3,
-	FeatureTenantBGP:     4,
-	FeatureDualStack:     4,
-	FeatureHostnames:     4,
-	FeatureSourceRanges:  4,
-	FeatureRateLimits:    4,
-	FeatureWAF:           4,
+	FeatureDryRun:         2,
+	FeatureCheckedWrites:  2,
+	FeatureHTTPSCheck:     2,
+	FeatureCloseOnDown:    2,
+	FeatureRouteRules:     2,
+	FeatureBackendH2:      2,
+	FeatureSNIRoutes:      3,
+	FeatureRoutePorts:     3,
+	FeatureTenantBGP:      4,
+	FeatureDualStack:      4,
+	FeatureHostnames:      4,
+	FeatureSourceRanges:   4,
+	FeatureRateLimits:     4,
+	FeatureWAF:            4,
+	FeatureNotFoundRoutes: 5,
 
 	FeatureRouteRetry:     5,
 	FeatureBackendHeaders: 5,
@@ -146,7 +151,7 @@ func FeatureRefusal(uses []FeatureUse, need uint32, older []string) error {
 
 // Features returns the features this release serves.
 func Features() []string {
-	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureRouteRetry, FeatureBackendHeaders}
+	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureNotFoundRoutes, FeatureRouteRetry, FeatureBackendHeaders}
 }
 
 // FeatureUse is one place where a write uses a feature: the feature and
@@ -215,6 +220,9 @@ func FeaturesUsed(obj *pb.Object) []FeatureUse {
 		}
 		if r.GetWaf() != nil {
 			out = append(out, FeatureUse{Feature: FeatureWAF, Field: fmt.Sprintf("%s: routes[%d].waf", RefString(RefOf(obj)), i)})
+		}
+		if r.GetNotFound() {
+			out = append(out, FeatureUse{Feature: FeatureNotFoundRoutes, Field: fmt.Sprintf("%s: routes[%d].notFound", RefString(RefOf(obj)), i)})
 		}
 		out = append(out, retryFeaturesUsed(obj, i, r)...)
 	}

@@ -45,6 +45,9 @@ func TestValidateRouteRetry(t *testing.T) {
 			r(lb).Filters = []*pb.RouteFilter{{RequestRedirect: &pb.RequestRedirect{Scheme: "https"}}}
 			r(lb).Retry = &pb.RouteRetry{}
 		}, bad(f+".retry", "nothing to retry")},
+		{"retry on a notFound route", func(lb *pb.LoadBalancer) {
+			lb.Routes[2] = &pb.Route{Host: "shop.acme.example", Path: "/gone", NotFound: true, Retry: &pb.RouteRetry{}}
+		}, bad(f+".retry", "leave it out with notFound")},
 		{"backend headers", func(lb *pb.LoadBalancer) {
 			r(lb).Backends[1].RequestHeaderModifier = &pb.HeaderModifier{Set: []*pb.HeaderValue{{Name: "X-Canary", Value: "1"}}, Remove: []string{"X-Debug"}}
 		}, pass()},

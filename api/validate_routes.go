@@ -314,6 +314,10 @@ func checkPlainPath(ck *checker, f, path string) {
 
 // checkRouteRest checks a route's matches, backends, filters and timeouts.
 func checkRouteRest(ck *checker, lb *pb.LoadBalancer, f string, r *pb.Route) {
+	if r.GetNotFound() {
+		checkNotFoundRoute(ck, f, r)
+		return
+	}
 	if !tooMany(ck, f+".matches", len(r.GetMatches()), MaxRouteMatches) {
 		for i, m := range r.GetMatches() {
 			checkRouteMatch(ck, fmt.Sprintf("%s.matches[%d]", f, i), m)

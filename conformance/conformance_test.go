@@ -50,6 +50,8 @@ var extended = []features.FeatureName{
 	features.SupportHTTPRouteBackendProtocolH2C,
 	features.SupportHTTPRouteBackendProtocolWebSocket,
 	features.SupportGatewayStaticAddresses,
+	features.SupportGatewayHTTPListenerIsolation,
+	features.SupportGatewayAddressEmpty,
 	features.SupportHTTPRouteRetry,
 	features.SupportHTTPRouteRetryBackendTimeout,
 	features.SupportHTTPRouteRetryConnectionError,

@@ -120,6 +120,9 @@ func newHTTPTable(ls *ListenerSnapshot) *httpTable {
 	}
 	for i := range srs {
 		sr := &srs[i]
+		if sr.NotFound {
+			continue // no engine route: the request is answered 404
+		}
 		route := &l7.Route{Name: ls.LB + "/routes[" + strconv.Itoa(sr.Index) + "]"}
 		if sr.Pool != nil {
 			if p := ls.Pool(sr.Pool); p != nil {

@@ -104,6 +104,7 @@ var protoComments = map[string]string{
 	"teapot.v1.Route.filters":                        "Changes to the request or response, in order; a requestRedirect answers the request at the load balancer.",
 	"teapot.v1.Route.host":                           "Exact (\"shop.acme.example\") or wildcard (\"*.acme.example\"); empty matches any host.",
 	"teapot.v1.Route.matches":                        "Conditions on the request beyond host; a request matches the route when it matches any one of them (all the conditions inside one match must hold). Empty: path and pathType alone.",
+	"teapot.v1.Route.not_found":                      "Answer the requests the route matches with 404 Not Found, and stop there: the routes of less specific hosts (a shorter wildcard, any host) are not tried for them. With host \"*.shop.example\" and path \"/\", the routes for any host no longer serve x.shop.example. Without pool, backends, filters, matches, timeouts, rateLimit, waf and retry.",
 	"teapot.v1.Route.path":                           "Path, starting with \"/\". With matches, leave it out: each match has its own.",
 	"teapot.v1.Route.path_type":                      "prefix | exact | regex (default prefix)",
 	"teapot.v1.Route.pool":                           "Backend pool: the shorthand for backends with one entry.",

@@ -377,7 +377,7 @@ func (b *lbCompile) routes(lb *pb.LoadBalancer, pools poolSet, t *tenantInfo) []
 			start := len(out)
 			out = append(out, b.extRoutes(f, i, host, r, pools)...)
 			for j := start; j < len(out); j++ {
-				out[j].Rate, out[j].WAF = rateSpec(r.GetRateLimit()), wafSpec(r.GetWaf())
+				out[j].Rate, out[j].WAF, out[j].NotFound = rateSpec(r.GetRateLimit()), wafSpec(r.GetWaf()), r.GetNotFound()
 			}
 			continue
 		}
@@ -398,7 +398,7 @@ func (b *lbCompile) routes(lb *pb.LoadBalancer, pools poolSet, t *tenantInfo) []
 			continue
 		}
 		seen[k] = i
-		out = append(out, Route{Host: host, Path: path, PathType: pt, Pool: pools.get(r.GetPool()), Index: i, Rate: rateSpec(r.GetRateLimit()), WAF: wafSpec(r.GetWaf())})
+		out = append(out, Route{Host: host, Path: path, PathType: pt, Pool: pools.get(r.GetPool()), Index: i, Rate: rateSpec(r.GetRateLimit()), WAF: wafSpec(r.GetWaf()), NotFound: r.GetNotFound()})
 	}
 	return out
 }

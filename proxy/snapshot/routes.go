@@ -54,6 +54,9 @@ type Route struct {
 	Rate RateSpec
 	// WAF is the route's request inspection.
 	WAF WAFSpec
+	// NotFound: the route answers 404 (routes[].notFound); matching stops
+	// at it rather than trying less specific hosts.
+	NotFound bool
 
 	// next is the route tried after this one for the same host and path
 	// when its conditions do not hold.
@@ -63,7 +66,7 @@ type Route struct {
 // same reports whether r and o route alike; pools compare by identity.
 func (r *Route) same(o *Route) bool {
 	return r.Host == o.Host && r.Path == o.Path && r.PathType == o.PathType && r.Pool == o.Pool &&
-		r.Index == o.Index && r.Ext.equal(o.Ext) && r.Rate == o.Rate && r.WAF == o.WAF
+		r.Index == o.Index && r.Ext.equal(o.Ext) && r.Rate == o.Rate && r.WAF == o.WAF && r.NotFound == o.NotFound
 }
 
 // Conditional reports whether the route matches on more than host and
@@ -78,7 +81,8 @@ func (r *Route) Conditional() bool { return r.Ext != nil && r.Ext.Cond != nil }
 // matches names with one or more labels in front of acme.example
 // ("shop.acme.example" and "a.b.acme.example", never "acme.example"
 // itself). When the most specific host has no route for the request, the
-// next less specific one is tried.
+// next less specific one is tried; a NotFound route is a route like any
+// other here, so the search stops at it (the proxy answers it 404).
 //
 // Paths: an exact path beats a regular expression, which beats a prefix;
 // a longer expression beats a shorter one and a longer prefix a shorter

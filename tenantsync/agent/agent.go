@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -261,6 +262,7 @@ func (a *Agent) setTenant(t *pb.Tenant) {
 	a.optMu.Lock()
 	o := a.options
 	o.PodsRoutable = t.GetPodsRoutable()
+	o.Domains = strings.Join(t.GetDomains(), ",")
 	o.DefaultPool = a.cfg.Options.DefaultPool
 	if o.DefaultPool == "" && len(t.GetPools()) > 0 {
 		o.DefaultPool = t.GetPools()[0]
@@ -282,11 +284,12 @@ func (a *Agent) setFeatureLevel(level uint32) {
 	a.optMu.Lock()
 	o := a.options
 	o.DualStack = level >= api.LevelOf(api.FeatureDualStack)
+	o.NotFoundRoutes = level >= api.LevelOf(api.FeatureNotFoundRoutes)
 	changed := o != a.options
 	a.options = o
 	a.optMu.Unlock()
 	if changed {
-		a.log.Info("LB cluster features", "featureLevel", level, "dualStack", o.DualStack)
+		a.log.Info("LB cluster features", "featureLevel", level, "dualStack", o.DualStack, "notFoundRoutes", o.NotFoundRoutes)
 		a.set.markAll()
 	}
 }

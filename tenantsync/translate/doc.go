@@ -26,7 +26,11 @@
 // A TLSRoute, TCPRoute or UDPRoute gives its port its backends; the first
 // route attached to a port keeps it. The routes of a Gateway are served on
 // every HTTP and HTTPS listener whose hostname they match: a route that
-// names one listener of two sharing a hostname is served on both.
+// names one listener of two sharing a hostname is served on both. HTTP
+// and HTTPS listeners of one port are isolated: a request belongs to the
+// most specific listener whose hostname matches its Host, and a
+// notFound route per such hostname keeps it from the routes of less
+// specific listeners (gateway_isolation.go; Options.NotFoundRoutes).
 // ReferenceGrants govern backendRefs to Services and certificateRefs to
 // Secrets of other namespaces. The translation also returns the status of
 // the Gateway, its listeners and its routes (GatewayResult), with the

@@ -173,6 +173,7 @@ func Gateway(gw *gwv1.Gateway, src Sources, o Options) *Desired {
 	}
 	g.listeners()
 	g.routes()
+	g.isolationBarriers()
 	g.lbListeners()
 	edgeRates(gw.Annotations, lb, d, edgeGateway)
 	if !edgeSources(gw.Annotations, lb, d, false) && accepted.Status == metav1.ConditionTrue {

@@ -71,6 +71,7 @@ func (g *gwBuild) translateRoute(r *routeObj, atts []attachment) string {
 	if r.http == nil && r.grpc == nil {
 		return g.translateL4(r, atts)
 	}
+	atts = g.isolatedAttachments(atts)
 	// Each hostname on the ports of the listeners that attached it; on
 	// all of the Gateway's http and https ports, no ports (every
 	// listener).

@@ -66,6 +66,13 @@ type Options struct {
 	// balancers (feature level 4), so a dual-stack Service asks for a VIP
 	// of each family.
 	DualStack bool
+	// NotFoundRoutes: every host of the LB cluster serves routes that
+	// answer 404 (routes[].notFound, feature level 5), which isolate a
+	// Gateway's http listeners of one port from each other.
+	NotFoundRoutes bool
+	// Domains are the tenant's domains, comma-separated ("" when it has
+	// none: any host); the LB cluster refuses a route host outside them.
+	Domains string
 }
 
 func (o Options) lbClass() string { return cmp.Or(o.LoadBalancerClass, LoadBalancerClass) }

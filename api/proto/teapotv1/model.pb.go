@@ -1307,6 +1307,12 @@ type Route struct {
 	// Inspect the route's requests with the web application firewall
 	// (Coraza and the OWASP Core Rule Set v4, embedded). Off when unset.
 	Waf *WAF `protobuf:"bytes,51,opt,name=waf,proto3" json:"waf,omitempty"`
+	// Answer the requests the route matches with 404 Not Found, and stop
+	// there: the routes of less specific hosts (a shorter wildcard, any
+	// host) are not tried for them. With host "*.shop.example" and path
+	// "/", the routes for any host no longer serve x.shop.example. Without
+	// pool, backends, filters, matches, timeouts, rateLimit, waf and retry.
+	NotFound bool `protobuf:"varint,120,opt,name=not_found,json=notFound,proto3" json:"not_found,omitempty"`
 	// Send a request again, to a member of the same backend picked anew,
 	// when an attempt failed: the member answered one of retry.codes, the
 	// connection failed or closed before a response head, or the attempt
@@ -1426,6 +1432,13 @@ func (x *Route) GetWaf() *WAF {
 		return x.Waf
 	}
 	return nil
+}
+
+func (x *Route) GetNotFound() bool {
+	if x != nil {
+		return x.NotFound
+	}
+	return false
 }
 
 func (x *Route) GetRetry() *RouteRetry {
@@ -4001,7 +4014,7 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\x04acme\x18\x01 \x01(\bR\x04acme\x12\"\n" +
 	"\fcertificates\x18\x02 \x03(\tR\fcertificates\x12\x1f\n" +
 	"\vmin_version\x18\x03 \x01(\tR\n" +
-	"minVersion\"\xc8\x03\n" +
+	"minVersion\"\xe5\x03\n" +
 	"\x05Route\x12\x12\n" +
 	"\x04host\x18\x01 \x01(\tR\x04host\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x1b\n" +
@@ -4014,7 +4027,8 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\x05ports\x18\t \x03(\rR\x05ports\x123\n" +
 	"\n" +
 	"rate_limit\x182 \x01(\v2\x14.teapot.v1.RateLimitR\trateLimit\x12 \n" +
-	"\x03waf\x183 \x01(\v2\x0e.teapot.v1.WAFR\x03waf\x12+\n" +
+	"\x03waf\x183 \x01(\v2\x0e.teapot.v1.WAFR\x03waf\x12\x1b\n" +
+	"\tnot_found\x18x \x01(\bR\bnotFound\x12+\n" +
 	"\x05retry\x18Z \x01(\v2\x15.teapot.v1.RouteRetryR\x05retry\"\x85\x01\n" +
 	"\n" +
 	"RouteRetry\x12\x14\n" +

@@ -1,0 +1,29 @@
+package agent
+
+import (
+	"log/slog"
+	"testing"
+
+	"github.com/teapot-lb/teapot-lb/api"
+)
+
+// TestFeatureLevelOptions: the LB cluster's feature level decides which
+// model fields the translation may use: notFound routes (a Gateway's
+// listener isolation) from level 5, dual-stack VIPs from level 4.
+func TestFeatureLevelOptions(t *testing.T) {
+	t.Parallel()
+	a := &Agent{set: newDesiredSet(), log: slog.New(slog.DiscardHandler)}
+	for _, tc := range []struct {
+		level                     uint32
+		dualStack, notFoundRoutes bool
+	}{
+		{4, true, false},
+		{api.LevelOf(api.FeatureNotFoundRoutes), true, true},
+		{3, false, false},
+	} {
+		a.setFeatureLevel(tc.level)
+		if o := a.opts(); o.DualStack != tc.dualStack || o.NotFoundRoutes != tc.notFoundRoutes {
+			t.Errorf("level %d: dualStack %v notFoundRoutes %v, want %v %v", tc.level, o.DualStack, o.NotFoundRoutes, tc.dualStack, tc.notFoundRoutes)
+		}
+	}
+}
