@@ -77,6 +77,14 @@ const (
 	// FeatureClientValidation: client certificates checked by https
 	// listeners (listeners[].tls.clientValidation).
 	FeatureClientValidation = "client-validation"
+	// FeatureRouteRetry: retries of a route's failed attempts
+	// (routes[].retry). A host of an earlier release ignores it and
+	// answers with the first attempt.
+	FeatureRouteRetry = "route-retry"
+	// FeatureBackendHeaders: header changes per backend of a route
+	// (routes[].backends[].requestHeaderModifier). A host of an earlier
+	// release ignores them.
+	FeatureBackendHeaders = "backend-headers"
 )
 
 // FeatureLevel is the highest cluster feature level this release
@@ -106,6 +114,8 @@ var featureLevels = map[string]uint32{
 	FeatureNotFoundRoutes:   5,
 	FeatureCORS:             5,
 	FeatureClientValidation: 5,
+	FeatureRouteRetry:       5,
+	FeatureBackendHeaders:   5,
 }
 
 // LevelOf is the feature level a feature needs on every host (0 for a
@@ -147,7 +157,7 @@ func FeatureRefusal(uses []FeatureUse, need uint32, older []string) error {
 
 // Features returns the features this release serves.
 func Features() []string {
-	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureNotFoundRoutes, FeatureCORS, FeatureClientValidation}
+	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureNotFoundRoutes, FeatureCORS, FeatureClientValidation, FeatureRouteRetry, FeatureBackendHeaders}
 }
 
 // FeatureUse is one place where a write uses a feature: the feature and
@@ -228,6 +238,7 @@ func FeaturesUsed(obj *pb.Object) []FeatureUse {
 				out = append(out, FeatureUse{Feature: FeatureCORS, Field: fmt.Sprintf("%s: routes[%d].filters[%d].cors", RefString(RefOf(obj)), i, j)})
 			}
 		}
+		out = append(out, retryFeaturesUsed(obj, i, r)...)
 	}
 	names := make([]string, 0, len(l.GetPools()))
 	for name := range l.GetPools() {

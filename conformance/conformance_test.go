@@ -55,6 +55,11 @@ var extended = []features.FeatureName{
 	features.SupportHTTPRouteCORS,
 	features.SupportGatewayFrontendClientCertificateValidation,
 	features.SupportGatewayFrontendClientCertificateValidationInsecureFallback,
+	features.SupportHTTPRouteRetry,
+	features.SupportHTTPRouteRetryBackendTimeout,
+	features.SupportHTTPRouteRetryConnectionError,
+	features.SupportHTTPRouteBackendRequestHeaderModification,
+	features.SupportHTTPRouteDestinationPortMatching,
 }
 
 // skipped are the tests of the profiles' core that teapot-lb does not

@@ -189,6 +189,11 @@ var rules = map[string]rule{
 	"teapot.v1.RouteTimeouts.request":         {limits: fmt.Sprintf("0 to %s", api.MaxRouteTimeout), example: "10s"},
 	"teapot.v1.RouteTimeouts.backend_request": {limits: fmt.Sprintf("0 to %s; at most request", api.MaxRouteTimeout), example: "2s"},
 
+	"teapot.v1.RouteRetry.codes":                     {limits: atMost(api.MaxRetryCodes, "statuses from 400 to 599, each once"), example: "[500, 502, 503, 504]"},
+	"teapot.v1.RouteRetry.attempts":                  {def: fmt.Sprint(api.DefaultRetryAttempts), limits: fmt.Sprintf("1 to %d", api.MaxRetryAttempts), example: "3"},
+	"teapot.v1.RouteRetry.backoff":                   {def: api.DefaultRetryBackoff.String(), limits: fmt.Sprintf("0 to %s", api.MaxRetryBackoff), example: "100ms"},
+	"teapot.v1.RouteBackend.request_header_modifier": {limits: "not with unavailable"},
+
 	"teapot.v1.BackendPool":                  {doc: "A set of members traffic is balanced over."},
 	"teapot.v1.BackendPool.algorithm":        {doc: "How a member is chosen for a connection or request.", def: "round-robin", enum: []string{"round-robin", "least-request", "hash"}},
 	"teapot.v1.BackendPool.hash_on":          {doc: "What algorithm hash hashes: client-ip or header:NAME.", def: "client-ip", limits: fmt.Sprintf("algorithm hash only; header names at most %d bytes", api.MaxHeaderNameLen), example: "header:X-User"},

@@ -255,6 +255,10 @@ type RequestStats struct {
 	Upstream time.Duration
 	// RequestBytes and ResponseBytes count body bytes.
 	RequestBytes, ResponseBytes int64
+	// Retries counts the attempts sent again by the route's Retry;
+	// RetriesDenied the failed attempts that were not, because the
+	// tenant's retry budget was spent.
+	Retries, RetriesDenied int
 	// Client is the client's address.
 	Client netip.AddrPort
 	// AccessLog is ConnInfo.AccessLog; when it is not 0, Host, Method,

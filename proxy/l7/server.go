@@ -23,6 +23,8 @@ type Server struct {
 	h2up *h2Client
 	// mirrors bounds the mirrored requests in flight.
 	mirrors mirrorSlots
+	// retries bounds the retrying requests of each tenant.
+	retries retryBudget
 
 	conns sync.Pool // *clientConn
 	// pipes, once set, carries the bytes of WebSocket tunnels (SetPipes).

@@ -16,7 +16,7 @@ import (
 // pool: it compiles with extRoutes then.
 func extended(r *pb.Route) bool {
 	return len(r.GetMatches())+len(r.GetBackends())+len(r.GetFilters()) > 0 || r.GetTimeouts() != nil ||
-		r.GetPathType() == "regex"
+		r.GetPathType() == "regex" || r.GetRetry() != nil
 }
 
 // extRoutes compiles a route with matches, backends, filters or timeouts
@@ -26,6 +26,8 @@ func (b *lbCompile) extRoutes(f string, index int, host string, r *pb.Route, poo
 	ext := RouteExt{
 		RequestTimeout: r.GetTimeouts().GetRequest().AsDuration(),
 		BackendTimeout: r.GetTimeouts().GetBackendRequest().AsDuration(),
+		Retry:          retryOf(r.GetRetry()),
+		BackendHeaders: backendHeaders(r.GetBackends()),
 	}
 	pool := pools.get(r.GetPool())
 	for _, be := range r.GetBackends() {

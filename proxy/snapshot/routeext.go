@@ -28,6 +28,11 @@ type RouteExt struct {
 	Filters *Filters
 	// RequestTimeout and BackendTimeout are 0 when unset.
 	RequestTimeout, BackendTimeout time.Duration
+	// Retry is nil when the route does not retry.
+	Retry *Retry
+	// BackendHeaders, when set, holds the request header changes of each
+	// of Backends (nil for a backend without).
+	BackendHeaders []*HeaderEdit
 	// Match is the index of the model match this route came from.
 	Match int
 

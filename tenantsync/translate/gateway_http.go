@@ -33,13 +33,11 @@ func unsupported(r *routeObj) string {
 					return fmt.Sprintf("rules[%d].filters[%d]: filter type %s is not supported", i, j, f.Type)
 				}
 			}
-			for j, b := range rule.BackendRefs {
-				if len(b.Filters) > 0 {
-					return fmt.Sprintf("rules[%d].backendRefs[%d].filters: filters on a backendRef are not supported; put them on the rule", i, j)
-				}
+			if why := unsupportedBackendFilters(i, rule.BackendRefs); why != "" {
+				return why
 			}
-			if rule.Retry != nil {
-				return fmt.Sprintf("rules[%d].retry is not supported", i)
+			if why := unsupportedRetry(i, rule.Retry); why != "" {
+				return why
 			}
 			if rule.SessionPersistence != nil {
 				return fmt.Sprintf("rules[%d].sessionPersistence is not supported", i)
@@ -242,6 +240,8 @@ func (g *gwBuild) httpRule(r *routeObj, rule gwv1.HTTPRouteRule) *pb.Route {
 			refs = append(refs, b.BackendRef)
 		}
 		rt.Backends = g.backends(r, refs, false)
+		backendHeaderFilters(rt.Backends, rule.BackendRefs)
+		rt.Retry = httpRetry(rule.Retry)
 	}
 	if t := rule.Timeouts; t != nil {
 		rt.Timeouts = &pb.RouteTimeouts{Request: duration(t.Request), BackendRequest: duration(t.BackendRequest)}

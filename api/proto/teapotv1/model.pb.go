@@ -1394,8 +1394,18 @@ type Route struct {
 	// there: the routes of less specific hosts (a shorter wildcard, any
 	// host) are not tried for them. With host "*.shop.example" and path
 	// "/", the routes for any host no longer serve x.shop.example. Without
-	// pool, backends, filters, matches, timeouts, rateLimit and waf.
-	NotFound      bool `protobuf:"varint,120,opt,name=not_found,json=notFound,proto3" json:"not_found,omitempty"`
+	// pool, backends, filters, matches, timeouts, rateLimit, waf and retry.
+	NotFound bool `protobuf:"varint,120,opt,name=not_found,json=notFound,proto3" json:"not_found,omitempty"`
+	// Send a request again, to a member of the same backend picked anew,
+	// when an attempt failed: the member answered one of retry.codes, the
+	// connection failed or closed before a response head, or the attempt
+	// passed timeouts.backendRequest. A request whose body was not fully
+	// buffered (of unknown length, or over 64 KiB) is sent once and never
+	// retried. On each LB host at most 20% of the tenant's requests in
+	// flight on routes with retry (at least 3) retry at once; past that the
+	// failed attempt is the answer. timeouts.request bounds the attempts
+	// and the waits between them together. Off when unset.
+	Retry         *RouteRetry `protobuf:"bytes,90,opt,name=retry,proto3" json:"retry,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1514,6 +1524,91 @@ func (x *Route) GetNotFound() bool {
 	return false
 }
 
+func (x *Route) GetRetry() *RouteRetry {
+	if x != nil {
+		return x.Retry
+	}
+	return nil
+}
+
+// RouteRetry sends a request again when an attempt failed: when the
+// member answered one of codes, when no connection to a member could be
+// made or it closed before a response head (connection errors), or when
+// the attempt passed timeouts.backendRequest. A request whose body was
+// not fully buffered is never retried: only a body of known length of at
+// most 64 KiB is read before the first attempt and sent again; a larger
+// or chunked body streams to the member once, and its failure is the
+// answer. Retries are bounded per tenant on each LB host: at most 20% of
+// the tenant's requests in flight on routes with retry (at least 3 at
+// once) may be retries; past that budget the failed attempt is the
+// answer. timeouts.request bounds the first attempt, the retries and the
+// waits between them together.
+type RouteRetry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Response statuses (400-599) that are retried. Empty: only
+	// connection errors and backend timeouts are.
+	Codes []uint32 `protobuf:"varint,1,rep,packed,name=codes,proto3" json:"codes,omitempty"`
+	// Retries after the first attempt, 1-5 (default 1).
+	Attempts *uint32 `protobuf:"varint,2,opt,name=attempts,proto3,oneof" json:"attempts,omitempty"`
+	// The least wait before a retry; it doubles for each further retry,
+	// up to 10 times itself, with up to as much again of random jitter
+	// (default 25ms; at most 10s).
+	Backoff       *durationpb.Duration `protobuf:"bytes,3,opt,name=backoff,proto3" json:"backoff,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RouteRetry) Reset() {
+	*x = RouteRetry{}
+	mi := &file_teapotv1_model_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RouteRetry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RouteRetry) ProtoMessage() {}
+
+func (x *RouteRetry) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_model_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RouteRetry.ProtoReflect.Descriptor instead.
+func (*RouteRetry) Descriptor() ([]byte, []int) {
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *RouteRetry) GetCodes() []uint32 {
+	if x != nil {
+		return x.Codes
+	}
+	return nil
+}
+
+func (x *RouteRetry) GetAttempts() uint32 {
+	if x != nil && x.Attempts != nil {
+		return *x.Attempts
+	}
+	return 0
+}
+
+func (x *RouteRetry) GetBackoff() *durationpb.Duration {
+	if x != nil {
+		return x.Backoff
+	}
+	return nil
+}
+
 // WAF turns on request inspection with the OWASP Core Rule Set. Its CPU
 // is charged to the tenant's quotas.wafCpuMillicores on each LB host: past
 // it, the route's requests are answered 429 with Retry-After: 1.
@@ -1534,7 +1629,7 @@ type WAF struct {
 
 func (x *WAF) Reset() {
 	*x = WAF{}
-	mi := &file_teapotv1_model_proto_msgTypes[14]
+	mi := &file_teapotv1_model_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1546,7 +1641,7 @@ func (x *WAF) String() string {
 func (*WAF) ProtoMessage() {}
 
 func (x *WAF) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[14]
+	mi := &file_teapotv1_model_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1559,7 +1654,7 @@ func (x *WAF) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WAF.ProtoReflect.Descriptor instead.
 func (*WAF) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{14}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *WAF) GetMode() string {
@@ -1604,7 +1699,7 @@ type RouteMatch struct {
 
 func (x *RouteMatch) Reset() {
 	*x = RouteMatch{}
-	mi := &file_teapotv1_model_proto_msgTypes[15]
+	mi := &file_teapotv1_model_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1616,7 +1711,7 @@ func (x *RouteMatch) String() string {
 func (*RouteMatch) ProtoMessage() {}
 
 func (x *RouteMatch) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[15]
+	mi := &file_teapotv1_model_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1629,7 +1724,7 @@ func (x *RouteMatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteMatch.ProtoReflect.Descriptor instead.
 func (*RouteMatch) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{15}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RouteMatch) GetPath() string {
@@ -1687,7 +1782,7 @@ type ValueMatch struct {
 
 func (x *ValueMatch) Reset() {
 	*x = ValueMatch{}
-	mi := &file_teapotv1_model_proto_msgTypes[16]
+	mi := &file_teapotv1_model_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1699,7 +1794,7 @@ func (x *ValueMatch) String() string {
 func (*ValueMatch) ProtoMessage() {}
 
 func (x *ValueMatch) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[16]
+	mi := &file_teapotv1_model_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1712,7 +1807,7 @@ func (x *ValueMatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValueMatch.ProtoReflect.Descriptor instead.
 func (*ValueMatch) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{16}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ValueMatch) GetName() string {
@@ -1751,7 +1846,7 @@ type GRPCMethodMatch struct {
 
 func (x *GRPCMethodMatch) Reset() {
 	*x = GRPCMethodMatch{}
-	mi := &file_teapotv1_model_proto_msgTypes[17]
+	mi := &file_teapotv1_model_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1763,7 +1858,7 @@ func (x *GRPCMethodMatch) String() string {
 func (*GRPCMethodMatch) ProtoMessage() {}
 
 func (x *GRPCMethodMatch) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[17]
+	mi := &file_teapotv1_model_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1776,7 +1871,7 @@ func (x *GRPCMethodMatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GRPCMethodMatch.ProtoReflect.Descriptor instead.
 func (*GRPCMethodMatch) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{17}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GRPCMethodMatch) GetService() string {
@@ -1809,14 +1904,17 @@ type RouteBackend struct {
 	Weight *uint32 `protobuf:"varint,2,opt,name=weight,proto3,oneof" json:"weight,omitempty"`
 	// This share of requests is answered with 500: a backend the route
 	// names but cannot use. pool must be empty.
-	Unavailable   bool `protobuf:"varint,3,opt,name=unavailable,proto3" json:"unavailable,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Unavailable bool `protobuf:"varint,3,opt,name=unavailable,proto3" json:"unavailable,omitempty"`
+	// Changes to the request's headers when it goes to this backend,
+	// applied after the route's requestHeaderModifier filter.
+	RequestHeaderModifier *HeaderModifier `protobuf:"bytes,90,opt,name=request_header_modifier,json=requestHeaderModifier,proto3" json:"request_header_modifier,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *RouteBackend) Reset() {
 	*x = RouteBackend{}
-	mi := &file_teapotv1_model_proto_msgTypes[18]
+	mi := &file_teapotv1_model_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1828,7 +1926,7 @@ func (x *RouteBackend) String() string {
 func (*RouteBackend) ProtoMessage() {}
 
 func (x *RouteBackend) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[18]
+	mi := &file_teapotv1_model_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1841,7 +1939,7 @@ func (x *RouteBackend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteBackend.ProtoReflect.Descriptor instead.
 func (*RouteBackend) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{18}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RouteBackend) GetPool() string {
@@ -1865,6 +1963,13 @@ func (x *RouteBackend) GetUnavailable() bool {
 	return false
 }
 
+func (x *RouteBackend) GetRequestHeaderModifier() *HeaderModifier {
+	if x != nil {
+		return x.RequestHeaderModifier
+	}
+	return nil
+}
+
 // RouteFilter is one change to a request or its response; exactly one of
 // its fields is set.
 type RouteFilter struct {
@@ -1883,7 +1988,7 @@ type RouteFilter struct {
 
 func (x *RouteFilter) Reset() {
 	*x = RouteFilter{}
-	mi := &file_teapotv1_model_proto_msgTypes[19]
+	mi := &file_teapotv1_model_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1895,7 +2000,7 @@ func (x *RouteFilter) String() string {
 func (*RouteFilter) ProtoMessage() {}
 
 func (x *RouteFilter) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[19]
+	mi := &file_teapotv1_model_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1908,7 +2013,7 @@ func (x *RouteFilter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteFilter.ProtoReflect.Descriptor instead.
 func (*RouteFilter) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{19}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RouteFilter) GetRequestHeaderModifier() *HeaderModifier {
@@ -1986,7 +2091,7 @@ type CORS struct {
 
 func (x *CORS) Reset() {
 	*x = CORS{}
-	mi := &file_teapotv1_model_proto_msgTypes[20]
+	mi := &file_teapotv1_model_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1998,7 +2103,7 @@ func (x *CORS) String() string {
 func (*CORS) ProtoMessage() {}
 
 func (x *CORS) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[20]
+	mi := &file_teapotv1_model_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2011,7 +2116,7 @@ func (x *CORS) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CORS.ProtoReflect.Descriptor instead.
 func (*CORS) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{20}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CORS) GetAllowOrigins() []string {
@@ -2071,7 +2176,7 @@ type HeaderModifier struct {
 
 func (x *HeaderModifier) Reset() {
 	*x = HeaderModifier{}
-	mi := &file_teapotv1_model_proto_msgTypes[21]
+	mi := &file_teapotv1_model_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2083,7 +2188,7 @@ func (x *HeaderModifier) String() string {
 func (*HeaderModifier) ProtoMessage() {}
 
 func (x *HeaderModifier) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[21]
+	mi := &file_teapotv1_model_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2096,7 +2201,7 @@ func (x *HeaderModifier) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeaderModifier.ProtoReflect.Descriptor instead.
 func (*HeaderModifier) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{21}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *HeaderModifier) GetSet() []*HeaderValue {
@@ -2130,7 +2235,7 @@ type HeaderValue struct {
 
 func (x *HeaderValue) Reset() {
 	*x = HeaderValue{}
-	mi := &file_teapotv1_model_proto_msgTypes[22]
+	mi := &file_teapotv1_model_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2142,7 +2247,7 @@ func (x *HeaderValue) String() string {
 func (*HeaderValue) ProtoMessage() {}
 
 func (x *HeaderValue) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[22]
+	mi := &file_teapotv1_model_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2155,7 +2260,7 @@ func (x *HeaderValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeaderValue.ProtoReflect.Descriptor instead.
 func (*HeaderValue) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{22}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *HeaderValue) GetName() string {
@@ -2193,7 +2298,7 @@ type RequestRedirect struct {
 
 func (x *RequestRedirect) Reset() {
 	*x = RequestRedirect{}
-	mi := &file_teapotv1_model_proto_msgTypes[23]
+	mi := &file_teapotv1_model_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2205,7 +2310,7 @@ func (x *RequestRedirect) String() string {
 func (*RequestRedirect) ProtoMessage() {}
 
 func (x *RequestRedirect) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[23]
+	mi := &file_teapotv1_model_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2218,7 +2323,7 @@ func (x *RequestRedirect) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestRedirect.ProtoReflect.Descriptor instead.
 func (*RequestRedirect) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{23}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RequestRedirect) GetScheme() string {
@@ -2268,7 +2373,7 @@ type URLRewrite struct {
 
 func (x *URLRewrite) Reset() {
 	*x = URLRewrite{}
-	mi := &file_teapotv1_model_proto_msgTypes[24]
+	mi := &file_teapotv1_model_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2280,7 +2385,7 @@ func (x *URLRewrite) String() string {
 func (*URLRewrite) ProtoMessage() {}
 
 func (x *URLRewrite) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[24]
+	mi := &file_teapotv1_model_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2293,7 +2398,7 @@ func (x *URLRewrite) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use URLRewrite.ProtoReflect.Descriptor instead.
 func (*URLRewrite) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{24}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *URLRewrite) GetHostname() string {
@@ -2324,7 +2429,7 @@ type PathModifier struct {
 
 func (x *PathModifier) Reset() {
 	*x = PathModifier{}
-	mi := &file_teapotv1_model_proto_msgTypes[25]
+	mi := &file_teapotv1_model_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2336,7 +2441,7 @@ func (x *PathModifier) String() string {
 func (*PathModifier) ProtoMessage() {}
 
 func (x *PathModifier) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[25]
+	mi := &file_teapotv1_model_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2349,7 +2454,7 @@ func (x *PathModifier) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathModifier.ProtoReflect.Descriptor instead.
 func (*PathModifier) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{25}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PathModifier) GetReplaceFullPath() string {
@@ -2381,7 +2486,7 @@ type RequestMirror struct {
 
 func (x *RequestMirror) Reset() {
 	*x = RequestMirror{}
-	mi := &file_teapotv1_model_proto_msgTypes[26]
+	mi := &file_teapotv1_model_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2393,7 +2498,7 @@ func (x *RequestMirror) String() string {
 func (*RequestMirror) ProtoMessage() {}
 
 func (x *RequestMirror) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[26]
+	mi := &file_teapotv1_model_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2406,7 +2511,7 @@ func (x *RequestMirror) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestMirror.ProtoReflect.Descriptor instead.
 func (*RequestMirror) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{26}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RequestMirror) GetPool() string {
@@ -2441,7 +2546,7 @@ type Fraction struct {
 
 func (x *Fraction) Reset() {
 	*x = Fraction{}
-	mi := &file_teapotv1_model_proto_msgTypes[27]
+	mi := &file_teapotv1_model_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2453,7 +2558,7 @@ func (x *Fraction) String() string {
 func (*Fraction) ProtoMessage() {}
 
 func (x *Fraction) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[27]
+	mi := &file_teapotv1_model_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2466,7 +2571,7 @@ func (x *Fraction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Fraction.ProtoReflect.Descriptor instead.
 func (*Fraction) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{27}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Fraction) GetNumerator() uint32 {
@@ -2498,7 +2603,7 @@ type RouteTimeouts struct {
 
 func (x *RouteTimeouts) Reset() {
 	*x = RouteTimeouts{}
-	mi := &file_teapotv1_model_proto_msgTypes[28]
+	mi := &file_teapotv1_model_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2510,7 +2615,7 @@ func (x *RouteTimeouts) String() string {
 func (*RouteTimeouts) ProtoMessage() {}
 
 func (x *RouteTimeouts) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[28]
+	mi := &file_teapotv1_model_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2523,7 +2628,7 @@ func (x *RouteTimeouts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteTimeouts.ProtoReflect.Descriptor instead.
 func (*RouteTimeouts) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{28}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RouteTimeouts) GetRequest() *durationpb.Duration {
@@ -2560,7 +2665,7 @@ type BackendPool struct {
 
 func (x *BackendPool) Reset() {
 	*x = BackendPool{}
-	mi := &file_teapotv1_model_proto_msgTypes[29]
+	mi := &file_teapotv1_model_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2572,7 +2677,7 @@ func (x *BackendPool) String() string {
 func (*BackendPool) ProtoMessage() {}
 
 func (x *BackendPool) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[29]
+	mi := &file_teapotv1_model_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2585,7 +2690,7 @@ func (x *BackendPool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackendPool.ProtoReflect.Descriptor instead.
 func (*BackendPool) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{29}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *BackendPool) GetAlgorithm() string {
@@ -2649,7 +2754,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_teapotv1_model_proto_msgTypes[30]
+	mi := &file_teapotv1_model_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2661,7 +2766,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[30]
+	mi := &file_teapotv1_model_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2674,7 +2779,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{30}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Member) GetAddress() string {
@@ -2714,7 +2819,7 @@ type HealthCheck struct {
 
 func (x *HealthCheck) Reset() {
 	*x = HealthCheck{}
-	mi := &file_teapotv1_model_proto_msgTypes[31]
+	mi := &file_teapotv1_model_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2726,7 +2831,7 @@ func (x *HealthCheck) String() string {
 func (*HealthCheck) ProtoMessage() {}
 
 func (x *HealthCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[31]
+	mi := &file_teapotv1_model_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2739,7 +2844,7 @@ func (x *HealthCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthCheck.ProtoReflect.Descriptor instead.
 func (*HealthCheck) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{31}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *HealthCheck) GetTcp() *TCPCheck {
@@ -2813,7 +2918,7 @@ type TCPCheck struct {
 
 func (x *TCPCheck) Reset() {
 	*x = TCPCheck{}
-	mi := &file_teapotv1_model_proto_msgTypes[32]
+	mi := &file_teapotv1_model_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2825,7 +2930,7 @@ func (x *TCPCheck) String() string {
 func (*TCPCheck) ProtoMessage() {}
 
 func (x *TCPCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[32]
+	mi := &file_teapotv1_model_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2838,7 +2943,7 @@ func (x *TCPCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TCPCheck.ProtoReflect.Descriptor instead.
 func (*TCPCheck) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{32}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{33}
 }
 
 type HTTPCheck struct {
@@ -2853,7 +2958,7 @@ type HTTPCheck struct {
 
 func (x *HTTPCheck) Reset() {
 	*x = HTTPCheck{}
-	mi := &file_teapotv1_model_proto_msgTypes[33]
+	mi := &file_teapotv1_model_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2865,7 +2970,7 @@ func (x *HTTPCheck) String() string {
 func (*HTTPCheck) ProtoMessage() {}
 
 func (x *HTTPCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[33]
+	mi := &file_teapotv1_model_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2878,7 +2983,7 @@ func (x *HTTPCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HTTPCheck.ProtoReflect.Descriptor instead.
 func (*HTTPCheck) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{33}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *HTTPCheck) GetPath() string {
@@ -2931,7 +3036,7 @@ type HTTPSCheck struct {
 
 func (x *HTTPSCheck) Reset() {
 	*x = HTTPSCheck{}
-	mi := &file_teapotv1_model_proto_msgTypes[34]
+	mi := &file_teapotv1_model_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2943,7 +3048,7 @@ func (x *HTTPSCheck) String() string {
 func (*HTTPSCheck) ProtoMessage() {}
 
 func (x *HTTPSCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[34]
+	mi := &file_teapotv1_model_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2956,7 +3061,7 @@ func (x *HTTPSCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HTTPSCheck.ProtoReflect.Descriptor instead.
 func (*HTTPSCheck) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{34}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *HTTPSCheck) GetPath() string {
@@ -3033,7 +3138,7 @@ type LoadBalancerStatus struct {
 
 func (x *LoadBalancerStatus) Reset() {
 	*x = LoadBalancerStatus{}
-	mi := &file_teapotv1_model_proto_msgTypes[35]
+	mi := &file_teapotv1_model_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3045,7 +3150,7 @@ func (x *LoadBalancerStatus) String() string {
 func (*LoadBalancerStatus) ProtoMessage() {}
 
 func (x *LoadBalancerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[35]
+	mi := &file_teapotv1_model_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3058,7 +3163,7 @@ func (x *LoadBalancerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadBalancerStatus.ProtoReflect.Descriptor instead.
 func (*LoadBalancerStatus) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{35}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *LoadBalancerStatus) GetAddress() string {
@@ -3106,7 +3211,7 @@ type ObservedStatus struct {
 
 func (x *ObservedStatus) Reset() {
 	*x = ObservedStatus{}
-	mi := &file_teapotv1_model_proto_msgTypes[36]
+	mi := &file_teapotv1_model_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3118,7 +3223,7 @@ func (x *ObservedStatus) String() string {
 func (*ObservedStatus) ProtoMessage() {}
 
 func (x *ObservedStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[36]
+	mi := &file_teapotv1_model_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3131,7 +3236,7 @@ func (x *ObservedStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObservedStatus.ProtoReflect.Descriptor instead.
 func (*ObservedStatus) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{36}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ObservedStatus) GetPhase() string {
@@ -3172,7 +3277,7 @@ type Problem struct {
 
 func (x *Problem) Reset() {
 	*x = Problem{}
-	mi := &file_teapotv1_model_proto_msgTypes[37]
+	mi := &file_teapotv1_model_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3184,7 +3289,7 @@ func (x *Problem) String() string {
 func (*Problem) ProtoMessage() {}
 
 func (x *Problem) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[37]
+	mi := &file_teapotv1_model_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3197,7 +3302,7 @@ func (x *Problem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Problem.ProtoReflect.Descriptor instead.
 func (*Problem) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{37}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Problem) GetField() string {
@@ -3248,7 +3353,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_teapotv1_model_proto_msgTypes[38]
+	mi := &file_teapotv1_model_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3260,7 +3365,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[38]
+	mi := &file_teapotv1_model_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3273,7 +3378,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{38}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *Node) GetId() string {
@@ -3373,7 +3478,7 @@ type NodeService struct {
 
 func (x *NodeService) Reset() {
 	*x = NodeService{}
-	mi := &file_teapotv1_model_proto_msgTypes[39]
+	mi := &file_teapotv1_model_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3385,7 +3490,7 @@ func (x *NodeService) String() string {
 func (*NodeService) ProtoMessage() {}
 
 func (x *NodeService) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[39]
+	mi := &file_teapotv1_model_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3398,7 +3503,7 @@ func (x *NodeService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeService.ProtoReflect.Descriptor instead.
 func (*NodeService) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{39}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *NodeService) GetName() string {
@@ -3434,7 +3539,7 @@ type Certificate struct {
 
 func (x *Certificate) Reset() {
 	*x = Certificate{}
-	mi := &file_teapotv1_model_proto_msgTypes[40]
+	mi := &file_teapotv1_model_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3446,7 +3551,7 @@ func (x *Certificate) String() string {
 func (*Certificate) ProtoMessage() {}
 
 func (x *Certificate) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[40]
+	mi := &file_teapotv1_model_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3459,7 +3564,7 @@ func (x *Certificate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Certificate.ProtoReflect.Descriptor instead.
 func (*Certificate) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{40}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *Certificate) GetName() string {
@@ -3538,7 +3643,7 @@ type JoinToken struct {
 
 func (x *JoinToken) Reset() {
 	*x = JoinToken{}
-	mi := &file_teapotv1_model_proto_msgTypes[41]
+	mi := &file_teapotv1_model_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3550,7 +3655,7 @@ func (x *JoinToken) String() string {
 func (*JoinToken) ProtoMessage() {}
 
 func (x *JoinToken) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[41]
+	mi := &file_teapotv1_model_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3563,7 +3668,7 @@ func (x *JoinToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinToken.ProtoReflect.Descriptor instead.
 func (*JoinToken) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{41}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *JoinToken) GetId() string {
@@ -3612,7 +3717,7 @@ type StorageItem struct {
 
 func (x *StorageItem) Reset() {
 	*x = StorageItem{}
-	mi := &file_teapotv1_model_proto_msgTypes[42]
+	mi := &file_teapotv1_model_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3624,7 +3729,7 @@ func (x *StorageItem) String() string {
 func (*StorageItem) ProtoMessage() {}
 
 func (x *StorageItem) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[42]
+	mi := &file_teapotv1_model_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3637,7 +3742,7 @@ func (x *StorageItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageItem.ProtoReflect.Descriptor instead.
 func (*StorageItem) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{42}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *StorageItem) GetKey() string {
@@ -3684,7 +3789,7 @@ type StorageLock struct {
 
 func (x *StorageLock) Reset() {
 	*x = StorageLock{}
-	mi := &file_teapotv1_model_proto_msgTypes[43]
+	mi := &file_teapotv1_model_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3696,7 +3801,7 @@ func (x *StorageLock) String() string {
 func (*StorageLock) ProtoMessage() {}
 
 func (x *StorageLock) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[43]
+	mi := &file_teapotv1_model_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3709,7 +3814,7 @@ func (x *StorageLock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageLock.ProtoReflect.Descriptor instead.
 func (*StorageLock) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{43}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *StorageLock) GetName() string {
@@ -3767,7 +3872,7 @@ type Object struct {
 
 func (x *Object) Reset() {
 	*x = Object{}
-	mi := &file_teapotv1_model_proto_msgTypes[44]
+	mi := &file_teapotv1_model_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3779,7 +3884,7 @@ func (x *Object) String() string {
 func (*Object) ProtoMessage() {}
 
 func (x *Object) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[44]
+	mi := &file_teapotv1_model_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3792,7 +3897,7 @@ func (x *Object) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Object.ProtoReflect.Descriptor instead.
 func (*Object) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{44}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *Object) GetKind() isObject_Kind {
@@ -3940,7 +4045,7 @@ type ObjectRef struct {
 
 func (x *ObjectRef) Reset() {
 	*x = ObjectRef{}
-	mi := &file_teapotv1_model_proto_msgTypes[45]
+	mi := &file_teapotv1_model_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3952,7 +4057,7 @@ func (x *ObjectRef) String() string {
 func (*ObjectRef) ProtoMessage() {}
 
 func (x *ObjectRef) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[45]
+	mi := &file_teapotv1_model_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3965,7 +4070,7 @@ func (x *ObjectRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectRef.ProtoReflect.Descriptor instead.
 func (*ObjectRef) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{45}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ObjectRef) GetKind() string {
@@ -4110,7 +4215,7 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\x10ClientValidation\x12\x1b\n" +
 	"\tca_bundle\x18\x01 \x01(\tR\bcaBundle\x12\x12\n" +
 	"\x04mode\x18\x02 \x01(\tR\x04mode\x12%\n" +
-	"\x0esubject_header\x18\x03 \x01(\tR\rsubjectHeader\"\xb8\x03\n" +
+	"\x0esubject_header\x18\x03 \x01(\tR\rsubjectHeader\"\xe5\x03\n" +
 	"\x05Route\x12\x12\n" +
 	"\x04host\x18\x01 \x01(\tR\x04host\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x1b\n" +
@@ -4124,7 +4229,14 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\n" +
 	"rate_limit\x182 \x01(\v2\x14.teapot.v1.RateLimitR\trateLimit\x12 \n" +
 	"\x03waf\x183 \x01(\v2\x0e.teapot.v1.WAFR\x03waf\x12\x1b\n" +
-	"\tnot_found\x18x \x01(\bR\bnotFound\"f\n" +
+	"\tnot_found\x18x \x01(\bR\bnotFound\x12+\n" +
+	"\x05retry\x18Z \x01(\v2\x15.teapot.v1.RouteRetryR\x05retry\"\x85\x01\n" +
+	"\n" +
+	"RouteRetry\x12\x14\n" +
+	"\x05codes\x18\x01 \x03(\rR\x05codes\x12\x1f\n" +
+	"\battempts\x18\x02 \x01(\rH\x00R\battempts\x88\x01\x01\x123\n" +
+	"\abackoff\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\abackoffB\v\n" +
+	"\t_attempts\"f\n" +
 	"\x03WAF\x12\x12\n" +
 	"\x04mode\x18\x01 \x01(\tR\x04mode\x12%\n" +
 	"\x0eparanoia_level\x18\x02 \x01(\rR\rparanoiaLevel\x12$\n" +
@@ -4145,11 +4257,12 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\x0fGRPCMethodMatch\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12\x16\n" +
 	"\x06method\x18\x02 \x01(\tR\x06method\x12\x12\n" +
-	"\x04type\x18\x03 \x01(\tR\x04type\"l\n" +
+	"\x04type\x18\x03 \x01(\tR\x04type\"\xbf\x01\n" +
 	"\fRouteBackend\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x1b\n" +
 	"\x06weight\x18\x02 \x01(\rH\x00R\x06weight\x88\x01\x01\x12 \n" +
-	"\vunavailable\x18\x03 \x01(\bR\vunavailableB\t\n" +
+	"\vunavailable\x18\x03 \x01(\bR\vunavailable\x12Q\n" +
+	"\x17request_header_modifier\x18Z \x01(\v2\x19.teapot.v1.HeaderModifierR\x15requestHeaderModifierB\t\n" +
 	"\a_weight\"\x9a\x03\n" +
 	"\vRouteFilter\x12Q\n" +
 	"\x17request_header_modifier\x18\x01 \x01(\v2\x19.teapot.v1.HeaderModifierR\x15requestHeaderModifier\x12S\n" +
@@ -4326,7 +4439,7 @@ func file_teapotv1_model_proto_rawDescGZIP() []byte {
 	return file_teapotv1_model_proto_rawDescData
 }
 
-var file_teapotv1_model_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
+var file_teapotv1_model_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
 var file_teapotv1_model_proto_goTypes = []any{
 	(*Meta)(nil),                  // 0: teapot.v1.Meta
 	(*Tenant)(nil),                // 1: teapot.v1.Tenant
@@ -4342,45 +4455,46 @@ var file_teapotv1_model_proto_goTypes = []any{
 	(*TLSPolicy)(nil),             // 11: teapot.v1.TLSPolicy
 	(*ClientValidation)(nil),      // 12: teapot.v1.ClientValidation
 	(*Route)(nil),                 // 13: teapot.v1.Route
-	(*WAF)(nil),                   // 14: teapot.v1.WAF
-	(*RouteMatch)(nil),            // 15: teapot.v1.RouteMatch
-	(*ValueMatch)(nil),            // 16: teapot.v1.ValueMatch
-	(*GRPCMethodMatch)(nil),       // 17: teapot.v1.GRPCMethodMatch
-	(*RouteBackend)(nil),          // 18: teapot.v1.RouteBackend
-	(*RouteFilter)(nil),           // 19: teapot.v1.RouteFilter
-	(*CORS)(nil),                  // 20: teapot.v1.CORS
-	(*HeaderModifier)(nil),        // 21: teapot.v1.HeaderModifier
-	(*HeaderValue)(nil),           // 22: teapot.v1.HeaderValue
-	(*RequestRedirect)(nil),       // 23: teapot.v1.RequestRedirect
-	(*URLRewrite)(nil),            // 24: teapot.v1.URLRewrite
-	(*PathModifier)(nil),          // 25: teapot.v1.PathModifier
-	(*RequestMirror)(nil),         // 26: teapot.v1.RequestMirror
-	(*Fraction)(nil),              // 27: teapot.v1.Fraction
-	(*RouteTimeouts)(nil),         // 28: teapot.v1.RouteTimeouts
-	(*BackendPool)(nil),           // 29: teapot.v1.BackendPool
-	(*Member)(nil),                // 30: teapot.v1.Member
-	(*HealthCheck)(nil),           // 31: teapot.v1.HealthCheck
-	(*TCPCheck)(nil),              // 32: teapot.v1.TCPCheck
-	(*HTTPCheck)(nil),             // 33: teapot.v1.HTTPCheck
-	(*HTTPSCheck)(nil),            // 34: teapot.v1.HTTPSCheck
-	(*LoadBalancerStatus)(nil),    // 35: teapot.v1.LoadBalancerStatus
-	(*ObservedStatus)(nil),        // 36: teapot.v1.ObservedStatus
-	(*Problem)(nil),               // 37: teapot.v1.Problem
-	(*Node)(nil),                  // 38: teapot.v1.Node
-	(*NodeService)(nil),           // 39: teapot.v1.NodeService
-	(*Certificate)(nil),           // 40: teapot.v1.Certificate
-	(*JoinToken)(nil),             // 41: teapot.v1.JoinToken
-	(*StorageItem)(nil),           // 42: teapot.v1.StorageItem
-	(*StorageLock)(nil),           // 43: teapot.v1.StorageLock
-	(*Object)(nil),                // 44: teapot.v1.Object
-	(*ObjectRef)(nil),             // 45: teapot.v1.ObjectRef
-	nil,                           // 46: teapot.v1.LoadBalancer.PoolsEntry
-	(*timestamppb.Timestamp)(nil), // 47: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 48: google.protobuf.Duration
+	(*RouteRetry)(nil),            // 14: teapot.v1.RouteRetry
+	(*WAF)(nil),                   // 15: teapot.v1.WAF
+	(*RouteMatch)(nil),            // 16: teapot.v1.RouteMatch
+	(*ValueMatch)(nil),            // 17: teapot.v1.ValueMatch
+	(*GRPCMethodMatch)(nil),       // 18: teapot.v1.GRPCMethodMatch
+	(*RouteBackend)(nil),          // 19: teapot.v1.RouteBackend
+	(*RouteFilter)(nil),           // 20: teapot.v1.RouteFilter
+	(*CORS)(nil),                  // 21: teapot.v1.CORS
+	(*HeaderModifier)(nil),        // 22: teapot.v1.HeaderModifier
+	(*HeaderValue)(nil),           // 23: teapot.v1.HeaderValue
+	(*RequestRedirect)(nil),       // 24: teapot.v1.RequestRedirect
+	(*URLRewrite)(nil),            // 25: teapot.v1.URLRewrite
+	(*PathModifier)(nil),          // 26: teapot.v1.PathModifier
+	(*RequestMirror)(nil),         // 27: teapot.v1.RequestMirror
+	(*Fraction)(nil),              // 28: teapot.v1.Fraction
+	(*RouteTimeouts)(nil),         // 29: teapot.v1.RouteTimeouts
+	(*BackendPool)(nil),           // 30: teapot.v1.BackendPool
+	(*Member)(nil),                // 31: teapot.v1.Member
+	(*HealthCheck)(nil),           // 32: teapot.v1.HealthCheck
+	(*TCPCheck)(nil),              // 33: teapot.v1.TCPCheck
+	(*HTTPCheck)(nil),             // 34: teapot.v1.HTTPCheck
+	(*HTTPSCheck)(nil),            // 35: teapot.v1.HTTPSCheck
+	(*LoadBalancerStatus)(nil),    // 36: teapot.v1.LoadBalancerStatus
+	(*ObservedStatus)(nil),        // 37: teapot.v1.ObservedStatus
+	(*Problem)(nil),               // 38: teapot.v1.Problem
+	(*Node)(nil),                  // 39: teapot.v1.Node
+	(*NodeService)(nil),           // 40: teapot.v1.NodeService
+	(*Certificate)(nil),           // 41: teapot.v1.Certificate
+	(*JoinToken)(nil),             // 42: teapot.v1.JoinToken
+	(*StorageItem)(nil),           // 43: teapot.v1.StorageItem
+	(*StorageLock)(nil),           // 44: teapot.v1.StorageLock
+	(*Object)(nil),                // 45: teapot.v1.Object
+	(*ObjectRef)(nil),             // 46: teapot.v1.ObjectRef
+	nil,                           // 47: teapot.v1.LoadBalancer.PoolsEntry
+	(*timestamppb.Timestamp)(nil), // 48: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 49: google.protobuf.Duration
 }
 var file_teapotv1_model_proto_depIdxs = []int32{
-	47, // 0: teapot.v1.Meta.created:type_name -> google.protobuf.Timestamp
-	47, // 1: teapot.v1.Meta.updated:type_name -> google.protobuf.Timestamp
+	48, // 0: teapot.v1.Meta.created:type_name -> google.protobuf.Timestamp
+	48, // 1: teapot.v1.Meta.updated:type_name -> google.protobuf.Timestamp
 	3,  // 2: teapot.v1.Tenant.quotas:type_name -> teapot.v1.Quotas
 	0,  // 3: teapot.v1.Tenant.meta:type_name -> teapot.v1.Meta
 	2,  // 4: teapot.v1.Tenant.bgp:type_name -> teapot.v1.TenantBGP
@@ -4388,72 +4502,75 @@ var file_teapotv1_model_proto_depIdxs = []int32{
 	7,  // 6: teapot.v1.LoadBalancer.vip:type_name -> teapot.v1.VIPRequest
 	8,  // 7: teapot.v1.LoadBalancer.listeners:type_name -> teapot.v1.Listener
 	13, // 8: teapot.v1.LoadBalancer.routes:type_name -> teapot.v1.Route
-	46, // 9: teapot.v1.LoadBalancer.pools:type_name -> teapot.v1.LoadBalancer.PoolsEntry
+	47, // 9: teapot.v1.LoadBalancer.pools:type_name -> teapot.v1.LoadBalancer.PoolsEntry
 	6,  // 10: teapot.v1.LoadBalancer.access_log:type_name -> teapot.v1.AccessLog
 	0,  // 11: teapot.v1.LoadBalancer.meta:type_name -> teapot.v1.Meta
-	35, // 12: teapot.v1.LoadBalancer.status:type_name -> teapot.v1.LoadBalancerStatus
+	36, // 12: teapot.v1.LoadBalancer.status:type_name -> teapot.v1.LoadBalancerStatus
 	11, // 13: teapot.v1.Listener.tls:type_name -> teapot.v1.TLSPolicy
-	48, // 14: teapot.v1.Listener.idle_timeout:type_name -> google.protobuf.Duration
+	49, // 14: teapot.v1.Listener.idle_timeout:type_name -> google.protobuf.Duration
 	10, // 15: teapot.v1.Listener.sni_routes:type_name -> teapot.v1.SNIRoute
 	9,  // 16: teapot.v1.Listener.rate_limit:type_name -> teapot.v1.RateLimit
 	12, // 17: teapot.v1.TLSPolicy.client_validation:type_name -> teapot.v1.ClientValidation
-	15, // 18: teapot.v1.Route.matches:type_name -> teapot.v1.RouteMatch
-	18, // 19: teapot.v1.Route.backends:type_name -> teapot.v1.RouteBackend
-	19, // 20: teapot.v1.Route.filters:type_name -> teapot.v1.RouteFilter
-	28, // 21: teapot.v1.Route.timeouts:type_name -> teapot.v1.RouteTimeouts
+	16, // 18: teapot.v1.Route.matches:type_name -> teapot.v1.RouteMatch
+	19, // 19: teapot.v1.Route.backends:type_name -> teapot.v1.RouteBackend
+	20, // 20: teapot.v1.Route.filters:type_name -> teapot.v1.RouteFilter
+	29, // 21: teapot.v1.Route.timeouts:type_name -> teapot.v1.RouteTimeouts
 	9,  // 22: teapot.v1.Route.rate_limit:type_name -> teapot.v1.RateLimit
-	14, // 23: teapot.v1.Route.waf:type_name -> teapot.v1.WAF
-	16, // 24: teapot.v1.RouteMatch.headers:type_name -> teapot.v1.ValueMatch
-	16, // 25: teapot.v1.RouteMatch.query_params:type_name -> teapot.v1.ValueMatch
-	17, // 26: teapot.v1.RouteMatch.grpc:type_name -> teapot.v1.GRPCMethodMatch
-	21, // 27: teapot.v1.RouteFilter.request_header_modifier:type_name -> teapot.v1.HeaderModifier
-	21, // 28: teapot.v1.RouteFilter.response_header_modifier:type_name -> teapot.v1.HeaderModifier
-	23, // 29: teapot.v1.RouteFilter.request_redirect:type_name -> teapot.v1.RequestRedirect
-	24, // 30: teapot.v1.RouteFilter.url_rewrite:type_name -> teapot.v1.URLRewrite
-	26, // 31: teapot.v1.RouteFilter.request_mirror:type_name -> teapot.v1.RequestMirror
-	20, // 32: teapot.v1.RouteFilter.cors:type_name -> teapot.v1.CORS
-	22, // 33: teapot.v1.HeaderModifier.set:type_name -> teapot.v1.HeaderValue
-	22, // 34: teapot.v1.HeaderModifier.add:type_name -> teapot.v1.HeaderValue
-	25, // 35: teapot.v1.RequestRedirect.path:type_name -> teapot.v1.PathModifier
-	25, // 36: teapot.v1.URLRewrite.path:type_name -> teapot.v1.PathModifier
-	27, // 37: teapot.v1.RequestMirror.fraction:type_name -> teapot.v1.Fraction
-	48, // 38: teapot.v1.RouteTimeouts.request:type_name -> google.protobuf.Duration
-	48, // 39: teapot.v1.RouteTimeouts.backend_request:type_name -> google.protobuf.Duration
-	30, // 40: teapot.v1.BackendPool.members:type_name -> teapot.v1.Member
-	31, // 41: teapot.v1.BackendPool.health_check:type_name -> teapot.v1.HealthCheck
-	48, // 42: teapot.v1.BackendPool.connect_timeout:type_name -> google.protobuf.Duration
-	32, // 43: teapot.v1.HealthCheck.tcp:type_name -> teapot.v1.TCPCheck
-	33, // 44: teapot.v1.HealthCheck.http:type_name -> teapot.v1.HTTPCheck
-	48, // 45: teapot.v1.HealthCheck.interval:type_name -> google.protobuf.Duration
-	48, // 46: teapot.v1.HealthCheck.timeout:type_name -> google.protobuf.Duration
-	34, // 47: teapot.v1.HealthCheck.https:type_name -> teapot.v1.HTTPSCheck
-	37, // 48: teapot.v1.LoadBalancerStatus.problems:type_name -> teapot.v1.Problem
-	36, // 49: teapot.v1.LoadBalancerStatus.observed:type_name -> teapot.v1.ObservedStatus
-	39, // 50: teapot.v1.Node.services:type_name -> teapot.v1.NodeService
-	0,  // 51: teapot.v1.Node.meta:type_name -> teapot.v1.Meta
-	47, // 52: teapot.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
-	0,  // 53: teapot.v1.Certificate.meta:type_name -> teapot.v1.Meta
-	47, // 54: teapot.v1.JoinToken.expires:type_name -> google.protobuf.Timestamp
-	0,  // 55: teapot.v1.JoinToken.meta:type_name -> teapot.v1.Meta
-	47, // 56: teapot.v1.StorageItem.modified:type_name -> google.protobuf.Timestamp
-	0,  // 57: teapot.v1.StorageItem.meta:type_name -> teapot.v1.Meta
-	47, // 58: teapot.v1.StorageLock.expires:type_name -> google.protobuf.Timestamp
-	48, // 59: teapot.v1.StorageLock.ttl:type_name -> google.protobuf.Duration
-	0,  // 60: teapot.v1.StorageLock.meta:type_name -> teapot.v1.Meta
-	1,  // 61: teapot.v1.Object.tenant:type_name -> teapot.v1.Tenant
-	4,  // 62: teapot.v1.Object.vip_pool:type_name -> teapot.v1.VIPPool
-	5,  // 63: teapot.v1.Object.load_balancer:type_name -> teapot.v1.LoadBalancer
-	38, // 64: teapot.v1.Object.node:type_name -> teapot.v1.Node
-	40, // 65: teapot.v1.Object.certificate:type_name -> teapot.v1.Certificate
-	41, // 66: teapot.v1.Object.join_token:type_name -> teapot.v1.JoinToken
-	42, // 67: teapot.v1.Object.storage_item:type_name -> teapot.v1.StorageItem
-	43, // 68: teapot.v1.Object.storage_lock:type_name -> teapot.v1.StorageLock
-	29, // 69: teapot.v1.LoadBalancer.PoolsEntry.value:type_name -> teapot.v1.BackendPool
-	70, // [70:70] is the sub-list for method output_type
-	70, // [70:70] is the sub-list for method input_type
-	70, // [70:70] is the sub-list for extension type_name
-	70, // [70:70] is the sub-list for extension extendee
-	0,  // [0:70] is the sub-list for field type_name
+	15, // 23: teapot.v1.Route.waf:type_name -> teapot.v1.WAF
+	14, // 24: teapot.v1.Route.retry:type_name -> teapot.v1.RouteRetry
+	49, // 25: teapot.v1.RouteRetry.backoff:type_name -> google.protobuf.Duration
+	17, // 26: teapot.v1.RouteMatch.headers:type_name -> teapot.v1.ValueMatch
+	17, // 27: teapot.v1.RouteMatch.query_params:type_name -> teapot.v1.ValueMatch
+	18, // 28: teapot.v1.RouteMatch.grpc:type_name -> teapot.v1.GRPCMethodMatch
+	22, // 29: teapot.v1.RouteBackend.request_header_modifier:type_name -> teapot.v1.HeaderModifier
+	22, // 30: teapot.v1.RouteFilter.request_header_modifier:type_name -> teapot.v1.HeaderModifier
+	22, // 31: teapot.v1.RouteFilter.response_header_modifier:type_name -> teapot.v1.HeaderModifier
+	24, // 32: teapot.v1.RouteFilter.request_redirect:type_name -> teapot.v1.RequestRedirect
+	25, // 33: teapot.v1.RouteFilter.url_rewrite:type_name -> teapot.v1.URLRewrite
+	27, // 34: teapot.v1.RouteFilter.request_mirror:type_name -> teapot.v1.RequestMirror
+	21, // 35: teapot.v1.RouteFilter.cors:type_name -> teapot.v1.CORS
+	23, // 36: teapot.v1.HeaderModifier.set:type_name -> teapot.v1.HeaderValue
+	23, // 37: teapot.v1.HeaderModifier.add:type_name -> teapot.v1.HeaderValue
+	26, // 38: teapot.v1.RequestRedirect.path:type_name -> teapot.v1.PathModifier
+	26, // 39: teapot.v1.URLRewrite.path:type_name -> teapot.v1.PathModifier
+	28, // 40: teapot.v1.RequestMirror.fraction:type_name -> teapot.v1.Fraction
+	49, // 41: teapot.v1.RouteTimeouts.request:type_name -> google.protobuf.Duration
+	49, // 42: teapot.v1.RouteTimeouts.backend_request:type_name -> google.protobuf.Duration
+	31, // 43: teapot.v1.BackendPool.members:type_name -> teapot.v1.Member
+	32, // 44: teapot.v1.BackendPool.health_check:type_name -> teapot.v1.HealthCheck
+	49, // 45: teapot.v1.BackendPool.connect_timeout:type_name -> google.protobuf.Duration
+	33, // 46: teapot.v1.HealthCheck.tcp:type_name -> teapot.v1.TCPCheck
+	34, // 47: teapot.v1.HealthCheck.http:type_name -> teapot.v1.HTTPCheck
+	49, // 48: teapot.v1.HealthCheck.interval:type_name -> google.protobuf.Duration
+	49, // 49: teapot.v1.HealthCheck.timeout:type_name -> google.protobuf.Duration
+	35, // 50: teapot.v1.HealthCheck.https:type_name -> teapot.v1.HTTPSCheck
+	38, // 51: teapot.v1.LoadBalancerStatus.problems:type_name -> teapot.v1.Problem
+	37, // 52: teapot.v1.LoadBalancerStatus.observed:type_name -> teapot.v1.ObservedStatus
+	40, // 53: teapot.v1.Node.services:type_name -> teapot.v1.NodeService
+	0,  // 54: teapot.v1.Node.meta:type_name -> teapot.v1.Meta
+	48, // 55: teapot.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
+	0,  // 56: teapot.v1.Certificate.meta:type_name -> teapot.v1.Meta
+	48, // 57: teapot.v1.JoinToken.expires:type_name -> google.protobuf.Timestamp
+	0,  // 58: teapot.v1.JoinToken.meta:type_name -> teapot.v1.Meta
+	48, // 59: teapot.v1.StorageItem.modified:type_name -> google.protobuf.Timestamp
+	0,  // 60: teapot.v1.StorageItem.meta:type_name -> teapot.v1.Meta
+	48, // 61: teapot.v1.StorageLock.expires:type_name -> google.protobuf.Timestamp
+	49, // 62: teapot.v1.StorageLock.ttl:type_name -> google.protobuf.Duration
+	0,  // 63: teapot.v1.StorageLock.meta:type_name -> teapot.v1.Meta
+	1,  // 64: teapot.v1.Object.tenant:type_name -> teapot.v1.Tenant
+	4,  // 65: teapot.v1.Object.vip_pool:type_name -> teapot.v1.VIPPool
+	5,  // 66: teapot.v1.Object.load_balancer:type_name -> teapot.v1.LoadBalancer
+	39, // 67: teapot.v1.Object.node:type_name -> teapot.v1.Node
+	41, // 68: teapot.v1.Object.certificate:type_name -> teapot.v1.Certificate
+	42, // 69: teapot.v1.Object.join_token:type_name -> teapot.v1.JoinToken
+	43, // 70: teapot.v1.Object.storage_item:type_name -> teapot.v1.StorageItem
+	44, // 71: teapot.v1.Object.storage_lock:type_name -> teapot.v1.StorageLock
+	30, // 72: teapot.v1.LoadBalancer.PoolsEntry.value:type_name -> teapot.v1.BackendPool
+	73, // [73:73] is the sub-list for method output_type
+	73, // [73:73] is the sub-list for method input_type
+	73, // [73:73] is the sub-list for extension type_name
+	73, // [73:73] is the sub-list for extension extendee
+	0,  // [0:73] is the sub-list for field type_name
 }
 
 func init() { file_teapotv1_model_proto_init() }
@@ -4461,12 +4578,13 @@ func file_teapotv1_model_proto_init() {
 	if File_teapotv1_model_proto != nil {
 		return
 	}
-	file_teapotv1_model_proto_msgTypes[18].OneofWrappers = []any{}
-	file_teapotv1_model_proto_msgTypes[23].OneofWrappers = []any{}
-	file_teapotv1_model_proto_msgTypes[25].OneofWrappers = []any{}
+	file_teapotv1_model_proto_msgTypes[14].OneofWrappers = []any{}
+	file_teapotv1_model_proto_msgTypes[19].OneofWrappers = []any{}
+	file_teapotv1_model_proto_msgTypes[24].OneofWrappers = []any{}
 	file_teapotv1_model_proto_msgTypes[26].OneofWrappers = []any{}
-	file_teapotv1_model_proto_msgTypes[30].OneofWrappers = []any{}
-	file_teapotv1_model_proto_msgTypes[44].OneofWrappers = []any{
+	file_teapotv1_model_proto_msgTypes[27].OneofWrappers = []any{}
+	file_teapotv1_model_proto_msgTypes[31].OneofWrappers = []any{}
+	file_teapotv1_model_proto_msgTypes[45].OneofWrappers = []any{
 		(*Object_Tenant)(nil),
 		(*Object_VipPool)(nil),
 		(*Object_LoadBalancer)(nil),
@@ -4482,7 +4600,7 @@ func file_teapotv1_model_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_teapotv1_model_proto_rawDesc), len(file_teapotv1_model_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   47,
+			NumMessages:   48,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
