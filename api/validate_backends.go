@@ -86,6 +86,7 @@ func checkPoolProtocols(ck *checker, f string, bp *pb.BackendPool, udp int) {
 		ck.invalidf(f+".backendProtocol", "%q is not one of http1, h2c, tls, h2", bpp)
 	}
 	checkPositive(ck, f+".connectTimeout", bp.GetConnectTimeout())
+	checkBackendTLS(ck, f, bp)
 }
 
 func checkAlgorithm(ck *checker, f string, bp *pb.BackendPool) {

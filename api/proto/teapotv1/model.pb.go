@@ -2345,8 +2345,13 @@ type BackendPool struct {
 	// (default http1; L7 only).
 	BackendProtocol string               `protobuf:"bytes,6,opt,name=backend_protocol,json=backendProtocol,proto3" json:"backend_protocol,omitempty"`
 	ConnectTimeout  *durationpb.Duration `protobuf:"bytes,7,opt,name=connect_timeout,json=connectTimeout,proto3" json:"connect_timeout,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// TLS towards the members (backendProtocol tls or h2): the CAs their
+	// certificates must chain to, the server name sent and verified, and
+	// the subject alternative names accepted. Unset: the members'
+	// certificates are not verified (they are addressed by IP).
+	Tls           *BackendTLS `protobuf:"bytes,110,opt,name=tls,proto3" json:"tls,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *BackendPool) Reset() {
@@ -2428,6 +2433,151 @@ func (x *BackendPool) GetConnectTimeout() *durationpb.Duration {
 	return nil
 }
 
+func (x *BackendPool) GetTls() *BackendTLS {
+	if x != nil {
+		return x.Tls
+	}
+	return nil
+}
+
+// BackendTLS verifies the members of a pool that speak TLS (Gateway API
+// BackendTLSPolicy). A member whose certificate fails verification is
+// not sent the request: the client gets 502, the access log says
+// member-tls.
+type BackendTLS struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// PEM CA certificates (at most 64 KiB, 32 certificates) the member's
+	// certificate must chain to.
+	CaPem string `protobuf:"bytes,1,opt,name=ca_pem,json=caPem,proto3" json:"ca_pem,omitempty"`
+	// Verify against the LB host's system roots instead (the Gateway API's
+	// wellKnownCACertificates: System). Exactly one of caPem and
+	// systemRoots is set.
+	SystemRoots bool `protobuf:"varint,2,opt,name=system_roots,json=systemRoots,proto3" json:"system_roots,omitempty"`
+	// The server name (SNI) sent to the members, and the name their
+	// certificate must hold when subjectAltNames is empty: a DNS name, no
+	// wildcard.
+	ServerName string `protobuf:"bytes,3,opt,name=server_name,json=serverName,proto3" json:"server_name,omitempty"`
+	// When set, the member's certificate must hold at least one of these
+	// (instead of serverName); at most 16.
+	SubjectAltNames []*SubjectAltName `protobuf:"bytes,4,rep,name=subject_alt_names,json=subjectAltNames,proto3" json:"subject_alt_names,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *BackendTLS) Reset() {
+	*x = BackendTLS{}
+	mi := &file_teapotv1_model_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackendTLS) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackendTLS) ProtoMessage() {}
+
+func (x *BackendTLS) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_model_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackendTLS.ProtoReflect.Descriptor instead.
+func (*BackendTLS) Descriptor() ([]byte, []int) {
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *BackendTLS) GetCaPem() string {
+	if x != nil {
+		return x.CaPem
+	}
+	return ""
+}
+
+func (x *BackendTLS) GetSystemRoots() bool {
+	if x != nil {
+		return x.SystemRoots
+	}
+	return false
+}
+
+func (x *BackendTLS) GetServerName() string {
+	if x != nil {
+		return x.ServerName
+	}
+	return ""
+}
+
+func (x *BackendTLS) GetSubjectAltNames() []*SubjectAltName {
+	if x != nil {
+		return x.SubjectAltNames
+	}
+	return nil
+}
+
+// SubjectAltName is one accepted name of a member's certificate: exactly
+// one of hostname (a DNS name, "*.acme.example" matches one label) and
+// uri (an absolute URI such as "spiffe://acme.example/web", compared
+// exactly).
+type SubjectAltName struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Hostname      string                 `protobuf:"bytes,1,opt,name=hostname,proto3" json:"hostname,omitempty"`
+	Uri           string                 `protobuf:"bytes,2,opt,name=uri,proto3" json:"uri,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SubjectAltName) Reset() {
+	*x = SubjectAltName{}
+	mi := &file_teapotv1_model_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubjectAltName) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubjectAltName) ProtoMessage() {}
+
+func (x *SubjectAltName) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_model_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubjectAltName.ProtoReflect.Descriptor instead.
+func (*SubjectAltName) Descriptor() ([]byte, []int) {
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *SubjectAltName) GetHostname() string {
+	if x != nil {
+		return x.Hostname
+	}
+	return ""
+}
+
+func (x *SubjectAltName) GetUri() string {
+	if x != nil {
+		return x.Uri
+	}
+	return ""
+}
+
 type Member struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// host:port with an IP address ("10.20.0.11:30080", "[2001:db8::1]:80").
@@ -2440,7 +2590,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_teapotv1_model_proto_msgTypes[28]
+	mi := &file_teapotv1_model_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2452,7 +2602,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[28]
+	mi := &file_teapotv1_model_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2465,7 +2615,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{28}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Member) GetAddress() string {
@@ -2505,7 +2655,7 @@ type HealthCheck struct {
 
 func (x *HealthCheck) Reset() {
 	*x = HealthCheck{}
-	mi := &file_teapotv1_model_proto_msgTypes[29]
+	mi := &file_teapotv1_model_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2517,7 +2667,7 @@ func (x *HealthCheck) String() string {
 func (*HealthCheck) ProtoMessage() {}
 
 func (x *HealthCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[29]
+	mi := &file_teapotv1_model_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2530,7 +2680,7 @@ func (x *HealthCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthCheck.ProtoReflect.Descriptor instead.
 func (*HealthCheck) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{29}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *HealthCheck) GetTcp() *TCPCheck {
@@ -2604,7 +2754,7 @@ type TCPCheck struct {
 
 func (x *TCPCheck) Reset() {
 	*x = TCPCheck{}
-	mi := &file_teapotv1_model_proto_msgTypes[30]
+	mi := &file_teapotv1_model_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2616,7 +2766,7 @@ func (x *TCPCheck) String() string {
 func (*TCPCheck) ProtoMessage() {}
 
 func (x *TCPCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[30]
+	mi := &file_teapotv1_model_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2629,7 +2779,7 @@ func (x *TCPCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TCPCheck.ProtoReflect.Descriptor instead.
 func (*TCPCheck) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{30}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{32}
 }
 
 type HTTPCheck struct {
@@ -2644,7 +2794,7 @@ type HTTPCheck struct {
 
 func (x *HTTPCheck) Reset() {
 	*x = HTTPCheck{}
-	mi := &file_teapotv1_model_proto_msgTypes[31]
+	mi := &file_teapotv1_model_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2656,7 +2806,7 @@ func (x *HTTPCheck) String() string {
 func (*HTTPCheck) ProtoMessage() {}
 
 func (x *HTTPCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[31]
+	mi := &file_teapotv1_model_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2669,7 +2819,7 @@ func (x *HTTPCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HTTPCheck.ProtoReflect.Descriptor instead.
 func (*HTTPCheck) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{31}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *HTTPCheck) GetPath() string {
@@ -2722,7 +2872,7 @@ type HTTPSCheck struct {
 
 func (x *HTTPSCheck) Reset() {
 	*x = HTTPSCheck{}
-	mi := &file_teapotv1_model_proto_msgTypes[32]
+	mi := &file_teapotv1_model_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2734,7 +2884,7 @@ func (x *HTTPSCheck) String() string {
 func (*HTTPSCheck) ProtoMessage() {}
 
 func (x *HTTPSCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[32]
+	mi := &file_teapotv1_model_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2747,7 +2897,7 @@ func (x *HTTPSCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HTTPSCheck.ProtoReflect.Descriptor instead.
 func (*HTTPSCheck) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{32}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *HTTPSCheck) GetPath() string {
@@ -2824,7 +2974,7 @@ type LoadBalancerStatus struct {
 
 func (x *LoadBalancerStatus) Reset() {
 	*x = LoadBalancerStatus{}
-	mi := &file_teapotv1_model_proto_msgTypes[33]
+	mi := &file_teapotv1_model_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2836,7 +2986,7 @@ func (x *LoadBalancerStatus) String() string {
 func (*LoadBalancerStatus) ProtoMessage() {}
 
 func (x *LoadBalancerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[33]
+	mi := &file_teapotv1_model_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2849,7 +2999,7 @@ func (x *LoadBalancerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadBalancerStatus.ProtoReflect.Descriptor instead.
 func (*LoadBalancerStatus) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{33}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *LoadBalancerStatus) GetAddress() string {
@@ -2897,7 +3047,7 @@ type ObservedStatus struct {
 
 func (x *ObservedStatus) Reset() {
 	*x = ObservedStatus{}
-	mi := &file_teapotv1_model_proto_msgTypes[34]
+	mi := &file_teapotv1_model_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2909,7 +3059,7 @@ func (x *ObservedStatus) String() string {
 func (*ObservedStatus) ProtoMessage() {}
 
 func (x *ObservedStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[34]
+	mi := &file_teapotv1_model_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2922,7 +3072,7 @@ func (x *ObservedStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObservedStatus.ProtoReflect.Descriptor instead.
 func (*ObservedStatus) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{34}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ObservedStatus) GetPhase() string {
@@ -2963,7 +3113,7 @@ type Problem struct {
 
 func (x *Problem) Reset() {
 	*x = Problem{}
-	mi := &file_teapotv1_model_proto_msgTypes[35]
+	mi := &file_teapotv1_model_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2975,7 +3125,7 @@ func (x *Problem) String() string {
 func (*Problem) ProtoMessage() {}
 
 func (x *Problem) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[35]
+	mi := &file_teapotv1_model_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2988,7 +3138,7 @@ func (x *Problem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Problem.ProtoReflect.Descriptor instead.
 func (*Problem) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{35}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Problem) GetField() string {
@@ -3039,7 +3189,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_teapotv1_model_proto_msgTypes[36]
+	mi := &file_teapotv1_model_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3051,7 +3201,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[36]
+	mi := &file_teapotv1_model_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3064,7 +3214,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{36}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Node) GetId() string {
@@ -3164,7 +3314,7 @@ type NodeService struct {
 
 func (x *NodeService) Reset() {
 	*x = NodeService{}
-	mi := &file_teapotv1_model_proto_msgTypes[37]
+	mi := &file_teapotv1_model_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3176,7 +3326,7 @@ func (x *NodeService) String() string {
 func (*NodeService) ProtoMessage() {}
 
 func (x *NodeService) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[37]
+	mi := &file_teapotv1_model_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3189,7 +3339,7 @@ func (x *NodeService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeService.ProtoReflect.Descriptor instead.
 func (*NodeService) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{37}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *NodeService) GetName() string {
@@ -3225,7 +3375,7 @@ type Certificate struct {
 
 func (x *Certificate) Reset() {
 	*x = Certificate{}
-	mi := &file_teapotv1_model_proto_msgTypes[38]
+	mi := &file_teapotv1_model_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3237,7 +3387,7 @@ func (x *Certificate) String() string {
 func (*Certificate) ProtoMessage() {}
 
 func (x *Certificate) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[38]
+	mi := &file_teapotv1_model_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3250,7 +3400,7 @@ func (x *Certificate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Certificate.ProtoReflect.Descriptor instead.
 func (*Certificate) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{38}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Certificate) GetName() string {
@@ -3329,7 +3479,7 @@ type JoinToken struct {
 
 func (x *JoinToken) Reset() {
 	*x = JoinToken{}
-	mi := &file_teapotv1_model_proto_msgTypes[39]
+	mi := &file_teapotv1_model_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3341,7 +3491,7 @@ func (x *JoinToken) String() string {
 func (*JoinToken) ProtoMessage() {}
 
 func (x *JoinToken) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[39]
+	mi := &file_teapotv1_model_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3354,7 +3504,7 @@ func (x *JoinToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinToken.ProtoReflect.Descriptor instead.
 func (*JoinToken) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{39}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *JoinToken) GetId() string {
@@ -3403,7 +3553,7 @@ type StorageItem struct {
 
 func (x *StorageItem) Reset() {
 	*x = StorageItem{}
-	mi := &file_teapotv1_model_proto_msgTypes[40]
+	mi := &file_teapotv1_model_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3415,7 +3565,7 @@ func (x *StorageItem) String() string {
 func (*StorageItem) ProtoMessage() {}
 
 func (x *StorageItem) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[40]
+	mi := &file_teapotv1_model_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3428,7 +3578,7 @@ func (x *StorageItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageItem.ProtoReflect.Descriptor instead.
 func (*StorageItem) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{40}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *StorageItem) GetKey() string {
@@ -3475,7 +3625,7 @@ type StorageLock struct {
 
 func (x *StorageLock) Reset() {
 	*x = StorageLock{}
-	mi := &file_teapotv1_model_proto_msgTypes[41]
+	mi := &file_teapotv1_model_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3487,7 +3637,7 @@ func (x *StorageLock) String() string {
 func (*StorageLock) ProtoMessage() {}
 
 func (x *StorageLock) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[41]
+	mi := &file_teapotv1_model_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3500,7 +3650,7 @@ func (x *StorageLock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageLock.ProtoReflect.Descriptor instead.
 func (*StorageLock) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{41}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *StorageLock) GetName() string {
@@ -3558,7 +3708,7 @@ type Object struct {
 
 func (x *Object) Reset() {
 	*x = Object{}
-	mi := &file_teapotv1_model_proto_msgTypes[42]
+	mi := &file_teapotv1_model_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3570,7 +3720,7 @@ func (x *Object) String() string {
 func (*Object) ProtoMessage() {}
 
 func (x *Object) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[42]
+	mi := &file_teapotv1_model_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3583,7 +3733,7 @@ func (x *Object) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Object.ProtoReflect.Descriptor instead.
 func (*Object) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{42}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *Object) GetKind() isObject_Kind {
@@ -3731,7 +3881,7 @@ type ObjectRef struct {
 
 func (x *ObjectRef) Reset() {
 	*x = ObjectRef{}
-	mi := &file_teapotv1_model_proto_msgTypes[43]
+	mi := &file_teapotv1_model_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3743,7 +3893,7 @@ func (x *ObjectRef) String() string {
 func (*ObjectRef) ProtoMessage() {}
 
 func (x *ObjectRef) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[43]
+	mi := &file_teapotv1_model_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3756,7 +3906,7 @@ func (x *ObjectRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectRef.ProtoReflect.Descriptor instead.
 func (*ObjectRef) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{43}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ObjectRef) GetKind() string {
@@ -3978,7 +4128,7 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\vdenominator\x18\x02 \x01(\rR\vdenominator\"\x88\x01\n" +
 	"\rRouteTimeouts\x123\n" +
 	"\arequest\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\arequest\x12B\n" +
-	"\x0fbackend_request\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x0ebackendRequest\"\xc2\x02\n" +
+	"\x0fbackend_request\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x0ebackendRequest\"\xeb\x02\n" +
 	"\vBackendPool\x12\x1c\n" +
 	"\talgorithm\x18\x01 \x01(\tR\talgorithm\x12\x17\n" +
 	"\ahash_on\x18\x02 \x01(\tR\x06hashOn\x12+\n" +
@@ -3986,7 +4136,18 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\fhealth_check\x18\x04 \x01(\v2\x16.teapot.v1.HealthCheckR\vhealthCheck\x12%\n" +
 	"\x0eproxy_protocol\x18\x05 \x01(\tR\rproxyProtocol\x12)\n" +
 	"\x10backend_protocol\x18\x06 \x01(\tR\x0fbackendProtocol\x12B\n" +
-	"\x0fconnect_timeout\x18\a \x01(\v2\x19.google.protobuf.DurationR\x0econnectTimeout\"J\n" +
+	"\x0fconnect_timeout\x18\a \x01(\v2\x19.google.protobuf.DurationR\x0econnectTimeout\x12'\n" +
+	"\x03tls\x18n \x01(\v2\x15.teapot.v1.BackendTLSR\x03tls\"\xae\x01\n" +
+	"\n" +
+	"BackendTLS\x12\x15\n" +
+	"\x06ca_pem\x18\x01 \x01(\tR\x05caPem\x12!\n" +
+	"\fsystem_roots\x18\x02 \x01(\bR\vsystemRoots\x12\x1f\n" +
+	"\vserver_name\x18\x03 \x01(\tR\n" +
+	"serverName\x12E\n" +
+	"\x11subject_alt_names\x18\x04 \x03(\v2\x19.teapot.v1.SubjectAltNameR\x0fsubjectAltNames\">\n" +
+	"\x0eSubjectAltName\x12\x1a\n" +
+	"\bhostname\x18\x01 \x01(\tR\bhostname\x12\x10\n" +
+	"\x03uri\x18\x02 \x01(\tR\x03uri\"J\n" +
 	"\x06Member\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x1b\n" +
 	"\x06weight\x18\x02 \x01(\rH\x00R\x06weight\x88\x01\x01B\t\n" +
@@ -4103,7 +4264,7 @@ func file_teapotv1_model_proto_rawDescGZIP() []byte {
 	return file_teapotv1_model_proto_rawDescData
 }
 
-var file_teapotv1_model_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_teapotv1_model_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
 var file_teapotv1_model_proto_goTypes = []any{
 	(*Meta)(nil),                  // 0: teapot.v1.Meta
 	(*Tenant)(nil),                // 1: teapot.v1.Tenant
@@ -4133,29 +4294,31 @@ var file_teapotv1_model_proto_goTypes = []any{
 	(*Fraction)(nil),              // 25: teapot.v1.Fraction
 	(*RouteTimeouts)(nil),         // 26: teapot.v1.RouteTimeouts
 	(*BackendPool)(nil),           // 27: teapot.v1.BackendPool
-	(*Member)(nil),                // 28: teapot.v1.Member
-	(*HealthCheck)(nil),           // 29: teapot.v1.HealthCheck
-	(*TCPCheck)(nil),              // 30: teapot.v1.TCPCheck
-	(*HTTPCheck)(nil),             // 31: teapot.v1.HTTPCheck
-	(*HTTPSCheck)(nil),            // 32: teapot.v1.HTTPSCheck
-	(*LoadBalancerStatus)(nil),    // 33: teapot.v1.LoadBalancerStatus
-	(*ObservedStatus)(nil),        // 34: teapot.v1.ObservedStatus
-	(*Problem)(nil),               // 35: teapot.v1.Problem
-	(*Node)(nil),                  // 36: teapot.v1.Node
-	(*NodeService)(nil),           // 37: teapot.v1.NodeService
-	(*Certificate)(nil),           // 38: teapot.v1.Certificate
-	(*JoinToken)(nil),             // 39: teapot.v1.JoinToken
-	(*StorageItem)(nil),           // 40: teapot.v1.StorageItem
-	(*StorageLock)(nil),           // 41: teapot.v1.StorageLock
-	(*Object)(nil),                // 42: teapot.v1.Object
-	(*ObjectRef)(nil),             // 43: teapot.v1.ObjectRef
-	nil,                           // 44: teapot.v1.LoadBalancer.PoolsEntry
-	(*timestamppb.Timestamp)(nil), // 45: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 46: google.protobuf.Duration
+	(*BackendTLS)(nil),            // 28: teapot.v1.BackendTLS
+	(*SubjectAltName)(nil),        // 29: teapot.v1.SubjectAltName
+	(*Member)(nil),                // 30: teapot.v1.Member
+	(*HealthCheck)(nil),           // 31: teapot.v1.HealthCheck
+	(*TCPCheck)(nil),              // 32: teapot.v1.TCPCheck
+	(*HTTPCheck)(nil),             // 33: teapot.v1.HTTPCheck
+	(*HTTPSCheck)(nil),            // 34: teapot.v1.HTTPSCheck
+	(*LoadBalancerStatus)(nil),    // 35: teapot.v1.LoadBalancerStatus
+	(*ObservedStatus)(nil),        // 36: teapot.v1.ObservedStatus
+	(*Problem)(nil),               // 37: teapot.v1.Problem
+	(*Node)(nil),                  // 38: teapot.v1.Node
+	(*NodeService)(nil),           // 39: teapot.v1.NodeService
+	(*Certificate)(nil),           // 40: teapot.v1.Certificate
+	(*JoinToken)(nil),             // 41: teapot.v1.JoinToken
+	(*StorageItem)(nil),           // 42: teapot.v1.StorageItem
+	(*StorageLock)(nil),           // 43: teapot.v1.StorageLock
+	(*Object)(nil),                // 44: teapot.v1.Object
+	(*ObjectRef)(nil),             // 45: teapot.v1.ObjectRef
+	nil,                           // 46: teapot.v1.LoadBalancer.PoolsEntry
+	(*timestamppb.Timestamp)(nil), // 47: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 48: google.protobuf.Duration
 }
 var file_teapotv1_model_proto_depIdxs = []int32{
-	45, // 0: teapot.v1.Meta.created:type_name -> google.protobuf.Timestamp
-	45, // 1: teapot.v1.Meta.updated:type_name -> google.protobuf.Timestamp
+	47, // 0: teapot.v1.Meta.created:type_name -> google.protobuf.Timestamp
+	47, // 1: teapot.v1.Meta.updated:type_name -> google.protobuf.Timestamp
 	3,  // 2: teapot.v1.Tenant.quotas:type_name -> teapot.v1.Quotas
 	0,  // 3: teapot.v1.Tenant.meta:type_name -> teapot.v1.Meta
 	2,  // 4: teapot.v1.Tenant.bgp:type_name -> teapot.v1.TenantBGP
@@ -4163,12 +4326,12 @@ var file_teapotv1_model_proto_depIdxs = []int32{
 	7,  // 6: teapot.v1.LoadBalancer.vip:type_name -> teapot.v1.VIPRequest
 	8,  // 7: teapot.v1.LoadBalancer.listeners:type_name -> teapot.v1.Listener
 	12, // 8: teapot.v1.LoadBalancer.routes:type_name -> teapot.v1.Route
-	44, // 9: teapot.v1.LoadBalancer.pools:type_name -> teapot.v1.LoadBalancer.PoolsEntry
+	46, // 9: teapot.v1.LoadBalancer.pools:type_name -> teapot.v1.LoadBalancer.PoolsEntry
 	6,  // 10: teapot.v1.LoadBalancer.access_log:type_name -> teapot.v1.AccessLog
 	0,  // 11: teapot.v1.LoadBalancer.meta:type_name -> teapot.v1.Meta
-	33, // 12: teapot.v1.LoadBalancer.status:type_name -> teapot.v1.LoadBalancerStatus
+	35, // 12: teapot.v1.LoadBalancer.status:type_name -> teapot.v1.LoadBalancerStatus
 	11, // 13: teapot.v1.Listener.tls:type_name -> teapot.v1.TLSPolicy
-	46, // 14: teapot.v1.Listener.idle_timeout:type_name -> google.protobuf.Duration
+	48, // 14: teapot.v1.Listener.idle_timeout:type_name -> google.protobuf.Duration
 	10, // 15: teapot.v1.Listener.sni_routes:type_name -> teapot.v1.SNIRoute
 	9,  // 16: teapot.v1.Listener.rate_limit:type_name -> teapot.v1.RateLimit
 	14, // 17: teapot.v1.Route.matches:type_name -> teapot.v1.RouteMatch
@@ -4190,43 +4353,45 @@ var file_teapotv1_model_proto_depIdxs = []int32{
 	23, // 33: teapot.v1.RequestRedirect.path:type_name -> teapot.v1.PathModifier
 	23, // 34: teapot.v1.URLRewrite.path:type_name -> teapot.v1.PathModifier
 	25, // 35: teapot.v1.RequestMirror.fraction:type_name -> teapot.v1.Fraction
-	46, // 36: teapot.v1.RouteTimeouts.request:type_name -> google.protobuf.Duration
-	46, // 37: teapot.v1.RouteTimeouts.backend_request:type_name -> google.protobuf.Duration
-	28, // 38: teapot.v1.BackendPool.members:type_name -> teapot.v1.Member
-	29, // 39: teapot.v1.BackendPool.health_check:type_name -> teapot.v1.HealthCheck
-	46, // 40: teapot.v1.BackendPool.connect_timeout:type_name -> google.protobuf.Duration
-	30, // 41: teapot.v1.HealthCheck.tcp:type_name -> teapot.v1.TCPCheck
-	31, // 42: teapot.v1.HealthCheck.http:type_name -> teapot.v1.HTTPCheck
-	46, // 43: teapot.v1.HealthCheck.interval:type_name -> google.protobuf.Duration
-	46, // 44: teapot.v1.HealthCheck.timeout:type_name -> google.protobuf.Duration
-	32, // 45: teapot.v1.HealthCheck.https:type_name -> teapot.v1.HTTPSCheck
-	35, // 46: teapot.v1.LoadBalancerStatus.problems:type_name -> teapot.v1.Problem
-	34, // 47: teapot.v1.LoadBalancerStatus.observed:type_name -> teapot.v1.ObservedStatus
-	37, // 48: teapot.v1.Node.services:type_name -> teapot.v1.NodeService
-	0,  // 49: teapot.v1.Node.meta:type_name -> teapot.v1.Meta
-	45, // 50: teapot.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
-	0,  // 51: teapot.v1.Certificate.meta:type_name -> teapot.v1.Meta
-	45, // 52: teapot.v1.JoinToken.expires:type_name -> google.protobuf.Timestamp
-	0,  // 53: teapot.v1.JoinToken.meta:type_name -> teapot.v1.Meta
-	45, // 54: teapot.v1.StorageItem.modified:type_name -> google.protobuf.Timestamp
-	0,  // 55: teapot.v1.StorageItem.meta:type_name -> teapot.v1.Meta
-	45, // 56: teapot.v1.StorageLock.expires:type_name -> google.protobuf.Timestamp
-	46, // 57: teapot.v1.StorageLock.ttl:type_name -> google.protobuf.Duration
-	0,  // 58: teapot.v1.StorageLock.meta:type_name -> teapot.v1.Meta
-	1,  // 59: teapot.v1.Object.tenant:type_name -> teapot.v1.Tenant
-	4,  // 60: teapot.v1.Object.vip_pool:type_name -> teapot.v1.VIPPool
-	5,  // 61: teapot.v1.Object.load_balancer:type_name -> teapot.v1.LoadBalancer
-	36, // 62: teapot.v1.Object.node:type_name -> teapot.v1.Node
-	38, // 63: teapot.v1.Object.certificate:type_name -> teapot.v1.Certificate
-	39, // 64: teapot.v1.Object.join_token:type_name -> teapot.v1.JoinToken
-	40, // 65: teapot.v1.Object.storage_item:type_name -> teapot.v1.StorageItem
-	41, // 66: teapot.v1.Object.storage_lock:type_name -> teapot.v1.StorageLock
-	27, // 67: teapot.v1.LoadBalancer.PoolsEntry.value:type_name -> teapot.v1.BackendPool
-	68, // [68:68] is the sub-list for method output_type
-	68, // [68:68] is the sub-list for method input_type
-	68, // [68:68] is the sub-list for extension type_name
-	68, // [68:68] is the sub-list for extension extendee
-	0,  // [0:68] is the sub-list for field type_name
+	48, // 36: teapot.v1.RouteTimeouts.request:type_name -> google.protobuf.Duration
+	48, // 37: teapot.v1.RouteTimeouts.backend_request:type_name -> google.protobuf.Duration
+	30, // 38: teapot.v1.BackendPool.members:type_name -> teapot.v1.Member
+	31, // 39: teapot.v1.BackendPool.health_check:type_name -> teapot.v1.HealthCheck
+	48, // 40: teapot.v1.BackendPool.connect_timeout:type_name -> google.protobuf.Duration
+	28, // 41: teapot.v1.BackendPool.tls:type_name -> teapot.v1.BackendTLS
+	29, // 42: teapot.v1.BackendTLS.subject_alt_names:type_name -> teapot.v1.SubjectAltName
+	32, // 43: teapot.v1.HealthCheck.tcp:type_name -> teapot.v1.TCPCheck
+	33, // 44: teapot.v1.HealthCheck.http:type_name -> teapot.v1.HTTPCheck
+	48, // 45: teapot.v1.HealthCheck.interval:type_name -> google.protobuf.Duration
+	48, // 46: teapot.v1.HealthCheck.timeout:type_name -> google.protobuf.Duration
+	34, // 47: teapot.v1.HealthCheck.https:type_name -> teapot.v1.HTTPSCheck
+	37, // 48: teapot.v1.LoadBalancerStatus.problems:type_name -> teapot.v1.Problem
+	36, // 49: teapot.v1.LoadBalancerStatus.observed:type_name -> teapot.v1.ObservedStatus
+	39, // 50: teapot.v1.Node.services:type_name -> teapot.v1.NodeService
+	0,  // 51: teapot.v1.Node.meta:type_name -> teapot.v1.Meta
+	47, // 52: teapot.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
+	0,  // 53: teapot.v1.Certificate.meta:type_name -> teapot.v1.Meta
+	47, // 54: teapot.v1.JoinToken.expires:type_name -> google.protobuf.Timestamp
+	0,  // 55: teapot.v1.JoinToken.meta:type_name -> teapot.v1.Meta
+	47, // 56: teapot.v1.StorageItem.modified:type_name -> google.protobuf.Timestamp
+	0,  // 57: teapot.v1.StorageItem.meta:type_name -> teapot.v1.Meta
+	47, // 58: teapot.v1.StorageLock.expires:type_name -> google.protobuf.Timestamp
+	48, // 59: teapot.v1.StorageLock.ttl:type_name -> google.protobuf.Duration
+	0,  // 60: teapot.v1.StorageLock.meta:type_name -> teapot.v1.Meta
+	1,  // 61: teapot.v1.Object.tenant:type_name -> teapot.v1.Tenant
+	4,  // 62: teapot.v1.Object.vip_pool:type_name -> teapot.v1.VIPPool
+	5,  // 63: teapot.v1.Object.load_balancer:type_name -> teapot.v1.LoadBalancer
+	38, // 64: teapot.v1.Object.node:type_name -> teapot.v1.Node
+	40, // 65: teapot.v1.Object.certificate:type_name -> teapot.v1.Certificate
+	41, // 66: teapot.v1.Object.join_token:type_name -> teapot.v1.JoinToken
+	42, // 67: teapot.v1.Object.storage_item:type_name -> teapot.v1.StorageItem
+	43, // 68: teapot.v1.Object.storage_lock:type_name -> teapot.v1.StorageLock
+	27, // 69: teapot.v1.LoadBalancer.PoolsEntry.value:type_name -> teapot.v1.BackendPool
+	70, // [70:70] is the sub-list for method output_type
+	70, // [70:70] is the sub-list for method input_type
+	70, // [70:70] is the sub-list for extension type_name
+	70, // [70:70] is the sub-list for extension extendee
+	0,  // [0:70] is the sub-list for field type_name
 }
 
 func init() { file_teapotv1_model_proto_init() }
@@ -4238,8 +4403,8 @@ func file_teapotv1_model_proto_init() {
 	file_teapotv1_model_proto_msgTypes[21].OneofWrappers = []any{}
 	file_teapotv1_model_proto_msgTypes[23].OneofWrappers = []any{}
 	file_teapotv1_model_proto_msgTypes[24].OneofWrappers = []any{}
-	file_teapotv1_model_proto_msgTypes[28].OneofWrappers = []any{}
-	file_teapotv1_model_proto_msgTypes[42].OneofWrappers = []any{
+	file_teapotv1_model_proto_msgTypes[30].OneofWrappers = []any{}
+	file_teapotv1_model_proto_msgTypes[44].OneofWrappers = []any{
 		(*Object_Tenant)(nil),
 		(*Object_VipPool)(nil),
 		(*Object_LoadBalancer)(nil),
@@ -4255,7 +4420,7 @@ func file_teapotv1_model_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_teapotv1_model_proto_rawDesc), len(file_teapotv1_model_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   45,
+			NumMessages:   47,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
