@@ -192,6 +192,9 @@ func (p *Pool) httpBackend(budget *l7.MemberBudget) *httpBackend {
 	case "h2":
 		b.opts.Protocol = l7.H2TLS
 	}
+	if p.Spec.TLS != nil && (b.opts.Protocol == l7.HTTP1TLS || b.opts.Protocol == l7.H2TLS) {
+		b.opts.TLS = memberTLSConfig(p.Spec.TLS)
+	}
 	b.hashClient = p.Spec.Algorithm == snapshot.Hash && p.Spec.HashHeader == ""
 	for _, m := range p.members {
 		b.members[m] = &httpMember{addr: m.Addr, target: Target(m)}
@@ -239,7 +242,10 @@ func (m *httpMember) Addr() netip.AddrPort { return m.addr }
 // budget kept it from being dialled.
 func (m *httpMember) Done(err error, status int, _ time.Duration) {
 	m.target.End()
-	if errors.Is(err, l7.ErrMemberLimit) {
+	if errors.Is(err, l7.ErrMemberLimit) || errors.Is(err, l7.ErrMemberCertificate) {
+		// Not the member's fault: the tenant's budget, or the pool's
+		// verdict on its certificate (the member's health is shared with
+		// the tenant's pools that trust it).
 		return
 	}
 	if err != nil {

@@ -1,0 +1,198 @@
+package proxy
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"log"
+	"math/big"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"sync"
+	"testing"
+	"time"
+
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+	"github.com/teapot-lb/teapot-lb/proxy/cpubudget"
+	"github.com/teapot-lb/teapot-lb/proxy/l7"
+)
+
+// testCA is a CA that signs member certificates.
+type testCA struct {
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+	pem  string
+}
+
+func newTestCA(t *testing.T, cn string) *testCA {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: cn},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := x509.ParseCertificate(der)
+	return &testCA{cert: c, key: key, pem: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))}
+}
+
+// issue signs a serving certificate for dns names and uris.
+func (ca *testCA) issue(t *testing.T, dns []string, uris []string) tls.Certificate {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "member"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), DNSNames: dns,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, KeyUsage: x509.KeyUsageDigitalSignature}
+	for _, u := range uris {
+		p, err := url.Parse(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tmpl.URIs = append(tmpl.URIs, p)
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
+
+// outcomes records the outcome of the last request of each pool.
+type outcomes struct {
+	mu sync.Mutex
+	by map[string]l7.Outcome
+}
+
+func (o *outcomes) Request(s l7.RequestStats) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.by[s.Pool] = s.Outcome
+}
+func (o *outcomes) Conn(*l7.ConnInfo, bool) {}
+
+func (o *outcomes) of(path string) l7.Outcome {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.by[path]
+}
+
+// TestBackendTLSVerifiesMembers: members that speak TLS (HTTP/1.1 and
+// HTTP/2) are sent the pool's server name and pass only with a
+// certificate of the pool's CA that holds the server name, or one of the
+// pool's subject alternative names; any other certificate gets the
+// client 502 with outcome member-tls, without ejecting the member from
+// the pools that trust it.
+func TestBackendTLSVerifiesMembers(t *testing.T) {
+	ca, other := newTestCA(t, "member CA"), newTestCA(t, "unrelated CA")
+	cert := ca.issue(t, []string{"abc.example.com", "other.example.com"}, []string{"spiffe://abc.example.com/test-identity"})
+	report := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "%s sni=%s", r.Proto, r.TLS.ServerName)
+	})
+	h1 := httptest.NewUnstartedServer(report)
+	h1.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
+	h1.Config.ErrorLog = log.New(io.Discard, "", 0)
+	h1.StartTLS()
+	t.Cleanup(h1.Close)
+	h2 := httptest.NewUnstartedServer(report)
+	h2.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
+	h2.Config.ErrorLog = log.New(io.Discard, "", 0)
+	h2.EnableHTTP2 = true
+	h2.StartTLS()
+	t.Cleanup(h2.Close)
+
+	rec := &outcomes{by: map[string]l7.Outcome{}}
+	srv := l7.New(l7.Config{Metrics: rec})
+	t.Cleanup(func() { srv.Close() })
+	cpu := cpubudget.New(cpubudget.Options{})
+	p, _ := newProxy(t, Config{HTTP: NewHTTP(srv, nil), CPU: cpu})
+	port := freePort(t)
+	lb := &pb.LoadBalancer{Name: "btls", Tenant: "acme",
+		Listeners: []*pb.Listener{{Port: uint32(port), Protocol: "http"}},
+		Pools:     map[string]*pb.BackendPool{},
+		Status:    &pb.LoadBalancerStatus{Address: "127.0.0.2"},
+	}
+	san := func(dns, uri string) []*pb.SubjectAltName { return []*pb.SubjectAltName{{Hostname: dns, Uri: uri}} }
+	cases := []struct {
+		name, proto, member, ca, server string
+		sans                            []*pb.SubjectAltName
+		want                            string // "" expects 502
+	}{
+		{"good", "tls", h1.Listener.Addr().String(), ca.pem, "abc.example.com", nil, "HTTP/1.1 sni=abc.example.com"},
+		{"good-h2", "h2", h2.Listener.Addr().String(), ca.pem, "abc.example.com", nil, "HTTP/2.0 sni=abc.example.com"},
+		{"wrong-ca", "tls", h1.Listener.Addr().String(), other.pem, "abc.example.com", nil, ""},
+		{"wrong-ca-h2", "h2", h2.Listener.Addr().String(), other.pem, "abc.example.com", nil, ""},
+		{"wrong-name", "tls", h1.Listener.Addr().String(), ca.pem, "mismatch.example.com", nil, ""},
+		{"san-dns", "tls", h1.Listener.Addr().String(), ca.pem, "mismatch.example.com", san("other.example.com", ""), "HTTP/1.1 sni=mismatch.example.com"},
+		{"san-dns-wrong", "tls", h1.Listener.Addr().String(), ca.pem, "abc.example.com", san("wrong.example.com", ""), ""},
+		{"san-uri", "h2", h2.Listener.Addr().String(), ca.pem, "abc.example.com", san("", "spiffe://abc.example.com/test-identity"), "HTTP/2.0 sni=abc.example.com"},
+		{"san-uri-wrong", "tls", h1.Listener.Addr().String(), ca.pem, "abc.example.com", san("", "spiffe://abc.example.com/other"), ""},
+	}
+	for _, c := range cases {
+		lb.Routes = append(lb.Routes, &pb.Route{Host: shopHost, Path: "/" + c.name + "/", Pool: c.name})
+		lb.Pools[c.name] = &pb.BackendPool{BackendProtocol: c.proto, Members: []*pb.Member{{Address: c.member}},
+			Tls: &pb.BackendTLS{CaPem: c.ca, ServerName: c.server, SubjectAltNames: c.sans}}
+	}
+	update(t, p, lb)
+	if st := p.Status()["acme/btls"]; len(st) != 0 {
+		t.Fatalf("problems: %v", st)
+	}
+	get := func(t *testing.T, name string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", "http://"+vipAddr("127.0.0.2", port)+"/"+name+"/x", nil)
+		req.Host = shopHost
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, string(b)
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			code, body := get(t, c.name)
+			switch {
+			case c.want != "" && (code != 200 || body != c.want):
+				t.Fatalf("%d %q, want 200 %q", code, body, c.want)
+			case c.want == "" && code != 502:
+				t.Fatalf("%d %q, want 502 (the member's certificate must fail verification)", code, body)
+			case c.want == "":
+				// The request's stats are reported once its answer is sent.
+				eventually(t, "the request counted with outcome member-tls", func() bool { return rec.of(c.name) == l7.OutcomeMemberTLS })
+			}
+		})
+	}
+	// Many failures under the pools that distrust the member do not eject
+	// it from the pool that trusts it.
+	for range 30 {
+		get(t, "wrong-name")
+	}
+	if code, body := get(t, "good"); code != 200 {
+		t.Fatalf("after the failures of other pools, the trusted member answers %d %q", code, body)
+	}
+	// The handshakes to members are charged to the tenant.
+	var hellos uint64
+	for _, s := range cpu.Stats() {
+		if s.Tenant == "acme" {
+			hellos = s.Hellos
+		}
+	}
+	if hellos == 0 {
+		t.Error("no member handshake was charged to the tenant's handshake budget")
+	}
+}
