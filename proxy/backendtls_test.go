@@ -185,6 +185,17 @@ func TestBackendTLSVerifiesMembers(t *testing.T) {
 	if code, body := get(t, "good"); code != 200 {
 		t.Fatalf("after the failures of other pools, the trusted member answers %d %q", code, body)
 	}
+	pools, _ := p.current.Load().byLB.Get("acme/btls")
+	for _, lp := range pools {
+		if lp.Spec.Name != "good" {
+			continue
+		}
+		for _, m := range lp.Members() {
+			if st := Target(m).Status(); st.Ejected {
+				t.Fatalf("the member %s was ejected by the certificate failures of pools that distrust it: %+v", m.Addr, st)
+			}
+		}
+	}
 	// The handshakes to members are charged to the tenant.
 	var hellos uint64
 	for _, s := range cpu.Stats() {
