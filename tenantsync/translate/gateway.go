@@ -66,6 +66,10 @@ type GatewaySources struct {
 	ReferenceGrants gwlisters.ReferenceGrantLister
 	Namespaces      corelisters.NamespaceLister
 	Secrets         corelisters.SecretLister
+	// BackendTLSPolicies and the ConfigMaps holding their CAs; nil when
+	// the CRD is missing or the agent may not read them.
+	BackendTLSPolicies gwlisters.BackendTLSPolicyLister
+	ConfigMaps         corelisters.ConfigMapLister
 }
 
 // RouteKey names one route object.
@@ -90,6 +94,9 @@ type GatewayResult struct {
 	// Certificates are the Secrets the https listeners serve, to upload
 	// as the tenant's certificates.
 	Certificates []CertificateSource
+	// Policies are the ancestor statuses this Gateway gives the
+	// BackendTLSPolicies of the Services its routes send to.
+	Policies map[RouteKey]gwv1.PolicyAncestorStatus
 	// AddressNotUsable says why the Gateway's addresses, well formed, are
 	// not served (several: a Gateway has one VIP); the Gateway is
 	// accepted, not sent to the LB cluster, and not programmed.
