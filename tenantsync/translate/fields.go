@@ -49,10 +49,12 @@ var Fields = map[string][]Field{
 	KindTLSRoute:  l4RouteFields(true),
 	KindTCPRoute:  l4RouteFields(false),
 	KindUDPRoute:  l4RouteFields(false),
+
+	KindBackendTLSPolicy: backendTLSPolicyFields,
 }
 
 // FieldKinds is the order of the kinds in FIELDS.md.
-var FieldKinds = []string{KindService, KindIngress, KindGateway, KindHTTPRoute, KindGRPCRoute, KindTLSRoute, KindTCPRoute, KindUDPRoute}
+var FieldKinds = []string{KindService, KindIngress, KindGateway, KindHTTPRoute, KindGRPCRoute, KindTLSRoute, KindTCPRoute, KindUDPRoute, KindBackendTLSPolicy}
 
 const kubeProxy = "kube-proxy and the EndpointSlice controller act on it inside the cluster; "
 
