@@ -50,6 +50,8 @@ var extended = []features.FeatureName{
 	features.SupportHTTPRouteBackendProtocolH2C,
 	features.SupportHTTPRouteBackendProtocolWebSocket,
 	features.SupportGatewayStaticAddresses,
+	features.SupportBackendTLSPolicy,
+	features.SupportBackendTLSPolicySANValidation,
 }
 
 // skipped are the tests of the profiles' core that teapot-lb does not
