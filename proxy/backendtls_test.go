@@ -207,3 +207,62 @@ func TestBackendTLSVerifiesMembers(t *testing.T) {
 		t.Error("no member handshake was charged to the tenant's handshake budget")
 	}
 }
+
+// TestMemberHandshakesChargedToTenant: a tenant whose handshake CPU
+// budget is spent gets 503 (member-limit) for a request that needs a new
+// TLS connection to a member, and the refusal is counted against it.
+func TestMemberHandshakesChargedToTenant(t *testing.T) {
+	ca := newTestCA(t, "member CA")
+	cert := ca.issue(t, []string{"abc.example.com"}, nil)
+	member := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	member.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
+	member.Config.ErrorLog = log.New(io.Discard, "", 0)
+	member.StartTLS()
+	t.Cleanup(member.Close)
+
+	rec := &outcomes{by: map[string]l7.Outcome{}}
+	srv := l7.New(l7.Config{Metrics: rec})
+	t.Cleanup(func() { srv.Close() })
+	// One handshake puts the tenant an hour in debt.
+	cpu := cpubudget.New(cpubudget.Options{Rate: 0.001, Burst: time.Millisecond, Overhead: time.Hour, MaxWait: 10 * time.Millisecond})
+	p, _ := newProxy(t, Config{HTTP: NewHTTP(srv, nil), CPU: cpu})
+	port := freePort(t)
+	lb := &pb.LoadBalancer{Name: "btls", Tenant: "acme",
+		Listeners: []*pb.Listener{{Port: uint32(port), Protocol: "http"}},
+		Routes:    []*pb.Route{{Host: shopHost, Path: "/a/", Pool: "a"}, {Host: shopHost, Path: "/b/", Pool: "b"}},
+		Pools: map[string]*pb.BackendPool{
+			// Two pools that verify the member alike but are configured
+			// apart: their connections are not shared.
+			"a": {BackendProtocol: "tls", Members: []*pb.Member{{Address: member.Listener.Addr().String()}}, Tls: &pb.BackendTLS{CaPem: ca.pem, ServerName: "abc.example.com"}},
+			"b": {BackendProtocol: "tls", Members: []*pb.Member{{Address: member.Listener.Addr().String()}}, Tls: &pb.BackendTLS{CaPem: ca.pem + "\n", ServerName: "abc.example.com"}},
+		},
+		Status: &pb.LoadBalancerStatus{Address: "127.0.0.2"},
+	}
+	update(t, p, lb)
+	get := func(path string) int {
+		req, _ := http.NewRequest("GET", "http://"+vipAddr("127.0.0.2", port)+path, nil)
+		req.Host = shopHost
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := get("/a/x"); code != 200 {
+		t.Fatalf("the first handshake, within the budget: %d, want 200", code)
+	}
+	if code := get("/b/x"); code != 503 {
+		t.Fatalf("a handshake over the tenant's budget: %d, want 503", code)
+	}
+	eventually(t, "the refused request counted as member-limit", func() bool { return rec.of("b") == l7.OutcomeMemberLimit })
+	var st cpubudget.Stat
+	for _, s := range cpu.Stats() {
+		if s.Tenant == "acme" {
+			st = s
+		}
+	}
+	if st.Hellos != 1 || st.Refused == 0 {
+		t.Fatalf("the tenant's account: %+v, want 1 handshake admitted and the next refused", st)
+	}
+}
