@@ -84,3 +84,20 @@ func cmpOr(s, def string) string {
 	}
 	return s
 }
+
+// checkBackendClientCert checks that a pool's tls.clientCertificate names
+// a certificate of the tenant.
+func checkBackendClientCert(ck *checker, f string, bp *pb.BackendPool, tenant string, c Catalog) {
+	name := bp.GetTls().GetClientCertificate()
+	if name == "" {
+		return
+	}
+	f += ".tls.clientCertificate"
+	if !IsLabel(name) {
+		ck.invalidf(f, "%s is not a certificate name: %s", Excerpt(name), nameRule)
+		return
+	}
+	if certs, ok := c.(CertificateCatalog); ok && certs.Certificate(tenant, name) == nil {
+		ck.invalidf(f, "certificate %s/%s does not exist; upload it first", tenant, name)
+	}
+}

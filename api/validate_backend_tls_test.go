@@ -62,6 +62,16 @@ func TestValidateBackendTLS(t *testing.T) {
 		}), bad(f+".subjectAltNames[0].uri", "at most 2048")},
 	}
 	c := baseCatalog()
+	c.Put(&pb.Certificate{Tenant: "acme", Name: "members-client"})
+	tests = append(tests, []struct {
+		name string
+		mut  func(lb *pb.LoadBalancer)
+		want expect
+	}{
+		{"client certificate", withTLS("tls", func(b *pb.BackendTLS) { b.ClientCertificate = "members-client" }), pass()},
+		{"client certificate not uploaded", withTLS("tls", func(b *pb.BackendTLS) { b.ClientCertificate = "nope" }), bad(f+".clientCertificate", "upload it first")},
+		{"client certificate not a name", withTLS("tls", func(b *pb.BackendTLS) { b.ClientCertificate = "Bad Name" }), bad(f+".clientCertificate", "is not a certificate name")},
+	}...)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			lb := shopLB()

@@ -38,6 +38,7 @@ func checkBackendPools(ck *checker, lb *pb.LoadBalancer, tenant *pb.Tenant, c Ca
 		checkMembers(ck, f, bp, tenant, nets, own)
 		checkHealthCheck(ck, f+".healthCheck", bp.GetHealthCheck(), true)
 		checkPoolProtocols(ck, f, bp, FirstUDPListener(lb, key))
+		checkBackendClientCert(ck, f, bp, lb.GetTenant(), c)
 	}
 }
 

@@ -48,8 +48,9 @@ func newTestCA(t *testing.T, cn string) *testCA {
 	return &testCA{cert: c, key: key, pem: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))}
 }
 
-// issue signs a serving certificate for dns names and uris.
-func (ca *testCA) issue(t *testing.T, dns []string, uris []string) tls.Certificate {
+// issue signs a serving certificate for dns names and uris (a client
+// certificate with usage x509.ExtKeyUsageClientAuth).
+func (ca *testCA) issue(t *testing.T, dns []string, uris []string, usage ...x509.ExtKeyUsage) tls.Certificate {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -58,6 +59,9 @@ func (ca *testCA) issue(t *testing.T, dns []string, uris []string) tls.Certifica
 	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "member"},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), DNSNames: dns,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, KeyUsage: x509.KeyUsageDigitalSignature}
+	if len(usage) > 0 {
+		tmpl.ExtKeyUsage = usage
+	}
 	for _, u := range uris {
 		p, err := url.Parse(u)
 		if err != nil {
@@ -264,5 +268,84 @@ func TestMemberHandshakesChargedToTenant(t *testing.T) {
 	}
 	if st.Hellos != 1 || st.Refused == 0 {
 		t.Fatalf("the tenant's account: %+v, want 1 handshake admitted and the next refused", st)
+	}
+}
+
+// TestBackendTLSClientCertificate: a pool with tls.clientCertificate
+// presents the tenant's uploaded certificate to a member that requires
+// one, its signature charged to the tenant; a pool without one is
+// refused by that member, and one naming a certificate the host has not
+// loaded fails with member-tls.
+func TestBackendTLSClientCertificate(t *testing.T) {
+	ca := newTestCA(t, "member CA")
+	serving := ca.issue(t, []string{"abc.example.com"}, nil)
+	client := ca.issue(t, nil, nil, x509.ExtKeyUsageClientAuth)
+	clients := x509.NewCertPool()
+	clients.AddCert(ca.cert)
+	member := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "client=%s", r.TLS.PeerCertificates[0].Subject.CommonName)
+	}))
+	member.TLS = &tls.Config{Certificates: []tls.Certificate{serving}, ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: clients}
+	member.Config.ErrorLog = log.New(io.Discard, "", 0)
+	member.StartTLS()
+	t.Cleanup(member.Close)
+
+	rec := &outcomes{by: map[string]l7.Outcome{}}
+	srv := l7.New(l7.Config{Metrics: rec})
+	t.Cleanup(func() { srv.Close() })
+	cpu := cpubudget.New(cpubudget.Options{})
+	lookups := map[string]int{}
+	var mu sync.Mutex
+	p, _ := newProxy(t, Config{HTTP: NewHTTP(srv, nil), CPU: cpu, ClientCertificate: func(tenant, name string) *tls.Certificate {
+		mu.Lock()
+		defer mu.Unlock()
+		lookups[tenant+"/"+name]++
+		if tenant == "acme" && name == "members-client" {
+			return &client
+		}
+		return nil
+	}})
+	port := freePort(t)
+	pool := func(cert string) *pb.BackendPool {
+		return &pb.BackendPool{BackendProtocol: "tls", Members: []*pb.Member{{Address: member.Listener.Addr().String()}},
+			Tls: &pb.BackendTLS{CaPem: ca.pem, ServerName: "abc.example.com", ClientCertificate: cert}}
+	}
+	lb := &pb.LoadBalancer{Name: "btls", Tenant: "acme",
+		Listeners: []*pb.Listener{{Port: uint32(port), Protocol: "http"}},
+		Routes: []*pb.Route{{Host: shopHost, Path: "/with/", Pool: "with"}, {Host: shopHost, Path: "/without/", Pool: "without"},
+			{Host: shopHost, Path: "/missing/", Pool: "missing"}},
+		Pools:  map[string]*pb.BackendPool{"with": pool("members-client"), "without": pool(""), "missing": pool("not-loaded")},
+		Status: &pb.LoadBalancerStatus{Address: "127.0.0.2"},
+	}
+	update(t, p, lb)
+	get := func(path string) (int, string) {
+		req, _ := http.NewRequest("GET", "http://"+vipAddr("127.0.0.2", port)+path, nil)
+		req.Host = shopHost
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, string(b)
+	}
+	if code, body := get("/with/x"); code != 200 || body != "client=member" {
+		t.Fatalf("with the client certificate: %d %q, want 200 client=member", code, body)
+	}
+	if code, body := get("/without/x"); code == 200 {
+		t.Fatalf("without a client certificate the member answered %d %q", code, body)
+	}
+	if code, _ := get("/missing/x"); code != 502 {
+		t.Fatalf("a client certificate the host has not loaded: %d, want 502", code)
+	}
+	eventually(t, "the request counted with outcome member-tls", func() bool { return rec.of("missing") == l7.OutcomeMemberTLS })
+	var signed uint64
+	for _, s := range cpu.Stats() {
+		if s.Tenant == "acme" {
+			signed = s.Signed
+		}
+	}
+	if signed == 0 {
+		t.Error("the client certificate's signature was not charged to the tenant")
 	}
 }

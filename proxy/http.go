@@ -123,7 +123,7 @@ func newHTTPTable(ls *ListenerSnapshot) *httpTable {
 		route := &l7.Route{Name: ls.LB + "/routes[" + strconv.Itoa(sr.Index) + "]"}
 		if sr.Pool != nil {
 			if p := ls.Pool(sr.Pool); p != nil {
-				route.Backend = p.httpBackend(ls.budget)
+				route.Backend = p.httpBackend(ls.budget, ls.tenant)
 			}
 		}
 		route.Ext = routeExt(ls, sr)
@@ -172,7 +172,7 @@ func (r *httpRouter) Route(host, path string) *l7.Route {
 // the first http listener snapshot that uses the pool is built. Its member
 // connections are charged to budget, the tenant's (a pool is one load
 // balancer's).
-func (p *Pool) httpBackend(budget *l7.MemberBudget) *httpBackend {
+func (p *Pool) httpBackend(budget *l7.MemberBudget, tenant *tenantBudget) *httpBackend {
 	if b := p.http.Load(); b != nil {
 		return b
 	}
@@ -193,7 +193,7 @@ func (p *Pool) httpBackend(budget *l7.MemberBudget) *httpBackend {
 		b.opts.Protocol = l7.H2TLS
 	}
 	if p.Spec.TLS != nil && (b.opts.Protocol == l7.HTTP1TLS || b.opts.Protocol == l7.H2TLS) {
-		b.opts.TLS = memberTLSConfig(p.Spec.TLS)
+		b.opts.TLS = memberTLSConfig(p.Spec.TLS, tenant)
 	}
 	b.hashClient = p.Spec.Algorithm == snapshot.Hash && p.Spec.HashHeader == ""
 	for _, m := range p.members {

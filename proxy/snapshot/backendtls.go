@@ -19,6 +19,9 @@ type BackendTLS struct {
 	ServerName  string
 	// DNSNames and URIs are the accepted subject alternative names.
 	DNSNames, URIs []string
+	// ClientCertificate names the tenant's uploaded certificate presented
+	// to members that ask for one ("": none).
+	ClientCertificate string
 	// Refused, when set, says why the pool's tls did not compile: every
 	// dial to its members fails verification, so that a broken setting
 	// never dials unverified.
@@ -31,7 +34,8 @@ func (a *BackendTLS) Equal(b *BackendTLS) bool {
 		return a == b
 	}
 	return a.CAPEM == b.CAPEM && a.SystemRoots == b.SystemRoots && a.ServerName == b.ServerName &&
-		slices.Equal(a.DNSNames, b.DNSNames) && slices.Equal(a.URIs, b.URIs) && a.Refused == b.Refused
+		slices.Equal(a.DNSNames, b.DNSNames) && slices.Equal(a.URIs, b.URIs) && a.Refused == b.Refused &&
+		a.ClientCertificate == b.ClientCertificate
 }
 
 // backendTLS compiles a pool's tls (nil: none). A setting the API edge
@@ -45,7 +49,7 @@ func (b *lbCompile) backendTLS(f string, errs []api.FieldError, t *pb.BackendTLS
 			return &BackendTLS{Refused: "pool " + f + ": " + e.Field[1:] + ": " + e.Reason}
 		}
 	}
-	out := &BackendTLS{CAPEM: t.GetCaPem(), SystemRoots: t.GetSystemRoots(), ServerName: t.GetServerName()}
+	out := &BackendTLS{CAPEM: t.GetCaPem(), SystemRoots: t.GetSystemRoots(), ServerName: t.GetServerName(), ClientCertificate: t.GetClientCertificate()}
 	if out.CAPEM != "" {
 		out.Roots = x509.NewCertPool()
 		if !out.Roots.AppendCertsFromPEM([]byte(out.CAPEM)) {

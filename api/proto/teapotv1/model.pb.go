@@ -2460,8 +2460,13 @@ type BackendTLS struct {
 	// When set, the member's certificate must hold at least one of these
 	// (instead of serverName); at most 16.
 	SubjectAltNames []*SubjectAltName `protobuf:"bytes,4,rep,name=subject_alt_names,json=subjectAltNames,proto3" json:"subject_alt_names,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The name of one of the tenant's uploaded certificates (with its key)
+	// presented to members that ask for a client certificate (the Gateway
+	// API's spec.tls.backend.clientCertificateRef). Its signatures are
+	// charged to the tenant's handshake CPU budget.
+	ClientCertificate string `protobuf:"bytes,5,opt,name=client_certificate,json=clientCertificate,proto3" json:"client_certificate,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *BackendTLS) Reset() {
@@ -2520,6 +2525,13 @@ func (x *BackendTLS) GetSubjectAltNames() []*SubjectAltName {
 		return x.SubjectAltNames
 	}
 	return nil
+}
+
+func (x *BackendTLS) GetClientCertificate() string {
+	if x != nil {
+		return x.ClientCertificate
+	}
+	return ""
 }
 
 // SubjectAltName is one accepted name of a member's certificate: exactly
@@ -4137,14 +4149,15 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\x0eproxy_protocol\x18\x05 \x01(\tR\rproxyProtocol\x12)\n" +
 	"\x10backend_protocol\x18\x06 \x01(\tR\x0fbackendProtocol\x12B\n" +
 	"\x0fconnect_timeout\x18\a \x01(\v2\x19.google.protobuf.DurationR\x0econnectTimeout\x12'\n" +
-	"\x03tls\x18n \x01(\v2\x15.teapot.v1.BackendTLSR\x03tls\"\xae\x01\n" +
+	"\x03tls\x18n \x01(\v2\x15.teapot.v1.BackendTLSR\x03tls\"\xdd\x01\n" +
 	"\n" +
 	"BackendTLS\x12\x15\n" +
 	"\x06ca_pem\x18\x01 \x01(\tR\x05caPem\x12!\n" +
 	"\fsystem_roots\x18\x02 \x01(\bR\vsystemRoots\x12\x1f\n" +
 	"\vserver_name\x18\x03 \x01(\tR\n" +
 	"serverName\x12E\n" +
-	"\x11subject_alt_names\x18\x04 \x03(\v2\x19.teapot.v1.SubjectAltNameR\x0fsubjectAltNames\">\n" +
+	"\x11subject_alt_names\x18\x04 \x03(\v2\x19.teapot.v1.SubjectAltNameR\x0fsubjectAltNames\x12-\n" +
+	"\x12client_certificate\x18\x05 \x01(\tR\x11clientCertificate\">\n" +
 	"\x0eSubjectAltName\x12\x1a\n" +
 	"\bhostname\x18\x01 \x01(\tR\bhostname\x12\x10\n" +
 	"\x03uri\x18\x02 \x01(\tR\x03uri\"J\n" +
