@@ -124,7 +124,10 @@ var gatewayFields = []Field{
 	{"spec.infrastructure.annotations", NotApplicable, "the agent makes no resources for a Gateway", false},
 	{"spec.infrastructure.parametersRef", Refused, "no parameters are read: the Gateway is not accepted (InvalidParameters)", true},
 	{"spec.allowedListeners", Refused, "ListenerSets are not supported, so none attach: a warning says so", true},
-	{"spec.tls", Refused, "client certificate validation (frontend) and a client certificate towards backends (backend) are not supported: the Gateway is not accepted (UnsupportedValue) rather than served without them", true},
+	{"spec.tls", HonouredInPart, "backend is served, frontend is refused", false},
+	{"spec.tls.frontend", Refused, "client certificate validation is not supported: the Gateway is not accepted (UnsupportedValue) rather than served without it", true},
+	{"spec.tls.backend", Honoured, "the client certificate the Gateway's pools that speak TLS (BackendTLSPolicy) present to their members", false},
+	{"spec.tls.backend.clientCertificateRef", Honoured, "a kubernetes.io/tls Secret (another namespace needs a ReferenceGrant), uploaded as a tenant certificate; the Gateway's ResolvedRefs condition says InvalidClientCertificateRef or RefNotPermitted when it does not resolve, and the pools then present none", true},
 	{"spec.defaultScope", Refused, "All: a teapot-lb Gateway is never a default Gateway, routes attach by parentRefs only, and a warning says so; None is served as asked", false},
 }
 

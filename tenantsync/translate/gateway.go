@@ -97,6 +97,9 @@ type GatewayResult struct {
 	// Policies are the ancestor statuses this Gateway gives the
 	// BackendTLSPolicies of the Services its routes send to.
 	Policies map[RouteKey]gwv1.PolicyAncestorStatus
+	// ResolvedRefs is the Gateway's ResolvedRefs condition: set when
+	// spec.tls.backend is (its client certificate reference).
+	ResolvedRefs *metav1.Condition
 	// AddressNotUsable says why the Gateway's addresses, well formed, are
 	// not served (several: a Gateway has one VIP); the Gateway is
 	// accepted, not sent to the LB cluster, and not programmed.
@@ -181,6 +184,7 @@ func Gateway(gw *gwv1.Gateway, src Sources, o Options) *Desired {
 	g.listeners()
 	g.routes()
 	g.lbListeners()
+	g.backendClientCert()
 	edgeRates(gw.Annotations, lb, d, edgeGateway)
 	if !edgeSources(gw.Annotations, lb, d, false) && accepted.Status == metav1.ConditionTrue {
 		accepted = cond(string(gwv1.GatewayConditionAccepted), false, "InvalidSourceRanges", d.Refused, gw.Generation)

@@ -8,6 +8,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"math/big"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -227,4 +228,71 @@ func protoEqual(a, b *pb.BackendTLS) bool {
 		return a == nil && b == nil
 	}
 	return proto.Equal(a, b)
+}
+
+// TestGatewayBackendClientCertificate: the Gateway's
+// spec.tls.backend.clientCertificateRef is uploaded and presented by its
+// pools that speak TLS, with ResolvedRefs True; a ref that does not
+// resolve keeps the Gateway accepted with ResolvedRefs False and the
+// reason the suite expects, and no pool presents a certificate.
+func TestGatewayBackendClientCertificate(t *testing.T) {
+	t.Parallel()
+	ca := caPEM(t)
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "tlsweb"}, Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort,
+		Ports: []corev1.ServicePort{{Name: "https-1", Port: 443, NodePort: 30443, Protocol: corev1.ProtocolTCP}}}}
+	route := httpRoute("shop", "r", 1, []gwv1.ParentReference{parent("gw", "")}, []string{"abc.example.com"},
+		gwv1.HTTPRouteRule{BackendRefs: httpBackends(bref("tlsweb", 443, nil), bref("web", 80, nil))})
+	secretRef := func(mut func(r *gwv1.SecretObjectReference)) *gwv1.SecretObjectReference {
+		r := &gwv1.SecretObjectReference{Name: "client"}
+		mut(r)
+		return r
+	}
+	tests := []struct {
+		name   string
+		ref    *gwv1.SecretObjectReference
+		reason string // "" for ResolvedRefs True
+	}{
+		{"a TLS Secret", secretRef(func(*gwv1.SecretObjectReference) {}), ""},
+		{"a Secret that does not exist", secretRef(func(r *gwv1.SecretObjectReference) { r.Name = "nope" }), "InvalidClientCertificateRef"},
+		{"another group", secretRef(func(r *gwv1.SecretObjectReference) { r.Group = ptr(gwv1.Group("wrong.example.io")) }), "InvalidClientCertificateRef"},
+		{"another kind", secretRef(func(r *gwv1.SecretObjectReference) { r.Kind = ptr(gwv1.Kind("WrongKind")) }), "InvalidClientCertificateRef"},
+		{"a malformed Secret", secretRef(func(r *gwv1.SecretObjectReference) { r.Name = "malformed" }), "InvalidClientCertificateRef"},
+		{"another namespace without a grant", secretRef(func(r *gwv1.SecretObjectReference) { r.Namespace = ptr(gwv1.Namespace("other")) }), "RefNotPermitted"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			gw := gateway("shop", "gw", listener("http", gwv1.HTTPProtocolType, 80, ""))
+			gw.Spec.TLS = &gwv1.GatewayTLSConfig{Backend: &gwv1.GatewayBackendTLS{ClientCertificateRef: tt.ref}}
+			malformed := tlsSecret(t, "shop", "malformed")
+			malformed.Data[corev1.TLSPrivateKeyKey] = []byte("junk")
+			core := append(backendObjs(svc), caMap("shop", "ca", ca), tlsSecret(t, "shop", "client"), tlsSecret(t, "other", "client"), malformed)
+			src := gwSources(t, core, gwClass("teapot", translate.GatewayController), gw, route, btlsPolicy("p", 0, "", "abc.example.com", cmRef("ca")))
+			d := translate.Gateway(gw, src, gwOpts)
+			if d.Refused != "" || d.Gateway.Accepted.Status != metav1.ConditionTrue {
+				t.Fatalf("the Gateway is not served: %s %s", d.Gateway.Accepted.Reason, d.Refused)
+			}
+			rr := d.Gateway.ResolvedRefs
+			if rr == nil || rr.ObservedGeneration != 3 {
+				t.Fatalf("ResolvedRefs %+v, want one of generation 3", rr)
+			}
+			want := translate.CertificateSource{Name: "k8s-shop-client", Namespace: "shop", Secret: "client"}
+			if tt.reason == "" {
+				if rr.Status != metav1.ConditionTrue || d.LB.Pools["tlsweb-443"].GetTls().GetClientCertificate() != want.Name ||
+					!slices.Contains(d.Gateway.Certificates, want) {
+					t.Fatalf("ResolvedRefs %s %s, pool tls %v, certificates %v", rr.Status, rr.Reason, d.LB.Pools["tlsweb-443"].GetTls(), d.Gateway.Certificates)
+				}
+				if d.LB.Pools["web-80"].GetTls() != nil {
+					t.Fatal("a cleartext pool got tls")
+				}
+				return
+			}
+			if rr.Status != metav1.ConditionFalse || rr.Reason != tt.reason {
+				t.Fatalf("ResolvedRefs %s %s (%s), want False %s", rr.Status, rr.Reason, rr.Message, tt.reason)
+			}
+			if c := d.LB.Pools["tlsweb-443"].GetTls().GetClientCertificate(); c != "" {
+				t.Fatalf("the pool presents %q from a ref that did not resolve", c)
+			}
+		})
+	}
 }

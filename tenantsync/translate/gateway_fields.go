@@ -20,8 +20,6 @@ func gatewayUnsupported(gw *gwv1.Gateway) (reason, msg string) {
 		switch {
 		case t.Frontend != nil:
 			return reasonUnsupportedValue, "spec.tls.frontend: client certificate validation is not supported; the Gateway is not served rather than served to clients without a certificate: remove spec.tls.frontend"
-		case t.Backend != nil:
-			return reasonUnsupportedValue, "spec.tls.backend: a client certificate towards backends is not supported; the Gateway is not served: remove spec.tls.backend"
 		}
 	}
 	if inf := gw.Spec.Infrastructure; inf != nil && inf.ParametersRef != nil {
