@@ -296,3 +296,23 @@ func TestGatewayBackendClientCertificate(t *testing.T) {
 		})
 	}
 }
+
+// TestGatewayBackendTLSPolicyOfGRPCBackends: a gRPC backend a
+// BackendTLSPolicy covers speaks HTTP/2 over TLS (h2) to its members.
+func TestGatewayBackendTLSPolicyOfGRPCBackends(t *testing.T) {
+	t.Parallel()
+	ca := caPEM(t)
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "tlsweb"}, Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort,
+		Ports: []corev1.ServicePort{{Name: "grpc", Port: 443, NodePort: 30443, Protocol: corev1.ProtocolTCP}}}}
+	gw := gateway("shop", "gw", listener("http", gwv1.HTTPProtocolType, 80, ""))
+	r := &gwv1.GRPCRoute{ObjectMeta: meta("shop", "g", 1)}
+	r.Spec.ParentRefs = []gwv1.ParentReference{parent("gw", "")}
+	r.Spec.Rules = []gwv1.GRPCRouteRule{{BackendRefs: []gwv1.GRPCBackendRef{{BackendRef: bref("tlsweb", 443, nil)}}}}
+	src := gwSources(t, append(backendObjs(svc), caMap("shop", "ca", ca)), gwClass("teapot", translate.GatewayController), gw, r,
+		btlsPolicy("p", 0, "", "grpc.example.com", cmRef("ca")))
+	d := translate.Gateway(gw, src, gwOpts)
+	bp := d.LB.Pools["tlsweb-443-h2c"]
+	if bp.GetBackendProtocol() != "h2" || bp.GetTls().GetServerName() != "grpc.example.com" {
+		t.Fatalf("pools %v, want tlsweb-443-h2c speaking h2 to grpc.example.com", d.LB.Pools)
+	}
+}
