@@ -85,6 +85,10 @@ const (
 	// (routes[].backends[].requestHeaderModifier). A host of an earlier
 	// release ignores them.
 	FeatureBackendHeaders = "backend-headers"
+	// FeatureBackendTLS: members' certificates verified against a pool's
+	// CAs, server name and subject alternative names (pools[].tls). A
+	// host of an earlier release ignores it and accepts any certificate.
+	FeatureBackendTLS = "backend-tls"
 )
 
 // FeatureLevel is the highest cluster feature level this release
@@ -116,6 +120,7 @@ var featureLevels = map[string]uint32{
 	FeatureClientValidation: 5,
 	FeatureRouteRetry:       5,
 	FeatureBackendHeaders:   5,
+	FeatureBackendTLS:       5,
 }
 
 // LevelOf is the feature level a feature needs on every host (0 for a
@@ -157,7 +162,7 @@ func FeatureRefusal(uses []FeatureUse, need uint32, older []string) error {
 
 // Features returns the features this release serves.
 func Features() []string {
-	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureNotFoundRoutes, FeatureCORS, FeatureClientValidation, FeatureRouteRetry, FeatureBackendHeaders}
+	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureNotFoundRoutes, FeatureCORS, FeatureClientValidation, FeatureRouteRetry, FeatureBackendHeaders, FeatureBackendTLS}
 }
 
 // FeatureUse is one place where a write uses a feature: the feature and
@@ -256,6 +261,9 @@ func FeaturesUsed(obj *pb.Object) []FeatureUse {
 		}
 		if hc.GetCloseOnDown() {
 			out = append(out, FeatureUse{Feature: FeatureCloseOnDown, Field: at + ".closeOnDown"})
+		}
+		if l.GetPools()[name].GetTls() != nil {
+			out = append(out, FeatureUse{Feature: FeatureBackendTLS, Field: fmt.Sprintf("%s: pools.%s.tls", RefString(RefOf(obj)), name)})
 		}
 	}
 	return out

@@ -60,6 +60,9 @@ var extended = []features.FeatureName{
 	features.SupportHTTPRouteRetryConnectionError,
 	features.SupportHTTPRouteBackendRequestHeaderModification,
 	features.SupportHTTPRouteDestinationPortMatching,
+	features.SupportBackendTLSPolicy,
+	features.SupportBackendTLSPolicySANValidation,
+	features.SupportGatewayBackendClientCertificate,
 }
 
 // skipped are the tests of the profiles' core that teapot-lb does not

@@ -146,7 +146,7 @@ func newHTTPTable(ls *ListenerSnapshot) *httpTable {
 		route := &l7.Route{Name: ls.LB + "/routes[" + strconv.Itoa(sr.Index) + "]"}
 		if sr.Pool != nil {
 			if p := ls.Pool(sr.Pool); p != nil {
-				route.Backend = p.httpBackend(ls.budget)
+				route.Backend = p.httpBackend(ls.budget, ls.tenant)
 			}
 		}
 		route.Ext = routeExt(ls, sr)
@@ -195,7 +195,7 @@ func (r *httpRouter) Route(host, path string) *l7.Route {
 // the first http listener snapshot that uses the pool is built. Its member
 // connections are charged to budget, the tenant's (a pool is one load
 // balancer's).
-func (p *Pool) httpBackend(budget *l7.MemberBudget) *httpBackend {
+func (p *Pool) httpBackend(budget *l7.MemberBudget, tenant *tenantBudget) *httpBackend {
 	if b := p.http.Load(); b != nil {
 		return b
 	}
@@ -214,6 +214,9 @@ func (p *Pool) httpBackend(budget *l7.MemberBudget) *httpBackend {
 		b.opts.Protocol = l7.HTTP1TLS
 	case "h2":
 		b.opts.Protocol = l7.H2TLS
+	}
+	if p.Spec.TLS != nil && (b.opts.Protocol == l7.HTTP1TLS || b.opts.Protocol == l7.H2TLS) {
+		b.opts.TLS = memberTLSConfig(p.Spec.TLS, tenant)
 	}
 	b.hashClient = p.Spec.Algorithm == snapshot.Hash && p.Spec.HashHeader == ""
 	for _, m := range p.members {
@@ -262,7 +265,10 @@ func (m *httpMember) Addr() netip.AddrPort { return m.addr }
 // budget kept it from being dialled.
 func (m *httpMember) Done(err error, status int, _ time.Duration) {
 	m.target.End()
-	if errors.Is(err, l7.ErrMemberLimit) {
+	if errors.Is(err, l7.ErrMemberLimit) || errors.Is(err, l7.ErrMemberCertificate) {
+		// Not the member's fault: the tenant's budget, or the pool's
+		// verdict on its certificate (the member's health is shared with
+		// the tenant's pools that trust it).
 		return
 	}
 	if err != nil {

@@ -14,7 +14,7 @@ func routeExt(ls *ListenerSnapshot, sr *snapshot.Route) *l7.RouteExt {
 	}
 	backend := func(p *snapshot.Pool) l7.Backend {
 		if lp := ls.Pool(p); lp != nil {
-			return lp.httpBackend(ls.budget)
+			return lp.httpBackend(ls.budget, ls.tenant)
 		}
 		return nil
 	}

@@ -225,4 +225,13 @@ var rules = map[string]rule{
 	"teapot.v1.HTTPSCheck.client_cert_pem":      {limits: atMost(api.MaxCheckClientCertPEMLen, fmt.Sprintf("bytes; its key ECDSA P-256 or P-384, Ed25519, or RSA of at most %d bits", api.MaxCheckClientRSABits))},
 	"teapot.v1.HTTPSCheck.client_key_pem":       {doc: "Private key (PEM) of clientCertPem; never returned when the load balancer is read. Left out while clientCertPem is the stored one, the stored key is kept.", limits: atMost(api.MaxCheckClientKeyPEMLen, "bytes")},
 	"teapot.v1.HTTPSCheck.insecure_skip_verify": {def: "false"},
+
+	"teapot.v1.BackendPool.tls":               {limits: "backendProtocol tls or h2 only"},
+	"teapot.v1.BackendTLS.ca_pem":             {limits: atMost(api.MaxBackendCAPEMLen, fmt.Sprintf("bytes and %d certificates", api.MaxCheckCACerts))},
+	"teapot.v1.BackendTLS.system_roots":       {def: "false"},
+	"teapot.v1.BackendTLS.server_name":        {limits: "a DNS name; required", example: "web.acme.example"},
+	"teapot.v1.BackendTLS.subject_alt_names":  {limits: fmt.Sprintf("at most %d", api.MaxBackendSANs)},
+	"teapot.v1.BackendTLS.client_certificate": {limits: "a certificate of the tenant, uploaded with its key", example: "members-client"},
+	"teapot.v1.SubjectAltName.hostname":       {example: "web.acme.example"},
+	"teapot.v1.SubjectAltName.uri":            {limits: atMost(api.MaxSANURILen, "bytes"), example: "spiffe://acme.example/web"},
 }

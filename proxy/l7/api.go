@@ -232,6 +232,9 @@ const (
 	// OutcomeMemberLimit: no member connection within the tenant's
 	// descriptor budget or the client connection's bound (503).
 	OutcomeMemberLimit
+	// OutcomeMemberTLS: the member's certificate failed the backend's
+	// verification (ErrMemberCertificate; 502).
+	OutcomeMemberTLS
 )
 
 // RequestStats describes one finished request.

@@ -82,6 +82,9 @@ func outcomeFor(err error) Outcome {
 	if errors.Is(err, ErrUpstreamTimeout) {
 		return OutcomeUpstreamTimeout
 	}
+	if errors.Is(err, ErrMemberCertificate) {
+		return OutcomeMemberTLS
+	}
 	return OutcomeUpstreamError
 }
 

@@ -340,6 +340,12 @@ func (s *Server) dialCharged(ctx context.Context, key poolKey, opts *BackendOpti
 		if key.proto == H2TLS {
 			cfg.NextProtos = []string{"h2"}
 		}
+		if hc, ok := key.budgetDescriptors().(HandshakeCharger); ok {
+			if err := hc.ChargeHandshake(); err != nil {
+				raw.Close()
+				return nil, fmt.Errorf("%w: the TLS handshake to the member is over the tenant's handshake budget: %w", ErrMemberLimit, err)
+			}
+		}
 		tc := tls.Client(nc, cfg)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			raw.Close()

@@ -77,6 +77,9 @@ func (b *lbCompile) pool(name string, bp *pb.BackendPool, udp int, t *tenantInfo
 		case ".connectTimeout":
 			then = "using " + b.c.d.ConnectTimeout.String()
 		}
+		if strings.HasPrefix(e.Field, ".tls") {
+			then = "members are not trusted: requests get 502"
+		}
 		b.finding(f+e.Field, e.Reason, then)
 	}
 	if a := Algorithm(bp.GetAlgorithm()); a != "" && !broken(errs, ".algorithm") {
@@ -97,6 +100,7 @@ func (b *lbCompile) pool(name string, bp *pb.BackendPool, udp int, t *tenantInfo
 		p.BackendProtocol = bpp
 	}
 	p.ConnectTimeout = duration(errs, ".connectTimeout", bp.GetConnectTimeout(), b.c.d.ConnectTimeout)
+	p.TLS = b.backendTLS(f, errs, bp.GetTls())
 	return p
 }
 

@@ -138,6 +138,8 @@ type Pool struct {
 	// BackendProtocol is http1, h2c, tls or h2 (L7 only).
 	BackendProtocol string
 	ConnectTimeout  time.Duration
+	// TLS verifies the members (tls and h2 only); nil: not verified.
+	TLS *BackendTLS
 }
 
 // Equal reports whether p and o compile to the same pool.
@@ -151,7 +153,7 @@ func (p *Pool) Equal(o *Pool) bool {
 	return p.LB == o.LB && p.Name == o.Name && p.Algorithm == o.Algorithm &&
 		p.HashHeader == o.HashHeader && slices.Equal(p.Members, o.Members) &&
 		equalHealth(p.Health, o.Health) && p.ProxyProtocol == o.ProxyProtocol &&
-		p.BackendProtocol == o.BackendProtocol && p.ConnectTimeout == o.ConnectTimeout
+		p.BackendProtocol == o.BackendProtocol && p.ConnectTimeout == o.ConnectTimeout && p.TLS.Equal(o.TLS)
 }
 
 func equalHealth(a, b *HealthCheck) bool {

@@ -11,7 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/informers"
-	"k8s.io/client-go/tools/cache"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gwclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 	gwinformers "sigs.k8s.io/gateway-api/pkg/client/informers/externalversions"
@@ -89,10 +88,7 @@ func (a *Agent) watchGateways(ctx context.Context) {
 			allGateways(obj)
 		}
 	}
-	type reg struct {
-		inf cache.SharedIndexInformer
-		fn  func(any)
-	}
+	type reg = informerReg
 	regs := []reg{
 		{v1.GatewayClasses().Informer(), onClass},
 		{v1.Gateways().Informer(), onGateway},
@@ -108,6 +104,8 @@ func (a *Agent) watchGateways(ctx context.Context) {
 		gs.ReferenceGrants = v1.ReferenceGrants().Lister()
 		regs = append(regs, reg{v1.ReferenceGrants().Informer(), allGateways})
 	}
+	btls, cms := a.watchBackendTLS(have, v1, gs, allGateways)
+	regs = append(regs, btls...)
 	var kinds []string
 	if have["httproutes"] {
 		gs.HTTPRoutes = v1.HTTPRoutes().Lister()
@@ -143,7 +141,17 @@ func (a *Agent) watchGateways(ctx context.Context) {
 	f.Start(ctx.Done())
 	core.Start(ctx.Done())
 	secrets.Start(ctx.Done())
-	a.gwShutdown = func() { f.Shutdown(); core.Shutdown(); secrets.Shutdown() }
+	if cms != nil {
+		cms.Start(ctx.Done())
+	}
+	a.gwShutdown = func() {
+		f.Shutdown()
+		core.Shutdown()
+		secrets.Shutdown()
+		if cms != nil {
+			cms.Shutdown()
+		}
+	}
 	a.log.Info("watching Gateway API objects", "routes", kinds, "controller", a.opts().GatewayControllerName())
 }
 
@@ -164,7 +172,11 @@ func (a *Agent) checkAccess(ctx context.Context, have map[string]bool) {
 		"referencegrants": func() error { _, err := gw.ReferenceGrants("").List(ctx, one); return err },
 		"namespaces":      func() error { _, err := a.kube.CoreV1().Namespaces().List(ctx, one); return err },
 		"secrets":         func() error { _, err := a.kube.CoreV1().Secrets("").List(ctx, one); return err },
-		"configmaps":      func() error { _, err := a.kube.CoreV1().ConfigMaps("").List(ctx, one); return err },
+		"backendtlspolicies": func() error {
+			_, err := gw.BackendTLSPolicies("").List(ctx, one)
+			return err
+		},
+		"configmaps": func() error { _, err := a.kube.CoreV1().ConfigMaps("").List(ctx, one); return err },
 	}
 	have["namespaces"], have["secrets"], have["configmaps"] = true, true, true
 	for name, check := range checks {

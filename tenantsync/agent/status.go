@@ -167,6 +167,8 @@ func (a *Agent) write(ctx context.Context, k objKey) error {
 		return a.writeGatewayClass(ctx, k.name)
 	case translate.KindHTTPRoute, translate.KindGRPCRoute, translate.KindTLSRoute, translate.KindTCPRoute, translate.KindUDPRoute:
 		return a.writeRoute(ctx, k)
+	case translate.KindBackendTLSPolicy:
+		return a.writeBackendTLSPolicy(ctx, k)
 	default:
 		return nil
 	}

@@ -49,10 +49,12 @@ var Fields = map[string][]Field{
 	KindTLSRoute:  l4RouteFields(true),
 	KindTCPRoute:  l4RouteFields(false),
 	KindUDPRoute:  l4RouteFields(false),
+
+	KindBackendTLSPolicy: backendTLSPolicyFields,
 }
 
 // FieldKinds is the order of the kinds in FIELDS.md.
-var FieldKinds = []string{KindService, KindIngress, KindGateway, KindHTTPRoute, KindGRPCRoute, KindTLSRoute, KindTCPRoute, KindUDPRoute}
+var FieldKinds = []string{KindService, KindIngress, KindGateway, KindHTTPRoute, KindGRPCRoute, KindTLSRoute, KindTCPRoute, KindUDPRoute, KindBackendTLSPolicy}
 
 const kubeProxy = "kube-proxy and the EndpointSlice controller act on it inside the cluster; "
 
@@ -122,9 +124,10 @@ var gatewayFields = []Field{
 	{"spec.infrastructure.annotations", NotApplicable, "the agent makes no resources for a Gateway", false},
 	{"spec.infrastructure.parametersRef", Refused, "no parameters are read: the Gateway is not accepted (InvalidParameters)", true},
 	{"spec.allowedListeners", Refused, "ListenerSets are not supported, so none attach: a warning says so", true},
-	{"spec.tls", HonouredInPart, "frontend is honoured, backend refused (below)", false},
+	{"spec.tls", Honoured, "frontend and backend (below)", false},
 	{"spec.tls.frontend", Honoured, "client certificate validation of the HTTPS listeners (the perPort entry of a listener's port, else default): CA bundles from ConfigMaps (key ca.crt; other namespaces need a ReferenceGrant), AllowValidOnly fails the handshake of a client without a valid certificate, AllowInsecureFallback serves it and sets the Gateway's InsecureFrontendValidationMode; a reference that does not resolve: ResolvedRefs False, and when none does the listener is not accepted (NoValidCACertificate) nor served", true},
-	{"spec.tls.backend", Refused, "a client certificate towards backends is not supported: the Gateway is not accepted (UnsupportedValue) rather than served without it", true},
+	{"spec.tls.backend", Honoured, "the client certificate the Gateway's pools that speak TLS (BackendTLSPolicy) present to their members", false},
+	{"spec.tls.backend.clientCertificateRef", Honoured, "a kubernetes.io/tls Secret (another namespace needs a ReferenceGrant), uploaded as a tenant certificate; the Gateway's ResolvedRefs condition says InvalidClientCertificateRef or RefNotPermitted when it does not resolve, and the pools then present none", true},
 	{"spec.defaultScope", Refused, "All: a teapot-lb Gateway is never a default Gateway, routes attach by parentRefs only, and a warning says so; None is served as asked", false},
 }
 

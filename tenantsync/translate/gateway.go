@@ -66,8 +66,11 @@ type GatewaySources struct {
 	ReferenceGrants gwlisters.ReferenceGrantLister
 	Namespaces      corelisters.NamespaceLister
 	Secrets         corelisters.SecretLister
-	// ConfigMaps hold the CA bundles of spec.tls.frontend; nil when the
-	// agent may not read them.
+	// BackendTLSPolicies; nil when the CRD is missing or the agent may
+	// not read them.
+	BackendTLSPolicies gwlisters.BackendTLSPolicyLister
+	// ConfigMaps hold the CA bundles of spec.tls.frontend and of
+	// BackendTLSPolicies; nil when the agent may not read them.
 	ConfigMaps corelisters.ConfigMapLister
 }
 
@@ -96,6 +99,12 @@ type GatewayResult struct {
 	// Conditions are the Gateway's conditions besides Accepted and
 	// Programmed (InsecureFrontendValidationMode).
 	Conditions []metav1.Condition
+	// Policies are the ancestor statuses this Gateway gives the
+	// BackendTLSPolicies of the Services its routes send to.
+	Policies map[RouteKey]gwv1.PolicyAncestorStatus
+	// ResolvedRefs is the Gateway's ResolvedRefs condition: set when
+	// spec.tls.backend is (its client certificate reference).
+	ResolvedRefs *metav1.Condition
 	// AddressNotUsable says why the Gateway's addresses, well formed, are
 	// not served (several: a Gateway has one VIP); the Gateway is
 	// accepted, not sent to the LB cluster, and not programmed.
@@ -188,6 +197,7 @@ func Gateway(gw *gwv1.Gateway, src Sources, o Options) *Desired {
 	if c := g.insecureFallback(); c != nil {
 		res.Conditions = append(res.Conditions, *c)
 	}
+	g.backendClientCert()
 	edgeRates(gw.Annotations, lb, d, edgeGateway)
 	if !edgeSources(gw.Annotations, lb, d, false) && accepted.Status == metav1.ConditionTrue {
 		accepted = cond(string(gwv1.GatewayConditionAccepted), false, "InvalidSourceRanges", d.Refused, gw.Generation)

@@ -11,8 +11,7 @@ import (
 )
 
 // TestGatewayFieldsHonouredOrRefused: a Gateway that asks for client
-// certificate validation, a client certificate towards backends or
-// infrastructure parameters is not accepted (and not served) rather than
+// certificate validation or infrastructure parameters is not accepted (and not served) rather than
 // served without them; ListenerSets, a default scope and listener TLS
 // options are not applied, which a warning and the Accepted condition's
 // message say.
@@ -29,8 +28,6 @@ func TestGatewayFieldsHonouredOrRefused(t *testing.T) {
 		{"client certificate validation without any (see TestGatewayFrontendValidation)", func(g *gwv1.Gateway) {
 			g.Spec.TLS = &gwv1.GatewayTLSConfig{Frontend: &gwv1.FrontendTLSConfig{}}
 		}, "", ""},
-		{"client certificate towards backends", func(g *gwv1.Gateway) { g.Spec.TLS = &gwv1.GatewayTLSConfig{Backend: &gwv1.GatewayBackendTLS{}} },
-			"UnsupportedValue", "spec.tls.backend"},
 		{"infrastructure parameters", func(g *gwv1.Gateway) {
 			g.Spec.Infrastructure = &gwv1.GatewayInfrastructure{ParametersRef: &gwv1.LocalParametersReference{Kind: "ConfigMap", Name: "p"}}
 		}, string(gwv1.GatewayReasonInvalidParameters), "spec.infrastructure.parametersRef"},

@@ -2659,8 +2659,13 @@ type BackendPool struct {
 	// (default http1; L7 only).
 	BackendProtocol string               `protobuf:"bytes,6,opt,name=backend_protocol,json=backendProtocol,proto3" json:"backend_protocol,omitempty"`
 	ConnectTimeout  *durationpb.Duration `protobuf:"bytes,7,opt,name=connect_timeout,json=connectTimeout,proto3" json:"connect_timeout,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// TLS towards the members (backendProtocol tls or h2): the CAs their
+	// certificates must chain to, the server name sent and verified, and
+	// the subject alternative names accepted. Unset: the members'
+	// certificates are not verified (they are addressed by IP).
+	Tls           *BackendTLS `protobuf:"bytes,110,opt,name=tls,proto3" json:"tls,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *BackendPool) Reset() {
@@ -2742,6 +2747,163 @@ func (x *BackendPool) GetConnectTimeout() *durationpb.Duration {
 	return nil
 }
 
+func (x *BackendPool) GetTls() *BackendTLS {
+	if x != nil {
+		return x.Tls
+	}
+	return nil
+}
+
+// BackendTLS verifies the members of a pool that speak TLS (Gateway API
+// BackendTLSPolicy). A member whose certificate fails verification is
+// not sent the request: the client gets 502, the access log says
+// member-tls.
+type BackendTLS struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// PEM CA certificates (at most 64 KiB, 32 certificates) the member's
+	// certificate must chain to.
+	CaPem string `protobuf:"bytes,1,opt,name=ca_pem,json=caPem,proto3" json:"ca_pem,omitempty"`
+	// Verify against the LB host's system roots instead (the Gateway API's
+	// wellKnownCACertificates: System). Exactly one of caPem and
+	// systemRoots is set.
+	SystemRoots bool `protobuf:"varint,2,opt,name=system_roots,json=systemRoots,proto3" json:"system_roots,omitempty"`
+	// The server name (SNI) sent to the members, and the name their
+	// certificate must hold when subjectAltNames is empty: a DNS name, no
+	// wildcard.
+	ServerName string `protobuf:"bytes,3,opt,name=server_name,json=serverName,proto3" json:"server_name,omitempty"`
+	// When set, the member's certificate must hold at least one of these
+	// (instead of serverName); at most 16.
+	SubjectAltNames []*SubjectAltName `protobuf:"bytes,4,rep,name=subject_alt_names,json=subjectAltNames,proto3" json:"subject_alt_names,omitempty"`
+	// The name of one of the tenant's uploaded certificates (with its key)
+	// presented to members that ask for a client certificate (the Gateway
+	// API's spec.tls.backend.clientCertificateRef). Its signatures are
+	// charged to the tenant's handshake CPU budget.
+	ClientCertificate string `protobuf:"bytes,5,opt,name=client_certificate,json=clientCertificate,proto3" json:"client_certificate,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *BackendTLS) Reset() {
+	*x = BackendTLS{}
+	mi := &file_teapotv1_model_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackendTLS) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackendTLS) ProtoMessage() {}
+
+func (x *BackendTLS) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_model_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackendTLS.ProtoReflect.Descriptor instead.
+func (*BackendTLS) Descriptor() ([]byte, []int) {
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *BackendTLS) GetCaPem() string {
+	if x != nil {
+		return x.CaPem
+	}
+	return ""
+}
+
+func (x *BackendTLS) GetSystemRoots() bool {
+	if x != nil {
+		return x.SystemRoots
+	}
+	return false
+}
+
+func (x *BackendTLS) GetServerName() string {
+	if x != nil {
+		return x.ServerName
+	}
+	return ""
+}
+
+func (x *BackendTLS) GetSubjectAltNames() []*SubjectAltName {
+	if x != nil {
+		return x.SubjectAltNames
+	}
+	return nil
+}
+
+func (x *BackendTLS) GetClientCertificate() string {
+	if x != nil {
+		return x.ClientCertificate
+	}
+	return ""
+}
+
+// SubjectAltName is one accepted name of a member's certificate: exactly
+// one of hostname (a DNS name, "*.acme.example" matches one label) and
+// uri (an absolute URI such as "spiffe://acme.example/web", compared
+// exactly).
+type SubjectAltName struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Hostname      string                 `protobuf:"bytes,1,opt,name=hostname,proto3" json:"hostname,omitempty"`
+	Uri           string                 `protobuf:"bytes,2,opt,name=uri,proto3" json:"uri,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SubjectAltName) Reset() {
+	*x = SubjectAltName{}
+	mi := &file_teapotv1_model_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubjectAltName) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubjectAltName) ProtoMessage() {}
+
+func (x *SubjectAltName) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_model_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubjectAltName.ProtoReflect.Descriptor instead.
+func (*SubjectAltName) Descriptor() ([]byte, []int) {
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *SubjectAltName) GetHostname() string {
+	if x != nil {
+		return x.Hostname
+	}
+	return ""
+}
+
+func (x *SubjectAltName) GetUri() string {
+	if x != nil {
+		return x.Uri
+	}
+	return ""
+}
+
 type Member struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// host:port with an IP address ("10.20.0.11:30080", "[2001:db8::1]:80").
@@ -2754,7 +2916,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_teapotv1_model_proto_msgTypes[31]
+	mi := &file_teapotv1_model_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2766,7 +2928,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[31]
+	mi := &file_teapotv1_model_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2779,7 +2941,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{31}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Member) GetAddress() string {
@@ -2819,7 +2981,7 @@ type HealthCheck struct {
 
 func (x *HealthCheck) Reset() {
 	*x = HealthCheck{}
-	mi := &file_teapotv1_model_proto_msgTypes[32]
+	mi := &file_teapotv1_model_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2831,7 +2993,7 @@ func (x *HealthCheck) String() string {
 func (*HealthCheck) ProtoMessage() {}
 
 func (x *HealthCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[32]
+	mi := &file_teapotv1_model_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2844,7 +3006,7 @@ func (x *HealthCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthCheck.ProtoReflect.Descriptor instead.
 func (*HealthCheck) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{32}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *HealthCheck) GetTcp() *TCPCheck {
@@ -2918,7 +3080,7 @@ type TCPCheck struct {
 
 func (x *TCPCheck) Reset() {
 	*x = TCPCheck{}
-	mi := &file_teapotv1_model_proto_msgTypes[33]
+	mi := &file_teapotv1_model_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2930,7 +3092,7 @@ func (x *TCPCheck) String() string {
 func (*TCPCheck) ProtoMessage() {}
 
 func (x *TCPCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[33]
+	mi := &file_teapotv1_model_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2943,7 +3105,7 @@ func (x *TCPCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TCPCheck.ProtoReflect.Descriptor instead.
 func (*TCPCheck) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{33}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{35}
 }
 
 type HTTPCheck struct {
@@ -2958,7 +3120,7 @@ type HTTPCheck struct {
 
 func (x *HTTPCheck) Reset() {
 	*x = HTTPCheck{}
-	mi := &file_teapotv1_model_proto_msgTypes[34]
+	mi := &file_teapotv1_model_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2970,7 +3132,7 @@ func (x *HTTPCheck) String() string {
 func (*HTTPCheck) ProtoMessage() {}
 
 func (x *HTTPCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[34]
+	mi := &file_teapotv1_model_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2983,7 +3145,7 @@ func (x *HTTPCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HTTPCheck.ProtoReflect.Descriptor instead.
 func (*HTTPCheck) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{34}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *HTTPCheck) GetPath() string {
@@ -3036,7 +3198,7 @@ type HTTPSCheck struct {
 
 func (x *HTTPSCheck) Reset() {
 	*x = HTTPSCheck{}
-	mi := &file_teapotv1_model_proto_msgTypes[35]
+	mi := &file_teapotv1_model_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3048,7 +3210,7 @@ func (x *HTTPSCheck) String() string {
 func (*HTTPSCheck) ProtoMessage() {}
 
 func (x *HTTPSCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[35]
+	mi := &file_teapotv1_model_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3061,7 +3223,7 @@ func (x *HTTPSCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HTTPSCheck.ProtoReflect.Descriptor instead.
 func (*HTTPSCheck) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{35}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *HTTPSCheck) GetPath() string {
@@ -3138,7 +3300,7 @@ type LoadBalancerStatus struct {
 
 func (x *LoadBalancerStatus) Reset() {
 	*x = LoadBalancerStatus{}
-	mi := &file_teapotv1_model_proto_msgTypes[36]
+	mi := &file_teapotv1_model_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3150,7 +3312,7 @@ func (x *LoadBalancerStatus) String() string {
 func (*LoadBalancerStatus) ProtoMessage() {}
 
 func (x *LoadBalancerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[36]
+	mi := &file_teapotv1_model_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3163,7 +3325,7 @@ func (x *LoadBalancerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadBalancerStatus.ProtoReflect.Descriptor instead.
 func (*LoadBalancerStatus) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{36}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *LoadBalancerStatus) GetAddress() string {
@@ -3211,7 +3373,7 @@ type ObservedStatus struct {
 
 func (x *ObservedStatus) Reset() {
 	*x = ObservedStatus{}
-	mi := &file_teapotv1_model_proto_msgTypes[37]
+	mi := &file_teapotv1_model_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3223,7 +3385,7 @@ func (x *ObservedStatus) String() string {
 func (*ObservedStatus) ProtoMessage() {}
 
 func (x *ObservedStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[37]
+	mi := &file_teapotv1_model_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3236,7 +3398,7 @@ func (x *ObservedStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObservedStatus.ProtoReflect.Descriptor instead.
 func (*ObservedStatus) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{37}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ObservedStatus) GetPhase() string {
@@ -3277,7 +3439,7 @@ type Problem struct {
 
 func (x *Problem) Reset() {
 	*x = Problem{}
-	mi := &file_teapotv1_model_proto_msgTypes[38]
+	mi := &file_teapotv1_model_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3289,7 +3451,7 @@ func (x *Problem) String() string {
 func (*Problem) ProtoMessage() {}
 
 func (x *Problem) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[38]
+	mi := &file_teapotv1_model_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3302,7 +3464,7 @@ func (x *Problem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Problem.ProtoReflect.Descriptor instead.
 func (*Problem) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{38}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Problem) GetField() string {
@@ -3353,7 +3515,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_teapotv1_model_proto_msgTypes[39]
+	mi := &file_teapotv1_model_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3365,7 +3527,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[39]
+	mi := &file_teapotv1_model_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3378,7 +3540,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{39}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *Node) GetId() string {
@@ -3478,7 +3640,7 @@ type NodeService struct {
 
 func (x *NodeService) Reset() {
 	*x = NodeService{}
-	mi := &file_teapotv1_model_proto_msgTypes[40]
+	mi := &file_teapotv1_model_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3490,7 +3652,7 @@ func (x *NodeService) String() string {
 func (*NodeService) ProtoMessage() {}
 
 func (x *NodeService) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[40]
+	mi := &file_teapotv1_model_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3503,7 +3665,7 @@ func (x *NodeService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeService.ProtoReflect.Descriptor instead.
 func (*NodeService) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{40}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *NodeService) GetName() string {
@@ -3539,7 +3701,7 @@ type Certificate struct {
 
 func (x *Certificate) Reset() {
 	*x = Certificate{}
-	mi := &file_teapotv1_model_proto_msgTypes[41]
+	mi := &file_teapotv1_model_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3551,7 +3713,7 @@ func (x *Certificate) String() string {
 func (*Certificate) ProtoMessage() {}
 
 func (x *Certificate) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[41]
+	mi := &file_teapotv1_model_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3564,7 +3726,7 @@ func (x *Certificate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Certificate.ProtoReflect.Descriptor instead.
 func (*Certificate) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{41}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *Certificate) GetName() string {
@@ -3643,7 +3805,7 @@ type JoinToken struct {
 
 func (x *JoinToken) Reset() {
 	*x = JoinToken{}
-	mi := &file_teapotv1_model_proto_msgTypes[42]
+	mi := &file_teapotv1_model_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3655,7 +3817,7 @@ func (x *JoinToken) String() string {
 func (*JoinToken) ProtoMessage() {}
 
 func (x *JoinToken) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[42]
+	mi := &file_teapotv1_model_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3668,7 +3830,7 @@ func (x *JoinToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinToken.ProtoReflect.Descriptor instead.
 func (*JoinToken) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{42}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *JoinToken) GetId() string {
@@ -3717,7 +3879,7 @@ type StorageItem struct {
 
 func (x *StorageItem) Reset() {
 	*x = StorageItem{}
-	mi := &file_teapotv1_model_proto_msgTypes[43]
+	mi := &file_teapotv1_model_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3729,7 +3891,7 @@ func (x *StorageItem) String() string {
 func (*StorageItem) ProtoMessage() {}
 
 func (x *StorageItem) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[43]
+	mi := &file_teapotv1_model_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3742,7 +3904,7 @@ func (x *StorageItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageItem.ProtoReflect.Descriptor instead.
 func (*StorageItem) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{43}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *StorageItem) GetKey() string {
@@ -3789,7 +3951,7 @@ type StorageLock struct {
 
 func (x *StorageLock) Reset() {
 	*x = StorageLock{}
-	mi := &file_teapotv1_model_proto_msgTypes[44]
+	mi := &file_teapotv1_model_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3801,7 +3963,7 @@ func (x *StorageLock) String() string {
 func (*StorageLock) ProtoMessage() {}
 
 func (x *StorageLock) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[44]
+	mi := &file_teapotv1_model_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3814,7 +3976,7 @@ func (x *StorageLock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageLock.ProtoReflect.Descriptor instead.
 func (*StorageLock) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{44}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *StorageLock) GetName() string {
@@ -3872,7 +4034,7 @@ type Object struct {
 
 func (x *Object) Reset() {
 	*x = Object{}
-	mi := &file_teapotv1_model_proto_msgTypes[45]
+	mi := &file_teapotv1_model_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3884,7 +4046,7 @@ func (x *Object) String() string {
 func (*Object) ProtoMessage() {}
 
 func (x *Object) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[45]
+	mi := &file_teapotv1_model_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3897,7 +4059,7 @@ func (x *Object) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Object.ProtoReflect.Descriptor instead.
 func (*Object) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{45}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *Object) GetKind() isObject_Kind {
@@ -4045,7 +4207,7 @@ type ObjectRef struct {
 
 func (x *ObjectRef) Reset() {
 	*x = ObjectRef{}
-	mi := &file_teapotv1_model_proto_msgTypes[46]
+	mi := &file_teapotv1_model_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4057,7 +4219,7 @@ func (x *ObjectRef) String() string {
 func (*ObjectRef) ProtoMessage() {}
 
 func (x *ObjectRef) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[46]
+	mi := &file_teapotv1_model_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4070,7 +4232,7 @@ func (x *ObjectRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectRef.ProtoReflect.Descriptor instead.
 func (*ObjectRef) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{46}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ObjectRef) GetKind() string {
@@ -4314,7 +4476,7 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\vdenominator\x18\x02 \x01(\rR\vdenominator\"\x88\x01\n" +
 	"\rRouteTimeouts\x123\n" +
 	"\arequest\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\arequest\x12B\n" +
-	"\x0fbackend_request\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x0ebackendRequest\"\xc2\x02\n" +
+	"\x0fbackend_request\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x0ebackendRequest\"\xeb\x02\n" +
 	"\vBackendPool\x12\x1c\n" +
 	"\talgorithm\x18\x01 \x01(\tR\talgorithm\x12\x17\n" +
 	"\ahash_on\x18\x02 \x01(\tR\x06hashOn\x12+\n" +
@@ -4322,7 +4484,19 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\fhealth_check\x18\x04 \x01(\v2\x16.teapot.v1.HealthCheckR\vhealthCheck\x12%\n" +
 	"\x0eproxy_protocol\x18\x05 \x01(\tR\rproxyProtocol\x12)\n" +
 	"\x10backend_protocol\x18\x06 \x01(\tR\x0fbackendProtocol\x12B\n" +
-	"\x0fconnect_timeout\x18\a \x01(\v2\x19.google.protobuf.DurationR\x0econnectTimeout\"J\n" +
+	"\x0fconnect_timeout\x18\a \x01(\v2\x19.google.protobuf.DurationR\x0econnectTimeout\x12'\n" +
+	"\x03tls\x18n \x01(\v2\x15.teapot.v1.BackendTLSR\x03tls\"\xdd\x01\n" +
+	"\n" +
+	"BackendTLS\x12\x15\n" +
+	"\x06ca_pem\x18\x01 \x01(\tR\x05caPem\x12!\n" +
+	"\fsystem_roots\x18\x02 \x01(\bR\vsystemRoots\x12\x1f\n" +
+	"\vserver_name\x18\x03 \x01(\tR\n" +
+	"serverName\x12E\n" +
+	"\x11subject_alt_names\x18\x04 \x03(\v2\x19.teapot.v1.SubjectAltNameR\x0fsubjectAltNames\x12-\n" +
+	"\x12client_certificate\x18\x05 \x01(\tR\x11clientCertificate\">\n" +
+	"\x0eSubjectAltName\x12\x1a\n" +
+	"\bhostname\x18\x01 \x01(\tR\bhostname\x12\x10\n" +
+	"\x03uri\x18\x02 \x01(\tR\x03uri\"J\n" +
 	"\x06Member\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x1b\n" +
 	"\x06weight\x18\x02 \x01(\rH\x00R\x06weight\x88\x01\x01B\t\n" +
@@ -4439,7 +4613,7 @@ func file_teapotv1_model_proto_rawDescGZIP() []byte {
 	return file_teapotv1_model_proto_rawDescData
 }
 
-var file_teapotv1_model_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
+var file_teapotv1_model_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
 var file_teapotv1_model_proto_goTypes = []any{
 	(*Meta)(nil),                  // 0: teapot.v1.Meta
 	(*Tenant)(nil),                // 1: teapot.v1.Tenant
@@ -4472,29 +4646,31 @@ var file_teapotv1_model_proto_goTypes = []any{
 	(*Fraction)(nil),              // 28: teapot.v1.Fraction
 	(*RouteTimeouts)(nil),         // 29: teapot.v1.RouteTimeouts
 	(*BackendPool)(nil),           // 30: teapot.v1.BackendPool
-	(*Member)(nil),                // 31: teapot.v1.Member
-	(*HealthCheck)(nil),           // 32: teapot.v1.HealthCheck
-	(*TCPCheck)(nil),              // 33: teapot.v1.TCPCheck
-	(*HTTPCheck)(nil),             // 34: teapot.v1.HTTPCheck
-	(*HTTPSCheck)(nil),            // 35: teapot.v1.HTTPSCheck
-	(*LoadBalancerStatus)(nil),    // 36: teapot.v1.LoadBalancerStatus
-	(*ObservedStatus)(nil),        // 37: teapot.v1.ObservedStatus
-	(*Problem)(nil),               // 38: teapot.v1.Problem
-	(*Node)(nil),                  // 39: teapot.v1.Node
-	(*NodeService)(nil),           // 40: teapot.v1.NodeService
-	(*Certificate)(nil),           // 41: teapot.v1.Certificate
-	(*JoinToken)(nil),             // 42: teapot.v1.JoinToken
-	(*StorageItem)(nil),           // 43: teapot.v1.StorageItem
-	(*StorageLock)(nil),           // 44: teapot.v1.StorageLock
-	(*Object)(nil),                // 45: teapot.v1.Object
-	(*ObjectRef)(nil),             // 46: teapot.v1.ObjectRef
-	nil,                           // 47: teapot.v1.LoadBalancer.PoolsEntry
-	(*timestamppb.Timestamp)(nil), // 48: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 49: google.protobuf.Duration
+	(*BackendTLS)(nil),            // 31: teapot.v1.BackendTLS
+	(*SubjectAltName)(nil),        // 32: teapot.v1.SubjectAltName
+	(*Member)(nil),                // 33: teapot.v1.Member
+	(*HealthCheck)(nil),           // 34: teapot.v1.HealthCheck
+	(*TCPCheck)(nil),              // 35: teapot.v1.TCPCheck
+	(*HTTPCheck)(nil),             // 36: teapot.v1.HTTPCheck
+	(*HTTPSCheck)(nil),            // 37: teapot.v1.HTTPSCheck
+	(*LoadBalancerStatus)(nil),    // 38: teapot.v1.LoadBalancerStatus
+	(*ObservedStatus)(nil),        // 39: teapot.v1.ObservedStatus
+	(*Problem)(nil),               // 40: teapot.v1.Problem
+	(*Node)(nil),                  // 41: teapot.v1.Node
+	(*NodeService)(nil),           // 42: teapot.v1.NodeService
+	(*Certificate)(nil),           // 43: teapot.v1.Certificate
+	(*JoinToken)(nil),             // 44: teapot.v1.JoinToken
+	(*StorageItem)(nil),           // 45: teapot.v1.StorageItem
+	(*StorageLock)(nil),           // 46: teapot.v1.StorageLock
+	(*Object)(nil),                // 47: teapot.v1.Object
+	(*ObjectRef)(nil),             // 48: teapot.v1.ObjectRef
+	nil,                           // 49: teapot.v1.LoadBalancer.PoolsEntry
+	(*timestamppb.Timestamp)(nil), // 50: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 51: google.protobuf.Duration
 }
 var file_teapotv1_model_proto_depIdxs = []int32{
-	48, // 0: teapot.v1.Meta.created:type_name -> google.protobuf.Timestamp
-	48, // 1: teapot.v1.Meta.updated:type_name -> google.protobuf.Timestamp
+	50, // 0: teapot.v1.Meta.created:type_name -> google.protobuf.Timestamp
+	50, // 1: teapot.v1.Meta.updated:type_name -> google.protobuf.Timestamp
 	3,  // 2: teapot.v1.Tenant.quotas:type_name -> teapot.v1.Quotas
 	0,  // 3: teapot.v1.Tenant.meta:type_name -> teapot.v1.Meta
 	2,  // 4: teapot.v1.Tenant.bgp:type_name -> teapot.v1.TenantBGP
@@ -4502,12 +4678,12 @@ var file_teapotv1_model_proto_depIdxs = []int32{
 	7,  // 6: teapot.v1.LoadBalancer.vip:type_name -> teapot.v1.VIPRequest
 	8,  // 7: teapot.v1.LoadBalancer.listeners:type_name -> teapot.v1.Listener
 	13, // 8: teapot.v1.LoadBalancer.routes:type_name -> teapot.v1.Route
-	47, // 9: teapot.v1.LoadBalancer.pools:type_name -> teapot.v1.LoadBalancer.PoolsEntry
+	49, // 9: teapot.v1.LoadBalancer.pools:type_name -> teapot.v1.LoadBalancer.PoolsEntry
 	6,  // 10: teapot.v1.LoadBalancer.access_log:type_name -> teapot.v1.AccessLog
 	0,  // 11: teapot.v1.LoadBalancer.meta:type_name -> teapot.v1.Meta
-	36, // 12: teapot.v1.LoadBalancer.status:type_name -> teapot.v1.LoadBalancerStatus
+	38, // 12: teapot.v1.LoadBalancer.status:type_name -> teapot.v1.LoadBalancerStatus
 	11, // 13: teapot.v1.Listener.tls:type_name -> teapot.v1.TLSPolicy
-	49, // 14: teapot.v1.Listener.idle_timeout:type_name -> google.protobuf.Duration
+	51, // 14: teapot.v1.Listener.idle_timeout:type_name -> google.protobuf.Duration
 	10, // 15: teapot.v1.Listener.sni_routes:type_name -> teapot.v1.SNIRoute
 	9,  // 16: teapot.v1.Listener.rate_limit:type_name -> teapot.v1.RateLimit
 	12, // 17: teapot.v1.TLSPolicy.client_validation:type_name -> teapot.v1.ClientValidation
@@ -4518,7 +4694,7 @@ var file_teapotv1_model_proto_depIdxs = []int32{
 	9,  // 22: teapot.v1.Route.rate_limit:type_name -> teapot.v1.RateLimit
 	15, // 23: teapot.v1.Route.waf:type_name -> teapot.v1.WAF
 	14, // 24: teapot.v1.Route.retry:type_name -> teapot.v1.RouteRetry
-	49, // 25: teapot.v1.RouteRetry.backoff:type_name -> google.protobuf.Duration
+	51, // 25: teapot.v1.RouteRetry.backoff:type_name -> google.protobuf.Duration
 	17, // 26: teapot.v1.RouteMatch.headers:type_name -> teapot.v1.ValueMatch
 	17, // 27: teapot.v1.RouteMatch.query_params:type_name -> teapot.v1.ValueMatch
 	18, // 28: teapot.v1.RouteMatch.grpc:type_name -> teapot.v1.GRPCMethodMatch
@@ -4534,43 +4710,45 @@ var file_teapotv1_model_proto_depIdxs = []int32{
 	26, // 38: teapot.v1.RequestRedirect.path:type_name -> teapot.v1.PathModifier
 	26, // 39: teapot.v1.URLRewrite.path:type_name -> teapot.v1.PathModifier
 	28, // 40: teapot.v1.RequestMirror.fraction:type_name -> teapot.v1.Fraction
-	49, // 41: teapot.v1.RouteTimeouts.request:type_name -> google.protobuf.Duration
-	49, // 42: teapot.v1.RouteTimeouts.backend_request:type_name -> google.protobuf.Duration
-	31, // 43: teapot.v1.BackendPool.members:type_name -> teapot.v1.Member
-	32, // 44: teapot.v1.BackendPool.health_check:type_name -> teapot.v1.HealthCheck
-	49, // 45: teapot.v1.BackendPool.connect_timeout:type_name -> google.protobuf.Duration
-	33, // 46: teapot.v1.HealthCheck.tcp:type_name -> teapot.v1.TCPCheck
-	34, // 47: teapot.v1.HealthCheck.http:type_name -> teapot.v1.HTTPCheck
-	49, // 48: teapot.v1.HealthCheck.interval:type_name -> google.protobuf.Duration
-	49, // 49: teapot.v1.HealthCheck.timeout:type_name -> google.protobuf.Duration
-	35, // 50: teapot.v1.HealthCheck.https:type_name -> teapot.v1.HTTPSCheck
-	38, // 51: teapot.v1.LoadBalancerStatus.problems:type_name -> teapot.v1.Problem
-	37, // 52: teapot.v1.LoadBalancerStatus.observed:type_name -> teapot.v1.ObservedStatus
-	40, // 53: teapot.v1.Node.services:type_name -> teapot.v1.NodeService
-	0,  // 54: teapot.v1.Node.meta:type_name -> teapot.v1.Meta
-	48, // 55: teapot.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
-	0,  // 56: teapot.v1.Certificate.meta:type_name -> teapot.v1.Meta
-	48, // 57: teapot.v1.JoinToken.expires:type_name -> google.protobuf.Timestamp
-	0,  // 58: teapot.v1.JoinToken.meta:type_name -> teapot.v1.Meta
-	48, // 59: teapot.v1.StorageItem.modified:type_name -> google.protobuf.Timestamp
-	0,  // 60: teapot.v1.StorageItem.meta:type_name -> teapot.v1.Meta
-	48, // 61: teapot.v1.StorageLock.expires:type_name -> google.protobuf.Timestamp
-	49, // 62: teapot.v1.StorageLock.ttl:type_name -> google.protobuf.Duration
-	0,  // 63: teapot.v1.StorageLock.meta:type_name -> teapot.v1.Meta
-	1,  // 64: teapot.v1.Object.tenant:type_name -> teapot.v1.Tenant
-	4,  // 65: teapot.v1.Object.vip_pool:type_name -> teapot.v1.VIPPool
-	5,  // 66: teapot.v1.Object.load_balancer:type_name -> teapot.v1.LoadBalancer
-	39, // 67: teapot.v1.Object.node:type_name -> teapot.v1.Node
-	41, // 68: teapot.v1.Object.certificate:type_name -> teapot.v1.Certificate
-	42, // 69: teapot.v1.Object.join_token:type_name -> teapot.v1.JoinToken
-	43, // 70: teapot.v1.Object.storage_item:type_name -> teapot.v1.StorageItem
-	44, // 71: teapot.v1.Object.storage_lock:type_name -> teapot.v1.StorageLock
-	30, // 72: teapot.v1.LoadBalancer.PoolsEntry.value:type_name -> teapot.v1.BackendPool
-	73, // [73:73] is the sub-list for method output_type
-	73, // [73:73] is the sub-list for method input_type
-	73, // [73:73] is the sub-list for extension type_name
-	73, // [73:73] is the sub-list for extension extendee
-	0,  // [0:73] is the sub-list for field type_name
+	51, // 41: teapot.v1.RouteTimeouts.request:type_name -> google.protobuf.Duration
+	51, // 42: teapot.v1.RouteTimeouts.backend_request:type_name -> google.protobuf.Duration
+	33, // 43: teapot.v1.BackendPool.members:type_name -> teapot.v1.Member
+	34, // 44: teapot.v1.BackendPool.health_check:type_name -> teapot.v1.HealthCheck
+	51, // 45: teapot.v1.BackendPool.connect_timeout:type_name -> google.protobuf.Duration
+	31, // 46: teapot.v1.BackendPool.tls:type_name -> teapot.v1.BackendTLS
+	32, // 47: teapot.v1.BackendTLS.subject_alt_names:type_name -> teapot.v1.SubjectAltName
+	35, // 48: teapot.v1.HealthCheck.tcp:type_name -> teapot.v1.TCPCheck
+	36, // 49: teapot.v1.HealthCheck.http:type_name -> teapot.v1.HTTPCheck
+	51, // 50: teapot.v1.HealthCheck.interval:type_name -> google.protobuf.Duration
+	51, // 51: teapot.v1.HealthCheck.timeout:type_name -> google.protobuf.Duration
+	37, // 52: teapot.v1.HealthCheck.https:type_name -> teapot.v1.HTTPSCheck
+	40, // 53: teapot.v1.LoadBalancerStatus.problems:type_name -> teapot.v1.Problem
+	39, // 54: teapot.v1.LoadBalancerStatus.observed:type_name -> teapot.v1.ObservedStatus
+	42, // 55: teapot.v1.Node.services:type_name -> teapot.v1.NodeService
+	0,  // 56: teapot.v1.Node.meta:type_name -> teapot.v1.Meta
+	50, // 57: teapot.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
+	0,  // 58: teapot.v1.Certificate.meta:type_name -> teapot.v1.Meta
+	50, // 59: teapot.v1.JoinToken.expires:type_name -> google.protobuf.Timestamp
+	0,  // 60: teapot.v1.JoinToken.meta:type_name -> teapot.v1.Meta
+	50, // 61: teapot.v1.StorageItem.modified:type_name -> google.protobuf.Timestamp
+	0,  // 62: teapot.v1.StorageItem.meta:type_name -> teapot.v1.Meta
+	50, // 63: teapot.v1.StorageLock.expires:type_name -> google.protobuf.Timestamp
+	51, // 64: teapot.v1.StorageLock.ttl:type_name -> google.protobuf.Duration
+	0,  // 65: teapot.v1.StorageLock.meta:type_name -> teapot.v1.Meta
+	1,  // 66: teapot.v1.Object.tenant:type_name -> teapot.v1.Tenant
+	4,  // 67: teapot.v1.Object.vip_pool:type_name -> teapot.v1.VIPPool
+	5,  // 68: teapot.v1.Object.load_balancer:type_name -> teapot.v1.LoadBalancer
+	41, // 69: teapot.v1.Object.node:type_name -> teapot.v1.Node
+	43, // 70: teapot.v1.Object.certificate:type_name -> teapot.v1.Certificate
+	44, // 71: teapot.v1.Object.join_token:type_name -> teapot.v1.JoinToken
+	45, // 72: teapot.v1.Object.storage_item:type_name -> teapot.v1.StorageItem
+	46, // 73: teapot.v1.Object.storage_lock:type_name -> teapot.v1.StorageLock
+	30, // 74: teapot.v1.LoadBalancer.PoolsEntry.value:type_name -> teapot.v1.BackendPool
+	75, // [75:75] is the sub-list for method output_type
+	75, // [75:75] is the sub-list for method input_type
+	75, // [75:75] is the sub-list for extension type_name
+	75, // [75:75] is the sub-list for extension extendee
+	0,  // [0:75] is the sub-list for field type_name
 }
 
 func init() { file_teapotv1_model_proto_init() }
@@ -4583,8 +4761,8 @@ func file_teapotv1_model_proto_init() {
 	file_teapotv1_model_proto_msgTypes[24].OneofWrappers = []any{}
 	file_teapotv1_model_proto_msgTypes[26].OneofWrappers = []any{}
 	file_teapotv1_model_proto_msgTypes[27].OneofWrappers = []any{}
-	file_teapotv1_model_proto_msgTypes[31].OneofWrappers = []any{}
-	file_teapotv1_model_proto_msgTypes[45].OneofWrappers = []any{
+	file_teapotv1_model_proto_msgTypes[33].OneofWrappers = []any{}
+	file_teapotv1_model_proto_msgTypes[47].OneofWrappers = []any{
 		(*Object_Tenant)(nil),
 		(*Object_VipPool)(nil),
 		(*Object_LoadBalancer)(nil),
@@ -4600,7 +4778,7 @@ func file_teapotv1_model_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_teapotv1_model_proto_rawDesc), len(file_teapotv1_model_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   48,
+			NumMessages:   50,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
