@@ -22,6 +22,7 @@ import (
 // which for a host just downgraded is the level of the release it ran
 // before.
 func TestFeatureGateAsksAHostThatJustCameBack(t *testing.T) {
+	t.Parallel() // hosts of its own, in temporary directories on free ports
 	h1 := startHost(t, Config{NodeID: "n1", Version: "v-new"})
 	tok, err := h1.node.CreateJoinToken(ctxT(t), time.Minute)
 	if err != nil {
