@@ -76,7 +76,7 @@ test: lint kube-tools ## lint, then every test with the race detector
 # sizes): they read `go list` and the tree, and start nothing.
 RULE_TESTS := ^(TestDependencyRules|TestImportProblems|TestForbiddenDependencies|TestDepProblems|TestPackagesHaveDocComments|TestFileSizes)$$
 
-test-quick: lint ## the inner loop: lint, the unit tests of every package but scenarios (-short, without the race detector) and the rule tests
+test-quick: lint ## the inner loop (goal 2 min warm on 2 idle cores; see README, Test time): lint, the unit tests of every package but scenarios (-short: without the scale and flood tests, which test runs; no race detector) and the rule tests
 	go test -short -count=1 -timeout 10m $$(go list ./... | grep -v '/scenarios$$')
 	go test -count=1 -timeout 5m -run '$(RULE_TESTS)' ./scenarios
 

@@ -378,6 +378,17 @@ func (u *upConn) close() {
 	}
 }
 
+// shutdown ends the connection both ways without closing it, from any
+// goroutine (ConnState.Cut): a read or a wait for the member's bytes
+// returns at once (EOF), whatever deadline is set after it. Its user
+// closes it.
+func (u *upConn) shutdown() {
+	if u.raw != nil {
+		_ = u.raw.CloseRead()
+		_ = u.raw.CloseWrite()
+	}
+}
+
 func isTimeout(err error) bool {
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		return true
