@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 
 	"github.com/teapot-lb/teapot-lb/api"
+	"github.com/teapot-lb/teapot-lb/proxy/cpubudget"
 	"github.com/teapot-lb/teapot-lb/proxy/snapshot"
 	"github.com/teapot-lb/teapot-lb/proxy/waf"
 )
@@ -71,8 +72,11 @@ func (p *Proxy) wafInspect(ls *ListenerSnapshot, sr *snapshot.Route) func(*http.
 			b.refused.Add(1)
 			return wafBudgetRefusal, http.StatusTooManyRequests
 		}
-		v := e.Inspect(r, body, client, local)
-		b.settle(wafReserve, regexNow()-start)
+		// Charged the CPU the inspection took, not its wall time: on a
+		// busy core the wall time counts the other goroutines too.
+		var v waf.Verdict
+		used := cpubudget.Measure(func() { v = e.Inspect(r, body, client, local) })
+		b.settle(wafReserve, int64(used))
 		b.inspected.Add(1)
 		switch {
 		case v.Rejected && block:
