@@ -66,6 +66,8 @@ type GatewaySources struct {
 	ReferenceGrants gwlisters.ReferenceGrantLister
 	Namespaces      corelisters.NamespaceLister
 	Secrets         corelisters.SecretLister
+	// EdgePolicies, nil when the EdgePolicy CRD is not installed.
+	EdgePolicies EdgePolicyLister
 }
 
 // RouteKey names one route object.
@@ -90,6 +92,9 @@ type GatewayResult struct {
 	// Certificates are the Secrets the https listeners serve, to upload
 	// as the tenant's certificates.
 	Certificates []CertificateSource
+	// Policies are the Accepted conditions of the EdgePolicies that
+	// reach this Gateway (targeting it or a route attached to it).
+	Policies []PolicyStatus
 	// AddressNotUsable says why the Gateway's addresses, well formed, are
 	// not served (several: a Gateway has one VIP); the Gateway is
 	// accepted, not sent to the LB cluster, and not programmed.
@@ -177,6 +182,9 @@ func Gateway(gw *gwv1.Gateway, src Sources, o Options) *Desired {
 	edgeRates(gw.Annotations, lb, d, edgeGateway)
 	if !edgeSources(gw.Annotations, lb, d, false) && accepted.Status == metav1.ConditionTrue {
 		accepted = cond(string(gwv1.GatewayConditionAccepted), false, "InvalidSourceRanges", d.Refused, gw.Generation)
+	}
+	if msg := g.edgeGatewayPolicy(); msg != "" && accepted.Status == metav1.ConditionTrue {
+		accepted = cond(string(gwv1.GatewayConditionAccepted), false, "InvalidSourceRanges", msg, gw.Generation)
 	}
 	for i := range g.ls {
 		res.Listeners = append(res.Listeners, *g.ls[i].status)
