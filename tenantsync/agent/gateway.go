@@ -139,6 +139,9 @@ func (a *Agent) watchGateways(ctx context.Context) {
 	core.Start(ctx.Done())
 	secrets.Start(ctx.Done())
 	a.gwShutdown = func() { f.Shutdown(); core.Shutdown(); secrets.Shutdown() }
+	if stop := a.watchEdgePolicies(ctx, gs); stop != nil {
+		a.gwShutdown = func() { f.Shutdown(); core.Shutdown(); secrets.Shutdown(); stop() }
+	}
 	a.log.Info("watching Gateway API objects", "routes", kinds, "controller", a.opts().GatewayControllerName())
 }
 
