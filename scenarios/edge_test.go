@@ -157,6 +157,27 @@ func edgeEchoOnce(src, addr string) (string, error) {
 	return string(buf), nil
 }
 
+// metricOf returns the sum of the host's samples of name whose labels
+// include want.
+func metricOf(t *testing.T, n *node, name string, want map[string]string) float64 {
+	t.Helper()
+	m, err := scrape(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, s := range m[name] {
+		ok := true
+		for k, v := range want {
+			ok = ok && s.labels[k] == v
+		}
+		if ok {
+			sum += s.value
+		}
+	}
+	return sum
+}
+
 // refusedBy returns the host's connections_refused_total of the reason.
 func refusedBy(t *testing.T, n *node, reason string) float64 {
 	t.Helper()
@@ -275,6 +296,14 @@ pools:
 		if got := served.Load() - before; got != int64(len(edgeOrdinary)) {
 			t.Errorf("the member served %d ordinary requests, want %d", got, len(edgeOrdinary))
 		}
+		// The verdicts are in the host's metrics (the readiness probe
+		// above passed the rules too).
+		if got := metricOf(t, n, "teapot_lb_waf_requests_total", map[string]string{"tenant": "shop", "verdict": "blocked"}); got != float64(len(edgeAttacks)) {
+			t.Errorf("teapot_lb_waf_requests_total{verdict=blocked} = %v, want %d", got, len(edgeAttacks))
+		}
+		if got := metricOf(t, n, "teapot_lb_waf_requests_total", map[string]string{"tenant": "shop", "verdict": "passed"}); got < float64(len(edgeOrdinary)) {
+			t.Errorf("teapot_lb_waf_requests_total{verdict=passed} = %v, want >= %d", got, len(edgeOrdinary))
+		}
 	})
 
 	t.Run("rate limit", func(t *testing.T) {
@@ -306,6 +335,9 @@ pools:
 		}
 		if hdr.Get("RateLimit-Limit") != strconv.Itoa(rps) || hdr.Get("RateLimit-Remaining") != "0" || hdr.Get("RateLimit-Reset") == "" {
 			t.Errorf("RateLimit fields %q %q %q", hdr.Get("RateLimit-Limit"), hdr.Get("RateLimit-Remaining"), hdr.Get("RateLimit-Reset"))
+		}
+		if got := metricOf(t, n, "teapot_lb_rate_limited_total", map[string]string{"tenant": "shop", "cause": "limit"}); got != float64(limited) {
+			t.Errorf("teapot_lb_rate_limited_total{cause=limit} = %v, want %d", got, limited)
 		}
 		// The limit is per client: the neighbour is served meanwhile.
 		code, _, err := edgeDo(edgeHTTPClient(edgeNeighbour), base, edgeRequest{"GET", "/limited", "", ""})
