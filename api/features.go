@@ -68,15 +68,19 @@ const (
 	// FeatureWAF: request inspection by the web application firewall
 	// (routes[].waf). A host of an earlier release ignores it.
 	FeatureWAF = "waf"
+	// FeatureWAFExclusions: Core Rule Set rules a route's WAF does not run
+	// (routes[].waf.excludeRules). A host of an earlier release ignores
+	// them and blocks what they would have let through.
+	FeatureWAFExclusions = "waf-exclusions"
 )
 
 // FeatureLevel is the highest cluster feature level this release
 // understands. Level 1 is every release before levels existed; levels 2
-// to 4 add the features of featureLevels. A release that adds a field or a
+// to 5 add the features of featureLevels. A release that adds a field or a
 // request option that a host of an earlier release would ignore, or a
 // command version, raises it, and the cluster accepts writes that use the
 // addition only once every host reports the level.
-const FeatureLevel = 4
+const FeatureLevel = 5
 
 // featureLevels is the level each feature needs on every host.
 var featureLevels = map[string]uint32{
@@ -94,6 +98,7 @@ var featureLevels = map[string]uint32{
 	FeatureSourceRanges:  4,
 	FeatureRateLimits:    4,
 	FeatureWAF:           4,
+	FeatureWAFExclusions: 5,
 }
 
 // LevelOf is the feature level a feature needs on every host (0 for a
@@ -135,7 +140,7 @@ func FeatureRefusal(uses []FeatureUse, need uint32, older []string) error {
 
 // Features returns the features this release serves.
 func Features() []string {
-	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF}
+	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureWAFExclusions}
 }
 
 // FeatureUse is one place where a write uses a feature: the feature and
@@ -204,6 +209,9 @@ func FeaturesUsed(obj *pb.Object) []FeatureUse {
 		}
 		if r.GetWaf() != nil {
 			out = append(out, FeatureUse{Feature: FeatureWAF, Field: fmt.Sprintf("%s: routes[%d].waf", RefString(RefOf(obj)), i)})
+		}
+		if len(r.GetWaf().GetExcludeRules()) > 0 {
+			out = append(out, FeatureUse{Feature: FeatureWAFExclusions, Field: fmt.Sprintf("%s: routes[%d].waf.excludeRules", RefString(RefOf(obj)), i)})
 		}
 	}
 	names := make([]string, 0, len(l.GetPools()))

@@ -64,7 +64,7 @@ func (p *Proxy) wafInspect(ls *ListenerSnapshot, sr *snapshot.Route) func(*http.
 		return wafNotReady
 	}
 	b := p.wafBudget(ls.Tenant, ls.Limits.WAFCPUMillicores)
-	lb, block := ls.LB, sr.WAF.Block
+	lb, block, exclude := ls.LB, sr.WAF.Block, waf.ParseExclusions(sr.WAF.Exclude)
 	log := p.log
 	return func(r *http.Request, body []byte, client, local netip.AddrPort) (http.Handler, int) {
 		start := regexNow()
@@ -75,7 +75,7 @@ func (p *Proxy) wafInspect(ls *ListenerSnapshot, sr *snapshot.Route) func(*http.
 		// Charged the CPU the inspection took, not its wall time: on a
 		// busy core the wall time counts the other goroutines too.
 		var v waf.Verdict
-		used := cpubudget.Measure(func() { v = e.Inspect(r, body, client, local) })
+		used := cpubudget.Measure(func() { v = e.Inspect(r, body, client, local, exclude) })
 		b.settle(wafReserve, int64(used))
 		b.inspected.Add(1)
 		switch {

@@ -242,6 +242,7 @@ listeners:
     deniedSources: [%[5]s/32]
 routes:
   - { path: /limited, pool: web, rateLimit: { requestsPerSecond: %[8]d, burst: %[8]d } }
+  - { path: /legacy, pool: web, waf: { mode: block, excludeRules: [942100, 942190, 942270, 942360] } }
   - { path: /, pool: web, waf: { mode: block, paranoiaLevel: 1 } }
 pools:
   web: { members: ["%[6]s"] }
@@ -303,6 +304,15 @@ pools:
 		}
 		if got := metricOf(t, n, "teapot_lb_waf_requests_total", map[string]string{"tenant": "shop", "verdict": "passed"}); got < float64(len(edgeOrdinary)) {
 			t.Errorf("teapot_lb_waf_requests_total{verdict=passed} = %v, want >= %d", got, len(edgeOrdinary))
+		}
+		// A route that excludes the rules an attack trips (as a tenant
+		// excludes a false positive's) serves it; other attacks are
+		// still blocked there.
+		if code, _, err := edgeDo(client, base, edgeRequest{"GET", "/legacy" + edgeAttacks[0].target, "", ""}); err != nil || code != 200 {
+			t.Errorf("GET /legacy%s with its rules excluded: %d %v, want 200", edgeAttacks[0].target, code, err)
+		}
+		if code, _, err := edgeDo(client, base, edgeRequest{"GET", "/legacy" + edgeAttacks[3].target, "", ""}); err != nil || code != 403 {
+			t.Errorf("GET /legacy%s: %d %v, want 403", edgeAttacks[3].target, code, err)
 		}
 	})
 

@@ -78,6 +78,8 @@ type EdgeWAF struct {
 	Mode          string `json:"mode"`
 	ParanoiaLevel uint32 `json:"paranoiaLevel,omitempty"`
 	MaxBodyBytes  uint32 `json:"maxBodyBytes,omitempty"`
+	// ExcludeRules are Core Rule Set rule ids not run (false positives).
+	ExcludeRules []uint32 `json:"excludeRules,omitempty"`
 }
 
 // EdgePolicyLister lists the EdgePolicies of a namespace.
@@ -199,7 +201,7 @@ func wafOf(w *EdgeWAF) *pb.WAF {
 	if w == nil {
 		return nil
 	}
-	return &pb.WAF{Mode: w.Mode, ParanoiaLevel: w.ParanoiaLevel, MaxBodyBytes: w.MaxBodyBytes}
+	return &pb.WAF{Mode: w.Mode, ParanoiaLevel: w.ParanoiaLevel, MaxBodyBytes: w.MaxBodyBytes, ExcludeRules: slices.Clone(w.ExcludeRules)}
 }
 
 func rateOf(rl *EdgeRateLimit, rps, conns uint32) *pb.RateLimit {
