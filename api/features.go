@@ -89,6 +89,10 @@ const (
 	// CAs, server name and subject alternative names (pools[].tls). A
 	// host of an earlier release ignores it and accepts any certificate.
 	FeatureBackendTLS = "backend-tls"
+	// FeatureWAFExclusions: Core Rule Set rules a route's WAF does not run
+	// (routes[].waf.excludeRules). A host of an earlier release ignores
+	// them and blocks what they would have let through.
+	FeatureWAFExclusions = "waf-exclusions"
 )
 
 // FeatureLevel is the highest cluster feature level this release
@@ -121,6 +125,7 @@ var featureLevels = map[string]uint32{
 	FeatureRouteRetry:       5,
 	FeatureBackendHeaders:   5,
 	FeatureBackendTLS:       5,
+	FeatureWAFExclusions:    5,
 }
 
 // LevelOf is the feature level a feature needs on every host (0 for a
@@ -162,7 +167,7 @@ func FeatureRefusal(uses []FeatureUse, need uint32, older []string) error {
 
 // Features returns the features this release serves.
 func Features() []string {
-	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureNotFoundRoutes, FeatureCORS, FeatureClientValidation, FeatureRouteRetry, FeatureBackendHeaders, FeatureBackendTLS}
+	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureNotFoundRoutes, FeatureCORS, FeatureClientValidation, FeatureRouteRetry, FeatureBackendHeaders, FeatureBackendTLS, FeatureWAFExclusions}
 }
 
 // FeatureUse is one place where a write uses a feature: the feature and
@@ -244,6 +249,9 @@ func FeaturesUsed(obj *pb.Object) []FeatureUse {
 			}
 		}
 		out = append(out, retryFeaturesUsed(obj, i, r)...)
+		if len(r.GetWaf().GetExcludeRules()) > 0 {
+			out = append(out, FeatureUse{Feature: FeatureWAFExclusions, Field: fmt.Sprintf("%s: routes[%d].waf.excludeRules", RefString(RefOf(obj)), i)})
+		}
 	}
 	names := make([]string, 0, len(l.GetPools()))
 	for name := range l.GetPools() {

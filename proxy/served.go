@@ -76,7 +76,7 @@ type ListenerSnapshot struct {
 	rates listenerRates
 	// waf builds the Inspect of a route with a WAF (nil in a listener
 	// snapshot the proxy did not build: a WAF route answers 503).
-	waf func(*ListenerSnapshot, *snapshot.Route) func(*http.Request, []byte, netip.AddrPort, netip.AddrPort) (http.Handler, int)
+	waf func(*ListenerSnapshot, *snapshot.Route) func(*http.Request, []byte, netip.AddrPort, netip.AddrPort) (http.Handler, int, string)
 }
 
 // Pool returns the live pool of a compiled pool the listener uses (its L4

@@ -196,6 +196,7 @@ var protoComments = map[string]string{
 	"teapot.v1.ValueMatch":                           "ValueMatch matches a header or query parameter by name and value.",
 	"teapot.v1.ValueMatch.type":                      "exact | regex (default exact)",
 	"teapot.v1.WAF":                                  "WAF turns on request inspection with the OWASP Core Rule Set. Its CPU is charged to the tenant's quotas.wafCpuMillicores on each LB host: past it, the route's requests are answered 429 with Retry-After: 1.",
+	"teapot.v1.WAF.exclude_rules":                    "Core Rule Set rule ids not run for this route's requests: the exclusions of a false positive (the log names the rules of each blocked or detected request). At most 64.",
 	"teapot.v1.WAF.max_body_bytes":                   "Bytes of a request body inspected (default 131072); the rest is passed on uninspected.",
 	"teapot.v1.WAF.mode":                             "block (answer 403 to a request the rules reject) | detect (serve it and count the rules that matched).",
 	"teapot.v1.WAF.paranoia_level":                   "CRS paranoia level, 1 (default) to 4: higher catches more and rejects more ordinary traffic.",

@@ -121,6 +121,7 @@ var rules = map[string]rule{
 	"teapot.v1.WAF.mode":                         {required: true, enum: []string{api.WAFBlock, api.WAFDetect}},
 	"teapot.v1.WAF.paranoia_level":               {def: "1", limits: "1 to 4"},
 	"teapot.v1.WAF.max_body_bytes":               {def: fmt.Sprint(api.DefaultWAFBodyBytes), limits: fmt.Sprintf("at most %d", api.MaxWAFBodyBytes)},
+	"teapot.v1.WAF.exclude_rules":                {limits: fmt.Sprintf("at most %d ids, each %d to %d; feature level 5 on every host", api.MaxWAFExcludedRules, api.MinWAFRuleID, api.MaxWAFRuleID), example: "[942100, 920350]"},
 
 	"teapot.v1.TLSPolicy.acme":         {def: "false", limits: "every route host must be an exact name (no wildcard)"},
 	"teapot.v1.TLSPolicy.certificates": {limits: atMost(api.MaxListenerCertificates, "names of the tenant's uploaded certificates (teapot-lb cert upload)")},

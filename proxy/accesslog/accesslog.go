@@ -153,6 +153,9 @@ type Line struct {
 	Duration  float64 `json:"duration_seconds"`
 	UpstreamD float64 `json:"upstream_seconds"`
 	RequestID string  `json:"request_id,omitempty"`
+	// WAFRules are the ids of the WAF rules the request matched (a
+	// blocked request, or one detect mode served).
+	WAFRules string `json:"waf_rules,omitempty"`
 	// Dropped counts this load balancer's lines left out by the rate
 	// limit since its previous line.
 	Dropped int64 `json:"dropped,omitempty"`
@@ -200,7 +203,7 @@ func (l *Logger) Request(s l7.RequestStats) {
 		Time: now.UTC().Format(time.RFC3339Nano), Tenant: s.Tenant, LB: s.LB, Listener: s.Listener,
 		Host: s.Host, Method: s.Method, Path: s.Path, Protocol: "HTTP/1.1", Status: s.Status, Outcome: outcomes[s.Outcome],
 		BytesIn: s.RequestBytes, BytesOut: s.ResponseBytes, Route: s.Route,
-		Duration: s.Duration.Seconds(), UpstreamD: s.Upstream.Seconds(), RequestID: s.RequestID, Dropped: l.dropped[s.LB],
+		Duration: s.Duration.Seconds(), UpstreamD: s.Upstream.Seconds(), RequestID: s.RequestID, WAFRules: s.Inspected, Dropped: l.dropped[s.LB],
 	}
 	if s.HTTP2 {
 		line.Protocol = "HTTP/2"

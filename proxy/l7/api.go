@@ -51,9 +51,10 @@ type Route struct {
 	// Inspect, when set, is asked with the request before it is sent on,
 	// with the first InspectBody bytes of its body read and kept (the
 	// member still gets the whole body); a non-nil handler answers the
-	// request instead, with status (a WAF's 403). Such a route takes the
-	// net/http path.
-	Inspect     func(r *http.Request, body []byte, client, local netip.AddrPort) (h http.Handler, status int)
+	// request instead, with status (a WAF's 403); note, when not empty,
+	// goes to the request's access-log line (a WAF's rule ids, whether or
+	// not it answered). Such a route takes the net/http path.
+	Inspect     func(r *http.Request, body []byte, client, local netip.AddrPort) (h http.Handler, status int, note string)
 	InspectBody int
 }
 
@@ -268,6 +269,8 @@ type RequestStats struct {
 	// Path and RequestID are filled in (copies, safe to keep).
 	AccessLog                     float64
 	Host, Method, Path, RequestID string
+	// Inspected is the route's Inspect note (a WAF's rule ids).
+	Inspected string
 }
 
 // Metrics receives counters. Implementations must be cheap and safe for

@@ -144,12 +144,16 @@ func (a *Agent) watchGateways(ctx context.Context) {
 	if cms != nil {
 		cms.Start(ctx.Done())
 	}
+	stopEdge := a.watchEdgePolicies(ctx, gs)
 	a.gwShutdown = func() {
 		f.Shutdown()
 		core.Shutdown()
 		secrets.Shutdown()
 		if cms != nil {
 			cms.Shutdown()
+		}
+		if stopEdge != nil {
+			stopEdge()
 		}
 	}
 	a.log.Info("watching Gateway API objects", "routes", kinds, "controller", a.opts().GatewayControllerName())

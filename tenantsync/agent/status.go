@@ -162,6 +162,9 @@ func (a *Agent) write(ctx context.Context, k objKey) error {
 		if err != nil || gw == nil {
 			return err
 		}
+		if err := a.writeEdgePolicies(ctx, gw, d); err != nil {
+			return err
+		}
 		obj = gw
 	case translate.KindGatewayClass:
 		return a.writeGatewayClass(ctx, k.name)

@@ -72,6 +72,8 @@ type GatewaySources struct {
 	// ConfigMaps hold the CA bundles of spec.tls.frontend and of
 	// BackendTLSPolicies; nil when the agent may not read them.
 	ConfigMaps corelisters.ConfigMapLister
+	// EdgePolicies, nil when the EdgePolicy CRD is not installed.
+	EdgePolicies EdgePolicyLister
 }
 
 // RouteKey names one route object.
@@ -105,6 +107,9 @@ type GatewayResult struct {
 	// ResolvedRefs is the Gateway's ResolvedRefs condition: set when
 	// spec.tls.backend is (its client certificate reference).
 	ResolvedRefs *metav1.Condition
+	// Policies are the Accepted conditions of the EdgePolicies that
+	// reach this Gateway (targeting it or a route attached to it).
+	EdgePolicies []PolicyStatus
 	// AddressNotUsable says why the Gateway's addresses, well formed, are
 	// not served (several: a Gateway has one VIP); the Gateway is
 	// accepted, not sent to the LB cluster, and not programmed.
@@ -201,6 +206,9 @@ func Gateway(gw *gwv1.Gateway, src Sources, o Options) *Desired {
 	edgeRates(gw.Annotations, lb, d, edgeGateway)
 	if !edgeSources(gw.Annotations, lb, d, false) && accepted.Status == metav1.ConditionTrue {
 		accepted = cond(string(gwv1.GatewayConditionAccepted), false, "InvalidSourceRanges", d.Refused, gw.Generation)
+	}
+	if msg := g.edgeGatewayPolicy(); msg != "" && accepted.Status == metav1.ConditionTrue {
+		accepted = cond(string(gwv1.GatewayConditionAccepted), false, "InvalidSourceRanges", msg, gw.Generation)
 	}
 	for i := range g.ls {
 		res.Listeners = append(res.Listeners, *g.ls[i].status)

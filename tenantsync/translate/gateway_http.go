@@ -98,6 +98,7 @@ func (g *gwBuild) translateRoute(r *routeObj, atts []attachment) string {
 			rules = append(rules, g.grpcRule(r, rule))
 		}
 	}
+	g.edgeRoutePolicy(r, rules)
 	if bad := g.checkRules(rules, len(hosts)); bad != "" {
 		for _, k := range g.newPools {
 			delete(g.lb.Pools, k)

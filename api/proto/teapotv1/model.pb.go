@@ -1622,7 +1622,11 @@ type WAF struct {
 	ParanoiaLevel uint32 `protobuf:"varint,2,opt,name=paranoia_level,json=paranoiaLevel,proto3" json:"paranoia_level,omitempty"`
 	// Bytes of a request body inspected (default 131072); the rest is
 	// passed on uninspected.
-	MaxBodyBytes  uint32 `protobuf:"varint,3,opt,name=max_body_bytes,json=maxBodyBytes,proto3" json:"max_body_bytes,omitempty"`
+	MaxBodyBytes uint32 `protobuf:"varint,3,opt,name=max_body_bytes,json=maxBodyBytes,proto3" json:"max_body_bytes,omitempty"`
+	// Core Rule Set rule ids not run for this route's requests: the
+	// exclusions of a false positive (the log names the rules of each
+	// blocked or detected request). At most 64.
+	ExcludeRules  []uint32 `protobuf:"varint,130,rep,packed,name=exclude_rules,json=excludeRules,proto3" json:"exclude_rules,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1676,6 +1680,13 @@ func (x *WAF) GetMaxBodyBytes() uint32 {
 		return x.MaxBodyBytes
 	}
 	return 0
+}
+
+func (x *WAF) GetExcludeRules() []uint32 {
+	if x != nil {
+		return x.ExcludeRules
+	}
+	return nil
 }
 
 // RouteMatch is one set of conditions; all of them must hold.
@@ -4398,11 +4409,12 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\x05codes\x18\x01 \x03(\rR\x05codes\x12\x1f\n" +
 	"\battempts\x18\x02 \x01(\rH\x00R\battempts\x88\x01\x01\x123\n" +
 	"\abackoff\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\abackoffB\v\n" +
-	"\t_attempts\"f\n" +
+	"\t_attempts\"\x8c\x01\n" +
 	"\x03WAF\x12\x12\n" +
 	"\x04mode\x18\x01 \x01(\tR\x04mode\x12%\n" +
 	"\x0eparanoia_level\x18\x02 \x01(\rR\rparanoiaLevel\x12$\n" +
-	"\x0emax_body_bytes\x18\x03 \x01(\rR\fmaxBodyBytes\"\xf0\x01\n" +
+	"\x0emax_body_bytes\x18\x03 \x01(\rR\fmaxBodyBytes\x12$\n" +
+	"\rexclude_rules\x18\x82\x01 \x03(\rR\fexcludeRules\"\xf0\x01\n" +
 	"\n" +
 	"RouteMatch\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x1b\n" +
