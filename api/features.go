@@ -72,6 +72,11 @@ const (
 	// for a less specific host (routes[].notFound). A host of an earlier
 	// release ignores the field and refuses the route for want of a pool.
 	FeatureNotFoundRoutes = "not-found-routes"
+	// FeatureTLSTerminate: tls-passthrough listeners that terminate TLS
+	// for some server names and forward the decrypted stream
+	// (listeners[].sniRoutes[].terminate). A host of an earlier release
+	// ignores the field and passes those connections through encrypted.
+	FeatureTLSTerminate = "tls-terminate"
 )
 
 // FeatureLevel is the highest cluster feature level this release
@@ -99,6 +104,7 @@ var featureLevels = map[string]uint32{
 	FeatureRateLimits:     4,
 	FeatureWAF:            4,
 	FeatureNotFoundRoutes: 5,
+	FeatureTLSTerminate:   5,
 }
 
 // LevelOf is the feature level a feature needs on every host (0 for a
@@ -140,7 +146,7 @@ func FeatureRefusal(uses []FeatureUse, need uint32, older []string) error {
 
 // Features returns the features this release serves.
 func Features() []string {
-	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureNotFoundRoutes}
+	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureNotFoundRoutes, FeatureTLSTerminate}
 }
 
 // FeatureUse is one place where a write uses a feature: the feature and
@@ -186,6 +192,11 @@ func FeaturesUsed(obj *pb.Object) []FeatureUse {
 	for i, ls := range l.GetListeners() {
 		if len(ls.GetSniRoutes()) > 0 {
 			out = append(out, FeatureUse{Feature: FeatureSNIRoutes, Field: fmt.Sprintf("%s: listeners[%d].sniRoutes", RefString(RefOf(obj)), i)})
+		}
+		for j, r := range ls.GetSniRoutes() {
+			if r.GetTerminate() {
+				out = append(out, FeatureUse{Feature: FeatureTLSTerminate, Field: fmt.Sprintf("%s: listeners[%d].sniRoutes[%d].terminate", RefString(RefOf(obj)), i, j)})
+			}
 		}
 	}
 	if len(l.GetHostnames()) > 0 {
