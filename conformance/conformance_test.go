@@ -52,6 +52,8 @@ var extended = []features.FeatureName{
 	features.SupportGatewayStaticAddresses,
 	features.SupportGatewayHTTPListenerIsolation,
 	features.SupportGatewayAddressEmpty,
+	features.SupportTLSRouteModeTerminate,
+	features.SupportTLSRouteModeMixed,
 }
 
 // skipped are the tests of the profiles' core that teapot-lb does not
