@@ -93,6 +93,11 @@ const (
 	// (routes[].waf.excludeRules). A host of an earlier release ignores
 	// them and blocks what they would have let through.
 	FeatureWAFExclusions = "waf-exclusions"
+	// FeatureTLSTerminate: tls-passthrough listeners that terminate TLS
+	// for some server names and forward the decrypted stream
+	// (listeners[].sniRoutes[].terminate). A host of an earlier release
+	// ignores the field and passes those connections through encrypted.
+	FeatureTLSTerminate = "tls-terminate"
 )
 
 // FeatureLevel is the highest cluster feature level this release
@@ -126,6 +131,7 @@ var featureLevels = map[string]uint32{
 	FeatureBackendHeaders:   5,
 	FeatureBackendTLS:       5,
 	FeatureWAFExclusions:    5,
+	FeatureTLSTerminate:     5,
 }
 
 // LevelOf is the feature level a feature needs on every host (0 for a
@@ -167,7 +173,7 @@ func FeatureRefusal(uses []FeatureUse, need uint32, older []string) error {
 
 // Features returns the features this release serves.
 func Features() []string {
-	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureNotFoundRoutes, FeatureCORS, FeatureClientValidation, FeatureRouteRetry, FeatureBackendHeaders, FeatureBackendTLS, FeatureWAFExclusions}
+	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureNotFoundRoutes, FeatureCORS, FeatureClientValidation, FeatureRouteRetry, FeatureBackendHeaders, FeatureBackendTLS, FeatureWAFExclusions, FeatureTLSTerminate}
 }
 
 // FeatureUse is one place where a write uses a feature: the feature and
@@ -213,6 +219,11 @@ func FeaturesUsed(obj *pb.Object) []FeatureUse {
 	for i, ls := range l.GetListeners() {
 		if len(ls.GetSniRoutes()) > 0 {
 			out = append(out, FeatureUse{Feature: FeatureSNIRoutes, Field: fmt.Sprintf("%s: listeners[%d].sniRoutes", RefString(RefOf(obj)), i)})
+		}
+		for j, r := range ls.GetSniRoutes() {
+			if r.GetTerminate() {
+				out = append(out, FeatureUse{Feature: FeatureTLSTerminate, Field: fmt.Sprintf("%s: listeners[%d].sniRoutes[%d].terminate", RefString(RefOf(obj)), i, j)})
+			}
 		}
 	}
 	if len(l.GetHostnames()) > 0 {

@@ -98,9 +98,13 @@ func CheckListener(field string, l *pb.Listener, pools map[string]*pb.BackendPoo
 func checkListenerTLS(ck *checker, f string, l *pb.Listener) {
 	tls := l.GetTls()
 	empty := !tls.GetAcme() && len(tls.GetCertificates()) == 0 && tls.GetMinVersion() == "" && tls.GetClientValidation() == nil
+	if l.GetProtocol() == "tls-passthrough" && terminates(l) {
+		checkTerminateTLS(ck, f, l)
+		return
+	}
 	if l.GetProtocol() != "https" {
 		if !empty {
-			ck.invalidf(f+".tls", "only https listeners terminate TLS; remove tls (tls-passthrough forwards TLS untouched)")
+			ck.invalidf(f+".tls", "only https listeners terminate TLS (and tls-passthrough listeners whose sniRoutes terminate); remove tls (tls-passthrough forwards TLS untouched)")
 		}
 		return
 	}
@@ -118,7 +122,7 @@ func checkListenerTLS(ck *checker, f string, l *pb.Listener) {
 // checkListenerCerts checks the certificates an https listener lists.
 func checkListenerCerts(ck *checker, f string, lb *pb.LoadBalancer, l *pb.Listener, c Catalog) {
 	tls := l.GetTls()
-	if l.GetProtocol() != "https" || tooMany(ck, f+".tls.certificates", len(tls.GetCertificates()), MaxListenerCertificates) {
+	if !(l.GetProtocol() == "https" || l.GetProtocol() == "tls-passthrough" && terminates(l)) || tooMany(ck, f+".tls.certificates", len(tls.GetCertificates()), MaxListenerCertificates) {
 		return
 	}
 	certs, _ := c.(CertificateCatalog)

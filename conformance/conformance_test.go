@@ -63,6 +63,8 @@ var extended = []features.FeatureName{
 	features.SupportBackendTLSPolicy,
 	features.SupportBackendTLSPolicySANValidation,
 	features.SupportGatewayBackendClientCertificate,
+	features.SupportTLSRouteModeTerminate,
+	features.SupportTLSRouteModeMixed,
 }
 
 // skipped are the tests of the profiles' core that teapot-lb does not

@@ -19,7 +19,8 @@ const HelloTimeout = 10 * time.Second
 // host matches it for path "/": of the listener's sniRoutes when it has
 // some, else of the load balancer's routes; the listener's pool when none
 // matches), and forwards the connection, starting with the bytes read.
-// Both ends stay bare TCP connections, spliced.
+// Both ends stay bare TCP connections, spliced; a route with Terminate
+// has its TLS terminated here first (serveTerminated).
 func (p *Proxy) servePassthrough(l *ListenerSnapshot, c *net.TCPConn) {
 	hello, read, err := tlspass.Read(c, nil, time.Now().Add(HelloTimeout))
 	if err != nil {
@@ -32,6 +33,10 @@ func (p *Proxy) servePassthrough(l *ListenerSnapshot, c *net.TCPConn) {
 		if r := l.Routes.Match(hello.ServerName, "/"); r != nil {
 			if rp := l.Pool(r.Pool); rp != nil {
 				pool = rp
+			}
+			if r.Terminate {
+				p.serveTerminated(l, c, pool, read)
+				return
 			}
 		}
 	}

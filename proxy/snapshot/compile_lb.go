@@ -260,6 +260,9 @@ func (b *lbCompile) listener(f string, i int, l *pb.Listener, lb *pb.LoadBalance
 			skip = skip || proto == ProtoTCP || proto == ProtoUDP || proto == ProtoTLSPassthrough
 		case ".tls":
 			skip = skip || proto == ProtoHTTPS
+		case ".tls.acme", ".tls.certificates":
+			// Terminated names would be served without a certificate.
+			skip = skip || proto == ProtoTLSPassthrough
 		case ".tls.minVersion":
 			then = "using tls1.2"
 		case ".idleTimeout":
@@ -302,6 +305,7 @@ func (b *lbCompile) listener(f string, i int, l *pb.Listener, lb *pb.LoadBalance
 			out.Routes = routes // routed by server name, when the load balancer has routes
 			if len(l.GetSniRoutes()) > 0 {
 				out.Routes = b.sniRoutes(f, l, lb, pools, t)
+				out.TLS = terminateTLS(l)
 			}
 		}
 		if proto == ProtoUDP {
@@ -420,7 +424,8 @@ func (b *lbCompile) sniRoutes(f string, l *pb.Listener, lb *pb.LoadBalancer, poo
 			b.report("", errs, "route skipped")
 			return
 		}
-		out = append(out, Route{Host: host, Path: "/", Pool: pools.get(l.GetSniRoutes()[i].GetPool()), Index: i})
+		r := l.GetSniRoutes()[i]
+		out = append(out, Route{Host: host, Path: "/", Pool: pools.get(r.GetPool()), Index: i, Terminate: r.GetTerminate()})
 	})
 	return NewRouteTable(out)
 }

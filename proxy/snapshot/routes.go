@@ -57,6 +57,10 @@ type Route struct {
 	// NotFound: the route answers 404 (routes[].notFound); matching stops
 	// at it rather than trying less specific hosts.
 	NotFound bool
+	// Terminate: a server-name route of a tls-passthrough listener whose
+	// connections have TLS terminated by the load balancer and are
+	// forwarded decrypted (listeners[].sniRoutes[].terminate).
+	Terminate bool
 
 	// next is the route tried after this one for the same host and path
 	// when its conditions do not hold.
@@ -66,7 +70,8 @@ type Route struct {
 // same reports whether r and o route alike; pools compare by identity.
 func (r *Route) same(o *Route) bool {
 	return r.Host == o.Host && r.Path == o.Path && r.PathType == o.PathType && r.Pool == o.Pool &&
-		r.Index == o.Index && r.Ext.equal(o.Ext) && r.Rate == o.Rate && r.WAF == o.WAF && r.NotFound == o.NotFound
+		r.Index == o.Index && r.Ext.equal(o.Ext) && r.Rate == o.Rate && r.WAF == o.WAF && r.NotFound == o.NotFound &&
+		r.Terminate == o.Terminate
 }
 
 // Conditional reports whether the route matches on more than host and

@@ -96,6 +96,11 @@ func TestCompileAndValidationNameTheSameField(t *testing.T) {
 		{"listeners[2].sniRoutes[1].host", func(lb *pb.LoadBalancer) {
 			lb.Listeners[2].SniRoutes = append(lb.Listeners[2].SniRoutes, &pb.SNIRoute{Host: "DB.acme.example", Pool: "app"})
 		}},
+		{"listeners[2].tls.certificates", func(lb *pb.LoadBalancer) { lb.Listeners[2].SniRoutes[0].Terminate = true }},
+		{"listeners[2].tls.acme", func(lb *pb.LoadBalancer) {
+			lb.Listeners[2].SniRoutes[0].Terminate = true
+			lb.Listeners[2].Tls = &pb.TLSPolicy{Acme: true, Certificates: []string{"shop"}}
+		}},
 		{"routes[0].host", func(lb *pb.LoadBalancer) { lb.Routes[0].Host = "shop.other.example" }},
 		{"routes[0].host", func(lb *pb.LoadBalancer) { lb.Routes[0].Host = "Shop.acme.example" }},
 		{"routes[0].host", func(lb *pb.LoadBalancer) { lb.Routes[0].Host = "shop.*.acme.example" }},

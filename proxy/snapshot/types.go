@@ -239,7 +239,8 @@ type Listener struct {
 	// Routes route the requests of http and https listeners.
 	Routes          *RouteTable
 	RedirectToHTTPS bool
-	// TLS is set for https listeners.
+	// TLS is set for https listeners, and for tls-passthrough listeners
+	// with server-name routes that terminate.
 	TLS *TLS
 	// TrustedProxies (http and https) are the client networks whose
 	// forwarding fields are kept; nil trusts none.

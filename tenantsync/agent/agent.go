@@ -291,6 +291,7 @@ func (a *Agent) setFeatureLevel(level uint32) {
 	o := a.options
 	o.DualStack = level >= api.LevelOf(api.FeatureDualStack)
 	o.NotFoundRoutes = level >= api.LevelOf(api.FeatureNotFoundRoutes)
+	o.TLSTerminate = level >= api.LevelOf(api.FeatureTLSTerminate)
 	changed := o != a.options
 	a.options = o
 	a.optMu.Unlock()

@@ -17,7 +17,9 @@
 // tenant's pools). Its listeners become one LB listener per port and
 // protocol: HTTP and HTTPS listeners of a port share one (their hostnames
 // go into the routes; HTTPS listeners offer all their certificates, chosen
-// by SNI), TLS listeners in Passthrough mode become tls-passthrough, TCP
+// by SNI), TLS listeners become tls-passthrough (in Terminate mode their
+// routes' names are sniRoutes with terminate, served with the listeners'
+// certificates; both modes may share a port: gateway_tlsterm.go), TCP
 // and UDP stay themselves. HTTPRoutes and GRPCRoutes attach by parentRefs
 // (sectionName, port), the listeners' allowedRoutes (namespaces From
 // Same, All or Selector; kinds) and hostnames, and become LB routes with

@@ -164,6 +164,9 @@ type listenerState struct {
 	// client is the client certificate validation of an https listener
 	// (spec.tls.frontend), nil without one.
 	client *pb.ClientValidation
+	// terminate: a TLS listener in Terminate mode; its routes' server
+	// names are terminated on the tls-passthrough LB listener.
+	terminate bool
 }
 
 // Gateway translates one Gateway the agent takes: one load balancer with
@@ -350,8 +353,10 @@ func (g *gwBuild) listeners() {
 			}
 		case gwv1.TLSProtocolType:
 			ls.proto = "tls-passthrough"
-			if l.TLS == nil || l.TLS.Mode == nil || *l.TLS.Mode != gwv1.TLSModePassthrough {
-				accepted = cond(string(gwv1.ListenerConditionAccepted), false, string(gwv1.ListenerReasonUnsupportedValue), "TLS listeners are served in Passthrough mode only; set tls.mode: Passthrough, or use HTTPS to terminate", gen)
+			if a, r := g.tlsListener(ls); a != nil {
+				accepted = *a
+			} else if r != nil {
+				resolved = *r
 			}
 		case gwv1.TCPProtocolType:
 			ls.proto = "tcp"
@@ -375,7 +380,7 @@ func (g *gwBuild) listeners() {
 	for _, ls := range g.ls {
 		resolved := ls.status.Conditions[1].Status == metav1.ConditionTrue
 		ls.attachable = ls.valid
-		if ls.proto == "https" && len(ls.certs) == 0 {
+		if (ls.proto == "https" || ls.terminate) && len(ls.certs) == 0 {
 			ls.valid = false
 		}
 		prog := cond(string(gwv1.ListenerConditionProgrammed), ls.valid, string(gwv1.ListenerReasonProgrammed), "", gen)
@@ -481,6 +486,9 @@ func (g *gwBuild) lbListeners() {
 			}
 			byKey[k] = l
 			g.lb.Listeners = append(g.lb.Listeners, l)
+		}
+		if len(ls.certs) > 0 && l.Tls == nil {
+			l.Tls = &pb.TLSPolicy{} // a tls-passthrough port with names to terminate
 		}
 		for _, c := range ls.certs {
 			if !slices.Contains(l.Tls.Certificates, c.Name) {

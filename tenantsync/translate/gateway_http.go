@@ -494,7 +494,7 @@ func (g *gwBuild) translateL4(r *routeObj, atts []attachment) string {
 				g.sniOwner[k] = map[string]RouteKey{}
 			}
 			g.sniOwner[k][h] = r.key
-			g.sni[k] = append(g.sni[k], &pb.SNIRoute{Host: h, Pool: key})
+			g.sni[k] = append(g.sni[k], &pb.SNIRoute{Host: h, Pool: key, Terminate: a.ls.terminate})
 		}
 	}
 	return ""

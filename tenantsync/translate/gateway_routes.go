@@ -199,6 +199,11 @@ func (g *gwBuild) attach(r *routeObj, pr gwv1.ParentReference) ([]attachment, me
 			continue
 		}
 		hosts, ok := intersectHosts(ls.hostname, r.hostnames)
+		if ok && ls.terminate && slices.Contains(hosts, "") {
+			// A terminated connection is routed by its server name: a
+			// route for any name has none to terminate.
+			ok = false
+		}
 		if !ok {
 			noHost++
 			continue

@@ -70,6 +70,11 @@ type Options struct {
 	// answer 404 (routes[].notFound, feature level 5), which isolate a
 	// Gateway's http listeners of one port from each other.
 	NotFoundRoutes bool
+	// TLSTerminate: every host of the LB cluster terminates TLS for
+	// server-name routes of tls-passthrough listeners
+	// (listeners[].sniRoutes[].terminate, feature level 5): a Gateway's
+	// TLS listeners in Terminate mode are served.
+	TLSTerminate bool
 	// Domains are the tenant's domains, comma-separated ("" when it has
 	// none: any host); the LB cluster refuses a route host outside them.
 	Domains string

@@ -1165,7 +1165,16 @@ type SNIRoute struct {
 	// labels in front of acme.example).
 	Host string `protobuf:"bytes,1,opt,name=host,proto3" json:"host,omitempty"`
 	// Backend pool (a key of pools).
-	Pool          string `protobuf:"bytes,2,opt,name=pool,proto3" json:"pool,omitempty"`
+	Pool string `protobuf:"bytes,2,opt,name=pool,proto3" json:"pool,omitempty"`
+	// Terminate TLS at the load balancer for this server name and forward
+	// the decrypted stream to the pool's members as plain TCP (false: the
+	// connection is passed through untouched). The listener serves the
+	// certificates of its tls.certificates (uploaded; ACME is not offered
+	// on tls-passthrough listeners), chosen by server name as on https
+	// listeners, without ALPN protocols; the handshake is charged to the
+	// tenant's TLS CPU budget. One listener may mix terminated and
+	// passed-through names.
+	Terminate     bool `protobuf:"varint,150,opt,name=terminate,proto3" json:"terminate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1214,11 +1223,19 @@ func (x *SNIRoute) GetPool() string {
 	return ""
 }
 
+func (x *SNIRoute) GetTerminate() bool {
+	if x != nil {
+		return x.Terminate
+	}
+	return false
+}
+
 type TLSPolicy struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Obtain and renew certificates for the routes' hosts with ACME.
 	Acme bool `protobuf:"varint,1,opt,name=acme,proto3" json:"acme,omitempty"`
-	// Names of uploaded certificates to serve.
+	// Names of uploaded certificates to serve (https listeners, and
+	// tls-passthrough listeners with sniRoutes that terminate).
 	Certificates []string `protobuf:"bytes,2,rep,name=certificates,proto3" json:"certificates,omitempty"`
 	// tls1.2 | tls1.3 (default tls1.2)
 	MinVersion string `protobuf:"bytes,3,opt,name=min_version,json=minVersion,proto3" json:"min_version,omitempty"`
@@ -4375,10 +4392,11 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\x13requests_per_second\x18\x01 \x01(\rR\x11requestsPerSecond\x124\n" +
 	"\x16connections_per_second\x18\x02 \x01(\rR\x14connectionsPerSecond\x12\x14\n" +
 	"\x05burst\x18\x03 \x01(\rR\x05burst\x12\x10\n" +
-	"\x03key\x18\x04 \x01(\tR\x03key\"2\n" +
+	"\x03key\x18\x04 \x01(\tR\x03key\"Q\n" +
 	"\bSNIRoute\x12\x12\n" +
 	"\x04host\x18\x01 \x01(\tR\x04host\x12\x12\n" +
-	"\x04pool\x18\x02 \x01(\tR\x04pool\"\xae\x01\n" +
+	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x1d\n" +
+	"\tterminate\x18\x96\x01 \x01(\bR\tterminate\"\xae\x01\n" +
 	"\tTLSPolicy\x12\x12\n" +
 	"\x04acme\x18\x01 \x01(\bR\x04acme\x12\"\n" +
 	"\fcertificates\x18\x02 \x03(\tR\fcertificates\x12\x1f\n" +
