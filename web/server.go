@@ -151,7 +151,7 @@ func (s *Server) refresh(ctx context.Context) {
 		s.seq++
 		e.Seq = s.seq
 		s.events = append(s.events, e)
-		s.log.Info("dashboard event", "kind", e.Kind, "subject", e.Subject, "message", e.Message)
+		s.log.Debug("dashboard event", "kind", e.Kind, "subject", e.Subject, "message", e.Message)
 	}
 	if n := len(s.events) - maxEvents; n > 0 {
 		s.events = append([]Event(nil), s.events[n:]...)

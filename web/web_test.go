@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -332,6 +333,28 @@ func TestHostEventsOnTheTimelineOnce(t *testing.T) {
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("timeline:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// The dashboard command logs at Info to the terminal that shows its login
+// URL: timeline events are logged at Debug, so they do not scroll the URL
+// away (the page shows them).
+func TestTimelineEventsDoNotScrollTheLoginURLAway(t *testing.T) {
+	var out strings.Builder
+	c := &cluster{status: &pb.ClusterStatusResponse{LeaderId: "n1", Nodes: []*pb.NodeStatus{node("n1", "leader", true)}}, objs: map[string][]*pb.Object{}}
+	c.obs = &pb.ObserveResponse{Hosts: []*pb.HostObservation{{NodeId: "n1", Reachable: true, LastEvent: 1, Events: []*pb.Event{
+		{Seq: 1, NodeId: "n1", Type: "member-down", Severity: "warning", LoadBalancer: "acme/shop", Message: "member 192.0.2.51:8080 of pool web is down", Time: timestamppb.Now()},
+	}}}}
+	s, err := New(Config{Source: c, Logger: slog.New(slog.NewTextHandler(&out, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.refresh(context.Background())
+	if n := len(s.current(0, time.Time{}).Events); n != 1 {
+		t.Fatalf("timeline has %d events, want 1", n)
+	}
+	if strings.Contains(out.String(), "dashboard event") {
+		t.Errorf("an event was logged at Info, under the login URL:\n%s", out.String())
 	}
 }
 
