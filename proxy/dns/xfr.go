@@ -52,7 +52,7 @@ type transfers struct {
 	// notify has one channel per secondary: a change pending.
 	notify []chan struct{}
 	stats  struct {
-		Changes, Transfers, Refused, Notified atomic.Uint64
+		Changes, Transfers, Incremental, Refused, Notified atomic.Uint64
 	}
 }
 
@@ -243,11 +243,17 @@ func (s *Server) notifyLoop(ctx context.Context, sec Secondary, ch chan struct{}
 			for try := 0; try < notifyTries && ctx.Err() == nil; try++ {
 				m.SetTsig(sec.Key, mdns.HmacSHA256, 300, time.Now().Unix())
 				r, _, err := c.ExchangeContext(ctx, m, sec.Addr.String())
-				if err == nil && r.Rcode == mdns.RcodeSuccess {
-					s.xfr.stats.Notified.Add(1)
+				if err == nil {
+					// Any answer: the secondary got it (NOTAUTH: it does
+					// not keep that zone; retrying would not change it).
+					if r.Rcode == mdns.RcodeSuccess {
+						s.xfr.stats.Notified.Add(1)
+					} else {
+						s.log.Debug("NOTIFY refused", "secondary", sec.Addr, "zone", soa.Hdr.Name, "rcode", mdns.RcodeToString[r.Rcode])
+					}
 					break
 				}
-				s.log.Debug("NOTIFY not acknowledged", "secondary", sec.Addr, "zone", soa.Hdr.Name, "err", err)
+				s.log.Debug("NOTIFY not answered", "secondary", sec.Addr, "zone", soa.Hdr.Name, "err", err)
 			}
 		}
 	}
@@ -328,8 +334,12 @@ func (s *Server) serveTransfer(w mdns.ResponseWriter, req *mdns.Msg) bool {
 		_ = w.WriteMsg(m)
 		return true
 	}
-	rrs := transferRecords(zc, ixfr, have)
+	var incremental bool
+	rrs := transferRecords(zc, ixfr, have, &incremental)
 	s.xfr.stats.Transfers.Add(1)
+	if incremental {
+		s.xfr.stats.Incremental.Add(1)
+	}
 	ch := make(chan *mdns.Envelope)
 	tr := new(mdns.Transfer)
 	done := make(chan error, 1)
@@ -351,13 +361,14 @@ func (s *Server) serveTransfer(w mdns.ResponseWriter, req *mdns.Msg) bool {
 // between two SOAs (AXFR, or IXFR from a serial the journal no longer
 // holds), the SOA alone (IXFR from the current serial or later), or the
 // changes since have (IXFR).
-func transferRecords(zc *zoneCopy, ixfr bool, have uint32) []mdns.RR {
+func transferRecords(zc *zoneCopy, ixfr bool, have uint32, incremental *bool) []mdns.RR {
 	if ixfr {
 		if int32(have-zc.serial) >= 0 {
 			return []mdns.RR{zc.soa}
 		}
 		i := slices.IndexFunc(zc.journal, func(d delta) bool { return d.from == have })
 		if i >= 0 {
+			*incremental = true
 			out := []mdns.RR{zc.soa}
 			for _, d := range zc.journal[i:] {
 				out = append(out, soaAt(zc.soa, d.from))
