@@ -2,6 +2,7 @@ package dns
 
 import (
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -133,4 +134,36 @@ func hasA(rrs []mdns.RR, name, addr string) bool {
 		}
 	}
 	return false
+}
+
+func TestTSIGKeysRefused(t *testing.T) {
+	t.Parallel()
+	good := `key "xfr" { algorithm hmac-sha256; secret "` + testSecret + `"; };`
+	if keys, err := ParseTSIGKeys(good); err != nil || keys[testKey] != testSecret {
+		t.Fatalf("tsig-keygen's output: %v %v", keys, err)
+	}
+	for _, c := range []struct{ text, want string }{
+		{`key "old" { algorithm hmac-md5; secret "` + testSecret + `"; };`, `key "old": give algorithm hmac-sha256`},
+		{`key "short" { algorithm hmac-sha256; secret "c2hvcnQ="; };`, "at least 32 bytes"},
+		{`key "nosecret" { algorithm hmac-sha256; };`, "no secret"},
+		{good + good, `key "xfr" given twice`},
+		{"secret nothing", "no key"},
+	} {
+		if _, err := ParseTSIGKeys(c.text); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%.40s: %v, want %q", c.text, err, c.want)
+		}
+	}
+	cfg := xfrConfig("127.0.0.1:53")
+	cfg.TSIGKeys["spare."] = testSecret
+	if err := cfg.Check(); err == nil || !strings.Contains(err.Error(), `key "spare." is used by no --dns-secondaries entry`) {
+		t.Errorf("a key no secondary uses: %v", err)
+	}
+	for _, s := range []string{"192.0.2.10", "host.example=xfr", "192.0.2.10:0=xfr"} {
+		if _, err := ParseSecondary(s); err == nil {
+			t.Errorf("secondary %q accepted", s)
+		}
+	}
+	if sec, err := ParseSecondary("[2001:db8::10]:5300=XFR"); err != nil || sec.Addr.Port() != 5300 || sec.Key != "xfr." {
+		t.Errorf("IPv6 with port: %v %v", sec, err)
+	}
 }
