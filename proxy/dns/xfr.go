@@ -208,12 +208,13 @@ func sameKeys(a, b map[string]bool) bool {
 	return true
 }
 
-// nextSerial is the serial of a new copy: the time in seconds, or one
-// more than the last when that is not greater (RFC 1982), so serials
-// increase across restarts as long as changes average under one a
-// second.
+// nextSerial is the serial of a new copy: the time in tenths of a second
+// (wrapping, as RFC 1982 serial arithmetic allows), or one more than the
+// last when that is not greater. Copies change at most every
+// minRefreshGap, so the serial never runs ahead of the clock and keeps
+// increasing across restarts.
 func nextSerial(old *zoneCopy, now time.Time) uint32 {
-	next := uint32(now.Unix())
+	next := uint32(now.UnixMilli() / int64(minRefreshGap/time.Millisecond))
 	if old == nil {
 		return next
 	}

@@ -167,3 +167,20 @@ func TestTSIGKeysRefused(t *testing.T) {
 		t.Errorf("IPv6 with port: %v %v", sec, err)
 	}
 }
+
+func TestSerialFollowsTheClock(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1_795_900_000, 0)
+	first := nextSerial(nil, now)
+	if got := nextSerial(&zoneCopy{serial: first}, now); got != first+1 {
+		t.Errorf("a second change within one tick: %d, want %d", got, first+1)
+	}
+	// A restart a second later starts above what ran before (RFC 1982),
+	// also across the wrap of 32 bits.
+	if got := nextSerial(nil, now.Add(time.Second)); int32(got-(first+1)) <= 0 {
+		t.Errorf("after a restart: %d not above %d", got, first+1)
+	}
+	if got := nextSerial(&zoneCopy{serial: 0xffff_fff0}, now); int32(got-0xffff_fff0) <= 0 {
+		t.Errorf("serial %d not above 0xfffffff0 in serial arithmetic", got)
+	}
+}
