@@ -89,10 +89,11 @@ conformance: kube-tools ## the official Gateway API conformance suite (the versi
 kube-tools: ## build etcd and the Kubernetes components for the tenant scenarios (cached in ~/.cache/teapot-lb/kube)
 	bash scenarios/kubetools/build.sh >/dev/null
 
-bench: ## consensus benchmarks, the cluster scale report and L7 through serve vs HAProxy and nginx (HTTP/1.1, HTTPS, HTTP/2, gRPC unary and streaming), the WAF vs nginx with ModSecurity and the same CRS, then the engine-only L7 and TCP comparisons, then the proxy's and the control plane's scale reports
+bench: ## consensus benchmarks, the cluster scale report and L7 through serve vs HAProxy and nginx (HTTP/1.1, HTTPS, HTTP/2, gRPC unary and streaming), the WAF vs nginx with ModSecurity and the same CRS, then the engine-only L7 and TCP comparisons, authoritative DNS vs BIND 9, then the proxy's and the control plane's scale reports
 	go test ./scenarios -run '^$$' -bench . -benchtime 1x -count=1 -timeout $(BENCH_TIMEOUT)
 	go run ./proxy/l7/bench -duration 5s -rounds 2
 	go run ./proxy/tcpbench -duration 10s -streams 1,4 -rounds 3
+	go run ./proxy/dns/dnsbench -duration 5s -rounds 3
 	go run ./proxy/scalebench -sizes 1000,10000,100000
 	go test ./consensus -run '^$$' -bench '^BenchmarkClusterChangeAtScale$$' -benchtime 1x -count=1 -timeout $(BENCH_TIMEOUT)
 

@@ -88,6 +88,8 @@ type serveConfig struct {
 	DNSResponsesPerSecond int          `json:"dns-responses-per-second"`
 	DNSSlip               int          `json:"dns-slip"`
 	DNSQueriesPerTenant   int          `json:"dns-queries-per-tenant"`
+	DNSSecondaries        string       `json:"dns-secondaries"`
+	DNSTSIGKeys           string       `json:"dns-tsig-keys"`
 
 	// Restore and RestorePassphraseFile start a new cluster from a backup
 	// (command line only: a restore happens once).
@@ -201,6 +203,8 @@ func serveCommandWith(run func(context.Context, serveConfig) error) *cobra.Comma
 	f.IntVar(&cfg.DNSResponsesPerSecond, "dns-responses-per-second", cfg.DNSResponsesPerSecond, "UDP responses a second one client prefix (/24, /56) gets for one name and type (NXDOMAIN: for one zone), with 15 s of credit; over it responses are dropped or truncated (--dns-slip), so a spoofed flood is not amplified (0: off)")
 	f.IntVar(&cfg.DNSSlip, "dns-slip", cfg.DNSSlip, "of the UDP responses over --dns-responses-per-second, every Nth goes out truncated and empty (a real client retries over TCP), the others are dropped (0: drop them all)")
 	f.IntVar(&cfg.DNSQueriesPerTenant, "dns-queries-per-tenant", cfg.DNSQueriesPerTenant, "queries a second for one tenant's names this host answers, over every client; over it UDP queries get no answer and TCP queries REFUSED, so a flood at one tenant's names costs the others nothing")
+	checked(&cfg.DNSSecondaries, "dns-secondaries", "servers", dns.CheckSecondaries, "secondary name servers (BIND, Knot) the zones are transferred to, IP[:port]=KEY (comma-separated): AXFR and IXFR are allowed only from their addresses and signed with their TSIG key of --dns-tsig-keys (others are REFUSED), and each gets NOTIFY (to port 53 unless given) when the answers change")
+	f.StringVar(&cfg.DNSTSIGKeys, "dns-tsig-keys", "", "file of the TSIG keys of --dns-secondaries, as tsig-keygen -a hmac-sha256 NAME writes them (the same file named.conf can include); only hmac-sha256 keys of 32 bytes or more, each used by a secondary")
 	f.StringVar(&cfg.Restore, "restore", "", "start a new cluster from this backup (\"teapot-lb cluster backup\"): needs an empty --data-dir; other hosts then --join it")
 	f.BoolVar(&cfg.Recover, "recover", false, "the other voters are gone for good: make this host a one-host cluster with the state in its data dir (refused while any other voter answers); new hosts then --join it")
 	f.StringVar(&cfg.RestorePassphraseFile, "restore-passphrase-file", "", "passphrase of an encrypted --restore backup (the file's first line)")
@@ -239,5 +243,6 @@ func defaultNodeID() string {
 // dnsSettings are the DNS flags as proxy/dns reads them.
 func (cfg serveConfig) dnsSettings() dns.Settings {
 	return dns.Settings{Addrs: cfg.DNSAddr, Zones: cfg.DNSZones, NameServers: cfg.DNSNameServers, TTL: time.Duration(cfg.DNSTTL),
-		ResponsesPerSecond: cfg.DNSResponsesPerSecond, Slip: cfg.DNSSlip, QueriesPerTenant: cfg.DNSQueriesPerTenant}
+		ResponsesPerSecond: cfg.DNSResponsesPerSecond, Slip: cfg.DNSSlip, QueriesPerTenant: cfg.DNSQueriesPerTenant,
+		Secondaries: cfg.DNSSecondaries, TSIGKeys: cfg.DNSTSIGKeys}
 }

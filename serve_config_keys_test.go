@@ -33,7 +33,9 @@ var nonDefault = map[string]string{
 	"dns-ns":                   "ns1.lb.example.com=192.0.2.53",
 	"dns-queries-per-tenant":   "100",
 	"dns-responses-per-second": "7",
+	"dns-secondaries":          "127.0.0.2=xfr",
 	"dns-slip":                 "3",
+	"dns-tsig-keys":            "testdata/dns-xfr.key",
 	"dns-ttl":                  "10s",
 	"dns-zones":                "lb.example.com",
 	"drain-timeout":            "45s",
@@ -184,6 +186,9 @@ func TestServeConfigRefusals(t *testing.T) {
 		{"dns-zones: \"*.example\"\n", `:1: dns-zones: zone "*.example": give a domain name like lb.example.com`},
 		{"dns-ns: ns1.example.com\n", `:1: dns-ns: name server "ns1.example.com": give NAME=IP`},
 		{"dns-addr: 127.0.0.1:5353\ndns-zones: lb.example.com\ndns-ns: ns1.lb.example.com=192.0.2.53\ndns-ttl: 2h\n", "--dns-ttl 2h0m0s: give 1s to 1h0m0s"},
+		{"dns-addr: 127.0.0.1:5353\ndns-zones: lb.example.com\ndns-ns: ns1.lb.example.com=192.0.2.53\ndns-secondaries: 127.0.0.2=xfr\n", "--dns-secondaries needs --dns-tsig-keys"},
+		{"dns-addr: 127.0.0.1:5353\ndns-zones: lb.example.com\ndns-ns: ns1.lb.example.com=192.0.2.53\ndns-secondaries: 127.0.0.2=other\ndns-tsig-keys: testdata/dns-xfr.key\n", `--dns-secondaries 127.0.0.2:53: key "other." is not in --dns-tsig-keys`},
+		{"dns-secondaries: 127.0.0.2\n", `:1: dns-secondaries: secondary "127.0.0.2": give IP[:port]=KEY`},
 		{"dns-responses-per-second: -1\n", "--dns-responses-per-second -1: give a rate, or 0 to turn response-rate limiting off"},
 	} {
 		path := writeFile(t, "serve.yaml", tc.file)

@@ -71,6 +71,12 @@ func (t *Table) Answer(req *mdns.Msg, s Serving, allow func(tenant string) bool)
 		res.Kind, res.Key = KindError, ""
 		return m, res
 	}
+	soa := z.soa
+	if ss, ok := s.(interface{ zoneSOA(string) *mdns.SOA }); ok {
+		if x := ss.zoneSOA(z.name); x != nil {
+			soa = x
+		}
+	}
 	targets, tenant, exists := t.lookup(z, name)
 	res.Tenant = tenant
 	if tenant != "" && allow != nil && !allow(tenant) {
@@ -79,7 +85,7 @@ func (t *Table) Answer(req *mdns.Msg, s Serving, allow func(tenant string) bool)
 	}
 	if !exists {
 		m.SetRcode(req, mdns.RcodeNameError)
-		m.Ns = append(m.Ns, z.soa)
+		m.Ns = append(m.Ns, soa)
 		res.Kind, res.Key = KindNXDomain, z.name
 		return m, res
 	}
@@ -90,7 +96,7 @@ func (t *Table) Answer(req *mdns.Msg, s Serving, allow func(tenant string) bool)
 		return m, res
 	case mdns.TypeSOA:
 		if name == z.name {
-			m.Answer = append(m.Answer, z.soa)
+			m.Answer = append(m.Answer, soa)
 		}
 	case mdns.TypeNS:
 		if name == z.name {
@@ -113,7 +119,7 @@ func (t *Table) Answer(req *mdns.Msg, s Serving, allow func(tenant string) bool)
 	}
 	if len(m.Answer) == 0 {
 		// NODATA: the name exists, with nothing of this type that works.
-		m.Ns = append(m.Ns, z.soa)
+		m.Ns = append(m.Ns, soa)
 	}
 	return m, res
 }

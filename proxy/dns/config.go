@@ -65,6 +65,10 @@ type Config struct {
 	// QueriesPerTenant bounds the queries for one tenant's names a
 	// second (0: the default).
 	QueriesPerTenant int
+	// Secondaries get the zones by AXFR or IXFR, signed with their key of
+	// TSIGKeys (name to base64 HMAC-SHA256 secret), and NOTIFY on change.
+	Secondaries []Secondary
+	TSIGKeys    map[string]string
 	// State returns the whole committed state and its revision, which
 	// Follow compiles.
 	State  func() ([]*pb.Object, uint64)
@@ -76,6 +80,9 @@ func (c Config) Enabled() bool { return len(c.Addrs) > 0 }
 
 // Check refuses settings that cannot work together.
 func (c Config) Check() error {
+	if err := c.checkTransfers(); err != nil {
+		return err
+	}
 	if len(c.Addrs) == 0 {
 		if len(c.Zones) > 0 || len(c.NameServers) > 0 {
 			return fmt.Errorf("--dns-zones and --dns-ns need --dns-addr (the IP:port the LB hosts answer DNS on): %w", ErrConfig)

@@ -2,6 +2,7 @@ package dns
 
 import (
 	"fmt"
+	"net/netip"
 	"testing"
 
 	mdns "github.com/miekg/dns"
@@ -52,5 +53,30 @@ func BenchmarkAnswer(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		tab.Answer(q, serving{}, nil)
+	}
+}
+
+// BenchmarkRefresh10k compares the copy of a zone of 20,000 names for
+// secondaries with the answers (what a readiness change costs).
+func BenchmarkRefresh10k(b *testing.B) {
+	state := []*pb.Object{tenant("acme", "acme.example")}
+	held, ready := map[netip.Addr]bool{}, map[string]string{}
+	for i := range 10000 {
+		addr := fmt.Sprintf("10.%d.%d.1", i/256, i%256)
+		state = append(state, lb("acme", fmt.Sprintf("lb%d", i), addr, fmt.Sprintf("h%d.acme.example", i), fmt.Sprintf("*.w%d.acme.example", i)))
+		held[netip.MustParseAddr(addr)], ready[fmt.Sprintf("acme/lb%d", i)] = true, ""
+	}
+	s, err := New(xfrConfig("127.0.0.1:9"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	s.Update(state, 1)
+	s.SetHeld(held)
+	s.SetReady(ready)
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		s.SetReadyFor(map[string]string{"acme/lb1": []string{"", "down"}[i%2]}, nil)
+		s.refresh()
 	}
 }

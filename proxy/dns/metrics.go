@@ -12,7 +12,9 @@ var (
 	descLimited    = prometheus.NewDesc("teapot_lb_dns_rate_limited_total", "UDP responses over --dns-responses-per-second: dropped, or sent truncated (slipped).", []string{"action"}, nil)
 	descOverBudget = prometheus.NewDesc("teapot_lb_dns_over_budget_total", "Queries for a tenant's names over --dns-queries-per-tenant, not answered.", nil, nil)
 	descNames      = prometheus.NewDesc("teapot_lb_dns_names", "Names (exact and wildcard) the DNS table holds.", nil, nil)
-	descRevision   = prometheus.NewDesc("teapot_lb_dns_revision", "State revision of the DNS table (the zones' SOA serial).", nil, nil)
+	descTransfers  = prometheus.NewDesc("teapot_lb_dns_transfers_total", "Zone transfers to --dns-secondaries, by outcome: full (AXFR, or IXFR from a serial the journal no longer holds), incremental (IXFR), refused (not a secondary's address or key).", []string{"outcome"}, nil)
+	descNotifies   = prometheus.NewDesc("teapot_lb_dns_notifies_total", "NOTIFY messages --dns-secondaries acknowledged.", nil, nil)
+	descRevision   = prometheus.NewDesc("teapot_lb_dns_revision", "State revision of the DNS table (the zones' SOA serial without --dns-secondaries).", nil, nil)
 )
 
 // Collectors exports the server's counters to Prometheus (none when the
@@ -27,7 +29,7 @@ func (s *Server) Collectors() []prometheus.Collector {
 type collector struct{ s *Server }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descQueries, descResponses, descLimited, descOverBudget, descNames, descRevision} {
+	for _, d := range []*prometheus.Desc{descQueries, descResponses, descLimited, descOverBudget, descNames, descRevision, descTransfers, descNotifies} {
 		ch <- d
 	}
 }
@@ -43,6 +45,13 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descLimited, prometheus.CounterValue, float64(st.Dropped.Load()), "dropped")
 	ch <- prometheus.MustNewConstMetric(descLimited, prometheus.CounterValue, float64(st.Slipped.Load()), "slipped")
 	ch <- prometheus.MustNewConstMetric(descOverBudget, prometheus.CounterValue, float64(st.OverBudget.Load()))
+	if x := c.s.xfr; x != nil {
+		inc := x.stats.Incremental.Load()
+		ch <- prometheus.MustNewConstMetric(descTransfers, prometheus.CounterValue, float64(x.stats.Transfers.Load()-inc), "full")
+		ch <- prometheus.MustNewConstMetric(descTransfers, prometheus.CounterValue, float64(inc), "incremental")
+		ch <- prometheus.MustNewConstMetric(descTransfers, prometheus.CounterValue, float64(x.stats.Refused.Load()), "refused")
+		ch <- prometheus.MustNewConstMetric(descNotifies, prometheus.CounterValue, float64(x.stats.Notified.Load()))
+	}
 	t := c.s.table.Load()
 	ch <- prometheus.MustNewConstMetric(descNames, prometheus.GaugeValue, float64(len(t.names)+len(t.wild)))
 	ch <- prometheus.MustNewConstMetric(descRevision, prometheus.GaugeValue, float64(t.revision))

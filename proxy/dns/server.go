@@ -36,7 +36,9 @@ type Server struct {
 
 	servers []*mdns.Server
 	dirty   chan struct{}
-	stats   Stats
+	// xfr keeps the zones' copies for secondaries (nil: none configured).
+	xfr   *transfers
+	stats Stats
 }
 
 var _ Serving = (*Server)(nil)
@@ -69,14 +71,18 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "dns"), rrl: newRRL(rate, slip),
 		budget: newTenantBudget(perTenant), now: time.Now, ready: map[string]string{}, dirty: make(chan struct{}, 1)}
 	s.table.Store(Compile(cfg, nil, 0))
+	s.xfr = newTransfers(cfg)
+	if s.xfr != nil {
+		s.refresh()
+	}
 	for _, addr := range cfg.Addrs {
 		pc, ln, err := listenBoth(addr)
 		if err != nil {
 			s.Close()
 			return nil, fmt.Errorf("--dns-addr %s: %w", addr, err)
 		}
-		s.servers = append(s.servers, &mdns.Server{PacketConn: pc, Handler: s, UDPSize: MaxUDPSize})
-		s.servers = append(s.servers, &mdns.Server{Listener: netutil.LimitListener(ln, MaxTCPConns), Handler: s,
+		s.servers = append(s.servers, &mdns.Server{PacketConn: pc, Handler: s, UDPSize: MaxUDPSize, TsigSecret: cfg.TSIGKeys})
+		s.servers = append(s.servers, &mdns.Server{Listener: netutil.LimitListener(ln, MaxTCPConns), Handler: s, TsigSecret: cfg.TSIGKeys,
 			ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second, MaxTCPQueries: 128,
 			IdleTimeout: func() time.Duration { return 8 * time.Second }})
 	}
@@ -101,6 +107,9 @@ func (s *Server) Run(ctx context.Context) error {
 		go func() { errs <- srv.ActivateAndServe() }()
 	}
 	go s.compileLoop(ctx)
+	if s.xfr != nil {
+		go s.xfrLoop(ctx)
+	}
 	s.log.Info("serving DNS", "addrs", s.cfg.Addrs, "zones", s.cfg.Zones)
 	select {
 	case <-ctx.Done():
@@ -133,6 +142,7 @@ func (s *Server) Close() error {
 func (s *Server) Update(objs []*pb.Object, revision uint64) {
 	t := Compile(s.cfg, objs, revision)
 	s.table.Store(t)
+	s.xfr.touch()
 	s.budget.forget(func(tenant string) bool { return t.tenants[tenant] })
 }
 
@@ -141,12 +151,18 @@ func (s *Server) Table() *Table { return s.table.Load() }
 
 // SetHeld takes the VIPs that some host holds or announces (the VIP
 // manager's serving watch). The map is not changed after the call.
-func (s *Server) SetHeld(held map[netip.Addr]bool) { s.held.Store(&held) }
+func (s *Server) SetHeld(held map[netip.Addr]bool) {
+	s.held.Store(&held)
+	s.xfr.touch()
+}
 
 // HeldHere says that this host runs no VIP manager: its data plane binds
 // every VIP itself, and the network brings it the traffic (as for a
 // static pool). Readiness still decides.
-func (s *Server) HeldHere() { s.heldHere.Store(true) }
+func (s *Server) HeldHere() {
+	s.heldHere.Store(true)
+	s.xfr.touch()
+}
 
 // SetReady takes every load balancer's readiness on this host ("":
 // ready, else why not); one missing is not ready.
@@ -160,6 +176,7 @@ func (s *Server) SetReady(ready map[string]string) {
 		s.ready[k] = v
 	}
 	s.readyMu.Unlock()
+	s.xfr.touch()
 }
 
 // SetReadyFor takes the readiness of some load balancers; gone no longer
@@ -176,6 +193,7 @@ func (s *Server) SetReadyFor(ready map[string]string, gone []string) {
 		delete(s.ready, k)
 	}
 	s.readyMu.Unlock()
+	s.xfr.touch()
 }
 
 // Serves is the answer rule: a load balancer's address is answered while
@@ -204,6 +222,16 @@ func (s *Server) Stats() *Stats { return &s.stats }
 // ServeDNS answers one query.
 func (s *Server) ServeDNS(w mdns.ResponseWriter, req *mdns.Msg) {
 	s.stats.Queries.Add(1)
+	if s.serveTransfer(w, req) {
+		return
+	}
+	if s.xfr != nil && req.IsTsig() != nil && w.TsigStatus() != nil {
+		// Signed with a key not ours, or a bad signature.
+		m := new(mdns.Msg)
+		m.SetRcode(req, mdns.RcodeNotAuth)
+		_ = w.WriteMsg(m)
+		return
+	}
 	now := s.now()
 	t := s.table.Load()
 	_, udp := w.RemoteAddr().(*net.UDPAddr)
@@ -241,6 +269,9 @@ func (s *Server) ServeDNS(w mdns.ResponseWriter, req *mdns.Msg) {
 			m.Truncated = true
 		}
 		m.Truncate(size)
+	}
+	if s.xfr != nil {
+		s.sign(m, req)
 	}
 	if m.Rcode >= 0 && m.Rcode < len(s.stats.Rcodes) {
 		s.stats.Rcodes[m.Rcode].Add(1)

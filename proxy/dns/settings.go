@@ -16,6 +16,9 @@ type Settings struct {
 	TTL                       time.Duration
 	// ResponsesPerSecond 0 turns response-rate limiting off.
 	ResponsesPerSecond, Slip, QueriesPerTenant int
+	// Secondaries is IP[:port]=KEY, comma-separated; TSIGKeys the path of
+	// a file of keys as tsig-keygen writes them.
+	Secondaries, TSIGKeys string
 }
 
 // List splits a comma-separated setting.
@@ -94,6 +97,20 @@ func (st Settings) Config() (Config, error) {
 		c.ResponsesPerSecond = -1
 	default:
 		c.ResponsesPerSecond = st.ResponsesPerSecond
+	}
+	for _, p := range List(st.Secondaries) {
+		sec, err := ParseSecondary(p)
+		if err != nil {
+			return Config{}, fmt.Errorf("--dns-secondaries: %w", err)
+		}
+		c.Secondaries = append(c.Secondaries, sec)
+	}
+	if st.TSIGKeys != "" {
+		keys, err := ReadTSIGKeys(st.TSIGKeys)
+		if err != nil {
+			return Config{}, err
+		}
+		c.TSIGKeys = keys
 	}
 	if err := CheckAddrs(st.Addrs); err != nil {
 		return Config{}, fmt.Errorf("--dns-addr: %w", err)
