@@ -52,6 +52,7 @@ var extended = []features.FeatureName{
 	features.SupportGatewayStaticAddresses,
 	features.SupportGatewayHTTPListenerIsolation,
 	features.SupportGatewayAddressEmpty,
+	features.SupportListenerSet,
 }
 
 // skipped are the tests of the profiles' core that teapot-lb does not

@@ -93,7 +93,7 @@ func (l *kubeLab) installGatewayCRDs() {
 		for _, r := range l.APIResources {
 			have[r.Name] = true
 		}
-		for _, r := range []string{"gatewayclasses", "gateways", "httproutes", "grpcroutes", "tlsroutes", "tcproutes", "udproutes", "referencegrants"} {
+		for _, r := range []string{"gatewayclasses", "gateways", "httproutes", "grpcroutes", "tlsroutes", "tcproutes", "udproutes", "referencegrants", "listenersets"} {
 			if !have[r] {
 				return fmt.Errorf("%s not served yet", r)
 			}

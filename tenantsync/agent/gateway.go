@@ -103,6 +103,10 @@ func (a *Agent) watchGateways(ctx context.Context) {
 		gs.ReferenceGrants = v1.ReferenceGrants().Lister()
 		regs = append(regs, reg{v1.ReferenceGrants().Informer(), allGateways})
 	}
+	if have["listenersets"] {
+		gs.ListenerSets = v1.ListenerSets().Lister()
+		regs = append(regs, reg{v1.ListenerSets().Informer(), allGateways})
+	}
 	var kinds []string
 	if have["httproutes"] {
 		gs.HTTPRoutes = v1.HTTPRoutes().Lister()
@@ -157,6 +161,7 @@ func (a *Agent) checkAccess(ctx context.Context, have map[string]bool) {
 		"tcproutes":       func() error { _, err := gw.TCPRoutes("").List(ctx, one); return err },
 		"udproutes":       func() error { _, err := gw.UDPRoutes("").List(ctx, one); return err },
 		"referencegrants": func() error { _, err := gw.ReferenceGrants("").List(ctx, one); return err },
+		"listenersets":    func() error { _, err := gw.ListenerSets("").List(ctx, one); return err },
 		"namespaces":      func() error { _, err := a.kube.CoreV1().Namespaces().List(ctx, one); return err },
 		"secrets":         func() error { _, err := a.kube.CoreV1().Secrets("").List(ctx, one); return err },
 	}
