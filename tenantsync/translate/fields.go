@@ -121,7 +121,7 @@ var gatewayFields = []Field{
 	{"spec.infrastructure.labels", NotApplicable, "the agent makes no resources for a Gateway", false},
 	{"spec.infrastructure.annotations", NotApplicable, "the agent makes no resources for a Gateway", false},
 	{"spec.infrastructure.parametersRef", Refused, "no parameters are read: the Gateway is not accepted (InvalidParameters)", true},
-	{"spec.allowedListeners", Refused, "ListenerSets are not supported, so none attach: a warning says so", true},
+	{"spec.allowedListeners", Honoured, "ListenerSets of the namespaces it admits (None by default, Same, Selector, All) attach: their listeners join the Gateway's load balancer after its own, and a conflicted one (the Gateway first, then older ListenerSets, then by namespace/name) is not accepted; without the ListenerSet CRD none attach and a warning says so", true},
 	{"spec.tls", Refused, "client certificate validation (frontend) and a client certificate towards backends (backend) are not supported: the Gateway is not accepted (UnsupportedValue) rather than served without them", true},
 	{"spec.defaultScope", Refused, "All: a teapot-lb Gateway is never a default Gateway, routes attach by parentRefs only, and a warning says so; None is served as asked", false},
 }
