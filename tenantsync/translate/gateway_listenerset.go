@@ -224,7 +224,7 @@ func (g *gwBuild) listenerSetStatus() {
 				if ls.set != st {
 					continue
 				}
-				valid = valid || ls.attachable
+				valid = valid || ls.valid // served: accepted, not conflicted, certificates resolved
 				r.Listeners = append(r.Listeners, gwv1.ListenerEntryStatus{
 					Name: ls.status.Name, SupportedKinds: ls.status.SupportedKinds,
 					AttachedRoutes: ls.status.AttachedRoutes, Conditions: ls.status.Conditions,

@@ -265,3 +265,57 @@ func TestListenerSetRoutes(t *testing.T) {
 		}
 	}
 }
+
+// TestListenerSetCertificateRefs: an HTTPS listener of a ListenerSet
+// refers to a Secret of another namespace only through a ReferenceGrant
+// from kind ListenerSet (one from Gateways does not do); without it the
+// listener's refs do not resolve (RefNotPermitted), it is not served, and
+// a ListenerSet with no other listener is not accepted (ListenersNotValid).
+func TestListenerSetCertificateRefs(t *testing.T) {
+	t.Parallel()
+	https := func(name, host string) gwv1.Listener {
+		l := listener(name, gwv1.HTTPSProtocolType, 443, host)
+		l.TLS = &gwv1.ListenerTLSConfig{CertificateRefs: []gwv1.SecretObjectReference{{Name: "cert", Namespace: ptr(gwv1.Namespace("certs"))}}}
+		return l
+	}
+	for _, tt := range []struct {
+		name     string
+		grant    *gwv1.ReferenceGrant
+		resolved bool
+	}{
+		{"grant from ListenerSet", grant("certs", "ListenerSet", "apps", "Secret"), true},
+		{"grant from Gateway only", grant("certs", "Gateway", "apps", "Secret"), false},
+		{"no grant", nil, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			gw := allowListeners(gateway("shop", "gw", listener("http", gwv1.HTTPProtocolType, 80, "")), gwv1.NamespacesFromAll, nil)
+			set := listenerSet("apps", "ls", 1, "shop", "gw", https("tls", "apps.example"))
+			objs := []runtime.Object{gwClass("teapot", translate.GatewayController), gw, set}
+			if tt.grant != nil {
+				objs = append(objs, tt.grant)
+			}
+			d := translate.Gateway(gw, gwSources(t, backendObjs(tlsSecret(t, "certs", "cert")), objs...), gwOpts)
+			r := d.Gateway.ListenerSets[setKey("apps", "ls")]
+			e := entry(t, r, "tls")
+			served := false
+			for _, l := range d.LB.Listeners {
+				served = served || l.Port == 443
+			}
+			if tt.resolved {
+				wantCond(t, "listener", e.Conditions, "ResolvedRefs", metav1.ConditionTrue, "ResolvedRefs")
+				wantCond(t, "set", []metav1.Condition{r.Accepted}, "Accepted", metav1.ConditionTrue, "Accepted")
+				if !served || len(d.Gateway.Certificates) != 1 {
+					t.Errorf("port 443 served %v with certificates %v, want served with certs/cert", served, d.Gateway.Certificates)
+				}
+				return
+			}
+			wantCond(t, "listener", e.Conditions, "ResolvedRefs", metav1.ConditionFalse, "RefNotPermitted")
+			wantCond(t, "set", []metav1.Condition{r.Accepted}, "Accepted", metav1.ConditionFalse, "ListenersNotValid")
+			wantCond(t, "set", []metav1.Condition{r.Programmed}, "Programmed", metav1.ConditionFalse, "ListenersNotValid")
+			if served {
+				t.Errorf("port 443 is served without a permitted certificate")
+			}
+		})
+	}
+}
