@@ -423,10 +423,13 @@ func (g *gwBuild) conflicts() {
 		}
 		return "tcp"
 	}
+	// A conflicted listener is not served, so it takes no port from the
+	// listeners after it.
+	lost := make([]bool, len(g.ls))
 	for i, ls := range g.ls {
 		reason := ""
-		for _, prev := range g.ls[:i] {
-			if prev.spec.Port != ls.spec.Port || transport(prev.proto) != transport(ls.proto) || prev.proto == "" || ls.proto == "" {
+		for j, prev := range g.ls[:i] {
+			if lost[j] || prev.spec.Port != ls.spec.Port || transport(prev.proto) != transport(ls.proto) || prev.proto == "" || ls.proto == "" {
 				continue
 			}
 			switch {
@@ -443,7 +446,7 @@ func (g *gwBuild) conflicts() {
 		c := cond(string(gwv1.ListenerConditionConflicted), false, string(gwv1.ListenerReasonNoConflicts), "", gen)
 		if reason != "" {
 			c = cond(string(gwv1.ListenerConditionConflicted), true, reason, fmt.Sprintf("port %d is already taken by an earlier listener that cannot share it", ls.spec.Port), gen)
-			ls.valid = false
+			ls.valid, lost[i] = false, true
 		}
 		ls.status.Conditions = append(ls.status.Conditions, c)
 	}

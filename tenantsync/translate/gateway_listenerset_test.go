@@ -154,8 +154,10 @@ func TestListenerSetConflicts(t *testing.T) {
 		listener("first", gwv1.HTTPProtocolType, 80, "b.example"),
 		listener("tcp", gwv1.TCPProtocolType, 9000, ""))
 	dproto := listenerSet("shop", "d-proto", 9, "shop", "gw",
-		listener("udp-ok", gwv1.UDPProtocolType, 9000, ""),       // another transport: no conflict
-		listener("http-on-tcp", gwv1.HTTPProtocolType, 9000, "")) // tcp port 9000 is tcp
+		listener("udp-ok", gwv1.UDPProtocolType, 9000, ""),             // another transport: no conflict
+		listener("http-on-tcp", gwv1.HTTPProtocolType, 9000, ""),       // tcp port 9000 is tcp
+		listener("tcp-on-http", gwv1.TCPProtocolType, 80, ""),          // tcp port 80 is http
+		listener("http-after", gwv1.HTTPProtocolType, 80, "d.example")) // the conflicted tcp-on-http takes no port
 	d := translate.Gateway(gw, gwSources(t, backendObjs(), gwClass("teapot", translate.GatewayController), gw, a, b, c, dproto), gwOpts)
 	if d.Refused != "" {
 		t.Fatalf("Refused = %q", d.Refused)
@@ -182,6 +184,8 @@ func TestListenerSetConflicts(t *testing.T) {
 	conflicted("b-set", "dup-a", "HostnameConflict")
 	fine("d-proto", "udp-ok")
 	conflicted("d-proto", "http-on-tcp", "ProtocolConflict")
+	conflicted("d-proto", "tcp-on-http", "ProtocolConflict")
+	fine("d-proto", "http-after")
 	wantCond(t, "gw-http", d.Gateway.Listeners[0].Conditions, "Conflicted", metav1.ConditionFalse, "NoConflicts")
 
 	for set, ok := range map[string]bool{"c-old": true, "a-set": false, "b-set": false, "d-proto": true} {
