@@ -76,7 +76,7 @@ test: lint kube-tools ## lint, then every test with the race detector
 # sizes): they read `go list` and the tree, and start nothing.
 RULE_TESTS := ^(TestDependencyRules|TestImportProblems|TestForbiddenDependencies|TestDepProblems|TestPackagesHaveDocComments|TestFileSizes)$$
 
-test-quick: lint ## the inner loop: lint, the unit tests of every package but scenarios (-short, without the race detector) and the rule tests
+test-quick: lint ## the inner loop (goal 2 min warm on 2 idle cores; see README, Test time): lint, the unit tests of every package but scenarios (-short: without the scale and flood tests, which test runs; no race detector) and the rule tests
 	go test -short -count=1 -timeout 10m $$(go list ./... | grep -v '/scenarios$$')
 	go test -count=1 -timeout 5m -run '$(RULE_TESTS)' ./scenarios
 
@@ -89,7 +89,7 @@ conformance: kube-tools ## the official Gateway API conformance suite (the versi
 kube-tools: ## build etcd and the Kubernetes components for the tenant scenarios (cached in ~/.cache/teapot-lb/kube)
 	bash scenarios/kubetools/build.sh >/dev/null
 
-bench: ## consensus benchmarks, the cluster scale report and L7 through serve vs HAProxy and nginx (HTTP/1.1, HTTPS, HTTP/2, gRPC unary and streaming), then the engine-only L7 and TCP comparisons, then the proxy's and the control plane's scale reports
+bench: ## consensus benchmarks, the cluster scale report and L7 through serve vs HAProxy and nginx (HTTP/1.1, HTTPS, HTTP/2, gRPC unary and streaming), the WAF vs nginx with ModSecurity and the same CRS, then the engine-only L7 and TCP comparisons, then the proxy's and the control plane's scale reports
 	go test ./scenarios -run '^$$' -bench . -benchtime 1x -count=1 -timeout $(BENCH_TIMEOUT)
 	go run ./proxy/l7/bench -duration 5s -rounds 2
 	go run ./proxy/tcpbench -duration 10s -streams 1,4 -rounds 3

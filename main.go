@@ -223,7 +223,7 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 	stack.Push(engine.Close)
 	px := proxy.New(proxy.Config{
 		Logger: log, DrainTimeout: time.Duration(cfg.DrainTimeout), Metrics: counters, HTTP: cm.Terminator(proxy.NewHTTP(engine, cm.Challenge)),
-		Events: host.Events().Add, Steer: steering, CPU: cpu, Observed: plane,
+		Events: host.Events().Add, Steer: steering, CPU: cpu, Observed: plane, ClientCertificate: cm.Uploaded,
 	})
 	stack.Push(px.Close)
 	engine.SetPipes(px.Pipes()) // tunnels splice through the host's bounded pipe pool
@@ -237,7 +237,7 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 	host.Add(cm)
 	host.Add(vm)
 	host.Add(dnsSrv)
-	if err := serveMetrics(ctx, msrv, counters, px, node, tenants, cm, vm, append(dnsSrv.Collectors(), guard.Collector(), relay.Collector())...); err != nil {
+	if err := serveMetrics(ctx, msrv, counters, px, node, tenants, cm, vm, append(dnsSrv.Collectors(), guard.Collector(), relay.Collector(), px.EdgeCollector())...); err != nil {
 		log.Error("metrics are off", "component", "metrics", "err", err)
 	}
 	if webLn != nil {

@@ -72,6 +72,27 @@ const (
 	// for a less specific host (routes[].notFound). A host of an earlier
 	// release ignores the field and refuses the route for want of a pool.
 	FeatureNotFoundRoutes = "not-found-routes"
+	// FeatureCORS: the cors filter of routes (routes[].filters[].cors).
+	FeatureCORS = "cors"
+	// FeatureClientValidation: client certificates checked by https
+	// listeners (listeners[].tls.clientValidation).
+	FeatureClientValidation = "client-validation"
+	// FeatureRouteRetry: retries of a route's failed attempts
+	// (routes[].retry). A host of an earlier release ignores it and
+	// answers with the first attempt.
+	FeatureRouteRetry = "route-retry"
+	// FeatureBackendHeaders: header changes per backend of a route
+	// (routes[].backends[].requestHeaderModifier). A host of an earlier
+	// release ignores them.
+	FeatureBackendHeaders = "backend-headers"
+	// FeatureBackendTLS: members' certificates verified against a pool's
+	// CAs, server name and subject alternative names (pools[].tls). A
+	// host of an earlier release ignores it and accepts any certificate.
+	FeatureBackendTLS = "backend-tls"
+	// FeatureWAFExclusions: Core Rule Set rules a route's WAF does not run
+	// (routes[].waf.excludeRules). A host of an earlier release ignores
+	// them and blocks what they would have let through.
+	FeatureWAFExclusions = "waf-exclusions"
 )
 
 // FeatureLevel is the highest cluster feature level this release
@@ -84,21 +105,27 @@ const FeatureLevel = 5
 
 // featureLevels is the level each feature needs on every host.
 var featureLevels = map[string]uint32{
-	FeatureDryRun:         2,
-	FeatureCheckedWrites:  2,
-	FeatureHTTPSCheck:     2,
-	FeatureCloseOnDown:    2,
-	FeatureRouteRules:     2,
-	FeatureBackendH2:      2,
-	FeatureSNIRoutes:      3,
-	FeatureRoutePorts:     3,
-	FeatureTenantBGP:      4,
-	FeatureDualStack:      4,
-	FeatureHostnames:      4,
-	FeatureSourceRanges:   4,
-	FeatureRateLimits:     4,
-	FeatureWAF:            4,
-	FeatureNotFoundRoutes: 5,
+	FeatureDryRun:           2,
+	FeatureCheckedWrites:    2,
+	FeatureHTTPSCheck:       2,
+	FeatureCloseOnDown:      2,
+	FeatureRouteRules:       2,
+	FeatureBackendH2:        2,
+	FeatureSNIRoutes:        3,
+	FeatureRoutePorts:       3,
+	FeatureTenantBGP:        4,
+	FeatureDualStack:        4,
+	FeatureHostnames:        4,
+	FeatureSourceRanges:     4,
+	FeatureRateLimits:       4,
+	FeatureWAF:              4,
+	FeatureNotFoundRoutes:   5,
+	FeatureCORS:             5,
+	FeatureClientValidation: 5,
+	FeatureRouteRetry:       5,
+	FeatureBackendHeaders:   5,
+	FeatureBackendTLS:       5,
+	FeatureWAFExclusions:    5,
 }
 
 // LevelOf is the feature level a feature needs on every host (0 for a
@@ -140,7 +167,7 @@ func FeatureRefusal(uses []FeatureUse, need uint32, older []string) error {
 
 // Features returns the features this release serves.
 func Features() []string {
-	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureNotFoundRoutes}
+	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureNotFoundRoutes, FeatureCORS, FeatureClientValidation, FeatureRouteRetry, FeatureBackendHeaders, FeatureBackendTLS, FeatureWAFExclusions}
 }
 
 // FeatureUse is one place where a write uses a feature: the feature and
@@ -202,6 +229,9 @@ func FeaturesUsed(obj *pb.Object) []FeatureUse {
 		if ls.GetRateLimit() != nil {
 			out = append(out, FeatureUse{Feature: FeatureRateLimits, Field: at + ".rateLimit"})
 		}
+		if ls.GetTls().GetClientValidation() != nil {
+			out = append(out, FeatureUse{Feature: FeatureClientValidation, Field: at + ".tls.clientValidation"})
+		}
 	}
 	for i, r := range l.GetRoutes() {
 		if r.GetRateLimit() != nil {
@@ -212,6 +242,15 @@ func FeaturesUsed(obj *pb.Object) []FeatureUse {
 		}
 		if r.GetNotFound() {
 			out = append(out, FeatureUse{Feature: FeatureNotFoundRoutes, Field: fmt.Sprintf("%s: routes[%d].notFound", RefString(RefOf(obj)), i)})
+		}
+		for j, fl := range r.GetFilters() {
+			if fl.GetCors() != nil {
+				out = append(out, FeatureUse{Feature: FeatureCORS, Field: fmt.Sprintf("%s: routes[%d].filters[%d].cors", RefString(RefOf(obj)), i, j)})
+			}
+		}
+		out = append(out, retryFeaturesUsed(obj, i, r)...)
+		if len(r.GetWaf().GetExcludeRules()) > 0 {
+			out = append(out, FeatureUse{Feature: FeatureWAFExclusions, Field: fmt.Sprintf("%s: routes[%d].waf.excludeRules", RefString(RefOf(obj)), i)})
 		}
 	}
 	names := make([]string, 0, len(l.GetPools()))
@@ -230,6 +269,9 @@ func FeaturesUsed(obj *pb.Object) []FeatureUse {
 		}
 		if hc.GetCloseOnDown() {
 			out = append(out, FeatureUse{Feature: FeatureCloseOnDown, Field: at + ".closeOnDown"})
+		}
+		if l.GetPools()[name].GetTls() != nil {
+			out = append(out, FeatureUse{Feature: FeatureBackendTLS, Field: fmt.Sprintf("%s: pools.%s.tls", RefString(RefOf(obj)), name)})
 		}
 	}
 	return out

@@ -38,6 +38,7 @@ func checkBackendPools(ck *checker, lb *pb.LoadBalancer, tenant *pb.Tenant, c Ca
 		checkMembers(ck, f, bp, tenant, nets, own)
 		checkHealthCheck(ck, f+".healthCheck", bp.GetHealthCheck(), true)
 		checkPoolProtocols(ck, f, bp, FirstUDPListener(lb, key))
+		checkBackendClientCert(ck, f, bp, lb.GetTenant(), c)
 	}
 }
 
@@ -86,6 +87,7 @@ func checkPoolProtocols(ck *checker, f string, bp *pb.BackendPool, udp int) {
 		ck.invalidf(f+".backendProtocol", "%q is not one of http1, h2c, tls, h2", bpp)
 	}
 	checkPositive(ck, f+".connectTimeout", bp.GetConnectTimeout())
+	checkBackendTLS(ck, f, bp)
 }
 
 func checkAlgorithm(ck *checker, f string, bp *pb.BackendPool) {

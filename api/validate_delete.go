@@ -95,9 +95,14 @@ func ValidateDelete(ref *pb.ObjectRef, c Catalog) error {
 					break
 				}
 			}
+			for _, pn := range sortedKeys(lb.GetPools()) {
+				if lb.GetPools()[pn].GetTls().GetClientCertificate() == ref.GetName() {
+					users = append(users, fmt.Sprintf("%s/%s (pools.%s.tls.clientCertificate)", lb.GetTenant(), lb.GetName(), pn))
+				}
+			}
 		}
 		if len(users) > 0 {
-			ck.conflictf("", "served by load balancers %s; remove it from their tls.certificates first", nameList(users))
+			ck.conflictf("", "served by load balancers %s; remove it from their tls.certificates (or the pools' tls.clientCertificate) first", nameList(users))
 		}
 	default:
 		ck.invalidf("kind", "unknown kind %q (known: Tenant, VIPPool, LoadBalancer, Node, Certificate, JoinToken)", ref.GetKind())

@@ -14,6 +14,8 @@ func TestValidateDelete(t *testing.T) {
 		c := baseCatalog()
 		shop := withAddr(shopLB(), "192.0.2.1")
 		shop.Listeners[0].Tls.Certificates = []string{"shop-cert"}
+		shop.Pools["web"].BackendProtocol = "tls"
+		shop.Pools["web"].Tls = &pb.BackendTLS{SystemRoots: true, ServerName: "web.acme.example", ClientCertificate: "client-cert"}
 		c.Put(
 			shop,
 			&pb.VIPPool{Name: "spare", Cidrs: []string{"203.0.113.0/24"}, Mode: "arp", Tenants: []string{"other"}},
@@ -25,6 +27,7 @@ func TestValidateDelete(t *testing.T) {
 			&pb.JoinToken{Id: "tok"},
 			&pb.Certificate{Name: "shop-cert", Tenant: "acme", Source: "uploaded"},
 			&pb.Certificate{Name: "old-cert", Tenant: "acme", Source: "uploaded"},
+			&pb.Certificate{Name: "client-cert", Tenant: "acme", Source: "uploaded"},
 		)
 		return c
 	}
@@ -50,6 +53,7 @@ func TestValidateDelete(t *testing.T) {
 		{"join token", &pb.ObjectRef{Kind: KindJoinToken, Name: "tok"}, nil, ""},
 		{"join token missing", &pb.ObjectRef{Kind: KindJoinToken, Name: "nope"}, ErrNotFound, "JoinToken nope not found"},
 		{"certificate unused", &pb.ObjectRef{Kind: KindCertificate, Tenant: "acme", Name: "old-cert"}, nil, ""},
+		{"certificate presented to members", &pb.ObjectRef{Kind: KindCertificate, Tenant: "acme", Name: "client-cert"}, ErrConflict, "acme/shop (pools.web.tls.clientCertificate)"},
 		{"certificate served", &pb.ObjectRef{Kind: KindCertificate, Tenant: "acme", Name: "shop-cert"}, ErrConflict, "served by load balancers acme/shop (listeners[0])"},
 		{"certificate missing", &pb.ObjectRef{Kind: KindCertificate, Tenant: "acme", Name: "nope"}, ErrNotFound, "Certificate acme/nope not found"},
 		{"unknown kind", &pb.ObjectRef{Kind: "Widget", Name: "w"}, ErrInvalid, `kind: unknown kind "Widget"`},

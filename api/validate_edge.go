@@ -30,6 +30,11 @@ const (
 	// DefaultWAFBodyBytes and MaxWAFBodyBytes bound waf.maxBodyBytes.
 	DefaultWAFBodyBytes = 128 << 10
 	MaxWAFBodyBytes     = 1 << 20
+	// MaxWAFExcludedRules bounds waf.excludeRules; MinWAFRuleID and
+	// MaxWAFRuleID are the Core Rule Set's rule ids.
+	MaxWAFExcludedRules = 64
+	MinWAFRuleID        = 900000
+	MaxWAFRuleID        = 999999
 )
 
 // WAF modes.
@@ -127,6 +132,15 @@ func CheckRouteRateLimit(field string, r *pb.Route) []FieldError {
 		}
 		if b := w.GetMaxBodyBytes(); b > MaxWAFBodyBytes {
 			ck.invalidf(field+".waf.maxBodyBytes", "is %d; at most %d", b, MaxWAFBodyBytes)
+		}
+		if n := len(w.GetExcludeRules()); n > MaxWAFExcludedRules {
+			ck.invalidf(field+".waf.excludeRules", "has %d ids; at most %d (exclude a rule the log names, or lower paranoiaLevel)", n, MaxWAFExcludedRules)
+		} else {
+			for i, id := range w.GetExcludeRules() {
+				if id < MinWAFRuleID || id > MaxWAFRuleID {
+					ck.invalidf(fmt.Sprintf("%s.waf.excludeRules[%d]", field, i), "is %d; Core Rule Set rule ids are %d to %d", id, MinWAFRuleID, MaxWAFRuleID)
+				}
+			}
 		}
 	}
 	return ck.errs

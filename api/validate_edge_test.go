@@ -3,6 +3,7 @@ package api
 import (
 	"fmt"
 	"net/netip"
+	"strings"
 	"testing"
 
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
@@ -49,6 +50,15 @@ func TestValidateEdgeFields(t *testing.T) {
 		{"waf body too big", func(lb *pb.LoadBalancer) {
 			lb.Routes[0].Waf = &pb.WAF{Mode: "detect", MaxBodyBytes: MaxWAFBodyBytes + 1}
 		}, bad("routes[0].waf.maxBodyBytes", "at most")},
+		{"waf exclusions", func(lb *pb.LoadBalancer) {
+			lb.Routes[0].Waf = &pb.WAF{Mode: "block", ExcludeRules: []uint32{942100, 920350}}
+		}, pass()},
+		{"waf exclusion not a CRS id", func(lb *pb.LoadBalancer) {
+			lb.Routes[0].Waf = &pb.WAF{Mode: "block", ExcludeRules: []uint32{942100, 12}}
+		}, bad("routes[0].waf.excludeRules[1]", "900000 to 999999")},
+		{"waf too many exclusions", func(lb *pb.LoadBalancer) {
+			lb.Routes[0].Waf = &pb.WAF{Mode: "block", ExcludeRules: make([]uint32, MaxWAFExcludedRules+1)}
+		}, bad("routes[0].waf.excludeRules", "at most 64")},
 		{"route key bogus", func(lb *pb.LoadBalancer) {
 			lb.Routes[0].RateLimit = &pb.RateLimit{RequestsPerSecond: 5, Key: "header:x"}
 		},
@@ -83,6 +93,11 @@ func TestEdgeFeaturesUsed(t *testing.T) {
 	lb.Routes[1].RateLimit = &pb.RateLimit{RequestsPerSecond: 1}
 	uses := FeaturesUsed(&pb.Object{Kind: &pb.Object_LoadBalancer{LoadBalancer: lb}})
 	if len(uses) != 2 || uses[0].Feature != FeatureSourceRanges || uses[1].Feature != FeatureRateLimits || LevelNeeded(uses) != 4 {
+		t.Fatalf("uses %v, level %d", uses, LevelNeeded(uses))
+	}
+	lb.Routes[1].Waf = &pb.WAF{Mode: "block", ExcludeRules: []uint32{942100}}
+	uses = FeaturesUsed(&pb.Object{Kind: &pb.Object_LoadBalancer{LoadBalancer: lb}})
+	if len(uses) != 4 || uses[3].Feature != FeatureWAFExclusions || !strings.HasSuffix(uses[3].Field, "routes[1].waf.excludeRules") || LevelNeeded(uses) != 5 {
 		t.Fatalf("uses %v, level %d", uses, LevelNeeded(uses))
 	}
 }

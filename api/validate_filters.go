@@ -20,6 +20,7 @@ func RouteFilterKind(fl *pb.RouteFilter) string {
 		{fl.GetRequestRedirect() != nil, "requestRedirect"},
 		{fl.GetUrlRewrite() != nil, "urlRewrite"},
 		{fl.GetRequestMirror() != nil, "requestMirror"},
+		{fl.GetCors() != nil, "cors"},
 	} {
 		if k.set {
 			kind, n = k.name, n+1
@@ -42,7 +43,7 @@ func checkRouteFilters(ck *checker, lb *pb.LoadBalancer, f string, r *pb.Route) 
 		ff := fmt.Sprintf("%s.filters[%d]", f, i)
 		kind := RouteFilterKind(fl)
 		if kind == "" {
-			ck.invalidf(ff, "set exactly one of requestHeaderModifier, responseHeaderModifier, requestRedirect, urlRewrite, requestMirror")
+			ck.invalidf(ff, "set exactly one of requestHeaderModifier, responseHeaderModifier, requestRedirect, urlRewrite, requestMirror, cors")
 			continue
 		}
 		if kind == "requestMirror" {
@@ -66,6 +67,8 @@ func checkRouteFilters(ck *checker, lb *pb.LoadBalancer, f string, r *pb.Route) 
 			checkRewrite(ck, ff+".urlRewrite", fl.GetUrlRewrite(), r)
 		case "requestMirror":
 			checkMirror(ck, lb, ff+".requestMirror", fl.GetRequestMirror())
+		case "cors":
+			checkCORS(ck, ff+".cors", fl.GetCors())
 		}
 	}
 	_, redirect := seen["requestRedirect"]

@@ -97,7 +97,7 @@ func CheckListener(field string, l *pb.Listener, pools map[string]*pb.BackendPoo
 
 func checkListenerTLS(ck *checker, f string, l *pb.Listener) {
 	tls := l.GetTls()
-	empty := !tls.GetAcme() && len(tls.GetCertificates()) == 0 && tls.GetMinVersion() == ""
+	empty := !tls.GetAcme() && len(tls.GetCertificates()) == 0 && tls.GetMinVersion() == "" && tls.GetClientValidation() == nil
 	if l.GetProtocol() != "https" {
 		if !empty {
 			ck.invalidf(f+".tls", "only https listeners terminate TLS; remove tls (tls-passthrough forwards TLS untouched)")
@@ -112,6 +112,7 @@ func checkListenerTLS(ck *checker, f string, l *pb.Listener) {
 	default:
 		ck.invalidf(f+".tls.minVersion", "%q is not one of tls1.2, tls1.3", tls.GetMinVersion())
 	}
+	checkClientValidation(ck, f+".tls.clientValidation", tls.GetClientValidation())
 }
 
 // checkListenerCerts checks the certificates an https listener lists.

@@ -14,7 +14,7 @@ func checkNotFoundRoute(ck *checker, f string, r *pb.Route) {
 	}{
 		{"pool", r.GetPool() != ""}, {"backends", len(r.GetBackends()) > 0}, {"filters", len(r.GetFilters()) > 0},
 		{"matches", len(r.GetMatches()) > 0}, {"timeouts", r.GetTimeouts() != nil}, {"rateLimit", r.GetRateLimit() != nil},
-		{"waf", r.GetWaf() != nil},
+		{"waf", r.GetWaf() != nil}, {"retry", r.GetRetry() != nil},
 	} {
 		if x.set {
 			ck.invalidf(f+"."+x.field, "leave it out with notFound, which answers every request of the route with 404 itself")

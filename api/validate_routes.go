@@ -300,6 +300,7 @@ func checkRouteRest(ck *checker, lb *pb.LoadBalancer, f string, r *pb.Route) {
 	checkRouteBackends(ck, lb, f, r, redirect)
 	checkRouteFilters(ck, lb, f, r)
 	checkRouteTimeouts(ck, f+".timeouts", r.GetTimeouts())
+	checkRouteRetry(ck, f+".retry", r.GetRetry(), redirect)
 	ck.add(CheckRouteRateLimit(f, r))
 }
 
@@ -450,6 +451,7 @@ func checkRouteBackends(ck *checker, lb *pb.LoadBalancer, f string, r *pb.Route,
 		if b.Weight != nil && b.GetWeight() > MaxBackendWeight {
 			ck.invalidf(bf+".weight", "must be at most %d, got %d", MaxBackendWeight, b.GetWeight())
 		}
+		checkBackendHeaders(ck, bf, b)
 	}
 }
 

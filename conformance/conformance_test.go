@@ -52,6 +52,17 @@ var extended = []features.FeatureName{
 	features.SupportGatewayStaticAddresses,
 	features.SupportGatewayHTTPListenerIsolation,
 	features.SupportGatewayAddressEmpty,
+	features.SupportHTTPRouteCORS,
+	features.SupportGatewayFrontendClientCertificateValidation,
+	features.SupportGatewayFrontendClientCertificateValidationInsecureFallback,
+	features.SupportHTTPRouteRetry,
+	features.SupportHTTPRouteRetryBackendTimeout,
+	features.SupportHTTPRouteRetryConnectionError,
+	features.SupportHTTPRouteBackendRequestHeaderModification,
+	features.SupportHTTPRouteDestinationPortMatching,
+	features.SupportBackendTLSPolicy,
+	features.SupportBackendTLSPolicySANValidation,
+	features.SupportGatewayBackendClientCertificate,
 	features.SupportListenerSet,
 }
 

@@ -135,6 +135,7 @@ func TestRestoreRefusesUsedDataDir(t *testing.T) {
 // empty under the backup's cluster id and CA; once the dir is emptied, the
 // restore runs again and the marker is gone.
 func TestInterruptedRestoreRefusesToStart(t *testing.T) {
+	t.Parallel() // hosts of its own, in temporary directories on free ports
 	h := startHost(t, Config{NodeID: "n1"})
 	apply(t, h.node, pool("public", "192.0.2.0/28"))
 	b, err := h.node.Backup(ctxT(t))

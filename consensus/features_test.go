@@ -122,7 +122,14 @@ func TestFeatureGateInMixedCluster(t *testing.T) {
 					t.Fatalf("%s: %s through %s: %v, want a refusal naming %s and %s", stage, w.name, h.cfg.NodeID, err, w.field, wantHost)
 				}
 			}
-			_, err := l.node.ClusterService().Forward(ctxT(t), w.fw())
+			// A leader that lost its leadership under load since
+			// leaderOf says so (Unavailable): ask the next one.
+			var err error
+			waitFor(t, "the leader to answer the forwarded write", func() bool {
+				_, err = leaderOf(t, hosts).node.ClusterService().Forward(ctxT(t), w.fw())
+				s, _ := status.FromError(err)
+				return s.Code() != codes.Unavailable
+			})
 			if s, _ := status.FromError(err); s.Code() != codes.FailedPrecondition || !strings.Contains(s.Message(), wantHost) {
 				t.Fatalf("%s: %s forwarded by an older host: %v", stage, w.name, err)
 			}
@@ -188,6 +195,7 @@ func mustGet(t *testing.T, n *Node, ref *pb.ObjectRef) *pb.Object {
 // once; later ones ask nobody while the membership stays (each host at
 // level 2 answered), and a change of a Node object makes them ask again.
 func TestFeatureLevelsAskedOncePerMembership(t *testing.T) {
+	t.Parallel() // hosts of its own, in temporary directories on free ports
 	h1 := startHost(t, Config{NodeID: "n1", Version: "v-new"})
 	hosts := []*testHost{h1}
 	for _, id := range []string{"n2", "n3"} {

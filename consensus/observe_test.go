@@ -38,6 +38,7 @@ func observedHosts(t *testing.T) []*testHost {
 }
 
 func TestObserveFansInFromEveryHost(t *testing.T) {
+	t.Parallel() // hosts of its own, in temporary directories on free ports
 	hosts := observedHosts(t)
 	n1 := hosts[0].node
 

@@ -16,6 +16,7 @@ import (
 // Recover, leads a one-host cluster with every committed object, forgets
 // the lost hosts, takes writes and lets new hosts join.
 func TestRecoverSurvivorOfLostMajority(t *testing.T) {
+	t.Parallel() // hosts of its own, in temporary directories on free ports
 	hosts := threeHosts(t)
 	l := leaderOf(t, hosts)
 	apply(t, l.node, pool("public", "192.0.2.0/28"), tenant("acme", "public"), lb("acme", "shop", "public"))
@@ -64,6 +65,7 @@ func TestRecoverSurvivorOfLostMajority(t *testing.T) {
 // Recovery is refused while another voter answers, and leaves the host's
 // data as it was.
 func TestRecoverRefusedWhileOthersAnswer(t *testing.T) {
+	t.Parallel() // hosts of its own, in temporary directories on free ports
 	hosts := threeHosts(t)
 	h := hosts[2]
 	cfg := h.cfg
@@ -94,6 +96,7 @@ func TestRecoverRefusedWhileOthersAnswer(t *testing.T) {
 // on from what the recovery wrote. Refused, and harmless, while others
 // answer.
 func TestRecoverInPlace(t *testing.T) {
+	t.Parallel() // hosts of its own, in temporary directories on free ports
 	hosts := threeHosts(t)
 	l := leaderOf(t, hosts)
 	apply(t, l.node, pool("public", "192.0.2.0/28"), tenant("acme", "public"), lb("acme", "shop", "public"))

@@ -10,6 +10,7 @@ import (
 )
 
 func TestStorageKeysAndLocks(t *testing.T) {
+	t.Parallel() // hosts of its own, in temporary directories on free ports
 	hosts := threeHosts(t)
 	a, b := hosts[1].node, hosts[2].node
 	ctx := ctxT(t)

@@ -243,6 +243,9 @@ func TestQuotaChecksCostWhatTheWriteChanges(t *testing.T) {
 // moved half the list twice per update (100 times the work at 100 times
 // the state).
 func TestUpdateCostsTheSameAtAnySize(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a scale test: make test runs it; -short (make test-quick) skips it")
+	}
 	lb := func(i, gen int) *pb.Object {
 		a := i + 1
 		addr := fmt.Sprintf("198.%d.%d.%d", 18+a>>16, a>>8&255, a&255)

@@ -14,6 +14,7 @@ import (
 // and wakes for the next load balancer write, while an unrestricted
 // watcher sees every revision.
 func TestWatchOnlyPassesOverOtherKinds(t *testing.T) {
+	t.Parallel() // hosts of its own, in temporary directories on free ports
 	h := startHost(t, Config{NodeID: "n1"})
 	n := h.node
 	apply(t, n, pool("public", "192.0.2.0/24"), tenant("acme", "public"))

@@ -66,6 +66,7 @@ func DescriptorLimit() uint64 {
 // host's.
 type tenantBudget struct {
 	p     *Proxy
+	name  string
 	conns atomic.Int64
 	fds   atomic.Int64
 	// limit is the descriptor bound under the tenant's quota as the last
@@ -122,7 +123,7 @@ func (p *Proxy) tenantBudget(tenant string) *tenantBudget {
 	if v, ok := p.tenants.Load(tenant); ok {
 		return v.(*tenantBudget)
 	}
-	t := &tenantBudget{p: p}
+	t := &tenantBudget{p: p, name: tenant}
 	t.limit.Store(int64(p.cfg.Limits.MaxDescriptorsPerTenant))
 	t.streamLimit.Store(int64(p.cfg.Limits.MaxConnectionsPerTenant))
 	t.member = l7.NewMemberBudget(t)

@@ -53,6 +53,7 @@ func (s *socket) enforceSources(l *snapshot.Listener) {
 	s.mu.Unlock()
 	for _, t := range ts {
 		t.cancel()
+		t.cut()
 		t.c.Close()
 	}
 }

@@ -119,6 +119,9 @@ func (p *Proxy) CloseConnections(force bool) (busy int) {
 			switch {
 			case force, t.l7 && t.state.CloseIfIdle():
 				t.cancel()
+				if force {
+					t.cut()
+				}
 				cs = append(cs, t.c)
 			case !t.l7 || t.state.Upgraded():
 				if !quiet(t.c, HandoverQuiet) {

@@ -61,8 +61,28 @@ func (h *HTTP) ServeConn(ctx context.Context, c net.Conn, current func() *Listen
 	if ls.streams != nil {
 		info.Streams = ls.streams
 	}
+	if ls.TLS != nil && ls.TLS.Client != nil && ls.TLS.Client.SubjectHeader != "" {
+		info.ClientCertHeader = ls.TLS.Client.SubjectHeader
+		info.ClientSubject = ClientSubject(ctx)
+	}
 	info.State, _ = ctx.Value(connStateKey{}).(*l7.ConnState)
 	h.srv.ServeConn(ctx, c, info)
+}
+
+// clientSubjectKey carries the subject of a client's verified
+// certificate from TLS termination to ServeConn.
+type clientSubjectKey struct{}
+
+// WithClientSubject returns ctx carrying the subject of the connection's
+// verified client certificate, for the listener's subject header.
+func WithClientSubject(ctx context.Context, subject string) context.Context {
+	return context.WithValue(ctx, clientSubjectKey{}, subject)
+}
+
+// ClientSubject returns the subject WithClientSubject put in ctx, or "".
+func ClientSubject(ctx context.Context) string {
+	s, _ := ctx.Value(clientSubjectKey{}).(string)
+	return s
 }
 
 // trustNone is the trusted networks of a listener that names none.
@@ -126,7 +146,7 @@ func newHTTPTable(ls *ListenerSnapshot) *httpTable {
 		route := &l7.Route{Name: ls.LB + "/routes[" + strconv.Itoa(sr.Index) + "]"}
 		if sr.Pool != nil {
 			if p := ls.Pool(sr.Pool); p != nil {
-				route.Backend = p.httpBackend(ls.budget)
+				route.Backend = p.httpBackend(ls.budget, ls.tenant)
 			}
 		}
 		route.Ext = routeExt(ls, sr)
@@ -175,7 +195,7 @@ func (r *httpRouter) Route(host, path string) *l7.Route {
 // the first http listener snapshot that uses the pool is built. Its member
 // connections are charged to budget, the tenant's (a pool is one load
 // balancer's).
-func (p *Pool) httpBackend(budget *l7.MemberBudget) *httpBackend {
+func (p *Pool) httpBackend(budget *l7.MemberBudget, tenant *tenantBudget) *httpBackend {
 	if b := p.http.Load(); b != nil {
 		return b
 	}
@@ -194,6 +214,9 @@ func (p *Pool) httpBackend(budget *l7.MemberBudget) *httpBackend {
 		b.opts.Protocol = l7.HTTP1TLS
 	case "h2":
 		b.opts.Protocol = l7.H2TLS
+	}
+	if p.Spec.TLS != nil && (b.opts.Protocol == l7.HTTP1TLS || b.opts.Protocol == l7.H2TLS) {
+		b.opts.TLS = memberTLSConfig(p.Spec.TLS, tenant)
 	}
 	b.hashClient = p.Spec.Algorithm == snapshot.Hash && p.Spec.HashHeader == ""
 	for _, m := range p.members {
@@ -242,7 +265,10 @@ func (m *httpMember) Addr() netip.AddrPort { return m.addr }
 // budget kept it from being dialled.
 func (m *httpMember) Done(err error, status int, _ time.Duration) {
 	m.target.End()
-	if errors.Is(err, l7.ErrMemberLimit) {
+	if errors.Is(err, l7.ErrMemberLimit) || errors.Is(err, l7.ErrMemberCertificate) {
+		// Not the member's fault: the tenant's budget, or the pool's
+		// verdict on its certificate (the member's health is shared with
+		// the tenant's pools that trust it).
 		return
 	}
 	if err != nil {

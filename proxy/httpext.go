@@ -9,12 +9,12 @@ import (
 // nil for a route of host, path and pool only (the engine's fast paths).
 func routeExt(ls *ListenerSnapshot, sr *snapshot.Route) *l7.RouteExt {
 	se := sr.Ext
-	if se == nil || (len(se.Backends) == 0 && se.Filters == nil && se.RequestTimeout == 0 && se.BackendTimeout == 0) {
+	if se == nil || (len(se.Backends) == 0 && se.Filters == nil && se.RequestTimeout == 0 && se.BackendTimeout == 0 && se.Retry == nil) {
 		return nil
 	}
 	backend := func(p *snapshot.Pool) l7.Backend {
 		if lp := ls.Pool(p); lp != nil {
-			return lp.httpBackend(ls.budget)
+			return lp.httpBackend(ls.budget, ls.tenant)
 		}
 		return nil
 	}
@@ -22,10 +22,16 @@ func routeExt(ls *ListenerSnapshot, sr *snapshot.Route) *l7.RouteExt {
 	if sr.PathType == snapshot.PathPrefix && sr.Path != "/" {
 		e.Prefix = sr.Path
 	}
-	for _, b := range se.Backends {
+	if rt := se.Retry; rt != nil {
+		e.Retry = &l7.Retry{Codes: rt.Codes, Attempts: rt.Attempts, Backoff: rt.Backoff}
+	}
+	for i, b := range se.Backends {
 		wb := l7.WeightedBackend{Weight: b.Weight}
 		if b.Pool != nil {
 			wb.Backend = backend(b.Pool)
+		}
+		if i < len(se.BackendHeaders) {
+			wb.RequestHeaders = headerEdit(se.BackendHeaders[i])
 		}
 		e.Backends = append(e.Backends, wb)
 	}
@@ -37,6 +43,10 @@ func routeExt(ls *ListenerSnapshot, sr *snapshot.Route) *l7.RouteExt {
 		}
 		if rw := f.Rewrite; rw != nil {
 			e.RewriteHost, e.RewritePath = rw.Hostname, pathChange(rw.Path)
+		}
+		if c := f.CORS; c != nil {
+			e.CORS = l7.NewCORS(l7.CORSConfig{AllowOrigins: c.AllowOrigins, AllowMethods: c.AllowMethods, AllowHeaders: c.AllowHeaders,
+				ExposeHeaders: c.ExposeHeaders, MaxAge: c.MaxAge, AllowCredentials: c.AllowCredentials})
 		}
 		for _, m := range f.Mirrors {
 			if be := backend(m.Pool); be != nil {

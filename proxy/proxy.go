@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -110,6 +111,10 @@ type Config struct {
 	// certificate manager too, by their listeners' handshakes); nil takes
 	// budgets of the defaults.
 	CPU *cpubudget.Budgets
+	// ClientCertificate returns a tenant's uploaded certificate with its
+	// key (the certificate manager's Uploaded), for pools that present
+	// one to their members; nil: such pools fail their TLS handshakes.
+	ClientCertificate func(tenant, name string) *tls.Certificate
 }
 
 // DefaultDrainTimeout is used when Config.DrainTimeout is zero.

@@ -85,6 +85,9 @@ func pct(d []time.Duration, p int) time.Duration { return d[(len(d)-1)*p/100] }
 // thousandths of a core by default), and once it is spent b's requests
 // that need a regex get 429 at once.
 func TestRegexRoutesDoNotSlowOtherTenants(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a flood: make test runs it; -short (make test-quick) skips it")
+	}
 	member := startHTTPMember(t)
 	p, _ := newProxy(t, Config{HTTP: NewHTTP(l7.New(l7.Config{}), nil)})
 	port := freePort(t)

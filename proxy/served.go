@@ -67,6 +67,8 @@ type ListenerSnapshot struct {
 	// budget is the tenant's member budget (nil in a listener snapshot
 	// the proxy did not build: member connections go uncharged).
 	budget *l7.MemberBudget
+	// tenant is the tenant's budgets (nil where budget is).
+	tenant *tenantBudget
 	// streams bounds the tenant's HTTP/2 streams in flight (nil in a
 	// listener snapshot the proxy did not build: no bound applies).
 	streams *listenerStreams
@@ -74,7 +76,7 @@ type ListenerSnapshot struct {
 	rates listenerRates
 	// waf builds the Inspect of a route with a WAF (nil in a listener
 	// snapshot the proxy did not build: a WAF route answers 503).
-	waf func(*ListenerSnapshot, *snapshot.Route) func(*http.Request, []byte, netip.AddrPort, netip.AddrPort) (http.Handler, int)
+	waf func(*ListenerSnapshot, *snapshot.Route) func(*http.Request, []byte, netip.AddrPort, netip.AddrPort) (http.Handler, int, string)
 }
 
 // Pool returns the live pool of a compiled pool the listener uses (its L4
@@ -248,7 +250,7 @@ func (p *Proxy) build(s *snapshot.Snapshot, old *served, keys []snapshot.Key) (*
 			nl := &ListenerSnapshot{Listener: l, pools: make([]*Pool, len(sps))}
 			if l.Protocol.L7() {
 				tb := p.tenantBudget(l.Tenant)
-				nl.budget = tb.member
+				nl.budget, nl.tenant = tb.member, tb
 				nl.streams = &listenerStreams{t: tb, lb: l.LB, name: l.Name}
 			}
 			if len(sps) > fewPools {

@@ -55,6 +55,16 @@ type tracked struct {
 	state *l7.ConnState
 }
 
+// cut ends the connection's exchange with a member, if any, before a
+// forced close (l7.ConnState.Cut): closing an HTTP connection served from
+// its socket's read callback waits for the callback to return, which
+// would otherwise wait for the member's answer.
+func (t *tracked) cut() {
+	if t.state != nil {
+		t.state.Cut()
+	}
+}
+
 // acquireSocket returns the socket for l's key, opening it when no
 // snapshot holds it yet; isNew reports that it was opened now.
 func (p *Proxy) acquireSocket(l *snapshot.Listener) (s *socket, isNew bool, err error) {
@@ -139,6 +149,7 @@ func (s *socket) drain(match func(lb string) bool) {
 	}
 	time.AfterFunc(s.p.cfg.DrainTimeout, func() {
 		for _, t := range ts {
+			t.cut()
 			t.c.Close()
 		}
 	})

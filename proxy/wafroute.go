@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 
 	"github.com/teapot-lb/teapot-lb/api"
+	"github.com/teapot-lb/teapot-lb/proxy/cpubudget"
 	"github.com/teapot-lb/teapot-lb/proxy/snapshot"
 	"github.com/teapot-lb/teapot-lb/proxy/waf"
 )
@@ -56,43 +57,50 @@ func (p *Proxy) WAFStats(tenant string) WAFStats {
 
 // wafInspect returns the Inspect of a route with a WAF: the shared engine
 // of its spec, run within the tenant's WAF CPU budget.
-func (p *Proxy) wafInspect(ls *ListenerSnapshot, sr *snapshot.Route) func(*http.Request, []byte, netip.AddrPort, netip.AddrPort) (http.Handler, int) {
+func (p *Proxy) wafInspect(ls *ListenerSnapshot, sr *snapshot.Route) func(*http.Request, []byte, netip.AddrPort, netip.AddrPort) (http.Handler, int, string) {
 	e, err := waf.Get(sr.WAF.Paranoia)
 	if err != nil {
 		p.log.Error("WAF rule set not built; the route answers 503", "lb", ls.LB, "error", err)
 		return wafNotReady
 	}
 	b := p.wafBudget(ls.Tenant, ls.Limits.WAFCPUMillicores)
-	lb, block := ls.LB, sr.WAF.Block
+	lb, block, exclude := ls.LB, sr.WAF.Block, waf.ParseExclusions(sr.WAF.Exclude)
 	log := p.log
-	return func(r *http.Request, body []byte, client, local netip.AddrPort) (http.Handler, int) {
+	return func(r *http.Request, body []byte, client, local netip.AddrPort) (http.Handler, int, string) {
 		start := regexNow()
 		if !b.reserve(start, wafReserve) {
 			b.refused.Add(1)
-			return wafBudgetRefusal, http.StatusTooManyRequests
+			return wafBudgetRefusal, http.StatusTooManyRequests, ""
 		}
-		v := e.Inspect(r, body, client, local)
-		b.settle(wafReserve, regexNow()-start)
+		// Charged the CPU the inspection took, not its wall time: on a
+		// busy core the wall time counts the other goroutines too.
+		var v waf.Verdict
+		used := cpubudget.Measure(func() { v = e.Inspect(r, body, client, local, exclude) })
+		b.settle(wafReserve, int64(used))
 		b.inspected.Add(1)
+		var rules string
+		if len(v.Rules) > 0 {
+			rules = waf.RuleList(v.Rules)
+		}
 		switch {
 		case v.Rejected && block:
 			if b.blocked.Add(1)%100 == 1 { // rate-limited: the first of each hundred
-				log.Info("WAF blocked a request", "lb", lb, "client", client.Addr().String(), "rules", waf.RuleList(v.Rules))
+				log.Info("WAF blocked a request", "lb", lb, "client", client.Addr().String(), "rules", rules)
 			}
-			return wafBlocked(v.Status), v.Status
+			return wafBlocked(v.Status), v.Status, rules
 		case v.Rejected:
 			if b.detected.Add(1)%100 == 1 {
-				log.Info("WAF detected a request it would block", "lb", lb, "client", client.Addr().String(), "rules", waf.RuleList(v.Rules))
+				log.Info("WAF detected a request it would block", "lb", lb, "client", client.Addr().String(), "rules", rules)
 			}
 		}
-		return nil, 0
+		return nil, 0, rules
 	}
 }
 
 // wafNotReady is the Inspect of a WAF route without an engine: fail
 // closed.
-func wafNotReady(*http.Request, []byte, netip.AddrPort, netip.AddrPort) (http.Handler, int) {
-	return wafUnavailable, http.StatusServiceUnavailable
+func wafNotReady(*http.Request, []byte, netip.AddrPort, netip.AddrPort) (http.Handler, int, string) {
+	return wafUnavailable, http.StatusServiceUnavailable, ""
 }
 
 var wafUnavailable = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {

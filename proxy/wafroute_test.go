@@ -5,7 +5,9 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -158,5 +160,49 @@ func TestWAFCPUChargedToItsTenant(t *testing.T) {
 	}
 	if st := p.WAFStats("acme"); st.Refused != 0 || st.Inspected != 20 {
 		t.Fatalf("acme %+v", st)
+	}
+}
+
+// TestWAFChargedItsCPUNotItsWallTime: with one P, the WAF cannot use
+// more than one core, so a tenant with a budget of one core
+// (wafCpuMillicores 1000) is never refused however many requests wait
+// for the core at once. Charged wall time, each of 16 concurrent
+// inspections would pay for the others' turns too (about 16 cores).
+func TestWAFChargedItsCPUNotItsWallTime(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	addr, _ := wafMember(t)
+	srv := l7.New(l7.Config{})
+	t.Cleanup(func() { srv.Close() })
+	p, _ := newProxy(t, Config{HTTP: NewHTTP(srv, nil)})
+	port := freePort(t)
+	lb := httpLB("acme", "web", "127.0.0.2", port, addr)
+	lb.Routes[0].Waf = &pb.WAF{Mode: "block"}
+	objs := labObjects(lb)
+	for _, o := range objs {
+		if tn := o.GetTenant(); tn.GetName() == "acme" {
+			tn.Quotas = &pb.Quotas{WafCpuMillicores: 1000}
+		}
+	}
+	if err := p.Update(objs, 1); err != nil {
+		t.Fatal(err)
+	}
+	const clients, each = 16, 2
+	var wg sync.WaitGroup
+	var bad atomic.Int64
+	for range clients {
+		wg.Add(1)
+		c := sourceClient(t, "127.0.0.3")
+		go func() {
+			defer wg.Done()
+			for range each {
+				if code, err := get(c, "http://"+vipAddr("127.0.0.2", port)+"/shop/items?id=42&sort=price"); err != nil || code != 200 {
+					bad.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if st := p.WAFStats("acme"); bad.Load() != 0 || st.Refused != 0 || st.Inspected != clients*each {
+		t.Fatalf("%d requests not served; WAF stats %+v", bad.Load(), st)
 	}
 }

@@ -2,6 +2,7 @@ package scenarios
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -118,11 +119,14 @@ func TestDashboardInBrowser(t *testing.T) {
 		return nil
 	})
 	b.do(chromedp.Click(chromedp.CSS(`a[href="#/lb/acme%2Fshop"]`), chromedp.NodeVisible))
-	b.waitText("#main", "the load balancer bound and its members up on every host", func(s string) error {
+	b.waitText("#main", "the load balancer bound on every host", func(s string) error {
 		if n := strings.Count(s, "bound 192.0.2.201:80/http"); n != 3 {
 			return fmt.Errorf("listener bound on %d hosts, want 3", n)
 		}
-		if n := strings.Count(s, "up web: "); n != 6 {
+		return nil
+	})
+	waitEval(b, pageTimeout, "its members up on every host", membersUp, func(n int) error {
+		if n != 6 {
 			return fmt.Errorf("%d members up, want 2 on each of 3 hosts", n)
 		}
 		return nil
@@ -288,10 +292,21 @@ func checkQuotaBars(t *testing.T, l *vipLab, b *browser, base string) {
 	})
 }
 
+// membersUp counts the member cells of the page showing a member up on
+// a host.
+const membersUp = `document.querySelectorAll('#main table.members td.ms[data-state="up"]').length`
+
+// memberPage is the dashboard's page of the member table (MEMBER_PAGE in
+// web/assets/members.js).
+const memberPage = 50
+
 // measureBigLB applies a load balancer with bigMembers members and times
-// its page in a fresh load: from the start of the navigation to the page
-// rendered with every member of every host (performance.now() after the
-// first render's layout).
+// its page in fresh loads: from the start of the navigation to the page
+// laid out with every host's members counted ("up 1000 of 1000") and the
+// first page of the member table, every member up on every host
+// (performance.now() after the layout of the first render that showed
+// the member table). Then the member
+// table pages to the last member and finds one by its address.
 func measureBigLB(t *testing.T, l *vipLab, b *browser, base string) {
 	t.Helper()
 	var m strings.Builder
@@ -307,41 +322,95 @@ func measureBigLB(t *testing.T, l *vipLab, b *browser, base string) {
 	if out, err := l.cli(l.lbs[0], "apply", "-f", manifest); err != nil {
 		t.Fatalf("apply: %v\n%s", err, out)
 	}
-	want := bigMembers * len(l.lbs)
-	members := `document.getElementById("main").innerText.split("up web: 192.0.2.50:2").length - 1`
+	hosts := len(l.lbs)
+	wantUp := min(bigMembers, memberPage) * hosts
+	counted := fmt.Sprintf(`up %d of %d`, bigMembers, bigMembers)
+	shown := `[` + membersUp + `, document.getElementById("main").innerText.split(` + strconv.Quote(counted) + `).length - 1, Number(document.getElementById("main").dataset.membersRender || 0)]`
+	check := func(v []float64) error {
+		if len(v) != 3 || int(v[0]) != wantUp || int(v[1]) != hosts || v[2] == 0 {
+			return fmt.Errorf("%v member cells up, %v hosts with %q, first render at %v ms; want %d, %d and a time", v[0], v[1], counted, v[2], wantUp, hosts)
+		}
+		return nil
+	}
 	page := base + "/#/lb/acme%2Fbig"
 	b.do(chromedp.Navigate(page))
-	waitEval(b, pageTimeout, "every member of acme/big on every host", members, func(n int) error {
-		if n != want {
-			return fmt.Errorf("%d members up on the page, want %d", n, want)
-		}
-		return nil
-	})
-	// A fresh load of the page, timed.
-	b.do(chromedp.Navigate("about:blank"), chromedp.Navigate(page))
-	var first float64
-	waitEval(b, pageTimeout, "acme/big's page loaded again", `[`+members+`, Number(document.getElementById("main").dataset.firstRender || 0)]`, func(v []float64) error {
-		if int(v[0]) != want || v[1] == 0 {
-			return fmt.Errorf("%v members, first render at %v ms", v[0], v[1])
-		}
-		first = v[1]
-		return nil
-	})
+	waitEval(b, pageTimeout, "every member of acme/big up on every host", shown, check)
+	// Fresh loads of the page, timed.
+	const loads = 3
+	var took []time.Duration
+	for range loads {
+		b.do(chromedp.Navigate("about:blank"), chromedp.Navigate(page))
+		waitEval(b, pageTimeout, "acme/big's page loaded again", shown, func(v []float64) error {
+			if err := check(v); err != nil {
+				return err
+			}
+			took = append(took, time.Duration(v[2]*float64(time.Millisecond)))
+			return nil
+		})
+		// Where the time went: the page and its scripts loaded, the
+		// member page and the first view read, the charts drawn.
+		steps, err := chromedp.Run(b.ctx, chromedp.Evaluate[string](`(() => {
+  const ms = x => x === undefined ? "?" : x.toFixed(0);
+  const res = n => performance.getEntriesByType("resource").find(e => e.name.includes(n));
+  const nav = performance.getEntriesByType("navigation")[0];
+  const view = performance.getEntriesByName("view")[0], parsed = performance.getEntriesByName("view-parsed")[0];
+  const figs = document.querySelectorAll('#main [data-lb="acme/big"] figure[data-metric]:not(.pending)').length;
+  return "page " + ms(nav && nav.responseEnd) + " ms, app.js " + ms(res("app.js")?.responseEnd) + ", members read " + ms(res("/api/members")?.responseEnd) +
+    ", first view " + ms(view?.startTime) + " (parsed in " + ms(parsed?.duration) + "), " + figs + " charts drawn";
+})()`))
+		t.Logf("load %d of acme/big: shown at %v; %s %v", len(took), took[len(took)-1], steps, err)
+	}
 	var again string
 	waitEval(b, pageTimeout, "a second render", `document.getElementById("main").dataset.renderMs || ""`, func(v string) error {
 		again = v
 		return nil
 	})
-	took := time.Duration(first * float64(time.Millisecond))
-	t.Logf("the page of a load balancer with %d members (%d member rows over %d hosts) rendered %v after the navigation started; a refresh re-renders it in %s ms",
-		bigMembers, want, len(l.lbs), took.Round(time.Millisecond), again)
-	// The goal is maxRender; the race-built dashboard and hosts of this
-	// test on a loaded 2-core machine are held to twice that.
-	if took > maxRender {
-		t.Logf("the page of a load balancer with %d members took %v to render, over the goal of %v", bigMembers, took, maxRender)
+	t.Logf("the page of a load balancer with %d members (%d member states over %d hosts) rendered in %v after the navigation started (%d fresh loads); a refresh re-renders it in %s ms",
+		bigMembers, bigMembers*hosts, hosts, took, loads, again)
+	for _, d := range took {
+		if d > maxRender {
+			t.Errorf("the page of a load balancer with %d members took %v to render, want < %v", bigMembers, d, maxRender)
+		}
 	}
-	if took > 2*maxRender {
-		t.Errorf("the page of a load balancer with %d members took %v to render, want < %v", bigMembers, took, 2*maxRender)
+
+	// The member table finds a member by its address, and pages to the
+	// last one.
+	last := fmt.Sprintf("192.0.2.50:%d", 20000+bigMembers-1)
+	rows := `[...document.querySelectorAll("#main table.members tbody tr")].map(r => r.dataset.member + " " + r.querySelectorAll('td.ms[data-state="up"]').length)`
+	b.run(`(() => { const q = document.getElementById("member-search"); q.value = ` + strconv.Quote(last) + `; q.dispatchEvent(new Event("input")); return true; })()`)
+	waitEval(b, pageTimeout, "the member search finds "+last, rows, func(v []string) error {
+		if want := fmt.Sprintf("web %s %d", last, hosts); len(v) != 1 || v[0] != want {
+			return fmt.Errorf("rows %q, want [%s]", v, want)
+		}
+		return nil
+	})
+	b.run(`(() => { const q = document.getElementById("member-search"); q.value = ""; q.dispatchEvent(new Event("input")); return true; })()`)
+	lastPage := `#main button[data-mpage][title="last page"]`
+	waitEval(b, pageTimeout, "the member table's pager", `!!document.querySelector('`+lastPage+`:not([disabled])')`, func(ok bool) error {
+		if !ok {
+			return errors.New("no button to the last page")
+		}
+		return nil
+	})
+	b.run(`(() => { document.querySelector('` + lastPage + `').click(); return true; })()`)
+	waitEval(b, pageTimeout, "the last page of the member table", `[`+rows+`, document.getElementById("members").innerText]`, func(v []any) error {
+		if len(v) != 2 {
+			return fmt.Errorf("%v", v)
+		}
+		rs, _ := v[0].([]any)
+		n := cmp.Or(bigMembers%memberPage, memberPage)
+		if len(rs) != n || rs[n-1] != fmt.Sprintf("web %s %d", last, hosts) || !strings.Contains(fmt.Sprint(v[1]), fmt.Sprintf("–%d of %d", bigMembers, bigMembers)) {
+			return fmt.Errorf("last page (rows, heading): %q", v)
+		}
+		return nil
+	})
+}
+
+// run evaluates expr once.
+func (b *browser) run(expr string) {
+	b.t.Helper()
+	if _, err := chromedp.Run(b.ctx, chromedp.Evaluate[bool](expr)); err != nil {
+		b.t.Fatalf("browser: %v", err)
 	}
 }
 

@@ -103,7 +103,9 @@ func TestGatewayAPIConformance(t *testing.T) {
 	}
 	t.Logf("conformance suite %s, echo-basic and the DNS server built in %s", suiteVersion, time.Since(began).Round(time.Second))
 
-	l := newKubeLabWith(t, kubeLabOptions{manifest: conformanceManifest, images: func(dir string) []string {
+	// The experimental channel: HTTPRoute's retry, which the suite's
+	// HTTPRouteRetry tests, is in no other.
+	l := newKubeLabWith(t, kubeLabOptions{manifest: conformanceManifest, gatewayChannel: "experimental", images: func(dir string) []string {
 		var tarballs []string
 		for i, ref := range refs {
 			img := kubecluster.Image{Ref: ref, Binary: echoBin, Entrypoint: []string{"/echo-basic"}, User: "65532:65532"}

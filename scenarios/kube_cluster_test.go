@@ -94,6 +94,10 @@ type kubeLabOptions struct {
 	manifest string
 	// images builds more image tarballs in dir, imported into every node.
 	images func(dir string) []string
+	// gatewayChannel is the channel of the Gateway API CRDs installed:
+	// "standard" ("") or "experimental" (what the conformance suite's
+	// experimental features, such as HTTPRoute retry, need).
+	gatewayChannel string
 }
 
 // newKubeLab starts the LB hosts, then the tenant cluster with its images
@@ -172,7 +176,7 @@ func newKubeLabWith(t *testing.T, o kubeLabOptions) *kubeLab {
 	}
 	t.Logf("tenant cluster (control plane and 2 nodes) Ready in %s", time.Since(began).Round(100*time.Millisecond))
 	// The agent finds the Gateway API when it starts.
-	l.installGatewayCRDs()
+	l.installGatewayCRDs(o.gatewayChannel)
 	l.installAgent()
 	return l
 }

@@ -37,10 +37,14 @@ const gatewayVIP = "192.0.2.197"
 // through the control plane's namespace.
 func (l *kubeLab) restConfig() *rest.Config { return l.k.RestConfig() }
 
-// installGatewayCRDs creates the Gateway API CRDs of the standard channel
-// of the module version go.mod pins (v1.6 holds all five route kinds
-// there), read from the module itself, and waits until they are served.
-func (l *kubeLab) installGatewayCRDs() {
+// installGatewayCRDs creates the Gateway API CRDs of channel ("":
+// standard) of the module version go.mod pins (v1.6 holds all five route
+// kinds in the standard channel), read from the module itself, and waits
+// until they are served.
+func (l *kubeLab) installGatewayCRDs(channel string) {
+	if channel == "" {
+		channel = "standard"
+	}
 	t := l.tb
 	t.Helper()
 	root, err := moduleRoot()
@@ -53,9 +57,9 @@ func (l *kubeLab) installGatewayCRDs() {
 	if err != nil {
 		t.Fatalf("find the gateway-api module: %v", err)
 	}
-	files, err := filepath.Glob(filepath.Join(strings.TrimSpace(string(out)), "config", "crd", "standard", "gateway.networking.k8s.io_*.yaml"))
+	files, err := filepath.Glob(filepath.Join(strings.TrimSpace(string(out)), "config", "crd", channel, "gateway.networking.k8s.io_*.yaml"))
 	if err != nil || len(files) == 0 {
-		t.Fatalf("the gateway-api module holds no standard CRDs (%v)", err)
+		t.Fatalf("the gateway-api module holds no %s CRDs (%v)", channel, err)
 	}
 	dc, err := dynamic.NewForConfig(l.restConfig())
 	if err != nil {
@@ -93,14 +97,14 @@ func (l *kubeLab) installGatewayCRDs() {
 		for _, r := range l.APIResources {
 			have[r.Name] = true
 		}
-		for _, r := range []string{"gatewayclasses", "gateways", "httproutes", "grpcroutes", "tlsroutes", "tcproutes", "udproutes", "referencegrants", "listenersets"} {
+		for _, r := range []string{"gatewayclasses", "gateways", "httproutes", "grpcroutes", "tlsroutes", "tcproutes", "udproutes", "referencegrants", "backendtlspolicies", "listenersets"} {
 			if !have[r] {
 				return fmt.Errorf("%s not served yet", r)
 			}
 		}
 		return nil
 	})
-	t.Logf("Gateway API: %d CRDs of the standard channel installed", n)
+	t.Logf("Gateway API: %d CRDs of the %s channel installed", n, channel)
 }
 
 func conditionIs(conds []metav1.Condition, typ string, status metav1.ConditionStatus, reason string) error {

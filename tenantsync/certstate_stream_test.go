@@ -13,6 +13,7 @@ import (
 // A certificate written for a host of an https load balancer reaches the
 // agent as part of that load balancer's status.
 func TestStatusCarriesCertificateState(t *testing.T) {
+	t.Parallel() // a host of its own, in a temporary directory on free ports
 	h := startHost(t, tenantsync.Config{})
 	h.seed(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)

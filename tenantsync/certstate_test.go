@@ -8,6 +8,7 @@ import (
 )
 
 func TestCertificateStates(t *testing.T) {
+	t.Parallel()
 	certs := []*pb.Certificate{
 		{Name: "wild", Hosts: []string{"*.acme.example"}, State: "valid", Issuer: "ca"},
 		{Name: "shop", Hosts: []string{"shop.acme.example"}, State: "pending"},
@@ -37,6 +38,7 @@ func TestCertificateStates(t *testing.T) {
 }
 
 func TestTLSHosts(t *testing.T) {
+	t.Parallel()
 	lb := &pb.LoadBalancer{
 		Listeners: []*pb.Listener{{Port: 443, Protocol: "https"}},
 		Routes:    []*pb.Route{{Host: "b.acme.example"}, {Host: "A.acme.example"}, {Host: "b.acme.example", Path: "/x"}, {Host: ""}},

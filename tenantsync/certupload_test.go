@@ -13,6 +13,7 @@ import (
 // certificate store says so; none of it ends the stream or holds back the
 // change's load balancers.
 func TestStreamCertificateGuards(t *testing.T) {
+	t.Parallel() // a host of its own, in a temporary directory on free ports
 	h := startHost(t, tenantsync.Config{})
 	h.seed(t)
 	acme := h.open(t, "acme")

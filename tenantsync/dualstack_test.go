@@ -17,6 +17,7 @@ import (
 // a VIP of each family in its ack and in the next welcome; a required
 // family the pool lacks is refused with a reason naming vip.families.
 func TestDualStackOverTheStream(t *testing.T) {
+	t.Parallel() // a host of its own, in a temporary directory on free ports
 	h := startHost(t, tenantsync.Config{})
 	h.seed(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

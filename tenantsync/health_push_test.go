@@ -20,6 +20,7 @@ import (
 // of another tenant's load balancer of the same name; the push comes from
 // the watch, not a timer (the heartbeat here is 10 minutes).
 func TestHealthPushCarriesTheLoadBalancersChanged(t *testing.T) {
+	t.Parallel() // a host of its own, in a temporary directory on free ports
 	const n = 500
 	plane := observe.NewPlane()
 	h := startHost(t, tenantsync.Config{Heartbeat: 10 * time.Minute, Observed: plane})

@@ -17,6 +17,7 @@ import (
 // Streams that never say hello are closed after the hello deadline and
 // give their slots back; the tenant's agent then connects.
 func TestSilentStreamsReleaseTheirSlots(t *testing.T) {
+	t.Parallel() // a host of its own, in a temporary directory on free ports
 	h := startHost(t, tenantsync.Config{MaxStreams: 2, HelloTimeout: 500 * time.Millisecond})
 	h.seed(t)
 	cc := h.dial(t, pki.Identity{Role: pki.RoleTenant, Name: "acme", UID: h.uid(t, "acme")})
@@ -58,6 +59,7 @@ func TestSilentStreamsReleaseTheirSlots(t *testing.T) {
 
 // Removing a name that does not exist is answered as not found.
 func TestRemovalOfUnknownNameIsNotFound(t *testing.T) {
+	t.Parallel() // a host of its own, in a temporary directory on free ports
 	h := startHost(t, tenantsync.Config{})
 	h.seed(t)
 	s := h.open(t, "acme")

@@ -17,6 +17,7 @@ import (
 // a tenant network covers the host's address: a service on 0.0.0.0 is
 // refused on every address of the host and on loopback.
 func TestMembersNeverAHostsOwnService(t *testing.T) {
+	t.Parallel() // a host of its own, in a temporary directory on free ports
 	var raft string
 	h := startObservedHost(t, func(c *consensus.Config) {
 		raft = c.RaftAddr

@@ -75,6 +75,7 @@ func (h *host) adminApply(t *testing.T, admin *grpc.ClientConn, objs ...*pb.Obje
 // credentials of a deleted tenant are refused for a new tenant of the
 // same name.
 func TestCredentialsBoundToTenantIdentity(t *testing.T) {
+	t.Parallel() // a host of its own, in a temporary directory on free ports
 	h := startHost(t, tenantsync.Config{})
 	h.seed(t)
 	admin := h.dial(t, pki.Identity{Role: pki.RoleAdmin, Name: "ops"})

@@ -24,6 +24,7 @@ func memberState(addr string, healthy bool) observe.LBState {
 // observed state has it: the stream's heartbeat here is 10 minutes, so
 // no timer carries it.
 func TestStatusCarriesMemberHealth(t *testing.T) {
+	t.Parallel() // a host of its own, in a temporary directory on free ports
 	plane := observe.NewPlane()
 	plane.Set(map[string]observe.LBState{"acme/svc-ns-a": memberState("10.20.0.1:80", true)}, nil)
 	h := startHost(t, tenantsync.Config{Heartbeat: 10 * time.Minute, Observed: plane})

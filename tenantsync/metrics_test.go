@@ -15,6 +15,7 @@ import (
 // alert on a tenant without a stream compares a value instead of missing
 // a series.
 func TestStreamGaugeForEveryTenant(t *testing.T) {
+	t.Parallel() // a host of its own, in a temporary directory on free ports
 	h := startHost(t, tenantsync.Config{})
 	h.seed(t)
 	reg := prometheus.NewPedanticRegistry()

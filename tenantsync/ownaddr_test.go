@@ -16,6 +16,7 @@ import (
 // tenant a network over a VIP pool, and a health check never probes an LB
 // host's service port (no port oracle).
 func TestMembersNeverTheClustersOwnAddresses(t *testing.T) {
+	t.Parallel() // a host of its own, in a temporary directory on free ports
 	h := startHost(t, tenantsync.Config{})
 	h.seed(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

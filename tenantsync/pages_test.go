@@ -19,6 +19,7 @@ import (
 // The admin API's List pages by count; client.ListAll walks every page
 // and sees each object once.
 func TestAdminListPages(t *testing.T) {
+	t.Parallel() // a host of its own, in a temporary directory on free ports
 	h := startHost(t, tenantsync.Config{})
 	h.seed(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -16,6 +16,7 @@ import (
 // the leader folds the changes waiting for it into one entry. Every ack
 // comes, in order, with every load balancer stored.
 func TestIndependentChangesShareRaftEntries(t *testing.T) {
+	t.Parallel() // a host of its own, in a temporary directory on free ports
 	const changes = 20
 	n := changes * tenantsync.DefaultMaxBatch
 	h := startHost(t, tenantsync.Config{})
@@ -41,6 +42,7 @@ func TestIndependentChangesShareRaftEntries(t *testing.T) {
 // flight, a create again after the removal. Each meets the state the
 // earlier changes left, and the acks come in order.
 func TestDependentChangesWaitForTheChangesBefore(t *testing.T) {
+	t.Parallel() // a host of its own, in a temporary directory on free ports
 	h := startHost(t, tenantsync.Config{})
 	h.seedBulk(t, 1000)
 	a := h.open(t, "bulk")

@@ -43,6 +43,7 @@ func (h *host) count(t *testing.T, tenant string) int {
 // The load-balancer quota holds through the tenant stream, whether the
 // load balancers arrive in one change (one write) or one by one.
 func TestLoadBalancerQuotaHolds(t *testing.T) {
+	t.Parallel() // a host of its own, in a temporary directory on free ports
 	h := startHost(t, tenantsync.Config{})
 	h.seed(t)
 	h.setQuotas(t, "acme", &pb.Quotas{LoadBalancers: 3})
@@ -87,6 +88,7 @@ func TestLoadBalancerQuotaHolds(t *testing.T) {
 // Per-load-balancer bounds and per-tenant totals come from the quotas,
 // with defaults when unset, and name the quota to raise.
 func TestObjectBoundsThroughTenantStream(t *testing.T) {
+	t.Parallel() // a host of its own, in a temporary directory on free ports
 	h := startHost(t, tenantsync.Config{})
 	h.seed(t)
 	s := h.open(t, "acme")
@@ -143,6 +145,7 @@ func TestObjectBoundsThroughTenantStream(t *testing.T) {
 // timeout below the interval and at most 10s (a tarpit cannot hold the
 // checker for minutes).
 func TestHealthCheckBoundsThroughTenantStream(t *testing.T) {
+	t.Parallel() // a host of its own, in a temporary directory on free ports
 	h := startHost(t, tenantsync.Config{})
 	h.seed(t)
 	s := h.open(t, "acme")

@@ -13,6 +13,7 @@ type step struct {
 }
 
 func TestBucket(t *testing.T) {
+	t.Parallel()
 	t0 := time.Unix(1000, 0)
 	tests := []struct {
 		name  string

@@ -69,6 +69,7 @@ func startObservedHost(t *testing.T, with func(*consensus.Config)) *host {
 // quote a short excerpt of each, and the host's events stay small: the
 // admin API lists every one of 200 such refusals in one message.
 func TestRefusalsQuoteAnExcerptOfLongValues(t *testing.T) {
+	t.Parallel() // a host of its own, in a temporary directory on free ports
 	h := startObservedHost(t, nil)
 	h.seed(t)
 	acme := h.open(t, "acme")

@@ -9,6 +9,7 @@ import (
 )
 
 func TestRefusalsAreEventsOncePerReason(t *testing.T) {
+	t.Parallel()
 	var got []*pb.Event
 	s := &Server{cfg: Config{Events: func(ev *pb.Event) { got = append(got, ev) }}}
 	refused := []*pb.ObjectStatus{{Name: "svc-a", Error: "members outside the tenant's networks"}, {Name: "svc-b"}}

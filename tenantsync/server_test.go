@@ -17,6 +17,7 @@ import (
 )
 
 func TestStreamScopesAndValidates(t *testing.T) {
+	t.Parallel() // a host of its own, in a temporary directory on free ports
 	h := startHost(t, tenantsync.Config{})
 	h.seed(t)
 	acme := h.open(t, "acme")
@@ -101,6 +102,7 @@ func TestStreamScopesAndValidates(t *testing.T) {
 }
 
 func TestResyncRemovesWhatTheAgentNoLongerHas(t *testing.T) {
+	t.Parallel() // a host of its own, in a temporary directory on free ports
 	h := startHost(t, tenantsync.Config{})
 	h.seed(t)
 	pool := &pb.VIPRequest{Pool: "public"}
@@ -130,6 +132,7 @@ func TestResyncRemovesWhatTheAgentNoLongerHas(t *testing.T) {
 }
 
 func TestStatusPushAndRevocation(t *testing.T) {
+	t.Parallel() // a host of its own, in a temporary directory on free ports
 	h := startHost(t, tenantsync.Config{Heartbeat: 200 * time.Millisecond})
 	h.seed(t)
 	s := h.open(t, "acme")
@@ -175,6 +178,7 @@ func TestStatusPushAndRevocation(t *testing.T) {
 }
 
 func TestRevoke(t *testing.T) {
+	t.Parallel() // a host of its own, in a temporary directory on free ports
 	h := startHost(t, tenantsync.Config{})
 	h.seed(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -18,6 +18,7 @@ import (
 // refused naming the quota and the figures, and another tenant still
 // writes.
 func TestStoredBytesBoundATenantsLoadBalancers(t *testing.T) {
+	t.Parallel() // a host of its own, in a temporary directory on free ports
 	h := startHost(t, tenantsync.Config{})
 	h.seed(t)
 	big := func(name string) *pb.LoadBalancer {

@@ -107,6 +107,9 @@ func TestWriteTextIsWhatCollectWrites(t *testing.T) {
 // VIPs allocates about the same as one with 2,000 (a copy of each VIP
 // per scrape was 300 bytes and more).
 func TestWriteTextAllocatesNothingPerVIP(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a scale test: make test runs it; -short (make test-quick) skips it")
+	}
 	measure := func(n int) float64 {
 		m, _ := scaleManager(t, n)
 		tw := m.Collector().(interface{ WriteText(io.Writer) error })

@@ -75,6 +75,9 @@ func scaleState(t *testing.T, n int) (*Manager, func(), []*pb.Object) {
 // recomputes its own VIP's readiness, not the others'. The heartbeats
 // still carry what this host holds and what it is not ready for.
 func TestTicksAtScaleLookAtNoVIP(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a scale test: make test runs it; -short (make test-quick) skips it")
+	}
 	const n = 10000
 	m, tick := scaleManager(t, n)
 	st := &m.loop
@@ -174,6 +177,9 @@ func loopTestManager(t *testing.T) (*Manager, *net.UDPConn) {
 // decisions, what it holds and what it publishes as a whole new state
 // decided from scratch would.
 func TestLoadBalancerChangesRecomputeTheirVIPsOnly(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a scale test: make test runs it; -short (make test-quick) skips it")
+	}
 	const n = 10000
 	m, tick := scaleManager(t, n)
 	st := &m.loop

@@ -83,6 +83,9 @@ func TestVIPListEdits(t *testing.T) {
 // among 100,000 VIPs allocates about what it does among 1,000, not a
 // copy of every VIP (10 MiB at 100,000).
 func TestLoadBalancerChangeCostsAChunk(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a scale test: make test runs it; -short (make test-quick) skips it")
+	}
 	perChange := func(n int) float64 {
 		objs := []*pb.Object{{Kind: &pb.Object_VipPool{VipPool: &pb.VIPPool{Name: "bulk", Cidrs: []string{"198.18.0.0/15"}, Mode: ModeStatic}}}}
 		addr := func(i int) string {

@@ -66,6 +66,10 @@ type Server struct {
 	charts *charter
 	// fresh is when each host last answered.
 	fresh freshness
+	// sent is snap as the stream sends it (streamed), and sentJSON its
+	// encoding, made once per read whatever the number of streams.
+	sent     *Snapshot
+	sentJSON json.RawMessage
 	// histCache holds recent answers of /api/history.
 	histCache historyCache
 }
@@ -130,7 +134,6 @@ func (s *Server) refresh(ctx context.Context) {
 	s.mu.Unlock()
 	snap, obs := gather(ctx, s.cfg.Source, s.cfg.Now(), cursor)
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	// Hosts that did not answer keep their last data, marked with its age.
 	s.fresh.settle(s.snap, snap, obs, s.cfg.Interval)
 	if obs != nil {
@@ -154,6 +157,20 @@ func (s *Server) refresh(ctx context.Context) {
 		s.events = append([]Event(nil), s.events[n:]...)
 	}
 	s.snap = snap
+	s.mu.Unlock()
+	// The stream's snapshot, encoded outside the lock (the next read
+	// copies from snap, never changes it).
+	sent := streamed(snap)
+	data, err := json.Marshal(sent)
+	if err != nil {
+		s.log.Error("encode dashboard snapshot", "err", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.snap != snap || err != nil {
+		return
+	}
+	s.sent, s.sentJSON = sent, data
 	for c := range s.subs {
 		select {
 		case c <- struct{}{}:
@@ -172,9 +189,30 @@ type view struct {
 	Charts *Charts `json:"charts"`
 }
 
+// sentView is a view as the stream and /api/snapshot send it: the
+// snapshot as streamed, encoded once per read.
+type sentView struct {
+	Snapshot json.RawMessage `json:"snapshot"`
+	Events   []Event         `json:"events"`
+	Charts   *Charts         `json:"charts"`
+}
+
+// sentAfter is the view to send after a sequence number and chart time
+// (false: no read so far).
+func (s *Server) sentAfter(after uint64, chartsAfter time.Time) (sentView, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v := s.currentLocked(after, chartsAfter)
+	return sentView{Snapshot: s.sentJSON, Events: v.Events, Charts: v.Charts}, s.sentJSON != nil
+}
+
 func (s *Server) current(after uint64, chartsAfter time.Time) view {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.currentLocked(after, chartsAfter)
+}
+
+func (s *Server) currentLocked(after uint64, chartsAfter time.Time) view {
 	v := view{Snapshot: s.snap, Events: []Event{}, Charts: s.charts.since(chartsAfter)}
 	for _, e := range s.events {
 		if e.Seq > after {
@@ -204,6 +242,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("GET /api/stream", s.private(http.HandlerFunc(s.stream)))
 	mux.Handle("GET /api/history", s.private(http.HandlerFunc(s.history)))
 	mux.Handle("GET /api/object", s.private(http.HandlerFunc(s.object)))
+	mux.Handle("GET /api/members", s.private(http.HandlerFunc(s.members)))
 	return securityHeaders(mux, s.cfg.TokenKey == nil)
 }
 
@@ -296,8 +335,8 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) snapshot(w http.ResponseWriter, r *http.Request) {
-	v := s.current(0, time.Time{})
-	if v.Snapshot == nil {
+	v, ok := s.sentAfter(0, time.Time{})
+	if !ok {
 		http.Error(w, "no snapshot yet: the cluster was not read so far", http.StatusServiceUnavailable)
 		return
 	}
@@ -344,8 +383,8 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 			fmt.Fprint(w, ": keep-alive\n\n")
 			fl.Flush()
 		case <-wake:
-			v := s.current(after, chartsAfter)
-			if v.Snapshot == nil {
+			v, ok := s.sentAfter(after, chartsAfter)
+			if !ok {
 				continue
 			}
 			chartsAfter = v.Charts.latest(chartsAfter)

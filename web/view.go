@@ -213,6 +213,12 @@ type LBHost struct {
 	// MembersOmitted is how many members the host left out of its member
 	// traffic (over its bound).
 	MembersOmitted uint32 `json:"membersOmitted,omitempty"`
+	// Counts and MembersLeftOut are set in the stream (streamed), whose
+	// Members are only those down or with traffic: how many members are
+	// in each state, and how many the stream left out (/api/members
+	// pages through them all).
+	Counts         MemberCounts `json:"memberCounts"`
+	MembersLeftOut int          `json:"membersLeftOut,omitempty"`
 }
 
 // ListenerState is one listen socket on one host.

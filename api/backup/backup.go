@@ -28,13 +28,18 @@ var (
 
 // scrypt parameters (N=2^15, r=8, p=1: about 100 ms and 32 MiB).
 const (
-	scryptN  = 1 << 15
-	scryptR  = 8
-	scryptP  = 1
-	saltLen  = 16
-	keyLen   = 32
-	maxBytes = 1 << 30 // a backup larger than this is refused when read
+	defaultScryptN = 1 << 15
+	scryptR        = 8
+	scryptP        = 1
+	saltLen        = 16
+	keyLen         = 32
+	maxBytes       = 1 << 30 // a backup larger than this is refused when read
 )
+
+// scryptN is the scrypt cost, defaultScryptN but in this package's tests,
+// which lower it (a sealed file is read at the cost it was sealed with)
+// and seal and open once at the default.
+var scryptN = defaultScryptN
 
 // ErrPassphrase: the file is sealed and the passphrase is missing or wrong.
 var ErrPassphrase = errors.New("backup is encrypted: wrong or missing passphrase")

@@ -19,7 +19,17 @@ func sample() *pb.Backup {
 	}
 }
 
+// testScryptN is the scrypt cost of the other tests: the default costs
+// about 100 ms and 32 MiB per key on a quiet machine, and seconds on a
+// loaded one.
+const testScryptN = 1 << 10
+
+func init() { scryptN = testScryptN }
+
+// TestRoundTripPlainAndSealed seals at the cost of a real backup.
 func TestRoundTripPlainAndSealed(t *testing.T) {
+	scryptN = defaultScryptN
+	t.Cleanup(func() { scryptN = testScryptN })
 	for _, pass := range []string{"", "correct horse"} {
 		file, err := Encode(sample(), []byte(pass))
 		if err != nil {

@@ -72,6 +72,9 @@ func TestSourceKey(t *testing.T) {
 // client with an admin certificate, connecting anew for every call,
 // completes each call quickly.
 func TestFloodIsBounded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a flood: make test runs it; -short (make test-quick) skips it")
+	}
 	lim := Limits{Unauthenticated: 48, PerSource: 16}
 	s := newServer(t, lim, true)
 	admin := pki.Identity{Role: pki.RoleAdmin, Name: "operator"}

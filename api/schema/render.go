@@ -33,7 +33,8 @@ func (r *Reference) Markdown(w io.Writer) error {
 		"the host's `LimitNOFILE`), TLS handshake and health-check signature CPU\n" +
 		"(`serve --tls-cpu-per-tenant`), regular-expression CPU (`quotas.regexCpuMillicores`),\n" +
 		"new ACME orders (`serve --acme-orders-per-tenant`), connections to the API port (from\n" +
-		"`LimitNOFILE`), access-log lines, UDP replies, DNS queries for its names\n" +
+		"`LimitNOFILE`), access-log lines, UDP replies, retries of HTTP requests (`routes[].retry`:\n" +
+		"a share of its requests in flight), DNS queries for its names\n" +
 		"(`serve --dns-queries-per-tenant`) and the routes its BGP speakers announce\n" +
 		"(`bgp.maxPrefixes` per session). The README's\n" +
 		"[Tenant limits](../README.md#tenant-limits) lists each with its default and how to raise it.\n\n")

@@ -153,6 +153,9 @@ type Line struct {
 	Duration  float64 `json:"duration_seconds"`
 	UpstreamD float64 `json:"upstream_seconds"`
 	RequestID string  `json:"request_id,omitempty"`
+	// WAFRules are the ids of the WAF rules the request matched (a
+	// blocked request, or one detect mode served).
+	WAFRules string `json:"waf_rules,omitempty"`
 	// Dropped counts this load balancer's lines left out by the rate
 	// limit since its previous line.
 	Dropped int64 `json:"dropped,omitempty"`
@@ -162,7 +165,7 @@ var outcomes = map[l7.Outcome]string{
 	l7.OutcomeOK: "ok", l7.OutcomeClientError: "client-error", l7.OutcomeNoRoute: "no-route",
 	l7.OutcomeRedirect: "redirect", l7.OutcomeLocal: "local", l7.OutcomeNoMember: "no-member",
 	l7.OutcomeUpstreamError: "upstream-error", l7.OutcomeUpstreamTimeout: "upstream-timeout", l7.OutcomeAborted: "aborted",
-	l7.OutcomeMemberLimit: "member-limit",
+	l7.OutcomeMemberLimit: "member-limit", l7.OutcomeMemberTLS: "member-tls",
 }
 
 // Request implements l7.Metrics.
@@ -200,7 +203,7 @@ func (l *Logger) Request(s l7.RequestStats) {
 		Time: now.UTC().Format(time.RFC3339Nano), Tenant: s.Tenant, LB: s.LB, Listener: s.Listener,
 		Host: s.Host, Method: s.Method, Path: s.Path, Protocol: "HTTP/1.1", Status: s.Status, Outcome: outcomes[s.Outcome],
 		BytesIn: s.RequestBytes, BytesOut: s.ResponseBytes, Route: s.Route,
-		Duration: s.Duration.Seconds(), UpstreamD: s.Upstream.Seconds(), RequestID: s.RequestID, Dropped: l.dropped[s.LB],
+		Duration: s.Duration.Seconds(), UpstreamD: s.Upstream.Seconds(), RequestID: s.RequestID, WAFRules: s.Inspected, Dropped: l.dropped[s.LB],
 	}
 	if s.HTTP2 {
 		line.Protocol = "HTTP/2"

@@ -204,3 +204,76 @@ type oneMember struct {
 
 func (o *oneMember) Pick(netip.Addr, []byte) (l7.Member, bool) { return o.m, true }
 func (o *oneMember) Options() *l7.BackendOptions               { return &o.opts }
+
+// TestAccessLogNamesInspectedRules: the note of a route's Inspect (the
+// WAF's rule ids) is the line's waf_rules, for a request it answered and
+// one it let through; a request without a note has none.
+func TestAccessLogNamesInspectedRules(t *testing.T) {
+	backend := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "hello\n") })}
+	bl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go backend.Serve(bl)
+	t.Cleanup(func() { backend.Close() })
+	var out syncBuffer
+	srv := l7.New(l7.Config{Metrics: New(Config{Out: &out})})
+	t.Cleanup(func() { srv.Close() })
+	route := &l7.Route{Name: "acme/shop/routes[0]", Backend: &oneMember{m: &fixed{netip.MustParseAddrPort(bl.Addr().String())}},
+		Inspect: func(r *http.Request, _ []byte, _, _ netip.AddrPort) (http.Handler, int, string) {
+			switch r.URL.Path {
+			case "/blocked":
+				return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(403) }), 403, "942100,949110"
+			case "/detected":
+				return nil, 0, "941100"
+			}
+			return nil, 0, ""
+		}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				srv.ServeConn(ctx, c, l7.ConnInfo{Listener: "192.0.2.1:80/tcp", LB: "acme/shop", Tenant: "acme", AccessLog: 1,
+					Router: func() l7.Router { return router{route} }})
+			}()
+		}
+	}()
+	cl := &http.Client{Timeout: 5 * time.Second}
+	want := map[string]struct {
+		status int
+		rules  string
+	}{"/blocked": {403, "942100,949110"}, "/detected": {200, "941100"}, "/plain": {200, ""}}
+	for _, path := range []string{"/blocked", "/detected", "/plain"} {
+		resp, err := cl.Get("http://" + ln.Addr().String() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	var lines []Line
+	deadline := time.Now().Add(10 * time.Second)
+	for len(lines) < 3 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+		lines = out.lines(t)
+	}
+	if len(lines) != 3 {
+		t.Fatalf("%d access-log lines, want 3", len(lines))
+	}
+	for _, l := range lines {
+		if w := want[l.Path]; l.Status != w.status || l.WAFRules != w.rules {
+			t.Errorf("%s: status %d, waf_rules %q; want %d, %q", l.Path, l.Status, l.WAFRules, w.status, w.rules)
+		}
+	}
+}

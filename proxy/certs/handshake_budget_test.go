@@ -205,6 +205,9 @@ func floodCheck(t *testing.T, l *handshakeLab) (bool, cpubudget.Stat) {
 // are then refused, and tenant a's handshakes all complete with a p99 of
 // at most max(4x quiet, quiet + 250 ms).
 func TestHandshakeFloodIsChargedToItsTenant(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a flood: make test runs it; -short (make test-quick) skips it")
+	}
 	l := newHandshakeLab(t, nil) // the default budgets
 	within, st := floodCheck(t, l)
 	t.Logf("b's account: %+v", st)

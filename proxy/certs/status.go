@@ -309,3 +309,22 @@ func hostOnly(hostport string) string {
 	}
 	return hostport
 }
+
+// Uploaded returns the tenant's uploaded certificate name with its key
+// as this host has loaded it, or nil: the client certificate a pool
+// presents to its members (BackendTLS.clientCertificate).
+func (m *Manager) Uploaded(tenant, name string) *tls.Certificate {
+	tag := uploadTag(tenant, name)
+	if c, ok := m.hostless.Load(tag); ok {
+		return c.(*tls.Certificate)
+	}
+	if host, ok := m.uploadHost.Load(tag); ok {
+		for _, c := range m.cache.AllMatchingCertificates(host.(string)) {
+			if len(c.Tags) == 1 && c.Tags[0] == tag {
+				cert := c.Certificate
+				return &cert
+			}
+		}
+	}
+	return nil
+}

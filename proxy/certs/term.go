@@ -56,5 +56,8 @@ func (t *Terminator) ServeConn(ctx context.Context, c net.Conn, current func() *
 		_ = tc.Close()
 		return
 	}
+	if s := t.m.ClientSubject(l.Listener, tc.ConnectionState()); s != "" {
+		ctx = proxy.WithClientSubject(ctx, s)
+	}
 	t.inner.ServeConn(ctx, tc, current)
 }

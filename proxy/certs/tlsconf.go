@@ -103,11 +103,27 @@ func ticketKey(secret []byte, l *snapshot.Listener, epoch int64) [32]byte {
 	}
 	binary.BigEndian.PutUint64(b[:], uint64(l.Key.Addr.Port()))
 	mac.Write(b[:])
+	if l.TLS != nil && l.TLS.Client != nil {
+		// A session made under other client CAs (or none) does not
+		// resume: its client certificate was checked against those.
+		c := l.TLS.Client
+		mac.Write([]byte{'c', boolByte(c.Required)})
+		binary.BigEndian.PutUint64(b[:], uint64(len(c.Bundle)))
+		mac.Write(b[:])
+		mac.Write([]byte(c.Bundle))
+	}
 	binary.BigEndian.PutUint64(b[:], uint64(epoch))
 	mac.Write(b[:])
 	var k [32]byte
 	copy(k[:], mac.Sum(nil))
 	return k
+}
+
+func boolByte(v bool) byte {
+	if v {
+		return 1
+	}
+	return 0
 }
 
 // rotate starts the period holding now: listener configurations are rebuilt
@@ -235,6 +251,9 @@ func (m *Manager) ServerConfig(l *snapshot.Listener) *tls.Config {
 	}
 	if p.acme != nil {
 		cfg.NextProtos = append(cfg.NextProtos[:len(cfg.NextProtos):len(cfg.NextProtos)], acmez.ACMETLS1Protocol)
+	}
+	if l.TLS != nil && l.TLS.Client != nil {
+		p.clientAuth(cfg, l.TLS.Client)
 	}
 	cfg.GetCertificate = p.getCertificate
 	cfg.GetConfigForClient = p.hello

@@ -107,6 +107,9 @@ func TestHTTPSChecksResumeAndSignOnce(t *testing.T) {
 // keep their interval.
 func TestCostlyCheckSignaturesAreChargedToTheirTenant(t *testing.T) {
 	t.Parallel()
+	if testing.Short() {
+		t.Skip("a flood: make test runs it; -short (make test-quick) skips it")
+	}
 	ca := newTestCA(t, "cluster CA")
 	cert, key := rsa4096Client(t)
 	opt := cpubudget.Options{Rate: 0.1, Burst: 20 * time.Millisecond}

@@ -45,6 +45,9 @@ func checkGoroutines() int {
 //
 // Not parallel: it counts the checking goroutines of the whole process.
 func TestChecksDueAtOnceRunOnTheirTenantsSlots(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a scale test: make test runs it; -short (make test-quick) skips it")
+	}
 	const members, slots = 1000, 8
 	r := NewRegistry(Options{MaxChecksPerTenant: slots})
 	defer r.Close()

@@ -51,9 +51,10 @@ type Route struct {
 	// Inspect, when set, is asked with the request before it is sent on,
 	// with the first InspectBody bytes of its body read and kept (the
 	// member still gets the whole body); a non-nil handler answers the
-	// request instead, with status (a WAF's 403). Such a route takes the
-	// net/http path.
-	Inspect     func(r *http.Request, body []byte, client, local netip.AddrPort) (h http.Handler, status int)
+	// request instead, with status (a WAF's 403); note, when not empty,
+	// goes to the request's access-log line (a WAF's rule ids, whether or
+	// not it answered). Such a route takes the net/http path.
+	Inspect     func(r *http.Request, body []byte, client, local netip.AddrPort) (h http.Handler, status int, note string)
 	InspectBody int
 }
 
@@ -183,6 +184,12 @@ type ConnInfo struct {
 	// State, when not nil, is kept up to date by the engine while it
 	// serves the connection (see ConnState).
 	State *ConnState
+	// ClientCertHeader, when set, names the request field that carries
+	// ClientSubject, the subject of the client's verified certificate
+	// ("" when it sent none or it did not verify), to the members; what
+	// the client sent in that field is dropped. Requests of such a
+	// connection take the net/http path, where forwardHeader does both.
+	ClientCertHeader, ClientSubject string
 	// Streams, when not nil, bounds the HTTP/2 streams of the
 	// connection's tenant whose handlers run, over all its connections:
 	// a stream past it is refused as its HEADERS are read (RST_STREAM
@@ -226,6 +233,9 @@ const (
 	// OutcomeMemberLimit: no member connection within the tenant's
 	// descriptor budget or the client connection's bound (503).
 	OutcomeMemberLimit
+	// OutcomeMemberTLS: the member's certificate failed the backend's
+	// verification (ErrMemberCertificate; 502).
+	OutcomeMemberTLS
 )
 
 // RequestStats describes one finished request.
@@ -249,12 +259,18 @@ type RequestStats struct {
 	Upstream time.Duration
 	// RequestBytes and ResponseBytes count body bytes.
 	RequestBytes, ResponseBytes int64
+	// Retries counts the attempts sent again by the route's Retry;
+	// RetriesDenied the failed attempts that were not, because the
+	// tenant's retry budget was spent.
+	Retries, RetriesDenied int
 	// Client is the client's address.
 	Client netip.AddrPort
 	// AccessLog is ConnInfo.AccessLog; when it is not 0, Host, Method,
 	// Path and RequestID are filled in (copies, safe to keep).
 	AccessLog                     float64
 	Host, Method, Path, RequestID string
+	// Inspected is the route's Inspect note (a WAF's rule ids).
+	Inspected string
 }
 
 // Metrics receives counters. Implementations must be cheap and safe for

@@ -406,7 +406,8 @@ func (c *clientConn) handle() {
 		c.reject(413)
 		return
 	}
-	if opts.Protocol == H2C || opts.Protocol == H2TLS {
+	if opts.Protocol == H2C || opts.Protocol == H2TLS || c.ca.certHeader != "" {
+		// A client certificate field is set in one place, forwardHeader.
 		c.bridge(b, route, be, opts, path, cleaned)
 		return
 	}

@@ -10,7 +10,13 @@ import "sync/atomic"
 // or another upgraded protocol. An HTTP/2 connection stays busy: drained,
 // it closes itself once its open streams have ended. The zero value is a
 // busy connection.
-type ConnState struct{ v atomic.Int32 }
+type ConnState struct {
+	v atomic.Int32
+	// cut is set by Cut; up is the member connection an HTTP/1.x
+	// exchange of the connection uses, while it runs.
+	cut atomic.Bool
+	up  atomic.Pointer[upConn]
+}
 
 // Connection states.
 const (
@@ -33,6 +39,38 @@ func (s *ConnState) Upgraded() bool { return s.v.Load() == stateUpgraded }
 // request on it any more, and the caller closes it. A connection whose
 // next request arrived first stays busy and is not marked.
 func (s *ConnState) CloseIfIdle() bool { return s.v.CompareAndSwap(stateIdle, stateClosed) }
+
+// Cut ends the exchange with a member that the connection's request is
+// in, if any, for an owner about to close the connection by force (a
+// handover's grace is over, a drain timed out): the member connection is
+// shut down, so that the request fails at once instead of when the
+// member answers or its timeout passes, and no answer is written for it.
+// Closing a bare TCP or TLS client connection waits for the engine to
+// leave the socket's read callback, where an HTTP/1.x request without a
+// body to stream is served (rawclient.go): without Cut, that close
+// would wait for the member. The connection serves no request after it.
+func (s *ConnState) Cut() {
+	s.cut.Store(true)
+	if u := s.up.Load(); u != nil {
+		u.shutdown()
+	}
+}
+
+// use records u as the member connection of the exchange in progress
+// (nil when it ends); one taken after a Cut is shut down at once. Cut
+// stores before it loads, use too: either Cut sees u or use sees the cut.
+func (s *ConnState) use(u *upConn) {
+	if s == nil {
+		return
+	}
+	s.up.Store(u)
+	if u != nil && s.cut.Load() {
+		u.shutdown()
+	}
+}
+
+// isCut reports whether Cut was called.
+func (s *ConnState) isCut() bool { return s != nil && s.cut.Load() }
 
 // idle marks an HTTP/1.x connection that answered its request and waits
 // for the next.

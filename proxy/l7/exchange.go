@@ -82,6 +82,9 @@ func outcomeFor(err error) Outcome {
 	if errors.Is(err, ErrUpstreamTimeout) {
 		return OutcomeUpstreamTimeout
 	}
+	if errors.Is(err, ErrMemberCertificate) {
+		return OutcomeMemberTLS
+	}
 	return OutcomeUpstreamError
 }
 
@@ -97,6 +100,8 @@ func (c *clientConn) exchange(m Member, x *exchangeOpts, t0 int64) error {
 		m.Done(err, 0, since())
 		return err
 	}
+	c.info.State.use(up)
+	defer c.unuse()
 	rht := x.opts.ResponseHeaderTimeout
 	if rht <= 0 {
 		rht = c.s.cfg.ResponseHeaderTimeout
@@ -149,6 +154,14 @@ func (c *clientConn) exchange(m Member, x *exchangeOpts, t0 int64) error {
 			return nil
 		}
 		up.close()
+		if c.info.State.isCut() {
+			// Its owner closes the connection: no answer, no retry,
+			// and the member is not to blame.
+			m.Done(nil, 0, since())
+			c.closing = true
+			c.finish(0, OutcomeAborted)
+			return nil
+		}
 		if reused && replayable && up.got == 0 && !isTimeout(err) {
 			// The member closed an idle connection as it was reused:
 			// nothing was processed, so send again on a new one.
@@ -158,6 +171,7 @@ func (c *clientConn) exchange(m Member, x *exchangeOpts, t0 int64) error {
 				m.Done(err, 0, since())
 				return err
 			}
+			c.info.State.use(up)
 			continue
 		}
 		m.Done(err, 0, since())
@@ -167,6 +181,24 @@ func (c *clientConn) exchange(m Member, x *exchangeOpts, t0 int64) error {
 	}
 	c.relay(m, up, x, t0)
 	return nil
+}
+
+// unuse ends the record of an exchange's member connection (ConnState.use).
+// After a Cut the connection closes, and the member connection kept for
+// the next request, shut down, is closed rather than pooled.
+func (c *clientConn) unuse() {
+	st := c.info.State
+	if st == nil {
+		return
+	}
+	st.use(nil)
+	if st.isCut() {
+		c.closing = true
+		if c.up != nil {
+			c.up.close()
+			c.up = nil
+		}
+	}
 }
 
 func (c *clientConn) proxyAddrs(opts *BackendOptions) *proxyAddrs {
@@ -297,6 +329,11 @@ func (c *clientConn) relay(m Member, up *upConn, x *exchangeOpts, t0 int64) {
 	}
 	out := OutcomeOK
 	switch {
+	case upErr != nil && c.info.State.isCut():
+		// Cut by the connection's owner (ConnState.Cut), not the member.
+		m.Done(nil, status, d)
+		out = OutcomeAborted
+		c.closing = true
 	case upErr != nil:
 		m.Done(upErr, status, d)
 		out = outcomeFor(upErr)

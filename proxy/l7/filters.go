@@ -6,6 +6,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -45,19 +46,28 @@ type RouteExt struct {
 	// head over all attempts; BackendTimeout one attempt. 0: the
 	// engine's and backend's own timeouts.
 	RequestTimeout, BackendTimeout time.Duration
+	// CORS answers preflights and marks the responses of allowed
+	// origins (NewCORS).
+	CORS *CORS
+	// Retry sends failed attempts again (see Retry); nil: never.
+	Retry *Retry
 }
 
 // onlyBackends reports whether e does nothing but spread requests over
 // weighted backends.
 func (e *RouteExt) onlyBackends() bool {
 	return e != nil && len(e.Backends) > 0 && e.RequestHeaders == nil && e.ResponseHeaders == nil && e.Redirect == nil &&
-		e.RewriteHost == "" && e.RewritePath == nil && len(e.Mirrors) == 0 && e.RequestTimeout == 0 && e.BackendTimeout == 0
+		e.RewriteHost == "" && e.RewritePath == nil && len(e.Mirrors) == 0 && e.RequestTimeout == 0 && e.BackendTimeout == 0 &&
+		e.Retry == nil && e.CORS == nil && !slices.ContainsFunc(e.Backends, func(b WeightedBackend) bool { return b.RequestHeaders != nil })
 }
 
 // WeightedBackend is one backend of a route and its weight.
 type WeightedBackend struct {
 	Backend Backend
 	Weight  uint32
+	// RequestHeaders change the request's fields when it goes to this
+	// backend, after RouteExt.RequestHeaders.
+	RequestHeaders *HeaderEdit
 }
 
 // HeaderEdit sets, adds and removes header fields. Names are canonical
@@ -223,21 +233,30 @@ func (m *mirrorSlots) release(tenant string) {
 // pickWeighted returns a backend by weight; ok is false when every weight
 // is 0. A nil backend is an unusable one.
 func pickWeighted(bs []WeightedBackend) (Backend, bool) {
+	if i := pickWeightedAt(bs); i >= 0 {
+		return bs[i].Backend, true
+	}
+	return nil, false
+}
+
+// pickWeightedAt returns the index of a backend drawn by weight; -1 when
+// every weight is 0.
+func pickWeightedAt(bs []WeightedBackend) int {
 	var total uint64
 	for _, b := range bs {
 		total += uint64(b.Weight)
 	}
 	if total == 0 {
-		return nil, false
+		return -1
 	}
 	x := rand.Uint64N(total)
-	for _, b := range bs {
+	for i, b := range bs {
 		if x < uint64(b.Weight) {
-			return b.Backend, true
+			return i
 		}
 		x -= uint64(b.Weight)
 	}
-	return nil, false
+	return -1
 }
 
 // serveExt serves a request on the net/http path whose route has Select or
@@ -267,6 +286,13 @@ func (s *Server) serveExt(w http.ResponseWriter, q *rtRequest, route *Route, hos
 	if e.ResponseHeaders != nil {
 		w = &editWriter{ResponseWriter: w, edit: e.ResponseHeaders}
 	}
+	if e.CORS != nil {
+		var done bool
+		if w, q.stats.Status, done = e.CORS.apply(w, r); done {
+			q.stats.Outcome = OutcomeLocal
+			return
+		}
+	}
 	if rd := e.Redirect; rd != nil {
 		w.Header().Set("Location", rd.location(tls, listenPort, host, q.path, r.URL.RawQuery, e.Prefix))
 		w.Header().Set("Content-Length", "0")
@@ -276,11 +302,12 @@ func (s *Server) serveExt(w http.ResponseWriter, q *rtRequest, route *Route, hos
 	}
 	be := route.Backend
 	if len(e.Backends) > 0 {
-		var ok bool
-		if be, ok = pickWeighted(e.Backends); !ok || be == nil {
+		i := pickWeightedAt(e.Backends)
+		if i < 0 || e.Backends[i].Backend == nil {
 			s.failHTTP(w, q, 500, OutcomeNoMember)
 			return
 		}
+		be, q.beEdit = e.Backends[i].Backend, e.Backends[i].RequestHeaders
 	}
 	if be == nil {
 		s.failHTTP(w, q, 503, OutcomeNoMember)
@@ -300,6 +327,7 @@ func (s *Server) serveExt(w http.ResponseWriter, q *rtRequest, route *Route, hos
 		q.limit = s.cfg.MaxBodyBytes
 	}
 	q.reqEdit = e.RequestHeaders
+	q.retry = e.Retry
 	if e.RewriteHost != "" {
 		q.upHost = e.RewriteHost
 	}

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/netip"
+	"strings"
 )
 
 // appendRequestID appends 32 random hex digits. The runtime's per-thread
@@ -26,6 +27,27 @@ type clientAddrs struct {
 	fwdFor  []byte // Forwarded for= value: 192.0.2.1 or "[2001:db8::1]"
 	https   bool
 	trusted bool // its X-Forwarded-* and Forwarded fields are kept
+	// certHeader and subject are ConnInfo's ClientCertHeader and
+	// ClientSubject.
+	certHeader, subject string
+}
+
+// clientCert takes the client certificate fields of info.
+func (ca *clientAddrs) clientCert(info *ConnInfo) {
+	ca.certHeader, ca.subject = info.ClientCertHeader, info.ClientSubject
+}
+
+// setClientCert drops the client's own certHeader field from h, in any
+// case and with '_' for '-', and sets it to the verified subject.
+func (ca *clientAddrs) setClientCert(h http.Header) {
+	for k := range h {
+		if len(k) == len(ca.certHeader) && strings.EqualFold(strings.ReplaceAll(k, "_", "-"), ca.certHeader) {
+			delete(h, k)
+		}
+	}
+	if ca.subject != "" {
+		h[ca.certHeader] = []string{ca.subject}
+	}
 }
 
 func newClientAddrs(client netip.AddrPort, https bool, trusted []netip.Prefix) clientAddrs {

@@ -244,6 +244,9 @@ func TestH2RapidResetGoAway(t *testing.T) {
 // CONTINUATION frames (CVE-2024-27316 and kin): they carry no bytes, so no
 // size limit ever stops them.
 func TestH2ContinuationFlood(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a flood: make test runs it; -short (make test-quick) skips it")
+	}
 	addr := abuseProxy(t, Config{}, nil)
 	underAbuse(t, addr, 5, func(t *testing.T) {
 		h := dialH2(t, addr)
@@ -306,6 +309,9 @@ func TestH2HPACKBomb(t *testing.T) {
 // of which costs the server work (and for the first two a reply) but
 // carries no request.
 func TestH2ControlFloods(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a flood: make test runs it; -short (make test-quick) skips it")
+	}
 	addr := abuseProxy(t, Config{H2MaxControlFramesPerSecond: 500}, nil)
 	floods := map[string]func(fr *http2.Framer) error{
 		"settings": func(fr *http2.Framer) error {

@@ -127,7 +127,7 @@ func (st *h2Stream) serveFast() bool {
 	if route != nil && route.Gate != nil && route.Gate(hc.ca.addr) != nil {
 		return false // the net/http path asks again and answers
 	}
-	if route == nil || route.RedirectHTTPS || route.Handler != nil || route.Backend == nil || route.extended() {
+	if route == nil || route.RedirectHTTPS || route.Handler != nil || route.Backend == nil || route.extended() || hc.ca.certHeader != "" {
 		return false
 	}
 	be := route.Backend

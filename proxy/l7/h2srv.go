@@ -204,6 +204,7 @@ func (s *Server) serveH2Conn(ctx context.Context, nc, raw net.Conn, cs tls.Conne
 		recvWindow: h2ConnWindow,
 		cs:         cs,
 	}
+	c.hc.ca.clientCert(info)
 	c.ctx, c.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	now := nowNano()
 	c.idleAt, c.headDL = now, now+int64(s.cfg.HeaderTimeout)

@@ -24,7 +24,8 @@ func (s *Server) inspect(w http.ResponseWriter, q *rtRequest, route *Route) bool
 			io.Closer
 		}{io.MultiReader(bytes.NewReader(body), r.Body), r.Body}
 	}
-	h, status := route.Inspect(r, body, q.scope.pp.src, q.scope.pp.dst)
+	h, status, note := route.Inspect(r, body, q.scope.pp.src, q.scope.pp.dst)
+	q.stats.Inspected = note
 	if h == nil {
 		return true
 	}

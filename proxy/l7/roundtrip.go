@@ -165,6 +165,9 @@ func forwardHeader(in http.Header, ca *clientAddrs, host string) http.Header {
 	if !ca.trusted {
 		dropUntrustedFields(out)
 	}
+	if ca.certHeader != "" {
+		ca.setClientCert(out)
+	}
 	out["X-Forwarded-For"] = append(out["X-Forwarded-For"][:len(out["X-Forwarded-For"]):len(out["X-Forwarded-For"])], string(ca.ip))
 	if out.Get("X-Forwarded-Proto") == "" {
 		out["X-Forwarded-Proto"] = []string{ca.proto()}
@@ -220,11 +223,13 @@ type rtRequest struct {
 	stats   *RequestStats
 	limit   int64
 	retries int
-	// reqEdit changes the fields sent to the member; upHost replaces
-	// the Host; deadline bounds all attempts (zero: none).
-	reqEdit  *HeaderEdit
-	upHost   string
-	deadline time.Time
+	// reqEdit changes the fields sent to the member, then beEdit (the
+	// backend's); upHost replaces the Host; deadline bounds all attempts
+	// (zero: none); retry sends failed attempts again (nil: never).
+	reqEdit, beEdit *HeaderEdit
+	upHost          string
+	deadline        time.Time
+	retry           *Retry
 }
 
 // proxyHTTP forwards r to a member of be through a net/http transport and
@@ -235,6 +240,12 @@ func (s *Server) proxyHTTP(w http.ResponseWriter, q *rtRequest, be Backend, opts
 		s.failHTTP(w, q, 413, OutcomeClientError)
 		return
 	}
+	rtr, ok := s.newRetrier(q, q.retry)
+	if !ok {
+		s.failHTTP(w, q, 400, OutcomeClientError)
+		return
+	}
+	defer rtr.done()
 	var body io.ReadCloser
 	var lb *limitedBody
 	if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
@@ -267,6 +278,9 @@ func (s *Server) proxyHTTP(w http.ResponseWriter, q *rtRequest, be Backend, opts
 	if q.reqEdit != nil {
 		q.reqEdit.apply(hdr)
 	}
+	if q.beEdit != nil {
+		q.beEdit.apply(hdr)
+	}
 	upHost := r.Host
 	if q.upHost != "" {
 		upHost = q.upHost
@@ -279,6 +293,7 @@ func (s *Server) proxyHTTP(w http.ResponseWriter, q *rtRequest, be Backend, opts
 			return
 		}
 		q.stats.Member, q.stats.Pool = m.Addr(), opts.Pool
+		body := rtr.nextBody(body)
 		out := &http.Request{
 			Method:        r.Method,
 			URL:           &url.URL{Scheme: scheme, Host: m.Addr().String(), Path: unescaped, RawPath: q.path, RawQuery: r.URL.RawQuery},
@@ -330,8 +345,25 @@ func (s *Server) proxyHTTP(w http.ResponseWriter, q *rtRequest, be Backend, opts
 			if errors.Is(err, ErrConnect) && retries > 0 {
 				continue
 			}
+			if retriesError(err) && rtr.may(q) {
+				if !rtr.again(q) {
+					q.stats.Outcome = OutcomeAborted
+					return
+				}
+				continue
+			}
 			s.failHTTP(w, q, statusFor(err), outcomeFor(err))
 			return
+		}
+		if rtr != nil && rtr.pol.retriesStatus(resp.StatusCode) && rtr.may(q) {
+			discardResponse(resp)
+			cancel()
+			m.Done(nil, resp.StatusCode, d)
+			if !rtr.again(q) {
+				q.stats.Outcome = OutcomeAborted
+				return
+			}
+			continue
 		}
 		q.stats.Upstream = d
 		n, upErr := copyResponse(w, resp)

@@ -23,6 +23,8 @@ type Server struct {
 	h2up *h2Client
 	// mirrors bounds the mirrored requests in flight.
 	mirrors mirrorSlots
+	// retries bounds the retrying requests of each tenant.
+	retries retryBudget
 
 	conns sync.Pool // *clientConn
 	// pipes, once set, carries the bytes of WebSocket tunnels (SetPipes).
@@ -122,6 +124,7 @@ func (s *Server) ServeConn(ctx context.Context, c net.Conn, info ConnInfo) {
 	cc.tcp, _ = c.(*net.TCPConn)
 	cc.client, cc.local = client, local
 	cc.ca = newClientAddrs(client, info.TLS, s.trusted(&info))
+	cc.ca.clientCert(&info)
 	cc.idle = info.IdleTimeout
 	if cc.idle <= 0 {
 		cc.idle = s.cfg.IdleTimeout

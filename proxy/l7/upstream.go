@@ -340,6 +340,12 @@ func (s *Server) dialCharged(ctx context.Context, key poolKey, opts *BackendOpti
 		if key.proto == H2TLS {
 			cfg.NextProtos = []string{"h2"}
 		}
+		if hc, ok := key.budgetDescriptors().(HandshakeCharger); ok {
+			if err := hc.ChargeHandshake(); err != nil {
+				raw.Close()
+				return nil, fmt.Errorf("%w: the TLS handshake to the member is over the tenant's handshake budget: %w", ErrMemberLimit, err)
+			}
+		}
 		tc := tls.Client(nc, cfg)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			raw.Close()
@@ -369,6 +375,17 @@ func (u *upConn) close() {
 	}
 	if b := u.charged.Swap(nil); b != nil {
 		b.d.ReleaseDescriptor()
+	}
+}
+
+// shutdown ends the connection both ways without closing it, from any
+// goroutine (ConnState.Cut): a read or a wait for the member's bytes
+// returns at once (EOF), whatever deadline is set after it. Its user
+// closes it.
+func (u *upConn) shutdown() {
+	if u.raw != nil {
+		_ = u.raw.CloseRead()
+		_ = u.raw.CloseWrite()
 	}
 }
 

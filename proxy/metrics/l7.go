@@ -25,9 +25,10 @@ var ClassNames = [codeClasses]string{"none", "1xx", "2xx", "3xx", "4xx", "5xx"}
 type httpKey struct{ lb, listener string }
 
 type httpCounters struct {
-	byClass             [codeClasses]atomic.Int64
-	reqBytes, respBytes atomic.Int64
-	latency, upstream   Histogram
+	byClass                [codeClasses]atomic.Int64
+	reqBytes, respBytes    atomic.Int64
+	retries, retriesDenied atomic.Int64
+	latency, upstream      Histogram
 }
 
 type httpMemberKey struct {
@@ -50,6 +51,12 @@ func (m *Memory) Request(s l7.RequestStats) {
 	c.byClass[codeClass(s.Status)].Add(1)
 	c.reqBytes.Add(s.RequestBytes)
 	c.respBytes.Add(s.ResponseBytes)
+	if s.Retries > 0 {
+		c.retries.Add(int64(s.Retries))
+	}
+	if s.RetriesDenied > 0 {
+		c.retriesDenied.Add(int64(s.RetriesDenied))
+	}
 	c.latency.Observe(s.Duration)
 	if s.Upstream > 0 {
 		c.upstream.Observe(s.Upstream)
@@ -78,7 +85,10 @@ type HTTPStats struct {
 	// ByClass counts requests by ClassNames.
 	ByClass                     [codeClasses]int64
 	RequestBytes, ResponseBytes int64
-	Latency, Upstream           HistogramValues
+	// Retries and RetriesDenied count attempts sent again by a route's
+	// retry, and those the tenant's retry budget refused.
+	Retries, RetriesDenied int64
+	Latency, Upstream      HistogramValues
 }
 
 // HTTPMemberStats are one member's request counters as the L7 engine saw
@@ -96,6 +106,7 @@ func (m *Memory) HTTP() ([]HTTPStats, []HTTPMemberStats) {
 	var hs []HTTPStats
 	m.http.each(func(k httpKey, c *httpCounters) {
 		s := HTTPStats{LB: k.lb, Listener: k.listener, RequestBytes: c.reqBytes.Load(), ResponseBytes: c.respBytes.Load(),
+			Retries: c.retries.Load(), RetriesDenied: c.retriesDenied.Load(),
 			Latency: c.latency.values(), Upstream: c.upstream.values()}
 		for i := range c.byClass {
 			s.ByClass[i] = c.byClass[i].Load()

@@ -114,13 +114,14 @@ var (
 	famRequests   = newFamily("http_requests_total", "counter", "HTTP requests finished, by response code class (none: the client left before a response).", append(lbLabels, "code_class")...)
 	famReqDur     = newFamily("http_request_duration_seconds", "histogram", "Time from a complete request head to the end of the response.", lbLabels...)
 	famUpDur      = newFamily("http_upstream_duration_seconds", "histogram", "Time from the first attempt to reach a member to its response head.", lbLabels...)
+	famRetries    = newFamily("http_retries_total", "counter", "Attempts of HTTP requests sent again by their route's retry (result retried), and failed attempts not sent again because the tenant's retry budget was spent (result budget_spent).", append(lbLabels, "result")...)
 	famMemberReq  = newFamily("member_requests_total", "counter", "Requests (L7) and connects (L4) sent to a member of a pool.", memberLabels...)
 	famMemberFail = newFamily("member_failures_total", "counter", "Requests or connects to a member of a pool that failed (5xx, connect failure or timeout).", memberLabels...)
 	famMemberUp   = newFamily("member_up", "gauge", "1 when the member may receive traffic (its check passes and it is not ejected), else 0.", poolLabels...)
 	famMemberEj   = newFamily("member_ejections_total", "counter", "Passive ejections of a member after consecutive connect failures.", poolLabels...)
 
 	families = []*family{famConns, famActive, famRefused, famConnDur, famBytesIn, famBytesOut, famUDPDropped,
-		famRequests, famReqDur, famUpDur, famMemberReq, famMemberFail, famMemberUp, famMemberEj}
+		famRequests, famReqDur, famUpDur, famRetries, famMemberReq, famMemberFail, famMemberUp, famMemberEj}
 )
 
 // refusedReasons are the reasons of proxy.Metrics.ConnRefused.
@@ -145,6 +146,7 @@ type listenerSums struct {
 	refused                           map[string]int64
 	duration, latency, upstream       HistogramValues
 	byClass                           [codeClasses]int64
+	retries, retriesDenied            int64
 	http                              bool
 }
 
@@ -238,6 +240,8 @@ func (c *Collector) sum() *sums {
 		}
 		s.latency = s.latency.add(h.Latency)
 		s.upstream = s.upstream.add(h.Upstream)
+		s.retries += h.Retries
+		s.retriesDenied += h.RetriesDenied
 	}
 	for _, s := range ls {
 		for _, r := range refusedReasons {
@@ -303,6 +307,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			}
 			ch <- constHistogram(famReqDur.desc, s.latency, l)
 			ch <- constHistogram(famUpDur.desc, s.upstream, l)
+			ch <- prometheus.MustNewConstMetric(famRetries.desc, prometheus.CounterValue, float64(s.retries), append(l, "retried")...)
+			ch <- prometheus.MustNewConstMetric(famRetries.desc, prometheus.CounterValue, float64(s.retriesDenied), append(l, "budget_spent")...)
 		}
 	}
 	for _, k := range a.mkeys {

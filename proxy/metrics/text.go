@@ -72,6 +72,10 @@ func (c *Collector) WriteText(w io.Writer) error {
 		})
 		histogram(famReqDur, true, func(s *listenerSums) HistogramValues { return s.latency })
 		histogram(famUpDur, true, func(s *listenerSums) HistogramValues { return s.upstream })
+		listenerFamily(famRetries, true, func(labels []string, s *listenerSums) {
+			t.sample(famRetries.name, "", lbLabels, labels, "result", "retried", float64(s.retries))
+			t.sample(famRetries.name, "", lbLabels, labels, "result", "budget_spent", float64(s.retriesDenied))
+		})
 	}
 
 	t.family(famMemberReq, len(a.mkeys))

@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -76,6 +77,9 @@ func (b *lbCompile) pool(name string, bp *pb.BackendPool, udp int, t *tenantInfo
 		case ".connectTimeout":
 			then = "using " + b.c.d.ConnectTimeout.String()
 		}
+		if strings.HasPrefix(e.Field, ".tls") {
+			then = "members are not trusted: requests get 502"
+		}
 		b.finding(f+e.Field, e.Reason, then)
 	}
 	if a := Algorithm(bp.GetAlgorithm()); a != "" && !broken(errs, ".algorithm") {
@@ -96,6 +100,7 @@ func (b *lbCompile) pool(name string, bp *pb.BackendPool, udp int, t *tenantInfo
 		p.BackendProtocol = bpp
 	}
 	p.ConnectTimeout = duration(errs, ".connectTimeout", bp.GetConnectTimeout(), b.c.d.ConnectTimeout)
+	p.TLS = b.backendTLS(f, errs, bp.GetTls())
 	return p
 }
 
@@ -318,6 +323,9 @@ func (b *lbCompile) listener(f string, i int, l *pb.Listener, lb *pb.LoadBalance
 			if l.GetTls().GetMinVersion() == "tls1.3" {
 				out.TLS.MinVersion = tls.VersionTLS13
 			}
+			if cv := l.GetTls().GetClientValidation(); cv != nil {
+				out.TLS.Client = clientTLS(cv)
+			}
 		}
 	}
 	if t != nil {
@@ -425,4 +433,20 @@ func (c *compiler) isVIP(a netip.Addr) bool {
 		}
 	}
 	return false
+}
+
+// clientTLS compiles an https listener's client certificate validation.
+// A bundle that does not parse (validation refuses it) trusts no CA, so
+// that no client certificate passes as verified.
+func clientTLS(cv *pb.ClientValidation) *ClientTLS {
+	c := &ClientTLS{CAs: x509.NewCertPool(), Bundle: cv.GetCaBundle(), Required: cv.GetMode() != "optional"}
+	if certs, why := api.ParseCABundle(cv.GetCaBundle()); why == "" {
+		for _, ca := range certs {
+			c.CAs.AddCert(ca)
+		}
+	}
+	if h := cv.GetSubjectHeader(); h != "" {
+		c.SubjectHeader = textproto.CanonicalMIMEHeaderKey(h)
+	}
+	return c
 }

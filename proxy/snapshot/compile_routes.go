@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/teapot-lb/teapot-lb/api"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
 
@@ -15,7 +16,7 @@ import (
 // pool: it compiles with extRoutes then.
 func extended(r *pb.Route) bool {
 	return len(r.GetMatches())+len(r.GetBackends())+len(r.GetFilters()) > 0 || r.GetTimeouts() != nil ||
-		r.GetPathType() == "regex"
+		r.GetPathType() == "regex" || r.GetRetry() != nil
 }
 
 // extRoutes compiles a route with matches, backends, filters or timeouts
@@ -25,6 +26,8 @@ func (b *lbCompile) extRoutes(f string, index int, host string, r *pb.Route, poo
 	ext := RouteExt{
 		RequestTimeout: r.GetTimeouts().GetRequest().AsDuration(),
 		BackendTimeout: r.GetTimeouts().GetBackendRequest().AsDuration(),
+		Retry:          retryOf(r.GetRetry()),
+		BackendHeaders: backendHeaders(r.GetBackends()),
 	}
 	pool := pools.get(r.GetPool())
 	for _, be := range r.GetBackends() {
@@ -203,6 +206,13 @@ func (b *lbCompile) filters(r *pb.Route, pools poolSet) *Filters {
 				mi.Numerator = m.GetPercent()
 			}
 			out.Mirrors = append(out.Mirrors, mi)
+		case fl.GetCors() != nil:
+			c := fl.GetCors()
+			out.CORS = &CORS{AllowOrigins: c.GetAllowOrigins(), AllowMethods: c.GetAllowMethods(), AllowHeaders: c.GetAllowHeaders(),
+				ExposeHeaders: c.GetExposeHeaders(), MaxAge: c.GetMaxAge(), AllowCredentials: c.GetAllowCredentials()}
+			if out.CORS.MaxAge == 0 {
+				out.CORS.MaxAge = api.DefaultCORSMaxAge
+			}
 		}
 	}
 	return out

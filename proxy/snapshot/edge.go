@@ -3,6 +3,7 @@ package snapshot
 import (
 	"net/netip"
 	"slices"
+	"strconv"
 
 	"github.com/teapot-lb/teapot-lb/api"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
@@ -133,6 +134,9 @@ type WAFSpec struct {
 	// Paranoia is the CRS paranoia level (1 to 4); MaxBody the bytes of
 	// a request body inspected.
 	Paranoia, MaxBody int
+	// Exclude are the rule ids not run, sorted, comma-separated (a
+	// string, so that the spec stays comparable).
+	Exclude string
 }
 
 func wafSpec(w *pb.WAF) WAFSpec {
@@ -142,6 +146,17 @@ func wafSpec(w *pb.WAF) WAFSpec {
 	s := WAFSpec{On: true, Block: w.GetMode() == api.WAFBlock, Paranoia: int(max(w.GetParanoiaLevel(), 1)), MaxBody: int(w.GetMaxBodyBytes())}
 	if s.MaxBody == 0 {
 		s.MaxBody = api.DefaultWAFBodyBytes
+	}
+	if ids := w.GetExcludeRules(); len(ids) > 0 {
+		sorted := slices.Sorted(slices.Values(ids))
+		b := make([]byte, 0, 7*len(sorted))
+		for i, id := range slices.Compact(sorted) {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = strconv.AppendUint(b, uint64(id), 10)
+		}
+		s.Exclude = string(b)
 	}
 	return s
 }

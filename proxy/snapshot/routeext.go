@@ -28,6 +28,11 @@ type RouteExt struct {
 	Filters *Filters
 	// RequestTimeout and BackendTimeout are 0 when unset.
 	RequestTimeout, BackendTimeout time.Duration
+	// Retry is nil when the route does not retry.
+	Retry *Retry
+	// BackendHeaders, when set, holds the request header changes of each
+	// of Backends (nil for a backend without).
+	BackendHeaders []*HeaderEdit
 	// Match is the index of the model match this route came from.
 	Match int
 
@@ -241,6 +246,15 @@ type Filters struct {
 	Redirect                        *Redirect
 	Rewrite                         *Rewrite
 	Mirrors                         []Mirror
+	CORS                            *CORS
+}
+
+// CORS is a route's CORS filter as validated (api.CORSOriginProblem);
+// MaxAge is the default when the model left it 0.
+type CORS struct {
+	AllowOrigins, AllowMethods, AllowHeaders, ExposeHeaders []string
+	MaxAge                                                  uint32
+	AllowCredentials                                        bool
 }
 
 // HeaderEdit sets, adds and removes headers; names are canonical.

@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"crypto/x509"
 	"encoding/binary"
 	"net/netip"
 	"slices"
@@ -137,6 +138,8 @@ type Pool struct {
 	// BackendProtocol is http1, h2c, tls or h2 (L7 only).
 	BackendProtocol string
 	ConnectTimeout  time.Duration
+	// TLS verifies the members (tls and h2 only); nil: not verified.
+	TLS *BackendTLS
 }
 
 // Equal reports whether p and o compile to the same pool.
@@ -150,7 +153,7 @@ func (p *Pool) Equal(o *Pool) bool {
 	return p.LB == o.LB && p.Name == o.Name && p.Algorithm == o.Algorithm &&
 		p.HashHeader == o.HashHeader && slices.Equal(p.Members, o.Members) &&
 		equalHealth(p.Health, o.Health) && p.ProxyProtocol == o.ProxyProtocol &&
-		p.BackendProtocol == o.BackendProtocol && p.ConnectTimeout == o.ConnectTimeout
+		p.BackendProtocol == o.BackendProtocol && p.ConnectTimeout == o.ConnectTimeout && p.TLS.Equal(o.TLS)
 }
 
 func equalHealth(a, b *HealthCheck) bool {
@@ -166,13 +169,35 @@ type TLS struct {
 	Certificates []string
 	// MinVersion is a crypto/tls version constant.
 	MinVersion uint16
+	// Client is nil when clients are not asked for a certificate.
+	Client *ClientTLS
+}
+
+// ClientTLS is the client certificate validation of an https listener.
+type ClientTLS struct {
+	// CAs are the certificates of Bundle, the PEM text they came from.
+	CAs    *x509.CertPool
+	Bundle string
+	// Required fails the handshake of a client without a certificate
+	// the CAs signed; otherwise every client is served.
+	Required bool
+	// SubjectHeader carries a verified client's subject to the members
+	// ("" none); canonical.
+	SubjectHeader string
 }
 
 func equalTLS(a, b *TLS) bool {
 	if a == nil || b == nil {
 		return a == b
 	}
-	return a.ACME == b.ACME && a.MinVersion == b.MinVersion && slices.Equal(a.Certificates, b.Certificates)
+	return a.ACME == b.ACME && a.MinVersion == b.MinVersion && slices.Equal(a.Certificates, b.Certificates) && equalClientTLS(a.Client, b.Client)
+}
+
+func equalClientTLS(a, b *ClientTLS) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Bundle == b.Bundle && a.Required == b.Required && a.SubjectHeader == b.SubjectHeader
 }
 
 // Limits bound one listener.

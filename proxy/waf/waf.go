@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/netip"
 	"strconv"
+	"strings"
 	"sync"
 
 	coreruleset "github.com/corazawaf/coraza-coreruleset/v4"
@@ -85,14 +86,42 @@ type Verdict struct {
 	Rejected bool
 }
 
-// Inspect runs the rules over the request head and body (at most
-// MaxBody bytes of it, which the caller read). It does not read r.Body.
-func (e *Engine) Inspect(r *http.Request, body []byte, client, server netip.AddrPort) Verdict {
+// ruleRemover is the transaction method that skips a rule (Coraza's
+// transactions have it; its public interface does not list it).
+type ruleRemover interface{ RemoveRuleByID(id int) }
+
+// ParseExclusions reads a comma-separated list of rule ids (as a route's
+// spec keeps them).
+func ParseExclusions(s string) []int {
+	var ids []int
+	for f := range strings.SplitSeq(s, ",") {
+		if id, err := strconv.Atoi(f); err == nil {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// Inspect runs the rules, but those of exclude, over the request head
+// and body (at most MaxBody bytes of it, which the caller read). It does
+// not read r.Body.
+func (e *Engine) Inspect(r *http.Request, body []byte, client, server netip.AddrPort, exclude []int) Verdict {
 	tx := e.waf.NewTransaction()
 	defer func() {
 		tx.ProcessLogging()
 		tx.Close()
 	}()
+	if len(exclude) > 0 {
+		rm, ok := tx.(ruleRemover)
+		if !ok {
+			// Fail closed: serving with rules the route excluded would
+			// block what the tenant let through, not let through more.
+			return Verdict{Status: http.StatusServiceUnavailable, Rejected: true}
+		}
+		for _, id := range exclude {
+			rm.RemoveRuleByID(id)
+		}
+	}
 	tx.ProcessConnection(client.Addr().String(), int(client.Port()), server.Addr().String(), int(server.Port()))
 	tx.ProcessURI(r.URL.RequestURI(), r.Method, r.Proto)
 	for k, vs := range r.Header {

@@ -15,6 +15,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -60,6 +61,9 @@ type Config struct {
 	Kube kubernetes.Interface
 	// Gateway reads and writes Gateway API objects; nil serves none.
 	Gateway gwclient.Interface
+	// Dynamic reads and writes EdgePolicies (translate.EdgePolicy); nil
+	// reads none.
+	Dynamic dynamic.Interface
 	// Events records Events (default Kube).
 	Events kubernetes.Interface
 	// Credentials is the directory of the mounted credentials Secret;
@@ -110,6 +114,8 @@ type Agent struct {
 	// gwShutdown stops their informers.
 	gw         *gatewayWatch
 	gwShutdown func()
+	// edgePolicies lists the EdgePolicies (nil when not watched).
+	edgePolicies cache.GenericLister
 
 	// nodePortWake asks runNodePorts to converge.
 	nodePortWake chan struct{}

@@ -10,6 +10,7 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -62,6 +63,9 @@ func Command(version string) *cobra.Command {
 			if !noGateway {
 				if cfg.Gateway, err = gwclient.NewForConfig(rc); err != nil {
 					return fmt.Errorf("gateway API client: %w", err)
+				}
+				if cfg.Dynamic, err = dynamic.NewForConfig(rc); err != nil {
+					return fmt.Errorf("kubernetes dynamic client: %w", err)
 				}
 			}
 			// Events get their own rate limiter, a fifth of the status

@@ -90,7 +90,8 @@ func (s *desiredSet) markService(ns, name string) {
 // recompute translates what is dirty and returns the keys whose desired
 // load balancer changed (for the status writer).
 //
-// A Gateway's change also names the routes whose status it gave or gives.
+// A Gateway's change also names the routes and BackendTLSPolicies whose
+// status it gave or gives.
 func (s *desiredSet) recompute(src translate.Sources, o translate.Options) []objKey {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -110,6 +111,12 @@ func (s *desiredSet) recompute(src translate.Sources, o translate.Options) []obj
 			}
 			for rk := range x.Gateway.Routes {
 				if r := (objKey{rk.Kind, rk.Namespace, rk.Name}); !seen[r] {
+					seen[r] = true
+					changed = append(changed, r)
+				}
+			}
+			for pk := range x.Gateway.Policies {
+				if r := (objKey{pk.Kind, pk.Namespace, pk.Name}); !seen[r] {
 					seen[r] = true
 					changed = append(changed, r)
 				}

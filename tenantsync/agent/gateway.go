@@ -11,7 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/informers"
-	"k8s.io/client-go/tools/cache"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gwclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 	gwinformers "sigs.k8s.io/gateway-api/pkg/client/informers/externalversions"
@@ -89,20 +88,24 @@ func (a *Agent) watchGateways(ctx context.Context) {
 			allGateways(obj)
 		}
 	}
-	type reg struct {
-		inf cache.SharedIndexInformer
-		fn  func(any)
-	}
+	type reg = informerReg
 	regs := []reg{
 		{v1.GatewayClasses().Informer(), onClass},
 		{v1.Gateways().Informer(), onGateway},
 		{core.Core().V1().Namespaces().Informer(), allGateways},
 		{secrets.Core().V1().Secrets().Informer(), allGateways},
 	}
+	if have["configmaps"] {
+		// The CA bundles of spec.tls.frontend.
+		gs.ConfigMaps = core.Core().V1().ConfigMaps().Lister()
+		regs = append(regs, reg{core.Core().V1().ConfigMaps().Informer(), allGateways})
+	}
 	if have["referencegrants"] {
 		gs.ReferenceGrants = v1.ReferenceGrants().Lister()
 		regs = append(regs, reg{v1.ReferenceGrants().Informer(), allGateways})
 	}
+	btls, cms := a.watchBackendTLS(have, v1, gs, allGateways)
+	regs = append(regs, btls...)
 	if have["listenersets"] {
 		gs.ListenerSets = v1.ListenerSets().Lister()
 		regs = append(regs, reg{v1.ListenerSets().Informer(), allGateways})
@@ -142,7 +145,21 @@ func (a *Agent) watchGateways(ctx context.Context) {
 	f.Start(ctx.Done())
 	core.Start(ctx.Done())
 	secrets.Start(ctx.Done())
-	a.gwShutdown = func() { f.Shutdown(); core.Shutdown(); secrets.Shutdown() }
+	if cms != nil {
+		cms.Start(ctx.Done())
+	}
+	stopEdge := a.watchEdgePolicies(ctx, gs)
+	a.gwShutdown = func() {
+		f.Shutdown()
+		core.Shutdown()
+		secrets.Shutdown()
+		if cms != nil {
+			cms.Shutdown()
+		}
+		if stopEdge != nil {
+			stopEdge()
+		}
+	}
 	a.log.Info("watching Gateway API objects", "routes", kinds, "controller", a.opts().GatewayControllerName())
 }
 
@@ -164,8 +181,13 @@ func (a *Agent) checkAccess(ctx context.Context, have map[string]bool) {
 		"listenersets":    func() error { _, err := gw.ListenerSets("").List(ctx, one); return err },
 		"namespaces":      func() error { _, err := a.kube.CoreV1().Namespaces().List(ctx, one); return err },
 		"secrets":         func() error { _, err := a.kube.CoreV1().Secrets("").List(ctx, one); return err },
+		"backendtlspolicies": func() error {
+			_, err := gw.BackendTLSPolicies("").List(ctx, one)
+			return err
+		},
+		"configmaps": func() error { _, err := a.kube.CoreV1().ConfigMaps("").List(ctx, one); return err },
 	}
-	have["namespaces"], have["secrets"] = true, true
+	have["namespaces"], have["secrets"], have["configmaps"] = true, true, true
 	for name, check := range checks {
 		if !have[name] {
 			continue

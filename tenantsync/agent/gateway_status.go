@@ -69,7 +69,11 @@ func gatewayStatus(gw *gwv1.Gateway, d *translate.Desired, st *pb.ObjectStatus) 
 		t := gwv1.IPAddressType
 		out.Addresses = []gwv1.GatewayStatusAddress{{Type: &t, Value: st.GetAddress()}}
 	}
-	out.Conditions = mergeConditions(gw.Status.Conditions, []metav1.Condition{res.Accepted, prog})
+	conds := append([]metav1.Condition{res.Accepted, prog}, res.Conditions...)
+	if res.ResolvedRefs != nil {
+		conds = append(conds, *res.ResolvedRefs)
+	}
+	out.Conditions = mergeConditions(gw.Status.Conditions, conds)
 	if res.ListenerSets != nil || gw.Spec.AllowedListeners != nil {
 		n := res.AttachedListenerSets
 		out.AttachedListenerSets = &n

@@ -162,11 +162,16 @@ func (a *Agent) write(ctx context.Context, k objKey) error {
 		if err != nil || gw == nil {
 			return err
 		}
+		if err := a.writeEdgePolicies(ctx, gw, d); err != nil {
+			return err
+		}
 		obj = gw
 	case translate.KindGatewayClass:
 		return a.writeGatewayClass(ctx, k.name)
 	case translate.KindHTTPRoute, translate.KindGRPCRoute, translate.KindTLSRoute, translate.KindTCPRoute, translate.KindUDPRoute:
 		return a.writeRoute(ctx, k)
+	case translate.KindBackendTLSPolicy:
+		return a.writeBackendTLSPolicy(ctx, k)
 	default:
 		return nil
 	}

@@ -86,6 +86,10 @@
 //	teapot-lb.io/rate-limit-key     client (default) | total
 //	teapot-lb.io/waf                Ingress: block | detect, every route inspected
 //	teapot-lb.io/waf-paranoia-level CRS paranoia level 1 (default) to 4
+//	teapot-lb.io/client-subject-header  Gateway: the request header that carries
+//	                                a verified client certificate's subject to the
+//	                                members (HTTPS listeners of spec.tls.frontend)
+//	teapot-lb.io/waf-exclude-rules  CRS rule ids not run (comma-separated)
 //
 // Ingresses also take ingress-nginx's nginx.ingress.kubernetes.io/
 // allowlist-source-range, whitelist-source-range and denylist-source-range

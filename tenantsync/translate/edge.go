@@ -126,8 +126,9 @@ const (
 // ModSecurity only detects unless a snippet turns blocking on); a
 // modsecurity-snippet is not read (tenants' own rules are not taken).
 const (
-	AnnotationWAF         = "teapot-lb.io/waf"
-	AnnotationWAFParanoia = "teapot-lb.io/waf-paranoia-level"
+	AnnotationWAF             = "teapot-lb.io/waf"
+	AnnotationWAFParanoia     = "teapot-lb.io/waf-paranoia-level"
+	AnnotationWAFExcludeRules = "teapot-lb.io/waf-exclude-rules"
 
 	NginxEnableModSecurity  = "nginx.ingress.kubernetes.io/enable-modsecurity"
 	NginxEnableOWASPRules   = "nginx.ingress.kubernetes.io/enable-owasp-core-rules"
@@ -159,6 +160,23 @@ func edgeWAF(ann map[string]string, lb *pb.LoadBalancer, d *Desired) {
 		} else {
 			w.ParanoiaLevel = uint32(n)
 		}
+	}
+	if v := csvList(ann[AnnotationWAFExcludeRules]); len(v) > 0 {
+		var ids []uint32
+		for _, s := range v {
+			n, err := strconv.ParseUint(s, 10, 32)
+			if err != nil || n < api.MinWAFRuleID || n > api.MaxWAFRuleID {
+				ids = nil
+				d.Warnings = append(d.Warnings, fmt.Sprintf("annotation %s is not applied: %s is not a Core Rule Set rule id (%d to %d); no rule is excluded", AnnotationWAFExcludeRules, api.Excerpt(s), api.MinWAFRuleID, api.MaxWAFRuleID))
+				break
+			}
+			ids = append(ids, uint32(n))
+		}
+		if len(ids) > api.MaxWAFExcludedRules {
+			d.Warnings = append(d.Warnings, fmt.Sprintf("annotation %s is not applied: %d ids, at most %d", AnnotationWAFExcludeRules, len(ids), api.MaxWAFExcludedRules))
+			ids = nil
+		}
+		w.ExcludeRules = ids
 	}
 	for _, r := range lb.Routes {
 		r.Waf = w

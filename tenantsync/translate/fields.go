@@ -49,10 +49,12 @@ var Fields = map[string][]Field{
 	KindTLSRoute:  l4RouteFields(true),
 	KindTCPRoute:  l4RouteFields(false),
 	KindUDPRoute:  l4RouteFields(false),
+
+	KindBackendTLSPolicy: backendTLSPolicyFields,
 }
 
 // FieldKinds is the order of the kinds in FIELDS.md.
-var FieldKinds = []string{KindService, KindIngress, KindGateway, KindHTTPRoute, KindGRPCRoute, KindTLSRoute, KindTCPRoute, KindUDPRoute}
+var FieldKinds = []string{KindService, KindIngress, KindGateway, KindHTTPRoute, KindGRPCRoute, KindTLSRoute, KindTCPRoute, KindUDPRoute, KindBackendTLSPolicy}
 
 const kubeProxy = "kube-proxy and the EndpointSlice controller act on it inside the cluster; "
 
@@ -122,7 +124,10 @@ var gatewayFields = []Field{
 	{"spec.infrastructure.annotations", NotApplicable, "the agent makes no resources for a Gateway", false},
 	{"spec.infrastructure.parametersRef", Refused, "no parameters are read: the Gateway is not accepted (InvalidParameters)", true},
 	{"spec.allowedListeners", Honoured, "ListenerSets of the namespaces it admits (None by default, Same, Selector, All) attach: their listeners join the Gateway's load balancer after its own, and a conflicted one (the Gateway first, then older ListenerSets, then by namespace/name) is not accepted; without the ListenerSet CRD none attach and a warning says so", true},
-	{"spec.tls", Refused, "client certificate validation (frontend) and a client certificate towards backends (backend) are not supported: the Gateway is not accepted (UnsupportedValue) rather than served without them", true},
+	{"spec.tls", Honoured, "frontend and backend (below)", false},
+	{"spec.tls.frontend", Honoured, "client certificate validation of the HTTPS listeners (the perPort entry of a listener's port, else default): CA bundles from ConfigMaps (key ca.crt; other namespaces need a ReferenceGrant), AllowValidOnly fails the handshake of a client without a valid certificate, AllowInsecureFallback serves it and sets the Gateway's InsecureFrontendValidationMode; a reference that does not resolve: ResolvedRefs False, and when none does the listener is not accepted (NoValidCACertificate) nor served", true},
+	{"spec.tls.backend", Honoured, "the client certificate the Gateway's pools that speak TLS (BackendTLSPolicy) present to their members", false},
+	{"spec.tls.backend.clientCertificateRef", Honoured, "a kubernetes.io/tls Secret (another namespace needs a ReferenceGrant), uploaded as a tenant certificate; the Gateway's ResolvedRefs condition says InvalidClientCertificateRef or RefNotPermitted when it does not resolve, and the pools then present none", true},
 	{"spec.defaultScope", Refused, "All: a teapot-lb Gateway is never a default Gateway, routes attach by parentRefs only, and a warning says so; None is served as asked", false},
 }
 
@@ -157,10 +162,10 @@ var httpRouteFields = append(append(parentRefFields(), []Field{
 	{"spec.rules", Honoured, "LB routes, in the spec's precedence", false},
 	{"spec.rules[].name", NotApplicable, "names a rule for policies and status; the agent attaches no policies", false},
 	{"spec.rules[].matches", Honoured, "path (Exact, PathPrefix, RegularExpression), headers, query parameters and method", true},
-	{"spec.rules[].filters", HonouredInPart, "RequestHeaderModifier, ResponseHeaderModifier, RequestRedirect, URLRewrite and RequestMirror; any other type: the route is not accepted (UnsupportedValue)", true},
-	{"spec.rules[].backendRefs[].filters", Refused, "filters on a backendRef: the route is not accepted (UnsupportedValue); put them on the rule", true},
+	{"spec.rules[].filters", HonouredInPart, "RequestHeaderModifier, ResponseHeaderModifier, RequestRedirect, URLRewrite, RequestMirror and CORS (maxAge at most a day; exposeHeaders \"*\" not with allowCredentials); any other type: the route is not accepted (UnsupportedValue)", true},
+	{"spec.rules[].backendRefs[].filters", HonouredInPart, "RequestHeaderModifier (one per backendRef), applied to the requests sent to that backend after the rule's; any other type: the route is not accepted (UnsupportedValue)", true},
 	{"spec.rules[].timeouts", Honoured, "request and backendRequest, each up to the response headers (a streaming body is not cut off)", true},
-	{"spec.rules[].retry", Refused, "the route is not accepted (UnsupportedValue)", true},
+	{"spec.rules[].retry", HonouredInPart, "codes (400-599), attempts (1-5; default 1) and backoff (up to 10s; default 25ms); connection errors and backendRequest timeouts are retried too; a body of unknown length or over 64 KiB is not retried; retries are bounded by the tenant's retry budget; past the bounds the route is not accepted (UnsupportedValue); ignored on a rule with a RequestRedirect", true},
 	{"spec.rules[].sessionPersistence", Refused, "the route is not accepted (UnsupportedValue)", true},
 }...), backendRefFields("weighted choice between the rule's pools")...)
 

@@ -29,6 +29,8 @@ var specTypes = map[string]reflect.Type{
 	translate.KindTLSRoute:  reflect.TypeOf(gwv1.TLSRouteSpec{}),
 	translate.KindTCPRoute:  reflect.TypeOf(gwv1.TCPRouteSpec{}),
 	translate.KindUDPRoute:  reflect.TypeOf(gwv1.UDPRouteSpec{}),
+
+	translate.KindBackendTLSPolicy: reflect.TypeOf(gwv1.BackendTLSPolicySpec{}),
 }
 
 // specPaths returns the JSON path of every field below t, [] for the

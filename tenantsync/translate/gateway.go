@@ -70,6 +70,14 @@ type GatewaySources struct {
 	ReferenceGrants gwlisters.ReferenceGrantLister
 	Namespaces      corelisters.NamespaceLister
 	Secrets         corelisters.SecretLister
+	// BackendTLSPolicies; nil when the CRD is missing or the agent may
+	// not read them.
+	BackendTLSPolicies gwlisters.BackendTLSPolicyLister
+	// ConfigMaps hold the CA bundles of spec.tls.frontend and of
+	// BackendTLSPolicies; nil when the agent may not read them.
+	ConfigMaps corelisters.ConfigMapLister
+	// EdgePolicies, nil when the EdgePolicy CRD is not installed.
+	EdgePolicies EdgePolicyLister
 }
 
 // RouteKey names one route object.
@@ -94,6 +102,18 @@ type GatewayResult struct {
 	// Certificates are the Secrets the https listeners serve, to upload
 	// as the tenant's certificates.
 	Certificates []CertificateSource
+	// Conditions are the Gateway's conditions besides Accepted and
+	// Programmed (InsecureFrontendValidationMode).
+	Conditions []metav1.Condition
+	// Policies are the ancestor statuses this Gateway gives the
+	// BackendTLSPolicies of the Services its routes send to.
+	Policies map[RouteKey]gwv1.PolicyAncestorStatus
+	// ResolvedRefs is the Gateway's ResolvedRefs condition: set when
+	// spec.tls.backend is (its client certificate reference).
+	ResolvedRefs *metav1.Condition
+	// Policies are the Accepted conditions of the EdgePolicies that
+	// reach this Gateway (targeting it or a route attached to it).
+	EdgePolicies []PolicyStatus
 	// AddressNotUsable says why the Gateway's addresses, well formed, are
 	// not served (several: a Gateway has one VIP); the Gateway is
 	// accepted, not sent to the LB cluster, and not programmed.
@@ -152,6 +172,9 @@ type listenerState struct {
 	// set is the ListenerSet the listener comes from; nil for the
 	// Gateway's own.
 	set *lsetState
+	// client is the client certificate validation of an https listener
+	// (spec.tls.frontend), nil without one.
+	client *pb.ClientValidation
 }
 
 // Gateway translates one Gateway the agent takes: one load balancer with
@@ -187,9 +210,17 @@ func Gateway(gw *gwv1.Gateway, src Sources, o Options) *Desired {
 	g.routes()
 	g.isolationBarriers()
 	g.lbListeners()
+	g.clientSubjectHeader()
+	if c := g.insecureFallback(); c != nil {
+		res.Conditions = append(res.Conditions, *c)
+	}
+	g.backendClientCert()
 	edgeRates(gw.Annotations, lb, d, edgeGateway)
 	if !edgeSources(gw.Annotations, lb, d, false) && accepted.Status == metav1.ConditionTrue {
 		accepted = cond(string(gwv1.GatewayConditionAccepted), false, "InvalidSourceRanges", d.Refused, gw.Generation)
+	}
+	if msg := g.edgeGatewayPolicy(); msg != "" && accepted.Status == metav1.ConditionTrue {
+		accepted = cond(string(gwv1.GatewayConditionAccepted), false, "InvalidSourceRanges", msg, gw.Generation)
 	}
 	for _, ls := range g.ls {
 		if ls.set == nil {
@@ -350,8 +381,18 @@ func (g *gwBuild) checkListener(l gwv1.Listener, set *lsetState) {
 			ls.proto = "https"
 			if l.TLS != nil && l.TLS.Mode != nil && *l.TLS.Mode == gwv1.TLSModePassthrough {
 				accepted = cond(string(gwv1.ListenerConditionAccepted), false, string(gwv1.ListenerReasonUnsupportedValue), "an HTTPS listener terminates TLS; use protocol TLS for passthrough", gen)
-			} else if r := g.listenerCerts(ls); r != nil {
-				resolved = *r
+			} else {
+				if r := g.listenerCerts(ls); r != nil {
+					resolved = *r
+				}
+				if r, a := g.listenerClientCAs(ls); a != nil {
+					accepted = *a
+					if r != nil {
+						resolved = *r
+					}
+				} else if r != nil && resolved.Status == metav1.ConditionTrue {
+					resolved = *r
+				}
 			}
 		case gwv1.TLSProtocolType:
 			ls.proto = "tls-passthrough"
@@ -470,7 +511,7 @@ func (g *gwBuild) lbListeners() {
 		if l == nil {
 			l = &pb.Listener{Port: uint32(ls.spec.Port), Protocol: ls.proto}
 			if ls.proto == "https" {
-				l.Tls = &pb.TLSPolicy{}
+				l.Tls = &pb.TLSPolicy{ClientValidation: ls.client}
 			}
 			byKey[k] = l
 			g.lb.Listeners = append(g.lb.Listeners, l)

@@ -145,6 +145,7 @@ func (g *gwBuild) backendPool(r *routeObj, ref gwv1.BackendObjectReference, h2c 
 	}
 	isb := &backendSvc{namespace: ns, name: string(ref.Name), port: *ref.Port}
 	bp.Members = serviceMembers(g.src, isb, g.podMode, g.nodes, g.d)
+	g.backendTLS(bp, ns, svc, port)
 	g.lb.Pools[key] = bp
 	g.newPools = append(g.newPools, key)
 	return key

@@ -12,18 +12,9 @@ import (
 const reasonUnsupportedValue = "UnsupportedValue"
 
 // gatewayUnsupported says why a Gateway asks for what the LB cannot do
-// and must not be served without ("" when it does not): client
-// certificate validation, a client certificate towards backends,
-// infrastructure parameters.
+// and must not be served without ("" when it does not): infrastructure
+// parameters.
 func gatewayUnsupported(gw *gwv1.Gateway) (reason, msg string) {
-	if t := gw.Spec.TLS; t != nil {
-		switch {
-		case t.Frontend != nil:
-			return reasonUnsupportedValue, "spec.tls.frontend: client certificate validation is not supported; the Gateway is not served rather than served to clients without a certificate: remove spec.tls.frontend"
-		case t.Backend != nil:
-			return reasonUnsupportedValue, "spec.tls.backend: a client certificate towards backends is not supported; the Gateway is not served: remove spec.tls.backend"
-		}
-	}
 	if inf := gw.Spec.Infrastructure; inf != nil && inf.ParametersRef != nil {
 		return string(gwv1.GatewayReasonInvalidParameters), "spec.infrastructure.parametersRef: teapot-lb reads no parameters; the Gateway is not served: remove it"
 	}

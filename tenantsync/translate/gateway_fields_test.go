@@ -11,8 +11,7 @@ import (
 )
 
 // TestGatewayFieldsHonouredOrRefused: a Gateway that asks for client
-// certificate validation, a client certificate towards backends or
-// infrastructure parameters is not accepted (and not served) rather than
+// certificate validation or infrastructure parameters is not accepted (and not served) rather than
 // served without them; ListenerSets when their CRD is missing, a default scope and listener TLS
 // options are not applied, which a warning and the Accepted condition's
 // message say.
@@ -26,10 +25,9 @@ func TestGatewayFieldsHonouredOrRefused(t *testing.T) {
 		words  string // in the refusal, or in a warning and the Accepted message
 	}{
 		{"plain Gateway", func(*gwv1.Gateway) {}, "", ""},
-		{"client certificate validation", func(g *gwv1.Gateway) { g.Spec.TLS = &gwv1.GatewayTLSConfig{Frontend: &gwv1.FrontendTLSConfig{}} },
-			"UnsupportedValue", "spec.tls.frontend"},
-		{"client certificate towards backends", func(g *gwv1.Gateway) { g.Spec.TLS = &gwv1.GatewayTLSConfig{Backend: &gwv1.GatewayBackendTLS{}} },
-			"UnsupportedValue", "spec.tls.backend"},
+		{"client certificate validation without any (see TestGatewayFrontendValidation)", func(g *gwv1.Gateway) {
+			g.Spec.TLS = &gwv1.GatewayTLSConfig{Frontend: &gwv1.FrontendTLSConfig{}}
+		}, "", ""},
 		{"infrastructure parameters", func(g *gwv1.Gateway) {
 			g.Spec.Infrastructure = &gwv1.GatewayInfrastructure{ParametersRef: &gwv1.LocalParametersReference{Kind: "ConfigMap", Name: "p"}}
 		}, string(gwv1.GatewayReasonInvalidParameters), "spec.infrastructure.parametersRef"},

@@ -27,11 +27,13 @@ import (
 // Gateway API objects into indexers behind the Gateway API listers.
 func gwSources(t *testing.T, core []runtime.Object, gw ...runtime.Object) translate.Sources {
 	t.Helper()
-	var coreObjs, nsObjs, secretObjs []runtime.Object
+	var coreObjs, nsObjs, secretObjs, cmObjs []runtime.Object
 	for _, o := range core {
 		switch o.(type) {
 		case *corev1.Namespace:
 			nsObjs = append(nsObjs, o)
+		case *corev1.ConfigMap:
+			cmObjs = append(cmObjs, o)
 		case *corev1.Secret:
 			secretObjs = append(secretObjs, o)
 		default:
@@ -43,6 +45,10 @@ func gwSources(t *testing.T, core []runtime.Object, gw ...runtime.Object) transl
 		return cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 	}
 	classes, gateways, https, grpcs, tlss, tcps, udps, grants, nss, secrets, lsets := idx(), idx(), idx(), idx(), idx(), idx(), idx(), idx(), idx(), idx(), idx()
+	policies, cms := idx(), idx()
+	for _, o := range cmObjs {
+		_ = cms.Add(o)
+	}
 	for _, o := range nsObjs {
 		_ = nss.Add(o)
 	}
@@ -70,6 +76,8 @@ func gwSources(t *testing.T, core []runtime.Object, gw ...runtime.Object) transl
 			i = grants
 		case *gwv1.ListenerSet:
 			i = lsets
+		case *gwv1.BackendTLSPolicy:
+			i = policies
 		default:
 			t.Fatalf("gwSources: unexpected %T", o)
 		}
@@ -89,6 +97,9 @@ func gwSources(t *testing.T, core []runtime.Object, gw ...runtime.Object) transl
 		ReferenceGrants: gwlisters.NewReferenceGrantLister(grants),
 		Namespaces:      corelisters.NewNamespaceLister(nss),
 		Secrets:         corelisters.NewSecretLister(secrets),
+
+		BackendTLSPolicies: gwlisters.NewBackendTLSPolicyLister(policies),
+		ConfigMaps:         corelisters.NewConfigMapLister(cms),
 	}
 	return src
 }

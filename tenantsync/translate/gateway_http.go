@@ -25,17 +25,19 @@ func unsupported(r *routeObj) string {
 				switch f.Type {
 				case gwv1.HTTPRouteFilterRequestHeaderModifier, gwv1.HTTPRouteFilterResponseHeaderModifier,
 					gwv1.HTTPRouteFilterRequestRedirect, gwv1.HTTPRouteFilterURLRewrite, gwv1.HTTPRouteFilterRequestMirror:
+				case gwv1.HTTPRouteFilterCORS:
+					if why := corsUnsupported(f.CORS); why != "" {
+						return fmt.Sprintf("rules[%d].filters[%d]: %s", i, j, why)
+					}
 				default:
 					return fmt.Sprintf("rules[%d].filters[%d]: filter type %s is not supported", i, j, f.Type)
 				}
 			}
-			for j, b := range rule.BackendRefs {
-				if len(b.Filters) > 0 {
-					return fmt.Sprintf("rules[%d].backendRefs[%d].filters: filters on a backendRef are not supported; put them on the rule", i, j)
-				}
+			if why := unsupportedBackendFilters(i, rule.BackendRefs); why != "" {
+				return why
 			}
-			if rule.Retry != nil {
-				return fmt.Sprintf("rules[%d].retry is not supported", i)
+			if why := unsupportedRetry(i, rule.Retry); why != "" {
+				return why
 			}
 			if rule.SessionPersistence != nil {
 				return fmt.Sprintf("rules[%d].sessionPersistence is not supported", i)
@@ -96,6 +98,7 @@ func (g *gwBuild) translateRoute(r *routeObj, atts []attachment) string {
 			rules = append(rules, g.grpcRule(r, rule))
 		}
 	}
+	g.edgeRoutePolicy(r, rules)
 	if bad := g.checkRules(rules, len(hosts)); bad != "" {
 		for _, k := range g.newPools {
 			delete(g.lb.Pools, k)
@@ -228,6 +231,8 @@ func (g *gwBuild) httpRule(r *routeObj, rule gwv1.HTTPRouteRule) *pb.Route {
 			if m := g.mirror(r, f.RequestMirror); m != nil {
 				rt.Filters = append(rt.Filters, &pb.RouteFilter{RequestMirror: m})
 			}
+		case gwv1.HTTPRouteFilterCORS:
+			rt.Filters = append(rt.Filters, corsFilter(f.CORS))
 		}
 	}
 	if !redirect {
@@ -236,6 +241,8 @@ func (g *gwBuild) httpRule(r *routeObj, rule gwv1.HTTPRouteRule) *pb.Route {
 			refs = append(refs, b.BackendRef)
 		}
 		rt.Backends = g.backends(r, refs, false)
+		backendHeaderFilters(rt.Backends, rule.BackendRefs)
+		rt.Retry = httpRetry(rule.Retry)
 	}
 	if t := rule.Timeouts; t != nil {
 		rt.Timeouts = &pb.RouteTimeouts{Request: duration(t.Request), BackendRequest: duration(t.BackendRequest)}

@@ -198,6 +198,8 @@ func TestGatewayRouteStatus(t *testing.T) {
 			[]string{"Accepted"}, []string{"ResolvedRefs"}, []int32{1, 1, 0, 0}},
 		{"port selects the listener", httpRoute("shop", "r", 1, []gwv1.ParentReference{withPort(parent("gw", ""), 8080)}, nil, rule), nil,
 			[]string{"Accepted"}, []string{"ResolvedRefs"}, []int32{0, 1, 0, 0}},
+		{"a port no listener has", httpRoute("shop", "r", 1, []gwv1.ParentReference{withPort(parent("gw", ""), 81)}, nil, rule), nil,
+			[]string{"NoMatchingParent"}, []string{"ResolvedRefs"}, []int32{0, 0, 0, 0}},
 		{"an unknown sectionName", httpRoute("shop", "r", 1, []gwv1.ParentReference{parent("gw", "nope")}, nil, rule), nil,
 			[]string{"NoMatchingParent"}, []string{"ResolvedRefs"}, []int32{0, 0, 0, 0}},
 		{"another namespace: Same refuses, All takes, Selector takes a labelled namespace", httpRoute("team", "r", 1, []gwv1.ParentReference{{Name: "gw", Namespace: ptr(gwv1.Namespace("shop"))}}, nil, rule),

@@ -144,6 +144,8 @@ func waitUntil(t *testing.T, what string, cond func() error) {
 // it again after the hold, and forgets the tenant's routes and session
 // when its bgp goes.
 func TestRelaySession(t *testing.T) {
+	// Not parallel: gobgp's StartBgp writes package variables, which
+	// two servers starting at once race on.
 	port := freePort(t)
 	routes := &memRoutes{}
 	var evMu sync.Mutex
@@ -240,6 +242,8 @@ func TestRelayWithoutSpeaker(t *testing.T) {
 // another password gets no session and no route in; with the same one,
 // it does.
 func TestRelayPassword(t *testing.T) {
+	// Not parallel: gobgp's StartBgp writes package variables, which
+	// two servers starting at once race on.
 	port := freePort(t)
 	routes := &memRoutes{}
 	r, err := New(Config{ASN: 65001, RouterID: "127.0.0.1", Routes: routes, PeerPort: port,

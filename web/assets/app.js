@@ -256,12 +256,10 @@ function renderLB(s, id) {
       `<div class="muted">data from ${seen(x.observed)}</div>`,
     x.listeners.map(li => (li.bound ? badge("bound", "ok") : badge("not bound", "bad")) + ` ${esc(li.address)}/${esc(li.protocol)}` +
       (li.error ? `<div class="reason">${esc(li.error)}</div>` : "")).join("<br>") || `<span class="muted">—</span>`,
-    x.members.map(m => (!x.reachable ? badge("unknown", "unknown") : m.healthy ? badge("up", "ok") : badge("down", "bad")) + ` ${esc(m.pool)}: ${esc(m.address)}` +
-      (m.traffic ? ` <span class="mt">${esc(memberRate(m.traffic))}, ${esc(m.inFlight)} in flight, ${seen(m.traffic.at)}</span>` : "") +
-      (set(m.lastCheck) ? ` <span class="muted">checked ${ago(m.lastCheck)}</span>` : "") + (m.reason ? `<div class="reason">${esc(m.reason)}</div>` : "")).join("<br>") +
-      (x.membersOmitted ? `<div class="muted">traffic of ${esc(x.membersOmitted)} quieter members not reported (each host reports its 64 busiest)</div>` : "") || `<span class="muted">—</span>`,
+    memberSummary(x),
     x.problems.map(p => `<div class="reason">${esc(p)}</div>`).join("") || `<span class="muted">none</span>`,
   ]), "No host reported this load balancer.");
+  h += `<div id="member-table">${memberTable(l)}</div>`;
   h += `<h2>Listeners</h2>` + table(["Port", "Protocol", "Pool", "TLS"], (spec.listeners || []).map(x => [
     esc(x.port), esc(x.protocol), esc(x.pool || (x.redirectToHttps ? "redirect to https" : "routes")),
     esc(x.tls ? (x.tls.acme ? "ACME" : (x.tls.certificates || []).join(", ")) : "—")]), "No listeners.");
@@ -272,7 +270,7 @@ function renderLB(s, id) {
     const p = pools[name];
     const hc = p.healthCheck ? (p.healthCheck.http ? `http ${p.healthCheck.http.path || "/"}` : "tcp") + (p.healthCheck.interval ? ` every ${p.healthCheck.interval}` : "") : "none";
     return [`<b>${esc(name)}</b>`, esc(p.algorithm || "round-robin"), esc(hc),
-      (p.members || []).map(m => esc(m.address) + (m.weight !== undefined ? ` <span class="muted">w${esc(m.weight)}</span>` : "")).join("<br>")];
+      poolMembers(p.members || [])];
   }), "No pools.");
   const hosts = new Set((spec.routes || []).map(r => r.host).concat((spec.listeners || []).flatMap(x => (x.sniRoutes || []).map(r => r.host))).filter(Boolean));
   const certs = s.certs.filter(c => c.tenant === l.tenant && c.hosts.some(x => hosts.has(x)));
@@ -287,9 +285,13 @@ function renderLB(s, id) {
   return h;
 }
 
-// memberRate is a member's last interval in words.
-function memberRate(t) {
-  return `${fmtNum(t.rps)} req/s, ${fmtPct(t.err)} 5xx, p99 ${fmtDur(t.p99)}`;
+// poolMembers is a pool's members as stored: all of a few, the count and
+// the first few of many (the member table pages through them all).
+const POOL_MEMBERS_LISTED = 10;
+function poolMembers(ms) {
+  const one = m => esc(m.address) + (m.weight !== undefined ? ` <span class="muted">w${esc(m.weight)}</span>` : "");
+  if (ms.length <= POOL_MEMBERS_LISTED) return ms.map(one).join("<br>") || `<span class="muted">none</span>`;
+  return `${ms.length} members: ` + ms.slice(0, 3).map(one).join(", ") + `, … <span class="muted">(all in Members above)</span>`;
 }
 
 // memberTraffic is the members' traffic summed over the hosts, busiest
@@ -338,7 +340,7 @@ function yamlView(kind, name, rev) {
       .then(r => r.ok ? r.json() : r.text().then(t => Promise.reject(new Error(t.trim() || `HTTP ${r.status}`))))
       .then(v => { state.yaml[key] = { rev, text: v.yaml, readAt: v.readAt, revision: v.revision, error: "" }; },
         err => { state.yaml[key] = { rev, text: "", readAt: "", error: String(err.message || err) }; })
-      .finally(() => render());
+      .finally(() => renderSoon());
   }
   const v = state.yaml[key];
   if (v.error) return `<p class="reason">${esc(v.error)}</p>`;
@@ -412,6 +414,15 @@ function route() {
   return { page, arg: decodeURIComponent(parts.slice(1).join("/")) };
 }
 
+// renderSoon renders once in the next frame however many reads ended
+// before it (the page's history, YAML, ...).
+let renderQueued = false;
+function renderSoon() {
+  if (renderQueued) return;
+  renderQueued = true;
+  requestAnimationFrame(() => { renderQueued = false; render(); });
+}
+
 function render() {
   const s = state.snap;
   if (!s) return;
@@ -419,6 +430,7 @@ function render() {
   const r = route();
   const main = document.getElementById("main");
   toolbar(s, r.page);
+  memberToolbar(r.page, r.arg);
   chartData.clear();
   let html = r.page === "tenants" ? renderTenants(s) : r.page === "lbs" ? renderLBs(s) : r.page === "lb" ? renderLB(s, r.arg) :
     r.page === "host" ? renderHost(s, r.arg) : r.page === "object" ? renderObject(s, r.arg) : renderCluster(s);
@@ -433,6 +445,7 @@ function render() {
     main.dataset.firstRender = performance.now().toFixed(0);
   }
   main.dataset.page = r.page;
+  membersShownAt();
   document.body.classList.toggle("stale", !s.reachable);
   const errs = document.getElementById("errors");
   errs.hidden = !(s.errors && s.errors.length);
@@ -528,7 +541,10 @@ function connect() {
   stream = es;
   es.onopen = () => { state.stream.open = true; tick(); };
   es.addEventListener("view", ev => {
+    // When the first view arrived and was read (for the browser test).
+    if (!state.snap) performance.mark("view");
     const v = JSON.parse(ev.data);
+    if (!state.snap) performance.measure("view-parsed", "view");
     state.stream = { open: true, downSince: 0, why: "" };
     state.snap = v.snapshot;
     state.recvAt = Date.now();
@@ -553,5 +569,8 @@ function connect() {
 
 window.addEventListener("hashchange", render);
 setupToolbar();
+setupMembers();
+// A load balancer's page reads its member table while the stream connects.
+if (route().page === "lb") { memberToolbar("lb", route().arg); memberFetch(); }
 setInterval(tick, 1000);
 connect();

@@ -116,10 +116,22 @@ function rangeName(s) { const r = RANGES.find(x => x[0] === s); return r ? r[1] 
 
 // charts draws every metric of one series; hist is its history points.
 function chartSet(scope, id, live, hist, metrics) {
+  if (!chartsDrawn) return chartsLater(metrics || METRICS);
   const s = state.snap;
   const opt = { range: state.range, now: Date.parse(s.time) + (Date.now() - state.recvAt), liveStep: s.intervalSeconds || 1 };
   const ps = joined(hist, live);
   return `<div class="charts">${(metrics || METRICS).map(m => chart(`${scope}:${id}:${m.key}`, ps, m, opt)).join("")}</div>`;
+}
+
+// The page's first render leaves the charts out (a box of their size per
+// chart), so what it says is shown first; the next frame draws them.
+let chartsDrawn = false, chartsQueued = false;
+function chartsLater(metrics) {
+  if (!chartsQueued) {
+    chartsQueued = true;
+    requestAnimationFrame(() => setTimeout(() => { chartsDrawn = true; render(); }, 0));
+  }
+  return `<div class="charts">${metrics.map(m => `<figure class="chart pending" data-metric="${m.key}"><figcaption>${esc(m.label)}</figcaption></figure>`).join("")}</div>`;
 }
 
 // hoverAt shows, on the chart under the pointer, the point nearest in
@@ -180,7 +192,7 @@ function history(key) {
     fetch(url, { cache: "no-store" }).then(r => r.ok ? r.json() : r.text().then(t => Promise.reject(new Error(t.trim() || `HTTP ${r.status}`))))
       .then(d => { state.hist[key] = { data: d, error: "", at: Date.now(), busy: false }; },
         err => { state.hist[key] = { data: (state.hist[key] || {}).data, error: String(err.message || err), at: Date.now(), busy: false }; })
-      .finally(() => render());
+      .finally(() => renderSoon());
   }
   return state.hist[key];
 }

@@ -1221,9 +1221,12 @@ type TLSPolicy struct {
 	// Names of uploaded certificates to serve.
 	Certificates []string `protobuf:"bytes,2,rep,name=certificates,proto3" json:"certificates,omitempty"`
 	// tls1.2 | tls1.3 (default tls1.2)
-	MinVersion    string `protobuf:"bytes,3,opt,name=min_version,json=minVersion,proto3" json:"min_version,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	MinVersion string `protobuf:"bytes,3,opt,name=min_version,json=minVersion,proto3" json:"min_version,omitempty"`
+	// Ask clients for a certificate and check it against these CAs
+	// (mutual TLS). Unset: no client certificate is asked for.
+	ClientValidation *ClientValidation `protobuf:"bytes,100,opt,name=client_validation,json=clientValidation,proto3" json:"client_validation,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *TLSPolicy) Reset() {
@@ -1277,6 +1280,86 @@ func (x *TLSPolicy) GetMinVersion() string {
 	return ""
 }
 
+func (x *TLSPolicy) GetClientValidation() *ClientValidation {
+	if x != nil {
+		return x.ClientValidation
+	}
+	return nil
+}
+
+// ClientValidation checks the certificates of an https listener's
+// clients. The check's CPU is charged to the tenant's handshake budget,
+// like the handshake itself.
+type ClientValidation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// PEM CA certificates a client certificate must chain to (at most
+	// 65536 bytes and 64 certificates; required).
+	CaBundle string `protobuf:"bytes,1,opt,name=ca_bundle,json=caBundle,proto3" json:"ca_bundle,omitempty"`
+	// require (default): a client without a certificate the CAs signed
+	// fails the handshake | optional: every client is served, and only a
+	// verified certificate is passed on in subjectHeader.
+	Mode string `protobuf:"bytes,2,opt,name=mode,proto3" json:"mode,omitempty"`
+	// Request header that carries the subject of the client's verified
+	// certificate (RFC 4514, at most 1024 bytes) to the members, for
+	// example X-Client-Subject; what clients send in it themselves is
+	// dropped. Empty: no header is sent. A listener with one serves its
+	// requests through the general path (no WebSocket upgrades).
+	SubjectHeader string `protobuf:"bytes,3,opt,name=subject_header,json=subjectHeader,proto3" json:"subject_header,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClientValidation) Reset() {
+	*x = ClientValidation{}
+	mi := &file_teapotv1_model_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClientValidation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClientValidation) ProtoMessage() {}
+
+func (x *ClientValidation) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_model_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClientValidation.ProtoReflect.Descriptor instead.
+func (*ClientValidation) Descriptor() ([]byte, []int) {
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ClientValidation) GetCaBundle() string {
+	if x != nil {
+		return x.CaBundle
+	}
+	return ""
+}
+
+func (x *ClientValidation) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *ClientValidation) GetSubjectHeader() string {
+	if x != nil {
+		return x.SubjectHeader
+	}
+	return ""
+}
+
 type Route struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Exact ("shop.acme.example") or wildcard ("*.acme.example"); empty matches any host.
@@ -1311,15 +1394,25 @@ type Route struct {
 	// there: the routes of less specific hosts (a shorter wildcard, any
 	// host) are not tried for them. With host "*.shop.example" and path
 	// "/", the routes for any host no longer serve x.shop.example. Without
-	// pool, backends, filters, matches, timeouts, rateLimit and waf.
-	NotFound      bool `protobuf:"varint,120,opt,name=not_found,json=notFound,proto3" json:"not_found,omitempty"`
+	// pool, backends, filters, matches, timeouts, rateLimit, waf and retry.
+	NotFound bool `protobuf:"varint,120,opt,name=not_found,json=notFound,proto3" json:"not_found,omitempty"`
+	// Send a request again, to a member of the same backend picked anew,
+	// when an attempt failed: the member answered one of retry.codes, the
+	// connection failed or closed before a response head, or the attempt
+	// passed timeouts.backendRequest. A request whose body was not fully
+	// buffered (of unknown length, or over 64 KiB) is sent once and never
+	// retried. On each LB host at most 20% of the tenant's requests in
+	// flight on routes with retry (at least 3) retry at once; past that the
+	// failed attempt is the answer. timeouts.request bounds the attempts
+	// and the waits between them together. Off when unset.
+	Retry         *RouteRetry `protobuf:"bytes,90,opt,name=retry,proto3" json:"retry,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Route) Reset() {
 	*x = Route{}
-	mi := &file_teapotv1_model_proto_msgTypes[12]
+	mi := &file_teapotv1_model_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1331,7 +1424,7 @@ func (x *Route) String() string {
 func (*Route) ProtoMessage() {}
 
 func (x *Route) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[12]
+	mi := &file_teapotv1_model_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1344,7 +1437,7 @@ func (x *Route) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Route.ProtoReflect.Descriptor instead.
 func (*Route) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{12}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Route) GetHost() string {
@@ -1431,6 +1524,91 @@ func (x *Route) GetNotFound() bool {
 	return false
 }
 
+func (x *Route) GetRetry() *RouteRetry {
+	if x != nil {
+		return x.Retry
+	}
+	return nil
+}
+
+// RouteRetry sends a request again when an attempt failed: when the
+// member answered one of codes, when no connection to a member could be
+// made or it closed before a response head (connection errors), or when
+// the attempt passed timeouts.backendRequest. A request whose body was
+// not fully buffered is never retried: only a body of known length of at
+// most 64 KiB is read before the first attempt and sent again; a larger
+// or chunked body streams to the member once, and its failure is the
+// answer. Retries are bounded per tenant on each LB host: at most 20% of
+// the tenant's requests in flight on routes with retry (at least 3 at
+// once) may be retries; past that budget the failed attempt is the
+// answer. timeouts.request bounds the first attempt, the retries and the
+// waits between them together.
+type RouteRetry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Response statuses (400-599) that are retried. Empty: only
+	// connection errors and backend timeouts are.
+	Codes []uint32 `protobuf:"varint,1,rep,packed,name=codes,proto3" json:"codes,omitempty"`
+	// Retries after the first attempt, 1-5 (default 1).
+	Attempts *uint32 `protobuf:"varint,2,opt,name=attempts,proto3,oneof" json:"attempts,omitempty"`
+	// The least wait before a retry; it doubles for each further retry,
+	// up to 10 times itself, with up to as much again of random jitter
+	// (default 25ms; at most 10s).
+	Backoff       *durationpb.Duration `protobuf:"bytes,3,opt,name=backoff,proto3" json:"backoff,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RouteRetry) Reset() {
+	*x = RouteRetry{}
+	mi := &file_teapotv1_model_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RouteRetry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RouteRetry) ProtoMessage() {}
+
+func (x *RouteRetry) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_model_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RouteRetry.ProtoReflect.Descriptor instead.
+func (*RouteRetry) Descriptor() ([]byte, []int) {
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *RouteRetry) GetCodes() []uint32 {
+	if x != nil {
+		return x.Codes
+	}
+	return nil
+}
+
+func (x *RouteRetry) GetAttempts() uint32 {
+	if x != nil && x.Attempts != nil {
+		return *x.Attempts
+	}
+	return 0
+}
+
+func (x *RouteRetry) GetBackoff() *durationpb.Duration {
+	if x != nil {
+		return x.Backoff
+	}
+	return nil
+}
+
 // WAF turns on request inspection with the OWASP Core Rule Set. Its CPU
 // is charged to the tenant's quotas.wafCpuMillicores on each LB host: past
 // it, the route's requests are answered 429 with Retry-After: 1.
@@ -1444,14 +1622,18 @@ type WAF struct {
 	ParanoiaLevel uint32 `protobuf:"varint,2,opt,name=paranoia_level,json=paranoiaLevel,proto3" json:"paranoia_level,omitempty"`
 	// Bytes of a request body inspected (default 131072); the rest is
 	// passed on uninspected.
-	MaxBodyBytes  uint32 `protobuf:"varint,3,opt,name=max_body_bytes,json=maxBodyBytes,proto3" json:"max_body_bytes,omitempty"`
+	MaxBodyBytes uint32 `protobuf:"varint,3,opt,name=max_body_bytes,json=maxBodyBytes,proto3" json:"max_body_bytes,omitempty"`
+	// Core Rule Set rule ids not run for this route's requests: the
+	// exclusions of a false positive (the log names the rules of each
+	// blocked or detected request). At most 64.
+	ExcludeRules  []uint32 `protobuf:"varint,130,rep,packed,name=exclude_rules,json=excludeRules,proto3" json:"exclude_rules,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WAF) Reset() {
 	*x = WAF{}
-	mi := &file_teapotv1_model_proto_msgTypes[13]
+	mi := &file_teapotv1_model_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1463,7 +1645,7 @@ func (x *WAF) String() string {
 func (*WAF) ProtoMessage() {}
 
 func (x *WAF) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[13]
+	mi := &file_teapotv1_model_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1476,7 +1658,7 @@ func (x *WAF) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WAF.ProtoReflect.Descriptor instead.
 func (*WAF) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{13}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *WAF) GetMode() string {
@@ -1500,6 +1682,13 @@ func (x *WAF) GetMaxBodyBytes() uint32 {
 	return 0
 }
 
+func (x *WAF) GetExcludeRules() []uint32 {
+	if x != nil {
+		return x.ExcludeRules
+	}
+	return nil
+}
+
 // RouteMatch is one set of conditions; all of them must hold.
 type RouteMatch struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1521,7 +1710,7 @@ type RouteMatch struct {
 
 func (x *RouteMatch) Reset() {
 	*x = RouteMatch{}
-	mi := &file_teapotv1_model_proto_msgTypes[14]
+	mi := &file_teapotv1_model_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1533,7 +1722,7 @@ func (x *RouteMatch) String() string {
 func (*RouteMatch) ProtoMessage() {}
 
 func (x *RouteMatch) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[14]
+	mi := &file_teapotv1_model_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1546,7 +1735,7 @@ func (x *RouteMatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteMatch.ProtoReflect.Descriptor instead.
 func (*RouteMatch) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{14}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RouteMatch) GetPath() string {
@@ -1604,7 +1793,7 @@ type ValueMatch struct {
 
 func (x *ValueMatch) Reset() {
 	*x = ValueMatch{}
-	mi := &file_teapotv1_model_proto_msgTypes[15]
+	mi := &file_teapotv1_model_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1616,7 +1805,7 @@ func (x *ValueMatch) String() string {
 func (*ValueMatch) ProtoMessage() {}
 
 func (x *ValueMatch) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[15]
+	mi := &file_teapotv1_model_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1629,7 +1818,7 @@ func (x *ValueMatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValueMatch.ProtoReflect.Descriptor instead.
 func (*ValueMatch) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{15}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ValueMatch) GetName() string {
@@ -1668,7 +1857,7 @@ type GRPCMethodMatch struct {
 
 func (x *GRPCMethodMatch) Reset() {
 	*x = GRPCMethodMatch{}
-	mi := &file_teapotv1_model_proto_msgTypes[16]
+	mi := &file_teapotv1_model_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1680,7 +1869,7 @@ func (x *GRPCMethodMatch) String() string {
 func (*GRPCMethodMatch) ProtoMessage() {}
 
 func (x *GRPCMethodMatch) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[16]
+	mi := &file_teapotv1_model_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1693,7 +1882,7 @@ func (x *GRPCMethodMatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GRPCMethodMatch.ProtoReflect.Descriptor instead.
 func (*GRPCMethodMatch) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{16}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GRPCMethodMatch) GetService() string {
@@ -1726,14 +1915,17 @@ type RouteBackend struct {
 	Weight *uint32 `protobuf:"varint,2,opt,name=weight,proto3,oneof" json:"weight,omitempty"`
 	// This share of requests is answered with 500: a backend the route
 	// names but cannot use. pool must be empty.
-	Unavailable   bool `protobuf:"varint,3,opt,name=unavailable,proto3" json:"unavailable,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Unavailable bool `protobuf:"varint,3,opt,name=unavailable,proto3" json:"unavailable,omitempty"`
+	// Changes to the request's headers when it goes to this backend,
+	// applied after the route's requestHeaderModifier filter.
+	RequestHeaderModifier *HeaderModifier `protobuf:"bytes,90,opt,name=request_header_modifier,json=requestHeaderModifier,proto3" json:"request_header_modifier,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *RouteBackend) Reset() {
 	*x = RouteBackend{}
-	mi := &file_teapotv1_model_proto_msgTypes[17]
+	mi := &file_teapotv1_model_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1745,7 +1937,7 @@ func (x *RouteBackend) String() string {
 func (*RouteBackend) ProtoMessage() {}
 
 func (x *RouteBackend) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[17]
+	mi := &file_teapotv1_model_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1758,7 +1950,7 @@ func (x *RouteBackend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteBackend.ProtoReflect.Descriptor instead.
 func (*RouteBackend) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{17}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RouteBackend) GetPool() string {
@@ -1782,6 +1974,13 @@ func (x *RouteBackend) GetUnavailable() bool {
 	return false
 }
 
+func (x *RouteBackend) GetRequestHeaderModifier() *HeaderModifier {
+	if x != nil {
+		return x.RequestHeaderModifier
+	}
+	return nil
+}
+
 // RouteFilter is one change to a request or its response; exactly one of
 // its fields is set.
 type RouteFilter struct {
@@ -1791,13 +1990,16 @@ type RouteFilter struct {
 	RequestRedirect        *RequestRedirect       `protobuf:"bytes,3,opt,name=request_redirect,json=requestRedirect,proto3" json:"request_redirect,omitempty"`
 	UrlRewrite             *URLRewrite            `protobuf:"bytes,4,opt,name=url_rewrite,json=urlRewrite,proto3" json:"url_rewrite,omitempty"`
 	RequestMirror          *RequestMirror         `protobuf:"bytes,5,opt,name=request_mirror,json=requestMirror,proto3" json:"request_mirror,omitempty"`
-	unknownFields          protoimpl.UnknownFields
-	sizeCache              protoimpl.SizeCache
+	// Answer CORS preflight requests at the load balancer and add the CORS
+	// headers to the responses of allowed origins.
+	Cors          *CORS `protobuf:"bytes,100,opt,name=cors,proto3" json:"cors,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RouteFilter) Reset() {
 	*x = RouteFilter{}
-	mi := &file_teapotv1_model_proto_msgTypes[18]
+	mi := &file_teapotv1_model_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1809,7 +2011,7 @@ func (x *RouteFilter) String() string {
 func (*RouteFilter) ProtoMessage() {}
 
 func (x *RouteFilter) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[18]
+	mi := &file_teapotv1_model_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1822,7 +2024,7 @@ func (x *RouteFilter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteFilter.ProtoReflect.Descriptor instead.
 func (*RouteFilter) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{18}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RouteFilter) GetRequestHeaderModifier() *HeaderModifier {
@@ -1860,6 +2062,116 @@ func (x *RouteFilter) GetRequestMirror() *RequestMirror {
 	return nil
 }
 
+func (x *RouteFilter) GetCors() *CORS {
+	if x != nil {
+		return x.Cors
+	}
+	return nil
+}
+
+// CORS is the Gateway API's CORS filter. A preflight (OPTIONS with
+// Origin and Access-Control-Request-Method) is answered 204 by the load
+// balancer, with the Access-Control-Allow-* headers when its Origin is
+// allowed and without them otherwise; other requests with an allowed
+// Origin get Access-Control-Allow-Origin (and -Credentials, -Expose-
+// Headers) on the member's response.
+type CORS struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Origins allowed, at most 64: scheme://host[:port] ("https://a.example",
+	// port 80 or 443 assumed), a wildcard host matching any number of
+	// labels in place of "*" ("https://*.a.example"), or "*" alone (any
+	// origin).
+	AllowOrigins []string `protobuf:"bytes,1,rep,name=allow_origins,json=allowOrigins,proto3" json:"allow_origins,omitempty"`
+	// Methods a preflight allows, at most 9 (GET, HEAD, POST, PUT, DELETE,
+	// CONNECT, OPTIONS, TRACE, PATCH), or "*" alone (the requested one).
+	AllowMethods []string `protobuf:"bytes,2,rep,name=allow_methods,json=allowMethods,proto3" json:"allow_methods,omitempty"`
+	// Request headers a preflight allows, at most 64, or "*" alone (those
+	// requested).
+	AllowHeaders []string `protobuf:"bytes,3,rep,name=allow_headers,json=allowHeaders,proto3" json:"allow_headers,omitempty"`
+	// Response headers scripts may read, at most 64; "*" only without
+	// allowCredentials.
+	ExposeHeaders []string `protobuf:"bytes,4,rep,name=expose_headers,json=exposeHeaders,proto3" json:"expose_headers,omitempty"`
+	// Seconds a browser may cache a preflight's answer, 1-86400 (default 5).
+	MaxAge uint32 `protobuf:"varint,5,opt,name=max_age,json=maxAge,proto3" json:"max_age,omitempty"`
+	// Send Access-Control-Allow-Credentials: true; a wildcard is then
+	// answered with the request's own origin, method and headers.
+	AllowCredentials bool `protobuf:"varint,6,opt,name=allow_credentials,json=allowCredentials,proto3" json:"allow_credentials,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *CORS) Reset() {
+	*x = CORS{}
+	mi := &file_teapotv1_model_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CORS) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CORS) ProtoMessage() {}
+
+func (x *CORS) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_model_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CORS.ProtoReflect.Descriptor instead.
+func (*CORS) Descriptor() ([]byte, []int) {
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *CORS) GetAllowOrigins() []string {
+	if x != nil {
+		return x.AllowOrigins
+	}
+	return nil
+}
+
+func (x *CORS) GetAllowMethods() []string {
+	if x != nil {
+		return x.AllowMethods
+	}
+	return nil
+}
+
+func (x *CORS) GetAllowHeaders() []string {
+	if x != nil {
+		return x.AllowHeaders
+	}
+	return nil
+}
+
+func (x *CORS) GetExposeHeaders() []string {
+	if x != nil {
+		return x.ExposeHeaders
+	}
+	return nil
+}
+
+func (x *CORS) GetMaxAge() uint32 {
+	if x != nil {
+		return x.MaxAge
+	}
+	return 0
+}
+
+func (x *CORS) GetAllowCredentials() bool {
+	if x != nil {
+		return x.AllowCredentials
+	}
+	return false
+}
+
 // HeaderModifier sets, adds and removes headers.
 type HeaderModifier struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1875,7 +2187,7 @@ type HeaderModifier struct {
 
 func (x *HeaderModifier) Reset() {
 	*x = HeaderModifier{}
-	mi := &file_teapotv1_model_proto_msgTypes[19]
+	mi := &file_teapotv1_model_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1887,7 +2199,7 @@ func (x *HeaderModifier) String() string {
 func (*HeaderModifier) ProtoMessage() {}
 
 func (x *HeaderModifier) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[19]
+	mi := &file_teapotv1_model_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1900,7 +2212,7 @@ func (x *HeaderModifier) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeaderModifier.ProtoReflect.Descriptor instead.
 func (*HeaderModifier) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{19}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *HeaderModifier) GetSet() []*HeaderValue {
@@ -1934,7 +2246,7 @@ type HeaderValue struct {
 
 func (x *HeaderValue) Reset() {
 	*x = HeaderValue{}
-	mi := &file_teapotv1_model_proto_msgTypes[20]
+	mi := &file_teapotv1_model_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1946,7 +2258,7 @@ func (x *HeaderValue) String() string {
 func (*HeaderValue) ProtoMessage() {}
 
 func (x *HeaderValue) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[20]
+	mi := &file_teapotv1_model_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1959,7 +2271,7 @@ func (x *HeaderValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeaderValue.ProtoReflect.Descriptor instead.
 func (*HeaderValue) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{20}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *HeaderValue) GetName() string {
@@ -1997,7 +2309,7 @@ type RequestRedirect struct {
 
 func (x *RequestRedirect) Reset() {
 	*x = RequestRedirect{}
-	mi := &file_teapotv1_model_proto_msgTypes[21]
+	mi := &file_teapotv1_model_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2009,7 +2321,7 @@ func (x *RequestRedirect) String() string {
 func (*RequestRedirect) ProtoMessage() {}
 
 func (x *RequestRedirect) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[21]
+	mi := &file_teapotv1_model_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2022,7 +2334,7 @@ func (x *RequestRedirect) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestRedirect.ProtoReflect.Descriptor instead.
 func (*RequestRedirect) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{21}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RequestRedirect) GetScheme() string {
@@ -2072,7 +2384,7 @@ type URLRewrite struct {
 
 func (x *URLRewrite) Reset() {
 	*x = URLRewrite{}
-	mi := &file_teapotv1_model_proto_msgTypes[22]
+	mi := &file_teapotv1_model_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2084,7 +2396,7 @@ func (x *URLRewrite) String() string {
 func (*URLRewrite) ProtoMessage() {}
 
 func (x *URLRewrite) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[22]
+	mi := &file_teapotv1_model_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2097,7 +2409,7 @@ func (x *URLRewrite) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use URLRewrite.ProtoReflect.Descriptor instead.
 func (*URLRewrite) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{22}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *URLRewrite) GetHostname() string {
@@ -2128,7 +2440,7 @@ type PathModifier struct {
 
 func (x *PathModifier) Reset() {
 	*x = PathModifier{}
-	mi := &file_teapotv1_model_proto_msgTypes[23]
+	mi := &file_teapotv1_model_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2140,7 +2452,7 @@ func (x *PathModifier) String() string {
 func (*PathModifier) ProtoMessage() {}
 
 func (x *PathModifier) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[23]
+	mi := &file_teapotv1_model_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2153,7 +2465,7 @@ func (x *PathModifier) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathModifier.ProtoReflect.Descriptor instead.
 func (*PathModifier) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{23}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PathModifier) GetReplaceFullPath() string {
@@ -2185,7 +2497,7 @@ type RequestMirror struct {
 
 func (x *RequestMirror) Reset() {
 	*x = RequestMirror{}
-	mi := &file_teapotv1_model_proto_msgTypes[24]
+	mi := &file_teapotv1_model_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2197,7 +2509,7 @@ func (x *RequestMirror) String() string {
 func (*RequestMirror) ProtoMessage() {}
 
 func (x *RequestMirror) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[24]
+	mi := &file_teapotv1_model_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2210,7 +2522,7 @@ func (x *RequestMirror) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestMirror.ProtoReflect.Descriptor instead.
 func (*RequestMirror) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{24}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RequestMirror) GetPool() string {
@@ -2245,7 +2557,7 @@ type Fraction struct {
 
 func (x *Fraction) Reset() {
 	*x = Fraction{}
-	mi := &file_teapotv1_model_proto_msgTypes[25]
+	mi := &file_teapotv1_model_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2257,7 +2569,7 @@ func (x *Fraction) String() string {
 func (*Fraction) ProtoMessage() {}
 
 func (x *Fraction) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[25]
+	mi := &file_teapotv1_model_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2270,7 +2582,7 @@ func (x *Fraction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Fraction.ProtoReflect.Descriptor instead.
 func (*Fraction) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{25}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Fraction) GetNumerator() uint32 {
@@ -2302,7 +2614,7 @@ type RouteTimeouts struct {
 
 func (x *RouteTimeouts) Reset() {
 	*x = RouteTimeouts{}
-	mi := &file_teapotv1_model_proto_msgTypes[26]
+	mi := &file_teapotv1_model_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2314,7 +2626,7 @@ func (x *RouteTimeouts) String() string {
 func (*RouteTimeouts) ProtoMessage() {}
 
 func (x *RouteTimeouts) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[26]
+	mi := &file_teapotv1_model_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2327,7 +2639,7 @@ func (x *RouteTimeouts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteTimeouts.ProtoReflect.Descriptor instead.
 func (*RouteTimeouts) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{26}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RouteTimeouts) GetRequest() *durationpb.Duration {
@@ -2358,13 +2670,18 @@ type BackendPool struct {
 	// (default http1; L7 only).
 	BackendProtocol string               `protobuf:"bytes,6,opt,name=backend_protocol,json=backendProtocol,proto3" json:"backend_protocol,omitempty"`
 	ConnectTimeout  *durationpb.Duration `protobuf:"bytes,7,opt,name=connect_timeout,json=connectTimeout,proto3" json:"connect_timeout,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// TLS towards the members (backendProtocol tls or h2): the CAs their
+	// certificates must chain to, the server name sent and verified, and
+	// the subject alternative names accepted. Unset: the members'
+	// certificates are not verified (they are addressed by IP).
+	Tls           *BackendTLS `protobuf:"bytes,110,opt,name=tls,proto3" json:"tls,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *BackendPool) Reset() {
 	*x = BackendPool{}
-	mi := &file_teapotv1_model_proto_msgTypes[27]
+	mi := &file_teapotv1_model_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2376,7 +2693,7 @@ func (x *BackendPool) String() string {
 func (*BackendPool) ProtoMessage() {}
 
 func (x *BackendPool) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[27]
+	mi := &file_teapotv1_model_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2389,7 +2706,7 @@ func (x *BackendPool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackendPool.ProtoReflect.Descriptor instead.
 func (*BackendPool) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{27}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *BackendPool) GetAlgorithm() string {
@@ -2441,6 +2758,163 @@ func (x *BackendPool) GetConnectTimeout() *durationpb.Duration {
 	return nil
 }
 
+func (x *BackendPool) GetTls() *BackendTLS {
+	if x != nil {
+		return x.Tls
+	}
+	return nil
+}
+
+// BackendTLS verifies the members of a pool that speak TLS (Gateway API
+// BackendTLSPolicy). A member whose certificate fails verification is
+// not sent the request: the client gets 502, the access log says
+// member-tls.
+type BackendTLS struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// PEM CA certificates (at most 64 KiB, 32 certificates) the member's
+	// certificate must chain to.
+	CaPem string `protobuf:"bytes,1,opt,name=ca_pem,json=caPem,proto3" json:"ca_pem,omitempty"`
+	// Verify against the LB host's system roots instead (the Gateway API's
+	// wellKnownCACertificates: System). Exactly one of caPem and
+	// systemRoots is set.
+	SystemRoots bool `protobuf:"varint,2,opt,name=system_roots,json=systemRoots,proto3" json:"system_roots,omitempty"`
+	// The server name (SNI) sent to the members, and the name their
+	// certificate must hold when subjectAltNames is empty: a DNS name, no
+	// wildcard.
+	ServerName string `protobuf:"bytes,3,opt,name=server_name,json=serverName,proto3" json:"server_name,omitempty"`
+	// When set, the member's certificate must hold at least one of these
+	// (instead of serverName); at most 16.
+	SubjectAltNames []*SubjectAltName `protobuf:"bytes,4,rep,name=subject_alt_names,json=subjectAltNames,proto3" json:"subject_alt_names,omitempty"`
+	// The name of one of the tenant's uploaded certificates (with its key)
+	// presented to members that ask for a client certificate (the Gateway
+	// API's spec.tls.backend.clientCertificateRef). Its signatures are
+	// charged to the tenant's handshake CPU budget.
+	ClientCertificate string `protobuf:"bytes,5,opt,name=client_certificate,json=clientCertificate,proto3" json:"client_certificate,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *BackendTLS) Reset() {
+	*x = BackendTLS{}
+	mi := &file_teapotv1_model_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackendTLS) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackendTLS) ProtoMessage() {}
+
+func (x *BackendTLS) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_model_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackendTLS.ProtoReflect.Descriptor instead.
+func (*BackendTLS) Descriptor() ([]byte, []int) {
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *BackendTLS) GetCaPem() string {
+	if x != nil {
+		return x.CaPem
+	}
+	return ""
+}
+
+func (x *BackendTLS) GetSystemRoots() bool {
+	if x != nil {
+		return x.SystemRoots
+	}
+	return false
+}
+
+func (x *BackendTLS) GetServerName() string {
+	if x != nil {
+		return x.ServerName
+	}
+	return ""
+}
+
+func (x *BackendTLS) GetSubjectAltNames() []*SubjectAltName {
+	if x != nil {
+		return x.SubjectAltNames
+	}
+	return nil
+}
+
+func (x *BackendTLS) GetClientCertificate() string {
+	if x != nil {
+		return x.ClientCertificate
+	}
+	return ""
+}
+
+// SubjectAltName is one accepted name of a member's certificate: exactly
+// one of hostname (a DNS name, "*.acme.example" matches one label) and
+// uri (an absolute URI such as "spiffe://acme.example/web", compared
+// exactly).
+type SubjectAltName struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Hostname      string                 `protobuf:"bytes,1,opt,name=hostname,proto3" json:"hostname,omitempty"`
+	Uri           string                 `protobuf:"bytes,2,opt,name=uri,proto3" json:"uri,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SubjectAltName) Reset() {
+	*x = SubjectAltName{}
+	mi := &file_teapotv1_model_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubjectAltName) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubjectAltName) ProtoMessage() {}
+
+func (x *SubjectAltName) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_model_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubjectAltName.ProtoReflect.Descriptor instead.
+func (*SubjectAltName) Descriptor() ([]byte, []int) {
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *SubjectAltName) GetHostname() string {
+	if x != nil {
+		return x.Hostname
+	}
+	return ""
+}
+
+func (x *SubjectAltName) GetUri() string {
+	if x != nil {
+		return x.Uri
+	}
+	return ""
+}
+
 type Member struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// host:port with an IP address ("10.20.0.11:30080", "[2001:db8::1]:80").
@@ -2453,7 +2927,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_teapotv1_model_proto_msgTypes[28]
+	mi := &file_teapotv1_model_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2465,7 +2939,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[28]
+	mi := &file_teapotv1_model_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2478,7 +2952,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{28}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Member) GetAddress() string {
@@ -2518,7 +2992,7 @@ type HealthCheck struct {
 
 func (x *HealthCheck) Reset() {
 	*x = HealthCheck{}
-	mi := &file_teapotv1_model_proto_msgTypes[29]
+	mi := &file_teapotv1_model_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2530,7 +3004,7 @@ func (x *HealthCheck) String() string {
 func (*HealthCheck) ProtoMessage() {}
 
 func (x *HealthCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[29]
+	mi := &file_teapotv1_model_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2543,7 +3017,7 @@ func (x *HealthCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthCheck.ProtoReflect.Descriptor instead.
 func (*HealthCheck) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{29}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *HealthCheck) GetTcp() *TCPCheck {
@@ -2617,7 +3091,7 @@ type TCPCheck struct {
 
 func (x *TCPCheck) Reset() {
 	*x = TCPCheck{}
-	mi := &file_teapotv1_model_proto_msgTypes[30]
+	mi := &file_teapotv1_model_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2629,7 +3103,7 @@ func (x *TCPCheck) String() string {
 func (*TCPCheck) ProtoMessage() {}
 
 func (x *TCPCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[30]
+	mi := &file_teapotv1_model_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2642,7 +3116,7 @@ func (x *TCPCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TCPCheck.ProtoReflect.Descriptor instead.
 func (*TCPCheck) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{30}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{35}
 }
 
 type HTTPCheck struct {
@@ -2657,7 +3131,7 @@ type HTTPCheck struct {
 
 func (x *HTTPCheck) Reset() {
 	*x = HTTPCheck{}
-	mi := &file_teapotv1_model_proto_msgTypes[31]
+	mi := &file_teapotv1_model_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2669,7 +3143,7 @@ func (x *HTTPCheck) String() string {
 func (*HTTPCheck) ProtoMessage() {}
 
 func (x *HTTPCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[31]
+	mi := &file_teapotv1_model_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2682,7 +3156,7 @@ func (x *HTTPCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HTTPCheck.ProtoReflect.Descriptor instead.
 func (*HTTPCheck) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{31}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *HTTPCheck) GetPath() string {
@@ -2735,7 +3209,7 @@ type HTTPSCheck struct {
 
 func (x *HTTPSCheck) Reset() {
 	*x = HTTPSCheck{}
-	mi := &file_teapotv1_model_proto_msgTypes[32]
+	mi := &file_teapotv1_model_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2747,7 +3221,7 @@ func (x *HTTPSCheck) String() string {
 func (*HTTPSCheck) ProtoMessage() {}
 
 func (x *HTTPSCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[32]
+	mi := &file_teapotv1_model_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2760,7 +3234,7 @@ func (x *HTTPSCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HTTPSCheck.ProtoReflect.Descriptor instead.
 func (*HTTPSCheck) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{32}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *HTTPSCheck) GetPath() string {
@@ -2837,7 +3311,7 @@ type LoadBalancerStatus struct {
 
 func (x *LoadBalancerStatus) Reset() {
 	*x = LoadBalancerStatus{}
-	mi := &file_teapotv1_model_proto_msgTypes[33]
+	mi := &file_teapotv1_model_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2849,7 +3323,7 @@ func (x *LoadBalancerStatus) String() string {
 func (*LoadBalancerStatus) ProtoMessage() {}
 
 func (x *LoadBalancerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[33]
+	mi := &file_teapotv1_model_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2862,7 +3336,7 @@ func (x *LoadBalancerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadBalancerStatus.ProtoReflect.Descriptor instead.
 func (*LoadBalancerStatus) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{33}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *LoadBalancerStatus) GetAddress() string {
@@ -2910,7 +3384,7 @@ type ObservedStatus struct {
 
 func (x *ObservedStatus) Reset() {
 	*x = ObservedStatus{}
-	mi := &file_teapotv1_model_proto_msgTypes[34]
+	mi := &file_teapotv1_model_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2922,7 +3396,7 @@ func (x *ObservedStatus) String() string {
 func (*ObservedStatus) ProtoMessage() {}
 
 func (x *ObservedStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[34]
+	mi := &file_teapotv1_model_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2935,7 +3409,7 @@ func (x *ObservedStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObservedStatus.ProtoReflect.Descriptor instead.
 func (*ObservedStatus) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{34}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ObservedStatus) GetPhase() string {
@@ -2976,7 +3450,7 @@ type Problem struct {
 
 func (x *Problem) Reset() {
 	*x = Problem{}
-	mi := &file_teapotv1_model_proto_msgTypes[35]
+	mi := &file_teapotv1_model_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2988,7 +3462,7 @@ func (x *Problem) String() string {
 func (*Problem) ProtoMessage() {}
 
 func (x *Problem) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[35]
+	mi := &file_teapotv1_model_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3001,7 +3475,7 @@ func (x *Problem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Problem.ProtoReflect.Descriptor instead.
 func (*Problem) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{35}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Problem) GetField() string {
@@ -3052,7 +3526,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_teapotv1_model_proto_msgTypes[36]
+	mi := &file_teapotv1_model_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3064,7 +3538,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[36]
+	mi := &file_teapotv1_model_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3077,7 +3551,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{36}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *Node) GetId() string {
@@ -3177,7 +3651,7 @@ type NodeService struct {
 
 func (x *NodeService) Reset() {
 	*x = NodeService{}
-	mi := &file_teapotv1_model_proto_msgTypes[37]
+	mi := &file_teapotv1_model_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3189,7 +3663,7 @@ func (x *NodeService) String() string {
 func (*NodeService) ProtoMessage() {}
 
 func (x *NodeService) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[37]
+	mi := &file_teapotv1_model_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3202,7 +3676,7 @@ func (x *NodeService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeService.ProtoReflect.Descriptor instead.
 func (*NodeService) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{37}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *NodeService) GetName() string {
@@ -3238,7 +3712,7 @@ type Certificate struct {
 
 func (x *Certificate) Reset() {
 	*x = Certificate{}
-	mi := &file_teapotv1_model_proto_msgTypes[38]
+	mi := &file_teapotv1_model_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3250,7 +3724,7 @@ func (x *Certificate) String() string {
 func (*Certificate) ProtoMessage() {}
 
 func (x *Certificate) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[38]
+	mi := &file_teapotv1_model_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3263,7 +3737,7 @@ func (x *Certificate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Certificate.ProtoReflect.Descriptor instead.
 func (*Certificate) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{38}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *Certificate) GetName() string {
@@ -3342,7 +3816,7 @@ type JoinToken struct {
 
 func (x *JoinToken) Reset() {
 	*x = JoinToken{}
-	mi := &file_teapotv1_model_proto_msgTypes[39]
+	mi := &file_teapotv1_model_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3354,7 +3828,7 @@ func (x *JoinToken) String() string {
 func (*JoinToken) ProtoMessage() {}
 
 func (x *JoinToken) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[39]
+	mi := &file_teapotv1_model_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3367,7 +3841,7 @@ func (x *JoinToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinToken.ProtoReflect.Descriptor instead.
 func (*JoinToken) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{39}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *JoinToken) GetId() string {
@@ -3416,7 +3890,7 @@ type StorageItem struct {
 
 func (x *StorageItem) Reset() {
 	*x = StorageItem{}
-	mi := &file_teapotv1_model_proto_msgTypes[40]
+	mi := &file_teapotv1_model_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3428,7 +3902,7 @@ func (x *StorageItem) String() string {
 func (*StorageItem) ProtoMessage() {}
 
 func (x *StorageItem) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[40]
+	mi := &file_teapotv1_model_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3441,7 +3915,7 @@ func (x *StorageItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageItem.ProtoReflect.Descriptor instead.
 func (*StorageItem) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{40}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *StorageItem) GetKey() string {
@@ -3488,7 +3962,7 @@ type StorageLock struct {
 
 func (x *StorageLock) Reset() {
 	*x = StorageLock{}
-	mi := &file_teapotv1_model_proto_msgTypes[41]
+	mi := &file_teapotv1_model_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3500,7 +3974,7 @@ func (x *StorageLock) String() string {
 func (*StorageLock) ProtoMessage() {}
 
 func (x *StorageLock) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[41]
+	mi := &file_teapotv1_model_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3513,7 +3987,7 @@ func (x *StorageLock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageLock.ProtoReflect.Descriptor instead.
 func (*StorageLock) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{41}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *StorageLock) GetName() string {
@@ -3571,7 +4045,7 @@ type Object struct {
 
 func (x *Object) Reset() {
 	*x = Object{}
-	mi := &file_teapotv1_model_proto_msgTypes[42]
+	mi := &file_teapotv1_model_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3583,7 +4057,7 @@ func (x *Object) String() string {
 func (*Object) ProtoMessage() {}
 
 func (x *Object) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[42]
+	mi := &file_teapotv1_model_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3596,7 +4070,7 @@ func (x *Object) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Object.ProtoReflect.Descriptor instead.
 func (*Object) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{42}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *Object) GetKind() isObject_Kind {
@@ -3744,7 +4218,7 @@ type ObjectRef struct {
 
 func (x *ObjectRef) Reset() {
 	*x = ObjectRef{}
-	mi := &file_teapotv1_model_proto_msgTypes[43]
+	mi := &file_teapotv1_model_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3756,7 +4230,7 @@ func (x *ObjectRef) String() string {
 func (*ObjectRef) ProtoMessage() {}
 
 func (x *ObjectRef) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[43]
+	mi := &file_teapotv1_model_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3769,7 +4243,7 @@ func (x *ObjectRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectRef.ProtoReflect.Descriptor instead.
 func (*ObjectRef) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{43}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ObjectRef) GetKind() string {
@@ -3904,12 +4378,17 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\x03key\x18\x04 \x01(\tR\x03key\"2\n" +
 	"\bSNIRoute\x12\x12\n" +
 	"\x04host\x18\x01 \x01(\tR\x04host\x12\x12\n" +
-	"\x04pool\x18\x02 \x01(\tR\x04pool\"d\n" +
+	"\x04pool\x18\x02 \x01(\tR\x04pool\"\xae\x01\n" +
 	"\tTLSPolicy\x12\x12\n" +
 	"\x04acme\x18\x01 \x01(\bR\x04acme\x12\"\n" +
 	"\fcertificates\x18\x02 \x03(\tR\fcertificates\x12\x1f\n" +
 	"\vmin_version\x18\x03 \x01(\tR\n" +
-	"minVersion\"\xb8\x03\n" +
+	"minVersion\x12H\n" +
+	"\x11client_validation\x18d \x01(\v2\x1b.teapot.v1.ClientValidationR\x10clientValidation\"j\n" +
+	"\x10ClientValidation\x12\x1b\n" +
+	"\tca_bundle\x18\x01 \x01(\tR\bcaBundle\x12\x12\n" +
+	"\x04mode\x18\x02 \x01(\tR\x04mode\x12%\n" +
+	"\x0esubject_header\x18\x03 \x01(\tR\rsubjectHeader\"\xe5\x03\n" +
 	"\x05Route\x12\x12\n" +
 	"\x04host\x18\x01 \x01(\tR\x04host\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x1b\n" +
@@ -3923,11 +4402,19 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\n" +
 	"rate_limit\x182 \x01(\v2\x14.teapot.v1.RateLimitR\trateLimit\x12 \n" +
 	"\x03waf\x183 \x01(\v2\x0e.teapot.v1.WAFR\x03waf\x12\x1b\n" +
-	"\tnot_found\x18x \x01(\bR\bnotFound\"f\n" +
+	"\tnot_found\x18x \x01(\bR\bnotFound\x12+\n" +
+	"\x05retry\x18Z \x01(\v2\x15.teapot.v1.RouteRetryR\x05retry\"\x85\x01\n" +
+	"\n" +
+	"RouteRetry\x12\x14\n" +
+	"\x05codes\x18\x01 \x03(\rR\x05codes\x12\x1f\n" +
+	"\battempts\x18\x02 \x01(\rH\x00R\battempts\x88\x01\x01\x123\n" +
+	"\abackoff\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\abackoffB\v\n" +
+	"\t_attempts\"\x8c\x01\n" +
 	"\x03WAF\x12\x12\n" +
 	"\x04mode\x18\x01 \x01(\tR\x04mode\x12%\n" +
 	"\x0eparanoia_level\x18\x02 \x01(\rR\rparanoiaLevel\x12$\n" +
-	"\x0emax_body_bytes\x18\x03 \x01(\rR\fmaxBodyBytes\"\xf0\x01\n" +
+	"\x0emax_body_bytes\x18\x03 \x01(\rR\fmaxBodyBytes\x12$\n" +
+	"\rexclude_rules\x18\x82\x01 \x03(\rR\fexcludeRules\"\xf0\x01\n" +
 	"\n" +
 	"RouteMatch\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x1b\n" +
@@ -3944,19 +4431,28 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\x0fGRPCMethodMatch\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12\x16\n" +
 	"\x06method\x18\x02 \x01(\tR\x06method\x12\x12\n" +
-	"\x04type\x18\x03 \x01(\tR\x04type\"l\n" +
+	"\x04type\x18\x03 \x01(\tR\x04type\"\xbf\x01\n" +
 	"\fRouteBackend\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x1b\n" +
 	"\x06weight\x18\x02 \x01(\rH\x00R\x06weight\x88\x01\x01\x12 \n" +
-	"\vunavailable\x18\x03 \x01(\bR\vunavailableB\t\n" +
-	"\a_weight\"\xf5\x02\n" +
+	"\vunavailable\x18\x03 \x01(\bR\vunavailable\x12Q\n" +
+	"\x17request_header_modifier\x18Z \x01(\v2\x19.teapot.v1.HeaderModifierR\x15requestHeaderModifierB\t\n" +
+	"\a_weight\"\x9a\x03\n" +
 	"\vRouteFilter\x12Q\n" +
 	"\x17request_header_modifier\x18\x01 \x01(\v2\x19.teapot.v1.HeaderModifierR\x15requestHeaderModifier\x12S\n" +
 	"\x18response_header_modifier\x18\x02 \x01(\v2\x19.teapot.v1.HeaderModifierR\x16responseHeaderModifier\x12E\n" +
 	"\x10request_redirect\x18\x03 \x01(\v2\x1a.teapot.v1.RequestRedirectR\x0frequestRedirect\x126\n" +
 	"\vurl_rewrite\x18\x04 \x01(\v2\x15.teapot.v1.URLRewriteR\n" +
 	"urlRewrite\x12?\n" +
-	"\x0erequest_mirror\x18\x05 \x01(\v2\x18.teapot.v1.RequestMirrorR\rrequestMirror\"|\n" +
+	"\x0erequest_mirror\x18\x05 \x01(\v2\x18.teapot.v1.RequestMirrorR\rrequestMirror\x12#\n" +
+	"\x04cors\x18d \x01(\v2\x0f.teapot.v1.CORSR\x04cors\"\xe2\x01\n" +
+	"\x04CORS\x12#\n" +
+	"\rallow_origins\x18\x01 \x03(\tR\fallowOrigins\x12#\n" +
+	"\rallow_methods\x18\x02 \x03(\tR\fallowMethods\x12#\n" +
+	"\rallow_headers\x18\x03 \x03(\tR\fallowHeaders\x12%\n" +
+	"\x0eexpose_headers\x18\x04 \x03(\tR\rexposeHeaders\x12\x17\n" +
+	"\amax_age\x18\x05 \x01(\rR\x06maxAge\x12+\n" +
+	"\x11allow_credentials\x18\x06 \x01(\bR\x10allowCredentials\"|\n" +
 	"\x0eHeaderModifier\x12(\n" +
 	"\x03set\x18\x01 \x03(\v2\x16.teapot.v1.HeaderValueR\x03set\x12(\n" +
 	"\x03add\x18\x02 \x03(\v2\x16.teapot.v1.HeaderValueR\x03add\x12\x16\n" +
@@ -3992,7 +4488,7 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\vdenominator\x18\x02 \x01(\rR\vdenominator\"\x88\x01\n" +
 	"\rRouteTimeouts\x123\n" +
 	"\arequest\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\arequest\x12B\n" +
-	"\x0fbackend_request\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x0ebackendRequest\"\xc2\x02\n" +
+	"\x0fbackend_request\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x0ebackendRequest\"\xeb\x02\n" +
 	"\vBackendPool\x12\x1c\n" +
 	"\talgorithm\x18\x01 \x01(\tR\talgorithm\x12\x17\n" +
 	"\ahash_on\x18\x02 \x01(\tR\x06hashOn\x12+\n" +
@@ -4000,7 +4496,19 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\fhealth_check\x18\x04 \x01(\v2\x16.teapot.v1.HealthCheckR\vhealthCheck\x12%\n" +
 	"\x0eproxy_protocol\x18\x05 \x01(\tR\rproxyProtocol\x12)\n" +
 	"\x10backend_protocol\x18\x06 \x01(\tR\x0fbackendProtocol\x12B\n" +
-	"\x0fconnect_timeout\x18\a \x01(\v2\x19.google.protobuf.DurationR\x0econnectTimeout\"J\n" +
+	"\x0fconnect_timeout\x18\a \x01(\v2\x19.google.protobuf.DurationR\x0econnectTimeout\x12'\n" +
+	"\x03tls\x18n \x01(\v2\x15.teapot.v1.BackendTLSR\x03tls\"\xdd\x01\n" +
+	"\n" +
+	"BackendTLS\x12\x15\n" +
+	"\x06ca_pem\x18\x01 \x01(\tR\x05caPem\x12!\n" +
+	"\fsystem_roots\x18\x02 \x01(\bR\vsystemRoots\x12\x1f\n" +
+	"\vserver_name\x18\x03 \x01(\tR\n" +
+	"serverName\x12E\n" +
+	"\x11subject_alt_names\x18\x04 \x03(\v2\x19.teapot.v1.SubjectAltNameR\x0fsubjectAltNames\x12-\n" +
+	"\x12client_certificate\x18\x05 \x01(\tR\x11clientCertificate\">\n" +
+	"\x0eSubjectAltName\x12\x1a\n" +
+	"\bhostname\x18\x01 \x01(\tR\bhostname\x12\x10\n" +
+	"\x03uri\x18\x02 \x01(\tR\x03uri\"J\n" +
 	"\x06Member\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x1b\n" +
 	"\x06weight\x18\x02 \x01(\rH\x00R\x06weight\x88\x01\x01B\t\n" +
@@ -4117,7 +4625,7 @@ func file_teapotv1_model_proto_rawDescGZIP() []byte {
 	return file_teapotv1_model_proto_rawDescData
 }
 
-var file_teapotv1_model_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_teapotv1_model_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
 var file_teapotv1_model_proto_goTypes = []any{
 	(*Meta)(nil),                  // 0: teapot.v1.Meta
 	(*Tenant)(nil),                // 1: teapot.v1.Tenant
@@ -4131,116 +4639,128 @@ var file_teapotv1_model_proto_goTypes = []any{
 	(*RateLimit)(nil),             // 9: teapot.v1.RateLimit
 	(*SNIRoute)(nil),              // 10: teapot.v1.SNIRoute
 	(*TLSPolicy)(nil),             // 11: teapot.v1.TLSPolicy
-	(*Route)(nil),                 // 12: teapot.v1.Route
-	(*WAF)(nil),                   // 13: teapot.v1.WAF
-	(*RouteMatch)(nil),            // 14: teapot.v1.RouteMatch
-	(*ValueMatch)(nil),            // 15: teapot.v1.ValueMatch
-	(*GRPCMethodMatch)(nil),       // 16: teapot.v1.GRPCMethodMatch
-	(*RouteBackend)(nil),          // 17: teapot.v1.RouteBackend
-	(*RouteFilter)(nil),           // 18: teapot.v1.RouteFilter
-	(*HeaderModifier)(nil),        // 19: teapot.v1.HeaderModifier
-	(*HeaderValue)(nil),           // 20: teapot.v1.HeaderValue
-	(*RequestRedirect)(nil),       // 21: teapot.v1.RequestRedirect
-	(*URLRewrite)(nil),            // 22: teapot.v1.URLRewrite
-	(*PathModifier)(nil),          // 23: teapot.v1.PathModifier
-	(*RequestMirror)(nil),         // 24: teapot.v1.RequestMirror
-	(*Fraction)(nil),              // 25: teapot.v1.Fraction
-	(*RouteTimeouts)(nil),         // 26: teapot.v1.RouteTimeouts
-	(*BackendPool)(nil),           // 27: teapot.v1.BackendPool
-	(*Member)(nil),                // 28: teapot.v1.Member
-	(*HealthCheck)(nil),           // 29: teapot.v1.HealthCheck
-	(*TCPCheck)(nil),              // 30: teapot.v1.TCPCheck
-	(*HTTPCheck)(nil),             // 31: teapot.v1.HTTPCheck
-	(*HTTPSCheck)(nil),            // 32: teapot.v1.HTTPSCheck
-	(*LoadBalancerStatus)(nil),    // 33: teapot.v1.LoadBalancerStatus
-	(*ObservedStatus)(nil),        // 34: teapot.v1.ObservedStatus
-	(*Problem)(nil),               // 35: teapot.v1.Problem
-	(*Node)(nil),                  // 36: teapot.v1.Node
-	(*NodeService)(nil),           // 37: teapot.v1.NodeService
-	(*Certificate)(nil),           // 38: teapot.v1.Certificate
-	(*JoinToken)(nil),             // 39: teapot.v1.JoinToken
-	(*StorageItem)(nil),           // 40: teapot.v1.StorageItem
-	(*StorageLock)(nil),           // 41: teapot.v1.StorageLock
-	(*Object)(nil),                // 42: teapot.v1.Object
-	(*ObjectRef)(nil),             // 43: teapot.v1.ObjectRef
-	nil,                           // 44: teapot.v1.LoadBalancer.PoolsEntry
-	(*timestamppb.Timestamp)(nil), // 45: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 46: google.protobuf.Duration
+	(*ClientValidation)(nil),      // 12: teapot.v1.ClientValidation
+	(*Route)(nil),                 // 13: teapot.v1.Route
+	(*RouteRetry)(nil),            // 14: teapot.v1.RouteRetry
+	(*WAF)(nil),                   // 15: teapot.v1.WAF
+	(*RouteMatch)(nil),            // 16: teapot.v1.RouteMatch
+	(*ValueMatch)(nil),            // 17: teapot.v1.ValueMatch
+	(*GRPCMethodMatch)(nil),       // 18: teapot.v1.GRPCMethodMatch
+	(*RouteBackend)(nil),          // 19: teapot.v1.RouteBackend
+	(*RouteFilter)(nil),           // 20: teapot.v1.RouteFilter
+	(*CORS)(nil),                  // 21: teapot.v1.CORS
+	(*HeaderModifier)(nil),        // 22: teapot.v1.HeaderModifier
+	(*HeaderValue)(nil),           // 23: teapot.v1.HeaderValue
+	(*RequestRedirect)(nil),       // 24: teapot.v1.RequestRedirect
+	(*URLRewrite)(nil),            // 25: teapot.v1.URLRewrite
+	(*PathModifier)(nil),          // 26: teapot.v1.PathModifier
+	(*RequestMirror)(nil),         // 27: teapot.v1.RequestMirror
+	(*Fraction)(nil),              // 28: teapot.v1.Fraction
+	(*RouteTimeouts)(nil),         // 29: teapot.v1.RouteTimeouts
+	(*BackendPool)(nil),           // 30: teapot.v1.BackendPool
+	(*BackendTLS)(nil),            // 31: teapot.v1.BackendTLS
+	(*SubjectAltName)(nil),        // 32: teapot.v1.SubjectAltName
+	(*Member)(nil),                // 33: teapot.v1.Member
+	(*HealthCheck)(nil),           // 34: teapot.v1.HealthCheck
+	(*TCPCheck)(nil),              // 35: teapot.v1.TCPCheck
+	(*HTTPCheck)(nil),             // 36: teapot.v1.HTTPCheck
+	(*HTTPSCheck)(nil),            // 37: teapot.v1.HTTPSCheck
+	(*LoadBalancerStatus)(nil),    // 38: teapot.v1.LoadBalancerStatus
+	(*ObservedStatus)(nil),        // 39: teapot.v1.ObservedStatus
+	(*Problem)(nil),               // 40: teapot.v1.Problem
+	(*Node)(nil),                  // 41: teapot.v1.Node
+	(*NodeService)(nil),           // 42: teapot.v1.NodeService
+	(*Certificate)(nil),           // 43: teapot.v1.Certificate
+	(*JoinToken)(nil),             // 44: teapot.v1.JoinToken
+	(*StorageItem)(nil),           // 45: teapot.v1.StorageItem
+	(*StorageLock)(nil),           // 46: teapot.v1.StorageLock
+	(*Object)(nil),                // 47: teapot.v1.Object
+	(*ObjectRef)(nil),             // 48: teapot.v1.ObjectRef
+	nil,                           // 49: teapot.v1.LoadBalancer.PoolsEntry
+	(*timestamppb.Timestamp)(nil), // 50: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 51: google.protobuf.Duration
 }
 var file_teapotv1_model_proto_depIdxs = []int32{
-	45, // 0: teapot.v1.Meta.created:type_name -> google.protobuf.Timestamp
-	45, // 1: teapot.v1.Meta.updated:type_name -> google.protobuf.Timestamp
+	50, // 0: teapot.v1.Meta.created:type_name -> google.protobuf.Timestamp
+	50, // 1: teapot.v1.Meta.updated:type_name -> google.protobuf.Timestamp
 	3,  // 2: teapot.v1.Tenant.quotas:type_name -> teapot.v1.Quotas
 	0,  // 3: teapot.v1.Tenant.meta:type_name -> teapot.v1.Meta
 	2,  // 4: teapot.v1.Tenant.bgp:type_name -> teapot.v1.TenantBGP
 	0,  // 5: teapot.v1.VIPPool.meta:type_name -> teapot.v1.Meta
 	7,  // 6: teapot.v1.LoadBalancer.vip:type_name -> teapot.v1.VIPRequest
 	8,  // 7: teapot.v1.LoadBalancer.listeners:type_name -> teapot.v1.Listener
-	12, // 8: teapot.v1.LoadBalancer.routes:type_name -> teapot.v1.Route
-	44, // 9: teapot.v1.LoadBalancer.pools:type_name -> teapot.v1.LoadBalancer.PoolsEntry
+	13, // 8: teapot.v1.LoadBalancer.routes:type_name -> teapot.v1.Route
+	49, // 9: teapot.v1.LoadBalancer.pools:type_name -> teapot.v1.LoadBalancer.PoolsEntry
 	6,  // 10: teapot.v1.LoadBalancer.access_log:type_name -> teapot.v1.AccessLog
 	0,  // 11: teapot.v1.LoadBalancer.meta:type_name -> teapot.v1.Meta
-	33, // 12: teapot.v1.LoadBalancer.status:type_name -> teapot.v1.LoadBalancerStatus
+	38, // 12: teapot.v1.LoadBalancer.status:type_name -> teapot.v1.LoadBalancerStatus
 	11, // 13: teapot.v1.Listener.tls:type_name -> teapot.v1.TLSPolicy
-	46, // 14: teapot.v1.Listener.idle_timeout:type_name -> google.protobuf.Duration
+	51, // 14: teapot.v1.Listener.idle_timeout:type_name -> google.protobuf.Duration
 	10, // 15: teapot.v1.Listener.sni_routes:type_name -> teapot.v1.SNIRoute
 	9,  // 16: teapot.v1.Listener.rate_limit:type_name -> teapot.v1.RateLimit
-	14, // 17: teapot.v1.Route.matches:type_name -> teapot.v1.RouteMatch
-	17, // 18: teapot.v1.Route.backends:type_name -> teapot.v1.RouteBackend
-	18, // 19: teapot.v1.Route.filters:type_name -> teapot.v1.RouteFilter
-	26, // 20: teapot.v1.Route.timeouts:type_name -> teapot.v1.RouteTimeouts
-	9,  // 21: teapot.v1.Route.rate_limit:type_name -> teapot.v1.RateLimit
-	13, // 22: teapot.v1.Route.waf:type_name -> teapot.v1.WAF
-	15, // 23: teapot.v1.RouteMatch.headers:type_name -> teapot.v1.ValueMatch
-	15, // 24: teapot.v1.RouteMatch.query_params:type_name -> teapot.v1.ValueMatch
-	16, // 25: teapot.v1.RouteMatch.grpc:type_name -> teapot.v1.GRPCMethodMatch
-	19, // 26: teapot.v1.RouteFilter.request_header_modifier:type_name -> teapot.v1.HeaderModifier
-	19, // 27: teapot.v1.RouteFilter.response_header_modifier:type_name -> teapot.v1.HeaderModifier
-	21, // 28: teapot.v1.RouteFilter.request_redirect:type_name -> teapot.v1.RequestRedirect
-	22, // 29: teapot.v1.RouteFilter.url_rewrite:type_name -> teapot.v1.URLRewrite
-	24, // 30: teapot.v1.RouteFilter.request_mirror:type_name -> teapot.v1.RequestMirror
-	20, // 31: teapot.v1.HeaderModifier.set:type_name -> teapot.v1.HeaderValue
-	20, // 32: teapot.v1.HeaderModifier.add:type_name -> teapot.v1.HeaderValue
-	23, // 33: teapot.v1.RequestRedirect.path:type_name -> teapot.v1.PathModifier
-	23, // 34: teapot.v1.URLRewrite.path:type_name -> teapot.v1.PathModifier
-	25, // 35: teapot.v1.RequestMirror.fraction:type_name -> teapot.v1.Fraction
-	46, // 36: teapot.v1.RouteTimeouts.request:type_name -> google.protobuf.Duration
-	46, // 37: teapot.v1.RouteTimeouts.backend_request:type_name -> google.protobuf.Duration
-	28, // 38: teapot.v1.BackendPool.members:type_name -> teapot.v1.Member
-	29, // 39: teapot.v1.BackendPool.health_check:type_name -> teapot.v1.HealthCheck
-	46, // 40: teapot.v1.BackendPool.connect_timeout:type_name -> google.protobuf.Duration
-	30, // 41: teapot.v1.HealthCheck.tcp:type_name -> teapot.v1.TCPCheck
-	31, // 42: teapot.v1.HealthCheck.http:type_name -> teapot.v1.HTTPCheck
-	46, // 43: teapot.v1.HealthCheck.interval:type_name -> google.protobuf.Duration
-	46, // 44: teapot.v1.HealthCheck.timeout:type_name -> google.protobuf.Duration
-	32, // 45: teapot.v1.HealthCheck.https:type_name -> teapot.v1.HTTPSCheck
-	35, // 46: teapot.v1.LoadBalancerStatus.problems:type_name -> teapot.v1.Problem
-	34, // 47: teapot.v1.LoadBalancerStatus.observed:type_name -> teapot.v1.ObservedStatus
-	37, // 48: teapot.v1.Node.services:type_name -> teapot.v1.NodeService
-	0,  // 49: teapot.v1.Node.meta:type_name -> teapot.v1.Meta
-	45, // 50: teapot.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
-	0,  // 51: teapot.v1.Certificate.meta:type_name -> teapot.v1.Meta
-	45, // 52: teapot.v1.JoinToken.expires:type_name -> google.protobuf.Timestamp
-	0,  // 53: teapot.v1.JoinToken.meta:type_name -> teapot.v1.Meta
-	45, // 54: teapot.v1.StorageItem.modified:type_name -> google.protobuf.Timestamp
-	0,  // 55: teapot.v1.StorageItem.meta:type_name -> teapot.v1.Meta
-	45, // 56: teapot.v1.StorageLock.expires:type_name -> google.protobuf.Timestamp
-	46, // 57: teapot.v1.StorageLock.ttl:type_name -> google.protobuf.Duration
-	0,  // 58: teapot.v1.StorageLock.meta:type_name -> teapot.v1.Meta
-	1,  // 59: teapot.v1.Object.tenant:type_name -> teapot.v1.Tenant
-	4,  // 60: teapot.v1.Object.vip_pool:type_name -> teapot.v1.VIPPool
-	5,  // 61: teapot.v1.Object.load_balancer:type_name -> teapot.v1.LoadBalancer
-	36, // 62: teapot.v1.Object.node:type_name -> teapot.v1.Node
-	38, // 63: teapot.v1.Object.certificate:type_name -> teapot.v1.Certificate
-	39, // 64: teapot.v1.Object.join_token:type_name -> teapot.v1.JoinToken
-	40, // 65: teapot.v1.Object.storage_item:type_name -> teapot.v1.StorageItem
-	41, // 66: teapot.v1.Object.storage_lock:type_name -> teapot.v1.StorageLock
-	27, // 67: teapot.v1.LoadBalancer.PoolsEntry.value:type_name -> teapot.v1.BackendPool
-	68, // [68:68] is the sub-list for method output_type
-	68, // [68:68] is the sub-list for method input_type
-	68, // [68:68] is the sub-list for extension type_name
-	68, // [68:68] is the sub-list for extension extendee
-	0,  // [0:68] is the sub-list for field type_name
+	12, // 17: teapot.v1.TLSPolicy.client_validation:type_name -> teapot.v1.ClientValidation
+	16, // 18: teapot.v1.Route.matches:type_name -> teapot.v1.RouteMatch
+	19, // 19: teapot.v1.Route.backends:type_name -> teapot.v1.RouteBackend
+	20, // 20: teapot.v1.Route.filters:type_name -> teapot.v1.RouteFilter
+	29, // 21: teapot.v1.Route.timeouts:type_name -> teapot.v1.RouteTimeouts
+	9,  // 22: teapot.v1.Route.rate_limit:type_name -> teapot.v1.RateLimit
+	15, // 23: teapot.v1.Route.waf:type_name -> teapot.v1.WAF
+	14, // 24: teapot.v1.Route.retry:type_name -> teapot.v1.RouteRetry
+	51, // 25: teapot.v1.RouteRetry.backoff:type_name -> google.protobuf.Duration
+	17, // 26: teapot.v1.RouteMatch.headers:type_name -> teapot.v1.ValueMatch
+	17, // 27: teapot.v1.RouteMatch.query_params:type_name -> teapot.v1.ValueMatch
+	18, // 28: teapot.v1.RouteMatch.grpc:type_name -> teapot.v1.GRPCMethodMatch
+	22, // 29: teapot.v1.RouteBackend.request_header_modifier:type_name -> teapot.v1.HeaderModifier
+	22, // 30: teapot.v1.RouteFilter.request_header_modifier:type_name -> teapot.v1.HeaderModifier
+	22, // 31: teapot.v1.RouteFilter.response_header_modifier:type_name -> teapot.v1.HeaderModifier
+	24, // 32: teapot.v1.RouteFilter.request_redirect:type_name -> teapot.v1.RequestRedirect
+	25, // 33: teapot.v1.RouteFilter.url_rewrite:type_name -> teapot.v1.URLRewrite
+	27, // 34: teapot.v1.RouteFilter.request_mirror:type_name -> teapot.v1.RequestMirror
+	21, // 35: teapot.v1.RouteFilter.cors:type_name -> teapot.v1.CORS
+	23, // 36: teapot.v1.HeaderModifier.set:type_name -> teapot.v1.HeaderValue
+	23, // 37: teapot.v1.HeaderModifier.add:type_name -> teapot.v1.HeaderValue
+	26, // 38: teapot.v1.RequestRedirect.path:type_name -> teapot.v1.PathModifier
+	26, // 39: teapot.v1.URLRewrite.path:type_name -> teapot.v1.PathModifier
+	28, // 40: teapot.v1.RequestMirror.fraction:type_name -> teapot.v1.Fraction
+	51, // 41: teapot.v1.RouteTimeouts.request:type_name -> google.protobuf.Duration
+	51, // 42: teapot.v1.RouteTimeouts.backend_request:type_name -> google.protobuf.Duration
+	33, // 43: teapot.v1.BackendPool.members:type_name -> teapot.v1.Member
+	34, // 44: teapot.v1.BackendPool.health_check:type_name -> teapot.v1.HealthCheck
+	51, // 45: teapot.v1.BackendPool.connect_timeout:type_name -> google.protobuf.Duration
+	31, // 46: teapot.v1.BackendPool.tls:type_name -> teapot.v1.BackendTLS
+	32, // 47: teapot.v1.BackendTLS.subject_alt_names:type_name -> teapot.v1.SubjectAltName
+	35, // 48: teapot.v1.HealthCheck.tcp:type_name -> teapot.v1.TCPCheck
+	36, // 49: teapot.v1.HealthCheck.http:type_name -> teapot.v1.HTTPCheck
+	51, // 50: teapot.v1.HealthCheck.interval:type_name -> google.protobuf.Duration
+	51, // 51: teapot.v1.HealthCheck.timeout:type_name -> google.protobuf.Duration
+	37, // 52: teapot.v1.HealthCheck.https:type_name -> teapot.v1.HTTPSCheck
+	40, // 53: teapot.v1.LoadBalancerStatus.problems:type_name -> teapot.v1.Problem
+	39, // 54: teapot.v1.LoadBalancerStatus.observed:type_name -> teapot.v1.ObservedStatus
+	42, // 55: teapot.v1.Node.services:type_name -> teapot.v1.NodeService
+	0,  // 56: teapot.v1.Node.meta:type_name -> teapot.v1.Meta
+	50, // 57: teapot.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
+	0,  // 58: teapot.v1.Certificate.meta:type_name -> teapot.v1.Meta
+	50, // 59: teapot.v1.JoinToken.expires:type_name -> google.protobuf.Timestamp
+	0,  // 60: teapot.v1.JoinToken.meta:type_name -> teapot.v1.Meta
+	50, // 61: teapot.v1.StorageItem.modified:type_name -> google.protobuf.Timestamp
+	0,  // 62: teapot.v1.StorageItem.meta:type_name -> teapot.v1.Meta
+	50, // 63: teapot.v1.StorageLock.expires:type_name -> google.protobuf.Timestamp
+	51, // 64: teapot.v1.StorageLock.ttl:type_name -> google.protobuf.Duration
+	0,  // 65: teapot.v1.StorageLock.meta:type_name -> teapot.v1.Meta
+	1,  // 66: teapot.v1.Object.tenant:type_name -> teapot.v1.Tenant
+	4,  // 67: teapot.v1.Object.vip_pool:type_name -> teapot.v1.VIPPool
+	5,  // 68: teapot.v1.Object.load_balancer:type_name -> teapot.v1.LoadBalancer
+	41, // 69: teapot.v1.Object.node:type_name -> teapot.v1.Node
+	43, // 70: teapot.v1.Object.certificate:type_name -> teapot.v1.Certificate
+	44, // 71: teapot.v1.Object.join_token:type_name -> teapot.v1.JoinToken
+	45, // 72: teapot.v1.Object.storage_item:type_name -> teapot.v1.StorageItem
+	46, // 73: teapot.v1.Object.storage_lock:type_name -> teapot.v1.StorageLock
+	30, // 74: teapot.v1.LoadBalancer.PoolsEntry.value:type_name -> teapot.v1.BackendPool
+	75, // [75:75] is the sub-list for method output_type
+	75, // [75:75] is the sub-list for method input_type
+	75, // [75:75] is the sub-list for extension type_name
+	75, // [75:75] is the sub-list for extension extendee
+	0,  // [0:75] is the sub-list for field type_name
 }
 
 func init() { file_teapotv1_model_proto_init() }
@@ -4248,12 +4768,13 @@ func file_teapotv1_model_proto_init() {
 	if File_teapotv1_model_proto != nil {
 		return
 	}
-	file_teapotv1_model_proto_msgTypes[17].OneofWrappers = []any{}
-	file_teapotv1_model_proto_msgTypes[21].OneofWrappers = []any{}
-	file_teapotv1_model_proto_msgTypes[23].OneofWrappers = []any{}
+	file_teapotv1_model_proto_msgTypes[14].OneofWrappers = []any{}
+	file_teapotv1_model_proto_msgTypes[19].OneofWrappers = []any{}
 	file_teapotv1_model_proto_msgTypes[24].OneofWrappers = []any{}
-	file_teapotv1_model_proto_msgTypes[28].OneofWrappers = []any{}
-	file_teapotv1_model_proto_msgTypes[42].OneofWrappers = []any{
+	file_teapotv1_model_proto_msgTypes[26].OneofWrappers = []any{}
+	file_teapotv1_model_proto_msgTypes[27].OneofWrappers = []any{}
+	file_teapotv1_model_proto_msgTypes[33].OneofWrappers = []any{}
+	file_teapotv1_model_proto_msgTypes[47].OneofWrappers = []any{
 		(*Object_Tenant)(nil),
 		(*Object_VipPool)(nil),
 		(*Object_LoadBalancer)(nil),
@@ -4269,7 +4790,7 @@ func file_teapotv1_model_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_teapotv1_model_proto_rawDesc), len(file_teapotv1_model_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   45,
+			NumMessages:   50,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

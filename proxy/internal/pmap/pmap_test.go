@@ -113,6 +113,9 @@ func BenchmarkEditOneOf100k(b *testing.B) {
 // much among 300,000 entries as among 1,000 (a copy of the root, one
 // branch and one shard).
 func TestEditCostsTheSameAtAnySize(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a scale test: make test runs it; -short (make test-quick) skips it")
+	}
 	perEdit := func(n int) float64 {
 		e := New[string, int](String).Edit()
 		for i := range n {

@@ -1,0 +1,90 @@
+package proxy
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+	"github.com/teapot-lb/teapot-lb/proxy/l7"
+	"github.com/teapot-lb/teapot-lb/proxy/metrics"
+)
+
+// TestRouteRetryFromModel compiles routes with retry and a backend's
+// request header changes from the model and sends requests through a
+// real listener, engine and member: a retried 503 is answered by the
+// second attempt and counted in the metrics, the same route without retry
+// answers 503, and a backend's header change reaches that backend only.
+func TestRouteRetryFromModel(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	tries := map[string]int{}
+	member := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		tries[r.URL.Query().Get("id")]++
+		n := tries[r.URL.Query().Get("id")]
+		mu.Unlock()
+		if n == 1 && r.URL.Query().Get("fail") != "" {
+			w.WriteHeader(503)
+			return
+		}
+		fmt.Fprintf(w, "attempt %d set=%s", n, r.Header.Get("X-Set"))
+	}))
+	t.Cleanup(member.Close)
+	m := &metrics.Memory{}
+	srv := l7.New(l7.Config{Metrics: m})
+	t.Cleanup(func() { srv.Close() })
+	p := New(Config{HTTP: NewHTTP(srv, nil), Metrics: m, DrainTimeout: 200 * time.Millisecond})
+	t.Cleanup(func() { p.Close() })
+	port := freePort(t)
+	lb := &pb.LoadBalancer{
+		Name: "gw", Tenant: "acme",
+		Listeners: []*pb.Listener{{Port: uint32(port), Protocol: "http"}},
+		Status:    &pb.LoadBalancerStatus{Address: "127.0.0.2"},
+		Pools:     map[string]*pb.BackendPool{"main": {Members: []*pb.Member{{Address: member.Listener.Addr().String()}}}, "other": {Members: []*pb.Member{{Address: member.Listener.Addr().String()}}}},
+		Routes: []*pb.Route{
+			{Host: "gw.acme.example", Path: "/retry/", Pool: "main",
+				Retry: &pb.RouteRetry{Codes: []uint32{503}, Attempts: proto.Uint32(2), Backoff: dur(time.Millisecond)}},
+			{Host: "gw.acme.example", Path: "/plain/", Pool: "main"},
+			{Host: "gw.acme.example", Path: "/backends/", Backends: []*pb.RouteBackend{
+				{Pool: "main", Weight: proto.Uint32(1), RequestHeaderModifier: &pb.HeaderModifier{Set: []*pb.HeaderValue{{Name: "x-set", Value: "main"}}}},
+				{Pool: "other", Weight: proto.Uint32(0)},
+			}},
+		},
+	}
+	update(t, p, lb)
+	if st := p.Status()["acme/gw"]; len(st) != 0 {
+		t.Fatalf("problems: %v", st)
+	}
+	target := vipAddr("127.0.0.2", port)
+	for _, tc := range []struct{ path, want string }{
+		{"/retry/x?id=a&fail=1", "200 attempt 2 set=client"},
+		{"/plain/x?id=b&fail=1", "503 "},
+		{"/backends/x?id=c", "200 attempt 1 set=main"},
+	} {
+		resp, err := doVia(target, "GET", "http://gw.acme.example"+tc.path, http.Header{"X-Set": {"client"}}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if got := fmt.Sprintf("%d %s", resp.StatusCode, data); got != tc.want {
+			t.Errorf("%s: got %q, want %q", tc.path, got, tc.want)
+		}
+	}
+	hs, _ := m.HTTP()
+	var retries, denied int64
+	for _, h := range hs {
+		retries += h.Retries
+		denied += h.RetriesDenied
+	}
+	if retries != 1 || denied != 0 {
+		t.Errorf("metrics count %d retries and %d denied, want 1 and 0", retries, denied)
+	}
+}
