@@ -65,6 +65,7 @@ var extended = []features.FeatureName{
 	features.SupportGatewayBackendClientCertificate,
 	features.SupportTLSRouteModeTerminate,
 	features.SupportTLSRouteModeMixed,
+	features.SupportListenerSet,
 }
 
 // skipped are the tests of the profiles' core that teapot-lb does not

@@ -97,7 +97,7 @@ func (l *kubeLab) installGatewayCRDs(channel string) {
 		for _, r := range l.APIResources {
 			have[r.Name] = true
 		}
-		for _, r := range []string{"gatewayclasses", "gateways", "httproutes", "grpcroutes", "tlsroutes", "tcproutes", "udproutes", "referencegrants", "backendtlspolicies"} {
+		for _, r := range []string{"gatewayclasses", "gateways", "httproutes", "grpcroutes", "tlsroutes", "tcproutes", "udproutes", "referencegrants", "backendtlspolicies", "listenersets"} {
 			if !have[r] {
 				return fmt.Errorf("%s not served yet", r)
 			}

@@ -106,6 +106,10 @@ func (a *Agent) watchGateways(ctx context.Context) {
 	}
 	btls, cms := a.watchBackendTLS(have, v1, gs, allGateways)
 	regs = append(regs, btls...)
+	if have["listenersets"] {
+		gs.ListenerSets = v1.ListenerSets().Lister()
+		regs = append(regs, reg{v1.ListenerSets().Informer(), allGateways})
+	}
 	var kinds []string
 	if have["httproutes"] {
 		gs.HTTPRoutes = v1.HTTPRoutes().Lister()
@@ -174,6 +178,7 @@ func (a *Agent) checkAccess(ctx context.Context, have map[string]bool) {
 		"tcproutes":       func() error { _, err := gw.TCPRoutes("").List(ctx, one); return err },
 		"udproutes":       func() error { _, err := gw.UDPRoutes("").List(ctx, one); return err },
 		"referencegrants": func() error { _, err := gw.ReferenceGrants("").List(ctx, one); return err },
+		"listenersets":    func() error { _, err := gw.ListenerSets("").List(ctx, one); return err },
 		"namespaces":      func() error { _, err := a.kube.CoreV1().Namespaces().List(ctx, one); return err },
 		"secrets":         func() error { _, err := a.kube.CoreV1().Secrets("").List(ctx, one); return err },
 		"backendtlspolicies": func() error {

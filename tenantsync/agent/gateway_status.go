@@ -74,6 +74,10 @@ func gatewayStatus(gw *gwv1.Gateway, d *translate.Desired, st *pb.ObjectStatus) 
 		conds = append(conds, *res.ResolvedRefs)
 	}
 	out.Conditions = mergeConditions(gw.Status.Conditions, conds)
+	if res.ListenerSets != nil || gw.Spec.AllowedListeners != nil {
+		n := res.AttachedListenerSets
+		out.AttachedListenerSets = &n
+	}
 	for _, want := range res.Listeners {
 		l := *want.DeepCopy()
 		if prog.Status != metav1.ConditionTrue {
@@ -108,12 +112,16 @@ func (a *Agent) writeGateway(ctx context.Context, k objKey, d *translate.Desired
 		return gw, nil // not ours: another controller writes its status
 	}
 	want := gatewayStatus(gw, d, st)
+	if err := a.writeListenerSets(ctx, d.Gateway, want.Conditions); err != nil {
+		return nil, err
+	}
 	if reflect.DeepEqual(want.Conditions, gw.Status.Conditions) && reflect.DeepEqual(want.Listeners, gw.Status.Listeners) &&
-		reflect.DeepEqual(want.Addresses, gw.Status.Addresses) {
+		reflect.DeepEqual(want.Addresses, gw.Status.Addresses) && reflect.DeepEqual(want.AttachedListenerSets, gw.Status.AttachedListenerSets) {
 		return gw, nil
 	}
 	c := gw.DeepCopy()
 	c.Status.Conditions, c.Status.Listeners, c.Status.Addresses = want.Conditions, want.Listeners, want.Addresses
+	c.Status.AttachedListenerSets = want.AttachedListenerSets
 	if _, err := a.gw.client.GatewayV1().Gateways(gw.Namespace).UpdateStatus(ctx, c, metav1.UpdateOptions{}); err != nil {
 		return nil, fmt.Errorf("update status of Gateway %s/%s: %w", gw.Namespace, gw.Name, err)
 	}

@@ -123,7 +123,7 @@ var gatewayFields = []Field{
 	{"spec.infrastructure.labels", NotApplicable, "the agent makes no resources for a Gateway", false},
 	{"spec.infrastructure.annotations", NotApplicable, "the agent makes no resources for a Gateway", false},
 	{"spec.infrastructure.parametersRef", Refused, "no parameters are read: the Gateway is not accepted (InvalidParameters)", true},
-	{"spec.allowedListeners", Refused, "ListenerSets are not supported, so none attach: a warning says so", true},
+	{"spec.allowedListeners", Honoured, "ListenerSets of the namespaces it admits (None by default, Same, Selector, All) attach: their listeners join the Gateway's load balancer after its own, and a conflicted one (the Gateway first, then older ListenerSets, then by namespace/name) is not accepted; without the ListenerSet CRD none attach and a warning says so", true},
 	{"spec.tls", Honoured, "frontend and backend (below)", false},
 	{"spec.tls.frontend", Honoured, "client certificate validation of the HTTPS listeners (the perPort entry of a listener's port, else default): CA bundles from ConfigMaps (key ca.crt; other namespaces need a ReferenceGrant), AllowValidOnly fails the handshake of a client without a valid certificate, AllowInsecureFallback serves it and sets the Gateway's InsecureFrontendValidationMode; a reference that does not resolve: ResolvedRefs False, and when none does the listener is not accepted (NoValidCACertificate) nor served", true},
 	{"spec.tls.backend", Honoured, "the client certificate the Gateway's pools that speak TLS (BackendTLSPolicy) present to their members", false},

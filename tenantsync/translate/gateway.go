@@ -31,6 +31,7 @@ const (
 	KindTLSRoute     = "TLSRoute"
 	KindTCPRoute     = "TCPRoute"
 	KindUDPRoute     = "UDPRoute"
+	KindListenerSet  = "ListenerSet"
 )
 
 // RouteKinds are the route kinds the agent serves, in the order the
@@ -56,13 +57,16 @@ const (
 // GatewaySources are the Gateway API listers, nil when the Gateway API
 // CRDs are not installed. A route lister is nil when its CRD is missing.
 type GatewaySources struct {
-	Classes         gwlisters.GatewayClassLister
-	Gateways        gwlisters.GatewayLister
-	HTTPRoutes      gwlisters.HTTPRouteLister
-	GRPCRoutes      gwlisters.GRPCRouteLister
-	TLSRoutes       gwlisters.TLSRouteLister
-	TCPRoutes       gwlisters.TCPRouteLister
-	UDPRoutes       gwlisters.UDPRouteLister
+	Classes    gwlisters.GatewayClassLister
+	Gateways   gwlisters.GatewayLister
+	HTTPRoutes gwlisters.HTTPRouteLister
+	GRPCRoutes gwlisters.GRPCRouteLister
+	TLSRoutes  gwlisters.TLSRouteLister
+	TCPRoutes  gwlisters.TCPRouteLister
+	UDPRoutes  gwlisters.UDPRouteLister
+	// ListenerSets is nil when the ListenerSet CRD is missing: then no
+	// ListenerSet attaches and spec.allowedListeners is warned about.
+	ListenerSets    gwlisters.ListenerSetLister
 	ReferenceGrants gwlisters.ReferenceGrantLister
 	Namespaces      corelisters.NamespaceLister
 	Secrets         corelisters.SecretLister
@@ -114,6 +118,10 @@ type GatewayResult struct {
 	// not served (several: a Gateway has one VIP); the Gateway is
 	// accepted, not sent to the LB cluster, and not programmed.
 	AddressNotUsable string
+	// ListenerSets are the status of each ListenerSet whose parentRef
+	// names this Gateway, and AttachedListenerSets how many are accepted.
+	ListenerSets         map[RouteKey]*ListenerSetResult
+	AttachedListenerSets int32
 }
 
 // CertificateSource is a kubernetes.io/tls Secret uploaded as a tenant
@@ -161,6 +169,9 @@ type listenerState struct {
 	kinds      []string
 	certs      []CertificateSource
 	hostname   string
+	// set is the ListenerSet the listener comes from; nil for the
+	// Gateway's own.
+	set *lsetState
 	// client is the client certificate validation of an https listener
 	// (spec.tls.frontend), nil without one.
 	client *pb.ClientValidation
@@ -191,12 +202,13 @@ func Gateway(gw *gwv1.Gateway, src Sources, o Options) *Desired {
 	} else if n := len(gw.Spec.Addresses); n > 1 {
 		res.AddressNotUsable = fmt.Sprintf("spec.addresses lists %d addresses; a teapot-lb Gateway has one VIP: keep one", n)
 	}
-	gatewayWarnings(gw, d)
+	gatewayWarnings(gw, d, src.Gateway != nil && src.Gateway.ListenerSets != nil)
 	g := &gwBuild{gw: gw, src: src, o: o, d: d, lb: lb, res: res}
 	g.podMode = podMode(gw.Annotations, o, d)
 	if !g.podMode {
 		g.nodes = nodeAddrs(src.Nodes)
 	}
+	g.findListenerSets(accepted.Status == metav1.ConditionTrue)
 	g.listeners()
 	g.routes()
 	g.isolationBarriers()
@@ -213,8 +225,10 @@ func Gateway(gw *gwv1.Gateway, src Sources, o Options) *Desired {
 	if msg := g.edgeGatewayPolicy(); msg != "" && accepted.Status == metav1.ConditionTrue {
 		accepted = cond(string(gwv1.GatewayConditionAccepted), false, "InvalidSourceRanges", msg, gw.Generation)
 	}
-	for i := range g.ls {
-		res.Listeners = append(res.Listeners, *g.ls[i].status)
+	for _, ls := range g.ls {
+		if ls.set == nil {
+			res.Listeners = append(res.Listeners, *ls.status)
+		}
 	}
 	if !slices.ContainsFunc(g.ls, func(l *listenerState) bool { return l.valid }) && accepted.Status == metav1.ConditionTrue {
 		accepted = cond(string(gwv1.GatewayConditionAccepted), false, string(gwv1.GatewayReasonListenersNotValid), "no listener is valid; see the listeners' conditions", gw.Generation)
@@ -228,6 +242,7 @@ func Gateway(gw *gwv1.Gateway, src Sources, o Options) *Desired {
 		accepted.Message = boundText(accepted.Message+"; not as asked: "+strings.Join(d.Warnings, "; "), 1024)
 	}
 	res.Accepted = accepted
+	g.listenerSetStatus()
 	if accepted.Status != metav1.ConditionTrue {
 		d.Refused = accepted.Message
 	} else if res.AddressNotUsable != "" {
@@ -293,6 +308,9 @@ type gwBuild struct {
 	// regexInsts and routeBytes are the running totals of the LB routes
 	// added (api.MaxRegexInstsPerLB, MaxGatewayRouteBytes).
 	regexInsts, routeBytes int
+	// sets are the ListenerSets whose parentRef names this Gateway.
+	sets     map[RouteKey]*lsetState
+	setOrder []*lsetState
 }
 
 type l4Key struct {
@@ -322,10 +340,38 @@ func defaultKinds(p gwv1.ProtocolType) []string {
 
 // listeners checks each listener: protocol, TLS, allowed kinds, conflicts.
 func (g *gwBuild) listeners() {
-	gen := g.gw.Generation
 	for _, l := range g.gw.Spec.Listeners {
+		g.checkListener(l, nil)
+	}
+	g.listenerSetListeners()
+	g.conflicts()
+	for _, ls := range g.ls {
+		gen := ls.gen(g)
+		resolved := ls.status.Conditions[1].Status == metav1.ConditionTrue
+		ls.attachable = ls.valid
+		if (ls.proto == "https" || ls.terminate) && len(ls.certs) == 0 {
+			ls.valid = false
+		}
+		prog := cond(string(gwv1.ListenerConditionProgrammed), ls.valid, string(gwv1.ListenerReasonProgrammed), "", gen)
+		if !ls.valid {
+			prog.Reason, prog.Message = string(gwv1.ListenerReasonInvalid), "the listener is not served; see its other conditions"
+		} else if !resolved {
+			prog.Message = "served, without the references that did not resolve"
+		}
+		ls.status.Conditions = append(ls.status.Conditions, prog)
+		if ls.set != nil {
+			conflictedEntry(ls)
+		}
+	}
+}
+
+// checkListener checks one listener of the Gateway (set nil) or of a
+// ListenerSet: protocol, TLS, allowed kinds.
+func (g *gwBuild) checkListener(l gwv1.Listener, set *lsetState) {
+	{
 		st := &gwv1.ListenerStatus{Name: l.Name, SupportedKinds: []gwv1.RouteGroupKind{}}
-		ls := &listenerState{spec: l, status: st, valid: true}
+		ls := &listenerState{spec: l, status: st, valid: true, set: set}
+		gen := ls.gen(g)
 		if l.Hostname != nil {
 			ls.hostname = strings.ToLower(string(*l.Hostname))
 		}
@@ -376,21 +422,6 @@ func (g *gwBuild) listeners() {
 		st.Conditions = []metav1.Condition{accepted, resolved}
 		g.ls = append(g.ls, ls)
 	}
-	g.conflicts()
-	for _, ls := range g.ls {
-		resolved := ls.status.Conditions[1].Status == metav1.ConditionTrue
-		ls.attachable = ls.valid
-		if (ls.proto == "https" || ls.terminate) && len(ls.certs) == 0 {
-			ls.valid = false
-		}
-		prog := cond(string(gwv1.ListenerConditionProgrammed), ls.valid, string(gwv1.ListenerReasonProgrammed), "", gen)
-		if !ls.valid {
-			prog.Reason, prog.Message = string(gwv1.ListenerReasonInvalid), "the listener is not served; see its other conditions"
-		} else if !resolved {
-			prog.Message = "served, without the references that did not resolve"
-		}
-		ls.status.Conditions = append(ls.status.Conditions, prog)
-	}
 }
 
 // listenerKinds fills supportedKinds from allowedRoutes.kinds (or the
@@ -424,7 +455,7 @@ func (g *gwBuild) listenerKinds(ls *listenerState) *metav1.Condition {
 		return nil
 	}
 	c := cond(string(gwv1.ListenerConditionResolvedRefs), false, string(gwv1.ListenerReasonInvalidRouteKinds),
-		fmt.Sprintf("allowedRoutes.kinds %s cannot attach to a %s listener", strings.Join(bad, ", "), ls.spec.Protocol), g.gw.Generation)
+		fmt.Sprintf("allowedRoutes.kinds %s cannot attach to a %s listener", strings.Join(bad, ", "), ls.spec.Protocol), ls.gen(g))
 	return &c
 }
 
@@ -432,17 +463,19 @@ func (g *gwBuild) listenerKinds(ls *listenerState) *metav1.Condition {
 // of the same port: a different protocol on the same transport, or the
 // same protocol with the same hostname.
 func (g *gwBuild) conflicts() {
-	gen := g.gw.Generation
 	transport := func(p string) string {
 		if p == "udp" {
 			return "udp"
 		}
 		return "tcp"
 	}
+	// A conflicted listener is not served, so it takes no port from the
+	// listeners after it.
+	lost := make([]bool, len(g.ls))
 	for i, ls := range g.ls {
 		reason := ""
-		for _, prev := range g.ls[:i] {
-			if prev.spec.Port != ls.spec.Port || transport(prev.proto) != transport(ls.proto) || prev.proto == "" || ls.proto == "" {
+		for j, prev := range g.ls[:i] {
+			if lost[j] || prev.spec.Port != ls.spec.Port || transport(prev.proto) != transport(ls.proto) || prev.proto == "" || ls.proto == "" {
 				continue
 			}
 			switch {
@@ -455,10 +488,11 @@ func (g *gwBuild) conflicts() {
 				break
 			}
 		}
+		gen := ls.gen(g)
 		c := cond(string(gwv1.ListenerConditionConflicted), false, string(gwv1.ListenerReasonNoConflicts), "", gen)
 		if reason != "" {
 			c = cond(string(gwv1.ListenerConditionConflicted), true, reason, fmt.Sprintf("port %d is already taken by an earlier listener that cannot share it", ls.spec.Port), gen)
-			ls.valid = false
+			ls.valid, lost[i] = false, true
 		}
 		ls.status.Conditions = append(ls.status.Conditions, c)
 	}

@@ -181,7 +181,8 @@ func certificateName(ns, name string) string {
 // certificates to serve; it returns the listener's ResolvedRefs condition
 // when a ref does not resolve.
 func (g *gwBuild) listenerCerts(ls *listenerState) *metav1.Condition {
-	gen := g.gw.Generation
+	gen := ls.gen(g)
+	ownNS, ownKind := ls.owner(g)
 	var refs []gwv1.SecretObjectReference
 	if ls.spec.TLS != nil {
 		refs = ls.spec.TLS.CertificateRefs
@@ -202,7 +203,7 @@ func (g *gwBuild) listenerCerts(ls *listenerState) *metav1.Condition {
 		if ref.Kind != nil {
 			kind = string(*ref.Kind)
 		}
-		ns := g.gw.Namespace
+		ns := ownNS
 		if ref.Namespace != nil {
 			ns = string(*ref.Namespace)
 		}
@@ -211,8 +212,8 @@ func (g *gwBuild) listenerCerts(ls *listenerState) *metav1.Condition {
 		switch {
 		case grp != "" || kind != "Secret":
 			p = fail(string(gwv1.ListenerReasonInvalidCertificateRef), fmt.Sprintf("%s: kind %s is not supported; use a core Secret", f, strings.TrimPrefix(grp+"/"+kind, "/")))
-		case ns != g.gw.Namespace && !g.granted(KindGateway, g.gw.Namespace, "Secret", ns, string(ref.Name)):
-			p = fail(string(gwv1.ListenerReasonRefNotPermitted), fmt.Sprintf("%s: no ReferenceGrant in namespace %s lets Gateways of namespace %s refer to Secret %s", f, ns, g.gw.Namespace, ref.Name))
+		case ns != ownNS && !g.granted(ownKind, ownNS, "Secret", ns, string(ref.Name)):
+			p = fail(string(gwv1.ListenerReasonRefNotPermitted), fmt.Sprintf("%s: no ReferenceGrant in namespace %s lets %ss of namespace %s refer to Secret %s", f, ns, ownKind, ownNS, ref.Name))
 		default:
 			if msg := g.secretProblem(ns, string(ref.Name)); msg != "" {
 				p = fail(string(gwv1.ListenerReasonInvalidCertificateRef), f+": "+msg)

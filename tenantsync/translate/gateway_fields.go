@@ -22,9 +22,9 @@ func gatewayUnsupported(gw *gwv1.Gateway) (reason, msg string) {
 }
 
 // gatewayWarnings says which fields of a served Gateway are not applied.
-func gatewayWarnings(gw *gwv1.Gateway, d *Desired) {
-	if al := gw.Spec.AllowedListeners; al != nil && al.Namespaces != nil && al.Namespaces.From != nil && *al.Namespaces.From != gwv1.NamespacesFromNone {
-		d.Warnings = append(d.Warnings, "spec.allowedListeners: ListenerSets are not supported, so none attach; the Gateway serves its own listeners")
+func gatewayWarnings(gw *gwv1.Gateway, d *Desired, setsWatched bool) {
+	if al := gw.Spec.AllowedListeners; !setsWatched && al != nil && al.Namespaces != nil && al.Namespaces.From != nil && *al.Namespaces.From != gwv1.NamespacesFromNone {
+		d.Warnings = append(d.Warnings, "spec.allowedListeners: ListenerSets are not watched (their CRD is missing), so none attach; the Gateway serves its own listeners")
 	}
 	if gw.Spec.DefaultScope != "" && gw.Spec.DefaultScope != gwv1.GatewayDefaultScopeNone {
 		d.Warnings = append(d.Warnings, fmt.Sprintf("spec.defaultScope %.32q: a teapot-lb Gateway is never a default Gateway; routes attach by parentRefs only", gw.Spec.DefaultScope))

@@ -12,7 +12,7 @@ import (
 
 // TestGatewayFieldsHonouredOrRefused: a Gateway that asks for client
 // certificate validation or infrastructure parameters is not accepted (and not served) rather than
-// served without them; ListenerSets, a default scope and listener TLS
+// served without them; ListenerSets when their CRD is missing, a default scope and listener TLS
 // options are not applied, which a warning and the Accepted condition's
 // message say.
 func TestGatewayFieldsHonouredOrRefused(t *testing.T) {
@@ -34,9 +34,9 @@ func TestGatewayFieldsHonouredOrRefused(t *testing.T) {
 		{"infrastructure labels: nothing to put them on", func(g *gwv1.Gateway) {
 			g.Spec.Infrastructure = &gwv1.GatewayInfrastructure{Labels: map[gwv1.LabelKey]gwv1.LabelValue{"a": "b"}}
 		}, "", ""},
-		{"ListenerSets", func(g *gwv1.Gateway) {
+		{"ListenerSets without their CRD", func(g *gwv1.Gateway) {
 			g.Spec.AllowedListeners = &gwv1.AllowedListeners{Namespaces: &gwv1.ListenerNamespaces{From: &all}}
-		}, "", "spec.allowedListeners: ListenerSets are not supported"},
+		}, "", "spec.allowedListeners: ListenerSets are not watched"},
 		{"default scope", func(g *gwv1.Gateway) { g.Spec.DefaultScope = gwv1.GatewayDefaultScopeAll }, "", "spec.defaultScope \"All\""},
 		{"default scope None", func(g *gwv1.Gateway) { g.Spec.DefaultScope = gwv1.GatewayDefaultScopeNone }, "", ""},
 		{"listener TLS options", func(g *gwv1.Gateway) {
@@ -49,6 +49,9 @@ func TestGatewayFieldsHonouredOrRefused(t *testing.T) {
 			gw := gateway("shop", "gw", listener("http", gwv1.HTTPProtocolType, 80, ""))
 			tt.edit(gw)
 			src := gwSources(t, backendObjs(), gwClass("teapot", translate.GatewayController), gw)
+			if tt.name == "ListenerSets without their CRD" {
+				src.Gateway.ListenerSets = nil
+			}
 			d := translate.Gateway(gw, src, gwOpts)
 			acc := d.Gateway.Accepted
 			if tt.reason != "" {

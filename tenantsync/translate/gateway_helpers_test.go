@@ -44,7 +44,7 @@ func gwSources(t *testing.T, core []runtime.Object, gw ...runtime.Object) transl
 	idx := func() cache.Indexer {
 		return cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 	}
-	classes, gateways, https, grpcs, tlss, tcps, udps, grants, nss, secrets := idx(), idx(), idx(), idx(), idx(), idx(), idx(), idx(), idx(), idx()
+	classes, gateways, https, grpcs, tlss, tcps, udps, grants, nss, secrets, lsets := idx(), idx(), idx(), idx(), idx(), idx(), idx(), idx(), idx(), idx(), idx()
 	policies, cms := idx(), idx()
 	for _, o := range cmObjs {
 		_ = cms.Add(o)
@@ -74,6 +74,8 @@ func gwSources(t *testing.T, core []runtime.Object, gw ...runtime.Object) transl
 			i = udps
 		case *gwv1.ReferenceGrant:
 			i = grants
+		case *gwv1.ListenerSet:
+			i = lsets
 		case *gwv1.BackendTLSPolicy:
 			i = policies
 		default:
@@ -91,6 +93,7 @@ func gwSources(t *testing.T, core []runtime.Object, gw ...runtime.Object) transl
 		TLSRoutes:       gwlisters.NewTLSRouteLister(tlss),
 		TCPRoutes:       gwlisters.NewTCPRouteLister(tcps),
 		UDPRoutes:       gwlisters.NewUDPRouteLister(udps),
+		ListenerSets:    gwlisters.NewListenerSetLister(lsets),
 		ReferenceGrants: gwlisters.NewReferenceGrantLister(grants),
 		Namespaces:      corelisters.NewNamespaceLister(nss),
 		Secrets:         corelisters.NewSecretLister(secrets),

@@ -109,6 +109,9 @@ func (g *gwBuild) targets(pr gwv1.ParentReference, routeNS string) bool {
 	if pr.Namespace != nil {
 		ns = string(*pr.Namespace)
 	}
+	if grp == gatewayGroup && kind == KindListenerSet {
+		return g.sets[RouteKey{KindListenerSet, ns, string(pr.Name)}] != nil
+	}
 	return grp == gatewayGroup && kind == KindGateway && ns == g.gw.Namespace && string(pr.Name) == g.gw.Name
 }
 
@@ -186,7 +189,14 @@ func (g *gwBuild) attach(r *routeObj, pr gwv1.ParentReference) ([]attachment, me
 	gen := r.meta.Generation
 	var out []attachment
 	matched, notAllowed, noHost, taken := 0, 0, 0, 0
+	parent := g.parentSet(pr, r.key.Namespace)
+	if parent != nil && !parent.attached {
+		return nil, cond(string(gwv1.RouteConditionAccepted), false, string(gwv1.RouteReasonNotAllowedByListeners), "the ListenerSet is not attached to its Gateway; see its conditions", gen)
+	}
 	for _, ls := range g.ls {
+		if ls.set != parent {
+			continue // a parentRef names the Gateway or one ListenerSet: their listeners only
+		}
 		if pr.SectionName != nil && *pr.SectionName != ls.spec.Name {
 			continue
 		}
@@ -247,7 +257,8 @@ func (g *gwBuild) namespaceAllowed(ls *listenerState, ns string) bool {
 	case gwv1.NamespacesFromAll:
 		return true
 	case gwv1.NamespacesFromSame:
-		return ns == g.gw.Namespace
+		own, _ := ls.owner(g)
+		return ns == own
 	case gwv1.NamespacesFromSelector:
 		if sel == nil || g.src.Gateway.Namespaces == nil {
 			return false
