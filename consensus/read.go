@@ -16,7 +16,12 @@ import (
 func (n *Node) ReadBarrier(ctx context.Context) error {
 	var last error
 	for {
-		idx, err := n.readIndex(ctx)
+		idx, local, err := n.readIndex(ctx)
+		if err == nil && local {
+			// The leader's own index: the last command it had applied,
+			// so there is nothing to wait for (and no log to read).
+			return nil
+		}
 		if err == nil {
 			return n.waitApplied(ctx, idx)
 		}
@@ -30,28 +35,31 @@ func (n *Node) ReadBarrier(ctx context.Context) error {
 	}
 }
 
-func (n *Node) readIndex(ctx context.Context) (uint64, error) {
+// readIndex returns the leader's read index; local when this host is
+// the leader that took it from its own applied state.
+func (n *Node) readIndex(ctx context.Context) (idx uint64, local bool, err error) {
 	if n.r().State() == raft.Leader {
-		return n.leaderReadIndex()
+		idx, err := n.leaderReadIndex()
+		return idx, true, err
 	}
 	_, addr := n.leaderAPI()
 	if addr == "" {
-		return 0, errRetry
+		return 0, false, errRetry
 	}
 	c, err := n.peers.cluster(addr)
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	resp, err := c.ReadIndex(rctx, &pb.ReadIndexRequest{})
 	if err != nil {
 		if rctx.Err() != nil && ctx.Err() == nil {
-			return 0, errRetry
+			return 0, false, errRetry
 		}
-		return 0, err
+		return 0, false, err
 	}
-	return resp.GetIndex(), nil
+	return resp.GetIndex(), false, nil
 }
 
 // leaderReadIndex confirms leadership with a quorum and returns the index
