@@ -130,3 +130,26 @@ func TestReadsDoNotWaitForAnApplyInFlight(t *testing.T) {
 		t.Fatalf("after b's write was acknowledged: %d load balancers listed, want 2", len(list.GetObjects()))
 	}
 }
+
+// A host alone writes one Raft entry per write: the barrier that tells
+// followers at once that a write committed has no follower to tell, and
+// would cost a second log write during which reads wait.
+func TestLoneHostWritesOneEntryPerWrite(t *testing.T) {
+	t.Parallel()
+	h := startHost(t, Config{NodeID: "n1"})
+	n := h.node
+	apply(t, n, pool("public", "192.0.2.0/24"), tenant("b", "public"))
+	before := n.r().LastIndex()
+	for i := range 5 {
+		apply(t, n, lb("b", fmt.Sprintf("lb%d", i), "public"))
+	}
+	// A barrier sent after the last write would land here; one more
+	// write and a read (which waits for nothing of it) leave room for it.
+	apply(t, n, lb("b", "last", "public"))
+	if _, _, err := n.List(ctxT(t), api.KindLoadBalancer, "b"); err != nil {
+		t.Fatal(err)
+	}
+	if got := n.r().LastIndex() - before; got != 6 {
+		t.Fatalf("6 writes of a host alone added %d Raft entries, want 6", got)
+	}
+}
