@@ -40,6 +40,10 @@ type fsm struct {
 	// applied is the index of the last command applied to st. Raft's own
 	// AppliedIndex counts entries handed to the FSM, not applied by it.
 	applied atomic.Uint64
+	// beforeApply, when set (tests only), runs at the start of each
+	// command's Apply, before the state is locked: a test holds an entry
+	// there, committed and not yet applied.
+	beforeApply atomic.Pointer[func(*raft.Log)]
 }
 
 var _ raft.FSM = (*fsm)(nil)
@@ -73,6 +77,9 @@ func (f *fsm) Apply(l *raft.Log) any {
 			"index", l.Index, "version", cmd.GetVersion(), "known", commandVersion)
 		panic(fmt.Sprintf("consensus: log entry %d has command version %d but this build applies version %d; upgrade this host",
 			l.Index, cmd.GetVersion(), commandVersion))
+	}
+	if hold := f.beforeApply.Load(); hold != nil {
+		(*hold)(l)
 	}
 	res := &applyResult{errs: make([]error, len(cmd.GetTxns()))}
 	var changes []Change

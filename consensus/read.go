@@ -16,7 +16,12 @@ import (
 func (n *Node) ReadBarrier(ctx context.Context) error {
 	var last error
 	for {
-		idx, err := n.readIndex(ctx)
+		idx, local, err := n.readIndex(ctx)
+		if err == nil && local {
+			// The leader's own index: the last command it had applied,
+			// so there is nothing to wait for (and no log to read).
+			return nil
+		}
 		if err == nil {
 			return n.waitApplied(ctx, idx)
 		}
@@ -30,36 +35,50 @@ func (n *Node) ReadBarrier(ctx context.Context) error {
 	}
 }
 
-func (n *Node) readIndex(ctx context.Context) (uint64, error) {
+// readIndex returns the leader's read index; local when this host is
+// the leader that took it from its own applied state.
+func (n *Node) readIndex(ctx context.Context) (idx uint64, local bool, err error) {
 	if n.r().State() == raft.Leader {
-		return n.leaderReadIndex()
+		idx, err := n.leaderReadIndex()
+		return idx, true, err
 	}
 	_, addr := n.leaderAPI()
 	if addr == "" {
-		return 0, errRetry
+		return 0, false, errRetry
 	}
 	c, err := n.peers.cluster(addr)
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	resp, err := c.ReadIndex(rctx, &pb.ReadIndexRequest{})
 	if err != nil {
 		if rctx.Err() != nil && ctx.Err() == nil {
-			return 0, errRetry
+			return 0, false, errRetry
 		}
-		return 0, err
+		return 0, false, err
 	}
-	return resp.GetIndex(), nil
+	return resp.GetIndex(), false, nil
 }
 
-// leaderReadIndex confirms leadership with a quorum and returns the commit
-// index, which covers every acknowledged write once the leader has
-// committed an entry of its own term. Until then (right after an election
-// or a restart) its commit index may still be below writes acknowledged
-// in an earlier term, so the first read of a term waits for a barrier:
-// an entry of this term, committed and applied.
+// leaderReadIndex confirms leadership with a quorum and returns the index
+// of the last command this host has applied. That covers every
+// acknowledged write: the leader answers a write only once its own state
+// machine has applied it (commitBatch waits for the apply future), so a
+// write acknowledged before the read began is applied here before the
+// index is taken. An entry committed but not yet applied belongs to a
+// write still in flight, which a read may or may not see; a read does not
+// wait for its apply, so an admin read never queues behind the apply of
+// a tenant's large write (TestReadsDoNotWaitForAnApplyInFlight).
+// Writes acknowledged by a leader of an earlier term were applied there,
+// not necessarily here, so the first read of each term waits for a
+// barrier: an entry of this term, committed and applied, after every
+// entry of earlier terms.
+//
+// The index is taken before VerifyLeader, as in the read-index protocol:
+// a quorum confirming this leader afterwards means no other leader
+// acknowledged a write in between.
 func (n *Node) leaderReadIndex() (uint64, error) {
 	r := n.r()
 	if term := r.CurrentTerm(); n.readTerm.Load() != term {
@@ -68,7 +87,7 @@ func (n *Node) leaderReadIndex() (uint64, error) {
 		}
 		n.readTerm.Store(term)
 	}
-	idx := r.CommitIndex()
+	idx := n.fsm.applied.Load()
 	if err := r.VerifyLeader().Error(); err != nil {
 		return 0, errRetry
 	}
