@@ -1,8 +1,10 @@
 package proxy
 
 import (
+	"errors"
 	"net"
 	"net/netip"
+	"syscall"
 	"testing"
 	"time"
 
@@ -37,6 +39,13 @@ func tenantLB(tenant, name, vip string, port int, member string) *pb.LoadBalance
 func answers(t *testing.T, addr string) string {
 	t.Helper()
 	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	// A fresh namespace's IPv6 loopback address is, now and then, briefly
+	// unroutable right after it was added (ENETUNREACH; seen under load):
+	// dial again for up to 2 s.
+	for tries := 0; errors.Is(err, syscall.ENETUNREACH) && tries < 100; tries++ {
+		time.Sleep(20 * time.Millisecond)
+		c, err = net.DialTimeout("tcp", addr, 5*time.Second)
+	}
 	if err != nil {
 		return ""
 	}

@@ -43,6 +43,13 @@ func rawConn(t *testing.T, l *net.TCPListener) syscall.RawConn {
 func reaches(t *testing.T, dst string, ls ...*net.TCPListener) (*net.TCPListener, string) {
 	t.Helper()
 	c, err := net.DialTimeout("tcp", dst, 5*time.Second)
+	// A fresh namespace's IPv6 loopback address is, now and then, briefly
+	// unroutable right after it was added (ENETUNREACH; seen under load):
+	// dial again for up to 2 s.
+	for tries := 0; errors.Is(err, syscall.ENETUNREACH) && tries < 100; tries++ {
+		time.Sleep(20 * time.Millisecond)
+		c, err = net.DialTimeout("tcp", dst, 5*time.Second)
+	}
 	if err != nil {
 		if !errors.Is(err, syscall.ECONNREFUSED) {
 			t.Fatalf("dial %s: %v", dst, err)
