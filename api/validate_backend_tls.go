@@ -42,7 +42,7 @@ func checkBackendTLS(ck *checker, f string, bp *pb.BackendPool) {
 	case ca == "" && !t.GetSystemRoots():
 		ck.invalidf(f+".caPem", "is empty; give the PEM CA bundle that signed the members' certificates, or set systemRoots: true")
 	case ca != "":
-		if why := caBundleProblem(ca); why != "" {
+		if why := CAPEMProblem(ca); why != "" {
 			ck.invalidf(f+".caPem", "%s", why)
 		}
 	}

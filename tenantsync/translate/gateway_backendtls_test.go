@@ -163,6 +163,21 @@ func TestGatewayBackendTLSPolicy(t *testing.T) {
 			status:   map[string]st{"p": {"False", "NoValidCACertificate", "InvalidCACertificateRef"}},
 		},
 		{
+			name:     "a CA ConfigMap of more certificates than a pool verifies with",
+			cms:      []runtime.Object{caMap("shop", "ca", strings.Repeat(ca, api.MaxCheckCACerts+1))},
+			policies: []runtime.Object{btlsPolicy("p", 0, "https-1", "abc.example.com", cmRef("ca"))},
+			empty:    true,
+			status:   map[string]st{"p": {"False", "NoValidCACertificate", "InvalidCACertificateRef"}},
+		},
+		{
+			name: "two CA ConfigMaps of more certificates together than a pool verifies with",
+			cms: []runtime.Object{caMap("shop", "ca", strings.Repeat(ca, api.MaxCheckCACerts-2)),
+				caMap("shop", "ca2", strings.Repeat(ca, 3))},
+			policies: []runtime.Object{btlsPolicy("p", 0, "https-1", "abc.example.com", cmRef("ca"), cmRef("ca2"))},
+			tls443:   &pb.BackendTLS{CaPem: strings.Repeat(ca, api.MaxCheckCACerts-2), ServerName: "abc.example.com"},
+			status:   map[string]st{"p": {"True", "Accepted", "InvalidCACertificateRef"}},
+		},
+		{
 			name:     "options are refused",
 			cms:      []runtime.Object{caMap("shop", "ca", ca)},
 			policies: []runtime.Object{options},
