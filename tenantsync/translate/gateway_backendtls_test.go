@@ -312,6 +312,28 @@ func TestGatewayBackendClientCertificate(t *testing.T) {
 	}
 }
 
+// A backend client certificate on a Gateway none of whose pools speaks
+// TLS is presented to no member: a warning says so, and it is not
+// uploaded.
+func TestGatewayBackendClientCertificateUnused(t *testing.T) {
+	t.Parallel()
+	gw := gateway("shop", "gw", listener("http", gwv1.HTTPProtocolType, 80, ""))
+	gw.Spec.TLS = &gwv1.GatewayTLSConfig{Backend: &gwv1.GatewayBackendTLS{ClientCertificateRef: &gwv1.SecretObjectReference{Name: "client"}}}
+	route := httpRoute("shop", "r", 1, []gwv1.ParentReference{parent("gw", "")}, []string{"abc.example.com"},
+		gwv1.HTTPRouteRule{BackendRefs: httpBackends(bref("web", 80, nil))})
+	src := gwSources(t, append(backendObjs(), tlsSecret(t, "shop", "client")), gwClass("teapot", translate.GatewayController), gw, route)
+	d := translate.Gateway(gw, src, gwOpts)
+	if d.Refused != "" || d.Gateway.Accepted.Status != metav1.ConditionTrue {
+		t.Fatalf("the Gateway is not served: %s %s", d.Gateway.Accepted.Reason, d.Refused)
+	}
+	if len(d.Warnings) != 1 || !strings.Contains(d.Warnings[0], "presented to none") {
+		t.Errorf("warnings %q, want one that the certificate is presented to none", d.Warnings)
+	}
+	if len(d.Gateway.Certificates) != 0 {
+		t.Errorf("certificates %v, want none uploaded", d.Gateway.Certificates)
+	}
+}
+
 // TestGatewayBackendTLSPolicyOfGRPCBackends: a gRPC backend a
 // BackendTLSPolicy covers speaks HTTP/2 over TLS (h2) to its members.
 func TestGatewayBackendTLSPolicyOfGRPCBackends(t *testing.T) {

@@ -2,6 +2,7 @@ package translate
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -98,6 +99,21 @@ func (g *gwBuild) listenerClientCAs(ls *listenerState) (resolved, accepted *meta
 		ls.client.Mode = "optional"
 	}
 	return problem, nil
+}
+
+// frontendPortsUnused warns of each spec.tls.frontend.perPort entry whose
+// port has no HTTPS listener: client validation applies to HTTPS
+// listeners only, so the entry validates nothing.
+func (g *gwBuild) frontendPortsUnused() {
+	t := g.gw.Spec.TLS
+	if t == nil || t.Frontend == nil {
+		return
+	}
+	for i, pp := range t.Frontend.PerPort {
+		if !slices.ContainsFunc(g.ls, func(ls *listenerState) bool { return ls.spec.Port == pp.Port && ls.proto == "https" }) {
+			g.d.Warnings = append(g.d.Warnings, fmt.Sprintf("spec.tls.frontend.perPort[%d]: port %d has no HTTPS listener, so the entry validates no client; add an HTTPS listener on port %d or remove the entry", i, pp.Port, pp.Port))
+		}
+	}
 }
 
 // insecureFallback is the Gateway's InsecureFrontendValidationMode
