@@ -353,3 +353,43 @@ func TestGatewayBackendTLSPolicyOfGRPCBackends(t *testing.T) {
 		t.Fatalf("pools %v, want tlsweb-443-h2c speaking h2 to grpc.example.com", d.LB.Pools)
 	}
 }
+
+// A TCPRoute to a Service a BackendTLSPolicy covers is forwarded as it
+// comes: its listener's pool has the Service's members but no tls (the LB
+// speaks no TLS of its own on an L4 listener), and a warning says the
+// policy is not applied to the route; an HTTPRoute to the same Service
+// keeps the policy.
+func TestGatewayBackendTLSPolicyNotOnL4Routes(t *testing.T) {
+	t.Parallel()
+	ca := caPEM(t)
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "tlsweb"}, Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort,
+		Ports: []corev1.ServicePort{{Name: "https-1", Port: 443, NodePort: 30443, Protocol: corev1.ProtocolTCP}}}}
+	gw := gateway("shop", "gw", listener("http", gwv1.HTTPProtocolType, 80, ""), listener("tcp", gwv1.TCPProtocolType, 5443, ""))
+	hr := httpRoute("shop", "r", 1, []gwv1.ParentReference{parent("gw", "http")}, []string{"abc.example.com"},
+		gwv1.HTTPRouteRule{BackendRefs: httpBackends(bref("tlsweb", 443, nil))})
+	tr := &gwv1.TCPRoute{ObjectMeta: meta("shop", "c", 2)}
+	tr.Spec.ParentRefs = []gwv1.ParentReference{parent("gw", "tcp")}
+	tr.Spec.Rules = []gwv1.TCPRouteRule{{BackendRefs: []gwv1.BackendRef{bref("tlsweb", 443, nil)}}}
+	core := append(backendObjs(svc), caMap("shop", "ca", ca))
+	src := gwSources(t, core, gwClass("teapot", translate.GatewayController), gw, hr, tr, btlsPolicy("p", 0, "", "abc.example.com", cmRef("ca")))
+	d := translate.Gateway(gw, src, gwOpts)
+	if d.Refused != "" {
+		t.Fatalf("refused: %s", d.Refused)
+	}
+	if d.LB.Pools["tlsweb-443"].GetTls() == nil {
+		t.Fatalf("the HTTPRoute's pool lost the policy: %v", d.LB.Pools["tlsweb-443"])
+	}
+	var tcpPool string
+	for _, l := range d.LB.GetListeners() {
+		if l.GetPort() == 5443 {
+			tcpPool = l.GetPool()
+		}
+	}
+	bp := d.LB.Pools[tcpPool]
+	if bp == nil || bp.GetTls() != nil || bp.GetBackendProtocol() != "" || len(bp.GetMembers()) != len(d.LB.Pools["tlsweb-443"].GetMembers()) {
+		t.Fatalf("tcp listener pool %q = %v, want the Service's members without tls", tcpPool, bp)
+	}
+	if len(d.Warnings) != 1 || !strings.Contains(d.Warnings[0], "TCPRoute shop/c: the BackendTLSPolicy of its backend is not applied") {
+		t.Errorf("warnings %q", d.Warnings)
+	}
+}
