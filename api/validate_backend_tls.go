@@ -1,6 +1,7 @@
 package api
 
 import (
+	"fmt"
 	"net/url"
 	"strconv"
 	"strings"
@@ -42,7 +43,7 @@ func checkBackendTLS(ck *checker, f string, bp *pb.BackendPool) {
 	case ca == "" && !t.GetSystemRoots():
 		ck.invalidf(f+".caPem", "is empty; give the PEM CA bundle that signed the members' certificates, or set systemRoots: true")
 	case ca != "":
-		if why := caBundleProblem(ca); why != "" {
+		if why := CAPEMProblem(ca); why != "" {
 			ck.invalidf(f+".caPem", "%s", why)
 		}
 	}
@@ -99,5 +100,35 @@ func checkBackendClientCert(ck *checker, f string, bp *pb.BackendPool, tenant st
 	}
 	if certs, ok := c.(CertificateCatalog); ok && certs.Certificate(tenant, name) == nil {
 		ck.invalidf(f, "certificate %s/%s does not exist; upload it first", tenant, name)
+	}
+}
+
+// checkBackendTLSUse refuses a pool's tls when a listener that forwards
+// bytes as they come (tcp, udp, tls-passthrough, its sniRoutes) uses the
+// pool: the load balancer speaks no TLS of its own there, so the tls would
+// verify nothing.
+func checkBackendTLSUse(ck *checker, f string, lb *pb.LoadBalancer, pool string) {
+	if lb.GetPools()[pool].GetTls() == nil {
+		return
+	}
+	for i, l := range lb.GetListeners() {
+		switch l.GetProtocol() {
+		case "tcp", "udp", "tls-passthrough":
+		default:
+			continue
+		}
+		use := ""
+		if l.GetPool() == pool {
+			use = fmt.Sprintf("listeners[%d]", i)
+		}
+		for j, r := range l.GetSniRoutes() {
+			if use == "" && r.GetPool() == pool {
+				use = fmt.Sprintf("listeners[%d].sniRoutes[%d]", i, j)
+			}
+		}
+		if use != "" {
+			ck.invalidf(f+".tls", "%s (%s) forwards bytes to this pool as they come and speaks no TLS to its members, so tls would verify nothing; give that listener a pool without tls", use, l.GetProtocol())
+			return
+		}
 	}
 }

@@ -70,6 +70,16 @@ func TestValidateBackendTLS(t *testing.T) {
 	}{
 		{"client certificate", withTLS("tls", func(b *pb.BackendTLS) { b.ClientCertificate = "members-client" }), pass()},
 		{"client certificate not uploaded", withTLS("tls", func(b *pb.BackendTLS) { b.ClientCertificate = "nope" }), bad(f+".clientCertificate", "upload it first")},
+		{"pool of a tcp listener", func(lb *pb.LoadBalancer) {
+			withTLS("tls", func(*pb.BackendTLS) {})(lb)
+			lb.Listeners = append(lb.Listeners, &pb.Listener{Port: 5432, Protocol: "tcp", Pool: "web"})
+		}, bad(f, "(tcp) forwards bytes to this pool")},
+		{"pool of a tls-passthrough sniRoute", func(lb *pb.LoadBalancer) {
+			withTLS("tls", func(*pb.BackendTLS) {})(lb)
+			lb.Pools["other"] = &pb.BackendPool{Members: lb.Pools["web"].Members}
+			lb.Listeners = append(lb.Listeners, &pb.Listener{Port: 8443, Protocol: "tls-passthrough", Pool: "other",
+				SniRoutes: []*pb.SNIRoute{{Host: "web.acme.example", Pool: "web"}}})
+		}, bad(f, "sniRoutes[0] (tls-passthrough) forwards bytes")},
 		{"client certificate not a name", withTLS("tls", func(b *pb.BackendTLS) { b.ClientCertificate = "Bad Name" }), bad(f+".clientCertificate", "is not a certificate name")},
 	}...)
 	for _, tt := range tests {

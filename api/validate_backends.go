@@ -39,6 +39,7 @@ func checkBackendPools(ck *checker, lb *pb.LoadBalancer, tenant *pb.Tenant, c Ca
 		checkHealthCheck(ck, f+".healthCheck", bp.GetHealthCheck(), true)
 		checkPoolProtocols(ck, f, bp, FirstUDPListener(lb, key))
 		checkBackendClientCert(ck, f, bp, lb.GetTenant(), c)
+		checkBackendTLSUse(ck, f, lb, key)
 	}
 }
 

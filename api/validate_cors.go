@@ -143,10 +143,23 @@ func checkCORSHeaders(ck *checker, f string, hs []string, wildcard bool) {
 	}
 }
 
-// ParseCABundle returns the certificates of a PEM bundle, or why it is not
-// a usable one: empty, over MaxCABundleCerts, or with a block that is not
-// a CA certificate.
+// ParseCABundle returns the certificates of a listener's client CA
+// bundle, or why it is not a usable one (see parseCABundle).
 func ParseCABundle(s string) ([]*x509.Certificate, string) {
+	return parseCABundle(s, MaxCABundleCerts)
+}
+
+// CAPEMProblem says why s cannot be the caPem of an HTTPS check or of a
+// pool's tls (at most MaxCheckCACerts certificates), or "".
+func CAPEMProblem(s string) string {
+	_, why := parseCABundle(s, MaxCheckCACerts)
+	return why
+}
+
+// parseCABundle returns the certificates of a PEM bundle, or why it is not
+// a usable one: without a certificate, over maxCerts, with a block that is
+// not a certificate or does not parse, or with text after its last block.
+func parseCABundle(s string, maxCerts int) ([]*x509.Certificate, string) {
 	rest := []byte(s)
 	var out []*x509.Certificate
 	for {
@@ -156,10 +169,10 @@ func ParseCABundle(s string) ([]*x509.Certificate, string) {
 			break
 		}
 		if b.Type != "CERTIFICATE" {
-			return nil, fmt.Sprintf("certificate %d is a PEM %.32q block; only CERTIFICATE blocks", len(out)+1, b.Type)
+			return nil, fmt.Sprintf("holds a PEM block of type %s (block %d); give only CERTIFICATE blocks", Clip(b.Type, 32), len(out)+1)
 		}
-		if len(out) == MaxCABundleCerts {
-			return nil, fmt.Sprintf("has more than %d certificates", MaxCABundleCerts)
+		if len(out) == maxCerts {
+			return nil, fmt.Sprintf("holds more than %d certificates; give only the CAs that sign the certificates to verify", maxCerts)
 		}
 		c, err := x509.ParseCertificate(b.Bytes)
 		if err != nil {
@@ -167,11 +180,11 @@ func ParseCABundle(s string) ([]*x509.Certificate, string) {
 		}
 		out = append(out, c)
 	}
-	if strings.TrimSpace(string(rest)) != "" {
-		return nil, fmt.Sprintf("has text that is not a PEM block after certificate %d", len(out))
-	}
 	if len(out) == 0 {
-		return nil, "holds no PEM CERTIFICATE block"
+		return nil, "holds no PEM certificate; give the CAs as PEM (-----BEGIN CERTIFICATE-----)"
+	}
+	if strings.TrimSpace(string(rest)) != "" {
+		return nil, fmt.Sprintf("has text that is not PEM after certificate %d", len(out))
 	}
 	return out, ""
 }

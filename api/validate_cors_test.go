@@ -67,7 +67,7 @@ func TestValidateCORSAndClientValidation(t *testing.T) {
 
 		{"client validation", cv(&pb.ClientValidation{CaBundle: caPEM, Mode: "optional", SubjectHeader: "X-Client-Subject"}), pass()},
 		{"client validation without CAs", cv(&pb.ClientValidation{}), bad("listeners[0].tls.clientValidation.caBundle", "required")},
-		{"client validation not PEM", cv(&pb.ClientValidation{CaBundle: "hello"}), bad("listeners[0].tls.clientValidation.caBundle", "not a PEM block")},
+		{"client validation not PEM", cv(&pb.ClientValidation{CaBundle: "hello"}), bad("listeners[0].tls.clientValidation.caBundle", "holds no PEM certificate")},
 		{"client validation a key", cv(&pb.ClientValidation{CaBundle: "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n"}),
 			bad("listeners[0].tls.clientValidation.caBundle", "only CERTIFICATE blocks")},
 		{"client validation too big", cv(&pb.ClientValidation{CaBundle: strings.Repeat(caPEM, MaxCABundleBytes/len(caPEM)+1)}),

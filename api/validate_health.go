@@ -6,7 +6,6 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"net/netip"
-	"strconv"
 	"strings"
 
 	"google.golang.org/protobuf/proto"
@@ -138,7 +137,7 @@ func checkHTTPSCheck(ck *checker, f string, h *pb.HTTPSCheck, pem bool) {
 	case ca == "" && !h.GetInsecureSkipVerify():
 		ck.invalidf(f+".caPem", "is empty; give the PEM CA bundle that signed the members' certificates, or set insecureSkipVerify: true to accept any certificate (the check then proves only that TLS and HTTP answer)")
 	case ca != "" && pem:
-		if why := caBundleProblem(ca); why != "" {
+		if why := CAPEMProblem(ca); why != "" {
 			ck.invalidf(f+".caPem", "%s", why)
 		}
 	}
@@ -198,36 +197,6 @@ func publicOf(k any) any {
 		return s.Public()
 	}
 	return nil
-}
-
-// caBundleProblem says what is wrong with a PEM CA bundle, or "".
-func caBundleProblem(s string) string {
-	rest := []byte(s)
-	n := 0
-	for {
-		var b *pem.Block
-		b, rest = pem.Decode(rest)
-		if b == nil {
-			break
-		}
-		if b.Type != "CERTIFICATE" {
-			return "holds a PEM block of type " + b.Type + "; give only CERTIFICATE blocks"
-		}
-		if _, err := x509.ParseCertificate(b.Bytes); err != nil {
-			return "certificate " + strconv.Itoa(n+1) + " does not parse: " + err.Error()
-		}
-		n++
-		if n > MaxCheckCACerts {
-			return "holds more than " + strconv.Itoa(MaxCheckCACerts) + " certificates; give only the CAs that sign the members' certificates"
-		}
-	}
-	if n == 0 {
-		return "holds no PEM certificate; give the CA bundle as PEM (-----BEGIN CERTIFICATE-----)"
-	}
-	if strings.TrimSpace(string(rest)) != "" {
-		return "has text after its last certificate that is not PEM"
-	}
-	return ""
 }
 
 // RedactSecrets returns o without the secrets it may hold (the private

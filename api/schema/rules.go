@@ -227,7 +227,7 @@ var rules = map[string]rule{
 	"teapot.v1.HTTPSCheck.client_key_pem":       {doc: "Private key (PEM) of clientCertPem; never returned when the load balancer is read. Left out while clientCertPem is the stored one, the stored key is kept.", limits: atMost(api.MaxCheckClientKeyPEMLen, "bytes")},
 	"teapot.v1.HTTPSCheck.insecure_skip_verify": {def: "false"},
 
-	"teapot.v1.BackendPool.tls":               {limits: "backendProtocol tls or h2 only"},
+	"teapot.v1.BackendPool.tls":               {limits: "backendProtocol tls or h2 only; not on a pool of a tcp, udp or tls-passthrough listener or sniRoute (they forward bytes as they come)"},
 	"teapot.v1.BackendTLS.ca_pem":             {limits: atMost(api.MaxBackendCAPEMLen, fmt.Sprintf("bytes and %d certificates", api.MaxCheckCACerts))},
 	"teapot.v1.BackendTLS.system_roots":       {def: "false"},
 	"teapot.v1.BackendTLS.server_name":        {limits: "a DNS name; required", example: "web.acme.example"},

@@ -113,9 +113,9 @@ func policyAncestorsMerged(cur, ours []gwv1.PolicyAncestorStatus, controller str
 		p.Conditions = mergeConditions(prev, p.Conditions)
 		out = append(out, p)
 	}
-	// The API allows 16 ancestors; with more, the agent's (last) stay.
-	if len(out) > 16 {
-		out = out[len(out)-16:]
+	// The API allows maxPolicyAncestors; with more, the agent's (last) stay.
+	if len(out) > maxPolicyAncestors {
+		out = out[len(out)-maxPolicyAncestors:]
 	}
 	return out
 }

@@ -214,6 +214,7 @@ func Gateway(gw *gwv1.Gateway, src Sources, o Options) *Desired {
 	g.isolationBarriers()
 	g.lbListeners()
 	g.clientSubjectHeader()
+	g.frontendPortsUnused()
 	if c := g.insecureFallback(); c != nil {
 		res.Conditions = append(res.Conditions, *c)
 	}

@@ -62,7 +62,9 @@ func (g *gwBuild) backendClientCert() {
 			used = true
 		}
 	}
-	if used && !slices.Contains(g.res.Certificates, src) {
+	if !used {
+		g.d.Warnings = append(g.d.Warnings, "spec.tls.backend.clientCertificateRef: no pool of the Gateway speaks TLS to its members, so the certificate is presented to none; a BackendTLSPolicy on a backend Service makes its pool speak TLS")
+	} else if !slices.Contains(g.res.Certificates, src) {
 		g.res.Certificates = append(g.res.Certificates, src)
 	}
 }

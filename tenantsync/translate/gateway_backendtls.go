@@ -2,8 +2,6 @@ package translate
 
 import (
 	"cmp"
-	"crypto/x509"
-	"encoding/pem"
 	"fmt"
 	"slices"
 	"strings"
@@ -122,9 +120,14 @@ func (g *gwBuild) policyTLS(p *gwv1.BackendTLSPolicy) (*pb.BackendTLS, []metav1.
 			badReason = cmp.Or(badReason, string(gwv1.BackendTLSPolicyReasonInvalidKind))
 			continue
 		}
-		pemText, why := g.caConfigMap(p.Namespace, string(ref.Name))
+		pemText, why := g.caConfigMap(p.Namespace, string(ref.Name), api.MaxBackendCAPEMLen, api.CAPEMProblem)
 		if why == "" && bundle.Len()+len(pemText)+1 > api.MaxBackendCAPEMLen {
 			why = fmt.Sprintf("the CA bundles together pass %d bytes (api.MaxBackendCAPEMLen)", api.MaxBackendCAPEMLen)
+		}
+		if why == "" {
+			if p := api.CAPEMProblem(bundle.String() + pemText); p != "" {
+				why = "the CA bundles together: " + p
+			}
 		}
 		if why != "" {
 			bad = append(bad, f+": "+why)
@@ -167,9 +170,10 @@ func (g *gwBuild) policyTLS(p *gwv1.BackendTLSPolicy) (*pb.BackendTLS, []metav1.
 	return t, []metav1.Condition{accepted, resolved}
 }
 
-// caConfigMap returns the PEM bundle of ConfigMap ns/name, or why it
-// cannot serve as one.
-func (g *gwBuild) caConfigMap(ns, name string) (string, string) {
+// caConfigMap returns the PEM CA bundle (CACertKey) of ConfigMap
+// ns/name, or why it cannot serve as one: the ConfigMap is missing or
+// unread, the bundle is over maxBytes, or problem says why not.
+func (g *gwBuild) caConfigMap(ns, name string, maxBytes int, problem func(string) string) (pem, why string) {
 	cms := g.src.Gateway.ConfigMaps
 	if cms == nil {
 		return "", "the agent does not read ConfigMaps (apply the ClusterRole of packaging/k8s/10-rbac.yaml)"
@@ -180,41 +184,17 @@ func (g *gwBuild) caConfigMap(ns, name string) (string, string) {
 	} else if err != nil {
 		return "", fmt.Sprintf("ConfigMap %s/%s: %v", ns, name, err)
 	}
-	data := cm.Data[CACertKey]
-	if len(data) > api.MaxBackendCAPEMLen {
-		return "", fmt.Sprintf("ConfigMap %s/%s: %s is over %d bytes (api.MaxBackendCAPEMLen)", ns, name, CACertKey, api.MaxBackendCAPEMLen)
+	pem = cm.Data[CACertKey]
+	switch {
+	case pem == "":
+		return "", fmt.Sprintf("ConfigMap %s/%s has no key %s", ns, name, CACertKey)
+	case len(pem) > maxBytes:
+		return "", fmt.Sprintf("ConfigMap %s/%s: %s is over %d bytes", ns, name, CACertKey, maxBytes)
 	}
-	if why := caPEMProblem(data); why != "" {
+	if why := problem(pem); why != "" {
 		return "", fmt.Sprintf("ConfigMap %s/%s: %s %s", ns, name, CACertKey, why)
 	}
-	return data, ""
-}
-
-// caPEMProblem says why s is not a PEM bundle of CA certificates.
-func caPEMProblem(s string) string {
-	rest := []byte(s)
-	n := 0
-	for {
-		var b *pem.Block
-		b, rest = pem.Decode(rest)
-		if b == nil {
-			break
-		}
-		if b.Type != "CERTIFICATE" {
-			return "holds a PEM block of type " + b.Type
-		}
-		if _, err := x509.ParseCertificate(b.Bytes); err != nil {
-			return "holds a certificate that does not parse: " + err.Error()
-		}
-		n++
-	}
-	if n == 0 {
-		return "holds no PEM certificate"
-	}
-	if strings.TrimSpace(string(rest)) != "" {
-		return "has text after its last certificate that is not PEM"
-	}
-	return ""
+	return pem, ""
 }
 
 // policyStatus records the ancestor status this Gateway gives policy p.

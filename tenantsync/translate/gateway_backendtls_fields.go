@@ -7,7 +7,7 @@ import (
 )
 
 var backendTLSPolicyFields = []Field{
-	{"spec.targetRefs", Honoured, "the Services (core group) whose pools verify their members; other kinds are not targets", false},
+	{"spec.targetRefs", Honoured, "the Services (core group) whose pools verify their members, for HTTPRoutes and GRPCRoutes; a TCPRoute or TLSRoute to the Service is forwarded as it comes, without the policy, and a warning says so; other kinds are not targets", false},
 	{"spec.targetRefs[].group", Honoured, "only the core group (\"\")", false},
 	{"spec.targetRefs[].kind", Honoured, "only Service", false},
 	{"spec.targetRefs[].name", Honoured, "the Service", false},

@@ -163,6 +163,21 @@ func TestGatewayBackendTLSPolicy(t *testing.T) {
 			status:   map[string]st{"p": {"False", "NoValidCACertificate", "InvalidCACertificateRef"}},
 		},
 		{
+			name:     "a CA ConfigMap of more certificates than a pool verifies with",
+			cms:      []runtime.Object{caMap("shop", "ca", strings.Repeat(ca, api.MaxCheckCACerts+1))},
+			policies: []runtime.Object{btlsPolicy("p", 0, "https-1", "abc.example.com", cmRef("ca"))},
+			empty:    true,
+			status:   map[string]st{"p": {"False", "NoValidCACertificate", "InvalidCACertificateRef"}},
+		},
+		{
+			name: "two CA ConfigMaps of more certificates together than a pool verifies with",
+			cms: []runtime.Object{caMap("shop", "ca", strings.Repeat(ca, api.MaxCheckCACerts-2)),
+				caMap("shop", "ca2", strings.Repeat(ca, 3))},
+			policies: []runtime.Object{btlsPolicy("p", 0, "https-1", "abc.example.com", cmRef("ca"), cmRef("ca2"))},
+			tls443:   &pb.BackendTLS{CaPem: strings.Repeat(ca, api.MaxCheckCACerts-2), ServerName: "abc.example.com"},
+			status:   map[string]st{"p": {"True", "Accepted", "InvalidCACertificateRef"}},
+		},
+		{
 			name:     "options are refused",
 			cms:      []runtime.Object{caMap("shop", "ca", ca)},
 			policies: []runtime.Object{options},
@@ -297,6 +312,28 @@ func TestGatewayBackendClientCertificate(t *testing.T) {
 	}
 }
 
+// A backend client certificate on a Gateway none of whose pools speaks
+// TLS is presented to no member: a warning says so, and it is not
+// uploaded.
+func TestGatewayBackendClientCertificateUnused(t *testing.T) {
+	t.Parallel()
+	gw := gateway("shop", "gw", listener("http", gwv1.HTTPProtocolType, 80, ""))
+	gw.Spec.TLS = &gwv1.GatewayTLSConfig{Backend: &gwv1.GatewayBackendTLS{ClientCertificateRef: &gwv1.SecretObjectReference{Name: "client"}}}
+	route := httpRoute("shop", "r", 1, []gwv1.ParentReference{parent("gw", "")}, []string{"abc.example.com"},
+		gwv1.HTTPRouteRule{BackendRefs: httpBackends(bref("web", 80, nil))})
+	src := gwSources(t, append(backendObjs(), tlsSecret(t, "shop", "client")), gwClass("teapot", translate.GatewayController), gw, route)
+	d := translate.Gateway(gw, src, gwOpts)
+	if d.Refused != "" || d.Gateway.Accepted.Status != metav1.ConditionTrue {
+		t.Fatalf("the Gateway is not served: %s %s", d.Gateway.Accepted.Reason, d.Refused)
+	}
+	if len(d.Warnings) != 1 || !strings.Contains(d.Warnings[0], "presented to none") {
+		t.Errorf("warnings %q, want one that the certificate is presented to none", d.Warnings)
+	}
+	if len(d.Gateway.Certificates) != 0 {
+		t.Errorf("certificates %v, want none uploaded", d.Gateway.Certificates)
+	}
+}
+
 // TestGatewayBackendTLSPolicyOfGRPCBackends: a gRPC backend a
 // BackendTLSPolicy covers speaks HTTP/2 over TLS (h2) to its members.
 func TestGatewayBackendTLSPolicyOfGRPCBackends(t *testing.T) {
@@ -314,5 +351,45 @@ func TestGatewayBackendTLSPolicyOfGRPCBackends(t *testing.T) {
 	bp := d.LB.Pools["tlsweb-443-h2c"]
 	if bp.GetBackendProtocol() != "h2" || bp.GetTls().GetServerName() != "grpc.example.com" {
 		t.Fatalf("pools %v, want tlsweb-443-h2c speaking h2 to grpc.example.com", d.LB.Pools)
+	}
+}
+
+// A TCPRoute to a Service a BackendTLSPolicy covers is forwarded as it
+// comes: its listener's pool has the Service's members but no tls (the LB
+// speaks no TLS of its own on an L4 listener), and a warning says the
+// policy is not applied to the route; an HTTPRoute to the same Service
+// keeps the policy.
+func TestGatewayBackendTLSPolicyNotOnL4Routes(t *testing.T) {
+	t.Parallel()
+	ca := caPEM(t)
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "tlsweb"}, Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort,
+		Ports: []corev1.ServicePort{{Name: "https-1", Port: 443, NodePort: 30443, Protocol: corev1.ProtocolTCP}}}}
+	gw := gateway("shop", "gw", listener("http", gwv1.HTTPProtocolType, 80, ""), listener("tcp", gwv1.TCPProtocolType, 5443, ""))
+	hr := httpRoute("shop", "r", 1, []gwv1.ParentReference{parent("gw", "http")}, []string{"abc.example.com"},
+		gwv1.HTTPRouteRule{BackendRefs: httpBackends(bref("tlsweb", 443, nil))})
+	tr := &gwv1.TCPRoute{ObjectMeta: meta("shop", "c", 2)}
+	tr.Spec.ParentRefs = []gwv1.ParentReference{parent("gw", "tcp")}
+	tr.Spec.Rules = []gwv1.TCPRouteRule{{BackendRefs: []gwv1.BackendRef{bref("tlsweb", 443, nil)}}}
+	core := append(backendObjs(svc), caMap("shop", "ca", ca))
+	src := gwSources(t, core, gwClass("teapot", translate.GatewayController), gw, hr, tr, btlsPolicy("p", 0, "", "abc.example.com", cmRef("ca")))
+	d := translate.Gateway(gw, src, gwOpts)
+	if d.Refused != "" {
+		t.Fatalf("refused: %s", d.Refused)
+	}
+	if d.LB.Pools["tlsweb-443"].GetTls() == nil {
+		t.Fatalf("the HTTPRoute's pool lost the policy: %v", d.LB.Pools["tlsweb-443"])
+	}
+	var tcpPool string
+	for _, l := range d.LB.GetListeners() {
+		if l.GetPort() == 5443 {
+			tcpPool = l.GetPool()
+		}
+	}
+	bp := d.LB.Pools[tcpPool]
+	if bp == nil || bp.GetTls() != nil || bp.GetBackendProtocol() != "" || len(bp.GetMembers()) != len(d.LB.Pools["tlsweb-443"].GetMembers()) {
+		t.Fatalf("tcp listener pool %q = %v, want the Service's members without tls", tcpPool, bp)
+	}
+	if len(d.Warnings) != 1 || !strings.Contains(d.Warnings[0], "TCPRoute shop/c: the BackendTLSPolicy of its backend is not applied") {
+		t.Errorf("warnings %q", d.Warnings)
 	}
 }

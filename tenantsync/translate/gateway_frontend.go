@@ -2,9 +2,9 @@ package translate
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
@@ -19,9 +19,6 @@ import (
 // listener's ResolvedRefs False; when none resolves the listener is not
 // accepted (NoValidCACertificate) and not served, so that it never serves
 // clients without the check it asks for.
-
-// caKey is the ConfigMap key of a CA bundle.
-const caKey = "ca.crt"
 
 // frontendValidation returns the validation spec.tls.frontend asks of
 // listeners on port, or nil.
@@ -65,13 +62,13 @@ func (g *gwBuild) listenerClientCAs(ls *listenerState) (resolved, accepted *meta
 		switch {
 		case ref.Group != "" || ref.Kind != "ConfigMap":
 			fail(string(gwv1.ListenerReasonInvalidCACertificateKind), fmt.Sprintf("%s: kind %s is not supported; use a core ConfigMap with the bundle in %s",
-				f, strings.TrimPrefix(string(ref.Group)+"/"+string(ref.Kind), "/"), caKey))
+				f, strings.TrimPrefix(string(ref.Group)+"/"+string(ref.Kind), "/"), CACertKey))
 			continue
 		case ns != g.gw.Namespace && !g.granted(KindGateway, g.gw.Namespace, "ConfigMap", ns, string(ref.Name)):
 			fail(string(gwv1.ListenerReasonRefNotPermitted), fmt.Sprintf("%s: no ReferenceGrant in namespace %s lets Gateways of namespace %s refer to ConfigMap %s", f, ns, g.gw.Namespace, ref.Name))
 			continue
 		}
-		pem, why := g.caBundle(ns, string(ref.Name))
+		pem, why := g.caConfigMap(ns, string(ref.Name), api.MaxCABundleBytes, func(s string) string { _, why := api.ParseCABundle(s); return why })
 		if why == "" && bundle.Len()+len(pem) > api.MaxCABundleBytes {
 			why = fmt.Sprintf("the listener's CA bundles together pass %d bytes", api.MaxCABundleBytes)
 		}
@@ -104,29 +101,19 @@ func (g *gwBuild) listenerClientCAs(ls *listenerState) (resolved, accepted *meta
 	return problem, nil
 }
 
-// caBundle returns the CA bundle of ConfigMap ns/name, or why it is not
-// a usable one.
-func (g *gwBuild) caBundle(ns, name string) (pem, why string) {
-	if g.src.Gateway.ConfigMaps == nil {
-		return "", "the agent does not read ConfigMaps (apply the ClusterRole of packaging/k8s/10-rbac.yaml)"
+// frontendPortsUnused warns of each spec.tls.frontend.perPort entry whose
+// port has no HTTPS listener: client validation applies to HTTPS
+// listeners only, so the entry validates nothing.
+func (g *gwBuild) frontendPortsUnused() {
+	t := g.gw.Spec.TLS
+	if t == nil || t.Frontend == nil {
+		return
 	}
-	cm, err := g.src.Gateway.ConfigMaps.ConfigMaps(ns).Get(name)
-	if apierrors.IsNotFound(err) {
-		return "", fmt.Sprintf("ConfigMap %s/%s does not exist", ns, name)
-	} else if err != nil {
-		return "", fmt.Sprintf("ConfigMap %s/%s: %v", ns, name, err)
+	for i, pp := range t.Frontend.PerPort {
+		if !slices.ContainsFunc(g.ls, func(ls *listenerState) bool { return ls.spec.Port == pp.Port && ls.proto == "https" }) {
+			g.d.Warnings = append(g.d.Warnings, fmt.Sprintf("spec.tls.frontend.perPort[%d]: port %d has no HTTPS listener, so the entry validates no client; add an HTTPS listener on port %d or remove the entry", i, pp.Port, pp.Port))
+		}
 	}
-	pem = cm.Data[caKey]
-	switch {
-	case pem == "":
-		return "", fmt.Sprintf("ConfigMap %s/%s has no key %s", ns, name, caKey)
-	case len(pem) > api.MaxCABundleBytes:
-		return "", fmt.Sprintf("ConfigMap %s/%s %s is %d bytes; at most %d", ns, name, caKey, len(pem), api.MaxCABundleBytes)
-	}
-	if _, why := api.ParseCABundle(pem); why != "" {
-		return "", fmt.Sprintf("ConfigMap %s/%s %s %s", ns, name, caKey, why)
-	}
-	return pem, ""
 }
 
 // insecureFallback is the Gateway's InsecureFrontendValidationMode

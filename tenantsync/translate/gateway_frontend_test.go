@@ -17,7 +17,8 @@ import (
 // spec.tls.frontend: each HTTPS listener gets the CA bundle of its port's
 // entry (or the default) and its mode; a reference that does not resolve
 // leaves its listener not accepted and unserved, with the reason the
-// suite expects; HTTP listeners are untouched; AllowInsecureFallback sets
+// suite expects; HTTP listeners are untouched, and a perPort entry of a
+// port without an HTTPS listener is a warning; AllowInsecureFallback sets
 // the Gateway's InsecureFrontendValidationMode.
 func TestGatewayFrontendValidation(t *testing.T) {
 	t.Parallel()
@@ -109,6 +110,9 @@ func TestGatewayFrontendValidation(t *testing.T) {
 	}
 	if c := condOf(d.Gateway.Conditions, "InsecureFrontendValidationMode"); c.Status != metav1.ConditionTrue || c.Reason != "ConfigurationChanged" {
 		t.Errorf("InsecureFrontendValidationMode = %+v", c)
+	}
+	if len(d.Warnings) != 1 || !strings.Contains(d.Warnings[0], "perPort[4]: port 80 has no HTTPS listener") {
+		t.Errorf("warnings %q, want one of perPort[4]", d.Warnings)
 	}
 }
 

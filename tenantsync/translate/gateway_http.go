@@ -449,6 +449,13 @@ func (g *gwBuild) translateL4(r *routeObj, atts []attachment) string {
 	if len(refs) == 1 {
 		key = g.backendPool(r, refs[0].BackendObjectReference, false)
 	}
+	tlsNotApplied := false
+	if key != "" && g.lb.Pools[key].GetTls() != nil {
+		// A BackendTLSPolicy made the pool speak TLS to its members; an
+		// L4 listener forwards bytes, so the route gets a pool of the
+		// same members without it.
+		key, tlsNotApplied = "", true
+	}
 	if key == "" {
 		key = syncspec.Key(r.key.Namespace+"-"+r.key.Name, r.key.Kind, r.key.Namespace, r.key.Name)
 		bp := backendPool(g.gw.Annotations, g.d)
@@ -461,6 +468,7 @@ func (g *gwBuild) translateL4(r *routeObj, atts []attachment) string {
 				continue
 			}
 			if k := g.backendPool(r, b.BackendObjectReference, false); k != "" {
+				tlsNotApplied = tlsNotApplied || g.lb.Pools[k].GetTls() != nil
 				for _, m := range g.lb.Pools[k].GetMembers() {
 					mm := proto.Clone(m).(*pb.Member)
 					if w != 1 {
@@ -471,6 +479,9 @@ func (g *gwBuild) translateL4(r *routeObj, atts []attachment) string {
 			}
 		}
 		g.lb.Pools[key] = bp
+	}
+	if tlsNotApplied {
+		g.d.Warnings = append(g.d.Warnings, fmt.Sprintf("%s %s/%s: the BackendTLSPolicy of its backend is not applied to it: the LB forwards the route's bytes to the members as they come, with no TLS of its own", r.key.Kind, r.key.Namespace, r.key.Name))
 	}
 	for _, a := range atts {
 		k := l4Key{a.ls.spec.Port, a.ls.proto}
