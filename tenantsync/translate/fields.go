@@ -165,7 +165,7 @@ var httpRouteFields = append(append(parentRefFields(), []Field{
 	{"spec.rules[].filters", HonouredInPart, "RequestHeaderModifier, ResponseHeaderModifier, RequestRedirect, URLRewrite, RequestMirror and CORS (maxAge at most a day; exposeHeaders \"*\" not with allowCredentials); any other type: the route is not accepted (UnsupportedValue)", true},
 	{"spec.rules[].backendRefs[].filters", HonouredInPart, "RequestHeaderModifier (one per backendRef), applied to the requests sent to that backend after the rule's; any other type: the route is not accepted (UnsupportedValue)", true},
 	{"spec.rules[].timeouts", Honoured, "request and backendRequest, each up to the response headers (a streaming body is not cut off)", true},
-	{"spec.rules[].retry", HonouredInPart, "codes (400-599), attempts (1-5; default 1) and backoff (up to 10s; default 25ms); connection errors and backendRequest timeouts are retried too; a body of unknown length or over 64 KiB is not retried; retries are bounded by the tenant's retry budget; past the bounds the route is not accepted (UnsupportedValue); ignored on a rule with a RequestRedirect", true},
+	{"spec.rules[].retry", HonouredInPart, "codes (400-599), attempts (1-5; default 1) and backoff (up to 10s; default 25ms); connection errors and backendRequest timeouts are retried too; a body of unknown length or over 64 KiB is not retried; retries are bounded by the tenant's retry budget; past the bounds the route is not accepted (UnsupportedValue); on a rule with a RequestRedirect it is not applied, with a warning", true},
 	{"spec.rules[].sessionPersistence", Refused, "the route is not accepted (UnsupportedValue)", true},
 }...), backendRefFields("weighted choice between the rule's pools")...)
 

@@ -243,6 +243,8 @@ func (g *gwBuild) httpRule(r *routeObj, rule gwv1.HTTPRouteRule) *pb.Route {
 		rt.Backends = g.backends(r, refs, false)
 		backendHeaderFilters(rt.Backends, rule.BackendRefs)
 		rt.Retry = httpRetry(rule.Retry)
+	} else if rule.Retry != nil {
+		g.d.Warnings = append(g.d.Warnings, fmt.Sprintf("%s %s/%s: a rule with a RequestRedirect sends nothing to a backend, so its retry is not applied", r.key.Kind, r.key.Namespace, r.key.Name))
 	}
 	if t := rule.Timeouts; t != nil {
 		rt.Timeouts = &pb.RouteTimeouts{Request: duration(t.Request), BackendRequest: duration(t.BackendRequest)}

@@ -1,6 +1,7 @@
 package translate_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -80,5 +81,24 @@ func TestGatewayHTTPRetryAndBackendFilters(t *testing.T) {
 				t.Errorf("Accepted %s %q, want UnsupportedValue %q", c.Reason, c.Message, tc.why)
 			}
 		})
+	}
+}
+
+// A rule that redirects sends nothing to a backend: its retry is not
+// applied, and a warning says so.
+func TestGatewayHTTPRetryOnARedirectRuleWarns(t *testing.T) {
+	t.Parallel()
+	gw := gateway("shop", "gw", listener("http", gwv1.HTTPProtocolType, 80, ""))
+	rule := gwv1.HTTPRouteRule{
+		Filters: []gwv1.HTTPRouteFilter{{Type: gwv1.HTTPRouteFilterRequestRedirect, RequestRedirect: &gwv1.HTTPRequestRedirectFilter{StatusCode: ptr(301)}}},
+		Retry:   &gwv1.HTTPRouteRetry{Codes: []gwv1.HTTPRouteRetryStatusCode{502}, Attempts: ptr(2)},
+	}
+	route := httpRoute("shop", "r", 1, []gwv1.ParentReference{parent("gw", "")}, nil, rule)
+	d := translate.Gateway(gw, gwSources(t, backendObjs(), gwClass("teapot", translate.GatewayController), gw, route), gwOpts)
+	if len(d.LB.GetRoutes()) != 1 || d.LB.GetRoutes()[0].GetRetry() != nil {
+		t.Fatalf("routes %v, want one redirect without retry", d.LB.GetRoutes())
+	}
+	if !slices.ContainsFunc(d.Warnings, func(w string) bool { return strings.Contains(w, "its retry is not applied") }) {
+		t.Errorf("warnings %q, want one saying the retry is not applied", d.Warnings)
 	}
 }
