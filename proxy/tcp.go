@@ -25,34 +25,11 @@ func (p *Proxy) serveTCP(l *ListenerSnapshot, c *net.TCPConn) {
 // already read from the client, go first. The member connection is
 // charged to the tenant's descriptors; at the limit the client is reset.
 func (p *Proxy) forwardTCP(l *ListenerSnapshot, c *net.TCPConn, pool *Pool, read []byte) {
-	client := addrPort(c.RemoteAddr())
-	// The member connection's descriptor is the tenant's, as its
-	// client's is (admitTenant).
-	budget := p.tenantBudget(l.Tenant)
-	if !budget.TakeDescriptor() {
-		p.metrics.ConnRefused(l.LB, l.Name, RefusedTenantLimit)
-		refuse(c)
+	up, tg, done, ok := p.memberLeg(l, c, pool)
+	if !ok {
 		return
 	}
-	defer budget.ReleaseDescriptor()
-	up, m := p.dialMember(l, pool, client.Addr())
-	if up == nil {
-		p.metrics.ConnRefused(l.LB, l.Name, RefusedNoMember)
-		refuse(c)
-		return
-	}
-	tg := Target(m)
-	tg.Begin()
-	defer tg.End()
-	if v := pool.Spec.ProxyProtocol; v != 0 {
-		var buf [proxyHeaderMax]byte
-		h := proxyproto.Header{Version: v, Src: client, Dst: addrPort(c.LocalAddr())}
-		if _, err := up.Write(h.Append(buf[:0])); err != nil {
-			refuse(c)
-			refuse(up)
-			return
-		}
-	}
+	defer done()
 	if len(read) > 0 {
 		if _, err := up.Write(read); err != nil {
 			refuse(c)
@@ -61,11 +38,52 @@ func (p *Proxy) forwardTCP(l *ListenerSnapshot, c *net.TCPConn, pool *Pool, read
 		}
 		p.metrics.BytesIn(l.LB, l.Name, int64(len(read)))
 	}
-	var downWatch *health.Target
-	if h := pool.Spec.Health; h != nil && h.CloseOnDown {
-		downWatch = tg
+	p.pipe(l, c, up, tg, closeOnDown(pool, tg))
+}
+
+// memberLeg opens the member side of a client connection c: the member
+// connection's descriptor is charged to the tenant, as its client's is
+// (admitTenant), and at the limit c is reset; the member counts the
+// connection until done; the PROXY protocol header goes first when the
+// pool asks for one. ok false: c (and the member connection) were reset.
+func (p *Proxy) memberLeg(l *ListenerSnapshot, c *net.TCPConn, pool *Pool) (up *net.TCPConn, tg *health.Target, done func(), ok bool) {
+	client := addrPort(c.RemoteAddr())
+	budget := p.tenantBudget(l.Tenant)
+	if !budget.TakeDescriptor() {
+		p.metrics.ConnRefused(l.LB, l.Name, RefusedTenantLimit)
+		refuse(c)
+		return nil, nil, nil, false
 	}
-	p.pipe(l, c, up, tg, downWatch)
+	up, m := p.dialMember(l, pool, client.Addr())
+	if up == nil {
+		budget.ReleaseDescriptor()
+		p.metrics.ConnRefused(l.LB, l.Name, RefusedNoMember)
+		refuse(c)
+		return nil, nil, nil, false
+	}
+	tg = Target(m)
+	tg.Begin()
+	done = func() { tg.End(); budget.ReleaseDescriptor() }
+	if v := pool.Spec.ProxyProtocol; v != 0 {
+		var buf [proxyHeaderMax]byte
+		h := proxyproto.Header{Version: v, Src: client, Dst: addrPort(c.LocalAddr())}
+		if _, err := up.Write(h.Append(buf[:0])); err != nil {
+			refuse(c)
+			refuse(up)
+			done()
+			return nil, nil, nil, false
+		}
+	}
+	return up, tg, done, true
+}
+
+// closeOnDown is the member to watch when the pool's check closes the
+// connections of members it takes down (nil when it does not).
+func closeOnDown(pool *Pool, tg *health.Target) *health.Target {
+	if h := pool.Spec.Health; h != nil && h.CloseOnDown {
+		return tg
+	}
+	return nil
 }
 
 // proxyHeaderMax bounds an encoded PROXY header (v1 is at most 107 bytes).

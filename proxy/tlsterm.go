@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/teapot-lb/teapot-lb/proxy/health"
-	"github.com/teapot-lb/teapot-lb/proxy/proxyproto"
 	"github.com/teapot-lb/teapot-lb/proxy/snapshot"
 )
 
@@ -63,36 +62,12 @@ func (p *Proxy) serveTerminated(l *ListenerSnapshot, c *net.TCPConn, pool *Pool,
 		refuse(c)
 		return
 	}
-	budget := p.tenantBudget(l.Tenant)
-	if !budget.TakeDescriptor() {
-		p.metrics.ConnRefused(l.LB, l.Name, RefusedTenantLimit)
-		refuse(c)
+	up, tg, done, ok := p.memberLeg(l, c, pool)
+	if !ok {
 		return
 	}
-	defer budget.ReleaseDescriptor()
-	client := addrPort(c.RemoteAddr())
-	up, m := p.dialMember(l, pool, client.Addr())
-	if up == nil {
-		p.metrics.ConnRefused(l.LB, l.Name, RefusedNoMember)
-		refuse(c)
-		return
-	}
-	tg := Target(m)
-	tg.Begin()
-	defer tg.End()
-	if v := pool.Spec.ProxyProtocol; v != 0 {
-		var buf [proxyHeaderMax]byte
-		h := proxyproto.Header{Version: v, Src: client, Dst: addrPort(c.LocalAddr())}
-		if _, err := up.Write(h.Append(buf[:0])); err != nil {
-			refuse(c)
-			refuse(up)
-			return
-		}
-	}
-	var downWatch *health.Target
-	if h := pool.Spec.Health; h != nil && h.CloseOnDown {
-		downWatch = tg
-	}
+	defer done()
+	downWatch := closeOnDown(pool, tg)
 	idle := l.Limits.IdleTimeout
 	sp := &streamPipe{raw: c, tls: tc, up: up, idle: idle, tick: max(idle/4, 10*time.Millisecond), member: tg, downWatch: downWatch}
 	if downWatch != nil {
