@@ -27,7 +27,7 @@ const xfrSecret = "TOjl4Zy59Y7sf4bzbq4EsjSwH6vrWVwBkFpyuCQ1qrI="
 func TestDNSSecondaryFollowsTheBinary(t *testing.T) {
 	named, err := exec.LookPath("named")
 	if err != nil {
-		t.Skip("BIND 9 (named) is not installed: apt-get install bind9")
+		unavailable(t, "BIND 9 (named) is not installed: apt-get install bind9")
 	}
 	dir := t.TempDir()
 	keyFile := filepath.Join(dir, "xfr.key")
