@@ -355,6 +355,13 @@ func (l *kubeLab) echoDeployment(ns, name string, replicas int32, node string) {
 					TerminationGracePeriodSeconds: ptrTo(int64(10)),
 					Containers: []corev1.Container{{
 						Name: "echo", Image: "teapot.test/echo:" + kubeImageTag, ImagePullPolicy: corev1.PullNever,
+						// Serve on for 8 s after SIGTERM, as a preStop delay
+						// does in production: a terminating pod leaves the
+						// EndpointSlice, then every node's kube-proxy rules,
+						// and on a loaded machine that took over 3 s (the
+						// echo default); connections the nodes still send to
+						// a pod whose network is gone hang, whatever the LB does.
+						Args: []string{"-drain=8s"},
 						Env: []corev1.EnvVar{{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{
 							FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}},
 						Ports: []corev1.ContainerPort{
