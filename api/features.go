@@ -98,6 +98,11 @@ const (
 	// (listeners[].sniRoutes[].terminate). A host of an earlier release
 	// ignores the field and passes those connections through encrypted.
 	FeatureTLSTerminate = "tls-terminate"
+	// FeatureMisdirectedRequests: https listeners that answer 421 to a
+	// request whose Host belongs to another site than the connection's
+	// server name (listeners[].tls.sniScopes). A host of an earlier
+	// release ignores the field and serves such requests.
+	FeatureMisdirectedRequests = "misdirected-requests"
 )
 
 // FeatureLevel is the highest cluster feature level this release
@@ -110,28 +115,29 @@ const FeatureLevel = 5
 
 // featureLevels is the level each feature needs on every host.
 var featureLevels = map[string]uint32{
-	FeatureDryRun:           2,
-	FeatureCheckedWrites:    2,
-	FeatureHTTPSCheck:       2,
-	FeatureCloseOnDown:      2,
-	FeatureRouteRules:       2,
-	FeatureBackendH2:        2,
-	FeatureSNIRoutes:        3,
-	FeatureRoutePorts:       3,
-	FeatureTenantBGP:        4,
-	FeatureDualStack:        4,
-	FeatureHostnames:        4,
-	FeatureSourceRanges:     4,
-	FeatureRateLimits:       4,
-	FeatureWAF:              4,
-	FeatureNotFoundRoutes:   5,
-	FeatureCORS:             5,
-	FeatureClientValidation: 5,
-	FeatureRouteRetry:       5,
-	FeatureBackendHeaders:   5,
-	FeatureBackendTLS:       5,
-	FeatureWAFExclusions:    5,
-	FeatureTLSTerminate:     5,
+	FeatureDryRun:              2,
+	FeatureCheckedWrites:       2,
+	FeatureHTTPSCheck:          2,
+	FeatureCloseOnDown:         2,
+	FeatureRouteRules:          2,
+	FeatureBackendH2:           2,
+	FeatureSNIRoutes:           3,
+	FeatureRoutePorts:          3,
+	FeatureTenantBGP:           4,
+	FeatureDualStack:           4,
+	FeatureHostnames:           4,
+	FeatureSourceRanges:        4,
+	FeatureRateLimits:          4,
+	FeatureWAF:                 4,
+	FeatureNotFoundRoutes:      5,
+	FeatureCORS:                5,
+	FeatureClientValidation:    5,
+	FeatureRouteRetry:          5,
+	FeatureBackendHeaders:      5,
+	FeatureBackendTLS:          5,
+	FeatureWAFExclusions:       5,
+	FeatureTLSTerminate:        5,
+	FeatureMisdirectedRequests: 5,
 }
 
 // LevelOf is the feature level a feature needs on every host (0 for a
@@ -173,7 +179,7 @@ func FeatureRefusal(uses []FeatureUse, need uint32, older []string) error {
 
 // Features returns the features this release serves.
 func Features() []string {
-	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureNotFoundRoutes, FeatureCORS, FeatureClientValidation, FeatureRouteRetry, FeatureBackendHeaders, FeatureBackendTLS, FeatureWAFExclusions, FeatureTLSTerminate}
+	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureNotFoundRoutes, FeatureCORS, FeatureClientValidation, FeatureRouteRetry, FeatureBackendHeaders, FeatureBackendTLS, FeatureWAFExclusions, FeatureTLSTerminate, FeatureMisdirectedRequests}
 }
 
 // FeatureUse is one place where a write uses a feature: the feature and
@@ -224,6 +230,9 @@ func FeaturesUsed(obj *pb.Object) []FeatureUse {
 			if r.GetTerminate() {
 				out = append(out, FeatureUse{Feature: FeatureTLSTerminate, Field: fmt.Sprintf("%s: listeners[%d].sniRoutes[%d].terminate", RefString(RefOf(obj)), i, j)})
 			}
+		}
+		if usesSNIScopes(ls) {
+			out = append(out, FeatureUse{Feature: FeatureMisdirectedRequests, Field: fmt.Sprintf("%s: listeners[%d].tls.sniScopes", RefString(RefOf(obj)), i)})
 		}
 	}
 	if len(l.GetHostnames()) > 0 {

@@ -97,7 +97,7 @@ func CheckListener(field string, l *pb.Listener, pools map[string]*pb.BackendPoo
 
 func checkListenerTLS(ck *checker, f string, l *pb.Listener) {
 	tls := l.GetTls()
-	empty := !tls.GetAcme() && len(tls.GetCertificates()) == 0 && tls.GetMinVersion() == "" && tls.GetClientValidation() == nil
+	empty := !tls.GetAcme() && len(tls.GetCertificates()) == 0 && tls.GetMinVersion() == "" && tls.GetClientValidation() == nil && len(tls.GetSniScopes()) == 0
 	if l.GetProtocol() == "tls-passthrough" && terminates(l) {
 		checkTerminateTLS(ck, f, l)
 		return
@@ -117,6 +117,7 @@ func checkListenerTLS(ck *checker, f string, l *pb.Listener) {
 		ck.invalidf(f+".tls.minVersion", "%q is not one of tls1.2, tls1.3", tls.GetMinVersion())
 	}
 	checkClientValidation(ck, f+".tls.clientValidation", tls.GetClientValidation())
+	checkSNIScopes(ck, f, tls.GetSniScopes())
 }
 
 // checkListenerCerts checks the certificates an https listener lists.

@@ -29,6 +29,9 @@ func checkTerminateTLS(ck *checker, f string, l *pb.Listener) {
 	if tls.GetClientValidation() != nil {
 		ck.invalidf(f+".tls.clientValidation", "client certificates are checked on https listeners only; remove it, or serve these names on an https listener")
 	}
+	if len(tls.GetSniScopes()) > 0 {
+		ck.invalidf(f+".tls.sniScopes", "requests are checked against the server name on https listeners only; remove it")
+	}
 	switch tls.GetMinVersion() {
 	case "", "tls1.2", "tls1.3":
 	default:

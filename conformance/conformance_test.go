@@ -66,6 +66,7 @@ var extended = []features.FeatureName{
 	features.SupportTLSRouteModeTerminate,
 	features.SupportTLSRouteModeMixed,
 	features.SupportListenerSet,
+	features.SupportGatewayHTTPSListenerDetectMisdirectedRequests,
 }
 
 // skipped are the tests of the profiles' core that teapot-lb does not

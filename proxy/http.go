@@ -2,11 +2,13 @@ package proxy
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"net"
 	"net/http"
 	"net/netip"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/teapot-lb/teapot-lb/proxy/balance"
@@ -66,7 +68,51 @@ func (h *HTTP) ServeConn(ctx context.Context, c net.Conn, current func() *Listen
 		info.ClientSubject = ClientSubject(ctx)
 	}
 	info.State, _ = ctx.Value(connStateKey{}).(*l7.ConnState)
+	if ls.TLS != nil && len(ls.TLS.SNIScopes) > 0 {
+		if tc, ok := c.(*tls.Conn); ok {
+			if sni := normalSNI(tc.ConnectionState().ServerName); sni != "" {
+				m := &misdirectRouter{h: h, current: current, sni: sni}
+				info.Router = func() l7.Router { return m }
+			}
+		}
+	}
 	h.srv.ServeConn(ctx, c, info)
+}
+
+// misdirectRouter routes the requests of a TLS connection to a listener
+// with sniScopes: a request whose Host belongs to another scope than the
+// connection's server name is answered 421 (RFC 9110, section 15.5.20),
+// so that a client that reused the connection for another site (HTTP/2
+// connection coalescing) asks again on a connection of its own.
+type misdirectRouter struct {
+	h       *HTTP
+	current func() *ListenerSnapshot
+	sni     string
+}
+
+// Route implements l7.Router.
+func (m *misdirectRouter) Route(host, path string) *l7.Route {
+	l := m.current()
+	if l == nil {
+		return nil
+	}
+	if l.TLS != nil && len(l.TLS.SNIScopes) > 0 && l.TLS.SNIScopes.Of(m.sni) != l.TLS.SNIScopes.Of(host) {
+		return misdirected
+	}
+	return m.h.router(l).Route(host, path)
+}
+
+// misdirected answers a request for another site than its connection's.
+var misdirected = &l7.Route{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.WriteHeader(http.StatusMisdirectedRequest)
+	_, _ = w.Write([]byte("misdirected request: this connection was opened for another site; open a new connection for this host\n"))
+})}
+
+// normalSNI returns a server name as routes compare hosts: lower case,
+// without a trailing dot.
+func normalSNI(s string) string {
+	return strings.ToLower(strings.TrimSuffix(s, "."))
 }
 
 // clientSubjectKey carries the subject of a client's verified

@@ -129,6 +129,7 @@ var rules = map[string]rule{
 	"teapot.v1.ClientValidation.ca_bundle":      {required: true, limits: fmt.Sprintf("at most %d bytes and %d PEM CERTIFICATE blocks", api.MaxCABundleBytes, api.MaxCABundleCerts)},
 	"teapot.v1.ClientValidation.mode":           {def: "require"},
 	"teapot.v1.ClientValidation.subject_header": {limits: fmt.Sprintf("a header name of at most %d bytes; not Host, framing, connection or forwarding headers", api.MaxHeaderNameLen), example: "X-Client-Subject"},
+	"teapot.v1.TLSPolicy.sni_scopes":            {limits: atMost(api.MaxSNIScopes, "host names (exact, \"*.suffix\" or \"\"), lower case, each once; https listeners only"), example: `["", shop.acme.example, "*.acme.example"]`},
 	"teapot.v1.TLSPolicy.min_version":           {doc: "Oldest TLS version accepted from clients.", def: "tls1.2", enum: []string{"tls1.2", "tls1.3"}},
 
 	"teapot.v1.Route":           {doc: "One HTTP route: requests for host and path go to a backend pool."},

@@ -250,7 +250,7 @@ func (b *lbCompile) httpRequest(errs []api.FieldError, f string, h *HealthCheck,
 func (b *lbCompile) listener(f string, i int, l *pb.Listener, lb *pb.LoadBalancer, vip netip.Addr, pools poolSet, routes *RouteTable) *Listener {
 	proto := Protocol(l.GetProtocol())
 	errs := api.CheckListener("", l, lb.GetPools())
-	skip := false
+	skip, scopesBroken := false, false
 	for _, e := range errs {
 		then := "ignored"
 		switch e.Field {
@@ -272,6 +272,10 @@ func (b *lbCompile) listener(f string, i int, l *pb.Listener, lb *pb.LoadBalance
 		default:
 			if strings.HasPrefix(e.Field, ".trustedProxies[") {
 				then = "not trusted"
+			}
+			if strings.HasPrefix(e.Field, ".tls.sniScopes") {
+				then = "requests not checked against the server name"
+				scopesBroken = true
 			}
 			// Served without its source ranges or rate limit, a listener
 			// would be open to what the tenant closed it to.
@@ -329,6 +333,9 @@ func (b *lbCompile) listener(f string, i int, l *pb.Listener, lb *pb.LoadBalance
 			}
 			if cv := l.GetTls().GetClientValidation(); cv != nil {
 				out.TLS.Client = clientTLS(cv)
+			}
+			if sc := l.GetTls().GetSniScopes(); len(sc) > 0 && !scopesBroken {
+				out.TLS.SNIScopes = SNIScopes(sc)
 			}
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"net/netip"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/teapot-lb/teapot-lb/proxy/internal/pmap"
@@ -171,6 +172,36 @@ type TLS struct {
 	MinVersion uint16
 	// Client is nil when clients are not asked for a certificate.
 	Client *ClientTLS
+	// SNIScopes, when not empty, answers 421 to a request whose Host
+	// belongs to another scope than its connection's server name.
+	SNIScopes SNIScopes
+}
+
+// SNIScopes are the host names of the sites an https listener serves
+// ("" one without a name, "*.x" a wildcard): listeners[].tls.sniScopes.
+type SNIScopes []string
+
+// Of returns the index of the most specific scope that covers host (lower
+// case, without a trailing dot): the one equal to it, else the wildcard
+// with the longest suffix, else "". -1: none covers it.
+func (s SNIScopes) Of(host string) int {
+	best, bestLen := -1, -1
+	for i, sc := range s {
+		switch {
+		case sc == host:
+			return i
+		case sc == "":
+			if bestLen < 0 {
+				best, bestLen = i, 0
+			}
+		case len(sc) > 2 && sc[0] == '*' && sc[1] == '.':
+			suffix := sc[1:]
+			if len(host) > len(suffix) && strings.HasSuffix(host, suffix) && len(suffix) > bestLen {
+				best, bestLen = i, len(suffix)
+			}
+		}
+	}
+	return best
 }
 
 // ClientTLS is the client certificate validation of an https listener.
@@ -190,7 +221,8 @@ func equalTLS(a, b *TLS) bool {
 	if a == nil || b == nil {
 		return a == b
 	}
-	return a.ACME == b.ACME && a.MinVersion == b.MinVersion && slices.Equal(a.Certificates, b.Certificates) && equalClientTLS(a.Client, b.Client)
+	return a.ACME == b.ACME && a.MinVersion == b.MinVersion && slices.Equal(a.Certificates, b.Certificates) && equalClientTLS(a.Client, b.Client) &&
+		slices.Equal(a.SNIScopes, b.SNIScopes)
 }
 
 func equalClientTLS(a, b *ClientTLS) bool {

@@ -110,7 +110,7 @@ var gatewayFields = []Field{
 	{"spec.gatewayClassName", Honoured, "selects the Gateways of a class whose controllerName is teapot-lb.io/gateway-controller", false},
 	{"spec.listeners", Honoured, "one LB listener per port and protocol", false},
 	{"spec.listeners[].name", Honoured, "parentRefs' sectionName", false},
-	{"spec.listeners[].hostname", Honoured, "the hostnames the listener's routes serve; a request belongs to the most specific listener of its port whose hostname matches, and only that listener's routes serve it (listener isolation; on an LB cluster below feature level 5 without isolation, with a warning)", false},
+	{"spec.listeners[].hostname", Honoured, "the hostnames the listener's routes serve; a request belongs to the most specific listener of its port whose hostname matches, and only that listener's routes serve it (listener isolation); on an https port, a request whose Host belongs to another listener than its connection's server name is answered 421 Misdirected Request (on an LB cluster below feature level 5, neither, with a warning)", false},
 	{"spec.listeners[].port", Honoured, "the LB listener's port", false},
 	{"spec.listeners[].protocol", HonouredInPart, "HTTP, HTTPS, TLS (Passthrough and Terminate), TCP and UDP; others: listener not accepted (UnsupportedProtocol)", false},
 	{"spec.listeners[].tls", Honoured, "HTTPS terminates; TLS passes through", false},

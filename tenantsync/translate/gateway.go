@@ -213,6 +213,7 @@ func Gateway(gw *gwv1.Gateway, src Sources, o Options) *Desired {
 	g.routes()
 	g.isolationBarriers()
 	g.lbListeners()
+	g.sniScopes()
 	g.clientSubjectHeader()
 	g.frontendPortsUnused()
 	if c := g.insecureFallback(); c != nil {

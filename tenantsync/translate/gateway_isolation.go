@@ -136,3 +136,32 @@ func (g *gwBuild) isolationBarriers() {
 		}
 	}
 }
+
+// sniScopes gives each https port that several served https listeners of
+// distinct hostnames share their hostnames as the LB listener's
+// tls.sniScopes (GatewayHTTPSListenerDetectMisdirectedRequests): a
+// request whose Host belongs to another listener than its connection's
+// server name is answered 421. On an LB cluster without them it warns
+// instead: such requests are served.
+func (g *gwBuild) sniScopes() {
+	for _, l := range g.lb.Listeners {
+		if l.GetProtocol() != "https" || l.GetTls() == nil {
+			continue
+		}
+		var hosts []string
+		for _, ls := range g.ls {
+			if ls.valid && ls.proto == "https" && uint32(ls.spec.Port) == l.GetPort() && !slices.Contains(hosts, ls.hostname) {
+				hosts = append(hosts, ls.hostname)
+			}
+		}
+		if len(hosts) < 2 {
+			continue
+		}
+		if !g.o.MisdirectedRequests {
+			g.d.Warnings = append(g.d.Warnings, fmt.Sprintf("https listeners of port %d serve several hostnames, and a host of the LB cluster runs a release without misdirected-request detection (below feature level 5): a client that reuses a connection for another listener's hostname is served instead of answered 421 until every host is upgraded", l.GetPort()))
+			continue
+		}
+		slices.Sort(hosts)
+		l.Tls.SniScopes = hosts
+	}
+}

@@ -75,6 +75,11 @@ type Options struct {
 	// (listeners[].sniRoutes[].terminate, feature level 5): a Gateway's
 	// TLS listeners in Terminate mode are served.
 	TLSTerminate bool
+	// MisdirectedRequests: every host of the LB cluster answers 421 to a
+	// request for another site than its connection's server name
+	// (listeners[].tls.sniScopes, feature level 5): a Gateway's https
+	// listeners of one port are kept apart on coalesced connections.
+	MisdirectedRequests bool
 	// Domains are the tenant's domains, comma-separated ("" when it has
 	// none: any host); the LB cluster refuses a route host outside them.
 	Domains string

@@ -1242,8 +1242,18 @@ type TLSPolicy struct {
 	// Ask clients for a certificate and check it against these CAs
 	// (mutual TLS). Unset: no client certificate is asked for.
 	ClientValidation *ClientValidation `protobuf:"bytes,100,opt,name=client_validation,json=clientValidation,proto3" json:"client_validation,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// https listeners shared by several sites (a Gateway's listeners of one
+	// port): the hostname of each ("" for one without, "*.x" a wildcard).
+	// A request's Host and the connection's server name (SNI) each belong
+	// to the most specific of them that covers it (exact, then the longest
+	// wildcard, then ""); a request whose Host belongs to another one than
+	// its connection's server name is answered 421 Misdirected Request, so
+	// that a client reusing a connection for another site asks again on a
+	// connection of its own. A connection without a server name is not
+	// checked. Empty: no check.
+	SniScopes     []string `protobuf:"bytes,220,rep,name=sni_scopes,json=sniScopes,proto3" json:"sni_scopes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TLSPolicy) Reset() {
@@ -1300,6 +1310,13 @@ func (x *TLSPolicy) GetMinVersion() string {
 func (x *TLSPolicy) GetClientValidation() *ClientValidation {
 	if x != nil {
 		return x.ClientValidation
+	}
+	return nil
+}
+
+func (x *TLSPolicy) GetSniScopes() []string {
+	if x != nil {
+		return x.SniScopes
 	}
 	return nil
 }
@@ -4396,13 +4413,15 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\bSNIRoute\x12\x12\n" +
 	"\x04host\x18\x01 \x01(\tR\x04host\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x1d\n" +
-	"\tterminate\x18\x96\x01 \x01(\bR\tterminate\"\xae\x01\n" +
+	"\tterminate\x18\x96\x01 \x01(\bR\tterminate\"\xce\x01\n" +
 	"\tTLSPolicy\x12\x12\n" +
 	"\x04acme\x18\x01 \x01(\bR\x04acme\x12\"\n" +
 	"\fcertificates\x18\x02 \x03(\tR\fcertificates\x12\x1f\n" +
 	"\vmin_version\x18\x03 \x01(\tR\n" +
 	"minVersion\x12H\n" +
-	"\x11client_validation\x18d \x01(\v2\x1b.teapot.v1.ClientValidationR\x10clientValidation\"j\n" +
+	"\x11client_validation\x18d \x01(\v2\x1b.teapot.v1.ClientValidationR\x10clientValidation\x12\x1e\n" +
+	"\n" +
+	"sni_scopes\x18\xdc\x01 \x03(\tR\tsniScopes\"j\n" +
 	"\x10ClientValidation\x12\x1b\n" +
 	"\tca_bundle\x18\x01 \x01(\tR\bcaBundle\x12\x12\n" +
 	"\x04mode\x18\x02 \x01(\tR\x04mode\x12%\n" +
