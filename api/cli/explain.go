@@ -96,11 +96,8 @@ func (a *app) explainLB(ctx context.Context, w io.Writer, c *client.Conn, ref *p
 	}
 	m := lb.GetMeta()
 	fmt.Fprintf(w, "  revision:  %d (generation %d, created %s, last changed %s)\n", m.GetRevision(), m.GetGeneration(), stamp(now, m.GetCreated()), stamp(now, m.GetUpdated()))
-	var listeners []string
-	for _, l := range lb.GetListeners() {
-		listeners = append(listeners, fmt.Sprintf("%d/%s", l.GetPort(), l.GetProtocol()))
-	}
-	fmt.Fprintf(w, "  listeners: %s\n", orDash(list(listeners)))
+	writeSpecListeners(w, lb)
+	writeSpecRoutes(w, lb)
 	for _, p := range lb.GetStatus().GetProblems() {
 		fmt.Fprintf(w, "  problem:   %s: %s\n", p.GetField(), p.GetReason())
 	}

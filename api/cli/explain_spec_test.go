@@ -1,0 +1,47 @@
+package cli
+
+import (
+	"strings"
+	"testing"
+
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+)
+
+// TestExplainSpecShowsWhatRoutesDo: explain's spec names what a listener
+// and a route do beyond forwarding (retries, CORS, WAF, rate limits, 404
+// routes, client certificates, misdirected-request checks), so an
+// operator does not need the YAML to see them.
+func TestExplainSpecShowsWhatRoutesDo(t *testing.T) {
+	t.Parallel()
+	attempts := uint32(2)
+	for _, tc := range []struct {
+		got  string
+		want []string
+	}{
+		{routeText(&pb.Route{Host: "shop.acme.example", Path: "/api", Pool: "web",
+			Retry:     &pb.RouteRetry{Codes: []uint32{502, 503}, Attempts: &attempts},
+			Filters:   []*pb.RouteFilter{{Cors: &pb.CORS{AllowOrigins: []string{"https://a.example"}}}},
+			RateLimit: &pb.RateLimit{RequestsPerSecond: 10, Burst: 20},
+			Waf:       &pb.WAF{Mode: "block", ExcludeRules: []uint32{942100}}}),
+			[]string{"shop.acme.example/api -> web", "retry 2 attempts on connection errors and 502, 503", "CORS for https://a.example", "rate limit 10 req/s, burst 20 per client", "WAF block, paranoia 1, 1 rules excluded"}},
+		{routeText(&pb.Route{Host: "old.acme.example", Path: "/", NotFound: true}), []string{"old.acme.example/ -> 404"}},
+		{listenerText(&pb.Listener{Port: 443, Protocol: "https", Tls: &pb.TLSPolicy{Certificates: []string{"shop"},
+			ClientValidation: &pb.ClientValidation{Mode: "optional"}, SniScopes: []string{"", "a.example"}}}),
+			[]string{"443/https", "certificates shop", "client certificates optional", "421 for a Host of another of 2 sites"}},
+	} {
+		for _, w := range tc.want {
+			if !strings.Contains(tc.got, w) {
+				t.Errorf("%q lacks %q", tc.got, w)
+			}
+		}
+	}
+	lb := &pb.LoadBalancer{Tenant: "acme", Name: "many"}
+	for range explainRoutesShown + 3 {
+		lb.Routes = append(lb.Routes, &pb.Route{Path: "/", Pool: "web"})
+	}
+	var b strings.Builder
+	writeSpecRoutes(&b, lb)
+	if n := strings.Count(b.String(), "-> web"); n != explainRoutesShown || !strings.Contains(b.String(), "and 3 more") {
+		t.Errorf("%d routes listed of %d:\n%s", n, len(lb.Routes), b.String())
+	}
+}
