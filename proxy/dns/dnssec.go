@@ -34,6 +34,9 @@ const (
 // errSignBudget: the signatures of the name's tenant (or zone) are spent.
 var errSignBudget = errors.New("dnssec: signature budget spent")
 
+// errTooBig: an RRset over 64 KiB is not signed (none of ours is).
+var errTooBig = errors.New("dnssec: record set too large to sign")
+
 // signer signs the answers of the zones of --dns-dnssec: one key per
 // zone, signatures cached per RRset.
 type signer struct {
@@ -261,20 +264,16 @@ func sameSet(a, b *mdns.RR_Header) bool {
 // than SigRefresh, else a new one charged to charge's budget.
 func (sg *signer) rrsig(zk *zoneKey, set []mdns.RR, charge string, now time.Time) (*mdns.RRSIG, error) {
 	owner := set[0].Header().Name
-	var kb strings.Builder
-	kb.WriteString(zk.zone)
-	kb.WriteByte(0)
-	kb.WriteString(strings.ToLower(owner))
-	for _, rr := range set {
-		kb.WriteByte(0)
-		kb.WriteString(strings.TrimPrefix(rr.String(), owner))
+	var arr [512]byte
+	kb, ok := setKey(arr[:0], zk.zone, set)
+	if !ok {
+		return nil, errTooBig
 	}
-	key := kb.String()
 	sg.mu.Lock()
-	e := sg.cur[key]
+	e := sg.cur[string(kb)]
 	if e == nil {
-		if e = sg.old[key]; e != nil {
-			sg.put(key, e)
+		if e = sg.old[string(kb)]; e != nil {
+			sg.put(string(kb), e)
 		}
 	}
 	sg.mu.Unlock()
@@ -292,7 +291,7 @@ func (sg *signer) rrsig(zk *zoneKey, set []mdns.RR, charge string, now time.Time
 		sg.stats.Signed.Add(1)
 		e = &cachedSig{sig: sig, refresh: now.Add(SigRefresh).Unix()}
 		sg.mu.Lock()
-		sg.put(key, e)
+		sg.put(string(kb), e)
 		sg.mu.Unlock()
 	} else {
 		sg.stats.Cached.Add(1)
@@ -300,6 +299,40 @@ func (sg *signer) rrsig(zk *zoneKey, set []mdns.RR, charge string, now time.Time
 	c := *e.sig
 	c.Hdr.Name = owner
 	return &c, nil
+}
+
+// setKey appends to b the cache key of set: the zone and each record in
+// wire form, its owner in lower case (the same RRset asked in another
+// case shares the signature). ok is false for a set over 64 KiB.
+func setKey(b []byte, zone string, set []mdns.RR) ([]byte, bool) {
+	b = append(b, zone...)
+	for _, rr := range set {
+		b = append(b, 0)
+		for {
+			n, err := mdns.PackRR(rr, b[:cap(b)], len(b), nil, false)
+			if err == nil {
+				lowerName(b[len(b):n])
+				b = b[:n]
+				break
+			}
+			if cap(b) >= 1<<16 {
+				return nil, false
+			}
+			b = slices.Grow(b, cap(b))
+		}
+	}
+	return b, true
+}
+
+// lowerName lowers the ASCII letters of the wire name at the start of b.
+func lowerName(b []byte) {
+	for i := 0; i < len(b) && b[i] != 0 && b[i] < 64; i += int(b[i]) + 1 {
+		for j := i + 1; j <= i+int(b[i]) && j < len(b); j++ {
+			if 'A' <= b[j] && b[j] <= 'Z' {
+				b[j] += 'a' - 'A'
+			}
+		}
+	}
 }
 
 // put caches e under key; a full generation becomes the old one.

@@ -445,3 +445,69 @@ func TestSignedZonesNotTransferred(t *testing.T) {
 		t.Fatalf("the signed zone transferred: %v %v", rrs, err)
 	}
 }
+
+// signedBench is a server of testState with acme.example signed, every
+// VIP held and every load balancer ready, without sockets.
+func signedBench(b *testing.B) (*Server, *Table) {
+	cfg := signedConfig(newMemKeys())
+	cfg.SignaturesPerTenant = 1 << 30
+	cfg.Addrs = nil
+	s := &Server{cfg: cfg, sec: newSigner(cfg.DNSSEC, cfg.SignaturesPerTenant), ready: map[string]string{}}
+	k, err := loadOrCreateKey(context.Background(), cfg.Keys, "acme.example.")
+	if err != nil {
+		b.Fatal(err)
+	}
+	s.sec.setKey(k)
+	s.HeldHere()
+	ready := map[string]string{}
+	for _, o := range testState() {
+		if l := o.GetLoadBalancer(); l != nil {
+			ready[l.GetTenant()+"/"+l.GetName()] = ""
+		}
+	}
+	s.SetReady(ready)
+	return s, Compile(cfg, testState(), 7)
+}
+
+// benchSigned answers and signs name/A with DO, as ServeDNS does.
+func benchSigned(b *testing.B, s *Server, t *Table, name func(i int) string) {
+	b.ReportAllocs()
+	now := time.Now()
+	for i := 0; b.Loop(); i++ {
+		q := query(name(i), mdns.TypeA)
+		q.SetEdns0(1232, true)
+		m, res := t.Answer(q, s, nil)
+		m.SetEdns0(MaxUDPSize, true)
+		if err := s.sec.secure(m, q, res, t, s, now); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkSignedAnswerCached: one name asked again and again (its
+// signature cached).
+func BenchmarkSignedAnswerCached(b *testing.B) {
+	s, t := signedBench(b)
+	benchSigned(b, s, t, func(int) string { return "shop.acme.example." })
+	if s.sec.stats.Signed.Load() != 1 {
+		b.Fatalf("%d signatures", s.sec.stats.Signed.Load())
+	}
+}
+
+// BenchmarkSignedAnswerUncached: a new name under a wildcard each time
+// (a signature made per answer).
+func BenchmarkSignedAnswerUncached(b *testing.B) {
+	s, t := signedBench(b)
+	benchSigned(b, s, t, func(i int) string { return fmt.Sprintf("n%d.apps.acme.example.", i) })
+}
+
+// BenchmarkUnsignedAnswer is the same answer without DNSSEC.
+func BenchmarkUnsignedAnswer(b *testing.B) {
+	s, t := signedBench(b)
+	b.ReportAllocs()
+	for b.Loop() {
+		q := query("shop.acme.example.", mdns.TypeA)
+		q.SetEdns0(1232, false)
+		t.Answer(q, s, nil)
+	}
+}
