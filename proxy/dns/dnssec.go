@@ -301,38 +301,48 @@ func (sg *signer) rrsig(zk *zoneKey, set []mdns.RR, charge string, now time.Time
 	return &c, nil
 }
 
-// setKey appends to b the cache key of set: the zone and each record in
-// wire form, its owner in lower case (the same RRset asked in another
-// case shares the signature). ok is false for a set over 64 KiB.
+// setKey appends to b the cache key of set: the zone and the records in
+// wire form, their owner in lower case (the same RRset asked in another
+// case shares the signature). It packs a message rather than each record:
+// PackRR writes the shared record's Rdlength. ok is false for a set over
+// 64 KiB.
 func setKey(b []byte, zone string, set []mdns.RR) ([]byte, bool) {
 	b = append(b, zone...)
-	for _, rr := range set {
-		b = append(b, 0)
-		for {
-			n, err := mdns.PackRR(rr, b[:cap(b)], len(b), nil, false)
-			if err == nil {
-				lowerName(b[len(b):n])
-				b = b[:n]
-				break
-			}
-			if cap(b) >= 1<<16 {
-				return nil, false
-			}
-			b = slices.Grow(b, cap(b))
+	start := len(b)
+	msg := mdns.Msg{Answer: set}
+	// PackBuffer packs into b's free capacity, or a buffer of its own when
+	// that is too small.
+	w, err := msg.PackBuffer(b[start:cap(b)])
+	if err != nil || len(w) > 1<<16 {
+		return nil, false
+	}
+	b = append(b[:start], w...)
+	// The header (12 bytes), then each record: owner, type, class, TTL,
+	// rdlength, rdata.
+	for i := start + 12; i < len(b); {
+		n := lowerName(b[i:])
+		i += n + 8
+		if i+2 > len(b) {
+			break
 		}
+		i += 2 + (int(b[i])<<8 | int(b[i+1]))
 	}
 	return b, true
 }
 
-// lowerName lowers the ASCII letters of the wire name at the start of b.
-func lowerName(b []byte) {
-	for i := 0; i < len(b) && b[i] != 0 && b[i] < 64; i += int(b[i]) + 1 {
+// lowerName lowers the ASCII letters of the uncompressed wire name at
+// the start of b and returns its length.
+func lowerName(b []byte) int {
+	i := 0
+	for i < len(b) && b[i] != 0 && b[i] < 64 {
 		for j := i + 1; j <= i+int(b[i]) && j < len(b); j++ {
 			if 'A' <= b[j] && b[j] <= 'Z' {
 				b[j] += 'a' - 'A'
 			}
 		}
+		i += int(b[i]) + 1
 	}
+	return i + 1
 }
 
 // put caches e under key; a full generation becomes the old one.

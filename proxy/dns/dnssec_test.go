@@ -511,3 +511,43 @@ func BenchmarkUnsignedAnswer(b *testing.B) {
 		t.Answer(q, s, nil)
 	}
 }
+
+// TestSetKey: an RRset asked in another case shares its cache key; rdata
+// that differs only in case does not.
+func TestSetKey(t *testing.T) {
+	t.Parallel()
+	rr := func(s string) mdns.RR {
+		r, err := mdns.NewRR(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	key := func(rrs ...mdns.RR) string {
+		var arr [64]byte
+		b, ok := setKey(arr[:0], "acme.example.", rrs)
+		if !ok {
+			t.Fatal("no key")
+		}
+		return string(b)
+	}
+	long := strings.Repeat("x", 300)
+	for _, c := range []struct {
+		a, b []mdns.RR
+		same bool
+	}{
+		{[]mdns.RR{rr("Shop.ACME.example. 30 IN A 192.0.2.10"), rr("SHOP.acme.example. 30 IN A 192.0.2.11")},
+			[]mdns.RR{rr("shop.acme.example. 30 IN A 192.0.2.10"), rr("shop.acme.example. 30 IN A 192.0.2.11")}, true},
+		{[]mdns.RR{rr("shop.acme.example. 30 IN A 192.0.2.10")}, []mdns.RR{rr("shop.acme.example. 31 IN A 192.0.2.10")}, false},
+		{[]mdns.RR{rr(`_acme-challenge.acme.example. 30 IN TXT "AbC"`)}, []mdns.RR{rr(`_acme-challenge.acme.example. 30 IN TXT "abc"`)}, false},
+		// rdata of 3 bytes after one of 259: the walk reads each length.
+		{[]mdns.RR{rr(`a.acme.example. 30 IN TXT "` + long[:255] + `" "xxx"`), rr(`a.ACME.example. 30 IN TXT "Q"`)},
+			[]mdns.RR{rr(`A.acme.example. 30 IN TXT "` + long[:255] + `" "xxx"`), rr(`a.acme.example. 30 IN TXT "Q"`)}, true},
+		{[]mdns.RR{rr(`a.acme.example. 30 IN TXT "` + long[:255] + `" "xxx"`), rr(`A.acme.example. 30 IN TXT "Q"`)},
+			[]mdns.RR{rr(`a.acme.example. 30 IN TXT "` + long[:255] + `" "xxx"`), rr(`a.acme.example. 30 IN TXT "q"`)}, false},
+	} {
+		if got := key(c.a...) == key(c.b...); got != c.same {
+			t.Errorf("%v and %v: same key %t, want %t", c.a, c.b, got, c.same)
+		}
+	}
+}
