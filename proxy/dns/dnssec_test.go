@@ -66,15 +66,18 @@ func signedConfig(keys KeyStore) Config {
 	return cfg
 }
 
-// startSigned serves testState signed and waits for the zone's key.
-func startSigned(t *testing.T, cfg Config) (*Server, string) {
+// startSigned serves testState (and more) signed and waits for the
+// zones' keys.
+func startSigned(t *testing.T, cfg Config, more ...*pb.Object) (*Server, string) {
 	t.Helper()
-	s, addr := startServer(t, cfg, testState())
-	for deadline := time.Now().Add(10 * time.Second); s.sec.key("acme.example.") == nil; {
-		if time.Now().After(deadline) {
-			t.Fatal("the zone's key was not loaded")
+	s, addr := startServer(t, cfg, append(testState(), more...))
+	for _, z := range cfg.DNSSEC {
+		for deadline := time.Now().Add(10 * time.Second); s.sec.key(mdns.CanonicalName(z)) == nil; {
+			if time.Now().After(deadline) {
+				t.Fatalf("the key of %s was not loaded", z)
+			}
+			time.Sleep(5 * time.Millisecond)
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
 	return s, addr
 }
@@ -302,13 +305,14 @@ func TestSignaturesCachedPerRRset(t *testing.T) {
 // TestSignatureBudget: names a flood makes new signatures for (random
 // names under a tenant's wildcard) spend that tenant's signature budget:
 // past it UDP gets no answer and TCP SERVFAIL, while the zone's own names
-// are still signed.
+// and another tenant's new names are still signed.
 func TestSignatureBudget(t *testing.T) {
 	t.Parallel()
 	cfg := signedConfig(newMemKeys())
+	cfg.DNSSEC = append(cfg.DNSSEC, "lb.example.com.")
 	cfg.SignaturesPerTenant = 5
 	cfg.QueriesPerTenant = 1_000_000
-	s, addr := startSigned(t, cfg)
+	s, addr := startSigned(t, cfg, tenant("globex", "globex.lb.example.com"), lb("globex", "g", "192.0.2.10", "*.globex.lb.example.com"))
 	servfail := 0
 	for i := range 40 {
 		if m := askDO(t, "tcp", addr, fmt.Sprintf("r%d.apps.acme.example.", i), mdns.TypeA, false); m.Rcode == mdns.RcodeServerFailure {
@@ -329,6 +333,11 @@ func TestSignatureBudget(t *testing.T) {
 	}
 	if m := askDO(t, "udp", addr, "acme.example.", mdns.TypeSOA, false); len(m.Answer) != 2 {
 		t.Fatalf("the apex while the tenant is over its budget: %v", m)
+	}
+	for i := range 3 {
+		if m := askDO(t, "udp", addr, fmt.Sprintf("n%d.globex.lb.example.com.", i), mdns.TypeA, false); len(m.Answer) != 2 {
+			t.Fatalf("another tenant's new name while acme is over its budget: %v", m)
+		}
 	}
 }
 
@@ -448,7 +457,7 @@ func TestSignedZonesNotTransferred(t *testing.T) {
 
 // signedBench is a server of testState with acme.example signed, every
 // VIP held and every load balancer ready, without sockets.
-func signedBench(b *testing.B) (*Server, *Table) {
+func signedBench(b testing.TB) (*Server, *Table) {
 	cfg := signedConfig(newMemKeys())
 	cfg.SignaturesPerTenant = 1 << 30
 	cfg.Addrs = nil
@@ -550,4 +559,37 @@ func TestSetKey(t *testing.T) {
 			t.Errorf("%v and %v: same key %t, want %t", c.a, c.b, got, c.same)
 		}
 	}
+}
+
+// FuzzSecure signs the answer to any message that unpacks, as the server
+// does for a query with DO: it must not panic, and what it builds must
+// pack.
+func FuzzSecure(f *testing.F) {
+	for _, q := range []*mdns.Msg{query("shop.acme.example.", mdns.TypeA), query("nope.a.b.apps.acme.example.", mdns.TypeAAAA),
+		query("acme.example.", mdns.TypeDNSKEY), query("Nope.acme.example.", mdns.TypeNSEC),
+		query(strings.Repeat("a.", 120)+"acme.example.", mdns.TypeA)} {
+		b, _ := q.Pack()
+		f.Add(b)
+	}
+	s, tab := signedBench(f)
+	now := time.Now()
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var req mdns.Msg
+		if err := req.Unpack(b); err != nil {
+			return
+		}
+		if req.IsEdns0() == nil {
+			req.SetEdns0(1232, true)
+		}
+		m, res := tab.Answer(&req, s, nil)
+		if m == nil {
+			return
+		}
+		if err := s.sec.secure(m, &req, res, tab, s, now); err != nil {
+			return
+		}
+		if _, err := m.Pack(); err != nil {
+			t.Fatalf("signed response does not pack: %v\n%v", err, m)
+		}
+	})
 }
