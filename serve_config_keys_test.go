@@ -191,6 +191,7 @@ func TestServeConfigRefusals(t *testing.T) {
 		{"dns-addr: 127.0.0.1:5353\ndns-zones: lb.example.com\ndns-ns: ns1.lb.example.com=192.0.2.53\ndns-secondaries: 127.0.0.2=xfr\n", "--dns-secondaries needs --dns-tsig-keys"},
 		{"dns-addr: 127.0.0.1:5353\ndns-zones: lb.example.com\ndns-ns: ns1.lb.example.com=192.0.2.53\ndns-secondaries: 127.0.0.2=other\ndns-tsig-keys: testdata/dns-xfr.key\n", `--dns-secondaries 127.0.0.2:53: key "other." is not in --dns-tsig-keys`},
 		{"dns-secondaries: 127.0.0.2\n", `:1: dns-secondaries: secondary "127.0.0.2": give IP[:port]=KEY`},
+		{"dns-addr: 127.0.0.1:5353\ndns-zones: lb.example.com\ndns-ns: ns1.lb.example.com=192.0.2.53\ndns-dnssec: acme.example\n", "--dns-dnssec acme.example.: not a zone of --dns-zones"},
 		{"dns-responses-per-second: -1\n", "--dns-responses-per-second -1: give a rate, or 0 to turn response-rate limiting off"},
 	} {
 		path := writeFile(t, "serve.yaml", tc.file)
