@@ -13,8 +13,9 @@ var _ observe.Source = (*Server)(nil)
 // Observe adds what this host's DNS answers for the names of the load
 // balancers f selects: each name and address, answered or why not, and
 // the names left out of the table. An observation of the whole host (no
-// tenant, no load balancer) gets none: it would list every name. Safe on
-// a nil Server.
+// tenant, no load balancer) gets no names (it would list every one) but
+// the zones served, with the DS and DNSKEY of those signed. Safe on a nil
+// Server.
 func (s *Server) Observe(f observe.Filter, h *pb.HostObservation) {
 	if s == nil {
 		return
