@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -21,8 +22,9 @@ var dnskeyLine = regexp.MustCompile(`DNSKEY: (acme\.example\.) \d+ IN DNSKEY (25
 // --dns-dnssec: the zone's key is made and kept in the replicated state,
 // `explain node` shows its DS and DNSKEY (never the private key, which no
 // log holds either), BIND's validator (delv) with that DNSKEY as its
-// trust anchor validates an answer and a name that does not exist, and
-// after a restart the host signs with the same key.
+// trust anchor validates an answer and a name that does not exist, after
+// a restart the host signs with the same key, and a host that joins signs
+// with it too.
 func TestDNSSECValidatesFromTheRealBinary(t *testing.T) {
 	delvBin, err := exec.LookPath("delv")
 	if err != nil {
@@ -100,12 +102,13 @@ pools:
 		t.Fatal(err)
 	}
 	host, port, _ := net.SplitHostPort(dnsAddr)
-	delv := func(name string) (string, error) {
+	delvAt := func(host, port, name, qtype string) (string, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		out, err := exec.CommandContext(ctx, delvBin, "@"+host, "-p", port, "-a", anchors, "+root=acme.example", name, "A").CombinedOutput()
+		out, err := exec.CommandContext(ctx, delvBin, "@"+host, "-p", port, "-a", anchors, "+root=acme.example", name, qtype).CombinedOutput()
 		return string(out), err
 	}
+	delv := func(name string) (string, error) { return delvAt(host, port, name, "A") }
 	waitFor(t, 30*time.Second, "delv validates the answer", func() error {
 		out, _ := delv("shop.acme.example")
 		if !strings.Contains(out, "; fully validated") || !strings.Contains(out, "203.0.113.5") {
@@ -136,4 +139,26 @@ pools:
 	if strings.Contains(string(logs), "PRIVATE KEY") {
 		t.Fatal("the log holds a private key")
 	}
+
+	// A second host joins: it loads the key from the state and its answers
+	// validate with the same trust anchor.
+	token, err := c.cli(n, "cluster", "join-token")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n2 := c.newNode()
+	dns2 := freeAddrs(t, 1)[0]
+	flags2 := append([]string{"--join", n.apiAddr, "--token", strings.TrimSpace(token)}, flags...)
+	flags2[slices.Index(flags2, dnsAddr)] = dns2
+	c.start(n2, flags2...)
+	c.waitMember(n2)
+	host2, port2, _ := net.SplitHostPort(dns2)
+	waitFor(t, 30*time.Second, "delv validates the second host's answers", func() error {
+		for _, q := range [][2]string{{"acme.example", "SOA"}, {"nope.acme.example", "A"}} {
+			if out, _ := delvAt(host2, port2, q[0], q[1]); !strings.Contains(out, "fully validated") {
+				return fmt.Errorf("delv %s %s at the second host:\n%s", q[0], q[1], out)
+			}
+		}
+		return nil
+	})
 }
