@@ -14,12 +14,13 @@ import (
 // (nil when it is not): it answers from state and learns from the VIP
 // manager which VIPs some host holds and follows the data plane's
 // readiness through plane.
-func openDNS(ctx context.Context, cfg serveConfig, log *slog.Logger, state func() ([]*pb.Object, uint64), vm *vip.Manager, plane *observe.Plane, stack *closers) (*dns.Server, error) {
+// Zones of --dns-dnssec keep their keys in keys (the replicated store).
+func openDNS(ctx context.Context, cfg serveConfig, log *slog.Logger, state func() ([]*pb.Object, uint64), keys dns.KeyStore, vm *vip.Manager, plane *observe.Plane, stack *closers) (*dns.Server, error) {
 	dc, err := cfg.dnsSettings().Config()
 	if err != nil || !dc.Enabled() {
 		return nil, err
 	}
-	dc.State, dc.Logger = state, log
+	dc.State, dc.Logger, dc.Keys = state, log, keys
 	srv, err := dns.New(dc)
 	if err != nil {
 		return nil, err

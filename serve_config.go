@@ -81,15 +81,17 @@ type serveConfig struct {
 
 	// DNS: the authoritative server of the zones delegated to the LB
 	// hosts (off without --dns-addr).
-	DNSAddr               string       `json:"dns-addr"`
-	DNSZones              string       `json:"dns-zones"`
-	DNSNameServers        string       `json:"dns-ns"`
-	DNSTTL                vip.Duration `json:"dns-ttl"`
-	DNSResponsesPerSecond int          `json:"dns-responses-per-second"`
-	DNSSlip               int          `json:"dns-slip"`
-	DNSQueriesPerTenant   int          `json:"dns-queries-per-tenant"`
-	DNSSecondaries        string       `json:"dns-secondaries"`
-	DNSTSIGKeys           string       `json:"dns-tsig-keys"`
+	DNSAddr                string       `json:"dns-addr"`
+	DNSZones               string       `json:"dns-zones"`
+	DNSNameServers         string       `json:"dns-ns"`
+	DNSTTL                 vip.Duration `json:"dns-ttl"`
+	DNSResponsesPerSecond  int          `json:"dns-responses-per-second"`
+	DNSSlip                int          `json:"dns-slip"`
+	DNSQueriesPerTenant    int          `json:"dns-queries-per-tenant"`
+	DNSSecondaries         string       `json:"dns-secondaries"`
+	DNSTSIGKeys            string       `json:"dns-tsig-keys"`
+	DNSSEC                 string       `json:"dns-dnssec"`
+	DNSSignaturesPerTenant int          `json:"dns-signatures-per-tenant"`
 
 	// Restore and RestorePassphraseFile start a new cluster from a backup
 	// (command line only: a restore happens once).
@@ -131,10 +133,11 @@ func serveCommandWith(run func(context.Context, serveConfig) error) *cobra.Comma
 
 		ACMEOrdersPerTenant: certs.DefaultOrdersPerHour,
 
-		DNSTTL:                vip.Duration(dns.DefaultTTL),
-		DNSResponsesPerSecond: dns.DefaultResponsesPerSecond,
-		DNSSlip:               dns.DefaultSlip,
-		DNSQueriesPerTenant:   dns.DefaultQueriesPerTenant,
+		DNSTTL:                 vip.Duration(dns.DefaultTTL),
+		DNSResponsesPerSecond:  dns.DefaultResponsesPerSecond,
+		DNSSlip:                dns.DefaultSlip,
+		DNSQueriesPerTenant:    dns.DefaultQueriesPerTenant,
+		DNSSignaturesPerTenant: dns.DefaultSignaturesPerTenant,
 
 		HeartbeatInterval: vip.Duration(vip.DefaultHeartbeatInterval),
 		HeartbeatMisses:   vip.DefaultHeartbeatMisses,
@@ -205,6 +208,8 @@ func serveCommandWith(run func(context.Context, serveConfig) error) *cobra.Comma
 	f.IntVar(&cfg.DNSQueriesPerTenant, "dns-queries-per-tenant", cfg.DNSQueriesPerTenant, "queries a second for one tenant's names this host answers, over every client; over it UDP queries get no answer and TCP queries REFUSED, so a flood at one tenant's names costs the others nothing")
 	checked(&cfg.DNSSecondaries, "dns-secondaries", "servers", dns.CheckSecondaries, "secondary name servers (BIND, Knot) the zones are transferred to, IP[:port]=KEY (comma-separated): AXFR and IXFR are allowed only from their addresses and signed with their TSIG key of --dns-tsig-keys (others are REFUSED), and each gets NOTIFY (to port 53 unless given) when the answers change")
 	f.StringVar(&cfg.DNSTSIGKeys, "dns-tsig-keys", "", "file of the TSIG keys of --dns-secondaries, as tsig-keygen -a hmac-sha256 NAME writes them (the same file named.conf can include); only hmac-sha256 keys of 32 bytes or more, each used by a secondary")
+	checked(&cfg.DNSSEC, "dns-dnssec", "zones", dns.CheckZones, "zones of --dns-zones to sign with DNSSEC (comma-separated): each gets an ECDSA P-256 key, made once and kept in the replicated state, and answers to queries with DO are signed online, with minimal NSEC for names and types that do not exist; `teapot-lb explain node ID` shows the DS to publish in the parent zone. Signed zones are not transferred to --dns-secondaries")
+	f.IntVar(&cfg.DNSSignaturesPerTenant, "dns-signatures-per-tenant", cfg.DNSSignaturesPerTenant, "new DNSSEC signatures a second one tenant's names may cost this host (each zone's other names have a budget of their own); signatures are cached per record set, so only names and answers not seen in the last day cost one; over it UDP queries with DO get no answer and TCP SERVFAIL")
 	f.StringVar(&cfg.Restore, "restore", "", "start a new cluster from this backup (\"teapot-lb cluster backup\"): needs an empty --data-dir; other hosts then --join it")
 	f.BoolVar(&cfg.Recover, "recover", false, "the other voters are gone for good: make this host a one-host cluster with the state in its data dir (refused while any other voter answers); new hosts then --join it")
 	f.StringVar(&cfg.RestorePassphraseFile, "restore-passphrase-file", "", "passphrase of an encrypted --restore backup (the file's first line)")
@@ -244,5 +249,5 @@ func defaultNodeID() string {
 func (cfg serveConfig) dnsSettings() dns.Settings {
 	return dns.Settings{Addrs: cfg.DNSAddr, Zones: cfg.DNSZones, NameServers: cfg.DNSNameServers, TTL: time.Duration(cfg.DNSTTL),
 		ResponsesPerSecond: cfg.DNSResponsesPerSecond, Slip: cfg.DNSSlip, QueriesPerTenant: cfg.DNSQueriesPerTenant,
-		Secondaries: cfg.DNSSecondaries, TSIGKeys: cfg.DNSTSIGKeys}
+		Secondaries: cfg.DNSSecondaries, TSIGKeys: cfg.DNSTSIGKeys, DNSSEC: cfg.DNSSEC, SignaturesPerTenant: cfg.DNSSignaturesPerTenant}
 }

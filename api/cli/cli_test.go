@@ -204,6 +204,7 @@ var goldenCases = []struct {
 	{name: "explain-tenant", args: "explain tenant acme", hosts: membersDown},
 	{name: "explain-tenant-bgp", args: "explain tenant acme", hosts: tenantBGP},
 	{name: "explain-node", args: "explain node lb2", hosts: unboundOnLB2},
+	{name: "explain-node-dns", args: "explain node lb2", hosts: dnsZonesOnLB2},
 	{name: "explain-bad-kind", args: "explain pool public", code: 1},
 	{name: "schema-kinds", args: "schema"},
 	{name: "schema-field", args: "schema lb.listeners.tls"},

@@ -371,6 +371,7 @@ func (a *app) explainNode(ctx context.Context, w io.Writer, c *client.Conn, id s
 		}
 	}
 	fmt.Fprintf(w, "\nData plane\n  listeners: %d, not bound: %d\n  members:   %d, down: %d\n", len(h.GetListeners()), unbound, members, down)
+	writeDNSZones(w, h.GetDnsZones())
 	if len(h.GetProblems()) > 0 {
 		fmt.Fprintln(w, "\nProblems")
 		for _, p := range h.GetProblems() {
@@ -463,4 +464,23 @@ func clients(p *pb.PassiveHealth) string {
 		return "-"
 	}
 	return fmt.Sprintf("%d of %d %s failed", p.GetFailed(), p.GetTotal(), p.GetUnit())
+}
+
+// writeDNSZones prints the zones the host's DNS serves and, for those
+// signed, the DS record to publish in the parent zone.
+func writeDNSZones(w io.Writer, zones []*pb.DNSZoneObservation) {
+	if len(zones) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nDNS zones")
+	for _, z := range zones {
+		switch {
+		case !z.GetSigned():
+			fmt.Fprintf(w, "  %s not signed\n", z.GetZone())
+		case z.GetDs() == "":
+			fmt.Fprintf(w, "  %s signed, no key yet: %s (queries with DO get SERVFAIL)\n", z.GetZone(), z.GetError())
+		default:
+			fmt.Fprintf(w, "  %s signed, key tag %d\n    DS to publish in the parent zone: %s\n    DNSKEY: %s\n", z.GetZone(), z.GetKeyTag(), z.GetDs(), z.GetDnskey())
+		}
+	}
 }

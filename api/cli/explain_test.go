@@ -94,6 +94,20 @@ func unboundOnLB2(f *fakeAdmin) []*pb.HostObservation {
 	return hosts
 }
 
+// dnsZonesOnLB2: lb2 answers DNS for a signed zone, a zone whose key is
+// not loaded yet and an unsigned one.
+func dnsZonesOnLB2(f *fakeAdmin) []*pb.HostObservation {
+	hosts := f.servingHosts()
+	hosts[1].DnsZones = []*pb.DNSZoneObservation{
+		{Zone: "acme.example.", Signed: true, KeyTag: 40490,
+			Ds:     "acme.example. 3600 IN DS 40490 13 2 61868713D675031208F1BDF122952E84DF2F1704C3D06E7A8239463F904CFBC5",
+			Dnskey: "acme.example. 3600 IN DNSKEY 257 3 13 nG/LRCrc6iLhhQkrxSspCZVhmoCfdH7k6vGpGh0duMij7Bkp/E5aWvK0s7pk1h6GaykveQX+ZJx9s2eTr8CmSg=="},
+		{Zone: "globex.example.", Signed: true, Error: "lock the key of globex.example.: no leader"},
+		{Zone: "lb.example.com.", Signed: false},
+	}
+	return hosts
+}
+
 // refusedByValidation: the agent of acme sent a Service whose member lies
 // outside the tenant's networks; lb1 refused it and nothing was stored.
 func refusedByValidation(f *fakeAdmin) []*pb.HostObservation {

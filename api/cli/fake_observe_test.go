@@ -148,6 +148,9 @@ func filterHost(h *pb.HostObservation, f observe.Filter, req *pb.ObserveRequest)
 			out.DnsNames = append(out.DnsNames, d)
 		}
 	}
+	if f.Tenant == "" && f.LB == "" {
+		out.DnsZones = h.DnsZones // as proxy/dns does: the host's zones, to a whole-host observation only
+	}
 	for _, v := range h.Vips {
 		for _, lb := range v.LoadBalancers {
 			if f.MatchLB(lb) {

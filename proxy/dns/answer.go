@@ -36,6 +36,8 @@ type Result struct {
 	// the name asked, or the zone for NXDOMAIN.
 	Key   string
 	Qtype uint16
+	// Zone is the zone of the name asked ("" when none).
+	Zone string
 }
 
 // Answer builds the response to req from the table and what is served.
@@ -65,6 +67,7 @@ func (t *Table) Answer(req *mdns.Msg, s Serving, allow func(tenant string) bool)
 		res.Kind, res.Key = KindError, ""
 		return m, res
 	}
+	res.Zone = z.name
 	switch q.Qtype {
 	case mdns.TypeAXFR, mdns.TypeIXFR:
 		m.SetRcode(req, mdns.RcodeRefused)
@@ -97,6 +100,10 @@ func (t *Table) Answer(req *mdns.Msg, s Serving, allow func(tenant string) bool)
 	case mdns.TypeSOA:
 		if name == z.name {
 			m.Answer = append(m.Answer, soa)
+		}
+	case mdns.TypeDNSKEY:
+		if kk, ok := s.(interface{ zoneDNSKEY(string) []mdns.RR }); ok && name == z.name {
+			m.Answer = append(m.Answer, kk.zoneDNSKEY(z.name)...)
 		}
 	case mdns.TypeNS:
 		if name == z.name {

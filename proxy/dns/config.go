@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -69,6 +70,12 @@ type Config struct {
 	// TSIGKeys (name to base64 HMAC-SHA256 secret), and NOTIFY on change.
 	Secondaries []Secondary
 	TSIGKeys    map[string]string
+	// DNSSEC are the zones (of Zones) signed online with a key per zone
+	// kept in Keys; SignaturesPerTenant bounds the new signatures a
+	// second one tenant's names cost (0: the default).
+	DNSSEC              []string
+	SignaturesPerTenant int
+	Keys                KeyStore
 	// State returns the whole committed state and its revision, which
 	// Follow compiles.
 	State  func() ([]*pb.Object, uint64)
@@ -81,6 +88,9 @@ func (c Config) Enabled() bool { return len(c.Addrs) > 0 }
 // Check refuses settings that cannot work together.
 func (c Config) Check() error {
 	if err := c.checkTransfers(); err != nil {
+		return err
+	}
+	if err := c.checkDNSSEC(); err != nil {
 		return err
 	}
 	if len(c.Addrs) == 0 {
@@ -170,4 +180,19 @@ func (c Config) ttl() uint32 {
 		return uint32(DefaultTTL / time.Second)
 	}
 	return uint32(c.TTL / time.Second)
+}
+
+func (c Config) checkDNSSEC() error {
+	if len(c.DNSSEC) == 0 {
+		return nil
+	}
+	for _, z := range c.DNSSEC {
+		if !slices.ContainsFunc(c.Zones, func(x string) bool { return mdns.CanonicalName(x) == mdns.CanonicalName(z) }) {
+			return fmt.Errorf("--dns-dnssec %s: not a zone of --dns-zones; sign only zones this host serves: %w", z, ErrConfig)
+		}
+	}
+	if c.SignaturesPerTenant < 0 {
+		return fmt.Errorf("--dns-signatures-per-tenant %d: give a rate a second, or 0 for %d: %w", c.SignaturesPerTenant, DefaultSignaturesPerTenant, ErrConfig)
+	}
+	return nil
 }

@@ -14,6 +14,8 @@ var (
 	descNames      = prometheus.NewDesc("teapot_lb_dns_names", "Names (exact and wildcard) the DNS table holds.", nil, nil)
 	descTransfers  = prometheus.NewDesc("teapot_lb_dns_transfers_total", "Zone transfers to --dns-secondaries, by outcome: full (AXFR, or IXFR from a serial the journal no longer holds), incremental (IXFR), refused (not a secondary's address or key).", []string{"outcome"}, nil)
 	descNotifies   = prometheus.NewDesc("teapot_lb_dns_notifies_total", "NOTIFY messages --dns-secondaries acknowledged.", nil, nil)
+	descSignatures = prometheus.NewDesc("teapot_lb_dns_signatures_total", "RRSIGs of --dns-dnssec answers, by source: signed (made now), cached.", []string{"source"}, nil)
+	descUnsigned   = prometheus.NewDesc("teapot_lb_dns_unsigned_total", "Answers with DO to a signed zone that could not be signed, by reason: over-budget (--dns-signatures-per-tenant spent: UDP not answered, TCP SERVFAIL), no-key (the zone's key not loaded yet: SERVFAIL).", []string{"reason"}, nil)
 	descRevision   = prometheus.NewDesc("teapot_lb_dns_revision", "State revision of the DNS table (the zones' SOA serial without --dns-secondaries).", nil, nil)
 )
 
@@ -29,7 +31,7 @@ func (s *Server) Collectors() []prometheus.Collector {
 type collector struct{ s *Server }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descQueries, descResponses, descLimited, descOverBudget, descNames, descRevision, descTransfers, descNotifies} {
+	for _, d := range []*prometheus.Desc{descQueries, descResponses, descLimited, descOverBudget, descNames, descRevision, descTransfers, descNotifies, descSignatures, descUnsigned} {
 		ch <- d
 	}
 }
@@ -51,6 +53,12 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descTransfers, prometheus.CounterValue, float64(inc), "incremental")
 		ch <- prometheus.MustNewConstMetric(descTransfers, prometheus.CounterValue, float64(x.stats.Refused.Load()), "refused")
 		ch <- prometheus.MustNewConstMetric(descNotifies, prometheus.CounterValue, float64(x.stats.Notified.Load()))
+	}
+	if sg := c.s.sec; sg != nil {
+		ch <- prometheus.MustNewConstMetric(descSignatures, prometheus.CounterValue, float64(sg.stats.Signed.Load()), "signed")
+		ch <- prometheus.MustNewConstMetric(descSignatures, prometheus.CounterValue, float64(sg.stats.Cached.Load()), "cached")
+		ch <- prometheus.MustNewConstMetric(descUnsigned, prometheus.CounterValue, float64(sg.stats.OverBudget.Load()), "over-budget")
+		ch <- prometheus.MustNewConstMetric(descUnsigned, prometheus.CounterValue, float64(sg.stats.NoKey.Load()), "no-key")
 	}
 	t := c.s.table.Load()
 	ch <- prometheus.MustNewConstMetric(descNames, prometheus.GaugeValue, float64(len(t.names)+len(t.wild)))

@@ -13,10 +13,15 @@ var _ observe.Source = (*Server)(nil)
 // Observe adds what this host's DNS answers for the names of the load
 // balancers f selects: each name and address, answered or why not, and
 // the names left out of the table. An observation of the whole host (no
-// tenant, no load balancer) gets none: it would list every name. Safe on
-// a nil Server.
+// tenant, no load balancer) gets no names (it would list every one) but
+// the zones served, with the DS and DNSKEY of those signed. Safe on a nil
+// Server.
 func (s *Server) Observe(f observe.Filter, h *pb.HostObservation) {
-	if s == nil || f == (observe.Filter{}) {
+	if s == nil {
+		return
+	}
+	if f.Tenant == "" && f.LB == "" {
+		h.DnsZones = append(h.DnsZones, s.zoneObservations()...)
 		return
 	}
 	t := s.table.Load()
@@ -45,4 +50,24 @@ func (s *Server) Observe(f observe.Filter, h *pb.HostObservation) {
 		return strings.Compare(a.LoadBalancer+" "+a.Name+" "+a.Address, b.LoadBalancer+" "+b.Name+" "+b.Address)
 	})
 	h.DnsNames = append(h.DnsNames, out...)
+}
+
+// zoneObservations are the zones served and the public parts of their
+// keys: never the private key.
+func (s *Server) zoneObservations() []*pb.DNSZoneObservation {
+	var out []*pb.DNSZoneObservation
+	for _, z := range s.table.Load().zones {
+		o := &pb.DNSZoneObservation{Zone: z.name}
+		if s.sec != nil && s.sec.zones[z.name] {
+			o.Signed = true
+			if k := s.sec.key(z.name); k != nil {
+				o.Ds, o.Dnskey, o.KeyTag = dsText(k), strings.ReplaceAll(k.dnskey.String(), "\t", " "), uint32(k.tag)
+			} else if o.Error = s.sec.keyErr(z.name); o.Error == "" {
+				o.Error = "the key is being loaded from the replicated state"
+			}
+		}
+		out = append(out, o)
+	}
+	slices.SortFunc(out, func(a, b *pb.DNSZoneObservation) int { return strings.Compare(a.Zone, b.Zone) })
+	return out
 }

@@ -37,7 +37,9 @@ type Server struct {
 	servers []*mdns.Server
 	dirty   chan struct{}
 	// xfr keeps the zones' copies for secondaries (nil: none configured).
-	xfr   *transfers
+	xfr *transfers
+	// sec signs the zones of --dns-dnssec (nil: none).
+	sec   *signer
 	stats Stats
 }
 
@@ -58,6 +60,9 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.Check(); err != nil {
 		return nil, err
 	}
+	if len(cfg.DNSSEC) > 0 && cfg.Keys == nil {
+		return nil, fmt.Errorf("--dns-dnssec needs the replicated key store: %w", ErrConfig)
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -70,6 +75,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "dns"), rrl: newRRL(rate, slip),
 		budget: newTenantBudget(perTenant), now: time.Now, ready: map[string]string{}, dirty: make(chan struct{}, 1)}
+	s.sec = newSigner(cfg.DNSSEC, cfg.SignaturesPerTenant)
 	s.table.Store(Compile(cfg, nil, 0))
 	s.xfr = newTransfers(cfg)
 	if s.xfr != nil {
@@ -110,6 +116,9 @@ func (s *Server) Run(ctx context.Context) error {
 	if s.xfr != nil {
 		go s.xfrLoop(ctx)
 	}
+	if s.sec != nil {
+		s.sec.loadKeys(ctx, s.cfg.Keys, s.log.Info)
+	}
 	s.log.Info("serving DNS", "addrs", s.cfg.Addrs, "zones", s.cfg.Zones)
 	select {
 	case <-ctx.Done():
@@ -144,6 +153,7 @@ func (s *Server) Update(objs []*pb.Object, revision uint64) {
 	s.table.Store(t)
 	s.xfr.touch()
 	s.budget.forget(func(tenant string) bool { return t.tenants[tenant] })
+	s.sec.forget(func(tenant string) bool { return t.tenants[tenant] })
 }
 
 // Table returns the table served now.
@@ -244,15 +254,17 @@ func (s *Server) ServeDNS(w mdns.ResponseWriter, req *mdns.Msg) {
 		m = new(mdns.Msg)
 		m.SetRcode(req, mdns.RcodeRefused)
 	}
-	size := mdns.MinMsgSize
+	size, do := mdns.MinMsgSize, false
 	if opt := req.IsEdns0(); opt != nil {
 		size = max(min(int(opt.UDPSize()), MaxUDPSize), mdns.MinMsgSize)
-		m.SetEdns0(MaxUDPSize, false)
+		do = opt.Do()
+		m.SetEdns0(MaxUDPSize, do)
 		if opt.Version() != 0 {
 			m.Answer, m.Ns = nil, nil
 			m.Rcode = mdns.RcodeBadVers
 		}
 	}
+	slipped := false
 	if udp {
 		src := netip.Addr{}
 		if ua, ok := w.RemoteAddr().(*net.UDPAddr); ok {
@@ -267,7 +279,22 @@ func (s *Server) ServeDNS(w mdns.ResponseWriter, req *mdns.Msg) {
 			m.Answer, m.Ns = nil, nil
 			m.Extra = nil
 			m.Truncated = true
+			slipped = true
 		}
+	}
+	// Signed after response-rate limiting: a dropped or slipped response
+	// costs no signature.
+	if do && !slipped {
+		if err := s.sec.secure(m, req, res, t, s, now); err != nil {
+			if udp && errors.Is(err, errSignBudget) {
+				return
+			}
+			m = new(mdns.Msg)
+			m.SetRcode(req, mdns.RcodeServerFailure)
+			m.SetEdns0(MaxUDPSize, do)
+		}
+	}
+	if udp {
 		m.Truncate(size)
 	}
 	if s.xfr != nil {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -19,6 +20,10 @@ type Settings struct {
 	// Secondaries is IP[:port]=KEY, comma-separated; TSIGKeys the path of
 	// a file of keys as tsig-keygen writes them.
 	Secondaries, TSIGKeys string
+	// DNSSEC is the zones to sign, comma-separated; SignaturesPerTenant
+	// the new signatures a second for one tenant's names (0: default).
+	DNSSEC              string
+	SignaturesPerTenant int
 }
 
 // List splits a comma-separated setting.
@@ -112,6 +117,16 @@ func (st Settings) Config() (Config, error) {
 		}
 		c.TSIGKeys = keys
 	}
+	for _, z := range List(st.DNSSEC) {
+		cz, err := canonicalZone(z)
+		if err != nil {
+			return Config{}, fmt.Errorf("--dns-dnssec: %w", err)
+		}
+		if !slices.Contains(c.DNSSEC, cz) {
+			c.DNSSEC = append(c.DNSSEC, cz)
+		}
+	}
+	c.SignaturesPerTenant = st.SignaturesPerTenant
 	if err := CheckAddrs(st.Addrs); err != nil {
 		return Config{}, fmt.Errorf("--dns-addr: %w", err)
 	}

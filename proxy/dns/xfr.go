@@ -147,6 +147,11 @@ func (s *Server) refresh() {
 	changed := false
 	soas := map[string]*mdns.SOA{}
 	for _, z := range t.zones {
+		if s.sec != nil && s.sec.zones[z.name] {
+			// Signed zones are not transferred: a secondary would
+			// answer them unsigned (DESIGN.md, "DNSSEC").
+			continue
+		}
 		krs := t.records(z, s)
 		keys := make(map[string]bool, len(krs))
 		rrs := make([]mdns.RR, len(krs))

@@ -233,7 +233,10 @@ type HostObservation struct {
 	TenantUsage []*TenantUsage `protobuf:"bytes,83,rep,name=tenant_usage,json=tenantUsage,proto3" json:"tenant_usage,omitempty"`
 	// What the host's DNS answers for the names of the load balancers
 	// selected (only when the request selects a tenant or a load balancer).
-	DnsNames      []*DNSNameObservation `protobuf:"bytes,70,rep,name=dns_names,json=dnsNames,proto3" json:"dns_names,omitempty"`
+	DnsNames []*DNSNameObservation `protobuf:"bytes,70,rep,name=dns_names,json=dnsNames,proto3" json:"dns_names,omitempty"`
+	// The zones the host's DNS serves and their DNSSEC keys (only in an
+	// observation of the whole host: no tenant, no load balancer).
+	DnsZones      []*DNSZoneObservation `protobuf:"bytes,210,rep,name=dns_zones,json=dnsZones,proto3" json:"dns_zones,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -404,6 +407,13 @@ func (x *HostObservation) GetTenantUsage() []*TenantUsage {
 func (x *HostObservation) GetDnsNames() []*DNSNameObservation {
 	if x != nil {
 		return x.DnsNames
+	}
+	return nil
+}
+
+func (x *HostObservation) GetDnsZones() []*DNSZoneObservation {
+	if x != nil {
+		return x.DnsZones
 	}
 	return nil
 }
@@ -1259,6 +1269,98 @@ func (x *DNSNameObservation) GetReason() string {
 	return ""
 }
 
+// DNSZoneObservation is one zone the host's DNS serves and, when it is
+// signed (--dns-dnssec), its key: public parts only.
+type DNSZoneObservation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The zone, fully qualified ("lb.acme.example.").
+	Zone   string `protobuf:"bytes,1,opt,name=zone,proto3" json:"zone,omitempty"`
+	Signed bool   `protobuf:"varint,2,opt,name=signed,proto3" json:"signed,omitempty"`
+	// The DS record to publish in the parent zone (SHA-256 digest of the
+	// key), as a zone file line; empty until the key is loaded.
+	Ds string `protobuf:"bytes,3,opt,name=ds,proto3" json:"ds,omitempty"`
+	// The DNSKEY record the zone's apex answers.
+	Dnskey string `protobuf:"bytes,4,opt,name=dnskey,proto3" json:"dnskey,omitempty"`
+	KeyTag uint32 `protobuf:"varint,5,opt,name=key_tag,json=keyTag,proto3" json:"key_tag,omitempty"`
+	// Why a signed zone has no key yet (its answers to queries with DO get
+	// SERVFAIL until it has).
+	Error         string `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DNSZoneObservation) Reset() {
+	*x = DNSZoneObservation{}
+	mi := &file_teapotv1_observe_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DNSZoneObservation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DNSZoneObservation) ProtoMessage() {}
+
+func (x *DNSZoneObservation) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_observe_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DNSZoneObservation.ProtoReflect.Descriptor instead.
+func (*DNSZoneObservation) Descriptor() ([]byte, []int) {
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *DNSZoneObservation) GetZone() string {
+	if x != nil {
+		return x.Zone
+	}
+	return ""
+}
+
+func (x *DNSZoneObservation) GetSigned() bool {
+	if x != nil {
+		return x.Signed
+	}
+	return false
+}
+
+func (x *DNSZoneObservation) GetDs() string {
+	if x != nil {
+		return x.Ds
+	}
+	return ""
+}
+
+func (x *DNSZoneObservation) GetDnskey() string {
+	if x != nil {
+		return x.Dnskey
+	}
+	return ""
+}
+
+func (x *DNSZoneObservation) GetKeyTag() uint32 {
+	if x != nil {
+		return x.KeyTag
+	}
+	return 0
+}
+
+func (x *DNSZoneObservation) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 // ListenerObservation is one listen socket of a load balancer on one host.
 type ListenerObservation struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1281,7 +1383,7 @@ type ListenerObservation struct {
 
 func (x *ListenerObservation) Reset() {
 	*x = ListenerObservation{}
-	mi := &file_teapotv1_observe_proto_msgTypes[12]
+	mi := &file_teapotv1_observe_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1293,7 +1395,7 @@ func (x *ListenerObservation) String() string {
 func (*ListenerObservation) ProtoMessage() {}
 
 func (x *ListenerObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[12]
+	mi := &file_teapotv1_observe_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1306,7 +1408,7 @@ func (x *ListenerObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListenerObservation.ProtoReflect.Descriptor instead.
 func (*ListenerObservation) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{12}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListenerObservation) GetLoadBalancer() string {
@@ -1370,7 +1472,7 @@ type PoolObservation struct {
 
 func (x *PoolObservation) Reset() {
 	*x = PoolObservation{}
-	mi := &file_teapotv1_observe_proto_msgTypes[13]
+	mi := &file_teapotv1_observe_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1382,7 +1484,7 @@ func (x *PoolObservation) String() string {
 func (*PoolObservation) ProtoMessage() {}
 
 func (x *PoolObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[13]
+	mi := &file_teapotv1_observe_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1395,7 +1497,7 @@ func (x *PoolObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolObservation.ProtoReflect.Descriptor instead.
 func (*PoolObservation) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{13}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PoolObservation) GetLoadBalancer() string {
@@ -1445,7 +1547,7 @@ type MemberObservation struct {
 
 func (x *MemberObservation) Reset() {
 	*x = MemberObservation{}
-	mi := &file_teapotv1_observe_proto_msgTypes[14]
+	mi := &file_teapotv1_observe_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1457,7 +1559,7 @@ func (x *MemberObservation) String() string {
 func (*MemberObservation) ProtoMessage() {}
 
 func (x *MemberObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[14]
+	mi := &file_teapotv1_observe_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1470,7 +1572,7 @@ func (x *MemberObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberObservation.ProtoReflect.Descriptor instead.
 func (*MemberObservation) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{14}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *MemberObservation) GetAddress() string {
@@ -1553,7 +1655,7 @@ type PassiveHealth struct {
 
 func (x *PassiveHealth) Reset() {
 	*x = PassiveHealth{}
-	mi := &file_teapotv1_observe_proto_msgTypes[15]
+	mi := &file_teapotv1_observe_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1565,7 +1667,7 @@ func (x *PassiveHealth) String() string {
 func (*PassiveHealth) ProtoMessage() {}
 
 func (x *PassiveHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[15]
+	mi := &file_teapotv1_observe_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1578,7 +1680,7 @@ func (x *PassiveHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PassiveHealth.ProtoReflect.Descriptor instead.
 func (*PassiveHealth) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{15}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PassiveHealth) GetWindowSeconds() uint32 {
@@ -1644,7 +1746,7 @@ type PassiveFailure struct {
 
 func (x *PassiveFailure) Reset() {
 	*x = PassiveFailure{}
-	mi := &file_teapotv1_observe_proto_msgTypes[16]
+	mi := &file_teapotv1_observe_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1656,7 +1758,7 @@ func (x *PassiveFailure) String() string {
 func (*PassiveFailure) ProtoMessage() {}
 
 func (x *PassiveFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[16]
+	mi := &file_teapotv1_observe_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1669,7 +1771,7 @@ func (x *PassiveFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PassiveFailure.ProtoReflect.Descriptor instead.
 func (*PassiveFailure) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{16}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PassiveFailure) GetKind() string {
@@ -1703,7 +1805,7 @@ type CertificateObservation struct {
 
 func (x *CertificateObservation) Reset() {
 	*x = CertificateObservation{}
-	mi := &file_teapotv1_observe_proto_msgTypes[17]
+	mi := &file_teapotv1_observe_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1715,7 +1817,7 @@ func (x *CertificateObservation) String() string {
 func (*CertificateObservation) ProtoMessage() {}
 
 func (x *CertificateObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[17]
+	mi := &file_teapotv1_observe_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1728,7 +1830,7 @@ func (x *CertificateObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertificateObservation.ProtoReflect.Descriptor instead.
 func (*CertificateObservation) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{17}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CertificateObservation) GetHost() string {
@@ -1809,7 +1911,7 @@ type TrafficObservation struct {
 
 func (x *TrafficObservation) Reset() {
 	*x = TrafficObservation{}
-	mi := &file_teapotv1_observe_proto_msgTypes[18]
+	mi := &file_teapotv1_observe_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1821,7 +1923,7 @@ func (x *TrafficObservation) String() string {
 func (*TrafficObservation) ProtoMessage() {}
 
 func (x *TrafficObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[18]
+	mi := &file_teapotv1_observe_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1834,7 +1936,7 @@ func (x *TrafficObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrafficObservation.ProtoReflect.Descriptor instead.
 func (*TrafficObservation) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{18}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *TrafficObservation) GetLoadBalancer() string {
@@ -1933,7 +2035,7 @@ type LoadBalancerProblem struct {
 
 func (x *LoadBalancerProblem) Reset() {
 	*x = LoadBalancerProblem{}
-	mi := &file_teapotv1_observe_proto_msgTypes[19]
+	mi := &file_teapotv1_observe_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1945,7 +2047,7 @@ func (x *LoadBalancerProblem) String() string {
 func (*LoadBalancerProblem) ProtoMessage() {}
 
 func (x *LoadBalancerProblem) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[19]
+	mi := &file_teapotv1_observe_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1958,7 +2060,7 @@ func (x *LoadBalancerProblem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadBalancerProblem.ProtoReflect.Descriptor instead.
 func (*LoadBalancerProblem) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{19}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *LoadBalancerProblem) GetLoadBalancer() string {
@@ -2009,7 +2111,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_teapotv1_observe_proto_msgTypes[20]
+	mi := &file_teapotv1_observe_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2021,7 +2123,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[20]
+	mi := &file_teapotv1_observe_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2034,7 +2136,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{20}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Event) GetSeq() uint64 {
@@ -2115,7 +2217,7 @@ type EventsRequest struct {
 
 func (x *EventsRequest) Reset() {
 	*x = EventsRequest{}
-	mi := &file_teapotv1_observe_proto_msgTypes[21]
+	mi := &file_teapotv1_observe_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2127,7 +2229,7 @@ func (x *EventsRequest) String() string {
 func (*EventsRequest) ProtoMessage() {}
 
 func (x *EventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[21]
+	mi := &file_teapotv1_observe_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2140,7 +2242,7 @@ func (x *EventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsRequest.ProtoReflect.Descriptor instead.
 func (*EventsRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{21}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *EventsRequest) GetTenant() string {
@@ -2192,7 +2294,7 @@ type EventsResponse struct {
 
 func (x *EventsResponse) Reset() {
 	*x = EventsResponse{}
-	mi := &file_teapotv1_observe_proto_msgTypes[22]
+	mi := &file_teapotv1_observe_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2204,7 +2306,7 @@ func (x *EventsResponse) String() string {
 func (*EventsResponse) ProtoMessage() {}
 
 func (x *EventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[22]
+	mi := &file_teapotv1_observe_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2217,7 +2319,7 @@ func (x *EventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsResponse.ProtoReflect.Descriptor instead.
 func (*EventsResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{22}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *EventsResponse) GetEvents() []*Event {
@@ -2260,7 +2362,7 @@ type VIPHolding struct {
 
 func (x *VIPHolding) Reset() {
 	*x = VIPHolding{}
-	mi := &file_teapotv1_observe_proto_msgTypes[23]
+	mi := &file_teapotv1_observe_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2272,7 +2374,7 @@ func (x *VIPHolding) String() string {
 func (*VIPHolding) ProtoMessage() {}
 
 func (x *VIPHolding) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[23]
+	mi := &file_teapotv1_observe_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2285,7 +2387,7 @@ func (x *VIPHolding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VIPHolding.ProtoReflect.Descriptor instead.
 func (*VIPHolding) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{23}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *VIPHolding) GetAddress() string {
@@ -2351,7 +2453,7 @@ const file_teapotv1_observe_proto_rawDesc = "" +
 	"\x0fObserveResponse\x120\n" +
 	"\x05hosts\x18\x01 \x03(\v2\x1a.teapot.v1.HostObservationR\x05hosts\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\x12.\n" +
-	"\x04time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\xb2\a\n" +
+	"\x04time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\xef\a\n" +
 	"\x0fHostObservation\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1c\n" +
 	"\treachable\x18\x02 \x01(\bR\treachable\x12\x14\n" +
@@ -2375,7 +2477,8 @@ const file_teapotv1_observe_proto_rawDesc = "" +
 	"\x0fhistory_omitted\x18Q \x01(\rR\x0ehistoryOmitted\x126\n" +
 	"\tresources\x18R \x01(\v2\x18.teapot.v1.HostResourcesR\tresources\x129\n" +
 	"\ftenant_usage\x18S \x03(\v2\x16.teapot.v1.TenantUsageR\vtenantUsage\x12:\n" +
-	"\tdns_names\x18F \x03(\v2\x1d.teapot.v1.DNSNameObservationR\bdnsNames\"\x90\x01\n" +
+	"\tdns_names\x18F \x03(\v2\x1d.teapot.v1.DNSNameObservationR\bdnsNames\x12;\n" +
+	"\tdns_zones\x18\xd2\x01 \x03(\v2\x1d.teapot.v1.DNSZoneObservationR\bdnsZones\"\x90\x01\n" +
 	"\rHistorySeries\x12#\n" +
 	"\rload_balancer\x18\x01 \x01(\tR\floadBalancer\x12)\n" +
 	"\x10interval_seconds\x18\x02 \x01(\rR\x0fintervalSeconds\x12/\n" +
@@ -2452,7 +2555,14 @@ const file_teapotv1_observe_proto_rawDesc = "" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
 	"\aaddress\x18\x03 \x01(\tR\aaddress\x12\x1a\n" +
 	"\banswered\x18\x04 \x01(\bR\banswered\x12\x16\n" +
-	"\x06reason\x18\x05 \x01(\tR\x06reason\"\xe4\x01\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\"\x97\x01\n" +
+	"\x12DNSZoneObservation\x12\x12\n" +
+	"\x04zone\x18\x01 \x01(\tR\x04zone\x12\x16\n" +
+	"\x06signed\x18\x02 \x01(\bR\x06signed\x12\x0e\n" +
+	"\x02ds\x18\x03 \x01(\tR\x02ds\x12\x16\n" +
+	"\x06dnskey\x18\x04 \x01(\tR\x06dnskey\x12\x17\n" +
+	"\akey_tag\x18\x05 \x01(\rR\x06keyTag\x12\x14\n" +
+	"\x05error\x18\x06 \x01(\tR\x05error\"\xe4\x01\n" +
 	"\x13ListenerObservation\x12#\n" +
 	"\rload_balancer\x18\x01 \x01(\tR\floadBalancer\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\rR\x05index\x12\x18\n" +
@@ -2564,7 +2674,7 @@ func file_teapotv1_observe_proto_rawDescGZIP() []byte {
 	return file_teapotv1_observe_proto_rawDescData
 }
 
-var file_teapotv1_observe_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_teapotv1_observe_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_teapotv1_observe_proto_goTypes = []any{
 	(*ObserveRequest)(nil),         // 0: teapot.v1.ObserveRequest
 	(*ObserveResponse)(nil),        // 1: teapot.v1.ObserveResponse
@@ -2578,68 +2688,70 @@ var file_teapotv1_observe_proto_goTypes = []any{
 	(*TenantBGPSession)(nil),       // 9: teapot.v1.TenantBGPSession
 	(*TenantRoute)(nil),            // 10: teapot.v1.TenantRoute
 	(*DNSNameObservation)(nil),     // 11: teapot.v1.DNSNameObservation
-	(*ListenerObservation)(nil),    // 12: teapot.v1.ListenerObservation
-	(*PoolObservation)(nil),        // 13: teapot.v1.PoolObservation
-	(*MemberObservation)(nil),      // 14: teapot.v1.MemberObservation
-	(*PassiveHealth)(nil),          // 15: teapot.v1.PassiveHealth
-	(*PassiveFailure)(nil),         // 16: teapot.v1.PassiveFailure
-	(*CertificateObservation)(nil), // 17: teapot.v1.CertificateObservation
-	(*TrafficObservation)(nil),     // 18: teapot.v1.TrafficObservation
-	(*LoadBalancerProblem)(nil),    // 19: teapot.v1.LoadBalancerProblem
-	(*Event)(nil),                  // 20: teapot.v1.Event
-	(*EventsRequest)(nil),          // 21: teapot.v1.EventsRequest
-	(*EventsResponse)(nil),         // 22: teapot.v1.EventsResponse
-	(*VIPHolding)(nil),             // 23: teapot.v1.VIPHolding
-	nil,                            // 24: teapot.v1.ObserveRequest.EventsAfterEntry
-	nil,                            // 25: teapot.v1.TrafficObservation.RequestsEntry
-	nil,                            // 26: teapot.v1.EventsRequest.AfterEntry
-	nil,                            // 27: teapot.v1.EventsResponse.CursorEntry
-	(*timestamppb.Timestamp)(nil),  // 28: google.protobuf.Timestamp
+	(*DNSZoneObservation)(nil),     // 12: teapot.v1.DNSZoneObservation
+	(*ListenerObservation)(nil),    // 13: teapot.v1.ListenerObservation
+	(*PoolObservation)(nil),        // 14: teapot.v1.PoolObservation
+	(*MemberObservation)(nil),      // 15: teapot.v1.MemberObservation
+	(*PassiveHealth)(nil),          // 16: teapot.v1.PassiveHealth
+	(*PassiveFailure)(nil),         // 17: teapot.v1.PassiveFailure
+	(*CertificateObservation)(nil), // 18: teapot.v1.CertificateObservation
+	(*TrafficObservation)(nil),     // 19: teapot.v1.TrafficObservation
+	(*LoadBalancerProblem)(nil),    // 20: teapot.v1.LoadBalancerProblem
+	(*Event)(nil),                  // 21: teapot.v1.Event
+	(*EventsRequest)(nil),          // 22: teapot.v1.EventsRequest
+	(*EventsResponse)(nil),         // 23: teapot.v1.EventsResponse
+	(*VIPHolding)(nil),             // 24: teapot.v1.VIPHolding
+	nil,                            // 25: teapot.v1.ObserveRequest.EventsAfterEntry
+	nil,                            // 26: teapot.v1.TrafficObservation.RequestsEntry
+	nil,                            // 27: teapot.v1.EventsRequest.AfterEntry
+	nil,                            // 28: teapot.v1.EventsResponse.CursorEntry
+	(*timestamppb.Timestamp)(nil),  // 29: google.protobuf.Timestamp
 }
 var file_teapotv1_observe_proto_depIdxs = []int32{
-	24, // 0: teapot.v1.ObserveRequest.events_after:type_name -> teapot.v1.ObserveRequest.EventsAfterEntry
+	25, // 0: teapot.v1.ObserveRequest.events_after:type_name -> teapot.v1.ObserveRequest.EventsAfterEntry
 	2,  // 1: teapot.v1.ObserveResponse.hosts:type_name -> teapot.v1.HostObservation
-	28, // 2: teapot.v1.ObserveResponse.time:type_name -> google.protobuf.Timestamp
-	28, // 3: teapot.v1.HostObservation.time:type_name -> google.protobuf.Timestamp
-	12, // 4: teapot.v1.HostObservation.listeners:type_name -> teapot.v1.ListenerObservation
-	13, // 5: teapot.v1.HostObservation.pools:type_name -> teapot.v1.PoolObservation
-	23, // 6: teapot.v1.HostObservation.vips:type_name -> teapot.v1.VIPHolding
-	17, // 7: teapot.v1.HostObservation.certificates:type_name -> teapot.v1.CertificateObservation
-	18, // 8: teapot.v1.HostObservation.traffic:type_name -> teapot.v1.TrafficObservation
-	19, // 9: teapot.v1.HostObservation.problems:type_name -> teapot.v1.LoadBalancerProblem
-	20, // 10: teapot.v1.HostObservation.events:type_name -> teapot.v1.Event
+	29, // 2: teapot.v1.ObserveResponse.time:type_name -> google.protobuf.Timestamp
+	29, // 3: teapot.v1.HostObservation.time:type_name -> google.protobuf.Timestamp
+	13, // 4: teapot.v1.HostObservation.listeners:type_name -> teapot.v1.ListenerObservation
+	14, // 5: teapot.v1.HostObservation.pools:type_name -> teapot.v1.PoolObservation
+	24, // 6: teapot.v1.HostObservation.vips:type_name -> teapot.v1.VIPHolding
+	18, // 7: teapot.v1.HostObservation.certificates:type_name -> teapot.v1.CertificateObservation
+	19, // 8: teapot.v1.HostObservation.traffic:type_name -> teapot.v1.TrafficObservation
+	20, // 9: teapot.v1.HostObservation.problems:type_name -> teapot.v1.LoadBalancerProblem
+	21, // 10: teapot.v1.HostObservation.events:type_name -> teapot.v1.Event
 	8,  // 11: teapot.v1.HostObservation.tenant_bgp:type_name -> teapot.v1.TenantBGPObservation
 	3,  // 12: teapot.v1.HostObservation.history:type_name -> teapot.v1.HistorySeries
 	5,  // 13: teapot.v1.HostObservation.resources:type_name -> teapot.v1.HostResources
 	6,  // 14: teapot.v1.HostObservation.tenant_usage:type_name -> teapot.v1.TenantUsage
 	11, // 15: teapot.v1.HostObservation.dns_names:type_name -> teapot.v1.DNSNameObservation
-	4,  // 16: teapot.v1.HistorySeries.points:type_name -> teapot.v1.HistoryPoint
-	28, // 17: teapot.v1.HistoryPoint.time:type_name -> google.protobuf.Timestamp
-	28, // 18: teapot.v1.HostResources.time:type_name -> google.protobuf.Timestamp
-	28, // 19: teapot.v1.MemberTraffic.time:type_name -> google.protobuf.Timestamp
-	9,  // 20: teapot.v1.TenantBGPObservation.sessions:type_name -> teapot.v1.TenantBGPSession
-	10, // 21: teapot.v1.TenantBGPObservation.accepted:type_name -> teapot.v1.TenantRoute
-	10, // 22: teapot.v1.TenantBGPObservation.dropped:type_name -> teapot.v1.TenantRoute
-	28, // 23: teapot.v1.TenantBGPSession.since:type_name -> google.protobuf.Timestamp
-	28, // 24: teapot.v1.ListenerObservation.since:type_name -> google.protobuf.Timestamp
-	14, // 25: teapot.v1.PoolObservation.members:type_name -> teapot.v1.MemberObservation
-	28, // 26: teapot.v1.MemberObservation.last_check:type_name -> google.protobuf.Timestamp
-	15, // 27: teapot.v1.MemberObservation.passive:type_name -> teapot.v1.PassiveHealth
-	16, // 28: teapot.v1.PassiveHealth.failures:type_name -> teapot.v1.PassiveFailure
-	28, // 29: teapot.v1.CertificateObservation.not_after:type_name -> google.protobuf.Timestamp
-	25, // 30: teapot.v1.TrafficObservation.requests:type_name -> teapot.v1.TrafficObservation.RequestsEntry
-	7,  // 31: teapot.v1.TrafficObservation.members:type_name -> teapot.v1.MemberTraffic
-	4,  // 32: teapot.v1.TrafficObservation.last:type_name -> teapot.v1.HistoryPoint
-	28, // 33: teapot.v1.Event.time:type_name -> google.protobuf.Timestamp
-	26, // 34: teapot.v1.EventsRequest.after:type_name -> teapot.v1.EventsRequest.AfterEntry
-	20, // 35: teapot.v1.EventsResponse.events:type_name -> teapot.v1.Event
-	27, // 36: teapot.v1.EventsResponse.cursor:type_name -> teapot.v1.EventsResponse.CursorEntry
-	28, // 37: teapot.v1.VIPHolding.since:type_name -> google.protobuf.Timestamp
-	38, // [38:38] is the sub-list for method output_type
-	38, // [38:38] is the sub-list for method input_type
-	38, // [38:38] is the sub-list for extension type_name
-	38, // [38:38] is the sub-list for extension extendee
-	0,  // [0:38] is the sub-list for field type_name
+	12, // 16: teapot.v1.HostObservation.dns_zones:type_name -> teapot.v1.DNSZoneObservation
+	4,  // 17: teapot.v1.HistorySeries.points:type_name -> teapot.v1.HistoryPoint
+	29, // 18: teapot.v1.HistoryPoint.time:type_name -> google.protobuf.Timestamp
+	29, // 19: teapot.v1.HostResources.time:type_name -> google.protobuf.Timestamp
+	29, // 20: teapot.v1.MemberTraffic.time:type_name -> google.protobuf.Timestamp
+	9,  // 21: teapot.v1.TenantBGPObservation.sessions:type_name -> teapot.v1.TenantBGPSession
+	10, // 22: teapot.v1.TenantBGPObservation.accepted:type_name -> teapot.v1.TenantRoute
+	10, // 23: teapot.v1.TenantBGPObservation.dropped:type_name -> teapot.v1.TenantRoute
+	29, // 24: teapot.v1.TenantBGPSession.since:type_name -> google.protobuf.Timestamp
+	29, // 25: teapot.v1.ListenerObservation.since:type_name -> google.protobuf.Timestamp
+	15, // 26: teapot.v1.PoolObservation.members:type_name -> teapot.v1.MemberObservation
+	29, // 27: teapot.v1.MemberObservation.last_check:type_name -> google.protobuf.Timestamp
+	16, // 28: teapot.v1.MemberObservation.passive:type_name -> teapot.v1.PassiveHealth
+	17, // 29: teapot.v1.PassiveHealth.failures:type_name -> teapot.v1.PassiveFailure
+	29, // 30: teapot.v1.CertificateObservation.not_after:type_name -> google.protobuf.Timestamp
+	26, // 31: teapot.v1.TrafficObservation.requests:type_name -> teapot.v1.TrafficObservation.RequestsEntry
+	7,  // 32: teapot.v1.TrafficObservation.members:type_name -> teapot.v1.MemberTraffic
+	4,  // 33: teapot.v1.TrafficObservation.last:type_name -> teapot.v1.HistoryPoint
+	29, // 34: teapot.v1.Event.time:type_name -> google.protobuf.Timestamp
+	27, // 35: teapot.v1.EventsRequest.after:type_name -> teapot.v1.EventsRequest.AfterEntry
+	21, // 36: teapot.v1.EventsResponse.events:type_name -> teapot.v1.Event
+	28, // 37: teapot.v1.EventsResponse.cursor:type_name -> teapot.v1.EventsResponse.CursorEntry
+	29, // 38: teapot.v1.VIPHolding.since:type_name -> google.protobuf.Timestamp
+	39, // [39:39] is the sub-list for method output_type
+	39, // [39:39] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_teapotv1_observe_proto_init() }
@@ -2653,7 +2765,7 @@ func file_teapotv1_observe_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_teapotv1_observe_proto_rawDesc), len(file_teapotv1_observe_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   28,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

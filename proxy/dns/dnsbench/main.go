@@ -13,6 +13,9 @@
 // with their NS and glue; the queries are 80% names that exist, 10% AAAA
 // of them (NODATA), 10% names that do not (NXDOMAIN). Response-rate
 // limiting is off in both servers: it would measure the limit.
+// "teapot-dnssec" is teapot-lb serving the zone signed (--dns-dnssec),
+// every query with DO: the first answer of each name is signed, the
+// rest come from the signature cache.
 package main
 
 import (
@@ -20,6 +23,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	iofs "io/fs"
 	"math/rand/v2"
 	"net"
 	"net/netip"
@@ -66,7 +70,7 @@ func parseOptions(args []string) (options, error) {
 	fs.IntVar(&o.inflight, "inflight", 32, "queries in flight at once (one UDP socket each)")
 	fs.StringVar(&o.serverCPU, "server-cpu", "0", "core of the server under test")
 	fs.StringVar(&o.genCPU, "load-cpu", "1", "cores of the load generator (this process)")
-	fs.StringVar(&only, "only", "", "comma-separated servers to run (teapot,bind)")
+	fs.StringVar(&only, "only", "", "comma-separated servers to run (teapot,teapot-dnssec,bind)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -100,6 +104,7 @@ func serveEngine(args []string) error {
 	fs := flag.NewFlagSet("engine", flag.ContinueOnError)
 	addr := fs.String("addr", "127.0.0.1:5300", "IP:port to answer on")
 	names := fs.Int("names", 1000, "A records")
+	signed := fs.Bool("dnssec", false, "sign the zone (DNSSEC, a key in memory)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -111,9 +116,13 @@ func serveEngine(args []string) error {
 		objs = append(objs, &pb.Object{Kind: &pb.Object_LoadBalancer{LoadBalancer: lb}})
 		ready["bench/"+lb.Name] = ""
 	}
-	srv, err := dns.New(dns.Config{Addrs: []string{*addr}, Zones: []string{zone},
+	cfg := dns.Config{Addrs: []string{*addr}, Zones: []string{zone},
 		NameServers:        []dns.NameServer{{Name: "ns1." + zone, Addrs: []netip.Addr{netip.MustParseAddr("192.0.2.53")}}},
-		ResponsesPerSecond: -1, QueriesPerTenant: 1 << 30})
+		ResponsesPerSecond: -1, QueriesPerTenant: 1 << 30}
+	if *signed {
+		cfg.DNSSEC, cfg.Keys, cfg.SignaturesPerTenant = []string{zone}, &memKeys{m: map[string][]byte{}}, 1<<30
+	}
+	srv, err := dns.New(cfg)
 	if err != nil {
 		return err
 	}
@@ -123,6 +132,29 @@ func serveEngine(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	return srv.Run(ctx)
+}
+
+// memKeys keeps the bench zone's key in memory.
+type memKeys struct {
+	mu sync.Mutex
+	m  map[string][]byte
+}
+
+func (k *memKeys) Lock(context.Context, string) error   { return nil }
+func (k *memKeys) Unlock(context.Context, string) error { return nil }
+func (k *memKeys) Load(_ context.Context, key string) ([]byte, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if b, ok := k.m[key]; ok {
+		return b, nil
+	}
+	return nil, iofs.ErrNotExist
+}
+func (k *memKeys) Store(_ context.Context, key string, v []byte) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.m[key] = v
+	return nil
 }
 
 // bindConfig writes named.conf and the zone file for BIND on port.
@@ -197,7 +229,9 @@ type query struct {
 
 // makeQueries packs the query mix once, so that the load generator
 // spends its CPU on sending.
-func makeQueries(names int) []query {
+// With do, each asks for DNSSEC (EDNS0 DO) and a name that does not exist
+// gets NOERROR with a minimal NSEC.
+func makeQueries(names int, do bool) []query {
 	rng := rand.New(rand.NewPCG(1, 2))
 	out := make([]query, 4096)
 	for k := range out {
@@ -208,9 +242,15 @@ func makeQueries(names int) []query {
 			qtype = mdns.TypeAAAA
 		case r == 1:
 			name, want = fmt.Sprintf("x%d.%s", i, zone), mdns.RcodeNameError
+			if do {
+				want = mdns.RcodeSuccess
+			}
 		}
 		q := new(mdns.Msg)
 		q.SetQuestion(name, qtype)
+		if do {
+			q.SetEdns0(1232, true)
+		}
 		wire, err := q.Pack()
 		if err != nil {
 			panic(err)
@@ -222,8 +262,8 @@ func makeQueries(names int) []query {
 
 // load sends queries to addr from o.inflight sockets, each waiting for
 // its answer (1 s at most), for o.duration.
-func load(o options, addr string, p *benchproc.Proc) (sample, error) {
-	queries := makeQueries(o.names)
+func load(o options, addr string, p *benchproc.Proc, do bool) (sample, error) {
+	queries := makeQueries(o.names, do)
 	var answered, lost, bad atomic.Int64
 	stop := time.Now().Add(o.duration)
 	cpu0 := p.CPUTime()
@@ -310,12 +350,18 @@ func run(args []string) error {
 	type server struct {
 		name  string
 		start func(port int) (*benchproc.Proc, error)
+		do    bool
 	}
 	servers := []server{
-		{"teapot", func(port int) (*benchproc.Proc, error) {
+		{name: "teapot", start: func(port int) (*benchproc.Proc, error) {
 			return benchproc.Start(dir, "teapot", o.serverCPU, self, "engine", "-addr", fmt.Sprintf("127.0.0.1:%d", port), "-names", strconv.Itoa(o.names))
 		}},
-		{"bind", func(port int) (*benchproc.Proc, error) {
+		// The same zone signed, every query with DO (signatures cached
+		// after the first answer of each name).
+		{name: "teapot-dnssec", do: true, start: func(port int) (*benchproc.Proc, error) {
+			return benchproc.Start(dir, "teapot-dnssec", o.serverCPU, self, "engine", "-addr", fmt.Sprintf("127.0.0.1:%d", port), "-names", strconv.Itoa(o.names), "-dnssec")
+		}},
+		{name: "bind", start: func(port int) (*benchproc.Proc, error) {
 			conf, err := bindConfig(dir, port, o.names)
 			if err != nil {
 				return nil, err
@@ -342,7 +388,7 @@ func run(args []string) error {
 				p.Stop()
 				return fmt.Errorf("%s: %w", s.name, err)
 			}
-			smp, err := load(o, addr, p)
+			smp, err := load(o, addr, p, s.do)
 			p.Stop()
 			if err != nil {
 				return fmt.Errorf("%s: %w", s.name, err)

@@ -1,0 +1,164 @@
+package scenarios
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	mdns "github.com/miekg/dns"
+)
+
+var dnskeyLine = regexp.MustCompile(`DNSKEY: (acme\.example\.) \d+ IN DNSKEY (257 3 13 \S+)`)
+
+// TestDNSSECValidatesFromTheRealBinary runs the real binary with
+// --dns-dnssec: the zone's key is made and kept in the replicated state,
+// `explain node` shows its DS and DNSKEY (never the private key, which no
+// log holds either), BIND's validator (delv) with that DNSKEY as its
+// trust anchor validates an answer and a name that does not exist, after
+// a restart the host signs with the same key, and a host that joins signs
+// with it too.
+func TestDNSSECValidatesFromTheRealBinary(t *testing.T) {
+	delvBin, err := exec.LookPath("delv")
+	if err != nil {
+		unavailable(t, "delv is not installed: apt-get install bind9-dnsutils")
+	}
+	c := newCluster(t)
+	n := c.newNode()
+	dnsAddr := freeAddrs(t, 1)[0]
+	flags := []string{"--dns-addr", dnsAddr, "--dns-zones", "acme.example", "--dns-ns", "ns1.acme.example=127.0.0.1",
+		"--dns-ttl", "5s", "--dns-dnssec", "acme.example"}
+	c.start(n, flags...)
+	c.waitMember(n)
+
+	member, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer member.Close()
+	go acceptAll(member)
+	spec := fmt.Sprintf(`kind: VIPPool
+name: public
+cidrs: [203.0.113.0/28]
+mode: static
+---
+kind: Tenant
+name: acme
+domains: [acme.example]
+networks: [127.0.0.0/8]
+pools: [public]
+---
+kind: LoadBalancer
+name: shop
+tenant: acme
+vip: {address: 203.0.113.5}
+listeners:
+  - {port: %d, protocol: http}
+routes:
+  - {host: shop.acme.example, path: /, pool: web}
+pools:
+  web:
+    members: [%s]
+    healthCheck: {tcp: {}, interval: 1s, rise: 1, fall: 1}
+`, freePort(t), member.Addr().String())
+	path := filepath.Join(t.TempDir(), "shop.yaml")
+	if err := os.WriteFile(path, []byte(spec), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.cli(n, "apply", "-f", path); err != nil {
+		t.Fatal(err)
+	}
+
+	dnskey := func() string {
+		var key string
+		waitFor(t, 20*time.Second, "explain node shows the zone's DNSKEY", func() error {
+			out, err := c.cli(n, "explain", "node", n.id)
+			if err != nil {
+				return err
+			}
+			if strings.Contains(out, "PRIVATE") {
+				return errStop(fmt.Errorf("explain shows a private key:\n%s", out))
+			}
+			m := dnskeyLine.FindStringSubmatch(out)
+			if m == nil || !strings.Contains(out, "DS to publish in the parent zone: acme.example. 3600 IN DS ") {
+				return fmt.Errorf("no DNSKEY and DS yet:\n%s", out)
+			}
+			key = m[2]
+			return nil
+		})
+		return key
+	}
+	key := dnskey()
+	f := strings.Fields(key)
+	anchors := filepath.Join(t.TempDir(), "anchors.conf")
+	if err := os.WriteFile(anchors, []byte(fmt.Sprintf("trust-anchors {\n\tacme.example. static-key %s %s %s %q;\n};\n", f[0], f[1], f[2], f[3])), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	host, port, _ := net.SplitHostPort(dnsAddr)
+	delvAt := func(host, port, name, qtype string) (string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, delvBin, "@"+host, "-p", port, "-a", anchors, "+root=acme.example", name, qtype).CombinedOutput()
+		return string(out), err
+	}
+	delv := func(name string) (string, error) { return delvAt(host, port, name, "A") }
+	waitFor(t, 30*time.Second, "delv validates the answer", func() error {
+		out, _ := delv("shop.acme.example")
+		if !strings.Contains(out, "; fully validated") || !strings.Contains(out, "203.0.113.5") {
+			return fmt.Errorf("delv:\n%s", out)
+		}
+		return nil
+	})
+	if out, _ := delv("nope.acme.example"); !strings.Contains(out, "; negative response, fully validated") {
+		t.Fatalf("delv, a name that does not exist:\n%s", out)
+	}
+
+	// Restarted, the host loads the key from the state: the same DNSKEY.
+	c.stop(n)
+	c.start(n, flags...)
+	c.waitMember(n)
+	if again := dnskey(); again != key {
+		t.Fatalf("after a restart the zone's key changed:\n%s\n%s", key, again)
+	}
+	m, _, err := (&mdns.Client{Timeout: 2 * time.Second}).Exchange(func() *mdns.Msg {
+		q := new(mdns.Msg)
+		q.SetQuestion("acme.example.", mdns.TypeDNSKEY)
+		return q
+	}(), dnsAddr)
+	if err != nil || len(m.Answer) != 1 || !strings.HasSuffix(m.Answer[0].String(), f[3]) {
+		t.Fatalf("DNSKEY after the restart: %v %v", m, err)
+	}
+	logs, _ := os.ReadFile(n.logPath)
+	if strings.Contains(string(logs), "PRIVATE KEY") {
+		t.Fatal("the log holds a private key")
+	}
+
+	// A second host joins: it loads the key from the state and its answers
+	// validate with the same trust anchor.
+	token, err := c.cli(n, "cluster", "join-token")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n2 := c.newNode()
+	dns2 := freeAddrs(t, 1)[0]
+	flags2 := append([]string{"--join", n.apiAddr, "--token", strings.TrimSpace(token)}, flags...)
+	flags2[slices.Index(flags2, dnsAddr)] = dns2
+	c.start(n2, flags2...)
+	c.waitMember(n2)
+	host2, port2, _ := net.SplitHostPort(dns2)
+	waitFor(t, 30*time.Second, "delv validates the second host's answers", func() error {
+		for _, q := range [][2]string{{"acme.example", "SOA"}, {"nope.acme.example", "A"}} {
+			if out, _ := delvAt(host2, port2, q[0], q[1]); !strings.Contains(out, "fully validated") {
+				return fmt.Errorf("delv %s %s at the second host:\n%s", q[0], q[1], out)
+			}
+		}
+		return nil
+	})
+}
