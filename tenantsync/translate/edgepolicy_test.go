@@ -128,7 +128,7 @@ func TestEdgePolicies(t *testing.T) {
 		{"exclusion", target("HTTPRoute", "api"), map[string]any{"waf": map[string]any{"mode": "block", "excludeRules": []any{int64(42)}}}, "spec.waf.excludeRules[0]", false},
 		{"paranoia", target("HTTPRoute", "api"), map[string]any{"waf": map[string]any{"mode": "block", "paranoiaLevel": int64(7)}}, "spec.waf.paranoiaLevel", false},
 		{"empty", target("Gateway", "gw"), map[string]any{}, "sets nothing", false},
-		{"section", map[string]any{"group": gwv1.GroupName, "kind": "Gateway", "name": "gw", "sectionName": "http"}, map[string]any{"waf": map[string]any{"mode": "block"}}, "sectionName", false},
+		{"section", map[string]any{"group": gwv1.GroupName, "kind": "Gateway", "name": "gw", "sectionName": "nope"}, map[string]any{"waf": map[string]any{"mode": "block"}}, "no listener named nope", false},
 		{"wrong type", target("Gateway", "gw"), map[string]any{"rateLimit": "fast"}, "spec", false},
 		{"bad allowed", target("Gateway", "gw"), map[string]any{"allowedSources": []any{"192.0.2.0/24", "office"}}, "spec.allowedSources[1]", true},
 	} {
