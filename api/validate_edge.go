@@ -192,7 +192,4 @@ func checkRateHeader(ck *checker, f string, rl *pb.RateLimit) {
 	case strings.EqualFold(h, "Host"):
 		ck.invalidf(f+".header", "Host is the route's; count by another header, or use one route per host")
 	}
-	if rl.GetConnectionsPerSecond() > 0 {
-		ck.invalidf(f+".connectionsPerSecond", "a connection has no header: with key: header give requestsPerSecond only, and limit connections in another listener rateLimit")
-	}
 }

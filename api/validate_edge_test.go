@@ -82,9 +82,9 @@ func TestValidateEdgeFields(t *testing.T) {
 		{"header host", func(lb *pb.LoadBalancer) {
 			lb.Routes[0].RateLimit = &pb.RateLimit{RequestsPerSecond: 5, Key: "header", Header: "host"}
 		}, bad("routes[0].rateLimit.header", "Host")},
-		{"connections by header", func(lb *pb.LoadBalancer) {
-			lb.Listeners[0].RateLimit = &pb.RateLimit{ConnectionsPerSecond: 5, Key: "header", Header: "X-API-Key"}
-		}, bad("listeners[0].rateLimit.connectionsPerSecond", "no header")},
+		{"connections with key header", func(lb *pb.LoadBalancer) {
+			lb.Listeners[0].RateLimit = &pb.RateLimit{RequestsPerSecond: 5, ConnectionsPerSecond: 5, Key: "header", Header: "X-API-Key"}
+		}, pass()},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

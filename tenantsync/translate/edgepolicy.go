@@ -71,6 +71,7 @@ type EdgeRateLimit struct {
 	ConnectionsPerSecond uint32 `json:"connectionsPerSecond,omitempty"`
 	Burst                uint32 `json:"burst,omitempty"`
 	Key                  string `json:"key,omitempty"`
+	Header               string `json:"header,omitempty"`
 }
 
 // EdgeWAF is a WAF of the model.
@@ -197,7 +198,10 @@ func checkPolicy(p *EdgePolicy, kind string) string {
 			return fmt.Sprintf("spec.rateLimit.connectionsPerSecond is %d; at most %d", rl.ConnectionsPerSecond, api.MaxRateLimit)
 		}
 		if rl.RequestsPerSecond > 0 || rl.ConnectionsPerSecond == 0 {
-			rt.RateLimit = &pb.RateLimit{RequestsPerSecond: rl.RequestsPerSecond, Burst: rl.Burst, Key: rl.Key}
+			rt.RateLimit = &pb.RateLimit{RequestsPerSecond: rl.RequestsPerSecond, Burst: rl.Burst, Key: rl.Key, Header: rl.Header}
+		} else {
+			// connectionsPerSecond alone: check the burst, key and header.
+			rt.RateLimit = &pb.RateLimit{RequestsPerSecond: 1, Burst: rl.Burst, Key: rl.Key, Header: rl.Header}
 		}
 	}
 	if errs := api.CheckRouteRateLimit("spec", rt); len(errs) > 0 {
@@ -217,7 +221,7 @@ func rateOf(rl *EdgeRateLimit, rps, conns uint32) *pb.RateLimit {
 	if rps == 0 && conns == 0 {
 		return nil
 	}
-	return &pb.RateLimit{RequestsPerSecond: rps, ConnectionsPerSecond: conns, Burst: rl.Burst, Key: rl.Key}
+	return &pb.RateLimit{RequestsPerSecond: rps, ConnectionsPerSecond: conns, Burst: rl.Burst, Key: rl.Key, Header: rl.Header}
 }
 
 // pickPolicy returns the policy of a target (section "": the whole

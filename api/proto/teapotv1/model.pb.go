@@ -1096,11 +1096,12 @@ type RateLimit struct {
 	Burst uint32 `protobuf:"varint,3,opt,name=burst,proto3" json:"burst,omitempty"`
 	// client (default: each client address on its own) | total (all
 	// clients together) | header (each value of the request header named
-	// by header on its own, for example an API key; requests only).
+	// by header on its own, for example an API key).
 	Key string `protobuf:"bytes,4,opt,name=key,proto3" json:"key,omitempty"`
 	// With key header: the request header whose values are counted apart
-	// (a field name, at most 64 bytes; not Host). A request without it is
-	// counted by its client address. Each value is one of the tenant's
+	// (a field name, at most 64 bytes; not Host). A request without it,
+	// and a new connection (connectionsPerSecond), is counted by its
+	// client address. Each value is one of the tenant's
 	// quotas.rateLimitKeys on the host; values are kept as 64-bit hashes,
 	// so a long value costs no more than a short one.
 	Header        string `protobuf:"bytes,200,opt,name=header,proto3" json:"header,omitempty"`
