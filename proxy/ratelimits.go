@@ -172,3 +172,22 @@ func (h rateRefusal) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 	w.WriteHeader(http.StatusTooManyRequests)
 	_, _ = w.Write([]byte("too many requests\n"))
 }
+
+// DrainSharedRates calls f with each of this host's total rate limits
+// (by tenant and limiter id) and the arrivals it admitted since the last
+// call, for the other hosts serving the same VIPs (package rateshare).
+func (p *Proxy) DrainSharedRates(f func(tenant, id string, n int64)) {
+	p.rateTables.Range(func(k, v any) bool {
+		tenant := k.(string)
+		v.(*ratelimit.Table).Drain(func(id string, n int64) { f(tenant, id, n) })
+		return true
+	})
+}
+
+// DebitSharedRate counts n arrivals another host admitted against this
+// host's total rate limit id of the tenant, if it has one.
+func (p *Proxy) DebitSharedRate(tenant, id string, n int64) {
+	if v, ok := p.rateTables.Load(tenant); ok {
+		v.(*ratelimit.Table).Debit(id, n, ratelimit.Now())
+	}
+}

@@ -130,6 +130,9 @@ type Limiter struct {
 	refs     int
 	retired  atomic.Bool
 	tat      atomic.Int64 // Total limits
+	// admitted counts a Total limit's arrivals admitted since the last
+	// Drain, for the host's peers (share.go).
+	admitted atomic.Int64
 }
 
 // Spec returns the limit's spec.
@@ -208,6 +211,7 @@ func (l *Limiter) Allow(client netip.Addr, now int64) Verdict {
 				return v
 			}
 			if l.tat.CompareAndSwap(old, tat) {
+				l.admitted.Add(1)
 				return v
 			}
 		}

@@ -251,3 +251,37 @@ func TestHeaderFloodBoundedAndEvicted(t *testing.T) {
 		t.Fatalf("the other tenant's table: %+v", st)
 	}
 }
+
+// A total limit's admissions are drained once, and another host's
+// admissions debited against it take from the same budget; per-client
+// limits are not shared.
+func TestDrainAndDebit(t *testing.T) {
+	t.Parallel()
+	tb := NewTable(10)
+	l := tb.Acquire("lb total", Spec{Rate: 10, Burst: 10, Total: true})
+	pc := tb.Acquire("lb client", Spec{Rate: 10, Burst: 10})
+	now := int64(time.Hour)
+	for range 4 {
+		l.Allow(a, now)
+		pc.Allow(a, now)
+	}
+	got := map[string]int64{}
+	tb.Drain(func(id string, n int64) { got[id] += n })
+	tb.Drain(func(id string, n int64) { got[id] += n })
+	if len(got) != 1 || got["lb total"] != 4 {
+		t.Fatalf("drained %v, want lb total: 4 once", got)
+	}
+	tb.Debit("lb total", 5, now)
+	tb.Debit("lb client", 5, now)
+	tb.Debit("gone", 5, now)
+	passed := 0
+	for l.Allow(b, now).OK {
+		passed++
+	}
+	if passed != 1 {
+		t.Fatalf("%d passed after 4 here and 5 elsewhere of a burst of 10", passed)
+	}
+	if !pc.Allow(a, now).OK {
+		t.Fatal("a per-client limit was debited")
+	}
+}
