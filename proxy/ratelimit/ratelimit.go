@@ -23,12 +23,12 @@
 // refused (Stats.Full). Tables are per tenant: a flood costs the
 // flooded tenant's keys, never another tenant's.
 //
-// The counts are this host's: with several hosts serving one VIP (BGP
-// ECMP), each sees the clients the routers send it, so a per-client limit
-// holds per client as long as the routers keep a client's flows on one
-// host (ECMP hashes the 5-tuple: a client with many connections may reach
-// several hosts and get up to the limit from each), and a total limit is
-// the limit per host.
+// Keys are this host's: with several hosts serving one VIP (BGP ECMP),
+// each sees the clients the routers send it, so a per-client limit holds
+// per client as long as the routers keep a client's flows on one host
+// (ECMP hashing the 5-tuple may send a client's connections to several
+// hosts, and it gets up to the limit from each). Total limits are shared
+// with the other hosts (share.go), so they hold across them.
 package ratelimit
 
 import (

@@ -1080,8 +1080,9 @@ func (x *Listener) GetRateLimit() *RateLimit {
 
 // RateLimit bounds the rate of new connections or requests, per client
 // address (IPv6 clients per /64), per value of a request header, or for
-// the listener or route as a whole, on each LB host (see docs: the counts
-// are not shared between hosts).
+// the listener or route as a whole. A total limit holds across the LB
+// hosts serving its VIP (they share their counts every 50 ms); per-client
+// and per-header keys are counted on each LB host on its own.
 type RateLimit struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Requests per second (http and https). Over the limit: 429 with
