@@ -14,11 +14,11 @@
 // time in the past behaves as an absent key, so when the table is full
 // such entries are dropped; if that leaves it fuller than 7/8 of the
 // bound (an attack: more live addresses or header values than the bound),
-// the keys with the earliest arrival times are evicted down to 7/8.
-// Forgetting a key forgives what it owes, and those keys owe the least:
-// a flood of new keys, each with one arrival, owes at most one interval
-// each, while a key over its limit owes more than its burst, so a client
-// past its limit is not given a fresh burst by a flood. Both happen at
+// the keys that owe the least of their limit's burst are evicted down to
+// 7/8. Forgetting a key forgives what it owes, and those owe the least: a
+// flood of new keys, each with one arrival, owes 1/burst each, while a
+// key past its limit owes all of its burst, so a client past its limit is
+// not given a fresh burst by a flood (burst 1 cannot tell them apart). Both happen at
 // most once per sweepEvery; in between, a new key past a full table is
 // refused (Stats.Full). Tables are per tenant: a flood costs the
 // flooded tenant's keys, never another tenant's.
@@ -69,7 +69,7 @@ type Table struct {
 	keys      map[key]int64
 	limiters  map[string]*Limiter
 	lastSweep int64
-	tats      []int64 // the sweep's scratch
+	owed      []float64 // the sweep's scratch
 	// churn counts the keys deleted since keys was made: a Go map keeps
 	// the room of deleted entries, and under a flood of new keys would
 	// grow past what the bound's keys need, so it is made anew.
@@ -281,7 +281,7 @@ func (t *Table) makeRoom(now int64) bool {
 			}
 		}
 		if over := int64(len(t.keys)) - (max - max/8); over > 0 {
-			t.evict(int(over))
+			t.evict(int(over), now)
 		}
 		if t.churn += int64(n - len(t.keys)); t.churn > 2*max {
 			fresh := make(map[key]int64, len(t.keys))
@@ -294,19 +294,24 @@ func (t *Table) makeRoom(now int64) bool {
 	return int64(len(t.keys)) < max
 }
 
-// evict drops the n keys with the earliest arrival times: those that owe
-// the least. t.mu is held.
-func (t *Table) evict(n int) {
-	t.tats = t.tats[:0]
-	for _, tat := range t.keys {
-		t.tats = append(t.tats, tat)
+// evict drops the n keys that owe the least of their limit's burst (the
+// time their arrival time is ahead of now, over the burst's time), so
+// that limits of different rates compare: a key with one arrival owes
+// 1/burst of it, a key past its limit all of it. t.mu is held.
+func (t *Table) evict(n int, now int64) {
+	owed := func(k key, tat int64) float64 {
+		return float64(tat-now) / float64(k.lim.tau+k.lim.interval)
 	}
-	slices.Sort(t.tats)
-	cut := t.tats[n-1]
-	ties := n - 1 - (sort.Search(n, func(i int) bool { return t.tats[i] >= cut }) - 1) // keys at cut to drop
+	t.owed = t.owed[:0]
 	for k, tat := range t.keys {
-		if tat < cut || tat == cut && ties > 0 {
-			if tat == cut {
+		t.owed = append(t.owed, owed(k, tat))
+	}
+	slices.Sort(t.owed)
+	cut := t.owed[n-1]
+	ties := n - sort.SearchFloat64s(t.owed[:n], cut) // keys owing cut to drop
+	for k, tat := range t.keys {
+		if o := owed(k, tat); o < cut || o == cut && ties > 0 {
+			if o == cut {
 				ties--
 			}
 			delete(t.keys, k)

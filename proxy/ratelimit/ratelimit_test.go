@@ -285,3 +285,33 @@ func TestDrainAndDebit(t *testing.T) {
 		t.Fatal("a per-client limit was debited")
 	}
 }
+
+// Eviction compares what keys owe of their own limit's burst: a flood of
+// new values on a slow limit (each owing a second) does not evict a key
+// past a fast limit (owing a tenth of a second, all of its burst).
+func TestEvictionAcrossRates(t *testing.T) {
+	t.Parallel()
+	tb := NewTable(64)
+	slow := tb.Acquire("slow", Spec{Rate: 1, Burst: 10, Header: "X-Api-Key"})
+	fast := tb.Acquire("fast", Spec{Rate: 1000, Burst: 100})
+	now := int64(time.Hour)
+	for fast.Allow(a, now).OK {
+	}
+	for i := range 1000 {
+		now += int64(10 * time.Microsecond)
+		slow.AllowKey("flood-"+strconv.Itoa(i), now)
+	}
+	if st := tb.Stats(); st.Evicted == 0 {
+		t.Fatalf("no eviction: %+v", st)
+	}
+	// 60 ms passed (the next sweep may run): the fast key earned back 60
+	// of its burst of 100.
+	now += int64(50 * time.Millisecond)
+	passed := 0
+	for fast.Allow(a, now).OK {
+		passed++
+	}
+	if passed > 61 {
+		t.Fatalf("the fast key got %d after the flood: forgiven", passed)
+	}
+}
