@@ -157,7 +157,7 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 		Logger: log, Version: cli.Version,
 		Observe: host.Observe, Event: host.Events().Add,
 		Restore: restore, Recover: cfg.Recover,
-		Services: ownServices(msrv, webLn, cfg.BGP), Addresses: hostAddresses(),
+		Services: append(ownServices(msrv, webLn, cfg.BGP), rateShareService(vm.HeartbeatAddr())...), Addresses: hostAddresses(),
 		HeartbeatAddr: vm.HeartbeatAddr(), VIPInterface: cfg.VIPInterface, Describe: vm.Describe,
 	}
 	node, err := consensus.Open(ctx, ccfg)
@@ -227,6 +227,8 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 	})
 	stack.Push(px.Close)
 	engine.SetPipes(px.Pipes()) // tunnels splice through the host's bounded pipe pool
+	// Total rate limits count what the other hosts admit too (BGP ECMP).
+	share := openRateShare(ctx, vm.HeartbeatAddr(), node.CA().KeyPEM, px, log, &stack)
 	vm.SetHandover(px)
 	host.Add(px)
 	host.Add(counters)
@@ -262,6 +264,7 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 		feed.Follow(ctx, revisions{node.Watch(0)}, func(r proxy.Revision, _ []string) {
 			vm.Follow(r.Reset, r.Objects, r.Transitions(), r.Revision, node.Objects)
 			followTenantBGP(relay, r, node.Objects)
+			followRateSharePeers(share, cfg.NodeID, r, node.Objects)
 			dnsSrv.Follow(r.Reset, r.Transitions())
 		})
 	}()

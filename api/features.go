@@ -103,6 +103,10 @@ const (
 	// server name (listeners[].tls.sniScopes). A host of an earlier
 	// release ignores the field and serves such requests.
 	FeatureMisdirectedRequests = "misdirected-requests"
+	// FeatureRateLimitHeader: rate limits counted per value of a request
+	// header (rateLimit.key header, rateLimit.header). A host of an
+	// earlier release refuses the key.
+	FeatureRateLimitHeader = "rate-limit-header"
 )
 
 // FeatureLevel is the highest cluster feature level this release
@@ -138,6 +142,7 @@ var featureLevels = map[string]uint32{
 	FeatureWAFExclusions:       5,
 	FeatureTLSTerminate:        5,
 	FeatureMisdirectedRequests: 5,
+	FeatureRateLimitHeader:     5,
 }
 
 // LevelOf is the feature level a feature needs on every host (0 for a
@@ -179,7 +184,7 @@ func FeatureRefusal(uses []FeatureUse, need uint32, older []string) error {
 
 // Features returns the features this release serves.
 func Features() []string {
-	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureNotFoundRoutes, FeatureCORS, FeatureClientValidation, FeatureRouteRetry, FeatureBackendHeaders, FeatureBackendTLS, FeatureWAFExclusions, FeatureTLSTerminate, FeatureMisdirectedRequests}
+	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureNotFoundRoutes, FeatureCORS, FeatureClientValidation, FeatureRouteRetry, FeatureBackendHeaders, FeatureBackendTLS, FeatureWAFExclusions, FeatureTLSTerminate, FeatureMisdirectedRequests, FeatureRateLimitHeader}
 }
 
 // FeatureUse is one place where a write uses a feature: the feature and
@@ -249,6 +254,9 @@ func FeaturesUsed(obj *pb.Object) []FeatureUse {
 		if ls.GetRateLimit() != nil {
 			out = append(out, FeatureUse{Feature: FeatureRateLimits, Field: at + ".rateLimit"})
 		}
+		if ls.GetRateLimit().GetHeader() != "" || ls.GetRateLimit().GetKey() == RateKeyHeader {
+			out = append(out, FeatureUse{Feature: FeatureRateLimitHeader, Field: at + ".rateLimit.header"})
+		}
 		if ls.GetTls().GetClientValidation() != nil {
 			out = append(out, FeatureUse{Feature: FeatureClientValidation, Field: at + ".tls.clientValidation"})
 		}
@@ -256,6 +264,9 @@ func FeaturesUsed(obj *pb.Object) []FeatureUse {
 	for i, r := range l.GetRoutes() {
 		if r.GetRateLimit() != nil {
 			out = append(out, FeatureUse{Feature: FeatureRateLimits, Field: fmt.Sprintf("%s: routes[%d].rateLimit", RefString(RefOf(obj)), i)})
+		}
+		if r.GetRateLimit().GetHeader() != "" || r.GetRateLimit().GetKey() == RateKeyHeader {
+			out = append(out, FeatureUse{Feature: FeatureRateLimitHeader, Field: fmt.Sprintf("%s: routes[%d].rateLimit.header", RefString(RefOf(obj)), i)})
 		}
 		if r.GetWaf() != nil {
 			out = append(out, FeatureUse{Feature: FeatureWAF, Field: fmt.Sprintf("%s: routes[%d].waf", RefString(RefOf(obj)), i)})

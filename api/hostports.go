@@ -17,6 +17,9 @@ const (
 	ServiceMetrics   = "metrics"
 	ServiceWeb       = "web"
 	ServiceBGP       = "bgp"
+	// ServiceRateShare is the UDP port where a host receives the other
+	// hosts' counts of total rate limits.
+	ServiceRateShare = "rate-share"
 )
 
 // MaxNodeServices and MaxNodeAddresses bound what a host publishes.

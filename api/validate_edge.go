@@ -3,6 +3,7 @@ package api
 import (
 	"fmt"
 	"net/netip"
+	"strings"
 
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
@@ -47,6 +48,9 @@ const (
 const (
 	RateKeyClient = "client"
 	RateKeyTotal  = "total"
+	RateKeyHeader = "header"
+	// MaxRateHeaderName bounds rateLimit.header.
+	MaxRateHeaderName = 64
 )
 
 // ParseSources parses a listener's allowedSources or deniedSources into
@@ -165,7 +169,27 @@ func checkRateLimit(ck *checker, f string, rl *pb.RateLimit, listener bool) {
 	}
 	switch rl.GetKey() {
 	case "", RateKeyClient, RateKeyTotal:
+		if rl.GetHeader() != "" {
+			ck.invalidf(f+".header", "is read only with key: header; set key: header or remove header")
+		}
+	case RateKeyHeader:
+		checkRateHeader(ck, f, rl)
 	default:
-		ck.invalidf(f+".key", "%s is not one of client, total", Excerpt(rl.GetKey()))
+		ck.invalidf(f+".key", "%s is not one of client, total, header", Excerpt(rl.GetKey()))
+	}
+}
+
+// checkRateHeader checks a rate limit keyed by a request header.
+func checkRateHeader(ck *checker, f string, rl *pb.RateLimit) {
+	h := rl.GetHeader()
+	switch {
+	case h == "":
+		ck.invalidf(f+".header", "is required with key: header: name the request header to count by (for example X-API-Key)")
+	case len(h) > MaxRateHeaderName:
+		ck.invalidf(f+".header", "is %d bytes; at most %d", len(h), MaxRateHeaderName)
+	case !IsToken(h):
+		ck.invalidf(f+".header", "%s is not a header field name", Excerpt(h))
+	case strings.EqualFold(h, "Host"):
+		ck.invalidf(f+".header", "Host is the route's; count by another header, or use one route per host")
 	}
 }

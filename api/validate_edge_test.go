@@ -62,7 +62,29 @@ func TestValidateEdgeFields(t *testing.T) {
 		{"route key bogus", func(lb *pb.LoadBalancer) {
 			lb.Routes[0].RateLimit = &pb.RateLimit{RequestsPerSecond: 5, Key: "header:x"}
 		},
-			bad("routes[0].rateLimit.key", "not one of client, total")},
+			bad("routes[0].rateLimit.key", "not one of client, total, header")},
+		{"route key header", func(lb *pb.LoadBalancer) {
+			lb.Routes[0].RateLimit = &pb.RateLimit{RequestsPerSecond: 5, Key: "header", Header: "X-API-Key"}
+			lb.Listeners[0].RateLimit = &pb.RateLimit{RequestsPerSecond: 50, Key: "header", Header: "authorization"}
+		}, pass()},
+		{"header without key header", func(lb *pb.LoadBalancer) {
+			lb.Routes[0].RateLimit = &pb.RateLimit{RequestsPerSecond: 5, Header: "X-API-Key"}
+		}, bad("routes[0].rateLimit.header", "only with key: header")},
+		{"key header without header", func(lb *pb.LoadBalancer) {
+			lb.Routes[0].RateLimit = &pb.RateLimit{RequestsPerSecond: 5, Key: "header"}
+		}, bad("routes[0].rateLimit.header", "required")},
+		{"header not a field name", func(lb *pb.LoadBalancer) {
+			lb.Routes[0].RateLimit = &pb.RateLimit{RequestsPerSecond: 5, Key: "header", Header: "x api key"}
+		}, bad("routes[0].rateLimit.header", "not a header field name")},
+		{"header too long", func(lb *pb.LoadBalancer) {
+			lb.Routes[0].RateLimit = &pb.RateLimit{RequestsPerSecond: 5, Key: "header", Header: strings.Repeat("x", MaxRateHeaderName+1)}
+		}, bad("routes[0].rateLimit.header", "at most 64")},
+		{"header host", func(lb *pb.LoadBalancer) {
+			lb.Routes[0].RateLimit = &pb.RateLimit{RequestsPerSecond: 5, Key: "header", Header: "host"}
+		}, bad("routes[0].rateLimit.header", "Host")},
+		{"connections with key header", func(lb *pb.LoadBalancer) {
+			lb.Listeners[0].RateLimit = &pb.RateLimit{RequestsPerSecond: 5, ConnectionsPerSecond: 5, Key: "header", Header: "X-API-Key"}
+		}, pass()},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -98,6 +120,12 @@ func TestEdgeFeaturesUsed(t *testing.T) {
 	lb.Routes[1].Waf = &pb.WAF{Mode: "block", ExcludeRules: []uint32{942100}}
 	uses = FeaturesUsed(&pb.Object{Kind: &pb.Object_LoadBalancer{LoadBalancer: lb}})
 	if len(uses) != 4 || uses[3].Feature != FeatureWAFExclusions || !strings.HasSuffix(uses[3].Field, "routes[1].waf.excludeRules") || LevelNeeded(uses) != 5 {
+		t.Fatalf("uses %v, level %d", uses, LevelNeeded(uses))
+	}
+	lb.Routes[1].Waf = nil
+	lb.Routes[1].RateLimit = &pb.RateLimit{RequestsPerSecond: 1, Key: RateKeyHeader, Header: "X-API-Key"}
+	uses = FeaturesUsed(&pb.Object{Kind: &pb.Object_LoadBalancer{LoadBalancer: lb}})
+	if len(uses) != 3 || uses[2].Feature != FeatureRateLimitHeader || !strings.HasSuffix(uses[2].Field, "routes[1].rateLimit.header") || LevelNeeded(uses) != 5 {
 		t.Fatalf("uses %v, level %d", uses, LevelNeeded(uses))
 	}
 }

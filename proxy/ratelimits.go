@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/teapot-lb/teapot-lb/api"
+	"github.com/teapot-lb/teapot-lb/proxy/l7"
 	"github.com/teapot-lb/teapot-lb/proxy/ratelimit"
 	"github.com/teapot-lb/teapot-lb/proxy/snapshot"
 )
@@ -48,7 +49,7 @@ func (p *Proxy) RateLimitStats(tenant string) ratelimit.Stats {
 }
 
 func limitSpec(rate uint32, s snapshot.RateSpec) ratelimit.Spec {
-	return ratelimit.Spec{Rate: rate, Burst: s.Burst, Total: s.Total}
+	return ratelimit.Spec{Rate: rate, Burst: s.Burst, Total: s.Total, Header: s.Header}
 }
 
 // acquireRates takes the limiters l needs; nothing for a listener
@@ -121,23 +122,34 @@ func (p *Proxy) admitConnRateAddr(l *ListenerSnapshot, a netip.Addr) bool {
 // requestGate returns the gate of a route of ls: the listener's
 // requestsPerSecond, then the route's (index; -1: a route of the
 // listener's own, a redirect). nil when neither is limited.
-func requestGate(ls *ListenerSnapshot, index int) func(netip.Addr) http.Handler {
+func requestGate(ls *ListenerSnapshot, index int) func(netip.Addr, l7.Request) http.Handler {
 	lim, route := ls.rates.requests, ls.rates.routes[index]
 	if lim == nil && route == nil {
 		return nil
 	}
-	return func(client netip.Addr) http.Handler {
+	return func(client netip.Addr, r l7.Request) http.Handler {
 		now := ratelimit.Now()
 		for _, l := range [2]*ratelimit.Limiter{lim, route} {
 			if l == nil {
 				continue
 			}
-			if v := l.Allow(client, now); !v.OK {
+			if v := allowRequest(l, client, r, now); !v.OK {
 				return rateRefusal{limit: l.Spec().Rate, v: v}
 			}
 		}
 		return nil
 	}
+}
+
+// allowRequest counts a request against l: by the value of its header
+// when l is keyed by one and the request has it, else by client address.
+func allowRequest(l *ratelimit.Limiter, client netip.Addr, r l7.Request, now int64) ratelimit.Verdict {
+	if h := l.Spec().Header; h != "" && r != nil {
+		if v, ok := r.Header(h); ok && v != "" {
+			return l.AllowKey(v, now)
+		}
+	}
+	return l.Allow(client, now)
 }
 
 // rateRefusal answers a request over a rate limit: 429 with Retry-After
@@ -159,4 +171,23 @@ func (h rateRefusal) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 	hd.Set("Content-Length", "18")
 	w.WriteHeader(http.StatusTooManyRequests)
 	_, _ = w.Write([]byte("too many requests\n"))
+}
+
+// DrainSharedRates calls f with each of this host's total rate limits
+// (by tenant and limiter id) and the arrivals it admitted since the last
+// call, for the other hosts serving the same VIPs (package rateshare).
+func (p *Proxy) DrainSharedRates(f func(tenant, id string, n int64)) {
+	p.rateTables.Range(func(k, v any) bool {
+		tenant := k.(string)
+		v.(*ratelimit.Table).Drain(func(id string, n int64) { f(tenant, id, n) })
+		return true
+	})
+}
+
+// DebitSharedRate counts n arrivals another host admitted against this
+// host's total rate limit id of the tenant, if it has one.
+func (p *Proxy) DebitSharedRate(tenant, id string, n int64) {
+	if v, ok := p.rateTables.Load(tenant); ok {
+		v.(*ratelimit.Table).Debit(id, n, ratelimit.Now())
+	}
 }

@@ -6,12 +6,15 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"testing"
 	"time"
 
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+	"github.com/teapot-lb/teapot-lb/proxy/internal/reqview"
 	"github.com/teapot-lb/teapot-lb/proxy/l7"
+	"github.com/teapot-lb/teapot-lb/proxy/ratelimit"
 )
 
 // sourceClient is an HTTP/1.1 client whose connections come from the
@@ -182,5 +185,168 @@ func TestRateLimitTableBoundedPerTenant(t *testing.T) {
 	}
 	if st := p.RateLimitStats("acme"); st.Keys != 4 || st.Full != 0 {
 		t.Fatalf("acme table %+v", st)
+	}
+}
+
+// getWith sends a GET with the header set (none when value is "") and
+// returns the status.
+func getWith(t *testing.T, c *http.Client, url, header, value string) int {
+	t.Helper()
+	req, _ := http.NewRequest("GET", url, nil)
+	if value != "" {
+		req.Header.Set(header, value)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// TestRouteRateLimitPerHeader: over real sockets, a route limited per
+// value of X-Api-Key gives each key its own burst from one client
+// address, over HTTP/1.1 and HTTP/2 (the fast path); a request without
+// the header is counted by its address.
+func TestRouteRateLimitPerHeader(t *testing.T) {
+	member := startCountingMember(t)
+	srv := l7.New(l7.Config{})
+	t.Cleanup(func() { srv.Close() })
+	p, _ := newProxy(t, Config{HTTP: NewHTTP(srv, nil)})
+	port := freePort(t)
+	lb := httpLB("acme", "web", "127.0.0.2", port, member.addr)
+	lb.Routes = []*pb.Route{{Path: "/", Pool: "app", RateLimit: &pb.RateLimit{RequestsPerSecond: 1, Burst: 2, Key: "header", Header: "x-api-key"}}}
+	update(t, p, lb)
+	if st := p.Status()["acme/web"]; len(st) != 0 {
+		t.Fatalf("problems: %v", st)
+	}
+	url := "http://" + vipAddr("127.0.0.2", port) + "/"
+	c := sourceClient(t, "127.0.0.3")
+	h2 := h2cOwnClient(t, vipAddr("127.0.0.2", port))
+	for _, tc := range []struct {
+		c     *http.Client
+		value string
+	}{{c, "alpha"}, {c, "beta"}, {c, ""}, {h2, "gamma"}} {
+		// The burst of 2 and at most one more refilled on a slow machine.
+		ok := 0
+		for range 5 {
+			if getWith(t, tc.c, url, "X-API-Key", tc.value) == 200 {
+				ok++
+			}
+		}
+		if ok < 2 || ok > 3 {
+			t.Fatalf("key %q: %d of 5 served; want the burst of 2", tc.value, ok)
+		}
+	}
+	if st := p.RateLimitStats("acme"); st.Keys != 4 {
+		t.Fatalf("table %+v, want 4 keys (three header values and one address)", st)
+	}
+}
+
+// TestRateLimitHeaderFloodStaysInItsTenant attacks through real sockets:
+// a client sends a distinct X-Api-Key on every request to a tenant whose
+// table holds 64 keys. The table never holds more; the flood's keys are
+// evicted so that its newest values keep being counted; a key over its
+// limit stays refused; and a neighbour tenant's clients, each at its
+// limit, keep their keys and their counts.
+func TestRateLimitHeaderFloodStaysInItsTenant(t *testing.T) {
+	member := startCountingMember(t)
+	srv := l7.New(l7.Config{})
+	t.Cleanup(func() { srv.Close() })
+	p, _ := newProxy(t, Config{HTTP: NewHTTP(srv, nil)})
+	port := freePort(t)
+	rl := &pb.RateLimit{RequestsPerSecond: 1, Burst: 1000, Key: "header", Header: "X-Api-Key"}
+	flooded := httpLB("globex", "web", "127.0.0.2", port, member.addr)
+	flooded.Routes[0].RateLimit = rl
+	other := httpLB("acme", "web", "127.0.0.5", port, member.addr)
+	other.Routes[0].RateLimit = &pb.RateLimit{RequestsPerSecond: 1, Burst: 3}
+	objs := append(labObjects(flooded, other), &pb.Object{Kind: &pb.Object_Tenant{Tenant: &pb.Tenant{Name: "globex", Networks: []string{"127.0.0.0/8"},
+		Quotas: &pb.Quotas{RateLimitKeys: 64}}}})
+	if err := p.Update(objs, 1); err != nil {
+		t.Fatal(err)
+	}
+	fURL, oURL := "http://"+vipAddr("127.0.0.2", port)+"/", "http://"+vipAddr("127.0.0.5", port)+"/"
+	c := sourceClient(t, "127.0.0.3")
+	start := time.Now()
+	// The neighbour's clients use their bursts of 3.
+	for i := 10; i < 14; i++ {
+		oc := sourceClient(t, fmt.Sprintf("127.0.0.%d", i))
+		for range 3 {
+			if code := getWith(t, oc, oURL, "", ""); code != 200 {
+				t.Fatalf("neighbour client %d: %d", i, code)
+			}
+		}
+	}
+	// A greedy key spends its burst of 1,000 and is refused.
+	greedy := 0
+	for range 1010 {
+		if getWith(t, c, fURL, "X-Api-Key", "greedy") == 200 {
+			greedy++
+		}
+	}
+	if greedy < 1000 || greedy > 1005 {
+		t.Fatalf("greedy key: %d of 1010 served", greedy)
+	}
+	served := 0
+	for i := range 3000 {
+		if getWith(t, c, fURL, "X-Api-Key", "flood-"+strconv.Itoa(i)) == 200 {
+			served++
+		}
+		if i%100 == 0 {
+			if st := p.RateLimitStats("globex"); st.Keys > 64 {
+				t.Fatalf("after %d values the table holds %d keys; bound 64", i, st.Keys)
+			}
+		}
+	}
+	st := p.RateLimitStats("globex")
+	t.Logf("globex table %+v; %d of 3000 flood values served", st, served)
+	if st.Keys > 64 || st.Evicted == 0 || served <= 64 {
+		t.Fatalf("table %+v, %d served: want at most 64 keys, evictions, and more than the table's worth of values counted", st, served)
+	}
+	// Kept, the greedy key and the neighbour's clients have earned back
+	// one request a second since they spent their bursts; forgotten,
+	// they would get all 20.
+	earned := int(time.Since(start).Seconds()) + 1
+	count := func(c *http.Client, url, value string) int {
+		n := 0
+		for range 20 {
+			if getWith(t, c, url, "X-Api-Key", value) == 200 {
+				n++
+			}
+		}
+		return n
+	}
+	if n := count(c, fURL, "greedy"); n > earned {
+		t.Fatalf("the greedy key got %d of 20 after the flood, want at most %d: its debt was forgiven", n, earned)
+	}
+	if st := p.RateLimitStats("acme"); st.Keys != 4 || st.Evicted != 0 || st.Full != 0 {
+		t.Fatalf("the neighbour's table %+v", st)
+	}
+	for i := 10; i < 14; i++ {
+		if n := count(sourceClient(t, fmt.Sprintf("127.0.0.%d", i)), oURL, ""); n > earned {
+			t.Fatalf("neighbour client %d got %d of 20, want at most %d: its count was lost", i, n, earned)
+		}
+	}
+}
+
+// A request let through by a limit keyed by header allocates nothing,
+// from a net/http request as from the engine's own.
+func TestAllowRequestByHeaderAllocatesNothing(t *testing.T) {
+	tb := ratelimit.NewTable(10)
+	l := tb.Acquire("x", ratelimit.Spec{Rate: 1000000, Burst: 1000000, Header: "X-Api-Key"})
+	req, _ := http.NewRequest("GET", "http://shop.example/", nil)
+	req.Header.Set("X-Api-Key", "alpha")
+	client := netip.MustParseAddr("192.0.2.1")
+	allowRequest(l, client, reqview.HTTP{R: req}, ratelimit.Now())
+	if n := testing.AllocsPerRun(1000, func() {
+		if !allowRequest(l, client, reqview.HTTP{R: req}, ratelimit.Now()).OK {
+			t.Fatal("refused")
+		}
+	}); n != 0 {
+		t.Fatalf("%v allocations", n)
+	}
+	if st := tb.Stats(); st.Keys != 1 {
+		t.Fatalf("keys %d, want the one header value", st.Keys)
 	}
 }

@@ -85,9 +85,10 @@ func policyCondition(u *unstructured.Unstructured) (reason, status, message stri
 // TestTenantEdgePolicy: with the EdgePolicy CRD of packaging/k8s
 // installed in a real API server, a tenant declares the source ranges and
 // connection rate of a Gateway and the WAF and request rate of one
-// HTTPRoute as policies; the agent (with the least-privilege role)
-// carries them to the LB cluster's load balancer and writes each
-// policy's Accepted condition. A second policy on the same route is
+// HTTPRoute (limited per X-API-Key) as policies; the agent (with the
+// least-privilege role) carries them to the LB cluster's load balancer
+// and writes each policy's Accepted condition (TargetNotFound for one
+// whose sectionName names no listener). A second policy on the same route is
 // refused (Conflicted, with a Warning Event) until the first is deleted,
 // when it applies.
 func TestTenantEdgePolicy(t *testing.T) {
@@ -147,7 +148,11 @@ func TestTenantEdgePolicy(t *testing.T) {
 	}
 	policy := func(name, kind, target string, spec map[string]any) {
 		t.Helper()
-		spec["targetRefs"] = []any{map[string]any{"group": gwv1.GroupName, "kind": kind, "name": target}}
+		ref := map[string]any{"group": gwv1.GroupName, "kind": kind, "name": target}
+		if k, section, ok := strings.Cut(kind, "/"); ok {
+			ref["kind"], ref["sectionName"] = k, section
+		}
+		spec["targetRefs"] = []any{ref}
 		u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "teapot-lb.io/v1alpha1", "kind": "EdgePolicy",
 			"metadata": map[string]any{"namespace": "shop", "name": name}, "spec": spec}}
 		ctx, cancel := l.ctx()
@@ -157,7 +162,10 @@ func TestTenantEdgePolicy(t *testing.T) {
 		}
 	}
 	policy("gw-edge", "Gateway", "gw", map[string]any{"allowedSources": []any{"192.0.2.0/24"}, "rateLimit": map[string]any{"connectionsPerSecond": int64(50)}})
-	policy("api-waf", "HTTPRoute", "api", map[string]any{"waf": map[string]any{"mode": "block", "paranoiaLevel": int64(2)}, "rateLimit": map[string]any{"requestsPerSecond": int64(5)}})
+	policy("api-waf", "HTTPRoute", "api", map[string]any{"waf": map[string]any{"mode": "block", "paranoiaLevel": int64(2)},
+		"rateLimit": map[string]any{"requestsPerSecond": int64(5), "key": "header", "header": "X-API-Key"}})
+	// A listener the Gateway does not have.
+	policy("nowhere", "Gateway/admin", "gw", map[string]any{"allowedSources": []any{"203.0.113.0/24"}})
 
 	lbName := syncspec.GatewayName("shop", "gw")
 	routeWAF := func(mode string, level uint32) func(*pb.LoadBalancer) error {
@@ -180,8 +188,8 @@ func TestTenantEdgePolicy(t *testing.T) {
 	}
 	lb := l.waitLB("acme", lbName, "the policies applied", routeWAF("block", 2))
 	for _, r := range lb.GetRoutes() {
-		if r.GetHost() == "api.acme.example" && r.GetRateLimit().GetRequestsPerSecond() != 5 {
-			t.Errorf("route rate limit %v, want 5 requests per second", r.GetRateLimit())
+		if r.GetHost() == "api.acme.example" && (r.GetRateLimit().GetRequestsPerSecond() != 5 || r.GetRateLimit().GetHeader() != "X-API-Key") {
+			t.Errorf("route rate limit %v, want 5 requests per second per X-API-Key", r.GetRateLimit())
 		}
 	}
 	waitAccepted := func(name, wantStatus, wantReason string) string {
@@ -205,6 +213,9 @@ func TestTenantEdgePolicy(t *testing.T) {
 	}
 	waitAccepted("gw-edge", "True", "Accepted")
 	waitAccepted("api-waf", "True", "Accepted")
+	if msg := waitAccepted("nowhere", "False", "TargetNotFound"); !strings.Contains(msg, "no listener named admin") {
+		t.Errorf("the refusal does not name the missing listener: %q", msg)
+	}
 
 	// A second policy on the route is refused while the first stands.
 	policy("late", "HTTPRoute", "api", map[string]any{"waf": map[string]any{"mode": "detect"}})

@@ -70,7 +70,7 @@ var rules = map[string]rule{
 	"teapot.v1.Quotas.regex_matches_per_lb":     {doc: "Regular expressions of one load balancer: each regex path, header, query value or gRPC service and method counts once.", def: quotaDefault((*pb.Quotas).GetRegexMatchesPerLb)},
 	"teapot.v1.Quotas.regex_matches":            {doc: "Regular expressions over all the tenant's load balancers, counted as in regexMatchesPerLb.", def: quotaDefault((*pb.Quotas).GetRegexMatches)},
 	"teapot.v1.Quotas.waf_cpu_millicores":       {doc: "CPU each LB host may spend inspecting the tenant's requests with the WAF, in thousandths of a core; past it (after a burst of a fifth of a second's worth) a request to a route with a WAF is answered 429 with Retry-After: 1 until the budget refills.", def: quotaDefault((*pb.Quotas).GetWafCpuMillicores)},
-	"teapot.v1.Quotas.rate_limit_keys":          {doc: fmt.Sprintf("Client keys (an address, or an IPv6 /64, per rate limit with key client) each LB host tracks for the tenant's rate limits at once, about %d bytes each; a key idle for a burst's time is dropped first, and a new client past a full table is refused as if over its limit.", api.RateLimitKeyBytes), def: quotaDefault((*pb.Quotas).GetRateLimitKeys)},
+	"teapot.v1.Quotas.rate_limit_keys":          {doc: fmt.Sprintf("Keys (a client address or IPv6 /64 per rate limit with key client, a header value per rate limit with key header) each LB host tracks for the tenant's rate limits at once, about %d bytes each; when the table is full, keys back to a full burst are dropped, then (at most every 50 ms) the eighth of the table that owes the least, and a new key past a table still full is refused as if over its limit.", api.RateLimitKeyBytes), def: quotaDefault((*pb.Quotas).GetRateLimitKeys)},
 	"teapot.v1.Quotas.regex_cpu_millicores":     {doc: "CPU each LB host may spend matching the tenant's regular expressions, in thousandths of a core; past it (after a burst of a fifth of a second's worth) a request that would be matched against a regex is answered 429 with Retry-After: 1 until the budget refills.", def: quotaDefault((*pb.Quotas).GetRegexCpuMillicores)},
 
 	"teapot.v1.VIPPool.name":         {doc: "Name of the pool.", required: true, limits: nameLimits, example: "public"},
@@ -117,7 +117,8 @@ var rules = map[string]rule{
 	"teapot.v1.RateLimit.requests_per_second":    {limits: fmt.Sprintf("0 to %d", api.MaxRateLimit), example: "100"},
 	"teapot.v1.RateLimit.connections_per_second": {limits: fmt.Sprintf("0 to %d; listeners only", api.MaxRateLimit), example: "20"},
 	"teapot.v1.RateLimit.burst":                  {limits: fmt.Sprintf("0 to %d", api.MaxRateBurst), def: "the rate"},
-	"teapot.v1.RateLimit.key":                    {def: api.RateKeyClient, enum: []string{api.RateKeyClient, api.RateKeyTotal}},
+	"teapot.v1.RateLimit.key":                    {def: api.RateKeyClient, enum: []string{api.RateKeyClient, api.RateKeyTotal, api.RateKeyHeader}},
+	"teapot.v1.RateLimit.header":                 {limits: atMost(api.MaxRateHeaderName, "bytes") + ", a header field name other than Host; with key header only", example: "X-API-Key"},
 	"teapot.v1.WAF.mode":                         {required: true, enum: []string{api.WAFBlock, api.WAFDetect}},
 	"teapot.v1.WAF.paranoia_level":               {def: "1", limits: "1 to 4"},
 	"teapot.v1.WAF.max_body_bytes":               {def: fmt.Sprint(api.DefaultWAFBodyBytes), limits: fmt.Sprintf("at most %d", api.MaxWAFBodyBytes)},

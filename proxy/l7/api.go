@@ -42,12 +42,13 @@ type Route struct {
 	// Ext, when set, splits traffic, changes the request or response, or
 	// redirects; the request takes the net/http path (see RouteExt).
 	Ext *RouteExt
-	// Gate, when set, is asked with the client's address once the route
-	// is chosen (after Select), before anything else is done for the
-	// request; a non-nil handler answers it instead (a rate limit's 429),
-	// counted under the route's Name. It must not allocate when it lets
-	// the request through.
-	Gate func(client netip.Addr) http.Handler
+	// Gate, when set, is asked with the client's address and the request
+	// (its header fields, as Select reads them; not retained) once the
+	// route is chosen (after Select), before anything else is done for
+	// the request; a non-nil handler answers it instead (a rate limit's
+	// 429), counted under the route's Name. It must not allocate when it
+	// lets the request through.
+	Gate func(client netip.Addr, r Request) http.Handler
 	// Inspect, when set, is asked with the request before it is sent on,
 	// with the first InspectBody bytes of its body read and kept (the
 	// member still gets the whole body); a non-nil handler answers the
@@ -60,11 +61,11 @@ type Route struct {
 
 // gated returns the route that answers a request the route's Gate stops,
 // or nil when it lets the request through.
-func (r *Route) gated(client netip.Addr) *Route {
+func (r *Route) gated(client netip.Addr, req Request) *Route {
 	if r == nil || r.Gate == nil {
 		return nil
 	}
-	if h := r.Gate(client); h != nil {
+	if h := r.Gate(client, req); h != nil {
 		return &Route{Name: r.Name, Handler: h}
 	}
 	return nil

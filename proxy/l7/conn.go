@@ -356,7 +356,7 @@ func (c *clientConn) handle() {
 			return
 		}
 	}
-	if g := route.gated(c.ca.addr); g != nil {
+	if g := route.gated(c.ca.addr, (*h1Request)(c)); g != nil {
 		route = g
 	}
 	// An upgrade (WebSocket) on a route that only spreads requests over

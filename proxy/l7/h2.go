@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"strconv"
 	"time"
+
+	"github.com/teapot-lb/teapot-lb/proxy/internal/reqview"
 )
 
 // h2conn handles the requests of one HTTP/2 connection.
@@ -68,7 +70,7 @@ func (hc *h2conn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if route.Select == nil {
-		if g := route.gated(hc.ca.addr); g != nil {
+		if g := route.gated(hc.ca.addr, reqview.HTTP{R: r}); g != nil {
 			stats.Route = route.Name
 			g.Handler.ServeHTTP(w, r)
 			stats.Status, stats.Outcome = http.StatusTooManyRequests, OutcomeLocal

@@ -124,7 +124,7 @@ func (st *h2Stream) serveFast() bool {
 			return false // the net/http path answers 404
 		}
 	}
-	if route != nil && route.Gate != nil && route.Gate(hc.ca.addr) != nil {
+	if route != nil && route.Gate != nil && route.Gate(hc.ca.addr, (*h2Request)(st)) != nil {
 		return false // the net/http path asks again and answers
 	}
 	if route == nil || route.RedirectHTTPS || route.Handler != nil || route.Backend == nil || route.extended() || hc.ca.certHeader != "" {

@@ -5,23 +5,37 @@
 // arrival time per key, which admits a burst and then the rate. A limit
 // keyed per client keeps one arrival time per client address (IPv6
 // clients per /64, the smallest block a client is given) in its tenant's
-// Table; a limit for all clients together keeps one in itself. An
-// arrival time in the past behaves as an absent key, so such entries are
-// dropped when the table needs room: the Table never holds more keys than
-// its tenant's bound, and under an attack from more addresses than that
-// a new client is refused (counted in Stats.Full) until keys expire,
-// never given room by forgetting a client still over its limit.
+// Table, one keyed by a request header one per value (AllowKey: the
+// value's 64-bit hash under the table's random seed, so a key costs the
+// same whatever the value's length and a client cannot choose values
+// that collide); a limit for all clients together keeps one in itself.
 //
-// The counts are this host's: with several hosts serving one VIP (BGP
-// ECMP), each sees the clients the routers send it, so a per-client limit
-// holds per client as long as the routers keep a client's flows on one
-// host (ECMP hashes the 5-tuple: a client with many connections may reach
-// several hosts and get up to the limit from each), and a total limit is
-// the limit per host.
+// The Table never holds more keys than its tenant's bound. An arrival
+// time in the past behaves as an absent key, so when the table is full
+// such entries are dropped; if that leaves it fuller than 7/8 of the
+// bound (an attack: more live addresses or header values than the bound),
+// the keys that owe the least of their limit's burst are evicted down to
+// 7/8. Forgetting a key forgives what it owes, and those owe the least: a
+// flood of new keys, each with one arrival, owes 1/burst each, while a
+// key past its limit owes all of its burst, so a client past its limit is
+// not given a fresh burst by a flood (burst 1 cannot tell them apart). Both happen at
+// most once per sweepEvery; in between, a new key past a full table is
+// refused (Stats.Full). Tables are per tenant: a flood costs the
+// flooded tenant's keys, never another tenant's.
+//
+// Keys are this host's: with several hosts serving one VIP (BGP ECMP),
+// each sees the clients the routers send it, so a per-client limit holds
+// per client as long as the routers keep a client's flows on one host
+// (ECMP hashing the 5-tuple may send a client's connections to several
+// hosts, and it gets up to the limit from each). Total limits are shared
+// with the other hosts (share.go), so they hold across them.
 package ratelimit
 
 import (
+	"hash/maphash"
 	"net/netip"
+	"slices"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,26 +51,36 @@ var base = time.Now()
 // Now is the clock of Allow: nanoseconds on the monotonic clock.
 func Now() int64 { return int64(time.Since(base)) }
 
+// key is a client address (hash 0; IPv4 in its IPv4-mapped form) or a
+// header value's hash (odd; addr zero): 32 bytes.
 type key struct {
 	lim  *Limiter
-	addr netip.Addr
+	addr [16]byte
+	hash uint64
 }
 
 // Table holds one tenant's per-client keys on one host.
 type Table struct {
 	max atomic.Int64
 
+	seed maphash.Seed
+
 	mu        sync.Mutex
 	keys      map[key]int64
 	limiters  map[string]*Limiter
 	lastSweep int64
+	owed      []float64 // the sweep's scratch
+	// churn counts the keys deleted since keys was made: a Go map keeps
+	// the room of deleted entries, and under a flood of new keys would
+	// grow past what the bound's keys need, so it is made anew.
+	churn int64
 
-	full, refused atomic.Int64
+	full, refused, evicted atomic.Int64
 }
 
 // NewTable returns a table that holds at most max keys.
 func NewTable(max int) *Table {
-	t := &Table{keys: map[key]int64{}, limiters: map[string]*Limiter{}, lastSweep: -int64(sweepEvery)}
+	t := &Table{keys: map[key]int64{}, limiters: map[string]*Limiter{}, lastSweep: -int64(sweepEvery), seed: maphash.MakeSeed()}
 	t.SetMax(max)
 	return t
 }
@@ -70,8 +94,9 @@ type Stats struct {
 	// Keys is the number of keys held now; Max the bound.
 	Keys, Max int
 	// Refused counts arrivals refused over their limit; Full those
-	// refused because the table had no room for a new client.
-	Refused, Full int64
+	// refused because the table had no room for a new key; Evicted the
+	// live keys dropped to make room (expired ones are not counted).
+	Refused, Full, Evicted int64
 }
 
 // Stats returns the table's counts.
@@ -79,14 +104,17 @@ func (t *Table) Stats() Stats {
 	t.mu.Lock()
 	n := len(t.keys)
 	t.mu.Unlock()
-	return Stats{Keys: n, Max: int(t.max.Load()), Refused: t.refused.Load(), Full: t.full.Load()}
+	return Stats{Keys: n, Max: int(t.max.Load()), Refused: t.refused.Load(), Full: t.full.Load(), Evicted: t.evicted.Load()}
 }
 
 // Spec is one limit: Rate events per second, Burst of them at once, per
-// client or for everyone (Total).
+// client or for everyone (Total). Header names the request header whose
+// values the limit's user counts apart (AllowKey); the table only keeps
+// it as part of the limit's identity.
 type Spec struct {
 	Rate, Burst uint32
 	Total       bool
+	Header      string
 }
 
 // Limiter is one limit in service. Acquire it from its table for each
@@ -102,6 +130,9 @@ type Limiter struct {
 	refs     int
 	retired  atomic.Bool
 	tat      atomic.Int64 // Total limits
+	// admitted counts a Total limit's arrivals admitted since the last
+	// Drain, for the host's peers (share.go).
+	admitted atomic.Int64
 }
 
 // Spec returns the limit's spec.
@@ -180,12 +211,26 @@ func (l *Limiter) Allow(client netip.Addr, now int64) Verdict {
 				return v
 			}
 			if l.tat.CompareAndSwap(old, tat) {
+				l.admitted.Add(1)
 				return v
 			}
 		}
 	}
+	return l.allow(key{lim: l, addr: clientKey(client).As16()}, now)
+}
+
+// AllowKey counts one arrival of a request whose header value is v (not
+// retained) at now, as Allow does for a client address. A Total limiter
+// counts it with everyone's.
+func (l *Limiter) AllowKey(v string, now int64) Verdict {
+	if l.spec.Total {
+		return l.Allow(netip.Addr{}, now)
+	}
+	return l.allow(key{lim: l, hash: maphash.String(l.t.seed, v) | 1}, now)
+}
+
+func (l *Limiter) allow(k key, now int64) Verdict {
 	t := l.t
-	k := key{l, clientKey(client)}
 	t.mu.Lock()
 	old, had := t.keys[k]
 	if !had {
@@ -221,16 +266,56 @@ func (l *Limiter) gcra(tat, now int64) (Verdict, int64) {
 }
 
 // makeRoom drops the keys whose arrival time passed (they act as absent)
-// and those of retired limiters, at most once per sweepEvery; it reports
-// whether the table has room now. t.mu is held.
+// and those of retired limiters, then, if the table is still fuller than
+// 7/8 of its bound, the keys with the earliest arrival times down to 7/8;
+// at most once per sweepEvery. It reports whether the table has room
+// now. t.mu is held.
 func (t *Table) makeRoom(now int64) bool {
+	max := t.max.Load()
 	if now-t.lastSweep >= int64(sweepEvery) {
 		t.lastSweep = now
+		n := len(t.keys)
 		for k, tat := range t.keys {
 			if tat <= now || k.lim.retired.Load() {
 				delete(t.keys, k)
 			}
 		}
+		if over := int64(len(t.keys)) - (max - max/8); over > 0 {
+			t.evict(int(over), now)
+		}
+		if t.churn += int64(n - len(t.keys)); t.churn > 2*max {
+			fresh := make(map[key]int64, len(t.keys))
+			for k, tat := range t.keys {
+				fresh[k] = tat
+			}
+			t.keys, t.churn = fresh, 0
+		}
 	}
-	return int64(len(t.keys)) < t.max.Load()
+	return int64(len(t.keys)) < max
+}
+
+// evict drops the n keys that owe the least of their limit's burst (the
+// time their arrival time is ahead of now, over the burst's time), so
+// that limits of different rates compare: a key with one arrival owes
+// 1/burst of it, a key past its limit all of it. t.mu is held.
+func (t *Table) evict(n int, now int64) {
+	owed := func(k key, tat int64) float64 {
+		return float64(tat-now) / float64(k.lim.tau+k.lim.interval)
+	}
+	t.owed = t.owed[:0]
+	for k, tat := range t.keys {
+		t.owed = append(t.owed, owed(k, tat))
+	}
+	slices.Sort(t.owed)
+	cut := t.owed[n-1]
+	ties := n - sort.SearchFloat64s(t.owed[:n], cut) // keys owing cut to drop
+	for k, tat := range t.keys {
+		if o := owed(k, tat); o < cut || o == cut && ties > 0 {
+			if o == cut {
+				ties--
+			}
+			delete(t.keys, k)
+		}
+	}
+	t.evicted.Add(int64(n))
 }

@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"net/netip"
+	"net/textproto"
 	"slices"
 	"strconv"
 
@@ -124,8 +125,10 @@ type RateSpec struct {
 	// Burst is how many may arrive at once (at least 1 when a rate is set).
 	Burst uint32
 	// Total counts every client together; else each client address (IPv6:
-	// its /64) on its own.
-	Total bool
+	// its /64) on its own, or with Header each value of that request
+	// header (canonical form; requests without it by client address).
+	Total  bool
+	Header string
 }
 
 // WAFSpec is a route's web application firewall; the zero value is off.
@@ -168,7 +171,11 @@ func rateSpec(rl *pb.RateLimit) RateSpec {
 	if rl == nil {
 		return RateSpec{}
 	}
-	return RateSpec{Requests: rl.GetRequestsPerSecond(), Conns: rl.GetConnectionsPerSecond(), Burst: rl.GetBurst(), Total: rl.GetKey() == api.RateKeyTotal}
+	s := RateSpec{Requests: rl.GetRequestsPerSecond(), Conns: rl.GetConnectionsPerSecond(), Burst: rl.GetBurst(), Total: rl.GetKey() == api.RateKeyTotal}
+	if rl.GetKey() == api.RateKeyHeader {
+		s.Header = textproto.CanonicalMIMEHeaderKey(rl.GetHeader())
+	}
+	return s
 }
 
 // edgeField reports whether field names a source-range or rate-limit

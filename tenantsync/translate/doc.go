@@ -85,7 +85,10 @@
 //	teapot-lb.io/rate-limit-connections  new connections per second per client,
 //	                                every listener
 //	teapot-lb.io/rate-limit-burst   the burst of both (default: one second's worth)
-//	teapot-lb.io/rate-limit-key     client (default) | total
+//	teapot-lb.io/rate-limit-key     client (default) | total | header
+//	teapot-lb.io/rate-limit-header  with key header: the request header whose
+//	                                values are limited apart (an API key);
+//	                                requests without it by client address
 //	teapot-lb.io/waf                Ingress: block | detect, every route inspected
 //	teapot-lb.io/waf-paranoia-level CRS paranoia level 1 (default) to 4
 //	teapot-lb.io/client-subject-header  Gateway: the request header that carries

@@ -113,6 +113,9 @@ const (
 	AnnotationRateLimitConnections = "teapot-lb.io/rate-limit-connections"
 	AnnotationRateLimitBurst       = "teapot-lb.io/rate-limit-burst"
 	AnnotationRateLimitKey         = "teapot-lb.io/rate-limit-key"
+	// AnnotationRateLimitHeader names the request header whose values are
+	// limited apart, with rate-limit-key header.
+	AnnotationRateLimitHeader = "teapot-lb.io/rate-limit-header"
 
 	NginxLimitRPS             = "nginx.ingress.kubernetes.io/limit-rps"
 	NginxLimitBurstMultiplier = "nginx.ingress.kubernetes.io/limit-burst-multiplier"
@@ -207,16 +210,36 @@ func rateNumber(ann map[string]string, name string, d *Desired) uint32 {
 	return uint32(n)
 }
 
+// rateKey reads the rate-limit-key and rate-limit-header annotations; what
+// cannot be applied is a warning, and each client address is limited on
+// its own.
+func rateKey(ann map[string]string, d *Desired) (key, header string) {
+	key = strings.TrimSpace(ann[AnnotationRateLimitKey])
+	header = strings.TrimSpace(ann[AnnotationRateLimitHeader])
+	switch key {
+	case "", api.RateKeyClient, api.RateKeyTotal:
+		if header != "" {
+			d.Warnings = append(d.Warnings, fmt.Sprintf("annotation %s is not applied without %s header", AnnotationRateLimitHeader, AnnotationRateLimitKey))
+		}
+		return key, ""
+	case api.RateKeyHeader:
+		rl := &pb.RateLimit{RequestsPerSecond: 1, Key: key, Header: header}
+		if errs := api.CheckRouteRateLimit("annotation", &pb.Route{RateLimit: rl}); len(errs) > 0 {
+			d.Warnings = append(d.Warnings, fmt.Sprintf("annotations %s and %s are not applied (%s): each client address is limited on its own", AnnotationRateLimitKey, AnnotationRateLimitHeader, errs[0].Reason))
+			return "", ""
+		}
+		return key, header
+	}
+	d.Warnings = append(d.Warnings, fmt.Sprintf("annotation %s %s is not applied: client, total or header (each client address is limited on its own)", AnnotationRateLimitKey, api.Excerpt(key)))
+	return "", ""
+}
+
 // edgeRates sets the rate limits the annotations ask for.
 func edgeRates(ann map[string]string, lb *pb.LoadBalancer, d *Desired, kind edgeKind) {
 	rps := rateNumber(ann, AnnotationRateLimitRPS, d)
 	conns := rateNumber(ann, AnnotationRateLimitConnections, d)
 	burst := rateNumber(ann, AnnotationRateLimitBurst, d)
-	key := strings.TrimSpace(ann[AnnotationRateLimitKey])
-	if key != "" && key != api.RateKeyClient && key != api.RateKeyTotal {
-		d.Warnings = append(d.Warnings, fmt.Sprintf("annotation %s %s is not applied: client or total (each client address is limited on its own)", AnnotationRateLimitKey, api.Excerpt(key)))
-		key = ""
-	}
+	key, header := rateKey(ann, d)
 	if kind == edgeIngress {
 		if n := rateNumber(ann, NginxLimitRPS, d); n > 0 {
 			if rps == 0 {
@@ -249,7 +272,7 @@ func edgeRates(ann map[string]string, lb *pb.LoadBalancer, d *Desired, kind edge
 		return
 	}
 	spec := func(r, c uint32) *pb.RateLimit {
-		return &pb.RateLimit{RequestsPerSecond: r, ConnectionsPerSecond: c, Burst: burst, Key: key}
+		return &pb.RateLimit{RequestsPerSecond: r, ConnectionsPerSecond: c, Burst: burst, Key: key, Header: header}
 	}
 	for _, l := range lb.Listeners {
 		r := uint32(0)

@@ -71,6 +71,7 @@ type EdgeRateLimit struct {
 	ConnectionsPerSecond uint32 `json:"connectionsPerSecond,omitempty"`
 	Burst                uint32 `json:"burst,omitempty"`
 	Key                  string `json:"key,omitempty"`
+	Header               string `json:"header,omitempty"`
 }
 
 // EdgeWAF is a WAF of the model.
@@ -107,6 +108,9 @@ const (
 	PolicyReasonAccepted   = "Accepted"
 	PolicyReasonInvalid    = "Invalid"
 	PolicyReasonConflicted = "Conflicted"
+	// PolicyReasonTargetNotFound: a sectionName names no listener of the
+	// Gateway or no rule of the route.
+	PolicyReasonTargetNotFound = "TargetNotFound"
 )
 
 // PolicyStatus is what one Gateway's translation says of a policy that
@@ -126,20 +130,31 @@ func policyOrder(a, b *EdgePolicy) int {
 }
 
 // policiesFor returns the policies of the Gateway's namespace that target
-// the Gateway or the route (kind, name), oldest first.
+// the Gateway or the route (kind, name), whole or a section of it, oldest
+// first.
 func (g *gwBuild) policiesFor(kind, name string) []*EdgePolicy {
 	if g.src.Gateway == nil || g.src.Gateway.EdgePolicies == nil {
 		return nil
 	}
 	var out []*EdgePolicy
 	for _, p := range g.src.Gateway.EdgePolicies.EdgePolicies(g.gw.Namespace) {
-		if slices.ContainsFunc(p.Spec.TargetRefs, func(t PolicyTargetRef) bool {
-			return t.Group == gatewayGroup && t.Kind == kind && t.Name == name
-		}) {
+		if len(sectionsOf(p, kind, name)) > 0 {
 			out = append(out, p)
 		}
 	}
 	slices.SortFunc(out, policyOrder)
+	return out
+}
+
+// sectionsOf returns the sectionNames with which p targets (kind, name),
+// "" for the whole object.
+func sectionsOf(p *EdgePolicy, kind, name string) []string {
+	var out []string
+	for _, t := range p.Spec.TargetRefs {
+		if t.Group == gatewayGroup && t.Kind == kind && t.Name == name && !slices.Contains(out, t.SectionName) {
+			out = append(out, t.SectionName)
+		}
+	}
 	return out
 }
 
@@ -168,11 +183,6 @@ func checkPolicy(p *EdgePolicy, kind string) string {
 	if len(s.TargetRefs) > MaxEdgePolicyTargets {
 		return fmt.Sprintf("spec.targetRefs has %d entries; at most %d", len(s.TargetRefs), MaxEdgePolicyTargets)
 	}
-	for i, t := range s.TargetRefs {
-		if t.SectionName != "" {
-			return fmt.Sprintf("spec.targetRefs[%d].sectionName: a policy applies to a whole Gateway or route; remove sectionName", i)
-		}
-	}
 	if kind != KindGateway && len(s.AllowedSources)+len(s.DeniedSources) > 0 {
 		return fmt.Sprintf("spec.allowedSources and deniedSources apply to a Gateway's listeners, not to a %s: target the Gateway", kind)
 	}
@@ -188,7 +198,10 @@ func checkPolicy(p *EdgePolicy, kind string) string {
 			return fmt.Sprintf("spec.rateLimit.connectionsPerSecond is %d; at most %d", rl.ConnectionsPerSecond, api.MaxRateLimit)
 		}
 		if rl.RequestsPerSecond > 0 || rl.ConnectionsPerSecond == 0 {
-			rt.RateLimit = &pb.RateLimit{RequestsPerSecond: rl.RequestsPerSecond, Burst: rl.Burst, Key: rl.Key}
+			rt.RateLimit = &pb.RateLimit{RequestsPerSecond: rl.RequestsPerSecond, Burst: rl.Burst, Key: rl.Key, Header: rl.Header}
+		} else {
+			// connectionsPerSecond alone: check the burst, key and header.
+			rt.RateLimit = &pb.RateLimit{RequestsPerSecond: 1, Burst: rl.Burst, Key: rl.Key, Header: rl.Header}
 		}
 	}
 	if errs := api.CheckRouteRateLimit("spec", rt); len(errs) > 0 {
@@ -208,107 +221,122 @@ func rateOf(rl *EdgeRateLimit, rps, conns uint32) *pb.RateLimit {
 	if rps == 0 && conns == 0 {
 		return nil
 	}
-	return &pb.RateLimit{RequestsPerSecond: rps, ConnectionsPerSecond: conns, Burst: rl.Burst, Key: rl.Key}
+	return &pb.RateLimit{RequestsPerSecond: rps, ConnectionsPerSecond: conns, Burst: rl.Burst, Key: rl.Key, Header: rl.Header}
 }
 
-// pickPolicy returns the policy of a target that applies: the oldest
-// valid one; the others are refused (invalid, or conflicted by it).
-func (g *gwBuild) pickPolicy(kind, name string) *EdgePolicy {
+// pickPolicy returns the policy of a target (section "": the whole
+// object) that applies: the oldest valid one for which fits says ""
+// (fits may be nil); the others are refused (invalid, or conflicted by
+// it).
+func (g *gwBuild) pickPolicy(kind, name, section string, fits func(*EdgePolicy) string) *EdgePolicy {
+	what := kind + " " + name
+	if section != "" {
+		what += " sectionName " + section
+	}
 	var won *EdgePolicy
 	for _, p := range g.policiesFor(kind, name) {
-		if bad := checkPolicy(p, kind); bad != "" {
+		if !slices.Contains(sectionsOf(p, kind, name), section) {
+			continue
+		}
+		bad := checkPolicy(p, kind)
+		if bad == "" && fits != nil {
+			bad = fits(p)
+		}
+		if bad != "" {
 			g.edgePolicyStatus(p, false, PolicyReasonInvalid, bad)
 			continue
 		}
 		if won != nil {
-			g.edgePolicyStatus(p, false, PolicyReasonConflicted, fmt.Sprintf("EdgePolicy %s, older, already targets %s %s; one policy applies to a target", won.Name, kind, name))
+			g.edgePolicyStatus(p, false, PolicyReasonConflicted, fmt.Sprintf("EdgePolicy %s, older, already targets %s; one policy applies to a target", won.Name, what))
 			continue
 		}
 		won = p
-		g.edgePolicyStatus(p, true, PolicyReasonAccepted, fmt.Sprintf("applied to %s %s/%s", kind, g.gw.Namespace, name))
+		g.edgePolicyStatus(p, true, PolicyReasonAccepted, fmt.Sprintf("applied to %s %s/%s", kind, g.gw.Namespace, strings.TrimPrefix(what, kind+" ")))
 	}
 	return won
 }
 
-// edgeRoutePolicy applies the policy targeting route r to the LB routes
-// its rules became.
-func (g *gwBuild) edgeRoutePolicy(r *routeObj, rules []*pb.Route) {
-	if r.key.Namespace != g.gw.Namespace {
-		return // a policy targets objects of its own namespace
-	}
-	p := g.pickPolicy(r.key.Kind, r.key.Name)
-	if p == nil {
-		return
-	}
-	for _, rt := range rules {
-		if p.Spec.WAF != nil {
-			rt.Waf = wafOf(p.Spec.WAF)
+// sections returns the sectionNames the policies reaching (kind, name)
+// target it with, sorted, without "".
+func (g *gwBuild) sections(kind, name string) []string {
+	var out []string
+	for _, p := range g.policiesFor(kind, name) {
+		for _, s := range sectionsOf(p, kind, name) {
+			if s != "" {
+				out = append(out, s)
+			}
 		}
-		if rl := p.Spec.RateLimit; rl != nil {
-			rt.RateLimit = rateOf(rl, rl.RequestsPerSecond, 0)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// sectionNotFound refuses the policies that target a section the object
+// does not have.
+func (g *gwBuild) sectionNotFound(kind, name, section, has string) {
+	for _, p := range g.policiesFor(kind, name) {
+		if slices.Contains(sectionsOf(p, kind, name), section) {
+			g.edgePolicyStatus(p, false, PolicyReasonTargetNotFound,
+				fmt.Sprintf("spec.targetRefs: %s %s has no %s named %s; name one it has, or leave sectionName out to target all of it", kind, name, has, boundText(section, 64)))
 		}
 	}
 }
 
-// edgeGatewayPolicy applies the policy targeting the Gateway to its LB
-// listeners and routes; it returns why the Gateway is refused ("" when it
-// is not): a policy whose source ranges cannot be enforced as written,
-// so that the Gateway is not open to every address.
-func (g *gwBuild) edgeGatewayPolicy() string {
-	for _, p := range g.policiesFor(KindGateway, g.gw.Name) {
-		if len(p.Spec.AllowedSources) == 0 {
+// edgeRoutePolicy applies the policies targeting route r to the LB routes
+// its rules became: the route's own, then for each rule the one that
+// targets it by name (sectionName), which replaces what it sets.
+func (g *gwBuild) edgeRoutePolicy(r *routeObj, rules []*pb.Route) {
+	if r.key.Namespace != g.gw.Namespace {
+		return // a policy targets objects of its own namespace
+	}
+	whole := g.pickPolicy(r.key.Kind, r.key.Name, "", nil)
+	names := r.ruleNames()
+	bySection := make([]*EdgePolicy, len(rules))
+	for _, s := range g.sections(r.key.Kind, r.key.Name) {
+		i := slices.Index(names, s)
+		if i < 0 || i >= len(rules) {
+			g.sectionNotFound(r.key.Kind, r.key.Name, s, "rule")
 			continue
 		}
-		var d Desired
-		if p.Invalid != "" || !checkSources("EdgePolicy "+p.Name+" spec.allowedSources", p.Spec.AllowedSources, &d) {
-			return cmp.Or(d.Refused, "EdgePolicy "+p.Name+" cannot be read ("+p.Invalid+"); so that the Gateway is not open to every address, it gets no load balancer and no VIP")
-		}
+		bySection[i] = g.pickPolicy(r.key.Kind, r.key.Name, s, nil)
 	}
-	p := g.pickPolicy(KindGateway, g.gw.Name)
-	if p == nil {
-		return ""
-	}
-	var d Desired
-	if len(p.Spec.DeniedSources) > 0 && !checkSources("EdgePolicy "+p.Name+" spec.deniedSources", p.Spec.DeniedSources, &d) {
-		return d.Refused
-	}
-	var replaced []string
-	for _, l := range g.lb.Listeners {
-		if len(p.Spec.AllowedSources) > 0 {
-			if len(l.AllowedSources) > 0 {
-				replaced = append(replaced, AnnotationAllowedSources)
+	for i, rt := range rules {
+		for _, p := range []*EdgePolicy{whole, bySection[i]} {
+			if p == nil {
+				continue
 			}
-			l.AllowedSources = slices.Clone(p.Spec.AllowedSources)
-		}
-		if len(p.Spec.DeniedSources) > 0 {
-			if len(l.DeniedSources) > 0 {
-				replaced = append(replaced, AnnotationDeniedSources)
-			}
-			l.DeniedSources = slices.Clone(p.Spec.DeniedSources)
-		}
-		if rl := p.Spec.RateLimit; rl != nil {
-			rps := uint32(0)
-			if l.Protocol == "http" || l.Protocol == "https" {
-				rps = rl.RequestsPerSecond
-			}
-			if l.RateLimit != nil {
-				replaced = append(replaced, "teapot-lb.io/rate-limit-*")
-			}
-			l.RateLimit = rateOf(rl, rps, rl.ConnectionsPerSecond)
-		}
-	}
-	if p.Spec.WAF != nil {
-		for _, rt := range g.lb.Routes {
-			if rt.Waf == nil {
+			if p.Spec.WAF != nil {
 				rt.Waf = wafOf(p.Spec.WAF)
 			}
+			if rl := p.Spec.RateLimit; rl != nil {
+				rt.RateLimit = rateOf(rl, rl.RequestsPerSecond, 0)
+			}
 		}
 	}
-	if len(replaced) > 0 {
-		slices.Sort(replaced)
-		g.d.Warnings = append(g.d.Warnings, fmt.Sprintf("annotations %s are not read: EdgePolicy %s targets the Gateway and wins", strings.Join(slices.Compact(replaced), ", "), p.Name))
+}
+
+// ruleNames returns the names of r's rules, in order ("" for a rule
+// without one).
+func (r *routeObj) ruleNames() []string {
+	var out []string
+	if r.http != nil {
+		for _, rule := range r.http.Spec.Rules {
+			out = append(out, sectionName(rule.Name))
+		}
 	}
-	return ""
+	if r.grpc != nil {
+		for _, rule := range r.grpc.Spec.Rules {
+			out = append(out, sectionName(rule.Name))
+		}
+	}
+	return out
+}
+
+func sectionName(n *gwv1.SectionName) string {
+	if n == nil {
+		return ""
+	}
+	return string(*n)
 }
 
 // PolicyAncestor is the ancestorRef of a Gateway in a policy's status.

@@ -61,7 +61,7 @@ func TestEdgePolicies(t *testing.T) {
 			"waf":       map[string]any{"mode": "detect"},
 		}),
 		policy("shop", "api-waf", 1, []any{target("HTTPRoute", "api")}, map[string]any{
-			"rateLimit": map[string]any{"requestsPerSecond": int64(5), "burst": int64(10), "key": "client"},
+			"rateLimit": map[string]any{"requestsPerSecond": int64(5), "burst": int64(10), "key": "header", "header": "X-API-Key"},
 			"waf":       map[string]any{"mode": "block", "paranoiaLevel": int64(2), "excludeRules": []any{int64(942100)}},
 		}),
 		policy("shop", "late", 5, []any{target("HTTPRoute", "api")}, map[string]any{"waf": map[string]any{"mode": "detect"}}),
@@ -91,7 +91,7 @@ func TestEdgePolicies(t *testing.T) {
 		switch r.GetHost() {
 		case "api.shop.example":
 			if r.GetWaf().GetMode() != "block" || r.GetWaf().GetParanoiaLevel() != 2 || !slices.Equal(r.GetWaf().GetExcludeRules(), []uint32{942100}) ||
-				r.GetRateLimit().GetRequestsPerSecond() != 5 || r.GetRateLimit().GetBurst() != 10 {
+				r.GetRateLimit().GetRequestsPerSecond() != 5 || r.GetRateLimit().GetBurst() != 10 || r.GetRateLimit().GetHeader() != "X-API-Key" {
 				t.Errorf("api route: waf %v, rate limit %v", r.GetWaf(), r.GetRateLimit())
 			}
 		case "www.shop.example":
@@ -128,7 +128,9 @@ func TestEdgePolicies(t *testing.T) {
 		{"exclusion", target("HTTPRoute", "api"), map[string]any{"waf": map[string]any{"mode": "block", "excludeRules": []any{int64(42)}}}, "spec.waf.excludeRules[0]", false},
 		{"paranoia", target("HTTPRoute", "api"), map[string]any{"waf": map[string]any{"mode": "block", "paranoiaLevel": int64(7)}}, "spec.waf.paranoiaLevel", false},
 		{"empty", target("Gateway", "gw"), map[string]any{}, "sets nothing", false},
-		{"section", map[string]any{"group": gwv1.GroupName, "kind": "Gateway", "name": "gw", "sectionName": "http"}, map[string]any{"waf": map[string]any{"mode": "block"}}, "sectionName", false},
+		{"header key without header", target("HTTPRoute", "api"), map[string]any{"rateLimit": map[string]any{"requestsPerSecond": int64(5), "key": "header"}}, "spec.rateLimit.header", false},
+		{"bad header", target("Gateway", "gw"), map[string]any{"rateLimit": map[string]any{"connectionsPerSecond": int64(5), "key": "header", "header": "x y"}}, "spec.rateLimit.header", false},
+		{"section", map[string]any{"group": gwv1.GroupName, "kind": "Gateway", "name": "gw", "sectionName": "nope"}, map[string]any{"waf": map[string]any{"mode": "block"}}, "no listener named nope", false},
 		{"wrong type", target("Gateway", "gw"), map[string]any{"rateLimit": "fast"}, "spec", false},
 		{"bad allowed", target("Gateway", "gw"), map[string]any{"allowedSources": []any{"192.0.2.0/24", "office"}}, "spec.allowedSources[1]", true},
 	} {

@@ -234,6 +234,12 @@ func TestEdgeRateAnnotations(t *testing.T) {
 	}{
 		{name: "teapot-lb.io", ann: map[string]string{translate.AnnotationRateLimitRPS: "50", translate.AnnotationRateLimitBurst: "80", translate.AnnotationRateLimitConnections: "10", translate.AnnotationRateLimitKey: "total"},
 			route: &pb.RateLimit{RequestsPerSecond: 50, Burst: 80, Key: "total"}, lsnr: &pb.RateLimit{ConnectionsPerSecond: 10, Burst: 80, Key: "total"}},
+		{name: "per API key", ann: map[string]string{translate.AnnotationRateLimitRPS: "5", translate.AnnotationRateLimitConnections: "10", translate.AnnotationRateLimitKey: "header", translate.AnnotationRateLimitHeader: "X-API-Key"},
+			route: &pb.RateLimit{RequestsPerSecond: 5, Key: "header", Header: "X-API-Key"}, lsnr: &pb.RateLimit{ConnectionsPerSecond: 10, Key: "header", Header: "X-API-Key"}},
+		{name: "header key without a header", ann: map[string]string{translate.AnnotationRateLimitRPS: "5", translate.AnnotationRateLimitKey: "header"},
+			route: &pb.RateLimit{RequestsPerSecond: 5}, warns: translate.AnnotationRateLimitHeader + " are not applied (is required"},
+		{name: "header without key header", ann: map[string]string{translate.AnnotationRateLimitRPS: "5", translate.AnnotationRateLimitHeader: "X-API-Key"},
+			route: &pb.RateLimit{RequestsPerSecond: 5}, warns: translate.AnnotationRateLimitHeader + " is not applied without"},
 		{name: "nginx limit-rps", ann: map[string]string{translate.NginxLimitRPS: "20", translate.NginxLimitBurstMultiplier: "3"},
 			route: &pb.RateLimit{RequestsPerSecond: 20, Burst: 60}},
 		{name: "nginx limit-rps default multiplier", ann: map[string]string{translate.NginxLimitRPS: "20"}, route: &pb.RateLimit{RequestsPerSecond: 20, Burst: 100}},

@@ -1079,8 +1079,10 @@ func (x *Listener) GetRateLimit() *RateLimit {
 }
 
 // RateLimit bounds the rate of new connections or requests, per client
-// address (IPv6 clients per /64) or for the listener or route as a whole,
-// on each LB host (see docs: the counts are not shared between hosts).
+// address (IPv6 clients per /64), per value of a request header, or for
+// the listener or route as a whole. A total limit holds across the LB
+// hosts serving its VIP (they share their counts every 50 ms); per-client
+// and per-header keys are counted on each LB host on its own.
 type RateLimit struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Requests per second (http and https). Over the limit: 429 with
@@ -1094,8 +1096,16 @@ type RateLimit struct {
 	// second's worth of the rate).
 	Burst uint32 `protobuf:"varint,3,opt,name=burst,proto3" json:"burst,omitempty"`
 	// client (default: each client address on its own) | total (all
-	// clients together).
-	Key           string `protobuf:"bytes,4,opt,name=key,proto3" json:"key,omitempty"`
+	// clients together) | header (each value of the request header named
+	// by header on its own, for example an API key).
+	Key string `protobuf:"bytes,4,opt,name=key,proto3" json:"key,omitempty"`
+	// With key header: the request header whose values are counted apart
+	// (a field name, at most 64 bytes; not Host). A request without it,
+	// and a new connection (connectionsPerSecond), is counted by its
+	// client address. Each value is one of the tenant's
+	// quotas.rateLimitKeys on the host; values are kept as 64-bit hashes,
+	// so a long value costs no more than a short one.
+	Header        string `protobuf:"bytes,200,opt,name=header,proto3" json:"header,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1154,6 +1164,13 @@ func (x *RateLimit) GetBurst() uint32 {
 func (x *RateLimit) GetKey() string {
 	if x != nil {
 		return x.Key
+	}
+	return ""
+}
+
+func (x *RateLimit) GetHeader() string {
+	if x != nil {
+		return x.Header
 	}
 	return ""
 }
@@ -4404,12 +4421,13 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\x0fallowed_sources\x182 \x03(\tR\x0eallowedSources\x12%\n" +
 	"\x0edenied_sources\x183 \x03(\tR\rdeniedSources\x123\n" +
 	"\n" +
-	"rate_limit\x184 \x01(\v2\x14.teapot.v1.RateLimitR\trateLimit\"\x99\x01\n" +
+	"rate_limit\x184 \x01(\v2\x14.teapot.v1.RateLimitR\trateLimit\"\xb2\x01\n" +
 	"\tRateLimit\x12.\n" +
 	"\x13requests_per_second\x18\x01 \x01(\rR\x11requestsPerSecond\x124\n" +
 	"\x16connections_per_second\x18\x02 \x01(\rR\x14connectionsPerSecond\x12\x14\n" +
 	"\x05burst\x18\x03 \x01(\rR\x05burst\x12\x10\n" +
-	"\x03key\x18\x04 \x01(\tR\x03key\"Q\n" +
+	"\x03key\x18\x04 \x01(\tR\x03key\x12\x17\n" +
+	"\x06header\x18\xc8\x01 \x01(\tR\x06header\"Q\n" +
 	"\bSNIRoute\x12\x12\n" +
 	"\x04host\x18\x01 \x01(\tR\x04host\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x1d\n" +
