@@ -98,6 +98,10 @@ const (
 	// (listeners[].sniRoutes[].terminate). A host of an earlier release
 	// ignores the field and passes those connections through encrypted.
 	FeatureTLSTerminate = "tls-terminate"
+	// FeatureWriteBudget: a tenant's write budget set by the operator
+	// (quotas.writeBytesPerSecond). A host of an earlier release ignores
+	// it and lets the tenant's agent write any number of bytes.
+	FeatureWriteBudget = "write-budget"
 )
 
 // FeatureLevel is the highest cluster feature level this release
@@ -132,6 +136,7 @@ var featureLevels = map[string]uint32{
 	FeatureBackendTLS:       5,
 	FeatureWAFExclusions:    5,
 	FeatureTLSTerminate:     5,
+	FeatureWriteBudget:      5,
 }
 
 // LevelOf is the feature level a feature needs on every host (0 for a
@@ -173,7 +178,7 @@ func FeatureRefusal(uses []FeatureUse, need uint32, older []string) error {
 
 // Features returns the features this release serves.
 func Features() []string {
-	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureNotFoundRoutes, FeatureCORS, FeatureClientValidation, FeatureRouteRetry, FeatureBackendHeaders, FeatureBackendTLS, FeatureWAFExclusions, FeatureTLSTerminate}
+	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureNotFoundRoutes, FeatureCORS, FeatureClientValidation, FeatureRouteRetry, FeatureBackendHeaders, FeatureBackendTLS, FeatureWAFExclusions, FeatureTLSTerminate, FeatureWriteBudget}
 }
 
 // FeatureUse is one place where a write uses a feature: the feature and
@@ -188,8 +193,15 @@ func (u FeatureUse) String() string { return u.Field + " (" + u.Feature + ")" }
 // FeaturesUsed returns the model fields of obj that need a feature, in
 // a stable order. Objects of the kinds without such fields use none.
 func FeaturesUsed(obj *pb.Object) []FeatureUse {
-	if t := obj.GetTenant(); t.GetBgp() != nil {
-		return []FeatureUse{{Feature: FeatureTenantBGP, Field: RefString(RefOf(obj)) + ": bgp"}}
+	if t := obj.GetTenant(); t != nil {
+		var out []FeatureUse
+		if t.GetBgp() != nil {
+			out = append(out, FeatureUse{Feature: FeatureTenantBGP, Field: RefString(RefOf(obj)) + ": bgp"})
+		}
+		if t.GetQuotas().GetWriteBytesPerSecond() != 0 {
+			out = append(out, FeatureUse{Feature: FeatureWriteBudget, Field: RefString(RefOf(obj)) + ": quotas.writeBytesPerSecond"})
+		}
+		return out
 	}
 	l := obj.GetLoadBalancer()
 	if l == nil {

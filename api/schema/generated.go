@@ -104,6 +104,7 @@ var protoComments = map[string]string{
 	"teapot.v1.Quotas.regex_matches_per_lb":          "Regular expressions (regex path, header, query and gRPC matches) per load balancer, and over all the tenant's load balancers.",
 	"teapot.v1.Quotas.stored_bytes":                  "Encoded bytes of everything the tenant stores (load balancers and certificates), which every LB host keeps in memory and in its Raft log.",
 	"teapot.v1.Quotas.waf_cpu_millicores":            "CPU an LB host may spend inspecting the tenant's requests with the WAF, in thousandths of a core (0: the default).",
+	"teapot.v1.Quotas.write_bytes_per_second":        "Encoded bytes a second the tenant's agent may write through one LB host's stream (load balancers and certificates it upserts), with a burst of eight seconds' worth (0: the default, 1 MiB). Past it the stream waits: the agent's changes are slowed and told why, never refused.",
 	"teapot.v1.RateLimit":                            "RateLimit bounds the rate of new connections or requests, per client address (IPv6 clients per /64) or for the listener or route as a whole, on each LB host (see docs: the counts are not shared between hosts).",
 	"teapot.v1.RateLimit.burst":                      "How many may arrive at once after a quiet period (default: one second's worth of the rate).",
 	"teapot.v1.RateLimit.connections_per_second":     "New connections per second (listeners only). Over the limit: the connection is reset (UDP: the datagram that would start a flow is dropped).",
