@@ -1,6 +1,9 @@
 package consensus
 
 import (
+	"cmp"
+	"slices"
+
 	"google.golang.org/protobuf/proto"
 
 	"github.com/teapot-lb/teapot-lb/api"
@@ -53,49 +56,65 @@ func writeClass(fw *pb.ForwardRequest) string {
 
 // fairQueue holds the writes waiting for the leader's write loop, one
 // queue per class (a tenant, the operators, the cluster), and hands them
-// out in turns: each class gives one write per turn, so that many small
-// writes of one tenant never wait behind a long run of large ones of
-// another, which the channel's arrival order would make them do.
+// out in turns, so that many small writes of one tenant never wait behind
+// a long run of large ones of another, which the channel's arrival order
+// would make them do. The class that led a batch least recently leads
+// the next (one that never led, first; of those that tie, the one whose
+// first write came first), then the others give one write
+// each in that order, round after round, while the batch has room.
+// Leading is remembered while a class has nothing waiting: a tenant whose
+// writes come one at a time does not lead every batch by arriving anew.
 type fairQueue struct {
 	queues map[string][]*writeReq
-	// order is the classes with writes waiting, in turn order; the
-	// class at next takes the first place of the next batch.
-	order []string
-	next  int
-	n     int
+	// led is the batch a class last led (0: never); batches counts them.
+	led     map[string]uint64
+	batches uint64
+	n       int
+	pushed  uint64 // writes pushed, which orders classes that tie
 }
 
-func newFairQueue() *fairQueue { return &fairQueue{queues: map[string][]*writeReq{}} }
+// maxLedClasses bounds the classes whose last lead is remembered; past
+// it, those with nothing waiting are forgotten.
+const maxLedClasses = 4096
+
+func newFairQueue() *fairQueue {
+	return &fairQueue{queues: map[string][]*writeReq{}, led: map[string]uint64{}}
+}
 
 func (q *fairQueue) len() int { return q.n }
 
 func (q *fairQueue) push(r *writeReq) {
-	if len(q.queues[r.class]) == 0 {
-		q.order = append(q.order, r.class)
-	}
+	q.pushed++
+	r.seq = q.pushed
 	q.queues[r.class] = append(q.queues[r.class], r)
 	q.n++
 }
 
 // batch takes the writes of the next Raft entry: at most maxBatch writes
 // of at most maxBatchBytes together (the first is taken whatever its
-// size), one per class in turn. The class that led this batch is the last
-// to lead again.
+// size), one per class in turn.
 func (q *fairQueue) batch() []*writeReq {
 	if q.n == 0 {
 		return nil
 	}
+	order := make([]string, 0, len(q.queues))
+	for c := range q.queues {
+		order = append(order, c)
+	}
+	slices.SortFunc(order, func(a, b string) int {
+		if c := cmp.Compare(q.led[a], q.led[b]); c != 0 {
+			return c
+		}
+		return cmp.Compare(q.queues[a][0].seq, q.queues[b][0].seq)
+	})
 	var out []*writeReq
 	bytes := 0
-	lead := q.order[q.next%len(q.order)]
 	full := map[string]bool{} // classes whose next write does not fit
-	for len(out) < maxBatch && len(full) < len(q.order) {
-		progress := false
-		for i := range q.order {
+	for len(out) < maxBatch && len(full) < len(order) {
+		for _, c := range order {
 			if len(out) >= maxBatch {
 				break
 			}
-			c := q.order[(q.next+i)%len(q.order)]
 			qs := q.queues[c]
 			if full[c] || len(qs) == 0 {
 				full[c] = true
@@ -111,36 +130,20 @@ func (q *fairQueue) batch() []*writeReq {
 			qs[0] = nil
 			q.queues[c] = qs[1:]
 			q.n--
-			progress = true
-		}
-		if !progress {
-			break
 		}
 	}
-	// Drop the classes left empty; the one after the leader leads next.
-	kept := q.order[:0]
-	nextLead := ""
-	for i := range q.order {
-		c := q.order[(q.next+i)%len(q.order)]
-		if i > 0 && nextLead == "" && len(q.queues[c]) > 0 {
-			nextLead = c
-		}
-	}
-	if nextLead == "" && len(q.queues[lead]) > 0 {
-		nextLead = lead
-	}
-	for _, c := range q.order {
-		if len(q.queues[c]) > 0 {
-			kept = append(kept, c)
-		} else {
+	q.batches++
+	q.led[order[0]] = q.batches
+	for _, c := range order {
+		if len(q.queues[c]) == 0 {
 			delete(q.queues, c)
 		}
 	}
-	q.order = kept
-	q.next = 0
-	for i, c := range q.order {
-		if c == nextLead {
-			q.next = i
+	if len(q.led) > maxLedClasses {
+		for c := range q.led {
+			if _, waiting := q.queues[c]; !waiting {
+				delete(q.led, c)
+			}
 		}
 	}
 	return out

@@ -36,6 +36,7 @@ func TestWritesTakeTurnsByTenant(t *testing.T) {
 	for q.len() > 0 {
 		got = append(got, names(q.batch()))
 	}
+	// b's writes came first: b0 leads, alone.
 	if len(got) < 3 || fmt.Sprint(got[0]) != "[b0]" {
 		t.Fatalf("entries %v, want b's first large write alone first", got)
 	}
@@ -73,5 +74,36 @@ func TestWriteClass(t *testing.T) {
 		if got := writeClass(c.fw); got != c.want {
 			t.Errorf("writeClass(%v) = %q, want %q", c.fw, got, c.want)
 		}
+	}
+}
+
+// A tenant whose small writes come one at a time, each while the loop
+// commits another's large write, leads every other batch: a never waits
+// for two of b's large writes, and b is never starved by a's arriving
+// anew (a class that led keeps its place while it has nothing waiting).
+func TestATenantArrivingAnewWaitsForOneWriteAtMost(t *testing.T) {
+	t.Parallel()
+	q := newFairQueue()
+	w := func(class, name string, size int) *writeReq {
+		return &writeReq{class: class, size: size, fw: &pb.ForwardRequest{Write: &pb.ForwardRequest_Delete{Delete: &pb.DeleteRequest{Ref: &pb.ObjectRef{Name: name}}}}}
+	}
+	for i := range 4 {
+		q.push(w("b", fmt.Sprintf("b%d", i), 1_500_000))
+	}
+	var got []string
+	for i := range 4 {
+		// a's next write arrives while the batch before is committed.
+		q.push(w("a", fmt.Sprintf("a%d", i), 300))
+		for _, r := range q.batch() {
+			got = append(got, r.fw.GetDelete().GetRef().GetName())
+		}
+	}
+	for q.len() > 0 {
+		for _, r := range q.batch() {
+			got = append(got, r.fw.GetDelete().GetRef().GetName())
+		}
+	}
+	if want := "[b0 a0 a1 b1 a2 a3 b2 b3]"; fmt.Sprint(got) != want {
+		t.Fatalf("writes committed in the order %v, want %s", got, want)
 	}
 }

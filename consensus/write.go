@@ -31,6 +31,7 @@ type writeReq struct {
 	// class and size give the write its turn in the loop (fairQueue).
 	class string
 	size  int
+	seq   uint64 // arrival order in the fairQueue
 }
 
 type writeResp struct {

@@ -126,7 +126,11 @@ func TestLargeWritesDoNotDelayANeighbour(t *testing.T) {
 	}
 	// acme writes while beta spends its burst, and for 6 s once beta
 	// waits for its budget.
-	burst := smallWritesUntil(t, acme, func() bool { return throttles.Load() > 0 }, 1000)
+	burstEnd := time.Now().Add(20 * time.Second)
+	burst := smallWritesUntil(t, acme, func() bool { return throttles.Load() > 0 || time.Now().After(burstEnd) }, 1000)
+	if throttles.Load() == 0 {
+		t.Fatalf("beta wrote %d load balancers of 1.2 MB in 20 s and was never throttled", bigWrites.Load())
+	}
 	abused := smallWrites(t, acme, 6*time.Second, 10000)
 	cancel()
 	for _, b := range betas {
