@@ -251,6 +251,10 @@ type tenantAgent struct {
 	name string
 	cc   *grpc.ClientConn
 	cur  *syncStream
+	// throttled counts the notices that a change waits for the tenant's
+	// write budget; throttleReason holds the last one's reason.
+	throttled      atomic.Int64
+	throttleReason atomic.Value
 }
 
 // syncStream is one Sync call and what the server sent on it.
@@ -312,6 +316,9 @@ func (a *tenantAgent) open(hello bool) (*syncStream, error) {
 				case st.acks <- msg.GetAck():
 				default: // an ack no one waits for any more
 				}
+			case msg.GetStatus().GetThrottled() != nil:
+				a.throttled.Add(1)
+				a.throttleReason.Store(msg.GetStatus().GetThrottled().GetReason())
 			}
 		}
 	}()

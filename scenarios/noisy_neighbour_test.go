@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/teapot-lb/teapot-lb/api"
@@ -281,6 +282,12 @@ func selectedPhases(tb testing.TB) []noisyPhase {
 		return all
 	}
 	var out []noisyPhase
+	for _, ph := range all {
+		// A name with a comma in it ("routes, long paths") is one phase.
+		if ph.name == strings.TrimSpace(want) {
+			return []noisyPhase{ph}
+		}
+	}
 	for _, name := range strings.Split(want, ",") {
 		found := false
 		for _, ph := range all {
@@ -402,20 +409,31 @@ func phaseListeners(tb testing.TB, l *noisyLab, b *tenantAgent) []string {
 }
 
 // phaseRoutes: 60,000 routes, a 3 MiB path, and three load balancers at
-// the per-LB route bound with 1000-byte paths.
+// the per-LB route bound with 1000-byte paths, which b then rewrites in
+// turn until the phase's minimum time is up: b's writes are held to its
+// write budget (quotas.writeBytesPerSecond), and b is told when they wait.
 func phaseRoutes(tb testing.TB, l *noisyLab, b *tenantAgent) []string {
+	start := time.Now()
+	throttled := b.throttled.Load()
 	web := &pb.BackendPool{Members: memberList(l.bWeb.addr)}
 	http := []*pb.Listener{{Port: noisyHTTPPort, Protocol: "http"}}
-	routes := func(n, pathLen int) []*pb.Route {
+	routes := func(n, pathLen, gen int) []*pb.Route {
 		var rs []*pb.Route
 		for i := range n {
-			p := fmt.Sprintf("/r/%05d/", i)
+			p := fmt.Sprintf("/r/%05d/%d/", i, gen)
 			rs = append(rs, &pb.Route{Host: "r.b.example", Path: p + strings.Repeat("x", max(0, pathLen-len(p))), Pool: "web"})
 		}
 		return rs
 	}
-	_, refused := upsertEach(tb, b,
-		bLB("svc-routes-60k", http, routes(60000, 0), web),
+	written := 0 // encoded bytes b sent to be written
+	upsert := func(lbs ...*pb.LoadBalancer) ([]string, map[string]string) {
+		for _, lb := range lbs {
+			written += proto.Size(lb)
+		}
+		return upsertEach(tb, b, lbs...)
+	}
+	_, refused := upsert(
+		bLB("svc-routes-60k", http, routes(60000, 0, 0), web),
 		bLB("svc-long-path", http, []*pb.Route{{Host: "r.b.example", Path: "/" + strings.Repeat("p", 3<<20), Pool: "web"}}, web))
 	var notes []string
 	for _, name := range []string{"svc-routes-60k", "svc-long-path"} {
@@ -425,15 +443,46 @@ func phaseRoutes(tb testing.TB, l *noisyLab, b *tenantAgent) []string {
 			notes = append(notes, fmt.Sprintf("%s refused: %s", name, shorten(why)))
 		}
 	}
-	var big []*pb.LoadBalancer
 	var names []string
-	for i := range 3 {
-		name := fmt.Sprintf("svc-routes-%d", i)
-		names = append(names, name)
-		big = append(big, bLB(name, http, routes(int(api.DefaultQuotas().RoutesPerLb), 1000), web))
+	big := func(gen int) []*pb.LoadBalancer {
+		var lbs []*pb.LoadBalancer
+		for i := range 3 {
+			name := fmt.Sprintf("svc-routes-%d", i)
+			if gen == 0 {
+				names = append(names, name)
+			}
+			lbs = append(lbs, bLB(name, http, routes(int(api.DefaultQuotas().RoutesPerLb), 1000, gen), web))
+		}
+		return lbs
 	}
-	stored, _ := upsertEach(tb, b, big...)
+	stored, _ := upsert(big(0)...)
 	notes = append(notes, fmt.Sprintf("3 LBs x %d routes of 1000 B: %d stored", api.DefaultQuotas().RoutesPerLb, len(stored)))
+	rewrites := 0
+	for gen := 1; time.Since(start) < minPhase-time.Second; gen++ {
+		for _, lb := range big(gen) {
+			if time.Since(start) >= minPhase-time.Second {
+				break
+			}
+			upsert(lb)
+			rewrites++
+		}
+	}
+	took := time.Since(start)
+	// The stream charges a change before it is written: what b wrote is
+	// at most its burst, its rate over the phase, and one change more (at
+	// most a gRPC message, 4 MiB).
+	q := api.DefaultQuotas()
+	burst := max(8*q.GetWriteBytesPerSecond(), q.GetStoredBytes())
+	allowed := int(burst) + int(took.Seconds()*float64(q.GetWriteBytesPerSecond())) + 4<<20
+	if written > allowed {
+		tb.Errorf("b wrote %d bytes in %s, over its write budget (%d bytes)", written, took.Round(time.Millisecond), allowed)
+	}
+	told := b.throttled.Load() - throttled
+	if written > int(burst) && told == 0 {
+		tb.Errorf("b wrote %d bytes in %s, past its burst of %d, and was never told it waits", written, took.Round(time.Millisecond), burst)
+	}
+	reason, _ := b.throttleReason.Load().(string)
+	notes = append(notes, fmt.Sprintf("%d rewrites: %.1f MB in %.1fs, %d changes throttled (%s)", rewrites, float64(written)/1e6, took.Seconds(), told, shorten(reason)))
 	removeLBs(tb, b, append(names, "svc-routes-60k", "svc-long-path")...)
 	return notes
 }

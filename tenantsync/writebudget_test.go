@@ -58,7 +58,7 @@ func smallWrites(t *testing.T, a *agentStream, d time.Duration, from int) latenc
 	t.Helper()
 	end := time.Now().Add(d)
 	var n int
-	return smallWritesUntil(t, a, func() bool { n++; return n > 40 && !time.Now().Before(end) }, from)
+	return smallWritesUntil(t, a, func() bool { n++; return n > 10 && !time.Now().Before(end) }, from)
 }
 
 // smallWritesUntil is smallWrites until done says so.
@@ -124,14 +124,14 @@ func TestLargeWritesDoNotDelayANeighbour(t *testing.T) {
 			}
 		}()
 	}
-	// acme writes while beta spends its burst, and for 6 s once beta
+	// acme writes while beta spends its burst, and for 8 s once beta
 	// waits for its budget.
 	burstEnd := time.Now().Add(20 * time.Second)
 	burst := smallWritesUntil(t, acme, func() bool { return throttles.Load() > 0 || time.Now().After(burstEnd) }, 1000)
 	if throttles.Load() == 0 {
 		t.Fatalf("beta wrote %d load balancers of 1.2 MB in 20 s and was never throttled", bigWrites.Load())
 	}
-	abused := smallWrites(t, acme, 6*time.Second, 10000)
+	abused := smallWrites(t, acme, 8*time.Second, 10000)
 	cancel()
 	for _, b := range betas {
 		b.cancel()
@@ -145,15 +145,15 @@ func TestLargeWritesDoNotDelayANeighbour(t *testing.T) {
 		t.Logf("beta was told: %s", th.GetReason())
 	}
 	// Most of acme's writes never meet one of beta's: beta holds the
-	// leader's write loop a share of the time its budget allows. Those
+	// leader's write loop the share of the time its budget allows. Those
 	// that do wait for one of beta's writes at most, which the loop takes
 	// in turns with acme's (70-170 ms each without -race; 0.4-1.4 s with
-	// -race on a 2-core machine at load 12). Without the budget acme's
-	// median was 1.6-2.5 s and its p99 2.7-14.6 s.
+	// -race on a 2-core machine at load 12). Without the budget and the
+	// turns acme's median was 1.6-2.2 s and its p99 2.4-2.6 s.
 	if p, bound := abused.pct(0.50), quiet.pct(0.50)+250*time.Millisecond; p > bound {
 		t.Errorf("acme's write p50 %s while beta writes large objects, want at most %s (alone: %s)", p, bound, quiet.pct(0.50))
 	}
-	if p, bound := abused.pct(0.99), quiet.pct(0.99)+3*time.Second; p > bound {
+	if p, bound := abused.pct(0.99), quiet.pct(0.99)+1500*time.Millisecond; p > bound {
 		t.Errorf("acme's write p99 %s while beta writes large objects, want at most %s (alone: %s)", p, bound, quiet.pct(0.99))
 	}
 	if throttles.Load() == 0 {
