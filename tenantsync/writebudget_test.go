@@ -14,6 +14,7 @@ import (
 
 	"github.com/teapot-lb/teapot-lb/api"
 	"github.com/teapot-lb/teapot-lb/api/observe"
+	"github.com/teapot-lb/teapot-lb/api/pki"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 	"github.com/teapot-lb/teapot-lb/tenantsync"
 )
@@ -78,13 +79,39 @@ func smallWritesUntil(t *testing.T, a *agentStream, done func() bool, from int) 
 
 // A tenant that rewrites load balancers of 1.3 MB in a loop, on four
 // streams, is slowed to its write budget and told why; its neighbour's
-// small writes keep their pace meanwhile.
+// small writes, and the operator's through the admin API, keep their pace
+// meanwhile.
 func TestLargeWritesDoNotDelayANeighbour(t *testing.T) {
 	t.Parallel() // a host of its own, in a temporary directory on free ports
 	h := startHost(t, tenantsync.Config{})
 	h.seed(t)
 	acme := h.open(t, "acme")
+	// The operator writes through the admin API all along, one write
+	// after the other (a tenant's domains).
+	admin := pb.NewAdminClient(h.dial(t, pki.Identity{Role: pki.RoleAdmin, Name: "admin"}))
+	var phase atomic.Int32 // 0 quiet, 1 beta's burst, 2 beta throttled, 3 over
+	var adminMu sync.Mutex
+	adminLat := make([]latencies, 3)
+	adminDone := make(chan struct{})
+	go func() {
+		defer close(adminDone)
+		for i := 0; phase.Load() < 3; i++ {
+			ph := phase.Load()
+			start := time.Now()
+			tn := &pb.Tenant{Name: "gamma", Domains: []string{fmt.Sprintf("g%d.example", i)}}
+			if _, err := admin.Apply(context.Background(), &pb.ApplyRequest{Objects: []*pb.Object{api.Wrap(tn)}}); err != nil {
+				t.Errorf("admin write: %v", err)
+				return
+			}
+			if d := time.Since(start); ph < 3 && phase.Load() == ph {
+				adminMu.Lock()
+				adminLat[ph] = append(adminLat[ph], d)
+				adminMu.Unlock()
+			}
+		}
+	}()
 	quiet := smallWrites(t, acme, 2*time.Second, 0)
+	phase.Store(1)
 
 	const streams = 4
 	ctx, cancel := context.WithCancel(context.Background())
@@ -131,7 +158,10 @@ func TestLargeWritesDoNotDelayANeighbour(t *testing.T) {
 	if throttles.Load() == 0 {
 		t.Fatalf("beta wrote %d load balancers of 1.2 MB in 20 s and was never throttled", bigWrites.Load())
 	}
+	phase.Store(2)
 	abused := smallWrites(t, acme, 8*time.Second, 10000)
+	phase.Store(3)
+	<-adminDone
 	cancel()
 	for _, b := range betas {
 		b.cancel()
@@ -141,6 +171,7 @@ func TestLargeWritesDoNotDelayANeighbour(t *testing.T) {
 	t.Logf("acme's writes while beta spends its burst: %s", burst)
 	t.Logf("acme's writes while beta rewrites %d load balancers of %d bytes on %d streams: %s (beta wrote %d, throttled %d times)",
 		streams, proto.Size(bigLB("svc-big-0", 0)), streams, abused, bigWrites.Load(), throttles.Load())
+	t.Logf("the admin API's writes: alone %s; while beta spends its burst %s; while beta is throttled %s", adminLat[0], adminLat[1], adminLat[2])
 	if th, _ := firstThrottle.Load().(*pb.SyncThrottle); th != nil {
 		t.Logf("beta was told: %s", th.GetReason())
 	}
@@ -155,6 +186,13 @@ func TestLargeWritesDoNotDelayANeighbour(t *testing.T) {
 	}
 	if p, bound := abused.pct(0.99), quiet.pct(0.99)+1500*time.Millisecond; p > bound {
 		t.Errorf("acme's write p99 %s while beta writes large objects, want at most %s (alone: %s)", p, bound, quiet.pct(0.99))
+	}
+	// The operator's writes take their turns as acme's do.
+	if p, bound := adminLat[2].pct(0.50), adminLat[0].pct(0.50)+250*time.Millisecond; p > bound {
+		t.Errorf("the admin API's write p50 %s while beta writes large objects, want at most %s (alone: %s)", p, bound, adminLat[0].pct(0.50))
+	}
+	if p, bound := adminLat[2].pct(0.99), adminLat[0].pct(0.99)+1500*time.Millisecond; p > bound {
+		t.Errorf("the admin API's write p99 %s while beta writes large objects, want at most %s (alone: %s)", p, bound, adminLat[0].pct(0.99))
 	}
 	if throttles.Load() == 0 {
 		t.Errorf("beta was never told that its writes are throttled")
