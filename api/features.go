@@ -107,6 +107,10 @@ const (
 	// header (rateLimit.key header, rateLimit.header). A host of an
 	// earlier release refuses the key.
 	FeatureRateLimitHeader = "rate-limit-header"
+	// FeatureWriteBudget: a tenant's write budget set by the operator
+	// (quotas.writeBytesPerSecond). A host of an earlier release ignores
+	// it and lets the tenant's agent write any number of bytes.
+	FeatureWriteBudget = "write-budget"
 )
 
 // FeatureLevel is the highest cluster feature level this release
@@ -143,6 +147,7 @@ var featureLevels = map[string]uint32{
 	FeatureTLSTerminate:        5,
 	FeatureMisdirectedRequests: 5,
 	FeatureRateLimitHeader:     5,
+	FeatureWriteBudget:         5,
 }
 
 // LevelOf is the feature level a feature needs on every host (0 for a
@@ -184,7 +189,7 @@ func FeatureRefusal(uses []FeatureUse, need uint32, older []string) error {
 
 // Features returns the features this release serves.
 func Features() []string {
-	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureNotFoundRoutes, FeatureCORS, FeatureClientValidation, FeatureRouteRetry, FeatureBackendHeaders, FeatureBackendTLS, FeatureWAFExclusions, FeatureTLSTerminate, FeatureMisdirectedRequests, FeatureRateLimitHeader}
+	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureNotFoundRoutes, FeatureCORS, FeatureClientValidation, FeatureRouteRetry, FeatureBackendHeaders, FeatureBackendTLS, FeatureWAFExclusions, FeatureTLSTerminate, FeatureMisdirectedRequests, FeatureRateLimitHeader, FeatureWriteBudget}
 }
 
 // FeatureUse is one place where a write uses a feature: the feature and
@@ -199,8 +204,15 @@ func (u FeatureUse) String() string { return u.Field + " (" + u.Feature + ")" }
 // FeaturesUsed returns the model fields of obj that need a feature, in
 // a stable order. Objects of the kinds without such fields use none.
 func FeaturesUsed(obj *pb.Object) []FeatureUse {
-	if t := obj.GetTenant(); t.GetBgp() != nil {
-		return []FeatureUse{{Feature: FeatureTenantBGP, Field: RefString(RefOf(obj)) + ": bgp"}}
+	if t := obj.GetTenant(); t != nil {
+		var out []FeatureUse
+		if t.GetBgp() != nil {
+			out = append(out, FeatureUse{Feature: FeatureTenantBGP, Field: RefString(RefOf(obj)) + ": bgp"})
+		}
+		if t.GetQuotas().GetWriteBytesPerSecond() != 0 {
+			out = append(out, FeatureUse{Feature: FeatureWriteBudget, Field: RefString(RefOf(obj)) + ": quotas.writeBytesPerSecond"})
+		}
+		return out
 	}
 	l := obj.GetLoadBalancer()
 	if l == nil {

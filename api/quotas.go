@@ -22,6 +22,8 @@ func DefaultQuotas() *pb.Quotas {
 		Members:        10000,
 		HealthChecks:   2000,
 		StoredBytes:    DefaultStoredBytes,
+		// Bytes a second the tenant's agent writes through one LB host.
+		WriteBytesPerSecond: DefaultWriteBytesPerSecond,
 		// Each regular expression a request meets costs it a program run;
 		// route regexes seen in practice are a handful per load balancer.
 		RegexMatchesPerLb:  64,
@@ -99,6 +101,9 @@ func EffectiveQuotas(t *pb.Tenant) *pb.Quotas {
 	}
 	if b := set.GetStoredBytes(); b != 0 {
 		q.StoredBytes = b
+	}
+	if b := set.GetWriteBytesPerSecond(); b != 0 {
+		q.WriteBytesPerSecond = b
 	}
 	return q
 }

@@ -28,6 +28,10 @@ const maxBatch = 256
 type writeReq struct {
 	fw   *pb.ForwardRequest
 	done chan writeResp
+	// class and size give the write its turn in the loop (fairQueue).
+	class string
+	size  int
+	seq   uint64 // arrival order in the fairQueue
 }
 
 type writeResp struct {
@@ -173,7 +177,7 @@ func (n *Node) local(ctx context.Context, fw *pb.ForwardRequest) (*pb.ForwardRes
 	if err != nil {
 		return nil, err
 	}
-	req := &writeReq{fw: fw, done: make(chan writeResp, 1)}
+	req := &writeReq{fw: fw, done: make(chan writeResp, 1), class: writeClass(fw), size: sizeOf(fw)}
 	select {
 	case n.writes <- req:
 	case <-ctx.Done():
@@ -191,27 +195,32 @@ func (n *Node) local(ctx context.Context, fw *pb.ForwardRequest) (*pb.ForwardRes
 
 // runWrites is the leader's write loop: it takes every write waiting,
 // validates and stamps each against the state plus the writes before it,
-// and proposes them all as one Raft entry (group commit).
+// and proposes them as one Raft entry (group commit). The writes waiting
+// take their places in turns, one per tenant (fairQueue), in entries of
+// at most maxBatchBytes, so that one tenant's large writes delay another's
+// by one entry at most, not by all of them.
 func (n *Node) runWrites() {
 	defer n.wg.Done()
+	q := newFairQueue()
 	for {
-		var first *writeReq
-		select {
-		case first = <-n.writes:
-		case <-n.stop:
-			return
-		}
-		batch := []*writeReq{first}
-	drain:
-		for len(batch) < maxBatch {
+		if q.len() == 0 {
 			select {
 			case r := <-n.writes:
-				batch = append(batch, r)
+				q.push(r)
+			case <-n.stop:
+				return
+			}
+		}
+	drain:
+		for {
+			select {
+			case r := <-n.writes:
+				q.push(r)
 			default:
 				break drain
 			}
 		}
-		n.commitBatch(batch)
+		n.commitBatch(q.batch())
 	}
 }
 

@@ -251,6 +251,10 @@ type tenantAgent struct {
 	name string
 	cc   *grpc.ClientConn
 	cur  *syncStream
+	// throttled counts the notices that a change waits for the tenant's
+	// write budget; throttleReason holds the last one's reason.
+	throttled      atomic.Int64
+	throttleReason atomic.Value
 }
 
 // syncStream is one Sync call and what the server sent on it.
@@ -312,6 +316,9 @@ func (a *tenantAgent) open(hello bool) (*syncStream, error) {
 				case st.acks <- msg.GetAck():
 				default: // an ack no one waits for any more
 				}
+			case msg.GetStatus().GetThrottled() != nil:
+				a.throttled.Add(1)
+				a.throttleReason.Store(msg.GetStatus().GetThrottled().GetReason())
 			}
 		}
 	}()
@@ -338,6 +345,13 @@ func (st *syncStream) close() { st.cancel() }
 // change sends one change and returns its ack. A stream that fails is
 // dropped; the next change opens a new one.
 func (a *tenantAgent) change(upserts []*pb.LoadBalancer, removals ...string) (*pb.SyncAck, error) {
+	return a.changeBy(time.Now().Add(streamTimeout), upserts, removals...)
+}
+
+// changeBy is change with a deadline for its ack; at the deadline the
+// stream is closed (the server drops the change if it was not written
+// yet) and the next change opens another.
+func (a *tenantAgent) changeBy(by time.Time, upserts []*pb.LoadBalancer, removals ...string) (*pb.SyncAck, error) {
 	if a.cur == nil {
 		st, err := a.open(true)
 		if err != nil {
@@ -360,7 +374,8 @@ func (a *tenantAgent) change(upserts []*pb.LoadBalancer, removals ...string) (*p
 		<-st.done
 		return fail(fmt.Errorf("send change %d: %w", st.seq, cmpErr(st.err, err)))
 	}
-	deadline := time.After(streamTimeout)
+	deadline := time.NewTimer(time.Until(by))
+	defer deadline.Stop()
 	for {
 		select {
 		case ack := <-st.acks:
@@ -369,11 +384,14 @@ func (a *tenantAgent) change(upserts []*pb.LoadBalancer, removals ...string) (*p
 			}
 		case <-st.done:
 			return fail(fmt.Errorf("stream ended before ack %d: %w", st.seq, st.err))
-		case <-deadline:
-			return fail(fmt.Errorf("no ack for change %d within %s", st.seq, streamTimeout))
+		case <-deadline.C:
+			return fail(fmt.Errorf("no ack for change %d by %s: %w", st.seq, by.UTC().Format("15:04:05.000"), errNoAckInTime))
 		}
 	}
 }
+
+// errNoAckInTime: a change was not acked by its deadline.
+var errNoAckInTime = errors.New("no ack in time")
 
 func cmpErr(a, b error) error {
 	if a != nil && !errors.Is(a, io.EOF) {

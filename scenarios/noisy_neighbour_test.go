@@ -1,6 +1,7 @@
 package scenarios
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/teapot-lb/teapot-lb/api"
@@ -281,6 +283,12 @@ func selectedPhases(tb testing.TB) []noisyPhase {
 		return all
 	}
 	var out []noisyPhase
+	for _, ph := range all {
+		// A name with a comma in it ("routes, long paths") is one phase.
+		if ph.name == strings.TrimSpace(want) {
+			return []noisyPhase{ph}
+		}
+	}
 	for _, name := range strings.Split(want, ",") {
 		found := false
 		for _, ph := range all {
@@ -402,38 +410,107 @@ func phaseListeners(tb testing.TB, l *noisyLab, b *tenantAgent) []string {
 }
 
 // phaseRoutes: 60,000 routes, a 3 MiB path, and three load balancers at
-// the per-LB route bound with 1000-byte paths.
+// the per-LB route bound with 1000-byte paths, which b then rewrites in
+// turn, until the phase's minimum time is up: b's writes are held to its
+// write budget (quotas.writeBytesPerSecond) and b is told when they wait.
+// A change still waiting then is dropped with its stream: the phase is no
+// longer for the budget.
 func phaseRoutes(tb testing.TB, l *noisyLab, b *tenantAgent) []string {
+	start := time.Now()
+	until := start.Add(minPhase - time.Second)
+	throttled := b.throttled.Load()
 	web := &pb.BackendPool{Members: memberList(l.bWeb.addr)}
 	http := []*pb.Listener{{Port: noisyHTTPPort, Protocol: "http"}}
-	routes := func(n, pathLen int) []*pb.Route {
+	routes := func(n, pathLen, gen int) []*pb.Route {
 		var rs []*pb.Route
 		for i := range n {
-			p := fmt.Sprintf("/r/%05d/", i)
+			p := fmt.Sprintf("/r/%05d/%d/", i, gen)
 			rs = append(rs, &pb.Route{Host: "r.b.example", Path: p + strings.Repeat("x", max(0, pathLen-len(p))), Pool: "web"})
 		}
 		return rs
 	}
-	_, refused := upsertEach(tb, b,
-		bLB("svc-routes-60k", http, routes(60000, 0), web),
+	written := 0 // encoded bytes b sent to be written
+	stored := map[string]bool{}
+	refused := map[string]string{}
+	late := false
+	upsert := func(lbs ...*pb.LoadBalancer) {
+		for _, lb := range lbs {
+			if late {
+				return
+			}
+			written += proto.Size(lb)
+			ack, err := b.changeBy(until, []*pb.LoadBalancer{lb})
+			if errors.Is(err, errNoAckInTime) {
+				late = true
+				return
+			}
+			if err != nil {
+				refused[lb.GetName()] = "stream ended: " + err.Error()
+				continue
+			}
+			s, r := verdicts(ack)
+			for _, name := range s {
+				stored[name] = true
+			}
+			for k, v := range r {
+				refused[k] = v
+			}
+		}
+	}
+	upsert(bLB("svc-routes-60k", http, routes(60000, 0, 0), web),
 		bLB("svc-long-path", http, []*pb.Route{{Host: "r.b.example", Path: "/" + strings.Repeat("p", 3<<20), Pool: "web"}}, web))
 	var notes []string
 	for _, name := range []string{"svc-routes-60k", "svc-long-path"} {
-		if why, ok := refused[name]; !ok {
+		if stored[name] {
 			tb.Errorf("%s was stored", name)
-		} else {
+		} else if why, ok := refused[name]; ok {
 			notes = append(notes, fmt.Sprintf("%s refused: %s", name, shorten(why)))
 		}
 	}
-	var big []*pb.LoadBalancer
 	var names []string
-	for i := range 3 {
-		name := fmt.Sprintf("svc-routes-%d", i)
-		names = append(names, name)
-		big = append(big, bLB(name, http, routes(int(api.DefaultQuotas().RoutesPerLb), 1000), web))
+	big := func(gen int) []*pb.LoadBalancer {
+		var lbs []*pb.LoadBalancer
+		for i := range 3 {
+			name := fmt.Sprintf("svc-routes-%d", i)
+			if gen == 0 {
+				names = append(names, name)
+			}
+			lbs = append(lbs, bLB(name, http, routes(int(api.DefaultQuotas().RoutesPerLb), 1000, gen), web))
+		}
+		return lbs
 	}
-	stored, _ := upsertEach(tb, b, big...)
-	notes = append(notes, fmt.Sprintf("3 LBs x %d routes of 1000 B: %d stored", api.DefaultQuotas().RoutesPerLb, len(stored)))
+	upsert(big(0)...)
+	n := 0
+	for _, name := range names {
+		if stored[name] {
+			n++
+		}
+	}
+	notes = append(notes, fmt.Sprintf("3 LBs x %d routes of 1000 B: %d stored", api.DefaultQuotas().RoutesPerLb, n))
+	rewrites := 0
+	for gen := 1; !late && time.Now().Before(until); gen++ {
+		for _, lb := range big(gen) {
+			if upsert(lb); !late {
+				rewrites++
+			}
+		}
+	}
+	took := time.Since(start)
+	// The stream charges a change before it is written: what b sent is at
+	// most its burst, its rate over the phase, and one change more (at
+	// most a gRPC message, 4 MiB), which waits when it is over.
+	q := api.DefaultQuotas()
+	burst := max(8*q.GetWriteBytesPerSecond(), q.GetStoredBytes())
+	allowed := int(burst) + int(took.Seconds()*float64(q.GetWriteBytesPerSecond())) + 4<<20
+	if written > allowed {
+		tb.Errorf("b sent %d bytes to be written in %s, over its write budget (%d bytes)", written, took.Round(time.Millisecond), allowed)
+	}
+	told := b.throttled.Load() - throttled
+	if written > int(burst) && told == 0 {
+		tb.Errorf("b sent %d bytes to be written in %s, past its burst of %d, and was never told it waits", written, took.Round(time.Millisecond), burst)
+	}
+	reason, _ := b.throttleReason.Load().(string)
+	notes = append(notes, fmt.Sprintf("%d rewrites: %.1f MB sent in %.1fs, %d changes throttled (%s)", rewrites, float64(written)/1e6, took.Seconds(), told, shorten(reason)))
 	removeLBs(tb, b, append(names, "svc-routes-60k", "svc-long-path")...)
 	return notes
 }

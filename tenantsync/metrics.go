@@ -17,7 +17,32 @@ type syncMetrics struct {
 	latency prometheus.Histogram
 }
 
-type tenantCounts struct{ changes, objects, refused, failed int64 }
+type tenantCounts struct {
+	changes, objects, refused, failed int64
+	// throttled and throttledFor count the changes that waited for the
+	// write budget and the time they waited.
+	throttled    int64
+	throttledFor time.Duration
+}
+
+// counts returns tenant's counts; m.mu is held.
+func (m *syncMetrics) counts(tenant string) *tenantCounts {
+	c := m.changes[tenant]
+	if c == nil {
+		c = &tenantCounts{}
+		m.changes[tenant] = c
+	}
+	return c
+}
+
+// throttled records that a change of tenant waits d for its write budget.
+func (m *syncMetrics) throttled(tenant string, d time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c := m.counts(tenant)
+	c.throttled++
+	c.throttledFor += d
+}
 
 func newSyncMetrics() *syncMetrics {
 	return &syncMetrics{changes: map[string]*tenantCounts{}, latency: prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -34,11 +59,7 @@ func (m *syncMetrics) note(tenant string, ack *pb.SyncAck, failed bool, d time.D
 	m.latency.Observe(d.Seconds())
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	c := m.changes[tenant]
-	if c == nil {
-		c = &tenantCounts{}
-		m.changes[tenant] = c
-	}
+	c := m.counts(tenant)
 	c.changes++
 	if failed {
 		c.failed++
@@ -57,6 +78,9 @@ var (
 	descChanges = prometheus.NewDesc("teapot_lb_tenant_sync_changes_total", "Changes agents sent to this host (result=applied, or failed: the cluster could not be written).", []string{"tenant", "result"}, nil)
 	descObjects = prometheus.NewDesc("teapot_lb_tenant_sync_objects_total", "Objects (upserts and removals) in the changes applied.", []string{"tenant"}, nil)
 	descRefused = prometheus.NewDesc("teapot_lb_tenant_sync_refusals_total", "Objects refused by validation, with the reason sent to the agent.", []string{"tenant"}, nil)
+	// The write budget (quotas.writeBytesPerSecond).
+	descThrottled    = prometheus.NewDesc("teapot_lb_tenant_sync_throttled_changes_total", "Changes that waited for the tenant's write budget on this host.", []string{"tenant"}, nil)
+	descThrottledFor = prometheus.NewDesc("teapot_lb_tenant_sync_throttled_seconds_total", "Time changes waited for the tenant's write budget on this host.", []string{"tenant"}, nil)
 )
 
 // Collector exports the tenant streams and their changes to Prometheus.
@@ -68,7 +92,7 @@ func (s *Server) Collector() prometheus.Collector { return syncCollector{s} }
 type syncCollector struct{ s *Server }
 
 func (c syncCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descStreams, descChanges, descObjects, descRefused} {
+	for _, d := range []*prometheus.Desc{descStreams, descChanges, descObjects, descRefused, descThrottled, descThrottledFor} {
 		ch <- d
 	}
 	c.s.metrics.latency.Describe(ch)
@@ -103,6 +127,8 @@ func (c syncCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descChanges, prometheus.CounterValue, float64(n.failed), t, "failed")
 		ch <- prometheus.MustNewConstMetric(descObjects, prometheus.CounterValue, float64(n.objects), t)
 		ch <- prometheus.MustNewConstMetric(descRefused, prometheus.CounterValue, float64(n.refused), t)
+		ch <- prometheus.MustNewConstMetric(descThrottled, prometheus.CounterValue, float64(n.throttled), t)
+		ch <- prometheus.MustNewConstMetric(descThrottledFor, prometheus.CounterValue, n.throttledFor.Seconds(), t)
 	}
 	m.mu.Unlock()
 	m.latency.Collect(ch)

@@ -37,3 +37,27 @@ func TestBucket(t *testing.T) {
 		})
 	}
 }
+
+// set keeps the tokens saved (at most the new burst) and a debt when the
+// rate falls; when it rises, the debt is forgiven and the burst's growth
+// is added.
+func TestBucketSet(t *testing.T) {
+	t.Parallel()
+	t0 := time.Unix(1000, 0)
+	b := newBucket(100, 100)
+	b.last = t0
+	if got := b.reserve(150, t0); got != 500*time.Millisecond {
+		t.Fatalf("reserve(150) = %s, want 500ms", got)
+	}
+	b.set(50, 50, t0) // lowered: the debt of 50 stays, paid at 50 a second
+	if got := b.reserve(0, t0); got != time.Second {
+		t.Fatalf("after lowering, wait %s, want 1s", got)
+	}
+	b.set(1000, 1000, t0) // raised: debt forgiven, 950 more of burst
+	if got := b.reserve(950, t0); got != 0 {
+		t.Fatalf("after raising, reserve(950) waits %s, want 0", got)
+	}
+	if got := b.reserve(10, t0); got != 10*time.Millisecond {
+		t.Fatalf("past the raised burst, reserve(10) = %s, want 10ms", got)
+	}
+}

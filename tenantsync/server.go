@@ -112,6 +112,7 @@ type Server struct {
 	mu       sync.Mutex
 	streams  map[string]map[*stream]struct{}
 	limiters map[string]*bucket
+	budgets  writeBudgets
 
 	hostsMu  sync.Mutex
 	hostsRev uint64
@@ -282,6 +283,9 @@ func (s *Server) Sync(ss pb.TenantSync_SyncServer) error {
 		if err := s.limiter(c.tenant).wait(ctx, n); err != nil {
 			return toStatus(cmpCause(ctx, err))
 		}
+		if err := s.chargeWrite(ctx, st, ch); err != nil {
+			return toStatus(cmpCause(ctx, err))
+		}
 		if err := p.start(ch); err != nil {
 			return toStatus(cmpCause(ctx, err))
 		}
@@ -311,6 +315,7 @@ func (s *Server) welcome(ctx context.Context, st *stream) (*pb.SyncWelcome, erro
 	if err := st.caller.admit(tenant); err != nil {
 		return nil, err
 	}
+	st.setQuotas(tenant)
 	lbs, rev, err := s.cfg.Store.List(ctx, api.KindLoadBalancer, st.caller.tenant)
 	if err != nil {
 		return nil, err

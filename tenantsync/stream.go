@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -31,6 +32,22 @@ type stream struct {
 	mu sync.Mutex
 	// last is the status the agent was last told per load balancer.
 	last map[string]*pb.ObjectStatus
+
+	// quota is the tenant's effective quotas as this stream last saw the
+	// tenant (its welcome, then the watch).
+	quota atomic.Pointer[pb.Quotas]
+}
+
+// setQuotas records the tenant's effective quotas.
+func (st *stream) setQuotas(t *pb.Tenant) { st.quota.Store(api.EffectiveQuotas(t)) }
+
+// quotas returns the tenant's effective quotas (the defaults before the
+// welcome read them).
+func (st *stream) quotas() *pb.Quotas {
+	if q := st.quota.Load(); q != nil {
+		return q
+	}
+	return api.EffectiveQuotas(nil)
 }
 
 func (st *stream) send(m *pb.SyncResponse) error {
@@ -250,6 +267,7 @@ func (st *stream) handle(ev consensus.Event) error {
 		if err := st.caller.admit(tenantObj); err != nil {
 			return err
 		}
+		st.setQuotas(tenantObj)
 	}
 	push := &pb.SyncStatus{Objects: st.changed(statuses), Revision: ev.Revision}
 	if tenantTouched {

@@ -23,7 +23,10 @@ const (
 	EventCertIssued    = "cert-issued"
 	EventCertFailed    = "cert-failed"
 	EventTenantRefused = "tenant-refused"
-	EventLeaderChange  = "leader-change"
+	// EventTenantThrottled: a tenant's changes wait for its write budget
+	// (quotas.writeBytesPerSecond) on the host.
+	EventTenantThrottled = "tenant-throttled"
+	EventLeaderChange    = "leader-change"
 	// EventRouteDropped: a tenant's BGP speaker announced a route that
 	// was dropped, or its session was closed for its prefix count.
 	EventRouteDropped = "route-dropped"

@@ -65,6 +65,7 @@ var rules = map[string]rule{
 	"teapot.v1.Quotas.members":                  {doc: "Members over all the tenant's load balancers.", def: quotaDefault((*pb.Quotas).GetMembers)},
 	"teapot.v1.Quotas.health_checks":            {def: quotaDefault((*pb.Quotas).GetHealthChecks)},
 	"teapot.v1.Quotas.stored_bytes":             {doc: "Encoded bytes of everything the tenant stores: its load balancers, certificates and uploaded keys. Every LB host keeps all of it in memory and in its Raft log; a write that takes the total over it is refused.", def: fmt.Sprintf("%d (%d MiB)", api.DefaultStoredBytes, api.DefaultStoredBytes>>20)},
+	"teapot.v1.Quotas.write_bytes_per_second":   {doc: "Encoded bytes a second the tenant's agent may write through one LB host's stream (the load balancers and certificates it upserts), with a burst of eight seconds' worth and at least storedBytes. A change past it waits, and the agent is told how long and why; nothing is refused.", def: fmt.Sprintf("%d (%d KiB)", api.DefaultWriteBytesPerSecond, api.DefaultWriteBytesPerSecond>>10)},
 	"teapot.v1.Quotas.connections":              {def: "derived on each LB host from its descriptor limit"},
 	"teapot.v1.Quotas.connections_per_listener": {def: "derived on each LB host from its descriptor limit"},
 	"teapot.v1.Quotas.regex_matches_per_lb":     {doc: "Regular expressions of one load balancer: each regex path, header, query value or gRPC service and method counts once.", def: quotaDefault((*pb.Quotas).GetRegexMatchesPerLb)},

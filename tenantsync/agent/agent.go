@@ -93,6 +93,9 @@ type metrics struct {
 	objectsSent atomic.Uint64
 	statuses    atomic.Uint64
 	sessions    atomic.Uint64
+	// throttled counts the changes the LB cluster said wait for the
+	// tenant's write budget.
+	throttled atomic.Uint64
 }
 
 // Agent is one replica of teapot-lb agent.
@@ -125,6 +128,9 @@ type Agent struct {
 
 	metrics metrics
 	health  health
+	// throttleLogged is when a throttled change was last logged
+	// (UnixNano).
+	throttleLogged atomic.Int64
 }
 
 // New prepares an agent; Run starts it.

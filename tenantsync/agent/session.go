@@ -244,6 +244,9 @@ func (s *session) receive(m *pb.SyncResponse) {
 		s.a.onStatus(m.GetAck().GetResults())
 	case m.GetStatus() != nil:
 		st := m.GetStatus()
+		if th := st.GetThrottled(); th != nil {
+			s.a.onThrottle(th)
+		}
 		if st.GetTenant() != nil {
 			s.a.setTenant(st.GetTenant())
 		}

@@ -371,8 +371,14 @@ type Quotas struct {
 	// CPU an LB host may spend inspecting the tenant's requests with the
 	// WAF, in thousandths of a core (0: the default).
 	WafCpuMillicores uint32 `protobuf:"varint,51,opt,name=waf_cpu_millicores,json=wafCpuMillicores,proto3" json:"waf_cpu_millicores,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Encoded bytes a second the tenant's agent may write through one LB
+	// host's stream (load balancers and certificates it upserts), with a
+	// burst of eight seconds' worth and at least storedBytes (0: the
+	// default, 256 KiB). Past it the stream waits: the agent's changes are
+	// slowed and told why, never refused.
+	WriteBytesPerSecond uint64 `protobuf:"varint,190,opt,name=write_bytes_per_second,json=writeBytesPerSecond,proto3" json:"write_bytes_per_second,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *Quotas) Reset() {
@@ -534,6 +540,13 @@ func (x *Quotas) GetRateLimitKeys() uint32 {
 func (x *Quotas) GetWafCpuMillicores() uint32 {
 	if x != nil {
 		return x.WafCpuMillicores
+	}
+	return 0
+}
+
+func (x *Quotas) GetWriteBytesPerSecond() uint64 {
+	if x != nil {
+		return x.WriteBytesPerSecond
 	}
 	return 0
 }
@@ -4347,7 +4360,7 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\bpassword\x18\x03 \x01(\tR\bpassword\x12!\n" +
 	"\fmax_prefixes\x18\x04 \x01(\rR\vmaxPrefixes\x12*\n" +
 	"\x11max_prefix_length\x18\x05 \x01(\rR\x0fmaxPrefixLength\x12,\n" +
-	"\x12max_prefix_length6\x18\x06 \x01(\rR\x10maxPrefixLength6\"\xdd\x05\n" +
+	"\x12max_prefix_length6\x18\x06 \x01(\rR\x10maxPrefixLength6\"\x93\x06\n" +
 	"\x06Quotas\x12%\n" +
 	"\x0eload_balancers\x18\x01 \x01(\rR\rloadBalancers\x12\x1c\n" +
 	"\taddresses\x18\x02 \x01(\rR\taddresses\x12\"\n" +
@@ -4369,7 +4382,8 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\x14regex_cpu_millicores\x18\x10 \x01(\rR\x12regexCpuMillicores\x12!\n" +
 	"\fstored_bytes\x18\x14 \x01(\x04R\vstoredBytes\x12&\n" +
 	"\x0frate_limit_keys\x182 \x01(\rR\rrateLimitKeys\x12,\n" +
-	"\x12waf_cpu_millicores\x183 \x01(\rR\x10wafCpuMillicores\"\xf9\x01\n" +
+	"\x12waf_cpu_millicores\x183 \x01(\rR\x10wafCpuMillicores\x124\n" +
+	"\x16write_bytes_per_second\x18\xbe\x01 \x01(\x04R\x13writeBytesPerSecond\"\xf9\x01\n" +
 	"\aVIPPool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05cidrs\x18\x02 \x03(\tR\x05cidrs\x12\x12\n" +

@@ -13,6 +13,7 @@ package teapotv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -717,10 +718,13 @@ func (x *CertificateResult) GetRemoved() bool {
 // SyncStatus pushes status changes of the tenant's load balancers, and the
 // tenant itself when the operator changed it.
 type SyncStatus struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Objects       []*ObjectStatus        `protobuf:"bytes,1,rep,name=objects,proto3" json:"objects,omitempty"`
-	Tenant        *Tenant                `protobuf:"bytes,2,opt,name=tenant,proto3" json:"tenant,omitempty"`
-	Revision      uint64                 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Objects  []*ObjectStatus        `protobuf:"bytes,1,rep,name=objects,proto3" json:"objects,omitempty"`
+	Tenant   *Tenant                `protobuf:"bytes,2,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Revision uint64                 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	// Set when a change of this stream waits for the tenant's write budget
+	// on this host (it is written once the wait is over).
+	Throttled     *SyncThrottle `protobuf:"bytes,190,opt,name=throttled,proto3" json:"throttled,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -776,6 +780,88 @@ func (x *SyncStatus) GetRevision() uint64 {
 	return 0
 }
 
+func (x *SyncStatus) GetThrottled() *SyncThrottle {
+	if x != nil {
+		return x.Throttled
+	}
+	return nil
+}
+
+// SyncThrottle says that a change waits for the tenant's write budget:
+// the bytes a second its agent may write through one LB host
+// (quotas.writeBytesPerSecond).
+type SyncThrottle struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The change that waits.
+	Seq uint64 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	// How long it waits before it is written.
+	Wait *durationpb.Duration `protobuf:"bytes,2,opt,name=wait,proto3" json:"wait,omitempty"`
+	// One line: the budget, what the change costs and how to raise it.
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The load balancers of the change (at most 16).
+	Names         []string `protobuf:"bytes,4,rep,name=names,proto3" json:"names,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SyncThrottle) Reset() {
+	*x = SyncThrottle{}
+	mi := &file_teapotv1_tenant_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SyncThrottle) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SyncThrottle) ProtoMessage() {}
+
+func (x *SyncThrottle) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_tenant_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SyncThrottle.ProtoReflect.Descriptor instead.
+func (*SyncThrottle) Descriptor() ([]byte, []int) {
+	return file_teapotv1_tenant_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *SyncThrottle) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *SyncThrottle) GetWait() *durationpb.Duration {
+	if x != nil {
+		return x.Wait
+	}
+	return nil
+}
+
+func (x *SyncThrottle) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *SyncThrottle) GetNames() []string {
+	if x != nil {
+		return x.Names
+	}
+	return nil
+}
+
 // ObjectStatus is what the cluster says about one load balancer.
 type ObjectStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -804,7 +890,7 @@ type ObjectStatus struct {
 
 func (x *ObjectStatus) Reset() {
 	*x = ObjectStatus{}
-	mi := &file_teapotv1_tenant_proto_msgTypes[10]
+	mi := &file_teapotv1_tenant_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -816,7 +902,7 @@ func (x *ObjectStatus) String() string {
 func (*ObjectStatus) ProtoMessage() {}
 
 func (x *ObjectStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_tenant_proto_msgTypes[10]
+	mi := &file_teapotv1_tenant_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -829,7 +915,7 @@ func (x *ObjectStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectStatus.ProtoReflect.Descriptor instead.
 func (*ObjectStatus) Descriptor() ([]byte, []int) {
-	return file_teapotv1_tenant_proto_rawDescGZIP(), []int{10}
+	return file_teapotv1_tenant_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ObjectStatus) GetName() string {
@@ -909,7 +995,7 @@ type MemberState struct {
 
 func (x *MemberState) Reset() {
 	*x = MemberState{}
-	mi := &file_teapotv1_tenant_proto_msgTypes[11]
+	mi := &file_teapotv1_tenant_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -921,7 +1007,7 @@ func (x *MemberState) String() string {
 func (*MemberState) ProtoMessage() {}
 
 func (x *MemberState) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_tenant_proto_msgTypes[11]
+	mi := &file_teapotv1_tenant_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -934,7 +1020,7 @@ func (x *MemberState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberState.ProtoReflect.Descriptor instead.
 func (*MemberState) Descriptor() ([]byte, []int) {
-	return file_teapotv1_tenant_proto_rawDescGZIP(), []int{11}
+	return file_teapotv1_tenant_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *MemberState) GetPool() string {
@@ -976,7 +1062,7 @@ type CertificateState struct {
 
 func (x *CertificateState) Reset() {
 	*x = CertificateState{}
-	mi := &file_teapotv1_tenant_proto_msgTypes[12]
+	mi := &file_teapotv1_tenant_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -988,7 +1074,7 @@ func (x *CertificateState) String() string {
 func (*CertificateState) ProtoMessage() {}
 
 func (x *CertificateState) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_tenant_proto_msgTypes[12]
+	mi := &file_teapotv1_tenant_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1001,7 +1087,7 @@ func (x *CertificateState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertificateState.ProtoReflect.Descriptor instead.
 func (*CertificateState) Descriptor() ([]byte, []int) {
-	return file_teapotv1_tenant_proto_rawDescGZIP(), []int{12}
+	return file_teapotv1_tenant_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CertificateState) GetHost() string {
@@ -1057,7 +1143,7 @@ type IssueCredentialsRequest struct {
 
 func (x *IssueCredentialsRequest) Reset() {
 	*x = IssueCredentialsRequest{}
-	mi := &file_teapotv1_tenant_proto_msgTypes[13]
+	mi := &file_teapotv1_tenant_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1069,7 +1155,7 @@ func (x *IssueCredentialsRequest) String() string {
 func (*IssueCredentialsRequest) ProtoMessage() {}
 
 func (x *IssueCredentialsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_tenant_proto_msgTypes[13]
+	mi := &file_teapotv1_tenant_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1082,7 +1168,7 @@ func (x *IssueCredentialsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IssueCredentialsRequest.ProtoReflect.Descriptor instead.
 func (*IssueCredentialsRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_tenant_proto_rawDescGZIP(), []int{13}
+	return file_teapotv1_tenant_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *IssueCredentialsRequest) GetTenant() string {
@@ -1115,7 +1201,7 @@ type IssueCredentialsResponse struct {
 
 func (x *IssueCredentialsResponse) Reset() {
 	*x = IssueCredentialsResponse{}
-	mi := &file_teapotv1_tenant_proto_msgTypes[14]
+	mi := &file_teapotv1_tenant_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1127,7 +1213,7 @@ func (x *IssueCredentialsResponse) String() string {
 func (*IssueCredentialsResponse) ProtoMessage() {}
 
 func (x *IssueCredentialsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_tenant_proto_msgTypes[14]
+	mi := &file_teapotv1_tenant_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1140,7 +1226,7 @@ func (x *IssueCredentialsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IssueCredentialsResponse.ProtoReflect.Descriptor instead.
 func (*IssueCredentialsResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_tenant_proto_rawDescGZIP(), []int{14}
+	return file_teapotv1_tenant_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *IssueCredentialsResponse) GetCertPem() []byte {
@@ -1196,7 +1282,7 @@ type RevokeCredentialsRequest struct {
 
 func (x *RevokeCredentialsRequest) Reset() {
 	*x = RevokeCredentialsRequest{}
-	mi := &file_teapotv1_tenant_proto_msgTypes[15]
+	mi := &file_teapotv1_tenant_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1208,7 +1294,7 @@ func (x *RevokeCredentialsRequest) String() string {
 func (*RevokeCredentialsRequest) ProtoMessage() {}
 
 func (x *RevokeCredentialsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_tenant_proto_msgTypes[15]
+	mi := &file_teapotv1_tenant_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1221,7 +1307,7 @@ func (x *RevokeCredentialsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeCredentialsRequest.ProtoReflect.Descriptor instead.
 func (*RevokeCredentialsRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_tenant_proto_rawDescGZIP(), []int{15}
+	return file_teapotv1_tenant_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RevokeCredentialsRequest) GetTenant() string {
@@ -1250,7 +1336,7 @@ type RevokeCredentialsResponse struct {
 
 func (x *RevokeCredentialsResponse) Reset() {
 	*x = RevokeCredentialsResponse{}
-	mi := &file_teapotv1_tenant_proto_msgTypes[16]
+	mi := &file_teapotv1_tenant_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1262,7 +1348,7 @@ func (x *RevokeCredentialsResponse) String() string {
 func (*RevokeCredentialsResponse) ProtoMessage() {}
 
 func (x *RevokeCredentialsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_tenant_proto_msgTypes[16]
+	mi := &file_teapotv1_tenant_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1275,7 +1361,7 @@ func (x *RevokeCredentialsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeCredentialsResponse.ProtoReflect.Descriptor instead.
 func (*RevokeCredentialsResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_tenant_proto_rawDescGZIP(), []int{16}
+	return file_teapotv1_tenant_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RevokeCredentialsResponse) GetRevoked() []string {
@@ -1296,7 +1382,7 @@ var File_teapotv1_tenant_proto protoreflect.FileDescriptor
 
 const file_teapotv1_tenant_proto_rawDesc = "" +
 	"\n" +
-	"\x15teapotv1/tenant.proto\x12\tteapot.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14teapotv1/model.proto\"s\n" +
+	"\x15teapotv1/tenant.proto\x12\tteapot.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14teapotv1/model.proto\"s\n" +
 	"\vSyncRequest\x12,\n" +
 	"\x05hello\x18\x01 \x01(\v2\x14.teapot.v1.SyncHelloH\x00R\x05hello\x12/\n" +
 	"\x06change\x18\x02 \x01(\v2\x15.teapot.v1.SyncChangeH\x00R\x06changeB\x05\n" +
@@ -1342,12 +1428,18 @@ const file_teapotv1_tenant_proto_rawDesc = "" +
 	"\x11CertificateResult\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12\x18\n" +
-	"\aremoved\x18\x03 \x01(\bR\aremoved\"\x86\x01\n" +
+	"\aremoved\x18\x03 \x01(\bR\aremoved\"\xbe\x01\n" +
 	"\n" +
 	"SyncStatus\x121\n" +
 	"\aobjects\x18\x01 \x03(\v2\x17.teapot.v1.ObjectStatusR\aobjects\x12)\n" +
 	"\x06tenant\x18\x02 \x01(\v2\x11.teapot.v1.TenantR\x06tenant\x12\x1a\n" +
-	"\brevision\x18\x03 \x01(\x04R\brevision\"\xc7\x02\n" +
+	"\brevision\x18\x03 \x01(\x04R\brevision\x126\n" +
+	"\tthrottled\x18\xbe\x01 \x01(\v2\x17.teapot.v1.SyncThrottleR\tthrottled\"}\n" +
+	"\fSyncThrottle\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12-\n" +
+	"\x04wait\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x04wait\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x14\n" +
+	"\x05names\x18\x04 \x03(\tR\x05names\"\xc7\x02\n" +
 	"\fObjectStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x18\n" +
@@ -1406,7 +1498,7 @@ func file_teapotv1_tenant_proto_rawDescGZIP() []byte {
 	return file_teapotv1_tenant_proto_rawDescData
 }
 
-var file_teapotv1_tenant_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_teapotv1_tenant_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_teapotv1_tenant_proto_goTypes = []any{
 	(*SyncRequest)(nil),               // 0: teapot.v1.SyncRequest
 	(*SyncResponse)(nil),              // 1: teapot.v1.SyncResponse
@@ -1418,17 +1510,19 @@ var file_teapotv1_tenant_proto_goTypes = []any{
 	(*SyncAck)(nil),                   // 7: teapot.v1.SyncAck
 	(*CertificateResult)(nil),         // 8: teapot.v1.CertificateResult
 	(*SyncStatus)(nil),                // 9: teapot.v1.SyncStatus
-	(*ObjectStatus)(nil),              // 10: teapot.v1.ObjectStatus
-	(*MemberState)(nil),               // 11: teapot.v1.MemberState
-	(*CertificateState)(nil),          // 12: teapot.v1.CertificateState
-	(*IssueCredentialsRequest)(nil),   // 13: teapot.v1.IssueCredentialsRequest
-	(*IssueCredentialsResponse)(nil),  // 14: teapot.v1.IssueCredentialsResponse
-	(*RevokeCredentialsRequest)(nil),  // 15: teapot.v1.RevokeCredentialsRequest
-	(*RevokeCredentialsResponse)(nil), // 16: teapot.v1.RevokeCredentialsResponse
-	(*Tenant)(nil),                    // 17: teapot.v1.Tenant
-	(*LoadBalancer)(nil),              // 18: teapot.v1.LoadBalancer
-	(*Problem)(nil),                   // 19: teapot.v1.Problem
-	(*timestamppb.Timestamp)(nil),     // 20: google.protobuf.Timestamp
+	(*SyncThrottle)(nil),              // 10: teapot.v1.SyncThrottle
+	(*ObjectStatus)(nil),              // 11: teapot.v1.ObjectStatus
+	(*MemberState)(nil),               // 12: teapot.v1.MemberState
+	(*CertificateState)(nil),          // 13: teapot.v1.CertificateState
+	(*IssueCredentialsRequest)(nil),   // 14: teapot.v1.IssueCredentialsRequest
+	(*IssueCredentialsResponse)(nil),  // 15: teapot.v1.IssueCredentialsResponse
+	(*RevokeCredentialsRequest)(nil),  // 16: teapot.v1.RevokeCredentialsRequest
+	(*RevokeCredentialsResponse)(nil), // 17: teapot.v1.RevokeCredentialsResponse
+	(*Tenant)(nil),                    // 18: teapot.v1.Tenant
+	(*LoadBalancer)(nil),              // 19: teapot.v1.LoadBalancer
+	(*durationpb.Duration)(nil),       // 20: google.protobuf.Duration
+	(*Problem)(nil),                   // 21: teapot.v1.Problem
+	(*timestamppb.Timestamp)(nil),     // 22: google.protobuf.Timestamp
 }
 var file_teapotv1_tenant_proto_depIdxs = []int32{
 	2,  // 0: teapot.v1.SyncRequest.hello:type_name -> teapot.v1.SyncHello
@@ -1436,31 +1530,33 @@ var file_teapotv1_tenant_proto_depIdxs = []int32{
 	3,  // 2: teapot.v1.SyncResponse.welcome:type_name -> teapot.v1.SyncWelcome
 	7,  // 3: teapot.v1.SyncResponse.ack:type_name -> teapot.v1.SyncAck
 	9,  // 4: teapot.v1.SyncResponse.status:type_name -> teapot.v1.SyncStatus
-	17, // 5: teapot.v1.SyncWelcome.tenant:type_name -> teapot.v1.Tenant
-	10, // 6: teapot.v1.SyncWelcome.objects:type_name -> teapot.v1.ObjectStatus
+	18, // 5: teapot.v1.SyncWelcome.tenant:type_name -> teapot.v1.Tenant
+	11, // 6: teapot.v1.SyncWelcome.objects:type_name -> teapot.v1.ObjectStatus
 	6,  // 7: teapot.v1.SyncChange.upserts:type_name -> teapot.v1.SyncUpsert
 	5,  // 8: teapot.v1.SyncChange.certificates:type_name -> teapot.v1.SyncCertificate
-	18, // 9: teapot.v1.SyncUpsert.load_balancer:type_name -> teapot.v1.LoadBalancer
-	10, // 10: teapot.v1.SyncAck.results:type_name -> teapot.v1.ObjectStatus
+	19, // 9: teapot.v1.SyncUpsert.load_balancer:type_name -> teapot.v1.LoadBalancer
+	11, // 10: teapot.v1.SyncAck.results:type_name -> teapot.v1.ObjectStatus
 	8,  // 11: teapot.v1.SyncAck.certificates:type_name -> teapot.v1.CertificateResult
-	10, // 12: teapot.v1.SyncStatus.objects:type_name -> teapot.v1.ObjectStatus
-	17, // 13: teapot.v1.SyncStatus.tenant:type_name -> teapot.v1.Tenant
-	19, // 14: teapot.v1.ObjectStatus.problems:type_name -> teapot.v1.Problem
-	12, // 15: teapot.v1.ObjectStatus.certificates:type_name -> teapot.v1.CertificateState
-	11, // 16: teapot.v1.ObjectStatus.members:type_name -> teapot.v1.MemberState
-	20, // 17: teapot.v1.CertificateState.not_after:type_name -> google.protobuf.Timestamp
-	20, // 18: teapot.v1.IssueCredentialsResponse.expires:type_name -> google.protobuf.Timestamp
-	0,  // 19: teapot.v1.TenantSync.Sync:input_type -> teapot.v1.SyncRequest
-	13, // 20: teapot.v1.TenantCredentials.Issue:input_type -> teapot.v1.IssueCredentialsRequest
-	15, // 21: teapot.v1.TenantCredentials.Revoke:input_type -> teapot.v1.RevokeCredentialsRequest
-	1,  // 22: teapot.v1.TenantSync.Sync:output_type -> teapot.v1.SyncResponse
-	14, // 23: teapot.v1.TenantCredentials.Issue:output_type -> teapot.v1.IssueCredentialsResponse
-	16, // 24: teapot.v1.TenantCredentials.Revoke:output_type -> teapot.v1.RevokeCredentialsResponse
-	22, // [22:25] is the sub-list for method output_type
-	19, // [19:22] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	11, // 12: teapot.v1.SyncStatus.objects:type_name -> teapot.v1.ObjectStatus
+	18, // 13: teapot.v1.SyncStatus.tenant:type_name -> teapot.v1.Tenant
+	10, // 14: teapot.v1.SyncStatus.throttled:type_name -> teapot.v1.SyncThrottle
+	20, // 15: teapot.v1.SyncThrottle.wait:type_name -> google.protobuf.Duration
+	21, // 16: teapot.v1.ObjectStatus.problems:type_name -> teapot.v1.Problem
+	13, // 17: teapot.v1.ObjectStatus.certificates:type_name -> teapot.v1.CertificateState
+	12, // 18: teapot.v1.ObjectStatus.members:type_name -> teapot.v1.MemberState
+	22, // 19: teapot.v1.CertificateState.not_after:type_name -> google.protobuf.Timestamp
+	22, // 20: teapot.v1.IssueCredentialsResponse.expires:type_name -> google.protobuf.Timestamp
+	0,  // 21: teapot.v1.TenantSync.Sync:input_type -> teapot.v1.SyncRequest
+	14, // 22: teapot.v1.TenantCredentials.Issue:input_type -> teapot.v1.IssueCredentialsRequest
+	16, // 23: teapot.v1.TenantCredentials.Revoke:input_type -> teapot.v1.RevokeCredentialsRequest
+	1,  // 24: teapot.v1.TenantSync.Sync:output_type -> teapot.v1.SyncResponse
+	15, // 25: teapot.v1.TenantCredentials.Issue:output_type -> teapot.v1.IssueCredentialsResponse
+	17, // 26: teapot.v1.TenantCredentials.Revoke:output_type -> teapot.v1.RevokeCredentialsResponse
+	24, // [24:27] is the sub-list for method output_type
+	21, // [21:24] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_teapotv1_tenant_proto_init() }
@@ -1484,7 +1580,7 @@ func file_teapotv1_tenant_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_teapotv1_tenant_proto_rawDesc), len(file_teapotv1_tenant_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   17,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
