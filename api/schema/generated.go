@@ -168,7 +168,7 @@ var protoComments = map[string]string{
 	"teapot.v1.Tenant":                               "Tenant is one customer cluster and what it may use.",
 	"teapot.v1.Tenant.bgp":                           "BGP sessions between every LB host and the tenant's own speakers (Calico's BIRD, Cilium, MetalLB): routes they announce inside the tenant's networks are installed on the hosts, so members are dialled straight at their pods; everything else is dropped and counted.",
 	"teapot.v1.Tenant.domains":                       "DNS names (and their subdomains) the tenant may route and get certificates for.",
-	"teapot.v1.Tenant.networks":                      "CIDRs its backend members may live in; nothing outside them is dialled.",
+	"teapot.v1.Tenant.networks":                      "CIDRs its backend members may live in; nothing outside them is dialled. They may not overlap another tenant's networks (every host dials from one routing table): a write that would is refused, naming both networks; an overlap stored by an older release is listed by `cluster status`.",
 	"teapot.v1.Tenant.pods_routable":                 "Pod IPs are routable from the LB hosts (agent pod mode).",
 	"teapot.v1.Tenant.pools":                         "VIP pools the tenant may allocate from.",
 	"teapot.v1.Tenant.revoked_credentials":           "Serial numbers (lower-case hex) of revoked tenant credentials; their streams are closed and new ones refused. Owned by the cluster: only `tenant revoke` adds to it; an apply of the tenant keeps what is stored.",

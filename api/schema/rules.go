@@ -37,7 +37,7 @@ func regexLimits() string {
 var rules = map[string]rule{
 	"teapot.v1.Tenant.name":                {doc: "Name of the tenant.", required: true, limits: nameLimits, example: "acme"},
 	"teapot.v1.Tenant.domains":             {limits: atMost(api.MaxTenantDomains, "names; no wildcards; no overlap with another tenant's domains"), example: "[acme.example]"},
-	"teapot.v1.Tenant.networks":            {limits: atMost(api.MaxTenantNetworks, "CIDRs in canonical form"), example: "[10.20.0.0/16]"},
+	"teapot.v1.Tenant.networks":            {limits: atMost(api.MaxTenantNetworks, "CIDRs in canonical form, none overlapping another tenant's networks"), example: "[10.20.0.0/16]"},
 	"teapot.v1.Tenant.pools":               {limits: atMost(api.MaxTenantPools, "pools; each must exist"), example: "[public]"},
 	"teapot.v1.Tenant.quotas":              {doc: "Bounds on what the tenant may write and use; a field left out or 0 takes the cluster's default."},
 	"teapot.v1.Tenant.pods_routable":       {def: "false"},
