@@ -98,6 +98,10 @@ const (
 	// (listeners[].sniRoutes[].terminate). A host of an earlier release
 	// ignores the field and passes those connections through encrypted.
 	FeatureTLSTerminate = "tls-terminate"
+	// FeaturePoolInterface: arp pools whose addresses live on an
+	// interface of their own (VIPPool.interface). A host of an earlier
+	// release ignores it and puts them on its --vip-interface.
+	FeaturePoolInterface = "pool-interface"
 )
 
 // FeatureLevel is the highest cluster feature level this release
@@ -132,6 +136,7 @@ var featureLevels = map[string]uint32{
 	FeatureBackendTLS:       5,
 	FeatureWAFExclusions:    5,
 	FeatureTLSTerminate:     5,
+	FeaturePoolInterface:    5,
 }
 
 // LevelOf is the feature level a feature needs on every host (0 for a
@@ -173,7 +178,7 @@ func FeatureRefusal(uses []FeatureUse, need uint32, older []string) error {
 
 // Features returns the features this release serves.
 func Features() []string {
-	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureNotFoundRoutes, FeatureCORS, FeatureClientValidation, FeatureRouteRetry, FeatureBackendHeaders, FeatureBackendTLS, FeatureWAFExclusions, FeatureTLSTerminate}
+	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureNotFoundRoutes, FeatureCORS, FeatureClientValidation, FeatureRouteRetry, FeatureBackendHeaders, FeatureBackendTLS, FeatureWAFExclusions, FeatureTLSTerminate, FeaturePoolInterface}
 }
 
 // FeatureUse is one place where a write uses a feature: the feature and
@@ -188,6 +193,9 @@ func (u FeatureUse) String() string { return u.Field + " (" + u.Feature + ")" }
 // FeaturesUsed returns the model fields of obj that need a feature, in
 // a stable order. Objects of the kinds without such fields use none.
 func FeaturesUsed(obj *pb.Object) []FeatureUse {
+	if p := obj.GetVipPool(); p.GetInterface() != "" {
+		return []FeatureUse{{Feature: FeaturePoolInterface, Field: RefString(RefOf(obj)) + ": interface"}}
+	}
 	if t := obj.GetTenant(); t.GetBgp() != nil {
 		return []FeatureUse{{Feature: FeatureTenantBGP, Field: RefString(RefOf(obj)) + ": bgp"}}
 	}

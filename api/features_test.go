@@ -30,6 +30,7 @@ func TestFeaturesUsed(t *testing.T) {
 		{"level 1 fields only", lb(nil), nil},
 		{"not a load balancer", Wrap(&pb.Tenant{Name: "acme"}), nil},
 		{"tenant bgp", Wrap(&pb.Tenant{Name: "acme", Bgp: &pb.TenantBGP{Asn: 64600}}), []string{"Tenant acme: bgp (tenant-bgp)"}},
+		{"pool interface", Wrap(&pb.VIPPool{Name: "private", Mode: "arp", Interface: "eth1"}), []string{"VIPPool private: interface (pool-interface)"}},
 		{"https check", lb(func(l *pb.LoadBalancer) { l.Pools["api"].HealthCheck = &pb.HealthCheck{Https: &pb.HTTPSCheck{}} }),
 			[]string{"LoadBalancer acme/shop: pools.api.healthCheck.https (https-health-check)"}},
 		{"closeOnDown", lb(func(l *pb.LoadBalancer) { l.Pools["web"].HealthCheck.CloseOnDown = true }),
@@ -71,6 +72,9 @@ func TestFeaturesUsed(t *testing.T) {
 			}
 			if tt.name == "tenant bgp" || tt.name == "dual stack" {
 				want = 4
+			}
+			if tt.name == "pool interface" {
+				want = 5
 			}
 			if LevelNeeded(uses) != want {
 				t.Fatalf("level %d, want %d", LevelNeeded(uses), want)

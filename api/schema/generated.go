@@ -185,6 +185,7 @@ var protoComments = map[string]string{
 	"teapot.v1.VIPPool.allow_shared":                 "Load balancers of one tenant may share an address on distinct ports.",
 	"teapot.v1.VIPPool.cidrs":                        "CIDRs (\"192.0.2.0/28\") or ranges (\"192.0.2.10-192.0.2.20\"), IPv4 and IPv6.",
 	"teapot.v1.VIPPool.communities":                  "BGP communities attached to the pool's routes (\"65000:100\").",
+	"teapot.v1.VIPPool.interface":                    "arp pools only: the interface of every LB host the pool's addresses live on and are announced on (gratuitous ARP, unsolicited NA), so that a host serves a public pool on one network and a private pool on another. Empty: the host's --vip-interface. A host that has no such interface, or whose interface is down, does not hold the pool's VIPs and says why (cluster status, explain); another host holds them.",
 	"teapot.v1.VIPPool.mode":                         "arp | bgp | static",
 	"teapot.v1.VIPPool.tenants":                      "If set, only these tenants may use the pool (they must also list it).",
 	"teapot.v1.VIPPool.withdraw_when_down":           "bgp pools only: withdraw a VIP from the routers while none of the members of its load balancers is healthy on the host, by the active checks or by what clients get (passive health), so that another site announcing the same address (anycast) takes the traffic; announce it again once a member has been healthy for 10 s. Refused in arp and static pools. Off: a VIP stays announced whatever its members do.",

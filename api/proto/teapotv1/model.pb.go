@@ -564,8 +564,15 @@ type VIPPool struct {
 	// static pools. Off: a VIP stays announced whatever its members do.
 	WithdrawWhenDown bool  `protobuf:"varint,7,opt,name=withdraw_when_down,json=withdrawWhenDown,proto3" json:"withdraw_when_down,omitempty"`
 	Meta             *Meta `protobuf:"bytes,15,opt,name=meta,proto3" json:"meta,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// arp pools only: the interface of every LB host the pool's addresses
+	// live on and are announced on (gratuitous ARP, unsolicited NA), so
+	// that a host serves a public pool on one network and a private pool on
+	// another. Empty: the host's --vip-interface. A host that has no such
+	// interface, or whose interface is down, does not hold the pool's VIPs
+	// and says why (cluster status, explain); another host holds them.
+	Interface     string `protobuf:"bytes,180,opt,name=interface,proto3" json:"interface,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *VIPPool) Reset() {
@@ -652,6 +659,13 @@ func (x *VIPPool) GetMeta() *Meta {
 		return x.Meta
 	}
 	return nil
+}
+
+func (x *VIPPool) GetInterface() string {
+	if x != nil {
+		return x.Interface
+	}
+	return ""
 }
 
 // LoadBalancer is one virtual service of a tenant.
@@ -4339,7 +4353,7 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\x14regex_cpu_millicores\x18\x10 \x01(\rR\x12regexCpuMillicores\x12!\n" +
 	"\fstored_bytes\x18\x14 \x01(\x04R\vstoredBytes\x12&\n" +
 	"\x0frate_limit_keys\x182 \x01(\rR\rrateLimitKeys\x12,\n" +
-	"\x12waf_cpu_millicores\x183 \x01(\rR\x10wafCpuMillicores\"\xf9\x01\n" +
+	"\x12waf_cpu_millicores\x183 \x01(\rR\x10wafCpuMillicores\"\x98\x02\n" +
 	"\aVIPPool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05cidrs\x18\x02 \x03(\tR\x05cidrs\x12\x12\n" +
@@ -4348,7 +4362,8 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\fallow_shared\x18\x05 \x01(\bR\vallowShared\x12 \n" +
 	"\vcommunities\x18\x06 \x03(\tR\vcommunities\x12,\n" +
 	"\x12withdraw_when_down\x18\a \x01(\bR\x10withdrawWhenDown\x12#\n" +
-	"\x04meta\x18\x0f \x01(\v2\x0f.teapot.v1.MetaR\x04meta\"\xfb\x03\n" +
+	"\x04meta\x18\x0f \x01(\v2\x0f.teapot.v1.MetaR\x04meta\x12\x1d\n" +
+	"\tinterface\x18\xb4\x01 \x01(\tR\tinterface\"\xfb\x03\n" +
 	"\fLoadBalancer\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12'\n" +
