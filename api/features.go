@@ -102,6 +102,10 @@ const (
 	// interface of their own (VIPPool.interface). A host of an earlier
 	// release ignores it and puts them on its --vip-interface.
 	FeaturePoolInterface = "pool-interface"
+	// FeatureTenantBGPUpdateRate: a bound on the UPDATE messages a
+	// tenant's BGP session may send (bgp.maxUpdatesPerSecond). A host of
+	// an earlier release ignores it and bounds nothing.
+	FeatureTenantBGPUpdateRate = "tenant-bgp-update-rate"
 )
 
 // FeatureLevel is the highest cluster feature level this release
@@ -114,29 +118,30 @@ const FeatureLevel = 5
 
 // featureLevels is the level each feature needs on every host.
 var featureLevels = map[string]uint32{
-	FeatureDryRun:           2,
-	FeatureCheckedWrites:    2,
-	FeatureHTTPSCheck:       2,
-	FeatureCloseOnDown:      2,
-	FeatureRouteRules:       2,
-	FeatureBackendH2:        2,
-	FeatureSNIRoutes:        3,
-	FeatureRoutePorts:       3,
-	FeatureTenantBGP:        4,
-	FeatureDualStack:        4,
-	FeatureHostnames:        4,
-	FeatureSourceRanges:     4,
-	FeatureRateLimits:       4,
-	FeatureWAF:              4,
-	FeatureNotFoundRoutes:   5,
-	FeatureCORS:             5,
-	FeatureClientValidation: 5,
-	FeatureRouteRetry:       5,
-	FeatureBackendHeaders:   5,
-	FeatureBackendTLS:       5,
-	FeatureWAFExclusions:    5,
-	FeatureTLSTerminate:     5,
-	FeaturePoolInterface:    5,
+	FeatureDryRun:              2,
+	FeatureCheckedWrites:       2,
+	FeatureHTTPSCheck:          2,
+	FeatureCloseOnDown:         2,
+	FeatureRouteRules:          2,
+	FeatureBackendH2:           2,
+	FeatureSNIRoutes:           3,
+	FeatureRoutePorts:          3,
+	FeatureTenantBGP:           4,
+	FeatureDualStack:           4,
+	FeatureHostnames:           4,
+	FeatureSourceRanges:        4,
+	FeatureRateLimits:          4,
+	FeatureWAF:                 4,
+	FeatureNotFoundRoutes:      5,
+	FeatureCORS:                5,
+	FeatureClientValidation:    5,
+	FeatureRouteRetry:          5,
+	FeatureBackendHeaders:      5,
+	FeatureBackendTLS:          5,
+	FeatureWAFExclusions:       5,
+	FeatureTLSTerminate:        5,
+	FeaturePoolInterface:       5,
+	FeatureTenantBGPUpdateRate: 5,
 }
 
 // LevelOf is the feature level a feature needs on every host (0 for a
@@ -178,7 +183,7 @@ func FeatureRefusal(uses []FeatureUse, need uint32, older []string) error {
 
 // Features returns the features this release serves.
 func Features() []string {
-	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureNotFoundRoutes, FeatureCORS, FeatureClientValidation, FeatureRouteRetry, FeatureBackendHeaders, FeatureBackendTLS, FeatureWAFExclusions, FeatureTLSTerminate, FeaturePoolInterface}
+	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureNotFoundRoutes, FeatureCORS, FeatureClientValidation, FeatureRouteRetry, FeatureBackendHeaders, FeatureBackendTLS, FeatureWAFExclusions, FeatureTLSTerminate, FeaturePoolInterface, FeatureTenantBGPUpdateRate}
 }
 
 // FeatureUse is one place where a write uses a feature: the feature and
@@ -197,7 +202,11 @@ func FeaturesUsed(obj *pb.Object) []FeatureUse {
 		return []FeatureUse{{Feature: FeaturePoolInterface, Field: RefString(RefOf(obj)) + ": interface"}}
 	}
 	if t := obj.GetTenant(); t.GetBgp() != nil {
-		return []FeatureUse{{Feature: FeatureTenantBGP, Field: RefString(RefOf(obj)) + ": bgp"}}
+		out := []FeatureUse{{Feature: FeatureTenantBGP, Field: RefString(RefOf(obj)) + ": bgp"}}
+		if t.GetBgp().GetMaxUpdatesPerSecond() != 0 {
+			out = append(out, FeatureUse{Feature: FeatureTenantBGPUpdateRate, Field: RefString(RefOf(obj)) + ": bgp.maxUpdatesPerSecond"})
+		}
+		return out
 	}
 	l := obj.GetLoadBalancer()
 	if l == nil {

@@ -177,6 +177,7 @@ var protoComments = map[string]string{
 	"teapot.v1.TenantBGP.asn":                        "The tenant speakers' autonomous system number.",
 	"teapot.v1.TenantBGP.max_prefix_length":          "The most specific IPv4 prefix accepted (0: 32) and IPv6 prefix (0: 128); more specific ones are dropped.",
 	"teapot.v1.TenantBGP.max_prefixes":               "Prefixes one session may announce (0: 1000; at most 100000). A session that announces more is closed and dialled again after 30s; its routes go with it.",
+	"teapot.v1.TenantBGP.max_updates_per_second":     "UPDATE messages per second one session may send (0: 100; at most 10000), with bursts of maxPrefixes more (a whole table at once). A session that sends faster is closed, counted and dialled again after 30s; its routes go with it.",
 	"teapot.v1.TenantBGP.password":                   "TCP MD5 password of every session (at most 80 characters).",
 	"teapot.v1.TenantBGP.peers":                      "Addresses of the tenant's speakers, each inside the tenant's networks (at most 16).",
 	"teapot.v1.URLRewrite":                           "URLRewrite rewrites the request before it is forwarded.",

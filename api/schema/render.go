@@ -36,7 +36,8 @@ func (r *Reference) Markdown(w io.Writer) error {
 		"`LimitNOFILE`), access-log lines, UDP replies, retries of HTTP requests (`routes[].retry`:\n" +
 		"a share of its requests in flight), DNS queries for its names\n" +
 		"(`serve --dns-queries-per-tenant`) and the routes its BGP speakers announce\n" +
-		"(`bgp.maxPrefixes` per session). The README's\n" +
+		"(`bgp.maxPrefixes` per session) and the UPDATE messages they send\n" +
+		"(`bgp.maxUpdatesPerSecond` per session). The README's\n" +
 		"[Tenant limits](../README.md#tenant-limits) lists each with its default and how to raise it.\n\n")
 	for _, k := range r.Kinds {
 		fmt.Fprintf(&b, "- [%s](#%s)\n", k.Name, strings.ToLower(k.Name))

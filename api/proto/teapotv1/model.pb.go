@@ -253,8 +253,13 @@ type TenantBGP struct {
 	// (0: 128); more specific ones are dropped.
 	MaxPrefixLength  uint32 `protobuf:"varint,5,opt,name=max_prefix_length,json=maxPrefixLength,proto3" json:"max_prefix_length,omitempty"`
 	MaxPrefixLength6 uint32 `protobuf:"varint,6,opt,name=max_prefix_length6,json=maxPrefixLength6,proto3" json:"max_prefix_length6,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// UPDATE messages per second one session may send (0: 100; at most
+	// 10000), with bursts of maxPrefixes more (a whole table at once). A
+	// session that sends faster is closed, counted and dialled again after
+	// 30s; its routes go with it.
+	MaxUpdatesPerSecond uint32 `protobuf:"varint,180,opt,name=max_updates_per_second,json=maxUpdatesPerSecond,proto3" json:"max_updates_per_second,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *TenantBGP) Reset() {
@@ -325,6 +330,13 @@ func (x *TenantBGP) GetMaxPrefixLength() uint32 {
 func (x *TenantBGP) GetMaxPrefixLength6() uint32 {
 	if x != nil {
 		return x.MaxPrefixLength6
+	}
+	return 0
+}
+
+func (x *TenantBGP) GetMaxUpdatesPerSecond() uint32 {
+	if x != nil {
+		return x.MaxUpdatesPerSecond
 	}
 	return 0
 }
@@ -4324,14 +4336,15 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\x13revoked_credentials\x18\a \x03(\tR\x12revokedCredentials\x12\x10\n" +
 	"\x03uid\x18\b \x01(\tR\x03uid\x12#\n" +
 	"\x04meta\x18\x0f \x01(\v2\x0f.teapot.v1.MetaR\x04meta\x12&\n" +
-	"\x03bgp\x18< \x01(\v2\x14.teapot.v1.TenantBGPR\x03bgp\"\xcc\x01\n" +
+	"\x03bgp\x18< \x01(\v2\x14.teapot.v1.TenantBGPR\x03bgp\"\x82\x02\n" +
 	"\tTenantBGP\x12\x10\n" +
 	"\x03asn\x18\x01 \x01(\rR\x03asn\x12\x14\n" +
 	"\x05peers\x18\x02 \x03(\tR\x05peers\x12\x1a\n" +
 	"\bpassword\x18\x03 \x01(\tR\bpassword\x12!\n" +
 	"\fmax_prefixes\x18\x04 \x01(\rR\vmaxPrefixes\x12*\n" +
 	"\x11max_prefix_length\x18\x05 \x01(\rR\x0fmaxPrefixLength\x12,\n" +
-	"\x12max_prefix_length6\x18\x06 \x01(\rR\x10maxPrefixLength6\"\xdd\x05\n" +
+	"\x12max_prefix_length6\x18\x06 \x01(\rR\x10maxPrefixLength6\x124\n" +
+	"\x16max_updates_per_second\x18\xb4\x01 \x01(\rR\x13maxUpdatesPerSecond\"\xdd\x05\n" +
 	"\x06Quotas\x12%\n" +
 	"\x0eload_balancers\x18\x01 \x01(\rR\rloadBalancers\x12\x1c\n" +
 	"\taddresses\x18\x02 \x01(\rR\taddresses\x12\"\n" +
