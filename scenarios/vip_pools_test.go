@@ -266,6 +266,45 @@ func TestVIPPoolInterfaces(t *testing.T) {
 			}
 		}
 	})
+
+	t.Run("a pool's interface going down releases the pool's VIPs alone, and coming up takes them back", func(t *testing.T) {
+		// X is dead and n3 has no eth1: the holder of the private VIP is
+		// its last host.
+		_, y := served(x)
+		must(y.host.IP("link", "set", "eth1", "down"))
+		want := "interface eth1 of pool private is down"
+		waitFor(t, settleTimeout, y.id+" to release "+priv.String()+" and say why", func() error {
+			if on, err := y.host.HasAddr("eth1", priv); err != nil || on {
+				return fmt.Errorf("still on %s's eth1 (%v)", y.id, err)
+			}
+			st, err := l.status(l.lbs[2])
+			if err != nil {
+				return err
+			}
+			for _, ns := range st.GetNodes() {
+				for _, v := range ns.GetVips() {
+					if ns.GetId() == y.id && v.GetAddress() == priv.String() && strings.Contains(v.GetReason(), want) {
+						return nil
+					}
+				}
+			}
+			return fmt.Errorf("no reason %q in %v", want, st.GetNodes())
+		})
+		// The public VIP is not the private pool's: whoever holds it keeps
+		// serving it.
+		if err := l.get(pub); err != nil {
+			t.Fatalf("%s while eth1 of %s is down: %v", pub, y.id, err)
+		}
+		privWatch.Reset()
+		must(y.host.IP("link", "set", "eth1", "up"))
+		served(x)
+		waitFor(t, settleTimeout, "the announcement on eth1 again", func() error {
+			if !seenFrom(privWatch.Seen(priv), eth1[y.id]) {
+				return fmt.Errorf("no gratuitous ARP for %s from %s's eth1", priv, y.id)
+			}
+			return nil
+		})
+	})
 	t.Logf("lab ran %s", time.Since(start).Round(time.Millisecond))
 }
 
