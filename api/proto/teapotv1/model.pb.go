@@ -105,9 +105,9 @@ type Tenant struct {
 	Domains []string `protobuf:"bytes,2,rep,name=domains,proto3" json:"domains,omitempty"`
 	// CIDRs its backend members may live in; nothing outside them is dialled.
 	// They may not overlap another tenant's networks (every host dials from
-	// one routing table): a write that would is refused, naming both
-	// networks; an overlap stored by an older release is listed by
-	// `cluster status`.
+	// one routing table): a write that makes a new overlap is refused,
+	// naming both networks; an overlap stored by an older release is kept
+	// until one side is narrowed, and listed by `cluster status`.
 	Networks []string `protobuf:"bytes,3,rep,name=networks,proto3" json:"networks,omitempty"`
 	// VIP pools the tenant may allocate from.
 	Pools  []string `protobuf:"bytes,4,rep,name=pools,proto3" json:"pools,omitempty"`
