@@ -111,6 +111,14 @@ const (
 	// (quotas.writeBytesPerSecond). A host of an earlier release ignores
 	// it and lets the tenant's agent write any number of bytes.
 	FeatureWriteBudget = "write-budget"
+	// FeaturePoolInterface: arp pools whose addresses live on an
+	// interface of their own (VIPPool.interface). A host of an earlier
+	// release ignores it and puts them on its --vip-interface.
+	FeaturePoolInterface = "pool-interface"
+	// FeatureTenantBGPUpdateRate: a bound on the UPDATE messages a
+	// tenant's BGP session may send (bgp.maxUpdatesPerSecond). A host of
+	// an earlier release ignores it and bounds nothing.
+	FeatureTenantBGPUpdateRate = "tenant-bgp-update-rate"
 )
 
 // FeatureLevel is the highest cluster feature level this release
@@ -148,6 +156,8 @@ var featureLevels = map[string]uint32{
 	FeatureMisdirectedRequests: 5,
 	FeatureRateLimitHeader:     5,
 	FeatureWriteBudget:         5,
+	FeaturePoolInterface:       5,
+	FeatureTenantBGPUpdateRate: 5,
 }
 
 // LevelOf is the feature level a feature needs on every host (0 for a
@@ -189,7 +199,7 @@ func FeatureRefusal(uses []FeatureUse, need uint32, older []string) error {
 
 // Features returns the features this release serves.
 func Features() []string {
-	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureNotFoundRoutes, FeatureCORS, FeatureClientValidation, FeatureRouteRetry, FeatureBackendHeaders, FeatureBackendTLS, FeatureWAFExclusions, FeatureTLSTerminate, FeatureMisdirectedRequests, FeatureRateLimitHeader, FeatureWriteBudget}
+	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureNotFoundRoutes, FeatureCORS, FeatureClientValidation, FeatureRouteRetry, FeatureBackendHeaders, FeatureBackendTLS, FeatureWAFExclusions, FeatureTLSTerminate, FeatureMisdirectedRequests, FeatureRateLimitHeader, FeatureWriteBudget, FeaturePoolInterface, FeatureTenantBGPUpdateRate}
 }
 
 // FeatureUse is one place where a write uses a feature: the feature and
@@ -204,10 +214,16 @@ func (u FeatureUse) String() string { return u.Field + " (" + u.Feature + ")" }
 // FeaturesUsed returns the model fields of obj that need a feature, in
 // a stable order. Objects of the kinds without such fields use none.
 func FeaturesUsed(obj *pb.Object) []FeatureUse {
+	if p := obj.GetVipPool(); p.GetInterface() != "" {
+		return []FeatureUse{{Feature: FeaturePoolInterface, Field: RefString(RefOf(obj)) + ": interface"}}
+	}
 	if t := obj.GetTenant(); t != nil {
 		var out []FeatureUse
 		if t.GetBgp() != nil {
 			out = append(out, FeatureUse{Feature: FeatureTenantBGP, Field: RefString(RefOf(obj)) + ": bgp"})
+		}
+		if t.GetBgp().GetMaxUpdatesPerSecond() != 0 {
+			out = append(out, FeatureUse{Feature: FeatureTenantBGPUpdateRate, Field: RefString(RefOf(obj)) + ": bgp.maxUpdatesPerSecond"})
 		}
 		if t.GetQuotas().GetWriteBytesPerSecond() != 0 {
 			out = append(out, FeatureUse{Feature: FeatureWriteBudget, Field: RefString(RefOf(obj)) + ": quotas.writeBytesPerSecond"})

@@ -31,6 +31,9 @@ func TestFeaturesUsed(t *testing.T) {
 		{"not a load balancer", Wrap(&pb.Tenant{Name: "acme"}), nil},
 		{"tenant bgp", Wrap(&pb.Tenant{Name: "acme", Bgp: &pb.TenantBGP{Asn: 64600}}), []string{"Tenant acme: bgp (tenant-bgp)"}},
 		{"write budget", Wrap(&pb.Tenant{Name: "acme", Quotas: &pb.Quotas{WriteBytesPerSecond: 4 << 20}}), []string{"Tenant acme: quotas.writeBytesPerSecond (write-budget)"}},
+		{"tenant bgp update rate", Wrap(&pb.Tenant{Name: "acme", Bgp: &pb.TenantBGP{Asn: 64600, MaxUpdatesPerSecond: 10}}),
+			[]string{"Tenant acme: bgp (tenant-bgp)", "Tenant acme: bgp.maxUpdatesPerSecond (tenant-bgp-update-rate)"}},
+		{"pool interface", Wrap(&pb.VIPPool{Name: "private", Mode: "arp", Interface: "eth1"}), []string{"VIPPool private: interface (pool-interface)"}},
 		{"https check", lb(func(l *pb.LoadBalancer) { l.Pools["api"].HealthCheck = &pb.HealthCheck{Https: &pb.HTTPSCheck{}} }),
 			[]string{"LoadBalancer acme/shop: pools.api.healthCheck.https (https-health-check)"}},
 		{"closeOnDown", lb(func(l *pb.LoadBalancer) { l.Pools["web"].HealthCheck.CloseOnDown = true }),
@@ -73,7 +76,7 @@ func TestFeaturesUsed(t *testing.T) {
 			if tt.name == "tenant bgp" || tt.name == "dual stack" {
 				want = 4
 			}
-			if tt.name == "write budget" {
+			if tt.name == "write budget" || tt.name == "pool interface" || tt.name == "tenant bgp update rate" {
 				want = 5
 			}
 			if LevelNeeded(uses) != want {

@@ -19,7 +19,27 @@ const (
 	MaxTenantBGPMaxPrefixes     = 100000
 	// MaxBGPPasswordLen is the longest TCP MD5 key Linux takes.
 	MaxBGPPasswordLen = 80
+	// DefaultTenantBGPUpdateRate is bgp.maxUpdatesPerSecond when it is 0,
+	// and MaxTenantBGPUpdateRate the most an operator may set: each
+	// UPDATE a session sends costs every LB host's speaker and relay work.
+	DefaultTenantBGPUpdateRate = 100
+	MaxTenantBGPUpdateRate     = 10000
 )
+
+// TenantBGPUpdateRate is the UPDATE messages per second one session of b
+// may send; TenantBGPUpdateBurst how many it may send at once beyond
+// that: a whole table of maxPrefixes routes, one per message.
+func TenantBGPUpdateRate(b *pb.TenantBGP) uint32 {
+	if n := b.GetMaxUpdatesPerSecond(); n != 0 {
+		return n
+	}
+	return DefaultTenantBGPUpdateRate
+}
+
+// TenantBGPUpdateBurst: see TenantBGPUpdateRate.
+func TenantBGPUpdateBurst(b *pb.TenantBGP) uint32 {
+	return TenantBGPUpdateRate(b) + TenantBGPMaxPrefixes(b)
+}
 
 // TenantBGPMaxPrefixes is the prefixes one session of b may announce.
 func TenantBGPMaxPrefixes(b *pb.TenantBGP) uint32 {
@@ -88,6 +108,9 @@ func checkTenantBGP(ck *checker, t *pb.Tenant, nets []netip.Prefix) {
 	}
 	if n := b.GetMaxPrefixes(); n > MaxTenantBGPMaxPrefixes {
 		ck.invalidf("bgp.maxPrefixes", "%d is over the bound of %d prefixes per session", n, MaxTenantBGPMaxPrefixes)
+	}
+	if n := b.GetMaxUpdatesPerSecond(); n > MaxTenantBGPUpdateRate {
+		ck.invalidf("bgp.maxUpdatesPerSecond", "%d is over the bound of %d UPDATE messages per second and session", n, MaxTenantBGPUpdateRate)
 	}
 	if n := b.GetMaxPrefixLength(); n > 32 {
 		ck.invalidf("bgp.maxPrefixLength", "%d is not an IPv4 prefix length (1 to 32)", n)

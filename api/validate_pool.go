@@ -38,6 +38,7 @@ func ValidatePool(p *pb.VIPPool, c Catalog) error {
 	if p.GetWithdrawWhenDown() && p.GetMode() != "bgp" {
 		ck.invalidf("withdrawWhenDown", "applies to bgp pools only (this pool is %s): elsewhere a VIP with no healthy member stays held, as no other site can take its traffic; remove the field or use mode: bgp", orUnset(p.GetMode()))
 	}
+	checkPoolInterface(ck, p)
 	checkNameList(ck, "tenants", "tenants", p.GetTenants(), func(name string) string {
 		if c.Tenant(name) == nil {
 			return fmt.Sprintf("tenant %s does not exist", name)
@@ -173,4 +174,40 @@ func orUnset(mode string) string {
 		return "unset"
 	}
 	return mode
+}
+
+// MaxInterfaceNameLen is the longest name Linux gives an interface
+// (IFNAMSIZ less the terminating NUL).
+const MaxInterfaceNameLen = 15
+
+// checkPoolInterface checks the interface an arp pool names: a name
+// Linux could give an interface. Whether a host has it is that host's to
+// report.
+func checkPoolInterface(ck *checker, p *pb.VIPPool) {
+	name := p.GetInterface()
+	if name == "" {
+		return
+	}
+	if p.GetMode() != "arp" {
+		ck.invalidf("interface", "applies to arp pools only (this pool is %s): bgp pools put their addresses on each host's bgp.interface and static pools on none; remove the field or use mode: arp", orUnset(p.GetMode()))
+		return
+	}
+	if InterfaceNameProblem(name) != "" {
+		ck.invalidf("interface", "%s", InterfaceNameProblem(name))
+	}
+}
+
+// InterfaceNameProblem says why name cannot be a Linux interface's name
+// ("" when it can): 1 to 15 bytes, not "." or "..", without "/", ":" or
+// white space.
+func InterfaceNameProblem(name string) string {
+	switch {
+	case len(name) > MaxInterfaceNameLen:
+		return fmt.Sprintf("is %d bytes long; an interface name has at most %d", len(name), MaxInterfaceNameLen)
+	case name == "." || name == "..":
+		return fmt.Sprintf("%q is not an interface name", name)
+	case strings.ContainsFunc(name, func(r rune) bool { return r == '/' || r == ':' || r <= ' ' || r >= 0x7f }):
+		return fmt.Sprintf("%q is not an interface name: no \"/\", \":\", white space or other than printable ASCII", name)
+	}
+	return ""
 }

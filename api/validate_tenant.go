@@ -10,7 +10,7 @@ import (
 )
 
 // ValidateTenant checks a tenant as it would be stored: its name, domains
-// (which no other tenant may overlap), networks, pools, and that the change
+// and networks (which no other tenant may overlap), pools, and that the change
 // leaves none of its current load balancers broken.
 func ValidateTenant(t *pb.Tenant, c Catalog) error {
 	c = orEmpty(c)
@@ -30,6 +30,7 @@ func ValidateTenant(t *pb.Tenant, c Catalog) error {
 	nets := checkTenantNetworks(ck, t)
 	checkTenantPools(ck, t, c)
 	checkTenantBGP(ck, t, nets)
+	checkNetworkOwners(ck, t, nets, c)
 	if ck.ok() {
 		checkTenantOrphans(ck, t, domains, nets, c)
 	}

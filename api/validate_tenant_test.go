@@ -67,6 +67,12 @@ func TestValidateTenant(t *testing.T) {
 			t.Bgp = &pb.TenantBGP{Asn: 1, Peers: []string{"10.20.0.5"}, MaxPrefixes: MaxTenantBGPMaxPrefixes + 1}
 		},
 			bad("bgp.maxPrefixes", "over the bound of 100000")},
+		{"bgp update rate", func(t *pb.Tenant) {
+			t.Bgp = &pb.TenantBGP{Asn: 1, Peers: []string{"10.20.0.5"}, MaxUpdatesPerSecond: MaxTenantBGPUpdateRate}
+		}, pass()},
+		{"bgp update rate over", func(t *pb.Tenant) {
+			t.Bgp = &pb.TenantBGP{Asn: 1, Peers: []string{"10.20.0.5"}, MaxUpdatesPerSecond: MaxTenantBGPUpdateRate + 1}
+		}, bad("bgp.maxUpdatesPerSecond", "10001 is over the bound of 10000 UPDATE messages per second")},
 		{"bgp prefix length", func(t *pb.Tenant) { t.Bgp = &pb.TenantBGP{Asn: 1, Peers: []string{"10.20.0.5"}, MaxPrefixLength: 33} },
 			bad("bgp.maxPrefixLength", "1 to 32")},
 		{"bgp prefix length6", func(t *pb.Tenant) { t.Bgp = &pb.TenantBGP{Asn: 1, Peers: []string{"10.20.0.5"}, MaxPrefixLength6: 129} },

@@ -2,6 +2,8 @@ package consensus
 
 import (
 	"context"
+	"fmt"
+	"hash/fnv"
 	"io"
 	"log/slog"
 	"net"
@@ -95,7 +97,18 @@ func ctxT(t testing.TB) context.Context {
 }
 
 func tenant(name string, pools ...string) *pb.Object {
-	return api.Wrap(&pb.Tenant{Name: name, Domains: []string{name + ".example"}, Networks: []string{"10.20.0.0/16"}, Pools: pools})
+	return api.Wrap(&pb.Tenant{Name: name, Domains: []string{name + ".example"}, Networks: []string{tenantNet(name) + ".0.0/16"}, Pools: pools})
+}
+
+// tenantNet gives each test tenant a network of its own (tenants' networks
+// may not overlap): acme's is 10.20.0.0/16, every other name's another.
+func tenantNet(name string) string {
+	if name == "acme" {
+		return "10.20"
+	}
+	h := fnv.New32a()
+	h.Write([]byte(name))
+	return fmt.Sprintf("10.%d", 100+h.Sum32()%150)
 }
 
 func pool(name string, cidrs ...string) *pb.Object {
@@ -106,7 +119,7 @@ func lb(ten, name, pl string) *pb.Object {
 	return api.Wrap(&pb.LoadBalancer{
 		Name: name, Tenant: ten, Vip: &pb.VIPRequest{Pool: pl},
 		Listeners: []*pb.Listener{{Port: 80, Protocol: "tcp", Pool: "web"}},
-		Pools:     map[string]*pb.BackendPool{"web": {Members: []*pb.Member{{Address: "10.20.0.11:30080"}}}},
+		Pools:     map[string]*pb.BackendPool{"web": {Members: []*pb.Member{{Address: tenantNet(ten) + ".0.11:30080"}}}},
 	})
 }
 

@@ -20,7 +20,7 @@ import (
 func heavyLB(ten, name string) *pb.Object {
 	ms := make([]*pb.Member, 1000)
 	for j := range ms {
-		ms[j] = &pb.Member{Address: fmt.Sprintf("10.20.%d.%d:30080", j/250, j%250+1)}
+		ms[j] = &pb.Member{Address: fmt.Sprintf("%s.%d.%d:30080", tenantNet(ten), j/250, j%250+1)}
 	}
 	rs := make([]*pb.Route, 1000)
 	for i := range rs {

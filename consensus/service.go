@@ -308,6 +308,7 @@ func (n *Node) Status(ctx context.Context) (*pb.ClusterStatusResponse, error) {
 		level, _ := hostLevel(n.fsm.st.get(api.KindNode, ns.GetId()).GetNode(), ns)
 		out.FeatureLevel = min(out.FeatureLevel, level)
 	}
+	out.Problems = api.NetworkOverlaps(catalog{r: n.fsm.st})
 	n.fsm.mu.RUnlock()
 	return out, nil
 }

@@ -292,6 +292,7 @@ func TestConfigWorkflow(t *testing.T) {
 			tr.expect(1, nil, "tenant", "update", "wf", "--networks", "10.91.0.0/16")
 			tr.expect(1, nil, "tenant", "update", "wf", "--remove-domain", "nope.example")
 			tr.expect(1, nil, "tenant", "update", "wf", "--pools", "nope")
+			tr.expect(1, nil, "tenant", "create", "wf2", "--networks", "10.90.128.0/17")
 			tr.expect(1, nil, "tenant", "update", "wf")
 			tr.expect(1, nil, "tenant", "update", "nobody", "--max-lbs", "3")
 		})

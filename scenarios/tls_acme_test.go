@@ -90,7 +90,7 @@ tenant: globex
 vip: { pool: tls, address: "198.51.100.11" }
 listeners: [{ port: 443, protocol: https, tls: { acme: true } }]
 routes: [{ host: shop.acme.example, path: /, pool: web }]
-pools: { web: { members: ["192.0.2.100:8080"] } }
+pools: { web: { members: ["192.0.2.101:8080"] } }
 `
 		if err := l.apply(steal); err == nil || !strings.Contains(err.Error(), "not inside the tenant's domains") {
 			t.Fatalf("globex routed shop.acme.example: %v", err)
@@ -114,7 +114,7 @@ tenant: globex
 vip: { pool: tls, address: "198.51.100.11" }
 listeners: [{ port: 443, protocol: https, tls: { certificates: [own] } }]
 routes: [{ host: shop.globex.example, path: /, pool: web }]
-pools: { web: { members: ["192.0.2.100:8080"] } }
+pools: { web: { members: ["192.0.2.101:8080"] } }
 `
 		if err := l.apply(own); err != nil {
 			t.Fatal(err)

@@ -36,6 +36,7 @@ const (
 	tlsVIP       = "198.51.100.10" // tenant acme
 	tlsVIPGlobex = "198.51.100.11" // tenant globex
 	tlsClientIP  = "192.0.2.100"
+	tlsGlobexIP  = "192.0.2.101"    // globex's backend, on the client host (tenants' networks may not overlap)
 	tlsValidity  = 90 * time.Second // of pebble's certificates: renewals come fast
 	tlsIssue     = 3 * time.Minute  // an issuance, leader elections included
 )
@@ -57,7 +58,7 @@ quotas: { certificates: 4 }
 kind: Tenant
 name: globex
 domains: [globex.example]
-networks: [192.0.2.100/32]
+networks: [192.0.2.101/32]
 pools: [tls]
 ---
 kind: LoadBalancer
@@ -131,7 +132,7 @@ func newTLSLab(tb testing.TB) *tlsLab {
 			tb.Fatal(err)
 		}
 	}
-	l.client, err = lab.AddHost("client", tlsClientIP+"/24")
+	l.client, err = lab.AddHost("client", tlsClientIP+"/24", tlsGlobexIP+"/24")
 	must(err)
 	for i := range 3 {
 		n := &tlsNode{id: fmt.Sprintf("n%d", i+1), ip: fmt.Sprintf("192.0.2.%d", 11+i)}
@@ -188,14 +189,16 @@ func (l *tlsLab) dial(ctx context.Context, network, addr string) (net.Conn, erro
 }
 
 func (l *tlsLab) serveBackend() {
-	var ln net.Listener
-	if err := l.client.Do(func() (err error) { ln, err = net.Listen("tcp", tlsClientIP+":8080"); return err }); err != nil {
-		l.tb.Fatal(err)
-	}
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "hello from the backend for %s\n", r.Host)
 	}), ReadHeaderTimeout: 5 * time.Second}
-	go srv.Serve(ln)
+	for _, ip := range []string{tlsClientIP, tlsGlobexIP} {
+		var ln net.Listener
+		if err := l.client.Do(func() (err error) { ln, err = net.Listen("tcp", ip+":8080"); return err }); err != nil {
+			l.tb.Fatal(err)
+		}
+		go srv.Serve(ln)
+	}
 	l.tb.Cleanup(func() { srv.Close() })
 }
 

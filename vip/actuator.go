@@ -18,8 +18,10 @@ type carriers struct {
 	arp    *iface  // nil: no arp pools here
 	bgpIf  *iface  // nil: no BGP
 	frames *sender // raw frames on the arp interface
-	spk    *speaker
-	act    *actuator
+	// pools: the interfaces arp pools name instead (poolif.go).
+	pools poolIfaces
+	spk   *speaker
+	act   *actuator
 }
 
 // target is one VIP the loop wants in place on this host.
@@ -33,8 +35,9 @@ type target struct {
 }
 
 type pendingAnnouncement struct {
-	at   time.Time
-	addr netip.Addr
+	at    time.Time
+	addr  netip.Addr
+	iface *iface
 }
 
 // actuator makes the interfaces and the BGP speaker match the set of
@@ -210,7 +213,7 @@ func (a *actuator) take(addr netip.Addr, t target, now time.Time) error {
 			// Released and taken again between two converges, or a peer
 			// that may have announced it came back: announce again, or
 			// the segment keeps sending to the host that announced last.
-			a.queueBurst(addr, now)
+			a.queueBurst(addr, t.iface, now)
 			a.held[addr] = t
 		}
 		return nil
@@ -220,7 +223,7 @@ func (a *actuator) take(addr netip.Addr, t target, now time.Time) error {
 	}
 	switch t.mode {
 	case ModeARP:
-		a.queueBurst(addr, now)
+		a.queueBurst(addr, t.iface, now)
 	case ModeBGP:
 		if err := a.m.spk.announce(t.route); err != nil {
 			_ = t.iface.remove(addr)
@@ -233,10 +236,10 @@ func (a *actuator) take(addr netip.Addr, t target, now time.Time) error {
 
 // queueBurst schedules the announcements of addr (replacing any pending)
 // and sends the first at once.
-func (a *actuator) queueBurst(addr netip.Addr, now time.Time) {
+func (a *actuator) queueBurst(addr netip.Addr, f *iface, now time.Time) {
 	a.pending = slices.DeleteFunc(a.pending, func(p pendingAnnouncement) bool { return p.addr == addr })
 	for _, d := range burst {
-		a.pending = append(a.pending, pendingAnnouncement{at: now.Add(d), addr: addr})
+		a.pending = append(a.pending, pendingAnnouncement{at: now.Add(d), addr: addr, iface: f})
 	}
 	a.announceDue(now)
 }
@@ -269,7 +272,7 @@ func (a *actuator) announceDue(now time.Time) time.Time {
 			}
 			continue
 		}
-		if err := a.m.frames.send(p.addr); err != nil {
+		if err := a.m.senderOf(p.iface).send(p.addr); err != nil {
 			a.m.log.Warn("announce VIP", "addr", p.addr, "err", err)
 		}
 	}
@@ -293,7 +296,7 @@ func (a *actuator) sweep() {
 	a.mu.Lock()
 	ranges := a.ranges
 	a.mu.Unlock()
-	for _, f := range a.m.ifaces() {
+	for _, f := range a.m.sweptIfaces() {
 		addrs, err := f.hostAddrs()
 		if err != nil {
 			a.m.log.Warn("list VIP addresses", "interface", f.name, "err", err)

@@ -85,6 +85,12 @@ func (m *Manager) catchUp(now time.Time, in inputs) {
 	if st.afterAdopt != nil {
 		st.afterAdopt()
 	}
+	if in.want != st.poolIfsFor || st.linkDirty {
+		// Before the readiness: a pool whose interface is missing or
+		// down is not ready here.
+		st.poolIfsFor = st.want
+		m.checkPoolIfaces()
+	}
 	m.takeReadiness(in.delta)
 	if st.linkDirty {
 		st.linkDirty = false

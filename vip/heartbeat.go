@@ -298,8 +298,9 @@ func arrival(now time.Time, oob []byte) time.Time {
 }
 
 // watchLinks wakes the loop when an interface this manager uses changes
-// state, so that a dead link releases its VIPs without waiting for the
-// next lease tick.
+// state (a pool's interface included, or one that appears or goes), so
+// that a dead link releases its VIPs without waiting for the next lease
+// tick.
 func (m *Manager) watchLinks(done <-chan struct{}) {
 	names := map[string]bool{}
 	for _, f := range m.ifaces() {
@@ -315,7 +316,7 @@ func (m *Manager) watchLinks(done <-chan struct{}) {
 	}
 	go func() {
 		for u := range updates {
-			if u.Link != nil && names[u.Link.Attrs().Name] {
+			if u.Link != nil && (names[u.Link.Attrs().Name] || m.pools.has(u.Link.Attrs().Name)) {
 				m.mu.Lock()
 				m.linkChanged = true
 				m.mu.Unlock()

@@ -93,8 +93,10 @@ type loopState struct {
 	// arpUp and bgpUp: the interfaces can carry traffic.
 	arpUp, bgpUp bool
 	linkDirty    bool
-	eligible     bool
-	handingOver  bool // it keeps its arp VIPs while its clients are handed over
+	// poolIfsFor: the state whose pools' interfaces were last checked.
+	poolIfsFor  *desired
+	eligible    bool
+	handingOver bool // it keeps its arp VIPs while its clients are handed over
 	// handedOff: drained or stopping, it has handed its clients over and
 	// lets its arp VIPs go; its heartbeats say so (not eligible, handing
 	// over), so that its peers give that as the reason they take them.

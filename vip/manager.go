@@ -197,6 +197,21 @@ func (m *Manager) ifaces() []*iface {
 	return out
 }
 
+// sweptIfaces returns the interfaces whose stray VIP addresses sweep
+// removes: ifaces and those of the pools that exist on this host.
+func (m *Manager) sweptIfaces() []*iface {
+	out := m.ifaces()
+	for _, e := range m.pools.all() {
+		if slices.ContainsFunc(out, func(f *iface) bool { return f.name == e.f.name }) {
+			continue
+		}
+		if _, err := e.f.link(); err == nil {
+			out = append(out, e.f)
+		}
+	}
+	return out
+}
+
 // removeOrphans takes off f the addresses that carry this package's marks:
 // they were left by a process that did not shut down.
 func (m *Manager) removeOrphans(f *iface) error {
@@ -591,6 +606,9 @@ func (m *Manager) handOver() error {
 	}
 	m.conn.Close()
 	m.frames.closeIfAny()
+	for _, e := range m.pools.all() {
+		e.frames.close()
+	}
 	if len(errs) > 0 {
 		return fmt.Errorf("release VIPs: %w", errs[0])
 	}

@@ -35,6 +35,11 @@ type readiness struct {
 	// examined counts the VIPs whose readiness was computed, the work
 	// proportional to the state that a change must not cause.
 	examined int
+	// ifProblems says, by pool, why this host cannot carry the pool's arp
+	// VIPs (its interface is missing or down: checkPoolIfaces);
+	// ifChanged: they changed since the readiness was last recomputed.
+	ifProblems map[string]string
+	ifChanged  bool
 }
 
 // takeReadiness brings the loop's copy of the readiness up to date with
@@ -55,7 +60,8 @@ func (m *Manager) takeReadiness(delta map[netip.Addr]bool) bool {
 		vips = slices.Collect(maps.Keys(delta))
 	}
 	m.mu.Lock()
-	all := m.readyAll || (rd.want != st.want && !derived) || rd.have != m.haveReady
+	all := m.readyAll || (rd.want != st.want && !derived) || rd.have != m.haveReady || rd.ifChanged
+	rd.ifChanged = false
 	var lbs []string
 	switch {
 	case m.readyAll:
@@ -129,7 +135,7 @@ func (m *Manager) takeReadiness(delta map[netip.Addr]bool) bool {
 		st.pending[a] = true
 		rd.changed[a] = true
 		rd.examined++
-		why := notReady(vs, rd.ready, rd.have)
+		why := rd.why(vs)
 		if why == rd.notReady[a] {
 			continue
 		}
@@ -177,7 +183,7 @@ func (rd *readiness) recompute(want *desired) {
 			rd.vipsOf[lb] = append(rd.vipsOf[lb], vs.Addr)
 		}
 		rd.examined++
-		if why := notReady(vs, rd.ready, rd.have); why != "" {
+		if why := rd.why(vs); why != "" {
 			rd.notReady[vs.Addr] = why
 			if vs.Mode == ModeARP {
 				arp = append(arp, vs.Addr)

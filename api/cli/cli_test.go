@@ -171,6 +171,7 @@ var goldenCases = []struct {
 
 	{name: "pool-create", args: "pool create lab --cidr 203.0.113.0/29 --cidr 2001:db8:20::/124,203.0.113.64-203.0.113.70 --mode static --tenants acme --allow-shared"},
 	{name: "pool-create-no-cidr", args: "pool create lab", code: 1},
+	{name: "pool-create-interface-level", args: "pool create private --cidr 198.51.100.0/28 --interface eth1", code: 1},
 	{name: "pool-list", args: "pool list"},
 	{name: "pool-delete", args: "pool delete edge"},
 

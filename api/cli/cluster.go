@@ -59,6 +59,13 @@ func writeStatus(cmd *cobra.Command, st *pb.ClusterStatusResponse, now time.Time
 	fmt.Fprintf(w, "cluster %s: leader %s, term %d, commit index %d, revision %d, feature level %s, heartbeat timeout %s, election timeout %s\n\n",
 		orDash(st.GetClusterId()), leader, st.GetTerm(), st.GetCommitIndex(), st.GetRevision(), level(st.GetFeatureLevel()),
 		orDash(st.GetHeartbeatTimeout()), orDash(st.GetElectionTimeout()))
+	if ps := st.GetProblems(); len(ps) > 0 {
+		fmt.Fprintln(w, "Problems of the stored state:")
+		for _, p := range ps {
+			fmt.Fprintf(w, "  %s\n", p)
+		}
+		fmt.Fprintln(w)
+	}
 	t := newTable(w)
 	t.row("ID", "STATE", "HEALTHY", "DRAINING", "SUFFRAGE", "RAFT ADDR", "API ADDR", "APPLIED", "TERM", "LAST CONTACT", "VERSION", "LEVEL")
 	var failing [][]string

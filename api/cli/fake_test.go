@@ -228,6 +228,7 @@ func (f *fakeAdmin) status() *pb.ClusterStatusResponse {
 	return &pb.ClusterStatusResponse{
 		ClusterId: "c-7f3a", LeaderId: "lb1", Term: 4, CommitIndex: 1207, Revision: 311,
 		HeartbeatTimeout: "500ms", ElectionTimeout: "1s", FeatureLevel: 2,
+		Problems: []string{"tenant globex: network 10.30.0.0/16 overlaps 10.30.8.0/24 of tenant hooli; narrow one of them (writes of new overlaps are refused)"},
 		Nodes: []*pb.NodeStatus{
 			{Id: "lb1", RaftAddr: "10.0.0.1:7946", ApiAddr: "10.0.0.1:7443", Suffrage: "voter", State: "leader", Healthy: true, AppliedIndex: 1207, Term: 4, LastContact: "0s", Version: "1.0.0", FeatureLevel: 2,
 				HeartbeatInterval: "20ms", HeartbeatMisses: 5,

@@ -72,7 +72,7 @@ func (a *app) poolCmd() *cobra.Command {
 			if len(p.Cidrs) == 0 {
 				return fmt.Errorf("pool create needs --cidr (a CIDR like 192.0.2.0/28 or a range like 192.0.2.10-192.0.2.20)")
 			}
-			pool := &pb.VIPPool{Name: argv[0], Cidrs: p.Cidrs, Mode: p.Mode, Tenants: p.Tenants, AllowShared: p.AllowShared, Communities: p.Communities}
+			pool := &pb.VIPPool{Name: argv[0], Cidrs: p.Cidrs, Mode: p.Mode, Tenants: p.Tenants, AllowShared: p.AllowShared, Communities: p.Communities, Interface: p.Interface}
 			return a.apply(cmd, []*pb.Object{api.Wrap(pool)}, pb.ApplyMode_APPLY_MODE_CREATE)
 		},
 	}
@@ -82,6 +82,7 @@ func (a *app) poolCmd() *cobra.Command {
 	f.StringSliceVar(&p.Tenants, "tenants", nil, "only these tenants may use the pool (default: every tenant that lists it)")
 	f.BoolVar(&p.AllowShared, "allow-shared", false, "load balancers of one tenant may share an address on distinct ports")
 	f.StringSliceVar(&p.Communities, "community", nil, "BGP community for the pool's routes, like 65000:100 (repeatable)")
+	f.StringVar(&p.Interface, "interface", "", "arp pools: the interface of every LB host the addresses live on (default: each host's --vip-interface)")
 	_ = create.RegisterFlagCompletionFunc("mode", cobra.FixedCompletions([]string{"arp", "bgp", "static"}, cobra.ShellCompDirectiveNoFileComp))
 
 	cmd.AddCommand(create,

@@ -53,3 +53,33 @@ func TestExamplesValidate(t *testing.T) {
 		})
 	}
 }
+
+// The examples' tenants may all be applied to one cluster (the
+// configuration workflow lab applies the directory): no two of them have
+// overlapping networks, which a write refuses.
+func TestExamplesTenantNetworksApart(t *testing.T) {
+	files, err := filepath.Glob("../../examples/*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := catalogtest.New()
+	for _, f := range files {
+		fh, err := os.Open(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs, err := Decode(fh, f)
+		fh.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range objs {
+			if o.GetTenant() != nil {
+				c.Put(o.GetTenant())
+			}
+		}
+	}
+	if got := api.NetworkOverlaps(c); len(got) > 0 {
+		t.Fatalf("the examples' tenants overlap: %q", got)
+	}
+}

@@ -37,7 +37,7 @@ func regexLimits() string {
 var rules = map[string]rule{
 	"teapot.v1.Tenant.name":                {doc: "Name of the tenant.", required: true, limits: nameLimits, example: "acme"},
 	"teapot.v1.Tenant.domains":             {limits: atMost(api.MaxTenantDomains, "names; no wildcards; no overlap with another tenant's domains"), example: "[acme.example]"},
-	"teapot.v1.Tenant.networks":            {limits: atMost(api.MaxTenantNetworks, "CIDRs in canonical form"), example: "[10.20.0.0/16]"},
+	"teapot.v1.Tenant.networks":            {limits: atMost(api.MaxTenantNetworks, "CIDRs in canonical form, none overlapping another tenant's networks"), example: "[10.20.0.0/16]"},
 	"teapot.v1.Tenant.pools":               {limits: atMost(api.MaxTenantPools, "pools; each must exist"), example: "[public]"},
 	"teapot.v1.Tenant.quotas":              {doc: "Bounds on what the tenant may write and use; a field left out or 0 takes the cluster's default."},
 	"teapot.v1.Tenant.pods_routable":       {def: "false"},
@@ -46,12 +46,13 @@ var rules = map[string]rule{
 	"teapot.v1.Tenant.meta":                {readOnly: true, opaque: true, doc: "Revision, generation and times, stamped by the cluster."},
 	"teapot.v1.Tenant.bgp":                 {example: "{ asn: 64600, peers: [10.20.0.5] }"},
 
-	"teapot.v1.TenantBGP.asn":                {required: true, example: "64600"},
-	"teapot.v1.TenantBGP.peers":              {required: true, limits: atMost(api.MaxTenantBGPPeers, "addresses, each inside the tenant's networks"), example: "[10.20.0.5]"},
-	"teapot.v1.TenantBGP.password":           {limits: fmt.Sprintf("at most %d characters", api.MaxBGPPasswordLen)},
-	"teapot.v1.TenantBGP.max_prefixes":       {def: fmt.Sprint(api.DefaultTenantBGPMaxPrefixes), limits: fmt.Sprintf("at most %d", api.MaxTenantBGPMaxPrefixes)},
-	"teapot.v1.TenantBGP.max_prefix_length":  {def: "32", limits: "1 to 32"},
-	"teapot.v1.TenantBGP.max_prefix_length6": {def: "128", limits: "1 to 128"},
+	"teapot.v1.TenantBGP.asn":                    {required: true, example: "64600"},
+	"teapot.v1.TenantBGP.peers":                  {required: true, limits: atMost(api.MaxTenantBGPPeers, "addresses, each inside the tenant's networks"), example: "[10.20.0.5]"},
+	"teapot.v1.TenantBGP.password":               {limits: fmt.Sprintf("at most %d characters", api.MaxBGPPasswordLen)},
+	"teapot.v1.TenantBGP.max_prefixes":           {def: fmt.Sprint(api.DefaultTenantBGPMaxPrefixes), limits: fmt.Sprintf("at most %d", api.MaxTenantBGPMaxPrefixes)},
+	"teapot.v1.TenantBGP.max_prefix_length":      {def: "32", limits: "1 to 32"},
+	"teapot.v1.TenantBGP.max_updates_per_second": {def: fmt.Sprint(api.DefaultTenantBGPUpdateRate), limits: fmt.Sprintf("at most %d; bursts of maxPrefixes more", api.MaxTenantBGPUpdateRate)},
+	"teapot.v1.TenantBGP.max_prefix_length6":     {def: "128", limits: "1 to 128"},
 
 	"teapot.v1.Quotas.load_balancers":           {doc: "Load balancers the tenant may have.", def: quotaDefault((*pb.Quotas).GetLoadBalancers)},
 	"teapot.v1.Quotas.addresses":                {doc: "Distinct VIP addresses the tenant may hold (a dual-stack load balancer holds two).", def: quotaDefault((*pb.Quotas).GetAddresses)},
@@ -80,6 +81,7 @@ var rules = map[string]rule{
 	"teapot.v1.VIPPool.tenants":      {limits: atMost(api.MaxPoolTenants, "tenants; each must exist")},
 	"teapot.v1.VIPPool.allow_shared": {def: "false"},
 	"teapot.v1.VIPPool.communities":  {limits: atMost(api.MaxPoolCommunities, "communities, each ASN:VALUE with numbers from 0 to 65535"), example: "[\"65000:100\"]"},
+	"teapot.v1.VIPPool.interface":    {limits: "arp pools only; an interface name of at most 15 bytes", def: "the host's --vip-interface", example: "eth1"},
 	"teapot.v1.VIPPool.meta":         {readOnly: true, opaque: true, doc: "Revision, generation and times, stamped by the cluster."},
 
 	"teapot.v1.LoadBalancer.name":       {doc: "Name of the load balancer, unique within its tenant.", required: true, limits: nameLimits, example: "shop"},

@@ -11,6 +11,8 @@ var (
 		"Routes the tenant's speakers announce to this host: installed (result=accepted) or dropped (result=dropped).", []string{"tenant", "result"}, nil)
 	descLimits = prometheus.NewDesc("teapot_lb_tenant_bgp_prefix_limit_total",
 		"Sessions this host closed for announcing more than the tenant's bgp.maxPrefixes.", []string{"tenant"}, nil)
+	descUpdateLimits = prometheus.NewDesc("teapot_lb_tenant_bgp_update_limit_total",
+		"Sessions this host closed for sending UPDATE messages faster than the tenant's bgp.maxUpdatesPerSecond.", []string{"tenant"}, nil)
 )
 
 // Collector exports, per tenant with BGP, its sessions with this host and
@@ -23,6 +25,7 @@ func (c relayCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descSessions
 	ch <- descRoutes
 	ch <- descLimits
+	ch <- descUpdateLimits
 }
 
 func (c relayCollector) Collect(ch chan<- prometheus.Metric) {
@@ -44,5 +47,6 @@ func (c relayCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descRoutes, prometheus.GaugeValue, float64(o.GetAcceptedCount()), name, "accepted")
 		ch <- prometheus.MustNewConstMetric(descRoutes, prometheus.GaugeValue, float64(o.GetDroppedCount()), name, "dropped")
 		ch <- prometheus.MustNewConstMetric(descLimits, prometheus.CounterValue, float64(r.limits[name]), name)
+		ch <- prometheus.MustNewConstMetric(descUpdateLimits, prometheus.CounterValue, float64(r.rateLimits[name]), name)
 	}
 }

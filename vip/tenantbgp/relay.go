@@ -91,14 +91,19 @@ type Relay struct {
 	mu    sync.Mutex
 	world *world
 	obs   map[string]*pb.TenantBGPObservation
-	// limits counts the sessions closed for their prefix count, by tenant.
-	limits map[string]uint64
+	// limits counts the sessions closed for their prefix count, by
+	// tenant, and rateLimits those closed for their update rate.
+	limits, rateLimits map[string]uint64
 
 	// Owned by the loop.
 	peers      map[netip.Addr]string // configured peer -> fingerprint
 	states     map[netip.Addr]sessionState
 	limitSince map[netip.Addr]time.Time
 	dropped    map[string]bool // tenant prefix reason, as last reported
+	// buckets bound each established session's UPDATE messages, and
+	// rateLimited holds the sessions closed for going over (rate.go).
+	buckets     map[netip.Addr]*updateBucket
+	rateLimited map[netip.Addr]rateLimit
 }
 
 type sessionState struct {
@@ -119,8 +124,10 @@ func New(cfg Config) (*Relay, error) {
 		cfg.LimitHold = LimitHold
 	}
 	r := &Relay{cfg: cfg, log: cfg.Logger.With("component", "tenant-bgp"), kick: make(chan struct{}, 1), world: compile(nil),
-		obs: map[string]*pb.TenantBGPObservation{}, limits: map[string]uint64{}, peers: map[netip.Addr]string{}, states: map[netip.Addr]sessionState{},
-		limitSince: map[netip.Addr]time.Time{}, dropped: map[string]bool{}}
+		obs: map[string]*pb.TenantBGPObservation{}, limits: map[string]uint64{}, rateLimits: map[string]uint64{},
+		peers: map[netip.Addr]string{}, states: map[netip.Addr]sessionState{},
+		limitSince: map[netip.Addr]time.Time{}, dropped: map[string]bool{},
+		buckets: map[netip.Addr]*updateBucket{}, rateLimited: map[netip.Addr]rateLimit{}}
 	if cfg.ASN == 0 {
 		return r, nil
 	}
@@ -227,7 +234,7 @@ func (r *Relay) pass(ctx context.Context) {
 	r.mu.Unlock()
 	r.syncPeers(ctx, w)
 	now := time.Now()
-	r.readStates(ctx, now)
+	r.readStates(ctx, w, now)
 	host := r.cfg.HostAddrs()
 	obs := map[string]*pb.TenantBGPObservation{}
 	for name := range w.tenants {
@@ -315,6 +322,8 @@ func (r *Relay) syncPeers(ctx context.Context, w *world) {
 		delete(r.peers, a)
 		delete(r.states, a)
 		delete(r.limitSince, a)
+		delete(r.buckets, a)
+		delete(r.rateLimited, a)
 	}
 	for a, p := range want {
 		if _, ok := r.peers[a]; ok {
@@ -331,48 +340,58 @@ func (r *Relay) syncPeers(ctx context.Context, w *world) {
 	}
 }
 
-// readStates reads each session's state, and dials again a session closed
-// for its prefix count LimitHold after it was closed.
-func (r *Relay) readStates(ctx context.Context, now time.Time) {
-	err := r.srv.ListPeer(ctx, &gobgpapi.ListPeerRequest{}, func(p *gobgpapi.Peer) {
-		a, err := netip.ParseAddr(p.GetConf().GetNeighborAddress())
-		if err != nil {
-			return
-		}
-		if _, ok := r.peers[a]; !ok {
-			return
-		}
-		st := p.GetState()
-		state := strings.ToLower(strings.TrimPrefix(st.GetSessionState().String(), "SESSION_STATE_"))
-		reason := st.GetDisconnectMessage()
-		if st.GetAdminState() == gobgpapi.PeerState_ADMIN_STATE_PFX_CT {
-			state = "prefix-limit"
-			var limit uint32
-			for _, af := range p.GetAfiSafis() {
-				limit = max(limit, af.GetPrefixLimits().GetMaxPrefixes())
-			}
-			reason = fmt.Sprintf("announced more than maxPrefixes (%d); dialled again %s after it was closed", limit, r.cfg.LimitHold)
-			since, ok := r.limitSince[a]
-			if !ok {
-				r.limitSince[a] = now
-				r.limitEvent(a, reason)
-			} else if now.Sub(since) >= r.cfg.LimitHold {
-				if err := r.srv.EnablePeer(ctx, &gobgpapi.EnablePeerRequest{Address: a.String()}); err == nil {
-					delete(r.limitSince, a)
-				}
-			}
-		}
-		prev := r.states[a]
-		if prev.state != state {
-			prev.since = now
-			r.log.Info("tenant BGP session", "peer", a, "state", state, "reason", reason)
-		}
-		prev.state, prev.reason = state, reason
-		r.states[a] = prev
-	})
+// readStates reads each session's state, closes one over its update
+// rate (checkRate), and dials again a session closed for its prefix count
+// or its rate LimitHold after it was closed.
+func (r *Relay) readStates(ctx context.Context, w *world, now time.Time) {
+	var peers []*gobgpapi.Peer
+	err := r.srv.ListPeer(ctx, &gobgpapi.ListPeerRequest{}, func(p *gobgpapi.Peer) { peers = append(peers, p) })
+	for _, p := range peers {
+		r.readState(ctx, w, p, now)
+	}
 	if err != nil && ctx.Err() == nil {
 		r.log.Warn("cannot read the tenant BGP sessions", "err", err)
 	}
+}
+
+// readState reads one session's state.
+func (r *Relay) readState(ctx context.Context, w *world, p *gobgpapi.Peer, now time.Time) {
+	a, err := netip.ParseAddr(p.GetConf().GetNeighborAddress())
+	if err != nil {
+		return
+	}
+	if _, ok := r.peers[a]; !ok {
+		return
+	}
+	st := p.GetState()
+	state := strings.ToLower(strings.TrimPrefix(st.GetSessionState().String(), "SESSION_STATE_"))
+	reason := st.GetDisconnectMessage()
+	if st.GetAdminState() == gobgpapi.PeerState_ADMIN_STATE_PFX_CT {
+		state = "prefix-limit"
+		var limit uint32
+		for _, af := range p.GetAfiSafis() {
+			limit = max(limit, af.GetPrefixLimits().GetMaxPrefixes())
+		}
+		reason = fmt.Sprintf("announced more than maxPrefixes (%d); dialled again %s after it was closed", limit, r.cfg.LimitHold)
+		since, ok := r.limitSince[a]
+		if !ok {
+			r.limitSince[a] = now
+			r.limitEvent(a, reason)
+		} else if now.Sub(since) >= r.cfg.LimitHold {
+			if err := r.srv.EnablePeer(ctx, &gobgpapi.EnablePeerRequest{Address: a.String()}); err == nil {
+				delete(r.limitSince, a)
+			}
+		}
+	} else if s, why := r.checkRate(ctx, a, p, w.tenants[w.peers[a]], now); s != "" {
+		state, reason = s, why
+	}
+	prev := r.states[a]
+	if prev.state != state {
+		prev.since = now
+		r.log.Info("tenant BGP session", "peer", a, "state", state, "reason", reason)
+	}
+	prev.state, prev.reason = state, reason
+	r.states[a] = prev
 }
 
 type learned struct {

@@ -911,7 +911,12 @@ type ClusterStatusResponse struct {
 	HeartbeatTimeout string `protobuf:"bytes,7,opt,name=heartbeat_timeout,json=heartbeatTimeout,proto3" json:"heartbeat_timeout,omitempty"`
 	ElectionTimeout  string `protobuf:"bytes,8,opt,name=election_timeout,json=electionTimeout,proto3" json:"election_timeout,omitempty"`
 	// The lowest feature level of the hosts: what writes may use.
-	FeatureLevel  uint32 `protobuf:"varint,9,opt,name=feature_level,json=featureLevel,proto3" json:"feature_level,omitempty"`
+	FeatureLevel uint32 `protobuf:"varint,9,opt,name=feature_level,json=featureLevel,proto3" json:"feature_level,omitempty"`
+	// Problems of the stored state that writes now refuse but a state
+	// written by an older release may hold: tenants whose networks overlap
+	// (at most 20 listed, then a count). An operator fixes them by
+	// narrowing one tenant's networks.
+	Problems      []string `protobuf:"bytes,180,rep,name=problems,proto3" json:"problems,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1007,6 +1012,13 @@ func (x *ClusterStatusResponse) GetFeatureLevel() uint32 {
 		return x.FeatureLevel
 	}
 	return 0
+}
+
+func (x *ClusterStatusResponse) GetProblems() []string {
+	if x != nil {
+		return x.Problems
+	}
+	return nil
 }
 
 type NodeStatus struct {
@@ -2337,7 +2349,7 @@ const file_teapotv1_admin_proto_rawDesc = "" +
 	"\aobjects\x18\x01 \x03(\v2\x11.teapot.v1.ObjectR\aobjects\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\x12&\n" +
 	"\x0fnext_page_token\x18\x03 \x01(\tR\rnextPageToken\"\x16\n" +
-	"\x14ClusterStatusRequest\"\xd0\x02\n" +
+	"\x14ClusterStatusRequest\"\xed\x02\n" +
 	"\x15ClusterStatusResponse\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x1b\n" +
@@ -2348,7 +2360,8 @@ const file_teapotv1_admin_proto_rawDesc = "" +
 	"\x05nodes\x18\x06 \x03(\v2\x15.teapot.v1.NodeStatusR\x05nodes\x12+\n" +
 	"\x11heartbeat_timeout\x18\a \x01(\tR\x10heartbeatTimeout\x12)\n" +
 	"\x10election_timeout\x18\b \x01(\tR\x0felectionTimeout\x12#\n" +
-	"\rfeature_level\x18\t \x01(\rR\ffeatureLevel\"\xbd\x04\n" +
+	"\rfeature_level\x18\t \x01(\rR\ffeatureLevel\x12\x1b\n" +
+	"\bproblems\x18\xb4\x01 \x03(\tR\bproblems\"\xbd\x04\n" +
 	"\n" +
 	"NodeStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +

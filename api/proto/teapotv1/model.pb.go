@@ -104,6 +104,10 @@ type Tenant struct {
 	// DNS names (and their subdomains) the tenant may route and get certificates for.
 	Domains []string `protobuf:"bytes,2,rep,name=domains,proto3" json:"domains,omitempty"`
 	// CIDRs its backend members may live in; nothing outside them is dialled.
+	// They may not overlap another tenant's networks (every host dials from
+	// one routing table): a write that makes a new overlap is refused,
+	// naming both networks; an overlap stored by an older release is kept
+	// until one side is narrowed, and listed by `cluster status`.
 	Networks []string `protobuf:"bytes,3,rep,name=networks,proto3" json:"networks,omitempty"`
 	// VIP pools the tenant may allocate from.
 	Pools  []string `protobuf:"bytes,4,rep,name=pools,proto3" json:"pools,omitempty"`
@@ -249,8 +253,13 @@ type TenantBGP struct {
 	// (0: 128); more specific ones are dropped.
 	MaxPrefixLength  uint32 `protobuf:"varint,5,opt,name=max_prefix_length,json=maxPrefixLength,proto3" json:"max_prefix_length,omitempty"`
 	MaxPrefixLength6 uint32 `protobuf:"varint,6,opt,name=max_prefix_length6,json=maxPrefixLength6,proto3" json:"max_prefix_length6,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// UPDATE messages per second one session may send (0: 100; at most
+	// 10000), with bursts of maxPrefixes more (a whole table at once). A
+	// session that sends faster is closed, counted and dialled again after
+	// 30s; its routes go with it.
+	MaxUpdatesPerSecond uint32 `protobuf:"varint,180,opt,name=max_updates_per_second,json=maxUpdatesPerSecond,proto3" json:"max_updates_per_second,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *TenantBGP) Reset() {
@@ -321,6 +330,13 @@ func (x *TenantBGP) GetMaxPrefixLength() uint32 {
 func (x *TenantBGP) GetMaxPrefixLength6() uint32 {
 	if x != nil {
 		return x.MaxPrefixLength6
+	}
+	return 0
+}
+
+func (x *TenantBGP) GetMaxUpdatesPerSecond() uint32 {
+	if x != nil {
+		return x.MaxUpdatesPerSecond
 	}
 	return 0
 }
@@ -573,8 +589,15 @@ type VIPPool struct {
 	// static pools. Off: a VIP stays announced whatever its members do.
 	WithdrawWhenDown bool  `protobuf:"varint,7,opt,name=withdraw_when_down,json=withdrawWhenDown,proto3" json:"withdraw_when_down,omitempty"`
 	Meta             *Meta `protobuf:"bytes,15,opt,name=meta,proto3" json:"meta,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// arp pools only: the interface of every LB host the pool's addresses
+	// live on and are announced on (gratuitous ARP, unsolicited NA), so
+	// that a host serves a public pool on one network and a private pool on
+	// another. Empty: the host's --vip-interface. A host that has no such
+	// interface, or whose interface is down, does not hold the pool's VIPs
+	// and says why (cluster status, explain); another host holds them.
+	Interface     string `protobuf:"bytes,180,opt,name=interface,proto3" json:"interface,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *VIPPool) Reset() {
@@ -661,6 +684,13 @@ func (x *VIPPool) GetMeta() *Meta {
 		return x.Meta
 	}
 	return nil
+}
+
+func (x *VIPPool) GetInterface() string {
+	if x != nil {
+		return x.Interface
+	}
+	return ""
 }
 
 // LoadBalancer is one virtual service of a tenant.
@@ -4353,14 +4383,15 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\x13revoked_credentials\x18\a \x03(\tR\x12revokedCredentials\x12\x10\n" +
 	"\x03uid\x18\b \x01(\tR\x03uid\x12#\n" +
 	"\x04meta\x18\x0f \x01(\v2\x0f.teapot.v1.MetaR\x04meta\x12&\n" +
-	"\x03bgp\x18< \x01(\v2\x14.teapot.v1.TenantBGPR\x03bgp\"\xcc\x01\n" +
+	"\x03bgp\x18< \x01(\v2\x14.teapot.v1.TenantBGPR\x03bgp\"\x82\x02\n" +
 	"\tTenantBGP\x12\x10\n" +
 	"\x03asn\x18\x01 \x01(\rR\x03asn\x12\x14\n" +
 	"\x05peers\x18\x02 \x03(\tR\x05peers\x12\x1a\n" +
 	"\bpassword\x18\x03 \x01(\tR\bpassword\x12!\n" +
 	"\fmax_prefixes\x18\x04 \x01(\rR\vmaxPrefixes\x12*\n" +
 	"\x11max_prefix_length\x18\x05 \x01(\rR\x0fmaxPrefixLength\x12,\n" +
-	"\x12max_prefix_length6\x18\x06 \x01(\rR\x10maxPrefixLength6\"\x93\x06\n" +
+	"\x12max_prefix_length6\x18\x06 \x01(\rR\x10maxPrefixLength6\x124\n" +
+	"\x16max_updates_per_second\x18\xb4\x01 \x01(\rR\x13maxUpdatesPerSecond\"\x93\x06\n" +
 	"\x06Quotas\x12%\n" +
 	"\x0eload_balancers\x18\x01 \x01(\rR\rloadBalancers\x12\x1c\n" +
 	"\taddresses\x18\x02 \x01(\rR\taddresses\x12\"\n" +
@@ -4383,7 +4414,7 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\fstored_bytes\x18\x14 \x01(\x04R\vstoredBytes\x12&\n" +
 	"\x0frate_limit_keys\x182 \x01(\rR\rrateLimitKeys\x12,\n" +
 	"\x12waf_cpu_millicores\x183 \x01(\rR\x10wafCpuMillicores\x124\n" +
-	"\x16write_bytes_per_second\x18\xbe\x01 \x01(\x04R\x13writeBytesPerSecond\"\xf9\x01\n" +
+	"\x16write_bytes_per_second\x18\xbe\x01 \x01(\x04R\x13writeBytesPerSecond\"\x98\x02\n" +
 	"\aVIPPool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05cidrs\x18\x02 \x03(\tR\x05cidrs\x12\x12\n" +
@@ -4392,7 +4423,8 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\fallow_shared\x18\x05 \x01(\bR\vallowShared\x12 \n" +
 	"\vcommunities\x18\x06 \x03(\tR\vcommunities\x12,\n" +
 	"\x12withdraw_when_down\x18\a \x01(\bR\x10withdrawWhenDown\x12#\n" +
-	"\x04meta\x18\x0f \x01(\v2\x0f.teapot.v1.MetaR\x04meta\"\xfb\x03\n" +
+	"\x04meta\x18\x0f \x01(\v2\x0f.teapot.v1.MetaR\x04meta\x12\x1d\n" +
+	"\tinterface\x18\xb4\x01 \x01(\tR\tinterface\"\xfb\x03\n" +
 	"\fLoadBalancer\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12'\n" +
