@@ -103,6 +103,11 @@ const (
 	// server name (listeners[].tls.sniScopes). A host of an earlier
 	// release ignores the field and serves such requests.
 	FeatureMisdirectedRequests = "misdirected-requests"
+	// FeatureACMEWildcard: wildcard route hosts ("*.acme.example") on
+	// https listeners with tls.acme, issued through ACME DNS-01 from the
+	// LB hosts' own DNS. A host of an earlier release leaves them out of
+	// its ACME names and serves them no certificate.
+	FeatureACMEWildcard = "acme-wildcard"
 )
 
 // FeatureLevel is the highest cluster feature level this release
@@ -138,6 +143,7 @@ var featureLevels = map[string]uint32{
 	FeatureWAFExclusions:       5,
 	FeatureTLSTerminate:        5,
 	FeatureMisdirectedRequests: 5,
+	FeatureACMEWildcard:        5,
 }
 
 // LevelOf is the feature level a feature needs on every host (0 for a
@@ -179,7 +185,7 @@ func FeatureRefusal(uses []FeatureUse, need uint32, older []string) error {
 
 // Features returns the features this release serves.
 func Features() []string {
-	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureNotFoundRoutes, FeatureCORS, FeatureClientValidation, FeatureRouteRetry, FeatureBackendHeaders, FeatureBackendTLS, FeatureWAFExclusions, FeatureTLSTerminate, FeatureMisdirectedRequests}
+	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureNotFoundRoutes, FeatureCORS, FeatureClientValidation, FeatureRouteRetry, FeatureBackendHeaders, FeatureBackendTLS, FeatureWAFExclusions, FeatureTLSTerminate, FeatureMisdirectedRequests, FeatureACMEWildcard}
 }
 
 // FeatureUse is one place where a write uses a feature: the feature and
@@ -233,6 +239,13 @@ func FeaturesUsed(obj *pb.Object) []FeatureUse {
 		}
 		if usesSNIScopes(ls) {
 			out = append(out, FeatureUse{Feature: FeatureMisdirectedRequests, Field: fmt.Sprintf("%s: listeners[%d].tls.sniScopes", RefString(RefOf(obj)), i)})
+		}
+	}
+	if usesACME(l) {
+		for i, r := range l.GetRoutes() {
+			if strings.HasPrefix(r.GetHost(), "*.") {
+				out = append(out, FeatureUse{Feature: FeatureACMEWildcard, Field: fmt.Sprintf("%s: routes[%d].host", RefString(RefOf(obj)), i)})
+			}
 		}
 	}
 	if len(l.GetHostnames()) > 0 {
@@ -295,4 +308,14 @@ func FeaturesUsed(obj *pb.Object) []FeatureUse {
 		}
 	}
 	return out
+}
+
+// usesACME reports whether lb has an https listener with tls.acme.
+func usesACME(lb *pb.LoadBalancer) bool {
+	for _, l := range lb.GetListeners() {
+		if l.GetProtocol() == "https" && l.GetTls().GetAcme() {
+			return true
+		}
+	}
+	return false
 }

@@ -336,7 +336,7 @@ func TestComputeDesired(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			d := computeDesired(tc.objs)
+			d := computeDesired(tc.objs, nil)
 			var refused []string
 			for h := range d.refused {
 				refused = append(refused, h)
