@@ -26,7 +26,9 @@ import (
 // through DNS-01 (the challenge's TXT record answered by the LB host from
 // the replicated store), and serves it for two different names under the
 // wildcard, verified with pebble's roots. A wildcard outside the zones the
-// LB hosts answer is refused in its Certificate's status, saying why.
+// LB hosts answer is refused in its Certificate's status, saying why, and
+// a second wildcard order of the tenant is refused by its ACME order
+// budget (--acme-orders-per-tenant) as any order is.
 func TestACMEWildcardThroughOwnDNS(t *testing.T) {
 	pebbletest.Binaries(t)
 	dnsAddr := freeAddrs(t, 1)[0]
@@ -35,7 +37,8 @@ func TestACMEWildcardThroughOwnDNS(t *testing.T) {
 	c := newCluster(t)
 	n := c.newNode()
 	c.start(n, "--dns-addr", dnsAddr, "--dns-zones", "acme.example", "--dns-ns", "ns1.acme.example=127.0.0.1",
-		"--acme-ca", peb.Directory, "--acme-ca-root", peb.RootsFile, "--acme-email", "ops@acme.example")
+		"--acme-ca", peb.Directory, "--acme-ca-root", peb.RootsFile, "--acme-email", "ops@acme.example",
+		"--acme-orders-per-tenant", "1")
 	c.waitMember(n)
 
 	backend := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -125,6 +128,31 @@ pools:
 		return nil
 	})
 	t.Logf("*.acme.example issued through DNS-01 in %s", time.Since(start).Round(time.Millisecond))
+
+	// A second wildcard of acme's is a second order, charged to acme's
+	// budget of one order an hour like an HTTP-01 order.
+	more := strings.Replace(spec, `  - {host: "*.acme.example", path: /, pool: web}`,
+		`  - {host: "*.acme.example", path: /, pool: web}
+  - {host: "*.apps.acme.example", path: /, pool: web}`, 1)
+	if err := os.WriteFile(path, []byte(more), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.cli(n, "apply", "-f", path); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "acme/*.apps.acme.example refused by acme's order budget", func() error {
+		st, err := status("acme", "*.apps.acme.example")
+		if err != nil {
+			return err
+		}
+		if st.State == "valid" {
+			return errStop(fmt.Errorf("issued past the tenant's order budget"))
+		}
+		if !strings.Contains(st.LastError, "ACME order rate limited: tenant acme started its 1 ACME orders") {
+			return fmt.Errorf("state %q, last error %q", st.State, st.LastError)
+		}
+		return nil
+	})
 
 	roots := peb.IssuerRoots(t)
 	for _, name := range []string{"shop.acme.example", "blog.acme.example"} {
