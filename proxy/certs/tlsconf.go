@@ -150,6 +150,8 @@ type policy struct {
 	m *Manager
 	// acme holds the listener's ACME hosts (nil without acme: true).
 	acme map[string]bool
+	// acmeWild: some ACME host is a wildcard.
+	acmeWild bool
 	// uploads holds the cache tags of the uploaded certificates listed in
 	// tls.certificates; order lists them as listed.
 	uploads map[string]bool
@@ -214,6 +216,7 @@ func (m *Manager) policy(l *snapshot.Listener) *policy {
 			for _, r := range l.Routes.Routes() {
 				if r.Host != "" {
 					p.acme[r.Host] = true // a wildcard too: see computeDesired
+					p.acmeWild = p.acmeWild || strings.HasPrefix(r.Host, "*.")
 				}
 			}
 		}
@@ -307,7 +310,7 @@ func (p *policy) getCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, e
 	var best *certmagic.Certificate
 	var bestRank int
 	wild := "" // the wildcard covering name: "*.acme.example" for "shop.acme.example"
-	if _, rest, ok := strings.Cut(name, "."); ok && !strings.HasPrefix(name, "*.") {
+	if _, rest, ok := strings.Cut(name, "."); ok && p.acmeWild && !strings.HasPrefix(name, "*.") {
 		wild = "*." + rest
 	}
 	for _, c := range p.m.cache.AllMatchingCertificates(name) {
