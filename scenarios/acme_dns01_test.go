@@ -20,7 +20,7 @@ import (
 )
 
 // TestACMEWildcardThroughOwnDNS runs the real binary with its own DNS
-// (--dns-zones acme.example) and a real ACME server (pebble) that resolves
+// (--dns-zones acme.example, signed with --dns-dnssec) and a real ACME server (pebble) that resolves
 // and validates with that DNS alone: a tenant's https listener with
 // tls.acme and the route host *.acme.example gets a wildcard certificate
 // through DNS-01 (the challenge's TXT record answered by the LB host from
@@ -36,7 +36,7 @@ func TestACMEWildcardThroughOwnDNS(t *testing.T) {
 
 	c := newCluster(t)
 	n := c.newNode()
-	c.start(n, "--dns-addr", dnsAddr, "--dns-zones", "acme.example", "--dns-ns", "ns1.acme.example=127.0.0.1",
+	c.start(n, "--dns-addr", dnsAddr, "--dns-zones", "acme.example", "--dns-ns", "ns1.acme.example=127.0.0.1", "--dns-dnssec", "acme.example",
 		"--acme-ca", peb.Directory, "--acme-ca-root", peb.RootsFile, "--acme-email", "ops@acme.example",
 		"--acme-orders-per-tenant", "1")
 	c.waitMember(n)
