@@ -3,9 +3,13 @@ package main
 import (
 	"context"
 	"log/slog"
+	"strings"
 
+	"github.com/teapot-lb/teapot-lb/api"
 	"github.com/teapot-lb/teapot-lb/api/observe"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+	"github.com/teapot-lb/teapot-lb/consensus"
+	"github.com/teapot-lb/teapot-lb/proxy/certs"
 	"github.com/teapot-lb/teapot-lb/proxy/dns"
 	"github.com/teapot-lb/teapot-lb/vip"
 )
@@ -15,7 +19,8 @@ import (
 // manager which VIPs some host holds and follows the data plane's
 // readiness through plane.
 // Zones of --dns-dnssec keep their keys in keys (the replicated store).
-func openDNS(ctx context.Context, cfg serveConfig, log *slog.Logger, state func() ([]*pb.Object, uint64), keys dns.KeyStore, vm *vip.Manager, plane *observe.Plane, stack *closers) (*dns.Server, error) {
+// The ACME DNS-01 challenges come from the store items that watch yields.
+func openDNS(ctx context.Context, cfg serveConfig, log *slog.Logger, state func() ([]*pb.Object, uint64), keys dns.KeyStore, watch func() *consensus.Watcher, vm *vip.Manager, plane *observe.Plane, stack *closers) (*dns.Server, error) {
 	dc, err := cfg.dnsSettings().Config()
 	if err != nil || !dc.Enabled() {
 		return nil, err
@@ -30,6 +35,7 @@ func openDNS(ctx context.Context, cfg serveConfig, log *slog.Logger, state func(
 	}
 	vm.SetServingWatch(srv.SetHeld)
 	go srv.FollowObserved(ctx, plane)
+	go followChallenges(ctx, watch().Only(api.KindStorageItem), srv)
 	go func() {
 		if err := srv.Run(ctx); err != nil {
 			log.Error("DNS server stopped", "component", "dns", "err", err)
@@ -37,4 +43,50 @@ func openDNS(ctx context.Context, cfg serveConfig, log *slog.Logger, state func(
 	}()
 	stack.PushFunc(func() { srv.Close() })
 	return srv, nil
+}
+
+// followChallenges carries the ACME DNS-01 challenges that the certificate
+// managers keep in the replicated store (under certs.DNS01Prefix) to the
+// DNS server, which answers their TXT records. It has a watch of its own:
+// the data plane's and the certificate manager's pass over revisions
+// that change only storage items.
+func followChallenges(ctx context.Context, w *consensus.Watcher, srv *dns.Server) {
+	type record struct{ name, txt string }
+	recs := map[string]record{} // store key -> record
+	put := func(o *pb.Object) {
+		it := o.GetStorageItem()
+		if name, txt, ok := certs.DNS01Record(it.GetKey(), it.GetValue()); ok {
+			recs[it.GetKey()] = record{name, txt}
+		}
+	}
+	for {
+		ev, err := w.Next(ctx)
+		if err != nil {
+			return
+		}
+		changed := ev.Reset
+		if ev.Reset {
+			clear(recs)
+			for _, o := range ev.Objects {
+				put(o)
+			}
+		}
+		for _, c := range ev.Changes {
+			if c.Ref.GetKind() != api.KindStorageItem || !strings.HasPrefix(c.Ref.GetName(), certs.DNS01Prefix) {
+				continue
+			}
+			changed = true
+			delete(recs, c.Ref.GetName())
+			if c.Object != nil {
+				put(c.Object)
+			}
+		}
+		if changed {
+			byName := map[string][]string{}
+			for _, r := range recs {
+				byName[r.name] = append(byName[r.name], r.txt)
+			}
+			srv.SetChallenges(byName)
+		}
+	}
 }

@@ -165,7 +165,7 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 		return err
 	}
 	stack.Push(node.Close)
-	dnsSrv, err := openDNS(ctx, cfg, log, node.Objects, certs.NewStorage(node, cfg.NodeID, 0, log), vm, plane, &stack)
+	dnsSrv, err := openDNS(ctx, cfg, log, node.Objects, certs.NewStorage(node, cfg.NodeID, 0, log), func() *consensus.Watcher { return node.Watch(0) }, vm, plane, &stack)
 	if err != nil {
 		return err
 	}
@@ -201,11 +201,16 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 	if err != nil {
 		return err
 	}
-	cm, err := certs.New(certs.Config{
+	ccm := certs.Config{
 		Store: node, Host: cfg.NodeID, CA: cfg.ACMECA, Email: cfg.ACMEEmail, Roots: roots,
 		TicketSecret: node.CA().KeyPEM, RenewCheckInterval: time.Duration(cfg.ACMERenewCheck), Logger: log,
 		Events: host.Events().Add, OrdersPerHour: cfg.ACMEOrdersPerTenant, CPU: cpu,
-	})
+	}
+	if dnsSrv != nil {
+		// Wildcards of the zones this host answers: DNS-01 from its own DNS.
+		ccm.DNSZones, ccm.DNS01Wait = dnsSrv.Zones(), dnsSrv.WaitChallenge
+	}
+	cm, err := certs.New(ccm)
 	if err != nil {
 		return err
 	}

@@ -119,6 +119,11 @@ const (
 	// tenant's BGP session may send (bgp.maxUpdatesPerSecond). A host of
 	// an earlier release ignores it and bounds nothing.
 	FeatureTenantBGPUpdateRate = "tenant-bgp-update-rate"
+	// FeatureACMEWildcard: wildcard route hosts ("*.acme.example") on
+	// https listeners with tls.acme, issued through ACME DNS-01 from the
+	// LB hosts' own DNS. A host of an earlier release leaves them out of
+	// its ACME names and serves them no certificate.
+	FeatureACMEWildcard = "acme-wildcard"
 )
 
 // FeatureLevel is the highest cluster feature level this release
@@ -158,6 +163,7 @@ var featureLevels = map[string]uint32{
 	FeatureWriteBudget:         5,
 	FeaturePoolInterface:       5,
 	FeatureTenantBGPUpdateRate: 5,
+	FeatureACMEWildcard:        5,
 }
 
 // LevelOf is the feature level a feature needs on every host (0 for a
@@ -199,7 +205,7 @@ func FeatureRefusal(uses []FeatureUse, need uint32, older []string) error {
 
 // Features returns the features this release serves.
 func Features() []string {
-	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureNotFoundRoutes, FeatureCORS, FeatureClientValidation, FeatureRouteRetry, FeatureBackendHeaders, FeatureBackendTLS, FeatureWAFExclusions, FeatureTLSTerminate, FeatureMisdirectedRequests, FeatureRateLimitHeader, FeatureWriteBudget, FeaturePoolInterface, FeatureTenantBGPUpdateRate}
+	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureNotFoundRoutes, FeatureCORS, FeatureClientValidation, FeatureRouteRetry, FeatureBackendHeaders, FeatureBackendTLS, FeatureWAFExclusions, FeatureTLSTerminate, FeatureMisdirectedRequests, FeatureRateLimitHeader, FeatureWriteBudget, FeaturePoolInterface, FeatureTenantBGPUpdateRate, FeatureACMEWildcard}
 }
 
 // FeatureUse is one place where a write uses a feature: the feature and
@@ -268,6 +274,13 @@ func FeaturesUsed(obj *pb.Object) []FeatureUse {
 			out = append(out, FeatureUse{Feature: FeatureMisdirectedRequests, Field: fmt.Sprintf("%s: listeners[%d].tls.sniScopes", RefString(RefOf(obj)), i)})
 		}
 	}
+	if usesACME(l) {
+		for i, r := range l.GetRoutes() {
+			if strings.HasPrefix(r.GetHost(), "*.") {
+				out = append(out, FeatureUse{Feature: FeatureACMEWildcard, Field: fmt.Sprintf("%s: routes[%d].host", RefString(RefOf(obj)), i)})
+			}
+		}
+	}
 	if len(l.GetHostnames()) > 0 {
 		out = append(out, FeatureUse{Feature: FeatureHostnames, Field: RefString(RefOf(obj)) + ": hostnames"})
 	}
@@ -334,4 +347,14 @@ func FeaturesUsed(obj *pb.Object) []FeatureUse {
 		}
 	}
 	return out
+}
+
+// usesACME reports whether lb has an https listener with tls.acme.
+func usesACME(lb *pb.LoadBalancer) bool {
+	for _, l := range lb.GetListeners() {
+		if l.GetProtocol() == "https" && l.GetTls().GetAcme() {
+			return true
+		}
+	}
+	return false
 }

@@ -86,7 +86,7 @@ func TestValidateLoadBalancerSpec(t *testing.T) {
 
 		// routes
 		{"acme with empty host", func(lb *pb.LoadBalancer) { lb.Routes[0].Host = "" }, bad("routes[0].host", "ACME, which needs a host name")},
-		{"acme with wildcard", func(lb *pb.LoadBalancer) { lb.Routes[0].Host = "*.acme.example" }, bad("routes[0].host", "upload a certificate")},
+		{"acme with wildcard", func(lb *pb.LoadBalancer) { lb.Routes[0].Host = "*.acme.example" }, pass()},
 		{"wildcard with uploaded cert", func(lb *pb.LoadBalancer) {
 			lb.Routes[0].Host = "*.acme.example"
 			lb.Listeners[0].Tls.Certificates = []string{"shop-cert"}

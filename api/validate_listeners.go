@@ -183,13 +183,12 @@ func checkRoutes(ck *checker, lb *pb.LoadBalancer, tenant *pb.Tenant) {
 		if len(host) > MaxHostLen || tooLong(ck, f+".path", r.GetPath(), MaxPathLen) {
 			continue
 		}
-		if hostOK && acmeOnly >= 0 {
-			switch {
-			case host == "":
-				ck.invalidf(f+".host", "required: listeners[%d] gets its certificate from ACME, which needs a host name", acmeOnly)
-			case strings.HasPrefix(host, "*."):
-				ck.invalidf(f+".host", "%s is a wildcard, which ACME does not issue here; upload a certificate and list it in listeners[%d].tls.certificates", host, acmeOnly)
-			}
+		// A wildcard is issued through DNS-01 when its zone is one the LB
+		// hosts answer (--dns-zones, a setting of the hosts, not of the
+		// state): else its Certificate is refused, saying why
+		// (proxy/certs computeDesired).
+		if hostOK && acmeOnly >= 0 && host == "" {
+			ck.invalidf(f+".host", "required: listeners[%d] gets its certificate from ACME, which needs a host name", acmeOnly)
 		}
 		if len(r.GetMatches()) > 0 {
 			if r.GetPath() != "" || r.GetPathType() != "" {

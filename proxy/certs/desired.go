@@ -38,12 +38,15 @@ type desired struct {
 type refusal struct{ tenant, reason string }
 
 // computeDesired works out, purely from the state, which names get ACME
-// certificates: every exact host routed by a load balancer with an https
+// certificates: every host routed by a load balancer with an https
 // listener that has acme: true, when the host lies inside its tenant's
-// domains. Each tenant gets at most quotas.certificates certificates,
-// uploaded ones counted first, then its ACME hosts in name order; the rest
-// are refused. Every host computes the same result from the same state.
-func computeDesired(objs []*pb.Object) *desired {
+// domains; a wildcard ("*.acme.example") only when it lies in one of
+// zones, the zones the LB hosts answer (--dns-zones), since only DNS-01
+// issues it: another is refused, saying so. Each tenant gets at most
+// quotas.certificates certificates, uploaded ones counted first, then its
+// ACME hosts in name order; the rest are refused. Every host computes the
+// same result from the same state (and the same zones).
+func computeDesired(objs []*pb.Object, zones []string) *desired {
 	d := &desired{
 		managed:  map[string]string{},
 		refused:  map[string]refusal{},
@@ -76,13 +79,18 @@ func computeDesired(objs []*pb.Object) *desired {
 		}
 		for _, r := range lb.GetRoutes() {
 			h := strings.ToLower(r.GetHost())
-			if h == "" || strings.HasPrefix(h, "*.") || !isHostName(h) || !api.HostInDomains(h, t.GetDomains()) {
+			base, wild := strings.CutPrefix(h, "*.")
+			if h == "" || !isHostName(base) || !api.HostInDomains(h, t.GetDomains()) {
 				continue
 			}
 			if _, seen := owner[h]; seen {
 				continue // domains are exclusive: the first tenant keeps it
 			}
 			owner[h] = t.GetName()
+			if wild && !InZones(h, zones) {
+				d.refused[h] = refusal{tenant: t.GetName(), reason: wildcardRefusal(h, zones)}
+				continue
+			}
 			hosts[t.GetName()] = append(hosts[t.GetName()], h)
 		}
 	}
@@ -145,4 +153,14 @@ func wantsACME(lb *pb.LoadBalancer) bool {
 // labels (api.IsDNSName).
 func isHostName(s string) bool {
 	return strings.Contains(s, ".") && api.IsDNSName(s)
+}
+
+// wildcardRefusal says why the wildcard host gets no ACME certificate.
+func wildcardRefusal(host string, zones []string) string {
+	served := "none"
+	if len(zones) > 0 {
+		served = strings.Join(zones, ", ")
+	}
+	return fmt.Sprintf("%s is a wildcard, which ACME issues only through DNS-01, answered by the LB hosts for the zones they serve (--dns-zones: %s); %s is in none of them: ask the operator to add a zone holding it to --dns-zones (and delegate it to the LB hosts), or upload a certificate and list it in tls.certificates",
+		host, served, strings.TrimPrefix(host, "*."))
 }

@@ -29,7 +29,7 @@ func TestTenantChangeMatters(t *testing.T) {
 				objs = append(objs, &pb.Object{Kind: &pb.Object_Tenant{Tenant: t}})
 			}
 		}
-		return computeDesired(objs)
+		return computeDesired(objs, nil)
 	}
 	bolt := &pb.Tenant{Name: "bolt", Networks: []string{"10.0.0.0/8"}}
 	tests := []struct {

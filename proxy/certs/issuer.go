@@ -40,6 +40,11 @@ type issuer struct {
 	log   *slog.Logger
 
 	client *acmez.Client
+	// dnsClient answers DNS-01 only: the orders with a wildcard name.
+	dnsClient *acmez.Client
+	// dnsWait, when set, returns once this host's DNS answers a TXT
+	// record presented (see dnsSolver.Wait).
+	dnsWait func(ctx context.Context, name, txt string) error
 	// orders bounds each tenant's orders and backs off failing names;
 	// tenantOf names the tenant of a host ("" for none).
 	orders   *orderLimiter
@@ -80,6 +85,10 @@ func newIssuer(ca, email string, roots *x509.CertPool, store *Storage, log *slog
 			acme.ChallengeTypeTLSALPN01: solver{iss},
 		},
 	}
+	iss.dnsClient = &acmez.Client{
+		Client:           iss.client.Client,
+		ChallengeSolvers: map[string]acmez.Solver{acme.ChallengeTypeDNS01: dnsSolver{iss}},
+	}
 	return iss
 }
 
@@ -108,7 +117,9 @@ func issuerKey(ca string) string {
 func (i *issuer) IssuerKey() string { return i.key }
 
 // Issue implements certmagic.Issuer: one ACME order for the CSR's names,
-// if the tenant of the names may start one (see orderLimiter).
+// if the tenant of the names may start one (see orderLimiter). An order
+// with a wildcard name is validated by DNS-01 (dnsClient), the others by
+// HTTP-01 or TLS-ALPN-01; both draw on the same per-tenant budget.
 func (i *issuer) Issue(ctx context.Context, csr *x509.CertificateRequest) (*certmagic.IssuedCertificate, error) {
 	name := strings.Join(csr.DNSNames, ",")
 	if i.orders != nil {
@@ -136,7 +147,11 @@ func (i *issuer) issue(ctx context.Context, csr *x509.CertificateRequest) (*cert
 	if err != nil {
 		return nil, fmt.Errorf("order parameters: %w", err)
 	}
-	chains, err := i.client.ObtainCertificate(ctx, params)
+	client := i.client
+	if hasWildcard(csr.DNSNames) {
+		client = i.dnsClient
+	}
+	chains, err := client.ObtainCertificate(ctx, params)
 	if err != nil {
 		var p acme.Problem
 		if errors.As(err, &p) && p.Type == acme.ProblemTypeAccountDoesNotExist {

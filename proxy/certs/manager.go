@@ -62,6 +62,15 @@ type Config struct {
 	// host (default DefaultOrdersPerHour); failing names back off
 	// besides (FirstOrderBackoff, doubling).
 	OrdersPerHour int
+	// DNSZones are the zones the LB hosts answer (--dns-zones): a wildcard
+	// route host in one of them gets an ACME certificate through DNS-01,
+	// whose TXT records the hosts' DNS answers from the store
+	// (DNS01Prefix); other wildcards are refused.
+	DNSZones []string
+	// DNS01Wait, when set, returns once this host's DNS answers the TXT
+	// record name (lower case, no final dot) with txt; the CA is told to
+	// validate only then.
+	DNS01Wait func(ctx context.Context, name, txt string) error
 	// CPU charges the signatures of full handshakes to the listener's
 	// tenant (shared with the health checks' client signatures); nil
 	// takes budgets of the defaults.
@@ -168,6 +177,7 @@ func New(cfg Config) (*Manager, error) {
 	m.iss = newIssuer(cfg.CA, cfg.Email, cfg.Roots, m.store, log)
 	m.iss.orders = newOrderLimiter(cfg.OrdersPerHour)
 	m.iss.tenantOf = func(host string) string { return (*m.acme.Load())[host] }
+	m.iss.dnsWait = cfg.DNS01Wait
 	zl := zapLogger(log)
 	m.cache = certmagic.NewCache(certmagic.CacheOptions{
 		GetConfigForCert:   func(certmagic.Certificate) (*certmagic.Config, error) { return m.magic, nil },
@@ -193,7 +203,7 @@ func New(cfg Config) (*Manager, error) {
 // Update hands the manager the full state (all objects). It returns at
 // once; Run applies the latest state.
 func (m *Manager) Update(objs []*pb.Object) {
-	d := computeDesired(objs)
+	d := computeDesired(objs, m.cfg.DNSZones)
 	acme := d.managed
 	m.acme.Store(&acme)
 	m.latest.Store(d)

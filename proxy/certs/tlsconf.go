@@ -150,6 +150,8 @@ type policy struct {
 	m *Manager
 	// acme holds the listener's ACME hosts (nil without acme: true).
 	acme map[string]bool
+	// acmeWild: some ACME host is a wildcard.
+	acmeWild bool
 	// uploads holds the cache tags of the uploaded certificates listed in
 	// tls.certificates; order lists them as listed.
 	uploads map[string]bool
@@ -212,8 +214,9 @@ func (m *Manager) policy(l *snapshot.Listener) *policy {
 		if l.TLS.ACME && l.Routes != nil {
 			p.acme = map[string]bool{}
 			for _, r := range l.Routes.Routes() {
-				if r.Host != "" && !strings.HasPrefix(r.Host, "*.") {
-					p.acme[r.Host] = true
+				if r.Host != "" {
+					p.acme[r.Host] = true // a wildcard too: see computeDesired
+					p.acmeWild = p.acmeWild || strings.HasPrefix(r.Host, "*.")
 				}
 			}
 		}
@@ -278,7 +281,8 @@ type builtConfig struct {
 // getCertificate picks the certificate for a ClientHello: a TLS-ALPN-01
 // challenge certificate, else the listener's ACME certificate for the
 // name, else one of its uploaded certificates covering the name (exact
-// names before wildcards, the latest expiry first), else the listener's
+// names before wildcards, the latest expiry first) or the ACME certificate
+// of its wildcard route host covering it, else the listener's
 // default: the first certificate it lists that names no host.
 func (p *policy) getCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
 	name := strings.ToLower(strings.TrimSuffix(hello.ServerName, "."))
@@ -305,6 +309,10 @@ func (p *policy) getCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, e
 	}
 	var best *certmagic.Certificate
 	var bestRank int
+	wild := "" // the wildcard covering name: "*.acme.example" for "shop.acme.example"
+	if _, rest, ok := strings.Cut(name, "."); ok && p.acmeWild && !strings.HasPrefix(name, "*.") {
+		wild = "*." + rest
+	}
 	for _, c := range p.m.cache.AllMatchingCertificates(name) {
 		if c.Leaf == nil || time.Now().After(c.Leaf.NotAfter) {
 			continue
@@ -317,6 +325,8 @@ func (p *policy) getCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, e
 			rank = 2
 		case len(c.Tags) == 1 && p.uploads[c.Tags[0]]:
 			rank = 1 // a wildcard
+		case len(c.Tags) == 0 && wild != "" && p.acme[wild] && containsName(c.Names, wild):
+			rank = 1 // the ACME certificate of a wildcard route host
 		default:
 			continue
 		}

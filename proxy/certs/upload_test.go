@@ -327,8 +327,8 @@ func TestComputeDesired(t *testing.T) {
 			"map[a.acme.example:acme b.acme.example:acme]", "[]"},
 		{"no acme, no address, no tenant", []*pb.Object{acmeTenant("acme", 0, "acme.example"), lb("acme", "web", "192.0.2.1", false, "a.acme.example"),
 			lb("acme", "new", "", true, "b.acme.example"), lb("ghost", "web", "192.0.2.2", true, "c.acme.example")}, "map[]", "[]"},
-		{"wildcards and hosts outside the domains are never requested", []*pb.Object{acmeTenant("acme", 0, "acme.example"), acmeTenant("globex", 0, "globex.example"),
-			lb("globex", "steal", "192.0.2.1", true, "shop.acme.example", "*.globex.example", "globex.example")}, "map[globex.example:globex]", "[]"},
+		{"hosts outside the domains are never requested, wildcards outside the served zones refused", []*pb.Object{acmeTenant("acme", 0, "acme.example"), acmeTenant("globex", 0, "globex.example"),
+			lb("globex", "steal", "192.0.2.1", true, "shop.acme.example", "*.globex.example", "globex.example")}, "map[globex.example:globex]", "[*.globex.example]"},
 		{"quota counts uploads first", []*pb.Object{acmeTenant("acme", 2, "acme.example"), uploaded, lb("acme", "web", "192.0.2.1", true, "c.acme.example", "a.acme.example", "b.acme.example")},
 			"map[a.acme.example:acme]", "[b.acme.example c.acme.example]"},
 		{"one tenant per host", []*pb.Object{acmeTenant("acme", 0, "acme.example"), lb("acme", "one", "192.0.2.1", true, "a.acme.example"), lb("acme", "two", "192.0.2.2", true, "a.acme.example")},
@@ -336,7 +336,7 @@ func TestComputeDesired(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			d := computeDesired(tc.objs)
+			d := computeDesired(tc.objs, nil)
 			var refused []string
 			for h := range d.refused {
 				refused = append(refused, h)

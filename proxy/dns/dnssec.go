@@ -208,6 +208,11 @@ func (t *Table) typesAt(z *zone, name string, s Serving) []uint16 {
 	if name == z.name {
 		types = append(types, mdns.TypeSOA, mdns.TypeNS, mdns.TypeDNSKEY)
 	}
+	if challengeTXT(s, name) != nil {
+		types = append(types, mdns.TypeTXT)
+		slices.Sort(types)
+		return types
+	}
 	var v4, v6 bool
 	for _, a := range z.glue[name] {
 		v4, v6 = v4 || a.Is4(), v6 || !a.Is4()

@@ -39,7 +39,9 @@ type Server struct {
 	// xfr keeps the zones' copies for secondaries (nil: none configured).
 	xfr *transfers
 	// sec signs the zones of --dns-dnssec (nil: none).
-	sec   *signer
+	sec *signer
+	// chal: the ACME DNS-01 challenges in progress (SetChallenges).
+	chal  challenges
 	stats Stats
 }
 

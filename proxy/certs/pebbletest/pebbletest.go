@@ -44,6 +44,10 @@ type Options struct {
 	Start func(logPath string, env []string, bin string, args ...string) error
 	// Dial opens connections to pebble's endpoints (default net.Dialer).
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// DNSServer, when set (IP:port), is the DNS pebble resolves names
+	// and validates DNS-01 challenges with, instead of its challenge
+	// test server (AddA then has no effect).
+	DNSServer string
 }
 
 // Pebble is a running ACME server.
@@ -124,6 +128,9 @@ func Start(tb testing.TB, opts Options) *Pebble {
 	if err := run(p.LogPath, env, challBin, "-dns01", dns, "-http01", "", "-https01", "", "-tlsalpn01", "",
 		"-management", p.dnsMgmt, "-defaultIPv4", ip, "-defaultIPv6", ""); err != nil {
 		tb.Fatal(err)
+	}
+	if opts.DNSServer != "" {
+		dns = opts.DNSServer
 	}
 	if err := run(p.LogPath, env, pebbleBin, "-config", cfgFile, "-dnsserver", dns); err != nil {
 		tb.Fatal(err)
