@@ -97,11 +97,11 @@ function bgpSessions(s, name) {
   if (!t || !t.hosts.length) return h + `<p class="muted">No host reports BGP for this tenant (no bgp: section in the Tenant).</p>`;
   const rows = [];
   for (const x of t.hosts) {
-    const state = sess => x.reachable ? badge(sess.state, sess.state === "established" ? "ok" : "bad") : badge("unknown", "unknown") + ` <span class="muted">was ${esc(sess.state)}</span>`;
+    const stateOf = sess => x.reachable ? badge(sess.state, sess.state === "established" ? "ok" : "bad") : badge("unknown", "unknown") + ` <span class="muted">was ${esc(sess.state)}</span>`;
     const host = `${hostLink(x.node)}` + (x.reachable ? "" : ` ${badge("unreachable", "bad")}`);
     if (x.problem) rows.push([host, `<span class="muted">—</span>`, "", "", "", `<div class="reason">${esc(x.problem)}</div>`, seen(x.observed)]);
     for (const ss of x.sessions) {
-      rows.push([host, `<b>${esc(ss.peer)}</b>`, state(ss) + (ss.closed ? ` <span class="reason">closed for its ${esc(ss.closed)}</span>` : ""),
+      rows.push([host, `<b>${esc(ss.peer)}</b>`, stateOf(ss) + (ss.closed ? ` <span class="reason">closed for its ${esc(ss.closed)}</span>` : ""),
         ago(ss.since), `<span class="num">${esc(ss.received)}</span>`, ss.reason ? `<div class="reason">${esc(ss.reason)}</div>` : "", seen(x.observed)]);
     }
     if (x.sessionsLeftOut) rows.push([host, `<span class="muted">${esc(x.sessionsLeftOut)} more sessions not shown (the page shows ${BGP_SESSIONS} per host)</span>`, "", "", "", "", ""]);
