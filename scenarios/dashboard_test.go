@@ -265,6 +265,7 @@ func TestDashboardInBrowser(t *testing.T) {
 
 	measureBigLB(t, l, b, base)
 	checkQuotaBars(t, l, b, base)
+	checkTenantPages(t, l, b, base)
 	checkSearch(t, b, base)
 }
 

@@ -57,6 +57,8 @@ type HostInfo struct {
 	Resources *Resources `json:"resources,omitempty"`
 	// Tenants is what each tenant holds on the host, by name.
 	Tenants []TenantUse `json:"tenants"`
+	// Zones are the zones the host's DNS serves, with their DNSSEC keys.
+	Zones []DNSZone `json:"zones"`
 }
 
 // Resources is HostResources for the page.
@@ -94,7 +96,7 @@ func hostInfos(hosts []*pb.HostObservation, now time.Time) []HostInfo {
 		if !h.GetReachable() {
 			continue
 		}
-		hi := HostInfo{Node: h.GetNodeId(), Reachable: true, Observed: now, Tenants: []TenantUse{}}
+		hi := HostInfo{Node: h.GetNodeId(), Reachable: true, Observed: now, Tenants: []TenantUse{}, Zones: dnsZones(h)}
 		if r := h.GetResources(); r != nil {
 			hi.Resources = &Resources{At: r.GetTime().AsTime(), CPU: r.GetCpu(), CPUs: r.GetCpus(), Memory: r.GetMemoryBytes(),
 				Descriptors: r.GetOpenDescriptors(), DescriptorLimit: r.GetDescriptorLimit(), Goroutines: r.GetGoroutines(),

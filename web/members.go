@@ -63,6 +63,7 @@ func streamed(snap *Snapshot) *Snapshot {
 		return nil
 	}
 	out := *snap
+	out.BGP = streamedBGP(snap.BGP)
 	out.LBs = make([]LB, len(snap.LBs))
 	for i, l := range snap.LBs {
 		hosts := make([]LBHost, len(l.Hosts))

@@ -72,6 +72,8 @@ type Server struct {
 	sentJSON json.RawMessage
 	// histCache holds recent answers of /api/history.
 	histCache historyCache
+	// dnsCache holds the hosts' last answers of /api/dns per tenant.
+	dnsCache dnsCache
 }
 
 // New returns a Server reading cfg.Source. Call Run to start reading.
@@ -243,6 +245,8 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("GET /api/history", s.private(http.HandlerFunc(s.history)))
 	mux.Handle("GET /api/object", s.private(http.HandlerFunc(s.object)))
 	mux.Handle("GET /api/members", s.private(http.HandlerFunc(s.members)))
+	mux.Handle("GET /api/dns", s.private(http.HandlerFunc(s.dns)))
+	mux.Handle("GET /api/bgp", s.private(http.HandlerFunc(s.bgp)))
 	return securityHeaders(mux, s.cfg.TokenKey == nil)
 }
 

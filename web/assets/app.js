@@ -164,7 +164,7 @@ function renderTenants(s) {
   let h = `<h1>Tenants <small>${tenants.length === s.tenants.length ? s.tenants.length : `${tenants.length} of ${s.tenants.length} shown`}</small></h1>`;
   h += table(["Tenant", "VIP pools", "Domains", "Networks", "Quotas used", "Revoked credentials", "Last change"],
     tenants.map(t => [
-      `<b><a href="#/object/Tenant/${encodeURIComponent(t.name)}">${esc(t.name)}</a></b>` + (t.uid ? `<div class="muted">${esc(t.uid)}</div>` : ""),
+      `<b><a href="#/tenant/${encodeURIComponent(t.name)}">${esc(t.name)}</a></b> <a class="muted" href="#/object/Tenant/${encodeURIComponent(t.name)}">YAML</a>` + (t.uid ? `<div class="muted">${esc(t.uid)}</div>` : ""),
       t.pools.map(esc).join("<br>"), t.domains.map(esc).join("<br>"), t.networks.map(esc).join("<br>"),
       t.quotas.filter(q => q.used || q.limit).map(q => `<div>${esc(q.name)}: ${quotaBar(q)}</div>`).join("") || `<span class="muted">nothing used</span>`,
       t.revokedCredentials.length ? t.revokedCredentials.map(esc).join("<br>") : `<span class="muted">none</span>`,
@@ -400,6 +400,7 @@ function renderHost(s, id) {
     table(["Tenant", "Load balancers", "Listeners bound", "Connections", "Descriptors"], (info ? info.tenants : []).map(t => [
       `<b>${esc(t.tenant)}</b>`, esc(t.lbs), esc(t.listeners), `<span class="num">${esc(t.conns)}</span>`, meter(t.fds, t.maxFds) + of(t.fds, t.maxFds)]),
     "No tenant holds anything on this host.") + (info ? `<p class="muted">as the host reported ${seen(info.observed)}</p>` : "");
+  h += dnsZonesOf(info);
   const evs = state.events.filter(e => e.subject === id || e.message.startsWith(id + ": ")).slice().reverse();
   h += `<h2>Events</h2>` + table(["Time", "What"], evs.map(e => [esc(clock(e.time)), esc(e.message)]), "Nothing from this host since the dashboard started.");
   return h;
@@ -410,7 +411,7 @@ function route() {
   const parts = hash.slice(2).split("/");
   const page = parts[0] || "cluster";
   document.querySelectorAll("nav a").forEach(a => a.classList.toggle("active", a.dataset.page === page || (page === "lb" && a.dataset.page === "lbs") ||
-    (page === "host" && a.dataset.page === "cluster")));
+    (page === "host" && a.dataset.page === "cluster") || (page === "tenant" && a.dataset.page === "tenants")));
   return { page, arg: decodeURIComponent(parts.slice(1).join("/")) };
 }
 
@@ -433,7 +434,7 @@ function render() {
   memberToolbar(r.page, r.arg);
   chartData.clear();
   let html = r.page === "tenants" ? renderTenants(s) : r.page === "lbs" ? renderLBs(s) : r.page === "lb" ? renderLB(s, r.arg) :
-    r.page === "host" ? renderHost(s, r.arg) : r.page === "object" ? renderObject(s, r.arg) : renderCluster(s);
+    r.page === "host" ? renderHost(s, r.arg) : r.page === "object" ? renderObject(s, r.arg) : r.page === "tenant" ? renderTenant(s, r.arg) : renderCluster(s);
   if (!s.reachable) {
     html = `<p class="stale-note">No LB host answers: what follows is the last data there is` +
       (set(s.readAt) ? `, from ${esc(clock(s.readAt))} (${ago(s.readAt)})` : "") + `. It is not live.</p>` + html;
@@ -570,6 +571,7 @@ function connect() {
 window.addEventListener("hashchange", render);
 setupToolbar();
 setupMembers();
+setupTenant();
 // A load balancer's page reads its member table while the stream connects.
 if (route().page === "lb") { memberToolbar("lb", route().arg); memberFetch(); }
 setInterval(tick, 1000);
