@@ -98,6 +98,10 @@ const (
 	// (listeners[].sniRoutes[].terminate). A host of an earlier release
 	// ignores the field and passes those connections through encrypted.
 	FeatureTLSTerminate = "tls-terminate"
+	// FeatureHTTP3: https listeners that also serve HTTP/3 over QUIC
+	// (listeners[].http3). A host of an earlier release ignores the field
+	// and serves no UDP port.
+	FeatureHTTP3 = "http3"
 )
 
 // FeatureLevel is the highest cluster feature level this release
@@ -132,6 +136,7 @@ var featureLevels = map[string]uint32{
 	FeatureBackendTLS:       5,
 	FeatureWAFExclusions:    5,
 	FeatureTLSTerminate:     5,
+	FeatureHTTP3:            5,
 }
 
 // LevelOf is the feature level a feature needs on every host (0 for a
@@ -173,7 +178,7 @@ func FeatureRefusal(uses []FeatureUse, need uint32, older []string) error {
 
 // Features returns the features this release serves.
 func Features() []string {
-	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureNotFoundRoutes, FeatureCORS, FeatureClientValidation, FeatureRouteRetry, FeatureBackendHeaders, FeatureBackendTLS, FeatureWAFExclusions, FeatureTLSTerminate}
+	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureNotFoundRoutes, FeatureCORS, FeatureClientValidation, FeatureRouteRetry, FeatureBackendHeaders, FeatureBackendTLS, FeatureWAFExclusions, FeatureTLSTerminate, FeatureHTTP3}
 }
 
 // FeatureUse is one place where a write uses a feature: the feature and
@@ -224,6 +229,9 @@ func FeaturesUsed(obj *pb.Object) []FeatureUse {
 			if r.GetTerminate() {
 				out = append(out, FeatureUse{Feature: FeatureTLSTerminate, Field: fmt.Sprintf("%s: listeners[%d].sniRoutes[%d].terminate", RefString(RefOf(obj)), i, j)})
 			}
+		}
+		if ls.GetHttp3() {
+			out = append(out, FeatureUse{Feature: FeatureHTTP3, Field: fmt.Sprintf("%s: listeners[%d].http3", RefString(RefOf(obj)), i)})
 		}
 	}
 	if len(l.GetHostnames()) > 0 {

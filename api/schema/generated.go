@@ -53,6 +53,7 @@ var protoComments = map[string]string{
 	"teapot.v1.JoinToken":                            "JoinToken lets a new host join; only a hash of the secret is stored.",
 	"teapot.v1.Listener.allowed_sources":             "Client networks (CIDRs, IPv4 and IPv6) allowed to connect; empty allows every address not denied. Checked on each new connection (UDP: each new flow) at accept, before any member connection or TLS handshake, against the address that connects to the VIP; a change closes the open connections and flows it no longer allows.",
 	"teapot.v1.Listener.denied_sources":              "Client networks refused even when allowedSources covers them.",
+	"teapot.v1.Listener.http3":                       "https listeners: also serve HTTP/3 (QUIC) on UDP at the same VIP and port, with the same certificates, routes and filters. The HTTP/1.1 and HTTP/2 answers of the listener advertise it with Alt-Svc. 0-RTT is off. Each QUIC connection counts in the tenant's connections and carries at most 100 request streams at once. Refused on other protocols, and on a port a udp listener of the load balancer uses.",
 	"teapot.v1.Listener.max_connections":             "Maximum concurrent connections on this listener (0: default).",
 	"teapot.v1.Listener.pool":                        "Backend pool for tcp, udp and tls-passthrough listeners.",
 	"teapot.v1.Listener.protocol":                    "tcp | udp | http | https | tls-passthrough",

@@ -959,7 +959,14 @@ type Listener struct {
 	// Per-listener rate limit: new connections per second (every protocol;
 	// UDP: new flows) and, for http and https listeners, requests per
 	// second over all its routes.
-	RateLimit     *RateLimit `protobuf:"bytes,52,opt,name=rate_limit,json=rateLimit,proto3" json:"rate_limit,omitempty"`
+	RateLimit *RateLimit `protobuf:"bytes,52,opt,name=rate_limit,json=rateLimit,proto3" json:"rate_limit,omitempty"`
+	// https listeners: also serve HTTP/3 (QUIC) on UDP at the same VIP and
+	// port, with the same certificates, routes and filters. The HTTP/1.1
+	// and HTTP/2 answers of the listener advertise it with Alt-Svc. 0-RTT
+	// is off. Each QUIC connection counts in the tenant's connections and
+	// carries at most 100 request streams at once. Refused on other
+	// protocols, and on a port a udp listener of the load balancer uses.
+	Http3         bool `protobuf:"varint,170,opt,name=http3,proto3" json:"http3,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1076,6 +1083,13 @@ func (x *Listener) GetRateLimit() *RateLimit {
 		return x.RateLimit
 	}
 	return nil
+}
+
+func (x *Listener) GetHttp3() bool {
+	if x != nil {
+		return x.Http3
+	}
+	return false
 }
 
 // RateLimit bounds the rate of new connections or requests, per client
@@ -4372,7 +4386,7 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\vsharing_key\x18\x04 \x01(\tR\n" +
 	"sharingKey\x12\x1a\n" +
 	"\bfamilies\x18( \x03(\tR\bfamilies\x12#\n" +
-	"\rfamily_policy\x18) \x01(\tR\ffamilyPolicy\"\xeb\x03\n" +
+	"\rfamily_policy\x18) \x01(\tR\ffamilyPolicy\"\x82\x04\n" +
 	"\bListener\x12\x12\n" +
 	"\x04port\x18\x01 \x01(\rR\x04port\x12\x1a\n" +
 	"\bprotocol\x18\x02 \x01(\tR\bprotocol\x12\x12\n" +
@@ -4387,7 +4401,8 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\x0fallowed_sources\x182 \x03(\tR\x0eallowedSources\x12%\n" +
 	"\x0edenied_sources\x183 \x03(\tR\rdeniedSources\x123\n" +
 	"\n" +
-	"rate_limit\x184 \x01(\v2\x14.teapot.v1.RateLimitR\trateLimit\"\x99\x01\n" +
+	"rate_limit\x184 \x01(\v2\x14.teapot.v1.RateLimitR\trateLimit\x12\x15\n" +
+	"\x05http3\x18\xaa\x01 \x01(\bR\x05http3\"\x99\x01\n" +
 	"\tRateLimit\x12.\n" +
 	"\x13requests_per_second\x18\x01 \x01(\rR\x11requestsPerSecond\x124\n" +
 	"\x16connections_per_second\x18\x02 \x01(\rR\x14connectionsPerSecond\x12\x14\n" +
