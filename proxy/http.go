@@ -39,6 +39,14 @@ func (h *HTTP) ServeConn(ctx context.Context, c net.Conn, current func() *Listen
 	if ls == nil {
 		return
 	}
+	info := h.connInfo(ctx, ls, current)
+	info.AltSvc = ls.altSvc
+	info.State, _ = ctx.Value(connStateKey{}).(*l7.ConnState)
+	h.srv.ServeConn(ctx, c, info)
+}
+
+// connInfo describes a connection of listener ls to the engine.
+func (h *HTTP) connInfo(ctx context.Context, ls *ListenerSnapshot, current func() *ListenerSnapshot) l7.ConnInfo {
 	info := l7.ConnInfo{
 		Listener:       ls.Name,
 		LB:             ls.LB,
@@ -65,8 +73,7 @@ func (h *HTTP) ServeConn(ctx context.Context, c net.Conn, current func() *Listen
 		info.ClientCertHeader = ls.TLS.Client.SubjectHeader
 		info.ClientSubject = ClientSubject(ctx)
 	}
-	info.State, _ = ctx.Value(connStateKey{}).(*l7.ConnState)
-	h.srv.ServeConn(ctx, c, info)
+	return info
 }
 
 // clientSubjectKey carries the subject of a client's verified

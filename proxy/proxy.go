@@ -165,6 +165,9 @@ type Proxy struct {
 	wg         sync.WaitGroup
 
 	handover handoverState
+	// h3failed: listener name -> why its HTTP/3 port is not served.
+	h3mu     sync.Mutex
+	h3failed map[string]string
 
 	// recovering holds the load balancers without a healthy member (zero
 	// time) or recovering from it (since when), for memberReadiness.
@@ -393,6 +396,7 @@ func (p *Proxy) apply(s *snapshot.Snapshot, retryFailed bool) bool {
 			}
 			sock.setOwner(l.LB)
 			sock.enforceSources(l)
+			p.syncH3(sock, l)
 		}
 	}
 	for _, pool := range retired {

@@ -72,6 +72,9 @@ type ListenerSnapshot struct {
 	// streams bounds the tenant's HTTP/2 streams in flight (nil in a
 	// listener snapshot the proxy did not build: no bound applies).
 	streams *listenerStreams
+	// altSvc is the Alt-Svc value of an https listener that serves
+	// HTTP/3 ("" otherwise).
+	altSvc string
 	// rates are the listener's rate limits in service (ratelimits.go).
 	rates listenerRates
 	// waf builds the Inspect of a route with a WAF (nil in a listener
@@ -252,6 +255,9 @@ func (p *Proxy) build(s *snapshot.Snapshot, old *served, keys []snapshot.Key) (*
 				tb := p.tenantBudget(l.Tenant)
 				nl.budget, nl.tenant = tb.member, tb
 				nl.streams = &listenerStreams{t: tb, lb: l.LB, name: l.Name}
+				if _, ok := p.cfg.HTTP.(QUICHandler); ok && l.HTTP3 && l.Protocol == snapshot.ProtoHTTPS {
+					nl.altSvc = altSvc(l.Key.Addr.Port())
+				}
 			}
 			if len(sps) > fewPools {
 				nl.byPool = make(map[*snapshot.Pool]*Pool, len(sps))
