@@ -444,3 +444,13 @@ func (hs *h3Socket) closeIdle(force bool) (busy int) {
 	}
 	return busy
 }
+
+// h3Handshakes is how many QUIC handshakes are in flight on k's socket.
+func (p *Proxy) h3Handshakes(k snapshot.Key) int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if s := p.sockets[k]; s != nil && s.h3 != nil {
+		return s.h3.handshakes.Load()
+	}
+	return 0
+}

@@ -1,0 +1,177 @@
+package proxy
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/quic-go/quic-go"
+
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+	"github.com/teapot-lb/teapot-lb/proxy/l7"
+	"github.com/teapot-lb/teapot-lb/proxy/snapshot"
+)
+
+// h3Conns is how many QUIC connections the socket of k serves.
+func h3Conns(p *Proxy, k snapshot.Key) int {
+	p.mu.Lock()
+	s := p.sockets[k]
+	p.mu.Unlock()
+	if s == nil || s.h3 == nil {
+		return 0
+	}
+	return s.h3.count()
+}
+
+
+// dialH3 opens a bare QUIC connection with ALPN h3 to target.
+func dialH3(t testing.TB, target string) (*quic.Conn, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := quic.DialAddr(ctx, target, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h3"}, ServerName: "gw.acme.example"}, &quic.Config{})
+	if err == nil {
+		t.Cleanup(func() { _ = c.CloseWithError(0, "") })
+	}
+	return c, err
+}
+
+// TestHTTP3TenantConnectionBudget: each QUIC connection counts in its
+// tenant's connections (quotas.connections 2 here): a third is refused at
+// its first packet, while another tenant on the same port of another VIP
+// is served; closing one makes room again.
+func TestHTTP3TenantConnectionBudget(t *testing.T) {
+	t.Parallel()
+	main := startRoutingBackend(t, "main")
+	srv := l7.New(l7.Config{})
+	t.Cleanup(func() { srv.Close() })
+	p, _ := newProxy(t, Config{HTTP: newH3Term(t, srv)})
+	port := freePort(t)
+	acme := h3LB(port, map[string]*routingBackend{"main": main})
+	acme.Routes = acme.Routes[:1]
+	acme.Pools = map[string]*pb.BackendPool{"main": acme.Pools["main"]}
+	other := clone(acme)
+	other.Tenant, other.Status = "other", &pb.LoadBalancerStatus{Address: "127.0.0.3"}
+	other.Routes[0].Host = "gw.other.example"
+	objs := labObjects(acme, other)
+	objs[0].GetTenant().Quotas = &pb.Quotas{Connections: 2}
+	objs = append(objs, &pb.Object{Kind: &pb.Object_Tenant{Tenant: &pb.Tenant{Name: "other", Domains: []string{"other.example"},
+		Networks: []string{"127.0.0.0/8", "::1/128"}}}})
+	if err := p.Update(objs, 1); err != nil {
+		t.Fatal(err)
+	}
+	if st := p.Status(); len(st["acme/gw"])+len(st["other/gw"]) != 0 {
+		t.Fatalf("problems: %v", st)
+	}
+	target := vipAddr("127.0.0.2", port)
+	c1, err := dialH3(t, target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dialH3(t, target); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dialH3(t, target); err == nil {
+		t.Fatal("a third QUIC connection of a tenant limited to 2 was accepted")
+	} else if te, ok := errors.AsType[*quic.TransportError](err); !ok || te.ErrorCode != quic.ConnectionRefused {
+		t.Fatalf("third connection: %v, want CONNECTION_REFUSED", err)
+	}
+	if got := p.tenantBudget("acme").conns.Load(); got != 2 {
+		t.Errorf("acme holds %d connections, want 2", got)
+	}
+	// The neighbour is served meanwhile.
+	resp, err := newH3Client(t, vipAddr("127.0.0.3", port)).do("GET", "https://gw.other.example/x", nil, "")
+	if err != nil {
+		t.Fatalf("other tenant: %v", err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("other tenant: status %d", resp.StatusCode)
+	}
+	// A closed connection gives its charge back.
+	_ = c1.CloseWithError(0, "")
+	deadline := time.Now().Add(10 * time.Second)
+	for p.tenantBudget("acme").conns.Load() != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("acme still holds %d connections", p.tenantBudget("acme").conns.Load())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if _, err := dialH3(t, target); err != nil {
+		t.Fatalf("after a close: %v", err)
+	}
+}
+
+// TestHTTP3StreamsPerConnection: a QUIC connection may open H3MaxStreams
+// request streams at once; the next one is refused by the stream limit.
+func TestHTTP3StreamsPerConnection(t *testing.T) {
+	t.Parallel()
+	_, target, _ := startH3(t)
+	c, err := dialH3(t, target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range H3MaxStreams {
+		if _, err := c.OpenStream(); err != nil {
+			t.Fatalf("stream %d: %v", i, err)
+		}
+	}
+	if _, err := c.OpenStream(); err == nil {
+		t.Fatalf("stream %d opened past the bound of %d", H3MaxStreams+1, H3MaxStreams)
+	} else if _, ok := errors.AsType[*quic.StreamLimitReachedError](err); !ok {
+		t.Fatalf("stream %d: %v, want the stream limit", H3MaxStreams+1, err)
+	}
+}
+
+// TestHTTP3HitlessChange: a change of the listener's load balancer (a
+// new route) keeps the QUIC connection, whose next request takes the new
+// route; turning http3 off closes it with H3_NO_ERROR after a GOAWAY.
+func TestHTTP3HitlessChange(t *testing.T) {
+	t.Parallel()
+	p, target, bes := startH3(t)
+	c := newH3Client(t, target)
+	url := "https://gw.acme.example:" + portOf(target)
+	get := func(path string) string {
+		t.Helper()
+		resp, err := c.do("GET", url+path, nil, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.Header.Get("X-Backend")
+	}
+	if b := get("/fresh/x"); b != "main" {
+		t.Fatalf("before: served by %q", b)
+	}
+	lb := h3LB(mustAtoi(t, portOf(target)), bes)
+	lb.Routes = append(lb.Routes, &pb.Route{Host: "gw.acme.example", Path: "/fresh/", Pool: "other"})
+	update(t, p, lb)
+	if b := get("/fresh/x"); b != "other" {
+		t.Fatalf("after the change: served by %q, want the new route's pool", b)
+	}
+	if n := c.dials.Load(); n != 1 {
+		t.Fatalf("%d QUIC connections, want the first kept", n)
+	}
+	qc, err := dialH3(t, target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := snapshot.Key{Addr: mustAddrPort(t, target), Network: snapshot.TCP}
+	waitFor(t, 20*time.Second, "the server serves both connections", func() bool { return h3Conns(p, key) == 2 })
+	lb = clone(lb)
+	lb.Listeners[0].Http3 = false
+	update(t, p, lb)
+	select {
+	case <-qc.Context().Done():
+	case <-time.After(20 * time.Second):
+		t.Fatal("the QUIC connection is still open with http3 off")
+	}
+	if ae, ok := errors.AsType[*quic.ApplicationError](context.Cause(qc.Context())); !ok || ae.ErrorCode != h3CodeNoError {
+		t.Fatalf("closed with %v, want H3_NO_ERROR", context.Cause(qc.Context()))
+	}
+}
