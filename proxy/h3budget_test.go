@@ -26,7 +26,6 @@ func h3Conns(p *Proxy, k snapshot.Key) int {
 	return s.h3.count()
 }
 
-
 // dialH3 opens a bare QUIC connection with ALPN h3 to target.
 func dialH3(t testing.TB, target string) (*quic.Conn, error) {
 	t.Helper()
