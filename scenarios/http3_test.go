@@ -194,7 +194,9 @@ accessLog: { enabled: true, sample: 1.0 }
 	t.Run("alt-svc then http3", func(t *testing.T) {
 		var d net.Dialer
 		tr := &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true, ServerName: benchTLSHost}, ForceAttemptHTTP2: true,
-			DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) { return d.DialContext(ctx, network, addr) }}
+			DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+				return d.DialContext(ctx, network, addr)
+			}}
 		defer tr.CloseIdleConnections()
 		resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Get(base + "/first")
 		if err != nil {
