@@ -107,7 +107,7 @@ func (p *Proxy) openH3(s *socket, h QUICHandler) (*h3Socket, error) {
 	lc := net.ListenConfig{Control: freebind.Control}
 	c, err := lc.ListenPacket(context.Background(), "udp"+family(k), k.Addr.String())
 	if err != nil {
-		return nil, fmt.Errorf("http3: bind udp %s: %w", k.Addr, err)
+		return nil, fmt.Errorf("bind udp %s: %w", k.Addr, err)
 	}
 	hs := &h3Socket{s: s, h: h, pc: c.(*net.UDPConn), conns: map[*h3Conn]struct{}{}, retryAbove: H3RetryAbove}
 	hs.tr = &quic.Transport{
@@ -370,19 +370,24 @@ func (p *Proxy) h3Failed(lb, name string, err error) {
 		delete(p.h3failed, name)
 		return
 	}
-	p.h3failed[name] = lb + ": " + err.Error()
+	p.h3failed[name] = err.Error()
 }
 
-// HTTP3Problems returns, by listener name, why an https listener with
-// http3 does not serve its UDP port on this host.
-func (p *Proxy) HTTP3Problems() map[string]string {
+// h3Problem says why an https listener with http3 does not serve HTTP/3
+// on this host ("" when it does, or does not ask to).
+func (p *Proxy) h3Problem(l *snapshot.Listener) string {
+	if !l.HTTP3 || l.Protocol != snapshot.ProtoHTTPS {
+		return ""
+	}
+	if _, ok := p.cfg.HTTP.(QUICHandler); !ok {
+		return "this host's L7 handler does not serve HTTP/3; only HTTP/1.1 and HTTP/2 are served"
+	}
 	p.h3mu.Lock()
 	defer p.h3mu.Unlock()
-	out := make(map[string]string, len(p.h3failed))
-	for k, v := range p.h3failed {
-		out[k] = v
+	if why, ok := p.h3failed[l.Name]; ok {
+		return "cannot serve HTTP/3 on udp " + l.Key.Addr.String() + ": " + why + "; tried again when the listener changes (free the UDP port or remove http3)"
 	}
-	return out
+	return ""
 }
 
 // altSvc is the Alt-Svc value of an https listener that serves HTTP/3.

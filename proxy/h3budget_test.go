@@ -5,6 +5,8 @@ import (
 	"crypto/tls"
 	"errors"
 	"io"
+	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -172,5 +174,32 @@ func TestHTTP3HitlessChange(t *testing.T) {
 	}
 	if ae, ok := errors.AsType[*quic.ApplicationError](context.Cause(qc.Context())); !ok || ae.ErrorCode != h3CodeNoError {
 		t.Fatalf("closed with %v, want H3_NO_ERROR", context.Cause(qc.Context()))
+	}
+}
+
+// TestHTTP3BindFailureReported: an https listener with http3 whose UDP
+// port is taken still serves HTTP/1.1 and HTTP/2, and its load balancer's
+// status names listeners[0].http3 and the cause.
+func TestHTTP3BindFailureReported(t *testing.T) {
+	t.Parallel()
+	main := startRoutingBackend(t, "main")
+	srv := l7.New(l7.Config{})
+	t.Cleanup(func() { srv.Close() })
+	p, _ := newProxy(t, Config{HTTP: newH3Term(t, srv)})
+	port := freePort(t)
+	taken, err := net.ListenPacket("udp", vipAddr("127.0.0.2", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	lb := h3LB(port, map[string]*routingBackend{"main": main})
+	lb.Routes = lb.Routes[:1]
+	update(t, p, lb)
+	st := p.Status()["acme/gw"]
+	if len(st) != 1 || st[0].Field != "listeners[0].http3" || !strings.Contains(st[0].Reason, "address already in use") {
+		t.Fatalf("status %+v, want listeners[0].http3 with the bind error", st)
+	}
+	if resp, err := doTLS(vipAddr("127.0.0.2", port), "/x"); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("HTTPS without its UDP port: %v", err)
 	}
 }

@@ -474,6 +474,8 @@ func (p *Proxy) setStatus(s *snapshot.Snapshot, lbs map[string]bool) {
 			} else if bf, failed := p.failed[l.Key]; failed {
 				ps = append(ps, Problem{Field: field,
 					Reason: fmt.Sprintf("cannot listen on %s: %s; retried with backoff (free the port or move the listener)", l.Key, bf.err)})
+			} else if why := p.h3Problem(l); why != "" {
+				ps = append(ps, Problem{Field: field + ".http3", Reason: why})
 			}
 		}
 		e.Set(lb, ps)
