@@ -351,7 +351,10 @@ type Quotas struct {
 	// included) holds one; an HTTP request that finds none within 100 ms
 	// gets 503, a TCP connection is reset. It bounds the tenant's HTTP/2
 	// streams in flight per LB host as well, over all its connections: a
-	// stream past it is refused (REFUSED_STREAM).
+	// stream past it is refused (REFUSED_STREAM). HTTP/3 (QUIC)
+	// connections count as connections, charged at their first packet (a
+	// refused one gets CONNECTION_REFUSED), and their requests in flight
+	// as streams (past it: 503).
 	Connections uint32 `protobuf:"varint,12,opt,name=connections,proto3" json:"connections,omitempty"`
 	// Concurrent client connections per listener per LB host (0: derived).
 	ConnectionsPerListener uint32 `protobuf:"varint,13,opt,name=connections_per_listener,json=connectionsPerListener,proto3" json:"connections_per_listener,omitempty"`
@@ -961,11 +964,13 @@ type Listener struct {
 	// second over all its routes.
 	RateLimit *RateLimit `protobuf:"bytes,52,opt,name=rate_limit,json=rateLimit,proto3" json:"rate_limit,omitempty"`
 	// https listeners: also serve HTTP/3 (QUIC) on UDP at the same VIP and
-	// port, with the same certificates, routes and filters. The HTTP/1.1
-	// and HTTP/2 answers of the listener advertise it with Alt-Svc. 0-RTT
-	// is off. Each QUIC connection counts in the tenant's connections and
-	// carries at most 100 request streams at once. Refused on other
-	// protocols, and on a port a udp listener of the load balancer uses.
+	// port, with the same certificates (ACME or uploaded, by server name),
+	// routes and filters. The HTTP/1.1 and HTTP/2 answers of the listener
+	// advertise it with Alt-Svc (ma=86400). 0-RTT is off. Each QUIC
+	// connection counts in the tenant's connections and has at most 100
+	// request streams open at once; past 64 handshakes in flight on the
+	// port, new clients must pass a Retry. Refused on other protocols, and
+	// on a port a udp listener of a load balancer on the VIP uses.
 	Http3         bool `protobuf:"varint,170,opt,name=http3,proto3" json:"http3,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
