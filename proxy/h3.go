@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"github.com/quic-go/quic-go"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 	"github.com/teapot-lb/teapot-lb/proxy/internal/freebind"
 	"github.com/teapot-lb/teapot-lb/proxy/snapshot"
 )
@@ -74,8 +76,10 @@ type h3Socket struct {
 	ln *quic.Listener
 	// handshakes counts the QUIC handshakes in flight.
 	handshakes atomic.Int64
-	// retryAbove is H3RetryAbove (tests lower it).
+	// retryAbove is H3RetryAbove.
 	retryAbove int64
+	// opened is when the port was bound.
+	opened time.Time
 
 	mu     sync.Mutex
 	conns  map[*h3Conn]struct{}
@@ -109,7 +113,7 @@ func (p *Proxy) openH3(s *socket, h QUICHandler) (*h3Socket, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bind udp %s: %w", k.Addr, err)
 	}
-	hs := &h3Socket{s: s, h: h, pc: c.(*net.UDPConn), conns: map[*h3Conn]struct{}{}, retryAbove: H3RetryAbove}
+	hs := &h3Socket{s: s, h: h, pc: c.(*net.UDPConn), conns: map[*h3Conn]struct{}{}, retryAbove: H3RetryAbove, opened: time.Now()}
 	hs.tr = &quic.Transport{
 		Conn:                hs.pc,
 		VerifySourceAddress: func(net.Addr) bool { return hs.handshakes.Load() >= hs.retryAbove },
@@ -458,4 +462,18 @@ func (p *Proxy) h3Handshakes(k snapshot.Key) int64 {
 		return s.h3.handshakes.Load()
 	}
 	return 0
+}
+
+// observeH3 is the observation of an https listener's HTTP/3 port (the
+// same listener index, protocol "http3"), under p.mu.
+func (p *Proxy) observeH3(l *snapshot.Listener, s *socket) *pb.ListenerObservation {
+	lo := &pb.ListenerObservation{LoadBalancer: l.LB, Index: uint32(l.Index), Address: l.Key.Addr.String(), Protocol: "http3"}
+	if s != nil && s.h3 != nil {
+		lo.Bound, lo.Since = true, timestamppb.New(s.h3.opened)
+	} else if why := p.h3Problem(l); why != "" {
+		lo.Error = why
+	} else {
+		lo.Error = "not opened"
+	}
+	return lo
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/quic-go/quic-go"
 
+	"github.com/teapot-lb/teapot-lb/api/observe"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 	"github.com/teapot-lb/teapot-lb/proxy/l7"
 	"github.com/teapot-lb/teapot-lb/proxy/snapshot"
@@ -201,5 +203,16 @@ func TestHTTP3BindFailureReported(t *testing.T) {
 	}
 	if resp, err := doTLS(vipAddr("127.0.0.2", port), "/x"); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("HTTPS without its UDP port: %v", err)
+	}
+	// What explain lists per host: the https listener bound, its HTTP/3
+	// port not, with the reason.
+	var h pb.HostObservation
+	p.Observe(observe.Filter{}, &h)
+	var rows []string
+	for _, l := range h.GetListeners() {
+		rows = append(rows, fmt.Sprintf("%s bound=%v %s", l.GetProtocol(), l.GetBound(), l.GetError()))
+	}
+	if len(rows) != 2 || rows[0] != "https bound=true " || !strings.HasPrefix(rows[1], "http3 bound=false cannot serve HTTP/3") {
+		t.Fatalf("observed listeners %q", rows)
 	}
 }
