@@ -216,3 +216,46 @@ func TestHTTP3BindFailureReported(t *testing.T) {
 		t.Fatalf("observed listeners %q", rows)
 	}
 }
+
+// TestHTTP3TenantStreams: the requests of a tenant's QUIC connections in
+// progress count in its streams (bounded at quotas.connections, 2 here):
+// a third request at once is answered 503 without reaching a member.
+func TestHTTP3TenantStreams(t *testing.T) {
+	t.Parallel()
+	main := startRoutingBackend(t, "main")
+	srv := l7.New(l7.Config{})
+	t.Cleanup(func() { srv.Close() })
+	p, _ := newProxy(t, Config{HTTP: newH3Term(t, srv)})
+	port := freePort(t)
+	lb := h3LB(port, map[string]*routingBackend{"main": main})
+	lb.Routes = lb.Routes[:1]
+	objs := labObjects(lb)
+	objs[0].GetTenant().Quotas = &pb.Quotas{Connections: 2}
+	if err := p.Update(objs, 1); err != nil {
+		t.Fatal(err)
+	}
+	c := newH3Client(t, vipAddr("127.0.0.2", port))
+	codes := make(chan int, 3)
+	for i := range 3 {
+		go func() {
+			resp, err := c.do("GET", fmt.Sprintf("https://gw.acme.example/r%d?sleep=2s", i), nil, "")
+			if err != nil {
+				codes <- 0
+				return
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			codes <- resp.StatusCode
+		}()
+	}
+	got := map[int]int{}
+	for range 3 {
+		got[<-codes]++
+	}
+	if got[200] != 2 || got[503] != 1 {
+		t.Fatalf("answers %v, want two 200 and one 503", got)
+	}
+	if n := main.n.Load(); n != 2 {
+		t.Fatalf("the member served %d requests, want 2", n)
+	}
+}
