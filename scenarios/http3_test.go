@@ -4,6 +4,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/pem"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -17,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 )
@@ -51,8 +55,9 @@ func newH3Client(t testing.TB, addr string) *h3Client {
 // response header filter to a real member. A quic-go client gets routed
 // and filtered answers, sends and gets back an 8 MiB body, and runs 200
 // requests at once on one connection; a client that first speaks HTTP/2
-// learns the port from Alt-Svc and then speaks HTTP/3; the access log
-// says HTTP/3.
+// learns the port from Alt-Svc and then speaks HTTP/3; headless Chromium
+// forced onto QUIC fetches a page over HTTP/3; the access log says
+// HTTP/3.
 func TestHTTP3ThroughServe(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: starts serve")
@@ -221,6 +226,51 @@ accessLog: { enabled: true, sample: 1.0 }
 		}
 	})
 
+	t.Run("chromium", func(t *testing.T) {
+		if _, err := os.Stat(chromiumPath); err != nil {
+			unavailable(t, "the HTTP/3 browser test needs headless Chromium at %s (Debian package chromium): %v", chromiumPath, err)
+		}
+		spki := leafSPKI(t, certFile)
+		origin := benchTLSHost + ":" + strconv.Itoa(port)
+		opts := []chromedp.ExecAllocatorOption{
+			chromedp.ExecPath(chromiumPath),
+			chromedp.Flag("headless", true),
+			chromedp.NoSandbox,
+			chromedp.DisableGPU,
+			chromedp.NoFirstRun,
+			chromedp.NoDefaultBrowserCheck,
+			chromedp.Flag("disable-background-networking", true),
+			chromedp.Flag("disable-component-update", true),
+			chromedp.Flag("disable-dev-shm-usage", true),
+			chromedp.Flag("enable-quic", true),
+			chromedp.Flag("origin-to-force-quic-on", origin),
+			chromedp.Flag("host-resolver-rules", "MAP "+benchTLSHost+" "+http3VIP),
+			chromedp.Flag("ignore-certificate-errors-spki-list", spki),
+			chromedp.UserDataDir(t.TempDir()),
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		defer cancel()
+		actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
+		defer acancel()
+		bctx, bcancel := chromedp.NewContext(actx)
+		defer bcancel()
+		before := served.Load()
+		if _, err := chromedp.Run(bctx, chromedp.Navigate("https://"+origin+"/page")); err != nil {
+			t.Fatalf("navigate: %v", err)
+		}
+		proto, err := chromedp.Run(bctx, chromedp.Evaluate[string](`performance.getEntriesByType("navigation")[0].nextHopProtocol`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		text, err := chromedp.Run(bctx, chromedp.Evaluate[string](`document.body.innerText`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if proto != "h3" || !strings.Contains(text, "member: GET /page") || served.Load() == before {
+			t.Fatalf("Chromium fetched over %q: %q", proto, text)
+		}
+	})
+
 	waitFor(t, 30*time.Second, "an access-log line with protocol HTTP/3", func() error {
 		data, err := os.ReadFile(n.logPath)
 		if err != nil {
@@ -242,4 +292,24 @@ type zeros struct{}
 func (zeros) Read(p []byte) (int, error) {
 	clear(p)
 	return len(p), nil
+}
+
+// leafSPKI is the base64 SHA-256 of the first certificate's public key in
+// certFile, for Chromium's --ignore-certificate-errors-spki-list.
+func leafSPKI(t testing.TB, certFile string) string {
+	t.Helper()
+	data, err := os.ReadFile(certFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := pem.Decode(data)
+	if b == nil {
+		t.Fatalf("no PEM in %s", certFile)
+	}
+	c, err := x509.ParseCertificate(b.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(c.RawSubjectPublicKeyInfo)
+	return base64.StdEncoding.EncodeToString(sum[:])
 }
