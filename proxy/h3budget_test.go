@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -258,4 +259,60 @@ func TestHTTP3TenantStreams(t *testing.T) {
 	if n := main.n.Load(); n != 2 {
 		t.Fatalf("the member served %d requests, want 2", n)
 	}
+}
+
+// TestHTTP3Handover: a handover of the VIP sends the QUIC connections a
+// GOAWAY; CloseConnections counts one with a request in progress as busy
+// and closes the idle ones with H3_NO_ERROR, and with force the rest.
+func TestHTTP3Handover(t *testing.T) {
+	t.Parallel()
+	p, target, _ := startH3(t)
+	key := snapshot.Key{Addr: mustAddrPort(t, target), Network: snapshot.TCP}
+	idle, err := dialH3(t, target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	busy := newH3Client(t, target)
+	done := make(chan int, 1)
+	go func() {
+		resp, err := busy.do("GET", "https://gw.acme.example/slow?sleep=3s", nil, "")
+		if err != nil {
+			done <- 0
+			return
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		done <- resp.StatusCode
+	}()
+	waitFor(t, 20*time.Second, "both connections served", func() bool { return h3Conns(p, key) == 2 })
+	waitFor(t, 20*time.Second, "the slow request in progress", func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for c := range p.sockets[key].h3.conns {
+			if c.active.Load() == 1 {
+				return true
+			}
+		}
+		return false
+	})
+	p.HandOver([]netip.Addr{key.Addr.Addr()})
+	if n := p.CloseConnections(false); n != 1 {
+		t.Fatalf("CloseConnections: %d busy, want the one with a request in progress", n)
+	}
+	select {
+	case <-idle.Context().Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the idle connection is still open")
+	}
+	if ae, ok := errors.AsType[*quic.ApplicationError](context.Cause(idle.Context())); !ok || ae.ErrorCode != h3CodeNoError {
+		t.Fatalf("idle connection closed with %v, want H3_NO_ERROR", context.Cause(idle.Context()))
+	}
+	// The request in progress finishes after the GOAWAY.
+	if code := <-done; code != 200 {
+		t.Fatalf("the request in progress got %d", code)
+	}
+	waitFor(t, 20*time.Second, "no connection left after force", func() bool {
+		p.CloseConnections(true)
+		return h3Conns(p, key) == 0
+	})
 }
