@@ -36,6 +36,16 @@ type QUICServer interface {
 	ServeQUIC(ctx context.Context, c *quic.Conn, current func() *ListenerSnapshot)
 }
 
+// QUICKeys is what a QUICHandler implements when the hosts of the
+// cluster share keys: a stateless reset key, so that a host that takes a
+// VIP over resets the QUIC connections it does not know (their clients
+// reconnect at once instead of at their idle timeout), and a token key,
+// so that a Retry token or an address token one host gave is valid on
+// the others.
+type QUICKeys interface {
+	QUICKeys() (reset quic.StatelessResetKey, token quic.TokenGeneratorKey)
+}
+
 // HTTP/3 bounds of one QUIC connection and one UDP socket.
 const (
 	// H3MaxStreams is how many request streams one QUIC connection may
@@ -118,6 +128,10 @@ func (p *Proxy) openH3(s *socket, h QUICHandler) (*h3Socket, error) {
 		Conn:                hs.pc,
 		VerifySourceAddress: func(net.Addr) bool { return hs.handshakes.Load() >= hs.retryAbove },
 		ConnContext:         hs.admit,
+	}
+	if ks, ok := h.(QUICKeys); ok {
+		reset, token := ks.QUICKeys()
+		hs.tr.StatelessResetKey, hs.tr.TokenGeneratorKey = &reset, &token
 	}
 	tlsConf := &tls.Config{MinVersion: tls.VersionTLS13, NextProtos: []string{"h3"}, GetConfigForClient: hs.tlsConfig}
 	qc := &quic.Config{

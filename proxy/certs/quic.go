@@ -2,6 +2,8 @@ package certs
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
 	"crypto/tls"
 	"sync"
 	"sync/atomic"
@@ -58,4 +60,22 @@ func (t *Terminator) ServeQUIC(ctx context.Context, c *quic.Conn, current func()
 		ctx = proxy.WithClientSubject(ctx, s)
 	}
 	qh.ServeQUIC(ctx, c, current)
+}
+
+var _ proxy.QUICKeys = (*Terminator)(nil)
+
+// QUICKeys implements proxy.QUICKeys: the stateless reset and token keys
+// derive from the ticket secret (HMAC-SHA256 with a label each), which
+// the hosts of a cluster share, so a host that takes a VIP over resets
+// the QUIC connections of the host before it and honours its Retry
+// tokens.
+func (t *Terminator) QUICKeys() (reset quic.StatelessResetKey, token quic.TokenGeneratorKey) {
+	derive := func(label string) [32]byte {
+		mac := hmac.New(sha256.New, t.m.tls.secret)
+		mac.Write([]byte(label))
+		var k [32]byte
+		copy(k[:], mac.Sum(nil))
+		return k
+	}
+	return derive("teapot-lb quic stateless reset v1"), derive("teapot-lb quic tokens v1")
 }

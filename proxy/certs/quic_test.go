@@ -59,3 +59,28 @@ func TestQUICConfig(t *testing.T) {
 		t.Error("a TLS 1.2 handshake passed")
 	}
 }
+
+// TestQUICKeysShared: hosts given the same ticket secret derive the same
+// QUIC stateless reset and token keys (a host that takes a VIP over
+// resets the connections of the one before); another secret, other keys;
+// the two keys differ.
+func TestQUICKeysShared(t *testing.T) {
+	t.Parallel()
+	term := func(secret string) *Terminator {
+		m := &Manager{}
+		m.tls.secret = []byte(secret)
+		return &Terminator{m: m}
+	}
+	r1, k1 := term("cluster a").QUICKeys()
+	r2, k2 := term("cluster a").QUICKeys()
+	r3, k3 := term("cluster b").QUICKeys()
+	if r1 != r2 || k1 != k2 {
+		t.Error("the same secret gave other keys")
+	}
+	if r1 == r3 || k1 == k3 {
+		t.Error("another secret gave the same keys")
+	}
+	if [32]byte(r1) == [32]byte(k1) {
+		t.Error("the reset key is the token key")
+	}
+}
