@@ -366,7 +366,9 @@ func (p *Proxy) syncH3(s *socket, l *snapshot.Listener) {
 		}
 		p.h3Failed(l.LB, l.Name, nil)
 		s.h3 = hs
+		p.h3Flag(s.key).Store(true)
 	case !want && s.h3 != nil:
+		p.h3Flag(s.key).Store(false)
 		s.h3.close()
 		s.h3 = nil
 		p.h3Failed(l.LB, l.Name, nil)
@@ -374,6 +376,20 @@ func (p *Proxy) syncH3(s *socket, l *snapshot.Listener) {
 		// Connections of a former owner of the address drain.
 		s.h3.drain(func(lb string) bool { return lb != l.LB })
 	}
+}
+
+// h3Flag returns the flag that says whether k's HTTP/3 port is served
+// (under p.mu).
+func (p *Proxy) h3Flag(k snapshot.Key) *atomic.Bool {
+	if p.h3up == nil {
+		p.h3up = map[snapshot.Key]*atomic.Bool{}
+	}
+	f := p.h3up[k]
+	if f == nil {
+		f = new(atomic.Bool)
+		p.h3up[k] = f
+	}
+	return f
 }
 
 // h3Failed records (err not nil) or clears why a listener's HTTP/3 port

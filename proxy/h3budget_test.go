@@ -182,7 +182,8 @@ func TestHTTP3HitlessChange(t *testing.T) {
 
 // TestHTTP3BindFailureReported: an https listener with http3 whose UDP
 // port is taken still serves HTTP/1.1 and HTTP/2, and its load balancer's
-// status names listeners[0].http3 and the cause.
+// status names listeners[0].http3 and the cause; its answers advertise
+// no Alt-Svc.
 func TestHTTP3BindFailureReported(t *testing.T) {
 	t.Parallel()
 	main := startRoutingBackend(t, "main")
@@ -202,8 +203,12 @@ func TestHTTP3BindFailureReported(t *testing.T) {
 	if len(st) != 1 || st[0].Field != "listeners[0].http3" || !strings.Contains(st[0].Reason, "address already in use") {
 		t.Fatalf("status %+v, want listeners[0].http3 with the bind error", st)
 	}
-	if resp, err := doTLS(vipAddr("127.0.0.2", port), "/x"); err != nil || resp.StatusCode != 200 {
+	resp, err := doTLS(vipAddr("127.0.0.2", port), "/x")
+	if err != nil {
 		t.Fatalf("HTTPS without its UDP port: %v", err)
+	}
+	if resp.StatusCode != 200 || resp.Header.Get("Alt-Svc") != "" {
+		t.Fatalf("HTTPS without its UDP port: status %d, Alt-Svc %q, want 200 and none", resp.StatusCode, resp.Header.Get("Alt-Svc"))
 	}
 	// What explain lists per host: the https listener bound, its HTTP/3
 	// port not, with the reason.

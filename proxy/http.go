@@ -40,7 +40,9 @@ func (h *HTTP) ServeConn(ctx context.Context, c net.Conn, current func() *Listen
 		return
 	}
 	info := h.connInfo(ctx, ls, current)
-	info.AltSvc = ls.altSvc
+	if ls.h3up != nil && ls.h3up.Load() {
+		info.AltSvc = ls.altSvc
+	}
 	info.State, _ = ctx.Value(connStateKey{}).(*l7.ConnState)
 	h.srv.ServeConn(ctx, c, info)
 }

@@ -168,6 +168,9 @@ type Proxy struct {
 	// h3failed: listener name -> why its HTTP/3 port is not served.
 	h3mu     sync.Mutex
 	h3failed map[string]string
+	// h3up says, by socket key, whether its HTTP/3 port is served
+	// (guarded by mu; the flags are read per connection).
+	h3up map[snapshot.Key]*atomic.Bool
 
 	// recovering holds the load balancers without a healthy member (zero
 	// time) or recovering from it (since when), for memberReadiness.

@@ -122,6 +122,10 @@ func (p *Proxy) releaseSocket(s *socket) {
 		s.h3.close()
 		s.h3 = nil
 	}
+	if f := p.h3up[s.key]; f != nil {
+		f.Store(false)
+		delete(p.h3up, s.key)
+	}
 	s.drain(func(string) bool { return true })
 }
 
