@@ -98,6 +98,10 @@ const (
 	// (listeners[].sniRoutes[].terminate). A host of an earlier release
 	// ignores the field and passes those connections through encrypted.
 	FeatureTLSTerminate = "tls-terminate"
+	// FeatureHTTP3: https listeners that also serve HTTP/3 over QUIC
+	// (listeners[].http3). A host of an earlier release ignores the field
+	// and serves no UDP port.
+	FeatureHTTP3 = "http3"
 	// FeatureMisdirectedRequests: https listeners that answer 421 to a
 	// request whose Host belongs to another site than the connection's
 	// server name (listeners[].tls.sniScopes). A host of an earlier
@@ -164,6 +168,7 @@ var featureLevels = map[string]uint32{
 	FeaturePoolInterface:       5,
 	FeatureTenantBGPUpdateRate: 5,
 	FeatureACMEWildcard:        5,
+	FeatureHTTP3:               5,
 }
 
 // LevelOf is the feature level a feature needs on every host (0 for a
@@ -205,7 +210,7 @@ func FeatureRefusal(uses []FeatureUse, need uint32, older []string) error {
 
 // Features returns the features this release serves.
 func Features() []string {
-	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureNotFoundRoutes, FeatureCORS, FeatureClientValidation, FeatureRouteRetry, FeatureBackendHeaders, FeatureBackendTLS, FeatureWAFExclusions, FeatureTLSTerminate, FeatureMisdirectedRequests, FeatureRateLimitHeader, FeatureWriteBudget, FeaturePoolInterface, FeatureTenantBGPUpdateRate, FeatureACMEWildcard}
+	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureNotFoundRoutes, FeatureCORS, FeatureClientValidation, FeatureRouteRetry, FeatureBackendHeaders, FeatureBackendTLS, FeatureWAFExclusions, FeatureTLSTerminate, FeatureMisdirectedRequests, FeatureRateLimitHeader, FeatureWriteBudget, FeaturePoolInterface, FeatureTenantBGPUpdateRate, FeatureACMEWildcard, FeatureHTTP3}
 }
 
 // FeatureUse is one place where a write uses a feature: the feature and
@@ -272,6 +277,9 @@ func FeaturesUsed(obj *pb.Object) []FeatureUse {
 		}
 		if usesSNIScopes(ls) {
 			out = append(out, FeatureUse{Feature: FeatureMisdirectedRequests, Field: fmt.Sprintf("%s: listeners[%d].tls.sniScopes", RefString(RefOf(obj)), i)})
+		}
+		if ls.GetHttp3() {
+			out = append(out, FeatureUse{Feature: FeatureHTTP3, Field: fmt.Sprintf("%s: listeners[%d].http3", RefString(RefOf(obj)), i)})
 		}
 	}
 	if usesACME(l) {

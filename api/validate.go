@@ -318,16 +318,29 @@ func listenerKind(protocol string) string {
 	return "tcp"
 }
 
+// listenerKeys are the port/kind pairs a listener binds: an https
+// listener with http3 binds its port over UDP too.
+func listenerKeys(l *pb.Listener) []string {
+	k := fmt.Sprintf("%d/%s", l.GetPort(), listenerKind(l.GetProtocol()))
+	if l.GetHttp3() && l.GetProtocol() == "https" {
+		return []string{k, fmt.Sprintf("%d/udp", l.GetPort())}
+	}
+	return []string{k}
+}
+
 // portClash returns the first (port/kind) both load balancers listen on.
 func portClash(a, b *pb.LoadBalancer) string {
 	used := map[string]bool{}
 	for _, l := range a.GetListeners() {
-		used[fmt.Sprintf("%d/%s", l.GetPort(), listenerKind(l.GetProtocol()))] = true
+		for _, k := range listenerKeys(l) {
+			used[k] = true
+		}
 	}
 	for _, l := range b.GetListeners() {
-		k := fmt.Sprintf("%d/%s", l.GetPort(), listenerKind(l.GetProtocol()))
-		if used[k] {
-			return k
+		for _, k := range listenerKeys(l) {
+			if used[k] {
+				return k
+			}
 		}
 	}
 	return ""

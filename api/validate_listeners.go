@@ -29,6 +29,15 @@ func checkListeners(ck *checker, lb *pb.LoadBalancer, tenant *pb.Tenant, c Catal
 			} else {
 				seen[key] = i
 			}
+			if l.GetHttp3() && proto == "https" {
+				// HTTP/3 binds the same port over UDP.
+				key := fmt.Sprintf("%d/udp", port)
+				if j, dup := seen[key]; dup {
+					ck.invalidf(f+".http3", "HTTP/3 serves UDP port %d, which listeners[%d] uses; move that udp listener or remove http3", port, j)
+				} else {
+					seen[key] = i
+				}
+			}
 		}
 		checkListenerCerts(ck, f, lb, l, c)
 		if l.GetProtocol() == "tls-passthrough" && !tooMany(ck, f+".sniRoutes", len(l.GetSniRoutes()), MaxSNIRoutes) {
@@ -79,6 +88,9 @@ func CheckListener(field string, l *pb.Listener, pools map[string]*pb.BackendPoo
 	checkListenerTLS(&ck, f, l)
 	if len(l.GetSniRoutes()) > 0 && proto != "tls-passthrough" {
 		ck.invalidf(f+".sniRoutes", "only tls-passthrough listeners route by server name; remove sniRoutes (http and https listeners use the load balancer's routes)")
+	}
+	if l.GetHttp3() && proto != "https" {
+		ck.invalidf(f+".http3", "only https listeners serve HTTP/3 (it needs TLS certificates); remove http3 or make the listener https")
 	}
 	if l.GetRedirectToHttps() && proto != "http" {
 		ck.invalidf(f+".redirectToHttps", "only http listeners can redirect to https")

@@ -63,6 +63,9 @@ func (p *Proxy) HandOver(vips []netip.Addr) {
 		}
 		s.mu.Unlock()
 	}
+	for _, hs := range p.h3Sockets(set) {
+		hs.goAway()
+	}
 	p.log.Info("handing clients over: HTTP connections close after their next response",
 		"vips", len(vips), "pending", p.handover.pending.Load())
 }
@@ -138,6 +141,9 @@ func (p *Proxy) CloseConnections(force bool) (busy int) {
 	}
 	for _, c := range cs {
 		c.Close()
+	}
+	for _, hs := range p.h3Sockets(*m) {
+		busy += hs.closeIdle(force)
 	}
 	if len(cs) > 0 {
 		p.log.Info("closed connections before the VIPs move", "connections", len(cs), "busy", busy, "force", force)

@@ -41,6 +41,29 @@ func (h *HTTP) ServeConn(ctx context.Context, c net.Conn, current func() *Listen
 	if ls == nil {
 		return
 	}
+	info := h.connInfo(ctx, ls, current)
+	if ls.h3up != nil && ls.h3up.Load() {
+		info.AltSvc = ls.altSvc
+	}
+	info.State, _ = ctx.Value(connStateKey{}).(*l7.ConnState)
+	if tc, ok := c.(*tls.Conn); ok && ls.TLS != nil && len(ls.TLS.SNIScopes) > 0 {
+		h.scopeToSNI(&info, tc.ConnectionState().ServerName, current)
+	}
+	h.srv.ServeConn(ctx, c, info)
+}
+
+// scopeToSNI makes the requests of a connection whose server name is sni
+// answer 421 when their Host belongs to another of the listener's
+// sniScopes (misdirectRouter); a connection without one is not checked.
+func (h *HTTP) scopeToSNI(info *l7.ConnInfo, sni string, current func() *ListenerSnapshot) {
+	if sni = normalSNI(sni); sni != "" {
+		m := &misdirectRouter{h: h, current: current, sni: sni}
+		info.Router = func() l7.Router { return m }
+	}
+}
+
+// connInfo describes a connection of listener ls to the engine.
+func (h *HTTP) connInfo(ctx context.Context, ls *ListenerSnapshot, current func() *ListenerSnapshot) l7.ConnInfo {
 	info := l7.ConnInfo{
 		Listener:       ls.Name,
 		LB:             ls.LB,
@@ -67,16 +90,7 @@ func (h *HTTP) ServeConn(ctx context.Context, c net.Conn, current func() *Listen
 		info.ClientCertHeader = ls.TLS.Client.SubjectHeader
 		info.ClientSubject = ClientSubject(ctx)
 	}
-	info.State, _ = ctx.Value(connStateKey{}).(*l7.ConnState)
-	if ls.TLS != nil && len(ls.TLS.SNIScopes) > 0 {
-		if tc, ok := c.(*tls.Conn); ok {
-			if sni := normalSNI(tc.ConnectionState().ServerName); sni != "" {
-				m := &misdirectRouter{h: h, current: current, sni: sni}
-				info.Router = func() l7.Router { return m }
-			}
-		}
-	}
-	h.srv.ServeConn(ctx, c, info)
+	return info
 }
 
 // misdirectRouter routes the requests of a TLS connection to a listener

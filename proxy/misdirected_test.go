@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3"
+
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 	"github.com/teapot-lb/teapot-lb/proxy/l7"
 )
@@ -113,6 +116,61 @@ func TestMisdirectedRequests(t *testing.T) {
 			case tc.want != "" && (status != 200 || backend != tc.want):
 				t.Errorf("h2 %v, sni %s, host %s: %d from %q, want 200 from %s", h2, tc.sni, tc.host, status, backend, tc.want)
 			}
+		}
+	}
+}
+
+// TestMisdirectedRequestsHTTP3: the same check on the listener's HTTP/3
+// connections, whose server name comes from the QUIC handshake.
+func TestMisdirectedRequestsHTTP3(t *testing.T) {
+	t.Parallel()
+	bes := map[string]*routingBackend{"one": startRoutingBackend(t, "one"), "two": startRoutingBackend(t, "two")}
+	srv := l7.New(l7.Config{})
+	t.Cleanup(func() { srv.Close() })
+	p, _ := newProxy(t, Config{HTTP: newH3Term(t, srv)})
+	port := freePort(t)
+	lb := &pb.LoadBalancer{Name: "sites", Tenant: "acme",
+		Listeners: []*pb.Listener{{Port: uint32(port), Protocol: "https", Http3: true,
+			Tls: &pb.TLSPolicy{Certificates: []string{"c"}, SniScopes: []string{"", "two.acme.example"}}}},
+		Routes: []*pb.Route{
+			{Host: "one.acme.example", Path: "/", Pool: "one"},
+			{Host: "two.acme.example", Path: "/", Pool: "two"},
+		},
+		Pools: map[string]*pb.BackendPool{
+			"one": {Members: []*pb.Member{{Address: bes["one"].addr}}},
+			"two": {Members: []*pb.Member{{Address: bes["two"].addr}}},
+		},
+		Status: &pb.LoadBalancerStatus{Address: "127.0.0.2"},
+	}
+	update(t, p, lb)
+	target := vipAddr("127.0.0.2", port)
+	for _, tc := range []struct{ sni, host, want string }{
+		{"one.acme.example", "one.acme.example", "one"},
+		{"one.acme.example", "two.acme.example", ""},
+		{"two.acme.example", "two.acme.example", "two"},
+		{"two.acme.example", "one.acme.example", ""},
+	} {
+		tr := &http3.Transport{
+			TLSClientConfig: &tls.Config{InsecureSkipVerify: true, ServerName: tc.sni},
+			Dial: func(ctx context.Context, _ string, tlsCfg *tls.Config, qc *quic.Config) (*quic.Conn, error) {
+				return quic.DialAddr(ctx, target, tlsCfg, qc)
+			},
+		}
+		req, _ := http.NewRequest("GET", "https://"+tc.host+"/x", nil)
+		resp, err := (&http.Client{Transport: tr, Timeout: 20 * time.Second}).Do(req)
+		if err != nil {
+			tr.Close()
+			t.Fatalf("sni %s, host %s: %v", tc.sni, tc.host, err)
+		}
+		var s seen
+		_ = json.NewDecoder(resp.Body).Decode(&s)
+		resp.Body.Close()
+		tr.Close()
+		switch {
+		case tc.want == "" && resp.StatusCode != http.StatusMisdirectedRequest:
+			t.Errorf("sni %s, host %s: %d from %q, want 421", tc.sni, tc.host, resp.StatusCode, s.Backend)
+		case tc.want != "" && (resp.StatusCode != 200 || s.Backend != tc.want):
+			t.Errorf("sni %s, host %s: %d from %q, want 200 from %s", tc.sni, tc.host, resp.StatusCode, s.Backend, tc.want)
 		}
 	}
 }

@@ -43,6 +43,9 @@ func (p *Proxy) Observe(f observe.Filter, h *pb.HostObservation) {
 				lo.Error = "not opened"
 			}
 			h.Listeners = append(h.Listeners, lo)
+			if l.HTTP3 && l.Protocol == snapshot.ProtoHTTPS {
+				h.Listeners = append(h.Listeners, p.observeH3(l, p.sockets[k]))
+			}
 		}
 	}
 	p.mu.Unlock()

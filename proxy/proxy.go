@@ -165,6 +165,12 @@ type Proxy struct {
 	wg         sync.WaitGroup
 
 	handover handoverState
+	// h3failed: listener name -> why its HTTP/3 port is not served.
+	h3mu     sync.Mutex
+	h3failed map[string]string
+	// h3up says, by socket key, whether its HTTP/3 port is served
+	// (guarded by mu; the flags are read per connection).
+	h3up map[snapshot.Key]*atomic.Bool
 
 	// recovering holds the load balancers without a healthy member (zero
 	// time) or recovering from it (since when), for memberReadiness.
@@ -393,6 +399,7 @@ func (p *Proxy) apply(s *snapshot.Snapshot, retryFailed bool) bool {
 			}
 			sock.setOwner(l.LB)
 			sock.enforceSources(l)
+			p.syncH3(sock, l)
 		}
 	}
 	for _, pool := range retired {
@@ -470,6 +477,8 @@ func (p *Proxy) setStatus(s *snapshot.Snapshot, lbs map[string]bool) {
 			} else if bf, failed := p.failed[l.Key]; failed {
 				ps = append(ps, Problem{Field: field,
 					Reason: fmt.Sprintf("cannot listen on %s: %s; retried with backoff (free the port or move the listener)", l.Key, bf.err)})
+			} else if why := p.h3Problem(l); why != "" {
+				ps = append(ps, Problem{Field: field + ".http3", Reason: why})
 			}
 		}
 		e.Set(lb, ps)

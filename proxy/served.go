@@ -72,6 +72,10 @@ type ListenerSnapshot struct {
 	// streams bounds the tenant's HTTP/2 streams in flight (nil in a
 	// listener snapshot the proxy did not build: no bound applies).
 	streams *listenerStreams
+	// altSvc is the Alt-Svc value of an https listener with http3 (""
+	// otherwise), advertised while h3up says its UDP port is served.
+	altSvc string
+	h3up   *atomic.Bool
 	// rates are the listener's rate limits in service (ratelimits.go).
 	rates listenerRates
 	// waf builds the Inspect of a route with a WAF (nil in a listener
@@ -252,6 +256,9 @@ func (p *Proxy) build(s *snapshot.Snapshot, old *served, keys []snapshot.Key) (*
 				tb := p.tenantBudget(l.Tenant)
 				nl.budget, nl.tenant = tb.member, tb
 				nl.streams = &listenerStreams{t: tb, lb: l.LB, name: l.Name}
+				if _, ok := p.cfg.HTTP.(QUICHandler); ok && l.HTTP3 && l.Protocol == snapshot.ProtoHTTPS {
+					nl.altSvc, nl.h3up = altSvc(l.Key.Addr.Port()), p.h3Flag(l.Key)
+				}
 			}
 			if len(sps) > fewPools {
 				nl.byPool = make(map[*snapshot.Pool]*Pool, len(sps))

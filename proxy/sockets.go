@@ -28,6 +28,9 @@ type socket struct {
 	owner string
 	tcp   *net.TCPListener
 	udp   *udpSocket
+	// h3 serves HTTP/3 on the UDP port of an https listener with http3
+	// (guarded by p.mu).
+	h3 *h3Socket
 	// shared is the socket a steered TCP listener's connections come to
 	// (Config.Steer; guarded by p.mu).
 	shared *sharedSocket
@@ -114,6 +117,14 @@ func (p *Proxy) releaseSocket(s *socket) {
 		s.tcp.Close()
 	case s.udp != nil:
 		s.udp.close()
+	}
+	if s.h3 != nil {
+		s.h3.close()
+		s.h3 = nil
+	}
+	if f := p.h3up[s.key]; f != nil {
+		f.Store(false)
+		delete(p.h3up, s.key)
 	}
 	s.drain(func(string) bool { return true })
 }

@@ -205,8 +205,11 @@ func (l *Logger) Request(s l7.RequestStats) {
 		BytesIn: s.RequestBytes, BytesOut: s.ResponseBytes, Route: s.Route,
 		Duration: s.Duration.Seconds(), UpstreamD: s.Upstream.Seconds(), RequestID: s.RequestID, WAFRules: s.Inspected, Dropped: l.dropped[s.LB],
 	}
-	if s.HTTP2 {
+	switch {
+	case s.HTTP2:
 		line.Protocol = "HTTP/2"
+	case s.HTTP3:
+		line.Protocol = "HTTP/3"
 	}
 	if s.Client.IsValid() {
 		line.Client = s.Client.String()

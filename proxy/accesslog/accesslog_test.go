@@ -277,3 +277,21 @@ func TestAccessLogNamesInspectedRules(t *testing.T) {
 		}
 	}
 }
+
+// TestAccessLogProtocols: a line names the client's HTTP version.
+func TestAccessLogProtocols(t *testing.T) {
+	t.Parallel()
+	var out syncBuffer
+	l := New(Config{Out: &out})
+	for _, s := range []l7.RequestStats{{}, {HTTP2: true}, {HTTP3: true}} {
+		s.LB, s.Listener, s.Tenant, s.AccessLog, s.Status = "acme/shop", "127.0.0.1:443/tcp", "acme", 1, 200
+		l.Request(s)
+	}
+	var got []string
+	for _, line := range out.lines(t) {
+		got = append(got, line.Protocol)
+	}
+	if strings.Join(got, ",") != "HTTP/1.1,HTTP/2,HTTP/3" {
+		t.Fatalf("protocols %v", got)
+	}
+}

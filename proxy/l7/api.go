@@ -196,6 +196,10 @@ type ConnInfo struct {
 	// a stream past it is refused as its HEADERS are read (RST_STREAM
 	// REFUSED_STREAM), before a goroutine or a buffer is spent on it.
 	Streams Streams
+	// AltSvc, when not empty, is the Alt-Svc value (`h3=":443"; ma=86400`)
+	// added to every HTTP/1.x and HTTP/2 response head of the connection:
+	// the listener also serves HTTP/3.
+	AltSvc string
 }
 
 // Streams is a bound on work in progress: the HTTP/2 streams of one
@@ -248,8 +252,10 @@ type RequestStats struct {
 	Member netip.AddrPort
 	// Pool is the BackendOptions.Pool of the member's backend.
 	Pool string
-	// HTTP2 is set for requests from HTTP/2 clients.
+	// HTTP2 is set for requests from HTTP/2 clients, HTTP3 for those
+	// from HTTP/3 clients.
 	HTTP2   bool
+	HTTP3   bool
 	Status  int
 	Outcome Outcome
 	// Duration runs from the complete request head to the end of the

@@ -228,6 +228,9 @@ func (w *h1Writer) WriteHeader(code int) {
 	if w.chunked {
 		bw.WriteString("Transfer-Encoding: chunked\r\n")
 	}
+	if v := c.info.AltSvc; v != "" {
+		bw.WriteString("Alt-Svc: " + v + "\r\n")
+	}
 	switch {
 	case c.closing:
 		bw.WriteString(hdrConnClose)

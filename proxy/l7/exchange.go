@@ -299,10 +299,10 @@ func (c *clientConn) relay(m Member, up *upConn, x *exchangeOpts, t0 int64) {
 		first = avail
 	}
 	var err error
-	if !rh.edit && conn == "" && rh.minor == 1 {
+	if !rh.edit && conn == "" && rh.minor == 1 && c.info.AltSvc == "" {
 		err = c.writeAt(up.rb[headStart:up.r+first], now)
 	} else {
-		c.wb = appendResponseHead(c.wb[:0], up.rb[headStart:up.r], rh, conn, dechunk)
+		c.wb = appendResponseHead(c.wb[:0], up.rb[headStart:up.r], rh, conn, c.info.AltSvc, dechunk)
 		if first <= smallBody {
 			c.wb = append(c.wb, up.rb[up.r:up.r+first]...)
 			err = c.writeAt(c.wb, now)

@@ -207,8 +207,9 @@ func appendForwardedValue(dst, v []byte) []byte {
 
 // appendResponseHead appends the head relayed to the client: the status
 // line with HTTP/1.1, the member's fields without the hop-by-hop ones, and
-// the connection fields the client needs.
-func appendResponseHead(dst, b []byte, h *respHead, conn string, dechunk bool) []byte {
+// the connection fields the client needs, and Alt-Svc when altSvc is not
+// empty.
+func appendResponseHead(dst, b []byte, h *respHead, conn, altSvc string, dechunk bool) []byte {
 	dst = append(dst, "HTTP/1.1"...)
 	dst = append(dst, b[8:h.sl]...)
 	run := -1
@@ -229,6 +230,11 @@ func appendResponseHead(dst, b []byte, h *respHead, conn string, dechunk bool) [
 		dst = append(dst, b[run:h.fields[len(h.fields)-1].le]...)
 	}
 	dst = append(dst, conn...)
+	if altSvc != "" {
+		dst = append(dst, "Alt-Svc: "...)
+		dst = append(dst, altSvc...)
+		dst = append(dst, "\r\n"...)
+	}
 	return append(dst, "\r\n"...)
 }
 

@@ -105,7 +105,7 @@ func FuzzResponseHead(f *testing.F) {
 			t.Fatalf("status line end %d, head %d, status %d", h.sl, h.n, h.status)
 		}
 		framing := h.framing(head)
-		out := appendResponseHead(nil, in[:h.n], &h, "", false)
+		out := appendResponseHead(nil, in[:h.n], &h, "", "", false)
 		var r respHead
 		r.reset()
 		done, ok = r.parse(out, 1<<20)

@@ -18,11 +18,13 @@ type h2conn struct {
 	scope  *connScope
 	// members bounds the member connections its streams hold at once.
 	members memberSlots
+	// h3: the connection is HTTP/3 (H3Conn), not HTTP/2.
+	h3 bool
 }
 
 func (hc *h2conn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s := hc.s
-	stats := RequestStats{Listener: hc.info.Listener, LB: hc.info.LB, Tenant: hc.info.Tenant, HTTP2: true, Client: hc.client}
+	stats := RequestStats{Listener: hc.info.Listener, LB: hc.info.LB, Tenant: hc.info.Tenant, HTTP2: !hc.h3, HTTP3: hc.h3, Client: hc.client}
 	if hc.info.AccessLog > 0 {
 		stats.AccessLog, stats.Host, stats.Method, stats.Path = hc.info.AccessLog, r.Host, r.Method, r.URL.RequestURI()
 		stats.RequestID = r.Header.Get("X-Request-Id")

@@ -500,6 +500,7 @@ func (st *h2Stream) relay(u *upConn) (n int64, err error) {
 	rh := &u.resp
 	b := u.rb[u.r : u.r+rh.n]
 	st.hblk = appendStatus(st.hblk[:0], rh.status)
+	st.hblk = st.appendAltSvc(st.hblk)
 	for i := range rh.fields {
 		f := &rh.fields[i]
 		if f.drop {

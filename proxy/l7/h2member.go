@@ -258,6 +258,7 @@ func (st *h2Stream) endUp(up *h2UpStream) {
 func (st *h2Stream) relayUp(up *h2UpStream) (n int64, err error) {
 	c := st.c
 	st.hblk = appendStatus(st.hblk[:0], up.status)
+	st.hblk = st.appendAltSvc(st.hblk)
 	for _, f := range up.fields {
 		if connHeaders[f.Name] || f.Name == "te" {
 			continue

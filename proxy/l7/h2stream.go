@@ -328,9 +328,18 @@ func (st *h2Stream) endLocal() {
 	c.mu.Unlock()
 }
 
+// appendAltSvc appends the connection's Alt-Svc field, if any.
+func (st *h2Stream) appendAltSvc(dst []byte) []byte {
+	if v := st.c.hc.info.AltSvc; v != "" {
+		dst = appendLiteral(dst, "alt-svc", v, false)
+	}
+	return dst
+}
+
 // sendHead sends the response head.
 func (st *h2Stream) sendHead(end bool) error {
 	st.hblk = appendStatus(st.hblk[:0], st.status)
+	st.hblk = st.appendAltSvc(st.hblk)
 	for k, vv := range st.rh {
 		if strings.HasPrefix(k, http.TrailerPrefix) {
 			continue

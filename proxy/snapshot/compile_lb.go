@@ -319,6 +319,7 @@ func (b *lbCompile) listener(f string, i int, l *pb.Listener, lb *pb.LoadBalance
 		out.Routes = routes
 		out.Limits.IdleTimeout = d.HTTPIdleTimeout
 		out.RedirectToHTTPS = l.GetRedirectToHttps() && proto == ProtoHTTP
+		out.HTTP3 = l.GetHttp3() && proto == ProtoHTTPS
 		if !broken(errs, ".trustedProxies") {
 			for _, c := range l.GetTrustedProxies() {
 				if pfx, err := netip.ParsePrefix(c); err == nil {

@@ -271,6 +271,8 @@ type Listener struct {
 	// Routes route the requests of http and https listeners.
 	Routes          *RouteTable
 	RedirectToHTTPS bool
+	// HTTP3 (https) also serves HTTP/3 over QUIC on UDP at Key's address.
+	HTTP3 bool
 	// TLS is set for https listeners, and for tls-passthrough listeners
 	// with server-name routes that terminate.
 	TLS *TLS
@@ -293,7 +295,7 @@ type Listener struct {
 func (l *Listener) equal(o *Listener) bool {
 	return l.Key == o.Key && l.LB == o.LB && l.Tenant == o.Tenant && l.Index == o.Index &&
 		l.Protocol == o.Protocol && l.Pool == o.Pool && l.Routes.equal(o.Routes) &&
-		l.RedirectToHTTPS == o.RedirectToHTTPS && equalTLS(l.TLS, o.TLS) && l.Limits == o.Limits &&
+		l.RedirectToHTTPS == o.RedirectToHTTPS && l.HTTP3 == o.HTTP3 && equalTLS(l.TLS, o.TLS) && l.Limits == o.Limits &&
 		slices.Equal(l.TrustedProxies, o.TrustedProxies) && l.AccessLog == o.AccessLog &&
 		l.Sources.equal(o.Sources) && l.Rate == o.Rate
 }

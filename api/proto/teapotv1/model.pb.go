@@ -367,7 +367,10 @@ type Quotas struct {
 	// included) holds one; an HTTP request that finds none within 100 ms
 	// gets 503, a TCP connection is reset. It bounds the tenant's HTTP/2
 	// streams in flight per LB host as well, over all its connections: a
-	// stream past it is refused (REFUSED_STREAM).
+	// stream past it is refused (REFUSED_STREAM). HTTP/3 (QUIC)
+	// connections count as connections, charged at their first packet (a
+	// refused one gets CONNECTION_REFUSED), and their requests in flight
+	// as streams (past it: 503).
 	Connections uint32 `protobuf:"varint,12,opt,name=connections,proto3" json:"connections,omitempty"`
 	// Concurrent client connections per listener per LB host (0: derived).
 	ConnectionsPerListener uint32 `protobuf:"varint,13,opt,name=connections_per_listener,json=connectionsPerListener,proto3" json:"connections_per_listener,omitempty"`
@@ -1002,7 +1005,16 @@ type Listener struct {
 	// Per-listener rate limit: new connections per second (every protocol;
 	// UDP: new flows) and, for http and https listeners, requests per
 	// second over all its routes.
-	RateLimit     *RateLimit `protobuf:"bytes,52,opt,name=rate_limit,json=rateLimit,proto3" json:"rate_limit,omitempty"`
+	RateLimit *RateLimit `protobuf:"bytes,52,opt,name=rate_limit,json=rateLimit,proto3" json:"rate_limit,omitempty"`
+	// https listeners: also serve HTTP/3 (QUIC) on UDP at the same VIP and
+	// port, with the same certificates (ACME or uploaded, by server name),
+	// routes and filters. The HTTP/1.1 and HTTP/2 answers of the listener
+	// advertise it with Alt-Svc (ma=86400). 0-RTT is off. Each QUIC
+	// connection counts in the tenant's connections and has at most 100
+	// request streams open at once; past 64 handshakes in flight on the
+	// port, new clients must pass a Retry. Refused on other protocols, and
+	// on a port a udp listener of a load balancer on the VIP uses.
+	Http3         bool `protobuf:"varint,170,opt,name=http3,proto3" json:"http3,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1119,6 +1131,13 @@ func (x *Listener) GetRateLimit() *RateLimit {
 		return x.RateLimit
 	}
 	return nil
+}
+
+func (x *Listener) GetHttp3() bool {
+	if x != nil {
+		return x.Http3
+	}
+	return false
 }
 
 // RateLimit bounds the rate of new connections or requests, per client
@@ -4452,7 +4471,7 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\vsharing_key\x18\x04 \x01(\tR\n" +
 	"sharingKey\x12\x1a\n" +
 	"\bfamilies\x18( \x03(\tR\bfamilies\x12#\n" +
-	"\rfamily_policy\x18) \x01(\tR\ffamilyPolicy\"\xeb\x03\n" +
+	"\rfamily_policy\x18) \x01(\tR\ffamilyPolicy\"\x82\x04\n" +
 	"\bListener\x12\x12\n" +
 	"\x04port\x18\x01 \x01(\rR\x04port\x12\x1a\n" +
 	"\bprotocol\x18\x02 \x01(\tR\bprotocol\x12\x12\n" +
@@ -4467,7 +4486,8 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\x0fallowed_sources\x182 \x03(\tR\x0eallowedSources\x12%\n" +
 	"\x0edenied_sources\x183 \x03(\tR\rdeniedSources\x123\n" +
 	"\n" +
-	"rate_limit\x184 \x01(\v2\x14.teapot.v1.RateLimitR\trateLimit\"\xb2\x01\n" +
+	"rate_limit\x184 \x01(\v2\x14.teapot.v1.RateLimitR\trateLimit\x12\x15\n" +
+	"\x05http3\x18\xaa\x01 \x01(\bR\x05http3\"\xb2\x01\n" +
 	"\tRateLimit\x12.\n" +
 	"\x13requests_per_second\x18\x01 \x01(\rR\x11requestsPerSecond\x124\n" +
 	"\x16connections_per_second\x18\x02 \x01(\rR\x14connectionsPerSecond\x12\x14\n" +
