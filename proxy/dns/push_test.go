@@ -1,0 +1,195 @@
+package dns
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	mdns "github.com/miekg/dns"
+)
+
+// startPrimary runs BIND as the primary of zone on 127.0.0.1:port, with
+// a zone file holding its name server's glue and one stale address, and
+// allowing updates and transfers signed with the key "push" (secret).
+func startPrimary(t *testing.T, port int, zone, secret string) *syncBuffer {
+	t.Helper()
+	named, err := exec.LookPath("named")
+	if err != nil {
+		if named, err = exec.LookPath("/usr/sbin/named"); err != nil {
+			if os.Getenv("CI") != "" { // .ci/run installs bind9: missing there is a failure
+				t.Fatal("CI: BIND 9 (named) is not installed: apt-get install bind9")
+			}
+			t.Skip("BIND 9 (named) is not installed: apt-get install bind9")
+		}
+	}
+	dir := t.TempDir()
+	z := strings.TrimSuffix(zone, ".")
+	zoneText := fmt.Sprintf(`$TTL 300
+@	IN SOA ns1.%[1]s. hostmaster.%[1]s. 1 3600 600 86400 30
+@	IN NS ns1.%[1]s.
+ns1	IN A 127.0.0.1
+stale	IN A 192.0.2.99
+`, z)
+	if err := os.WriteFile(filepath.Join(dir, "zone.db"), []byte(zoneText), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	conf := fmt.Sprintf(`key "push" { algorithm hmac-sha256; secret "%s"; };
+options {
+	directory "%[2]s";
+	pid-file "%[2]s/named.pid";
+	session-keyfile "%[2]s/session.key";
+	managed-keys-directory "%[2]s";
+	listen-on port %[3]d { 127.0.0.1; };
+	listen-on-v6 { none; };
+	recursion no;
+	dnssec-validation no;
+	notify no;
+	allow-query { any; };
+};
+controls { };
+zone "%[4]s" {
+	type primary;
+	file "%[2]s/zone.db";
+	allow-update { key push; };
+	allow-transfer { key push; };
+};
+`, secret, dir, port, z)
+	confPath := filepath.Join(dir, "named.conf")
+	if err := os.WriteFile(confPath, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	log := &syncBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, named, "-g", "-n", "1", "-c", confPath)
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("named:\n%s", log.String())
+		}
+	})
+	return log
+}
+
+func pushConfig(namedAddr, secret string) (Config, *atomic.Bool) {
+	cfg := testConfig()
+	cfg.ResponsesPerSecond = -1
+	p, err := ParsePush("acme.example=" + namedAddr + "=push")
+	if err != nil {
+		panic(err)
+	}
+	cfg.Push = []Push{p}
+	cfg.TSIGKeys = map[string]string{"push.": secret}
+	leader := &atomic.Bool{}
+	cfg.Leader = leader.Load
+	return cfg, leader
+}
+
+func pushStatus(s *Server) PushStatus { return s.PushStatus()[0] }
+
+// TestPushToBINDPrimary has the server push its zone to a real BIND 9
+// primary as RFC 2136 updates signed with TSIG: nothing while another
+// host leads; on leading, the primary's stale address is deleted and the
+// names answered (exact and wildcard) added, its name server's glue
+// kept; a load balancer whose members are all down leaves the primary
+// within a bound.
+func TestPushToBINDPrimary(t *testing.T) {
+	t.Parallel()
+	port := freePort(t)
+	namedAddr := fmt.Sprintf("127.0.0.1:%d", port)
+	startPrimary(t, port, "acme.example.", testSecret)
+	cfg, leader := pushConfig(namedAddr, testSecret)
+	s, _ := startServer(t, cfg, testState())
+
+	// named up, not leading: nothing pushed for a few polls.
+	askNamed(t, namedAddr, "stale.acme.example.", func(got []string) bool { return slices.Equal(got, []string{"192.0.2.99"}) }, "its own stale record")
+	time.Sleep(3 * pushPoll)
+	if st := pushStatus(s); st.Active || st.Updates != 0 || st.Pushed != 0 {
+		t.Fatalf("pushed while not leading: %+v", st)
+	}
+
+	start := time.Now()
+	leader.Store(true)
+	askNamed(t, namedAddr, "shop.acme.example.", func(got []string) bool { return slices.Equal(got, []string{"192.0.2.10", "192.0.2.11"}) }, "with both addresses")
+	t.Logf("the zone reached BIND %s after leading", time.Since(start))
+	askNamed(t, namedAddr, "x.y.apps.acme.example.", func(got []string) bool { return slices.Equal(got, []string{"192.0.2.20"}) }, "under the wildcard")
+	askNamed(t, namedAddr, "stale.acme.example.", func(got []string) bool { return len(got) == 0 }, "without the stale record")
+	askNamed(t, namedAddr, "ns1.acme.example.", func(got []string) bool { return slices.Equal(got, []string{"127.0.0.1"}) }, "with its glue kept")
+	if st := pushStatus(s); !st.Active || st.Updates == 0 || st.LastSuccess.IsZero() || st.LastError != "" {
+		t.Errorf("status after the first push: %+v", st)
+	}
+
+	// shop2's members all down: its address leaves the primary.
+	start = time.Now()
+	s.SetReadyFor(map[string]string{"acme/shop2": "pools.web: no member is up"}, nil)
+	askNamed(t, namedAddr, "shop.acme.example.", func(got []string) bool { return slices.Equal(got, []string{"192.0.2.10"}) }, "without shop2")
+	t.Logf("a member change reached BIND in %s", time.Since(start))
+	// And shop's too: the name has no address left on the primary.
+	start = time.Now()
+	s.SetReadyFor(map[string]string{"acme/shop": "pools.web: no member is up"}, nil)
+	askNamed(t, namedAddr, "shop.acme.example.", func(got []string) bool { return len(got) == 0 }, "without any address")
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("the A records left BIND after %s; want within 5s", took)
+	}
+	st := pushStatus(s)
+	t.Logf("push status: %+v", st)
+	if st.Records == 0 || st.Failures != 0 {
+		t.Errorf("status: %+v", st)
+	}
+}
+
+// TestPushWithWrongKeyRefused: BIND refuses updates (and the transfer
+// that reads the zone) signed with a secret not its own; the error is
+// in the push's status and the push is retried with backoff.
+func TestPushWithWrongKeyRefused(t *testing.T) {
+	t.Parallel()
+	port := freePort(t)
+	namedAddr := fmt.Sprintf("127.0.0.1:%d", port)
+	namedLog := startPrimary(t, port, "acme.example.", testSecret)
+	wrong := "AAAl4Zy59Y7sf4bzbq4EsjSwH6vrWVwBkFpyuCQ1qrI="
+	cfg, leader := pushConfig(namedAddr, wrong)
+	leader.Store(true)
+	askNamed(t, namedAddr, "stale.acme.example.", func(got []string) bool { return slices.Equal(got, []string{"192.0.2.99"}) }, "its own stale record")
+	s, _ := startServer(t, cfg, testState())
+	var st PushStatus
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if st = pushStatus(s); st.Failures > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no failure reported: %+v", st)
+		}
+	}
+	t.Logf("status: %+v", st)
+	if st.LastError == "" || st.Updates != 0 || st.Pushed != 0 || !st.LastSuccess.IsZero() {
+		t.Errorf("status after a refused push: %+v", st)
+	}
+	if !strings.Contains(st.LastError, "refused the TSIG key") {
+		t.Errorf("the error does not say the key was refused: %s", st.LastError)
+	}
+	// The update itself, with the wrong key, is refused too.
+	pu := &pusher{p: cfg.Push[0], secret: wrong, known: map[string]mdns.RR{}}
+	err := s.pushOnce(context.Background(), pu, false)
+	t.Logf("update with the wrong key: %v", err)
+	if err == nil || !strings.Contains(err.Error(), "refused the TSIG key") {
+		t.Errorf("update with the wrong key: %v", err)
+	}
+	if !strings.Contains(namedLog.String(), "BADSIG") {
+		t.Errorf("named's log does not show the signature refused (BADSIG)")
+	}
+	c := &mdns.Client{Net: "udp", Timeout: time.Second}
+	if m, _, err := c.Exchange(query("shop.acme.example.", mdns.TypeA), namedAddr); err != nil || len(addrsOf(m)) != 0 {
+		t.Errorf("BIND holds shop.acme.example after a refused push: %v %v", m, err)
+	}
+}
