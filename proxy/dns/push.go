@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	mdns "github.com/miekg/dns"
@@ -59,8 +58,6 @@ type pusher struct {
 	known map[string]mdns.RR
 	mu    sync.Mutex
 	st    PushStatus
-	// pushed counts records pushed, read by metrics without the lock.
-	pushed atomic.Uint64
 }
 
 func newPushers(cfg Config) []*pusher {
@@ -232,7 +229,6 @@ func (s *Server) pushOnce(ctx context.Context, pu *pusher, full bool) error {
 					pu.known[pushKey(rr)] = rr
 				}
 			}
-			pu.pushed.Add(uint64(len(chunk)))
 			pu.mu.Lock()
 			pu.st.Pushed += uint64(len(chunk))
 			pu.st.Updates++

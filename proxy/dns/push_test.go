@@ -13,6 +13,10 @@ import (
 	"time"
 
 	mdns "github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/teapot-lb/teapot-lb/api/observe"
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
 
 // startPrimary runs BIND as the primary of zone on 127.0.0.1:port, with
@@ -146,6 +150,33 @@ func TestPushToBINDPrimary(t *testing.T) {
 	t.Logf("push status: %+v", st)
 	if st.Records == 0 || st.Failures != 0 {
 		t.Errorf("status: %+v", st)
+	}
+	// explain node shows it, and so do the metrics.
+	h := &pb.HostObservation{}
+	s.Observe(observe.Filter{}, h)
+	var po *pb.DNSPushObservation
+	for _, z := range h.GetDnsZones() {
+		if z.GetZone() == "acme.example." {
+			po = z.GetPush()
+		}
+	}
+	if po == nil || !po.GetActive() || po.GetServer() != namedAddr || po.GetKey() != "push" || po.GetUpdates() != st.Updates || po.GetLastSuccess() == nil {
+		t.Errorf("observation of the push: %v", po)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(s.Collectors()...)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			got[mf.GetName()] = m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	if got["teapot_lb_dns_push_records_total"] != float64(st.Pushed) || got["teapot_lb_dns_push_active"] != 1 || got["teapot_lb_dns_push_last_success_timestamp_seconds"] == 0 {
+		t.Errorf("push metrics: %v", got)
 	}
 }
 
