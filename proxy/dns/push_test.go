@@ -224,3 +224,39 @@ func TestPushWithWrongKeyRefused(t *testing.T) {
 		t.Errorf("BIND holds shop.acme.example after a refused push: %v %v", m, err)
 	}
 }
+
+// TestPushRefusals: a push is taken only as ZONE=IP[:port]=KEY, for a
+// zone this host serves, once, with a key of --dns-tsig-keys.
+func TestPushRefusals(t *testing.T) {
+	t.Parallel()
+	for _, s := range []string{"acme.example", "acme.example=192.0.2.53", "acme.example=host.example=push", "*.example=192.0.2.53=push", "acme.example=192.0.2.53:0=push"} {
+		if _, err := ParsePush(s); err == nil {
+			t.Errorf("push %q accepted", s)
+		}
+	}
+	if p, err := ParsePush("ACME.example=[2001:db8::53]:5353=Push"); err != nil || p.Zone != "acme.example." || p.Server.Port() != 5353 || p.Key != "push." {
+		t.Errorf("IPv6 with port: %+v %v", p, err)
+	}
+	if p, err := ParsePush("acme.example=192.0.2.53=push"); err != nil || p.Server.Port() != 53 {
+		t.Errorf("default port: %+v %v", p, err)
+	}
+	for _, c := range []struct {
+		change func(*Config)
+		want   string
+	}{
+		{func(c *Config) { c.Push[0].Zone = "other.example." }, "--dns-push other.example.: not a zone of --dns-zones"},
+		{func(c *Config) { c.Push = append(c.Push, c.Push[0]) }, "the zone is given twice"},
+		{func(c *Config) { c.Push[0].Key = "nope." }, `key "nope." is not in --dns-tsig-keys`},
+		{func(c *Config) { c.TSIGKeys = nil }, "--dns-push needs --dns-tsig-keys"},
+		{func(c *Config) { c.Addrs = nil }, "--dns-push needs --dns-addr"},
+	} {
+		cfg, _ := pushConfig("192.0.2.53:53", testSecret)
+		if err := cfg.Check(); err != nil {
+			t.Fatalf("the base config: %v", err)
+		}
+		c.change(&cfg)
+		if err := cfg.Check(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v, want %q", err, c.want)
+		}
+	}
+}
