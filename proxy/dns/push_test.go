@@ -260,3 +260,35 @@ func TestPushRefusals(t *testing.T) {
 		}
 	}
 }
+
+// TestPushInBoundedMessages: 250 names go to BIND in messages of at most
+// MaxPushRecords records.
+func TestPushInBoundedMessages(t *testing.T) {
+	t.Parallel()
+	port := freePort(t)
+	namedAddr := fmt.Sprintf("127.0.0.1:%d", port)
+	startPrimary(t, port, "acme.example.", testSecret)
+	cfg, leader := pushConfig(namedAddr, testSecret)
+	leader.Store(true)
+	state := testState()
+	const n = 250
+	for i := range n {
+		state = append(state, lb("acme", fmt.Sprintf("many%d", i), "192.0.2.10", fmt.Sprintf("n%d.acme.example", i)))
+	}
+	askNamed(t, namedAddr, "stale.acme.example.", func(got []string) bool { return slices.Equal(got, []string{"192.0.2.99"}) }, "its own stale record")
+	s, _ := startServer(t, cfg, state)
+	askNamed(t, namedAddr, fmt.Sprintf("n%d.acme.example.", n-1), func(got []string) bool { return slices.Equal(got, []string{"192.0.2.10"}) }, "the last name")
+	var st PushStatus
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if st = pushStatus(s); st.Records >= n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status: %+v", st)
+		}
+	}
+	t.Logf("status: %+v", st)
+	if min := uint64((st.Pushed + MaxPushRecords - 1) / MaxPushRecords); st.Updates < min || st.Pushed < n {
+		t.Errorf("%d records in %d updates; want at most %d a message", st.Pushed, st.Updates, MaxPushRecords)
+	}
+}
