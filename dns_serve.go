@@ -20,12 +20,13 @@ import (
 // readiness through plane.
 // Zones of --dns-dnssec keep their keys in keys (the replicated store).
 // The ACME DNS-01 challenges come from the store items that watch yields.
-func openDNS(ctx context.Context, cfg serveConfig, log *slog.Logger, state func() ([]*pb.Object, uint64), keys dns.KeyStore, watch func() *consensus.Watcher, vm *vip.Manager, plane *observe.Plane, stack *closers) (*dns.Server, error) {
+// Zones of --dns-push are pushed only while leader says this host leads.
+func openDNS(ctx context.Context, cfg serveConfig, log *slog.Logger, state func() ([]*pb.Object, uint64), keys dns.KeyStore, watch func() *consensus.Watcher, vm *vip.Manager, plane *observe.Plane, leader func() bool, stack *closers) (*dns.Server, error) {
 	dc, err := cfg.dnsSettings().Config()
 	if err != nil || !dc.Enabled() {
 		return nil, err
 	}
-	dc.State, dc.Logger, dc.Keys = state, log, keys
+	dc.State, dc.Logger, dc.Keys, dc.Leader = state, log, keys, leader
 	srv, err := dns.New(dc)
 	if err != nil {
 		return nil, err

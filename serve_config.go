@@ -92,6 +92,7 @@ type serveConfig struct {
 	DNSTSIGKeys            string       `json:"dns-tsig-keys"`
 	DNSSEC                 string       `json:"dns-dnssec"`
 	DNSSignaturesPerTenant int          `json:"dns-signatures-per-tenant"`
+	DNSPush                string       `json:"dns-push"`
 
 	// Restore and RestorePassphraseFile start a new cluster from a backup
 	// (command line only: a restore happens once).
@@ -207,7 +208,8 @@ func serveCommandWith(run func(context.Context, serveConfig) error) *cobra.Comma
 	f.IntVar(&cfg.DNSSlip, "dns-slip", cfg.DNSSlip, "of the UDP responses over --dns-responses-per-second, every Nth goes out truncated and empty (a real client retries over TCP), the others are dropped (0: drop them all)")
 	f.IntVar(&cfg.DNSQueriesPerTenant, "dns-queries-per-tenant", cfg.DNSQueriesPerTenant, "queries a second for one tenant's names this host answers, over every client; over it UDP queries get no answer and TCP queries REFUSED, so a flood at one tenant's names costs the others nothing")
 	checked(&cfg.DNSSecondaries, "dns-secondaries", "servers", dns.CheckSecondaries, "secondary name servers (BIND, Knot) the zones are transferred to, IP[:port]=KEY (comma-separated): AXFR and IXFR are allowed only from their addresses and signed with their TSIG key of --dns-tsig-keys (others are REFUSED), and each gets NOTIFY (to port 53 unless given) when the answers change")
-	f.StringVar(&cfg.DNSTSIGKeys, "dns-tsig-keys", "", "file of the TSIG keys of --dns-secondaries, as tsig-keygen -a hmac-sha256 NAME writes them (the same file named.conf can include); only hmac-sha256 keys of 32 bytes or more, each used by a secondary")
+	checked(&cfg.DNSPush, "dns-push", "zones", dns.CheckPush, "zones of --dns-zones whose A and AAAA records (the working addresses the hosts answer, wildcards included) are pushed to a primary server the operator keeps, as RFC 2136 dynamic updates signed with a TSIG key of --dns-tsig-keys, ZONE=IP[:port]=KEY (comma-separated): only the Raft leader pushes; each change goes as the difference, and the primary's zone is read (AXFR with the same key) and set right at start and every 10 minutes. teapot-lb owns the zone's A and AAAA records there, but its name servers' glue: give it a zone of its own")
+	f.StringVar(&cfg.DNSTSIGKeys, "dns-tsig-keys", "", "file of the TSIG keys of --dns-secondaries and --dns-push, as tsig-keygen -a hmac-sha256 NAME writes them (the same file named.conf can include); only hmac-sha256 keys of 32 bytes or more, each used by a secondary or a push")
 	checked(&cfg.DNSSEC, "dns-dnssec", "zones", dns.CheckZones, "zones of --dns-zones to sign with DNSSEC (comma-separated): each gets an ECDSA P-256 key, made once and kept in the replicated state, and answers to queries with DO are signed online, with minimal NSEC for names and types that do not exist; `teapot-lb explain node ID` shows the DS to publish in the parent zone. Signed zones are not transferred to --dns-secondaries")
 	f.IntVar(&cfg.DNSSignaturesPerTenant, "dns-signatures-per-tenant", cfg.DNSSignaturesPerTenant, "new DNSSEC signatures a second one tenant's names may cost this host (each zone's other names have a budget of their own); signatures are cached per record set, so only names and answers not seen in the last day cost one; over it UDP queries with DO get no answer and TCP SERVFAIL")
 	f.StringVar(&cfg.Restore, "restore", "", "start a new cluster from this backup (\"teapot-lb cluster backup\"): needs an empty --data-dir; other hosts then --join it")
@@ -249,5 +251,5 @@ func defaultNodeID() string {
 func (cfg serveConfig) dnsSettings() dns.Settings {
 	return dns.Settings{Addrs: cfg.DNSAddr, Zones: cfg.DNSZones, NameServers: cfg.DNSNameServers, TTL: time.Duration(cfg.DNSTTL),
 		ResponsesPerSecond: cfg.DNSResponsesPerSecond, Slip: cfg.DNSSlip, QueriesPerTenant: cfg.DNSQueriesPerTenant,
-		Secondaries: cfg.DNSSecondaries, TSIGKeys: cfg.DNSTSIGKeys, DNSSEC: cfg.DNSSEC, SignaturesPerTenant: cfg.DNSSignaturesPerTenant}
+		Secondaries: cfg.DNSSecondaries, TSIGKeys: cfg.DNSTSIGKeys, DNSSEC: cfg.DNSSEC, SignaturesPerTenant: cfg.DNSSignaturesPerTenant, Push: cfg.DNSPush}
 }

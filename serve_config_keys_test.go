@@ -32,6 +32,7 @@ var nonDefault = map[string]string{
 	"dns-addr":                  "127.0.0.1:5353",
 	"dns-ns":                    "ns1.lb.example.com=192.0.2.53",
 	"dns-queries-per-tenant":    "100",
+	"dns-push":                  "lb.example.com=127.0.0.3:5300=xfr",
 	"dns-responses-per-second":  "7",
 	"dns-secondaries":           "127.0.0.2=xfr",
 	"dns-slip":                  "3",
@@ -192,6 +193,10 @@ func TestServeConfigRefusals(t *testing.T) {
 		{"dns-addr: 127.0.0.1:5353\ndns-zones: lb.example.com\ndns-ns: ns1.lb.example.com=192.0.2.53\ndns-secondaries: 127.0.0.2=other\ndns-tsig-keys: testdata/dns-xfr.key\n", `--dns-secondaries 127.0.0.2:53: key "other." is not in --dns-tsig-keys`},
 		{"dns-secondaries: 127.0.0.2\n", `:1: dns-secondaries: secondary "127.0.0.2": give IP[:port]=KEY`},
 		{"dns-addr: 127.0.0.1:5353\ndns-zones: lb.example.com\ndns-ns: ns1.lb.example.com=192.0.2.53\ndns-dnssec: acme.example\n", "--dns-dnssec acme.example.: not a zone of --dns-zones"},
+		{"dns-addr: 127.0.0.1:5353\ndns-zones: lb.example.com\ndns-ns: ns1.lb.example.com=192.0.2.53\ndns-push: acme.example=127.0.0.2=xfr\ndns-tsig-keys: testdata/dns-xfr.key\n", "--dns-push acme.example.: not a zone of --dns-zones"},
+		{"dns-addr: 127.0.0.1:5353\ndns-zones: lb.example.com\ndns-ns: ns1.lb.example.com=192.0.2.53\ndns-push: lb.example.com=127.0.0.2=xfr\n", "--dns-push needs --dns-tsig-keys"},
+		{"dns-addr: 127.0.0.1:5353\ndns-zones: lb.example.com\ndns-ns: ns1.lb.example.com=192.0.2.53\ndns-push: lb.example.com=127.0.0.2=other\ndns-tsig-keys: testdata/dns-xfr.key\n", `--dns-push lb.example.com.: key "other." is not in --dns-tsig-keys`},
+		{"dns-push: lb.example.com=127.0.0.2\n", `:1: dns-push: push "lb.example.com=127.0.0.2": give ZONE=IP[:port]=KEY`},
 		{"dns-responses-per-second: -1\n", "--dns-responses-per-second -1: give a rate, or 0 to turn response-rate limiting off"},
 	} {
 		path := writeFile(t, "serve.yaml", tc.file)

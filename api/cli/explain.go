@@ -482,5 +482,25 @@ func writeDNSZones(w io.Writer, zones []*pb.DNSZoneObservation) {
 		default:
 			fmt.Fprintf(w, "  %s signed, key tag %d\n    DS to publish in the parent zone: %s\n    DNSKEY: %s\n", z.GetZone(), z.GetKeyTag(), z.GetDs(), z.GetDnskey())
 		}
+		writeDNSPush(w, z.GetPush())
+	}
+}
+
+// writeDNSPush prints a zone's RFC 2136 push to the operator's primary.
+func writeDNSPush(w io.Writer, p *pb.DNSPushObservation) {
+	if p == nil {
+		return
+	}
+	if !p.GetActive() {
+		fmt.Fprintf(w, "    pushed to %s (key %s) by the leader, not this host\n", p.GetServer(), p.GetKey())
+	} else {
+		fmt.Fprintf(w, "    pushed to %s (key %s) by this host: %d records there, %d pushed in %d updates, %d failures\n",
+			p.GetServer(), p.GetKey(), p.GetRecords(), p.GetPushed(), p.GetUpdates(), p.GetFailures())
+	}
+	if p.GetLastSuccess() != nil {
+		fmt.Fprintf(w, "      last success %s\n", p.GetLastSuccess().AsTime().UTC().Format(time.RFC3339))
+	}
+	if p.GetLastError() != "" {
+		fmt.Fprintf(w, "      last error %s: %s\n", p.GetLastErrorAt().AsTime().UTC().Format(time.RFC3339), p.GetLastError())
 	}
 }

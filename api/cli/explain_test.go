@@ -103,7 +103,9 @@ func dnsZonesOnLB2(f *fakeAdmin) []*pb.HostObservation {
 			Ds:     "acme.example. 3600 IN DS 40490 13 2 61868713D675031208F1BDF122952E84DF2F1704C3D06E7A8239463F904CFBC5",
 			Dnskey: "acme.example. 3600 IN DNSKEY 257 3 13 nG/LRCrc6iLhhQkrxSspCZVhmoCfdH7k6vGpGh0duMij7Bkp/E5aWvK0s7pk1h6GaykveQX+ZJx9s2eTr8CmSg=="},
 		{Zone: "globex.example.", Signed: true, Error: "lock the key of globex.example.: no leader"},
-		{Zone: "lb.example.com.", Signed: false},
+		{Zone: "lb.example.com.", Signed: false, Push: &pb.DNSPushObservation{Server: "192.0.2.53:53", Key: "push", Active: true,
+			Records: 12, Pushed: 14, Updates: 3, Failures: 1, LastSuccess: timestamppb.New(f.now.Add(-time.Minute)),
+			LastErrorAt: timestamppb.New(f.now.Add(-2 * time.Minute)), LastError: "update of lb.example.com. at 192.0.2.53:53: the primary answered REFUSED: dns push failed"}},
 	}
 	return hosts
 }

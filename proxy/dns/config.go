@@ -76,6 +76,11 @@ type Config struct {
 	DNSSEC              []string
 	SignaturesPerTenant int
 	Keys                KeyStore
+	// Push are the zones pushed to operators' primaries as RFC 2136
+	// updates signed with their key of TSIGKeys; only while Leader says
+	// so (nil: always), so that one host pushes at a time.
+	Push   []Push
+	Leader func() bool
 	// State returns the whole committed state and its revision, which
 	// Follow compiles.
 	State  func() ([]*pb.Object, uint64)

@@ -16,6 +16,10 @@ var (
 	descNotifies   = prometheus.NewDesc("teapot_lb_dns_notifies_total", "NOTIFY messages --dns-secondaries acknowledged.", nil, nil)
 	descSignatures = prometheus.NewDesc("teapot_lb_dns_signatures_total", "RRSIGs of --dns-dnssec answers, by source: signed (made now), cached.", []string{"source"}, nil)
 	descUnsigned   = prometheus.NewDesc("teapot_lb_dns_unsigned_total", "Answers with DO to a signed zone that could not be signed, by reason: over-budget (--dns-signatures-per-tenant spent: UDP not answered, TCP SERVFAIL), no-key (the zone's key not loaded yet: SERVFAIL).", []string{"reason"}, nil)
+	descPushed     = prometheus.NewDesc("teapot_lb_dns_push_records_total", "Records this host deleted and added on a --dns-push zone's primary by RFC 2136 update.", []string{"zone"}, nil)
+	descPushFailed = prometheus.NewDesc("teapot_lb_dns_push_failures_total", "Pushes of a --dns-push zone that failed (the primary refused or did not answer); retried with backoff.", []string{"zone"}, nil)
+	descPushActive = prometheus.NewDesc("teapot_lb_dns_push_active", "1 while this host pushes the --dns-push zone (it leads the cluster).", []string{"zone"}, nil)
+	descPushOK     = prometheus.NewDesc("teapot_lb_dns_push_last_success_timestamp_seconds", "When a push of the --dns-push zone last succeeded (0: never, on this host).", []string{"zone"}, nil)
 	descRevision   = prometheus.NewDesc("teapot_lb_dns_revision", "State revision of the DNS table (the zones' SOA serial without --dns-secondaries).", nil, nil)
 )
 
@@ -31,7 +35,7 @@ func (s *Server) Collectors() []prometheus.Collector {
 type collector struct{ s *Server }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descQueries, descResponses, descLimited, descOverBudget, descNames, descRevision, descTransfers, descNotifies, descSignatures, descUnsigned} {
+	for _, d := range []*prometheus.Desc{descQueries, descResponses, descLimited, descOverBudget, descNames, descRevision, descTransfers, descNotifies, descSignatures, descUnsigned, descPushed, descPushFailed, descPushActive, descPushOK} {
 		ch <- d
 	}
 }
@@ -59,6 +63,19 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descSignatures, prometheus.CounterValue, float64(sg.stats.Cached.Load()), "cached")
 		ch <- prometheus.MustNewConstMetric(descUnsigned, prometheus.CounterValue, float64(sg.stats.OverBudget.Load()), "over-budget")
 		ch <- prometheus.MustNewConstMetric(descUnsigned, prometheus.CounterValue, float64(sg.stats.NoKey.Load()), "no-key")
+	}
+	for _, st := range c.s.PushStatus() {
+		active, ok := 0.0, 0.0
+		if st.Active {
+			active = 1
+		}
+		if !st.LastSuccess.IsZero() {
+			ok = float64(st.LastSuccess.UnixMilli()) / 1000
+		}
+		ch <- prometheus.MustNewConstMetric(descPushed, prometheus.CounterValue, float64(st.Pushed), st.Zone)
+		ch <- prometheus.MustNewConstMetric(descPushFailed, prometheus.CounterValue, float64(st.Failures), st.Zone)
+		ch <- prometheus.MustNewConstMetric(descPushActive, prometheus.GaugeValue, active, st.Zone)
+		ch <- prometheus.MustNewConstMetric(descPushOK, prometheus.GaugeValue, ok, st.Zone)
 	}
 	t := c.s.table.Load()
 	ch <- prometheus.MustNewConstMetric(descNames, prometheus.GaugeValue, float64(len(t.names)+len(t.wild)))

@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strings"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	"github.com/teapot-lb/teapot-lb/api/observe"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
@@ -66,8 +68,25 @@ func (s *Server) zoneObservations() []*pb.DNSZoneObservation {
 				o.Error = "the key is being loaded from the replicated state"
 			}
 		}
+		for _, st := range s.PushStatus() {
+			if st.Zone == z.name {
+				o.Push = pushObservation(st)
+			}
+		}
 		out = append(out, o)
 	}
 	slices.SortFunc(out, func(a, b *pb.DNSZoneObservation) int { return strings.Compare(a.Zone, b.Zone) })
 	return out
+}
+
+func pushObservation(st PushStatus) *pb.DNSPushObservation {
+	o := &pb.DNSPushObservation{Server: st.Server, Key: strings.TrimSuffix(st.Key, "."), Active: st.Active,
+		Records: uint32(st.Records), Pushed: st.Pushed, Updates: st.Updates, Failures: st.Failures, LastError: st.LastError}
+	if !st.LastSuccess.IsZero() {
+		o.LastSuccess = timestamppb.New(st.LastSuccess)
+	}
+	if !st.LastErrorAt.IsZero() {
+		o.LastErrorAt = timestamppb.New(st.LastErrorAt)
+	}
+	return o
 }

@@ -38,6 +38,8 @@ type Server struct {
 	dirty   chan struct{}
 	// xfr keeps the zones' copies for secondaries (nil: none configured).
 	xfr *transfers
+	// push keeps the zones of --dns-push on their primaries.
+	push []*pusher
 	// sec signs the zones of --dns-dnssec (nil: none).
 	sec *signer
 	// chal: the ACME DNS-01 challenges in progress (SetChallenges).
@@ -80,6 +82,7 @@ func New(cfg Config) (*Server, error) {
 	s.sec = newSigner(cfg.DNSSEC, cfg.SignaturesPerTenant)
 	s.table.Store(Compile(cfg, nil, 0))
 	s.xfr = newTransfers(cfg)
+	s.push = newPushers(cfg)
 	if s.xfr != nil {
 		s.refresh()
 	}
@@ -118,6 +121,9 @@ func (s *Server) Run(ctx context.Context) error {
 	if s.xfr != nil {
 		go s.xfrLoop(ctx)
 	}
+	for _, pu := range s.push {
+		go s.pushLoop(ctx, pu)
+	}
 	if s.sec != nil {
 		s.sec.loadKeys(ctx, s.cfg.Keys, s.log.Info)
 	}
@@ -153,7 +159,7 @@ func (s *Server) Close() error {
 func (s *Server) Update(objs []*pb.Object, revision uint64) {
 	t := Compile(s.cfg, objs, revision)
 	s.table.Store(t)
-	s.xfr.touch()
+	s.touch()
 	s.budget.forget(func(tenant string) bool { return t.tenants[tenant] })
 	s.sec.forget(func(tenant string) bool { return t.tenants[tenant] })
 }
@@ -165,7 +171,7 @@ func (s *Server) Table() *Table { return s.table.Load() }
 // manager's serving watch). The map is not changed after the call.
 func (s *Server) SetHeld(held map[netip.Addr]bool) {
 	s.held.Store(&held)
-	s.xfr.touch()
+	s.touch()
 }
 
 // HeldHere says that this host runs no VIP manager: its data plane binds
@@ -173,7 +179,7 @@ func (s *Server) SetHeld(held map[netip.Addr]bool) {
 // static pool). Readiness still decides.
 func (s *Server) HeldHere() {
 	s.heldHere.Store(true)
-	s.xfr.touch()
+	s.touch()
 }
 
 // SetReady takes every load balancer's readiness on this host ("":
@@ -188,7 +194,7 @@ func (s *Server) SetReady(ready map[string]string) {
 		s.ready[k] = v
 	}
 	s.readyMu.Unlock()
-	s.xfr.touch()
+	s.touch()
 }
 
 // SetReadyFor takes the readiness of some load balancers; gone no longer
@@ -205,7 +211,7 @@ func (s *Server) SetReadyFor(ready map[string]string, gone []string) {
 		delete(s.ready, k)
 	}
 	s.readyMu.Unlock()
-	s.xfr.touch()
+	s.touch()
 }
 
 // Serves is the answer rule: a load balancer's address is answered while

@@ -24,6 +24,8 @@ type Settings struct {
 	// the new signatures a second for one tenant's names (0: default).
 	DNSSEC              string
 	SignaturesPerTenant int
+	// Push is ZONE=IP[:port]=KEY, comma-separated.
+	Push string
 }
 
 // List splits a comma-separated setting.
@@ -116,6 +118,13 @@ func (st Settings) Config() (Config, error) {
 			return Config{}, err
 		}
 		c.TSIGKeys = keys
+	}
+	for _, p := range List(st.Push) {
+		ps, err := ParsePush(p)
+		if err != nil {
+			return Config{}, fmt.Errorf("--dns-push: %w", err)
+		}
+		c.Push = append(c.Push, ps)
 	}
 	for _, z := range List(st.DNSSEC) {
 		cz, err := canonicalZone(z)

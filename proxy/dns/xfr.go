@@ -116,6 +116,15 @@ func (t *Table) records(z *zone, s Serving) []keyedRR {
 			put(addrRR(n, a, uint32(InfraTTL/time.Second)))
 		}
 	}
+	out = append(out, t.nameRecords(z, s)...)
+	slices.SortFunc(out, func(a, b keyedRR) int { return strings.Compare(a.key, b.key) })
+	return slices.CompactFunc(out, func(a, b keyedRR) bool { return a.key == b.key })
+}
+
+// nameRecords are the A and AAAA records of zone's names (exact and
+// wildcard) whose addresses work now, by the answer rule; unsorted.
+func (t *Table) nameRecords(z *zone, s Serving) []keyedRR {
+	var out []keyedRR
 	add := func(name string, ts []Target) {
 		if t.zoneOf(name) != z {
 			return
@@ -124,7 +133,8 @@ func (t *Table) records(z *zone, s Serving) []keyedRR {
 			if s.Serves(tg) != "" || seenAddr(ts[:i], tg.Addr, s) {
 				continue
 			}
-			put(addrRR(name, tg.Addr, t.ttl))
+			rr := addrRR(name, tg.Addr, t.ttl)
+			out = append(out, keyedRR{rr.String(), rr})
 		}
 	}
 	for n, ts := range t.names {
@@ -133,8 +143,7 @@ func (t *Table) records(z *zone, s Serving) []keyedRR {
 	for n, ts := range t.wild {
 		add("*."+n, ts)
 	}
-	slices.SortFunc(out, func(a, b keyedRR) int { return strings.Compare(a.key, b.key) })
-	return slices.CompactFunc(out, func(a, b keyedRR) bool { return a.key == b.key })
+	return out
 }
 
 // refresh compares each zone's copy with what is answered now and, where

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 
 	mdns "github.com/miekg/dns"
@@ -104,15 +105,20 @@ func ParseTSIGKeys(text string) (map[string]string, error) {
 	return out, nil
 }
 
-// checkTransfers refuses secondaries and keys that do not go together.
+// checkTransfers refuses secondaries, pushes and keys that do not go
+// together.
 func (c Config) checkTransfers() error {
 	switch {
 	case len(c.Secondaries) > 0 && len(c.TSIGKeys) == 0:
 		return fmt.Errorf("--dns-secondaries needs --dns-tsig-keys (a file of the TSIG keys transfers are signed with): %w", ErrConfig)
-	case len(c.TSIGKeys) > 0 && len(c.Secondaries) == 0:
-		return fmt.Errorf("--dns-tsig-keys needs --dns-secondaries (IP[:port]=KEY of each server zones are transferred to): %w", ErrConfig)
+	case len(c.Push) > 0 && len(c.TSIGKeys) == 0:
+		return fmt.Errorf("--dns-push needs --dns-tsig-keys (a file of the TSIG keys updates are signed with): %w", ErrConfig)
+	case len(c.TSIGKeys) > 0 && len(c.Secondaries) == 0 && len(c.Push) == 0:
+		return fmt.Errorf("--dns-tsig-keys needs --dns-secondaries (IP[:port]=KEY of each server zones are transferred to) or --dns-push (ZONE=IP[:port]=KEY): %w", ErrConfig)
 	case len(c.Secondaries) > 0 && len(c.Addrs) == 0:
 		return fmt.Errorf("--dns-secondaries needs --dns-addr: %w", ErrConfig)
+	case len(c.Push) > 0 && len(c.Addrs) == 0:
+		return fmt.Errorf("--dns-push needs --dns-addr and --dns-zones (the records pushed are those the LB hosts answer): %w", ErrConfig)
 	}
 	used := map[string]bool{}
 	for _, s := range c.Secondaries {
@@ -121,9 +127,61 @@ func (c Config) checkTransfers() error {
 		}
 		used[s.Key] = true
 	}
+	pushed := map[string]bool{}
+	for _, p := range c.Push {
+		if _, ok := c.TSIGKeys[p.Key]; !ok {
+			return fmt.Errorf("--dns-push %s: key %q is not in --dns-tsig-keys: add it to the file or name one there: %w", p.Zone, excerpt(p.Key), ErrConfig)
+		}
+		if !slices.ContainsFunc(c.Zones, func(z string) bool { return mdns.CanonicalName(z) == p.Zone }) {
+			return fmt.Errorf("--dns-push %s: not a zone of --dns-zones; only the zones this host answers are pushed: add it to --dns-zones or push one of them: %w", p.Zone, ErrConfig)
+		}
+		if pushed[p.Zone] {
+			return fmt.Errorf("--dns-push %s: the zone is given twice; push each zone to one primary: %w", p.Zone, ErrConfig)
+		}
+		pushed[p.Zone], used[p.Key] = true, true
+	}
 	for k := range c.TSIGKeys {
 		if !used[k] {
-			return fmt.Errorf("--dns-tsig-keys: key %q is used by no --dns-secondaries entry: name it there or remove it from the file: %w", excerpt(k), ErrConfig)
+			return fmt.Errorf("--dns-tsig-keys: key %q is used by no --dns-secondaries or --dns-push entry: name it there or remove it from the file: %w", excerpt(k), ErrConfig)
+		}
+	}
+	return nil
+}
+
+// Push is a zone whose records are pushed to an operator's primary
+// server as RFC 2136 dynamic updates, signed with a TSIG key.
+type Push struct {
+	// Zone is canonical ("lb.acme.example.").
+	Zone string
+	// Server is the primary's IP:port (port 53 unless given).
+	Server netip.AddrPort
+	// Key is the TSIG key's name (canonical).
+	Key string
+}
+
+// ParsePush reads ZONE=IP[:port]=KEY, like
+// lb.acme.example=192.0.2.53=push or acme.example=[2001:db8::53]:5353=push.
+func ParsePush(s string) (Push, error) {
+	parts := strings.Split(strings.TrimSpace(s), "=")
+	if len(parts) != 3 || strings.TrimSpace(parts[2]) == "" {
+		return Push{}, fmt.Errorf("push %q: give ZONE=IP[:port]=KEY, like lb.acme.example=192.0.2.53=push (KEY a name in --dns-tsig-keys): %w", excerpt(s), ErrConfig)
+	}
+	zone, err := canonicalZone(parts[0])
+	if err != nil {
+		return Push{}, fmt.Errorf("push: %w", err)
+	}
+	sec, err := ParseSecondary(parts[1] + "=" + parts[2])
+	if err != nil {
+		return Push{}, fmt.Errorf("push %s: server %q: give IP or IP:port of the primary: %w", zone, excerpt(parts[1]), ErrConfig)
+	}
+	return Push{Zone: zone, Server: sec.Addr, Key: sec.Key}, nil
+}
+
+// CheckPush checks --dns-push.
+func CheckPush(s string) error {
+	for _, p := range List(s) {
+		if _, err := ParsePush(p); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -155,7 +155,7 @@ func TestTSIGKeysRefused(t *testing.T) {
 	}
 	cfg := xfrConfig("127.0.0.1:53")
 	cfg.TSIGKeys["spare."] = testSecret
-	if err := cfg.Check(); err == nil || !strings.Contains(err.Error(), `key "spare." is used by no --dns-secondaries entry`) {
+	if err := cfg.Check(); err == nil || !strings.Contains(err.Error(), `key "spare." is used by no --dns-secondaries or --dns-push entry`) {
 		t.Errorf("a key no secondary uses: %v", err)
 	}
 	for _, s := range []string{"192.0.2.10", "host.example=xfr", "192.0.2.10:0=xfr"} {

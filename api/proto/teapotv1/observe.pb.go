@@ -1284,7 +1284,10 @@ type DNSZoneObservation struct {
 	KeyTag uint32 `protobuf:"varint,5,opt,name=key_tag,json=keyTag,proto3" json:"key_tag,omitempty"`
 	// Why a signed zone has no key yet (its answers to queries with DO get
 	// SERVFAIL until it has).
-	Error         string `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
+	Error string `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
+	// The RFC 2136 push of the zone to an operator's primary (--dns-push);
+	// absent when the zone is not pushed.
+	Push          *DNSPushObservation `protobuf:"bytes,260,opt,name=push,proto3" json:"push,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1361,6 +1364,137 @@ func (x *DNSZoneObservation) GetError() string {
 	return ""
 }
 
+func (x *DNSZoneObservation) GetPush() *DNSPushObservation {
+	if x != nil {
+		return x.Push
+	}
+	return nil
+}
+
+// DNSPushObservation is what one host's push of a zone to the operator's
+// primary server did.
+type DNSPushObservation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The primary, IP:port.
+	Server string `protobuf:"bytes,1,opt,name=server,proto3" json:"server,omitempty"`
+	// The TSIG key's name.
+	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// Whether this host pushes now (only the Raft leader does).
+	Active bool `protobuf:"varint,3,opt,name=active,proto3" json:"active,omitempty"`
+	// A and AAAA records on the primary, as last read or pushed.
+	Records uint32 `protobuf:"varint,4,opt,name=records,proto3" json:"records,omitempty"`
+	// Records deleted and added, UPDATE messages accepted, pushes failed,
+	// by this host since it started.
+	Pushed        uint64                 `protobuf:"varint,5,opt,name=pushed,proto3" json:"pushed,omitempty"`
+	Updates       uint64                 `protobuf:"varint,6,opt,name=updates,proto3" json:"updates,omitempty"`
+	Failures      uint64                 `protobuf:"varint,7,opt,name=failures,proto3" json:"failures,omitempty"`
+	LastSuccess   *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=last_success,json=lastSuccess,proto3" json:"last_success,omitempty"`
+	LastErrorAt   *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=last_error_at,json=lastErrorAt,proto3" json:"last_error_at,omitempty"`
+	LastError     string                 `protobuf:"bytes,10,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DNSPushObservation) Reset() {
+	*x = DNSPushObservation{}
+	mi := &file_teapotv1_observe_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DNSPushObservation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DNSPushObservation) ProtoMessage() {}
+
+func (x *DNSPushObservation) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_observe_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DNSPushObservation.ProtoReflect.Descriptor instead.
+func (*DNSPushObservation) Descriptor() ([]byte, []int) {
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *DNSPushObservation) GetServer() string {
+	if x != nil {
+		return x.Server
+	}
+	return ""
+}
+
+func (x *DNSPushObservation) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *DNSPushObservation) GetActive() bool {
+	if x != nil {
+		return x.Active
+	}
+	return false
+}
+
+func (x *DNSPushObservation) GetRecords() uint32 {
+	if x != nil {
+		return x.Records
+	}
+	return 0
+}
+
+func (x *DNSPushObservation) GetPushed() uint64 {
+	if x != nil {
+		return x.Pushed
+	}
+	return 0
+}
+
+func (x *DNSPushObservation) GetUpdates() uint64 {
+	if x != nil {
+		return x.Updates
+	}
+	return 0
+}
+
+func (x *DNSPushObservation) GetFailures() uint64 {
+	if x != nil {
+		return x.Failures
+	}
+	return 0
+}
+
+func (x *DNSPushObservation) GetLastSuccess() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastSuccess
+	}
+	return nil
+}
+
+func (x *DNSPushObservation) GetLastErrorAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastErrorAt
+	}
+	return nil
+}
+
+func (x *DNSPushObservation) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
 // ListenerObservation is one listen socket of a load balancer on one host.
 type ListenerObservation struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1383,7 +1517,7 @@ type ListenerObservation struct {
 
 func (x *ListenerObservation) Reset() {
 	*x = ListenerObservation{}
-	mi := &file_teapotv1_observe_proto_msgTypes[13]
+	mi := &file_teapotv1_observe_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1395,7 +1529,7 @@ func (x *ListenerObservation) String() string {
 func (*ListenerObservation) ProtoMessage() {}
 
 func (x *ListenerObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[13]
+	mi := &file_teapotv1_observe_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1408,7 +1542,7 @@ func (x *ListenerObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListenerObservation.ProtoReflect.Descriptor instead.
 func (*ListenerObservation) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{13}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListenerObservation) GetLoadBalancer() string {
@@ -1472,7 +1606,7 @@ type PoolObservation struct {
 
 func (x *PoolObservation) Reset() {
 	*x = PoolObservation{}
-	mi := &file_teapotv1_observe_proto_msgTypes[14]
+	mi := &file_teapotv1_observe_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1484,7 +1618,7 @@ func (x *PoolObservation) String() string {
 func (*PoolObservation) ProtoMessage() {}
 
 func (x *PoolObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[14]
+	mi := &file_teapotv1_observe_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1497,7 +1631,7 @@ func (x *PoolObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolObservation.ProtoReflect.Descriptor instead.
 func (*PoolObservation) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{14}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PoolObservation) GetLoadBalancer() string {
@@ -1547,7 +1681,7 @@ type MemberObservation struct {
 
 func (x *MemberObservation) Reset() {
 	*x = MemberObservation{}
-	mi := &file_teapotv1_observe_proto_msgTypes[15]
+	mi := &file_teapotv1_observe_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1559,7 +1693,7 @@ func (x *MemberObservation) String() string {
 func (*MemberObservation) ProtoMessage() {}
 
 func (x *MemberObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[15]
+	mi := &file_teapotv1_observe_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1572,7 +1706,7 @@ func (x *MemberObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberObservation.ProtoReflect.Descriptor instead.
 func (*MemberObservation) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{15}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *MemberObservation) GetAddress() string {
@@ -1655,7 +1789,7 @@ type PassiveHealth struct {
 
 func (x *PassiveHealth) Reset() {
 	*x = PassiveHealth{}
-	mi := &file_teapotv1_observe_proto_msgTypes[16]
+	mi := &file_teapotv1_observe_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1667,7 +1801,7 @@ func (x *PassiveHealth) String() string {
 func (*PassiveHealth) ProtoMessage() {}
 
 func (x *PassiveHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[16]
+	mi := &file_teapotv1_observe_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1680,7 +1814,7 @@ func (x *PassiveHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PassiveHealth.ProtoReflect.Descriptor instead.
 func (*PassiveHealth) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{16}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PassiveHealth) GetWindowSeconds() uint32 {
@@ -1746,7 +1880,7 @@ type PassiveFailure struct {
 
 func (x *PassiveFailure) Reset() {
 	*x = PassiveFailure{}
-	mi := &file_teapotv1_observe_proto_msgTypes[17]
+	mi := &file_teapotv1_observe_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1758,7 +1892,7 @@ func (x *PassiveFailure) String() string {
 func (*PassiveFailure) ProtoMessage() {}
 
 func (x *PassiveFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[17]
+	mi := &file_teapotv1_observe_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1771,7 +1905,7 @@ func (x *PassiveFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PassiveFailure.ProtoReflect.Descriptor instead.
 func (*PassiveFailure) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{17}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PassiveFailure) GetKind() string {
@@ -1805,7 +1939,7 @@ type CertificateObservation struct {
 
 func (x *CertificateObservation) Reset() {
 	*x = CertificateObservation{}
-	mi := &file_teapotv1_observe_proto_msgTypes[18]
+	mi := &file_teapotv1_observe_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1817,7 +1951,7 @@ func (x *CertificateObservation) String() string {
 func (*CertificateObservation) ProtoMessage() {}
 
 func (x *CertificateObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[18]
+	mi := &file_teapotv1_observe_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1830,7 +1964,7 @@ func (x *CertificateObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertificateObservation.ProtoReflect.Descriptor instead.
 func (*CertificateObservation) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{18}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CertificateObservation) GetHost() string {
@@ -1911,7 +2045,7 @@ type TrafficObservation struct {
 
 func (x *TrafficObservation) Reset() {
 	*x = TrafficObservation{}
-	mi := &file_teapotv1_observe_proto_msgTypes[19]
+	mi := &file_teapotv1_observe_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1923,7 +2057,7 @@ func (x *TrafficObservation) String() string {
 func (*TrafficObservation) ProtoMessage() {}
 
 func (x *TrafficObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[19]
+	mi := &file_teapotv1_observe_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1936,7 +2070,7 @@ func (x *TrafficObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrafficObservation.ProtoReflect.Descriptor instead.
 func (*TrafficObservation) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{19}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *TrafficObservation) GetLoadBalancer() string {
@@ -2035,7 +2169,7 @@ type LoadBalancerProblem struct {
 
 func (x *LoadBalancerProblem) Reset() {
 	*x = LoadBalancerProblem{}
-	mi := &file_teapotv1_observe_proto_msgTypes[20]
+	mi := &file_teapotv1_observe_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2047,7 +2181,7 @@ func (x *LoadBalancerProblem) String() string {
 func (*LoadBalancerProblem) ProtoMessage() {}
 
 func (x *LoadBalancerProblem) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[20]
+	mi := &file_teapotv1_observe_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2060,7 +2194,7 @@ func (x *LoadBalancerProblem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadBalancerProblem.ProtoReflect.Descriptor instead.
 func (*LoadBalancerProblem) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{20}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *LoadBalancerProblem) GetLoadBalancer() string {
@@ -2111,7 +2245,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_teapotv1_observe_proto_msgTypes[21]
+	mi := &file_teapotv1_observe_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2123,7 +2257,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[21]
+	mi := &file_teapotv1_observe_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2136,7 +2270,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{21}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Event) GetSeq() uint64 {
@@ -2217,7 +2351,7 @@ type EventsRequest struct {
 
 func (x *EventsRequest) Reset() {
 	*x = EventsRequest{}
-	mi := &file_teapotv1_observe_proto_msgTypes[22]
+	mi := &file_teapotv1_observe_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2229,7 +2363,7 @@ func (x *EventsRequest) String() string {
 func (*EventsRequest) ProtoMessage() {}
 
 func (x *EventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[22]
+	mi := &file_teapotv1_observe_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2242,7 +2376,7 @@ func (x *EventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsRequest.ProtoReflect.Descriptor instead.
 func (*EventsRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{22}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *EventsRequest) GetTenant() string {
@@ -2294,7 +2428,7 @@ type EventsResponse struct {
 
 func (x *EventsResponse) Reset() {
 	*x = EventsResponse{}
-	mi := &file_teapotv1_observe_proto_msgTypes[23]
+	mi := &file_teapotv1_observe_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2306,7 +2440,7 @@ func (x *EventsResponse) String() string {
 func (*EventsResponse) ProtoMessage() {}
 
 func (x *EventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[23]
+	mi := &file_teapotv1_observe_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2319,7 +2453,7 @@ func (x *EventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsResponse.ProtoReflect.Descriptor instead.
 func (*EventsResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{23}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *EventsResponse) GetEvents() []*Event {
@@ -2362,7 +2496,7 @@ type VIPHolding struct {
 
 func (x *VIPHolding) Reset() {
 	*x = VIPHolding{}
-	mi := &file_teapotv1_observe_proto_msgTypes[24]
+	mi := &file_teapotv1_observe_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2374,7 +2508,7 @@ func (x *VIPHolding) String() string {
 func (*VIPHolding) ProtoMessage() {}
 
 func (x *VIPHolding) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[24]
+	mi := &file_teapotv1_observe_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2387,7 +2521,7 @@ func (x *VIPHolding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VIPHolding.ProtoReflect.Descriptor instead.
 func (*VIPHolding) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{24}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *VIPHolding) GetAddress() string {
@@ -2555,14 +2689,28 @@ const file_teapotv1_observe_proto_rawDesc = "" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
 	"\aaddress\x18\x03 \x01(\tR\aaddress\x12\x1a\n" +
 	"\banswered\x18\x04 \x01(\bR\banswered\x12\x16\n" +
-	"\x06reason\x18\x05 \x01(\tR\x06reason\"\x97\x01\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\"\xcb\x01\n" +
 	"\x12DNSZoneObservation\x12\x12\n" +
 	"\x04zone\x18\x01 \x01(\tR\x04zone\x12\x16\n" +
 	"\x06signed\x18\x02 \x01(\bR\x06signed\x12\x0e\n" +
 	"\x02ds\x18\x03 \x01(\tR\x02ds\x12\x16\n" +
 	"\x06dnskey\x18\x04 \x01(\tR\x06dnskey\x12\x17\n" +
 	"\akey_tag\x18\x05 \x01(\rR\x06keyTag\x12\x14\n" +
-	"\x05error\x18\x06 \x01(\tR\x05error\"\xe4\x01\n" +
+	"\x05error\x18\x06 \x01(\tR\x05error\x122\n" +
+	"\x04push\x18\x84\x02 \x01(\v2\x1d.teapot.v1.DNSPushObservationR\x04push\"\xdc\x02\n" +
+	"\x12DNSPushObservation\x12\x16\n" +
+	"\x06server\x18\x01 \x01(\tR\x06server\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x16\n" +
+	"\x06active\x18\x03 \x01(\bR\x06active\x12\x18\n" +
+	"\arecords\x18\x04 \x01(\rR\arecords\x12\x16\n" +
+	"\x06pushed\x18\x05 \x01(\x04R\x06pushed\x12\x18\n" +
+	"\aupdates\x18\x06 \x01(\x04R\aupdates\x12\x1a\n" +
+	"\bfailures\x18\a \x01(\x04R\bfailures\x12=\n" +
+	"\flast_success\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\vlastSuccess\x12>\n" +
+	"\rlast_error_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\vlastErrorAt\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\n" +
+	" \x01(\tR\tlastError\"\xe4\x01\n" +
 	"\x13ListenerObservation\x12#\n" +
 	"\rload_balancer\x18\x01 \x01(\tR\floadBalancer\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\rR\x05index\x12\x18\n" +
@@ -2674,7 +2822,7 @@ func file_teapotv1_observe_proto_rawDescGZIP() []byte {
 	return file_teapotv1_observe_proto_rawDescData
 }
 
-var file_teapotv1_observe_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_teapotv1_observe_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_teapotv1_observe_proto_goTypes = []any{
 	(*ObserveRequest)(nil),         // 0: teapot.v1.ObserveRequest
 	(*ObserveResponse)(nil),        // 1: teapot.v1.ObserveResponse
@@ -2689,36 +2837,37 @@ var file_teapotv1_observe_proto_goTypes = []any{
 	(*TenantRoute)(nil),            // 10: teapot.v1.TenantRoute
 	(*DNSNameObservation)(nil),     // 11: teapot.v1.DNSNameObservation
 	(*DNSZoneObservation)(nil),     // 12: teapot.v1.DNSZoneObservation
-	(*ListenerObservation)(nil),    // 13: teapot.v1.ListenerObservation
-	(*PoolObservation)(nil),        // 14: teapot.v1.PoolObservation
-	(*MemberObservation)(nil),      // 15: teapot.v1.MemberObservation
-	(*PassiveHealth)(nil),          // 16: teapot.v1.PassiveHealth
-	(*PassiveFailure)(nil),         // 17: teapot.v1.PassiveFailure
-	(*CertificateObservation)(nil), // 18: teapot.v1.CertificateObservation
-	(*TrafficObservation)(nil),     // 19: teapot.v1.TrafficObservation
-	(*LoadBalancerProblem)(nil),    // 20: teapot.v1.LoadBalancerProblem
-	(*Event)(nil),                  // 21: teapot.v1.Event
-	(*EventsRequest)(nil),          // 22: teapot.v1.EventsRequest
-	(*EventsResponse)(nil),         // 23: teapot.v1.EventsResponse
-	(*VIPHolding)(nil),             // 24: teapot.v1.VIPHolding
-	nil,                            // 25: teapot.v1.ObserveRequest.EventsAfterEntry
-	nil,                            // 26: teapot.v1.TrafficObservation.RequestsEntry
-	nil,                            // 27: teapot.v1.EventsRequest.AfterEntry
-	nil,                            // 28: teapot.v1.EventsResponse.CursorEntry
-	(*timestamppb.Timestamp)(nil),  // 29: google.protobuf.Timestamp
+	(*DNSPushObservation)(nil),     // 13: teapot.v1.DNSPushObservation
+	(*ListenerObservation)(nil),    // 14: teapot.v1.ListenerObservation
+	(*PoolObservation)(nil),        // 15: teapot.v1.PoolObservation
+	(*MemberObservation)(nil),      // 16: teapot.v1.MemberObservation
+	(*PassiveHealth)(nil),          // 17: teapot.v1.PassiveHealth
+	(*PassiveFailure)(nil),         // 18: teapot.v1.PassiveFailure
+	(*CertificateObservation)(nil), // 19: teapot.v1.CertificateObservation
+	(*TrafficObservation)(nil),     // 20: teapot.v1.TrafficObservation
+	(*LoadBalancerProblem)(nil),    // 21: teapot.v1.LoadBalancerProblem
+	(*Event)(nil),                  // 22: teapot.v1.Event
+	(*EventsRequest)(nil),          // 23: teapot.v1.EventsRequest
+	(*EventsResponse)(nil),         // 24: teapot.v1.EventsResponse
+	(*VIPHolding)(nil),             // 25: teapot.v1.VIPHolding
+	nil,                            // 26: teapot.v1.ObserveRequest.EventsAfterEntry
+	nil,                            // 27: teapot.v1.TrafficObservation.RequestsEntry
+	nil,                            // 28: teapot.v1.EventsRequest.AfterEntry
+	nil,                            // 29: teapot.v1.EventsResponse.CursorEntry
+	(*timestamppb.Timestamp)(nil),  // 30: google.protobuf.Timestamp
 }
 var file_teapotv1_observe_proto_depIdxs = []int32{
-	25, // 0: teapot.v1.ObserveRequest.events_after:type_name -> teapot.v1.ObserveRequest.EventsAfterEntry
+	26, // 0: teapot.v1.ObserveRequest.events_after:type_name -> teapot.v1.ObserveRequest.EventsAfterEntry
 	2,  // 1: teapot.v1.ObserveResponse.hosts:type_name -> teapot.v1.HostObservation
-	29, // 2: teapot.v1.ObserveResponse.time:type_name -> google.protobuf.Timestamp
-	29, // 3: teapot.v1.HostObservation.time:type_name -> google.protobuf.Timestamp
-	13, // 4: teapot.v1.HostObservation.listeners:type_name -> teapot.v1.ListenerObservation
-	14, // 5: teapot.v1.HostObservation.pools:type_name -> teapot.v1.PoolObservation
-	24, // 6: teapot.v1.HostObservation.vips:type_name -> teapot.v1.VIPHolding
-	18, // 7: teapot.v1.HostObservation.certificates:type_name -> teapot.v1.CertificateObservation
-	19, // 8: teapot.v1.HostObservation.traffic:type_name -> teapot.v1.TrafficObservation
-	20, // 9: teapot.v1.HostObservation.problems:type_name -> teapot.v1.LoadBalancerProblem
-	21, // 10: teapot.v1.HostObservation.events:type_name -> teapot.v1.Event
+	30, // 2: teapot.v1.ObserveResponse.time:type_name -> google.protobuf.Timestamp
+	30, // 3: teapot.v1.HostObservation.time:type_name -> google.protobuf.Timestamp
+	14, // 4: teapot.v1.HostObservation.listeners:type_name -> teapot.v1.ListenerObservation
+	15, // 5: teapot.v1.HostObservation.pools:type_name -> teapot.v1.PoolObservation
+	25, // 6: teapot.v1.HostObservation.vips:type_name -> teapot.v1.VIPHolding
+	19, // 7: teapot.v1.HostObservation.certificates:type_name -> teapot.v1.CertificateObservation
+	20, // 8: teapot.v1.HostObservation.traffic:type_name -> teapot.v1.TrafficObservation
+	21, // 9: teapot.v1.HostObservation.problems:type_name -> teapot.v1.LoadBalancerProblem
+	22, // 10: teapot.v1.HostObservation.events:type_name -> teapot.v1.Event
 	8,  // 11: teapot.v1.HostObservation.tenant_bgp:type_name -> teapot.v1.TenantBGPObservation
 	3,  // 12: teapot.v1.HostObservation.history:type_name -> teapot.v1.HistorySeries
 	5,  // 13: teapot.v1.HostObservation.resources:type_name -> teapot.v1.HostResources
@@ -2726,32 +2875,35 @@ var file_teapotv1_observe_proto_depIdxs = []int32{
 	11, // 15: teapot.v1.HostObservation.dns_names:type_name -> teapot.v1.DNSNameObservation
 	12, // 16: teapot.v1.HostObservation.dns_zones:type_name -> teapot.v1.DNSZoneObservation
 	4,  // 17: teapot.v1.HistorySeries.points:type_name -> teapot.v1.HistoryPoint
-	29, // 18: teapot.v1.HistoryPoint.time:type_name -> google.protobuf.Timestamp
-	29, // 19: teapot.v1.HostResources.time:type_name -> google.protobuf.Timestamp
-	29, // 20: teapot.v1.MemberTraffic.time:type_name -> google.protobuf.Timestamp
+	30, // 18: teapot.v1.HistoryPoint.time:type_name -> google.protobuf.Timestamp
+	30, // 19: teapot.v1.HostResources.time:type_name -> google.protobuf.Timestamp
+	30, // 20: teapot.v1.MemberTraffic.time:type_name -> google.protobuf.Timestamp
 	9,  // 21: teapot.v1.TenantBGPObservation.sessions:type_name -> teapot.v1.TenantBGPSession
 	10, // 22: teapot.v1.TenantBGPObservation.accepted:type_name -> teapot.v1.TenantRoute
 	10, // 23: teapot.v1.TenantBGPObservation.dropped:type_name -> teapot.v1.TenantRoute
-	29, // 24: teapot.v1.TenantBGPSession.since:type_name -> google.protobuf.Timestamp
-	29, // 25: teapot.v1.ListenerObservation.since:type_name -> google.protobuf.Timestamp
-	15, // 26: teapot.v1.PoolObservation.members:type_name -> teapot.v1.MemberObservation
-	29, // 27: teapot.v1.MemberObservation.last_check:type_name -> google.protobuf.Timestamp
-	16, // 28: teapot.v1.MemberObservation.passive:type_name -> teapot.v1.PassiveHealth
-	17, // 29: teapot.v1.PassiveHealth.failures:type_name -> teapot.v1.PassiveFailure
-	29, // 30: teapot.v1.CertificateObservation.not_after:type_name -> google.protobuf.Timestamp
-	26, // 31: teapot.v1.TrafficObservation.requests:type_name -> teapot.v1.TrafficObservation.RequestsEntry
-	7,  // 32: teapot.v1.TrafficObservation.members:type_name -> teapot.v1.MemberTraffic
-	4,  // 33: teapot.v1.TrafficObservation.last:type_name -> teapot.v1.HistoryPoint
-	29, // 34: teapot.v1.Event.time:type_name -> google.protobuf.Timestamp
-	27, // 35: teapot.v1.EventsRequest.after:type_name -> teapot.v1.EventsRequest.AfterEntry
-	21, // 36: teapot.v1.EventsResponse.events:type_name -> teapot.v1.Event
-	28, // 37: teapot.v1.EventsResponse.cursor:type_name -> teapot.v1.EventsResponse.CursorEntry
-	29, // 38: teapot.v1.VIPHolding.since:type_name -> google.protobuf.Timestamp
-	39, // [39:39] is the sub-list for method output_type
-	39, // [39:39] is the sub-list for method input_type
-	39, // [39:39] is the sub-list for extension type_name
-	39, // [39:39] is the sub-list for extension extendee
-	0,  // [0:39] is the sub-list for field type_name
+	30, // 24: teapot.v1.TenantBGPSession.since:type_name -> google.protobuf.Timestamp
+	13, // 25: teapot.v1.DNSZoneObservation.push:type_name -> teapot.v1.DNSPushObservation
+	30, // 26: teapot.v1.DNSPushObservation.last_success:type_name -> google.protobuf.Timestamp
+	30, // 27: teapot.v1.DNSPushObservation.last_error_at:type_name -> google.protobuf.Timestamp
+	30, // 28: teapot.v1.ListenerObservation.since:type_name -> google.protobuf.Timestamp
+	16, // 29: teapot.v1.PoolObservation.members:type_name -> teapot.v1.MemberObservation
+	30, // 30: teapot.v1.MemberObservation.last_check:type_name -> google.protobuf.Timestamp
+	17, // 31: teapot.v1.MemberObservation.passive:type_name -> teapot.v1.PassiveHealth
+	18, // 32: teapot.v1.PassiveHealth.failures:type_name -> teapot.v1.PassiveFailure
+	30, // 33: teapot.v1.CertificateObservation.not_after:type_name -> google.protobuf.Timestamp
+	27, // 34: teapot.v1.TrafficObservation.requests:type_name -> teapot.v1.TrafficObservation.RequestsEntry
+	7,  // 35: teapot.v1.TrafficObservation.members:type_name -> teapot.v1.MemberTraffic
+	4,  // 36: teapot.v1.TrafficObservation.last:type_name -> teapot.v1.HistoryPoint
+	30, // 37: teapot.v1.Event.time:type_name -> google.protobuf.Timestamp
+	28, // 38: teapot.v1.EventsRequest.after:type_name -> teapot.v1.EventsRequest.AfterEntry
+	22, // 39: teapot.v1.EventsResponse.events:type_name -> teapot.v1.Event
+	29, // 40: teapot.v1.EventsResponse.cursor:type_name -> teapot.v1.EventsResponse.CursorEntry
+	30, // 41: teapot.v1.VIPHolding.since:type_name -> google.protobuf.Timestamp
+	42, // [42:42] is the sub-list for method output_type
+	42, // [42:42] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_teapotv1_observe_proto_init() }
@@ -2765,7 +2917,7 @@ func file_teapotv1_observe_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_teapotv1_observe_proto_rawDesc), len(file_teapotv1_observe_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   29,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
