@@ -3,7 +3,9 @@ package proxy
 import (
 	"net/http"
 	"net/netip"
+	"sync"
 	"sync/atomic"
+	"weak"
 
 	"github.com/teapot-lb/teapot-lb/api"
 	"github.com/teapot-lb/teapot-lb/proxy/cpubudget"
@@ -16,6 +18,10 @@ import (
 type wafBudget struct {
 	regexBudget
 	inspected, blocked, detected atomic.Int64
+	// ruleEngines: the engines of the tenant's own rules, by their list
+	// (wafrules.go).
+	rulesMu     sync.Mutex
+	ruleEngines map[string]weak.Pointer[waf.Engine]
 }
 
 // wafReserve is what an inspection reserves before it runs: about what
@@ -64,6 +70,15 @@ func (p *Proxy) wafInspect(ls *ListenerSnapshot, sr *snapshot.Route) func(*http.
 		return wafNotReady
 	}
 	b := p.wafBudget(ls.Tenant, ls.Limits.WAFCPUMillicores)
+	var own *waf.Engine
+	if sr.WAF.Rules != "" {
+		// Built here, at the snapshot's compile, once per distinct list
+		// of the tenant's; never per request.
+		if own, err = b.ruleEngine(sr.WAF.Rules); err != nil {
+			p.log.Error("WAF rules not in force; the route answers 503", "lb", ls.LB, "error", err)
+			return wafRulesNotReady
+		}
+	}
 	lb, block, exclude := ls.LB, sr.WAF.Block, waf.ParseExclusions(sr.WAF.Exclude)
 	log := p.log
 	return func(r *http.Request, body []byte, client, local netip.AddrPort) (http.Handler, int, string) {
@@ -75,7 +90,18 @@ func (p *Proxy) wafInspect(ls *ListenerSnapshot, sr *snapshot.Route) func(*http.
 		// Charged the CPU the inspection took, not its wall time: on a
 		// busy core the wall time counts the other goroutines too.
 		var v waf.Verdict
-		used := cpubudget.Measure(func() { v = e.Inspect(r, body, client, local, exclude) })
+		used := cpubudget.Measure(func() {
+			v = e.Inspect(r, body, client, local, exclude)
+			if own != nil && !(v.Rejected && block) {
+				// The tenant's rules, after the Core Rule Set and in the
+				// same measure: their CPU is the tenant's too.
+				ov := own.Inspect(r, body, client, local, nil)
+				v.Rules = append(v.Rules, ov.Rules...)
+				if ov.Rejected && !v.Rejected {
+					v.Rejected, v.Status = true, ov.Status
+				}
+			}
+		})
 		b.settle(wafReserve, int64(used))
 		b.inspected.Add(1)
 		var rules string
@@ -95,6 +121,12 @@ func (p *Proxy) wafInspect(ls *ListenerSnapshot, sr *snapshot.Route) func(*http.
 		}
 		return nil, 0, rules
 	}
+}
+
+// wafRulesNotReady is the Inspect of a route whose own rules' engine
+// could not be built: fail closed.
+func wafRulesNotReady(*http.Request, []byte, netip.AddrPort, netip.AddrPort) (http.Handler, int, string) {
+	return wafRulesUnavailable, http.StatusServiceUnavailable, ""
 }
 
 // wafNotReady is the Inspect of a WAF route without an engine: fail
