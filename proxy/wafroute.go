@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"time"
 	"weak"
 
 	"github.com/teapot-lb/teapot-lb/api"
@@ -18,6 +19,7 @@ import (
 type wafBudget struct {
 	regexBudget
 	inspected, blocked, detected atomic.Int64
+	cpu                          atomic.Int64 // ns charged
 	// ruleEngines: the engines of the tenant's own rules, by their list
 	// (wafrules.go).
 	rulesMu     sync.Mutex
@@ -36,6 +38,9 @@ type WAFStats struct {
 	// Refused answered
 	// 429 because the tenant's WAF CPU budget was spent.
 	Inspected, Blocked, Detected, Refused int64
+	// CPU is the CPU time the inspections were charged (the Core Rule
+	// Set's and the tenant's own rules').
+	CPU time.Duration
 }
 
 func (p *Proxy) wafBudget(tenant string, millicores int) *wafBudget {
@@ -58,7 +63,7 @@ func (p *Proxy) WAFStats(tenant string) WAFStats {
 		return WAFStats{}
 	}
 	b := v.(*wafBudget)
-	return WAFStats{Inspected: b.inspected.Load(), Blocked: b.blocked.Load(), Detected: b.detected.Load(), Refused: b.refused.Load()}
+	return WAFStats{Inspected: b.inspected.Load(), Blocked: b.blocked.Load(), Detected: b.detected.Load(), Refused: b.refused.Load(), CPU: time.Duration(b.cpu.Load())}
 }
 
 // wafInspect returns the Inspect of a route with a WAF: the shared engine
@@ -81,9 +86,18 @@ func (p *Proxy) wafInspect(ls *ListenerSnapshot, sr *snapshot.Route) func(*http.
 	}
 	lb, block, exclude := ls.LB, sr.WAF.Block, waf.ParseExclusions(sr.WAF.Exclude)
 	log := p.log
+	var last atomic.Int64 // ns of CPU the route's last inspection took
 	return func(r *http.Request, body []byte, client, local netip.AddrPort) (http.Handler, int, string) {
 		start := regexNow()
-		if !b.reserve(start, wafReserve) {
+		reserve := wafReserve
+		if own != nil {
+			// A tenant's own rules may cost far more than the Core Rule
+			// Set: reserve what the route's last inspection took, so that
+			// concurrent expensive requests are refused up front rather
+			// than charged after they spent the core.
+			reserve = max(reserve, last.Load())
+		}
+		if !b.reserve(start, reserve) {
 			b.refused.Add(1)
 			return wafBudgetRefusal, http.StatusTooManyRequests, ""
 		}
@@ -102,7 +116,11 @@ func (p *Proxy) wafInspect(ls *ListenerSnapshot, sr *snapshot.Route) func(*http.
 				}
 			}
 		})
-		b.settle(wafReserve, int64(used))
+		b.settle(reserve, int64(used))
+		b.cpu.Add(int64(used))
+		if own != nil {
+			last.Store(int64(used))
+		}
 		b.inspected.Add(1)
 		var rules string
 		if len(v.Rules) > 0 {

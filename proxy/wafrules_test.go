@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -122,5 +124,119 @@ func TestWAFTenantRulesOverRealSockets(t *testing.T) {
 	}
 	if detect == nil || detect.Status != 200 || !strings.Contains(","+detect.WAFRules+",", ",1001,") {
 		t.Fatalf("access log of the detected request: %+v (all %d lines)", detect, len(lines))
+	}
+}
+
+// expensiveRules are 32 rules that each match a regular expression
+// over the X-Data header: about 4 times what the Core Rule Set costs a
+// request with expensiveData.
+func expensiveRules() []string {
+	var rules []string
+	for i := range 32 {
+		rules = append(rules, fmt.Sprintf(`SecRule REQUEST_HEADERS:X-Data "@rx (?:[a-z]+[0-9]+){4}q%d" "id:%d,phase:1,pass,nolog,t:none,t:lowercase"`, i, 2000+i))
+	}
+	return rules
+}
+
+var expensiveData = strings.Repeat("abc123def456", 100)
+
+// dataGet sends a GET with expensiveData and returns its status.
+func dataGet(c *http.Client, url string) (int, error) {
+	req, _ := http.NewRequest("GET", url, nil)
+	req.Header.Set("User-Agent", "Mozilla/5.0")
+	req.Header.Set("X-Data", expensiveData)
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
+// TestWAFTenantRulesChargedToItsTenant: a tenant whose own rules are
+// expensive is charged their CPU (well over what the Core Rule Set alone
+// costs another tenant's same request) and slowed at its WAF CPU budget
+// (429), spending no more than its budget of CPU; another tenant's WAF
+// route meanwhile keeps its latency.
+func TestWAFTenantRulesChargedToItsTenant(t *testing.T) {
+	addr, _ := wafMember(t)
+	srv := l7.New(l7.Config{})
+	t.Cleanup(func() { srv.Close() })
+	p, _ := newProxy(t, Config{HTTP: NewHTTP(srv, nil)})
+	port := freePort(t)
+	noisy := httpLB("globex", "web", "127.0.0.2", port, addr)
+	noisy.Routes[0].Waf = &pb.WAF{Mode: "block", Rules: expensiveRules()}
+	quiet := httpLB("acme", "web", "127.0.0.5", port, addr)
+	quiet.Routes[0].Waf = &pb.WAF{Mode: "block"}
+	const budget = 100 // millicores
+	objs := append(wafRoomy(labObjects(noisy, quiet)), &pb.Object{Kind: &pb.Object_Tenant{Tenant: &pb.Tenant{Name: "globex", Networks: []string{"127.0.0.0/8"},
+		Quotas: &pb.Quotas{WafCpuMillicores: budget}}}})
+	if err := p.Update(objs, 1); err != nil {
+		t.Fatal(err)
+	}
+	c := sourceClient(t, "127.0.0.3")
+	quietGet := func() time.Duration {
+		start := time.Now()
+		if code, err := dataGet(c, "http://"+vipAddr("127.0.0.5", port)+"/?page=1"); err != nil || code != 200 {
+			t.Fatalf("acme's WAF route: %d %v", code, err)
+		}
+		return time.Since(start)
+	}
+	median := func(n int) time.Duration {
+		d := make([]time.Duration, n)
+		for i := range d {
+			d[i] = quietGet()
+		}
+		slices.Sort(d)
+		return d[n/2]
+	}
+	quietGet() // the engine's first transaction
+	alone := median(21)
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range 2 {
+		wg.Go(func() {
+			nc := sourceClient(t, "127.0.0.4")
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := dataGet(nc, "http://"+vipAddr("127.0.0.2", port)+"/?page=1"); err != nil {
+					return
+				}
+				// A pace, not a wait: the test is about the WAF's CPU,
+				// not about serving a flood of 429s on a loaded machine.
+				time.Sleep(10 * time.Millisecond)
+			}
+		})
+	}
+	for deadline := time.Now().Add(20 * time.Second); p.WAFStats("globex").Refused < 20 && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
+	busy := median(21)
+	close(stop)
+	wg.Wait()
+	elapsed := time.Since(start)
+	g, a := p.WAFStats("globex"), p.WAFStats("acme")
+	t.Logf("globex %+v over %v; acme %+v; acme's median %v alone, %v beside globex", g, elapsed, a, alone, busy)
+	if g.Refused < 20 {
+		t.Fatalf("globex at %d millicores was refused %d times", budget, g.Refused)
+	}
+	perG, perA := g.CPU/time.Duration(g.Inspected), a.CPU/time.Duration(a.Inspected)
+	if perG < 5*perA/2 {
+		t.Fatalf("globex was charged %v an inspection, acme %v: its own rules were not charged", perG, perA)
+	}
+	// Its budget over the run, the burst (200 ms of budget time) and the
+	// inspections in flight when the run began and ended.
+	if limit := elapsed*budget/1000 + 200*time.Millisecond*budget/1000 + 4*perG; g.CPU > limit {
+		t.Fatalf("globex spent %v of WAF CPU in %v; its budget allows %v", g.CPU, elapsed, limit)
+	}
+	if busy > 3*alone+30*time.Millisecond {
+		t.Fatalf("acme's median latency %v beside globex, %v alone", busy, alone)
 	}
 }
