@@ -3,6 +3,7 @@ package api
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -31,11 +32,11 @@ var ErrWAFRule = errors.New("is not an allowed WAF rule")
 // wafOperators are the operators a tenant's rule may use: none reads a
 // file or the network.
 var wafOperators = map[string]bool{
-	"rx": true, "streq": true, "contains": true, "containsword": true, "beginswith": true,
-	"endswith": true, "eq": true, "ge": true, "gt": true, "le": true, "lt": true, "pm": true,
-	"within": true, "strmatch": true, "detectsqli": true, "detectxss": true,
-	"validatebyterange": true, "validateurlencoding": true, "validateutf8encoding": true,
-	"ipmatch": true, "unconditionalmatch": true, "nomatch": true,
+	"rx": true, "streq": true, "contains": true, "beginsWith": true, "endsWith": true,
+	"eq": true, "ge": true, "gt": true, "le": true, "lt": true, "pm": true, "within": true,
+	"strmatch": true, "detectSQLi": true, "detectXSS": true, "validateByteRange": true,
+	"validateUrlEncoding": true, "validateUtf8Encoding": true, "ipMatch": true,
+	"unconditionalMatch": true, "noMatch": true,
 }
 
 // wafFileOperators read a file or ask the network; they are refused by
@@ -43,7 +44,8 @@ var wafOperators = map[string]bool{
 var wafFileOperators = map[string]string{
 	"inspectfile": "runs a program", "pmfromfile": "reads a file", "pmf": "reads a file",
 	"ipmatchfromfile": "reads a file", "ipmatchf": "reads a file", "rbl": "asks a DNS server",
-	"geolookup": "reads a database file",
+	"geolookup": "reads a database file", "validateschema": "reads a schema file",
+	"pmfromdataset": "reads a data set", "ipmatchfromdataset": "reads a data set",
 }
 
 // wafActions are the actions a tenant's rule may use.
@@ -217,8 +219,12 @@ func wafWords(s string) ([]string, error) {
 
 func checkWAFVariables(vars string) error {
 	for v := range strings.SplitSeq(vars, "|") {
+		negated := strings.HasPrefix(v, "!")
 		v = strings.TrimLeft(v, "!&")
 		name, key, _ := strings.Cut(v, ":")
+		if negated && key == "" {
+			return fmt.Errorf("%w: !%s excludes nothing; name a key (!%s:name)", ErrWAFRule, Excerpt(cut(name, 40)), Excerpt(cut(name, 40)))
+		}
 		if !wafVariables[strings.ToUpper(name)] {
 			return fmt.Errorf("%w: the variable %s is not one a rule may read (request variables and TX)", ErrWAFRule, Excerpt(cut(name, 40)))
 		}
@@ -236,17 +242,47 @@ func checkWAFOperator(op string) error {
 	name, arg := "rx", op
 	if strings.HasPrefix(op, "@") {
 		name, arg, _ = strings.Cut(op[1:], " ")
-		name = strings.ToLower(name)
 	}
-	if why, bad := wafFileOperators[name]; bad {
+	if why, bad := wafFileOperators[strings.ToLower(name)]; bad {
 		return fmt.Errorf("%w: the operator @%s %s", ErrWAFRule, name, why)
 	}
 	if !wafOperators[name] {
+		for known := range wafOperators {
+			if strings.EqualFold(known, name) {
+				return fmt.Errorf("%w: the operator is spelled @%s", ErrWAFRule, known)
+			}
+		}
 		return fmt.Errorf("%w: the operator @%s is not in the allowed subset", ErrWAFRule, Excerpt(cut(name, 40)))
 	}
-	if name == "rx" {
+	switch name {
+	case "detectSQLi", "detectXSS", "unconditionalMatch", "noMatch", "validateUrlEncoding", "validateUtf8Encoding":
+		return nil
+	}
+	if strings.TrimSpace(arg) == "" {
+		return fmt.Errorf("%w: the operator @%s takes an argument", ErrWAFRule, name)
+	}
+	switch name {
+	case "rx":
 		if _, err := CompileRouteRegex(arg); err != nil {
 			return fmt.Errorf("%w: its @rx %w", ErrWAFRule, err)
+		}
+	case "ipMatch":
+		for a := range strings.SplitSeq(arg, ",") {
+			if _, err := ParseSource(strings.TrimSpace(a)); err != nil {
+				return fmt.Errorf("%w: @ipMatch takes addresses and CIDRs separated by commas; %s is not one", ErrWAFRule, Excerpt(cut(a, 60)))
+			}
+		}
+	case "validateByteRange":
+		for rg := range strings.SplitSeq(arg, ",") {
+			lo, hi, isRange := strings.Cut(strings.TrimSpace(rg), "-")
+			if !isRange {
+				hi = lo
+			}
+			l, err1 := strconv.Atoi(lo)
+			h, err2 := strconv.Atoi(hi)
+			if err1 != nil || err2 != nil || l < 0 || h > 255 || l > h {
+				return fmt.Errorf("%w: @validateByteRange takes bytes and ranges (0-255) separated by commas; %s is not one", ErrWAFRule, Excerpt(cut(rg, 60)))
+			}
 		}
 	}
 	return nil
@@ -333,4 +369,19 @@ func checkWAFRuleSets(ck *checker, routes []*pb.Route) {
 			return
 		}
 	}
+}
+
+// WAFRuleSubset lists what a tenant's WAF rule may use: variables,
+// operators, actions and transformations (the operators as Coraza spells them; actions and transformations in
+// lower case, as Coraza takes them in any case).
+func WAFRuleSubset() (variables, operators, actions, transforms []string) {
+	keys := func(m map[string]bool) []string {
+		out := make([]string, 0, len(m))
+		for k := range m {
+			out = append(out, k)
+		}
+		slices.Sort(out)
+		return out
+	}
+	return keys(wafVariables), keys(wafOperators), keys(wafActions), keys(wafTransforms)
 }

@@ -27,8 +27,8 @@ func TestWAFRulesRefusedOutsideTheSubset(t *testing.T) {
 		{"debug log", `SecDebugLog /tmp/x`, bad("routes[0].waf.rules[1]", "not one of SecRule, SecAction")},
 		{"data dir", `SecDataDir /tmp`, bad("routes[0].waf.rules[1]", "not one of SecRule, SecAction")},
 		{"engine off", `SecRuleEngine Off`, bad("routes[0].waf.rules[1]", "not one of SecRule, SecAction")},
-		{"inspectFile", `SecRule FILES "@inspectFile /bin/sh" "id:1004,deny"`, bad("routes[0].waf.rules[1]", "@inspectfile runs a program")},
-		{"pmFromFile", `SecRule ARGS "@pmFromFile /etc/passwd" "id:1004,deny"`, bad("routes[0].waf.rules[1]", "@pmfromfile reads a file")},
+		{"inspectFile", `SecRule FILES "@inspectFile /bin/sh" "id:1004,deny"`, bad("routes[0].waf.rules[1]", "@inspectFile runs a program")},
+		{"pmFromFile", `SecRule ARGS "@pmFromFile /etc/passwd" "id:1004,deny"`, bad("routes[0].waf.rules[1]", "@pmFromFile reads a file")},
 		{"ipMatchFromFile", `SecRule REMOTE_ADDR "@ipMatchFromFile ips.txt" "id:1004,deny"`, bad("routes[0].waf.rules[1]", "reads a file")},
 		{"rbl", `SecRule REMOTE_ADDR "@rbl sbl.example" "id:1004,deny"`, bad("routes[0].waf.rules[1]", "asks a DNS server")},
 		{"geoLookup", `SecRule REMOTE_ADDR "@geoLookup" "id:1004,deny"`, bad("routes[0].waf.rules[1]", "reads a database file")},
@@ -47,6 +47,11 @@ func TestWAFRulesRefusedOutsideTheSubset(t *testing.T) {
 		{"bad regex", `SecRule ARGS "@rx (a" "id:1004,deny"`, bad("routes[0].waf.rules[1]", "not a regular expression")},
 		{"open chain", `SecRule ARGS "@streq x" "id:1004,deny,chain"`, bad("routes[0].waf.rules[1]", "ends with chain")},
 		{"two lines", "SecAction \"id:1004,pass\"\nSecRuleEngine Off", bad("routes[0].waf.rules[1]", "one line")},
+		{"operator spelling", `SecRule ARGS "@beginswith a" "id:1004,deny"`, bad("routes[0].waf.rules[1]", "spelled @beginsWith")},
+		{"validateSchema", `SecRule REQUEST_BODY "@validateSchema /etc/s.json" "id:1004,deny"`, bad("routes[0].waf.rules[1]", "reads a schema file")},
+		{"no argument", `SecRule ARGS "@beginsWith " "id:1004,deny"`, bad("routes[0].waf.rules[1]", "takes an argument")},
+		{"bad ipMatch", `SecRule REMOTE_ADDR "@ipMatch 10.0.0.0/8,office" "id:1004,deny"`, bad("routes[0].waf.rules[1]", "\"office\" is not one")},
+		{"exclusion without key", `SecRule ARGS|!ARGS "@streq a" "id:1004,deny"`, bad("routes[0].waf.rules[1]", "excludes nothing")},
 		{"unknown variable", `SecRule ENV:PATH "@streq x" "id:1004,deny"`, bad("routes[0].waf.rules[1]", "variable \"ENV\"")},
 	}
 	for _, tt := range tests {
