@@ -6,7 +6,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"weak"
 
 	"github.com/teapot-lb/teapot-lb/api"
 	"github.com/teapot-lb/teapot-lb/proxy/cpubudget"
@@ -23,7 +22,7 @@ type wafBudget struct {
 	// ruleEngines: the engines of the tenant's own rules, by their list
 	// (wafrules.go).
 	rulesMu     sync.Mutex
-	ruleEngines map[string]weak.Pointer[waf.Engine]
+	ruleEngines map[string]*ruleEngine
 }
 
 // wafReserve is what an inspection reserves before it runs: about what
@@ -77,10 +76,9 @@ func (p *Proxy) wafInspect(ls *ListenerSnapshot, sr *snapshot.Route) func(*http.
 	b := p.wafBudget(ls.Tenant, ls.Limits.WAFCPUMillicores)
 	var own *waf.Engine
 	if sr.WAF.Rules != "" {
-		// Built here, at the snapshot's compile, once per distinct list
-		// of the tenant's; never per request.
-		if own, err = b.ruleEngine(sr.WAF.Rules); err != nil {
-			p.log.Error("WAF rules not in force; the route answers 503", "lb", ls.LB, "error", err)
+		// Built with the listener snapshot (acquireRules), once per
+		// distinct list of the tenant's; never per request.
+		if own = b.ruleEngine(sr.WAF.Rules); own == nil {
 			return wafRulesNotReady
 		}
 	}

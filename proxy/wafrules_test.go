@@ -240,3 +240,75 @@ func TestWAFTenantRulesChargedToItsTenant(t *testing.T) {
 		t.Fatalf("acme's median latency %v beside globex, %v alone", busy, alone)
 	}
 }
+
+// TestWAFTenantRuleEnginesBounded: one tenant's distinct lists of rules
+// on a host are at most MaxWAFRuleEngines engines: a route past it
+// answers 503 (fail closed), and another tenant's lists are not counted
+// against it. Engines no listener uses any more stop counting.
+func TestWAFTenantRuleEnginesBounded(t *testing.T) {
+	addr, _ := wafMember(t)
+	srv := l7.New(l7.Config{})
+	t.Cleanup(func() { srv.Close() })
+	p, _ := newProxy(t, Config{HTTP: NewHTTP(srv, nil)})
+	port := freePort(t)
+	list := func(n int) []string {
+		return []string{fmt.Sprintf(`SecRule REQUEST_HEADERS:X-Evil "@streq %d" "id:1,phase:1,deny"`, n)}
+	}
+	lbs := func(gen int) []*pb.LoadBalancer {
+		var out []*pb.LoadBalancer
+		for i := range 5 { // 5 load balancers of 4 distinct lists: 20 lists
+			lb := httpLB("acme", fmt.Sprintf("web%d", i), fmt.Sprintf("127.0.1.%d", i+1), port, addr)
+			lb.Routes = nil
+			for j := range 4 {
+				lb.Routes = append(lb.Routes, &pb.Route{Path: fmt.Sprintf("/r%d", j), Pool: "app", Waf: &pb.WAF{Mode: "block", Rules: list(gen*100 + i*4 + j)}})
+			}
+			out = append(out, lb)
+		}
+		return out
+	}
+	other := httpLB("globex", "web", "127.0.2.1", port, addr)
+	other.Routes[0].Waf = &pb.WAF{Mode: "block", Rules: list(1)}
+	objs := append(wafRoomy(labObjects(append(lbs(0), other)...)), &pb.Object{Kind: &pb.Object_Tenant{Tenant: &pb.Tenant{Name: "globex", Networks: []string{"127.0.0.0/8"}}}})
+	if err := p.Update(objs, 1); err != nil {
+		t.Fatal(err)
+	}
+	if n := p.RuleEngines("acme"); n != MaxWAFRuleEngines {
+		t.Fatalf("acme holds %d engines; want the bound, %d", n, MaxWAFRuleEngines)
+	}
+	if n := p.RuleEngines("globex"); n != 1 {
+		t.Fatalf("globex holds %d engines", n)
+	}
+	c := sourceClient(t, "127.0.0.3")
+	codes := map[int]int{}
+	for i := range 5 {
+		for j := range 4 {
+			code, err := get(c, fmt.Sprintf("http://%s/r%d", vipAddr(fmt.Sprintf("127.0.1.%d", i+1), port), j))
+			if err != nil {
+				t.Fatal(err)
+			}
+			codes[code]++
+		}
+	}
+	if codes[200] != MaxWAFRuleEngines || codes[503] != 20-MaxWAFRuleEngines {
+		t.Fatalf("answers %v; want %d served and %d 503", codes, MaxWAFRuleEngines, 20-MaxWAFRuleEngines)
+	}
+	if code, err := get(c, "http://"+vipAddr("127.0.2.1", port)+"/"); err != nil || code != 200 {
+		t.Fatalf("globex: %d %v", code, err)
+	}
+	// New lists replace the old ones of a tenant at its bound: the old
+	// engines are given back before the new are built, and the new fit.
+	objs = append(wafRoomy(labObjects(append(lbs(1)[:3], other)...)), &pb.Object{Kind: &pb.Object_Tenant{Tenant: &pb.Tenant{Name: "globex", Networks: []string{"127.0.0.0/8"}}}})
+	if err := p.Update(objs, 2); err != nil {
+		t.Fatal(err)
+	}
+	if n := p.RuleEngines("acme"); n != 12 {
+		t.Fatalf("acme holds %d engines after its lists changed; want 12", n)
+	}
+	for i := range 3 {
+		for j := range 4 {
+			if code, err := get(c, fmt.Sprintf("http://%s/r%d", vipAddr(fmt.Sprintf("127.0.1.%d", i+1), port), j)); err != nil || code != 200 {
+				t.Fatalf("web%d /r%d after the change: %d %v", i, j, code, err)
+			}
+		}
+	}
+}
