@@ -4,7 +4,8 @@
 // shared by every route that asks for it: the rules are the same for all
 // tenants, and an engine costs megabytes. Whether a rejected request is
 // blocked (block) or only reported (detect) is the route's choice, made
-// with the verdict.
+// with the verdict. A tenant's own rules (Rules) get an engine of their
+// own, without the Core Rule Set, run after it.
 package waf
 
 import (
