@@ -45,6 +45,8 @@ type Engine struct {
 // Rules builds an engine of a tenant's own rules alone (SecRule and
 // SecAction lines the API checked against its allowed subset), without
 // the Core Rule Set: it costs what its rules cost, not the set's 20 MiB.
+// A JSON body's fields are ARGS named json.<path>, as with the Core Rule
+// Set (rule 200001, outside the tenants' ids, sets the body processor).
 // Call it off the request path (a snapshot's compile).
 func Rules(rules []string) (*Engine, error) {
 	directives := fmt.Sprintf(`SecRuleEngine On
@@ -54,6 +56,7 @@ SecRequestBodyInMemoryLimit %d
 SecRequestBodyLimitAction ProcessPartial
 SecResponseBodyAccess Off
 SecAuditEngine Off
+SecRule REQUEST_HEADERS:Content-Type "@rx ^application/json" "id:200001,phase:1,t:none,t:lowercase,pass,nolog,ctl:requestBodyProcessor=JSON"
 %s
 `, MaxBody, MaxBody, strings.Join(rules, "\n"))
 	w, err := coraza.NewWAF(coraza.NewWAFConfig().WithDirectives(directives))
@@ -174,8 +177,8 @@ func (e *Engine) verdict(tx types.Transaction, it *types.Interruption) Verdict {
 	var v Verdict
 	for _, m := range tx.MatchedRules() {
 		if id := m.Rule().ID(); e.own {
-			if id == 0 || (m.Message() == "" && !m.Disruptive()) {
-				continue // a SecAction's bookkeeping, a rule without msg
+			if id < 1 || id > 99999 || (m.Message() == "" && (it == nil || it.RuleID != id)) {
+				continue // the engine's own setup, bookkeeping without msg
 			}
 		} else if m.Message() == "" || id < 910000 || id >= 980000 {
 			continue // flow control, the setup's own actions, reporting
