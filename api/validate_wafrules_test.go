@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
+
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
 
@@ -85,4 +87,25 @@ func TestWAFRulesBounds(t *testing.T) {
 	if len(uses) != 2 || uses[1].Feature != FeatureWAFRules || !strings.HasSuffix(uses[1].Field, "routes[0].waf.rules") || LevelNeeded(uses) != 5 {
 		t.Fatalf("uses %v, level %d", uses, LevelNeeded(uses))
 	}
+}
+
+// TestWAFRuleSetsPerLB: a load balancer's routes have at most
+// MaxWAFRuleSetsPerLB distinct lists of rules; routes sharing one list
+// count once.
+func TestWAFRuleSetsPerLB(t *testing.T) {
+	t.Parallel()
+	lb := shopLB()
+	base := lb.Routes[0]
+	lb.Routes = nil
+	for i := range MaxWAFRuleSetsPerLB + 1 {
+		for j := range 2 {
+			r := proto.Clone(base).(*pb.Route)
+			r.Path = fmt.Sprintf("/r%d/%d", i, j)
+			r.Waf = &pb.WAF{Mode: "block", Rules: []string{fmt.Sprintf(`SecAction "id:%d,pass"`, i+1)}}
+			lb.Routes = append(lb.Routes, r)
+		}
+	}
+	check(t, ValidateLoadBalancer(lb, baseCatalog()), bad(fmt.Sprintf("routes[%d].waf.rules", 2*MaxWAFRuleSetsPerLB), "makes 5 distinct lists"))
+	lb.Routes = lb.Routes[:2*MaxWAFRuleSetsPerLB]
+	check(t, ValidateLoadBalancer(lb, baseCatalog()), pass())
 }
