@@ -16,7 +16,7 @@ import (
 // by the tenant's routes with the same list. The API bounds a load
 // balancer's distinct lists (api.MaxWAFRuleSetsPerLB); this bounds a
 // tenant's many load balancers together. A route whose list would pass
-// it answers 503 and the log says why.
+// it answers 503; the log and the load balancer's status say why.
 const MaxWAFRuleEngines = 16
 
 // ruleEngine is an engine of a tenant's list of rules and how many
@@ -31,6 +31,9 @@ type ruleEngine struct {
 type listenerRules struct {
 	b     *wafBudget
 	lists []string
+	// problems name the routes whose lists are not in force (the load
+	// balancer's status shows them).
+	problems []Problem
 }
 
 // acquireRules builds or takes the engines of the distinct lists of
@@ -49,6 +52,8 @@ func (p *Proxy) acquireRules(l *snapshot.Listener) listenerRules {
 		}
 		if err := r.b.acquireRules(w.Rules); err != nil {
 			p.log.Error("WAF rules not in force; the route answers 503", "lb", l.LB, "route", srs[i].Index, "error", err)
+			r.problems = append(r.problems, Problem{Field: fmt.Sprintf("routes[%d].waf.rules", srs[i].Index),
+				Reason: fmt.Sprintf("not in force on this host, the route answers 503: %v", err)})
 			continue
 		}
 		r.lists = append(r.lists, w.Rules)

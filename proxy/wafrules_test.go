@@ -243,7 +243,7 @@ func TestWAFTenantRulesChargedToItsTenant(t *testing.T) {
 
 // TestWAFTenantRuleEnginesBounded: one tenant's distinct lists of rules
 // on a host are at most MaxWAFRuleEngines engines: a route past it
-// answers 503 (fail closed), and another tenant's lists are not counted
+// answers 503 (fail closed) and its load balancer's status says so, and another tenant's lists are not counted
 // against it. Engines no listener uses any more stop counting.
 func TestWAFTenantRuleEnginesBounded(t *testing.T) {
 	addr, _ := wafMember(t)
@@ -295,6 +295,20 @@ func TestWAFTenantRuleEnginesBounded(t *testing.T) {
 	if code, err := get(c, "http://"+vipAddr("127.0.2.1", port)+"/"); err != nil || code != 200 {
 		t.Fatalf("globex: %d %v", code, err)
 	}
+	rulesProblems := func() int {
+		n := 0
+		for lb, ps := range p.Status() {
+			for _, pr := range ps {
+				if strings.HasSuffix(pr.Field, ".waf.rules") && strings.Contains(pr.Reason, "answers 503") && strings.HasPrefix(lb, "acme/") {
+					n++
+				}
+			}
+		}
+		return n
+	}
+	if n := rulesProblems(); n != 20-MaxWAFRuleEngines {
+		t.Fatalf("the status names %d routes whose rules are not in force; want %d: %v", n, 20-MaxWAFRuleEngines, p.Status())
+	}
 	// New lists replace the old ones of a tenant at its bound: the old
 	// engines are given back before the new are built, and the new fit.
 	objs = append(wafRoomy(labObjects(append(lbs(1)[:3], other)...)), &pb.Object{Kind: &pb.Object_Tenant{Tenant: &pb.Tenant{Name: "globex", Networks: []string{"127.0.0.0/8"}}}})
@@ -303,6 +317,9 @@ func TestWAFTenantRuleEnginesBounded(t *testing.T) {
 	}
 	if n := p.RuleEngines("acme"); n != 12 {
 		t.Fatalf("acme holds %d engines after its lists changed; want 12", n)
+	}
+	if n := rulesProblems(); n != 0 {
+		t.Fatalf("the status still names %d routes: %v", n, p.Status())
 	}
 	for i := range 3 {
 		for j := range 4 {
