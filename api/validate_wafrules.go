@@ -51,8 +51,8 @@ var wafFileOperators = map[string]string{
 // wafActions are the actions a tenant's rule may use.
 var wafActions = map[string]bool{
 	"id": true, "phase": true, "msg": true, "tag": true, "severity": true, "log": true,
-	"nolog": true, "auditlog": true, "noauditlog": true, "pass": true, "deny": true,
-	"block": true, "status": true, "t": true, "chain": true, "capture": true,
+	"nolog": true, "noauditlog": true, "pass": true, "deny": true,
+	"status": true, "t": true, "chain": true, "capture": true,
 	"multimatch": true, "logdata": true, "rev": true, "ver": true, "maturity": true,
 	"accuracy": true, "setvar": true, "skip": true,
 }
@@ -71,6 +71,8 @@ var wafForbiddenActions = map[string]string{
 	"redirect":  "answers for the route's pools",
 	"drop":      "closes the connection for the host",
 	"allow":     "stops the rules that follow it",
+	"auditlog":  "writes the audit log, which LB hosts do not keep (the access log's waf_rules names the rules that matched)",
+	"block":     "does what SecDefaultAction says, which a tenant's rules do not set: use deny",
 }
 
 // wafVariables are the request variables a tenant's rule may read.

@@ -39,6 +39,7 @@ func TestWAFRulesRefusedOutsideTheSubset(t *testing.T) {
 		{"setsid", `SecAction "id:1004,setsid:%{REQUEST_COOKIES.s}"`, bad("routes[0].waf.rules[1]", "persistent collection")},
 		{"setuid", `SecAction "id:1004,setuid:%{ARGS.u}"`, bad("routes[0].waf.rules[1]", "persistent collection")},
 		{"setvar ip", `SecAction "id:1004,setvar:ip.n=+1"`, bad("routes[0].waf.rules[1]", "TX variables only")},
+		{"block", `SecRule ARGS "@streq x" "id:1004,block"`, bad("routes[0].waf.rules[1]", "use deny")},
 		{"ctl engine off", `SecAction "id:1004,ctl:ruleEngine=Off"`, bad("routes[0].waf.rules[1]", "ctl changes")},
 		{"ctl remove", `SecRule ARGS "@streq x" "id:1004,ctl:ruleRemoveById=949110"`, bad("routes[0].waf.rules[1]", "ctl changes")},
 		{"id in CRS range", `SecAction "id:942100,pass"`, bad("routes[0].waf.rules[1]", "1 to 99999")},
