@@ -93,6 +93,10 @@ const (
 	// (routes[].waf.excludeRules). A host of an earlier release ignores
 	// them and blocks what they would have let through.
 	FeatureWAFExclusions = "waf-exclusions"
+	// FeatureWAFRules: a tenant's own WAF rules (routes[].waf.rules). A
+	// host of an earlier release ignores them and lets through what they
+	// would have blocked.
+	FeatureWAFRules = "waf-rules"
 	// FeatureTLSTerminate: tls-passthrough listeners that terminate TLS
 	// for some server names and forward the decrypted stream
 	// (listeners[].sniRoutes[].terminate). A host of an earlier release
@@ -161,6 +165,7 @@ var featureLevels = map[string]uint32{
 	FeatureBackendHeaders:      5,
 	FeatureBackendTLS:          5,
 	FeatureWAFExclusions:       5,
+	FeatureWAFRules:            5,
 	FeatureTLSTerminate:        5,
 	FeatureMisdirectedRequests: 5,
 	FeatureRateLimitHeader:     5,
@@ -210,7 +215,7 @@ func FeatureRefusal(uses []FeatureUse, need uint32, older []string) error {
 
 // Features returns the features this release serves.
 func Features() []string {
-	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureNotFoundRoutes, FeatureCORS, FeatureClientValidation, FeatureRouteRetry, FeatureBackendHeaders, FeatureBackendTLS, FeatureWAFExclusions, FeatureTLSTerminate, FeatureMisdirectedRequests, FeatureRateLimitHeader, FeatureWriteBudget, FeaturePoolInterface, FeatureTenantBGPUpdateRate, FeatureACMEWildcard, FeatureHTTP3}
+	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureNotFoundRoutes, FeatureCORS, FeatureClientValidation, FeatureRouteRetry, FeatureBackendHeaders, FeatureBackendTLS, FeatureWAFExclusions, FeatureTLSTerminate, FeatureMisdirectedRequests, FeatureRateLimitHeader, FeatureWriteBudget, FeaturePoolInterface, FeatureTenantBGPUpdateRate, FeatureACMEWildcard, FeatureHTTP3, FeatureWAFRules}
 }
 
 // FeatureUse is one place where a write uses a feature: the feature and
@@ -331,6 +336,9 @@ func FeaturesUsed(obj *pb.Object) []FeatureUse {
 		out = append(out, retryFeaturesUsed(obj, i, r)...)
 		if len(r.GetWaf().GetExcludeRules()) > 0 {
 			out = append(out, FeatureUse{Feature: FeatureWAFExclusions, Field: fmt.Sprintf("%s: routes[%d].waf.excludeRules", RefString(RefOf(obj)), i)})
+		}
+		if len(r.GetWaf().GetRules()) > 0 {
+			out = append(out, FeatureUse{Feature: FeatureWAFRules, Field: fmt.Sprintf("%s: routes[%d].waf.rules", RefString(RefOf(obj)), i)})
 		}
 	}
 	names := make([]string, 0, len(l.GetPools()))

@@ -146,6 +146,9 @@ func CheckRouteRateLimit(field string, r *pb.Route) []FieldError {
 				}
 			}
 		}
+		if len(w.GetRules()) > 0 {
+			checkWAFRules(&ck, field+".waf.rules", w.GetRules())
+		}
 	}
 	return ck.errs
 }

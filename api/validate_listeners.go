@@ -223,6 +223,7 @@ func checkRoutes(ck *checker, lb *pb.LoadBalancer, tenant *pb.Tenant) {
 		checkRouteRest(ck, lb, f, r)
 	}
 	checkRouteRegexBudget(ck, lb)
+	checkWAFRuleSets(ck, routes)
 }
 
 // MaxRoutePorts bounds routes[].ports.

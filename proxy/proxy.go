@@ -462,13 +462,23 @@ func (p *Proxy) setStatus(s *snapshot.Snapshot, lbs map[string]bool) {
 	p.statusMu.Lock()
 	defer p.statusMu.Unlock()
 	e := p.status.Edit()
+	cur := p.current.Load()
 	for lb := range lbs {
 		ps, ok := s.Problems.Get(lb)
-		if !ok {
+		ps = slices.Clone(ps)
+		for _, l := range s.ListenersOf(lb) {
+			if ls, ok := cur.listeners.Get(l.Key); ok && ls.Listener == l {
+				for _, pr := range ls.rules.problems {
+					if !slices.Contains(ps, pr) {
+						ps = append(ps, pr)
+					}
+				}
+			}
+		}
+		if !ok && len(ps) == 0 {
 			e.Delete(lb)
 			continue
 		}
-		ps = slices.Clone(ps)
 		for _, l := range s.ListenersOf(lb) {
 			field := fmt.Sprintf("listeners[%d]", l.Index)
 			if !p.opens(l) {

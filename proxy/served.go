@@ -81,6 +81,9 @@ type ListenerSnapshot struct {
 	// waf builds the Inspect of a route with a WAF (nil in a listener
 	// snapshot the proxy did not build: a WAF route answers 503).
 	waf func(*ListenerSnapshot, *snapshot.Route) func(*http.Request, []byte, netip.AddrPort, netip.AddrPort) (http.Handler, int, string)
+	// rules are the engines of the WAF rules of its routes it holds
+	// (wafrules.go).
+	rules listenerRules
 }
 
 // Pool returns the live pool of a compiled pool the listener uses (its L4
@@ -243,6 +246,13 @@ func (p *Proxy) build(s *snapshot.Snapshot, old *served, keys []snapshot.Key) (*
 		return lp
 	}
 	var dropped []*Pool
+	// The engines of WAF rules the listeners replaced held are given back
+	// first, so that a tenant at its bound can change its lists.
+	for _, k := range keys {
+		if ol, had := ls.Get(k); had && ol.Listener != s.Listener(k) {
+			ol.rules.release()
+		}
+	}
 	for _, k := range keys {
 		l := s.Listener(k)
 		ol, had := ls.Get(k)
@@ -272,6 +282,7 @@ func (p *Proxy) build(s *snapshot.Snapshot, old *served, keys []snapshot.Key) (*
 			nl.rates = p.acquireRates(l)
 			nl.waf = p.wafInspect
 			if l.Protocol.L7() {
+				nl.rules = p.acquireRules(l)
 				if l.Routes.Regex() {
 					nl.regex = p.regexBudget(tenantOf(l.LB), l.Limits.RegexCPUMillicores)
 				}

@@ -3,7 +3,9 @@ package proxy
 import (
 	"net/http"
 	"net/netip"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/teapot-lb/teapot-lb/api"
 	"github.com/teapot-lb/teapot-lb/proxy/cpubudget"
@@ -16,6 +18,11 @@ import (
 type wafBudget struct {
 	regexBudget
 	inspected, blocked, detected atomic.Int64
+	cpu                          atomic.Int64 // ns charged
+	// ruleEngines: the engines of the tenant's own rules, by their list
+	// (wafrules.go).
+	rulesMu     sync.Mutex
+	ruleEngines map[string]*ruleEngine
 }
 
 // wafReserve is what an inspection reserves before it runs: about what
@@ -30,6 +37,9 @@ type WAFStats struct {
 	// Refused answered
 	// 429 because the tenant's WAF CPU budget was spent.
 	Inspected, Blocked, Detected, Refused int64
+	// CPU is the CPU time the inspections were charged (the Core Rule
+	// Set's and the tenant's own rules').
+	CPU time.Duration
 }
 
 func (p *Proxy) wafBudget(tenant string, millicores int) *wafBudget {
@@ -52,7 +62,7 @@ func (p *Proxy) WAFStats(tenant string) WAFStats {
 		return WAFStats{}
 	}
 	b := v.(*wafBudget)
-	return WAFStats{Inspected: b.inspected.Load(), Blocked: b.blocked.Load(), Detected: b.detected.Load(), Refused: b.refused.Load()}
+	return WAFStats{Inspected: b.inspected.Load(), Blocked: b.blocked.Load(), Detected: b.detected.Load(), Refused: b.refused.Load(), CPU: time.Duration(b.cpu.Load())}
 }
 
 // wafInspect returns the Inspect of a route with a WAF: the shared engine
@@ -64,19 +74,51 @@ func (p *Proxy) wafInspect(ls *ListenerSnapshot, sr *snapshot.Route) func(*http.
 		return wafNotReady
 	}
 	b := p.wafBudget(ls.Tenant, ls.Limits.WAFCPUMillicores)
+	var own *waf.Engine
+	if sr.WAF.Rules != "" {
+		// Built with the listener snapshot (acquireRules), once per
+		// distinct list of the tenant's; never per request.
+		if own = b.ruleEngine(sr.WAF.Rules); own == nil {
+			return wafRulesNotReady
+		}
+	}
 	lb, block, exclude := ls.LB, sr.WAF.Block, waf.ParseExclusions(sr.WAF.Exclude)
 	log := p.log
+	var last atomic.Int64 // ns of CPU the route's last inspection took
 	return func(r *http.Request, body []byte, client, local netip.AddrPort) (http.Handler, int, string) {
 		start := regexNow()
-		if !b.reserve(start, wafReserve) {
+		reserve := wafReserve
+		if own != nil {
+			// A tenant's own rules may cost far more than the Core Rule
+			// Set: reserve what the route's last inspection took, so that
+			// concurrent expensive requests are refused up front rather
+			// than charged after they spent the core.
+			reserve = max(reserve, last.Load())
+		}
+		if !b.reserve(start, reserve) {
 			b.refused.Add(1)
 			return wafBudgetRefusal, http.StatusTooManyRequests, ""
 		}
 		// Charged the CPU the inspection took, not its wall time: on a
 		// busy core the wall time counts the other goroutines too.
 		var v waf.Verdict
-		used := cpubudget.Measure(func() { v = e.Inspect(r, body, client, local, exclude) })
-		b.settle(wafReserve, int64(used))
+		used := cpubudget.Measure(func() {
+			v = e.Inspect(r, body, client, local, exclude)
+			if own != nil && !(v.Rejected && block) {
+				// The tenant's rules, after the Core Rule Set and in the
+				// same measure: their CPU is the tenant's too.
+				ov := own.Inspect(r, body, client, local, nil)
+				v.Rules = append(v.Rules, ov.Rules...)
+				if ov.Rejected && !v.Rejected {
+					v.Rejected, v.Status = true, ov.Status
+				}
+			}
+		})
+		b.settle(reserve, int64(used))
+		b.cpu.Add(int64(used))
+		if own != nil {
+			last.Store(int64(used))
+		}
 		b.inspected.Add(1)
 		var rules string
 		if len(v.Rules) > 0 {
@@ -95,6 +137,12 @@ func (p *Proxy) wafInspect(ls *ListenerSnapshot, sr *snapshot.Route) func(*http.
 		}
 		return nil, 0, rules
 	}
+}
+
+// wafRulesNotReady is the Inspect of a route whose own rules' engine
+// could not be built: fail closed.
+func wafRulesNotReady(*http.Request, []byte, netip.AddrPort, netip.AddrPort) (http.Handler, int, string) {
+	return wafRulesUnavailable, http.StatusServiceUnavailable, ""
 }
 
 // wafNotReady is the Inspect of a WAF route without an engine: fail

@@ -207,6 +207,7 @@ var protoComments = map[string]string{
 	"teapot.v1.WAF.max_body_bytes":                   "Bytes of a request body inspected (default 131072); the rest is passed on uninspected.",
 	"teapot.v1.WAF.mode":                             "block (answer 403 to a request the rules reject) | detect (serve it and count the rules that matched).",
 	"teapot.v1.WAF.paranoia_level":                   "CRS paranoia level, 1 (default) to 4: higher catches more and rejects more ordinary traffic.",
+	"teapot.v1.WAF.rules":                            "The tenant's own rules, one SecRule or SecAction each (ModSecurity syntax, as Coraza reads it), run after the Core Rule Set in an engine of their own: at most 32 rules and 16384 bytes, rule ids 1 to 99999, operators and actions from an allowed subset (no file or network access, no ctl, no persistent collections). A rule that denies rejects the request as the mode says.",
 }
 
 // kindExamples are the first document of each kind in examples/.

@@ -126,6 +126,8 @@ var rules = map[string]rule{
 	"teapot.v1.WAF.paranoia_level":               {def: "1", limits: "1 to 4"},
 	"teapot.v1.WAF.max_body_bytes":               {def: fmt.Sprint(api.DefaultWAFBodyBytes), limits: fmt.Sprintf("at most %d", api.MaxWAFBodyBytes)},
 	"teapot.v1.WAF.exclude_rules":                {limits: fmt.Sprintf("at most %d ids, each %d to %d; feature level 5 on every host", api.MaxWAFExcludedRules, api.MinWAFRuleID, api.MaxWAFRuleID), example: "[942100, 920350]"},
+	"teapot.v1.WAF.rules": {limits: fmt.Sprintf("at most %d rules and %d bytes, ids %d to %d, at most %d distinct lists per load balancer; feature level 5 on every host", api.MaxWAFRules, api.MaxWAFRulesBytes, api.MinTenantRuleID, api.MaxTenantRuleID, api.MaxWAFRuleSetsPerLB),
+		example: `["SecRule REQUEST_HEADERS:X-Debug \"@streq on\" \"id:1001,phase:1,deny,status:403,msg:'debug header'\""]`},
 
 	"teapot.v1.TLSPolicy.acme":         {def: "false", limits: "every route host must be a name; a wildcard (\"*.acme.example\") is issued through DNS-01 only when it lies in a zone the LB hosts answer (serve --dns-zones), else its Certificate is refused saying so"},
 	"teapot.v1.TLSPolicy.certificates": {limits: atMost(api.MaxListenerCertificates, "names of the tenant's uploaded certificates (teapot-lb cert upload)")},

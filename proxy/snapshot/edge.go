@@ -5,6 +5,7 @@ import (
 	"net/textproto"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/teapot-lb/teapot-lb/api"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
@@ -140,6 +141,9 @@ type WAFSpec struct {
 	// Exclude are the rule ids not run, sorted, comma-separated (a
 	// string, so that the spec stays comparable).
 	Exclude string
+	// Rules are the tenant's own rules (waf.rules), one a line (a
+	// string, so that the spec stays comparable); empty for none.
+	Rules string
 }
 
 func wafSpec(w *pb.WAF) WAFSpec {
@@ -150,6 +154,7 @@ func wafSpec(w *pb.WAF) WAFSpec {
 	if s.MaxBody == 0 {
 		s.MaxBody = api.DefaultWAFBodyBytes
 	}
+	s.Rules = strings.Join(w.GetRules(), "\n")
 	if ids := w.GetExcludeRules(); len(ids) > 0 {
 		sorted := slices.Sorted(slices.Values(ids))
 		b := make([]byte, 0, 7*len(sorted))

@@ -81,6 +81,8 @@ type EdgeWAF struct {
 	MaxBodyBytes  uint32 `json:"maxBodyBytes,omitempty"`
 	// ExcludeRules are Core Rule Set rule ids not run (false positives).
 	ExcludeRules []uint32 `json:"excludeRules,omitempty"`
+	// Rules are the tenant's own SecRule/SecAction lines (routes[].waf.rules).
+	Rules []string `json:"rules,omitempty"`
 }
 
 // EdgePolicyLister lists the EdgePolicies of a namespace.
@@ -214,7 +216,7 @@ func wafOf(w *EdgeWAF) *pb.WAF {
 	if w == nil {
 		return nil
 	}
-	return &pb.WAF{Mode: w.Mode, ParanoiaLevel: w.ParanoiaLevel, MaxBodyBytes: w.MaxBodyBytes, ExcludeRules: slices.Clone(w.ExcludeRules)}
+	return &pb.WAF{Mode: w.Mode, ParanoiaLevel: w.ParanoiaLevel, MaxBodyBytes: w.MaxBodyBytes, ExcludeRules: slices.Clone(w.ExcludeRules), Rules: slices.Clone(w.Rules)}
 }
 
 func rateOf(rl *EdgeRateLimit, rps, conns uint32) *pb.RateLimit {

@@ -62,7 +62,8 @@ func TestEdgePolicies(t *testing.T) {
 		}),
 		policy("shop", "api-waf", 1, []any{target("HTTPRoute", "api")}, map[string]any{
 			"rateLimit": map[string]any{"requestsPerSecond": int64(5), "burst": int64(10), "key": "header", "header": "X-API-Key"},
-			"waf":       map[string]any{"mode": "block", "paranoiaLevel": int64(2), "excludeRules": []any{int64(942100)}},
+			"waf": map[string]any{"mode": "block", "paranoiaLevel": int64(2), "excludeRules": []any{int64(942100)},
+				"rules": []any{`SecRule REQUEST_HEADERS:X-Evil "@streq yes" "id:1001,phase:1,deny,msg:'evil'"`}},
 		}),
 		policy("shop", "late", 5, []any{target("HTTPRoute", "api")}, map[string]any{"waf": map[string]any{"mode": "detect"}}),
 		policy("shop", "conns-on-route", 6, []any{target("HTTPRoute", "site")}, map[string]any{
@@ -90,7 +91,7 @@ func TestEdgePolicies(t *testing.T) {
 	for _, r := range d.LB.GetRoutes() {
 		switch r.GetHost() {
 		case "api.shop.example":
-			if r.GetWaf().GetMode() != "block" || r.GetWaf().GetParanoiaLevel() != 2 || !slices.Equal(r.GetWaf().GetExcludeRules(), []uint32{942100}) ||
+			if r.GetWaf().GetMode() != "block" || r.GetWaf().GetParanoiaLevel() != 2 || !slices.Equal(r.GetWaf().GetExcludeRules(), []uint32{942100}) || len(r.GetWaf().GetRules()) != 1 ||
 				r.GetRateLimit().GetRequestsPerSecond() != 5 || r.GetRateLimit().GetBurst() != 10 || r.GetRateLimit().GetHeader() != "X-API-Key" {
 				t.Errorf("api route: waf %v, rate limit %v", r.GetWaf(), r.GetRateLimit())
 			}
@@ -126,6 +127,7 @@ func TestEdgePolicies(t *testing.T) {
 		{"sources on a route", target("HTTPRoute", "api"), map[string]any{"allowedSources": []any{"192.0.2.0/24"}}, "target the Gateway", false},
 		{"bad mode", target("Gateway", "gw"), map[string]any{"waf": map[string]any{"mode": "deny"}}, "spec.waf.mode", false},
 		{"exclusion", target("HTTPRoute", "api"), map[string]any{"waf": map[string]any{"mode": "block", "excludeRules": []any{int64(42)}}}, "spec.waf.excludeRules[0]", false},
+		{"rule with exec", target("HTTPRoute", "api"), map[string]any{"waf": map[string]any{"mode": "block", "rules": []any{`SecAction "id:1,pass,exec:/bin/sh"`}}}, "spec.waf.rules[0]", false},
 		{"paranoia", target("HTTPRoute", "api"), map[string]any{"waf": map[string]any{"mode": "block", "paranoiaLevel": int64(7)}}, "spec.waf.paranoiaLevel", false},
 		{"empty", target("Gateway", "gw"), map[string]any{}, "sets nothing", false},
 		{"header key without header", target("HTTPRoute", "api"), map[string]any{"rateLimit": map[string]any{"requestsPerSecond": int64(5), "key": "header"}}, "spec.rateLimit.header", false},

@@ -1739,7 +1739,14 @@ type WAF struct {
 	// Core Rule Set rule ids not run for this route's requests: the
 	// exclusions of a false positive (the log names the rules of each
 	// blocked or detected request). At most 64.
-	ExcludeRules  []uint32 `protobuf:"varint,130,rep,packed,name=exclude_rules,json=excludeRules,proto3" json:"exclude_rules,omitempty"`
+	ExcludeRules []uint32 `protobuf:"varint,130,rep,packed,name=exclude_rules,json=excludeRules,proto3" json:"exclude_rules,omitempty"`
+	// The tenant's own rules, one SecRule or SecAction each (ModSecurity
+	// syntax, as Coraza reads it), run after the Core Rule Set in an engine
+	// of their own: at most 32 rules and 16384 bytes, rule ids 1 to 99999,
+	// operators and actions from an allowed subset (no file or network
+	// access, no ctl, no persistent collections). A rule that denies
+	// rejects the request as the mode says.
+	Rules         []string `protobuf:"bytes,240,rep,name=rules,proto3" json:"rules,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1798,6 +1805,13 @@ func (x *WAF) GetMaxBodyBytes() uint32 {
 func (x *WAF) GetExcludeRules() []uint32 {
 	if x != nil {
 		return x.ExcludeRules
+	}
+	return nil
+}
+
+func (x *WAF) GetRules() []string {
+	if x != nil {
+		return x.Rules
 	}
 	return nil
 }
@@ -4530,12 +4544,13 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\x05codes\x18\x01 \x03(\rR\x05codes\x12\x1f\n" +
 	"\battempts\x18\x02 \x01(\rH\x00R\battempts\x88\x01\x01\x123\n" +
 	"\abackoff\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\abackoffB\v\n" +
-	"\t_attempts\"\x8c\x01\n" +
+	"\t_attempts\"\xa3\x01\n" +
 	"\x03WAF\x12\x12\n" +
 	"\x04mode\x18\x01 \x01(\tR\x04mode\x12%\n" +
 	"\x0eparanoia_level\x18\x02 \x01(\rR\rparanoiaLevel\x12$\n" +
 	"\x0emax_body_bytes\x18\x03 \x01(\rR\fmaxBodyBytes\x12$\n" +
-	"\rexclude_rules\x18\x82\x01 \x03(\rR\fexcludeRules\"\xf0\x01\n" +
+	"\rexclude_rules\x18\x82\x01 \x03(\rR\fexcludeRules\x12\x15\n" +
+	"\x05rules\x18\xf0\x01 \x03(\tR\x05rules\"\xf0\x01\n" +
 	"\n" +
 	"RouteMatch\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x1b\n" +
