@@ -85,36 +85,8 @@ zone "acme.example" {
 	c.start(n, flags...)
 	c.waitMember(n)
 
-	member, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go acceptAll(member)
-	spec := fmt.Sprintf(`kind: VIPPool
-name: public
-cidrs: [203.0.113.0/28]
-mode: static
----
-kind: Tenant
-name: acme
-domains: [acme.example]
-networks: [127.0.0.0/8]
-pools: [public]
----
-kind: LoadBalancer
-name: shop
-tenant: acme
-vip: {address: 203.0.113.5}
-listeners:
-  - {port: %d, protocol: http}
-routes:
-  - {host: shop.acme.example, path: /, pool: web}
-  - {host: "*.apps.acme.example", path: /, pool: web}
-pools:
-  web:
-    members: [%s]
-    healthCheck: {tcp: {}, interval: 1s, rise: 1, fall: 1}
-`, freePort(t), member.Addr())
+	member := acceptingMember(t)
+	spec := shopZoneSpec(t, member.Addr().String(), true)
 	path := filepath.Join(dir, "shop.yaml")
 	if err := os.WriteFile(path, []byte(spec), 0o600); err != nil {
 		t.Fatal(err)

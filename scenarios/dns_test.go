@@ -47,37 +47,9 @@ func TestDNSAnswersFollowMemberHealth(t *testing.T) {
 		"--dns-ns", "ns1.lb.example.com=127.0.0.1", "--dns-ttl", "5s")
 	c.waitMember(n)
 
-	member, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	member := acceptingMember(t)
 	memberAddr := member.Addr().String()
-	go acceptAll(member)
-	spec := fmt.Sprintf(`kind: VIPPool
-name: public
-cidrs: [203.0.113.0/28]
-mode: static
----
-kind: Tenant
-name: acme
-domains: [acme.example]
-networks: [127.0.0.0/8]
-pools: [public]
----
-kind: LoadBalancer
-name: shop
-tenant: acme
-vip: {address: 203.0.113.5}
-listeners:
-  - {port: %d, protocol: http}
-routes:
-  - {host: shop.acme.example, path: /, pool: web}
-  - {host: "*.apps.acme.example", path: /, pool: web}
-pools:
-  web:
-    members: [%s]
-    healthCheck: {tcp: {}, interval: 1s, rise: 1, fall: 1}
-`, freePort(t), memberAddr)
+	spec := shopZoneSpec(t, member.Addr().String(), true)
 	path := filepath.Join(t.TempDir(), "shop.yaml")
 	if err := os.WriteFile(path, []byte(spec), 0o600); err != nil {
 		t.Fatal(err)
@@ -135,6 +107,56 @@ pools:
 }
 
 // acceptAll accepts and closes connections until l closes.
+// acceptingMember is a TCP member on loopback that accepts every
+// connection and closes it (enough for a tcp health check); it closes
+// with the test.
+func acceptingMember(t *testing.T) net.Listener {
+	t.Helper()
+	member, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { member.Close() })
+	go acceptAll(member)
+	return member
+}
+
+// shopZoneSpec is what the DNS scenarios serve: pool public (static,
+// 203.0.113.0/28), tenant acme (domains acme.example) and its load
+// balancer shop on 203.0.113.5 routing shop.acme.example (and, with
+// wildcard, *.apps.acme.example) to the member at member, checked every
+// second.
+func shopZoneSpec(t *testing.T, member string, wildcard bool) string {
+	extra := ""
+	if wildcard {
+		extra = "  - {host: \"*.apps.acme.example\", path: /, pool: web}\n"
+	}
+	return fmt.Sprintf(`kind: VIPPool
+name: public
+cidrs: [203.0.113.0/28]
+mode: static
+---
+kind: Tenant
+name: acme
+domains: [acme.example]
+networks: [127.0.0.0/8]
+pools: [public]
+---
+kind: LoadBalancer
+name: shop
+tenant: acme
+vip: {address: 203.0.113.5}
+listeners:
+  - {port: %d, protocol: http}
+routes:
+  - {host: shop.acme.example, path: /, pool: web}
+%spools:
+  web:
+    members: [%s]
+    healthCheck: {tcp: {}, interval: 1s, rise: 1, fall: 1}
+`, freePort(t), extra, member)
+}
+
 func acceptAll(l net.Listener) {
 	for {
 		c, err := l.Accept()
