@@ -49,6 +49,13 @@ func TestACMEWildcardThroughOwnDNS(t *testing.T) {
 		t.Fatal(err)
 	}
 	go func() { _ = backend.Serve(bl) }()
+	// globex's member, in globex's own network (tenants' networks may
+	// not overlap).
+	gl, err := net.Listen("tcp", "127.0.1.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = backend.Serve(gl) }()
 	t.Cleanup(func() { _ = backend.Close() })
 
 	const vip = "127.0.0.97"
@@ -61,13 +68,13 @@ mode: static
 kind: Tenant
 name: acme
 domains: [acme.example]
-networks: [127.0.0.0/8]
+networks: [127.0.0.0/24]
 pools: [wild]
 ---
 kind: Tenant
 name: globex
 domains: [globex.example]
-networks: [127.0.0.0/8]
+networks: [127.0.1.0/24]
 pools: [wild]
 ---
 kind: LoadBalancer
@@ -90,8 +97,8 @@ listeners:
 routes:
   - {host: "*.globex.example", path: /, pool: web}
 pools:
-  web: {members: ["%[3]s"]}
-`, vip, port, bl.Addr().String())
+  web: {members: ["%[4]s"]}
+`, vip, port, bl.Addr().String(), gl.Addr().String())
 	path := filepath.Join(t.TempDir(), "wild.yaml")
 	if err := os.WriteFile(path, []byte(spec), 0o600); err != nil {
 		t.Fatal(err)

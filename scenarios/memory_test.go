@@ -94,7 +94,7 @@ func TestHostMemoryPerLoadBalancer(t *testing.T) {
 	apply(api.Wrap(&pb.VIPPool{Name: "bulk", Cidrs: []string{"127.80.0.0/12"}, Mode: "static"}))
 	load := func(from, to int) {
 		for tn := from / memPerTenant; tn < to/memPerTenant; tn++ {
-			objs := []*pb.Object{api.Wrap(&pb.Tenant{Name: fmt.Sprintf("t%04d", tn), Networks: []string{"10.0.0.0/8"}, Pools: []string{"bulk"}})}
+			objs := []*pb.Object{api.Wrap(scaleTenant(tn, "bulk"))}
 			for j := range memPerTenant {
 				i := tn*memPerTenant + j
 				objs = append(objs, api.Wrap(memLB(i)))

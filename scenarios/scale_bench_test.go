@@ -218,7 +218,7 @@ func scaleRun(b *testing.B, n int, listen string) scaleRow {
 	start := time.Now()
 	var rev uint64
 	for t := range n / scalePerTenant {
-		objs := []*pb.Object{api.Wrap(&pb.Tenant{Name: fmt.Sprintf("t%04d", t), Networks: []string{"10.0.0.0/8"}, Pools: []string{"bulk"}})}
+		objs := []*pb.Object{api.Wrap(scaleTenant(t, "bulk"))}
 		for j := range scalePerTenant {
 			i := t*scalePerTenant + j
 			lbs[i] = scaleLB(i)
@@ -409,6 +409,18 @@ func changeStages(logs []*planeLog, rev uint64, start time.Time) [5]time.Duratio
 		}
 	}
 	return [5]time.Duration{first.Sub(start), last.committed().Sub(first), last.waited, last.compile, last.serve}
+}
+
+// scaleTenant is tenant tn of the scale report: its networks are the
+// member addresses of its load balancers (scaleLB), one /32 each, so
+// that no two tenants share an address.
+func scaleTenant(tn int, pools ...string) *pb.Tenant {
+	nets := make([]string, scalePerTenant)
+	for j := range nets {
+		i := tn*scalePerTenant + j
+		nets[j] = fmt.Sprintf("10.%d.%d.%d/32", i/65536%200, i/256%256, i%256)
+	}
+	return &pb.Tenant{Name: fmt.Sprintf("t%04d", tn), Networks: nets, Pools: pools}
 }
 
 // scaleLB is load balancer i of the scale report: tenant i/100, one tcp
