@@ -88,6 +88,14 @@ func freePort(t testing.TB) int {
 			} else {
 				u.Close()
 			}
+			// TCP too: another package's test may hold the port on
+			// one of these addresses (a listener, or a connection's
+			// local port).
+			if l, err := net.Listen("tcp", fmt.Sprintf("%s:%d", a, port)); err != nil {
+				ok = false
+			} else {
+				l.Close()
+			}
 		}
 		if ok {
 			return port
