@@ -627,7 +627,7 @@ func TestRollingUpgradeInARPLab(t *testing.T) {
 	tr.failed = nil // the connections' start-up, before the first phase
 	tr.mu.Unlock()
 
-	gated := sniGatedLB(t, "198.51.100.77/32", netip.MustParseAddr("192.0.2.50"))
+	gated := sniGatedLB(t, "198.51.100.77/32", netip.MustParseAddr("192.0.2.51")) // a member of its own: tenants may not share networks
 	apply := func(via *lbHost) func(string) (string, error) {
 		return func(path string) (string, error) { return l.cli(via, "apply", "-f", path) }
 	}
