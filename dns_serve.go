@@ -36,7 +36,18 @@ func openDNS(ctx context.Context, cfg serveConfig, log *slog.Logger, state func(
 	}
 	vm.SetServingWatch(srv.SetHeld)
 	go srv.FollowObserved(ctx, plane)
-	go followChallenges(ctx, watch().Only(api.KindStorageItem), srv)
+	keyChange := make(chan struct{}, 1)
+	go followChallenges(ctx, watch().Only(api.KindStorageItem), srv, keyChange)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-keyChange:
+				srv.KeysChanged(ctx)
+			}
+		}
+	}()
 	go func() {
 		if err := srv.Run(ctx); err != nil {
 			log.Error("DNS server stopped", "component", "dns", "err", err)
@@ -48,10 +59,11 @@ func openDNS(ctx context.Context, cfg serveConfig, log *slog.Logger, state func(
 
 // followChallenges carries the ACME DNS-01 challenges that the certificate
 // managers keep in the replicated store (under certs.DNS01Prefix) to the
-// DNS server, which answers their TXT records. It has a watch of its own:
-// the data plane's and the certificate manager's pass over revisions
-// that change only storage items.
-func followChallenges(ctx context.Context, w *consensus.Watcher, srv *dns.Server) {
+// DNS server, which answers their TXT records, and signals keys when the
+// zones' signing keys (under dns.KeyPrefix) change, as a key rollover
+// does. It has a watch of its own: the data plane's and the certificate
+// manager's pass over revisions that change only storage items.
+func followChallenges(ctx context.Context, w *consensus.Watcher, srv *dns.Server, keys chan<- struct{}) {
 	type record struct{ name, txt string }
 	recs := map[string]record{} // store key -> record
 	put := func(o *pb.Object) {
@@ -73,6 +85,12 @@ func followChallenges(ctx context.Context, w *consensus.Watcher, srv *dns.Server
 			}
 		}
 		for _, c := range ev.Changes {
+			if c.Ref.GetKind() == api.KindStorageItem && strings.HasPrefix(c.Ref.GetName(), dns.KeyPrefix) {
+				select {
+				case keys <- struct{}{}:
+				default: // a reload is due already
+				}
+			}
 			if c.Ref.GetKind() != api.KindStorageItem || !strings.HasPrefix(c.Ref.GetName(), certs.DNS01Prefix) {
 				continue
 			}

@@ -179,6 +179,9 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 		grpc.ChainStreamInterceptor(rules.Stream()),
 	)
 	admin := adminserver.New(node).WithDashboardSigner(node.CA().Key)
+	if dnsSrv != nil {
+		admin.WithDNSKeys(dnsSrv)
+	}
 	pb.RegisterAdminServer(srv, admin)
 	pb.RegisterClusterServer(srv, node.ClusterService())
 	certAPI := certs.NewService(node)

@@ -64,6 +64,8 @@ type Server struct {
 	store Store
 	// dashKey signs dashboard tokens (nil: none are signed here).
 	dashKey crypto.Signer
+	// dnsKeys rolls the keys of the zones this host signs (nil: none).
+	dnsKeys DNSKeys
 }
 
 var _ pb.AdminServer = (*Server)(nil)

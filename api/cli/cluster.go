@@ -26,7 +26,7 @@ func (a *app) clusterCmd() *cobra.Command {
 		Short: "Inspect the LB hosts and add or remove them",
 		Args:  args(cobra.NoArgs),
 	}
-	cmd.AddCommand(a.clusterStatusCmd(), a.joinTokenCmd(), a.removeNodeCmd(), a.drainNodeCmd(), a.backupCmd(), a.recoverCmd())
+	cmd.AddCommand(a.clusterStatusCmd(), a.joinTokenCmd(), a.removeNodeCmd(), a.drainNodeCmd(), a.backupCmd(), a.recoverCmd(), a.dnssecRolloverCmd())
 	return cmd
 }
 

@@ -481,6 +481,11 @@ func writeDNSZones(w io.Writer, zones []*pb.DNSZoneObservation) {
 			fmt.Fprintf(w, "  %s signed, no key yet: %s (queries with DO get SERVFAIL)\n", z.GetZone(), z.GetError())
 		default:
 			fmt.Fprintf(w, "  %s signed, key tag %d\n    DS to publish in the parent zone: %s\n    DNSKEY: %s\n", z.GetZone(), z.GetKeyTag(), z.GetDs(), z.GetDnskey())
+			if z.GetNextDs() != "" {
+				fmt.Fprintf(w, "    rollover to key tag %d since %s (both keys sign; finish not before %s)\n      DS of the new key: %s\n      DNSKEY: %s\n",
+					z.GetNextKeyTag(), z.GetRolloverStarted().AsTime().UTC().Format(time.RFC3339), z.GetRolloverFinishAfter().AsTime().UTC().Format(time.RFC3339),
+					z.GetNextDs(), z.GetNextDnskey())
+			}
 		}
 		writeDNSPush(w, z.GetPush())
 	}

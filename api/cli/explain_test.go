@@ -101,7 +101,12 @@ func dnsZonesOnLB2(f *fakeAdmin) []*pb.HostObservation {
 	hosts[1].DnsZones = []*pb.DNSZoneObservation{
 		{Zone: "acme.example.", Signed: true, KeyTag: 40490,
 			Ds:     "acme.example. 3600 IN DS 40490 13 2 61868713D675031208F1BDF122952E84DF2F1704C3D06E7A8239463F904CFBC5",
-			Dnskey: "acme.example. 3600 IN DNSKEY 257 3 13 nG/LRCrc6iLhhQkrxSspCZVhmoCfdH7k6vGpGh0duMij7Bkp/E5aWvK0s7pk1h6GaykveQX+ZJx9s2eTr8CmSg=="},
+			Dnskey: "acme.example. 3600 IN DNSKEY 257 3 13 nG/LRCrc6iLhhQkrxSspCZVhmoCfdH7k6vGpGh0duMij7Bkp/E5aWvK0s7pk1h6GaykveQX+ZJx9s2eTr8CmSg==",
+			// A key rollover in progress: both DS shown.
+			NextKeyTag: 13702, NextDs: "acme.example. 3600 IN DS 13702 13 2 0DF5E6C9B1E5A3DC0F5D52E0A7E3D1C2B0A9F8E7D6C5B4A3928170605040302F",
+			NextDnskey:          "acme.example. 3600 IN DNSKEY 257 3 13 ZmFrZSBrZXkgZm9yIHRoZSBnb2xkZW4gb2YgZXhwbGFpbiBub2RlLCBub3QgYSBwb2ludA==",
+			RolloverStarted:     timestamppb.New(f.now.Add(-10 * time.Minute)),
+			RolloverFinishAfter: timestamppb.New(f.now.Add(50 * time.Minute))},
 		{Zone: "globex.example.", Signed: true, Error: "lock the key of globex.example.: no leader"},
 		{Zone: "lb.example.com.", Signed: false, Push: &pb.DNSPushObservation{Server: "192.0.2.53:53", Key: "push", Active: true,
 			Records: 12, Pushed: 14, Updates: 3, Failures: 1, LastSuccess: timestamppb.New(f.now.Add(-time.Minute)),

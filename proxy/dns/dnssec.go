@@ -40,11 +40,13 @@ var errTooBig = errors.New("dnssec: record set too large to sign")
 // signer signs the answers of the zones of --dns-dnssec: one key per
 // zone, signatures cached per RRset.
 type signer struct {
-	zones  map[string]bool
-	keys   atomic.Pointer[map[string]*zoneKey]
-	keyMu  sync.Mutex
-	errs   map[string]string
-	budget *tenantBudget
+	zones map[string]bool
+	keys  atomic.Pointer[map[string]*zoneKeys]
+	// reloadMu orders the reloads of keys from the store (reload).
+	reloadMu sync.Mutex
+	keyMu    sync.Mutex
+	errs     map[string]string
+	budget   *tenantBudget
 
 	mu       sync.Mutex
 	cur, old map[string]*cachedSig
@@ -79,27 +81,43 @@ func newSigner(zones []string, perTenant int) *signer {
 	for _, z := range zones {
 		sg.zones[mdns.CanonicalName(z)] = true
 	}
-	sg.keys.Store(&map[string]*zoneKey{})
+	sg.keys.Store(&map[string]*zoneKeys{})
 	return sg
 }
 
+// key is the zone's current key (nil: not loaded yet).
 func (sg *signer) key(zone string) *zoneKey {
+	if sg == nil {
+		return nil
+	}
+	if zk := (*sg.keys.Load())[zone]; zk != nil {
+		return zk.cur
+	}
+	return nil
+}
+
+// zoneKeysOf is the zone's keys (nil: not loaded yet).
+func (sg *signer) zoneKeysOf(zone string) *zoneKeys {
 	if sg == nil {
 		return nil
 	}
 	return (*sg.keys.Load())[zone]
 }
 
-func (sg *signer) setKey(k *zoneKey) {
+// setKey makes k its zone's only key.
+func (sg *signer) setKey(k *zoneKey) { sg.setKeys(&zoneKeys{cur: k}) }
+
+// setKeys makes zk its zone's keys.
+func (sg *signer) setKeys(zk *zoneKeys) {
 	sg.keyMu.Lock()
 	defer sg.keyMu.Unlock()
-	next := map[string]*zoneKey{}
+	next := map[string]*zoneKeys{}
 	for z, x := range *sg.keys.Load() {
 		next[z] = x
 	}
-	next[k.zone] = k
+	next[zk.cur.zone] = zk
 	sg.keys.Store(&next)
-	delete(sg.errs, k.zone)
+	delete(sg.errs, zk.cur.zone)
 }
 
 func (sg *signer) setKeyErr(zone string, err error) {
@@ -114,12 +132,14 @@ func (sg *signer) keyErr(zone string) string {
 	return sg.errs[zone]
 }
 
-// zoneDNSKEY is the DNSKEY RRset of a signed zone whose key is loaded.
+// zoneDNSKEY is the DNSKEY RRset of a signed zone whose key is loaded:
+// during a rollover both keys.
 func (s *Server) zoneDNSKEY(zone string) []mdns.RR {
-	if k := s.sec.key(zone); k != nil {
-		return []mdns.RR{k.dnskey}
+	var out []mdns.RR
+	for _, k := range s.sec.zoneKeysOf(zone).signing() {
+		out = append(out, k.dnskey)
 	}
-	return nil
+	return out
 }
 
 // secure makes m, the answer to req (which set DO) from table t, a signed
@@ -134,8 +154,8 @@ func (sg *signer) secure(m, req *mdns.Msg, res Result, t *Table, s Serving, now 
 	if sg == nil || !sg.zones[res.Zone] || (m.Rcode != mdns.RcodeSuccess && m.Rcode != mdns.RcodeNameError) || len(req.Question) != 1 {
 		return nil
 	}
-	zk := sg.key(res.Zone)
-	if zk == nil {
+	zk := sg.zoneKeysOf(res.Zone).signing()
+	if len(zk) == 0 {
 		sg.stats.NoKey.Add(1)
 		return ErrNoKey
 	}
@@ -233,9 +253,9 @@ func (t *Table) typesAt(z *zone, name string, s Serving) []uint16 {
 	return types
 }
 
-// signSection adds an RRSIG for each RRset of rrs (by owner and type;
-// OPT, TSIG and RRSIG are not signed).
-func (sg *signer) signSection(rrs []mdns.RR, zk *zoneKey, charge string, now time.Time) ([]mdns.RR, error) {
+// signSection adds an RRSIG by each of keys for each RRset of rrs (by
+// owner and type; OPT, TSIG and RRSIG are not signed).
+func (sg *signer) signSection(rrs []mdns.RR, keys []*zoneKey, charge string, now time.Time) ([]mdns.RR, error) {
 	n := len(rrs)
 	for i := 0; i < n; i++ {
 		h := rrs[i].Header()
@@ -252,11 +272,13 @@ func (sg *signer) signSection(rrs []mdns.RR, zk *zoneKey, charge string, now tim
 				set = append(set, rr)
 			}
 		}
-		sig, err := sg.rrsig(zk, set, charge, now)
-		if err != nil {
-			return nil, err
+		for _, zk := range keys {
+			sig, err := sg.rrsig(zk, set, charge, now)
+			if err != nil {
+				return nil, err
+			}
+			rrs = append(rrs, sig)
 		}
-		rrs = append(rrs, sig)
 	}
 	return rrs, nil
 }
@@ -265,12 +287,15 @@ func sameSet(a, b *mdns.RR_Header) bool {
 	return a.Rrtype == b.Rrtype && a.Class == b.Class && strings.EqualFold(a.Name, b.Name)
 }
 
-// rrsig returns the signature of set: the cached one while it is younger
+// rrsig returns zk's signature of set: the cached one while it is younger
 // than SigRefresh, else a new one charged to charge's budget.
 func (sg *signer) rrsig(zk *zoneKey, set []mdns.RR, charge string, now time.Time) (*mdns.RRSIG, error) {
 	owner := set[0].Header().Name
 	var arr [512]byte
-	kb, ok := setKey(arr[:0], zk.zone, set)
+	// The key's tag leads the cache key: during a rollover each key has
+	// its signature of the set (a new key never shares its tag with the
+	// current one: rollKey).
+	kb, ok := setKey(append(arr[:0], byte(zk.tag>>8), byte(zk.tag)), zk.zone, set)
 	if !ok {
 		return nil, errTooBig
 	}

@@ -28,14 +28,21 @@ type KeyStore interface {
 	Unlock(ctx context.Context, name string) error
 	Load(ctx context.Context, key string) ([]byte, error)
 	Store(ctx context.Context, key string, value []byte) error
+	Delete(ctx context.Context, key string) error
 }
 
 // ErrNoKey: a signed zone's key is not loaded yet (its answers with DO
 // get SERVFAIL until it is, so a resolver asks another host).
 var ErrNoKey = errors.New("dnssec: the zone's key is not loaded yet")
 
-// keyPath is where a zone's key lives in the KeyStore.
-func keyPath(zone string) string { return "dnssec/" + strings.TrimSuffix(zone, ".") + "/csk.pem" }
+// KeyPrefix leads the store keys of the zones' signing keys.
+const KeyPrefix = "dnssec/"
+
+// keyPath is where a zone's key lives in the KeyStore; nextPath the new
+// key during a rollover; lockName the lock of both.
+func keyPath(zone string) string  { return KeyPrefix + strings.TrimSuffix(zone, ".") + "/csk.pem" }
+func nextPath(zone string) string { return KeyPrefix + strings.TrimSuffix(zone, ".") + "/next.pem" }
+func lockName(zone string) string { return KeyPrefix + strings.TrimSuffix(zone, ".") }
 
 // zoneKey is a zone's combined signing key (CSK: flags 257, ECDSA P-256,
 // algorithm 13): it signs the DNSKEY RRset and every other RRset.
@@ -64,7 +71,7 @@ func (k *zoneKey) DS() *mdns.DS { return k.dnskey.ToDS(mdns.SHA256) }
 // loadOrCreateKey returns the zone's key from the store, creating and
 // storing one if there is none, under the store's lock.
 func loadOrCreateKey(ctx context.Context, ks KeyStore, zone string) (*zoneKey, error) {
-	lock := "dnssec/" + strings.TrimSuffix(zone, ".")
+	lock := lockName(zone)
 	if err := ks.Lock(ctx, lock); err != nil {
 		return nil, fmt.Errorf("lock the key of %s: %w", zone, err)
 	}
@@ -80,34 +87,55 @@ func loadOrCreateKey(ctx context.Context, ks KeyStore, zone string) (*zoneKey, e
 	if !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("load the key of %s: %w", zone, err)
 	}
-	priv, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	priv, b, err := generateKey(nil)
 	if err != nil {
-		return nil, fmt.Errorf("generate the key of %s: %w", zone, err)
+		return nil, fmt.Errorf("the key of %s: %w", zone, err)
 	}
-	der, err := x509.MarshalPKCS8PrivateKey(priv)
-	if err != nil {
-		return nil, fmt.Errorf("encode the key of %s: %w", zone, err)
-	}
-	if err := ks.Store(ctx, keyPath(zone), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})); err != nil {
+	if err := ks.Store(ctx, keyPath(zone), b); err != nil {
 		return nil, fmt.Errorf("store the key of %s: %w", zone, err)
 	}
 	return newZoneKey(zone, priv), nil
 }
 
+// generateKey makes a P-256 key and its PEM form (with headers).
+func generateKey(headers map[string]string) (*ecdsa.PrivateKey, []byte, error) {
+	priv, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, fmt.Errorf("generate: %w", err)
+	}
+	b, err := encodeKey(priv, headers)
+	return priv, b, err
+}
+
+// encodeKey is the PEM form of priv (PKCS #8), with headers.
+func encodeKey(priv *ecdsa.PrivateKey, headers map[string]string) ([]byte, error) {
+	der, err := x509.MarshalPKCS8PrivateKey(priv)
+	if err != nil {
+		return nil, fmt.Errorf("encode: %w", err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Headers: headers, Bytes: der}), nil
+}
+
 func parseKey(b []byte) (*ecdsa.PrivateKey, error) {
+	k, _, err := parseKeyPEM(b)
+	return k, err
+}
+
+// parseKeyPEM parses a stored key and returns its PEM headers too.
+func parseKeyPEM(b []byte) (*ecdsa.PrivateKey, map[string]string, error) {
 	blk, _ := pem.Decode(b)
 	if blk == nil {
-		return nil, errors.New("not PEM")
+		return nil, nil, errors.New("not PEM")
 	}
 	k, err := x509.ParsePKCS8PrivateKey(blk.Bytes)
 	if err != nil {
-		return nil, fmt.Errorf("parse: %w", err)
+		return nil, nil, fmt.Errorf("parse: %w", err)
 	}
 	ec, ok := k.(*ecdsa.PrivateKey)
 	if !ok || ec.Curve != elliptic.P256() {
-		return nil, errors.New("not an ECDSA P-256 key")
+		return nil, nil, errors.New("not an ECDSA P-256 key")
 	}
-	return ec, nil
+	return ec, blk.Headers, nil
 }
 
 // loadKeys loads (or creates) the key of every signed zone, retrying a
@@ -119,9 +147,12 @@ func (sg *signer) loadKeys(ctx context.Context, ks KeyStore, logf func(msg strin
 			for {
 				lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 				k, err := loadOrCreateKey(lctx, ks, zone)
+				if err == nil {
+					// With the key that may be rolling in.
+					err = sg.reloadZone(lctx, ks, zone)
+				}
 				cancel()
 				if err == nil {
-					sg.setKey(k)
 					logf("DNSSEC key ready", "zone", zone, "key_tag", k.tag, "ds", dsText(k))
 					return
 				}

@@ -56,6 +56,13 @@ func (k *memKeys) Store(_ context.Context, key string, v []byte) error {
 	return nil
 }
 
+func (k *memKeys) Delete(_ context.Context, key string) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	delete(k.m, key)
+	return nil
+}
+
 // signedConfig signs acme.example (not lb.example.com), with response-rate
 // limiting off.
 func signedConfig(keys KeyStore) Config {
@@ -407,6 +414,7 @@ func (blockedKeys) Load(context.Context, string) ([]byte, error) {
 	return nil, errors.New("no leader")
 }
 func (blockedKeys) Store(context.Context, string, []byte) error { return errors.New("no leader") }
+func (blockedKeys) Delete(context.Context, string) error        { return errors.New("no leader") }
 
 func TestDNSSECRefusals(t *testing.T) {
 	t.Parallel()

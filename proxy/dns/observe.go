@@ -64,6 +64,7 @@ func (s *Server) zoneObservations() []*pb.DNSZoneObservation {
 			o.Signed = true
 			if k := s.sec.key(z.name); k != nil {
 				o.Ds, o.Dnskey, o.KeyTag = dsText(k), strings.ReplaceAll(k.dnskey.String(), "\t", " "), uint32(k.tag)
+				rolloverObservation(o, s.sec.zoneKeysOf(z.name))
 			} else if o.Error = s.sec.keyErr(z.name); o.Error == "" {
 				o.Error = "the key is being loaded from the replicated state"
 			}

@@ -74,6 +74,168 @@ func (ApplyMode) EnumDescriptor() ([]byte, []int) {
 	return file_teapotv1_admin_proto_rawDescGZIP(), []int{0}
 }
 
+type RollDNSKeyRequest_Step int32
+
+const (
+	RollDNSKeyRequest_STEP_UNSPECIFIED RollDNSKeyRequest_Step = 0
+	RollDNSKeyRequest_STEP_START       RollDNSKeyRequest_Step = 1
+	RollDNSKeyRequest_STEP_FINISH      RollDNSKeyRequest_Step = 2
+	RollDNSKeyRequest_STEP_CANCEL      RollDNSKeyRequest_Step = 3
+)
+
+// Enum value maps for RollDNSKeyRequest_Step.
+var (
+	RollDNSKeyRequest_Step_name = map[int32]string{
+		0: "STEP_UNSPECIFIED",
+		1: "STEP_START",
+		2: "STEP_FINISH",
+		3: "STEP_CANCEL",
+	}
+	RollDNSKeyRequest_Step_value = map[string]int32{
+		"STEP_UNSPECIFIED": 0,
+		"STEP_START":       1,
+		"STEP_FINISH":      2,
+		"STEP_CANCEL":      3,
+	}
+)
+
+func (x RollDNSKeyRequest_Step) Enum() *RollDNSKeyRequest_Step {
+	p := new(RollDNSKeyRequest_Step)
+	*p = x
+	return p
+}
+
+func (x RollDNSKeyRequest_Step) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (RollDNSKeyRequest_Step) Descriptor() protoreflect.EnumDescriptor {
+	return file_teapotv1_admin_proto_enumTypes[1].Descriptor()
+}
+
+func (RollDNSKeyRequest_Step) Type() protoreflect.EnumType {
+	return &file_teapotv1_admin_proto_enumTypes[1]
+}
+
+func (x RollDNSKeyRequest_Step) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use RollDNSKeyRequest_Step.Descriptor instead.
+func (RollDNSKeyRequest_Step) EnumDescriptor() ([]byte, []int) {
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{0, 0}
+}
+
+type RollDNSKeyRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The zone, as in --dns-dnssec ("lb.acme.example").
+	Zone string                 `protobuf:"bytes,1,opt,name=zone,proto3" json:"zone,omitempty"`
+	Step RollDNSKeyRequest_Step `protobuf:"varint,2,opt,name=step,proto3,enum=teapot.v1.RollDNSKeyRequest_Step" json:"step,omitempty"`
+	// FINISH before the DNSKEY set with both keys has been published for its
+	// TTL is refused (a resolver may still hold the old set alone, which
+	// validates no answer signed by the new key alone); force finishes all
+	// the same.
+	Force         bool `protobuf:"varint,3,opt,name=force,proto3" json:"force,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RollDNSKeyRequest) Reset() {
+	*x = RollDNSKeyRequest{}
+	mi := &file_teapotv1_admin_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RollDNSKeyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RollDNSKeyRequest) ProtoMessage() {}
+
+func (x *RollDNSKeyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_admin_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RollDNSKeyRequest.ProtoReflect.Descriptor instead.
+func (*RollDNSKeyRequest) Descriptor() ([]byte, []int) {
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *RollDNSKeyRequest) GetZone() string {
+	if x != nil {
+		return x.Zone
+	}
+	return ""
+}
+
+func (x *RollDNSKeyRequest) GetStep() RollDNSKeyRequest_Step {
+	if x != nil {
+		return x.Step
+	}
+	return RollDNSKeyRequest_STEP_UNSPECIFIED
+}
+
+func (x *RollDNSKeyRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
+type RollDNSKeyResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The zone's keys on the host that answered, after the step.
+	Zone          *DNSZoneObservation `protobuf:"bytes,1,opt,name=zone,proto3" json:"zone,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RollDNSKeyResponse) Reset() {
+	*x = RollDNSKeyResponse{}
+	mi := &file_teapotv1_admin_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RollDNSKeyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RollDNSKeyResponse) ProtoMessage() {}
+
+func (x *RollDNSKeyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_admin_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RollDNSKeyResponse.ProtoReflect.Descriptor instead.
+func (*RollDNSKeyResponse) Descriptor() ([]byte, []int) {
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *RollDNSKeyResponse) GetZone() *DNSZoneObservation {
+	if x != nil {
+		return x.Zone
+	}
+	return nil
+}
+
 type RecoverRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -82,7 +244,7 @@ type RecoverRequest struct {
 
 func (x *RecoverRequest) Reset() {
 	*x = RecoverRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[0]
+	mi := &file_teapotv1_admin_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -94,7 +256,7 @@ func (x *RecoverRequest) String() string {
 func (*RecoverRequest) ProtoMessage() {}
 
 func (x *RecoverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[0]
+	mi := &file_teapotv1_admin_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -107,7 +269,7 @@ func (x *RecoverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverRequest.ProtoReflect.Descriptor instead.
 func (*RecoverRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{0}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{2}
 }
 
 type RecoverResponse struct {
@@ -122,7 +284,7 @@ type RecoverResponse struct {
 
 func (x *RecoverResponse) Reset() {
 	*x = RecoverResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[1]
+	mi := &file_teapotv1_admin_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -134,7 +296,7 @@ func (x *RecoverResponse) String() string {
 func (*RecoverResponse) ProtoMessage() {}
 
 func (x *RecoverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[1]
+	mi := &file_teapotv1_admin_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -147,7 +309,7 @@ func (x *RecoverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverResponse.ProtoReflect.Descriptor instead.
 func (*RecoverResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{1}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *RecoverResponse) GetForgotten() []string {
@@ -178,7 +340,7 @@ type DryRunRequest struct {
 
 func (x *DryRunRequest) Reset() {
 	*x = DryRunRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[2]
+	mi := &file_teapotv1_admin_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -190,7 +352,7 @@ func (x *DryRunRequest) String() string {
 func (*DryRunRequest) ProtoMessage() {}
 
 func (x *DryRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[2]
+	mi := &file_teapotv1_admin_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -203,7 +365,7 @@ func (x *DryRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DryRunRequest.ProtoReflect.Descriptor instead.
 func (*DryRunRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{2}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *DryRunRequest) GetWrite() isDryRunRequest_Write {
@@ -257,7 +419,7 @@ type DryRunResponse struct {
 
 func (x *DryRunResponse) Reset() {
 	*x = DryRunResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[3]
+	mi := &file_teapotv1_admin_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -269,7 +431,7 @@ func (x *DryRunResponse) String() string {
 func (*DryRunResponse) ProtoMessage() {}
 
 func (x *DryRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[3]
+	mi := &file_teapotv1_admin_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -282,7 +444,7 @@ func (x *DryRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DryRunResponse.ProtoReflect.Descriptor instead.
 func (*DryRunResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{3}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *DryRunResponse) GetApply() *ApplyResponse {
@@ -307,7 +469,7 @@ type BackupRequest struct {
 
 func (x *BackupRequest) Reset() {
 	*x = BackupRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[4]
+	mi := &file_teapotv1_admin_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -319,7 +481,7 @@ func (x *BackupRequest) String() string {
 func (*BackupRequest) ProtoMessage() {}
 
 func (x *BackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[4]
+	mi := &file_teapotv1_admin_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -332,7 +494,7 @@ func (x *BackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupRequest.ProtoReflect.Descriptor instead.
 func (*BackupRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{4}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{6}
 }
 
 // BackupChunk is one piece of an encoded Backup, in order.
@@ -345,7 +507,7 @@ type BackupChunk struct {
 
 func (x *BackupChunk) Reset() {
 	*x = BackupChunk{}
-	mi := &file_teapotv1_admin_proto_msgTypes[5]
+	mi := &file_teapotv1_admin_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -357,7 +519,7 @@ func (x *BackupChunk) String() string {
 func (*BackupChunk) ProtoMessage() {}
 
 func (x *BackupChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[5]
+	mi := &file_teapotv1_admin_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -370,7 +532,7 @@ func (x *BackupChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupChunk.ProtoReflect.Descriptor instead.
 func (*BackupChunk) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{5}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *BackupChunk) GetData() []byte {
@@ -399,7 +561,7 @@ type ApplyRequest struct {
 
 func (x *ApplyRequest) Reset() {
 	*x = ApplyRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[6]
+	mi := &file_teapotv1_admin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -411,7 +573,7 @@ func (x *ApplyRequest) String() string {
 func (*ApplyRequest) ProtoMessage() {}
 
 func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[6]
+	mi := &file_teapotv1_admin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -424,7 +586,7 @@ func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyRequest.ProtoReflect.Descriptor instead.
 func (*ApplyRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{6}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ApplyRequest) GetObjects() []*Object {
@@ -466,7 +628,7 @@ type RevisionPrecondition struct {
 
 func (x *RevisionPrecondition) Reset() {
 	*x = RevisionPrecondition{}
-	mi := &file_teapotv1_admin_proto_msgTypes[7]
+	mi := &file_teapotv1_admin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -478,7 +640,7 @@ func (x *RevisionPrecondition) String() string {
 func (*RevisionPrecondition) ProtoMessage() {}
 
 func (x *RevisionPrecondition) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[7]
+	mi := &file_teapotv1_admin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -491,7 +653,7 @@ func (x *RevisionPrecondition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevisionPrecondition.ProtoReflect.Descriptor instead.
 func (*RevisionPrecondition) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{7}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RevisionPrecondition) GetRef() *ObjectRef {
@@ -524,7 +686,7 @@ type ApplyResponse struct {
 
 func (x *ApplyResponse) Reset() {
 	*x = ApplyResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[8]
+	mi := &file_teapotv1_admin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -536,7 +698,7 @@ func (x *ApplyResponse) String() string {
 func (*ApplyResponse) ProtoMessage() {}
 
 func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[8]
+	mi := &file_teapotv1_admin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -549,7 +711,7 @@ func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyResponse.ProtoReflect.Descriptor instead.
 func (*ApplyResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{8}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ApplyResponse) GetObjects() []*Object {
@@ -591,7 +753,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[9]
+	mi := &file_teapotv1_admin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -603,7 +765,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[9]
+	mi := &file_teapotv1_admin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -616,7 +778,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{9}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *DeleteRequest) GetRef() *ObjectRef {
@@ -644,7 +806,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[10]
+	mi := &file_teapotv1_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -656,7 +818,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[10]
+	mi := &file_teapotv1_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -669,7 +831,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{10}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DeleteResponse) GetRevision() uint64 {
@@ -695,7 +857,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[11]
+	mi := &file_teapotv1_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -707,7 +869,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[11]
+	mi := &file_teapotv1_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -720,7 +882,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{11}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetRequest) GetRef() *ObjectRef {
@@ -746,7 +908,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[12]
+	mi := &file_teapotv1_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -758,7 +920,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[12]
+	mi := &file_teapotv1_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -771,7 +933,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{12}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListRequest) GetKind() string {
@@ -814,7 +976,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[13]
+	mi := &file_teapotv1_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -826,7 +988,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[13]
+	mi := &file_teapotv1_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -839,7 +1001,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{13}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListResponse) GetObjects() []*Object {
@@ -871,7 +1033,7 @@ type ClusterStatusRequest struct {
 
 func (x *ClusterStatusRequest) Reset() {
 	*x = ClusterStatusRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[14]
+	mi := &file_teapotv1_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -883,7 +1045,7 @@ func (x *ClusterStatusRequest) String() string {
 func (*ClusterStatusRequest) ProtoMessage() {}
 
 func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[14]
+	mi := &file_teapotv1_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -896,7 +1058,7 @@ func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusRequest.ProtoReflect.Descriptor instead.
 func (*ClusterStatusRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{14}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{16}
 }
 
 type ClusterStatusResponse struct {
@@ -923,7 +1085,7 @@ type ClusterStatusResponse struct {
 
 func (x *ClusterStatusResponse) Reset() {
 	*x = ClusterStatusResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[15]
+	mi := &file_teapotv1_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -935,7 +1097,7 @@ func (x *ClusterStatusResponse) String() string {
 func (*ClusterStatusResponse) ProtoMessage() {}
 
 func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[15]
+	mi := &file_teapotv1_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -948,7 +1110,7 @@ func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusResponse.ProtoReflect.Descriptor instead.
 func (*ClusterStatusResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{15}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ClusterStatusResponse) GetClusterId() string {
@@ -1055,7 +1217,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_teapotv1_admin_proto_msgTypes[16]
+	mi := &file_teapotv1_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1067,7 +1229,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[16]
+	mi := &file_teapotv1_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1080,7 +1242,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{16}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *NodeStatus) GetId() string {
@@ -1221,7 +1383,7 @@ type PeerLiveness struct {
 
 func (x *PeerLiveness) Reset() {
 	*x = PeerLiveness{}
-	mi := &file_teapotv1_admin_proto_msgTypes[17]
+	mi := &file_teapotv1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1233,7 +1395,7 @@ func (x *PeerLiveness) String() string {
 func (*PeerLiveness) ProtoMessage() {}
 
 func (x *PeerLiveness) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[17]
+	mi := &file_teapotv1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1246,7 +1408,7 @@ func (x *PeerLiveness) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerLiveness.ProtoReflect.Descriptor instead.
 func (*PeerLiveness) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{17}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PeerLiveness) GetNodeId() string {
@@ -1280,7 +1442,7 @@ type CreateJoinTokenRequest struct {
 
 func (x *CreateJoinTokenRequest) Reset() {
 	*x = CreateJoinTokenRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[18]
+	mi := &file_teapotv1_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1292,7 +1454,7 @@ func (x *CreateJoinTokenRequest) String() string {
 func (*CreateJoinTokenRequest) ProtoMessage() {}
 
 func (x *CreateJoinTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[18]
+	mi := &file_teapotv1_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1305,7 +1467,7 @@ func (x *CreateJoinTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJoinTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateJoinTokenRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{18}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CreateJoinTokenRequest) GetTtlSeconds() uint32 {
@@ -1327,7 +1489,7 @@ type CreateJoinTokenResponse struct {
 
 func (x *CreateJoinTokenResponse) Reset() {
 	*x = CreateJoinTokenResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[19]
+	mi := &file_teapotv1_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1339,7 +1501,7 @@ func (x *CreateJoinTokenResponse) String() string {
 func (*CreateJoinTokenResponse) ProtoMessage() {}
 
 func (x *CreateJoinTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[19]
+	mi := &file_teapotv1_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1352,7 +1514,7 @@ func (x *CreateJoinTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJoinTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateJoinTokenResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{19}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CreateJoinTokenResponse) GetToken() string {
@@ -1386,7 +1548,7 @@ type CreateDashboardTokenRequest struct {
 
 func (x *CreateDashboardTokenRequest) Reset() {
 	*x = CreateDashboardTokenRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[20]
+	mi := &file_teapotv1_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1398,7 +1560,7 @@ func (x *CreateDashboardTokenRequest) String() string {
 func (*CreateDashboardTokenRequest) ProtoMessage() {}
 
 func (x *CreateDashboardTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[20]
+	mi := &file_teapotv1_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1411,7 +1573,7 @@ func (x *CreateDashboardTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateDashboardTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateDashboardTokenRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{20}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CreateDashboardTokenRequest) GetTtlSeconds() uint32 {
@@ -1433,7 +1595,7 @@ type CreateDashboardTokenResponse struct {
 
 func (x *CreateDashboardTokenResponse) Reset() {
 	*x = CreateDashboardTokenResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[21]
+	mi := &file_teapotv1_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1445,7 +1607,7 @@ func (x *CreateDashboardTokenResponse) String() string {
 func (*CreateDashboardTokenResponse) ProtoMessage() {}
 
 func (x *CreateDashboardTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[21]
+	mi := &file_teapotv1_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1458,7 +1620,7 @@ func (x *CreateDashboardTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateDashboardTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateDashboardTokenResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{21}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CreateDashboardTokenResponse) GetToken() string {
@@ -1491,7 +1653,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[22]
+	mi := &file_teapotv1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1503,7 +1665,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[22]
+	mi := &file_teapotv1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1516,7 +1678,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{22}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RemoveNodeRequest) GetId() string {
@@ -1534,7 +1696,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[23]
+	mi := &file_teapotv1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1546,7 +1708,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[23]
+	mi := &file_teapotv1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1559,7 +1721,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{23}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 type DrainNodeRequest struct {
@@ -1572,7 +1734,7 @@ type DrainNodeRequest struct {
 
 func (x *DrainNodeRequest) Reset() {
 	*x = DrainNodeRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[24]
+	mi := &file_teapotv1_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1584,7 +1746,7 @@ func (x *DrainNodeRequest) String() string {
 func (*DrainNodeRequest) ProtoMessage() {}
 
 func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[24]
+	mi := &file_teapotv1_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1597,7 +1759,7 @@ func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeRequest.ProtoReflect.Descriptor instead.
 func (*DrainNodeRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{24}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DrainNodeRequest) GetId() string {
@@ -1623,7 +1785,7 @@ type DrainNodeResponse struct {
 
 func (x *DrainNodeResponse) Reset() {
 	*x = DrainNodeResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[25]
+	mi := &file_teapotv1_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1635,7 +1797,7 @@ func (x *DrainNodeResponse) String() string {
 func (*DrainNodeResponse) ProtoMessage() {}
 
 func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[25]
+	mi := &file_teapotv1_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1648,7 +1810,7 @@ func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeResponse.ProtoReflect.Descriptor instead.
 func (*DrainNodeResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{25}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DrainNodeResponse) GetNode() *Node {
@@ -1672,7 +1834,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[26]
+	mi := &file_teapotv1_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1684,7 +1846,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[26]
+	mi := &file_teapotv1_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1697,7 +1859,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{26}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *JoinRequest) GetToken() string {
@@ -1750,7 +1912,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[27]
+	mi := &file_teapotv1_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1762,7 +1924,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[27]
+	mi := &file_teapotv1_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1775,7 +1937,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{27}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *JoinResponse) GetCaCertPem() []byte {
@@ -1829,7 +1991,7 @@ type PromoteRequest struct {
 
 func (x *PromoteRequest) Reset() {
 	*x = PromoteRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[28]
+	mi := &file_teapotv1_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1841,7 +2003,7 @@ func (x *PromoteRequest) String() string {
 func (*PromoteRequest) ProtoMessage() {}
 
 func (x *PromoteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[28]
+	mi := &file_teapotv1_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1854,7 +2016,7 @@ func (x *PromoteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteRequest.ProtoReflect.Descriptor instead.
 func (*PromoteRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{28}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *PromoteRequest) GetNodeId() string {
@@ -1872,7 +2034,7 @@ type PromoteResponse struct {
 
 func (x *PromoteResponse) Reset() {
 	*x = PromoteResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[29]
+	mi := &file_teapotv1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1884,7 +2046,7 @@ func (x *PromoteResponse) String() string {
 func (*PromoteResponse) ProtoMessage() {}
 
 func (x *PromoteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[29]
+	mi := &file_teapotv1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1897,7 +2059,7 @@ func (x *PromoteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteResponse.ProtoReflect.Descriptor instead.
 func (*PromoteResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{29}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 // ForwardRequest is a write as the client asked for it; the leader
@@ -1920,7 +2082,7 @@ type ForwardRequest struct {
 
 func (x *ForwardRequest) Reset() {
 	*x = ForwardRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[30]
+	mi := &file_teapotv1_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1932,7 +2094,7 @@ func (x *ForwardRequest) String() string {
 func (*ForwardRequest) ProtoMessage() {}
 
 func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[30]
+	mi := &file_teapotv1_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1945,7 +2107,7 @@ func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardRequest.ProtoReflect.Descriptor instead.
 func (*ForwardRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{30}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ForwardRequest) GetWrite() isForwardRequest_Write {
@@ -2061,7 +2223,7 @@ type CheckedWrite struct {
 
 func (x *CheckedWrite) Reset() {
 	*x = CheckedWrite{}
-	mi := &file_teapotv1_admin_proto_msgTypes[31]
+	mi := &file_teapotv1_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2073,7 +2235,7 @@ func (x *CheckedWrite) String() string {
 func (*CheckedWrite) ProtoMessage() {}
 
 func (x *CheckedWrite) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[31]
+	mi := &file_teapotv1_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2086,7 +2248,7 @@ func (x *CheckedWrite) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckedWrite.ProtoReflect.Descriptor instead.
 func (*CheckedWrite) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{31}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CheckedWrite) GetWrite() isCheckedWrite_Write {
@@ -2140,7 +2302,7 @@ type ForwardResponse struct {
 
 func (x *ForwardResponse) Reset() {
 	*x = ForwardResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[32]
+	mi := &file_teapotv1_admin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2152,7 +2314,7 @@ func (x *ForwardResponse) String() string {
 func (*ForwardResponse) ProtoMessage() {}
 
 func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[32]
+	mi := &file_teapotv1_admin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2165,7 +2327,7 @@ func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardResponse.ProtoReflect.Descriptor instead.
 func (*ForwardResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{32}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ForwardResponse) GetApply() *ApplyResponse {
@@ -2190,7 +2352,7 @@ type ReadIndexRequest struct {
 
 func (x *ReadIndexRequest) Reset() {
 	*x = ReadIndexRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[33]
+	mi := &file_teapotv1_admin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2202,7 +2364,7 @@ func (x *ReadIndexRequest) String() string {
 func (*ReadIndexRequest) ProtoMessage() {}
 
 func (x *ReadIndexRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[33]
+	mi := &file_teapotv1_admin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2215,7 +2377,7 @@ func (x *ReadIndexRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadIndexRequest.ProtoReflect.Descriptor instead.
 func (*ReadIndexRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{33}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{35}
 }
 
 type ReadIndexResponse struct {
@@ -2227,7 +2389,7 @@ type ReadIndexResponse struct {
 
 func (x *ReadIndexResponse) Reset() {
 	*x = ReadIndexResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[34]
+	mi := &file_teapotv1_admin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2239,7 +2401,7 @@ func (x *ReadIndexResponse) String() string {
 func (*ReadIndexResponse) ProtoMessage() {}
 
 func (x *ReadIndexResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[34]
+	mi := &file_teapotv1_admin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2252,7 +2414,7 @@ func (x *ReadIndexResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadIndexResponse.ProtoReflect.Descriptor instead.
 func (*ReadIndexResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{34}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ReadIndexResponse) GetIndex() uint64 {
@@ -2270,7 +2432,7 @@ type HealthRequest struct {
 
 func (x *HealthRequest) Reset() {
 	*x = HealthRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[35]
+	mi := &file_teapotv1_admin_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2282,7 +2444,7 @@ func (x *HealthRequest) String() string {
 func (*HealthRequest) ProtoMessage() {}
 
 func (x *HealthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[35]
+	mi := &file_teapotv1_admin_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2295,14 +2457,26 @@ func (x *HealthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthRequest.ProtoReflect.Descriptor instead.
 func (*HealthRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{35}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{37}
 }
 
 var File_teapotv1_admin_proto protoreflect.FileDescriptor
 
 const file_teapotv1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x14teapotv1/admin.proto\x12\tteapot.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14teapotv1/model.proto\x1a\x16teapotv1/observe.proto\x1a\x13teapotv1/raft.proto\"\x10\n" +
+	"\x14teapotv1/admin.proto\x12\tteapot.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14teapotv1/model.proto\x1a\x16teapotv1/observe.proto\x1a\x13teapotv1/raft.proto\"\xc4\x01\n" +
+	"\x11RollDNSKeyRequest\x12\x12\n" +
+	"\x04zone\x18\x01 \x01(\tR\x04zone\x125\n" +
+	"\x04step\x18\x02 \x01(\x0e2!.teapot.v1.RollDNSKeyRequest.StepR\x04step\x12\x14\n" +
+	"\x05force\x18\x03 \x01(\bR\x05force\"N\n" +
+	"\x04Step\x12\x14\n" +
+	"\x10STEP_UNSPECIFIED\x10\x00\x12\x0e\n" +
+	"\n" +
+	"STEP_START\x10\x01\x12\x0f\n" +
+	"\vSTEP_FINISH\x10\x02\x12\x0f\n" +
+	"\vSTEP_CANCEL\x10\x03\"G\n" +
+	"\x12RollDNSKeyResponse\x121\n" +
+	"\x04zone\x18\x01 \x01(\v2\x1d.teapot.v1.DNSZoneObservationR\x04zone\"\x10\n" +
 	"\x0eRecoverRequest\"K\n" +
 	"\x0fRecoverResponse\x12\x1c\n" +
 	"\tforgotten\x18\x01 \x03(\tR\tforgotten\x12\x1a\n" +
@@ -2450,7 +2624,7 @@ const file_teapotv1_admin_proto_rawDesc = "" +
 	"\tApplyMode\x12\x15\n" +
 	"\x11APPLY_MODE_UPSERT\x10\x00\x12\x15\n" +
 	"\x11APPLY_MODE_CREATE\x10\x01\x12\x15\n" +
-	"\x11APPLY_MODE_UPDATE\x10\x022\xd6\a\n" +
+	"\x11APPLY_MODE_UPDATE\x10\x022\xa1\b\n" +
 	"\x05Admin\x12:\n" +
 	"\x05Apply\x12\x17.teapot.v1.ApplyRequest\x1a\x18.teapot.v1.ApplyResponse\x12=\n" +
 	"\x06Delete\x12\x18.teapot.v1.DeleteRequest\x1a\x19.teapot.v1.DeleteResponse\x12/\n" +
@@ -2466,7 +2640,9 @@ const file_teapotv1_admin_proto_rawDesc = "" +
 	"\x14CreateDashboardToken\x12&.teapot.v1.CreateDashboardTokenRequest\x1a'.teapot.v1.CreateDashboardTokenResponse\x12<\n" +
 	"\x06Backup\x12\x18.teapot.v1.BackupRequest\x1a\x16.teapot.v1.BackupChunk0\x01\x12=\n" +
 	"\x06DryRun\x12\x18.teapot.v1.DryRunRequest\x1a\x19.teapot.v1.DryRunResponse\x12@\n" +
-	"\aRecover\x12\x19.teapot.v1.RecoverRequest\x1a\x1a.teapot.v1.RecoverResponse2\x8b\x03\n" +
+	"\aRecover\x12\x19.teapot.v1.RecoverRequest\x1a\x1a.teapot.v1.RecoverResponse\x12I\n" +
+	"\n" +
+	"RollDNSKey\x12\x1c.teapot.v1.RollDNSKeyRequest\x1a\x1d.teapot.v1.RollDNSKeyResponse2\x8b\x03\n" +
 	"\aCluster\x127\n" +
 	"\x04Join\x12\x16.teapot.v1.JoinRequest\x1a\x17.teapot.v1.JoinResponse\x12@\n" +
 	"\aPromote\x12\x19.teapot.v1.PromoteRequest\x1a\x1a.teapot.v1.PromoteResponse\x12@\n" +
@@ -2487,131 +2663,139 @@ func file_teapotv1_admin_proto_rawDescGZIP() []byte {
 	return file_teapotv1_admin_proto_rawDescData
 }
 
-var file_teapotv1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_teapotv1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_teapotv1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_teapotv1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_teapotv1_admin_proto_goTypes = []any{
 	(ApplyMode)(0),                       // 0: teapot.v1.ApplyMode
-	(*RecoverRequest)(nil),               // 1: teapot.v1.RecoverRequest
-	(*RecoverResponse)(nil),              // 2: teapot.v1.RecoverResponse
-	(*DryRunRequest)(nil),                // 3: teapot.v1.DryRunRequest
-	(*DryRunResponse)(nil),               // 4: teapot.v1.DryRunResponse
-	(*BackupRequest)(nil),                // 5: teapot.v1.BackupRequest
-	(*BackupChunk)(nil),                  // 6: teapot.v1.BackupChunk
-	(*ApplyRequest)(nil),                 // 7: teapot.v1.ApplyRequest
-	(*RevisionPrecondition)(nil),         // 8: teapot.v1.RevisionPrecondition
-	(*ApplyResponse)(nil),                // 9: teapot.v1.ApplyResponse
-	(*DeleteRequest)(nil),                // 10: teapot.v1.DeleteRequest
-	(*DeleteResponse)(nil),               // 11: teapot.v1.DeleteResponse
-	(*GetRequest)(nil),                   // 12: teapot.v1.GetRequest
-	(*ListRequest)(nil),                  // 13: teapot.v1.ListRequest
-	(*ListResponse)(nil),                 // 14: teapot.v1.ListResponse
-	(*ClusterStatusRequest)(nil),         // 15: teapot.v1.ClusterStatusRequest
-	(*ClusterStatusResponse)(nil),        // 16: teapot.v1.ClusterStatusResponse
-	(*NodeStatus)(nil),                   // 17: teapot.v1.NodeStatus
-	(*PeerLiveness)(nil),                 // 18: teapot.v1.PeerLiveness
-	(*CreateJoinTokenRequest)(nil),       // 19: teapot.v1.CreateJoinTokenRequest
-	(*CreateJoinTokenResponse)(nil),      // 20: teapot.v1.CreateJoinTokenResponse
-	(*CreateDashboardTokenRequest)(nil),  // 21: teapot.v1.CreateDashboardTokenRequest
-	(*CreateDashboardTokenResponse)(nil), // 22: teapot.v1.CreateDashboardTokenResponse
-	(*RemoveNodeRequest)(nil),            // 23: teapot.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),           // 24: teapot.v1.RemoveNodeResponse
-	(*DrainNodeRequest)(nil),             // 25: teapot.v1.DrainNodeRequest
-	(*DrainNodeResponse)(nil),            // 26: teapot.v1.DrainNodeResponse
-	(*JoinRequest)(nil),                  // 27: teapot.v1.JoinRequest
-	(*JoinResponse)(nil),                 // 28: teapot.v1.JoinResponse
-	(*PromoteRequest)(nil),               // 29: teapot.v1.PromoteRequest
-	(*PromoteResponse)(nil),              // 30: teapot.v1.PromoteResponse
-	(*ForwardRequest)(nil),               // 31: teapot.v1.ForwardRequest
-	(*CheckedWrite)(nil),                 // 32: teapot.v1.CheckedWrite
-	(*ForwardResponse)(nil),              // 33: teapot.v1.ForwardResponse
-	(*ReadIndexRequest)(nil),             // 34: teapot.v1.ReadIndexRequest
-	(*ReadIndexResponse)(nil),            // 35: teapot.v1.ReadIndexResponse
-	(*HealthRequest)(nil),                // 36: teapot.v1.HealthRequest
-	(*Object)(nil),                       // 37: teapot.v1.Object
-	(*ObjectRef)(nil),                    // 38: teapot.v1.ObjectRef
-	(*VIPHolding)(nil),                   // 39: teapot.v1.VIPHolding
-	(*timestamppb.Timestamp)(nil),        // 40: google.protobuf.Timestamp
-	(*Node)(nil),                         // 41: teapot.v1.Node
-	(*Txn)(nil),                          // 42: teapot.v1.Txn
-	(*ObserveRequest)(nil),               // 43: teapot.v1.ObserveRequest
-	(*EventsRequest)(nil),                // 44: teapot.v1.EventsRequest
-	(*ObserveResponse)(nil),              // 45: teapot.v1.ObserveResponse
-	(*EventsResponse)(nil),               // 46: teapot.v1.EventsResponse
-	(*HostObservation)(nil),              // 47: teapot.v1.HostObservation
+	(RollDNSKeyRequest_Step)(0),          // 1: teapot.v1.RollDNSKeyRequest.Step
+	(*RollDNSKeyRequest)(nil),            // 2: teapot.v1.RollDNSKeyRequest
+	(*RollDNSKeyResponse)(nil),           // 3: teapot.v1.RollDNSKeyResponse
+	(*RecoverRequest)(nil),               // 4: teapot.v1.RecoverRequest
+	(*RecoverResponse)(nil),              // 5: teapot.v1.RecoverResponse
+	(*DryRunRequest)(nil),                // 6: teapot.v1.DryRunRequest
+	(*DryRunResponse)(nil),               // 7: teapot.v1.DryRunResponse
+	(*BackupRequest)(nil),                // 8: teapot.v1.BackupRequest
+	(*BackupChunk)(nil),                  // 9: teapot.v1.BackupChunk
+	(*ApplyRequest)(nil),                 // 10: teapot.v1.ApplyRequest
+	(*RevisionPrecondition)(nil),         // 11: teapot.v1.RevisionPrecondition
+	(*ApplyResponse)(nil),                // 12: teapot.v1.ApplyResponse
+	(*DeleteRequest)(nil),                // 13: teapot.v1.DeleteRequest
+	(*DeleteResponse)(nil),               // 14: teapot.v1.DeleteResponse
+	(*GetRequest)(nil),                   // 15: teapot.v1.GetRequest
+	(*ListRequest)(nil),                  // 16: teapot.v1.ListRequest
+	(*ListResponse)(nil),                 // 17: teapot.v1.ListResponse
+	(*ClusterStatusRequest)(nil),         // 18: teapot.v1.ClusterStatusRequest
+	(*ClusterStatusResponse)(nil),        // 19: teapot.v1.ClusterStatusResponse
+	(*NodeStatus)(nil),                   // 20: teapot.v1.NodeStatus
+	(*PeerLiveness)(nil),                 // 21: teapot.v1.PeerLiveness
+	(*CreateJoinTokenRequest)(nil),       // 22: teapot.v1.CreateJoinTokenRequest
+	(*CreateJoinTokenResponse)(nil),      // 23: teapot.v1.CreateJoinTokenResponse
+	(*CreateDashboardTokenRequest)(nil),  // 24: teapot.v1.CreateDashboardTokenRequest
+	(*CreateDashboardTokenResponse)(nil), // 25: teapot.v1.CreateDashboardTokenResponse
+	(*RemoveNodeRequest)(nil),            // 26: teapot.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),           // 27: teapot.v1.RemoveNodeResponse
+	(*DrainNodeRequest)(nil),             // 28: teapot.v1.DrainNodeRequest
+	(*DrainNodeResponse)(nil),            // 29: teapot.v1.DrainNodeResponse
+	(*JoinRequest)(nil),                  // 30: teapot.v1.JoinRequest
+	(*JoinResponse)(nil),                 // 31: teapot.v1.JoinResponse
+	(*PromoteRequest)(nil),               // 32: teapot.v1.PromoteRequest
+	(*PromoteResponse)(nil),              // 33: teapot.v1.PromoteResponse
+	(*ForwardRequest)(nil),               // 34: teapot.v1.ForwardRequest
+	(*CheckedWrite)(nil),                 // 35: teapot.v1.CheckedWrite
+	(*ForwardResponse)(nil),              // 36: teapot.v1.ForwardResponse
+	(*ReadIndexRequest)(nil),             // 37: teapot.v1.ReadIndexRequest
+	(*ReadIndexResponse)(nil),            // 38: teapot.v1.ReadIndexResponse
+	(*HealthRequest)(nil),                // 39: teapot.v1.HealthRequest
+	(*DNSZoneObservation)(nil),           // 40: teapot.v1.DNSZoneObservation
+	(*Object)(nil),                       // 41: teapot.v1.Object
+	(*ObjectRef)(nil),                    // 42: teapot.v1.ObjectRef
+	(*VIPHolding)(nil),                   // 43: teapot.v1.VIPHolding
+	(*timestamppb.Timestamp)(nil),        // 44: google.protobuf.Timestamp
+	(*Node)(nil),                         // 45: teapot.v1.Node
+	(*Txn)(nil),                          // 46: teapot.v1.Txn
+	(*ObserveRequest)(nil),               // 47: teapot.v1.ObserveRequest
+	(*EventsRequest)(nil),                // 48: teapot.v1.EventsRequest
+	(*ObserveResponse)(nil),              // 49: teapot.v1.ObserveResponse
+	(*EventsResponse)(nil),               // 50: teapot.v1.EventsResponse
+	(*HostObservation)(nil),              // 51: teapot.v1.HostObservation
 }
 var file_teapotv1_admin_proto_depIdxs = []int32{
-	7,  // 0: teapot.v1.DryRunRequest.apply:type_name -> teapot.v1.ApplyRequest
-	10, // 1: teapot.v1.DryRunRequest.delete:type_name -> teapot.v1.DeleteRequest
-	9,  // 2: teapot.v1.DryRunResponse.apply:type_name -> teapot.v1.ApplyResponse
-	11, // 3: teapot.v1.DryRunResponse.delete:type_name -> teapot.v1.DeleteResponse
-	37, // 4: teapot.v1.ApplyRequest.objects:type_name -> teapot.v1.Object
-	0,  // 5: teapot.v1.ApplyRequest.mode:type_name -> teapot.v1.ApplyMode
-	8,  // 6: teapot.v1.ApplyRequest.preconditions:type_name -> teapot.v1.RevisionPrecondition
-	38, // 7: teapot.v1.RevisionPrecondition.ref:type_name -> teapot.v1.ObjectRef
-	37, // 8: teapot.v1.ApplyResponse.objects:type_name -> teapot.v1.Object
-	38, // 9: teapot.v1.DeleteRequest.ref:type_name -> teapot.v1.ObjectRef
-	38, // 10: teapot.v1.GetRequest.ref:type_name -> teapot.v1.ObjectRef
-	37, // 11: teapot.v1.ListResponse.objects:type_name -> teapot.v1.Object
-	17, // 12: teapot.v1.ClusterStatusResponse.nodes:type_name -> teapot.v1.NodeStatus
-	39, // 13: teapot.v1.NodeStatus.vips:type_name -> teapot.v1.VIPHolding
-	18, // 14: teapot.v1.NodeStatus.peers:type_name -> teapot.v1.PeerLiveness
-	40, // 15: teapot.v1.CreateJoinTokenResponse.expires:type_name -> google.protobuf.Timestamp
-	40, // 16: teapot.v1.CreateDashboardTokenResponse.expires:type_name -> google.protobuf.Timestamp
-	41, // 17: teapot.v1.DrainNodeResponse.node:type_name -> teapot.v1.Node
-	7,  // 18: teapot.v1.ForwardRequest.apply:type_name -> teapot.v1.ApplyRequest
-	10, // 19: teapot.v1.ForwardRequest.delete:type_name -> teapot.v1.DeleteRequest
-	23, // 20: teapot.v1.ForwardRequest.remove_node:type_name -> teapot.v1.RemoveNodeRequest
-	42, // 21: teapot.v1.ForwardRequest.txn:type_name -> teapot.v1.Txn
-	32, // 22: teapot.v1.ForwardRequest.checked:type_name -> teapot.v1.CheckedWrite
-	7,  // 23: teapot.v1.CheckedWrite.apply:type_name -> teapot.v1.ApplyRequest
-	10, // 24: teapot.v1.CheckedWrite.delete:type_name -> teapot.v1.DeleteRequest
-	9,  // 25: teapot.v1.ForwardResponse.apply:type_name -> teapot.v1.ApplyResponse
-	11, // 26: teapot.v1.ForwardResponse.delete:type_name -> teapot.v1.DeleteResponse
-	7,  // 27: teapot.v1.Admin.Apply:input_type -> teapot.v1.ApplyRequest
-	10, // 28: teapot.v1.Admin.Delete:input_type -> teapot.v1.DeleteRequest
-	12, // 29: teapot.v1.Admin.Get:input_type -> teapot.v1.GetRequest
-	13, // 30: teapot.v1.Admin.List:input_type -> teapot.v1.ListRequest
-	15, // 31: teapot.v1.Admin.ClusterStatus:input_type -> teapot.v1.ClusterStatusRequest
-	19, // 32: teapot.v1.Admin.CreateJoinToken:input_type -> teapot.v1.CreateJoinTokenRequest
-	23, // 33: teapot.v1.Admin.RemoveNode:input_type -> teapot.v1.RemoveNodeRequest
-	25, // 34: teapot.v1.Admin.DrainNode:input_type -> teapot.v1.DrainNodeRequest
-	43, // 35: teapot.v1.Admin.Observe:input_type -> teapot.v1.ObserveRequest
-	44, // 36: teapot.v1.Admin.Events:input_type -> teapot.v1.EventsRequest
-	21, // 37: teapot.v1.Admin.CreateDashboardToken:input_type -> teapot.v1.CreateDashboardTokenRequest
-	5,  // 38: teapot.v1.Admin.Backup:input_type -> teapot.v1.BackupRequest
-	3,  // 39: teapot.v1.Admin.DryRun:input_type -> teapot.v1.DryRunRequest
-	1,  // 40: teapot.v1.Admin.Recover:input_type -> teapot.v1.RecoverRequest
-	27, // 41: teapot.v1.Cluster.Join:input_type -> teapot.v1.JoinRequest
-	29, // 42: teapot.v1.Cluster.Promote:input_type -> teapot.v1.PromoteRequest
-	31, // 43: teapot.v1.Cluster.Forward:input_type -> teapot.v1.ForwardRequest
-	34, // 44: teapot.v1.Cluster.ReadIndex:input_type -> teapot.v1.ReadIndexRequest
-	36, // 45: teapot.v1.Cluster.Health:input_type -> teapot.v1.HealthRequest
-	43, // 46: teapot.v1.Cluster.Observe:input_type -> teapot.v1.ObserveRequest
-	9,  // 47: teapot.v1.Admin.Apply:output_type -> teapot.v1.ApplyResponse
-	11, // 48: teapot.v1.Admin.Delete:output_type -> teapot.v1.DeleteResponse
-	37, // 49: teapot.v1.Admin.Get:output_type -> teapot.v1.Object
-	14, // 50: teapot.v1.Admin.List:output_type -> teapot.v1.ListResponse
-	16, // 51: teapot.v1.Admin.ClusterStatus:output_type -> teapot.v1.ClusterStatusResponse
-	20, // 52: teapot.v1.Admin.CreateJoinToken:output_type -> teapot.v1.CreateJoinTokenResponse
-	24, // 53: teapot.v1.Admin.RemoveNode:output_type -> teapot.v1.RemoveNodeResponse
-	26, // 54: teapot.v1.Admin.DrainNode:output_type -> teapot.v1.DrainNodeResponse
-	45, // 55: teapot.v1.Admin.Observe:output_type -> teapot.v1.ObserveResponse
-	46, // 56: teapot.v1.Admin.Events:output_type -> teapot.v1.EventsResponse
-	22, // 57: teapot.v1.Admin.CreateDashboardToken:output_type -> teapot.v1.CreateDashboardTokenResponse
-	6,  // 58: teapot.v1.Admin.Backup:output_type -> teapot.v1.BackupChunk
-	4,  // 59: teapot.v1.Admin.DryRun:output_type -> teapot.v1.DryRunResponse
-	2,  // 60: teapot.v1.Admin.Recover:output_type -> teapot.v1.RecoverResponse
-	28, // 61: teapot.v1.Cluster.Join:output_type -> teapot.v1.JoinResponse
-	30, // 62: teapot.v1.Cluster.Promote:output_type -> teapot.v1.PromoteResponse
-	33, // 63: teapot.v1.Cluster.Forward:output_type -> teapot.v1.ForwardResponse
-	35, // 64: teapot.v1.Cluster.ReadIndex:output_type -> teapot.v1.ReadIndexResponse
-	17, // 65: teapot.v1.Cluster.Health:output_type -> teapot.v1.NodeStatus
-	47, // 66: teapot.v1.Cluster.Observe:output_type -> teapot.v1.HostObservation
-	47, // [47:67] is the sub-list for method output_type
-	27, // [27:47] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	1,  // 0: teapot.v1.RollDNSKeyRequest.step:type_name -> teapot.v1.RollDNSKeyRequest.Step
+	40, // 1: teapot.v1.RollDNSKeyResponse.zone:type_name -> teapot.v1.DNSZoneObservation
+	10, // 2: teapot.v1.DryRunRequest.apply:type_name -> teapot.v1.ApplyRequest
+	13, // 3: teapot.v1.DryRunRequest.delete:type_name -> teapot.v1.DeleteRequest
+	12, // 4: teapot.v1.DryRunResponse.apply:type_name -> teapot.v1.ApplyResponse
+	14, // 5: teapot.v1.DryRunResponse.delete:type_name -> teapot.v1.DeleteResponse
+	41, // 6: teapot.v1.ApplyRequest.objects:type_name -> teapot.v1.Object
+	0,  // 7: teapot.v1.ApplyRequest.mode:type_name -> teapot.v1.ApplyMode
+	11, // 8: teapot.v1.ApplyRequest.preconditions:type_name -> teapot.v1.RevisionPrecondition
+	42, // 9: teapot.v1.RevisionPrecondition.ref:type_name -> teapot.v1.ObjectRef
+	41, // 10: teapot.v1.ApplyResponse.objects:type_name -> teapot.v1.Object
+	42, // 11: teapot.v1.DeleteRequest.ref:type_name -> teapot.v1.ObjectRef
+	42, // 12: teapot.v1.GetRequest.ref:type_name -> teapot.v1.ObjectRef
+	41, // 13: teapot.v1.ListResponse.objects:type_name -> teapot.v1.Object
+	20, // 14: teapot.v1.ClusterStatusResponse.nodes:type_name -> teapot.v1.NodeStatus
+	43, // 15: teapot.v1.NodeStatus.vips:type_name -> teapot.v1.VIPHolding
+	21, // 16: teapot.v1.NodeStatus.peers:type_name -> teapot.v1.PeerLiveness
+	44, // 17: teapot.v1.CreateJoinTokenResponse.expires:type_name -> google.protobuf.Timestamp
+	44, // 18: teapot.v1.CreateDashboardTokenResponse.expires:type_name -> google.protobuf.Timestamp
+	45, // 19: teapot.v1.DrainNodeResponse.node:type_name -> teapot.v1.Node
+	10, // 20: teapot.v1.ForwardRequest.apply:type_name -> teapot.v1.ApplyRequest
+	13, // 21: teapot.v1.ForwardRequest.delete:type_name -> teapot.v1.DeleteRequest
+	26, // 22: teapot.v1.ForwardRequest.remove_node:type_name -> teapot.v1.RemoveNodeRequest
+	46, // 23: teapot.v1.ForwardRequest.txn:type_name -> teapot.v1.Txn
+	35, // 24: teapot.v1.ForwardRequest.checked:type_name -> teapot.v1.CheckedWrite
+	10, // 25: teapot.v1.CheckedWrite.apply:type_name -> teapot.v1.ApplyRequest
+	13, // 26: teapot.v1.CheckedWrite.delete:type_name -> teapot.v1.DeleteRequest
+	12, // 27: teapot.v1.ForwardResponse.apply:type_name -> teapot.v1.ApplyResponse
+	14, // 28: teapot.v1.ForwardResponse.delete:type_name -> teapot.v1.DeleteResponse
+	10, // 29: teapot.v1.Admin.Apply:input_type -> teapot.v1.ApplyRequest
+	13, // 30: teapot.v1.Admin.Delete:input_type -> teapot.v1.DeleteRequest
+	15, // 31: teapot.v1.Admin.Get:input_type -> teapot.v1.GetRequest
+	16, // 32: teapot.v1.Admin.List:input_type -> teapot.v1.ListRequest
+	18, // 33: teapot.v1.Admin.ClusterStatus:input_type -> teapot.v1.ClusterStatusRequest
+	22, // 34: teapot.v1.Admin.CreateJoinToken:input_type -> teapot.v1.CreateJoinTokenRequest
+	26, // 35: teapot.v1.Admin.RemoveNode:input_type -> teapot.v1.RemoveNodeRequest
+	28, // 36: teapot.v1.Admin.DrainNode:input_type -> teapot.v1.DrainNodeRequest
+	47, // 37: teapot.v1.Admin.Observe:input_type -> teapot.v1.ObserveRequest
+	48, // 38: teapot.v1.Admin.Events:input_type -> teapot.v1.EventsRequest
+	24, // 39: teapot.v1.Admin.CreateDashboardToken:input_type -> teapot.v1.CreateDashboardTokenRequest
+	8,  // 40: teapot.v1.Admin.Backup:input_type -> teapot.v1.BackupRequest
+	6,  // 41: teapot.v1.Admin.DryRun:input_type -> teapot.v1.DryRunRequest
+	4,  // 42: teapot.v1.Admin.Recover:input_type -> teapot.v1.RecoverRequest
+	2,  // 43: teapot.v1.Admin.RollDNSKey:input_type -> teapot.v1.RollDNSKeyRequest
+	30, // 44: teapot.v1.Cluster.Join:input_type -> teapot.v1.JoinRequest
+	32, // 45: teapot.v1.Cluster.Promote:input_type -> teapot.v1.PromoteRequest
+	34, // 46: teapot.v1.Cluster.Forward:input_type -> teapot.v1.ForwardRequest
+	37, // 47: teapot.v1.Cluster.ReadIndex:input_type -> teapot.v1.ReadIndexRequest
+	39, // 48: teapot.v1.Cluster.Health:input_type -> teapot.v1.HealthRequest
+	47, // 49: teapot.v1.Cluster.Observe:input_type -> teapot.v1.ObserveRequest
+	12, // 50: teapot.v1.Admin.Apply:output_type -> teapot.v1.ApplyResponse
+	14, // 51: teapot.v1.Admin.Delete:output_type -> teapot.v1.DeleteResponse
+	41, // 52: teapot.v1.Admin.Get:output_type -> teapot.v1.Object
+	17, // 53: teapot.v1.Admin.List:output_type -> teapot.v1.ListResponse
+	19, // 54: teapot.v1.Admin.ClusterStatus:output_type -> teapot.v1.ClusterStatusResponse
+	23, // 55: teapot.v1.Admin.CreateJoinToken:output_type -> teapot.v1.CreateJoinTokenResponse
+	27, // 56: teapot.v1.Admin.RemoveNode:output_type -> teapot.v1.RemoveNodeResponse
+	29, // 57: teapot.v1.Admin.DrainNode:output_type -> teapot.v1.DrainNodeResponse
+	49, // 58: teapot.v1.Admin.Observe:output_type -> teapot.v1.ObserveResponse
+	50, // 59: teapot.v1.Admin.Events:output_type -> teapot.v1.EventsResponse
+	25, // 60: teapot.v1.Admin.CreateDashboardToken:output_type -> teapot.v1.CreateDashboardTokenResponse
+	9,  // 61: teapot.v1.Admin.Backup:output_type -> teapot.v1.BackupChunk
+	7,  // 62: teapot.v1.Admin.DryRun:output_type -> teapot.v1.DryRunResponse
+	5,  // 63: teapot.v1.Admin.Recover:output_type -> teapot.v1.RecoverResponse
+	3,  // 64: teapot.v1.Admin.RollDNSKey:output_type -> teapot.v1.RollDNSKeyResponse
+	31, // 65: teapot.v1.Cluster.Join:output_type -> teapot.v1.JoinResponse
+	33, // 66: teapot.v1.Cluster.Promote:output_type -> teapot.v1.PromoteResponse
+	36, // 67: teapot.v1.Cluster.Forward:output_type -> teapot.v1.ForwardResponse
+	38, // 68: teapot.v1.Cluster.ReadIndex:output_type -> teapot.v1.ReadIndexResponse
+	20, // 69: teapot.v1.Cluster.Health:output_type -> teapot.v1.NodeStatus
+	51, // 70: teapot.v1.Cluster.Observe:output_type -> teapot.v1.HostObservation
+	50, // [50:71] is the sub-list for method output_type
+	29, // [29:50] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_teapotv1_admin_proto_init() }
@@ -2622,18 +2806,18 @@ func file_teapotv1_admin_proto_init() {
 	file_teapotv1_model_proto_init()
 	file_teapotv1_observe_proto_init()
 	file_teapotv1_raft_proto_init()
-	file_teapotv1_admin_proto_msgTypes[2].OneofWrappers = []any{
+	file_teapotv1_admin_proto_msgTypes[4].OneofWrappers = []any{
 		(*DryRunRequest_Apply)(nil),
 		(*DryRunRequest_Delete)(nil),
 	}
-	file_teapotv1_admin_proto_msgTypes[30].OneofWrappers = []any{
+	file_teapotv1_admin_proto_msgTypes[32].OneofWrappers = []any{
 		(*ForwardRequest_Apply)(nil),
 		(*ForwardRequest_Delete)(nil),
 		(*ForwardRequest_RemoveNode)(nil),
 		(*ForwardRequest_Txn)(nil),
 		(*ForwardRequest_Checked)(nil),
 	}
-	file_teapotv1_admin_proto_msgTypes[31].OneofWrappers = []any{
+	file_teapotv1_admin_proto_msgTypes[33].OneofWrappers = []any{
 		(*CheckedWrite_Apply)(nil),
 		(*CheckedWrite_Delete)(nil),
 	}
@@ -2642,8 +2826,8 @@ func file_teapotv1_admin_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_teapotv1_admin_proto_rawDesc), len(file_teapotv1_admin_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   36,
+			NumEnums:      2,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

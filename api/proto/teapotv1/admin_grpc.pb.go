@@ -36,6 +36,7 @@ const (
 	Admin_Backup_FullMethodName               = "/teapot.v1.Admin/Backup"
 	Admin_DryRun_FullMethodName               = "/teapot.v1.Admin/DryRun"
 	Admin_Recover_FullMethodName              = "/teapot.v1.Admin/Recover"
+	Admin_RollDNSKey_FullMethodName           = "/teapot.v1.Admin/RollDNSKey"
 )
 
 // AdminClient is the client API for Admin service.
@@ -77,6 +78,14 @@ type AdminClient interface {
 	// stopping it: its data plane keeps serving throughout. It refuses while
 	// any other voter answers.
 	Recover(ctx context.Context, in *RecoverRequest, opts ...grpc.CallOption) (*RecoverResponse, error)
+	// RollDNSKey rolls the key of a zone the hosts sign (serve --dns-dnssec)
+	// by double signature: START adds a new key to the zone's DNSKEY set and
+	// has every RRset signed by both keys, so an answer validates from the
+	// DS of either while the operator replaces the DS in the parent; FINISH
+	// makes the new key the zone's only one; CANCEL drops the new key. The
+	// host answering must sign the zone; every host follows through the
+	// replicated state.
+	RollDNSKey(ctx context.Context, in *RollDNSKeyRequest, opts ...grpc.CallOption) (*RollDNSKeyResponse, error)
 }
 
 type adminClient struct {
@@ -236,6 +245,16 @@ func (c *adminClient) Recover(ctx context.Context, in *RecoverRequest, opts ...g
 	return out, nil
 }
 
+func (c *adminClient) RollDNSKey(ctx context.Context, in *RollDNSKeyRequest, opts ...grpc.CallOption) (*RollDNSKeyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RollDNSKeyResponse)
+	err := c.cc.Invoke(ctx, Admin_RollDNSKey_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -275,6 +294,14 @@ type AdminServer interface {
 	// stopping it: its data plane keeps serving throughout. It refuses while
 	// any other voter answers.
 	Recover(context.Context, *RecoverRequest) (*RecoverResponse, error)
+	// RollDNSKey rolls the key of a zone the hosts sign (serve --dns-dnssec)
+	// by double signature: START adds a new key to the zone's DNSKEY set and
+	// has every RRset signed by both keys, so an answer validates from the
+	// DS of either while the operator replaces the DS in the parent; FINISH
+	// makes the new key the zone's only one; CANCEL drops the new key. The
+	// host answering must sign the zone; every host follows through the
+	// replicated state.
+	RollDNSKey(context.Context, *RollDNSKeyRequest) (*RollDNSKeyResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -326,6 +353,9 @@ func (UnimplementedAdminServer) DryRun(context.Context, *DryRunRequest) (*DryRun
 }
 func (UnimplementedAdminServer) Recover(context.Context, *RecoverRequest) (*RecoverResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Recover not implemented")
+}
+func (UnimplementedAdminServer) RollDNSKey(context.Context, *RollDNSKeyRequest) (*RollDNSKeyResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method RollDNSKey not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -593,6 +623,24 @@ func _Admin_Recover_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_RollDNSKey_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RollDNSKeyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).RollDNSKey(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_RollDNSKey_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).RollDNSKey(ctx, req.(*RollDNSKeyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -651,6 +699,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Recover",
 			Handler:    _Admin_Recover_Handler,
+		},
+		{
+			MethodName: "RollDNSKey",
+			Handler:    _Admin_RollDNSKey_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

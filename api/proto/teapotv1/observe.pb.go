@@ -1287,9 +1287,22 @@ type DNSZoneObservation struct {
 	Error string `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
 	// The RFC 2136 push of the zone to an operator's primary (--dns-push);
 	// absent when the zone is not pushed.
-	Push          *DNSPushObservation `protobuf:"bytes,260,opt,name=push,proto3" json:"push,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Push *DNSPushObservation `protobuf:"bytes,260,opt,name=push,proto3" json:"push,omitempty"`
+	// During a key rollover (RollDNSKey START, until FINISH or CANCEL): the
+	// new key, published beside the current one and signing every RRset
+	// with it; either key's DS validates the zone's answers. After FINISH
+	// it is the zone's key (ds, dnskey, key_tag above).
+	NextDs     string `protobuf:"bytes,300,opt,name=next_ds,json=nextDs,proto3" json:"next_ds,omitempty"`
+	NextDnskey string `protobuf:"bytes,301,opt,name=next_dnskey,json=nextDnskey,proto3" json:"next_dnskey,omitempty"`
+	NextKeyTag uint32 `protobuf:"varint,302,opt,name=next_key_tag,json=nextKeyTag,proto3" json:"next_key_tag,omitempty"`
+	// When the rollover started.
+	RolloverStarted *timestamppb.Timestamp `protobuf:"bytes,303,opt,name=rollover_started,json=rolloverStarted,proto3" json:"rollover_started,omitempty"`
+	// The earliest FINISH not refused: the DNSKEY set with both keys has
+	// then been published for its TTL (the parent's DS TTL is the
+	// operator's to wait for as well).
+	RolloverFinishAfter *timestamppb.Timestamp `protobuf:"bytes,304,opt,name=rollover_finish_after,json=rolloverFinishAfter,proto3" json:"rollover_finish_after,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *DNSZoneObservation) Reset() {
@@ -1367,6 +1380,41 @@ func (x *DNSZoneObservation) GetError() string {
 func (x *DNSZoneObservation) GetPush() *DNSPushObservation {
 	if x != nil {
 		return x.Push
+	}
+	return nil
+}
+
+func (x *DNSZoneObservation) GetNextDs() string {
+	if x != nil {
+		return x.NextDs
+	}
+	return ""
+}
+
+func (x *DNSZoneObservation) GetNextDnskey() string {
+	if x != nil {
+		return x.NextDnskey
+	}
+	return ""
+}
+
+func (x *DNSZoneObservation) GetNextKeyTag() uint32 {
+	if x != nil {
+		return x.NextKeyTag
+	}
+	return 0
+}
+
+func (x *DNSZoneObservation) GetRolloverStarted() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RolloverStarted
+	}
+	return nil
+}
+
+func (x *DNSZoneObservation) GetRolloverFinishAfter() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RolloverFinishAfter
 	}
 	return nil
 }
@@ -2689,7 +2737,7 @@ const file_teapotv1_observe_proto_rawDesc = "" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
 	"\aaddress\x18\x03 \x01(\tR\aaddress\x12\x1a\n" +
 	"\banswered\x18\x04 \x01(\bR\banswered\x12\x16\n" +
-	"\x06reason\x18\x05 \x01(\tR\x06reason\"\xcb\x01\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\"\xc3\x03\n" +
 	"\x12DNSZoneObservation\x12\x12\n" +
 	"\x04zone\x18\x01 \x01(\tR\x04zone\x12\x16\n" +
 	"\x06signed\x18\x02 \x01(\bR\x06signed\x12\x0e\n" +
@@ -2697,7 +2745,14 @@ const file_teapotv1_observe_proto_rawDesc = "" +
 	"\x06dnskey\x18\x04 \x01(\tR\x06dnskey\x12\x17\n" +
 	"\akey_tag\x18\x05 \x01(\rR\x06keyTag\x12\x14\n" +
 	"\x05error\x18\x06 \x01(\tR\x05error\x122\n" +
-	"\x04push\x18\x84\x02 \x01(\v2\x1d.teapot.v1.DNSPushObservationR\x04push\"\xdc\x02\n" +
+	"\x04push\x18\x84\x02 \x01(\v2\x1d.teapot.v1.DNSPushObservationR\x04push\x12\x18\n" +
+	"\anext_ds\x18\xac\x02 \x01(\tR\x06nextDs\x12 \n" +
+	"\vnext_dnskey\x18\xad\x02 \x01(\tR\n" +
+	"nextDnskey\x12!\n" +
+	"\fnext_key_tag\x18\xae\x02 \x01(\rR\n" +
+	"nextKeyTag\x12F\n" +
+	"\x10rollover_started\x18\xaf\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x0frolloverStarted\x12O\n" +
+	"\x15rollover_finish_after\x18\xb0\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x13rolloverFinishAfter\"\xdc\x02\n" +
 	"\x12DNSPushObservation\x12\x16\n" +
 	"\x06server\x18\x01 \x01(\tR\x06server\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x16\n" +
@@ -2883,27 +2938,29 @@ var file_teapotv1_observe_proto_depIdxs = []int32{
 	10, // 23: teapot.v1.TenantBGPObservation.dropped:type_name -> teapot.v1.TenantRoute
 	30, // 24: teapot.v1.TenantBGPSession.since:type_name -> google.protobuf.Timestamp
 	13, // 25: teapot.v1.DNSZoneObservation.push:type_name -> teapot.v1.DNSPushObservation
-	30, // 26: teapot.v1.DNSPushObservation.last_success:type_name -> google.protobuf.Timestamp
-	30, // 27: teapot.v1.DNSPushObservation.last_error_at:type_name -> google.protobuf.Timestamp
-	30, // 28: teapot.v1.ListenerObservation.since:type_name -> google.protobuf.Timestamp
-	16, // 29: teapot.v1.PoolObservation.members:type_name -> teapot.v1.MemberObservation
-	30, // 30: teapot.v1.MemberObservation.last_check:type_name -> google.protobuf.Timestamp
-	17, // 31: teapot.v1.MemberObservation.passive:type_name -> teapot.v1.PassiveHealth
-	18, // 32: teapot.v1.PassiveHealth.failures:type_name -> teapot.v1.PassiveFailure
-	30, // 33: teapot.v1.CertificateObservation.not_after:type_name -> google.protobuf.Timestamp
-	27, // 34: teapot.v1.TrafficObservation.requests:type_name -> teapot.v1.TrafficObservation.RequestsEntry
-	7,  // 35: teapot.v1.TrafficObservation.members:type_name -> teapot.v1.MemberTraffic
-	4,  // 36: teapot.v1.TrafficObservation.last:type_name -> teapot.v1.HistoryPoint
-	30, // 37: teapot.v1.Event.time:type_name -> google.protobuf.Timestamp
-	28, // 38: teapot.v1.EventsRequest.after:type_name -> teapot.v1.EventsRequest.AfterEntry
-	22, // 39: teapot.v1.EventsResponse.events:type_name -> teapot.v1.Event
-	29, // 40: teapot.v1.EventsResponse.cursor:type_name -> teapot.v1.EventsResponse.CursorEntry
-	30, // 41: teapot.v1.VIPHolding.since:type_name -> google.protobuf.Timestamp
-	42, // [42:42] is the sub-list for method output_type
-	42, // [42:42] is the sub-list for method input_type
-	42, // [42:42] is the sub-list for extension type_name
-	42, // [42:42] is the sub-list for extension extendee
-	0,  // [0:42] is the sub-list for field type_name
+	30, // 26: teapot.v1.DNSZoneObservation.rollover_started:type_name -> google.protobuf.Timestamp
+	30, // 27: teapot.v1.DNSZoneObservation.rollover_finish_after:type_name -> google.protobuf.Timestamp
+	30, // 28: teapot.v1.DNSPushObservation.last_success:type_name -> google.protobuf.Timestamp
+	30, // 29: teapot.v1.DNSPushObservation.last_error_at:type_name -> google.protobuf.Timestamp
+	30, // 30: teapot.v1.ListenerObservation.since:type_name -> google.protobuf.Timestamp
+	16, // 31: teapot.v1.PoolObservation.members:type_name -> teapot.v1.MemberObservation
+	30, // 32: teapot.v1.MemberObservation.last_check:type_name -> google.protobuf.Timestamp
+	17, // 33: teapot.v1.MemberObservation.passive:type_name -> teapot.v1.PassiveHealth
+	18, // 34: teapot.v1.PassiveHealth.failures:type_name -> teapot.v1.PassiveFailure
+	30, // 35: teapot.v1.CertificateObservation.not_after:type_name -> google.protobuf.Timestamp
+	27, // 36: teapot.v1.TrafficObservation.requests:type_name -> teapot.v1.TrafficObservation.RequestsEntry
+	7,  // 37: teapot.v1.TrafficObservation.members:type_name -> teapot.v1.MemberTraffic
+	4,  // 38: teapot.v1.TrafficObservation.last:type_name -> teapot.v1.HistoryPoint
+	30, // 39: teapot.v1.Event.time:type_name -> google.protobuf.Timestamp
+	28, // 40: teapot.v1.EventsRequest.after:type_name -> teapot.v1.EventsRequest.AfterEntry
+	22, // 41: teapot.v1.EventsResponse.events:type_name -> teapot.v1.Event
+	29, // 42: teapot.v1.EventsResponse.cursor:type_name -> teapot.v1.EventsResponse.CursorEntry
+	30, // 43: teapot.v1.VIPHolding.since:type_name -> google.protobuf.Timestamp
+	44, // [44:44] is the sub-list for method output_type
+	44, // [44:44] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_teapotv1_observe_proto_init() }
