@@ -1,6 +1,7 @@
 package scenarios
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -9,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -214,4 +216,49 @@ pools:
 		}
 		return nil
 	})
+
+	// The challenge's outcome is in /metrics, per tenant and type, and the
+	// exposition passes promtool.
+	s, err := scrape(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	valid := 0.0
+	for _, smp := range s["teapot_lb_acme_challenges_total"] {
+		l := smp.labels
+		if l["tenant"] != "acme" || l["type"] != "dns-01" {
+			t.Errorf("a challenge of %v counted %v; only acme's DNS-01 challenge was presented", l, smp.value)
+		}
+		if l["outcome"] == "valid" {
+			valid += smp.value
+		}
+	}
+	if valid < 1 {
+		t.Errorf("teapot_lb_acme_challenges_total: %v; want acme's DNS-01 challenge counted valid", s["teapot_lb_acme_challenges_total"])
+	}
+	promtoolCheckMetrics(t, n.metricsAddr)
+}
+
+// promtoolCheckMetrics lints the exposition served at addr with promtool
+// (Debian package prometheus; CI installs it).
+func promtoolCheckMetrics(t *testing.T, addr string) {
+	t.Helper()
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		unavailable(t, "promtool is not on PATH (Debian: apt-get install prometheus): %v", err)
+	}
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(promtool, "check", "metrics")
+	cmd.Stdin = bytes.NewReader(body)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("promtool check metrics: %v\n%s", err, out)
+	}
 }

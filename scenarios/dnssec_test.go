@@ -2,6 +2,7 @@ package scenarios
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -131,6 +132,66 @@ func TestDNSSECValidatesFromTheRealBinary(t *testing.T) {
 			if out, _ := delvAt(host2, port2, q[0], q[1]); !strings.Contains(out, "fully validated") {
 				return fmt.Errorf("delv %s %s at the second host:\n%s", q[0], q[1], out)
 			}
+		}
+		return nil
+	})
+
+	// The key is rolled through the CLI on the second host; the first
+	// follows through the replicated state. With either DS as the trust
+	// anchor (a resolver holds the parent's DS set, old or new), delv
+	// validates both hosts' answers throughout the rollover.
+	out, err := c.cli(n2, "cluster", "dnssec-rollover", "start", "acme.example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("dnssec-rollover start:\n%s", out)
+	dsOf := func(label string) string {
+		m := regexp.MustCompile(label + `\s+(acme\.example\.) \d+ IN DS (\d+) (\d+) (\d+) ([0-9A-F]+)`).FindStringSubmatch(out)
+		if m == nil {
+			t.Fatalf("no %q in:\n%s", label, out)
+		}
+		p := filepath.Join(t.TempDir(), "ds-"+m[2]+".conf")
+		if err := os.WriteFile(p, []byte(fmt.Sprintf("trust-anchors {\n\t%s static-ds %s %s %s %q;\n};\n", m[1], m[2], m[3], m[4], m[5])), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	oldDS, newDS := dsOf("DS of the current key:"), dsOf("DS of the new key:")
+	hosts := [][2]string{{host, port}, {host2, port2}}
+	validates := func(anchor, when string) error {
+		for _, h := range hosts {
+			for _, q := range [][2]string{{"shop.acme.example", "A"}, {"acme.example", "DNSKEY"}, {"nope.acme.example", "A"}} {
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				out, _ := exec.CommandContext(ctx, delvBin, "@"+h[0], "-p", h[1], "-a", anchor, "+root=acme.example", q[0], q[1]).CombinedOutput()
+				cancel()
+				if !strings.Contains(string(out), "fully validated") {
+					return fmt.Errorf("%s: delv %s %s at %s with %s:\n%s", when, q[0], q[1], h[0]+":"+h[1], filepath.Base(anchor), out)
+				}
+			}
+		}
+		return nil
+	}
+	waitFor(t, 30*time.Second, "both hosts sign with both keys", func() error {
+		if err := validates(newDS, "during the rollover, the new DS"); err != nil {
+			return err
+		}
+		return validates(oldDS, "during the rollover, the old DS")
+	})
+	if out, err := c.cli(n, "explain", "node", n.id); err != nil || !strings.Contains(out, "DS of the new key: acme.example. 3600 IN DS") {
+		t.Fatalf("explain node %s during the rollover (%v):\n%s", n.id, err, out)
+	}
+	if out, err := c.cli(n, "cluster", "dnssec-rollover", "finish", "acme.example"); err == nil || !strings.Contains(out+err.Error(), "or force it") {
+		t.Fatalf("finish right after start: %v\n%s", err, out)
+	}
+	if _, err := c.cli(n, "cluster", "dnssec-rollover", "finish", "--force", "acme.example"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "both hosts sign with the new key alone", func() error {
+		if err := validates(newDS, "after the rollover, the new DS"); err != nil {
+			return err
+		}
+		if validates(oldDS, "after the rollover, the old DS") == nil {
+			return errors.New("the old DS still validates")
 		}
 		return nil
 	})

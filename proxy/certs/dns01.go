@@ -64,6 +64,7 @@ func (s dnsSolver) Present(ctx context.Context, chal acme.Challenge) error {
 	if err := s.i.store.Store(ctx, dns01Key(name, txt), []byte(txt)); err != nil {
 		return fmt.Errorf("publish dns-01 challenge for %s: %w", name, err)
 	}
+	s.i.chal.present(chal)
 	return nil
 }
 
@@ -83,6 +84,7 @@ func (s dnsSolver) Wait(ctx context.Context, chal acme.Challenge) error {
 
 func (s dnsSolver) CleanUp(ctx context.Context, chal acme.Challenge) error {
 	name, txt := dns01Record(chal)
+	s.i.chal.cleanUp(chal)
 	return s.i.store.Delete(context.WithoutCancel(ctx), dns01Key(name, txt))
 }
 

@@ -57,6 +57,9 @@ type issuer struct {
 	// local holds the challenges this host presented, by identifier.
 	localMu sync.Mutex
 	local   map[string]acme.Challenge
+
+	// chal counts the challenges presented by outcome.
+	chal *challengeStats
 }
 
 var _ certmagic.Issuer = (*issuer)(nil)
@@ -71,6 +74,17 @@ func newIssuer(ca, email string, roots *x509.CertPool, store *Storage, log *slog
 		local: map[string]acme.Challenge{},
 		now:   time.Now,
 	}
+	iss.chal = newChallengeStats(func(h string) string {
+		if iss.tenantOf == nil {
+			return ""
+		}
+		return iss.tenantOf(h)
+	})
+	if log == nil {
+		log = slog.Default()
+	}
+	// acmez logs the CA's verdict on each authorization: the counts read it.
+	acmeLog := slog.New(verdictHandler{log.Handler(), iss.chal})
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
 	iss.client = &acmez.Client{
@@ -78,7 +92,7 @@ func newIssuer(ca, email string, roots *x509.CertPool, store *Storage, log *slog
 			Directory:  ca,
 			HTTPClient: &http.Client{Transport: tr, Timeout: 30 * time.Second},
 			UserAgent:  "teapot-lb",
-			Logger:     log,
+			Logger:     acmeLog,
 		},
 		ChallengeSolvers: map[string]acmez.Solver{
 			acme.ChallengeTypeHTTP01:    solver{iss},
@@ -132,6 +146,7 @@ func (i *issuer) Issue(ctx context.Context, csr *x509.CertificateRequest) (*cert
 		}
 	}
 	c, err := i.issue(ctx, csr)
+	i.chal.orderDone(csr.DNSNames)
 	if i.orders != nil && ctx.Err() == nil {
 		i.orders.done(name, err != nil, i.now())
 	}
@@ -258,6 +273,7 @@ func (s solver) Present(ctx context.Context, chal acme.Challenge) error {
 	if err := s.i.store.Store(ctx, s.i.challengeKey(id), data); err != nil {
 		return fmt.Errorf("publish %s challenge for %s: %w", chal.Type, id, err)
 	}
+	s.i.chal.present(chal)
 	return nil
 }
 
@@ -268,6 +284,7 @@ func (s solver) CleanUp(ctx context.Context, chal acme.Challenge) error {
 		delete(s.i.local, id)
 	}
 	s.i.localMu.Unlock()
+	s.i.chal.cleanUp(chal)
 	return s.i.store.Delete(context.WithoutCancel(ctx), s.i.challengeKey(id))
 }
 

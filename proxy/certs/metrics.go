@@ -15,6 +15,7 @@ var (
 	descSigned     = prometheus.NewDesc("teapot_lb_tls_signatures_total", "TLS signatures made on this host for a tenant: full handshakes of its https listeners and client certificates of its HTTPS health checks.", []string{"tenant"}, nil)
 	descSignCPU    = prometheus.NewDesc("teapot_lb_tls_signature_cpu_seconds_total", "CPU time charged to a tenant's TLS budget on this host (--tls-cpu-per-tenant): its signatures, and the key exchange of each ClientHello its listeners admitted.", []string{"tenant"}, nil)
 	descRefused    = prometheus.NewDesc("teapot_lb_tls_handshakes_refused_total", "TLS handshakes of a tenant's listeners refused on this host (at the ClientHello or the signature) because its TLS CPU budget was spent.", []string{"tenant"}, nil)
+	descChallenges = prometheus.NewDesc("teapot_lb_acme_challenges_total", "ACME challenges this host presented for a tenant's names, by type (http-01, tls-alpn-01, dns-01) and outcome: valid, invalid (the CA found it invalid), unfinished (the order ended before the CA's verdict).", []string{"tenant", "type", "outcome"}, nil)
 	descDelayed    = prometheus.NewDesc("teapot_lb_health_checks_delayed_total", "HTTPS health checks of a tenant delayed on this host because its signature CPU budget was spent.", []string{"tenant"}, nil)
 )
 
@@ -26,7 +27,7 @@ func (m *Manager) Collector() prometheus.Collector { return certCollector{m} }
 type certCollector struct{ m *Manager }
 
 func (c certCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descCerts, descExpiry, descNotAfter, descIssueFails, descHandshakes, descSigned, descSignCPU, descRefused, descDelayed} {
+	for _, d := range []*prometheus.Desc{descCerts, descExpiry, descNotAfter, descIssueFails, descHandshakes, descSigned, descSignCPU, descRefused, descDelayed, descChallenges} {
 		ch <- d
 	}
 }
@@ -53,6 +54,11 @@ func (c certCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(descIssueFails, prometheus.CounterValue, float64(c.m.issueFailures.Load()))
 	ch <- prometheus.MustNewConstMetric(descHandshakes, prometheus.CounterValue, float64(c.m.FailedHandshakes()))
+	if c.m.iss != nil {
+		for k, n := range c.m.iss.chal.snapshot() {
+			ch <- prometheus.MustNewConstMetric(descChallenges, prometheus.CounterValue, float64(n), k.tenant, k.typ, k.outcome)
+		}
+	}
 	for _, st := range c.m.cpu.Stats() {
 		ch <- prometheus.MustNewConstMetric(descSigned, prometheus.CounterValue, float64(st.Signed), st.Tenant)
 		ch <- prometheus.MustNewConstMetric(descSignCPU, prometheus.CounterValue, st.Spent.Seconds(), st.Tenant)
