@@ -97,6 +97,11 @@ const (
 	// host of an earlier release ignores them and lets through what they
 	// would have blocked.
 	FeatureWAFRules = "waf-rules"
+	// FeatureDNSKeyRollover: the host signs with both keys of a zone's
+	// DNSSEC key rollover (RollDNSKey). A host of an earlier release keeps
+	// signing with the key it loaded, so a rollover is refused while one
+	// answers.
+	FeatureDNSKeyRollover = "dnssec-rollover"
 	// FeatureTLSTerminate: tls-passthrough listeners that terminate TLS
 	// for some server names and forward the decrypted stream
 	// (listeners[].sniRoutes[].terminate). A host of an earlier release
@@ -174,6 +179,7 @@ var featureLevels = map[string]uint32{
 	FeatureTenantBGPUpdateRate: 5,
 	FeatureACMEWildcard:        5,
 	FeatureHTTP3:               5,
+	FeatureDNSKeyRollover:      5,
 }
 
 // LevelOf is the feature level a feature needs on every host (0 for a
@@ -215,7 +221,7 @@ func FeatureRefusal(uses []FeatureUse, need uint32, older []string) error {
 
 // Features returns the features this release serves.
 func Features() []string {
-	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureNotFoundRoutes, FeatureCORS, FeatureClientValidation, FeatureRouteRetry, FeatureBackendHeaders, FeatureBackendTLS, FeatureWAFExclusions, FeatureTLSTerminate, FeatureMisdirectedRequests, FeatureRateLimitHeader, FeatureWriteBudget, FeaturePoolInterface, FeatureTenantBGPUpdateRate, FeatureACMEWildcard, FeatureHTTP3, FeatureWAFRules}
+	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureNotFoundRoutes, FeatureCORS, FeatureClientValidation, FeatureRouteRetry, FeatureBackendHeaders, FeatureBackendTLS, FeatureWAFExclusions, FeatureTLSTerminate, FeatureMisdirectedRequests, FeatureRateLimitHeader, FeatureWriteBudget, FeaturePoolInterface, FeatureTenantBGPUpdateRate, FeatureACMEWildcard, FeatureHTTP3, FeatureWAFRules, FeatureDNSKeyRollover}
 }
 
 // FeatureUse is one place where a write uses a feature: the feature and

@@ -98,6 +98,8 @@ type kubeLabOptions struct {
 	// "standard" ("") or "experimental" (what the conformance suite's
 	// experimental features, such as HTTPRoute retry, need).
 	gatewayChannel string
+	// args are more serve flags for every LB host.
+	args []string
 }
 
 // newKubeLab starts the LB hosts, then the tenant cluster with its images
@@ -111,7 +113,7 @@ func newKubeLabWith(t *testing.T, o kubeLabOptions) *kubeLab {
 		o.manifest = kubeLabManifest
 	}
 	bins := kubeBinaries(t)
-	l := &kubeLab{vipLab: newVIPLab(t, labOptions{teapot: true, acme: true, misses: kubeLabMisses}), start: time.Now()}
+	l := &kubeLab{vipLab: newVIPLab(t, labOptions{teapot: true, acme: true, misses: kubeLabMisses, args: o.args}), start: time.Now()}
 	l.dir = filepath.Join(l.vipLab.dir, "kube")
 	must := func(err error) {
 		t.Helper()
@@ -600,12 +602,13 @@ func (l *kubeLab) waitEcho(what string, ask func() (echoAnswer, error)) echoAnsw
 // two nodes with containerd, kubelet and kube-proxy) beside three LB
 // hosts, installs the agent from packaging/k8s as a Deployment of two
 // replicas, and serves a client outside both through Services of type
-// LoadBalancer, TCP and UDP, whose answers come from echo pods.
+// LoadBalancer, TCP and UDP, whose answers come from echo pods. The LB
+// hosts answer DNS for the tenant's domain (the DNS subtest).
 func TestKubeClusterLoadBalancer(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: starts a Kubernetes cluster and three LB hosts")
 	}
-	l := newKubeLab(t)
+	l := newKubeLabWith(t, kubeLabOptions{args: kubeDNSArgs})
 	l.createNamespace("shop")
 	l.echoDeployment("shop", "echo", 2, "")
 	l.waitDeployment("shop", "echo", 2)
@@ -634,6 +637,7 @@ func TestKubeClusterLoadBalancer(t *testing.T) {
 	t.Run("ExternalTrafficPolicyLocal", l.testLocalTraffic)
 	t.Run("IngressToClusterIP", l.testIngressClusterIP)
 	t.Run("Gateway", l.testGateway)
+	t.Run("DNS", l.testDNS)
 	t.Run("NoNodePortsRefused", l.testNoNodePorts)
 	t.Run("KillActiveAgent", func(t *testing.T) { l.testKillAgent(t, vip) })
 	t.Run("StopTenantAPIServer", func(t *testing.T) { l.testStopAPIServer(t, vip) })

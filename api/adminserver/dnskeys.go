@@ -3,6 +3,7 @@ package adminserver
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"google.golang.org/grpc/codes"
@@ -38,6 +39,20 @@ func (s *Server) RollDNSKey(ctx context.Context, req *pb.RollDNSKeyRequest) (*pb
 	}
 	ctx, cancel := withDefault(ctx)
 	defer cancel()
+	if req.GetStep() == pb.RollDNSKeyRequest_STEP_START {
+		// A host of an earlier release would go on signing with the old
+		// key alone, and answer the new DS's resolvers with nothing valid.
+		st, err := s.store.Status(ctx)
+		if err != nil {
+			return nil, api.ToStatus(fmt.Errorf("key rollover START: the hosts' releases: %w", err))
+		}
+		for _, n := range st.GetNodes() {
+			if n.GetError() == "" && !slices.Contains(n.GetFeatures(), api.FeatureDNSKeyRollover) {
+				return nil, status.Errorf(codes.FailedPrecondition, "key rollover START: host %s runs release %s, which signs with one key only: upgrade it first",
+					api.Excerpt(n.GetId()), api.Excerpt(n.GetVersion()))
+			}
+		}
+	}
 	z, err := s.dnsKeys.RollKey(ctx, req.GetZone(), req.GetStep(), req.GetForce())
 	if err != nil {
 		return nil, api.ToStatus(fmt.Errorf("key rollover %s: %w", strings.TrimPrefix(req.GetStep().String(), "STEP_"), err))
