@@ -21,12 +21,16 @@ import (
 // Zones of --dns-dnssec keep their keys in keys (the replicated store).
 // The ACME DNS-01 challenges come from the store items that watch yields.
 // Zones of --dns-push are pushed only while leader says this host leads.
-func openDNS(ctx context.Context, cfg serveConfig, log *slog.Logger, state func() ([]*pb.Object, uint64), keys dns.KeyStore, watch func() *consensus.Watcher, vm *vip.Manager, plane *observe.Plane, leader func() bool, stack *closers) (*dns.Server, error) {
+// cluster reports every host's applied index, which the ACME DNS-01 wait
+// reads.
+func openDNS(ctx context.Context, cfg serveConfig, log *slog.Logger, state func() ([]*pb.Object, uint64), keys dns.KeyStore, watch func() *consensus.Watcher, vm *vip.Manager, plane *observe.Plane, leader func() bool, cluster func(context.Context) (*pb.ClusterStatusResponse, error), stack *closers) (*dns.Server, error) {
 	dc, err := cfg.dnsSettings().Config()
 	if err != nil || !dc.Enabled() {
 		return nil, err
 	}
 	dc.State, dc.Logger, dc.Keys, dc.Leader = state, log, keys, leader
+	// The DNS-01 wait covers every host: the cluster's applied indexes.
+	dc.Cluster, dc.NodeID = cluster, cfg.NodeID
 	srv, err := dns.New(dc)
 	if err != nil {
 		return nil, err

@@ -165,7 +165,7 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 		return err
 	}
 	stack.Push(node.Close)
-	dnsSrv, err := openDNS(ctx, cfg, log, node.Objects, certs.NewStorage(node, cfg.NodeID, 0, log), func() *consensus.Watcher { return node.Watch(0) }, vm, plane, node.IsLeader, &stack)
+	dnsSrv, err := openDNS(ctx, cfg, log, node.Objects, certs.NewStorage(node, cfg.NodeID, 0, log), func() *consensus.Watcher { return node.Watch(0) }, vm, plane, node.IsLeader, node.Status, &stack)
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	mdns "github.com/miekg/dns"
 )
@@ -58,9 +59,79 @@ func (s *Server) SetChallenges(recs map[string][]string) {
 	}
 }
 
+// ChallengeSpreadTimeout bounds how long WaitChallenge waits for the
+// other hosts to apply a challenge's record once this host answers it;
+// past it the CA is told all the same (and a host that lags may fail the
+// order, which is retried).
+const ChallengeSpreadTimeout = 10 * time.Second
+
+// challengeSpreadPoll is how often the hosts' applied indexes are asked.
+const challengeSpreadPoll = 50 * time.Millisecond
+
 // WaitChallenge returns once name ("_acme-challenge.acme.example")
-// answers the TXT text txt, or ctx ends.
+// answers the TXT text txt here and, with Config.Cluster, once every
+// other host that answers has applied the state that holds it (its Raft
+// applied index is at least this host's), so that a CA asking any host's
+// DNS finds it; or when ctx ends.
 func (s *Server) WaitChallenge(ctx context.Context, name, txt string) error {
+	if err := s.waitChallengeHere(ctx, name, txt); err != nil {
+		return err
+	}
+	if s.cfg.Cluster == nil {
+		return nil
+	}
+	return s.waitHostsApplied(ctx)
+}
+
+// waitHostsApplied waits until every host that answers the status has
+// applied this host's applied index, at most ChallengeSpreadTimeout.
+func (s *Server) waitHostsApplied(ctx context.Context) error {
+	bound := s.spreadTimeout
+	if bound <= 0 {
+		bound = ChallengeSpreadTimeout
+	}
+	wctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	var target uint64
+	var lag []string
+	for {
+		st, err := s.cfg.Cluster(wctx)
+		if err == nil {
+			lag = lag[:0]
+			for _, n := range st.GetNodes() {
+				if n.GetId() == s.cfg.NodeID && target == 0 {
+					target = n.GetAppliedIndex()
+				}
+			}
+			if target == 0 {
+				return nil // this host is not in the configuration: nothing to compare
+			}
+			for _, n := range st.GetNodes() {
+				// A host that does not answer cannot be waited for.
+				if n.GetError() == "" && n.GetId() != s.cfg.NodeID && n.GetAppliedIndex() < target {
+					lag = append(lag, n.GetId())
+				}
+			}
+			if len(lag) == 0 {
+				s.chalSpread.Add(1)
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-wctx.Done():
+			s.chalLagged.Add(1)
+			s.log.Warn("ACME DNS-01: hosts have not applied the challenge's record; the CA is told all the same",
+				"component", "dns", "hosts", lag, "err", err)
+			return nil
+		case <-time.After(challengeSpreadPoll):
+		}
+	}
+}
+
+// waitChallengeHere returns once this host answers name's TXT text txt.
+func (s *Server) waitChallengeHere(ctx context.Context, name, txt string) error {
 	n := mdns.Fqdn(strings.ToLower(name))
 	c := &s.chal
 	for {

@@ -3,10 +3,13 @@ package dns
 import (
 	"context"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	mdns "github.com/miekg/dns"
+
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
 
 // TestChallengesAnsweredAndSigned: the TXT records of ACME DNS-01
@@ -83,5 +86,64 @@ func TestChallengesAnsweredAndSigned(t *testing.T) {
 	defer cancel()
 	if err := s.WaitChallenge(ctx, name, "tok-a"); err == nil {
 		t.Error("WaitChallenge returned for a record no longer answered")
+	}
+}
+
+// lagCluster reports this host (n1) at applied index 10, n3 unreachable,
+// and n2 at 5 for its first lagFor answers, then at 10.
+type lagCluster struct {
+	mu     sync.Mutex
+	calls  int
+	lagFor int
+}
+
+func (c *lagCluster) status(context.Context) (*pb.ClusterStatusResponse, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.calls++
+	n2 := uint64(10)
+	if c.calls <= c.lagFor {
+		n2 = 5
+	}
+	return &pb.ClusterStatusResponse{Nodes: []*pb.NodeStatus{
+		{Id: "n1", AppliedIndex: 10}, {Id: "n2", AppliedIndex: n2}, {Id: "n3", Error: "unreachable"},
+	}}, nil
+}
+
+// TestWaitChallengeCoversEveryHost: with the cluster's applied indexes,
+// WaitChallenge returns only once every host that answers has applied
+// this host's index (a host that does not answer is not waited for), so
+// the CA is told when any host's DNS can answer; a host that never
+// catches up is waited for until the bound, then the CA is told all the
+// same, and both outcomes are counted.
+func TestWaitChallengeCoversEveryHost(t *testing.T) {
+	t.Parallel()
+	lc := &lagCluster{lagFor: 3}
+	cfg := testConfig()
+	cfg.Cluster, cfg.NodeID = lc.status, "n1"
+	s, _ := startServer(t, cfg, testState())
+	s.SetChallenges(map[string][]string{"_acme-challenge.shop.acme.example": {"tok"}})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.WaitChallenge(ctx, "_acme-challenge.shop.acme.example", "tok"); err != nil {
+		t.Fatal(err)
+	}
+	lc.mu.Lock()
+	calls := lc.calls
+	lc.mu.Unlock()
+	if calls != 4 || s.chalSpread.Load() != 1 {
+		t.Fatalf("returned after %d status answers (spread %d); want 4: n2 lagged for 3", calls, s.chalSpread.Load())
+	}
+
+	lc.mu.Lock()
+	lc.calls, lc.lagFor = 0, 1<<30
+	lc.mu.Unlock()
+	s.spreadTimeout = 300 * time.Millisecond
+	began := time.Now()
+	if err := s.WaitChallenge(ctx, "_acme-challenge.shop.acme.example", "tok"); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(began); d < 300*time.Millisecond || s.chalLagged.Load() != 1 {
+		t.Fatalf("a host that never caught up: returned after %v, lagged %d", d, s.chalLagged.Load())
 	}
 }

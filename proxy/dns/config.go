@@ -1,6 +1,7 @@
 package dns
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -81,6 +82,12 @@ type Config struct {
 	// so (nil: always), so that one host pushes at a time.
 	Push   []Push
 	Leader func() bool
+	// Cluster, when set, reports every host's applied Raft index
+	// (consensus.Node.Status), and NodeID is this host's: WaitChallenge
+	// then also waits until every host that answers has applied the
+	// state this host answers a challenge from (see challenges.go).
+	Cluster func(ctx context.Context) (*pb.ClusterStatusResponse, error)
+	NodeID  string
 	// State returns the whole committed state and its revision, which
 	// Follow compiles.
 	State  func() ([]*pb.Object, uint64)

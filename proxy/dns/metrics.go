@@ -20,6 +20,7 @@ var (
 	descPushFailed = prometheus.NewDesc("teapot_lb_dns_push_failures_total", "Pushes of a --dns-push zone that failed (the primary refused or did not answer); retried with backoff.", []string{"zone"}, nil)
 	descPushActive = prometheus.NewDesc("teapot_lb_dns_push_active", "1 while this host pushes the --dns-push zone (it leads the cluster).", []string{"zone"}, nil)
 	descPushOK     = prometheus.NewDesc("teapot_lb_dns_push_last_success_timestamp_seconds", "When a push of the --dns-push zone last succeeded (0: never, on this host).", []string{"zone"}, nil)
+	descChalWaits  = prometheus.NewDesc("teapot_lb_dns_challenge_waits_total", "ACME DNS-01 records this host waited for every host to apply before the CA was told, by outcome: applied (every host that answers had), timed-out (some had not after the bound; the CA was told all the same).", []string{"outcome"}, nil)
 	descRevision   = prometheus.NewDesc("teapot_lb_dns_revision", "State revision of the DNS table (the zones' SOA serial without --dns-secondaries).", nil, nil)
 )
 
@@ -35,7 +36,7 @@ func (s *Server) Collectors() []prometheus.Collector {
 type collector struct{ s *Server }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descQueries, descResponses, descLimited, descOverBudget, descNames, descRevision, descTransfers, descNotifies, descSignatures, descUnsigned, descPushed, descPushFailed, descPushActive, descPushOK} {
+	for _, d := range []*prometheus.Desc{descQueries, descResponses, descLimited, descOverBudget, descNames, descRevision, descTransfers, descNotifies, descSignatures, descUnsigned, descPushed, descPushFailed, descPushActive, descPushOK, descChalWaits} {
 		ch <- d
 	}
 }
@@ -51,6 +52,10 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descLimited, prometheus.CounterValue, float64(st.Dropped.Load()), "dropped")
 	ch <- prometheus.MustNewConstMetric(descLimited, prometheus.CounterValue, float64(st.Slipped.Load()), "slipped")
 	ch <- prometheus.MustNewConstMetric(descOverBudget, prometheus.CounterValue, float64(st.OverBudget.Load()))
+	if c.s.cfg.Cluster != nil {
+		ch <- prometheus.MustNewConstMetric(descChalWaits, prometheus.CounterValue, float64(c.s.chalSpread.Load()), "applied")
+		ch <- prometheus.MustNewConstMetric(descChalWaits, prometheus.CounterValue, float64(c.s.chalLagged.Load()), "timed-out")
+	}
 	if x := c.s.xfr; x != nil {
 		inc := x.stats.Incremental.Load()
 		ch <- prometheus.MustNewConstMetric(descTransfers, prometheus.CounterValue, float64(x.stats.Transfers.Load()-inc), "full")

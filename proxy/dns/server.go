@@ -42,9 +42,13 @@ type Server struct {
 	push []*pusher
 	// sec signs the zones of --dns-dnssec (nil: none).
 	sec *signer
-	// chal: the ACME DNS-01 challenges in progress (SetChallenges).
-	chal  challenges
-	stats Stats
+	// chal: the ACME DNS-01 challenges in progress (SetChallenges);
+	// chalSpread and chalLagged count the waits for the other hosts that
+	// ended with every host caught up, or at ChallengeSpreadTimeout.
+	chal                   challenges
+	chalSpread, chalLagged atomic.Uint64
+	spreadTimeout          time.Duration // ChallengeSpreadTimeout
+	stats                  Stats
 }
 
 var _ Serving = (*Server)(nil)
