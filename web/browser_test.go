@@ -38,7 +38,9 @@ func TestTenantPagesInBrowser(t *testing.T) {
 	host := func(id string) *pb.HostObservation {
 		h := tenantBGP(id, 3)
 		h.Listeners = []*pb.ListenerObservation{{LoadBalancer: "acme/shop", Address: "192.0.2.200:80", Protocol: "http", Bound: true}}
-		h.DnsZones = []*pb.DNSZoneObservation{{Zone: "lb.acme.example.", Signed: true, KeyTag: 4711, Ds: "lb.acme.example. 3600 IN DS 4711 13 2 ABCDEF"}}
+		h.DnsZones = []*pb.DNSZoneObservation{{Zone: "lb.acme.example.", Signed: true, KeyTag: 4711, Ds: "lb.acme.example. 3600 IN DS 4711 13 2 ABCDEF",
+			// A key rollover: both DS shown.
+			NextKeyTag: 815, NextDs: "lb.acme.example. 3600 IN DS 815 13 2 FEDCBA"}}
 		return h
 	}
 	c := &netCluster{cluster: &cluster{
@@ -123,7 +125,8 @@ func TestTenantPagesInBrowser(t *testing.T) {
 	do(chromedp.Navigate(base + "/#/host/n1"))
 	wait("the host's DNS zones", `(() => {
 	  const t = document.getElementById("main").innerText;
-	  return t.includes("lb.acme.example.") && t.includes("3600 IN DS 4711 13 2 ABCDEF") && t.includes("4711") ? "" : t.slice(-400);
+	  return t.includes("lb.acme.example.") && t.includes("3600 IN DS 4711 13 2 ABCDEF") && t.includes("4711 and 815") &&
+	    t.includes("the new key's DS lb.acme.example. 3600 IN DS 815 13 2 FEDCBA") ? "" : t.slice(-400);
 	})()`)
 
 	// n2 stops answering.

@@ -25,12 +25,23 @@ type DNSZone struct {
 	DS     string `json:"ds,omitempty"`
 	// Error is why a signed zone has no key yet.
 	Error string `json:"error,omitempty"`
+	// During a key rollover: the new key, signing beside the current one,
+	// its DS and the earliest finish.
+	NextKeyTag  uint32     `json:"nextKeyTag,omitempty"`
+	NextDS      string     `json:"nextDs,omitempty"`
+	FinishAfter *time.Time `json:"finishAfter,omitempty"`
 }
 
 func dnsZones(h *pb.HostObservation) []DNSZone {
 	out := []DNSZone{}
 	for _, z := range h.GetDnsZones() {
-		out = append(out, DNSZone{Zone: clip(z.GetZone()), Signed: z.GetSigned(), KeyTag: z.GetKeyTag(), DS: clip(z.GetDs()), Error: clip(z.GetError())})
+		dz := DNSZone{Zone: clip(z.GetZone()), Signed: z.GetSigned(), KeyTag: z.GetKeyTag(), DS: clip(z.GetDs()), Error: clip(z.GetError()),
+			NextKeyTag: z.GetNextKeyTag(), NextDS: clip(z.GetNextDs())}
+		if fa := z.GetRolloverFinishAfter(); fa != nil {
+			t := fa.AsTime()
+			dz.FinishAfter = &t
+		}
+		out = append(out, dz)
 	}
 	return out
 }

@@ -134,7 +134,9 @@ function dnsZonesOf(info) {
   return `<h2>DNS zones <small>as the host reported ${info ? seen(info.observed) : "never"}</small></h2>` +
     table(["Zone", "DNSSEC", "Key tag", "DS to publish"], zs.map(z => [`<b>${esc(z.zone)}</b>`,
       !z.signed ? `<span class="muted">unsigned</span>` : z.ds ? badge("signed", "ok") : badge("no key", "bad") + (z.error ? `<div class="reason">${esc(z.error)}</div>` : ""),
-      z.keyTag ? esc(z.keyTag) : "—", z.ds ? `<code>${esc(z.ds)}</code>` : "—"]), "This host's DNS serves no zone.");
+      z.keyTag ? esc(z.keyTag) + (z.nextKeyTag ? ` and ${esc(z.nextKeyTag)}` : "") : "—",
+      (z.ds ? `<code>${esc(z.ds)}</code>` : "—") + (z.nextDs ? `<div class="reason">key rollover: both keys sign; the new key's DS <code>${esc(z.nextDs)}</code>` +
+        (z.finishAfter ? `, finish not before ${esc(z.finishAfter)}` : "") + `</div>` : "")]), "This host's DNS serves no zone.");
 }
 
 function setupTenant() {
