@@ -14,8 +14,8 @@ import (
 // event per UPDATE message, after gobgp took it in), so that a pass reads
 // only what changed and the prefix bound costs O(1) a route: gobgp's own
 // prefix limit counts the whole Adj-RIB-In on every UPDATE, which makes a
-// table sent one route a message cost the square of its size (a 100,000
-// route table would take the host's CPU for most of an hour).
+// table sent one route a message cost the square of its size (20,000
+// routes did not arrive in 90 s).
 type rib struct {
 	limit  int
 	routes map[netip.Prefix]netip.Addr

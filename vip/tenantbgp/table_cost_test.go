@@ -72,7 +72,9 @@ func TestRelayTableOneRouteAMessage(t *testing.T) {
 	}
 	used := cpuTime() - cpu
 	t.Logf("%d routes, one a message: installed after %s, %s of CPU (relay and speaker)", n, time.Since(start).Round(time.Millisecond), used.Round(time.Millisecond))
-	if used > 20*time.Second {
+	// The race detector costs several times the CPU; the deadline above
+	// holds (gobgp's own limit did not finish in it, with or without).
+	if used > 20*time.Second && !raceEnabled {
 		t.Errorf("%s of CPU for %d routes", used, n)
 	}
 }
