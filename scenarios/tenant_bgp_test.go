@@ -278,6 +278,10 @@ func TestTenantBGP(t *testing.T) {
 		}
 	})
 
+	t.Run("a hostile tenant's 100,000 prefixes are bounded and disturb no one else", func(t *testing.T) {
+		hostileSpeaker(t, l)
+	})
+
 	t.Run("a session over maxPrefixes is closed and its routes go", func(t *testing.T) {
 		must(os.WriteFile(conf, []byte(tenantBird(l.dir, l.lbs, maxPrefixes)), 0o644))
 		if _, err := node.Exec(t.Context(), "birdc", "-s", sock, "configure"); err != nil {

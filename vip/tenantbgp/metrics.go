@@ -11,6 +11,8 @@ var (
 		"Routes the tenant's speakers announce to this host: installed (result=accepted) or dropped (result=dropped).", []string{"tenant", "result"}, nil)
 	descLimits = prometheus.NewDesc("teapot_lb_tenant_bgp_prefix_limit_total",
 		"Sessions this host closed for announcing more than the tenant's bgp.maxPrefixes.", []string{"tenant"}, nil)
+	descJudge = prometheus.NewDesc("teapot_lb_tenant_bgp_judge_seconds_total",
+		"Time this host spent taking in and judging the routes the tenant's speakers announced.", []string{"tenant"}, nil)
 	descUpdateLimits = prometheus.NewDesc("teapot_lb_tenant_bgp_update_limit_total",
 		"Sessions this host closed for sending UPDATE messages faster than the tenant's bgp.maxUpdatesPerSecond.", []string{"tenant"}, nil)
 )
@@ -26,6 +28,7 @@ func (c relayCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descRoutes
 	ch <- descLimits
 	ch <- descUpdateLimits
+	ch <- descJudge
 }
 
 func (c relayCollector) Collect(ch chan<- prometheus.Metric) {
@@ -48,5 +51,6 @@ func (c relayCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descRoutes, prometheus.GaugeValue, float64(o.GetDroppedCount()), name, "dropped")
 		ch <- prometheus.MustNewConstMetric(descLimits, prometheus.CounterValue, float64(r.limits[name]), name)
 		ch <- prometheus.MustNewConstMetric(descUpdateLimits, prometheus.CounterValue, float64(r.rateLimits[name]), name)
+		ch <- prometheus.MustNewConstMetric(descJudge, prometheus.CounterValue, r.judgeTime[name].Seconds(), name)
 	}
 }

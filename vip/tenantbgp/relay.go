@@ -94,12 +94,31 @@ type Relay struct {
 	// limits counts the sessions closed for their prefix count, by
 	// tenant, and rateLimits those closed for their update rate.
 	limits, rateLimits map[string]uint64
+	// judgeTime is the time spent reading and judging each tenant's
+	// routes.
+	judgeTime map[string]time.Duration
+
+	// ribs mirror the sessions' routes from gobgp's events (rib.go),
+	// under dmu; ctx ends when the relay closes.
+	dmu  sync.Mutex
+	ribs map[netip.Addr]*rib
+	ctx  context.Context
 
 	// Owned by the loop.
 	peers      map[netip.Addr]string // configured peer -> fingerprint
 	states     map[netip.Addr]sessionState
 	limitSince map[netip.Addr]time.Time
-	dropped    map[string]bool // tenant prefix reason, as last reported
+	dropped    map[dropKey]bool // as last reported
+	// judged holds each session's routes as last read and judged, against
+	// judgedWorld and judgedHost (judged.go); lists are the tenants'
+	// lists the last install built, and retry says the kernel refused a
+	// route then.
+	judged      map[netip.Addr]*peerRoutes
+	judgedWorld *world
+	judgedHost  []netip.Addr
+	lastFull    time.Time
+	lists       map[string]*routeLists
+	retry       bool
 	// buckets bound each established session's UPDATE messages, and
 	// rateLimited holds the sessions closed for going over (rate.go).
 	buckets     map[netip.Addr]*updateBucket
@@ -126,7 +145,8 @@ func New(cfg Config) (*Relay, error) {
 	r := &Relay{cfg: cfg, log: cfg.Logger.With("component", "tenant-bgp"), kick: make(chan struct{}, 1), world: compile(nil),
 		obs: map[string]*pb.TenantBGPObservation{}, limits: map[string]uint64{}, rateLimits: map[string]uint64{},
 		peers: map[netip.Addr]string{}, states: map[netip.Addr]sessionState{},
-		limitSince: map[netip.Addr]time.Time{}, dropped: map[string]bool{},
+		limitSince: map[netip.Addr]time.Time{}, dropped: map[dropKey]bool{}, judgeTime: map[string]time.Duration{},
+		ribs: map[netip.Addr]*rib{}, judged: map[netip.Addr]*peerRoutes{},
 		buckets: map[netip.Addr]*updateBucket{}, rateLimited: map[netip.Addr]rateLimit{}}
 	if cfg.ASN == 0 {
 		return r, nil
@@ -145,7 +165,7 @@ func New(cfg Config) (*Relay, error) {
 	r.srv = server.NewBgpServer(server.LoggerOption(quietlog.New(r.log, slog.LevelWarn), level))
 	go r.srv.Serve()
 	ctx, cancel := context.WithCancel(context.Background())
-	r.stop = cancel
+	r.ctx, r.stop = ctx, cancel
 	fail := func(what string, err error) (*Relay, error) {
 		cancel()
 		r.srv.Stop()
@@ -164,8 +184,8 @@ func New(cfg Config) (*Relay, error) {
 		}
 	}
 	err := r.srv.WatchEvent(ctx, server.WatchEventMessageCallbacks{
-		OnPathUpdate: func([]*apiutil.Path, time.Time) { r.poke() },
-		OnPeerUpdate: func(*apiutil.WatchEventMessage_PeerEvent, time.Time) { r.poke() },
+		OnPathUpdate: func(ps []*apiutil.Path, _ time.Time) { r.onPaths(ps) },
+		OnPeerUpdate: func(e *apiutil.WatchEventMessage_PeerEvent, _ time.Time) { r.onPeer(e) },
 	}, server.WatchUpdate(false, "", ""), server.WatchPeer())
 	if err != nil {
 		return fail("watch the tenant BGP sessions", err)
@@ -207,11 +227,14 @@ func (r *Relay) Run(ctx context.Context) {
 		case <-r.kick:
 		case <-t.C:
 		}
+		start := time.Now()
 		r.pass(ctx)
+		// Passes take at most a third of a core however much the
+		// tenants' routes churn.
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(minGap):
+		case <-time.After(max(minGap, 2*time.Since(start))):
 		}
 	}
 }
@@ -227,7 +250,9 @@ func (r *Relay) Close() error {
 	return r.cfg.Routes.Close()
 }
 
-// pass converges once: sessions to the world's peers, then the routes.
+// pass converges once: sessions to the world's peers, then the routes
+// of the sessions that changed (judgeSessions), then the kernel's table
+// and the lists when any did (install).
 func (r *Relay) pass(ctx context.Context) {
 	r.mu.Lock()
 	w := r.world
@@ -235,68 +260,32 @@ func (r *Relay) pass(ctx context.Context) {
 	r.syncPeers(ctx, w)
 	now := time.Now()
 	r.readStates(ctx, w, now)
-	host := r.cfg.HostAddrs()
+	if r.judgeSessions(w, r.cfg.HostAddrs(), now) || r.retry {
+		r.retry = r.install(w)
+	}
 	obs := map[string]*pb.TenantBGPObservation{}
 	for name := range w.tenants {
-		obs[name] = &pb.TenantBGPObservation{Tenant: name}
+		o := &pb.TenantBGPObservation{Tenant: name}
+		if l := r.lists[name]; l != nil {
+			o.Accepted, o.AcceptedCount, o.Dropped, o.DroppedCount = l.accepted, l.nAccepted, l.dropped, l.nDropped
+		}
+		obs[name] = o
 	}
-	want := map[netip.Prefix]netip.Addr{}
-	from := map[netip.Prefix]*pb.TenantRoute{}
-	var drops []*pb.TenantRoute
 	for _, peer := range sortedAddrs(r.peers) {
-		tenant := w.peers[peer]
-		t := w.tenants[tenant]
 		st := r.states[peer]
 		sess := &pb.TenantBGPSession{Peer: peer.String(), State: st.state, Reason: st.reason}
 		if !st.since.IsZero() {
 			sess.Since = timestamppb.New(st.since)
 		}
-		o := obs[tenant]
-		for _, rt := range r.received(peer) {
-			sess.Received++
-			tr := &pb.TenantRoute{Prefix: rt.prefix.String(), NextHop: addrString(rt.nh), Peer: peer.String()}
-			if t == nil {
-				tr.Reason = ReasonUnknownPeer
-			} else {
-				tr.Reason = w.judge(t, rt.prefix, rt.nh, host)
-			}
-			if tr.Reason != "" {
-				drops = append(drops, tr)
-				o.Dropped = append(o.Dropped, tr)
-				continue
-			}
-			// Several speakers of the tenant announce one prefix: the
-			// lowest next hop carries it, on every host alike.
-			if cur, ok := want[rt.prefix]; !ok || rt.nh.Less(cur) {
-				want[rt.prefix] = rt.nh
-				from[rt.prefix] = tr
-			}
+		if pr := r.judged[peer]; pr != nil {
+			sess.Received = uint32(len(pr.routes))
 		}
-		o.Sessions = append(o.Sessions, sess)
-	}
-	failed := r.cfg.Routes.Set(want)
-	for p, tr := range from {
-		o := obs[tenantOfPeer(w, tr.Peer)]
-		if err := failed[p]; err != nil {
-			tr.Reason = ReasonInstallFailed + ": " + err.Error()
-			drops = append(drops, tr)
-			o.Dropped = append(o.Dropped, tr)
-			continue
-		}
-		o.Accepted = append(o.Accepted, tr)
+		obs[w.peers[peer]].Sessions = append(obs[w.peers[peer]].Sessions, sess)
 	}
 	for _, c := range w.conflicts {
 		obs[c.tenant].Sessions = append(obs[c.tenant].Sessions, &pb.TenantBGPSession{Peer: c.peer.String(), State: "refused",
 			Reason: fmt.Sprintf("%s is also a peer of tenant %s, which has the session", c.peer, c.owner)})
 	}
-	for _, o := range obs {
-		sortRoutes(o.Accepted)
-		sortRoutes(o.Dropped)
-		o.AcceptedCount, o.DroppedCount = uint32(len(o.Accepted)), uint32(len(o.Dropped))
-		o.Accepted = o.Accepted[:min(len(o.Accepted), maxListed)]
-		o.Dropped = o.Dropped[:min(len(o.Dropped), maxListed)]
-	}
-	r.reportDrops(w, drops)
 	r.mu.Lock()
 	r.obs = obs
 	r.mu.Unlock()
@@ -320,6 +309,9 @@ func (r *Relay) syncPeers(ctx context.Context, w *world) {
 			continue
 		}
 		delete(r.peers, a)
+		r.dmu.Lock()
+		delete(r.ribs, a)
+		r.dmu.Unlock()
 		delete(r.states, a)
 		delete(r.limitSince, a)
 		delete(r.buckets, a)
@@ -329,6 +321,9 @@ func (r *Relay) syncPeers(ctx context.Context, w *world) {
 		if _, ok := r.peers[a]; ok {
 			continue
 		}
+		r.dmu.Lock()
+		r.ribs[a] = newRIB(api.TenantBGPMaxPrefixes(w.tenants[w.peers[a]].bgp))
+		r.dmu.Unlock()
 		if err := r.srv.AddPeer(ctx, &gobgpapi.AddPeerRequest{Peer: p}); err != nil {
 			if ctx.Err() == nil {
 				r.log.Warn("cannot add a tenant BGP peer", "tenant", w.peers[a], "peer", a, "err", err)
@@ -366,21 +361,12 @@ func (r *Relay) readState(ctx context.Context, w *world, p *gobgpapi.Peer, now t
 	st := p.GetState()
 	state := strings.ToLower(strings.TrimPrefix(st.GetSessionState().String(), "SESSION_STATE_"))
 	reason := st.GetDisconnectMessage()
-	if st.GetAdminState() == gobgpapi.PeerState_ADMIN_STATE_PFX_CT {
-		state = "prefix-limit"
-		var limit uint32
-		for _, af := range p.GetAfiSafis() {
-			limit = max(limit, af.GetPrefixLimits().GetMaxPrefixes())
-		}
-		reason = fmt.Sprintf("announced more than maxPrefixes (%d); dialled again %s after it was closed", limit, r.cfg.LimitHold)
-		since, ok := r.limitSince[a]
-		if !ok {
-			r.limitSince[a] = now
+	r.overHeld(a, p)
+	if s, why, closedAt := r.prefixLimited(a, now); s != "" {
+		state, reason = s, why
+		if r.limitSince[a] != closedAt {
+			r.limitSince[a] = closedAt
 			r.limitEvent(a, reason)
-		} else if now.Sub(since) >= r.cfg.LimitHold {
-			if err := r.srv.EnablePeer(ctx, &gobgpapi.EnablePeerRequest{Address: a.String()}); err == nil {
-				delete(r.limitSince, a)
-			}
 		}
 	} else if s, why := r.checkRate(ctx, a, p, w.tenants[w.peers[a]], now); s != "" {
 		state, reason = s, why
@@ -392,38 +378,6 @@ func (r *Relay) readState(ctx context.Context, w *world, p *gobgpapi.Peer, now t
 	}
 	prev.state, prev.reason = state, reason
 	r.states[a] = prev
-}
-
-type learned struct {
-	prefix netip.Prefix
-	nh     netip.Addr
-}
-
-// received returns what peer announces now (its adj-RIB-in).
-func (r *Relay) received(peer netip.Addr) []learned {
-	fam := bgp.RF_IPv4_UC
-	if peer.Is6() {
-		fam = bgp.RF_IPv6_UC
-	}
-	var out []learned
-	err := r.srv.ListPath(apiutil.ListPathRequest{TableType: gobgpapi.TableType_TABLE_TYPE_ADJ_IN, Name: peer.String(), Family: fam},
-		func(nlri bgp.NLRI, paths []*apiutil.Path) {
-			p, ok := prefixOf(nlri)
-			if !ok {
-				return
-			}
-			for _, path := range paths {
-				if path.Withdrawal {
-					continue
-				}
-				out = append(out, learned{prefix: p, nh: nextHop(path)})
-				break
-			}
-		})
-	if err != nil {
-		return nil
-	}
-	return out
 }
 
 func prefixOf(n bgp.NLRI) (netip.Prefix, bool) {
@@ -453,41 +407,17 @@ func apiPeer(a netip.Addr, b *pb.TenantBGP, port uint16) *gobgpapi.Peer {
 		fam.Afi = gobgpapi.Family_AFI_IP6
 	}
 	return &gobgpapi.Peer{
-		Conf:      &gobgpapi.PeerConf{NeighborAddress: a.String(), PeerAsn: b.GetAsn(), AuthPassword: b.GetPassword()},
+		// Paths through this host's ASN are taken in like any other (the
+		// relay judges them; it sends nothing on): gobgp would otherwise
+		// keep them in the Adj-RIB-In without an event, out of the
+		// mirror's count (rib.go).
+		Conf:      &gobgpapi.PeerConf{NeighborAddress: a.String(), PeerAsn: b.GetAsn(), AuthPassword: b.GetPassword(), AllowOwnAsn: 255},
 		Timers:    &gobgpapi.Timers{Config: &gobgpapi.TimersConfig{ConnectRetry: connectRetry}},
 		Transport: &gobgpapi.Transport{RemotePort: uint32(port)},
 		AfiSafis: []*gobgpapi.AfiSafi{{
-			Config:       &gobgpapi.AfiSafiConfig{Family: fam, Enabled: true},
-			PrefixLimits: &gobgpapi.PrefixLimit{Family: fam, MaxPrefixes: api.TenantBGPMaxPrefixes(b)},
+			Config: &gobgpapi.AfiSafiConfig{Family: fam, Enabled: true},
 		}},
 	}
-}
-
-// reportDrops sends an event for each drop not reported in the previous
-// pass, at most maxEvents per tenant and pass, then one that counts the
-// rest.
-func (r *Relay) reportDrops(w *world, drops []*pb.TenantRoute) {
-	now := map[string]bool{}
-	sent, more := map[string]int{}, map[string]int{}
-	for _, d := range drops {
-		tenant := tenantOfPeer(w, d.Peer)
-		key := tenant + " " + d.Peer + " " + d.Prefix + " " + d.Reason
-		now[key] = true
-		if r.dropped[key] {
-			continue
-		}
-		if sent[tenant] >= maxEvents {
-			more[tenant]++
-			continue
-		}
-		sent[tenant]++
-		r.log.Warn("tenant route dropped", "tenant", tenant, "peer", d.Peer, "prefix", d.Prefix, "nextHop", d.NextHop, "reason", d.Reason)
-		r.event(tenant, fmt.Sprintf("route %s via %s from %s dropped: %s", d.Prefix, d.NextHop, d.Peer, d.Reason))
-	}
-	for tenant, n := range more {
-		r.event(tenant, fmt.Sprintf("%d more routes from the tenant's speakers dropped (explain tenant %s lists them)", n, tenant))
-	}
-	r.dropped = now
 }
 
 func (r *Relay) limitEvent(a netip.Addr, reason string) {
@@ -506,11 +436,6 @@ func (r *Relay) event(tenant, msg string) {
 	r.cfg.Events(&pb.Event{Type: observe.EventRouteDropped, Severity: observe.Warning, Tenant: tenant, Message: msg})
 }
 
-func tenantOfPeer(w *world, peer string) string {
-	a, _ := netip.ParseAddr(peer)
-	return w.peers[a]
-}
-
 func sortedAddrs[V any](m map[netip.Addr]V) []netip.Addr {
 	out := make([]netip.Addr, 0, len(m))
 	for a := range m {
@@ -518,12 +443,6 @@ func sortedAddrs[V any](m map[netip.Addr]V) []netip.Addr {
 	}
 	slices.SortFunc(out, func(a, b netip.Addr) int { return a.Compare(b) })
 	return out
-}
-
-func sortRoutes(rs []*pb.TenantRoute) {
-	slices.SortFunc(rs, func(a, b *pb.TenantRoute) int {
-		return strings.Compare(a.Prefix+" "+a.Peer, b.Prefix+" "+b.Peer)
-	})
 }
 
 func addrString(a netip.Addr) string {

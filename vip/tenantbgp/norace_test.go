@@ -1,0 +1,5 @@
+//go:build !race
+
+package tenantbgp
+
+const raceEnabled = false
