@@ -31,7 +31,9 @@ func scrape(n *node) (map[string][]sample, error) { return scrapeAddr(n.metricsA
 // scrapeAddr returns the samples of the /metrics served on addr by name;
 // dial, if not nil, opens the connection (from a lab host's namespace).
 func scrapeAddr(addr string, dial func(ctx context.Context, network, addr string) (net.Conn, error)) (map[string][]sample, error) {
-	cl := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: dial, DisableKeepAlives: true}}
+	// 20 s: a host of 5,000 load balancers under -race on a loaded 2-core
+	// machine took over 5 s to answer (Prometheus's own default is 10 s).
+	cl := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{DialContext: dial, DisableKeepAlives: true}}
 	resp, err := cl.Get("http://" + addr + "/metrics")
 	if err != nil {
 		return nil, err
