@@ -156,6 +156,12 @@ func (k *memKeys) Store(_ context.Context, key string, v []byte) error {
 	k.m[key] = v
 	return nil
 }
+func (k *memKeys) Delete(_ context.Context, key string) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	delete(k.m, key)
+	return nil
+}
 
 // bindConfig writes named.conf and the zone file for BIND on port.
 func bindConfig(dir string, port, names int) (string, error) {
