@@ -16,6 +16,12 @@ var (
 	rateRefusedDesc = prometheus.NewDesc("teapot_lb_rate_limited_total",
 		"Requests and connections refused over a rate limit on this host, by cause: limit (over the client's or the route's rate), full (a new client while the tenant's key table is full).",
 		[]string{"tenant", "cause"}, nil)
+	rateSharedDesc = prometheus.NewDesc("teapot_lb_rate_limit_shared_keys_total",
+		"Keys of the tenant's per-client and per-header rate limits this host sent to its peers (at most ratelimit.ShareCap, quotas.rateLimitKeys/160, each 50 ms).",
+		[]string{"tenant"}, nil)
+	rateUnsharedDesc = prometheus.NewDesc("teapot_lb_rate_limit_unshared_total",
+		"Arrivals of the tenant's hot rate-limit keys counted on this host alone, because the keys it may share each 50 ms were spent.",
+		[]string{"tenant"}, nil)
 )
 
 // edgeCollector exports the tenants' WAF and rate-limit counts.
@@ -31,6 +37,8 @@ func (c edgeCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- wafRequestsDesc
 	ch <- rateKeysDesc
 	ch <- rateRefusedDesc
+	ch <- rateSharedDesc
+	ch <- rateUnsharedDesc
 }
 
 func (c edgeCollector) Collect(ch chan<- prometheus.Metric) {
@@ -49,6 +57,8 @@ func (c edgeCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(rateKeysDesc, prometheus.GaugeValue, float64(s.Keys), t)
 		ch <- prometheus.MustNewConstMetric(rateRefusedDesc, prometheus.CounterValue, float64(s.Refused-s.Full), t, "limit")
 		ch <- prometheus.MustNewConstMetric(rateRefusedDesc, prometheus.CounterValue, float64(s.Full), t, "full")
+		ch <- prometheus.MustNewConstMetric(rateSharedDesc, prometheus.CounterValue, float64(s.Shared), t)
+		ch <- prometheus.MustNewConstMetric(rateUnsharedDesc, prometheus.CounterValue, float64(s.Unshared), t)
 		return true
 	})
 }
