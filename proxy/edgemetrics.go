@@ -10,6 +10,12 @@ var (
 	wafRequestsDesc = prometheus.NewDesc("teapot_lb_waf_requests_total",
 		"Requests to routes with a WAF on this host, by verdict: passed, blocked (403, block mode), detected (rejected by the rules and served, detect mode), over-budget (429: the tenant's quotas.wafCpuMillicores spent, not inspected).",
 		[]string{"tenant", "verdict"}, nil)
+	wafBuildsDesc = prometheus.NewDesc("teapot_lb_waf_rule_builds_total",
+		"Engines of the tenant's own WAF rules (routes[].waf.rules) on this host: built, and deferred (the tenant's quotas.wafCpuMillicores could not pay for the build when its snapshot was compiled: built later, its routes answering 503 meanwhile).",
+		[]string{"tenant", "outcome"}, nil)
+	wafBuildCPUDesc = prometheus.NewDesc("teapot_lb_waf_build_cpu_seconds_total",
+		"CPU time the builds of the tenant's WAF engines (its own rules, and a Core Rule Set's first load in the process) were charged to its quotas.wafCpuMillicores on this host.",
+		[]string{"tenant"}, nil)
 	rateKeysDesc = prometheus.NewDesc("teapot_lb_rate_limit_keys",
 		"Client keys the tenant's rate limits track on this host now (bounded by quotas.rateLimitKeys).",
 		[]string{"tenant"}, nil)
@@ -35,6 +41,8 @@ var _ prometheus.Collector = edgeCollector{}
 
 func (c edgeCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- wafRequestsDesc
+	ch <- wafBuildsDesc
+	ch <- wafBuildCPUDesc
 	ch <- rateKeysDesc
 	ch <- rateRefusedDesc
 	ch <- rateSharedDesc
@@ -50,6 +58,9 @@ func (c edgeCollector) Collect(ch chan<- prometheus.Metric) {
 		} {
 			ch <- prometheus.MustNewConstMetric(wafRequestsDesc, prometheus.CounterValue, float64(max(n, 0)), t, verdict)
 		}
+		ch <- prometheus.MustNewConstMetric(wafBuildsDesc, prometheus.CounterValue, float64(b.built.Load()), t, "built")
+		ch <- prometheus.MustNewConstMetric(wafBuildsDesc, prometheus.CounterValue, float64(b.deferred.Load()), t, "deferred")
+		ch <- prometheus.MustNewConstMetric(wafBuildCPUDesc, prometheus.CounterValue, float64(b.buildCPU.Load())/1e9, t)
 		return true
 	})
 	c.p.rateTables.Range(func(k, v any) bool {
