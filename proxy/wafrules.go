@@ -43,10 +43,19 @@ type ruleEngine struct {
 // tenant that churns its rules therefore spends its own budget (its
 // inspections get 429) and waits for its own builds; the compile that
 // serves every tenant makes no more of its builds than its budget pays
-// for. The Core Rule Set of a paranoia level is built once per process
+// for. A deferred build that waited wafBuildWait is made and charged
+// anyway (its tenant's inspections kept the budget spent), so a tenant's
+// builds cost at most its budget, or one build a wafBuildWait when a
+// build costs more than that much of its budget. The Core Rule Set of a paranoia level is built once per process
 // (waf.Get, at most four) and charged to the tenant whose route first
 // asks for it.
-const wafBuildReserve = int64(time.Millisecond)
+const (
+	wafBuildReserve = int64(time.Millisecond)
+	// wafBuildWait bounds how long a deferred build waits for the
+	// budget before it is charged anyway, so that a tenant whose
+	// inspections keep its budget spent still gets its rules.
+	wafBuildWait = time.Second
+)
 
 // listenerRules are the lists of rules a listener snapshot holds the
 // engines of.
@@ -156,8 +165,15 @@ func (b *wafBudget) buildLater() {
 		re := b.buildQueue[0]
 		b.rulesMu.Unlock()
 		est := b.buildEstimate()
-		for now := regexNow(); !b.reserve(now, est); now = regexNow() {
-			time.Sleep(max(time.Millisecond, b.waitFor(now, est)))
+		// The tenant's inspections take from the same budget: a build
+		// that waited wafBuildWait takes its share anyway (the budget
+		// overdrawn, the inspections get 429 until it is paid back).
+		for now, until := regexNow(), regexNow()+int64(wafBuildWait); !b.reserve(now, est); now = regexNow() {
+			if now >= until {
+				b.force(now, est)
+				break
+			}
+			time.Sleep(min(max(time.Millisecond, b.waitFor(now, est)), time.Duration(until-now)))
 		}
 		e, err := b.build(re.list, est)
 		if err != nil {
