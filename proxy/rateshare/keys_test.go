@@ -169,7 +169,7 @@ func TestKeyFloodExchangeBounded(t *testing.T) {
 		maxKeys = 8000 // ShareCap 50 a drain
 		values  = 1_000_000
 	)
-	const capKeys = maxKeys / 160 // the documented bound: 2,500 keys a second at the default 20,000
+	const capKeys = maxKeys / 160                                                                // the documented bound: 2,500 keys a second at the default 20,000
 	src, lim, sh := twoHosts(t, maxKeys, ratelimit.Spec{Rate: 1, Burst: 1, Header: "X-Api-Key"}) // shareThreshold 1: every arrival is hot
 	buf := make([]byte, 0, 32)
 	admitted := 0
