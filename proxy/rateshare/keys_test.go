@@ -169,8 +169,11 @@ func TestKeyFloodExchangeBounded(t *testing.T) {
 		maxKeys = 8000 // ShareCap 50 a drain
 		values  = 1_000_000
 	)
-	const capKeys = maxKeys / 160                                                                // the documented bound: 2,500 keys a second at the default 20,000
-	src, lim, sh := twoHosts(t, maxKeys, ratelimit.Spec{Rate: 1, Burst: 1, Header: "X-Api-Key"}) // shareThreshold 1: every arrival is hot
+	// The documented bound: rateLimitKeys/160 a drain (2,500 keys a
+	// second at the default 20,000).
+	const capKeys = maxKeys / 160
+	// shareThreshold 1: every arrival is hot.
+	src, lim, sh := twoHosts(t, maxKeys, ratelimit.Spec{Rate: 1, Burst: 1, Header: "X-Api-Key"})
 	buf := make([]byte, 0, 32)
 	admitted := 0
 	for i := range values {
