@@ -45,8 +45,18 @@ func rateShareKey(caKeyPEM []byte) []byte {
 	return mac.Sum(nil)
 }
 
-// openRateShare starts sharing px's total rate limit counts with the
-// other hosts. A host that cannot bind the port counts alone (logged).
+// rateHashKey derives the key header values of per-header rate limits
+// are hashed under, the same on every host, so that a value's key matches
+// across hosts.
+func rateHashKey(caKeyPEM []byte) [16]byte {
+	mac := hmac.New(sha256.New, caKeyPEM)
+	mac.Write([]byte("teapot-lb rate-limit header hash v1"))
+	return [16]byte(mac.Sum(nil))
+}
+
+// openRateShare starts sharing px's rate limit counts with the other
+// hosts: its total limits', and its per-client and per-header limits'
+// hot keys. A host that cannot bind the port counts alone (logged).
 func openRateShare(ctx context.Context, hb string, caKeyPEM []byte, px *proxy.Proxy, log *slog.Logger, stack *closers) *rateshare.Sharer {
 	if hb == "" {
 		return nil // no VIP manager: no peers serve this host's VIPs
@@ -56,6 +66,7 @@ func openRateShare(ctx context.Context, hb string, caKeyPEM []byte, px *proxy.Pr
 		var s *rateshare.Sharer
 		if s, err = rateshare.New(rateshare.Config{Addr: addr.String(), Key: rateShareKey(caKeyPEM), Source: px, Logger: log}); err == nil {
 			stack.Push(s.Close)
+			px.ShareRateKeys(rateHashKey(caKeyPEM))
 			go s.Run(ctx)
 			return s
 		}

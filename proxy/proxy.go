@@ -157,6 +157,9 @@ type Proxy struct {
 	regexBudgets sync.Map
 	// rateTables: tenant name -> *ratelimit.Table (ratelimits.go).
 	rateTables sync.Map
+	// rateShareKey is set once the host shares its rate-limit keys with
+	// its peers (ShareRateKeys): the header values' hash key.
+	rateShareKey atomic.Pointer[[16]byte]
 	// wafBudgets: tenant name -> *wafBudget (wafroute.go).
 	wafBudgets sync.Map
 	hostConns  atomic.Int64

@@ -35,7 +35,15 @@ func (p *Proxy) rateTable(tenant string, keys int) *ratelimit.Table {
 		v, _ = p.rateTables.LoadOrStore(tenant, ratelimit.NewTable(keys))
 	}
 	t := v.(*ratelimit.Table)
+	if !ok {
+		if k := p.rateShareKey.Load(); k != nil {
+			t.SetHashKey(*k)
+		}
+	}
 	t.SetMax(keys)
+	if p.rateShareKey.Load() != nil {
+		t.SetShareCap(ratelimit.ShareCap(keys))
+	}
 	return t
 }
 
@@ -190,4 +198,38 @@ func (p *Proxy) DebitSharedRate(tenant, id string, n int64) {
 	if v, ok := p.rateTables.Load(tenant); ok {
 		v.(*ratelimit.Table).Debit(id, n, ratelimit.Now())
 	}
+}
+
+// DrainSharedKeys calls f with each hot key of the tenants' per-client
+// and per-header limits on this host and the arrivals it admitted since
+// it was last shared, at most ratelimit.ShareCap keys a tenant (package
+// rateshare).
+func (p *Proxy) DrainSharedKeys(f func(tenant, id string, k ratelimit.SharedKey, n uint32)) {
+	p.rateTables.Range(func(k, v any) bool {
+		tenant := k.(string)
+		v.(*ratelimit.Table).DrainKeys(func(id string, k ratelimit.SharedKey, n uint32) { f(tenant, id, k, n) })
+		return true
+	})
+}
+
+// DebitSharedKey counts n arrivals another host admitted for key k of the
+// tenant's per-client or per-header limit id against this host's.
+func (p *Proxy) DebitSharedKey(tenant, id string, k ratelimit.SharedKey, n int64) {
+	if v, ok := p.rateTables.Load(tenant); ok {
+		v.(*ratelimit.Table).DebitKey(id, k, n, ratelimit.Now())
+	}
+}
+
+// ShareRateKeys makes this host share the hot keys of its tenants'
+// per-client and per-header limits (a rateshare.Sharer drains them),
+// with header values hashed under key, which every host of the cluster
+// has, so that their keys match.
+func (p *Proxy) ShareRateKeys(key [16]byte) {
+	p.rateShareKey.Store(&key)
+	p.rateTables.Range(func(_, v any) bool {
+		t := v.(*ratelimit.Table)
+		t.SetHashKey(key)
+		t.SetShareCap(ratelimit.ShareCap(t.Stats().Max))
+		return true
+	})
 }

@@ -71,6 +71,23 @@ func (b *regexBudget) reserve(now, cpu int64) bool {
 	}
 }
 
+// waitFor is how long from now until reserve(_, cpu) can succeed, if
+// nothing else takes from the budget.
+func (b *regexBudget) waitFor(now, cpu int64) time.Duration {
+	return time.Duration(b.tat.Load() + b.scale(cpu) - int64(regexBurst) - now)
+}
+
+// force takes cpu from the budget at now, whatever is left of it.
+func (b *regexBudget) force(now, cpu int64) {
+	d := b.scale(cpu)
+	for {
+		t := b.tat.Load()
+		if b.tat.CompareAndSwap(t, max(t, now)+d) {
+			return
+		}
+	}
+}
+
 // settle charges used instead of the reserved.
 func (b *regexBudget) settle(reserved, used int64) {
 	b.tat.Add(b.scale(used) - b.scale(reserved))

@@ -23,6 +23,14 @@ type wafBudget struct {
 	// (wafrules.go).
 	rulesMu     sync.Mutex
 	ruleEngines map[string]*ruleEngine
+	// buildQueue: the engines waiting for the budget, built in turn by
+	// one goroutine while building (wafrules.go).
+	buildQueue []*ruleEngine
+	building   bool
+	// built and deferred count the engines built and those that waited
+	// for the budget; buildCPU the CPU time the builds were charged;
+	// lastBuild the last one's (what the next reserves).
+	built, deferred, buildCPU, lastBuild atomic.Int64
 }
 
 // wafReserve is what an inspection reserves before it runs: about what
@@ -40,6 +48,11 @@ type WAFStats struct {
 	// CPU is the CPU time the inspections were charged (the Core Rule
 	// Set's and the tenant's own rules').
 	CPU time.Duration
+	// Built counts the engines of the tenant's own rules built, Deferred
+	// those that waited for its budget (wafrules.go), BuildCPU the CPU
+	// time the builds (and a Core Rule Set's first load) were charged.
+	Built, Deferred int64
+	BuildCPU        time.Duration
 }
 
 func (p *Proxy) wafBudget(tenant string, millicores int) *wafBudget {
@@ -62,23 +75,35 @@ func (p *Proxy) WAFStats(tenant string) WAFStats {
 		return WAFStats{}
 	}
 	b := v.(*wafBudget)
-	return WAFStats{Inspected: b.inspected.Load(), Blocked: b.blocked.Load(), Detected: b.detected.Load(), Refused: b.refused.Load(), CPU: time.Duration(b.cpu.Load())}
+	return WAFStats{Inspected: b.inspected.Load(), Blocked: b.blocked.Load(), Detected: b.detected.Load(), Refused: b.refused.Load(), CPU: time.Duration(b.cpu.Load()),
+		Built: b.built.Load(), Deferred: b.deferred.Load(), BuildCPU: time.Duration(b.buildCPU.Load())}
 }
 
 // wafInspect returns the Inspect of a route with a WAF: the shared engine
 // of its spec, run within the tenant's WAF CPU budget.
 func (p *Proxy) wafInspect(ls *ListenerSnapshot, sr *snapshot.Route) func(*http.Request, []byte, netip.AddrPort, netip.AddrPort) (http.Handler, int, string) {
-	e, err := waf.Get(sr.WAF.Paranoia)
+	b := p.wafBudget(ls.Tenant, ls.Limits.WAFCPUMillicores)
+	var e *waf.Engine
+	var err error
+	if waf.Built(sr.WAF.Paranoia) {
+		e, err = waf.Get(sr.WAF.Paranoia)
+	} else {
+		// The Core Rule Set's first load at this level in the process
+		// (170 ms): charged to the tenant that asks for it.
+		used := int64(cpubudget.Measure(func() { e, err = waf.Get(sr.WAF.Paranoia) }))
+		b.settle(0, used)
+		b.buildCPU.Add(used)
+	}
 	if err != nil {
 		p.log.Error("WAF rule set not built; the route answers 503", "lb", ls.LB, "error", err)
 		return wafNotReady
 	}
-	b := p.wafBudget(ls.Tenant, ls.Limits.WAFCPUMillicores)
-	var own *waf.Engine
+	var re *ruleEngine
 	if sr.WAF.Rules != "" {
 		// Built with the listener snapshot (acquireRules), once per
-		// distinct list of the tenant's; never per request.
-		if own = b.ruleEngine(sr.WAF.Rules); own == nil {
+		// distinct list of the tenant's, or later when the tenant's
+		// budget could not pay for it then; never per request.
+		if re = b.ruleEngine(sr.WAF.Rules); re == nil {
 			return wafRulesNotReady
 		}
 	}
@@ -86,6 +111,15 @@ func (p *Proxy) wafInspect(ls *ListenerSnapshot, sr *snapshot.Route) func(*http.
 	log := p.log
 	var last atomic.Int64 // ns of CPU the route's last inspection took
 	return func(r *http.Request, body []byte, client, local netip.AddrPort) (http.Handler, int, string) {
+		var own *waf.Engine
+		if re != nil {
+			if own = re.e.Load(); own == nil {
+				if re.failed.Load() {
+					return wafRulesUnavailable, http.StatusServiceUnavailable, ""
+				}
+				return wafRulesBuilding, http.StatusServiceUnavailable, ""
+			}
+		}
 		start := regexNow()
 		reserve := wafReserve
 		if own != nil {

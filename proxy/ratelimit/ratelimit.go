@@ -6,7 +6,7 @@
 // keyed per client keeps one arrival time per client address (IPv6
 // clients per /64, the smallest block a client is given) in its tenant's
 // Table, one keyed by a request header one per value (AllowKey: the
-// value's 64-bit hash under the table's random seed, so a key costs the
+// value's 64-bit SipHash under the cluster's key, so a key costs the
 // same whatever the value's length and a client cannot choose values
 // that collide); a limit for all clients together keeps one in itself.
 //
@@ -23,16 +23,15 @@
 // refused (Stats.Full). Tables are per tenant: a flood costs the
 // flooded tenant's keys, never another tenant's.
 //
-// Keys are this host's: with several hosts serving one VIP (BGP ECMP),
-// each sees the clients the routers send it, so a per-client limit holds
-// per client as long as the routers keep a client's flows on one host
-// (ECMP hashing the 5-tuple may send a client's connections to several
-// hosts, and it gets up to the limit from each). Total limits are shared
-// with the other hosts (share.go), so they hold across them.
+// Limits are shared with the other hosts serving the same VIPs (share.go):
+// total limits always, the keys of per-client and per-header limits once
+// they are hot, up to a bound per tenant (ShareCap), so that a client
+// whose flows ECMP spreads over several hosts gets its limit, not the
+// limit from each host.
 package ratelimit
 
 import (
-	"hash/maphash"
+	"crypto/rand"
 	"net/netip"
 	"slices"
 	"sort"
@@ -63,10 +62,10 @@ type key struct {
 type Table struct {
 	max atomic.Int64
 
-	seed maphash.Seed
+	hash atomic.Pointer[sipKey]
 
 	mu        sync.Mutex
-	keys      map[key]int64
+	keys      map[key]slot
 	limiters  map[string]*Limiter
 	lastSweep int64
 	owed      []float64 // the sweep's scratch
@@ -75,12 +74,30 @@ type Table struct {
 	// grow past what the bound's keys need, so it is made anew.
 	churn int64
 
-	full, refused, evicted atomic.Int64
+	// shareCap bounds the keys shared per drain (0: none, the host has
+	// no peers); hot holds those to share at the next DrainKeys.
+	shareCap int
+	hot      []key
+
+	full, refused, evicted   atomic.Int64
+	shared, unshared, debits atomic.Int64
+}
+
+// slot is a key's state: its theoretical arrival time, and the arrivals
+// admitted here since it was last shared (queued: it is in the table's
+// hot list).
+type slot struct {
+	tat     int64
+	pending uint32
+	queued  bool
 }
 
 // NewTable returns a table that holds at most max keys.
 func NewTable(max int) *Table {
-	t := &Table{keys: map[key]int64{}, limiters: map[string]*Limiter{}, lastSweep: -int64(sweepEvery), seed: maphash.MakeSeed()}
+	t := &Table{keys: map[key]slot{}, limiters: map[string]*Limiter{}, lastSweep: -int64(sweepEvery)}
+	var k [16]byte
+	_, _ = rand.Read(k[:])
+	t.SetHashKey(k)
 	t.SetMax(max)
 	return t
 }
@@ -97,6 +114,10 @@ type Stats struct {
 	// refused because the table had no room for a new key; Evicted the
 	// live keys dropped to make room (expired ones are not counted).
 	Refused, Full, Evicted int64
+	// Shared counts the keys sent to the other hosts (DrainKeys);
+	// Unshared the arrivals of hot keys counted here alone because the
+	// drain's ShareCap was spent; Debits the other hosts' counts taken.
+	Shared, Unshared, Debits int64
 }
 
 // Stats returns the table's counts.
@@ -104,7 +125,8 @@ func (t *Table) Stats() Stats {
 	t.mu.Lock()
 	n := len(t.keys)
 	t.mu.Unlock()
-	return Stats{Keys: n, Max: int(t.max.Load()), Refused: t.refused.Load(), Full: t.full.Load(), Evicted: t.evicted.Load()}
+	return Stats{Keys: n, Max: int(t.max.Load()), Refused: t.refused.Load(), Full: t.full.Load(), Evicted: t.evicted.Load(),
+		Shared: t.shared.Load(), Unshared: t.unshared.Load(), Debits: t.debits.Load()}
 }
 
 // Spec is one limit: Rate events per second, Burst of them at once, per
@@ -127,9 +149,12 @@ type Limiter struct {
 	spec     Spec
 	interval int64 // ns per event
 	tau      int64 // the burst's tolerance: (Burst-1)*interval
-	refs     int
-	retired  atomic.Bool
-	tat      atomic.Int64 // Total limits
+	// shareAt is the arrivals a key admits here before it is hot and
+	// shared (shareThreshold).
+	shareAt uint32
+	refs    int
+	retired atomic.Bool
+	tat     atomic.Int64 // Total limits
 	// admitted counts a Total limit's arrivals admitted since the last
 	// Drain, for the host's peers (share.go).
 	admitted atomic.Int64
@@ -156,7 +181,7 @@ func (t *Table) Acquire(id string, s Spec) *Limiter {
 		s.Burst = s.Rate
 	}
 	interval := int64(time.Second) / int64(s.Rate)
-	l := &Limiter{t: t, id: id, spec: s, interval: interval, tau: int64(s.Burst-1) * interval, refs: 1}
+	l := &Limiter{t: t, id: id, spec: s, interval: interval, tau: int64(s.Burst-1) * interval, shareAt: shareThreshold(s.Burst), refs: 1}
 	l.tat.Store(-1 << 62)
 	t.limiters[id] = l
 	return l
@@ -226,7 +251,7 @@ func (l *Limiter) AllowKey(v string, now int64) Verdict {
 	if l.spec.Total {
 		return l.Allow(netip.Addr{}, now)
 	}
-	return l.allow(key{lim: l, hash: maphash.String(l.t.seed, v) | 1}, now)
+	return l.allow(key{lim: l, hash: l.t.hash.Load().sum64(v) | 1}, now)
 }
 
 func (l *Limiter) allow(k key, now int64) Verdict {
@@ -234,7 +259,7 @@ func (l *Limiter) allow(k key, now int64) Verdict {
 	t.mu.Lock()
 	old, had := t.keys[k]
 	if !had {
-		old = -1 << 62
+		old.tat = -1 << 62
 		if int64(len(t.keys)) >= t.max.Load() && !t.makeRoom(now) {
 			t.mu.Unlock()
 			t.full.Add(1)
@@ -242,9 +267,13 @@ func (l *Limiter) allow(k key, now int64) Verdict {
 			return Verdict{RetryAfter: time.Second, Reset: time.Second}
 		}
 	}
-	v, tat := l.gcra(old, now)
+	v, tat := l.gcra(old.tat, now)
 	if v.OK {
-		t.keys[k] = tat
+		old.tat = tat
+		if t.shareCap > 0 {
+			t.queue(k, &old)
+		}
+		t.keys[k] = old
 	}
 	t.mu.Unlock()
 	if !v.OK {
@@ -275,8 +304,8 @@ func (t *Table) makeRoom(now int64) bool {
 	if now-t.lastSweep >= int64(sweepEvery) {
 		t.lastSweep = now
 		n := len(t.keys)
-		for k, tat := range t.keys {
-			if tat <= now || k.lim.retired.Load() {
+		for k, s := range t.keys {
+			if s.tat <= now && !s.queued || k.lim.retired.Load() {
 				delete(t.keys, k)
 			}
 		}
@@ -284,9 +313,9 @@ func (t *Table) makeRoom(now int64) bool {
 			t.evict(int(over), now)
 		}
 		if t.churn += int64(n - len(t.keys)); t.churn > 2*max {
-			fresh := make(map[key]int64, len(t.keys))
-			for k, tat := range t.keys {
-				fresh[k] = tat
+			fresh := make(map[key]slot, len(t.keys))
+			for k, s := range t.keys {
+				fresh[k] = s
 			}
 			t.keys, t.churn = fresh, 0
 		}
@@ -303,14 +332,14 @@ func (t *Table) evict(n int, now int64) {
 		return float64(tat-now) / float64(k.lim.tau+k.lim.interval)
 	}
 	t.owed = t.owed[:0]
-	for k, tat := range t.keys {
-		t.owed = append(t.owed, owed(k, tat))
+	for k, s := range t.keys {
+		t.owed = append(t.owed, owed(k, s.tat))
 	}
 	slices.Sort(t.owed)
 	cut := t.owed[n-1]
 	ties := n - sort.SearchFloat64s(t.owed[:n], cut) // keys owing cut to drop
-	for k, tat := range t.keys {
-		if o := owed(k, tat); o < cut || o == cut && ties > 0 {
+	for k, s := range t.keys {
+		if o := owed(k, s.tat); o < cut || o == cut && ties > 0 {
 			if o == cut {
 				ties--
 			}

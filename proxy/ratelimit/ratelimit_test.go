@@ -139,6 +139,17 @@ func TestAllowAllocatesNothingForAKnownClient(t *testing.T) {
 	if n := testing.AllocsPerRun(1000, func() { l.Allow(a, Now()) }); n != 0 {
 		t.Fatalf("%v allocations", n)
 	}
+	// Shared with peers: the key queued, drained, queued again.
+	tb.SetShareCap(16)
+	if n := testing.AllocsPerRun(1000, func() {
+		l.Allow(a, Now())
+		l.AllowKey("alpha", Now())
+		if l.Allow(b, Now()); len(tb.hot) == 3 {
+			tb.DrainKeys(func(string, SharedKey, uint32) {})
+		}
+	}); n != 0 {
+		t.Fatalf("%v allocations sharing", n)
+	}
 }
 
 // Header values are keys of their own, whatever their length; a Total
@@ -313,5 +324,95 @@ func TestEvictionAcrossRates(t *testing.T) {
 	}
 	if passed > 61 {
 		t.Fatalf("the fast key got %d after the flood: forgiven", passed)
+	}
+}
+
+// A per-client key is shared once hot (its limit's shareThreshold
+// arrivals), drained once, and debited on the other host against the same
+// key; a header value's key is the same on two tables under one hash key.
+// The hot list holds at most the share cap, the rest count as unshared.
+func TestDrainAndDebitKeys(t *testing.T) {
+	t.Parallel()
+	var hosts [2]*Table
+	var lims [2]*Limiter
+	for i := range hosts {
+		hosts[i] = NewTable(100)
+		hosts[i].SetHashKey([16]byte{9})
+		hosts[i].SetShareCap(2)
+		lims[i] = hosts[i].Acquire("lb routes[0]", Spec{Rate: 10, Burst: 8, Header: "X-Api-Key"}) // hot at 2
+	}
+	now := int64(time.Hour)
+	type got struct {
+		id string
+		k  SharedKey
+		n  uint32
+	}
+	drain := func(tb *Table) []got {
+		var g []got
+		tb.DrainKeys(func(id string, k SharedKey, n uint32) { g = append(g, got{id, k, n}) })
+		return g
+	}
+	lims[0].Allow(a, now)
+	if g := drain(hosts[0]); len(g) != 0 {
+		t.Fatalf("a key of one arrival was shared: %v", g)
+	}
+	lims[0].Allow(a, now)
+	lims[0].Allow(a, now)
+	lims[0].AllowKey("secret", now)
+	lims[0].AllowKey("secret", now)
+	lims[0].Allow(b, now)
+	lims[0].Allow(b, now) // hot, but the list holds 2
+	g := drain(hosts[0])
+	if len(g) != 2 || g[0].n != 3 || g[0].k.Addr != a.As16() || g[1].n != 2 || g[1].k.Hash&1 != 1 {
+		t.Fatalf("drained %+v, want a's 3 and the value's 2", g)
+	}
+	if st := hosts[0].Stats(); st.Shared != 2 || st.Unshared != 1 {
+		t.Fatalf("stats %+v, want 2 shared and 1 unshared", st)
+	}
+	if g := drain(hosts[0]); len(g) != 0 {
+		t.Fatalf("drained again: %+v", g)
+	}
+	for _, e := range g {
+		hosts[1].DebitKey(e.id, e.k, int64(e.n), now)
+	}
+	// Of a burst of 8, the other host had 3 of a and 2 of the value.
+	count := func(f func() bool) int {
+		n := 0
+		for f() {
+			n++
+		}
+		return n
+	}
+	if n := count(func() bool { return lims[1].Allow(a, now).OK }); n != 5 {
+		t.Fatalf("a got %d on the second host, want 5", n)
+	}
+	if n := count(func() bool { return lims[1].AllowKey("secret", now).OK }); n != 6 {
+		t.Fatalf("the value got %d on the second host, want 6", n)
+	}
+	// Debits do not make the debited key hot again, and one of another
+	// limit, a total, or a malformed key is ignored.
+	if g := drain(hosts[1]); len(g) != 2 {
+		t.Fatalf("the second host's own arrivals: %+v", g)
+	}
+	hosts[1].DebitKey("gone", SharedKey{Addr: b.As16()}, 5, now)
+	hosts[1].DebitKey("lb routes[0]", SharedKey{Addr: b.As16(), Hash: 3}, 5, now)
+	hosts[1].DebitKey("lb routes[0]", SharedKey{Hash: 4}, 5, now)
+	if st := hosts[1].Stats(); st.Debits != 2 || st.Keys != 2 {
+		t.Fatalf("stats %+v, want the 2 good debits and 2 keys", st)
+	}
+}
+
+// Without a share cap (a host with no peers), nothing is queued.
+func TestNoShareCapNothingQueued(t *testing.T) {
+	t.Parallel()
+	tb := NewTable(100)
+	l := tb.Acquire("x", Spec{Rate: 1, Burst: 1})
+	for i := range 50 {
+		l.Allow(netip.AddrFrom4([4]byte{192, 0, 2, byte(i)}), int64(time.Hour))
+	}
+	n := 0
+	tb.DrainKeys(func(string, SharedKey, uint32) { n++ })
+	if st := tb.Stats(); n != 0 || st.Unshared != 0 {
+		t.Fatalf("%d drained, stats %+v", n, st)
 	}
 }

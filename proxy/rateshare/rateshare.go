@@ -1,12 +1,14 @@
-// Package rateshare sends each LB host's counts of its total rate limits
-// to the other hosts, and counts theirs against its own, so that a limit
-// holds across the hosts that serve one VIP by ECMP (the error bound is
-// in package ratelimit's share.go). It needs no store: every interval a
+// Package rateshare sends each LB host's counts of its total rate limits,
+// and of the hot keys of its per-client and per-header limits (a bounded
+// number a tenant), to the other hosts, and counts theirs against its
+// own, so that a limit holds across the hosts that serve one VIP by ECMP
+// (the error bounds are in package ratelimit's share.go). It needs no store: every interval a
 // host sends one datagram (or a few, when its counts do not fit) to each
 // peer over UDP, authenticated with HMAC-SHA256 under the cluster's key.
 package rateshare
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
@@ -15,9 +17,13 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/teapot-lb/teapot-lb/proxy/ratelimit"
 )
 
 // DefaultInterval is how often a host sends its counts.
@@ -30,6 +36,11 @@ type Source interface {
 	DrainSharedRates(f func(tenant, id string, n int64))
 	// DebitSharedRate counts a peer's arrivals against the same limit.
 	DebitSharedRate(tenant, id string, n int64)
+	// DrainSharedKeys calls f with each hot key of a per-client or
+	// per-header limit and its arrivals admitted since the last call.
+	DrainSharedKeys(f func(tenant, id string, k ratelimit.SharedKey, n uint32))
+	// DebitSharedKey counts a peer's arrivals against the same key.
+	DebitSharedKey(tenant, id string, k ratelimit.SharedKey, n int64)
 }
 
 // Config configures a Sharer.
@@ -59,9 +70,9 @@ type Sharer struct {
 	peers []netip.AddrPort
 	seen  map[uint64]seen // incarnation -> the last datagram taken
 
-	sent, received, rejected atomic.Int64
-	done                     chan struct{}
-	closeOnce                sync.Once
+	sent, received, rejected, keys, bytes atomic.Int64
+	done                                  chan struct{}
+	closeOnce                             sync.Once
 }
 
 type seen struct {
@@ -105,12 +116,13 @@ func (s *Sharer) SetPeers(peers []netip.AddrPort) {
 }
 
 // Stats are the datagrams sent, received and taken, and rejected (not
-// authentic, stale or replayed).
-type Stats struct{ Sent, Received, Rejected int64 }
+// authentic, stale or replayed); the keys sent (each once, whatever the
+// number of peers) and the bytes sent (to all peers).
+type Stats struct{ Sent, Received, Rejected, Keys, Bytes int64 }
 
 // Stats returns the counts.
 func (s *Sharer) Stats() Stats {
-	return Stats{Sent: s.sent.Load(), Received: s.received.Load(), Rejected: s.rejected.Load()}
+	return Stats{Sent: s.sent.Load(), Received: s.received.Load(), Rejected: s.rejected.Load(), Keys: s.keys.Load(), Bytes: s.bytes.Load()}
 }
 
 // Run sends and receives until ctx ends or Close.
@@ -145,19 +157,39 @@ func (s *Sharer) send() {
 			entries = append(entries, entry{tenant, id, uint32(min(n, 1<<32-1))})
 		}
 	})
+	var keys []keyEntry
+	s.cfg.Source.DrainSharedKeys(func(tenant, id string, k ratelimit.SharedKey, n uint32) {
+		if len(tenant) <= maxTenant && len(id) <= maxID {
+			keys = append(keys, keyEntry{tenant, id, k, n})
+		}
+	})
 	s.mu.Lock()
 	peers := s.peers
 	s.mu.Unlock()
-	if len(entries) == 0 || len(peers) == 0 {
+	if len(peers) == 0 {
 		return
 	}
 	for len(entries) > 0 {
 		var b []byte
 		b, entries = encode(s.cfg.Key, s.inc, s.seq.Add(1), time.Now(), entries)
-		for _, p := range peers {
-			if _, err := s.conn.WriteToUDPAddrPort(b, p); err == nil {
-				s.sent.Add(1)
-			}
+		s.write(b, peers)
+	}
+	slices.SortStableFunc(keys, func(a, b keyEntry) int {
+		return cmp.Or(strings.Compare(a.tenant, b.tenant), strings.Compare(a.id, b.id))
+	})
+	s.keys.Add(int64(len(keys)))
+	for len(keys) > 0 {
+		var b []byte
+		b, keys = encodeKeys(s.cfg.Key, s.inc, s.seq.Add(1), time.Now(), keys)
+		s.write(b, peers)
+	}
+}
+
+func (s *Sharer) write(b []byte, peers []netip.AddrPort) {
+	for _, p := range peers {
+		if _, err := s.conn.WriteToUDPAddrPort(b, p); err == nil {
+			s.sent.Add(1)
+			s.bytes.Add(int64(len(b)))
 		}
 	}
 }
@@ -181,6 +213,9 @@ func (s *Sharer) receive() {
 		s.received.Add(1)
 		for _, e := range d.entries {
 			s.cfg.Source.DebitSharedRate(e.tenant, e.id, int64(e.n))
+		}
+		for _, e := range d.keys {
+			s.cfg.Source.DebitSharedKey(e.tenant, e.id, e.key, int64(e.n))
 		}
 	}
 }

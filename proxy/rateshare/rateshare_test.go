@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/teapot-lb/teapot-lb/proxy/ratelimit"
 )
 
 var key = []byte("cluster key")
@@ -85,6 +87,10 @@ func (s *source) DebitSharedRate(tenant, id string, n int64) {
 	defer s.mu.Unlock()
 	s.debits[tenant+" "+id] += n
 }
+
+func (s *source) DrainSharedKeys(func(tenant, id string, k ratelimit.SharedKey, n uint32)) {}
+
+func (s *source) DebitSharedKey(tenant, id string, k ratelimit.SharedKey, n int64) {}
 
 func (s *source) debit(k string) int64 {
 	s.mu.Lock()

@@ -66,6 +66,14 @@ SecRule REQUEST_HEADERS:Content-Type "@rx ^application/json" "id:200001,phase:1,
 	return &Engine{waf: w, own: true}, nil
 }
 
+// Built reports whether the engine of a paranoia level is built (Get
+// returns it at once).
+func Built(paranoia int) bool {
+	mu.Lock()
+	defer mu.Unlock()
+	return engines[paranoia] != nil
+}
+
 // Get returns the engine of a paranoia level (1 to 4), building it on
 // first use (about 170 ms of CPU; call it off the request path).
 func Get(paranoia int) (*Engine, error) {
