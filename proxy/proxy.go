@@ -165,9 +165,10 @@ type Proxy struct {
 	wg         sync.WaitGroup
 
 	handover handoverState
-	// h3failed: listener name -> why its HTTP/3 port is not served.
+	// h3failed: listener key -> why its HTTP/3 port is not served; the
+	// retry timer tries these again with the TCP listeners that failed.
 	h3mu     sync.Mutex
-	h3failed map[string]string
+	h3failed map[snapshot.Key]string
 	// h3up says, by socket key, whether its HTTP/3 port is served
 	// (guarded by mu; the flags are read per connection).
 	h3up map[snapshot.Key]*atomic.Bool
@@ -338,6 +339,9 @@ func (p *Proxy) apply(s *snapshot.Snapshot, retryFailed bool) bool {
 		for k := range p.failed {
 			keySet[k] = true
 		}
+		for k := range p.h3Missing() {
+			keySet[k] = true
+		}
 	}
 	keys := slices.SortedFunc(maps.Keys(keySet), compareKeys)
 	opened := 0
@@ -351,7 +355,17 @@ func (p *Proxy) apply(s *snapshot.Snapshot, retryFailed bool) bool {
 			continue
 		}
 		lbs[l.LB] = true
-		if !p.opens(l) || p.sockets[k] != nil {
+		if sock := p.sockets[k]; sock != nil {
+			// Open, but its HTTP/3 port may be missing: tried here, so
+			// that a retry that opens only that publishes the change.
+			if retryFailed && sock.h3 == nil && p.h3Missing()[k] {
+				if p.syncH3(sock, l) {
+					opened++
+				}
+			}
+			continue
+		}
+		if !p.opens(l) {
 			continue
 		}
 		p.binds++
@@ -416,7 +430,7 @@ func (p *Proxy) apply(s *snapshot.Snapshot, retryFailed bool) bool {
 			delete(p.failed, k)
 		}
 	}
-	p.missing = len(p.failed)
+	p.missing = len(p.failed) + len(p.h3Missing())
 	p.setStatus(s, lbs)
 	p.touched = slices.Sorted(maps.Keys(lbs))
 	p.publish(p.touched)
