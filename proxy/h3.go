@@ -125,9 +125,10 @@ func (p *Proxy) openH3(s *socket, h QUICHandler) (*h3Socket, error) {
 	}
 	hs := &h3Socket{s: s, h: h, pc: c.(*net.UDPConn), conns: map[*h3Conn]struct{}{}, retryAbove: H3RetryAbove, opened: time.Now()}
 	hs.tr = &quic.Transport{
-		Conn:                hs.pc,
-		VerifySourceAddress: func(net.Addr) bool { return hs.handshakes.Load() >= hs.retryAbove },
-		ConnContext:         hs.admit,
+		Conn:                  newH3PacketConn(hs.pc, hs),
+		ConnectionIDGenerator: h3ConnIDs{hs},
+		VerifySourceAddress:   func(net.Addr) bool { return hs.handshakes.Load() >= hs.retryAbove },
+		ConnContext:           hs.admit,
 	}
 	if ks, ok := h.(QUICKeys); ok {
 		reset, token := ks.QUICKeys()

@@ -102,6 +102,11 @@ type Config struct {
 	// and 30s).
 	BindRetry    time.Duration
 	MaxBindRetry time.Duration
+	// H3ConnIDRate and H3ConnIDBurst, H3ResetRate and H3ResetBurst bound
+	// each tenant's QUIC connection IDs and stateless resets on this host
+	// (per second, and at once; zero: H3ConnIDRate and so on).
+	H3ConnIDRate, H3ConnIDBurst float64
+	H3ResetRate, H3ResetBurst   float64
 	// Steer, when set, steers the addresses of TCP listeners to a
 	// socket per tenant and address family instead of opening a socket
 	// per listener (see steered.go). The caller opens and closes it.
@@ -169,6 +174,9 @@ type Proxy struct {
 	// retry timer tries these again with the TCP listeners that failed.
 	h3mu     sync.Mutex
 	h3failed map[snapshot.Key]string
+	// h3limits: tenant -> *h3Limits, its QUIC connection IDs and
+	// stateless resets.
+	h3limits sync.Map
 	// h3up says, by socket key, whether its HTTP/3 port is served
 	// (guarded by mu; the flags are read per connection).
 	h3up map[snapshot.Key]*atomic.Bool
@@ -207,6 +215,14 @@ func New(cfg Config) *Proxy {
 		cfg.MaxBindRetry = DefaultMaxBindRetry
 	}
 	cfg.MaxBindRetry = max(cfg.MaxBindRetry, cfg.BindRetry)
+	for _, d := range []struct {
+		v   *float64
+		def float64
+	}{{&cfg.H3ConnIDRate, H3ConnIDRate}, {&cfg.H3ConnIDBurst, H3ConnIDBurst}, {&cfg.H3ResetRate, H3ResetRate}, {&cfg.H3ResetBurst, H3ResetBurst}} {
+		if *d.v <= 0 {
+			*d.v = d.def
+		}
+	}
 	if cfg.Limits.ConnectAttempts <= 0 {
 		cfg.Limits.ConnectAttempts = 3
 	}
