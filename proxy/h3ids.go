@@ -22,10 +22,12 @@ const (
 	// those of Retry packets. Each stays in the transport's table while
 	// in use and for 3 PTOs after it is retired, so a client that retires
 	// IDs as fast as it can (RETIRE_CONNECTION_ID frames, or a new path
-	// per ID) no longer grows the table without bound: past the bucket,
-	// the connection that asks is closed (its tenant's other connections
-	// keep theirs), new connections and Retries wait for the bucket, and
-	// each refusal counts as RefusedConnIDs.
+	// per ID), or opens and closes connections as fast as it can, no
+	// longer grows the table without bound: past the bucket a new
+	// connection gets no spare IDs (it keeps the one it has), a
+	// connection whose client retired one is closed, new connections and
+	// Retries wait for the bucket (their Initial is dropped), and each
+	// refusal counts as RefusedConnIDs.
 	H3ConnIDRate  = 4096
 	H3ConnIDBurst = 8192
 	// H3ResetRate and H3ResetBurst bound the stateless resets sent from
@@ -45,7 +47,7 @@ const (
 // Reasons for ConnRefused of HTTP/3 listeners.
 const (
 	// RefusedConnIDs: a connection ID not issued, over the tenant's
-	// H3ConnIDRate (the connection that asked for it is closed).
+	// H3ConnIDRate.
 	RefusedConnIDs = "connection-ids"
 	// RefusedStatelessReset: a stateless reset not sent, over the
 	// tenant's H3ResetRate.
