@@ -125,9 +125,10 @@ func (p *Proxy) openH3(s *socket, h QUICHandler) (*h3Socket, error) {
 	}
 	hs := &h3Socket{s: s, h: h, pc: c.(*net.UDPConn), conns: map[*h3Conn]struct{}{}, retryAbove: H3RetryAbove, opened: time.Now()}
 	hs.tr = &quic.Transport{
-		Conn:                hs.pc,
-		VerifySourceAddress: func(net.Addr) bool { return hs.handshakes.Load() >= hs.retryAbove },
-		ConnContext:         hs.admit,
+		Conn:                  newH3PacketConn(hs.pc, hs),
+		ConnectionIDGenerator: h3ConnIDs{hs},
+		VerifySourceAddress:   func(net.Addr) bool { return hs.handshakes.Load() >= hs.retryAbove },
+		ConnContext:           hs.admit,
 	}
 	if ks, ok := h.(QUICKeys); ok {
 		reset, token := ks.QUICKeys()
@@ -352,30 +353,42 @@ func (hs *h3Socket) close() {
 
 // syncH3 opens or closes the HTTP/3 side of an https listener's socket
 // as the listener in service asks: a change of anything else keeps the
-// QUIC connections (they read the listener in service per request).
-func (p *Proxy) syncH3(s *socket, l *snapshot.Listener) {
+// QUIC connections (they read the listener in service per request). A
+// UDP port that cannot be bound is recorded (status, observation, no
+// Alt-Svc) and tried again by the bind retry timer, with its backoff,
+// until it is bound or the listener no longer asks for it. It reports
+// whether it opened the port.
+func (p *Proxy) syncH3(s *socket, l *snapshot.Listener) bool {
 	h, ok := p.cfg.HTTP.(QUICHandler)
 	want := ok && l.Protocol == snapshot.ProtoHTTPS && l.HTTP3
 	switch {
 	case want && s.h3 == nil:
 		hs, err := p.openH3(s, h)
 		if err != nil {
-			p.log.Warn("http3 not served", "lb", l.LB, "listener", l.Name, "error", err)
-			p.h3Failed(l.LB, l.Name, err)
-			return
+			if p.h3Failed(s.key, err) {
+				p.log.Warn("http3 not served; tried again with backoff", "lb", l.LB, "listener", l.Name, "error", err)
+				p.failedAnew = true
+			}
+			return false
 		}
-		p.h3Failed(l.LB, l.Name, nil)
+		if p.h3Failed(s.key, nil) {
+			p.log.Info("http3 served after failing", "lb", l.LB, "listener", l.Name)
+		}
 		s.h3 = hs
 		p.h3Flag(s.key).Store(true)
+		return true
 	case !want && s.h3 != nil:
 		p.h3Flag(s.key).Store(false)
 		s.h3.close()
 		s.h3 = nil
-		p.h3Failed(l.LB, l.Name, nil)
+		p.h3Failed(s.key, nil)
+	case !want:
+		p.h3Failed(s.key, nil)
 	case s.h3 != nil:
 		// Connections of a former owner of the address drain.
 		s.h3.drain(func(lb string) bool { return lb != l.LB })
 	}
+	return false
 }
 
 // h3Flag returns the flag that says whether k's HTTP/3 port is served
@@ -392,19 +405,34 @@ func (p *Proxy) h3Flag(k snapshot.Key) *atomic.Bool {
 	return f
 }
 
-// h3Failed records (err not nil) or clears why a listener's HTTP/3 port
-// is not served, for HTTP3Problems.
-func (p *Proxy) h3Failed(lb, name string, err error) {
+// h3Failed records (err not nil) or clears why the HTTP/3 port of
+// listener k is not served, for h3Problem and the retry timer. It reports
+// whether that changed whether k is failing.
+func (p *Proxy) h3Failed(k snapshot.Key, err error) bool {
 	p.h3mu.Lock()
 	defer p.h3mu.Unlock()
-	if p.h3failed == nil {
-		p.h3failed = map[string]string{}
-	}
+	_, was := p.h3failed[k]
 	if err == nil {
-		delete(p.h3failed, name)
-		return
+		delete(p.h3failed, k)
+		return was
 	}
-	p.h3failed[name] = err.Error()
+	if p.h3failed == nil {
+		p.h3failed = map[snapshot.Key]string{}
+	}
+	p.h3failed[k] = err.Error()
+	return !was
+}
+
+// h3Missing returns the keys of the listeners whose HTTP/3 port is not
+// served though they ask for it.
+func (p *Proxy) h3Missing() map[snapshot.Key]bool {
+	p.h3mu.Lock()
+	defer p.h3mu.Unlock()
+	out := make(map[snapshot.Key]bool, len(p.h3failed))
+	for k := range p.h3failed {
+		out[k] = true
+	}
+	return out
 }
 
 // h3Problem says why an https listener with http3 does not serve HTTP/3
@@ -418,8 +446,8 @@ func (p *Proxy) h3Problem(l *snapshot.Listener) string {
 	}
 	p.h3mu.Lock()
 	defer p.h3mu.Unlock()
-	if why, ok := p.h3failed[l.Name]; ok {
-		return "cannot serve HTTP/3 on udp " + l.Key.Addr.String() + ": " + why + "; tried again when the listener changes (free the UDP port or remove http3)"
+	if why, ok := p.h3failed[l.Key]; ok {
+		return "cannot serve HTTP/3 on udp " + l.Key.Addr.String() + ": " + why + "; retried with backoff, Alt-Svc not advertised meanwhile (free the UDP port or remove http3)"
 	}
 	return ""
 }

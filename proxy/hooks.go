@@ -84,6 +84,8 @@ const (
 	// the client (or all clients), or the tenant's rate-limit table is
 	// full.
 	RefusedRateLimit = "rate-limit"
+	// RefusedConnIDs and RefusedStatelessReset (h3ids.go) count a QUIC
+	// connection ID not issued and a stateless reset not sent.
 )
 
 type nopMetrics struct{}

@@ -102,6 +102,11 @@ type Config struct {
 	// and 30s).
 	BindRetry    time.Duration
 	MaxBindRetry time.Duration
+	// H3ConnIDRate and H3ConnIDBurst, H3ResetRate and H3ResetBurst bound
+	// each tenant's QUIC connection IDs and stateless resets on this host
+	// (per second, and at once; zero: H3ConnIDRate and so on).
+	H3ConnIDRate, H3ConnIDBurst float64
+	H3ResetRate, H3ResetBurst   float64
 	// Steer, when set, steers the addresses of TCP listeners to a
 	// socket per tenant and address family instead of opening a socket
 	// per listener (see steered.go). The caller opens and closes it.
@@ -168,9 +173,13 @@ type Proxy struct {
 	wg         sync.WaitGroup
 
 	handover handoverState
-	// h3failed: listener name -> why its HTTP/3 port is not served.
+	// h3failed: listener key -> why its HTTP/3 port is not served; the
+	// retry timer tries these again with the TCP listeners that failed.
 	h3mu     sync.Mutex
-	h3failed map[string]string
+	h3failed map[snapshot.Key]string
+	// h3limits: tenant -> *h3Limits, its QUIC connection IDs and
+	// stateless resets.
+	h3limits sync.Map
 	// h3up says, by socket key, whether its HTTP/3 port is served
 	// (guarded by mu; the flags are read per connection).
 	h3up map[snapshot.Key]*atomic.Bool
@@ -209,6 +218,14 @@ func New(cfg Config) *Proxy {
 		cfg.MaxBindRetry = DefaultMaxBindRetry
 	}
 	cfg.MaxBindRetry = max(cfg.MaxBindRetry, cfg.BindRetry)
+	for _, d := range []struct {
+		v   *float64
+		def float64
+	}{{&cfg.H3ConnIDRate, H3ConnIDRate}, {&cfg.H3ConnIDBurst, H3ConnIDBurst}, {&cfg.H3ResetRate, H3ResetRate}, {&cfg.H3ResetBurst, H3ResetBurst}} {
+		if *d.v <= 0 {
+			*d.v = d.def
+		}
+	}
 	if cfg.Limits.ConnectAttempts <= 0 {
 		cfg.Limits.ConnectAttempts = 3
 	}
@@ -341,6 +358,9 @@ func (p *Proxy) apply(s *snapshot.Snapshot, retryFailed bool) bool {
 		for k := range p.failed {
 			keySet[k] = true
 		}
+		for k := range p.h3Missing() {
+			keySet[k] = true
+		}
 	}
 	keys := slices.SortedFunc(maps.Keys(keySet), compareKeys)
 	opened := 0
@@ -354,7 +374,17 @@ func (p *Proxy) apply(s *snapshot.Snapshot, retryFailed bool) bool {
 			continue
 		}
 		lbs[l.LB] = true
-		if !p.opens(l) || p.sockets[k] != nil {
+		if sock := p.sockets[k]; sock != nil {
+			// Open, but its HTTP/3 port may be missing: tried here, so
+			// that a retry that opens only that publishes the change.
+			if retryFailed && sock.h3 == nil && p.h3Missing()[k] {
+				if p.syncH3(sock, l) {
+					opened++
+				}
+			}
+			continue
+		}
+		if !p.opens(l) {
 			continue
 		}
 		p.binds++
@@ -419,7 +449,7 @@ func (p *Proxy) apply(s *snapshot.Snapshot, retryFailed bool) bool {
 			delete(p.failed, k)
 		}
 	}
-	p.missing = len(p.failed)
+	p.missing = len(p.failed) + len(p.h3Missing())
 	p.setStatus(s, lbs)
 	p.touched = slices.Sorted(maps.Keys(lbs))
 	p.publish(p.touched)

@@ -126,6 +126,7 @@ func (p *Proxy) releaseSocket(s *socket) {
 		f.Store(false)
 		delete(p.h3up, s.key)
 	}
+	p.h3Failed(s.key, nil)
 	s.drain(func(string) bool { return true })
 }
 

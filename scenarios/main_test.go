@@ -26,6 +26,9 @@ func TestMain(m *testing.M) {
 	if role := os.Getenv(attackerEnv); role != "" {
 		os.Exit(attackerMain(role))
 	}
+	if os.Getenv(h3FlooderEnv) != "" {
+		os.Exit(h3FloodMain())
+	}
 	dir, err := os.MkdirTemp("", "teapot-scenarios-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "scenarios:", err)
