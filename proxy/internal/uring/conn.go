@@ -58,6 +58,7 @@ type conn struct {
 	dir        [2]direction
 	inflight   int
 	registered bool
+	regDone    bool // h.reg is closed
 	ending     bool
 	unreg      bool
 	last       int64
@@ -206,6 +207,8 @@ func (c *conn) complete(w *worker, kind int, res int32, flags uint32) {
 	switch kind {
 	case kRegister:
 		c.inflight--
+		c.regDone = true
+		close(c.h.reg)
 		if res == 2 {
 			c.registered = true
 		} else if res > 0 {

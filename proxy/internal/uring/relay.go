@@ -26,7 +26,8 @@ const (
 	// so that its slow destinations cannot take its neighbours' buffers.
 	TenantShare = Bufs / 4
 	// ConnsPerWorker bounds a worker's connections: each takes two slots
-	// of the worker's registered descriptor table.
+	// of the worker's registered descriptor table, which the kernel
+	// bounds by RLIMIT_NOFILE (a lower limit makes fewer).
 	ConnsPerWorker = 4096
 	// sqEntries is each worker's submission queue.
 	sqEntries = 1024
@@ -57,6 +58,8 @@ type Result struct {
 	Reset bool
 	// BFailed: a receive from or send to B failed (B may have reset).
 	BFailed bool
+	// Stopped: Stop ended it (whoever called Stop closes A).
+	Stopped bool
 	// AtoB and BtoA are the bytes relayed each way.
 	AtoB, BtoA int64
 }
@@ -68,8 +71,14 @@ type Handle struct {
 	id   uint32
 	stop atomic.Bool
 	done chan struct{}
-	res  Result
+	// reg is closed once the ring holds the sockets (or failed to).
+	reg chan struct{}
+	res Result
 }
+
+// Registered blocks until the ring holds the sockets (or failed to take
+// them): from then on the caller may close its descriptors.
+func (h *Handle) Registered() { <-h.reg }
 
 // Wait blocks until the relay ended, both sockets taken out of the
 // ring: the caller may then close them.
@@ -136,14 +145,14 @@ func (rl *Relay) Start(s Spec) (*Handle, error) {
 	for k := range len(rl.workers) {
 		w := rl.workers[(int(i)+k)%len(rl.workers)]
 		if w.reserve() {
-			h := &Handle{spec: s, w: w, done: make(chan struct{})}
+			h := &Handle{spec: s, w: w, done: make(chan struct{}), reg: make(chan struct{})}
 			rl.conns.Add(1)
 			rl.live.Add(1)
 			w.push(h, false)
 			return h, nil
 		}
 	}
-	return nil, fmt.Errorf("%w: every worker relays %d connections", ErrUnavailable, ConnsPerWorker)
+	return nil, fmt.Errorf("%w: every worker's descriptor table is full", ErrUnavailable)
 }
 
 // Stats returns the relay's counters.
@@ -239,7 +248,7 @@ func startWorker(rl *Relay) (*worker, error) {
 func (w *worker) reserve() bool {
 	for {
 		n := w.reserved.Load()
-		if n >= ConnsPerWorker {
+		if n >= int32(len(w.conns)) {
 			return false
 		}
 		if w.reserved.CompareAndSwap(n, n+1) {
@@ -287,6 +296,7 @@ func (w *worker) run() {
 		}
 		for _, h := range w.batchStop {
 			if c := w.connOf(h); c != nil {
+				h.res.Stopped = true
 				c.end(w, true)
 			}
 		}
@@ -322,7 +332,12 @@ func (w *worker) run() {
 }
 
 func (w *worker) init() error {
-	r, err := newRing(sqEntries, 2*ConnsPerWorker)
+	capacity := ConnsPerWorker
+	var lim unix.Rlimit
+	if unix.Getrlimit(unix.RLIMIT_NOFILE, &lim) == nil && lim.Cur/2 < uint64(capacity) {
+		capacity = max(int(lim.Cur/2), 1)
+	}
+	r, err := newRing(sqEntries, uint32(2*capacity))
 	if err != nil {
 		return err
 	}
@@ -343,9 +358,9 @@ func (w *worker) init() error {
 	}
 	w.r, w.br, w.efd = r, br, efd
 	w.mshotLimit = mshotLimit()
-	w.conns = make([]conn, ConnsPerWorker)
-	w.freeIDs = make([]uint32, 0, ConnsPerWorker)
-	for i := ConnsPerWorker - 1; i >= 0; i-- {
+	w.conns = make([]conn, capacity)
+	w.freeIDs = make([]uint32, 0, capacity)
+	for i := capacity - 1; i >= 0; i-- {
 		w.freeIDs = append(w.freeIDs, uint32(i))
 	}
 	w.armWake()
@@ -427,6 +442,7 @@ func (w *worker) tick() {
 		sp := &c.h.spec
 		switch {
 		case c.h.stop.Load():
+			c.h.res.Stopped = true
 			c.end(w, true)
 		case sp.Down != nil && sp.Down():
 			c.end(w, false)
@@ -467,6 +483,7 @@ func (w *worker) add(h *Handle) {
 	s.userData = uint64(id)<<8 | kRegister
 	c.inflight++
 	if h.stop.Load() {
+		h.res.Stopped = true
 		c.end(w, true)
 	}
 	w.armTick()
@@ -522,6 +539,9 @@ func (w *worker) failAll() {
 			c.h.res.Reset = true
 			h := c.h
 			c.h = nil
+			if !c.regDone {
+				close(h.reg)
+			}
 			close(h.done)
 		}
 	}
