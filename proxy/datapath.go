@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/teapot-lb/teapot-lb/proxy/health"
 	"github.com/teapot-lb/teapot-lb/proxy/internal/uring"
 )
@@ -186,4 +188,53 @@ func (p *Proxy) pipeRing(l *ListenerSnapshot, client, up *net.TCPConn, member, d
 	client.Close()
 	up.Close()
 	return true
+}
+
+// DataPathCollector returns the Prometheus collector of the data path:
+// which one the host's TCP connections take and, on io_uring, the
+// relay's counters.
+func (p *Proxy) DataPathCollector() prometheus.Collector { return dataPathCollector{p} }
+
+var (
+	dataPathDesc = prometheus.NewDesc("teapot_lb_data_path",
+		"The data path of the host's TCP and TLS passthrough connections (1 for the one taken): epoll or io_uring.", []string{"path"}, nil)
+	ringEntersDesc = prometheus.NewDesc("teapot_lb_io_uring_enters_total",
+		"io_uring_enter(2) calls of the io_uring relay's workers: their only system call per batch of sends, receives and completions.", nil, nil)
+	ringConnsDesc = prometheus.NewDesc("teapot_lb_io_uring_connections_total",
+		"Connections relayed through io_uring.", nil, nil)
+	ringLiveDesc = prometheus.NewDesc("teapot_lb_io_uring_connections",
+		"Connections in the io_uring relay now.", nil, nil)
+	ringHeldDesc = prometheus.NewDesc("teapot_lb_io_uring_buffers_held",
+		"Provided buffers of the io_uring relay holding bytes received and not yet sent.", nil, nil)
+)
+
+type dataPathCollector struct{ p *Proxy }
+
+var _ prometheus.Collector = dataPathCollector{}
+
+func (c dataPathCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- dataPathDesc
+	ch <- ringEntersDesc
+	ch <- ringConnsDesc
+	ch <- ringLiveDesc
+	ch <- ringHeldDesc
+}
+
+func (c dataPathCollector) Collect(ch chan<- prometheus.Metric) {
+	taken := c.p.DataPath()
+	for _, path := range []DataPath{DataPathEpoll, DataPathIOURing} {
+		v := 0.0
+		if path == taken {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(dataPathDesc, prometheus.GaugeValue, v, string(path))
+	}
+	if taken != DataPathIOURing {
+		return
+	}
+	s := c.p.RingStats()
+	ch <- prometheus.MustNewConstMetric(ringEntersDesc, prometheus.CounterValue, float64(s.Enters))
+	ch <- prometheus.MustNewConstMetric(ringConnsDesc, prometheus.CounterValue, float64(s.Conns))
+	ch <- prometheus.MustNewConstMetric(ringLiveDesc, prometheus.GaugeValue, float64(s.Live))
+	ch <- prometheus.MustNewConstMetric(ringHeldDesc, prometheus.GaugeValue, float64(s.Held))
 }
