@@ -13,10 +13,10 @@ import (
 // Bounds of a relay.
 const (
 	// BufSize is one provided buffer: what one receive completes at most.
-	BufSize = 16 << 10
+	BufSize = 64 << 10
 	// Bufs is each worker's provided buffers (Bufs*BufSize bytes of
 	// memory a worker maps once).
-	Bufs = 512
+	Bufs = 256
 	// MaxHeld bounds the buffers one direction of a connection holds
 	// (received, not yet sent): past it its receive is cancelled until its
 	// destination takes them.

@@ -191,8 +191,8 @@ func TestRelayBackpressure(t *testing.T) {
 		}
 		wrote <- err
 	}()
-	// Let the relay fill the member's socket.
-	time.Sleep(300 * time.Millisecond)
+	// The relay fills the member's socket, then holds what it received.
+	eventually(t, func() bool { return rl.Stats().Held >= MaxHeld/2 })
 	bound := int64(MaxHeld)
 	if !mshotLimit() {
 		bound = TenantShare // the cancel comes after a few more receives
