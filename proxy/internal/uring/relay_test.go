@@ -293,3 +293,57 @@ func TestRelayAllocatesNothingPerBuffer(t *testing.T) {
 	member.Close()
 	h.Wait()
 }
+
+// TestTenantShareKeepsNeighboursMoving: a tenant whose members do not
+// read holds at most its share of a worker's buffers, however many
+// connections it opens, and another tenant's connection on the same
+// worker moves bytes meanwhile.
+func TestTenantShareKeepsNeighboursMoving(t *testing.T) {
+	t.Parallel()
+	rl := newRelay(t, 1)
+	const stuck = 4 * TenantShare / MaxHeld // enough to hold every buffer of the worker
+	msg := make([]byte, 4<<20)
+	for range stuck {
+		client, member, _, _, _ := relayed(t, rl, Spec{Tick: time.Second, Tenant: "greedy"})
+		// Its member never reads, and its socket takes little.
+		if err := member.SetReadBuffer(16 << 10); err != nil {
+			t.Fatal(err)
+		}
+		go func() { _, _ = client.Write(msg) }()
+	}
+	eventually(t, func() bool { return rl.Stats().Held >= TenantShare*3/4 })
+	// Receives armed together each take up to what the tenant had left
+	// when they were armed; the first completion past the share cancels
+	// them: a few more buffers may arrive in that batch.
+	bound := int64(TenantShare + TenantShare/4)
+	if !mshotLimit() {
+		bound += stuck * 8 // each cancel may come after a few more receives
+	}
+	client, member, h, _, _ := relayed(t, rl, Spec{Tick: time.Second, Tenant: "neighbour"})
+	go func() {
+		_, _ = io.Copy(member, member)
+		_ = member.CloseWrite()
+	}()
+	big := make([]byte, 8<<20)
+	rand.Read(big)
+	got := make(chan []byte, 1)
+	go func() { b, _ := io.ReadAll(client); got <- b }()
+	if _, err := client.Write(big); err != nil {
+		t.Fatal(err)
+	}
+	_ = client.CloseWrite()
+	select {
+	case b := <-got:
+		if !bytes.Equal(b, big) {
+			t.Fatalf("the neighbour got %d bytes back, sent %d", len(b), len(big))
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the neighbour's bytes did not move while the greedy tenant held its share")
+	}
+	if r := h.Wait(); r.Reset {
+		t.Fatalf("neighbour: %+v", r)
+	}
+	if held := rl.Stats().Held; held > bound {
+		t.Fatalf("the greedy tenant holds %d buffers, its share is %d", held, TenantShare)
+	}
+}
