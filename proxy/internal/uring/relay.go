@@ -189,7 +189,9 @@ type worker struct {
 	efdBuf [8]byte
 	ts     unix.Timespec
 
-	mu       sync.Mutex
+	mu sync.Mutex
+	// dead: the ring failed; connections handed to it end at once.
+	dead     bool
 	incoming []*Handle
 	stops    []*Handle
 	sleeping atomic.Bool
@@ -259,6 +261,16 @@ func (w *worker) reserve() bool {
 
 func (w *worker) push(h *Handle, stop bool) {
 	w.mu.Lock()
+	if w.dead {
+		w.mu.Unlock()
+		if !stop {
+			h.res.Reset = true
+			close(h.reg)
+			close(h.done)
+			w.rl.live.Add(-1)
+		}
+		return
+	}
 	if stop {
 		w.stops = append(w.stops, h)
 	} else {
@@ -546,4 +558,16 @@ func (w *worker) failAll() {
 		}
 	}
 	w.rl.live.Add(-int64(w.live))
+	// And those handed to it and not taken yet; none is taken after.
+	w.mu.Lock()
+	w.dead = true
+	in := w.incoming
+	w.incoming = nil
+	w.mu.Unlock()
+	for _, h := range in {
+		h.res.Reset = true
+		close(h.reg)
+		close(h.done)
+		w.rl.live.Add(-1)
+	}
 }
