@@ -159,9 +159,9 @@ func TestRelayResetEndsBoth(t *testing.T) {
 func TestRelayIdleAndStop(t *testing.T) {
 	t.Parallel()
 	rl := newRelay(t, 1)
+	start := time.Now()
 	_, _, idle, _, _ := relayed(t, rl, Spec{Idle: 200 * time.Millisecond, Tick: 20 * time.Millisecond})
 	_, _, stopped, _, _ := relayed(t, rl, Spec{Tick: time.Second})
-	start := time.Now()
 	if r := idle.Wait(); r.Reset {
 		t.Fatalf("idle relay ended with %+v", r)
 	}
