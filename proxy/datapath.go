@@ -85,13 +85,18 @@ func (p *Proxy) RingStats() RingStats {
 	return p.relay.Stats()
 }
 
-// startRelay starts the io_uring relay for cfg.DataPath io_uring (a
-// worker thread and ring per processor). A relay that cannot start
+// startRelay starts the io_uring relay for cfg.DataPath io_uring, or
+// auto where ChooseDataPath takes io_uring (a worker thread and ring per
+// processor). A relay that cannot start
 // leaves the proxy on epoll, logged: ChooseDataPath has checked that
 // rings can be set up, so this is the rare host that ran out of memory
 // for them in between.
 func (p *Proxy) startRelay() {
-	if p.cfg.DataPath != DataPathIOURing {
+	want := p.cfg.DataPath
+	if want == DataPathAuto {
+		want, _, _ = ChooseDataPath(want)
+	}
+	if want != DataPathIOURing {
 		return
 	}
 	rl, err := uring.New(runtime.GOMAXPROCS(0))

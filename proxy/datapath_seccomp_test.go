@@ -54,7 +54,7 @@ func TestAutoPicksEpollUnderSeccomp(t *testing.T) {
 		}
 		p, _ := newProxy(t, Config{DataPath: DataPathAuto})
 		if p.DataPath() != DataPathEpoll {
-			t.Fatalf("proxy runs %s", p.DataPath())
+			t.Fatalf("a proxy configured auto runs %s under the filter", p.DataPath())
 		}
 		return
 	}

@@ -155,3 +155,16 @@ func TestIOURingRelaysTCP(t *testing.T) {
 	c.Close()
 	eventually(t, "the ring lets go", func() bool { s := p.RingStats(); return s.Live == 0 && s.Held == 0 })
 }
+
+// TestAutoTakesIOURingWhereAvailable: a proxy configured auto relays
+// through io_uring where it is available.
+func TestAutoTakesIOURingWhereAvailable(t *testing.T) {
+	t.Parallel()
+	if err := uring.Available(); err != nil {
+		t.Skipf("io_uring unavailable: %v", err)
+	}
+	p, _ := newProxy(t, Config{DataPath: DataPathAuto})
+	if p.DataPath() != DataPathIOURing {
+		t.Fatalf("auto runs %s where io_uring is available", p.DataPath())
+	}
+}

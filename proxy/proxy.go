@@ -117,8 +117,9 @@ type Config struct {
 	// one to their members; nil: such pools fail their TLS handshakes.
 	ClientCertificate func(tenant, name string) *tls.Certificate
 	// DataPath is how TCP and TLS passthrough connections move bytes:
-	// DataPathIOURing starts the io_uring relay (the caller resolved it
-	// with ChooseDataPath); anything else takes epoll.
+	// DataPathIOURing starts the io_uring relay (ChooseDataPath says
+	// whether it can), DataPathAuto takes it where ChooseDataPath does;
+	// epoll and "" take epoll.
 	DataPath DataPath
 }
 
