@@ -163,6 +163,9 @@ func (p *Proxy) pipeRing(l *ListenerSnapshot, client, up *net.TCPConn, member, d
 			started = true
 			if t != nil {
 				t.relay.Store(h)
+				if t.closing.Load() {
+					h.Stop() // closed while the relay started
+				}
 			}
 			h.Registered()
 		})

@@ -60,11 +60,17 @@ type tracked struct {
 	// relay is the io_uring relay of a tcp or tls-passthrough
 	// connection while it moves bytes there (nil on epoll).
 	relay atomic.Pointer[uring.Handle]
+	// closing: close was called (the relay, set after, stops at once).
+	closing atomic.Bool
 }
 
 // close closes the connection: one in an io_uring relay leaves its ring
 // too (a ring holds its socket open past a Close of the descriptor).
+// closing is set before relay is read, and pipeRing reads closing after
+// it sets relay, so that one of the two stops a relay that starts while
+// the connection closes.
 func (t *tracked) close() {
+	t.closing.Store(true)
 	if h := t.relay.Load(); h != nil {
 		h.Stop()
 	}
