@@ -92,6 +92,11 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 		stack.PushFunc(func() { steering.Close() })
 		log.Info("TCP listeners share a socket per tenant", "component", "serve", "listen-sockets", cfg.ListenSockets)
 	}
+	dataPath, err := chooseDataPath(cfg.DataPath, log)
+	if err != nil {
+		return err
+	}
+	var taken dataPathOf // the data path in cluster status, once the proxy runs
 	restore, err := backup.ReadRestore(cfg.Restore, cfg.RestorePassphraseFile)
 	if err != nil {
 		return err
@@ -158,7 +163,7 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 		Observe: host.Observe, Event: host.Events().Add,
 		Restore: restore, Recover: cfg.Recover,
 		Services: append(ownServices(msrv, webLn, cfg.BGP), rateShareService(vm.HeartbeatAddr())...), Addresses: hostAddresses(),
-		HeartbeatAddr: vm.HeartbeatAddr(), VIPInterface: cfg.VIPInterface, Describe: vm.Describe,
+		HeartbeatAddr: vm.HeartbeatAddr(), VIPInterface: cfg.VIPInterface, Describe: func(ns *pb.NodeStatus) { vm.Describe(ns); taken.describe(ns) },
 	}
 	node, err := consensus.Open(ctx, ccfg)
 	if err != nil {
@@ -232,7 +237,9 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 	px := proxy.New(proxy.Config{
 		Logger: log, DrainTimeout: time.Duration(cfg.DrainTimeout), Metrics: counters, HTTP: cm.Terminator(proxy.NewHTTP(engine, cm.Challenge)),
 		Events: host.Events().Add, Steer: steering, CPU: cpu, Observed: plane, ClientCertificate: cm.Uploaded,
+		DataPath: dataPath,
 	})
+	taken.Store(px)
 	stack.Push(px.Close)
 	engine.SetPipes(px.Pipes()) // tunnels splice through the host's bounded pipe pool
 	// Total rate limits count what the other hosts admit too (BGP ECMP).
@@ -247,7 +254,7 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 	host.Add(cm)
 	host.Add(vm)
 	host.Add(dnsSrv)
-	if err := serveMetrics(ctx, msrv, counters, px, node, tenants, cm, vm, append(dnsSrv.Collectors(), guard.Collector(), relay.Collector(), px.EdgeCollector())...); err != nil {
+	if err := serveMetrics(ctx, msrv, counters, px, node, tenants, cm, vm, append(dnsSrv.Collectors(), guard.Collector(), relay.Collector(), px.EdgeCollector(), px.DataPathCollector())...); err != nil {
 		log.Error("metrics are off", "component", "metrics", "err", err)
 	}
 	if webLn != nil {

@@ -57,6 +57,9 @@ type serveConfig struct {
 	// ListenSockets is how TCP listeners listen: a socket per listener,
 	// or one per tenant and address family steered to by a BPF program.
 	ListenSockets string `json:"listen-sockets"`
+	// DataPath is how TCP and TLS passthrough connections move their
+	// bytes: auto, epoll or io_uring.
+	DataPath string `json:"data-path"`
 
 	// VIPs: the arp interface, the failure detector, and the BGP speaker
 	// (the bgp: section exists only in the file).
@@ -128,6 +131,7 @@ func serveCommandWith(run func(context.Context, serveConfig) error) *cobra.Comma
 		MetricsAddr:      defaultMetricsAddr,
 		DrainTimeout:     vip.Duration(proxy.DefaultDrainTimeout),
 		ListenSockets:    proxy.ListenPerListener,
+		DataPath:         string(proxy.DataPathEpoll),
 		GCHeadroom:       memlimit.DefaultHeadroom,
 		ACMECA:           certs.LetsEncrypt,
 		ACMERenewCheck:   vip.Duration(10 * time.Minute), // certmagic's own
@@ -187,6 +191,7 @@ func serveCommandWith(run func(context.Context, serveConfig) error) *cobra.Comma
 	checked(&cfg.MemoryLimit, "memory-limit", "size", memlimit.Check, "soft limit of the Go heap and runtime: a size (1536MiB, 2GiB) or a share of the memory available (80%: of the service's cgroup memory.max when set, else of the host's); near it the collector runs more often instead of letting the heap grow to twice what is live (default: GOMEMLIMIT, else none)")
 	checked(&cfg.GCHeadroom, "gc-headroom", "size", memlimit.CheckHeadroom, `the most the Go heap may grow past what the last collection found live: below it the collector runs as GOGC says (by default when the heap doubled), above it every time the heap grew by this much, never by less than a quarter of what is live; such a host also collects when it goes quiet after a burst (a bulk load, a resync); a size (512MiB) or "none" for GOGC alone`)
 	checked(&cfg.ListenSockets, "listen-sockets", "mode", proxy.CheckListenSockets, `how TCP listeners listen: "listener" opens a socket per listener (address and port); "tenant" opens one per tenant and address family and steers each listener's address to it with a BPF sk_lookup program (Linux 5.9 or later, CAP_BPF and CAP_NET_ADMIN), for hosts of tens of thousands of listeners`)
+	checked(&cfg.DataPath, "data-path", "path", checkDataPath, `how TCP and TLS passthrough connections move their bytes between client and member: "io_uring" relays them through io_uring rings, a thread each (Linux 6.1 or later; no system call per read or write), "epoll" splices them on Go's netpoller; "auto" takes io_uring when the kernel offers it (not disabled by /proc/sys/kernel/io_uring_disabled or a seccomp filter) and epoll otherwise; io_uring where it is unavailable refuses to start. epoll is the default while io_uring copies what splice moves without copying (more CPU per byte on bulk transfers, fewer system calls). cluster status shows the path each host took`)
 	checked(&cfg.MetricsAddr, "metrics-addr", "address", serveconfig.OptionalHostPort, `IP:port serving Prometheus metrics at /metrics, and Go profiles at /debug/pprof/ when it is a loopback address ("" turns them off)`)
 	checked(&cfg.WebAddr, "web-addr", "address", serveconfig.OptionalHostPort, "IP:port serving the read-only dashboard over HTTPS with this host's certificate; logins take a token from \"teapot-lb dashboard token\" (default off)")
 	f.StringVar(&cfg.VIPInterface, "vip-interface", "", "interface that carries the VIPs of arp pools, but for a pool that names its own (VIPPool.interface) (needs CAP_NET_ADMIN and CAP_NET_RAW)")
@@ -252,4 +257,11 @@ func (cfg serveConfig) dnsSettings() dns.Settings {
 	return dns.Settings{Addrs: cfg.DNSAddr, Zones: cfg.DNSZones, NameServers: cfg.DNSNameServers, TTL: time.Duration(cfg.DNSTTL),
 		ResponsesPerSecond: cfg.DNSResponsesPerSecond, Slip: cfg.DNSSlip, QueriesPerTenant: cfg.DNSQueriesPerTenant,
 		Secondaries: cfg.DNSSecondaries, TSIGKeys: cfg.DNSTSIGKeys, DNSSEC: cfg.DNSSEC, SignaturesPerTenant: cfg.DNSSignaturesPerTenant, Push: cfg.DNSPush}
+}
+
+// checkDataPath checks a data-path value (whether io_uring is available
+// is checked at start).
+func checkDataPath(s string) error {
+	_, err := proxy.ParseDataPath(s)
+	return err
 }

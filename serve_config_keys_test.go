@@ -41,6 +41,7 @@ var nonDefault = map[string]string{
 	"dns-zones":                 "lb.example.com,signed.example.com",
 	"dns-dnssec":                "signed.example.com",
 	"dns-signatures-per-tenant": "50",
+	"data-path":                 "io_uring",
 	"drain-timeout":             "45s",
 	"gc-headroom":               "none",
 	"heartbeat-addr":            "127.0.0.1:7947",

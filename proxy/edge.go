@@ -54,6 +54,6 @@ func (s *socket) enforceSources(l *snapshot.Listener) {
 	for _, t := range ts {
 		t.cancel()
 		t.cut()
-		t.c.Close()
+		t.close()
 	}
 }

@@ -115,7 +115,7 @@ func (p *Proxy) CloseConnections(force bool) (busy int) {
 	if m == nil {
 		return 0
 	}
-	var cs []net.Conn
+	var cs []*tracked
 	for _, s := range p.tcpSockets(*m) {
 		s.mu.Lock()
 		for t := range s.conns {
@@ -125,22 +125,22 @@ func (p *Proxy) CloseConnections(force bool) (busy int) {
 				if force {
 					t.cut()
 				}
-				cs = append(cs, t.c)
+				cs = append(cs, t)
 			case !t.l7 || t.state.Upgraded():
 				if !quiet(t.c, HandoverQuiet) {
 					busy++
 					continue
 				}
 				t.cancel()
-				cs = append(cs, t.c)
+				cs = append(cs, t)
 			case t.l7 && t.state.Busy():
 				busy++
 			}
 		}
 		s.mu.Unlock()
 	}
-	for _, c := range cs {
-		c.Close()
+	for _, t := range cs {
+		t.close()
 	}
 	for _, hs := range p.h3Sockets(*m) {
 		busy += hs.closeIdle(force)

@@ -55,11 +55,17 @@ func newProxy(t testing.TB, cfg Config) (*Proxy, *metrics.Memory) {
 	t.Helper()
 	m := &metrics.Memory{}
 	cfg.Metrics = m
+	if cfg.DataPath == "" {
+		cfg.DataPath = testDataPath
+	}
 	if cfg.DrainTimeout == 0 {
 		cfg.DrainTimeout = 200 * time.Millisecond
 	}
 	p := New(cfg)
 	t.Cleanup(func() { p.Close() })
+	if cfg.DataPath == DataPathIOURing && p.DataPath() != DataPathIOURing {
+		t.Fatalf("data path %s asked for, the proxy runs %s", cfg.DataPath, p.DataPath())
+	}
 	return p, m
 }
 

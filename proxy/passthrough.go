@@ -21,7 +21,7 @@ const HelloTimeout = 10 * time.Second
 // matches), and forwards the connection, starting with the bytes read.
 // Both ends stay bare TCP connections, spliced; a route with Terminate
 // has its TLS terminated here first (serveTerminated).
-func (p *Proxy) servePassthrough(l *ListenerSnapshot, c *net.TCPConn) {
+func (p *Proxy) servePassthrough(l *ListenerSnapshot, c *net.TCPConn, t *tracked) {
 	hello, read, err := tlspass.Read(c, nil, time.Now().Add(HelloTimeout))
 	if err != nil {
 		p.metrics.ConnRefused(l.LB, l.Name, RefusedNotTLS)
@@ -40,5 +40,5 @@ func (p *Proxy) servePassthrough(l *ListenerSnapshot, c *net.TCPConn) {
 			}
 		}
 	}
-	p.forwardTCP(l, c, pool, read)
+	p.forwardTCP(l, c, pool, read, t)
 }

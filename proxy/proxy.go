@@ -18,6 +18,7 @@ import (
 	"github.com/teapot-lb/teapot-lb/proxy/health"
 	"github.com/teapot-lb/teapot-lb/proxy/internal/pmap"
 	"github.com/teapot-lb/teapot-lb/proxy/internal/splice"
+	"github.com/teapot-lb/teapot-lb/proxy/internal/uring"
 	"github.com/teapot-lb/teapot-lb/proxy/snapshot"
 	"github.com/teapot-lb/teapot-lb/proxy/steer"
 )
@@ -120,6 +121,11 @@ type Config struct {
 	// key (the certificate manager's Uploaded), for pools that present
 	// one to their members; nil: such pools fail their TLS handshakes.
 	ClientCertificate func(tenant, name string) *tls.Certificate
+	// DataPath is how TCP and TLS passthrough connections move bytes:
+	// DataPathIOURing starts the io_uring relay (ChooseDataPath says
+	// whether it can), DataPathAuto takes it where ChooseDataPath does;
+	// epoll and "" take epoll.
+	DataPath DataPath
 }
 
 // DefaultDrainTimeout is used when Config.DrainTimeout is zero.
@@ -170,7 +176,9 @@ type Proxy struct {
 	hostConns  atomic.Int64
 	hostFDs    atomic.Int64
 	pipes      *splice.Pool
-	wg         sync.WaitGroup
+	// relay is the io_uring relay (nil on epoll; datapath.go).
+	relay *uring.Relay
+	wg    sync.WaitGroup
 
 	handover handoverState
 	// h3failed: listener key -> why its HTTP/3 port is not served; the
@@ -244,6 +252,7 @@ func New(cfg Config) *Proxy {
 	if p.plane == nil {
 		p.plane = observe.NewPlane()
 	}
+	p.startRelay()
 	if cfg.Steer != nil {
 		p.steering = &steering{s: cfg.Steer, shared: map[sharedKey]*sharedSocket{}}
 	}
@@ -583,6 +592,9 @@ func (p *Proxy) Close() error {
 	}
 	p.mu.Unlock()
 	p.wg.Wait()
+	if p.relay != nil {
+		p.relay.Close()
+	}
 	p.pipes.Close()
 	p.health.Close()
 	return nil

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/teapot-lb/teapot-lb/proxy/internal/freebind"
+	"github.com/teapot-lb/teapot-lb/proxy/internal/uring"
 	"github.com/teapot-lb/teapot-lb/proxy/l7"
 	"github.com/teapot-lb/teapot-lb/proxy/snapshot"
 )
@@ -56,6 +57,24 @@ type tracked struct {
 	// state is what the L7 engine says of an http or https connection
 	// (nil for the others).
 	state *l7.ConnState
+	// relay is the io_uring relay of a tcp or tls-passthrough
+	// connection while it moves bytes there (nil on epoll).
+	relay atomic.Pointer[uring.Handle]
+	// closing: close was called (the relay, set after, stops at once).
+	closing atomic.Bool
+}
+
+// close closes the connection: one in an io_uring relay leaves its ring
+// too (a ring holds its socket open past a Close of the descriptor).
+// closing is set before relay is read, and pipeRing reads closing after
+// it sets relay, so that one of the two stops a relay that starts while
+// the connection closes.
+func (t *tracked) close() {
+	t.closing.Store(true)
+	if h := t.relay.Load(); h != nil {
+		h.Stop()
+	}
+	t.c.Close()
 }
 
 // cut ends the connection's exchange with a member, if any, before a
@@ -162,7 +181,7 @@ func (s *socket) drain(match func(lb string) bool) {
 	time.AfterFunc(s.p.cfg.DrainTimeout, func() {
 		for _, t := range ts {
 			t.cut()
-			t.c.Close()
+			t.close()
 		}
 	})
 }
@@ -295,9 +314,9 @@ func (p *Proxy) acceptFor(s *socket, c *net.TCPConn, tenant string) {
 			p.cfg.HTTP.ServeConn(t.ctx, c, p.currentFunc(s.key, l.LB))
 			c.Close()
 		case l.Protocol == snapshot.ProtoTLSPassthrough:
-			p.servePassthrough(l, c)
+			p.servePassthrough(l, c, t)
 		default:
-			p.serveTCP(l, c)
+			p.serveTCP(l, c, t)
 		}
 		p.metrics.ConnClosed(l.LB, l.Name, time.Since(start))
 	}()

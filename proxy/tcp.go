@@ -17,14 +17,14 @@ import (
 )
 
 // serveTCP forwards one tcp connection to a member.
-func (p *Proxy) serveTCP(l *ListenerSnapshot, c *net.TCPConn) {
-	p.forwardTCP(l, c, l.Backend(), nil)
+func (p *Proxy) serveTCP(l *ListenerSnapshot, c *net.TCPConn, t *tracked) {
+	p.forwardTCP(l, c, l.Backend(), nil, t)
 }
 
 // forwardTCP forwards a connection to a member of pool; read, the bytes
 // already read from the client, go first. The member connection is
 // charged to the tenant's descriptors; at the limit the client is reset.
-func (p *Proxy) forwardTCP(l *ListenerSnapshot, c *net.TCPConn, pool *Pool, read []byte) {
+func (p *Proxy) forwardTCP(l *ListenerSnapshot, c *net.TCPConn, pool *Pool, read []byte, t *tracked) {
 	up, tg, done, ok := p.memberLeg(l, c, pool)
 	if !ok {
 		return
@@ -38,7 +38,7 @@ func (p *Proxy) forwardTCP(l *ListenerSnapshot, c *net.TCPConn, pool *Pool, read
 		}
 		p.metrics.BytesIn(l.LB, l.Name, int64(len(read)))
 	}
-	p.pipe(l, c, up, tg, closeOnDown(pool, tg))
+	p.pipe(l, c, up, tg, closeOnDown(pool, tg), t)
 }
 
 // memberLeg opens the member side of a client connection c: the member
@@ -163,7 +163,8 @@ func (p *Proxy) dialMember(l *ListenerSnapshot, pool *Pool, client netip.Addr) (
 	return nil, nil
 }
 
-// pipe copies both ways between a client and a member, with splice(2)
+// pipe copies both ways between a client and a member: through the
+// io_uring relay on that data path (pipeRing), else with splice(2)
 // through the host's pipe pool (package splice) while bytes move. When one side ends its half (EOF), the other side's write half
 // is closed; when a side fails, both are reset. A read deadline of a
 // quarter of the idle timeout wakes each direction to check whether either
@@ -171,7 +172,10 @@ func (p *Proxy) dialMember(l *ListenerSnapshot, pool *Pool, client netip.Addr) (
 // downWatch set (the pool's check closes connections of members it takes
 // down), the directions wake at least every downPoll and close both sides
 // once that member's check says down.
-func (p *Proxy) pipe(l *ListenerSnapshot, client, up *net.TCPConn, member, downWatch *health.Target) {
+func (p *Proxy) pipe(l *ListenerSnapshot, client, up *net.TCPConn, member, downWatch *health.Target, t *tracked) {
+	if p.relay != nil && p.pipeRing(l, client, up, member, downWatch, t) {
+		return
+	}
 	idle := l.Limits.IdleTimeout
 	pp := &pipe{client: client, up: up, idle: idle, tick: max(idle/4, 10*time.Millisecond), member: member, downWatch: downWatch}
 	if downWatch != nil {

@@ -73,6 +73,9 @@ func TestTCPEchoWithHalfClose(t *testing.T) {
 				return len(r.Listeners) == 1 && r.Listeners[0].BytesIn == int64(tt.size) &&
 					r.Listeners[0].BytesOut == int64(tt.size) && r.Listeners[0].Closed == 1
 			})
+			if s := p.RingStats(); p.DataPath() == DataPathIOURing && s.Conns != 1 {
+				t.Fatalf("on io_uring the ring relayed %d connections, want 1", s.Conns)
+			}
 		})
 	}
 }
@@ -98,7 +101,7 @@ func pipeFDs(t *testing.T) int {
 // connection that waits for bytes holds none.
 func TestTCPUsesSplice(t *testing.T) {
 	be := startBackend(t, "127.0.0.1", echoCopying)
-	p, _ := newProxy(t, Config{})
+	p, _ := newProxy(t, Config{DataPath: DataPathEpoll}) // splice is the epoll path's
 	port := freePort(t)
 	update(t, p, l4LB("echo", "127.0.0.2", port, "tcp", be.addr))
 	others := pipeFDs(t) // the test's own output, for one
@@ -128,7 +131,7 @@ func TestTCPUsesSplice(t *testing.T) {
 // had closed.
 func TestPipesReturnToTheBaseline(t *testing.T) {
 	be := startBackend(t, "127.0.0.1", echoCopying)
-	p, _ := newProxy(t, Config{})
+	p, _ := newProxy(t, Config{DataPath: DataPathEpoll}) // splice is the epoll path's
 	port := freePort(t)
 	update(t, p, l4LB("echo", "127.0.0.2", port, "tcp", be.addr))
 	before, others := openFDs(t), pipeFDs(t)
@@ -212,7 +215,7 @@ func bulkEcho(c net.Conn, msg []byte) error {
 // process never has more than that pipe open.
 func TestSplicePipesBounded(t *testing.T) {
 	be := startBackend(t, "127.0.0.1", echoCopying)
-	p, _ := newProxy(t, Config{Limits: Limits{SplicePipes: 1}})
+	p, _ := newProxy(t, Config{DataPath: DataPathEpoll, Limits: Limits{SplicePipes: 1}}) // splice is the epoll path's
 	port := freePort(t)
 	update(t, p, l4LB("echo", "127.0.0.2", port, "tcp", be.addr))
 	others := pipeFDs(t)

@@ -67,7 +67,7 @@ func writeStatus(cmd *cobra.Command, st *pb.ClusterStatusResponse, now time.Time
 		fmt.Fprintln(w)
 	}
 	t := newTable(w)
-	t.row("ID", "STATE", "HEALTHY", "DRAINING", "SUFFRAGE", "RAFT ADDR", "API ADDR", "APPLIED", "TERM", "LAST CONTACT", "VERSION", "LEVEL")
+	t.row("ID", "STATE", "HEALTHY", "DRAINING", "SUFFRAGE", "RAFT ADDR", "API ADDR", "APPLIED", "TERM", "LAST CONTACT", "VERSION", "LEVEL", "DATA PATH")
 	var failing [][]string
 	for _, n := range st.GetNodes() {
 		healthy := "no"
@@ -76,7 +76,7 @@ func writeStatus(cmd *cobra.Command, st *pb.ClusterStatusResponse, now time.Time
 		}
 		t.row(n.GetId(), n.GetState(), healthy, yesNo(n.GetDraining()), n.GetSuffrage(), n.GetRaftAddr(), n.GetApiAddr(),
 			strconv.FormatUint(n.GetAppliedIndex(), 10), strconv.FormatUint(n.GetTerm(), 10), n.GetLastContact(),
-			orDash(n.GetVersion()), level(n.GetFeatureLevel()))
+			orDash(n.GetVersion()), level(n.GetFeatureLevel()), orDash(n.GetDataPath()))
 		if n.GetError() != "" {
 			failing = append(failing, []string{n.GetId(), n.GetError()})
 		}

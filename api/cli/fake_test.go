@@ -230,12 +230,12 @@ func (f *fakeAdmin) status() *pb.ClusterStatusResponse {
 		HeartbeatTimeout: "500ms", ElectionTimeout: "1s", FeatureLevel: 2,
 		Problems: []string{"tenant globex: network 10.30.0.0/16 overlaps 10.30.8.0/24 of tenant hooli; narrow one of them (writes of new overlaps are refused)"},
 		Nodes: []*pb.NodeStatus{
-			{Id: "lb1", RaftAddr: "10.0.0.1:7946", ApiAddr: "10.0.0.1:7443", Suffrage: "voter", State: "leader", Healthy: true, AppliedIndex: 1207, Term: 4, LastContact: "0s", Version: "1.0.0", FeatureLevel: 2,
+			{Id: "lb1", RaftAddr: "10.0.0.1:7946", ApiAddr: "10.0.0.1:7443", Suffrage: "voter", State: "leader", Healthy: true, AppliedIndex: 1207, Term: 4, LastContact: "0s", Version: "1.0.0", FeatureLevel: 2, DataPath: "io_uring",
 				HeartbeatInterval: "20ms", HeartbeatMisses: 5,
 				Vips: []*pb.VIPHolding{
 					{Address: "192.0.2.2", Mode: "arp", State: "holding", Since: timestamppb.New(f.now.Add(-3 * time.Minute)), Reason: "holder lb3 unreachable", LoadBalancers: []string{"acme/shop", "acme/api"}},
 				}},
-			{Id: "lb2", RaftAddr: "10.0.0.2:7946", ApiAddr: "10.0.0.2:7443", Suffrage: "voter", State: "follower", Healthy: true, AppliedIndex: 1207, Term: 4, LastContact: "41ms", Version: "1.0.0", FeatureLevel: 2,
+			{Id: "lb2", RaftAddr: "10.0.0.2:7946", ApiAddr: "10.0.0.2:7443", Suffrage: "voter", State: "follower", Healthy: true, AppliedIndex: 1207, Term: 4, LastContact: "41ms", Version: "1.0.0", FeatureLevel: 2, DataPath: "epoll",
 				HeartbeatInterval: "20ms", HeartbeatMisses: 5,
 				Vips: []*pb.VIPHolding{
 					{Address: "192.0.2.1", Mode: "arp", State: "holding", Since: timestamppb.New(f.now.Add(-2 * time.Hour)), Reason: "ranked first among live hosts", LoadBalancers: []string{"globex/web"}},

@@ -20,14 +20,26 @@ func serveEngine(args []string) error {
 	fs := flag.NewFlagSet("engine", flag.ContinueOnError)
 	listen := fs.String("listen", "127.0.0.2:5201", "VIP and port of the tcp listener")
 	backend := fs.String("backend", "127.0.0.1:5201", "the member")
+	path := fs.String("data-path", "epoll", "the data path: epoll or io_uring")
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	want, err := proxy.ParseDataPath(*path)
+	if err != nil {
+		return fmt.Errorf("-data-path: %w", err)
+	}
+	dataPath, _, err := proxy.ChooseDataPath(want)
+	if err != nil {
 		return err
 	}
 	vip, err := netip.ParseAddrPort(*listen)
 	if err != nil {
 		return fmt.Errorf("-listen: %w", err)
 	}
-	p := proxy.New(proxy.Config{DrainTimeout: time.Second})
+	p := proxy.New(proxy.Config{DrainTimeout: time.Second, DataPath: dataPath})
+	if p.DataPath() != dataPath {
+		return fmt.Errorf("the proxy runs %s, not %s", p.DataPath(), dataPath)
+	}
 	defer p.Close()
 	objs := []*pb.Object{
 		{Kind: &pb.Object_Tenant{Tenant: &pb.Tenant{Name: "bench", Networks: []string{"127.0.0.0/8"}}}},

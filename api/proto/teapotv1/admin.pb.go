@@ -1210,7 +1210,11 @@ type NodeStatus struct {
 	// refused by a host without it; clients do not rely on this list.
 	Features []string `protobuf:"bytes,17,rep,name=features,proto3" json:"features,omitempty"`
 	// The highest feature level this host understands (0: not reported).
-	FeatureLevel  uint32 `protobuf:"varint,18,opt,name=feature_level,json=featureLevel,proto3" json:"feature_level,omitempty"`
+	FeatureLevel uint32 `protobuf:"varint,18,opt,name=feature_level,json=featureLevel,proto3" json:"feature_level,omitempty"`
+	// How the host's TCP and TLS passthrough connections move their bytes:
+	// "epoll" or "io_uring" (serve's data-path, auto: io_uring where the
+	// kernel offers it); empty from a host that does not say.
+	DataPath      string `protobuf:"bytes,320,opt,name=data_path,json=dataPath,proto3" json:"data_path,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1369,6 +1373,13 @@ func (x *NodeStatus) GetFeatureLevel() uint32 {
 		return x.FeatureLevel
 	}
 	return 0
+}
+
+func (x *NodeStatus) GetDataPath() string {
+	if x != nil {
+		return x.DataPath
+	}
+	return ""
 }
 
 type PeerLiveness struct {
@@ -2535,7 +2546,7 @@ const file_teapotv1_admin_proto_rawDesc = "" +
 	"\x11heartbeat_timeout\x18\a \x01(\tR\x10heartbeatTimeout\x12)\n" +
 	"\x10election_timeout\x18\b \x01(\tR\x0felectionTimeout\x12#\n" +
 	"\rfeature_level\x18\t \x01(\rR\ffeatureLevel\x12\x1b\n" +
-	"\bproblems\x18\xb4\x01 \x03(\tR\bproblems\"\xbd\x04\n" +
+	"\bproblems\x18\xb4\x01 \x03(\tR\bproblems\"\xdb\x04\n" +
 	"\n" +
 	"NodeStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
@@ -2556,7 +2567,8 @@ const file_teapotv1_admin_proto_rawDesc = "" +
 	"\x05peers\x18\x0f \x03(\v2\x17.teapot.v1.PeerLivenessR\x05peers\x12\x1a\n" +
 	"\bdraining\x18\x10 \x01(\bR\bdraining\x12\x1a\n" +
 	"\bfeatures\x18\x11 \x03(\tR\bfeatures\x12#\n" +
-	"\rfeature_level\x18\x12 \x01(\rR\ffeatureLevel\"Z\n" +
+	"\rfeature_level\x18\x12 \x01(\rR\ffeatureLevel\x12\x1c\n" +
+	"\tdata_path\x18\xc0\x02 \x01(\tR\bdataPath\"Z\n" +
 	"\fPeerLiveness\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
 	"\x05alive\x18\x02 \x01(\bR\x05alive\x12\x1b\n" +

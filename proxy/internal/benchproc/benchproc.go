@@ -160,3 +160,12 @@ func WorkDir(prefix string) (dir string, cleanup func(), err error) {
 		os.RemoveAll(dir)
 	}, nil
 }
+
+// Pid is the process's id (taskset execs the program, so it is the
+// program's); 0 for a nil Proc.
+func (p *Proc) Pid() int {
+	if p == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
