@@ -2182,6 +2182,121 @@ func (x *ForwardResponse) GetDelete() *DeleteResponse {
 	return nil
 }
 
+type ChargeWritesRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Tenant string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// The encoded bytes of the load balancers and certificates a change writes.
+	Bytes         uint64 `protobuf:"varint,2,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChargeWritesRequest) Reset() {
+	*x = ChargeWritesRequest{}
+	mi := &file_teapotv1_admin_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChargeWritesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChargeWritesRequest) ProtoMessage() {}
+
+func (x *ChargeWritesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_admin_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChargeWritesRequest.ProtoReflect.Descriptor instead.
+func (*ChargeWritesRequest) Descriptor() ([]byte, []int) {
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *ChargeWritesRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *ChargeWritesRequest) GetBytes() uint64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+type ChargeWritesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How long the writer waits before it writes, in nanoseconds (0: at once).
+	WaitNanos int64 `protobuf:"varint,1,opt,name=wait_nanos,json=waitNanos,proto3" json:"wait_nanos,omitempty"`
+	// The tenant's budget as the leader read it: bytes a second and burst.
+	Rate          uint64 `protobuf:"varint,2,opt,name=rate,proto3" json:"rate,omitempty"`
+	Burst         uint64 `protobuf:"varint,3,opt,name=burst,proto3" json:"burst,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChargeWritesResponse) Reset() {
+	*x = ChargeWritesResponse{}
+	mi := &file_teapotv1_admin_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChargeWritesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChargeWritesResponse) ProtoMessage() {}
+
+func (x *ChargeWritesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_admin_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChargeWritesResponse.ProtoReflect.Descriptor instead.
+func (*ChargeWritesResponse) Descriptor() ([]byte, []int) {
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *ChargeWritesResponse) GetWaitNanos() int64 {
+	if x != nil {
+		return x.WaitNanos
+	}
+	return 0
+}
+
+func (x *ChargeWritesResponse) GetRate() uint64 {
+	if x != nil {
+		return x.Rate
+	}
+	return 0
+}
+
+func (x *ChargeWritesResponse) GetBurst() uint64 {
+	if x != nil {
+		return x.Burst
+	}
+	return 0
+}
+
 type ReadIndexRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -2190,7 +2305,7 @@ type ReadIndexRequest struct {
 
 func (x *ReadIndexRequest) Reset() {
 	*x = ReadIndexRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[33]
+	mi := &file_teapotv1_admin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2202,7 +2317,7 @@ func (x *ReadIndexRequest) String() string {
 func (*ReadIndexRequest) ProtoMessage() {}
 
 func (x *ReadIndexRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[33]
+	mi := &file_teapotv1_admin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2215,7 +2330,7 @@ func (x *ReadIndexRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadIndexRequest.ProtoReflect.Descriptor instead.
 func (*ReadIndexRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{33}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{35}
 }
 
 type ReadIndexResponse struct {
@@ -2227,7 +2342,7 @@ type ReadIndexResponse struct {
 
 func (x *ReadIndexResponse) Reset() {
 	*x = ReadIndexResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[34]
+	mi := &file_teapotv1_admin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2239,7 +2354,7 @@ func (x *ReadIndexResponse) String() string {
 func (*ReadIndexResponse) ProtoMessage() {}
 
 func (x *ReadIndexResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[34]
+	mi := &file_teapotv1_admin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2252,7 +2367,7 @@ func (x *ReadIndexResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadIndexResponse.ProtoReflect.Descriptor instead.
 func (*ReadIndexResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{34}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ReadIndexResponse) GetIndex() uint64 {
@@ -2270,7 +2385,7 @@ type HealthRequest struct {
 
 func (x *HealthRequest) Reset() {
 	*x = HealthRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[35]
+	mi := &file_teapotv1_admin_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2282,7 +2397,7 @@ func (x *HealthRequest) String() string {
 func (*HealthRequest) ProtoMessage() {}
 
 func (x *HealthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[35]
+	mi := &file_teapotv1_admin_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2295,7 +2410,7 @@ func (x *HealthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthRequest.ProtoReflect.Descriptor instead.
 func (*HealthRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{35}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{37}
 }
 
 var File_teapotv1_admin_proto protoreflect.FileDescriptor
@@ -2442,7 +2557,15 @@ const file_teapotv1_admin_proto_rawDesc = "" +
 	"\x05write\"t\n" +
 	"\x0fForwardResponse\x12.\n" +
 	"\x05apply\x18\x01 \x01(\v2\x18.teapot.v1.ApplyResponseR\x05apply\x121\n" +
-	"\x06delete\x18\x02 \x01(\v2\x19.teapot.v1.DeleteResponseR\x06delete\"\x12\n" +
+	"\x06delete\x18\x02 \x01(\v2\x19.teapot.v1.DeleteResponseR\x06delete\"C\n" +
+	"\x13ChargeWritesRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x14\n" +
+	"\x05bytes\x18\x02 \x01(\x04R\x05bytes\"_\n" +
+	"\x14ChargeWritesResponse\x12\x1d\n" +
+	"\n" +
+	"wait_nanos\x18\x01 \x01(\x03R\twaitNanos\x12\x12\n" +
+	"\x04rate\x18\x02 \x01(\x04R\x04rate\x12\x14\n" +
+	"\x05burst\x18\x03 \x01(\x04R\x05burst\"\x12\n" +
 	"\x10ReadIndexRequest\")\n" +
 	"\x11ReadIndexResponse\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\"\x0f\n" +
@@ -2466,14 +2589,15 @@ const file_teapotv1_admin_proto_rawDesc = "" +
 	"\x14CreateDashboardToken\x12&.teapot.v1.CreateDashboardTokenRequest\x1a'.teapot.v1.CreateDashboardTokenResponse\x12<\n" +
 	"\x06Backup\x12\x18.teapot.v1.BackupRequest\x1a\x16.teapot.v1.BackupChunk0\x01\x12=\n" +
 	"\x06DryRun\x12\x18.teapot.v1.DryRunRequest\x1a\x19.teapot.v1.DryRunResponse\x12@\n" +
-	"\aRecover\x12\x19.teapot.v1.RecoverRequest\x1a\x1a.teapot.v1.RecoverResponse2\x8b\x03\n" +
+	"\aRecover\x12\x19.teapot.v1.RecoverRequest\x1a\x1a.teapot.v1.RecoverResponse2\xdc\x03\n" +
 	"\aCluster\x127\n" +
 	"\x04Join\x12\x16.teapot.v1.JoinRequest\x1a\x17.teapot.v1.JoinResponse\x12@\n" +
 	"\aPromote\x12\x19.teapot.v1.PromoteRequest\x1a\x1a.teapot.v1.PromoteResponse\x12@\n" +
 	"\aForward\x12\x19.teapot.v1.ForwardRequest\x1a\x1a.teapot.v1.ForwardResponse\x12F\n" +
 	"\tReadIndex\x12\x1b.teapot.v1.ReadIndexRequest\x1a\x1c.teapot.v1.ReadIndexResponse\x129\n" +
 	"\x06Health\x12\x18.teapot.v1.HealthRequest\x1a\x15.teapot.v1.NodeStatus\x12@\n" +
-	"\aObserve\x12\x19.teapot.v1.ObserveRequest\x1a\x1a.teapot.v1.HostObservationB<Z:github.com/teapot-lb/teapot-lb/api/proto/teapotv1;teapotv1b\x06proto3"
+	"\aObserve\x12\x19.teapot.v1.ObserveRequest\x1a\x1a.teapot.v1.HostObservation\x12O\n" +
+	"\fChargeWrites\x12\x1e.teapot.v1.ChargeWritesRequest\x1a\x1f.teapot.v1.ChargeWritesResponseB<Z:github.com/teapot-lb/teapot-lb/api/proto/teapotv1;teapotv1b\x06proto3"
 
 var (
 	file_teapotv1_admin_proto_rawDescOnce sync.Once
@@ -2488,7 +2612,7 @@ func file_teapotv1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_teapotv1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_teapotv1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_teapotv1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_teapotv1_admin_proto_goTypes = []any{
 	(ApplyMode)(0),                       // 0: teapot.v1.ApplyMode
 	(*RecoverRequest)(nil),               // 1: teapot.v1.RecoverRequest
@@ -2524,44 +2648,46 @@ var file_teapotv1_admin_proto_goTypes = []any{
 	(*ForwardRequest)(nil),               // 31: teapot.v1.ForwardRequest
 	(*CheckedWrite)(nil),                 // 32: teapot.v1.CheckedWrite
 	(*ForwardResponse)(nil),              // 33: teapot.v1.ForwardResponse
-	(*ReadIndexRequest)(nil),             // 34: teapot.v1.ReadIndexRequest
-	(*ReadIndexResponse)(nil),            // 35: teapot.v1.ReadIndexResponse
-	(*HealthRequest)(nil),                // 36: teapot.v1.HealthRequest
-	(*Object)(nil),                       // 37: teapot.v1.Object
-	(*ObjectRef)(nil),                    // 38: teapot.v1.ObjectRef
-	(*VIPHolding)(nil),                   // 39: teapot.v1.VIPHolding
-	(*timestamppb.Timestamp)(nil),        // 40: google.protobuf.Timestamp
-	(*Node)(nil),                         // 41: teapot.v1.Node
-	(*Txn)(nil),                          // 42: teapot.v1.Txn
-	(*ObserveRequest)(nil),               // 43: teapot.v1.ObserveRequest
-	(*EventsRequest)(nil),                // 44: teapot.v1.EventsRequest
-	(*ObserveResponse)(nil),              // 45: teapot.v1.ObserveResponse
-	(*EventsResponse)(nil),               // 46: teapot.v1.EventsResponse
-	(*HostObservation)(nil),              // 47: teapot.v1.HostObservation
+	(*ChargeWritesRequest)(nil),          // 34: teapot.v1.ChargeWritesRequest
+	(*ChargeWritesResponse)(nil),         // 35: teapot.v1.ChargeWritesResponse
+	(*ReadIndexRequest)(nil),             // 36: teapot.v1.ReadIndexRequest
+	(*ReadIndexResponse)(nil),            // 37: teapot.v1.ReadIndexResponse
+	(*HealthRequest)(nil),                // 38: teapot.v1.HealthRequest
+	(*Object)(nil),                       // 39: teapot.v1.Object
+	(*ObjectRef)(nil),                    // 40: teapot.v1.ObjectRef
+	(*VIPHolding)(nil),                   // 41: teapot.v1.VIPHolding
+	(*timestamppb.Timestamp)(nil),        // 42: google.protobuf.Timestamp
+	(*Node)(nil),                         // 43: teapot.v1.Node
+	(*Txn)(nil),                          // 44: teapot.v1.Txn
+	(*ObserveRequest)(nil),               // 45: teapot.v1.ObserveRequest
+	(*EventsRequest)(nil),                // 46: teapot.v1.EventsRequest
+	(*ObserveResponse)(nil),              // 47: teapot.v1.ObserveResponse
+	(*EventsResponse)(nil),               // 48: teapot.v1.EventsResponse
+	(*HostObservation)(nil),              // 49: teapot.v1.HostObservation
 }
 var file_teapotv1_admin_proto_depIdxs = []int32{
 	7,  // 0: teapot.v1.DryRunRequest.apply:type_name -> teapot.v1.ApplyRequest
 	10, // 1: teapot.v1.DryRunRequest.delete:type_name -> teapot.v1.DeleteRequest
 	9,  // 2: teapot.v1.DryRunResponse.apply:type_name -> teapot.v1.ApplyResponse
 	11, // 3: teapot.v1.DryRunResponse.delete:type_name -> teapot.v1.DeleteResponse
-	37, // 4: teapot.v1.ApplyRequest.objects:type_name -> teapot.v1.Object
+	39, // 4: teapot.v1.ApplyRequest.objects:type_name -> teapot.v1.Object
 	0,  // 5: teapot.v1.ApplyRequest.mode:type_name -> teapot.v1.ApplyMode
 	8,  // 6: teapot.v1.ApplyRequest.preconditions:type_name -> teapot.v1.RevisionPrecondition
-	38, // 7: teapot.v1.RevisionPrecondition.ref:type_name -> teapot.v1.ObjectRef
-	37, // 8: teapot.v1.ApplyResponse.objects:type_name -> teapot.v1.Object
-	38, // 9: teapot.v1.DeleteRequest.ref:type_name -> teapot.v1.ObjectRef
-	38, // 10: teapot.v1.GetRequest.ref:type_name -> teapot.v1.ObjectRef
-	37, // 11: teapot.v1.ListResponse.objects:type_name -> teapot.v1.Object
+	40, // 7: teapot.v1.RevisionPrecondition.ref:type_name -> teapot.v1.ObjectRef
+	39, // 8: teapot.v1.ApplyResponse.objects:type_name -> teapot.v1.Object
+	40, // 9: teapot.v1.DeleteRequest.ref:type_name -> teapot.v1.ObjectRef
+	40, // 10: teapot.v1.GetRequest.ref:type_name -> teapot.v1.ObjectRef
+	39, // 11: teapot.v1.ListResponse.objects:type_name -> teapot.v1.Object
 	17, // 12: teapot.v1.ClusterStatusResponse.nodes:type_name -> teapot.v1.NodeStatus
-	39, // 13: teapot.v1.NodeStatus.vips:type_name -> teapot.v1.VIPHolding
+	41, // 13: teapot.v1.NodeStatus.vips:type_name -> teapot.v1.VIPHolding
 	18, // 14: teapot.v1.NodeStatus.peers:type_name -> teapot.v1.PeerLiveness
-	40, // 15: teapot.v1.CreateJoinTokenResponse.expires:type_name -> google.protobuf.Timestamp
-	40, // 16: teapot.v1.CreateDashboardTokenResponse.expires:type_name -> google.protobuf.Timestamp
-	41, // 17: teapot.v1.DrainNodeResponse.node:type_name -> teapot.v1.Node
+	42, // 15: teapot.v1.CreateJoinTokenResponse.expires:type_name -> google.protobuf.Timestamp
+	42, // 16: teapot.v1.CreateDashboardTokenResponse.expires:type_name -> google.protobuf.Timestamp
+	43, // 17: teapot.v1.DrainNodeResponse.node:type_name -> teapot.v1.Node
 	7,  // 18: teapot.v1.ForwardRequest.apply:type_name -> teapot.v1.ApplyRequest
 	10, // 19: teapot.v1.ForwardRequest.delete:type_name -> teapot.v1.DeleteRequest
 	23, // 20: teapot.v1.ForwardRequest.remove_node:type_name -> teapot.v1.RemoveNodeRequest
-	42, // 21: teapot.v1.ForwardRequest.txn:type_name -> teapot.v1.Txn
+	44, // 21: teapot.v1.ForwardRequest.txn:type_name -> teapot.v1.Txn
 	32, // 22: teapot.v1.ForwardRequest.checked:type_name -> teapot.v1.CheckedWrite
 	7,  // 23: teapot.v1.CheckedWrite.apply:type_name -> teapot.v1.ApplyRequest
 	10, // 24: teapot.v1.CheckedWrite.delete:type_name -> teapot.v1.DeleteRequest
@@ -2575,8 +2701,8 @@ var file_teapotv1_admin_proto_depIdxs = []int32{
 	19, // 32: teapot.v1.Admin.CreateJoinToken:input_type -> teapot.v1.CreateJoinTokenRequest
 	23, // 33: teapot.v1.Admin.RemoveNode:input_type -> teapot.v1.RemoveNodeRequest
 	25, // 34: teapot.v1.Admin.DrainNode:input_type -> teapot.v1.DrainNodeRequest
-	43, // 35: teapot.v1.Admin.Observe:input_type -> teapot.v1.ObserveRequest
-	44, // 36: teapot.v1.Admin.Events:input_type -> teapot.v1.EventsRequest
+	45, // 35: teapot.v1.Admin.Observe:input_type -> teapot.v1.ObserveRequest
+	46, // 36: teapot.v1.Admin.Events:input_type -> teapot.v1.EventsRequest
 	21, // 37: teapot.v1.Admin.CreateDashboardToken:input_type -> teapot.v1.CreateDashboardTokenRequest
 	5,  // 38: teapot.v1.Admin.Backup:input_type -> teapot.v1.BackupRequest
 	3,  // 39: teapot.v1.Admin.DryRun:input_type -> teapot.v1.DryRunRequest
@@ -2584,31 +2710,33 @@ var file_teapotv1_admin_proto_depIdxs = []int32{
 	27, // 41: teapot.v1.Cluster.Join:input_type -> teapot.v1.JoinRequest
 	29, // 42: teapot.v1.Cluster.Promote:input_type -> teapot.v1.PromoteRequest
 	31, // 43: teapot.v1.Cluster.Forward:input_type -> teapot.v1.ForwardRequest
-	34, // 44: teapot.v1.Cluster.ReadIndex:input_type -> teapot.v1.ReadIndexRequest
-	36, // 45: teapot.v1.Cluster.Health:input_type -> teapot.v1.HealthRequest
-	43, // 46: teapot.v1.Cluster.Observe:input_type -> teapot.v1.ObserveRequest
-	9,  // 47: teapot.v1.Admin.Apply:output_type -> teapot.v1.ApplyResponse
-	11, // 48: teapot.v1.Admin.Delete:output_type -> teapot.v1.DeleteResponse
-	37, // 49: teapot.v1.Admin.Get:output_type -> teapot.v1.Object
-	14, // 50: teapot.v1.Admin.List:output_type -> teapot.v1.ListResponse
-	16, // 51: teapot.v1.Admin.ClusterStatus:output_type -> teapot.v1.ClusterStatusResponse
-	20, // 52: teapot.v1.Admin.CreateJoinToken:output_type -> teapot.v1.CreateJoinTokenResponse
-	24, // 53: teapot.v1.Admin.RemoveNode:output_type -> teapot.v1.RemoveNodeResponse
-	26, // 54: teapot.v1.Admin.DrainNode:output_type -> teapot.v1.DrainNodeResponse
-	45, // 55: teapot.v1.Admin.Observe:output_type -> teapot.v1.ObserveResponse
-	46, // 56: teapot.v1.Admin.Events:output_type -> teapot.v1.EventsResponse
-	22, // 57: teapot.v1.Admin.CreateDashboardToken:output_type -> teapot.v1.CreateDashboardTokenResponse
-	6,  // 58: teapot.v1.Admin.Backup:output_type -> teapot.v1.BackupChunk
-	4,  // 59: teapot.v1.Admin.DryRun:output_type -> teapot.v1.DryRunResponse
-	2,  // 60: teapot.v1.Admin.Recover:output_type -> teapot.v1.RecoverResponse
-	28, // 61: teapot.v1.Cluster.Join:output_type -> teapot.v1.JoinResponse
-	30, // 62: teapot.v1.Cluster.Promote:output_type -> teapot.v1.PromoteResponse
-	33, // 63: teapot.v1.Cluster.Forward:output_type -> teapot.v1.ForwardResponse
-	35, // 64: teapot.v1.Cluster.ReadIndex:output_type -> teapot.v1.ReadIndexResponse
-	17, // 65: teapot.v1.Cluster.Health:output_type -> teapot.v1.NodeStatus
-	47, // 66: teapot.v1.Cluster.Observe:output_type -> teapot.v1.HostObservation
-	47, // [47:67] is the sub-list for method output_type
-	27, // [27:47] is the sub-list for method input_type
+	36, // 44: teapot.v1.Cluster.ReadIndex:input_type -> teapot.v1.ReadIndexRequest
+	38, // 45: teapot.v1.Cluster.Health:input_type -> teapot.v1.HealthRequest
+	45, // 46: teapot.v1.Cluster.Observe:input_type -> teapot.v1.ObserveRequest
+	34, // 47: teapot.v1.Cluster.ChargeWrites:input_type -> teapot.v1.ChargeWritesRequest
+	9,  // 48: teapot.v1.Admin.Apply:output_type -> teapot.v1.ApplyResponse
+	11, // 49: teapot.v1.Admin.Delete:output_type -> teapot.v1.DeleteResponse
+	39, // 50: teapot.v1.Admin.Get:output_type -> teapot.v1.Object
+	14, // 51: teapot.v1.Admin.List:output_type -> teapot.v1.ListResponse
+	16, // 52: teapot.v1.Admin.ClusterStatus:output_type -> teapot.v1.ClusterStatusResponse
+	20, // 53: teapot.v1.Admin.CreateJoinToken:output_type -> teapot.v1.CreateJoinTokenResponse
+	24, // 54: teapot.v1.Admin.RemoveNode:output_type -> teapot.v1.RemoveNodeResponse
+	26, // 55: teapot.v1.Admin.DrainNode:output_type -> teapot.v1.DrainNodeResponse
+	47, // 56: teapot.v1.Admin.Observe:output_type -> teapot.v1.ObserveResponse
+	48, // 57: teapot.v1.Admin.Events:output_type -> teapot.v1.EventsResponse
+	22, // 58: teapot.v1.Admin.CreateDashboardToken:output_type -> teapot.v1.CreateDashboardTokenResponse
+	6,  // 59: teapot.v1.Admin.Backup:output_type -> teapot.v1.BackupChunk
+	4,  // 60: teapot.v1.Admin.DryRun:output_type -> teapot.v1.DryRunResponse
+	2,  // 61: teapot.v1.Admin.Recover:output_type -> teapot.v1.RecoverResponse
+	28, // 62: teapot.v1.Cluster.Join:output_type -> teapot.v1.JoinResponse
+	30, // 63: teapot.v1.Cluster.Promote:output_type -> teapot.v1.PromoteResponse
+	33, // 64: teapot.v1.Cluster.Forward:output_type -> teapot.v1.ForwardResponse
+	37, // 65: teapot.v1.Cluster.ReadIndex:output_type -> teapot.v1.ReadIndexResponse
+	17, // 66: teapot.v1.Cluster.Health:output_type -> teapot.v1.NodeStatus
+	49, // 67: teapot.v1.Cluster.Observe:output_type -> teapot.v1.HostObservation
+	35, // 68: teapot.v1.Cluster.ChargeWrites:output_type -> teapot.v1.ChargeWritesResponse
+	48, // [48:69] is the sub-list for method output_type
+	27, // [27:48] is the sub-list for method input_type
 	27, // [27:27] is the sub-list for extension type_name
 	27, // [27:27] is the sub-list for extension extendee
 	0,  // [0:27] is the sub-list for field type_name
@@ -2643,7 +2771,7 @@ func file_teapotv1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_teapotv1_admin_proto_rawDesc), len(file_teapotv1_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   36,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
