@@ -270,6 +270,13 @@ type syncStream struct {
 
 func dialTenant(tb testing.TB, name, creds string) *tenantAgent {
 	tb.Helper()
+	return dialTenantAt(tb, name, creds, "")
+}
+
+// dialTenantAt is dialTenant to one host's API address (server), or to the
+// first the credentials name when server is "".
+func dialTenantAt(tb testing.TB, name, creds, server string) *tenantAgent {
+	tb.Helper()
 	read := func(f string) []byte {
 		b, err := os.ReadFile(filepath.Join(creds, f))
 		if err != nil {
@@ -281,7 +288,9 @@ func dialTenant(tb testing.TB, name, creds string) *tenantAgent {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	server := strings.Split(strings.TrimSpace(string(read("servers"))), ",")[0]
+	if server == "" {
+		server = strings.Split(strings.TrimSpace(string(read("servers"))), ",")[0]
+	}
 	cc, err := grpc.NewClient(server, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
 	if err != nil {
 		tb.Fatal(err)
