@@ -44,6 +44,9 @@ const (
 	// the test process needs room for those connections and the tarpits.
 	noisyServeNofile = 4096
 	noisyTestNofile  = idleConns + tarpitChecks + 1024
+	// noisyLBQuota is b's quotas.loadBalancers: its front and one for each
+	// abuse of the second round that runs at once ("all at once").
+	noisyLBQuota = 7
 	// streamTimeout bounds one change on a tenant stream.
 	streamTimeout = 60 * time.Second
 )
@@ -139,8 +142,8 @@ name: b
 domains: [b.example]
 networks: [%s]
 pools: [noisy]
-quotas: { loadBalancers: 6 }
-`, noisyPool, noisyNetA, noisyNetB))
+quotas: { loadBalancers: %d }
+`, noisyPool, noisyNetA, noisyNetB, noisyLBQuota))
 	// An operator lets b's backend network overlap the VIP pool, as a
 	// tenant network that covers a pool would: what b then points its
 	// members at is what the self-dial phase tries.
@@ -150,8 +153,8 @@ name: b
 domains: [b.example]
 networks: [%s, %s]
 pools: [noisy]
-quotas: { loadBalancers: 6 }
-`, noisyNetB, noisyPool)); err != nil {
+quotas: { loadBalancers: %d }
+`, noisyNetB, noisyPool, noisyLBQuota)); err != nil {
 		tb.Logf("b's networks may not overlap the VIP pool: %v", err)
 	} else {
 		l.overlaps = true
