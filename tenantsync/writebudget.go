@@ -63,8 +63,9 @@ func (w *writeBudgets) eventDue(tenant string, now time.Time) bool {
 	return true
 }
 
-// chargeWrite takes a change's bytes from the tenant's write budget on
-// this host and waits until they are paid for. A change that must wait is
+// chargeWrite takes a change's bytes from the tenant's write budget, which
+// the leader keeps for the whole cluster (Store.ChargeWrites), and waits
+// until they are paid for. A change that must wait is
 // announced to the agent first (a status carrying SyncThrottle: how long,
 // why, how to raise it) and to the host's events (at most once per
 // throttleEventEvery and tenant), and the wait is counted in the
