@@ -22,7 +22,7 @@ func DefaultQuotas() *pb.Quotas {
 		Members:        10000,
 		HealthChecks:   2000,
 		StoredBytes:    DefaultStoredBytes,
-		// Bytes a second the tenant's agent writes through one LB host.
+		// Bytes a second the tenant's agents write, through all LB hosts.
 		WriteBytesPerSecond: DefaultWriteBytesPerSecond,
 		// Each regular expression a request meets costs it a program run;
 		// route regexes seen in practice are a handful per load balancer.

@@ -1,9 +1,10 @@
 package api
 
 // DefaultWriteBytesPerSecond is quotas.writeBytesPerSecond when unset: the
-// encoded bytes a second a tenant's agent may write through one LB host's
-// stream, with a burst of eight seconds' worth and at least
-// quotas.storedBytes (6 MiB at the defaults).
+// encoded bytes a second a tenant's agents may write through all the LB
+// hosts' streams together (the leader keeps the budget), with a burst of
+// eight seconds' worth and at least quotas.storedBytes (6 MiB at the
+// defaults).
 //
 // An ordinary tenant never meets it: a Service's load balancer of ten
 // members encodes to about 300 bytes, so 256 KiB a second is some 900

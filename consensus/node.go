@@ -127,6 +127,8 @@ type Node struct {
 	// features caches what the hosts answered about their feature
 	// levels (hostsBelow).
 	features featureCache
+	// budgets are the tenants' write budgets (writebudget.go).
+	budgets writeBudgets
 
 	writes      chan *writeReq
 	barrierTerm atomic.Uint64

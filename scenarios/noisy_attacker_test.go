@@ -46,6 +46,8 @@ func attackerMain(role string) int {
 		err = attackFanOut(in, out)
 	case "checkmembers":
 		err = attackCheckMembers(in, out)
+	case "ratelimit":
+		err = attackRateLimit(in, out)
 	default:
 		err = fmt.Errorf("no attacker role %q", role)
 	}

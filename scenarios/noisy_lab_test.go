@@ -44,6 +44,9 @@ const (
 	// the test process needs room for those connections and the tarpits.
 	noisyServeNofile = 4096
 	noisyTestNofile  = idleConns + tarpitChecks + 1024
+	// noisyLBQuota is b's quotas.loadBalancers: its front and one for each
+	// abuse of the second round that runs at once ("all at once").
+	noisyLBQuota = 7
 	// streamTimeout bounds one change on a tenant stream.
 	streamTimeout = 60 * time.Second
 )
@@ -139,8 +142,8 @@ name: b
 domains: [b.example]
 networks: [%s]
 pools: [noisy]
-quotas: { loadBalancers: 6 }
-`, noisyPool, noisyNetA, noisyNetB))
+quotas: { loadBalancers: %d }
+`, noisyPool, noisyNetA, noisyNetB, noisyLBQuota))
 	// An operator lets b's backend network overlap the VIP pool, as a
 	// tenant network that covers a pool would: what b then points its
 	// members at is what the self-dial phase tries.
@@ -150,8 +153,8 @@ name: b
 domains: [b.example]
 networks: [%s, %s]
 pools: [noisy]
-quotas: { loadBalancers: 6 }
-`, noisyNetB, noisyPool)); err != nil {
+quotas: { loadBalancers: %d }
+`, noisyNetB, noisyPool, noisyLBQuota)); err != nil {
 		tb.Logf("b's networks may not overlap the VIP pool: %v", err)
 	} else {
 		l.overlaps = true
@@ -270,6 +273,13 @@ type syncStream struct {
 
 func dialTenant(tb testing.TB, name, creds string) *tenantAgent {
 	tb.Helper()
+	return dialTenantAt(tb, name, creds, "")
+}
+
+// dialTenantAt is dialTenant to one host's API address (server), or to the
+// first the credentials name when server is "".
+func dialTenantAt(tb testing.TB, name, creds, server string) *tenantAgent {
+	tb.Helper()
 	read := func(f string) []byte {
 		b, err := os.ReadFile(filepath.Join(creds, f))
 		if err != nil {
@@ -281,7 +291,9 @@ func dialTenant(tb testing.TB, name, creds string) *tenantAgent {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	server := strings.Split(strings.TrimSpace(string(read("servers"))), ",")[0]
+	if server == "" {
+		server = strings.Split(strings.TrimSpace(string(read("servers"))), ",")[0]
+	}
 	cc, err := grpc.NewClient(server, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
 	if err != nil {
 		tb.Fatal(err)

@@ -402,11 +402,11 @@ func phaseListeners(tb testing.TB, l *noisyLab, b *tenantAgent) []string {
 		stored = len(s)
 	}
 	have := bCount(tb, l)
-	if have > 6 {
-		tb.Errorf("b holds %d load balancers with a quota of 6", have)
+	if have > noisyLBQuota {
+		tb.Errorf("b holds %d load balancers with a quota of %d", have, noisyLBQuota)
 	}
 	removeLBs(tb, b, append(names, "svc-many-listeners")...)
-	return []string{fmt.Sprintf("24000 listeners refused: %s", shorten(why)), fmt.Sprintf("12 LBs vs quota 6: %d stored, b holds %d", stored, have)}
+	return []string{fmt.Sprintf("24000 listeners refused: %s", shorten(why)), fmt.Sprintf("12 LBs vs quota %d: %d stored, b holds %d", noisyLBQuota, stored, have)}
 }
 
 // phaseRoutes: 60,000 routes, a 3 MiB path, and three load balancers at

@@ -65,6 +65,7 @@ var (
 		{"regex routes", phaseRegex},
 		{"expensive checks", phaseExpensiveChecks},
 		{"UDP reflection", phaseUDPReflect},
+		{"rate-limited route", phaseRateLimit},
 	}
 	noisyRoundTwo = append(roundTwoAlone[:len(roundTwoAlone):len(roundTwoAlone)], noisyPhase{"all at once", phaseAllAtOnce})
 )

@@ -4,19 +4,43 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 )
 
-// schedStat is what the kernel counted for all threads of a process
-// (/proc/PID/task/*/schedstat): time on a CPU and time runnable but
-// waiting for one. The wait is what the machine's other work (other
-// processes) costs the process, whatever it does inside.
+// schedStat is what the kernel counted for a process: time on a CPU (all
+// its threads, ended ones too: /proc/PID/stat) and time its threads were
+// runnable but waiting for one (/proc/PID/task/*/schedstat, so the
+// threads alive at the reading: a thread that ended, such as one of a
+// health check's signatures, takes its wait with it). The wait is what
+// the machine's other work (other processes) costs the process, whatever
+// it does inside.
 type schedStat struct {
 	cpu, wait time.Duration
 }
 
+// clockTick is the unit of utime and stime in /proc/PID/stat (USER_HZ,
+// 100 on Linux).
+const clockTick = 10 * time.Millisecond
+
 func readSchedStat(pid int) (schedStat, error) {
 	var s schedStat
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return s, fmt.Errorf("stat of %d: %v", pid, err)
+	}
+	// The fields after the command's closing parenthesis, from the
+	// state (field 3): utime and stime are fields 14 and 15.
+	rest := string(stat)
+	if i := strings.LastIndexByte(rest, ')'); i >= 0 {
+		rest = rest[i+1:]
+	}
+	if f := strings.Fields(rest); len(f) > 12 {
+		utime, _ := strconv.ParseInt(f[11], 10, 64)
+		stime, _ := strconv.ParseInt(f[12], 10, 64)
+		s.cpu = time.Duration(utime+stime) * clockTick
+	}
 	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
 	if err != nil || len(tasks) == 0 {
 		return s, fmt.Errorf("schedstat of %d: %v", pid, err)
@@ -28,7 +52,6 @@ func readSchedStat(pid int) (schedStat, error) {
 		}
 		var run, wait, slices int64
 		if _, err := fmt.Sscan(string(b), &run, &wait, &slices); err == nil {
-			s.cpu += time.Duration(run)
 			s.wait += time.Duration(wait)
 		}
 	}
@@ -48,5 +71,5 @@ func schedNote(pid int, before schedStat, wall time.Duration) string {
 		fmt.Sscan(f, &la)
 	}
 	return fmt.Sprintf("host: %.2f cores busy, its threads waited %.2f s for a CPU in %.0f s (load average %s)",
-		(after.cpu-before.cpu).Seconds()/wall.Seconds(), (after.wait - before.wait).Seconds(), wall.Seconds(), la)
+		(after.cpu-before.cpu).Seconds()/wall.Seconds(), max(0, after.wait-before.wait).Seconds(), wall.Seconds(), la)
 }

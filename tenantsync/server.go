@@ -43,6 +43,9 @@ type Store interface {
 	// CA signs tenant credentials; APIAddrs are where agents connect.
 	CA() *pki.CA
 	APIAddrs() []string
+	// ChargeWrites takes a tenant's writes from its write budget, which
+	// the leader keeps for the cluster, and says how long they wait.
+	ChargeWrites(ctx context.Context, tenant string, bytes int) (consensus.WriteCharge, error)
 }
 
 var _ Store = (*consensus.Node)(nil)

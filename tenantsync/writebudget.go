@@ -14,28 +14,20 @@ import (
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
 
-// Write budget: the encoded bytes a tenant's agents write through one
-// host's streams per second (quotas.writeBytesPerSecond), charged before a
-// change goes to the leader. A change's cost in the leader's write loop,
-// in the Raft log and in every host's apply grows with its bytes, which
-// the objects-per-second bucket does not see: one load balancer of 2 MiB
-// costs as much as thousands of small ones.
+// Write budget: the encoded bytes a tenant's agents write a second
+// through all hosts' streams together (quotas.writeBytesPerSecond), charged
+// before a change goes to the leader, which keeps the budget
+// (consensus.Node.ChargeWrites). A change's cost in the leader's write
+// loop, in the Raft log and in every host's apply grows with its bytes,
+// which the objects-per-second bucket does not see: one load balancer of
+// 2 MiB costs as much as thousands of small ones.
 const (
-	// writeBurstSeconds is the burst in seconds of the rate.
-	writeBurstSeconds = 8
 	// throttleEventEvery bounds the host events saying that a tenant's
 	// writes wait, per tenant and host.
 	throttleEventEvery = 10 * time.Second
 	// maxThrottleNames bounds the load balancers a throttle notice names.
 	maxThrottleNames = 16
 )
-
-// writeBurst is the burst of a tenant whose quotas are q: eight seconds
-// of its rate, and at least what it may store, so that an agent's first
-// sync of everything its tenant may hold is never slowed.
-func writeBurst(q *pb.Quotas) int {
-	return int(max(q.GetWriteBytesPerSecond()*writeBurstSeconds, q.GetStoredBytes()))
-}
 
 // changeBytes is what a change costs the write budget: the encoded load
 // balancers and certificates it writes. Removals write (almost) nothing
@@ -51,29 +43,10 @@ func changeBytes(ch *pb.SyncChange) int {
 	return n
 }
 
-// writeBudgets are the tenants' byte buckets on this host.
+// writeBudgets remembers the throttle events recorded on this host.
 type writeBudgets struct {
-	mu      sync.Mutex
-	buckets map[string]*bucket
-	events  map[string]time.Time // last throttle event per tenant
-}
-
-// bucket returns tenant's bucket at rate and burst, changed in place when
-// the operator changed the tenant's quota.
-func (w *writeBudgets) bucket(tenant string, rate float64, burst int) *bucket {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.buckets == nil {
-		w.buckets = map[string]*bucket{}
-	}
-	b := w.buckets[tenant]
-	if b == nil {
-		b = newBucket(rate, burst)
-		w.buckets[tenant] = b
-		return b
-	}
-	b.set(rate, burst, time.Now())
-	return b
+	mu     sync.Mutex
+	events map[string]time.Time // last throttle event per tenant
 }
 
 // eventDue reports whether a throttle event of tenant may be recorded now.
@@ -90,8 +63,9 @@ func (w *writeBudgets) eventDue(tenant string, now time.Time) bool {
 	return true
 }
 
-// chargeWrite takes a change's bytes from the tenant's write budget on
-// this host and waits until they are paid for. A change that must wait is
+// chargeWrite takes a change's bytes from the tenant's write budget, which
+// the leader keeps for the whole cluster (Store.ChargeWrites), and waits
+// until they are paid for. A change that must wait is
 // announced to the agent first (a status carrying SyncThrottle: how long,
 // why, how to raise it) and to the host's events (at most once per
 // throttleEventEvery and tenant), and the wait is counted in the
@@ -103,17 +77,22 @@ func (s *Server) chargeWrite(ctx context.Context, st *stream, ch *pb.SyncChange)
 	if n == 0 {
 		return nil
 	}
-	q := st.quotas()
-	rate := q.GetWriteBytesPerSecond()
 	tenant := st.caller.tenant
-	b := s.budgets.bucket(tenant, float64(rate), writeBurst(q))
-	now := time.Now()
-	d := b.reserve(n, now)
+	charge, err := s.cfg.Store.ChargeWrites(ctx, tenant, n)
+	if err != nil {
+		return fmt.Errorf("charge the write budget: %w", err)
+	}
+	d := charge.Wait
 	if d <= 0 {
 		return nil
 	}
-	reason := fmt.Sprintf("change %d writes %s; tenant %s may write %s a second through each LB host (burst %s), so it waits %s: raise quotas.writeBytesPerSecond to write faster",
-		ch.GetSeq(), mib(n), tenant, mib(int(rate)), mib(writeBurst(q)), d.Round(time.Millisecond))
+	now := time.Now()
+	where := "across the LB cluster"
+	if charge.Local {
+		where = "through this LB host (the leader could not be asked)"
+	}
+	reason := fmt.Sprintf("change %d writes %s; tenant %s may write %s a second %s (burst %s), so it waits %s: raise quotas.writeBytesPerSecond to write faster",
+		ch.GetSeq(), mib(n), tenant, mib(charge.Rate), where, mib(charge.Burst), d.Round(time.Millisecond))
 	th := &pb.SyncThrottle{Seq: ch.GetSeq(), Wait: durationpb.New(d), Reason: reason}
 	for _, up := range ch.GetUpserts() {
 		if len(th.Names) == maxThrottleNames {

@@ -38,7 +38,7 @@ func (r *Reference) Markdown(w io.Writer) error {
 		"(`serve --dns-queries-per-tenant`), new DNSSEC signatures for its names\n" +
 		"(`serve --dns-signatures-per-tenant`), the routes its BGP speakers announce\n" +
 		"(`bgp.maxPrefixes` per session) and the UPDATE messages they send\n" +
-		"(`bgp.maxUpdatesPerSecond` per session), and the bytes its agent writes through a host's stream\n" +
+		"(`bgp.maxUpdatesPerSecond` per session), the bytes its agents write through the hosts' streams\n" +
 		"(`quotas.writeBytesPerSecond`), and, on hosts with `serve --data-path io_uring`, the io_uring\n" +
 		"buffers its TCP connections hold. The README's\n" +
 		"[Tenant limits](../README.md#tenant-limits) lists each with its default and how to raise it.\n\n")

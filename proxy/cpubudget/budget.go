@@ -297,7 +297,17 @@ func (t *Tenant) sign(s crypto.Signer, rand io.Reader, digest []byte, opts crypt
 	if n := t.inFlight.Add(1); n > t.peak.Load() {
 		t.peak.Store(n) // a race may lose a peak by one; it is a statistic
 	}
-	sig, cost, err := measure(func() ([]byte, error) { return s.Sign(rand, digest, opts) })
+	run := measure
+	if !refuse {
+		// A check's signature: no client waits for it, and the tenant may
+		// make one after another up to its budget, a quarter of the
+		// host's CPUs by default. On a thread of a low priority it
+		// takes little of the CPU the host's other work wants, so that on a
+		// busy host it slows the tenant's checks, not its neighbours'
+		// requests or the admin API.
+		run = measureLow
+	}
+	sig, cost, err := run(func() ([]byte, error) { return s.Sign(rand, digest, opts) })
 	t.inFlight.Add(-1)
 	<-t.sem
 	t.charge(cost)
@@ -314,7 +324,8 @@ func (t *Tenant) Signer(s crypto.Signer) crypto.Signer {
 
 // ClientSigner returns s with its signatures charged to the tenant
 // without refusal: the health checks that sign with it wait for the
-// budget before they start (Wait).
+// budget before they start (Wait). Each signature runs on a thread of
+// a low priority (measureLow).
 func (t *Tenant) ClientSigner(s crypto.Signer) crypto.Signer {
 	return &signer{t: t, s: s}
 }

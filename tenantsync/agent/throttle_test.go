@@ -35,7 +35,7 @@ func TestThrottledChangesBecomeEvents(t *testing.T) {
 	rec := record.NewFakeRecorder(10)
 	a := &Agent{events: rec, book: newStatusBook(), set: s, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		src: translate.Sources{Services: corelisters.NewServiceLister(idx)}}
-	reason := "change 7 writes 1.2 MiB (1233056 bytes); tenant acme may write 1.0 MiB (1048576 bytes) a second through each LB host (burst 8.0 MiB (8388608 bytes)), so it waits 338ms: raise quotas.writeBytesPerSecond to write faster"
+	reason := "change 7 writes 1.2 MiB (1233056 bytes); tenant acme may write 1.0 MiB (1048576 bytes) a second across the LB cluster (burst 8.0 MiB (8388608 bytes)), so it waits 338ms: raise quotas.writeBytesPerSecond to write faster"
 	a.onThrottle(&pb.SyncThrottle{Seq: 7, Wait: durationpb.New(338 * time.Millisecond), Reason: reason, Names: []string{"svc-shop-web", "svc-gone"}})
 	var got []string
 	for len(rec.Events) > 0 {

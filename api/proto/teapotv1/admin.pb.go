@@ -2355,6 +2355,121 @@ func (x *ForwardResponse) GetDelete() *DeleteResponse {
 	return nil
 }
 
+type ChargeWritesRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Tenant string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// The encoded bytes of the load balancers and certificates a change writes.
+	Bytes         uint64 `protobuf:"varint,2,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChargeWritesRequest) Reset() {
+	*x = ChargeWritesRequest{}
+	mi := &file_teapotv1_admin_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChargeWritesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChargeWritesRequest) ProtoMessage() {}
+
+func (x *ChargeWritesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_admin_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChargeWritesRequest.ProtoReflect.Descriptor instead.
+func (*ChargeWritesRequest) Descriptor() ([]byte, []int) {
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *ChargeWritesRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *ChargeWritesRequest) GetBytes() uint64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+type ChargeWritesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How long the writer waits before it writes, in nanoseconds (0: at once).
+	WaitNanos int64 `protobuf:"varint,1,opt,name=wait_nanos,json=waitNanos,proto3" json:"wait_nanos,omitempty"`
+	// The tenant's budget as the leader read it: bytes a second and burst.
+	Rate          uint64 `protobuf:"varint,2,opt,name=rate,proto3" json:"rate,omitempty"`
+	Burst         uint64 `protobuf:"varint,3,opt,name=burst,proto3" json:"burst,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChargeWritesResponse) Reset() {
+	*x = ChargeWritesResponse{}
+	mi := &file_teapotv1_admin_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChargeWritesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChargeWritesResponse) ProtoMessage() {}
+
+func (x *ChargeWritesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_admin_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChargeWritesResponse.ProtoReflect.Descriptor instead.
+func (*ChargeWritesResponse) Descriptor() ([]byte, []int) {
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *ChargeWritesResponse) GetWaitNanos() int64 {
+	if x != nil {
+		return x.WaitNanos
+	}
+	return 0
+}
+
+func (x *ChargeWritesResponse) GetRate() uint64 {
+	if x != nil {
+		return x.Rate
+	}
+	return 0
+}
+
+func (x *ChargeWritesResponse) GetBurst() uint64 {
+	if x != nil {
+		return x.Burst
+	}
+	return 0
+}
+
 type ReadIndexRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -2363,7 +2478,7 @@ type ReadIndexRequest struct {
 
 func (x *ReadIndexRequest) Reset() {
 	*x = ReadIndexRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[35]
+	mi := &file_teapotv1_admin_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2375,7 +2490,7 @@ func (x *ReadIndexRequest) String() string {
 func (*ReadIndexRequest) ProtoMessage() {}
 
 func (x *ReadIndexRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[35]
+	mi := &file_teapotv1_admin_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2388,7 +2503,7 @@ func (x *ReadIndexRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadIndexRequest.ProtoReflect.Descriptor instead.
 func (*ReadIndexRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{35}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{37}
 }
 
 type ReadIndexResponse struct {
@@ -2400,7 +2515,7 @@ type ReadIndexResponse struct {
 
 func (x *ReadIndexResponse) Reset() {
 	*x = ReadIndexResponse{}
-	mi := &file_teapotv1_admin_proto_msgTypes[36]
+	mi := &file_teapotv1_admin_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2412,7 +2527,7 @@ func (x *ReadIndexResponse) String() string {
 func (*ReadIndexResponse) ProtoMessage() {}
 
 func (x *ReadIndexResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[36]
+	mi := &file_teapotv1_admin_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2425,7 +2540,7 @@ func (x *ReadIndexResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadIndexResponse.ProtoReflect.Descriptor instead.
 func (*ReadIndexResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{36}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ReadIndexResponse) GetIndex() uint64 {
@@ -2443,7 +2558,7 @@ type HealthRequest struct {
 
 func (x *HealthRequest) Reset() {
 	*x = HealthRequest{}
-	mi := &file_teapotv1_admin_proto_msgTypes[37]
+	mi := &file_teapotv1_admin_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2455,7 +2570,7 @@ func (x *HealthRequest) String() string {
 func (*HealthRequest) ProtoMessage() {}
 
 func (x *HealthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_admin_proto_msgTypes[37]
+	mi := &file_teapotv1_admin_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2468,7 +2583,7 @@ func (x *HealthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthRequest.ProtoReflect.Descriptor instead.
 func (*HealthRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_admin_proto_rawDescGZIP(), []int{37}
+	return file_teapotv1_admin_proto_rawDescGZIP(), []int{39}
 }
 
 var File_teapotv1_admin_proto protoreflect.FileDescriptor
@@ -2628,7 +2743,15 @@ const file_teapotv1_admin_proto_rawDesc = "" +
 	"\x05write\"t\n" +
 	"\x0fForwardResponse\x12.\n" +
 	"\x05apply\x18\x01 \x01(\v2\x18.teapot.v1.ApplyResponseR\x05apply\x121\n" +
-	"\x06delete\x18\x02 \x01(\v2\x19.teapot.v1.DeleteResponseR\x06delete\"\x12\n" +
+	"\x06delete\x18\x02 \x01(\v2\x19.teapot.v1.DeleteResponseR\x06delete\"C\n" +
+	"\x13ChargeWritesRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x14\n" +
+	"\x05bytes\x18\x02 \x01(\x04R\x05bytes\"_\n" +
+	"\x14ChargeWritesResponse\x12\x1d\n" +
+	"\n" +
+	"wait_nanos\x18\x01 \x01(\x03R\twaitNanos\x12\x12\n" +
+	"\x04rate\x18\x02 \x01(\x04R\x04rate\x12\x14\n" +
+	"\x05burst\x18\x03 \x01(\x04R\x05burst\"\x12\n" +
 	"\x10ReadIndexRequest\")\n" +
 	"\x11ReadIndexResponse\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\"\x0f\n" +
@@ -2654,14 +2777,15 @@ const file_teapotv1_admin_proto_rawDesc = "" +
 	"\x06DryRun\x12\x18.teapot.v1.DryRunRequest\x1a\x19.teapot.v1.DryRunResponse\x12@\n" +
 	"\aRecover\x12\x19.teapot.v1.RecoverRequest\x1a\x1a.teapot.v1.RecoverResponse\x12I\n" +
 	"\n" +
-	"RollDNSKey\x12\x1c.teapot.v1.RollDNSKeyRequest\x1a\x1d.teapot.v1.RollDNSKeyResponse2\x8b\x03\n" +
+	"RollDNSKey\x12\x1c.teapot.v1.RollDNSKeyRequest\x1a\x1d.teapot.v1.RollDNSKeyResponse2\xdc\x03\n" +
 	"\aCluster\x127\n" +
 	"\x04Join\x12\x16.teapot.v1.JoinRequest\x1a\x17.teapot.v1.JoinResponse\x12@\n" +
 	"\aPromote\x12\x19.teapot.v1.PromoteRequest\x1a\x1a.teapot.v1.PromoteResponse\x12@\n" +
 	"\aForward\x12\x19.teapot.v1.ForwardRequest\x1a\x1a.teapot.v1.ForwardResponse\x12F\n" +
 	"\tReadIndex\x12\x1b.teapot.v1.ReadIndexRequest\x1a\x1c.teapot.v1.ReadIndexResponse\x129\n" +
 	"\x06Health\x12\x18.teapot.v1.HealthRequest\x1a\x15.teapot.v1.NodeStatus\x12@\n" +
-	"\aObserve\x12\x19.teapot.v1.ObserveRequest\x1a\x1a.teapot.v1.HostObservationB<Z:github.com/teapot-lb/teapot-lb/api/proto/teapotv1;teapotv1b\x06proto3"
+	"\aObserve\x12\x19.teapot.v1.ObserveRequest\x1a\x1a.teapot.v1.HostObservation\x12O\n" +
+	"\fChargeWrites\x12\x1e.teapot.v1.ChargeWritesRequest\x1a\x1f.teapot.v1.ChargeWritesResponseB<Z:github.com/teapot-lb/teapot-lb/api/proto/teapotv1;teapotv1b\x06proto3"
 
 var (
 	file_teapotv1_admin_proto_rawDescOnce sync.Once
@@ -2676,7 +2800,7 @@ func file_teapotv1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_teapotv1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_teapotv1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
+var file_teapotv1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_teapotv1_admin_proto_goTypes = []any{
 	(ApplyMode)(0),                       // 0: teapot.v1.ApplyMode
 	(RollDNSKeyRequest_Step)(0),          // 1: teapot.v1.RollDNSKeyRequest.Step
@@ -2715,47 +2839,49 @@ var file_teapotv1_admin_proto_goTypes = []any{
 	(*ForwardRequest)(nil),               // 34: teapot.v1.ForwardRequest
 	(*CheckedWrite)(nil),                 // 35: teapot.v1.CheckedWrite
 	(*ForwardResponse)(nil),              // 36: teapot.v1.ForwardResponse
-	(*ReadIndexRequest)(nil),             // 37: teapot.v1.ReadIndexRequest
-	(*ReadIndexResponse)(nil),            // 38: teapot.v1.ReadIndexResponse
-	(*HealthRequest)(nil),                // 39: teapot.v1.HealthRequest
-	(*DNSZoneObservation)(nil),           // 40: teapot.v1.DNSZoneObservation
-	(*Object)(nil),                       // 41: teapot.v1.Object
-	(*ObjectRef)(nil),                    // 42: teapot.v1.ObjectRef
-	(*VIPHolding)(nil),                   // 43: teapot.v1.VIPHolding
-	(*timestamppb.Timestamp)(nil),        // 44: google.protobuf.Timestamp
-	(*Node)(nil),                         // 45: teapot.v1.Node
-	(*Txn)(nil),                          // 46: teapot.v1.Txn
-	(*ObserveRequest)(nil),               // 47: teapot.v1.ObserveRequest
-	(*EventsRequest)(nil),                // 48: teapot.v1.EventsRequest
-	(*ObserveResponse)(nil),              // 49: teapot.v1.ObserveResponse
-	(*EventsResponse)(nil),               // 50: teapot.v1.EventsResponse
-	(*HostObservation)(nil),              // 51: teapot.v1.HostObservation
+	(*ChargeWritesRequest)(nil),          // 37: teapot.v1.ChargeWritesRequest
+	(*ChargeWritesResponse)(nil),         // 38: teapot.v1.ChargeWritesResponse
+	(*ReadIndexRequest)(nil),             // 39: teapot.v1.ReadIndexRequest
+	(*ReadIndexResponse)(nil),            // 40: teapot.v1.ReadIndexResponse
+	(*HealthRequest)(nil),                // 41: teapot.v1.HealthRequest
+	(*DNSZoneObservation)(nil),           // 42: teapot.v1.DNSZoneObservation
+	(*Object)(nil),                       // 43: teapot.v1.Object
+	(*ObjectRef)(nil),                    // 44: teapot.v1.ObjectRef
+	(*VIPHolding)(nil),                   // 45: teapot.v1.VIPHolding
+	(*timestamppb.Timestamp)(nil),        // 46: google.protobuf.Timestamp
+	(*Node)(nil),                         // 47: teapot.v1.Node
+	(*Txn)(nil),                          // 48: teapot.v1.Txn
+	(*ObserveRequest)(nil),               // 49: teapot.v1.ObserveRequest
+	(*EventsRequest)(nil),                // 50: teapot.v1.EventsRequest
+	(*ObserveResponse)(nil),              // 51: teapot.v1.ObserveResponse
+	(*EventsResponse)(nil),               // 52: teapot.v1.EventsResponse
+	(*HostObservation)(nil),              // 53: teapot.v1.HostObservation
 }
 var file_teapotv1_admin_proto_depIdxs = []int32{
 	1,  // 0: teapot.v1.RollDNSKeyRequest.step:type_name -> teapot.v1.RollDNSKeyRequest.Step
-	40, // 1: teapot.v1.RollDNSKeyResponse.zone:type_name -> teapot.v1.DNSZoneObservation
+	42, // 1: teapot.v1.RollDNSKeyResponse.zone:type_name -> teapot.v1.DNSZoneObservation
 	10, // 2: teapot.v1.DryRunRequest.apply:type_name -> teapot.v1.ApplyRequest
 	13, // 3: teapot.v1.DryRunRequest.delete:type_name -> teapot.v1.DeleteRequest
 	12, // 4: teapot.v1.DryRunResponse.apply:type_name -> teapot.v1.ApplyResponse
 	14, // 5: teapot.v1.DryRunResponse.delete:type_name -> teapot.v1.DeleteResponse
-	41, // 6: teapot.v1.ApplyRequest.objects:type_name -> teapot.v1.Object
+	43, // 6: teapot.v1.ApplyRequest.objects:type_name -> teapot.v1.Object
 	0,  // 7: teapot.v1.ApplyRequest.mode:type_name -> teapot.v1.ApplyMode
 	11, // 8: teapot.v1.ApplyRequest.preconditions:type_name -> teapot.v1.RevisionPrecondition
-	42, // 9: teapot.v1.RevisionPrecondition.ref:type_name -> teapot.v1.ObjectRef
-	41, // 10: teapot.v1.ApplyResponse.objects:type_name -> teapot.v1.Object
-	42, // 11: teapot.v1.DeleteRequest.ref:type_name -> teapot.v1.ObjectRef
-	42, // 12: teapot.v1.GetRequest.ref:type_name -> teapot.v1.ObjectRef
-	41, // 13: teapot.v1.ListResponse.objects:type_name -> teapot.v1.Object
+	44, // 9: teapot.v1.RevisionPrecondition.ref:type_name -> teapot.v1.ObjectRef
+	43, // 10: teapot.v1.ApplyResponse.objects:type_name -> teapot.v1.Object
+	44, // 11: teapot.v1.DeleteRequest.ref:type_name -> teapot.v1.ObjectRef
+	44, // 12: teapot.v1.GetRequest.ref:type_name -> teapot.v1.ObjectRef
+	43, // 13: teapot.v1.ListResponse.objects:type_name -> teapot.v1.Object
 	20, // 14: teapot.v1.ClusterStatusResponse.nodes:type_name -> teapot.v1.NodeStatus
-	43, // 15: teapot.v1.NodeStatus.vips:type_name -> teapot.v1.VIPHolding
+	45, // 15: teapot.v1.NodeStatus.vips:type_name -> teapot.v1.VIPHolding
 	21, // 16: teapot.v1.NodeStatus.peers:type_name -> teapot.v1.PeerLiveness
-	44, // 17: teapot.v1.CreateJoinTokenResponse.expires:type_name -> google.protobuf.Timestamp
-	44, // 18: teapot.v1.CreateDashboardTokenResponse.expires:type_name -> google.protobuf.Timestamp
-	45, // 19: teapot.v1.DrainNodeResponse.node:type_name -> teapot.v1.Node
+	46, // 17: teapot.v1.CreateJoinTokenResponse.expires:type_name -> google.protobuf.Timestamp
+	46, // 18: teapot.v1.CreateDashboardTokenResponse.expires:type_name -> google.protobuf.Timestamp
+	47, // 19: teapot.v1.DrainNodeResponse.node:type_name -> teapot.v1.Node
 	10, // 20: teapot.v1.ForwardRequest.apply:type_name -> teapot.v1.ApplyRequest
 	13, // 21: teapot.v1.ForwardRequest.delete:type_name -> teapot.v1.DeleteRequest
 	26, // 22: teapot.v1.ForwardRequest.remove_node:type_name -> teapot.v1.RemoveNodeRequest
-	46, // 23: teapot.v1.ForwardRequest.txn:type_name -> teapot.v1.Txn
+	48, // 23: teapot.v1.ForwardRequest.txn:type_name -> teapot.v1.Txn
 	35, // 24: teapot.v1.ForwardRequest.checked:type_name -> teapot.v1.CheckedWrite
 	10, // 25: teapot.v1.CheckedWrite.apply:type_name -> teapot.v1.ApplyRequest
 	13, // 26: teapot.v1.CheckedWrite.delete:type_name -> teapot.v1.DeleteRequest
@@ -2769,8 +2895,8 @@ var file_teapotv1_admin_proto_depIdxs = []int32{
 	22, // 34: teapot.v1.Admin.CreateJoinToken:input_type -> teapot.v1.CreateJoinTokenRequest
 	26, // 35: teapot.v1.Admin.RemoveNode:input_type -> teapot.v1.RemoveNodeRequest
 	28, // 36: teapot.v1.Admin.DrainNode:input_type -> teapot.v1.DrainNodeRequest
-	47, // 37: teapot.v1.Admin.Observe:input_type -> teapot.v1.ObserveRequest
-	48, // 38: teapot.v1.Admin.Events:input_type -> teapot.v1.EventsRequest
+	49, // 37: teapot.v1.Admin.Observe:input_type -> teapot.v1.ObserveRequest
+	50, // 38: teapot.v1.Admin.Events:input_type -> teapot.v1.EventsRequest
 	24, // 39: teapot.v1.Admin.CreateDashboardToken:input_type -> teapot.v1.CreateDashboardTokenRequest
 	8,  // 40: teapot.v1.Admin.Backup:input_type -> teapot.v1.BackupRequest
 	6,  // 41: teapot.v1.Admin.DryRun:input_type -> teapot.v1.DryRunRequest
@@ -2779,32 +2905,34 @@ var file_teapotv1_admin_proto_depIdxs = []int32{
 	30, // 44: teapot.v1.Cluster.Join:input_type -> teapot.v1.JoinRequest
 	32, // 45: teapot.v1.Cluster.Promote:input_type -> teapot.v1.PromoteRequest
 	34, // 46: teapot.v1.Cluster.Forward:input_type -> teapot.v1.ForwardRequest
-	37, // 47: teapot.v1.Cluster.ReadIndex:input_type -> teapot.v1.ReadIndexRequest
-	39, // 48: teapot.v1.Cluster.Health:input_type -> teapot.v1.HealthRequest
-	47, // 49: teapot.v1.Cluster.Observe:input_type -> teapot.v1.ObserveRequest
-	12, // 50: teapot.v1.Admin.Apply:output_type -> teapot.v1.ApplyResponse
-	14, // 51: teapot.v1.Admin.Delete:output_type -> teapot.v1.DeleteResponse
-	41, // 52: teapot.v1.Admin.Get:output_type -> teapot.v1.Object
-	17, // 53: teapot.v1.Admin.List:output_type -> teapot.v1.ListResponse
-	19, // 54: teapot.v1.Admin.ClusterStatus:output_type -> teapot.v1.ClusterStatusResponse
-	23, // 55: teapot.v1.Admin.CreateJoinToken:output_type -> teapot.v1.CreateJoinTokenResponse
-	27, // 56: teapot.v1.Admin.RemoveNode:output_type -> teapot.v1.RemoveNodeResponse
-	29, // 57: teapot.v1.Admin.DrainNode:output_type -> teapot.v1.DrainNodeResponse
-	49, // 58: teapot.v1.Admin.Observe:output_type -> teapot.v1.ObserveResponse
-	50, // 59: teapot.v1.Admin.Events:output_type -> teapot.v1.EventsResponse
-	25, // 60: teapot.v1.Admin.CreateDashboardToken:output_type -> teapot.v1.CreateDashboardTokenResponse
-	9,  // 61: teapot.v1.Admin.Backup:output_type -> teapot.v1.BackupChunk
-	7,  // 62: teapot.v1.Admin.DryRun:output_type -> teapot.v1.DryRunResponse
-	5,  // 63: teapot.v1.Admin.Recover:output_type -> teapot.v1.RecoverResponse
-	3,  // 64: teapot.v1.Admin.RollDNSKey:output_type -> teapot.v1.RollDNSKeyResponse
-	31, // 65: teapot.v1.Cluster.Join:output_type -> teapot.v1.JoinResponse
-	33, // 66: teapot.v1.Cluster.Promote:output_type -> teapot.v1.PromoteResponse
-	36, // 67: teapot.v1.Cluster.Forward:output_type -> teapot.v1.ForwardResponse
-	38, // 68: teapot.v1.Cluster.ReadIndex:output_type -> teapot.v1.ReadIndexResponse
-	20, // 69: teapot.v1.Cluster.Health:output_type -> teapot.v1.NodeStatus
-	51, // 70: teapot.v1.Cluster.Observe:output_type -> teapot.v1.HostObservation
-	50, // [50:71] is the sub-list for method output_type
-	29, // [29:50] is the sub-list for method input_type
+	39, // 47: teapot.v1.Cluster.ReadIndex:input_type -> teapot.v1.ReadIndexRequest
+	41, // 48: teapot.v1.Cluster.Health:input_type -> teapot.v1.HealthRequest
+	49, // 49: teapot.v1.Cluster.Observe:input_type -> teapot.v1.ObserveRequest
+	37, // 50: teapot.v1.Cluster.ChargeWrites:input_type -> teapot.v1.ChargeWritesRequest
+	12, // 51: teapot.v1.Admin.Apply:output_type -> teapot.v1.ApplyResponse
+	14, // 52: teapot.v1.Admin.Delete:output_type -> teapot.v1.DeleteResponse
+	43, // 53: teapot.v1.Admin.Get:output_type -> teapot.v1.Object
+	17, // 54: teapot.v1.Admin.List:output_type -> teapot.v1.ListResponse
+	19, // 55: teapot.v1.Admin.ClusterStatus:output_type -> teapot.v1.ClusterStatusResponse
+	23, // 56: teapot.v1.Admin.CreateJoinToken:output_type -> teapot.v1.CreateJoinTokenResponse
+	27, // 57: teapot.v1.Admin.RemoveNode:output_type -> teapot.v1.RemoveNodeResponse
+	29, // 58: teapot.v1.Admin.DrainNode:output_type -> teapot.v1.DrainNodeResponse
+	51, // 59: teapot.v1.Admin.Observe:output_type -> teapot.v1.ObserveResponse
+	52, // 60: teapot.v1.Admin.Events:output_type -> teapot.v1.EventsResponse
+	25, // 61: teapot.v1.Admin.CreateDashboardToken:output_type -> teapot.v1.CreateDashboardTokenResponse
+	9,  // 62: teapot.v1.Admin.Backup:output_type -> teapot.v1.BackupChunk
+	7,  // 63: teapot.v1.Admin.DryRun:output_type -> teapot.v1.DryRunResponse
+	5,  // 64: teapot.v1.Admin.Recover:output_type -> teapot.v1.RecoverResponse
+	3,  // 65: teapot.v1.Admin.RollDNSKey:output_type -> teapot.v1.RollDNSKeyResponse
+	31, // 66: teapot.v1.Cluster.Join:output_type -> teapot.v1.JoinResponse
+	33, // 67: teapot.v1.Cluster.Promote:output_type -> teapot.v1.PromoteResponse
+	36, // 68: teapot.v1.Cluster.Forward:output_type -> teapot.v1.ForwardResponse
+	40, // 69: teapot.v1.Cluster.ReadIndex:output_type -> teapot.v1.ReadIndexResponse
+	20, // 70: teapot.v1.Cluster.Health:output_type -> teapot.v1.NodeStatus
+	53, // 71: teapot.v1.Cluster.Observe:output_type -> teapot.v1.HostObservation
+	38, // 72: teapot.v1.Cluster.ChargeWrites:output_type -> teapot.v1.ChargeWritesResponse
+	51, // [51:73] is the sub-list for method output_type
+	29, // [29:51] is the sub-list for method input_type
 	29, // [29:29] is the sub-list for extension type_name
 	29, // [29:29] is the sub-list for extension extendee
 	0,  // [0:29] is the sub-list for field type_name
@@ -2839,7 +2967,7 @@ func file_teapotv1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_teapotv1_admin_proto_rawDesc), len(file_teapotv1_admin_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   38,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -716,12 +716,13 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	Cluster_Join_FullMethodName      = "/teapot.v1.Cluster/Join"
-	Cluster_Promote_FullMethodName   = "/teapot.v1.Cluster/Promote"
-	Cluster_Forward_FullMethodName   = "/teapot.v1.Cluster/Forward"
-	Cluster_ReadIndex_FullMethodName = "/teapot.v1.Cluster/ReadIndex"
-	Cluster_Health_FullMethodName    = "/teapot.v1.Cluster/Health"
-	Cluster_Observe_FullMethodName   = "/teapot.v1.Cluster/Observe"
+	Cluster_Join_FullMethodName         = "/teapot.v1.Cluster/Join"
+	Cluster_Promote_FullMethodName      = "/teapot.v1.Cluster/Promote"
+	Cluster_Forward_FullMethodName      = "/teapot.v1.Cluster/Forward"
+	Cluster_ReadIndex_FullMethodName    = "/teapot.v1.Cluster/ReadIndex"
+	Cluster_Health_FullMethodName       = "/teapot.v1.Cluster/Health"
+	Cluster_Observe_FullMethodName      = "/teapot.v1.Cluster/Observe"
+	Cluster_ChargeWrites_FullMethodName = "/teapot.v1.Cluster/ChargeWrites"
 )
 
 // ClusterClient is the client API for Cluster service.
@@ -742,6 +743,10 @@ type ClusterClient interface {
 	Health(ctx context.Context, in *HealthRequest, opts ...grpc.CallOption) (*NodeStatus, error)
 	// Observe reports what this host sees.
 	Observe(ctx context.Context, in *ObserveRequest, opts ...grpc.CallOption) (*HostObservation, error)
+	// ChargeWrites takes a tenant's writes from its write budget
+	// (quotas.writeBytesPerSecond), which the leader keeps for the whole
+	// cluster, and says how long the writer waits before it writes.
+	ChargeWrites(ctx context.Context, in *ChargeWritesRequest, opts ...grpc.CallOption) (*ChargeWritesResponse, error)
 }
 
 type clusterClient struct {
@@ -812,6 +817,16 @@ func (c *clusterClient) Observe(ctx context.Context, in *ObserveRequest, opts ..
 	return out, nil
 }
 
+func (c *clusterClient) ChargeWrites(ctx context.Context, in *ChargeWritesRequest, opts ...grpc.CallOption) (*ChargeWritesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ChargeWritesResponse)
+	err := c.cc.Invoke(ctx, Cluster_ChargeWrites_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ClusterServer is the server API for Cluster service.
 // All implementations must embed UnimplementedClusterServer
 // for forward compatibility.
@@ -830,6 +845,10 @@ type ClusterServer interface {
 	Health(context.Context, *HealthRequest) (*NodeStatus, error)
 	// Observe reports what this host sees.
 	Observe(context.Context, *ObserveRequest) (*HostObservation, error)
+	// ChargeWrites takes a tenant's writes from its write budget
+	// (quotas.writeBytesPerSecond), which the leader keeps for the whole
+	// cluster, and says how long the writer waits before it writes.
+	ChargeWrites(context.Context, *ChargeWritesRequest) (*ChargeWritesResponse, error)
 	mustEmbedUnimplementedClusterServer()
 }
 
@@ -857,6 +876,9 @@ func (UnimplementedClusterServer) Health(context.Context, *HealthRequest) (*Node
 }
 func (UnimplementedClusterServer) Observe(context.Context, *ObserveRequest) (*HostObservation, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Observe not implemented")
+}
+func (UnimplementedClusterServer) ChargeWrites(context.Context, *ChargeWritesRequest) (*ChargeWritesResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ChargeWrites not implemented")
 }
 func (UnimplementedClusterServer) mustEmbedUnimplementedClusterServer() {}
 func (UnimplementedClusterServer) testEmbeddedByValue()                 {}
@@ -987,6 +1009,24 @@ func _Cluster_Observe_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Cluster_ChargeWrites_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ChargeWritesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServer).ChargeWrites(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Cluster_ChargeWrites_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServer).ChargeWrites(ctx, req.(*ChargeWritesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Cluster_ServiceDesc is the grpc.ServiceDesc for Cluster service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1017,6 +1057,10 @@ var Cluster_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Observe",
 			Handler:    _Cluster_Observe_Handler,
+		},
+		{
+			MethodName: "ChargeWrites",
+			Handler:    _Cluster_ChargeWrites_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -390,11 +390,11 @@ type Quotas struct {
 	// CPU an LB host may spend inspecting the tenant's requests with the
 	// WAF, in thousandths of a core (0: the default).
 	WafCpuMillicores uint32 `protobuf:"varint,51,opt,name=waf_cpu_millicores,json=wafCpuMillicores,proto3" json:"waf_cpu_millicores,omitempty"`
-	// Encoded bytes a second the tenant's agent may write through one LB
-	// host's stream (load balancers and certificates it upserts), with a
-	// burst of eight seconds' worth and at least storedBytes (0: the
-	// default, 256 KiB). Past it the stream waits: the agent's changes are
-	// slowed and told why, never refused.
+	// Encoded bytes a second the tenant's agents may write, through all the
+	// LB hosts' streams together (load balancers and certificates they
+	// upsert), with a burst of eight seconds' worth and at least storedBytes
+	// (0: the default, 256 KiB). Past it the streams wait: the agents'
+	// changes are slowed and told why, never refused.
 	WriteBytesPerSecond uint64 `protobuf:"varint,190,opt,name=write_bytes_per_second,json=writeBytesPerSecond,proto3" json:"write_bytes_per_second,omitempty"`
 	unknownFields       protoimpl.UnknownFields
 	sizeCache           protoimpl.SizeCache

@@ -723,7 +723,7 @@ type SyncStatus struct {
 	Tenant   *Tenant                `protobuf:"bytes,2,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	Revision uint64                 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
 	// Set when a change of this stream waits for the tenant's write budget
-	// on this host (it is written once the wait is over).
+	// (it is written once the wait is over).
 	Throttled     *SyncThrottle `protobuf:"bytes,190,opt,name=throttled,proto3" json:"throttled,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -788,8 +788,8 @@ func (x *SyncStatus) GetThrottled() *SyncThrottle {
 }
 
 // SyncThrottle says that a change waits for the tenant's write budget:
-// the bytes a second its agent may write through one LB host
-// (quotas.writeBytesPerSecond).
+// the bytes a second its agents may write through all the LB hosts
+// together (quotas.writeBytesPerSecond).
 type SyncThrottle struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The change that waits.
