@@ -24,11 +24,35 @@ const (
 	// UPDATE a session sends costs every LB host's speaker and relay work.
 	DefaultTenantBGPUpdateRate = 100
 	MaxTenantBGPUpdateRate     = 10000
+	// MaxTenantBGPUpdateBurst bounds the burst of UPDATE messages beyond
+	// the rate: every host takes in and judges what a session sends as
+	// fast as it comes, so a burst of 100,000 messages (a table of that
+	// many routes, one a message) cost each host of a small machine 10 s
+	// of CPU in half a minute, enough that its own BFD sessions with the
+	// fabric went down.
+	MaxTenantBGPUpdateBurst = 1000
+	// DefaultTenantBGPTotalSessions is how many sessions' maxPrefixes the
+	// tenant's sessions together may hold on a host by default
+	// (bgp.maxPrefixesTotal 0), and MaxTenantBGPMaxPrefixesTotal the most
+	// they may ever hold: each route a host holds costs it memory (about
+	// 2.5-3 KB) whichever session it came from.
+	DefaultTenantBGPTotalSessions = 4
+	MaxTenantBGPMaxPrefixesTotal  = 200000
 )
+
+// TenantBGPMaxPrefixesTotal is the prefixes all the sessions of b may
+// hold together on one host.
+func TenantBGPMaxPrefixesTotal(b *pb.TenantBGP) uint32 {
+	if n := b.GetMaxPrefixesTotal(); n != 0 {
+		return n
+	}
+	return min(DefaultTenantBGPTotalSessions*TenantBGPMaxPrefixes(b), MaxTenantBGPMaxPrefixesTotal)
+}
 
 // TenantBGPUpdateRate is the UPDATE messages per second one session of b
 // may send; TenantBGPUpdateBurst how many it may send at once beyond
-// that: a whole table of maxPrefixes routes, one per message.
+// that: a whole table of maxPrefixes routes, one per message, up to
+// MaxTenantBGPUpdateBurst.
 func TenantBGPUpdateRate(b *pb.TenantBGP) uint32 {
 	if n := b.GetMaxUpdatesPerSecond(); n != 0 {
 		return n
@@ -36,9 +60,10 @@ func TenantBGPUpdateRate(b *pb.TenantBGP) uint32 {
 	return DefaultTenantBGPUpdateRate
 }
 
-// TenantBGPUpdateBurst: see TenantBGPUpdateRate.
+// TenantBGPUpdateBurst: see TenantBGPUpdateRate. The burst beyond the
+// rate is maxPrefixes, at most MaxTenantBGPUpdateBurst.
 func TenantBGPUpdateBurst(b *pb.TenantBGP) uint32 {
-	return TenantBGPUpdateRate(b) + TenantBGPMaxPrefixes(b)
+	return TenantBGPUpdateRate(b) + min(TenantBGPMaxPrefixes(b), MaxTenantBGPUpdateBurst)
 }
 
 // TenantBGPMaxPrefixes is the prefixes one session of b may announce.
@@ -108,6 +133,9 @@ func checkTenantBGP(ck *checker, t *pb.Tenant, nets []netip.Prefix) {
 	}
 	if n := b.GetMaxPrefixes(); n > MaxTenantBGPMaxPrefixes {
 		ck.invalidf("bgp.maxPrefixes", "%d is over the bound of %d prefixes per session", n, MaxTenantBGPMaxPrefixes)
+	}
+	if n := b.GetMaxPrefixesTotal(); n > MaxTenantBGPMaxPrefixesTotal {
+		ck.invalidf("bgp.maxPrefixesTotal", "%d is over the bound of %d prefixes per tenant and host", n, MaxTenantBGPMaxPrefixesTotal)
 	}
 	if n := b.GetMaxUpdatesPerSecond(); n > MaxTenantBGPUpdateRate {
 		ck.invalidf("bgp.maxUpdatesPerSecond", "%d is over the bound of %d UPDATE messages per second and session", n, MaxTenantBGPUpdateRate)

@@ -73,6 +73,12 @@ func TestValidateTenant(t *testing.T) {
 		{"bgp update rate over", func(t *pb.Tenant) {
 			t.Bgp = &pb.TenantBGP{Asn: 1, Peers: []string{"10.20.0.5"}, MaxUpdatesPerSecond: MaxTenantBGPUpdateRate + 1}
 		}, bad("bgp.maxUpdatesPerSecond", "10001 is over the bound of 10000 UPDATE messages per second")},
+		{"bgp prefix total", func(t *pb.Tenant) {
+			t.Bgp = &pb.TenantBGP{Asn: 1, Peers: []string{"10.20.0.5"}, MaxPrefixesTotal: MaxTenantBGPMaxPrefixesTotal}
+		}, pass()},
+		{"bgp prefix total over", func(t *pb.Tenant) {
+			t.Bgp = &pb.TenantBGP{Asn: 1, Peers: []string{"10.20.0.5"}, MaxPrefixesTotal: MaxTenantBGPMaxPrefixesTotal + 1}
+		}, bad("bgp.maxPrefixesTotal", "200001 is over the bound of 200000 prefixes per tenant and host")},
 		{"bgp prefix length", func(t *pb.Tenant) { t.Bgp = &pb.TenantBGP{Asn: 1, Peers: []string{"10.20.0.5"}, MaxPrefixLength: 33} },
 			bad("bgp.maxPrefixLength", "1 to 32")},
 		{"bgp prefix length6", func(t *pb.Tenant) { t.Bgp = &pb.TenantBGP{Asn: 1, Peers: []string{"10.20.0.5"}, MaxPrefixLength6: 129} },
