@@ -102,7 +102,9 @@ type Relay struct {
 	// under dmu; ctx ends when the relay closes.
 	dmu  sync.Mutex
 	ribs map[netip.Addr]*rib
-	ctx  context.Context
+	// totals count each tenant's routes over its sessions (under dmu).
+	totals map[string]*tenantTotal
+	ctx    context.Context
 
 	// Owned by the loop.
 	peers      map[netip.Addr]string // configured peer -> fingerprint
@@ -146,7 +148,7 @@ func New(cfg Config) (*Relay, error) {
 		obs: map[string]*pb.TenantBGPObservation{}, limits: map[string]uint64{}, rateLimits: map[string]uint64{},
 		peers: map[netip.Addr]string{}, states: map[netip.Addr]sessionState{},
 		limitSince: map[netip.Addr]time.Time{}, dropped: map[dropKey]bool{}, judgeTime: map[string]time.Duration{},
-		ribs: map[netip.Addr]*rib{}, judged: map[netip.Addr]*peerRoutes{},
+		ribs: map[netip.Addr]*rib{}, totals: map[string]*tenantTotal{}, judged: map[netip.Addr]*peerRoutes{},
 		buckets: map[netip.Addr]*updateBucket{}, rateLimited: map[netip.Addr]rateLimit{}}
 	if cfg.ASN == 0 {
 		return r, nil
@@ -298,7 +300,7 @@ func (r *Relay) syncPeers(ctx context.Context, w *world) {
 	for a, tenant := range w.peers {
 		b := w.tenants[tenant].bgp
 		want[a] = apiPeer(a, b, r.cfg.PeerPort)
-		prints[a] = fmt.Sprintf("%s %d %x %d", tenant, b.GetAsn(), b.GetPassword(), api.TenantBGPMaxPrefixes(b))
+		prints[a] = fmt.Sprintf("%s %d %x %d %d", tenant, b.GetAsn(), b.GetPassword(), api.TenantBGPMaxPrefixes(b), api.TenantBGPMaxPrefixesTotal(b))
 	}
 	for a, fp := range r.peers {
 		if prints[a] == fp {
@@ -310,6 +312,9 @@ func (r *Relay) syncPeers(ctx context.Context, w *world) {
 		}
 		delete(r.peers, a)
 		r.dmu.Lock()
+		if rb := r.ribs[a]; rb != nil {
+			rb.reset()
+		}
 		delete(r.ribs, a)
 		r.dmu.Unlock()
 		delete(r.states, a)
@@ -321,8 +326,18 @@ func (r *Relay) syncPeers(ctx context.Context, w *world) {
 		if _, ok := r.peers[a]; ok {
 			continue
 		}
+		tenant := w.peers[a]
+		b := w.tenants[tenant].bgp
 		r.dmu.Lock()
-		r.ribs[a] = newRIB(api.TenantBGPMaxPrefixes(w.tenants[w.peers[a]].bgp))
+		total := r.totals[tenant]
+		if total == nil {
+			total = &tenantTotal{}
+			r.totals[tenant] = total
+		}
+		// Every session of the tenant added again after a change of the
+		// bound (the fingerprint holds it) sends its table again.
+		total.limit = int(api.TenantBGPMaxPrefixesTotal(b))
+		r.ribs[a] = newRIB(api.TenantBGPMaxPrefixes(b), total)
 		r.dmu.Unlock()
 		if err := r.srv.AddPeer(ctx, &gobgpapi.AddPeerRequest{Peer: p}); err != nil {
 			if ctx.Err() == nil {
@@ -333,6 +348,13 @@ func (r *Relay) syncPeers(ctx context.Context, w *world) {
 		r.peers[a] = prints[a]
 		r.states[a] = sessionState{state: "idle", since: time.Now()}
 	}
+	r.dmu.Lock()
+	for tenant, total := range r.totals {
+		if _, ok := w.tenants[tenant]; !ok && total.n == 0 {
+			delete(r.totals, tenant)
+		}
+	}
+	r.dmu.Unlock()
 }
 
 // readStates reads each session's state, closes one over its update

@@ -17,8 +17,13 @@ import (
 // table sent one route a message cost the square of its size (20,000
 // routes did not arrive in 90 s).
 type rib struct {
-	limit  int
-	routes map[netip.Prefix]netip.Addr
+	limit int
+	// total counts the routes of all the tenant's sessions on this host,
+	// shared by their mirrors; overTotal says the session was closed for
+	// going over it rather than over limit.
+	total     *tenantTotal
+	overTotal bool
+	routes    map[netip.Prefix]netip.Addr
 	// changed are the prefixes changed since the last pass took them,
 	// all that every route did (the session went down).
 	changed map[netip.Prefix]struct{}
@@ -28,11 +33,19 @@ type rib struct {
 	closedAt time.Time
 }
 
-func newRIB(limit uint32) *rib {
-	return &rib{limit: int(limit), routes: map[netip.Prefix]netip.Addr{}, changed: map[netip.Prefix]struct{}{}, all: true}
+// tenantTotal is the count of the routes all of a tenant's sessions
+// hold on this host, and its bound (bgp.maxPrefixesTotal).
+type tenantTotal struct {
+	limit, n int
 }
 
+func newRIB(limit uint32, total *tenantTotal) *rib {
+	return &rib{limit: int(limit), total: total, routes: map[netip.Prefix]netip.Addr{}, changed: map[netip.Prefix]struct{}{}, all: true}
+}
+
+// reset forgets the session's routes (they leave the tenant's total).
 func (rb *rib) reset() {
+	rb.total.n -= len(rb.routes)
 	clear(rb.routes)
 	clear(rb.changed)
 	rb.all = true
@@ -53,15 +66,23 @@ func (r *Relay) onPaths(ps []*apiutil.Path) {
 		if !ok {
 			continue
 		}
+		_, held := rb.routes[pfx]
 		if p.Withdrawal {
-			delete(rb.routes, pfx)
+			if held {
+				delete(rb.routes, pfx)
+				rb.total.n--
+			}
 		} else {
 			rb.routes[pfx] = nextHop(p)
+			if !held {
+				rb.total.n++
+			}
 		}
 		if !rb.all {
 			rb.changed[pfx] = struct{}{}
 		}
-		if len(rb.routes) > rb.limit {
+		if len(rb.routes) > rb.limit || rb.total.n > rb.total.limit {
+			rb.overTotal = len(rb.routes) <= rb.limit
 			rb.reset()
 			rb.closedAt = time.Now()
 			over = append(over, a)
@@ -149,13 +170,16 @@ func (r *Relay) prefixLimited(a netip.Addr, now time.Time) (state, reason string
 		r.dmu.Unlock()
 		return "", "", time.Time{}
 	}
-	closedAt, limit := rb.closedAt, rb.limit
+	closedAt, limit, overTotal, total := rb.closedAt, rb.limit, rb.overTotal, rb.total.limit
 	r.dmu.Unlock()
 	reason = fmt.Sprintf("announced more than maxPrefixes (%d); dialled again %s after it was closed", limit, r.cfg.LimitHold)
+	if overTotal {
+		reason = fmt.Sprintf("took the tenant's sessions on this host over maxPrefixesTotal (%d routes together); dialled again %s after it was closed", total, r.cfg.LimitHold)
+	}
 	if now.Sub(closedAt) >= r.cfg.LimitHold {
 		if err := r.srv.EnablePeer(r.ctx, &gobgpapi.EnablePeerRequest{Address: a.String()}); err == nil {
 			r.dmu.Lock()
-			rb.closedAt = time.Time{}
+			rb.closedAt, rb.overTotal = time.Time{}, false
 			rb.reset()
 			r.dmu.Unlock()
 			return "", "", time.Time{}
@@ -177,6 +201,7 @@ func (r *Relay) overHeld(a netip.Addr, p *gobgpapi.Peer) {
 	rb := r.ribs[a]
 	over := rb != nil && rb.closedAt.IsZero() && held > uint64(rb.limit)
 	if over {
+		rb.overTotal = false
 		rb.reset()
 		rb.closedAt = time.Now()
 	}
