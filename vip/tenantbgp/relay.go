@@ -337,7 +337,9 @@ func (r *Relay) syncPeers(ctx context.Context, w *world) {
 		// Every session of the tenant added again after a change of the
 		// bound (the fingerprint holds it) sends its table again.
 		total.limit = int(api.TenantBGPMaxPrefixesTotal(b))
-		r.ribs[a] = newRIB(api.TenantBGPMaxPrefixes(b), total)
+		rb := newRIB(api.TenantBGPMaxPrefixes(b), total)
+		rb.rate, rb.burst = float64(api.TenantBGPUpdateRate(b)), float64(api.TenantBGPUpdateBurst(b))
+		r.ribs[a] = rb
 		r.dmu.Unlock()
 		if err := r.srv.AddPeer(ctx, &gobgpapi.AddPeerRequest{Peer: p}); err != nil {
 			if ctx.Err() == nil {

@@ -31,6 +31,14 @@ type rib struct {
 	// closedAt is when the session was closed for going over limit
 	// (zero while it is not).
 	closedAt time.Time
+	// updates counts the UPDATE messages of the session's events into
+	// bucket (rate.go), at rate and burst a second; rateClosedAt is when
+	// the session was closed for going over (zero while it is not; the
+	// pass then reports it and dials it again).
+	updates      uint64
+	bucket       *updateBucket
+	rate, burst  float64
+	rateClosedAt time.Time
 }
 
 // tenantTotal is the count of the routes all of a tenant's sessions
@@ -54,13 +62,31 @@ func (rb *rib) reset() {
 // onPaths takes the paths of one UPDATE message into the sessions'
 // mirrors, and closes a session that goes over its bound.
 func (r *Relay) onPaths(ps []*apiutil.Path) {
-	var over []netip.Addr
+	var over, fast []netip.Addr
+	var counted netip.Addr
+	now := time.Now()
 	r.dmu.Lock()
 	for _, p := range ps {
 		a := p.PeerAddress.Unmap()
 		rb := r.ribs[a]
-		if rb == nil || !rb.closedAt.IsZero() {
+		if rb == nil || !rb.closedAt.IsZero() || !rb.rateClosedAt.IsZero() {
 			continue
+		}
+		if a != counted {
+			// The paths of one UPDATE message: one from the session's
+			// bucket, here as gobgp's events come rather than at the next
+			// pass, so a flood is cut at its burst.
+			counted = a
+			rb.updates++
+			if rb.bucket == nil {
+				rb.bucket = newBucket(0, now, rb.burst)
+			}
+			if rb.bucket.take(rb.updates, now, rb.rate, rb.burst) {
+				rb.reset()
+				rb.rateClosedAt = now
+				fast = append(fast, a)
+				continue
+			}
 		}
 		pfx, ok := prefixOf(p.Nlri)
 		if !ok {
@@ -91,6 +117,9 @@ func (r *Relay) onPaths(ps []*apiutil.Path) {
 	r.dmu.Unlock()
 	for _, a := range over {
 		r.closeOverLimit(a, "")
+	}
+	for _, a := range fast {
+		r.closeOverRate(a)
 	}
 	r.poke()
 }
