@@ -141,6 +141,10 @@ const (
 	// BGP sessions hold on a host (bgp.maxPrefixesTotal). A host of an
 	// earlier release ignores it and bounds each session alone.
 	FeatureTenantBGPTotal = "tenant-bgp-prefix-total"
+	// FeatureTenantBGPReannounce: a tenant's accepted routes announced on
+	// the hosts' fabric sessions (bgp.reannounce, bgp.community). A host
+	// of an earlier release ignores them and announces nothing.
+	FeatureTenantBGPReannounce = "tenant-bgp-reannounce"
 )
 
 // FeatureLevel is the highest cluster feature level this release
@@ -185,6 +189,7 @@ var featureLevels = map[string]uint32{
 	FeatureHTTP3:               5,
 	FeatureDNSKeyRollover:      5,
 	FeatureTenantBGPTotal:      6,
+	FeatureTenantBGPReannounce: 6,
 }
 
 // LevelOf is the feature level a feature needs on every host (0 for a
@@ -226,7 +231,7 @@ func FeatureRefusal(uses []FeatureUse, need uint32, older []string) error {
 
 // Features returns the features this release serves.
 func Features() []string {
-	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureNotFoundRoutes, FeatureCORS, FeatureClientValidation, FeatureRouteRetry, FeatureBackendHeaders, FeatureBackendTLS, FeatureWAFExclusions, FeatureTLSTerminate, FeatureMisdirectedRequests, FeatureRateLimitHeader, FeatureWriteBudget, FeaturePoolInterface, FeatureTenantBGPUpdateRate, FeatureACMEWildcard, FeatureHTTP3, FeatureWAFRules, FeatureDNSKeyRollover, FeatureTenantBGPTotal}
+	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureNotFoundRoutes, FeatureCORS, FeatureClientValidation, FeatureRouteRetry, FeatureBackendHeaders, FeatureBackendTLS, FeatureWAFExclusions, FeatureTLSTerminate, FeatureMisdirectedRequests, FeatureRateLimitHeader, FeatureWriteBudget, FeaturePoolInterface, FeatureTenantBGPUpdateRate, FeatureACMEWildcard, FeatureHTTP3, FeatureWAFRules, FeatureDNSKeyRollover, FeatureTenantBGPTotal, FeatureTenantBGPReannounce}
 }
 
 // FeatureUse is one place where a write uses a feature: the feature and
@@ -254,6 +259,9 @@ func FeaturesUsed(obj *pb.Object) []FeatureUse {
 		}
 		if t.GetBgp().GetMaxPrefixesTotal() != 0 {
 			out = append(out, FeatureUse{Feature: FeatureTenantBGPTotal, Field: RefString(RefOf(obj)) + ": bgp.maxPrefixesTotal"})
+		}
+		if t.GetBgp().GetReannounce() {
+			out = append(out, FeatureUse{Feature: FeatureTenantBGPReannounce, Field: RefString(RefOf(obj)) + ": bgp.reannounce"})
 		}
 		if t.GetQuotas().GetWriteBytesPerSecond() != 0 {
 			out = append(out, FeatureUse{Feature: FeatureWriteBudget, Field: RefString(RefOf(obj)) + ": quotas.writeBytesPerSecond"})

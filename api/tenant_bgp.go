@@ -1,8 +1,11 @@
 package api
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
+	"strconv"
+	"strings"
 
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
@@ -137,6 +140,19 @@ func checkTenantBGP(ck *checker, t *pb.Tenant, nets []netip.Prefix) {
 	if n := b.GetMaxPrefixesTotal(); n > MaxTenantBGPMaxPrefixesTotal {
 		ck.invalidf("bgp.maxPrefixesTotal", "%d is over the bound of %d prefixes per tenant and host", n, MaxTenantBGPMaxPrefixesTotal)
 	}
+	switch c := b.GetCommunity(); {
+	case b.GetReannounce() && c == "":
+		ck.invalidf("bgp.community", "is required with bgp.reannounce: the community (like 64512:100) the tenant's routes carry to the fabric routers")
+	case !b.GetReannounce() && c != "":
+		ck.invalidf("bgp.community", "is set but bgp.reannounce is not: set reannounce: true to announce the tenant's routes upstream, or leave community out")
+	case c != "":
+		if tooLong(ck, "bgp.community", c, 11) {
+			break
+		}
+		if _, err := ParseBGPCommunity(c); err != nil {
+			ck.invalidf("bgp.community", "%q: %v", c, err)
+		}
+	}
 	if n := b.GetMaxUpdatesPerSecond(); n > MaxTenantBGPUpdateRate {
 		ck.invalidf("bgp.maxUpdatesPerSecond", "%d is over the bound of %d UPDATE messages per second and session", n, MaxTenantBGPUpdateRate)
 	}
@@ -155,4 +171,19 @@ func inPrefixes(ps []netip.Prefix, a netip.Addr) bool {
 		}
 	}
 	return false
+}
+
+// ParseBGPCommunity parses a standard BGP community, "ASN:value" with
+// each part 0 to 65535, into its 32-bit value.
+func ParseBGPCommunity(s string) (uint32, error) {
+	asn, val, ok := strings.Cut(s, ":")
+	if !ok {
+		return 0, errors.New("write it as ASN:value, like 64512:100")
+	}
+	a, err1 := strconv.ParseUint(asn, 10, 16)
+	v, err2 := strconv.ParseUint(val, 10, 16)
+	if err1 != nil || err2 != nil {
+		return 0, errors.New("both parts are numbers from 0 to 65535, like 64512:100")
+	}
+	return uint32(a)<<16 | uint32(v), nil
 }

@@ -70,6 +70,11 @@ type Config struct {
 	// down (default LimitHold); tests shorten them.
 	PeerPort  uint16
 	LimitHold time.Duration
+	// Reannounce, when set, announces the accepted routes of the tenants
+	// with bgp.reannounce on the host's fabric sessions: it is given the
+	// whole set, each prefix with its tenant's community, whenever it
+	// changes (upstream.go), and again after it returned an error.
+	Reannounce func(map[netip.Prefix]uint32) error
 }
 
 // Installer puts the desired set of routes in place (the whole set every
@@ -125,6 +130,10 @@ type Relay struct {
 	// rateLimited holds the sessions closed for going over (rate.go).
 	buckets     map[netip.Addr]*updateBucket
 	rateLimited map[netip.Addr]rateLimit
+	// failed are the routes the kernel refused at the last install, and
+	// up what was last announced upstream (upstream.go).
+	failed map[netip.Prefix]error
+	up     upstream
 }
 
 type sessionState struct {
@@ -262,9 +271,11 @@ func (r *Relay) pass(ctx context.Context) {
 	r.syncPeers(ctx, w)
 	now := time.Now()
 	r.readStates(ctx, w, now)
-	if r.judgeSessions(w, r.cfg.HostAddrs(), now) || r.retry {
+	installed := r.judgeSessions(w, r.cfg.HostAddrs(), now) || r.retry
+	if installed {
 		r.retry = r.install(w)
 	}
+	r.reannounce(w, installed)
 	obs := map[string]*pb.TenantBGPObservation{}
 	for name := range w.tenants {
 		o := &pb.TenantBGPObservation{Tenant: name}
