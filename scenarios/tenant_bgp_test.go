@@ -290,6 +290,12 @@ func TestTenantBGP(t *testing.T) {
 	})
 
 	t.Run("accepted routes are re-announced to the fabric router with the tenant's community", func(t *testing.T) {
+		must := func(err error) {
+			t.Helper()
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
 		reannounce := strings.Replace(fmt.Sprintf(tenantBGPManifest, tenantNodeASN, tenantNode, maxPrefixes, tenantVIP, tenantPod),
 			"maxPrefixLength: 28 }", `maxPrefixLength: 28, reannounce: true, community: "64512:60" }`, 1)
 		must(os.WriteFile(manifest, []byte(reannounce), 0o644))
