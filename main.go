@@ -138,7 +138,8 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 	// The tenants' BGP sessions: before the VIP manager (see
 	// vip.BGPIdentity), stopped after it.
 	asn, routerID := vip.BGPIdentity(vcfg)
-	relay, err := tenantbgp.New(tenantbgp.Config{ASN: asn, RouterID: routerID, Logger: log, Events: host.Events().Add})
+	upstream := &upstreamTo{}
+	relay, err := tenantbgp.New(tenantbgp.Config{ASN: asn, RouterID: routerID, Logger: log, Events: host.Events().Add, Reannounce: upstream.announce})
 	if err != nil {
 		return err
 	}
@@ -148,6 +149,7 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 	if err != nil {
 		return err
 	}
+	upstream.vm.Store(vm)
 	releaseVIPs := sync.OnceFunc(func() {
 		if err := vm.Close(); err != nil {
 			log.Error("release VIPs", "component", "vip", "err", err)

@@ -1,10 +1,24 @@
 package main
 
 import (
+	"net/netip"
+	"sync/atomic"
+
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 	"github.com/teapot-lb/teapot-lb/proxy"
+	"github.com/teapot-lb/teapot-lb/vip"
 	"github.com/teapot-lb/teapot-lb/vip/tenantbgp"
 )
+
+// upstreamTo hands the tenants' routes the relay re-announces to the VIP
+// manager's speaker once the manager is open (the relay starts first; see
+// vip.BGPIdentity): until then it refuses them, and the relay gives them
+// again at its next pass.
+type upstreamTo struct{ vm atomic.Pointer[vip.Manager] }
+
+func (u *upstreamTo) announce(routes map[netip.Prefix]uint32) error {
+	return u.vm.Load().SetTenantRoutes(routes)
+}
 
 // followTenantBGP passes the committed state to the tenant BGP relay
 // after a reset and after each revision that changed a tenant or a VIP

@@ -137,15 +137,23 @@ const (
 	// LB hosts' own DNS. A host of an earlier release leaves them out of
 	// its ACME names and serves them no certificate.
 	FeatureACMEWildcard = "acme-wildcard"
+	// FeatureTenantBGPTotal: a bound on the prefixes all of a tenant's
+	// BGP sessions hold on a host (bgp.maxPrefixesTotal). A host of an
+	// earlier release ignores it and bounds each session alone.
+	FeatureTenantBGPTotal = "tenant-bgp-prefix-total"
+	// FeatureTenantBGPReannounce: a tenant's accepted routes announced on
+	// the hosts' fabric sessions (bgp.reannounce, bgp.community). A host
+	// of an earlier release ignores them and announces nothing.
+	FeatureTenantBGPReannounce = "tenant-bgp-reannounce"
 )
 
 // FeatureLevel is the highest cluster feature level this release
 // understands. Level 1 is every release before levels existed; levels 2
-// to 5 add the features of featureLevels. A release that adds a field or a
+// to 6 add the features of featureLevels. A release that adds a field or a
 // request option that a host of an earlier release would ignore, or a
 // command version, raises it, and the cluster accepts writes that use the
 // addition only once every host reports the level.
-const FeatureLevel = 5
+const FeatureLevel = 6
 
 // featureLevels is the level each feature needs on every host.
 var featureLevels = map[string]uint32{
@@ -180,6 +188,8 @@ var featureLevels = map[string]uint32{
 	FeatureACMEWildcard:        5,
 	FeatureHTTP3:               5,
 	FeatureDNSKeyRollover:      5,
+	FeatureTenantBGPTotal:      6,
+	FeatureTenantBGPReannounce: 6,
 }
 
 // LevelOf is the feature level a feature needs on every host (0 for a
@@ -221,7 +231,7 @@ func FeatureRefusal(uses []FeatureUse, need uint32, older []string) error {
 
 // Features returns the features this release serves.
 func Features() []string {
-	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureNotFoundRoutes, FeatureCORS, FeatureClientValidation, FeatureRouteRetry, FeatureBackendHeaders, FeatureBackendTLS, FeatureWAFExclusions, FeatureTLSTerminate, FeatureMisdirectedRequests, FeatureRateLimitHeader, FeatureWriteBudget, FeaturePoolInterface, FeatureTenantBGPUpdateRate, FeatureACMEWildcard, FeatureHTTP3, FeatureWAFRules, FeatureDNSKeyRollover}
+	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureNotFoundRoutes, FeatureCORS, FeatureClientValidation, FeatureRouteRetry, FeatureBackendHeaders, FeatureBackendTLS, FeatureWAFExclusions, FeatureTLSTerminate, FeatureMisdirectedRequests, FeatureRateLimitHeader, FeatureWriteBudget, FeaturePoolInterface, FeatureTenantBGPUpdateRate, FeatureACMEWildcard, FeatureHTTP3, FeatureWAFRules, FeatureDNSKeyRollover, FeatureTenantBGPTotal, FeatureTenantBGPReannounce}
 }
 
 // FeatureUse is one place where a write uses a feature: the feature and
@@ -246,6 +256,12 @@ func FeaturesUsed(obj *pb.Object) []FeatureUse {
 		}
 		if t.GetBgp().GetMaxUpdatesPerSecond() != 0 {
 			out = append(out, FeatureUse{Feature: FeatureTenantBGPUpdateRate, Field: RefString(RefOf(obj)) + ": bgp.maxUpdatesPerSecond"})
+		}
+		if t.GetBgp().GetMaxPrefixesTotal() != 0 {
+			out = append(out, FeatureUse{Feature: FeatureTenantBGPTotal, Field: RefString(RefOf(obj)) + ": bgp.maxPrefixesTotal"})
+		}
+		if t.GetBgp().GetReannounce() {
+			out = append(out, FeatureUse{Feature: FeatureTenantBGPReannounce, Field: RefString(RefOf(obj)) + ": bgp.reannounce"})
 		}
 		if t.GetQuotas().GetWriteBytesPerSecond() != 0 {
 			out = append(out, FeatureUse{Feature: FeatureWriteBudget, Field: RefString(RefOf(obj)) + ": quotas.writeBytesPerSecond"})

@@ -33,6 +33,10 @@ func TestFeaturesUsed(t *testing.T) {
 		{"write budget", Wrap(&pb.Tenant{Name: "acme", Quotas: &pb.Quotas{WriteBytesPerSecond: 4 << 20}}), []string{"Tenant acme: quotas.writeBytesPerSecond (write-budget)"}},
 		{"tenant bgp update rate", Wrap(&pb.Tenant{Name: "acme", Bgp: &pb.TenantBGP{Asn: 64600, MaxUpdatesPerSecond: 10}}),
 			[]string{"Tenant acme: bgp (tenant-bgp)", "Tenant acme: bgp.maxUpdatesPerSecond (tenant-bgp-update-rate)"}},
+		{"tenant bgp prefix total", Wrap(&pb.Tenant{Name: "acme", Bgp: &pb.TenantBGP{Asn: 64600, MaxPrefixesTotal: 5000}}),
+			[]string{"Tenant acme: bgp (tenant-bgp)", "Tenant acme: bgp.maxPrefixesTotal (tenant-bgp-prefix-total)"}},
+		{"tenant bgp reannounce", Wrap(&pb.Tenant{Name: "acme", Bgp: &pb.TenantBGP{Asn: 64600, Reannounce: true, Community: "64512:7"}}),
+			[]string{"Tenant acme: bgp (tenant-bgp)", "Tenant acme: bgp.reannounce (tenant-bgp-reannounce)"}},
 		{"pool interface", Wrap(&pb.VIPPool{Name: "private", Mode: "arp", Interface: "eth1"}), []string{"VIPPool private: interface (pool-interface)"}},
 		{"https check", lb(func(l *pb.LoadBalancer) { l.Pools["api"].HealthCheck = &pb.HealthCheck{Https: &pb.HTTPSCheck{}} }),
 			[]string{"LoadBalancer acme/shop: pools.api.healthCheck.https (https-health-check)"}},
@@ -78,6 +82,9 @@ func TestFeaturesUsed(t *testing.T) {
 			}
 			if tt.name == "write budget" || tt.name == "pool interface" || tt.name == "tenant bgp update rate" {
 				want = 5
+			}
+			if tt.name == "tenant bgp prefix total" || tt.name == "tenant bgp reannounce" {
+				want = 6
 			}
 			if LevelNeeded(uses) != want {
 				t.Fatalf("level %d, want %d", LevelNeeded(uses), want)

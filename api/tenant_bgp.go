@@ -1,8 +1,11 @@
 package api
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
+	"strconv"
+	"strings"
 
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
@@ -24,11 +27,35 @@ const (
 	// UPDATE a session sends costs every LB host's speaker and relay work.
 	DefaultTenantBGPUpdateRate = 100
 	MaxTenantBGPUpdateRate     = 10000
+	// MaxTenantBGPUpdateBurst bounds the burst of UPDATE messages beyond
+	// the rate: every host takes in and judges what a session sends as
+	// fast as it comes, so a burst of 100,000 messages (a table of that
+	// many routes, one a message) cost each host of a small machine 10 s
+	// of CPU in half a minute, enough that its own BFD sessions with the
+	// fabric went down.
+	MaxTenantBGPUpdateBurst = 1000
+	// DefaultTenantBGPTotalSessions is how many sessions' maxPrefixes the
+	// tenant's sessions together may hold on a host by default
+	// (bgp.maxPrefixesTotal 0), and MaxTenantBGPMaxPrefixesTotal the most
+	// they may ever hold: each route a host holds costs it memory (about
+	// 2.5-3 KB) whichever session it came from.
+	DefaultTenantBGPTotalSessions = 4
+	MaxTenantBGPMaxPrefixesTotal  = 200000
 )
+
+// TenantBGPMaxPrefixesTotal is the prefixes all the sessions of b may
+// hold together on one host.
+func TenantBGPMaxPrefixesTotal(b *pb.TenantBGP) uint32 {
+	if n := b.GetMaxPrefixesTotal(); n != 0 {
+		return n
+	}
+	return min(DefaultTenantBGPTotalSessions*TenantBGPMaxPrefixes(b), MaxTenantBGPMaxPrefixesTotal)
+}
 
 // TenantBGPUpdateRate is the UPDATE messages per second one session of b
 // may send; TenantBGPUpdateBurst how many it may send at once beyond
-// that: a whole table of maxPrefixes routes, one per message.
+// that: a whole table of maxPrefixes routes, one per message, up to
+// MaxTenantBGPUpdateBurst.
 func TenantBGPUpdateRate(b *pb.TenantBGP) uint32 {
 	if n := b.GetMaxUpdatesPerSecond(); n != 0 {
 		return n
@@ -36,9 +63,10 @@ func TenantBGPUpdateRate(b *pb.TenantBGP) uint32 {
 	return DefaultTenantBGPUpdateRate
 }
 
-// TenantBGPUpdateBurst: see TenantBGPUpdateRate.
+// TenantBGPUpdateBurst: see TenantBGPUpdateRate. The burst beyond the
+// rate is maxPrefixes, at most MaxTenantBGPUpdateBurst.
 func TenantBGPUpdateBurst(b *pb.TenantBGP) uint32 {
-	return TenantBGPUpdateRate(b) + TenantBGPMaxPrefixes(b)
+	return TenantBGPUpdateRate(b) + min(TenantBGPMaxPrefixes(b), MaxTenantBGPUpdateBurst)
 }
 
 // TenantBGPMaxPrefixes is the prefixes one session of b may announce.
@@ -109,6 +137,22 @@ func checkTenantBGP(ck *checker, t *pb.Tenant, nets []netip.Prefix) {
 	if n := b.GetMaxPrefixes(); n > MaxTenantBGPMaxPrefixes {
 		ck.invalidf("bgp.maxPrefixes", "%d is over the bound of %d prefixes per session", n, MaxTenantBGPMaxPrefixes)
 	}
+	if n := b.GetMaxPrefixesTotal(); n > MaxTenantBGPMaxPrefixesTotal {
+		ck.invalidf("bgp.maxPrefixesTotal", "%d is over the bound of %d prefixes per tenant and host", n, MaxTenantBGPMaxPrefixesTotal)
+	}
+	switch c := b.GetCommunity(); {
+	case b.GetReannounce() && c == "":
+		ck.invalidf("bgp.community", "is required with bgp.reannounce: the community (like 64512:100) the tenant's routes carry to the fabric routers")
+	case !b.GetReannounce() && c != "":
+		ck.invalidf("bgp.community", "is set but bgp.reannounce is not: set reannounce: true to announce the tenant's routes upstream, or leave community out")
+	case c != "":
+		if tooLong(ck, "bgp.community", c, 11) {
+			break
+		}
+		if _, err := ParseBGPCommunity(c); err != nil {
+			ck.invalidf("bgp.community", "%q: %v", c, err)
+		}
+	}
 	if n := b.GetMaxUpdatesPerSecond(); n > MaxTenantBGPUpdateRate {
 		ck.invalidf("bgp.maxUpdatesPerSecond", "%d is over the bound of %d UPDATE messages per second and session", n, MaxTenantBGPUpdateRate)
 	}
@@ -127,4 +171,19 @@ func inPrefixes(ps []netip.Prefix, a netip.Addr) bool {
 		}
 	}
 	return false
+}
+
+// ParseBGPCommunity parses a standard BGP community, "ASN:value" with
+// each part 0 to 65535, into its 32-bit value.
+func ParseBGPCommunity(s string) (uint32, error) {
+	asn, val, ok := strings.Cut(s, ":")
+	if !ok {
+		return 0, errors.New("write it as ASN:value, like 64512:100")
+	}
+	a, err1 := strconv.ParseUint(asn, 10, 16)
+	v, err2 := strconv.ParseUint(val, 10, 16)
+	if err1 != nil || err2 != nil {
+		return 0, errors.New("both parts are numbers from 0 to 65535, like 64512:100")
+	}
+	return uint32(a)<<16 | uint32(v), nil
 }

@@ -73,6 +73,27 @@ func TestValidateTenant(t *testing.T) {
 		{"bgp update rate over", func(t *pb.Tenant) {
 			t.Bgp = &pb.TenantBGP{Asn: 1, Peers: []string{"10.20.0.5"}, MaxUpdatesPerSecond: MaxTenantBGPUpdateRate + 1}
 		}, bad("bgp.maxUpdatesPerSecond", "10001 is over the bound of 10000 UPDATE messages per second")},
+		{"bgp prefix total", func(t *pb.Tenant) {
+			t.Bgp = &pb.TenantBGP{Asn: 1, Peers: []string{"10.20.0.5"}, MaxPrefixesTotal: MaxTenantBGPMaxPrefixesTotal}
+		}, pass()},
+		{"bgp prefix total over", func(t *pb.Tenant) {
+			t.Bgp = &pb.TenantBGP{Asn: 1, Peers: []string{"10.20.0.5"}, MaxPrefixesTotal: MaxTenantBGPMaxPrefixesTotal + 1}
+		}, bad("bgp.maxPrefixesTotal", "200001 is over the bound of 200000 prefixes per tenant and host")},
+		{"bgp reannounce", func(t *pb.Tenant) {
+			t.Bgp = &pb.TenantBGP{Asn: 1, Peers: []string{"10.20.0.5"}, Reannounce: true, Community: "64512:100"}
+		}, pass()},
+		{"bgp reannounce without community", func(t *pb.Tenant) {
+			t.Bgp = &pb.TenantBGP{Asn: 1, Peers: []string{"10.20.0.5"}, Reannounce: true}
+		}, bad("bgp.community", "is required with bgp.reannounce")},
+		{"bgp community without reannounce", func(t *pb.Tenant) {
+			t.Bgp = &pb.TenantBGP{Asn: 1, Peers: []string{"10.20.0.5"}, Community: "64512:100"}
+		}, bad("bgp.community", "set reannounce: true")},
+		{"bgp community malformed", func(t *pb.Tenant) {
+			t.Bgp = &pb.TenantBGP{Asn: 1, Peers: []string{"10.20.0.5"}, Reannounce: true, Community: "64512:70000"}
+		}, bad("bgp.community", "0 to 65535")},
+		{"bgp community long", func(t *pb.Tenant) {
+			t.Bgp = &pb.TenantBGP{Asn: 1, Peers: []string{"10.20.0.5"}, Reannounce: true, Community: strings.Repeat("1", 200)}
+		}, bad("bgp.community", "is 200 bytes long; at most 11")},
 		{"bgp prefix length", func(t *pb.Tenant) { t.Bgp = &pb.TenantBGP{Asn: 1, Peers: []string{"10.20.0.5"}, MaxPrefixLength: 33} },
 			bad("bgp.maxPrefixLength", "1 to 32")},
 		{"bgp prefix length6", func(t *pb.Tenant) { t.Bgp = &pb.TenantBGP{Asn: 1, Peers: []string{"10.20.0.5"}, MaxPrefixLength6: 129} },

@@ -237,18 +237,25 @@ func TestTenantBGP(t *testing.T) {
 				}
 			}
 		}
+		// explain above shows what any host judged: each host's /metrics
+		// shows its own once it has judged the whole announcement.
 		for _, n := range l.lbs {
-			s, err := l.scrape(n)
-			must(err)
-			kube := map[string]string{"tenant": "kube"}
-			if up := sum(s, "teapot_lb_tenant_bgp_sessions_established", kube); up != 1 {
-				t.Errorf("%s: %v sessions established in /metrics, want 1", n.id, up)
-			}
-			for result, want := range map[string]int{"accepted": len(tenantAccepted), "dropped": len(tenantDropped)} {
-				if got := sum(s, "teapot_lb_tenant_bgp_routes", map[string]string{"tenant": "kube", "result": result}); got != float64(want) {
-					t.Errorf("%s: %v routes %s in /metrics, want %d", n.id, got, result, want)
+			waitFor(t, settleTimeout, n.id+"'s /metrics counts the tenant's routes", func() error {
+				s, err := l.scrape(n)
+				if err != nil {
+					return err
 				}
-			}
+				kube := map[string]string{"tenant": "kube"}
+				if up := sum(s, "teapot_lb_tenant_bgp_sessions_established", kube); up != 1 {
+					return fmt.Errorf("%v sessions established in /metrics, want 1", up)
+				}
+				for result, want := range map[string]int{"accepted": len(tenantAccepted), "dropped": len(tenantDropped)} {
+					if got := sum(s, "teapot_lb_tenant_bgp_routes", map[string]string{"tenant": "kube", "result": result}); got != float64(want) {
+						return fmt.Errorf("%v routes %s in /metrics, want %d", got, result, want)
+					}
+				}
+				return nil
+			})
 		}
 		// BIRD's table on the fabric router holds the VIPs and nothing of
 		// the tenant's.
@@ -282,6 +289,45 @@ func TestTenantBGP(t *testing.T) {
 		hostileSpeaker(t, l)
 	})
 
+	t.Run("accepted routes are re-announced to the fabric router with the tenant's community", func(t *testing.T) {
+		must := func(err error) {
+			t.Helper()
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		reannounce := strings.Replace(fmt.Sprintf(tenantBGPManifest, tenantNodeASN, tenantNode, maxPrefixes, tenantVIP, tenantPod),
+			"maxPrefixLength: 28 }", `maxPrefixLength: 28, reannounce: true, community: "64512:60" }`, 1)
+		must(os.WriteFile(manifest, []byte(reannounce), 0o644))
+		if _, err := l.cli(l.lbs[0], "apply", "-f", manifest); err != nil {
+			t.Fatal(err)
+		}
+		applied := time.Now()
+		waitFor(t, settleTimeout, "the fabric router learns the pod range from every host, with the community", func() error {
+			out, err := l.birdc("show", "route", "all", "for", "10.244.1.10")
+			if err != nil {
+				return err
+			}
+			if !strings.Contains(out, "10.244.1.0/24") || strings.Count(out, "BGP.community: (64512,60)") < len(l.lbs) {
+				return fmt.Errorf("the pod range is not learned from every host with the community:\n%s", out)
+			}
+			for _, n := range l.lbs {
+				if !strings.Contains(out, "via "+n.ip4.String()) {
+					return fmt.Errorf("not via %s:\n%s", n.id, out)
+				}
+			}
+			return nil
+		})
+		t.Logf("the pod range reached the fabric router from every host %s after the apply", time.Since(applied).Round(time.Millisecond))
+		out, err := l.birdc("show", "route")
+		must(err)
+		for p := range tenantDropped {
+			if strings.Contains(out, p) {
+				t.Errorf("dropped route %s reached the fabric router:\n%s", p, out)
+			}
+		}
+	})
+
 	t.Run("a session over maxPrefixes is closed and its routes go", func(t *testing.T) {
 		must(os.WriteFile(conf, []byte(tenantBird(l.dir, l.lbs, maxPrefixes)), 0o644))
 		if _, err := node.Exec(t.Context(), "birdc", "-s", sock, "configure"); err != nil {
@@ -308,6 +354,17 @@ func TestTenantBGP(t *testing.T) {
 		if !strings.Contains(out, "announced more than maxPrefixes (20)") {
 			t.Errorf("explain does not say why the session is down:\n%s", out)
 		}
+		// Re-announced above: withdrawn from the fabric with the session.
+		waitFor(t, settleTimeout, "the pod range withdrawn from the fabric router", func() error {
+			out, err := l.birdc("show", "route")
+			if err != nil {
+				return err
+			}
+			if strings.Contains(out, "10.244.") {
+				return fmt.Errorf("the fabric router still has the tenant's routes:\n%s", out)
+			}
+			return nil
+		})
 		for _, n := range l.lbs {
 			s, err := l.scrape(n)
 			if err != nil {

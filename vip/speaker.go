@@ -84,6 +84,14 @@ type speaker struct {
 	peers    map[netip.Addr]BGPPeer
 	stopping bool
 	redials  sync.WaitGroup
+
+	// upstream are the tenants' routes announced (tenant.go), each
+	// prefix's community, under umu.
+	// withdrawn: every route went before shutting down, and no tenant's
+	// route is announced again.
+	umu       sync.Mutex
+	upstream  map[netip.Prefix]uint32
+	withdrawn bool
 }
 
 // established counts the routers this host has a session with.
@@ -112,7 +120,8 @@ func startSpeaker(cfg BGPConfig, log *slog.Logger, changed func()) (*speaker, er
 	go srv.Serve()
 	ctx, cancel := context.WithCancel(context.Background())
 	sp := &speaker{cfg: cfg, log: log, srv: srv, cancel: cancel, announced: map[netip.Addr]string{}, sessions: map[netip.Addr]bool{},
-		upSince: map[netip.Addr]time.Time{}, hold: map[netip.Addr]time.Duration{}, peers: map[netip.Addr]BGPPeer{}}
+		upSince: map[netip.Addr]time.Time{}, hold: map[netip.Addr]time.Duration{}, peers: map[netip.Addr]BGPPeer{},
+		upstream: map[netip.Prefix]uint32{}}
 	for _, p := range cfg.Peers {
 		sp.peers[netip.MustParseAddr(p.Address)] = p
 	}
@@ -229,14 +238,26 @@ func apiPeer(p BGPPeer) *gobgpapi.Peer {
 // path builds the gobgp path of a route; the unspecified next hop makes
 // gobgp put this host's address of each session there.
 func (sp *speaker) path(r route, withdraw bool) (*apiutil.Path, error) {
-	bits := r.Addr.BitLen()
-	nlri, err := bgp.NewIPAddrPrefix(netip.PrefixFrom(r.Addr, bits))
+	var extra []bgp.PathAttributeInterface
+	if sp.cfg.MED != nil {
+		extra = append(extra, bgp.NewPathAttributeMultiExitDisc(*sp.cfg.MED))
+	}
+	if len(r.Communities) > 0 {
+		extra = append(extra, bgp.NewPathAttributeCommunities(slices.Clone(r.Communities)))
+	}
+	return selfPath(netip.PrefixFrom(r.Addr, r.Addr.BitLen()), withdraw, extra...)
+}
+
+// selfPath is the gobgp path of prefix p, next hop self, with the extra
+// attributes.
+func selfPath(p netip.Prefix, withdraw bool, extra ...bgp.PathAttributeInterface) (*apiutil.Path, error) {
+	nlri, err := bgp.NewIPAddrPrefix(p)
 	if err != nil {
 		return nil, err
 	}
 	attrs := []bgp.PathAttributeInterface{bgp.NewPathAttributeOrigin(bgp.BGP_ORIGIN_ATTR_TYPE_IGP)}
 	fam := bgp.RF_IPv4_UC
-	if r.Addr.Is4() {
+	if p.Addr().Is4() {
 		nh, err := bgp.NewPathAttributeNextHop(netip.IPv4Unspecified())
 		if err != nil {
 			return nil, err
@@ -250,12 +271,7 @@ func (sp *speaker) path(r route, withdraw bool) (*apiutil.Path, error) {
 		}
 		attrs = append(attrs, mp)
 	}
-	if sp.cfg.MED != nil {
-		attrs = append(attrs, bgp.NewPathAttributeMultiExitDisc(*sp.cfg.MED))
-	}
-	if len(r.Communities) > 0 {
-		attrs = append(attrs, bgp.NewPathAttributeCommunities(slices.Clone(r.Communities)))
-	}
+	attrs = append(attrs, extra...)
 	return &apiutil.Path{Family: fam, Nlri: nlri, Attrs: attrs, Withdrawal: withdraw}, nil
 }
 
@@ -291,15 +307,20 @@ func (sp *speaker) withdraw(a netip.Addr) error {
 	return nil
 }
 
-// withdrawAll removes every route this host announces.
+// withdrawAll removes every route this host announces, the tenants'
+// too.
 func (sp *speaker) withdrawAll() error {
-	if len(sp.announced) == 0 {
+	sp.umu.Lock()
+	defer sp.umu.Unlock()
+	if len(sp.announced) == 0 && len(sp.upstream) == 0 {
 		return nil
 	}
 	if err := sp.srv.DeletePath(apiutil.DeletePathRequest{DeleteAll: true}); err != nil {
 		return fmt.Errorf("withdraw all routes: %w", err)
 	}
 	clear(sp.announced)
+	clear(sp.upstream)
+	sp.withdrawn = true
 	return nil
 }
 

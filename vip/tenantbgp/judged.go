@@ -136,6 +136,7 @@ func (r *Relay) install(w *world) bool {
 		}
 	}
 	failed := r.cfg.Routes.Set(want)
+	r.failed = failed
 	acc, drop := map[string][]routeRef{}, map[string][]routeRef{}
 	for _, a := range peers {
 		tenant := w.peers[a]

@@ -61,33 +61,61 @@ func (r *Relay) checkRate(ctx context.Context, a netip.Addr, b *gobgpapi.Peer, t
 			if err := r.srv.EnablePeer(ctx, &gobgpapi.EnablePeerRequest{Address: a.String()}); err == nil {
 				delete(r.rateLimited, a)
 				delete(r.buckets, a)
+				r.dmu.Lock()
+				if rb := r.ribs[a]; rb != nil {
+					rb.rateClosedAt, rb.bucket, rb.updates = time.Time{}, nil, 0
+					rb.reset()
+				}
+				r.dmu.Unlock()
 				return "", ""
 			}
 		}
 		return stateUpdateLimit, lim.reason
 	}
-	if tb == nil || b.GetState().GetSessionState() != gobgpapi.PeerState_SESSION_STATE_ESTABLISHED {
+	if tb == nil {
 		return "", ""
 	}
-	count := b.GetState().GetMessages().GetReceived().GetUpdate()
 	rate, burst := float64(api.TenantBGPUpdateRate(tb.bgp)), float64(api.TenantBGPUpdateBurst(tb.bgp))
-	bk := r.buckets[a]
-	if bk == nil {
-		r.buckets[a] = newBucket(count, now, burst)
-		return "", ""
-	}
-	if !bk.take(count, now, rate, burst) {
-		return "", ""
-	}
 	reason := fmt.Sprintf("sent UPDATE messages faster than maxUpdatesPerSecond (%d per second, bursts of %d); dialled again %s after it was closed",
 		api.TenantBGPUpdateRate(tb.bgp), api.TenantBGPUpdateBurst(tb.bgp), r.cfg.LimitHold)
-	if err := r.srv.DisablePeer(ctx, &gobgpapi.DisablePeerRequest{Address: a.String(), Communication: "update rate over the bound"}); err != nil {
-		if ctx.Err() == nil {
-			r.log.Warn("cannot close a tenant BGP session over its update rate", "peer", a, "err", err)
-		}
-		return "", ""
+	var since time.Time
+	r.dmu.Lock()
+	if rb := r.ribs[a]; rb != nil {
+		rb.rate, rb.burst = rate, burst
+		since = rb.rateClosedAt
 	}
-	r.rateLimited[a] = rateLimit{since: now, reason: reason}
+	r.dmu.Unlock()
+	if since.IsZero() {
+		// Not closed as gobgp's events came (onPaths): gobgp's own count
+		// of the session's UPDATEs, which also holds those it took in
+		// without an event.
+		if b.GetState().GetSessionState() != gobgpapi.PeerState_SESSION_STATE_ESTABLISHED {
+			return "", ""
+		}
+		count := b.GetState().GetMessages().GetReceived().GetUpdate()
+		bk := r.buckets[a]
+		if bk == nil {
+			r.buckets[a] = newBucket(count, now, burst)
+			return "", ""
+		}
+		if !bk.take(count, now, rate, burst) {
+			return "", ""
+		}
+		if err := r.srv.DisablePeer(ctx, &gobgpapi.DisablePeerRequest{Address: a.String(), Communication: "update rate over the bound"}); err != nil {
+			if ctx.Err() == nil {
+				r.log.Warn("cannot close a tenant BGP session over its update rate", "peer", a, "err", err)
+			}
+			return "", ""
+		}
+		since = now
+		r.dmu.Lock()
+		if rb := r.ribs[a]; rb != nil {
+			rb.reset()
+			rb.rateClosedAt = now
+		}
+		r.dmu.Unlock()
+	}
+	r.rateLimited[a] = rateLimit{since: since, reason: reason}
 	r.mu.Lock()
 	tenant := r.world.peers[a]
 	r.rateLimits[tenant]++
@@ -100,3 +128,12 @@ func (r *Relay) checkRate(ctx context.Context, a netip.Addr, b *gobgpapi.Peer, t
 // stateUpdateLimit is the state of a session held back for its update
 // rate.
 const stateUpdateLimit = "update-limit"
+
+// closeOverRate closes a's session for sending UPDATE messages faster
+// than its bound, as onPaths found: gobgp sends a Cease and drops the
+// session's routes; the next pass reports it (checkRate).
+func (r *Relay) closeOverRate(a netip.Addr) {
+	if err := r.srv.DisablePeer(r.ctx, &gobgpapi.DisablePeerRequest{Address: a.String(), Communication: "update rate over the bound"}); err != nil && r.ctx.Err() == nil {
+		r.log.Warn("cannot close a tenant BGP session over its update rate", "peer", a, "err", err)
+	}
+}

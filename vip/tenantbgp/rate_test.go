@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/osrg/gobgp/v4/pkg/apiutil"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -184,4 +185,48 @@ func containsAny(ss []string, sub string) bool {
 		}
 	}
 	return false
+}
+
+// A table sent one route a message at line rate is cut at the burst
+// (maxPrefixes, at most 1,000 more than the rate), not taken in whole:
+// with maxPrefixes 20,000 the session of a speaker that sends 3,000 at
+// once is closed for its update rate, and nothing of it stays installed.
+func TestRelayBurstBounded(t *testing.T) {
+	// Not parallel: gobgp's StartBgp writes package variables, which
+	// two servers starting at once race on.
+	const n = 3000
+	port := freePort(t)
+	routes := &memRoutes{}
+	r, err := New(Config{ASN: 65001, RouterID: "127.0.0.1", Routes: routes, PeerPort: port, LimitHold: time.Minute,
+		HostAddrs: func() []netip.Addr { return []netip.Addr{netip.MustParseAddr("127.0.0.1")} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	sp := startTenantSpeaker(t, "", port)
+	if _, err := sp.srv.AddPath(apiutil.AddPathRequest{Paths: oneRouteAMessage(n)}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go r.Run(ctx)
+	tn := &pb.Tenant{Name: "kube", Networks: []string{"127.0.0.2/32", "10.0.0.0/8"},
+		Bgp: &pb.TenantBGP{Asn: 64600, Peers: []string{"127.0.0.2"}, MaxPrefixes: 20000}}
+	r.Update([]*pb.Object{{Kind: &pb.Object_Tenant{Tenant: tn}}})
+	waitUntil(t, "the session closed for its update rate", func() error {
+		o := observed(r)
+		if len(o.GetSessions()) != 1 || o.GetSessions()[0].GetState() != stateUpdateLimit ||
+			!strings.Contains(o.GetSessions()[0].GetReason(), "(100 per second, bursts of 1100)") {
+			return fmt.Errorf("sessions %v, %d routes accepted", o.GetSessions(), o.GetAcceptedCount())
+		}
+		if got := len(routes.get()); got != 0 {
+			return fmt.Errorf("%d routes installed", got)
+		}
+		return nil
+	})
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.rateLimits["kube"] != 1 || r.limits["kube"] != 0 {
+		t.Errorf("closed %d times for the rate and %d for the prefix count, want 1 and 0", r.rateLimits["kube"], r.limits["kube"])
+	}
 }

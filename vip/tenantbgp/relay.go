@@ -70,6 +70,11 @@ type Config struct {
 	// down (default LimitHold); tests shorten them.
 	PeerPort  uint16
 	LimitHold time.Duration
+	// Reannounce, when set, announces the accepted routes of the tenants
+	// with bgp.reannounce on the host's fabric sessions: it is given the
+	// whole set, each prefix with its tenant's community, whenever it
+	// changes (upstream.go), and again after it returned an error.
+	Reannounce func(map[netip.Prefix]uint32) error
 }
 
 // Installer puts the desired set of routes in place (the whole set every
@@ -102,7 +107,9 @@ type Relay struct {
 	// under dmu; ctx ends when the relay closes.
 	dmu  sync.Mutex
 	ribs map[netip.Addr]*rib
-	ctx  context.Context
+	// totals count each tenant's routes over its sessions (under dmu).
+	totals map[string]*tenantTotal
+	ctx    context.Context
 
 	// Owned by the loop.
 	peers      map[netip.Addr]string // configured peer -> fingerprint
@@ -123,6 +130,10 @@ type Relay struct {
 	// rateLimited holds the sessions closed for going over (rate.go).
 	buckets     map[netip.Addr]*updateBucket
 	rateLimited map[netip.Addr]rateLimit
+	// failed are the routes the kernel refused at the last install, and
+	// up what was last announced upstream (upstream.go).
+	failed map[netip.Prefix]error
+	up     upstream
 }
 
 type sessionState struct {
@@ -146,7 +157,7 @@ func New(cfg Config) (*Relay, error) {
 		obs: map[string]*pb.TenantBGPObservation{}, limits: map[string]uint64{}, rateLimits: map[string]uint64{},
 		peers: map[netip.Addr]string{}, states: map[netip.Addr]sessionState{},
 		limitSince: map[netip.Addr]time.Time{}, dropped: map[dropKey]bool{}, judgeTime: map[string]time.Duration{},
-		ribs: map[netip.Addr]*rib{}, judged: map[netip.Addr]*peerRoutes{},
+		ribs: map[netip.Addr]*rib{}, totals: map[string]*tenantTotal{}, judged: map[netip.Addr]*peerRoutes{},
 		buckets: map[netip.Addr]*updateBucket{}, rateLimited: map[netip.Addr]rateLimit{}}
 	if cfg.ASN == 0 {
 		return r, nil
@@ -260,9 +271,11 @@ func (r *Relay) pass(ctx context.Context) {
 	r.syncPeers(ctx, w)
 	now := time.Now()
 	r.readStates(ctx, w, now)
-	if r.judgeSessions(w, r.cfg.HostAddrs(), now) || r.retry {
+	installed := r.judgeSessions(w, r.cfg.HostAddrs(), now) || r.retry
+	if installed {
 		r.retry = r.install(w)
 	}
+	r.reannounce(w, installed)
 	obs := map[string]*pb.TenantBGPObservation{}
 	for name := range w.tenants {
 		o := &pb.TenantBGPObservation{Tenant: name}
@@ -298,7 +311,7 @@ func (r *Relay) syncPeers(ctx context.Context, w *world) {
 	for a, tenant := range w.peers {
 		b := w.tenants[tenant].bgp
 		want[a] = apiPeer(a, b, r.cfg.PeerPort)
-		prints[a] = fmt.Sprintf("%s %d %x %d", tenant, b.GetAsn(), b.GetPassword(), api.TenantBGPMaxPrefixes(b))
+		prints[a] = fmt.Sprintf("%s %d %x %d %d", tenant, b.GetAsn(), b.GetPassword(), api.TenantBGPMaxPrefixes(b), api.TenantBGPMaxPrefixesTotal(b))
 	}
 	for a, fp := range r.peers {
 		if prints[a] == fp {
@@ -310,6 +323,9 @@ func (r *Relay) syncPeers(ctx context.Context, w *world) {
 		}
 		delete(r.peers, a)
 		r.dmu.Lock()
+		if rb := r.ribs[a]; rb != nil {
+			rb.reset()
+		}
 		delete(r.ribs, a)
 		r.dmu.Unlock()
 		delete(r.states, a)
@@ -321,8 +337,20 @@ func (r *Relay) syncPeers(ctx context.Context, w *world) {
 		if _, ok := r.peers[a]; ok {
 			continue
 		}
+		tenant := w.peers[a]
+		b := w.tenants[tenant].bgp
 		r.dmu.Lock()
-		r.ribs[a] = newRIB(api.TenantBGPMaxPrefixes(w.tenants[w.peers[a]].bgp))
+		total := r.totals[tenant]
+		if total == nil {
+			total = &tenantTotal{}
+			r.totals[tenant] = total
+		}
+		// Every session of the tenant added again after a change of the
+		// bound (the fingerprint holds it) sends its table again.
+		total.limit = int(api.TenantBGPMaxPrefixesTotal(b))
+		rb := newRIB(api.TenantBGPMaxPrefixes(b), total)
+		rb.rate, rb.burst = float64(api.TenantBGPUpdateRate(b)), float64(api.TenantBGPUpdateBurst(b))
+		r.ribs[a] = rb
 		r.dmu.Unlock()
 		if err := r.srv.AddPeer(ctx, &gobgpapi.AddPeerRequest{Peer: p}); err != nil {
 			if ctx.Err() == nil {
@@ -333,6 +361,13 @@ func (r *Relay) syncPeers(ctx context.Context, w *world) {
 		r.peers[a] = prints[a]
 		r.states[a] = sessionState{state: "idle", since: time.Now()}
 	}
+	r.dmu.Lock()
+	for tenant, total := range r.totals {
+		if _, ok := w.tenants[tenant]; !ok && total.n == 0 {
+			delete(r.totals, tenant)
+		}
+	}
+	r.dmu.Unlock()
 }
 
 // readStates reads each session's state, closes one over its update

@@ -17,8 +17,13 @@ import (
 // table sent one route a message cost the square of its size (20,000
 // routes did not arrive in 90 s).
 type rib struct {
-	limit  int
-	routes map[netip.Prefix]netip.Addr
+	limit int
+	// total counts the routes of all the tenant's sessions on this host,
+	// shared by their mirrors; overTotal says the session was closed for
+	// going over it rather than over limit.
+	total     *tenantTotal
+	overTotal bool
+	routes    map[netip.Prefix]netip.Addr
 	// changed are the prefixes changed since the last pass took them,
 	// all that every route did (the session went down).
 	changed map[netip.Prefix]struct{}
@@ -26,13 +31,29 @@ type rib struct {
 	// closedAt is when the session was closed for going over limit
 	// (zero while it is not).
 	closedAt time.Time
+	// updates counts the UPDATE messages of the session's events into
+	// bucket (rate.go), at rate and burst a second; rateClosedAt is when
+	// the session was closed for going over (zero while it is not; the
+	// pass then reports it and dials it again).
+	updates      uint64
+	bucket       *updateBucket
+	rate, burst  float64
+	rateClosedAt time.Time
 }
 
-func newRIB(limit uint32) *rib {
-	return &rib{limit: int(limit), routes: map[netip.Prefix]netip.Addr{}, changed: map[netip.Prefix]struct{}{}, all: true}
+// tenantTotal is the count of the routes all of a tenant's sessions
+// hold on this host, and its bound (bgp.maxPrefixesTotal).
+type tenantTotal struct {
+	limit, n int
 }
 
+func newRIB(limit uint32, total *tenantTotal) *rib {
+	return &rib{limit: int(limit), total: total, routes: map[netip.Prefix]netip.Addr{}, changed: map[netip.Prefix]struct{}{}, all: true}
+}
+
+// reset forgets the session's routes (they leave the tenant's total).
 func (rb *rib) reset() {
+	rb.total.n -= len(rb.routes)
 	clear(rb.routes)
 	clear(rb.changed)
 	rb.all = true
@@ -41,27 +62,53 @@ func (rb *rib) reset() {
 // onPaths takes the paths of one UPDATE message into the sessions'
 // mirrors, and closes a session that goes over its bound.
 func (r *Relay) onPaths(ps []*apiutil.Path) {
-	var over []netip.Addr
+	var over, fast []netip.Addr
+	var counted netip.Addr
+	now := time.Now()
 	r.dmu.Lock()
 	for _, p := range ps {
 		a := p.PeerAddress.Unmap()
 		rb := r.ribs[a]
-		if rb == nil || !rb.closedAt.IsZero() {
+		if rb == nil || !rb.closedAt.IsZero() || !rb.rateClosedAt.IsZero() {
 			continue
+		}
+		if a != counted {
+			// The paths of one UPDATE message: one from the session's
+			// bucket, here as gobgp's events come rather than at the next
+			// pass, so a flood is cut at its burst.
+			counted = a
+			rb.updates++
+			if rb.bucket == nil {
+				rb.bucket = newBucket(0, now, rb.burst)
+			}
+			if rb.bucket.take(rb.updates, now, rb.rate, rb.burst) {
+				rb.reset()
+				rb.rateClosedAt = now
+				fast = append(fast, a)
+				continue
+			}
 		}
 		pfx, ok := prefixOf(p.Nlri)
 		if !ok {
 			continue
 		}
+		_, held := rb.routes[pfx]
 		if p.Withdrawal {
-			delete(rb.routes, pfx)
+			if held {
+				delete(rb.routes, pfx)
+				rb.total.n--
+			}
 		} else {
 			rb.routes[pfx] = nextHop(p)
+			if !held {
+				rb.total.n++
+			}
 		}
 		if !rb.all {
 			rb.changed[pfx] = struct{}{}
 		}
-		if len(rb.routes) > rb.limit {
+		if len(rb.routes) > rb.limit || rb.total.n > rb.total.limit {
+			rb.overTotal = len(rb.routes) <= rb.limit
 			rb.reset()
 			rb.closedAt = time.Now()
 			over = append(over, a)
@@ -70,6 +117,9 @@ func (r *Relay) onPaths(ps []*apiutil.Path) {
 	r.dmu.Unlock()
 	for _, a := range over {
 		r.closeOverLimit(a, "")
+	}
+	for _, a := range fast {
+		r.closeOverRate(a)
 	}
 	r.poke()
 }
@@ -149,13 +199,16 @@ func (r *Relay) prefixLimited(a netip.Addr, now time.Time) (state, reason string
 		r.dmu.Unlock()
 		return "", "", time.Time{}
 	}
-	closedAt, limit := rb.closedAt, rb.limit
+	closedAt, limit, overTotal, total := rb.closedAt, rb.limit, rb.overTotal, rb.total.limit
 	r.dmu.Unlock()
 	reason = fmt.Sprintf("announced more than maxPrefixes (%d); dialled again %s after it was closed", limit, r.cfg.LimitHold)
+	if overTotal {
+		reason = fmt.Sprintf("took the tenant's sessions on this host over maxPrefixesTotal (%d routes together); dialled again %s after it was closed", total, r.cfg.LimitHold)
+	}
 	if now.Sub(closedAt) >= r.cfg.LimitHold {
 		if err := r.srv.EnablePeer(r.ctx, &gobgpapi.EnablePeerRequest{Address: a.String()}); err == nil {
 			r.dmu.Lock()
-			rb.closedAt = time.Time{}
+			rb.closedAt, rb.overTotal = time.Time{}, false
 			rb.reset()
 			r.dmu.Unlock()
 			return "", "", time.Time{}
@@ -177,6 +230,7 @@ func (r *Relay) overHeld(a netip.Addr, p *gobgpapi.Peer) {
 	rb := r.ribs[a]
 	over := rb != nil && rb.closedAt.IsZero() && held > uint64(rb.limit)
 	if over {
+		rb.overTotal = false
 		rb.reset()
 		rb.closedAt = time.Now()
 	}

@@ -254,12 +254,25 @@ type TenantBGP struct {
 	MaxPrefixLength  uint32 `protobuf:"varint,5,opt,name=max_prefix_length,json=maxPrefixLength,proto3" json:"max_prefix_length,omitempty"`
 	MaxPrefixLength6 uint32 `protobuf:"varint,6,opt,name=max_prefix_length6,json=maxPrefixLength6,proto3" json:"max_prefix_length6,omitempty"`
 	// UPDATE messages per second one session may send (0: 100; at most
-	// 10000), with bursts of maxPrefixes more (a whole table at once). A
-	// session that sends faster is closed, counted and dialled again after
-	// 30s; its routes go with it.
+	// 10000), with bursts of maxPrefixes more, at most 1000 (a table of
+	// that many routes at once, one a message). A session that sends faster
+	// is closed, counted and dialled again after 30s; its routes go with it.
 	MaxUpdatesPerSecond uint32 `protobuf:"varint,180,opt,name=max_updates_per_second,json=maxUpdatesPerSecond,proto3" json:"max_updates_per_second,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// Prefixes all the tenant's sessions together may hold on one LB host
+	// (0: four times maxPrefixes, at most 200000; at most 200000). The
+	// session whose route goes over it is closed and dialled again after
+	// 30s; its routes go with it.
+	MaxPrefixesTotal uint32 `protobuf:"varint,360,opt,name=max_prefixes_total,json=maxPrefixesTotal,proto3" json:"max_prefixes_total,omitempty"`
+	// Announce the routes the hosts accept from the tenant's speakers on
+	// their own BGP sessions with the fabric routers (next hop the host),
+	// tagged with community; a route dropped or gone is withdrawn. A route
+	// that failed judging is never announced. Needs community.
+	Reannounce bool `protobuf:"varint,361,opt,name=reannounce,proto3" json:"reannounce,omitempty"`
+	// The BGP community ("ASN:value", each 0 to 65535) of the tenant's
+	// re-announced routes; only with reannounce.
+	Community     string `protobuf:"bytes,362,opt,name=community,proto3" json:"community,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TenantBGP) Reset() {
@@ -339,6 +352,27 @@ func (x *TenantBGP) GetMaxUpdatesPerSecond() uint32 {
 		return x.MaxUpdatesPerSecond
 	}
 	return 0
+}
+
+func (x *TenantBGP) GetMaxPrefixesTotal() uint32 {
+	if x != nil {
+		return x.MaxPrefixesTotal
+	}
+	return 0
+}
+
+func (x *TenantBGP) GetReannounce() bool {
+	if x != nil {
+		return x.Reannounce
+	}
+	return false
+}
+
+func (x *TenantBGP) GetCommunity() string {
+	if x != nil {
+		return x.Community
+	}
+	return ""
 }
 
 // Quotas bound what a tenant may write and use. Zero means the cluster's
@@ -4416,7 +4450,7 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\x13revoked_credentials\x18\a \x03(\tR\x12revokedCredentials\x12\x10\n" +
 	"\x03uid\x18\b \x01(\tR\x03uid\x12#\n" +
 	"\x04meta\x18\x0f \x01(\v2\x0f.teapot.v1.MetaR\x04meta\x12&\n" +
-	"\x03bgp\x18< \x01(\v2\x14.teapot.v1.TenantBGPR\x03bgp\"\x82\x02\n" +
+	"\x03bgp\x18< \x01(\v2\x14.teapot.v1.TenantBGPR\x03bgp\"\xf1\x02\n" +
 	"\tTenantBGP\x12\x10\n" +
 	"\x03asn\x18\x01 \x01(\rR\x03asn\x12\x14\n" +
 	"\x05peers\x18\x02 \x03(\tR\x05peers\x12\x1a\n" +
@@ -4424,7 +4458,12 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\fmax_prefixes\x18\x04 \x01(\rR\vmaxPrefixes\x12*\n" +
 	"\x11max_prefix_length\x18\x05 \x01(\rR\x0fmaxPrefixLength\x12,\n" +
 	"\x12max_prefix_length6\x18\x06 \x01(\rR\x10maxPrefixLength6\x124\n" +
-	"\x16max_updates_per_second\x18\xb4\x01 \x01(\rR\x13maxUpdatesPerSecond\"\x93\x06\n" +
+	"\x16max_updates_per_second\x18\xb4\x01 \x01(\rR\x13maxUpdatesPerSecond\x12-\n" +
+	"\x12max_prefixes_total\x18\xe8\x02 \x01(\rR\x10maxPrefixesTotal\x12\x1f\n" +
+	"\n" +
+	"reannounce\x18\xe9\x02 \x01(\bR\n" +
+	"reannounce\x12\x1d\n" +
+	"\tcommunity\x18\xea\x02 \x01(\tR\tcommunity\"\x93\x06\n" +
 	"\x06Quotas\x12%\n" +
 	"\x0eload_balancers\x18\x01 \x01(\rR\rloadBalancers\x12\x1c\n" +
 	"\taddresses\x18\x02 \x01(\rR\taddresses\x12\"\n" +
