@@ -137,15 +137,21 @@ const (
 	// LB hosts' own DNS. A host of an earlier release leaves them out of
 	// its ACME names and serves them no certificate.
 	FeatureACMEWildcard = "acme-wildcard"
+	// FeatureTenantAttachment: a tenant's networks attached through a
+	// network namespace per host over VXLAN (tenant.attachment). A host
+	// of an earlier release ignores it and dials the tenant's members
+	// from its own routing table, where another tenant may own the same
+	// addresses.
+	FeatureTenantAttachment = "tenant-attachment"
 )
 
 // FeatureLevel is the highest cluster feature level this release
 // understands. Level 1 is every release before levels existed; levels 2
-// to 5 add the features of featureLevels. A release that adds a field or a
+// to 6 add the features of featureLevels. A release that adds a field or a
 // request option that a host of an earlier release would ignore, or a
 // command version, raises it, and the cluster accepts writes that use the
 // addition only once every host reports the level.
-const FeatureLevel = 5
+const FeatureLevel = 6
 
 // featureLevels is the level each feature needs on every host.
 var featureLevels = map[string]uint32{
@@ -180,6 +186,7 @@ var featureLevels = map[string]uint32{
 	FeatureACMEWildcard:        5,
 	FeatureHTTP3:               5,
 	FeatureDNSKeyRollover:      5,
+	FeatureTenantAttachment:    6,
 }
 
 // LevelOf is the feature level a feature needs on every host (0 for a
@@ -221,7 +228,7 @@ func FeatureRefusal(uses []FeatureUse, need uint32, older []string) error {
 
 // Features returns the features this release serves.
 func Features() []string {
-	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureNotFoundRoutes, FeatureCORS, FeatureClientValidation, FeatureRouteRetry, FeatureBackendHeaders, FeatureBackendTLS, FeatureWAFExclusions, FeatureTLSTerminate, FeatureMisdirectedRequests, FeatureRateLimitHeader, FeatureWriteBudget, FeaturePoolInterface, FeatureTenantBGPUpdateRate, FeatureACMEWildcard, FeatureHTTP3, FeatureWAFRules, FeatureDNSKeyRollover}
+	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureNotFoundRoutes, FeatureCORS, FeatureClientValidation, FeatureRouteRetry, FeatureBackendHeaders, FeatureBackendTLS, FeatureWAFExclusions, FeatureTLSTerminate, FeatureMisdirectedRequests, FeatureRateLimitHeader, FeatureWriteBudget, FeaturePoolInterface, FeatureTenantBGPUpdateRate, FeatureACMEWildcard, FeatureHTTP3, FeatureWAFRules, FeatureDNSKeyRollover, FeatureTenantAttachment}
 }
 
 // FeatureUse is one place where a write uses a feature: the feature and
@@ -246,6 +253,9 @@ func FeaturesUsed(obj *pb.Object) []FeatureUse {
 		}
 		if t.GetBgp().GetMaxUpdatesPerSecond() != 0 {
 			out = append(out, FeatureUse{Feature: FeatureTenantBGPUpdateRate, Field: RefString(RefOf(obj)) + ": bgp.maxUpdatesPerSecond"})
+		}
+		if t.GetAttachment() != nil {
+			out = append(out, FeatureUse{Feature: FeatureTenantAttachment, Field: RefString(RefOf(obj)) + ": attachment"})
 		}
 		if t.GetQuotas().GetWriteBytesPerSecond() != 0 {
 			out = append(out, FeatureUse{Feature: FeatureWriteBudget, Field: RefString(RefOf(obj)) + ": quotas.writeBytesPerSecond"})
