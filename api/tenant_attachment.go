@@ -26,9 +26,9 @@ const (
 	MinAttachmentMTU = 1280
 	MaxAttachmentMTU = 9000
 	// AttachmentNamespacePrefix starts the name of every network
-	// namespace of an attachment ("teapot-acme"); a host that starts
+	// namespace of an attachment ("teapot-att-acme"); a host that starts
 	// finds the ones it made by it.
-	AttachmentNamespacePrefix = "teapot-"
+	AttachmentNamespacePrefix = "teapot-att-"
 )
 
 // AttachmentNamespace is the name of the network namespace in which a

@@ -249,7 +249,7 @@ func (x *Tenant) GetAttachment() *TenantAttachment {
 }
 
 // TenantAttachment joins a tenant's networks to the LB hosts through a
-// network namespace per host ("teapot-<tenant>") holding a VXLAN device
+// network namespace per host ("teapot-att-<tenant>") holding a VXLAN device
 // with the tenant's VNI, the host's address in the tenant's network and
 // routes to the tenant's networks.
 type TenantAttachment struct {
