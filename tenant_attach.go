@@ -31,6 +31,9 @@ type attachmentSource struct{ am *attach.Manager }
 
 func (s attachmentSource) Observe(f observe.Filter, h *pb.HostObservation) {
 	for _, o := range s.am.Observe(f.Tenant) {
+		if !f.MatchTenant(o.Tenant) {
+			continue
+		}
 		h.TenantAttachments = append(h.TenantAttachments, &pb.TenantAttachmentObservation{
 			Tenant: o.Tenant, Namespace: o.Namespace, State: o.State, Reason: o.Reason, Vni: o.VNI, Address: o.Address,
 			Since: timestamppb.New(o.Since),
