@@ -23,11 +23,11 @@ import (
 // 203.0.113.0/24) with a VXLAN device of the tenant's VNI, on which an
 // echo member answers with the tenant's name on 10.0.0.10:8080.
 type tenantSide struct {
-	name, ns        string
-	lbVTEP, tVTEP   string // underlay addresses: the LB host's side, the tenant's
-	vni, port       int
-	mu              sync.Mutex
-	checks, serves  int
+	name, ns         string
+	lbVTEP, tVTEP    string // underlay addresses: the LB host's side, the tenant's
+	vni, port        int
+	mu               sync.Mutex
+	checks, serves   int
 	checkSrc, reqSrc map[string]bool
 }
 
