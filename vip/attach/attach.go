@@ -21,6 +21,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/teapot-lb/teapot-lb/api"
 	"github.com/teapot-lb/teapot-lb/api/observe"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
@@ -123,7 +125,7 @@ func (m *Manager) Update(objs []*pb.Object) {
 	want := map[string]*pb.Tenant{}
 	for _, o := range objs {
 		if t := o.GetTenant(); t.GetAttachment() != nil {
-			want[t.GetName()] = t
+			want[t.GetName()] = proto.CloneOf(t) // kept to compare with the next
 		}
 	}
 	m.mu.Lock()
