@@ -90,3 +90,14 @@ func TestValidateTenantOverlapNeedsBothAttached(t *testing.T) {
 		t.Fatalf("overlap with an unattached tenant: %q, want one", got)
 	}
 }
+
+// An attachment needs feature level 6: a host of an earlier release would
+// dial the tenant's members from its own routing table.
+func TestTenantAttachmentFeatureLevel(t *testing.T) {
+	t.Parallel()
+	obj := &pb.Object{Kind: &pb.Object_Tenant{Tenant: attached("a", 100)}}
+	uses := FeaturesUsed(obj)
+	if len(uses) != 1 || uses[0].Feature != FeatureTenantAttachment || !strings.HasSuffix(uses[0].Field, ": attachment") || LevelNeeded(uses) != 6 {
+		t.Fatalf("FeaturesUsed %v (level %d); want attachment at level 6", uses, LevelNeeded(uses))
+	}
+}
