@@ -285,10 +285,9 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 	feed, fed := proxy.NewFeed(px), make(chan struct{})
 	go func() {
 		defer close(fed)
-		feed.Follow(ctx, revisions{node.Watch(0)}, func(r proxy.Revision, _ []string) {
+		feed.Follow(ctx, attachedFirst{revisions{node.Watch(0)}, attachments, node.Objects}, func(r proxy.Revision, _ []string) {
 			vm.Follow(r.Reset, r.Objects, r.Transitions(), r.Revision, node.Objects)
 			followTenantBGP(relay, r, node.Objects)
-			followAttachments(attachments, r, node.Objects)
 			followRateSharePeers(share, cfg.NodeID, r, node.Objects)
 			dnsSrv.Follow(r.Reset, r.Transitions())
 		})

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -9,6 +11,24 @@ import (
 	"github.com/teapot-lb/teapot-lb/proxy"
 	"github.com/teapot-lb/teapot-lb/vip/attach"
 )
+
+// attachedFirst is the committed state's watch as the data plane reads
+// it, with the attachments converged on each revision before the data
+// plane sees it: an attached tenant's members are never dialled, even for
+// a moment, from the host's routing table.
+type attachedFirst struct {
+	proxy.Watcher
+	am    *attach.Manager
+	state func() ([]*pb.Object, uint64)
+}
+
+func (w attachedFirst) Next(ctx context.Context) (proxy.Revision, error) {
+	r, err := w.Watcher.Next(ctx)
+	if err == nil {
+		followAttachments(w.am, r, w.state)
+	}
+	return r, err
+}
 
 // followAttachments passes the committed state to the attachments after
 // a reset and after each revision that changed a tenant.

@@ -197,6 +197,22 @@ func TestManagerDialsFromTheNamespace(t *testing.T) {
 	if src := <-accepted; src != "10.0.0.2" {
 		t.Fatalf("connection from %s, want 10.0.0.2", src)
 	}
+	// A UDP flow too (the data plane's UDP listeners dial this way).
+	pc := listenUDPIn(t, filepath.Join(dir, api.AttachmentNamespace(name)), "10.0.0.2:0")
+	defer pc.Close()
+	uc, err := m.DialContext(ctx, name, &net.Dialer{}, "udp", pc.LocalAddr().String())
+	if err != nil {
+		t.Fatalf("UDP dial from the namespace: %v", err)
+	}
+	defer uc.Close()
+	if _, err := uc.Write([]byte("ping")); err != nil {
+		t.Fatal(err)
+	}
+	_ = pc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 16)
+	if n, from, err := pc.ReadFrom(buf); err != nil || string(buf[:n]) != "ping" || from.(*net.UDPAddr).IP.String() != "10.0.0.2" {
+		t.Fatalf("UDP datagram %q from %v: %v", buf[:n], from, err)
+	}
 	// The host's namespace has no such address: the same dial without
 	// the attachment fails.
 	if c, err := (&net.Dialer{Timeout: time.Second}).DialContext(ctx, "tcp", ln.Addr().String()); err == nil {
@@ -278,4 +294,33 @@ func listenIn(t *testing.T, path, addr string) net.Listener {
 		t.Fatal(r.err)
 	}
 	return r.ln
+}
+
+func listenUDPIn(t *testing.T, path, addr string) net.PacketConn {
+	t.Helper()
+	type res struct {
+		pc  net.PacketConn
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		f, err := os.Open(path)
+		if err != nil {
+			ch <- res{nil, err}
+			return
+		}
+		defer f.Close()
+		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
+			ch <- res{nil, err}
+			return
+		}
+		pc, err := net.ListenPacket("udp", addr)
+		ch <- res{pc, err}
+	}()
+	r := <-ch
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	return r.pc
 }
