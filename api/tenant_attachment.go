@@ -82,8 +82,8 @@ func checkTenantAttachment(ck *checker, t *pb.Tenant, nets []netip.Prefix, c Cat
 	var prefixes []netip.Prefix
 	for _, id := range ids {
 		f := "attachment.hosts." + id
-		if id == "" || len(id) > 63 {
-			ck.invalidf("attachment.hosts", "has a node id of %d bytes; node ids have 1 to 63", len(id))
+		if !isNodeID(id) {
+			ck.invalidf("attachment.hosts", "has a key that is not a node id (1 to 63 lower-case letters, digits, '.' and '-', as cluster status lists them)")
 			continue
 		}
 		s := a.GetHosts()[id]
@@ -182,4 +182,18 @@ func checkAttachmentVXLAN(ck *checker, self string, v *pb.AttachmentVXLAN, c Cat
 			ck.invalidf("attachment.vxlan.underlay", "%s", why)
 		}
 	}
+}
+
+// isNodeID reports whether s can be an LB host's node id.
+func isNodeID(s string) bool {
+	if s == "" || len(s) > 63 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '.') {
+			return false
+		}
+	}
+	return true
 }

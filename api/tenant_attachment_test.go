@@ -40,6 +40,7 @@ func TestValidateTenantAttachment(t *testing.T) {
 		{"duplicate remote", func(t *pb.Tenant) { t.Attachment.Vxlan.Remotes = []string{"192.0.2.7", "192.0.2.7"} }, bad("attachment.vxlan.remotes[1]", "already listed as remotes[0]")},
 		{"port", func(t *pb.Tenant) { t.Attachment.Vxlan.Port = 70000 }, bad("attachment.vxlan.port", "70000 is not a UDP port")},
 		{"underlay", func(t *pb.Tenant) { t.Attachment.Vxlan.Underlay = "a-very-long-interface" }, bad("attachment.vxlan.underlay", "at most 15")},
+		{"host key not a node id", func(t *pb.Tenant) { t.Attachment.Hosts["LB 2"] = "10.0.0.3/24" }, bad("attachment.hosts", "has a key that is not a node id")},
 		{"no hosts", func(t *pb.Tenant) { t.Attachment.Hosts = nil }, bad("attachment.hosts", "is empty")},
 		{"host not a prefix", func(t *pb.Tenant) { t.Attachment.Hosts["lb1"] = "10.0.0.2" }, bad("attachment.hosts.lb1", "not an address with its prefix length")},
 		{"host outside networks", func(t *pb.Tenant) { t.Attachment.Hosts["lb1"] = "10.9.0.2/24" }, bad("attachment.hosts.lb1", "outside the tenant's networks")},
