@@ -42,6 +42,7 @@ import (
 	"github.com/teapot-lb/teapot-lb/tenantsync"
 	"github.com/teapot-lb/teapot-lb/tenantsync/agent"
 	"github.com/teapot-lb/teapot-lb/vip"
+	"github.com/teapot-lb/teapot-lb/vip/attach"
 	"github.com/teapot-lb/teapot-lb/vip/tenantbgp"
 	"github.com/teapot-lb/teapot-lb/web"
 )
@@ -145,6 +146,14 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 	}
 	stack.Push(relay.Close)
 	host.Add(relay)
+	// Attached tenants' namespaces, from which their members are dialled.
+	attachments, err := attach.New(attach.Config{NodeID: cfg.NodeID, Logger: log, Events: host.Events().Add})
+	if err != nil {
+		return err
+	}
+	stack.Push(attachments.Close)
+	host.Add(attachmentSource{attachments})
+	go attachments.Run(ctx)
 	vm, err := vip.Open(vcfg)
 	if err != nil {
 		return err
@@ -239,7 +248,7 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 	px := proxy.New(proxy.Config{
 		Logger: log, DrainTimeout: time.Duration(cfg.DrainTimeout), Metrics: counters, HTTP: cm.Terminator(proxy.NewHTTP(engine, cm.Challenge)),
 		Events: host.Events().Add, Steer: steering, CPU: cpu, Observed: plane, ClientCertificate: cm.Uploaded,
-		DataPath: dataPath,
+		DataPath: dataPath, Attachments: attachments,
 	})
 	taken.Store(px)
 	stack.Push(px.Close)
@@ -256,7 +265,7 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 	host.Add(cm)
 	host.Add(vm)
 	host.Add(dnsSrv)
-	if err := serveMetrics(ctx, msrv, counters, px, node, tenants, cm, vm, append(dnsSrv.Collectors(), guard.Collector(), relay.Collector(), px.EdgeCollector(), px.DataPathCollector())...); err != nil {
+	if err := serveMetrics(ctx, msrv, counters, px, node, tenants, cm, vm, append(dnsSrv.Collectors(), guard.Collector(), relay.Collector(), attachmentCollector{attachments}, px.EdgeCollector(), px.DataPathCollector())...); err != nil {
 		log.Error("metrics are off", "component", "metrics", "err", err)
 	}
 	if webLn != nil {
@@ -278,7 +287,7 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 	feed, fed := proxy.NewFeed(px), make(chan struct{})
 	go func() {
 		defer close(fed)
-		feed.Follow(ctx, revisions{node.Watch(0)}, func(r proxy.Revision, _ []string) {
+		feed.Follow(ctx, attachedFirst{revisions{node.Watch(0)}, attachments, node.Objects}, func(r proxy.Revision, _ []string) {
 			vm.Follow(r.Reset, r.Objects, r.Transitions(), r.Revision, node.Objects)
 			followTenantBGP(relay, r, node.Objects)
 			followRateSharePeers(share, cfg.NodeID, r, node.Objects)

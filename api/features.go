@@ -145,6 +145,12 @@ const (
 	// the hosts' fabric sessions (bgp.reannounce, bgp.community). A host
 	// of an earlier release ignores them and announces nothing.
 	FeatureTenantBGPReannounce = "tenant-bgp-reannounce"
+	// FeatureTenantAttachment: a tenant's networks attached through a
+	// network namespace per host over VXLAN (tenant.attachment). A host
+	// of an earlier release ignores it and dials the tenant's members
+	// from its own routing table, where another tenant may own the same
+	// addresses.
+	FeatureTenantAttachment = "tenant-attachment"
 )
 
 // FeatureLevel is the highest cluster feature level this release
@@ -190,6 +196,7 @@ var featureLevels = map[string]uint32{
 	FeatureDNSKeyRollover:      5,
 	FeatureTenantBGPTotal:      6,
 	FeatureTenantBGPReannounce: 6,
+	FeatureTenantAttachment:    6,
 }
 
 // LevelOf is the feature level a feature needs on every host (0 for a
@@ -231,7 +238,7 @@ func FeatureRefusal(uses []FeatureUse, need uint32, older []string) error {
 
 // Features returns the features this release serves.
 func Features() []string {
-	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureNotFoundRoutes, FeatureCORS, FeatureClientValidation, FeatureRouteRetry, FeatureBackendHeaders, FeatureBackendTLS, FeatureWAFExclusions, FeatureTLSTerminate, FeatureMisdirectedRequests, FeatureRateLimitHeader, FeatureWriteBudget, FeaturePoolInterface, FeatureTenantBGPUpdateRate, FeatureACMEWildcard, FeatureHTTP3, FeatureWAFRules, FeatureDNSKeyRollover, FeatureTenantBGPTotal, FeatureTenantBGPReannounce}
+	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureNotFoundRoutes, FeatureCORS, FeatureClientValidation, FeatureRouteRetry, FeatureBackendHeaders, FeatureBackendTLS, FeatureWAFExclusions, FeatureTLSTerminate, FeatureMisdirectedRequests, FeatureRateLimitHeader, FeatureWriteBudget, FeaturePoolInterface, FeatureTenantBGPUpdateRate, FeatureACMEWildcard, FeatureHTTP3, FeatureWAFRules, FeatureDNSKeyRollover, FeatureTenantBGPTotal, FeatureTenantBGPReannounce, FeatureTenantAttachment}
 }
 
 // FeatureUse is one place where a write uses a feature: the feature and
@@ -262,6 +269,9 @@ func FeaturesUsed(obj *pb.Object) []FeatureUse {
 		}
 		if t.GetBgp().GetReannounce() {
 			out = append(out, FeatureUse{Feature: FeatureTenantBGPReannounce, Field: RefString(RefOf(obj)) + ": bgp.reannounce"})
+		}
+		if t.GetAttachment() != nil {
+			out = append(out, FeatureUse{Feature: FeatureTenantAttachment, Field: RefString(RefOf(obj)) + ": attachment"})
 		}
 		if t.GetQuotas().GetWriteBytesPerSecond() != 0 {
 			out = append(out, FeatureUse{Feature: FeatureWriteBudget, Field: RefString(RefOf(obj)) + ": quotas.writeBytesPerSecond"})

@@ -14,13 +14,15 @@ import (
 const MaxNetworkOverlapsShown = 20
 
 // checkNetworkOwners refuses a network of t that overlaps a network of
-// another tenant: without attachments every host dials from one routing
-// table, so a tenant whose networks overlap another's could point members
-// at the other's nodes. It names the first such network of the other
-// tenant. An overlap stored before such writes were refused (the same
-// network of t and of the other tenant, both in the state before the
-// write) is kept, so that an upgraded cluster can still change those
-// tenants; NetworkOverlaps reports it.
+// another tenant unless both tenants have an attachment: without one a
+// tenant is dialled from the hosts' one routing table, so a tenant whose
+// networks overlap another's could point members at the other's nodes.
+// It names the first such network of the other tenant. An overlap stored
+// before such writes were refused (the same network of t and of the other
+// tenant, both in the state before the write, not both attached then) is
+// kept, so that an upgraded cluster can still change those tenants;
+// NetworkOverlaps reports it. Detaching one of two overlapping attached
+// tenants is refused like a new overlap.
 func checkNetworkOwners(ck *checker, t *pb.Tenant, nets []netip.Prefix, c Catalog) {
 	if len(nets) == 0 {
 		return
@@ -37,17 +39,19 @@ func checkNetworkOwners(ck *checker, t *pb.Tenant, nets []netip.Prefix, c Catalo
 		f := fmt.Sprintf("networks[%d]", i)
 	tenants:
 		for _, o := range others {
-			if o.GetName() == self {
+			if o.GetName() == self || t.GetAttachment() != nil && o.GetAttachment() != nil {
 				continue
 			}
 			for _, q := range parseNetworks(o.GetNetworks()) {
 				if !pp.Overlaps(q) {
 					continue
 				}
-				if slices.Contains(was, pp) && slices.Contains(parseNetworks(prior.Tenant(o.GetName()).GetNetworks()), q) {
+				po := prior.Tenant(o.GetName())
+				if slices.Contains(was, pp) && slices.Contains(parseNetworks(po.GetNetworks()), q) &&
+					(prior.Tenant(self).GetAttachment() == nil || po.GetAttachment() == nil) {
 					continue
 				}
-				ck.conflictf(f, "network %s overlaps %s of tenant %s; tenants may not share addresses, so narrow one of them", pp, q, o.GetName())
+				ck.conflictf(f, "network %s overlaps %s of tenant %s; tenants share addresses only when both are attached through a namespace of their own (attachment), so attach both or narrow one of them", pp, q, o.GetName())
 				break tenants
 			}
 		}
@@ -67,7 +71,7 @@ func parseNetworks(ss []string) []netip.Prefix {
 }
 
 // NetworkOverlaps lists the pairs of tenants' networks in c that overlap
-// ("tenant a: network 10.0.0.0/8 overlaps 10.20.0.0/16 of tenant b"),
+// while not both tenants are attached ("tenant a: network 10.0.0.0/8 overlaps 10.20.0.0/16 of tenant b"),
 // which writes refuse but a state written by an older release may hold. It
 // lists at most MaxNetworkOverlapsShown and then counts the rest; it costs
 // a sort of every tenant's networks and the overlaps found.
@@ -77,10 +81,12 @@ func NetworkOverlaps(c Catalog) []string {
 		tenant string
 	}
 	var all []owned
+	attached := map[string]bool{}
 	for _, t := range c.Tenants() {
 		for _, p := range parseNetworks(t.GetNetworks()) {
 			all = append(all, owned{p, t.GetName()})
 		}
+		attached[t.GetName()] = t.GetAttachment() != nil
 	}
 	// CIDRs are either nested or disjoint: sorted by address and then by
 	// length, each one's enclosing networks are on the stack.
@@ -95,7 +101,7 @@ func NetworkOverlaps(c Catalog) []string {
 			stack = stack[:len(stack)-1]
 		}
 		for _, s := range stack {
-			if s.tenant == x.tenant {
+			if s.tenant == x.tenant || attached[s.tenant] && attached[x.tenant] {
 				continue
 			}
 			if len(out) == MaxNetworkOverlapsShown {

@@ -19,7 +19,7 @@ func TestValidateTenantNetworkOwners(t *testing.T) {
 		{"disjoint", []string{"10.20.0.0/16", "10.31.0.0/16"}, pass()},
 		{"same as other", []string{"10.30.0.0/16"}, clash("networks[0]", "network 10.30.0.0/16 overlaps 10.30.0.0/16 of tenant other")},
 		{"inside other", []string{"10.20.0.0/16", "10.30.7.0/24"}, clash("networks[1]", "network 10.30.7.0/24 overlaps 10.30.0.0/16 of tenant other")},
-		{"covering other", []string{"10.0.0.0/8"}, clash("networks[0]", "network 10.0.0.0/8 overlaps 10.30.0.0/16 of tenant other; tenants may not share addresses")},
+		{"covering other", []string{"10.0.0.0/8"}, clash("networks[0]", "network 10.0.0.0/8 overlaps 10.30.0.0/16 of tenant other; tenants share addresses only when both are attached")},
 		{"v6 beside v4", []string{"::/0"}, pass()},
 	}
 	for _, tt := range tests {

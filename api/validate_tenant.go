@@ -30,6 +30,7 @@ func ValidateTenant(t *pb.Tenant, c Catalog) error {
 	nets := checkTenantNetworks(ck, t)
 	checkTenantPools(ck, t, c)
 	checkTenantBGP(ck, t, nets)
+	checkTenantAttachment(ck, t, nets, c)
 	checkNetworkOwners(ck, t, nets, c)
 	if ck.ok() {
 		checkTenantOrphans(ck, t, domains, nets, c)

@@ -74,6 +74,9 @@ type tenantBudget struct {
 	limit atomic.Int64
 	// member charges the tenant's L7 member connections.
 	member *l7.MemberBudget
+	// dialer makes its L7 member connections (nil: the host's
+	// namespace, Config.Attachments unset).
+	dialer l7.Dialer
 	// streams counts the tenant's HTTP/2 streams whose handlers run, at
 	// most streamLimit: its connection bound as the last connection
 	// accepted saw it. A stream in flight costs the host what an
@@ -127,6 +130,9 @@ func (p *Proxy) tenantBudget(tenant string) *tenantBudget {
 	t.limit.Store(int64(p.cfg.Limits.MaxDescriptorsPerTenant))
 	t.streamLimit.Store(int64(p.cfg.Limits.MaxConnectionsPerTenant))
 	t.member = l7.NewMemberBudget(t)
+	if p.cfg.Attachments != nil {
+		t.dialer = tenantDialer{a: p.cfg.Attachments, tenant: tenant}
+	}
 	v, _ := p.tenants.LoadOrStore(tenant, t)
 	return v.(*tenantBudget)
 }

@@ -267,6 +267,9 @@ func (p *Pool) httpBackend(budget *l7.MemberBudget, tenant *tenantBudget) *httpB
 		HashHeader:     p.Spec.HashHeader,
 		Budget:         budget,
 	}
+	if tenant != nil {
+		b.opts.Dialer = tenant.dialer
+	}
 	switch p.Spec.BackendProtocol {
 	case "h2c":
 		b.opts.Protocol = l7.H2C

@@ -82,6 +82,9 @@ type Limits struct {
 // Config configures a Proxy.
 type Config struct {
 	Logger *slog.Logger
+	// Attachments, when set, dials the members of attached tenants from
+	// their namespaces (see Attachments).
+	Attachments Attachments
 	// Metrics receives the counters; nil records nothing.
 	Metrics Metrics
 	// DrainTimeout is how long connections of a removed listener (or of a
@@ -264,6 +267,7 @@ func New(cfg Config) *Proxy {
 		EjectFor:    cfg.Limits.EjectFor,
 		MaxEjectFor: cfg.Limits.MaxEjectFor,
 		CPU:         cfg.CPU,
+		Dial:        p.healthDial(),
 	})
 	p.current.Store(emptyServed())
 	p.passiveStop = make(chan struct{})

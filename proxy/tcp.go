@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"errors"
 	"net"
 	"net/netip"
@@ -141,7 +142,7 @@ func (p *Proxy) dialMember(l *ListenerSnapshot, pool *Pool, client netip.Addr) (
 		tg := Target(m)
 		name := tg.Name()
 		start := time.Now()
-		c, err := d.Dial("tcp", name)
+		c, err := p.dial(context.Background(), l.Tenant, &d, "tcp", name)
 		took := time.Since(start)
 		if err != nil {
 			tg.ConnectFailed()

@@ -202,7 +202,7 @@ func (u *udpSocket) flow(client netip.AddrPort) *flow {
 		return nil
 	}
 	tg := Target(m)
-	up, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(m.Addr))
+	up, err := p.dialUDP(l.Tenant, m.Addr)
 	if err != nil {
 		done()
 		tg.ConnectFailed()

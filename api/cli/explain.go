@@ -184,6 +184,7 @@ func (a *app) explainLB(ctx context.Context, w io.Writer, c *client.Conn, ref *p
 		}
 	}
 	_ = t.flush()
+	writeDialPath(w, lb.GetTenant(), hosts)
 
 	var certRows [][]string
 	for _, h := range hosts {
@@ -314,6 +315,7 @@ func (a *app) explainTenant(ctx context.Context, w io.Writer, c *client.Conn, na
 		_ = t.flush()
 	}
 	writeTenantBGP(w, now, tn, obs.GetHosts())
+	writeTenantAttachment(w, now, tn, obs.GetHosts())
 	writeUnreachable(w, obs.GetHosts())
 	writeExplainEvents(w, obs.GetHosts())
 	return nil

@@ -28,7 +28,7 @@ var (
 // check runs one check of addr (its port replaced by hc.Port when set);
 // tlsc is the TLS configuration of an https check, sessions the target's
 // session cache (nil: none). Ending ctx ends it at once.
-func check(ctx context.Context, addr netip.AddrPort, hc *snapshot.HealthCheck, tlsc *tlsEntry, sessions tls.ClientSessionCache) error {
+func check(ctx context.Context, dial dialFunc, addr netip.AddrPort, hc *snapshot.HealthCheck, tlsc *tlsEntry, sessions tls.ClientSessionCache) error {
 	if hc.Port != 0 {
 		addr = netip.AddrPortFrom(addr.Addr(), hc.Port)
 	}
@@ -40,7 +40,13 @@ func check(ctx context.Context, addr netip.AddrPort, hc *snapshot.HealthCheck, t
 	}
 	deadline := time.Now().Add(hc.Timeout)
 	d := net.Dialer{Deadline: deadline}
-	raw, err := d.DialContext(ctx, "tcp", addr.String())
+	var raw net.Conn
+	var err error
+	if dial != nil {
+		raw, err = dial(ctx, &d, "tcp", addr.String())
+	} else {
+		raw, err = d.DialContext(ctx, "tcp", addr.String())
+	}
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
 	}
@@ -117,4 +123,17 @@ func ParseStatusLine(line []byte) (int, error) {
 		return 0, ErrBadStatusLine
 	}
 	return code, nil
+}
+
+// dialFunc makes a check's connection as d would (nil: d itself).
+type dialFunc func(ctx context.Context, d *net.Dialer, network, addr string) (net.Conn, error)
+
+// dialer is the dial of tenant's checks (nil without Options.Dial).
+func (r *Registry) dialer(tenant string) dialFunc {
+	if r.o.Dial == nil {
+		return nil
+	}
+	return func(ctx context.Context, d *net.Dialer, network, addr string) (net.Conn, error) {
+		return r.o.Dial(ctx, tenant, d, network, addr)
+	}
 }

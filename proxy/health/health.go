@@ -19,6 +19,7 @@ import (
 	"crypto/tls"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/netip"
 	"strings"
 	"sync"
@@ -60,6 +61,10 @@ type Options struct {
 	// tenant whose checks spent it has its checks delayed. Nil takes
 	// budgets of the defaults.
 	CPU *cpubudget.Budgets
+	// Dial, when set, makes the checks' connections of a tenant as d
+	// would (from the namespace of the tenant's attachment); nil dials
+	// from the host's namespace.
+	Dial func(ctx context.Context, tenant string, d *net.Dialer, network, addr string) (net.Conn, error)
 }
 
 func (o Options) withDefaults() Options {

@@ -340,7 +340,7 @@ func (t *Target) run() {
 		case <-ctx.Done():
 			return
 		}
-		err = check(ctx, t.key.addr, t.key.check, t.active.tls, t.active.sessions)
+		err = check(ctx, t.r.dialer(t.budget.tenant), t.key.addr, t.key.check, t.active.tls, t.active.sessions)
 		<-t.r.sem
 		if ctx.Err() != nil {
 			return // stopped: no result, no next check

@@ -1,7 +1,9 @@
 package l7
 
 import (
+	"context"
 	"crypto/tls"
+	"net"
 	"net/http"
 	"net/netip"
 	"time"
@@ -129,6 +131,17 @@ type BackendOptions struct {
 	// a member (idle pooled ones included) while it is open; backends
 	// share pooled connections only with backends of the same budget.
 	Budget *MemberBudget
+	// Dialer, when set, makes the connections to members (from the
+	// namespace of the tenant's attachment); nil dials from the host's.
+	// Backends share pooled connections only with backends of the same
+	// Dialer.
+	Dialer Dialer
+}
+
+// Dialer makes member connections as d would, from a network namespace
+// of its choosing.
+type Dialer interface {
+	DialContext(ctx context.Context, d *net.Dialer, network, addr string) (net.Conn, error)
 }
 
 // Backend is a pool of members.

@@ -46,11 +46,12 @@ type poolKey struct {
 	proto  Protocol
 	tls    *tls.Config
 	budget *MemberBudget
+	dialer Dialer
 }
 
 // keyOf is the pool key of member addr under opts, speaking proto.
 func keyOf(addr netip.AddrPort, proto Protocol, opts *BackendOptions) poolKey {
-	k := poolKey{addr: addr, proto: proto, budget: opts.Budget}
+	k := poolKey{addr: addr, proto: proto, budget: opts.Budget, dialer: opts.Dialer}
 	if proto == HTTP1TLS || proto == H2TLS {
 		k.tls = opts.TLS
 	}
@@ -316,7 +317,13 @@ func (s *Server) dialCharged(ctx context.Context, key poolKey, opts *BackendOpti
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	d := net.Dialer{KeepAlive: 30 * time.Second}
-	nc, err := d.DialContext(ctx, "tcp", key.addr.String())
+	var nc net.Conn
+	var err error
+	if key.dialer != nil {
+		nc, err = key.dialer.DialContext(ctx, &d, "tcp", key.addr.String())
+	} else {
+		nc, err = d.DialContext(ctx, "tcp", key.addr.String())
+	}
 	if err != nil {
 		return nil, dialError(err)
 	}

@@ -105,7 +105,9 @@ type Tenant struct {
 	Domains []string `protobuf:"bytes,2,rep,name=domains,proto3" json:"domains,omitempty"`
 	// CIDRs its backend members may live in; nothing outside them is dialled.
 	// They may not overlap another tenant's networks (every host dials from
-	// one routing table): a write that makes a new overlap is refused,
+	// one routing table) unless both tenants have an attachment (each is
+	// dialled from a namespace of its own): a write that makes a new
+	// overlap is refused,
 	// naming both networks; an overlap stored by an older release is kept
 	// until one side is narrowed, and listed by `cluster status`.
 	Networks []string `protobuf:"bytes,3,rep,name=networks,proto3" json:"networks,omitempty"`
@@ -127,7 +129,14 @@ type Tenant struct {
 	// (Calico's BIRD, Cilium, MetalLB): routes they announce inside the
 	// tenant's networks are installed on the hosts, so members are dialled
 	// straight at their pods; everything else is dropped and counted.
-	Bgp           *TenantBGP `protobuf:"bytes,60,opt,name=bgp,proto3" json:"bgp,omitempty"`
+	Bgp *TenantBGP `protobuf:"bytes,60,opt,name=bgp,proto3" json:"bgp,omitempty"`
+	// The tenant's networks reached through a routing domain of their own
+	// on every LB host: a network namespace per host, joined to the
+	// tenant's side over VXLAN. Members, health checks and PROXY protocol
+	// connections of the tenant are dialled from inside it; listeners stay
+	// on the VIP side. Tenants with attachments may reuse each other's
+	// addresses (networks may overlap when both tenants are attached).
+	Attachment    *TenantAttachment `protobuf:"bytes,350,opt,name=attachment,proto3" json:"attachment,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -232,6 +241,166 @@ func (x *Tenant) GetBgp() *TenantBGP {
 	return nil
 }
 
+func (x *Tenant) GetAttachment() *TenantAttachment {
+	if x != nil {
+		return x.Attachment
+	}
+	return nil
+}
+
+// TenantAttachment joins a tenant's networks to the LB hosts through a
+// network namespace per host ("teapot-att-<tenant>") holding a VXLAN device
+// with the tenant's VNI, the host's address in the tenant's network and
+// routes to the tenant's networks.
+type TenantAttachment struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Vxlan *AttachmentVXLAN       `protobuf:"bytes,1,opt,name=vxlan,proto3" json:"vxlan,omitempty"`
+	// Each LB host's address with its prefix inside the tenant's network
+	// ("10.0.0.2/24"), by node id; a host not listed makes no namespace
+	// and reports that it is not attached. At most 64 hosts.
+	Hosts map[string]string `protobuf:"bytes,2,rep,name=hosts,proto3" json:"hosts,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Gateway inside the tenant's network for the tenant's networks not on
+	// the attached prefix (empty: only the attached prefix is reached).
+	Gateway string `protobuf:"bytes,3,opt,name=gateway,proto3" json:"gateway,omitempty"`
+	// MTU of the VXLAN device (0: 1450; 1280 to 9000).
+	Mtu           uint32 `protobuf:"varint,4,opt,name=mtu,proto3" json:"mtu,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TenantAttachment) Reset() {
+	*x = TenantAttachment{}
+	mi := &file_teapotv1_model_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TenantAttachment) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TenantAttachment) ProtoMessage() {}
+
+func (x *TenantAttachment) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_model_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TenantAttachment.ProtoReflect.Descriptor instead.
+func (*TenantAttachment) Descriptor() ([]byte, []int) {
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *TenantAttachment) GetVxlan() *AttachmentVXLAN {
+	if x != nil {
+		return x.Vxlan
+	}
+	return nil
+}
+
+func (x *TenantAttachment) GetHosts() map[string]string {
+	if x != nil {
+		return x.Hosts
+	}
+	return nil
+}
+
+func (x *TenantAttachment) GetGateway() string {
+	if x != nil {
+		return x.Gateway
+	}
+	return ""
+}
+
+func (x *TenantAttachment) GetMtu() uint32 {
+	if x != nil {
+		return x.Mtu
+	}
+	return 0
+}
+
+// AttachmentVXLAN is the VXLAN tunnel of an attachment.
+type AttachmentVXLAN struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// VXLAN network identifier, 1 to 16777215; one VNI per tenant.
+	Vni uint32 `protobuf:"varint,1,opt,name=vni,proto3" json:"vni,omitempty"`
+	// The tenant side's VTEPs (underlay addresses) that every host floods
+	// unknown and broadcast frames to; 1 to 16.
+	Remotes []string `protobuf:"bytes,2,rep,name=remotes,proto3" json:"remotes,omitempty"`
+	// UDP port (0: 4789).
+	Port uint32 `protobuf:"varint,3,opt,name=port,proto3" json:"port,omitempty"`
+	// Underlay interface on each host the tunnel runs over (empty: the
+	// route to the remotes decides).
+	Underlay      string `protobuf:"bytes,4,opt,name=underlay,proto3" json:"underlay,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AttachmentVXLAN) Reset() {
+	*x = AttachmentVXLAN{}
+	mi := &file_teapotv1_model_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AttachmentVXLAN) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AttachmentVXLAN) ProtoMessage() {}
+
+func (x *AttachmentVXLAN) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_model_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AttachmentVXLAN.ProtoReflect.Descriptor instead.
+func (*AttachmentVXLAN) Descriptor() ([]byte, []int) {
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *AttachmentVXLAN) GetVni() uint32 {
+	if x != nil {
+		return x.Vni
+	}
+	return 0
+}
+
+func (x *AttachmentVXLAN) GetRemotes() []string {
+	if x != nil {
+		return x.Remotes
+	}
+	return nil
+}
+
+func (x *AttachmentVXLAN) GetPort() uint32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *AttachmentVXLAN) GetUnderlay() string {
+	if x != nil {
+		return x.Underlay
+	}
+	return ""
+}
+
 // TenantBGP is a tenant's BGP peering with the LB hosts' embedded speaker.
 // Every LB host with a bgp: section in its serve config dials each peer
 // (it opens no BGP port); a host without one reports that it has no
@@ -277,7 +446,7 @@ type TenantBGP struct {
 
 func (x *TenantBGP) Reset() {
 	*x = TenantBGP{}
-	mi := &file_teapotv1_model_proto_msgTypes[2]
+	mi := &file_teapotv1_model_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -289,7 +458,7 @@ func (x *TenantBGP) String() string {
 func (*TenantBGP) ProtoMessage() {}
 
 func (x *TenantBGP) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[2]
+	mi := &file_teapotv1_model_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -302,7 +471,7 @@ func (x *TenantBGP) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantBGP.ProtoReflect.Descriptor instead.
 func (*TenantBGP) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{2}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *TenantBGP) GetAsn() uint32 {
@@ -436,7 +605,7 @@ type Quotas struct {
 
 func (x *Quotas) Reset() {
 	*x = Quotas{}
-	mi := &file_teapotv1_model_proto_msgTypes[3]
+	mi := &file_teapotv1_model_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -448,7 +617,7 @@ func (x *Quotas) String() string {
 func (*Quotas) ProtoMessage() {}
 
 func (x *Quotas) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[3]
+	mi := &file_teapotv1_model_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -461,7 +630,7 @@ func (x *Quotas) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Quotas.ProtoReflect.Descriptor instead.
 func (*Quotas) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{3}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Quotas) GetLoadBalancers() uint32 {
@@ -639,7 +808,7 @@ type VIPPool struct {
 
 func (x *VIPPool) Reset() {
 	*x = VIPPool{}
-	mi := &file_teapotv1_model_proto_msgTypes[4]
+	mi := &file_teapotv1_model_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -651,7 +820,7 @@ func (x *VIPPool) String() string {
 func (*VIPPool) ProtoMessage() {}
 
 func (x *VIPPool) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[4]
+	mi := &file_teapotv1_model_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -664,7 +833,7 @@ func (x *VIPPool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VIPPool.ProtoReflect.Descriptor instead.
 func (*VIPPool) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{4}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *VIPPool) GetName() string {
@@ -755,7 +924,7 @@ type LoadBalancer struct {
 
 func (x *LoadBalancer) Reset() {
 	*x = LoadBalancer{}
-	mi := &file_teapotv1_model_proto_msgTypes[5]
+	mi := &file_teapotv1_model_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -767,7 +936,7 @@ func (x *LoadBalancer) String() string {
 func (*LoadBalancer) ProtoMessage() {}
 
 func (x *LoadBalancer) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[5]
+	mi := &file_teapotv1_model_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -780,7 +949,7 @@ func (x *LoadBalancer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadBalancer.ProtoReflect.Descriptor instead.
 func (*LoadBalancer) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{5}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *LoadBalancer) GetName() string {
@@ -867,7 +1036,7 @@ type AccessLog struct {
 
 func (x *AccessLog) Reset() {
 	*x = AccessLog{}
-	mi := &file_teapotv1_model_proto_msgTypes[6]
+	mi := &file_teapotv1_model_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -879,7 +1048,7 @@ func (x *AccessLog) String() string {
 func (*AccessLog) ProtoMessage() {}
 
 func (x *AccessLog) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[6]
+	mi := &file_teapotv1_model_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -892,7 +1061,7 @@ func (x *AccessLog) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AccessLog.ProtoReflect.Descriptor instead.
 func (*AccessLog) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{6}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *AccessLog) GetEnabled() bool {
@@ -935,7 +1104,7 @@ type VIPRequest struct {
 
 func (x *VIPRequest) Reset() {
 	*x = VIPRequest{}
-	mi := &file_teapotv1_model_proto_msgTypes[7]
+	mi := &file_teapotv1_model_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -947,7 +1116,7 @@ func (x *VIPRequest) String() string {
 func (*VIPRequest) ProtoMessage() {}
 
 func (x *VIPRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[7]
+	mi := &file_teapotv1_model_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -960,7 +1129,7 @@ func (x *VIPRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VIPRequest.ProtoReflect.Descriptor instead.
 func (*VIPRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{7}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *VIPRequest) GetPool() string {
@@ -1055,7 +1224,7 @@ type Listener struct {
 
 func (x *Listener) Reset() {
 	*x = Listener{}
-	mi := &file_teapotv1_model_proto_msgTypes[8]
+	mi := &file_teapotv1_model_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1067,7 +1236,7 @@ func (x *Listener) String() string {
 func (*Listener) ProtoMessage() {}
 
 func (x *Listener) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[8]
+	mi := &file_teapotv1_model_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1080,7 +1249,7 @@ func (x *Listener) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Listener.ProtoReflect.Descriptor instead.
 func (*Listener) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{8}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Listener) GetPort() uint32 {
@@ -1208,7 +1377,7 @@ type RateLimit struct {
 
 func (x *RateLimit) Reset() {
 	*x = RateLimit{}
-	mi := &file_teapotv1_model_proto_msgTypes[9]
+	mi := &file_teapotv1_model_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1220,7 +1389,7 @@ func (x *RateLimit) String() string {
 func (*RateLimit) ProtoMessage() {}
 
 func (x *RateLimit) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[9]
+	mi := &file_teapotv1_model_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1233,7 +1402,7 @@ func (x *RateLimit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RateLimit.ProtoReflect.Descriptor instead.
 func (*RateLimit) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{9}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RateLimit) GetRequestsPerSecond() uint32 {
@@ -1294,7 +1463,7 @@ type SNIRoute struct {
 
 func (x *SNIRoute) Reset() {
 	*x = SNIRoute{}
-	mi := &file_teapotv1_model_proto_msgTypes[10]
+	mi := &file_teapotv1_model_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1306,7 +1475,7 @@ func (x *SNIRoute) String() string {
 func (*SNIRoute) ProtoMessage() {}
 
 func (x *SNIRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[10]
+	mi := &file_teapotv1_model_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1319,7 +1488,7 @@ func (x *SNIRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SNIRoute.ProtoReflect.Descriptor instead.
 func (*SNIRoute) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{10}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SNIRoute) GetHost() string {
@@ -1371,7 +1540,7 @@ type TLSPolicy struct {
 
 func (x *TLSPolicy) Reset() {
 	*x = TLSPolicy{}
-	mi := &file_teapotv1_model_proto_msgTypes[11]
+	mi := &file_teapotv1_model_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1383,7 +1552,7 @@ func (x *TLSPolicy) String() string {
 func (*TLSPolicy) ProtoMessage() {}
 
 func (x *TLSPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[11]
+	mi := &file_teapotv1_model_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1396,7 +1565,7 @@ func (x *TLSPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TLSPolicy.ProtoReflect.Descriptor instead.
 func (*TLSPolicy) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{11}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *TLSPolicy) GetAcme() bool {
@@ -1458,7 +1627,7 @@ type ClientValidation struct {
 
 func (x *ClientValidation) Reset() {
 	*x = ClientValidation{}
-	mi := &file_teapotv1_model_proto_msgTypes[12]
+	mi := &file_teapotv1_model_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1470,7 +1639,7 @@ func (x *ClientValidation) String() string {
 func (*ClientValidation) ProtoMessage() {}
 
 func (x *ClientValidation) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[12]
+	mi := &file_teapotv1_model_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1483,7 +1652,7 @@ func (x *ClientValidation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientValidation.ProtoReflect.Descriptor instead.
 func (*ClientValidation) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{12}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ClientValidation) GetCaBundle() string {
@@ -1559,7 +1728,7 @@ type Route struct {
 
 func (x *Route) Reset() {
 	*x = Route{}
-	mi := &file_teapotv1_model_proto_msgTypes[13]
+	mi := &file_teapotv1_model_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1571,7 +1740,7 @@ func (x *Route) String() string {
 func (*Route) ProtoMessage() {}
 
 func (x *Route) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[13]
+	mi := &file_teapotv1_model_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1584,7 +1753,7 @@ func (x *Route) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Route.ProtoReflect.Descriptor instead.
 func (*Route) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{13}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Route) GetHost() string {
@@ -1707,7 +1876,7 @@ type RouteRetry struct {
 
 func (x *RouteRetry) Reset() {
 	*x = RouteRetry{}
-	mi := &file_teapotv1_model_proto_msgTypes[14]
+	mi := &file_teapotv1_model_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1719,7 +1888,7 @@ func (x *RouteRetry) String() string {
 func (*RouteRetry) ProtoMessage() {}
 
 func (x *RouteRetry) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[14]
+	mi := &file_teapotv1_model_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1732,7 +1901,7 @@ func (x *RouteRetry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteRetry.ProtoReflect.Descriptor instead.
 func (*RouteRetry) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{14}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RouteRetry) GetCodes() []uint32 {
@@ -1787,7 +1956,7 @@ type WAF struct {
 
 func (x *WAF) Reset() {
 	*x = WAF{}
-	mi := &file_teapotv1_model_proto_msgTypes[15]
+	mi := &file_teapotv1_model_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1799,7 +1968,7 @@ func (x *WAF) String() string {
 func (*WAF) ProtoMessage() {}
 
 func (x *WAF) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[15]
+	mi := &file_teapotv1_model_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1812,7 +1981,7 @@ func (x *WAF) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WAF.ProtoReflect.Descriptor instead.
 func (*WAF) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{15}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *WAF) GetMode() string {
@@ -1871,7 +2040,7 @@ type RouteMatch struct {
 
 func (x *RouteMatch) Reset() {
 	*x = RouteMatch{}
-	mi := &file_teapotv1_model_proto_msgTypes[16]
+	mi := &file_teapotv1_model_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1883,7 +2052,7 @@ func (x *RouteMatch) String() string {
 func (*RouteMatch) ProtoMessage() {}
 
 func (x *RouteMatch) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[16]
+	mi := &file_teapotv1_model_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1896,7 +2065,7 @@ func (x *RouteMatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteMatch.ProtoReflect.Descriptor instead.
 func (*RouteMatch) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{16}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RouteMatch) GetPath() string {
@@ -1954,7 +2123,7 @@ type ValueMatch struct {
 
 func (x *ValueMatch) Reset() {
 	*x = ValueMatch{}
-	mi := &file_teapotv1_model_proto_msgTypes[17]
+	mi := &file_teapotv1_model_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1966,7 +2135,7 @@ func (x *ValueMatch) String() string {
 func (*ValueMatch) ProtoMessage() {}
 
 func (x *ValueMatch) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[17]
+	mi := &file_teapotv1_model_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1979,7 +2148,7 @@ func (x *ValueMatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValueMatch.ProtoReflect.Descriptor instead.
 func (*ValueMatch) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{17}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ValueMatch) GetName() string {
@@ -2018,7 +2187,7 @@ type GRPCMethodMatch struct {
 
 func (x *GRPCMethodMatch) Reset() {
 	*x = GRPCMethodMatch{}
-	mi := &file_teapotv1_model_proto_msgTypes[18]
+	mi := &file_teapotv1_model_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2030,7 +2199,7 @@ func (x *GRPCMethodMatch) String() string {
 func (*GRPCMethodMatch) ProtoMessage() {}
 
 func (x *GRPCMethodMatch) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[18]
+	mi := &file_teapotv1_model_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2043,7 +2212,7 @@ func (x *GRPCMethodMatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GRPCMethodMatch.ProtoReflect.Descriptor instead.
 func (*GRPCMethodMatch) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{18}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GRPCMethodMatch) GetService() string {
@@ -2086,7 +2255,7 @@ type RouteBackend struct {
 
 func (x *RouteBackend) Reset() {
 	*x = RouteBackend{}
-	mi := &file_teapotv1_model_proto_msgTypes[19]
+	mi := &file_teapotv1_model_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2098,7 +2267,7 @@ func (x *RouteBackend) String() string {
 func (*RouteBackend) ProtoMessage() {}
 
 func (x *RouteBackend) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[19]
+	mi := &file_teapotv1_model_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2111,7 +2280,7 @@ func (x *RouteBackend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteBackend.ProtoReflect.Descriptor instead.
 func (*RouteBackend) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{19}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RouteBackend) GetPool() string {
@@ -2160,7 +2329,7 @@ type RouteFilter struct {
 
 func (x *RouteFilter) Reset() {
 	*x = RouteFilter{}
-	mi := &file_teapotv1_model_proto_msgTypes[20]
+	mi := &file_teapotv1_model_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2172,7 +2341,7 @@ func (x *RouteFilter) String() string {
 func (*RouteFilter) ProtoMessage() {}
 
 func (x *RouteFilter) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[20]
+	mi := &file_teapotv1_model_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2185,7 +2354,7 @@ func (x *RouteFilter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteFilter.ProtoReflect.Descriptor instead.
 func (*RouteFilter) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{20}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RouteFilter) GetRequestHeaderModifier() *HeaderModifier {
@@ -2263,7 +2432,7 @@ type CORS struct {
 
 func (x *CORS) Reset() {
 	*x = CORS{}
-	mi := &file_teapotv1_model_proto_msgTypes[21]
+	mi := &file_teapotv1_model_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2275,7 +2444,7 @@ func (x *CORS) String() string {
 func (*CORS) ProtoMessage() {}
 
 func (x *CORS) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[21]
+	mi := &file_teapotv1_model_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2288,7 +2457,7 @@ func (x *CORS) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CORS.ProtoReflect.Descriptor instead.
 func (*CORS) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{21}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CORS) GetAllowOrigins() []string {
@@ -2348,7 +2517,7 @@ type HeaderModifier struct {
 
 func (x *HeaderModifier) Reset() {
 	*x = HeaderModifier{}
-	mi := &file_teapotv1_model_proto_msgTypes[22]
+	mi := &file_teapotv1_model_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2360,7 +2529,7 @@ func (x *HeaderModifier) String() string {
 func (*HeaderModifier) ProtoMessage() {}
 
 func (x *HeaderModifier) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[22]
+	mi := &file_teapotv1_model_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2373,7 +2542,7 @@ func (x *HeaderModifier) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeaderModifier.ProtoReflect.Descriptor instead.
 func (*HeaderModifier) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{22}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *HeaderModifier) GetSet() []*HeaderValue {
@@ -2407,7 +2576,7 @@ type HeaderValue struct {
 
 func (x *HeaderValue) Reset() {
 	*x = HeaderValue{}
-	mi := &file_teapotv1_model_proto_msgTypes[23]
+	mi := &file_teapotv1_model_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2419,7 +2588,7 @@ func (x *HeaderValue) String() string {
 func (*HeaderValue) ProtoMessage() {}
 
 func (x *HeaderValue) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[23]
+	mi := &file_teapotv1_model_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2432,7 +2601,7 @@ func (x *HeaderValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeaderValue.ProtoReflect.Descriptor instead.
 func (*HeaderValue) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{23}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *HeaderValue) GetName() string {
@@ -2470,7 +2639,7 @@ type RequestRedirect struct {
 
 func (x *RequestRedirect) Reset() {
 	*x = RequestRedirect{}
-	mi := &file_teapotv1_model_proto_msgTypes[24]
+	mi := &file_teapotv1_model_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2482,7 +2651,7 @@ func (x *RequestRedirect) String() string {
 func (*RequestRedirect) ProtoMessage() {}
 
 func (x *RequestRedirect) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[24]
+	mi := &file_teapotv1_model_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2495,7 +2664,7 @@ func (x *RequestRedirect) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestRedirect.ProtoReflect.Descriptor instead.
 func (*RequestRedirect) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{24}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RequestRedirect) GetScheme() string {
@@ -2545,7 +2714,7 @@ type URLRewrite struct {
 
 func (x *URLRewrite) Reset() {
 	*x = URLRewrite{}
-	mi := &file_teapotv1_model_proto_msgTypes[25]
+	mi := &file_teapotv1_model_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2557,7 +2726,7 @@ func (x *URLRewrite) String() string {
 func (*URLRewrite) ProtoMessage() {}
 
 func (x *URLRewrite) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[25]
+	mi := &file_teapotv1_model_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2570,7 +2739,7 @@ func (x *URLRewrite) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use URLRewrite.ProtoReflect.Descriptor instead.
 func (*URLRewrite) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{25}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *URLRewrite) GetHostname() string {
@@ -2601,7 +2770,7 @@ type PathModifier struct {
 
 func (x *PathModifier) Reset() {
 	*x = PathModifier{}
-	mi := &file_teapotv1_model_proto_msgTypes[26]
+	mi := &file_teapotv1_model_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2613,7 +2782,7 @@ func (x *PathModifier) String() string {
 func (*PathModifier) ProtoMessage() {}
 
 func (x *PathModifier) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[26]
+	mi := &file_teapotv1_model_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2626,7 +2795,7 @@ func (x *PathModifier) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathModifier.ProtoReflect.Descriptor instead.
 func (*PathModifier) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{26}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *PathModifier) GetReplaceFullPath() string {
@@ -2658,7 +2827,7 @@ type RequestMirror struct {
 
 func (x *RequestMirror) Reset() {
 	*x = RequestMirror{}
-	mi := &file_teapotv1_model_proto_msgTypes[27]
+	mi := &file_teapotv1_model_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2670,7 +2839,7 @@ func (x *RequestMirror) String() string {
 func (*RequestMirror) ProtoMessage() {}
 
 func (x *RequestMirror) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[27]
+	mi := &file_teapotv1_model_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2683,7 +2852,7 @@ func (x *RequestMirror) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestMirror.ProtoReflect.Descriptor instead.
 func (*RequestMirror) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{27}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RequestMirror) GetPool() string {
@@ -2718,7 +2887,7 @@ type Fraction struct {
 
 func (x *Fraction) Reset() {
 	*x = Fraction{}
-	mi := &file_teapotv1_model_proto_msgTypes[28]
+	mi := &file_teapotv1_model_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2730,7 +2899,7 @@ func (x *Fraction) String() string {
 func (*Fraction) ProtoMessage() {}
 
 func (x *Fraction) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[28]
+	mi := &file_teapotv1_model_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2743,7 +2912,7 @@ func (x *Fraction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Fraction.ProtoReflect.Descriptor instead.
 func (*Fraction) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{28}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Fraction) GetNumerator() uint32 {
@@ -2775,7 +2944,7 @@ type RouteTimeouts struct {
 
 func (x *RouteTimeouts) Reset() {
 	*x = RouteTimeouts{}
-	mi := &file_teapotv1_model_proto_msgTypes[29]
+	mi := &file_teapotv1_model_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2787,7 +2956,7 @@ func (x *RouteTimeouts) String() string {
 func (*RouteTimeouts) ProtoMessage() {}
 
 func (x *RouteTimeouts) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[29]
+	mi := &file_teapotv1_model_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2800,7 +2969,7 @@ func (x *RouteTimeouts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteTimeouts.ProtoReflect.Descriptor instead.
 func (*RouteTimeouts) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{29}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RouteTimeouts) GetRequest() *durationpb.Duration {
@@ -2842,7 +3011,7 @@ type BackendPool struct {
 
 func (x *BackendPool) Reset() {
 	*x = BackendPool{}
-	mi := &file_teapotv1_model_proto_msgTypes[30]
+	mi := &file_teapotv1_model_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2854,7 +3023,7 @@ func (x *BackendPool) String() string {
 func (*BackendPool) ProtoMessage() {}
 
 func (x *BackendPool) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[30]
+	mi := &file_teapotv1_model_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2867,7 +3036,7 @@ func (x *BackendPool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackendPool.ProtoReflect.Descriptor instead.
 func (*BackendPool) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{30}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *BackendPool) GetAlgorithm() string {
@@ -2957,7 +3126,7 @@ type BackendTLS struct {
 
 func (x *BackendTLS) Reset() {
 	*x = BackendTLS{}
-	mi := &file_teapotv1_model_proto_msgTypes[31]
+	mi := &file_teapotv1_model_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2969,7 +3138,7 @@ func (x *BackendTLS) String() string {
 func (*BackendTLS) ProtoMessage() {}
 
 func (x *BackendTLS) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[31]
+	mi := &file_teapotv1_model_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2982,7 +3151,7 @@ func (x *BackendTLS) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackendTLS.ProtoReflect.Descriptor instead.
 func (*BackendTLS) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{31}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *BackendTLS) GetCaPem() string {
@@ -3034,7 +3203,7 @@ type SubjectAltName struct {
 
 func (x *SubjectAltName) Reset() {
 	*x = SubjectAltName{}
-	mi := &file_teapotv1_model_proto_msgTypes[32]
+	mi := &file_teapotv1_model_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3046,7 +3215,7 @@ func (x *SubjectAltName) String() string {
 func (*SubjectAltName) ProtoMessage() {}
 
 func (x *SubjectAltName) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[32]
+	mi := &file_teapotv1_model_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3059,7 +3228,7 @@ func (x *SubjectAltName) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubjectAltName.ProtoReflect.Descriptor instead.
 func (*SubjectAltName) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{32}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SubjectAltName) GetHostname() string {
@@ -3088,7 +3257,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_teapotv1_model_proto_msgTypes[33]
+	mi := &file_teapotv1_model_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3100,7 +3269,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[33]
+	mi := &file_teapotv1_model_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3113,7 +3282,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{33}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Member) GetAddress() string {
@@ -3153,7 +3322,7 @@ type HealthCheck struct {
 
 func (x *HealthCheck) Reset() {
 	*x = HealthCheck{}
-	mi := &file_teapotv1_model_proto_msgTypes[34]
+	mi := &file_teapotv1_model_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3165,7 +3334,7 @@ func (x *HealthCheck) String() string {
 func (*HealthCheck) ProtoMessage() {}
 
 func (x *HealthCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[34]
+	mi := &file_teapotv1_model_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3178,7 +3347,7 @@ func (x *HealthCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthCheck.ProtoReflect.Descriptor instead.
 func (*HealthCheck) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{34}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *HealthCheck) GetTcp() *TCPCheck {
@@ -3252,7 +3421,7 @@ type TCPCheck struct {
 
 func (x *TCPCheck) Reset() {
 	*x = TCPCheck{}
-	mi := &file_teapotv1_model_proto_msgTypes[35]
+	mi := &file_teapotv1_model_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3264,7 +3433,7 @@ func (x *TCPCheck) String() string {
 func (*TCPCheck) ProtoMessage() {}
 
 func (x *TCPCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[35]
+	mi := &file_teapotv1_model_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3277,7 +3446,7 @@ func (x *TCPCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TCPCheck.ProtoReflect.Descriptor instead.
 func (*TCPCheck) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{35}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{37}
 }
 
 type HTTPCheck struct {
@@ -3292,7 +3461,7 @@ type HTTPCheck struct {
 
 func (x *HTTPCheck) Reset() {
 	*x = HTTPCheck{}
-	mi := &file_teapotv1_model_proto_msgTypes[36]
+	mi := &file_teapotv1_model_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3304,7 +3473,7 @@ func (x *HTTPCheck) String() string {
 func (*HTTPCheck) ProtoMessage() {}
 
 func (x *HTTPCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[36]
+	mi := &file_teapotv1_model_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3317,7 +3486,7 @@ func (x *HTTPCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HTTPCheck.ProtoReflect.Descriptor instead.
 func (*HTTPCheck) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{36}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *HTTPCheck) GetPath() string {
@@ -3370,7 +3539,7 @@ type HTTPSCheck struct {
 
 func (x *HTTPSCheck) Reset() {
 	*x = HTTPSCheck{}
-	mi := &file_teapotv1_model_proto_msgTypes[37]
+	mi := &file_teapotv1_model_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3382,7 +3551,7 @@ func (x *HTTPSCheck) String() string {
 func (*HTTPSCheck) ProtoMessage() {}
 
 func (x *HTTPSCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[37]
+	mi := &file_teapotv1_model_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3395,7 +3564,7 @@ func (x *HTTPSCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HTTPSCheck.ProtoReflect.Descriptor instead.
 func (*HTTPSCheck) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{37}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *HTTPSCheck) GetPath() string {
@@ -3472,7 +3641,7 @@ type LoadBalancerStatus struct {
 
 func (x *LoadBalancerStatus) Reset() {
 	*x = LoadBalancerStatus{}
-	mi := &file_teapotv1_model_proto_msgTypes[38]
+	mi := &file_teapotv1_model_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3484,7 +3653,7 @@ func (x *LoadBalancerStatus) String() string {
 func (*LoadBalancerStatus) ProtoMessage() {}
 
 func (x *LoadBalancerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[38]
+	mi := &file_teapotv1_model_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3497,7 +3666,7 @@ func (x *LoadBalancerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadBalancerStatus.ProtoReflect.Descriptor instead.
 func (*LoadBalancerStatus) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{38}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *LoadBalancerStatus) GetAddress() string {
@@ -3545,7 +3714,7 @@ type ObservedStatus struct {
 
 func (x *ObservedStatus) Reset() {
 	*x = ObservedStatus{}
-	mi := &file_teapotv1_model_proto_msgTypes[39]
+	mi := &file_teapotv1_model_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3557,7 +3726,7 @@ func (x *ObservedStatus) String() string {
 func (*ObservedStatus) ProtoMessage() {}
 
 func (x *ObservedStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[39]
+	mi := &file_teapotv1_model_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3570,7 +3739,7 @@ func (x *ObservedStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObservedStatus.ProtoReflect.Descriptor instead.
 func (*ObservedStatus) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{39}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ObservedStatus) GetPhase() string {
@@ -3611,7 +3780,7 @@ type Problem struct {
 
 func (x *Problem) Reset() {
 	*x = Problem{}
-	mi := &file_teapotv1_model_proto_msgTypes[40]
+	mi := &file_teapotv1_model_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3623,7 +3792,7 @@ func (x *Problem) String() string {
 func (*Problem) ProtoMessage() {}
 
 func (x *Problem) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[40]
+	mi := &file_teapotv1_model_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3636,7 +3805,7 @@ func (x *Problem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Problem.ProtoReflect.Descriptor instead.
 func (*Problem) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{40}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *Problem) GetField() string {
@@ -3687,7 +3856,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_teapotv1_model_proto_msgTypes[41]
+	mi := &file_teapotv1_model_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3699,7 +3868,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[41]
+	mi := &file_teapotv1_model_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3712,7 +3881,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{41}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *Node) GetId() string {
@@ -3812,7 +3981,7 @@ type NodeService struct {
 
 func (x *NodeService) Reset() {
 	*x = NodeService{}
-	mi := &file_teapotv1_model_proto_msgTypes[42]
+	mi := &file_teapotv1_model_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3824,7 +3993,7 @@ func (x *NodeService) String() string {
 func (*NodeService) ProtoMessage() {}
 
 func (x *NodeService) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[42]
+	mi := &file_teapotv1_model_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3837,7 +4006,7 @@ func (x *NodeService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeService.ProtoReflect.Descriptor instead.
 func (*NodeService) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{42}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *NodeService) GetName() string {
@@ -3873,7 +4042,7 @@ type Certificate struct {
 
 func (x *Certificate) Reset() {
 	*x = Certificate{}
-	mi := &file_teapotv1_model_proto_msgTypes[43]
+	mi := &file_teapotv1_model_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3885,7 +4054,7 @@ func (x *Certificate) String() string {
 func (*Certificate) ProtoMessage() {}
 
 func (x *Certificate) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[43]
+	mi := &file_teapotv1_model_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3898,7 +4067,7 @@ func (x *Certificate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Certificate.ProtoReflect.Descriptor instead.
 func (*Certificate) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{43}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *Certificate) GetName() string {
@@ -3977,7 +4146,7 @@ type JoinToken struct {
 
 func (x *JoinToken) Reset() {
 	*x = JoinToken{}
-	mi := &file_teapotv1_model_proto_msgTypes[44]
+	mi := &file_teapotv1_model_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3989,7 +4158,7 @@ func (x *JoinToken) String() string {
 func (*JoinToken) ProtoMessage() {}
 
 func (x *JoinToken) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[44]
+	mi := &file_teapotv1_model_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4002,7 +4171,7 @@ func (x *JoinToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinToken.ProtoReflect.Descriptor instead.
 func (*JoinToken) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{44}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *JoinToken) GetId() string {
@@ -4051,7 +4220,7 @@ type StorageItem struct {
 
 func (x *StorageItem) Reset() {
 	*x = StorageItem{}
-	mi := &file_teapotv1_model_proto_msgTypes[45]
+	mi := &file_teapotv1_model_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4063,7 +4232,7 @@ func (x *StorageItem) String() string {
 func (*StorageItem) ProtoMessage() {}
 
 func (x *StorageItem) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[45]
+	mi := &file_teapotv1_model_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4076,7 +4245,7 @@ func (x *StorageItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageItem.ProtoReflect.Descriptor instead.
 func (*StorageItem) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{45}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *StorageItem) GetKey() string {
@@ -4123,7 +4292,7 @@ type StorageLock struct {
 
 func (x *StorageLock) Reset() {
 	*x = StorageLock{}
-	mi := &file_teapotv1_model_proto_msgTypes[46]
+	mi := &file_teapotv1_model_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4135,7 +4304,7 @@ func (x *StorageLock) String() string {
 func (*StorageLock) ProtoMessage() {}
 
 func (x *StorageLock) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[46]
+	mi := &file_teapotv1_model_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4148,7 +4317,7 @@ func (x *StorageLock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageLock.ProtoReflect.Descriptor instead.
 func (*StorageLock) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{46}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *StorageLock) GetName() string {
@@ -4206,7 +4375,7 @@ type Object struct {
 
 func (x *Object) Reset() {
 	*x = Object{}
-	mi := &file_teapotv1_model_proto_msgTypes[47]
+	mi := &file_teapotv1_model_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4218,7 +4387,7 @@ func (x *Object) String() string {
 func (*Object) ProtoMessage() {}
 
 func (x *Object) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[47]
+	mi := &file_teapotv1_model_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4231,7 +4400,7 @@ func (x *Object) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Object.ProtoReflect.Descriptor instead.
 func (*Object) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{47}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *Object) GetKind() isObject_Kind {
@@ -4379,7 +4548,7 @@ type ObjectRef struct {
 
 func (x *ObjectRef) Reset() {
 	*x = ObjectRef{}
-	mi := &file_teapotv1_model_proto_msgTypes[48]
+	mi := &file_teapotv1_model_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4391,7 +4560,7 @@ func (x *ObjectRef) String() string {
 func (*ObjectRef) ProtoMessage() {}
 
 func (x *ObjectRef) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[48]
+	mi := &file_teapotv1_model_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4404,7 +4573,7 @@ func (x *ObjectRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectRef.ProtoReflect.Descriptor instead.
 func (*ObjectRef) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{48}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ObjectRef) GetKind() string {
@@ -4439,7 +4608,7 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"generation\x18\x02 \x01(\x04R\n" +
 	"generation\x124\n" +
 	"\acreated\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\acreated\x124\n" +
-	"\aupdated\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\aupdated\"\xc8\x02\n" +
+	"\aupdated\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\aupdated\"\x86\x03\n" +
 	"\x06Tenant\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\adomains\x18\x02 \x03(\tR\adomains\x12\x1a\n" +
@@ -4450,7 +4619,24 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\x13revoked_credentials\x18\a \x03(\tR\x12revokedCredentials\x12\x10\n" +
 	"\x03uid\x18\b \x01(\tR\x03uid\x12#\n" +
 	"\x04meta\x18\x0f \x01(\v2\x0f.teapot.v1.MetaR\x04meta\x12&\n" +
-	"\x03bgp\x18< \x01(\v2\x14.teapot.v1.TenantBGPR\x03bgp\"\xf1\x02\n" +
+	"\x03bgp\x18< \x01(\v2\x14.teapot.v1.TenantBGPR\x03bgp\x12<\n" +
+	"\n" +
+	"attachment\x18\xde\x02 \x01(\v2\x1b.teapot.v1.TenantAttachmentR\n" +
+	"attachment\"\xe8\x01\n" +
+	"\x10TenantAttachment\x120\n" +
+	"\x05vxlan\x18\x01 \x01(\v2\x1a.teapot.v1.AttachmentVXLANR\x05vxlan\x12<\n" +
+	"\x05hosts\x18\x02 \x03(\v2&.teapot.v1.TenantAttachment.HostsEntryR\x05hosts\x12\x18\n" +
+	"\agateway\x18\x03 \x01(\tR\agateway\x12\x10\n" +
+	"\x03mtu\x18\x04 \x01(\rR\x03mtu\x1a8\n" +
+	"\n" +
+	"HostsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"m\n" +
+	"\x0fAttachmentVXLAN\x12\x10\n" +
+	"\x03vni\x18\x01 \x01(\rR\x03vni\x12\x18\n" +
+	"\aremotes\x18\x02 \x03(\tR\aremotes\x12\x12\n" +
+	"\x04port\x18\x03 \x01(\rR\x04port\x12\x1a\n" +
+	"\bunderlay\x18\x04 \x01(\tR\bunderlay\"\xf1\x02\n" +
 	"\tTenantBGP\x12\x10\n" +
 	"\x03asn\x18\x01 \x01(\rR\x03asn\x12\x14\n" +
 	"\x05peers\x18\x02 \x03(\tR\x05peers\x12\x1a\n" +
@@ -4800,142 +4986,148 @@ func file_teapotv1_model_proto_rawDescGZIP() []byte {
 	return file_teapotv1_model_proto_rawDescData
 }
 
-var file_teapotv1_model_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
+var file_teapotv1_model_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
 var file_teapotv1_model_proto_goTypes = []any{
 	(*Meta)(nil),                  // 0: teapot.v1.Meta
 	(*Tenant)(nil),                // 1: teapot.v1.Tenant
-	(*TenantBGP)(nil),             // 2: teapot.v1.TenantBGP
-	(*Quotas)(nil),                // 3: teapot.v1.Quotas
-	(*VIPPool)(nil),               // 4: teapot.v1.VIPPool
-	(*LoadBalancer)(nil),          // 5: teapot.v1.LoadBalancer
-	(*AccessLog)(nil),             // 6: teapot.v1.AccessLog
-	(*VIPRequest)(nil),            // 7: teapot.v1.VIPRequest
-	(*Listener)(nil),              // 8: teapot.v1.Listener
-	(*RateLimit)(nil),             // 9: teapot.v1.RateLimit
-	(*SNIRoute)(nil),              // 10: teapot.v1.SNIRoute
-	(*TLSPolicy)(nil),             // 11: teapot.v1.TLSPolicy
-	(*ClientValidation)(nil),      // 12: teapot.v1.ClientValidation
-	(*Route)(nil),                 // 13: teapot.v1.Route
-	(*RouteRetry)(nil),            // 14: teapot.v1.RouteRetry
-	(*WAF)(nil),                   // 15: teapot.v1.WAF
-	(*RouteMatch)(nil),            // 16: teapot.v1.RouteMatch
-	(*ValueMatch)(nil),            // 17: teapot.v1.ValueMatch
-	(*GRPCMethodMatch)(nil),       // 18: teapot.v1.GRPCMethodMatch
-	(*RouteBackend)(nil),          // 19: teapot.v1.RouteBackend
-	(*RouteFilter)(nil),           // 20: teapot.v1.RouteFilter
-	(*CORS)(nil),                  // 21: teapot.v1.CORS
-	(*HeaderModifier)(nil),        // 22: teapot.v1.HeaderModifier
-	(*HeaderValue)(nil),           // 23: teapot.v1.HeaderValue
-	(*RequestRedirect)(nil),       // 24: teapot.v1.RequestRedirect
-	(*URLRewrite)(nil),            // 25: teapot.v1.URLRewrite
-	(*PathModifier)(nil),          // 26: teapot.v1.PathModifier
-	(*RequestMirror)(nil),         // 27: teapot.v1.RequestMirror
-	(*Fraction)(nil),              // 28: teapot.v1.Fraction
-	(*RouteTimeouts)(nil),         // 29: teapot.v1.RouteTimeouts
-	(*BackendPool)(nil),           // 30: teapot.v1.BackendPool
-	(*BackendTLS)(nil),            // 31: teapot.v1.BackendTLS
-	(*SubjectAltName)(nil),        // 32: teapot.v1.SubjectAltName
-	(*Member)(nil),                // 33: teapot.v1.Member
-	(*HealthCheck)(nil),           // 34: teapot.v1.HealthCheck
-	(*TCPCheck)(nil),              // 35: teapot.v1.TCPCheck
-	(*HTTPCheck)(nil),             // 36: teapot.v1.HTTPCheck
-	(*HTTPSCheck)(nil),            // 37: teapot.v1.HTTPSCheck
-	(*LoadBalancerStatus)(nil),    // 38: teapot.v1.LoadBalancerStatus
-	(*ObservedStatus)(nil),        // 39: teapot.v1.ObservedStatus
-	(*Problem)(nil),               // 40: teapot.v1.Problem
-	(*Node)(nil),                  // 41: teapot.v1.Node
-	(*NodeService)(nil),           // 42: teapot.v1.NodeService
-	(*Certificate)(nil),           // 43: teapot.v1.Certificate
-	(*JoinToken)(nil),             // 44: teapot.v1.JoinToken
-	(*StorageItem)(nil),           // 45: teapot.v1.StorageItem
-	(*StorageLock)(nil),           // 46: teapot.v1.StorageLock
-	(*Object)(nil),                // 47: teapot.v1.Object
-	(*ObjectRef)(nil),             // 48: teapot.v1.ObjectRef
-	nil,                           // 49: teapot.v1.LoadBalancer.PoolsEntry
-	(*timestamppb.Timestamp)(nil), // 50: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 51: google.protobuf.Duration
+	(*TenantAttachment)(nil),      // 2: teapot.v1.TenantAttachment
+	(*AttachmentVXLAN)(nil),       // 3: teapot.v1.AttachmentVXLAN
+	(*TenantBGP)(nil),             // 4: teapot.v1.TenantBGP
+	(*Quotas)(nil),                // 5: teapot.v1.Quotas
+	(*VIPPool)(nil),               // 6: teapot.v1.VIPPool
+	(*LoadBalancer)(nil),          // 7: teapot.v1.LoadBalancer
+	(*AccessLog)(nil),             // 8: teapot.v1.AccessLog
+	(*VIPRequest)(nil),            // 9: teapot.v1.VIPRequest
+	(*Listener)(nil),              // 10: teapot.v1.Listener
+	(*RateLimit)(nil),             // 11: teapot.v1.RateLimit
+	(*SNIRoute)(nil),              // 12: teapot.v1.SNIRoute
+	(*TLSPolicy)(nil),             // 13: teapot.v1.TLSPolicy
+	(*ClientValidation)(nil),      // 14: teapot.v1.ClientValidation
+	(*Route)(nil),                 // 15: teapot.v1.Route
+	(*RouteRetry)(nil),            // 16: teapot.v1.RouteRetry
+	(*WAF)(nil),                   // 17: teapot.v1.WAF
+	(*RouteMatch)(nil),            // 18: teapot.v1.RouteMatch
+	(*ValueMatch)(nil),            // 19: teapot.v1.ValueMatch
+	(*GRPCMethodMatch)(nil),       // 20: teapot.v1.GRPCMethodMatch
+	(*RouteBackend)(nil),          // 21: teapot.v1.RouteBackend
+	(*RouteFilter)(nil),           // 22: teapot.v1.RouteFilter
+	(*CORS)(nil),                  // 23: teapot.v1.CORS
+	(*HeaderModifier)(nil),        // 24: teapot.v1.HeaderModifier
+	(*HeaderValue)(nil),           // 25: teapot.v1.HeaderValue
+	(*RequestRedirect)(nil),       // 26: teapot.v1.RequestRedirect
+	(*URLRewrite)(nil),            // 27: teapot.v1.URLRewrite
+	(*PathModifier)(nil),          // 28: teapot.v1.PathModifier
+	(*RequestMirror)(nil),         // 29: teapot.v1.RequestMirror
+	(*Fraction)(nil),              // 30: teapot.v1.Fraction
+	(*RouteTimeouts)(nil),         // 31: teapot.v1.RouteTimeouts
+	(*BackendPool)(nil),           // 32: teapot.v1.BackendPool
+	(*BackendTLS)(nil),            // 33: teapot.v1.BackendTLS
+	(*SubjectAltName)(nil),        // 34: teapot.v1.SubjectAltName
+	(*Member)(nil),                // 35: teapot.v1.Member
+	(*HealthCheck)(nil),           // 36: teapot.v1.HealthCheck
+	(*TCPCheck)(nil),              // 37: teapot.v1.TCPCheck
+	(*HTTPCheck)(nil),             // 38: teapot.v1.HTTPCheck
+	(*HTTPSCheck)(nil),            // 39: teapot.v1.HTTPSCheck
+	(*LoadBalancerStatus)(nil),    // 40: teapot.v1.LoadBalancerStatus
+	(*ObservedStatus)(nil),        // 41: teapot.v1.ObservedStatus
+	(*Problem)(nil),               // 42: teapot.v1.Problem
+	(*Node)(nil),                  // 43: teapot.v1.Node
+	(*NodeService)(nil),           // 44: teapot.v1.NodeService
+	(*Certificate)(nil),           // 45: teapot.v1.Certificate
+	(*JoinToken)(nil),             // 46: teapot.v1.JoinToken
+	(*StorageItem)(nil),           // 47: teapot.v1.StorageItem
+	(*StorageLock)(nil),           // 48: teapot.v1.StorageLock
+	(*Object)(nil),                // 49: teapot.v1.Object
+	(*ObjectRef)(nil),             // 50: teapot.v1.ObjectRef
+	nil,                           // 51: teapot.v1.TenantAttachment.HostsEntry
+	nil,                           // 52: teapot.v1.LoadBalancer.PoolsEntry
+	(*timestamppb.Timestamp)(nil), // 53: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 54: google.protobuf.Duration
 }
 var file_teapotv1_model_proto_depIdxs = []int32{
-	50, // 0: teapot.v1.Meta.created:type_name -> google.protobuf.Timestamp
-	50, // 1: teapot.v1.Meta.updated:type_name -> google.protobuf.Timestamp
-	3,  // 2: teapot.v1.Tenant.quotas:type_name -> teapot.v1.Quotas
+	53, // 0: teapot.v1.Meta.created:type_name -> google.protobuf.Timestamp
+	53, // 1: teapot.v1.Meta.updated:type_name -> google.protobuf.Timestamp
+	5,  // 2: teapot.v1.Tenant.quotas:type_name -> teapot.v1.Quotas
 	0,  // 3: teapot.v1.Tenant.meta:type_name -> teapot.v1.Meta
-	2,  // 4: teapot.v1.Tenant.bgp:type_name -> teapot.v1.TenantBGP
-	0,  // 5: teapot.v1.VIPPool.meta:type_name -> teapot.v1.Meta
-	7,  // 6: teapot.v1.LoadBalancer.vip:type_name -> teapot.v1.VIPRequest
-	8,  // 7: teapot.v1.LoadBalancer.listeners:type_name -> teapot.v1.Listener
-	13, // 8: teapot.v1.LoadBalancer.routes:type_name -> teapot.v1.Route
-	49, // 9: teapot.v1.LoadBalancer.pools:type_name -> teapot.v1.LoadBalancer.PoolsEntry
-	6,  // 10: teapot.v1.LoadBalancer.access_log:type_name -> teapot.v1.AccessLog
-	0,  // 11: teapot.v1.LoadBalancer.meta:type_name -> teapot.v1.Meta
-	38, // 12: teapot.v1.LoadBalancer.status:type_name -> teapot.v1.LoadBalancerStatus
-	11, // 13: teapot.v1.Listener.tls:type_name -> teapot.v1.TLSPolicy
-	51, // 14: teapot.v1.Listener.idle_timeout:type_name -> google.protobuf.Duration
-	10, // 15: teapot.v1.Listener.sni_routes:type_name -> teapot.v1.SNIRoute
-	9,  // 16: teapot.v1.Listener.rate_limit:type_name -> teapot.v1.RateLimit
-	12, // 17: teapot.v1.TLSPolicy.client_validation:type_name -> teapot.v1.ClientValidation
-	16, // 18: teapot.v1.Route.matches:type_name -> teapot.v1.RouteMatch
-	19, // 19: teapot.v1.Route.backends:type_name -> teapot.v1.RouteBackend
-	20, // 20: teapot.v1.Route.filters:type_name -> teapot.v1.RouteFilter
-	29, // 21: teapot.v1.Route.timeouts:type_name -> teapot.v1.RouteTimeouts
-	9,  // 22: teapot.v1.Route.rate_limit:type_name -> teapot.v1.RateLimit
-	15, // 23: teapot.v1.Route.waf:type_name -> teapot.v1.WAF
-	14, // 24: teapot.v1.Route.retry:type_name -> teapot.v1.RouteRetry
-	51, // 25: teapot.v1.RouteRetry.backoff:type_name -> google.protobuf.Duration
-	17, // 26: teapot.v1.RouteMatch.headers:type_name -> teapot.v1.ValueMatch
-	17, // 27: teapot.v1.RouteMatch.query_params:type_name -> teapot.v1.ValueMatch
-	18, // 28: teapot.v1.RouteMatch.grpc:type_name -> teapot.v1.GRPCMethodMatch
-	22, // 29: teapot.v1.RouteBackend.request_header_modifier:type_name -> teapot.v1.HeaderModifier
-	22, // 30: teapot.v1.RouteFilter.request_header_modifier:type_name -> teapot.v1.HeaderModifier
-	22, // 31: teapot.v1.RouteFilter.response_header_modifier:type_name -> teapot.v1.HeaderModifier
-	24, // 32: teapot.v1.RouteFilter.request_redirect:type_name -> teapot.v1.RequestRedirect
-	25, // 33: teapot.v1.RouteFilter.url_rewrite:type_name -> teapot.v1.URLRewrite
-	27, // 34: teapot.v1.RouteFilter.request_mirror:type_name -> teapot.v1.RequestMirror
-	21, // 35: teapot.v1.RouteFilter.cors:type_name -> teapot.v1.CORS
-	23, // 36: teapot.v1.HeaderModifier.set:type_name -> teapot.v1.HeaderValue
-	23, // 37: teapot.v1.HeaderModifier.add:type_name -> teapot.v1.HeaderValue
-	26, // 38: teapot.v1.RequestRedirect.path:type_name -> teapot.v1.PathModifier
-	26, // 39: teapot.v1.URLRewrite.path:type_name -> teapot.v1.PathModifier
-	28, // 40: teapot.v1.RequestMirror.fraction:type_name -> teapot.v1.Fraction
-	51, // 41: teapot.v1.RouteTimeouts.request:type_name -> google.protobuf.Duration
-	51, // 42: teapot.v1.RouteTimeouts.backend_request:type_name -> google.protobuf.Duration
-	33, // 43: teapot.v1.BackendPool.members:type_name -> teapot.v1.Member
-	34, // 44: teapot.v1.BackendPool.health_check:type_name -> teapot.v1.HealthCheck
-	51, // 45: teapot.v1.BackendPool.connect_timeout:type_name -> google.protobuf.Duration
-	31, // 46: teapot.v1.BackendPool.tls:type_name -> teapot.v1.BackendTLS
-	32, // 47: teapot.v1.BackendTLS.subject_alt_names:type_name -> teapot.v1.SubjectAltName
-	35, // 48: teapot.v1.HealthCheck.tcp:type_name -> teapot.v1.TCPCheck
-	36, // 49: teapot.v1.HealthCheck.http:type_name -> teapot.v1.HTTPCheck
-	51, // 50: teapot.v1.HealthCheck.interval:type_name -> google.protobuf.Duration
-	51, // 51: teapot.v1.HealthCheck.timeout:type_name -> google.protobuf.Duration
-	37, // 52: teapot.v1.HealthCheck.https:type_name -> teapot.v1.HTTPSCheck
-	40, // 53: teapot.v1.LoadBalancerStatus.problems:type_name -> teapot.v1.Problem
-	39, // 54: teapot.v1.LoadBalancerStatus.observed:type_name -> teapot.v1.ObservedStatus
-	42, // 55: teapot.v1.Node.services:type_name -> teapot.v1.NodeService
-	0,  // 56: teapot.v1.Node.meta:type_name -> teapot.v1.Meta
-	50, // 57: teapot.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
-	0,  // 58: teapot.v1.Certificate.meta:type_name -> teapot.v1.Meta
-	50, // 59: teapot.v1.JoinToken.expires:type_name -> google.protobuf.Timestamp
-	0,  // 60: teapot.v1.JoinToken.meta:type_name -> teapot.v1.Meta
-	50, // 61: teapot.v1.StorageItem.modified:type_name -> google.protobuf.Timestamp
-	0,  // 62: teapot.v1.StorageItem.meta:type_name -> teapot.v1.Meta
-	50, // 63: teapot.v1.StorageLock.expires:type_name -> google.protobuf.Timestamp
-	51, // 64: teapot.v1.StorageLock.ttl:type_name -> google.protobuf.Duration
-	0,  // 65: teapot.v1.StorageLock.meta:type_name -> teapot.v1.Meta
-	1,  // 66: teapot.v1.Object.tenant:type_name -> teapot.v1.Tenant
-	4,  // 67: teapot.v1.Object.vip_pool:type_name -> teapot.v1.VIPPool
-	5,  // 68: teapot.v1.Object.load_balancer:type_name -> teapot.v1.LoadBalancer
-	41, // 69: teapot.v1.Object.node:type_name -> teapot.v1.Node
-	43, // 70: teapot.v1.Object.certificate:type_name -> teapot.v1.Certificate
-	44, // 71: teapot.v1.Object.join_token:type_name -> teapot.v1.JoinToken
-	45, // 72: teapot.v1.Object.storage_item:type_name -> teapot.v1.StorageItem
-	46, // 73: teapot.v1.Object.storage_lock:type_name -> teapot.v1.StorageLock
-	30, // 74: teapot.v1.LoadBalancer.PoolsEntry.value:type_name -> teapot.v1.BackendPool
-	75, // [75:75] is the sub-list for method output_type
-	75, // [75:75] is the sub-list for method input_type
-	75, // [75:75] is the sub-list for extension type_name
-	75, // [75:75] is the sub-list for extension extendee
-	0,  // [0:75] is the sub-list for field type_name
+	4,  // 4: teapot.v1.Tenant.bgp:type_name -> teapot.v1.TenantBGP
+	2,  // 5: teapot.v1.Tenant.attachment:type_name -> teapot.v1.TenantAttachment
+	3,  // 6: teapot.v1.TenantAttachment.vxlan:type_name -> teapot.v1.AttachmentVXLAN
+	51, // 7: teapot.v1.TenantAttachment.hosts:type_name -> teapot.v1.TenantAttachment.HostsEntry
+	0,  // 8: teapot.v1.VIPPool.meta:type_name -> teapot.v1.Meta
+	9,  // 9: teapot.v1.LoadBalancer.vip:type_name -> teapot.v1.VIPRequest
+	10, // 10: teapot.v1.LoadBalancer.listeners:type_name -> teapot.v1.Listener
+	15, // 11: teapot.v1.LoadBalancer.routes:type_name -> teapot.v1.Route
+	52, // 12: teapot.v1.LoadBalancer.pools:type_name -> teapot.v1.LoadBalancer.PoolsEntry
+	8,  // 13: teapot.v1.LoadBalancer.access_log:type_name -> teapot.v1.AccessLog
+	0,  // 14: teapot.v1.LoadBalancer.meta:type_name -> teapot.v1.Meta
+	40, // 15: teapot.v1.LoadBalancer.status:type_name -> teapot.v1.LoadBalancerStatus
+	13, // 16: teapot.v1.Listener.tls:type_name -> teapot.v1.TLSPolicy
+	54, // 17: teapot.v1.Listener.idle_timeout:type_name -> google.protobuf.Duration
+	12, // 18: teapot.v1.Listener.sni_routes:type_name -> teapot.v1.SNIRoute
+	11, // 19: teapot.v1.Listener.rate_limit:type_name -> teapot.v1.RateLimit
+	14, // 20: teapot.v1.TLSPolicy.client_validation:type_name -> teapot.v1.ClientValidation
+	18, // 21: teapot.v1.Route.matches:type_name -> teapot.v1.RouteMatch
+	21, // 22: teapot.v1.Route.backends:type_name -> teapot.v1.RouteBackend
+	22, // 23: teapot.v1.Route.filters:type_name -> teapot.v1.RouteFilter
+	31, // 24: teapot.v1.Route.timeouts:type_name -> teapot.v1.RouteTimeouts
+	11, // 25: teapot.v1.Route.rate_limit:type_name -> teapot.v1.RateLimit
+	17, // 26: teapot.v1.Route.waf:type_name -> teapot.v1.WAF
+	16, // 27: teapot.v1.Route.retry:type_name -> teapot.v1.RouteRetry
+	54, // 28: teapot.v1.RouteRetry.backoff:type_name -> google.protobuf.Duration
+	19, // 29: teapot.v1.RouteMatch.headers:type_name -> teapot.v1.ValueMatch
+	19, // 30: teapot.v1.RouteMatch.query_params:type_name -> teapot.v1.ValueMatch
+	20, // 31: teapot.v1.RouteMatch.grpc:type_name -> teapot.v1.GRPCMethodMatch
+	24, // 32: teapot.v1.RouteBackend.request_header_modifier:type_name -> teapot.v1.HeaderModifier
+	24, // 33: teapot.v1.RouteFilter.request_header_modifier:type_name -> teapot.v1.HeaderModifier
+	24, // 34: teapot.v1.RouteFilter.response_header_modifier:type_name -> teapot.v1.HeaderModifier
+	26, // 35: teapot.v1.RouteFilter.request_redirect:type_name -> teapot.v1.RequestRedirect
+	27, // 36: teapot.v1.RouteFilter.url_rewrite:type_name -> teapot.v1.URLRewrite
+	29, // 37: teapot.v1.RouteFilter.request_mirror:type_name -> teapot.v1.RequestMirror
+	23, // 38: teapot.v1.RouteFilter.cors:type_name -> teapot.v1.CORS
+	25, // 39: teapot.v1.HeaderModifier.set:type_name -> teapot.v1.HeaderValue
+	25, // 40: teapot.v1.HeaderModifier.add:type_name -> teapot.v1.HeaderValue
+	28, // 41: teapot.v1.RequestRedirect.path:type_name -> teapot.v1.PathModifier
+	28, // 42: teapot.v1.URLRewrite.path:type_name -> teapot.v1.PathModifier
+	30, // 43: teapot.v1.RequestMirror.fraction:type_name -> teapot.v1.Fraction
+	54, // 44: teapot.v1.RouteTimeouts.request:type_name -> google.protobuf.Duration
+	54, // 45: teapot.v1.RouteTimeouts.backend_request:type_name -> google.protobuf.Duration
+	35, // 46: teapot.v1.BackendPool.members:type_name -> teapot.v1.Member
+	36, // 47: teapot.v1.BackendPool.health_check:type_name -> teapot.v1.HealthCheck
+	54, // 48: teapot.v1.BackendPool.connect_timeout:type_name -> google.protobuf.Duration
+	33, // 49: teapot.v1.BackendPool.tls:type_name -> teapot.v1.BackendTLS
+	34, // 50: teapot.v1.BackendTLS.subject_alt_names:type_name -> teapot.v1.SubjectAltName
+	37, // 51: teapot.v1.HealthCheck.tcp:type_name -> teapot.v1.TCPCheck
+	38, // 52: teapot.v1.HealthCheck.http:type_name -> teapot.v1.HTTPCheck
+	54, // 53: teapot.v1.HealthCheck.interval:type_name -> google.protobuf.Duration
+	54, // 54: teapot.v1.HealthCheck.timeout:type_name -> google.protobuf.Duration
+	39, // 55: teapot.v1.HealthCheck.https:type_name -> teapot.v1.HTTPSCheck
+	42, // 56: teapot.v1.LoadBalancerStatus.problems:type_name -> teapot.v1.Problem
+	41, // 57: teapot.v1.LoadBalancerStatus.observed:type_name -> teapot.v1.ObservedStatus
+	44, // 58: teapot.v1.Node.services:type_name -> teapot.v1.NodeService
+	0,  // 59: teapot.v1.Node.meta:type_name -> teapot.v1.Meta
+	53, // 60: teapot.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
+	0,  // 61: teapot.v1.Certificate.meta:type_name -> teapot.v1.Meta
+	53, // 62: teapot.v1.JoinToken.expires:type_name -> google.protobuf.Timestamp
+	0,  // 63: teapot.v1.JoinToken.meta:type_name -> teapot.v1.Meta
+	53, // 64: teapot.v1.StorageItem.modified:type_name -> google.protobuf.Timestamp
+	0,  // 65: teapot.v1.StorageItem.meta:type_name -> teapot.v1.Meta
+	53, // 66: teapot.v1.StorageLock.expires:type_name -> google.protobuf.Timestamp
+	54, // 67: teapot.v1.StorageLock.ttl:type_name -> google.protobuf.Duration
+	0,  // 68: teapot.v1.StorageLock.meta:type_name -> teapot.v1.Meta
+	1,  // 69: teapot.v1.Object.tenant:type_name -> teapot.v1.Tenant
+	6,  // 70: teapot.v1.Object.vip_pool:type_name -> teapot.v1.VIPPool
+	7,  // 71: teapot.v1.Object.load_balancer:type_name -> teapot.v1.LoadBalancer
+	43, // 72: teapot.v1.Object.node:type_name -> teapot.v1.Node
+	45, // 73: teapot.v1.Object.certificate:type_name -> teapot.v1.Certificate
+	46, // 74: teapot.v1.Object.join_token:type_name -> teapot.v1.JoinToken
+	47, // 75: teapot.v1.Object.storage_item:type_name -> teapot.v1.StorageItem
+	48, // 76: teapot.v1.Object.storage_lock:type_name -> teapot.v1.StorageLock
+	32, // 77: teapot.v1.LoadBalancer.PoolsEntry.value:type_name -> teapot.v1.BackendPool
+	78, // [78:78] is the sub-list for method output_type
+	78, // [78:78] is the sub-list for method input_type
+	78, // [78:78] is the sub-list for extension type_name
+	78, // [78:78] is the sub-list for extension extendee
+	0,  // [0:78] is the sub-list for field type_name
 }
 
 func init() { file_teapotv1_model_proto_init() }
@@ -4943,13 +5135,13 @@ func file_teapotv1_model_proto_init() {
 	if File_teapotv1_model_proto != nil {
 		return
 	}
-	file_teapotv1_model_proto_msgTypes[14].OneofWrappers = []any{}
-	file_teapotv1_model_proto_msgTypes[19].OneofWrappers = []any{}
-	file_teapotv1_model_proto_msgTypes[24].OneofWrappers = []any{}
+	file_teapotv1_model_proto_msgTypes[16].OneofWrappers = []any{}
+	file_teapotv1_model_proto_msgTypes[21].OneofWrappers = []any{}
 	file_teapotv1_model_proto_msgTypes[26].OneofWrappers = []any{}
-	file_teapotv1_model_proto_msgTypes[27].OneofWrappers = []any{}
-	file_teapotv1_model_proto_msgTypes[33].OneofWrappers = []any{}
-	file_teapotv1_model_proto_msgTypes[47].OneofWrappers = []any{
+	file_teapotv1_model_proto_msgTypes[28].OneofWrappers = []any{}
+	file_teapotv1_model_proto_msgTypes[29].OneofWrappers = []any{}
+	file_teapotv1_model_proto_msgTypes[35].OneofWrappers = []any{}
+	file_teapotv1_model_proto_msgTypes[49].OneofWrappers = []any{
 		(*Object_Tenant)(nil),
 		(*Object_VipPool)(nil),
 		(*Object_LoadBalancer)(nil),
@@ -4965,7 +5157,7 @@ func file_teapotv1_model_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_teapotv1_model_proto_rawDesc), len(file_teapotv1_model_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   50,
+			NumMessages:   53,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -220,6 +220,9 @@ type HostObservation struct {
 	LastEvent uint64 `protobuf:"varint,17,opt,name=last_event,json=lastEvent,proto3" json:"last_event,omitempty"`
 	// The tenants' BGP sessions with this host and what they announced.
 	TenantBgp []*TenantBGPObservation `protobuf:"bytes,60,rep,name=tenant_bgp,json=tenantBgp,proto3" json:"tenant_bgp,omitempty"`
+	// The tenants' attachments on this host (only of the tenant selected,
+	// when the request selects one).
+	TenantAttachments []*TenantAttachmentObservation `protobuf:"bytes,350,rep,name=tenant_attachments,json=tenantAttachments,proto3" json:"tenant_attachments,omitempty"`
 	// The host's history ring, when ObserveRequest.history asks for it: the
 	// host's series (load_balancer empty) and, when the request selects one
 	// load balancer, that load balancer's.
@@ -372,6 +375,13 @@ func (x *HostObservation) GetLastEvent() uint64 {
 func (x *HostObservation) GetTenantBgp() []*TenantBGPObservation {
 	if x != nil {
 		return x.TenantBgp
+	}
+	return nil
+}
+
+func (x *HostObservation) GetTenantAttachments() []*TenantAttachmentObservation {
+	if x != nil {
+		return x.TenantAttachments
 	}
 	return nil
 }
@@ -2614,6 +2624,104 @@ func (x *VIPHolding) GetLoadBalancers() []string {
 	return nil
 }
 
+// TenantAttachmentObservation is one tenant's attachment on one host.
+type TenantAttachmentObservation struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Tenant string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// The network namespace its members are dialled from.
+	Namespace string `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// "up", "failed" (reason says why; retried every 5 s) or "not-listed"
+	// (attachment.hosts has no address for this host).
+	State  string `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	Vni    uint32 `protobuf:"varint,5,opt,name=vni,proto3" json:"vni,omitempty"`
+	// This host's address in the tenant's network.
+	Address string `protobuf:"bytes,6,opt,name=address,proto3" json:"address,omitempty"`
+	// When the state last changed.
+	Since         *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=since,proto3" json:"since,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TenantAttachmentObservation) Reset() {
+	*x = TenantAttachmentObservation{}
+	mi := &file_teapotv1_observe_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TenantAttachmentObservation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TenantAttachmentObservation) ProtoMessage() {}
+
+func (x *TenantAttachmentObservation) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_observe_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TenantAttachmentObservation.ProtoReflect.Descriptor instead.
+func (*TenantAttachmentObservation) Descriptor() ([]byte, []int) {
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *TenantAttachmentObservation) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *TenantAttachmentObservation) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *TenantAttachmentObservation) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *TenantAttachmentObservation) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *TenantAttachmentObservation) GetVni() uint32 {
+	if x != nil {
+		return x.Vni
+	}
+	return 0
+}
+
+func (x *TenantAttachmentObservation) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *TenantAttachmentObservation) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
 var File_teapotv1_observe_proto protoreflect.FileDescriptor
 
 const file_teapotv1_observe_proto_rawDesc = "" +
@@ -2635,7 +2743,7 @@ const file_teapotv1_observe_proto_rawDesc = "" +
 	"\x0fObserveResponse\x120\n" +
 	"\x05hosts\x18\x01 \x03(\v2\x1a.teapot.v1.HostObservationR\x05hosts\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\x12.\n" +
-	"\x04time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\xef\a\n" +
+	"\x04time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\xc7\b\n" +
 	"\x0fHostObservation\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1c\n" +
 	"\treachable\x18\x02 \x01(\bR\treachable\x12\x14\n" +
@@ -2654,7 +2762,8 @@ const file_teapotv1_observe_proto_rawDesc = "" +
 	"\n" +
 	"last_event\x18\x11 \x01(\x04R\tlastEvent\x12>\n" +
 	"\n" +
-	"tenant_bgp\x18< \x03(\v2\x1f.teapot.v1.TenantBGPObservationR\ttenantBgp\x122\n" +
+	"tenant_bgp\x18< \x03(\v2\x1f.teapot.v1.TenantBGPObservationR\ttenantBgp\x12V\n" +
+	"\x12tenant_attachments\x18\xde\x02 \x03(\v2&.teapot.v1.TenantAttachmentObservationR\x11tenantAttachments\x122\n" +
 	"\ahistory\x18P \x03(\v2\x18.teapot.v1.HistorySeriesR\ahistory\x12'\n" +
 	"\x0fhistory_omitted\x18Q \x01(\rR\x0ehistoryOmitted\x126\n" +
 	"\tresources\x18R \x01(\v2\x18.teapot.v1.HostResourcesR\tresources\x129\n" +
@@ -2863,7 +2972,15 @@ const file_teapotv1_observe_proto_rawDesc = "" +
 	"\x05state\x18\x03 \x01(\tR\x05state\x120\n" +
 	"\x05since\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x16\n" +
 	"\x06reason\x18\x05 \x01(\tR\x06reason\x12%\n" +
-	"\x0eload_balancers\x18\x06 \x03(\tR\rloadBalancersB<Z:github.com/teapot-lb/teapot-lb/api/proto/teapotv1;teapotv1b\x06proto3"
+	"\x0eload_balancers\x18\x06 \x03(\tR\rloadBalancers\"\xdf\x01\n" +
+	"\x1bTenantAttachmentObservation\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x1c\n" +
+	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x14\n" +
+	"\x05state\x18\x03 \x01(\tR\x05state\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x10\n" +
+	"\x03vni\x18\x05 \x01(\rR\x03vni\x12\x18\n" +
+	"\aaddress\x18\x06 \x01(\tR\aaddress\x120\n" +
+	"\x05since\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x05sinceB<Z:github.com/teapot-lb/teapot-lb/api/proto/teapotv1;teapotv1b\x06proto3"
 
 var (
 	file_teapotv1_observe_proto_rawDescOnce sync.Once
@@ -2877,45 +2994,46 @@ func file_teapotv1_observe_proto_rawDescGZIP() []byte {
 	return file_teapotv1_observe_proto_rawDescData
 }
 
-var file_teapotv1_observe_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_teapotv1_observe_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_teapotv1_observe_proto_goTypes = []any{
-	(*ObserveRequest)(nil),         // 0: teapot.v1.ObserveRequest
-	(*ObserveResponse)(nil),        // 1: teapot.v1.ObserveResponse
-	(*HostObservation)(nil),        // 2: teapot.v1.HostObservation
-	(*HistorySeries)(nil),          // 3: teapot.v1.HistorySeries
-	(*HistoryPoint)(nil),           // 4: teapot.v1.HistoryPoint
-	(*HostResources)(nil),          // 5: teapot.v1.HostResources
-	(*TenantUsage)(nil),            // 6: teapot.v1.TenantUsage
-	(*MemberTraffic)(nil),          // 7: teapot.v1.MemberTraffic
-	(*TenantBGPObservation)(nil),   // 8: teapot.v1.TenantBGPObservation
-	(*TenantBGPSession)(nil),       // 9: teapot.v1.TenantBGPSession
-	(*TenantRoute)(nil),            // 10: teapot.v1.TenantRoute
-	(*DNSNameObservation)(nil),     // 11: teapot.v1.DNSNameObservation
-	(*DNSZoneObservation)(nil),     // 12: teapot.v1.DNSZoneObservation
-	(*DNSPushObservation)(nil),     // 13: teapot.v1.DNSPushObservation
-	(*ListenerObservation)(nil),    // 14: teapot.v1.ListenerObservation
-	(*PoolObservation)(nil),        // 15: teapot.v1.PoolObservation
-	(*MemberObservation)(nil),      // 16: teapot.v1.MemberObservation
-	(*PassiveHealth)(nil),          // 17: teapot.v1.PassiveHealth
-	(*PassiveFailure)(nil),         // 18: teapot.v1.PassiveFailure
-	(*CertificateObservation)(nil), // 19: teapot.v1.CertificateObservation
-	(*TrafficObservation)(nil),     // 20: teapot.v1.TrafficObservation
-	(*LoadBalancerProblem)(nil),    // 21: teapot.v1.LoadBalancerProblem
-	(*Event)(nil),                  // 22: teapot.v1.Event
-	(*EventsRequest)(nil),          // 23: teapot.v1.EventsRequest
-	(*EventsResponse)(nil),         // 24: teapot.v1.EventsResponse
-	(*VIPHolding)(nil),             // 25: teapot.v1.VIPHolding
-	nil,                            // 26: teapot.v1.ObserveRequest.EventsAfterEntry
-	nil,                            // 27: teapot.v1.TrafficObservation.RequestsEntry
-	nil,                            // 28: teapot.v1.EventsRequest.AfterEntry
-	nil,                            // 29: teapot.v1.EventsResponse.CursorEntry
-	(*timestamppb.Timestamp)(nil),  // 30: google.protobuf.Timestamp
+	(*ObserveRequest)(nil),              // 0: teapot.v1.ObserveRequest
+	(*ObserveResponse)(nil),             // 1: teapot.v1.ObserveResponse
+	(*HostObservation)(nil),             // 2: teapot.v1.HostObservation
+	(*HistorySeries)(nil),               // 3: teapot.v1.HistorySeries
+	(*HistoryPoint)(nil),                // 4: teapot.v1.HistoryPoint
+	(*HostResources)(nil),               // 5: teapot.v1.HostResources
+	(*TenantUsage)(nil),                 // 6: teapot.v1.TenantUsage
+	(*MemberTraffic)(nil),               // 7: teapot.v1.MemberTraffic
+	(*TenantBGPObservation)(nil),        // 8: teapot.v1.TenantBGPObservation
+	(*TenantBGPSession)(nil),            // 9: teapot.v1.TenantBGPSession
+	(*TenantRoute)(nil),                 // 10: teapot.v1.TenantRoute
+	(*DNSNameObservation)(nil),          // 11: teapot.v1.DNSNameObservation
+	(*DNSZoneObservation)(nil),          // 12: teapot.v1.DNSZoneObservation
+	(*DNSPushObservation)(nil),          // 13: teapot.v1.DNSPushObservation
+	(*ListenerObservation)(nil),         // 14: teapot.v1.ListenerObservation
+	(*PoolObservation)(nil),             // 15: teapot.v1.PoolObservation
+	(*MemberObservation)(nil),           // 16: teapot.v1.MemberObservation
+	(*PassiveHealth)(nil),               // 17: teapot.v1.PassiveHealth
+	(*PassiveFailure)(nil),              // 18: teapot.v1.PassiveFailure
+	(*CertificateObservation)(nil),      // 19: teapot.v1.CertificateObservation
+	(*TrafficObservation)(nil),          // 20: teapot.v1.TrafficObservation
+	(*LoadBalancerProblem)(nil),         // 21: teapot.v1.LoadBalancerProblem
+	(*Event)(nil),                       // 22: teapot.v1.Event
+	(*EventsRequest)(nil),               // 23: teapot.v1.EventsRequest
+	(*EventsResponse)(nil),              // 24: teapot.v1.EventsResponse
+	(*VIPHolding)(nil),                  // 25: teapot.v1.VIPHolding
+	(*TenantAttachmentObservation)(nil), // 26: teapot.v1.TenantAttachmentObservation
+	nil,                                 // 27: teapot.v1.ObserveRequest.EventsAfterEntry
+	nil,                                 // 28: teapot.v1.TrafficObservation.RequestsEntry
+	nil,                                 // 29: teapot.v1.EventsRequest.AfterEntry
+	nil,                                 // 30: teapot.v1.EventsResponse.CursorEntry
+	(*timestamppb.Timestamp)(nil),       // 31: google.protobuf.Timestamp
 }
 var file_teapotv1_observe_proto_depIdxs = []int32{
-	26, // 0: teapot.v1.ObserveRequest.events_after:type_name -> teapot.v1.ObserveRequest.EventsAfterEntry
+	27, // 0: teapot.v1.ObserveRequest.events_after:type_name -> teapot.v1.ObserveRequest.EventsAfterEntry
 	2,  // 1: teapot.v1.ObserveResponse.hosts:type_name -> teapot.v1.HostObservation
-	30, // 2: teapot.v1.ObserveResponse.time:type_name -> google.protobuf.Timestamp
-	30, // 3: teapot.v1.HostObservation.time:type_name -> google.protobuf.Timestamp
+	31, // 2: teapot.v1.ObserveResponse.time:type_name -> google.protobuf.Timestamp
+	31, // 3: teapot.v1.HostObservation.time:type_name -> google.protobuf.Timestamp
 	14, // 4: teapot.v1.HostObservation.listeners:type_name -> teapot.v1.ListenerObservation
 	15, // 5: teapot.v1.HostObservation.pools:type_name -> teapot.v1.PoolObservation
 	25, // 6: teapot.v1.HostObservation.vips:type_name -> teapot.v1.VIPHolding
@@ -2924,43 +3042,45 @@ var file_teapotv1_observe_proto_depIdxs = []int32{
 	21, // 9: teapot.v1.HostObservation.problems:type_name -> teapot.v1.LoadBalancerProblem
 	22, // 10: teapot.v1.HostObservation.events:type_name -> teapot.v1.Event
 	8,  // 11: teapot.v1.HostObservation.tenant_bgp:type_name -> teapot.v1.TenantBGPObservation
-	3,  // 12: teapot.v1.HostObservation.history:type_name -> teapot.v1.HistorySeries
-	5,  // 13: teapot.v1.HostObservation.resources:type_name -> teapot.v1.HostResources
-	6,  // 14: teapot.v1.HostObservation.tenant_usage:type_name -> teapot.v1.TenantUsage
-	11, // 15: teapot.v1.HostObservation.dns_names:type_name -> teapot.v1.DNSNameObservation
-	12, // 16: teapot.v1.HostObservation.dns_zones:type_name -> teapot.v1.DNSZoneObservation
-	4,  // 17: teapot.v1.HistorySeries.points:type_name -> teapot.v1.HistoryPoint
-	30, // 18: teapot.v1.HistoryPoint.time:type_name -> google.protobuf.Timestamp
-	30, // 19: teapot.v1.HostResources.time:type_name -> google.protobuf.Timestamp
-	30, // 20: teapot.v1.MemberTraffic.time:type_name -> google.protobuf.Timestamp
-	9,  // 21: teapot.v1.TenantBGPObservation.sessions:type_name -> teapot.v1.TenantBGPSession
-	10, // 22: teapot.v1.TenantBGPObservation.accepted:type_name -> teapot.v1.TenantRoute
-	10, // 23: teapot.v1.TenantBGPObservation.dropped:type_name -> teapot.v1.TenantRoute
-	30, // 24: teapot.v1.TenantBGPSession.since:type_name -> google.protobuf.Timestamp
-	13, // 25: teapot.v1.DNSZoneObservation.push:type_name -> teapot.v1.DNSPushObservation
-	30, // 26: teapot.v1.DNSZoneObservation.rollover_started:type_name -> google.protobuf.Timestamp
-	30, // 27: teapot.v1.DNSZoneObservation.rollover_finish_after:type_name -> google.protobuf.Timestamp
-	30, // 28: teapot.v1.DNSPushObservation.last_success:type_name -> google.protobuf.Timestamp
-	30, // 29: teapot.v1.DNSPushObservation.last_error_at:type_name -> google.protobuf.Timestamp
-	30, // 30: teapot.v1.ListenerObservation.since:type_name -> google.protobuf.Timestamp
-	16, // 31: teapot.v1.PoolObservation.members:type_name -> teapot.v1.MemberObservation
-	30, // 32: teapot.v1.MemberObservation.last_check:type_name -> google.protobuf.Timestamp
-	17, // 33: teapot.v1.MemberObservation.passive:type_name -> teapot.v1.PassiveHealth
-	18, // 34: teapot.v1.PassiveHealth.failures:type_name -> teapot.v1.PassiveFailure
-	30, // 35: teapot.v1.CertificateObservation.not_after:type_name -> google.protobuf.Timestamp
-	27, // 36: teapot.v1.TrafficObservation.requests:type_name -> teapot.v1.TrafficObservation.RequestsEntry
-	7,  // 37: teapot.v1.TrafficObservation.members:type_name -> teapot.v1.MemberTraffic
-	4,  // 38: teapot.v1.TrafficObservation.last:type_name -> teapot.v1.HistoryPoint
-	30, // 39: teapot.v1.Event.time:type_name -> google.protobuf.Timestamp
-	28, // 40: teapot.v1.EventsRequest.after:type_name -> teapot.v1.EventsRequest.AfterEntry
-	22, // 41: teapot.v1.EventsResponse.events:type_name -> teapot.v1.Event
-	29, // 42: teapot.v1.EventsResponse.cursor:type_name -> teapot.v1.EventsResponse.CursorEntry
-	30, // 43: teapot.v1.VIPHolding.since:type_name -> google.protobuf.Timestamp
-	44, // [44:44] is the sub-list for method output_type
-	44, // [44:44] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	26, // 12: teapot.v1.HostObservation.tenant_attachments:type_name -> teapot.v1.TenantAttachmentObservation
+	3,  // 13: teapot.v1.HostObservation.history:type_name -> teapot.v1.HistorySeries
+	5,  // 14: teapot.v1.HostObservation.resources:type_name -> teapot.v1.HostResources
+	6,  // 15: teapot.v1.HostObservation.tenant_usage:type_name -> teapot.v1.TenantUsage
+	11, // 16: teapot.v1.HostObservation.dns_names:type_name -> teapot.v1.DNSNameObservation
+	12, // 17: teapot.v1.HostObservation.dns_zones:type_name -> teapot.v1.DNSZoneObservation
+	4,  // 18: teapot.v1.HistorySeries.points:type_name -> teapot.v1.HistoryPoint
+	31, // 19: teapot.v1.HistoryPoint.time:type_name -> google.protobuf.Timestamp
+	31, // 20: teapot.v1.HostResources.time:type_name -> google.protobuf.Timestamp
+	31, // 21: teapot.v1.MemberTraffic.time:type_name -> google.protobuf.Timestamp
+	9,  // 22: teapot.v1.TenantBGPObservation.sessions:type_name -> teapot.v1.TenantBGPSession
+	10, // 23: teapot.v1.TenantBGPObservation.accepted:type_name -> teapot.v1.TenantRoute
+	10, // 24: teapot.v1.TenantBGPObservation.dropped:type_name -> teapot.v1.TenantRoute
+	31, // 25: teapot.v1.TenantBGPSession.since:type_name -> google.protobuf.Timestamp
+	13, // 26: teapot.v1.DNSZoneObservation.push:type_name -> teapot.v1.DNSPushObservation
+	31, // 27: teapot.v1.DNSZoneObservation.rollover_started:type_name -> google.protobuf.Timestamp
+	31, // 28: teapot.v1.DNSZoneObservation.rollover_finish_after:type_name -> google.protobuf.Timestamp
+	31, // 29: teapot.v1.DNSPushObservation.last_success:type_name -> google.protobuf.Timestamp
+	31, // 30: teapot.v1.DNSPushObservation.last_error_at:type_name -> google.protobuf.Timestamp
+	31, // 31: teapot.v1.ListenerObservation.since:type_name -> google.protobuf.Timestamp
+	16, // 32: teapot.v1.PoolObservation.members:type_name -> teapot.v1.MemberObservation
+	31, // 33: teapot.v1.MemberObservation.last_check:type_name -> google.protobuf.Timestamp
+	17, // 34: teapot.v1.MemberObservation.passive:type_name -> teapot.v1.PassiveHealth
+	18, // 35: teapot.v1.PassiveHealth.failures:type_name -> teapot.v1.PassiveFailure
+	31, // 36: teapot.v1.CertificateObservation.not_after:type_name -> google.protobuf.Timestamp
+	28, // 37: teapot.v1.TrafficObservation.requests:type_name -> teapot.v1.TrafficObservation.RequestsEntry
+	7,  // 38: teapot.v1.TrafficObservation.members:type_name -> teapot.v1.MemberTraffic
+	4,  // 39: teapot.v1.TrafficObservation.last:type_name -> teapot.v1.HistoryPoint
+	31, // 40: teapot.v1.Event.time:type_name -> google.protobuf.Timestamp
+	29, // 41: teapot.v1.EventsRequest.after:type_name -> teapot.v1.EventsRequest.AfterEntry
+	22, // 42: teapot.v1.EventsResponse.events:type_name -> teapot.v1.Event
+	30, // 43: teapot.v1.EventsResponse.cursor:type_name -> teapot.v1.EventsResponse.CursorEntry
+	31, // 44: teapot.v1.VIPHolding.since:type_name -> google.protobuf.Timestamp
+	31, // 45: teapot.v1.TenantAttachmentObservation.since:type_name -> google.protobuf.Timestamp
+	46, // [46:46] is the sub-list for method output_type
+	46, // [46:46] is the sub-list for method input_type
+	46, // [46:46] is the sub-list for extension type_name
+	46, // [46:46] is the sub-list for extension extendee
+	0,  // [0:46] is the sub-list for field type_name
 }
 
 func init() { file_teapotv1_observe_proto_init() }
@@ -2974,7 +3094,7 @@ func file_teapotv1_observe_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_teapotv1_observe_proto_rawDesc), len(file_teapotv1_observe_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   30,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,60 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/teapot-lb/teapot-lb/api"
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+)
+
+// writeTenantAttachment prints a tenant's attachment and its state on
+// each host.
+func writeTenantAttachment(w io.Writer, now time.Time, tn *pb.Tenant, hosts []*pb.HostObservation) {
+	a := tn.GetAttachment()
+	if a == nil {
+		return
+	}
+	v := a.GetVxlan()
+	fmt.Fprintf(w, "\nAttachment (namespace %s on each host, VXLAN VNI %d port %d to %s, MTU %d)\n",
+		api.AttachmentNamespace(tn.GetName()), v.GetVni(), api.VXLANPort(a), list(v.GetRemotes()), api.AttachmentMTU(a))
+	t := newTable(w)
+	t.row("  HOST", "ADDRESS", "STATE", "SINCE", "REASON")
+	for _, h := range hosts {
+		found := false
+		for _, o := range h.GetTenantAttachments() {
+			if o.GetTenant() != tn.GetName() {
+				continue
+			}
+			found = true
+			t.row("  "+h.GetNodeId(), orDash(o.GetAddress()), o.GetState(), stamp(now, o.GetSince()), o.GetReason())
+		}
+		if !found && h.GetReachable() {
+			t.row("  "+h.GetNodeId(), orDash(a.GetHosts()[h.GetNodeId()]), "unknown", "-", "the host reports no attachment (an older release, or the change has not reached it yet)")
+		}
+	}
+	_ = t.flush()
+}
+
+// writeDialPath says, per host, through which attachment the members of
+// tenant are dialled (nothing for a tenant without one).
+func writeDialPath(w io.Writer, tenant string, hosts []*pb.HostObservation) {
+	first := true
+	for _, h := range hosts {
+		for _, o := range h.GetTenantAttachments() {
+			if o.GetTenant() != tenant {
+				continue
+			}
+			if first {
+				fmt.Fprintln(w, "  Members are dialled from the tenant's attachment:")
+				first = false
+			}
+			what := fmt.Sprintf("namespace %s (VNI %d, from %s): %s", o.GetNamespace(), o.GetVni(), orDash(o.GetAddress()), o.GetState())
+			if o.GetState() != "up" {
+				what += ", so its members are not dialled from this host: " + o.GetReason()
+			}
+			fmt.Fprintf(w, "  %s: %s\n", h.GetNodeId(), what)
+		}
+	}
+}

@@ -1,0 +1,70 @@
+package proxy
+
+import (
+	"context"
+	"net"
+	"net/netip"
+
+	"github.com/teapot-lb/teapot-lb/proxy/l7"
+)
+
+// Attachments dials the members of tenants whose networks are attached
+// to the host through a network namespace of their own (vip/attach):
+// their member connections, health checks and PROXY protocol connections
+// are made from inside it, so tenants may reuse each other's addresses.
+type Attachments interface {
+	// Attached reports whether tenant has an attachment; the members of
+	// one are dialled through DialContext only.
+	Attached(tenant string) bool
+	// DialContext dials addr as d would, from tenant's namespace; it
+	// fails when the attachment is not up on this host (never falling
+	// back to the host's routing table).
+	DialContext(ctx context.Context, tenant string, d *net.Dialer, network, addr string) (net.Conn, error)
+}
+
+// dial dials a member of tenant with d: through the tenant's attachment
+// when it has one, else from the host's namespace.
+func (p *Proxy) dial(ctx context.Context, tenant string, d *net.Dialer, network, addr string) (net.Conn, error) {
+	if a := p.cfg.Attachments; a != nil && a.Attached(tenant) {
+		return a.DialContext(ctx, tenant, d, network, addr)
+	}
+	return d.DialContext(ctx, network, addr)
+}
+
+// tenantDialer is a tenant's l7.Dialer: each dial looks the tenant's
+// attachment up, so a backend built before an attachment changed dials
+// through the current one.
+type tenantDialer struct {
+	a      Attachments
+	tenant string
+}
+
+func (t tenantDialer) DialContext(ctx context.Context, d *net.Dialer, network, addr string) (net.Conn, error) {
+	if t.a.Attached(t.tenant) {
+		return t.a.DialContext(ctx, t.tenant, d, network, addr)
+	}
+	return d.DialContext(ctx, network, addr)
+}
+
+var _ l7.Dialer = tenantDialer{}
+
+// dialUDP connects a UDP socket to member from tenant's namespace.
+func (p *Proxy) dialUDP(tenant string, member netip.AddrPort) (*net.UDPConn, error) {
+	if a := p.cfg.Attachments; a != nil && a.Attached(tenant) {
+		c, err := a.DialContext(context.Background(), tenant, &net.Dialer{}, "udp", member.String())
+		if err != nil {
+			return nil, err
+		}
+		return c.(*net.UDPConn), nil
+	}
+	return net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(member))
+}
+
+// healthDial is the health checks' dial: through the checked tenant's
+// attachment (nil without Config.Attachments).
+func (p *Proxy) healthDial() func(ctx context.Context, tenant string, d *net.Dialer, network, addr string) (net.Conn, error) {
+	if p.cfg.Attachments == nil {
+		return nil
+	}
+	return p.dial
+}

@@ -1,0 +1,385 @@
+package scenarios
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// tenantSide is a tenant's network behind a VXLAN tunnel: a namespace
+// joined to the host's namespace by a veth pair (the underlay, in
+// 203.0.113.0/24) with a VXLAN device of the tenant's VNI, on which an
+// echo member answers with the tenant's name on 10.0.0.10:8080.
+type tenantSide struct {
+	name, ns         string
+	lbVTEP, tVTEP    string // underlay addresses: the LB host's side, the tenant's
+	vni, port        int
+	mu               sync.Mutex
+	checks, serves   int
+	checkSrc, reqSrc map[string]bool
+}
+
+// newTenantSide makes the tenant's namespace; slot picks its underlay
+// addresses. It skips the test where namespaces cannot be made.
+func newTenantSide(t *testing.T, tag, name string, slot, vni, port int) *tenantSide {
+	t.Helper()
+	base := (os.Getpid()%28)*8 + slot*4
+	s := &tenantSide{name: name, ns: fmt.Sprintf("h44t%s-%d", tag, os.Getpid()), vni: vni, port: port,
+		lbVTEP: fmt.Sprintf("203.0.113.%d", base+1), tVTEP: fmt.Sprintf("203.0.113.%d", base+2),
+		checkSrc: map[string]bool{}, reqSrc: map[string]bool{}}
+	host, peer := fmt.Sprintf("h44u%s%d", tag, os.Getpid()%100000), "u0"
+	_ = exec.Command("ip", "netns", "del", s.ns).Run()
+	_ = exec.Command("ip", "link", "del", host).Run()
+	t.Cleanup(func() {
+		_ = exec.Command("ip", "netns", "del", s.ns).Run()
+		_ = exec.Command("ip", "link", "del", host).Run()
+	})
+	in := func(args ...string) []string { return append([]string{"ip", "-n", s.ns}, args...) }
+	steps := [][]string{
+		{"ip", "netns", "add", s.ns},
+		{"ip", "link", "add", host, "type", "veth", "peer", "name", peer, "netns", s.ns},
+		{"ip", "addr", "add", s.lbVTEP + "/30", "dev", host},
+		{"ip", "link", "set", host, "up"},
+		in("link", "set", "lo", "up"),
+		in("addr", "add", s.tVTEP+"/30", "dev", peer),
+		in("link", "set", peer, "up"),
+		in("link", "add", "vx0", "type", "vxlan", "id", fmt.Sprint(vni), "dstport", fmt.Sprint(port), "local", s.tVTEP, "remote", s.lbVTEP, "dev", peer),
+		in("addr", "add", "10.0.0.10/24", "dev", "vx0"),
+		in("link", "set", "vx0", "up"),
+	}
+	for _, st := range steps {
+		if out, err := exec.Command(st[0], st[1:]...).CombinedOutput(); err != nil {
+			msg := fmt.Sprintf("%s: %v: %s", strings.Join(st, " "), err, out)
+			if os.Getenv("CI") == "true" {
+				t.Fatal(msg)
+			}
+			unavailable(t, "needs network namespaces, veth and VXLAN (root and iproute2): %s", msg)
+		}
+	}
+	ln, err := listenInNetns(s.ns, "10.0.0.10:8080")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(s.serve), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { srv.Close() })
+	return s
+}
+
+// serve answers with the tenant's name and counts checks and requests
+// with their sources.
+func (s *tenantSide) serve(w http.ResponseWriter, r *http.Request) {
+	src, _, _ := net.SplitHostPort(r.RemoteAddr)
+	s.mu.Lock()
+	if r.URL.Path == "/healthz" {
+		s.checks++
+		s.checkSrc[src] = true
+	} else {
+		s.serves++
+		s.reqSrc[src] = true
+	}
+	s.mu.Unlock()
+	io.WriteString(w, "tenant "+s.name+"\n")
+}
+
+func (s *tenantSide) counts() (checks, serves int, checkSrc, reqSrc string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	keys := func(m map[string]bool) string {
+		var out []string
+		for k := range m {
+			out = append(out, k)
+		}
+		return strings.Join(out, ",")
+	}
+	return s.checks, s.serves, keys(s.checkSrc), keys(s.reqSrc)
+}
+
+// listenInNetns opens a TCP listener inside the named namespace.
+func listenInNetns(ns, addr string) (net.Listener, error) {
+	type res struct {
+		ln  net.Listener
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		f, err := os.Open("/var/run/netns/" + ns)
+		if err != nil {
+			ch <- res{nil, err}
+			return
+		}
+		defer f.Close()
+		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
+			ch <- res{nil, fmt.Errorf("enter %s: %w", ns, err)}
+			return
+		}
+		ln, err := net.Listen("tcp", addr)
+		ch <- res{ln, err}
+	}()
+	r := <-ch
+	return r.ln, r.err
+}
+
+// freeUDPPort returns a UDP port free on every address of this namespace.
+func freeUDPPort(t *testing.T) int {
+	t.Helper()
+	c, err := net.ListenPacket("udp", ":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	return c.LocalAddr().(*net.UDPAddr).Port
+}
+
+// The two tenants' VIPs (a static pool: the host only binds).
+const attachVIPA, attachVIPB = "127.0.0.94", "127.0.0.95"
+
+// TestTenantAttachments: two tenants own the same network 10.0.0.0/24,
+// each behind its own VXLAN tunnel (distinct VNIs) with an echo member at
+// 10.0.0.10 that answers its tenant's name. One LB host attaches each in
+// a namespace of its own: each tenant's load balancer reaches only its
+// own echo, and each echo's health checks come through its tenant's
+// attachment (from the host's address in it). A third tenant with the
+// same network and no attachment is refused; a restart adopts the
+// namespaces and removes a leftover of its own; deleting a tenant removes
+// its namespace.
+func TestTenantAttachments(t *testing.T) {
+	if os.Geteuid() != 0 {
+		unavailable(t, "needs root for network namespaces")
+	}
+	start := time.Now()
+	pid := os.Getpid()
+	port := freeUDPPort(t)
+	vniA, vniB := 100000+pid%100000*2, 100001+pid%100000*2
+	ta, tb := fmt.Sprintf("ta%d", pid), fmt.Sprintf("tb%d", pid)
+	sa := newTenantSide(t, "a", ta, 0, vniA, port)
+	sb := newTenantSide(t, "b", tb, 1, vniB, port)
+	// A leftover of this host's from an earlier life: removed at restart.
+	ghost := fmt.Sprintf("teapot-att-ghost%d", pid)
+	t.Cleanup(func() {
+		for _, ns := range []string{ghost, "teapot-att-" + ta, "teapot-att-" + tb} {
+			_ = exec.Command("ip", "-n", ns, "link", "del", "tpx0").Run()
+			_ = exec.Command("ip", "netns", "del", ns).Run()
+		}
+	})
+
+	c := newCluster(t)
+	start = time.Now() // the lab's time, without the build of the binary
+	n := c.bootstrap()
+	webA, webB := freePortOn(t, attachVIPA), freePortOn(t, attachVIPB)
+	manifest := func(tenant string, side *tenantSide, vip string, webPort int) string {
+		return fmt.Sprintf(`
+kind: Tenant
+name: %[1]s
+networks: [10.0.0.0/24]
+pools: [att%[5]d]
+attachment:
+  vxlan: { vni: %[2]d, remotes: [%[3]s], port: %[4]d }
+  hosts: { %[7]s: 10.0.0.2/24 }
+---
+kind: LoadBalancer
+name: web
+tenant: %[1]s
+vip: { pool: att%[5]d, address: %[8]s }
+listeners: [{ port: %[6]d, protocol: http }]
+routes: [{ path: /, pool: echo }]
+pools:
+  echo:
+    members: ["10.0.0.10:8080"]
+    healthCheck: { http: { path: /healthz }, interval: 1s }
+`, tenant, side.vni, side.tVTEP, port, pid, webPort, n.id, vip)
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "m.yaml")
+	pool := fmt.Sprintf("kind: VIPPool\nname: att%d\ncidrs: [%s/31]\nmode: static\n", pid, attachVIPA)
+	if err := os.WriteFile(path, []byte(pool+"---"+manifest(ta, sa, attachVIPA, webA)+"---"+manifest(tb, sb, attachVIPB, webB)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := c.cli(n, "apply", "-f", path); err != nil {
+		t.Fatalf("apply: %v\n%s", err, out)
+	}
+
+	get := func(port int) (string, error) {
+		vip := attachVIPA
+		if port == webB {
+			vip = attachVIPB
+		}
+		cl := http.Client{Timeout: 3 * time.Second}
+		resp, err := cl.Get(fmt.Sprintf("http://%s:%d/", vip, port))
+		if err != nil {
+			return "", err
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 {
+			return "", fmt.Errorf("status %d: %s", resp.StatusCode, b)
+		}
+		return strings.TrimSpace(string(b)), nil
+	}
+	for _, x := range []struct {
+		port   int
+		tenant string
+	}{{webA, ta}, {webB, tb}} {
+		waitFor(t, 30*time.Second, "tenant "+x.tenant+"'s echo through its load balancer", func() error {
+			got, err := get(x.port)
+			if err != nil {
+				return err
+			}
+			if got != "tenant "+x.tenant {
+				return errStop(fmt.Errorf("load balancer of %s answered %q: another tenant's member", x.tenant, got))
+			}
+			return nil
+		})
+	}
+	t.Logf("both tenants served through their attachments %s after the host started", time.Since(start).Round(time.Millisecond))
+	for range 20 {
+		for _, x := range []struct {
+			port   int
+			tenant string
+		}{{webA, ta}, {webB, tb}} {
+			if got, err := get(x.port); err != nil || got != "tenant "+x.tenant {
+				t.Fatalf("load balancer of %s: %q, %v", x.tenant, got, err)
+			}
+		}
+	}
+	for _, s := range []*tenantSide{sa, sb} {
+		waitFor(t, 15*time.Second, "health checks of "+s.name+" through its attachment", func() error {
+			checks, serves, checkSrc, reqSrc := s.counts()
+			if checks == 0 {
+				return errors.New("no check yet")
+			}
+			if checkSrc != "10.0.0.2" || reqSrc != "10.0.0.2" {
+				return errStop(fmt.Errorf("checks from %q and requests from %q, want the host's address in the attachment, 10.0.0.2", checkSrc, reqSrc))
+			}
+			if serves < 21 {
+				return errStop(fmt.Errorf("%d requests served, want 21", serves))
+			}
+			return nil
+		})
+	}
+	out, err := c.cli(n, "explain", "tenant", ta)
+	if err != nil || !strings.Contains(out, "teapot-att-"+ta) || !strings.Contains(out, " up") {
+		t.Fatalf("explain tenant shows no attachment up: %v\n%s", err, out)
+	}
+	t.Logf("explain tenant %s:\n%s", ta, out)
+	waitFor(t, 10*time.Second, "the attachment gauge", func() error {
+		m, err := scrape(n)
+		if err != nil {
+			return err
+		}
+		up := 0
+		for _, s := range m["teapot_lb_tenant_attachment_up"] {
+			if (s.labels["tenant"] == ta || s.labels["tenant"] == tb) && s.value == 1 {
+				up++
+			}
+		}
+		if up != 2 {
+			return fmt.Errorf("%d attachments up in /metrics, want 2: %v", up, m["teapot_lb_tenant_attachment_up"])
+		}
+		return nil
+	})
+
+	// Overlapping networks without an attachment are still refused.
+	plain := filepath.Join(dir, "plain.yaml")
+	os.WriteFile(plain, []byte(fmt.Sprintf("kind: Tenant\nname: tc%d\nnetworks: [10.0.0.0/25]\n", pid)), 0o644)
+	if out, err := c.cli(n, "apply", "-f", plain); err == nil || !strings.Contains(err.Error(), "attach both or narrow one of them") {
+		t.Fatalf("a tenant overlapping attached ones without an attachment: %v\n%s", err, out)
+	}
+
+	// A restart adopts both namespaces and removes its own leftover.
+	for _, st := range [][]string{
+		{"ip", "netns", "add", ghost},
+		{"ip", "-n", ghost, "link", "add", "tpx0", "type", "vxlan", "id", fmt.Sprint(vniB + 2), "dstport", fmt.Sprint(port)},
+		{"ip", "-n", ghost, "link", "set", "tpx0", "alias", "teapot-lb host " + n.id},
+	} {
+		if out, err := exec.Command(st[0], st[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v: %s", strings.Join(st, " "), err, out)
+		}
+	}
+	if !c.stop(n) {
+		t.Fatal("the host did not stop")
+	}
+	if _, err := os.Stat("/var/run/netns/teapot-att-" + ta); err != nil {
+		t.Fatalf("the namespace did not outlive the process: %v", err)
+	}
+	restarted := time.Now()
+	c.restart(n)
+	c.waitMember(n)
+	waitFor(t, 30*time.Second, "the leftover namespace removed at restart", func() error {
+		if _, err := os.Stat("/var/run/netns/" + ghost); err == nil {
+			return errors.New("still there")
+		}
+		return nil
+	})
+	waitFor(t, 30*time.Second, "both tenants served again after the restart", func() error {
+		for _, x := range []struct {
+			port   int
+			tenant string
+		}{{webA, ta}, {webB, tb}} {
+			got, err := get(x.port)
+			if err != nil {
+				return err
+			}
+			if got != "tenant "+x.tenant {
+				return errStop(fmt.Errorf("load balancer of %s answered %q", x.tenant, got))
+			}
+		}
+		return nil
+	})
+
+	t.Logf("served again %s after the restart", time.Since(restarted).Round(time.Millisecond))
+
+	// Deleting a tenant removes its namespace; the other keeps serving.
+	if out, err := c.cli(n, "delete", "lb", ta+"/web"); err != nil {
+		t.Fatalf("delete lb: %v\n%s", err, out)
+	}
+	if out, err := c.cli(n, "delete", "tenant", ta); err != nil {
+		t.Fatalf("delete tenant: %v\n%s", err, out)
+	}
+	waitFor(t, 15*time.Second, "tenant "+ta+"'s namespace removed", func() error {
+		if _, err := os.Stat("/var/run/netns/teapot-att-" + ta); err == nil {
+			return errors.New("still there")
+		}
+		return nil
+	})
+	if got, err := get(webB); err != nil || got != "tenant "+tb {
+		t.Fatalf("tenant %s after %s left: %q, %v", tb, ta, got, err)
+	}
+
+	// An attachment that no longer lists the host: its namespace goes,
+	// and the tenant's members are not dialled from the host's own table.
+	moved := filepath.Join(dir, "moved.yaml")
+	if err := os.WriteFile(moved, []byte(pool+"---"+strings.Replace(manifest(tb, sb, attachVIPB, webB), "hosts: { "+n.id+":", "hosts: { elsewhere:", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := c.cli(n, "apply", "-f", moved); err != nil {
+		t.Fatalf("apply: %v\n%s", err, out)
+	}
+	waitFor(t, 15*time.Second, "tenant "+tb+"'s namespace removed from a host it no longer lists", func() error {
+		if _, err := os.Stat("/var/run/netns/teapot-att-" + tb); err == nil {
+			return errors.New("still there")
+		}
+		return nil
+	})
+	if got, err := get(webB); err == nil {
+		t.Fatalf("tenant %s served %q from a host its attachment does not list", tb, got)
+	}
+	out, err = c.cli(n, "explain", "lb", tb+"/web")
+	if err != nil || !strings.Contains(out, "not-listed, so its members are not dialled from this host") {
+		t.Fatalf("explain lb shows no dial path: %v\n%s", err, out)
+	}
+	t.Logf("lab took %s", time.Since(start).Round(time.Millisecond))
+}
