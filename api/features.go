@@ -137,15 +137,20 @@ const (
 	// LB hosts' own DNS. A host of an earlier release leaves them out of
 	// its ACME names and serves them no certificate.
 	FeatureACMEWildcard = "acme-wildcard"
+	// FeatureHTTP3ZeroRTT: 0-RTT on HTTP/3 listeners, for safe methods
+	// only (listeners[].http3ZeroRtt). A host of an earlier release
+	// ignores the field and rejects 0-RTT (clients resend after the
+	// handshake).
+	FeatureHTTP3ZeroRTT = "http3-zero-rtt"
 )
 
 // FeatureLevel is the highest cluster feature level this release
 // understands. Level 1 is every release before levels existed; levels 2
-// to 5 add the features of featureLevels. A release that adds a field or a
+// to 6 add the features of featureLevels. A release that adds a field or a
 // request option that a host of an earlier release would ignore, or a
 // command version, raises it, and the cluster accepts writes that use the
 // addition only once every host reports the level.
-const FeatureLevel = 5
+const FeatureLevel = 6
 
 // featureLevels is the level each feature needs on every host.
 var featureLevels = map[string]uint32{
@@ -180,6 +185,7 @@ var featureLevels = map[string]uint32{
 	FeatureACMEWildcard:        5,
 	FeatureHTTP3:               5,
 	FeatureDNSKeyRollover:      5,
+	FeatureHTTP3ZeroRTT:        6,
 }
 
 // LevelOf is the feature level a feature needs on every host (0 for a
@@ -221,7 +227,7 @@ func FeatureRefusal(uses []FeatureUse, need uint32, older []string) error {
 
 // Features returns the features this release serves.
 func Features() []string {
-	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureNotFoundRoutes, FeatureCORS, FeatureClientValidation, FeatureRouteRetry, FeatureBackendHeaders, FeatureBackendTLS, FeatureWAFExclusions, FeatureTLSTerminate, FeatureMisdirectedRequests, FeatureRateLimitHeader, FeatureWriteBudget, FeaturePoolInterface, FeatureTenantBGPUpdateRate, FeatureACMEWildcard, FeatureHTTP3, FeatureWAFRules, FeatureDNSKeyRollover}
+	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureNotFoundRoutes, FeatureCORS, FeatureClientValidation, FeatureRouteRetry, FeatureBackendHeaders, FeatureBackendTLS, FeatureWAFExclusions, FeatureTLSTerminate, FeatureMisdirectedRequests, FeatureRateLimitHeader, FeatureWriteBudget, FeaturePoolInterface, FeatureTenantBGPUpdateRate, FeatureACMEWildcard, FeatureHTTP3, FeatureWAFRules, FeatureDNSKeyRollover, FeatureHTTP3ZeroRTT}
 }
 
 // FeatureUse is one place where a write uses a feature: the feature and
@@ -291,6 +297,9 @@ func FeaturesUsed(obj *pb.Object) []FeatureUse {
 		}
 		if ls.GetHttp3() {
 			out = append(out, FeatureUse{Feature: FeatureHTTP3, Field: fmt.Sprintf("%s: listeners[%d].http3", RefString(RefOf(obj)), i)})
+		}
+		if ls.GetHttp3ZeroRtt() {
+			out = append(out, FeatureUse{Feature: FeatureHTTP3ZeroRTT, Field: fmt.Sprintf("%s: listeners[%d].http3ZeroRtt", RefString(RefOf(obj)), i)})
 		}
 	}
 	if usesACME(l) {
