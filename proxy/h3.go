@@ -91,8 +91,8 @@ type h3Socket struct {
 	early atomic.Pointer[h3EarlyTLS]
 	// handshakes counts the QUIC handshakes in flight.
 	handshakes atomic.Int64
-	// retryAbove is H3RetryAbove.
-	retryAbove int64
+	// retryAbove is H3RetryAbove (tests lower it).
+	retryAbove atomic.Int64
 	// opened is when the port was bound.
 	opened time.Time
 
@@ -128,11 +128,12 @@ func (p *Proxy) openH3(s *socket, h QUICHandler) (*h3Socket, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bind udp %s: %w", k.Addr, err)
 	}
-	hs := &h3Socket{s: s, h: h, pc: c.(*net.UDPConn), conns: map[*h3Conn]struct{}{}, retryAbove: H3RetryAbove, opened: time.Now()}
+	hs := &h3Socket{s: s, h: h, pc: c.(*net.UDPConn), conns: map[*h3Conn]struct{}{}, opened: time.Now()}
+	hs.retryAbove.Store(H3RetryAbove)
 	hs.tr = &quic.Transport{
 		Conn:                  newH3PacketConn(hs.pc, hs),
 		ConnectionIDGenerator: h3ConnIDs{hs},
-		VerifySourceAddress:   func(net.Addr) bool { return hs.handshakes.Load() >= hs.retryAbove },
+		VerifySourceAddress:   func(net.Addr) bool { return hs.handshakes.Load() >= hs.retryAbove.Load() },
 		ConnContext:           hs.admit,
 	}
 	if ks, ok := h.(QUICKeys); ok {
