@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,7 +30,9 @@ type gatedConn struct {
 	c       *net.UDPConn
 	gate    chan struct{}
 	done    chan struct{}
+	kicked  chan struct{} // a read deadline in the past was set
 	once    sync.Once
+	kick    sync.Once
 	opened  sync.Once
 	retries atomic.Int64
 }
@@ -40,7 +43,7 @@ func newGatedConn(t testing.TB, open bool) *gatedConn {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &gatedConn{c: c, gate: make(chan struct{}), done: make(chan struct{})}
+	g := &gatedConn{c: c, gate: make(chan struct{}), done: make(chan struct{}), kicked: make(chan struct{})}
 	if open {
 		g.open()
 	}
@@ -55,6 +58,8 @@ func (g *gatedConn) ReadFrom(b []byte) (int, net.Addr, error) {
 	case <-g.gate:
 	case <-g.done:
 		return 0, nil, net.ErrClosed
+	case <-g.kicked:
+		return 0, nil, os.ErrDeadlineExceeded
 	}
 	n, a, err := g.c.ReadFrom(b)
 	if n > 0 && b[0]&0xf0 == 0xf0 { // long header, type Retry
@@ -68,9 +73,17 @@ func (g *gatedConn) Close() error {
 	g.once.Do(func() { close(g.done) })
 	return g.c.Close()
 }
-func (g *gatedConn) LocalAddr() net.Addr                { return g.c.LocalAddr() }
-func (g *gatedConn) SetDeadline(t time.Time) error      { return g.c.SetDeadline(t) }
-func (g *gatedConn) SetReadDeadline(t time.Time) error  { return g.c.SetReadDeadline(t) }
+func (g *gatedConn) LocalAddr() net.Addr           { return g.c.LocalAddr() }
+func (g *gatedConn) SetDeadline(t time.Time) error { return g.c.SetDeadline(t) }
+
+// SetReadDeadline with a time past ends a read held at the gate too, as
+// quic-go's Transport.Close expects of it.
+func (g *gatedConn) SetReadDeadline(t time.Time) error {
+	if !t.IsZero() && !t.After(time.Now()) {
+		g.kick.Do(func() { close(g.kicked) })
+	}
+	return g.c.SetReadDeadline(t)
+}
 func (g *gatedConn) SetWriteDeadline(t time.Time) error { return g.c.SetWriteDeadline(t) }
 
 // ticketCache is a client's session cache that counts the tickets put
