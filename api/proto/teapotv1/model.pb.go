@@ -1021,10 +1021,10 @@ type Listener struct {
 	// replayed by an attacker, so only GET, HEAD and OPTIONS requests
 	// received in it are served (the member sees "Early-Data: 1", RFC
 	// 8470); any other method received before the handshake completes is
-	// answered 425 Too Early, which clients retry after it. Each tenant's
-	// hosts accept at most 256 0-RTT connections a second (1,024 at once)
-	// each; past that a client's 0-RTT is rejected and it resends its
-	// requests after the handshake. Refused without http3.
+	// answered 425 Too Early, which clients retry after it. Each LB host
+	// accepts at most 256 0-RTT connections a second (1,024 at once) per
+	// tenant, a fixed bound; past it a client's 0-RTT is rejected and it
+	// resends its requests after the handshake. Refused without http3.
 	Http3ZeroRtt  bool `protobuf:"varint,370,opt,name=http3_zero_rtt,json=http3ZeroRtt,proto3" json:"http3_zero_rtt,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
