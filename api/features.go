@@ -151,6 +151,11 @@ const (
 	// from its own routing table, where another tenant may own the same
 	// addresses.
 	FeatureTenantAttachment = "tenant-attachment"
+	// FeatureHTTP3ZeroRTT: 0-RTT on HTTP/3 listeners, for safe methods
+	// only (listeners[].http3ZeroRtt). A host of an earlier release
+	// ignores the field and rejects 0-RTT (clients resend after the
+	// handshake).
+	FeatureHTTP3ZeroRTT = "http3-zero-rtt"
 )
 
 // FeatureLevel is the highest cluster feature level this release
@@ -197,6 +202,7 @@ var featureLevels = map[string]uint32{
 	FeatureTenantBGPTotal:      6,
 	FeatureTenantBGPReannounce: 6,
 	FeatureTenantAttachment:    6,
+	FeatureHTTP3ZeroRTT:        6,
 }
 
 // LevelOf is the feature level a feature needs on every host (0 for a
@@ -238,7 +244,7 @@ func FeatureRefusal(uses []FeatureUse, need uint32, older []string) error {
 
 // Features returns the features this release serves.
 func Features() []string {
-	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureNotFoundRoutes, FeatureCORS, FeatureClientValidation, FeatureRouteRetry, FeatureBackendHeaders, FeatureBackendTLS, FeatureWAFExclusions, FeatureTLSTerminate, FeatureMisdirectedRequests, FeatureRateLimitHeader, FeatureWriteBudget, FeaturePoolInterface, FeatureTenantBGPUpdateRate, FeatureACMEWildcard, FeatureHTTP3, FeatureWAFRules, FeatureDNSKeyRollover, FeatureTenantBGPTotal, FeatureTenantBGPReannounce, FeatureTenantAttachment}
+	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureNotFoundRoutes, FeatureCORS, FeatureClientValidation, FeatureRouteRetry, FeatureBackendHeaders, FeatureBackendTLS, FeatureWAFExclusions, FeatureTLSTerminate, FeatureMisdirectedRequests, FeatureRateLimitHeader, FeatureWriteBudget, FeaturePoolInterface, FeatureTenantBGPUpdateRate, FeatureACMEWildcard, FeatureHTTP3, FeatureWAFRules, FeatureDNSKeyRollover, FeatureTenantBGPTotal, FeatureTenantBGPReannounce, FeatureTenantAttachment, FeatureHTTP3ZeroRTT}
 }
 
 // FeatureUse is one place where a write uses a feature: the feature and
@@ -317,6 +323,9 @@ func FeaturesUsed(obj *pb.Object) []FeatureUse {
 		}
 		if ls.GetHttp3() {
 			out = append(out, FeatureUse{Feature: FeatureHTTP3, Field: fmt.Sprintf("%s: listeners[%d].http3", RefString(RefOf(obj)), i)})
+		}
+		if ls.GetHttp3ZeroRtt() {
+			out = append(out, FeatureUse{Feature: FeatureHTTP3ZeroRTT, Field: fmt.Sprintf("%s: listeners[%d].http3ZeroRtt", RefString(RefOf(obj)), i)})
 		}
 	}
 	if usesACME(l) {

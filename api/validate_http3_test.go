@@ -53,3 +53,38 @@ func TestValidateHTTP3(t *testing.T) {
 		t.Fatalf("portClash = %q, want 443/udp", k)
 	}
 }
+
+// TestValidateHTTP3ZeroRTT: listeners[].http3ZeroRtt is taken with http3
+// only, and is reported as a level-6 feature.
+func TestValidateHTTP3ZeroRTT(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		mut  func(lb *pb.LoadBalancer)
+		want expect
+	}{
+		{"with http3", func(lb *pb.LoadBalancer) { lb.Listeners[0].Http3, lb.Listeners[0].Http3ZeroRtt = true, true }, expect{}},
+		{"without http3", func(lb *pb.LoadBalancer) { lb.Listeners[0].Http3ZeroRtt = true }, bad("listeners[0].http3ZeroRtt", "0-RTT is part of HTTP/3")},
+		{"http", func(lb *pb.LoadBalancer) { lb.Listeners[1].Http3ZeroRtt = true }, bad("listeners[1].http3ZeroRtt", "0-RTT is part of HTTP/3")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			lb := shopLB()
+			tt.mut(lb)
+			check(t, ValidateLoadBalancer(lb, baseCatalog()), tt.want)
+		})
+	}
+	lb := shopLB()
+	lb.Listeners[0].Http3, lb.Listeners[0].Http3ZeroRtt = true, true
+	uses := FeaturesUsed(&pb.Object{Kind: &pb.Object_LoadBalancer{LoadBalancer: lb}})
+	found := false
+	for _, u := range uses {
+		if u.Feature == FeatureHTTP3ZeroRTT && strings.HasSuffix(u.Field, "listeners[0].http3ZeroRtt") {
+			found = true
+		}
+	}
+	if !found || LevelNeeded(uses) != 6 {
+		t.Fatalf("FeaturesUsed %v (level %d); want listeners[0].http3ZeroRtt at level 6", uses, LevelNeeded(uses))
+	}
+}

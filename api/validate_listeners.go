@@ -92,6 +92,9 @@ func CheckListener(field string, l *pb.Listener, pools map[string]*pb.BackendPoo
 	if l.GetHttp3() && proto != "https" {
 		ck.invalidf(f+".http3", "only https listeners serve HTTP/3 (it needs TLS certificates); remove http3 or make the listener https")
 	}
+	if l.GetHttp3ZeroRtt() && (!l.GetHttp3() || proto != "https") {
+		ck.invalidf(f+".http3ZeroRtt", "0-RTT is part of HTTP/3: set http3 on this https listener, or remove http3ZeroRtt")
+	}
 	if l.GetRedirectToHttps() && proto != "http" {
 		ck.invalidf(f+".redirectToHttps", "only http listeners can redirect to https")
 	}

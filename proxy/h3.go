@@ -83,11 +83,16 @@ type h3Socket struct {
 	h  QUICHandler
 	pc *net.UDPConn
 	tr *quic.Transport
-	ln *quic.Listener
+	// ln returns connections once their client's transport parameters
+	// are in (before the handshake completes), so that 0-RTT requests
+	// are served; acceptLoop holds the others until it completes.
+	ln *quic.EarlyListener
+	// early is the TLS configuration of a listener with 0-RTT.
+	early atomic.Pointer[h3EarlyTLS]
 	// handshakes counts the QUIC handshakes in flight.
 	handshakes atomic.Int64
-	// retryAbove is H3RetryAbove.
-	retryAbove int64
+	// retryAbove is H3RetryAbove (tests lower it).
+	retryAbove atomic.Int64
 	// opened is when the port was bound.
 	opened time.Time
 
@@ -123,11 +128,12 @@ func (p *Proxy) openH3(s *socket, h QUICHandler) (*h3Socket, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bind udp %s: %w", k.Addr, err)
 	}
-	hs := &h3Socket{s: s, h: h, pc: c.(*net.UDPConn), conns: map[*h3Conn]struct{}{}, retryAbove: H3RetryAbove, opened: time.Now()}
+	hs := &h3Socket{s: s, h: h, pc: c.(*net.UDPConn), conns: map[*h3Conn]struct{}{}, opened: time.Now()}
+	hs.retryAbove.Store(H3RetryAbove)
 	hs.tr = &quic.Transport{
 		Conn:                  newH3PacketConn(hs.pc, hs),
 		ConnectionIDGenerator: h3ConnIDs{hs},
-		VerifySourceAddress:   func(net.Addr) bool { return hs.handshakes.Load() >= hs.retryAbove },
+		VerifySourceAddress:   func(net.Addr) bool { return hs.handshakes.Load() >= hs.retryAbove.Load() },
 		ConnContext:           hs.admit,
 	}
 	if ks, ok := h.(QUICKeys); ok {
@@ -147,7 +153,7 @@ func (p *Proxy) openH3(s *socket, h QUICHandler) (*h3Socket, error) {
 		Allow0RTT:                      false,
 		GetConfigForClient:             hs.quicConfig,
 	}
-	hs.ln, err = hs.tr.Listen(tlsConf, qc)
+	hs.ln, err = hs.tr.ListenEarly(tlsConf, qc)
 	if err != nil {
 		hs.pc.Close()
 		return nil, fmt.Errorf("http3: listen %s: %w", k.Addr, err)
@@ -184,13 +190,17 @@ func (hs *h3Socket) tlsConfig(hello *tls.ClientHelloInfo) (*tls.Config, error) {
 			return nil, err
 		}
 		if c != nil {
-			return c, nil
+			cfg = c
 		}
+	}
+	if l.HTTP3ZeroRTT {
+		return hs.earlyTLS(cfg), nil
 	}
 	return cfg, nil
 }
 
-// quicConfig takes the listener's idle timeout for a new connection.
+// quicConfig takes the listener's idle timeout and 0-RTT for a new
+// connection.
 func (hs *h3Socket) quicConfig(*quic.ClientInfo) (*quic.Config, error) {
 	l := hs.listener()
 	if l == nil {
@@ -205,6 +215,7 @@ func (hs *h3Socket) quicConfig(*quic.ClientInfo) (*quic.Config, error) {
 		MaxStreamReceiveWindow:         H3StreamWindow,
 		InitialConnectionReceiveWindow: 256 << 10,
 		MaxConnectionReceiveWindow:     H3ConnWindow,
+		Allow0RTT:                      l.HTTP3ZeroRTT,
 	}, nil
 }
 
@@ -252,52 +263,60 @@ func (hs *h3Socket) admit(ctx context.Context, info *quic.ClientInfo) (context.C
 
 // handshakeDone ends a connection's handshake count once.
 func (hs *h3Socket) handshakeDone(ad *h3Admitted) {
+	if ad == nil {
+		return
+	}
 	ad.hs.Do(func() { hs.handshakes.Add(-1) })
 }
 
-// acceptLoop serves each connection whose handshake completed.
+// acceptLoop serves each connection whose handshake completed, or whose
+// 0-RTT was accepted.
 func (hs *h3Socket) acceptLoop() {
-	p := hs.s.p
 	for {
 		c, err := hs.ln.Accept(context.Background())
 		if err != nil {
 			return
 		}
-		if ad, ok := c.Context().Value(h3ConnKey{}).(*h3Admitted); ok {
-			hs.handshakeDone(ad)
-		}
-		l := hs.listener()
-		if l == nil {
-			_ = c.CloseWithError(h3CodeNoError, "")
-			continue
-		}
-		hc := &h3Conn{c: c, lb: l.LB}
-		hc.ctx, hc.cancel = context.WithCancel(context.Background())
-		hc.ctx = context.WithValue(hc.ctx, h3ActiveKey{}, &hc.active)
-		hs.mu.Lock()
-		if hs.closed {
-			hs.mu.Unlock()
-			hc.cancel()
-			_ = c.CloseWithError(h3CodeNoError, "")
-			continue
-		}
-		hs.conns[hc] = struct{}{}
-		hs.mu.Unlock()
-		if p.handover.handingOver(hs.s.key.Addr.Addr()) {
-			hc.cancel() // it gets a GOAWAY at once
-		}
-		p.wg.Go(func() {
-			start := time.Now()
-			p.metrics.ConnOpened(l.LB, l.Name)
-			hs.h.ServeQUIC(hc.ctx, c, p.currentFunc(hs.s.key, l.LB))
-			_ = c.CloseWithError(h3CodeNoError, "")
-			hs.mu.Lock()
-			delete(hs.conns, hc)
-			hs.mu.Unlock()
-			hc.cancel()
-			p.metrics.ConnClosed(l.LB, l.Name, time.Since(start))
-		})
+		hs.s.p.wg.Go(func() { hs.serve(c) })
 	}
+}
+
+// serve serves one connection once awaitHandshake lets it.
+func (hs *h3Socket) serve(c *quic.Conn) {
+	p := hs.s.p
+	ad, _ := c.Context().Value(h3ConnKey{}).(*h3Admitted)
+	if !hs.awaitHandshake(c, ad) {
+		return
+	}
+	l := hs.listener()
+	if l == nil {
+		_ = c.CloseWithError(h3CodeNoError, "")
+		return
+	}
+	hc := &h3Conn{c: c, lb: l.LB}
+	hc.ctx, hc.cancel = context.WithCancel(context.Background())
+	hc.ctx = context.WithValue(hc.ctx, h3ActiveKey{}, &hc.active)
+	hs.mu.Lock()
+	if hs.closed {
+		hs.mu.Unlock()
+		hc.cancel()
+		_ = c.CloseWithError(h3CodeNoError, "")
+		return
+	}
+	hs.conns[hc] = struct{}{}
+	hs.mu.Unlock()
+	if p.handover.handingOver(hs.s.key.Addr.Addr()) {
+		hc.cancel() // it gets a GOAWAY at once
+	}
+	start := time.Now()
+	p.metrics.ConnOpened(l.LB, l.Name)
+	hs.h.ServeQUIC(hc.ctx, c, p.currentFunc(hs.s.key, l.LB))
+	_ = c.CloseWithError(h3CodeNoError, "")
+	hs.mu.Lock()
+	delete(hs.conns, hc)
+	hs.mu.Unlock()
+	hc.cancel()
+	p.metrics.ConnClosed(l.LB, l.Name, time.Since(start))
 }
 
 // drain tells the matching connections to finish (GOAWAY, their requests

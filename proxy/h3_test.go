@@ -31,7 +31,13 @@ type h3Term struct {
 }
 
 func newH3Term(t testing.TB, srv *l7.Server) *h3Term {
-	return &h3Term{inner: NewHTTP(srv, nil), cfg: &tls.Config{Certificates: []tls.Certificate{selfSigned(t, "gw.acme.example")}, NextProtos: []string{"h2", "http/1.1"}}}
+	cfg := &tls.Config{Certificates: []tls.Certificate{selfSigned(t, "gw.acme.example")}, NextProtos: []string{"h2", "http/1.1"}}
+	// One ticket key for every clone, as the Terminator's per listener:
+	// a session resumes on the next connection.
+	var key [32]byte
+	copy(key[:], "teapot-lb test session ticket key")
+	cfg.SetSessionTicketKeys([][32]byte{key})
+	return &h3Term{inner: NewHTTP(srv, nil), cfg: cfg}
 }
 
 func (h *h3Term) ServeConn(ctx context.Context, c net.Conn, current func() *ListenerSnapshot) {

@@ -60,10 +60,11 @@ var errH3ConnIDs = errors.New("proxy: the tenant's QUIC connection IDs are spent
 // h3Limits is one tenant's account of connection IDs and stateless
 // resets on this host.
 type h3Limits struct {
-	ids, resets bucket
-	// issued and resets count what was given and sent; idsRefused and
-	// resetsDropped what was not.
+	ids, resets, early bucket
+	// issued, resetsSent and earlyAccepted count what was given, sent and
+	// accepted; idsRefused, resetsDropped and earlyRejected what was not.
 	issued, idsRefused, resetsSent, resetsDropped atomic.Int64
+	earlyAccepted, earlyRejected                  atomic.Int64
 }
 
 // h3Limits returns a tenant's account, made on first use.

@@ -184,3 +184,75 @@ func TestHTTP3ConnectionIDsBounded(t *testing.T) {
 	}
 	_ = oc.CloseWithError(0, "")
 }
+
+// TestHTTP3RetiredConnectionIDsBounded: a client keeps one connection to
+// acme and retires its connection IDs as fast as it can without opening
+// any other: it probes a new path (a new UDP socket, which takes a new ID
+// of the connection's) and abandons it (RETIRE_CONNECTION_ID), over and
+// over (quic-go's client API has no other way to retire an ID); the
+// server issues a new ID for each one retired. Past acme's
+// bucket (burst 20, refilled once in 1,000 s here) none is issued: the
+// connection is closed, the IDs issued stay within the bucket and the
+// refusal is counted, and another tenant's client is served.
+func TestHTTP3RetiredConnectionIDsBounded(t *testing.T) {
+	t.Parallel()
+	const rate, burst = 0.001, 20
+	p, acme, other := startH3Limited(t, Config{H3ConnIDRate: rate, H3ConnIDBurst: burst})
+	acct := p.h3Limits("acme")
+	tc := &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h3"}, ServerName: "gw.acme.example"}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	conn, err := quic.DialAddr(ctx, acme, tc, &quic.Config{})
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.CloseWithError(0, "")
+	afterDial := acct.issued.Load()
+	retired := 0
+	for i := 0; i < 200 && conn.Context().Err() == nil; i++ {
+		uc, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr := &quic.Transport{Conn: uc}
+		path, err := conn.AddPath(tr)
+		if err == nil {
+			// The probe takes an ID for the path and sends a
+			// PATH_CHALLENGE with it; abandoning the path retires the
+			// ID whether the probe was answered or not.
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			_ = path.Probe(ctx)
+			cancel()
+			if path.Close() == nil {
+				retired++
+			}
+		}
+		// A transport's Close would close the connection too.
+		defer tr.Close()
+		defer uc.Close()
+	}
+	select {
+	case <-conn.Context().Done():
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the connection still open after %d IDs retired", retired)
+	}
+	issued := acct.issued.Load()
+	t.Logf("%d connection IDs on the handshake, %d paths abandoned: %d IDs issued, %d refused, the connection closed: %v",
+		afterDial, retired, issued, acct.idsRefused.Load(), context.Cause(conn.Context()))
+	if issued > burst+1 {
+		t.Errorf("%d connection IDs issued, want at most %d", issued, burst+1)
+	}
+	if retired < int(burst-afterDial) {
+		t.Errorf("only %d IDs retired before the connection closed, want at least %d (the bucket's rest)", retired, burst-afterDial)
+	}
+	if acct.idsRefused.Load() == 0 {
+		t.Error("no connection ID refused")
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	oc, err := quic.DialAddr(ctx, other, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h3"}, ServerName: "gw.other.example"}, &quic.Config{})
+	if err != nil {
+		t.Fatalf("other's client: %v", err)
+	}
+	_ = oc.CloseWithError(0, "")
+}

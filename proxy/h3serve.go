@@ -23,7 +23,10 @@ type h3ActiveKey struct{}
 // H3Conn, which routes it as the listener's HTTP/2 requests are routed.
 // When ctx ends (a drain, a handover, a removed listener) the client
 // gets a GOAWAY, the requests in progress finish, and the connection
-// closes with H3_NO_ERROR.
+// closes with H3_NO_ERROR. On a connection whose 0-RTT was accepted, a
+// request served before the handshake completed may have come in early
+// data: H3Conn.ServeEarly serves it (safe methods, marked Early-Data) or
+// answers 425.
 func (h *HTTP) ServeQUIC(ctx context.Context, c *quic.Conn, current func() *ListenerSnapshot) {
 	ls := current()
 	if ls == nil {
@@ -44,11 +47,19 @@ func (h *HTTP) ServeQUIC(ctx context.Context, c *quic.Conn, current func() *List
 	}
 	hc := h.srv.NewH3Conn(&info, ca, la)
 	defer hc.Close()
+	zeroRTT := h3Early(c) && c.ConnectionState().Used0RTT
+	n, _ := ctx.Value(h3ActiveKey{}).(*atomic.Int64)
 	var handler http.Handler = hc
-	if n, ok := ctx.Value(h3ActiveKey{}).(*atomic.Int64); ok {
+	if n != nil || zeroRTT {
 		handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			n.Add(1)
-			defer n.Add(-1)
+			if n != nil {
+				n.Add(1)
+				defer n.Add(-1)
+			}
+			if zeroRTT && h3Early(c) {
+				hc.ServeEarly(w, r)
+				return
+			}
 			hc.ServeHTTP(w, r)
 		})
 	}

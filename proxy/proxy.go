@@ -106,11 +106,13 @@ type Config struct {
 	// and 30s).
 	BindRetry    time.Duration
 	MaxBindRetry time.Duration
-	// H3ConnIDRate and H3ConnIDBurst, H3ResetRate and H3ResetBurst bound
-	// each tenant's QUIC connection IDs and stateless resets on this host
-	// (per second, and at once; zero: H3ConnIDRate and so on).
+	// H3ConnIDRate and H3ConnIDBurst, H3ResetRate and H3ResetBurst,
+	// H3EarlyRate and H3EarlyBurst bound each tenant's QUIC connection
+	// IDs, stateless resets and 0-RTT connections on this host (per
+	// second, and at once; zero: H3ConnIDRate and so on).
 	H3ConnIDRate, H3ConnIDBurst float64
 	H3ResetRate, H3ResetBurst   float64
+	H3EarlyRate, H3EarlyBurst   float64
 	// Steer, when set, steers the addresses of TCP listeners to a
 	// socket per tenant and address family instead of opening a socket
 	// per listener (see steered.go). The caller opens and closes it.
@@ -232,7 +234,8 @@ func New(cfg Config) *Proxy {
 	for _, d := range []struct {
 		v   *float64
 		def float64
-	}{{&cfg.H3ConnIDRate, H3ConnIDRate}, {&cfg.H3ConnIDBurst, H3ConnIDBurst}, {&cfg.H3ResetRate, H3ResetRate}, {&cfg.H3ResetBurst, H3ResetBurst}} {
+	}{{&cfg.H3ConnIDRate, H3ConnIDRate}, {&cfg.H3ConnIDBurst, H3ConnIDBurst}, {&cfg.H3ResetRate, H3ResetRate}, {&cfg.H3ResetBurst, H3ResetBurst},
+		{&cfg.H3EarlyRate, H3EarlyRate}, {&cfg.H3EarlyBurst, H3EarlyBurst}} {
 		if *d.v <= 0 {
 			*d.v = d.def
 		}

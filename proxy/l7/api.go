@@ -232,7 +232,8 @@ type Outcome uint8
 const (
 	// OutcomeOK: the member's response was relayed.
 	OutcomeOK Outcome = iota
-	// OutcomeClientError: the request was refused (400, 408, 413, 431).
+	// OutcomeClientError: the request was refused (400, 408, 413, 425,
+	// 431).
 	OutcomeClientError
 	// OutcomeNoRoute: 404.
 	OutcomeNoRoute

@@ -18,6 +18,7 @@ var errorText = map[int]string{
 	405: "This method is not served here.",
 	408: "The request took too long to arrive.",
 	413: "The request body is larger than this service accepts.",
+	425: "The request arrived in TLS early data, which can be replayed; send it again now that the handshake is complete.",
 	431: "The request header fields are too large or too many.",
 	500: "The request could not be served.",
 	502: "The service behind this address did not answer properly.",

@@ -54,6 +54,26 @@ func (c *H3Conn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c.hc.ServeHTTP(w, r)
 }
 
+// ServeEarly serves a request received in 0-RTT (TLS early data, before
+// the handshake completed), which an attacker may have replayed (RFC
+// 8470): a GET, HEAD or OPTIONS request is served as ServeHTTP serves it,
+// with "Early-Data: 1" added so that the member knows; any other method
+// (TRACE too: it echoes the request) is answered 425 Too Early without
+// being routed, and the client may send it again once the handshake
+// completed.
+func (c *H3Conn) ServeEarly(w http.ResponseWriter, r *http.Request) {
+	switch r.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
+		r.Header.Set("Early-Data", "1")
+		c.ServeHTTP(w, r)
+		return
+	}
+	s := c.hc.s
+	stats := RequestStats{Listener: c.hc.info.Listener, LB: c.hc.info.LB, Tenant: c.hc.info.Tenant, HTTP3: true, Client: c.hc.client}
+	s.failHTTP(w, &rtRequest{r: r, ca: &c.hc.ca, scope: c.hc.scope, stats: &stats}, http.StatusTooEarly, OutcomeClientError)
+	s.cfg.Metrics.Request(stats)
+}
+
 // Close releases what the connection's requests held (member connections
 // private to it).
 func (c *H3Conn) Close() {

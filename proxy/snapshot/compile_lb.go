@@ -320,6 +320,7 @@ func (b *lbCompile) listener(f string, i int, l *pb.Listener, lb *pb.LoadBalance
 		out.Limits.IdleTimeout = d.HTTPIdleTimeout
 		out.RedirectToHTTPS = l.GetRedirectToHttps() && proto == ProtoHTTP
 		out.HTTP3 = l.GetHttp3() && proto == ProtoHTTPS
+		out.HTTP3ZeroRTT = out.HTTP3 && l.GetHttp3ZeroRtt()
 		if !broken(errs, ".trustedProxies") {
 			for _, c := range l.GetTrustedProxies() {
 				if pfx, err := netip.ParsePrefix(c); err == nil {

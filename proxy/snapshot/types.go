@@ -273,6 +273,10 @@ type Listener struct {
 	RedirectToHTTPS bool
 	// HTTP3 (https) also serves HTTP/3 over QUIC on UDP at Key's address.
 	HTTP3 bool
+	// HTTP3ZeroRTT (with HTTP3) accepts 0-RTT from resuming clients;
+	// requests in it with other methods than GET, HEAD and OPTIONS are
+	// answered 425 Too Early.
+	HTTP3ZeroRTT bool
 	// TLS is set for https listeners, and for tls-passthrough listeners
 	// with server-name routes that terminate.
 	TLS *TLS
@@ -295,7 +299,7 @@ type Listener struct {
 func (l *Listener) equal(o *Listener) bool {
 	return l.Key == o.Key && l.LB == o.LB && l.Tenant == o.Tenant && l.Index == o.Index &&
 		l.Protocol == o.Protocol && l.Pool == o.Pool && l.Routes.equal(o.Routes) &&
-		l.RedirectToHTTPS == o.RedirectToHTTPS && l.HTTP3 == o.HTTP3 && equalTLS(l.TLS, o.TLS) && l.Limits == o.Limits &&
+		l.RedirectToHTTPS == o.RedirectToHTTPS && l.HTTP3 == o.HTTP3 && l.HTTP3ZeroRTT == o.HTTP3ZeroRTT && equalTLS(l.TLS, o.TLS) && l.Limits == o.Limits &&
 		slices.Equal(l.TrustedProxies, o.TrustedProxies) && l.AccessLog == o.AccessLog &&
 		l.Sources.equal(o.Sources) && l.Rate == o.Rate
 }

@@ -1212,12 +1212,23 @@ type Listener struct {
 	// https listeners: also serve HTTP/3 (QUIC) on UDP at the same VIP and
 	// port, with the same certificates (ACME or uploaded, by server name),
 	// routes and filters. The HTTP/1.1 and HTTP/2 answers of the listener
-	// advertise it with Alt-Svc (ma=86400). 0-RTT is off. Each QUIC
-	// connection counts in the tenant's connections and has at most 100
-	// request streams open at once; past 64 handshakes in flight on the
-	// port, new clients must pass a Retry. Refused on other protocols, and
-	// on a port a udp listener of a load balancer on the VIP uses.
-	Http3         bool `protobuf:"varint,170,opt,name=http3,proto3" json:"http3,omitempty"`
+	// advertise it with Alt-Svc (ma=86400). 0-RTT is off unless
+	// http3ZeroRtt. Each QUIC connection counts in the tenant's connections
+	// and has at most 100 request streams open at once; past 64 handshakes
+	// in flight on the port, new clients must pass a Retry. Refused on
+	// other protocols, and on a port a udp listener of a load balancer on
+	// the VIP uses.
+	Http3 bool `protobuf:"varint,170,opt,name=http3,proto3" json:"http3,omitempty"`
+	// Listeners with http3: accept 0-RTT (early data) from clients that
+	// resume a session, saving them a round trip. Early data can be
+	// replayed by an attacker, so only GET, HEAD and OPTIONS requests
+	// received in it are served (the member sees "Early-Data: 1", RFC
+	// 8470); any other method received before the handshake completes is
+	// answered 425 Too Early, which clients retry after it. Each LB host
+	// accepts at most 256 0-RTT connections a second (1,024 at once) per
+	// tenant, a fixed bound; past it a client's 0-RTT is rejected and it
+	// resends its requests after the handshake. Refused without http3.
+	Http3ZeroRtt  bool `protobuf:"varint,370,opt,name=http3_zero_rtt,json=http3ZeroRtt,proto3" json:"http3_zero_rtt,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1339,6 +1350,13 @@ func (x *Listener) GetRateLimit() *RateLimit {
 func (x *Listener) GetHttp3() bool {
 	if x != nil {
 		return x.Http3
+	}
+	return false
+}
+
+func (x *Listener) GetHttp3ZeroRtt() bool {
+	if x != nil {
+		return x.Http3ZeroRtt
 	}
 	return false
 }
@@ -4710,7 +4728,7 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\vsharing_key\x18\x04 \x01(\tR\n" +
 	"sharingKey\x12\x1a\n" +
 	"\bfamilies\x18( \x03(\tR\bfamilies\x12#\n" +
-	"\rfamily_policy\x18) \x01(\tR\ffamilyPolicy\"\x82\x04\n" +
+	"\rfamily_policy\x18) \x01(\tR\ffamilyPolicy\"\xa9\x04\n" +
 	"\bListener\x12\x12\n" +
 	"\x04port\x18\x01 \x01(\rR\x04port\x12\x1a\n" +
 	"\bprotocol\x18\x02 \x01(\tR\bprotocol\x12\x12\n" +
@@ -4726,7 +4744,8 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\x0edenied_sources\x183 \x03(\tR\rdeniedSources\x123\n" +
 	"\n" +
 	"rate_limit\x184 \x01(\v2\x14.teapot.v1.RateLimitR\trateLimit\x12\x15\n" +
-	"\x05http3\x18\xaa\x01 \x01(\bR\x05http3\"\xb2\x01\n" +
+	"\x05http3\x18\xaa\x01 \x01(\bR\x05http3\x12%\n" +
+	"\x0ehttp3_zero_rtt\x18\xf2\x02 \x01(\bR\fhttp3ZeroRtt\"\xb2\x01\n" +
 	"\tRateLimit\x12.\n" +
 	"\x13requests_per_second\x18\x01 \x01(\rR\x11requestsPerSecond\x124\n" +
 	"\x16connections_per_second\x18\x02 \x01(\rR\x14connectionsPerSecond\x12\x14\n" +

@@ -1,0 +1,409 @@
+package proxy
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3"
+
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+	"github.com/teapot-lb/teapot-lb/proxy/l7"
+)
+
+// gatedConn is a client's UDP socket whose reads wait until open is
+// called: a client that dials on it sends its first flight (ClientHello
+// and 0-RTT packets) and cannot finish its handshake until then. It
+// counts the Retry packets it reads.
+type gatedConn struct {
+	c       *net.UDPConn
+	gate    chan struct{}
+	done    chan struct{}
+	kicked  chan struct{} // a read deadline in the past was set
+	once    sync.Once
+	kick    sync.Once
+	opened  sync.Once
+	retries atomic.Int64
+}
+
+func newGatedConn(t testing.TB, open bool) *gatedConn {
+	t.Helper()
+	c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &gatedConn{c: c, gate: make(chan struct{}), done: make(chan struct{}), kicked: make(chan struct{})}
+	if open {
+		g.open()
+	}
+	t.Cleanup(func() { g.Close() })
+	return g
+}
+
+func (g *gatedConn) open() { g.opened.Do(func() { close(g.gate) }) }
+
+func (g *gatedConn) ReadFrom(b []byte) (int, net.Addr, error) {
+	select {
+	case <-g.gate:
+	case <-g.done:
+		return 0, nil, net.ErrClosed
+	case <-g.kicked:
+		return 0, nil, os.ErrDeadlineExceeded
+	}
+	n, a, err := g.c.ReadFrom(b)
+	if n > 0 && b[0]&0xf0 == 0xf0 { // long header, type Retry
+		g.retries.Add(1)
+	}
+	return n, a, err
+}
+
+func (g *gatedConn) WriteTo(b []byte, a net.Addr) (int, error) { return g.c.WriteTo(b, a) }
+func (g *gatedConn) Close() error {
+	g.once.Do(func() { close(g.done) })
+	return g.c.Close()
+}
+func (g *gatedConn) LocalAddr() net.Addr           { return g.c.LocalAddr() }
+func (g *gatedConn) SetDeadline(t time.Time) error { return g.c.SetDeadline(t) }
+
+// SetReadDeadline with a time past ends a read held at the gate too, as
+// quic-go's Transport.Close expects of it.
+func (g *gatedConn) SetReadDeadline(t time.Time) error {
+	if !t.IsZero() && !t.After(time.Now()) {
+		g.kick.Do(func() { close(g.kicked) })
+	}
+	return g.c.SetReadDeadline(t)
+}
+func (g *gatedConn) SetWriteDeadline(t time.Time) error { return g.c.SetWriteDeadline(t) }
+
+// ticketCache is a client's session cache that counts the tickets put
+// in it.
+type ticketCache struct {
+	tls.ClientSessionCache
+	puts atomic.Int64
+}
+
+func (c *ticketCache) Put(key string, cs *tls.ClientSessionState) {
+	if cs != nil {
+		c.puts.Add(1)
+	}
+	c.ClientSessionCache.Put(key, cs)
+}
+
+// resumingClient is a quic-go client that keeps its session tickets.
+type resumingClient struct {
+	t      *testing.T
+	target *net.UDPAddr
+	cache  *ticketCache
+	tls    *tls.Config
+	qconf  *quic.Config
+}
+
+func newResumingClient(t *testing.T, target string) *resumingClient {
+	cache := &ticketCache{ClientSessionCache: tls.NewLRUClientSessionCache(8)}
+	return &resumingClient{t: t, target: net.UDPAddrFromAddrPort(mustAddrPort(t, target)), cache: cache,
+		tls:   &tls.Config{InsecureSkipVerify: true, ServerName: "gw.acme.example", NextProtos: []string{http3.NextProtoH3}, ClientSessionCache: cache},
+		qconf: &quic.Config{HandshakeIdleTimeout: 10 * time.Second}}
+}
+
+// dial connects over g (0-RTT when early and the client holds a ticket
+// that allows it) and returns the connection and an HTTP/3 client on it.
+func (rc *resumingClient) dial(g *gatedConn, early bool) (*quic.Conn, *http3.ClientConn) {
+	rc.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	dial := quic.Dial
+	if early {
+		dial = quic.DialEarly
+	}
+	c, err := dial(ctx, g, rc.target, rc.tls, rc.qconf)
+	if err != nil {
+		rc.t.Fatalf("dial (early %v): %v", early, err)
+	}
+	rc.t.Cleanup(func() { _ = c.CloseWithError(0, "") })
+	return c, (&http3.Transport{}).NewClientConn(c)
+}
+
+// waitTicket waits until the client holds more than n tickets.
+func (rc *resumingClient) waitTicket(n int64) {
+	rc.t.Helper()
+	waitFor(rc.t, 10*time.Second, "a session ticket", func() bool { return rc.cache.puts.Load() > n })
+}
+
+// prime makes a full connection, a request on it, and waits for its
+// session ticket.
+func (rc *resumingClient) prime() {
+	rc.t.Helper()
+	n := rc.cache.puts.Load()
+	c, cc := rc.dial(newGatedConn(rc.t, true), false)
+	resp, err := h3Get(cc, http.MethodGet, "/prime")
+	if err != nil || resp.StatusCode != 200 {
+		rc.t.Fatalf("priming request: %v %v", resp, err)
+	}
+	rc.waitTicket(n)
+	_ = c.CloseWithError(0, "")
+}
+
+// h3Get sends a request without a body on cc (http3.MethodGet0RTT sends
+// it at once, in 0-RTT when the handshake is not complete) and reads
+// the response.
+func h3Get(cc *http3.ClientConn, method, path string) (*http.Response, error) {
+	req, err := http.NewRequest(method, "https://gw.acme.example"+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := cc.RoundTrip(req)
+	if err == nil {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		resp.Body = io.NopCloser(strings.NewReader(string(b)))
+	}
+	return resp, err
+}
+
+// getEarly sends a GET in 0-RTT on c. When the server rejected the early
+// data (quic-go's client leaves the retry to its caller), it checks that
+// the connection went on resumed without 0-RTT and sends the GET again
+// on a new connection; rejected says so.
+func (rc *resumingClient) getEarly(c *quic.Conn, cc *http3.ClientConn, path string) (resp *http.Response, rejected bool, err error) {
+	resp, err = h3Get(cc, http3.MethodGet0RTT, path)
+	if !errors.Is(err, quic.Err0RTTRejected) {
+		return resp, false, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	next, err := c.NextConnection(ctx)
+	if err != nil {
+		return nil, true, err
+	}
+	if st := next.ConnectionState(); st.Used0RTT || !st.TLS.DidResume {
+		return nil, true, fmt.Errorf("after the rejection: used 0-RTT %v, resumed %v", st.Used0RTT, st.TLS.DidResume)
+	}
+	_, again := rc.dial(newGatedConn(rc.t, true), false)
+	resp, err = h3Get(again, http.MethodGet, path)
+	return resp, true, err
+}
+
+// h3Statuses records the statuses of the HTTP/3 requests the engine
+// answered.
+type h3Statuses struct {
+	mu  sync.Mutex
+	got []int
+}
+
+func (s *h3Statuses) Request(st l7.RequestStats) {
+	if st.HTTP3 {
+		s.mu.Lock()
+		s.got = append(s.got, st.Status)
+		s.mu.Unlock()
+	}
+}
+func (*h3Statuses) Conn(*l7.ConnInfo, bool) {}
+
+func (s *h3Statuses) count(status int) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, g := range s.got {
+		if g == status {
+			n++
+		}
+	}
+	return n
+}
+
+// startH3Early serves an https listener with http3 (and http3ZeroRtt
+// when zeroRTT) whose one route goes to the returned member.
+func startH3Early(t *testing.T, cfg Config, zeroRTT bool) (*Proxy, string, *routingBackend, *h3Statuses, *pb.LoadBalancer) {
+	t.Helper()
+	main := startRoutingBackend(t, "main")
+	rec := &h3Statuses{}
+	srv := l7.New(l7.Config{Metrics: rec})
+	t.Cleanup(func() { srv.Close() })
+	cfg.HTTP = newH3Term(t, srv)
+	p, _ := newProxy(t, cfg)
+	port := freePort(t)
+	lb := h3LB(port, map[string]*routingBackend{"main": main})
+	lb.Routes = lb.Routes[:1]
+	lb.Pools = map[string]*pb.BackendPool{"main": lb.Pools["main"]}
+	lb.Listeners[0].Http3ZeroRtt = zeroRTT
+	update(t, p, lb)
+	if st := p.Status()["acme/gw"]; len(st) != 0 {
+		t.Fatalf("problems: %v", st)
+	}
+	return p, vipAddr("127.0.0.2", port), main, rec, lb
+}
+
+// nextSeen returns the next request the member saw.
+func nextSeen(t *testing.T, rb *routingBackend) seen {
+	t.Helper()
+	select {
+	case s := <-rb.got:
+		return s
+	case <-time.After(15 * time.Second):
+		t.Fatal("the member saw no request")
+		return seen{}
+	}
+}
+
+// TestHTTP3ZeroRTTSafeMethodsOnly: on a listener with http3ZeroRtt, a
+// resuming client whose handshake cannot complete (its reads are held)
+// sends a GET and a POST in 0-RTT. The GET reaches the member with
+// Early-Data: 1 before the handshake completed (it was served from early
+// data) and is answered 200; the POST never reaches the member and is
+// answered 425. Once the handshake completed, a POST on the same
+// connection is served, without Early-Data.
+func TestHTTP3ZeroRTTSafeMethodsOnly(t *testing.T) {
+	t.Parallel()
+	p, target, main, rec, _ := startH3Early(t, Config{}, true)
+	rc := newResumingClient(t, target)
+	rc.prime()
+	if s := nextSeen(t, main); s.Path != "/prime" || s.Header.Get("Early-Data") != "" {
+		t.Fatalf("priming request seen as %+v", s)
+	}
+
+	g := newGatedConn(t, false)
+	c, cc := rc.dial(g, true) // returns at once only when 0-RTT is on
+	got := make(chan *http.Response, 1)
+	errs := make(chan error, 2)
+	go func() {
+		resp, err := h3Get(cc, http3.MethodGet0RTT, "/early")
+		if err != nil {
+			errs <- err
+			return
+		}
+		got <- resp
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	str, err := cc.OpenRequestStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	post, _ := http.NewRequest(http.MethodPost, "https://gw.acme.example/early-post", http.NoBody)
+	if err := str.SendRequestHeader(post); err != nil {
+		t.Fatal(err)
+	}
+	_ = str.Close()
+
+	s := nextSeen(t, main)
+	if s.Method != "GET" || s.Path != "/early" || s.Header.Get("Early-Data") != "1" {
+		t.Fatalf("the member saw %s %s with Early-Data %q, want GET /early with 1", s.Method, s.Path, s.Header.Get("Early-Data"))
+	}
+	waitFor(t, 15*time.Second, "the POST answered 425", func() bool { return rec.count(http.StatusTooEarly) == 1 })
+	select {
+	case <-c.HandshakeComplete():
+		t.Fatal("the handshake completed while the client's reads were held")
+	default:
+	}
+	g.open()
+
+	select {
+	case resp := <-got:
+		if resp.StatusCode != 200 {
+			t.Errorf("GET in 0-RTT: status %d", resp.StatusCode)
+		}
+	case err := <-errs:
+		t.Fatal(err)
+	case <-time.After(15 * time.Second):
+		t.Fatal("no answer to the GET")
+	}
+	resp, err := str.ReadResponse()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusTooEarly {
+		t.Errorf("POST in 0-RTT: status %d, want 425", resp.StatusCode)
+	}
+	if !c.ConnectionState().Used0RTT {
+		t.Error("the client's 0-RTT was not accepted")
+	}
+	if n := p.h3Limits("acme").earlyAccepted.Load(); n != 1 {
+		t.Errorf("%d 0-RTT connections counted, want 1", n)
+	}
+
+	// After the handshake: a POST is served, nothing is early.
+	req, _ := http.NewRequest(http.MethodPost, "https://gw.acme.example/late-post", strings.NewReader("x"))
+	resp, err = cc.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	s = nextSeen(t, main)
+	if resp.StatusCode != 200 || s.Method != "POST" || s.Path != "/late-post" || s.Header.Get("Early-Data") != "" {
+		t.Errorf("POST after the handshake: status %d, the member saw %s %s with Early-Data %q", resp.StatusCode, s.Method, s.Path, s.Header.Get("Early-Data"))
+	}
+	if n := main.n.Load(); n != 3 {
+		t.Errorf("the member saw %d requests, want 3 (the POST in 0-RTT never reached it)", n)
+	}
+}
+
+// TestHTTP3ZeroRTTOffWithoutField: a client holds a ticket that allows
+// early data (from the listener while it had http3ZeroRtt); once the
+// field is removed, its 0-RTT is rejected: the GET it sent in 0-RTT is
+// sent again after the handshake and reaches the member without
+// Early-Data.
+func TestHTTP3ZeroRTTOffWithoutField(t *testing.T) {
+	t.Parallel()
+	p, target, main, _, lb := startH3Early(t, Config{}, true)
+	rc := newResumingClient(t, target)
+	rc.prime()
+	nextSeen(t, main)
+	off := clone(lb)
+	off.Listeners[0].Http3ZeroRtt = false
+	update(t, p, off)
+
+	c, cc := rc.dial(newGatedConn(t, true), true)
+	resp, rejected, err := rc.getEarly(c, cc, "/after")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := nextSeen(t, main)
+	if !rejected || resp.StatusCode != 200 || s.Path != "/after" || s.Header.Get("Early-Data") != "" {
+		t.Errorf("0-RTT rejected %v, status %d, the member saw %s with Early-Data %q; want rejected, 200 and none", rejected, resp.StatusCode, s.Path, s.Header.Get("Early-Data"))
+	}
+	if n := p.h3Limits("acme").earlyAccepted.Load(); n != 0 {
+		t.Errorf("%d 0-RTT connections accepted", n)
+	}
+}
+
+// TestHTTP3ZeroRTTBoundedPerTenant: with a bucket of 2 0-RTT connections
+// (refilled once in 1,000 s), a tenant's third resuming client has its
+// 0-RTT rejected (it is served after the handshake) and counted.
+func TestHTTP3ZeroRTTBoundedPerTenant(t *testing.T) {
+	t.Parallel()
+	p, target, main, _, _ := startH3Early(t, Config{H3EarlyRate: 0.001, H3EarlyBurst: 2}, true)
+	rc := newResumingClient(t, target)
+	rc.prime()
+	nextSeen(t, main)
+	acct := p.h3Limits("acme")
+	for i, want := range []bool{true, true, false} {
+		n := rc.cache.puts.Load()
+		c, cc := rc.dial(newGatedConn(t, true), true)
+		resp, rejected, err := rc.getEarly(c, cc, "/bounded")
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("connection %d: %v %v", i, resp, err)
+		}
+		s := nextSeen(t, main)
+		if rejected == want || (s.Header.Get("Early-Data") == "1") != want {
+			t.Errorf("connection %d: 0-RTT rejected %v, Early-Data %q; want 0-RTT accepted %v", i, rejected, s.Header.Get("Early-Data"), want)
+		}
+		rc.waitTicket(n)
+		_ = c.CloseWithError(0, "")
+	}
+	// The client offers early data again on its new connection (crypto/tls
+	// does whenever its ticket allows it): rejected too.
+	if a, r := acct.earlyAccepted.Load(), acct.earlyRejected.Load(); a != 2 || r < 1 {
+		t.Errorf("0-RTT accepted %d, rejected %d; want 2 and at least 1", a, r)
+	}
+}
