@@ -30,8 +30,16 @@ func (hc *h2conn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		stats.RequestID = r.Header.Get("X-Request-Id")
 	}
 	start := time.Now()
+	var body *countedBody
+	if r.Body != nil && r.Body != http.NoBody {
+		body = &countedBody{ReadCloser: r.Body}
+		r.Body = body
+	}
 	defer func() {
 		stats.Duration = time.Since(start)
+		if body != nil {
+			stats.RequestBytes = body.n
+		}
 		s.cfg.Metrics.Request(stats)
 	}()
 	q := &rtRequest{r: r, ca: &hc.ca, scope: hc.scope, stats: &stats, retries: s.cfg.Retries}
@@ -74,8 +82,7 @@ func (hc *h2conn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if route.Select == nil {
 		if g := route.gated(hc.ca.addr, reqview.HTTP{R: r}); g != nil {
 			stats.Route = route.Name
-			g.Handler.ServeHTTP(w, r)
-			stats.Status, stats.Outcome = http.StatusTooManyRequests, OutcomeLocal
+			serveLocal(w, r, g.Handler, &stats)
 			return
 		}
 	}
@@ -100,8 +107,7 @@ func (hc *h2conn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(code)
 		stats.Status, stats.Outcome = code, OutcomeRedirect
 	case route.Handler != nil:
-		route.Handler.ServeHTTP(w, r)
-		stats.Status, stats.Outcome = 200, OutcomeLocal
+		serveLocal(w, r, route.Handler, &stats)
 	case route.Backend == nil:
 		s.failHTTP(w, q, 503, OutcomeNoMember)
 	default:
