@@ -8,7 +8,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/teapot-lb/teapot-lb/tenantsync/translate"
 )
@@ -25,6 +24,7 @@ func (a *Agent) runNodePorts(ctx context.Context) {
 	defer tick.Stop()
 	for {
 		a.syncNodePorts(ctx)
+		a.syncGatewayServices(ctx)
 		select {
 		case <-ctx.Done():
 			return
@@ -55,7 +55,7 @@ func (a *Agent) syncNodePorts(ctx context.Context) {
 			}
 		}
 	}
-	owned, err := a.src.Services.List(labels.SelectorFromSet(labels.Set{translate.LabelManagedBy: translate.ManagedByAgent}))
+	owned, err := a.src.Services.List(ownedBy(translate.LabelNodePortFor))
 	if err != nil {
 		a.log.Warn("list the agent's NodePort Services", "err", err)
 		return
