@@ -141,3 +141,25 @@ func (s *Server) takeIdle(key poolKey, now int64) (*upConn, *memberPool) {
 	}
 	return u, p
 }
+
+// httpsRedirect is the status of a route's redirect to HTTPS
+// (Route.RedirectHTTPS): 301 for GET and HEAD, 308 for other methods,
+// which must be repeated with their body.
+func httpsRedirect(method string) int {
+	if method == http.MethodGet || method == http.MethodHead {
+		return http.StatusMovedPermanently
+	}
+	return http.StatusPermanentRedirect
+}
+
+// appendHTTPSOrigin appends the start of a redirect to HTTPS's Location:
+// https://host, and the port unless it is 0 or 443.
+func appendHTTPSOrigin(dst, host []byte, port uint16) []byte {
+	dst = append(dst, "https://"...)
+	dst = append(dst, host...)
+	if port != 0 && port != 443 {
+		dst = append(dst, ':')
+		dst = strconv.AppendUint(dst, uint64(port), 10)
+	}
+	return dst
+}

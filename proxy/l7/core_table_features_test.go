@@ -194,6 +194,10 @@ var featureRows = []coreRow{
 	{name: "redirect to HTTPS (listener)", route: func(t *testing.T) (*Route, func() string) {
 		return &Route{Name: "tohttps", RedirectHTTPS: true, HTTPSPort: 8443}, nil
 	}, method: "POST", body: "x", path: "/r?a=1", status: 308, wantHeader: http.Header{"Location": {"https://app.example:8443/r?a=1"}}},
+	{name: "redirect to HTTPS (listener): GET on 443", route: func(t *testing.T) (*Route, func() string) {
+		return &Route{Name: "tohttps", RedirectHTTPS: true, HTTPSPort: 443}, nil
+	}, path: "/a/%7e/../b", status: 301, wantHeader: http.Header{"Location": {"https://app.example/a/b"}},
+		wantStats: "route=tohttps status=301 outcome=3 GET app.example /a/%7e/../b req=0 resp=0"},
 	{name: "ext/mirror", route: func(t *testing.T) (*Route, func() string) {
 		m, mm := &recorder{}, &recorder{}
 		be, mbe := newBackend(t, backendServer(t, m)), newBackend(t, backendServer(t, mm))

@@ -3,7 +3,6 @@ package l7
 import (
 	"net/http"
 	"net/netip"
-	"strconv"
 	"time"
 
 	"github.com/teapot-lb/teapot-lb/proxy/internal/reqview"
@@ -91,19 +90,12 @@ func (hc *h2conn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case route.extended():
 		s.serveExt(w, q, route, string(host), hc.ca.https, hc.scope.pp.dst.Port())
 	case route.RedirectHTTPS:
-		loc := "https://" + string(host)
-		if route.HTTPSPort != 0 && route.HTTPSPort != 443 {
-			loc += ":" + strconv.Itoa(int(route.HTTPSPort))
-		}
-		loc += path
+		loc := append(appendHTTPSOrigin(nil, host, route.HTTPSPort), path...)
 		if r.URL.RawQuery != "" {
-			loc += "?" + r.URL.RawQuery
+			loc = append(append(loc, '?'), r.URL.RawQuery...)
 		}
-		code := 308
-		if r.Method == http.MethodGet || r.Method == http.MethodHead {
-			code = 301
-		}
-		w.Header().Set("Location", loc)
+		code := httpsRedirect(r.Method)
+		w.Header().Set("Location", string(loc))
 		w.WriteHeader(code)
 		stats.Status, stats.Outcome = code, OutcomeRedirect
 	case route.Handler != nil:
