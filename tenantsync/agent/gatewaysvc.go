@@ -45,7 +45,7 @@ func (a *Agent) syncGatewayServices(ctx context.Context) {
 	for _, s := range owned {
 		k := key{s.Namespace, s.Labels[translate.LabelGatewayFor]}
 		if want := need[k]; want == nil || s.Name != want.Name {
-			a.deleteGatewayService(ctx, s)
+			a.deleteOwnedService(ctx, s, "the Service of a Gateway that is not served")
 			continue
 		}
 		current[k] = s
@@ -89,14 +89,17 @@ func (a *Agent) syncGatewayServices(ctx context.Context) {
 	}
 }
 
-func (a *Agent) deleteGatewayService(ctx context.Context, s *corev1.Service) {
+// deleteOwnedService deletes a Service the agent made (the one it read:
+// a UID precondition) that is no longer needed; what says which kind
+// ("a NodePort Service no Ingress needs") for the log.
+func (a *Agent) deleteOwnedService(ctx context.Context, s *corev1.Service, what string) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	uid := s.UID
 	err := a.kube.CoreV1().Services(s.Namespace).Delete(ctx, s.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 	if err != nil && !apierrors.IsNotFound(err) {
-		a.log.Warn("delete the Service of a Gateway that is not served", "namespace", s.Namespace, "name", s.Name, "err", err)
+		a.log.Warn("delete "+what, "namespace", s.Namespace, "name", s.Name, "err", err)
 		return
 	}
-	a.log.Info("deleted the Service of a Gateway that is not served", "namespace", s.Namespace, "name", s.Name)
+	a.log.Info("deleted "+what, "namespace", s.Namespace, "name", s.Name)
 }

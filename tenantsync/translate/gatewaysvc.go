@@ -1,8 +1,6 @@
 package translate
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"maps"
 	"slices"
@@ -30,14 +28,7 @@ const LabelGatewayFor = "teapot-lb.io/gateway-for"
 // GatewayServiceName names the Service the agent makes for the Gateway
 // gw: gw + "-teapot-gw", or a hashed form when that is longer than a DNS
 // label.
-func GatewayServiceName(gw string) string {
-	const suffix = "-teapot-gw"
-	if len(gw)+len(suffix) <= 63 {
-		return gw + suffix
-	}
-	sum := sha256.Sum256([]byte(gw))
-	return gw[:63-len(suffix)-9] + "-" + hex.EncodeToString(sum[:4]) + suffix
-}
+func GatewayServiceName(gw string) string { return agentServiceName(gw, "-teapot-gw") }
 
 // IsGatewayServiceFor reports whether s is the agent's Service for the
 // Gateway named gw.
