@@ -67,6 +67,7 @@ var extended = []features.FeatureName{
 	features.SupportTLSRouteModeMixed,
 	features.SupportListenerSet,
 	features.SupportGatewayHTTPSListenerDetectMisdirectedRequests,
+	features.SupportGatewayInfrastructure,
 }
 
 // skipped are the tests of the profiles' core that teapot-lb does not

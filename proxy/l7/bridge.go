@@ -64,8 +64,7 @@ func (c *clientConn) bridge(b []byte, route *Route, be Backend, opts *BackendOpt
 		q := &rtRequest{r: r, path: string(path), ca: &c.ca, scope: c.scope, stats: &c.stats, retries: c.s.cfg.Retries}
 		c.s.serveExt(w, q, route, string(c.hostBuf), c.info.TLS, c.local.Port())
 	case be == nil:
-		route.Handler.ServeHTTP(w, r)
-		c.stats.Outcome = OutcomeLocal
+		serveLocal(w, r, route.Handler, &c.stats)
 	default:
 		limit := opts.MaxBodyBytes
 		if limit <= 0 {

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"net/netip"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -471,16 +470,12 @@ func (c *clientConn) redirect(route *Route, b, host, path []byte, cleaned, isHea
 	if c.draining() || !h.keepAlive() || h.minor == 0 {
 		c.closing = true
 	}
-	code, line := 308, "HTTP/1.1 308 Permanent Redirect\r\nLocation: https://"
-	if m := h.method(b); m == "GET" || m == "HEAD" {
-		code, line = 301, "HTTP/1.1 301 Moved Permanently\r\nLocation: https://"
+	code, line := httpsRedirect(h.method(b)), "HTTP/1.1 308 Permanent Redirect\r\nLocation: "
+	if code == 301 {
+		line = "HTTP/1.1 301 Moved Permanently\r\nLocation: "
 	}
 	w := append(c.wb[:0], line...)
-	w = append(w, host...)
-	if route.HTTPSPort != 0 && route.HTTPSPort != 443 {
-		w = append(w, ':')
-		w = strconv.AppendUint(w, uint64(route.HTTPSPort), 10)
-	}
+	w = appendHTTPSOrigin(w, host, route.HTTPSPort)
 	switch {
 	case cleaned:
 		w = append(w, path...)

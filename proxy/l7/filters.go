@@ -271,8 +271,7 @@ func (s *Server) serveExt(w http.ResponseWriter, q *rtRequest, route *Route, hos
 		}
 		q.stats.Route = route.Name
 		if g := route.gated(q.ca.addr, reqview.HTTP{R: r}); g != nil {
-			g.Handler.ServeHTTP(w, r)
-			q.stats.Status, q.stats.Outcome = http.StatusTooManyRequests, OutcomeLocal
+			serveLocal(w, r, g.Handler, q.stats)
 			return
 		}
 	}

@@ -166,13 +166,57 @@ func appendRequestHead(dst, b []byte, h *reqHead, ca *clientAddrs, path []byte, 
 	if h.teTrailers {
 		dst = append(dst, "TE: trailers\r\n"...)
 	}
+	return appendForwardFields(dst, ca, host, h.hasXFProto, h.hasXFHost, h.requestID >= 0)
+}
+
+// fieldsSeen records, over the fields of an HTTP/2 client's request,
+// what the forwarding fields added after them depend on: TE: trailers was
+// asked for, and which of X-Forwarded-Proto, X-Forwarded-Host and
+// X-Request-Id a trusted client sent (they are kept, not added again).
+type fieldsSeen struct{ te, proto, host, id bool }
+
+// pass reports whether a client's field goes on to a member, and its
+// kind: pseudo-fields, Host and TE do not (TE is sent again as
+// "trailers" when it was asked for), nor the forwarding fields of a
+// client that is not trusted. HTTP/2 clients' fields take it to HTTP/1.1
+// members and to HTTP/2 members alike.
+func (fs *fieldsSeen) pass(name string, pseudo, trusted bool) (hdrKind, bool) {
+	if pseudo {
+		return 0, false
+	}
+	k := classify(unsafeBytes(name))
+	switch k {
+	case hHost:
+		return k, false
+	case hTE:
+		fs.te = true
+		return k, false
+	}
+	if forwardKind(k) {
+		if !trusted {
+			return k, false
+		}
+		fs.proto = fs.proto || k == hXFProto
+		fs.host = fs.host || k == hXFHost
+		fs.id = fs.id || k == hRequestID
+	}
+	return k, true
+}
+
+// appendForwardFields ends an HTTP/1.1 request head sent to a member with
+// the forwarding fields (X-Forwarded-For/-Proto/-Host, Forwarded,
+// X-Request-Id) for a client of ca asking for host, as every codec sends
+// them: a trusted client's own X-Forwarded-Proto, X-Forwarded-Host and
+// X-Request-Id (hasProto, hasHost, hasID: they were kept) are not added
+// again.
+func appendForwardFields(dst []byte, ca *clientAddrs, host []byte, hasProto, hasHost, hasID bool) []byte {
 	dst = append(dst, "X-Forwarded-For: "...)
 	dst = append(dst, ca.ip...)
-	if !ca.trusted || !h.hasXFProto {
+	if !ca.trusted || !hasProto {
 		dst = append(dst, "\r\nX-Forwarded-Proto: "...)
 		dst = append(dst, ca.proto()...)
 	}
-	if len(host) > 0 && (!ca.trusted || !h.hasXFHost) {
+	if len(host) > 0 && (!ca.trusted || !hasHost) {
 		dst = append(dst, "\r\nX-Forwarded-Host: "...)
 		dst = append(dst, host...)
 	}
@@ -184,7 +228,7 @@ func appendRequestHead(dst, b []byte, h *reqHead, ca *clientAddrs, path []byte, 
 	}
 	dst = append(dst, ";proto="...)
 	dst = append(dst, ca.proto()...)
-	if h.requestID < 0 || !ca.trusted {
+	if !hasID || !ca.trusted {
 		dst = append(dst, "\r\nX-Request-Id: "...)
 		dst = appendRequestID(dst)
 	}

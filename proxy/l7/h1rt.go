@@ -41,12 +41,8 @@ func (rt h1RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	defer wbufs.Put(bp)
 
 	now := nowNano()
-	p := s.pools.get(key)
-	u, reused := p.take(now, s.cfg.UpstreamIdleTimeout), true
-	for u != nil && now-u.idleAt >= staleAfter && u.closedByPeer() {
-		u.close()
-		u = p.take(now, s.cfg.UpstreamIdleTimeout)
-	}
+	u, p := s.takeIdle(key, now)
+	reused := true
 	if u == nil {
 		if u, err = s.dial(ctx, key, opts, nil); err != nil {
 			return nil, err
@@ -142,54 +138,14 @@ func appendHTTPRequest(b []byte, req *http.Request) []byte {
 // writeH1Body streams a request body, chunked when its length is unknown,
 // with the request's trailers.
 func writeH1Body(u *upConn, req *http.Request, bt time.Duration) error {
-	bp := copyBufs.Get().(*[]byte)
-	defer copyBufs.Put(bp)
-	buf := *bp
-	chunkedBody := req.ContentLength < 0
-	write := func(b []byte) error {
-		if err := u.setWriteDeadline(nowNano(), bt); err != nil {
-			return err
-		}
-		_, err := u.nc.Write(b)
-		return err
-	}
-	for {
-		off := 0
-		if chunkedBody {
-			off = 20 // room for the chunk size line
-		}
-		n, rerr := req.Body.Read(buf[off : len(buf)-2])
-		if n > 0 {
-			out := buf[off : off+n]
-			if chunkedBody {
-				line := strconv.AppendInt(buf[:0:off], int64(n), 16)
-				line = append(line, '\r', '\n')
-				start := off - len(line)
-				copy(buf[start:], line)
-				out = append(buf[start:off+n], '\r', '\n')
-			}
-			if err := write(out); err != nil {
-				return err
+	return sendH1Body(u, req.Body, req.ContentLength < 0, 0, bt, func(end []byte) []byte {
+		for k, vv := range req.Trailer {
+			for _, v := range vv {
+				end = append(end, k+": "+sanitizeValue(v)+"\r\n"...)
 			}
 		}
-		if rerr == io.EOF {
-			break
-		}
-		if rerr != nil {
-			u.close() // the member must not take a truncated body
-			return rerr
-		}
-	}
-	if !chunkedBody {
-		return nil
-	}
-	end := []byte("0\r\n")
-	for k, vv := range req.Trailer {
-		for _, v := range vv {
-			end = append(end, k+": "+sanitizeValue(v)+"\r\n"...)
-		}
-	}
-	return write(append(end, "\r\n"...))
+		return end
+	})
 }
 
 // readH1Head reads a final response head, skipping interim responses.

@@ -3,7 +3,6 @@ package l7
 import (
 	"net/http"
 	"net/netip"
-	"strconv"
 	"time"
 
 	"github.com/teapot-lb/teapot-lb/proxy/internal/reqview"
@@ -30,8 +29,16 @@ func (hc *h2conn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		stats.RequestID = r.Header.Get("X-Request-Id")
 	}
 	start := time.Now()
+	var body *countedBody
+	if r.Body != nil && r.Body != http.NoBody {
+		body = &countedBody{ReadCloser: r.Body}
+		r.Body = body
+	}
 	defer func() {
 		stats.Duration = time.Since(start)
+		if body != nil {
+			stats.RequestBytes = body.n
+		}
 		s.cfg.Metrics.Request(stats)
 	}()
 	q := &rtRequest{r: r, ca: &hc.ca, scope: hc.scope, stats: &stats, retries: s.cfg.Retries}
@@ -74,8 +81,7 @@ func (hc *h2conn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if route.Select == nil {
 		if g := route.gated(hc.ca.addr, reqview.HTTP{R: r}); g != nil {
 			stats.Route = route.Name
-			g.Handler.ServeHTTP(w, r)
-			stats.Status, stats.Outcome = http.StatusTooManyRequests, OutcomeLocal
+			serveLocal(w, r, g.Handler, &stats)
 			return
 		}
 	}
@@ -84,24 +90,16 @@ func (hc *h2conn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case route.extended():
 		s.serveExt(w, q, route, string(host), hc.ca.https, hc.scope.pp.dst.Port())
 	case route.RedirectHTTPS:
-		loc := "https://" + string(host)
-		if route.HTTPSPort != 0 && route.HTTPSPort != 443 {
-			loc += ":" + strconv.Itoa(int(route.HTTPSPort))
-		}
-		loc += path
+		loc := append(appendHTTPSOrigin(nil, host, route.HTTPSPort), path...)
 		if r.URL.RawQuery != "" {
-			loc += "?" + r.URL.RawQuery
+			loc = append(append(loc, '?'), r.URL.RawQuery...)
 		}
-		code := 308
-		if r.Method == http.MethodGet || r.Method == http.MethodHead {
-			code = 301
-		}
-		w.Header().Set("Location", loc)
+		code := httpsRedirect(r.Method)
+		w.Header().Set("Location", string(loc))
 		w.WriteHeader(code)
 		stats.Status, stats.Outcome = code, OutcomeRedirect
 	case route.Handler != nil:
-		route.Handler.ServeHTTP(w, r)
-		stats.Status, stats.Outcome = 200, OutcomeLocal
+		serveLocal(w, r, route.Handler, &stats)
 	case route.Backend == nil:
 		s.failHTTP(w, q, 503, OutcomeNoMember)
 	default:

@@ -139,38 +139,12 @@ func (st *h2Stream) serveFast() bool {
 		return false
 	}
 
-	start := time.Now()
-	st.stats = RequestStats{Listener: hc.info.Listener, LB: hc.info.LB, Tenant: hc.info.Tenant, HTTP2: true,
-		Client: hc.client, Route: route.Name}
+	defer st.report(time.Now())
 	stats := &st.stats
-	defer st.report(start)
 	fail := st.fail
-	limit := opts.MaxBodyBytes
-	if limit <= 0 {
-		limit = s.cfg.MaxBodyBytes
-	}
-	if limit > 0 && st.declLen > limit {
-		return fail(413, OutcomeClientError)
-	}
-	if len(st.fields) > s.cfg.MaxHeaderCount+4 {
-		n := 0
-		for _, f := range st.fields {
-			if !f.IsPseudo() {
-				n++
-			}
-		}
-		if n > s.cfg.MaxHeaderCount {
-			return fail(431, OutcomeClientError)
-		}
-	}
-	var key []byte
-	if opts.HashHeader != "" {
-		for _, f := range st.fields {
-			if strings.EqualFold(f.Name, opts.HashHeader) {
-				key = unsafeBytes(f.Value)
-				break
-			}
-		}
+	limit, key, code := st.begin(route, opts)
+	if code != 0 {
+		return fail(code, OutcomeClientError)
 	}
 	if cleaned {
 		st.head = st.appendHead(st.head[:0], p, q)
@@ -220,14 +194,51 @@ func (st *h2Stream) serveFast() bool {
 		m.Done(nil, u.resp.status, d)
 		n, err := st.relay(u)
 		hc.members.release()
-		stats.ResponseBytes = n
-		stats.RequestBytes = st.gotLen
-		stats.Outcome = OutcomeOK
-		if err != nil {
-			stats.Outcome = OutcomeAborted
-		}
-		return true
+		return st.relayed(n, err)
 	}
+}
+
+// begin starts the figures of a request that a fast path (to HTTP/1.1 or
+// HTTP/2 members) serves, and checks what both check before a member is
+// picked: the declared body length against the backend's limit (413) and
+// the number of fields (431). It returns the body limit, the balancing key
+// (the value of the backend's HashHeader field) and the status to answer
+// with instead (0: go on).
+func (st *h2Stream) begin(route *Route, opts *BackendOptions) (limit int64, key []byte, code int) {
+	s, hc := st.c.s, st.c.hc
+	st.stats = RequestStats{Listener: hc.info.Listener, LB: hc.info.LB, Tenant: hc.info.Tenant, HTTP2: true,
+		Client: hc.client, Route: route.Name}
+	limit = opts.MaxBodyBytes
+	if limit <= 0 {
+		limit = s.cfg.MaxBodyBytes
+	}
+	if limit > 0 && st.declLen > limit {
+		return limit, nil, 413
+	}
+	nf := 0
+	for _, f := range st.fields {
+		if !f.IsPseudo() {
+			nf++
+		}
+		if opts.HashHeader != "" && key == nil && strings.EqualFold(f.Name, opts.HashHeader) {
+			key = unsafeBytes(f.Value)
+		}
+	}
+	if nf > s.cfg.MaxHeaderCount {
+		return limit, nil, 431
+	}
+	return limit, key, 0
+}
+
+// relayed records a response relayed to the client: the body bytes both
+// ways and the outcome (aborted when err says the relay failed).
+func (st *h2Stream) relayed(n int64, err error) bool {
+	st.stats.ResponseBytes, st.stats.RequestBytes = n, st.gotLen
+	st.stats.Outcome = OutcomeOK
+	if err != nil {
+		st.stats.Outcome = OutcomeAborted
+	}
+	return true
 }
 
 // report hands the request's figures to the metrics.
@@ -255,26 +266,11 @@ func (st *h2Stream) appendHead(dst []byte, path, query string) []byte {
 	dst = append(dst, " HTTP/1.1\r\nHost: "...)
 	dst = append(dst, st.authority...)
 	dst = append(dst, "\r\n"...)
-	var te, xfProto, xfHost, reqID, cookie bool
+	var fs fieldsSeen
+	var cookie bool
 	for _, f := range st.fields {
-		if f.IsPseudo() {
+		if k, ok := fs.pass(f.Name, f.IsPseudo(), ca.trusted); !ok || k == hContentLength {
 			continue
-		}
-		k := classify(unsafeBytes(f.Name))
-		switch k {
-		case hHost, hContentLength:
-			continue
-		case hTE:
-			te = true
-			continue
-		}
-		if forwardKind(k) {
-			if !ca.trusted {
-				continue
-			}
-			xfProto = xfProto || k == hXFProto
-			xfHost = xfHost || k == hXFHost
-			reqID = reqID || k == hRequestID
 		}
 		if f.Name == "cookie" {
 			cookie = true
@@ -297,7 +293,7 @@ func (st *h2Stream) appendHead(dst []byte, path, query string) []byte {
 		}
 		dst = append(dst, "\r\n"...)
 	}
-	if te {
+	if fs.te {
 		dst = append(dst, "TE: trailers\r\n"...)
 	}
 	switch {
@@ -310,30 +306,7 @@ func (st *h2Stream) appendHead(dst []byte, path, query string) []byte {
 	case st.method == http.MethodPost || st.method == http.MethodPut || st.method == http.MethodPatch:
 		dst = append(dst, "Content-Length: 0\r\n"...)
 	}
-	host := st.authority
-	dst = append(dst, "X-Forwarded-For: "...)
-	dst = append(dst, ca.ip...)
-	if !ca.trusted || !xfProto {
-		dst = append(dst, "\r\nX-Forwarded-Proto: "...)
-		dst = append(dst, ca.proto()...)
-	}
-	if len(host) > 0 && (!ca.trusted || !xfHost) {
-		dst = append(dst, "\r\nX-Forwarded-Host: "...)
-		dst = append(dst, host...)
-	}
-	dst = append(dst, "\r\nForwarded: for="...)
-	dst = append(dst, ca.fwdFor...)
-	if len(host) > 0 {
-		dst = append(dst, ";host="...)
-		dst = appendForwardedValue(dst, unsafeBytes(host))
-	}
-	dst = append(dst, ";proto="...)
-	dst = append(dst, ca.proto()...)
-	if !reqID || !ca.trusted {
-		dst = append(dst, "\r\nX-Request-Id: "...)
-		dst = appendRequestID(dst)
-	}
-	return append(dst, "\r\n\r\n"...)
+	return appendForwardFields(dst, ca, unsafeBytes(st.authority), fs.proto, fs.host, fs.id)
 }
 
 // exchange sends the head (and the body) to m and reads the response
@@ -343,12 +316,8 @@ func (st *h2Stream) exchange(m Member, opts *BackendOptions, rht time.Duration, 
 	s := c.s
 	key := keyOf(m.Addr(), opts.Protocol, opts)
 	now := nowNano()
-	p := s.pools.get(key)
-	u, reused := p.take(now, s.cfg.UpstreamIdleTimeout), true
-	for u != nil && now-u.idleAt >= staleAfter && u.closedByPeer() {
-		u.close()
-		u = p.take(now, s.cfg.UpstreamIdleTimeout)
-	}
+	u, _ := s.takeIdle(key, now)
+	reused := true
 	var err error
 	if u == nil {
 		if u, err = s.dial(c.ctx, key, opts, nil); err != nil {
@@ -434,62 +403,15 @@ func (st *h2Stream) detach() (cut bool) {
 // sendBody streams the request body to the member, chunked when its
 // length is unknown, with its trailers.
 func (st *h2Stream) sendBody(u *upConn, limit int64) error {
-	bt := st.c.s.cfg.BodyTimeout
-	bp := copyBufs.Get().(*[]byte)
-	defer copyBufs.Put(bp)
-	buf := *bp
-	chunked := st.declLen < 0
-	write := func(b []byte) error {
-		if err := u.setWriteDeadline(nowNano(), bt); err != nil {
-			return err
+	return sendH1Body(u, st, st.declLen < 0, limit, st.c.s.cfg.BodyTimeout, func(end []byte) []byte {
+		for _, hf := range st.reqTrailer {
+			end = append(end, hf.Name...)
+			end = append(end, ": "...)
+			end = append(end, hf.Value...)
+			end = append(end, "\r\n"...)
 		}
-		_, err := u.nc.Write(b)
-		return err
-	}
-	var sent int64
-	for {
-		off := 0
-		if chunked {
-			off = 20
-		}
-		n, rerr := st.Read(buf[off : len(buf)-2])
-		sent += int64(n)
-		if limit > 0 && sent > limit {
-			u.close()
-			return errBodyTooLarge
-		}
-		if n > 0 {
-			out := buf[off : off+n]
-			if chunked {
-				line := strconv.AppendInt(buf[:0:off], int64(n), 16)
-				line = append(line, '\r', '\n')
-				start := off - len(line)
-				copy(buf[start:], line)
-				out = append(buf[start:off+n], '\r', '\n')
-			}
-			if err := write(out); err != nil {
-				return err
-			}
-		}
-		if rerr == io.EOF {
-			break
-		}
-		if rerr != nil {
-			u.close() // the member must not take a truncated body
-			return rerr
-		}
-	}
-	if !chunked {
-		return nil
-	}
-	end := append(buf[:0], "0\r\n"...)
-	for _, hf := range st.reqTrailer {
-		end = append(end, hf.Name...)
-		end = append(end, ": "...)
-		end = append(end, hf.Value...)
-		end = append(end, "\r\n"...)
-	}
-	return write(append(end, "\r\n"...))
+		return end
+	})
 }
 
 // relay sends the member's response on the stream and settles the member

@@ -26,31 +26,12 @@ func (st *h2Stream) serveUpH2(route *Route, host []byte, path, query string) boo
 	s, hc := c.s, c.hc
 	be := route.Backend
 	opts := be.Options()
-	start := time.Now()
-	st.stats = RequestStats{Listener: hc.info.Listener, LB: hc.info.LB, Tenant: hc.info.Tenant, HTTP2: true,
-		Client: hc.client, Route: route.Name}
+	defer st.report(time.Now())
 	stats := &st.stats
-	defer st.report(start)
 	fail := st.fail
-	limit := opts.MaxBodyBytes
-	if limit <= 0 {
-		limit = s.cfg.MaxBodyBytes
-	}
-	if limit > 0 && st.declLen > limit {
-		return fail(413, OutcomeClientError)
-	}
-	nf := 0
-	var key []byte
-	for _, f := range st.fields {
-		if !f.IsPseudo() {
-			nf++
-		}
-		if opts.HashHeader != "" && key == nil && strings.EqualFold(f.Name, opts.HashHeader) {
-			key = unsafeBytes(f.Value)
-		}
-	}
-	if nf > s.cfg.MaxHeaderCount {
-		return fail(431, OutcomeClientError)
+	limit, key, code := st.begin(route, opts)
+	if code != 0 {
+		return fail(code, OutcomeClientError)
 	}
 	scheme := "http"
 	if opts.Protocol == H2TLS {
@@ -133,13 +114,7 @@ func (st *h2Stream) serveUpH2(route *Route, host []byte, path, query string) boo
 		stats.Status = up.status
 		m.Done(nil, up.status, d)
 		n, err := st.relayUp(up)
-		stats.ResponseBytes = n
-		stats.RequestBytes = st.gotLen
-		stats.Outcome = OutcomeOK
-		if err != nil {
-			stats.Outcome = OutcomeAborted
-		}
-		return true
+		return st.relayed(n, err)
 	}
 }
 
@@ -334,33 +309,20 @@ func (st *h2Stream) relayUp(up *h2UpStream) (n int64, err error) {
 func (st *h2Stream) appendUpBlock(dst []byte, scheme, path, query string) []byte {
 	ca := &st.c.hc.ca
 	dst = appendPseudo(dst, st.method, scheme, st.authority, path, query)
-	var te, xfProto, xfHost, reqID bool
+	var fs fieldsSeen
 	for _, f := range st.fields {
-		if f.IsPseudo() {
+		hadID := fs.id
+		k, ok := fs.pass(f.Name, f.IsPseudo(), ca.trusted)
+		if !ok {
 			continue
 		}
-		k := classify(unsafeBytes(f.Name))
-		switch k {
-		case hHost:
-			continue
-		case hTE:
-			te = true
-			continue
-		}
-		if forwardKind(k) {
-			if !ca.trusted {
-				continue
-			}
-			xfProto = xfProto || k == hXFProto
-			xfHost = xfHost || k == hXFHost
-			if k == hRequestID && !reqID {
-				reqID = true
-				st.reqID = f.Value
-			}
+		if k == hRequestID && !hadID {
+			st.reqID = f.Value
 		}
 		dst = appendLiteral(dst, f.Name, f.Value, false)
 	}
-	if te {
+	xfProto, xfHost, reqID := fs.proto, fs.host, fs.id
+	if fs.te {
 		dst = appendLiteral(dst, "te", "trailers", false)
 	}
 	host := st.authority

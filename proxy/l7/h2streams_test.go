@@ -60,8 +60,11 @@ func sendGets(t *testing.T, h *h2raw, first uint32, n int, path string) {
 // read, without a handler or a worker goroutine, and the connections
 // stay open. Another tenant's connection is served meanwhile. When the
 // slow streams finish the bound is free again.
+//
+// Not parallel: it counts the stream workers of the whole process, which
+// the package's parallel HTTP/2 tests would add to (as
+// TestH2IdleConnectionKeepsFewWorkers).
 func TestH2TenantStreamBound(t *testing.T) {
-	t.Parallel()
 	const limit, conns, perConn = 6, 3, 4
 	var inflight, peak atomic.Int64
 	release := make(chan struct{})

@@ -333,7 +333,8 @@ func (s *desiredSet) update(k objKey, d *translate.Desired) bool {
 	s.byName[name] = d
 	s.nameOf[k] = name
 	return prev == nil || prev.Version != d.Version || !slices.Equal(prev.Warnings, d.Warnings) ||
-		!slices.Equal(prev.NodePorts, d.NodePorts) || prev.Refused != d.Refused || !reflect.DeepEqual(prev.Gateway, d.Gateway)
+		!slices.Equal(prev.NodePorts, d.NodePorts) || prev.Refused != d.Refused || !reflect.DeepEqual(prev.Gateway, d.Gateway) ||
+		!reflect.DeepEqual(prev.GatewayService, d.GatewayService)
 }
 
 // uniqueName is the load balancer name of k that no other object's can

@@ -8,7 +8,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/teapot-lb/teapot-lb/tenantsync/translate"
 )
@@ -25,6 +24,7 @@ func (a *Agent) runNodePorts(ctx context.Context) {
 	defer tick.Stop()
 	for {
 		a.syncNodePorts(ctx)
+		a.syncGatewayServices(ctx)
 		select {
 		case <-ctx.Done():
 			return
@@ -55,7 +55,7 @@ func (a *Agent) syncNodePorts(ctx context.Context) {
 			}
 		}
 	}
-	owned, err := a.src.Services.List(labels.SelectorFromSet(labels.Set{translate.LabelManagedBy: translate.ManagedByAgent}))
+	owned, err := a.src.Services.List(ownedBy(translate.LabelNodePortFor))
 	if err != nil {
 		a.log.Warn("list the agent's NodePort Services", "err", err)
 		return
@@ -65,7 +65,7 @@ func (a *Agent) syncNodePorts(ctx context.Context) {
 		for_ := s.Labels[translate.LabelNodePortFor]
 		k := key{s.Namespace, for_}
 		if for_ == "" || !need[k] || s.Name != translate.NodePortName(for_) {
-			a.deleteNodePort(ctx, s)
+			a.deleteOwnedService(ctx, s, "a NodePort Service no Ingress needs")
 			continue
 		}
 		current[k] = s
@@ -105,16 +105,4 @@ func (a *Agent) syncNodePorts(ctx context.Context) {
 			a.log.Warn("write the NodePort Service of a ClusterIP backend", "namespace", k.ns, "for", k.svc, "err", err)
 		}
 	}
-}
-
-func (a *Agent) deleteNodePort(ctx context.Context, s *corev1.Service) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	uid := s.UID
-	err := a.kube.CoreV1().Services(s.Namespace).Delete(ctx, s.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
-	if err != nil && !apierrors.IsNotFound(err) {
-		a.log.Warn("delete a NodePort Service no Ingress needs", "namespace", s.Namespace, "name", s.Name, "err", err)
-		return
-	}
-	a.log.Info("deleted a NodePort Service no Ingress needs", "namespace", s.Namespace, "name", s.Name)
 }

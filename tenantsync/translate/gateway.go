@@ -203,6 +203,8 @@ func Gateway(gw *gwv1.Gateway, src Sources, o Options) *Desired {
 		res.AddressNotUsable = fmt.Sprintf("spec.addresses lists %d addresses; a teapot-lb Gateway has one VIP: keep one", n)
 	}
 	gatewayWarnings(gw, d, src.Gateway != nil && src.Gateway.ListenerSets != nil)
+	svc, warnings := gatewayService(gw)
+	d.Warnings = append(d.Warnings, warnings...)
 	g := &gwBuild{gw: gw, src: src, o: o, d: d, lb: lb, res: res}
 	g.podMode = podMode(gw.Annotations, o, d)
 	if !g.podMode {
@@ -249,6 +251,8 @@ func Gateway(gw *gwv1.Gateway, src Sources, o Options) *Desired {
 		d.Refused = accepted.Message
 	} else if res.AddressNotUsable != "" {
 		d.Refused = res.AddressNotUsable
+	} else {
+		d.GatewayService = svc
 	}
 	return finish(d)
 }

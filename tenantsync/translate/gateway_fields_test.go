@@ -31,9 +31,12 @@ func TestGatewayFieldsHonouredOrRefused(t *testing.T) {
 		{"infrastructure parameters", func(g *gwv1.Gateway) {
 			g.Spec.Infrastructure = &gwv1.GatewayInfrastructure{ParametersRef: &gwv1.LocalParametersReference{Kind: "ConfigMap", Name: "p"}}
 		}, string(gwv1.GatewayReasonInvalidParameters), "spec.infrastructure.parametersRef"},
-		{"infrastructure labels: nothing to put them on", func(g *gwv1.Gateway) {
+		{"infrastructure labels (see TestGatewayService)", func(g *gwv1.Gateway) {
 			g.Spec.Infrastructure = &gwv1.GatewayInfrastructure{Labels: map[gwv1.LabelKey]gwv1.LabelValue{"a": "b"}}
 		}, "", ""},
+		{"infrastructure labels of the agent's own keys", func(g *gwv1.Gateway) {
+			g.Spec.Infrastructure = &gwv1.GatewayInfrastructure{Labels: map[gwv1.LabelKey]gwv1.LabelValue{translate.LabelManagedBy: "me"}}
+		}, "", "spec.infrastructure.labels[\"app.kubernetes.io/managed-by\"]: the agent sets this label"},
 		{"ListenerSets without their CRD", func(g *gwv1.Gateway) {
 			g.Spec.AllowedListeners = &gwv1.AllowedListeners{Namespaces: &gwv1.ListenerNamespaces{From: &all}}
 		}, "", "spec.allowedListeners: ListenerSets are not watched"},

@@ -26,13 +26,16 @@ const (
 // NodePortName names the NodePort Service the agent creates for the
 // ClusterIP Service svc: svc + "-teapot-np", or a hashed form when that is
 // longer than a DNS label.
-func NodePortName(svc string) string {
-	const suffix = "-teapot-np"
-	if len(svc)+len(suffix) <= 63 {
-		return svc + suffix
+func NodePortName(svc string) string { return agentServiceName(svc, "-teapot-np") }
+
+// agentServiceName is name + suffix, or, when that is longer than a DNS
+// label, name cut short with a hash of it before suffix.
+func agentServiceName(name, suffix string) string {
+	if len(name)+len(suffix) <= 63 {
+		return name + suffix
 	}
-	sum := sha256.Sum256([]byte(svc))
-	return svc[:63-len(suffix)-9] + "-" + hex.EncodeToString(sum[:4]) + suffix
+	sum := sha256.Sum256([]byte(name))
+	return name[:63-len(suffix)-9] + "-" + hex.EncodeToString(sum[:4]) + suffix
 }
 
 // IsNodePortFor reports whether s is the agent's NodePort Service for the

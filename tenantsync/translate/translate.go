@@ -133,6 +133,9 @@ type Desired struct {
 	Refused string
 	// Gateway is set for a Gateway: its status and its routes'.
 	Gateway *GatewayResult
+	// GatewayService is the Service the agent makes for a Gateway it
+	// serves (gatewaysvc.go); nil for other objects and refused Gateways.
+	GatewayService *corev1.Service
 }
 
 func finish(d *Desired) *Desired {

@@ -1,0 +1,165 @@
+package l7
+
+import (
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// What the codecs share of serving a request, so that a behaviour is
+// written once: local answers and their figures, the request body sent to
+// an HTTP/1.1 member.
+
+// serveLocal answers a request with a route's own handler (a local
+// Handler, a Gate's refusal) on the net/http path of every protocol,
+// recording in stats the status and body bytes it wrote, as a member's
+// response would be.
+func serveLocal(w http.ResponseWriter, r *http.Request, h http.Handler, stats *RequestStats) {
+	lw := localWriter{ResponseWriter: w}
+	h.ServeHTTP(&lw, r)
+	if lw.status == 0 {
+		lw.status = http.StatusOK
+	}
+	stats.Status, stats.Outcome, stats.ResponseBytes = lw.status, OutcomeLocal, lw.n
+}
+
+// localWriter counts what a local handler writes.
+type localWriter struct {
+	http.ResponseWriter
+	status int
+	n      int64
+}
+
+func (w *localWriter) WriteHeader(code int) {
+	if w.status == 0 && code >= 200 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *localWriter) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	n, err := w.ResponseWriter.Write(p)
+	w.n += int64(n)
+	return n, err
+}
+
+// Unwrap lets http.ResponseController reach the codec's writer.
+func (w *localWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// countedBody counts the bytes a handler reads of a request body, for
+// RequestStats.RequestBytes on the net/http path of HTTP/2 and HTTP/3
+// (HTTP/1.x counts in its own body reader).
+type countedBody struct {
+	io.ReadCloser
+	n int64
+}
+
+func (b *countedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.n += int64(n)
+	return n, err
+}
+
+// chunkRoom is the room kept before each read of a body sent chunked,
+// for the chunk-size line.
+const chunkRoom = 20
+
+// sendH1Body streams body to an HTTP/1.1 member through u: as it is, or
+// chunked (then ended by the last chunk and the fields trailers appends).
+// limit > 0 bounds the bytes sent (errBodyTooLarge); bt bounds each
+// write. A failed read closes u: the member must not take a truncated
+// body. HTTP/1.x clients through net/http and HTTP/2 clients on the fast
+// path both send with it.
+func sendH1Body(u *upConn, body io.Reader, chunked bool, limit int64, bt time.Duration, trailers func([]byte) []byte) error {
+	bp := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(bp)
+	buf := *bp
+	write := func(b []byte) error {
+		if err := u.setWriteDeadline(nowNano(), bt); err != nil {
+			return err
+		}
+		_, err := u.nc.Write(b)
+		return err
+	}
+	var sent int64
+	for {
+		off := 0
+		if chunked {
+			off = chunkRoom
+		}
+		n, rerr := body.Read(buf[off : len(buf)-2])
+		sent += int64(n)
+		if limit > 0 && sent > limit {
+			u.close()
+			return errBodyTooLarge
+		}
+		if n > 0 {
+			out := buf[off : off+n]
+			if chunked {
+				line := strconv.AppendInt(buf[:0:off], int64(n), 16)
+				line = append(line, '\r', '\n')
+				start := off - len(line)
+				copy(buf[start:], line)
+				out = append(buf[start:off+n], '\r', '\n')
+			}
+			if err := write(out); err != nil {
+				return err
+			}
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			u.close()
+			return rerr
+		}
+	}
+	if !chunked {
+		return nil
+	}
+	end := append(buf[:0], "0\r\n"...)
+	if trailers != nil {
+		end = trailers(end)
+	}
+	return write(append(end, "\r\n"...))
+}
+
+// takeIdle takes an idle pooled connection of key for a request sent
+// through net/http values or from an HTTP/2 client, passing over those
+// idle for staleAfter that the member has closed (nil when there is
+// none), and the pool.
+func (s *Server) takeIdle(key poolKey, now int64) (*upConn, *memberPool) {
+	p := s.pools.get(key)
+	u := p.take(now, s.cfg.UpstreamIdleTimeout)
+	for u != nil && now-u.idleAt >= staleAfter && u.closedByPeer() {
+		u.close()
+		u = p.take(now, s.cfg.UpstreamIdleTimeout)
+	}
+	return u, p
+}
+
+// httpsRedirect is the status of a route's redirect to HTTPS
+// (Route.RedirectHTTPS): 301 for GET and HEAD, 308 for other methods,
+// which must be repeated with their body.
+func httpsRedirect(method string) int {
+	if method == http.MethodGet || method == http.MethodHead {
+		return http.StatusMovedPermanently
+	}
+	return http.StatusPermanentRedirect
+}
+
+// appendHTTPSOrigin appends the start of a redirect to HTTPS's Location:
+// https://host, and the port unless it is 0 or 443.
+func appendHTTPSOrigin(dst, host []byte, port uint16) []byte {
+	dst = append(dst, "https://"...)
+	dst = append(dst, host...)
+	if port != 0 && port != 443 {
+		dst = append(dst, ':')
+		dst = strconv.AppendUint(dst, uint64(port), 10)
+	}
+	return dst
+}
