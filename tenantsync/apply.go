@@ -154,17 +154,16 @@ func (s *Server) upsert(ctx context.Context, st *stream, objs []*pb.Object) ([]*
 	if len(objs) == 0 {
 		return nil, 0, nil
 	}
-	resp, err := s.cfg.Store.Apply(ctx, &pb.ApplyRequest{Objects: objs, Preconditions: st.preconditions(objs)}, false)
+	resp, err := s.applyFenced(ctx, st, objs)
 	if err == nil {
-		st.learn(resp.GetObjects())
 		out := make([]*pb.ObjectStatus, 0, len(objs))
 		for _, o := range resp.GetObjects() {
 			out = append(out, statusOf(o.GetLoadBalancer()))
 		}
 		return out, resp.GetRevision(), nil
 	}
-	if errors.Is(err, api.ErrChanged) {
-		return nil, 0, outdated(err)
+	if errors.Is(err, ErrOutdated) {
+		return nil, 0, err
 	}
 	if unavailable(err) {
 		return nil, 0, fmt.Errorf("write load balancers: %w", err)
@@ -178,16 +177,15 @@ func (s *Server) upsert(ctx context.Context, st *stream, objs []*pb.Object) ([]*
 	var rev uint64
 	parallel(len(objs), func(i int) {
 		name := objs[i].GetLoadBalancer().GetName()
-		resp, err := s.cfg.Store.Apply(ctx, &pb.ApplyRequest{Objects: objs[i : i+1], Preconditions: st.preconditions(objs[i : i+1])}, false)
+		resp, err := s.applyFenced(ctx, st, objs[i:i+1])
 		switch {
 		case err == nil:
-			st.learn(resp.GetObjects())
 			out[i] = statusOf(resp.GetObjects()[0].GetLoadBalancer())
 			mu.Lock()
 			rev = max(rev, resp.GetRevision())
 			mu.Unlock()
-		case errors.Is(err, api.ErrChanged):
-			errs[i] = outdated(err)
+		case errors.Is(err, ErrOutdated):
+			errs[i] = err
 		case unavailable(err):
 			errs[i] = err
 		default:

@@ -1,10 +1,13 @@
 package tenantsync
 
 import (
+	"context"
+	"errors"
 	"fmt"
 
 	"github.com/teapot-lb/teapot-lb/api"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+	"github.com/teapot-lb/teapot-lb/tenantsync/syncspec"
 )
 
 // Fence: a stream writes a load balancer only if it is still at the
@@ -63,6 +66,67 @@ func (st *stream) learn(stored []*pb.Object) {
 			st.knownRevision(lb.GetName(), lb.GetMeta().GetRevision())
 		}
 	}
+}
+
+// applyFenced writes objs if each is still at the revision the stream
+// knows it at, and learns the revisions they are stored at. A write
+// refused so is looked at once more: a load balancer stored with the very
+// spec the stream writes was written by the stream's own earlier attempt
+// (a write that reached a leader that then lost its place, retried on
+// the next one) or holds what it writes anyway; the stream learns its
+// revision and writes again. Any other change of one is the fence's
+// refusal, and the change is not written (outdated).
+func (s *Server) applyFenced(ctx context.Context, st *stream, objs []*pb.Object) (*pb.ApplyResponse, error) {
+	for attempt := 0; ; attempt++ {
+		resp, err := s.cfg.Store.Apply(ctx, &pb.ApplyRequest{Objects: objs, Preconditions: st.preconditions(objs)}, false)
+		if err == nil {
+			st.learn(resp.GetObjects())
+			return resp, nil
+		}
+		if !errors.Is(err, api.ErrChanged) {
+			return nil, err
+		}
+		if attempt > 0 {
+			return nil, outdated(err)
+		}
+		same, rerr := s.storedAsWritten(ctx, st, objs)
+		if rerr != nil {
+			return nil, rerr
+		}
+		if !same {
+			return nil, outdated(err)
+		}
+	}
+}
+
+// storedAsWritten reports whether every load balancer of objs that the
+// stream knows at a revision is stored with the spec it writes now, or is
+// still at that revision; it learns the revisions of those that are.
+func (s *Server) storedAsWritten(ctx context.Context, st *stream, objs []*pb.Object) (bool, error) {
+	for _, pc := range st.preconditions(objs) {
+		cur, err := s.cfg.Store.Get(ctx, pc.GetRef())
+		switch {
+		case errors.Is(err, api.ErrNotFound):
+			return false, nil
+		case err != nil:
+			return false, fmt.Errorf("read %s: %w", api.RefString(pc.GetRef()), err)
+		}
+		lb := cur.GetLoadBalancer()
+		if lb.GetMeta().GetRevision() == pc.GetRevision() {
+			continue
+		}
+		var mine *pb.LoadBalancer
+		for _, o := range objs {
+			if o.GetLoadBalancer().GetName() == lb.GetName() {
+				mine = o.GetLoadBalancer()
+			}
+		}
+		if syncspec.Version(lb) != syncspec.Version(mine) {
+			return false, nil
+		}
+		st.knownRevision(lb.GetName(), lb.GetMeta().GetRevision())
+	}
+	return true, nil
 }
 
 // outdated is the error that ends a stream whose write the fence refused.

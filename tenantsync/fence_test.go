@@ -102,4 +102,24 @@ func TestAnOutdatedStreamCannotPutBackAnOlderSpec(t *testing.T) {
 	if got := storedMembers(t, h, "acme", "svc-ns-a"); len(got) != 1 || got[0] != "10.20.0.6:80" {
 		t.Fatalf("members %v, want [10.20.0.6:80]", got)
 	}
+
+	// A write that finds the load balancer already stored with the very
+	// spec it writes (its own earlier attempt reached a leader that lost
+	// its place before answering, and the retry on the next one comes
+	// after it) is not refused: the stream goes on.
+	same := tcpLB("svc-ns-a", vip, "10.20.0.7:80")
+	op = tcpLB("svc-ns-a", vip, "10.20.0.7:80")
+	op.Tenant = "acme"
+	if _, err := h.node.Apply(ctx, &pb.ApplyRequest{Objects: []*pb.Object{api.Wrap(op)}}, false); err != nil {
+		t.Fatal(err)
+	}
+	if r := result(t, again.change(upsert(same)), "svc-ns-a"); r.GetError() != "" {
+		t.Fatalf("a write of the spec already stored: %s", r.GetError())
+	}
+	if r := result(t, again.change(upsert(tcpLB("svc-ns-a", vip, "10.20.0.8:80"))), "svc-ns-a"); r.GetError() != "" {
+		t.Fatalf("the write after it: %s", r.GetError())
+	}
+	if got := storedMembers(t, h, "acme", "svc-ns-a"); len(got) != 1 || got[0] != "10.20.0.8:80" {
+		t.Fatalf("members %v, want [10.20.0.8:80]", got)
+	}
 }
