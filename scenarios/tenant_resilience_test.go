@@ -48,11 +48,11 @@ func TestTenantSyncResilience(t *testing.T) {
 		t.Skip("-short: starts etcd, kube-apiserver and a three-node cluster")
 	}
 	l := newTenantLab(t)
-	pods := newPodNet(t, 3)
+	pods := newPodNet(t, 4)
 	creds := l.seedTenant("acme", "acme.example", pods.network())
 	agent := l.agent("agent-1", creds)
 	const port = 8080
-	addrs := []string{pods.addr(0), pods.addr(1), pods.addr(2)}
+	addrs := []string{pods.addr(0), pods.addr(1), pods.addr(2), pods.addr(3)}
 	for i, a := range addrs {
 		startPodBackend(t, pods, fmt.Sprintf("backend-%d", i), a, port)
 	}
@@ -61,11 +61,19 @@ func TestTenantSyncResilience(t *testing.T) {
 	vip, _ := l.waitServiceVIP("shop", "web")
 	waitReaches(t, vip+":8080", "backend-0")
 
-	// Kill the LB leader while the agent streams: no update is lost.
+	// Kill the LB leader while the agent streams: no update is lost. The
+	// updates cycle through the subsets of the first three pods; the last
+	// one names the fourth alone, a set no earlier update had, so that the
+	// load balancer holding it means the agent's every change is written
+	// (the stream writes one object's changes in order) and not that it
+	// reached an earlier update of the same set while still behind.
 	const updates = 30
 	var last []string
 	for i := range updates {
-		last = memberSets(addrs, port, i%7)
+		last = memberSets(addrs[:3], port, i%7)
+		if i == updates-1 {
+			last = []string{fmt.Sprintf("%s:%d", addrs[3], port)}
+		}
 		l.putSlice(endpointSlice("shop", "web-1", "web", port, addrsOf(last)...))
 		if i == updates/3 {
 			leader := l.c.waitLeader()

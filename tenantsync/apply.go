@@ -76,12 +76,12 @@ func (s *Server) applyChange(ctx context.Context, st *stream, ch *pb.SyncChange)
 	if err != nil {
 		return nil, err
 	}
-	removed, err := s.remove(ctx, tenant, removals)
+	removed, err := s.remove(ctx, st, removals)
 	if err != nil {
 		return nil, err
 	}
 	ack.Results = append(ack.Results, removed...)
-	written, rev, err := s.upsert(ctx, objs)
+	written, rev, err := s.upsert(ctx, st, objs)
 	if err != nil {
 		return nil, err
 	}
@@ -121,16 +121,18 @@ func (s *Server) stale(ctx context.Context, tenant string, keep []string, named 
 // remove deletes load balancers, concurrently so that the leader batches
 // them. One that does not exist is answered as not found: removed (it is
 // not stored) with an error saying so.
-func (s *Server) remove(ctx context.Context, tenant string, names []string) ([]*pb.ObjectStatus, error) {
+func (s *Server) remove(ctx context.Context, st *stream, names []string) ([]*pb.ObjectStatus, error) {
 	out := make([]*pb.ObjectStatus, len(names))
 	errs := make([]error, len(names))
 	parallel(len(names), func(i int) {
-		ref := &pb.ObjectRef{Kind: api.KindLoadBalancer, Tenant: tenant, Name: names[i]}
+		ref := &pb.ObjectRef{Kind: api.KindLoadBalancer, Tenant: st.caller.tenant, Name: names[i]}
 		_, err := s.cfg.Store.Delete(ctx, &pb.DeleteRequest{Ref: ref}, false)
 		switch {
 		case err == nil:
+			st.knownRevision(names[i], 0)
 			out[i] = &pb.ObjectStatus{Name: names[i], Removed: true}
 		case errors.Is(err, api.ErrNotFound), status.Code(err) == codes.NotFound:
+			st.knownRevision(names[i], 0)
 			out[i] = &pb.ObjectStatus{Name: names[i], Removed: true, Error: fmt.Sprintf("not found: load balancer %s does not exist", names[i])}
 		case unavailable(err):
 			errs[i] = err
@@ -145,17 +147,23 @@ func (s *Server) remove(ctx context.Context, tenant string, names []string) ([]*
 }
 
 // upsert writes objs in one request, or one by one when that is refused.
-func (s *Server) upsert(ctx context.Context, objs []*pb.Object) ([]*pb.ObjectStatus, uint64, error) {
+// Each is written only if it is still at the revision the stream knows
+// it at (fence.go); when one is not, nothing is written and the stream
+// ends.
+func (s *Server) upsert(ctx context.Context, st *stream, objs []*pb.Object) ([]*pb.ObjectStatus, uint64, error) {
 	if len(objs) == 0 {
 		return nil, 0, nil
 	}
-	resp, err := s.cfg.Store.Apply(ctx, &pb.ApplyRequest{Objects: objs}, false)
+	resp, err := s.applyFenced(ctx, st, objs)
 	if err == nil {
 		out := make([]*pb.ObjectStatus, 0, len(objs))
 		for _, o := range resp.GetObjects() {
 			out = append(out, statusOf(o.GetLoadBalancer()))
 		}
 		return out, resp.GetRevision(), nil
+	}
+	if errors.Is(err, ErrOutdated) {
+		return nil, 0, err
 	}
 	if unavailable(err) {
 		return nil, 0, fmt.Errorf("write load balancers: %w", err)
@@ -169,13 +177,15 @@ func (s *Server) upsert(ctx context.Context, objs []*pb.Object) ([]*pb.ObjectSta
 	var rev uint64
 	parallel(len(objs), func(i int) {
 		name := objs[i].GetLoadBalancer().GetName()
-		resp, err := s.cfg.Store.Apply(ctx, &pb.ApplyRequest{Objects: objs[i : i+1]}, false)
+		resp, err := s.applyFenced(ctx, st, objs[i:i+1])
 		switch {
 		case err == nil:
 			out[i] = statusOf(resp.GetObjects()[0].GetLoadBalancer())
 			mu.Lock()
 			rev = max(rev, resp.GetRevision())
 			mu.Unlock()
+		case errors.Is(err, ErrOutdated):
+			errs[i] = err
 		case unavailable(err):
 			errs[i] = err
 		default:

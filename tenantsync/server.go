@@ -28,6 +28,9 @@ var (
 	ErrRevoked = fmt.Errorf("credential revoked: %w", api.ErrForbidden)
 	// ErrProtocol: the agent broke the stream's rules.
 	ErrProtocol = fmt.Errorf("stream protocol: %w", api.ErrInvalid)
+	// ErrOutdated: a load balancer a stream writes changed since the
+	// stream read or wrote it (fence.go).
+	ErrOutdated = errors.New("stream outdated")
 )
 
 // Store is what the server needs of the replicated state and the host;
@@ -203,7 +206,7 @@ func (s *Server) Sync(ss pb.TenantSync_SyncServer) error {
 	}
 	ctx, cancel := context.WithCancelCause(ss.Context())
 	defer cancel(nil)
-	st := &stream{srv: s, ss: ss, caller: c, cancel: cancel, last: map[string]*pb.ObjectStatus{}}
+	st := &stream{srv: s, ss: ss, caller: c, cancel: cancel, last: map[string]*pb.ObjectStatus{}, revs: map[string]uint64{}}
 	if err := s.register(st); err != nil {
 		return toStatus(err)
 	}
@@ -336,6 +339,7 @@ func (s *Server) welcome(ctx context.Context, st *stream) (*pb.SyncWelcome, erro
 		st.withMembers([]*pb.ObjectStatus{stat})
 		w.Objects = append(w.Objects, stat)
 		st.last[lb.GetName()] = stat
+		st.revs[lb.GetName()] = lb.GetMeta().GetRevision()
 	}
 	return w, nil
 }

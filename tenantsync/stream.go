@@ -32,6 +32,9 @@ type stream struct {
 	mu sync.Mutex
 	// last is the status the agent was last told per load balancer.
 	last map[string]*pb.ObjectStatus
+	// revs is the revision at which the stream knows each load balancer
+	// (fence.go).
+	revs map[string]uint64
 
 	// quota is the tenant's effective quotas as this stream last saw the
 	// tenant (its welcome, then the watch).
