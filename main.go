@@ -201,7 +201,10 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 
 	// One budget of signature CPU per tenant, drawn on by its listeners'
 	// handshakes and its health checks' client certificates.
-	cpu := cpubudget.New(cpubudget.Options{Rate: cfg.TLSCPUPerTenant})
+	// Its accountant charges each tenant's host CPU budget
+	// (quotas.cpuMillicores) with what the process spends for it.
+	cpu := cpubudget.New(cpubudget.Options{Rate: cfg.TLSCPUPerTenant, HostMillicores: int(cfg.CPUPerTenant * 1000)})
+	go cpu.Run(ctx)
 	// Certificates: ACME with the configured CA, and those uploaded through
 	// the API, kept in the replicated store. Session ticket keys derive
 	// from the cluster CA's key, so every host resumes the others' sessions.

@@ -137,6 +137,11 @@ const (
 	// LB hosts' own DNS. A host of an earlier release leaves them out of
 	// its ACME names and serves them no certificate.
 	FeatureACMEWildcard = "acme-wildcard"
+	// FeatureTenantCPU: a tenant's CPU budget on each host set by the
+	// operator (quotas.cpuMillicores). A host of an earlier release
+	// ignores it and bounds only the tenant's handshake, regex and WAF
+	// CPU.
+	FeatureTenantCPU = "tenant-cpu"
 )
 
 // FeatureLevel is the highest cluster feature level this release
@@ -145,7 +150,7 @@ const (
 // request option that a host of an earlier release would ignore, or a
 // command version, raises it, and the cluster accepts writes that use the
 // addition only once every host reports the level.
-const FeatureLevel = 5
+const FeatureLevel = 6
 
 // featureLevels is the level each feature needs on every host.
 var featureLevels = map[string]uint32{
@@ -180,6 +185,7 @@ var featureLevels = map[string]uint32{
 	FeatureACMEWildcard:        5,
 	FeatureHTTP3:               5,
 	FeatureDNSKeyRollover:      5,
+	FeatureTenantCPU:           6,
 }
 
 // LevelOf is the feature level a feature needs on every host (0 for a
@@ -221,7 +227,7 @@ func FeatureRefusal(uses []FeatureUse, need uint32, older []string) error {
 
 // Features returns the features this release serves.
 func Features() []string {
-	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureNotFoundRoutes, FeatureCORS, FeatureClientValidation, FeatureRouteRetry, FeatureBackendHeaders, FeatureBackendTLS, FeatureWAFExclusions, FeatureTLSTerminate, FeatureMisdirectedRequests, FeatureRateLimitHeader, FeatureWriteBudget, FeaturePoolInterface, FeatureTenantBGPUpdateRate, FeatureACMEWildcard, FeatureHTTP3, FeatureWAFRules, FeatureDNSKeyRollover}
+	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureNotFoundRoutes, FeatureCORS, FeatureClientValidation, FeatureRouteRetry, FeatureBackendHeaders, FeatureBackendTLS, FeatureWAFExclusions, FeatureTLSTerminate, FeatureMisdirectedRequests, FeatureRateLimitHeader, FeatureWriteBudget, FeaturePoolInterface, FeatureTenantBGPUpdateRate, FeatureACMEWildcard, FeatureHTTP3, FeatureWAFRules, FeatureDNSKeyRollover, FeatureTenantCPU}
 }
 
 // FeatureUse is one place where a write uses a feature: the feature and
@@ -249,6 +255,9 @@ func FeaturesUsed(obj *pb.Object) []FeatureUse {
 		}
 		if t.GetQuotas().GetWriteBytesPerSecond() != 0 {
 			out = append(out, FeatureUse{Feature: FeatureWriteBudget, Field: RefString(RefOf(obj)) + ": quotas.writeBytesPerSecond"})
+		}
+		if t.GetQuotas().GetCpuMillicores() != 0 {
+			out = append(out, FeatureUse{Feature: FeatureTenantCPU, Field: RefString(RefOf(obj)) + ": quotas.cpuMillicores"})
 		}
 		return out
 	}

@@ -31,7 +31,7 @@ const (
 	DefaultHostShare = 0.25
 	// DefaultTick is how often the accountant charges the process's CPU
 	// time and opens or closes each tenant's gate.
-	DefaultTick = 50 * time.Millisecond
+	DefaultTick = 25 * time.Millisecond
 	// DefaultHostBurst is the CPU time a quiet tenant may spend at once,
 	// as time at its rate: a fifth of a second's worth.
 	DefaultHostBurst = 200 * time.Millisecond
@@ -41,7 +41,13 @@ const (
 	// DefaultMaxUnitCost bounds what one unit of work is charged of the
 	// process's CPU time that was not measured directly.
 	DefaultMaxUnitCost = 2 * time.Millisecond
+	// HotFor is how long after it was last in debt a tenant's work is
+	// paced at its rate.
+	HotFor = 2 * time.Second
 )
+
+// paceEpoch is the origin of the pacing clock (monotonic).
+var paceEpoch = time.Now()
 
 // Work weights, in units: what the data plane tells the accountant a
 // tenant brought in (Tenant.Work).
@@ -64,10 +70,20 @@ type host struct {
 	// gate is nil while the tenant may run; while it is in debt, a
 	// channel closed when it is out of debt.
 	gate atomic.Pointer[chan struct{}]
+	// pace is, while the tenant is hot (in debt within HotFor), the
+	// budget time (ns) one unit of its work costs: Throttle spaces its
+	// work by it (tat), so that it runs at its rate evenly rather than
+	// in bursts each time its gate opens; 0 while it is not hot.
+	pace, tat atomic.Int64
 
 	// The accountant's (Run) alone.
 	hostTokens           float64 // ns of CPU; negative: in debt
 	lastWork, lastDirect int64
+	// unitCost is the CPU time (ns) a unit of the tenant's work cost,
+	// averaged over the ticks it worked; hotUntil the ticks left before
+	// it is not hot.
+	unitCost float64
+	hotTicks int
 
 	// Counters: CPU time charged (ns), time the gate was closed (ns),
 	// times it closed, waits at a closed gate.
@@ -104,6 +120,28 @@ func (t *Tenant) Throttle() {
 		t.waits.Add(1)
 		<-*g
 	}
+	if u := t.pace.Load(); u > 0 {
+		if d := t.reservePace(u); d > 0 {
+			time.Sleep(d)
+		}
+	}
+}
+
+// reservePace takes a unit's slot of the tenant's pace and returns how
+// long until it starts.
+func (t *Tenant) reservePace(u int64) time.Duration {
+	now := int64(time.Since(paceEpoch))
+	for {
+		old := t.tat.Load()
+		start := max(old, now)
+		if start-now > int64(MaxDebt) {
+			// A queue longer than the debt bound: wait it, do not grow it.
+			return time.Duration(start - now)
+		}
+		if t.tat.CompareAndSwap(old, start+u) {
+			return time.Duration(start - now)
+		}
+	}
 }
 
 // ThrottleCtx is Throttle that gives up when ctx ends; it reports
@@ -114,11 +152,32 @@ func (t *Tenant) ThrottleCtx(ctx context.Context) bool {
 	}
 	g := t.gate.Load()
 	if g == nil {
-		return true
+		return t.paceCtx(ctx, WorkConn)
 	}
 	t.waits.Add(1)
 	select {
 	case <-*g:
+		return t.paceCtx(ctx, WorkConn)
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// paceCtx is the pace of Throttle for units of work, giving up when ctx
+// ends.
+func (t *Tenant) paceCtx(ctx context.Context, units int64) bool {
+	u := t.pace.Load()
+	if u <= 0 {
+		return true
+	}
+	d := t.reservePace(u * units)
+	if d <= 0 {
+		return true
+	}
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-tm.C:
 		return true
 	case <-ctx.Done():
 		return false
@@ -251,6 +310,7 @@ func (b *Budgets) account(elapsed, proc time.Duration) {
 		t.hostSpent.Add(int64(charge))
 		var debt bool
 		t.hostTokens, debt = Step(t.hostTokens, elapsed, charge, mc, b.o.HostBurst)
+		t.setPace(work[i], charge, debt, mc, b.o.Tick)
 		if debt {
 			t.throttledNs.Add(int64(elapsed))
 			if t.gate.Load() == nil {
@@ -299,4 +359,29 @@ func Step(tokens float64, elapsed, charge time.Duration, millicores int64, burst
 	tokens = min(tokens+float64(elapsed)*rate, float64(burst)*rate) - float64(charge)
 	tokens = max(tokens, -float64(MaxDebt)*rate)
 	return tokens, tokens < 0
+}
+
+// setPace keeps the tenant's cost of a unit of work and, while it is hot,
+// its pace: the budget time of a unit at its rate.
+func (t *Tenant) setPace(work int64, charge time.Duration, debt bool, millicores int64, tick time.Duration) {
+	if work > 0 {
+		c := float64(charge) / float64(work)
+		if t.unitCost == 0 {
+			t.unitCost = c
+		} else {
+			t.unitCost = 0.7*t.unitCost + 0.3*c
+		}
+	}
+	if debt {
+		t.hotTicks = int(HotFor / tick)
+	} else if t.hotTicks > 0 {
+		t.hotTicks--
+	}
+	if t.hotTicks == 0 || t.unitCost == 0 {
+		if t.pace.Load() != 0 {
+			t.pace.Store(0)
+		}
+		return
+	}
+	t.pace.Store(int64(t.unitCost * 1000 / float64(millicores)))
 }
