@@ -257,7 +257,7 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 	host.Add(cm)
 	host.Add(vm)
 	host.Add(dnsSrv)
-	if err := serveMetrics(ctx, msrv, counters, px, node, tenants, cm, vm, append(dnsSrv.Collectors(), guard.Collector(), relay.Collector(), px.EdgeCollector(), px.DataPathCollector())...); err != nil {
+	if err := serveMetrics(ctx, msrv, counters, px, node, tenants, cm, vm, append(dnsSrv.Collectors(), guard.Collector(), relay.Collector(), px.EdgeCollector(), px.DataPathCollector(), cpu.Collector())...); err != nil {
 		log.Error("metrics are off", "component", "metrics", "err", err)
 	}
 	if webLn != nil {
