@@ -84,7 +84,7 @@ var noisyPhases = []noisyPhase{
 const (
 	adminP99Bound       = 250 * time.Millisecond
 	allAtOnceLateFactor = 16
-	allAtOnceGoalFactor = 2
+	allAtOnceGoalFactor = 1
 )
 
 // roundTwo names the second round's phases.

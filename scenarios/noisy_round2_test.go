@@ -568,20 +568,30 @@ func phaseAllAtOnce(tb testing.TB, l *noisyLab, _ *tenantAgent) []string {
 		notes []string
 		wg    sync.WaitGroup
 	)
-	for _, ph := range roundTwoAlone {
+	// Each abuse's stream is open (authenticated, its first change
+	// answered) before any abuse starts: the API port flood evicts
+	// connections still in their handshake, b's own included.
+	cpuBefore, _ := scrapeTenantCPU(l.n)
+	agents := make([]*tenantAgent, len(roundTwoAlone))
+	for i, ph := range roundTwoAlone {
+		agents[i] = dialTenant(tb, "b-"+strings.ReplaceAll(ph.name, " ", "-"), l.credsB)
+		defer agents[i].close()
+		if _, err := agents[i].change(nil); err != nil {
+			tb.Fatalf("b's stream for %s: %v", ph.name, err)
+		}
+	}
+	for i, ph := range roundTwoAlone {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			agent := dialTenant(tb, "b-"+strings.ReplaceAll(ph.name, " ", "-"), l.credsB)
-			defer agent.close()
-			n := ph.run(tb, l, agent)
+			n := ph.run(tb, l, agents[i])
 			mu.Lock()
 			notes = append(notes, ph.name+": "+strings.Join(n, ", "))
 			mu.Unlock()
 		}()
 	}
 	wg.Wait()
-	return notes
+	return append(notes, cpuNote(l.n, cpuBefore))
 }
 
 // TestNoisyNeighbourRoundTwoKeys checks the committed key the handshake
