@@ -8,6 +8,12 @@
 // signatures in progress; a tenant past either waits, then is refused
 // (handshakes) or delayed (checks), while the other tenants keep their
 // own budgets. A resumed session signs nothing: it pays its ClientHello.
+//
+// Each tenant also has one host budget over everything it makes the
+// host compute (host.go): what is measured here charges it too, and an
+// accountant (Budgets.Run) splits the rest of the process's CPU across
+// the tenants by the work the data plane counts for them (Tenant.Work),
+// holding a tenant in debt where its work enters (Tenant.Throttle).
 package cpubudget
 
 import (
