@@ -212,7 +212,10 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 
 	// One budget of signature CPU per tenant, drawn on by its listeners'
 	// handshakes and its health checks' client certificates.
-	cpu := cpubudget.New(cpubudget.Options{Rate: cfg.TLSCPUPerTenant})
+	// Its accountant charges each tenant's host CPU budget
+	// (quotas.cpuMillicores) with what the process spends for it.
+	cpu := cpubudget.New(cpubudget.Options{Rate: cfg.TLSCPUPerTenant, HostMillicores: int(cfg.CPUPerTenant * 1000)})
+	go cpu.Run(ctx)
 	// Certificates: ACME with the configured CA, and those uploaded through
 	// the API, kept in the replicated store. Session ticket keys derive
 	// from the cluster CA's key, so every host resumes the others' sessions.
@@ -265,7 +268,7 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 	host.Add(cm)
 	host.Add(vm)
 	host.Add(dnsSrv)
-	if err := serveMetrics(ctx, msrv, counters, px, node, tenants, cm, vm, append(dnsSrv.Collectors(), guard.Collector(), relay.Collector(), attachmentCollector{attachments}, px.EdgeCollector(), px.DataPathCollector())...); err != nil {
+	if err := serveMetrics(ctx, msrv, counters, px, node, tenants, cm, vm, append(dnsSrv.Collectors(), guard.Collector(), relay.Collector(), attachmentCollector{attachments}, px.EdgeCollector(), px.DataPathCollector(), cpu.Collector())...); err != nil {
 		log.Error("metrics are off", "component", "metrics", "err", err)
 	}
 	if webLn != nil {

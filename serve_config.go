@@ -81,6 +81,10 @@ type serveConfig struct {
 	// TLSCPUPerTenant is the CPU (cores) one tenant's TLS signatures may
 	// use on average; 0 takes a quarter of the host's CPUs.
 	TLSCPUPerTenant float64 `json:"tls-cpu-per-tenant"`
+	// CPUPerTenant is the CPU (cores) one tenant may make this host spend
+	// on everything when its quotas.cpuMillicores is unset; 0 takes a
+	// quarter of the host's CPUs.
+	CPUPerTenant float64 `json:"cpu-per-tenant"`
 
 	// DNS: the authoritative server of the zones delegated to the LB
 	// hosts (off without --dns-addr).
@@ -204,6 +208,7 @@ func serveCommandWith(run func(context.Context, serveConfig) error) *cobra.Comma
 	f.Var(&cfg.ACMERenewCheck, "acme-renew-check", "how often certificates are checked for renewal")
 	_ = f.MarkHidden("acme-renew-check")
 	f.IntVar(&cfg.ACMEOrdersPerTenant, "acme-orders-per-tenant", cfg.ACMEOrdersPerTenant, "new ACME orders one tenant may start in an hour on this host (the cluster shares one ACME account, whose limits the CA counts); a name whose order failed also waits 1 minute, doubling with each failure up to a day")
+	f.Float64Var(&cfg.CPUPerTenant, "cpu-per-tenant", 0, "CPU cores one tenant without quotas.cpuMillicores may make this host spend on everything it computes for it (requests, connections, TLS, signatures, regexes, the WAF); past it the tenant's requests, connections, handshakes and checks wait (0: a quarter of the host's CPUs)")
 	f.Float64Var(&cfg.TLSCPUPerTenant, "tls-cpu-per-tenant", 0, "CPU cores one tenant's TLS handshakes may use on average on this host: the ClientHellos and full handshakes of its https listeners (over it they wait up to 200ms, then are refused) and the client certificates of its HTTPS health checks (over it they are delayed); resumed sessions sign nothing (0: a quarter of the host's CPUs)")
 	checked(&cfg.DNSAddr, "dns-addr", "addresses", dns.CheckAddrs, "IP:port (comma-separated) where this host answers DNS, UDP and TCP, for --dns-zones: typically a VIP of a static pool that every host binds, or of an arp pool (default off)")
 	checked(&cfg.DNSZones, "dns-zones", "zones", dns.CheckZones, "zones delegated to the LB hosts (comma-separated, like lb.example.com,acme.example): the route hosts of tenants' load balancers inside them, and inside their tenant's domains, are answered with the load balancer's VIP while some host holds or announces it and the load balancer has a member up; other names in them get NXDOMAIN, names outside them REFUSED")
@@ -228,6 +233,9 @@ func serveCommandWith(run func(context.Context, serveConfig) error) *cobra.Comma
 func checkServeConfig(cfg serveConfig) error {
 	if cfg.ACMEOrdersPerTenant < 1 {
 		return fmt.Errorf("--acme-orders-per-tenant %d: give 1 or more new orders an hour (default %d)", cfg.ACMEOrdersPerTenant, certs.DefaultOrdersPerHour)
+	}
+	if cfg.CPUPerTenant < 0 {
+		return fmt.Errorf("--cpu-per-tenant %g: give the CPU cores a tenant may make the host spend, like 0.5, or 0 for a quarter of the host's CPUs", cfg.CPUPerTenant)
 	}
 	if cfg.TLSCPUPerTenant < 0 {
 		return fmt.Errorf("--tls-cpu-per-tenant %g: give the CPU cores a tenant's TLS signatures may use, like 0.5, or 0 for a quarter of the host's CPUs", cfg.TLSCPUPerTenant)

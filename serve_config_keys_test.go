@@ -57,6 +57,7 @@ var nonDefault = map[string]string{
 	"raft-election-timeout":     "400ms",
 	"raft-heartbeat-timeout":    "300ms",
 	"tls-cpu-per-tenant":        "0.5",
+	"cpu-per-tenant":            "0.5",
 	"token":                     "join-token-1",
 	"vip-interface":             "eth7",
 	"web-addr":                  "127.0.0.1:8443",

@@ -156,6 +156,11 @@ const (
 	// ignores the field and rejects 0-RTT (clients resend after the
 	// handshake).
 	FeatureHTTP3ZeroRTT = "http3-zero-rtt"
+	// FeatureTenantCPU: a tenant's CPU budget on each host set by the
+	// operator (quotas.cpuMillicores). A host of an earlier release
+	// ignores it and bounds only the tenant's handshake, regex and WAF
+	// CPU.
+	FeatureTenantCPU = "tenant-cpu"
 )
 
 // FeatureLevel is the highest cluster feature level this release
@@ -203,6 +208,7 @@ var featureLevels = map[string]uint32{
 	FeatureTenantBGPReannounce: 6,
 	FeatureTenantAttachment:    6,
 	FeatureHTTP3ZeroRTT:        6,
+	FeatureTenantCPU:           6,
 }
 
 // LevelOf is the feature level a feature needs on every host (0 for a
@@ -244,7 +250,7 @@ func FeatureRefusal(uses []FeatureUse, need uint32, older []string) error {
 
 // Features returns the features this release serves.
 func Features() []string {
-	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureNotFoundRoutes, FeatureCORS, FeatureClientValidation, FeatureRouteRetry, FeatureBackendHeaders, FeatureBackendTLS, FeatureWAFExclusions, FeatureTLSTerminate, FeatureMisdirectedRequests, FeatureRateLimitHeader, FeatureWriteBudget, FeaturePoolInterface, FeatureTenantBGPUpdateRate, FeatureACMEWildcard, FeatureHTTP3, FeatureWAFRules, FeatureDNSKeyRollover, FeatureTenantBGPTotal, FeatureTenantBGPReannounce, FeatureTenantAttachment, FeatureHTTP3ZeroRTT}
+	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureNotFoundRoutes, FeatureCORS, FeatureClientValidation, FeatureRouteRetry, FeatureBackendHeaders, FeatureBackendTLS, FeatureWAFExclusions, FeatureTLSTerminate, FeatureMisdirectedRequests, FeatureRateLimitHeader, FeatureWriteBudget, FeaturePoolInterface, FeatureTenantBGPUpdateRate, FeatureACMEWildcard, FeatureHTTP3, FeatureWAFRules, FeatureDNSKeyRollover, FeatureTenantBGPTotal, FeatureTenantBGPReannounce, FeatureTenantAttachment, FeatureHTTP3ZeroRTT, FeatureTenantCPU}
 }
 
 // FeatureUse is one place where a write uses a feature: the feature and
@@ -281,6 +287,9 @@ func FeaturesUsed(obj *pb.Object) []FeatureUse {
 		}
 		if t.GetQuotas().GetWriteBytesPerSecond() != 0 {
 			out = append(out, FeatureUse{Feature: FeatureWriteBudget, Field: RefString(RefOf(obj)) + ": quotas.writeBytesPerSecond"})
+		}
+		if t.GetQuotas().GetCpuMillicores() != 0 {
+			out = append(out, FeatureUse{Feature: FeatureTenantCPU, Field: RefString(RefOf(obj)) + ": quotas.cpuMillicores"})
 		}
 		return out
 	}

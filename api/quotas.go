@@ -94,6 +94,7 @@ func EffectiveQuotas(t *pb.Tenant) *pb.Quotas {
 		{set.GetRegexCpuMillicores(), &q.RegexCpuMillicores},
 		{set.GetRateLimitKeys(), &q.RateLimitKeys},
 		{set.GetWafCpuMillicores(), &q.WafCpuMillicores},
+		{set.GetCpuMillicores(), &q.CpuMillicores},
 	} {
 		if f.v != 0 {
 			*f.dst = f.v

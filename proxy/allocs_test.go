@@ -2,12 +2,14 @@ package proxy
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"net"
 	"testing"
 
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 	"github.com/teapot-lb/teapot-lb/proxy/accesslog"
+	"github.com/teapot-lb/teapot-lb/proxy/cpubudget"
 	"github.com/teapot-lb/teapot-lb/proxy/l7"
 	"github.com/teapot-lb/teapot-lb/proxy/metrics"
 	"golang.org/x/net/http2"
@@ -49,7 +51,14 @@ func servedPath(t *testing.T) string {
 	member := startBackend(t, "127.0.0.1", fixedMember)
 	engine := l7.New(l7.Config{Metrics: accesslog.New(accesslog.Config{Next: &metrics.Memory{}})})
 	t.Cleanup(func() { engine.Close() })
-	p, _ := newProxy(t, Config{HTTP: NewHTTP(engine, nil)})
+	// Every request is counted in its tenant's host CPU budget, which an
+	// accountant charges as serve's does (a budget the test's requests
+	// under the race detector do not spend).
+	cpu := cpubudget.New(cpubudget.Options{HostMillicores: 1 << 20})
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go cpu.Run(ctx)
+	p, _ := newProxy(t, Config{HTTP: NewHTTP(engine, nil), CPU: cpu})
 	port := freePort(t)
 	lb := &pb.LoadBalancer{Name: "allocs", Tenant: "acme",
 		Listeners: []*pb.Listener{{Port: uint32(port), Protocol: "http"}},

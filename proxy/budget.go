@@ -8,6 +8,7 @@ import (
 
 	"github.com/teapot-lb/teapot-lb/api/observe"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+	"github.com/teapot-lb/teapot-lb/proxy/cpubudget"
 	"github.com/teapot-lb/teapot-lb/proxy/l7"
 )
 
@@ -85,6 +86,9 @@ type tenantBudget struct {
 	// are, whatever number of connections carry them.
 	streams     atomic.Int64
 	streamLimit atomic.Int64
+	// cpu is the tenant's host CPU budget (nil: none applies): each
+	// connection or flow admitted counts as work in it.
+	cpu *cpubudget.Tenant
 }
 
 var _ l7.Descriptors = (*tenantBudget)(nil)
@@ -126,7 +130,7 @@ func (p *Proxy) tenantBudget(tenant string) *tenantBudget {
 	if v, ok := p.tenants.Load(tenant); ok {
 		return v.(*tenantBudget)
 	}
-	t := &tenantBudget{p: p, name: tenant}
+	t := &tenantBudget{p: p, name: tenant, cpu: p.cfg.CPU.Tenant(tenant)}
 	t.limit.Store(int64(p.cfg.Limits.MaxDescriptorsPerTenant))
 	t.streamLimit.Store(int64(p.cfg.Limits.MaxConnectionsPerTenant))
 	t.member = l7.NewMemberBudget(t)
@@ -168,6 +172,7 @@ func (p *Proxy) admitTenant(tenant string, quota int) (done func(), reason strin
 		}
 		return nil, RefusedTenantLimit
 	}
+	t.cpu.Work(cpubudget.WorkConn)
 	return t.done, ""
 }
 

@@ -133,8 +133,8 @@ func (p *Proxy) pipeRing(l *ListenerSnapshot, client, up *net.TCPConn, member, d
 		Idle:   idle,
 		Tick:   max(idle/4, 10*time.Millisecond),
 		Tenant: l.Tenant,
-		AtoB:   func(n int64) { p.metrics.BytesIn(l.LB, l.Name, n) },
-		BtoA:   func(n int64) { p.metrics.BytesOut(l.LB, l.Name, n) },
+		AtoB:   func(n int64) { p.metrics.BytesIn(l.LB, l.Name, n); l.cpu.Work(bytesWork(n)) },
+		BtoA:   func(n int64) { p.metrics.BytesOut(l.LB, l.Name, n); l.cpu.Work(bytesWork(n)) },
 	}
 	if downWatch != nil {
 		spec.Tick = min(spec.Tick, downPoll)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/teapot-lb/teapot-lb/proxy/balance"
+	"github.com/teapot-lb/teapot-lb/proxy/cpubudget"
 	"github.com/teapot-lb/teapot-lb/proxy/health"
 	"github.com/teapot-lb/teapot-lb/proxy/l7"
 	"github.com/teapot-lb/teapot-lb/proxy/snapshot"
@@ -230,6 +231,10 @@ type httpRouter struct {
 }
 
 func (r *httpRouter) Route(host, path string) *l7.Route {
+	// Every request of the tenant's, of any HTTP version, is routed
+	// here: counted in its host CPU budget, and held while it is in debt.
+	r.ls.cpu.Work(cpubudget.WorkRequest)
+	r.ls.cpu.Throttle()
 	if !r.tls && r.h.challenge != nil {
 		if hd := r.h.challenge(path); hd != nil {
 			return &l7.Route{Name: r.ls.LB + "/acme-challenge", Handler: hd}

@@ -120,7 +120,10 @@ type Config struct {
 	// CPU is the tenants' budgets of signature CPU, charged by the
 	// client signatures of their HTTPS health checks (and, given to the
 	// certificate manager too, by their listeners' handshakes); nil takes
-	// budgets of the defaults.
+	// budgets of the defaults. Its host budgets (quotas.cpuMillicores)
+	// count every tenant's requests, connections, datagrams and bytes
+	// and hold a tenant in debt where they enter, once its accountant
+	// runs (Budgets.Run); nil counts and holds nothing.
 	CPU *cpubudget.Budgets
 	// ClientCertificate returns a tenant's uploaded certificate with its
 	// key (the certificate manager's Uploaded), for pools that present

@@ -137,7 +137,9 @@ func (l *ListenerSnapshot) lookup(host, path string, req snapshot.Request) (r *s
 		return r, blocked
 	}
 	r, _ = rt.Lookup(host, path, req, true)
-	b.settle(reserved, regexNow()-start)
+	used := regexNow() - start
+	b.settle(reserved, used)
+	l.cpu.ChargeDirect(time.Duration(used))
 	return r, false
 }
 

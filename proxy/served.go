@@ -11,6 +11,7 @@ import (
 	"github.com/teapot-lb/teapot-lb/api/observe"
 
 	"github.com/teapot-lb/teapot-lb/proxy/balance"
+	"github.com/teapot-lb/teapot-lb/proxy/cpubudget"
 	"github.com/teapot-lb/teapot-lb/proxy/health"
 	"github.com/teapot-lb/teapot-lb/proxy/internal/pmap"
 	"github.com/teapot-lb/teapot-lb/proxy/l7"
@@ -64,6 +65,10 @@ type ListenerSnapshot struct {
 	// regex is the tenant's regex CPU budget on this host; nil for
 	// listeners not published by the proxy (no budget applies).
 	regex *regexBudget
+	// cpu is the tenant's host CPU budget (quotas.cpuMillicores): its
+	// work is counted and waits there while it is in debt (nil: none
+	// applies).
+	cpu *cpubudget.Tenant
 	// budget is the tenant's member budget (nil in a listener snapshot
 	// the proxy did not build: member connections go uncharged).
 	budget *l7.MemberBudget
@@ -261,7 +266,8 @@ func (p *Proxy) build(s *snapshot.Snapshot, old *served, keys []snapshot.Key) (*
 		}
 		if l != nil {
 			sps := l.Pools()
-			nl := &ListenerSnapshot{Listener: l, pools: make([]*Pool, len(sps))}
+			nl := &ListenerSnapshot{Listener: l, pools: make([]*Pool, len(sps)), cpu: p.cfg.CPU.Tenant(l.Tenant)}
+			nl.cpu.SetMillicores(l.Limits.CPUMillicores)
 			if l.Protocol.L7() {
 				tb := p.tenantBudget(l.Tenant)
 				nl.budget, nl.tenant = tb.member, tb

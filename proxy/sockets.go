@@ -307,6 +307,12 @@ func (p *Proxy) acceptFor(s *socket, c *net.TCPConn, tenant string) {
 		defer s.active.Add(-1)
 		defer tenantDone()
 		defer s.untrack(t)
+		// A tenant in debt of its host CPU budget has its new
+		// connections wait here, its neighbours' never.
+		if !l.cpu.ThrottleCtx(t.ctx) {
+			c.Close()
+			return
+		}
 		start := time.Now()
 		p.metrics.ConnOpened(l.LB, l.Name)
 		switch {

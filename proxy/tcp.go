@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/teapot-lb/teapot-lb/proxy/balance"
+	"github.com/teapot-lb/teapot-lb/proxy/cpubudget"
 	"github.com/teapot-lb/teapot-lb/proxy/health"
 	"github.com/teapot-lb/teapot-lb/proxy/internal/splice"
 	"github.com/teapot-lb/teapot-lb/proxy/proxyproto"
@@ -185,9 +186,9 @@ func (p *Proxy) pipe(l *ListenerSnapshot, client, up *net.TCPConn, member, downW
 	pp.last.Store(time.Now().UnixNano())
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		pp.copy(splice.New(p.pipes, client, up), func(n int64) { p.metrics.BytesOut(l.LB, l.Name, n) })
+		pp.copy(splice.New(p.pipes, client, up), func(n int64) { p.metrics.BytesOut(l.LB, l.Name, n); l.cpu.Work(bytesWork(n)) })
 	})
-	pp.copy(splice.New(p.pipes, up, client), func(n int64) { p.metrics.BytesIn(l.LB, l.Name, n) })
+	pp.copy(splice.New(p.pipes, up, client), func(n int64) { p.metrics.BytesIn(l.LB, l.Name, n); l.cpu.Work(bytesWork(n)) })
 	wg.Wait()
 	pp.end(false)
 }
@@ -270,3 +271,14 @@ func (pp *pipe) end(reset bool) {
 		pp.up.Close()
 	})
 }
+
+// bytesWork is the work n bytes relayed count in the tenant's host CPU
+// budget: a unit per 64 KiB begun.
+func bytesWork(n int64) int64 {
+	return (n + 1<<cpubudget.WorkBytesShift - 1) >> cpubudget.WorkBytesShift
+}
+
+// tlsBytesWork is bytesWork for bytes the host decrypts or encrypts (TLS
+// terminated by an SNI route): four times the units, for the record
+// crypto.
+func tlsBytesWork(n int64) int64 { return 4 * bytesWork(n) }

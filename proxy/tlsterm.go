@@ -76,9 +76,9 @@ func (p *Proxy) serveTerminated(l *ListenerSnapshot, c *net.TCPConn, pool *Pool,
 	sp.last.Store(time.Now().UnixNano())
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		sp.copy(up, tc, func() error { return up.CloseWrite() }, func(n int64) { p.metrics.BytesIn(l.LB, l.Name, n) })
+		sp.copy(up, tc, func() error { return up.CloseWrite() }, func(n int64) { p.metrics.BytesIn(l.LB, l.Name, n); l.cpu.Work(tlsBytesWork(n)) })
 	})
-	sp.copy(tc, up, tc.CloseWrite, func(n int64) { p.metrics.BytesOut(l.LB, l.Name, n) })
+	sp.copy(tc, up, tc.CloseWrite, func(n int64) { p.metrics.BytesOut(l.LB, l.Name, n); l.cpu.Work(tlsBytesWork(n)) })
 	wg.Wait()
 	sp.end(false)
 }

@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/teapot-lb/teapot-lb/proxy/cpubudget"
 	"github.com/teapot-lb/teapot-lb/proxy/health"
 	"github.com/teapot-lb/teapot-lb/proxy/internal/freebind"
 )
@@ -162,6 +163,11 @@ func (u *udpSocket) readLoop() {
 		if f == nil {
 			continue
 		}
+		// The listener's socket is its tenant's alone: a tenant in debt
+		// of its host CPU budget stops reading it (the kernel drops past
+		// its buffer).
+		f.l.cpu.Work(cpubudget.WorkDatagram)
+		f.l.cpu.Throttle()
 		f.last.Store(u.now.Load())
 		f.received(n)
 		if _, err := f.up.Write(buf[:n]); err == nil {
@@ -292,6 +298,7 @@ func (f *flow) replies() {
 			if !f.replied.Load() {
 				f.replied.Store(true)
 			}
+			f.l.cpu.Work(cpubudget.WorkDatagram)
 			if _, err := f.u.conn.WriteToUDPAddrPort((*bp)[:n], f.client); err == nil {
 				p.metrics.BytesOut(f.l.LB, f.l.Name, int64(n))
 			}

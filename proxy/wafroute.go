@@ -150,6 +150,7 @@ func (p *Proxy) wafInspect(ls *ListenerSnapshot, sr *snapshot.Route) func(*http.
 		})
 		b.settle(reserve, int64(used))
 		b.cpu.Add(int64(used))
+		ls.cpu.ChargeDirect(used)
 		if own != nil {
 			last.Store(int64(used))
 		}

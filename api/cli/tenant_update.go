@@ -43,6 +43,7 @@ func newQuotaFlags() quotaFlags {
 		{flag: "max-regex-matches", help: "most regular expressions over all the tenant's load balancers", field: func(q *pb.Quotas) *uint32 { return &q.RegexMatches }},
 		{flag: "regex-cpu-millicores", help: "CPU each LB host may spend matching the tenant's regular expressions, in thousandths of a core", field: func(q *pb.Quotas) *uint32 { return &q.RegexCpuMillicores }},
 		{flag: "waf-cpu-millicores", help: "CPU each LB host may spend inspecting the tenant's requests with the WAF, in thousandths of a core", field: func(q *pb.Quotas) *uint32 { return &q.WafCpuMillicores }},
+		{flag: "cpu-millicores", help: "CPU each LB host may spend on everything the tenant makes it compute, in thousandths of a core (0: a quarter of the host's CPUs)", field: func(q *pb.Quotas) *uint32 { return &q.CpuMillicores }},
 		{flag: "max-rate-limit-keys", help: "most client keys each LB host tracks for the tenant's rate limits at once (about 100 bytes each)", field: func(q *pb.Quotas) *uint32 { return &q.RateLimitKeys }},
 	}
 }

@@ -8,6 +8,12 @@
 // signatures in progress; a tenant past either waits, then is refused
 // (handshakes) or delayed (checks), while the other tenants keep their
 // own budgets. A resumed session signs nothing: it pays its ClientHello.
+//
+// Each tenant also has one host budget over everything it makes the
+// host compute (host.go): what is measured here charges it too, and an
+// accountant (Budgets.Run) splits the rest of the process's CPU across
+// the tenants by the work the data plane counts for them (Tenant.Work),
+// holding a tenant in debt where its work enters (Tenant.Throttle).
 package cpubudget
 
 import (
@@ -59,6 +65,15 @@ type Options struct {
 	MaxWait time.Duration
 	// Overhead: see DefaultOverhead (charged by Hello).
 	Overhead time.Duration
+
+	// The host budget (host.go). HostMillicores is one tenant's whose
+	// quotas.cpuMillicores is unset (default DefaultHostShare of
+	// GOMAXPROCS); Tick, HostBurst and MaxUnitCost default to
+	// DefaultTick, DefaultHostBurst and DefaultMaxUnitCost.
+	HostMillicores int
+	Tick           time.Duration
+	HostBurst      time.Duration
+	MaxUnitCost    time.Duration
 }
 
 func (o Options) withDefaults() Options {
@@ -78,6 +93,15 @@ func (o Options) withDefaults() Options {
 	if o.Overhead <= 0 {
 		o.Overhead = DefaultOverhead
 	}
+	if o.Tick <= 0 {
+		o.Tick = DefaultTick
+	}
+	if o.HostBurst <= 0 {
+		o.HostBurst = DefaultHostBurst
+	}
+	if o.MaxUnitCost <= 0 {
+		o.MaxUnitCost = DefaultMaxUnitCost
+	}
 	return o
 }
 
@@ -96,10 +120,14 @@ func New(o Options) *Budgets {
 // Options returns the options in effect (defaults filled in).
 func (b *Budgets) Options() Options { return b.o }
 
-// Tenant returns a tenant's budget, created on first use. A tenant keeps
+// Tenant returns a tenant's budget, created on first use (nil for a nil
+// Budgets: nothing is charged, nothing waits). A tenant keeps
 // its budget (a few hundred bytes) while the process runs, so that
 // removing and adding its listeners does not refill it.
 func (b *Budgets) Tenant(name string) *Tenant {
+	if b == nil {
+		return nil
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	t := b.tenants[name]
@@ -158,6 +186,8 @@ type Tenant struct {
 	spent                            atomic.Int64
 	// inFlight counts signatures in progress, peak the most at once.
 	inFlight, peak atomic.Int32
+
+	host // the tenant's account in the host budget (host.go)
 }
 
 // Name returns the tenant's name.
@@ -196,6 +226,7 @@ func (t *Tenant) charge(cost time.Duration) {
 	t.tokens -= float64(cost)
 	t.mu.Unlock()
 	t.spent.Add(int64(cost))
+	t.ChargeDirect(cost)
 }
 
 // Hello admits a ClientHello to one of the tenant's listeners before any
@@ -204,7 +235,8 @@ func (t *Tenant) charge(cost time.Duration) {
 // cost more); admitted, it is charged Overhead. A resumed session pays
 // this and nothing more.
 func (t *Tenant) Hello() error {
-	if !t.waitTokens(context.Background(), time.Now().Add(t.b.o.MaxWait)) {
+	deadline := time.Now().Add(t.b.o.MaxWait)
+	if !t.waitTokens(context.Background(), deadline) || !t.throttleUntil(context.Background(), deadline) {
 		t.refused.Add(1)
 		return ErrOverBudget
 	}
@@ -267,15 +299,16 @@ func (t *Tenant) acquire(ctx context.Context, deadline time.Time) bool {
 	}
 }
 
-// Wait blocks until the tenant's bucket is out of debt or ctx ends, and
-// reports whether it is: a health check calls it before it starts, so a
-// tenant whose checks spent its budget has its checks delayed.
+// Wait blocks until the tenant's bucket and its host budget are out of
+// debt or ctx ends, and reports whether they are: a health check calls it
+// before it starts, so a tenant whose checks (or anything else) spent its
+// budget has its checks delayed.
 func (t *Tenant) Wait(ctx context.Context) bool {
-	if t.owed(time.Now()) == 0 {
+	if t.owed(time.Now()) == 0 && t.gate.Load() == nil {
 		return true
 	}
 	t.delayed.Add(1)
-	return t.waitTokens(ctx, time.Time{})
+	return t.waitTokens(ctx, time.Time{}) && t.ThrottleCtx(ctx)
 }
 
 // sign makes one signature charged to the tenant. With refuse, a
@@ -287,7 +320,7 @@ func (t *Tenant) sign(s crypto.Signer, rand io.Reader, digest []byte, opts crypt
 	var deadline time.Time
 	if refuse {
 		deadline = time.Now().Add(t.b.o.MaxWait)
-		if !t.waitTokens(ctx, deadline) || !t.acquire(ctx, deadline) {
+		if !t.waitTokens(ctx, deadline) || !t.throttleUntil(ctx, deadline) || !t.acquire(ctx, deadline) {
 			t.refused.Add(1)
 			return nil, ErrOverBudget
 		}

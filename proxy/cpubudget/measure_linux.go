@@ -61,3 +61,13 @@ func threadCPU() (time.Duration, bool) {
 	}
 	return time.Duration(ts.Nano()), true
 }
+
+// processCPU is the CPU time the process spent so far, user and system,
+// all threads (0 when it cannot be read).
+func processCPU() time.Duration {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}

@@ -14,7 +14,7 @@ import (
 func (t *Tenant) Verify(f func() error) error {
 	ctx := context.Background()
 	deadline := time.Now().Add(t.b.o.MaxWait)
-	if !t.waitTokens(ctx, deadline) || !t.acquire(ctx, deadline) {
+	if !t.waitTokens(ctx, deadline) || !t.throttleUntil(ctx, deadline) || !t.acquire(ctx, deadline) {
 		t.refused.Add(1)
 		return ErrOverBudget
 	}

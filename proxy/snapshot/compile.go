@@ -267,11 +267,13 @@ type tenantInfo struct {
 	rateKeys int
 	// wafCPU is quotas.wafCpuMillicores (0: the default).
 	wafCPU int
+	// cpu is quotas.cpuMillicores (0: the host's default).
+	cpu int
 }
 
 // equal reports whether two tenants compile their load balancers the same.
 func (t *tenantInfo) equal(o *tenantInfo) bool {
-	return t.conns == o.conns && t.connsPerListener == o.connsPerListener && t.regexCPU == o.regexCPU && t.rateKeys == o.rateKeys && t.wafCPU == o.wafCPU &&
+	return t.conns == o.conns && t.connsPerListener == o.connsPerListener && t.regexCPU == o.regexCPU && t.rateKeys == o.rateKeys && t.wafCPU == o.wafCPU && t.cpu == o.cpu &&
 		slices.Equal(t.domains, o.domains) && slices.Equal(t.nets, o.nets)
 }
 
@@ -568,7 +570,8 @@ func (b *lbCompile) compile(lb *pb.LoadBalancer, t *tenantInfo, e *entry) {
 func newTenantInfo(t *pb.Tenant) *tenantInfo {
 	ti := &tenantInfo{src: t, domains: t.GetDomains(), conns: int(t.GetQuotas().GetConnections()),
 		connsPerListener: int(t.GetQuotas().GetConnectionsPerListener()), regexCPU: int(t.GetQuotas().GetRegexCpuMillicores()),
-		rateKeys: int(t.GetQuotas().GetRateLimitKeys()), wafCPU: int(t.GetQuotas().GetWafCpuMillicores())}
+		rateKeys: int(t.GetQuotas().GetRateLimitKeys()), wafCPU: int(t.GetQuotas().GetWafCpuMillicores()),
+		cpu: int(t.GetQuotas().GetCpuMillicores())}
 	for _, s := range t.GetNetworks() {
 		if p, err := netip.ParsePrefix(s); err == nil && p == p.Masked() {
 			ti.nets = append(ti.nets, p)

@@ -346,6 +346,7 @@ func (b *lbCompile) listener(f string, i int, l *pb.Listener, lb *pb.LoadBalance
 		out.Limits.RegexCPUMillicores = t.regexCPU
 		out.Limits.RateLimitKeys = t.rateKeys
 		out.Limits.WAFCPUMillicores = t.wafCPU
+		out.Limits.CPUMillicores = t.cpu
 		if t.connsPerListener > 0 {
 			out.Limits.MaxConnections = t.connsPerListener
 		}

@@ -253,6 +253,10 @@ type Limits struct {
 	// WAFCPUMillicores is the tenant's quotas.wafCpuMillicores (0:
 	// api.DefaultWAFCPUMillicores).
 	WAFCPUMillicores int
+	// CPUMillicores is the tenant's quotas.cpuMillicores: the CPU a host
+	// may spend on everything the tenant makes it compute, in thousandths
+	// of a core (0: the host's default).
+	CPUMillicores int
 }
 
 // Listener is the compiled form of one listener of one load balancer.

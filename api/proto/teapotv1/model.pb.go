@@ -599,8 +599,13 @@ type Quotas struct {
 	// (0: the default, 256 KiB). Past it the streams wait: the agents'
 	// changes are slowed and told why, never refused.
 	WriteBytesPerSecond uint64 `protobuf:"varint,190,opt,name=write_bytes_per_second,json=writeBytesPerSecond,proto3" json:"write_bytes_per_second,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// CPU each LB host may spend on everything the tenant makes it compute
+	// (requests, connections, TLS, HTTP/2 frames, relayed bytes, handshake
+	// and check signatures, regexes, the WAF), in thousandths of a core
+	// (0: a quarter of the host's CPUs).
+	CpuMillicores uint32 `protobuf:"varint,330,opt,name=cpu_millicores,json=cpuMillicores,proto3" json:"cpu_millicores,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Quotas) Reset() {
@@ -769,6 +774,13 @@ func (x *Quotas) GetWafCpuMillicores() uint32 {
 func (x *Quotas) GetWriteBytesPerSecond() uint64 {
 	if x != nil {
 		return x.WriteBytesPerSecond
+	}
+	return 0
+}
+
+func (x *Quotas) GetCpuMillicores() uint32 {
+	if x != nil {
+		return x.CpuMillicores
 	}
 	return 0
 }
@@ -4667,7 +4679,7 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\n" +
 	"reannounce\x18\xe9\x02 \x01(\bR\n" +
 	"reannounce\x12\x1d\n" +
-	"\tcommunity\x18\xea\x02 \x01(\tR\tcommunity\"\x93\x06\n" +
+	"\tcommunity\x18\xea\x02 \x01(\tR\tcommunity\"\xbb\x06\n" +
 	"\x06Quotas\x12%\n" +
 	"\x0eload_balancers\x18\x01 \x01(\rR\rloadBalancers\x12\x1c\n" +
 	"\taddresses\x18\x02 \x01(\rR\taddresses\x12\"\n" +
@@ -4690,7 +4702,8 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\fstored_bytes\x18\x14 \x01(\x04R\vstoredBytes\x12&\n" +
 	"\x0frate_limit_keys\x182 \x01(\rR\rrateLimitKeys\x12,\n" +
 	"\x12waf_cpu_millicores\x183 \x01(\rR\x10wafCpuMillicores\x124\n" +
-	"\x16write_bytes_per_second\x18\xbe\x01 \x01(\x04R\x13writeBytesPerSecond\"\x98\x02\n" +
+	"\x16write_bytes_per_second\x18\xbe\x01 \x01(\x04R\x13writeBytesPerSecond\x12&\n" +
+	"\x0ecpu_millicores\x18\xca\x02 \x01(\rR\rcpuMillicores\"\x98\x02\n" +
 	"\aVIPPool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05cidrs\x18\x02 \x03(\tR\x05cidrs\x12\x12\n" +

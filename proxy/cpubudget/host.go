@@ -1,0 +1,387 @@
+package cpubudget
+
+import (
+	"context"
+	"runtime"
+	"sync/atomic"
+	"time"
+)
+
+// The host budget: one budget of CPU per tenant on this host
+// (quotas.cpuMillicores) over everything the tenant makes the host
+// compute. What is measured where it is spent (signatures, certificate
+// chains, regular expressions, WAF inspections: ChargeDirect) is charged
+// as measured; the rest of the process's CPU time (reading, parsing and
+// relaying requests, TLS records, HTTP/2 frames, L4 bytes, QUIC) is split
+// by the accountant (Run), every Tick, across the tenants in proportion
+// to the work they brought in that tick (Work: requests, connections,
+// datagrams, bytes), each unit at most MaxUnitCost, so that the host's
+// own work (the admin API, Raft, a flood of its API port) is never billed
+// to a tenant that brought in a few requests. A tenant in debt is
+// throttled where its work enters (Throttle: its connections wait before
+// their next request, its new connections before they are served, its
+// handshakes and checks wait as for their own budget) until the
+// accountant finds it out of debt; its neighbours and the admin API never
+// wait for it.
+const (
+	// DefaultHostShare is the part of the host's CPUs one tenant may use
+	// when its quotas.cpuMillicores is unset: a quarter (half a core of
+	// 2, 8 cores of 32), so that whatever one tenant does, three quarters
+	// of the host are left to the others and the admin API.
+	DefaultHostShare = 0.25
+	// DefaultTick is how often the accountant charges the process's CPU
+	// time and opens or closes each tenant's gate.
+	DefaultTick = 25 * time.Millisecond
+	// DefaultHostBurst is the CPU time a quiet tenant may spend at once,
+	// as time at its rate: a fifth of a second's worth.
+	DefaultHostBurst = 200 * time.Millisecond
+	// MaxDebt bounds a tenant's debt, as time at its rate: a tenant is
+	// never throttled more than a second for what it spent at once.
+	MaxDebt = time.Second
+	// DefaultMaxUnitCost bounds what one unit of work is charged of the
+	// process's CPU time that was not measured directly.
+	DefaultMaxUnitCost = 2 * time.Millisecond
+	// HotFor is how long after it was last in debt a tenant's work is
+	// paced at its rate.
+	HotFor = 2 * time.Second
+)
+
+// paceEpoch is the origin of the pacing clock (monotonic).
+var paceEpoch = time.Now()
+
+// Work weights, in units: what the data plane tells the accountant a
+// tenant brought in (Tenant.Work).
+const (
+	WorkRequest  = 1 // an HTTP request (any version), routed
+	WorkConn     = 2 // a connection accepted or a UDP flow opened
+	WorkDatagram = 1 // a UDP datagram relayed either way
+	// WorkBytesShift: one unit per 64 KiB relayed by an L4 connection.
+	WorkBytesShift = 16
+)
+
+// host is a tenant's account in the host budget, embedded in Tenant.
+type host struct {
+	// millicores is the tenant's quotas.cpuMillicores (0: the host's
+	// default).
+	millicores atomic.Int64
+	// work counts the units of work the tenant brought in; direct the
+	// CPU time (ns) charged to it as measured.
+	work, direct atomic.Int64
+	// gate is nil while the tenant may run; while it is in debt, a
+	// channel closed when it is out of debt.
+	gate atomic.Pointer[chan struct{}]
+	// pace is, while the tenant is hot (in debt within HotFor), the
+	// budget time (ns) one unit of its work costs: Throttle spaces its
+	// work by it (tat), so that it runs at its rate evenly rather than
+	// in bursts each time its gate opens; 0 while it is not hot.
+	pace, tat atomic.Int64
+
+	// The accountant's (Run) alone.
+	hostTokens           float64 // ns of CPU; negative: in debt
+	lastWork, lastDirect int64
+	// unitCost is the CPU time (ns) a unit of the tenant's work cost,
+	// averaged over the ticks it worked; hotUntil the ticks left before
+	// it is not hot.
+	unitCost float64
+	hotTicks int
+
+	// Counters: CPU time charged (ns), time the gate was closed (ns),
+	// times it closed, waits at a closed gate.
+	hostSpent, throttledNs atomic.Int64
+	throttles, waits       atomic.Uint64
+}
+
+// SetMillicores sets the tenant's quotas.cpuMillicores (0: the host's
+// default, DefaultHostShare of its CPUs). A nil Tenant ignores it.
+func (t *Tenant) SetMillicores(mc int) {
+	if t != nil && t.millicores.Load() != int64(mc) {
+		t.millicores.Store(int64(mc))
+	}
+}
+
+// Work counts units of work the tenant brought in (see WorkRequest etc.).
+// It is one atomic add: the hot path calls it. A nil Tenant counts
+// nothing.
+func (t *Tenant) Work(units int64) {
+	if t != nil {
+		t.work.Add(units)
+	}
+}
+
+// Throttle waits while the tenant is in debt of its host budget. It is
+// one atomic load when it is not: the hot path calls it where the
+// tenant's work enters (before a request is routed, before a new
+// connection is served). A nil Tenant never waits.
+func (t *Tenant) Throttle() {
+	if t == nil {
+		return
+	}
+	if g := t.gate.Load(); g != nil {
+		t.waits.Add(1)
+		<-*g
+	}
+	if u := t.pace.Load(); u > 0 {
+		if d := t.reservePace(u); d > 0 {
+			time.Sleep(d)
+		}
+	}
+}
+
+// reservePace takes a unit's slot of the tenant's pace and returns how
+// long until it starts.
+func (t *Tenant) reservePace(u int64) time.Duration {
+	now := int64(time.Since(paceEpoch))
+	for {
+		old := t.tat.Load()
+		start := max(old, now)
+		if start-now > int64(MaxDebt) {
+			// A queue longer than the debt bound: wait it, do not grow it.
+			return time.Duration(start - now)
+		}
+		if t.tat.CompareAndSwap(old, start+u) {
+			return time.Duration(start - now)
+		}
+	}
+}
+
+// ThrottleCtx is Throttle that gives up when ctx ends; it reports
+// whether the tenant may go on.
+func (t *Tenant) ThrottleCtx(ctx context.Context) bool {
+	if t == nil {
+		return true
+	}
+	g := t.gate.Load()
+	if g == nil {
+		return t.paceCtx(ctx, WorkConn)
+	}
+	t.waits.Add(1)
+	select {
+	case <-*g:
+		return t.paceCtx(ctx, WorkConn)
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// paceCtx is the pace of Throttle for units of work, giving up when ctx
+// ends.
+func (t *Tenant) paceCtx(ctx context.Context, units int64) bool {
+	u := t.pace.Load()
+	if u <= 0 {
+		return true
+	}
+	d := t.reservePace(u * units)
+	if d <= 0 {
+		return true
+	}
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-tm.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// throttleUntil waits while the tenant is in debt, at most until
+// deadline; it reports whether the gate is open.
+func (t *Tenant) throttleUntil(ctx context.Context, deadline time.Time) bool {
+	g := t.gate.Load()
+	if g == nil {
+		return true
+	}
+	t.waits.Add(1)
+	d := time.Until(deadline)
+	if d <= 0 {
+		return false
+	}
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-*g:
+		return true
+	case <-tm.C:
+		return false
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// ChargeDirect charges CPU time measured where it was spent (a regular
+// expression's match, a WAF inspection) to the tenant's host budget;
+// the accountant does not bill it again. A nil Tenant ignores it.
+func (t *Tenant) ChargeDirect(d time.Duration) {
+	if t != nil && d > 0 {
+		t.direct.Add(int64(d))
+	}
+}
+
+// HostStat is a tenant's account in the host budget.
+type HostStat struct {
+	// Millicores is the budget in effect, thousandths of a core.
+	Millicores int64
+	// Spent is the CPU time charged; Direct the part measured where it
+	// was spent.
+	Spent, Direct time.Duration
+	// Throttled is how long the tenant's gate was closed, Throttles how
+	// many times it closed, Waits how many times work waited at it.
+	Throttled        time.Duration
+	Throttles, Waits uint64
+	Work             int64
+	InDebt           bool
+}
+
+// HostStat returns the tenant's account in the host budget.
+func (t *Tenant) HostStat() HostStat {
+	return HostStat{Millicores: t.b.millicoresOf(t), Spent: time.Duration(t.hostSpent.Load()), Direct: time.Duration(t.direct.Load()),
+		Throttled: time.Duration(t.throttledNs.Load()), Throttles: t.throttles.Load(), Waits: t.waits.Load(), Work: t.work.Load(), InDebt: t.gate.Load() != nil}
+}
+
+// defaultMillicores is the host's default budget of one tenant.
+func (b *Budgets) defaultMillicores() int64 {
+	if b.o.HostMillicores > 0 {
+		return int64(b.o.HostMillicores)
+	}
+	return max(1, int64(DefaultHostShare*1000*float64(runtime.GOMAXPROCS(0))))
+}
+
+func (b *Budgets) millicoresOf(t *Tenant) int64 {
+	if mc := t.millicores.Load(); mc > 0 {
+		return mc
+	}
+	return b.defaultMillicores()
+}
+
+// Run is the accountant: every Tick it charges the process's CPU time to
+// the tenants and opens or closes their gates, until ctx ends; then it
+// opens every gate. Without a process CPU clock it charges what was
+// measured directly only.
+func (b *Budgets) Run(ctx context.Context) {
+	tk := time.NewTicker(b.o.Tick)
+	defer tk.Stop()
+	last, lastCPU := time.Now(), processCPU()
+	for {
+		select {
+		case <-ctx.Done():
+			b.openAll()
+			return
+		case now := <-tk.C:
+			cpu := processCPU()
+			b.account(now.Sub(last), cpu-lastCPU)
+			last, lastCPU = now, cpu
+		}
+	}
+}
+
+// openAll opens every tenant's gate.
+func (b *Budgets) openAll() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, t := range b.tenants {
+		if g := t.gate.Swap(nil); g != nil {
+			close(*g)
+		}
+	}
+}
+
+// account charges one tick: elapsed wall time, proc the process's CPU
+// time over it.
+func (b *Budgets) account(elapsed, proc time.Duration) {
+	b.mu.Lock()
+	ts := make([]*Tenant, 0, len(b.tenants))
+	for _, t := range b.tenants {
+		ts = append(ts, t)
+	}
+	b.mu.Unlock()
+	work := make([]int64, len(ts))
+	direct := make([]time.Duration, len(ts))
+	var measured time.Duration
+	for i, t := range ts {
+		w, d := t.work.Load(), t.direct.Load()
+		work[i], direct[i] = w-t.lastWork, time.Duration(d-t.lastDirect)
+		t.lastWork, t.lastDirect = w, d
+		measured += direct[i]
+	}
+	shares := Split(proc-measured, work, b.o.MaxUnitCost)
+	for i, t := range ts {
+		mc := b.millicoresOf(t)
+		charge := direct[i] + shares[i]
+		t.hostSpent.Add(int64(charge))
+		var debt bool
+		t.hostTokens, debt = Step(t.hostTokens, elapsed, charge, mc, b.o.HostBurst)
+		t.setPace(work[i], charge, debt, mc, b.o.Tick)
+		if debt {
+			t.throttledNs.Add(int64(elapsed))
+			if t.gate.Load() == nil {
+				ch := make(chan struct{})
+				t.gate.Store(&ch)
+				t.throttles.Add(1)
+			}
+		} else if g := t.gate.Swap(nil); g != nil {
+			close(*g)
+		}
+	}
+}
+
+// Split divides rest, CPU time not measured where it was spent, across
+// tenants in proportion to the units of work each brought in, each unit
+// charged at most maxUnit; what is left is the host's own.
+func Split(rest time.Duration, work []int64, maxUnit time.Duration) []time.Duration {
+	out := make([]time.Duration, len(work))
+	var total int64
+	for _, w := range work {
+		if w > 0 {
+			total += w
+		}
+	}
+	if rest <= 0 || total == 0 {
+		return out
+	}
+	perUnit := float64(rest) / float64(total)
+	if maxUnit > 0 {
+		perUnit = min(perUnit, float64(maxUnit))
+	}
+	for i, w := range work {
+		if w > 0 {
+			out[i] = time.Duration(perUnit * float64(w))
+		}
+	}
+	return out
+}
+
+// Step is one tick of a tenant's bucket: tokens (ns of CPU) earns
+// elapsed at millicores/1000 of a core, up to burst's worth, and pays
+// charge; the debt is bounded by MaxDebt's worth. It returns the new
+// tokens and whether the tenant is in debt.
+func Step(tokens float64, elapsed, charge time.Duration, millicores int64, burst time.Duration) (float64, bool) {
+	rate := float64(millicores) / 1000
+	tokens = min(tokens+float64(elapsed)*rate, float64(burst)*rate) - float64(charge)
+	tokens = max(tokens, -float64(MaxDebt)*rate)
+	return tokens, tokens < 0
+}
+
+// setPace keeps the tenant's cost of a unit of work and, while it is hot,
+// its pace: the budget time of a unit at its rate.
+func (t *Tenant) setPace(work int64, charge time.Duration, debt bool, millicores int64, tick time.Duration) {
+	if work > 0 {
+		c := float64(charge) / float64(work)
+		if t.unitCost == 0 {
+			t.unitCost = c
+		} else {
+			t.unitCost = 0.7*t.unitCost + 0.3*c
+		}
+	}
+	if debt {
+		t.hotTicks = int(HotFor / tick)
+	} else if t.hotTicks > 0 {
+		t.hotTicks--
+	}
+	if t.hotTicks == 0 || t.unitCost == 0 {
+		if t.pace.Load() != 0 {
+			t.pace.Store(0)
+		}
+		return
+	}
+	t.pace.Store(int64(t.unitCost * 1000 / float64(millicores)))
+}

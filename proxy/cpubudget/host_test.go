@@ -1,0 +1,169 @@
+package cpubudget
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+)
+
+func TestSplit(t *testing.T) {
+	t.Parallel()
+	ms := time.Millisecond
+	for _, tc := range []struct {
+		name    string
+		rest    time.Duration
+		work    []int64
+		maxUnit time.Duration
+		want    []time.Duration
+	}{
+		{"in proportion to work", 90 * ms, []int64{1, 2, 0}, 0, []time.Duration{30 * ms, 60 * ms, 0}},
+		{"no work: the host's", 90 * ms, []int64{0, 0}, 0, []time.Duration{0, 0}},
+		{"nothing to split", -5 * ms, []int64{3, 1}, 0, []time.Duration{0, 0}},
+		// The host's own work (an API flood) is not billed to a tenant
+		// that brought in a few requests.
+		{"a unit costs at most maxUnit", 500 * ms, []int64{10}, 2 * ms, []time.Duration{20 * ms}},
+		{"cap binds every tenant alike", 1000 * ms, []int64{100, 300}, ms, []time.Duration{100 * ms, 300 * ms}},
+		{"cap above the cost changes nothing", 40 * ms, []int64{1, 3}, 100 * ms, []time.Duration{10 * ms, 30 * ms}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if got := Split(tc.rest, tc.work, tc.maxUnit); !slices.Equal(got, tc.want) {
+				t.Errorf("Split(%s, %v, %s) = %v, want %v", tc.rest, tc.work, tc.maxUnit, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestStep(t *testing.T) {
+	t.Parallel()
+	ms := time.Millisecond
+	for _, tc := range []struct {
+		name       string
+		tokens     float64
+		elapsed    time.Duration
+		charge     time.Duration
+		millicores int64
+		want       float64
+		debt       bool
+	}{
+		// 500 millicores earn 25 ms of CPU in 50 ms.
+		{"within rate", 0, 50 * ms, 20 * ms, 500, float64(5 * ms), false},
+		{"past rate: debt", 0, 50 * ms, 50 * ms, 500, float64(-25 * ms), true},
+		{"earnings capped at the burst", float64(90 * ms), 50 * ms, 0, 500, float64(100 * ms), false},
+		{"burst then debt", float64(100 * ms), 50 * ms, 150 * ms, 500, float64(-50 * ms), true},
+		{"debt bounded by MaxDebt", 0, 50 * ms, 5 * time.Second, 500, -float64(500 * ms), true},
+		{"repaid", float64(-20 * ms), 50 * ms, 0, 500, float64(5 * ms), false},
+		{"two cores", 0, 50 * ms, 90 * ms, 2000, float64(10 * ms), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got, debt := Step(tc.tokens, tc.elapsed, tc.charge, tc.millicores, 200*ms)
+			if got != tc.want || debt != tc.debt {
+				t.Errorf("Step = %v, %v; want %v, %v", time.Duration(got), debt, time.Duration(tc.want), tc.debt)
+			}
+		})
+	}
+}
+
+// The accountant bills the process's CPU to the tenant whose work took
+// it, closes that tenant's gate alone, and opens it once the debt is
+// repaid.
+func TestAccountantThrottlesTheBusyTenantAlone(t *testing.T) {
+	t.Parallel()
+	b := New(Options{HostMillicores: 500})
+	busy, quiet := b.Tenant("b"), b.Tenant("a")
+	// A tick of 50 ms in which the process spent 100 ms of CPU: b
+	// brought in 990 requests, a 10.
+	busy.Work(990 * WorkRequest)
+	quiet.Work(10 * WorkRequest)
+	b.account(50*time.Millisecond, 100*time.Millisecond)
+	if busy.gate.Load() == nil {
+		t.Fatalf("b charged %s in a tick that earns it 25 ms: want its gate closed", busy.HostStat().Spent)
+	}
+	if quiet.gate.Load() != nil {
+		t.Fatalf("a's gate closed: %+v", quiet.HostStat())
+	}
+	released := make(chan struct{})
+	go func() { busy.Throttle(); close(released) }()
+	quiet.Throttle() // does not wait
+	if !quiet.ThrottleCtx(context.Background()) {
+		t.Fatal("a throttled")
+	}
+	// The gate stays closed while b is in debt (99 ms less 25 ms a tick).
+	for i := 0; i < 2; i++ {
+		b.account(50*time.Millisecond, 0)
+		if busy.gate.Load() == nil {
+			t.Fatalf("b's gate opened after %d idle ticks with debt left", i+1)
+		}
+	}
+	b.account(50*time.Millisecond, 0)
+	select {
+	case <-released:
+	case <-time.After(10 * time.Second):
+		t.Fatal("b's waiter not released once its debt was repaid")
+	}
+	st := busy.HostStat()
+	if st.Throttles != 1 || st.Throttled != 150*time.Millisecond || st.InDebt || st.Millicores != 500 {
+		t.Errorf("b's account %+v", st)
+	}
+}
+
+// Directly measured CPU is charged as measured and not billed again by
+// the split.
+func TestAccountantChargesDirectOnce(t *testing.T) {
+	t.Parallel()
+	b := New(Options{HostMillicores: 1000, MaxUnitCost: time.Second})
+	x, y := b.Tenant("x"), b.Tenant("y")
+	x.ChargeDirect(30 * time.Millisecond)
+	x.Work(1)
+	y.Work(1)
+	// 40 ms of process CPU, 30 of it x's regexes: 10 left to split.
+	b.account(50*time.Millisecond, 40*time.Millisecond)
+	if got := x.HostStat().Spent; got != 35*time.Millisecond {
+		t.Errorf("x spent %s, want 35ms", got)
+	}
+	if got := y.HostStat().Spent; got != 5*time.Millisecond {
+		t.Errorf("y spent %s, want 5ms", got)
+	}
+}
+
+// A tenant in debt of its host budget has its handshakes wait for it,
+// then refused, and its checks delayed until it is repaid.
+func TestHostDebtHoldsHandshakesAndChecks(t *testing.T) {
+	t.Parallel()
+	b := New(Options{HostMillicores: 100, MaxWait: 20 * time.Millisecond})
+	tn := b.Tenant("b")
+	tn.Work(1000)
+	b.account(50*time.Millisecond, 500*time.Millisecond)
+	if err := tn.Hello(); err == nil {
+		t.Fatal("hello admitted while in debt")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if tn.Wait(ctx) {
+		t.Fatal("check not delayed while in debt")
+	}
+	if err := b.Tenant("a").Hello(); err != nil {
+		t.Fatalf("a's hello: %v", err)
+	}
+	b.openAll()
+	if err := tn.Hello(); err != nil {
+		t.Fatalf("hello once the gate opened: %v", err)
+	}
+}
+
+// The hot path's checks allocate nothing.
+func TestThrottleAllocatesNothing(t *testing.T) {
+	b := New(Options{})
+	tn := b.Tenant("a")
+	var nilT *Tenant
+	if n := testing.AllocsPerRun(100, func() {
+		tn.Work(WorkRequest)
+		tn.Throttle()
+		nilT.Work(1)
+		nilT.Throttle()
+	}); n != 0 {
+		t.Errorf("%v allocations", n)
+	}
+}
