@@ -66,6 +66,7 @@ func TestHostUnderSystemd(t *testing.T) {
 			unavailable(t, "%s is not installed (Debian packages debootstrap, systemd-container, util-linux)", tool)
 		}
 	}
+	mostlyWaits(t)
 	start := time.Now()
 	root, err := moduleRoot()
 	if err != nil {
