@@ -592,7 +592,7 @@ func unavailable(tb testing.TB, format string, args ...any) {
 
 // parallelScenario marks a scenario that may run beside others: one that
 // mostly waits (for Kubernetes components, a browser, a container's boot, a
-// token's expiry), or one that only builds and checks artefacts (the
+// token's expiry, ACME issuances and renewals), or one that only builds and checks artefacts (the
 // packages and the image, whose builds run under nice so that they give way
 // to the scenarios beside them). Such a scenario asserts no latency, rate
 // or CPU figure that a neighbour could move beyond its margins, floods
