@@ -74,7 +74,6 @@ func TestDashboardInBrowser(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: builds the VIP lab and starts a browser")
 	}
-	parallelScenario(t)
 	needTools(t)
 	if _, err := os.Stat(chromiumPath); err != nil {
 		unavailable(t, "the dashboard test needs headless Chromium at %s (Debian package chromium): %v", chromiumPath, err)

@@ -8,8 +8,8 @@
 //
 // The scenarios run one after another by default: most of them measure time,
 // rates or CPU, or flood the host, and a neighbour would disturb them. A
-// scenario that mostly waits (for Kubernetes components, a browser, a
-// container's boot, a token's expiry, ACME renewals) or only builds and checks
+// scenario that mostly waits (for Kubernetes components, a container's boot,
+// a token's expiry, ACME renewals) or only builds and checks
 // artefacts (the packages, the image), asserts nothing a neighbour could move
 // beyond its margins and uses only addresses of its own calls parallelScenario
 // (harness_test.go), which is t.Parallel: the testing package starts these
