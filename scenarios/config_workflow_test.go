@@ -162,6 +162,7 @@ func (tr *transcript) getJSON(args ...string) *pb.Object {
 // The host runs in a network namespace with only a loopback interface, so
 // the health checks of the examples' members never leave it.
 func TestConfigWorkflow(t *testing.T) {
+	parallelScenario(t)
 	if err := netlab.Check(); err != nil {
 		unavailable(t, "config workflow: %v", err)
 	}

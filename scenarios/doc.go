@@ -5,4 +5,16 @@
 // top-level packages, package documentation, file sizes).
 //
 // Run the scenarios with go test ./scenarios and the benchmarks with make bench.
+//
+// The scenarios run one after another by default: most of them measure time,
+// rates or CPU, or flood the host, and a neighbour would disturb them. A
+// scenario that mostly waits (for Kubernetes components, a container's boot,
+// a token's expiry, ACME renewals) or only builds and checks
+// artefacts (the packages, the image), asserts nothing a neighbour could move
+// beyond its margins and uses only addresses of its own calls parallelScenario
+// (harness_test.go), which is t.Parallel: the testing package starts these
+// after every other top-level scenario has finished, at most -parallel
+// (GOMAXPROCS by default) of them at a time. Scenarios that need the same kind
+// of lab and leave it usable share it as subtests of one scenario
+// (TestRateLimitAcrossECMP).
 package scenarios

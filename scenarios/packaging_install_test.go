@@ -75,6 +75,7 @@ func TestHostPackageInstall(t *testing.T) {
 		unavailable(t, "/var/lib/teapot-lb exists on this machine; the test would delete it")
 	}
 
+	parallelScenario(t)
 	start := time.Now()
 	old := hostDeb(t, "v0.1.0")
 	newer := hostDeb(t, "v0.2.0")
@@ -190,7 +191,7 @@ func hostDeb(t *testing.T, version string) string {
 	makeTarget(t, 10*time.Minute, "dist-bin", "ARCHES=amd64", "DIST="+dist, "VERSION="+version)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "run", "./packaging/cmd/teapot-pkg", "package",
+	cmd := exec.CommandContext(ctx, "nice", "-n", "10", "go", "run", "./packaging/cmd/teapot-pkg", "package",
 		"--arch", "amd64", "--version", version, "--revision", "test", "--dist", dist)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
