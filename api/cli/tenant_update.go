@@ -177,7 +177,7 @@ func (a *app) tenantUpdateCmd() *cobra.Command {
 				t.Quotas = nil
 			}
 			if !changed {
-				return fmt.Errorf("nothing to change: give --domains, --networks, --pools (or --add-*/--remove-*), --pods-routable or a --max-* quota; see '%s --help'", cmd.CommandPath())
+				return fmt.Errorf("nothing to change: give --domains, --networks, --pools (or --add-*/--remove-*), --pods-routable or a quota such as --max-lbs or --cpu-millicores; see '%s --help'", cmd.CommandPath())
 			}
 			err = a.applyObjects(cmd, []*pb.Object{api.Wrap(t)}, pb.ApplyMode_APPLY_MODE_UPDATE, dryRun, read)
 			if changedSinceRead(err) {
