@@ -39,8 +39,15 @@ const (
 	// never throttled more than a second for what it spent at once.
 	MaxDebt = time.Second
 	// DefaultMaxUnitCost bounds what one unit of work is charged of the
-	// process's CPU time that was not measured directly.
-	DefaultMaxUnitCost = 2 * time.Millisecond
+	// process's CPU time that was not measured directly: about ten times
+	// what a request costs without the race detector (22 us HTTP/1.1, 40
+	// us HTTP/2 in proxy/l7's benchmarks), so that the CPU of work no
+	// tenant brought in (the admin API, Raft, a flood of the API port)
+	// charges a neighbour that serves 100 requests a second at most 25 ms
+	// a second, a twentieth of its default budget on 2 cores. At 2 ms a
+	// unit, tenant a's 114 probes a second were charged 0.26 of a core
+	// while b flooded the API port (TestNoisyNeighbour, all at once).
+	DefaultMaxUnitCost = 250 * time.Microsecond
 	// HotFor is how long after it was last in debt a tenant's work is
 	// paced at its rate.
 	HotFor = 2 * time.Second
