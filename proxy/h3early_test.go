@@ -177,6 +177,12 @@ func h3Get(cc *http3.ClientConn, method, path string) (*http.Response, error) {
 // on a new connection; rejected says so.
 func (rc *resumingClient) getEarly(c *quic.Conn, cc *http3.ClientConn, path string) (resp *http.Response, rejected bool, err error) {
 	resp, err = h3Get(cc, http3.MethodGet0RTT, path)
+	return rc.afterEarly(c, path, resp, err)
+}
+
+// afterEarly is getEarly once the GET sent in 0-RTT was answered (resp)
+// or failed (err).
+func (rc *resumingClient) afterEarly(c *quic.Conn, path string, resp *http.Response, err error) (*http.Response, bool, error) {
 	if !errors.Is(err, quic.Err0RTTRejected) {
 		return resp, false, err
 	}
@@ -389,12 +395,44 @@ func TestHTTP3ZeroRTTBoundedPerTenant(t *testing.T) {
 	acct := p.h3Limits("acme")
 	for i, want := range []bool{true, true, false} {
 		n := rc.cache.puts.Load()
-		c, cc := rc.dial(newGatedConn(t, true), true)
-		resp, rejected, err := rc.getEarly(c, cc, "/bounded")
+		// The client's reads are held until the server has decided on
+		// its 0-RTT and, when accepted, served the GET from early data:
+		// a client that finished its handshake first would send the GET
+		// after it, not in 0-RTT.
+		g := newGatedConn(t, false)
+		accepted, refused := acct.earlyAccepted.Load(), acct.earlyRejected.Load()
+		c, cc := rc.dial(g, true)
+		type answer struct {
+			resp *http.Response
+			err  error
+		}
+		answered := make(chan answer, 1)
+		go func() {
+			resp, err := h3Get(cc, http3.MethodGet0RTT, "/bounded")
+			answered <- answer{resp, err}
+		}()
+		waitFor(t, 15*time.Second, "the server's decision on 0-RTT", func() bool {
+			return acct.earlyAccepted.Load() > accepted || acct.earlyRejected.Load() > refused
+		})
+		var s seen
+		early := acct.earlyAccepted.Load() > accepted
+		if early {
+			s = nextSeen(t, main)
+		}
+		g.open()
+		var a answer
+		select {
+		case a = <-answered:
+		case <-time.After(15 * time.Second):
+			t.Fatalf("connection %d: no answer to the GET", i)
+		}
+		resp, rejected, err := rc.afterEarly(c, "/bounded", a.resp, a.err)
 		if err != nil || resp.StatusCode != 200 {
 			t.Fatalf("connection %d: %v %v", i, resp, err)
 		}
-		s := nextSeen(t, main)
+		if !early {
+			s = nextSeen(t, main)
+		}
 		if rejected == want || (s.Header.Get("Early-Data") == "1") != want {
 			t.Errorf("connection %d: 0-RTT rejected %v, Early-Data %q; want 0-RTT accepted %v", i, rejected, s.Header.Get("Early-Data"), want)
 		}
