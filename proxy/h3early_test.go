@@ -171,12 +171,35 @@ func h3Get(cc *http3.ClientConn, method, path string) (*http.Response, error) {
 	return resp, err
 }
 
-// getEarly sends a GET in 0-RTT on c. When the server rejected the early
+// getEarly sends a GET in 0-RTT on c, dialled over g whose reads are
+// held: the request stream is opened before the client can take the
+// server's handshake (quic-go's client races opening a stream in 0-RTT
+// with installing the server's transport parameters, quic-go#4303).
+// ready runs before g is opened. When the server rejected the early
 // data (quic-go's client leaves the retry to its caller), it checks that
 // the connection went on resumed without 0-RTT and sends the GET again
 // on a new connection; rejected says so.
-func (rc *resumingClient) getEarly(c *quic.Conn, cc *http3.ClientConn, path string) (resp *http.Response, rejected bool, err error) {
-	resp, err = h3Get(cc, http3.MethodGet0RTT, path)
+func (rc *resumingClient) getEarly(g *gatedConn, c *quic.Conn, cc *http3.ClientConn, path string, ready func()) (resp *http.Response, rejected bool, err error) {
+	rc.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	str, err := cc.OpenRequestStream(ctx)
+	if err != nil {
+		rc.t.Fatal(err)
+	}
+	req, _ := http.NewRequest(http.MethodGet, "https://gw.acme.example"+path, http.NoBody)
+	if err := str.SendRequestHeader(req); err != nil {
+		rc.t.Fatal(err)
+	}
+	_ = str.Close()
+	ready()
+	g.open()
+	resp, err = str.ReadResponse()
+	if err == nil {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		resp.Body = io.NopCloser(strings.NewReader(string(b)))
+	}
 	return rc.afterEarly(c, path, resp, err)
 }
 
@@ -369,8 +392,9 @@ func TestHTTP3ZeroRTTOffWithoutField(t *testing.T) {
 	off.Listeners[0].Http3ZeroRtt = false
 	update(t, p, off)
 
-	c, cc := rc.dial(newGatedConn(t, true), true)
-	resp, rejected, err := rc.getEarly(c, cc, "/after")
+	g := newGatedConn(t, false)
+	c, cc := rc.dial(g, true)
+	resp, rejected, err := rc.getEarly(g, c, cc, "/after", func() {})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -402,31 +426,16 @@ func TestHTTP3ZeroRTTBoundedPerTenant(t *testing.T) {
 		g := newGatedConn(t, false)
 		accepted, refused := acct.earlyAccepted.Load(), acct.earlyRejected.Load()
 		c, cc := rc.dial(g, true)
-		type answer struct {
-			resp *http.Response
-			err  error
-		}
-		answered := make(chan answer, 1)
-		go func() {
-			resp, err := h3Get(cc, http3.MethodGet0RTT, "/bounded")
-			answered <- answer{resp, err}
-		}()
-		waitFor(t, 15*time.Second, "the server's decision on 0-RTT", func() bool {
-			return acct.earlyAccepted.Load() > accepted || acct.earlyRejected.Load() > refused
-		})
 		var s seen
-		early := acct.earlyAccepted.Load() > accepted
-		if early {
-			s = nextSeen(t, main)
-		}
-		g.open()
-		var a answer
-		select {
-		case a = <-answered:
-		case <-time.After(15 * time.Second):
-			t.Fatalf("connection %d: no answer to the GET", i)
-		}
-		resp, rejected, err := rc.afterEarly(c, "/bounded", a.resp, a.err)
+		early := false
+		resp, rejected, err := rc.getEarly(g, c, cc, "/bounded", func() {
+			waitFor(t, 15*time.Second, "the server's decision on 0-RTT", func() bool {
+				return acct.earlyAccepted.Load() > accepted || acct.earlyRejected.Load() > refused
+			})
+			if early = acct.earlyAccepted.Load() > accepted; early {
+				s = nextSeen(t, main)
+			}
+		})
 		if err != nil || resp.StatusCode != 200 {
 			t.Fatalf("connection %d: %v %v", i, resp, err)
 		}
