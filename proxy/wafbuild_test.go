@@ -144,7 +144,10 @@ func TestWAFRuleChurnChargedToItsTenant(t *testing.T) {
 	if building.Load() == 0 {
 		t.Fatal("globex's route never answered 503 with Retry-After while its rules waited")
 	}
-	if m, a := median(busy), median(alone); m > 3*a+30*time.Millisecond {
+	// The host's own share (an Update every 10 ms, about 7 ms each under
+	// the race detector) slows acme too; 60 ms covers it on a loaded
+	// 2-core machine, where builds outside the budget would add more.
+	if m, a := median(busy), median(alone); m > 3*a+60*time.Millisecond {
 		t.Fatalf("acme's median latency %v beside the churn, %v alone", m, a)
 	}
 	// The last list is built once the budget pays for it, and enforced.
