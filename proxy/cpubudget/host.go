@@ -62,8 +62,21 @@ const (
 	WorkRequest  = 1 // an HTTP request (any version), routed
 	WorkConn     = 2 // a connection accepted or a UDP flow opened
 	WorkDatagram = 1 // a UDP datagram relayed either way
-	// WorkBytesShift: one unit per 64 KiB relayed by an L4 connection.
+	// WorkBytesShift: one unit per 64 KiB relayed by an L4 connection or
+	// moved as the body of an HTTP request or response (any version) or
+	// through an upgraded (WebSocket) tunnel.
 	WorkBytesShift = 16
+	// WorkTLSBytes multiplies the units of bytes the host decrypts or
+	// encrypts (a TLS-terminated connection's, QUIC's): the record
+	// crypto.
+	WorkTLSBytes = 4
+	// WorkControlFrames is how many HTTP/2 frames that carry no request
+	// and no body byte (PING, SETTINGS, WINDOW_UPDATE, RST_STREAM,
+	// PRIORITY, CONTINUATION, empty DATA, unknown types) count one unit:
+	// each is read, parsed and often answered (a PING's ACK, a SETTINGS
+	// ACK) through the connection's framer, about a sixteenth of a
+	// request's work on the HTTP/2 server.
+	WorkControlFrames = 16
 )
 
 // host is a tenant's account in the host budget, embedded in Tenant.
@@ -132,6 +145,61 @@ func (t *Tenant) Throttle() {
 			time.Sleep(d)
 		}
 	}
+}
+
+// Relay counts units of work an open connection brought in by moving
+// bytes or frames (a request's or a tunnel's body, an L4 connection's
+// bytes, HTTP/2 control frames) and, as Throttle does for a request,
+// waits while the tenant is in debt and then, while it is hot, for the
+// slot of those units in its pace: so that a connection opened before the
+// tenant fell into debt moves at the tenant's rate too, between its
+// copies. Each wait is bounded: the gate opens once the debt (at most
+// MaxDebt of the tenant's rate) is repaid, and a pace slot is never
+// further than MaxDebt ahead. Not in debt and not hot, it is an atomic
+// add and two loads. A nil Tenant counts nothing and never waits.
+func (t *Tenant) Relay(units int64) {
+	if t == nil || units <= 0 {
+		return
+	}
+	t.work.Add(units)
+	if g := t.gate.Load(); g != nil {
+		t.waits.Add(1)
+		<-*g
+	}
+	if u := t.pace.Load(); u > 0 {
+		if d := t.reservePace(u * units); d > 0 {
+			time.Sleep(d)
+		}
+	}
+}
+
+// HoldPoll is how long a relay that cannot wait at the gate (Hold) pauses
+// a connection of a tenant in debt before it asks again.
+const HoldPoll = 10 * time.Millisecond
+
+// Hold is Relay for a relay that serves many tenants' connections on one
+// thread (io_uring) and so must not wait: it counts the units and returns
+// how long the connection should pause before it moves more bytes:
+// HoldPoll while the tenant is in debt (then ask again with Hold(0)),
+// the time to the slot of the units in the tenant's pace while it is hot,
+// 0 otherwise. A nil Tenant counts nothing and returns 0.
+func (t *Tenant) Hold(units int64) time.Duration {
+	if t == nil {
+		return 0
+	}
+	if units > 0 {
+		t.work.Add(units)
+	}
+	if t.gate.Load() != nil {
+		if units > 0 {
+			t.waits.Add(1)
+		}
+		return HoldPoll
+	}
+	if u := t.pace.Load(); u > 0 && units > 0 {
+		return t.reservePace(u * units)
+	}
+	return 0
 }
 
 // reservePace takes a unit's slot of the tenant's pace and returns how

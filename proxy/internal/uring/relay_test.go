@@ -82,7 +82,7 @@ func TestRelayHalfCloseBothWays(t *testing.T) {
 	rl := newRelay(t, 1)
 	for _, size := range []int{1, 100 << 10, 8 << 20} {
 		var in, out atomic.Int64
-		client, member, h, a, b := relayed(t, rl, Spec{Tick: 50 * time.Millisecond, AtoB: func(n int64) { in.Add(n) }, BtoA: func(n int64) { out.Add(n) }})
+		client, member, h, a, b := relayed(t, rl, Spec{Tick: 50 * time.Millisecond, AtoB: func(n int64) time.Duration { in.Add(n); return 0 }, BtoA: func(n int64) time.Duration { out.Add(n); return 0 }})
 		msg := make([]byte, size)
 		rand.Read(msg)
 		// The member echoes and then ends its half.
@@ -250,7 +250,7 @@ func TestRelayAllocatesNothingPerBuffer(t *testing.T) {
 	needRing(t)
 	rl := newRelay(t, 1)
 	var counted atomic.Int64
-	count := func(n int64) { counted.Add(n) }
+	count := func(n int64) time.Duration { counted.Add(n); return 0 }
 	client, member, h, _, _ := relayed(t, rl, Spec{Tick: time.Second, AtoB: count})
 	const size = 64 << 20
 	wbuf := make([]byte, 256<<10)
