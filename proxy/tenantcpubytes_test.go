@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/teapot-lb/teapot-lb/api/observe"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 	"github.com/teapot-lb/teapot-lb/proxy/cpubudget"
 	"github.com/teapot-lb/teapot-lb/proxy/l7"
@@ -283,6 +284,15 @@ func testOpenL4ConnectionSlows(t *testing.T, dp DataPath) {
 	}
 	if sa.Throttles != 0 {
 		t.Errorf("tenant a was throttled %d times", sa.Throttles)
+	}
+	// What explain tenant shows: the budget, its use and its throttles.
+	var h pb.HostObservation
+	p.Observe(observe.Filter{Tenant: "b"}, &h)
+	if len(h.TenantUsage) != 1 || h.TenantUsage[0].GetCpu() == nil {
+		t.Fatalf("observed tenant usage %v: want b's with its CPU budget", h.TenantUsage)
+	}
+	if c := h.TenantUsage[0].GetCpu(); c.GetMillicores() != 20 || c.GetThrottles() < 1 || c.GetThrottledSeconds() <= 0 {
+		t.Errorf("observed CPU budget of b %v: want 20 millicores and its throttles", c)
 	}
 }
 

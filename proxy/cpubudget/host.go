@@ -51,6 +51,10 @@ const (
 	// HotFor is how long after it was last in debt a tenant's work is
 	// paced at its rate.
 	HotFor = 2 * time.Second
+	// UsageWindow is the window over which a tenant's use of its host
+	// budget is reported (HostStat.Used): the interval of the host's
+	// history ring.
+	UsageWindow = 10 * time.Second
 )
 
 // paceEpoch is the origin of the pacing clock (monotonic).
@@ -104,6 +108,11 @@ type host struct {
 	// it is not hot.
 	unitCost float64
 	hotTicks int
+	// The window being measured: its time so far and the CPU time
+	// charged when it began; window is the last one ended.
+	winElapsed time.Duration
+	winSpent0  int64
+	window     atomic.Pointer[usage]
 
 	// Counters: CPU time charged (ns), time the gate was closed (ns),
 	// times it closed, waits at a closed gate.
@@ -292,6 +301,12 @@ func (t *Tenant) ChargeDirect(d time.Duration) {
 	}
 }
 
+// usage is what a tenant was charged over one window.
+type usage struct {
+	used, window time.Duration
+	at           time.Time
+}
+
 // HostStat is a tenant's account in the host budget.
 type HostStat struct {
 	// Millicores is the budget in effect, thousandths of a core.
@@ -305,12 +320,32 @@ type HostStat struct {
 	Throttles, Waits uint64
 	Work             int64
 	InDebt           bool
+	// Used is the CPU time charged over the last window of UsageWindow
+	// that ended, Window its length and At its end (zero before one
+	// ended): Used / Window is the cores the tenant used.
+	Used, Window time.Duration
+	At           time.Time
 }
 
 // HostStat returns the tenant's account in the host budget.
 func (t *Tenant) HostStat() HostStat {
-	return HostStat{Millicores: t.b.millicoresOf(t), Spent: time.Duration(t.hostSpent.Load()), Direct: time.Duration(t.direct.Load()),
+	s := HostStat{Millicores: t.b.millicoresOf(t), Spent: time.Duration(t.hostSpent.Load()), Direct: time.Duration(t.direct.Load()),
 		Throttled: time.Duration(t.throttledNs.Load()), Throttles: t.throttles.Load(), Waits: t.waits.Load(), Work: t.work.Load(), InDebt: t.gate.Load() != nil}
+	if u := t.window.Load(); u != nil {
+		s.Used, s.Window, s.At = u.used, u.window, u.at
+	}
+	return s
+}
+
+// Lookup returns a tenant's budget, or nil when it has none yet (it is
+// not made).
+func (b *Budgets) Lookup(name string) *Tenant {
+	if b == nil {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.tenants[name]
 }
 
 // defaultMillicores is the host's default budget of one tenant.
@@ -379,10 +414,15 @@ func (b *Budgets) account(elapsed, proc time.Duration) {
 		measured += direct[i]
 	}
 	shares := Split(proc-measured, work, b.o.MaxUnitCost)
+	now := time.Now()
 	for i, t := range ts {
 		mc := b.millicoresOf(t)
 		charge := direct[i] + shares[i]
-		t.hostSpent.Add(int64(charge))
+		spent := t.hostSpent.Add(int64(charge))
+		if t.winElapsed += elapsed; t.winElapsed >= UsageWindow {
+			t.window.Store(&usage{used: time.Duration(spent - t.winSpent0), window: t.winElapsed, at: now})
+			t.winSpent0, t.winElapsed = spent, 0
+		}
 		var debt bool
 		t.hostTokens, debt = Step(t.hostTokens, elapsed, charge, mc, b.o.HostBurst)
 		t.setPace(work[i], charge, debt, mc, b.o.Tick)
