@@ -135,9 +135,10 @@ func TestBigBodiesSlowOnlyTheirTenant(t *testing.T) {
 // TestHTTP2ControlFloodIsCharged: a client of tenant b sends PINGs,
 // SETTINGS and WINDOW_UPDATEs on one HTTP/2 connection (no request, no
 // body byte) within the connection's control-frame rate: each frame is
-// work for the host, counted in b's host CPU budget, a unit per
-// cpubudget.WorkControlFrames frames; before, the connection counted 2
-// units however many frames it sent.
+// work for the host, counted in b's host CPU budget: a unit per PING or
+// SETTINGS (the server answers each), a unit per
+// cpubudget.WorkControlFrames of the others; before, the connection
+// counted 2 units however many frames it sent.
 func TestHTTP2ControlFloodIsCharged(t *testing.T) {
 	t.Parallel()
 	member := startSinkMember(t)
@@ -187,9 +188,10 @@ func TestHTTP2ControlFloodIsCharged(t *testing.T) {
 		}
 	}
 	b := cpu.Tenant("b")
-	// The SETTINGS of the preface and the flood, less a unit not yet
-	// complete; the connection counts 2.
-	want := int64(1+pings+others)/cpubudget.WorkControlFrames + 2 - 1
+	// The SETTINGS of the preface, the PINGs and SETTINGS of the flood
+	// and its WINDOW_UPDATEs (less a unit not yet complete); the
+	// connection counts 2.
+	want := (1+pings+others/2)*cpubudget.WorkAnsweredFrame + int64(others/2)/cpubudget.WorkControlFrames + 2
 	eventually(t, "tenant b's control frames counted and charged", func() bool {
 		st := b.HostStat()
 		return st.Work >= want && st.Spent > 0
@@ -293,6 +295,16 @@ func testOpenL4ConnectionSlows(t *testing.T, dp DataPath) {
 	}
 	if c := h.TenantUsage[0].GetCpu(); c.GetMillicores() != 20 || c.GetThrottles() < 1 || c.GetThrottledSeconds() <= 0 {
 		t.Errorf("observed CPU budget of b %v: want 20 millicores and its throttles", c)
+	}
+}
+
+// TestL7WorkUnitsMatchTheBudget: the engine counts its units as the
+// budget does (proxy/l7 imports nothing of ours, so it has its own).
+func TestL7WorkUnitsMatchTheBudget(t *testing.T) {
+	t.Parallel()
+	if l7.WorkBytesShift != cpubudget.WorkBytesShift || l7.WorkTLSBytes != cpubudget.WorkTLSBytes ||
+		l7.WorkControlFrames != cpubudget.WorkControlFrames || l7.WorkAnsweredFrame != cpubudget.WorkAnsweredFrame {
+		t.Error("proxy/l7's units of work differ from proxy/cpubudget's")
 	}
 }
 

@@ -75,12 +75,17 @@ const (
 	// crypto.
 	WorkTLSBytes = 4
 	// WorkControlFrames is how many HTTP/2 frames that carry no request
-	// and no body byte (PING, SETTINGS, WINDOW_UPDATE, RST_STREAM,
-	// PRIORITY, CONTINUATION, empty DATA, unknown types) count one unit:
-	// each is read, parsed and often answered (a PING's ACK, a SETTINGS
-	// ACK) through the connection's framer, about a sixteenth of a
-	// request's work on the HTTP/2 server.
+	// and no body byte and are not answered (WINDOW_UPDATE, PRIORITY,
+	// RST_STREAM, CONTINUATION, an empty DATA, an ACK, an unknown type)
+	// count one unit: about 1.6 us each when they come together
+	// (proxy/l7's BenchmarkH2Priority64), a sixteenth of a request
+	// (BenchmarkProxyH2, 26-35 us with its client and member).
 	WorkControlFrames = 16
+	// WorkAnsweredFrame is what a PING or a SETTINGS that the server
+	// answers counts: its ACK is a TLS record and a write of its own,
+	// 7-15 us a PING even when 64 come at once (BenchmarkH2Ping64), a
+	// third to a half of a request.
+	WorkAnsweredFrame = 1
 )
 
 // host is a tenant's account in the host budget, embedded in Tenant.

@@ -17,8 +17,8 @@ type CPU interface {
 
 // The engine's units of work, as the proxy's CPU budget counts an L4
 // connection's (cpubudget.WorkBytesShift, WorkTLSBytes,
-// WorkControlFrames; proxy's TestL7WorkUnitsMatchTheBudget keeps them
-// equal).
+// WorkControlFrames, WorkAnsweredFrame; proxy's
+// TestL7WorkUnitsMatchTheBudget keeps them equal).
 const (
 	// WorkBytesShift: a unit per 64 KiB of body moved one way.
 	WorkBytesShift = 16
@@ -26,8 +26,11 @@ const (
 	// encrypts (a TLS client connection, HTTP/3).
 	WorkTLSBytes = 4
 	// WorkControlFrames: HTTP/2 frames with neither a request nor a body
-	// byte that count one unit.
+	// byte, and not answered, that count one unit.
 	WorkControlFrames = 16
+	// WorkAnsweredFrame: what a PING or SETTINGS the server answers
+	// (with an ACK frame of its own) counts.
+	WorkAnsweredFrame = 1
 )
 
 // meter counts the body bytes one direction of a connection moves in

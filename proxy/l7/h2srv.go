@@ -368,11 +368,12 @@ func (c *h2Conn) serve() {
 
 // charge counts a frame the client sent in its tenant's CPU budget, and
 // waits there while the tenant is over it (this connection reads no
-// more meanwhile): a DATA frame's bytes as body bytes, a frame that
-// carries neither a request nor a body byte (PING, SETTINGS,
-// WINDOW_UPDATE, RST_STREAM, PRIORITY, CONTINUATION, an empty DATA, an
-// unknown type) as a control frame, a unit per WorkControlFrames of
-// them. A HEADERS frame's request counts where it is routed.
+// more meanwhile): a DATA frame's bytes as body bytes; a PING or a
+// SETTINGS that the server answers WorkAnsweredFrame; any other frame
+// that carries neither a request nor a body byte (WINDOW_UPDATE,
+// RST_STREAM, PRIORITY, CONTINUATION, an empty DATA, an ACK, an unknown
+// type) as a control frame, a unit per WorkControlFrames of them. A
+// HEADERS frame's request counts where it is routed.
 func (c *h2Conn) charge(fh http2.FrameHeader) {
 	cpu := c.hc.info.CPU
 	if cpu == nil {
@@ -382,6 +383,9 @@ func (c *h2Conn) charge(fh http2.FrameHeader) {
 	case fh.Type == http2.FrameData && fh.Length > 0:
 		c.inM.add(cpu, c.cpuW, int64(fh.Length))
 	case fh.Type == http2.FrameHeaders:
+	case (fh.Type == http2.FramePing || fh.Type == http2.FrameSettings) && !fh.Flags.Has(http2.FlagPingAck):
+		// FlagSettingsAck is the same bit.
+		cpu.Relay(WorkAnsweredFrame)
 	default:
 		if c.ctrl++; c.ctrl >= WorkControlFrames {
 			c.ctrl = 0
