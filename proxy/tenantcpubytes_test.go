@@ -3,9 +3,12 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"io"
 	"net"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,6 +19,7 @@ import (
 	"github.com/teapot-lb/teapot-lb/proxy/cpubudget"
 	"github.com/teapot-lb/teapot-lb/proxy/l7"
 	"golang.org/x/net/http2"
+	"golang.org/x/net/websocket"
 )
 
 // startSinkMember answers every request with "ok" once it read its body
@@ -311,4 +315,104 @@ func TestL7WorkUnitsMatchTheBudget(t *testing.T) {
 func isTimeoutErr(err error) bool {
 	ne, ok := err.(net.Error)
 	return ok && ne.Timeout()
+}
+
+// TestBodyBytesCountedOnEveryPath: a 4 MiB upload that comes back echoed
+// counts its bytes both ways in the tenant's host CPU budget (a unit per
+// 64 KiB, four over TLS and QUIC) on every path the engine serves it by:
+// HTTP/1.1, HTTP/2 and HTTP/3 clients, to a plain route (the fast paths)
+// and to a route with filters (net/http), and a WebSocket tunnel's
+// frames. Before, each counted its request alone.
+func TestBodyBytesCountedOnEveryPath(t *testing.T) {
+	if testing.Short() {
+		t.Skip("8 MiB through each path: make test runs it; -short skips it")
+	}
+	cpu := runCPUBudgets(t, 1<<20) // never in debt: this counts, it does not throttle
+	bes := map[string]*routingBackend{}
+	for _, n := range []string{"main", "beta", "other", "mirror"} {
+		bes[n] = startRoutingBackend(t, n)
+	}
+	srv := l7.New(l7.Config{})
+	t.Cleanup(func() { srv.Close() })
+	p, _ := newProxy(t, Config{HTTP: newH3Term(t, srv), CPU: cpu})
+	port := freePort(t)
+	update(t, p, h3LB(port, bes))
+	target := vipAddr("127.0.0.2", port)
+	acme := cpu.Tenant("acme")
+	body := strings.Repeat("0123456789abcdef", 256<<10) // 4 MiB
+	// Both ways, over TLS: 2 x 64 x 4 units, less what is left in the
+	// carries.
+	const want = 2*64*cpubudget.WorkTLSBytes - 8
+	tlsClient := func(h2 bool) *http.Client {
+		tr := &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, ForceAttemptHTTP2: h2,
+			DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+				var d net.Dialer
+				return d.DialContext(ctx, network, target)
+			}}
+		if !h2 {
+			tr.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
+		}
+		t.Cleanup(tr.CloseIdleConnections)
+		return &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	}
+	h3 := newH3Client(t, target)
+	clients := []struct {
+		name  string
+		proto int
+		c     *http.Client
+	}{{"http1", 1, tlsClient(false)}, {"h2", 2, tlsClient(true)}, {"h3", 3, h3.Client}}
+	for _, cl := range clients {
+		for _, path := range []string{"/big", "/headers/big"} {
+			t.Run(cl.name+path, func(t *testing.T) {
+				before := acme.HostStat().Work
+				resp, err := cl.c.Post("https://gw.acme.example:"+strconv.Itoa(port)+path, "text/plain", strings.NewReader(body))
+				if err != nil {
+					t.Fatal(err)
+				}
+				data, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 || resp.ProtoMajor != cl.proto || !strings.Contains(string(data), body) {
+					t.Fatalf("%s: %d bytes back, want the %d sent", resp.Status+" "+resp.Proto, len(data), len(body))
+				}
+				if got := acme.HostStat().Work - before; got < want {
+					t.Errorf("%d units of work for 4 MiB each way over %s, want at least %d", got, resp.Proto, want)
+				}
+			})
+		}
+	}
+	t.Run("websocket", func(t *testing.T) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		echo := &http.Server{Handler: websocket.Handler(func(ws *websocket.Conn) { io.Copy(ws, ws) })}
+		go echo.Serve(ln)
+		t.Cleanup(func() { echo.Close() })
+		wsPort := freePort(t)
+		lb := &pb.LoadBalancer{Name: "ws", Tenant: "acme", Listeners: []*pb.Listener{{Port: uint32(wsPort), Protocol: "http"}},
+			Routes: []*pb.Route{{Path: "/", Pool: "ws"}}, Pools: map[string]*pb.BackendPool{"ws": {Members: []*pb.Member{{Address: ln.Addr().String()}}}},
+			Status: &pb.LoadBalancerStatus{Address: "127.0.0.3"}}
+		update(t, p, h3LB(port, bes), lb)
+		ws, err := websocket.Dial("ws://"+vipAddr("127.0.0.3", wsPort)+"/", "", "http://gateway/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ws.Close()
+		ws.SetDeadline(time.Now().Add(30 * time.Second))
+		before := acme.HostStat().Work
+		msg := []byte(body[:1<<20])
+		for range 4 {
+			if err := websocket.Message.Send(ws, msg); err != nil {
+				t.Fatal(err)
+			}
+			got := make([]byte, len(msg))
+			if n, err := io.ReadFull(ws, got); err != nil {
+				t.Fatalf("echo: %d bytes, %v", n, err)
+			}
+		}
+		// 4 MiB each way in cleartext, less the carries.
+		if got := acme.HostStat().Work - before; got < 2*64-2 {
+			t.Errorf("%d units of work for a tunnel's 4 MiB each way, want at least %d", got, 2*64-2)
+		}
+	})
 }
