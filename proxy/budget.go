@@ -10,6 +10,7 @@ import (
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 	"github.com/teapot-lb/teapot-lb/proxy/cpubudget"
 	"github.com/teapot-lb/teapot-lb/proxy/l7"
+	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // Budgets are the default descriptor bounds of a host.
@@ -237,11 +238,27 @@ func (p *Proxy) observeBudgets(f observe.Filter, h *pb.HostObservation) {
 	p.tenants.Range(func(k, v any) bool {
 		name, t := k.(string), v.(*tenantBudget)
 		if f.MatchTenant(name) {
-			h.TenantUsage = append(h.TenantUsage, &pb.TenantUsage{Tenant: name, Connections: t.conns.Load(), Descriptors: t.fds.Load(), MaxDescriptors: t.limit.Load()})
+			h.TenantUsage = append(h.TenantUsage, &pb.TenantUsage{Tenant: name, Connections: t.conns.Load(), Descriptors: t.fds.Load(), MaxDescriptors: t.limit.Load(),
+				Cpu: observeCPU(p.cfg.CPU.Lookup(name))})
 		}
 		return true
 	})
 	slices.SortFunc(h.TenantUsage, func(a, b *pb.TenantUsage) int { return strings.Compare(a.Tenant, b.Tenant) })
+}
+
+// observeCPU is a tenant's host CPU budget and its use, as the
+// accountant last saw them (nil without a budget).
+func observeCPU(t *cpubudget.Tenant) *pb.TenantCPUObservation {
+	if t == nil {
+		return nil
+	}
+	st := t.HostStat()
+	o := &pb.TenantCPUObservation{Millicores: st.Millicores, UsedSeconds: st.Used.Seconds(), WindowSeconds: st.Window.Seconds(),
+		ThrottledSeconds: st.Throttled.Seconds(), Throttles: st.Throttles, InDebt: st.InDebt}
+	if !st.At.IsZero() {
+		o.Time = timestamppb.New(st.At)
+	}
+	return o
 }
 
 // HostDescriptors reports the descriptors all tenants' connections hold

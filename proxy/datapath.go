@@ -129,12 +129,27 @@ func rawFD(c *net.TCPConn) (int, bool) {
 // done and the caller pipes it on epoll.
 func (p *Proxy) pipeRing(l *ListenerSnapshot, client, up *net.TCPConn, member, downWatch *health.Target, t *tracked) bool {
 	idle := l.Limits.IdleTimeout
+	// Each direction's bytes count in the tenant's host CPU budget as
+	// they are sent; while the tenant is in debt (or paced), the ring
+	// pauses that direction's receives instead of waiting: its thread
+	// relays other tenants' connections too.
+	var in, out byteMeter
 	spec := uring.Spec{
 		Idle:   idle,
 		Tick:   max(idle/4, 10*time.Millisecond),
 		Tenant: l.Tenant,
-		AtoB:   func(n int64) { p.metrics.BytesIn(l.LB, l.Name, n); l.cpu.Work(bytesWork(n)) },
-		BtoA:   func(n int64) { p.metrics.BytesOut(l.LB, l.Name, n); l.cpu.Work(bytesWork(n)) },
+		AtoB: func(n int64) time.Duration {
+			if n > 0 {
+				p.metrics.BytesIn(l.LB, l.Name, n)
+			}
+			return l.cpu.Hold(in.units(n))
+		},
+		BtoA: func(n int64) time.Duration {
+			if n > 0 {
+				p.metrics.BytesOut(l.LB, l.Name, n)
+			}
+			return l.cpu.Hold(out.units(n))
+		},
 	}
 	if downWatch != nil {
 		spec.Tick = min(spec.Tick, downPoll)

@@ -87,6 +87,11 @@ func (h *HTTP) connInfo(ctx context.Context, ls *ListenerSnapshot, current func(
 	if ls.streams != nil {
 		info.Streams = ls.streams
 	}
+	if ls.cpu != nil {
+		// Body bytes and HTTP/2 control frames count in the tenant's host
+		// CPU budget where they are moved (its requests count in Route).
+		info.CPU = ls.cpu
+	}
 	if ls.TLS != nil && ls.TLS.Client != nil && ls.TLS.Client.SubjectHeader != "" {
 		info.ClientCertHeader = ls.TLS.Client.SubjectHeader
 		info.ClientSubject = ClientSubject(ctx)

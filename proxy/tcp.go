@@ -184,14 +184,27 @@ func (p *Proxy) pipe(l *ListenerSnapshot, client, up *net.TCPConn, member, downW
 		pp.tick = min(pp.tick, downPoll)
 	}
 	pp.last.Store(time.Now().UnixNano())
+	out, in := splice.New(p.pipes, client, up), splice.New(p.pipes, up, client)
+	if l.cpu != nil {
+		// Counted and paced as the bytes move, not only when a
+		// direction pauses: a tenant in debt slows its open connections.
+		out.SetQuantum(relayQuantum)
+		in.SetQuantum(relayQuantum)
+	}
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		pp.copy(splice.New(p.pipes, client, up), func(n int64) { p.metrics.BytesOut(l.LB, l.Name, n); l.cpu.Work(bytesWork(n)) })
+		pp.copy(out, func(n int64) { p.metrics.BytesOut(l.LB, l.Name, n); l.cpu.Relay(bytesWork(n)) })
 	})
-	pp.copy(splice.New(p.pipes, up, client), func(n int64) { p.metrics.BytesIn(l.LB, l.Name, n); l.cpu.Work(bytesWork(n)) })
+	pp.copy(in, func(n int64) { p.metrics.BytesIn(l.LB, l.Name, n); l.cpu.Relay(bytesWork(n)) })
 	wg.Wait()
 	pp.end(false)
 }
+
+// relayQuantum is what a direction of an L4 connection moves at most
+// between two looks at its tenant's host CPU budget (cpubudget.Relay):
+// 4 units of work. A tenant in debt waits there, so its open
+// connections slow with its new ones, and its neighbours' never wait.
+const relayQuantum = 4 << cpubudget.WorkBytesShift
 
 // downPoll is how often a connection whose pool closes connections of
 // members taken down looks at its member's check.
@@ -212,7 +225,8 @@ type pipe struct {
 }
 
 // copy moves sp's source to its destination until the source's half
-// ends or the pipe does.
+// ends or the pipe does; count counts what each Move moved (and may wait
+// there: the tenant's CPU budget).
 func (pp *pipe) copy(sp *splice.Splicer, count func(int64)) {
 	defer sp.Close()
 	dst, src := sp.Dst(), sp.Src()
@@ -223,10 +237,12 @@ func (pp *pipe) copy(sp *splice.Splicer, count func(int64)) {
 		}
 		n, err := sp.Move()
 		if n > 0 {
-			count(n)
 			pp.last.Store(time.Now().UnixNano())
+			count(n) // may wait for the tenant's CPU budget
 		}
 		switch {
+		case errors.Is(err, splice.ErrQuantum):
+			continue
 		case err == nil:
 			dst.CloseWrite()
 			return
@@ -278,7 +294,15 @@ func bytesWork(n int64) int64 {
 	return (n + 1<<cpubudget.WorkBytesShift - 1) >> cpubudget.WorkBytesShift
 }
 
-// tlsBytesWork is bytesWork for bytes the host decrypts or encrypts (TLS
-// terminated by an SNI route): four times the units, for the record
-// crypto.
-func tlsBytesWork(n int64) int64 { return 4 * bytesWork(n) }
+// byteMeter counts one direction's bytes in units of work, a unit per
+// 64 KiB moved, carrying the rest to the next count (a copy loop moves a
+// buffer at a time: rounding each up would charge a unit per read).
+type byteMeter struct{ carry int64 }
+
+// units adds n bytes and returns the whole units they complete.
+func (m *byteMeter) units(n int64) int64 {
+	m.carry += n
+	u := m.carry >> cpubudget.WorkBytesShift
+	m.carry -= u << cpubudget.WorkBytesShift
+	return u
+}

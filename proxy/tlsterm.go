@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/teapot-lb/teapot-lb/proxy/cpubudget"
 	"github.com/teapot-lb/teapot-lb/proxy/health"
 	"github.com/teapot-lb/teapot-lb/proxy/snapshot"
 )
@@ -76,9 +77,14 @@ func (p *Proxy) serveTerminated(l *ListenerSnapshot, c *net.TCPConn, pool *Pool,
 	sp.last.Store(time.Now().UnixNano())
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		sp.copy(up, tc, func() error { return up.CloseWrite() }, func(n int64) { p.metrics.BytesIn(l.LB, l.Name, n); l.cpu.Work(tlsBytesWork(n)) })
+		var m byteMeter
+		sp.copy(up, tc, func() error { return up.CloseWrite() }, func(n int64) {
+			p.metrics.BytesIn(l.LB, l.Name, n)
+			l.cpu.Relay(cpubudget.WorkTLSBytes * m.units(n))
+		})
 	})
-	sp.copy(tc, up, tc.CloseWrite, func(n int64) { p.metrics.BytesOut(l.LB, l.Name, n); l.cpu.Work(tlsBytesWork(n)) })
+	var m byteMeter
+	sp.copy(tc, up, tc.CloseWrite, func(n int64) { p.metrics.BytesOut(l.LB, l.Name, n); l.cpu.Relay(cpubudget.WorkTLSBytes * m.units(n)) })
 	wg.Wait()
 	sp.end(false)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // chromium is the Debian package's browser (`chromium`).
@@ -38,6 +39,8 @@ func TestTenantPagesInBrowser(t *testing.T) {
 	host := func(id string) *pb.HostObservation {
 		h := tenantBGP(id, 3)
 		h.Listeners = []*pb.ListenerObservation{{LoadBalancer: "acme/shop", Address: "192.0.2.200:80", Protocol: "http", Bound: true}}
+		h.TenantUsage = []*pb.TenantUsage{{Tenant: "acme", Connections: 2, Descriptors: 4, MaxDescriptors: 100,
+			Cpu: &pb.TenantCPUObservation{Millicores: 500, UsedSeconds: 2, WindowSeconds: 10, Time: timestamppb.Now(), ThrottledSeconds: 1.5, Throttles: 3, InDebt: true}}}
 		h.DnsZones = []*pb.DNSZoneObservation{{Zone: "lb.acme.example.", Signed: true, KeyTag: 4711, Ds: "lb.acme.example. 3600 IN DS 4711 13 2 ABCDEF",
 			// A key rollover: both DS shown.
 			NextKeyTag: 815, NextDs: "lb.acme.example. 3600 IN DS 815 13 2 FEDCBA"}}
@@ -127,6 +130,10 @@ func TestTenantPagesInBrowser(t *testing.T) {
 	  const t = document.getElementById("main").innerText;
 	  return t.includes("lb.acme.example.") && t.includes("3600 IN DS 4711 13 2 ABCDEF") && t.includes("4711 and 815") &&
 	    t.includes("the new key's DS lb.acme.example. 3600 IN DS 815 13 2 FEDCBA") ? "" : t.slice(-400);
+	})()`)
+	wait("the tenant's CPU budget on the host", `(() => {
+	  const t = document.getElementById("main").innerText;
+	  return t.includes("0.20 / 0.50") && t.includes("over 10 s") && t.includes("in debt") && t.includes("held 3 times, 1.5 s in all") ? "" : t.slice(-600);
 	})()`)
 
 	// n2 stops answering.

@@ -87,6 +87,22 @@ type TenantUse struct {
 	MaxFDs         int64  `json:"maxFds"`
 	LoadBalancers  int    `json:"lbs"`
 	ListenersBound int    `json:"listeners"`
+	// CPU is the tenant's host CPU budget on the host and its use; nil
+	// from a host that reports none (an earlier release).
+	CPU *TenantCPU `json:"cpu,omitempty"`
+}
+
+// TenantCPU is a tenant's host CPU budget on one host (quotas.cpuMillicores).
+type TenantCPU struct {
+	// Cores is the budget; Used the cores the tenant used over the host's
+	// last window (Window seconds, ended At; zero before one ended).
+	Cores     float64   `json:"cores"`
+	Used      float64   `json:"used"`
+	Window    float64   `json:"window"`
+	At        time.Time `json:"at"`
+	Throttled float64   `json:"throttled"` // seconds in debt since the host started
+	Throttles uint64    `json:"throttles"`
+	InDebt    bool      `json:"inDebt"`
 }
 
 // hostInfos is each answering host's own report.
@@ -118,6 +134,16 @@ func hostInfos(hosts []*pb.HostObservation, now time.Time) []HostInfo {
 		for _, u := range h.GetTenantUsage() {
 			t := get(u.GetTenant())
 			t.Conns, t.FDs, t.MaxFDs = u.GetConnections(), u.GetDescriptors(), u.GetMaxDescriptors()
+			if c := u.GetCpu(); c != nil {
+				t.CPU = &TenantCPU{Cores: float64(c.GetMillicores()) / 1000, Window: c.GetWindowSeconds(),
+					Throttled: c.GetThrottledSeconds(), Throttles: c.GetThrottles(), InDebt: c.GetInDebt()}
+				if c.GetWindowSeconds() > 0 {
+					t.CPU.Used = c.GetUsedSeconds() / c.GetWindowSeconds()
+				}
+				if c.GetTime() != nil {
+					t.CPU.At = c.GetTime().AsTime()
+				}
+			}
 		}
 		lbs := map[string]bool{}
 		for _, l := range h.GetListeners() {

@@ -159,7 +159,8 @@ func TestMemberTrafficAndHostInfo(t *testing.T) {
 		{Pool: "web", Address: "192.0.2.51:8080", RequestsPerSecond: 42, ErrorShare: 0.5, P99Seconds: 0.15, Time: timestamppb.New(now.Add(-4 * time.Second)), IntervalSeconds: 10}}}}
 	h.Resources = &pb.HostResources{Time: timestamppb.New(now), Cpu: 0.3, Cpus: 2, MemoryBytes: 50 << 20, OpenDescriptors: 40, DescriptorLimit: 1024,
 		Connections: 5, MaxConnections: 500, Descriptors: 10, MaxDescriptors: 1000}
-	h.TenantUsage = []*pb.TenantUsage{{Tenant: "acme", Connections: 5, Descriptors: 10, MaxDescriptors: 100}}
+	h.TenantUsage = []*pb.TenantUsage{{Tenant: "acme", Connections: 5, Descriptors: 10, MaxDescriptors: 100,
+		Cpu: &pb.TenantCPUObservation{Millicores: 500, UsedSeconds: 2, WindowSeconds: 10, Time: timestamppb.New(now.Add(-3 * time.Second)), ThrottledSeconds: 1.5, Throttles: 3, InDebt: true}}}
 	c := &cluster{status: &pb.ClusterStatusResponse{LeaderId: "n1", Nodes: []*pb.NodeStatus{node("n1", "leader", true), node("n2", "follower", true)}},
 		obs: &pb.ObserveResponse{Hosts: []*pb.HostObservation{h, hostObs("n2", "")}}, objs: map[string][]*pb.Object{"LoadBalancer": {shop()}}}
 	s, err := New(Config{Source: c, Now: func() time.Time { return now }})
@@ -178,6 +179,10 @@ func TestMemberTrafficAndHostInfo(t *testing.T) {
 	if len(v.Hosts) != 2 || v.Hosts[0].Resources.MaxConns != 500 || v.Hosts[0].Tenants[0].MaxFDs != 100 || v.Hosts[0].Tenants[0].LoadBalancers != 1 ||
 		v.Hosts[0].Tenants[0].ListenersBound != 1 {
 		t.Errorf("hosts %+v", v.Hosts)
+	}
+	if c := v.Hosts[0].Tenants[0].CPU; c == nil || c.Cores != 0.5 || c.Used != 0.2 || c.Window != 10 || !c.At.Equal(now.Add(-3*time.Second)) ||
+		c.Throttles != 3 || c.Throttled != 1.5 || !c.InDebt {
+		t.Errorf("acme's CPU budget on n1 %+v: want 0.5 cores, 0.2 used over 10 s 3 s ago, 3 throttles, in debt", c)
 	}
 	// n1 stops answering: its report stays, unreachable, from then.
 	first := now

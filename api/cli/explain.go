@@ -316,6 +316,7 @@ func (a *app) explainTenant(ctx context.Context, w io.Writer, c *client.Conn, na
 	}
 	writeTenantBGP(w, now, tn, obs.GetHosts())
 	writeTenantAttachment(w, now, tn, obs.GetHosts())
+	writeTenantCPU(w, now, tn, obs.GetHosts())
 	writeUnreachable(w, obs.GetHosts())
 	writeExplainEvents(w, obs.GetHosts())
 	return nil

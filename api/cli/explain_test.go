@@ -149,6 +149,22 @@ func tenantBGP(f *fakeAdmin) []*pb.HostObservation {
 	return hosts
 }
 
+// tenantCPU: acme, at half a core, used 0.1 of a core over lb1's last
+// window and was held in debt twice; lb2 finds it in debt now. (explain-tenant shows hosts that report no
+// budget: an earlier release.)
+func tenantCPU(f *fakeAdmin) []*pb.HostObservation {
+	t := f.objs[key(&pb.ObjectRef{Kind: api.KindTenant, Name: "acme"})].GetTenant()
+	t.Quotas = &pb.Quotas{CpuMillicores: 500}
+	hosts := f.servingHosts()
+	hosts[0].TenantUsage = []*pb.TenantUsage{{Tenant: "acme", Connections: 3, Descriptors: 6, MaxDescriptors: 2186,
+		Cpu: &pb.TenantCPUObservation{Millicores: 500, UsedSeconds: 1, WindowSeconds: 10, Time: timestamppb.New(f.now.Add(-4 * time.Second)),
+			ThrottledSeconds: 0.35, Throttles: 2}}}
+	hosts[1].TenantUsage = []*pb.TenantUsage{{Tenant: "acme",
+		Cpu: &pb.TenantCPUObservation{Millicores: 500, UsedSeconds: 6.2, WindowSeconds: 10, Time: timestamppb.New(f.now.Add(-9 * time.Second)),
+			ThrottledSeconds: 12.5, Throttles: 31, InDebt: true}}}
+	return hosts
+}
+
 // dualStack: acme/dual holds an IPv4 and an IPv6 VIP; acme/half asked
 // for both under familyPolicy prefer and got the IPv4 one alone. Both
 // are served on every address they have.

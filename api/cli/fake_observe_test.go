@@ -164,6 +164,11 @@ func filterHost(h *pb.HostObservation, f observe.Filter, req *pb.ObserveRequest)
 			out.TenantBgp = append(out.TenantBgp, b)
 		}
 	}
+	for _, u := range h.TenantUsage {
+		if f.MatchTenant(u.Tenant) {
+			out.TenantUsage = append(out.TenantUsage, u)
+		}
+	}
 	for _, c := range h.Certificates {
 		if f.MatchTenant(c.Tenant) {
 			out.Certificates = append(out.Certificates, c)

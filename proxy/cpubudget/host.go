@@ -51,6 +51,10 @@ const (
 	// HotFor is how long after it was last in debt a tenant's work is
 	// paced at its rate.
 	HotFor = 2 * time.Second
+	// UsageWindow is the window over which a tenant's use of its host
+	// budget is reported (HostStat.Used): the interval of the host's
+	// history ring.
+	UsageWindow = 10 * time.Second
 )
 
 // paceEpoch is the origin of the pacing clock (monotonic).
@@ -62,8 +66,26 @@ const (
 	WorkRequest  = 1 // an HTTP request (any version), routed
 	WorkConn     = 2 // a connection accepted or a UDP flow opened
 	WorkDatagram = 1 // a UDP datagram relayed either way
-	// WorkBytesShift: one unit per 64 KiB relayed by an L4 connection.
+	// WorkBytesShift: one unit per 64 KiB relayed by an L4 connection or
+	// moved as the body of an HTTP request or response (any version) or
+	// through an upgraded (WebSocket) tunnel.
 	WorkBytesShift = 16
+	// WorkTLSBytes multiplies the units of bytes the host decrypts or
+	// encrypts (a TLS-terminated connection's, QUIC's): the record
+	// crypto.
+	WorkTLSBytes = 4
+	// WorkControlFrames is how many HTTP/2 frames that carry no request
+	// and no body byte and are not answered (WINDOW_UPDATE, PRIORITY,
+	// RST_STREAM, CONTINUATION, an empty DATA, an ACK, an unknown type)
+	// count one unit: about 1.6 us each when they come together
+	// (proxy/l7's BenchmarkH2Priority64), a sixteenth of a request
+	// (BenchmarkProxyH2, 26-35 us with its client and member).
+	WorkControlFrames = 16
+	// WorkAnsweredFrame is what a PING or a SETTINGS that the server
+	// answers counts: its ACK is a TLS record and a write of its own,
+	// 7-15 us a PING even when 64 come at once (BenchmarkH2Ping64), a
+	// third to a half of a request.
+	WorkAnsweredFrame = 1
 )
 
 // host is a tenant's account in the host budget, embedded in Tenant.
@@ -91,6 +113,11 @@ type host struct {
 	// it is not hot.
 	unitCost float64
 	hotTicks int
+	// The window being measured: its time so far and the CPU time
+	// charged when it began; window is the last one ended.
+	winElapsed time.Duration
+	winSpent0  int64
+	window     atomic.Pointer[usage]
 
 	// Counters: CPU time charged (ns), time the gate was closed (ns),
 	// times it closed, waits at a closed gate.
@@ -132,6 +159,61 @@ func (t *Tenant) Throttle() {
 			time.Sleep(d)
 		}
 	}
+}
+
+// Relay counts units of work an open connection brought in by moving
+// bytes or frames (a request's or a tunnel's body, an L4 connection's
+// bytes, HTTP/2 control frames) and, as Throttle does for a request,
+// waits while the tenant is in debt and then, while it is hot, for the
+// slot of those units in its pace: so that a connection opened before the
+// tenant fell into debt moves at the tenant's rate too, between its
+// copies. Each wait is bounded: the gate opens once the debt (at most
+// MaxDebt of the tenant's rate) is repaid, and a pace slot is never
+// further than MaxDebt ahead. Not in debt and not hot, it is an atomic
+// add and two loads. A nil Tenant counts nothing and never waits.
+func (t *Tenant) Relay(units int64) {
+	if t == nil || units <= 0 {
+		return
+	}
+	t.work.Add(units)
+	if g := t.gate.Load(); g != nil {
+		t.waits.Add(1)
+		<-*g
+	}
+	if u := t.pace.Load(); u > 0 {
+		if d := t.reservePace(u * units); d > 0 {
+			time.Sleep(d)
+		}
+	}
+}
+
+// HoldPoll is how long a relay that cannot wait at the gate (Hold) pauses
+// a connection of a tenant in debt before it asks again.
+const HoldPoll = 10 * time.Millisecond
+
+// Hold is Relay for a relay that serves many tenants' connections on one
+// thread (io_uring) and so must not wait: it counts the units and returns
+// how long the connection should pause before it moves more bytes:
+// HoldPoll while the tenant is in debt (then ask again with Hold(0)),
+// the time to the slot of the units in the tenant's pace while it is hot,
+// 0 otherwise. A nil Tenant counts nothing and returns 0.
+func (t *Tenant) Hold(units int64) time.Duration {
+	if t == nil {
+		return 0
+	}
+	if units > 0 {
+		t.work.Add(units)
+	}
+	if t.gate.Load() != nil {
+		if units > 0 {
+			t.waits.Add(1)
+		}
+		return HoldPoll
+	}
+	if u := t.pace.Load(); u > 0 && units > 0 {
+		return t.reservePace(u * units)
+	}
+	return 0
 }
 
 // reservePace takes a unit's slot of the tenant's pace and returns how
@@ -224,6 +306,12 @@ func (t *Tenant) ChargeDirect(d time.Duration) {
 	}
 }
 
+// usage is what a tenant was charged over one window.
+type usage struct {
+	used, window time.Duration
+	at           time.Time
+}
+
 // HostStat is a tenant's account in the host budget.
 type HostStat struct {
 	// Millicores is the budget in effect, thousandths of a core.
@@ -237,12 +325,32 @@ type HostStat struct {
 	Throttles, Waits uint64
 	Work             int64
 	InDebt           bool
+	// Used is the CPU time charged over the last window of UsageWindow
+	// that ended, Window its length and At its end (zero before one
+	// ended): Used / Window is the cores the tenant used.
+	Used, Window time.Duration
+	At           time.Time
 }
 
 // HostStat returns the tenant's account in the host budget.
 func (t *Tenant) HostStat() HostStat {
-	return HostStat{Millicores: t.b.millicoresOf(t), Spent: time.Duration(t.hostSpent.Load()), Direct: time.Duration(t.direct.Load()),
+	s := HostStat{Millicores: t.b.millicoresOf(t), Spent: time.Duration(t.hostSpent.Load()), Direct: time.Duration(t.direct.Load()),
 		Throttled: time.Duration(t.throttledNs.Load()), Throttles: t.throttles.Load(), Waits: t.waits.Load(), Work: t.work.Load(), InDebt: t.gate.Load() != nil}
+	if u := t.window.Load(); u != nil {
+		s.Used, s.Window, s.At = u.used, u.window, u.at
+	}
+	return s
+}
+
+// Lookup returns a tenant's budget, or nil when it has none yet (it is
+// not made).
+func (b *Budgets) Lookup(name string) *Tenant {
+	if b == nil {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.tenants[name]
 }
 
 // defaultMillicores is the host's default budget of one tenant.
@@ -311,10 +419,15 @@ func (b *Budgets) account(elapsed, proc time.Duration) {
 		measured += direct[i]
 	}
 	shares := Split(proc-measured, work, b.o.MaxUnitCost)
+	now := time.Now()
 	for i, t := range ts {
 		mc := b.millicoresOf(t)
 		charge := direct[i] + shares[i]
-		t.hostSpent.Add(int64(charge))
+		spent := t.hostSpent.Add(int64(charge))
+		if t.winElapsed += elapsed; t.winElapsed >= UsageWindow {
+			t.window.Store(&usage{used: time.Duration(spent - t.winSpent0), window: t.winElapsed, at: now})
+			t.winSpent0, t.winElapsed = spent, 0
+		}
 		var debt bool
 		t.hostTokens, debt = Step(t.hostTokens, elapsed, charge, mc, b.o.HostBurst)
 		t.setPace(work[i], charge, debt, mc, b.o.Tick)

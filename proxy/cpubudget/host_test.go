@@ -167,3 +167,73 @@ func TestThrottleAllocatesNothing(t *testing.T) {
 		t.Errorf("%v allocations", n)
 	}
 }
+
+// A connection that moves bytes (Relay) waits while its tenant is in
+// debt and goes on once it is repaid; Hold, for a relay that cannot
+// wait, says how long to pause instead. Neither holds another tenant.
+func TestRelayAndHoldWaitWhileInDebt(t *testing.T) {
+	t.Parallel()
+	b := New(Options{HostMillicores: 500})
+	busy, quiet := b.Tenant("b"), b.Tenant("a")
+	busy.Work(1000)
+	b.account(50*time.Millisecond, 100*time.Millisecond)
+	if busy.gate.Load() == nil {
+		t.Fatal("b not in debt")
+	}
+	released := make(chan struct{})
+	go func() { busy.Relay(4); close(released) }()
+	for busy.waits.Load() == 0 { // at the gate
+		time.Sleep(time.Millisecond)
+	}
+	quiet.Relay(4) // does not wait
+	if d := quiet.Hold(4); d != 0 {
+		t.Errorf("a asked to pause %v", d)
+	}
+	if d := busy.Hold(4); d != HoldPoll {
+		t.Errorf("b in debt asked to pause %v, want %v", d, HoldPoll)
+	}
+	for range 4 {
+		b.account(50*time.Millisecond, 0)
+	}
+	select {
+	case <-released:
+	case <-time.After(10 * time.Second):
+		t.Fatal("b's relay not released once its debt was repaid")
+	}
+	if d := busy.Hold(0); d != 0 {
+		t.Errorf("b repaid asked to pause %v", d)
+	}
+	if st := busy.HostStat(); st.Work != 1000+4+4 || st.Waits < 2 {
+		t.Errorf("b's account %+v: want the relayed units counted and the waits", st)
+	}
+	var nilT *Tenant
+	nilT.Relay(3)
+	if nilT.Hold(3) != 0 {
+		t.Error("a nil tenant paused")
+	}
+}
+
+// The use reported is what was charged over the last window that ended.
+func TestUsageWindow(t *testing.T) {
+	t.Parallel()
+	b := New(Options{HostMillicores: 2000, MaxUnitCost: time.Second})
+	tn := b.Tenant("a")
+	tick := 50 * time.Millisecond
+	n := int(UsageWindow / tick)
+	for i := range n {
+		if st := tn.HostStat(); st.Window != 0 {
+			t.Fatalf("a window reported after %d ticks: %+v", i, st)
+		}
+		tn.Work(1)
+		b.account(tick, 10*time.Millisecond) // a fifth of a core
+	}
+	st := tn.HostStat()
+	if st.Window != UsageWindow || st.Used != time.Duration(n)*10*time.Millisecond || st.At.IsZero() {
+		t.Fatalf("window %v used %v at %v; want %v, %v", st.Window, st.Used, st.At, UsageWindow, time.Duration(n)*10*time.Millisecond)
+	}
+	tn.Work(1)
+	b.account(tick, 40*time.Millisecond)
+	if got := tn.HostStat(); got.Used != st.Used || got.At != st.At {
+		t.Errorf("the reported window changed before the next ended: %+v", got)
+	}
+}

@@ -209,6 +209,10 @@ type ConnInfo struct {
 	// a stream past it is refused as its HEADERS are read (RST_STREAM
 	// REFUSED_STREAM), before a goroutine or a buffer is spent on it.
 	Streams Streams
+	// CPU, when not nil, is the tenant's host CPU budget: the body bytes
+	// and HTTP/2 control frames the connection moves count in it, and
+	// the connection waits there while the tenant is over it.
+	CPU CPU
 	// AltSvc, when not empty, is the Alt-Svc value (`h3=":443"; ma=86400`)
 	// added to every HTTP/1.x and HTTP/2 response head of the connection:
 	// the listener also serves HTTP/3.

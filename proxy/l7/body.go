@@ -121,6 +121,7 @@ func (c *clientConn) copyBody(up *upConn, limit int64) error {
 				return err
 			}
 			c.r += k
+			c.reqM.add(c.info.CPU, c.cpuW, int64(k))
 			if ck.done() {
 				c.bodyN = ck.total
 				return nil
@@ -131,7 +132,7 @@ func (c *clientConn) copyBody(up *upConn, limit int64) error {
 	for remaining > 0 {
 		if c.r == c.w {
 			if remaining >= spliceMin && c.tcp != nil && up.tcp != nil {
-				k, err := spliceN(up.tcp, c.tcp, remaining, bt)
+				k, err := c.spliceN(up.tcp, c.tcp, remaining, bt, &c.reqLR, &c.reqM)
 				c.rdl, up.wdl = 0, 0
 				remaining -= k
 				c.bodyN += k
@@ -157,6 +158,7 @@ func (c *clientConn) copyBody(up *upConn, limit int64) error {
 		c.r += k
 		remaining -= int64(k)
 		c.bodyN += int64(k)
+		c.reqM.add(c.info.CPU, c.cpuW, int64(k))
 	}
 	return nil
 }

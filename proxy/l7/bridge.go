@@ -106,7 +106,17 @@ type h1Body struct {
 
 func (b *h1Body) Read(p []byte) (int, error) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	n, err := b.read(p)
+	u := b.c.reqM.take(int64(n))
+	b.mu.Unlock()
+	if u > 0 && b.c.info.CPU != nil {
+		b.c.info.CPU.Relay(u * b.c.cpuW) // not under b.mu: close takes it
+	}
+	return n, err
+}
+
+// read is Read under b.mu.
+func (b *h1Body) read(p []byte) (int, error) {
 	if b.closed {
 		return 0, http.ErrBodyReadAfterClose
 	}
@@ -263,6 +273,7 @@ func (w *h1Writer) Write(p []byte) (int, error) {
 		if w.err = c.write(p); w.err != nil {
 			return 0, w.err
 		}
+		c.respM.add(c.info.CPU, c.cpuW, int64(len(p)))
 		return len(p), nil
 	}
 	c.wb = strconv.AppendInt(c.wb[:0], int64(len(p)), 16)
@@ -277,6 +288,7 @@ func (w *h1Writer) Write(p []byte) (int, error) {
 	if w.err != nil {
 		return 0, w.err
 	}
+	c.respM.add(c.info.CPU, c.cpuW, int64(len(p)))
 	return len(p), nil
 }
 

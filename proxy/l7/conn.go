@@ -80,6 +80,13 @@ type clientConn struct {
 	stats            RequestStats
 	// rx serves a bare TCP connection from its RawConn.Read callback.
 	rx rawServe
+	// cpuW is what a unit of the connection's body bytes counts in its
+	// tenant's CPU budget (info.CPU); reqM and respM count them, the
+	// request's on the goroutine that sends it, the response's on the
+	// connection's; reqLR and respLR are the splices' readers.
+	cpuW          int64
+	reqM, respM   meter
+	reqLR, respLR io.LimitedReader
 }
 
 func (c *clientConn) serve() {

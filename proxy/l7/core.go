@@ -53,14 +53,18 @@ func (w *localWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // countedBody counts the bytes a handler reads of a request body, for
 // RequestStats.RequestBytes on the net/http path of HTTP/2 and HTTP/3
 // (HTTP/1.x counts in its own body reader).
+// With cpu (HTTP/3) it counts them in the tenant's CPU budget too.
 type countedBody struct {
 	io.ReadCloser
-	n int64
+	n   int64
+	cpu CPU
+	m   meter
 }
 
 func (b *countedBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	b.n += int64(n)
+	b.m.add(b.cpu, WorkTLSBytes, int64(n))
 	return n, err
 }
 

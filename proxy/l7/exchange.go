@@ -312,6 +312,9 @@ func (c *clientConn) relay(m Member, up *upConn, x *exchangeOpts, t0 int64) {
 	}
 	up.r += first
 	sent := int64(first)
+	if err == nil {
+		c.respM.add(c.info.CPU, c.cpuW, sent)
+	}
 	var upErr error
 	if err == nil {
 		var n int64
@@ -376,7 +379,7 @@ func (c *clientConn) relayBody(up *upConn, framing uint8, dechunk bool, ck *chun
 			if up.r == up.w {
 				up.r, up.w = 0, 0
 				if remaining >= spliceMin && c.tcp != nil && up.tcp != nil {
-					k, serr := spliceN(c.tcp, up.tcp, remaining, bt)
+					k, serr := c.spliceN(c.tcp, up.tcp, remaining, bt, &c.respLR, &c.respM)
 					c.wdl, up.rdl = 0, 0
 					n += k
 					remaining -= k
@@ -397,6 +400,7 @@ func (c *clientConn) relayBody(up *upConn, framing uint8, dechunk bool, ck *chun
 			up.r += k
 			remaining -= int64(k)
 			n += int64(k)
+			c.respM.add(c.info.CPU, c.cpuW, int64(k))
 		}
 	case bodyChunked:
 		for !ck.done() {
@@ -412,6 +416,7 @@ func (c *clientConn) relayBody(up *upConn, framing uint8, dechunk bool, ck *chun
 					return n, nil, err
 				}
 				n += int64(k)
+				c.respM.add(c.info.CPU, c.cpuW, int64(k))
 			}
 			up.r += k
 			if cerr != nil {
@@ -423,7 +428,7 @@ func (c *clientConn) relayBody(up *upConn, framing uint8, dechunk bool, ck *chun
 			if up.r == up.w {
 				up.r, up.w = 0, 0
 				if c.tcp != nil && up.tcp != nil {
-					k, serr := spliceAll(c.tcp, up.tcp, bt)
+					k, serr := c.spliceAll(c.tcp, up.tcp, bt)
 					c.wdl, up.rdl = 0, 0
 					n += k
 					if serr != nil {
@@ -442,6 +447,7 @@ func (c *clientConn) relayBody(up *upConn, framing uint8, dechunk bool, ck *chun
 				return n, nil, err
 			}
 			n += int64(up.w - up.r)
+			c.respM.add(c.info.CPU, c.cpuW, int64(up.w-up.r))
 			up.r = up.w
 		}
 	}
@@ -469,17 +475,30 @@ func (c *clientConn) fillBody(up *upConn, bt time.Duration) error {
 	return nil
 }
 
-// spliceN copies n bytes from src to dst with splice(2), refreshing the
-// deadlines while bytes flow: it fails after a whole timeout without any.
-func spliceN(dst, src *net.TCPConn, n int64, timeout time.Duration) (int64, error) {
+// spliceN copies n bytes of a body from src to dst with splice(2),
+// refreshing the deadlines while bytes flow: it fails after a whole
+// timeout without any. With a CPU budget it moves bodyQuantum at most
+// between two counts in m (which may wait there); lr is the direction's
+// reader, kept in the connection so that a splice allocates nothing.
+func (c *clientConn) spliceN(dst, src *net.TCPConn, n int64, timeout time.Duration, lr *io.LimitedReader, m *meter) (int64, error) {
+	defer func() { lr.R = nil }()
 	var total int64
 	for n > 0 {
 		dl := time.Now().Add(timeout)
 		_ = src.SetReadDeadline(dl)
 		_ = dst.SetWriteDeadline(dl)
-		k, err := io.CopyN(dst, src, n)
+		chunk := n
+		if c.info.CPU != nil {
+			chunk = min(n, bodyQuantum)
+		}
+		lr.R, lr.N = src, chunk
+		k, err := dst.ReadFrom(lr)
+		if err == nil && k < chunk {
+			err = io.EOF // as io.CopyN: src ended early
+		}
 		total += k
 		n -= k
+		m.add(c.info.CPU, c.cpuW, k)
 		if err != nil {
 			if isTimeout(err) && k > 0 {
 				continue
@@ -490,19 +509,41 @@ func spliceN(dst, src *net.TCPConn, n int64, timeout time.Duration) (int64, erro
 	return total, nil
 }
 
-// spliceAll copies from src to dst until src ends, like spliceN.
-func spliceAll(dst, src *net.TCPConn, timeout time.Duration) (int64, error) {
+// spliceAll copies from src to dst until src ends, like spliceN (a
+// response body that ends with the member's connection).
+func (c *clientConn) spliceAll(dst, src *net.TCPConn, timeout time.Duration) (int64, error) {
+	if c.info.CPU == nil {
+		var total int64
+		for {
+			dl := time.Now().Add(timeout)
+			_ = src.SetReadDeadline(dl)
+			_ = dst.SetWriteDeadline(dl)
+			k, err := io.Copy(dst, src)
+			total += k
+			if err == nil {
+				return total, nil
+			}
+			if !isTimeout(err) || k == 0 {
+				return total, err
+			}
+		}
+	}
+	lr := &c.respLR
+	defer func() { lr.R = nil }()
 	var total int64
 	for {
 		dl := time.Now().Add(timeout)
 		_ = src.SetReadDeadline(dl)
 		_ = dst.SetWriteDeadline(dl)
-		k, err := io.Copy(dst, src)
+		lr.R, lr.N = src, bodyQuantum
+		k, err := dst.ReadFrom(lr)
 		total += k
-		if err == nil {
-			return total, nil
-		}
-		if !isTimeout(err) || k == 0 {
+		c.respM.add(c.info.CPU, c.cpuW, k)
+		switch {
+		case err == nil && lr.N > 0:
+			return total, nil // src ended
+		case err == nil:
+		case !isTimeout(err) || k == 0:
 			return total, err
 		}
 	}

@@ -30,8 +30,13 @@ func (hc *h2conn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	start := time.Now()
 	var body *countedBody
+	var cpu CPU
+	if hc.h3 {
+		// No codec of ours moves an HTTP/3 body: count it here.
+		cpu = hc.info.CPU
+	}
 	if r.Body != nil && r.Body != http.NoBody {
-		body = &countedBody{ReadCloser: r.Body}
+		body = &countedBody{ReadCloser: r.Body, cpu: cpu}
 		r.Body = body
 	}
 	defer func() {
@@ -41,7 +46,7 @@ func (hc *h2conn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		s.cfg.Metrics.Request(stats)
 	}()
-	q := &rtRequest{r: r, ca: &hc.ca, scope: hc.scope, stats: &stats, retries: s.cfg.Retries}
+	q := &rtRequest{r: r, ca: &hc.ca, scope: hc.scope, stats: &stats, retries: s.cfg.Retries, cpu: cpu}
 	if r.Method == http.MethodConnect {
 		s.failHTTP(w, q, 405, OutcomeClientError)
 		return

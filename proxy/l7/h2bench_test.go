@@ -134,3 +134,100 @@ func BenchmarkProxyH2(b *testing.B) {
 		rc.do(b)
 	}
 }
+
+// BenchmarkH2Ping is one PING and its ACK on the connection of
+// BenchmarkProxyH2 (the client's side included, as there): against a
+// request, what a control frame costs the host (cpubudget's and this
+// package's WorkControlFrames).
+func BenchmarkH2Ping(b *testing.B) {
+	be := newBackend(b, rawBackend(b, rawResponse))
+	addr := proxyUnder(b, New(Config{H2MaxControlFramesPerSecond: 1 << 30}), oneRoute(allocFree{be}), selfSigned(b))
+	rc := newH2RawClient(b, addr)
+	ping := make([]byte, 9+8)
+	ping[2], ping[3] = 8, byte(http2.FramePing)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := rc.c.Write(ping); err != nil {
+			b.Fatal(err)
+		}
+		for {
+			if _, err := io.ReadFull(rc.c, rc.hdr[:]); err != nil {
+				b.Fatal(err)
+			}
+			ln := int(rc.hdr[0])<<16 | int(rc.hdr[1])<<8 | int(rc.hdr[2])
+			if _, err := io.ReadFull(rc.c, rc.buf[:ln]); err != nil {
+				b.Fatal(err)
+			}
+			if http2.FrameType(rc.hdr[3]) == http2.FramePing {
+				break
+			}
+		}
+	}
+}
+
+// BenchmarkH2Ping64 is 64 PINGs sent in one write and their ACKs, as a
+// flood sends them: what one control frame costs when frames come
+// together.
+func BenchmarkH2Ping64(b *testing.B) {
+	be := newBackend(b, rawBackend(b, rawResponse))
+	addr := proxyUnder(b, New(Config{H2MaxControlFramesPerSecond: 1 << 30}), oneRoute(allocFree{be}), selfSigned(b))
+	rc := newH2RawClient(b, addr)
+	pings := make([]byte, 64*17)
+	for i := range 64 {
+		pings[i*17+2], pings[i*17+3] = 8, byte(http2.FramePing)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := rc.c.Write(pings); err != nil {
+			b.Fatal(err)
+		}
+		for acks := 0; acks < 64; {
+			if _, err := io.ReadFull(rc.c, rc.hdr[:]); err != nil {
+				b.Fatal(err)
+			}
+			ln := int(rc.hdr[0])<<16 | int(rc.hdr[1])<<8 | int(rc.hdr[2])
+			if _, err := io.ReadFull(rc.c, rc.buf[:ln]); err != nil {
+				b.Fatal(err)
+			}
+			if http2.FrameType(rc.hdr[3]) == http2.FramePing {
+				acks++
+			}
+		}
+	}
+}
+
+// BenchmarkH2Priority64 is 64 PRIORITY frames (answered by nothing) and
+// one PING sent in one write, until the PING's ACK: against
+// BenchmarkH2Ping, what a control frame that is not answered costs.
+func BenchmarkH2Priority64(b *testing.B) {
+	be := newBackend(b, rawBackend(b, rawResponse))
+	addr := proxyUnder(b, New(Config{H2MaxControlFramesPerSecond: 1 << 30}), oneRoute(allocFree{be}), selfSigned(b))
+	rc := newH2RawClient(b, addr)
+	out := make([]byte, 64*14+17)
+	for i := range 64 {
+		f := out[i*14:]
+		f[2], f[3], f[8] = 5, byte(http2.FramePriority), 1 // stream 1, depends on 0
+	}
+	out[64*14+2], out[64*14+3] = 8, byte(http2.FramePing)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := rc.c.Write(out); err != nil {
+			b.Fatal(err)
+		}
+		for {
+			if _, err := io.ReadFull(rc.c, rc.hdr[:]); err != nil {
+				b.Fatal(err)
+			}
+			ln := int(rc.hdr[0])<<16 | int(rc.hdr[1])<<8 | int(rc.hdr[2])
+			if _, err := io.ReadFull(rc.c, rc.buf[:ln]); err != nil {
+				b.Fatal(err)
+			}
+			if http2.FrameType(rc.hdr[3]) == http2.FramePing {
+				break
+			}
+		}
+	}
+}

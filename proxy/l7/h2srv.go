@@ -154,6 +154,13 @@ type h2Conn struct {
 	peerGoAway atomic.Bool
 	finished   atomic.Bool // the last frames are out and a FIN follows
 
+	// The tenant's CPU budget (info.CPU): cpuW is what a unit of body
+	// bytes counts; outM counts the DATA sent (wmu), inM the DATA read
+	// and ctrl the control frames read (the reading goroutine).
+	cpuW      int64
+	outM, inM meter
+	ctrl      int
+
 	// Read side, owned by the reading goroutine.
 	recvWindow int64      // connection receive window left
 	recvUnack  int64      // connection window consumed but not yet updated
@@ -203,6 +210,7 @@ func (s *Server) serveH2Conn(ctx context.Context, nc, raw net.Conn, cs tls.Conne
 		peerFrame:  16384,
 		recvWindow: h2ConnWindow,
 		cs:         cs,
+		cpuW:       cpuWeight(info),
 	}
 	c.hc.ca.clientCert(info)
 	c.ctx, c.cancel = context.WithCancel(context.WithoutCancel(ctx))
@@ -341,6 +349,9 @@ func (c *h2Conn) serve() {
 		if fh.Flags.Has(http2.FlagHeadersEndHeaders) && (fh.Type == http2.FrameHeaders || fh.Type == http2.FrameContinuation) {
 			c.endHead()
 		}
+		if code == 0 {
+			c.charge(fh)
+		}
 		if code != 0 {
 			c.goAway(code)
 			return
@@ -352,6 +363,34 @@ func (c *h2Conn) serve() {
 			return
 		}
 
+	}
+}
+
+// charge counts a frame the client sent in its tenant's CPU budget, and
+// waits there while the tenant is over it (this connection reads no
+// more meanwhile): a DATA frame's bytes as body bytes; a PING or a
+// SETTINGS that the server answers WorkAnsweredFrame; any other frame
+// that carries neither a request nor a body byte (WINDOW_UPDATE,
+// RST_STREAM, PRIORITY, CONTINUATION, an empty DATA, an ACK, an unknown
+// type) as a control frame, a unit per WorkControlFrames of them. A
+// HEADERS frame's request counts where it is routed.
+func (c *h2Conn) charge(fh http2.FrameHeader) {
+	cpu := c.hc.info.CPU
+	if cpu == nil {
+		return
+	}
+	switch {
+	case fh.Type == http2.FrameData && fh.Length > 0:
+		c.inM.add(cpu, c.cpuW, int64(fh.Length))
+	case fh.Type == http2.FrameHeaders:
+	case (fh.Type == http2.FramePing || fh.Type == http2.FrameSettings) && !fh.Flags.Has(http2.FlagPingAck):
+		// FlagSettingsAck is the same bit.
+		cpu.Relay(WorkAnsweredFrame)
+	default:
+		if c.ctrl++; c.ctrl >= WorkControlFrames {
+			c.ctrl = 0
+			cpu.Relay(1)
+		}
 	}
 }
 

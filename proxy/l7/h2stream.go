@@ -452,13 +452,23 @@ func (st *h2Stream) sendData(p []byte, end bool) error {
 		}
 		c.lockW()
 		err := c.werr
+		var units int64
 		if err == nil {
 			err = c.fr.WriteData(st.id, last, p[:n])
 			c.werr = err
+			units = c.outM.take(int64(n))
 		}
 		c.unlockW()
 		if err != nil {
 			return err
+		}
+		if cpu := c.hc.info.CPU; cpu != nil && units > 0 {
+			if st.holding {
+				// Never keep other streams' frames waiting.
+				st.holding = false
+				c.release()
+			}
+			cpu.Relay(units * c.cpuW)
 		}
 		p = p[n:]
 		if len(p) == 0 {

@@ -215,6 +215,9 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 
 // rtRequest is an inbound request on the round-trip path.
 type rtRequest struct {
+	// cpu, when set, counts the response body's bytes in the tenant's
+	// CPU budget as they are copied (HTTP/3: no codec of ours does).
+	cpu     CPU
 	r       *http.Request
 	host    string // normalised, for the forwarding fields: the raw Host
 	path    string // escaped path to forward
@@ -366,7 +369,7 @@ func (s *Server) proxyHTTP(w http.ResponseWriter, q *rtRequest, be Backend, opts
 			continue
 		}
 		q.stats.Upstream = d
-		n, upErr := copyResponse(w, resp)
+		n, upErr := copyResponse(w, resp, q.cpu)
 		cancel()
 		q.stats.Status = resp.StatusCode
 		q.stats.ResponseBytes = n
@@ -385,8 +388,10 @@ func (s *Server) failHTTP(w http.ResponseWriter, q *rtRequest, code int, out Out
 	q.stats.Outcome = out
 }
 
-// copyResponse relays a member's response to w, trailers included.
-func copyResponse(w http.ResponseWriter, resp *http.Response) (int64, error) {
+// copyResponse relays a member's response to w, trailers included; with
+// cpu its body bytes count there (QUIC's crypto: WorkTLSBytes).
+func copyResponse(w http.ResponseWriter, resp *http.Response, cpu CPU) (int64, error) {
+	var m meter
 	defer resp.Body.Close()
 	h := w.Header()
 	for k, vv := range resp.Header {
@@ -418,6 +423,7 @@ func copyResponse(w http.ResponseWriter, resp *http.Response) (int64, error) {
 				return n, werr
 			}
 			n += int64(k)
+			m.add(cpu, WorkTLSBytes, int64(k))
 			if stream && rerr == nil {
 				_ = rc.Flush()
 			}

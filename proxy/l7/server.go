@@ -121,6 +121,7 @@ func (s *Server) ServeConn(ctx context.Context, c net.Conn, info ConnInfo) {
 	}
 	cc := s.getConn()
 	cc.ctx, cc.nc, cc.info = ctx, c, &info
+	cc.cpuW, cc.reqM, cc.respM = cpuWeight(&info), meter{}, meter{}
 	cc.tcp, _ = c.(*net.TCPConn)
 	cc.client, cc.local = client, local
 	cc.ca = newClientAddrs(client, info.TLS, s.trusted(&info))

@@ -1,6 +1,7 @@
 package l7
 
 import (
+	"errors"
 	"io"
 	"net"
 	"sync"
@@ -24,7 +25,7 @@ func (c *clientConn) tunnel(m Member, up *upConn, d time.Duration) {
 	}
 	c.stats.Status = 101
 	if err == nil {
-		pipe(c.nc, c.tcp, up.nc, up.tcp, c.s.cfg.TunnelTimeout, c.s.pipes.Load())
+		pipe(c.nc, c.tcp, up.nc, up.tcp, c.s.cfg.TunnelTimeout, c.s.pipes.Load(), c.info.CPU, c.cpuW)
 	}
 	up.close()
 	m.Done(nil, 101, d)
@@ -37,15 +38,17 @@ var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b 
 // connections when they are bare TCP, so that the kernel splices). A
 // direction that ends half-closes the other side. The tunnel closes when
 // both directions saw no byte for a whole timeout window (idle between one
-// and two timeouts).
-func pipe(a net.Conn, aTCP *net.TCPConn, b net.Conn, bTCP *net.TCPConn, timeout time.Duration, pl *splice.Pool) {
+// and two timeouts). With cpu, each direction counts its bytes there as
+// they move (weight units per unit of bytes), bodyQuantum at most
+// between two counts, and waits there while the tenant is over budget.
+func pipe(a net.Conn, aTCP *net.TCPConn, b net.Conn, bTCP *net.TCPConn, timeout time.Duration, pl *splice.Pool, cpu CPU, weight int64) {
 	var idle [2]atomic.Bool
 	done := make(chan struct{})
 	go func() {
-		pipeDir(b, bTCP, a, aTCP, timeout, &idle[0], &idle[1], a, b, pl)
+		pipeDir(b, bTCP, a, aTCP, timeout, &idle[0], &idle[1], a, b, pl, cpu, weight)
 		close(done)
 	}()
-	pipeDir(a, aTCP, b, bTCP, timeout, &idle[1], &idle[0], a, b, pl)
+	pipeDir(a, aTCP, b, bTCP, timeout, &idle[1], &idle[0], a, b, pl, cpu, weight)
 	<-done
 	_ = a.Close()
 	_ = b.Close()
@@ -54,12 +57,17 @@ func pipe(a net.Conn, aTCP *net.TCPConn, b net.Conn, bTCP *net.TCPConn, timeout 
 type onlyReader struct{ io.Reader }
 type onlyWriter struct{ io.Writer }
 
-func pipeDir(dst net.Conn, dstTCP *net.TCPConn, src net.Conn, srcTCP *net.TCPConn, timeout time.Duration, mine, other *atomic.Bool, a, b net.Conn, pl *splice.Pool) {
+func pipeDir(dst net.Conn, dstTCP *net.TCPConn, src net.Conn, srcTCP *net.TCPConn, timeout time.Duration, mine, other *atomic.Bool, a, b net.Conn, pl *splice.Pool, cpu CPU, weight int64) {
 	var buf *[]byte
 	var sp *splice.Splicer
 	if pl != nil && dstTCP != nil && srcTCP != nil {
 		sp = splice.New(pl, dstTCP, srcTCP)
+		if cpu != nil {
+			sp.SetQuantum(bodyQuantum)
+		}
 	}
+	var m meter
+	var lr io.LimitedReader
 	defer func() {
 		mine.Store(true)
 		if buf != nil {
@@ -75,16 +83,35 @@ func pipeDir(dst net.Conn, dstTCP *net.TCPConn, src net.Conn, srcTCP *net.TCPCon
 		_ = dst.SetWriteDeadline(dl)
 		var n int64
 		var err error
+		more := false // the quantum moved: count it and go on
 		switch {
 		case sp != nil:
 			n, err = sp.Move()
-		case dstTCP != nil && srcTCP != nil:
+			if errors.Is(err, splice.ErrQuantum) {
+				more, err = true, nil
+			}
+		case dstTCP != nil && srcTCP != nil && cpu == nil:
 			n, err = io.Copy(dstTCP, srcTCP)
+		case dstTCP != nil && srcTCP != nil:
+			lr.R, lr.N = srcTCP, bodyQuantum
+			n, err = dstTCP.ReadFrom(&lr)
+			more = err == nil && lr.N == 0
 		default:
 			if buf == nil {
 				buf = copyBufs.Get().(*[]byte)
 			}
-			n, err = io.CopyBuffer(onlyWriter{dst}, onlyReader{src}, *buf)
+			var r io.Reader = onlyReader{src}
+			if cpu != nil {
+				lr.R, lr.N = r, bodyQuantum
+				r = &lr
+			}
+			n, err = io.CopyBuffer(onlyWriter{dst}, r, *buf)
+			more = cpu != nil && err == nil && lr.N == 0
+		}
+		m.add(cpu, weight, n)
+		if more {
+			mine.Store(false)
+			continue
 		}
 		if err == nil {
 			// src ended: pass the end on and let the other direction run.

@@ -368,6 +368,13 @@ function renderHost(s, id) {
   const r = info && info.resources;
   const of = (a, b) => b ? `${esc(a)} <span class="muted">/ ${esc(b)}</span>` : esc(a);
   const meter = (a, b) => b ? `<meter class="quota" min="0" max="${esc(b)}" value="${esc(Math.min(a, b))}" low="${esc(0.8 * b)}" high="${esc(0.95 * b)}" optimum="0"></meter>` : "";
+  // A tenant's host CPU budget: what it used over the host's last window
+  // of its budget, its throttles, and when the window ended.
+  const cpuCell = c => !c ? `<span class="muted">not reported (an earlier release)</span>` :
+    (c.window ? meter(c.used, c.cores) + of(c.used.toFixed(2), c.cores.toFixed(2)) + ` <span class="muted">over ${esc(Math.round(c.window))} s, ${ago(c.at)}</span>`
+      : of("—", c.cores.toFixed(2)) + ` <span class="muted">no window ended yet</span>`) +
+    (c.inDebt ? " " + badge("in debt", "bad") : "") +
+    (c.throttles ? `<div class="reason">held ${esc(c.throttles)} times, ${esc(c.throttled.toFixed(1))} s in all</div>` : "");
   h += `<div class="cards">` + (n ? card("Raft", `${esc(n.role)} <span class="muted">${esc(n.suffrage)}</span>`) + card("Version", esc(n.version)) : "");
   if (r) {
     h += card("CPU", `${esc(r.cpu.toFixed(2))} <span class="muted">of ${esc(r.cpus)} cores</span>`) + card("Memory", esc(fmtBytes(r.memory))) +
@@ -397,8 +404,8 @@ function renderHost(s, id) {
       (!x.reachable ? badge("unknown", "unknown") : li.bound ? badge("bound", "ok") : badge("not bound", "bad")) + (li.error ? `<div class="reason">${esc(li.error)}</div>` : ""),
       ago(li.since)]), "No listener on this host.");
   h += `<h2>Budgets per tenant <small>what each tenant holds on this host now</small></h2>` +
-    table(["Tenant", "Load balancers", "Listeners bound", "Connections", "Descriptors"], (info ? info.tenants : []).map(t => [
-      `<b>${esc(t.tenant)}</b>`, esc(t.lbs), esc(t.listeners), `<span class="num">${esc(t.conns)}</span>`, meter(t.fds, t.maxFds) + of(t.fds, t.maxFds)]),
+    table(["Tenant", "Load balancers", "Listeners bound", "Connections", "Descriptors", "CPU (cores)"], (info ? info.tenants : []).map(t => [
+      `<b>${esc(t.tenant)}</b>`, esc(t.lbs), esc(t.listeners), `<span class="num">${esc(t.conns)}</span>`, meter(t.fds, t.maxFds) + of(t.fds, t.maxFds), cpuCell(t.cpu)]),
     "No tenant holds anything on this host.") + (info ? `<p class="muted">as the host reported ${seen(info.observed)}</p>` : "");
   h += dnsZonesOf(info);
   const evs = state.events.filter(e => e.subject === id || e.message.startsWith(id + ": ")).slice().reverse();

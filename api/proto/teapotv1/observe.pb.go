@@ -771,8 +771,11 @@ type TenantUsage struct {
 	Descriptors int64                  `protobuf:"varint,3,opt,name=descriptors,proto3" json:"descriptors,omitempty"`
 	// The descriptor bound the tenant's last accepted connection saw.
 	MaxDescriptors int64 `protobuf:"varint,4,opt,name=max_descriptors,json=maxDescriptors,proto3" json:"max_descriptors,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The tenant's host CPU budget on this host and its use (absent from
+	// hosts of earlier releases).
+	Cpu           *TenantCPUObservation `protobuf:"bytes,390,opt,name=cpu,proto3" json:"cpu,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TenantUsage) Reset() {
@@ -833,6 +836,116 @@ func (x *TenantUsage) GetMaxDescriptors() int64 {
 	return 0
 }
 
+func (x *TenantUsage) GetCpu() *TenantCPUObservation {
+	if x != nil {
+		return x.Cpu
+	}
+	return nil
+}
+
+// TenantCPUObservation is one tenant's host CPU budget on one host
+// (quotas.cpuMillicores) and what it used of it.
+type TenantCPUObservation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The budget in effect, thousandths of a core: quotas.cpuMillicores,
+	// else the host's default (serve --cpu-per-tenant, else a quarter of
+	// its CPUs).
+	Millicores int64 `protobuf:"varint,1,opt,name=millicores,proto3" json:"millicores,omitempty"`
+	// The CPU time charged to the tenant over the last window, and that
+	// window's length, in seconds: used / window is the cores it used.
+	UsedSeconds   float64 `protobuf:"fixed64,2,opt,name=used_seconds,json=usedSeconds,proto3" json:"used_seconds,omitempty"`
+	WindowSeconds float64 `protobuf:"fixed64,3,opt,name=window_seconds,json=windowSeconds,proto3" json:"window_seconds,omitempty"`
+	// When the window ended: the figures' age.
+	Time *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=time,proto3" json:"time,omitempty"`
+	// Since the host started: how long the tenant was in debt (its work
+	// waited meanwhile) and how many times it went into debt.
+	ThrottledSeconds float64 `protobuf:"fixed64,5,opt,name=throttled_seconds,json=throttledSeconds,proto3" json:"throttled_seconds,omitempty"`
+	Throttles        uint64  `protobuf:"varint,6,opt,name=throttles,proto3" json:"throttles,omitempty"`
+	// In debt now.
+	InDebt        bool `protobuf:"varint,7,opt,name=in_debt,json=inDebt,proto3" json:"in_debt,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TenantCPUObservation) Reset() {
+	*x = TenantCPUObservation{}
+	mi := &file_teapotv1_observe_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TenantCPUObservation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TenantCPUObservation) ProtoMessage() {}
+
+func (x *TenantCPUObservation) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_observe_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TenantCPUObservation.ProtoReflect.Descriptor instead.
+func (*TenantCPUObservation) Descriptor() ([]byte, []int) {
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *TenantCPUObservation) GetMillicores() int64 {
+	if x != nil {
+		return x.Millicores
+	}
+	return 0
+}
+
+func (x *TenantCPUObservation) GetUsedSeconds() float64 {
+	if x != nil {
+		return x.UsedSeconds
+	}
+	return 0
+}
+
+func (x *TenantCPUObservation) GetWindowSeconds() float64 {
+	if x != nil {
+		return x.WindowSeconds
+	}
+	return 0
+}
+
+func (x *TenantCPUObservation) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *TenantCPUObservation) GetThrottledSeconds() float64 {
+	if x != nil {
+		return x.ThrottledSeconds
+	}
+	return 0
+}
+
+func (x *TenantCPUObservation) GetThrottles() uint64 {
+	if x != nil {
+		return x.Throttles
+	}
+	return 0
+}
+
+func (x *TenantCPUObservation) GetInDebt() bool {
+	if x != nil {
+		return x.InDebt
+	}
+	return false
+}
+
 // MemberTraffic is one member's traffic on one host over the last
 // interval of the host's history ring.
 type MemberTraffic struct {
@@ -860,7 +973,7 @@ type MemberTraffic struct {
 
 func (x *MemberTraffic) Reset() {
 	*x = MemberTraffic{}
-	mi := &file_teapotv1_observe_proto_msgTypes[7]
+	mi := &file_teapotv1_observe_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -872,7 +985,7 @@ func (x *MemberTraffic) String() string {
 func (*MemberTraffic) ProtoMessage() {}
 
 func (x *MemberTraffic) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[7]
+	mi := &file_teapotv1_observe_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -885,7 +998,7 @@ func (x *MemberTraffic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberTraffic.ProtoReflect.Descriptor instead.
 func (*MemberTraffic) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{7}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *MemberTraffic) GetPool() string {
@@ -970,7 +1083,7 @@ type TenantBGPObservation struct {
 
 func (x *TenantBGPObservation) Reset() {
 	*x = TenantBGPObservation{}
-	mi := &file_teapotv1_observe_proto_msgTypes[8]
+	mi := &file_teapotv1_observe_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -982,7 +1095,7 @@ func (x *TenantBGPObservation) String() string {
 func (*TenantBGPObservation) ProtoMessage() {}
 
 func (x *TenantBGPObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[8]
+	mi := &file_teapotv1_observe_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -995,7 +1108,7 @@ func (x *TenantBGPObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantBGPObservation.ProtoReflect.Descriptor instead.
 func (*TenantBGPObservation) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{8}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *TenantBGPObservation) GetTenant() string {
@@ -1064,7 +1177,7 @@ type TenantBGPSession struct {
 
 func (x *TenantBGPSession) Reset() {
 	*x = TenantBGPSession{}
-	mi := &file_teapotv1_observe_proto_msgTypes[9]
+	mi := &file_teapotv1_observe_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1076,7 +1189,7 @@ func (x *TenantBGPSession) String() string {
 func (*TenantBGPSession) ProtoMessage() {}
 
 func (x *TenantBGPSession) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[9]
+	mi := &file_teapotv1_observe_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1089,7 +1202,7 @@ func (x *TenantBGPSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantBGPSession.ProtoReflect.Descriptor instead.
 func (*TenantBGPSession) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{9}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *TenantBGPSession) GetPeer() string {
@@ -1141,7 +1254,7 @@ type TenantRoute struct {
 
 func (x *TenantRoute) Reset() {
 	*x = TenantRoute{}
-	mi := &file_teapotv1_observe_proto_msgTypes[10]
+	mi := &file_teapotv1_observe_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1153,7 +1266,7 @@ func (x *TenantRoute) String() string {
 func (*TenantRoute) ProtoMessage() {}
 
 func (x *TenantRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[10]
+	mi := &file_teapotv1_observe_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1166,7 +1279,7 @@ func (x *TenantRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantRoute.ProtoReflect.Descriptor instead.
 func (*TenantRoute) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{10}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *TenantRoute) GetPrefix() string {
@@ -1216,7 +1329,7 @@ type DNSNameObservation struct {
 
 func (x *DNSNameObservation) Reset() {
 	*x = DNSNameObservation{}
-	mi := &file_teapotv1_observe_proto_msgTypes[11]
+	mi := &file_teapotv1_observe_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1228,7 +1341,7 @@ func (x *DNSNameObservation) String() string {
 func (*DNSNameObservation) ProtoMessage() {}
 
 func (x *DNSNameObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[11]
+	mi := &file_teapotv1_observe_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1241,7 +1354,7 @@ func (x *DNSNameObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DNSNameObservation.ProtoReflect.Descriptor instead.
 func (*DNSNameObservation) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{11}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DNSNameObservation) GetLoadBalancer() string {
@@ -1317,7 +1430,7 @@ type DNSZoneObservation struct {
 
 func (x *DNSZoneObservation) Reset() {
 	*x = DNSZoneObservation{}
-	mi := &file_teapotv1_observe_proto_msgTypes[12]
+	mi := &file_teapotv1_observe_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1329,7 +1442,7 @@ func (x *DNSZoneObservation) String() string {
 func (*DNSZoneObservation) ProtoMessage() {}
 
 func (x *DNSZoneObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[12]
+	mi := &file_teapotv1_observe_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1342,7 +1455,7 @@ func (x *DNSZoneObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DNSZoneObservation.ProtoReflect.Descriptor instead.
 func (*DNSZoneObservation) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{12}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *DNSZoneObservation) GetZone() string {
@@ -1455,7 +1568,7 @@ type DNSPushObservation struct {
 
 func (x *DNSPushObservation) Reset() {
 	*x = DNSPushObservation{}
-	mi := &file_teapotv1_observe_proto_msgTypes[13]
+	mi := &file_teapotv1_observe_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1467,7 +1580,7 @@ func (x *DNSPushObservation) String() string {
 func (*DNSPushObservation) ProtoMessage() {}
 
 func (x *DNSPushObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[13]
+	mi := &file_teapotv1_observe_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1480,7 +1593,7 @@ func (x *DNSPushObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DNSPushObservation.ProtoReflect.Descriptor instead.
 func (*DNSPushObservation) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{13}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DNSPushObservation) GetServer() string {
@@ -1575,7 +1688,7 @@ type ListenerObservation struct {
 
 func (x *ListenerObservation) Reset() {
 	*x = ListenerObservation{}
-	mi := &file_teapotv1_observe_proto_msgTypes[14]
+	mi := &file_teapotv1_observe_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1587,7 +1700,7 @@ func (x *ListenerObservation) String() string {
 func (*ListenerObservation) ProtoMessage() {}
 
 func (x *ListenerObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[14]
+	mi := &file_teapotv1_observe_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1600,7 +1713,7 @@ func (x *ListenerObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListenerObservation.ProtoReflect.Descriptor instead.
 func (*ListenerObservation) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{14}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListenerObservation) GetLoadBalancer() string {
@@ -1664,7 +1777,7 @@ type PoolObservation struct {
 
 func (x *PoolObservation) Reset() {
 	*x = PoolObservation{}
-	mi := &file_teapotv1_observe_proto_msgTypes[15]
+	mi := &file_teapotv1_observe_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1676,7 +1789,7 @@ func (x *PoolObservation) String() string {
 func (*PoolObservation) ProtoMessage() {}
 
 func (x *PoolObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[15]
+	mi := &file_teapotv1_observe_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1689,7 +1802,7 @@ func (x *PoolObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolObservation.ProtoReflect.Descriptor instead.
 func (*PoolObservation) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{15}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PoolObservation) GetLoadBalancer() string {
@@ -1739,7 +1852,7 @@ type MemberObservation struct {
 
 func (x *MemberObservation) Reset() {
 	*x = MemberObservation{}
-	mi := &file_teapotv1_observe_proto_msgTypes[16]
+	mi := &file_teapotv1_observe_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1751,7 +1864,7 @@ func (x *MemberObservation) String() string {
 func (*MemberObservation) ProtoMessage() {}
 
 func (x *MemberObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[16]
+	mi := &file_teapotv1_observe_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1764,7 +1877,7 @@ func (x *MemberObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberObservation.ProtoReflect.Descriptor instead.
 func (*MemberObservation) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{16}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *MemberObservation) GetAddress() string {
@@ -1847,7 +1960,7 @@ type PassiveHealth struct {
 
 func (x *PassiveHealth) Reset() {
 	*x = PassiveHealth{}
-	mi := &file_teapotv1_observe_proto_msgTypes[17]
+	mi := &file_teapotv1_observe_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1859,7 +1972,7 @@ func (x *PassiveHealth) String() string {
 func (*PassiveHealth) ProtoMessage() {}
 
 func (x *PassiveHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[17]
+	mi := &file_teapotv1_observe_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1872,7 +1985,7 @@ func (x *PassiveHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PassiveHealth.ProtoReflect.Descriptor instead.
 func (*PassiveHealth) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{17}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PassiveHealth) GetWindowSeconds() uint32 {
@@ -1938,7 +2051,7 @@ type PassiveFailure struct {
 
 func (x *PassiveFailure) Reset() {
 	*x = PassiveFailure{}
-	mi := &file_teapotv1_observe_proto_msgTypes[18]
+	mi := &file_teapotv1_observe_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1950,7 +2063,7 @@ func (x *PassiveFailure) String() string {
 func (*PassiveFailure) ProtoMessage() {}
 
 func (x *PassiveFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[18]
+	mi := &file_teapotv1_observe_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1963,7 +2076,7 @@ func (x *PassiveFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PassiveFailure.ProtoReflect.Descriptor instead.
 func (*PassiveFailure) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{18}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PassiveFailure) GetKind() string {
@@ -1997,7 +2110,7 @@ type CertificateObservation struct {
 
 func (x *CertificateObservation) Reset() {
 	*x = CertificateObservation{}
-	mi := &file_teapotv1_observe_proto_msgTypes[19]
+	mi := &file_teapotv1_observe_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2009,7 +2122,7 @@ func (x *CertificateObservation) String() string {
 func (*CertificateObservation) ProtoMessage() {}
 
 func (x *CertificateObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[19]
+	mi := &file_teapotv1_observe_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2022,7 +2135,7 @@ func (x *CertificateObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertificateObservation.ProtoReflect.Descriptor instead.
 func (*CertificateObservation) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{19}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CertificateObservation) GetHost() string {
@@ -2103,7 +2216,7 @@ type TrafficObservation struct {
 
 func (x *TrafficObservation) Reset() {
 	*x = TrafficObservation{}
-	mi := &file_teapotv1_observe_proto_msgTypes[20]
+	mi := &file_teapotv1_observe_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2115,7 +2228,7 @@ func (x *TrafficObservation) String() string {
 func (*TrafficObservation) ProtoMessage() {}
 
 func (x *TrafficObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[20]
+	mi := &file_teapotv1_observe_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2128,7 +2241,7 @@ func (x *TrafficObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrafficObservation.ProtoReflect.Descriptor instead.
 func (*TrafficObservation) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{20}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *TrafficObservation) GetLoadBalancer() string {
@@ -2227,7 +2340,7 @@ type LoadBalancerProblem struct {
 
 func (x *LoadBalancerProblem) Reset() {
 	*x = LoadBalancerProblem{}
-	mi := &file_teapotv1_observe_proto_msgTypes[21]
+	mi := &file_teapotv1_observe_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2239,7 +2352,7 @@ func (x *LoadBalancerProblem) String() string {
 func (*LoadBalancerProblem) ProtoMessage() {}
 
 func (x *LoadBalancerProblem) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[21]
+	mi := &file_teapotv1_observe_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2252,7 +2365,7 @@ func (x *LoadBalancerProblem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadBalancerProblem.ProtoReflect.Descriptor instead.
 func (*LoadBalancerProblem) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{21}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *LoadBalancerProblem) GetLoadBalancer() string {
@@ -2303,7 +2416,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_teapotv1_observe_proto_msgTypes[22]
+	mi := &file_teapotv1_observe_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2315,7 +2428,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[22]
+	mi := &file_teapotv1_observe_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2328,7 +2441,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{22}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Event) GetSeq() uint64 {
@@ -2409,7 +2522,7 @@ type EventsRequest struct {
 
 func (x *EventsRequest) Reset() {
 	*x = EventsRequest{}
-	mi := &file_teapotv1_observe_proto_msgTypes[23]
+	mi := &file_teapotv1_observe_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2421,7 +2534,7 @@ func (x *EventsRequest) String() string {
 func (*EventsRequest) ProtoMessage() {}
 
 func (x *EventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[23]
+	mi := &file_teapotv1_observe_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2434,7 +2547,7 @@ func (x *EventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsRequest.ProtoReflect.Descriptor instead.
 func (*EventsRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{23}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *EventsRequest) GetTenant() string {
@@ -2486,7 +2599,7 @@ type EventsResponse struct {
 
 func (x *EventsResponse) Reset() {
 	*x = EventsResponse{}
-	mi := &file_teapotv1_observe_proto_msgTypes[24]
+	mi := &file_teapotv1_observe_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2498,7 +2611,7 @@ func (x *EventsResponse) String() string {
 func (*EventsResponse) ProtoMessage() {}
 
 func (x *EventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[24]
+	mi := &file_teapotv1_observe_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2511,7 +2624,7 @@ func (x *EventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsResponse.ProtoReflect.Descriptor instead.
 func (*EventsResponse) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{24}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *EventsResponse) GetEvents() []*Event {
@@ -2554,7 +2667,7 @@ type VIPHolding struct {
 
 func (x *VIPHolding) Reset() {
 	*x = VIPHolding{}
-	mi := &file_teapotv1_observe_proto_msgTypes[25]
+	mi := &file_teapotv1_observe_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2566,7 +2679,7 @@ func (x *VIPHolding) String() string {
 func (*VIPHolding) ProtoMessage() {}
 
 func (x *VIPHolding) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[25]
+	mi := &file_teapotv1_observe_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2579,7 +2692,7 @@ func (x *VIPHolding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VIPHolding.ProtoReflect.Descriptor instead.
 func (*VIPHolding) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{25}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *VIPHolding) GetAddress() string {
@@ -2645,7 +2758,7 @@ type TenantAttachmentObservation struct {
 
 func (x *TenantAttachmentObservation) Reset() {
 	*x = TenantAttachmentObservation{}
-	mi := &file_teapotv1_observe_proto_msgTypes[26]
+	mi := &file_teapotv1_observe_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2657,7 +2770,7 @@ func (x *TenantAttachmentObservation) String() string {
 func (*TenantAttachmentObservation) ProtoMessage() {}
 
 func (x *TenantAttachmentObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_observe_proto_msgTypes[26]
+	mi := &file_teapotv1_observe_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2670,7 +2783,7 @@ func (x *TenantAttachmentObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantAttachmentObservation.ProtoReflect.Descriptor instead.
 func (*TenantAttachmentObservation) Descriptor() ([]byte, []int) {
-	return file_teapotv1_observe_proto_rawDescGZIP(), []int{26}
+	return file_teapotv1_observe_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *TenantAttachmentObservation) GetTenant() string {
@@ -2804,12 +2917,23 @@ const file_teapotv1_observe_proto_rawDesc = "" +
 	" \x01(\x03R\vdescriptors\x12'\n" +
 	"\x0fmax_descriptors\x18\v \x01(\x03R\x0emaxDescriptors\x12#\n" +
 	"\rhistory_bytes\x18\f \x01(\x04R\fhistoryBytes\x12*\n" +
-	"\x11history_max_bytes\x18\r \x01(\x04R\x0fhistoryMaxBytes\"\x92\x01\n" +
+	"\x11history_max_bytes\x18\r \x01(\x04R\x0fhistoryMaxBytes\"\xc6\x01\n" +
 	"\vTenantUsage\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12 \n" +
 	"\vconnections\x18\x02 \x01(\x03R\vconnections\x12 \n" +
 	"\vdescriptors\x18\x03 \x01(\x03R\vdescriptors\x12'\n" +
-	"\x0fmax_descriptors\x18\x04 \x01(\x03R\x0emaxDescriptors\"\xbe\x02\n" +
+	"\x0fmax_descriptors\x18\x04 \x01(\x03R\x0emaxDescriptors\x122\n" +
+	"\x03cpu\x18\x86\x03 \x01(\v2\x1f.teapot.v1.TenantCPUObservationR\x03cpu\"\x94\x02\n" +
+	"\x14TenantCPUObservation\x12\x1e\n" +
+	"\n" +
+	"millicores\x18\x01 \x01(\x03R\n" +
+	"millicores\x12!\n" +
+	"\fused_seconds\x18\x02 \x01(\x01R\vusedSeconds\x12%\n" +
+	"\x0ewindow_seconds\x18\x03 \x01(\x01R\rwindowSeconds\x12.\n" +
+	"\x04time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12+\n" +
+	"\x11throttled_seconds\x18\x05 \x01(\x01R\x10throttledSeconds\x12\x1c\n" +
+	"\tthrottles\x18\x06 \x01(\x04R\tthrottles\x12\x17\n" +
+	"\ain_debt\x18\a \x01(\bR\x06inDebt\"\xbe\x02\n" +
 	"\rMemberTraffic\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12.\n" +
@@ -2994,7 +3118,7 @@ func file_teapotv1_observe_proto_rawDescGZIP() []byte {
 	return file_teapotv1_observe_proto_rawDescData
 }
 
-var file_teapotv1_observe_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_teapotv1_observe_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_teapotv1_observe_proto_goTypes = []any{
 	(*ObserveRequest)(nil),              // 0: teapot.v1.ObserveRequest
 	(*ObserveResponse)(nil),             // 1: teapot.v1.ObserveResponse
@@ -3003,84 +3127,87 @@ var file_teapotv1_observe_proto_goTypes = []any{
 	(*HistoryPoint)(nil),                // 4: teapot.v1.HistoryPoint
 	(*HostResources)(nil),               // 5: teapot.v1.HostResources
 	(*TenantUsage)(nil),                 // 6: teapot.v1.TenantUsage
-	(*MemberTraffic)(nil),               // 7: teapot.v1.MemberTraffic
-	(*TenantBGPObservation)(nil),        // 8: teapot.v1.TenantBGPObservation
-	(*TenantBGPSession)(nil),            // 9: teapot.v1.TenantBGPSession
-	(*TenantRoute)(nil),                 // 10: teapot.v1.TenantRoute
-	(*DNSNameObservation)(nil),          // 11: teapot.v1.DNSNameObservation
-	(*DNSZoneObservation)(nil),          // 12: teapot.v1.DNSZoneObservation
-	(*DNSPushObservation)(nil),          // 13: teapot.v1.DNSPushObservation
-	(*ListenerObservation)(nil),         // 14: teapot.v1.ListenerObservation
-	(*PoolObservation)(nil),             // 15: teapot.v1.PoolObservation
-	(*MemberObservation)(nil),           // 16: teapot.v1.MemberObservation
-	(*PassiveHealth)(nil),               // 17: teapot.v1.PassiveHealth
-	(*PassiveFailure)(nil),              // 18: teapot.v1.PassiveFailure
-	(*CertificateObservation)(nil),      // 19: teapot.v1.CertificateObservation
-	(*TrafficObservation)(nil),          // 20: teapot.v1.TrafficObservation
-	(*LoadBalancerProblem)(nil),         // 21: teapot.v1.LoadBalancerProblem
-	(*Event)(nil),                       // 22: teapot.v1.Event
-	(*EventsRequest)(nil),               // 23: teapot.v1.EventsRequest
-	(*EventsResponse)(nil),              // 24: teapot.v1.EventsResponse
-	(*VIPHolding)(nil),                  // 25: teapot.v1.VIPHolding
-	(*TenantAttachmentObservation)(nil), // 26: teapot.v1.TenantAttachmentObservation
-	nil,                                 // 27: teapot.v1.ObserveRequest.EventsAfterEntry
-	nil,                                 // 28: teapot.v1.TrafficObservation.RequestsEntry
-	nil,                                 // 29: teapot.v1.EventsRequest.AfterEntry
-	nil,                                 // 30: teapot.v1.EventsResponse.CursorEntry
-	(*timestamppb.Timestamp)(nil),       // 31: google.protobuf.Timestamp
+	(*TenantCPUObservation)(nil),        // 7: teapot.v1.TenantCPUObservation
+	(*MemberTraffic)(nil),               // 8: teapot.v1.MemberTraffic
+	(*TenantBGPObservation)(nil),        // 9: teapot.v1.TenantBGPObservation
+	(*TenantBGPSession)(nil),            // 10: teapot.v1.TenantBGPSession
+	(*TenantRoute)(nil),                 // 11: teapot.v1.TenantRoute
+	(*DNSNameObservation)(nil),          // 12: teapot.v1.DNSNameObservation
+	(*DNSZoneObservation)(nil),          // 13: teapot.v1.DNSZoneObservation
+	(*DNSPushObservation)(nil),          // 14: teapot.v1.DNSPushObservation
+	(*ListenerObservation)(nil),         // 15: teapot.v1.ListenerObservation
+	(*PoolObservation)(nil),             // 16: teapot.v1.PoolObservation
+	(*MemberObservation)(nil),           // 17: teapot.v1.MemberObservation
+	(*PassiveHealth)(nil),               // 18: teapot.v1.PassiveHealth
+	(*PassiveFailure)(nil),              // 19: teapot.v1.PassiveFailure
+	(*CertificateObservation)(nil),      // 20: teapot.v1.CertificateObservation
+	(*TrafficObservation)(nil),          // 21: teapot.v1.TrafficObservation
+	(*LoadBalancerProblem)(nil),         // 22: teapot.v1.LoadBalancerProblem
+	(*Event)(nil),                       // 23: teapot.v1.Event
+	(*EventsRequest)(nil),               // 24: teapot.v1.EventsRequest
+	(*EventsResponse)(nil),              // 25: teapot.v1.EventsResponse
+	(*VIPHolding)(nil),                  // 26: teapot.v1.VIPHolding
+	(*TenantAttachmentObservation)(nil), // 27: teapot.v1.TenantAttachmentObservation
+	nil,                                 // 28: teapot.v1.ObserveRequest.EventsAfterEntry
+	nil,                                 // 29: teapot.v1.TrafficObservation.RequestsEntry
+	nil,                                 // 30: teapot.v1.EventsRequest.AfterEntry
+	nil,                                 // 31: teapot.v1.EventsResponse.CursorEntry
+	(*timestamppb.Timestamp)(nil),       // 32: google.protobuf.Timestamp
 }
 var file_teapotv1_observe_proto_depIdxs = []int32{
-	27, // 0: teapot.v1.ObserveRequest.events_after:type_name -> teapot.v1.ObserveRequest.EventsAfterEntry
+	28, // 0: teapot.v1.ObserveRequest.events_after:type_name -> teapot.v1.ObserveRequest.EventsAfterEntry
 	2,  // 1: teapot.v1.ObserveResponse.hosts:type_name -> teapot.v1.HostObservation
-	31, // 2: teapot.v1.ObserveResponse.time:type_name -> google.protobuf.Timestamp
-	31, // 3: teapot.v1.HostObservation.time:type_name -> google.protobuf.Timestamp
-	14, // 4: teapot.v1.HostObservation.listeners:type_name -> teapot.v1.ListenerObservation
-	15, // 5: teapot.v1.HostObservation.pools:type_name -> teapot.v1.PoolObservation
-	25, // 6: teapot.v1.HostObservation.vips:type_name -> teapot.v1.VIPHolding
-	19, // 7: teapot.v1.HostObservation.certificates:type_name -> teapot.v1.CertificateObservation
-	20, // 8: teapot.v1.HostObservation.traffic:type_name -> teapot.v1.TrafficObservation
-	21, // 9: teapot.v1.HostObservation.problems:type_name -> teapot.v1.LoadBalancerProblem
-	22, // 10: teapot.v1.HostObservation.events:type_name -> teapot.v1.Event
-	8,  // 11: teapot.v1.HostObservation.tenant_bgp:type_name -> teapot.v1.TenantBGPObservation
-	26, // 12: teapot.v1.HostObservation.tenant_attachments:type_name -> teapot.v1.TenantAttachmentObservation
+	32, // 2: teapot.v1.ObserveResponse.time:type_name -> google.protobuf.Timestamp
+	32, // 3: teapot.v1.HostObservation.time:type_name -> google.protobuf.Timestamp
+	15, // 4: teapot.v1.HostObservation.listeners:type_name -> teapot.v1.ListenerObservation
+	16, // 5: teapot.v1.HostObservation.pools:type_name -> teapot.v1.PoolObservation
+	26, // 6: teapot.v1.HostObservation.vips:type_name -> teapot.v1.VIPHolding
+	20, // 7: teapot.v1.HostObservation.certificates:type_name -> teapot.v1.CertificateObservation
+	21, // 8: teapot.v1.HostObservation.traffic:type_name -> teapot.v1.TrafficObservation
+	22, // 9: teapot.v1.HostObservation.problems:type_name -> teapot.v1.LoadBalancerProblem
+	23, // 10: teapot.v1.HostObservation.events:type_name -> teapot.v1.Event
+	9,  // 11: teapot.v1.HostObservation.tenant_bgp:type_name -> teapot.v1.TenantBGPObservation
+	27, // 12: teapot.v1.HostObservation.tenant_attachments:type_name -> teapot.v1.TenantAttachmentObservation
 	3,  // 13: teapot.v1.HostObservation.history:type_name -> teapot.v1.HistorySeries
 	5,  // 14: teapot.v1.HostObservation.resources:type_name -> teapot.v1.HostResources
 	6,  // 15: teapot.v1.HostObservation.tenant_usage:type_name -> teapot.v1.TenantUsage
-	11, // 16: teapot.v1.HostObservation.dns_names:type_name -> teapot.v1.DNSNameObservation
-	12, // 17: teapot.v1.HostObservation.dns_zones:type_name -> teapot.v1.DNSZoneObservation
+	12, // 16: teapot.v1.HostObservation.dns_names:type_name -> teapot.v1.DNSNameObservation
+	13, // 17: teapot.v1.HostObservation.dns_zones:type_name -> teapot.v1.DNSZoneObservation
 	4,  // 18: teapot.v1.HistorySeries.points:type_name -> teapot.v1.HistoryPoint
-	31, // 19: teapot.v1.HistoryPoint.time:type_name -> google.protobuf.Timestamp
-	31, // 20: teapot.v1.HostResources.time:type_name -> google.protobuf.Timestamp
-	31, // 21: teapot.v1.MemberTraffic.time:type_name -> google.protobuf.Timestamp
-	9,  // 22: teapot.v1.TenantBGPObservation.sessions:type_name -> teapot.v1.TenantBGPSession
-	10, // 23: teapot.v1.TenantBGPObservation.accepted:type_name -> teapot.v1.TenantRoute
-	10, // 24: teapot.v1.TenantBGPObservation.dropped:type_name -> teapot.v1.TenantRoute
-	31, // 25: teapot.v1.TenantBGPSession.since:type_name -> google.protobuf.Timestamp
-	13, // 26: teapot.v1.DNSZoneObservation.push:type_name -> teapot.v1.DNSPushObservation
-	31, // 27: teapot.v1.DNSZoneObservation.rollover_started:type_name -> google.protobuf.Timestamp
-	31, // 28: teapot.v1.DNSZoneObservation.rollover_finish_after:type_name -> google.protobuf.Timestamp
-	31, // 29: teapot.v1.DNSPushObservation.last_success:type_name -> google.protobuf.Timestamp
-	31, // 30: teapot.v1.DNSPushObservation.last_error_at:type_name -> google.protobuf.Timestamp
-	31, // 31: teapot.v1.ListenerObservation.since:type_name -> google.protobuf.Timestamp
-	16, // 32: teapot.v1.PoolObservation.members:type_name -> teapot.v1.MemberObservation
-	31, // 33: teapot.v1.MemberObservation.last_check:type_name -> google.protobuf.Timestamp
-	17, // 34: teapot.v1.MemberObservation.passive:type_name -> teapot.v1.PassiveHealth
-	18, // 35: teapot.v1.PassiveHealth.failures:type_name -> teapot.v1.PassiveFailure
-	31, // 36: teapot.v1.CertificateObservation.not_after:type_name -> google.protobuf.Timestamp
-	28, // 37: teapot.v1.TrafficObservation.requests:type_name -> teapot.v1.TrafficObservation.RequestsEntry
-	7,  // 38: teapot.v1.TrafficObservation.members:type_name -> teapot.v1.MemberTraffic
-	4,  // 39: teapot.v1.TrafficObservation.last:type_name -> teapot.v1.HistoryPoint
-	31, // 40: teapot.v1.Event.time:type_name -> google.protobuf.Timestamp
-	29, // 41: teapot.v1.EventsRequest.after:type_name -> teapot.v1.EventsRequest.AfterEntry
-	22, // 42: teapot.v1.EventsResponse.events:type_name -> teapot.v1.Event
-	30, // 43: teapot.v1.EventsResponse.cursor:type_name -> teapot.v1.EventsResponse.CursorEntry
-	31, // 44: teapot.v1.VIPHolding.since:type_name -> google.protobuf.Timestamp
-	31, // 45: teapot.v1.TenantAttachmentObservation.since:type_name -> google.protobuf.Timestamp
-	46, // [46:46] is the sub-list for method output_type
-	46, // [46:46] is the sub-list for method input_type
-	46, // [46:46] is the sub-list for extension type_name
-	46, // [46:46] is the sub-list for extension extendee
-	0,  // [0:46] is the sub-list for field type_name
+	32, // 19: teapot.v1.HistoryPoint.time:type_name -> google.protobuf.Timestamp
+	32, // 20: teapot.v1.HostResources.time:type_name -> google.protobuf.Timestamp
+	7,  // 21: teapot.v1.TenantUsage.cpu:type_name -> teapot.v1.TenantCPUObservation
+	32, // 22: teapot.v1.TenantCPUObservation.time:type_name -> google.protobuf.Timestamp
+	32, // 23: teapot.v1.MemberTraffic.time:type_name -> google.protobuf.Timestamp
+	10, // 24: teapot.v1.TenantBGPObservation.sessions:type_name -> teapot.v1.TenantBGPSession
+	11, // 25: teapot.v1.TenantBGPObservation.accepted:type_name -> teapot.v1.TenantRoute
+	11, // 26: teapot.v1.TenantBGPObservation.dropped:type_name -> teapot.v1.TenantRoute
+	32, // 27: teapot.v1.TenantBGPSession.since:type_name -> google.protobuf.Timestamp
+	14, // 28: teapot.v1.DNSZoneObservation.push:type_name -> teapot.v1.DNSPushObservation
+	32, // 29: teapot.v1.DNSZoneObservation.rollover_started:type_name -> google.protobuf.Timestamp
+	32, // 30: teapot.v1.DNSZoneObservation.rollover_finish_after:type_name -> google.protobuf.Timestamp
+	32, // 31: teapot.v1.DNSPushObservation.last_success:type_name -> google.protobuf.Timestamp
+	32, // 32: teapot.v1.DNSPushObservation.last_error_at:type_name -> google.protobuf.Timestamp
+	32, // 33: teapot.v1.ListenerObservation.since:type_name -> google.protobuf.Timestamp
+	17, // 34: teapot.v1.PoolObservation.members:type_name -> teapot.v1.MemberObservation
+	32, // 35: teapot.v1.MemberObservation.last_check:type_name -> google.protobuf.Timestamp
+	18, // 36: teapot.v1.MemberObservation.passive:type_name -> teapot.v1.PassiveHealth
+	19, // 37: teapot.v1.PassiveHealth.failures:type_name -> teapot.v1.PassiveFailure
+	32, // 38: teapot.v1.CertificateObservation.not_after:type_name -> google.protobuf.Timestamp
+	29, // 39: teapot.v1.TrafficObservation.requests:type_name -> teapot.v1.TrafficObservation.RequestsEntry
+	8,  // 40: teapot.v1.TrafficObservation.members:type_name -> teapot.v1.MemberTraffic
+	4,  // 41: teapot.v1.TrafficObservation.last:type_name -> teapot.v1.HistoryPoint
+	32, // 42: teapot.v1.Event.time:type_name -> google.protobuf.Timestamp
+	30, // 43: teapot.v1.EventsRequest.after:type_name -> teapot.v1.EventsRequest.AfterEntry
+	23, // 44: teapot.v1.EventsResponse.events:type_name -> teapot.v1.Event
+	31, // 45: teapot.v1.EventsResponse.cursor:type_name -> teapot.v1.EventsResponse.CursorEntry
+	32, // 46: teapot.v1.VIPHolding.since:type_name -> google.protobuf.Timestamp
+	32, // 47: teapot.v1.TenantAttachmentObservation.since:type_name -> google.protobuf.Timestamp
+	48, // [48:48] is the sub-list for method output_type
+	48, // [48:48] is the sub-list for method input_type
+	48, // [48:48] is the sub-list for extension type_name
+	48, // [48:48] is the sub-list for extension extendee
+	0,  // [0:48] is the sub-list for field type_name
 }
 
 func init() { file_teapotv1_observe_proto_init() }
@@ -3094,7 +3221,7 @@ func file_teapotv1_observe_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_teapotv1_observe_proto_rawDesc), len(file_teapotv1_observe_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   31,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

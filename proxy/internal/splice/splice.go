@@ -36,6 +36,11 @@ const copyBufSize = 32 << 10
 
 var copyBufs = sync.Pool{New: func() any { b := make([]byte, copyBufSize); return &b }}
 
+// ErrQuantum: Move moved its quantum (SetQuantum) and returns so that
+// its caller may count the bytes and wait before it moves more; the
+// direction goes on at the next Move.
+var ErrQuantum = errors.New("splice: quantum moved")
+
 // Pool is a host's splice pipes. A nil Pool has none: splicers copy.
 type Pool struct {
 	max int
@@ -132,6 +137,9 @@ type Splicer struct {
 	dstRaw   syscall.RawConn
 	// noSplice: the kernel refused to splice these sockets; copy.
 	noSplice bool
+	// quantum, when not 0, is what one Move moves at most before it
+	// returns ErrQuantum (a pipe's worth more at most).
+	quantum int64
 	// held is a pipe whose bytes a failed write left (holding is set).
 	held    kpipe
 	holding bool
@@ -162,12 +170,22 @@ func New(pl *Pool, dst, src *net.TCPConn) *Splicer {
 	return sp
 }
 
+// SetQuantum makes each Move return ErrQuantum once it moved n bytes (a
+// pipe's capacity more at most), so that its caller counts the bytes as
+// they move, not only when the direction pauses; 0 (the default) moves
+// until a pause, the end or a failure.
+func (sp *Splicer) SetQuantum(n int64) { sp.quantum = n }
+
+// full reports whether total reached the quantum.
+func (sp *Splicer) full(total int64) bool { return sp.quantum > 0 && total >= sp.quantum }
+
 // Dst and Src are the splicer's sockets.
 func (sp *Splicer) Dst() *net.TCPConn { return sp.dst }
 func (sp *Splicer) Src() *net.TCPConn { return sp.src }
 
 // Move moves bytes until src's half ends (nil, as io.Copy), a deadline
-// passes (os.ErrDeadlineExceeded) or a side fails. Bytes a write deadline
+// passes (os.ErrDeadlineExceeded), a side fails or, with a quantum, it
+// moved the quantum (ErrQuantum). Bytes a write deadline
 // left in the pipe go first at the next Move.
 func (sp *Splicer) Move() (int64, error) {
 	var total int64
@@ -183,6 +201,9 @@ func (sp *Splicer) Move() (int64, error) {
 		sp.pl.put(sp.p)
 	}
 	for {
+		if sp.full(total) {
+			return total, ErrQuantum
+		}
 		if sp.noSplice {
 			n, err := sp.copyOnce()
 			total += n
@@ -211,7 +232,7 @@ func (sp *Splicer) Move() (int64, error) {
 			}
 			continue
 		}
-		n, done, err := sp.through(p)
+		n, done, err := sp.through(p, total)
 		total += n
 		if err != nil || done {
 			return total, err
@@ -219,13 +240,18 @@ func (sp *Splicer) Move() (int64, error) {
 	}
 }
 
-// through moves what src has through p until src has no more for now;
-// done reports src's end. p goes back to the pool, stays with the splicer
+// through moves what src has through p until src has no more for now
+// or, with before bytes moved already, the quantum is reached; done
+// reports src's end. p goes back to the pool, stays with the splicer
 // when a write deadline left bytes in it, or is closed when another
 // failure did.
-func (sp *Splicer) through(p kpipe) (total int64, done bool, err error) {
+func (sp *Splicer) through(p kpipe, before int64) (total int64, done bool, err error) {
 	sp.p = p
 	for {
+		if sp.full(before + total) {
+			sp.pl.put(p)
+			return total, false, nil
+		}
 		sp.inPipe, sp.eof, sp.err = 0, false, nil
 		if err := sp.srcRaw.Read(sp.drainF); err != nil {
 			sp.pl.put(p)

@@ -97,3 +97,54 @@ func TestNilPoolCopies(t *testing.T) {
 		t.Fatalf("received %q", b)
 	}
 }
+
+// TestQuantumReturnsAsBytesMove: with a quantum, Move returns ErrQuantum
+// each time it moved it (a pipe's capacity more at most), splicing or
+// copying, and every byte arrives in order.
+func TestQuantumReturnsAsBytesMove(t *testing.T) {
+	t.Parallel()
+	for _, pl := range []*Pool{NewPool(4), nil} {
+		client, srcEnd := tcpPair(t)
+		dstEnd, reader := tcpPair(t)
+		sp := New(pl, dstEnd, srcEnd)
+		const quantum = 256 << 10
+		sp.SetQuantum(quantum)
+		msg := make([]byte, 8<<20)
+		rand.Read(msg)
+		go func() {
+			client.Write(msg)
+			client.CloseWrite()
+		}()
+		got := make(chan []byte, 1)
+		go func() {
+			b, _ := io.ReadAll(reader)
+			got <- b
+		}()
+		var total int64
+		quanta := 0
+		for {
+			n, err := sp.Move()
+			total += n
+			if errors.Is(err, ErrQuantum) {
+				quanta++
+				if n < quantum || n > quantum+spliceChunk {
+					t.Fatalf("a quantum of %d bytes, want %d to %d", n, quantum, quantum+spliceChunk)
+				}
+				continue
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			break
+		}
+		sp.Close()
+		dstEnd.CloseWrite()
+		b := <-got
+		if total != int64(len(msg)) || !bytes.Equal(b, msg) || quanta < len(msg)/(quantum+spliceChunk) {
+			t.Fatalf("pool %v: moved %d in %d quanta, received %d of %d, equal %v", pl != nil, total, quanta, len(b), len(msg), bytes.Equal(b, msg))
+		}
+		if pl != nil {
+			pl.Close()
+		}
+	}
+}

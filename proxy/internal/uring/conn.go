@@ -1,6 +1,7 @@
 package uring
 
 import (
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -22,7 +23,15 @@ type direction struct {
 	shutSent   bool
 	shutDone   bool
 	bytes      int64
+	// pausedUntil (the worker's clock, ns): the direction receives
+	// nothing before then (Spec's count asked for a pause); pauseListed:
+	// it is in the worker's list of paused directions.
+	pausedUntil int64
+	pauseListed bool
 }
+
+// paused reports whether the direction waits out a pause at now.
+func (d *direction) paused(now int64) bool { return d.pausedUntil > now }
 
 // bufState is what a worker knows of one of its buffers while a
 // direction holds it.
@@ -74,9 +83,9 @@ func (c *conn) slot(side int) int32 { return int32(2*c.id) + int32(side) }
 // holds enough.
 func (c *conn) arm(w *worker, d int) {
 	dir := &c.dir[d]
-	if c.ending || !c.registered || dir.recvArmed || dir.eof ||
+	if c.ending || !c.registered || dir.recvArmed || dir.eof || dir.paused(w.now) ||
 		dir.n >= MaxHeld/2 || *c.tenantHeld >= TenantShare {
-		if !c.ending && !dir.recvArmed && !dir.eof && dir.n == 0 && !dir.sending && !dir.listed {
+		if !c.ending && !dir.recvArmed && !dir.eof && !dir.paused(w.now) && dir.n == 0 && !dir.sending && !dir.listed {
 			// Nothing of its own would start it again: the worker does
 			// once buffers come back.
 			dir.listed = true
@@ -294,18 +303,37 @@ func (c *conn) sent(w *worker, d int, res int32) {
 	f.sent += res
 	dir.bytes += int64(res)
 	c.last = w.now
-	if count := c.h.spec.AtoB; d == 1 {
+	count := c.h.spec.AtoB
+	if d == 1 {
 		count = c.h.spec.BtoA
-		if count != nil {
-			count(int64(res))
+	}
+	if count != nil {
+		if hold := count(int64(res)); hold > 0 {
+			c.pause(w, d, hold)
 		}
-	} else if count != nil {
-		count(int64(res))
 	}
 	if f.sent >= f.n {
 		w.giveBack(c, dir.pop(w))
 	}
 	c.pump(w, d)
+}
+
+// pause stops direction d's receives for hold (its count asked for it:
+// the tenant's CPU budget); what it holds is still sent. The worker
+// starts it again once the pause is over and its count, asked with 0
+// bytes, asks for no more.
+func (c *conn) pause(w *worker, d int, hold time.Duration) {
+	dir := &c.dir[d]
+	dir.pausedUntil = w.now + int64(hold)
+	if dir.recvArmed && !dir.cancelSent {
+		c.cancel(w, c.ud(kRecv0+d))
+		dir.cancelSent = true
+	}
+	if !dir.pauseListed {
+		dir.pauseListed = true
+		w.paused = append(w.paused, c.id<<1|uint32(d))
+	}
+	w.armPause()
 }
 
 func uintptrOf[T any](p *T) uintptr { return uintptr(unsafe.Pointer(p)) }

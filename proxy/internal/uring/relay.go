@@ -46,8 +46,10 @@ type Spec struct {
 	// Down, when set, ends the relay (gracefully) once it reports true.
 	Down func() bool
 	// AtoB and BtoA count the bytes sent each way (called on the relay's
-	// thread).
-	AtoB, BtoA func(int64)
+	// thread, which they must not block) and return how long that
+	// direction should pause before it receives more (0: no pause); at
+	// the end of a pause they are asked again with 0 bytes.
+	AtoB, BtoA func(int64) time.Duration
 	// Tenant is whose buffers these are (TenantShare).
 	Tenant string
 }
@@ -204,6 +206,11 @@ type worker struct {
 	now       int64
 	dirty     bool // buffers given back since the last publish
 	starved   []uint32
+	// paused lists the directions that wait out a pause (conn.pause);
+	// pauseArmed: the pause timer is armed.
+	paused, pausedSpare []uint32
+	pauseArmed          bool
+	pts                 unix.Timespec
 	// starvedSpare is the list feedStarved swaps in.
 	starvedSpare []uint32
 	// bufs follows each buffer a direction holds.
@@ -221,7 +228,12 @@ type worker struct {
 const (
 	udWake = ^uint64(0)
 	udTick = ^uint64(0) - 1
+	// udPause is the timer that ends the pauses of paused directions.
+	udPause = ^uint64(0) - 2
 )
+
+// pauseTick is how often a worker with paused directions looks at them.
+const pauseTick = 5 * time.Millisecond
 
 // Kinds of operation in a connection's user data (id<<8 | kind).
 const (
@@ -434,6 +446,11 @@ func (w *worker) handle(e *cqe) {
 		w.tick()
 		w.armTick()
 		return
+	case udPause:
+		w.pauseArmed = false
+		w.resume()
+		w.armPause()
+		return
 	}
 	id, kind := uint32(e.userData>>8), int(e.userData&0xff)
 	c := &w.conns[id]
@@ -441,6 +458,51 @@ func (w *worker) handle(e *cqe) {
 		return
 	}
 	c.complete(w, kind, e.res, e.flags)
+}
+
+// armPause arms the pause timer while directions are paused.
+func (w *worker) armPause() {
+	if w.pauseArmed || len(w.paused) == 0 {
+		return
+	}
+	w.pts = unix.NsecToTimespec(int64(pauseTick))
+	s := w.sqe()
+	s.opcode = opTimeout
+	s.addr = uint64(uintptrOf(&w.pts))
+	s.len = 1
+	s.userData = udPause
+	w.pauseArmed = true
+}
+
+// resume starts again the paused directions whose pause is over and
+// whose count asks for no more.
+func (w *worker) resume() {
+	list := w.paused
+	w.paused = w.pausedSpare[:0]
+	for _, v := range list {
+		c, d := &w.conns[v>>1], int(v&1)
+		dir := &c.dir[d]
+		if c.h == nil || c.ending || !dir.pauseListed {
+			continue
+		}
+		if dir.paused(w.now) {
+			w.paused = append(w.paused, v)
+			continue
+		}
+		count := c.h.spec.AtoB
+		if d == 1 {
+			count = c.h.spec.BtoA
+		}
+		if hold := count(0); hold > 0 {
+			dir.pausedUntil = w.now + int64(hold)
+			w.paused = append(w.paused, v)
+			continue
+		}
+		dir.pauseListed = false
+		c.last = w.now // a pause is not silence
+		c.arm(w, d)
+	}
+	w.pausedSpare = list[:0]
 }
 
 // tick ends the connections idle too long, whose member is down, or
@@ -458,7 +520,7 @@ func (w *worker) tick() {
 			c.end(w, true)
 		case sp.Down != nil && sp.Down():
 			c.end(w, false)
-		case sp.Idle > 0 && time.Duration(w.now-c.last) >= sp.Idle:
+		case sp.Idle > 0 && time.Duration(w.now-c.last) >= sp.Idle && !c.dir[0].pauseListed && !c.dir[1].pauseListed:
 			c.end(w, false)
 		}
 	}

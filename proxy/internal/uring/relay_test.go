@@ -82,7 +82,7 @@ func TestRelayHalfCloseBothWays(t *testing.T) {
 	rl := newRelay(t, 1)
 	for _, size := range []int{1, 100 << 10, 8 << 20} {
 		var in, out atomic.Int64
-		client, member, h, a, b := relayed(t, rl, Spec{Tick: 50 * time.Millisecond, AtoB: func(n int64) { in.Add(n) }, BtoA: func(n int64) { out.Add(n) }})
+		client, member, h, a, b := relayed(t, rl, Spec{Tick: 50 * time.Millisecond, AtoB: func(n int64) time.Duration { in.Add(n); return 0 }, BtoA: func(n int64) time.Duration { out.Add(n); return 0 }})
 		msg := make([]byte, size)
 		rand.Read(msg)
 		// The member echoes and then ends its half.
@@ -250,7 +250,7 @@ func TestRelayAllocatesNothingPerBuffer(t *testing.T) {
 	needRing(t)
 	rl := newRelay(t, 1)
 	var counted atomic.Int64
-	count := func(n int64) { counted.Add(n) }
+	count := func(n int64) time.Duration { counted.Add(n); return 0 }
 	client, member, h, _, _ := relayed(t, rl, Spec{Tick: time.Second, AtoB: count})
 	const size = 64 << 20
 	wbuf := make([]byte, 256<<10)
@@ -345,5 +345,67 @@ func TestTenantShareKeepsNeighboursMoving(t *testing.T) {
 	}
 	if held := rl.Stats().Held; held > bound {
 		t.Fatalf("the greedy tenant holds %d buffers, its share is %d", held, TenantShare)
+	}
+}
+
+// TestRelayPausedDirectionWaitsAndResumes: a direction whose count asks
+// for a pause (its tenant is in debt) receives nothing more until its
+// count, asked again, lets it go; another connection on the same worker
+// keeps moving meanwhile, and the paused one, let go, ends whole.
+func TestRelayPausedDirectionWaitsAndResumes(t *testing.T) {
+	t.Parallel()
+	rl := newRelay(t, 1)
+	var hold atomic.Bool
+	var moved, asked atomic.Int64
+	count := func(n int64) time.Duration {
+		moved.Add(n)
+		if n == 0 {
+			asked.Add(1)
+		}
+		if hold.Load() {
+			return 20 * time.Millisecond
+		}
+		return 0
+	}
+	hold.Store(true)
+	client, member, h, _, _ := relayed(t, rl, Spec{Tick: time.Second, AtoB: count, Tenant: "indebt"})
+	msg := make([]byte, 8<<20)
+	rand.Read(msg)
+	go func() { _, _ = client.Write(msg); _ = client.CloseWrite() }()
+	got := make(chan []byte, 1)
+	go func() { b, _ := io.ReadAll(member); got <- b }()
+	// The first send asks for a pause; the direction is asked again
+	// every pause and moves at most what it held.
+	eventually(t, func() bool { return asked.Load() >= 5 })
+	paused := moved.Load()
+	if paused >= int64(len(msg)) || paused > (MaxHeld+8)*BufSize {
+		t.Fatalf("a paused direction moved %d bytes", paused)
+	}
+	// The neighbour on the same worker moves while it waits.
+	nc, nm, nh, _, _ := relayed(t, rl, Spec{Tick: time.Second, Tenant: "neighbour"})
+	go func() { _, _ = io.Copy(nm, nm); _ = nm.CloseWrite() }()
+	big := make([]byte, 4<<20)
+	go func() { _, _ = nc.Write(big); _ = nc.CloseWrite() }()
+	if b, _ := io.ReadAll(nc); len(b) != len(big) {
+		t.Fatalf("the neighbour got %d bytes back of %d", len(b), len(big))
+	}
+	if r := nh.Wait(); r.Reset {
+		t.Fatalf("neighbour: %+v", r)
+	}
+	if m := moved.Load(); m > paused+(MaxHeld+8)*BufSize {
+		t.Fatalf("the paused direction moved %d bytes meanwhile, %d before", m, paused)
+	}
+	hold.Store(false)
+	select {
+	case b := <-got:
+		if !bytes.Equal(b, msg) {
+			t.Fatalf("the member got %d bytes, the client sent %d", len(b), len(msg))
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the direction did not resume: %d bytes moved", moved.Load())
+	}
+	_ = member.CloseWrite()
+	if r := h.Wait(); r.Reset {
+		t.Fatalf("paused connection: %+v", r)
 	}
 }
