@@ -39,6 +39,7 @@ func ValidatePool(p *pb.VIPPool, c Catalog) error {
 		ck.invalidf("withdrawWhenDown", "applies to bgp pools only (this pool is %s): elsewhere a VIP with no healthy member stays held, as no other site can take its traffic; remove the field or use mode: bgp", orUnset(p.GetMode()))
 	}
 	checkPoolInterface(ck, p)
+	checkPoolAttachment(ck, p, ranges, c)
 	checkNameList(ck, "tenants", "tenants", p.GetTenants(), func(name string) string {
 		if c.Tenant(name) == nil {
 			return fmt.Sprintf("tenant %s does not exist", name)
