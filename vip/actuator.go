@@ -299,21 +299,21 @@ func (a *actuator) sweep() {
 	for _, f := range a.m.sweptIfaces() {
 		addrs, err := f.hostAddrs()
 		if err != nil {
-			a.m.log.Warn("list VIP addresses", "interface", f.name, "err", err)
+			a.m.log.Warn("list VIP addresses", "interface", f.String(), "err", err)
 			continue
 		}
 		for addr, ours := range addrs {
-			if h, ok := a.held[addr]; ok && h.iface.name == f.name {
+			if h, ok := a.held[addr]; ok && h.iface.name == f.name && h.iface.ns == f.ns {
 				continue
 			}
 			if !ours && !inRanges(ranges, addr) {
 				continue
 			}
 			if err := f.remove(addr); err != nil {
-				a.m.log.Warn("remove a stray VIP address", "addr", addr, "interface", f.name, "err", err)
+				a.m.log.Warn("remove a stray VIP address", "addr", addr, "interface", f.String(), "err", err)
 				continue
 			}
-			a.m.log.Info("removed a VIP address this host does not hold", "addr", addr, "interface", f.name)
+			a.m.log.Info("removed a VIP address this host does not hold", "addr", addr, "interface", f.String())
 		}
 	}
 }

@@ -202,7 +202,7 @@ func (m *Manager) ifaces() []*iface {
 func (m *Manager) sweptIfaces() []*iface {
 	out := m.ifaces()
 	for _, e := range m.pools.all() {
-		if slices.ContainsFunc(out, func(f *iface) bool { return f.name == e.f.name }) {
+		if slices.ContainsFunc(out, func(f *iface) bool { return f.name == e.f.name && f.ns == e.f.ns }) {
 			continue
 		}
 		if _, err := e.f.link(); err == nil {

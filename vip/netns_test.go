@@ -1,0 +1,195 @@
+package vip
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/mdlayher/packet"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/teapot-lb/teapot-lb/api"
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+)
+
+// boundNetns makes a network namespace bound at dir/name with a veth pair
+// tpx0-cap0, both up, and removes it at the end of the test.
+func boundNetns(t *testing.T, dir, name string) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create a network namespace")
+	}
+	path := filepath.Join(dir, name)
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		f, err := os.Create(path)
+		if err != nil {
+			errc <- err
+			return
+		}
+		f.Close()
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			errc <- err
+			return
+		}
+		if err := unix.Mount(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()), path, "none", unix.MS_BIND, ""); err != nil {
+			errc <- err
+			return
+		}
+		if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: AttachmentDevice}, PeerName: "cap0"}); err != nil {
+			errc <- err
+			return
+		}
+		for _, n := range []string{AttachmentDevice, "cap0", "lo"} {
+			l, err := netlink.LinkByName(n)
+			if err == nil {
+				err = netlink.LinkSetUp(l)
+			}
+			if err != nil {
+				errc <- err
+				return
+			}
+		}
+		for range 200 {
+			if l, err := netlink.LinkByName(AttachmentDevice); err == nil && l.Attrs().OperState == netlink.OperUp {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		errc <- nil
+	}()
+	if err := <-errc; err != nil {
+		t.Skipf("cannot set up a network namespace: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = unix.Unmount(path, unix.MNT_DETACH)
+		_ = os.Remove(path)
+	})
+	return path
+}
+
+// TestPoolInAttachmentLivesInItsNamespace: the VIP of a pool in a
+// tenant's attachment is put on the attachment's device inside the
+// tenant's namespace (not on the host's interfaces), renewed and removed
+// there, and announced on that device only; a tenant whose namespace is
+// missing makes the pool's VIPs not ready on this host, with the reason.
+func TestPoolInAttachmentLivesInItsNamespace(t *testing.T) {
+	dir := t.TempDir()
+	path := boundNetns(t, dir, api.AttachmentNamespace("a"))
+	m := &Manager{cfg: Config{NetnsDir: dir}, log: slog.New(slog.DiscardHandler)}
+	d := desiredState([]*pb.Object{
+		api.Wrap(&pb.VIPPool{Name: "a-private", Cidrs: []string{"10.0.0.96/28"}, Mode: ModeARP, Attachment: "a"}),
+		api.Wrap(&pb.VIPPool{Name: "b-private", Cidrs: []string{"10.0.0.112/28"}, Mode: ModeARP, Attachment: "b"}),
+	})
+	m.loop.want = &d
+	f := m.arpIface("a-private")
+	if f.name != AttachmentDevice || f.ns != path || m.arpIface("a-private") != f {
+		t.Fatalf("arpIface = %+v, want %s in %s, the same each time", f, AttachmentDevice, path)
+	}
+
+	ns, err := netns.GetFromPath(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	vip := netip.MustParseAddr("10.0.0.100")
+	if err := f.add(vip); err != nil {
+		t.Fatal(err)
+	}
+	l, err := h.LinkByName(AttachmentDevice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := h.AddrList(l, netlink.FAMILY_V4)
+	if err != nil || len(list) != 1 || !list[0].IP.Equal(vip.AsSlice()) || list[0].Label != AttachmentDevice+":vip" {
+		t.Fatalf("addresses of %s in the namespace: %v, %v; want %s labelled %s:vip", AttachmentDevice, list, err, vip, AttachmentDevice)
+	}
+	if host, err := netlink.AddrList(nil, netlink.FAMILY_V4); err == nil {
+		for _, a := range host {
+			if a.IP.Equal(vip.AsSlice()) {
+				t.Fatalf("%s is on the host's interface %d", vip, a.LinkIndex)
+			}
+		}
+	}
+	if got, err := f.hostAddrs(); err != nil || !got[vip] {
+		t.Fatalf("hostAddrs = %v, %v; want %s as ours", got, err, vip)
+	}
+
+	// The announcement goes out on the namespace's device.
+	var capture *packet.Conn
+	if err := inNamespace(path, func() error {
+		ifi, err := net.InterfaceByName("cap0")
+		if err != nil {
+			return err
+		}
+		capture, err = packet.Listen(ifi, packet.Raw, unix.ETH_P_ARP, nil)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer capture.Close()
+	s := m.senderOf(f)
+	if s == m.frames || s.ns != path {
+		t.Fatalf("sender of the attachment's device: %+v", s)
+	}
+	defer s.close()
+	if err := s.send(vip); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 1500)
+	got := 0
+	deadline := time.Now().Add(2 * time.Second)
+	for got < 2 {
+		_ = capture.SetReadDeadline(deadline)
+		n, _, err := capture.ReadFrom(buf)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n >= 42 && netip.AddrFrom4([4]byte(buf[28:32])) == vip {
+			got++
+		}
+	}
+	if got != 2 {
+		t.Fatalf("captured %d ARP announcements of %s in the namespace, want 2", got, vip)
+	}
+
+	if err := f.remove(vip); err != nil {
+		t.Fatal(err)
+	}
+	if list, _ := h.AddrList(l, netlink.FAMILY_V4); len(list) != 0 {
+		t.Fatalf("after remove: %v", list)
+	}
+
+	// b has no namespace here: its pool's VIPs are not ready, with the reason.
+	m.checkPoolIfaces()
+	want := "pool b-private lives in tenant b's attachment, which is not up on this host (no namespace teapot-att-b)"
+	if probs := m.loop.ready.ifProblems; len(probs) != 1 || probs["b-private"] != want {
+		t.Fatalf("problems = %q, want b-private: %q", probs, want)
+	}
+	// a's device down: its pool is not ready either.
+	if err := h.LinkSetDown(l); err != nil {
+		t.Fatal(err)
+	}
+	m.checkPoolIfaces()
+	if why := m.loop.ready.ifProblems["a-private"]; why != "pool a-private lives in tenant a's attachment, which is not up on this host (tpx0 in namespace teapot-att-a is down)" {
+		t.Fatalf("a-private with its device down: %q", why)
+	}
+}
