@@ -590,7 +590,7 @@ func (m *Manager) handOver() error {
 	time.Sleep(grace)
 	for _, a := range slices.SortedFunc(maps.Keys(held), netip.Addr.Compare) {
 		h := held[a]
-		if err := h.iface.remove(a); err != nil {
+		if err := h.remove(a); err != nil {
 			errs = append(errs, err)
 			continue
 		}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"testing"
 	"time"
 
@@ -191,5 +192,92 @@ func TestPoolInAttachmentLivesInItsNamespace(t *testing.T) {
 	m.checkPoolIfaces()
 	if why := m.loop.ready.ifProblems["a-private"]; why != "pool a-private lives in tenant a's attachment, which is not up on this host (tpx0 in namespace teapot-att-a is down)" {
 		t.Fatalf("a-private with its device down: %q", why)
+	}
+}
+
+// TestSamePrivateVIPInTwoAttachments: two attached tenants each with a
+// pool of the same address in its own attachment make one VIP carried in
+// both namespaces (Spaces); the holder puts the address on each tenant's
+// device and takes it off both; when one tenant's load balancer goes, the
+// VIP lives in the other's namespace only; a host where one of the
+// attachments is down is not ready for it, naming that tenant.
+func TestSamePrivateVIPInTwoAttachments(t *testing.T) {
+	dir := t.TempDir()
+	pa := boundNetns(t, dir, api.AttachmentNamespace("a"))
+	pb2 := boundNetns(t, dir, api.AttachmentNamespace("b"))
+	m := &Manager{cfg: Config{NetnsDir: dir}, log: slog.New(slog.DiscardHandler)}
+	lb := func(tenant string) *pb.LoadBalancer {
+		return &pb.LoadBalancer{Name: "web", Tenant: tenant, Vip: &pb.VIPRequest{Pool: tenant + "-private"},
+			Status: &pb.LoadBalancerStatus{Address: "10.0.0.100"}}
+	}
+	d := desiredState([]*pb.Object{
+		api.Wrap(&pb.VIPPool{Name: "a-private", Cidrs: []string{"10.0.0.100/32"}, Mode: ModeARP, Attachment: "a"}),
+		api.Wrap(&pb.VIPPool{Name: "b-private", Cidrs: []string{"10.0.0.100/32"}, Mode: ModeARP, Attachment: "b"}),
+		api.Wrap(lb("a")), api.Wrap(lb("b")),
+	})
+	m.loop.want = &d
+	vip := netip.MustParseAddr("10.0.0.100")
+	vs, ok := d.vip(vip)
+	if !ok || !slices.Equal(vs.LBs, []string{"a/web", "b/web"}) || !slices.Equal(vs.Spaces, []string{"a", "b"}) {
+		t.Fatalf("the VIP: %+v, %t; want both load balancers in spaces a and b", vs, ok)
+	}
+	tg := m.arpTarget(vs)
+	if ps := tg.places(); len(ps) != 2 || ps[0].ns != pa || ps[1].ns != pb2 || ps[0].name != AttachmentDevice {
+		t.Fatalf("places: %+v", ps)
+	}
+	if err := tg.add(vip); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range tg.places() {
+		if got, err := f.hostAddrs(); err != nil || !got[vip] {
+			t.Fatalf("%s: %v, %v; want %s", f, got, err, vip)
+		}
+	}
+	if err := tg.remove(vip); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range tg.places() {
+		if got, _ := f.hostAddrs(); got[vip] {
+			t.Fatalf("%s still has %s", f, vip)
+		}
+	}
+
+	// b's load balancer goes: the VIP is a's alone.
+	d2, touched := d.withLoadBalancers([]lbChange{{prev: lb("b")}})
+	if vs, _ := d2.vip(vip); !slices.Equal(vs.Spaces, []string{"a"}) || len(touched) != 1 {
+		t.Fatalf("after b/web left: %+v (touched %v)", vs, touched)
+	}
+	if vs, _ := d.vip(vip); !slices.Equal(vs.Spaces, []string{"a", "b"}) {
+		t.Fatalf("the earlier state changed: %+v", vs)
+	}
+	// And comes back.
+	d3, _ := d2.withLoadBalancers([]lbChange{{next: lb("b")}})
+	if vs, _ := d3.vip(vip); !slices.Equal(vs.Spaces, []string{"a", "b"}) {
+		t.Fatalf("after b/web came back: %+v", vs)
+	}
+
+	// b's device down: the shared VIP is not ready here, naming b.
+	ns, err := netns.GetFromPath(pb2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	l, err := h.LinkByName(AttachmentDevice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.LinkSetDown(l); err != nil {
+		t.Fatal(err)
+	}
+	m.checkPoolIfaces()
+	m.loop.ready.have = true
+	m.loop.ready.ready = map[string]string{"a/web": "", "b/web": ""}
+	if why := m.loop.ready.why(vs); why != "tenant b's attachment, which carries this VIP, is not up on this host (tpx0 in namespace teapot-att-b is down)" {
+		t.Fatalf("why the shared VIP is not ready: %q", why)
 	}
 }

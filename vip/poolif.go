@@ -119,6 +119,25 @@ func (m *Manager) arpIface(pool string) *iface {
 	return m.pools.get(name).f
 }
 
+// arpTarget is where an arp VIP lives: the interface of its pool, or for
+// a VIP of pools in tenants' attachments the device in each of those
+// tenants' namespaces (vs.Spaces).
+func (m *Manager) arpTarget(vs vipSpec) target {
+	if len(vs.Spaces) == 0 {
+		return target{mode: ModeARP, iface: m.arpIface(vs.Pool)}
+	}
+	t := target{mode: ModeARP}
+	for i, tenant := range vs.Spaces {
+		f := m.pools.getIn(AttachmentDevice, m.attachmentNS(tenant)).f
+		if i == 0 {
+			t.iface = f
+		} else {
+			t.more = append(t.more, f)
+		}
+	}
+	return t
+}
+
 // senderOf returns what sends the announcements on f.
 func (m *Manager) senderOf(f *iface) *sender {
 	if f == m.arp || f == nil {
@@ -168,6 +187,7 @@ func poolIfaceProblems(d *desired, vipIface string, up func(name string) (exists
 // here, and the heartbeats say so, so that another host holds it.
 func (m *Manager) checkPoolIfaces() {
 	st := &m.loop
+	att := map[string]string{} // by tenant, for VIPs of several tenants' pools
 	vipIface := ""
 	if m.arp != nil {
 		vipIface = m.arp.name
@@ -180,22 +200,17 @@ func (m *Manager) checkPoolIfaces() {
 		up, err := f.up()
 		return true, err == nil && up
 	}, func(tenant string) string {
-		f := m.pools.getIn(AttachmentDevice, m.attachmentNS(tenant)).f
-		if _, err := os.Stat(f.ns); err != nil {
-			return "is not up on this host (no namespace " + filepath.Base(f.ns) + ")"
+		why := m.attachmentProblem(tenant)
+		if why != "" {
+			att[tenant] = "tenant " + tenant + "'s attachment, which carries this VIP, " + why
 		}
-		if _, err := f.link(); err != nil {
-			return "is not up on this host (namespace " + filepath.Base(f.ns) + " has no " + f.name + ")"
-		}
-		if up, err := f.up(); err != nil || !up {
-			return "is not up on this host (" + f.name + " in namespace " + filepath.Base(f.ns) + " is down)"
-		}
-		return ""
+		return why
 	})
 	rd := &st.ready
-	if maps.Equal(probs, rd.ifProblems) {
+	if maps.Equal(probs, rd.ifProblems) && maps.Equal(att, rd.attProblems) {
 		return
 	}
+	rd.attProblems = att
 	for pool, why := range probs {
 		if rd.ifProblems[pool] != why {
 			m.log.Warn("this host cannot carry the VIPs of a pool", "pool", pool, "reason", why)
@@ -209,12 +224,34 @@ func (m *Manager) checkPoolIfaces() {
 	rd.ifProblems, rd.ifChanged = probs, true
 }
 
+// attachmentProblem says why the device of tenant's attachment cannot
+// carry VIPs here ("" when it can).
+func (m *Manager) attachmentProblem(tenant string) string {
+	f := m.pools.getIn(AttachmentDevice, m.attachmentNS(tenant)).f
+	if _, err := os.Stat(f.ns); err != nil {
+		return "is not up on this host (no namespace " + filepath.Base(f.ns) + ")"
+	}
+	if _, err := f.link(); err != nil {
+		return "is not up on this host (namespace " + filepath.Base(f.ns) + " has no " + f.name + ")"
+	}
+	if up, err := f.up(); err != nil || !up {
+		return "is not up on this host (" + f.name + " in namespace " + filepath.Base(f.ns) + " is down)"
+	}
+	return ""
+}
+
 // why says why this host cannot serve vs ("" when it can): the interface
-// of its pool, then the data plane's readiness.
+// of its pool (each tenant's attachment that carries it), then the data
+// plane's readiness.
 func (rd *readiness) why(vs vipSpec) string {
 	if vs.Mode == ModeARP {
 		if p := rd.ifProblems[vs.Pool]; p != "" {
 			return p
+		}
+		for _, t := range vs.Spaces {
+			if p := rd.attProblems[t]; p != "" {
+				return p
+			}
 		}
 	}
 	return notReady(vs, rd.ready, rd.have)

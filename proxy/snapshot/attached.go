@@ -32,12 +32,14 @@ func attachedRanges(pools []*pb.VIPPool) []attachedRange {
 	return out
 }
 
-// spaceOf returns the tenant whose attachment the VIP a lives in: its
-// listeners are opened in that tenant's namespace (Key.Space). "" for a
-// VIP of the host's own network.
-func (c *compiler) spaceOf(a netip.Addr) string {
+// spaceOf returns the tenant whose attachment the VIP a of a load
+// balancer of tenant lives in: its listeners are opened in that tenant's
+// namespace (Key.Space). "" for a VIP of the host's own network. Pools in
+// different tenants' attachments may overlap, and each serves its own
+// tenant only.
+func (c *compiler) spaceOf(tenant string, a netip.Addr) string {
 	for _, r := range c.attached {
-		if r.r.Contains(a) {
+		if r.tenant == tenant && r.r.Contains(a) {
 			return r.tenant
 		}
 	}

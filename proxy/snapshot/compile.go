@@ -557,7 +557,7 @@ func (b *lbCompile) compile(lb *pb.LoadBalancer, t *tenantInfo, e *entry) {
 			if k > 0 {
 				c := *first
 				c.Key.Addr = netip.AddrPortFrom(vip, first.Key.Addr.Port())
-				c.Key.Space = b.c.spaceOf(vip)
+				c.Key.Space = b.c.spaceOf(lb.GetTenant(), vip)
 				c.Name = c.Key.String()
 				cl = &c
 			}
