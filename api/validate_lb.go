@@ -147,7 +147,7 @@ func resolveVIP(ck *checker, lb *pb.LoadBalancer, tenant *pb.Tenant, c Catalog) 
 	} else if v.want.IsValid() {
 		poolField = "vip.address"
 		for _, p := range parsePools(c) {
-			if rangesContain(p.ranges, v.want) {
+			if rangesContain(p.ranges, v.want) && ownPool(p.pool, lb.GetTenant()) {
 				v.pool, v.ranges = p.pool, p.ranges
 				break
 			}

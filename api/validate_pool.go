@@ -94,7 +94,7 @@ func checkPoolRanges(ck *checker, p *pb.VIPPool, c Catalog) []poolRange {
 		ok = append(ok, entry{pr, i})
 	other:
 		for _, o := range others {
-			if o.pool.GetName() == p.GetName() {
+			if o.pool.GetName() == p.GetName() || separateAttachments(p, o.pool) {
 				continue
 			}
 			for _, or := range o.ranges {
@@ -144,7 +144,7 @@ func checkPoolUsers(ck *checker, p *pb.VIPPool, ranges []poolRange, c Catalog) {
 	for _, lb := range c.LoadBalancers("") {
 		for _, a := range StatusAddrs(lb) {
 			vp := lb.GetVip().GetPool()
-			if vp == p.GetName() || vp == "" && rangesContain(oldRanges, a) {
+			if (vp == p.GetName() || vp == "" && rangesContain(oldRanges, a)) && ownPool(p, lb.GetTenant()) {
 				users = append(users, user{lb, a})
 			}
 		}

@@ -111,3 +111,16 @@ func checkAttachmentPools(ck *checker, t *pb.Tenant, nets []netip.Prefix, c Cata
 		}
 	}
 }
+
+// separateAttachments reports whether p and o live in different tenants'
+// attachments: their addresses may overlap, each tenant's network being a
+// routing domain of its own on every host.
+func separateAttachments(p, o *pb.VIPPool) bool {
+	return p.GetAttachment() != "" && o.GetAttachment() != "" && p.GetAttachment() != o.GetAttachment()
+}
+
+// ownPool reports whether tenant may take addresses from p as far as
+// attachments go: p lives in no attachment, or in the tenant's own.
+func ownPool(p *pb.VIPPool, tenant string) bool {
+	return p.GetAttachment() == "" || p.GetAttachment() == tenant
+}

@@ -1,6 +1,8 @@
 package api
 
 import (
+	"errors"
+	"strings"
 	"testing"
 
 	"github.com/teapot-lb/teapot-lb/api/catalogtest"
@@ -79,5 +81,52 @@ func TestAttachmentPoolServesItsTenantOnly(t *testing.T) {
 	uses := FeaturesUsed(&pb.Object{Kind: &pb.Object_VipPool{VipPool: attachedPool()}})
 	if len(uses) != 1 || uses[0].Feature != FeaturePoolAttachment || uses[0].Field != "VIPPool a-private: attachment" || LevelNeeded(uses) != 6 {
 		t.Fatalf("features used: %v", uses)
+	}
+}
+
+// TestAttachmentPoolsOverlap: pools in different tenants' attachments may
+// hold the same addresses (each tenant's network is a routing domain of
+// its own), and each tenant's load balancer may take the same address
+// from its own pool, by name, by address or allocated; a pool in an
+// attachment still overlaps no pool of the host's network nor another of
+// its own tenant.
+func TestAttachmentPoolsOverlap(t *testing.T) {
+	t.Parallel()
+	a, b := attached("a", 100), attached("b", 200)
+	a.Pools, b.Pools = []string{"a-private"}, []string{"b-private"}
+	bPool := &pb.VIPPool{Name: "b-private", Cidrs: []string{"10.0.0.96/28"}, Mode: "arp", Attachment: "b"}
+	c := catalogtest.New(publicPool(), attachedPool(), a, b)
+	check(t, ValidatePool(bPool, c), pass())
+	check(t, ValidatePool(&pb.VIPPool{Name: "a-second", Cidrs: []string{"10.0.0.100/32"}, Mode: "arp", Attachment: "a"}, c),
+		clash("cidrs[0]", "10.0.0.100/32 overlaps 10.0.0.96/28 of VIP pool a-private"))
+	check(t, ValidatePool(&pb.VIPPool{Name: "host", Cidrs: []string{"10.0.0.100/32"}, Mode: "arp"}, c),
+		clash("cidrs[0]", "overlaps 10.0.0.96/28 of VIP pool a-private"))
+	c.Put(bPool)
+
+	lb := func(tenant, pool, addr string) *pb.LoadBalancer {
+		return &pb.LoadBalancer{Name: "web", Tenant: tenant, Vip: &pb.VIPRequest{Pool: pool, Address: addr},
+			Listeners: []*pb.Listener{{Port: 80, Protocol: "tcp", Pool: "web"}},
+			Pools:     map[string]*pb.BackendPool{"web": {Members: []*pb.Member{{Address: "10.0.0.10:8080"}}}}}
+	}
+	la := lb("a", "a-private", "")
+	got, err := AllocateAddress(la, c)
+	if err != nil || got.String() != "10.0.0.97" {
+		t.Fatalf("a's address: %v, %v", got, err)
+	}
+	la.Status = &pb.LoadBalancerStatus{Address: got.String()}
+	c.Put(la)
+	// b takes the same address from its own pool: allocated, or asked for
+	// by address alone (its own pool, not a's).
+	for _, x := range []*pb.LoadBalancer{lb("b", "b-private", ""), lb("b", "", "10.0.0.97")} {
+		check(t, ValidateLoadBalancer(x, c), pass())
+		if got, err := AllocateAddress(x, c); err != nil || got.String() != "10.0.0.97" {
+			t.Fatalf("b's address (pool %q): %v, %v; want 10.0.0.97 too", x.GetVip().GetPool(), got, err)
+		}
+	}
+	// Within a's attachment the address is a's load balancer's.
+	la2 := lb("a", "", "10.0.0.97")
+	la2.Name = "other"
+	if _, err := AllocateAddress(la2, c); !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), "address 10.0.0.97 is in use by LoadBalancer a/web") {
+		t.Fatalf("a second load balancer of a on a's address: %v", err)
 	}
 }
