@@ -229,7 +229,17 @@ func (a *actuator) converge(now time.Time) {
 		if !ok {
 			continue
 		}
-		if w, ok := want[addr]; ok && w.mode == h.mode && w.samePlaces(h) {
+		w, wanted := want[addr]
+		if wanted && w.mode == h.mode && w.samePlaces(h) {
+			continue
+		}
+		if wanted && w.mode == ModeARP && h.mode == ModeARP && sharesAPlace(w, h) {
+			// An address several tenants' attachments carry gains or
+			// loses one: the others keep it, with no gap and no new
+			// announcement.
+			if err := a.movePlaces(addr, h, w, now); err != nil {
+				errs[addr] = err.Error()
+			}
 			continue
 		}
 		if err := a.release(addr, h); err != nil {
@@ -295,6 +305,47 @@ func (a *actuator) queueBurst(addr netip.Addr, places []*iface, now time.Time) {
 		}
 	}
 	a.announceDue(now)
+}
+
+// sharesAPlace reports whether t and o put the address on one interface
+// in common.
+func sharesAPlace(t, o target) bool {
+	return slices.ContainsFunc(t.places(), func(f *iface) bool { return slices.Contains(o.places(), f) })
+}
+
+// movePlaces takes addr off the places of h that w leaves and puts it on
+// those w adds (announcing it there), leaving the common ones alone.
+func (a *actuator) movePlaces(addr netip.Addr, h, w target, now time.Time) error {
+	var added []*iface
+	for _, f := range w.places() {
+		if slices.Contains(h.places(), f) {
+			continue
+		}
+		if err := f.add(addr); err != nil {
+			return err
+		}
+		added = append(added, f)
+	}
+	for _, f := range h.places() {
+		if slices.Contains(w.places(), f) {
+			continue
+		}
+		if err := f.remove(addr); err != nil {
+			return err
+		}
+		a.pending = slices.DeleteFunc(a.pending, func(p pendingAnnouncement) bool { return p.addr == addr && p.iface == f })
+	}
+	for _, d := range burst {
+		for _, f := range added {
+			a.pending = append(a.pending, pendingAnnouncement{at: now.Add(d), addr: addr, iface: f})
+		}
+	}
+	if len(added) > 0 {
+		a.announceDue(now)
+	}
+	w.announce = h.announce // take announces them all again only for a new take
+	a.held[addr] = w
+	return nil
 }
 
 // release withdraws and removes one held VIP.

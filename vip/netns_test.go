@@ -281,3 +281,69 @@ func TestSamePrivateVIPInTwoAttachments(t *testing.T) {
 		t.Fatalf("why the shared VIP is not ready: %q", why)
 	}
 }
+
+// TestActuatorMovesASharedVIPBetweenPlaces: when a tenant's load balancer
+// joins or leaves an address that other attached tenants' VIPs use, the
+// actuator puts the address on, or takes it off, that tenant's device
+// only: the others keep it without a gap and are not announced again
+// (no new burst for them).
+func TestActuatorMovesASharedVIPBetweenPlaces(t *testing.T) {
+	dir := t.TempDir()
+	boundNetns(t, dir, api.AttachmentNamespace("a"))
+	boundNetns(t, dir, api.AttachmentNamespace("b"))
+	m := &Manager{cfg: Config{NetnsDir: dir}, log: slog.New(slog.DiscardHandler)}
+	m.act = newActuator(m)
+	vip := netip.MustParseAddr("10.0.0.100")
+	fa := m.pools.getIn(AttachmentDevice, m.attachmentNS("a")).f
+	fb := m.pools.getIn(AttachmentDevice, m.attachmentNS("b")).f
+	defer func() {
+		for _, e := range m.pools.all() {
+			e.frames.close()
+		}
+	}()
+	a := m.act
+	t0 := time.Now()
+	a.set(map[netip.Addr]target{vip: {mode: ModeARP, iface: fa}}, nil)
+	a.converge(t0)
+	if got, _ := fa.hostAddrs(); !got[vip] {
+		t.Fatalf("a's device: %v", got)
+	}
+	// b's load balancer joins the address: put on b's device only.
+	t1 := t0.Add(10 * time.Second)
+	a.change(map[netip.Addr]*target{vip: {mode: ModeARP, iface: fa, more: []*iface{fb}}}, nil)
+	a.converge(t1)
+	if got, _ := fb.hostAddrs(); !got[vip] {
+		t.Fatalf("b's device after b joined: %v", got)
+	}
+	burstsOn := func(f *iface, after time.Time) int {
+		n := 0
+		for _, p := range a.pending {
+			if p.iface == f && p.at.After(after) {
+				n++
+			}
+		}
+		return n
+	}
+	if n := burstsOn(fa, t1); n != 0 {
+		t.Fatalf("a's device announced again (%d) when b joined: it was taken off and put back", n)
+	}
+	if n := burstsOn(fb, t1); n == 0 {
+		t.Fatal("b's device not announced when b joined")
+	}
+	// b leaves: off b's device only.
+	t2 := t1.Add(10 * time.Second)
+	a.change(map[netip.Addr]*target{vip: {mode: ModeARP, iface: fa}}, nil)
+	a.converge(t2)
+	if got, _ := fb.hostAddrs(); got[vip] {
+		t.Fatalf("b's device after b left: %v", got)
+	}
+	if got, _ := fa.hostAddrs(); !got[vip] {
+		t.Fatalf("a's device after b left: %v", got)
+	}
+	if n := burstsOn(fa, t2); n != 0 {
+		t.Fatalf("a's device announced again (%d) when b left", n)
+	}
+	if errs := a.errors(); len(errs) != 0 {
+		t.Fatalf("errors: %v", errs)
+	}
+}
