@@ -130,3 +130,20 @@ func TestAttachmentPoolsOverlap(t *testing.T) {
 		t.Fatalf("a second load balancer of a on a's address: %v", err)
 	}
 }
+
+// TestAttachmentPoolIsNoOtherTenantsVIP: another attached tenant with the
+// same network may have a member on an address of a's private pool (its
+// own network, which never reaches a's VIPs); a's own members may not.
+func TestAttachmentPoolIsNoOtherTenantsVIP(t *testing.T) {
+	t.Parallel()
+	a, b := attached("a", 100), attached("b", 200)
+	a.Pools, b.Pools = []string{"a-private", "public"}, []string{"public"}
+	c := catalogtest.New(publicPool(), attachedPool(), a, b)
+	lb := func(tenant, pool string) *pb.LoadBalancer {
+		return &pb.LoadBalancer{Name: "web", Tenant: tenant, Vip: &pb.VIPRequest{Pool: pool},
+			Listeners: []*pb.Listener{{Port: 80, Protocol: "tcp", Pool: "web"}},
+			Pools:     map[string]*pb.BackendPool{"web": {Members: []*pb.Member{{Address: "10.0.0.100:8080"}}}}}
+	}
+	check(t, ValidateLoadBalancer(lb("b", "public"), c), pass())
+	check(t, ValidateLoadBalancer(lb("a", "public"), c), bad("pools.web.members[0]", "10.0.0.100 is a virtual IP of this cluster"))
+}

@@ -107,7 +107,10 @@ func desiredState(objs []*pb.Object) desired {
 			}
 			byName[p.GetName()] = len(pools)
 			pools = append(pools, poolInfo{pool: p, ranges: rs, comms: parseCommunities(p.GetCommunities())})
-			if m := p.GetMode(); m == ModeARP || m == ModeBGP {
+			// (The addresses of a pool in a tenant's attachment live in the
+			// tenant's network, not the host's: a host address there is no
+			// stray VIP.)
+			if m := p.GetMode(); (m == ModeARP || m == ModeBGP) && p.GetAttachment() == "" {
 				d.Ranges = append(d.Ranges, rs...)
 			}
 		case o.GetLoadBalancer() != nil:

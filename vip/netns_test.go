@@ -93,6 +93,9 @@ func TestPoolInAttachmentLivesInItsNamespace(t *testing.T) {
 		api.Wrap(&pb.VIPPool{Name: "b-private", Cidrs: []string{"10.0.0.112/28"}, Mode: ModeARP, Attachment: "b"}),
 	})
 	m.loop.want = &d
+	if inRanges(d.Ranges, netip.MustParseAddr("10.0.0.100")) {
+		t.Fatalf("the ranges swept on the host's interfaces hold a pool in an attachment: %v", d.Ranges)
+	}
 	f := m.arpIface("a-private")
 	if f.name != AttachmentDevice || f.ns != path || m.arpIface("a-private") != f {
 		t.Fatalf("arpIface = %+v, want %s in %s, the same each time", f, AttachmentDevice, path)

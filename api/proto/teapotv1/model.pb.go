@@ -820,8 +820,10 @@ type VIPPool struct {
 	// that tenant's networks, only that tenant's load balancers take them,
 	// and they are announced (gratuitous ARP, unsolicited NA) and served
 	// inside the tenant's namespace only. A host where the attachment is
-	// not up does not hold the pool's VIPs and says why. Refused with
-	// interface, and for a tenant without an attachment.
+	// not up does not hold the pool's VIPs and says why. Pools in
+	// different tenants' attachments may overlap (two attached tenants may
+	// each have a private VIP 10.0.0.100); no other pools may. Refused
+	// with interface, and for a tenant without an attachment.
 	Attachment    string `protobuf:"bytes,400,opt,name=attachment,proto3" json:"attachment,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
