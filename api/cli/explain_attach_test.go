@@ -47,3 +47,17 @@ func TestWriteAttachmentPools(t *testing.T) {
 		t.Errorf("a tenant without pools in its attachment: %q", b.String())
 	}
 }
+
+// TestPoolUseCountsItsTenantOnly: a pool in a tenant's attachment counts
+// the addresses of that tenant's load balancers only, though another
+// attached tenant holds the same address from its own pool.
+func TestPoolUseCountsItsTenantOnly(t *testing.T) {
+	t.Parallel()
+	p := &pb.VIPPool{Name: "a-private", Cidrs: []string{"10.0.0.96/28"}, Mode: "arp", Attachment: "a"}
+	lb := func(tenant, pool string) *pb.LoadBalancer {
+		return &pb.LoadBalancer{Name: "web", Tenant: tenant, Vip: &pb.VIPRequest{Pool: pool}, Status: &pb.LoadBalancerStatus{Address: "10.0.0.100"}}
+	}
+	if n := used(p, []*pb.LoadBalancer{lb("a", "a-private"), lb("b", ""), lb("b", "b-private")}); n != 1 {
+		t.Fatalf("used = %d, want 1 (a's address only)", n)
+	}
+}
