@@ -54,10 +54,10 @@ func TestWriteAttachmentPools(t *testing.T) {
 func TestPoolUseCountsItsTenantOnly(t *testing.T) {
 	t.Parallel()
 	p := &pb.VIPPool{Name: "a-private", Cidrs: []string{"10.0.0.96/28"}, Mode: "arp", Attachment: "a"}
-	lb := func(tenant, pool string) *pb.LoadBalancer {
-		return &pb.LoadBalancer{Name: "web", Tenant: tenant, Vip: &pb.VIPRequest{Pool: pool}, Status: &pb.LoadBalancerStatus{Address: "10.0.0.100"}}
+	lb := func(tenant, pool, addr string) *pb.LoadBalancer {
+		return &pb.LoadBalancer{Name: "web", Tenant: tenant, Vip: &pb.VIPRequest{Pool: pool}, Status: &pb.LoadBalancerStatus{Address: addr}}
 	}
-	if n := used(p, []*pb.LoadBalancer{lb("a", "a-private"), lb("b", ""), lb("b", "b-private")}); n != 1 {
+	if n := used(p, []*pb.LoadBalancer{lb("a", "a-private", "10.0.0.100"), lb("b", "", "10.0.0.101"), lb("b", "a-private", "10.0.0.102")}); n != 1 {
 		t.Fatalf("used = %d, want 1 (a's address only)", n)
 	}
 }
