@@ -128,6 +128,7 @@ func tenantNetns(t *testing.T, addrs ...string) string {
 // member through it; the host's namespace has no such listener. Without
 // Attachments the listener is not opened, with a reason.
 func TestListenerInAttachment(t *testing.T) {
+	t.Parallel()
 	path := tenantNetns(t, "10.0.0.100/32", "10.0.0.10/32")
 	att := &nsAttachments{path: path}
 	var member net.Listener
@@ -155,7 +156,12 @@ func TestListenerInAttachment(t *testing.T) {
 				Status:    &pb.LoadBalancerStatus{Address: "10.0.0.100"}}}},
 		}
 	}
-	port := 18000 + os.Getpid()%20000
+	free, err := net.Listen("tcp4", "0.0.0.0:0") // a port free on every address of the host's namespace
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := free.Addr().(*net.TCPAddr).Port
+	free.Close()
 	p, _ := newProxy(t, Config{Attachments: att})
 	if err := p.Update(objs(port), 1); err != nil && !errors.Is(err, ErrNoChanges) {
 		t.Fatal(err)
@@ -168,7 +174,7 @@ func TestListenerInAttachment(t *testing.T) {
 		t.Fatal("no socket was made in the tenant's namespace")
 	}
 	var got string
-	err := att.in(func() error {
+	err = att.in(func() error {
 		c, err := net.DialTimeout("tcp", fmt.Sprintf("10.0.0.100:%d", port), 5*time.Second)
 		if err != nil {
 			return err
