@@ -134,7 +134,7 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 		NodeID: cfg.NodeID, Interface: cfg.VIPInterface, HeartbeatAddr: cfg.HeartbeatAddr, RaftAddr: cfg.RaftAddr,
 		HeartbeatInterval: time.Duration(cfg.HeartbeatInterval), HeartbeatMisses: cfg.HeartbeatMisses,
 		BGP: cfg.BGP, Logger: log, Events: host.Events().Add, HandoverTimeout: time.Duration(cfg.DrainTimeout),
-		Observed: plane,
+		Observed: plane, NetnsDir: cfg.NetnsDir,
 	}
 	// The tenants' BGP sessions: before the VIP manager (see
 	// vip.BGPIdentity), stopped after it.
@@ -147,7 +147,7 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 	stack.Push(relay.Close)
 	host.Add(relay)
 	// Attached tenants' namespaces, from which their members are dialled.
-	attachments, err := attach.New(attach.Config{NodeID: cfg.NodeID, Logger: log, Events: host.Events().Add})
+	attachments, err := attach.New(attach.Config{NodeID: cfg.NodeID, Logger: log, Events: host.Events().Add, NetnsDir: cfg.NetnsDir})
 	if err != nil {
 		return err
 	}

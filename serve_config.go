@@ -63,7 +63,9 @@ type serveConfig struct {
 
 	// VIPs: the arp interface, the failure detector, and the BGP speaker
 	// (the bgp: section exists only in the file).
-	VIPInterface      string         `json:"vip-interface"`
+	VIPInterface string `json:"vip-interface"`
+	// NetnsDir is where the namespaces of tenants' attachments are bound.
+	NetnsDir          string         `json:"netns-dir"`
 	HeartbeatAddr     string         `json:"heartbeat-addr"`
 	HeartbeatInterval vip.Duration   `json:"heartbeat-interval"`
 	HeartbeatMisses   int            `json:"heartbeat-misses"`
@@ -199,6 +201,7 @@ func serveCommandWith(run func(context.Context, serveConfig) error) *cobra.Comma
 	checked(&cfg.MetricsAddr, "metrics-addr", "address", serveconfig.OptionalHostPort, `IP:port serving Prometheus metrics at /metrics, and Go profiles at /debug/pprof/ when it is a loopback address ("" turns them off)`)
 	checked(&cfg.WebAddr, "web-addr", "address", serveconfig.OptionalHostPort, "IP:port serving the read-only dashboard over HTTPS with this host's certificate; logins take a token from \"teapot-lb dashboard token\" (default off)")
 	f.StringVar(&cfg.VIPInterface, "vip-interface", "", "interface that carries the VIPs of arp pools, but for a pool that names its own (VIPPool.interface) (needs CAP_NET_ADMIN and CAP_NET_RAW)")
+	f.StringVar(&cfg.NetnsDir, "netns-dir", vip.DefaultNetnsDir, "directory where the network namespaces of tenants' attachments (teapot-att-TENANT) are bound, where `ip netns` finds them by default; several LB hosts on one machine (labs) need one each")
 	checked(&cfg.HeartbeatAddr, "heartbeat-addr", "address", serveconfig.OptionalHostPort, fmt.Sprintf("IP:port of the VIP failure detector on the data-plane network (default: the --raft-addr IP, port %d); the next port carries the hosts' counts of total rate limits (UDP, between the LB hosts)", vip.DefaultHeartbeatPort))
 	f.Var(&cfg.HeartbeatInterval, "heartbeat-interval", "time between VIP heartbeats to each peer")
 	f.IntVar(&cfg.HeartbeatMisses, "heartbeat-misses", cfg.HeartbeatMisses, "heartbeats a peer may miss before its VIPs move")

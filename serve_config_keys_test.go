@@ -60,6 +60,7 @@ var nonDefault = map[string]string{
 	"cpu-per-tenant":            "0.5",
 	"token":                     "join-token-1",
 	"vip-interface":             "eth7",
+	"netns-dir":                 "/run/teapot-netns",
 	"web-addr":                  "127.0.0.1:8443",
 }
 

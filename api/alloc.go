@@ -126,7 +126,7 @@ func allocateFamily(ck *checker, lb *pb.LoadBalancer, tenant *pb.Tenant, v *vipT
 		return a, nil
 	}
 	inUse, total := 0, uint64(0)
-	if idx, ok := c.(AddressIndex); ok {
+	if idx, ok := c.(AddressIndex); ok && v.pool.GetAttachment() == "" {
 		for _, r := range ranges {
 			used := idx.UsedAddresses(r.From, r.To)
 			if a, ok := lowestFreeSorted(r, used); ok {
@@ -211,6 +211,9 @@ func usedAddresses(lb *pb.LoadBalancer, pool string, ranges []Range, c Catalog) 
 		}
 		if p := o.GetVip().GetPool(); p != "" && p != pool {
 			continue
+		}
+		if o.GetTenant() != lb.GetTenant() && c.Pool(pool).GetAttachment() != "" {
+			continue // another tenant's address, in its own attachment
 		}
 		for _, a := range StatusAddrs(o) {
 			for i, r := range ranges {

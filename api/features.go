@@ -161,6 +161,11 @@ const (
 	// ignores it and bounds only the tenant's handshake, regex and WAF
 	// CPU.
 	FeatureTenantCPU = "tenant-cpu"
+	// FeaturePoolAttachment: arp pools whose addresses live in a
+	// tenant's attachment (VIPPool.attachment). A host of an earlier
+	// release ignores it and puts them on its --vip-interface, in the
+	// host's own network.
+	FeaturePoolAttachment = "pool-attachment"
 )
 
 // FeatureLevel is the highest cluster feature level this release
@@ -209,6 +214,7 @@ var featureLevels = map[string]uint32{
 	FeatureTenantAttachment:    6,
 	FeatureHTTP3ZeroRTT:        6,
 	FeatureTenantCPU:           6,
+	FeaturePoolAttachment:      6,
 }
 
 // LevelOf is the feature level a feature needs on every host (0 for a
@@ -250,7 +256,7 @@ func FeatureRefusal(uses []FeatureUse, need uint32, older []string) error {
 
 // Features returns the features this release serves.
 func Features() []string {
-	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureNotFoundRoutes, FeatureCORS, FeatureClientValidation, FeatureRouteRetry, FeatureBackendHeaders, FeatureBackendTLS, FeatureWAFExclusions, FeatureTLSTerminate, FeatureMisdirectedRequests, FeatureRateLimitHeader, FeatureWriteBudget, FeaturePoolInterface, FeatureTenantBGPUpdateRate, FeatureACMEWildcard, FeatureHTTP3, FeatureWAFRules, FeatureDNSKeyRollover, FeatureTenantBGPTotal, FeatureTenantBGPReannounce, FeatureTenantAttachment, FeatureHTTP3ZeroRTT, FeatureTenantCPU}
+	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureNotFoundRoutes, FeatureCORS, FeatureClientValidation, FeatureRouteRetry, FeatureBackendHeaders, FeatureBackendTLS, FeatureWAFExclusions, FeatureTLSTerminate, FeatureMisdirectedRequests, FeatureRateLimitHeader, FeatureWriteBudget, FeaturePoolInterface, FeatureTenantBGPUpdateRate, FeatureACMEWildcard, FeatureHTTP3, FeatureWAFRules, FeatureDNSKeyRollover, FeatureTenantBGPTotal, FeatureTenantBGPReannounce, FeatureTenantAttachment, FeatureHTTP3ZeroRTT, FeatureTenantCPU, FeaturePoolAttachment}
 }
 
 // FeatureUse is one place where a write uses a feature: the feature and
@@ -267,6 +273,8 @@ func (u FeatureUse) String() string { return u.Field + " (" + u.Feature + ")" }
 func FeaturesUsed(obj *pb.Object) []FeatureUse {
 	if p := obj.GetVipPool(); p.GetInterface() != "" {
 		return []FeatureUse{{Feature: FeaturePoolInterface, Field: RefString(RefOf(obj)) + ": interface"}}
+	} else if p.GetAttachment() != "" {
+		return []FeatureUse{{Feature: FeaturePoolAttachment, Field: RefString(RefOf(obj)) + ": attachment"}}
 	}
 	if t := obj.GetTenant(); t != nil {
 		var out []FeatureUse

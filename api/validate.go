@@ -302,7 +302,7 @@ func poolNameOf(lb *pb.LoadBalancer, pools []parsedPool) string {
 			continue
 		}
 		for _, p := range pools {
-			if rangesContain(p.ranges, a) {
+			if rangesContain(p.ranges, a) && ownPool(p.pool, lb.GetTenant()) {
 				return p.pool.GetName()
 			}
 		}
@@ -367,7 +367,7 @@ func shareProblem(lb, other *pb.LoadBalancer, pool *pb.VIPPool) string {
 func addressBlocker(lb *pb.LoadBalancer, a netip.Addr, pool *pb.VIPPool, c Catalog) string {
 	var users []*pb.LoadBalancer
 	for _, u := range c.AddressUsers(a) {
-		if !sameLB(u, lb) {
+		if !sameLB(u, lb) && !(pool.GetAttachment() != "" && u.GetTenant() != lb.GetTenant()) {
 			users = append(users, u)
 		}
 	}

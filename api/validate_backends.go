@@ -29,7 +29,7 @@ func checkBackendPools(ck *checker, lb *pb.LoadBalancer, tenant *pb.Tenant, c Ca
 	if tenant != nil {
 		nets = tenantNetworks(tenant)
 	}
-	own := clusterAddrs(c)
+	own := clusterAddrs(c, lb.GetTenant())
 	for _, key := range sortedKeys(lb.GetPools()) {
 		f := "pools." + key
 		checkName(ck, f, key)
@@ -140,10 +140,14 @@ type ownAddrs struct {
 	hosts *HostPorts
 }
 
-func clusterAddrs(c Catalog) ownAddrs {
+func clusterAddrs(c Catalog, tenant string) ownAddrs {
 	var own ownAddrs
 	for _, p := range parsePools(c) {
-		own.vips = append(own.vips, p.ranges...)
+		// Another tenant's private VIPs live in its own network, which
+		// this tenant's members never reach.
+		if ownPool(p.pool, tenant) {
+			own.vips = append(own.vips, p.ranges...)
+		}
 	}
 	if nl, ok := c.(NodeLister); ok {
 		own.hosts = NewHostPorts(nl.Nodes())

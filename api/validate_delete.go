@@ -44,6 +44,9 @@ func ValidateDelete(ref *pb.ObjectRef, c Catalog) error {
 		if len(pools) > 0 {
 			ck.conflictf("", "VIP pools %s list the tenant in their tenants; remove it there first", nameList(pools))
 		}
+		if in := poolsInAttachment(c, ref.GetName()); len(in) > 0 {
+			ck.conflictf("", "VIP pools %s live in the tenant's attachment; delete them first", nameList(in))
+		}
 	case KindVIPPool:
 		if c.Pool(ref.GetName()) == nil {
 			return notFound

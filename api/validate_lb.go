@@ -147,7 +147,7 @@ func resolveVIP(ck *checker, lb *pb.LoadBalancer, tenant *pb.Tenant, c Catalog) 
 	} else if v.want.IsValid() {
 		poolField = "vip.address"
 		for _, p := range parsePools(c) {
-			if rangesContain(p.ranges, v.want) {
+			if rangesContain(p.ranges, v.want) && ownPool(p.pool, lb.GetTenant()) {
 				v.pool, v.ranges = p.pool, p.ranges
 				break
 			}
@@ -164,7 +164,9 @@ func resolveVIP(ck *checker, lb *pb.LoadBalancer, tenant *pb.Tenant, c Catalog) 
 	}
 	if tenant != nil {
 		name := v.pool.GetName()
-		if !slices.Contains(tenant.GetPools(), name) {
+		if at := v.pool.GetAttachment(); at != "" && at != tenant.GetName() {
+			ck.invalidf(poolField, "VIP pool %s lives in tenant %s's attachment and serves that tenant only; use one of the tenant's own pools (%s)", name, at, listOrNone(tenant.GetPools(), "none"))
+		} else if !slices.Contains(tenant.GetPools(), name) {
 			ck.invalidf(poolField, "tenant %s may not use VIP pool %s (the tenant's pools: %s)", tenant.GetName(), name, listOrNone(tenant.GetPools(), "none"))
 		} else if ts := v.pool.GetTenants(); len(ts) > 0 && !slices.Contains(ts, tenant.GetName()) {
 			ck.invalidf(poolField, "VIP pool %s is reserved for other tenants; use one of the tenant's pools (%s)", name, listOrNone(tenant.GetPools(), "none"))

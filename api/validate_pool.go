@@ -39,6 +39,7 @@ func ValidatePool(p *pb.VIPPool, c Catalog) error {
 		ck.invalidf("withdrawWhenDown", "applies to bgp pools only (this pool is %s): elsewhere a VIP with no healthy member stays held, as no other site can take its traffic; remove the field or use mode: bgp", orUnset(p.GetMode()))
 	}
 	checkPoolInterface(ck, p)
+	checkPoolAttachment(ck, p, ranges, c)
 	checkNameList(ck, "tenants", "tenants", p.GetTenants(), func(name string) string {
 		if c.Tenant(name) == nil {
 			return fmt.Sprintf("tenant %s does not exist", name)
@@ -93,7 +94,7 @@ func checkPoolRanges(ck *checker, p *pb.VIPPool, c Catalog) []poolRange {
 		ok = append(ok, entry{pr, i})
 	other:
 		for _, o := range others {
-			if o.pool.GetName() == p.GetName() {
+			if o.pool.GetName() == p.GetName() || separateAttachments(p, o.pool) {
 				continue
 			}
 			for _, or := range o.ranges {
@@ -143,7 +144,7 @@ func checkPoolUsers(ck *checker, p *pb.VIPPool, ranges []poolRange, c Catalog) {
 	for _, lb := range c.LoadBalancers("") {
 		for _, a := range StatusAddrs(lb) {
 			vp := lb.GetVip().GetPool()
-			if vp == p.GetName() || vp == "" && rangesContain(oldRanges, a) {
+			if (vp == p.GetName() || vp == "" && rangesContain(oldRanges, a)) && ownPool(p, lb.GetTenant()) {
 				users = append(users, user{lb, a})
 			}
 		}

@@ -32,6 +32,7 @@ func ValidateTenant(t *pb.Tenant, c Catalog) error {
 	checkTenantBGP(ck, t, nets)
 	checkTenantAttachment(ck, t, nets, c)
 	checkNetworkOwners(ck, t, nets, c)
+	checkAttachmentPools(ck, t, nets, c)
 	if ck.ok() {
 		checkTenantOrphans(ck, t, domains, nets, c)
 	}
@@ -120,8 +121,12 @@ func checkTenantNetworks(ck *checker, t *pb.Tenant) []netip.Prefix {
 
 func checkTenantPools(ck *checker, t *pb.Tenant, c Catalog) {
 	checkNameList(ck, "pools", "pools", t.GetPools(), func(name string) string {
-		if c.Pool(name) == nil {
+		p := c.Pool(name)
+		if p == nil {
 			return fmt.Sprintf("VIP pool %s does not exist; create it first", name)
+		}
+		if at := p.GetAttachment(); at != "" && at != t.GetName() {
+			return fmt.Sprintf("VIP pool %s lives in tenant %s's attachment and serves that tenant only; remove it from pools", name, at)
 		}
 		return ""
 	})

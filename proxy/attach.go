@@ -2,10 +2,13 @@ package proxy
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 
 	"github.com/teapot-lb/teapot-lb/proxy/l7"
+	"github.com/teapot-lb/teapot-lb/proxy/snapshot"
 )
 
 // Attachments dials the members of tenants whose networks are attached
@@ -20,6 +23,30 @@ type Attachments interface {
 	// fails when the attachment is not up on this host (never falling
 	// back to the host's routing table).
 	DialContext(ctx context.Context, tenant string, d *net.Dialer, network, addr string) (net.Conn, error)
+	// InNamespace runs fn on a thread inside tenant's namespace, so that
+	// the sockets fn makes live there: the listeners on a VIP of a pool
+	// in the tenant's attachment. It fails, without running fn, when the
+	// attachment is not up on this host.
+	InNamespace(tenant string, fn func() error) error
+}
+
+// ErrNoAttachments: a listener's VIP lives in a tenant's attachment and
+// this proxy has no Config.Attachments to open it there.
+var ErrNoAttachments = errors.New("the VIP lives in a tenant's attachment and this host attaches no tenant")
+
+// inSpace runs fn, which makes the socket of k, in the namespace k's
+// address lives in: a tenant's attachment (k.Space), else the host's.
+func (p *Proxy) inSpace(k snapshot.Key, fn func() error) error {
+	if k.Space == "" {
+		return fn()
+	}
+	if p.cfg.Attachments == nil {
+		return fmt.Errorf("%s: %w", k, ErrNoAttachments)
+	}
+	if err := p.cfg.Attachments.InNamespace(k.Space, fn); err != nil {
+		return fmt.Errorf("open %s in tenant %s's attachment: %w", k, k.Space, err)
+	}
+	return nil
 }
 
 // dial dials a member of tenant with d: through the tenant's attachment

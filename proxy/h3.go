@@ -124,7 +124,11 @@ type h3Admitted struct {
 func (p *Proxy) openH3(s *socket, h QUICHandler) (*h3Socket, error) {
 	k := s.key
 	lc := net.ListenConfig{Control: freebind.Control}
-	c, err := lc.ListenPacket(context.Background(), "udp"+family(k), k.Addr.String())
+	var c net.PacketConn
+	err := p.inSpace(k, func() (err error) {
+		c, err = lc.ListenPacket(context.Background(), "udp"+family(k), k.Addr.String())
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("bind udp %s: %w", k.Addr, err)
 	}

@@ -364,7 +364,7 @@ func (p *Proxy) apply(s *snapshot.Snapshot, retryFailed bool) bool {
 		switch {
 		case has && !had:
 			listening = append(listening, k.Addr)
-		case had && !has && s.Listener(snapshot.Key{Addr: k.Addr, Network: otherNetwork(k.Network)}) == nil:
+		case had && !has && s.Listener(snapshot.Key{Addr: k.Addr, Network: otherNetwork(k.Network), Space: k.Space}) == nil:
 			leaving = append(leaving, k.Addr)
 		}
 	})

@@ -97,15 +97,23 @@ func (p *Proxy) acquireSocket(l *snapshot.Listener) (s *socket, isNew bool, err 
 	}
 	s = &socket{p: p, key: k, refs: 1, conns: map[*tracked]struct{}{}, opened: time.Now()}
 	switch {
-	case k.Network == snapshot.TCP && p.steering != nil:
+	case k.Network == snapshot.TCP && p.steering != nil && k.Space == "":
+		// (Steering serves the host's namespace; a listener in a
+		// tenant's attachment has a socket of its own there.)
 		if err := p.steerListener(s, l.Tenant); err != nil {
 			return nil, false, err
 		}
 		return s, true, nil
 	case k.Network == snapshot.TCP:
-		s.tcp, err = listenTCP(k)
+		err = p.inSpace(k, func() (err error) {
+			s.tcp, err = listenTCP(k)
+			return err
+		})
 	case k.Network == snapshot.UDP:
-		s.udp, err = p.listenUDP(s)
+		err = p.inSpace(k, func() (err error) {
+			s.udp, err = p.listenUDP(s)
+			return err
+		})
 	}
 	if err != nil {
 		return nil, false, err

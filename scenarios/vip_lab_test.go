@@ -168,6 +168,8 @@ type labOptions struct {
 	acme bool
 	// args are more serve flags for every LB host.
 	args []string
+	// hostArgs, when set, gives more serve flags for one LB host.
+	hostArgs func(n *lbHost) []string
 }
 
 // needTools skips tb when the lab cannot run here.
@@ -275,6 +277,9 @@ func newVIPLab(tb testing.TB, opt labOptions) *vipLab {
 			"--heartbeat-interval", labHeartbeat, "--heartbeat-misses", cmp.Or(opt.misses, labMisses),
 		}, acme...)
 		n.args = append(n.args, opt.args...)
+		if opt.hostArgs != nil {
+			n.args = append(n.args, opt.hostArgs(n)...)
+		}
 		if opt.bgp {
 			cfg := filepath.Join(l.dir, n.id+".yaml")
 			must(os.WriteFile(cfg, []byte(bgpSection(n)), 0o644))

@@ -1,6 +1,7 @@
 package vip
 
 import (
+	"errors"
 	"maps"
 	"net/netip"
 	"slices"
@@ -28,10 +29,60 @@ type carriers struct {
 type target struct {
 	mode  string
 	iface *iface
+	// more are the other interfaces that carry the address: the
+	// attachments of the other tenants with a private VIP of the same
+	// address (vipSpec.Spaces), in the order of the tenants.
+	more  []*iface
 	route route // bgp only
 	// announce changes when the decision loop wants an arp VIP announced
 	// again although it is held (record.takes).
 	announce uint64
+}
+
+// places returns every interface that carries the address.
+func (t target) places() []*iface {
+	if len(t.more) == 0 {
+		return []*iface{t.iface}
+	}
+	return append([]*iface{t.iface}, t.more...)
+}
+
+// samePlaces reports whether t and o put the address on the same
+// interfaces.
+func (t target) samePlaces(o target) bool {
+	return t.iface == o.iface && slices.Equal(t.more, o.more)
+}
+
+// carries reports whether t puts the address on f (by name and
+// namespace).
+func (t target) carries(f *iface) bool {
+	return slices.ContainsFunc(t.places(), func(g *iface) bool { return g.name == f.name && g.ns == f.ns })
+}
+
+// add puts addr on every place of t; on a failure it takes it off those
+// it was put on.
+func (t target) add(addr netip.Addr) error {
+	ps := t.places()
+	for i, f := range ps {
+		if err := f.add(addr); err != nil {
+			for _, g := range ps[:i] {
+				_ = g.remove(addr)
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// remove takes addr off every place of t.
+func (t target) remove(addr netip.Addr) error {
+	var errs []error
+	for _, f := range t.places() {
+		if err := f.remove(addr); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 type pendingAnnouncement struct {
@@ -178,7 +229,17 @@ func (a *actuator) converge(now time.Time) {
 		if !ok {
 			continue
 		}
-		if w, ok := want[addr]; ok && w.mode == h.mode && w.iface == h.iface {
+		w, wanted := want[addr]
+		if wanted && w.mode == h.mode && w.samePlaces(h) {
+			continue
+		}
+		if wanted && w.mode == ModeARP && h.mode == ModeARP && sharesAPlace(w, h) {
+			// An address several tenants' attachments carry gains or
+			// loses one: the others keep it, with no gap and no new
+			// announcement.
+			if err := a.movePlaces(addr, h, w, now); err != nil {
+				errs[addr] = err.Error()
+			}
 			continue
 		}
 		if err := a.release(addr, h); err != nil {
@@ -213,20 +274,20 @@ func (a *actuator) take(addr netip.Addr, t target, now time.Time) error {
 			// Released and taken again between two converges, or a peer
 			// that may have announced it came back: announce again, or
 			// the segment keeps sending to the host that announced last.
-			a.queueBurst(addr, t.iface, now)
+			a.queueBurst(addr, t.places(), now)
 			a.held[addr] = t
 		}
 		return nil
 	}
-	if err := t.iface.add(addr); err != nil {
+	if err := t.add(addr); err != nil {
 		return err
 	}
 	switch t.mode {
 	case ModeARP:
-		a.queueBurst(addr, t.iface, now)
+		a.queueBurst(addr, t.places(), now)
 	case ModeBGP:
 		if err := a.m.spk.announce(t.route); err != nil {
-			_ = t.iface.remove(addr)
+			_ = t.remove(addr)
 			return err
 		}
 	}
@@ -236,12 +297,55 @@ func (a *actuator) take(addr netip.Addr, t target, now time.Time) error {
 
 // queueBurst schedules the announcements of addr (replacing any pending)
 // and sends the first at once.
-func (a *actuator) queueBurst(addr netip.Addr, f *iface, now time.Time) {
+func (a *actuator) queueBurst(addr netip.Addr, places []*iface, now time.Time) {
 	a.pending = slices.DeleteFunc(a.pending, func(p pendingAnnouncement) bool { return p.addr == addr })
 	for _, d := range burst {
-		a.pending = append(a.pending, pendingAnnouncement{at: now.Add(d), addr: addr, iface: f})
+		for _, f := range places {
+			a.pending = append(a.pending, pendingAnnouncement{at: now.Add(d), addr: addr, iface: f})
+		}
 	}
 	a.announceDue(now)
+}
+
+// sharesAPlace reports whether t and o put the address on one interface
+// in common.
+func sharesAPlace(t, o target) bool {
+	return slices.ContainsFunc(t.places(), func(f *iface) bool { return slices.Contains(o.places(), f) })
+}
+
+// movePlaces takes addr off the places of h that w leaves and puts it on
+// those w adds (announcing it there), leaving the common ones alone.
+func (a *actuator) movePlaces(addr netip.Addr, h, w target, now time.Time) error {
+	var added []*iface
+	for _, f := range w.places() {
+		if slices.Contains(h.places(), f) {
+			continue
+		}
+		if err := f.add(addr); err != nil {
+			return err
+		}
+		added = append(added, f)
+	}
+	for _, f := range h.places() {
+		if slices.Contains(w.places(), f) {
+			continue
+		}
+		if err := f.remove(addr); err != nil {
+			return err
+		}
+		a.pending = slices.DeleteFunc(a.pending, func(p pendingAnnouncement) bool { return p.addr == addr && p.iface == f })
+	}
+	for _, d := range burst {
+		for _, f := range added {
+			a.pending = append(a.pending, pendingAnnouncement{at: now.Add(d), addr: addr, iface: f})
+		}
+	}
+	if len(added) > 0 {
+		a.announceDue(now)
+	}
+	w.announce = h.announce // take announces them all again only for a new take
+	a.held[addr] = w
+	return nil
 }
 
 // release withdraws and removes one held VIP.
@@ -251,7 +355,7 @@ func (a *actuator) release(addr netip.Addr, h target) error {
 			return err
 		}
 	}
-	if err := h.iface.remove(addr); err != nil {
+	if err := h.remove(addr); err != nil {
 		return err
 	}
 	delete(a.held, addr)
@@ -284,7 +388,7 @@ func (a *actuator) announceDue(now time.Time) time.Time {
 // went missing.
 func (a *actuator) renew() {
 	for addr, h := range a.held {
-		if err := h.iface.add(addr); err != nil {
+		if err := h.add(addr); err != nil {
 			a.m.log.Warn("renew VIP address", "addr", addr, "err", err)
 		}
 	}
@@ -299,21 +403,21 @@ func (a *actuator) sweep() {
 	for _, f := range a.m.sweptIfaces() {
 		addrs, err := f.hostAddrs()
 		if err != nil {
-			a.m.log.Warn("list VIP addresses", "interface", f.name, "err", err)
+			a.m.log.Warn("list VIP addresses", "interface", f.String(), "err", err)
 			continue
 		}
 		for addr, ours := range addrs {
-			if h, ok := a.held[addr]; ok && h.iface.name == f.name {
+			if h, ok := a.held[addr]; ok && h.carries(f) {
 				continue
 			}
 			if !ours && !inRanges(ranges, addr) {
 				continue
 			}
 			if err := f.remove(addr); err != nil {
-				a.m.log.Warn("remove a stray VIP address", "addr", addr, "interface", f.name, "err", err)
+				a.m.log.Warn("remove a stray VIP address", "addr", addr, "interface", f.String(), "err", err)
 				continue
 			}
-			a.m.log.Info("removed a VIP address this host does not hold", "addr", addr, "interface", f.name)
+			a.m.log.Info("removed a VIP address this host does not hold", "addr", addr, "interface", f.String())
 		}
 	}
 }

@@ -7,11 +7,13 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -31,6 +33,35 @@ const (
 // "<interface>:vip" when the name leaves room.
 type iface struct {
 	name string
+	// ns is the path of the network namespace the interface lives in
+	// (a tenant's attachment, netns.go); "" for the host's own.
+	ns string
+}
+
+// String names the interface, with its namespace when it has one.
+func (f iface) String() string {
+	if f.ns == "" {
+		return f.name
+	}
+	return f.name + " in namespace " + filepath.Base(f.ns)
+}
+
+// handle returns a netlink handle in the interface's namespace and what
+// closes it.
+func (f iface) handle() (*netlink.Handle, func(), error) {
+	if f.ns == "" {
+		return &netlink.Handle{}, func() {}, nil
+	}
+	ns, err := netns.GetFromPath(f.ns)
+	if err != nil {
+		return nil, nil, fmt.Errorf("namespace %s: %w", filepath.Base(f.ns), err)
+	}
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		ns.Close()
+		return nil, nil, fmt.Errorf("netlink in namespace %s: %w", filepath.Base(f.ns), err)
+	}
+	return h, func() { h.Close(); ns.Close() }, nil
 }
 
 func (f iface) label() string {
@@ -41,9 +72,18 @@ func (f iface) label() string {
 }
 
 func (f iface) link() (netlink.Link, error) {
-	l, err := netlink.LinkByName(f.name)
+	h, done, err := f.handle()
 	if err != nil {
-		return nil, fmt.Errorf("interface %s: %w", f.name, err)
+		return nil, err
+	}
+	defer done()
+	return f.linkWith(h)
+}
+
+func (f iface) linkWith(h *netlink.Handle) (netlink.Link, error) {
+	l, err := h.LinkByName(f.name)
+	if err != nil {
+		return nil, fmt.Errorf("interface %s: %w", f, err)
 	}
 	return l, nil
 }
@@ -71,25 +111,35 @@ func (f iface) addr(a netip.Addr) *netlink.Addr {
 
 // add puts a on the interface, or renews its lease.
 func (f iface) add(a netip.Addr) error {
-	l, err := f.link()
+	h, done, err := f.handle()
 	if err != nil {
 		return err
 	}
-	if err := netlink.AddrReplace(l, f.addr(a)); err != nil {
-		return fmt.Errorf("add %s to %s: %w", a, f.name, permission(err))
+	defer done()
+	l, err := f.linkWith(h)
+	if err != nil {
+		return err
+	}
+	if err := h.AddrReplace(l, f.addr(a)); err != nil {
+		return fmt.Errorf("add %s to %s: %w", a, f, permission(err))
 	}
 	return nil
 }
 
 // remove takes a off the interface; an address already gone is no error.
 func (f iface) remove(a netip.Addr) error {
-	l, err := f.link()
+	h, done, err := f.handle()
 	if err != nil {
 		return err
 	}
-	err = netlink.AddrDel(l, f.addr(a))
+	defer done()
+	l, err := f.linkWith(h)
+	if err != nil {
+		return err
+	}
+	err = h.AddrDel(l, f.addr(a))
 	if err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.ESRCH) {
-		return fmt.Errorf("remove %s from %s: %w", a, f.name, permission(err))
+		return fmt.Errorf("remove %s from %s: %w", a, f, permission(err))
 	}
 	return nil
 }
@@ -97,13 +147,18 @@ func (f iface) remove(a netip.Addr) error {
 // hostAddrs lists the /32 and /128 addresses on the interface; ours
 // reports whether each carries this package's marks.
 func (f iface) hostAddrs() (map[netip.Addr]bool, error) {
-	l, err := f.link()
+	h, done, err := f.handle()
 	if err != nil {
 		return nil, err
 	}
-	list, err := netlink.AddrList(l, netlink.FAMILY_ALL)
+	defer done()
+	l, err := f.linkWith(h)
+	if err != nil {
+		return nil, err
+	}
+	list, err := h.AddrList(l, netlink.FAMILY_ALL)
 	if err != nil && !errors.Is(err, netlink.ErrDumpInterrupted) {
-		return nil, fmt.Errorf("list addresses of %s: %w", f.name, err)
+		return nil, fmt.Errorf("list addresses of %s: %w", f, err)
 	}
 	out := map[netip.Addr]bool{}
 	for _, na := range list {

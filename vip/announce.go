@@ -104,6 +104,8 @@ func naFrame(mac net.HardwareAddr, a netip.Addr) ([]byte, error) {
 // recreated).
 type sender struct {
 	name string
+	// ns is the path of the interface's namespace ("" the host's).
+	ns   string
 	conn *packet.Conn
 	ifi  *net.Interface
 }
@@ -112,14 +114,27 @@ func (s *sender) open() error {
 	if s.conn != nil {
 		return nil
 	}
-	ifi, err := net.InterfaceByName(s.name)
+	var (
+		ifi *net.Interface
+		c   *packet.Conn
+	)
+	// The socket is made in the interface's namespace.
+	err := inNamespace(s.ns, func() error {
+		var err error
+		if ifi, err = net.InterfaceByName(s.name); err != nil {
+			return fmt.Errorf("interface %s: %w", s.name, err)
+		}
+		// Protocol 0: the socket only sends.
+		if c, err = packet.Listen(ifi, packet.Raw, 0, nil); err != nil {
+			return fmt.Errorf("raw socket on %s: %w", s.name, err)
+		}
+		return nil
+	})
 	if err != nil {
-		return fmt.Errorf("interface %s: %w", s.name, err)
-	}
-	// Protocol 0: the socket only sends.
-	c, err := packet.Listen(ifi, packet.Raw, 0, nil)
-	if err != nil {
-		return fmt.Errorf("raw socket on %s: %w", s.name, err)
+		if c != nil {
+			c.Close()
+		}
+		return err
 	}
 	s.conn, s.ifi = c, ifi
 	return nil

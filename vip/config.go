@@ -65,7 +65,11 @@ type Config struct {
 	// StateMaxAge: a host announces bgp VIPs only while it heard the Raft
 	// leader (or is the leader) within this long (default 10s).
 	StateMaxAge time.Duration
-	Logger      *slog.Logger
+	// NetnsDir is where the namespaces of tenants' attachments are bound
+	// (default DefaultNetnsDir): the VIPs of a pool in a tenant's
+	// attachment (VIPPool.attachment) live on its AttachmentDevice there.
+	NetnsDir string
+	Logger   *slog.Logger
 	// Events receives this host's VIP moves (taken, released, announced,
 	// withdrawn) with the reason; nil drops them.
 	Events func(*pb.Event)

@@ -99,7 +99,7 @@ func (m *Manager) decideOne(vs vipSpec, now time.Time, v view, arpMe, bgpMe, me 
 		if d.Holder != "" {
 			st.prev[vs.Addr] = d.Holder
 		}
-		t = target{mode: ModeARP, iface: m.arpIface(vs.Pool)}
+		t = m.arpTarget(vs)
 	case ModeBGP:
 		d = decide(vs, nil, bgpMe, v, st.peers, m.dead, "")
 		if d.Hold && m.spk != nil && st.sessions == 0 {

@@ -30,6 +30,32 @@ type vipSpec struct {
 	LBs []string
 	// WithdrawWhenDown: the pool's withdrawWhenDown (bgp pools only).
 	WithdrawWhenDown bool
+	// Spaces are the tenants whose attachments carry the address, sorted,
+	// for a VIP of pools in tenants' attachments (VIPPool.attachment): two
+	// attached tenants may each have a private VIP of the same address,
+	// held by one host in each tenant's namespace. Empty for a VIP of the
+	// host's own network.
+	Spaces []string
+}
+
+// withSpaces sets vs.Spaces from its load balancers' tenants when its
+// pool lives in a tenant's attachment (each such pool serves its tenant
+// only, and pools of the host's network overlap none of them).
+func (d *desired) withSpaces(vs vipSpec) vipSpec {
+	if d.attachmentOf(vs.Pool) == "" {
+		vs.Spaces = nil
+		return vs
+	}
+	var spaces []string
+	for _, lb := range vs.LBs {
+		t, _, _ := strings.Cut(lb, "/")
+		if !slices.Contains(spaces, t) {
+			spaces = append(spaces, t)
+		}
+	}
+	slices.Sort(spaces)
+	vs.Spaces = spaces
+	return vs
 }
 
 // member is an LB host that takes part in failure detection.
@@ -81,7 +107,10 @@ func desiredState(objs []*pb.Object) desired {
 			}
 			byName[p.GetName()] = len(pools)
 			pools = append(pools, poolInfo{pool: p, ranges: rs, comms: parseCommunities(p.GetCommunities())})
-			if m := p.GetMode(); m == ModeARP || m == ModeBGP {
+			// (The addresses of a pool in a tenant's attachment live in the
+			// tenant's network, not the host's: a host address there is no
+			// stray VIP.)
+			if m := p.GetMode(); (m == ModeARP || m == ModeBGP) && p.GetAttachment() == "" {
 				d.Ranges = append(d.Ranges, rs...)
 			}
 		case o.GetLoadBalancer() != nil:
@@ -122,6 +151,7 @@ func desiredState(objs []*pb.Object) desired {
 	slices.SortFunc(vips, func(x, y vipSpec) int { return x.Addr.Compare(y.Addr) })
 	for i := range vips {
 		slices.Sort(vips[i].LBs)
+		vips[i] = d.withSpaces(vips[i])
 	}
 	d.VIPs = newVIPList(vips)
 	slices.SortFunc(d.Members, func(x, y member) int { return cmp.Compare(x.ID, y.ID) })
@@ -160,11 +190,14 @@ func (d *desired) vipOf(lb *pb.LoadBalancer, s string) (netip.Addr, poolInfo, bo
 	}
 	a = a.Unmap()
 	p, ok := poolInfo{}, false
-	if i, found := d.byName[lb.GetVip().GetPool()]; found && inRanges(d.pools[i].ranges, a) {
+	// A pool in another tenant's attachment is never the load balancer's
+	// (pools in attachments may overlap each other).
+	mine := func(q poolInfo) bool { t := q.pool.GetAttachment(); return t == "" || t == lb.GetTenant() }
+	if i, found := d.byName[lb.GetVip().GetPool()]; found && inRanges(d.pools[i].ranges, a) && mine(d.pools[i]) {
 		p, ok = d.pools[i], true
 	} else {
 		for _, q := range d.pools {
-			if inRanges(q.ranges, a) {
+			if inRanges(q.ranges, a) && mine(q) {
 				p, ok = q, true
 				break
 			}
@@ -211,7 +244,7 @@ func (d *desired) withLoadBalancers(changes []lbChange) (*desired, []netip.Addr)
 				if len(vs.LBs) == 0 {
 					e.remove(a)
 				} else {
-					e.put(vs)
+					e.put(d.withSpaces(vs))
 				}
 				touched = append(touched, a)
 			}
@@ -222,8 +255,8 @@ func (d *desired) withLoadBalancers(changes []lbChange) (*desired, []netip.Addr)
 			name := lbName(c.next)
 			vs, found := e.l.get(a)
 			if !found {
-				e.put(vipSpec{Addr: a, Mode: p.pool.GetMode(), Pool: p.pool.GetName(), Communities: p.comms, LBs: []string{name},
-					WithdrawWhenDown: p.pool.GetWithdrawWhenDown()})
+				e.put(d.withSpaces(vipSpec{Addr: a, Mode: p.pool.GetMode(), Pool: p.pool.GetName(), Communities: p.comms, LBs: []string{name},
+					WithdrawWhenDown: p.pool.GetWithdrawWhenDown()}))
 				owned[a] = true
 				continue
 			}
@@ -232,7 +265,7 @@ func (d *desired) withLoadBalancers(changes []lbChange) (*desired, []netip.Addr)
 					vs.LBs, owned[a] = slices.Clone(vs.LBs), true
 				}
 				vs.LBs = slices.Insert(vs.LBs, j, name)
-				e.put(vs)
+				e.put(d.withSpaces(vs))
 			}
 		}
 	}

@@ -202,7 +202,7 @@ func (m *Manager) ifaces() []*iface {
 func (m *Manager) sweptIfaces() []*iface {
 	out := m.ifaces()
 	for _, e := range m.pools.all() {
-		if slices.ContainsFunc(out, func(f *iface) bool { return f.name == e.f.name }) {
+		if slices.ContainsFunc(out, func(f *iface) bool { return f.name == e.f.name && f.ns == e.f.ns }) {
 			continue
 		}
 		if _, err := e.f.link(); err == nil {
@@ -590,7 +590,7 @@ func (m *Manager) handOver() error {
 	time.Sleep(grace)
 	for _, a := range slices.SortedFunc(maps.Keys(held), netip.Addr.Compare) {
 		h := held[a]
-		if err := h.iface.remove(a); err != nil {
+		if err := h.remove(a); err != nil {
 			errs = append(errs, err)
 			continue
 		}

@@ -2,6 +2,8 @@ package vip
 
 import (
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 )
@@ -27,20 +29,44 @@ type poolIface struct {
 
 // get returns the entry of the interface named, making it once.
 func (p *poolIfaces) get(name string) *poolIface {
+	return p.getIn(name, "")
+}
+
+// getIn returns the entry of the interface named in the namespace at ns
+// ("" the host's), making it once. Entries in a namespace are keyed by
+// the namespace's path and the name.
+func (p *poolIfaces) getIn(name, ns string) *poolIface {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.byName == nil {
 		p.byName = map[string]*poolIface{}
 	}
-	e := p.byName[name]
+	key := name
+	if ns != "" {
+		key = ns + "/" + name
+	}
+	e := p.byName[key]
 	if e == nil {
-		e = &poolIface{f: &iface{name: name}, frames: &sender{name: name}}
-		p.byName[name] = e
+		e = &poolIface{f: &iface{name: name, ns: ns}, frames: &sender{name: name, ns: ns}}
+		p.byName[key] = e
 	}
 	return e
 }
 
-// has reports whether a pool named the interface.
+// of returns the entry of f (nil for an interface no pool names).
+func (p *poolIfaces) of(f *iface) *poolIface {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, e := range p.byName {
+		if e.f == f {
+			return e
+		}
+	}
+	return nil
+}
+
+// has reports whether a pool named the interface (of the host's
+// namespace).
 func (p *poolIfaces) has(name string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -67,12 +93,25 @@ func (d *desired) ifaceOf(pool string) string {
 	return ""
 }
 
-// arpIface returns the interface the VIPs of an arp pool live on: the one
-// the pool names, else --vip-interface.
+// attachmentOf returns the tenant whose attachment a pool lives in (""
+// for none, or a pool not in the state).
+func (d *desired) attachmentOf(pool string) string {
+	if i, ok := d.byName[pool]; ok {
+		return d.pools[i].pool.GetAttachment()
+	}
+	return ""
+}
+
+// arpIface returns the interface the VIPs of an arp pool live on: the
+// device of the tenant's attachment the pool lives in, else the one the
+// pool names, else --vip-interface.
 func (m *Manager) arpIface(pool string) *iface {
-	name := ""
+	name, tenant := "", ""
 	if m.loop.want != nil {
-		name = m.loop.want.ifaceOf(pool)
+		name, tenant = m.loop.want.ifaceOf(pool), m.loop.want.attachmentOf(pool)
+	}
+	if tenant != "" {
+		return m.pools.getIn(AttachmentDevice, m.attachmentNS(tenant)).f
 	}
 	if name == "" || (m.arp != nil && name == m.arp.name) {
 		return m.arp
@@ -80,10 +119,32 @@ func (m *Manager) arpIface(pool string) *iface {
 	return m.pools.get(name).f
 }
 
+// arpTarget is where an arp VIP lives: the interface of its pool, or for
+// a VIP of pools in tenants' attachments the device in each of those
+// tenants' namespaces (vs.Spaces).
+func (m *Manager) arpTarget(vs vipSpec) target {
+	if len(vs.Spaces) == 0 {
+		return target{mode: ModeARP, iface: m.arpIface(vs.Pool)}
+	}
+	t := target{mode: ModeARP}
+	for i, tenant := range vs.Spaces {
+		f := m.pools.getIn(AttachmentDevice, m.attachmentNS(tenant)).f
+		if i == 0 {
+			t.iface = f
+		} else {
+			t.more = append(t.more, f)
+		}
+	}
+	return t
+}
+
 // senderOf returns what sends the announcements on f.
 func (m *Manager) senderOf(f *iface) *sender {
 	if f == m.arp || f == nil {
 		return m.frames
+	}
+	if e := m.pools.of(f); e != nil {
+		return e.frames
 	}
 	return m.pools.get(f.name).frames
 }
@@ -91,12 +152,21 @@ func (m *Manager) senderOf(f *iface) *sender {
 // poolIfaceProblems says, for each arp pool that names an interface of
 // its own, why this host cannot carry its VIPs ("" entries left out): the
 // interface does not exist here, or it is down. up reads the kernel.
-func poolIfaceProblems(d *desired, vipIface string, up func(name string) (exists, isUp bool)) map[string]string {
+func poolIfaceProblems(d *desired, vipIface string, up func(name string) (exists, isUp bool), attached func(tenant string) string) map[string]string {
 	out := map[string]string{}
 	if d == nil {
 		return out
 	}
 	for _, p := range d.pools {
+		if t := p.pool.GetAttachment(); t != "" {
+			if p.pool.GetMode() != ModeARP {
+				continue
+			}
+			if why := attached(t); why != "" {
+				out[p.pool.GetName()] = "pool " + p.pool.GetName() + " lives in tenant " + t + "'s attachment, which " + why
+			}
+			continue
+		}
 		name := p.pool.GetInterface()
 		if p.pool.GetMode() != ModeARP || name == "" || name == vipIface {
 			continue
@@ -117,6 +187,7 @@ func poolIfaceProblems(d *desired, vipIface string, up func(name string) (exists
 // here, and the heartbeats say so, so that another host holds it.
 func (m *Manager) checkPoolIfaces() {
 	st := &m.loop
+	att := map[string]string{} // by tenant, for VIPs of several tenants' pools
 	vipIface := ""
 	if m.arp != nil {
 		vipIface = m.arp.name
@@ -128,11 +199,18 @@ func (m *Manager) checkPoolIfaces() {
 		}
 		up, err := f.up()
 		return true, err == nil && up
+	}, func(tenant string) string {
+		why := m.attachmentProblem(tenant)
+		if why != "" {
+			att[tenant] = "tenant " + tenant + "'s attachment, which carries this VIP, " + why
+		}
+		return why
 	})
 	rd := &st.ready
-	if maps.Equal(probs, rd.ifProblems) {
+	if maps.Equal(probs, rd.ifProblems) && maps.Equal(att, rd.attProblems) {
 		return
 	}
+	rd.attProblems = att
 	for pool, why := range probs {
 		if rd.ifProblems[pool] != why {
 			m.log.Warn("this host cannot carry the VIPs of a pool", "pool", pool, "reason", why)
@@ -146,12 +224,34 @@ func (m *Manager) checkPoolIfaces() {
 	rd.ifProblems, rd.ifChanged = probs, true
 }
 
+// attachmentProblem says why the device of tenant's attachment cannot
+// carry VIPs here ("" when it can).
+func (m *Manager) attachmentProblem(tenant string) string {
+	f := m.pools.getIn(AttachmentDevice, m.attachmentNS(tenant)).f
+	if _, err := os.Stat(f.ns); err != nil {
+		return "is not up on this host (no namespace " + filepath.Base(f.ns) + ")"
+	}
+	if _, err := f.link(); err != nil {
+		return "is not up on this host (namespace " + filepath.Base(f.ns) + " has no " + f.name + ")"
+	}
+	if up, err := f.up(); err != nil || !up {
+		return "is not up on this host (" + f.name + " in namespace " + filepath.Base(f.ns) + " is down)"
+	}
+	return ""
+}
+
 // why says why this host cannot serve vs ("" when it can): the interface
-// of its pool, then the data plane's readiness.
+// of its pool (each tenant's attachment that carries it), then the data
+// plane's readiness.
 func (rd *readiness) why(vs vipSpec) string {
 	if vs.Mode == ModeARP {
 		if p := rd.ifProblems[vs.Pool]; p != "" {
 			return p
+		}
+		for _, t := range vs.Spaces {
+			if p := rd.attProblems[t]; p != "" {
+				return p
+			}
 		}
 	}
 	return notReady(vs, rd.ready, rd.have)

@@ -16,6 +16,8 @@ func TestPoolIfaceProblems(t *testing.T) {
 		api.Wrap(&pb.VIPPool{Name: "same", Cidrs: []string{"10.9.1.0/28"}, Mode: ModeARP, Interface: "eth0"}),
 		api.Wrap(&pb.VIPPool{Name: "down", Cidrs: []string{"10.9.2.0/28"}, Mode: ModeARP, Interface: "eth2"}),
 		api.Wrap(&pb.VIPPool{Name: "gone", Cidrs: []string{"10.9.3.0/28"}, Mode: ModeARP, Interface: "eth9"}),
+		api.Wrap(&pb.VIPPool{Name: "a-private", Cidrs: []string{"10.0.0.96/28"}, Mode: ModeARP, Attachment: "a"}),
+		api.Wrap(&pb.VIPPool{Name: "b-private", Cidrs: []string{"10.0.1.96/28"}, Mode: ModeARP, Attachment: "b"}),
 	})
 	links := map[string][2]bool{"eth0": {true, true}, "eth1": {true, true}, "eth2": {true, false}}
 	asked := map[string]bool{}
@@ -23,10 +25,16 @@ func TestPoolIfaceProblems(t *testing.T) {
 		asked[name] = true
 		l := links[name]
 		return l[0], l[1]
+	}, func(tenant string) string {
+		if tenant == "b" {
+			return "is not up on this host (no namespace teapot-att-b)"
+		}
+		return ""
 	})
 	want := map[string]string{
-		"down": "interface eth2 of pool down is down",
-		"gone": "interface eth9 of pool gone does not exist on this host",
+		"down":      "interface eth2 of pool down is down",
+		"gone":      "interface eth9 of pool gone does not exist on this host",
+		"b-private": "pool b-private lives in tenant b's attachment, which is not up on this host (no namespace teapot-att-b)",
 	}
 	if !maps.Equal(got, want) {
 		t.Fatalf("got %q, want %q", got, want)

@@ -40,6 +40,9 @@ type readiness struct {
 	// ifChanged: they changed since the readiness was last recomputed.
 	ifProblems map[string]string
 	ifChanged  bool
+	// attProblems says, by tenant, why this host cannot carry the VIPs
+	// in the tenant's attachment (checkPoolIfaces).
+	attProblems map[string]string
 }
 
 // takeReadiness brings the loop's copy of the readiness up to date with

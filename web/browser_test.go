@@ -13,6 +13,8 @@ import (
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
@@ -44,12 +46,19 @@ func TestTenantPagesInBrowser(t *testing.T) {
 		h.DnsZones = []*pb.DNSZoneObservation{{Zone: "lb.acme.example.", Signed: true, KeyTag: 4711, Ds: "lb.acme.example. 3600 IN DS 4711 13 2 ABCDEF",
 			// A key rollover: both DS shown.
 			NextKeyTag: 815, NextDs: "lb.acme.example. 3600 IN DS 815 13 2 FEDCBA"}}
+		state, reason := "up", ""
+		if id == "n2" {
+			state, reason = "failed", "add VXLAN device (VNI 1001, port 4789): address already in use"
+		}
+		h.TenantAttachments = []*pb.TenantAttachmentObservation{{Tenant: "acme", Namespace: "teapot-att-acme", State: state, Reason: reason,
+			Vni: 1001, Address: "10.20.0.2/16", Since: timestamppb.New(time.Now().Add(-time.Minute))}}
 		return h
 	}
 	c := &netCluster{cluster: &cluster{
 		status: &pb.ClusterStatusResponse{LeaderId: "n1", Nodes: []*pb.NodeStatus{node("n1", "leader", true), node("n2", "follower", true)}},
 		obs:    &pb.ObserveResponse{Hosts: []*pb.HostObservation{host("n1"), host("n2")}},
-		objs:   map[string][]*pb.Object{"LoadBalancer": {shop()}, "Tenant": {acmeTenant()}},
+		objs: map[string][]*pb.Object{"LoadBalancer": {shop()}, "Tenant": {acmeTenant()},
+			"VIPPool": {{Kind: &pb.Object_VipPool{VipPool: &pb.VIPPool{Name: "acme-private", Cidrs: []string{"10.20.0.100/32"}, Mode: "arp", Attachment: "acme"}}}}},
 	}}
 	c.setDNS(&pb.ObserveResponse{Hosts: []*pb.HostObservation{dnsNames("n1", 3), dnsNames("n2", 3)}})
 	s, err := New(Config{Source: c, Interval: 300 * time.Millisecond})
@@ -117,7 +126,8 @@ func TestTenantPagesInBrowser(t *testing.T) {
 	  if (!dns || !bgp) return "no tables yet: " + m.innerText.slice(0, 300);
 	  const t = m.innerText;
 	  const want = [`+"`"+hostile+"`"+`, "192.0.2.201", "no member of acme/shop is up", "closed for its prefix count", "closed for its update rate",
-	    "established", "172.16.0.0/24", "not inside the tenant's networks", "accepted", "dropped"];
+	    "established", "172.16.0.0/24", "not inside the tenant's networks", "accepted", "dropped",
+	    "Attachment", "teapot-att-acme", "10.20.0.2/16", "error", "address already in use", "VIP pools in the attachment", "acme-private", "10.20.0.100/32"];
 	  const miss = want.filter(w => !t.includes(w));
 	  if (miss.length) return "missing " + JSON.stringify(miss);
 	  if (document.querySelectorAll("#main img, #main [onerror]").length) return "the tenant's markup made an element";

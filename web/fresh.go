@@ -104,6 +104,7 @@ func (f *freshness) settle(prev, cur *Snapshot, obs *pb.ObserveResponse, interva
 			bgpAnswered = nil
 		}
 		cur.BGP = keepBGP(prev.BGP, cur.BGP, bgpAnswered, why, cur.Cluster.Nodes)
+		cur.Attachments = keepAttachments(prev.Attachments, cur.Attachments, bgpAnswered, why, cur.Cluster.Nodes)
 	}
 	for i := range cur.Cluster.Nodes {
 		n := &cur.Cluster.Nodes[i]

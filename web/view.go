@@ -73,6 +73,9 @@ type Snapshot struct {
 	// BGP is each tenant's BGP sessions with the hosts and how many
 	// prefixes each host accepted and dropped (the routes: /api/bgp).
 	BGP []TenantBGP `json:"bgp"`
+	// Attachments is each attached tenant's namespace on every host: its
+	// state there (up, failed, not-listed) and since when.
+	Attachments []TenantAttachment `json:"attachments"`
 	// Errors are what could not be read this time, one line per distinct
 	// error with the parts it hit and since when it repeats.
 	Errors []ErrorLine `json:"errors,omitempty"`
@@ -174,6 +177,10 @@ type Pool struct {
 	CIDRs   []string `json:"cidrs"`
 	Tenants []string `json:"tenants"`
 	Shared  bool     `json:"shared"`
+	// Attachment is the tenant whose attachment the pool's addresses
+	// live in (VIPPool.attachment); Interface the interface it names.
+	Attachment string `json:"attachment,omitempty"`
+	Interface  string `json:"interface,omitempty"`
 }
 
 // LB is one load balancer with its status and spec.
@@ -349,7 +356,8 @@ func gather(ctx context.Context, src Source, now time.Time, eventsAfter map[stri
 	}
 	for _, o := range objs[api.KindVIPPool] {
 		if p := o.GetVipPool(); p != nil {
-			s.Pools = append(s.Pools, Pool{Name: p.GetName(), Mode: p.GetMode(), CIDRs: nonNil(p.GetCidrs()), Tenants: nonNil(p.GetTenants()), Shared: p.GetAllowShared()})
+			s.Pools = append(s.Pools, Pool{Name: p.GetName(), Mode: p.GetMode(), CIDRs: nonNil(p.GetCidrs()), Tenants: nonNil(p.GetTenants()), Shared: p.GetAllowShared(),
+				Attachment: p.GetAttachment(), Interface: p.GetInterface()})
 		}
 	}
 	for _, o := range objs[api.KindCertificate] {
@@ -363,6 +371,7 @@ func gather(ctx context.Context, src Source, now time.Time, eventsAfter map[stri
 	}
 	s.Hosts = hostInfos(obs.GetHosts(), now)
 	s.BGP = bgpViews(obs.GetHosts(), now)
+	s.Attachments = attachmentViews(obs.GetHosts(), now)
 	s.objects, s.objectsAt = objectIndex(objs), now
 	s.Tenants, s.Pools, s.LBs, s.Certs = nonNil(s.Tenants), nonNil(s.Pools), nonNil(s.LBs), nonNil(s.Certs)
 	return s, obs

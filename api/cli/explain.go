@@ -316,6 +316,13 @@ func (a *app) explainTenant(ctx context.Context, w io.Writer, c *client.Conn, na
 	}
 	writeTenantBGP(w, now, tn, obs.GetHosts())
 	writeTenantAttachment(w, now, tn, obs.GetHosts())
+	if tn.GetAttachment() != nil {
+		pools, err := c.Admin.List(ctx, &pb.ListRequest{Kind: api.KindVIPPool})
+		if err != nil {
+			return fmt.Errorf("list the VIP pools: %w", err)
+		}
+		writeAttachmentPools(w, now, tn, pools.GetObjects(), obs.GetHosts())
+	}
 	writeTenantCPU(w, now, tn, obs.GetHosts())
 	writeUnreachable(w, obs.GetHosts())
 	writeExplainEvents(w, obs.GetHosts())

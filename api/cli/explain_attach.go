@@ -3,6 +3,8 @@ package cli
 import (
 	"fmt"
 	"io"
+	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/teapot-lb/teapot-lb/api"
@@ -56,5 +58,41 @@ func writeDialPath(w io.Writer, tenant string, hosts []*pb.HostObservation) {
 			}
 			fmt.Fprintf(w, "  %s: %s\n", h.GetNodeId(), what)
 		}
+	}
+}
+
+// writeAttachmentPools prints the VIP pools that live in tn's attachment
+// and, per VIP of theirs that a host reports, its state there (holding
+// inside the tenant's namespace, or released with the reason).
+func writeAttachmentPools(w io.Writer, now time.Time, tn *pb.Tenant, pools []*pb.Object, hosts []*pb.HostObservation) {
+	first := true
+	for _, o := range pools {
+		p := o.GetVipPool()
+		if p.GetAttachment() != tn.GetName() || tn.GetName() == "" {
+			continue
+		}
+		if first {
+			fmt.Fprintf(w, "\nVIP pools in the attachment (announced and served inside namespace %s)\n", api.AttachmentNamespace(tn.GetName()))
+			first = false
+		}
+		fmt.Fprintf(w, "  %s (%s, %s)\n", p.GetName(), list(p.GetCidrs()), p.GetMode())
+		rs, _ := api.ParsePoolRanges(p.GetCidrs())
+		t := newTable(w)
+		t.row("    VIP", "HOST", "STATE", "SINCE", "REASON")
+		rows := 0
+		for _, h := range hosts {
+			for _, v := range h.GetVips() {
+				a, err := netip.ParseAddr(v.GetAddress())
+				if err != nil || !slices.ContainsFunc(rs, func(r api.Range) bool { return r.Contains(a) }) {
+					continue
+				}
+				t.row("    "+v.GetAddress(), h.GetNodeId(), v.GetState(), stamp(now, v.GetSince()), v.GetReason())
+				rows++
+			}
+		}
+		if rows == 0 {
+			t.row("    -", "-", "-", "-", "no host reports a VIP of this pool (no load balancer has an address in it, or no host could hold one)")
+		}
+		_ = t.flush()
 	}
 }

@@ -115,7 +115,9 @@ func (a *app) writeTable(w io.Writer, kind string, objs []*pb.Object, lbs []*pb.
 		for _, o := range objs {
 			v := o.GetVipPool()
 			tenants := list(v.GetTenants())
-			if tenants == "" {
+			if at := v.GetAttachment(); at != "" {
+				tenants = at + " (in its attachment)"
+			} else if tenants == "" {
 				tenants = "*"
 			}
 			shared := ""
@@ -223,6 +225,9 @@ func used(pool *pb.VIPPool, lbs []*pb.LoadBalancer) int {
 	addrs := map[string]bool{}
 	for _, lb := range lbs {
 		for _, addr := range api.StatusAddresses(lb) {
+			if at := pool.GetAttachment(); at != "" && lb.GetTenant() != at {
+				continue // another tenant's address, in its own attachment
+			}
 			if lb.GetVip().GetPool() == pool.GetName() || (lb.GetVip().GetPool() == "" && inPool(pool, addr)) {
 				addrs[addr] = true
 			}

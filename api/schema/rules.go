@@ -90,12 +90,13 @@ var rules = map[string]rule{
 	"teapot.v1.Quotas.regex_cpu_millicores":     {doc: "CPU each LB host may spend matching the tenant's regular expressions, in thousandths of a core; past it (after a burst of a fifth of a second's worth) a request that would be matched against a regex is answered 429 with Retry-After: 1 until the budget refills.", def: quotaDefault((*pb.Quotas).GetRegexCpuMillicores)},
 
 	"teapot.v1.VIPPool.name":         {doc: "Name of the pool.", required: true, limits: nameLimits, example: "public"},
-	"teapot.v1.VIPPool.cidrs":        {required: true, limits: atMost(api.MaxPoolCIDRs, "entries; no overlap with each other or with another pool"), example: "[192.0.2.0/28, \"2001:db8:10::/124\"]"},
+	"teapot.v1.VIPPool.cidrs":        {required: true, limits: atMost(api.MaxPoolCIDRs, "entries; no overlap with each other or with another pool, but pools in different tenants' attachments may overlap"), example: "[192.0.2.0/28, \"2001:db8:10::/124\"]"},
 	"teapot.v1.VIPPool.mode":         {doc: "How the addresses are announced: arp (the host holding an address answers ARP and NDP), bgp (every healthy host announces, routers spread flows by ECMP), static (the network routes the range to the hosts; teapot-lb only binds).", required: true, enum: []string{"arp", "bgp", "static"}},
 	"teapot.v1.VIPPool.tenants":      {limits: atMost(api.MaxPoolTenants, "tenants; each must exist")},
 	"teapot.v1.VIPPool.allow_shared": {def: "false"},
 	"teapot.v1.VIPPool.communities":  {limits: atMost(api.MaxPoolCommunities, "communities, each ASN:VALUE with numbers from 0 to 65535"), example: "[\"65000:100\"]"},
 	"teapot.v1.VIPPool.interface":    {limits: "arp pools only; an interface name of at most 15 bytes", def: "the host's --vip-interface", example: "eth1"},
+	"teapot.v1.VIPPool.attachment":   {limits: "arp pools only; not with interface; a tenant with an attachment, whose networks hold every address of the pool and none of its hosts' addresses; feature level 6 on every host", example: "acme"},
 	"teapot.v1.VIPPool.meta":         {readOnly: true, opaque: true, doc: "Revision, generation and times, stamped by the cluster."},
 
 	"teapot.v1.LoadBalancer.name":       {doc: "Name of the load balancer, unique within its tenant.", required: true, limits: nameLimits, example: "shop"},

@@ -241,7 +241,7 @@ type env struct {
 // services.
 func (e *env) equal(o *env) bool {
 	return o != nil && e.d == o.d && slices.EqualFunc(e.pools, o.pools, func(a, b *pb.VIPPool) bool {
-		return a == b || slices.Equal(a.GetCidrs(), b.GetCidrs())
+		return a == b || slices.Equal(a.GetCidrs(), b.GetCidrs()) && a.GetAttachment() == b.GetAttachment()
 	}) && slices.EqualFunc(e.nodes, o.nodes, sameHostPorts)
 }
 
@@ -288,6 +288,8 @@ type compiler struct {
 	tenants        map[string]*tenantInfo
 	changedTenants map[string]bool
 	vipRanges      []api.Range
+	// attached are the ranges of the pools in tenants' attachments.
+	attached []attachedRange
 
 	// tenantLBs counts each tenant's load balancers.
 	tenantLBs map[string]int
@@ -327,6 +329,7 @@ func newCompiler(d Defaults, prev *Snapshot, tenants map[string]*pb.Tenant, pool
 			}
 		}
 	}
+	c.attached = attachedRanges(pools)
 	if prev == nil {
 		prev = emptySnapshot()
 		c.prev = nil
@@ -554,6 +557,7 @@ func (b *lbCompile) compile(lb *pb.LoadBalancer, t *tenantInfo, e *entry) {
 			if k > 0 {
 				c := *first
 				c.Key.Addr = netip.AddrPortFrom(vip, first.Key.Addr.Port())
+				c.Key.Space = b.c.spaceOf(lb.GetTenant(), vip)
 				c.Name = c.Key.String()
 				cl = &c
 			}

@@ -291,7 +291,7 @@ func (b *lbCompile) listener(f string, i int, l *pb.Listener, lb *pb.LoadBalance
 	}
 	d := b.c.d
 	out := &Listener{
-		Key:      Key{Addr: netip.AddrPortFrom(vip, uint16(l.GetPort())), Network: proto.Network()},
+		Key:      Key{Addr: netip.AddrPortFrom(vip, uint16(l.GetPort())), Network: proto.Network(), Space: b.c.spaceOf(lb.GetTenant(), vip)},
 		LB:       b.id,
 		Tenant:   lb.GetTenant(),
 		Index:    i,

@@ -35,10 +35,21 @@ func (n Network) String() string {
 type Key struct {
 	Addr    netip.AddrPort
 	Network Network
+	// Space is the tenant whose attachment (its network namespace) the
+	// address lives in, for a VIP of a pool in it; "" for the host's own
+	// network.
+	Space string
 }
 
-// String renders "192.0.2.10:443/tcp" or "[2001:db8::1]:53/udp".
-func (k Key) String() string { return k.Addr.String() + "/" + k.Network.String() }
+// String renders "192.0.2.10:443/tcp" or "[2001:db8::1]:53/udp", and
+// "10.0.0.100:80/tcp@acme" in tenant acme's attachment.
+func (k Key) String() string {
+	s := k.Addr.String() + "/" + k.Network.String()
+	if k.Space != "" {
+		s += "@" + k.Space
+	}
+	return s
+}
 
 // Protocol is what a listener speaks.
 type Protocol string

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -326,4 +327,59 @@ func listenUDPIn(t *testing.T, path, addr string) net.PacketConn {
 		t.Fatal(r.err)
 	}
 	return r.pc
+}
+
+// TestManagerListensInTheNamespace: a listener made through InNamespace
+// lives in the tenant's namespace (what the data plane does for a VIP of
+// a pool in the attachment): a connection from inside the namespace
+// reaches it, the host's namespace does not; a tenant not attached on
+// this host runs nothing.
+func TestManagerListensInTheNamespace(t *testing.T) {
+	t.Parallel()
+	m, _ := newManager(t, "lb1")
+	vni := vniOf(t)
+	name := fmt.Sprintf("li%d", os.Getpid())
+	unlisted := fmt.Sprintf("lu%d", os.Getpid())
+	m.Update([]*pb.Object{tenant(name, vni, 0, "lb1"), tenant(unlisted, vni+1, 0, "lb9")})
+	var ln net.Listener
+	if err := m.InNamespace(name, func() (err error) {
+		ln, err = net.Listen("tcp", "10.0.0.2:0")
+		return err
+	}); err != nil {
+		t.Fatalf("listen in the namespace: %v", err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte("ok"))
+			c.Close()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := m.DialContext(ctx, name, &net.Dialer{}, "tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatalf("dial the listener from the namespace: %v", err)
+	}
+	buf := make([]byte, 2)
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "ok" {
+		t.Fatalf("read %q: %v", buf, err)
+	}
+	c.Close()
+	if c, err := (&net.Dialer{Timeout: time.Second}).DialContext(ctx, "tcp", ln.Addr().String()); err == nil {
+		c.Close()
+		t.Fatal("the host's namespace reaches the listener: it is not in the tenant's namespace")
+	}
+	ran := false
+	if err := m.InNamespace(unlisted, func() error { ran = true; return nil }); !errors.Is(err, ErrNotUp) || ran {
+		t.Fatalf("a tenant not attached on this host: %v, ran %t", err, ran)
+	}
+	if err := m.InNamespace("nobody", func() error { ran = true; return nil }); !errors.Is(err, ErrNotUp) || ran {
+		t.Fatalf("a tenant without an attachment: %v, ran %t", err, ran)
+	}
 }

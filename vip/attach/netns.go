@@ -403,3 +403,36 @@ func (m *Manager) dialIn(ctx context.Context, ns *os.File, d *net.Dialer, networ
 	r := <-ch
 	return r.c, r.err
 }
+
+// InNamespace runs fn on a thread inside tenant's namespace, so that the
+// sockets fn makes live there (the data plane's listeners on a VIP of a
+// pool in the tenant's attachment); they work from any thread after. It
+// fails with an error wrapping ErrNotUp, without running fn, when the
+// tenant has no attachment up on this host.
+func (m *Manager) InNamespace(tenant string, fn func() error) error {
+	s := (*m.spaces.Load())[tenant]
+	if s == nil {
+		return fmt.Errorf("%w: tenant %s has no attachment", ErrNotUp, tenant)
+	}
+	if s.state != StateUp || !s.ns.acquire() {
+		return fmt.Errorf("%w: %s", ErrNotUp, s.reason)
+	}
+	defer s.ns.release()
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		if err := unix.Setns(int(s.ns.f.Fd()), unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("enter the attachment's namespace: %w", err)
+			return
+		}
+		err := fn()
+		if unix.Setns(int(m.host.Fd()), unix.CLONE_NEWNET) != nil {
+			errc <- errors.Join(err, errReturn) // the thread ends with the goroutine
+			return
+		}
+		runtime.UnlockOSThread()
+		errc <- err
+	}()
+	return <-errc
+}

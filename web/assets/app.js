@@ -173,7 +173,9 @@ function renderTenants(s) {
   h += `<h2>VIP pools</h2>`;
   h += table(["Pool", "Mode", "CIDRs", "Tenants", "Shared addresses"],
     s.pools.filter(p => (!f.q && !f.tenant) || (!f.tenant && matches(f.q, p.name, p.mode, p.cidrs)) || tenants.some(t => t.pools.includes(p.name)))
-      .map(p => [`<b><a href="#/object/VIPPool/${encodeURIComponent(p.name)}">${esc(p.name)}</a></b>`, esc(p.mode), p.cidrs.map(esc).join("<br>"),
+      .map(p => [`<b><a href="#/object/VIPPool/${encodeURIComponent(p.name)}">${esc(p.name)}</a></b>`, esc(p.mode) +
+        (p.attachment ? ` <span class="muted">in tenant <a href="#/tenant/${encodeURIComponent(p.attachment)}">${esc(p.attachment)}</a>'s attachment</span>` :
+          p.interface ? ` <span class="muted">on ${esc(p.interface)}</span>` : ""), p.cidrs.map(esc).join("<br>"),
       p.tenants.length ? p.tenants.map(esc).join(", ") : `<span class="muted">any allowed by the tenant</span>`, p.shared ? "yes" : "no"]),
     "No VIP pools yet.");
   h += `<h2>Certificates</h2>`;

@@ -114,6 +114,30 @@ function bgpSessions(s, name) {
   return h;
 }
 
+// attachmentOf is the tenant's attachment on every host (state, since
+// when, the host's address in the tenant's network) and the VIP pools
+// that live in it, from the stream.
+function attachmentOf(s, name) {
+  const t = (s.attachments || []).find(x => x.tenant === name);
+  const pools = (s.pools || []).filter(p => p.attachment === name);
+  if (!t && !pools.length) return "";
+  let h = `<h2>Attachment</h2>`;
+  const stateOf = x => {
+    if (!x.reachable) return badge("unknown", "unknown") + ` <span class="muted">was ${esc(x.state)}</span>`;
+    return badge(x.state === "up" ? "up" : x.state === "failed" ? "error" : x.state, x.state === "up" ? "ok" : x.state === "failed" ? "bad" : "unknown");
+  };
+  h += table(["Host", "Namespace", "State", "Since", "VNI", "Address", "Reason", "Observed"], (t ? t.hosts : []).map(x => [
+    `${hostLink(x.node)}` + (x.reachable ? "" : ` ${badge("unreachable", "bad")}`), esc(x.namespace), stateOf(x), ago(x.since),
+    `<span class="num">${esc(x.vni)}</span>`, esc(x.address || "—"), x.reason || x.error ? `<div class="reason">${esc(x.reason || x.error)}</div>` : "", seen(x.observed)]),
+    "No host reports this tenant's attachment yet.");
+  if (pools.length) {
+    h += `<h3>VIP pools in the attachment <small>announced and served inside the tenant's namespace</small></h3>` +
+      table(["Pool", "Mode", "CIDRs"], pools.map(p => [
+        `<b><a href="#/object/VIPPool/${encodeURIComponent(p.name)}">${esc(p.name)}</a></b>`, esc(p.mode), p.cidrs.map(esc).join("<br>")]), "");
+  }
+  return h;
+}
+
 // renderTenant is a tenant's page: its quotas, DNS names and BGP.
 function renderTenant(s, name) {
   if (netView.tenant !== name) Object.assign(netView, { tenant: name, dns: 0, bgp: 0 });
@@ -122,6 +146,7 @@ function renderTenant(s, name) {
   let h = `<h1>Tenant ${esc(name)} <small><a href="#/object/Tenant/${encodeURIComponent(name)}">YAML</a></small></h1>`;
   if (t) h += `<div class="cards">` + card("Domains", t.domains.map(esc).join("<br>") || "—") + card("Networks", t.networks.map(esc).join("<br>") || "—") +
     card("Load balancers", esc(s.lbs.filter(l => l.tenant === name).length)) + `</div>`;
+  h += attachmentOf(s, name);
   h += `<div id="dns-table">${dnsTable()}</div>`;
   h += bgpSessions(s, name);
   h += `<div id="bgp-table">${routeTable()}</div>`;

@@ -813,7 +813,18 @@ type VIPPool struct {
 	// another. Empty: the host's --vip-interface. A host that has no such
 	// interface, or whose interface is down, does not hold the pool's VIPs
 	// and says why (cluster status, explain); another host holds them.
-	Interface     string `protobuf:"bytes,180,opt,name=interface,proto3" json:"interface,omitempty"`
+	Interface string `protobuf:"bytes,180,opt,name=interface,proto3" json:"interface,omitempty"`
+	// arp pools only: the tenant whose attachment (its network namespace
+	// and VXLAN device on each LB host) the pool's addresses live in,
+	// instead of an interface of the host. The addresses must lie inside
+	// that tenant's networks, only that tenant's load balancers take them,
+	// and they are announced (gratuitous ARP, unsolicited NA) and served
+	// inside the tenant's namespace only. A host where the attachment is
+	// not up does not hold the pool's VIPs and says why. Pools in
+	// different tenants' attachments may overlap (two attached tenants may
+	// each have a private VIP 10.0.0.100); no other pools may. Refused
+	// with interface, and for a tenant without an attachment.
+	Attachment    string `protobuf:"bytes,400,opt,name=attachment,proto3" json:"attachment,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -907,6 +918,13 @@ func (x *VIPPool) GetMeta() *Meta {
 func (x *VIPPool) GetInterface() string {
 	if x != nil {
 		return x.Interface
+	}
+	return ""
+}
+
+func (x *VIPPool) GetAttachment() string {
+	if x != nil {
+		return x.Attachment
 	}
 	return ""
 }
@@ -4703,7 +4721,7 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\x0frate_limit_keys\x182 \x01(\rR\rrateLimitKeys\x12,\n" +
 	"\x12waf_cpu_millicores\x183 \x01(\rR\x10wafCpuMillicores\x124\n" +
 	"\x16write_bytes_per_second\x18\xbe\x01 \x01(\x04R\x13writeBytesPerSecond\x12&\n" +
-	"\x0ecpu_millicores\x18\xca\x02 \x01(\rR\rcpuMillicores\"\x98\x02\n" +
+	"\x0ecpu_millicores\x18\xca\x02 \x01(\rR\rcpuMillicores\"\xb9\x02\n" +
 	"\aVIPPool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05cidrs\x18\x02 \x03(\tR\x05cidrs\x12\x12\n" +
@@ -4713,7 +4731,10 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\vcommunities\x18\x06 \x03(\tR\vcommunities\x12,\n" +
 	"\x12withdraw_when_down\x18\a \x01(\bR\x10withdrawWhenDown\x12#\n" +
 	"\x04meta\x18\x0f \x01(\v2\x0f.teapot.v1.MetaR\x04meta\x12\x1d\n" +
-	"\tinterface\x18\xb4\x01 \x01(\tR\tinterface\"\xfb\x03\n" +
+	"\tinterface\x18\xb4\x01 \x01(\tR\tinterface\x12\x1f\n" +
+	"\n" +
+	"attachment\x18\x90\x03 \x01(\tR\n" +
+	"attachment\"\xfb\x03\n" +
 	"\fLoadBalancer\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12'\n" +

@@ -1,0 +1,352 @@
+package vip
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/mdlayher/packet"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/teapot-lb/teapot-lb/api"
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+)
+
+// boundNetns makes a network namespace bound at dir/name with a veth pair
+// tpx0-cap0, both up, and removes it at the end of the test.
+func boundNetns(t *testing.T, dir, name string) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create a network namespace")
+	}
+	path := filepath.Join(dir, name)
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		f, err := os.Create(path)
+		if err != nil {
+			errc <- err
+			return
+		}
+		f.Close()
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			errc <- err
+			return
+		}
+		if err := unix.Mount(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()), path, "none", unix.MS_BIND, ""); err != nil {
+			errc <- err
+			return
+		}
+		if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: AttachmentDevice}, PeerName: "cap0"}); err != nil {
+			errc <- err
+			return
+		}
+		for _, n := range []string{AttachmentDevice, "cap0", "lo"} {
+			l, err := netlink.LinkByName(n)
+			if err == nil {
+				err = netlink.LinkSetUp(l)
+			}
+			if err != nil {
+				errc <- err
+				return
+			}
+		}
+		for range 200 {
+			if l, err := netlink.LinkByName(AttachmentDevice); err == nil && l.Attrs().OperState == netlink.OperUp {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		errc <- nil
+	}()
+	if err := <-errc; err != nil {
+		t.Skipf("cannot set up a network namespace: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = unix.Unmount(path, unix.MNT_DETACH)
+		_ = os.Remove(path)
+	})
+	return path
+}
+
+// TestPoolInAttachmentLivesInItsNamespace: the VIP of a pool in a
+// tenant's attachment is put on the attachment's device inside the
+// tenant's namespace (not on the host's interfaces), renewed and removed
+// there, and announced on that device only; a tenant whose namespace is
+// missing makes the pool's VIPs not ready on this host, with the reason.
+func TestPoolInAttachmentLivesInItsNamespace(t *testing.T) {
+	dir := t.TempDir()
+	path := boundNetns(t, dir, api.AttachmentNamespace("a"))
+	m := &Manager{cfg: Config{NetnsDir: dir}, log: slog.New(slog.DiscardHandler)}
+	d := desiredState([]*pb.Object{
+		api.Wrap(&pb.VIPPool{Name: "a-private", Cidrs: []string{"10.0.0.96/28"}, Mode: ModeARP, Attachment: "a"}),
+		api.Wrap(&pb.VIPPool{Name: "b-private", Cidrs: []string{"10.0.0.112/28"}, Mode: ModeARP, Attachment: "b"}),
+	})
+	m.loop.want = &d
+	if inRanges(d.Ranges, netip.MustParseAddr("10.0.0.100")) {
+		t.Fatalf("the ranges swept on the host's interfaces hold a pool in an attachment: %v", d.Ranges)
+	}
+	f := m.arpIface("a-private")
+	if f.name != AttachmentDevice || f.ns != path || m.arpIface("a-private") != f {
+		t.Fatalf("arpIface = %+v, want %s in %s, the same each time", f, AttachmentDevice, path)
+	}
+
+	ns, err := netns.GetFromPath(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	vip := netip.MustParseAddr("10.0.0.100")
+	if err := f.add(vip); err != nil {
+		t.Fatal(err)
+	}
+	l, err := h.LinkByName(AttachmentDevice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := h.AddrList(l, netlink.FAMILY_V4)
+	if err != nil || len(list) != 1 || !list[0].IP.Equal(vip.AsSlice()) || list[0].Label != AttachmentDevice+":vip" {
+		t.Fatalf("addresses of %s in the namespace: %v, %v; want %s labelled %s:vip", AttachmentDevice, list, err, vip, AttachmentDevice)
+	}
+	if host, err := netlink.AddrList(nil, netlink.FAMILY_V4); err == nil {
+		for _, a := range host {
+			if a.IP.Equal(vip.AsSlice()) {
+				t.Fatalf("%s is on the host's interface %d", vip, a.LinkIndex)
+			}
+		}
+	}
+	if got, err := f.hostAddrs(); err != nil || !got[vip] {
+		t.Fatalf("hostAddrs = %v, %v; want %s as ours", got, err, vip)
+	}
+
+	// The announcement goes out on the namespace's device.
+	var capture *packet.Conn
+	if err := inNamespace(path, func() error {
+		ifi, err := net.InterfaceByName("cap0")
+		if err != nil {
+			return err
+		}
+		capture, err = packet.Listen(ifi, packet.Raw, unix.ETH_P_ARP, nil)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer capture.Close()
+	s := m.senderOf(f)
+	if s == m.frames || s.ns != path {
+		t.Fatalf("sender of the attachment's device: %+v", s)
+	}
+	defer s.close()
+	if err := s.send(vip); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 1500)
+	got := 0
+	deadline := time.Now().Add(2 * time.Second)
+	for got < 2 {
+		_ = capture.SetReadDeadline(deadline)
+		n, _, err := capture.ReadFrom(buf)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n >= 42 && netip.AddrFrom4([4]byte(buf[28:32])) == vip {
+			got++
+		}
+	}
+	if got != 2 {
+		t.Fatalf("captured %d ARP announcements of %s in the namespace, want 2", got, vip)
+	}
+
+	if err := f.remove(vip); err != nil {
+		t.Fatal(err)
+	}
+	if list, _ := h.AddrList(l, netlink.FAMILY_V4); len(list) != 0 {
+		t.Fatalf("after remove: %v", list)
+	}
+
+	// b has no namespace here: its pool's VIPs are not ready, with the reason.
+	m.checkPoolIfaces()
+	want := "pool b-private lives in tenant b's attachment, which is not up on this host (no namespace teapot-att-b)"
+	if probs := m.loop.ready.ifProblems; len(probs) != 1 || probs["b-private"] != want {
+		t.Fatalf("problems = %q, want b-private: %q", probs, want)
+	}
+	// a's device down: its pool is not ready either.
+	if err := h.LinkSetDown(l); err != nil {
+		t.Fatal(err)
+	}
+	m.checkPoolIfaces()
+	if why := m.loop.ready.ifProblems["a-private"]; why != "pool a-private lives in tenant a's attachment, which is not up on this host (tpx0 in namespace teapot-att-a is down)" {
+		t.Fatalf("a-private with its device down: %q", why)
+	}
+}
+
+// TestSamePrivateVIPInTwoAttachments: two attached tenants each with a
+// pool of the same address in its own attachment make one VIP carried in
+// both namespaces (Spaces); the holder puts the address on each tenant's
+// device and takes it off both; when one tenant's load balancer goes, the
+// VIP lives in the other's namespace only; a host where one of the
+// attachments is down is not ready for it, naming that tenant.
+func TestSamePrivateVIPInTwoAttachments(t *testing.T) {
+	dir := t.TempDir()
+	pa := boundNetns(t, dir, api.AttachmentNamespace("a"))
+	pb2 := boundNetns(t, dir, api.AttachmentNamespace("b"))
+	m := &Manager{cfg: Config{NetnsDir: dir}, log: slog.New(slog.DiscardHandler)}
+	lb := func(tenant string) *pb.LoadBalancer {
+		return &pb.LoadBalancer{Name: "web", Tenant: tenant, Vip: &pb.VIPRequest{Pool: tenant + "-private"},
+			Status: &pb.LoadBalancerStatus{Address: "10.0.0.100"}}
+	}
+	d := desiredState([]*pb.Object{
+		api.Wrap(&pb.VIPPool{Name: "a-private", Cidrs: []string{"10.0.0.100/32"}, Mode: ModeARP, Attachment: "a"}),
+		api.Wrap(&pb.VIPPool{Name: "b-private", Cidrs: []string{"10.0.0.100/32"}, Mode: ModeARP, Attachment: "b"}),
+		api.Wrap(lb("a")), api.Wrap(lb("b")),
+	})
+	m.loop.want = &d
+	vip := netip.MustParseAddr("10.0.0.100")
+	vs, ok := d.vip(vip)
+	if !ok || !slices.Equal(vs.LBs, []string{"a/web", "b/web"}) || !slices.Equal(vs.Spaces, []string{"a", "b"}) {
+		t.Fatalf("the VIP: %+v, %t; want both load balancers in spaces a and b", vs, ok)
+	}
+	tg := m.arpTarget(vs)
+	if ps := tg.places(); len(ps) != 2 || ps[0].ns != pa || ps[1].ns != pb2 || ps[0].name != AttachmentDevice {
+		t.Fatalf("places: %+v", ps)
+	}
+	if err := tg.add(vip); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range tg.places() {
+		if got, err := f.hostAddrs(); err != nil || !got[vip] {
+			t.Fatalf("%s: %v, %v; want %s", f, got, err, vip)
+		}
+	}
+	if err := tg.remove(vip); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range tg.places() {
+		if got, _ := f.hostAddrs(); got[vip] {
+			t.Fatalf("%s still has %s", f, vip)
+		}
+	}
+
+	// b's load balancer goes: the VIP is a's alone.
+	d2, touched := d.withLoadBalancers([]lbChange{{prev: lb("b")}})
+	if vs, _ := d2.vip(vip); !slices.Equal(vs.Spaces, []string{"a"}) || len(touched) != 1 {
+		t.Fatalf("after b/web left: %+v (touched %v)", vs, touched)
+	}
+	if vs, _ := d.vip(vip); !slices.Equal(vs.Spaces, []string{"a", "b"}) {
+		t.Fatalf("the earlier state changed: %+v", vs)
+	}
+	// And comes back.
+	d3, _ := d2.withLoadBalancers([]lbChange{{next: lb("b")}})
+	if vs, _ := d3.vip(vip); !slices.Equal(vs.Spaces, []string{"a", "b"}) {
+		t.Fatalf("after b/web came back: %+v", vs)
+	}
+
+	// b's device down: the shared VIP is not ready here, naming b.
+	ns, err := netns.GetFromPath(pb2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	l, err := h.LinkByName(AttachmentDevice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.LinkSetDown(l); err != nil {
+		t.Fatal(err)
+	}
+	m.checkPoolIfaces()
+	m.loop.ready.have = true
+	m.loop.ready.ready = map[string]string{"a/web": "", "b/web": ""}
+	if why := m.loop.ready.why(vs); why != "tenant b's attachment, which carries this VIP, is not up on this host (tpx0 in namespace teapot-att-b is down)" {
+		t.Fatalf("why the shared VIP is not ready: %q", why)
+	}
+}
+
+// TestActuatorMovesASharedVIPBetweenPlaces: when a tenant's load balancer
+// joins or leaves an address that other attached tenants' VIPs use, the
+// actuator puts the address on, or takes it off, that tenant's device
+// only: the others keep it without a gap and are not announced again
+// (no new burst for them).
+func TestActuatorMovesASharedVIPBetweenPlaces(t *testing.T) {
+	dir := t.TempDir()
+	boundNetns(t, dir, api.AttachmentNamespace("a"))
+	boundNetns(t, dir, api.AttachmentNamespace("b"))
+	m := &Manager{cfg: Config{NetnsDir: dir}, log: slog.New(slog.DiscardHandler)}
+	m.act = newActuator(m)
+	vip := netip.MustParseAddr("10.0.0.100")
+	fa := m.pools.getIn(AttachmentDevice, m.attachmentNS("a")).f
+	fb := m.pools.getIn(AttachmentDevice, m.attachmentNS("b")).f
+	defer func() {
+		for _, e := range m.pools.all() {
+			e.frames.close()
+		}
+	}()
+	a := m.act
+	t0 := time.Now()
+	a.set(map[netip.Addr]target{vip: {mode: ModeARP, iface: fa}}, nil)
+	a.converge(t0)
+	if got, _ := fa.hostAddrs(); !got[vip] {
+		t.Fatalf("a's device: %v", got)
+	}
+	// b's load balancer joins the address: put on b's device only.
+	t1 := t0.Add(10 * time.Second)
+	a.change(map[netip.Addr]*target{vip: {mode: ModeARP, iface: fa, more: []*iface{fb}}}, nil)
+	a.converge(t1)
+	if got, _ := fb.hostAddrs(); !got[vip] {
+		t.Fatalf("b's device after b joined: %v", got)
+	}
+	burstsOn := func(f *iface, after time.Time) int {
+		n := 0
+		for _, p := range a.pending {
+			if p.iface == f && p.at.After(after) {
+				n++
+			}
+		}
+		return n
+	}
+	if n := burstsOn(fa, t1); n != 0 {
+		t.Fatalf("a's device announced again (%d) when b joined: it was taken off and put back", n)
+	}
+	if n := burstsOn(fb, t1); n == 0 {
+		t.Fatal("b's device not announced when b joined")
+	}
+	// b leaves: off b's device only.
+	t2 := t1.Add(10 * time.Second)
+	a.change(map[netip.Addr]*target{vip: {mode: ModeARP, iface: fa}}, nil)
+	a.converge(t2)
+	if got, _ := fb.hostAddrs(); got[vip] {
+		t.Fatalf("b's device after b left: %v", got)
+	}
+	if got, _ := fa.hostAddrs(); !got[vip] {
+		t.Fatalf("a's device after b left: %v", got)
+	}
+	if n := burstsOn(fa, t2); n != 0 {
+		t.Fatalf("a's device announced again (%d) when b left", n)
+	}
+	if errs := a.errors(); len(errs) != 0 {
+		t.Fatalf("errors: %v", errs)
+	}
+}
