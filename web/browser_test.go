@@ -16,7 +16,6 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
-	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // chromium is the Debian package's browser (`chromium`).
