@@ -8,8 +8,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"regexp"
+	"runtime"
 	"strings"
 	"time"
 
@@ -234,17 +236,35 @@ func checkServeConfig(cfg serveConfig) error {
 	if cfg.ACMEOrdersPerTenant < 1 {
 		return fmt.Errorf("--acme-orders-per-tenant %d: give 1 or more new orders an hour (default %d)", cfg.ACMEOrdersPerTenant, certs.DefaultOrdersPerHour)
 	}
-	if cfg.CPUPerTenant < 0 {
-		return fmt.Errorf("--cpu-per-tenant %g: give the CPU cores a tenant may make the host spend, like 0.5, or 0 for a quarter of the host's CPUs", cfg.CPUPerTenant)
+	procs := runtime.GOMAXPROCS(0)
+	if err := checkTenantCores("cpu-per-tenant", "a tenant may make the host spend", cfg.CPUPerTenant, procs); err != nil {
+		return err
 	}
-	if cfg.TLSCPUPerTenant < 0 {
-		return fmt.Errorf("--tls-cpu-per-tenant %g: give the CPU cores a tenant's TLS signatures may use, like 0.5, or 0 for a quarter of the host's CPUs", cfg.TLSCPUPerTenant)
+	if err := checkTenantCores("tls-cpu-per-tenant", "a tenant's TLS signatures may use", cfg.TLSCPUPerTenant, procs); err != nil {
+		return err
 	}
 	if _, err := cfg.dnsSettings().Config(); err != nil {
 		return err
 	}
 	if cfg.Join != "" && cfg.Token == "" {
 		return errors.New("--join needs --token (from `teapot-lb cluster join-token` on a cluster host)")
+	}
+	return nil
+}
+
+// checkTenantCores refuses a per-tenant CPU budget of v cores that the
+// host could not honour: below a thousandth of a core (the budgets count
+// millicores, so it would become 0, the default) or above the host's
+// procs CPUs (GOMAXPROCS, which the accountant measures against: no
+// tenant could reach it, so it would bound nothing). 0 is the default.
+func checkTenantCores(flag, what string, v float64, procs int) error {
+	switch {
+	case v < 0 || math.IsNaN(v):
+		return fmt.Errorf("--%s %g: give the CPU cores %s, like 0.5, or 0 for a quarter of the host's CPUs", flag, v, what)
+	case v > 0 && v < 0.001:
+		return fmt.Errorf("--%s %g: under a thousandth of a core, the budget's unit; give 0.001 or more, or 0 for a quarter of the host's CPUs", flag, v)
+	case v > float64(procs):
+		return fmt.Errorf("--%s %g: more than this host's %d CPUs (GOMAXPROCS), which no tenant could reach, so it would bound nothing; give at most %d, or 0 for a quarter of them", flag, v, procs, procs)
 	}
 	return nil
 }
