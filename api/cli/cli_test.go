@@ -204,6 +204,8 @@ var goldenCases = []struct {
 	{name: "explain-lb-dual-stack-prefer", args: "explain lb acme/half", hosts: dualStack},
 	{name: "explain-tenant", args: "explain tenant acme", hosts: membersDown},
 	{name: "explain-tenant-bgp", args: "explain tenant acme", hosts: tenantBGP},
+	{name: "explain-tenant-attachment", args: "explain tenant acme", hosts: tenantAttached},
+	{name: "explain-lb-http3", args: "explain lb acme/shop", hosts: http3Listeners},
 	{name: "explain-node", args: "explain node lb2", hosts: unboundOnLB2},
 	{name: "explain-node-dns", args: "explain node lb2", hosts: dnsZonesOnLB2},
 	{name: "explain-bad-kind", args: "explain pool public", code: 1},

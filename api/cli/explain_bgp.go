@@ -16,7 +16,12 @@ func writeTenantBGP(w io.Writer, now time.Time, tn *pb.Tenant, hosts []*pb.HostO
 	if b == nil {
 		return
 	}
-	fmt.Fprintf(w, "\nBGP (asn %d, peers %s, at most %d prefixes per session)\n", b.GetAsn(), list(b.GetPeers()), api.TenantBGPMaxPrefixes(b))
+	up := "not re-announced to the fabric routers"
+	if b.GetReannounce() {
+		up = "re-announced to the fabric routers with community " + b.GetCommunity()
+	}
+	fmt.Fprintf(w, "\nBGP (asn %d, peers %s, at most %d prefixes per session and %d on each host together; %s)\n",
+		b.GetAsn(), list(b.GetPeers()), api.TenantBGPMaxPrefixes(b), api.TenantBGPMaxPrefixesTotal(b), up)
 	sessions, routes := newTable(w), newTable(w)
 	sessions.row("  HOST", "PEER", "STATE", "SINCE", "PREFIXES", "REASON")
 	routes.row("  HOST", "PREFIX", "NEXT HOP", "PEER", "ROUTE")
@@ -52,4 +57,12 @@ func writeTenantBGP(w io.Writer, now time.Time, tn *pb.Tenant, hosts []*pb.HostO
 	if more > 0 {
 		fmt.Fprintf(w, "  (%d more not listed; each host lists at most 100 accepted and 100 dropped)\n", more)
 	}
+}
+
+// tenantCPUText says how much CPU each host lets the tenant spend.
+func tenantCPUText(tn *pb.Tenant) string {
+	if mc := tn.GetQuotas().GetCpuMillicores(); mc != 0 {
+		return fmt.Sprintf("%d millicores on each host (quotas.cpuMillicores)", mc)
+	}
+	return "each host's serve --cpu-per-tenant, by default a quarter of its CPUs (quotas.cpuMillicores unset)"
 }

@@ -164,6 +164,11 @@ func filterHost(h *pb.HostObservation, f observe.Filter, req *pb.ObserveRequest)
 			out.TenantBgp = append(out.TenantBgp, b)
 		}
 	}
+	for _, a := range h.TenantAttachments {
+		if f.MatchTenant(a.Tenant) {
+			out.TenantAttachments = append(out.TenantAttachments, a)
+		}
+	}
 	for _, c := range h.Certificates {
 		if f.MatchTenant(c.Tenant) {
 			out.Certificates = append(out.Certificates, c)
