@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
@@ -78,12 +79,17 @@ func checkTenantAttachment(ck *checker, t *pb.Tenant, nets []netip.Prefix, c Cat
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
+	unknown := unknownNodes(t.GetName(), c)
 	seen := map[netip.Addr]string{}
 	var prefixes []netip.Prefix
 	for _, id := range ids {
 		f := "attachment.hosts." + id
 		if !isNodeID(id) {
 			ck.invalidf("attachment.hosts", "has a key that is not a node id (1 to 63 lower-case letters, digits, '.' and '-', as cluster status lists them)")
+			continue
+		}
+		if why := unknown(id); why != "" {
+			ck.invalidf(f, "%s", why)
 			continue
 		}
 		s := a.GetHosts()[id]
@@ -181,6 +187,46 @@ func checkAttachmentVXLAN(ck *checker, self string, v *pb.AttachmentVXLAN, c Cat
 		if why := InterfaceNameProblem(u); why != "" {
 			ck.invalidf("attachment.vxlan.underlay", "%s", why)
 		}
+	}
+}
+
+// maxNodesNamed bounds the node ids a refusal lists.
+const maxNodesNamed = 5
+
+// unknownNodes returns the reason attachment.hosts may not name a node
+// id, or "" when it may: an id that is no LB host of the cluster (a key
+// no host would ever read) unless the tenant's stored attachment already
+// names it (a host removed since: explain tenant shows it), so that its
+// other changes go through. A catalog that lists no hosts (validation
+// outside a cluster) accepts every id.
+func unknownNodes(tenant string, c Catalog) func(id string) string {
+	nl, ok := c.(NodeLister)
+	if !ok {
+		return func(string) string { return "" }
+	}
+	nodes := nl.Nodes()
+	if len(nodes) == 0 {
+		return func(string) string { return "" }
+	}
+	ids := make([]string, 0, len(nodes))
+	for _, n := range nodes {
+		ids = append(ids, n.GetId())
+	}
+	slices.Sort(ids)
+	stored := priorOf(c).Tenant(tenant).GetAttachment().GetHosts()
+	return func(id string) string {
+		if _, found := slices.BinarySearch(ids, id); found {
+			return ""
+		}
+		if _, ok := stored[id]; ok {
+			return ""
+		}
+		named := ids
+		more := ""
+		if len(named) > maxNodesNamed {
+			named, more = named[:maxNodesNamed], fmt.Sprintf(" and %d more", len(ids)-maxNodesNamed)
+		}
+		return fmt.Sprintf("%s is not a host of the cluster (its hosts: %s%s); key each address by a node id that cluster status lists, and add a host's address once it has joined", id, strings.Join(named, ", "), more)
 	}
 }
 

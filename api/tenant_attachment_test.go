@@ -102,3 +102,33 @@ func TestTenantAttachmentFeatureLevel(t *testing.T) {
 		t.Fatalf("FeaturesUsed %v (level %d); want attachment at level 6", uses, LevelNeeded(uses))
 	}
 }
+
+// attachment.hosts names LB hosts by node id: an id that is no host of
+// the cluster is refused (no host would ever read it), naming the hosts
+// there are; one the stored attachment already names (a host removed
+// since) is kept, so that the tenant's other changes go through.
+func TestValidateTenantAttachmentUnknownNode(t *testing.T) {
+	t.Parallel()
+	node := func(id string) *pb.Node { return &pb.Node{Id: id} }
+	a := attached("a", 100)
+	check(t, ValidateTenant(a, catalogtest.New(publicPool(), node("lb1"), node("lb2"))), pass())
+
+	a.Attachment.Hosts["lb9"] = "10.0.0.9/24"
+	check(t, ValidateTenant(a, catalogtest.New(publicPool(), node("lb1"), node("lb2"))),
+		bad("attachment.hosts.lb9", "lb9 is not a host of the cluster (its hosts: lb1, lb2); key each address by a node id that cluster status lists"))
+
+	many := []any{publicPool()}
+	for _, id := range []string{"lb1", "lb2", "lb3", "lb4", "lb5", "lb6", "lb7"} {
+		many = append(many, node(id))
+	}
+	check(t, ValidateTenant(a, catalogtest.New(many...)), bad("attachment.hosts.lb9", "(its hosts: lb1, lb2, lb3, lb4, lb5 and 2 more)"))
+
+	// lb9 was a host when the attachment was stored; it left since.
+	stored := attached("a", 100)
+	stored.Attachment.Hosts["lb9"] = "10.0.0.9/24"
+	changed := attached("a", 100)
+	changed.Attachment.Hosts["lb9"] = "10.0.0.9/24"
+	changed.Domains = append(changed.Domains, "a.test")
+	c := catalogtest.New(publicPool(), node("lb1"), changed)
+	check(t, ValidateTenant(changed, stateView{Catalog: c, prior: catalogtest.New(publicPool(), node("lb1"), stored)}), pass())
+}
