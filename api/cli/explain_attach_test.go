@@ -39,3 +39,12 @@ func http3Listeners(f *fakeAdmin) []*pb.HostObservation {
 	}
 	return f.servingHosts()
 }
+
+// tenantBGPUpstreamRefused: as tenantBGP, but lb1's speaker refused the
+// tenant's routes for its fabric routers.
+func tenantBGPUpstreamRefused(f *fakeAdmin) []*pb.HostObservation {
+	hosts := tenantBGP(f)
+	o := hosts[0].TenantBgp[0]
+	o.Reannounced, o.ReannounceError = 0, "announce tenant route 10.20.64.0/26: the speaker is stopping"
+	return hosts
+}

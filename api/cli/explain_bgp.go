@@ -25,7 +25,7 @@ func writeTenantBGP(w io.Writer, now time.Time, tn *pb.Tenant, hosts []*pb.HostO
 	sessions, routes := newTable(w), newTable(w)
 	sessions.row("  HOST", "PEER", "STATE", "SINCE", "PREFIXES", "REASON")
 	routes.row("  HOST", "PREFIX", "NEXT HOP", "PEER", "ROUTE")
-	var problems []string
+	var problems, upstream []string
 	more := 0
 	for _, h := range hosts {
 		for _, o := range h.GetTenantBgp() {
@@ -35,6 +35,9 @@ func writeTenantBGP(w io.Writer, now time.Time, tn *pb.Tenant, hosts []*pb.HostO
 			if o.GetProblem() != "" {
 				problems = append(problems, fmt.Sprintf("  %s: %s", h.GetNodeId(), o.GetProblem()))
 				continue
+			}
+			if b.GetReannounce() {
+				upstream = append(upstream, "  "+h.GetNodeId()+": "+reannounceText(now, o))
 			}
 			for _, s := range o.GetSessions() {
 				sessions.row("  "+h.GetNodeId(), s.GetPeer(), s.GetState(), stamp(now, s.GetSince()), fmt.Sprint(s.GetReceived()), s.GetReason())
@@ -52,6 +55,12 @@ func writeTenantBGP(w io.Writer, now time.Time, tn *pb.Tenant, hosts []*pb.HostO
 	for _, p := range problems {
 		fmt.Fprintln(w, p)
 	}
+	if len(upstream) > 0 {
+		fmt.Fprintln(w, "\nRe-announced to the fabric routers")
+		for _, u := range upstream {
+			fmt.Fprintln(w, u)
+		}
+	}
 	fmt.Fprintln(w, "\nRoutes from the tenant's speakers")
 	_ = routes.flush()
 	if more > 0 {
@@ -65,4 +74,20 @@ func tenantCPUText(tn *pb.Tenant) string {
 		return fmt.Sprintf("%d millicores on each host (quotas.cpuMillicores)", mc)
 	}
 	return "each host's serve --cpu-per-tenant, by default a quarter of its CPUs (quotas.cpuMillicores unset)"
+}
+
+// reannounceText says what one host re-announces of a tenant's routes.
+func reannounceText(now time.Time, o *pb.TenantBGPObservation) string {
+	switch {
+	case o.GetReannounceError() != "":
+		return fmt.Sprintf("cannot announce the tenant's routes since %s: %s (tried again at each pass)", stamp(now, o.GetReannounceSince()), o.GetReannounceError())
+	case o.GetReannounceSince() != nil:
+		n := o.GetReannounced()
+		unit := "routes"
+		if n == 1 {
+			unit = "route"
+		}
+		return fmt.Sprintf("%d %s since %s", n, unit, stamp(now, o.GetReannounceSince()))
+	}
+	return "reports nothing (an older release, or the change has not reached it yet)"
 }

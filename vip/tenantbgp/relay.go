@@ -282,6 +282,7 @@ func (r *Relay) pass(ctx context.Context) {
 		if l := r.lists[name]; l != nil {
 			o.Accepted, o.AcceptedCount, o.Dropped, o.DroppedCount = l.accepted, l.nAccepted, l.dropped, l.nDropped
 		}
+		r.observeUpstream(w.tenants[name], name, o)
 		obs[name] = o
 	}
 	for _, peer := range sortedAddrs(r.peers) {
