@@ -64,7 +64,7 @@ var rules = map[string]rule{
 	"teapot.v1.TenantBGP.max_prefix_length":      {def: "32", limits: "1 to 32"},
 	"teapot.v1.TenantBGP.max_updates_per_second": {def: fmt.Sprint(api.DefaultTenantBGPUpdateRate), limits: fmt.Sprintf("at most %d; bursts of maxPrefixes more, at most %d", api.MaxTenantBGPUpdateRate, api.MaxTenantBGPUpdateBurst)},
 	"teapot.v1.TenantBGP.community":              {example: "64512:100"},
-	"teapot.v1.TenantBGP.max_prefixes_total":     {def: fmt.Sprintf("%d × maxPrefixes", api.DefaultTenantBGPTotalSessions), limits: fmt.Sprintf("at most %d", api.MaxTenantBGPMaxPrefixesTotal)},
+	"teapot.v1.TenantBGP.max_prefixes_total":     {def: fmt.Sprintf("%d × maxPrefixes", api.DefaultTenantBGPTotalSessions), limits: fmt.Sprintf("at most %d; not under maxPrefixes when both are set", api.MaxTenantBGPMaxPrefixesTotal)},
 	"teapot.v1.TenantBGP.max_prefix_length6":     {def: "128", limits: "1 to 128"},
 
 	"teapot.v1.Quotas.load_balancers":           {doc: "Load balancers the tenant may have.", def: quotaDefault((*pb.Quotas).GetLoadBalancers)},
