@@ -63,7 +63,8 @@ var rules = map[string]rule{
 	"teapot.v1.TenantBGP.max_prefixes":           {def: fmt.Sprint(api.DefaultTenantBGPMaxPrefixes), limits: fmt.Sprintf("at most %d", api.MaxTenantBGPMaxPrefixes)},
 	"teapot.v1.TenantBGP.max_prefix_length":      {def: "32", limits: "1 to 32"},
 	"teapot.v1.TenantBGP.max_updates_per_second": {def: fmt.Sprint(api.DefaultTenantBGPUpdateRate), limits: fmt.Sprintf("at most %d; bursts of maxPrefixes more, at most %d", api.MaxTenantBGPUpdateRate, api.MaxTenantBGPUpdateBurst)},
-	"teapot.v1.TenantBGP.community":              {example: "64512:100"},
+	"teapot.v1.TenantBGP.community":              {example: "64512:100", limits: "required with reannounce, and only with it"},
+	"teapot.v1.TenantBGP.reannounce":             {def: "false", limits: "needs community; feature level 6 on every host"},
 	"teapot.v1.TenantBGP.max_prefixes_total":     {def: fmt.Sprintf("%d × maxPrefixes", api.DefaultTenantBGPTotalSessions), limits: fmt.Sprintf("at most %d; not under maxPrefixes when both are set", api.MaxTenantBGPMaxPrefixesTotal)},
 	"teapot.v1.TenantBGP.max_prefix_length6":     {def: "128", limits: "1 to 128"},
 
@@ -126,6 +127,8 @@ var rules = map[string]rule{
 	"teapot.v1.Listener.pool":                    {limits: "required for tcp, udp and tls-passthrough (a key of pools); not allowed for http and https, which use routes", example: "web"},
 	"teapot.v1.Listener.tls":                     {doc: "TLS termination of an https listener: tls.acme or tls.certificates is required."},
 	"teapot.v1.Listener.redirect_to_https":       {def: "false", limits: "http listeners only"},
+	"teapot.v1.Listener.http3":                   {def: "false", limits: "https listeners only"},
+	"teapot.v1.Listener.http3_zero_rtt":          {def: "false", limits: "https listeners with http3 only; feature level 6 on every host"},
 	"teapot.v1.Listener.max_connections":         {def: "0: derived from the tenant's connection budget"},
 	"teapot.v1.Listener.idle_timeout":            {doc: "Close a client connection idle for this long.", limits: "positive", example: "5m"},
 	"teapot.v1.Listener.trusted_proxies":         {limits: atMost(api.MaxTrustedProxies, "CIDRs"), example: "[10.0.0.0/8]"},
