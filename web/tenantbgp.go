@@ -70,6 +70,12 @@ type BGPHost struct {
 	// Closed counts the sessions closed for their prefix count or update
 	// rate (state prefix-limit, or a reason naming the bound).
 	Closed int `json:"closed"`
+	// With bgp.reannounce: the tenant's routes the host announces to its
+	// fabric routers, or why its speaker did not take them, since when
+	// (all empty without reannounce, or from a host that does not say).
+	Reannounced     uint32     `json:"reannounced,omitempty"`
+	ReannounceError string     `json:"reannounceError,omitempty"`
+	ReannounceSince *time.Time `json:"reannounceSince,omitempty"`
 	// routes are the prefixes listed, for /api/bgp (not streamed).
 	routes []BGPRoute
 }
@@ -122,6 +128,10 @@ func bgpViews(hosts []*pb.HostObservation, now time.Time) []TenantBGP {
 			}
 			v := BGPHost{Node: h.GetNodeId(), Reachable: true, Observed: now, Problem: clip(o.GetProblem()), Sessions: []BGPSession{},
 				Accepted: o.GetAcceptedCount(), Dropped: o.GetDroppedCount()}
+			if o.GetReannounceSince() != nil {
+				since := o.GetReannounceSince().AsTime()
+				v.Reannounced, v.ReannounceError, v.ReannounceSince = o.GetReannounced(), clip(o.GetReannounceError()), &since
+			}
 			for _, s := range o.GetSessions() {
 				c := closedStates[s.GetState()]
 				if c != "" {

@@ -110,6 +110,9 @@ function bgpSessions(s, name) {
   h += `<div class="cards">` + t.hosts.map(x => card(x.node, `${badge("accepted", "ok")} <span class="num">${esc(x.accepted)}</span> ` +
     `${badge("dropped", x.dropped ? "bad" : "ok")} <span class="num">${esc(x.dropped)}</span>` +
     (x.closed ? ` <div class="reason">${esc(x.closed)} session${x.closed > 1 ? "s" : ""} closed for a bound</div>` : "") +
+    (x.reannounceSince ? (x.reannounceError
+      ? ` <div data-reannounce="failed">${badge("not re-announced", "bad")} since ${ago(x.reannounceSince)} <span class="reason">${esc(x.reannounceError)}</span></div>`
+      : ` <div data-reannounce="ok">${badge("re-announced", "ok")} <span class="num">${esc(x.reannounced || 0)}</span> to the fabric routers since ${ago(x.reannounceSince)}</div>`) : "") +
     ` <div class="muted">data from ${seen(x.observed)}</div>`, x.reachable ? "" : "bad")).join("") + `</div>`;
   return h;
 }
