@@ -132,3 +132,36 @@ func TestValidateTenantAttachmentUnknownNode(t *testing.T) {
 	c := catalogtest.New(publicPool(), node("lb1"), changed)
 	check(t, ValidateTenant(changed, stateView{Catalog: c, prior: catalogtest.New(publicPool(), node("lb1"), stored)}), pass())
 }
+
+// An attachment's VXLAN socket holds its UDP port on every address of
+// each host: a port of the hosts' own UDP services or of a load
+// balancer's UDP listener is refused for it, and a UDP listener (or
+// HTTP/3) on an attachment's port is refused for a load balancer.
+func TestVXLANPortHeldOnEveryAddress(t *testing.T) {
+	t.Parallel()
+	lb1 := &pb.Node{Id: "lb1", HeartbeatAddr: "192.0.2.101:7946", Services: []*pb.NodeService{{Name: ServiceRateShare, Addr: "192.0.2.101:7947"}}}
+	withPort := func(p uint32) *pb.Tenant {
+		a := attached("a", 100)
+		a.Attachment.Vxlan.Port = p
+		return a
+	}
+	check(t, ValidateTenant(withPort(0), catalogtest.New(publicPool(), lb1)), pass())
+	check(t, ValidateTenant(withPort(7946), catalogtest.New(publicPool(), lb1)),
+		clash("attachment.vxlan.port", "7946 is the UDP port of host lb1's heartbeat; the tunnel's socket holds its port on every address of each host, so give another (0: 4789)"))
+	check(t, ValidateTenant(withPort(7947), catalogtest.New(publicPool(), lb1)), clash("attachment.vxlan.port", "7947 is the UDP port of host lb1's rate-share"))
+
+	dns := withAddr(udpLB("dns", "", 4789), "198.51.100.1")
+	check(t, ValidateTenant(withPort(0), catalogtest.New(publicPool(), sharedPool(), lb1, acmeTenant(), dns)),
+		clash("attachment.vxlan.port", "4789/udp is the port of listeners[0] of LoadBalancer acme/dns; the tunnel's socket would hold it on every address of each host, so give another (0: 4789) or move that listener"))
+	check(t, ValidateTenant(withPort(4790), catalogtest.New(publicPool(), sharedPool(), lb1, acmeTenant(), dns)), pass())
+
+	// A load balancer's UDP port that an attachment holds.
+	c := catalogtest.New(publicPool(), sharedPool(), acmeTenant(), withPort(0))
+	check(t, ValidateLoadBalancer(udpLB("dns", "", 4789), c), clash("listeners[0].port", "UDP port 4789 is held on the LB hosts by a tenant network attachment's VXLAN tunnel, on every address; use another port"))
+	check(t, ValidateLoadBalancer(udpLB("dns", "", 4790), c), pass())
+	h3 := shopLB()
+	h3.Listeners[0].Port, h3.Listeners[0].Http3 = 4789, true
+	check(t, ValidateLoadBalancer(h3, c), clash("listeners[0].http3", "HTTP/3 serves UDP port 4789, which a tenant network attachment's VXLAN tunnel holds"))
+	h3.Listeners[0].Http3 = false
+	check(t, ValidateLoadBalancer(h3, c), pass())
+}

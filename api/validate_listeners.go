@@ -19,9 +19,21 @@ func checkListeners(ck *checker, lb *pb.LoadBalancer, tenant *pb.Tenant, c Catal
 		return
 	}
 	seen := map[string]int{}
+	var vxlan map[uint32]bool
+	if slices.ContainsFunc(ls, func(l *pb.Listener) bool { return l.GetProtocol() == "udp" || l.GetHttp3() }) {
+		vxlan = vxlanPorts(c)
+	}
 	for i, l := range ls {
 		f := fmt.Sprintf("listeners[%d]", i)
 		ck.add(CheckListener(f, l, lb.GetPools()))
+		if vxlan[l.GetPort()] {
+			switch {
+			case l.GetProtocol() == "udp":
+				ck.conflictf(f+".port", "UDP port %d is held on the LB hosts by a tenant network attachment's VXLAN tunnel, on every address; use another port", l.GetPort())
+			case l.GetProtocol() == "https" && l.GetHttp3():
+				ck.conflictf(f+".http3", "HTTP/3 serves UDP port %d, which a tenant network attachment's VXLAN tunnel holds on the LB hosts, on every address; use another port or remove http3", l.GetPort())
+			}
+		}
 		if port, proto := l.GetPort(), l.GetProtocol(); port >= 1 && port <= 65535 && listenerProtocol(proto) {
 			key := fmt.Sprintf("%d/%s", port, listenerKind(proto))
 			if j, dup := seen[key]; dup {

@@ -54,7 +54,7 @@ var rules = map[string]rule{
 	"teapot.v1.TenantAttachment.vxlan":   {required: true},
 	"teapot.v1.AttachmentVXLAN.vni":      {required: true, limits: fmt.Sprintf("1 to %d; not another tenant's", api.MaxVNI), example: "1001"},
 	"teapot.v1.AttachmentVXLAN.remotes":  {required: true, limits: atMost(api.MaxAttachmentRemotes, "unicast addresses, distinct"), example: "[192.0.2.7]"},
-	"teapot.v1.AttachmentVXLAN.port":     {def: fmt.Sprint(api.DefaultVXLANPort), limits: "1 to 65535"},
+	"teapot.v1.AttachmentVXLAN.port":     {def: fmt.Sprint(api.DefaultVXLANPort), limits: "1 to 65535; not a UDP port of the hosts (heartbeat, rate-share) nor of a load balancer's udp or http3 listener: its socket holds the port on every address of each host"},
 	"teapot.v1.AttachmentVXLAN.underlay": {limits: fmt.Sprintf("an interface name of at most %d bytes", api.MaxInterfaceNameLen), example: "eth1"},
 
 	"teapot.v1.TenantBGP.asn":                    {required: true, example: "64600"},
