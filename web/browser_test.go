@@ -50,6 +50,12 @@ func TestTenantPagesInBrowser(t *testing.T) {
 		} else {
 			b.ReannounceError = "announce tenant route 10.2.0.0/24: " + hostile
 		}
+		// acme's attachment is up on n1 and failed on n2.
+		if id == "n1" {
+			h.TenantAttachments = attachedOn(id, "up", "", time.Now().Add(-time.Hour)).TenantAttachments
+		} else {
+			h.TenantAttachments = attachedOn(id, "failed", "add VXLAN device (VNI 4100, port 4789): "+hostile, time.Now().Add(-time.Hour)).TenantAttachments
+		}
 		return h
 	}
 	c := &netCluster{cluster: &cluster{
@@ -131,6 +137,11 @@ func TestTenantPagesInBrowser(t *testing.T) {
 	  const up = document.querySelector('#main [data-reannounce="ok"]'), down = document.querySelector('#main [data-reannounce="failed"]');
 	  if (!up || !up.innerText.includes("re-announced 3 to the fabric routers since") || !down || !down.innerText.includes("not re-announced since") || !down.innerText.includes("announce tenant route 10.2.0.0/24: <img"))
 	    return "re-announcement: " + (up ? up.innerText : "none") + " / " + (down ? down.innerText : "none");
+	  const att = document.querySelector("#attachment-table table");
+	  if (!att) return "no attachment table";
+	  const at = att.innerText;
+	  if (!at.includes("n1") || !at.includes("up") || !at.includes("10.20.0.2/24") || !at.includes("4100") || !at.includes("failed") || !at.includes("add VXLAN device (VNI 4100, port 4789): <img"))
+	    return "attachment: " + at.slice(0, 400);
 	  if (document.querySelectorAll("#main time.seen.stale").length) return "stale ages while every host answers";
 	  return "";
 	})()`)

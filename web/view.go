@@ -73,6 +73,9 @@ type Snapshot struct {
 	// BGP is each tenant's BGP sessions with the hosts and how many
 	// prefixes each host accepted and dropped (the routes: /api/bgp).
 	BGP []TenantBGP `json:"bgp"`
+	// Attachments is each attached tenant's namespace on every host: its
+	// state, since when, and when the host reported it.
+	Attachments []TenantAttachment `json:"attachments"`
 	// Errors are what could not be read this time, one line per distinct
 	// error with the parts it hit and since when it repeats.
 	Errors []ErrorLine `json:"errors,omitempty"`
@@ -363,6 +366,7 @@ func gather(ctx context.Context, src Source, now time.Time, eventsAfter map[stri
 	}
 	s.Hosts = hostInfos(obs.GetHosts(), now)
 	s.BGP = bgpViews(obs.GetHosts(), now)
+	s.Attachments = attachViews(obs.GetHosts(), now)
 	s.objects, s.objectsAt = objectIndex(objs), now
 	s.Tenants, s.Pools, s.LBs, s.Certs = nonNil(s.Tenants), nonNil(s.Pools), nonNil(s.LBs), nonNil(s.Certs)
 	return s, obs

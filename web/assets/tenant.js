@@ -117,6 +117,20 @@ function bgpSessions(s, name) {
   return h;
 }
 
+// attachmentTable is the tenant's attachment on every host, from the
+// stream (nothing for a tenant without one).
+function attachmentTable(s, name) {
+  const t = (s.attachments || []).find(x => x.tenant === name);
+  if (!t || !t.hosts.length) return "";
+  const rows = t.hosts.map(x => [
+    hostLink(x.node) + (x.reachable ? "" : ` ${badge("unreachable", "bad")}`),
+    x.reachable ? badge(x.state, x.state === "up" ? "ok" : "bad") : badge("unknown", "unknown") + ` <span class="muted">was ${esc(x.state)}</span>`,
+    x.address ? esc(x.address) : `<span class="muted">—</span>`, esc(x.vni), ago(x.since),
+    x.reason ? `<div class="reason">${esc(x.reason)}</div>` : "", seen(x.observed)]);
+  return `<h2>Attachment <small>the tenant's namespace and VXLAN tunnel on each host</small></h2><div id="attachment-table">` +
+    table(["Host", "State", "Address", "VNI", "Since", "Reason", "Observed"], rows, "No host reports it.") + `</div>`;
+}
+
 // renderTenant is a tenant's page: its quotas, DNS names and BGP.
 function renderTenant(s, name) {
   if (netView.tenant !== name) Object.assign(netView, { tenant: name, dns: 0, bgp: 0 });
@@ -128,6 +142,7 @@ function renderTenant(s, name) {
   h += `<div id="dns-table">${dnsTable()}</div>`;
   h += bgpSessions(s, name);
   h += `<div id="bgp-table">${routeTable()}</div>`;
+  h += attachmentTable(s, name);
   return h;
 }
 
