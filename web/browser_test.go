@@ -46,7 +46,7 @@ func TestTenantPagesInBrowser(t *testing.T) {
 		b := h.TenantBgp[0]
 		b.ReannounceSince = timestamppb.New(time.Now().Add(-time.Minute))
 		if id == "n1" {
-			b.Reannounced = 3
+			b.Reannounced, b.FabricSessions = 3, 2
 		} else {
 			b.ReannounceError = "announce tenant route 10.2.0.0/24: " + hostile
 		}
@@ -135,7 +135,7 @@ func TestTenantPagesInBrowser(t *testing.T) {
 	  if (document.querySelectorAll("#main img, #main [onerror]").length) return "the tenant's markup made an element";
 	  if (dns.querySelectorAll('td[data-state="answered"]').length !== 6 || dns.querySelectorAll('td[data-state="left-out"]').length !== 6) return "dns cells: " + dns.innerText.slice(0, 300);
 	  const up = document.querySelector('#main [data-reannounce="ok"]'), down = document.querySelector('#main [data-reannounce="failed"]');
-	  if (!up || !up.innerText.includes("re-announced 3 to the fabric routers since") || !down || !down.innerText.includes("not re-announced since") || !down.innerText.includes("announce tenant route 10.2.0.0/24: <img"))
+	  if (!up || !up.innerText.includes("re-announced 3 on 2 fabric sessions since") || !down || !down.innerText.includes("not re-announced since") || !down.innerText.includes("announce tenant route 10.2.0.0/24: <img"))
 	    return "re-announcement: " + (up ? up.innerText : "none") + " / " + (down ? down.innerText : "none");
 	  const att = document.querySelector("#attachment-table table");
 	  if (!att) return "no attachment table";

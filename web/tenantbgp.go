@@ -76,6 +76,9 @@ type BGPHost struct {
 	Reannounced     uint32     `json:"reannounced,omitempty"`
 	ReannounceError string     `json:"reannounceError,omitempty"`
 	ReannounceSince *time.Time `json:"reannounceSince,omitempty"`
+	// FabricSessions are the host's established sessions with its fabric
+	// routers: with none, the routes re-announced reach no router.
+	FabricSessions uint32 `json:"fabricSessions"`
 	// routes are the prefixes listed, for /api/bgp (not streamed).
 	routes []BGPRoute
 }
@@ -131,6 +134,7 @@ func bgpViews(hosts []*pb.HostObservation, now time.Time) []TenantBGP {
 			if o.GetReannounceSince() != nil {
 				since := o.GetReannounceSince().AsTime()
 				v.Reannounced, v.ReannounceError, v.ReannounceSince = o.GetReannounced(), clip(o.GetReannounceError()), &since
+				v.FabricSessions = o.GetFabricSessions()
 			}
 			for _, s := range o.GetSessions() {
 				c := closedStates[s.GetState()]

@@ -323,7 +323,7 @@ func TestTenantBGPReannounceView(t *testing.T) {
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	since := now.Add(-time.Minute)
 	hosts := []*pb.HostObservation{tenantBGP("n1", 3), tenantBGP("n2", 3), tenantBGP("n3", 3)}
-	hosts[0].TenantBgp[0].Reannounced, hosts[0].TenantBgp[0].ReannounceSince = 3, timestamppb.New(since)
+	hosts[0].TenantBgp[0].Reannounced, hosts[0].TenantBgp[0].ReannounceSince, hosts[0].TenantBgp[0].FabricSessions = 3, timestamppb.New(since), 2
 	hosts[1].TenantBgp[0].ReannounceError, hosts[1].TenantBgp[0].ReannounceSince = hostile+strings.Repeat("z", 1000), timestamppb.New(since)
 	c := &netCluster{cluster: &cluster{
 		status: &pb.ClusterStatusResponse{LeaderId: "n1", Nodes: []*pb.NodeStatus{node("n1", "leader", true), node("n2", "follower", true), node("n3", "follower", true)}},
@@ -341,7 +341,7 @@ func TestTenantBGPReannounceView(t *testing.T) {
 	if n3 := hs[2]; n3.ReannounceSince != nil || n3.ReannounceError != "" {
 		t.Errorf("n3 says nothing of it, yet carries %+v", n3)
 	}
-	if _, body := get("/api/snapshot"); !strings.Contains(string(body), `"reannounced":3,"reannounceSince":"2026-01-02T03:03:05Z"`) || strings.Contains(string(body), "<img") {
+	if _, body := get("/api/snapshot"); !strings.Contains(string(body), `"reannounced":3,"reannounceSince":"2026-01-02T03:03:05Z","fabricSessions":2`) || strings.Contains(string(body), "<img") {
 		t.Errorf("the streamed snapshot: %.600s", body)
 	}
 }

@@ -48,3 +48,11 @@ func tenantBGPUpstreamRefused(f *fakeAdmin) []*pb.HostObservation {
 	o.Reannounced, o.ReannounceError = 0, "announce tenant route 10.20.64.0/26: the speaker is stopping"
 	return hosts
 }
+
+// tenantBGPNoFabric: as tenantBGP, but lb1 has no established session
+// with a fabric router.
+func tenantBGPNoFabric(f *fakeAdmin) []*pb.HostObservation {
+	hosts := tenantBGP(f)
+	hosts[0].TenantBgp[0].FabricSessions = 0
+	return hosts
+}

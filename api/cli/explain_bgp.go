@@ -87,7 +87,10 @@ func reannounceText(now time.Time, o *pb.TenantBGPObservation) string {
 		if n == 1 {
 			unit = "route"
 		}
-		return fmt.Sprintf("%d %s since %s", n, unit, stamp(now, o.GetReannounceSince()))
+		if o.GetFabricSessions() == 0 {
+			return fmt.Sprintf("%d %s given to its speaker since %s, but it has no established session with a fabric router (its serve config's bgp.peers): they reach none", n, unit, stamp(now, o.GetReannounceSince()))
+		}
+		return fmt.Sprintf("%d %s on %d established fabric sessions since %s", n, unit, o.GetFabricSessions(), stamp(now, o.GetReannounceSince()))
 	}
 	return "reports nothing (an older release, or the change has not reached it yet)"
 }

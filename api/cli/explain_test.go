@@ -144,7 +144,7 @@ func tenantBGP(f *fakeAdmin) []*pb.HostObservation {
 			{Prefix: "10.30.0.0/16", NextHop: "10.20.0.5", Peer: "10.20.0.5", Reason: "outside the tenant's networks"},
 		},
 		AcceptedCount: 1, DroppedCount: 2,
-		Reannounced: 1, ReannounceSince: since,
+		Reannounced: 1, ReannounceSince: since, FabricSessions: 2,
 	}}
 	hosts[1].TenantBgp = []*pb.TenantBGPObservation{{Tenant: "acme", Problem: "this host has no bgp: section in its serve config (bgp.asn): it does not peer with the tenant's speakers nor install their routes"}}
 	return hosts

@@ -75,6 +75,9 @@ type Config struct {
 	// whole set, each prefix with its tenant's community, whenever it
 	// changes (upstream.go), and again after it returned an error.
 	Reannounce func(map[netip.Prefix]uint32) error
+	// FabricSessions, when set, counts the host's established sessions
+	// with its fabric routers, for the observation of re-announcing.
+	FabricSessions func() int
 }
 
 // Installer puts the desired set of routes in place (the whole set every

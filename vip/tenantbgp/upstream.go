@@ -80,4 +80,7 @@ func (r *Relay) observeUpstream(t *tenantRules, name string, o *pb.TenantBGPObse
 		return
 	}
 	o.Reannounced = r.up.tenants[name]
+	if r.cfg.FabricSessions != nil {
+		o.FabricSessions = uint32(max(0, r.cfg.FabricSessions()))
+	}
 }

@@ -17,6 +17,8 @@ func TestRelayObservesReannounce(t *testing.T) {
 	// Not parallel: gobgp's StartBgp writes package variables.
 	port := freePort(t)
 	var fail atomic.Bool
+	var fabric atomic.Int32
+	fabric.Store(2)
 	var mu sync.Mutex
 	var sent map[netip.Prefix]uint32
 	r, err := New(Config{ASN: 65001, RouterID: "127.0.0.1", Routes: &memRoutes{}, PeerPort: port,
@@ -29,7 +31,8 @@ func TestRelayObservesReannounce(t *testing.T) {
 			defer mu.Unlock()
 			sent = want
 			return nil
-		}})
+		},
+		FabricSessions: func() int { return int(fabric.Load()) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +49,7 @@ func TestRelayObservesReannounce(t *testing.T) {
 
 	waitUntil(t, "one route re-announced", func() error {
 		o := observed(r)
-		if o.GetReannounced() != 1 || o.GetReannounceError() != "" || o.GetReannounceSince() == nil {
+		if o.GetReannounced() != 1 || o.GetReannounceError() != "" || o.GetReannounceSince() == nil || o.GetFabricSessions() != 2 {
 			return fmt.Errorf("observed %v", o)
 		}
 		mu.Lock()
@@ -71,6 +74,15 @@ func TestRelayObservesReannounce(t *testing.T) {
 	fail.Store(false)
 	waitUntil(t, "both routes re-announced at a later pass", func() error {
 		if o := observed(r); o.GetReannounced() != 2 || o.GetReannounceError() != "" {
+			return fmt.Errorf("observed %v", o)
+		}
+		return nil
+	})
+	// The fabric sessions go down: the routes reach no router, and the
+	// observation says so at the next pass.
+	fabric.Store(0)
+	waitUntil(t, "no fabric session", func() error {
+		if o := observed(r); o.GetReannounced() != 2 || o.GetFabricSessions() != 0 {
 			return fmt.Errorf("observed %v", o)
 		}
 		return nil

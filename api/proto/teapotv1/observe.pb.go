@@ -970,8 +970,11 @@ type TenantBGPObservation struct {
 	Reannounced     uint32                 `protobuf:"varint,410,opt,name=reannounced,proto3" json:"reannounced,omitempty"`
 	ReannounceError string                 `protobuf:"bytes,411,opt,name=reannounce_error,json=reannounceError,proto3" json:"reannounce_error,omitempty"`
 	ReannounceSince *timestamppb.Timestamp `protobuf:"bytes,412,opt,name=reannounce_since,json=reannounceSince,proto3" json:"reannounce_since,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The host's sessions with its fabric routers that are established:
+	// with none, the routes re-announced reach no router.
+	FabricSessions uint32 `protobuf:"varint,413,opt,name=fabric_sessions,json=fabricSessions,proto3" json:"fabric_sessions,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *TenantBGPObservation) Reset() {
@@ -1072,6 +1075,13 @@ func (x *TenantBGPObservation) GetReannounceSince() *timestamppb.Timestamp {
 		return x.ReannounceSince
 	}
 	return nil
+}
+
+func (x *TenantBGPObservation) GetFabricSessions() uint32 {
+	if x != nil {
+		return x.FabricSessions
+	}
+	return 0
 }
 
 // TenantBGPSession is one tenant speaker's session with this host.
@@ -2848,7 +2858,7 @@ const file_teapotv1_observe_proto_rawDesc = "" +
 	"\brequests\x18\x06 \x01(\x04R\brequests\x12\x16\n" +
 	"\x06errors\x18\a \x01(\x04R\x06errors\x12.\n" +
 	"\x04time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12)\n" +
-	"\x10interval_seconds\x18\t \x01(\rR\x0fintervalSeconds\"\xca\x03\n" +
+	"\x10interval_seconds\x18\t \x01(\rR\x0fintervalSeconds\"\xf4\x03\n" +
 	"\x14TenantBGPObservation\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x127\n" +
 	"\bsessions\x18\x02 \x03(\v2\x1b.teapot.v1.TenantBGPSessionR\bsessions\x122\n" +
@@ -2859,7 +2869,8 @@ const file_teapotv1_observe_proto_rawDesc = "" +
 	"\aproblem\x18\a \x01(\tR\aproblem\x12!\n" +
 	"\vreannounced\x18\x9a\x03 \x01(\rR\vreannounced\x12*\n" +
 	"\x10reannounce_error\x18\x9b\x03 \x01(\tR\x0freannounceError\x12F\n" +
-	"\x10reannounce_since\x18\x9c\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x0freannounceSince\"\xa2\x01\n" +
+	"\x10reannounce_since\x18\x9c\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x0freannounceSince\x12(\n" +
+	"\x0ffabric_sessions\x18\x9d\x03 \x01(\rR\x0efabricSessions\"\xa2\x01\n" +
 	"\x10TenantBGPSession\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\tR\x04peer\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x16\n" +
