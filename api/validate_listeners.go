@@ -104,8 +104,13 @@ func CheckListener(field string, l *pb.Listener, pools map[string]*pb.BackendPoo
 	if l.GetHttp3() && proto != "https" {
 		ck.invalidf(f+".http3", "only https listeners serve HTTP/3 (it needs TLS certificates); remove http3 or make the listener https")
 	}
-	if l.GetHttp3ZeroRtt() && (!l.GetHttp3() || proto != "https") {
+	switch {
+	case l.GetHttp3ZeroRtt() && (!l.GetHttp3() || proto != "https"):
 		ck.invalidf(f+".http3ZeroRtt", "0-RTT is part of HTTP/3: set http3 on this https listener, or remove http3ZeroRtt")
+	case l.GetHttp3ZeroRtt() && len(l.GetAllowedSources())+len(l.GetDeniedSources()) > 0:
+		// A QUIC client's address is validated by its handshake; early
+		// data comes before it, from an address a blind sender may forge.
+		ck.invalidf(f+".http3ZeroRtt", "early data is served before the client's address is validated (a sender that never completes the handshake may forge it), so allowedSources and deniedSources could not hold for it; remove http3ZeroRtt or the source ranges")
 	}
 	if l.GetRedirectToHttps() && proto != "http" {
 		ck.invalidf(f+".redirectToHttps", "only http listeners can redirect to https")

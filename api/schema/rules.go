@@ -128,7 +128,7 @@ var rules = map[string]rule{
 	"teapot.v1.Listener.tls":                     {doc: "TLS termination of an https listener: tls.acme or tls.certificates is required."},
 	"teapot.v1.Listener.redirect_to_https":       {def: "false", limits: "http listeners only"},
 	"teapot.v1.Listener.http3":                   {def: "false", limits: "https listeners only"},
-	"teapot.v1.Listener.http3_zero_rtt":          {def: "false", limits: "https listeners with http3 only; feature level 6 on every host"},
+	"teapot.v1.Listener.http3_zero_rtt":          {def: "false", limits: "https listeners with http3 only, not with allowedSources or deniedSources; feature level 6 on every host"},
 	"teapot.v1.Listener.max_connections":         {def: "0: derived from the tenant's connection budget"},
 	"teapot.v1.Listener.idle_timeout":            {doc: "Close a client connection idle for this long.", limits: "positive", example: "5m"},
 	"teapot.v1.Listener.trusted_proxies":         {limits: atMost(api.MaxTrustedProxies, "CIDRs"), example: "[10.0.0.0/8]"},
