@@ -140,7 +140,7 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 	// vip.BGPIdentity), stopped after it.
 	asn, routerID := vip.BGPIdentity(vcfg)
 	upstream := &upstreamTo{}
-	relay, err := tenantbgp.New(tenantbgp.Config{ASN: asn, RouterID: routerID, Logger: log, Events: host.Events().Add, Reannounce: upstream.announce})
+	relay, err := tenantbgp.New(tenantbgp.Config{ASN: asn, RouterID: routerID, Logger: log, Events: host.Events().Add, Reannounce: upstream.announce, FabricSessions: upstream.fabricSessions})
 	if err != nil {
 		return err
 	}

@@ -8,8 +8,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"regexp"
+	"runtime"
 	"strings"
 	"time"
 
@@ -211,8 +213,8 @@ func serveCommandWith(run func(context.Context, serveConfig) error) *cobra.Comma
 	f.Var(&cfg.ACMERenewCheck, "acme-renew-check", "how often certificates are checked for renewal")
 	_ = f.MarkHidden("acme-renew-check")
 	f.IntVar(&cfg.ACMEOrdersPerTenant, "acme-orders-per-tenant", cfg.ACMEOrdersPerTenant, "new ACME orders one tenant may start in an hour on this host (the cluster shares one ACME account, whose limits the CA counts); a name whose order failed also waits 1 minute, doubling with each failure up to a day")
-	f.Float64Var(&cfg.CPUPerTenant, "cpu-per-tenant", 0, "CPU cores one tenant without quotas.cpuMillicores may make this host spend on everything it computes for it (requests, connections, TLS, signatures, regexes, the WAF); past it the tenant's requests, connections, handshakes and checks wait (0: a quarter of the host's CPUs)")
-	f.Float64Var(&cfg.TLSCPUPerTenant, "tls-cpu-per-tenant", 0, "CPU cores one tenant's TLS handshakes may use on average on this host: the ClientHellos and full handshakes of its https listeners (over it they wait up to 200ms, then are refused) and the client certificates of its HTTPS health checks (over it they are delayed); resumed sessions sign nothing (0: a quarter of the host's CPUs)")
+	f.Float64Var(&cfg.CPUPerTenant, "cpu-per-tenant", 0, "CPU cores one tenant without quotas.cpuMillicores may make this host spend on everything it computes for it (requests, connections, TLS, signatures, regexes, the WAF); past it the tenant's requests, connections, handshakes and checks wait; 0.001 to the host's CPUs (0: a quarter of them)")
+	f.Float64Var(&cfg.TLSCPUPerTenant, "tls-cpu-per-tenant", 0, "CPU cores one tenant's TLS handshakes may use on average on this host: the ClientHellos and full handshakes of its https listeners (over it they wait up to 200ms, then are refused) and the client certificates of its HTTPS health checks (over it they are delayed); resumed sessions sign nothing; 0.001 to the host's CPUs (0: a quarter of them)")
 	checked(&cfg.DNSAddr, "dns-addr", "addresses", dns.CheckAddrs, "IP:port (comma-separated) where this host answers DNS, UDP and TCP, for --dns-zones: typically a VIP of a static pool that every host binds, or of an arp pool (default off)")
 	checked(&cfg.DNSZones, "dns-zones", "zones", dns.CheckZones, "zones delegated to the LB hosts (comma-separated, like lb.example.com,acme.example): the route hosts of tenants' load balancers inside them, and inside their tenant's domains, are answered with the load balancer's VIP while some host holds or announces it and the load balancer has a member up; other names in them get NXDOMAIN, names outside them REFUSED")
 	checked(&cfg.DNSNameServers, "dns-ns", "servers", dns.CheckNameServers, "the name servers of the zones' NS records, NAME=IP (comma-separated; repeat a name for several addresses): a name inside a zone is answered with its address (glue); the first is the SOA's primary")
@@ -237,17 +239,35 @@ func checkServeConfig(cfg serveConfig) error {
 	if cfg.ACMEOrdersPerTenant < 1 {
 		return fmt.Errorf("--acme-orders-per-tenant %d: give 1 or more new orders an hour (default %d)", cfg.ACMEOrdersPerTenant, certs.DefaultOrdersPerHour)
 	}
-	if cfg.CPUPerTenant < 0 {
-		return fmt.Errorf("--cpu-per-tenant %g: give the CPU cores a tenant may make the host spend, like 0.5, or 0 for a quarter of the host's CPUs", cfg.CPUPerTenant)
+	procs := runtime.GOMAXPROCS(0)
+	if err := checkTenantCores("cpu-per-tenant", "a tenant may make the host spend", cfg.CPUPerTenant, procs); err != nil {
+		return err
 	}
-	if cfg.TLSCPUPerTenant < 0 {
-		return fmt.Errorf("--tls-cpu-per-tenant %g: give the CPU cores a tenant's TLS signatures may use, like 0.5, or 0 for a quarter of the host's CPUs", cfg.TLSCPUPerTenant)
+	if err := checkTenantCores("tls-cpu-per-tenant", "a tenant's TLS signatures may use", cfg.TLSCPUPerTenant, procs); err != nil {
+		return err
 	}
 	if _, err := cfg.dnsSettings().Config(); err != nil {
 		return err
 	}
 	if cfg.Join != "" && cfg.Token == "" {
 		return errors.New("--join needs --token (from `teapot-lb cluster join-token` on a cluster host)")
+	}
+	return nil
+}
+
+// checkTenantCores refuses a per-tenant CPU budget of v cores that the
+// host could not honour: below a thousandth of a core (the budgets count
+// millicores, so it would become 0, the default) or above the host's
+// procs CPUs (GOMAXPROCS, which the accountant measures against: no
+// tenant could reach it, so it would bound nothing). 0 is the default.
+func checkTenantCores(flag, what string, v float64, procs int) error {
+	switch {
+	case v < 0 || math.IsNaN(v):
+		return fmt.Errorf("--%s %g: give the CPU cores %s, like 0.5, or 0 for a quarter of the host's CPUs", flag, v, what)
+	case v > 0 && v < 0.001:
+		return fmt.Errorf("--%s %g: under a thousandth of a core, the budget's unit; give 0.001 or more, or 0 for a quarter of the host's CPUs", flag, v)
+	case v > float64(procs):
+		return fmt.Errorf("--%s %g: more than this host's %d CPUs (GOMAXPROCS), which no tenant could reach, so it would bound nothing; give at most %d, or 0 for a quarter of them", flag, v, procs, procs)
 	}
 	return nil
 }

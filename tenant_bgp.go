@@ -20,6 +20,10 @@ func (u *upstreamTo) announce(routes map[netip.Prefix]uint32) error {
 	return u.vm.Load().SetTenantRoutes(routes)
 }
 
+// fabricSessions counts the VIP manager's established sessions with the
+// fabric routers (0 until it is open).
+func (u *upstreamTo) fabricSessions() int { return u.vm.Load().FabricSessions() }
+
 // followTenantBGP passes the committed state to the tenant BGP relay
 // after a reset and after each revision that changed a tenant or a VIP
 // pool (the rest does not concern it).

@@ -1,9 +1,11 @@
 package api
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
@@ -78,12 +80,17 @@ func checkTenantAttachment(ck *checker, t *pb.Tenant, nets []netip.Prefix, c Cat
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
+	unknown := unknownNodes(t.GetName(), c)
 	seen := map[netip.Addr]string{}
 	var prefixes []netip.Prefix
 	for _, id := range ids {
 		f := "attachment.hosts." + id
 		if !isNodeID(id) {
 			ck.invalidf("attachment.hosts", "has a key that is not a node id (1 to 63 lower-case letters, digits, '.' and '-', as cluster status lists them)")
+			continue
+		}
+		if why := unknown(id); why != "" {
+			ck.invalidf(f, "%s", why)
 			continue
 		}
 		s := a.GetHosts()[id]
@@ -176,11 +183,110 @@ func checkAttachmentVXLAN(ck *checker, self string, v *pb.AttachmentVXLAN, c Cat
 	}
 	if p := v.GetPort(); p > 65535 {
 		ck.invalidf("attachment.vxlan.port", "%d is not a UDP port (1 to 65535; 0: %d)", p, DefaultVXLANPort)
+	} else {
+		checkVXLANPortFree(ck, uint16(cmp.Or(p, DefaultVXLANPort)), c)
 	}
 	if u := v.GetUnderlay(); u != "" {
 		if why := InterfaceNameProblem(u); why != "" {
 			ck.invalidf("attachment.vxlan.underlay", "%s", why)
 		}
+	}
+}
+
+// checkVXLANPortFree refuses a VXLAN port that the hosts' own UDP
+// services or a load balancer's UDP listener use: the tunnel's socket
+// holds its port on every address of each host (the kernel's, bound
+// before the device moves into the namespace), so the other could never
+// bind, or the tunnel could not.
+func checkVXLANPortFree(ck *checker, port uint16, c Catalog) {
+	const f = "attachment.vxlan.port"
+	if nl, ok := c.(NodeLister); ok {
+		for _, n := range nl.Nodes() {
+			uses := []struct{ what, addr string }{{ServiceHeartbeat, n.GetHeartbeatAddr()}}
+			for _, sv := range n.GetServices() {
+				if sv.GetName() == ServiceRateShare {
+					uses = append(uses, struct{ what, addr string }{sv.GetName(), sv.GetAddr()})
+				}
+			}
+			for _, u := range uses {
+				if _, p, ok := parseServiceAddr(u.addr); ok && p == port {
+					ck.conflictf(f, "%d is the UDP port of host %s's %s; the tunnel's socket holds its port on every address of each host, so give another (0: %d)", port, n.GetId(), u.what, DefaultVXLANPort)
+					return
+				}
+			}
+		}
+	}
+	for _, lb := range sortedLBs(c.LoadBalancers("")) {
+		if i := udpListenerOn(lb, port); i >= 0 {
+			ck.conflictf(f, "%d/udp is the port of listeners[%d] of %s; the tunnel's socket would hold it on every address of each host, so give another (0: %d) or move that listener", port, i, lbRef(lb), DefaultVXLANPort)
+			return
+		}
+	}
+}
+
+// udpListenerOn returns the index of lb's first listener that binds UDP
+// port (udp, or https with http3), or -1.
+func udpListenerOn(lb *pb.LoadBalancer, port uint16) int {
+	for i, l := range lb.GetListeners() {
+		if l.GetPort() == uint32(port) && (l.GetProtocol() == "udp" || l.GetProtocol() == "https" && l.GetHttp3()) {
+			return i
+		}
+	}
+	return -1
+}
+
+// vxlanPorts returns the UDP ports the tenants' attachments hold on the
+// LB hosts.
+func vxlanPorts(c Catalog) map[uint32]bool {
+	var out map[uint32]bool
+	for _, t := range c.Tenants() {
+		if a := t.GetAttachment(); a != nil {
+			if out == nil {
+				out = map[uint32]bool{}
+			}
+			out[uint32(VXLANPort(a))] = true
+		}
+	}
+	return out
+}
+
+// maxNodesNamed bounds the node ids a refusal lists.
+const maxNodesNamed = 5
+
+// unknownNodes returns the reason attachment.hosts may not name a node
+// id, or "" when it may: an id that is no LB host of the cluster (a key
+// no host would ever read) unless the tenant's stored attachment already
+// names it (a host removed since: explain tenant shows it), so that its
+// other changes go through. A catalog that lists no hosts (validation
+// outside a cluster) accepts every id.
+func unknownNodes(tenant string, c Catalog) func(id string) string {
+	nl, ok := c.(NodeLister)
+	if !ok {
+		return func(string) string { return "" }
+	}
+	nodes := nl.Nodes()
+	if len(nodes) == 0 {
+		return func(string) string { return "" }
+	}
+	ids := make([]string, 0, len(nodes))
+	for _, n := range nodes {
+		ids = append(ids, n.GetId())
+	}
+	slices.Sort(ids)
+	stored := priorOf(c).Tenant(tenant).GetAttachment().GetHosts()
+	return func(id string) string {
+		if _, found := slices.BinarySearch(ids, id); found {
+			return ""
+		}
+		if _, ok := stored[id]; ok {
+			return ""
+		}
+		named := ids
+		more := ""
+		if len(named) > maxNodesNamed {
+			named, more = named[:maxNodesNamed], fmt.Sprintf(" and %d more", len(ids)-maxNodesNamed)
+		}
+		return fmt.Sprintf("%s is not a host of the cluster (its hosts: %s%s); key each address by a node id that cluster status lists, and add a host's address once it has joined", id, strings.Join(named, ", "), more)
 	}
 }
 

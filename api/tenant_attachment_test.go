@@ -102,3 +102,66 @@ func TestTenantAttachmentFeatureLevel(t *testing.T) {
 		t.Fatalf("FeaturesUsed %v (level %d); want attachment at level 6", uses, LevelNeeded(uses))
 	}
 }
+
+// attachment.hosts names LB hosts by node id: an id that is no host of
+// the cluster is refused (no host would ever read it), naming the hosts
+// there are; one the stored attachment already names (a host removed
+// since) is kept, so that the tenant's other changes go through.
+func TestValidateTenantAttachmentUnknownNode(t *testing.T) {
+	t.Parallel()
+	node := func(id string) *pb.Node { return &pb.Node{Id: id} }
+	a := attached("a", 100)
+	check(t, ValidateTenant(a, catalogtest.New(publicPool(), node("lb1"), node("lb2"))), pass())
+
+	a.Attachment.Hosts["lb9"] = "10.0.0.9/24"
+	check(t, ValidateTenant(a, catalogtest.New(publicPool(), node("lb1"), node("lb2"))),
+		bad("attachment.hosts.lb9", "lb9 is not a host of the cluster (its hosts: lb1, lb2); key each address by a node id that cluster status lists"))
+
+	many := []any{publicPool()}
+	for _, id := range []string{"lb1", "lb2", "lb3", "lb4", "lb5", "lb6", "lb7"} {
+		many = append(many, node(id))
+	}
+	check(t, ValidateTenant(a, catalogtest.New(many...)), bad("attachment.hosts.lb9", "(its hosts: lb1, lb2, lb3, lb4, lb5 and 2 more)"))
+
+	// lb9 was a host when the attachment was stored; it left since.
+	stored := attached("a", 100)
+	stored.Attachment.Hosts["lb9"] = "10.0.0.9/24"
+	changed := attached("a", 100)
+	changed.Attachment.Hosts["lb9"] = "10.0.0.9/24"
+	changed.Domains = append(changed.Domains, "a.test")
+	c := catalogtest.New(publicPool(), node("lb1"), changed)
+	check(t, ValidateTenant(changed, stateView{Catalog: c, prior: catalogtest.New(publicPool(), node("lb1"), stored)}), pass())
+}
+
+// An attachment's VXLAN socket holds its UDP port on every address of
+// each host: a port of the hosts' own UDP services or of a load
+// balancer's UDP listener is refused for it, and a UDP listener (or
+// HTTP/3) on an attachment's port is refused for a load balancer.
+func TestVXLANPortHeldOnEveryAddress(t *testing.T) {
+	t.Parallel()
+	lb1 := &pb.Node{Id: "lb1", HeartbeatAddr: "192.0.2.101:7946", Services: []*pb.NodeService{{Name: ServiceRateShare, Addr: "192.0.2.101:7947"}}}
+	withPort := func(p uint32) *pb.Tenant {
+		a := attached("a", 100)
+		a.Attachment.Vxlan.Port = p
+		return a
+	}
+	check(t, ValidateTenant(withPort(0), catalogtest.New(publicPool(), lb1)), pass())
+	check(t, ValidateTenant(withPort(7946), catalogtest.New(publicPool(), lb1)),
+		clash("attachment.vxlan.port", "7946 is the UDP port of host lb1's heartbeat; the tunnel's socket holds its port on every address of each host, so give another (0: 4789)"))
+	check(t, ValidateTenant(withPort(7947), catalogtest.New(publicPool(), lb1)), clash("attachment.vxlan.port", "7947 is the UDP port of host lb1's rate-share"))
+
+	dns := withAddr(udpLB("dns", "", 4789), "198.51.100.1")
+	check(t, ValidateTenant(withPort(0), catalogtest.New(publicPool(), sharedPool(), lb1, acmeTenant(), dns)),
+		clash("attachment.vxlan.port", "4789/udp is the port of listeners[0] of LoadBalancer acme/dns; the tunnel's socket would hold it on every address of each host, so give another (0: 4789) or move that listener"))
+	check(t, ValidateTenant(withPort(4790), catalogtest.New(publicPool(), sharedPool(), lb1, acmeTenant(), dns)), pass())
+
+	// A load balancer's UDP port that an attachment holds.
+	c := catalogtest.New(publicPool(), sharedPool(), acmeTenant(), withPort(0))
+	check(t, ValidateLoadBalancer(udpLB("dns", "", 4789), c), clash("listeners[0].port", "UDP port 4789 is held on the LB hosts by a tenant network attachment's VXLAN tunnel, on every address; use another port"))
+	check(t, ValidateLoadBalancer(udpLB("dns", "", 4790), c), pass())
+	h3 := shopLB()
+	h3.Listeners[0].Port, h3.Listeners[0].Http3 = 4789, true
+	check(t, ValidateLoadBalancer(h3, c), clash("listeners[0].http3", "HTTP/3 serves UDP port 4789, which a tenant network attachment's VXLAN tunnel holds"))
+	h3.Listeners[0].Http3 = false
+	check(t, ValidateLoadBalancer(h3, c), pass())
+}

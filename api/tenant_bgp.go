@@ -137,8 +137,13 @@ func checkTenantBGP(ck *checker, t *pb.Tenant, nets []netip.Prefix) {
 	if n := b.GetMaxPrefixes(); n > MaxTenantBGPMaxPrefixes {
 		ck.invalidf("bgp.maxPrefixes", "%d is over the bound of %d prefixes per session", n, MaxTenantBGPMaxPrefixes)
 	}
-	if n := b.GetMaxPrefixesTotal(); n > MaxTenantBGPMaxPrefixesTotal {
+	switch n, per := b.GetMaxPrefixesTotal(), b.GetMaxPrefixes(); {
+	case n > MaxTenantBGPMaxPrefixesTotal:
 		ck.invalidf("bgp.maxPrefixesTotal", "%d is over the bound of %d prefixes per tenant and host", n, MaxTenantBGPMaxPrefixesTotal)
+	case n != 0 && per != 0 && n < per:
+		// Both set: the total would make maxPrefixes a bound no session
+		// could reach.
+		ck.invalidf("bgp.maxPrefixesTotal", "%d is under bgp.maxPrefixes (%d): no session could hold the prefixes maxPrefixes allows it; give at least %d, or lower maxPrefixes", n, per, per)
 	}
 	switch c := b.GetCommunity(); {
 	case b.GetReannounce() && c == "":

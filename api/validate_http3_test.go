@@ -55,7 +55,8 @@ func TestValidateHTTP3(t *testing.T) {
 }
 
 // TestValidateHTTP3ZeroRTT: listeners[].http3ZeroRtt is taken with http3
-// only, and is reported as a level-6 feature.
+// only, not with source ranges (early data comes from an address not yet
+// validated), and is reported as a level-6 feature.
 func TestValidateHTTP3ZeroRTT(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -66,6 +67,12 @@ func TestValidateHTTP3ZeroRTT(t *testing.T) {
 		{"with http3", func(lb *pb.LoadBalancer) { lb.Listeners[0].Http3, lb.Listeners[0].Http3ZeroRtt = true, true }, expect{}},
 		{"without http3", func(lb *pb.LoadBalancer) { lb.Listeners[0].Http3ZeroRtt = true }, bad("listeners[0].http3ZeroRtt", "0-RTT is part of HTTP/3")},
 		{"http", func(lb *pb.LoadBalancer) { lb.Listeners[1].Http3ZeroRtt = true }, bad("listeners[1].http3ZeroRtt", "0-RTT is part of HTTP/3")},
+		{"with source ranges", func(lb *pb.LoadBalancer) {
+			lb.Listeners[0].Http3, lb.Listeners[0].Http3ZeroRtt, lb.Listeners[0].AllowedSources = true, true, []string{"198.51.100.0/24"}
+		}, bad("listeners[0].http3ZeroRtt", "early data is served before the client's address is validated (a sender that never completes the handshake may forge it), so allowedSources and deniedSources could not hold for it; remove http3ZeroRtt or the source ranges")},
+		{"with denied sources", func(lb *pb.LoadBalancer) {
+			lb.Listeners[0].Http3, lb.Listeners[0].Http3ZeroRtt, lb.Listeners[0].DeniedSources = true, true, []string{"198.51.100.7/32"}
+		}, bad("listeners[0].http3ZeroRtt", "allowedSources and deniedSources could not hold for it")},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

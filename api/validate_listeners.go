@@ -19,9 +19,21 @@ func checkListeners(ck *checker, lb *pb.LoadBalancer, tenant *pb.Tenant, c Catal
 		return
 	}
 	seen := map[string]int{}
+	var vxlan map[uint32]bool
+	if slices.ContainsFunc(ls, func(l *pb.Listener) bool { return l.GetProtocol() == "udp" || l.GetHttp3() }) {
+		vxlan = vxlanPorts(c)
+	}
 	for i, l := range ls {
 		f := fmt.Sprintf("listeners[%d]", i)
 		ck.add(CheckListener(f, l, lb.GetPools()))
+		if vxlan[l.GetPort()] {
+			switch {
+			case l.GetProtocol() == "udp":
+				ck.conflictf(f+".port", "UDP port %d is held on the LB hosts by a tenant network attachment's VXLAN tunnel, on every address; use another port", l.GetPort())
+			case l.GetProtocol() == "https" && l.GetHttp3():
+				ck.conflictf(f+".http3", "HTTP/3 serves UDP port %d, which a tenant network attachment's VXLAN tunnel holds on the LB hosts, on every address; use another port or remove http3", l.GetPort())
+			}
+		}
 		if port, proto := l.GetPort(), l.GetProtocol(); port >= 1 && port <= 65535 && listenerProtocol(proto) {
 			key := fmt.Sprintf("%d/%s", port, listenerKind(proto))
 			if j, dup := seen[key]; dup {
@@ -92,8 +104,13 @@ func CheckListener(field string, l *pb.Listener, pools map[string]*pb.BackendPoo
 	if l.GetHttp3() && proto != "https" {
 		ck.invalidf(f+".http3", "only https listeners serve HTTP/3 (it needs TLS certificates); remove http3 or make the listener https")
 	}
-	if l.GetHttp3ZeroRtt() && (!l.GetHttp3() || proto != "https") {
+	switch {
+	case l.GetHttp3ZeroRtt() && (!l.GetHttp3() || proto != "https"):
 		ck.invalidf(f+".http3ZeroRtt", "0-RTT is part of HTTP/3: set http3 on this https listener, or remove http3ZeroRtt")
+	case l.GetHttp3ZeroRtt() && len(l.GetAllowedSources())+len(l.GetDeniedSources()) > 0:
+		// A QUIC client's address is validated by its handshake; early
+		// data comes before it, from an address a blind sender may forge.
+		ck.invalidf(f+".http3ZeroRtt", "early data is served before the client's address is validated (a sender that never completes the handshake may forge it), so allowedSources and deniedSources could not hold for it; remove http3ZeroRtt or the source ranges")
 	}
 	if l.GetRedirectToHttps() && proto != "http" {
 		ck.invalidf(f+".redirectToHttps", "only http listeners can redirect to https")

@@ -79,6 +79,12 @@ func TestValidateTenant(t *testing.T) {
 		{"bgp prefix total over", func(t *pb.Tenant) {
 			t.Bgp = &pb.TenantBGP{Asn: 1, Peers: []string{"10.20.0.5"}, MaxPrefixesTotal: MaxTenantBGPMaxPrefixesTotal + 1}
 		}, bad("bgp.maxPrefixesTotal", "200001 is over the bound of 200000 prefixes per tenant and host")},
+		{"bgp prefix total under the per-session bound", func(t *pb.Tenant) {
+			t.Bgp = &pb.TenantBGP{Asn: 1, Peers: []string{"10.20.0.5"}, MaxPrefixes: 50, MaxPrefixesTotal: 10}
+		}, bad("bgp.maxPrefixesTotal", "10 is under bgp.maxPrefixes (50): no session could hold the prefixes maxPrefixes allows it; give at least 50, or lower maxPrefixes")},
+		{"bgp prefix total under the default per-session bound", func(t *pb.Tenant) {
+			t.Bgp = &pb.TenantBGP{Asn: 1, Peers: []string{"10.20.0.5"}, MaxPrefixesTotal: 10}
+		}, pass()},
 		{"bgp reannounce", func(t *pb.Tenant) {
 			t.Bgp = &pb.TenantBGP{Asn: 1, Peers: []string{"10.20.0.5"}, Reannounce: true, Community: "64512:100"}
 		}, pass()},

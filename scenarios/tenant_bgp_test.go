@@ -319,6 +319,19 @@ func TestTenantBGP(t *testing.T) {
 			return nil
 		})
 		t.Logf("the pod range reached the fabric router from every host %s after the apply", time.Since(applied).Round(time.Millisecond))
+		// explain tenant says, per host, what it re-announces and on how
+		// many sessions with the fabric router.
+		onFabric := regexp.MustCompile(`(?m)^  (\S+): \d+ routes? on [1-9]\d* established fabric sessions since `)
+		waitFor(t, settleTimeout, "explain tenant shows the re-announced routes of every host", func() error {
+			out, err := l.cli(l.lbs[0], "explain", "tenant", "kube")
+			if err != nil {
+				return err
+			}
+			if got := len(onFabric.FindAllString(out, -1)); got != len(l.lbs) {
+				return fmt.Errorf("%d hosts re-announce on the fabric session, want %d:\n%s", got, len(l.lbs), out)
+			}
+			return nil
+		})
 		out, err := l.birdc("show", "route")
 		must(err)
 		for p := range tenantDropped {

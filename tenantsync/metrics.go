@@ -1,6 +1,7 @@
 package tenantsync
 
 import (
+	"errors"
 	"sync"
 	"time"
 
@@ -18,7 +19,7 @@ type syncMetrics struct {
 }
 
 type tenantCounts struct {
-	changes, objects, refused, failed int64
+	changes, objects, refused, failed, outdated int64
 	// throttled and throttledFor count the changes that waited for the
 	// write budget and the time they waited.
 	throttled    int64
@@ -55,13 +56,17 @@ func newSyncMetrics() *syncMetrics {
 // note records one change of tenant: the objects it named, those refused
 // (results with an error), whether it could not be applied at all, and
 // how long it took.
-func (m *syncMetrics) note(tenant string, ack *pb.SyncAck, failed bool, d time.Duration) {
+func (m *syncMetrics) note(tenant string, ack *pb.SyncAck, err error, d time.Duration) {
 	m.latency.Observe(d.Seconds())
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	c := m.counts(tenant)
 	c.changes++
-	if failed {
+	switch {
+	case errors.Is(err, ErrOutdated):
+		c.outdated++
+		return
+	case err != nil:
 		c.failed++
 		return
 	}
@@ -75,7 +80,7 @@ func (m *syncMetrics) note(tenant string, ack *pb.SyncAck, failed bool, d time.D
 
 var (
 	descStreams = prometheus.NewDesc("teapot_lb_tenant_sync_streams", "Agent streams open on this host.", []string{"tenant"}, nil)
-	descChanges = prometheus.NewDesc("teapot_lb_tenant_sync_changes_total", "Changes agents sent to this host (result=applied, or failed: the cluster could not be written).", []string{"tenant", "result"}, nil)
+	descChanges = prometheus.NewDesc("teapot_lb_tenant_sync_changes_total", "Changes agents sent to this host (result=applied; failed: the cluster could not be written; outdated: a load balancer it writes was written by another stream or the operator since the stream read it, so nothing was written and the stream ended).", []string{"tenant", "result"}, nil)
 	descObjects = prometheus.NewDesc("teapot_lb_tenant_sync_objects_total", "Objects (upserts and removals) in the changes applied.", []string{"tenant"}, nil)
 	descRefused = prometheus.NewDesc("teapot_lb_tenant_sync_refusals_total", "Objects refused by validation, with the reason sent to the agent.", []string{"tenant"}, nil)
 	// The write budget (quotas.writeBytesPerSecond).
@@ -123,8 +128,9 @@ func (c syncCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descStreams, prometheus.GaugeValue, float64(n), t)
 	}
 	for t, n := range m.changes {
-		ch <- prometheus.MustNewConstMetric(descChanges, prometheus.CounterValue, float64(n.changes-n.failed), t, "applied")
+		ch <- prometheus.MustNewConstMetric(descChanges, prometheus.CounterValue, float64(n.changes-n.failed-n.outdated), t, "applied")
 		ch <- prometheus.MustNewConstMetric(descChanges, prometheus.CounterValue, float64(n.failed), t, "failed")
+		ch <- prometheus.MustNewConstMetric(descChanges, prometheus.CounterValue, float64(n.outdated), t, "outdated")
 		ch <- prometheus.MustNewConstMetric(descObjects, prometheus.CounterValue, float64(n.objects), t)
 		ch <- prometheus.MustNewConstMetric(descRefused, prometheus.CounterValue, float64(n.refused), t)
 		ch <- prometheus.MustNewConstMetric(descThrottled, prometheus.CounterValue, float64(n.throttled), t)

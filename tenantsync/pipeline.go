@@ -2,6 +2,7 @@ package tenantsync
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -126,11 +127,14 @@ func (p *pipeline) acker() {
 	for f := range p.queue {
 		<-f.done
 		tenant := p.st.caller.tenant
-		p.srv.metrics.note(tenant, f.ack, f.err != nil, time.Since(f.start))
+		p.srv.metrics.note(tenant, f.ack, f.err, time.Since(f.start))
 		switch {
 		case failed:
 		case f.err != nil:
 			failed = true
+			if errors.Is(f.err, ErrOutdated) {
+				p.srv.noteOutdated(tenant, p.st.agent, f.err)
+			}
 			p.log.Warn("change not applied; the agent resyncs on its next stream", "seq", f.ch.GetSeq(), "err", f.err)
 			p.st.cancel(cmpCause(p.ctx, f.err))
 		default:

@@ -63,3 +63,14 @@ func (s *Server) noteRefusals(tenant string, results []*pb.ObjectStatus) {
 		s.cfg.Events(ev)
 	}
 }
+
+// noteOutdated reports, as a host event, that the fence ended a stream of
+// tenant: the operator sees why the agent reconnected and whose write
+// came first.
+func (s *Server) noteOutdated(tenant, agent string, err error) {
+	if s.cfg.Events == nil {
+		return
+	}
+	s.cfg.Events(&pb.Event{Type: observe.EventTenantOutdated, Severity: observe.Info, Tenant: tenant,
+		Message: "stream of tenant " + tenant + " (agent " + api.Clip(agent, api.MaxQuoted) + ") ended: " + api.Clip(err.Error(), api.MaxReason)})
+}

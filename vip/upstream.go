@@ -24,6 +24,15 @@ func (m *Manager) SetTenantRoutes(want map[netip.Prefix]uint32) error {
 	return m.spk.setUpstream(want)
 }
 
+// FabricSessions counts the sessions this host has established with its
+// fabric routers (0 without a speaker).
+func (m *Manager) FabricSessions() int {
+	if m == nil || m.spk == nil {
+		return 0
+	}
+	return m.spk.established()
+}
+
 // setUpstream announces what want adds or changes and withdraws what it
 // no longer holds.
 func (sp *speaker) setUpstream(want map[netip.Prefix]uint32) error {

@@ -12,7 +12,6 @@ import (
 
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
-
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
@@ -51,6 +50,14 @@ func TestTenantPagesInBrowser(t *testing.T) {
 		}
 		h.TenantAttachments = []*pb.TenantAttachmentObservation{{Tenant: "acme", Namespace: "teapot-att-acme", State: state, Reason: reason,
 			Vni: 1001, Address: "10.20.0.2/16", Since: timestamppb.New(time.Now().Add(-time.Minute))}}
+		// n1 re-announces the tenant's routes; n2's speaker refused them.
+		b := h.TenantBgp[0]
+		b.ReannounceSince = timestamppb.New(time.Now().Add(-time.Minute))
+		if id == "n1" {
+			b.Reannounced, b.FabricSessions = 3, 2
+		} else {
+			b.ReannounceError = "announce tenant route 10.2.0.0/24: " + hostile
+		}
 		return h
 	}
 	c := &netCluster{cluster: &cluster{
@@ -131,6 +138,9 @@ func TestTenantPagesInBrowser(t *testing.T) {
 	  if (miss.length) return "missing " + JSON.stringify(miss);
 	  if (document.querySelectorAll("#main img, #main [onerror]").length) return "the tenant's markup made an element";
 	  if (dns.querySelectorAll('td[data-state="answered"]').length !== 6 || dns.querySelectorAll('td[data-state="left-out"]').length !== 6) return "dns cells: " + dns.innerText.slice(0, 300);
+	  const up = document.querySelector('#main [data-reannounce="ok"]'), down = document.querySelector('#main [data-reannounce="failed"]');
+	  if (!up || !up.innerText.includes("re-announced 3 on 2 fabric sessions since") || !down || !down.innerText.includes("not re-announced since") || !down.innerText.includes("announce tenant route 10.2.0.0/24: <img"))
+	    return "re-announcement: " + (up ? up.innerText : "none") + " / " + (down ? down.innerText : "none");
 	  if (document.querySelectorAll("#main time.seen.stale").length) return "stale ages while every host answers";
 	  return "";
 	})()`)

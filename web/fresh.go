@@ -97,7 +97,7 @@ func (f *freshness) settle(prev, cur *Snapshot, obs *pb.ObserveResponse, interva
 		// A host's own report from an earlier read stays, marked
 		// unreachable, with when it was observed.
 		cur.Hosts = keepHosts(prev.Hosts, cur.Hosts, cur.Cluster.Nodes)
-		// So does its report of the tenants' BGP.
+		// So do its reports of the tenants' BGP and attachments.
 		// (Without an observation no host's report is in this read.)
 		bgpAnswered := answered
 		if obs == nil {

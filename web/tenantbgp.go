@@ -70,6 +70,15 @@ type BGPHost struct {
 	// Closed counts the sessions closed for their prefix count or update
 	// rate (state prefix-limit, or a reason naming the bound).
 	Closed int `json:"closed"`
+	// With bgp.reannounce: the tenant's routes the host announces to its
+	// fabric routers, or why its speaker did not take them, since when
+	// (all empty without reannounce, or from a host that does not say).
+	Reannounced     uint32     `json:"reannounced,omitempty"`
+	ReannounceError string     `json:"reannounceError,omitempty"`
+	ReannounceSince *time.Time `json:"reannounceSince,omitempty"`
+	// FabricSessions are the host's established sessions with its fabric
+	// routers: with none, the routes re-announced reach no router.
+	FabricSessions uint32 `json:"fabricSessions"`
 	// routes are the prefixes listed, for /api/bgp (not streamed).
 	routes []BGPRoute
 }
@@ -122,6 +131,11 @@ func bgpViews(hosts []*pb.HostObservation, now time.Time) []TenantBGP {
 			}
 			v := BGPHost{Node: h.GetNodeId(), Reachable: true, Observed: now, Problem: clip(o.GetProblem()), Sessions: []BGPSession{},
 				Accepted: o.GetAcceptedCount(), Dropped: o.GetDroppedCount()}
+			if o.GetReannounceSince() != nil {
+				since := o.GetReannounceSince().AsTime()
+				v.Reannounced, v.ReannounceError, v.ReannounceSince = o.GetReannounced(), clip(o.GetReannounceError()), &since
+				v.FabricSessions = o.GetFabricSessions()
+			}
 			for _, s := range o.GetSessions() {
 				c := closedStates[s.GetState()]
 				if c != "" {

@@ -313,3 +313,35 @@ func TestStreamBoundsSessions(t *testing.T) {
 		t.Errorf("clip: %q", c)
 	}
 }
+
+// TestTenantBGPReannounceView: the stream carries, per host, how many of
+// a tenant's routes it re-announces to its fabric routers and since
+// when, or why it cannot (cut to its bound); a host that says nothing of
+// it carries nothing.
+func TestTenantBGPReannounceView(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	since := now.Add(-time.Minute)
+	hosts := []*pb.HostObservation{tenantBGP("n1", 3), tenantBGP("n2", 3), tenantBGP("n3", 3)}
+	hosts[0].TenantBgp[0].Reannounced, hosts[0].TenantBgp[0].ReannounceSince, hosts[0].TenantBgp[0].FabricSessions = 3, timestamppb.New(since), 2
+	hosts[1].TenantBgp[0].ReannounceError, hosts[1].TenantBgp[0].ReannounceSince = hostile+strings.Repeat("z", 1000), timestamppb.New(since)
+	c := &netCluster{cluster: &cluster{
+		status: &pb.ClusterStatusResponse{LeaderId: "n1", Nodes: []*pb.NodeStatus{node("n1", "leader", true), node("n2", "follower", true), node("n3", "follower", true)}},
+		obs:    &pb.ObserveResponse{Hosts: hosts},
+		objs:   map[string][]*pb.Object{"Tenant": {acmeTenant()}},
+	}}
+	s, get := newNetServer(t, c, &now)
+	hs := s.current(0, time.Time{}).Snapshot.BGP[0].Hosts
+	if n1 := hs[0]; n1.Reannounced != 3 || n1.ReannounceError != "" || n1.ReannounceSince == nil || !n1.ReannounceSince.Equal(since) {
+		t.Errorf("n1: reannounced %d, error %q, since %v", n1.Reannounced, n1.ReannounceError, n1.ReannounceSince)
+	}
+	if n2 := hs[1]; !strings.HasPrefix(n2.ReannounceError, hostile) || len(n2.ReannounceError) > textMax+30 || n2.ReannounceSince == nil {
+		t.Errorf("n2: error %.80q (%d bytes), since %v", n2.ReannounceError, len(n2.ReannounceError), n2.ReannounceSince)
+	}
+	if n3 := hs[2]; n3.ReannounceSince != nil || n3.ReannounceError != "" {
+		t.Errorf("n3 says nothing of it, yet carries %+v", n3)
+	}
+	if _, body := get("/api/snapshot"); !strings.Contains(string(body), `"reannounced":3,"reannounceSince":"2026-01-02T03:03:05Z","fabricSessions":2`) || strings.Contains(string(body), "<img") {
+		t.Errorf("the streamed snapshot: %.600s", body)
+	}
+}

@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"io"
+	"maps"
 	"net/netip"
 	"slices"
 	"time"
@@ -19,10 +20,19 @@ func writeTenantAttachment(w io.Writer, now time.Time, tn *pb.Tenant, hosts []*p
 		return
 	}
 	v := a.GetVxlan()
-	fmt.Fprintf(w, "\nAttachment (namespace %s on each host, VXLAN VNI %d port %d to %s, MTU %d)\n",
-		api.AttachmentNamespace(tn.GetName()), v.GetVni(), api.VXLANPort(a), list(v.GetRemotes()), api.AttachmentMTU(a))
+	via := ""
+	if u := v.GetUnderlay(); u != "" {
+		via = " over " + u
+	}
+	gw := ""
+	if g := a.GetGateway(); g != "" {
+		gw = ", the tenant's other networks through " + g
+	}
+	fmt.Fprintf(w, "\nAttachment (namespace %s on each host, VXLAN VNI %d port %d to %s%s, MTU %d%s)\n",
+		api.AttachmentNamespace(tn.GetName()), v.GetVni(), api.VXLANPort(a), list(v.GetRemotes()), via, api.AttachmentMTU(a), gw)
 	t := newTable(w)
 	t.row("  HOST", "ADDRESS", "STATE", "SINCE", "REASON")
+	known := map[string]bool{}
 	for _, h := range hosts {
 		found := false
 		for _, o := range h.GetTenantAttachments() {
@@ -34,6 +44,12 @@ func writeTenantAttachment(w io.Writer, now time.Time, tn *pb.Tenant, hosts []*p
 		}
 		if !found && h.GetReachable() {
 			t.row("  "+h.GetNodeId(), orDash(a.GetHosts()[h.GetNodeId()]), "unknown", "-", "the host reports no attachment (an older release, or the change has not reached it yet)")
+		}
+		known[h.GetNodeId()] = true
+	}
+	for _, id := range slices.Sorted(maps.Keys(a.GetHosts())) {
+		if !known[id] {
+			t.row("  "+id, a.GetHosts()[id], "no such host", "-", "attachment.hosts names it, but no host of the cluster has this node id, so none attaches it; cluster status lists the node ids")
 		}
 	}
 	_ = t.flush()

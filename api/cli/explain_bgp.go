@@ -16,11 +16,16 @@ func writeTenantBGP(w io.Writer, now time.Time, tn *pb.Tenant, hosts []*pb.HostO
 	if b == nil {
 		return
 	}
-	fmt.Fprintf(w, "\nBGP (asn %d, peers %s, at most %d prefixes per session)\n", b.GetAsn(), list(b.GetPeers()), api.TenantBGPMaxPrefixes(b))
+	up := "not re-announced to the fabric routers"
+	if b.GetReannounce() {
+		up = "re-announced to the fabric routers with community " + b.GetCommunity()
+	}
+	fmt.Fprintf(w, "\nBGP (asn %d, peers %s, at most %d prefixes per session and %d on each host together; %s)\n",
+		b.GetAsn(), list(b.GetPeers()), api.TenantBGPMaxPrefixes(b), api.TenantBGPMaxPrefixesTotal(b), up)
 	sessions, routes := newTable(w), newTable(w)
 	sessions.row("  HOST", "PEER", "STATE", "SINCE", "PREFIXES", "REASON")
 	routes.row("  HOST", "PREFIX", "NEXT HOP", "PEER", "ROUTE")
-	var problems []string
+	var problems, upstream []string
 	more := 0
 	for _, h := range hosts {
 		for _, o := range h.GetTenantBgp() {
@@ -30,6 +35,9 @@ func writeTenantBGP(w io.Writer, now time.Time, tn *pb.Tenant, hosts []*pb.HostO
 			if o.GetProblem() != "" {
 				problems = append(problems, fmt.Sprintf("  %s: %s", h.GetNodeId(), o.GetProblem()))
 				continue
+			}
+			if b.GetReannounce() {
+				upstream = append(upstream, "  "+h.GetNodeId()+": "+reannounceText(now, o))
 			}
 			for _, s := range o.GetSessions() {
 				sessions.row("  "+h.GetNodeId(), s.GetPeer(), s.GetState(), stamp(now, s.GetSince()), fmt.Sprint(s.GetReceived()), s.GetReason())
@@ -47,9 +55,42 @@ func writeTenantBGP(w io.Writer, now time.Time, tn *pb.Tenant, hosts []*pb.HostO
 	for _, p := range problems {
 		fmt.Fprintln(w, p)
 	}
+	if len(upstream) > 0 {
+		fmt.Fprintln(w, "\nRe-announced to the fabric routers")
+		for _, u := range upstream {
+			fmt.Fprintln(w, u)
+		}
+	}
 	fmt.Fprintln(w, "\nRoutes from the tenant's speakers")
 	_ = routes.flush()
 	if more > 0 {
 		fmt.Fprintf(w, "  (%d more not listed; each host lists at most 100 accepted and 100 dropped)\n", more)
 	}
+}
+
+// tenantCPUText says how much CPU each host lets the tenant spend.
+func tenantCPUText(tn *pb.Tenant) string {
+	if mc := tn.GetQuotas().GetCpuMillicores(); mc != 0 {
+		return fmt.Sprintf("%d millicores on each host (quotas.cpuMillicores)", mc)
+	}
+	return "each host's serve --cpu-per-tenant, by default a quarter of its CPUs (quotas.cpuMillicores unset)"
+}
+
+// reannounceText says what one host re-announces of a tenant's routes.
+func reannounceText(now time.Time, o *pb.TenantBGPObservation) string {
+	switch {
+	case o.GetReannounceError() != "":
+		return fmt.Sprintf("cannot announce the tenant's routes since %s: %s (tried again at each pass)", stamp(now, o.GetReannounceSince()), o.GetReannounceError())
+	case o.GetReannounceSince() != nil:
+		n := o.GetReannounced()
+		unit := "routes"
+		if n == 1 {
+			unit = "route"
+		}
+		if o.GetFabricSessions() == 0 {
+			return fmt.Sprintf("%d %s given to its speaker since %s, but it has no established session with a fabric router (its serve config's bgp.peers): they reach none", n, unit, stamp(now, o.GetReannounceSince()))
+		}
+		return fmt.Sprintf("%d %s on %d established fabric sessions since %s", n, unit, o.GetFabricSessions(), stamp(now, o.GetReannounceSince()))
+	}
+	return "reports nothing (an older release, or the change has not reached it yet)"
 }

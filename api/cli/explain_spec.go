@@ -37,6 +37,12 @@ func listenerText(l *pb.Listener) string {
 	if n := len(l.GetSniRoutes()); n > 0 {
 		what = append(what, fmt.Sprintf("%d server-name routes", n))
 	}
+	switch {
+	case l.GetHttp3ZeroRtt():
+		what = append(what, "HTTP/3 with 0-RTT (early GET, HEAD and OPTIONS served, others answered 425)")
+	case l.GetHttp3():
+		what = append(what, "HTTP/3")
+	}
 	if l.GetRedirectToHttps() {
 		what = append(what, "redirects to https")
 	}

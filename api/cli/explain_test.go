@@ -129,7 +129,7 @@ func refusedByValidation(f *fakeAdmin) []*pb.HostObservation {
 // closed for its prefix count, and lb2 has no bgp: section.
 func tenantBGP(f *fakeAdmin) []*pb.HostObservation {
 	t := f.objs[key(&pb.ObjectRef{Kind: api.KindTenant, Name: "acme"})].GetTenant()
-	t.Bgp = &pb.TenantBGP{Asn: 64600, Peers: []string{"10.20.0.5", "10.20.0.6"}, MaxPrefixes: 50}
+	t.Bgp = &pb.TenantBGP{Asn: 64600, Peers: []string{"10.20.0.5", "10.20.0.6"}, MaxPrefixes: 50, MaxPrefixesTotal: 80, Reannounce: true, Community: "64512:100"}
 	hosts := f.servingHosts()
 	since := timestamppb.New(f.now.Add(-90 * time.Second))
 	hosts[0].TenantBgp = []*pb.TenantBGPObservation{{
@@ -144,6 +144,7 @@ func tenantBGP(f *fakeAdmin) []*pb.HostObservation {
 			{Prefix: "10.30.0.0/16", NextHop: "10.20.0.5", Peer: "10.20.0.5", Reason: "outside the tenant's networks"},
 		},
 		AcceptedCount: 1, DroppedCount: 2,
+		Reannounced: 1, ReannounceSince: since, FabricSessions: 2,
 	}}
 	hosts[1].TenantBgp = []*pb.TenantBGPObservation{{Tenant: "acme", Problem: "this host has no bgp: section in its serve config (bgp.asn): it does not peer with the tenant's speakers nor install their routes"}}
 	return hosts

@@ -169,6 +169,11 @@ func filterHost(h *pb.HostObservation, f observe.Filter, req *pb.ObserveRequest)
 			out.TenantUsage = append(out.TenantUsage, u)
 		}
 	}
+	for _, a := range h.TenantAttachments {
+		if f.MatchTenant(a.Tenant) {
+			out.TenantAttachments = append(out.TenantAttachments, a)
+		}
+	}
 	for _, c := range h.Certificates {
 		if f.MatchTenant(c.Tenant) {
 			out.Certificates = append(out.Certificates, c)

@@ -18,8 +18,11 @@ import (
 // quotaFlag is one --max-* flag of tenant create and update.
 type quotaFlag struct {
 	flag, help string
-	field      func(*pb.Quotas) *uint32
-	n          int
+	// def is the default in words, for a quota whose default is not a
+	// number every host shares (api.DefaultQuotas leaves it 0).
+	def   string
+	field func(*pb.Quotas) *uint32
+	n     int
 }
 
 // quotaFlags are the --max-* flags; their defaults come from
@@ -43,7 +46,7 @@ func newQuotaFlags() quotaFlags {
 		{flag: "max-regex-matches", help: "most regular expressions over all the tenant's load balancers", field: func(q *pb.Quotas) *uint32 { return &q.RegexMatches }},
 		{flag: "regex-cpu-millicores", help: "CPU each LB host may spend matching the tenant's regular expressions, in thousandths of a core", field: func(q *pb.Quotas) *uint32 { return &q.RegexCpuMillicores }},
 		{flag: "waf-cpu-millicores", help: "CPU each LB host may spend inspecting the tenant's requests with the WAF, in thousandths of a core", field: func(q *pb.Quotas) *uint32 { return &q.WafCpuMillicores }},
-		{flag: "cpu-millicores", help: "CPU each LB host may spend on everything the tenant makes it compute, in thousandths of a core (0: a quarter of the host's CPUs)", field: func(q *pb.Quotas) *uint32 { return &q.CpuMillicores }},
+		{flag: "cpu-millicores", help: "CPU each LB host may spend on everything the tenant makes it compute, in thousandths of a core", def: "each host's serve --cpu-per-tenant, by default a quarter of its CPUs", field: func(q *pb.Quotas) *uint32 { return &q.CpuMillicores }},
 		{flag: "max-rate-limit-keys", help: "most client keys each LB host tracks for the tenant's rate limits at once (about 100 bytes each)", field: func(q *pb.Quotas) *uint32 { return &q.RateLimitKeys }},
 	}
 }
@@ -51,7 +54,11 @@ func newQuotaFlags() quotaFlags {
 func (qf quotaFlags) register(f *pflag.FlagSet) {
 	d := api.DefaultQuotas()
 	for _, l := range qf {
-		f.IntVar(&l.n, l.flag, 0, fmt.Sprintf("%s (0: the default, %d)", l.help, *l.field(d)))
+		def := l.def
+		if def == "" {
+			def = fmt.Sprint(*l.field(d))
+		}
+		f.IntVar(&l.n, l.flag, 0, fmt.Sprintf("%s (0: the default, %s)", l.help, def))
 	}
 }
 

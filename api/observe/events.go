@@ -26,7 +26,11 @@ const (
 	// EventTenantThrottled: a tenant's changes wait for its write budget
 	// (quotas.writeBytesPerSecond) on the host.
 	EventTenantThrottled = "tenant-throttled"
-	EventLeaderChange    = "leader-change"
+	// EventTenantOutdated: a tenant's stream ended because a load
+	// balancer its change writes was written by another stream or the
+	// operator since the stream read it (the fence); its agent resyncs.
+	EventTenantOutdated = "tenant-outdated"
+	EventLeaderChange   = "leader-change"
 	// EventRouteDropped: a tenant's BGP speaker announced a route that
 	// was dropped, or its session was closed for its prefix count.
 	EventRouteDropped = "route-dropped"

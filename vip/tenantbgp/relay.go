@@ -75,6 +75,9 @@ type Config struct {
 	// whole set, each prefix with its tenant's community, whenever it
 	// changes (upstream.go), and again after it returned an error.
 	Reannounce func(map[netip.Prefix]uint32) error
+	// FabricSessions, when set, counts the host's established sessions
+	// with its fabric routers, for the observation of re-announcing.
+	FabricSessions func() int
 }
 
 // Installer puts the desired set of routes in place (the whole set every
@@ -282,6 +285,7 @@ func (r *Relay) pass(ctx context.Context) {
 		if l := r.lists[name]; l != nil {
 			o.Accepted, o.AcceptedCount, o.Dropped, o.DroppedCount = l.accepted, l.nAccepted, l.dropped, l.nDropped
 		}
+		r.observeUpstream(w.tenants[name], name, o)
 		obs[name] = o
 	}
 	for _, peer := range sortedAddrs(r.peers) {

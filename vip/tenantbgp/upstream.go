@@ -3,16 +3,24 @@ package tenantbgp
 import (
 	"maps"
 	"net/netip"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/teapot-lb/teapot-lb/api"
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
 
 // upstream is what the relay last gave Config.Reannounce, and whether it
-// took it.
+// took it: the routes of each tenant it holds, or why it did not take
+// them (err), and since when (explain tenant shows them).
 type upstream struct {
-	sent  map[netip.Prefix]uint32
-	world *world
-	ok    bool
+	sent    map[netip.Prefix]uint32
+	world   *world
+	ok      bool
+	tenants map[string]uint32
+	err     string
+	since   time.Time
 }
 
 // reannounce gives Config.Reannounce the accepted routes of the tenants
@@ -24,6 +32,7 @@ func (r *Relay) reannounce(w *world, installed bool) {
 		return
 	}
 	want := map[netip.Prefix]uint32{}
+	count := map[string]uint32{}
 	for a, pr := range r.judged {
 		t := w.tenants[w.peers[a]]
 		if t == nil || !t.bgp.GetReannounce() {
@@ -36,17 +45,42 @@ func (r *Relay) reannounce(w *world, installed bool) {
 		for p, j := range pr.routes {
 			if j.reason == "" && r.failed[p] == nil {
 				want[p] = c
+				count[w.peers[a]]++
 			}
 		}
 	}
 	if r.up.ok && maps.Equal(want, r.up.sent) {
-		r.up.world = w
+		r.up.world, r.up.tenants = w, count
 		return
 	}
 	if err := r.cfg.Reannounce(want); err != nil {
-		r.up.ok = false
+		if r.up.ok || r.up.since.IsZero() || r.up.err != err.Error() {
+			r.up.since = time.Now()
+		}
+		r.up.ok, r.up.err = false, err.Error()
 		r.log.Warn("cannot announce the tenants' routes upstream; tries again at the next pass", "err", err)
 		return
 	}
-	r.up = upstream{sent: want, world: w, ok: true}
+	since := r.up.since
+	if !r.up.ok || !maps.Equal(count, r.up.tenants) || since.IsZero() {
+		since = time.Now()
+	}
+	r.up = upstream{sent: want, world: w, ok: true, tenants: count, since: since}
+}
+
+// observeUpstream adds to o what this host re-announces of tenant's
+// routes, or why it cannot, when the tenant has bgp.reannounce.
+func (r *Relay) observeUpstream(t *tenantRules, name string, o *pb.TenantBGPObservation) {
+	if t == nil || !t.bgp.GetReannounce() || r.cfg.Reannounce == nil || r.up.since.IsZero() {
+		return
+	}
+	o.ReannounceSince = timestamppb.New(r.up.since)
+	if !r.up.ok {
+		o.ReannounceError = r.up.err
+		return
+	}
+	o.Reannounced = r.up.tenants[name]
+	if r.cfg.FabricSessions != nil {
+		o.FabricSessions = uint32(max(0, r.cfg.FabricSessions()))
+	}
 }

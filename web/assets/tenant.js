@@ -110,6 +110,11 @@ function bgpSessions(s, name) {
   h += `<div class="cards">` + t.hosts.map(x => card(x.node, `${badge("accepted", "ok")} <span class="num">${esc(x.accepted)}</span> ` +
     `${badge("dropped", x.dropped ? "bad" : "ok")} <span class="num">${esc(x.dropped)}</span>` +
     (x.closed ? ` <div class="reason">${esc(x.closed)} session${x.closed > 1 ? "s" : ""} closed for a bound</div>` : "") +
+    (x.reannounceSince ? (x.reannounceError
+      ? ` <div data-reannounce="failed">${badge("not re-announced", "bad")} since ${ago(x.reannounceSince)} <span class="reason">${esc(x.reannounceError)}</span></div>`
+      : x.fabricSessions
+        ? ` <div data-reannounce="ok">${badge("re-announced", "ok")} <span class="num">${esc(x.reannounced || 0)}</span> on ${esc(x.fabricSessions)} fabric sessions since ${ago(x.reannounceSince)}</div>`
+        : ` <div data-reannounce="no-fabric">${badge("re-announced", "bad")} <span class="num">${esc(x.reannounced || 0)}</span> since ${ago(x.reannounceSince)} <span class="reason">no session with a fabric router is established: they reach none</span></div>`) : "") +
     ` <div class="muted">data from ${seen(x.observed)}</div>`, x.reachable ? "" : "bad")).join("") + `</div>`;
   return h;
 }

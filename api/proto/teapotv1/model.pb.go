@@ -602,7 +602,8 @@ type Quotas struct {
 	// CPU each LB host may spend on everything the tenant makes it compute
 	// (requests, connections, TLS, HTTP/2 frames, relayed bytes, handshake
 	// and check signatures, regexes, the WAF), in thousandths of a core
-	// (0: a quarter of the host's CPUs).
+	// (0: each host's serve --cpu-per-tenant, by default a quarter of its
+	// CPUs).
 	CpuMillicores uint32 `protobuf:"varint,330,opt,name=cpu_millicores,json=cpuMillicores,proto3" json:"cpu_millicores,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

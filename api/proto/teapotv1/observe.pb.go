@@ -1076,9 +1076,18 @@ type TenantBGPObservation struct {
 	AcceptedCount uint32         `protobuf:"varint,5,opt,name=accepted_count,json=acceptedCount,proto3" json:"accepted_count,omitempty"`
 	DroppedCount  uint32         `protobuf:"varint,6,opt,name=dropped_count,json=droppedCount,proto3" json:"dropped_count,omitempty"`
 	// Why this host has no sessions for the tenant (no bgp: section).
-	Problem       string `protobuf:"bytes,7,opt,name=problem,proto3" json:"problem,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Problem string `protobuf:"bytes,7,opt,name=problem,proto3" json:"problem,omitempty"`
+	// With bgp.reannounce: the tenant's routes this host announces to its
+	// fabric routers now, why the last set could not be announced (tried
+	// again at the next pass), and since when either holds.
+	Reannounced     uint32                 `protobuf:"varint,410,opt,name=reannounced,proto3" json:"reannounced,omitempty"`
+	ReannounceError string                 `protobuf:"bytes,411,opt,name=reannounce_error,json=reannounceError,proto3" json:"reannounce_error,omitempty"`
+	ReannounceSince *timestamppb.Timestamp `protobuf:"bytes,412,opt,name=reannounce_since,json=reannounceSince,proto3" json:"reannounce_since,omitempty"`
+	// The host's sessions with its fabric routers that are established:
+	// with none, the routes re-announced reach no router.
+	FabricSessions uint32 `protobuf:"varint,413,opt,name=fabric_sessions,json=fabricSessions,proto3" json:"fabric_sessions,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *TenantBGPObservation) Reset() {
@@ -1158,6 +1167,34 @@ func (x *TenantBGPObservation) GetProblem() string {
 		return x.Problem
 	}
 	return ""
+}
+
+func (x *TenantBGPObservation) GetReannounced() uint32 {
+	if x != nil {
+		return x.Reannounced
+	}
+	return 0
+}
+
+func (x *TenantBGPObservation) GetReannounceError() string {
+	if x != nil {
+		return x.ReannounceError
+	}
+	return ""
+}
+
+func (x *TenantBGPObservation) GetReannounceSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ReannounceSince
+	}
+	return nil
+}
+
+func (x *TenantBGPObservation) GetFabricSessions() uint32 {
+	if x != nil {
+		return x.FabricSessions
+	}
+	return 0
 }
 
 // TenantBGPSession is one tenant speaker's session with this host.
@@ -2945,7 +2982,7 @@ const file_teapotv1_observe_proto_rawDesc = "" +
 	"\brequests\x18\x06 \x01(\x04R\brequests\x12\x16\n" +
 	"\x06errors\x18\a \x01(\x04R\x06errors\x12.\n" +
 	"\x04time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12)\n" +
-	"\x10interval_seconds\x18\t \x01(\rR\x0fintervalSeconds\"\xb3\x02\n" +
+	"\x10interval_seconds\x18\t \x01(\rR\x0fintervalSeconds\"\xf4\x03\n" +
 	"\x14TenantBGPObservation\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x127\n" +
 	"\bsessions\x18\x02 \x03(\v2\x1b.teapot.v1.TenantBGPSessionR\bsessions\x122\n" +
@@ -2953,7 +2990,11 @@ const file_teapotv1_observe_proto_rawDesc = "" +
 	"\adropped\x18\x04 \x03(\v2\x16.teapot.v1.TenantRouteR\adropped\x12%\n" +
 	"\x0eaccepted_count\x18\x05 \x01(\rR\racceptedCount\x12#\n" +
 	"\rdropped_count\x18\x06 \x01(\rR\fdroppedCount\x12\x18\n" +
-	"\aproblem\x18\a \x01(\tR\aproblem\"\xa2\x01\n" +
+	"\aproblem\x18\a \x01(\tR\aproblem\x12!\n" +
+	"\vreannounced\x18\x9a\x03 \x01(\rR\vreannounced\x12*\n" +
+	"\x10reannounce_error\x18\x9b\x03 \x01(\tR\x0freannounceError\x12F\n" +
+	"\x10reannounce_since\x18\x9c\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x0freannounceSince\x12(\n" +
+	"\x0ffabric_sessions\x18\x9d\x03 \x01(\rR\x0efabricSessions\"\xa2\x01\n" +
 	"\x10TenantBGPSession\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\tR\x04peer\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x16\n" +
@@ -3182,32 +3223,33 @@ var file_teapotv1_observe_proto_depIdxs = []int32{
 	10, // 24: teapot.v1.TenantBGPObservation.sessions:type_name -> teapot.v1.TenantBGPSession
 	11, // 25: teapot.v1.TenantBGPObservation.accepted:type_name -> teapot.v1.TenantRoute
 	11, // 26: teapot.v1.TenantBGPObservation.dropped:type_name -> teapot.v1.TenantRoute
-	32, // 27: teapot.v1.TenantBGPSession.since:type_name -> google.protobuf.Timestamp
-	14, // 28: teapot.v1.DNSZoneObservation.push:type_name -> teapot.v1.DNSPushObservation
-	32, // 29: teapot.v1.DNSZoneObservation.rollover_started:type_name -> google.protobuf.Timestamp
-	32, // 30: teapot.v1.DNSZoneObservation.rollover_finish_after:type_name -> google.protobuf.Timestamp
-	32, // 31: teapot.v1.DNSPushObservation.last_success:type_name -> google.protobuf.Timestamp
-	32, // 32: teapot.v1.DNSPushObservation.last_error_at:type_name -> google.protobuf.Timestamp
-	32, // 33: teapot.v1.ListenerObservation.since:type_name -> google.protobuf.Timestamp
-	17, // 34: teapot.v1.PoolObservation.members:type_name -> teapot.v1.MemberObservation
-	32, // 35: teapot.v1.MemberObservation.last_check:type_name -> google.protobuf.Timestamp
-	18, // 36: teapot.v1.MemberObservation.passive:type_name -> teapot.v1.PassiveHealth
-	19, // 37: teapot.v1.PassiveHealth.failures:type_name -> teapot.v1.PassiveFailure
-	32, // 38: teapot.v1.CertificateObservation.not_after:type_name -> google.protobuf.Timestamp
-	29, // 39: teapot.v1.TrafficObservation.requests:type_name -> teapot.v1.TrafficObservation.RequestsEntry
-	8,  // 40: teapot.v1.TrafficObservation.members:type_name -> teapot.v1.MemberTraffic
-	4,  // 41: teapot.v1.TrafficObservation.last:type_name -> teapot.v1.HistoryPoint
-	32, // 42: teapot.v1.Event.time:type_name -> google.protobuf.Timestamp
-	30, // 43: teapot.v1.EventsRequest.after:type_name -> teapot.v1.EventsRequest.AfterEntry
-	23, // 44: teapot.v1.EventsResponse.events:type_name -> teapot.v1.Event
-	31, // 45: teapot.v1.EventsResponse.cursor:type_name -> teapot.v1.EventsResponse.CursorEntry
-	32, // 46: teapot.v1.VIPHolding.since:type_name -> google.protobuf.Timestamp
-	32, // 47: teapot.v1.TenantAttachmentObservation.since:type_name -> google.protobuf.Timestamp
-	48, // [48:48] is the sub-list for method output_type
-	48, // [48:48] is the sub-list for method input_type
-	48, // [48:48] is the sub-list for extension type_name
-	48, // [48:48] is the sub-list for extension extendee
-	0,  // [0:48] is the sub-list for field type_name
+	32, // 27: teapot.v1.TenantBGPObservation.reannounce_since:type_name -> google.protobuf.Timestamp
+	32, // 28: teapot.v1.TenantBGPSession.since:type_name -> google.protobuf.Timestamp
+	14, // 29: teapot.v1.DNSZoneObservation.push:type_name -> teapot.v1.DNSPushObservation
+	32, // 30: teapot.v1.DNSZoneObservation.rollover_started:type_name -> google.protobuf.Timestamp
+	32, // 31: teapot.v1.DNSZoneObservation.rollover_finish_after:type_name -> google.protobuf.Timestamp
+	32, // 32: teapot.v1.DNSPushObservation.last_success:type_name -> google.protobuf.Timestamp
+	32, // 33: teapot.v1.DNSPushObservation.last_error_at:type_name -> google.protobuf.Timestamp
+	32, // 34: teapot.v1.ListenerObservation.since:type_name -> google.protobuf.Timestamp
+	17, // 35: teapot.v1.PoolObservation.members:type_name -> teapot.v1.MemberObservation
+	32, // 36: teapot.v1.MemberObservation.last_check:type_name -> google.protobuf.Timestamp
+	18, // 37: teapot.v1.MemberObservation.passive:type_name -> teapot.v1.PassiveHealth
+	19, // 38: teapot.v1.PassiveHealth.failures:type_name -> teapot.v1.PassiveFailure
+	32, // 39: teapot.v1.CertificateObservation.not_after:type_name -> google.protobuf.Timestamp
+	29, // 40: teapot.v1.TrafficObservation.requests:type_name -> teapot.v1.TrafficObservation.RequestsEntry
+	8,  // 41: teapot.v1.TrafficObservation.members:type_name -> teapot.v1.MemberTraffic
+	4,  // 42: teapot.v1.TrafficObservation.last:type_name -> teapot.v1.HistoryPoint
+	32, // 43: teapot.v1.Event.time:type_name -> google.protobuf.Timestamp
+	30, // 44: teapot.v1.EventsRequest.after:type_name -> teapot.v1.EventsRequest.AfterEntry
+	23, // 45: teapot.v1.EventsResponse.events:type_name -> teapot.v1.Event
+	31, // 46: teapot.v1.EventsResponse.cursor:type_name -> teapot.v1.EventsResponse.CursorEntry
+	32, // 47: teapot.v1.VIPHolding.since:type_name -> google.protobuf.Timestamp
+	32, // 48: teapot.v1.TenantAttachmentObservation.since:type_name -> google.protobuf.Timestamp
+	49, // [49:49] is the sub-list for method output_type
+	49, // [49:49] is the sub-list for method input_type
+	49, // [49:49] is the sub-list for extension type_name
+	49, // [49:49] is the sub-list for extension extendee
+	0,  // [0:49] is the sub-list for field type_name
 }
 
 func init() { file_teapotv1_observe_proto_init() }

@@ -1,0 +1,58 @@
+package cli_test
+
+import (
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/teapot-lb/teapot-lb/api"
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+)
+
+// tenantAttached: acme is attached over eth1 with a gateway, for lb1 and
+// for lb9, which is no host of the cluster (it left after the attachment
+// was stored); lb1 has it up, lb2 is not listed. acme's CPU quota is set.
+func tenantAttached(f *fakeAdmin) []*pb.HostObservation {
+	t := f.objs[key(&pb.ObjectRef{Kind: api.KindTenant, Name: "acme"})].GetTenant()
+	t.Quotas = &pb.Quotas{CpuMillicores: 1500}
+	t.Attachment = &pb.TenantAttachment{
+		Vxlan:   &pb.AttachmentVXLAN{Vni: 4100, Remotes: []string{"192.0.2.7", "192.0.2.8"}, Underlay: "eth1"},
+		Hosts:   map[string]string{"lb1": "10.20.0.2/24", "lb9": "10.20.0.9/24"},
+		Gateway: "10.20.0.1",
+		Mtu:     1400,
+	}
+	hosts := f.servingHosts()
+	since := timestamppb.New(f.now.Add(-5 * time.Minute))
+	hosts[0].TenantAttachments = []*pb.TenantAttachmentObservation{{Tenant: "acme", Namespace: "teapot-att-acme", State: "up", Vni: 4100, Address: "10.20.0.2/24", Since: since}}
+	hosts[1].TenantAttachments = []*pb.TenantAttachmentObservation{{Tenant: "acme", Namespace: "teapot-att-acme", State: "not-listed", Vni: 4100, Since: since,
+		Reason: "attachment.hosts lists no address for host lb2; add one to attach it"}}
+	return hosts
+}
+
+// http3Listeners: acme/shop's https listener serves HTTP/3 with 0-RTT.
+func http3Listeners(f *fakeAdmin) []*pb.HostObservation {
+	lb := f.objs[key(&pb.ObjectRef{Kind: api.KindLoadBalancer, Tenant: "acme", Name: "shop"})].GetLoadBalancer()
+	for _, l := range lb.GetListeners() {
+		if l.GetProtocol() == "https" {
+			l.Http3, l.Http3ZeroRtt = true, true
+		}
+	}
+	return f.servingHosts()
+}
+
+// tenantBGPUpstreamRefused: as tenantBGP, but lb1's speaker refused the
+// tenant's routes for its fabric routers.
+func tenantBGPUpstreamRefused(f *fakeAdmin) []*pb.HostObservation {
+	hosts := tenantBGP(f)
+	o := hosts[0].TenantBgp[0]
+	o.Reannounced, o.ReannounceError = 0, "announce tenant route 10.20.64.0/26: the speaker is stopping"
+	return hosts
+}
+
+// tenantBGPNoFabric: as tenantBGP, but lb1 has no established session
+// with a fabric router.
+func tenantBGPNoFabric(f *fakeAdmin) []*pb.HostObservation {
+	hosts := tenantBGP(f)
+	hosts[0].TenantBgp[0].FabricSessions = 0
+	return hosts
+}
