@@ -78,7 +78,7 @@ pools:
 	}
 	waitFor(t, 15*time.Second, "the budget of quotas.cpuMillicores", budget(0.7))
 	out, err := c.cli(n, "explain", "tenant", "cpu")
-	if err != nil || !strings.Contains(out, "cpu:       700 millicores on each host (quotas.cpuMillicores)") {
+	if err != nil || !strings.Contains(out, "CPU budget (quotas.cpuMillicores: 0.70 cores;") {
 		t.Fatalf("explain tenant: %v\n%s", err, out)
 	}
 	if out, err := c.cli(n, "tenant", "update", "cpu", "--cpu-millicores", "0"); err != nil {

@@ -294,7 +294,6 @@ func (a *app) explainTenant(ctx context.Context, w io.Writer, c *client.Conn, na
 	fmt.Fprintf(w, "Tenant %s\n", name)
 	fmt.Fprintf(w, "  revision:  %d (created %s, last changed %s)\n", tn.GetMeta().GetRevision(), stamp(now, tn.GetMeta().GetCreated()), stamp(now, tn.GetMeta().GetUpdated()))
 	fmt.Fprintf(w, "  domains:   %s\n  networks:  %s\n  pools:     %s\n", orDash(list(tn.GetDomains())), orDash(list(tn.GetNetworks())), orDash(list(tn.GetPools())))
-	fmt.Fprintf(w, "  cpu:       %s\n", tenantCPUText(tn))
 	if n := len(tn.GetRevokedCredentials()); n > 0 {
 		fmt.Fprintf(w, "  revoked credentials: %d\n", n)
 	}

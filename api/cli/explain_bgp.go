@@ -68,14 +68,6 @@ func writeTenantBGP(w io.Writer, now time.Time, tn *pb.Tenant, hosts []*pb.HostO
 	}
 }
 
-// tenantCPUText says how much CPU each host lets the tenant spend.
-func tenantCPUText(tn *pb.Tenant) string {
-	if mc := tn.GetQuotas().GetCpuMillicores(); mc != 0 {
-		return fmt.Sprintf("%d millicores on each host (quotas.cpuMillicores)", mc)
-	}
-	return "each host's serve --cpu-per-tenant, by default a quarter of its CPUs (quotas.cpuMillicores unset)"
-}
-
 // reannounceText says what one host re-announces of a tenant's routes.
 func reannounceText(now time.Time, o *pb.TenantBGPObservation) string {
 	switch {
