@@ -61,6 +61,11 @@ func readSchedStat(pid int) (schedStat, error) {
 // schedNote says what the host spent and waited for a CPU since before,
 // over wall, with the machine's load average.
 func schedNote(pid int, before schedStat, wall time.Duration) string {
+	return procNote("host", pid, before, wall)
+}
+
+// procNote is schedNote for the process named who.
+func procNote(who string, pid int, before schedStat, wall time.Duration) string {
 	after, err := readSchedStat(pid)
 	if err != nil {
 		return err.Error()
@@ -70,6 +75,43 @@ func schedNote(pid int, before schedStat, wall time.Duration) string {
 	if f := string(load); len(f) > 0 {
 		fmt.Sscan(f, &la)
 	}
-	return fmt.Sprintf("host: %.2f cores busy, its threads waited %.2f s for a CPU in %.0f s (load average %s)",
-		(after.cpu-before.cpu).Seconds()/wall.Seconds(), max(0, after.wait-before.wait).Seconds(), wall.Seconds(), la)
+	return fmt.Sprintf("%s: %.2f cores busy, its threads waited %.2f s for a CPU in %.0f s (load average %s)",
+		who, (after.cpu-before.cpu).Seconds()/wall.Seconds(), max(0, after.wait-before.wait).Seconds(), wall.Seconds(), la)
+}
+
+// readBarrier is the host's teapot_lb_read_barrier_seconds: how many
+// linearizable reads it served, how long they waited in all, and how
+// many waited over 10 ms.
+type readBarrier struct{ count, sum, over10ms float64 }
+
+func scrapeReadBarrier(n *node) (readBarrier, error) {
+	ss, err := scrape(n)
+	if err != nil {
+		return readBarrier{}, err
+	}
+	var r readBarrier
+	for _, s := range ss["teapot_lb_read_barrier_seconds_count"] {
+		r.count = s.value
+	}
+	for _, s := range ss["teapot_lb_read_barrier_seconds_sum"] {
+		r.sum = s.value
+	}
+	for _, s := range ss["teapot_lb_read_barrier_seconds_bucket"] {
+		if s.labels["le"] == "0.01" {
+			r.over10ms = r.count - s.value
+		}
+	}
+	return r, nil
+}
+
+// readBarrierNote says how long the phase's linearizable reads waited
+// before they could read the host's state (the Raft read index and the
+// apply up to it).
+func readBarrierNote(n *node, before readBarrier) string {
+	now, err := scrapeReadBarrier(n)
+	if err != nil {
+		return "read barrier: " + err.Error()
+	}
+	return fmt.Sprintf("read barrier: %.0f reads waited %.1f ms in all, %.0f over 10 ms",
+		now.count-before.count, (now.sum-before.sum)*1000, now.over10ms-before.over10ms)
 }
