@@ -189,9 +189,11 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 	vm.SetStateContact(node.LeaderContact)
 	rules := adminserver.DefaultRules
 	guard := connguard.New(connguard.Config{Logger: log})
+	adminTiming := adminserver.NewTiming()
 	srv := grpc.NewServer(
 		grpc.Creds(guard.Credentials(credentials.NewTLS(node.ServerTLS()))),
 		grpc.ChainUnaryInterceptor(rules.Unary()),
+		grpc.StatsHandler(adminTiming),
 		grpc.ChainStreamInterceptor(rules.Stream()),
 	)
 	admin := adminserver.New(node).WithDashboardSigner(node.CA().Key)
@@ -269,7 +271,7 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 	host.Add(cm)
 	host.Add(vm)
 	host.Add(dnsSrv)
-	if err := serveMetrics(ctx, msrv, counters, px, node, tenants, cm, vm, append(dnsSrv.Collectors(), guard.Collector(), relay.Collector(), attachmentCollector{attachments}, px.EdgeCollector(), px.DataPathCollector(), cpu.Collector())...); err != nil {
+	if err := serveMetrics(ctx, msrv, counters, px, node, tenants, cm, vm, append(dnsSrv.Collectors(), guard.Collector(), adminTiming.Collector(), relay.Collector(), attachmentCollector{attachments}, px.EdgeCollector(), px.DataPathCollector(), cpu.Collector())...); err != nil {
 		log.Error("metrics are off", "component", "metrics", "err", err)
 	}
 	if webLn != nil {

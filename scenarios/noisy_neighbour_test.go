@@ -221,7 +221,7 @@ func runNoisyNeighbour(tb testing.TB) []noisyRow {
 		profiled := profilePhase(tb, l, ph.name)
 		sched, _ := readSchedStat(pid)
 		own, _ := readSchedStat(os.Getpid())
-		reads, _ := scrapeReadBarrier(l.n)
+		reads := scrapeHostReads(l.n)
 		n := ph.run(tb, l, b)
 		<-profiled
 		if rest := minPhase - time.Since(start); rest > 0 {
@@ -230,7 +230,7 @@ func runNoisyNeighbour(tb testing.TB) []noisyRow {
 		// The test process (a's probers, the admin's calls and b's
 		// clients) shares the machine with the host: what it spent and
 		// waited tells the machine's load from the host's.
-		n = append(n, schedNote(pid, sched, time.Since(start)), procNote("test process", os.Getpid(), own, time.Since(start)), readBarrierNote(l.n, reads))
+		n = append(n, schedNote(pid, sched, time.Since(start)), procNote("test process", os.Getpid(), own, time.Since(start)), hostReadsNote(l.n, reads))
 		names = append(names, ph.name)
 		notes = append(notes, append(n, fmt.Sprintf("%.0fs", time.Since(start).Seconds())))
 	}

@@ -2,6 +2,7 @@ package scenarios
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -79,39 +80,73 @@ func procNote(who string, pid int, before schedStat, wall time.Duration) string 
 		who, (after.cpu-before.cpu).Seconds()/wall.Seconds(), max(0, after.wait-before.wait).Seconds(), wall.Seconds(), la)
 }
 
-// readBarrier is the host's teapot_lb_read_barrier_seconds: how many
-// linearizable reads it served, how long they waited in all, and how
-// many waited over 10 ms.
-type readBarrier struct{ count, sum, over10ms float64 }
-
-func scrapeReadBarrier(n *node) (readBarrier, error) {
-	ss, err := scrape(n)
-	if err != nil {
-		return readBarrier{}, err
-	}
-	var r readBarrier
-	for _, s := range ss["teapot_lb_read_barrier_seconds_count"] {
-		r.count = s.value
-	}
-	for _, s := range ss["teapot_lb_read_barrier_seconds_sum"] {
-		r.sum = s.value
-	}
-	for _, s := range ss["teapot_lb_read_barrier_seconds_bucket"] {
-		if s.labels["le"] == "0.01" {
-			r.over10ms = r.count - s.value
-		}
-	}
-	return r, nil
+// hostHist is one of the host's histograms, summed over its labels:
+// the count, the sum and the cumulative count of each bucket (by its
+// upper bound, "le").
+type hostHist struct {
+	count, sum float64
+	buckets    map[string]float64
 }
 
-// readBarrierNote says how long the phase's linearizable reads waited
-// before they could read the host's state (the Raft read index and the
-// apply up to it).
-func readBarrierNote(n *node, before readBarrier) string {
-	now, err := scrapeReadBarrier(n)
+func scrapeHist(n *node, name string) (hostHist, error) {
+	ss, err := scrape(n)
 	if err != nil {
-		return "read barrier: " + err.Error()
+		return hostHist{}, err
 	}
-	return fmt.Sprintf("read barrier: %.0f reads waited %.1f ms in all, %.0f over 10 ms",
-		now.count-before.count, (now.sum-before.sum)*1000, now.over10ms-before.over10ms)
+	h := hostHist{buckets: map[string]float64{}}
+	for _, s := range ss[name+"_count"] {
+		h.count += s.value
+	}
+	for _, s := range ss[name+"_sum"] {
+		h.sum += s.value
+	}
+	for _, s := range ss[name+"_bucket"] {
+		h.buckets[s.labels["le"]] += s.value
+	}
+	return h, nil
+}
+
+// since is what h counted after before.
+func (h hostHist) since(before hostHist) hostHist {
+	d := hostHist{count: h.count - before.count, sum: h.sum - before.sum, buckets: map[string]float64{}}
+	for le, v := range h.buckets {
+		d.buckets[le] = v - before.buckets[le]
+	}
+	return d
+}
+
+// over is how many observations exceeded the bucket bound le.
+func (h hostHist) over(le string) float64 { return h.count - h.buckets[le] }
+
+// p99 is the upper bound of the bucket the 99th percentile falls in
+// (seconds; +Inf past the last).
+func (h hostHist) p99() float64 {
+	best := math.Inf(1)
+	for le, v := range h.buckets {
+		b, err := strconv.ParseFloat(le, 64)
+		if err == nil && v >= 0.99*h.count && b < best {
+			best = b
+		}
+	}
+	return best
+}
+
+// hostReads is what the phase's linearizable reads waited before they
+// could read the host's state (the Raft read index and the apply up to
+// it), and the host's own time for the admin calls (headers to answer
+// written): what the admin prober saw beyond that is its machine's.
+type hostReads struct{ barrier, admin hostHist }
+
+func scrapeHostReads(n *node) hostReads {
+	var r hostReads
+	r.barrier, _ = scrapeHist(n, "teapot_lb_read_barrier_seconds")
+	r.admin, _ = scrapeHist(n, "teapot_lb_admin_call_seconds")
+	return r
+}
+
+func hostReadsNote(n *node, before hostReads) string {
+	now := scrapeHostReads(n)
+	b, a := now.barrier.since(before.barrier), now.admin.since(before.admin)
+	return fmt.Sprintf("read barrier: %.0f reads waited %.1f ms in all, %.0f over 10 ms; the host's admin calls: %.0f, p99 <= %.0f ms, %.0f over 250 ms",
+		b.count, b.sum*1000, b.over("0.01"), a.count, a.p99()*1000, a.over("0.25"))
 }
