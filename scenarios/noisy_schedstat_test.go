@@ -88,22 +88,27 @@ type hostHist struct {
 	buckets    map[string]float64
 }
 
-func scrapeHist(n *node, name string) (hostHist, error) {
-	ss, err := scrape(n)
-	if err != nil {
-		return hostHist{}, err
-	}
+// scrapeHist reads the histogram name of the samples whose tenant label
+// is tenant (any, when "").
+func scrapeHist(ss map[string][]sample, name, tenant string) hostHist {
 	h := hostHist{buckets: map[string]float64{}}
+	mine := func(s sample) bool { return tenant == "" || s.labels["tenant"] == tenant }
 	for _, s := range ss[name+"_count"] {
-		h.count += s.value
+		if mine(s) {
+			h.count += s.value
+		}
 	}
 	for _, s := range ss[name+"_sum"] {
-		h.sum += s.value
+		if mine(s) {
+			h.sum += s.value
+		}
 	}
 	for _, s := range ss[name+"_bucket"] {
-		h.buckets[s.labels["le"]] += s.value
+		if mine(s) {
+			h.buckets[s.labels["le"]] += s.value
+		}
 	}
-	return h, nil
+	return h
 }
 
 // since is what h counted after before.
@@ -133,20 +138,34 @@ func (h hostHist) p99() float64 {
 
 // hostReads is what the phase's linearizable reads waited before they
 // could read the host's state (the Raft read index and the apply up to
-// it), and the host's own time for the admin calls (headers to answer
-// written): what the admin prober saw beyond that is its machine's.
-type hostReads struct{ barrier, admin hostHist }
+// it), the host's own time for the admin calls (headers to answer
+// written) and for a's HTTP requests (request head to end of response):
+// what the probers saw beyond those is their machine's.
+type hostReads struct{ barrier, admin, httpA hostHist }
 
 func scrapeHostReads(n *node) hostReads {
-	var r hostReads
-	r.barrier, _ = scrapeHist(n, "teapot_lb_read_barrier_seconds")
-	r.admin, _ = scrapeHist(n, "teapot_lb_admin_call_seconds")
-	return r
+	ss, err := scrape(n)
+	if err != nil {
+		return hostReads{}
+	}
+	return hostReads{barrier: scrapeHist(ss, "teapot_lb_read_barrier_seconds", ""), admin: scrapeHist(ss, "teapot_lb_admin_call_seconds", ""),
+		httpA: scrapeHist(ss, "teapot_lb_http_request_duration_seconds", "a")}
 }
 
-func hostReadsNote(n *node, before hostReads) string {
-	now := scrapeHostReads(n)
-	b, a := now.barrier.since(before.barrier), now.admin.since(before.admin)
-	return fmt.Sprintf("read barrier: %.0f reads waited %.1f ms in all, %.0f over 10 ms; the host's admin calls: %.0f, p99 <= %.0f ms, %.0f over 250 ms",
-		b.count, b.sum*1000, b.over("0.01"), a.count, a.p99()*1000, a.over("0.25"))
+// since is what the host measured after before (nothing when either
+// scrape failed).
+func (r hostReads) since(before hostReads) hostReads {
+	if r.admin.buckets == nil || before.admin.buckets == nil {
+		return hostReads{}
+	}
+	return hostReads{barrier: r.barrier.since(before.barrier), admin: r.admin.since(before.admin), httpA: r.httpA.since(before.httpA)}
+}
+
+func hostReadsNote(d hostReads) string {
+	if d.admin.buckets == nil {
+		return "the host's histograms: not scraped"
+	}
+	b, a, h := d.barrier, d.admin, d.httpA
+	return fmt.Sprintf("read barrier: %.0f reads waited %.1f ms in all, %.0f over 10 ms; on the host: %.0f admin calls, p99 <= %.0f ms, %.0f over 250 ms; %.0f of a's HTTP requests, p99 <= %.0f ms",
+		b.count, b.sum*1000, b.over("0.01"), a.count, a.p99()*1000, a.over("0.25"), h.count, h.p99()*1000)
 }
