@@ -128,18 +128,22 @@ func TestNoisyNeighbour(t *testing.T) {
 	for _, r := range rows[1:] {
 		// The host's own time for the admin calls (headers to answer
 		// written) is held to the goal in every phase of the second
-		// round, whatever the machine adds before and after it, and
-		// "all at once" to allAtOnceGoalFactor times it: at load
-		// averages 11-16 the host took 62-90 admin calls of that phase
-		// with 0-2 over 250 ms and none over 500 ms, while the prober
-		// saw a p99 of 0.4-1.5 s.
+		// round, and "all at once" to allAtOnceGoalFactor times it,
+		// plus the machine's lateness as the probes are (the host's
+		// threads wait for a CPU like the test process's: in a phase
+		// where the machine kept both waiting 92-94 s in 38 s, 3 of
+		// 55 calls took over 250 ms on a host 0.02 of a core busy). At
+		// load averages 11-16 the host took 62-90 admin calls of that
+		// phase with 0-2 over 250 ms and none over 500 ms, while the
+		// prober saw a p99 of 0.4-1.5 s.
 		bound := adminP99Bound
 		if r.name == "all at once" {
 			bound *= allAtOnceGoalFactor
 		}
+		bound += allAtOnceLateFactor * r.late.p99
 		if a := r.host.admin; roundTwo[r.name] && a.count > 0 && a.p99() > bound.Seconds() {
-			t.Errorf("%s: the host answered its admin calls with a p99 over %.0f ms (%.0f of %.0f calls over %.0f ms)",
-				r.name, ms(bound), a.over("0.25"), a.count, ms(adminP99Bound))
+			t.Errorf("%s: the host answered its admin calls with a p99 over %.0f ms (%.0f of %.0f calls over %.0f ms; the test process's timer was %.1f ms late at p99)",
+				r.name, ms(bound), a.over("0.25"), a.count, ms(adminP99Bound), ms(r.late.p99))
 		}
 	}
 	for _, r := range rows {
