@@ -189,9 +189,11 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 	vm.SetStateContact(node.LeaderContact)
 	rules := adminserver.DefaultRules
 	guard := connguard.New(connguard.Config{Logger: log})
+	adminTiming := adminserver.NewTiming()
 	srv := grpc.NewServer(
 		grpc.Creds(guard.Credentials(credentials.NewTLS(node.ServerTLS()))),
 		grpc.ChainUnaryInterceptor(rules.Unary()),
+		grpc.StatsHandler(adminTiming),
 		grpc.ChainStreamInterceptor(rules.Stream()),
 	)
 	admin := adminserver.New(node).WithDashboardSigner(node.CA().Key)
@@ -202,7 +204,14 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 	pb.RegisterClusterServer(srv, node.ClusterService())
 	certAPI := certs.NewService(node)
 	pb.RegisterCertificatesServer(srv, certAPI)
-	tenants := tenantsync.New(tenantsync.Config{Store: node, Logger: log, Events: host.Events().Add, Certificates: certAPI, Observed: plane})
+	// One budget of signature CPU per tenant, drawn on by its listeners'
+	// handshakes and its health checks' client certificates.
+	// Its accountant charges each tenant's host CPU budget
+	// (quotas.cpuMillicores) with what the process spends for it, its
+	// streams' member-health pushes included.
+	cpu := cpubudget.New(cpubudget.Options{Rate: cfg.TLSCPUPerTenant, HostMillicores: int(cfg.CPUPerTenant * 1000)})
+	go cpu.Run(ctx)
+	tenants := tenantsync.New(tenantsync.Config{Store: node, Logger: log, Events: host.Events().Add, Certificates: certAPI, Observed: plane, CPU: tenantCPUs(cpu)})
 	pb.RegisterTenantSyncServer(srv, tenants)
 	pb.RegisterTenantCredentialsServer(srv, tenants.Credentials())
 	served := make(chan error, 1)
@@ -210,12 +219,6 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 	stack.PushFunc(func() { stopGRPC(srv, 3*time.Second) })
 	log.Info("serving API", "component", "api", "addr", cfg.APIAddr)
 
-	// One budget of signature CPU per tenant, drawn on by its listeners'
-	// handshakes and its health checks' client certificates.
-	// Its accountant charges each tenant's host CPU budget
-	// (quotas.cpuMillicores) with what the process spends for it.
-	cpu := cpubudget.New(cpubudget.Options{Rate: cfg.TLSCPUPerTenant, HostMillicores: int(cfg.CPUPerTenant * 1000)})
-	go cpu.Run(ctx)
 	// Certificates: ACME with the configured CA, and those uploaded through
 	// the API, kept in the replicated store. Session ticket keys derive
 	// from the cluster CA's key, so every host resumes the others' sessions.
@@ -268,7 +271,7 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 	host.Add(cm)
 	host.Add(vm)
 	host.Add(dnsSrv)
-	if err := serveMetrics(ctx, msrv, counters, px, node, tenants, cm, vm, append(dnsSrv.Collectors(), guard.Collector(), relay.Collector(), attachmentCollector{attachments}, px.EdgeCollector(), px.DataPathCollector(), cpu.Collector())...); err != nil {
+	if err := serveMetrics(ctx, msrv, counters, px, node, tenants, cm, vm, append(dnsSrv.Collectors(), guard.Collector(), adminTiming.Collector(), relay.Collector(), attachmentCollector{attachments}, px.EdgeCollector(), px.DataPathCollector(), cpu.Collector())...); err != nil {
 		log.Error("metrics are off", "component", "metrics", "err", err)
 	}
 	if webLn != nil {

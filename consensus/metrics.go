@@ -13,6 +13,7 @@ import (
 type raftMetrics struct {
 	leaderChanges atomic.Int64
 	apply         prometheus.Histogram
+	readBarrier   prometheus.Histogram
 
 	mu sync.Mutex
 	// failing holds the voters whose heartbeats from this host, as
@@ -25,6 +26,10 @@ func newRaftMetrics() *raftMetrics {
 		Name:    "teapot_lb_raft_apply_duration_seconds",
 		Help:    "Time for this host, as leader, to commit one batched command through Raft.",
 		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+	}), readBarrier: prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "teapot_lb_read_barrier_seconds",
+		Help:    "Time a linearizable read (admin Get, List, Backup) waited on this host before it could read its state: the leader's read index and the apply up to it.",
+		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 	})}
 }
 
@@ -94,6 +99,7 @@ func (c raftCollector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- d
 	}
 	c.n.metrics.apply.Describe(ch)
+	c.n.metrics.readBarrier.Describe(ch)
 }
 
 func (c raftCollector) Collect(ch chan<- prometheus.Metric) {
@@ -124,6 +130,7 @@ func (c raftCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descLeaderChanges, prometheus.CounterValue, float64(c.n.metrics.leaderChanges.Load()))
 	gauge(descRevision, float64(c.n.Revision()))
 	c.n.metrics.apply.Collect(ch)
+	c.n.metrics.readBarrier.Collect(ch)
 	c.n.collectVoters(ch, leader == 1)
 	c.n.collectQuotas(ch)
 }

@@ -98,6 +98,9 @@ type Config struct {
 	// featureLevel, when set, is the level this host records and reports
 	// instead of FeatureLevel (a host of an earlier release, in tests).
 	featureLevel uint32
+	// wrapLogs, when set (tests only), wraps the Raft log store the host
+	// starts with: a test holds a log write there.
+	wrapLogs func(raft.LogStore) raft.LogStore
 }
 
 // Node is one LB host's member of the Raft cluster.
@@ -349,7 +352,11 @@ func (n *Node) startRaft(bootstrap bool) error {
 			return err
 		}
 	}
-	r, err := raft.NewRaft(rc, n.fsm, store, store, snaps, trans)
+	var logs raft.LogStore = store
+	if n.cfg.wrapLogs != nil {
+		logs = n.cfg.wrapLogs(store)
+	}
+	r, err := raft.NewRaft(rc, n.fsm, logs, store, snaps, trans)
 	if err != nil {
 		trans.Close()
 		store.Close()

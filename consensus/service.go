@@ -66,7 +66,7 @@ func (s *clusterService) ReadIndex(ctx context.Context, _ *pb.ReadIndexRequest) 
 	if !s.n.IsLeader() {
 		return nil, status.Error(codes.Unavailable, "not the leader")
 	}
-	idx, err := s.n.leaderReadIndex()
+	idx, err := s.n.leaderReadIndex(ctx)
 	if err != nil {
 		return nil, status.Error(codes.Unavailable, "leadership not confirmed")
 	}

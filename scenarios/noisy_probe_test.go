@@ -210,6 +210,9 @@ type noisyRow struct {
 	late             probeStat // the test process's timer lateness
 	slowAdmin        string    // the slowest admin calls: which, when in the phase, how long
 	notes            []string
+	// host is what the host itself measured in the phase (its admin
+	// calls, a's requests); empty for the quiet baseline.
+	host hostReads
 }
 
 // slowest describes the n slowest samples of a phase: which call, when

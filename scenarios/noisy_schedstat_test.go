@@ -2,6 +2,7 @@ package scenarios
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -61,6 +62,11 @@ func readSchedStat(pid int) (schedStat, error) {
 // schedNote says what the host spent and waited for a CPU since before,
 // over wall, with the machine's load average.
 func schedNote(pid int, before schedStat, wall time.Duration) string {
+	return procNote("host", pid, before, wall)
+}
+
+// procNote is schedNote for the process named who.
+func procNote(who string, pid int, before schedStat, wall time.Duration) string {
 	after, err := readSchedStat(pid)
 	if err != nil {
 		return err.Error()
@@ -70,6 +76,96 @@ func schedNote(pid int, before schedStat, wall time.Duration) string {
 	if f := string(load); len(f) > 0 {
 		fmt.Sscan(f, &la)
 	}
-	return fmt.Sprintf("host: %.2f cores busy, its threads waited %.2f s for a CPU in %.0f s (load average %s)",
-		(after.cpu-before.cpu).Seconds()/wall.Seconds(), max(0, after.wait-before.wait).Seconds(), wall.Seconds(), la)
+	return fmt.Sprintf("%s: %.2f cores busy, its threads waited %.2f s for a CPU in %.0f s (load average %s)",
+		who, (after.cpu-before.cpu).Seconds()/wall.Seconds(), max(0, after.wait-before.wait).Seconds(), wall.Seconds(), la)
+}
+
+// hostHist is one of the host's histograms, summed over its labels:
+// the count, the sum and the cumulative count of each bucket (by its
+// upper bound, "le").
+type hostHist struct {
+	count, sum float64
+	buckets    map[string]float64
+}
+
+// scrapeHist reads the histogram name of the samples whose tenant label
+// is tenant (any, when "").
+func scrapeHist(ss map[string][]sample, name, tenant string) hostHist {
+	h := hostHist{buckets: map[string]float64{}}
+	mine := func(s sample) bool { return tenant == "" || s.labels["tenant"] == tenant }
+	for _, s := range ss[name+"_count"] {
+		if mine(s) {
+			h.count += s.value
+		}
+	}
+	for _, s := range ss[name+"_sum"] {
+		if mine(s) {
+			h.sum += s.value
+		}
+	}
+	for _, s := range ss[name+"_bucket"] {
+		if mine(s) {
+			h.buckets[s.labels["le"]] += s.value
+		}
+	}
+	return h
+}
+
+// since is what h counted after before.
+func (h hostHist) since(before hostHist) hostHist {
+	d := hostHist{count: h.count - before.count, sum: h.sum - before.sum, buckets: map[string]float64{}}
+	for le, v := range h.buckets {
+		d.buckets[le] = v - before.buckets[le]
+	}
+	return d
+}
+
+// over is how many observations exceeded the bucket bound le.
+func (h hostHist) over(le string) float64 { return h.count - h.buckets[le] }
+
+// p99 is the upper bound of the bucket the 99th percentile falls in
+// (seconds; +Inf past the last).
+func (h hostHist) p99() float64 {
+	best := math.Inf(1)
+	for le, v := range h.buckets {
+		b, err := strconv.ParseFloat(le, 64)
+		if err == nil && v >= 0.99*h.count && b < best {
+			best = b
+		}
+	}
+	return best
+}
+
+// hostReads is what the phase's linearizable reads waited before they
+// could read the host's state (the Raft read index and the apply up to
+// it), the host's own time for the admin calls (headers to answer
+// written) and for a's HTTP requests (request head to end of response):
+// what the probers saw beyond those is their machine's.
+type hostReads struct{ barrier, admin, httpA hostHist }
+
+func scrapeHostReads(n *node) hostReads {
+	ss, err := scrape(n)
+	if err != nil {
+		return hostReads{}
+	}
+	return hostReads{barrier: scrapeHist(ss, "teapot_lb_read_barrier_seconds", ""), admin: scrapeHist(ss, "teapot_lb_admin_call_seconds", ""),
+		httpA: scrapeHist(ss, "teapot_lb_http_request_duration_seconds", "a")}
+}
+
+// since is what the host measured after before (nothing when either
+// scrape failed).
+func (r hostReads) since(before hostReads) hostReads {
+	if r.admin.buckets == nil || before.admin.buckets == nil {
+		return hostReads{}
+	}
+	return hostReads{barrier: r.barrier.since(before.barrier), admin: r.admin.since(before.admin), httpA: r.httpA.since(before.httpA)}
+}
+
+func hostReadsNote(d hostReads) string {
+	if d.admin.buckets == nil {
+		return "the host's histograms: not scraped"
+	}
+	b, a, h := d.barrier, d.admin, d.httpA
+	return fmt.Sprintf("read barrier: %.0f reads waited %.1f ms in all, %.0f over 10 ms; on the host: %.0f admin calls, p99 <= %.0f ms, %.0f over 250 ms; %.0f of a's HTTP requests, p99 <= %.0f ms",
+		b.count, b.sum*1000, b.over("0.01"), a.count, a.p99()*1000, a.over("0.25"), h.count, h.p99()*1000)
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -152,4 +154,151 @@ func TestHealthPushesAreCoalesced(t *testing.T) {
 		t.Errorf("%d health pushes for %d changes in %s, want at most %d (one per %s)", pushes, changes, took.Round(time.Millisecond), bound, tenantsync.HealthPushEvery)
 	}
 	t.Logf("%d health pushes for %d changes in %s", pushes, changes, took.Round(time.Millisecond))
+}
+
+// heldCPU is a tenant CPU budget that can be put in debt: Wait blocks
+// while held. It counts the pushes it was charged for (Run) and the
+// waits begun.
+type heldCPU struct {
+	mu      sync.Mutex
+	held    chan struct{} // nil: not in debt
+	waiting atomic.Int64
+	runs    atomic.Int64
+}
+
+func (c *heldCPU) Wait(ctx context.Context) bool {
+	c.mu.Lock()
+	held := c.held
+	c.mu.Unlock()
+	if held == nil {
+		return true
+	}
+	c.waiting.Add(1)
+	defer c.waiting.Add(-1)
+	select {
+	case <-held:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func (c *heldCPU) Run(f func()) { c.runs.Add(1); f() }
+
+func (c *heldCPU) hold() {
+	c.mu.Lock()
+	c.held = make(chan struct{})
+	c.mu.Unlock()
+}
+
+func (c *heldCPU) release() {
+	c.mu.Lock()
+	close(c.held)
+	c.held = nil
+	c.mu.Unlock()
+}
+
+// TestHealthPushesAreChargedToTheTenant: a stream's member-health pushes
+// are charged to its tenant's CPU budget (Config.CPU), and while the
+// tenant is in debt of it they wait; once it is out of debt the next
+// push carries what changed meanwhile. Another tenant's budget is not
+// asked.
+func TestHealthPushesAreChargedToTheTenant(t *testing.T) {
+	t.Parallel()
+	plane := observe.NewPlane()
+	var mu sync.Mutex
+	budgets := map[string]*heldCPU{}
+	cpuOf := func(tenant string) tenantsync.TenantCPU {
+		mu.Lock()
+		defer mu.Unlock()
+		if budgets[tenant] == nil {
+			budgets[tenant] = &heldCPU{}
+		}
+		return budgets[tenant]
+	}
+	h := startHost(t, tenantsync.Config{Heartbeat: 10 * time.Minute, Observed: plane, CPU: cpuOf})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := h.node.Apply(ctx, &pb.ApplyRequest{Objects: []*pb.Object{
+		api.Wrap(&pb.VIPPool{Name: "wide", Cidrs: []string{"198.18.0.0/20"}, Mode: "static"}),
+		api.Wrap(&pb.Tenant{Name: "big", Networks: []string{"10.20.0.0/16"}, Pools: []string{"wide"}}),
+	}}, false); err != nil {
+		t.Fatal(err)
+	}
+	plane.Set(map[string]observe.LBState{"big/svc-a": memberState("10.20.0.1:80", true)}, nil)
+	s := h.open(t, "big")
+	if r := s.change(upsert(tcpLB("svc-a", &pb.VIPRequest{Pool: "wide"}, "10.20.0.1:80"))).GetResults(); len(r) != 1 || r[0].GetError() != "" {
+		t.Fatalf("upsert: %v", r)
+	}
+	budget := cpuOf("big").(*heldCPU)
+	msgs := make(chan *pb.SyncResponse, 64)
+	go func() {
+		defer close(msgs)
+		for {
+			m, err := s.stream.Recv()
+			if err != nil {
+				return
+			}
+			msgs <- m
+		}
+	}()
+	// pushed waits for a health push that tells the member healthy (or
+	// not), at most within.
+	pushed := func(healthy bool, within time.Duration) bool {
+		timer := time.NewTimer(within)
+		defer timer.Stop()
+		for {
+			var m *pb.SyncResponse
+			select {
+			case m = <-msgs:
+			case <-timer.C:
+				return false
+			}
+			if m == nil {
+				t.Fatal("the stream ended")
+			}
+			for _, o := range m.GetStatus().GetObjects() {
+				for _, ms := range o.GetMembers() {
+					if ms.GetHealthy() == healthy {
+						return true
+					}
+				}
+			}
+		}
+	}
+	plane.Set(map[string]observe.LBState{"big/svc-a": memberState("10.20.0.1:80", false)}, nil)
+	if !pushed(false, 30*time.Second) {
+		t.Fatal("the member's failure never reached the agent")
+	}
+	if budget.runs.Load() == 0 {
+		t.Fatal("a health push was not charged to its tenant's CPU budget")
+	}
+
+	budget.hold()
+	deadline := time.Now().Add(30 * time.Second)
+	for budget.waiting.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the stream's next health push never waited for its tenant's budget")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	runs := budget.runs.Load()
+	plane.Set(map[string]observe.LBState{"big/svc-a": memberState("10.20.0.1:80", true)}, nil)
+	if pushed(true, time.Second) {
+		t.Fatal("a health push went out while its tenant was in debt of its CPU budget")
+	}
+	if got := budget.runs.Load(); got != runs {
+		t.Fatalf("%d pushes charged while the tenant was in debt", got-runs)
+	}
+	budget.release()
+	if !pushed(true, 30*time.Second) {
+		t.Fatal("the member's recovery never reached the agent once its tenant was out of debt")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for name := range budgets {
+		if name != "big" {
+			t.Errorf("tenant %s's budget was asked for big's pushes", name)
+		}
+	}
 }

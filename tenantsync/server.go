@@ -106,6 +106,20 @@ type Config struct {
 	Events func(*pb.Event)
 	// Certificates stores the certificates agents upload (nil: refused).
 	Certificates CertificateStore
+	// CPU, if set, returns a tenant's host CPU budget (the data plane's
+	// quotas.cpuMillicores): the member-health pushes of the tenant's
+	// streams are charged to it where they are built and sent, and wait
+	// while the tenant is in debt. nil: not charged.
+	CPU func(tenant string) TenantCPU
+}
+
+// TenantCPU is one tenant's host CPU budget as its streams charge it.
+type TenantCPU interface {
+	// Wait returns once the tenant is not in debt of its budget, false
+	// if ctx ended first.
+	Wait(ctx context.Context) bool
+	// Run runs f and charges the tenant the CPU time f spent.
+	Run(f func())
 }
 
 // Server serves the TenantSync stream and the TenantCredentials calls.
