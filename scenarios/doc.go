@@ -14,8 +14,8 @@
 // beyond its margins and uses only addresses of its own calls parallelScenario
 // (parallel_test.go), which is t.Parallel: the testing package starts these
 // after every other top-level scenario has finished, the longest first, at
-// most three of them at a time ($TEAPOT_SCENARIO_PARALLEL or -parallel
-// sets how many). Scenarios that need the same kind
+// most two of them at a time ($TEAPOT_SCENARIO_PARALLEL or -parallel sets
+// how many). Scenarios that need the same kind
 // of lab and leave it usable share it as subtests of one scenario
 // (TestRateLimitAcrossECMP).
 package scenarios
