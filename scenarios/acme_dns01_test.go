@@ -30,9 +30,12 @@ import (
 // wildcard, verified with pebble's roots. A wildcard outside the zones the
 // LB hosts answer is refused in its Certificate's status, saying why, and
 // a second wildcard order of the tenant is refused by its ACME order
-// budget (--acme-orders-per-tenant) as any order is.
+// budget (--acme-orders-per-tenant) as any order is. It runs beside the
+// other parallel scenarios: it mostly waits for the order, binds its
+// listener and DNS on ports picked free and measures no time.
 func TestACMEWildcardThroughOwnDNS(t *testing.T) {
 	pebbletest.Binaries(t)
+	parallelScenarioTaking(t, 50*time.Second)
 	dnsAddr := freeAddrs(t, 1)[0]
 	peb := pebbletest.Start(t, pebbletest.Options{HTTPPort: 5002, TLSPort: 5001, DNSServer: dnsAddr})
 

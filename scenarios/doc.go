@@ -12,9 +12,10 @@
 // a token's expiry, ACME renewals) or only builds and checks
 // artefacts (the packages, the image), asserts nothing a neighbour could move
 // beyond its margins and uses only addresses of its own calls parallelScenario
-// (harness_test.go), which is t.Parallel: the testing package starts these
-// after every other top-level scenario has finished, at most -parallel
-// (GOMAXPROCS by default) of them at a time. Scenarios that need the same kind
+// (parallel_test.go), which is t.Parallel: the testing package starts these
+// after every other top-level scenario has finished, the longest first, at
+// most two of them at a time ($TEAPOT_SCENARIO_PARALLEL or -parallel sets
+// how many). Scenarios that need the same kind
 // of lab and leave it usable share it as subtests of one scenario
 // (TestRateLimitAcrossECMP).
 package scenarios

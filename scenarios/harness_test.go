@@ -589,23 +589,3 @@ func unavailable(tb testing.TB, format string, args ...any) {
 	}
 	tb.Skipf(format, args...)
 }
-
-// parallelScenario marks a scenario that may run beside others: one that
-// mostly waits (for Kubernetes components, a container's boot, a token's
-// expiry, ACME issuances and renewals), or one that only builds and
-// checks artefacts (the packages and the image, whose builds run under nice so
-// that they give way to the scenarios beside them). Such a scenario asserts no
-// latency, rate or CPU figure that a neighbour could move beyond its margins,
-// floods nothing, and uses only addresses of its own (network namespaces of
-// its own, or ports picked free). It runs with t.Parallel: the testing package
-// starts it after every other top-level scenario of the package has finished,
-// beside at most -parallel (GOMAXPROCS by default) minus one other such
-// scenarios. A scenario that measures time or rates, saturates the CPU with
-// traffic or binds a fixed address in the host's namespace must not call it;
-// it runs alone, as every scenario does by default (TestDashboardInBrowser
-// holds a page's render time to a bound: beside a Kubernetes lab it missed
-// it).
-func parallelScenario(t *testing.T) {
-	t.Helper()
-	t.Parallel()
-}

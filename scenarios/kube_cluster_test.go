@@ -608,7 +608,7 @@ func TestKubeClusterLoadBalancer(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: starts a Kubernetes cluster and three LB hosts")
 	}
-	parallelScenario(t)
+	parallelScenarioTaking(t, 200*time.Second)
 	l := newKubeLabWith(t, kubeLabOptions{args: kubeDNSArgs})
 	l.createNamespace("shop")
 	l.echoDeployment("shop", "echo", 2, "")

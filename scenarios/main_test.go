@@ -21,13 +21,18 @@ var binary struct {
 // TestMain makes the directory of the teapot-lb binary, which the first
 // scenario that needs it builds (so the rule tests run without it). When
 // the tests run with the race detector, so does the binary (set
-// TEAPOT_SCENARIO_RACE=0 to build it without).
+// TEAPOT_SCENARIO_RACE=0 to build it without). It also sets how many
+// parallel scenarios run at a time (setParallelWidth).
 func TestMain(m *testing.M) {
 	if role := os.Getenv(attackerEnv); role != "" {
 		os.Exit(attackerMain(role))
 	}
 	if os.Getenv(h3FlooderEnv) != "" {
 		os.Exit(h3FloodMain())
+	}
+	if err := setParallelWidth(); err != nil {
+		fmt.Fprintln(os.Stderr, "scenarios:", err)
+		os.Exit(2)
 	}
 	dir, err := os.MkdirTemp("", "teapot-scenarios-")
 	if err != nil {

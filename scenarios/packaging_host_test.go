@@ -23,7 +23,7 @@ func TestHostPackages(t *testing.T) {
 			unavailable(t, "%s is not installed (Debian packages lintian, rpm, dpkg, systemd)", tool)
 		}
 	}
-	parallelScenario(t)
+	parallelScenarioTaking(t, 75*time.Second)
 	dist := t.TempDir()
 	makeTarget(t, 15*time.Minute, "package", "DIST="+dist, "VERSION=v0.1.0")
 	deb := filepath.Join(dist, "teapot-lb_0.1.0-1_amd64.deb")

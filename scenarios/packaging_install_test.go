@@ -75,7 +75,7 @@ func TestHostPackageInstall(t *testing.T) {
 		unavailable(t, "/var/lib/teapot-lb exists on this machine; the test would delete it")
 	}
 
-	parallelScenario(t)
+	parallelScenarioTaking(t, 70*time.Second)
 	start := time.Now()
 	old := hostDeb(t, "v0.1.0")
 	newer := hostDeb(t, "v0.2.0")

@@ -66,7 +66,7 @@ func TestHostUnderSystemd(t *testing.T) {
 			unavailable(t, "%s is not installed (Debian packages debootstrap, systemd-container, util-linux)", tool)
 		}
 	}
-	parallelScenario(t)
+	parallelScenarioTaking(t, 120*time.Second)
 	start := time.Now()
 	root, err := moduleRoot()
 	if err != nil {

@@ -16,7 +16,7 @@ func TestTLSClusteredACME(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: the TLS lab runs for minutes")
 	}
-	parallelScenario(t) // most of it waiting for issuances and a renewal
+	parallelScenarioTaking(t, 90*time.Second) // most of it waiting for issuances and a renewal
 	l := newTLSLab(t)
 	if err := l.apply(fmt.Sprintf(tlsManifest, routes("shop.acme.example"))); err != nil {
 		t.Fatal(err)
