@@ -69,11 +69,8 @@ lint: ## go vet (the appliance and the conformance module) and gofmt
 		echo "gofmt: these files need formatting (run gofmt -w):"; echo "$$unformatted"; exit 1; \
 	fi
 
-# ./scenarios is named first so that go test starts it first: it is the
-# longest package by far, and the other packages run beside it (go test -p)
-# instead of before it.
 test: lint kube-tools ## lint, then every test with the race detector
-	CGO_ENABLED=1 go test -race -count=1 -timeout $(TEST_TIMEOUT) ./scenarios ./...
+	CGO_ENABLED=1 go test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 # The rule tests of the scenarios package (dependencies, doc comments, file
 # sizes): they read `go list` and the tree, and start nothing.
