@@ -50,7 +50,7 @@ var rules = map[string]rule{
 	"teapot.v1.TenantAttachment.hosts": {required: true, limits: fmt.Sprintf("at most %d; keyed by node ids of the cluster's hosts (cluster status lists them); each an address with its prefix length inside the tenant's networks, distinct", api.MaxAttachmentHosts),
 		example: "{ lb1: 10.0.0.2/24 }"},
 	"teapot.v1.TenantAttachment.gateway": {limits: "an address on the prefix of a host's address, not a host's", example: "10.0.0.1"},
-	"teapot.v1.TenantAttachment.mtu":     {def: fmt.Sprint(api.DefaultAttachmentMTU), limits: fmt.Sprintf("%d to %d", api.MinAttachmentMTU, api.MaxAttachmentMTU)},
+	"teapot.v1.TenantAttachment.mtu":     {def: fmt.Sprint(api.DefaultAttachmentMTU), limits: fmt.Sprintf("%d to %d; with vxlan.underlay, at most the underlay's MTU less 50 (70 when a remote is IPv6): a host whose underlay cannot carry it reports the attachment failed, naming the bound", api.MinAttachmentMTU, api.MaxAttachmentMTU)},
 	"teapot.v1.TenantAttachment.vxlan":   {required: true},
 	"teapot.v1.AttachmentVXLAN.vni":      {required: true, limits: fmt.Sprintf("1 to %d; not another tenant's", api.MaxVNI), example: "1001"},
 	"teapot.v1.AttachmentVXLAN.remotes":  {required: true, limits: atMost(api.MaxAttachmentRemotes, "unicast addresses, distinct"), example: "[192.0.2.7]"},

@@ -99,6 +99,9 @@ func (m *Manager) converge(f *os.File, spec *pb.TenantAttachment, p netip.Prefix
 			return fmt.Errorf("underlay interface %s: %w", u, err)
 		}
 		underlay = ul.Attrs().Index
+		if err := checkMTU(mtu, u, ul.Attrs().MTU, v.GetRemotes()); err != nil {
+			return err
+		}
 	}
 	link, err := nh.LinkByName(Device)
 	if err == nil {
@@ -435,4 +438,29 @@ func (m *Manager) InNamespace(tenant string, fn func() error) error {
 		errc <- err
 	}()
 	return <-errc
+}
+
+// vxlanOverhead is what VXLAN adds to each frame: the outer IP header
+// (20 bytes over IPv4, 40 over IPv6), UDP (8), VXLAN (8) and the inner
+// Ethernet header (14).
+func vxlanOverhead(remotes []string) int {
+	for _, r := range remotes {
+		if a, err := netip.ParseAddr(r); err == nil && a.Is6() && !a.Is4In6() {
+			return 70
+		}
+	}
+	return 50
+}
+
+// checkMTU refuses an attachment MTU that frames through the underlay
+// link (whose MTU is linkMTU) cannot carry once VXLAN's headers are
+// added: the kernel would clamp the device and refuse the MTU with
+// EINVAL, which names no bound.
+func checkMTU(mtu int, link string, linkMTU int, remotes []string) error {
+	over := vxlanOverhead(remotes)
+	if linkMTU <= 0 || mtu+over <= linkMTU {
+		return nil
+	}
+	return fmt.Errorf("attachment.mtu %d does not fit %s (MTU %d) with VXLAN's %d bytes of headers: set attachment.mtu to at most %d, or raise %s's MTU to at least %d",
+		mtu, link, linkMTU, over, linkMTU-over, link, mtu+over)
 }
