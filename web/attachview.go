@@ -1,8 +1,6 @@
 package web
 
 import (
-	"slices"
-	"strings"
 	"time"
 
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
@@ -55,43 +53,12 @@ func attachmentViews(hosts []*pb.HostObservation, now time.Time) []TenantAttachm
 	for _, t := range by {
 		out = append(out, *t)
 	}
-	return sortAttachments(out)
+	return sortPerHost[TenantAttachment, AttachmentHost](out)
 }
 
 // keepAttachments adds to cur, for each host whose report is not in this
 // read, its last report of each attachment, marked not reachable and
 // keeping when it was observed; a host that left the cluster is dropped.
 func keepAttachments(prev, cur []TenantAttachment, answered map[string]bool, why map[string]string, nodes []Node) []TenantAttachment {
-	inCluster := map[string]bool{}
-	for _, n := range nodes {
-		inCluster[n.ID] = true
-	}
-	idx := map[string]int{}
-	for i, t := range cur {
-		idx[t.Tenant] = i
-	}
-	for _, t := range prev {
-		for _, h := range t.Hosts {
-			if answered[h.Node] || (len(nodes) > 0 && !inCluster[h.Node]) {
-				continue
-			}
-			h.Reachable, h.Error = false, orText(why[h.Node], "its observation was not read this time")
-			i, ok := idx[t.Tenant]
-			if !ok {
-				i = len(cur)
-				idx[t.Tenant] = i
-				cur = append(cur, TenantAttachment{Tenant: t.Tenant})
-			}
-			cur[i].Hosts = append(slices.Clone(cur[i].Hosts), h)
-		}
-	}
-	return sortAttachments(cur)
-}
-
-func sortAttachments(ts []TenantAttachment) []TenantAttachment {
-	for i := range ts {
-		slices.SortFunc(ts[i].Hosts, func(a, b AttachmentHost) int { return strings.Compare(a.Node, b.Node) })
-	}
-	slices.SortFunc(ts, func(a, b TenantAttachment) int { return strings.Compare(a.Tenant, b.Tenant) })
-	return nonNil(ts)
+	return keepPerHost[TenantAttachment, AttachmentHost](prev, cur, answered, why, nodes)
 }

@@ -166,35 +166,7 @@ func bgpViews(hosts []*pb.HostObservation, now time.Time) []TenantBGP {
 // its last report of each tenant's BGP, marked not reachable and keeping
 // when it was observed; a host that left the cluster is dropped.
 func keepBGP(prev, cur []TenantBGP, answered map[string]bool, why map[string]string, nodes []Node) []TenantBGP {
-	inCluster := map[string]bool{}
-	for _, n := range nodes {
-		inCluster[n.ID] = true
-	}
-	idx := map[string]int{}
-	for i, t := range cur {
-		idx[t.Tenant] = i
-	}
-	for _, t := range prev {
-		for _, h := range t.Hosts {
-			if answered[h.Node] || (len(nodes) > 0 && !inCluster[h.Node]) {
-				continue
-			}
-			h.Reachable, h.Error = false, orText(why[h.Node], "its observation was not read this time")
-			i, ok := idx[t.Tenant]
-			if !ok {
-				i = len(cur)
-				idx[t.Tenant] = i
-				cur = append(cur, TenantBGP{Tenant: t.Tenant})
-			}
-			cur[i].Hosts = append(cur[i].Hosts, h)
-		}
-	}
-	for i := range cur {
-		cur[i].Hosts = slices.Clone(cur[i].Hosts)
-		slices.SortFunc(cur[i].Hosts, func(a, b BGPHost) int { return strings.Compare(a.Node, b.Node) })
-	}
-	slices.SortFunc(cur, func(a, b TenantBGP) int { return strings.Compare(a.Tenant, b.Tenant) })
-	return nonNil(cur)
+	return keepPerHost[TenantBGP, BGPHost](prev, cur, answered, why, nodes)
 }
 
 // streamedBGP is the tenants' BGP as the stream sends it: at most
