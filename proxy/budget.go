@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"runtime"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -254,7 +255,7 @@ func observeCPU(t *cpubudget.Tenant) *pb.TenantCPUObservation {
 	}
 	st := t.HostStat()
 	o := &pb.TenantCPUObservation{Millicores: st.Millicores, UsedSeconds: st.Used.Seconds(), WindowSeconds: st.Window.Seconds(),
-		ThrottledSeconds: st.Throttled.Seconds(), Throttles: st.Throttles, InDebt: st.InDebt}
+		ThrottledSeconds: st.Throttled.Seconds(), Throttles: st.Throttles, InDebt: st.InDebt, HostCores: float64(runtime.GOMAXPROCS(0))}
 	if !st.At.IsZero() {
 		o.Time = timestamppb.New(st.At)
 	}

@@ -39,10 +39,7 @@ func writeTenantCPU(w io.Writer, now time.Time, tn *pb.Tenant, hosts []*pb.HostO
 		if win := c.GetWindowSeconds(); win > 0 {
 			used = cores(c.GetUsedSeconds()/win) + " over " + (time.Duration(win * float64(time.Second))).Round(time.Second).String()
 		}
-		state := "within budget"
-		if c.GetInDebt() {
-			state = "in debt: its work waits"
-		}
+		state := cpuState(c)
 		asOf := stamp(now, c.GetTime())
 		if c.GetTime() == nil {
 			asOf = stamp(now, h.GetTime())
@@ -56,3 +53,16 @@ func writeTenantCPU(w io.Writer, now time.Time, tn *pb.Tenant, hosts []*pb.HostO
 
 // cores renders a number of CPU cores.
 func cores(n float64) string { return fmt.Sprintf("%.2f cores", n) }
+
+// cpuState says whether a host holds the tenant to its budget now, and
+// when the budget is more than the host's CPUs, that it never does.
+func cpuState(c *pb.TenantCPUObservation) string {
+	switch n := c.GetHostCores(); {
+	case c.GetInDebt():
+		return "in debt: its work waits"
+	case n > 0 && float64(c.GetMillicores()) >= n*1000:
+		return fmt.Sprintf("never held: the budget is not less than this host's %g CPUs", n)
+	default:
+		return "within budget"
+	}
+}

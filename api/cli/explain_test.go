@@ -159,10 +159,10 @@ func tenantCPU(f *fakeAdmin) []*pb.HostObservation {
 	hosts := f.servingHosts()
 	hosts[0].TenantUsage = []*pb.TenantUsage{{Tenant: "acme", Connections: 3, Descriptors: 6, MaxDescriptors: 2186,
 		Cpu: &pb.TenantCPUObservation{Millicores: 500, UsedSeconds: 1, WindowSeconds: 10, Time: timestamppb.New(f.now.Add(-4 * time.Second)),
-			ThrottledSeconds: 0.35, Throttles: 2}}}
+			ThrottledSeconds: 0.35, Throttles: 2, HostCores: 2}}}
 	hosts[1].TenantUsage = []*pb.TenantUsage{{Tenant: "acme",
 		Cpu: &pb.TenantCPUObservation{Millicores: 500, UsedSeconds: 6.2, WindowSeconds: 10, Time: timestamppb.New(f.now.Add(-9 * time.Second)),
-			ThrottledSeconds: 12.5, Throttles: 31, InDebt: true}}}
+			ThrottledSeconds: 12.5, Throttles: 31, InDebt: true, HostCores: 2}}}
 	return hosts
 }
 

@@ -862,7 +862,10 @@ type TenantCPUObservation struct {
 	ThrottledSeconds float64 `protobuf:"fixed64,5,opt,name=throttled_seconds,json=throttledSeconds,proto3" json:"throttled_seconds,omitempty"`
 	Throttles        uint64  `protobuf:"varint,6,opt,name=throttles,proto3" json:"throttles,omitempty"`
 	// In debt now.
-	InDebt        bool `protobuf:"varint,7,opt,name=in_debt,json=inDebt,proto3" json:"in_debt,omitempty"`
+	InDebt bool `protobuf:"varint,7,opt,name=in_debt,json=inDebt,proto3" json:"in_debt,omitempty"`
+	// host_cores is the CPUs this host's data plane runs on (its
+	// GOMAXPROCS): a budget of more never holds the tenant there.
+	HostCores     float64 `protobuf:"fixed64,8,opt,name=host_cores,json=hostCores,proto3" json:"host_cores,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -944,6 +947,13 @@ func (x *TenantCPUObservation) GetInDebt() bool {
 		return x.InDebt
 	}
 	return false
+}
+
+func (x *TenantCPUObservation) GetHostCores() float64 {
+	if x != nil {
+		return x.HostCores
+	}
+	return 0
 }
 
 // MemberTraffic is one member's traffic on one host over the last
@@ -2960,7 +2970,7 @@ const file_teapotv1_observe_proto_rawDesc = "" +
 	"\vconnections\x18\x02 \x01(\x03R\vconnections\x12 \n" +
 	"\vdescriptors\x18\x03 \x01(\x03R\vdescriptors\x12'\n" +
 	"\x0fmax_descriptors\x18\x04 \x01(\x03R\x0emaxDescriptors\x122\n" +
-	"\x03cpu\x18\x86\x03 \x01(\v2\x1f.teapot.v1.TenantCPUObservationR\x03cpu\"\x94\x02\n" +
+	"\x03cpu\x18\x86\x03 \x01(\v2\x1f.teapot.v1.TenantCPUObservationR\x03cpu\"\xb3\x02\n" +
 	"\x14TenantCPUObservation\x12\x1e\n" +
 	"\n" +
 	"millicores\x18\x01 \x01(\x03R\n" +
@@ -2970,7 +2980,9 @@ const file_teapotv1_observe_proto_rawDesc = "" +
 	"\x04time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12+\n" +
 	"\x11throttled_seconds\x18\x05 \x01(\x01R\x10throttledSeconds\x12\x1c\n" +
 	"\tthrottles\x18\x06 \x01(\x04R\tthrottles\x12\x17\n" +
-	"\ain_debt\x18\a \x01(\bR\x06inDebt\"\xbe\x02\n" +
+	"\ain_debt\x18\a \x01(\bR\x06inDebt\x12\x1d\n" +
+	"\n" +
+	"host_cores\x18\b \x01(\x01R\thostCores\"\xbe\x02\n" +
 	"\rMemberTraffic\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12.\n" +
