@@ -307,7 +307,7 @@ func testOpenL4ConnectionSlows(t *testing.T, dp DataPath) {
 // budget does (proxy/l7 imports nothing of ours, so it has its own).
 func TestL7WorkUnitsMatchTheBudget(t *testing.T) {
 	t.Parallel()
-	if l7.WorkBytesShift != cpubudget.WorkBytesShift || l7.WorkTLSBytes != cpubudget.WorkTLSBytes ||
+	if l7.WorkRequest != cpubudget.WorkRequest || l7.WorkBytesShift != cpubudget.WorkBytesShift || l7.WorkTLSBytes != cpubudget.WorkTLSBytes ||
 		l7.WorkControlFrames != cpubudget.WorkControlFrames || l7.WorkAnsweredFrame != cpubudget.WorkAnsweredFrame {
 		t.Error("proxy/l7's units of work differ from proxy/cpubudget's")
 	}

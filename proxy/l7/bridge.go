@@ -57,7 +57,7 @@ func (c *clientConn) bridge(b []byte, route *Route, be Backend, opts *BackendOpt
 	r = r.WithContext(ctx)
 	w := &h1Writer{c: c, hdr: make(http.Header), isHead: isHead}
 	if c.scope == nil {
-		c.scope = &connScope{s: c.s, pp: proxyAddrs{src: c.client, dst: c.local}}
+		c.scope = &connScope{s: c.s, pp: proxyAddrs{src: c.client, dst: c.local}, cpu: c.info.CPU}
 	}
 	switch {
 	case route.extended():

@@ -15,11 +15,14 @@ type CPU interface {
 	Relay(units int64)
 }
 
-// The engine's units of work, as the proxy's CPU budget counts an L4
-// connection's (cpubudget.WorkBytesShift, WorkTLSBytes,
+// The engine's units of work, as the proxy's CPU budget counts its own
+// (cpubudget.WorkRequest, WorkBytesShift, WorkTLSBytes,
 // WorkControlFrames, WorkAnsweredFrame; proxy's
 // TestL7WorkUnitsMatchTheBudget keeps them equal).
 const (
+	// WorkRequest: a request sent to a member that the proxy did not
+	// route (a mirrored copy; routed requests are counted by the proxy).
+	WorkRequest = 1
 	// WorkBytesShift: a unit per 64 KiB of body moved one way.
 	WorkBytesShift = 16
 	// WorkTLSBytes multiplies the units of bytes the host decrypts or

@@ -380,6 +380,17 @@ func (s *Server) mirror(q *rtRequest, ms []Mirror) bool {
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 	}
+	// Each copy is one more request of the tenant's to a member, with its
+	// body sent again and its answer read and dropped: counted in the
+	// tenant's CPU budget as the client's own are (a unit a request, one
+	// per 64 KiB each way), here where the copies are made.
+	var cpu CPU
+	if q.scope != nil {
+		cpu = q.scope.cpu
+	}
+	if cpu != nil {
+		cpu.Relay(int64(len(taken)) * (WorkRequest + int64(len(body))>>WorkBytesShift))
+	}
 	for _, be := range taken {
 		mr := &http.Request{
 			Method: r.Method, URL: r.URL, Proto: r.Proto, ProtoMajor: r.ProtoMajor, ProtoMinor: r.ProtoMinor,
@@ -395,18 +406,29 @@ func (s *Server) mirror(q *rtRequest, ms []Mirror) bool {
 		go func() {
 			defer s.mirrors.release(tenant)
 			defer cancel()
-			s.proxyHTTP(discardWriter{h: http.Header{}}, mq, be, be.Options())
+			dw := &discardWriter{h: http.Header{}}
+			s.proxyHTTP(dw, mq, be, be.Options())
+			if u := dw.n >> WorkBytesShift; u > 0 && cpu != nil {
+				cpu.Relay(u)
+			}
 		}()
 	}
 	return true
 }
 
-// discardWriter drops a mirrored request's response.
-type discardWriter struct{ h http.Header }
+// discardWriter drops a mirrored request's response, counting its body
+// bytes (n).
+type discardWriter struct {
+	h http.Header
+	n int64
+}
 
-func (d discardWriter) Header() http.Header         { return d.h }
-func (d discardWriter) WriteHeader(int)             {}
-func (d discardWriter) Write(p []byte) (int, error) { return len(p), nil }
+func (d *discardWriter) Header() http.Header { return d.h }
+func (d *discardWriter) WriteHeader(int)     {}
+func (d *discardWriter) Write(p []byte) (int, error) {
+	d.n += int64(len(p))
+	return len(p), nil
+}
 
 // editWriter applies a HeaderEdit to the response head.
 type editWriter struct {

@@ -1,10 +1,12 @@
 package l7
 
 import (
+	"bytes"
 	"io"
 	"net/http"
 	"net/netip"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -298,5 +300,41 @@ func TestMirrorSlotBeforeBody(t *testing.T) {
 	}
 	if n := mirrorBody("modest"); n != MaxMirrorBody {
 		t.Errorf("another tenant's copy read %d body bytes, want %d", n, MaxMirrorBody)
+	}
+}
+
+// unitCount is a tenant's CPU budget that counts the units charged.
+type unitCount struct{ n atomic.Int64 }
+
+func (u *unitCount) Relay(units int64) { u.n.Add(units) }
+
+// Mirrored copies are charged to the tenant's CPU budget: two copies of
+// a request with a 64 KiB body (MaxMirrorBody), each answered with
+// 128 KiB, count a unit each for the request, 1 each for the body sent
+// again and 2 each for the answer read and dropped: 8.
+func TestMirrorCopiesCharged(t *testing.T) {
+	t.Parallel()
+	var answered sync32
+	member := newBackend(t, backendServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Write(bytes.Repeat([]byte("a"), 128<<10))
+		answered.add()
+	})))
+	s := New(Config{})
+	t.Cleanup(func() { s.Close() })
+	cpu := &unitCount{}
+	const size = MaxMirrorBody
+	r, _ := http.NewRequest("POST", "http://shop.example/m", strings.NewReader(strings.Repeat("b", size)))
+	r.ContentLength = size
+	ca := newClientAddrs(netip.MustParseAddrPort("192.0.2.1:1234"), false, nil)
+	q := &rtRequest{r: r, path: "/m", ca: &ca, scope: &connScope{s: s, cpu: cpu}, stats: &RequestStats{Tenant: "acme"}}
+	m := Mirror{Backend: member, Numerator: 1, Denominator: 1}
+	if !s.mirror(q, []Mirror{m, m}) {
+		t.Fatal("mirror refused a request with a readable body")
+	}
+	waitUntil(t, 20*time.Second, "both copies answered and counted", func() bool { return answered.get() == 2 && cpu.n.Load() == 8 })
+	time.Sleep(50 * time.Millisecond)
+	if n := cpu.n.Load(); n != 8 {
+		t.Fatalf("%d units charged for two copies, want 8", n)
 	}
 }

@@ -84,9 +84,13 @@ func (s *Server) newH1Transport(pp *proxyAddrs) *http.Transport {
 type connScope struct {
 	s  *Server
 	pp proxyAddrs
-	mu sync.Mutex
-	h1 *http.Transport
-	h2 *h2Client
+	// cpu is the connection's tenant's CPU budget (ConnInfo.CPU, may be
+	// nil): the engine counts there the work it adds of its own, the
+	// copies of mirrored requests.
+	cpu CPU
+	mu  sync.Mutex
+	h1  *http.Transport
+	h2  *h2Client
 }
 
 func (sc *connScope) transport(opts *BackendOptions) http.RoundTripper {
