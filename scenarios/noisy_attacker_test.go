@@ -48,6 +48,8 @@ func attackerMain(role string) int {
 		err = attackCheckMembers(in, out)
 	case "ratelimit":
 		err = attackRateLimit(in, out)
+	case "prober":
+		err = attackProber(in, out)
 	default:
 		err = fmt.Errorf("no attacker role %q", role)
 	}
@@ -71,7 +73,13 @@ type attacker struct {
 // added to its environment. It is killed at the end of the test.
 func startAttacker(tb testing.TB, role string, env ...string) *attacker {
 	tb.Helper()
-	cmd := exec.Command(os.Args[0])
+	return startAttackerCmd(tb, role, exec.Command(os.Args[0]), env...)
+}
+
+// startAttackerCmd is startAttacker with the command that runs the test
+// binary (e.g. through nice).
+func startAttackerCmd(tb testing.TB, role string, cmd *exec.Cmd, env ...string) *attacker {
+	tb.Helper()
 	cmd.Env = append(append(os.Environ(), attackerEnv+"="+role), env...)
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()

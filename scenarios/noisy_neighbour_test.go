@@ -229,7 +229,7 @@ func runNoisyNeighbour(tb testing.TB) []noisyRow {
 		tb.Fatalf("b's stream: %v", err)
 	}
 
-	p := startProbes(l.tl.conn)
+	p := startProberProcess(tb, l)
 	names := []string{"quiet"}
 	// The quiet baseline includes the ejection of a failing member of a,
 	// which the tarpit phase repeats.
@@ -243,25 +243,30 @@ func runNoisyNeighbour(tb testing.TB) []noisyRow {
 		time.Sleep(rest)
 	}
 	notes[0] = append(notes[0], schedNote(pid, quietSched, time.Since(start)))
+	if nice, err := niceOf(p.pid()); err == nil {
+		notes[0] = append(notes[0], fmt.Sprintf("a's probers and the admin prober in a process of their own at nice %d", nice))
+	}
 	for i, ph := range selectedPhases(tb) {
-		p.phase.Store(int64(i + 1))
+		p.setPhase(i + 1)
 		start := time.Now()
 		tb.Logf("phase %q at %s", ph.name, start.UTC().Format("15:04:05.000"))
 		profiled := profilePhase(tb, l, ph.name)
 		sched, _ := readSchedStat(pid)
 		own, _ := readSchedStat(os.Getpid())
+		probers, _ := readSchedStat(p.pid())
 		reads := scrapeHostReads(l.n)
 		n := ph.run(tb, l, b)
 		<-profiled
 		if rest := minPhase - time.Since(start); rest > 0 {
 			time.Sleep(rest)
 		}
-		// The test process (a's probers, the admin's calls and b's
-		// clients) shares the machine with the host: what it spent and
-		// waited tells the machine's load from the host's.
+		// The test process (b's clients) and the probers' process share
+		// the machine with the host: what they spent and waited tells
+		// the machine's load from the host's.
 		host := scrapeHostReads(l.n).since(reads)
 		hosts = append(hosts, host)
-		n = append(n, schedNote(pid, sched, time.Since(start)), procNote("test process", os.Getpid(), own, time.Since(start)), hostReadsNote(host))
+		n = append(n, schedNote(pid, sched, time.Since(start)), procNote("test process", os.Getpid(), own, time.Since(start)),
+			procNote("probers", p.pid(), probers, time.Since(start)), hostReadsNote(host))
 		names = append(names, ph.name)
 		notes = append(notes, append(n, fmt.Sprintf("%.0fs", time.Since(start).Seconds())))
 	}

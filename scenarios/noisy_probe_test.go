@@ -47,14 +47,18 @@ type noisyProbes struct {
 	http  []probeSample
 	tcp   []probeSample
 	admin []probeSample
-	// late holds how late the test process's own timer woke (a 5 ms
+	// late holds how late the probers' process's own timer woke (a 5 ms
 	// sleep, every 20 ms): when the probes and the admin calls are slow
-	// and this is too, the test process (the attacker's members and
-	// clients beside a's probers) was starved, not the LB host.
+	// and this is too, that process was starved, not the LB host.
 	late []probeSample
+
+	// remote is the prober process the probes run in
+	// (startProberProcess); nil: they run in this process.
+	remote *attacker
 }
 
-func startProbes(conn *client.Conn) *noisyProbes {
+// probeLocally starts the probes in this process.
+func probeLocally(conn *client.Conn) *noisyProbes {
 	p := &noisyProbes{stop: make(chan struct{})}
 	httpAddr := net.JoinHostPort(noisyVIPA, fmt.Sprint(noisyHTTPPort))
 	tcpAddr := net.JoinHostPort(noisyVIPA, fmt.Sprint(noisyTCPPort))
@@ -146,7 +150,7 @@ func (p *noisyProbes) loopNamed(every time.Duration, into *[]probeSample, probe 
 	}()
 }
 
-func (p *noisyProbes) finish() {
+func (p *noisyProbes) finishLocal() {
 	close(p.stop)
 	p.wg.Wait()
 }
@@ -255,9 +259,9 @@ func noisyTable(rows []noisyRow) string {
 		fmt.Fprintf(&b, "%-22s | %-27s | %-27s | %-20s | %s\n", r.name, r.http, r.tcp,
 			fmt.Sprintf("%d/%d %7.1f", r.admin.ok, r.admin.total, ms(r.admin.p99)), strings.Join(r.notes, "; "))
 	}
-	b.WriteString("slowest admin calls, and how late the test process's own 5 ms timer woke (p50 p99 ms):\n")
+	b.WriteString("slowest admin calls, and how late the probers' own 5 ms timer woke (p50 p99 ms):\n")
 	for _, r := range rows {
-		fmt.Fprintf(&b, "%-22s | %s | test process late %.1f %.1f\n", r.name, r.slowAdmin, ms(r.late.p50), ms(r.late.p99))
+		fmt.Fprintf(&b, "%-22s | %s | probers late %.1f %.1f\n", r.name, r.slowAdmin, ms(r.late.p50), ms(r.late.p99))
 	}
 	return b.String()
 }

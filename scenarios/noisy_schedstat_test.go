@@ -14,11 +14,25 @@ import (
 // its threads, ended ones too: /proc/PID/stat) and time its threads were
 // runnable but waiting for one (/proc/PID/task/*/schedstat, so the
 // threads alive at the reading: a thread that ended, such as one of a
-// health check's signatures, takes its wait with it). The wait is what
+// health check's signatures, takes its wait with it, so a difference of
+// two readings sums each thread's own: byTask). The wait is what
 // the machine's other work (other processes) costs the process, whatever
 // it does inside.
 type schedStat struct {
 	cpu, wait time.Duration
+	byTask    map[string]time.Duration // each thread's wait
+}
+
+// waitSince is the time the threads alive now waited since before: a
+// thread that was not alive then counts its whole wait, one that ended
+// meanwhile counts nothing (a plain difference of the sums could fall
+// below zero when threads that had waited long ended).
+func (s schedStat) waitSince(before schedStat) time.Duration {
+	var d time.Duration
+	for task, w := range s.byTask {
+		d += max(0, w-before.byTask[task])
+	}
+	return d
 }
 
 // clockTick is the unit of utime and stime in /proc/PID/stat (USER_HZ,
@@ -54,6 +68,10 @@ func readSchedStat(pid int) (schedStat, error) {
 		var run, wait, slices int64
 		if _, err := fmt.Sscan(string(b), &run, &wait, &slices); err == nil {
 			s.wait += time.Duration(wait)
+			if s.byTask == nil {
+				s.byTask = map[string]time.Duration{}
+			}
+			s.byTask[filepath.Base(filepath.Dir(f))] = time.Duration(wait)
 		}
 	}
 	return s, nil
@@ -77,7 +95,7 @@ func procNote(who string, pid int, before schedStat, wall time.Duration) string 
 		fmt.Sscan(f, &la)
 	}
 	return fmt.Sprintf("%s: %.2f cores busy, its threads waited %.2f s for a CPU in %.0f s (load average %s)",
-		who, (after.cpu-before.cpu).Seconds()/wall.Seconds(), max(0, after.wait-before.wait).Seconds(), wall.Seconds(), la)
+		who, (after.cpu-before.cpu).Seconds()/wall.Seconds(), after.waitSince(before).Seconds(), wall.Seconds(), la)
 }
 
 // hostHist is one of the host's histograms, summed over its labels:

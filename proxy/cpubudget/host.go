@@ -297,6 +297,16 @@ func (t *Tenant) throttleUntil(ctx context.Context, deadline time.Time) bool {
 	}
 }
 
+// ChargeHandshake charges the CPU time of a handshake measured where it
+// was made (a health check's over TLS, its client signature aside) to
+// the tenant's handshake bucket, as a signature is, and to its host
+// budget: its checks then wait for both (Wait). A nil Tenant ignores it.
+func (t *Tenant) ChargeHandshake(d time.Duration) {
+	if t != nil && d > 0 {
+		t.charge(d)
+	}
+}
+
 // ChargeDirect charges CPU time measured where it was spent (a regular
 // expression's match, a WAF inspection) to the tenant's host budget;
 // the accountant does not bill it again. A nil Tenant ignores it.

@@ -325,14 +325,15 @@ func (t *Target) run() {
 	if self {
 		err = ErrSelf // never dialled: it would be this host's own listener
 	} else {
-		// The check holds a slot of its tenant's (its worker); if it
-		// signs, it waits while the tenant's signature CPU is spent (its
-		// checks are delayed, not failed): at most the tenant's slots
-		// wait for its CPU, each waking when the debt is paid, and its
-		// other due checks wait in its ready queue without a goroutine.
-		// A tenant at its bound waits without holding a slot of the
-		// host's.
-		if a := t.active; a.tls != nil && a.tls.signs && !t.budget.cpu.Wait(ctx) {
+		// The check holds a slot of its tenant's (its worker); it waits
+		// while the tenant's handshake CPU or its host budget is spent
+		// (its checks are delayed, not failed): every check costs its
+		// tenant CPU (check), an https one a handshake. At most the
+		// tenant's slots wait for its CPU, each waking when the debt is
+		// paid, and its other due checks wait in its ready queue without
+		// a goroutine. A tenant at its bound waits without holding a slot
+		// of the host's.
+		if !t.budget.cpu.Wait(ctx) {
 			return
 		}
 		select {
@@ -340,7 +341,7 @@ func (t *Target) run() {
 		case <-ctx.Done():
 			return
 		}
-		err = check(ctx, t.r.dialer(t.budget.tenant), t.key.addr, t.key.check, t.active.tls, t.active.sessions)
+		err = check(ctx, t.r.dialer(t.budget.tenant), t.key.addr, t.key.check, t.active.tls, t.active.sessions, t.budget.cpu)
 		<-t.r.sem
 		if ctx.Err() != nil {
 			return // stopped: no result, no next check

@@ -30,10 +30,7 @@ type tlsKey struct {
 type tlsEntry struct {
 	conf *tls.Config
 	err  error
-	// signs: the check presents a client certificate, whose signature
-	// is charged to the tenant's CPU budget.
-	signs bool
-	refs  int // guarded by Registry.mu
+	refs int // guarded by Registry.mu
 }
 
 func tlsKeyOf(tenant string, hc *snapshot.HealthCheck) tlsKey {
@@ -47,7 +44,7 @@ func (r *Registry) acquireTLS(tb *tenantBudget, hc *snapshot.HealthCheck) *tlsEn
 	e := r.tlsConfs[k]
 	if e == nil {
 		conf, err := buildTLS(hc, tb.cpu)
-		e = &tlsEntry{conf: conf, err: err, signs: err == nil && len(conf.Certificates) > 0}
+		e = &tlsEntry{conf: conf, err: err}
 		r.tlsConfs[k] = e
 	}
 	e.refs++
