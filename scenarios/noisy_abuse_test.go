@@ -134,11 +134,11 @@ func phaseTarpit(tb testing.TB, l *noisyLab, b *tenantAgent) []string {
 // getting a's requests; then it makes it healthy again.
 func (l *noisyLab) ejection(tb testing.TB) string {
 	flipped := time.Now()
-	l.a2.failing.Store(true)
+	l.aSide.setFailing(tb, true)
 	defer func() {
-		l.a2.failing.Store(false)
+		l.aSide.setFailing(tb, false)
 		back := time.Now()
-		for time.Since(back) < syncTimeout && l.a2.lastHit.Load() < back.UnixNano() {
+		for time.Since(back) < syncTimeout && l.aSide.lastHit(tb) < back.UnixNano() {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}()
@@ -146,7 +146,7 @@ func (l *noisyLab) ejection(tb testing.TB) string {
 	// it about 60 times a second while it is in the pool).
 	limit := flipped.Add(4 * ejectBound)
 	for time.Now().Before(limit) {
-		last := time.Unix(0, l.a2.lastHit.Load())
+		last := time.Unix(0, l.aSide.lastHit(tb))
 		if time.Since(last) > time.Second {
 			took := max(0, last.Sub(flipped))
 			if took > ejectBound {

@@ -48,8 +48,8 @@ func attackerMain(role string) int {
 		err = attackCheckMembers(in, out)
 	case "ratelimit":
 		err = attackRateLimit(in, out)
-	case "prober":
-		err = attackProber(in, out)
+	case "tenant-a":
+		err = attackTenantA(in, out)
 	default:
 		err = fmt.Errorf("no attacker role %q", role)
 	}

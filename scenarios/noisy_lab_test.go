@@ -64,9 +64,19 @@ type noisyBackend struct {
 
 func startNoisyBackend(tb testing.TB, name, ip string) *noisyBackend {
 	tb.Helper()
+	b, stop, err := serveNoisyBackend(name, ip)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(stop)
+	return b
+}
+
+// serveNoisyBackend starts a backend on ip; stop closes it.
+func serveNoisyBackend(name, ip string) (*noisyBackend, func(), error) {
 	ln, err := net.Listen("tcp", ip+":0")
 	if err != nil {
-		tb.Fatalf("backend %s: %v", name, err)
+		return nil, nil, fmt.Errorf("backend %s: %w", name, err)
 	}
 	b := &noisyBackend{name: name, addr: ln.Addr().String()}
 	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -83,8 +93,7 @@ func startNoisyBackend(tb testing.TB, name, ip string) *noisyBackend {
 		fmt.Fprintln(w, b.name)
 	})}
 	go srv.Serve(ln)
-	tb.Cleanup(func() { srv.Close() })
-	return b
+	return b, func() { srv.Close() }, nil
 }
 
 // noisyLab is the running lab.
@@ -94,7 +103,8 @@ type noisyLab struct {
 	n        *node
 	tl       *tenantLab // admin connection and credentials
 	dir      string
-	a1, a2   *noisyBackend
+	a1, a2   *noisyBackend // a's members: their addresses (they run in aSide)
+	aSide    *aSide        // tenant a's process: its members and probers
 	bWeb     *noisyBackend
 	certA    string // PEM file of a's certificate (the TLS clients' root)
 	credsA   string
@@ -121,8 +131,9 @@ func newNoisyLab(tb testing.TB) *noisyLab {
 	l.n = l.c.bootstrap()
 	l.tl = &tenantLab{t: tb, c: l.c, conn: dialAll(tb, l.c)}
 
-	l.a1 = startNoisyBackend(tb, "a1", "127.0.50.2")
-	l.a2 = startNoisyBackend(tb, "a2", "127.0.50.3")
+	l.aSide = startASide(tb, l)
+	l.a1 = &noisyBackend{name: "a1", addr: l.aSide.addrs.A1}
+	l.a2 = &noisyBackend{name: "a2", addr: l.aSide.addrs.A2}
 	l.bWeb = startNoisyBackend(tb, "b1", "127.0.51.2")
 
 	l.apply("tenants", fmt.Sprintf(`

@@ -229,7 +229,7 @@ func runNoisyNeighbour(tb testing.TB) []noisyRow {
 		tb.Fatalf("b's stream: %v", err)
 	}
 
-	p := startProberProcess(tb, l)
+	p := l.aSide.probe(tb)
 	names := []string{"quiet"}
 	// The quiet baseline includes the ejection of a failing member of a,
 	// which the tarpit phase repeats.
@@ -244,7 +244,7 @@ func runNoisyNeighbour(tb testing.TB) []noisyRow {
 	}
 	notes[0] = append(notes[0], schedNote(pid, quietSched, time.Since(start)))
 	if nice, err := niceOf(p.pid()); err == nil {
-		notes[0] = append(notes[0], fmt.Sprintf("a's probers and the admin prober in a process of their own at nice %d", nice))
+		notes[0] = append(notes[0], fmt.Sprintf("a's members, its probers and the admin prober in a process of their own at nice %d", nice))
 	}
 	for i, ph := range selectedPhases(tb) {
 		p.setPhase(i + 1)

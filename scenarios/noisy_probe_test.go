@@ -52,9 +52,9 @@ type noisyProbes struct {
 	// and this is too, that process was starved, not the LB host.
 	late []probeSample
 
-	// remote is the prober process the probes run in
-	// (startProberProcess); nil: they run in this process.
-	remote *attacker
+	// remote is tenant a's process, where the probes run (aSide.probe);
+	// nil: they run in this process.
+	remote *aSide
 }
 
 // probeLocally starts the probes in this process.

@@ -11,30 +11,35 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/teapot-lb/teapot-lb/api/client"
 )
 
-// a's probers and the admin prober run in a process of their own, the
-// test binary started again in the role "prober", at a higher priority
-// than the rest of the machine (proberNice). A client of a is another
-// machine with its own CPU; so is b. On one 2-core machine the test
-// process (b's clients, beside a's probers) and b's attacker processes
-// took the CPU a's probers needed: in "expensive checks" the LB host's
-// threads waited 0.00 s for a CPU in 10 s and the host served a's
-// requests within 50 ms, while the test process waited 3.3 s and its
-// probers saw a p99 of 88 ms. A prober that waits only for the LB host
-// measures the host. It uses a small part of a core, so its priority
-// takes little from the host.
+// Tenant a's side of the lab runs in a process of its own, the test
+// binary started again in the role "tenant-a", at a higher priority than
+// the rest of the machine (aSideNice): a's two members and its probers,
+// with the admin prober. A client of a and a's members are other machines
+// with their own CPU; so are b's. On one 2-core machine the test process
+// (b's clients) and b's attacker processes took the CPU a's probers and
+// members needed: in "expensive checks" the test process waited 3.3 s for
+// a CPU in 10 s and its probers saw a p99 of 88 ms while the host served
+// a's requests within 50 ms. Probers and members that wait only for the LB
+// host measure the host. They use a small part of a core, so their
+// priority takes little from the host.
 const (
-	proberConfEnv  = "TEAPOT_NOISY_PROBER_CONF"
-	proberAddrsEnv = "TEAPOT_NOISY_PROBER_ADDRS"
-	// proberNice is the prober's niceness (it needs root or CAP_SYS_NICE;
-	// without, it runs at the default and its notes say so).
-	proberNice = -10
+	aSideConfEnv  = "TEAPOT_NOISY_PROBER_CONF"
+	aSideAddrsEnv = "TEAPOT_NOISY_PROBER_ADDRS"
+	// aSideNice is the process's niceness (it needs root or
+	// CAP_SYS_NICE; without, it runs at the default and the quiet phase's
+	// notes say so).
+	aSideNice = -10
 )
+
+// aSideAddrs are a's members' addresses, the process's first message.
+type aSideAddrs struct{ A1, A2 string }
 
 // proberSample is a probeSample on the wire.
 type proberSample struct {
@@ -50,39 +55,70 @@ type proberResult struct {
 	HTTP, TCP, Admin, Late []proberSample
 }
 
-// attackProber is the prober process: it probes as startProbes does,
-// tagging each sample with the phase last named on stdin ("phase N"),
-// until stdin says "finish" (or closes); then it writes every sample.
-func attackProber(in *bufio.Scanner, out *json.Encoder) error {
-	cfg, err := client.LoadConfig(os.Getenv(proberConfEnv))
+// attackTenantA is tenant a's process. It starts a's members and says
+// where they listen, then follows its commands (one a line on stdin):
+// "probe" starts the probes (answered "probing"), "phase N" tags the
+// samples from then on, "fail on" and "fail off" make a2's health check
+// fail or pass, "lasthit" answers when a2 last served a request (unix
+// ns), "finish" stops the probes and answers every sample.
+func attackTenantA(in *bufio.Scanner, out *json.Encoder) error {
+	a1, stop1, err := serveNoisyBackend("a1", "127.0.50.2")
 	if err != nil {
 		return err
 	}
-	conn, err := client.Dial(context.Background(), cfg, os.Getenv(proberAddrsEnv))
+	defer stop1()
+	a2, stop2, err := serveNoisyBackend("a2", "127.0.50.3")
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	p := probeLocally(conn)
-	if err := out.Encode("ready"); err != nil {
+	defer stop2()
+	if err := out.Encode(aSideAddrs{A1: a1.addr, A2: a2.addr}); err != nil {
 		return err
 	}
+	var p *noisyProbes
 	for in.Scan() {
 		line := in.Text()
-		if n, ok := strings.CutPrefix(line, "phase "); ok {
-			i, err := strconv.Atoi(n)
+		switch cmd, arg, _ := strings.Cut(line, " "); cmd {
+		case "probe":
+			cfg, err := client.LoadConfig(os.Getenv(aSideConfEnv))
 			if err != nil {
+				return err
+			}
+			conn, err := client.Dial(context.Background(), cfg, os.Getenv(aSideAddrsEnv))
+			if err != nil {
+				return err
+			}
+			defer conn.Close()
+			p = probeLocally(conn)
+			err = out.Encode("probing")
+		case "phase":
+			i, err := strconv.Atoi(arg)
+			if err != nil || p == nil {
 				return fmt.Errorf("bad command %q", line)
 			}
 			p.phase.Store(int64(i))
-			continue
+		case "fail":
+			a2.failing.Store(arg == "on")
+		case "lasthit":
+			err = out.Encode(a2.lastHit.Load())
+		case "finish":
+			if p == nil {
+				return fmt.Errorf("finish before probe")
+			}
+			p.finishLocal()
+			err = out.Encode(p.result())
+		default:
+			return fmt.Errorf("bad command %q", line)
 		}
-		if line == "finish" {
-			break
+		if err != nil {
+			return err
 		}
-		return fmt.Errorf("bad command %q", line)
 	}
-	p.finishLocal()
+	return nil
+}
+
+// result is every sample, on the wire.
+func (p *noisyProbes) result() proberResult {
 	wire := func(ss []probeSample) []proberSample {
 		out := make([]proberSample, 0, len(ss))
 		for _, s := range ss {
@@ -96,22 +132,68 @@ func attackProber(in *bufio.Scanner, out *json.Encoder) error {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return out.Encode(proberResult{HTTP: wire(p.http), TCP: wire(p.tcp), Admin: wire(p.admin), Late: wire(p.late)})
+	return proberResult{HTTP: wire(p.http), TCP: wire(p.tcp), Admin: wire(p.admin), Late: wire(p.late)}
 }
 
-// startProberProcess starts the prober process for the lab's admin API
-// and tenant a's VIP; it runs until finish.
-func startProberProcess(tb testing.TB, l *noisyLab) *noisyProbes {
+// aSide is the test's handle of tenant a's process.
+type aSide struct {
+	*attacker
+	addrs aSideAddrs
+	mu    sync.Mutex // one command (and its answer) at a time
+}
+
+// startASide starts tenant a's process for the lab's admin API.
+func startASide(tb testing.TB, l *noisyLab) *aSide {
 	tb.Helper()
 	var addrs []string
 	for _, n := range l.c.nodes {
 		addrs = append(addrs, n.apiAddr)
 	}
-	a := startAttackerCmd(tb, "prober", niceCommand(proberNice, os.Args[0]),
-		proberConfEnv+"="+l.c.adminConf(), proberAddrsEnv+"="+strings.Join(addrs, ","))
-	var ready string
-	if err := a.recv(&ready); err != nil || ready != "ready" {
-		tb.Fatalf("prober: %q %v", ready, err)
+	a := &aSide{attacker: startAttackerCmd(tb, "tenant-a", niceCommand(aSideNice, os.Args[0]),
+		aSideConfEnv+"="+l.c.adminConf(), aSideAddrsEnv+"="+strings.Join(addrs, ","))}
+	if err := a.recv(&a.addrs); err != nil {
+		tb.Fatalf("tenant a's members: %v", err)
+	}
+	return a
+}
+
+// call sends a command and, with answer set, decodes its answer.
+func (a *aSide) call(tb testing.TB, cmd string, answer any) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := a.send(cmd); err != nil {
+		tb.Errorf("tenant a's process: %s: %v", cmd, err)
+		return
+	}
+	if answer != nil {
+		if err := a.recv(answer); err != nil {
+			tb.Errorf("tenant a's process: %s: %v", cmd, err)
+		}
+	}
+}
+
+// setFailing makes a2's health check fail or pass.
+func (a *aSide) setFailing(tb testing.TB, on bool) {
+	cmd := "fail off"
+	if on {
+		cmd = "fail on"
+	}
+	a.call(tb, cmd, nil)
+}
+
+// lastHit is when a2 last served a request (unix ns).
+func (a *aSide) lastHit(tb testing.TB) int64 {
+	var at int64
+	a.call(tb, "lasthit", &at)
+	return at
+}
+
+// probe starts a's probers and the admin prober.
+func (a *aSide) probe(tb testing.TB) *noisyProbes {
+	var ok string
+	a.call(tb, "probe", &ok)
+	if ok != "probing" {
+		tb.Fatalf("tenant a's probers did not start")
 	}
 	return &noisyProbes{remote: a}
 }
@@ -128,9 +210,7 @@ func niceCommand(n int, name string) *exec.Cmd {
 // setPhase tags the samples from now on with phase i.
 func (p *noisyProbes) setPhase(i int) {
 	if p.remote != nil {
-		if err := p.remote.send(fmt.Sprintf("phase %d", i)); err != nil {
-			p.remote.tb.Errorf("prober: %v", err)
-		}
+		p.remote.call(p.remote.tb, fmt.Sprintf("phase %d", i), nil)
 		return
 	}
 	p.phase.Store(int64(i))
@@ -142,14 +222,8 @@ func (p *noisyProbes) finish() {
 		p.finishLocal()
 		return
 	}
-	a := p.remote
-	if err := a.send("finish"); err != nil {
-		a.tb.Errorf("prober: %v", err)
-	}
 	var r proberResult
-	if err := a.recv(&r); err != nil {
-		a.tb.Errorf("prober's samples: %v", err)
-	}
+	p.remote.call(p.remote.tb, "finish", &r)
 	local := func(ws []proberSample) []probeSample {
 		out := make([]probeSample, 0, len(ws))
 		for _, w := range ws {
@@ -164,7 +238,6 @@ func (p *noisyProbes) finish() {
 	p.mu.Lock()
 	p.http, p.tcp, p.admin, p.late = local(r.HTTP), local(r.TCP), local(r.Admin), local(r.Late)
 	p.mu.Unlock()
-	a.in.Close()
 }
 
 // pid is the process the probes run in.
