@@ -11,7 +11,6 @@ import (
 	"math"
 	"os"
 	"regexp"
-	"runtime"
 	"strings"
 	"time"
 
@@ -21,6 +20,7 @@ import (
 	"github.com/teapot-lb/teapot-lb/packaging/serveconfig"
 	"github.com/teapot-lb/teapot-lb/proxy"
 	"github.com/teapot-lb/teapot-lb/proxy/certs"
+	"github.com/teapot-lb/teapot-lb/proxy/cpubudget"
 	"github.com/teapot-lb/teapot-lb/proxy/dns"
 	"github.com/teapot-lb/teapot-lb/proxy/memlimit"
 	"github.com/teapot-lb/teapot-lb/vip"
@@ -239,7 +239,7 @@ func checkServeConfig(cfg serveConfig) error {
 	if cfg.ACMEOrdersPerTenant < 1 {
 		return fmt.Errorf("--acme-orders-per-tenant %d: give 1 or more new orders an hour (default %d)", cfg.ACMEOrdersPerTenant, certs.DefaultOrdersPerHour)
 	}
-	procs := runtime.GOMAXPROCS(0)
+	procs := cpubudget.HostCPUs()
 	if err := checkTenantCores("cpu-per-tenant", "a tenant may make the host spend", cfg.CPUPerTenant, procs); err != nil {
 		return err
 	}
@@ -258,7 +258,7 @@ func checkServeConfig(cfg serveConfig) error {
 // checkTenantCores refuses a per-tenant CPU budget of v cores that the
 // host could not honour: below a thousandth of a core (the budgets count
 // millicores, so it would become 0, the default) or above the host's
-// procs CPUs (GOMAXPROCS, which the accountant measures against: no
+// procs CPUs (cpubudget.HostCPUs, the budgets' unit of a core: no
 // tenant could reach it, so it would bound nothing). 0 is the default.
 func checkTenantCores(flag, what string, v float64, procs int) error {
 	switch {

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"runtime"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -255,7 +254,7 @@ func observeCPU(t *cpubudget.Tenant) *pb.TenantCPUObservation {
 	}
 	st := t.HostStat()
 	o := &pb.TenantCPUObservation{Millicores: st.Millicores, UsedSeconds: st.Used.Seconds(), WindowSeconds: st.Window.Seconds(),
-		ThrottledSeconds: st.Throttled.Seconds(), Throttles: st.Throttles, InDebt: st.InDebt, HostCores: float64(runtime.GOMAXPROCS(0))}
+		ThrottledSeconds: st.Throttled.Seconds(), Throttles: st.Throttles, InDebt: st.InDebt, HostCores: float64(cpubudget.HostCPUs())}
 	if !st.At.IsZero() {
 		o.Time = timestamppb.New(st.At)
 	}

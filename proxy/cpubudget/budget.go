@@ -21,7 +21,6 @@ import (
 	"crypto"
 	"errors"
 	"io"
-	"runtime"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -32,7 +31,7 @@ import (
 // spent its CPU budget or has too many signatures in progress.
 var ErrOverBudget = errors.New("cpubudget: the tenant's handshake CPU budget is spent")
 
-// Defaults, as shares of the host's CPUs (GOMAXPROCS).
+// Defaults, as shares of the host's CPUs (HostCPUs).
 const (
 	// DefaultShare is the part of the host's CPU time one tenant's
 	// signatures may use on average: a quarter (half a core on a 2-core
@@ -77,7 +76,7 @@ type Options struct {
 }
 
 func (o Options) withDefaults() Options {
-	procs := runtime.GOMAXPROCS(0)
+	procs := HostCPUs()
 	if o.Rate <= 0 {
 		o.Rate = DefaultShare * float64(procs)
 	}

@@ -57,6 +57,19 @@ const (
 	UsageWindow = 10 * time.Second
 )
 
+// startProcs is GOMAXPROCS as the process started: the host's CPUs (Go
+// counts them within the process's CPU set and cgroup limit, or
+// GOMAXPROCS says how many), before serve adds a spare processor for the
+// VIP heartbeat threads. The defaults are shares of it.
+var startProcs = runtime.GOMAXPROCS(0)
+
+// HostCPUs is the CPUs the budgets' defaults are shares of, and what the
+// host reports as its cores: GOMAXPROCS as the process started, not the
+// spare processor serve adds (with it, a tenant's default budget on 2
+// CPUs was 750 millicores, not the quarter of them, 500, it is said to
+// be).
+func HostCPUs() int { return startProcs }
+
 // paceEpoch is the origin of the pacing clock (monotonic).
 var paceEpoch = time.Now()
 
@@ -368,7 +381,7 @@ func (b *Budgets) defaultMillicores() int64 {
 	if b.o.HostMillicores > 0 {
 		return int64(b.o.HostMillicores)
 	}
-	return max(1, int64(DefaultHostShare*1000*float64(runtime.GOMAXPROCS(0))))
+	return max(1, int64(DefaultHostShare*1000*float64(HostCPUs())))
 }
 
 func (b *Budgets) millicoresOf(t *Tenant) int64 {

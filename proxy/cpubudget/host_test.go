@@ -2,6 +2,7 @@ package cpubudget
 
 import (
 	"context"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -235,5 +236,26 @@ func TestUsageWindow(t *testing.T) {
 	b.account(tick, 40*time.Millisecond)
 	if got := tn.HostStat(); got.Used != st.Used || got.At != st.At {
 		t.Errorf("the reported window changed before the next ended: %+v", got)
+	}
+}
+
+// The defaults are shares of the host's CPUs as the process started:
+// serve adds a spare Go processor for the VIP heartbeat threads, and the
+// budgets must not grow with it (on 2 CPUs a tenant's default was 750
+// millicores, not the quarter, 500, it is documented to be). Not
+// parallel: it changes GOMAXPROCS.
+func TestDefaultsAreSharesOfTheHostsCPUs(t *testing.T) {
+	cpus := HostCPUs()
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(cpus + 1))
+	b := New(Options{})
+	o := b.Options()
+	if want := DefaultShare * float64(cpus); o.Rate != want {
+		t.Errorf("default handshake rate %g cores with GOMAXPROCS %d, want %g (a quarter of %d CPUs)", o.Rate, runtime.GOMAXPROCS(0), want, cpus)
+	}
+	if want := max(1, cpus/4); o.Concurrency != want {
+		t.Errorf("default signatures at once %d, want %d", o.Concurrency, want)
+	}
+	if got, want := b.Tenant("a").HostStat().Millicores, max(1, int64(DefaultHostShare*1000*float64(cpus))); got != want {
+		t.Errorf("default host budget %d millicores with GOMAXPROCS %d, want %d (a quarter of %d CPUs)", got, runtime.GOMAXPROCS(0), want, cpus)
 	}
 }

@@ -863,8 +863,9 @@ type TenantCPUObservation struct {
 	Throttles        uint64  `protobuf:"varint,6,opt,name=throttles,proto3" json:"throttles,omitempty"`
 	// In debt now.
 	InDebt bool `protobuf:"varint,7,opt,name=in_debt,json=inDebt,proto3" json:"in_debt,omitempty"`
-	// host_cores is the CPUs this host's data plane runs on (its
-	// GOMAXPROCS): a budget of more never holds the tenant there.
+	// host_cores is this host's CPUs (GOMAXPROCS as the process started,
+	// before the spare processor for the VIP heartbeats): a budget of more
+	// never holds the tenant there.
 	HostCores     float64 `protobuf:"fixed64,8,opt,name=host_cores,json=hostCores,proto3" json:"host_cores,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
