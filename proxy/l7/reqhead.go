@@ -219,21 +219,30 @@ func (h *reqHead) finish(b []byte) int {
 	return 0
 }
 
+// listToken returns the bounds of the token of a comma-separated list
+// that starts at b[i] (the list ends at end), without the blanks around
+// it, and where the next token starts.
+func listToken(b []byte, i, end int) (s, e, next int) {
+	j := i
+	for j < end && b[j] != ',' {
+		j++
+	}
+	s, e = i, j
+	for s < e && (b[s] == ' ' || b[s] == '\t') {
+		s++
+	}
+	for e > s && (b[e-1] == ' ' || b[e-1] == '\t') {
+		e--
+	}
+	return s, e, j + 1
+}
+
 // connectionTokens records the options of a Connection field and the
 // names of the fields it lists.
 func (h *reqHead) connectionTokens(b []byte, f *field) {
 	for i, end := int(f.vs), int(f.ve); i < end; {
-		j := i
-		for j < end && b[j] != ',' {
-			j++
-		}
-		s, e := i, j
-		for s < e && (b[s] == ' ' || b[s] == '\t') {
-			s++
-		}
-		for e > s && (b[e-1] == ' ' || b[e-1] == '\t') {
-			e--
-		}
+		s, e, next := listToken(b, i, end)
+		i = next
 		tok := b[s:e]
 		switch {
 		case eqFold(tok, "close"):
@@ -245,7 +254,6 @@ func (h *reqHead) connectionTokens(b []byte, f *field) {
 		case e > s:
 			h.connTokens = append(h.connTokens, [2]int{s, e})
 		}
-		i = j + 1
 	}
 }
 

@@ -168,17 +168,8 @@ func (h *respHead) finish(b []byte) bool {
 
 func (h *respHead) connectionTokens(b []byte, f *field) {
 	for i, end := int(f.vs), int(f.ve); i < end; {
-		j := i
-		for j < end && b[j] != ',' {
-			j++
-		}
-		s, e := i, j
-		for s < e && (b[s] == ' ' || b[s] == '\t') {
-			s++
-		}
-		for e > s && (b[e-1] == ' ' || b[e-1] == '\t') {
-			e--
-		}
+		s, e, next := listToken(b, i, end)
+		i = next
 		tok := b[s:e]
 		switch {
 		case eqFold(tok, "close"):
@@ -188,7 +179,6 @@ func (h *respHead) connectionTokens(b []byte, f *field) {
 		case e > s:
 			h.connTokens = append(h.connTokens, [2]int{s, e})
 		}
-		i = j + 1
 	}
 }
 
