@@ -223,6 +223,7 @@ func runNoisyNeighbour(tb testing.TB) []noisyRow {
 			}
 		})
 	}
+	bNice := lowerTestPriority(tb)
 	b := dialTenant(tb, "b-agent", l.credsB)
 	defer b.close()
 	if _, err := b.change(nil); err != nil {
@@ -246,6 +247,7 @@ func runNoisyNeighbour(tb testing.TB) []noisyRow {
 	if nice, err := niceOf(p.pid()); err == nil {
 		notes[0] = append(notes[0], fmt.Sprintf("a's members, its probers and the admin prober in a process of their own at nice %d", nice))
 	}
+	notes[0] = append(notes[0], bNice)
 	for i, ph := range selectedPhases(tb) {
 		p.setPhase(i + 1)
 		start := time.Now()

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/teapot-lb/teapot-lb/api/client"
+	"golang.org/x/sys/unix"
 )
 
 // Tenant a's side of the lab runs in a process of its own, the test
@@ -263,4 +264,51 @@ func niceOf(pid int) (int, error) {
 		return 0, io.ErrUnexpectedEOF
 	}
 	return strconv.Atoi(f[16])
+}
+
+// bSideNice is the niceness of b's side of the lab: the test process
+// (b's clients) and b's attacker processes (started from it after
+// lowerTestPriority). The LB host runs at the default niceness and a's
+// process above it, so that on one machine each party's CPU is its own
+// as it would be on separate machines: what the host does with its CPU
+// is what the probes measure.
+const bSideNice = 10
+
+// lowerTestPriority puts every thread of the test process at bSideNice
+// until the test ends (then back at the default): the Go runtime makes
+// its new threads from these, and processes started meanwhile (b's
+// attackers) inherit it. Only as root, which can raise it again; without,
+// it says so and leaves it.
+func lowerTestPriority(tb testing.TB) string {
+	if os.Geteuid() != 0 {
+		return "b's side at the default niceness (not root: it could not be raised again)"
+	}
+	setAll := func(n int) error {
+		var last error
+		for range 2 { // a thread made while the first pass ran
+			tasks, err := os.ReadDir("/proc/self/task")
+			if err != nil {
+				return err
+			}
+			for _, t := range tasks {
+				tid, err := strconv.Atoi(t.Name())
+				if err != nil {
+					continue
+				}
+				if err := unix.Setpriority(unix.PRIO_PROCESS, tid, n); err != nil && !errors.Is(err, unix.ESRCH) {
+					last = err
+				}
+			}
+		}
+		return last
+	}
+	if err := setAll(bSideNice); err != nil {
+		tb.Logf("lower the test process's priority: %v", err)
+	}
+	tb.Cleanup(func() {
+		if err := setAll(0); err != nil {
+			tb.Errorf("restore the test process's priority: %v", err)
+		}
+	})
+	return fmt.Sprintf("b's clients (the test process) and attacker processes at nice %d", bSideNice)
 }
