@@ -69,8 +69,14 @@ lint: ## go vet (the appliance and the conformance module) and gofmt
 		echo "gofmt: these files need formatting (run gofmt -w):"; echo "$$unformatted"; exit 1; \
 	fi
 
-test: lint kube-tools ## lint, then every test with the race detector
-	CGO_ENABLED=1 go test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+# make test runs the scenarios in two phases (TEAPOT_SCENARIOS, see
+# scenarios/phase_test.go): first the parallel scenarios, which mostly wait,
+# beside every package's unit tests (./scenarios named first so that it
+# starts first); then the scenarios that measure time, rates or CPU, with
+# nothing beside them.
+test: lint kube-tools ## lint, then every test with the race detector: the unit tests beside the parallel scenarios, then the scenarios that run alone (README, Test time)
+	TEAPOT_SCENARIOS=parallel CGO_ENABLED=1 go test -race -count=1 -timeout $(TEST_TIMEOUT) ./scenarios ./...
+	TEAPOT_SCENARIOS=alone CGO_ENABLED=1 go test -race -count=1 -timeout $(TEST_TIMEOUT) ./scenarios
 
 # The rule tests of the scenarios package (dependencies, doc comments, file
 # sizes): they read `go list` and the tree, and start nothing.

@@ -22,7 +22,8 @@ var binary struct {
 // scenario that needs it builds (so the rule tests run without it). When
 // the tests run with the race detector, so does the binary (set
 // TEAPOT_SCENARIO_RACE=0 to build it without). It also sets how many
-// parallel scenarios run at a time (setParallelWidth).
+// parallel scenarios run at a time (setParallelWidth), and which tests run
+// when $TEAPOT_SCENARIOS names a phase (setScenarioPhase).
 func TestMain(m *testing.M) {
 	if role := os.Getenv(attackerEnv); role != "" {
 		os.Exit(attackerMain(role))
@@ -31,6 +32,10 @@ func TestMain(m *testing.M) {
 		os.Exit(h3FloodMain())
 	}
 	if err := setParallelWidth(); err != nil {
+		fmt.Fprintln(os.Stderr, "scenarios:", err)
+		os.Exit(2)
+	}
+	if err := setScenarioPhase(); err != nil {
 		fmt.Fprintln(os.Stderr, "scenarios:", err)
 		os.Exit(2)
 	}
