@@ -72,10 +72,11 @@ lint: ## go vet (the appliance and the conformance module) and gofmt
 # make test runs the scenarios in two phases (TEAPOT_SCENARIOS, see
 # scenarios/phase_test.go): first the parallel scenarios, which mostly wait,
 # beside every package's unit tests (./scenarios named first so that it
-# starts first); then the scenarios that measure time, rates or CPU, with
+# starts first; -p 3 so that two packages' unit tests run beside it, as
+# without it); then the scenarios that measure time, rates or CPU, with
 # nothing beside them.
 test: lint kube-tools ## lint, then every test with the race detector: the unit tests beside the parallel scenarios, then the scenarios that run alone (README, Test time)
-	TEAPOT_SCENARIOS=parallel CGO_ENABLED=1 go test -race -count=1 -timeout $(TEST_TIMEOUT) ./scenarios ./...
+	TEAPOT_SCENARIOS=parallel CGO_ENABLED=1 go test -race -count=1 -p 3 -timeout $(TEST_TIMEOUT) ./scenarios ./...
 	TEAPOT_SCENARIOS=alone CGO_ENABLED=1 go test -race -count=1 -timeout $(TEST_TIMEOUT) ./scenarios
 
 # The rule tests of the scenarios package (dependencies, doc comments, file
