@@ -74,10 +74,13 @@ lint: ## go vet (the appliance and the conformance module) and gofmt
 # beside every package's unit tests (./scenarios named first so that it
 # starts first; -p 3 so that two packages' unit tests run beside it, as
 # without it); then the scenarios that measure time, rates or CPU, with
-# nothing beside them.
+# nothing beside them. The two share the race-built teapot-lb binary
+# (TEAPOT_SCENARIO_BINARY_DIR, scenarios/main_test.go), built once; the
+# second runs even when the first fails, and make test fails if either does.
 test: lint kube-tools ## lint, then every test with the race detector: the unit tests beside the parallel scenarios, then the scenarios that run alone (README, Test time)
-	TEAPOT_SCENARIOS=parallel CGO_ENABLED=1 go test -race -count=1 -p 3 -timeout $(TEST_TIMEOUT) ./scenarios ./...
-	TEAPOT_SCENARIOS=alone CGO_ENABLED=1 go test -race -count=1 -timeout $(TEST_TIMEOUT) ./scenarios
+	bin=$$(mktemp -d) && trap 'rm -rf "$$bin"' EXIT && export TEAPOT_SCENARIO_BINARY_DIR="$$bin" CGO_ENABLED=1; \
+	TEAPOT_SCENARIOS=parallel go test -race -count=1 -p 3 -timeout $(TEST_TIMEOUT) ./scenarios ./...; first=$$?; \
+	TEAPOT_SCENARIOS=alone go test -race -count=1 -timeout $(TEST_TIMEOUT) ./scenarios && exit $$first
 
 # The rule tests of the scenarios package (dependencies, doc comments, file
 # sizes): they read `go list` and the tree, and start nothing.
