@@ -15,7 +15,10 @@
 // (parallel_test.go), which is t.Parallel: the testing package starts these
 // after every other top-level scenario has finished, the longest first, at
 // most two of them at a time ($TEAPOT_SCENARIO_PARALLEL or -parallel sets
-// how many). Scenarios that need the same kind
+// how many). $TEAPOT_SCENARIOS=parallel runs only these, =alone only the
+// others (phase_test.go): make test runs the parallel ones beside the other
+// packages' unit tests, then the others with nothing beside them.
+// Scenarios that need the same kind
 // of lab and leave it usable share it as subtests of one scenario
 // (TestRateLimitAcrossECMP).
 package scenarios

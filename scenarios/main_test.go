@@ -12,17 +12,19 @@ import (
 // binary is the teapot-lb binary built once for all scenarios, on the
 // first call of teapotBinary, or the reason it could not be built.
 var binary struct {
-	once sync.Once
-	dir  string
-	path string
-	err  error
+	once   sync.Once
+	dir    string
+	shared bool // dir is $TEAPOT_SCENARIO_BINARY_DIR
+	path   string
+	err    error
 }
 
 // TestMain makes the directory of the teapot-lb binary, which the first
 // scenario that needs it builds (so the rule tests run without it). When
 // the tests run with the race detector, so does the binary (set
 // TEAPOT_SCENARIO_RACE=0 to build it without). It also sets how many
-// parallel scenarios run at a time (setParallelWidth).
+// parallel scenarios run at a time (setParallelWidth), and which tests run
+// when $TEAPOT_SCENARIOS names a phase (setScenarioPhase).
 func TestMain(m *testing.M) {
 	if role := os.Getenv(attackerEnv); role != "" {
 		os.Exit(attackerMain(role))
@@ -33,6 +35,15 @@ func TestMain(m *testing.M) {
 	if err := setParallelWidth(); err != nil {
 		fmt.Fprintln(os.Stderr, "scenarios:", err)
 		os.Exit(2)
+	}
+	if err := setScenarioPhase(); err != nil {
+		fmt.Fprintln(os.Stderr, "scenarios:", err)
+		os.Exit(2)
+	}
+	if dir := os.Getenv(binaryDirEnv); dir != "" {
+		// A directory the caller made and removes (make test).
+		binary.dir, binary.shared = dir, true
+		os.Exit(m.Run())
 	}
 	dir, err := os.MkdirTemp("", "teapot-scenarios-")
 	if err != nil {
@@ -45,13 +56,26 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// binaryDirEnv names a directory that runs of the package one after
+// another share the teapot-lb binary in: the first to need it builds it
+// there, the later ones use it (make test's two phases, in a directory it
+// makes for the one make test and removes). Build settings must not change
+// between those runs.
+const binaryDirEnv = "TEAPOT_SCENARIO_BINARY_DIR"
+
 func build(dir string) (string, error) {
 	root, err := moduleRoot()
 	if err != nil {
 		return "", err
 	}
 	out := filepath.Join(dir, "teapot-lb")
-	args := []string{"build", "-o", out}
+	if binary.shared {
+		if _, err := os.Stat(out); err == nil {
+			return out, nil // built by an earlier run
+		}
+	}
+	tmp := out + ".building"
+	args := []string{"build", "-o", tmp}
 	if raceEnabled && os.Getenv("TEAPOT_SCENARIO_RACE") != "0" {
 		args = append(args, "-race")
 	}
@@ -59,6 +83,10 @@ func build(dir string) (string, error) {
 	cmd.Dir = root
 	if msg, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go %v: %w\n%s", args, err, msg)
+	}
+	// Whole or not at all, for a later run that shares the directory.
+	if err := os.Rename(tmp, out); err != nil {
+		return "", err
 	}
 	return out, nil
 }

@@ -53,6 +53,7 @@ func parallelScenario(t *testing.T) {
 // long scenario running alone.
 func parallelScenarioTaking(t *testing.T, d time.Duration) {
 	t.Helper()
+	checkPhase(t)
 	parallelSlots.register()
 	t.Parallel()
 	parallelSlots.acquire(d)

@@ -72,6 +72,11 @@ func TestRefusalsQuoteAnExcerptOfLongValues(t *testing.T) {
 	t.Parallel() // a host of its own, in a temporary directory on free ports
 	h := startObservedHost(t, nil)
 	h.seed(t)
+	// The 20 MB of refused values are charged to acme's write budget; at
+	// the default rate (256 KiB/s) the changes would wait some 75 s for
+	// it, which TestWriteBudgetFollowsTheQuota shows. Here the budget is
+	// high enough that none waits.
+	h.setQuotas(t, "acme", &pb.Quotas{WriteBytesPerSecond: 64 << 20})
 	acme := h.open(t, "acme")
 	long := strings.Repeat("é", 50<<10) // 100 KB, two bytes a character
 	bad := []func(i int) *pb.LoadBalancer{
