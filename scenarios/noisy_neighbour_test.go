@@ -55,54 +55,31 @@ var noisyPhases = []noisyPhase{
 
 // adminP99Bound is the admin API's p99 in every phase (the goal).
 //
-// The "all at once" phase is held to its goals plus allAtOnceLateFactor
-// times the p99 of how late the test process's own 5 ms timer woke in
-// the same phase: what the machine's other work adds, which the host
-// cannot help. In that phase the host is not short of CPU: it was 0.3 of
-// a core busy on average (CPU profiles of the whole phase, 4.2-4.9 s in
-// 14-15 s), while a's and the admin's p99 followed the machine's load:
-// 8-9 times the timer's p99 for a's probes and 7-13 times for the admin
-// calls (4 runs at load averages 6-40, where other builds and labs ran).
-// The kernel's count says the same (schedstat, in each phase's notes): in
-// a run at load averages 44-58 the host was 0.05-0.38 of a core busy in
-// every phase while its threads waited 6-33 s for a CPU per phase, and
-// even the quiet phase's admin p99 was 347 ms.
-// On a quiet machine (timer p99 5-10 ms) the bound is the goal plus
-// 80-160 ms; a host that starves a by itself is not excused, since its
-// own work does not make the test process's timer late.
+// Each phase is held to its goals plus lateFactor times the p99 of how
+// late the probers' own 5 ms timer woke in the same phase: what the
+// machine's other work adds, which the host cannot help (on a quiet
+// machine, 1-5 ms late at p99). A miss of the goal itself is logged. A
+// host that starves a by itself is not excused, since its own work does
+// not make the probers' process late: that process (a's members, its
+// probers and the admin prober) runs at a higher priority than the
+// host, and b's side (the test process's clients and b's attacker
+// processes) at a lower one, so that on one machine each party's CPU
+// is its own, as on separate machines (noisy_prober_test.go).
 //
-// The goals are not met with every abuse at once, and b's CPU is not
-// what misses them: every tenant has one host CPU budget over all it
-// makes the host compute (quotas.cpuMillicores, a quarter of the CPUs:
-// half a core here). In 4 full runs under -race at load averages 16-20
-// (the test process's timer 39-128 ms late at p99) b was charged
-// 0.20-0.30 of a core in that phase and held at its gate 4-6 times, a
-// charged 0.04-0.08 and never held, and the host was 0.21-0.43 of a core
-// busy; a's p99 was 362-855 ms (HTTP) and 357-840 ms (TCP), the admin's
-// 654-1570 ms. Its slowest calls were lists, but not for the Raft log:
-// on the host (the phase's notes: teapot_lb_read_barrier_seconds and
-// teapot_lb_admin_call_seconds) the 41-48 reads of the phase waited
-// 0.7-21 ms in all for the read barrier once a host alone stopped asking
-// Raft's leader loop (up to 48 ms a read before, behind the log writes
-// of b's entries), and 65 of 66 admin calls took under 250 ms on the
-// host, while the prober saw a p99 of 0.86-1.3 s with the test process's
-// threads waiting 14-20 s for a CPU in 12-16 s (load averages 12-14,
-// other builds on the machine). The
-// phase alone, with and without the budget at the same time (load 11):
-// a's p99 322/432 ms against 299/356 ms, the admin's 476 ms against 705
-// ms. On a quiet machine (load 1-2, timer 8-10 ms late at p99), with a
-// unit of work charged at most 250 us of the CPU not measured where it
-// was spent (at 2 ms, a's probes were charged 0.26 of a core of the
-// host's own work while b flooded the API port), a's p99 was 95/108 ms
-// and the admin's 128 ms in one run, within the goals under -race. So
-// that phase fails only past allAtOnceGoalFactor times its goals
-// plus the machine's lateness, and logs every miss of the goal; the
-// second round's phases alone hold the admin API to its goal plus the
-// machine's lateness (the expensive checks' admin p99 was 78-388 ms).
+// Before that split, a's probers and members shared the test process
+// with b's clients and the machine with b's attacker processes at the
+// host's priority: in "all at once" a's p99 was 75-95 ms (HTTP) and
+// 85-110 ms (TCP) and the admin's 199-517 ms as the prober saw them, in
+// 5 runs at load 1.4-2.9, while the host served the admin calls within
+// 100 ms and the test process's threads waited 8.3-8.8 s for a CPU in
+// 13 s; in "expensive checks" the host's threads waited nothing for a CPU
+// while the test process waited 3.3 s and its probers saw a's p99 at 88
+// ms. Every tenant has one host CPU budget over all it makes the host
+// compute (quotas.cpuMillicores, a quarter of the CPUs: half a core
+// here); b spends it and is held at its gate, a is never held.
 const (
-	adminP99Bound       = 250 * time.Millisecond
-	allAtOnceLateFactor = 16
-	allAtOnceGoalFactor = 2
+	adminP99Bound = 250 * time.Millisecond
+	lateFactor    = 16
 )
 
 // roundTwo names the second round's phases.
@@ -128,19 +105,14 @@ func TestNoisyNeighbour(t *testing.T) {
 	for _, r := range rows[1:] {
 		// The host's own time for the admin calls (headers to answer
 		// written) is held to the goal in every phase of the second
-		// round, and "all at once" to allAtOnceGoalFactor times it,
-		// plus the machine's lateness as the probes are (the host's
+		// round, plus the machine's lateness as the probes are (the host's
 		// threads wait for a CPU like the test process's: in a phase
 		// where the machine kept both waiting 92-94 s in 38 s, 3 of
 		// 55 calls took over 250 ms on a host 0.02 of a core busy). At
 		// load averages 11-16 the host took 62-90 admin calls of that
 		// phase with 0-2 over 250 ms and none over 500 ms, while the
 		// prober saw a p99 of 0.4-1.5 s.
-		bound := adminP99Bound
-		if r.name == "all at once" {
-			bound *= allAtOnceGoalFactor
-		}
-		bound += allAtOnceLateFactor * r.late.p99
+		bound := adminP99Bound + lateFactor*r.late.p99
 		if a := r.host.admin; roundTwo[r.name] && a.count > 0 && a.p99() > bound.Seconds() {
 			t.Errorf("%s: the host answered its admin calls with a p99 over %.0f ms (%.0f of %.0f calls over %.0f ms; the test process's timer was %.1f ms late at p99)",
 				r.name, ms(bound), a.over("0.25"), a.count, ms(adminP99Bound), ms(r.late.p99))
@@ -159,37 +131,26 @@ func TestNoisyNeighbour(t *testing.T) {
 			if p.s.ok != p.s.total {
 				t.Errorf("%s: %d of %d %s failed; first: %v", r.name, p.s.total-p.s.ok, p.s.total, p.what, p.s.firstErr)
 			}
-			if r.name == "all at once" {
-				goal := adminP99Bound
-				if p.bound {
-					goal = p99Bound(p.q.p99)
-				}
-				held := allAtOnceGoalFactor*goal + allAtOnceLateFactor*r.late.p99
+			goal := adminP99Bound
+			if p.bound {
+				goal = p99Bound(p.q.p99)
+			} else if !roundTwo[r.name] {
+				// The first round's phases (b storing objects of
+				// megabytes that the admin lists page by page) answer
+				// every call without a latency bound.
 				if p.s.p99 > goal {
-					t.Logf("%s: p99 of %s %.1f ms, over the goal of %.1f ms (held to %.1f ms: the test process's timer was %.1f ms late at p99)",
-						r.name, p.what, ms(p.s.p99), ms(goal), ms(held), ms(r.late.p99))
-				}
-				if p.s.p99 > held {
-					t.Errorf("%s: p99 of %s %.1f ms, want at most %.1f ms (%d times the goal %.1f ms and %d times the test process's timer p99 of %.1f ms)",
-						r.name, p.what, ms(p.s.p99), ms(held), allAtOnceGoalFactor, ms(goal), allAtOnceLateFactor, ms(r.late.p99))
+					t.Logf("%s: p99 of %s %.1f ms, over %.1f ms", r.name, p.what, ms(p.s.p99), ms(goal))
 				}
 				continue
 			}
-			if bound := adminP99Bound; !p.bound && p.s.p99 > bound {
-				if held := bound + allAtOnceLateFactor*r.late.p99; roundTwo[r.name] && p.s.p99 > held {
-					t.Errorf("%s: p99 of %s %.1f ms, want at most %.1f ms (the goal %.1f ms and %d times the test process's timer p99 of %.1f ms)",
-						r.name, p.what, ms(p.s.p99), ms(held), ms(bound), allAtOnceLateFactor, ms(r.late.p99))
-				} else if roundTwo[r.name] {
-					t.Logf("%s: p99 of %s %.1f ms, over the goal of %.1f ms (held to %.1f ms)", r.name, p.what, ms(p.s.p99), ms(bound), ms(held))
-				} else {
-					// The first round's phases (b storing objects of
-					// megabytes that the admin lists page by page)
-					// answer every call without a latency bound.
-					t.Logf("%s: p99 of %s %.1f ms, over %.1f ms", r.name, p.what, ms(p.s.p99), ms(bound))
-				}
+			held := goal + lateFactor*r.late.p99
+			if p.s.p99 > goal {
+				t.Logf("%s: p99 of %s %.1f ms, over the goal of %.1f ms (held to %.1f ms: the probers' timer was %.1f ms late at p99)",
+					r.name, p.what, ms(p.s.p99), ms(goal), ms(held), ms(r.late.p99))
 			}
-			if b := p99Bound(p.q.p99); p.bound && p.s.p99 > b {
-				t.Errorf("%s: p99 of %s %.1f ms, want at most %.1f ms (quiet %.1f ms)", r.name, p.what, ms(p.s.p99), ms(b), ms(p.q.p99))
+			if p.s.p99 > held {
+				t.Errorf("%s: p99 of %s %.1f ms, want at most %.1f ms (the goal %.1f ms and %d times the probers' timer p99 of %.1f ms)",
+					r.name, p.what, ms(p.s.p99), ms(held), ms(goal), lateFactor, ms(r.late.p99))
 			}
 		}
 	}
