@@ -488,3 +488,22 @@ func TestKubeTenantBGP(t *testing.T) {
 	})
 	t.Logf("whole scenario %s", time.Since(began).Round(100*time.Millisecond))
 }
+
+func TestParseEcho(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		line string
+		want echoAnswer
+	}{
+		{`pod=echo-1 client=192.0.2.11:40000 fwd=192.0.2.100 proxy=""`, echoAnswer{pod: "echo-1", client: "192.0.2.11:40000", fwd: "192.0.2.100"}},
+		{`pod=echo-1 client=192.0.2.11:40000 fwd= proxy="PROXY TCP4 192.0.2.100 192.0.2.200 41234 80"` + "\n",
+			echoAnswer{pod: "echo-1", client: "192.0.2.11:40000", proxy: "PROXY TCP4 192.0.2.100 192.0.2.200 41234 80"}},
+		// What the echo of an earlier tree answered.
+		{`pod=echo-1 client=192.0.2.11:40000 proxy=""`, echoAnswer{pod: "echo-1", client: "192.0.2.11:40000"}},
+	} {
+		got, err := parseEcho(tc.line)
+		if err != nil || got != tc.want {
+			t.Errorf("parseEcho(%q) = %+v, %v; want %+v", tc.line, got, err, tc.want)
+		}
+	}
+}
