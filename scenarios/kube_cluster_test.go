@@ -1,6 +1,7 @@
 package scenarios
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -67,6 +68,10 @@ type kubeLab struct {
 	k     *kubecluster.Cluster
 	dir   string
 	start time.Time
+	// tenant is the tenant whose credentials the agent runs with
+	// ("": kubeTenant); agentReplicas its replicas (0: the manifest's).
+	tenant        string
+	agentReplicas int32
 }
 
 // needKubeTools skips (or fails under CI) when the node tools are missing.
@@ -261,7 +266,8 @@ func (l *kubeLab) ctx() (context.Context, context.CancelFunc) {
 
 // installAgent applies packaging/k8s with the Secret that `teapot-lb
 // tenant credentials` prints and the agent's image from this tree, and
-// waits for both replicas to be Ready and one to hold the Lease.
+// waits for its replicas (both, unless agentReplicas says otherwise) to be
+// Ready and one to hold the Lease.
 func (l *kubeLab) installAgent() {
 	t := l.tb
 	t.Helper()
@@ -269,7 +275,7 @@ func (l *kubeLab) installAgent() {
 	k.applyManifest("00-namespace.yaml")
 	k.applyManifest("10-rbac.yaml")
 	k.applyManifest("40-ingressclass.yaml")
-	out, err := l.cli(l.lbs[0], "tenant", "credentials", kubeTenant, "-o", "json")
+	out, err := l.cli(l.lbs[0], "tenant", "credentials", cmp.Or(l.tenant, kubeTenant), "-o", "json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,10 +311,13 @@ func (l *kubeLab) installAgent() {
 		c.ImagePullPolicy = corev1.PullNever
 		c.Args = append(c.Args, "--lease-duration=4s", "--renew-deadline=3s", "--retry-period=500ms")
 	}
+	if l.agentReplicas > 0 {
+		dep.Spec.Replicas = &l.agentReplicas
+	}
 	if _, err := l.k.Client.AppsV1().Deployments(dep.Namespace).Create(ctx, &dep, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create the agent Deployment: %v", err)
 	}
-	l.waitDeployment(dep.Namespace, dep.Name, 2)
+	l.waitDeployment(dep.Namespace, dep.Name, *dep.Spec.Replicas)
 	waitFor(t, kubeLabTimeout, "an agent replica holds the Lease", func() error {
 		ctx, cancel := l.ctx()
 		defer cancel()
@@ -470,8 +479,10 @@ func (l *kubeLab) waitVIP(ns, name string) netip.Addr {
 	return vip
 }
 
-// echoAnswer is what an echo pod said.
-type echoAnswer struct{ pod, client, proxy string }
+// echoAnswer is what an echo pod said: its name, the address it saw the
+// connection from, the request's X-Forwarded-For (HTTP) and the PROXY
+// protocol header.
+type echoAnswer struct{ pod, client, fwd, proxy string }
 
 func parseEcho(line string) (echoAnswer, error) {
 	var a echoAnswer
@@ -484,6 +495,8 @@ func parseEcho(line string) (echoAnswer, error) {
 			a.pod = v
 		case "client":
 			a.client = v
+		case "fwd":
+			a.fwd = v
 		}
 	}
 	if quoted != "" {

@@ -1,9 +1,9 @@
 // Command echo is the backend of the tenant cluster's scenarios. It
 // answers on TCP (HTTP) and UDP with one line naming the pod, the client
-// address it saw, and the PROXY protocol header if the connection began
-// with one:
+// address it saw, the request's X-Forwarded-For (HTTP; its spaces taken
+// out) and the PROXY protocol header if the connection began with one:
 //
-//	pod=echo-5d9c7 client=192.0.2.100:41234 proxy="PROXY TCP4 192.0.2.100 192.0.2.200 41234 80"
+//	pod=echo-5d9c7 client=192.0.2.100:41234 fwd= proxy="PROXY TCP4 192.0.2.100 192.0.2.200 41234 80"
 //
 // HTTP requests to /healthz answer "ok". A request to /via?to=IP:port
 // makes the pod itself, an in-cluster client, send a request to
@@ -91,7 +91,8 @@ func handle(w http.ResponseWriter, r *http.Request) {
 	if c, ok := r.Context().Value(connKey{}).(*proxyConn); ok {
 		proxy = c.header
 	}
-	fmt.Fprintf(w, "pod=%s client=%s proxy=%q\n", pod, r.RemoteAddr, proxy)
+	fwd := strings.ReplaceAll(strings.Join(r.Header.Values("X-Forwarded-For"), ","), " ", "")
+	fmt.Fprintf(w, "pod=%s client=%s fwd=%s proxy=%q\n", pod, r.RemoteAddr, fwd, proxy)
 }
 
 // via asks http://to/ from this pod and writes back the answer.
