@@ -40,6 +40,9 @@ type h3SteeredConn struct {
 	// deadline is closed when the read deadline passed (nil: none).
 	deadline chan struct{}
 	timer    *time.Timer
+	// wake is closed (and replaced) when the deadline changes, so that
+	// a reader waiting on the former one looks again.
+	wake chan struct{}
 }
 
 // h3SteeredQueue bounds the datagrams one steered HTTP/3 port holds
@@ -65,6 +68,7 @@ func newH3SteeredConn(p *Proxy, k snapshot.Key) *h3SteeredConn {
 		local: net.UDPAddrFromAddrPort(netip.AddrPortFrom(k.Addr.Addr().Unmap(), k.Addr.Port())),
 		in:    make(chan *h3Datagram, h3SteeredQueue),
 		done:  make(chan struct{}),
+		wake:  make(chan struct{}),
 	}
 	c.d = newUDPDest(k, true, c.deliver)
 	return c
@@ -100,21 +104,24 @@ func (c *h3SteeredConn) deliver(b, oob []byte, from netip.AddrPort) {
 
 // next waits for a datagram until the read deadline or Close.
 func (c *h3SteeredConn) next() (*h3Datagram, error) {
-	select {
-	case g := <-c.in:
-		return g, nil
-	default:
-	}
-	c.mu.Lock()
-	dl := c.deadline
-	c.mu.Unlock()
-	select {
-	case g := <-c.in:
-		return g, nil
-	case <-dl:
-		return nil, os.ErrDeadlineExceeded
-	case <-c.done:
-		return nil, net.ErrClosed
+	for {
+		select {
+		case g := <-c.in:
+			return g, nil
+		default:
+		}
+		c.mu.Lock()
+		dl, wake := c.deadline, c.wake
+		c.mu.Unlock()
+		select {
+		case g := <-c.in:
+			return g, nil
+		case <-dl:
+			return nil, os.ErrDeadlineExceeded
+		case <-wake:
+		case <-c.done:
+			return nil, net.ErrClosed
+		}
 	}
 }
 
@@ -203,6 +210,8 @@ func (c *h3SteeredConn) SetReadDeadline(t time.Time) error {
 		c.timer.Stop()
 		c.timer = nil
 	}
+	close(c.wake)
+	c.wake = make(chan struct{})
 	switch d := time.Until(t); {
 	case t.IsZero():
 		c.deadline = nil
