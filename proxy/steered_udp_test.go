@@ -352,3 +352,64 @@ func TestSteeredUDPListeners(t *testing.T) {
 		}
 	})
 }
+
+// TestSteeredUDPRelayAllocs: a datagram relayed both ways through a
+// steered udp listener (the shared socket's reader, the packet info, the
+// reply from the VIP) allocates nothing, as through a socket of the
+// listener's own.
+func TestSteeredUDPRelayAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	m, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			n, from, err := m.ReadFromUDPAddrPort(buf)
+			if err != nil {
+				return
+			}
+			m.WriteToUDPAddrPort(buf[:n], from)
+		}
+	}()
+	netnstest.Run(t, []string{"192.0.2.1/32"}, func() {
+		st, err := steer.Open(1024)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		p, _ := newProxy(t, Config{Steer: st})
+		defer p.Close()
+		lb := tenantLB("acme", "dns", "192.0.2.1", 53, m.LocalAddr().String())
+		lb.Listeners[0].Protocol = "udp"
+		if err := p.Update(steeredUDPObjects(lb), 1); err != nil {
+			t.Fatalf("Update: %v", err)
+		}
+		if got := askConnected(t, "192.0.2.1:53", "q", 5*time.Second); got != "q" {
+			t.Fatalf("the first datagram came back as %q", got)
+		}
+		c, err := net.Dial("udp", "192.0.2.1:53")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		msg, b := []byte("0123456789abcdef"), make([]byte, 64)
+		c.SetDeadline(time.Now().Add(time.Minute))
+		roundTrip := func() {
+			if _, err := c.Write(msg); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.Read(b); err != nil {
+				t.Fatal(err)
+			}
+		}
+		roundTrip() // the flow
+		if n := testing.AllocsPerRun(500, roundTrip); n > 0 {
+			t.Errorf("%.2f allocations per datagram relayed both ways; want 0", n)
+		}
+	})
+}
