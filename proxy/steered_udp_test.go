@@ -91,17 +91,23 @@ func (c connectedPC) SetWriteDeadline(t time.Time) error        { return c.c.Set
 // from a new socket (see askConnected).
 func h3Backend(t *testing.T, vip netip.AddrPort) (string, error) {
 	t.Helper()
+	return h3BackendOf(t, vip, "gw.acme.example")
+}
+
+// h3BackendOf is h3Backend for https://host/.
+func h3BackendOf(t *testing.T, vip netip.AddrPort, host string) (string, error) {
+	t.Helper()
 	var err error
 	for range 5 {
 		var got string
-		if got, err = h3BackendOnce(vip, 2*time.Second); err == nil {
+		if got, err = h3BackendOnce(vip, host, 2*time.Second); err == nil {
 			return got, nil
 		}
 	}
 	return "", err
 }
 
-func h3BackendOnce(vip netip.AddrPort, handshake time.Duration) (string, error) {
+func h3BackendOnce(vip netip.AddrPort, host string, handshake time.Duration) (string, error) {
 	uc, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(vip))
 	if err != nil {
 		return "", err
@@ -110,7 +116,7 @@ func h3BackendOnce(vip netip.AddrPort, handshake time.Duration) (string, error) 
 	defer uc.Close()
 	defer tr.Close()
 	rt := &http3.Transport{
-		TLSClientConfig: &tls.Config{InsecureSkipVerify: true, ServerName: "gw.acme.example"},
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true, ServerName: host},
 		Dial: func(ctx context.Context, _ string, tc *tls.Config, qc *quic.Config) (*quic.Conn, error) {
 			qc = qc.Clone()
 			qc.HandshakeIdleTimeout = handshake
@@ -118,7 +124,7 @@ func h3BackendOnce(vip netip.AddrPort, handshake time.Duration) (string, error) 
 		},
 	}
 	defer rt.Close()
-	resp, err := (&http.Client{Transport: rt, Timeout: 20 * time.Second}).Get("https://gw.acme.example/")
+	resp, err := (&http.Client{Transport: rt, Timeout: 20 * time.Second}).Get("https://" + host + "/")
 	if err != nil {
 		return "", err
 	}
@@ -133,7 +139,9 @@ func h3BackendOnce(vip netip.AddrPort, handshake time.Duration) (string, error) 
 // of a tenant's https listeners on two IPv4 and two IPv6 VIPs, all on
 // 443, are served through one UDP socket per address family (two in
 // all, not four); each VIP's requests reach its own load balancer, and
-// the replies come from the VIP the client sent to.
+// the replies come from the VIP the client sent to. A load balancer that
+// moves to another tenant has its port served from that tenant's
+// socket; what still reaches the former tenant's is dropped there.
 func TestSteeredHTTP3OneSocketPerTenant(t *testing.T) {
 	bes := map[string]*routingBackend{}
 	for _, n := range []string{"v4a", "v4b", "v6a", "v6b"} {
@@ -183,8 +191,50 @@ func TestSteeredHTTP3OneSocketPerTenant(t *testing.T) {
 		if shared != 2 || own != 0 {
 			t.Errorf("%d shared UDP sockets and %d of a listener's own; want 2 and 0", shared, own)
 		}
+		// v4b moves to bolt: its HTTP/3 port moves to bolt's socket,
+		// and a datagram for it that still reaches acme's is dropped.
+		var moved []*pb.LoadBalancer
+		for _, lb := range lbs {
+			if lb.Name == "v4b" {
+				lb = clone(lb)
+				lb.Tenant = "bolt"
+				lb.Routes[0].Host = "gw.bolt.example"
+			}
+			moved = append(moved, lb)
+		}
+		if err := p.Update(steeredUDPObjects(moved...), 2); err != nil {
+			t.Fatalf("Update: %v", err)
+		}
+		if st := p.Status()["bolt/v4b"]; len(st) != 0 {
+			t.Fatalf("bolt/v4b: problems: %v", st)
+		}
+		v4b := netip.MustParseAddrPort("192.0.2.2:443")
+		p.steering.umu.Lock()
+		acme := p.steering.udp[udpSharedKey{tenant: "acme", port: 443, h3: true}]
+		bolt := p.steering.udp[udpSharedKey{tenant: "bolt", port: 443, h3: true}]
+		p.steering.umu.Unlock()
+		if slot, ok := st.LookupUDP(v4b); !ok || bolt == nil || slot != bolt.slot {
+			t.Fatalf("%s is steered to slot %d (%t); want bolt's socket", v4b, slot, ok)
+		}
+		if got, err := h3BackendOf(t, v4b, "gw.bolt.example"); err != nil || got != "v4b" {
+			t.Errorf("HTTP/3 to %s under bolt: member %q, %v", v4b, got, err)
+		}
+		before := acme.dropped.Load()
+		if err := st.AddUDP(v4b, acme.slot); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := h3BackendOnce(v4b, "gw.bolt.example", time.Second); err == nil {
+			t.Errorf("acme's socket served %s, now bolt's (member %q)", v4b, got)
+		}
+		if acme.dropped.Load() == before {
+			t.Error("acme's socket did not drop the datagrams for bolt's address")
+		}
+		if err := st.AddUDP(v4b, bolt.slot); err != nil {
+			t.Fatal(err)
+		}
+
 		// The ports close with their listeners, and so do the sockets.
-		if err := p.Update(steeredUDPObjects(), 2); err != nil {
+		if err := p.Update(steeredUDPObjects(), 3); err != nil {
 			t.Fatalf("Update: %v", err)
 		}
 		eventually(t, "the shared UDP sockets to close", func() bool {
