@@ -91,7 +91,7 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 	}
 	if steering != nil {
 		stack.PushFunc(func() { steering.Close() })
-		log.Info("TCP listeners share a socket per tenant", "component", "serve", "listen-sockets", cfg.ListenSockets)
+		log.Info("listeners share a socket per tenant", "component", "serve", "listen-sockets", cfg.ListenSockets)
 	}
 	dataPath, err := chooseDataPath(cfg.DataPath, log)
 	if err != nil {

@@ -81,7 +81,7 @@ var errH3Refused = errors.New("proxy: quic connection refused")
 type h3Socket struct {
 	s  *socket
 	h  QUICHandler
-	pc *net.UDPConn
+	pc h3UDP
 	tr *quic.Transport
 	// ln returns connections once their client's transport parameters
 	// are in (before the handshake completes), so that 0-RTT requests
@@ -120,19 +120,29 @@ type h3Admitted struct {
 	done func()
 }
 
-// openH3 binds the UDP port of s's key and serves HTTP/3 on it.
-func (p *Proxy) openH3(s *socket, h QUICHandler) (*h3Socket, error) {
+// openH3 binds the UDP port of s's key (or, with Config.Steer, steers
+// it to tenant's shared socket) and serves HTTP/3 on it.
+func (p *Proxy) openH3(s *socket, h QUICHandler, tenant string) (*h3Socket, error) {
 	k := s.key
-	lc := net.ListenConfig{Control: freebind.Control}
-	var c net.PacketConn
-	err := p.inSpace(k, func() (err error) {
-		c, err = lc.ListenPacket(context.Background(), "udp"+family(k), k.Addr.String())
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("bind udp %s: %w", k.Addr, err)
+	hs := &h3Socket{s: s, h: h, conns: map[*h3Conn]struct{}{}, opened: time.Now()}
+	if p.steering != nil && k.Space == "" {
+		c := newH3SteeredConn(p, k)
+		if err := p.steerUDP(c.d, tenant); err != nil {
+			return nil, fmt.Errorf("steer udp %s: %w", k.Addr, err)
+		}
+		hs.pc = c
+	} else {
+		lc := net.ListenConfig{Control: freebind.Control}
+		var c net.PacketConn
+		err := p.inSpace(k, func() (err error) {
+			c, err = lc.ListenPacket(context.Background(), "udp"+family(k), k.Addr.String())
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("bind udp %s: %w", k.Addr, err)
+		}
+		hs.pc = newBoundH3(c.(*net.UDPConn))
 	}
-	hs := &h3Socket{s: s, h: h, pc: c.(*net.UDPConn), conns: map[*h3Conn]struct{}{}, opened: time.Now()}
 	hs.retryAbove.Store(H3RetryAbove)
 	hs.tr = &quic.Transport{
 		Conn:                  newH3PacketConn(hs.pc, hs),
@@ -157,6 +167,7 @@ func (p *Proxy) openH3(s *socket, h QUICHandler) (*h3Socket, error) {
 		Allow0RTT:                      false,
 		GetConfigForClient:             hs.quicConfig,
 	}
+	var err error
 	hs.ln, err = hs.tr.ListenEarly(tlsConf, qc)
 	if err != nil {
 		hs.pc.Close()
@@ -386,7 +397,7 @@ func (p *Proxy) syncH3(s *socket, l *snapshot.Listener) bool {
 	want := ok && l.Protocol == snapshot.ProtoHTTPS && l.HTTP3
 	switch {
 	case want && s.h3 == nil:
-		hs, err := p.openH3(s, h)
+		hs, err := p.openH3(s, h, l.Tenant)
 		if err != nil {
 			if p.h3Failed(s.key, err) {
 				p.log.Warn("http3 not served; tried again with backoff", "lb", l.LB, "listener", l.Name, "error", err)

@@ -128,27 +128,47 @@ func (g h3ConnIDs) GenerateConnectionID() (quic.ConnectionID, error) {
 
 func (h3ConnIDs) ConnectionIDLen() int { return h3ConnIDLen }
 
-// h3PacketConn is the UDP socket of an HTTP/3 listener as quic-go sees
-// it: the socket itself (batched reads, GSO and ECN stay), with its
-// stateless resets charged to the tenant of the listener in service.
-// quic-go writes a stateless reset alone, 42 bytes with a short header
-// and no control message (no ECN mark, no GSO); a packet of a
-// connection that looks the same is rare and is charged too (dropped
-// only past the bucket, as a lost packet).
-type h3PacketConn struct {
+// h3UDP is the UDP side of an HTTP/3 port: a socket of its own
+// (boundH3), or its address on its tenant's shared socket
+// (h3SteeredConn). quic-go reads it in batches and writes it with control
+// messages (GSO, ECN).
+type h3UDP interface {
+	quic.OOBCapablePacketConn
+	ReadBatch(ms []ipv4.Message, flags int) (int, error)
+	SetWriteBuffer(int) error
+}
+
+// boundH3 is a UDP socket bound to the listener's address.
+type boundH3 struct {
 	*net.UDPConn
-	hs    *h3Socket
 	batch *ipv4.PacketConn
 }
 
-func newH3PacketConn(c *net.UDPConn, hs *h3Socket) *h3PacketConn {
-	return &h3PacketConn{UDPConn: c, hs: hs, batch: ipv4.NewPacketConn(c)}
+func newBoundH3(c *net.UDPConn) *boundH3 {
+	return &boundH3{UDPConn: c, batch: ipv4.NewPacketConn(c)}
 }
 
 // ReadBatch reads as the socket itself would (quic-go uses it when the
 // connection has it).
-func (c *h3PacketConn) ReadBatch(ms []ipv4.Message, flags int) (int, error) {
-	return c.batch.ReadBatch(ms, flags)
+func (b *boundH3) ReadBatch(ms []ipv4.Message, flags int) (int, error) {
+	return b.batch.ReadBatch(ms, flags)
+}
+
+// h3PacketConn is the UDP side of an HTTP/3 listener as quic-go sees
+// it (batched reads, GSO and ECN stay), with its stateless resets
+// charged to the tenant of the listener in service. quic-go writes a
+// stateless reset alone, 42 bytes with a short header and no control
+// message (no ECN mark, no GSO, no packet info: a steered port's
+// reader passes none up); a packet of a connection that looks the same
+// is rare and is charged too (dropped only past the bucket, as a lost
+// packet).
+type h3PacketConn struct {
+	h3UDP
+	hs *h3Socket
+}
+
+func newH3PacketConn(c h3UDP, hs *h3Socket) *h3PacketConn {
+	return &h3PacketConn{h3UDP: c, hs: hs}
 }
 
 // WriteMsgUDP sends b, unless it is a stateless reset past the tenant's
@@ -166,5 +186,5 @@ func (c *h3PacketConn) WriteMsgUDP(b, oob []byte, addr *net.UDPAddr) (n, oobn in
 			acct.resetsSent.Add(1)
 		}
 	}
-	return c.UDPConn.WriteMsgUDP(b, oob, addr)
+	return c.h3UDP.WriteMsgUDP(b, oob, addr)
 }

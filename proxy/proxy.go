@@ -263,7 +263,8 @@ func New(cfg Config) *Proxy {
 	}
 	p.startRelay()
 	if cfg.Steer != nil {
-		p.steering = &steering{s: cfg.Steer, shared: map[sharedKey]*sharedSocket{}}
+		p.steering = &steering{s: cfg.Steer, shared: map[sharedKey]*sharedSocket{},
+			udp: map[udpSharedKey]*udpShared{}, udpDests: map[netip.AddrPort]*udpDest{}}
 	}
 	p.health = health.NewRegistry(health.Options{
 		Logger:      log,
@@ -448,6 +449,9 @@ func (p *Proxy) apply(s *snapshot.Snapshot, retryFailed bool) bool {
 					// whose connections acceptSteered refuses.
 					p.log.Warn("listener not moved to its new tenant's shared socket", "tenant", l.Tenant, "lb", l.LB, "listener", k.String(), "error", err)
 				}
+			}
+			if p.steering != nil {
+				p.steerUDPFor(sock, l)
 			}
 			sock.setOwner(l.LB)
 			sock.enforceSources(l)

@@ -104,6 +104,13 @@ func (p *Proxy) acquireSocket(l *snapshot.Listener) (s *socket, isNew bool, err 
 			return nil, false, err
 		}
 		return s, true, nil
+	case k.Network == snapshot.UDP && p.steering != nil && k.Space == "":
+		if s.udp, err = p.steerUDPSocket(s, l.Tenant); err != nil {
+			return nil, false, err
+		}
+		p.wg.Add(1)
+		go s.udp.janitor()
+		return s, true, nil
 	case k.Network == snapshot.TCP:
 		err = p.inSpace(k, func() (err error) {
 			s.tcp, err = listenTCP(k)
@@ -143,6 +150,9 @@ func (p *Proxy) releaseSocket(s *socket) {
 	case s.tcp != nil:
 		s.tcp.Close()
 	case s.udp != nil:
+		if s.udp.dest != nil {
+			p.unsteerUDP(s.udp.dest)
+		}
 		s.udp.close()
 	}
 	if s.h3 != nil {

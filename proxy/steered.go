@@ -36,14 +36,24 @@ type sharedSocket struct {
 }
 
 // steering is what the proxy keeps of the shared sockets (guarded by
-// p.mu but for listeners, which the accept loops read).
+// p.mu but for listeners, which the accept loops read, and what umu
+// guards).
 type steering struct {
 	s      *steer.Steer
 	shared map[sharedKey]*sharedSocket
 	// listeners are the steered listeners' sockets, by key.
 	listeners sync.Map // snapshot.Key -> *socket
-	free      []uint32
-	next      uint32
+
+	// umu guards the slots and the UDP side (taken after p.mu, or
+	// alone: an HTTP/3 port lets go of its address once its
+	// connections drained).
+	umu  sync.Mutex
+	free []uint32
+	next uint32
+	// udp are the shared UDP sockets; udpDests the steered UDP
+	// addresses.
+	udp      map[udpSharedKey]*udpShared
+	udpDests map[netip.AddrPort]*udpDest
 }
 
 // acquireShared returns the shared socket of tenant for k's family,
@@ -55,15 +65,9 @@ func (p *Proxy) acquireShared(tenant string, k snapshot.Key) (*sharedSocket, err
 		sh.refs++
 		return sh, nil
 	}
-	var slot uint32
-	switch {
-	case len(st.free) > 0:
-		slot, st.free = st.free[len(st.free)-1], st.free[:len(st.free)-1]
-	case st.next < steer.MaxSockets:
-		slot = st.next
-		st.next++
-	default:
-		return nil, fmt.Errorf("all %d shared sockets are in use (one per tenant and address family)", steer.MaxSockets)
+	slot, err := st.allocSlot()
+	if err != nil {
+		return nil, err
 	}
 	network, addr := "tcp4", "127.0.0.1:0"
 	if sk.v6 {
@@ -73,7 +77,7 @@ func (p *Proxy) acquireShared(tenant string, k snapshot.Key) (*sharedSocket, err
 	lc.SetMultipathTCP(false) // a sockmap holds TCP sockets only
 	l, err := lc.Listen(context.Background(), network, addr)
 	if err != nil {
-		st.free = append(st.free, slot)
+		st.freeSlot(slot)
 		return nil, fmt.Errorf("open the tenant's shared socket: %w", err)
 	}
 	ln := l.(*net.TCPListener)
@@ -83,7 +87,7 @@ func (p *Proxy) acquireShared(tenant string, k snapshot.Key) (*sharedSocket, err
 	}
 	if err != nil {
 		ln.Close()
-		st.free = append(st.free, slot)
+		st.freeSlot(slot)
 		return nil, err
 	}
 	sh := &sharedSocket{key: sk, ln: ln, slot: slot, refs: 1}
@@ -108,7 +112,7 @@ func (p *Proxy) releaseShared(sh *sharedSocket) {
 	if err := st.s.ClearSocket(sh.slot); err != nil {
 		p.log.Warn("shared socket not cleared", "tenant", sh.key.tenant, "error", err)
 	}
-	st.free = append(st.free, sh.slot)
+	st.freeSlot(sh.slot)
 }
 
 // steerListener steers s's address to tenant's shared socket, moving it

@@ -27,8 +27,11 @@ import (
 // so that the address can be bound again); so does a change of the load
 // balancer serving it.
 type udpSocket struct {
-	s    *socket
+	s *socket
+	// conn is the listener's own socket; nil when its address is
+	// steered to its tenant's shared socket (dest).
 	conn *net.UDPConn
+	dest *udpDest
 	// now is a coarse clock (Unix nanoseconds) the janitor advances, so
 	// that packets need no clock read.
 	now  atomic.Int64
@@ -128,15 +131,40 @@ func (p *Proxy) listenUDP(s *socket) (*udpSocket, error) {
 	if err != nil {
 		return nil, err
 	}
+	return p.newUDPSocket(s, pc.(*net.UDPConn)), nil
+}
+
+// newUDPSocket serves s's udp listener on conn (nil: steered).
+func (p *Proxy) newUDPSocket(s *socket, conn *net.UDPConn) *udpSocket {
 	u := &udpSocket{
 		s:     s,
-		conn:  pc.(*net.UDPConn),
+		conn:  conn,
 		tick:  min(max(p.cfg.Limits.UDPIdleTimeout/4, 10*time.Millisecond), time.Second),
 		done:  make(chan struct{}),
 		flows: map[netip.AddrPort]*flow{},
 	}
 	u.now.Store(time.Now().UnixNano())
+	return u
+}
+
+// steerUDPSocket serves s's udp listener through tenant's shared socket.
+func (p *Proxy) steerUDPSocket(s *socket, tenant string) (*udpSocket, error) {
+	u := p.newUDPSocket(s, nil)
+	u.dest = newUDPDest(s.key, false, func(b, _ []byte, from netip.AddrPort) { u.receive(b, from) })
+	if err := p.steerUDP(u.dest, tenant); err != nil {
+		return nil, err
+	}
 	return u, nil
+}
+
+// writeTo sends a reply to the client from the listener's address.
+func (u *udpSocket) writeTo(b []byte, to netip.AddrPort) error {
+	if u.dest != nil {
+		_, err := u.dest.writeTo(b, nil, to)
+		return err
+	}
+	_, err := u.conn.WriteToUDPAddrPort(b, to)
+	return err
 }
 
 // bufPool holds datagram buffers for replies, taken only once a reply is
@@ -158,21 +186,25 @@ func (u *udpSocket) readLoop() {
 			time.Sleep(time.Millisecond)
 			continue
 		}
-		client = netip.AddrPortFrom(client.Addr().Unmap(), client.Port())
-		f := u.flow(client)
-		if f == nil {
-			continue
-		}
-		// The listener's socket is its tenant's alone: a tenant in debt
-		// of its host CPU budget stops reading it (the kernel drops past
-		// its buffer).
-		f.l.cpu.Work(cpubudget.WorkDatagram)
-		f.l.cpu.Throttle()
-		f.last.Store(u.now.Load())
-		f.received(n)
-		if _, err := f.up.Write(buf[:n]); err == nil {
-			p.metrics.BytesIn(f.l.LB, f.l.Name, int64(n))
-		}
+		u.receive(buf[:n], netip.AddrPortFrom(client.Addr().Unmap(), client.Port()))
+	}
+}
+
+// receive relays a datagram from client to its flow's member.
+func (u *udpSocket) receive(b []byte, client netip.AddrPort) {
+	f := u.flow(client)
+	if f == nil {
+		return
+	}
+	// The listener's socket (or the shared one its address is steered
+	// to) is its tenant's alone: a tenant in debt of its host CPU budget
+	// stops reading it (the kernel drops past its buffer).
+	f.l.cpu.Work(cpubudget.WorkDatagram)
+	f.l.cpu.Throttle()
+	f.last.Store(u.now.Load())
+	f.received(len(b))
+	if _, err := f.up.Write(b); err == nil {
+		u.s.p.metrics.BytesIn(f.l.LB, f.l.Name, int64(len(b)))
 	}
 }
 
@@ -299,7 +331,7 @@ func (f *flow) replies() {
 				f.replied.Store(true)
 			}
 			f.l.cpu.Work(cpubudget.WorkDatagram)
-			if _, err := f.u.conn.WriteToUDPAddrPort((*bp)[:n], f.client); err == nil {
+			if err := f.u.writeTo((*bp)[:n], f.client); err == nil {
 				p.metrics.BytesOut(f.l.LB, f.l.Name, int64(n))
 			}
 		}
@@ -395,7 +427,9 @@ func (u *udpSocket) close() {
 	u.mu.Lock()
 	u.closed = true
 	u.mu.Unlock()
-	u.conn.Close()
+	if u.conn != nil {
+		u.conn.Close()
+	}
 	close(u.done)
 	u.closeFlows(func(*flow) bool { return true })
 }

@@ -42,7 +42,7 @@ func TestVIPARPTenantSockets(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !strings.Contains(string(log), "TCP listeners share a socket per tenant") {
+		if !strings.Contains(string(log), "listeners share a socket per tenant") {
 			t.Errorf("%s does not say its listeners share a socket per tenant", n.id)
 		}
 	}

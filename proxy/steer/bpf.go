@@ -30,7 +30,6 @@ const (
 	opStxW     = 0x63 // *(u32 *)(r_dst + off) = r_src
 	opLdImm64  = 0x18 // r_dst = imm64 (two instructions)
 	opJeqImm   = 0x15 // if r_dst == imm goto pc + off
-	opJneImm   = 0x55 // if r_dst != imm goto pc + off
 	opCall     = 0x85
 	opExit     = 0x95
 	pseudoMap  = 1   // src of ld_imm64: imm is a map fd
@@ -53,18 +52,17 @@ const (
 	ctxLocalPort = 60
 )
 
-// program is the sk_lookup program: for a TCP lookup, it builds the
-// destination key, finds its slot and the socket in it, and assigns that
+// program is the sk_lookup program: for a TCP or UDP lookup, it builds
+// the destination key (the protocol is part of it), finds its slot and
+// the socket in it, and assigns that
 // socket (replacing what an earlier program chose, so that a process
 // started later takes over from one still running). Anything it does not
 // find passes to the kernel's own lookup.
 func program(dests, sockets int) []insn {
 	p := []insn{
 		ins(opMovReg, r6, r1, 0, 0),
-		ins(opLdxW, r2, r6, ctxProtocol, 0),
-		ins(opJneImm, r2, 0, 0, unix.IPPROTO_TCP), // -> pass
 	}
-	jumps := []int{len(p) - 1}
+	var jumps []int
 	for i, off := range []int16{ctxFamily, ctxProtocol, ctxLocalPort, ctxLocalIP4, ctxLocalIP6, ctxLocalIP6 + 4, ctxLocalIP6 + 8, ctxLocalIP6 + 12} {
 		p = append(p,
 			ins(opLdxW, r2, r6, off, 0),

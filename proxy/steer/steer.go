@@ -1,9 +1,10 @@
-// Package steer hands TCP connections for many addresses to a few
-// listening sockets, with a BPF sk_lookup program attached to the network
-// namespace: the kernel looks the destination (address, port) up in a map
-// and gives the connection to the socket named there, whatever address
-// and port that socket is bound to. A host serving 100,000 load balancers
-// then holds a listening socket per tenant, not per load balancer.
+// Package steer hands TCP connections and UDP datagrams for many
+// addresses to a few sockets, with a BPF sk_lookup program attached to
+// the network namespace: the kernel looks the destination (protocol,
+// address, port) up in a map and gives the connection or datagram to the
+// socket named there, whatever address and port that socket is bound to.
+// A host serving 100,000 load balancers then holds a listening socket per
+// tenant, not per load balancer.
 //
 // The program runs before the kernel's own socket lookup. A destination
 // that is not in the map, or whose socket is gone, takes the normal path.
@@ -99,9 +100,12 @@ func (s *Steer) Close() error {
 	return nil
 }
 
-// SetSocket puts the listening socket in slot. It must be a TCP socket
-// (a Go listener made with MPTCP refuses: ListenConfig.SetMultipathTCP
-// false). A socket closed by its owner leaves the map by itself.
+// SetSocket puts the socket in slot: a listening TCP socket (a Go
+// listener made with MPTCP refuses: ListenConfig.SetMultipathTCP false)
+// or a bound, unconnected UDP socket. A slot's socket takes the
+// destinations of its own protocol only (the kernel refuses to assign a
+// socket of another). A socket closed by its owner leaves the map by
+// itself.
 func (s *Steer) SetSocket(slot uint32, conn syscall.RawConn) error {
 	if slot >= MaxSockets {
 		return fmt.Errorf("steer: slot %d out of range", slot)
@@ -131,27 +135,61 @@ func (s *Steer) ClearSocket(slot uint32) error {
 
 // Add steers TCP connections to dst to the socket in slot.
 func (s *Steer) Add(dst netip.AddrPort, slot uint32) error {
-	k := destKey(dst)
+	return s.add(unix.IPPROTO_TCP, dst, slot)
+}
+
+// AddUDP steers UDP datagrams to dst to the socket in slot.
+func (s *Steer) AddUDP(dst netip.AddrPort, slot uint32) error {
+	return s.add(unix.IPPROTO_UDP, dst, slot)
+}
+
+func (s *Steer) add(proto uint32, dst netip.AddrPort, slot uint32) error {
+	k := destKey(proto, dst)
 	if err := mapUpdate(s.dests, unsafe.Pointer(&k[0]), unsafe.Pointer(&slot), unix.BPF_ANY); err != nil {
-		return fmt.Errorf("steer: add %s: %w", dst, err)
+		return fmt.Errorf("steer: add %s %s: %w", protoName(proto), dst, err)
 	}
 	return nil
 }
 
-// Remove stops steering dst; connections to it take the kernel's own
-// lookup again.
+// Remove stops steering TCP connections to dst; they take the kernel's
+// own lookup again.
 func (s *Steer) Remove(dst netip.AddrPort) error {
-	k := destKey(dst)
+	return s.remove(unix.IPPROTO_TCP, dst)
+}
+
+// RemoveUDP stops steering UDP datagrams to dst.
+func (s *Steer) RemoveUDP(dst netip.AddrPort) error {
+	return s.remove(unix.IPPROTO_UDP, dst)
+}
+
+func (s *Steer) remove(proto uint32, dst netip.AddrPort) error {
+	k := destKey(proto, dst)
 	err := mapDelete(s.dests, unsafe.Pointer(&k[0]))
 	if err != nil && !errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("steer: remove %s: %w", dst, err)
+		return fmt.Errorf("steer: remove %s %s: %w", protoName(proto), dst, err)
 	}
 	return nil
 }
 
-// Lookup returns the slot dst is steered to.
+func protoName(proto uint32) string {
+	if proto == unix.IPPROTO_UDP {
+		return "udp"
+	}
+	return "tcp"
+}
+
+// Lookup returns the slot TCP connections to dst are steered to.
 func (s *Steer) Lookup(dst netip.AddrPort) (uint32, bool) {
-	k := destKey(dst)
+	return s.lookup(unix.IPPROTO_TCP, dst)
+}
+
+// LookupUDP returns the slot UDP datagrams to dst are steered to.
+func (s *Steer) LookupUDP(dst netip.AddrPort) (uint32, bool) {
+	return s.lookup(unix.IPPROTO_UDP, dst)
+}
+
+func (s *Steer) lookup(proto uint32, dst netip.AddrPort) (uint32, bool) {
+	k := destKey(proto, dst)
 	var slot uint32
 	if err := mapLookup(s.dests, unsafe.Pointer(&k[0]), unsafe.Pointer(&slot)); err != nil {
 		return 0, false
@@ -165,11 +203,11 @@ func (s *Steer) Lookup(dst netip.AddrPort) (uint32, bool) {
 // the other family is zero).
 const keySize = 32
 
-func destKey(dst netip.AddrPort) [keySize]byte {
+func destKey(proto uint32, dst netip.AddrPort) [keySize]byte {
 	var k [keySize]byte
 	a := dst.Addr().Unmap()
 	ne := binary.NativeEndian
-	ne.PutUint32(k[4:], unix.IPPROTO_TCP)
+	ne.PutUint32(k[4:], proto)
 	ne.PutUint32(k[8:], uint32(dst.Port()))
 	if a.Is4() {
 		ne.PutUint32(k[0:], unix.AF_INET)
