@@ -214,8 +214,8 @@ func (p *Proxy) pipeRing(l *ListenerSnapshot, client, up *net.TCPConn, member, d
 }
 
 // DataPathCollector returns the Prometheus collector of the data path:
-// which one the host's TCP connections take and, on io_uring, the
-// relay's counters.
+// which one the host's TCP connections take, on io_uring the relay's
+// counters, and the datagrams steered UDP sockets dropped.
 func (p *Proxy) DataPathCollector() prometheus.Collector { return dataPathCollector{p} }
 
 var (
@@ -241,9 +241,11 @@ func (c dataPathCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- ringConnsDesc
 	ch <- ringLiveDesc
 	ch <- ringHeldDesc
+	ch <- steeredDropsDesc
 }
 
 func (c dataPathCollector) Collect(ch chan<- prometheus.Metric) {
+	c.p.collectSteeredDrops(ch)
 	taken := c.p.DataPath()
 	for _, path := range []DataPath{DataPathEpoll, DataPathIOURing} {
 		v := 0.0

@@ -126,7 +126,7 @@ func (p *Proxy) openH3(s *socket, h QUICHandler, tenant string) (*h3Socket, erro
 	k := s.key
 	hs := &h3Socket{s: s, h: h, conns: map[*h3Conn]struct{}{}, opened: time.Now()}
 	if p.steering != nil && k.Space == "" {
-		c := newH3SteeredConn(p, k)
+		c := newH3SteeredConn(p, k, tenant)
 		if err := p.steerUDP(c.d, tenant); err != nil {
 			return nil, fmt.Errorf("steer udp %s: %w", k.Addr, err)
 		}

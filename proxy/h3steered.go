@@ -33,6 +33,7 @@ type h3SteeredConn struct {
 	// quic-go; past h3SteeredQueue, datagrams are dropped (dropped).
 	in      chan *h3Datagram
 	dropped atomic.Int64
+	drops   *steeredDrops // the tenant's, exported
 	done    chan struct{}
 	once    sync.Once
 
@@ -62,9 +63,10 @@ type h3Datagram struct {
 
 var h3DatagramPool = sync.Pool{New: func() any { return new(h3Datagram) }}
 
-func newH3SteeredConn(p *Proxy, k snapshot.Key) *h3SteeredConn {
+func newH3SteeredConn(p *Proxy, k snapshot.Key, tenant string) *h3SteeredConn {
 	c := &h3SteeredConn{
 		p:     p,
+		drops: p.steeredDropsOf(tenant),
 		local: net.UDPAddrFromAddrPort(netip.AddrPortFrom(k.Addr.Addr().Unmap(), k.Addr.Port())),
 		in:    make(chan *h3Datagram, h3SteeredQueue),
 		done:  make(chan struct{}),
@@ -98,6 +100,7 @@ func (c *h3SteeredConn) deliver(b, oob []byte, from netip.AddrPort) {
 	case c.in <- g:
 	default:
 		c.dropped.Add(1)
+		c.drops.queueFull.Add(1)
 		h3DatagramPool.Put(g)
 	}
 }

@@ -181,6 +181,8 @@ type Proxy struct {
 	rateShareKey atomic.Pointer[[16]byte]
 	// wafBudgets: tenant name -> *wafBudget (wafroute.go).
 	wafBudgets sync.Map
+	// steeredDrops: tenant name -> *steeredDrops (steered_drops.go).
+	steeredDrops sync.Map
 	hostConns  atomic.Int64
 	hostFDs    atomic.Int64
 	pipes      *splice.Pool

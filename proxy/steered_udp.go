@@ -50,8 +50,10 @@ type udpShared struct {
 	slot uint32
 	refs int // guarded by steering.umu
 	// dropped counts the datagrams read for an address that is not (or
-	// no longer) steered here, or not this tenant's.
+	// no longer) steered here, or not this tenant's; drops is the
+	// tenant's count of them, exported (steered_drops.go).
 	dropped atomic.Int64
+	drops   *steeredDrops
 
 	mu    sync.RWMutex
 	dests map[netip.Addr]*udpDest
@@ -176,7 +178,7 @@ func (p *Proxy) acquireUDPShared(sk udpSharedKey) (*udpShared, error) {
 		st.free = append(st.free, slot)
 		return nil, err
 	}
-	sh := &udpShared{p: p, key: sk, conn: conn, slot: slot, refs: 1, dests: map[netip.Addr]*udpDest{}}
+	sh := &udpShared{p: p, key: sk, conn: conn, slot: slot, refs: 1, dests: map[netip.Addr]*udpDest{}, drops: p.steeredDropsOf(sk.tenant)}
 	st.udp[sk] = sh
 	p.wg.Go(sh.readLoop)
 	return sh, nil
@@ -335,23 +337,28 @@ func (sh *udpShared) readLoop() {
 			continue
 		}
 		dst, ok := pktinfoDst(oob[:oobn])
-		if !ok {
-			sh.dropped.Add(1)
-			continue
+		var d *udpDest
+		if ok {
+			sh.mu.RLock()
+			d = sh.dests[dst]
+			sh.mu.RUnlock()
 		}
-		sh.mu.RLock()
-		d := sh.dests[dst]
-		sh.mu.RUnlock()
 		if d == nil {
-			sh.dropped.Add(1)
+			sh.drop()
 			continue
 		}
 		if l := p.current.Load().listener(d.key); l == nil || l.Tenant != sh.key.tenant {
-			sh.dropped.Add(1)
+			sh.drop()
 			continue
 		}
 		d.receive(buf[:n], oob[:oobn], netip.AddrPortFrom(from.Addr().Unmap(), from.Port()))
 	}
+}
+
+// drop counts a datagram not steered here (or not this tenant's).
+func (sh *udpShared) drop() {
+	sh.dropped.Add(1)
+	sh.drops.notSteered.Add(1)
 }
 
 // pktinfoDst is the destination address in a datagram's packet info.

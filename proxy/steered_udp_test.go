@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 
@@ -229,6 +230,9 @@ func TestSteeredHTTP3OneSocketPerTenant(t *testing.T) {
 		if acme.dropped.Load() == before {
 			t.Error("acme's socket did not drop the datagrams for bolt's address")
 		}
+		if got := steeredDropMetric(t, p, "acme", "not-steered"); got < float64(acme.dropped.Load()) {
+			t.Errorf("teapot_lb_steered_datagrams_dropped_total{tenant=acme,reason=not-steered} = %v, want at least acme's socket's %d", got, acme.dropped.Load())
+		}
 		if err := st.AddUDP(v4b, bolt.slot); err != nil {
 			t.Fatal(err)
 		}
@@ -383,6 +387,9 @@ func TestSteeredUDPListeners(t *testing.T) {
 			t.Errorf("acme's socket served 192.0.2.2:53, now bolt's: %q", got)
 		}
 		eventually(t, "acme's socket to drop the datagram", func() bool { return acme.dropped.Load() > before })
+		if got := steeredDropMetric(t, p, "acme", "not-steered"); got < float64(acme.dropped.Load()) {
+			t.Errorf("teapot_lb_steered_datagrams_dropped_total{tenant=acme,reason=not-steered} = %v, want at least acme's socket's %d", got, acme.dropped.Load())
+		}
 		if err := st.AddUDP(key2.Addr, boltSh.slot); err != nil {
 			t.Fatal(err)
 		}
@@ -462,4 +469,31 @@ func TestSteeredUDPRelayAllocs(t *testing.T) {
 			t.Errorf("%.2f allocations per datagram relayed both ways; want 0", n)
 		}
 	})
+}
+
+// steeredDropMetric reads teapot_lb_steered_datagrams_dropped_total for
+// tenant and reason from the data path's collector (-1: no series).
+func steeredDropMetric(t *testing.T, p *Proxy, tenant, reason string) float64 {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(p.DataPathCollector())
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "teapot_lb_steered_datagrams_dropped_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			lbl := map[string]string{}
+			for _, l := range m.GetLabel() {
+				lbl[l.GetName()] = l.GetValue()
+			}
+			if lbl["tenant"] == tenant && lbl["reason"] == reason {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return -1
 }
