@@ -183,9 +183,9 @@ type Proxy struct {
 	wafBudgets sync.Map
 	// steeredDrops: tenant name -> *steeredDrops (steered_drops.go).
 	steeredDrops sync.Map
-	hostConns  atomic.Int64
-	hostFDs    atomic.Int64
-	pipes      *splice.Pool
+	hostConns    atomic.Int64
+	hostFDs      atomic.Int64
+	pipes        *splice.Pool
 	// relay is the io_uring relay (nil on epoll; datapath.go).
 	relay *uring.Relay
 	wg    sync.WaitGroup
