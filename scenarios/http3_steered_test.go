@@ -117,7 +117,7 @@ func TestHTTP3SteeredThroughServe(t *testing.T) {
 		t.Skip("-short: starts serve")
 	}
 	if os.Geteuid() != 0 {
-		t.Skip("listen-sockets: tenant needs CAP_BPF and CAP_NET_ADMIN")
+		unavailable(t, "listen-sockets: tenant needs CAP_BPF and CAP_NET_ADMIN (run as root)")
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
