@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/quic-go/quic-go"
+	"github.com/teapot-lb/teapot-lb/proxy/cpubudget"
 	"golang.org/x/net/ipv4"
 )
 
@@ -169,6 +170,48 @@ type h3PacketConn struct {
 
 func newH3PacketConn(c h3UDP, hs *h3Socket) *h3PacketConn {
 	return &h3PacketConn{h3UDP: c, hs: hs}
+}
+
+// Each datagram the port reads is a unit of its listener's tenant's
+// work (cpubudget.WorkDatagram), as a UDP listener's datagrams are:
+// QUIC's per-packet work (decryption, acknowledgements, and Initials
+// that never become a connection, which admit never sees) is then split
+// to the tenant whose port it reached, beside its connections, requests
+// and body bytes.
+
+// ReadBatch reads as the socket does and counts what it read.
+func (c *h3PacketConn) ReadBatch(ms []ipv4.Message, flags int) (int, error) {
+	n, err := c.h3UDP.ReadBatch(ms, flags)
+	c.work(n)
+	return n, err
+}
+
+// ReadMsgUDP reads one datagram and counts it.
+func (c *h3PacketConn) ReadMsgUDP(b, oob []byte) (n, oobn, flags int, addr *net.UDPAddr, err error) {
+	n, oobn, flags, addr, err = c.h3UDP.ReadMsgUDP(b, oob)
+	if err == nil {
+		c.work(1)
+	}
+	return n, oobn, flags, addr, err
+}
+
+// ReadFrom reads one datagram and counts it.
+func (c *h3PacketConn) ReadFrom(b []byte) (int, net.Addr, error) {
+	n, addr, err := c.h3UDP.ReadFrom(b)
+	if err == nil {
+		c.work(1)
+	}
+	return n, addr, err
+}
+
+// work counts n datagrams read for the listener in service.
+func (c *h3PacketConn) work(n int) {
+	if n <= 0 {
+		return
+	}
+	if l := c.hs.listener(); l != nil {
+		l.cpu.Work(int64(n) * cpubudget.WorkDatagram)
+	}
 }
 
 // WriteMsgUDP sends b, unless it is a stateless reset past the tenant's
