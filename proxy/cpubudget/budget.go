@@ -186,7 +186,8 @@ type Tenant struct {
 	// inFlight counts signatures in progress, peak the most at once.
 	inFlight, peak atomic.Int32
 
-	host // the tenant's account in the host budget (host.go)
+	host    // the tenant's account in the host budget (host.go)
+	compute // its slots of background computing (compute.go)
 }
 
 // Name returns the tenant's name.

@@ -9,6 +9,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"io"
+	"sync"
 	"testing"
 	"time"
 )
@@ -135,5 +136,58 @@ func TestHelloIsAdmittedBeforeTheKeyExchange(t *testing.T) {
 	}
 	if err := b.Tenant("a").Hello(); err != nil {
 		t.Errorf("another tenant's hello: %v", err)
+	}
+}
+
+// A tenant's slots of background computing are its host budget in cores,
+// rounded up; they are handed out in the order asked; an ask whose
+// context ends leaves the queue, and a slot handed to it as it ended
+// passes on.
+func TestComputeSlotsInOrder(t *testing.T) {
+	b := New(Options{HostMillicores: 500})
+	tn := b.Tenant("t")
+	if n := tn.ComputeSlots(); n != 1 {
+		t.Fatalf("500 millicores: %d slots, want 1", n)
+	}
+	if _, ok := tn.Compute(context.Background()); !ok {
+		t.Fatal("first ask refused")
+	}
+	var order []int
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	gone, cancel := context.WithCancel(context.Background())
+	for i := range 3 {
+		ctx := context.Background()
+		if i == 1 {
+			ctx = gone
+		}
+		wg.Go(func() {
+			if _, ok := tn.Compute(ctx); !ok {
+				return
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			tn.ComputeDone()
+		})
+		for tn.ComputeStat().Waiting != i+1 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	cancel()
+	for tn.ComputeStat().Waiting != 2 {
+		time.Sleep(time.Millisecond)
+	}
+	tn.ComputeDone()
+	wg.Wait()
+	if len(order) != 2 || order[0] != 0 || order[1] != 2 {
+		t.Errorf("slots went to %v, want [0 2] (1's context ended)", order)
+	}
+	if s := tn.ComputeStat(); s.Running != 0 || s.Waiting != 0 || s.Waits != 2 {
+		t.Errorf("after: %+v, want nothing running or waiting and 2 waits", s)
+	}
+	tn.SetMillicores(2500)
+	if n := tn.ComputeSlots(); n != 3 {
+		t.Errorf("2500 millicores: %d slots, want 3", n)
 	}
 }

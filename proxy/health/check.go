@@ -38,7 +38,7 @@ var (
 // core that the accountant split across the tenants that served
 // requests.
 func check(ctx context.Context, dial dialFunc, addr netip.AddrPort, hc *snapshot.HealthCheck, tlsc *tlsEntry, sessions tls.ClientSessionCache, cpu *cpubudget.Tenant) (err error) {
-	cost := cpubudget.Measure(func() { err = checkOnce(ctx, dial, addr, hc, tlsc, sessions) })
+	cost := cpubudget.Measure(func() { err = checkOnce(ctx, dial, addr, hc, tlsc, sessions, cpu) })
 	if hc.TLS {
 		cpu.ChargeHandshake(cost)
 	} else {
@@ -47,8 +47,9 @@ func check(ctx context.Context, dial dialFunc, addr netip.AddrPort, hc *snapshot
 	return err
 }
 
-// checkOnce is check without its charge.
-func checkOnce(ctx context.Context, dial dialFunc, addr netip.AddrPort, hc *snapshot.HealthCheck, tlsc *tlsEntry, sessions tls.ClientSessionCache) error {
+// checkOnce is check without its charge. An https check computes on one
+// of its tenant's slots (computeConn).
+func checkOnce(ctx context.Context, dial dialFunc, addr netip.AddrPort, hc *snapshot.HealthCheck, tlsc *tlsEntry, sessions tls.ClientSessionCache, cpu *cpubudget.Tenant) error {
 	if hc.Port != 0 {
 		addr = netip.AddrPortFrom(addr.Addr(), hc.Port)
 	}
@@ -80,10 +81,15 @@ func checkOnce(ctx context.Context, dial dialFunc, addr netip.AddrPort, hc *snap
 	}
 	c := raw
 	if hc.TLS {
+		cc := &computeConn{Conn: raw, ctx: ctx, cpu: cpu, deadline: deadline}
+		if !cc.take() {
+			return fmt.Errorf("TLS handshake: %w", context.Cause(ctx))
+		}
+		defer cc.release()
 		conf := tlsc.conf.Clone()
 		conf.ServerName = serverName(hc, addr)
 		conf.ClientSessionCache = sessions
-		tc := tls.Client(raw, conf)
+		tc := tls.Client(cc, conf)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			return fmt.Errorf("TLS handshake: %w", err)
 		}
@@ -155,5 +161,54 @@ func (r *Registry) dialer(tenant string) dialFunc {
 	}
 	return func(ctx context.Context, d *net.Dialer, network, addr string) (net.Conn, error) {
 		return r.o.Dial(ctx, tenant, d, network, addr)
+	}
+}
+
+// computeConn is an https check's connection: the check holds one of its
+// tenant's slots of background computing (cpubudget.Tenant.Compute) while
+// it computes (the key exchange, verifying the member's certificate,
+// writing), and gives it back while it waits for the member. The time it
+// waited for a slot is added to its deadline: a tenant's own queue delays
+// its checks, it never fails them.
+type computeConn struct {
+	net.Conn
+	ctx      context.Context
+	cpu      *cpubudget.Tenant
+	deadline time.Time
+	held     bool
+}
+
+func (c *computeConn) Read(p []byte) (int, error) {
+	c.release()
+	n, err := c.Conn.Read(p)
+	if !c.take() && err == nil {
+		err = context.Cause(c.ctx)
+	}
+	return n, err
+}
+
+// take waits for a slot and moves the deadline by the wait; false: ctx
+// ended first.
+func (c *computeConn) take() bool {
+	waited, ok := c.cpu.Compute(c.ctx)
+	if !ok {
+		return false
+	}
+	c.held = true
+	if waited > 0 {
+		c.deadline = c.deadline.Add(waited)
+		_ = c.Conn.SetDeadline(c.deadline)
+		if c.ctx.Err() != nil { // ended as the deadline moved: end the check now
+			_ = c.Conn.SetDeadline(time.Unix(1, 0))
+		}
+	}
+	return true
+}
+
+// release gives the slot back, if held.
+func (c *computeConn) release() {
+	if c.held {
+		c.held = false
+		c.cpu.ComputeDone()
 	}
 }
