@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -184,6 +185,9 @@ func (l *kubeLab) testScale(t *testing.T, vip netip.Addr) {
 		}
 	}
 	t.Logf("scaled 2 -> 10 -> 1 under %d requests: %d failed while scaling up, %d while scaling down", sent, len(upFailed), len(downFailed))
+	if len(failures) > 0 {
+		l.logLBSide(t)
+	}
 	reportFailures(t, "while scaling", failures)
 	l.waitEcho("an answer after scaling to 1", func() (echoAnswer, error) {
 		return echoHTTP(l.client, netip.AddrPortFrom(vip, 80), 2*time.Second)
@@ -480,4 +484,32 @@ func (l *kubeLab) testKillHolder(t *testing.T, vip netip.Addr) {
 	}
 	l.revive(holder)
 	l.waitMember(holder)
+}
+
+// logLBSide logs what each LB host counted that explains a failed request:
+// member connects that failed or timed out, passive ejections, members
+// down, and the time the tenant was held at its CPU budget.
+func (l *kubeLab) logLBSide(t *testing.T) {
+	t.Helper()
+	for _, n := range l.lbs {
+		s, err := l.scrape(n)
+		if err != nil {
+			t.Logf("%s: /metrics: %v", n.id, err)
+			continue
+		}
+		var lines []string
+		for _, name := range []string{"teapot_lb_member_failures_total", "teapot_lb_member_ejections_total", "teapot_lb_tenant_cpu_throttled_seconds_total"} {
+			for _, x := range s[name] {
+				if x.value != 0 {
+					lines = append(lines, fmt.Sprintf("%s%v %g", name, x.labels, x.value))
+				}
+			}
+		}
+		for _, x := range s["teapot_lb_member_up"] {
+			if x.value == 0 {
+				lines = append(lines, fmt.Sprintf("teapot_lb_member_up%v 0", x.labels))
+			}
+		}
+		t.Logf("%s: %d counters that explain failures: %s", n.id, len(lines), strings.Join(lines, "; "))
+	}
 }
