@@ -85,6 +85,10 @@ type Config struct {
 	// Attachments, when set, dials the members of attached tenants from
 	// their namespaces (see Attachments).
 	Attachments Attachments
+	// ClientSource, when set, is the host's policy routing for pools whose
+	// member connections are made from the client's own address
+	// (pools.*.clientSource); without it their connections are refused.
+	ClientSource ClientSource
 	// Metrics receives the counters; nil records nothing.
 	Metrics Metrics
 	// DrainTimeout is how long connections of a removed listener (or of a
