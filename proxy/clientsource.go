@@ -6,6 +6,8 @@ import (
 	"net"
 	"net/netip"
 
+	"github.com/teapot-lb/teapot-lb/api/observe"
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 	"github.com/teapot-lb/teapot-lb/proxy/clientsource"
 )
 
@@ -59,3 +61,17 @@ func otherFamily(client netip.Addr, member netip.AddrPort) bool {
 
 // errOtherFamily: no member of the client's family.
 var errOtherFamily = fmt.Errorf("%w: the member is of another address family than the client", ErrNoClientSource)
+
+// clientSourceFailed reports that l's pool cannot dial from clients'
+// addresses on this host: an event (and a log line) when the reason is
+// new for l's load balancer, so a refused connection a second is not an
+// event a second.
+func (p *Proxy) clientSourceFailed(l *ListenerSnapshot, err error) {
+	msg := err.Error()
+	if prev, ok := p.clientSourceErrs.Swap(l.LB, msg); ok && prev == msg {
+		return
+	}
+	p.log.Warn("connections refused: the pool dials members from clients' addresses and this host cannot", "lb", l.LB, "listener", l.Name, "error", msg)
+	p.event(&pb.Event{Type: observe.EventClientSourceFailed, Severity: observe.Warning, Tenant: l.Tenant, LoadBalancer: l.LB,
+		Message: fmt.Sprintf("%s: connections refused: members are dialled from clients' addresses (clientSource) and this host cannot: %s", l.Name, msg)})
+}

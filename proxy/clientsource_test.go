@@ -11,12 +11,14 @@ import (
 	"os/exec"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/teapot-lb/teapot-lb/api/observe"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 	"github.com/teapot-lb/teapot-lb/proxy/clientsource"
 )
@@ -50,8 +52,8 @@ const (
 // the host's nftables table, routing rule and local route are there
 // while the proxy serves and gone after it stops. Where the host cannot
 // install them (no nft), or the proxy was given no ClientSource, the
-// pool's connections are refused and counted as client-source, and
-// nothing is left installed.
+// pool's connections are refused and counted as client-source, one event
+// says why, and nothing is left installed.
 func TestClientSourceReachesMember(t *testing.T) {
 	if env := os.Getenv(csChildEnv); env != "" {
 		clientSourceChild(t, env)
@@ -306,11 +308,14 @@ func clientSourceChild(t *testing.T, env string) {
 	for _, tc := range []struct {
 		name string
 		cs   ClientSource
+		why  string
 	}{
-		{"no nft", clientsource.New(clientsource.Config{NFT: "/nonexistent/nft"})},
-		{"no ClientSource", nil},
+		{"no nft", clientsource.New(clientsource.Config{NFT: "/nonexistent/nft"}), "/nonexistent/nft not found (install nftables)"},
+		{"no ClientSource", nil, "this host does not dial members from clients' addresses"},
 	} {
-		p, m := newProxy(t, Config{ClientSource: tc.cs})
+		var mu sync.Mutex
+		var events []*pb.Event
+		p, m := newProxy(t, Config{ClientSource: tc.cs, Events: func(e *pb.Event) { mu.Lock(); events = append(events, e); mu.Unlock() }})
 		if err := p.Update(objs(transparent), 1); err != nil {
 			t.Fatal(err)
 		}
@@ -326,6 +331,18 @@ func clientSourceChild(t *testing.T, env string) {
 			t.Errorf("%s: pieces installed", tc.name)
 		}
 		p.Close()
+		mu.Lock()
+		var said []string
+		for _, e := range events {
+			if e.GetType() == observe.EventClientSourceFailed && e.GetLoadBalancer() == "acme/transparent" {
+				said = append(said, e.GetMessage())
+			}
+		}
+		mu.Unlock()
+		// One event per reason, not one per connection.
+		if len(said) != 1 || !strings.Contains(said[0], tc.why) {
+			t.Errorf("%s: events %q, want one saying %q", tc.name, said, tc.why)
+		}
 	}
 }
 

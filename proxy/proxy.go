@@ -187,9 +187,12 @@ type Proxy struct {
 	wafBudgets sync.Map
 	// steeredDrops: tenant name -> *steeredDrops (steered_drops.go).
 	steeredDrops sync.Map
-	hostConns    atomic.Int64
-	hostFDs      atomic.Int64
-	pipes        *splice.Pool
+	// clientSourceErrs: load balancer -> why its pools could not dial
+	// from clients' addresses last (clientsource.go).
+	clientSourceErrs sync.Map
+	hostConns        atomic.Int64
+	hostFDs          atomic.Int64
+	pipes            *splice.Pool
 	// relay is the io_uring relay (nil on epoll; datapath.go).
 	relay *uring.Relay
 	wg    sync.WaitGroup

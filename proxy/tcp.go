@@ -133,6 +133,7 @@ func (p *Proxy) dialMember(l *ListenerSnapshot, pool *Pool, client netip.Addr) (
 	d := net.Dialer{Timeout: pool.Spec.ConnectTimeout}
 	if pool.Spec.ClientSource {
 		if err := p.clientSourceDialer(&d, "tcp", client); err != nil {
+			p.clientSourceFailed(l, err)
 			return nil, nil, RefusedClientSource
 		}
 	}

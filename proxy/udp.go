@@ -249,6 +249,7 @@ func (u *udpSocket) flow(client netip.AddrPort) *flow {
 	if err != nil {
 		done()
 		if errors.Is(err, ErrNoClientSource) || errors.Is(err, clientsource.ErrUnavailable) {
+			p.clientSourceFailed(l, err)
 			p.metrics.ConnRefused(l.LB, l.Name, RefusedClientSource)
 			return nil
 		}
