@@ -28,6 +28,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -87,6 +88,10 @@ type Host struct {
 	cfg Config
 	log *slog.Logger
 
+	// ready[f] is fam[f].installed, read without the lock on every
+	// connection.
+	ready [2]atomic.Bool
+
 	mu     sync.Mutex
 	closed bool
 	fam    [2]familyState // [0] IPv4, [1] IPv6
@@ -118,6 +123,9 @@ func New(cfg Config) *Host {
 // ErrUnavailable that says what the host lacks otherwise (repeated,
 // without trying again, for RetryAfter).
 func (h *Host) Ensure(v6 bool) error {
+	if h.ready[famIndex(v6)].Load() {
+		return nil
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
@@ -140,6 +148,7 @@ func (h *Host) Ensure(v6 bool) error {
 	h.log.Info("policy routing for member connections from clients' addresses installed", "family", famName(v6),
 		"nftables", famName(v6)+" "+TableName, "mark", fmt.Sprintf("%#x", Mark), "table", RouteTable)
 	*st = familyState{installed: true}
+	h.ready[famIndex(v6)].Store(true)
 	return nil
 }
 
@@ -155,6 +164,8 @@ func (h *Host) Close() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.closed = true
+	h.ready[0].Store(false)
+	h.ready[1].Store(false)
 	var errs []error
 	for i, v6 := range []bool{false, true} {
 		if !h.fam[i].installed {
