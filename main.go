@@ -35,6 +35,7 @@ import (
 	"github.com/teapot-lb/teapot-lb/packaging/sdnotify"
 	"github.com/teapot-lb/teapot-lb/proxy"
 	"github.com/teapot-lb/teapot-lb/proxy/certs"
+	"github.com/teapot-lb/teapot-lb/proxy/clientsource"
 	"github.com/teapot-lb/teapot-lb/proxy/cpubudget"
 	"github.com/teapot-lb/teapot-lb/proxy/l7"
 	"github.com/teapot-lb/teapot-lb/proxy/memlimit"
@@ -251,10 +252,14 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 	}
 	engine := l7.New(l7.Config{Logger: log.With("component", "l7"), Metrics: access})
 	stack.Push(engine.Close)
+	// Policy routing for pools that dial from clients' addresses, installed
+	// when first needed, removed after the data plane stops.
+	clientSrc := clientsource.New(clientsource.Config{Logger: log})
+	stack.Push(clientSrc.Close)
 	px := proxy.New(proxy.Config{
 		Logger: log, DrainTimeout: time.Duration(cfg.DrainTimeout), Metrics: counters, HTTP: cm.Terminator(proxy.NewHTTP(engine, cm.Challenge)),
 		Events: host.Events().Add, Steer: steering, CPU: cpu, Observed: plane, ClientCertificate: cm.Uploaded,
-		DataPath: dataPath, Attachments: attachments,
+		DataPath: dataPath, Attachments: attachments, ClientSource: clientSrc,
 	})
 	taken.Store(px)
 	stack.Push(px.Close)

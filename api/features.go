@@ -166,15 +166,19 @@ const (
 	// release ignores it and puts them on its --vip-interface, in the
 	// host's own network.
 	FeaturePoolAttachment = "pool-attachment"
+	// FeatureClientSource: member connections made from the client's own
+	// address (pools.*.clientSource). A host of an earlier release
+	// ignores it and dials from its own address.
+	FeatureClientSource = "client-source"
 )
 
 // FeatureLevel is the highest cluster feature level this release
 // understands. Level 1 is every release before levels existed; levels 2
-// to 6 add the features of featureLevels. A release that adds a field or a
+// to 7 add the features of featureLevels. A release that adds a field or a
 // request option that a host of an earlier release would ignore, or a
 // command version, raises it, and the cluster accepts writes that use the
 // addition only once every host reports the level.
-const FeatureLevel = 6
+const FeatureLevel = 7
 
 // featureLevels is the level each feature needs on every host.
 var featureLevels = map[string]uint32{
@@ -215,6 +219,7 @@ var featureLevels = map[string]uint32{
 	FeatureHTTP3ZeroRTT:        6,
 	FeatureTenantCPU:           6,
 	FeaturePoolAttachment:      6,
+	FeatureClientSource:        7,
 }
 
 // LevelOf is the feature level a feature needs on every host (0 for a
@@ -256,7 +261,7 @@ func FeatureRefusal(uses []FeatureUse, need uint32, older []string) error {
 
 // Features returns the features this release serves.
 func Features() []string {
-	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureNotFoundRoutes, FeatureCORS, FeatureClientValidation, FeatureRouteRetry, FeatureBackendHeaders, FeatureBackendTLS, FeatureWAFExclusions, FeatureTLSTerminate, FeatureMisdirectedRequests, FeatureRateLimitHeader, FeatureWriteBudget, FeaturePoolInterface, FeatureTenantBGPUpdateRate, FeatureACMEWildcard, FeatureHTTP3, FeatureWAFRules, FeatureDNSKeyRollover, FeatureTenantBGPTotal, FeatureTenantBGPReannounce, FeatureTenantAttachment, FeatureHTTP3ZeroRTT, FeatureTenantCPU, FeaturePoolAttachment}
+	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureNotFoundRoutes, FeatureCORS, FeatureClientValidation, FeatureRouteRetry, FeatureBackendHeaders, FeatureBackendTLS, FeatureWAFExclusions, FeatureTLSTerminate, FeatureMisdirectedRequests, FeatureRateLimitHeader, FeatureWriteBudget, FeaturePoolInterface, FeatureTenantBGPUpdateRate, FeatureACMEWildcard, FeatureHTTP3, FeatureWAFRules, FeatureDNSKeyRollover, FeatureTenantBGPTotal, FeatureTenantBGPReannounce, FeatureTenantAttachment, FeatureHTTP3ZeroRTT, FeatureTenantCPU, FeaturePoolAttachment, FeatureClientSource}
 }
 
 // FeatureUse is one place where a write uses a feature: the feature and
@@ -418,6 +423,9 @@ func FeaturesUsed(obj *pb.Object) []FeatureUse {
 		}
 		if l.GetPools()[name].GetTls() != nil {
 			out = append(out, FeatureUse{Feature: FeatureBackendTLS, Field: fmt.Sprintf("%s: pools.%s.tls", RefString(RefOf(obj)), name)})
+		}
+		if l.GetPools()[name].GetClientSource() {
+			out = append(out, FeatureUse{Feature: FeatureClientSource, Field: fmt.Sprintf("%s: pools.%s.clientSource", RefString(RefOf(obj)), name)})
 		}
 	}
 	return out

@@ -63,6 +63,7 @@ func TestFeaturesUsed(t *testing.T) {
 		}), []string{"LoadBalancer acme/shop: listeners[0].sniRoutes (sni-routes)"}},
 		{"route ports", lb(func(l *pb.LoadBalancer) { l.Routes[1].Ports = []uint32{80} }), []string{"LoadBalancer acme/shop: routes[1].ports (route-ports)"}},
 		{"dual stack", lb(func(l *pb.LoadBalancer) { l.Vip = &pb.VIPRequest{Families: []string{"ipv4", "ipv6"}} }), []string{"LoadBalancer acme/shop: vip.families (dual-stack)"}},
+		{"client source", lb(func(l *pb.LoadBalancer) { l.Pools["api"].ClientSource = true }), []string{"LoadBalancer acme/shop: pools.api.clientSource (client-source)"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var got []string
@@ -85,6 +86,9 @@ func TestFeaturesUsed(t *testing.T) {
 			}
 			if tt.name == "tenant bgp prefix total" || tt.name == "tenant bgp reannounce" {
 				want = 6
+			}
+			if tt.name == "client source" {
+				want = 7
 			}
 			if LevelNeeded(uses) != want {
 				t.Fatalf("level %d, want %d", LevelNeeded(uses), want)

@@ -40,6 +40,7 @@ func checkBackendPools(ck *checker, lb *pb.LoadBalancer, tenant *pb.Tenant, c Ca
 		checkPoolProtocols(ck, f, bp, FirstUDPListener(lb, key))
 		checkBackendClientCert(ck, f, bp, lb.GetTenant(), c)
 		checkBackendTLSUse(ck, f, lb, key)
+		checkClientSource(ck, f, lb, key, tenant)
 	}
 }
 

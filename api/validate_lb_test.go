@@ -175,6 +175,21 @@ func TestValidateLoadBalancerSpec(t *testing.T) {
 		}, pass()},
 		{"proxy protocol bad", func(lb *pb.LoadBalancer) { lb.Pools["db"].ProxyProtocol = "v3" }, bad("pools.db.proxyProtocol", `"v3" is not one of v1, v2`)},
 		{"proxy protocol udp", func(lb *pb.LoadBalancer) { lb.Listeners[2].Protocol = "udp" }, bad("pools.db.proxyProtocol", "udp listeners[2] uses this pool")},
+		{"client source tcp", func(lb *pb.LoadBalancer) { lb.Pools["db"].ProxyProtocol, lb.Pools["db"].ClientSource = "", true }, pass()},
+		{"client source udp", func(lb *pb.LoadBalancer) {
+			lb.Pools["db"].ProxyProtocol, lb.Pools["db"].ClientSource, lb.Listeners[2].Protocol = "", true, "udp"
+		}, pass()},
+		{"client source tls-passthrough", func(lb *pb.LoadBalancer) {
+			lb.Pools["db"].ProxyProtocol, lb.Pools["db"].ClientSource, lb.Listeners[2].Protocol = "", true, "tls-passthrough"
+		}, pass()},
+		{"client source with proxy protocol", func(lb *pb.LoadBalancer) { lb.Pools["db"].ClientSource = true },
+			bad("pools.db.clientSource", "PROXY protocol (proxyProtocol v2) would announce it twice")},
+		{"client source of routes", func(lb *pb.LoadBalancer) { lb.Pools["web"].ClientSource = true },
+			bad("pools.web.clientSource", "routes[0] sends HTTP requests to this pool")},
+		{"client source of a mirror", func(lb *pb.LoadBalancer) {
+			lb.Pools["db"].ProxyProtocol, lb.Pools["db"].ClientSource = "", true
+			lb.Routes[1].Filters = []*pb.RouteFilter{{RequestMirror: &pb.RequestMirror{Pool: "db"}}}
+		}, bad("pools.db.clientSource", "routes[1] sends HTTP requests to this pool")},
 		{"backend protocol h2c", func(lb *pb.LoadBalancer) { lb.Pools["web"].BackendProtocol = "h2c" }, pass()},
 		{"backend protocol h2", func(lb *pb.LoadBalancer) { lb.Pools["web"].BackendProtocol = "h2" }, pass()},
 		{"backend protocol bad", func(lb *pb.LoadBalancer) { lb.Pools["web"].BackendProtocol = "h3" }, bad("pools.web.backendProtocol", `"h3" is not one of`)},
@@ -417,5 +432,23 @@ func TestRouteQuotasCountMatches(t *testing.T) {
 	}
 	if u := LoadBalancerUsage(withMatches("x", 3, 0, 2)); u.Routes != 6 {
 		t.Errorf("usage counts %d routes for routes of 3, 0 and 2 matches, want 6", u.Routes)
+	}
+}
+
+// TestClientSourceAttachedTenant: a tenant attached through a namespace
+// of its own cannot have its members dialled from clients' addresses.
+func TestClientSourceAttachedTenant(t *testing.T) {
+	tenant := acmeTenant()
+	tenant.Attachment = &pb.TenantAttachment{}
+	lb := shopLB()
+	lb.Pools["db"].ProxyProtocol, lb.Pools["db"].ClientSource = "", true
+	if why := ClientSourceProblem(lb, "db", tenant); !strings.Contains(why, "tenant acme is attached through a namespace of its own") {
+		t.Fatalf("attached: %q", why)
+	}
+	if why := ClientSourceProblem(lb, "db", acmeTenant()); why != "" {
+		t.Fatalf("not attached: %q", why)
+	}
+	if why := ClientSourceProblem(lb, "web", tenant); why != "" {
+		t.Fatalf("a pool that does not ask: %q", why)
 	}
 }

@@ -75,8 +75,23 @@ func (t tenantDialer) DialContext(ctx context.Context, d *net.Dialer, network, a
 
 var _ l7.Dialer = tenantDialer{}
 
-// dialUDP connects a UDP socket to member from tenant's namespace.
-func (p *Proxy) dialUDP(tenant string, member netip.AddrPort) (*net.UDPConn, error) {
+// dialUDP connects a UDP socket to member from tenant's namespace; with
+// client valid (a pool with ClientSource), from client's own address.
+func (p *Proxy) dialUDP(tenant string, member netip.AddrPort, client netip.Addr) (*net.UDPConn, error) {
+	if client.IsValid() {
+		if otherFamily(client, member) {
+			return nil, errOtherFamily
+		}
+		var d net.Dialer
+		if err := p.clientSourceDialer(&d, "udp", client); err != nil {
+			return nil, err
+		}
+		c, err := d.DialContext(context.Background(), "udp", member.String())
+		if err != nil {
+			return nil, err
+		}
+		return c.(*net.UDPConn), nil
+	}
 	if a := p.cfg.Attachments; a != nil && a.Attached(tenant) {
 		c, err := a.DialContext(context.Background(), tenant, &net.Dialer{}, "udp", member.String())
 		if err != nil {

@@ -85,6 +85,10 @@ type Config struct {
 	// Attachments, when set, dials the members of attached tenants from
 	// their namespaces (see Attachments).
 	Attachments Attachments
+	// ClientSource, when set, is the host's policy routing for pools whose
+	// member connections are made from the client's own address
+	// (pools.*.clientSource); without it their connections are refused.
+	ClientSource ClientSource
 	// Metrics receives the counters; nil records nothing.
 	Metrics Metrics
 	// DrainTimeout is how long connections of a removed listener (or of a
@@ -183,9 +187,12 @@ type Proxy struct {
 	wafBudgets sync.Map
 	// steeredDrops: tenant name -> *steeredDrops (steered_drops.go).
 	steeredDrops sync.Map
-	hostConns    atomic.Int64
-	hostFDs      atomic.Int64
-	pipes        *splice.Pool
+	// clientSourceErrs: load balancer -> why its pools could not dial
+	// from clients' addresses last (clientsource.go).
+	clientSourceErrs sync.Map
+	hostConns        atomic.Int64
+	hostFDs          atomic.Int64
+	pipes            *splice.Pool
 	// relay is the io_uring relay (nil on epoll; datapath.go).
 	relay *uring.Relay
 	wg    sync.WaitGroup

@@ -56,10 +56,10 @@ func (p *Proxy) memberLeg(l *ListenerSnapshot, c *net.TCPConn, pool *Pool) (up *
 		refuse(c)
 		return nil, nil, nil, false
 	}
-	up, m := p.dialMember(l, pool, client.Addr())
+	up, m, refused := p.dialMember(l, pool, client.Addr())
 	if up == nil {
 		budget.ReleaseDescriptor()
-		p.metrics.ConnRefused(l.LB, l.Name, RefusedNoMember)
+		p.metrics.ConnRefused(l.LB, l.Name, refused)
 		refuse(c)
 		return nil, nil, nil, false
 	}
@@ -122,12 +122,21 @@ const maxTried = 8
 // tried and the last one refused at once (not a timeout), a member is
 // tried again: behind a NodePort each connect is sent to an endpoint of
 // the node's choosing, and one that refused (a pod that just stopped,
-// still in the node's rules) says nothing about the next.
-func (p *Proxy) dialMember(l *ListenerSnapshot, pool *Pool, client netip.Addr) (*net.TCPConn, *balance.Member) {
+// still in the node's rules) says nothing about the next. A pool with
+// ClientSource dials from client's own address, members of client's
+// family only; refused is why no connection was made (ConnRefused's
+// reason).
+func (p *Proxy) dialMember(l *ListenerSnapshot, pool *Pool, client netip.Addr) (*net.TCPConn, *balance.Member, string) {
 	key := clientKey(client)
 	var triedBuf [maxTried]*balance.Member
 	tried := triedBuf[:0]
 	d := net.Dialer{Timeout: pool.Spec.ConnectTimeout}
+	if pool.Spec.ClientSource {
+		if err := p.clientSourceDialer(&d, "tcp", client); err != nil {
+			p.clientSourceFailed(l, err)
+			return nil, nil, RefusedClientSource
+		}
+	}
 	again := false
 	for range min(p.cfg.Limits.ConnectAttempts, maxTried) {
 		m := pool.pickUntried(key, tried)
@@ -139,6 +148,9 @@ func (p *Proxy) dialMember(l *ListenerSnapshot, pool *Pool, client netip.Addr) (
 		}
 		if !slices.Contains(tried, m) {
 			tried = append(tried, m)
+		}
+		if pool.Spec.ClientSource && otherFamily(client, m.Addr) {
+			continue
 		}
 		tg := Target(m)
 		name := tg.Name()
@@ -160,9 +172,9 @@ func (p *Proxy) dialMember(l *ListenerSnapshot, pool *Pool, client netip.Addr) (
 		tg.ConnectSucceeded()
 		tg.Record(health.OutcomeOK)
 		p.metrics.MemberRequest(l.LB, pool.Spec.Name, name, StatusConnected, took)
-		return c.(*net.TCPConn), m
+		return c.(*net.TCPConn), m, ""
 	}
-	return nil, nil
+	return nil, nil, RefusedNoMember
 }
 
 // pipe copies both ways between a client and a member: through the

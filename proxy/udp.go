@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/teapot-lb/teapot-lb/proxy/clientsource"
 	"github.com/teapot-lb/teapot-lb/proxy/cpubudget"
 	"github.com/teapot-lb/teapot-lb/proxy/health"
 	"github.com/teapot-lb/teapot-lb/proxy/internal/freebind"
@@ -240,9 +241,18 @@ func (u *udpSocket) flow(client netip.AddrPort) *flow {
 		return nil
 	}
 	tg := Target(m)
-	up, err := p.dialUDP(l.Tenant, m.Addr)
+	var from netip.Addr
+	if l.Backend().Spec.ClientSource {
+		from = client.Addr()
+	}
+	up, err := p.dialUDP(l.Tenant, m.Addr, from)
 	if err != nil {
 		done()
+		if errors.Is(err, ErrNoClientSource) || errors.Is(err, clientsource.ErrUnavailable) {
+			p.clientSourceFailed(l, err)
+			p.metrics.ConnRefused(l.LB, l.Name, RefusedClientSource)
+			return nil
+		}
 		tg.ConnectFailed()
 		tg.Record(health.OutcomeConnect)
 		p.metrics.ConnRefused(l.LB, l.Name, RefusedNoMember)

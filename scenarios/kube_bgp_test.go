@@ -200,6 +200,28 @@ func (c *podRouteCluster) podIngress(t *testing.T, ns, app, host string) netip.A
 	return vip
 }
 
+// annotateService sets (value "": removes) an annotation of a Service.
+func (c *podRouteCluster) annotateService(t *testing.T, ns, name, key, value string) {
+	t.Helper()
+	ctx, cancel := c.ctx()
+	defer cancel()
+	svc, err := c.k.Client.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if svc.Annotations == nil {
+		svc.Annotations = map[string]string{}
+	}
+	if value == "" {
+		delete(svc.Annotations, key)
+	} else {
+		svc.Annotations[key] = value
+	}
+	if _, err := c.k.Client.CoreV1().Services(ns).Update(ctx, svc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // podRoutes returns every IPv4 route of h's main table but the default
 // one whose destination overlaps p: prefix -> "via GW proto N". (The
 // default route goes to the fabric router, which knows no pod.)
@@ -230,8 +252,10 @@ func podRoutes(h *netlab.Host, p netip.Prefix) (map[string]string, error) {
 // the node as next hop, and nothing else; each tenant's Service of type
 // LoadBalancer is served in pod mode, the LB hosts dialling the pods
 // straight (the pod sees an LB host's address, no node's, and no PROXY
-// protocol header); a range one tenant announces for the other's pods is
-// dropped and listed by explain tenant.
+// protocol header), and with teapot-lb.io/client-source on the Service
+// (its node routing the client via the VIP's holder, as the tenant must)
+// the client's own address; a range one tenant announces for the other's
+// pods is dropped and listed by explain tenant.
 func TestKubeTenantBGP(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: starts two Kubernetes clusters, three LB hosts and a router")
@@ -409,6 +433,41 @@ func TestKubeTenantBGP(t *testing.T) {
 				t.Errorf("%s's pod got a PROXY protocol header %q", c.name, a.proxy)
 			}
 		}
+	})
+
+	t.Run("a Service with teapot-lb.io/client-source gives the pod the client's own address at L4, without PROXY protocol", func(t *testing.T) {
+		c := clusters[0]
+		client := netip.MustParseAddr("192.0.2.100")
+		holder := v.waitHolder(c.vip, settleTimeout)
+		// The tenant routes its clients via the LB host that dials (the
+		// arp VIP's holder), as it must for the pod's replies to reach
+		// the socket they belong to.
+		if err := c.nodeHost.IP("route", "add", client.String()+"/32", "via", holder.ip4.String()); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = c.nodeHost.IP("route", "del", client.String()+"/32") }()
+		peerIs := func(want func(netip.Addr) bool, what string) echoAnswer {
+			var a echoAnswer
+			waitFor(t, kubeLabTimeout, "the pod to see "+what+" through "+c.vip.String(), func() (err error) {
+				if a, err = echoHTTP(v.client, netip.AddrPortFrom(c.vip, 80), 2*time.Second); err != nil {
+					return err
+				}
+				if peer, err := netip.ParseAddrPort(a.client); err != nil || !want(peer.Addr()) {
+					return fmt.Errorf("the pod saw %q", a.client)
+				}
+				return nil
+			})
+			return a
+		}
+		began := time.Now()
+		c.annotateService(t, "shop", "web", "teapot-lb.io/client-source", "true")
+		a := peerIs(func(a netip.Addr) bool { return a == client }, "the client's address")
+		t.Logf("the pod saw the client %s through %s %s after the annotation", a.client, holder.id, time.Since(began).Round(100*time.Millisecond))
+		if a.proxy != "" {
+			t.Errorf("the pod got a PROXY protocol header %q", a.proxy)
+		}
+		c.annotateService(t, "shop", "web", "teapot-lb.io/client-source", "")
+		peerIs(func(a netip.Addr) bool { return slices.ContainsFunc(v.lbs, func(n *lbHost) bool { return n.ip4 == a }) }, "an LB host's address again")
 	})
 
 	t.Run("an Ingress in pod mode gives the pod the client's own address, without PROXY protocol", func(t *testing.T) {

@@ -13,8 +13,9 @@ import (
 const explainRoutesShown = 20
 
 // listenerText is a listener as explain's spec shows it: port and
-// protocol, then what it does beyond forwarding.
-func listenerText(l *pb.Listener) string {
+// protocol, then what it does beyond forwarding; pool is the backend
+// pool it sends to (nil for none).
+func listenerText(l *pb.Listener, pool *pb.BackendPool) string {
 	s := fmt.Sprintf("%d/%s", l.GetPort(), l.GetProtocol())
 	var what []string
 	tls := l.GetTls()
@@ -51,6 +52,9 @@ func listenerText(l *pb.Listener) string {
 	}
 	if rl := l.GetRateLimit(); rl != nil {
 		what = append(what, "rate limit "+rateText(rl))
+	}
+	if pool.GetClientSource() {
+		what = append(what, "members dialled from the client's own address")
 	}
 	if len(what) == 0 {
 		return s
@@ -167,7 +171,7 @@ func writeSpecListeners(w io.Writer, lb *pb.LoadBalancer) {
 		if i == 0 {
 			label = "listeners:"
 		}
-		fmt.Fprintf(w, "  %-10s %s\n", label, listenerText(l))
+		fmt.Fprintf(w, "  %-10s %s\n", label, listenerText(l, lb.GetPools()[l.GetPool()]))
 	}
 }
 

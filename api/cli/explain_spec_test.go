@@ -9,7 +9,8 @@ import (
 
 // TestExplainSpecShowsWhatRoutesDo: explain's spec names what a listener
 // and a route do beyond forwarding (retries, CORS, WAF, rate limits, 404
-// routes, client certificates, misdirected-request checks), so an
+// routes, client certificates, misdirected-request checks, members
+// dialled from the client's address), so an
 // operator does not need the YAML to see them.
 func TestExplainSpecShowsWhatRoutesDo(t *testing.T) {
 	t.Parallel()
@@ -26,8 +27,10 @@ func TestExplainSpecShowsWhatRoutesDo(t *testing.T) {
 			[]string{"shop.acme.example/api -> web", "retry 2 attempts on connection errors and 502, 503", "CORS for https://a.example", "rate limit 10 req/s, burst 20 per client", "WAF block, paranoia 1, 1 rules excluded"}},
 		{routeText(&pb.Route{Host: "old.acme.example", Path: "/", NotFound: true}), []string{"old.acme.example/ -> 404"}},
 		{listenerText(&pb.Listener{Port: 443, Protocol: "https", Tls: &pb.TLSPolicy{Certificates: []string{"shop"},
-			ClientValidation: &pb.ClientValidation{Mode: "optional"}, SniScopes: []string{"", "a.example"}}}),
+			ClientValidation: &pb.ClientValidation{Mode: "optional"}, SniScopes: []string{"", "a.example"}}}, nil),
 			[]string{"443/https", "certificates shop", "client certificates optional", "421 for a Host of another of 2 sites"}},
+		{listenerText(&pb.Listener{Port: 5432, Protocol: "tcp", Pool: "db"}, &pb.BackendPool{ClientSource: true}),
+			[]string{"5432/tcp (members dialled from the client's own address)"}},
 	} {
 		for _, w := range tc.want {
 			if !strings.Contains(tc.got, w) {

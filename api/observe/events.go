@@ -34,6 +34,10 @@ const (
 	// EventRouteDropped: a tenant's BGP speaker announced a route that
 	// was dropped, or its session was closed for its prefix count.
 	EventRouteDropped = "route-dropped"
+	// EventClientSourceFailed: a pool's member connections are made from
+	// the client's address (pools.*.clientSource) and this host cannot:
+	// its connections are refused, the message says why.
+	EventClientSourceFailed = "client-source-failed"
 )
 
 // Severities.

@@ -13,6 +13,7 @@ var protoComments = map[string]string{
 	"teapot.v1.AttachmentVXLAN.vni":                  "VXLAN network identifier, 1 to 16777215; one VNI per tenant.",
 	"teapot.v1.BackendPool.algorithm":                "round-robin | least-request | hash (default round-robin)",
 	"teapot.v1.BackendPool.backend_protocol":         "Protocol towards members: http1 | h2c | tls | h2 (HTTP/2 over TLS) (default http1; L7 only).",
+	"teapot.v1.BackendPool.client_source":            "tcp, tls-passthrough and udp listeners: the connections to the members are made from the client's own address (its port is the host's choice), as a transparent proxy does, so a member sees the client without PROXY protocol. The member's replies to the client must come back through the LB host that dialled: the tenant's network routes the clients' addresses via the LB hosts. Not with proxyProtocol, nor for pools of http and https listeners, nor for a tenant with an attachment. Health checks still come from the host's address.",
 	"teapot.v1.BackendPool.hash_on":                  "For hash: client-ip | header:NAME",
 	"teapot.v1.BackendPool.proxy_protocol":           "\"\" | v1 | v2",
 	"teapot.v1.BackendPool.tls":                      "TLS towards the members (backendProtocol tls or h2): the CAs their certificates must chain to, the server name sent and verified, and the subject alternative names accepted. Unset: the members' certificates are not verified (they are addressed by IP).",

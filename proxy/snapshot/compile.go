@@ -511,7 +511,7 @@ func (b *lbCompile) compile(lb *pb.LoadBalancer, t *tenantInfo, e *entry) {
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
-		p := b.pool(k, lb.GetPools()[k], api.FirstUDPListener(lb, k), t)
+		p := b.pool(lb, k, api.FirstUDPListener(lb, k), t)
 		if old := prevPools.get(k); old.Equal(p) {
 			p = old
 		} else {

@@ -54,8 +54,9 @@ func duration(errs []api.FieldError, field string, d *durationpb.Duration, def t
 	return d.AsDuration()
 }
 
-func (b *lbCompile) pool(name string, bp *pb.BackendPool, udp int, t *tenantInfo) *Pool {
+func (b *lbCompile) pool(lb *pb.LoadBalancer, name string, udp int, t *tenantInfo) *Pool {
 	f := "pools." + name
+	bp := lb.GetPools()[name]
 	p := &Pool{LB: b.id, Name: name, Algorithm: RoundRobin, BackendProtocol: "http1"}
 	errs := api.CheckBackendPool("", bp, udp)
 	for _, e := range errs {
@@ -101,6 +102,11 @@ func (b *lbCompile) pool(name string, bp *pb.BackendPool, udp int, t *tenantInfo
 	}
 	p.ConnectTimeout = duration(errs, ".connectTimeout", bp.GetConnectTimeout(), b.c.d.ConnectTimeout)
 	p.TLS = b.backendTLS(f, errs, bp.GetTls())
+	if why := api.ClientSourceProblem(lb, name, t.src); why != "" {
+		b.finding(f+".clientSource", why, "members are dialled from the host's address")
+	} else {
+		p.ClientSource = bp.GetClientSource()
+	}
 	return p
 }
 

@@ -226,6 +226,19 @@ func TestCompilePoolDefaultsAndMembers(t *testing.T) {
 			},
 		},
 		{
+			name: "members dialled from the client's address",
+			pool: &pb.BackendPool{ClientSource: true, Members: members("10.20.0.1:80")},
+			want: &Pool{Algorithm: RoundRobin, BackendProtocol: "http1", ConnectTimeout: 5 * time.Second, ClientSource: true,
+				Members: []Member{{netip.MustParseAddrPort("10.20.0.1:80"), 1}}},
+		},
+		{
+			name: "members dialled from the host's address when the pool also sends PROXY protocol",
+			pool: &pb.BackendPool{ClientSource: true, ProxyProtocol: "v1"},
+			want: &Pool{Algorithm: RoundRobin, BackendProtocol: "http1", ConnectTimeout: 5 * time.Second, ProxyProtocol: 1, Members: []Member{}},
+			problems: []Problem{{"pools.app.clientSource",
+				"with clientSource the member sees the client's own address; PROXY protocol (proxyProtocol v1) would announce it twice: remove one of them; members are dialled from the host's address"}},
+		},
+		{
 			name: "broken settings fall back to defaults",
 			pool: &pb.BackendPool{Algorithm: "random", ProxyProtocol: "v3", BackendProtocol: "h3",
 				HealthCheck: &pb.HealthCheck{Interval: dur(time.Second), Timeout: dur(3 * time.Second), Rise: 500}},

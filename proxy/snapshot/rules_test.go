@@ -58,6 +58,11 @@ func TestCompileAndValidationNameTheSameField(t *testing.T) {
 			lb.Listeners = append(lb.Listeners, &pb.Listener{Port: 53, Protocol: "udp", Pool: "app"})
 		}},
 		{"pools.app.backendProtocol", func(lb *pb.LoadBalancer) { pool(lb).BackendProtocol = "h3" }},
+		{"pools.app.clientSource", func(lb *pb.LoadBalancer) { pool(lb).ClientSource = true }},
+		{"pools.app.clientSource", func(lb *pb.LoadBalancer) {
+			lb.Listeners, lb.Routes = lb.Listeners[:1], nil
+			pool(lb).ClientSource, pool(lb).ProxyProtocol = true, "v1"
+		}},
 		{"pools.app.connectTimeout", func(lb *pb.LoadBalancer) { pool(lb).ConnectTimeout = dur(-time.Second) }},
 		{"pools.app.members[0]", func(lb *pb.LoadBalancer) { pool(lb).Members[0].Address = "10.20.0.1" }},
 		{"pools.app.members[0]", func(lb *pb.LoadBalancer) { pool(lb).Members[0].Address = "[fe80::1%eth0]:80" }},

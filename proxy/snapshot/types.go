@@ -152,6 +152,9 @@ type Pool struct {
 	ConnectTimeout  time.Duration
 	// TLS verifies the members (tls and h2 only); nil: not verified.
 	TLS *BackendTLS
+	// ClientSource: member connections are made from the client's own
+	// address (L4 pools only).
+	ClientSource bool
 }
 
 // Equal reports whether p and o compile to the same pool.
@@ -165,7 +168,8 @@ func (p *Pool) Equal(o *Pool) bool {
 	return p.LB == o.LB && p.Name == o.Name && p.Algorithm == o.Algorithm &&
 		p.HashHeader == o.HashHeader && slices.Equal(p.Members, o.Members) &&
 		equalHealth(p.Health, o.Health) && p.ProxyProtocol == o.ProxyProtocol &&
-		p.BackendProtocol == o.BackendProtocol && p.ConnectTimeout == o.ConnectTimeout && p.TLS.Equal(o.TLS)
+		p.BackendProtocol == o.BackendProtocol && p.ConnectTimeout == o.ConnectTimeout && p.TLS.Equal(o.TLS) &&
+		p.ClientSource == o.ClientSource
 }
 
 func equalHealth(a, b *HealthCheck) bool {

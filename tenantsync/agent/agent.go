@@ -298,6 +298,7 @@ func (a *Agent) setFeatureLevel(level uint32) {
 	o.DualStack = level >= api.LevelOf(api.FeatureDualStack)
 	o.NotFoundRoutes = level >= api.LevelOf(api.FeatureNotFoundRoutes)
 	o.TLSTerminate = level >= api.LevelOf(api.FeatureTLSTerminate)
+	o.ClientSource = level >= api.LevelOf(api.FeatureClientSource)
 	o.MisdirectedRequests = level >= api.LevelOf(api.FeatureMisdirectedRequests)
 	changed := o != a.options
 	a.options = o

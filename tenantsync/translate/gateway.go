@@ -207,6 +207,7 @@ func Gateway(gw *gwv1.Gateway, src Sources, o Options) *Desired {
 	d.Warnings = append(d.Warnings, warnings...)
 	g := &gwBuild{gw: gw, src: src, o: o, d: d, lb: lb, res: res}
 	g.podMode = podMode(gw.Annotations, o, d)
+	notL4(gw.Annotations, "a Gateway", d)
 	if !g.podMode {
 		g.nodes = nodeAddrs(src.Nodes)
 	}

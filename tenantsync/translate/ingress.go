@@ -57,6 +57,7 @@ func Ingress(ing *networkingv1.Ingress, src Sources, o Options) *Desired {
 	}
 	d.LB = lb
 	podMode := podMode(ing.Annotations, o, d)
+	notL4(ing.Annotations, "an Ingress", d)
 	var nodes []string
 	if !podMode {
 		nodes = nodeAddrs(src.Nodes)

@@ -144,6 +144,16 @@ func TestIngress(t *testing.T) {
 				}},
 		},
 		{
+			name: "client-source is refused on an Ingress",
+			objs: append(append([]runtime.Object{}, nodes...), backendServices()...),
+			ing: ingress("shop", "main", func(i *networkingv1.Ingress) {
+				i.Annotations[translate.AnnotationClientSource] = "true"
+			}),
+			opts:     translate.Options{DefaultPool: "public", ClientSource: true},
+			want:     &pb.LoadBalancer{Name: "ing-shop-main", Vip: &pb.VIPRequest{Pool: "public"}, Listeners: []*pb.Listener{http}, Routes: routes, Pools: nodePools},
+			warnings: []string{"read on Services of type LoadBalancer only, not on an Ingress"},
+		},
+		{
 			name: "a missing backend Service leaves an empty pool and a warning",
 			objs: nodes, ing: ingress("shop", "main", func(i *networkingv1.Ingress) {
 				i.Spec.Rules[0].HTTP.Paths = i.Spec.Rules[0].HTTP.Paths[:1]

@@ -33,6 +33,9 @@ const (
 	AnnotationAlgorithm       = "teapot-lb.io/algorithm"
 	AnnotationMembers         = "teapot-lb.io/members"
 	AnnotationSSLRedirect     = "teapot-lb.io/ssl-redirect"
+	// AnnotationClientSource "true": a Service's pods see the client's
+	// own address (the LB hosts dial them from it); pod mode only.
+	AnnotationClientSource    = "teapot-lb.io/client-source"
 	AnnotationTLSCertificates = "teapot-lb.io/tls-certificates"
 	// AnnotationHostname and external-dns's spelling: DNS names (comma-
 	// separated) the LB hosts' DNS answers with the Service's VIP.
@@ -80,6 +83,10 @@ type Options struct {
 	// (listeners[].tls.sniScopes, feature level 5): a Gateway's https
 	// listeners of one port are kept apart on coalesced connections.
 	MisdirectedRequests bool
+	// ClientSource: every host of the LB cluster dials members from the
+	// client's own address (pools.*.clientSource, feature level 7), so a
+	// Service's teapot-lb.io/client-source is served.
+	ClientSource bool
 	// Domains are the tenant's domains, comma-separated ("" when it has
 	// none: any host); the LB cluster refuses a route host outside them.
 	Domains string
@@ -167,6 +174,7 @@ func Service(svc *corev1.Service, src Sources, o Options) *Desired {
 	serviceFamily(svc, lb.Vip, o, d)
 	podMode := podMode(svc.Annotations, o, d)
 	pp := proxyProtocol(svc.Annotations, d)
+	cs := clientSource(svc.Annotations, podMode, pp, o, d)
 	var nodes []string
 	if !podMode {
 		nodes = nodeAddrs(src.Nodes)
@@ -190,6 +198,7 @@ func Service(svc *corev1.Service, src Sources, o Options) *Desired {
 		if proto == "tcp" {
 			bp.ProxyProtocol = pp
 		}
+		bp.ClientSource = cs
 		switch {
 		case podMode:
 			bp.Members = podMembers(src.EndpointSlices, svc.Namespace, svc.Name, p)
@@ -258,6 +267,43 @@ func podMode(ann map[string]string, o Options, d *Desired) bool {
 	default:
 		d.Warnings = append(d.Warnings, fmt.Sprintf("%s: %q is not nodeport or pod; using the default", AnnotationMembers, m))
 		return o.PodsRoutable
+	}
+}
+
+// clientSource reads AnnotationClientSource: the pods see the client's own
+// address. It needs pod mode (behind a node port kube-proxy rewrites the
+// source of connections it sends to another node's pod, and the node,
+// not the LB host, would get the replies), no PROXY protocol (which
+// carries the client already), and an LB cluster that serves it.
+func clientSource(ann map[string]string, podMode bool, pp string, o Options, d *Desired) bool {
+	switch v := ann[AnnotationClientSource]; v {
+	case "", "false":
+		return false
+	case "true":
+	default:
+		d.Warnings = append(d.Warnings, fmt.Sprintf("%s: %q is not true or false; the pods see the LB hosts' addresses", AnnotationClientSource, v))
+		return false
+	}
+	switch {
+	case !podMode:
+		d.Warnings = append(d.Warnings, fmt.Sprintf("%s: the members are node ports, where kube-proxy rewrites the client's address and the node gets the replies; "+
+			"not applied (the pods see the nodes' addresses): use pod mode (%s: pod, with the tenant's pods routable), or %s", AnnotationClientSource, AnnotationMembers, AnnotationProxyProtocol))
+		return false
+	case pp != "":
+		d.Warnings = append(d.Warnings, fmt.Sprintf("%s: not applied with %s, which already passes the client's address on; remove one of them", AnnotationClientSource, AnnotationProxyProtocol))
+		return false
+	case !o.ClientSource:
+		d.Warnings = append(d.Warnings, fmt.Sprintf("%s: not applied: the LB cluster does not dial from clients' addresses yet (feature level %d on every host); the pods see the LB hosts' addresses", AnnotationClientSource, api.LevelOf(api.FeatureClientSource)))
+		return false
+	}
+	return true
+}
+
+// notL4 refuses AnnotationClientSource on an object other than a Service
+// (what names it).
+func notL4(ann map[string]string, what string, d *Desired) {
+	if v, ok := ann[AnnotationClientSource]; ok {
+		d.Warnings = append(d.Warnings, fmt.Sprintf("%s: %q not applied: it is read on Services of type LoadBalancer only, not on %s", AnnotationClientSource, v, what))
 	}
 }
 

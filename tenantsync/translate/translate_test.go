@@ -116,6 +116,7 @@ func tcpLB(name string, vip *pb.VIPRequest, pools map[string]*pb.BackendPool, po
 func TestService(t *testing.T) {
 	opts := translate.Options{DefaultPool: "public"}
 	pods := translate.Options{DefaultPool: "public", PodsRoutable: true}
+	clientSrc := translate.Options{DefaultPool: "public", PodsRoutable: true, ClientSource: true}
 	vip := &pb.VIPRequest{Pool: "public"}
 	http80 := &pb.Listener{Port: 80, Protocol: "tcp", Pool: "http"}
 	tests := []struct {
@@ -157,6 +158,55 @@ func TestService(t *testing.T) {
 			want: tcpLB("svc-shop-web", vip, map[string]*pb.BackendPool{"http": {
 				Members: members("10.244.0.3:8080", "10.244.1.5:8080", "10.244.2.7:8080"),
 			}}, http80),
+		},
+		{
+			name: "pod mode: client-source makes the pods' connections come from the client",
+			objs: []runtime.Object{slice("shop", "web-a", "web", "http", 8080, ep(nil, "10.244.1.5"))},
+			svc:  service("shop", "web", func(s *corev1.Service) { s.Annotations[translate.AnnotationClientSource] = "true" }),
+			opts: clientSrc,
+			want: tcpLB("svc-shop-web", vip, map[string]*pb.BackendPool{"http": {ClientSource: true, Members: members("10.244.1.5:8080")}}, http80),
+		},
+		{
+			name: "client-source false and unset are the same",
+			objs: []runtime.Object{slice("shop", "web-a", "web", "http", 8080, ep(nil, "10.244.1.5"))},
+			svc:  service("shop", "web", func(s *corev1.Service) { s.Annotations[translate.AnnotationClientSource] = "false" }),
+			opts: clientSrc,
+			want: tcpLB("svc-shop-web", vip, map[string]*pb.BackendPool{"http": {Members: members("10.244.1.5:8080")}}, http80),
+		},
+		{
+			name: "client-source is refused for node ports",
+			objs: nodes, opts: func() translate.Options { o := clientSrc; o.PodsRoutable = false; return o }(),
+			svc:      service("shop", "web", func(s *corev1.Service) { s.Annotations[translate.AnnotationClientSource] = "true" }),
+			want:     tcpLB("svc-shop-web", vip, map[string]*pb.BackendPool{"http": {Members: members("10.20.0.11:30080", "10.20.0.12:30080")}}, http80),
+			warnings: []string{"teapot-lb.io/client-source: the members are node ports, where kube-proxy rewrites the client's address"},
+		},
+		{
+			name: "client-source is refused with PROXY protocol, which is kept",
+			objs: []runtime.Object{slice("shop", "web-a", "web", "http", 8080, ep(nil, "10.244.1.5"))},
+			svc: service("shop", "web", func(s *corev1.Service) {
+				s.Annotations[translate.AnnotationClientSource] = "true"
+				s.Annotations[translate.AnnotationProxyProtocol] = "v2"
+			}),
+			opts:      clientSrc,
+			want:      tcpLB("svc-shop-web", vip, map[string]*pb.BackendPool{"http": {ProxyProtocol: "v2", Members: members("10.244.1.5:8080")}}, http80),
+			proxyMode: true,
+			warnings:  []string{"not applied with teapot-lb.io/proxy-protocol"},
+		},
+		{
+			name:     "client-source is refused by an LB cluster below its feature level",
+			objs:     []runtime.Object{slice("shop", "web-a", "web", "http", 8080, ep(nil, "10.244.1.5"))},
+			svc:      service("shop", "web", func(s *corev1.Service) { s.Annotations[translate.AnnotationClientSource] = "true" }),
+			opts:     pods,
+			want:     tcpLB("svc-shop-web", vip, map[string]*pb.BackendPool{"http": {Members: members("10.244.1.5:8080")}}, http80),
+			warnings: []string{"the LB cluster does not dial from clients' addresses yet (feature level 7 on every host)"},
+		},
+		{
+			name:     "client-source not a boolean",
+			objs:     []runtime.Object{slice("shop", "web-a", "web", "http", 8080, ep(nil, "10.244.1.5"))},
+			svc:      service("shop", "web", func(s *corev1.Service) { s.Annotations[translate.AnnotationClientSource] = "yes" }),
+			opts:     clientSrc,
+			want:     tcpLB("svc-shop-web", vip, map[string]*pb.BackendPool{"http": {Members: members("10.244.1.5:8080")}}, http80),
+			warnings: []string{`"yes" is not true or false`},
 		},
 		{
 			name: "a Service may ask for nodeport members when pods are routable",

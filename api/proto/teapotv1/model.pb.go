@@ -3053,7 +3053,17 @@ type BackendPool struct {
 	// certificates must chain to, the server name sent and verified, and
 	// the subject alternative names accepted. Unset: the members'
 	// certificates are not verified (they are addressed by IP).
-	Tls           *BackendTLS `protobuf:"bytes,110,opt,name=tls,proto3" json:"tls,omitempty"`
+	Tls *BackendTLS `protobuf:"bytes,110,opt,name=tls,proto3" json:"tls,omitempty"`
+	// tcp, tls-passthrough and udp listeners: the connections to the
+	// members are made from the client's own address (its port is the
+	// host's choice), as a transparent proxy does, so a member sees the
+	// client without PROXY protocol. The member's replies to the client
+	// must come back through the LB host that dialled: the tenant's network
+	// routes the clients' addresses via the LB hosts. Not with
+	// proxyProtocol, nor for pools of http and https listeners, nor for a
+	// tenant with an attachment. Health checks still come from the host's
+	// address.
+	ClientSource  bool `protobuf:"varint,430,opt,name=client_source,json=clientSource,proto3" json:"client_source,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3142,6 +3152,13 @@ func (x *BackendPool) GetTls() *BackendTLS {
 		return x.Tls
 	}
 	return nil
+}
+
+func (x *BackendPool) GetClientSource() bool {
+	if x != nil {
+		return x.ClientSource
+	}
+	return false
 }
 
 // BackendTLS verifies the members of a pool that speak TLS (Gateway API
@@ -4903,7 +4920,7 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\vdenominator\x18\x02 \x01(\rR\vdenominator\"\x88\x01\n" +
 	"\rRouteTimeouts\x123\n" +
 	"\arequest\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\arequest\x12B\n" +
-	"\x0fbackend_request\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x0ebackendRequest\"\xeb\x02\n" +
+	"\x0fbackend_request\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x0ebackendRequest\"\x91\x03\n" +
 	"\vBackendPool\x12\x1c\n" +
 	"\talgorithm\x18\x01 \x01(\tR\talgorithm\x12\x17\n" +
 	"\ahash_on\x18\x02 \x01(\tR\x06hashOn\x12+\n" +
@@ -4912,7 +4929,8 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\x0eproxy_protocol\x18\x05 \x01(\tR\rproxyProtocol\x12)\n" +
 	"\x10backend_protocol\x18\x06 \x01(\tR\x0fbackendProtocol\x12B\n" +
 	"\x0fconnect_timeout\x18\a \x01(\v2\x19.google.protobuf.DurationR\x0econnectTimeout\x12'\n" +
-	"\x03tls\x18n \x01(\v2\x15.teapot.v1.BackendTLSR\x03tls\"\xdd\x01\n" +
+	"\x03tls\x18n \x01(\v2\x15.teapot.v1.BackendTLSR\x03tls\x12$\n" +
+	"\rclient_source\x18\xae\x03 \x01(\bR\fclientSource\"\xdd\x01\n" +
 	"\n" +
 	"BackendTLS\x12\x15\n" +
 	"\x06ca_pem\x18\x01 \x01(\tR\x05caPem\x12!\n" +

@@ -1,0 +1,77 @@
+package proxy
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+
+	"github.com/teapot-lb/teapot-lb/api/observe"
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+	"github.com/teapot-lb/teapot-lb/proxy/clientsource"
+)
+
+// ClientSource is the host's side of member connections made from
+// clients' addresses (pools.*.clientSource): the policy routing that
+// delivers the members' replies to those sockets (proxy/clientsource's
+// Host).
+type ClientSource interface {
+	// Ensure puts the host's pieces of one family in place (v6 false:
+	// IPv4), or says why it cannot.
+	Ensure(v6 bool) error
+}
+
+var _ ClientSource = (*clientsource.Host)(nil)
+
+// RefusedClientSource: the pool dials from the client's address and this
+// host cannot (no Config.ClientSource, or its policy routing could not be
+// installed: the log says why).
+const RefusedClientSource = "client-source"
+
+// ErrNoClientSource: a pool asks for member connections from the client's
+// address and this proxy has no Config.ClientSource.
+var ErrNoClientSource = errors.New("this host does not dial members from clients' addresses")
+
+// clientSourceDialer sets d up to dial from client's own address: the
+// host's policy routing for client's family in place, the socket
+// transparent and bound to client with a port of the host's choice.
+func (p *Proxy) clientSourceDialer(d *net.Dialer, network string, client netip.Addr) error {
+	cs := p.cfg.ClientSource
+	if cs == nil {
+		return ErrNoClientSource
+	}
+	if err := cs.Ensure(client.Is6()); err != nil {
+		return err
+	}
+	d.Control = clientsource.Control
+	switch network {
+	case "udp":
+		d.LocalAddr = net.UDPAddrFromAddrPort(netip.AddrPortFrom(client, 0))
+	default:
+		d.LocalAddr = net.TCPAddrFromAddrPort(netip.AddrPortFrom(client, 0))
+	}
+	return nil
+}
+
+// otherFamily reports whether member cannot be dialled from client's
+// address: they are of different families.
+func otherFamily(client netip.Addr, member netip.AddrPort) bool {
+	return client.Is4() != member.Addr().Unmap().Is4()
+}
+
+// errOtherFamily: no member of the client's family.
+var errOtherFamily = fmt.Errorf("%w: the member is of another address family than the client", ErrNoClientSource)
+
+// clientSourceFailed reports that l's pool cannot dial from clients'
+// addresses on this host: an event (and a log line) when the reason is
+// new for l's load balancer, so a refused connection a second is not an
+// event a second.
+func (p *Proxy) clientSourceFailed(l *ListenerSnapshot, err error) {
+	msg := err.Error()
+	if prev, ok := p.clientSourceErrs.Swap(l.LB, msg); ok && prev == msg {
+		return
+	}
+	p.log.Warn("connections refused: the pool dials members from clients' addresses and this host cannot", "lb", l.LB, "listener", l.Name, "error", msg)
+	p.event(&pb.Event{Type: observe.EventClientSourceFailed, Severity: observe.Warning, Tenant: l.Tenant, LoadBalancer: l.LB,
+		Message: fmt.Sprintf("%s: connections refused: members are dialled from clients' addresses (clientSource) and this host cannot: %s", l.Name, msg)})
+}
