@@ -202,6 +202,10 @@ func buildPackage(work, dist, format, arch, bin, version string, t time.Time) (s
 		"rpm": fmt.Sprintf("  preinstall: %s/rpm/pre\n  postinstall: %s/rpm/post\n  preremove: %s/rpm/preun\n  postremove: %s/rpm/postun\n", host, host, host, host),
 	}[format]
 	depends := map[string]string{"deb": "adduser", "rpm": "shadow-utils"}[format]
+	// nft marks the replies to member connections made from clients'
+	// addresses (pools.*.clientSource); without it those pools are refused
+	// with an event, and nothing else needs it.
+	recommends := "nftables"
 	conf := fmt.Sprintf(`name: teapot-lb
 arch: %s
 platform: linux
@@ -216,9 +220,10 @@ homepage: https://github.com/teapot-lb/teapot-lb
 license: Unspecified
 description: %q
 depends: [%s]
+recommends: [%s]
 contents:
 %sscripts:
-%s`, arch, version, maintainer, description, depends, contents.String(), scripts)
+%s`, arch, version, maintainer, description, depends, recommends, contents.String(), scripts)
 	cfg, err := nfpm.Parse(strings.NewReader(conf))
 	if err != nil {
 		return "", fmt.Errorf("nfpm config: %w", err)
