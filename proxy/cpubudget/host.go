@@ -117,6 +117,17 @@ type host struct {
 	// work by it (tat), so that it runs at its rate evenly rather than
 	// in bursts each time its gate opens; 0 while it is not hot.
 	pace, tat atomic.Int64
+	// openAt is, while the tenant is in debt, when the accountant expects
+	// its gate to open (ns since paceEpoch), else 0: a waiter's pace slot
+	// starts there at the earliest, so that the waiters leave one by one
+	// at the tenant's rate as their timers fire, not all at once when the
+	// gate's channel closes (a herd of the tenant's goroutines, readied
+	// together, that filled every processor's run queue ahead of its
+	// neighbours' requests).
+	openAt atomic.Int64
+	// atGate counts the waiters that found the gate still closed once
+	// their slot came and waited on its channel.
+	atGate atomic.Uint64
 
 	// The accountant's (Run) alone.
 	hostTokens           float64 // ns of CPU; negative: in debt
@@ -163,14 +174,31 @@ func (t *Tenant) Throttle() {
 	if t == nil {
 		return
 	}
-	if g := t.gate.Load(); g != nil {
+	t.waitGate(1)
+}
+
+// waitGate waits, for units of work, while the tenant is in debt and then
+// for the units' slot in its pace while it is hot: a waiter in debt takes
+// its slot at once, at or after the time the gate is expected to open
+// (openAt), and sleeps until it; only if the gate is still closed then
+// does it wait on the gate's channel. Not in debt and not hot, it is two
+// atomic loads.
+func (t *Tenant) waitGate(units int64) {
+	g := t.gate.Load()
+	if g != nil {
 		t.waits.Add(1)
-		<-*g
 	}
 	if u := t.pace.Load(); u > 0 {
-		if d := t.reservePace(u); d > 0 {
+		if d := t.reservePace(u * units); d > 0 {
 			time.Sleep(d)
 		}
+		if g != nil {
+			g = t.gate.Load()
+		}
+	}
+	if g != nil {
+		t.atGate.Add(1)
+		<-*g
 	}
 }
 
@@ -189,15 +217,7 @@ func (t *Tenant) Relay(units int64) {
 		return
 	}
 	t.work.Add(units)
-	if g := t.gate.Load(); g != nil {
-		t.waits.Add(1)
-		<-*g
-	}
-	if u := t.pace.Load(); u > 0 {
-		if d := t.reservePace(u * units); d > 0 {
-			time.Sleep(d)
-		}
-	}
+	t.waitGate(units)
 }
 
 // HoldPoll is how long a relay that cannot wait at the gate (Hold) pauses
@@ -233,9 +253,10 @@ func (t *Tenant) Hold(units int64) time.Duration {
 // long until it starts.
 func (t *Tenant) reservePace(u int64) time.Duration {
 	now := int64(time.Since(paceEpoch))
+	from := max(now, t.openAt.Load())
 	for {
 		old := t.tat.Load()
-		start := max(old, now)
+		start := max(old, from)
 		if start-now > int64(MaxDebt) {
 			// A queue longer than the debt bound: wait it, do not grow it.
 			return time.Duration(start - now)
@@ -257,9 +278,17 @@ func (t *Tenant) ThrottleCtx(ctx context.Context) bool {
 		return t.paceCtx(ctx, WorkConn)
 	}
 	t.waits.Add(1)
+	// As waitGate: the pace slot first (from when the gate should open),
+	// then the gate if it is still closed.
+	if !t.paceCtx(ctx, WorkConn) {
+		return false
+	}
+	if g = t.gate.Load(); g == nil {
+		return true
+	}
 	select {
 	case <-*g:
-		return t.paceCtx(ctx, WorkConn)
+		return true
 	case <-ctx.Done():
 		return false
 	}
@@ -454,6 +483,16 @@ func (b *Budgets) account(elapsed, proc time.Duration) {
 		var debt bool
 		t.hostTokens, debt = Step(t.hostTokens, elapsed, charge, mc, b.o.HostBurst)
 		t.setPace(work[i], charge, debt, mc, b.o.Tick)
+		if debt {
+			// Tokens earn millicores/1000 ns of CPU a ns: repaid then, and
+			// the gate opens at the tick after (give or take half a tick
+			// of the ticker's lateness).
+			repay := time.Duration(-t.hostTokens * 1000 / float64(mc))
+			ticks := (repay + b.o.Tick - 1) / b.o.Tick
+			t.openAt.Store(int64(now.Sub(paceEpoch) + ticks*b.o.Tick + b.o.Tick/2))
+		} else if t.openAt.Load() != 0 {
+			t.openAt.Store(0)
+		}
 		if debt {
 			t.throttledNs.Add(int64(elapsed))
 			if t.gate.Load() == nil {

@@ -259,3 +259,62 @@ func TestDefaultsAreSharesOfTheHostsCPUs(t *testing.T) {
 		t.Errorf("default host budget %d millicores with GOMAXPROCS %d, want %d (a quarter of %d CPUs)", got, runtime.GOMAXPROCS(0), want, cpus)
 	}
 }
+
+// Opening a tenant's gate does not ready all its waiters at once: a
+// waiter in debt takes its slot of the pace from when the gate should
+// open and sleeps until it, so 200 waiters leave one by one at the
+// tenant's rate and (nearly) none waits on the gate's channel. Before,
+// all 200 waited on the channel and were readied together when it
+// closed: in the noisy neighbour's "all at once", hundreds of b's
+// goroutines filled every processor's run queue ahead of a's requests
+// each time b's gate opened.
+func TestWaitersLeaveAtThePaceNotAsAHerd(t *testing.T) {
+	t.Parallel()
+	b := New(Options{HostMillicores: 500})
+	busy := b.Tenant("b")
+	busy.Work(1000)
+	// 100 ms charged in a tick that earns 12.5: 87.5 ms in debt, repaid
+	// in 175 ms; a unit cost 100 us, 200 us of the tenant's time.
+	b.account(DefaultTick, 100*time.Millisecond)
+	if busy.gate.Load() == nil || busy.pace.Load() == 0 {
+		t.Fatalf("b not in debt and hot: %+v", busy.HostStat())
+	}
+	const waiters = 200
+	left := make(chan time.Time, waiters)
+	for range waiters {
+		go func() { busy.Throttle(); left <- time.Now() }()
+	}
+	for busy.waits.Load() < waiters {
+		time.Sleep(time.Millisecond)
+	}
+	// The accountant, in real time, until the gate opens.
+	tk := time.NewTicker(DefaultTick)
+	defer tk.Stop()
+	for busy.gate.Load() != nil {
+		<-tk.C
+		b.account(DefaultTick, 0)
+	}
+	var first, last time.Time
+	for range waiters {
+		select {
+		case at := <-left:
+			if first.IsZero() || at.Before(first) {
+				first = at
+			}
+			if at.After(last) {
+				last = at
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("a waiter never left")
+		}
+	}
+	herd := busy.atGate.Load()
+	t.Logf("%d waiters left over %s; %d waited on the gate's channel", waiters, last.Sub(first).Round(time.Millisecond), herd)
+	if herd > waiters/10 {
+		t.Errorf("%d of %d waiters waited on the gate's channel and were readied together; want their own slots", herd, waiters)
+	}
+	// 200 slots of 200 us: 40 ms, less a loaded machine's timer slack.
+	if spread := last.Sub(first); spread < 20*time.Millisecond {
+		t.Errorf("the waiters left within %s, want spread over their slots (about 40 ms)", spread)
+	}
+}
