@@ -26,8 +26,8 @@ import (
 // The client-source lab: three network namespaces on two links.
 //
 //	client 192.0.2.100 --- 192.0.2.1 LB host 198.51.100.1 --- 198.51.100.2 node
-//	(default via the LB host)   (VIP 203.0.113.10 on lo;       (pod 10.244.1.5 on lo;
-//	                             10.244.1.0/24 via the node;    default via the LB host,
+//	(default via the LB host)   (VIP 203.0.113.10 on lo;       (pod 203.0.113.133 on lo;
+//	                             203.0.113.128/25 via the node; default via the LB host,
 //	                             forwarding on)                 as the tenant routes clients)
 //
 // The proxy runs in the LB host's namespace: the test binary runs itself
@@ -41,7 +41,7 @@ const (
 	csHostRight = "198.51.100.1"
 	csNode      = "198.51.100.2"
 	csVIP       = "203.0.113.10"
-	csPod       = "10.244.1.5"
+	csPod       = "203.0.113.133"
 )
 
 // TestClientSourceReachesMember: a tcp and a udp listener whose pool has
@@ -98,7 +98,7 @@ func TestClientSourceReachesMember(t *testing.T) {
 	// The LB host reaches the pods through the node (a route learned over
 	// the tenant's BGP session, in production), and forwards: a reply
 	// its policy routing did not claim would go on to the client.
-	ip("-n", lb, "route", "add", "10.244.1.0/24", "via", csNode)
+	ip("-n", lb, "route", "add", "203.0.113.128/25", "via", csNode)
 	if out, err := exec.Command("ip", "netns", "exec", lb, "sysctl", "-qw", "net.ipv4.ip_forward=1").CombinedOutput(); err != nil {
 		t.Fatalf("sysctl: %v: %s", err, out)
 	}
@@ -194,8 +194,8 @@ func clientSourceChild(t *testing.T, env string) {
 
 	objs := func(lbs ...*pb.LoadBalancer) []*pb.Object {
 		out := []*pb.Object{
-			{Kind: &pb.Object_Tenant{Tenant: &pb.Tenant{Name: "acme", Networks: []string{"10.244.0.0/16"}}}},
-			{Kind: &pb.Object_VipPool{VipPool: &pb.VIPPool{Name: "lab", Cidrs: []string{"203.0.113.0/24"}, Mode: "static"}}},
+			{Kind: &pb.Object_Tenant{Tenant: &pb.Tenant{Name: "acme", Networks: []string{"203.0.113.128/25"}}}},
+			{Kind: &pb.Object_VipPool{VipPool: &pb.VIPPool{Name: "lab", Cidrs: []string{"203.0.113.0/25"}, Mode: "static"}}},
 		}
 		for _, lb := range lbs {
 			out = append(out, &pb.Object{Kind: &pb.Object_LoadBalancer{LoadBalancer: lb}})
