@@ -34,24 +34,7 @@ type nsAttachments struct {
 
 func (a *nsAttachments) Attached(tenant string) bool { return tenant == "acme" }
 
-func (a *nsAttachments) in(fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
-		f, err := os.Open(a.path)
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer f.Close()
-		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
-			errc <- err
-			return
-		}
-		errc <- fn()
-	}()
-	return <-errc
-}
+func (a *nsAttachments) in(fn func() error) error { return inNS(a.path, fn) }
 
 func (a *nsAttachments) DialContext(ctx context.Context, tenant string, d *net.Dialer, network, addr string) (c net.Conn, err error) {
 	err = a.in(func() (err error) {
