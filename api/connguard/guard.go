@@ -86,7 +86,9 @@ const evictBelow = 2
 
 // MaxClosing bounds the evicted connections whose descriptors are not
 // closed yet (their handshake goroutine closes them): the descriptors of
-// unauthenticated connections never exceed Unauthenticated+MaxClosing.
+// unauthenticated connections never exceed Unauthenticated+MaxClosing+1,
+// the one being the connection the listener has just accepted and is
+// closing because it is over a bound.
 const MaxClosing = 8
 
 // logEvery is the least time between two log lines of one reason.
