@@ -65,7 +65,11 @@ var errOtherFamily = fmt.Errorf("%w: the member is of another address family tha
 // clientSourceFailed reports that l's pool cannot dial from clients'
 // addresses on this host: an event (and a log line) when the reason is
 // new for l's load balancer, so a refused connection a second is not an
-// event a second.
+// event a second. The reason is forgotten when a member connection from
+// a client's address is made again (clientSourceWorks) and when the load
+// balancer changes or leaves (apply), so the map holds only load
+// balancers that exist and fail now, and a failure that comes back is
+// reported again.
 func (p *Proxy) clientSourceFailed(l *ListenerSnapshot, err error) {
 	msg := err.Error()
 	if prev, ok := p.clientSourceErrs.Swap(l.LB, msg); ok && prev == msg {
@@ -74,4 +78,12 @@ func (p *Proxy) clientSourceFailed(l *ListenerSnapshot, err error) {
 	p.log.Warn("connections refused: the pool dials members from clients' addresses and this host cannot", "lb", l.LB, "listener", l.Name, "error", msg)
 	p.event(&pb.Event{Type: observe.EventClientSourceFailed, Severity: observe.Warning, Tenant: l.Tenant, LoadBalancer: l.LB,
 		Message: fmt.Sprintf("%s: connections refused: members are dialled from clients' addresses (clientSource) and this host cannot: %s", l.Name, msg)})
+}
+
+// clientSourceWorks forgets the last failure of l's load balancer to dial
+// from clients' addresses: one was made.
+func (p *Proxy) clientSourceWorks(lb string) {
+	if _, ok := p.clientSourceErrs.Load(lb); ok {
+		p.clientSourceErrs.Delete(lb)
+	}
 }

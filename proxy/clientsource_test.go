@@ -333,19 +333,37 @@ func clientSourceChild(t *testing.T, env string) {
 		if installed(t) {
 			t.Errorf("%s: pieces installed", tc.name)
 		}
-		p.Close()
-		mu.Lock()
-		var said []string
-		for _, e := range events {
-			if e.GetType() == observe.EventClientSourceFailed && e.GetLoadBalancer() == "acme/transparent" {
-				said = append(said, e.GetMessage())
+		said := func() []string {
+			mu.Lock()
+			defer mu.Unlock()
+			var said []string
+			for _, e := range events {
+				if e.GetType() == observe.EventClientSourceFailed && e.GetLoadBalancer() == "acme/transparent" {
+					said = append(said, e.GetMessage())
+				}
 			}
+			return said
 		}
-		mu.Unlock()
 		// One event per reason, not one per connection.
-		if len(said) != 1 || !strings.Contains(said[0], tc.why) {
-			t.Errorf("%s: events %q, want one saying %q", tc.name, said, tc.why)
+		if got := said(); len(got) != 1 || !strings.Contains(got[0], tc.why) {
+			t.Errorf("%s: events %q, want one saying %q", tc.name, got, tc.why)
 		}
+		// Deleted, the load balancer's reason is forgotten; created
+		// again, its failure is reported again.
+		if err := p.Update(objs(), 2); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := p.clientSourceErrs.Load("acme/transparent"); ok {
+			t.Errorf("%s: the deleted load balancer's reason is still held", tc.name)
+		}
+		if err := p.Update(objs(transparent), 3); err != nil {
+			t.Fatal(err)
+		}
+		_, _ = ask("tcp", "8080")
+		if got := said(); len(got) != 2 {
+			t.Errorf("%s: %d events after the load balancer came back and failed again, want 2", tc.name, len(got))
+		}
+		p.Close()
 	}
 }
 

@@ -440,6 +440,11 @@ func (p *Proxy) apply(s *snapshot.Snapshot, retryFailed bool) bool {
 	}
 	rt, retired := p.build(s, old, keys)
 	p.current.Store(rt)
+	for lb := range lbs {
+		// A changed or deleted load balancer's failures to dial from
+		// clients' addresses are reported anew.
+		p.clientSourceErrs.Delete(lb)
+	}
 	for _, k := range keys {
 		sock := p.sockets[k]
 		if sock == nil {

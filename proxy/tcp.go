@@ -136,6 +136,7 @@ func (p *Proxy) dialMember(l *ListenerSnapshot, pool *Pool, client netip.Addr) (
 			p.clientSourceFailed(l, err)
 			return nil, nil, RefusedClientSource
 		}
+		p.clientSourceWorks(l.LB)
 	}
 	again := false
 	for range min(p.cfg.Limits.ConnectAttempts, maxTried) {

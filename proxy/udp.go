@@ -258,6 +258,9 @@ func (u *udpSocket) flow(client netip.AddrPort) *flow {
 		p.metrics.ConnRefused(l.LB, l.Name, RefusedNoMember)
 		return nil
 	}
+	if from.IsValid() {
+		p.clientSourceWorks(l.LB)
+	}
 	tg.Record(health.OutcomeOK)
 	tg.Begin()
 	f := &flow{u: u, client: client, up: up, l: l, target: tg, idle: int64(l.Limits.IdleTimeout), opened: time.Now(), done: done}
