@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -128,6 +131,7 @@ func (l *kubeLab) scaleEcho(t *testing.T, replicas int32) {
 // answer and the requests that failed.
 func (l *kubeLab) testScale(t *testing.T, vip netip.Addr) {
 	before := l.podNodes("shop", "echo")
+	counted := l.sideStats()
 	p := startEchoProber(l.client, netip.AddrPortFrom(vip, 80), 20*time.Millisecond)
 	l.scaleEcho(t, 10)
 	l.waitDeployment("shop", "echo", 10)
@@ -186,7 +190,7 @@ func (l *kubeLab) testScale(t *testing.T, vip netip.Addr) {
 	}
 	t.Logf("scaled 2 -> 10 -> 1 under %d requests: %d failed while scaling up, %d while scaling down", sent, len(upFailed), len(downFailed))
 	if len(failures) > 0 {
-		l.logLBSide(t)
+		l.logLBSide(t, counted)
 	}
 	reportFailures(t, "while scaling", failures)
 	l.waitEcho("an answer after scaling to 1", func() (echoAnswer, error) {
@@ -486,30 +490,110 @@ func (l *kubeLab) testKillHolder(t *testing.T, vip netip.Addr) {
 	l.waitMember(holder)
 }
 
-// logLBSide logs what each LB host counted that explains a failed request:
-// member connects that failed or timed out, passive ejections, members
-// down, and the time the tenant was held at its CPU budget.
-func (l *kubeLab) logLBSide(t *testing.T) {
-	t.Helper()
+// sideStats is what the LB hosts and the nodes counted, for logLBSide
+// to show what changed: by host, the LB's counters that explain a failed
+// request (metrics) and the kernel's TCP and conntrack counters (netStats).
+type sideStats map[string]map[string]float64
+
+// lbCounters are the LB's metrics that explain a failed request: member
+// connects that failed or timed out, passive ejections, members down, and
+// the tenant's time held at its CPU budget.
+var lbCounters = []string{"teapot_lb_member_requests_total", "teapot_lb_member_failures_total", "teapot_lb_member_ejections_total", "teapot_lb_tenant_cpu_throttled_seconds_total"}
+
+// sideStats reads every LB host's and node's counters now.
+func (l *kubeLab) sideStats() sideStats {
+	st := sideStats{}
 	for _, n := range l.lbs {
-		s, err := l.scrape(n)
-		if err != nil {
-			t.Logf("%s: /metrics: %v", n.id, err)
-			continue
-		}
-		var lines []string
-		for _, name := range []string{"teapot_lb_member_failures_total", "teapot_lb_member_ejections_total", "teapot_lb_tenant_cpu_throttled_seconds_total"} {
-			for _, x := range s[name] {
-				if x.value != 0 {
-					lines = append(lines, fmt.Sprintf("%s%v %g", name, x.labels, x.value))
+		m := map[string]float64{}
+		if s, err := l.scrape(n); err == nil {
+			for _, name := range lbCounters {
+				for _, x := range s[name] {
+					m[fmt.Sprintf("%s%v", name, x.labels)] = x.value
+				}
+			}
+			for _, x := range s["teapot_lb_member_up"] {
+				if x.value == 0 {
+					m[fmt.Sprintf("teapot_lb_member_up%v == 0", x.labels)] = 1
 				}
 			}
 		}
-		for _, x := range s["teapot_lb_member_up"] {
-			if x.value == 0 {
-				lines = append(lines, fmt.Sprintf("teapot_lb_member_up%v 0", x.labels))
+		for k, v := range netStats(n.host) {
+			m[k] = v
+		}
+		st[n.id] = m
+	}
+	for _, nd := range l.k.Nodes {
+		st[nd.Name] = netStats(nd.Host)
+	}
+	return st
+}
+
+// netStats reads, inside h's network namespace, the kernel's counters of
+// what delays or drops a TCP connection: SYNs sent again, listen queue
+// drops, connects that failed, resets, and conntrack entries that could
+// not be inserted (a SYN dropped) or were dropped.
+func netStats(h *netlab.Host) map[string]float64 {
+	out := map[string]float64{}
+	_ = h.Do(func() error {
+		for _, f := range []string{"/proc/thread-self/net/netstat", "/proc/thread-self/net/snmp"} {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				continue
+			}
+			lines := strings.Split(string(b), "\n")
+			for i := 0; i+1 < len(lines); i += 2 {
+				names, values := strings.Fields(lines[i]), strings.Fields(lines[i+1])
+				if len(names) != len(values) || len(names) == 0 || names[0] != values[0] {
+					continue
+				}
+				for j := 1; j < len(names); j++ {
+					key := strings.TrimSuffix(names[0], ":") + "." + names[j]
+					switch key {
+					case "TcpExt.TCPSynRetrans", "TcpExt.ListenDrops", "TcpExt.ListenOverflows", "TcpExt.TCPTimeouts",
+						"Tcp.AttemptFails", "Tcp.OutRsts", "Tcp.RetransSegs", "Tcp.EstabResets":
+						v, _ := strconv.ParseFloat(values[j], 64)
+						out["kernel "+key] = v
+					}
+				}
 			}
 		}
-		t.Logf("%s: %d counters that explain failures: %s", n.id, len(lines), strings.Join(lines, "; "))
+		// One line of hexadecimal counters a CPU, under a line of names.
+		b, err := os.ReadFile("/proc/thread-self/net/stat/nf_conntrack")
+		if err != nil {
+			return nil
+		}
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		names := strings.Fields(lines[0])
+		for _, line := range lines[1:] {
+			for j, f := range strings.Fields(line) {
+				if j >= len(names) {
+					break
+				}
+				switch names[j] {
+				case "insert_failed", "drop", "early_drop", "invalid":
+					v, _ := strconv.ParseUint(f, 16, 64)
+					out["kernel conntrack."+names[j]] += float64(v)
+				}
+			}
+		}
+		return nil
+	})
+	return out
+}
+
+// logLBSide logs, for each LB host and node, the counters that changed
+// since before: what the LB counted that explains a failed request, and
+// what each kernel counted that delays or drops a connection.
+func (l *kubeLab) logLBSide(t *testing.T, before sideStats) {
+	t.Helper()
+	after := l.sideStats()
+	for _, id := range slices.Sorted(maps.Keys(after)) {
+		var lines []string
+		for _, k := range slices.Sorted(maps.Keys(after[id])) {
+			if d := after[id][k] - before[id][k]; d != 0 {
+				lines = append(lines, fmt.Sprintf("%s +%g", k, d))
+			}
+		}
+		t.Logf("%s: %d counters changed: %s", id, len(lines), strings.Join(lines, "; "))
 	}
 }

@@ -62,6 +62,38 @@ func makeCgroup(path string) error {
 	return nil
 }
 
+// Pods' CPU weight: what the cluster's cgroup weighs against each busy
+// thread outside it, a nice-0 thread weighing 1024 (v1 cpu.shares) or
+// 100 (v2 cpu.weight).
+const (
+	podSharesV1 = 100 * 1024
+	podWeightV2 = 100 * 100
+)
+
+// weighCgroup gives path (the cluster's cgroup, under which every node's
+// pods run) the CPU weight of 100 busy threads. The nodes stand for
+// machines of their own, but their pods share this one with the LB hosts,
+// the tests and, in CI, every other package's tests, and a cgroup weighs
+// as one thread of the cgroup above it by default: under that load, the
+// whole cluster's pods got a thread's share between them, an echo pod
+// (BestEffort, the least weight inside) did not answer for seconds, and
+// requests through the LB timed out whatever it did. The pods are mostly
+// idle: the weight lets them answer when asked, as on their own machines.
+func weighCgroup(path string) error {
+	for _, h := range hierarchies() {
+		for file, v := range map[string]int{"cpu.shares": podSharesV1, "cpu.weight": podWeightV2} {
+			f := filepath.Join(h, path, file)
+			if _, err := os.Stat(f); err != nil {
+				continue
+			}
+			if err := os.WriteFile(f, []byte(strconv.Itoa(v)), 0o644); err != nil {
+				return fmt.Errorf("weigh the pods' cgroup: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
 // killCgroup kills every task under path in every hierarchy.
 func killCgroup(path string) {
 	for range 20 {

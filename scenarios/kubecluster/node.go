@@ -52,6 +52,9 @@ func (c *Cluster) startNode(ctx context.Context, nc NodeConfig) (*Node, error) {
 	if err := makeCgroup(n.cgroupRoot()); err != nil {
 		return n, err
 	}
+	if err := weighCgroup("/" + c.cgroup); err != nil {
+		return n, err
+	}
 	if err := n.startContainerd(ctx); err != nil {
 		return n, err
 	}
