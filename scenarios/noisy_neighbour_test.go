@@ -1,6 +1,7 @@
 package scenarios
 
 import (
+	"debug/buildinfo"
 	"errors"
 	"fmt"
 	"io"
@@ -78,8 +79,11 @@ var noisyPhases = []noisyPhase{
 // compute (quotas.cpuMillicores, a quarter of the CPUs: half a core
 // here); b spends it and is held at its gate, a is never held.
 //
-// "All at once" is held to allAtOnceGoalFactor times its goals (plus the
-// lateness): the probers' process runs above the host, so its lateness
+// Under the race detector, "all at once" is held to allAtOnceGoalFactor
+// times its goals (plus the lateness); a host built without it, as users
+// run it, is held to the goals themselves (on a quiet machine there a's
+// p99 was 12.9-13.6 ms and the admin's 12.6 ms). Under the detector the
+// probers' process runs above the host, so its lateness
 // does not grow when other work on the machine starves the host (in one
 // run, while another test suite ran beside it, the host's threads waited
 // 17 s for a CPU in 13 s and a's p99 was 133/165 ms, with the probers'
@@ -110,6 +114,14 @@ func TestNoisyNeighbour(t *testing.T) {
 	}
 	rows := runNoisyNeighbour(t)
 	t.Logf("tenant a while tenant b misbehaves (one LB host, %d descriptors):\n%s", noisyServeNofile, noisyTable(rows))
+	// The race detector's runtime multiplies what every request costs
+	// the host: there "all at once" gets its allowance. A host built as
+	// users run it is held to the goal itself in every phase.
+	allAtOnce := time.Duration(allAtOnceGoalFactor)
+	if !raceBuilt(teapotBinary(t)) {
+		allAtOnce = 1
+		t.Logf("the host was built without the race detector: every phase is held to the goal")
+	}
 	quiet := rows[0]
 	for _, r := range rows[1:] {
 		// The host's own time for the admin calls (headers to answer
@@ -123,7 +135,7 @@ func TestNoisyNeighbour(t *testing.T) {
 		// prober saw a p99 of 0.4-1.5 s.
 		bound := adminP99Bound + lateFactor*r.late.p99
 		if r.name == "all at once" {
-			bound += (allAtOnceGoalFactor - 1) * adminP99Bound
+			bound += (allAtOnce - 1) * adminP99Bound
 		}
 		if a := r.host.admin; roundTwo[r.name] && a.count > 0 && a.p99() > bound.Seconds() {
 			t.Errorf("%s: the host answered its admin calls with a p99 over %.0f ms (%.0f of %.0f calls over %.0f ms; the test process's timer was %.1f ms late at p99)",
@@ -157,7 +169,7 @@ func TestNoisyNeighbour(t *testing.T) {
 			}
 			held := goal + lateFactor*r.late.p99
 			if r.name == "all at once" {
-				held += (allAtOnceGoalFactor - 1) * goal
+				held += (allAtOnce - 1) * goal
 			}
 			if p.s.p99 > goal {
 				t.Logf("%s: p99 of %s %.1f ms, over the goal of %.1f ms (held to %.1f ms: the probers' timer was %.1f ms late at p99)",
@@ -165,10 +177,25 @@ func TestNoisyNeighbour(t *testing.T) {
 			}
 			if p.s.p99 > held {
 				t.Errorf("%s: p99 of %s %.1f ms, want at most %.1f ms (the goal %.1f ms, for all at once %d times it, and %d times the probers' timer p99 of %.1f ms)",
-					r.name, p.what, ms(p.s.p99), ms(held), ms(goal), allAtOnceGoalFactor, lateFactor, ms(r.late.p99))
+					r.name, p.what, ms(p.s.p99), ms(held), ms(goal), allAtOnce, lateFactor, ms(r.late.p99))
 			}
 		}
 	}
+}
+
+// raceBuilt reports whether the binary at path was built with the race
+// detector (what it cannot read counts as built with it).
+func raceBuilt(path string) bool {
+	bi, err := buildinfo.ReadFile(path)
+	if err != nil {
+		return true
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "-race" {
+			return s.Value == "true"
+		}
+	}
+	return false
 }
 
 // BenchmarkNoisyNeighbour runs the scenario once and reports a's p99 and
