@@ -452,3 +452,25 @@ func TestClientSourceAttachedTenant(t *testing.T) {
 		t.Fatalf("a pool that does not ask: %q", why)
 	}
 }
+
+// Attaching a tenant whose load balancers dial members from clients'
+// addresses is refused, naming the load balancer and the pool: inside the
+// attachment's namespace the hosts would dial from their own address, and
+// the members would silently stop seeing the client.
+func TestAttachingRefusedWhileClientSource(t *testing.T) {
+	t.Parallel()
+	lb := shopLB()
+	lb.Pools["db"].ProxyProtocol, lb.Pools["db"].ClientSource = "", true
+	c := baseCatalog()
+	c.Put(lb)
+	tenant := acmeTenant()
+	tenant.Attachment = &pb.TenantAttachment{
+		Vxlan: &pb.AttachmentVXLAN{Vni: 100, Remotes: []string{"192.0.2.7"}},
+		Hosts: map[string]string{"lb1": "10.20.0.2/16"},
+	}
+	check(t, ValidateTenant(tenant, c), clash("attachment", "LoadBalancer acme/shop dials the members of pool db from clients' addresses (clientSource)"))
+
+	lb.Pools["db"].ClientSource = false
+	c.Put(lb)
+	check(t, ValidateTenant(tenant, c), pass())
+}

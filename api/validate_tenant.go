@@ -153,6 +153,14 @@ func checkTenantOrphans(ck *checker, t *pb.Tenant, domains []string, nets []neti
 		if field, h := firstHostOutside(lb, domains); field != "" {
 			ck.conflictf("domains", "%s routes host %s (%s) outside the new domains; keep a domain covering it or change that load balancer first", ref, h, field)
 		}
+		if t.GetAttachment() != nil {
+			for _, k := range sortedKeys(lb.GetPools()) {
+				if lb.GetPools()[k].GetClientSource() && ClientSourceProblem(lb, k, t) != "" {
+					ck.conflictf("attachment", "%s dials the members of pool %s from clients' addresses (clientSource), which the LB hosts do not do inside a tenant's own namespace; remove clientSource from that load balancer first (or use PROXY protocol)", ref, k)
+					break
+				}
+			}
+		}
 	}
 }
 

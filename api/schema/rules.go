@@ -45,7 +45,7 @@ var rules = map[string]rule{
 	"teapot.v1.Tenant.uid":                 {readOnly: true},
 	"teapot.v1.Tenant.meta":                {readOnly: true, opaque: true, doc: "Revision, generation and times, stamped by the cluster."},
 	"teapot.v1.Tenant.bgp":                 {example: "{ asn: 64600, peers: [10.20.0.5] }"},
-	"teapot.v1.Tenant.attachment": {limits: "not with bgp; feature level 6 on every host",
+	"teapot.v1.Tenant.attachment": {limits: "not with bgp; not while a load balancer of the tenant has a pool with clientSource; feature level 6 on every host",
 		example: "{ vxlan: { vni: 1001, remotes: [192.0.2.7] }, hosts: { lb1: 10.0.0.2/24, lb2: 10.0.0.3/24 } }"},
 	"teapot.v1.TenantAttachment.hosts": {required: true, limits: fmt.Sprintf("at most %d; keyed by node ids of the cluster's hosts (cluster status lists them); each an address with its prefix length inside the tenant's networks, distinct", api.MaxAttachmentHosts),
 		example: "{ lb1: 10.0.0.2/24 }"},
