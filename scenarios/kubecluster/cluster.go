@@ -12,7 +12,10 @@
 // other nodes' PodCIDRs through them, and kube-proxy runs in iptables
 // mode. The machine may use cgroup v1: the kubelet runs with
 // failCgroupV1: false and the cgroupfs driver under a cgroup root of its
-// own, which Close removes with every process left in it.
+// own, which Close removes with every process left in it. That root weighs
+// 100 busy threads against the machine's other work (weighCgroup): the
+// nodes stand for machines of their own, and their pods answer when asked
+// whatever else the machine runs.
 package kubecluster
 
 import (
