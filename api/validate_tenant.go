@@ -155,7 +155,7 @@ func checkTenantOrphans(ck *checker, t *pb.Tenant, domains []string, nets []neti
 		}
 		if t.GetAttachment() != nil {
 			for _, k := range sortedKeys(lb.GetPools()) {
-				if lb.GetPools()[k].GetClientSource() && ClientSourceProblem(lb, k, t) != "" {
+				if lb.GetPools()[k].GetClientSource() {
 					ck.conflictf("attachment", "%s dials the members of pool %s from clients' addresses (clientSource), which the LB hosts do not do inside a tenant's own namespace; remove clientSource from that load balancer first (or use PROXY protocol)", ref, k)
 					break
 				}

@@ -62,17 +62,44 @@ func otherFamily(client netip.Addr, member netip.AddrPort) bool {
 // errOtherFamily: no member of the client's family.
 var errOtherFamily = fmt.Errorf("%w: the member is of another address family than the client", ErrNoClientSource)
 
-// clientSourceFailed reports that l's pool cannot dial from clients'
-// addresses on this host: an event (and a log line) when the reason is
-// new for l's load balancer, so a refused connection a second is not an
-// event a second. The reason is forgotten when a member connection from
-// a client's address is made again (clientSourceWorks) and when the load
-// balancer changes or leaves (apply), so the map holds only load
-// balancers that exist and fail now, and a failure that comes back is
-// reported again.
-func (p *Proxy) clientSourceFailed(l *ListenerSnapshot, err error) {
+// clientSourceKey is what clientSourceErrs keys a failure by: the load
+// balancer and what failed, the client's address family (the host's
+// policy routing is per family, so one may work while the other fails) or
+// famOther, a member of another family than the client (a pool of both
+// families, which a working dial never clears).
+type clientSourceKey struct {
+	lb  string
+	fam byte
+}
+
+const (
+	fam4     = '4'
+	fam6     = '6'
+	famOther = 'x'
+)
+
+func clientFamily(client netip.Addr) byte {
+	if client.Unmap().Is4() {
+		return fam4
+	}
+	return fam6
+}
+
+// clientSourceFailed reports that l's pool cannot dial from client's
+// address on this host: an event (and a log line) when the reason is new
+// for l's load balancer and what failed (clientSourceKey), so a refused
+// connection a second is not an event a second. The reason is forgotten
+// when a member connection from an address of the same family is made
+// again (clientSourceWorks) and when the load balancer changes or leaves
+// (apply), so the map holds only load balancers that exist and fail now,
+// and a failure that comes back is reported again.
+func (p *Proxy) clientSourceFailed(l *ListenerSnapshot, client netip.Addr, err error) {
 	msg := err.Error()
-	if prev, ok := p.clientSourceErrs.Swap(l.LB, msg); ok && prev == msg {
+	key := clientSourceKey{l.LB, clientFamily(client)}
+	if errors.Is(err, errOtherFamily) {
+		key.fam = famOther
+	}
+	if prev, ok := p.clientSourceErrs.Swap(key, msg); ok && prev == msg {
 		return
 	}
 	p.log.Warn("connections refused: the pool dials members from clients' addresses and this host cannot", "lb", l.LB, "listener", l.Name, "error", msg)
@@ -80,10 +107,19 @@ func (p *Proxy) clientSourceFailed(l *ListenerSnapshot, err error) {
 		Message: fmt.Sprintf("%s: connections refused: members are dialled from clients' addresses (clientSource) and this host cannot: %s", l.Name, msg)})
 }
 
-// clientSourceWorks forgets the last failure of l's load balancer to dial
-// from clients' addresses: one was made.
-func (p *Proxy) clientSourceWorks(lb string) {
-	if _, ok := p.clientSourceErrs.Load(lb); ok {
-		p.clientSourceErrs.Delete(lb)
+// clientSourceWorks forgets the last failure of lb's load balancer to
+// dial from an address of client's family: one was made.
+func (p *Proxy) clientSourceWorks(lb string, client netip.Addr) {
+	key := clientSourceKey{lb, clientFamily(client)}
+	if _, ok := p.clientSourceErrs.Load(key); ok {
+		p.clientSourceErrs.Delete(key)
+	}
+}
+
+// forgetClientSource forgets every failure of lb to dial from clients'
+// addresses: it changed or left.
+func (p *Proxy) forgetClientSource(lb string) {
+	for _, fam := range []byte{fam4, fam6, famOther} {
+		p.clientSourceErrs.Delete(clientSourceKey{lb, fam})
 	}
 }

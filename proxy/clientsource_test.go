@@ -21,6 +21,7 @@ import (
 	"github.com/teapot-lb/teapot-lb/api/observe"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 	"github.com/teapot-lb/teapot-lb/proxy/clientsource"
+	"github.com/teapot-lb/teapot-lb/proxy/snapshot"
 )
 
 // The client-source lab: three network namespaces on two links.
@@ -353,9 +354,12 @@ func clientSourceChild(t *testing.T, env string) {
 		if err := p.Update(objs(), 2); err != nil {
 			t.Fatal(err)
 		}
-		if _, ok := p.clientSourceErrs.Load("acme/transparent"); ok {
-			t.Errorf("%s: the deleted load balancer's reason is still held", tc.name)
-		}
+		p.clientSourceErrs.Range(func(k, _ any) bool {
+			if k.(clientSourceKey).lb == "acme/transparent" {
+				t.Errorf("%s: the deleted load balancer's reason is still held (%v)", tc.name, k)
+			}
+			return true
+		})
 		if err := p.Update(objs(transparent), 3); err != nil {
 			t.Fatal(err)
 		}
@@ -391,4 +395,55 @@ func installed(t *testing.T) bool {
 		t.Fatalf("partly installed: nft table %v, rule %v, local route %v", table, rule, route)
 	}
 	return table
+}
+
+// A load balancer's failures to dial from clients' addresses are
+// remembered per family: an IPv4 connection that works does not clear an
+// IPv6 failure (one event, not one a connection while both families
+// come), and a pool's member of another family than the client is
+// reported once until the load balancer changes, whatever works meanwhile.
+func TestClientSourceFailuresByFamily(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	events := 0
+	p, _ := newProxy(t, Config{Events: func(e *pb.Event) {
+		if e.GetType() == observe.EventClientSourceFailed {
+			mu.Lock()
+			events++
+			mu.Unlock()
+		}
+	}})
+	defer p.Close()
+	l := &ListenerSnapshot{Listener: &snapshot.Listener{LB: "acme/x", Name: "l", Tenant: "acme"}}
+	v4, v6 := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("2001:db8::1")
+	mapped := netip.MustParseAddr("::ffff:192.0.2.1")
+	noV6 := errors.New("ipv6 policy routing: operation not supported")
+	want := func(n int, after string) {
+		t.Helper()
+		mu.Lock()
+		defer mu.Unlock()
+		if events != n {
+			t.Fatalf("%s: %d events, want %d", after, events, n)
+		}
+	}
+	p.clientSourceFailed(l, v6, noV6)
+	want(1, "an IPv6 failure")
+	for range 3 {
+		p.clientSourceWorks(l.LB, v4)
+		p.clientSourceWorks(l.LB, mapped)
+		p.clientSourceFailed(l, v6, noV6)
+	}
+	want(1, "IPv4 connections that worked between IPv6 ones that failed")
+	p.clientSourceWorks(l.LB, v6)
+	p.clientSourceFailed(l, v6, noV6)
+	want(2, "IPv6 working, then failing again")
+
+	for range 3 {
+		p.clientSourceFailed(l, v4, errOtherFamily)
+		p.clientSourceWorks(l.LB, v4)
+	}
+	want(3, "members of another family between connections that worked")
+	p.forgetClientSource(l.LB)
+	p.clientSourceFailed(l, v4, errOtherFamily)
+	want(4, "the load balancer changed")
 }

@@ -187,7 +187,7 @@ type Proxy struct {
 	wafBudgets sync.Map
 	// steeredDrops: tenant name -> *steeredDrops (steered_drops.go).
 	steeredDrops sync.Map
-	// clientSourceErrs: load balancer -> why its pools could not dial
+	// clientSourceErrs: clientSourceKey -> why its pools could not dial
 	// from clients' addresses last (clientsource.go).
 	clientSourceErrs sync.Map
 	hostConns        atomic.Int64
@@ -443,7 +443,7 @@ func (p *Proxy) apply(s *snapshot.Snapshot, retryFailed bool) bool {
 	for lb := range lbs {
 		// A changed or deleted load balancer's failures to dial from
 		// clients' addresses are reported anew.
-		p.clientSourceErrs.Delete(lb)
+		p.forgetClientSource(lb)
 	}
 	for _, k := range keys {
 		sock := p.sockets[k]

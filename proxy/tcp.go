@@ -133,10 +133,10 @@ func (p *Proxy) dialMember(l *ListenerSnapshot, pool *Pool, client netip.Addr) (
 	d := net.Dialer{Timeout: pool.Spec.ConnectTimeout}
 	if pool.Spec.ClientSource {
 		if err := p.clientSourceDialer(&d, "tcp", client); err != nil {
-			p.clientSourceFailed(l, err)
+			p.clientSourceFailed(l, client, err)
 			return nil, nil, RefusedClientSource
 		}
-		p.clientSourceWorks(l.LB)
+		p.clientSourceWorks(l.LB, client)
 	}
 	again := false
 	for range min(p.cfg.Limits.ConnectAttempts, maxTried) {

@@ -249,7 +249,7 @@ func (u *udpSocket) flow(client netip.AddrPort) *flow {
 	if err != nil {
 		done()
 		if errors.Is(err, ErrNoClientSource) || errors.Is(err, clientsource.ErrUnavailable) {
-			p.clientSourceFailed(l, err)
+			p.clientSourceFailed(l, client.Addr(), err)
 			p.metrics.ConnRefused(l.LB, l.Name, RefusedClientSource)
 			return nil
 		}
@@ -259,7 +259,7 @@ func (u *udpSocket) flow(client netip.AddrPort) *flow {
 		return nil
 	}
 	if from.IsValid() {
-		p.clientSourceWorks(l.LB)
+		p.clientSourceWorks(l.LB, from)
 	}
 	tg.Record(health.OutcomeOK)
 	tg.Begin()

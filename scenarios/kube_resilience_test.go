@@ -505,7 +505,9 @@ func (l *kubeLab) sideStats() sideStats {
 	st := sideStats{}
 	for _, n := range l.lbs {
 		m := map[string]float64{}
-		if s, err := l.scrape(n); err == nil {
+		if s, err := l.scrape(n); err != nil {
+			m["/metrics failed: "+err.Error()] = 1
+		} else {
 			for _, name := range lbCounters {
 				for _, x := range s[name] {
 					m[fmt.Sprintf("%s%v", name, x.labels)] = x.value
@@ -520,10 +522,10 @@ func (l *kubeLab) sideStats() sideStats {
 		for k, v := range netStats(n.host) {
 			m[k] = v
 		}
-		st[n.id] = m
+		st["LB host "+n.id] = m
 	}
 	for _, nd := range l.k.Nodes {
-		st[nd.Name] = netStats(nd.Host)
+		st["node "+nd.Name] = netStats(nd.Host)
 	}
 	return st
 }
@@ -589,9 +591,14 @@ func (l *kubeLab) logLBSide(t *testing.T, before sideStats) {
 	after := l.sideStats()
 	for _, id := range slices.Sorted(maps.Keys(after)) {
 		var lines []string
-		for _, k := range slices.Sorted(maps.Keys(after[id])) {
+		keys := map[string]float64{}
+		maps.Copy(keys, after[id])
+		maps.Copy(keys, before[id])
+		for _, k := range slices.Sorted(maps.Keys(keys)) {
+			// A scrape that failed is a key of its own, before (-1) or
+			// after (+1): it explains counters that seem to jump.
 			if d := after[id][k] - before[id][k]; d != 0 {
-				lines = append(lines, fmt.Sprintf("%s +%g", k, d))
+				lines = append(lines, fmt.Sprintf("%s %+g", k, d))
 			}
 		}
 		t.Logf("%s: %d counters changed: %s", id, len(lines), strings.Join(lines, "; "))

@@ -80,6 +80,12 @@ const (
 // requests through the LB timed out whatever it did. The pods are mostly
 // idle: the weight lets them answer when asked, as on their own machines.
 func weighCgroup(path string) error {
+	if _, err := os.Stat(filepath.Join(cgroupMount, "cgroup.controllers")); err == nil {
+		// v2: cpu.weight exists only where the parent hands the cpu
+		// controller down (the kubelet does that too, but later).
+		_ = os.WriteFile(filepath.Join(cgroupMount, filepath.Dir(path), "cgroup.subtree_control"), []byte("+cpu"), 0o644)
+	}
+	written := false
 	for _, h := range hierarchies() {
 		for file, v := range map[string]int{"cpu.shares": podSharesV1, "cpu.weight": podWeightV2} {
 			f := filepath.Join(h, path, file)
@@ -89,7 +95,11 @@ func weighCgroup(path string) error {
 			if err := os.WriteFile(f, []byte(strconv.Itoa(v)), 0o644); err != nil {
 				return fmt.Errorf("weigh the pods' cgroup: %w", err)
 			}
+			written = true
 		}
+	}
+	if !written {
+		return fmt.Errorf("weigh the pods' cgroup: no cpu.shares or cpu.weight for %s (the cpu controller, which the kubelet needs too, is not there)", path)
 	}
 	return nil
 }
