@@ -119,7 +119,22 @@ func TestDashboardInBrowser(t *testing.T) {
 		}
 		return nil
 	})
-	b.do(chromedp.Click(chromedp.CSS(`a[href="#/lb/acme%2Fshop"]`), chromedp.NodeVisible))
+	// Clicked inside the page, in one turn of its event loop: the list
+	// is drawn anew at every refresh (300 ms here), and a click through
+	// the DevTools protocol, which finds the node first and clicks it
+	// after, failed once with "Could not find node with given id" when
+	// a refresh came between the two.
+	waitEval(b, pageTimeout, "a click on acme/shop's link", `(() => {
+  const a = document.querySelector('#main a[href="#/lb/acme%2Fshop"]');
+  if (!a) return false;
+  a.click();
+  return true;
+})()`, func(clicked bool) error {
+		if !clicked {
+			return errors.New("no link to acme/shop")
+		}
+		return nil
+	})
 	b.waitText("#main", "the load balancer bound on every host", func(s string) error {
 		if n := strings.Count(s, "bound 192.0.2.201:80/http"); n != 3 {
 			return fmt.Errorf("listener bound on %d hosts, want 3", n)
