@@ -62,7 +62,7 @@ func BenchmarkHTTP3(b *testing.B) {
 	dir := b.TempDir()
 	certFile, keyFile := benchCert(b, dir)
 	c := newCluster(b)
-	n := c.bootstrap()
+	n := bootstrapForBench(c)
 	port := freeBenchPort(b)
 	manifest := fmt.Sprintf(`
 kind: VIPPool
@@ -75,7 +75,8 @@ name: acme
 domains: [acme.example]
 networks: [127.0.0.1/32]
 pools: [bench]
-`, benchH3TeapotVIP)
+%[2]s
+`, benchH3TeapotVIP, benchTenantQuotas())
 	lb := fmt.Sprintf(`
 kind: LoadBalancer
 name: bench

@@ -223,7 +223,7 @@ func BenchmarkL7Serve(b *testing.B) {
 	l7GRPCRequest = writeConf(b, dir, "grpc-request.bin", string(append([]byte{0, 0, 0, 0, 10}, "0123456789"...)))
 
 	c := newCluster(b)
-	n := c.bootstrap()
+	n := bootstrapForBench(c)
 	tenant := fmt.Sprintf(`
 kind: VIPPool
 name: l7bench
@@ -235,7 +235,8 @@ name: acme
 domains: [acme.example]
 networks: [127.0.0.1/32]
 pools: [l7bench]
-`, l7BenchTeapot)
+%[2]s
+`, l7BenchTeapot, benchTenantQuotas())
 	lb := fmt.Sprintf(`
 kind: LoadBalancer
 name: l7bench

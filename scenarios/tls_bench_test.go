@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -62,7 +63,7 @@ func BenchmarkTLSHandshakes(b *testing.B) {
 	certFile, keyFile := benchCert(b, dir)
 
 	c := newCluster(b)
-	n := c.bootstrap()
+	n := bootstrapForBench(c)
 	port := freeBenchPort(b)
 	manifest := fmt.Sprintf(`
 kind: VIPPool
@@ -75,6 +76,7 @@ name: acme
 domains: [acme.example]
 networks: [127.0.0.1/32]
 pools: [bench]
+%[4]s
 ---
 kind: LoadBalancer
 name: bench
@@ -83,7 +85,7 @@ vip: { pool: bench, address: "%[1]s" }
 listeners: [{ port: %[2]d, protocol: https, tls: { certificates: [bench] } }]
 routes: [{ host: %[3]s, path: /, pool: web }]
 pools: { web: { members: ["127.0.0.1:9"] } }
-`, benchTeapotVIP, port, benchTLSHost)
+`, benchTeapotVIP, port, benchTLSHost, benchTenantQuotas())
 	mpath := filepath.Join(dir, "bench.yaml")
 	if err := os.WriteFile(mpath, []byte(manifest), 0o644); err != nil {
 		b.Fatal(err)
@@ -239,6 +241,24 @@ func cpuTime(tb testing.TB, pid int) time.Duration {
 	ut, _ := strconv.ParseInt(fields[11], 10, 64)
 	st, _ := strconv.ParseInt(fields[12], 10, 64)
 	return time.Duration(ut+st) * time.Second / 100 // USER_HZ
+}
+
+// benchTenantQuotas is the quotas line of a serve benchmark's tenant: the
+// whole host's CPU. The default budget, a quarter of the CPUs serve
+// starts with (500 millicores here), throttles serve to half of the one
+// core the benchmark pins it to, and the peer has no such bound.
+func benchTenantQuotas() string {
+	return fmt.Sprintf("quotas: { cpuMillicores: %d }", 1000*runtime.NumCPU())
+}
+
+// bootstrapForBench starts a one-node cluster whose tenants' TLS
+// handshakes may use the whole host (serve --tls-cpu-per-tenant; the
+// default is a quarter of its CPUs).
+func bootstrapForBench(c *cluster) *node {
+	n := c.newNode()
+	c.start(n, "--tls-cpu-per-tenant", strconv.Itoa(runtime.NumCPU()))
+	c.waitMember(n)
+	return n
 }
 
 func pin(tb testing.TB, pid int, cpus string) {

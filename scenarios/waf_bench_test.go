@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -190,7 +191,7 @@ func BenchmarkWAFServe(b *testing.B) {
 	}
 
 	c := newCluster(b)
-	n := c.bootstrap()
+	n := bootstrapForBench(c)
 	manifest := fmt.Sprintf(`
 kind: VIPPool
 name: wafbench
@@ -202,7 +203,7 @@ name: shop
 domains: [shop.example]
 networks: [127.0.0.1/32]
 pools: [wafbench]
-quotas: { wafCpuMillicores: 2000 }
+quotas: { wafCpuMillicores: 2000, cpuMillicores: %[5]d }
 ---
 kind: LoadBalancer
 name: wafbench
@@ -212,7 +213,7 @@ listeners: [{ port: %[2]d, protocol: http }]
 routes: [{ path: /, pool: web, waf: { mode: block, paranoiaLevel: 1, maxBodyBytes: %[4]d } }]
 pools:
   web: { members: ["%[3]s"] }
-`, wafBenchTeapot, port, member, wafBenchBody)
+`, wafBenchTeapot, port, member, wafBenchBody, 1000*runtime.NumCPU())
 	path := writeConf(b, dir, "wafbench.yaml", manifest)
 	if out, err := c.cli(n, "apply", "-f", path); err != nil {
 		b.Fatalf("apply: %v\n%s", err, out)
