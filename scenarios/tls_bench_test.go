@@ -26,6 +26,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // The TLS handshake benchmark: teapot-lb and HAProxy terminate TLS with
@@ -253,10 +255,16 @@ func benchTenantQuotas() string {
 
 // bootstrapForBench starts a one-node cluster whose tenants' TLS
 // handshakes may use the whole host (serve --tls-cpu-per-tenant; the
-// default is a quarter of its CPUs).
+// default is a quarter of its CPUs): the CPUs serve starts on, those
+// this process may run on now (a benchmark may have pinned itself).
 func bootstrapForBench(c *cluster) *node {
+	cpus := runtime.NumCPU()
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err == nil && set.Count() > 0 {
+		cpus = set.Count()
+	}
 	n := c.newNode()
-	c.start(n, "--tls-cpu-per-tenant", strconv.Itoa(runtime.NumCPU()))
+	c.start(n, "--tls-cpu-per-tenant", strconv.Itoa(cpus))
 	c.waitMember(n)
 	return n
 }
