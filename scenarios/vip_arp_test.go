@@ -2,6 +2,7 @@ package scenarios
 
 import (
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -10,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/vishvananda/netlink"
 )
 
 // Bounds of the ARP scenario. The failover budget is 300ms at p99; the
@@ -17,6 +20,12 @@ import (
 // on a loaded machine (make bench measures the figures).
 const (
 	arpFailoverBound = time.Second
+	// arpPlannedOutage bounds what a client sees of a planned move (a
+	// drain, a stop), which makes the new holder answer before the old one
+	// lets go: the time between the last look at its neighbour entry that
+	// found a holder and the first that found the new one, which is the
+	// polling's own cost (37-65ms under -race and two busy loops).
+	arpPlannedOutage = 500 * time.Millisecond
 	probeInterval    = 10 * time.Millisecond
 	probeMax         = 2000 // requests per prober: 20s at 10ms
 	recoverTimeout   = 10 * time.Second
@@ -211,7 +220,9 @@ pools: { web: { members: ["192.0.2.50:8080"] } }
 		}
 		p := startProber(l.client, netip.AddrPortFrom(arpVIP4, 80), probeInterval, probeMax)
 		time.Sleep(200 * time.Millisecond)
+		watch := l.watchMove(t, arpVIP4, h)
 		// Through another host's API: drain is an operator's write.
+		drained := time.Now()
 		if out, err := l.cli(other, "cluster", "drain", h.id); err != nil {
 			t.Fatalf("cluster drain %s: %v: %s", h.id, err, out)
 		}
@@ -228,11 +239,9 @@ pools: { web: { members: ["192.0.2.50:8080"] } }
 		}
 		time.Sleep(200 * time.Millisecond)
 		rs := p.finish()
-		n, first := failed(rs)
+		n, _ := failed(rs)
 		t.Logf("drain moved %s from %s to %s; %d of %d requests failed", arpVIP4, h.id, next.id, n, len(rs))
-		if n > 2 {
-			t.Errorf("%d requests failed during the drain (first: %v), want at most the ones in flight", n, first)
-		}
+		l.judgeARPMove(t, watch, rs, drained)
 		if out, err := l.cli(other, "cluster", "drain", "--undo", h.id); err != nil {
 			t.Fatalf("cluster drain --undo %s: %v: %s", h.id, err, out)
 		}
@@ -244,6 +253,8 @@ pools: { web: { members: ["192.0.2.50:8080"] } }
 		h := l.waitHolder(arpVIP4, settleTimeout)
 		p := startProber(l.client, netip.AddrPortFrom(arpVIP4, 80), probeInterval, probeMax)
 		time.Sleep(200 * time.Millisecond)
+		watch := l.watchMove(t, arpVIP4, h)
+		signalled := time.Now()
 		if err := h.proc.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}
@@ -255,13 +266,11 @@ pools: { web: { members: ["192.0.2.50:8080"] } }
 		}
 		time.Sleep(200 * time.Millisecond)
 		rs := p.finish()
-		n, first := failed(rs)
+		n, _ := failed(rs)
 		t.Logf("%s handed %s to %s; %d of %d requests failed", h.id, arpVIP4, next.id, n, len(rs))
 		// A request in flight when the client's ARP entry moves cannot
 		// complete: its next packets reach the new holder.
-		if n > 2 {
-			t.Errorf("%d requests failed during the hand-over (first: %v), want at most the ones in flight", n, first)
-		}
+		l.judgeARPMove(t, watch, rs, signalled)
 		h.proc.Kill()
 		l.revive(h)
 		// It takes the VIP back only if it ranks first for it (it may
@@ -366,6 +375,96 @@ func (l *vipLab) waitHolderOther(tb testing.TB, a netip.Addr, not *lbHost) *lbHo
 		return l.get(a)
 	})
 	return h
+}
+
+// watchMove follows, every 2ms until it is stopped, whom the client's
+// neighbour entry for a points at and whether that host holds a. The move
+// it reports is the client's outage: after seen (the last look that found
+// the entry at from while from held a) and by gone (the first that found
+// it at another host that held a). ok is false if that never happened.
+func (l *vipLab) watchMove(tb testing.TB, a netip.Addr, from *lbHost) (stop func() (c routeChange, ok bool)) {
+	tb.Helper()
+	family := netlink.FAMILY_V4
+	if a.Is6() {
+		family = netlink.FAMILY_V6
+	}
+	var index int
+	if err := l.client.Do(func() error {
+		link, err := netlink.LinkByName("eth0")
+		if err == nil {
+			index = link.Attrs().Index
+		}
+		return err
+	}); err != nil {
+		tb.Fatal(err)
+	}
+	done, finished := make(chan struct{}), make(chan struct{})
+	c := routeChange{seen: time.Now()}
+	var werr error
+	go func() {
+		defer close(finished)
+		for c.gone.IsZero() {
+			looked := time.Now()
+			var mac net.HardwareAddr
+			if werr = l.client.Do(func() error {
+				ns, err := netlink.NeighList(index, family)
+				for _, n := range ns {
+					if ip, ok := netip.AddrFromSlice(n.IP); ok && ip.Unmap() == a && len(n.HardwareAddr) > 0 {
+						mac = n.HardwareAddr
+					}
+				}
+				return err
+			}); werr != nil {
+				return
+			}
+			if to := l.byMAC(mac); to != nil {
+				holds, err := to.host.HasAddr("eth0", a)
+				if werr = err; err != nil {
+					return
+				}
+				switch {
+				case holds && to == from:
+					c.seen = looked
+				case holds:
+					c.gone = time.Now()
+				}
+			}
+			select {
+			case <-done:
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
+		}
+	}()
+	return func() (routeChange, bool) {
+		close(done)
+		<-finished
+		if werr != nil {
+			tb.Errorf("watching the client's neighbour entry for %s: %v", a, werr)
+		}
+		return c, !c.gone.IsZero()
+	}
+}
+
+// judgeARPMove holds a planned move of an ARP VIP to what the client
+// sees: its outage (no entry at a host holding the VIP) within
+// arpPlannedOutage, and no failed request but those in flight during it.
+// A request sent in a gap between the old holder letting go and the new
+// one answering hangs until the gap ends, so a break of the make-before-
+// break shows as an outage, not as excused failures alone.
+func (l *vipLab) judgeARPMove(t *testing.T, stop func() (routeChange, bool), rs []probeResult, since time.Time) {
+	t.Helper()
+	c, ok := stop()
+	if !ok {
+		t.Errorf("the client's neighbour entry never reached the new holder while it held the VIP")
+		return
+	}
+	outage := c.gone.Sub(c.seen)
+	t.Logf("the client's outage: %s (%s..%s)", outage.Round(time.Millisecond), c.seen.Sub(since).Round(time.Millisecond), c.gone.Sub(since).Round(time.Millisecond))
+	if outage > arpPlannedOutage {
+		t.Errorf("the client reached no holder of the VIP for %s during a planned move, want within %s", outage.Round(time.Millisecond), arpPlannedOutage)
+	}
+	judgeMove(t, "the client's neighbour entry", rs, c, since)
 }
 
 // requireOneMAC asks from the client who has a, three times, and fails

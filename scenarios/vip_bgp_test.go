@@ -212,6 +212,40 @@ func (c routeChange) during(r probeResult) bool {
 	return !r.start.After(c.gone) && !r.end.Before(c.seen)
 }
 
+// judgeMove fails the test for every request that failed without being
+// in flight while a VIP moved (c): a request that ran wholly before the
+// move, or began after it, must succeed; a failure there is a failure of
+// the drain (a listener closed too early, a connection cut at exit, a
+// second move). A request in flight during the move may fail: its next
+// packets may reach another host.
+func judgeMove(t *testing.T, what string, rs []probeResult, c routeChange, since time.Time) {
+	t.Helper()
+	at := func(tm time.Time) time.Duration { return tm.Sub(since).Round(time.Millisecond) }
+	var bad, inFlight, excused int
+	var first error
+	for _, r := range rs {
+		if c.during(r) {
+			inFlight++
+		}
+		switch {
+		case r.err == nil:
+		case c.during(r):
+			excused++
+			t.Logf("%s: request %s..%s, in flight during the move, failed: %v", what, at(r.start), at(r.end), r.err)
+		default:
+			if bad == 0 {
+				first = fmt.Errorf("request %s..%s: %w", at(r.start), at(r.end), r.err)
+			}
+			bad++
+		}
+	}
+	t.Logf("%s: %d requests; %d in flight during the move (%s..%s), %d of them failed; %d others failed",
+		what, len(rs), inFlight, at(c.seen), at(c.gone), excused, bad)
+	if bad > 0 {
+		t.Errorf("%s: %d requests that were not in flight during the move failed; first: %v", what, bad, first)
+	}
+}
+
 // waitGoneWindow waits, for up to 5s from since, until the router has no
 // route to each VIP via n, and returns when each route went.
 func (l *vipLab) waitGoneWindow(tb testing.TB, n *lbHost, since time.Time, vips ...netip.Addr) map[netip.Addr]routeChange {
@@ -404,33 +438,8 @@ func TestVIPBGP(t *testing.T) {
 			// The router spreads flows with hash-threshold ECMP: when a next
 			// hop leaves, a request in flight at that moment may be hashed
 			// to another host mid-connection and reset, whichever host it
-			// began on. A request that ran wholly before the change, or began
-			// after it, must succeed: a failure there is a failure of the
-			// drain (the exit that follows the withdrawal moved a route again,
-			// cut a connection, or closed the listener too early).
-			var bad, inFlight, excused int
-			var first error
-			for _, r := range rs {
-				if c.during(r) {
-					inFlight++
-				}
-				switch {
-				case r.err == nil:
-				case c.during(r):
-					excused++
-					t.Logf("%s: request %s..%s after SIGTERM, in flight at the route change, failed: %v", a, r.start.Sub(signalled).Round(time.Millisecond), r.end.Sub(signalled).Round(time.Millisecond), r.err)
-				default:
-					if bad == 0 {
-						first = fmt.Errorf("request %s..%s after SIGTERM: %w", r.start.Sub(signalled).Round(time.Millisecond), r.end.Sub(signalled).Round(time.Millisecond), r.err)
-					}
-					bad++
-				}
-			}
-			t.Logf("%s: %d requests; %d in flight at the route change (%s..%s after SIGTERM), %d of them failed; %d others failed",
-				a, len(rs), inFlight, c.seen.Sub(signalled).Round(time.Millisecond), c.gone.Sub(signalled).Round(time.Millisecond), excused, bad)
-			if bad > 0 {
-				t.Errorf("%s: %d requests that were not in flight at the route change failed during the drain; first: %v", a, bad, first)
-			}
+			// began on.
+			judgeMove(t, a.String()+"'s route", rs, c, signalled)
 		}
 		if len(gone) < 2 || !withdrawn {
 			t.Fatalf("routes via the stopping host gone %v; process still running then: %t", gone, withdrawn)
