@@ -66,8 +66,6 @@ func (l *kubeLab) installGatewayCRDs(channel string) {
 		t.Fatal(err)
 	}
 	crds := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
-	ctx, cancel := l.ctx()
-	defer cancel()
 	n := 0
 	for _, f := range files {
 		data, err := os.ReadFile(f)
@@ -82,7 +80,14 @@ func (l *kubeLab) installGatewayCRDs(channel string) {
 			if u.GetKind() != "CustomResourceDefinition" {
 				continue // the safe-upgrade admission policy is not needed here
 			}
-			if _, err := dc.Resource(crds).Create(ctx, &u, metav1.CreateOptions{}); err != nil {
+			// Each create has a call's time: the apiserver installs each
+			// CRD's schema before it answers, seconds apiece on a loaded
+			// machine, and one deadline for them all ran out in a loaded
+			// make test.
+			ctx, cancel := l.ctx()
+			_, err := dc.Resource(crds).Create(ctx, &u, metav1.CreateOptions{})
+			cancel()
+			if err != nil {
 				t.Fatalf("create CRD %s: %v", u.GetName(), err)
 			}
 			n++

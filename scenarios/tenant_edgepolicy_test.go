@@ -31,8 +31,6 @@ func (l *tenantLab) createCRDs(dc dynamic.Interface, groupVersion string, resour
 	t := l.t
 	t.Helper()
 	crds := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
-	ctx, cancel := l.ctx()
-	defer cancel()
 	for _, f := range files {
 		data, err := os.ReadFile(f)
 		if err != nil {
@@ -46,7 +44,14 @@ func (l *tenantLab) createCRDs(dc dynamic.Interface, groupVersion string, resour
 			if u.GetKind() != "CustomResourceDefinition" {
 				continue
 			}
-			if _, err := dc.Resource(crds).Create(ctx, &u, metav1.CreateOptions{}); err != nil {
+			// Each create has a call's time: the apiserver installs each
+			// CRD's schema before it answers, seconds apiece on a loaded
+			// machine, and one deadline for them all ran out in a loaded
+			// make test.
+			ctx, cancel := l.ctx()
+			_, err := dc.Resource(crds).Create(ctx, &u, metav1.CreateOptions{})
+			cancel()
+			if err != nil {
 				t.Fatalf("create CRD %s: %v", u.GetName(), err)
 			}
 		}
