@@ -376,7 +376,7 @@ func (l *vipLab) waitHolderOther(tb testing.TB, a netip.Addr, not *lbHost) *lbHo
 // it reports is the client's outage: after seen (the last look that found
 // the entry at from while from held a) and by gone (the first that found
 // it at another host that held a). ok is false if that never happened.
-func (l *vipLab) watchMove(tb testing.TB, a netip.Addr, from *lbHost) (stop func() (c routeChange, ok bool)) {
+func (l *vipLab) watchMove(tb testing.TB, a netip.Addr, from *lbHost) (stop func() (c vipMove, ok bool)) {
 	tb.Helper()
 	family := netlink.FAMILY_V4
 	if a.Is6() {
@@ -393,7 +393,7 @@ func (l *vipLab) watchMove(tb testing.TB, a netip.Addr, from *lbHost) (stop func
 		tb.Fatal(err)
 	}
 	done, finished := make(chan struct{}), make(chan struct{})
-	c := routeChange{seen: time.Now()}
+	c := vipMove{seen: time.Now()}
 	var werr error
 	go func() {
 		defer close(finished)
@@ -430,7 +430,7 @@ func (l *vipLab) watchMove(tb testing.TB, a netip.Addr, from *lbHost) (stop func
 			}
 		}
 	}()
-	return func() (routeChange, bool) {
+	return func() (vipMove, bool) {
 		close(done)
 		<-finished
 		if werr != nil {
@@ -453,7 +453,7 @@ func (l *vipLab) watchMove(tb testing.TB, a netip.Addr, from *lbHost) (stop func
 //   - the client's outage (no neighbour entry at a host holding the VIP,
 //     polling's own cost included) within arpFailoverBound;
 //   - no failed request but those in flight during that outage.
-func (l *vipLab) judgeARPMove(t *testing.T, stop func() (routeChange, bool), rs []probeResult, since time.Time, a netip.Addr, from, to *lbHost, gap time.Duration) {
+func (l *vipLab) judgeARPMove(t *testing.T, stop func() (vipMove, bool), rs []probeResult, since time.Time, a netip.Addr, from, to *lbHost, gap time.Duration) {
 	t.Helper()
 	c, ok := stop()
 	released, rok := moveAt(from, "VIP released", a, since)

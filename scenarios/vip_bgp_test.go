@@ -202,13 +202,14 @@ func (l *vipLab) waitGone(tb testing.TB, n *lbHost, since time.Time, vips ...net
 	return gone
 }
 
-// routeChange is when the router's route to a VIP lost a next hop, as
-// far as polling can tell: after seen (the last look that found the hop)
-// and by gone (the first that did not).
-type routeChange struct{ seen, gone time.Time }
+// vipMove is when a VIP moved off a host, as far as polling can tell:
+// after seen (the last look that still found the old way to it: the
+// router's next hop via the host, or the client's neighbour entry at it)
+// and by gone (the first that did not: waitGoneWindow, watchMove).
+type vipMove struct{ seen, gone time.Time }
 
-// during reports whether a request ran at some moment of the change.
-func (c routeChange) during(r probeResult) bool {
+// during reports whether a request ran at some moment of the move.
+func (c vipMove) during(r probeResult) bool {
 	return !r.start.After(c.gone) && !r.end.Before(c.seen)
 }
 
@@ -218,7 +219,7 @@ func (c routeChange) during(r probeResult) bool {
 // the drain (a listener closed too early, a connection cut at exit, a
 // second move). A request in flight during the move may fail: its next
 // packets may reach another host.
-func judgeMove(t *testing.T, what string, rs []probeResult, c routeChange, since time.Time) {
+func judgeMove(t *testing.T, what string, rs []probeResult, c vipMove, since time.Time) {
 	t.Helper()
 	at := func(tm time.Time) time.Duration { return tm.Sub(since).Round(time.Millisecond) }
 	var bad, inFlight, excused int
@@ -248,9 +249,9 @@ func judgeMove(t *testing.T, what string, rs []probeResult, c routeChange, since
 
 // waitGoneWindow waits, for up to 5s from since, until the router has no
 // route to each VIP via n, and returns when each route went.
-func (l *vipLab) waitGoneWindow(tb testing.TB, n *lbHost, since time.Time, vips ...netip.Addr) map[netip.Addr]routeChange {
+func (l *vipLab) waitGoneWindow(tb testing.TB, n *lbHost, since time.Time, vips ...netip.Addr) map[netip.Addr]vipMove {
 	tb.Helper()
-	changes := map[netip.Addr]routeChange{}
+	changes := map[netip.Addr]vipMove{}
 	seen := map[netip.Addr]time.Time{}
 	for _, a := range vips {
 		seen[a] = since
@@ -269,7 +270,7 @@ func (l *vipLab) waitGoneWindow(tb testing.TB, n *lbHost, since time.Time, vips 
 			if slices.Contains(hops, hopOf(n, a)) {
 				seen[a] = looked
 			} else {
-				changes[a] = routeChange{seen: seen[a], gone: time.Now()}
+				changes[a] = vipMove{seen: seen[a], gone: time.Now()}
 			}
 		}
 		time.Sleep(2 * time.Millisecond)
