@@ -464,6 +464,8 @@ func (l *vipLab) judgeARPMove(t *testing.T, stop func() (vipMove, bool), rs []pr
 	case taken.Sub(released) > gap:
 		t.Errorf("%s took %s %s after %s let it go, want at most %s: the address had no holder in between",
 			to.id, a, taken.Sub(released), from.id, gap)
+	case taken.After(released):
+		t.Logf("%s took %s %s after %s let it go (at most %s)", to.id, a, taken.Sub(released), from.id, gap)
 	default:
 		t.Logf("%s took %s %s before %s let it go", to.id, a, released.Sub(taken), from.id)
 	}
