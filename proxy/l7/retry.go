@@ -37,6 +37,13 @@ const (
 	// a larger or chunked one streams to the member once and is never
 	// retried.
 	MaxRetryBody = 64 << 10
+	// MaxTenantRetryBodies bounds the request bodies kept for retries
+	// that one tenant's requests hold at once on one server (64 bodies of
+	// MaxRetryBody): a request whose body would pass it streams to the
+	// member once and is never retried, so the clients of one tenant's
+	// routes cannot make a host hold a buffer per request they keep in
+	// flight.
+	MaxTenantRetryBodies = 4 << 20
 	// RetryBudgetPercent is the share of a tenant's requests in flight on
 	// routes with retries that may be retrying at once on one server;
 	// MinRetryConcurrency retries may run whatever the share (as Envoy's
@@ -64,16 +71,23 @@ func (p *Retry) backoff(n int) time.Duration {
 }
 
 // retryBudget counts, per tenant, the requests in flight on routes with
-// retries and those of them that are retrying.
+// retries, those of them that are retrying, and the bytes of the bodies
+// they keep to send again.
 type retryBudget struct {
 	mu       sync.Mutex
 	byTenant map[string]*retryCount
+	// bodies bounds each tenant's kept bodies (MaxTenantRetryBodies when
+	// 0).
+	bodies int
 }
 
-type retryCount struct{ active, retrying int }
+type retryCount struct{ active, retrying, kept int }
 
-// begin counts a request of tenant on a route with retries; end undoes it.
-func (b *retryBudget) begin(tenant string) {
+// begin counts a request of tenant on a route with retries, whose body
+// of body bytes (0: none) is to be kept for retries; false when keeping
+// it would pass the tenant's bound, and the body is then not charged.
+// end undoes it.
+func (b *retryBudget) begin(tenant string, body int) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.byTenant == nil {
@@ -85,19 +99,39 @@ func (b *retryBudget) begin(tenant string) {
 		b.byTenant[tenant] = c
 	}
 	c.active++
+	limit := b.bodies
+	if limit == 0 {
+		limit = MaxTenantRetryBodies
+	}
+	if c.kept+body > limit {
+		return false
+	}
+	c.kept += body
+	return true
 }
 
-func (b *retryBudget) end(tenant string, retried bool) {
+func (b *retryBudget) end(tenant string, retried bool, body int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	c := b.byTenant[tenant]
 	c.active--
+	c.kept -= body
 	if retried {
 		c.retrying--
 	}
 	if c.active <= 0 {
 		delete(b.byTenant, tenant)
 	}
+}
+
+// kept returns the body bytes tenant's requests keep for retries.
+func (b *retryBudget) kept(tenant string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if c := b.byTenant[tenant]; c != nil {
+		return c.kept
+	}
+	return 0
 }
 
 // take marks one request of tenant as retrying; false when the tenant's
@@ -120,39 +154,51 @@ type retrier struct {
 	tenant string
 	body   []byte // the buffered body, sent again on each attempt
 	replay bool   // the body can be sent again
-	n      int    // retries done
-	slot   bool   // a retry slot of the tenant's budget is held
+	// unkept: the body could have been kept but for the tenant's bound
+	// (MaxTenantRetryBodies), so a failed attempt counts as denied.
+	unkept bool
+	n      int  // retries done
+	slot   bool // a retry slot of the tenant's budget is held
 	wait   time.Duration
 }
 
 // newRetrier returns the retry state of q under pol (nil pol: none). It
 // reads a request body of known length up to MaxRetryBody (and q.limit)
-// so that it can be sent again; false when that read failed.
+// so that it can be sent again, when the tenant's kept bodies leave room
+// for it (MaxTenantRetryBodies); false when that read failed.
 func (s *Server) newRetrier(q *rtRequest, pol *Retry) (*retrier, bool) {
 	if pol == nil || pol.Attempts <= 0 {
 		return nil, true
 	}
 	rt := &retrier{s: s, pol: pol, tenant: q.stats.Tenant, replay: true}
 	r := q.r
+	keep := 0
 	if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
 		if r.ContentLength < 0 || r.ContentLength > MaxRetryBody || (q.limit > 0 && r.ContentLength > q.limit) {
 			rt.replay = false // streamed once, never retried
 		} else {
-			rt.body = make([]byte, r.ContentLength)
-			if _, err := io.ReadFull(r.Body, rt.body); err != nil {
-				return nil, false
-			}
-			r.Body = io.NopCloser(bytes.NewReader(rt.body))
+			keep = int(r.ContentLength)
 		}
 	}
-	s.retries.begin(rt.tenant)
+	if !s.retries.begin(rt.tenant, keep) {
+		rt.replay, rt.unkept = false, true // streamed once, never retried
+		return rt, true
+	}
+	if keep > 0 {
+		rt.body = make([]byte, keep)
+		if _, err := io.ReadFull(r.Body, rt.body); err != nil {
+			rt.done()
+			return nil, false
+		}
+		r.Body = io.NopCloser(bytes.NewReader(rt.body))
+	}
 	return rt, true
 }
 
 // done gives back what the request held of its tenant's budget.
 func (rt *retrier) done() {
 	if rt != nil {
-		rt.s.retries.end(rt.tenant, rt.slot)
+		rt.s.retries.end(rt.tenant, rt.slot, len(rt.body))
 	}
 }
 
@@ -170,6 +216,9 @@ func (rt *retrier) nextBody(body io.ReadCloser) io.ReadCloser {
 // and the backoff ends before the request's deadline. It sets the wait.
 func (rt *retrier) may(q *rtRequest) bool {
 	if rt == nil || !rt.replay || rt.n >= rt.pol.Attempts {
+		if rt != nil && rt.unkept {
+			q.stats.RetriesDenied++
+		}
 		return false
 	}
 	if !rt.slot {

@@ -1,6 +1,8 @@
 package l7
 
 import (
+	"bytes"
+	"fmt"
 	"io"
 	"net/http"
 	"sync"
@@ -127,5 +129,139 @@ func TestRetryBackoff(t *testing.T) {
 				t.Fatalf("retry %d waits %v, want from %v to below %v", n, d, least, 2*least)
 			}
 		}
+	}
+}
+
+// The bodies a tenant's requests keep for retries are bounded on each
+// server (MaxTenantRetryBodies): with 72 requests of 64 KiB in flight at
+// once on a route with retries, 64 bodies are kept and the other 8
+// stream once, their failure the answer, counted as RetriesDenied.
+// Another tenant's request of the same size meanwhile keeps its body and
+// is retried. Every kept byte is given back when the requests end.
+func TestRetryBodiesKeptPerTenant(t *testing.T) {
+	t.Parallel()
+	const n = MaxTenantRetryBodies/MaxRetryBody + 8
+	body := bytes.Repeat([]byte("b"), MaxRetryBody)
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	var arrived atomic.Int64
+	all := make(chan struct{})
+	var short atomic.Int64
+	member := func(hold bool) Backend {
+		return newBackend(t, backendServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if got, _ := io.Copy(io.Discard, r.Body); got != MaxRetryBody {
+				short.Add(1)
+			}
+			id := r.Header.Get("X-Id")
+			mu.Lock()
+			first := !seen[id]
+			seen[id] = true
+			mu.Unlock()
+			if !first {
+				io.WriteString(w, "ok")
+				return
+			}
+			if hold {
+				if arrived.Add(1) == n {
+					close(all)
+				}
+				<-all // every first attempt fails at the same moment
+			}
+			w.WriteHeader(500)
+		})))
+	}
+	pol := &Retry{Codes: []int{500}, Attempts: 1, Backoff: time.Millisecond}
+	m := &recordingMetrics{}
+	s := New(Config{Metrics: m})
+	info := func(tenant string, be Backend) ConnInfo {
+		router := oneRoute(nil)
+		router[0].route = &Route{Name: tenant, Backend: be, Ext: &RouteExt{Retry: pol}}
+		return ConnInfo{Listener: tenant, LB: tenant + "/lb", Tenant: tenant, Router: func() Router { return router }}
+	}
+	tAddr := proxyUnderInfo(t, s, info("t", member(true)), nil)
+	uAddr := proxyUnderInfo(t, s, info("u", member(false)), nil)
+
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: n + 1}}
+	post := func(addr, id string) (int, error) {
+		req, _ := http.NewRequest("POST", "http://"+addr+"/", bytes.NewReader(body))
+		req.Header.Set("X-Id", id)
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, nil
+	}
+	var ok, failed atomic.Int64
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			code, err := post(tAddr, fmt.Sprint("t", i))
+			switch {
+			case err != nil:
+				t.Error(err)
+			case code == 200:
+				ok.Add(1)
+			case code == 500:
+				failed.Add(1)
+			default:
+				t.Errorf("status %d, want 200 or 500", code)
+			}
+		})
+	}
+	select {
+	case <-all:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("%d of %d first attempts reached the member", arrived.Load(), n)
+	}
+	// Every first attempt is at the member: the bodies are kept.
+	if got, want := s.retries.kept("t"), MaxTenantRetryBodies; got != want {
+		t.Errorf("tenant t's requests keep %d bytes of bodies, want %d (its bound)", got, want)
+	}
+	wg.Wait()
+	if code, err := post(uAddr, "u"); err != nil || code != 200 {
+		t.Errorf("tenant u: status %d (%v), want 200 after a retry", code, err)
+	}
+	if k := s.retries.kept("t"); k != 0 {
+		t.Errorf("tenant t keeps %d bytes of bodies after its requests ended", k)
+	}
+	if short.Load() != 0 {
+		t.Errorf("%d attempts reached a member without the whole body", short.Load())
+	}
+
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		m.mu.Lock()
+		got := len(m.reqs)
+		m.mu.Unlock()
+		if got == n+1 || time.Now().After(deadline) {
+			break
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var retried, denied int
+	uRetried := false
+	for _, st := range m.reqs {
+		switch {
+		case st.Tenant == "u":
+			uRetried = st.Retries == 1
+		case st.Retries > 0:
+			retried++
+		default:
+			denied += st.RetriesDenied
+		}
+	}
+	// Of the 64 requests that kept their bodies, those the retry
+	// concurrency budget let through were retried; the other 8 could not
+	// be, whatever that budget.
+	if int(ok.Load()) != retried || retried < MinRetryConcurrency || retried > MaxTenantRetryBodies/MaxRetryBody {
+		t.Errorf("%d requests answered 200 and %d retried, want as many, %d to %d", ok.Load(), retried, MinRetryConcurrency, MaxTenantRetryBodies/MaxRetryBody)
+	}
+	if int(failed.Load()) != n-retried || denied != n-retried {
+		t.Errorf("%d requests answered 500 with %d retries denied, want %d of each", failed.Load(), denied, n-retried)
+	}
+	if !uRetried {
+		t.Errorf("tenant u's request was not retried")
 	}
 }

@@ -1765,7 +1765,8 @@ type Route struct {
 	// when an attempt failed: the member answered one of retry.codes, the
 	// connection failed or closed before a response head, or the attempt
 	// passed timeouts.backendRequest. A request whose body was not fully
-	// buffered (of unknown length, or over 64 KiB) is sent once and never
+	// buffered (of unknown length, over 64 KiB, or past the 4 MiB of bodies
+	// the tenant's requests may keep on an LB host) is sent once and never
 	// retried. On each LB host at most 20% of the tenant's requests in
 	// flight on routes with retry (at least 3) retry at once; past that the
 	// failed attempt is the answer. timeouts.request bounds the attempts
@@ -1901,9 +1902,10 @@ func (x *Route) GetRetry() *RouteRetry {
 // made or it closed before a response head (connection errors), or when
 // the attempt passed timeouts.backendRequest. A request whose body was
 // not fully buffered is never retried: only a body of known length of at
-// most 64 KiB is read before the first attempt and sent again; a larger
-// or chunked body streams to the member once, and its failure is the
-// answer. Retries are bounded per tenant on each LB host: at most 20% of
+// most 64 KiB is read before the first attempt and sent again, while the
+// bodies the tenant's requests keep on the LB host stay within 4 MiB; a
+// larger or chunked body, or one past that bound, streams to the member
+// once, and its failure is the answer. Retries are bounded per tenant on each LB host: at most 20% of
 // the tenant's requests in flight on routes with retry (at least 3 at
 // once) may be retries; past that budget the failed attempt is the
 // answer. timeouts.request bounds the first attempt, the retries and the
