@@ -259,6 +259,10 @@ const (
 	// OutcomeMemberTLS: the member's certificate failed the backend's
 	// verification (ErrMemberCertificate; 502).
 	OutcomeMemberTLS
+	// OutcomeTenantLimit: the request would have passed a bound of its
+	// tenant's on this server: the bodies read for its routes' Inspect
+	// (MaxTenantInspectBodies; 503).
+	OutcomeTenantLimit
 )
 
 // RequestStats describes one finished request.

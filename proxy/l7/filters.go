@@ -275,8 +275,12 @@ func (s *Server) serveExt(w http.ResponseWriter, q *rtRequest, route *Route, hos
 			return
 		}
 	}
-	if route.Inspect != nil && !s.inspect(w, q, route) {
-		return
+	if route.Inspect != nil {
+		ok, held := s.inspect(w, q, route)
+		defer s.inspected.give(q.stats.Tenant, held)
+		if !ok {
+			return
+		}
 	}
 	e := route.Ext
 	if e == nil {

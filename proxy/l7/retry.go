@@ -71,23 +71,20 @@ func (p *Retry) backoff(n int) time.Duration {
 }
 
 // retryBudget counts, per tenant, the requests in flight on routes with
-// retries, those of them that are retrying, and the bytes of the bodies
-// they keep to send again.
+// retries and those of them that are retrying, and holds the bytes of the
+// bodies they keep to send again.
 type retryBudget struct {
 	mu       sync.Mutex
 	byTenant map[string]*retryCount
-	// bodies bounds each tenant's kept bodies (MaxTenantRetryBodies when
-	// 0).
-	bodies int
+	// kept: the bodies each tenant's requests keep, at most
+	// MaxTenantRetryBodies.
+	kept tenantBytes
 }
 
-type retryCount struct{ active, retrying, kept int }
+type retryCount struct{ active, retrying int }
 
-// begin counts a request of tenant on a route with retries, whose body
-// of body bytes (0: none) is to be kept for retries; false when keeping
-// it would pass the tenant's bound, and the body is then not charged.
-// end undoes it.
-func (b *retryBudget) begin(tenant string, body int) bool {
+// begin counts a request of tenant on a route with retries; end undoes it.
+func (b *retryBudget) begin(tenant string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.byTenant == nil {
@@ -99,23 +96,13 @@ func (b *retryBudget) begin(tenant string, body int) bool {
 		b.byTenant[tenant] = c
 	}
 	c.active++
-	limit := b.bodies
-	if limit == 0 {
-		limit = MaxTenantRetryBodies
-	}
-	if c.kept+body > limit {
-		return false
-	}
-	c.kept += body
-	return true
 }
 
-func (b *retryBudget) end(tenant string, retried bool, body int) {
+func (b *retryBudget) end(tenant string, retried bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	c := b.byTenant[tenant]
 	c.active--
-	c.kept -= body
 	if retried {
 		c.retrying--
 	}
@@ -124,14 +111,10 @@ func (b *retryBudget) end(tenant string, retried bool, body int) {
 	}
 }
 
-// kept returns the body bytes tenant's requests keep for retries.
-func (b *retryBudget) kept(tenant string) int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if c := b.byTenant[tenant]; c != nil {
-		return c.kept
-	}
-	return 0
+// keep charges a body of n bytes kept for retries to tenant; false when
+// that would pass its bound.
+func (b *retryBudget) keep(tenant string, n int) bool {
+	return b.kept.take(tenant, n, MaxTenantRetryBodies)
 }
 
 // take marks one request of tenant as retrying; false when the tenant's
@@ -172,33 +155,30 @@ func (s *Server) newRetrier(q *rtRequest, pol *Retry) (*retrier, bool) {
 	}
 	rt := &retrier{s: s, pol: pol, tenant: q.stats.Tenant, replay: true}
 	r := q.r
-	keep := 0
 	if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
-		if r.ContentLength < 0 || r.ContentLength > MaxRetryBody || (q.limit > 0 && r.ContentLength > q.limit) {
+		switch {
+		case r.ContentLength < 0 || r.ContentLength > MaxRetryBody || (q.limit > 0 && r.ContentLength > q.limit):
 			rt.replay = false // streamed once, never retried
-		} else {
-			keep = int(r.ContentLength)
+		case !s.retries.keep(rt.tenant, int(r.ContentLength)):
+			rt.replay, rt.unkept = false, true // streamed once, never retried
+		default:
+			rt.body = make([]byte, r.ContentLength)
+			if _, err := io.ReadFull(r.Body, rt.body); err != nil {
+				s.retries.kept.give(rt.tenant, len(rt.body))
+				return nil, false
+			}
+			r.Body = io.NopCloser(bytes.NewReader(rt.body))
 		}
 	}
-	if !s.retries.begin(rt.tenant, keep) {
-		rt.replay, rt.unkept = false, true // streamed once, never retried
-		return rt, true
-	}
-	if keep > 0 {
-		rt.body = make([]byte, keep)
-		if _, err := io.ReadFull(r.Body, rt.body); err != nil {
-			rt.done()
-			return nil, false
-		}
-		r.Body = io.NopCloser(bytes.NewReader(rt.body))
-	}
+	s.retries.begin(rt.tenant)
 	return rt, true
 }
 
 // done gives back what the request held of its tenant's budget.
 func (rt *retrier) done() {
 	if rt != nil {
-		rt.s.retries.end(rt.tenant, rt.slot, len(rt.body))
+		rt.s.retries.end(rt.tenant, rt.slot)
+		rt.s.retries.kept.give(rt.tenant, len(rt.body))
 	}
 }
 

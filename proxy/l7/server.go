@@ -25,6 +25,9 @@ type Server struct {
 	mirrors mirrorSlots
 	// retries bounds the retrying requests of each tenant.
 	retries retryBudget
+	// inspected holds, per tenant, the body bytes read for routes'
+	// Inspect and kept until their requests end.
+	inspected tenantBytes
 
 	conns sync.Pool // *clientConn
 	// pipes, once set, carries the bytes of WebSocket tunnels (SetPipes).

@@ -1988,7 +1988,9 @@ type WAF struct {
 	// rejects more ordinary traffic.
 	ParanoiaLevel uint32 `protobuf:"varint,2,opt,name=paranoia_level,json=paranoiaLevel,proto3" json:"paranoia_level,omitempty"`
 	// Bytes of a request body inspected (default 131072); the rest is
-	// passed on uninspected.
+	// passed on uninspected. The inspected bytes are held until the
+	// request ends; an LB host holds at most 32 MiB of them for one tenant
+	// at once, and answers a request past that 503 before reading its body.
 	MaxBodyBytes uint32 `protobuf:"varint,3,opt,name=max_body_bytes,json=maxBodyBytes,proto3" json:"max_body_bytes,omitempty"`
 	// Core Rule Set rule ids not run for this route's requests: the
 	// exclusions of a false positive (the log names the rules of each
