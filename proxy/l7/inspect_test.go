@@ -50,9 +50,7 @@ func TestInspectedBodiesPerTenant(t *testing.T) {
 	m := &recordingMetrics{}
 	s := New(Config{Metrics: m})
 	info := func(tenant string, hold bool) ConnInfo {
-		router := oneRoute(nil)
-		router[0].route = &Route{Name: tenant, Backend: member, InspectBody: size, Inspect: inspect(hold)}
-		return ConnInfo{Listener: tenant, LB: tenant + "/lb", Tenant: tenant, Router: func() Router { return router }}
+		return tenantRoute(tenant, &Route{Backend: member, InspectBody: size, Inspect: inspect(hold)})
 	}
 	tAddr := proxyUnderInfo(t, s, info("t", true), nil)
 	uAddr := proxyUnderInfo(t, s, info("u", false), nil)

@@ -16,6 +16,15 @@ import (
 // max(MinRetryConcurrency, 20% of 20) retrying requests; the others
 // answer with their first failure, counted as RetriesDenied. Another
 // tenant's retries meanwhile are not held back.
+// tenantRoute is a connection of tenant's listener whose one route, named
+// after the tenant, is route.
+func tenantRoute(tenant string, route *Route) ConnInfo {
+	router := oneRoute(nil)
+	route.Name = tenant
+	router[0].route = route
+	return ConnInfo{Listener: tenant, LB: tenant + "/lb", Tenant: tenant, Router: func() Router { return router }}
+}
+
 func TestRetryBudgetPerTenant(t *testing.T) {
 	t.Parallel()
 	const n = 20
@@ -42,9 +51,7 @@ func TestRetryBudgetPerTenant(t *testing.T) {
 	m := &recordingMetrics{}
 	s := New(Config{Metrics: m})
 	info := func(tenant string, be Backend) ConnInfo {
-		router := oneRoute(nil)
-		router[0].route = &Route{Name: tenant, Backend: be, Ext: &RouteExt{Retry: pol}}
-		return ConnInfo{Listener: tenant, LB: tenant + "/lb", Tenant: tenant, Router: func() Router { return router }}
+		return tenantRoute(tenant, &Route{Backend: be, Ext: &RouteExt{Retry: pol}})
 	}
 	tAddr := proxyUnderInfo(t, s, info("t", failing), nil)
 	uAddr := proxyUnderInfo(t, s, info("u", flaky), nil)
@@ -174,9 +181,7 @@ func TestRetryBodiesKeptPerTenant(t *testing.T) {
 	m := &recordingMetrics{}
 	s := New(Config{Metrics: m})
 	info := func(tenant string, be Backend) ConnInfo {
-		router := oneRoute(nil)
-		router[0].route = &Route{Name: tenant, Backend: be, Ext: &RouteExt{Retry: pol}}
-		return ConnInfo{Listener: tenant, LB: tenant + "/lb", Tenant: tenant, Router: func() Router { return router }}
+		return tenantRoute(tenant, &Route{Backend: be, Ext: &RouteExt{Retry: pol}})
 	}
 	tAddr := proxyUnderInfo(t, s, info("t", member(true)), nil)
 	uAddr := proxyUnderInfo(t, s, info("u", member(false)), nil)
