@@ -259,10 +259,10 @@ const (
 	// OutcomeMemberTLS: the member's certificate failed the backend's
 	// verification (ErrMemberCertificate; 502).
 	OutcomeMemberTLS
-	// OutcomeTenantLimit: the request would have passed a bound of its
-	// tenant's on this server: the bodies read for its routes' Inspect
+	// OutcomeInspectLimit: the body read for the route's Inspect would
+	// have passed its tenant's bound on this server
 	// (MaxTenantInspectBodies; 503).
-	OutcomeTenantLimit
+	OutcomeInspectLimit
 )
 
 // RequestStats describes one finished request.

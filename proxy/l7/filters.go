@@ -276,9 +276,9 @@ func (s *Server) serveExt(w http.ResponseWriter, q *rtRequest, route *Route, hos
 		}
 	}
 	if route.Inspect != nil {
-		ok, held := s.inspect(w, q, route)
-		defer s.inspected.give(q.stats.Tenant, held)
-		if !ok {
+		held := 0
+		defer func() { s.inspected.give(q.stats.Tenant, held) }()
+		if !s.inspect(w, q, route, &held) {
 			return
 		}
 	}

@@ -11,11 +11,6 @@ import (
 	"time"
 )
 
-// A tenant's retries are bounded by its requests in flight: 20 requests
-// whose every attempt fails, all failing at once, get at most
-// max(MinRetryConcurrency, 20% of 20) retrying requests; the others
-// answer with their first failure, counted as RetriesDenied. Another
-// tenant's retries meanwhile are not held back.
 // tenantRoute is a connection of tenant's listener whose one route, named
 // after the tenant, is route.
 func tenantRoute(tenant string, route *Route) ConnInfo {
@@ -25,6 +20,11 @@ func tenantRoute(tenant string, route *Route) ConnInfo {
 	return ConnInfo{Listener: tenant, LB: tenant + "/lb", Tenant: tenant, Router: func() Router { return router }}
 }
 
+// A tenant's retries are bounded by its requests in flight: 20 requests
+// whose every attempt fails, all failing at once, get at most
+// max(MinRetryConcurrency, 20% of 20) retrying requests; the others
+// answer with their first failure, counted as RetriesDenied. Another
+// tenant's retries meanwhile are not held back.
 func TestRetryBudgetPerTenant(t *testing.T) {
 	t.Parallel()
 	const n = 20
@@ -153,6 +153,7 @@ func TestRetryBodiesKeptPerTenant(t *testing.T) {
 	seen := map[string]bool{}
 	var arrived atomic.Int64
 	all := make(chan struct{})
+	release := make(chan struct{})
 	var short atomic.Int64
 	member := func(hold bool) Backend {
 		return newBackend(t, backendServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -172,7 +173,7 @@ func TestRetryBodiesKeptPerTenant(t *testing.T) {
 				if arrived.Add(1) == n {
 					close(all)
 				}
-				<-all // every first attempt fails at the same moment
+				<-release // every first attempt fails at the same moment
 			}
 			w.WriteHeader(500)
 		})))
@@ -218,16 +219,19 @@ func TestRetryBodiesKeptPerTenant(t *testing.T) {
 	select {
 	case <-all:
 	case <-time.After(20 * time.Second):
+		close(release)
 		t.Fatalf("%d of %d first attempts reached the member", arrived.Load(), n)
 	}
-	// Every first attempt is at the member: the bodies are kept.
+	// Every first attempt is held at the member: the bodies are kept.
 	if got, want := s.retries.kept.held("t"), MaxTenantRetryBodies; got != want {
 		t.Errorf("tenant t's requests keep %d bytes of bodies, want %d (its bound)", got, want)
 	}
-	wg.Wait()
+	// u's body is kept and retried while t is at its bound.
 	if code, err := post(uAddr, "u"); err != nil || code != 200 {
 		t.Errorf("tenant u: status %d (%v), want 200 after a retry", code, err)
 	}
+	close(release)
+	wg.Wait()
 	// A request gives its body back as its handler returns, which may
 	// be after its client read the answer.
 	for deadline := time.Now().Add(10 * time.Second); s.retries.kept.held("t") != 0 && time.Now().Before(deadline); {

@@ -1990,7 +1990,8 @@ type WAF struct {
 	// Bytes of a request body inspected (default 131072); the rest is
 	// passed on uninspected. The inspected bytes are held until the
 	// request ends; an LB host holds at most 32 MiB of them for one tenant
-	// at once, and answers a request past that 503 before reading its body.
+	// at once, charged as they come, and answers 503 a request whose body
+	// would pass that.
 	MaxBodyBytes uint32 `protobuf:"varint,3,opt,name=max_body_bytes,json=maxBodyBytes,proto3" json:"max_body_bytes,omitempty"`
 	// Core Rule Set rule ids not run for this route's requests: the
 	// exclusions of a false positive (the log names the rules of each
