@@ -367,9 +367,10 @@ func (c *clientConn) handle() {
 	}
 	// An upgrade (WebSocket) on a route that only spreads requests over
 	// weighted backends takes this path, which relays upgrades, with the
-	// backend picked here.
+	// backend picked here; not one the route inspects (a WAF), which the
+	// net/http path does.
 	var picked Backend
-	if route != nil && route.Ext.onlyBackends() && h.upgradeTo(b) != nil {
+	if route != nil && route.Inspect == nil && route.Ext.onlyBackends() && h.upgradeTo(b) != nil {
 		var ok bool
 		if picked, ok = pickWeighted(route.Ext.Backends); !ok || picked == nil {
 			c.stats.Route = route.Name

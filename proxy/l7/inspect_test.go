@@ -142,3 +142,35 @@ func TestInspectedBodiesPerTenant(t *testing.T) {
 		t.Errorf("the server holds %d bytes of bodies after the requests ended", h)
 	}
 }
+
+// An upgrade request on an inspected route that spreads over weighted
+// backends is inspected as any other request: the fast path, which relays
+// upgrades on such routes, would skip the inspection.
+func TestUpgradeOnWeightedRouteIsInspected(t *testing.T) {
+	t.Parallel()
+	member := newBackend(t, backendServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "member")
+	})))
+	var inspected atomic.Int64
+	deny := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(403) })
+	route := &Route{InspectBody: 16, Ext: &RouteExt{Backends: []WeightedBackend{{Backend: member, Weight: 1}, {Backend: member, Weight: 1}}},
+		Inspect: func(*http.Request, []byte, netip.AddrPort, netip.AddrPort) (http.Handler, int, string) {
+			inspected.Add(1)
+			return deny, 403, "denied"
+		}}
+	addr := proxyUnderInfo(t, New(Config{}), tenantRoute("t", route), nil)
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	io.WriteString(c, "GET /chat HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
+	line := make([]byte, 12)
+	if _, err := io.ReadFull(c, line); err != nil {
+		t.Fatal(err)
+	}
+	if string(line) != "HTTP/1.1 403" || inspected.Load() != 1 {
+		t.Errorf("an upgrade on an inspected route answered %q after %d inspections, want 403 after 1", line, inspected.Load())
+	}
+}
