@@ -88,3 +88,52 @@ func TestRouteRetryFromModel(t *testing.T) {
 		t.Errorf("metrics count %d retries and %d denied, want 1 and 0", retries, denied)
 	}
 }
+
+// A route's retry applies to HTTP/3 requests as to the others: a GET over
+// HTTP/3 (whose body quic-go reports as of unknown length, though the
+// stream ended with its head) whose first attempt the member fails is
+// retried.
+func TestRouteRetryOverHTTP3(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	tries := map[string]int{}
+	member := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		tries[r.URL.Query().Get("id")]++
+		n := tries[r.URL.Query().Get("id")]
+		mu.Unlock()
+		if n == 1 {
+			w.WriteHeader(503)
+			return
+		}
+		fmt.Fprintf(w, "attempt %d", n)
+	}))
+	t.Cleanup(member.Close)
+	srv := l7.New(l7.Config{})
+	t.Cleanup(func() { srv.Close() })
+	p, _ := newProxy(t, Config{HTTP: newH3Term(t, srv)})
+	port := freePort(t)
+	lb := h3LB(port, map[string]*routingBackend{"main": {addr: member.Listener.Addr().String()}})
+	lb.Routes = []*pb.Route{{Host: "gw.acme.example", Path: "/", Pool: "main",
+		Retry: &pb.RouteRetry{Codes: []uint32{503}, Attempts: proto.Uint32(1), Backoff: dur(time.Millisecond)}}}
+	update(t, p, lb)
+	if st := p.Status()["acme/gw"]; len(st) != 0 {
+		t.Fatalf("problems: %v", st)
+	}
+	target := vipAddr("127.0.0.2", port)
+	c := newH3Client(t, target)
+	for _, tc := range []struct{ method, id, body, want string }{
+		{"GET", "get", "", "200 attempt 2"},
+		{"POST", "post", "a body", "200 attempt 2"},
+	} {
+		resp, err := c.do(tc.method, "https://gw.acme.example:"+portOf(target)+"/x?id="+tc.id, nil, tc.body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if got := fmt.Sprintf("%d %s", resp.StatusCode, data); got != tc.want || resp.ProtoMajor != 3 {
+			t.Errorf("%s over %s: got %q, want %q", tc.method, resp.Proto, got, tc.want)
+		}
+	}
+}

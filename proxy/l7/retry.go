@@ -155,6 +155,9 @@ func (s *Server) newRetrier(q *rtRequest, pol *Retry) (*retrier, bool) {
 	}
 	rt := &retrier{s: s, pol: pol, tenant: q.stats.Tenant, replay: true}
 	r := q.r
+	if q.stats.HTTP3 && r.ContentLength < 0 && bodiless(r.Method) {
+		endedBody(r)
+	}
 	if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
 		switch {
 		case r.ContentLength < 0 || r.ContentLength > MaxRetryBody || (q.limit > 0 && r.ContentLength > q.limit):
@@ -172,6 +175,34 @@ func (s *Server) newRetrier(q *rtRequest, pol *Retry) (*retrier, bool) {
 	}
 	s.retries.begin(rt.tenant)
 	return rt, true
+}
+
+// bodiless reports whether requests of method carry no body as a rule.
+func bodiless(method string) bool {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+		return true
+	}
+	return false
+}
+
+// endedBody sets an HTTP/3 request's body of unknown length to
+// http.NoBody when it has ended: quic-go gives every request a body, of
+// unknown length without a Content-Length, though a GET's stream ends
+// with its head, and a body of unknown length is never retried. A body
+// that has bytes is given them back and stays of unknown length.
+func endedBody(r *http.Request) {
+	var one [1]byte
+	n, err := r.Body.Read(one[:])
+	if n == 0 && err == io.EOF {
+		r.Body.Close()
+		r.Body, r.ContentLength = http.NoBody, 0
+		return
+	}
+	r.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(one[:n]), r.Body), r.Body}
 }
 
 // done gives back what the request held of its tenant's budget.
