@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -44,28 +45,46 @@ func testLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
 
+// startHost starts a host of cfg, on free addresses and in a temporary
+// directory where cfg leaves them unset. A free address is only free when
+// it is picked: a test running beside may take it before the host
+// listens, and the host then starts again on others (at most 5 times).
 func startHost(t testing.TB, cfg Config) *testHost {
 	t.Helper()
-	if cfg.DataDir == "" {
-		cfg.DataDir = t.TempDir()
-	}
-	if cfg.RaftAddr == "" {
-		cfg.RaftAddr = freeAddr(t)
-	}
-	if cfg.APIAddr == "" {
-		cfg.APIAddr = freeAddr(t)
-	}
-	cfg.Logger = testLogger()
-	ln, err := net.Listen("tcp", cfg.APIAddr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	n, err := Open(ctx, cfg)
-	if err != nil {
-		ln.Close()
-		t.Fatalf("open %s: %v", cfg.NodeID, err)
+	base := cfg
+	var ln net.Listener
+	var n *Node
+	for attempt := 1; ; attempt++ {
+		cfg = base
+		if cfg.DataDir == "" {
+			cfg.DataDir = t.TempDir()
+		}
+		if cfg.RaftAddr == "" {
+			cfg.RaftAddr = freeAddr(t)
+		}
+		if cfg.APIAddr == "" {
+			cfg.APIAddr = freeAddr(t)
+		}
+		cfg.Logger = testLogger()
+		var err error
+		ln, err = net.Listen("tcp", cfg.APIAddr)
+		if err == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			n, err = Open(ctx, cfg)
+			cancel()
+			if err != nil {
+				ln.Close()
+			}
+		}
+		if err == nil {
+			break
+		}
+		// Only addresses this function picked may be picked again.
+		taken := strings.Contains(err.Error(), "address already in use") && (base.RaftAddr == "" || base.APIAddr == "")
+		if !taken || attempt == 5 {
+			t.Fatalf("open %s: %v", cfg.NodeID, err)
+		}
+		t.Logf("open %s: %v; again on other addresses", cfg.NodeID, err)
 	}
 	rules := adminserver.DefaultRules
 	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(n.ServerTLS())), grpc.ChainUnaryInterceptor(rules.Unary()))
