@@ -16,13 +16,9 @@ import (
 	"github.com/teapot-lb/teapot-lb/proxy/metrics"
 )
 
-// TestRouteRetryFromModel compiles routes with retry and a backend's
-// request header changes from the model and sends requests through a
-// real listener, engine and member: a retried 503 is answered by the
-// second attempt and counted in the metrics, the same route without retry
-// answers 503, and a backend's header change reaches that backend only.
-func TestRouteRetryFromModel(t *testing.T) {
-	t.Parallel()
+// retryMember answers the first request of each id (the query's id) 503
+// when the query has fail, and every other "attempt n set=<X-Set>".
+func retryMember(t *testing.T) *httptest.Server {
 	var mu sync.Mutex
 	tries := map[string]int{}
 	member := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -37,6 +33,17 @@ func TestRouteRetryFromModel(t *testing.T) {
 		fmt.Fprintf(w, "attempt %d set=%s", n, r.Header.Get("X-Set"))
 	}))
 	t.Cleanup(member.Close)
+	return member
+}
+
+// TestRouteRetryFromModel compiles routes with retry and a backend's
+// request header changes from the model and sends requests through a
+// real listener, engine and member: a retried 503 is answered by the
+// second attempt and counted in the metrics, the same route without retry
+// answers 503, and a backend's header change reaches that backend only.
+func TestRouteRetryFromModel(t *testing.T) {
+	t.Parallel()
+	member := retryMember(t)
 	m := &metrics.Memory{}
 	srv := l7.New(l7.Config{Metrics: m})
 	t.Cleanup(func() { srv.Close() })
@@ -95,20 +102,7 @@ func TestRouteRetryFromModel(t *testing.T) {
 // retried.
 func TestRouteRetryOverHTTP3(t *testing.T) {
 	t.Parallel()
-	var mu sync.Mutex
-	tries := map[string]int{}
-	member := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		tries[r.URL.Query().Get("id")]++
-		n := tries[r.URL.Query().Get("id")]
-		mu.Unlock()
-		if n == 1 {
-			w.WriteHeader(503)
-			return
-		}
-		fmt.Fprintf(w, "attempt %d", n)
-	}))
-	t.Cleanup(member.Close)
+	member := retryMember(t)
 	srv := l7.New(l7.Config{})
 	t.Cleanup(func() { srv.Close() })
 	p, _ := newProxy(t, Config{HTTP: newH3Term(t, srv)})
@@ -123,10 +117,10 @@ func TestRouteRetryOverHTTP3(t *testing.T) {
 	target := vipAddr("127.0.0.2", port)
 	c := newH3Client(t, target)
 	for _, tc := range []struct{ method, id, body, want string }{
-		{"GET", "get", "", "200 attempt 2"},
-		{"POST", "post", "a body", "200 attempt 2"},
+		{"GET", "get", "", "200 attempt 2 set="},
+		{"POST", "post", "a body", "200 attempt 2 set="},
 	} {
-		resp, err := c.do(tc.method, "https://gw.acme.example:"+portOf(target)+"/x?id="+tc.id, nil, tc.body)
+		resp, err := c.do(tc.method, "https://gw.acme.example:"+portOf(target)+"/x?fail=1&id="+tc.id, nil, tc.body)
 		if err != nil {
 			t.Fatal(err)
 		}
