@@ -166,6 +166,7 @@ var outcomes = map[l7.Outcome]string{
 	l7.OutcomeRedirect: "redirect", l7.OutcomeLocal: "local", l7.OutcomeNoMember: "no-member",
 	l7.OutcomeUpstreamError: "upstream-error", l7.OutcomeUpstreamTimeout: "upstream-timeout", l7.OutcomeAborted: "aborted",
 	l7.OutcomeMemberLimit: "member-limit", l7.OutcomeMemberTLS: "member-tls", l7.OutcomeInspectLimit: "inspect-limit",
+	l7.OutcomeBodyLimit: "body-limit",
 }
 
 // Request implements l7.Metrics.

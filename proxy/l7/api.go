@@ -263,6 +263,10 @@ const (
 	// have passed its tenant's bound on this server
 	// (MaxTenantInspectBodies; 503).
 	OutcomeInspectLimit
+	// OutcomeBodyLimit: the HTTP/2 request body bytes its tenant's
+	// clients had sent and its members not yet read passed their bound
+	// on this server (MaxTenantH2Bodies): the stream was reset.
+	OutcomeBodyLimit
 )
 
 // RequestStats describes one finished request.

@@ -115,6 +115,11 @@ func (hc *h2conn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		if !h2Member(opts) { // each stream holds an HTTP/1.1 connection
 			if err := hc.members.acquire(r.Context(), s.cfg.MaxMembersPerConn, rht(opts, s)); err != nil {
+				if r.Context().Err() != nil {
+					// The stream ended while it waited.
+					stats.Outcome = abortedOutcome(r.Body)
+					return
+				}
 				s.failHTTP(w, q, 503, OutcomeMemberLimit)
 				return
 			}

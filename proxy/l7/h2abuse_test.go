@@ -29,6 +29,7 @@ type h2raw struct {
 	goAway atomic.Int64 // code+1 of the first GOAWAY, 0 without one
 	resets atomic.Int64 // RST_STREAM frames received
 	refuse atomic.Int64 // of them REFUSED_STREAM
+	calm   atomic.Int64 // of them ENHANCE_YOUR_CALM
 	status sync.Map     // stream id -> :status
 }
 
@@ -64,8 +65,11 @@ func dialH2(t testing.TB, addr string, settings ...http2.Setting) *h2raw {
 				h.goAway.CompareAndSwap(0, int64(f.ErrCode)+1)
 			case *http2.RSTStreamFrame:
 				h.resets.Add(1)
-				if f.ErrCode == http2.ErrCodeRefusedStream {
+				switch f.ErrCode {
+				case http2.ErrCodeRefusedStream:
 					h.refuse.Add(1)
+				case http2.ErrCodeEnhanceYourCalm:
+					h.calm.Add(1)
 				}
 			case *http2.MetaHeadersFrame:
 				h.status.Store(f.StreamID, f.PseudoValue("status"))
@@ -493,12 +497,12 @@ func TestH2IdleConnectionKeepsFewWorkers(t *testing.T) {
 // the free list without a large request body buffer, and keeps a small one.
 func TestH2RecycledStreamDropsLargeBody(t *testing.T) {
 	c := &h2Conn{}
-	large := &h2Stream{c: c, rbuf: make([]byte, 10, 64<<10)}
+	large := &h2Stream{c: c, rbuf: make([]byte, 10, 64<<10), rr: 10}
 	c.putStream(large)
 	if large.rbuf != nil {
 		t.Errorf("a recycled stream keeps a %d-byte body buffer", cap(large.rbuf))
 	}
-	small := &h2Stream{c: c, rbuf: make([]byte, 10, 1<<10)}
+	small := &h2Stream{c: c, rbuf: make([]byte, 10, 1<<10), rr: 10}
 	c.putStream(small)
 	if cap(small.rbuf) != 1<<10 || len(small.rbuf) != 0 {
 		t.Errorf("a recycled stream's small body buffer: len %d cap %d, want 0 and %d", len(small.rbuf), cap(small.rbuf), 1<<10)

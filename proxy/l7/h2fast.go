@@ -172,7 +172,7 @@ func (st *h2Stream) serveFast() bool {
 		if err != nil {
 			hc.members.release()
 			st.c.mu.Lock()
-			gone := st.err != nil
+			gone, out := st.err != nil, st.abortedOutcome()
 			st.c.mu.Unlock()
 			switch {
 			case errors.Is(err, errBodyTooLarge):
@@ -180,7 +180,7 @@ func (st *h2Stream) serveFast() bool {
 				return fail(413, OutcomeClientError)
 			case gone:
 				m.Done(nil, 0, d)
-				stats.Outcome = OutcomeAborted
+				stats.Outcome = out
 				return true
 			}
 			m.Done(err, 0, d)

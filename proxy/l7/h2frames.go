@@ -353,6 +353,19 @@ func (c *h2Conn) onData(f *http2.DataFrame) http2.ErrCode {
 		c.resetStream(id, http2.ErrCodeProtocol)
 		return c.refundConn()
 	}
+	if !c.holdBody(len(data)) {
+		// The tenant's buffered bodies are at their bound: this
+		// stream ends, and what it held is given back at once (its
+		// handler may run on a while); its tenant's neighbours are not
+		// touched.
+		st.abort(errTenantBodies)
+		c.releaseBody(len(st.rbuf) - st.rr)
+		st.rbuf, st.rr = st.rbuf[:0], 0
+		c.forget(st)
+		c.mu.Unlock()
+		c.resetStream(id, http2.ErrCodeEnhanceYourCalm)
+		return c.refundConn()
+	}
 	st.rbuf = append(st.rbuf, data...)
 	if f.StreamEnded() {
 		st.remoteClosed = true
@@ -563,6 +576,7 @@ func (c *h2Conn) putStream(st *h2Stream) {
 	}
 	c.mu.Lock() // a late timer reads the stream under c.mu
 	defer c.mu.Unlock()
+	c.releaseBody(len(st.rbuf) - st.rr) // what no one read
 	keep := len(c.free) < h2KeepStreams
 	wbp := st.wbp
 	if wbp != nil && len(c.free) >= h2KeepWorkers {

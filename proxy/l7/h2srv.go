@@ -143,6 +143,8 @@ type h2Conn struct {
 	closed     bool
 	stalled    bool         // a stream waited past WriteTimeout for window
 	workers    int          // requests whose handler still runs
+	bodyHeld   int          // request body bytes buffered, charged to the tenant
+	bodiesDone bool         // the connection ended: bodyHeld was given back
 	active     atomic.Int32 // requests whose handler still runs, for unlockW
 	free       []*h2Stream
 	work       chan *h2Stream // idle workers wait here
@@ -586,5 +588,6 @@ func (c *h2Conn) shutdown() {
 	// Unblock writers stuck on a client that does not read.
 	_ = c.raw.Close()
 	c.wg.Wait()
+	c.releaseBodies()
 	_ = c.nc.Close()
 }

@@ -162,6 +162,7 @@ func (st *h2Stream) Read(p []byte) (int, error) {
 	}
 	n := copy(p, st.rbuf[st.rr:])
 	st.rr += n
+	c.releaseBody(n)
 	if st.rr == len(st.rbuf) {
 		st.rbuf, st.rr = st.rbuf[:0], 0
 	}

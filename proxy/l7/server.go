@@ -28,6 +28,9 @@ type Server struct {
 	// inspected holds, per tenant, the body bytes read for routes'
 	// Inspect and kept until their requests end.
 	inspected tenantBytes
+	// h2bodies holds, per tenant, the HTTP/2 request body bytes its
+	// clients sent that its members have not read yet.
+	h2bodies tenantBytes
 
 	conns sync.Pool // *clientConn
 	// pipes, once set, carries the bytes of WebSocket tunnels (SetPipes).

@@ -1,0 +1,79 @@
+package l7
+
+import (
+	"errors"
+	"io"
+)
+
+// MaxTenantH2Bodies bounds the HTTP/2 request body bytes a server holds
+// at once for one tenant: what its clients sent within their streams'
+// flow-control windows and its members have not read yet. Each stream
+// holds at most its 64 KiB window, and the tenant's streams in flight are
+// bounded (ConnInfo.Streams), but that bound follows the host's
+// descriptors: tens of thousands of streams, gigabytes. Past this bound
+// the stream whose DATA would pass it is reset (ENHANCE_YOUR_CALM,
+// OutcomeBodyLimit); the other tenants' clients are not touched.
+const MaxTenantH2Bodies = 32 << 20
+
+// errTenantBodies ends a stream whose body passed MaxTenantH2Bodies.
+var errTenantBodies = errors.New("http2: the tenant's buffered request bodies are at their bound")
+
+// holdBody charges n more buffered body bytes of the connection to its
+// tenant; false, charging nothing, when that would pass the bound.
+// c.mu held.
+func (c *h2Conn) holdBody(n int) bool {
+	if n == 0 || c.bodiesDone {
+		return true
+	}
+	if !c.s.h2bodies.take(c.hc.info.Tenant, n, MaxTenantH2Bodies) {
+		return false
+	}
+	c.bodyHeld += n
+	return true
+}
+
+// releaseBody gives back n buffered body bytes, read or dropped. c.mu
+// held.
+func (c *h2Conn) releaseBody(n int) {
+	if n == 0 || c.bodiesDone {
+		return
+	}
+	c.bodyHeld -= n
+	c.s.h2bodies.give(c.hc.info.Tenant, n)
+}
+
+// releaseBodies gives back what the connection still holds once every
+// stream ended; later releases change nothing.
+func (c *h2Conn) releaseBodies() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.bodiesDone {
+		c.s.h2bodies.give(c.hc.info.Tenant, c.bodyHeld)
+		c.bodyHeld, c.bodiesDone = 0, true
+	}
+}
+
+// abortedOutcome is how a request whose client stream ended before its
+// response ends: OutcomeBodyLimit when the stream was reset at its
+// tenant's body bound, else OutcomeAborted. c.mu held.
+func (st *h2Stream) abortedOutcome() Outcome {
+	if errors.Is(st.err, errTenantBodies) {
+		return OutcomeBodyLimit
+	}
+	return OutcomeAborted
+}
+
+// abortedOutcome is abortedOutcome of body's stream when body is an
+// HTTP/2 request's (counted or not), else OutcomeAborted.
+func abortedOutcome(body io.Reader) Outcome {
+	if cb, ok := body.(*countedBody); ok {
+		body = cb.ReadCloser
+	}
+	st, ok := body.(*h2Stream)
+	if !ok {
+		return OutcomeAborted
+	}
+	st.c.mu.Lock()
+	defer st.c.mu.Unlock()
+	return st.abortedOutcome()
+}

@@ -1,0 +1,177 @@
+package l7
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+)
+
+// The HTTP/2 request body bytes a server holds for one tenant are bounded
+// (MaxTenantH2Bodies). Tenant t's clients open 10 connections of 100
+// streams, each sending a 65,535-byte body (a whole stream window) to a
+// route whose handler does not read it yet (a member slow to take its
+// bodies holds them as long): 62.5 MiB asked for. The server holds at
+// most 32 MiB of them; the streams whose DATA would pass the bound are
+// reset (ENHANCE_YOUR_CALM) and counted as body-limit. Tenant u's upload
+// meanwhile goes through, the held streams' bodies arrive whole once the
+// handler reads them, and every byte is given back when the connections
+// end.
+func TestH2BodiesPerTenant(t *testing.T) {
+	t.Run("local handler", func(t *testing.T) { h2BodiesPerTenant(t, false) })
+	// A member route: the streams past the client connection's member
+	// connections wait for one with their bodies held, then fail.
+	t.Run("member", func(t *testing.T) { h2BodiesPerTenant(t, true) })
+}
+
+func h2BodiesPerTenant(t *testing.T, viaMember bool) {
+	const conns, streams, size = 10, 100, h2InitialWindow
+	release := make(chan struct{})
+	var read, failed atomic.Int64
+	hold := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-release
+		n, err := io.Copy(io.Discard, r.Body)
+		switch {
+		case err == nil && n == size:
+			read.Add(1)
+		case err != nil:
+			failed.Add(1)
+		default:
+			t.Errorf("a held body read whole has %d bytes, want %d", n, size)
+		}
+		io.WriteString(w, "ok")
+	})
+	echo := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, err := io.Copy(io.Discard, r.Body)
+		fmt.Fprintf(w, "%d %v", n, err)
+	})
+	m := &recordingMetrics{}
+	s := New(Config{Metrics: m})
+	route := &Route{Handler: hold}
+	if viaMember {
+		route = &Route{Backend: newBackend(t, backendServer(t, hold))}
+	}
+	tAddr := proxyUnderInfo(t, s, tenantRoute("t", route), selfSigned(t))
+	uAddr := proxyUnderInfo(t, s, tenantRoute("u", &Route{Handler: echo}), selfSigned(t))
+
+	chunk := bytes.Repeat([]byte("b"), h2MaxFrame)
+	var clients []*h2raw
+	for range conns {
+		h := dialH2(t, tAddr)
+		clients = append(clients, h)
+		for i := range streams {
+			id := uint32(2*i + 1)
+			h.hb.Reset()
+			for _, f := range [][2]string{{":method", "POST"}, {":scheme", "https"}, {":authority", "t"}, {":path", "/"}, {"content-length", strconv.Itoa(size)}} {
+				_ = h.enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+			}
+			err := h.write(func(fr *http2.Framer) error {
+				if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: h.hb.Bytes(), EndHeaders: true}); err != nil {
+					return err
+				}
+				for left := size; left > 0; left -= h2MaxFrame {
+					n := min(left, h2MaxFrame)
+					if err := fr.WriteData(id, n == left, chunk[:n]); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatalf("sending stream %d: %v", id, err)
+			}
+		}
+	}
+	// Each stream is either held whole or reset.
+	resets := func() int {
+		k := 0
+		for _, h := range clients {
+			k += int(h.calm.Load())
+		}
+		return k
+	}
+	held := func() int { return s.h2bodies.held("t") }
+	// Through a member, the bodies of the streams that got a member
+	// connection went on to its socket buffers.
+	for deadline, last, since := time.Now().Add(30*time.Second), -1, time.Now(); ; time.Sleep(10 * time.Millisecond) {
+		n := held()/size + resets()
+		if n == conns*streams || (viaMember && n == last && time.Since(since) > 500*time.Millisecond && resets() > 0) {
+			break
+		}
+		if n != last {
+			last, since = n, time.Now()
+		}
+		if time.Now().After(deadline) {
+			close(release)
+			t.Fatalf("%d bytes held (%d bodies) and %d streams reset of %d", held(), held()/size, resets(), conns*streams)
+		}
+	}
+	whole, k := held()/size, resets()
+	if h := held(); h%size != 0 || h > MaxTenantH2Bodies || h < MaxTenantH2Bodies-4*size {
+		t.Errorf("tenant t's held bodies: %d bytes, want whole bodies of %d, at most %d (the bound) and near it", h, size, MaxTenantH2Bodies)
+	}
+	t.Logf("of %d bodies of %d bytes, %d held (%d bytes) and %d streams reset", conns*streams, size, whole, held(), k)
+
+	// Tenant u's upload while t is at its bound.
+	client := h2TestClient()
+	resp, err := client.Post("https://"+uAddr+"/", "application/octet-stream", bytes.NewReader(bytes.Repeat([]byte("u"), 1<<20)))
+	if err != nil {
+		t.Fatalf("tenant u while t is at its bound: %v", err)
+	}
+	got, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(got) != fmt.Sprint(1<<20, " <nil>") {
+		t.Errorf("tenant u while t is at its bound: %d %q, want 200 and its 1 MiB read whole", resp.StatusCode, got)
+	}
+
+	close(release)
+	if !viaMember {
+		for deadline := time.Now().Add(30 * time.Second); int(read.Load()+failed.Load()) < conns*streams; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d handlers read their body and %d failed, of %d", read.Load(), failed.Load(), conns*streams)
+			}
+		}
+		if int(read.Load()) != whole || int(failed.Load()) != k {
+			t.Errorf("%d bodies read whole and %d failed; want the %d held and the %d reset", read.Load(), failed.Load(), whole, k)
+		}
+	}
+	limited := func() int {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		n := 0
+		for _, st := range m.reqs {
+			if st.Tenant == "t" && st.Outcome == OutcomeBodyLimit {
+				n++
+			}
+		}
+		return n
+	}
+	for deadline := time.Now().Add(30 * time.Second); limited() < k && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := limited(); n != k {
+		m.mu.Lock()
+		out := map[Outcome]int{}
+		for _, st := range m.reqs {
+			out[st.Outcome]++
+		}
+		m.mu.Unlock()
+		t.Errorf("%d requests counted as body-limit, want the %d reset (outcomes %v)", n, k, out)
+	}
+	for _, h := range clients {
+		h.c.Close()
+	}
+	for deadline := time.Now().Add(10 * time.Second); held() != 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if h := held(); h != 0 {
+		t.Errorf("%d bytes still held for tenant t after its connections closed", h)
+	}
+}
