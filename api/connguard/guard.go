@@ -85,8 +85,9 @@ type Config struct {
 const evictBelow = 2
 
 // MaxClosing bounds the evicted connections whose descriptors are not
-// closed yet (their handshake goroutine closes them): the descriptors of
-// unauthenticated connections never exceed Unauthenticated+MaxClosing+1,
+// closed yet (a goroutine of their own resets each; it is counted until
+// that reset and its owner's Close have both returned): the descriptors
+// of unauthenticated connections never exceed Unauthenticated+MaxClosing+1,
 // the one being the connection the listener has just accepted and is
 // closing because it is over a bound.
 const MaxClosing = 8
@@ -210,6 +211,7 @@ func (g *Guard) admit(c *conn) (victim *conn, reason string) {
 		victim = h.first
 		g.dropLocked(victim)
 		victim.state, victim.evicted = stGone, true
+		victim.resets++
 		g.closing++
 		g.refuseLocked(ReasonEvicted, g.lim.Unauthenticated)
 	}
@@ -335,10 +337,36 @@ func (g *Guard) promote(c *conn, id pki.Identity, ok bool) error {
 	return nil
 }
 
-// release uncounts c (closed); it reports whether c was still counted.
+// release notes that c's owner has closed c; it reports whether c was
+// still counted (not evicted). c stays counted while a reset from
+// another goroutine is under way: of two Closes of one descriptor the
+// second returns at once, maybe before the first has closed it, so c is
+// uncounted when both have returned.
 func (g *Guard) release(c *conn) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	counted := c.state != stGone
+	c.closed = true
+	if c.resets == 0 {
+		g.uncountLocked(c)
+	}
+	return counted
+}
+
+// reset closes c with a reset from a goroutine other than its owner's,
+// counted in c.resets by the caller: an eviction, the end of an
+// anonymous lifetime. It uncounts c if its owner has closed it already.
+func (g *Guard) reset(c *conn) {
+	c.abort()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if c.resets--; c.resets == 0 && c.closed {
+		g.uncountLocked(c)
+	}
+}
+
+// uncountLocked uncounts c, whose descriptor is closed.
+func (g *Guard) uncountLocked(c *conn) {
 	switch c.state {
 	case stHandshake, stAnonymous:
 		g.dropLocked(c)
@@ -359,26 +387,26 @@ func (g *Guard) release(c *conn) bool {
 			c.evicted = false
 			g.closing--
 		}
-		return false
+		return
 	}
 	c.state = stGone
 	if c.lifetime != nil {
 		c.lifetime.Stop()
 	}
-	return true
 }
 
 // expire closes an anonymous connection at the end of its lifetime; it
 // stays counted until gRPC closes it.
 func (g *Guard) expire(c *conn) {
 	g.mu.Lock()
-	if c.state != stAnonymous {
+	if c.state != stAnonymous || c.closed {
 		g.mu.Unlock()
 		return
 	}
 	g.refuseLocked(ReasonLifetime, g.lim.AnonymousLifetime)
+	c.resets++
 	g.mu.Unlock()
-	c.abort()
+	g.reset(c)
 }
 
 // timedOut counts a handshake that missed its deadline.

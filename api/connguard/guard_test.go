@@ -151,8 +151,8 @@ func TestFloodIsBounded(t *testing.T) {
 	})
 	opened := f.stop()
 	st := s.g.Stats()
-	t.Logf("flood opened %d connections; server held at most %d (most %d from one source) in %d samples, %d at rest %v; admin call (a new connection each) p50/p99 quiet %v/%v, flooded %v/%v; refused %v",
-		opened, peakTotal, peakSource, samples, held, bySource, quiet50, quiet99, p50, p99, st.Refused)
+	t.Logf("flood opened %d connections; server held at most %d (most %d from one source) in %d samples, counted at most %d (%d), %d at rest %v; admin call (a new connection each) p50/p99 quiet %v/%v, flooded %v/%v; refused %v",
+		opened, peakTotal, peakSource, samples, st.PeakUnauthenticated, st.PeakSource, held, bySource, quiet50, quiet99, p50, p99, st.Refused)
 	if held > lim.Unauthenticated {
 		t.Errorf("server held %d connections at rest, bound %d", held, lim.Unauthenticated)
 	}
@@ -162,10 +162,10 @@ func TestFloodIsBounded(t *testing.T) {
 		}
 	}
 	// A connection is counted until its descriptor is closed, but for
-	// an evicted one, whose handshake goroutine closes it after its place
-	// was taken (at most MaxClosing of those), and the one the listener
-	// has just accepted and is closing at a bound (an unguarded server
-	// holds every connection).
+	// an evicted one, which a goroutine resets after its place was taken
+	// (at most MaxClosing of those), and the one the listener has just
+	// accepted and is closing at a bound (an unguarded server holds
+	// every connection).
 	if peakTotal > lim.Unauthenticated+MaxClosing+1 || peakSource > lim.PerSource+MaxClosing+1 {
 		t.Errorf("server held %d unauthenticated connections (most %d from one source), bounds %d and %d", peakTotal, peakSource, lim.Unauthenticated, lim.PerSource)
 	}
@@ -321,6 +321,80 @@ func TestAuthenticatedBounds(t *testing.T) {
 		t.Fatalf("tenant a after closing one: %v", err)
 	}
 }
+
+// TestCountedUntilClosed: a connection reset by another goroutine (an
+// eviction, the end of an anonymous lifetime) while its owner closes it
+// is uncounted when both Closes have returned, in either order: the
+// second Close of a descriptor returns at once, maybe before the first
+// has closed it.
+func TestCountedUntilClosed(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name       string
+		ownerFirst bool
+		anonymous  bool // expired, not evicted
+	}{
+		{"evicted, owner closes first", true, false},
+		{"evicted, reset returns first", false, false},
+		{"expired, owner closes first", true, true},
+		{"expired, reset returns first", false, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			g := New(Config{Limits: Limits{Unauthenticated: 1, PerSource: 2}})
+			held := func() int {
+				st := g.Stats()
+				g.mu.Lock()
+				defer g.mu.Unlock()
+				return st.Handshaking + st.Anonymous + g.closing
+			}
+			c := pipeConn(t, g, "192.0.2.1")
+			if _, reason := g.admit(c); reason != "" {
+				t.Fatal(reason)
+			}
+			if tt.anonymous {
+				if err := g.promote(c, pki.Identity{}, false); err != nil {
+					t.Fatal(err)
+				}
+				// expire, up to its reset.
+				g.mu.Lock()
+				c.resets++
+				g.mu.Unlock()
+			} else if victim, _ := g.admit(pipeConn(t, g, "192.0.2.2")); victim != c {
+				t.Fatalf("victim %v, want the first connection", victim)
+			}
+			want := held()
+			first, second := func() { g.reset(c) }, func() { c.Close() }
+			if tt.ownerFirst {
+				first, second = second, first
+			}
+			first()
+			if n := held(); n != want {
+				t.Fatalf("%d held after the first Close returned, want %d", n, want)
+			}
+			second()
+			if n := held(); n != want-1 {
+				t.Fatalf("%d held after both returned, want %d", n, want-1)
+			}
+		})
+	}
+}
+
+// pipeConn is a connection of g from src, over a pipe.
+func pipeConn(t *testing.T, g *Guard, src string) *conn {
+	a, b := net.Pipe()
+	t.Cleanup(func() { a.Close(); b.Close() })
+	return &conn{Conn: addrConn{a, &net.TCPAddr{IP: net.ParseIP(src), Port: 1}}, g: g, deadline: time.Now().Add(time.Hour)}
+}
+
+// addrConn is a net.Conn with the remote address given.
+type addrConn struct {
+	net.Conn
+	remote net.Addr
+}
+
+func (c addrConn) RemoteAddr() net.Addr { return c.remote }
 
 // TestEviction: over a source's bound the newcomer is closed; at the total
 // bound a newcomer from a source holding at most one connection, fewer

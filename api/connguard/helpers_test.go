@@ -210,6 +210,19 @@ func (f *flood) stop() int64 {
 
 // serverSockets counts the descriptors this process holds for
 // connections accepted on port, in total and by remote IPv4 address.
+//
+// It lists the socket inodes of this process's descriptors, then reads
+// /proc/net/tcp for their addresses, and counts each inode once. The
+// kernel writes /proc/net/tcp a page per read and resumes each read at a
+// (hash bucket, offset) position, so a connection opened or closed
+// meanwhile in a bucket already begun shifts the rest of it: a socket is
+// listed twice, or skipped (prometheus/procfs#576; under
+// TestFloodIsBounded's flood one socket came out several times in one
+// dump). Counted once, the sockets found were all open at one instant,
+// the end of the descriptor listing: each had a descriptor before it and
+// was not closed yet after it, since a closed socket is gone from the
+// table or shown without an inode. So the count is at most the
+// descriptors held at that instant, never more.
 func serverSockets(t *testing.T, port int) (total int, bySource map[string]int) {
 	t.Helper()
 	inodes := map[string]bool{}
@@ -229,6 +242,7 @@ func serverSockets(t *testing.T, port int) (total int, bySource map[string]int) 
 	}
 	defer f.Close()
 	bySource = map[string]int{}
+	seen := map[string]bool{}
 	sc := bufio.NewScanner(f)
 	sc.Scan() // header
 	for sc.Scan() {
@@ -237,9 +251,10 @@ func serverSockets(t *testing.T, port int) (total int, bySource map[string]int) 
 			continue
 		}
 		_, lport, _ := strings.Cut(fs[1], ":")
-		if p, _ := strconv.ParseUint(lport, 16, 16); int(p) != port || !inodes[fs[9]] {
+		if p, _ := strconv.ParseUint(lport, 16, 16); int(p) != port || !inodes[fs[9]] || seen[fs[9]] {
 			continue
 		}
+		seen[fs[9]] = true
 		rip, _, _ := strings.Cut(fs[2], ":")
 		v, _ := strconv.ParseUint(rip, 16, 32)
 		// /proc/net/tcp writes the address in host (little-endian) order.

@@ -35,7 +35,7 @@ func (l *listener) Accept() (net.Conn, error) {
 		if victim != nil {
 			// Close waits for the victim's handshake goroutine to
 			// leave its read; Accept does not.
-			go victim.abort()
+			go l.g.reset(victim)
 		}
 		if reason != "" {
 			abort(raw)
@@ -69,6 +69,8 @@ type conn struct {
 	// Guarded by g.mu.
 	state      int
 	evicted    bool // evicted, and not closed yet
+	resets     int  // resets from other goroutines under way (Guard.reset)
+	closed     bool // the owner's Close has returned
 	class      class
 	src        *source
 	prev, next *conn
@@ -84,8 +86,8 @@ func (c *conn) SetDeadline(t time.Time) error {
 	return c.Conn.SetDeadline(t)
 }
 
-// Close closes the connection and then uncounts it: its descriptor is
-// counted until it is closed.
+// Close closes the connection and then uncounts it, or leaves that to a
+// reset under way: its descriptor is counted until it is closed.
 func (c *conn) Close() error {
 	err := c.Conn.Close()
 	c.once.Do(func() {
@@ -97,7 +99,8 @@ func (c *conn) Close() error {
 }
 
 // abort closes a connection with a reset: one evicted, refused or
-// expired. Its owner's Close then uncounts it, if g still counts it.
+// expired. Its owner's Close, or Guard.reset if that returns later,
+// then uncounts it.
 func (c *conn) abort() { abort(c.Conn) }
 
 // Credentials returns tc bounded by g: the server handshake of a
