@@ -45,6 +45,12 @@ type peerState struct {
 	LostMe bool
 	// Revision is the state revision its last heartbeat said it acts on.
 	Revision uint64
+	// Gone: this host counted it dead after it had been alive, and has
+	// not seen it alive since; Back: when it last saw it alive again
+	// after that (zero: never). The loop sets both (noteLiveness); for a
+	// detection time after Back it is returning (hostView.Returning).
+	Gone bool
+	Back time.Time
 }
 
 // sighting is a peer's report of a third host: it heard from it Age
@@ -100,6 +106,13 @@ type hostView struct {
 	// Holdings: its heartbeat lists the arp VIPs it holds (Holding).
 	Holdings bool
 	Holding  map[netip.Addr]bool
+	// Returning: a host of this version that this host counted dead came
+	// back less than a detection time ago (a stall, a cut, a restart). It
+	// takes nothing for that long itself (self.Rejoining), and its
+	// heartbeat may not have arrived yet (it is known from a peer's
+	// report, with the eligibility that peer last heard of): it is no
+	// candidate for a VIP it does not say it holds (returns).
+	Returning bool
 }
 
 // view is this host's picture of the cluster at one instant.
@@ -145,6 +158,19 @@ func computeView(in viewInput) view {
 			v.Next = t
 		}
 	}
+	// returning: p, alive now, is a host of this version back from the
+	// dead less than Dead ago (Gone: back as of now).
+	returning := func(p *peerState) bool {
+		back := p.Back
+		if p.Gone {
+			back = in.Now
+		}
+		if !p.Holdings || back.IsZero() || !in.Now.Before(back.Add(in.Dead)) {
+			return false
+		}
+		next(back.Add(in.Dead))
+		return true
+	}
 	lastSeen := map[string]time.Time{}
 	mutual := map[string]bool{}
 	// lapsed: when the two-way contact with each counted peer that left
@@ -156,7 +182,7 @@ func computeView(in viewInput) view {
 		}
 		lastSeen[id] = p.Heard
 		v.Alive[id] = hostView{Eligible: p.Eligible, Handover: p.Handover, NotReadyAll: p.NotReadyAll, NotReady: p.NotReady, Direct: true,
-			Holdings: p.HoldingKnown, Holding: p.Holding}
+			Holdings: p.HoldingKnown, Holding: p.Holding, Returning: returning(p)}
 		next(p.Heard.Add(in.Dead))
 		if !counted[id] {
 			continue
@@ -203,7 +229,7 @@ func computeView(in viewInput) view {
 			lastSeen[s.ID] = at
 			hv := hostView{Eligible: s.Eligible}
 			if q != nil {
-				hv.NotReadyAll, hv.NotReady = q.NotReadyAll, q.NotReady
+				hv.NotReadyAll, hv.NotReady, hv.Returning = q.NotReadyAll, q.NotReady, returning(q)
 			}
 			v.Alive[s.ID] = hv
 		}
@@ -412,7 +438,11 @@ func (me self) withMajority(v view) self {
 // that comes back, from a stall or a cut, takes nothing back, so a VIP
 // moves once and never back and forth; for a detection time after it
 // regains its majority (Rejoining) it takes nothing at all, until the
-// heartbeats that say what its peers took meanwhile have arrived. A VIP no candidate holds goes to
+// heartbeats that say what its peers took meanwhile have arrived, and for
+// a detection time after its peers see it back (hostView.Returning) they
+// count it as a candidate only for the VIPs it says it holds: a holder
+// that stood in for it keeps the VIP rather than letting it go to a host
+// that will not take it. A VIP no candidate holds goes to
 // the first candidate. A host that just started takes back the VIPs it
 // ranks first for (Rebalance) from holders that hold more than their fair
 // share plus one (overloaded): a restart brings VIPs back only where they
@@ -434,7 +464,7 @@ func holderOf(a netip.Addr, ranked []string, me self, v view) string {
 			}
 			continue
 		}
-		if usable(v, h, a) && !handsOver(v, h, a) {
+		if usable(v, h, a) && !handsOver(v, h, a) && !returns(v, h, a) {
 			cands = append(cands, h)
 		}
 	}
@@ -491,6 +521,20 @@ func handsOver(v view, h string, a netip.Addr) bool {
 	return hv.Handover && hv.Holdings && !hv.Holding[a]
 }
 
+// returns reports whether peer h came back from the dead less than a
+// detection time ago (hostView.Returning) and does not say that it holds
+// a: it takes nothing for that long (self.Rejoining), so it is no
+// candidate for a VIP it does not hold, and the VIP stays with its holder
+// or goes to the next host. Its own heartbeat may not have arrived yet
+// (a peer's report says it is back, with the eligibility that peer last
+// heard of, and nothing of its holdings): without this rule it would
+// rank alone, like a host of an earlier version, and a holder would let
+// the VIP go to a host that does not take it.
+func returns(v view, h string, a netip.Addr) bool {
+	hv := v.Alive[h]
+	return hv.Returning && !hv.Holding[a]
+}
+
 func usable(v view, h string, a netip.Addr) bool {
 	hv, ok := v.Alive[h]
 	return ok && hv.Eligible && !hv.NotReadyAll && !hv.NotReady[a]
@@ -512,6 +556,8 @@ func whyNot(v view, h string, a netip.Addr, peers map[string]*peerState, dead ti
 		return h + " lost its majority or its interface"
 	case hv.NotReadyAll || hv.NotReady[a]:
 		return h + " is not ready to serve it"
+	case returns(v, h, a):
+		return fmt.Sprintf("%s came back less than %s ago and does not hold it", h, dead)
 	}
 	return h + " can hold it"
 }
@@ -553,7 +599,7 @@ func decide(vs vipSpec, ranked []string, me self, v view, peers map[string]*peer
 		return d
 	}
 	switch {
-	case d.Hold && prevHolder != "" && prevHolder != me.ID && usable(v, prevHolder, vs.Addr):
+	case d.Hold && prevHolder != "" && prevHolder != me.ID && usable(v, prevHolder, vs.Addr) && !returns(v, prevHolder, vs.Addr):
 		d.Reason = "ranks first again (" + prevHolder + " held it)"
 	case d.Hold && prevHolder != "" && prevHolder != me.ID:
 		d.Reason = "took over: " + whyNot(v, prevHolder, vs.Addr, peers, dead)

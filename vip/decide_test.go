@@ -302,6 +302,59 @@ func TestSettling(t *testing.T) {
 	}
 }
 
+// TestReturningPeer: a peer of this version that this host counted dead
+// is returning for a detection time after it is seen again, whether
+// through its own heartbeat or a peer's report, and the view changes by
+// itself when that ends; a peer of an earlier version never is (it takes
+// what it ranks first for, returning or not).
+func TestReturningPeer(t *testing.T) {
+	counted := []string{"n1", "n2", "n3"}
+	for _, tt := range []struct {
+		name      string
+		gone      bool
+		back      time.Duration // before t0; 0: never
+		earlier   bool          // n3 is of an earlier version
+		direct    bool          // n1 hears n3 itself (else through n2)
+		returning bool
+		next      time.Duration // after t0, the end of the window; 0: not checked
+	}{
+		// Its window ends after the quorum window (80ms), which wakes the
+		// loop first.
+		{"counted dead until this view, heard itself", true, 0, false, true, true, 0},
+		{"counted dead until this view, through a report", true, 0, false, false, true, 0},
+		{"back 30ms ago", false, 30 * time.Millisecond, false, true, true, dead - 30*time.Millisecond},
+		{"back a detection time ago", false, dead, false, true, false, 0},
+		{"never counted dead", false, 0, false, true, false, 0},
+		{"an earlier version", true, 0, true, true, false, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			n2 := reports(t0, 0, "n1", "n3")
+			n3 := reports(t0, 0, "n1", "n2")
+			n3.Gone = tt.gone
+			if tt.back > 0 {
+				n3.Back = t0.Add(-tt.back)
+			}
+			if tt.earlier {
+				n3.Holdings, n3.HoldingKnown = false, false
+			}
+			if !tt.direct {
+				n3.Heard = t0.Add(-2 * dead)
+			}
+			v := computeView(lab("n1", counted, t0, map[string]*peerState{"n2": n2, "n3": n3}))
+			hv, ok := v.Alive["n3"]
+			if !ok || hv.Direct != tt.direct {
+				t.Fatalf("n3 alive %t direct %t, want alive, direct %t", ok, hv.Direct, tt.direct)
+			}
+			if hv.Returning != tt.returning {
+				t.Errorf("returning %t, want %t", hv.Returning, tt.returning)
+			}
+			if tt.next > 0 && !v.Next.Equal(t0.Add(tt.next)) {
+				t.Errorf("next %s, want the end of the window, %s", v.Next.Sub(t0), tt.next)
+			}
+		})
+	}
+}
+
 // TestHolderOf pins who holds an arp VIP: it stays where it is held.
 func TestHolderOf(t *testing.T) {
 	a := netip.MustParseAddr("192.0.2.10")
@@ -333,6 +386,18 @@ func TestHolderOf(t *testing.T) {
 		{"keep-only keeps what it holds", self{ID: "n1", KeepOnly: true, Holding: held}, view{Alive: map[string]hostView{"n3": peer(false, true)}}, "n1"},
 		{"rejoining takes nothing", self{ID: "n1", Rejoining: true}, view{Alive: map[string]hostView{"n2": peer(false, true), "n3": peer(false, true)}}, "n2"},
 		{"rejoining keeps what it holds", self{ID: "n1", Rejoining: true, Holding: held}, view{Alive: map[string]hostView{"n3": peer(false, true)}}, "n1"},
+		// n2 is back from the dead, known through a peer's report only
+		// (no holdings): it takes nothing for a detection time, so it is
+		// no candidate, and the holder keeps the VIP (it ranked alone,
+		// like an earlier version, and the holder let it go).
+		{"a returning peer heard of through a report: the holder keeps it", self{ID: "n1", Holding: held},
+			view{Alive: map[string]hostView{"n2": {Eligible: true, Returning: true}, "n3": peer(false, true)}}, "n1"},
+		{"a returning peer that holds nothing: the holder keeps it", self{ID: "n3", Holding: held},
+			view{Alive: map[string]hostView{"n2": {Eligible: true, Direct: true, Holdings: true, Returning: true}, "n1": peer(false, true)}}, "n3"},
+		{"a returning peer is no candidate for nobody's VIP", self{ID: "n1"},
+			view{Alive: map[string]hostView{"n2": {Eligible: true, Returning: true}, "n3": peer(false, true)}}, "n1"},
+		{"a returning peer that holds it keeps it", self{ID: "n1", Holding: held},
+			view{Alive: map[string]hostView{"n2": {Eligible: true, Direct: true, Holdings: true, Holding: held, Returning: true}}}, "n2"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -566,6 +631,10 @@ func TestDecide(t *testing.T) {
 			view{Alive: map[string]hostView{"n2": {Handover: true}, "n3": {Eligible: true}}, Quorum: true}, "n2", true, "n1", "took over: n2 handed its clients over (drained or stopping)", false},
 		{"first in the ranking is not ready", arp, self{ID: "n1"},
 			view{Alive: map[string]hostView{"n2": {Eligible: true, NotReady: map[netip.Addr]bool{a: true}}}, Quorum: true}, "n2", true, "n1", "took over: n2 is not ready to serve it", false},
+		{"first in the ranking came back a moment ago, heard of through a report: the holder keeps it", arp, self{ID: "n1", Holding: map[netip.Addr]bool{a: true}},
+			view{Alive: map[string]hostView{"n2": {Eligible: true, Returning: true}, "n3": {Eligible: true, Direct: true}}, Quorum: true}, "n1", true, "n1", "holds it among the live hosts", false},
+		{"first in the ranking came back a moment ago and holds nothing", arp, self{ID: "n1"},
+			view{Alive: map[string]hostView{"n2": {Eligible: true, Direct: true, Holdings: true, Returning: true}}, Quorum: true}, "n2", true, "n1", "took over: n2 came back less than 100ms ago and does not hold it", false},
 		{"first in the ranking is not ready for anything", arp, self{ID: "n1"},
 			view{Alive: map[string]hostView{"n2": {Eligible: true, NotReadyAll: true}}, Quorum: true}, "", true, "n1", "ranks first among the live hosts", false},
 		{"no majority", arp, self{ID: "n1", Problem: "sees 1 of the cluster's hosts, needs 2"}, live(), "n1", false, "", "sees 1 of the cluster's hosts, needs 2", true},

@@ -38,7 +38,7 @@ func (m *Manager) evaluate(now time.Time, all bool) time.Time {
 	}
 	wake := m.noteSync(now, contact, in.revision)
 	v := m.view(now)
-	m.noteLiveness(v)
+	m.noteLiveness(now, v)
 	reannounce := m.takeReannounce()
 	st.revision = in.revision
 

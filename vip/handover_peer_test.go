@@ -22,8 +22,10 @@ type peerLoop struct {
 	vips    []netip.Addr
 	holding map[string]map[netip.Addr]bool
 	// alive and handover: which peers send heartbeats, and which of
-	// them say they hand their clients over.
-	alive, handover map[string]bool
+	// them say they hand their clients over. quiet: peers that are alive
+	// (the others report them) but whose own heartbeats do not reach
+	// this host.
+	alive, handover, quiet map[string]bool
 }
 
 func newPeerLoop(t *testing.T, n int) *peerLoop {
@@ -31,7 +33,7 @@ func newPeerLoop(t *testing.T, n int) *peerLoop {
 	m, sink := loopTestManager(t)
 	l := &peerLoop{t: t, m: m, now: time.Now(), seq: map[string]uint64{}, inc: map[string]uint64{"n2": 1, "n3": 1},
 		holding: map[string]map[netip.Addr]bool{"n2": {}, "n3": {}},
-		alive:   map[string]bool{"n2": true, "n3": true}, handover: map[string]bool{}}
+		alive:   map[string]bool{"n2": true, "n3": true}, handover: map[string]bool{}, quiet: map[string]bool{}}
 	objs := []*pb.Object{{Kind: &pb.Object_VipPool{VipPool: &pb.VIPPool{Name: "l2", Cidrs: []string{"198.18.0.0/24"}, Mode: ModeARP}}}}
 	for _, id := range []string{"n1", "n2", "n3"} {
 		objs = append(objs, &pb.Object{Kind: &pb.Object_Node{Node: &pb.Node{Id: id, HeartbeatAddr: sink.LocalAddr().String()}}})
@@ -65,7 +67,7 @@ func newPeerLoop(t *testing.T, n int) *peerLoop {
 func (l *peerLoop) tick() {
 	l.now = l.now.Add(l.m.cfg.HeartbeatInterval)
 	for _, id := range []string{"n2", "n3"} {
-		if !l.alive[id] {
+		if !l.alive[id] || l.quiet[id] {
 			continue
 		}
 		var sights []sighting

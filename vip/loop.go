@@ -495,14 +495,19 @@ func (m *Manager) checkLinks() {
 	check(m.bgpIf, &st.bgpUp)
 }
 
-// noteLiveness logs peers coming and going.
-func (m *Manager) noteLiveness(v view) {
+// noteLiveness logs peers coming and going, and notes when a peer it
+// counted dead comes back (peerState.Gone and Back: it is returning for
+// a detection time, hostView.Returning).
+func (m *Manager) noteLiveness(now time.Time, v view) {
 	st := &m.loop
 	back := false
 	for id := range v.Alive {
 		if !st.alive[id] {
 			m.log.Info("peer is alive", "peer", id)
 			back = true
+		}
+		if p := st.peers[id]; p != nil && p.Gone {
+			p.Gone, p.Back = false, now
 		}
 	}
 	if back {
@@ -517,8 +522,12 @@ func (m *Manager) noteLiveness(v view) {
 	for id := range st.alive {
 		if _, ok := v.Alive[id]; !ok {
 			why := fmt.Sprintf("no heartbeat for %s", m.dead)
-			if p := st.peers[id]; p != nil && p.Left {
+			p := st.peers[id]
+			if p != nil && p.Left {
 				why = "it is shutting down"
+			}
+			if p != nil {
+				p.Gone = true
 			}
 			m.log.Warn("peer is dead", "peer", id, "reason", why)
 		}
@@ -563,7 +572,7 @@ func signature(v view, peers map[string]*peerState, problems ...string) string {
 		if p := peers[id]; p != nil {
 			version = p.Version
 		}
-		fmt.Fprintf(&b, "|%s:%t:%t:%d:%d", id, h.Eligible, h.NotReadyAll, len(h.NotReady), version)
+		fmt.Fprintf(&b, "|%s:%t:%t:%d:%d:%t", id, h.Eligible, h.NotReadyAll, len(h.NotReady), version, h.Returning)
 	}
 	return b.String()
 }
