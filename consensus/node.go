@@ -114,9 +114,12 @@ type Node struct {
 	// readTerm is the term in which this host, as leader, saw an entry of
 	// its own committed (see leaderReadIndex); 0: none yet.
 	readTerm atomic.Uint64
-	snaps    raft.SnapshotStore
-	store    *raftboltdb.BoltStore
-	transp   atomic.Pointer[raft.NetworkTransport]
+	// led is when this host last was the leader (UnixNano; 0: not since
+	// it started), for LeaderContact once it steps down.
+	led    atomic.Int64
+	snaps  raft.SnapshotStore
+	store  *raftboltdb.BoltStore
+	transp atomic.Pointer[raft.NetworkTransport]
 	// recoverMu keeps Close and RecoverInPlace apart.
 	recoverMu sync.Mutex
 	// observers are registered with every Raft instance the host runs.
@@ -383,12 +386,29 @@ func (n *Node) Ready() <-chan struct{} { return n.ready }
 
 // LeaderContact returns when this host last knew its committed state to
 // be current: now while it is the leader, else when it last heard from
-// the leader (zero: not since the process started).
+// the leader or was the leader itself, whichever is later (zero: neither
+// since the process started).
 func (n *Node) LeaderContact() time.Time {
-	if n.r().State() == raft.Leader {
-		return time.Now()
+	r := n.r()
+	return leaderContact(r.State() == raft.Leader, r.LastContact, &n.led, time.Now())
+}
+
+// leaderContact is LeaderContact's rule. Raft sets its last contact as
+// a leader steps down, but only after it has left the leader state: in
+// between, a host that was never a follower has none, and its state
+// would look as old as the process (the VIP layer withdrew its routes
+// for "no contact with the Raft leader for 2562047h"). led, kept while
+// it leads, covers that moment.
+func leaderContact(leading bool, lastContact func() time.Time, led *atomic.Int64, now time.Time) time.Time {
+	if leading {
+		led.Store(now.UnixNano())
+		return now
 	}
-	return n.r().LastContact()
+	last := lastContact()
+	if l := led.Load(); l != 0 && time.Unix(0, l).After(last) {
+		return time.Unix(0, l)
+	}
+	return last
 }
 
 // ID returns this host's node id.

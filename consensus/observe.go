@@ -103,7 +103,9 @@ func (n *Node) watchLeader() {
 	n.observe(obs)
 	defer n.unobserve(obs)
 	// A leader learned before the observer was registered is reported too.
-	if _, id := n.r().LeaderWithID(); id != "" && n.cfg.Event != nil {
+	_, id := n.r().LeaderWithID()
+	leading := string(id) == n.cfg.NodeID
+	if id != "" && n.cfg.Event != nil {
 		n.cfg.Event(&pb.Event{Type: observe.EventLeaderChange, Severity: observe.Info, Message: "leader is now " + string(id)})
 	}
 	for {
@@ -112,6 +114,13 @@ func (n *Node) watchLeader() {
 			return
 		case o := <-ch:
 			lo := o.Data.(raft.LeaderObservation)
+			if string(lo.LeaderID) == n.cfg.NodeID {
+				leading = true
+			} else if leading {
+				// It led until now (LeaderContact).
+				leading = false
+				n.led.Store(time.Now().UnixNano())
+			}
 			if n.cfg.Event == nil {
 				continue
 			}
