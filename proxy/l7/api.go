@@ -264,8 +264,10 @@ const (
 	// (MaxTenantInspectBodies; 503).
 	OutcomeInspectLimit
 	// OutcomeBodyLimit: the HTTP/2 request body bytes its tenant's
-	// clients had sent and its members not yet read passed their bound
-	// on this server (MaxTenantH2Bodies): the stream was reset.
+	// clients had sent and its members not yet read, or the HTTP/2
+	// response body bytes its members had sent and its clients not yet
+	// taken, passed their bound on this server (MaxTenantH2Bodies): the
+	// stream was reset.
 	OutcomeBodyLimit
 )
 

@@ -41,6 +41,29 @@ type MemberBudget struct {
 	// waiters counts the dials waiting for the budget (charge); at most
 	// maxMemberWaiters wait, the others fail at once.
 	waiters atomic.Int32
+	// h2held is the HTTP/2 response body bytes the budget's members sent
+	// that no client has taken yet (MaxTenantH2Bodies).
+	h2held atomic.Int64
+}
+
+// holdResponse charges n response body bytes; false, charging nothing,
+// when that would pass MaxTenantH2Bodies. A nil budget charges nothing.
+func (b *MemberBudget) holdResponse(n int64) bool {
+	if b == nil || n == 0 {
+		return true
+	}
+	if b.h2held.Add(n) > MaxTenantH2Bodies {
+		b.h2held.Add(-n)
+		return false
+	}
+	return true
+}
+
+// releaseResponse gives back n bytes holdResponse charged.
+func (b *MemberBudget) releaseResponse(n int64) {
+	if b != nil && n != 0 {
+		b.h2held.Add(-n)
+	}
 }
 
 // NewMemberBudget returns a budget charging d.

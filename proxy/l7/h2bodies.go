@@ -12,11 +12,19 @@ import (
 // bounded (ConnInfo.Streams), but that bound follows the host's
 // descriptors: tens of thousands of streams, gigabytes. Past this bound
 // the stream whose DATA would pass it is reset (ENHANCE_YOUR_CALM,
-// OutcomeBodyLimit); the other tenants' clients are not touched.
+// OutcomeBodyLimit); the other tenants' clients are not touched. The
+// same bound holds, on the tenant's MemberBudget, for the response bytes
+// its HTTP/2 members sent within their 128 KiB stream windows that its
+// clients have not taken yet.
 const MaxTenantH2Bodies = 32 << 20
 
 // errTenantBodies ends a stream whose body passed MaxTenantH2Bodies.
 var errTenantBodies = errors.New("http2: the tenant's buffered request bodies are at their bound")
+
+// errTenantResponses ends a member's HTTP/2 stream whose response body
+// would take what its tenant's clients have not taken yet past
+// MaxTenantH2Bodies (MemberBudget.holdResponse).
+var errTenantResponses = errors.New("http2: the tenant's buffered member responses are at their bound")
 
 // holdBody charges n more buffered body bytes of the connection to its
 // tenant; false, charging nothing, when that would pass the bound.
@@ -51,6 +59,19 @@ func (c *h2Conn) releaseBodies() {
 		c.s.h2bodies.give(c.hc.info.Tenant, c.bodyHeld)
 		c.bodyHeld, c.bodiesDone = 0, true
 	}
+}
+
+// relayOutcome is how a request whose response was relayed ended, by
+// the relay's error: OutcomeBodyLimit when its member's stream was reset
+// at its tenant's bound on buffered responses.
+func relayOutcome(err error) Outcome {
+	switch {
+	case err == nil:
+		return OutcomeOK
+	case errors.Is(err, errTenantResponses):
+		return OutcomeBodyLimit
+	}
+	return OutcomeAborted
 }
 
 // abortedOutcome is how a request whose client stream ended before its

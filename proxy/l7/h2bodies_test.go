@@ -2,10 +2,12 @@ package l7
 
 import (
 	"bytes"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net/http"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -173,5 +175,204 @@ func h2BodiesPerTenant(t *testing.T, viaMember bool) {
 	}
 	if h := held(); h != 0 {
 		t.Errorf("%d bytes still held for tenant t after its connections closed", h)
+	}
+}
+
+// h2reader is a hand-driven HTTP/2 client that opens GET streams and
+// grants no flow-control credit until told to: what it was sent, per
+// stream, and how each stream ended.
+type h2reader struct {
+	*h2raw
+	mu    sync.Mutex
+	data  map[uint32]int
+	ended map[uint32]bool // END_STREAM
+	reset map[uint32]http2.ErrCode
+}
+
+func dialH2Reader(t *testing.T, addr string) *h2reader {
+	t.Helper()
+	c, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	h := &h2reader{h2raw: &h2raw{c: c, done: make(chan struct{})}, data: map[uint32]int{}, ended: map[uint32]bool{}, reset: map[uint32]http2.ErrCode{}}
+	h.enc = hpack.NewEncoder(&h.hb)
+	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	h.fr = http2.NewFramer(c, c)
+	h.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	if err := h.fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		defer close(h.done)
+		for {
+			f, err := h.fr.ReadFrame()
+			if err != nil {
+				if _, ok := err.(http2.StreamError); ok {
+					continue
+				}
+				return
+			}
+			h.mu.Lock()
+			switch f := f.(type) {
+			case *http2.DataFrame:
+				h.data[f.StreamID] += len(f.Data())
+				if f.StreamEnded() {
+					h.ended[f.StreamID] = true
+				}
+			case *http2.RSTStreamFrame:
+				h.reset[f.StreamID] = f.ErrCode
+			}
+			h.mu.Unlock()
+		}
+	}()
+	_ = c.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	return h
+}
+
+// The HTTP/2 response body bytes a server holds for one tenant's members
+// are bounded too (MaxTenantH2Bodies, on the tenant's member budget).
+// Tenant t's clients open 4 connections of 100 GETs of 1 MiB to an h2c
+// member and grant no flow-control credit: each member stream fills its
+// 128 KiB window on the server, 50 MiB asked for. The server holds at
+// most 32 MiB; the member streams whose DATA would pass it are reset, and
+// once the clients grant credit their streams are reset and counted as
+// body-limit while the others get their whole response. Tenant u's
+// download, on a budget of its own, meanwhile goes through.
+func TestH2ResponsesPerTenant(t *testing.T) {
+	const conns, streams, size = 4, 100, 1 << 20
+	big := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", strconv.Itoa(size))
+		chunk := bytes.Repeat([]byte("r"), 16<<10)
+		for left := size; left > 0; left -= len(chunk) {
+			if _, err := w.Write(chunk); err != nil {
+				return
+			}
+		}
+	})
+	member := h2cServer(t, big)
+	budget := func() *MemberBudget {
+		d := &spentDescriptors{}
+		d.free.Store(1 << 20)
+		return NewMemberBudget(d)
+	}
+	tb, ub := newBackend(t, member), newBackend(t, member)
+	tb.opts.Protocol, ub.opts.Protocol = H2C, H2C
+	tb.opts.Budget, ub.opts.Budget = budget(), budget()
+	m := &recordingMetrics{}
+	s := New(Config{Metrics: m})
+	tAddr := proxyUnderInfo(t, s, tenantRoute("t", &Route{Backend: tb}), selfSigned(t))
+	uAddr := proxyUnderInfo(t, s, tenantRoute("u", &Route{Backend: ub}), selfSigned(t))
+
+	var clients []*h2reader
+	for range conns {
+		h := dialH2Reader(t, tAddr)
+		clients = append(clients, h)
+		for i := range streams {
+			blk := h.block()
+			if err := h.write(func(fr *http2.Framer) error {
+				return fr.WriteHeaders(http2.HeadersFrameParam{StreamID: uint32(2*i + 1), BlockFragment: blk, EndStream: true, EndHeaders: true})
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	held := func() int64 { return tb.opts.Budget.h2held.Load() }
+	var peak int64
+	for deadline, last, since := time.Now().Add(30*time.Second), int64(-1), time.Now(); ; time.Sleep(10 * time.Millisecond) {
+		h := held()
+		peak = max(peak, h)
+		if h == last && time.Since(since) > time.Second && h > 0 {
+			break
+		}
+		if h != last {
+			last, since = h, time.Now()
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("tenant t's held responses still move after 30 s: %d bytes", h)
+		}
+	}
+	if peak > MaxTenantH2Bodies || peak < MaxTenantH2Bodies-(256<<10) {
+		t.Errorf("tenant t's held responses peaked at %d bytes, want at most %d (the bound) and near it", peak, MaxTenantH2Bodies)
+	}
+
+	// Tenant u's download while t is at its bound.
+	resp, err := h2TestClient().Get("https://" + uAddr + "/")
+	if err != nil {
+		t.Fatalf("tenant u while t is at its bound: %v", err)
+	}
+	n, err := io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || n != size || err != nil {
+		t.Errorf("tenant u while t is at its bound: %d, %d bytes (%v), want 200 and %d", resp.StatusCode, n, err, size)
+	}
+
+	// The clients grant credit: each stream ends whole or reset.
+	for _, h := range clients {
+		if err := h.write(func(fr *http2.Framer) error {
+			if err := fr.WriteWindowUpdate(0, 1<<30); err != nil {
+				return err
+			}
+			for i := range streams {
+				if err := fr.WriteWindowUpdate(uint32(2*i+1), 1<<24); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var whole, reset int
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		whole, reset = 0, 0
+		for _, h := range clients {
+			h.mu.Lock()
+			for i := range streams {
+				id := uint32(2*i + 1)
+				switch {
+				case h.ended[id] && h.data[id] == size:
+					whole++
+				case h.ended[id]:
+					t.Fatalf("stream %d ended with %d bytes of %d", id, h.data[id], size)
+				case h.reset[id] != 0:
+					reset++
+				}
+			}
+			h.mu.Unlock()
+		}
+		if whole+reset == conns*streams {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d streams whole and %d reset of %d after the clients granted credit", whole, reset, conns*streams)
+		}
+	}
+	limited := func() int {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		k := 0
+		for _, st := range m.reqs {
+			if st.Tenant == "t" && st.Outcome == OutcomeBodyLimit {
+				k++
+			}
+		}
+		return k
+	}
+	for deadline := time.Now().Add(10 * time.Second); limited() < reset && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if reset == 0 || limited() != reset {
+		t.Errorf("%d streams reset and %d requests counted as body-limit; want some, the same", reset, limited())
+	}
+	t.Logf("of %d responses of %d bytes: held at most %d bytes, %d whole, %d reset at the bound", conns*streams, size, peak, whole, reset)
+	for deadline := time.Now().Add(10 * time.Second); held() != 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if h := held(); h != 0 {
+		t.Errorf("%d bytes still held for tenant t after its responses ended", h)
 	}
 }

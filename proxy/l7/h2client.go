@@ -653,7 +653,15 @@ func (c *h2UpConn) onData(f *http2.DataFrame) http2.ErrCode {
 	case st.held+n > h2UpWindow:
 		c.mu.Unlock()
 		c.resetStream(id, http2.ErrCodeFlowControl, fmt.Errorf("%w: member overran the stream window", ErrUpstreamProtocol))
+	case !c.pool.key.budget.holdResponse(int64(len(data))):
+		// The tenant's buffered responses are at their bound: this
+		// stream ends, and what it held is given back at once.
+		c.pool.key.budget.releaseResponse(st.charged)
+		st.charged, st.rbuf, st.rr = 0, st.rbuf[:0], 0
+		c.mu.Unlock()
+		c.resetStream(id, http2.ErrCodeEnhanceYourCalm, errTenantResponses)
 	default:
+		st.charged += int64(len(data))
 		st.held += n
 		// Padding goes back to the stream window with the next update.
 		st.unacked += n - int64(len(data))

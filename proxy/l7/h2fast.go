@@ -234,10 +234,7 @@ func (st *h2Stream) begin(route *Route, opts *BackendOptions) (limit int64, key 
 // ways and the outcome (aborted when err says the relay failed).
 func (st *h2Stream) relayed(n int64, err error) bool {
 	st.stats.ResponseBytes, st.stats.RequestBytes = n, st.gotLen
-	st.stats.Outcome = OutcomeOK
-	if err != nil {
-		st.stats.Outcome = OutcomeAborted
-	}
+	st.stats.Outcome = relayOutcome(err)
 	return true
 }
 

@@ -41,6 +41,7 @@ type h2UpStream struct {
 	rbuf    []byte
 	rr      int
 	held    int64 // bytes received and not yet returned to the member's window
+	charged int64 // bytes in rbuf, charged to the tenant's member budget
 	unacked int64 // bytes read (and padding) not yet returned
 	trailer []hpack.HeaderField
 	end     bool // END_STREAM received
@@ -306,6 +307,8 @@ func (st *h2UpStream) read(p []byte) (int, error) {
 	if st.rr == len(st.rbuf) {
 		st.rbuf, st.rr = st.rbuf[:0], 0
 	}
+	st.charged -= int64(n)
+	c.pool.key.budget.releaseResponse(int64(n))
 	st.unacked += int64(n)
 	var upd int64
 	if st.unacked >= h2UpWindow/4 && !st.end && c.streams[st.id] == st {
@@ -341,6 +344,9 @@ func (st *h2UpStream) close() {
 		}
 		c.unlockW()
 	}
+	c.mu.Lock()
+	c.pool.key.budget.releaseResponse(st.charged) // what no client took
+	c.mu.Unlock()
 	c.release()
 	rbuf := st.rbuf[:0]
 	if cap(rbuf) > 32<<10 {

@@ -377,10 +377,7 @@ func (s *Server) proxyHTTP(w http.ResponseWriter, q *rtRequest, be Backend, opts
 		cancel()
 		q.stats.Status = resp.StatusCode
 		q.stats.ResponseBytes = n
-		q.stats.Outcome = OutcomeOK
-		if upErr != nil {
-			q.stats.Outcome = OutcomeAborted
-		}
+		q.stats.Outcome = relayOutcome(upErr)
 		m.Done(nil, resp.StatusCode, d)
 		return
 	}
