@@ -87,6 +87,12 @@ type tenantBudget struct {
 	// are, whatever number of connections carry them.
 	streams     atomic.Int64
 	streamLimit atomic.Int64
+	// h3grown is what the tenant's QUIC connections grew their receive
+	// windows by past the initial one, at most MaxTenantH3WindowGrowth
+	// (h3Window).
+	h3grown atomic.Int64
+	// h3stopped counts the growths refused at that bound.
+	h3stopped atomic.Int64
 	// cpu is the tenant's host CPU budget (nil: none applies): each
 	// connection or flow admitted counts as work in it.
 	cpu *cpubudget.Tenant
@@ -115,6 +121,19 @@ func takeUnder(n *atomic.Int64, limit int64) bool {
 			return false
 		}
 		if n.CompareAndSwap(v, v+1) {
+			return true
+		}
+	}
+}
+
+// takeUnderBy adds d to n unless that would take it past limit.
+func takeUnderBy(n *atomic.Int64, d, limit int64) bool {
+	for {
+		v := n.Load()
+		if v+d > limit {
+			return false
+		}
+		if n.CompareAndSwap(v, v+d) {
 			return true
 		}
 	}

@@ -59,6 +59,20 @@ const (
 	// and all streams of a connection, may have in flight unread.
 	H3StreamWindow = 512 << 10
 	H3ConnWindow   = 2 << 20
+	// H3InitialConnWindow is a connection's receive window until it
+	// grows (as its requests' bodies are read fast); what it grows by is
+	// charged to its tenant (MaxTenantH3WindowGrowth).
+	H3InitialConnWindow = 256 << 10
+	// MaxTenantH3WindowGrowth bounds what one tenant's QUIC connections
+	// on a host may grow their receive windows by, together: the request
+	// body bytes a client may have sent and no member read yet, past each
+	// connection's initial window (which its connection bound charges).
+	// Every connection may grow to H3ConnWindow, and the tenant's
+	// connection bound follows the host's descriptors, so without it a
+	// tenant whose members read fast, then stop, makes a host hold
+	// gigabytes. At the bound a window stops growing: that tenant's
+	// uploads slow down, its neighbours' do not.
+	MaxTenantH3WindowGrowth = 32 << 20
 	// H3HandshakeTimeout bounds a QUIC handshake.
 	H3HandshakeTimeout = 5 * time.Second
 	// H3RetryAbove is how many handshakes may be in flight on one UDP
@@ -162,7 +176,7 @@ func (p *Proxy) openH3(s *socket, h QUICHandler, tenant string) (*h3Socket, erro
 		MaxIncomingUniStreams:          H3MaxUniStreams,
 		InitialStreamReceiveWindow:     64 << 10,
 		MaxStreamReceiveWindow:         H3StreamWindow,
-		InitialConnectionReceiveWindow: 256 << 10,
+		InitialConnectionReceiveWindow: H3InitialConnWindow,
 		MaxConnectionReceiveWindow:     H3ConnWindow,
 		Allow0RTT:                      false,
 		GetConfigForClient:             hs.quicConfig,
@@ -221,6 +235,10 @@ func (hs *h3Socket) quicConfig(*quic.ClientInfo) (*quic.Config, error) {
 	if l == nil {
 		return nil, errH3Refused
 	}
+	w := &h3Window{t: hs.s.p.tenantBudget(l.Tenant), limit: hs.s.p.cfg.Limits.H3WindowGrowthPerTenant}
+	if w.limit <= 0 {
+		w.limit = MaxTenantH3WindowGrowth
+	}
 	return &quic.Config{
 		HandshakeIdleTimeout:           H3HandshakeTimeout,
 		MaxIdleTimeout:                 max(l.Limits.IdleTimeout, time.Second),
@@ -228,8 +246,9 @@ func (hs *h3Socket) quicConfig(*quic.ClientInfo) (*quic.Config, error) {
 		MaxIncomingUniStreams:          H3MaxUniStreams,
 		InitialStreamReceiveWindow:     64 << 10,
 		MaxStreamReceiveWindow:         H3StreamWindow,
-		InitialConnectionReceiveWindow: 256 << 10,
+		InitialConnectionReceiveWindow: H3InitialConnWindow,
 		MaxConnectionReceiveWindow:     H3ConnWindow,
+		AllowConnectionWindowIncrease:  w.grow,
 		Allow0RTT:                      l.HTTP3ZeroRTT,
 	}, nil
 }
@@ -568,4 +587,42 @@ func (p *Proxy) observeH3(l *snapshot.Listener, s *socket) *pb.ListenerObservati
 		lo.Error = "not opened"
 	}
 	return lo
+}
+
+// h3Window charges what one QUIC connection grows its receive window by
+// to its tenant (MaxTenantH3WindowGrowth), from quic-go's flow controller
+// (quic.Config.AllowConnectionWindowIncrease, on the connection's own
+// goroutine), and gives it back when the connection ends.
+type h3Window struct {
+	t       *tenantBudget
+	limit   int64
+	charged atomic.Int64
+	once    sync.Once
+	ended   atomic.Bool
+}
+
+// grow allows the window to grow by delta while the tenant's growth stays
+// within its bound.
+func (w *h3Window) grow(c *quic.Conn, delta uint64) bool {
+	w.once.Do(func() { context.AfterFunc(c.Context(), w.end) })
+	d := int64(delta)
+	if w.ended.Load() {
+		return false
+	}
+	if !takeUnderBy(&w.t.h3grown, d, w.limit) {
+		w.t.h3stopped.Add(1)
+		return false
+	}
+	w.charged.Add(d)
+	if w.ended.Load() {
+		// The connection ended meanwhile: end gave back what it saw.
+		w.t.h3grown.Add(-w.charged.Swap(0))
+	}
+	return true
+}
+
+// end gives back what the connection's window grew by.
+func (w *h3Window) end() {
+	w.ended.Store(true)
+	w.t.h3grown.Add(-w.charged.Swap(0))
 }

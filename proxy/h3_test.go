@@ -109,13 +109,19 @@ func (c *h3Client) do(method, url string, h http.Header, body string) (*http.Res
 // address and the backends.
 func startH3(t *testing.T) (*Proxy, string, map[string]*routingBackend) {
 	t.Helper()
+	return startH3With(t, Limits{})
+}
+
+// startH3With is startH3 with the proxy's limits.
+func startH3With(t *testing.T, limits Limits) (*Proxy, string, map[string]*routingBackend) {
+	t.Helper()
 	bes := map[string]*routingBackend{}
 	for _, n := range []string{"main", "beta", "other", "mirror"} {
 		bes[n] = startRoutingBackend(t, n)
 	}
 	srv := l7.New(l7.Config{})
 	t.Cleanup(func() { srv.Close() })
-	p, _ := newProxy(t, Config{HTTP: newH3Term(t, srv)})
+	p, _ := newProxy(t, Config{HTTP: newH3Term(t, srv), Limits: limits})
 	port := freePort(t)
 	update(t, p, h3LB(port, bes))
 	if st := p.Status()["acme/gw"]; len(st) != 0 {

@@ -64,6 +64,10 @@ type Limits struct {
 	// keep theirs (0: twice MaxHostConnections when that is set, else
 	// derived from the descriptor limit).
 	MaxHostDescriptors int
+	// H3WindowGrowthPerTenant bounds what one tenant's QUIC connections
+	// may grow their receive windows by, together (0:
+	// MaxTenantH3WindowGrowth).
+	H3WindowGrowthPerTenant int64
 	// SplicePipes bounds the pipes TCP and TLS passthrough connections
 	// splice through, two descriptors each, held only while bytes move (0:
 	// derived from the descriptor limit; negative: none, always copy).
