@@ -35,6 +35,13 @@ type h2raw struct {
 
 func dialH2(t testing.TB, addr string, settings ...http2.Setting) *h2raw {
 	t.Helper()
+	return dialH2With(t, addr, nil, settings...)
+}
+
+// dialH2With is dialH2 with on, when not nil, called with each frame
+// read, on the reading goroutine.
+func dialH2With(t testing.TB, addr string, on func(http2.Frame), settings ...http2.Setting) *h2raw {
+	t.Helper()
 	c, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}})
 	if err != nil {
 		t.Fatal(err)
@@ -59,6 +66,9 @@ func dialH2(t testing.TB, addr string, settings ...http2.Setting) *h2raw {
 					continue
 				}
 				return
+			}
+			if on != nil {
+				on(f)
 			}
 			switch f := f.(type) {
 			case *http2.GoAwayFrame:

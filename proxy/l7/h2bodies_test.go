@@ -2,7 +2,6 @@ package l7
 
 import (
 	"bytes"
-	"crypto/tls"
 	"fmt"
 	"io"
 	"net/http"
@@ -144,17 +143,7 @@ func h2BodiesPerTenant(t *testing.T, viaMember bool) {
 			t.Errorf("%d bodies read whole and %d failed; want the %d held and the %d reset", read.Load(), failed.Load(), whole, k)
 		}
 	}
-	limited := func() int {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		n := 0
-		for _, st := range m.reqs {
-			if st.Tenant == "t" && st.Outcome == OutcomeBodyLimit {
-				n++
-			}
-		}
-		return n
-	}
+	limited := func() int { return m.outcomes("t", OutcomeBodyLimit) }
 	for deadline := time.Now().Add(30 * time.Second); limited() < k && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -191,45 +180,20 @@ type h2reader struct {
 
 func dialH2Reader(t *testing.T, addr string) *h2reader {
 	t.Helper()
-	c, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	h := &h2reader{h2raw: &h2raw{c: c, done: make(chan struct{})}, data: map[uint32]int{}, ended: map[uint32]bool{}, reset: map[uint32]http2.ErrCode{}}
-	h.enc = hpack.NewEncoder(&h.hb)
-	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
-		t.Fatal(err)
-	}
-	h.fr = http2.NewFramer(c, c)
-	h.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
-	if err := h.fr.WriteSettings(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		defer close(h.done)
-		for {
-			f, err := h.fr.ReadFrame()
-			if err != nil {
-				if _, ok := err.(http2.StreamError); ok {
-					continue
-				}
-				return
+	h := &h2reader{data: map[uint32]int{}, ended: map[uint32]bool{}, reset: map[uint32]http2.ErrCode{}}
+	h.h2raw = dialH2With(t, addr, func(f http2.Frame) {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		switch f := f.(type) {
+		case *http2.DataFrame:
+			h.data[f.StreamID] += len(f.Data())
+			if f.StreamEnded() {
+				h.ended[f.StreamID] = true
 			}
-			h.mu.Lock()
-			switch f := f.(type) {
-			case *http2.DataFrame:
-				h.data[f.StreamID] += len(f.Data())
-				if f.StreamEnded() {
-					h.ended[f.StreamID] = true
-				}
-			case *http2.RSTStreamFrame:
-				h.reset[f.StreamID] = f.ErrCode
-			}
-			h.mu.Unlock()
+		case *http2.RSTStreamFrame:
+			h.reset[f.StreamID] = f.ErrCode
 		}
-	}()
-	_ = c.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	})
 	return h
 }
 
@@ -351,17 +315,7 @@ func TestH2ResponsesPerTenant(t *testing.T) {
 			t.Fatalf("%d streams whole and %d reset of %d after the clients granted credit", whole, reset, conns*streams)
 		}
 	}
-	limited := func() int {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		k := 0
-		for _, st := range m.reqs {
-			if st.Tenant == "t" && st.Outcome == OutcomeBodyLimit {
-				k++
-			}
-		}
-		return k
-	}
+	limited := func() int { return m.outcomes("t", OutcomeBodyLimit) }
 	for deadline := time.Now().Add(10 * time.Second); limited() < reset && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -375,4 +329,17 @@ func TestH2ResponsesPerTenant(t *testing.T) {
 	if h := held(); h != 0 {
 		t.Errorf("%d bytes still held for tenant t after its responses ended", h)
 	}
+}
+
+// outcomes counts the requests of tenant that ended with out.
+func (m *recordingMetrics) outcomes(tenant string, out Outcome) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	k := 0
+	for _, st := range m.reqs {
+		if st.Tenant == tenant && st.Outcome == out {
+			k++
+		}
+	}
+	return k
 }
