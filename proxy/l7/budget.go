@@ -52,11 +52,15 @@ func (b *MemberBudget) holdResponse(n int64) bool {
 	if b == nil || n == 0 {
 		return true
 	}
-	if b.h2held.Add(n) > MaxTenantH2Bodies {
-		b.h2held.Add(-n)
-		return false
+	for {
+		v := b.h2held.Load()
+		if v+n > MaxTenantH2Bodies {
+			return false
+		}
+		if b.h2held.CompareAndSwap(v, v+n) {
+			return true
+		}
 	}
-	return true
 }
 
 // releaseResponse gives back n bytes holdResponse charged.

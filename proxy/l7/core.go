@@ -22,7 +22,7 @@ func serveLocal(w http.ResponseWriter, r *http.Request, h http.Handler, stats *R
 		lw.status = http.StatusOK
 	}
 	stats.Status, stats.Outcome, stats.ResponseBytes = lw.status, OutcomeLocal, lw.n
-	if abortedOutcome(r.Body) == OutcomeBodyLimit {
+	if abortedOutcome(w, r.Body) == OutcomeBodyLimit {
 		// The client's stream was reset: nothing it wrote arrived.
 		stats.Status, stats.Outcome, stats.ResponseBytes = 0, OutcomeBodyLimit, 0
 	}

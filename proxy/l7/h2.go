@@ -117,7 +117,7 @@ func (hc *h2conn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if err := hc.members.acquire(r.Context(), s.cfg.MaxMembersPerConn, rht(opts, s)); err != nil {
 				if r.Context().Err() != nil {
 					// The stream ended while it waited.
-					stats.Outcome = abortedOutcome(r.Body)
+					stats.Outcome = abortedOutcome(w, r.Body)
 					return
 				}
 				s.failHTTP(w, q, 503, OutcomeMemberLimit)

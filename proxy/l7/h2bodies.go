@@ -68,7 +68,9 @@ func relayOutcome(err error) Outcome {
 	switch {
 	case err == nil:
 		return OutcomeOK
-	case errors.Is(err, errTenantResponses):
+	case errors.Is(err, errTenantResponses), errors.Is(err, errTenantBodies):
+		// The member's stream, or the client's (its upload while the
+		// response was relayed), at its tenant's bound.
 		return OutcomeBodyLimit
 	}
 	return OutcomeAborted
@@ -84,13 +86,17 @@ func (st *h2Stream) abortedOutcome() Outcome {
 	return OutcomeAborted
 }
 
-// abortedOutcome is abortedOutcome of body's stream when body is an
-// HTTP/2 request's (counted or not), else OutcomeAborted.
-func abortedOutcome(body io.Reader) Outcome {
+// abortedOutcome is abortedOutcome of the HTTP/2 stream that w answers
+// (the response writer, or the request body when it is the stream's,
+// counted or not), else OutcomeAborted.
+func abortedOutcome(w any, body io.Reader) Outcome {
 	if cb, ok := body.(*countedBody); ok {
 		body = cb.ReadCloser
 	}
-	st, ok := body.(*h2Stream)
+	st, ok := w.(*h2Stream)
+	if !ok {
+		st, ok = body.(*h2Stream)
+	}
 	if !ok {
 		return OutcomeAborted
 	}

@@ -535,6 +535,8 @@ type h2Stream struct {
 	reqTrailer   []hpack.HeaderField // read: the body ended
 	bodyDone     chan error          // the request body's writer, fast path
 	stopBody     bool                // the request body is not wanted any more
+	finished     bool                // the handler returned: Read ends (run)
+	readers      int                 // goroutines in Read
 	tooLarge     bool                // the request body's writer hit the limit
 	rawHead      bool                // hblk holds the encoded response head
 	holding      bool                // flush holds the connection's writes

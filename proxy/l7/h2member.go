@@ -95,7 +95,7 @@ func (st *h2Stream) serveUpH2(route *Route, host []byte, path, query string) boo
 				return fail(413, OutcomeClientError)
 			case gone:
 				m.Done(nil, 0, d)
-				stats.Outcome = abortedOutcome(st)
+				stats.Outcome = abortedOutcome(st, nil)
 				return true
 			case errors.Is(err, errH2Refused) && (st.endHeaders || inline) && refusals < 2:
 				// Not processed: another connection (or member) may take it.

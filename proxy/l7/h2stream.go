@@ -87,6 +87,17 @@ func (st *h2Stream) run() {
 		st.err = errStreamReset
 		c.forget(st)
 	}
+	// A goroutine that writes the body to a member may still read it
+	// (the member answered before the body ended): it returns now, and
+	// the stream is recycled only once it has, so that it never waits
+	// on, nor reads, the body of the stream that reuses this one.
+	st.finished = true
+	if st.readers > 0 {
+		st.cond.Broadcast()
+		for st.readers > 0 {
+			st.cond.Wait()
+		}
+	}
 	c.mu.Unlock()
 	if st.cancel != nil {
 		st.cancel()
@@ -135,9 +146,17 @@ func (st *h2Stream) Read(p []byte) (int, error) {
 	c := st.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	st.readers++
+	defer func() {
+		if st.readers--; st.readers == 0 && st.finished {
+			st.cond.Broadcast() // run waits for the last one
+		}
+	}()
 	deadline := nowNano() + int64(c.s.cfg.BodyTimeout)
-	for st.rr == len(st.rbuf) {
+	for st.rr == len(st.rbuf) || st.finished {
 		switch {
+		case st.finished:
+			return 0, errStreamReset
 		case st.err != nil:
 			return 0, st.err
 		case st.stopBody:

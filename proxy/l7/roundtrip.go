@@ -342,7 +342,7 @@ func (s *Server) proxyHTTP(w http.ResponseWriter, q *rtRequest, be Backend, opts
 				err = fmt.Errorf("%w: %w", ErrUpstreamTimeout, err)
 			case r.Context().Err() != nil:
 				m.Done(nil, 0, d)
-				q.stats.Outcome = abortedOutcome(r.Body)
+				q.stats.Outcome = abortedOutcome(w, r.Body)
 				return
 			case !errors.Is(err, ErrConnect) && !errors.Is(err, ErrUpstreamTimeout) &&
 				!errors.Is(err, ErrUpstreamClosed) && !errors.Is(err, ErrUpstreamProtocol):

@@ -1,0 +1,96 @@
+package l7
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+)
+
+// pumps counts the goroutines that write a request body to an HTTP/2
+// member on the net/http path.
+func pumps() int {
+	buf := make([]byte, 1<<22)
+	return strings.Count(string(buf[:runtime.Stack(buf, true)]), "l7.(*h2RespBody).pump(")
+}
+
+// A member that answers before it read the whole body, while the client
+// still uploads: the stream ends with the response, and the goroutine
+// that wrote the body to the member ends with it. It must not wait on,
+// and later read, the body of the stream that reuses the recycled one:
+// the next request on the connection reaches its member whole.
+func TestH2BodyWriterEndsWithItsStream(t *testing.T) {
+	member := h2cServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/early" {
+			io.WriteString(w, "early")
+			return
+		}
+		n, err := io.Copy(io.Discard, r.Body)
+		fmt.Fprintf(w, "%d %v", n, err)
+	}))
+	be := newBackend(t, member)
+	be.opts.Protocol = H2C
+	// An extended route takes the net/http path, whose body writer is a
+	// goroutine of its own.
+	router := oneRoute(be)
+	router[0].route.Ext = &RouteExt{}
+	addr := proxyUnder(t, New(Config{}), router, selfSigned(t))
+	before := pumps()
+	h := dialH2Reader(t, addr)
+	post := func(id uint32, path string, body []byte, end bool) {
+		t.Helper()
+		h.hb.Reset()
+		for _, f := range [][2]string{{":method", "POST"}, {":scheme", "https"}, {":authority", "x"}, {":path", path}} {
+			_ = h.enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+		}
+		if end {
+			_ = h.enc.WriteField(hpack.HeaderField{Name: "content-length", Value: strconv.Itoa(len(body))})
+		}
+		if err := h.write(func(fr *http2.Framer) error {
+			if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: h.hb.Bytes(), EndHeaders: true}); err != nil {
+				return err
+			}
+			return fr.WriteData(id, end, body)
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done := func(id uint32) bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return h.ended[id] || h.reset[id] != 0
+	}
+	// The upload stays open: the member answers at once.
+	post(1, "/early", []byte("part of a body"), false)
+	for deadline := time.Now().Add(10 * time.Second); !done(1); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no answer to the early request")
+		}
+	}
+	for deadline := time.Now().Add(10 * time.Second); pumps() > before; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d request body writers still run after their streams ended", pumps()-before)
+		}
+	}
+	// The next request on the connection reaches its member whole.
+	body := bytes.Repeat([]byte("n"), 10000)
+	post(3, "/next", body, true)
+	for deadline := time.Now().Add(10 * time.Second); !done(3); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no answer to the next request")
+		}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if want := len(fmt.Sprintf("%d <nil>", len(body))); !h.ended[3] || h.data[3] != want {
+		t.Errorf("the next request: ended %v, %d bytes of answer, want %d (its member read its body whole)", h.ended[3], h.data[3], want)
+	}
+}
