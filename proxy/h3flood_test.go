@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/quic-go/quic-go"
 
+	"github.com/teapot-lb/teapot-lb/proxy/metrics"
 	"github.com/teapot-lb/teapot-lb/proxy/snapshot"
 )
 
@@ -121,7 +123,14 @@ func TestHTTP3InitialFlood(t *testing.T) {
 	client := newH3Client(t, target)
 	resp, err := client.do("GET", "https://gw.acme.example/x", nil, "")
 	if err != nil {
-		t.Fatalf("a client during the flood: %v", err)
+		var refused []string
+		if m, ok := p.metrics.(*metrics.Memory); ok {
+			for _, l := range m.Report().Listeners {
+				refused = append(refused, fmt.Sprintf("%s %s %v", l.LB, l.Listener, l.Refused))
+			}
+		}
+		t.Fatalf("a client during the flood: %v (handshakes in flight %d, tenant connections %d, refused %v)",
+			err, p.h3Handshakes(key), p.tenantBudget("acme").conns.Load(), refused)
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
