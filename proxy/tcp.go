@@ -116,13 +116,25 @@ func clientKey(a netip.Addr) []byte {
 // maxTried bounds the members remembered as tried for one connection.
 const maxTried = 8
 
+// synWait bounds a connect attempt that leaves others to make, when the
+// pool's connectTimeout is longer: what the kernel does after it is send
+// the SYN again, which keeps the first one's connection tracking and so,
+// behind a NodePort, the endpoint the node chose for it. One the node's
+// rules still send to while it cannot answer (a pod starting or
+// stopping) drops every retransmission as it dropped the SYN; a new
+// connection, to the next member or the same one, gets a new choice.
+const synWait = time.Second
+
 // dialMember connects to a member, making up to ConnectAttempts
 // attempts; it returns nil when none is usable or none accepted. Each
 // attempt takes a member not tried yet; when every usable member was
-// tried and the last one refused at once (not a timeout), a member is
-// tried again: behind a NodePort each connect is sent to an endpoint of
-// the node's choosing, and one that refused (a pod that just stopped,
-// still in the node's rules) says nothing about the next. A pool with
+// tried and the last one refused at once, or did not answer within
+// synWait on an attempt that left others, a member is tried again:
+// behind a NodePort each connect is sent to an endpoint of the node's
+// choosing, and one that refused or dropped the SYN (a pod that just
+// stopped or is starting, still or already in the node's rules) says
+// nothing about the next. Every attempt but the last waits at most
+// synWait (when connectTimeout is longer), the last connectTimeout. A pool with
 // ClientSource dials from client's own address, members of client's
 // family only; refused is why no connection was made (ConnRefused's
 // reason).
@@ -139,7 +151,13 @@ func (p *Proxy) dialMember(l *ListenerSnapshot, pool *Pool, client netip.Addr) (
 		p.clientSourceWorks(l.LB, client)
 	}
 	again := false
-	for range min(p.cfg.Limits.ConnectAttempts, maxTried) {
+	attempts := min(p.cfg.Limits.ConnectAttempts, maxTried)
+	for i := range attempts {
+		d.Timeout = pool.Spec.ConnectTimeout
+		short := i < attempts-1 && synWait < d.Timeout
+		if short {
+			d.Timeout = synWait
+		}
 		m := pool.pickUntried(key, tried)
 		if m == nil && again {
 			m = pool.Pick(key)
@@ -166,7 +184,9 @@ func (p *Proxy) dialMember(l *ListenerSnapshot, pool *Pool, client netip.Addr) (
 				status, outcome = StatusConnectTimeout, health.OutcomeTimeout
 			}
 			tg.Record(outcome)
-			again = status == StatusConnectFailed
+			// A refusal, or a SYN unanswered for synWait, says nothing
+			// about the next connection to the same member.
+			again = status == StatusConnectFailed || short
 			p.metrics.MemberRequest(l.LB, pool.Spec.Name, name, status, took)
 			continue
 		}

@@ -227,7 +227,7 @@ var rules = map[string]rule{
 	"teapot.v1.BackendPool.health_check":     {doc: "Active health check of every member: tcp, http or https (one of them)."},
 	"teapot.v1.BackendPool.proxy_protocol":   {doc: "Send the client's address to the members in a PROXY protocol header.", def: "none", enum: []string{"v1", "v2"}, limits: "not for pools of udp listeners"},
 	"teapot.v1.BackendPool.backend_protocol": {doc: "Protocol towards the members (http and https listeners): HTTP/1.1, HTTP/2 without TLS, HTTP/1.1 over TLS, or HTTP/2 over TLS (ALPN h2).", def: "http1", enum: []string{"http1", "h2c", "tls", "h2"}},
-	"teapot.v1.BackendPool.connect_timeout":  {doc: "Give up connecting to a member after this long.", limits: "positive", example: "2s"},
+	"teapot.v1.BackendPool.connect_timeout":  {doc: "Give up connecting to a member after this long. A connection tries up to 3 members; every attempt but its last waits at most 1s for the member's answer (a NodePort's node drops again the SYNs it dropped once), the last this long.", limits: "positive", example: "2s"},
 	"teapot.v1.BackendPool.client_source":    {def: "false: members see the LB host's address", limits: "pools of tcp, tls-passthrough and udp listeners only; not with proxyProtocol; not for a tenant with an attachment; feature level 7 on every host"},
 
 	"teapot.v1.Member.address": {required: true, limits: atMost(api.MaxAddressLen, "bytes"), example: "10.20.0.11:30080"},
