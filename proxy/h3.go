@@ -235,7 +235,7 @@ func (hs *h3Socket) quicConfig(*quic.ClientInfo) (*quic.Config, error) {
 	if l == nil {
 		return nil, errH3Refused
 	}
-	w := &h3Window{t: hs.s.p.tenantBudget(l.Tenant), limit: hs.s.p.cfg.Limits.H3WindowGrowthPerTenant}
+	w := &h3Window{t: hs.s.p.tenantBudget(l.Tenant), limit: hs.s.p.cfg.Limits.H3WindowGrowthPerTenant, lb: l.LB, name: l.Name}
 	if w.limit <= 0 {
 		w.limit = MaxTenantH3WindowGrowth
 	}
@@ -592,13 +592,15 @@ func (p *Proxy) observeH3(l *snapshot.Listener, s *socket) *pb.ListenerObservati
 // h3Window charges what one QUIC connection grows its receive window by
 // to its tenant (MaxTenantH3WindowGrowth), from quic-go's flow controller
 // (quic.Config.AllowConnectionWindowIncrease, on the connection's own
-// goroutine), and gives it back when the connection ends.
+// goroutine), and gives it back when the connection ends. A growth
+// refused is counted against the listener (RefusedTenantWindow).
 type h3Window struct {
-	t       *tenantBudget
-	limit   int64
-	charged atomic.Int64
-	once    sync.Once
-	ended   atomic.Bool
+	t        *tenantBudget
+	limit    int64
+	lb, name string
+	charged  atomic.Int64
+	once     sync.Once
+	ended    atomic.Bool
 }
 
 // grow allows the window to grow by delta while the tenant's growth stays
@@ -611,6 +613,7 @@ func (w *h3Window) grow(c *quic.Conn, delta uint64) bool {
 	}
 	if !takeUnderBy(&w.t.h3grown, d, w.limit) {
 		w.t.h3stopped.Add(1)
+		w.t.p.metrics.ConnRefused(w.lb, w.name, RefusedTenantWindow)
 		return false
 	}
 	w.charged.Add(d)

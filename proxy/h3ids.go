@@ -53,6 +53,10 @@ const (
 	// RefusedStatelessReset: a stateless reset not sent, over the
 	// tenant's H3ResetRate.
 	RefusedStatelessReset = "stateless-reset"
+	// RefusedTenantWindow: a QUIC connection's receive window not grown,
+	// as its tenant's connections on this host together grew theirs by
+	// Limits.H3WindowGrowthPerTenant (h3Window).
+	RefusedTenantWindow = "tenant-window"
 )
 
 // errH3ConnIDs refuses a connection ID over the tenant's bucket.

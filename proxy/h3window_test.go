@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/teapot-lb/teapot-lb/proxy/metrics"
 )
 
 // The receive windows of one tenant's QUIC connections grow, together,
@@ -50,6 +52,11 @@ func TestHTTP3WindowGrowthPerTenant(t *testing.T) {
 	t.Logf("%d connections uploading to a member that stopped reading: their windows grew by %d bytes together (bound %d), %d growths refused", conns, peak, bound, stopped)
 	if peak > bound || stopped == 0 {
 		t.Errorf("the tenant's windows grew by %d bytes and %d growths were refused, want at most %d (the bound) and some refused", peak, stopped, bound)
+	}
+	// The operator sees the refusals on the listener.
+	counted := refusedFor(p.metrics.(*metrics.Memory), RefusedTenantWindow)
+	if counted < stopped {
+		t.Errorf("%s refusals counted on the listener: %d, want the %d growths refused", RefusedTenantWindow, counted, stopped)
 	}
 	for _, c := range clients {
 		c.tr.Close()

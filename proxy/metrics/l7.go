@@ -42,11 +42,23 @@ type httpMemberCounters struct {
 	latency Histogram
 }
 
+// ReasonTenantBodies is the reason ConnRefused counts an HTTP/2 stream
+// under, on its listener, that was reset as its tenant's buffered HTTP/2
+// bodies on this host reached their bound (l7.MaxTenantH2Bodies: request
+// bodies its members have not read, responses its clients have not
+// taken), the requests that end with l7.OutcomeBodyLimit.
+const ReasonTenantBodies = "tenant-bodies"
+
 // Request implements l7.Metrics: it counts one finished HTTP request per
 // listener (by code class, body bytes, total and upstream latency) and
 // per member (requests, and failures: 5xx answers and upstream errors).
-// It allocates nothing once a listener's and a member's counters exist.
+// A request reset at its tenant's body bound is counted as a refusal too
+// (ReasonTenantBodies). It allocates nothing once a listener's and a
+// member's counters exist.
 func (m *Memory) Request(s l7.RequestStats) {
+	if s.Outcome == l7.OutcomeBodyLimit {
+		m.ConnRefused(s.LB, s.Listener, ReasonTenantBodies)
+	}
 	c := m.http.get(httpKey{s.LB, s.Listener})
 	c.byClass[codeClass(s.Status)].Add(1)
 	c.reqBytes.Add(s.RequestBytes)

@@ -1,9 +1,12 @@
 package metrics
 
 import (
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/teapot-lb/teapot-lb/proxy/l7"
 )
 
 func TestMemoryReport(t *testing.T) {
@@ -102,5 +105,28 @@ func TestBucketsResolveWebLatencies(t *testing.T) {
 		if got := Quantile(m.Report().Members[0].Latency, 0.99); got != tc.p99 {
 			t.Errorf("p99 of %s: %s, want %s", tc.took, got, tc.p99)
 		}
+	}
+}
+
+// A request its tenant's HTTP/2 body bound reset is counted on its
+// listener as a tenant-bodies refusal; other requests are not.
+func TestBodyLimitCountedAsRefusal(t *testing.T) {
+	m := &Memory{}
+	m.Request(l7.RequestStats{LB: "acme/web", Listener: "192.0.2.2:443/tcp", Status: 200, Outcome: l7.OutcomeOK})
+	m.Request(l7.RequestStats{LB: "acme/web", Listener: "192.0.2.2:443/tcp", Outcome: l7.OutcomeBodyLimit})
+	m.Request(l7.RequestStats{LB: "acme/web", Listener: "192.0.2.2:443/tcp", Outcome: l7.OutcomeBodyLimit})
+	var got int64
+	for _, l := range m.Report().Listeners {
+		got += l.Refused[ReasonTenantBodies]
+	}
+	if got != 2 {
+		t.Errorf("%s refusals: %d, want 2", ReasonTenantBodies, got)
+	}
+	var out strings.Builder
+	if err := NewCollector(m, CollectorConfig{}).WriteText(&out); err != nil {
+		t.Fatal(err)
+	}
+	if want := `reason="tenant-bodies"`; !strings.Contains(out.String(), want) {
+		t.Errorf("the exposition has no %s:\n%s", want, out.String())
 	}
 }

@@ -106,7 +106,7 @@ var (
 
 	famConns      = newFamily("connections_total", "counter", "Connections (UDP: flows) accepted by a listener.", lbLabels...)
 	famActive     = newFamily("connections_active", "gauge", "Connections (UDP: flows) open now.", lbLabels...)
-	famRefused    = newFamily("connections_refused_total", "counter", "Connections, flows or HTTP/2 streams turned away, by reason (no-member, listener-limit, tenant-limit, host-limit, not-tls, tenant-streams, source, rate-limit, client-source; and for HTTP/3 listeners connection IDs not issued, connection-ids, and stateless resets not sent, stateless-reset).", append(lbLabels, "reason")...)
+	famRefused    = newFamily("connections_refused_total", "counter", "Connections, flows or HTTP/2 streams turned away, by reason (no-member, listener-limit, tenant-limit, host-limit, not-tls, tenant-streams, source, rate-limit, client-source; HTTP/2 streams reset at the tenant's bound on buffered bodies, tenant-bodies; and for HTTP/3 listeners connection IDs not issued, connection-ids, stateless resets not sent, stateless-reset, and receive windows not grown, tenant-window).", append(lbLabels, "reason")...)
 	famConnDur    = newFamily("connection_duration_seconds", "histogram", "Lifetime of finished connections and flows.", lbLabels...)
 	famBytesIn    = newFamily("received_bytes_total", "counter", "Bytes received from clients (HTTP listeners: request bodies).", lbLabels...)
 	famBytesOut   = newFamily("sent_bytes_total", "counter", "Bytes sent to clients (HTTP listeners: response bodies).", lbLabels...)

@@ -49,7 +49,7 @@ func TestCollectorExportsAndFolds(t *testing.T) {
 teapot_lb_connections_active{lb="acme/_other",listener="_other",tenant="acme"} 1
 teapot_lb_connections_active{lb="acme/a",listener="192.0.2.1:80/tcp",tenant="acme"} 0
 teapot_lb_connections_active{lb="acme/b",listener="192.0.2.1:80/tcp",tenant="acme"} 1
-# HELP teapot_lb_connections_refused_total Connections, flows or HTTP/2 streams turned away, by reason (no-member, listener-limit, tenant-limit, host-limit, not-tls, tenant-streams, source, rate-limit, client-source; and for HTTP/3 listeners connection IDs not issued, connection-ids, and stateless resets not sent, stateless-reset).
+# HELP teapot_lb_connections_refused_total Connections, flows or HTTP/2 streams turned away, by reason (no-member, listener-limit, tenant-limit, host-limit, not-tls, tenant-streams, source, rate-limit, client-source; HTTP/2 streams reset at the tenant's bound on buffered bodies, tenant-bodies; and for HTTP/3 listeners connection IDs not issued, connection-ids, stateless resets not sent, stateless-reset, and receive windows not grown, tenant-window).
 # TYPE teapot_lb_connections_refused_total counter
 teapot_lb_connections_refused_total{lb="acme/_other",listener="_other",reason="host-limit",tenant="acme"} 0
 teapot_lb_connections_refused_total{lb="acme/_other",listener="_other",reason="listener-limit",tenant="acme"} 0
