@@ -71,7 +71,18 @@ type conn struct {
 	ending     bool
 	unreg      bool
 	last       int64
-	tenantHeld *int
+	tenant     *tenantBufs
+}
+
+// tenantBufs is what one tenant's connections on a worker hold together
+// (TenantShare), and how many they are.
+type tenantBufs struct {
+	held int
+	// pending is what the receives armed since the last submission may
+	// take (with the kernel's multishot bound): reserved until the ring
+	// is entered, when a receive whose bytes wait takes them at once.
+	pending int
+	conns   int
 }
 
 func (c *conn) ud(kind int) uint64 { return uint64(c.id)<<8 | uint64(kind) }
@@ -83,8 +94,10 @@ func (c *conn) slot(side int) int32 { return int32(2*c.id) + int32(side) }
 // holds enough.
 func (c *conn) arm(w *worker, d int) {
 	dir := &c.dir[d]
+	t := c.tenant
+	free := TenantShare - t.held - t.pending
 	if c.ending || !c.registered || dir.recvArmed || dir.eof || dir.paused(w.now) ||
-		dir.n >= MaxHeld/2 || *c.tenantHeld >= TenantShare {
+		dir.n >= MaxHeld/2 || free <= 0 {
 		if !c.ending && !dir.recvArmed && !dir.eof && !dir.paused(w.now) && dir.n == 0 && !dir.sending && !dir.listed {
 			// Nothing of its own would start it again: the worker does
 			// once buffers come back.
@@ -101,8 +114,15 @@ func (c *conn) arm(w *worker, d int) {
 	s.bufIndex = w.br.gid
 	if w.mshotLimit {
 		// The receive ends by itself once it has taken what this
-		// direction and its tenant may still hold: no overshoot.
-		s.fileIndex = int32(min(MaxHeld-dir.n, TenantShare-*c.tenantHeld) * BufSize)
+		// direction and its tenant may still hold. What it may take is
+		// reserved until the submission, so that the tenant's receives
+		// armed together cannot take more than it has left between them.
+		lim := min(MaxHeld-dir.n, free)
+		s.fileIndex = int32(lim * BufSize)
+		if t.pending == 0 {
+			w.pendingTenants = append(w.pendingTenants, t)
+		}
+		t.pending += lim
 	}
 	s.userData = c.ud(kRecv0 + d)
 	dir.recvArmed = true
@@ -131,7 +151,7 @@ func (c *conn) pump(w *worker, d int) {
 		dir.sending = true
 		c.inflight++
 	}
-	if dir.recvArmed && !dir.cancelSent && (dir.n >= MaxHeld || *c.tenantHeld >= TenantShare) {
+	if dir.recvArmed && !dir.cancelSent && (dir.n >= MaxHeld || c.tenant.held >= TenantShare) {
 		c.cancel(w, c.ud(kRecv0+d))
 		dir.cancelSent = true
 	}
@@ -261,7 +281,7 @@ func (c *conn) received(w *worker, d int, res int32, flags uint32) {
 	}
 	if flags&cqeFBuffer != 0 {
 		id := uint16(flags >> cqeBufferShift)
-		*c.tenantHeld++
+		c.tenant.held++
 		w.rl.held.Add(1)
 		if res <= 0 || c.ending {
 			w.giveBack(c, id)

@@ -215,7 +215,12 @@ type worker struct {
 	starvedSpare []uint32
 	// bufs follows each buffer a direction holds.
 	bufs    [Bufs]bufState
-	tenants map[string]*int
+	tenants map[string]*tenantBufs
+	// pendingTenants have receives armed since the last submission
+	// (tenantBufs.pending); refeed: their reservations were let go, and
+	// the starved directions may start again.
+	pendingTenants []*tenantBufs
+	refeed         bool
 	// mshotLimit: the kernel bounds a multishot receive's bytes (6.17).
 	mshotLimit bool
 	handleF    func(*cqe)
@@ -249,7 +254,7 @@ const (
 )
 
 func startWorker(rl *Relay) (*worker, error) {
-	w := &worker{rl: rl, started: make(chan error, 1), tenants: map[string]*int{}}
+	w := &worker{rl: rl, started: make(chan error, 1), tenants: map[string]*tenantBufs{}}
 	w.handleF = w.handle
 	rl.wg.Add(1)
 	go w.run()
@@ -344,6 +349,12 @@ func (w *worker) run() {
 		}
 		err := w.r.enter(wait)
 		w.sleeping.Store(false)
+		for _, t := range w.pendingTenants {
+			t.pending = 0
+			w.refeed = true
+		}
+		clear(w.pendingTenants)
+		w.pendingTenants = w.pendingTenants[:0]
 		if err != nil {
 			// Nothing recovers a ring that cannot be entered: end every
 			// connection (their callers reset them).
@@ -540,12 +551,13 @@ func (w *worker) add(h *Handle) {
 	w.freeIDs = w.freeIDs[:len(w.freeIDs)-1]
 	h.id = id
 	c := &w.conns[id]
-	held, ok := w.tenants[h.spec.Tenant]
+	t, ok := w.tenants[h.spec.Tenant]
 	if !ok {
-		held = new(int)
-		w.tenants[h.spec.Tenant] = held
+		t = &tenantBufs{}
+		w.tenants[h.spec.Tenant] = t
 	}
-	*c = conn{h: h, id: id, last: w.now, tenantHeld: held}
+	*c = conn{h: h, id: id, last: w.now, tenant: t}
+	t.conns++
 	c.fds = [2]int32{int32(h.spec.A), int32(h.spec.B)}
 	w.live++
 	s := w.sqe()
@@ -572,7 +584,11 @@ func (w *worker) release(c *conn) {
 			w.giveBack(c, dir.pop(w))
 		}
 	}
-	c.h = nil
+	t := c.tenant
+	if t.conns--; t.conns == 0 && t.held == 0 && t.pending == 0 {
+		delete(w.tenants, h.spec.Tenant)
+	}
+	c.h, c.tenant = nil, nil
 	w.freeIDs = append(w.freeIDs, c.id)
 	w.live--
 	w.reserved.Add(-1)
@@ -584,16 +600,17 @@ func (w *worker) release(c *conn) {
 func (w *worker) giveBack(c *conn, id uint16) {
 	w.br.add(id)
 	w.dirty = true
-	*c.tenantHeld--
+	c.tenant.held--
 	w.rl.held.Add(-1)
 }
 
 // feedStarved re-arms the receives that ran out of buffers, now that
 // some came back.
 func (w *worker) feedStarved() {
-	if len(w.starved) == 0 || !w.dirty {
+	if len(w.starved) == 0 || !w.dirty && !w.refeed {
 		return
 	}
+	w.refeed = false
 	list := w.starved
 	w.starved = w.starvedSpare[:0]
 	for _, v := range list {
