@@ -75,8 +75,10 @@ lint: ## go vet (the appliance and the conformance module) and gofmt
 # them beside the unit tests instead (TEAPOT_SCENARIOS=parallel, then =alone:
 # scenarios/phase_test.go) timed out requests of the Kubernetes lab and a
 # proxy flood test's p99 on 2 cores, so it is not the default.
-test: lint kube-tools ## lint, then every test with the race detector
-	CGO_ENABLED=1 go test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+# Its output is go test's without -v, then the test time: the slowest tests
+# and packages of the run (scenarios/testreport reads go test -json).
+test: lint kube-tools ## lint, then every test with the race detector, then the slowest tests
+	CGO_ENABLED=1 go test -race -count=1 -timeout $(TEST_TIMEOUT) -json ./... | go run ./scenarios/testreport -slowest 30
 
 # The rule tests of the scenarios package (dependencies, doc comments, file
 # sizes): they read `go list` and the tree, and start nothing.
