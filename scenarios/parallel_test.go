@@ -58,6 +58,9 @@ func parallelScenarioTaking(t *testing.T, d time.Duration) {
 	t.Parallel()
 	parallelSlots.acquire(d)
 	t.Cleanup(parallelSlots.release)
+	// make test's report counts the scenario's time from here, not from
+	// its wait for a place (scenarios/testreport).
+	t.Log("testreport: running")
 }
 
 // setParallelWidth runs in TestMain before the tests: unless -parallel

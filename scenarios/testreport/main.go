@@ -35,6 +35,11 @@ type event struct {
 	FailedBuild string
 }
 
+// RunningMark, logged by a test (t.Log), says that it starts its work
+// only now: its time is counted from there (a parallel scenario that
+// waited for a place of its own; scenarios/parallel_test.go).
+const RunningMark = "testreport: running"
+
 // timing is the wall time of a finished top-level test or package.
 type timing struct {
 	pkg, test string
@@ -50,13 +55,16 @@ type report struct {
 	lines map[[2]string][]string
 	// pkgLines are each package's output outside its tests.
 	pkgLines map[string][]string
-	tests    []timing
-	pkgs     []timing
-	failed   bool
+	// resumed is when each running top-level test last started to run:
+	// a parallel test's time is counted from there, not from its pause.
+	resumed map[[2]string]time.Time
+	tests   []timing
+	pkgs    []timing
+	failed  bool
 }
 
 func newReport(out io.Writer) *report {
-	return &report{out: out, lines: map[[2]string][]string{}, pkgLines: map[string][]string{}}
+	return &report{out: out, lines: map[[2]string][]string{}, pkgLines: map[string][]string{}, resumed: map[[2]string]time.Time{}}
 }
 
 // top is the top-level test a test or subtest belongs to.
@@ -118,19 +126,31 @@ func (r *report) printSummary(pkg string) {
 func (r *report) testEvent(e event) {
 	k := [2]string{e.Package, top(e.Test)}
 	switch e.Action {
+	case "run", "cont":
+		if e.Test == k[1] && !e.Time.IsZero() {
+			r.resumed[k] = e.Time
+		}
 	case "output":
 		r.lines[k] = append(r.lines[k], e.Output)
+		if strings.HasSuffix(e.Output, RunningMark+"\n") && !e.Time.IsZero() {
+			r.resumed[k] = e.Time
+		}
 	case "pass", "skip", "fail":
 		if e.Test != k[1] {
 			return // a subtest: its lines stay with its top-level test
 		}
+		elapsed := seconds(e.Elapsed)
+		if at, ok := r.resumed[k]; ok && !e.Time.IsZero() {
+			elapsed = e.Time.Sub(at)
+		}
+		delete(r.resumed, k)
 		failed := e.Action == "fail"
 		if failed {
 			r.failed = true
 			fmt.Fprint(r.out, strings.Join(r.lines[k], ""))
 		}
 		if e.Action != "skip" {
-			r.tests = append(r.tests, timing{pkg: e.Package, test: e.Test, elapsed: seconds(e.Elapsed), failed: failed})
+			r.tests = append(r.tests, timing{pkg: e.Package, test: e.Test, elapsed: elapsed, failed: failed})
 		}
 		delete(r.lines, k)
 	}
@@ -145,7 +165,7 @@ func (r *report) summary(slowest int, wall time.Duration) {
 	slices.SortStableFunc(r.pkgs, byTime)
 	fmt.Fprintf(r.out, "\ntest time: %d top-level tests in %d packages, %s of wall time from the first event to the last\n",
 		len(r.tests), len(r.pkgs), wall.Round(time.Second))
-	fmt.Fprintf(r.out, "the %d slowest tests (a parallel test's time includes its wait for a slot):\n", min(slowest, len(r.tests)))
+	fmt.Fprintf(r.out, "the %d slowest tests (a parallel test's time from when it resumed, or logged %q):\n", min(slowest, len(r.tests)), RunningMark)
 	for _, t := range r.tests[:min(slowest, len(r.tests))] {
 		mark := ""
 		if t.failed {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The events of one `go test -json` run (testdata/events.json) over five
@@ -27,7 +28,7 @@ func TestReportPrintsWhatFailedAndTheSlowest(t *testing.T) {
 		}
 		r.event(e)
 	}
-	r.summary(3, 0)
+	r.summary(10, 0)
 	got := out.String()
 	for _, want := range []string{
 		"    a_test.go:5: sub said\n",       // a failed subtest's log
@@ -76,5 +77,29 @@ func TestReportPassing(t *testing.T) {
 	}
 	if got := out.String(); got != "ok  \tp\t1.6s\n" {
 		t.Errorf("printed %q, want only the package's line", got)
+	}
+}
+
+// A test's time counts from its last resume, or from the mark it logs.
+func TestReportCountsFromTheMark(t *testing.T) {
+	var out strings.Builder
+	r := newReport(&out)
+	at := func(s float64) time.Time { return time.Unix(1000, 0).Add(seconds(s)) }
+	for _, e := range []event{
+		{Action: "run", Package: "p", Test: "TestP", Time: at(0)},
+		{Action: "pause", Package: "p", Test: "TestP", Time: at(0)},
+		{Action: "cont", Package: "p", Test: "TestP", Time: at(100)},
+		{Action: "output", Package: "p", Test: "TestP", Output: "    parallel_test.go:60: " + RunningMark + "\n", Time: at(400)},
+		{Action: "pass", Package: "p", Test: "TestP", Elapsed: 430, Time: at(430)},
+		{Action: "run", Package: "p", Test: "TestQ", Time: at(430)},
+		{Action: "pass", Package: "p", Test: "TestQ", Elapsed: 12, Time: at(442)},
+	} {
+		r.event(e)
+	}
+	r.summary(5, 0)
+	for _, want := range []string{"    30.0s  p TestP\n", "    12.0s  p TestQ\n"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("the report has no %q:\n%s", want, out.String())
+		}
 	}
 }
