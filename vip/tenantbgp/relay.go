@@ -175,7 +175,8 @@ type sessionState struct {
 }
 
 // New starts the relay's BGP speaker (when cfg.ASN is set). It opens no
-// port: it dials the tenants' speakers.
+// port on the host's addresses: it dials the tenants' speakers (an
+// attached tenant's through a loopback tunnel, attached.go).
 func New(cfg Config) (*Relay, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
