@@ -438,17 +438,24 @@ pools:
 		}
 		return nil
 	}
+	// The routes first: a request to a pod with no route is a connect
+	// failure, and three in a row eject the member for 5 s.
+	routed := func() error {
+		for _, tn := range []string{ta, tb} {
+			got, err := attachedRoutes("teapot-att-" + tn)
+			if err != nil {
+				return err
+			}
+			if want := map[string]string{attachPodRange: "10.0.0.10"}; !mapsEqual(got, want) {
+				return fmt.Errorf("teapot-att-%s has the relay's routes %v, want %v", tn, got, want)
+			}
+		}
+		return nil
+	}
+	waitFor(t, 30*time.Second, "each tenant's pod range in its namespace", routed)
+	t.Logf("both pod ranges installed in their namespaces %s after the BIRDs started", time.Since(bgpStart).Round(time.Millisecond))
 	waitFor(t, 30*time.Second, "each tenant's pod through its load balancer, over its BGP route", pods)
 	t.Logf("both tenants' pods served over their BGP routes %s after their BIRDs started", time.Since(bgpStart).Round(time.Millisecond))
-	for _, tn := range []string{ta, tb} {
-		got, err := attachedRoutes("teapot-att-" + tn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if want := map[string]string{attachPodRange: "10.0.0.10"}; !mapsEqual(got, want) {
-			t.Errorf("teapot-att-%s has the relay's routes %v, want %v", tn, got, want)
-		}
-	}
 	if got, err := attachedRoutes(""); err != nil || got[attachPodRange] != "" {
 		t.Errorf("the host's own table has the relay's routes %v (%v): an attached tenant's route leaked", got, err)
 	}
@@ -525,6 +532,7 @@ pools:
 	})
 
 	t.Logf("served again %s after the restart", time.Since(restarted).Round(time.Millisecond))
+	waitFor(t, 30*time.Second, "both pod ranges in their namespaces again after the restart", routed)
 	waitFor(t, 30*time.Second, "both tenants' pods over their BGP routes again after the restart", pods)
 	t.Logf("pods served again %s after the restart", time.Since(restarted).Round(time.Millisecond))
 
