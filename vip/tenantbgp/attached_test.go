@@ -24,8 +24,9 @@ import (
 )
 
 // nsPair is a tenant's side of a host, made of two namespaces joined by a
-// veth pair: the host's attachment (10.0.0.2/24) and the tenant's node
-// (10.0.0.10/24), as vip/attach and a VXLAN tunnel would join them.
+// veth pair: the host's attachment (10.0.0.2/24, 2001:db8::2/64) and the
+// tenant's node (10.0.0.10/24, 2001:db8::10/64), as vip/attach and a
+// VXLAN tunnel would join them.
 type nsPair struct{ host, node string }
 
 func newNSPair(t *testing.T, tag string) nsPair {
@@ -43,6 +44,8 @@ func newNSPair(t *testing.T, tag string) nsPair {
 		{"-n", p.host, "link", "add", "a0", "type", "veth", "peer", "name", "b0", "netns", p.node},
 		{"-n", p.host, "addr", "add", "10.0.0.2/24", "dev", "a0"},
 		{"-n", p.node, "addr", "add", "10.0.0.10/24", "dev", "b0"},
+		{"-n", p.host, "addr", "add", "2001:db8::2/64", "dev", "a0", "nodad"},
+		{"-n", p.node, "addr", "add", "2001:db8::10/64", "dev", "b0", "nodad"},
 		{"-n", p.host, "link", "set", "a0", "up"}, {"-n", p.node, "link", "set", "b0", "up"},
 		{"-n", p.host, "link", "set", "lo", "up"}, {"-n", p.node, "link", "set", "lo", "up"},
 	} {
@@ -94,22 +97,31 @@ func (p pairs) InNamespace(tenant string, fn func() error) error { return inNetn
 // on the goroutine that serves it, which runs inside the namespace.
 func startNodeSpeaker(t *testing.T, p nsPair, password string, prefixes ...string) {
 	t.Helper()
+	startNodeSpeakerAt(t, p, "10.0.0.10", "10.0.0.2", password, prefixes...)
+}
+
+// startNodeSpeakerAt is startNodeSpeaker on the node's address self,
+// peering with the host's address host.
+func startNodeSpeakerAt(t *testing.T, p nsPair, self, host, password string, prefixes ...string) {
+	t.Helper()
 	srv := server.NewBgpServer()
 	go func() { _ = inNetns(p.node, func() error { srv.Serve(); return nil }) }()
 	t.Cleanup(srv.Stop)
 	ctx := t.Context()
 	if err := srv.StartBgp(ctx, &gobgpapi.StartBgpRequest{Global: &gobgpapi.Global{Asn: 64600, RouterId: "10.0.0.10",
-		ListenPort: 179, ListenAddresses: []string{"10.0.0.10"}}}); err != nil {
+		ListenPort: 179, ListenAddresses: []string{self}}}); err != nil {
 		t.Fatal(err)
+	}
+	six := netip.MustParseAddr(self).Is6()
+	fam := &gobgpapi.Family{Afi: gobgpapi.Family_AFI_IP, Safi: gobgpapi.Family_SAFI_UNICAST}
+	if six {
+		fam.Afi = gobgpapi.Family_AFI_IP6
 	}
 	if err := srv.AddPeer(ctx, &gobgpapi.AddPeerRequest{Peer: &gobgpapi.Peer{
-		Conf:      &gobgpapi.PeerConf{NeighborAddress: "10.0.0.2", PeerAsn: 65001, AuthPassword: password},
+		Conf:      &gobgpapi.PeerConf{NeighborAddress: host, PeerAsn: 65001, AuthPassword: password},
 		Transport: &gobgpapi.Transport{PassiveMode: true},
+		AfiSafis:  []*gobgpapi.AfiSafi{{Config: &gobgpapi.AfiSafiConfig{Family: fam, Enabled: true}}},
 	}}); err != nil {
-		t.Fatal(err)
-	}
-	nh, err := bgp.NewPathAttributeNextHop(netip.MustParseAddr("10.0.0.10"))
-	if err != nil {
 		t.Fatal(err)
 	}
 	for _, s := range prefixes {
@@ -117,8 +129,22 @@ func startNodeSpeaker(t *testing.T, p nsPair, password string, prefixes ...strin
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := srv.AddPath(apiutil.AddPathRequest{Paths: []*apiutil.Path{{Family: bgp.RF_IPv4_UC, Nlri: nlri,
-			Attrs: []bgp.PathAttributeInterface{bgp.NewPathAttributeOrigin(bgp.BGP_ORIGIN_ATTR_TYPE_IGP), nh}}}}); err != nil {
+		origin := bgp.NewPathAttributeOrigin(bgp.BGP_ORIGIN_ATTR_TYPE_IGP)
+		path := &apiutil.Path{Family: bgp.RF_IPv4_UC, Nlri: nlri}
+		if six {
+			reach, err := bgp.NewPathAttributeMpReachNLRI(bgp.RF_IPv6_UC, []bgp.PathNLRI{{NLRI: nlri}}, netip.MustParseAddr(self))
+			if err != nil {
+				t.Fatal(err)
+			}
+			path.Family, path.Attrs = bgp.RF_IPv6_UC, []bgp.PathAttributeInterface{origin, reach}
+		} else {
+			nh, err := bgp.NewPathAttributeNextHop(netip.MustParseAddr(self))
+			if err != nil {
+				t.Fatal(err)
+			}
+			path.Attrs = []bgp.PathAttributeInterface{origin, nh}
+		}
+		if _, err := srv.AddPath(apiutil.AddPathRequest{Paths: []*apiutil.Path{path}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -128,7 +154,7 @@ func startNodeSpeaker(t *testing.T, p nsPair, password string, prefixes ...strin
 func nsRoutesOf(name string) (map[netip.Prefix]netip.Addr, error) {
 	got := map[netip.Prefix]netip.Addr{}
 	err := inNetns(name, func() error {
-		rs, err := netlink.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Protocol: RouteProtocol, Table: unix.RT_TABLE_MAIN},
+		rs, err := netlink.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Protocol: RouteProtocol, Table: unix.RT_TABLE_MAIN},
 			netlink.RT_FILTER_PROTOCOL|netlink.RT_FILTER_TABLE)
 		for i := range rs {
 			if p, nh, ok := routeOf(&rs[i]); ok {
@@ -243,6 +269,38 @@ func TestRelayAttachedUnreachable(t *testing.T) {
 		if len(ss) != 1 || !strings.Contains(ss[0].GetReason(), "cannot reach 10.0.0.10 from inside teapot-att-a") ||
 			!strings.Contains(ss[0].GetReason(), "refused") {
 			return fmt.Errorf("sessions %v", ss)
+		}
+		return nil
+	})
+}
+
+// An attached tenant's IPv6 speaker: the session to it is IPv6 unicast,
+// carried like an IPv4 one (gobgp's side of the tunnel is an IPv4
+// loopback address), and its route lands in the namespace's IPv6 table.
+func TestRelayAttachedIPv6(t *testing.T) {
+	pa := newNSPair(t, "6")
+	r, err := New(Config{ASN: 65001, RouterID: "127.0.0.1", Routes: &memRoutes{}, NodeID: "lb1", Attachments: pairs{"a": pa}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	startNodeSpeakerAt(t, pa, "2001:db8::10", "2001:db8::2", "", "2001:db8:1::/64")
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go r.Run(ctx)
+	r.Update([]*pb.Object{{Kind: &pb.Object_Tenant{Tenant: &pb.Tenant{Name: "a", Networks: []string{"2001:db8::/64", "2001:db8:1::/48"},
+		Attachment: &pb.TenantAttachment{Vxlan: &pb.AttachmentVXLAN{Vni: 100, Remotes: []string{"203.0.113.2"}}, Hosts: map[string]string{"lb1": "2001:db8::2/64"}},
+		Bgp:        &pb.TenantBGP{Asn: 64600, Peers: []string{"2001:db8::10"}}}}}})
+	want := map[netip.Prefix]netip.Addr{netip.MustParsePrefix("2001:db8:1::/64"): netip.MustParseAddr("2001:db8::10")}
+	waitUntil(t, "the IPv6 route in the namespace", func() error {
+		got, err := nsRoutesOf(pa.host)
+		if err != nil {
+			return err
+		}
+		if !maps.Equal(got, want) {
+			var h pb.HostObservation
+			r.Observe(observe.Filter{Tenant: "a"}, &h)
+			return fmt.Errorf("routes %v, want %v; observed %v", got, want, h.GetTenantBgp())
 		}
 		return nil
 	})
