@@ -139,15 +139,8 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 	}
 	// The tenants' BGP sessions: before the VIP manager (see
 	// vip.BGPIdentity), stopped after it.
-	asn, routerID := vip.BGPIdentity(vcfg)
-	upstream := &upstreamTo{}
-	relay, err := tenantbgp.New(tenantbgp.Config{ASN: asn, RouterID: routerID, Logger: log, Events: host.Events().Add, Reannounce: upstream.announce, FabricSessions: upstream.fabricSessions})
-	if err != nil {
-		return err
-	}
-	stack.Push(relay.Close)
-	host.Add(relay)
-	// Attached tenants' namespaces, from which their members are dialled.
+	// Attached tenants' namespaces, from which their members are dialled
+	// and their BGP sessions made.
 	attachments, err := attach.New(attach.Config{NodeID: cfg.NodeID, Logger: log, Events: host.Events().Add, NetnsDir: cfg.NetnsDir})
 	if err != nil {
 		return err
@@ -155,6 +148,15 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 	stack.Push(attachments.Close)
 	host.Add(attachmentSource{attachments})
 	go attachments.Run(ctx)
+	asn, routerID := vip.BGPIdentity(vcfg)
+	upstream := &upstreamTo{}
+	relay, err := tenantbgp.New(tenantbgp.Config{ASN: asn, RouterID: routerID, Logger: log, Events: host.Events().Add, Reannounce: upstream.announce, FabricSessions: upstream.fabricSessions,
+		NodeID: cfg.NodeID, Attachments: attachments})
+	if err != nil {
+		return err
+	}
+	stack.Push(relay.Close)
+	host.Add(relay)
 	vm, err := vip.Open(vcfg)
 	if err != nil {
 		return err

@@ -170,6 +170,12 @@ const (
 	// address (pools.*.clientSource). A host of an earlier release
 	// ignores it and dials from its own address.
 	FeatureClientSource = "client-source"
+	// FeatureTenantBGPAttached: BGP sessions of an attached tenant
+	// (tenant.bgp with tenant.attachment), made and installed inside its
+	// namespace. A host of an earlier release would dial the tenant's
+	// speakers from its own routing table, where another tenant or the
+	// host may own the same addresses, and install its routes there.
+	FeatureTenantBGPAttached = "tenant-bgp-attached"
 )
 
 // FeatureLevel is the highest cluster feature level this release
@@ -220,6 +226,7 @@ var featureLevels = map[string]uint32{
 	FeatureTenantCPU:           6,
 	FeaturePoolAttachment:      6,
 	FeatureClientSource:        7,
+	FeatureTenantBGPAttached:   7,
 }
 
 // LevelOf is the feature level a feature needs on every host (0 for a
@@ -261,7 +268,7 @@ func FeatureRefusal(uses []FeatureUse, need uint32, older []string) error {
 
 // Features returns the features this release serves.
 func Features() []string {
-	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureNotFoundRoutes, FeatureCORS, FeatureClientValidation, FeatureRouteRetry, FeatureBackendHeaders, FeatureBackendTLS, FeatureWAFExclusions, FeatureTLSTerminate, FeatureMisdirectedRequests, FeatureRateLimitHeader, FeatureWriteBudget, FeaturePoolInterface, FeatureTenantBGPUpdateRate, FeatureACMEWildcard, FeatureHTTP3, FeatureWAFRules, FeatureDNSKeyRollover, FeatureTenantBGPTotal, FeatureTenantBGPReannounce, FeatureTenantAttachment, FeatureHTTP3ZeroRTT, FeatureTenantCPU, FeaturePoolAttachment, FeatureClientSource}
+	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureNotFoundRoutes, FeatureCORS, FeatureClientValidation, FeatureRouteRetry, FeatureBackendHeaders, FeatureBackendTLS, FeatureWAFExclusions, FeatureTLSTerminate, FeatureMisdirectedRequests, FeatureRateLimitHeader, FeatureWriteBudget, FeaturePoolInterface, FeatureTenantBGPUpdateRate, FeatureACMEWildcard, FeatureHTTP3, FeatureWAFRules, FeatureDNSKeyRollover, FeatureTenantBGPTotal, FeatureTenantBGPReannounce, FeatureTenantAttachment, FeatureHTTP3ZeroRTT, FeatureTenantCPU, FeaturePoolAttachment, FeatureClientSource, FeatureTenantBGPAttached}
 }
 
 // FeatureUse is one place where a write uses a feature: the feature and
@@ -297,6 +304,9 @@ func FeaturesUsed(obj *pb.Object) []FeatureUse {
 		}
 		if t.GetAttachment() != nil {
 			out = append(out, FeatureUse{Feature: FeatureTenantAttachment, Field: RefString(RefOf(obj)) + ": attachment"})
+			if t.GetBgp() != nil {
+				out = append(out, FeatureUse{Feature: FeatureTenantBGPAttached, Field: RefString(RefOf(obj)) + ": bgp with attachment"})
+			}
 		}
 		if t.GetQuotas().GetWriteBytesPerSecond() != 0 {
 			out = append(out, FeatureUse{Feature: FeatureWriteBudget, Field: RefString(RefOf(obj)) + ": quotas.writeBytesPerSecond"})

@@ -60,8 +60,8 @@ func checkTenantAttachment(ck *checker, t *pb.Tenant, nets []netip.Prefix, c Cat
 	if a == nil {
 		return
 	}
-	if t.GetBgp() != nil {
-		ck.invalidf("bgp", "cannot be used with attachment yet: the tenant's BGP sessions are dialled from the hosts' own routing table, not from the attachment's namespace; leave bgp out, or the attachment")
+	if t.GetBgp().GetReannounce() {
+		ck.invalidf("bgp.reannounce", "cannot be used with attachment: the tenant's routes live in its own address space (its namespace on each host, where they are installed), which the fabric routers do not reach, and its networks may be another tenant's too; announcing them upstream would leak a private prefix to the fabric. Leave reannounce (and community) out")
 	}
 	v := a.GetVxlan()
 	if v == nil {

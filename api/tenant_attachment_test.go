@@ -49,7 +49,10 @@ func TestValidateTenantAttachment(t *testing.T) {
 		{"gateway off the prefix", func(t *pb.Tenant) { t.Attachment.Gateway = "10.0.1.1" }, bad("attachment.gateway", "not on the prefix of any host's address")},
 		{"gateway", func(t *pb.Tenant) { t.Attachment.Gateway = "10.0.0.1" }, pass()},
 		{"mtu", func(t *pb.Tenant) { t.Attachment.Mtu = 100 }, bad("attachment.mtu", "100 is out of range; give 1280 to 9000 (0: 1450)")},
-		{"bgp", func(t *pb.Tenant) { t.Bgp = &pb.TenantBGP{Asn: 65001, Peers: []string{"10.0.0.9"}} }, bad("bgp", "cannot be used with attachment yet")},
+		{"bgp", func(t *pb.Tenant) { t.Bgp = &pb.TenantBGP{Asn: 65001, Peers: []string{"10.0.0.9"}} }, pass()},
+		{"bgp reannounce", func(t *pb.Tenant) {
+			t.Bgp = &pb.TenantBGP{Asn: 65001, Peers: []string{"10.0.0.9"}, Reannounce: true, Community: "64512:1"}
+		}, bad("bgp.reannounce", "cannot be used with attachment: the tenant's routes live in its own address space")},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -100,6 +103,18 @@ func TestTenantAttachmentFeatureLevel(t *testing.T) {
 	uses := FeaturesUsed(obj)
 	if len(uses) != 1 || uses[0].Feature != FeatureTenantAttachment || !strings.HasSuffix(uses[0].Field, ": attachment") || LevelNeeded(uses) != 6 {
 		t.Fatalf("FeaturesUsed %v (level %d); want attachment at level 6", uses, LevelNeeded(uses))
+	}
+}
+
+// BGP sessions of an attached tenant need feature level 7: a host of an
+// earlier release would dial its speakers from its own routing table.
+func TestTenantBGPAttachedFeatureLevel(t *testing.T) {
+	t.Parallel()
+	tn := attached("a", 100)
+	tn.Bgp = &pb.TenantBGP{Asn: 65001, Peers: []string{"10.0.0.9"}}
+	uses := FeaturesUsed(&pb.Object{Kind: &pb.Object_Tenant{Tenant: tn}})
+	if LevelNeeded(uses) != 7 || uses[len(uses)-1].Feature != FeatureTenantBGPAttached {
+		t.Fatalf("FeaturesUsed %v (level %d); want bgp with attachment at level 7", uses, LevelNeeded(uses))
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -21,7 +22,11 @@ import (
 // tenantSide is a tenant's network behind a VXLAN tunnel: a namespace
 // joined to the host's namespace by a veth pair (the underlay, in
 // 203.0.113.0/24) with a VXLAN device of the tenant's VNI, on which an
-// echo member answers with the tenant's name on 10.0.0.10:8080.
+// echo member answers with the tenant's name on 10.0.0.10:8080. The
+// namespace is also the tenant's node: a pod behind it, 10.0.1.10
+// (in the node's pod range 10.0.1.0/24, which nothing routes to until
+// the node's BIRD announces it), answers "pod" and the tenant's name on
+// port 8080.
 type tenantSide struct {
 	name, ns         string
 	lbVTEP, tVTEP    string // underlay addresses: the LB host's side, the tenant's
@@ -58,6 +63,7 @@ func newTenantSide(t *testing.T, tag, name string, slot, vni, port int) *tenantS
 		in("link", "add", "vx0", "type", "vxlan", "id", fmt.Sprint(vni), "dstport", fmt.Sprint(port), "local", s.tVTEP, "remote", s.lbVTEP, "dev", peer),
 		in("addr", "add", "10.0.0.10/24", "dev", "vx0"),
 		in("link", "set", "vx0", "up"),
+		in("addr", "add", attachPod+"/32", "dev", "lo"),
 	}
 	for _, st := range steps {
 		if out, err := exec.Command(st[0], st[1:]...).CombinedOutput(); err != nil {
@@ -75,7 +81,95 @@ func newTenantSide(t *testing.T, tag, name string, slot, vni, port int) *tenantS
 	srv := &http.Server{Handler: http.HandlerFunc(s.serve), ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { srv.Close() })
+	pln, err := listenInNetns(s.ns, attachPod+":8080")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		io.WriteString(w, "pod "+s.name+"\n")
+	})}
+	go func() { _ = pod.Serve(pln) }()
+	t.Cleanup(func() { pod.Close() })
 	return s
+}
+
+// The tenant node's pod, its pod range, and the ASNs of the tenants'
+// nodes and of the LB host.
+const (
+	attachPod      = "10.0.1.10"
+	attachPodRange = "10.0.1.0/24"
+	attachNodeASN  = 64600
+	attachHostASN  = 65010
+)
+
+// startBird runs BIRD in the tenant's namespace as Calico runs it on a
+// node: an eBGP session with the LB host's address in the attachment,
+// 10.0.0.2, exporting the node's pod range with next hop itself; the
+// session is signed with password when it is set.
+func (s *tenantSide) startBird(t *testing.T, dir, password string) {
+	t.Helper()
+	auth := ""
+	if password != "" {
+		auth = fmt.Sprintf("password %q;", password)
+	}
+	log := filepath.Join(dir, "bird-"+s.name+".log")
+	conf := fmt.Sprintf(`log "%s" all;
+router id 10.0.0.10;
+protocol device { scan time 10; }
+protocol static pods { ipv4; route %s blackhole; }
+protocol bgp lb {
+  local 10.0.0.10 as %d;
+  neighbor 10.0.0.2 as %d;
+  ipv4 { import none; export all; };
+  connect retry time 1; connect delay time 1; error wait time 1, 2;
+  %s
+}
+`, log, attachPodRange, attachNodeASN, attachHostASN, auth)
+	path := filepath.Join(dir, "bird-"+s.name+".conf")
+	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "bird-"+s.name+".ctl")
+	cmd := exec.Command("ip", "netns", "exec", s.ns, "bird", "-f", "-c", path, "-s", sock, "-P", filepath.Join(dir, "bird-"+s.name+".pid"))
+	out, err := os.Create(filepath.Join(dir, "bird-"+s.name+".out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		out.Close()
+		if t.Failed() {
+			t.Logf("---- BIRD log of %s ----\n%s", s.name, tail(log, 30))
+		}
+	})
+}
+
+// attachedRoutes lists the routes of protocol 196 (the tenant BGP
+// relay's) in a namespace ("" for this process's own), prefix to next
+// hop.
+func attachedRoutes(ns string) (map[string]string, error) {
+	args := []string{"route", "show", "proto", fmt.Sprint(tenantRouteProto)}
+	if ns != "" {
+		args = append([]string{"-n", ns}, args...)
+	}
+	out, err := exec.Command("ip", args...).CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+	got := map[string]string{}
+	for line := range strings.Lines(string(out)) {
+		f := strings.Fields(line)
+		if len(f) >= 3 && f[1] == "via" {
+			got[f[0]] = f[2]
+		}
+	}
+	return got, nil
 }
 
 // serve answers with the tenant's name and counts checks and requests
@@ -178,29 +272,53 @@ func TestTenantAttachments(t *testing.T) {
 
 	c := newCluster(t)
 	start = time.Now() // the lab's time, without the build of the binary
-	n := c.bootstrap()
+	// The host has a bgp: section (its fabric router a closed loopback
+	// port): its relay peers with the tenants' nodes.
+	conf := filepath.Join(c.dir, "serve.yaml")
+	closed := freeAddrs(t, 1)[0]
+	_, closedPort, _ := net.SplitHostPort(closed)
+	if err := os.WriteFile(conf, []byte(fmt.Sprintf("bgp:\n  asn: %d\n  router-id: 127.0.0.1\n  peers: [{ address: 127.0.0.1, asn: 65000, port: %s }]\n", attachHostASN, closedPort)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n := c.newNode()
+	// A node id of its own: a host removes the namespaces its id owns
+	// that no tenant of its wants, and other labs on this machine run
+	// hosts named n1 with the same namespace directory.
+	n.id = fmt.Sprintf("att%d", pid)
+	c.start(n, "--config", conf)
+	c.waitMember(n)
 	webA, webB := freePortOn(t, attachVIPA), freePortOn(t, attachVIPB)
+	// Each tenant peers with its node's BIRD (tenant a's session signed
+	// with TCP MD5); /pod goes to the pod behind the node.
+	password := map[string]string{ta: "att-s3cret"}
 	manifest := func(tenant string, side *tenantSide, vip string, webPort int) string {
+		auth := ""
+		if p := password[tenant]; p != "" {
+			auth = ", password: " + p
+		}
 		return fmt.Sprintf(`
 kind: Tenant
 name: %[1]s
-networks: [10.0.0.0/24]
+networks: [10.0.0.0/24, %[10]s]
 pools: [att%[5]d]
 attachment:
   vxlan: { vni: %[2]d, remotes: [%[3]s], port: %[4]d }
   hosts: { %[7]s: 10.0.0.2/24 }
+bgp: { asn: %[9]d, peers: [10.0.0.10]%[11]s }
 ---
 kind: LoadBalancer
 name: web
 tenant: %[1]s
 vip: { pool: att%[5]d, address: %[8]s }
 listeners: [{ port: %[6]d, protocol: http }]
-routes: [{ path: /, pool: echo }]
+routes: [{ path: /pod, pool: pod }, { path: /, pool: echo }]
 pools:
   echo:
     members: ["10.0.0.10:8080"]
     healthCheck: { http: { path: /healthz }, interval: 1s }
-`, tenant, side.vni, side.tVTEP, port, pid, webPort, n.id, vip)
+  pod:
+    members: ["%[12]s:8080"]
+`, tenant, side.vni, side.tVTEP, port, pid, webPort, n.id, vip, attachNodeASN, attachPodRange, auth, attachPod)
 	}
 	dir := t.TempDir()
 	path := filepath.Join(dir, "m.yaml")
@@ -212,13 +330,13 @@ pools:
 		t.Fatalf("apply: %v\n%s", err, out)
 	}
 
-	get := func(port int) (string, error) {
+	getPath := func(port int, path string) (string, error) {
 		vip := attachVIPA
 		if port == webB {
 			vip = attachVIPB
 		}
 		cl := http.Client{Timeout: 3 * time.Second}
-		resp, err := cl.Get(fmt.Sprintf("http://%s:%d/", vip, port))
+		resp, err := cl.Get(fmt.Sprintf("http://%s:%d%s", vip, port, path))
 		if err != nil {
 			return "", err
 		}
@@ -229,6 +347,7 @@ pools:
 		}
 		return strings.TrimSpace(string(b)), nil
 	}
+	get := func(port int) (string, error) { return getPath(port, "/") }
 	for _, x := range []struct {
 		port   int
 		tenant string
@@ -292,6 +411,78 @@ pools:
 		return nil
 	})
 
+	// Each tenant's node announces the same pod range over BGP: the
+	// host's session with each is made from inside that tenant's
+	// namespace (10.0.0.10 is in both), each route lands in that
+	// tenant's namespace alone, and each load balancer reaches its own
+	// pod behind it.
+	if got, err := getPath(webA, "/pod"); err == nil {
+		t.Fatalf("the pod answered %q before any route to it", got)
+	}
+	needTools(t, "bird")
+	bgpStart := time.Now()
+	sa.startBird(t, dir, password[ta])
+	sb.startBird(t, dir, "")
+	pods := func() error {
+		for _, x := range []struct {
+			port   int
+			tenant string
+		}{{webA, ta}, {webB, tb}} {
+			got, err := getPath(x.port, "/pod")
+			if err != nil {
+				return err
+			}
+			if got != "pod "+x.tenant {
+				return errStop(fmt.Errorf("load balancer of %s answered %q for its pod: another tenant's", x.tenant, got))
+			}
+		}
+		return nil
+	}
+	// The routes first: a request to a pod with no route is a connect
+	// failure, and three in a row eject the member for 5 s.
+	routed := func() error {
+		for _, tn := range []string{ta, tb} {
+			got, err := attachedRoutes("teapot-att-" + tn)
+			if err != nil {
+				return err
+			}
+			if want := map[string]string{attachPodRange: "10.0.0.10"}; !mapsEqual(got, want) {
+				return fmt.Errorf("teapot-att-%s has the relay's routes %v, want %v", tn, got, want)
+			}
+		}
+		return nil
+	}
+	waitFor(t, 30*time.Second, "each tenant's pod range in its namespace", routed)
+	t.Logf("both pod ranges installed in their namespaces %s after the BIRDs started", time.Since(bgpStart).Round(time.Millisecond))
+	waitFor(t, 30*time.Second, "each tenant's pod through its load balancer, over its BGP route", pods)
+	t.Logf("both tenants' pods served over their BGP routes %s after their BIRDs started", time.Since(bgpStart).Round(time.Millisecond))
+	if got, err := attachedRoutes(""); err != nil || got[attachPodRange] != "" {
+		t.Errorf("the host's own table has the relay's routes %v (%v): an attached tenant's route leaked", got, err)
+	}
+	out, err = c.cli(n, "explain", "tenant", ta)
+	if err != nil || !regexpLine(out, `^\s+`+n.id+`\s+10\.0\.0\.10\s+teapot-att-`+ta+`\s+established\s`) ||
+		!regexpLine(out, `10\.0\.1\.0/24\s+10\.0\.0\.10\s+10\.0\.0\.10\s+installed in teapot-att-`+ta) {
+		t.Fatalf("explain tenant shows no session from the attachment: %v\n%s", err, out)
+	}
+	waitFor(t, 10*time.Second, "the tenants' sessions in /metrics", func() error {
+		m, err := scrape(n)
+		if err != nil {
+			return err
+		}
+		for _, tn := range []string{ta, tb} {
+			labels := map[string]string{"tenant": tn, "attachment": "teapot-att-" + tn}
+			if got := sum(m, "teapot_lb_tenant_bgp_sessions_established", labels); got != 1 {
+				return fmt.Errorf("%s: %v sessions established in /metrics, want 1", tn, got)
+			}
+			labels["result"] = "accepted"
+			if got := sum(m, "teapot_lb_tenant_bgp_routes", labels); got != 1 {
+				return fmt.Errorf("%s: %v routes accepted in /metrics, want 1", tn, got)
+			}
+		}
+		return nil
+	})
+	t.Logf("BGP part of the lab took %s", time.Since(bgpStart).Round(time.Millisecond))
+
 	// Overlapping networks without an attachment are still refused.
 	plain := filepath.Join(dir, "plain.yaml")
 	os.WriteFile(plain, []byte(fmt.Sprintf("kind: Tenant\nname: tc%d\nnetworks: [10.0.0.0/25]\n", pid)), 0o644)
@@ -316,7 +507,7 @@ pools:
 		t.Fatalf("the namespace did not outlive the process: %v", err)
 	}
 	restarted := time.Now()
-	c.restart(n)
+	c.start(n, "--config", conf)
 	c.waitMember(n)
 	waitFor(t, 30*time.Second, "the leftover namespace removed at restart", func() error {
 		if _, err := os.Stat("/var/run/netns/" + ghost); err == nil {
@@ -341,6 +532,9 @@ pools:
 	})
 
 	t.Logf("served again %s after the restart", time.Since(restarted).Round(time.Millisecond))
+	waitFor(t, 30*time.Second, "both pod ranges in their namespaces again after the restart", routed)
+	waitFor(t, 30*time.Second, "both tenants' pods over their BGP routes again after the restart", pods)
+	t.Logf("pods served again %s after the restart", time.Since(restarted).Round(time.Millisecond))
 
 	// Deleting a tenant removes its namespace; the other keeps serving.
 	if out, err := c.cli(n, "delete", "lb", ta+"/web"); err != nil {

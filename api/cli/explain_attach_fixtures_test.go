@@ -56,3 +56,21 @@ func tenantBGPNoFabric(f *fakeAdmin) []*pb.HostObservation {
 	hosts[0].TenantBgp[0].FabricSessions = 0
 	return hosts
 }
+
+// tenantBGPAttached: acme is attached and has BGP: lb1 makes its session
+// from inside the attachment and installs the route there; lb2 is not
+// listed in the attachment.
+func tenantBGPAttached(f *fakeAdmin) []*pb.HostObservation {
+	hosts := tenantAttached(f)
+	t := f.objs[key(&pb.ObjectRef{Kind: api.KindTenant, Name: "acme"})].GetTenant()
+	t.Bgp = &pb.TenantBGP{Asn: 64600, Peers: []string{"10.20.0.5"}}
+	since := timestamppb.New(f.now.Add(-90 * time.Second))
+	hosts[0].TenantBgp = []*pb.TenantBGPObservation{{
+		Tenant: "acme", Attachment: "teapot-att-acme",
+		Sessions: []*pb.TenantBGPSession{{Peer: "10.20.0.5", Attachment: "teapot-att-acme", State: "established", Received: 1, Since: since}},
+		Accepted: []*pb.TenantRoute{{Prefix: "10.20.64.0/26", NextHop: "10.20.0.5", Peer: "10.20.0.5"}}, AcceptedCount: 1,
+	}}
+	hosts[1].TenantBgp = []*pb.TenantBGPObservation{{Tenant: "acme", Attachment: "teapot-att-acme",
+		Problem: "the tenant's attachment lists no address for this host (attachment.hosts): its speakers are not dialled from here, where it has no namespace"}}
+	return hosts
+}

@@ -17,13 +17,16 @@ func writeTenantBGP(w io.Writer, now time.Time, tn *pb.Tenant, hosts []*pb.HostO
 		return
 	}
 	up := "not re-announced to the fabric routers"
-	if b.GetReannounce() {
+	switch {
+	case tn.GetAttachment() != nil:
+		up = "sessions made and routes installed inside the tenant's attachment, " + api.AttachmentNamespace(tn.GetName()) + ", on each host; not re-announced"
+	case b.GetReannounce():
 		up = "re-announced to the fabric routers with community " + b.GetCommunity()
 	}
 	fmt.Fprintf(w, "\nBGP (asn %d, peers %s, at most %d prefixes per session and %d on each host together; %s)\n",
 		b.GetAsn(), list(b.GetPeers()), api.TenantBGPMaxPrefixes(b), api.TenantBGPMaxPrefixesTotal(b), up)
 	sessions, routes := newTable(w), newTable(w)
-	sessions.row("  HOST", "PEER", "STATE", "SINCE", "PREFIXES", "REASON")
+	sessions.row("  HOST", "PEER", "FROM", "STATE", "SINCE", "PREFIXES", "REASON")
 	routes.row("  HOST", "PREFIX", "NEXT HOP", "PEER", "ROUTE")
 	var problems, upstream []string
 	more := 0
@@ -40,10 +43,14 @@ func writeTenantBGP(w io.Writer, now time.Time, tn *pb.Tenant, hosts []*pb.HostO
 				upstream = append(upstream, "  "+h.GetNodeId()+": "+reannounceText(now, o))
 			}
 			for _, s := range o.GetSessions() {
-				sessions.row("  "+h.GetNodeId(), s.GetPeer(), s.GetState(), stamp(now, s.GetSince()), fmt.Sprint(s.GetReceived()), s.GetReason())
+				sessions.row("  "+h.GetNodeId(), s.GetPeer(), fromText(s.GetAttachment()), s.GetState(), stamp(now, s.GetSince()), fmt.Sprint(s.GetReceived()), s.GetReason())
+			}
+			installed := "installed"
+			if a := o.GetAttachment(); a != "" {
+				installed = "installed in " + a
 			}
 			for _, r := range o.GetAccepted() {
-				routes.row("  "+h.GetNodeId(), r.GetPrefix(), r.GetNextHop(), r.GetPeer(), "installed")
+				routes.row("  "+h.GetNodeId(), r.GetPrefix(), r.GetNextHop(), r.GetPeer(), installed)
 			}
 			for _, r := range o.GetDropped() {
 				routes.row("  "+h.GetNodeId(), r.GetPrefix(), r.GetNextHop(), r.GetPeer(), "dropped: "+r.GetReason())
@@ -66,6 +73,15 @@ func writeTenantBGP(w io.Writer, now time.Time, tn *pb.Tenant, hosts []*pb.HostO
 	if more > 0 {
 		fmt.Fprintf(w, "  (%d more not listed; each host lists at most 100 accepted and 100 dropped)\n", more)
 	}
+}
+
+// fromText says where a session is made from: the host's own routing
+// table, or the namespace of the tenant's attachment.
+func fromText(attachment string) string {
+	if attachment == "" {
+		return "host"
+	}
+	return attachment
 }
 
 // reannounceText says what one host re-announces of a tenant's routes.

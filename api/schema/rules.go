@@ -45,7 +45,7 @@ var rules = map[string]rule{
 	"teapot.v1.Tenant.uid":                 {readOnly: true},
 	"teapot.v1.Tenant.meta":                {readOnly: true, opaque: true, doc: "Revision, generation and times, stamped by the cluster."},
 	"teapot.v1.Tenant.bgp":                 {example: "{ asn: 64600, peers: [10.20.0.5] }"},
-	"teapot.v1.Tenant.attachment": {limits: "not with bgp; not while a load balancer of the tenant has a pool with clientSource; feature level 6 on every host",
+	"teapot.v1.Tenant.attachment": {limits: "with bgp: the sessions are made and the routes installed inside the namespace, bgp.reannounce refused, feature level 7 on every host; not while a load balancer of the tenant has a pool with clientSource; feature level 6 on every host",
 		example: "{ vxlan: { vni: 1001, remotes: [192.0.2.7] }, hosts: { lb1: 10.0.0.2/24, lb2: 10.0.0.3/24 } }"},
 	"teapot.v1.TenantAttachment.hosts": {required: true, limits: fmt.Sprintf("at most %d; keyed by node ids of the cluster's hosts (cluster status lists them); each an address with its prefix length inside the tenant's networks, distinct", api.MaxAttachmentHosts),
 		example: "{ lb1: 10.0.0.2/24 }"},
@@ -64,7 +64,7 @@ var rules = map[string]rule{
 	"teapot.v1.TenantBGP.max_prefix_length":      {def: "32", limits: "1 to 32"},
 	"teapot.v1.TenantBGP.max_updates_per_second": {def: fmt.Sprint(api.DefaultTenantBGPUpdateRate), limits: fmt.Sprintf("at most %d; bursts of maxPrefixes more, at most %d", api.MaxTenantBGPUpdateRate, api.MaxTenantBGPUpdateBurst)},
 	"teapot.v1.TenantBGP.community":              {example: "64512:100", limits: "required with reannounce, and only with it"},
-	"teapot.v1.TenantBGP.reannounce":             {def: "false", limits: "needs community; feature level 6 on every host"},
+	"teapot.v1.TenantBGP.reannounce":             {def: "false", limits: "needs community; not with attachment (the tenant's routes are in its own address space); feature level 6 on every host"},
 	"teapot.v1.TenantBGP.max_prefixes_total":     {def: fmt.Sprintf("%d × maxPrefixes", api.DefaultTenantBGPTotalSessions), limits: fmt.Sprintf("at most %d; not under maxPrefixes when both are set", api.MaxTenantBGPMaxPrefixesTotal)},
 	"teapot.v1.TenantBGP.max_prefix_length6":     {def: "128", limits: "1 to 128"},
 

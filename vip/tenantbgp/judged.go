@@ -57,7 +57,7 @@ func (r *Relay) judgeSessions(w *world, host []netip.Addr, now time.Time) bool {
 			continue
 		}
 		start := time.Now()
-		tenant := w.peers[a]
+		tenant := r.tenantOf(a)
 		t := w.tenants[tenant]
 		judge := func(p netip.Prefix, nh netip.Addr) *judged {
 			j := &judged{prefix: p, nh: nh, reason: ReasonUnknownPeer}
@@ -100,11 +100,13 @@ func (r *Relay) judgeSessions(w *world, host []netip.Addr, now time.Time) bool {
 	return changed
 }
 
-// routeRef is one route of the lists a pass builds: peer's route j.
+// routeRef is one route of the lists a pass builds: route j of the
+// session gobgp knows as peer, whose speaker is speaker.
 type routeRef struct {
-	peer netip.Addr
-	j    *judged
-	why  string // the reason it is listed as dropped
+	peer    netip.Addr
+	speaker peerKey
+	j       *judged
+	why     string // the reason it is listed as dropped
 }
 
 // routeLists are a tenant's accepted and dropped routes as observed (the
@@ -114,42 +116,85 @@ type routeLists struct {
 	nAccepted, nDropped uint32
 }
 
-// install sets the kernel's routes to those the sessions' judged routes
-// allow, builds each tenant's lists and reports the new drops. It
-// reports whether the kernel refused any route (the next pass then runs
-// it again).
+// install sets each table's routes to those the sessions' judged routes
+// allow (the host's, and each attached tenant's namespace's), builds
+// each tenant's lists and reports the new drops. It reports whether the
+// kernel refused any route (the next pass then runs it again).
 func (r *Relay) install(w *world) bool {
-	want := map[netip.Prefix]netip.Addr{}
-	from := map[netip.Prefix]routeRef{}
+	// want holds the routes of each space ("" the host's table).
+	want := map[string]map[netip.Prefix]netip.Addr{"": {}}
+	for _, name := range w.attached {
+		if r.cfg.Attachments != nil || r.cfg.SpaceRoutes != nil {
+			want[name] = map[netip.Prefix]netip.Addr{}
+		}
+	}
+	type spaced struct {
+		space  string
+		prefix netip.Prefix
+	}
+	from := map[spaced]routeRef{}
 	peers := sortedAddrs(r.judged)
 	for _, a := range peers {
+		s := r.sessions[a]
+		if s == nil || want[s.key.space] == nil {
+			continue
+		}
+		in := want[s.key.space]
 		for _, j := range r.judged[a].routes {
 			if j.reason != "" {
 				continue
 			}
 			// Several speakers of the tenant announce one prefix: the
 			// lowest next hop carries it, on every host alike.
-			if cur, ok := want[j.prefix]; !ok || j.nh.Less(cur) {
-				want[j.prefix] = j.nh
-				from[j.prefix] = routeRef{peer: a, j: j}
+			if cur, ok := in[j.prefix]; !ok || j.nh.Less(cur) {
+				in[j.prefix] = j.nh
+				from[spaced{s.key.space, j.prefix}] = routeRef{peer: a, j: j}
 			}
 		}
 	}
-	failed := r.cfg.Routes.Set(want)
-	r.failed = failed
+	failed := map[string]map[netip.Prefix]error{}
+	retry := false
+	for space, routes := range want {
+		in := r.cfg.Routes
+		if space != "" {
+			in = r.spaceRoutes(space)
+		}
+		failed[space] = in.Set(routes)
+		retry = retry || len(failed[space]) > 0
+	}
+	for space, in := range r.spaces {
+		if _, ok := want[space]; !ok {
+			// No longer attached here, or gone: its routes leave the
+			// namespace (if it is still there).
+			_ = in.Close()
+			delete(r.spaces, space)
+		}
+	}
+	r.failed = failed[""]
 	acc, drop := map[string][]routeRef{}, map[string][]routeRef{}
 	for _, a := range peers {
-		tenant := w.peers[a]
+		s := r.sessions[a]
+		if s == nil {
+			continue
+		}
+		tenant, space := s.tenant, s.key.space
 		for _, j := range r.judged[a].routes {
 			switch {
 			case j.reason != "":
 				drop[tenant] = append(drop[tenant], routeRef{peer: a, j: j, why: j.reason})
-			case from[j.prefix].j != j:
+			case from[spaced{space, j.prefix}].j != j:
 				// another speaker of the tenant carries it
-			case failed[j.prefix] != nil:
-				drop[tenant] = append(drop[tenant], routeRef{peer: a, j: j, why: ReasonInstallFailed + ": " + failed[j.prefix].Error()})
+			case failed[space][j.prefix] != nil:
+				drop[tenant] = append(drop[tenant], routeRef{peer: a, j: j, why: ReasonInstallFailed + ": " + failed[space][j.prefix].Error()})
 			default:
 				acc[tenant] = append(acc[tenant], routeRef{peer: a, j: j})
+			}
+		}
+	}
+	for _, rs := range [](map[string][]routeRef){acc, drop} {
+		for _, list := range rs {
+			for i := range list {
+				list[i].speaker = r.sessions[list[i].peer].key
 			}
 		}
 	}
@@ -170,8 +215,22 @@ func (r *Relay) install(w *world) bool {
 		drops = append(drops, rs...)
 	}
 	r.lists = lists
-	r.reportDrops(w, drops)
-	return len(failed) > 0
+	r.reportDrops(drops)
+	return retry
+}
+
+// spaceRoutes is the installer of an attached tenant's namespace.
+func (r *Relay) spaceRoutes(tenant string) Installer {
+	in := r.spaces[tenant]
+	if in == nil {
+		if r.cfg.SpaceRoutes != nil {
+			in = r.cfg.SpaceRoutes(tenant)
+		} else {
+			in = nsRoutes{att: r.cfg.Attachments, tenant: tenant}
+		}
+		r.spaces[tenant] = in
+	}
+	return in
 }
 
 // listed returns the first maxListed of rs by prefix and peer as
@@ -182,7 +241,7 @@ func listed(rs []routeRef) ([]*pb.TenantRoute, uint32) {
 		if c := cmpPrefix(x.j.prefix, y.j.prefix); c != 0 {
 			return c
 		}
-		return x.peer.Compare(y.peer)
+		return x.speaker.addr.Compare(y.speaker.addr)
 	}
 	first := make([]routeRef, 0, min(len(rs), maxListed)+1)
 	for _, rf := range rs {
@@ -203,7 +262,7 @@ func listed(rs []routeRef) ([]*pb.TenantRoute, uint32) {
 }
 
 func (rf routeRef) route() *pb.TenantRoute {
-	return &pb.TenantRoute{Prefix: rf.j.prefix.String(), NextHop: addrString(rf.j.nh), Peer: rf.peer.String(), Reason: rf.why}
+	return &pb.TenantRoute{Prefix: rf.j.prefix.String(), NextHop: addrString(rf.j.nh), Peer: rf.speaker.addr.String(), Reason: rf.why}
 }
 
 func cmpPrefix(a, b netip.Prefix) int {
@@ -216,7 +275,7 @@ func cmpPrefix(a, b netip.Prefix) int {
 // dropKey is a drop as reported.
 type dropKey struct {
 	tenant string
-	peer   netip.Addr
+	peer   peerKey
 	prefix netip.Prefix
 	reason string
 }
@@ -224,12 +283,12 @@ type dropKey struct {
 // reportDrops sends an event for each drop not reported in the previous
 // install, at most maxEvents per tenant and pass, then one that counts
 // the rest.
-func (r *Relay) reportDrops(w *world, drops []routeRef) {
+func (r *Relay) reportDrops(drops []routeRef) {
 	now := make(map[dropKey]bool, len(drops))
 	sent, more := map[string]int{}, map[string]int{}
 	for _, d := range drops {
-		tenant := w.peers[d.peer]
-		key := dropKey{tenant: tenant, peer: d.peer, prefix: d.j.prefix, reason: d.why}
+		tenant := r.tenantOf(d.peer)
+		key := dropKey{tenant: tenant, peer: d.speaker, prefix: d.j.prefix, reason: d.why}
 		now[key] = true
 		if r.dropped[key] {
 			continue
@@ -239,8 +298,8 @@ func (r *Relay) reportDrops(w *world, drops []routeRef) {
 			continue
 		}
 		sent[tenant]++
-		r.log.Warn("tenant route dropped", "tenant", tenant, "peer", d.peer, "prefix", d.j.prefix, "nextHop", addrString(d.j.nh), "reason", d.why)
-		r.event(tenant, fmt.Sprintf("route %s via %s from %s dropped: %s", d.j.prefix, addrString(d.j.nh), d.peer, d.why))
+		r.log.Warn("tenant route dropped", "tenant", tenant, "peer", d.speaker, "prefix", d.j.prefix, "nextHop", addrString(d.j.nh), "reason", d.why)
+		r.event(tenant, fmt.Sprintf("route %s via %s from %s dropped: %s", d.j.prefix, addrString(d.j.nh), d.speaker, d.why))
 	}
 	for tenant, n := range more {
 		r.event(tenant, fmt.Sprintf("%d more routes from the tenant's speakers dropped (explain tenant %s lists them)", n, tenant))

@@ -6,9 +6,9 @@ import (
 
 var (
 	descSessions = prometheus.NewDesc("teapot_lb_tenant_bgp_sessions_established",
-		"Sessions this host has established with the tenant's BGP speakers.", []string{"tenant"}, nil)
+		"Sessions this host has established with the tenant's BGP speakers; attachment names the namespace they are made from (empty: the host's own).", []string{"tenant", "attachment"}, nil)
 	descRoutes = prometheus.NewDesc("teapot_lb_tenant_bgp_routes",
-		"Routes the tenant's speakers announce to this host: installed (result=accepted) or dropped (result=dropped).", []string{"tenant", "result"}, nil)
+		"Routes the tenant's speakers announce to this host: installed (result=accepted) or dropped (result=dropped); attachment names the namespace whose table has them (empty: the host's own).", []string{"tenant", "result", "attachment"}, nil)
 	descLimits = prometheus.NewDesc("teapot_lb_tenant_bgp_prefix_limit_total",
 		"Sessions this host closed for announcing more than the tenant's bgp.maxPrefixes.", []string{"tenant"}, nil)
 	descJudge = prometheus.NewDesc("teapot_lb_tenant_bgp_judge_seconds_total",
@@ -46,9 +46,10 @@ func (c relayCollector) Collect(ch chan<- prometheus.Metric) {
 				up++
 			}
 		}
-		ch <- prometheus.MustNewConstMetric(descSessions, prometheus.GaugeValue, float64(up), name)
-		ch <- prometheus.MustNewConstMetric(descRoutes, prometheus.GaugeValue, float64(o.GetAcceptedCount()), name, "accepted")
-		ch <- prometheus.MustNewConstMetric(descRoutes, prometheus.GaugeValue, float64(o.GetDroppedCount()), name, "dropped")
+		att := namespaceOf(r.world.tenants[name].space)
+		ch <- prometheus.MustNewConstMetric(descSessions, prometheus.GaugeValue, float64(up), name, att)
+		ch <- prometheus.MustNewConstMetric(descRoutes, prometheus.GaugeValue, float64(o.GetAcceptedCount()), name, "accepted", att)
+		ch <- prometheus.MustNewConstMetric(descRoutes, prometheus.GaugeValue, float64(o.GetDroppedCount()), name, "dropped", att)
 		ch <- prometheus.MustNewConstMetric(descLimits, prometheus.CounterValue, float64(r.limits[name]), name)
 		ch <- prometheus.MustNewConstMetric(descUpdateLimits, prometheus.CounterValue, float64(r.rateLimits[name]), name)
 		ch <- prometheus.MustNewConstMetric(descJudge, prometheus.CounterValue, r.judgeTime[name].Seconds(), name)

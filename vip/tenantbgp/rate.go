@@ -116,12 +116,12 @@ func (r *Relay) checkRate(ctx context.Context, a netip.Addr, b *gobgpapi.Peer, t
 		r.dmu.Unlock()
 	}
 	r.rateLimited[a] = rateLimit{since: since, reason: reason}
+	tenant := r.tenantOf(a)
 	r.mu.Lock()
-	tenant := r.world.peers[a]
 	r.rateLimits[tenant]++
 	r.mu.Unlock()
-	r.log.Warn("tenant BGP session closed", "tenant", tenant, "peer", a, "reason", reason)
-	r.event(tenant, fmt.Sprintf("BGP session with %s closed: %s", a, reason))
+	r.log.Warn("tenant BGP session closed", "tenant", tenant, "peer", r.speaker(a), "reason", reason)
+	r.event(tenant, fmt.Sprintf("BGP session with %s closed: %s", r.speaker(a), reason))
 	return stateUpdateLimit, reason
 }
 

@@ -1,6 +1,7 @@
 package tenantbgp
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -78,6 +79,16 @@ type Config struct {
 	// FabricSessions, when set, counts the host's established sessions
 	// with its fabric routers, for the observation of re-announcing.
 	FabricSessions func() int
+	// NodeID is this host's id (the key of a tenant's
+	// attachment.hosts), and Attachments the attached tenants'
+	// namespaces: an attached tenant's sessions are made, and its routes
+	// installed, inside its namespace (attached.go). Without Attachments
+	// an attached tenant's sessions are not made.
+	NodeID      string
+	Attachments Attachments
+	// SpaceRoutes, when set, installs an attached tenant's routes in
+	// place of its namespace's table (tests).
+	SpaceRoutes func(tenant string) Installer
 }
 
 // Installer puts the desired set of routes in place (the whole set every
@@ -110,12 +121,21 @@ type Relay struct {
 	// under dmu; ctx ends when the relay closes.
 	dmu  sync.Mutex
 	ribs map[netip.Addr]*rib
+	// closeMu keeps Close from the loop's sessions and spaces while a
+	// pass changes them.
+	closeMu sync.Mutex
 	// totals count each tenant's routes over its sessions (under dmu).
 	totals map[string]*tenantTotal
 	ctx    context.Context
 
-	// Owned by the loop.
+	// Owned by the loop. Sessions are known by the address gobgp has
+	// for them: the speaker's for a tenant of the host's table, a
+	// loopback address of the session's tunnel for an attached one
+	// (attached.go); sessions holds which speaker each is.
 	peers      map[netip.Addr]string // configured peer -> fingerprint
+	sessions   map[netip.Addr]*session
+	spaces     map[string]Installer // attached tenants' tables
+	secret     string
 	states     map[netip.Addr]sessionState
 	limitSince map[netip.Addr]time.Time
 	dropped    map[dropKey]bool // as last reported
@@ -127,8 +147,10 @@ type Relay struct {
 	judgedWorld *world
 	judgedHost  []netip.Addr
 	lastFull    time.Time
-	lists       map[string]*routeLists
-	retry       bool
+	// installedWorld is the world of the last install.
+	installedWorld *world
+	lists          map[string]*routeLists
+	retry          bool
 	// buckets bound each established session's UPDATE messages, and
 	// rateLimited holds the sessions closed for going over (rate.go).
 	buckets     map[netip.Addr]*updateBucket
@@ -139,13 +161,22 @@ type Relay struct {
 	up     upstream
 }
 
+// session is one speaker's session: its key, tenant, and the tunnel
+// that carries it when the tenant is attached.
+type session struct {
+	key    peerKey
+	tenant string
+	tun    *tunnel
+}
+
 type sessionState struct {
 	state, reason string
 	since         time.Time
 }
 
 // New starts the relay's BGP speaker (when cfg.ASN is set). It opens no
-// port: it dials the tenants' speakers.
+// port on the host's addresses: it dials the tenants' speakers (an
+// attached tenant's through a loopback tunnel, attached.go).
 func New(cfg Config) (*Relay, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -156,7 +187,8 @@ func New(cfg Config) (*Relay, error) {
 	if cfg.LimitHold == 0 {
 		cfg.LimitHold = LimitHold
 	}
-	r := &Relay{cfg: cfg, log: cfg.Logger.With("component", "tenant-bgp"), kick: make(chan struct{}, 1), world: compile(nil),
+	r := &Relay{cfg: cfg, log: cfg.Logger.With("component", "tenant-bgp"), kick: make(chan struct{}, 1), world: compile(nil, cfg.NodeID),
+		sessions: map[netip.Addr]*session{}, spaces: map[string]Installer{}, secret: newLoopbackSecret(),
 		obs: map[string]*pb.TenantBGPObservation{}, limits: map[string]uint64{}, rateLimits: map[string]uint64{},
 		peers: map[netip.Addr]string{}, states: map[netip.Addr]sessionState{},
 		limitSince: map[netip.Addr]time.Time{}, dropped: map[dropKey]bool{}, judgeTime: map[string]time.Duration{},
@@ -220,7 +252,7 @@ func (r *Relay) Update(objs []*pb.Object) {
 	if r == nil {
 		return
 	}
-	w := compile(objs)
+	w := compile(objs, r.cfg.NodeID)
 	r.mu.Lock()
 	r.world = w
 	r.mu.Unlock()
@@ -261,71 +293,111 @@ func (r *Relay) Close() error {
 	}
 	r.stop()
 	r.srv.Stop()
-	return r.cfg.Routes.Close()
+	err := r.cfg.Routes.Close()
+	r.closeMu.Lock()
+	defer r.closeMu.Unlock()
+	for _, s := range r.sessions {
+		if s.tun != nil {
+			s.tun.close()
+		}
+	}
+	for _, in := range r.spaces {
+		err = cmpErr(err, in.Close())
+	}
+	return err
 }
 
 // pass converges once: sessions to the world's peers, then the routes
 // of the sessions that changed (judgeSessions), then the kernel's table
 // and the lists when any did (install).
 func (r *Relay) pass(ctx context.Context) {
+	r.closeMu.Lock()
+	defer r.closeMu.Unlock()
+	if r.ctx.Err() != nil {
+		return // closed
+	}
 	r.mu.Lock()
 	w := r.world
 	r.mu.Unlock()
 	r.syncPeers(ctx, w)
 	now := time.Now()
 	r.readStates(ctx, w, now)
-	installed := r.judgeSessions(w, r.cfg.HostAddrs(), now) || r.retry
+	full := now.Sub(r.lastFull) >= fullResync
+	installed := r.judgeSessions(w, r.cfg.HostAddrs(), now) || r.retry || w != r.installedWorld || (full && len(w.attached) > 0)
 	if installed {
 		r.retry = r.install(w)
+		r.installedWorld = w
 	}
 	r.reannounce(w, installed)
 	obs := map[string]*pb.TenantBGPObservation{}
-	for name := range w.tenants {
-		o := &pb.TenantBGPObservation{Tenant: name}
+	for name, t := range w.tenants {
+		o := &pb.TenantBGPObservation{Tenant: name, Attachment: namespaceOf(t.space)}
 		if l := r.lists[name]; l != nil {
 			o.Accepted, o.AcceptedCount, o.Dropped, o.DroppedCount = l.accepted, l.nAccepted, l.dropped, l.nDropped
 		}
-		r.observeUpstream(w.tenants[name], name, o)
+		switch {
+		case w.unlisted[name]:
+			o.Problem = "the tenant's attachment lists no address for this host (attachment.hosts): its speakers are not dialled from here, where it has no namespace"
+		case t.space != "" && r.cfg.Attachments == nil:
+			o.Problem = "this host does not attach tenants' networks: the tenant's speakers are not dialled from here"
+		}
+		r.observeUpstream(t, name, o)
 		obs[name] = o
 	}
-	for _, peer := range sortedAddrs(r.peers) {
+	for _, peer := range r.sortedSessions() {
+		s := r.sessions[peer]
 		st := r.states[peer]
-		sess := &pb.TenantBGPSession{Peer: peer.String(), State: st.state, Reason: st.reason}
+		sess := &pb.TenantBGPSession{Peer: s.key.addr.String(), State: st.state, Reason: st.reason, Attachment: namespaceOf(s.key.space)}
 		if !st.since.IsZero() {
 			sess.Since = timestamppb.New(st.since)
 		}
 		if pr := r.judged[peer]; pr != nil {
 			sess.Received = uint32(len(pr.routes))
 		}
-		obs[w.peers[peer]].Sessions = append(obs[w.peers[peer]].Sessions, sess)
+		if o := obs[s.tenant]; o != nil {
+			o.Sessions = append(o.Sessions, sess)
+		}
 	}
 	for _, c := range w.conflicts {
-		obs[c.tenant].Sessions = append(obs[c.tenant].Sessions, &pb.TenantBGPSession{Peer: c.peer.String(), State: "refused",
-			Reason: fmt.Sprintf("%s is also a peer of tenant %s, which has the session", c.peer, c.owner)})
+		obs[c.tenant].Sessions = append(obs[c.tenant].Sessions, &pb.TenantBGPSession{Peer: c.peer.addr.String(), State: "refused",
+			Attachment: namespaceOf(c.peer.space),
+			Reason:     fmt.Sprintf("%s is also a peer of tenant %s, which has the session", c.peer.addr, c.owner)})
 	}
 	r.mu.Lock()
 	r.obs = obs
 	r.mu.Unlock()
 }
 
-// syncPeers makes the speaker's peers those of w.
+// syncPeers makes the speaker's peers those of w: a session for each
+// speaker of a tenant of the host's table, and one through a tunnel for
+// each speaker of an attached tenant (attached.go).
 func (r *Relay) syncPeers(ctx context.Context, w *world) {
-	want := map[netip.Addr]*gobgpapi.Peer{}
-	prints := map[netip.Addr]string{}
-	for a, tenant := range w.peers {
-		b := w.tenants[tenant].bgp
-		want[a] = apiPeer(a, b, r.cfg.PeerPort)
-		prints[a] = fmt.Sprintf("%s %d %x %d %d", tenant, b.GetAsn(), b.GetPassword(), api.TenantBGPMaxPrefixes(b), api.TenantBGPMaxPrefixesTotal(b))
+	prints := map[peerKey]string{}
+	for k, tenant := range w.peers {
+		t := w.tenants[tenant]
+		if t.space != "" && r.cfg.Attachments == nil {
+			continue
+		}
+		b := t.bgp
+		prints[k] = fmt.Sprintf("%s %d %x %d %d", tenant, b.GetAsn(), b.GetPassword(), api.TenantBGPMaxPrefixes(b), api.TenantBGPMaxPrefixesTotal(b))
 	}
+	have := map[peerKey]netip.Addr{}
 	for a, fp := range r.peers {
-		if prints[a] == fp {
+		s := r.sessions[a]
+		if prints[s.key] == fp {
+			have[s.key] = a
 			continue
 		}
 		if err := r.srv.DeletePeer(ctx, &gobgpapi.DeletePeerRequest{Address: a.String()}); err != nil && ctx.Err() == nil {
-			r.log.Warn("cannot remove a tenant BGP peer", "peer", a, "err", err)
+			r.log.Warn("cannot remove a tenant BGP peer", "peer", s.key, "err", err)
+			have[s.key] = a
 			continue
 		}
+		if s.tun != nil {
+			s.tun.close()
+		}
 		delete(r.peers, a)
+		delete(r.sessions, a)
 		r.dmu.Lock()
 		if rb := r.ribs[a]; rb != nil {
 			rb.reset()
@@ -337,12 +409,43 @@ func (r *Relay) syncPeers(ctx context.Context, w *world) {
 		delete(r.buckets, a)
 		delete(r.rateLimited, a)
 	}
-	for a, p := range want {
-		if _, ok := r.peers[a]; ok {
+	keys := make([]peerKey, 0, len(prints))
+	for k := range prints {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, cmpKeys)
+	for _, k := range keys {
+		if _, ok := have[k]; ok {
 			continue
 		}
-		tenant := w.peers[a]
+		tenant := w.peers[k]
 		b := w.tenants[tenant].bgp
+		s := &session{key: k, tenant: tenant}
+		a := k.addr
+		p := apiPeer(a, b, r.cfg.PeerPort)
+		if k.space != "" {
+			var err error
+			a, err = loopbackFor(func(x netip.Addr) bool {
+				_, used := r.sessions[x]
+				_, peer := w.peers[peerKey{addr: x}]
+				return used || peer
+			})
+			if err == nil {
+				ttl := 0
+				if b.GetAsn() != r.cfg.ASN {
+					ttl = 1 // eBGP, as gobgp sets it on its own sockets
+				}
+				s.tun, err = openTunnel(r.cfg.Attachments, tenant, a, netip.AddrPortFrom(k.addr, cmp.Or(r.cfg.PeerPort, 179)), b.GetPassword(), r.secret, ttl)
+			}
+			if err != nil {
+				r.log.Warn("cannot carry a tenant BGP session from its attachment", "tenant", tenant, "peer", k, "err", err)
+				continue
+			}
+			p = tunnelPeer(k.addr, a, s.tun.port(), b, r.secret)
+		} else if _, used := r.sessions[a]; used {
+			r.log.Warn("a tenant BGP peer has the address of an attached session's tunnel", "tenant", tenant, "peer", k)
+			continue
+		}
 		r.dmu.Lock()
 		total := r.totals[tenant]
 		if total == nil {
@@ -358,11 +461,15 @@ func (r *Relay) syncPeers(ctx context.Context, w *world) {
 		r.dmu.Unlock()
 		if err := r.srv.AddPeer(ctx, &gobgpapi.AddPeerRequest{Peer: p}); err != nil {
 			if ctx.Err() == nil {
-				r.log.Warn("cannot add a tenant BGP peer", "tenant", w.peers[a], "peer", a, "err", err)
+				r.log.Warn("cannot add a tenant BGP peer", "tenant", tenant, "peer", k, "err", err)
+			}
+			if s.tun != nil {
+				s.tun.close()
 			}
 			continue
 		}
-		r.peers[a] = prints[a]
+		r.peers[a] = prints[k]
+		r.sessions[a] = s
 		r.states[a] = sessionState{state: "idle", since: time.Now()}
 	}
 	r.dmu.Lock()
@@ -372,6 +479,29 @@ func (r *Relay) syncPeers(ctx context.Context, w *world) {
 		}
 	}
 	r.dmu.Unlock()
+}
+
+// sortedSessions are the sessions' addresses by speaker.
+func (r *Relay) sortedSessions() []netip.Addr {
+	out := sortedAddrs(r.sessions)
+	slices.SortFunc(out, func(a, b netip.Addr) int { return cmpKeys(r.sessions[a].key, r.sessions[b].key) })
+	return out
+}
+
+// tenantOf is the tenant of the session gobgp knows as a.
+func (r *Relay) tenantOf(a netip.Addr) string {
+	if s := r.sessions[a]; s != nil {
+		return s.tenant
+	}
+	return ""
+}
+
+// speaker names the speaker of the session gobgp knows as a.
+func (r *Relay) speaker(a netip.Addr) string {
+	if s := r.sessions[a]; s != nil {
+		return s.key.String()
+	}
+	return a.String()
 }
 
 // readStates reads each session's state, closes one over its update
@@ -407,13 +537,19 @@ func (r *Relay) readState(ctx context.Context, w *world, p *gobgpapi.Peer, now t
 			r.limitSince[a] = closedAt
 			r.limitEvent(a, reason)
 		}
-	} else if s, why := r.checkRate(ctx, a, p, w.tenants[w.peers[a]], now); s != "" {
+	} else if s, why := r.checkRate(ctx, a, p, w.tenants[r.tenantOf(a)], now); s != "" {
 		state, reason = s, why
+	}
+	if s := r.sessions[a]; s != nil && s.tun != nil && state != "established" {
+		// The tenant side of the tunnel is what the operator looks for.
+		if up, err := s.tun.state(); !up && err != nil {
+			state, reason = "active", fmt.Sprintf("cannot reach %s from inside %s: %v", s.key.addr, namespaceOf(s.key.space), err)
+		}
 	}
 	prev := r.states[a]
 	if prev.state != state {
 		prev.since = now
-		r.log.Info("tenant BGP session", "peer", a, "state", state, "reason", reason)
+		r.log.Info("tenant BGP session", "peer", r.speaker(a), "state", state, "reason", reason)
 	}
 	prev.state, prev.reason = state, reason
 	r.states[a] = prev
@@ -439,6 +575,15 @@ func nextHop(p *apiutil.Path) netip.Addr {
 	return netip.Addr{}
 }
 
+// tunnelPeer is the gobgp peer of an attached tenant's speaker at
+// speaker, reached through the tunnel at local:port, signed with secret.
+func tunnelPeer(speaker, local netip.Addr, port uint16, b *pb.TenantBGP, secret string) *gobgpapi.Peer {
+	p := apiPeer(speaker, b, port)
+	p.Conf.NeighborAddress, p.Conf.AuthPassword = local.String(), secret
+	p.Transport.LocalAddress = local.String()
+	return p
+}
+
 // apiPeer is the gobgp peer of one tenant speaker.
 func apiPeer(a netip.Addr, b *pb.TenantBGP, port uint16) *gobgpapi.Peer {
 	fam := &gobgpapi.Family{Afi: gobgpapi.Family_AFI_IP, Safi: gobgpapi.Family_SAFI_UNICAST}
@@ -460,12 +605,12 @@ func apiPeer(a netip.Addr, b *pb.TenantBGP, port uint16) *gobgpapi.Peer {
 }
 
 func (r *Relay) limitEvent(a netip.Addr, reason string) {
+	tenant := r.tenantOf(a)
 	r.mu.Lock()
-	tenant := r.world.peers[a]
 	r.limits[tenant]++
 	r.mu.Unlock()
-	r.log.Warn("tenant BGP session closed", "tenant", tenant, "peer", a, "reason", reason)
-	r.event(tenant, fmt.Sprintf("BGP session with %s closed: %s", a, reason))
+	r.log.Warn("tenant BGP session closed", "tenant", tenant, "peer", r.speaker(a), "reason", reason)
+	r.event(tenant, fmt.Sprintf("BGP session with %s closed: %s", r.speaker(a), reason))
 }
 
 func (r *Relay) event(tenant, msg string) {

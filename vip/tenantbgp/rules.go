@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 
 	"github.com/teapot-lb/teapot-lb/api"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
@@ -30,38 +31,77 @@ type tenantRules struct {
 	nets   []netip.Prefix
 	bgp    *pb.TenantBGP
 	maxLen [2]int // IPv4, IPv6
+	// space is where the tenant's sessions are made and its routes
+	// installed: "" for the host's own routing table, the tenant's name
+	// when it has an attachment (its namespace). own is this host's
+	// address in the attachment (invalid when the attachment lists no
+	// address for this host: its sessions are not made here).
+	space string
+	own   netip.Addr
+}
+
+// peerKey is one speaker: its address in a space (peerKey.space as
+// tenantRules.space). Two attached tenants may have speakers of one
+// address: they are distinct sessions.
+type peerKey struct {
+	space string
+	addr  netip.Addr
+}
+
+func (k peerKey) String() string {
+	if k.space == "" {
+		return k.addr.String()
+	}
+	return k.addr.String() + " in " + api.AttachmentNamespace(k.space)
+}
+
+func cmpKeys(a, b peerKey) int {
+	if c := strings.Compare(a.space, b.space); c != 0 {
+		return c
+	}
+	return a.addr.Compare(b.addr)
 }
 
 // world is the part of the committed state that judges announcements:
 // the tenants with BGP, every tenant's networks and the VIP pools.
 type world struct {
 	tenants map[string]*tenantRules
-	// peers maps each speaker address to its tenant; a peer listed by
-	// two tenants belongs to the first by name (conflicts lists it).
-	peers     map[netip.Addr]string
+	// peers maps each speaker, in its space, to its tenant; a peer
+	// listed by two tenants of one space belongs to the first by name
+	// (conflicts lists it). A tenant attached without an address for
+	// this host has none here (unlisted names it).
+	peers     map[peerKey]string
 	conflicts []conflict
-	// nets are every tenant's networks, by tenant, and order their
-	// names sorted.
-	nets  map[string][]netip.Prefix
-	order []string
-	pools []namedRange
+	unlisted  map[string]bool
+	// nets are every tenant's networks, by tenant, spaces every
+	// tenant's space, and order their names sorted.
+	nets   map[string][]netip.Prefix
+	spaces map[string]string
+	order  []string
+	pools  []namedRange
+	// attached are the attached tenants with an address for this host,
+	// with or without BGP: the relay keeps their namespaces' tables.
+	attached []string
 }
 
 // conflict is a peer that tenant lists and owner has.
 type conflict struct {
 	tenant, owner string
-	peer          netip.Addr
+	peer          peerKey
 }
 
+// namedRange is a VIP pool's range, in its space (the tenant whose
+// attachment holds it, "" for the host's).
 type namedRange struct {
-	pool string
-	r    api.Range
+	pool, space string
+	r           api.Range
 }
 
-// compile builds the world from the committed objects (tenants and VIP
-// pools; the rest is skipped). It is pure.
-func compile(objs []*pb.Object) *world {
-	w := &world{tenants: map[string]*tenantRules{}, peers: map[netip.Addr]string{}, nets: map[string][]netip.Prefix{}}
+// compile builds the world of host nodeID from the committed objects
+// (tenants and VIP pools; the rest is skipped). It is pure.
+func compile(objs []*pb.Object, nodeID string) *world {
+	w := &world{tenants: map[string]*tenantRules{}, peers: map[peerKey]string{}, nets: map[string][]netip.Prefix{},
+		spaces: map[string]string{}, unlisted: map[string]bool{}}
 	var names []string
 	for _, o := range objs {
 		if p := o.GetVipPool(); p != nil {
@@ -70,7 +110,7 @@ func compile(objs []*pb.Object) *world {
 				continue // validation refuses such pools before they are stored
 			}
 			for _, r := range rs {
-				w.pools = append(w.pools, namedRange{pool: p.GetName(), r: r})
+				w.pools = append(w.pools, namedRange{pool: p.GetName(), space: p.GetAttachment(), r: r})
 			}
 			continue
 		}
@@ -85,33 +125,66 @@ func compile(objs []*pb.Object) *world {
 			}
 		}
 		w.nets[t.GetName()] = nets
+		var space string
+		var own netip.Addr
+		if a := t.GetAttachment(); a != nil {
+			space = t.GetName()
+			if p, err := netip.ParsePrefix(a.GetHosts()[nodeID]); err == nil {
+				own = p.Addr()
+				w.attached = append(w.attached, t.GetName())
+			}
+		}
+		w.spaces[t.GetName()] = space
 		if b := t.GetBgp(); b != nil {
-			w.tenants[t.GetName()] = &tenantRules{name: t.GetName(), nets: nets, bgp: b,
+			w.tenants[t.GetName()] = &tenantRules{name: t.GetName(), nets: nets, bgp: b, space: space, own: own,
 				maxLen: [2]int{api.TenantBGPMaxLength(b, false), api.TenantBGPMaxLength(b, true)}}
 			names = append(names, t.GetName())
 		}
 	}
 	w.order = sortedKeys(w.nets)
 	slices.Sort(names)
+	slices.Sort(w.attached)
 	for _, n := range names {
-		for _, s := range w.tenants[n].bgp.GetPeers() {
+		t := w.tenants[n]
+		if t.space != "" && !t.own.IsValid() {
+			w.unlisted[n] = true
+			continue
+		}
+		for _, s := range t.bgp.GetPeers() {
 			a, err := netip.ParseAddr(s)
 			if err != nil {
 				continue
 			}
-			if owner, taken := w.peers[a]; taken {
-				w.conflicts = append(w.conflicts, conflict{tenant: n, owner: owner, peer: a})
+			k := peerKey{space: t.space, addr: a.Unmap()}
+			if owner, taken := w.peers[k]; taken {
+				w.conflicts = append(w.conflicts, conflict{tenant: n, owner: owner, peer: k})
 				continue
 			}
-			w.peers[a] = n
+			w.peers[k] = n
 		}
 	}
 	return w
 }
 
+// hostAddrs are the addresses of this host in t's space: host (the
+// host's own) for a tenant of the host's table, its address in the
+// attachment for an attached one.
+func (t *tenantRules) hostAddrs(host []netip.Addr) []netip.Addr {
+	if t.space == "" {
+		return host
+	}
+	return []netip.Addr{t.own}
+}
+
 // judge says why tenant t may not have prefix p with next hop nh on a
-// host whose own addresses are host, or "" when it may.
+// host whose own addresses are host, or "" when it may. An attached
+// tenant's routes go to its namespace's table, not the host's: they are
+// judged against the VIP pools of its attachment and the host's address
+// there, and other tenants' networks do not concern them (no other
+// tenant dials from that table). A tenant of the host's table is judged
+// against the pools, the addresses and the other tenants of the host's.
 func (w *world) judge(t *tenantRules, p netip.Prefix, nh netip.Addr, host []netip.Addr) string {
+	host = t.hostAddrs(host)
 	p = p.Masked()
 	fam := 0
 	if p.Addr().Is6() {
@@ -127,7 +200,7 @@ func (w *world) judge(t *tenantRules, p netip.Prefix, nh netip.Addr, host []neti
 	}
 	pr := api.PrefixRange(p)
 	for _, nr := range w.pools {
-		if nr.r.Overlaps(pr) {
+		if nr.space == t.space && nr.r.Overlaps(pr) {
 			return ReasonVIP + " " + nr.pool
 		}
 	}
@@ -137,7 +210,7 @@ func (w *world) judge(t *tenantRules, p netip.Prefix, nh netip.Addr, host []neti
 		}
 	}
 	for _, other := range w.order {
-		if other == t.name {
+		if other == t.name || w.spaces[other] != t.space {
 			continue
 		}
 		for _, n := range w.nets[other] {

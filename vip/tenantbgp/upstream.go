@@ -26,7 +26,9 @@ type upstream struct {
 // reannounce gives Config.Reannounce the accepted routes of the tenants
 // with bgp.reannounce, each with its tenant's community, when they or
 // the world changed since the last time it took them. A route dropped
-// for any reason, or one the kernel refused, is not among them.
+// for any reason, or one the kernel refused, is not among them, nor any
+// route of an attached tenant: it lives in the tenant's own address
+// space (validation refuses bgp.reannounce with an attachment).
 func (r *Relay) reannounce(w *world, installed bool) {
 	if r.cfg.Reannounce == nil || (!installed && r.up.ok && r.up.world == w) {
 		return
@@ -34,8 +36,9 @@ func (r *Relay) reannounce(w *world, installed bool) {
 	want := map[netip.Prefix]uint32{}
 	count := map[string]uint32{}
 	for a, pr := range r.judged {
-		t := w.tenants[w.peers[a]]
-		if t == nil || !t.bgp.GetReannounce() {
+		tenant := r.tenantOf(a)
+		t := w.tenants[tenant]
+		if t == nil || !t.bgp.GetReannounce() || t.space != "" {
 			continue
 		}
 		c, err := api.ParseBGPCommunity(t.bgp.GetCommunity())
@@ -45,7 +48,7 @@ func (r *Relay) reannounce(w *world, installed bool) {
 		for p, j := range pr.routes {
 			if j.reason == "" && r.failed[p] == nil {
 				want[p] = c
-				count[w.peers[a]]++
+				count[tenant]++
 			}
 		}
 	}

@@ -1097,8 +1097,11 @@ type TenantBGPObservation struct {
 	// The host's sessions with its fabric routers that are established:
 	// with none, the routes re-announced reach no router.
 	FabricSessions uint32 `protobuf:"varint,413,opt,name=fabric_sessions,json=fabricSessions,proto3" json:"fabric_sessions,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The tenant's attachment (its namespace on this host) when it has
+	// one: its sessions are made, and its routes installed, there.
+	Attachment    string `protobuf:"bytes,430,opt,name=attachment,proto3" json:"attachment,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TenantBGPObservation) Reset() {
@@ -1208,6 +1211,13 @@ func (x *TenantBGPObservation) GetFabricSessions() uint32 {
 	return 0
 }
 
+func (x *TenantBGPObservation) GetAttachment() string {
+	if x != nil {
+		return x.Attachment
+	}
+	return ""
+}
+
 // TenantBGPSession is one tenant speaker's session with this host.
 type TenantBGPSession struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1217,8 +1227,11 @@ type TenantBGPSession struct {
 	// Why the session last went down.
 	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
 	// Prefixes it announces now.
-	Received      uint32                 `protobuf:"varint,4,opt,name=received,proto3" json:"received,omitempty"`
-	Since         *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=since,proto3" json:"since,omitempty"`
+	Received uint32                 `protobuf:"varint,4,opt,name=received,proto3" json:"received,omitempty"`
+	Since    *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=since,proto3" json:"since,omitempty"`
+	// The namespace the session is made from (the tenant's attachment),
+	// empty for the host's own.
+	Attachment    string `protobuf:"bytes,430,opt,name=attachment,proto3" json:"attachment,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1286,6 +1299,13 @@ func (x *TenantBGPSession) GetSince() *timestamppb.Timestamp {
 		return x.Since
 	}
 	return nil
+}
+
+func (x *TenantBGPSession) GetAttachment() string {
+	if x != nil {
+		return x.Attachment
+	}
+	return ""
 }
 
 // TenantRoute is one prefix a tenant speaker announced.
@@ -2995,7 +3015,7 @@ const file_teapotv1_observe_proto_rawDesc = "" +
 	"\brequests\x18\x06 \x01(\x04R\brequests\x12\x16\n" +
 	"\x06errors\x18\a \x01(\x04R\x06errors\x12.\n" +
 	"\x04time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12)\n" +
-	"\x10interval_seconds\x18\t \x01(\rR\x0fintervalSeconds\"\xf4\x03\n" +
+	"\x10interval_seconds\x18\t \x01(\rR\x0fintervalSeconds\"\x95\x04\n" +
 	"\x14TenantBGPObservation\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x127\n" +
 	"\bsessions\x18\x02 \x03(\v2\x1b.teapot.v1.TenantBGPSessionR\bsessions\x122\n" +
@@ -3007,13 +3027,19 @@ const file_teapotv1_observe_proto_rawDesc = "" +
 	"\vreannounced\x18\x9a\x03 \x01(\rR\vreannounced\x12*\n" +
 	"\x10reannounce_error\x18\x9b\x03 \x01(\tR\x0freannounceError\x12F\n" +
 	"\x10reannounce_since\x18\x9c\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x0freannounceSince\x12(\n" +
-	"\x0ffabric_sessions\x18\x9d\x03 \x01(\rR\x0efabricSessions\"\xa2\x01\n" +
+	"\x0ffabric_sessions\x18\x9d\x03 \x01(\rR\x0efabricSessions\x12\x1f\n" +
+	"\n" +
+	"attachment\x18\xae\x03 \x01(\tR\n" +
+	"attachment\"\xc3\x01\n" +
 	"\x10TenantBGPSession\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\tR\x04peer\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x1a\n" +
 	"\breceived\x18\x04 \x01(\rR\breceived\x120\n" +
-	"\x05since\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\"l\n" +
+	"\x05since\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x1f\n" +
+	"\n" +
+	"attachment\x18\xae\x03 \x01(\tR\n" +
+	"attachment\"l\n" +
 	"\vTenantRoute\x12\x16\n" +
 	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x19\n" +
 	"\bnext_hop\x18\x02 \x01(\tR\anextHop\x12\x12\n" +
