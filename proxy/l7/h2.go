@@ -73,29 +73,20 @@ func (hc *h2conn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		path = string(cleanPath(nil, []byte(path)))
 	}
 	q.path = path
-	var route *Route
-	if hc.info.Router != nil {
-		if rt := hc.info.Router(); rt != nil {
-			route = rt.Route(string(host), path)
-		}
+	hs := string(host)
+	d := s.decide(hc.info, &hc.ca, reqview.HTTP{R: r}, hs, path, false)
+	if d.route != nil {
+		stats.Route = d.route.Name
 	}
-	if route == nil {
-		s.failHTTP(w, q, 404, OutcomeNoRoute)
-		return
-	}
-	if route.Select == nil {
-		if g := route.gated(hc.ca.addr, reqview.HTTP{R: r}); g != nil {
-			stats.Route = route.Name
-			serveLocal(w, r, g.Handler, &stats)
-			return
-		}
-	}
-	stats.Route = route.Name
-	switch {
-	case route.extended():
-		s.serveExt(w, q, route, string(host), hc.ca.https, hc.scope.pp.dst.Port())
-	case route.RedirectHTTPS:
-		loc := append(appendHTTPSOrigin(nil, host, route.HTTPSPort), path...)
+	switch d.act {
+	case actFail:
+		s.failHTTP(w, q, d.status, d.out)
+	case actExt:
+		s.serveExt(w, q, d.route, hs, hc.ca.https, hc.scope.pp.dst.Port())
+	case actLocal:
+		serveLocal(w, r, d.route.Handler, &stats)
+	case actRedirect:
+		loc := append(appendHTTPSOrigin(nil, host, d.route.HTTPSPort), path...)
 		if r.URL.RawQuery != "" {
 			loc = append(append(loc, '?'), r.URL.RawQuery...)
 		}
@@ -103,18 +94,10 @@ func (hc *h2conn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Location", string(loc))
 		w.WriteHeader(code)
 		stats.Status, stats.Outcome = code, OutcomeRedirect
-	case route.Handler != nil:
-		serveLocal(w, r, route.Handler, &stats)
-	case route.Backend == nil:
-		s.failHTTP(w, q, 503, OutcomeNoMember)
 	default:
-		opts := route.Backend.Options()
-		q.limit = opts.MaxBodyBytes
-		if q.limit <= 0 {
-			q.limit = s.cfg.MaxBodyBytes
-		}
-		if !h2Member(opts) { // each stream holds an HTTP/1.1 connection
-			if err := hc.members.acquire(r.Context(), s.cfg.MaxMembersPerConn, rht(opts, s)); err != nil {
+		q.limit = d.limit
+		if !h2Member(d.opts) { // each stream holds an HTTP/1.1 connection
+			if err := hc.members.acquire(r.Context(), s.cfg.MaxMembersPerConn, rht(d.opts, s)); err != nil {
 				if r.Context().Err() != nil {
 					// The stream ended while it waited.
 					stats.Outcome = abortedOutcome(w, r.Body)
@@ -125,6 +108,6 @@ func (hc *h2conn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			defer hc.members.release()
 		}
-		s.proxyHTTP(w, q, route.Backend, opts)
+		s.proxyHTTP(w, q, d.be, d.opts)
 	}
 }
