@@ -105,11 +105,7 @@ func (st *h2Stream) run() {
 	if rst {
 		// The response is complete and the client is still sending:
 		// tell it to stop (RFC 9113 section 8.1).
-		c.lockW()
-		if c.werr == nil {
-			c.werr = c.fr.WriteRSTStream(st.id, http2.ErrCodeNo)
-		}
-		c.unlockW()
+		c.writeReset(st.id, http2.ErrCodeNo)
 	}
 	c.putStream(st)
 	c.closeIfDone()
@@ -190,11 +186,7 @@ func (st *h2Stream) Read(p []byte) (int, error) {
 		st.unacked = 0
 		st.recvWindow += k
 		c.mu.Unlock()
-		c.lockW()
-		if c.werr == nil {
-			c.werr = c.fr.WriteWindowUpdate(st.id, uint32(k))
-		}
-		c.unlockW()
+		c.writeWindowUpdate(st.id, k)
 		c.mu.Lock()
 	}
 	return n, nil
@@ -500,15 +492,7 @@ func (st *h2Stream) sendData(p []byte, end bool) error {
 // stall ends a connection whose client kept a flow-control window closed
 // for WriteTimeout while a response waited.
 func (c *h2Conn) stall() {
-	c.lockW()
-	if c.werr == nil {
-		c.werr = c.fr.WriteGoAway(c.lastID(), http2.ErrCodeEnhanceYourCalm, nil)
-		c.goAwaySent.Store(true)
-		if c.werr == nil {
-			c.werr = c.flushLocked() // before the close, whoever else writes
-		}
-	}
-	c.unlockW()
+	c.sendGoAway(http2.ErrCodeEnhanceYourCalm, nil)
 	// The reader wakes up, lets the client read the GOAWAY and closes.
 	c.mu.Lock()
 	c.stalled = true

@@ -63,6 +63,12 @@ func newH2UpStream(c *h2UpConn) *h2UpStream {
 	return st
 }
 
+func (st *h2UpStream) addSendWindow(d int64) bool {
+	st.sendWindow += d
+	st.signal()
+	return st.sendWindow <= h2MaxWindow
+}
+
 // signal wakes the response reader and the body writer.
 func (st *h2UpStream) signal() {
 	select {
@@ -318,11 +324,7 @@ func (st *h2UpStream) read(p []byte) (int, error) {
 	}
 	c.mu.Unlock()
 	if upd > 0 {
-		c.lockW()
-		if c.werr == nil {
-			c.werr = c.fr.WriteWindowUpdate(st.id, uint32(upd))
-		}
-		c.unlockW()
+		c.writeWindowUpdate(st.id, upd)
 	}
 	return n, nil
 }
@@ -338,11 +340,7 @@ func (st *h2UpStream) close() {
 	}
 	c.mu.Unlock()
 	if open {
-		c.lockW()
-		if c.werr == nil {
-			c.werr = c.fr.WriteRSTStream(st.id, http2.ErrCodeCancel)
-		}
-		c.unlockW()
+		c.writeReset(st.id, http2.ErrCodeCancel)
 	}
 	c.mu.Lock()
 	c.pool.key.budget.releaseResponse(st.charged) // what no client took
