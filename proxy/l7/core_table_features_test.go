@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -263,6 +264,14 @@ var featureRows = []coreRow{
 	{name: "gate/under the limit", route: recorded(func(be *testBackend) *Route {
 		return &Route{Name: "gated", Backend: be, Gate: func(netip.Addr, Request) http.Handler { return nil }}
 	}), wantSeen: seenLine("GET", "/", "app.example", "")},
+	{name: "gate/asked once on a route net/http serves", route: func(t *testing.T) (*Route, func() string) {
+		m := &recorder{}
+		var asked atomic.Int32
+		return &Route{Name: "gated", Backend: newBackend(t, backendServer(t, m)),
+				Ext:  &RouteExt{ResponseHeaders: &HeaderEdit{Set: []HeaderField{{"X-Edited", "1"}}}},
+				Gate: func(netip.Addr, Request) http.Handler { asked.Add(1); return nil }},
+			func() string { return fmt.Sprintf("gate asked %d; %s", asked.Load(), m.lines()) }
+	}, wantHeader: http.Header{"X-Edited": {"1"}}, wantSeen: "gate asked 1; " + seenLine("GET", "/", "app.example", "")},
 	{name: "local handler", route: func(t *testing.T) (*Route, func() string) {
 		return &Route{Name: "local", Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("X-Local", r.Method+" "+r.URL.Path+" "+r.Host)

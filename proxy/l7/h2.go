@@ -21,7 +21,11 @@ type h2conn struct {
 	h3 bool
 }
 
-func (hc *h2conn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (hc *h2conn) ServeHTTP(w http.ResponseWriter, r *http.Request) { hc.serve(w, r, nil) }
+
+// serve serves a request through net/http values: as d says when the
+// HTTP/2 fast path decided its route already (decide), else deciding it.
+func (hc *h2conn) serve(w http.ResponseWriter, r *http.Request, d *decision) {
 	s := hc.s
 	stats := RequestStats{Listener: hc.info.Listener, LB: hc.info.LB, Tenant: hc.info.Tenant, HTTP2: !hc.h3, HTTP3: hc.h3, Client: hc.client}
 	if hc.info.AccessLog > 0 {
@@ -74,7 +78,10 @@ func (hc *h2conn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	q.path = path
 	hs := string(host)
-	d := s.decide(hc.info, &hc.ca, reqview.HTTP{R: r}, hs, path, false)
+	if d == nil {
+		dd := s.decide(hc.info, &hc.ca, reqview.HTTP{R: r}, hs, path, false)
+		d = &dd
+	}
 	if d.route != nil {
 		stats.Route = d.route.Name
 	}

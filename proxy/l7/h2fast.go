@@ -119,7 +119,9 @@ func (st *h2Stream) serveFast() bool {
 	case d.act == actHTTP2:
 		return st.serveUpH2(&d, host, p, q)
 	case d.act != actHTTP1 || d.opts.ProxyProtocol != 0:
-		// The net/http path answers, deciding again.
+		// The net/http path answers as decided: Select and the Gate
+		// are not asked twice.
+		st.dec, st.decided = d, true
 		return false
 	}
 	be, opts := d.be, d.opts

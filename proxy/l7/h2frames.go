@@ -429,6 +429,10 @@ type h2Stream struct {
 	timer  *time.Timer
 	// deadline of the current wait (UnixNano)
 	deadline int64
+	// dec is the routing decision of serveFast that left the request to
+	// the net/http path (decided), which acts on it without asking again.
+	dec     decision
+	decided bool
 
 	// Request head.
 	fields                          []hpack.HeaderField

@@ -131,6 +131,8 @@ func (st *h2Stream) serve() (ok bool) {
 	case st.serveFast():
 	case !st.buildRequest():
 		writeErrorPage(st, 400)
+	case st.decided:
+		c.hc.serve(st, st.req, &st.dec)
 	default:
 		c.hc.ServeHTTP(st, st.req)
 	}
