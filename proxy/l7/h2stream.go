@@ -434,8 +434,7 @@ func (st *h2Stream) sendData(p []byte, end bool) error {
 				c.mu.Unlock()
 				return errClientGone
 			}
-			n = int(min(int64(len(p)), st.sendWindow, c.sendWindow, int64(c.peerFrame)))
-			if n > 0 || len(p) == 0 {
+			if n = c.take(&st.sendWindow, len(p)); n > 0 || len(p) == 0 {
 				break
 			}
 			if st.holding {
@@ -456,8 +455,6 @@ func (st *h2Stream) sendData(p []byte, end bool) error {
 				return errWindowStall
 			}
 		}
-		st.sendWindow -= int64(n)
-		c.sendWindow -= int64(n)
 		c.mu.Unlock()
 		deadline = 0
 		last := end && n == len(p)

@@ -187,8 +187,7 @@ func (st *h2UpStream) write(p []byte, end bool) error {
 				c.mu.Unlock()
 				return errH2Cancelled
 			}
-			n = int(min(int64(len(p)), st.sendWindow, c.sendWindow, int64(c.peerFrame)))
-			if n > 0 || len(p) == 0 {
+			if n = c.take(&st.sendWindow, len(p)); n > 0 || len(p) == 0 {
 				break
 			}
 			c.mu.Unlock()
@@ -197,8 +196,6 @@ func (st *h2UpStream) write(p []byte, end bool) error {
 			}
 			c.mu.Lock()
 		}
-		st.sendWindow -= int64(n)
-		c.sendWindow -= int64(n)
 		last := end && n == len(p)
 		if last {
 			st.sentEnd = true

@@ -159,6 +159,22 @@ type h2Flow struct {
 	peerFrame  int   // the peer's SETTINGS_MAX_FRAME_SIZE
 }
 
+// take returns how many of want bytes a stream whose send window is sw
+// may send in one DATA frame now (its window, the connection's, the
+// peer's frame size), and takes them from both windows; 0 while a
+// window is closed, or below zero after the peer's SETTINGS lowered it
+// (an empty DATA frame that ends the stream needs none). The
+// connection's mu is held.
+func (fl *h2Flow) take(sw *int64, want int) int {
+	n := int(min(int64(want), *sw, fl.sendWindow, int64(fl.peerFrame)))
+	if n <= 0 {
+		return 0
+	}
+	*sw -= int64(n)
+	fl.sendWindow -= int64(n)
+	return n
+}
+
 func newH2Flow() h2Flow { return h2Flow{sendWindow: 65535, peerWindow: 65535, peerFrame: 16384} }
 
 // h2Sender is a stream, the server's or the client's, as flow control
