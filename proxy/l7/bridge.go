@@ -11,9 +11,10 @@ import (
 	"sync"
 )
 
-// bridge serves an HTTP/1.x request through net/http values: to a local
-// Handler (be is nil) or to an h2c backend. b is the request head.
-func (c *clientConn) bridge(b []byte, route *Route, be Backend, opts *BackendOptions, path []byte, cleaned bool) {
+// bridge serves an HTTP/1.x request through net/http values, as d says:
+// an extended route, a local Handler, or a member of d.be (HTTP/2
+// members, a client certificate field). b is the request head.
+func (c *clientConn) bridge(b []byte, d *decision, path []byte, cleaned bool) {
 	h := &c.h
 	isHead := h.method(b) == "HEAD"
 	target := string(b[h.tS:h.tE])
@@ -59,19 +60,15 @@ func (c *clientConn) bridge(b []byte, route *Route, be Backend, opts *BackendOpt
 	if c.scope == nil {
 		c.scope = &connScope{s: c.s, pp: proxyAddrs{src: c.client, dst: c.local}, cpu: c.info.CPU}
 	}
-	switch {
-	case route.extended():
+	switch d.act {
+	case actExt:
 		q := &rtRequest{r: r, path: string(path), ca: &c.ca, scope: c.scope, stats: &c.stats, retries: c.s.cfg.Retries}
-		c.s.serveExt(w, q, route, string(c.hostBuf), c.info.TLS, c.local.Port())
-	case be == nil:
-		serveLocal(w, r, route.Handler, &c.stats)
+		c.s.serveExt(w, q, d.route, string(c.hostBuf), c.info.TLS, c.local.Port())
+	case actLocal:
+		serveLocal(w, r, d.route.Handler, &c.stats)
 	default:
-		limit := opts.MaxBodyBytes
-		if limit <= 0 {
-			limit = c.s.cfg.MaxBodyBytes
-		}
-		q := &rtRequest{r: r, path: string(path), ca: &c.ca, scope: c.scope, stats: &c.stats, limit: limit, retries: c.s.cfg.Retries}
-		c.s.proxyHTTP(w, q, be, opts)
+		q := &rtRequest{r: r, path: string(path), ca: &c.ca, scope: c.scope, stats: &c.stats, limit: d.limit, retries: c.s.cfg.Retries}
+		c.s.proxyHTTP(w, q, d.be, d.opts)
 	}
 	w.finish()
 	if !body.close() {

@@ -348,77 +348,30 @@ func (c *clientConn) handle() {
 			c.stats.RequestID = string(h.fieldValue(b, "X-Request-Id"))
 		}
 	}
-	var route *Route
-	if c.info.Router != nil {
-		if rt := c.info.Router(); rt != nil {
-			route = rt.Route(unsafeString(host), unsafeString(path))
-		}
+	d := c.s.decide(c.info, &c.ca, (*h1Request)(c), unsafeString(host), unsafeString(path), h.upgradeTo(b) != nil)
+	if d.route != nil {
+		c.stats.Route = d.route.Name
 	}
-	if route != nil && route.Select != nil {
-		sel := route
-		if route = sel.Select((*h1Request)(c), unsafeString(host), unsafeString(path)); route == nil {
-			c.stats.Route = sel.Name
-			c.localError(404, OutcomeNoRoute, isHead)
+	switch d.act {
+	case actFail:
+		c.localError(d.status, d.out, isHead)
+	case actExt, actLocal:
+		c.bridge(b, &d, path, cleaned)
+	case actRedirect:
+		c.redirect(d.route, b, host, path, cleaned, isHead)
+	default:
+		if d.limit > 0 && h.contentLength > d.limit {
+			c.reject(413)
 			return
 		}
-	}
-	if g := route.gated(c.ca.addr, (*h1Request)(c)); g != nil {
-		route = g
-	}
-	// An upgrade (WebSocket) on a route that only spreads requests over
-	// weighted backends takes this path, which relays upgrades, with the
-	// backend picked here; not one the route inspects (a WAF), which the
-	// net/http path does.
-	var picked Backend
-	if route != nil && route.Inspect == nil && route.Ext.onlyBackends() && h.upgradeTo(b) != nil {
-		var ok bool
-		if picked, ok = pickWeighted(route.Ext.Backends); !ok || picked == nil {
-			c.stats.Route = route.Name
-			c.localError(500, OutcomeNoMember, isHead)
+		if d.act != actHTTP1 {
+			// HTTP/2 members, and a client certificate field (set in
+			// one place, forwardHeader), take net/http values.
+			c.bridge(b, &d, path, cleaned)
 			return
 		}
+		c.proxy(b, d.be, d.opts, d.limit, path, cleaned, isHead)
 	}
-	switch {
-	case route == nil:
-		c.localError(404, OutcomeNoRoute, isHead)
-		return
-	case picked == nil && route.extended():
-		c.stats.Route = route.Name
-		c.bridge(b, route, nil, nil, path, cleaned)
-		return
-	case route.RedirectHTTPS:
-		c.stats.Route = route.Name
-		c.redirect(route, b, host, path, cleaned, isHead)
-		return
-	case route.Handler != nil:
-		c.stats.Route = route.Name
-		c.bridge(b, route, nil, nil, path, cleaned)
-		return
-	case picked == nil && route.Backend == nil:
-		c.stats.Route = route.Name
-		c.localError(503, OutcomeNoMember, isHead)
-		return
-	}
-	c.stats.Route = route.Name
-	be := route.Backend
-	if picked != nil {
-		be = picked
-	}
-	opts := be.Options()
-	limit := opts.MaxBodyBytes
-	if limit <= 0 {
-		limit = c.s.cfg.MaxBodyBytes
-	}
-	if limit > 0 && h.contentLength > limit {
-		c.reject(413)
-		return
-	}
-	if opts.Protocol == H2C || opts.Protocol == H2TLS || c.ca.certHeader != "" {
-		// A client certificate field is set in one place, forwardHeader.
-		c.bridge(b, route, be, opts, path, cleaned)
-		return
-	}
-	c.proxy(b, be, opts, limit, path, cleaned, isHead)
 }
 
 // skipBody consumes a request body that is already buffered, or marks the

@@ -8,8 +8,114 @@ import (
 )
 
 // What the codecs share of serving a request, so that a behaviour is
-// written once: local answers and their figures, the request body sent to
-// an HTTP/1.1 member.
+// written once: the routing decision, local answers and their figures, the
+// request body sent to an HTTP/1.1 member.
+
+// action is what serves a request once its route is chosen (decide).
+type action uint8
+
+const (
+	// actFail: answered locally with decision.status (no route, Select
+	// chose none, no backend, no weighted backend to pick).
+	actFail action = iota
+	// actExt: the route changes, splits, inspects or redirects the
+	// request (Route.extended): net/http values and serveExt.
+	actExt
+	// actLocal: the route's Handler answers, or its Gate's.
+	actLocal
+	// actRedirect: the route's redirect to HTTPS.
+	actRedirect
+	// actHTTP1: forwarded to an HTTP/1.1 member of decision.be.
+	actHTTP1
+	// actHTTP2: forwarded to an HTTP/2 member of decision.be without
+	// PROXY protocol.
+	actHTTP2
+	// actMember: forwarded to a member of decision.be through net/http
+	// values: the listener passes the client's certificate in a field
+	// (forwardHeader sets it), or an HTTP/2 member with PROXY protocol.
+	actMember
+)
+
+// decision is a request's route and what serves it.
+type decision struct {
+	// route is the route chosen: Router's, Select's, or one answering
+	// for a Gate that refused the request; with actFail the route that
+	// failed, or nil when no route matched.
+	route *Route
+	act   action
+	// status and out are the local answer of actFail.
+	status int
+	out    Outcome
+	// be, opts and limit (the body limit, 0: none) are the backend of
+	// actHTTP1, actHTTP2 and actMember.
+	be    Backend
+	opts  *BackendOptions
+	limit int64
+}
+
+// decide chooses a request's route and what serves it, the same way for
+// every codec: the listener's Router, the route's Select, its Gate, then
+// by the route chosen: Ext or Inspect, a redirect to HTTPS, a Handler, a
+// backend and its members' protocol. host and path are normalised
+// (normalizeHost, cleanPath) and are not retained; req is read by Select
+// and Gate. upgrade says that an HTTP/1.1 request asks to switch
+// protocols: a route that only spreads requests over weighted backends
+// then has its backend picked here, since only the HTTP/1.1 fast path
+// relays upgrades (not one the route inspects, which net/http does).
+func (s *Server) decide(info *ConnInfo, ca *clientAddrs, req Request, host, path string, upgrade bool) decision {
+	var route *Route
+	if info.Router != nil {
+		if rt := info.Router(); rt != nil {
+			route = rt.Route(host, path)
+		}
+	}
+	if route == nil {
+		return decision{act: actFail, status: 404, out: OutcomeNoRoute}
+	}
+	if route.Select != nil {
+		sel := route
+		if route = sel.Select(req, host, path); route == nil {
+			return decision{route: sel, act: actFail, status: 404, out: OutcomeNoRoute}
+		}
+	}
+	if g := route.gated(ca.addr, req); g != nil {
+		return decision{route: g, act: actLocal}
+	}
+	be := route.Backend
+	if upgrade && route.Inspect == nil && route.Ext.onlyBackends() {
+		picked, ok := pickWeighted(route.Ext.Backends)
+		if !ok || picked == nil {
+			return decision{route: route, act: actFail, status: 500, out: OutcomeNoMember}
+		}
+		be = picked
+	} else {
+		switch {
+		case route.extended():
+			return decision{route: route, act: actExt}
+		case route.Backend == nil && !route.RedirectHTTPS && route.Handler == nil:
+			return decision{route: route, act: actFail, status: 503, out: OutcomeNoMember}
+		}
+	}
+	switch {
+	case route.RedirectHTTPS:
+		return decision{route: route, act: actRedirect}
+	case route.Handler != nil:
+		return decision{route: route, act: actLocal}
+	}
+	d := decision{route: route, act: actMember, be: be, opts: be.Options()}
+	d.limit = d.opts.MaxBodyBytes
+	if d.limit <= 0 {
+		d.limit = s.cfg.MaxBodyBytes
+	}
+	switch {
+	case ca.certHeader != "":
+	case d.opts.Protocol == HTTP1 || d.opts.Protocol == HTTP1TLS:
+		d.act = actHTTP1
+	case h2Member(d.opts):
+		d.act = actHTTP2
+	}
+	return d
+}
 
 // serveLocal answers a request with a route's own handler (a local
 // Handler, a Gate's refusal) on the net/http path of every protocol,

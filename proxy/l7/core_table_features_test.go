@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -170,6 +171,18 @@ var featureRows = []coreRow{
 		path: "/q?v=2", wantSeen: seenLine("GET", "/q?v=2", "app.example", "")},
 	{name: "select/query: no match 404", route: recorded(selectBy(func(r Request) bool { return r.RawQuery() == "v=2" })),
 		path: "/q?v=3", status: 404, wantSeen: ""},
+	{name: "select/a chosen route's handler", route: func(t *testing.T) (*Route, func() string) {
+		chosen := &Route{Name: "chosen", Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			w.WriteHeader(202)
+			_, _ = io.WriteString(w, "local")
+		})}
+		return &Route{Name: "cond", Select: func(Request, string, string) *Route { return chosen }}, nil
+	}, status: 202, wantBody: "local", wantStats: "route=chosen status=202 outcome=4 GET app.example / req=0 resp=5"},
+	{name: "select/a chosen route's redirect to HTTPS", route: func(t *testing.T) (*Route, func() string) {
+		chosen := &Route{Name: "chosen", RedirectHTTPS: true, HTTPSPort: 8443}
+		return &Route{Name: "cond", Select: func(Request, string, string) *Route { return chosen }}, nil
+	}, path: "/r?a=1", status: 301, wantHeader: http.Header{"Location": {"https://app.example:8443/r?a=1"}},
+		wantStats: "route=chosen status=301 outcome=3 GET app.example /r?a=1 req=0 resp=0"},
 
 	{name: "ext/request fields set, add, remove", route: recorded(ext(RouteExt{RequestHeaders: &HeaderEdit{
 		Set: []HeaderField{{"X-Set", "s"}}, Add: []HeaderField{{"X-Add", "b"}}, Remove: []string{"X-Drop"}}})),
@@ -251,6 +264,14 @@ var featureRows = []coreRow{
 	{name: "gate/under the limit", route: recorded(func(be *testBackend) *Route {
 		return &Route{Name: "gated", Backend: be, Gate: func(netip.Addr, Request) http.Handler { return nil }}
 	}), wantSeen: seenLine("GET", "/", "app.example", "")},
+	{name: "gate/asked once on a route net/http serves", route: func(t *testing.T) (*Route, func() string) {
+		m := &recorder{}
+		var asked atomic.Int32
+		return &Route{Name: "gated", Backend: newBackend(t, backendServer(t, m)),
+				Ext:  &RouteExt{ResponseHeaders: &HeaderEdit{Set: []HeaderField{{"X-Edited", "1"}}}},
+				Gate: func(netip.Addr, Request) http.Handler { asked.Add(1); return nil }},
+			func() string { return fmt.Sprintf("gate asked %d; %s", asked.Load(), m.lines()) }
+	}, wantHeader: http.Header{"X-Edited": {"1"}}, wantSeen: "gate asked 1; " + seenLine("GET", "/", "app.example", "")},
 	{name: "local handler", route: func(t *testing.T) (*Route, func() string) {
 		return &Route{Name: "local", Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("X-Local", r.Method+" "+r.URL.Path+" "+r.Host)

@@ -11,8 +11,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/teapot-lb/teapot-lb/proxy/internal/reqview"
 )
 
 // Routes that choose by the method, headers or query of a request, split
@@ -259,22 +257,12 @@ func pickWeightedAt(bs []WeightedBackend) int {
 	return -1
 }
 
-// serveExt serves a request on the net/http path whose route has Select or
-// Ext: choose the route, redirect or change the request, mirror it, send
-// it to a backend chosen by weight, and change the response.
+// serveExt serves a request on the net/http path whose route (chosen by
+// decide, Select and Gate done) has Ext or Inspect: inspect, redirect or
+// change the request, mirror it, send it to a backend chosen by weight,
+// and change the response.
 func (s *Server) serveExt(w http.ResponseWriter, q *rtRequest, route *Route, host string, tls bool, listenPort uint16) {
 	r := q.r
-	if route.Select != nil {
-		if route = route.Select(reqview.HTTP{R: r}, host, q.path); route == nil {
-			s.failHTTP(w, q, 404, OutcomeNoRoute)
-			return
-		}
-		q.stats.Route = route.Name
-		if g := route.gated(q.ca.addr, reqview.HTTP{R: r}); g != nil {
-			serveLocal(w, r, g.Handler, q.stats)
-			return
-		}
-	}
 	if route.Inspect != nil {
 		held := 0
 		defer func() { s.inspected.give(q.stats.Tenant, held) }()

@@ -21,7 +21,11 @@ type h2conn struct {
 	h3 bool
 }
 
-func (hc *h2conn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (hc *h2conn) ServeHTTP(w http.ResponseWriter, r *http.Request) { hc.serve(w, r, nil) }
+
+// serve serves a request through net/http values: as d says when the
+// HTTP/2 fast path decided its route already (decide), else deciding it.
+func (hc *h2conn) serve(w http.ResponseWriter, r *http.Request, d *decision) {
 	s := hc.s
 	stats := RequestStats{Listener: hc.info.Listener, LB: hc.info.LB, Tenant: hc.info.Tenant, HTTP2: !hc.h3, HTTP3: hc.h3, Client: hc.client}
 	if hc.info.AccessLog > 0 {
@@ -73,29 +77,23 @@ func (hc *h2conn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		path = string(cleanPath(nil, []byte(path)))
 	}
 	q.path = path
-	var route *Route
-	if hc.info.Router != nil {
-		if rt := hc.info.Router(); rt != nil {
-			route = rt.Route(string(host), path)
-		}
+	hs := string(host)
+	if d == nil {
+		dd := s.decide(hc.info, &hc.ca, reqview.HTTP{R: r}, hs, path, false)
+		d = &dd
 	}
-	if route == nil {
-		s.failHTTP(w, q, 404, OutcomeNoRoute)
-		return
+	if d.route != nil {
+		stats.Route = d.route.Name
 	}
-	if route.Select == nil {
-		if g := route.gated(hc.ca.addr, reqview.HTTP{R: r}); g != nil {
-			stats.Route = route.Name
-			serveLocal(w, r, g.Handler, &stats)
-			return
-		}
-	}
-	stats.Route = route.Name
-	switch {
-	case route.extended():
-		s.serveExt(w, q, route, string(host), hc.ca.https, hc.scope.pp.dst.Port())
-	case route.RedirectHTTPS:
-		loc := append(appendHTTPSOrigin(nil, host, route.HTTPSPort), path...)
+	switch d.act {
+	case actFail:
+		s.failHTTP(w, q, d.status, d.out)
+	case actExt:
+		s.serveExt(w, q, d.route, hs, hc.ca.https, hc.scope.pp.dst.Port())
+	case actLocal:
+		serveLocal(w, r, d.route.Handler, &stats)
+	case actRedirect:
+		loc := append(appendHTTPSOrigin(nil, host, d.route.HTTPSPort), path...)
 		if r.URL.RawQuery != "" {
 			loc = append(append(loc, '?'), r.URL.RawQuery...)
 		}
@@ -103,18 +101,10 @@ func (hc *h2conn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Location", string(loc))
 		w.WriteHeader(code)
 		stats.Status, stats.Outcome = code, OutcomeRedirect
-	case route.Handler != nil:
-		serveLocal(w, r, route.Handler, &stats)
-	case route.Backend == nil:
-		s.failHTTP(w, q, 503, OutcomeNoMember)
 	default:
-		opts := route.Backend.Options()
-		q.limit = opts.MaxBodyBytes
-		if q.limit <= 0 {
-			q.limit = s.cfg.MaxBodyBytes
-		}
-		if !h2Member(opts) { // each stream holds an HTTP/1.1 connection
-			if err := hc.members.acquire(r.Context(), s.cfg.MaxMembersPerConn, rht(opts, s)); err != nil {
+		q.limit = d.limit
+		if !h2Member(d.opts) { // each stream holds an HTTP/1.1 connection
+			if err := hc.members.acquire(r.Context(), s.cfg.MaxMembersPerConn, rht(d.opts, s)); err != nil {
 				if r.Context().Err() != nil {
 					// The stream ended while it waited.
 					stats.Outcome = abortedOutcome(w, r.Body)
@@ -125,6 +115,6 @@ func (hc *h2conn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			defer hc.members.release()
 		}
-		s.proxyHTTP(w, q, route.Backend, opts)
+		s.proxyHTTP(w, q, d.be, d.opts)
 	}
 }

@@ -594,3 +594,68 @@ func TestH2SettingsAckPrecedesWindowedData(t *testing.T) {
 		c.Close()
 	}
 }
+
+// TestH2WindowBelowZeroEndsTheStream: a client's SETTINGS may lower the
+// initial window below what a response has sent (RFC 9113 section
+// 6.9.2); the response's end then goes out as an empty DATA frame, which
+// no window holds back, not as a reset.
+func TestH2WindowBelowZeroEndsTheStream(t *testing.T) {
+	release := make(chan struct{})
+	be := newBackend(t, backendServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write(bytes.Repeat([]byte("d"), h2MaxFrame)) // one full buffer: it leaves at once
+		w.(http.Flusher).Flush()
+		select {
+		case <-release:
+		case <-time.After(10 * time.Second):
+		}
+	})))
+	addr := proxyUnder(t, New(Config{}), oneRoute(be), selfSigned(t))
+	var got atomic.Int64
+	acks, ended, reset := make(chan struct{}, 2), make(chan int64, 1), make(chan http2.ErrCode, 1)
+	h := dialH2With(t, addr, func(f http2.Frame) {
+		switch f := f.(type) {
+		case *http2.SettingsFrame:
+			if f.IsAck() {
+				acks <- struct{}{}
+			}
+		case *http2.DataFrame:
+			n := got.Add(int64(len(f.Data())))
+			if f.StreamEnded() {
+				ended <- n
+			}
+		case *http2.RSTStreamFrame:
+			reset <- f.ErrCode
+		}
+	})
+	ack := func() {
+		select {
+		case <-acks:
+		case <-time.After(10 * time.Second):
+			t.Fatal("no SETTINGS ACK")
+		}
+	}
+	ack()
+	if err := h.write(func(fr *http2.Framer) error {
+		return fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: h.block(), EndStream: true, EndHeaders: true})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 10*time.Second, "the first DATA", func() bool { return got.Load() == h2MaxFrame })
+	if err := h.write(func(fr *http2.Framer) error {
+		return fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ack() // applied: the stream's window is now below zero
+	close(release)
+	select {
+	case n := <-ended:
+		if n != h2MaxFrame {
+			t.Fatalf("%d body bytes, want %d", n, h2MaxFrame)
+		}
+	case code := <-reset:
+		t.Fatalf("stream reset (%v), want it ended", code)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the response did not end")
+	}
+}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -189,17 +188,12 @@ func (cl *h2Client) close() {
 type h2UpConn struct {
 	cl   *h2Client
 	pool *h2Pool
-	nc   net.Conn
 	up   *upConn // nc's dial: closing it gives its descriptor back
-	fr   *http2.Framer
 
-	// Write side: wmu serialises frames, the last writer flushes.
-	wmu      sync.Mutex
-	pending  atomic.Int32
+	// Write side (h2Wire), flushed within BodyTimeout; a failed write
+	// kills the connection.
+	h2Wire
 	inflight atomic.Int32 // streams reserved or open, for unlockW
-	bw       *bufio.Writer
-	werr     error
-	wdl      int64
 
 	// mu guards what follows.
 	mu         sync.Mutex
@@ -207,13 +201,11 @@ type h2UpConn struct {
 	nextID     uint32
 	active     int // streams reserved or open
 	maxStreams int // the member's SETTINGS_MAX_CONCURRENT_STREAMS, capped
-	peerWindow int64
-	peerFrame  int
-	sendWindow int64
-	goAway     bool // no new streams: GOAWAY received or sent, ids used up
-	dead       error
-	idleAt     int64
-	probing    bool
+	h2Flow
+	goAway  bool // no new streams: GOAWAY received or sent, ids used up
+	dead    error
+	idleAt  int64
+	probing bool
 
 	ready     chan struct{} // closed at the member's first SETTINGS
 	gone      chan struct{} // closed when the reader ends
@@ -222,7 +214,7 @@ type h2UpConn struct {
 	probe     *time.Timer
 
 	// Read side, owned by the reading goroutine.
-	recvUnack int64
+	recv h2Recv
 }
 
 // dialConn connects to a member, sends the preface and waits for the
@@ -234,24 +226,22 @@ func (cl *h2Client) dialConn(ctx context.Context, key poolKey, opts *BackendOpti
 		return nil, err
 	}
 	c := &h2UpConn{
-		cl: cl, pool: p, nc: u.nc, up: u,
+		cl: cl, pool: p, up: u,
 		streams:    make(map[uint32]*h2UpStream),
 		nextID:     1,
 		maxStreams: h2UpMaxStreams,
-		peerWindow: 65535, peerFrame: 16384, sendWindow: 65535,
-		ready: make(chan struct{}), gone: make(chan struct{}),
+		h2Flow:     newH2Flow(),
+		recv:       h2Recv{left: h2UpConnWindow},
+		ready:      make(chan struct{}), gone: make(chan struct{}),
 	}
+	c.initWire(u.nc, bufio.NewReaderSize(u.nc, h2ReadBufSize), s.cfg.MaxHeaderBytes, s.cfg.BodyTimeout, &c.inflight)
+	c.failed = c.kill
 	// Before the first write: a failed write kills the connection, which
 	// stops the timer.
 	c.idle = time.AfterFunc(time.Hour, c.idleCheck)
 	c.idle.Stop()
-	c.bw = bufio.NewWriterSize(c.nc, h2WriteBufSize)
-	c.fr = http2.NewFramer(c.bw, bufio.NewReaderSize(c.nc, h2ReadBufSize))
 	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	c.fr.ReadMetaHeaders.SetMaxStringLength(s.cfg.MaxHeaderBytes)
-	c.fr.MaxHeaderListSize = uint32(s.cfg.MaxHeaderBytes)
-	c.fr.SetMaxReadFrameSize(h2MaxFrame)
-	c.fr.SetReuseFrames()
 	timeout := opts.ConnectTimeout
 	if timeout <= 0 {
 		timeout = s.cfg.ConnectTimeout
@@ -380,37 +370,6 @@ func (c *h2UpConn) kill(err error) {
 	})
 }
 
-func (c *h2UpConn) lockW() {
-	c.pending.Add(1)
-	c.wmu.Lock()
-}
-
-// unlockW flushes when no other writer waits, and releases the lock. A
-// failed write kills the connection. As on the server side, a writer that
-// would flush while other streams are in flight yields once first, so
-// that the requests ready at the same time leave in one write(2).
-func (c *h2UpConn) unlockW() {
-	if c.pending.Load() == 1 && c.werr == nil && c.bw.Buffered() > 0 && c.inflight.Load() > 1 {
-		c.wmu.Unlock()
-		runtime.Gosched()
-		c.wmu.Lock()
-	}
-	if c.pending.Add(-1) == 0 && c.werr == nil && c.bw.Buffered() > 0 {
-		now := nowNano()
-		wt := int64(c.cl.s.cfg.BodyTimeout)
-		if c.wdl-now < wt-wt/16 {
-			c.wdl = now + wt
-			_ = c.nc.SetWriteDeadline(time.Unix(0, c.wdl))
-		}
-		c.werr = c.bw.Flush()
-	}
-	werr := c.werr
-	c.wmu.Unlock()
-	if werr != nil {
-		c.kill(werr)
-	}
-}
-
 // writeBlock writes a header block as HEADERS and CONTINUATION frames.
 // wmu held.
 func (c *h2UpConn) writeBlock(id uint32, b []byte, end bool, max int) error {
@@ -497,11 +456,7 @@ func (c *h2UpConn) read() error {
 				c.mu.Unlock()
 				continue
 			}
-			c.lockW()
-			if c.werr == nil {
-				c.werr = c.fr.WritePing(true, f.Data)
-			}
-			c.unlockW()
+			c.writePing(true, f.Data)
 		case *http2.GoAwayFrame:
 			c.onGoAway(f)
 		case *http2.PushPromiseFrame:
@@ -531,11 +486,7 @@ func (c *h2UpConn) resetStream(id uint32, code http2.ErrCode, err error) {
 		delete(c.streams, id)
 	}
 	c.mu.Unlock()
-	c.lockW()
-	if c.werr == nil {
-		c.werr = c.fr.WriteRSTStream(id, code)
-	}
-	c.unlockW()
+	c.writeReset(id, code)
 }
 
 func (c *h2UpConn) onHeaders(f *http2.MetaHeadersFrame) http2.ErrCode {
@@ -634,8 +585,7 @@ func parseStatus(v string) int {
 func (c *h2UpConn) onData(f *http2.DataFrame) http2.ErrCode {
 	id := f.StreamID
 	n := int64(f.Length)
-	c.recvUnack += n
-	if c.recvUnack > h2UpConnWindow {
+	if !c.recv.take(n) {
 		return http2.ErrCodeFlowControl
 	}
 	data := f.Data()
@@ -673,17 +623,7 @@ func (c *h2UpConn) onData(f *http2.DataFrame) http2.ErrCode {
 		st.signal()
 		c.mu.Unlock()
 	}
-	// The connection window is returned as data arrives: each stream's
-	// window bounds what it buffers.
-	if c.recvUnack >= h2UpConnWindow/4 {
-		k := c.recvUnack
-		c.recvUnack = 0
-		c.lockW()
-		if c.werr == nil {
-			c.werr = c.fr.WriteWindowUpdate(0, uint32(k))
-		}
-		c.unlockW()
-	}
+	c.recv.refund(&c.h2Wire, h2UpConnWindow)
 	return 0
 }
 
@@ -691,46 +631,11 @@ func (c *h2UpConn) onSettings(f *http2.SettingsFrame) http2.ErrCode {
 	if f.IsAck() {
 		return 0
 	}
-	// The acknowledgement goes out before any frame sent under the new
-	// settings (see the server's onSettings).
-	c.lockW()
-	var code http2.ErrCode
-	c.mu.Lock()
-	_ = f.ForeachSetting(func(s http2.Setting) error {
-		if err := s.Valid(); err != nil {
-			code = http2.ErrCodeProtocol
-			var ce http2.ConnectionError
-			if errors.As(err, &ce) {
-				code = http2.ErrCode(ce)
-			}
-			return err
-		}
-		switch s.ID {
-		case http2.SettingMaxConcurrentStreams:
+	code := answerSettings(&c.h2Wire, &c.mu, f, &c.h2Flow, c.streams, func(s http2.Setting) {
+		if s.ID == http2.SettingMaxConcurrentStreams {
 			c.maxStreams = int(min(s.Val, h2UpMaxStreams))
-		case http2.SettingInitialWindowSize:
-			delta := int64(s.Val) - c.peerWindow
-			c.peerWindow = int64(s.Val)
-			for _, st := range c.streams {
-				st.sendWindow += delta
-				if st.sendWindow > h2MaxWindow {
-					code = http2.ErrCodeFlowControl
-				}
-				st.signal()
-			}
-		case http2.SettingMaxFrameSize:
-			c.peerFrame = int(s.Val)
 		}
-		if code != 0 {
-			return errors.New("stop")
-		}
-		return nil
 	})
-	c.mu.Unlock()
-	if code == 0 && c.werr == nil {
-		c.werr = c.fr.WriteSettingsAck()
-	}
-	c.unlockW()
 	if code != 0 {
 		return code
 	}
@@ -743,32 +648,13 @@ func (c *h2UpConn) onSettings(f *http2.SettingsFrame) http2.ErrCode {
 }
 
 func (c *h2UpConn) onWindowUpdate(f *http2.WindowUpdateFrame) http2.ErrCode {
-	inc := int64(f.Increment)
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if f.StreamID == 0 {
-		c.sendWindow += inc
-		if c.sendWindow > h2MaxWindow {
-			return http2.ErrCodeFlowControl
-		}
-		for _, st := range c.streams {
-			st.signal()
-		}
-		return 0
-	}
-	st := c.streams[f.StreamID]
-	if st == nil {
-		return 0
-	}
-	st.sendWindow += inc
-	if st.sendWindow > h2MaxWindow {
-		c.mu.Unlock()
+	code, _, overflow := addWindow(&c.h2Flow, c.streams, f.StreamID, int64(f.Increment))
+	c.mu.Unlock()
+	if overflow {
 		c.resetStream(f.StreamID, http2.ErrCodeFlowControl, fmt.Errorf("%w: stream window overflow", ErrUpstreamProtocol))
-		c.mu.Lock()
-		return 0
 	}
-	st.signal()
-	return 0
+	return code
 }
 
 func (c *h2UpConn) onReset(f *http2.RSTStreamFrame) {
@@ -814,11 +700,7 @@ func (c *h2UpConn) probeDead() {
 	}
 	c.probing = true
 	c.mu.Unlock()
-	c.lockW()
-	if c.werr == nil {
-		c.werr = c.fr.WritePing(false, [8]byte{'p', 'r', 'o', 'b', 'e'})
-	}
-	c.unlockW()
+	c.writePing(false, [8]byte{'p', 'r', 'o', 'b', 'e'})
 	timeout := c.cl.s.cfg.ConnectTimeout
 	c.probe = time.AfterFunc(timeout, func() {
 		c.mu.Lock()

@@ -1,6 +1,7 @@
 package l7
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
@@ -473,5 +474,69 @@ func TestH2ClientMemberGone(t *testing.T) {
 		if resp.StatusCode != c.want {
 			t.Errorf("%s: status %d, want %d", c.path, resp.StatusCode, c.want)
 		}
+	}
+}
+
+// TestH2ClientWindowBelowZero: a member's SETTINGS may lower the initial
+// window below what a stream has sent (RFC 9113 section 6.9.2), leaving
+// its window negative; the body's end then goes out as an empty DATA
+// frame, which no window holds back.
+func TestH2ClientWindowBelowZero(t *testing.T) {
+	lowered := make(chan struct{})
+	member := rawH2Member(t, func(n int, fr *http2.Framer, c net.Conn) {
+		var id uint32
+		got := 0
+		for {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				return
+			}
+			switch f := f.(type) {
+			case *http2.SettingsFrame:
+				if !f.IsAck() {
+					fr.WriteSettingsAck()
+				} else if id != 0 {
+					close(lowered) // applied before it was acknowledged
+				}
+			case *http2.MetaHeadersFrame:
+				id = f.StreamID
+			case *http2.DataFrame:
+				got += len(f.Data())
+				if got == 10 && !f.StreamEnded() {
+					fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
+				}
+				if f.StreamEnded() {
+					answerH2(fr, id, fmt.Sprint(got))
+				}
+			}
+		}
+	})
+	be := newBackend(t, member)
+	be.opts.Protocol = H2C
+	addr := proxyUnder(t, New(Config{}), oneRoute(be), nil)
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(c, "POST / HTTP/1.1\r\nHost: a.example\r\nTransfer-Encoding: chunked\r\n\r\na\r\n0123456789\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-lowered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the member's SETTINGS were not acknowledged")
+	}
+	if _, err := io.WriteString(c, "0\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || string(b) != "10" {
+		t.Fatalf("%d %q, want 200 \"10\"", resp.StatusCode, b)
 	}
 }

@@ -96,11 +96,7 @@ func appendStatus(dst []byte, code int) []byte {
 func (st *h2Stream) serveFast() bool {
 	c := st.c
 	s, hc := c.s, c.hc
-	if st.method == http.MethodConnect || hc.info.Router == nil {
-		return false
-	}
-	rtr := hc.info.Router()
-	if rtr == nil {
+	if st.method == http.MethodConnect {
 		return false
 	}
 	host, ok := normalizeHost(st.hostBuf[:0], unsafeBytes(st.authority))
@@ -118,31 +114,21 @@ func (st *h2Stream) serveFast() bool {
 		st.pathBuf = cleanPath(st.pathBuf[:0], unsafeBytes(p))
 		p, cleaned = unsafeString(st.pathBuf), true
 	}
-	route := rtr.Route(unsafeString(host), p)
-	if route != nil && route.Select != nil {
-		if route = route.Select((*h2Request)(st), unsafeString(host), p); route == nil {
-			return false // the net/http path answers 404
-		}
-	}
-	if route != nil && route.Gate != nil && route.Gate(hc.ca.addr, (*h2Request)(st)) != nil {
-		return false // the net/http path asks again and answers
-	}
-	if route == nil || route.RedirectHTTPS || route.Handler != nil || route.Backend == nil || route.extended() || hc.ca.certHeader != "" {
+	d := s.decide(hc.info, &hc.ca, (*h2Request)(st), unsafeString(host), p, false)
+	switch {
+	case d.act == actHTTP2:
+		return st.serveUpH2(&d, host, p, q)
+	case d.act != actHTTP1 || d.opts.ProxyProtocol != 0:
+		// The net/http path answers as decided: Select and the Gate
+		// are not asked twice.
+		st.dec, st.decided = d, true
 		return false
 	}
-	be := route.Backend
-	opts := be.Options()
-	if h2Member(opts) {
-		return st.serveUpH2(route, host, p, q)
-	}
-	if (opts.Protocol != HTTP1 && opts.Protocol != HTTP1TLS) || opts.ProxyProtocol != 0 {
-		return false
-	}
-
+	be, opts := d.be, d.opts
 	defer st.report(time.Now())
 	stats := &st.stats
 	fail := st.fail
-	limit, key, code := st.begin(route, opts)
+	limit, key, code := st.begin(&d)
 	if code != 0 {
 		return fail(code, OutcomeClientError)
 	}
@@ -199,19 +185,16 @@ func (st *h2Stream) serveFast() bool {
 }
 
 // begin starts the figures of a request that a fast path (to HTTP/1.1 or
-// HTTP/2 members) serves, and checks what both check before a member is
-// picked: the declared body length against the backend's limit (413) and
-// the number of fields (431). It returns the body limit, the balancing key
-// (the value of the backend's HashHeader field) and the status to answer
-// with instead (0: go on).
-func (st *h2Stream) begin(route *Route, opts *BackendOptions) (limit int64, key []byte, code int) {
+// HTTP/2 members) serves as d says, and checks what both check before a
+// member is picked: the declared body length against the backend's limit
+// (413) and the number of fields (431). It returns the body limit, the
+// balancing key (the value of the backend's HashHeader field) and the
+// status to answer with instead (0: go on).
+func (st *h2Stream) begin(d *decision) (limit int64, key []byte, code int) {
 	s, hc := st.c.s, st.c.hc
 	st.stats = RequestStats{Listener: hc.info.Listener, LB: hc.info.LB, Tenant: hc.info.Tenant, HTTP2: true,
-		Client: hc.client, Route: route.Name}
-	limit = opts.MaxBodyBytes
-	if limit <= 0 {
-		limit = s.cfg.MaxBodyBytes
-	}
+		Client: hc.client, Route: d.route.Name}
+	limit, opts := d.limit, d.opts
 	if limit > 0 && st.declLen > limit {
 		return limit, nil, 413
 	}

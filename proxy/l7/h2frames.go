@@ -64,11 +64,7 @@ func (c *h2Conn) resetStream(id uint32, code http2.ErrCode) {
 		c.recentN++
 	}
 	c.mu.Unlock()
-	c.lockW()
-	if c.werr == nil {
-		c.werr = c.fr.WriteRSTStream(id, code)
-	}
-	c.unlockW()
+	c.writeReset(id, code)
 }
 
 var connHeaders = map[string]bool{
@@ -317,11 +313,9 @@ func (st *h2Stream) buildRequest() bool {
 func (c *h2Conn) onData(f *http2.DataFrame) http2.ErrCode {
 	id := f.StreamID
 	n := int64(f.Length)
-	if n > c.recvWindow {
+	if !c.recv.take(n) {
 		return http2.ErrCodeFlowControl
 	}
-	c.recvWindow -= n
-	c.recvUnack += n
 	data := f.Data()
 	if len(data) == 0 && !f.StreamEnded() && !c.control.take(nowNano()) {
 		return http2.ErrCodeEnhanceYourCalm
@@ -375,20 +369,9 @@ func (c *h2Conn) onData(f *http2.DataFrame) http2.ErrCode {
 	return c.refundConn()
 }
 
-// refundConn returns consumed bytes to the connection window once a
-// quarter of it is used: stream windows bound what each stream buffers.
+// refundConn gives the connection window back as it is consumed.
 func (c *h2Conn) refundConn() http2.ErrCode {
-	if c.recvUnack < h2ConnWindow/4 {
-		return 0
-	}
-	k := c.recvUnack
-	c.recvUnack = 0
-	c.recvWindow += k
-	c.lockW()
-	if c.werr == nil {
-		c.werr = c.fr.WriteWindowUpdate(0, uint32(k))
-	}
-	c.unlockW()
+	c.recv.refund(&c.h2Wire, h2ConnWindow)
 	return 0
 }
 
@@ -399,89 +382,23 @@ func (c *h2Conn) onSettings(f *http2.SettingsFrame) http2.ErrCode {
 	if !c.control.take(nowNano()) {
 		return http2.ErrCodeEnhanceYourCalm
 	}
-	// The acknowledgement goes out before any frame sent under the new
-	// settings: the write lock is held from before they apply until it is
-	// written. A client that waits for the ACK may drop what precedes it
-	// (h2spec 6.9.2/1 waits for the ACK, then for a DATA frame that a
-	// larger window released).
-	c.lockW()
-	defer c.unlockW()
-	var code http2.ErrCode
-	_ = f.ForeachSetting(func(s http2.Setting) error {
-		if err := s.Valid(); err != nil {
-			var ce http2.ConnectionError
-			if errors.As(err, &ce) {
-				code = http2.ErrCode(ce)
-			} else {
-				code = http2.ErrCodeProtocol
-			}
-			return err
-		}
-		switch s.ID {
-		case http2.SettingInitialWindowSize:
-			c.mu.Lock()
-			delta := int64(s.Val) - c.peerWindow
-			c.peerWindow = int64(s.Val)
-			for _, st := range c.streams {
-				st.sendWindow += delta
-				if st.sendWindow > h2MaxWindow {
-					code = http2.ErrCodeFlowControl
-				}
-				st.cond.Broadcast()
-			}
-			c.mu.Unlock()
-		case http2.SettingMaxFrameSize:
-			c.mu.Lock()
-			c.peerFrame = int(s.Val)
-			c.mu.Unlock()
-		}
-		if code != 0 {
-			return errors.New("stop")
-		}
-		return nil
-	})
-	if code != 0 {
-		return code
-	}
-	if c.werr == nil {
-		c.werr = c.fr.WriteSettingsAck()
-	}
-	return 0
+	return answerSettings(&c.h2Wire, &c.mu, f, &c.h2Flow, c.streams, nil)
 }
 
 func (c *h2Conn) onWindowUpdate(f *http2.WindowUpdateFrame) http2.ErrCode {
 	if !c.control.take(nowNano()) {
 		return http2.ErrCodeEnhanceYourCalm
 	}
-	inc := int64(f.Increment)
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if f.StreamID == 0 {
-		c.sendWindow += inc
-		if c.sendWindow > h2MaxWindow {
-			return http2.ErrCodeFlowControl
-		}
-		for _, st := range c.streams {
-			st.cond.Broadcast()
-		}
-		return 0
-	}
-	st := c.streams[f.StreamID]
-	if st == nil {
-		if f.StreamID > c.maxSeen.Load() {
-			return http2.ErrCodeProtocol
-		}
-		return 0
-	}
-	st.sendWindow += inc
-	if st.sendWindow > h2MaxWindow {
-		c.mu.Unlock()
+	code, open, overflow := addWindow(&c.h2Flow, c.streams, f.StreamID, int64(f.Increment))
+	c.mu.Unlock()
+	switch {
+	case overflow:
 		c.resetStream(f.StreamID, http2.ErrCodeFlowControl)
-		c.mu.Lock()
-		return 0
+	case !open && f.StreamID > c.maxSeen.Load():
+		return http2.ErrCodeProtocol
 	}
-	st.cond.Broadcast()
-	return 0
+	return code
 }
 
 func (c *h2Conn) onReset(f *http2.RSTStreamFrame) http2.ErrCode {
@@ -512,6 +429,10 @@ type h2Stream struct {
 	timer  *time.Timer
 	// deadline of the current wait (UnixNano)
 	deadline int64
+	// dec is the routing decision of serveFast that left the request to
+	// the net/http path (decided), which acts on it without asking again.
+	dec     decision
+	decided bool
 
 	// Request head.
 	fields                          []hpack.HeaderField
@@ -636,6 +557,12 @@ func (st *h2Stream) abort(err error) {
 		st.h2up.cancel()
 	}
 	st.cond.Broadcast()
+}
+
+func (st *h2Stream) addSendWindow(d int64) bool {
+	st.sendWindow += d
+	st.cond.Broadcast()
+	return st.sendWindow <= h2MaxWindow
 }
 
 // wait waits on the stream's condition until it is signalled or the

@@ -20,16 +20,15 @@ import (
 // starts, that is sent with the head in one write (gRPC unary calls).
 const h2BodyInline = 16 << 10
 
-// serveUpH2 proxies the stream to a member of be over the HTTP/2 client.
-func (st *h2Stream) serveUpH2(route *Route, host []byte, path, query string) bool {
+// serveUpH2 proxies the stream to a member of d.be over the HTTP/2 client.
+func (st *h2Stream) serveUpH2(d *decision, host []byte, path, query string) bool {
 	c := st.c
 	s, hc := c.s, c.hc
-	be := route.Backend
-	opts := be.Options()
+	be, opts := d.be, d.opts
 	defer st.report(time.Now())
 	stats := &st.stats
 	fail := st.fail
-	limit, key, code := st.begin(route, opts)
+	limit, key, code := st.begin(d)
 	if code != 0 {
 		return fail(code, OutcomeClientError)
 	}

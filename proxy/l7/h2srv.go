@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -116,30 +115,21 @@ func (s *frameScan) Read(p []byte) (int, error) {
 type h2Conn struct {
 	s      *Server
 	hc     *h2conn
-	nc     net.Conn // the connection frames travel on (TLS)
 	raw    net.Conn // the transport under it, closed to unblock writers
 	ctx    context.Context
 	cancel context.CancelFunc
 	scan   frameScan
 	br     *bufio.Reader
-	fr     *http2.Framer
 	cs     tls.ConnectionState
 
-	// Write side: wmu serialises frames; pending counts writers holding
-	// or waiting for wmu, and the last one flushes.
-	wmu     sync.Mutex
-	pending atomic.Int32
-	bw      *bufio.Writer
-	wdl     int64
-	werr    error
-	wfail   atomic.Bool // werr is set
+	// Write side (h2Wire), flushed within WriteTimeout.
+	h2Wire
 
-	// mu guards the streams, the send windows and the stream buffers.
-	mu         sync.Mutex
-	streams    map[uint32]*h2Stream
-	sendWindow int64 // connection send window
-	peerWindow int64 // SETTINGS_INITIAL_WINDOW_SIZE of the client
-	peerFrame  int   // SETTINGS_MAX_FRAME_SIZE of the client
+	// mu guards the streams, the send windows (h2Flow) and the stream
+	// buffers.
+	mu      sync.Mutex
+	streams map[uint32]*h2Stream
+	h2Flow
 	closed     bool
 	stalled    bool         // a stream waited past WriteTimeout for window
 	workers    int          // requests whose handler still runs
@@ -164,8 +154,7 @@ type h2Conn struct {
 	ctrl      int
 
 	// Read side, owned by the reading goroutine.
-	recvWindow int64      // connection receive window left
-	recvUnack  int64      // connection window consumed but not yet updated
+	recv       h2Recv     // the connection receive window
 	recent     [64]uint32 // ids of recently closed streams (c.mu)
 	recentN    int
 	resets     bucket
@@ -200,19 +189,17 @@ func (s *Server) serveH2Conn(ctx context.Context, nc, raw net.Conn, cs tls.Conne
 		idle = s.cfg.IdleTimeout
 	}
 	c := &h2Conn{
-		s: s, nc: nc, raw: raw, idle: idle,
+		s: s, raw: raw, idle: idle,
 		hc: &h2conn{
 			s: s, info: info, client: client,
 			ca:    newClientAddrs(client, info.TLS, s.trusted(info)),
 			scope: &connScope{s: s, pp: proxyAddrs{src: client, dst: local}, cpu: info.CPU},
 		},
-		streams:    make(map[uint32]*h2Stream),
-		sendWindow: 65535,
-		peerWindow: 65535,
-		peerFrame:  16384,
-		recvWindow: h2ConnWindow,
-		cs:         cs,
-		cpuW:       cpuWeight(info),
+		streams: make(map[uint32]*h2Stream),
+		h2Flow:  newH2Flow(),
+		recv:    h2Recv{left: h2ConnWindow},
+		cs:      cs,
+		cpuW:    cpuWeight(info),
 	}
 	c.hc.ca.clientCert(info)
 	c.ctx, c.cancel = context.WithCancel(context.WithoutCancel(ctx))
@@ -220,13 +207,9 @@ func (s *Server) serveH2Conn(ctx context.Context, nc, raw net.Conn, cs tls.Conne
 	c.idleAt, c.headDL = now, now+int64(s.cfg.HeaderTimeout)
 	c.scan = frameScan{r: nc, preface: len(http2.ClientPreface)}
 	c.br = bufio.NewReaderSize(&c.scan, h2ReadBufSize)
-	c.bw = bufio.NewWriterSize(nc, h2WriteBufSize)
-	c.fr = http2.NewFramer(c.bw, c.br)
+	c.initWire(nc, c.br, s.cfg.MaxHeaderBytes, s.cfg.WriteTimeout, &c.active)
 	c.hdec = hpack.NewDecoder(4096, c.emit)
 	c.hdec.SetMaxStringLength(s.cfg.MaxHeaderBytes)
-	c.fr.MaxHeaderListSize = uint32(s.cfg.MaxHeaderBytes)
-	c.fr.SetMaxReadFrameSize(h2MaxFrame)
-	c.fr.SetReuseFrames()
 	c.work = make(chan *h2Stream)
 	c.resets.init(s.cfg.H2MaxResetsPerSecond, s.cfg.H2ResetBurst)
 	c.control.init(s.cfg.H2MaxControlFramesPerSecond, 2*s.cfg.H2MaxControlFramesPerSecond)
@@ -249,44 +232,6 @@ func (c *h2Conn) drain() {
 
 // lastID is the last stream the client opened, for GOAWAY.
 func (c *h2Conn) lastID() uint32 { return c.maxSeen.Load() }
-
-// lockW takes the write lock.
-func (c *h2Conn) lockW() {
-	c.pending.Add(1)
-	c.wmu.Lock()
-}
-
-// unlockW flushes when no other writer waits, and releases the lock.
-func (c *h2Conn) unlockW() {
-	if c.pending.Load() == 1 && c.werr == nil && c.bw.Buffered() > 0 && c.active.Load() > 1 {
-		// Other requests of this connection are in flight, and their
-		// members often answer in the same poll: let the goroutines that
-		// are ready add their frames before the write(2). The count we
-		// keep makes them leave the flush to us.
-		c.wmu.Unlock()
-		runtime.Gosched()
-		c.wmu.Lock()
-	}
-	if c.pending.Add(-1) == 0 && c.werr == nil && c.bw.Buffered() > 0 {
-		c.werr = c.flushLocked()
-	}
-	if c.werr != nil {
-		c.wfail.Store(true)
-	}
-	c.wmu.Unlock()
-}
-
-// flushLocked writes out the buffered frames within WriteTimeout. wmu
-// held.
-func (c *h2Conn) flushLocked() error {
-	now := nowNano()
-	wt := int64(c.s.cfg.WriteTimeout)
-	if c.wdl-now < wt-wt/16 {
-		c.wdl = now + wt
-		_ = c.nc.SetWriteDeadline(time.Unix(0, c.wdl))
-	}
-	return c.bw.Flush()
-}
 
 // serve reads frames until the connection ends.
 func (c *h2Conn) serve() {
@@ -416,11 +361,7 @@ func (c *h2Conn) dispatch(f http2.Frame) (code http2.ErrCode) {
 		if !c.control.take(nowNano()) {
 			code = http2.ErrCodeEnhanceYourCalm
 		} else if !f.IsAck() {
-			c.lockW()
-			if c.werr == nil {
-				c.werr = c.fr.WritePing(true, f.Data)
-			}
-			c.unlockW()
+			c.writePing(true, f.Data)
 		}
 	case *http2.PriorityFrame:
 		switch {
@@ -557,6 +498,12 @@ func (c *h2Conn) goAway(code http2.ErrCode) { c.goAwayDebug(code, nil) }
 // goAwayDebug sends a GOAWAY with code and debug data, and lets the
 // client read it.
 func (c *h2Conn) goAwayDebug(code http2.ErrCode, debug []byte) {
+	c.sendGoAway(code, debug)
+	c.linger()
+}
+
+// sendGoAway sends a GOAWAY with code and debug data now.
+func (c *h2Conn) sendGoAway(code http2.ErrCode, debug []byte) {
 	c.lockW()
 	if c.werr == nil {
 		c.werr = c.fr.WriteGoAway(c.lastID(), code, debug)
@@ -566,7 +513,6 @@ func (c *h2Conn) goAwayDebug(code http2.ErrCode, debug []byte) {
 		}
 	}
 	c.unlockW()
-	c.linger()
 }
 
 // linger reads and discards for a moment so that the close does not

@@ -105,11 +105,7 @@ func (st *h2Stream) run() {
 	if rst {
 		// The response is complete and the client is still sending:
 		// tell it to stop (RFC 9113 section 8.1).
-		c.lockW()
-		if c.werr == nil {
-			c.werr = c.fr.WriteRSTStream(st.id, http2.ErrCodeNo)
-		}
-		c.unlockW()
+		c.writeReset(st.id, http2.ErrCodeNo)
 	}
 	c.putStream(st)
 	c.closeIfDone()
@@ -135,6 +131,8 @@ func (st *h2Stream) serve() (ok bool) {
 	case st.serveFast():
 	case !st.buildRequest():
 		writeErrorPage(st, 400)
+	case st.decided:
+		c.hc.serve(st, st.req, &st.dec)
 	default:
 		c.hc.ServeHTTP(st, st.req)
 	}
@@ -190,11 +188,7 @@ func (st *h2Stream) Read(p []byte) (int, error) {
 		st.unacked = 0
 		st.recvWindow += k
 		c.mu.Unlock()
-		c.lockW()
-		if c.werr == nil {
-			c.werr = c.fr.WriteWindowUpdate(st.id, uint32(k))
-		}
-		c.unlockW()
+		c.writeWindowUpdate(st.id, k)
 		c.mu.Lock()
 	}
 	return n, nil
@@ -440,8 +434,7 @@ func (st *h2Stream) sendData(p []byte, end bool) error {
 				c.mu.Unlock()
 				return errClientGone
 			}
-			n = int(min(int64(len(p)), st.sendWindow, c.sendWindow, int64(c.peerFrame)))
-			if n > 0 || len(p) == 0 {
+			if n = c.take(&st.sendWindow, len(p)); n > 0 || len(p) == 0 {
 				break
 			}
 			if st.holding {
@@ -462,8 +455,6 @@ func (st *h2Stream) sendData(p []byte, end bool) error {
 				return errWindowStall
 			}
 		}
-		st.sendWindow -= int64(n)
-		c.sendWindow -= int64(n)
 		c.mu.Unlock()
 		deadline = 0
 		last := end && n == len(p)
@@ -500,15 +491,7 @@ func (st *h2Stream) sendData(p []byte, end bool) error {
 // stall ends a connection whose client kept a flow-control window closed
 // for WriteTimeout while a response waited.
 func (c *h2Conn) stall() {
-	c.lockW()
-	if c.werr == nil {
-		c.werr = c.fr.WriteGoAway(c.lastID(), http2.ErrCodeEnhanceYourCalm, nil)
-		c.goAwaySent.Store(true)
-		if c.werr == nil {
-			c.werr = c.flushLocked() // before the close, whoever else writes
-		}
-	}
-	c.unlockW()
+	c.sendGoAway(http2.ErrCodeEnhanceYourCalm, nil)
 	// The reader wakes up, lets the client read the GOAWAY and closes.
 	c.mu.Lock()
 	c.stalled = true

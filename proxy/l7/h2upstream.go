@@ -63,6 +63,12 @@ func newH2UpStream(c *h2UpConn) *h2UpStream {
 	return st
 }
 
+func (st *h2UpStream) addSendWindow(d int64) bool {
+	st.sendWindow += d
+	st.signal()
+	return st.sendWindow <= h2MaxWindow
+}
+
 // signal wakes the response reader and the body writer.
 func (st *h2UpStream) signal() {
 	select {
@@ -181,8 +187,7 @@ func (st *h2UpStream) write(p []byte, end bool) error {
 				c.mu.Unlock()
 				return errH2Cancelled
 			}
-			n = int(min(int64(len(p)), st.sendWindow, c.sendWindow, int64(c.peerFrame)))
-			if n > 0 || len(p) == 0 {
+			if n = c.take(&st.sendWindow, len(p)); n > 0 || len(p) == 0 {
 				break
 			}
 			c.mu.Unlock()
@@ -191,8 +196,6 @@ func (st *h2UpStream) write(p []byte, end bool) error {
 			}
 			c.mu.Lock()
 		}
-		st.sendWindow -= int64(n)
-		c.sendWindow -= int64(n)
 		last := end && n == len(p)
 		if last {
 			st.sentEnd = true
@@ -318,11 +321,7 @@ func (st *h2UpStream) read(p []byte) (int, error) {
 	}
 	c.mu.Unlock()
 	if upd > 0 {
-		c.lockW()
-		if c.werr == nil {
-			c.werr = c.fr.WriteWindowUpdate(st.id, uint32(upd))
-		}
-		c.unlockW()
+		c.writeWindowUpdate(st.id, upd)
 	}
 	return n, nil
 }
@@ -338,11 +337,7 @@ func (st *h2UpStream) close() {
 	}
 	c.mu.Unlock()
 	if open {
-		c.lockW()
-		if c.werr == nil {
-			c.werr = c.fr.WriteRSTStream(st.id, http2.ErrCodeCancel)
-		}
-		c.unlockW()
+		c.writeReset(st.id, http2.ErrCodeCancel)
 	}
 	c.mu.Lock()
 	c.pool.key.budget.releaseResponse(st.charged) // what no client took
