@@ -308,6 +308,7 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 		})
 	}()
 	stack.PushFunc(func() { <-fed })
+	go settleAttachments(ctx, attachments, node.Ready(), node.Revision, feed)
 	// systemd hears READY=1 once Raft has formed or joined, the data
 	// plane has applied the state committed by then, the admin
 	// credentials are written and the admin API answers with them.

@@ -46,6 +46,24 @@ func followAttachments(am *attach.Manager, r proxy.Revision, state func() ([]*pb
 	}
 }
 
+// settleAttachments settles the attachments (attach.Manager.Settle) once
+// the state they follow is the cluster's committed one: this host is a
+// member that has caught up (ready closes after a read barrier) and the
+// feed, which passes each revision to the attachments before the data
+// plane, has applied the revision reached then. Before that a restarted
+// host's view is the state it restored, in which tenants it still
+// attaches may be missing.
+func settleAttachments(ctx context.Context, am *attach.Manager, ready <-chan struct{}, revision func() uint64, feed *proxy.Feed) {
+	select {
+	case <-ready:
+	case <-ctx.Done():
+		return
+	}
+	if feed.WaitApplied(ctx, revision()) == nil {
+		am.Settle()
+	}
+}
+
 // attachmentSource reports the attachments in the host's observation.
 type attachmentSource struct{ am *attach.Manager }
 

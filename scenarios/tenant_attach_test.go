@@ -1,6 +1,7 @@
 package scenarios
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -201,6 +202,31 @@ func (s *tenantSide) counts() (checks, serves int, checkSrc, reqSrc string) {
 	return s.checks, s.serves, keys(s.checkSrc), keys(s.reqSrc)
 }
 
+// netnsInode returns the inode of the namespace bound at path.
+func netnsInode(t *testing.T, path string) uint64 {
+	t.Helper()
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		t.Fatalf("namespace %s: %v", path, err)
+	}
+	return st.Ino
+}
+
+// logLine returns the first line of log holding every one of words ("":
+// none).
+func logLine(log string, words ...string) string {
+	for line := range strings.Lines(log) {
+		all := true
+		for _, w := range words {
+			all = all && strings.Contains(line, w)
+		}
+		if all {
+			return strings.TrimSpace(line)
+		}
+	}
+	return ""
+}
+
 // listenInNetns opens a TCP listener inside the named namespace.
 func listenInNetns(ns, addr string) (net.Listener, error) {
 	type res struct {
@@ -248,8 +274,8 @@ const attachVIPA, attachVIPB = "127.0.0.94", "127.0.0.95"
 // own echo, and each echo's health checks come through its tenant's
 // attachment (from the host's address in it). A third tenant with the
 // same network and no attachment is refused; a restart adopts the
-// namespaces and removes a leftover of its own; deleting a tenant removes
-// its namespace.
+// namespaces (the same ones, by inode; none removed as a leftover) and
+// removes a leftover of its own; deleting a tenant removes its namespace.
 func TestTenantAttachments(t *testing.T) {
 	if os.Geteuid() != 0 {
 		unavailable(t, "needs root for network namespaces")
@@ -500,6 +526,24 @@ pools:
 			t.Fatalf("%s: %v: %s", strings.Join(st, " "), err, out)
 		}
 	}
+	// The namespaces the host still wants are kept across the restart:
+	// the same namespaces (inodes; each held open meanwhile, as a
+	// connection in it would, so that a namespace made again cannot
+	// take its number), none removed as a leftover.
+	inodes, held := map[string]uint64{}, []*os.File{}
+	defer func() {
+		for _, f := range held {
+			f.Close()
+		}
+	}()
+	for _, tenant := range []string{ta, tb} {
+		f, err := os.Open("/var/run/netns/teapot-att-" + tenant)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, f)
+		inodes[tenant] = netnsInode(t, f.Name())
+	}
 	if !c.stop(n) {
 		t.Fatal("the host did not stop")
 	}
@@ -532,6 +576,26 @@ pools:
 	})
 
 	t.Logf("served again %s after the restart", time.Since(restarted).Round(time.Millisecond))
+	log, err := os.ReadFile(n.logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	since := string(log[bytes.LastIndex(log, []byte("==== start ")):])
+	for _, tenant := range []string{ta, tb} {
+		if got := netnsInode(t, "/var/run/netns/teapot-att-"+tenant); got != inodes[tenant] {
+			t.Errorf("the restart made tenant %s's namespace again (inode %d, was %d)", tenant, got, inodes[tenant])
+		}
+		if line := logLine(since, "removed a leftover attachment", "teapot-att-"+tenant); line != "" {
+			t.Errorf("the restart removed the namespace of tenant %s, still attached: %s", tenant, line)
+		}
+	}
+	if logLine(since, "removed a leftover attachment", ghost) == "" {
+		t.Errorf("no removal of the leftover %s in the log after the restart", ghost)
+	}
+	for _, f := range held {
+		f.Close()
+	}
+	held = nil
 	waitFor(t, 30*time.Second, "both pod ranges in their namespaces again after the restart", routed)
 	waitFor(t, 30*time.Second, "both tenants' pods over their BGP routes again after the restart", pods)
 	t.Logf("pods served again %s after the restart", time.Since(restarted).Round(time.Millisecond))

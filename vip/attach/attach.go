@@ -82,6 +82,10 @@ type Manager struct {
 	host *os.File
 	// spaces is what the dialers read: every attached tenant, up or not.
 	spaces atomic.Pointer[map[string]*space]
+	// settled: the state Update passes is known to be the cluster's
+	// committed state (Settle; guarded by mu). Until then nothing is
+	// removed.
+	settled bool
 }
 
 // space is one tenant's attachment on this host; published spaces are
@@ -118,9 +122,10 @@ func New(cfg Config) (*Manager, error) {
 }
 
 // Update takes the committed state's tenants and converges at once: it
-// makes, changes and removes namespaces, and on its first call removes
-// the leftovers of this host (namespaces with the package's prefix whose
-// device it owns) that no tenant wants.
+// makes, adopts and changes namespaces and, once Settle was called,
+// removes those no tenant wants on this host, including the leftovers
+// of this host (namespaces with the package's prefix whose device it
+// owns).
 func (m *Manager) Update(objs []*pb.Object) {
 	want := map[string]*pb.Tenant{}
 	for _, o := range objs {
@@ -132,6 +137,24 @@ func (m *Manager) Update(objs []*pb.Object) {
 	defer m.mu.Unlock()
 	m.want = want
 	m.reconcile()
+}
+
+// Settle tells the manager that the state Update last passed it (or a
+// later one) holds every write the cluster committed before this host
+// started: the host has caught up. Until then Update makes and adopts
+// but removes nothing, since a restarted host's first view is the state
+// it restored (empty without a snapshot) and would otherwise cut the
+// connections of namespaces it still wants. Settle removes the
+// namespaces of this host no tenant wants; later calls do nothing.
+func (m *Manager) Settle() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.settled {
+		return
+	}
+	m.settled = true
+	m.cfg.Logger.Info("the committed state is known: removing the attachments no tenant wants", "attachments", len(*m.spaces.Load()))
+	m.removeLeftovers(*m.spaces.Load())
 }
 
 // Run retries failed attachments until ctx ends.
@@ -158,7 +181,7 @@ func (m *Manager) Run(ctx context.Context) {
 
 // Close removes nothing: the namespaces outlive the process so that a
 // restart adopts them without cutting connections; the next start
-// removes those no longer wanted.
+// removes those no longer wanted once it is settled (Settle).
 func (m *Manager) Close() error {
 	for _, s := range *m.spaces.Load() {
 		if s.ns != nil {
@@ -180,7 +203,9 @@ func (m *Manager) reconcile() {
 		switch {
 		case !listed:
 			s.state, s.reason = StateNotListed, fmt.Sprintf("attachment.hosts lists no address for host %s; add one to attach it", m.cfg.NodeID)
-			m.remove(tenant)
+			if m.settled {
+				m.remove(tenant)
+			}
 		default:
 			if prev != nil && prev.state == StateUp && sameSpec(prev.spec, spec) && slices.Equal(prev.nets, s.nets) && prev.ns != nil {
 				s.state, s.ns, s.since = StateUp, prev.ns, prev.since
@@ -212,6 +237,9 @@ func (m *Manager) reconcile() {
 		if prev.ns != nil {
 			prev.ns.release()
 		}
+		if !m.settled {
+			continue // Settle removes it if no tenant wants it by then
+		}
 		m.remove(tenant)
 		m.cfg.Logger.Info("attachment removed", "tenant", tenant)
 		if m.cfg.Events != nil {
@@ -220,7 +248,9 @@ func (m *Manager) reconcile() {
 		}
 	}
 	m.spaces.Store(&next)
-	m.removeLeftovers(next)
+	if m.settled {
+		m.removeLeftovers(next)
+	}
 }
 
 func (m *Manager) event(tenant string, s *space) {
@@ -253,7 +283,8 @@ func mapsEqual(a, b map[string]string) bool {
 }
 
 // removeLeftovers deletes the namespaces with the package's prefix that
-// this host made (their device's alias names it) and no tenant wants.
+// this host made (their device's alias names it) and no tenant wants
+// (mu held, settled).
 func (m *Manager) removeLeftovers(keep map[string]*space) {
 	ents, err := os.ReadDir(m.cfg.NetnsDir)
 	if err != nil {

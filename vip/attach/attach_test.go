@@ -37,6 +37,7 @@ func newManager(t *testing.T, node string) (*Manager, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	m.Settle() // a host that has caught up with the cluster
 	t.Cleanup(func() {
 		m.Update(nil)
 		m.Close()
@@ -248,6 +249,7 @@ func TestManagerAdoptsAndCleansLeftovers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	other.Settle()
 	foreign := fmt.Sprintf("fr%d", os.Getpid())
 	other.Update([]*pb.Object{tenant(foreign, vni+2, 0, "lb2")})
 	t.Cleanup(func() { other.Update(nil); other.Close() })
@@ -259,6 +261,7 @@ func TestManagerAdoptsAndCleansLeftovers(t *testing.T) {
 	}
 	defer again.Close()
 	again.Update([]*pb.Object{tenant(keep, vni, 0, "lb1")})
+	again.Settle()
 	if obs := again.Observe(keep); len(obs) != 1 || obs[0].State != StateUp {
 		t.Fatalf("adopted %+v", obs)
 	}
@@ -268,6 +271,127 @@ func TestManagerAdoptsAndCleansLeftovers(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, api.AttachmentNamespace(foreign))); err != nil {
 		t.Fatalf("another host's namespace removed: %v", err)
 	}
+	again.Update(nil)
+}
+
+// nsInode returns the inode of the namespace bound at path (its nsfs
+// file): a namespace made again has another.
+func nsInode(t *testing.T, path string) uint64 {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		t.Fatalf("namespace %s: %v", path, err)
+	}
+	return st.Ino
+}
+
+// TestManagerRestartRemovesNothingUntilSettled: a restarted host's
+// Manager, fed as serve feeds it at start (a first view without the
+// tenants, as a host without a snapshot restores, then the state it
+// catches up to), keeps the namespace of a tenant it still wants: the
+// same namespace (inode) and device, and a connection and a listener
+// opened in it before the restart still work. Its leftover no tenant
+// wants stays until Settle (the committed state known), which removes it.
+func TestManagerRestartRemovesNothingUntilSettled(t *testing.T) {
+	t.Parallel()
+	m, dir := newManager(t, "lb1")
+	vni := vniOf(t)
+	keep, gone := fmt.Sprintf("rk%d", os.Getpid()), fmt.Sprintf("rg%d", os.Getpid())
+	m.Update([]*pb.Object{tenant(keep, vni, 0, "lb1"), tenant(gone, vni+1, 0, "lb1")})
+	keepPath, gonePath := filepath.Join(dir, api.AttachmentNamespace(keep)), filepath.Join(dir, api.AttachmentNamespace(gone))
+	ino, goneIno := nsInode(t, keepPath), nsInode(t, gonePath)
+	var dev int
+	inNS(t, keepPath, func(nh *netlink.Handle) {
+		link, err := nh.LinkByName(Device)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dev = link.Attrs().Index
+	})
+	// A listener in the namespace and a connection to it, as a VIP's
+	// listener and a member's connection live there.
+	ln := listenIn(t, keepPath, "10.0.0.2:0")
+	defer ln.Close()
+	accepted := make(chan net.Conn, 4)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	before, err := m.DialContext(ctx, keep, &net.Dialer{}, "tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer before.Close()
+	served := <-accepted
+	defer served.Close()
+	m.Close() // the process ends; the namespaces stay
+
+	again, err := New(Config{NodeID: "lb1", NetnsDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	again.Update(nil) // the first view: no tenant yet
+	if got := nsInode(t, keepPath); got != ino {
+		t.Fatalf("the namespace of %s was made again on the first view (inode %d, was %d)", keep, got, ino)
+	}
+	if got := nsInode(t, gonePath); got != goneIno {
+		t.Fatalf("the namespace of %s removed before the committed state was known (inode %d, was %d)", gone, got, goneIno)
+	}
+	again.Update([]*pb.Object{tenant(keep, vni, 0, "lb1")}) // caught up: gone left the state
+	if obs := again.Observe(keep); len(obs) != 1 || obs[0].State != StateUp {
+		t.Fatalf("adopted %+v", obs)
+	}
+	if got := nsInode(t, keepPath); got != ino {
+		t.Fatalf("the namespace of %s was made again (inode %d, was %d)", keep, got, ino)
+	}
+	if _, err := os.Stat(gonePath); err != nil {
+		t.Fatalf("the namespace of %s removed before Settle: %v", gone, err)
+	}
+	again.Settle()
+	if _, err := os.Stat(gonePath); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the namespace no tenant wants kept after Settle: %v", err)
+	}
+	if got := nsInode(t, keepPath); got != ino {
+		t.Fatalf("the namespace of %s was made again at Settle (inode %d, was %d)", keep, got, ino)
+	}
+	inNS(t, keepPath, func(nh *netlink.Handle) {
+		link, err := nh.LinkByName(Device)
+		if err != nil || link.Attrs().Index != dev {
+			t.Fatalf("the device was replaced: %v, %v (index was %d)", link, err, dev)
+		}
+	})
+	// The connection made before the restart still carries data both
+	// ways, and the listener takes a new one through the adopted
+	// attachment.
+	_ = before.SetDeadline(time.Now().Add(5 * time.Second))
+	_ = served.SetDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 4)
+	if _, err := before.Write([]byte("ping")); err != nil {
+		t.Fatalf("write on the connection made before the restart: %v", err)
+	}
+	if _, err := io.ReadFull(served, buf); err != nil || string(buf) != "ping" {
+		t.Fatalf("read %q: %v", buf, err)
+	}
+	if _, err := served.Write([]byte("pong")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(before, buf); err != nil || string(buf) != "pong" {
+		t.Fatalf("read %q on the connection made before the restart: %v", buf, err)
+	}
+	after, err := again.DialContext(ctx, keep, &net.Dialer{}, "tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatalf("dial the listener opened before the restart: %v", err)
+	}
+	after.Close()
+	(<-accepted).Close()
 	again.Update(nil)
 }
 
