@@ -111,7 +111,11 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.NetnsDir == "" {
 		cfg.NetnsDir = "/var/run/netns"
 	}
-	host, err := os.Open("/proc/self/ns/net")
+	// The calling thread's namespace, not /proc/self's: that is the main
+	// thread's, which a goroutine locked to it may have moved into a
+	// tenant's namespace for a moment (InNamespace, dialIn). A thread no
+	// goroutine holds is always in the host's.
+	host, err := os.Open("/proc/thread-self/ns/net")
 	if err != nil {
 		return nil, fmt.Errorf("open the host's network namespace: %w", err)
 	}
