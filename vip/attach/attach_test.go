@@ -230,6 +230,30 @@ func TestManagerDialsFromTheNamespace(t *testing.T) {
 	if !m.Attached(unlisted) || m.Attached("nobody") {
 		t.Fatal("Attached")
 	}
+	// DialInside never dials from the host's namespace: a tenant without
+	// an attachment here (one just removed) gets ErrNotUp, where
+	// DialContext would dial from the host's own table.
+	hostLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hostLn.Close()
+	if c, err := m.DialInside(ctx, "nobody", &net.Dialer{}, "tcp", hostLn.Addr().String()); !errors.Is(err, ErrNotUp) {
+		if c != nil {
+			c.Close()
+		}
+		t.Fatalf("DialInside for a tenant with no attachment: %v, want ErrNotUp", err)
+	}
+	if c, err := m.DialContext(ctx, "nobody", &net.Dialer{}, "tcp", hostLn.Addr().String()); err != nil {
+		t.Fatalf("DialContext for a tenant with no attachment, from the host's: %v", err)
+	} else {
+		c.Close()
+	}
+	if c, err := m.DialInside(ctx, name, &net.Dialer{}, "tcp", ln.Addr().String()); err != nil {
+		t.Fatalf("DialInside from the namespace: %v", err)
+	} else {
+		c.Close()
+	}
 	obs := m.Observe(unlisted)
 	if len(obs) != 1 || obs[0].State != StateNotListed {
 		t.Fatalf("observed %+v, want not-listed", obs)

@@ -351,6 +351,23 @@ func (m *Manager) DialContext(ctx context.Context, tenant string, d *net.Dialer,
 	if s == nil {
 		return d.DialContext(ctx, network, addr)
 	}
+	return m.dialSpace(ctx, s, d, network, addr)
+}
+
+// DialInside is DialContext for a dial that must never leave tenant's
+// namespace (its BGP speakers, whose addresses the host's own table may
+// route elsewhere): with no attachment of tenant on this host, as when
+// it was just removed, it fails with an error wrapping ErrNotUp.
+func (m *Manager) DialInside(ctx context.Context, tenant string, d *net.Dialer, network, addr string) (net.Conn, error) {
+	s := (*m.spaces.Load())[tenant]
+	if s == nil {
+		return nil, fmt.Errorf("%w: tenant %s has no attachment on this host", ErrNotUp, tenant)
+	}
+	return m.dialSpace(ctx, s, d, network, addr)
+}
+
+// dialSpace dials from inside s's namespace when it is up.
+func (m *Manager) dialSpace(ctx context.Context, s *space, d *net.Dialer, network, addr string) (net.Conn, error) {
 	if s.state != StateUp || !s.ns.acquire() {
 		return nil, fmt.Errorf("%w: %s", ErrNotUp, s.reason)
 	}

@@ -24,9 +24,10 @@ import (
 // from inside its namespace and installs its routes in the namespace's
 // table.
 type Attachments interface {
-	// DialContext dials addr from inside tenant's namespace (an error
-	// when the attachment is not up on this host).
-	DialContext(ctx context.Context, tenant string, d *net.Dialer, network, addr string) (net.Conn, error)
+	// DialInside dials addr from inside tenant's namespace: an error when
+	// the attachment is not up on this host or the tenant has none here
+	// (never a dial from the host's own table).
+	DialInside(ctx context.Context, tenant string, d *net.Dialer, network, addr string) (net.Conn, error)
 	// InNamespace runs fn on a thread inside tenant's namespace.
 	InNamespace(tenant string, fn func() error) error
 }
@@ -157,7 +158,7 @@ func (t *tunnel) carry(c net.Conn) {
 			}
 			return setTTL(rc, t.remote.Addr(), t.ttl)
 		}}
-		conn, err := t.att.DialContext(context.Background(), t.tenant, d, "tcp", t.remote.String())
+		conn, err := t.att.DialInside(context.Background(), t.tenant, d, "tcp", t.remote.String())
 		t.mu.Lock()
 		t.err = err
 		t.mu.Unlock()

@@ -80,7 +80,10 @@ func inNetns(name string, fn func() error) error {
 // pairs is Attachments over real namespaces: each tenant's host side.
 type pairs map[string]nsPair
 
-func (p pairs) DialContext(ctx context.Context, tenant string, d *net.Dialer, network, addr string) (net.Conn, error) {
+func (p pairs) DialInside(ctx context.Context, tenant string, d *net.Dialer, network, addr string) (net.Conn, error) {
+	if _, ok := p[tenant]; !ok {
+		return nil, fmt.Errorf("tenant %s has no attachment here", tenant)
+	}
 	var c net.Conn
 	err := inNetns(p[tenant].host, func() (err error) {
 		c, err = d.DialContext(ctx, network, addr)

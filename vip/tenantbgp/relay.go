@@ -293,9 +293,11 @@ func (r *Relay) Close() error {
 	}
 	r.stop()
 	r.srv.Stop()
-	err := r.cfg.Routes.Close()
+	// After the pass under way, if any: one that installed after this
+	// would put routes back, and touch the table while it is cleared.
 	r.closeMu.Lock()
 	defer r.closeMu.Unlock()
+	err := r.cfg.Routes.Close()
 	for _, s := range r.sessions {
 		if s.tun != nil {
 			s.tun.close()

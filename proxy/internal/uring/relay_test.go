@@ -312,12 +312,15 @@ func TestTenantShareKeepsNeighboursMoving(t *testing.T) {
 		go func() { _, _ = client.Write(msg) }()
 	}
 	eventually(t, func() bool { return rl.Stats().Held >= TenantShare*3/4 })
-	// Receives armed together each take up to what the tenant had left
-	// when they were armed; the first completion past the share cancels
-	// them: a few more buffers may arrive in that batch.
+	// From 6.17 the receives armed in one submission reserve what they
+	// may take (tenantBufs.pending): together they take at most what the
+	// tenant has left; one armed idle earlier may take a direction's
+	// worth past it before its cancel. Before 6.17 the receives are
+	// unbounded and only cancelled past the share: each may take several
+	// more buffers meanwhile, and the bound is what the worker has.
 	bound := int64(TenantShare + MaxHeld)
 	if !mshotLimit() {
-		bound += stuck * 8 // each cancel may come after a few more receives
+		bound = Bufs
 	}
 	client, member, h, _, _ := relayed(t, rl, Spec{Tick: time.Second, Tenant: "neighbour"})
 	go func() {
