@@ -23,6 +23,11 @@ const (
 	ReasonNoNextHop     = "no next hop"
 	ReasonUnknownPeer   = "peer belongs to no tenant"
 	ReasonInstallFailed = "the kernel refused the route"
+	// ReasonAttachmentRoute: an attached tenant's route to the very
+	// prefix its attachment already routes in the namespace (its
+	// segment, or a network reached through its gateway): installed, it
+	// would replace that route, and its withdrawal would leave none.
+	ReasonAttachmentRoute = "is a route of the tenant's attachment"
 )
 
 // tenantRules is what one tenant's announcements are judged by.
@@ -38,6 +43,10 @@ type tenantRules struct {
 	// address for this host: its sessions are not made here).
 	space string
 	own   netip.Addr
+	// attRoutes are the prefixes an attached tenant's attachment routes
+	// in its namespace (vip/attach convergeRoutes): its segment, and the
+	// networks outside it through its gateway.
+	attRoutes []netip.Prefix
 }
 
 // peerKey is one speaker: its address in a space (peerKey.space as
@@ -127,16 +136,18 @@ func compile(objs []*pb.Object, nodeID string) *world {
 		w.nets[t.GetName()] = nets
 		var space string
 		var own netip.Addr
+		var attRoutes []netip.Prefix
 		if a := t.GetAttachment(); a != nil {
 			space = t.GetName()
 			if p, err := netip.ParsePrefix(a.GetHosts()[nodeID]); err == nil {
 				own = p.Addr()
 				w.attached = append(w.attached, t.GetName())
+				attRoutes = attachmentRoutes(p.Masked(), a.GetGateway(), nets)
 			}
 		}
 		w.spaces[t.GetName()] = space
 		if b := t.GetBgp(); b != nil {
-			w.tenants[t.GetName()] = &tenantRules{name: t.GetName(), nets: nets, bgp: b, space: space, own: own,
+			w.tenants[t.GetName()] = &tenantRules{name: t.GetName(), nets: nets, bgp: b, space: space, own: own, attRoutes: attRoutes,
 				maxLen: [2]int{api.TenantBGPMaxLength(b, false), api.TenantBGPMaxLength(b, true)}}
 			names = append(names, t.GetName())
 		}
@@ -198,6 +209,9 @@ func (w *world) judge(t *tenantRules, p netip.Prefix, nh netip.Addr, host []neti
 	case p.Bits() > t.maxLen[fam]:
 		return fmt.Sprintf("%s (/%d)", ReasonTooSpecific, t.maxLen[fam])
 	}
+	if slices.Contains(t.attRoutes, p) {
+		return ReasonAttachmentRoute
+	}
 	pr := api.PrefixRange(p)
 	for _, nr := range w.pools {
 		if nr.space == t.space && nr.r.Overlaps(pr) {
@@ -228,6 +242,25 @@ func (w *world) judge(t *tenantRules, p netip.Prefix, nh netip.Addr, host []neti
 		return ReasonNextHop
 	}
 	return ""
+}
+
+// attachmentRoutes are the prefixes an attachment whose segment is seg
+// routes in its namespace: seg itself, and each of nets of seg's family
+// outside seg through gateway, when it has one (as vip/attach's
+// convergeRoutes installs them).
+func attachmentRoutes(seg netip.Prefix, gateway string, nets []netip.Prefix) []netip.Prefix {
+	out := []netip.Prefix{seg}
+	gw, err := netip.ParseAddr(gateway)
+	if err != nil {
+		return out
+	}
+	for _, n := range nets {
+		if n.Addr().Is4() != gw.Is4() || n.Bits() >= seg.Bits() && seg.Contains(n.Addr()) {
+			continue
+		}
+		out = append(out, n.Masked())
+	}
+	return out
 }
 
 // within reports whether p lies inside one of nets.

@@ -92,12 +92,16 @@ func attachedWorld() *world {
 	}
 	elsewhere := att("far", 300)
 	elsewhere.Attachment.Hosts = map[string]string{"lb2": "10.0.0.2/24"}
+	gw := att("g", 400)
+	gw.Attachment.Gateway = "10.0.0.1"
+	gw.Bgp.Peers = []string{"10.0.0.11"}
 	return compile([]*pb.Object{
 		{Kind: &pb.Object_VipPool{VipPool: &pb.VIPPool{Name: "public", Cidrs: []string{"10.0.1.0/28"}}}},
 		{Kind: &pb.Object_VipPool{VipPool: &pb.VIPPool{Name: "a-private", Attachment: "a", Cidrs: []string{"10.0.1.100/32"}}}},
 		{Kind: &pb.Object_Tenant{Tenant: att("a", 100)}},
 		{Kind: &pb.Object_Tenant{Tenant: att("b", 200)}},
 		{Kind: &pb.Object_Tenant{Tenant: elsewhere}},
+		{Kind: &pb.Object_Tenant{Tenant: gw}},
 	}, "lb1")
 }
 
@@ -118,7 +122,7 @@ func TestJudgeAttached(t *testing.T) {
 	if len(w.conflicts) != 0 {
 		t.Errorf("attached tenants' equal speakers conflict: %+v", w.conflicts)
 	}
-	if !w.unlisted["far"] || len(w.peers) != 2 {
+	if !w.unlisted["far"] || len(w.peers) != 3 {
 		t.Errorf("a tenant attached on another host only has sessions here: peers %v, unlisted %v", w.peers, w.unlisted)
 	}
 	host := []netip.Addr{netip.MustParseAddr("10.0.0.1")} // the host's own table overlaps the tenants'
@@ -133,6 +137,9 @@ func TestJudgeAttached(t *testing.T) {
 		{"b", "10.0.1.0/24", "10.0.0.2", ReasonNextHopHost},  // the host in the attachment
 		{"b", "10.0.1.0/24", "10.0.0.1", ""},                 // an address of the host's own table
 		{"b", "10.0.2.0/24", "10.0.0.10", ReasonOutside},
+		{"b", "10.0.0.0/24", "10.0.0.10", ReasonAttachmentRoute}, // the attachment's segment
+		{"g", "10.0.1.0/24", "10.0.0.10", ReasonAttachmentRoute}, // g's attachment routes it through its gateway
+		{"g", "10.0.1.0/25", "10.0.0.10", ""},                    // more specific: beside the gateway's
 	} {
 		got := w.judge(w.tenants[tc.tenant], netip.MustParsePrefix(tc.prefix), netip.MustParseAddr(tc.nh), host)
 		if tc.want == "" && got != "" || tc.want != "" && !strings.HasPrefix(got, tc.want) {
