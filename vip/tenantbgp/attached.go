@@ -134,7 +134,14 @@ func (t *tunnel) accept() {
 			return
 		}
 		if t.cur != nil {
-			t.cur.Close() // gobgp gave up on it
+			// gobgp's connection in place is still carried: as in a BGP
+			// connection collision, the one in place stays (a dial of its
+			// connect loop that crossed the session's establishment must
+			// not cut it). One gobgp gave up on is closed by gobgp, which
+			// ends its carry and frees the place.
+			t.mu.Unlock()
+			c.Close()
+			continue
 		}
 		t.cur = c
 		t.mu.Unlock()
@@ -147,7 +154,14 @@ func (t *tunnel) accept() {
 // ways until either side closes. What gobgp sends meanwhile (its OPEN)
 // is kept and sent first.
 func (t *tunnel) carry(c net.Conn) {
-	defer c.Close()
+	defer func() {
+		c.Close()
+		t.mu.Lock()
+		if t.cur == c {
+			t.cur, t.up = nil, false
+		}
+		t.mu.Unlock()
+	}()
 	var held []byte
 	b := make([]byte, 4096)
 	var tc net.Conn
@@ -184,11 +198,6 @@ func (t *tunnel) carry(c net.Conn) {
 	t.mu.Lock()
 	t.up = true
 	t.mu.Unlock()
-	defer func() {
-		t.mu.Lock()
-		t.up = false
-		t.mu.Unlock()
-	}()
 	if len(held) > 0 {
 		if _, err := tc.Write(held); err != nil {
 			return
