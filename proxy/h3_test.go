@@ -115,6 +115,13 @@ func startH3(t *testing.T) (*Proxy, string, map[string]*routingBackend) {
 // startH3With is startH3 with the proxy's limits.
 func startH3With(t *testing.T, limits Limits) (*Proxy, string, map[string]*routingBackend) {
 	t.Helper()
+	return startH3Edited(t, limits, nil)
+}
+
+// startH3Edited is startH3With with the load balancer changed by edit
+// (nil: as h3LB makes it).
+func startH3Edited(t *testing.T, limits Limits, edit func(*pb.LoadBalancer)) (*Proxy, string, map[string]*routingBackend) {
+	t.Helper()
 	bes := map[string]*routingBackend{}
 	for _, n := range []string{"main", "beta", "other", "mirror"} {
 		bes[n] = startRoutingBackend(t, n)
@@ -123,7 +130,11 @@ func startH3With(t *testing.T, limits Limits) (*Proxy, string, map[string]*routi
 	t.Cleanup(func() { srv.Close() })
 	p, _ := newProxy(t, Config{HTTP: newH3Term(t, srv), Limits: limits})
 	port := freePort(t)
-	update(t, p, h3LB(port, bes))
+	lb := h3LB(port, bes)
+	if edit != nil {
+		edit(lb)
+	}
+	update(t, p, lb)
 	if st := p.Status()["acme/gw"]; len(st) != 0 {
 		t.Fatalf("problems: %v", st)
 	}

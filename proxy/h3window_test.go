@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 	"github.com/teapot-lb/teapot-lb/proxy/metrics"
 )
 
@@ -17,10 +18,15 @@ import (
 // takes a first part fast (its socket buffers), then reads nothing for
 // 30 s. Each window grows while the body is read fast, toward
 // H3ConnWindow, and the tenant's growth stops at the bound; it is all
-// given back once the connections end.
+// given back once the connections end: at the clients' CONNECTION_CLOSE,
+// or, when a loaded host drops that datagram, at the listener's idle
+// timeout (5 s here; the clients' keep-alives hold the connections open
+// until they close).
 func TestHTTP3WindowGrowthPerTenant(t *testing.T) {
 	const bound = 4 << 20
-	p, target, _ := startH3With(t, Limits{H3WindowGrowthPerTenant: bound})
+	p, target, _ := startH3Edited(t, Limits{H3WindowGrowthPerTenant: bound}, func(lb *pb.LoadBalancer) {
+		lb.Listeners[0].IdleTimeout = dur(5 * time.Second)
+	})
 	const conns = 24
 	body := strings.Repeat("w", 16<<20)
 	url := "https://gw.acme.example:" + portOf(target) + "/up?sleep=30s"
