@@ -133,7 +133,8 @@ func TestTenantPagesInBrowser(t *testing.T) {
 	  const t = m.innerText;
 	  const want = [`+"`"+hostile+"`"+`, "192.0.2.201", "no member of acme/shop is up", "closed for its prefix count", "closed for its update rate",
 	    "established", "172.16.0.0/24", "not inside the tenant's networks", "accepted", "dropped",
-	    "Attachment", "teapot-att-acme", "10.20.0.2/16", "error", "address already in use", "VIP pools in the attachment", "acme-private", "10.20.0.100/32"];
+	    "Attachment", "teapot-att-acme", "10.20.0.2/16", "error", "address already in use", "VIP pools in the attachment", "acme-private", "10.20.0.100/32",
+	    "from namespace teapot-att-acme", "sessions and routes in namespace teapot-att-acme"];
 	  const miss = want.filter(w => !t.includes(w));
 	  if (miss.length) return "missing " + JSON.stringify(miss);
 	  if (document.querySelectorAll("#main img, #main [onerror]").length) return "the tenant's markup made an element";

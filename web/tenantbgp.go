@@ -79,6 +79,10 @@ type BGPHost struct {
 	// FabricSessions are the host's established sessions with its fabric
 	// routers: with none, the routes re-announced reach no router.
 	FabricSessions uint32 `json:"fabricSessions"`
+	// Attachment is the tenant's namespace on the host when it is
+	// attached: its sessions are made, and its routes installed, there
+	// (empty: the host's own).
+	Attachment string `json:"attachment,omitempty"`
 	// routes are the prefixes listed, for /api/bgp (not streamed).
 	routes []BGPRoute
 }
@@ -93,6 +97,9 @@ type BGPSession struct {
 	// Closed says why the host closed it: "prefix count" or "update
 	// rate" (empty: not closed for a bound).
 	Closed string `json:"closed,omitempty"`
+	// Attachment is the namespace the session is made from (empty: the
+	// host's own).
+	Attachment string `json:"attachment,omitempty"`
 }
 
 // BGPRoute is one prefix a tenant speaker announced to a host.
@@ -130,7 +137,7 @@ func bgpViews(hosts []*pb.HostObservation, now time.Time) []TenantBGP {
 				names = append(names, o.GetTenant())
 			}
 			v := BGPHost{Node: h.GetNodeId(), Reachable: true, Observed: now, Problem: clip(o.GetProblem()), Sessions: []BGPSession{},
-				Accepted: o.GetAcceptedCount(), Dropped: o.GetDroppedCount()}
+				Accepted: o.GetAcceptedCount(), Dropped: o.GetDroppedCount(), Attachment: clip(o.GetAttachment())}
 			if o.GetReannounceSince() != nil {
 				since := o.GetReannounceSince().AsTime()
 				v.Reannounced, v.ReannounceError, v.ReannounceSince = o.GetReannounced(), clip(o.GetReannounceError()), &since
@@ -142,7 +149,7 @@ func bgpViews(hosts []*pb.HostObservation, now time.Time) []TenantBGP {
 					v.Closed++
 				}
 				v.Sessions = append(v.Sessions, BGPSession{Peer: clip(s.GetPeer()), State: clip(s.GetState()), Reason: clip(s.GetReason()),
-					Received: s.GetReceived(), Since: s.GetSince().AsTime(), Closed: c})
+					Received: s.GetReceived(), Since: s.GetSince().AsTime(), Closed: c, Attachment: clip(s.GetAttachment())})
 			}
 			for _, r := range o.GetAccepted() {
 				v.routes = append(v.routes, BGPRoute{Node: v.Node, Prefix: clip(r.GetPrefix()), NextHop: clip(r.GetNextHop()), Peer: clip(r.GetPeer()), Accepted: true})

@@ -197,6 +197,11 @@ func tenantBGP(id string, n int) *pb.HostObservation {
 		}
 		o.Dropped = append(o.Dropped, &pb.TenantRoute{Prefix: fmt.Sprintf("172.16.%d.0/24", i), NextHop: "10.1.0.2", Peer: "10.1.0.2", Reason: reason})
 	}
+	if id == "n1" {
+		// n1 has the tenant attached: its sessions are made from the
+		// tenant's namespace there.
+		o.Attachment, o.Sessions[0].Attachment = "teapot-att-acme", "teapot-att-acme"
+	}
 	return &pb.HostObservation{NodeId: id, Reachable: true, TenantBgp: []*pb.TenantBGPObservation{o}}
 }
 
@@ -227,12 +232,16 @@ func TestTenantBGPView(t *testing.T) {
 	}
 	h := snap.BGP[0].Hosts[0]
 	if h.Node != "n1" || !h.Reachable || !h.Observed.Equal(now) || h.Accepted != 100 || h.Dropped != 150 || h.Listed != 200 || h.Closed != 2 ||
-		h.Sessions[1].Closed != "prefix count" || h.Sessions[2].Closed != "update rate" || h.Sessions[0].Closed != "" {
+		h.Sessions[1].Closed != "prefix count" || h.Sessions[2].Closed != "update rate" || h.Sessions[0].Closed != "" ||
+		h.Attachment != "teapot-att-acme" || h.Sessions[0].Attachment != "teapot-att-acme" || h.Sessions[1].Attachment != "" {
 		t.Errorf("n1's BGP: %+v", h)
+	}
+	if h := snap.BGP[0].Hosts[1]; h.Attachment != "" || h.Sessions[0].Attachment != "" {
+		t.Errorf("n2's BGP, not attached, names an attachment: %+v", h)
 	}
 	// The stream sends sessions and counts, not the routes.
 	_, body := get("/api/snapshot")
-	if !strings.Contains(string(body), `"closed":"update rate"`) || strings.Contains(string(body), "172.16.") || strings.Contains(string(body), "<img") {
+	if !strings.Contains(string(body), `"closed":"update rate"`) || !strings.Contains(string(body), `"attachment":"teapot-att-acme"`) || strings.Contains(string(body), "172.16.") || strings.Contains(string(body), "<img") {
 		t.Errorf("the streamed snapshot: sessions with their bounds, no routes, markup escaped: %.300s", body)
 	}
 

@@ -101,7 +101,7 @@ function bgpSessions(s, name) {
     const host = `${hostLink(x.node)}` + (x.reachable ? "" : ` ${badge("unreachable", "bad")}`);
     if (x.problem) rows.push([host, `<span class="muted">—</span>`, "", "", "", `<div class="reason">${esc(x.problem)}</div>`, seen(x.observed)]);
     for (const ss of x.sessions) {
-      rows.push([host, `<b>${esc(ss.peer)}</b>`, stateOf(ss) + (ss.closed ? ` <span class="reason">closed for its ${esc(ss.closed)}</span>` : ""),
+      rows.push([host, `<b>${esc(ss.peer)}</b>` + (ss.attachment ? ` <div class="muted" data-attachment>from namespace ${esc(ss.attachment)}</div>` : ""), stateOf(ss) + (ss.closed ? ` <span class="reason">closed for its ${esc(ss.closed)}</span>` : ""),
         ago(ss.since), `<span class="num">${esc(ss.received)}</span>`, ss.reason ? `<div class="reason">${esc(ss.reason)}</div>` : "", seen(x.observed)]);
     }
     if (x.sessionsLeftOut) rows.push([host, `<span class="muted">${esc(x.sessionsLeftOut)} more sessions not shown (the page shows ${BGP_SESSIONS} per host)</span>`, "", "", "", "", ""]);
@@ -109,6 +109,7 @@ function bgpSessions(s, name) {
   h += table(["Host", "Peer", "State", "Since", "Prefixes", "Reason", "Observed"], rows, "No session.");
   h += `<div class="cards">` + t.hosts.map(x => card(x.node, `${badge("accepted", "ok")} <span class="num">${esc(x.accepted)}</span> ` +
     `${badge("dropped", x.dropped ? "bad" : "ok")} <span class="num">${esc(x.dropped)}</span>` +
+    (x.attachment ? ` <div data-attachment>sessions and routes in namespace ${esc(x.attachment)}</div>` : "") +
     (x.closed ? ` <div class="reason">${esc(x.closed)} session${x.closed > 1 ? "s" : ""} closed for a bound</div>` : "") +
     (x.reannounceSince ? (x.reannounceError
       ? ` <div data-reannounce="failed">${badge("not re-announced", "bad")} since ${ago(x.reannounceSince)} <span class="reason">${esc(x.reannounceError)}</span></div>`
