@@ -84,8 +84,13 @@ test: lint kube-tools ## lint, then every test with the race detector, then the 
 # sizes): they read `go list` and the tree, and start nothing.
 RULE_TESTS := ^(TestDependencyRules|TestImportProblems|TestForbiddenDependencies|TestDepProblems|TestPackagesHaveDocComments|TestFileSizes)$$
 
+# Packages test-quick runs at once: three per CPU. Most of its tests wait
+# (Raft elections, BGP sessions, timeouts) rather than compute, so more
+# packages than CPUs overlap their waits.
+QUICK_PACKAGES ?= $(shell echo $$(( $$(nproc) * 3 )))
+
 test-quick: lint ## the inner loop (goal 2 min warm on 2 idle cores; see README, Test time): lint, the unit tests of every package but scenarios (-short: without the scale and flood tests, which test runs; no race detector) and the rule tests
-	go test -short -count=1 -timeout 10m $$(go list ./... | grep -v '/scenarios$$')
+	go test -short -count=1 -p $(QUICK_PACKAGES) -timeout 10m $$(go list ./... | grep -v '/scenarios$$')
 	go test -count=1 -timeout 5m -run '$(RULE_TESTS)' ./scenarios
 
 upgrade-test: ## the rolling-upgrade scenarios (CI runs it after test; not in test: they build two earlier releases from git, 8-12 min): three hosts of the previous release upgraded one by one under traffic in the ARP lab, and of the last level-1 release on loopback, then one downgraded
