@@ -3,7 +3,9 @@ package scenarios
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,9 +25,10 @@ import (
 
 // The conformance lab's tenant: the kube lab's pool and networks, the
 // top-level domains of every host name the suite's manifests use, and pod
-// mode (the LB hosts route to the pods through their nodes): the suite's
-// headless Services and Services with manual EndpointSlices have no node
-// port to send to.
+// mode: the suite's headless Services and Services with manual
+// EndpointSlices have no node port to send to. The LB hosts reach the pods
+// through their nodes by the routes the nodes announce over the tenant's
+// BGP sessions (BIRD on each node, as Calico runs it).
 const conformanceManifest = `
 kind: VIPPool
 name: kube
@@ -38,6 +41,7 @@ networks: [192.0.2.31/32, 192.0.2.32/32, 198.51.100.0/25]
 domains: [com, org, net, io, example]
 pools: [kube]
 podsRoutable: true
+bgp: { asn: %d, peers: [192.0.2.31, 192.0.2.32] }
 `
 
 const (
@@ -53,6 +57,10 @@ const (
 	// suite's other Gateways; conformanceUnusable is outside every pool.
 	conformanceUsable   = "192.0.2.199"
 	conformanceUnusable = "192.0.2.150"
+	// conformanceASN is the tenant cluster's AS: its nodes announce
+	// their pod ranges (inside conformancePods) to the LB hosts.
+	conformanceASN  = 64601
+	conformancePods = "198.51.100.0/25"
 	// conformanceReportName is the report's file under docs/conformance.
 	conformanceReportName = "gateway-api-report.yaml"
 )
@@ -105,7 +113,7 @@ func TestGatewayAPIConformance(t *testing.T) {
 
 	// The experimental channel: HTTPRoute's retry, which the suite's
 	// HTTPRouteRetry tests, is in no other.
-	l := newKubeLabWith(t, kubeLabOptions{manifest: conformanceManifest, gatewayChannel: "experimental", images: func(dir string) []string {
+	l := newKubeLabWith(t, kubeLabOptions{manifest: fmt.Sprintf(conformanceManifest, conformanceASN), gatewayChannel: "experimental", bgp: true, images: func(dir string) []string {
 		var tarballs []string
 		for i, ref := range refs {
 			img := kubecluster.Image{Ref: ref, Binary: echoBin, Entrypoint: []string{"/echo-basic"}, User: "65532:65532"}
@@ -123,14 +131,34 @@ func TestGatewayAPIConformance(t *testing.T) {
 		return tarballs
 	}})
 
-	// Each node's PodCIDR, through the node, from every LB host.
-	for _, lb := range l.lbs {
-		for _, n := range l.k.Nodes {
-			if err := lb.host.IP("route", "add", n.PodCIDR.String(), "via", n.Addr.String()); err != nil {
-				t.Fatal(err)
+	// Each node announces its PodCIDR with BIRD, as Calico does; every LB
+	// host learns it over the tenant's BGP sessions and installs it with
+	// the node as next hop. No route to the pods is written by hand.
+	announced := time.Now()
+	for _, n := range l.k.Nodes {
+		dir := filepath.Join(l.dir, "bird-"+n.Name)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		startCalicoBird(t, dir, n.Host, podRouteTenant{name: n.Name, asn: conformanceASN, node: n.Addr, pods: n.PodCIDR,
+			networks: netip.MustParsePrefix(conformancePods)}, l.lbs)
+	}
+	waitFor(t, kubeLabTimeout, "every LB host installs every node's pod range", func() error {
+		var errs []error
+		for _, lb := range l.lbs {
+			for _, n := range l.k.Nodes {
+				got, err := podRoutes(lb.host, n.PodCIDR)
+				if err != nil {
+					return err
+				}
+				if want := fmt.Sprintf("via %s proto %d", n.Addr, tenantRouteProto); got[n.PodCIDR.String()] != want {
+					errs = append(errs, fmt.Errorf("%s has %v, want %s %s", lb.id, got, n.PodCIDR, want))
+				}
 			}
 		}
-	}
+		return errors.Join(errs...)
+	})
+	t.Logf("every LB host installed the pod ranges the nodes announce %s after their BIRDs started", time.Since(announced).Round(time.Millisecond))
 	gc, err := gwclient.NewForConfig(l.restConfig())
 	if err != nil {
 		t.Fatal(err)

@@ -123,28 +123,35 @@ type podRouteCluster struct {
 // startBird starts the node's BIRD.
 func (c *podRouteCluster) startBird(t *testing.T) {
 	t.Helper()
-	conf := filepath.Join(c.dir, "bird.conf")
-	sock := filepath.Join(c.dir, "bird.ctl")
-	if err := os.WriteFile(conf, []byte(calicoBird(c.dir, c.podRouteTenant, c.lbs)), 0o644); err != nil {
+	c.bird = startCalicoBird(t, c.dir, c.nodeHost, c.podRouteTenant, c.lbs)
+}
+
+// startCalicoBird starts BIRD on a node's host with calicoBird's
+// configuration, its files in dir; the test fails if it does not start.
+func startCalicoBird(t *testing.T, dir string, node *netlab.Host, tn podRouteTenant, lbs []*lbHost) *netlab.Process {
+	t.Helper()
+	conf := filepath.Join(dir, "bird.conf")
+	sock := filepath.Join(dir, "bird.ctl")
+	if err := os.WriteFile(conf, []byte(calicoBird(dir, tn, lbs)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p, err := c.nodeHost.Start(filepath.Join(c.dir, "bird.out"), nil, "bird", "-f", "-c", conf, "-s", sock, "-P", filepath.Join(c.dir, "bird.pid"))
+	p, err := node.Start(filepath.Join(dir, "bird.out"), nil, "bird", "-f", "-c", conf, "-s", sock, "-P", filepath.Join(dir, "bird.pid"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.bird = p
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("---- %s's BIRD log ----\n%s", c.name, tail(filepath.Join(c.dir, "bird.log"), 40))
+			t.Logf("---- %s's BIRD log ----\n%s", tn.name, tail(filepath.Join(dir, "bird.log"), 40))
 		}
 	})
-	waitFor(t, 10*time.Second, c.name+"'s BIRD to start", func() error {
+	waitFor(t, 10*time.Second, tn.name+"'s BIRD to start", func() error {
 		if !p.Running() {
-			return errStop(fmt.Errorf("bird exited: %s", tail(filepath.Join(c.dir, "bird.out"), 20)))
+			return errStop(fmt.Errorf("bird exited: %s", tail(filepath.Join(dir, "bird.out"), 20)))
 		}
 		_, err := os.Stat(sock)
 		return err
 	})
+	return p
 }
 
 // podIngress creates a ClusterIP Service for the pods of app and an

@@ -105,6 +105,9 @@ type kubeLabOptions struct {
 	gatewayChannel string
 	// args are more serve flags for every LB host.
 	args []string
+	// bgp gives the LB hosts a bgp: section and the lab's router
+	// (labOptions.bgp), so that they take the tenants' BGP sessions.
+	bgp bool
 }
 
 // newKubeLab starts the LB hosts, then the tenant cluster with its images
@@ -118,7 +121,7 @@ func newKubeLabWith(t *testing.T, o kubeLabOptions) *kubeLab {
 		o.manifest = kubeLabManifest
 	}
 	bins := kubeBinaries(t)
-	l := &kubeLab{vipLab: newVIPLab(t, labOptions{teapot: true, acme: true, misses: kubeLabMisses, args: o.args}), start: time.Now()}
+	l := &kubeLab{vipLab: newVIPLab(t, labOptions{teapot: true, acme: true, bgp: o.bgp, misses: kubeLabMisses, args: o.args}), start: time.Now()}
 	l.dir = filepath.Join(l.vipLab.dir, "kube")
 	must := func(err error) {
 		t.Helper()
