@@ -71,6 +71,10 @@ type Config struct {
 	// down (default LimitHold); tests shorten them.
 	PeerPort  uint16
 	LimitHold time.Duration
+	// SpaceResync is how long a table of routes goes at most without an
+	// install that reads it (default SpaceResync; a shorter one, as tests
+	// set, also shortens the longest time between two passes).
+	SpaceResync time.Duration
 	// Reannounce, when set, announces the accepted routes of the tenants
 	// with bgp.reannounce on the host's fabric sessions: it is given the
 	// whole set, each prefix with its tenant's community, whenever it
@@ -138,25 +142,24 @@ type Relay struct {
 	secret     string
 	states     map[netip.Addr]sessionState
 	limitSince map[netip.Addr]time.Time
-	dropped    map[dropKey]bool // as last reported
+	dropped    map[string]map[dropKey]bool // by tenant, as last reported
 	// judged holds each session's routes as last read and judged, against
 	// judgedWorld and judgedHost (judged.go); lists are the tenants'
-	// lists the last install built, and retry says the kernel refused a
-	// route then.
+	// lists as last built, and installs what each space's last installs
+	// left (install.go).
 	judged      map[netip.Addr]*peerRoutes
 	judgedWorld *world
 	judgedHost  []netip.Addr
 	lastFull    time.Time
-	// installedWorld is the world of the last install.
-	installedWorld *world
-	lists          map[string]*routeLists
-	retry          bool
+	lists       map[string]*routeLists
+	installs    map[string]*spaceInstall
 	// buckets bound each established session's UPDATE messages, and
 	// rateLimited holds the sessions closed for going over (rate.go).
 	buckets     map[netip.Addr]*updateBucket
 	rateLimited map[netip.Addr]rateLimit
-	// failed are the routes the kernel refused at the last install, and
-	// up what was last announced upstream (upstream.go).
+	// failed are the routes the kernel refused at the last install of
+	// the host's table, and up what was last announced upstream
+	// (upstream.go).
 	failed map[netip.Prefix]error
 	up     upstream
 }
@@ -187,13 +190,17 @@ func New(cfg Config) (*Relay, error) {
 	if cfg.LimitHold == 0 {
 		cfg.LimitHold = LimitHold
 	}
+	if cfg.SpaceResync == 0 {
+		cfg.SpaceResync = SpaceResync
+	}
 	r := &Relay{cfg: cfg, log: cfg.Logger.With("component", "tenant-bgp"), kick: make(chan struct{}, 1), world: compile(nil, cfg.NodeID),
 		sessions: map[netip.Addr]*session{}, spaces: map[string]Installer{}, secret: newLoopbackSecret(),
 		obs: map[string]*pb.TenantBGPObservation{}, limits: map[string]uint64{}, rateLimits: map[string]uint64{},
 		peers: map[netip.Addr]string{}, states: map[netip.Addr]sessionState{},
-		limitSince: map[netip.Addr]time.Time{}, dropped: map[dropKey]bool{}, judgeTime: map[string]time.Duration{},
+		limitSince: map[netip.Addr]time.Time{}, dropped: map[string]map[dropKey]bool{}, judgeTime: map[string]time.Duration{},
 		ribs: map[netip.Addr]*rib{}, totals: map[string]*tenantTotal{}, judged: map[netip.Addr]*peerRoutes{},
-		buckets: map[netip.Addr]*updateBucket{}, rateLimited: map[netip.Addr]rateLimit{}}
+		buckets: map[netip.Addr]*updateBucket{}, rateLimited: map[netip.Addr]rateLimit{}, lists: map[string]*routeLists{},
+		installs: map[string]*spaceInstall{}}
 	if cfg.ASN == 0 {
 		return r, nil
 	}
@@ -264,7 +271,7 @@ func (r *Relay) Run(ctx context.Context) {
 	if r == nil || r.srv == nil {
 		return
 	}
-	t := time.NewTicker(resync)
+	t := time.NewTicker(min(resync, r.cfg.SpaceResync))
 	defer t.Stop()
 	for {
 		select {
@@ -310,8 +317,9 @@ func (r *Relay) Close() error {
 }
 
 // pass converges once: sessions to the world's peers, then the routes
-// of the sessions that changed (judgeSessions), then the kernel's table
-// and the lists when any did (install).
+// of the sessions that changed (judgeSessions), then the tables whose
+// accepted routes changed or are due a resync, and the lists of the
+// tenants whose routes changed (install).
 func (r *Relay) pass(ctx context.Context) {
 	r.closeMu.Lock()
 	defer r.closeMu.Unlock()
@@ -324,13 +332,8 @@ func (r *Relay) pass(ctx context.Context) {
 	r.syncPeers(ctx, w)
 	now := time.Now()
 	r.readStates(ctx, w, now)
-	full := now.Sub(r.lastFull) >= fullResync
-	installed := r.judgeSessions(w, r.cfg.HostAddrs(), now) || r.retry || w != r.installedWorld || (full && len(w.attached) > 0)
-	if installed {
-		r.retry = r.install(w)
-		r.installedWorld = w
-	}
-	r.reannounce(w, installed)
+	host := r.install(w, r.judgeSessions(w, r.cfg.HostAddrs(), now), now)
+	r.reannounce(w, host)
 	obs := map[string]*pb.TenantBGPObservation{}
 	for name, t := range w.tenants {
 		o := &pb.TenantBGPObservation{Tenant: name, Attachment: namespaceOf(t.space)}
