@@ -143,6 +143,11 @@ type Relay struct {
 	states     map[netip.Addr]sessionState
 	limitSince map[netip.Addr]time.Time
 	dropped    map[string]map[dropKey]bool // by tenant, as last reported
+	// retiring are the sessions gobgp did not remove when asked (their
+	// routes are installed nowhere; each pass asks again).
+	retiring map[netip.Addr]*retiring
+	// deletePeer removes a peer from the speaker (tests make it fail).
+	deletePeer func(ctx context.Context, a netip.Addr) error
 	// judged holds each session's routes as last read and judged, against
 	// judgedWorld and judgedHost (judged.go); lists are the tenants'
 	// lists as last built, and installs what each space's last installs
@@ -200,7 +205,10 @@ func New(cfg Config) (*Relay, error) {
 		limitSince: map[netip.Addr]time.Time{}, dropped: map[string]map[dropKey]bool{}, judgeTime: map[string]time.Duration{},
 		ribs: map[netip.Addr]*rib{}, totals: map[string]*tenantTotal{}, judged: map[netip.Addr]*peerRoutes{},
 		buckets: map[netip.Addr]*updateBucket{}, rateLimited: map[netip.Addr]rateLimit{}, lists: map[string]*routeLists{},
-		installs: map[string]*spaceInstall{}}
+		installs: map[string]*spaceInstall{}, retiring: map[netip.Addr]*retiring{}}
+	r.deletePeer = func(ctx context.Context, a netip.Addr) error {
+		return r.srv.DeletePeer(ctx, &gobgpapi.DeletePeerRequest{Address: a.String()})
+	}
 	if cfg.ASN == 0 {
 		return r, nil
 	}
@@ -363,6 +371,7 @@ func (r *Relay) pass(ctx context.Context) {
 			o.Sessions = append(o.Sessions, sess)
 		}
 	}
+	r.observeRetiring(obs)
 	for _, c := range w.conflicts {
 		obs[c.tenant].Sessions = append(obs[c.tenant].Sessions, &pb.TenantBGPSession{Peer: c.peer.addr.String(), State: "refused",
 			Attachment: namespaceOf(c.peer.space),
@@ -386,6 +395,7 @@ func (r *Relay) syncPeers(ctx context.Context, w *world) {
 		b := t.bgp
 		prints[k] = fmt.Sprintf("%s %d %x %d %d", tenant, b.GetAsn(), b.GetPassword(), api.TenantBGPMaxPrefixes(b), api.TenantBGPMaxPrefixesTotal(b))
 	}
+	r.retryRetiring(ctx)
 	have := map[peerKey]netip.Addr{}
 	for a, fp := range r.peers {
 		s := r.sessions[a]
@@ -393,26 +403,11 @@ func (r *Relay) syncPeers(ctx context.Context, w *world) {
 			have[s.key] = a
 			continue
 		}
-		if err := r.srv.DeletePeer(ctx, &gobgpapi.DeletePeerRequest{Address: a.String()}); err != nil && ctx.Err() == nil {
-			r.log.Warn("cannot remove a tenant BGP peer", "peer", s.key, "err", err)
-			have[s.key] = a
+		if err := r.deletePeer(ctx, a); err != nil && ctx.Err() == nil && r.speakerHas(ctx, a) {
+			r.retire(a, s, err)
 			continue
 		}
-		if s.tun != nil {
-			s.tun.close()
-		}
-		delete(r.peers, a)
-		delete(r.sessions, a)
-		r.dmu.Lock()
-		if rb := r.ribs[a]; rb != nil {
-			rb.reset()
-		}
-		delete(r.ribs, a)
-		r.dmu.Unlock()
-		delete(r.states, a)
-		delete(r.limitSince, a)
-		delete(r.buckets, a)
-		delete(r.rateLimited, a)
+		r.forget(a, s)
 	}
 	keys := make([]peerKey, 0, len(prints))
 	for k := range prints {
@@ -432,8 +427,9 @@ func (r *Relay) syncPeers(ctx context.Context, w *world) {
 			var err error
 			a, err = loopbackFor(func(x netip.Addr) bool {
 				_, used := r.sessions[x]
+				_, old := r.retiring[x]
 				_, peer := w.peers[peerKey{addr: x}]
-				return used || peer
+				return used || old || peer
 			})
 			if err == nil {
 				ttl := 0
@@ -450,6 +446,8 @@ func (r *Relay) syncPeers(ctx context.Context, w *world) {
 		} else if _, used := r.sessions[a]; used {
 			r.log.Warn("a tenant BGP peer has the address of an attached session's tunnel", "tenant", tenant, "peer", k)
 			continue
+		} else if _, old := r.retiring[a]; old {
+			continue // the speaker still has the old session to a (observed)
 		}
 		r.dmu.Lock()
 		total := r.totals[tenant]
@@ -471,6 +469,12 @@ func (r *Relay) syncPeers(ctx context.Context, w *world) {
 			if s.tun != nil {
 				s.tun.close()
 			}
+			r.dmu.Lock()
+			if r.ribs[a] == rb {
+				rb.reset()
+				delete(r.ribs, a)
+			}
+			r.dmu.Unlock()
 			continue
 		}
 		r.peers[a] = prints[k]
