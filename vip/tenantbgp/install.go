@@ -77,14 +77,14 @@ type spaced struct {
 // sessions changed, when its last install failed, when it is new, when
 // its tenant's attachment or networks changed (the attachment converged
 // anew may have taken routes with a link), and SpaceResync after it last
-// read its table; the others are left alone,
-// so that a tenant's churn costs the install of its own space (the
-// namespace of an attached tenant, the host's table for the others). The
-// time an install takes is charged to its space's tenant; the host's
-// table's to the tenants whose changes or refused routes made it
-// (shared), and on a resync alone to the tenants whose routes it holds,
-// by their count. It reports whether the host's table was installed or
-// its routes changed (for reannounce).
+// read its table; the others are left alone, so that a tenant's churn
+// costs the install of its own space (the namespace of an attached
+// tenant, the host's table for the others). The time an install takes is
+// charged to its space's tenant; the host's table's to the tenants whose
+// changes or refused routes (the retry) made it, shared, and on a resync
+// alone to the tenants whose routes it holds, by their count. It reports
+// whether the host's table was installed or its routes changed (for
+// reannounce).
 func (r *Relay) install(w *world, ch judgedChanges, now time.Time) bool {
 	want := map[string]bool{"": true}
 	for _, name := range w.attached {
@@ -143,13 +143,13 @@ func (r *Relay) install(w *world, ch judgedChanges, now time.Time) bool {
 			st.synced = now
 		}
 		// The tenants of the routes the kernel refused this time or the
-		// last (the retry is theirs) list them anew.
-		var refused map[string]bool
+		// last list them anew; the retry is the latter's.
+		var retried map[string]bool
 		if len(prev) > 0 || len(failed) > 0 {
-			refused = r.ownersOf(bySpace[space], prev, failed)
-			for tenant := range refused {
+			for tenant := range r.ownersOf(bySpace[space], prev, failed) {
 				ch.listed(tenant)
 			}
+			retried = r.ownersOf(bySpace[space], prev)
 		}
 		d := time.Since(start)
 		if space != "" {
@@ -162,7 +162,7 @@ func (r *Relay) install(w *world, ch judgedChanges, now time.Time) bool {
 		for tenant := range ch.spaces[""] {
 			causes[tenant] = true
 		}
-		for tenant := range refused {
+		for tenant := range retried {
 			causes[tenant] = true
 		}
 		for tenant, share := range hostShares(d, causes, counts) {
