@@ -12,7 +12,7 @@ var (
 	descLimits = prometheus.NewDesc("teapot_lb_tenant_bgp_prefix_limit_total",
 		"Sessions this host closed for announcing more than the tenant's bgp.maxPrefixes.", []string{"tenant"}, nil)
 	descJudge = prometheus.NewDesc("teapot_lb_tenant_bgp_judge_seconds_total",
-		"Time this host spent taking in and judging the routes the tenant's speakers announced.", []string{"tenant"}, nil)
+		"Time this host spent taking in, judging and installing the routes the tenant's speakers announced (its namespace's table, or its share of the host's).", []string{"tenant"}, nil)
 	descUpdateLimits = prometheus.NewDesc("teapot_lb_tenant_bgp_update_limit_total",
 		"Sessions this host closed for sending UPDATE messages faster than the tenant's bgp.maxUpdatesPerSecond.", []string{"tenant"}, nil)
 )
