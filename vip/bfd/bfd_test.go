@@ -134,6 +134,26 @@ func TestMachine(t *testing.T) {
 		if !m.expire(now.Add(900*time.Millisecond)) || m.state != Down || m.diag != DiagDetectExpired || m.remoteDisc != 0 {
 			t.Fatalf("state %s diag %s discriminator %d after the detection time", m.state, m.diag, m.remoteDisc)
 		}
+		// A Poll that lowers the peer's interval keeps the detection
+		// time of the old one until a packet without the Poll bit.
+		slow := from(Up)
+		slow.desiredMinTx = time.Second
+		m.receive(from(Down), now)
+		m.receive(from(Up), now)
+		m.receive(slow, now)
+		if m.detectTime() != 3*time.Second {
+			t.Fatalf("detection time %s at the peer's 1s", m.detectTime())
+		}
+		faster := from(Up)
+		faster.poll = true
+		m.receive(faster, now)
+		if m.detectTime() != 3*time.Second {
+			t.Fatalf("detection time %s during the peer's Poll", m.detectTime())
+		}
+		m.receive(from(Up), now)
+		if m.detectTime() != 900*time.Millisecond {
+			t.Fatalf("detection time %s after the Poll", m.detectTime())
+		}
 		// A peer asking for a slower rate gets it.
 		pk := from(Down)
 		pk.requiredMinRx = 2 * time.Second

@@ -58,6 +58,8 @@ type Status struct {
 	Since time.Time
 	// Remote is the state the peer last sent.
 	Remote State
+	// Prev is the state before State (Down for a new session).
+	Prev State
 }
 
 // Stats count what an endpoint dropped: packets that failed the checks
@@ -374,7 +376,7 @@ func (e *Endpoint) start(peer netip.Addr, p Params, tx *net.UDPConn) *session {
 		disc = rand.Uint32()
 	}
 	s := &session{peer: netip.AddrPortFrom(peer, e.cfg.PeerPort), params: p, myDisc: disc,
-		rx: make(chan *packet, rxQueue), done: make(chan struct{}), st: Status{State: Down, Since: time.Now(), Remote: Down}}
+		rx: make(chan *packet, rxQueue), done: make(chan struct{}), st: Status{State: Down, Since: time.Now(), Remote: Down, Prev: Down}}
 	s.wg.Add(1)
 	go e.run(s, tx)
 	return s
@@ -405,8 +407,8 @@ func (e *Endpoint) run(s *session, tx *net.UDPConn) {
 	detect.Stop()
 	defer detect.Stop()
 	changed := func(now time.Time) {
-		st := Status{State: m.state, Diag: m.diag, Since: now, Remote: m.remoteState}
 		s.mu.Lock()
+		st := Status{State: m.state, Diag: m.diag, Since: now, Remote: m.remoteState, Prev: s.st.State}
 		s.st = st
 		s.mu.Unlock()
 		if e.cfg.OnChange != nil {
@@ -434,6 +436,7 @@ func (e *Endpoint) run(s *session, tx *net.UDPConn) {
 		case pk := <-s.rx:
 			now := time.Now()
 			wasUp := m.state == Up
+			before, _ := m.txInterval()
 			ch, final := m.receive(pk, now)
 			if ch {
 				changed(now)
@@ -450,6 +453,12 @@ func (e *Endpoint) run(s *session, tx *net.UDPConn) {
 				// A change is told at once, not at the next interval.
 				send(false)
 				if d, ok := m.txInterval(); ok {
+					txTimer.Reset(jittered(d, m.p.Multiplier))
+				}
+			default:
+				// The peer takes packets faster now: the next one goes
+				// at the new interval, not the old one.
+				if d, ok := m.txInterval(); ok && d < before {
 					txTimer.Reset(jittered(d, m.p.Multiplier))
 				}
 			}

@@ -25,12 +25,17 @@ type machine struct {
 	diag   Diag
 	myDisc uint32
 
-	remoteDisc     uint32
-	remoteState    State
-	remoteMinRx    time.Duration
-	remoteMinTx    time.Duration
-	remoteMult     uint8
-	pollPending    bool
+	remoteDisc  uint32
+	remoteState State
+	remoteMinRx time.Duration
+	remoteMinTx time.Duration
+	remoteMult  uint8
+	pollPending bool
+	// prevMinTx is the remote's DesiredMinTxInterval before a Poll that
+	// lowered it: it may send at that slower rate until the Poll
+	// Sequence ends, so the detection time keeps it until a packet
+	// without the Poll bit comes.
+	prevMinTx      time.Duration
 	lastRx         time.Time
 	receivedSomeRx bool
 }
@@ -72,7 +77,7 @@ func jittered(d time.Duration, mult uint8) time.Duration {
 // detectTime is the time without a packet after which an Init or Up
 // session goes Down (asynchronous mode, section 6.8.4).
 func (m *machine) detectTime() time.Duration {
-	return time.Duration(m.remoteMult) * max(m.p.MinRx, m.remoteMinTx)
+	return time.Duration(m.remoteMult) * max(m.p.MinRx, m.remoteMinTx, m.prevMinTx)
 }
 
 // receive takes a packet already checked by unmarshal and addressed to
@@ -82,6 +87,12 @@ func (m *machine) receive(pk *packet, now time.Time) (changed, final bool) {
 	m.remoteDisc = pk.myDisc
 	m.remoteState = pk.state
 	m.remoteMinRx = pk.requiredMinRx
+	switch {
+	case !pk.poll:
+		m.prevMinTx = 0
+	case pk.desiredMinTx < m.remoteMinTx:
+		m.prevMinTx = max(m.prevMinTx, m.remoteMinTx)
+	}
 	m.remoteMinTx = pk.desiredMinTx
 	m.remoteMult = pk.mult
 	m.lastRx, m.receivedSomeRx = now, true

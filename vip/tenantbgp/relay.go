@@ -23,6 +23,7 @@ import (
 	"github.com/teapot-lb/teapot-lb/api"
 	"github.com/teapot-lb/teapot-lb/api/observe"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+	"github.com/teapot-lb/teapot-lb/vip/bfd"
 	"github.com/teapot-lb/teapot-lb/vip/internal/quietlog"
 )
 
@@ -89,6 +90,9 @@ type Config struct {
 	// SpaceRoutes, when set, installs an attached tenant's routes in
 	// place of its namespace's table (tests).
 	SpaceRoutes func(tenant string) Installer
+	// BFDPort is the UDP port of the tenants' BFD, ours and their
+	// speakers' (default 3784; bfd.go).
+	BFDPort uint16
 }
 
 // Installer puts the desired set of routes in place (the whole set every
@@ -159,6 +163,13 @@ type Relay struct {
 	// up what was last announced upstream (upstream.go).
 	failed map[netip.Prefix]error
 	up     upstream
+	// bfd are the attached tenants' BFD endpoints (bfd.go), bfdAllDown
+	// since when all of a tenant's BFD sessions are down while a BGP
+	// session of it is established, and bfdSt what the endpoints'
+	// goroutines share.
+	bfd        map[string]*bfd.Endpoint
+	bfdAllDown map[string]time.Time
+	bfdSt      bfdState
 }
 
 // session is one speaker's session: its key, tenant, and the tunnel
@@ -193,7 +204,9 @@ func New(cfg Config) (*Relay, error) {
 		peers: map[netip.Addr]string{}, states: map[netip.Addr]sessionState{},
 		limitSince: map[netip.Addr]time.Time{}, dropped: map[dropKey]bool{}, judgeTime: map[string]time.Duration{},
 		ribs: map[netip.Addr]*rib{}, totals: map[string]*tenantTotal{}, judged: map[netip.Addr]*peerRoutes{},
-		buckets: map[netip.Addr]*updateBucket{}, rateLimited: map[netip.Addr]rateLimit{}}
+		buckets: map[netip.Addr]*updateBucket{}, rateLimited: map[netip.Addr]rateLimit{},
+		bfd: map[string]*bfd.Endpoint{}, bfdAllDown: map[string]time.Time{},
+		bfdSt: bfdState{downs: map[string]uint64{}, errs: map[string]error{}}}
 	if cfg.ASN == 0 {
 		return r, nil
 	}
@@ -297,6 +310,7 @@ func (r *Relay) Close() error {
 	// would put routes back, and touch the table while it is cleared.
 	r.closeMu.Lock()
 	defer r.closeMu.Unlock()
+	r.closeBFD()
 	err := r.cfg.Routes.Close()
 	for _, s := range r.sessions {
 		if s.tun != nil {
@@ -324,6 +338,7 @@ func (r *Relay) pass(ctx context.Context) {
 	r.syncPeers(ctx, w)
 	now := time.Now()
 	r.readStates(ctx, w, now)
+	r.syncBFD(w, now)
 	full := now.Sub(r.lastFull) >= fullResync
 	installed := r.judgeSessions(w, r.cfg.HostAddrs(), now) || r.retry || w != r.installedWorld || (full && len(w.attached) > 0)
 	if installed {
@@ -356,6 +371,7 @@ func (r *Relay) pass(ctx context.Context) {
 		if pr := r.judged[peer]; pr != nil {
 			sess.Received = uint32(len(pr.routes))
 		}
+		r.observeBFD(s, sess)
 		if o := obs[s.tenant]; o != nil {
 			o.Sessions = append(o.Sessions, sess)
 		}
