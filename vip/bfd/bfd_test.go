@@ -173,13 +173,17 @@ func TestMachine(t *testing.T) {
 // pair is two endpoints on the loopback, each the other's peer.
 func pair(t *testing.T, a, b Params) (*Endpoint, *Endpoint, *recorder, *recorder) {
 	t.Helper()
+	return pairOn(t, netip.MustParseAddr("127.0.0.1"), a, b)
+}
+
+func pairOn(t *testing.T, lo netip.Addr, a, b Params) (*Endpoint, *Endpoint, *recorder, *recorder) {
+	t.Helper()
 	pa, pb := freeUDPPort(t), freeUDPPort(t)
 	ra, rb := &recorder{}, &recorder{}
 	ea := New(Config{Port: pa, PeerPort: pb, OnChange: ra.record})
 	eb := New(Config{Port: pb, PeerPort: pa, OnChange: rb.record})
 	t.Cleanup(ea.Close)
 	t.Cleanup(eb.Close)
-	lo := netip.MustParseAddr("127.0.0.1")
 	if err := ea.Set(map[netip.Addr]Params{lo: a}); err != nil {
 		t.Fatal(err)
 	}
@@ -363,4 +367,122 @@ func TestEndpointFloodBounded(t *testing.T) {
 
 func setTTL(fd uintptr, n int) error {
 	return unixSetTTL(int(fd), n)
+}
+
+// A peer that lowers its RequiredMinRxInterval with a Poll gets packets
+// at the new interval as soon as the Poll ends, not after the pending
+// packet of the old, slower one, which would pass its new detection
+// time (BIRD declared such sessions down while they came up).
+func TestEndpointFollowsFasterPeer(t *testing.T) {
+	t.Parallel()
+	peer, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	if err := setSockopt(peer.(*net.UDPConn), false, false); err != nil {
+		t.Fatal(err)
+	}
+	port := freeUDPPort(t)
+	e := New(Config{Port: port, PeerPort: uint16(peer.LocalAddr().(*net.UDPAddr).Port)})
+	t.Cleanup(e.Close)
+	if err := e.Set(map[netip.Addr]Params{netip.MustParseAddr("127.0.0.1"): fast}); err != nil {
+		t.Fatal(err)
+	}
+	to := &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: int(port)}
+	var mine uint32
+	recv := func(d time.Duration) []*packet {
+		var out []*packet
+		buf := make([]byte, 128)
+		deadline := time.Now().Add(d)
+		for {
+			_ = peer.SetReadDeadline(deadline)
+			n, _, err := peer.ReadFrom(buf)
+			if err != nil {
+				return out
+			}
+			if p, err := unmarshal(buf[:n]); err == nil {
+				mine = p.myDisc
+				out = append(out, p)
+			}
+		}
+	}
+	send := func(p *packet) {
+		p.mult, p.myDisc, p.yourDisc = 3, 77, mine
+		if _, err := peer.WriteTo(p.marshal(), to); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recv(1500 * time.Millisecond) // its first Down, at the slow rate
+	slow := time.Second
+	send(&packet{state: Down, desiredMinTx: slow, requiredMinRx: slow})
+	recv(100 * time.Millisecond)
+	send(&packet{state: Up, desiredMinTx: slow, requiredMinRx: slow})
+	waitFor(t, "up", 2*time.Second, stateIs(e, Up))
+	// Up: it sends every second, the most this peer takes.
+	recv(1100 * time.Millisecond)
+	send(&packet{state: Up, poll: true, desiredMinTx: 50 * time.Millisecond, requiredMinRx: 50 * time.Millisecond})
+	got := recv(400 * time.Millisecond)
+	finals := 0
+	for _, p := range got {
+		if p.final {
+			finals++
+		}
+	}
+	// The Final, then one every 37.5-50 ms: about 8 in 400 ms; with the
+	// old interval kept, the Final and at most one.
+	if finals != 1 || len(got) < 5 {
+		t.Fatalf("%d packets (%d finals) in the 400ms after the Poll, want the Final and about 8", len(got), finals)
+	}
+}
+
+// Packets that came but were not read yet (this process did not run:
+// a loaded host) are read before a detection time ends the session.
+func TestEndpointReadsBeforeDetecting(t *testing.T) {
+	t.Parallel()
+	p := Params{MinTx: 50 * time.Millisecond, MinRx: 50 * time.Millisecond, Multiplier: 4}
+	ea, _, ra, _ := pair(t, p, p)
+	waitFor(t, "up", 5*time.Second, stateIs(ea, Up))
+	time.Sleep(300 * time.Millisecond) // both at 50 ms: a's detection time is 200 ms
+	ra.mu.Lock()
+	before := len(ra.log)
+	ra.mu.Unlock()
+	// The reader stops at its next packet (it takes mu), for longer than
+	// the detection time and less than twice it; the peer keeps sending.
+	ea.mu.Lock()
+	time.Sleep(300 * time.Millisecond)
+	ea.mu.Unlock()
+	time.Sleep(100 * time.Millisecond)
+	ra.mu.Lock()
+	defer ra.mu.Unlock()
+	if len(ra.log) != before {
+		t.Fatalf("the session changed while its packets waited to be read: %+v", ra.log[before:])
+	}
+	if ea.Stats().Late == 0 {
+		t.Error("no detection put off")
+	}
+}
+
+// The same over IPv6: the hop limit is checked as the TTL is.
+func TestEndpointIPv6(t *testing.T) {
+	t.Parallel()
+	lo := netip.MustParseAddr("::1")
+	if c, err := net.ListenPacket("udp6", "[::1]:0"); err != nil {
+		t.Skip("no IPv6 loopback:", err)
+	} else {
+		c.Close()
+	}
+	ea, eb, _, _ := pairOn(t, lo, fast, fast)
+	for _, e := range []*Endpoint{ea, eb} {
+		waitFor(t, "up", 5*time.Second, func() error {
+			st, ok := e.Status(lo)
+			if !ok || st.State != Up {
+				return fmt.Errorf("state %s", st.State)
+			}
+			return nil
+		})
+	}
+	if s := ea.Stats(); s.BadTTL != 0 {
+		t.Errorf("stats %+v", s)
+	}
 }

@@ -29,6 +29,8 @@ const (
 	// rxQueue is how many packets a session holds before the endpoint
 	// drops more of them.
 	rxQueue = 8
+	// lateCheck is how long a detection waits for packets not yet read.
+	lateCheck = 5 * time.Millisecond
 )
 
 // ErrClosed: the endpoint is closed.
@@ -67,9 +69,10 @@ type Status struct {
 // under 255 or a discriminator not the session's, and those a session
 // had no room for; Throttled counts the times the endpoint stopped
 // reading because packets came faster than its sessions' intervals allow
-// (the kernel drops the rest).
+// (the kernel drops the rest). Late counts the detection times put off
+// for packets that had come but were not read yet.
 type Stats struct {
-	Invalid, UnknownPeer, BadTTL, BadDisc, Overflow, Throttled uint64
+	Invalid, UnknownPeer, BadTTL, BadDisc, Overflow, Throttled, Late uint64
 }
 
 // Endpoint runs the BFD sessions with the single-hop peers reachable from
@@ -89,7 +92,7 @@ type Endpoint struct {
 	budget float64
 
 	stats struct {
-		invalid, unknown, badTTL, badDisc, overflow, throttled atomic.Uint64
+		invalid, unknown, badTTL, badDisc, overflow, throttled, late atomic.Uint64
 	}
 }
 
@@ -141,7 +144,7 @@ func (e *Endpoint) Set(peers map[netip.Addr]Params) error {
 			errs = append(errs, err)
 			continue
 		}
-		e.sessions[a] = e.start(a, p, sk.tx)
+		e.sessions[a] = e.start(a, p, sk)
 	}
 	e.budget = budget
 	return errors.Join(errs...)
@@ -161,7 +164,7 @@ func (e *Endpoint) Status(peer netip.Addr) (Status, bool) {
 // Stats are the endpoint's counts of dropped packets.
 func (e *Endpoint) Stats() Stats {
 	return Stats{Invalid: e.stats.invalid.Load(), UnknownPeer: e.stats.unknown.Load(), BadTTL: e.stats.badTTL.Load(),
-		BadDisc: e.stats.badDisc.Load(), Overflow: e.stats.overflow.Load(), Throttled: e.stats.throttled.Load()}
+		BadDisc: e.stats.badDisc.Load(), Overflow: e.stats.overflow.Load(), Throttled: e.stats.throttled.Load(), Late: e.stats.late.Load()}
 }
 
 // Close ends every session (without telling the peers: they go Down
@@ -331,6 +334,19 @@ func (e *Endpoint) take(b, oob []byte, from netip.Addr, six bool) {
 	}
 }
 
+// unread says whether c has datagrams waiting to be read.
+func unread(c *net.UDPConn) bool {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return false
+	}
+	n := 0
+	_ = rc.Control(func(fd uintptr) {
+		n, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ)
+	})
+	return n > 0
+}
+
 // arrivalTTL is the TTL (hop limit) a packet arrived with, from its
 // control messages.
 func arrivalTTL(oob []byte, six bool) (int, bool) {
@@ -370,7 +386,7 @@ type session struct {
 	st Status
 }
 
-func (e *Endpoint) start(peer netip.Addr, p Params, tx *net.UDPConn) *session {
+func (e *Endpoint) start(peer netip.Addr, p Params, sk *sockets) *session {
 	disc := rand.Uint32()
 	for disc == 0 {
 		disc = rand.Uint32()
@@ -378,7 +394,7 @@ func (e *Endpoint) start(peer netip.Addr, p Params, tx *net.UDPConn) *session {
 	s := &session{peer: netip.AddrPortFrom(peer, e.cfg.PeerPort), params: p, myDisc: disc,
 		rx: make(chan *packet, rxQueue), done: make(chan struct{}), st: Status{State: Down, Since: time.Now(), Remote: Down, Prev: Down}}
 	s.wg.Add(1)
-	go e.run(s, tx)
+	go e.run(s, sk)
 	return s
 }
 
@@ -393,7 +409,8 @@ func (s *session) status() Status {
 	return s.st
 }
 
-func (e *Endpoint) run(s *session, tx *net.UDPConn) {
+func (e *Endpoint) run(s *session, sk *sockets) {
+	tx := sk.tx
 	defer s.wg.Done()
 	m := newMachine(s.params, s.myDisc)
 	send := func(final bool) {
@@ -428,6 +445,15 @@ func (e *Endpoint) run(s *session, tx *net.UDPConn) {
 			}
 		case <-detect.C:
 			now := time.Now()
+			// Packets not yet read (this process did not run for a
+			// while: a loaded host) are read first, up to a second
+			// detection time: the peer's silence is measured, not this
+			// process's.
+			if (len(s.rx) > 0 || unread(sk.rx)) && now.Sub(m.lastRx) < 2*m.detectTime() {
+				e.stats.late.Add(1)
+				detect.Reset(lateCheck)
+				continue
+			}
 			if m.expire(now) {
 				changed(now)
 				// Down again at the slow rate.
@@ -446,21 +472,23 @@ func (e *Endpoint) run(s *session, tx *net.UDPConn) {
 				s.mu.Unlock()
 			}
 			detect.Reset(m.detectTime())
+			d, ok := m.txInterval()
 			switch {
 			case final:
 				send(true)
 			case ch && (m.state == Up || wasUp || m.state == Init):
 				// A change is told at once, not at the next interval.
 				send(false)
-				if d, ok := m.txInterval(); ok {
+				if ok {
 					txTimer.Reset(jittered(d, m.p.Multiplier))
 				}
-			default:
-				// The peer takes packets faster now: the next one goes
-				// at the new interval, not the old one.
-				if d, ok := m.txInterval(); ok && d < before {
-					txTimer.Reset(jittered(d, m.p.Multiplier))
-				}
+				continue
+			}
+			// The peer takes packets faster now (its Poll ends with our
+			// Final): the next one goes at the new interval, not at the
+			// old one, which would be past its new detection time.
+			if ok && d < before {
+				txTimer.Reset(jittered(d, m.p.Multiplier))
 			}
 		}
 	}

@@ -143,26 +143,40 @@ func (r *Relay) newBFD(tenant string) *bfd.Endpoint {
 }
 
 // onBFD is told of a change of a speaker's BFD session (on the session's
-// goroutine): a session that goes Down from Up has its BGP session
-// reset.
+// goroutine): a session that goes Down from Up has its BGP session reset
+// if that is established. One that is not is left alone: a speaker such
+// as BIRD makes its BFD session anew when its BGP session starts again
+// (its new session says Down to the old one), and resetting the BGP
+// session then would close it while it opens, each time gobgp dials it.
 func (r *Relay) onBFD(tenant string, peer netip.Addr, st bfd.Status) {
 	r.bfdSt.mu.Lock()
 	a, ok := r.bfdSt.keys[tenant][peer]
-	down := ok && st.State == bfd.Down && st.Prev == bfd.Up
-	if down {
-		r.bfdSt.downs[tenant]++
-	}
 	r.bfdSt.mu.Unlock()
 	r.log.Info("tenant BFD session", "tenant", tenant, "peer", peer, "state", st.State, "diag", st.Diag)
-	if down {
-		r.log.Warn("tenant BGP session reset: its BFD session went down", "tenant", tenant, "peer", peer, "diag", st.Diag)
-		r.event(tenant, fmt.Sprintf("BFD with %s went down (%s): its BGP session was reset and its routes withdrawn", peer, st.Diag))
-		go func() {
-			if err := r.srv.ResetPeer(r.ctx, &gobgpapi.ResetPeerRequest{Address: a.String(), Communication: "BFD is down"}); err != nil && r.ctx.Err() == nil {
-				r.log.Warn("cannot reset a tenant BGP session whose BFD went down", "tenant", tenant, "peer", peer, "err", err)
-			}
-			r.poke()
-		}()
+	if ok && st.State == bfd.Down && st.Prev == bfd.Up {
+		go r.resetForBFD(tenant, peer, a, st.Diag)
+	}
+	r.poke()
+}
+
+// resetForBFD resets the BGP session gobgp knows as a, when it is
+// established, after its BFD session went down for diag.
+func (r *Relay) resetForBFD(tenant string, peer, a netip.Addr, diag bfd.Diag) {
+	established := false
+	err := r.srv.ListPeer(r.ctx, &gobgpapi.ListPeerRequest{Address: a.String()}, func(p *gobgpapi.Peer) {
+		established = p.GetState().GetSessionState() == gobgpapi.PeerState_SESSION_STATE_ESTABLISHED
+	})
+	if err != nil || !established {
+		r.log.Info("tenant BFD session down while its BGP session is not established: left alone", "tenant", tenant, "peer", peer, "err", err)
+		return
+	}
+	r.bfdSt.mu.Lock()
+	r.bfdSt.downs[tenant]++
+	r.bfdSt.mu.Unlock()
+	r.log.Warn("tenant BGP session reset: its BFD session went down", "tenant", tenant, "peer", peer, "diag", diag)
+	r.event(tenant, fmt.Sprintf("BFD with %s went down (%s): its BGP session was reset and its routes withdrawn", peer, diag))
+	if err := r.srv.ResetPeer(r.ctx, &gobgpapi.ResetPeerRequest{Address: a.String(), Communication: "BFD is down"}); err != nil && r.ctx.Err() == nil {
+		r.log.Warn("cannot reset a tenant BGP session whose BFD went down", "tenant", tenant, "peer", peer, "err", err)
 	}
 	r.poke()
 }

@@ -50,6 +50,9 @@ protocol bgp relay {
   local 10.0.0.10 as 64600;
   neighbor 10.0.0.2 as 65001;
   bfd on;
+  # BIRD holds a session down 60-300 s after a failure (its BFD's too)
+  # by default; the test sees it back sooner.
+  error wait time 1, 5;
   ipv4 { import none; export all; };
 }
 `, routes.String())
@@ -97,7 +100,7 @@ func TestRelayBFD(t *testing.T) {
 	pa, pb2 := newNSPair(t, "fa"), newNSPair(t, "fb")
 	var evMu sync.Mutex
 	var events []string
-	r, err := New(Config{ASN: 65001, RouterID: "127.0.0.1", Routes: &memRoutes{}, NodeID: "lb1", Attachments: pairs{"a": pa, "b": pb2}, Logger: slog.New(slog.NewTextHandler(t.Output(), nil)),
+	r, err := New(Config{ASN: 65001, RouterID: "127.0.0.1", Routes: &memRoutes{}, NodeID: "lb1", Attachments: pairs{"a": pa, "b": pb2}, ResetHold: 2 * time.Second, Logger: slog.New(slog.NewTextHandler(t.Output(), nil)),
 		HostAddrs: func() []netip.Addr { return []netip.Addr{netip.MustParseAddr("10.0.0.1")} },
 		Events: func(e *pb.Event) {
 			evMu.Lock()
@@ -197,4 +200,38 @@ func TestRelayBFD(t *testing.T) {
 	if got, err := nsRoutesOf(pb2.host); err != nil || !maps.Equal(got, want) {
 		t.Errorf("b's routes %v (%v)", got, err)
 	}
+
+	// BIRD again: it makes its BFD session anew with its BGP session
+	// (the new one says Down to the old), which must not reset the BGP
+	// session while it opens: the session, BFD and route come back after
+	// the hold (2 s here) and stay, and nothing more is counted.
+	if err := birdA.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	cont := time.Now()
+	waitUntil(t, "a's route and BFD back", func() error {
+		got, err := nsRoutesOf(pa.host)
+		if err != nil {
+			return err
+		}
+		s, err := sessionOf(r, "a")
+		if err != nil {
+			return err
+		}
+		if !maps.Equal(got, want) || s.GetState() != "established" || s.GetBfd() != "up" {
+			return fmt.Errorf("routes %v, session %v", got, s)
+		}
+		return nil
+	})
+	t.Logf("a's route back %s after its speaker went on", time.Since(cont))
+	// Longer than the hold: a reset would show.
+	time.Sleep(3 * time.Second)
+	if s, err := sessionOf(r, "a"); err != nil || s.GetState() != "established" || s.GetBfd() != "up" || s.GetSince().AsTime().Before(cont) {
+		t.Errorf("a's session after it came back: %v (%v)", s, err)
+	}
+	r.bfdSt.mu.Lock()
+	if d := r.bfdSt.downs["a"]; d != 1 {
+		t.Errorf("a's sessions reset for BFD: %d, want 1", d)
+	}
+	r.bfdSt.mu.Unlock()
 }

@@ -35,6 +35,11 @@ const (
 	// LimitHold is how long a session closed for announcing more than its
 	// maxPrefixes stays down before it is dialled again.
 	LimitHold = 30 * time.Second
+	// ResetHold is how long a session reset because its BFD went down
+	// stays idle before it is dialled again (gobgp's idle hold time
+	// after a reset): a speaker whose BFD flaps costs the hosts a table
+	// at most every ResetHold.
+	ResetHold = 30 * time.Second
 	// resync is the longest time between two passes; a change of a
 	// session or of its routes starts one at once, at most one per
 	// minGap.
@@ -91,8 +96,11 @@ type Config struct {
 	// place of its namespace's table (tests).
 	SpaceRoutes func(tenant string) Installer
 	// BFDPort is the UDP port of the tenants' BFD, ours and their
-	// speakers' (default 3784; bfd.go).
-	BFDPort uint16
+	// speakers' (default 3784; bfd.go), and ResetHold how long a session
+	// reset for its BFD stays idle before it is dialled again (default
+	// ResetHold, whole seconds); tests change them.
+	BFDPort   uint16
+	ResetHold time.Duration
 }
 
 // Installer puts the desired set of routes in place (the whole set every
@@ -197,6 +205,9 @@ func New(cfg Config) (*Relay, error) {
 	}
 	if cfg.LimitHold == 0 {
 		cfg.LimitHold = LimitHold
+	}
+	if cfg.ResetHold == 0 {
+		cfg.ResetHold = ResetHold
 	}
 	r := &Relay{cfg: cfg, log: cfg.Logger.With("component", "tenant-bgp"), kick: make(chan struct{}, 1), world: compile(nil, cfg.NodeID),
 		sessions: map[netip.Addr]*session{}, spaces: map[string]Installer{}, secret: newLoopbackSecret(),
@@ -464,6 +475,7 @@ func (r *Relay) syncPeers(ctx context.Context, w *world) {
 			r.log.Warn("a tenant BGP peer has the address of an attached session's tunnel", "tenant", tenant, "peer", k)
 			continue
 		}
+		p.Timers.Config.IdleHoldTimeAfterReset = uint64(max(r.cfg.ResetHold, time.Second) / time.Second)
 		r.dmu.Lock()
 		total := r.totals[tenant]
 		if total == nil {
