@@ -204,7 +204,7 @@ func (r *recorder) record(_ netip.Addr, st Status) {
 	r.mu.Unlock()
 }
 
-func freeUDPPort(t *testing.T) uint16 {
+func freeUDPPort(t testing.TB) uint16 {
 	t.Helper()
 	c, err := net.ListenPacket("udp4", "127.0.0.1:0")
 	if err != nil {
@@ -214,7 +214,7 @@ func freeUDPPort(t *testing.T) uint16 {
 	return uint16(c.LocalAddr().(*net.UDPAddr).Port)
 }
 
-func waitFor(t *testing.T, what string, d time.Duration, ok func() error) {
+func waitFor(t testing.TB, what string, d time.Duration, ok func() error) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for {

@@ -70,9 +70,11 @@ type Status struct {
 // had no room for; Throttled counts the times the endpoint stopped
 // reading because packets came faster than its sessions' intervals allow
 // (the kernel drops the rest). Late counts the detection times put off
-// for packets that had come but were not read yet.
+// for packets that had come but were not read yet; Received and Sent the
+// packets handed to sessions and sent by them.
 type Stats struct {
 	Invalid, UnknownPeer, BadTTL, BadDisc, Overflow, Throttled, Late uint64
+	Received, Sent                                                   uint64
 }
 
 // Endpoint runs the BFD sessions with the single-hop peers reachable from
@@ -93,6 +95,7 @@ type Endpoint struct {
 
 	stats struct {
 		invalid, unknown, badTTL, badDisc, overflow, throttled, late atomic.Uint64
+		received, sent                                               atomic.Uint64
 	}
 }
 
@@ -164,7 +167,8 @@ func (e *Endpoint) Status(peer netip.Addr) (Status, bool) {
 // Stats are the endpoint's counts of dropped packets.
 func (e *Endpoint) Stats() Stats {
 	return Stats{Invalid: e.stats.invalid.Load(), UnknownPeer: e.stats.unknown.Load(), BadTTL: e.stats.badTTL.Load(),
-		BadDisc: e.stats.badDisc.Load(), Overflow: e.stats.overflow.Load(), Throttled: e.stats.throttled.Load(), Late: e.stats.late.Load()}
+		BadDisc: e.stats.badDisc.Load(), Overflow: e.stats.overflow.Load(), Throttled: e.stats.throttled.Load(), Late: e.stats.late.Load(),
+		Received: e.stats.received.Load(), Sent: e.stats.sent.Load()}
 }
 
 // Close ends every session (without telling the peers: they go Down
@@ -329,6 +333,7 @@ func (e *Endpoint) take(b, oob []byte, from netip.Addr, six bool) {
 	}
 	select {
 	case s.rx <- pk:
+		e.stats.received.Add(1)
 	default:
 		e.stats.overflow.Add(1)
 	}
@@ -416,7 +421,9 @@ func (e *Endpoint) run(s *session, sk *sockets) {
 	send := func(final bool) {
 		if _, err := tx.WriteToUDPAddrPort(m.packet(final).marshal(), s.peer); err != nil {
 			e.log.Debug("cannot send a BFD packet", "peer", s.peer, "err", err)
+			return
 		}
+		e.stats.sent.Add(1)
 	}
 	txTimer := time.NewTimer(0)
 	defer txTimer.Stop()

@@ -98,9 +98,12 @@ func (p *packet) marshal() []byte {
 	b := make([]byte, packetLen)
 	b[0] = 1<<5 | byte(p.diag)&0x1f
 	b[1] = byte(p.state) << 6
-	for bit, set := range map[byte]bool{0x20: p.poll, 0x10: p.final, 0x08: p.cpi, 0x04: p.auth, 0x02: p.demand, 0x01: p.multipt} {
-		if set {
-			b[1] |= bit
+	for _, f := range [...]struct {
+		bit byte
+		set bool
+	}{{0x20, p.poll}, {0x10, p.final}, {0x08, p.cpi}, {0x04, p.auth}, {0x02, p.demand}, {0x01, p.multipt}} {
+		if f.set {
+			b[1] |= f.bit
 		}
 	}
 	b[2] = p.mult
