@@ -486,3 +486,65 @@ func TestEndpointIPv6(t *testing.T) {
 		t.Errorf("stats %+v", s)
 	}
 }
+
+// New timers while Up go through a Poll Sequence: until it ends the old,
+// faster interval is kept for sending and the old, longer MinRx for
+// detecting (RFC 5880 section 6.8.3).
+func TestMachineSetParams(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1000, 0)
+	p := Params{MinTx: 300 * time.Millisecond, MinRx: time.Second, Multiplier: 3}
+	m := newMachine(p, 1)
+	up := &packet{state: Init, mult: 3, myDisc: 42, yourDisc: 1, desiredMinTx: 100 * time.Millisecond, requiredMinRx: 100 * time.Millisecond}
+	m.receive(up, now)
+	up.state, up.final = Up, true
+	m.receive(up, now) // ends the Poll of coming Up
+	if m.state != Up || m.pollPending {
+		t.Fatalf("state %s poll %v", m.state, m.pollPending)
+	}
+	m.setParams(Params{MinTx: time.Second, MinRx: 300 * time.Millisecond, Multiplier: 3})
+	if d, _ := m.txInterval(); !m.pollPending || d != 300*time.Millisecond || m.packet(false).desiredMinTx != time.Second {
+		t.Fatalf("during the Poll: sends every %s announcing %s (poll %v), want 300ms announcing 1s", d, m.packet(false).desiredMinTx, m.pollPending)
+	}
+	if m.detectTime() != 3*time.Second {
+		t.Fatalf("detection time %s during the Poll, want the old 3 × 1s", m.detectTime())
+	}
+	m.receive(up, now) // the Final
+	if d, _ := m.txInterval(); m.pollPending || d != time.Second || m.detectTime() != 900*time.Millisecond {
+		t.Fatalf("after the Poll: sends every %s, detection %s", d, m.detectTime())
+	}
+}
+
+// Changed timers on a session that is Up keep it Up at both ends: the
+// session is not started again (a new one would tell the peer Down).
+func TestEndpointSetParamsInPlace(t *testing.T) {
+	t.Parallel()
+	ea, eb, ra, rb := pair(t, fast, fast)
+	waitFor(t, "a up", 5*time.Second, stateIs(ea, Up))
+	waitFor(t, "b up", 5*time.Second, stateIs(eb, Up))
+	time.Sleep(200 * time.Millisecond)
+	ra.mu.Lock()
+	na := len(ra.log)
+	ra.mu.Unlock()
+	rb.mu.Lock()
+	nb := len(rb.log)
+	rb.mu.Unlock()
+	slower := Params{MinTx: 200 * time.Millisecond, MinRx: 200 * time.Millisecond, Multiplier: 3}
+	if err := ea.Set(map[netip.Addr]Params{netip.MustParseAddr("127.0.0.1"): slower}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	sent := ea.Stats().Sent
+	time.Sleep(time.Second)
+	// 200 ms less 0-25% jitter: 5 to 7 a second (at 50 ms it was 20-27).
+	if n := ea.Stats().Sent - sent; n < 4 || n > 9 {
+		t.Errorf("a sent %d packets in a second at 200ms", n)
+	}
+	ra.mu.Lock()
+	defer ra.mu.Unlock()
+	rb.mu.Lock()
+	defer rb.mu.Unlock()
+	if len(ra.log) != na || len(rb.log) != nb {
+		t.Fatalf("changes after the new timers: a %+v, b %+v", ra.log[na:], rb.log[nb:])
+	}
+}

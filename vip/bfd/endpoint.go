@@ -129,9 +129,20 @@ func (e *Endpoint) Set(peers map[netip.Addr]Params) error {
 		return ErrClosed
 	}
 	for a, s := range e.sessions {
-		if p, ok := peers[a]; !ok || p != s.params {
+		p, ok := peers[a]
+		switch {
+		case !ok:
 			s.stop()
 			delete(e.sessions, a)
+		case p != s.params:
+			// In place: a session started again would tell the peer
+			// Down, which ends its BGP session too.
+			s.params = p
+			select {
+			case <-s.newParams: // replaced
+			default:
+			}
+			s.newParams <- p
 		}
 	}
 	var errs []error
@@ -385,7 +396,9 @@ type session struct {
 	myDisc uint32
 	rx     chan *packet
 	done   chan struct{}
-	wg     sync.WaitGroup
+	// newParams takes the session's new Params (the latest only).
+	newParams chan Params
+	wg        sync.WaitGroup
 
 	mu sync.Mutex
 	st Status
@@ -397,7 +410,7 @@ func (e *Endpoint) start(peer netip.Addr, p Params, sk *sockets) *session {
 		disc = rand.Uint32()
 	}
 	s := &session{peer: netip.AddrPortFrom(peer, e.cfg.PeerPort), params: p, myDisc: disc,
-		rx: make(chan *packet, rxQueue), done: make(chan struct{}), st: Status{State: Down, Since: time.Now(), Remote: Down, Prev: Down}}
+		rx: make(chan *packet, rxQueue), done: make(chan struct{}), newParams: make(chan Params, 1), st: Status{State: Down, Since: time.Now(), Remote: Down, Prev: Down}}
 	s.wg.Add(1)
 	go e.run(s, sk)
 	return s
@@ -449,6 +462,19 @@ func (e *Endpoint) run(s *session, sk *sockets) {
 				txTimer.Reset(jittered(d, m.p.Multiplier))
 			} else {
 				txTimer.Reset(slowTx)
+			}
+		case p := <-s.newParams:
+			before, _ := m.txInterval()
+			m.setParams(p)
+			if m.state == Up {
+				// The Poll goes at once.
+				send(false)
+			}
+			if d, ok := m.txInterval(); ok && (d < before || m.state == Up) {
+				txTimer.Reset(jittered(d, m.p.Multiplier))
+			}
+			if m.receivedSomeRx {
+				detect.Reset(max(0, m.detectTime()-time.Since(m.lastRx)))
 			}
 		case <-detect.C:
 			now := time.Now()

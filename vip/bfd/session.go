@@ -31,6 +31,12 @@ type machine struct {
 	remoteMinTx time.Duration
 	remoteMult  uint8
 	pollPending bool
+	// oldTx and oldRx are the interval this end sent at and the one it
+	// told the remote it takes packets at before a change of Params
+	// while Up: until the Poll Sequence that tells the remote ends, the
+	// remote's detection time still counts on the old ones (section
+	// 6.8.3).
+	oldTx, oldRx time.Duration
 	// prevMinTx is the remote's DesiredMinTxInterval before a Poll that
 	// lowered it: it may send at that slower rate until the Poll
 	// Sequence ends, so the detection time keeps it until a packet
@@ -61,7 +67,27 @@ func (m *machine) txInterval() (time.Duration, bool) {
 	if m.remoteMinRx == 0 {
 		return 0, false
 	}
-	return max(m.desiredTx(), m.remoteMinRx), true
+	tx := m.desiredTx()
+	if m.pollPending && m.oldTx > 0 {
+		tx = min(tx, m.oldTx)
+	}
+	return max(tx, m.remoteMinRx), true
+}
+
+// setParams changes the session's timers in place: while Up a Poll
+// Sequence tells the remote, and until it ends this end keeps sending at
+// the old interval if that was faster, and detecting with the old MinRx
+// if that was longer.
+func (m *machine) setParams(p Params) {
+	if m.state == Up {
+		if m.pollPending {
+			m.oldTx, m.oldRx = min(m.oldTx, m.desiredTx()), max(m.oldRx, m.p.MinRx)
+		} else {
+			m.oldTx, m.oldRx = m.desiredTx(), m.p.MinRx
+		}
+		m.pollPending = true
+	}
+	m.p = p
 }
 
 // jittered reduces an interval by 0 to 25% (to 10 to 25% with a
@@ -77,7 +103,11 @@ func jittered(d time.Duration, mult uint8) time.Duration {
 // detectTime is the time without a packet after which an Init or Up
 // session goes Down (asynchronous mode, section 6.8.4).
 func (m *machine) detectTime() time.Duration {
-	return time.Duration(m.remoteMult) * max(m.p.MinRx, m.remoteMinTx, m.prevMinTx)
+	rx := m.p.MinRx
+	if m.pollPending {
+		rx = max(rx, m.oldRx)
+	}
+	return time.Duration(m.remoteMult) * max(rx, m.remoteMinTx, m.prevMinTx)
 }
 
 // receive takes a packet already checked by unmarshal and addressed to
@@ -98,6 +128,7 @@ func (m *machine) receive(pk *packet, now time.Time) (changed, final bool) {
 	m.lastRx, m.receivedSomeRx = now, true
 	if pk.final && m.pollPending {
 		m.pollPending = false
+		m.oldTx, m.oldRx = 0, 0
 	}
 	if m.state == AdminDown {
 		return false, false
@@ -132,6 +163,7 @@ func (m *machine) up() {
 func (m *machine) down(d Diag) {
 	m.state, m.diag = Down, d
 	m.pollPending = false
+	m.oldTx, m.oldRx = 0, 0
 }
 
 // expire is called when no packet came for a detection time: an Init or

@@ -235,3 +235,49 @@ func TestRelayBFD(t *testing.T) {
 	}
 	r.bfdSt.mu.Unlock()
 }
+
+// A speaker that runs no BFD keeps its BGP session and routes: BFD that
+// never came up resets nothing, and the session shows it down.
+func TestRelayBFDSpeakerWithout(t *testing.T) {
+	// Not parallel: gobgp's StartBgp writes package variables.
+	pa := newNSPair(t, "fn")
+	r, err := New(Config{ASN: 65001, RouterID: "127.0.0.1", Routes: &memRoutes{}, NodeID: "lb1", Attachments: pairs{"a": pa},
+		HostAddrs: func() []netip.Addr { return []netip.Addr{netip.MustParseAddr("10.0.0.1")} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	startNodeSpeaker(t, pa, "", "10.0.1.0/24")
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go r.Run(ctx)
+	r.Update([]*pb.Object{bfdTenant("a", 100)})
+	want := map[netip.Prefix]netip.Addr{netip.MustParsePrefix("10.0.1.0/24"): netip.MustParseAddr("10.0.0.10")}
+	waitUntil(t, "the route", func() error {
+		got, err := nsRoutesOf(pa.host)
+		if err != nil {
+			return err
+		}
+		if !maps.Equal(got, want) {
+			return fmt.Errorf("routes %v", got)
+		}
+		return nil
+	})
+	// Longer than a detection time at the slow rate (3 s).
+	time.Sleep(4 * time.Second)
+	s, err := sessionOf(r, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.GetState() != "established" || s.GetBfd() != "down" || s.GetBfdSince() == nil {
+		t.Errorf("session %v", s)
+	}
+	if got, err := nsRoutesOf(pa.host); err != nil || !maps.Equal(got, want) {
+		t.Errorf("routes %v (%v)", got, err)
+	}
+	r.bfdSt.mu.Lock()
+	defer r.bfdSt.mu.Unlock()
+	if r.bfdSt.downs["a"] != 0 {
+		t.Errorf("resets %v", r.bfdSt.downs)
+	}
+}
