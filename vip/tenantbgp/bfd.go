@@ -152,7 +152,7 @@ func (r *Relay) onBFD(tenant string, peer netip.Addr, st bfd.Status) {
 	r.bfdSt.mu.Lock()
 	a, ok := r.bfdSt.keys[tenant][peer]
 	r.bfdSt.mu.Unlock()
-	r.log.Info("tenant BFD session", "tenant", tenant, "peer", peer, "state", st.State, "diag", st.Diag)
+	r.log.Debug("tenant BFD session", "tenant", tenant, "peer", peer, "state", st.State, "diag", st.Diag)
 	if ok && st.State == bfd.Down && st.Prev == bfd.Up {
 		go r.resetForBFD(tenant, peer, a, st.Diag)
 	}

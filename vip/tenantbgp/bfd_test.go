@@ -100,7 +100,7 @@ func TestRelayBFD(t *testing.T) {
 	pa, pb2 := newNSPair(t, "fa"), newNSPair(t, "fb")
 	var evMu sync.Mutex
 	var events []string
-	r, err := New(Config{ASN: 65001, RouterID: "127.0.0.1", Routes: &memRoutes{}, NodeID: "lb1", Attachments: pairs{"a": pa, "b": pb2}, ResetHold: 2 * time.Second, Logger: slog.New(slog.NewTextHandler(t.Output(), nil)),
+	r, err := New(Config{ASN: 65001, RouterID: "127.0.0.1", Routes: &memRoutes{}, NodeID: "lb1", Attachments: pairs{"a": pa, "b": pb2}, ResetHold: 2 * time.Second, Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug})),
 		HostAddrs: func() []netip.Addr { return []netip.Addr{netip.MustParseAddr("10.0.0.1")} },
 		Events: func(e *pb.Event) {
 			evMu.Lock()
