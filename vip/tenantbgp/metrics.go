@@ -1,6 +1,8 @@
 package tenantbgp
 
 import (
+	"maps"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -15,6 +17,8 @@ var (
 		"Time this host spent taking in, judging and installing the routes the tenant's speakers announced (its namespace's table, or its share of the host's).", []string{"tenant"}, nil)
 	descUpdateLimits = prometheus.NewDesc("teapot_lb_tenant_bgp_update_limit_total",
 		"Sessions this host closed for sending UPDATE messages faster than the tenant's bgp.maxUpdatesPerSecond.", []string{"tenant"}, nil)
+	descBFDDowns = prometheus.NewDesc("teapot_lb_tenant_bgp_bfd_down_total",
+		"BGP sessions this host reset because their BFD session (bgp.bfd) went down.", []string{"tenant"}, nil)
 )
 
 // Collector exports, per tenant with BGP, its sessions with this host and
@@ -29,6 +33,7 @@ func (c relayCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descLimits
 	ch <- descUpdateLimits
 	ch <- descJudge
+	ch <- descBFDDowns
 }
 
 func (c relayCollector) Collect(ch chan<- prometheus.Metric) {
@@ -36,6 +41,9 @@ func (c relayCollector) Collect(ch chan<- prometheus.Metric) {
 	if r == nil || r.srv == nil {
 		return
 	}
+	r.bfdSt.mu.Lock()
+	downs := maps.Clone(r.bfdSt.downs)
+	r.bfdSt.mu.Unlock()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, name := range sortedKeys(r.world.tenants) {
@@ -53,5 +61,8 @@ func (c relayCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descLimits, prometheus.CounterValue, float64(r.limits[name]), name)
 		ch <- prometheus.MustNewConstMetric(descUpdateLimits, prometheus.CounterValue, float64(r.rateLimits[name]), name)
 		ch <- prometheus.MustNewConstMetric(descJudge, prometheus.CounterValue, r.judgeTime[name].Seconds(), name)
+		if r.world.tenants[name].bgp.GetBfd() != nil {
+			ch <- prometheus.MustNewConstMetric(descBFDDowns, prometheus.CounterValue, float64(downs[name]), name)
+		}
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/teapot-lb/teapot-lb/api"
 	"github.com/teapot-lb/teapot-lb/api/observe"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+	"github.com/teapot-lb/teapot-lb/vip/bfd"
 	"github.com/teapot-lb/teapot-lb/vip/internal/quietlog"
 )
 
@@ -34,6 +35,11 @@ const (
 	// LimitHold is how long a session closed for announcing more than its
 	// maxPrefixes stays down before it is dialled again.
 	LimitHold = 30 * time.Second
+	// ResetHold is how long a session reset because its BFD went down
+	// stays idle before it is dialled again (gobgp's idle hold time
+	// after a reset): a speaker whose BFD flaps costs the hosts a table
+	// at most every ResetHold.
+	ResetHold = 30 * time.Second
 	// resync is the longest time between two passes; a change of a
 	// session or of its routes starts one at once, at most one per
 	// minGap.
@@ -93,6 +99,12 @@ type Config struct {
 	// SpaceRoutes, when set, installs an attached tenant's routes in
 	// place of its namespace's table (tests).
 	SpaceRoutes func(tenant string) Installer
+	// BFDPort is the UDP port of the tenants' BFD, ours and their
+	// speakers' (default 3784; bfd.go), and ResetHold how long a session
+	// reset for its BFD stays idle before it is dialled again (default
+	// ResetHold, whole seconds); tests change them.
+	BFDPort   uint16
+	ResetHold time.Duration
 }
 
 // Installer puts the desired set of routes in place (the whole set every
@@ -167,6 +179,13 @@ type Relay struct {
 	// (upstream.go).
 	failed map[netip.Prefix]error
 	up     upstream
+	// bfd are the attached tenants' BFD endpoints (bfd.go), bfdAllDown
+	// since when all of a tenant's BFD sessions are down while a BGP
+	// session of it is established, and bfdSt what the endpoints'
+	// goroutines share.
+	bfd        map[string]*bfd.Endpoint
+	bfdAllDown map[string]time.Time
+	bfdSt      bfdState
 }
 
 // session is one speaker's session: its key, tenant, and the tunnel
@@ -198,6 +217,9 @@ func New(cfg Config) (*Relay, error) {
 	if cfg.SpaceResync == 0 {
 		cfg.SpaceResync = SpaceResync
 	}
+	if cfg.ResetHold == 0 {
+		cfg.ResetHold = ResetHold
+	}
 	r := &Relay{cfg: cfg, log: cfg.Logger.With("component", "tenant-bgp"), kick: make(chan struct{}, 1), world: compile(nil, cfg.NodeID),
 		sessions: map[netip.Addr]*session{}, spaces: map[string]Installer{}, secret: newLoopbackSecret(),
 		obs: map[string]*pb.TenantBGPObservation{}, limits: map[string]uint64{}, rateLimits: map[string]uint64{},
@@ -205,7 +227,9 @@ func New(cfg Config) (*Relay, error) {
 		limitSince: map[netip.Addr]time.Time{}, dropped: map[string]map[dropKey]bool{}, judgeTime: map[string]time.Duration{},
 		ribs: map[netip.Addr]*rib{}, totals: map[string]*tenantTotal{}, judged: map[netip.Addr]*peerRoutes{},
 		buckets: map[netip.Addr]*updateBucket{}, rateLimited: map[netip.Addr]rateLimit{}, lists: map[string]*routeLists{},
-		installs: map[string]*spaceInstall{}, retiring: map[netip.Addr]*retiring{}}
+		installs: map[string]*spaceInstall{}, retiring: map[netip.Addr]*retiring{},
+		bfd: map[string]*bfd.Endpoint{}, bfdAllDown: map[string]time.Time{},
+		bfdSt: bfdState{downs: map[string]uint64{}, errs: map[string]error{}}}
 	r.deletePeer = func(ctx context.Context, a netip.Addr) error {
 		return r.srv.DeletePeer(ctx, &gobgpapi.DeletePeerRequest{Address: a.String()})
 	}
@@ -312,6 +336,7 @@ func (r *Relay) Close() error {
 	// would put routes back, and touch the table while it is cleared.
 	r.closeMu.Lock()
 	defer r.closeMu.Unlock()
+	r.closeBFD()
 	err := r.cfg.Routes.Close()
 	for _, s := range r.sessions {
 		if s.tun != nil {
@@ -340,6 +365,7 @@ func (r *Relay) pass(ctx context.Context) {
 	r.syncPeers(ctx, w)
 	now := time.Now()
 	r.readStates(ctx, w, now)
+	r.syncBFD(w, now)
 	host := r.install(w, r.judgeSessions(w, r.cfg.HostAddrs(), now), now)
 	r.reannounce(w, host)
 	obs := map[string]*pb.TenantBGPObservation{}
@@ -367,6 +393,7 @@ func (r *Relay) pass(ctx context.Context) {
 		if pr := r.judged[peer]; pr != nil {
 			sess.Received = uint32(len(pr.routes))
 		}
+		r.observeBFD(s, sess)
 		if o := obs[s.tenant]; o != nil {
 			o.Sessions = append(o.Sessions, sess)
 		}
@@ -449,6 +476,7 @@ func (r *Relay) syncPeers(ctx context.Context, w *world) {
 		} else if _, old := r.retiring[a]; old {
 			continue // the speaker still has the old session to a (observed)
 		}
+		p.Timers.Config.IdleHoldTimeAfterReset = uint64(max(r.cfg.ResetHold, time.Second) / time.Second)
 		r.dmu.Lock()
 		total := r.totals[tenant]
 		if total == nil {
