@@ -446,7 +446,10 @@ func routesFrom(base string, n int, nh string) map[netip.Prefix]*judged {
 // whose route is refused this time; a resync alone by the routes each
 // has there.
 func TestInstallChargesHostTable(t *testing.T) {
-	// Not parallel: the charges are times the installs sleep.
+	// Not parallel: the charges are times the installs sleep. A loaded
+	// host stretches the small charges by a few ms, so each check allows
+	// a quarter where the right charge is about a hundredth (and a wrong
+	// one is the whole, or an even half).
 	host := &costedRoutes{perRoute: time.Millisecond, perHeld: time.Millisecond / 2}
 	r, err := New(Config{Routes: host, NodeID: "lb1", SpaceResync: 30 * time.Second})
 	if err != nil {
@@ -479,7 +482,7 @@ func TestInstallChargesHostTable(t *testing.T) {
 	ch.accepted("", "small", 1)
 	big, small := step(ch, t0.Add(time.Second))
 	t.Logf("a change of 100 routes of big's and 1 of small's: big charged %s, small %s", big, small)
-	if big < 80*time.Millisecond || small > big/20 {
+	if big < 80*time.Millisecond || small > big/4 {
 		t.Errorf("the change not shared by routes changed: big %s, small %s", big, small)
 	}
 
@@ -490,7 +493,7 @@ func TestInstallChargesHostTable(t *testing.T) {
 	ch.accepted("", "small", 1)
 	big, small = step(ch, t0.Add(31*time.Second))
 	t.Logf("a resync with small's change: big charged %s, small %s", big, small)
-	if big < 80*time.Millisecond || small > big/10 {
+	if big < 80*time.Millisecond || small > big/4 {
 		t.Errorf("the resync charged to the change: big %s, small %s", big, small)
 	}
 
@@ -521,7 +524,7 @@ func TestInstallChargesHostTable(t *testing.T) {
 	// A resync alone: ~100 ms of reading, by routes held.
 	big, small = step(newJudgedChanges(), t0.Add(65*time.Second))
 	t.Logf("a resync alone: big charged %s, small %s", big, small)
-	if big < 80*time.Millisecond || small > big/20 {
+	if big < 80*time.Millisecond || small > big/4 {
 		t.Errorf("the resync not shared by routes held: big %s, small %s", big, small)
 	}
 }
