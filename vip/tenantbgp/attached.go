@@ -283,14 +283,13 @@ type nsRoutes struct {
 	tenant string
 }
 
-var _ Installer = nsRoutes{}
+var (
+	_ Installer = nsRoutes{}
+	_ rereader  = nsRoutes{}
+)
 
 func (n nsRoutes) Set(routes map[netip.Prefix]netip.Addr) map[netip.Prefix]error {
-	var failed map[netip.Prefix]error
-	err := n.att.InNamespace(n.tenant, func() (err error) {
-		_, failed, err = convergeTable(routes)
-		return err
-	})
+	failed, err := n.Reread(routes)
 	if err != nil {
 		failed = map[netip.Prefix]error{}
 		for p := range routes {
@@ -298,6 +297,17 @@ func (n nsRoutes) Set(routes map[netip.Prefix]netip.Addr) map[netip.Prefix]error
 		}
 	}
 	return failed
+}
+
+// Reread is Set, with the error of entering the namespace or reading its
+// table apart.
+func (n nsRoutes) Reread(routes map[netip.Prefix]netip.Addr) (map[netip.Prefix]error, error) {
+	var failed map[netip.Prefix]error
+	err := n.att.InNamespace(n.tenant, func() (err error) {
+		_, failed, err = convergeTable(routes)
+		return err
+	})
+	return failed, err
 }
 
 // Close removes the relay's routes from the namespace.

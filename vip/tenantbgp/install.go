@@ -1,6 +1,7 @@
 package tenantbgp
 
 import (
+	"maps"
 	"net/netip"
 	"slices"
 	"time"
@@ -26,9 +27,13 @@ const SpaceResync = 30 * time.Second
 type spaceInstall struct {
 	// failed are the routes the kernel refused at the last install (the
 	// next pass installs the space again), and synced when it last read
-	// the table in full (the first install, then every SpaceResync).
+	// the table in full (the first install, then every SpaceResync). err
+	// is why the last read failed (the table could not be read, or the
+	// namespace entered): each pass reads it again until one succeeds,
+	// and only that one moves synced.
 	failed map[netip.Prefix]error
 	synced time.Time
+	err    error
 	// as is the attached tenant of the space as it was at the last
 	// install.
 	as *pb.Tenant
@@ -42,10 +47,12 @@ func sameAttachment(a, b *pb.Tenant) bool {
 }
 
 // rereader is an Installer that trusts what it installed before, so
-// that Set costs what changed (kernelRoutes): Reread converges the table
-// after reading it.
+// that Set costs what changed (kernelRoutes), or one whose every install
+// reads its table (nsRoutes): Reread converges the table after reading
+// it, and returns an error, having changed nothing, when it could not
+// read it.
 type rereader interface {
-	Reread(routes map[netip.Prefix]netip.Addr) map[netip.Prefix]error
+	Reread(routes map[netip.Prefix]netip.Addr) (map[netip.Prefix]error, error)
 }
 
 // routeRef is one route of the lists a pass builds: route j of the
@@ -80,11 +87,12 @@ type spaced struct {
 // read its table; the others are left alone, so that a tenant's churn
 // costs the install of its own space (the namespace of an attached
 // tenant, the host's table for the others). The time an install takes is
-// charged to its space's tenant; the host's table's to the tenants whose
-// changes or refused routes (the retry) made it, shared, and on a resync
-// alone to the tenants whose routes it holds, by their count. It reports
-// whether the host's table was installed or its routes changed (for
-// reannounce).
+// charged to its space's tenant. The host's table's is shared: the
+// change (Set) between the tenants whose changed accepted routes or
+// earlier refused routes (the retry) made it, by the count of those
+// routes, and the resync (Reread), which reads the whole table, between
+// the tenants whose routes it holds, by their count. It reports whether
+// the host's table was installed or its routes changed (for reannounce).
 func (r *Relay) install(w *world, ch judgedChanges, now time.Time) bool {
 	want := map[string]bool{"": true}
 	for _, name := range w.attached {
@@ -116,10 +124,24 @@ func (r *Relay) install(w *world, ch judgedChanges, now time.Time) bool {
 	host := len(ch.spaces[""]) > 0
 	for _, space := range sortedKeys(want) {
 		st := r.installs[space]
-		resync := st == nil || now.Sub(st.synced) >= r.cfg.SpaceResync
+		resync := st == nil || st.err != nil || now.Sub(st.synced) >= r.cfg.SpaceResync
 		moved := st != nil && space != "" && !sameAttachment(st.as, w.attachedAs[space])
 		if !resync && !moved && len(st.failed) == 0 && len(ch.spaces[space]) == 0 {
 			continue
+		}
+		var prev map[netip.Prefix]error
+		if st != nil {
+			prev = st.failed
+		}
+		// The install is caused by the tenants whose accepted routes
+		// changed and those whose routes the kernel refused at the last
+		// one (the retry), by the count of those routes.
+		causes := maps.Clone(ch.spaces[space])
+		if causes == nil {
+			causes = map[string]int{}
+		}
+		for tenant, n := range r.ownersOf(bySpace[space], prev) {
+			causes[tenant] += n
 		}
 		start := time.Now()
 		routes, counts := r.spaceRoutesWanted(bySpace[space])
@@ -127,29 +149,46 @@ func (r *Relay) install(w *world, ch judgedChanges, now time.Time) bool {
 		if space != "" {
 			in = r.spaceRoutes(space)
 		}
+		// The host's table is set first when tenants caused the install
+		// and then reread, so that each part is charged to whom it is
+		// for; a namespace is its one tenant's either way.
+		rr, reread := in.(rereader)
+		reread = reread && resync
 		var failed map[netip.Prefix]error
-		if rr, ok := in.(rereader); ok && resync {
-			failed = rr.Reread(routes)
-		} else {
-			failed = in.Set(routes)
+		set, setTime := false, time.Duration(0)
+		if !reread || (space == "" && len(causes) > 0) {
+			failed, set = in.Set(routes), true
+			setTime = time.Since(start)
+		}
+		var readErr error
+		if reread {
+			var got map[netip.Prefix]error
+			if got, readErr = rr.Reread(routes); readErr == nil {
+				failed = got
+			} else if !set {
+				failed = in.Set(routes)
+			}
 		}
 		if st == nil {
 			st = &spaceInstall{}
 			r.installs[space] = st
 		}
-		prev := st.failed
 		st.failed, st.as = failed, w.attachedAs[space]
-		if resync {
-			st.synced = now
+		switch {
+		case readErr != nil:
+			if st.err == nil || st.err.Error() != readErr.Error() {
+				r.log.Warn("cannot read a table of tenant routes; it is read again at every pass until it is", "space", namespaceOf(space), "err", readErr)
+			}
+			st.err = readErr
+		case resync:
+			st.err, st.synced = nil, now
 		}
 		// The tenants of the routes the kernel refused this time or the
-		// last list them anew; the retry is the latter's.
-		var retried map[string]bool
+		// last list them anew.
 		if len(prev) > 0 || len(failed) > 0 {
 			for tenant := range r.ownersOf(bySpace[space], prev, failed) {
 				ch.listed(tenant)
 			}
-			retried = r.ownersOf(bySpace[space], prev)
 		}
 		d := time.Since(start)
 		if space != "" {
@@ -158,14 +197,14 @@ func (r *Relay) install(w *world, ch judgedChanges, now time.Time) bool {
 		}
 		host = true
 		r.failed = failed
-		causes := map[string]bool{}
-		for tenant := range ch.spaces[""] {
-			causes[tenant] = true
+		change, reading := d, time.Duration(0)
+		if reread {
+			change, reading = setTime, d-setTime
 		}
-		for tenant := range retried {
-			causes[tenant] = true
+		for tenant, share := range hostShares(change, causes, counts) {
+			spent[tenant] += share
 		}
-		for tenant, share := range hostShares(d, causes, counts) {
+		for tenant, share := range hostShares(reading, nil, counts) {
 			spent[tenant] += share
 		}
 	}
@@ -212,15 +251,15 @@ func (r *Relay) spaceRoutesWanted(sessions []netip.Addr) (map[netip.Prefix]netip
 }
 
 // ownersOf are the tenants of the sessions with an accepted route to a
-// prefix of either set.
-func (r *Relay) ownersOf(sessions []netip.Addr, sets ...map[netip.Prefix]error) map[string]bool {
-	out := map[string]bool{}
+// prefix of either set, with how many of those routes each has.
+func (r *Relay) ownersOf(sessions []netip.Addr, sets ...map[netip.Prefix]error) map[string]int {
+	out := map[string]int{}
 	for _, a := range sessions {
 		pr := r.judged[a]
 		for _, set := range sets {
 			for p := range set {
 				if j := pr.routes[p]; j != nil && j.reason == "" {
-					out[pr.tenant] = true
+					out[pr.tenant]++
 				}
 			}
 		}
@@ -228,28 +267,35 @@ func (r *Relay) ownersOf(sessions []netip.Addr, sets ...map[netip.Prefix]error) 
 	return out
 }
 
-// hostShares splits d, the time an install of the host's table took,
-// between the tenants that caused it, evenly; an install no tenant
-// caused (the resync) between the tenants whose routes it holds, by
-// their count of them, and none when it holds none.
-func hostShares(d time.Duration, causes map[string]bool, counts map[string]int) map[string]time.Duration {
+// hostShares splits d, time spent on the host's table, between the
+// tenants that caused it by their count of changed (or retried) routes;
+// what no tenant caused (the resync's reading of the whole table)
+// between the tenants whose routes it holds, by their count of them, and
+// to none when it holds none.
+func hostShares(d time.Duration, causes map[string]int, counts map[string]int) map[string]time.Duration {
 	out := map[string]time.Duration{}
-	if len(causes) > 0 {
-		for tenant := range causes {
-			out[tenant] = d / time.Duration(len(causes))
-		}
+	by := causes
+	if sumCounts(causes) == 0 {
+		by = counts
+	}
+	n := sumCounts(by)
+	if n == 0 || d == 0 {
 		return out
 	}
-	total := 0
-	for _, n := range counts {
-		total += n
-	}
-	for tenant, n := range counts {
-		if n > 0 {
-			out[tenant] = d * time.Duration(n) / time.Duration(total)
+	for tenant, k := range by {
+		if k > 0 {
+			out[tenant] = d * time.Duration(k) / time.Duration(n)
 		}
 	}
 	return out
+}
+
+func sumCounts(m map[string]int) int {
+	n := 0
+	for _, k := range m {
+		n += max(k, 0)
+	}
+	return n
 }
 
 // buildLists builds tenant's lists from its sessions and reports its new

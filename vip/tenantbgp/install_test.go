@@ -236,8 +236,8 @@ func TestKernelRoutesReread(t *testing.T) {
 		if got := tableRoutes(); len(got) != 2 || got[netip.MustParsePrefix("10.0.1.0/24")].IsValid() {
 			return fmt.Errorf("Set read the table: %v", got)
 		}
-		if failed := k.Reread(want); len(failed) > 0 {
-			return fmt.Errorf("reread: %v", failed)
+		if failed, err := k.Reread(want); len(failed) > 0 || err != nil {
+			return fmt.Errorf("reread: %v, %v", failed, err)
 		}
 		if got := tableRoutes(); !maps.Equal(got, want) {
 			return fmt.Errorf("after Reread %v, want %v", got, want)
@@ -267,12 +267,12 @@ func TestHostShares(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name   string
-		causes map[string]bool
+		causes map[string]int
 		counts map[string]int
 		want   map[string]time.Duration
 	}{
-		{"the tenants that changed it, evenly", map[string]bool{"a": true, "b": true}, map[string]int{"a": 1, "c": 99},
-			map[string]time.Duration{"a": 50 * time.Millisecond, "b": 50 * time.Millisecond}},
+		{"the tenants that changed it, by routes changed", map[string]int{"a": 1, "b": 3}, map[string]int{"a": 1, "c": 99},
+			map[string]time.Duration{"a": 25 * time.Millisecond, "b": 75 * time.Millisecond}},
 		{"a resync, by routes held", nil, map[string]int{"a": 1, "c": 3},
 			map[string]time.Duration{"a": 25 * time.Millisecond, "c": 75 * time.Millisecond}},
 		{"a resync of an empty table, nobody", nil, nil, map[string]time.Duration{}},
@@ -362,4 +362,254 @@ func TestInstallWhen(t *testing.T) {
 		t.Errorf("a's lists once taken: %v", l)
 	}
 	step("quiet", state(101, "10.0.2.0/24"), t0.Add(64*time.Minute))
+}
+
+// costedRoutes is a host's table whose Set costs perRoute for each
+// route it adds, changes or removes, and whose Reread costs perHeld for
+// each route it then holds, as reading the kernel's table does. It
+// refuses the prefixes in refuse, and its Reread fails while readErr is
+// set.
+type costedRoutes struct {
+	have              map[netip.Prefix]netip.Addr
+	perRoute, perHeld time.Duration
+	refuse            map[netip.Prefix]bool
+	readErr           error
+	rereads           int
+}
+
+func (c *costedRoutes) Set(rs map[netip.Prefix]netip.Addr) map[netip.Prefix]error {
+	if c.have == nil {
+		c.have = map[netip.Prefix]netip.Addr{}
+	}
+	n := 0
+	failed := map[netip.Prefix]error{}
+	for p, nh := range rs {
+		if cur, ok := c.have[p]; ok && cur == nh {
+			continue
+		}
+		n++
+		if c.refuse[p] {
+			failed[p] = fmt.Errorf("refused")
+			continue
+		}
+		c.have[p] = nh
+	}
+	for p := range c.have {
+		if _, ok := rs[p]; !ok {
+			n++
+			delete(c.have, p)
+		}
+	}
+	for p := range rs {
+		if c.refuse[p] {
+			failed[p] = fmt.Errorf("refused")
+		}
+	}
+	time.Sleep(time.Duration(n) * c.perRoute)
+	return failed
+}
+
+func (c *costedRoutes) Reread(rs map[netip.Prefix]netip.Addr) (map[netip.Prefix]error, error) {
+	c.rereads++
+	if c.readErr != nil {
+		return nil, c.readErr
+	}
+	failed := c.Set(rs)
+	time.Sleep(time.Duration(len(c.have)) * c.perHeld)
+	return failed, nil
+}
+
+func (c *costedRoutes) Close() error { return nil }
+
+// hostTenant is a tenant of the host's table with one speaker.
+func hostTenant(name, network string) *pb.Object {
+	return &pb.Object{Kind: &pb.Object_Tenant{Tenant: &pb.Tenant{Name: name, Networks: []string{network},
+		Bgp: &pb.TenantBGP{Asn: 64600, Peers: []string{"192.0.2.1"}}}}}
+}
+
+// routesFrom are n accepted /24s from base's first two bytes, via nh.
+func routesFrom(base string, n int, nh string) map[netip.Prefix]*judged {
+	out := map[netip.Prefix]*judged{}
+	b := netip.MustParsePrefix(base).Addr().As4()
+	for i := range n {
+		p := netip.PrefixFrom(netip.AddrFrom4([4]byte{b[0], b[1], byte(i), 0}), 24)
+		out[p] = &judged{prefix: p, nh: netip.MustParseAddr(nh)}
+	}
+	return out
+}
+
+// An install of the host's table is charged to whom it is for: a change
+// by the count of changed routes of each tenant that made it; a resync
+// that falls on a change, its change to that change's tenant and its
+// reading of the table by the routes each tenant has there; a retry of
+// a refused route to the tenant whose route it is, not to the tenant
+// whose route is refused this time; a resync alone by the routes each
+// has there.
+func TestInstallChargesHostTable(t *testing.T) {
+	// Not parallel: the charges are times the installs sleep. A loaded
+	// host stretches the small charges by a few ms, so each check allows
+	// a quarter where the right charge is about a hundredth (and a wrong
+	// one is the whole, or an even half).
+	host := &costedRoutes{perRoute: time.Millisecond, perHeld: time.Millisecond / 2}
+	r, err := New(Config{Routes: host, NodeID: "lb1", SpaceResync: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := compile([]*pb.Object{hostTenant("big", "10.1.0.0/16"), hostTenant("small", "10.2.0.0/16")}, "lb1")
+	ab, as := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.2")
+	r.sessions[ab] = &session{key: peerKey{addr: ab}, tenant: "big"}
+	r.sessions[as] = &session{key: peerKey{addr: as}, tenant: "small"}
+	r.judged[ab] = &peerRoutes{tenant: "big", routes: routesFrom("10.1.0.0/16", 200, "10.1.255.1")}
+	r.judged[as] = &peerRoutes{tenant: "small", routes: routesFrom("10.2.0.0/16", 1, "10.2.255.1")}
+	t0 := time.Unix(1000, 0)
+	r.install(w, newJudgedChanges(), t0)
+	step := func(ch judgedChanges, now time.Time) (big, small time.Duration) {
+		before := r.judgeTimes()
+		r.install(w, ch, now)
+		after := r.judgeTimes()
+		return after["big"] - before["big"], after["small"] - before["small"]
+	}
+
+	// big changes 100 routes, small 1: one Set of 101 routes (~101 ms).
+	for p, j := range r.judged[ab].routes {
+		if p.Addr().As4()[2] < 100 {
+			j.nh = netip.MustParseAddr("10.1.255.2")
+		}
+	}
+	r.judged[as].routes = routesFrom("10.2.0.0/16", 1, "10.2.255.2")
+	ch := newJudgedChanges()
+	ch.accepted("", "big", 100)
+	ch.accepted("", "small", 1)
+	big, small := step(ch, t0.Add(time.Second))
+	t.Logf("a change of 100 routes of big's and 1 of small's: big charged %s, small %s", big, small)
+	if big < 80*time.Millisecond || small > big/4 {
+		t.Errorf("the change not shared by routes changed: big %s, small %s", big, small)
+	}
+
+	// small's route changes at big's resync: small is charged its change
+	// (~1 ms), the reading of 201 routes (~100 ms) is big's but for 1/201.
+	r.judged[as].routes = routesFrom("10.2.0.0/16", 1, "10.2.255.3")
+	ch = newJudgedChanges()
+	ch.accepted("", "small", 1)
+	big, small = step(ch, t0.Add(31*time.Second))
+	t.Logf("a resync with small's change: big charged %s, small %s", big, small)
+	if big < 80*time.Millisecond || small > big/4 {
+		t.Errorf("the resync charged to the change: big %s, small %s", big, small)
+	}
+
+	// small's new route is refused; at the next pass it is retried while
+	// big's new route is refused: the retry is small's.
+	host.perRoute = 30 * time.Millisecond
+	sp := netip.MustParsePrefix("10.2.9.0/24")
+	bp := netip.MustParsePrefix("10.1.250.0/24")
+	r.judged[as].routes[sp] = &judged{prefix: sp, nh: netip.MustParseAddr("10.2.255.3")}
+	host.refuse = map[netip.Prefix]bool{sp: true}
+	ch = newJudgedChanges()
+	ch.accepted("", "small", 1)
+	step(ch, t0.Add(32*time.Second))
+	if r.failed[sp] == nil {
+		t.Fatalf("small's route not refused: %v", r.failed)
+	}
+	host.refuse = map[netip.Prefix]bool{bp: true}
+	r.judged[ab].routes[bp] = &judged{prefix: bp, nh: netip.MustParseAddr("10.1.255.1")} // judged earlier, refused now
+	big, small = step(newJudgedChanges(), t0.Add(33*time.Second))
+	t.Logf("a retry of small's refused route, big's refused: big charged %s, small %s", big, small)
+	if small < 25*time.Millisecond || big > small/3 {
+		t.Errorf("the retry not charged to small: big %s, small %s", big, small)
+	}
+	delete(r.judged[ab].routes, bp)
+	host.refuse, host.perRoute = nil, time.Millisecond
+	step(newJudgedChanges(), t0.Add(34*time.Second))
+
+	// A resync alone: ~100 ms of reading, by routes held.
+	big, small = step(newJudgedChanges(), t0.Add(65*time.Second))
+	t.Logf("a resync alone: big charged %s, small %s", big, small)
+	if big < 80*time.Millisecond || small > big/4 {
+		t.Errorf("the resync not shared by routes held: big %s, small %s", big, small)
+	}
+}
+
+// A read of a table that fails (the table could not be read, the
+// namespace not entered) is tried again at the next pass, and each pass
+// until one succeeds; only that one counts as the table's resync.
+func TestInstallFailedReadRetried(t *testing.T) {
+	t.Parallel()
+	host := &costedRoutes{readErr: fmt.Errorf("netlink dump interrupted")}
+	r, err := New(Config{Routes: host, NodeID: "lb1", SpaceResync: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := compile([]*pb.Object{hostTenant("small", "10.2.0.0/16")}, "lb1")
+	as := netip.MustParseAddr("192.0.2.2")
+	r.sessions[as] = &session{key: peerKey{addr: as}, tenant: "small"}
+	r.judged[as] = &peerRoutes{tenant: "small", routes: routesFrom("10.2.0.0/16", 1, "10.2.255.1")}
+	t0 := time.Unix(1000, 0)
+	want := []int{1, 2, 3, 3, 4}
+	for i, ok := range []bool{false, false, true, true, true} {
+		if ok {
+			host.readErr = nil
+		}
+		at := t0.Add(time.Duration(i) * time.Second)
+		if i == 4 {
+			at = t0.Add(32 * time.Second) // 30 s after the read that succeeded
+		}
+		r.install(w, newJudgedChanges(), at)
+		if host.rereads != want[i] {
+			t.Errorf("pass %d: %d reads of the table, want %d", i, host.rereads, want[i])
+		}
+	}
+	if len(host.have) != 1 {
+		t.Errorf("the table holds %v", host.have)
+	}
+}
+
+// A route the relay could not remove when it read the table (here while
+// its thread lacks CAP_NET_ADMIN) stays the relay's: the next Set removes
+// it.
+func TestKernelRoutesRereadKeepsUnremoved(t *testing.T) {
+	t.Parallel()
+	p := newNSPair(t, "u")
+	nh := netip.MustParseAddr("10.0.0.10")
+	a, b := netip.MustParsePrefix("10.0.1.0/24"), netip.MustParsePrefix("10.0.2.0/24")
+	err := inNetns(p.host, func() error {
+		k, err := newKernelRoutes()
+		if err != nil {
+			return err
+		}
+		if failed := k.Set(map[netip.Prefix]netip.Addr{a: nh, b: nh}); len(failed) > 0 {
+			return fmt.Errorf("set: %v", failed)
+		}
+		// Drop CAP_NET_ADMIN from this thread's effective set (the
+		// thread is locked to this goroutine and ends with it).
+		hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+		var caps [2]unix.CapUserData
+		if err := unix.Capget(&hdr, &caps[0]); err != nil {
+			return err
+		}
+		full := caps
+		caps[0].Effective &^= 1 << unix.CAP_NET_ADMIN
+		if err := unix.Capset(&hdr, &caps[0]); err != nil {
+			return err
+		}
+		failed, err := k.Reread(map[netip.Prefix]netip.Addr{a: nh})
+		if err := unix.Capset(&hdr, &full[0]); err != nil {
+			return err
+		}
+		if err != nil || failed[b] == nil {
+			return fmt.Errorf("reread without CAP_NET_ADMIN: %v, %v (want %s refused)", failed, err, b)
+		}
+		if got := tableRoutes(); !got[b].IsValid() {
+			return fmt.Errorf("%s removed without CAP_NET_ADMIN: %v", b, got)
+		}
+		if failed := k.Set(map[netip.Prefix]netip.Addr{a: nh}); len(failed) > 0 {
+			return fmt.Errorf("set again: %v", failed)
+		}
+		if got := tableRoutes(); !maps.Equal(got, map[netip.Prefix]netip.Addr{a: nh}) {
+			return fmt.Errorf("after Set the table has %v, want only %s", got, a)
+		}
+		return k.Close()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }

@@ -34,47 +34,45 @@ type peerRoutes struct {
 	tenant, space string
 }
 
-// anyAccepted reports whether any of the routes is accepted.
-func (pr *peerRoutes) anyAccepted() bool {
-	for _, j := range pr.routes {
-		if j.reason == "" {
-			return true
-		}
-	}
-	return false
-}
-
 // judgedChanges is what a pass's judging changed: the tenants whose
 // routes (accepted or dropped) changed, whose lists are built again, and
-// per space the tenants whose accepted routes in it changed, whose
-// install it is (install.go).
+// per space the tenants whose accepted routes in it changed, with how
+// many of them changed: the install of the space is theirs, shared by
+// those counts (install.go).
 type judgedChanges struct {
 	tenants map[string]bool
-	spaces  map[string]map[string]bool
+	spaces  map[string]map[string]int
 }
 
 func newJudgedChanges() judgedChanges {
-	return judgedChanges{tenants: map[string]bool{}, spaces: map[string]map[string]bool{}}
+	return judgedChanges{tenants: map[string]bool{}, spaces: map[string]map[string]int{}}
 }
 
-// listed notes that tenant's routes changed, and accepted that its
-// accepted routes in space did.
+// listed notes that tenant's routes changed, and accepted that n of its
+// accepted routes in space did (one that was accepted, is, or both).
 func (c judgedChanges) listed(tenant string) { c.tenants[tenant] = true }
 
-func (c judgedChanges) accepted(space, tenant string) {
+func (c judgedChanges) accepted(space, tenant string, n int) {
 	c.tenants[tenant] = true
-	if c.spaces[space] == nil {
-		c.spaces[space] = map[string]bool{}
+	if n <= 0 {
+		return
 	}
-	c.spaces[space][tenant] = true
+	if c.spaces[space] == nil {
+		c.spaces[space] = map[string]int{}
+	}
+	c.spaces[space][tenant] += n
 }
 
 // gone notes the routes of pr leaving.
 func (c judgedChanges) gone(pr *peerRoutes) {
 	c.listed(pr.tenant)
-	if pr.anyAccepted() {
-		c.accepted(pr.space, pr.tenant)
+	n := 0
+	for _, j := range pr.routes {
+		if j.reason == "" {
+			n++
+		}
 	}
+	c.accepted(pr.space, pr.tenant, n)
 }
 
 // judgeSessions takes what changed in each session's routes and judges
@@ -125,7 +123,7 @@ func (r *Relay) judgeSessions(w *world, host []netip.Addr, now time.Time) judged
 				delete(pr.routes, p)
 				ch.listed(tenant)
 				if old.reason == "" {
-					ch.accepted(space, tenant)
+					ch.accepted(space, tenant, 1)
 				}
 			}
 		}
@@ -135,14 +133,14 @@ func (r *Relay) judgeSessions(w *world, host []netip.Addr, now time.Time) judged
 			pr.routes[p] = j
 			ch.listed(tenant)
 			if j.reason == "" || (old != nil && old.reason == "") {
-				ch.accepted(space, tenant)
+				ch.accepted(space, tenant, 1)
 			}
 		}
 		if full {
 			for p, j := range pr.routes {
 				if why := judge(p, j.nh).reason; why != j.reason {
 					if why == "" || j.reason == "" {
-						ch.accepted(space, tenant)
+						ch.accepted(space, tenant, 1)
 					}
 					j.reason = why
 					ch.listed(tenant)

@@ -158,8 +158,9 @@ type Relay struct {
 	// retiring are the sessions gobgp did not remove when asked (their
 	// routes are installed nowhere; each pass asks again).
 	retiring map[netip.Addr]*retiring
-	// deletePeer removes a peer from the speaker (tests make it fail).
-	deletePeer func(ctx context.Context, a netip.Addr) error
+	// deletePeer removes a peer from the speaker, and disablePeer
+	// disables it (tests make them fail).
+	deletePeer, disablePeer func(ctx context.Context, a netip.Addr) error
 	// judged holds each session's routes as last read and judged, against
 	// judgedWorld and judgedHost (judged.go); lists are the tenants'
 	// lists as last built, and installs what each space's last installs
@@ -232,6 +233,9 @@ func New(cfg Config) (*Relay, error) {
 		bfdSt: bfdState{downs: map[string]uint64{}, errs: map[string]error{}}}
 	r.deletePeer = func(ctx context.Context, a netip.Addr) error {
 		return r.srv.DeletePeer(ctx, &gobgpapi.DeletePeerRequest{Address: a.String()})
+	}
+	r.disablePeer = func(ctx context.Context, a netip.Addr) error {
+		return r.srv.DisablePeer(ctx, &gobgpapi.DisablePeerRequest{Address: a.String(), Communication: "session deconfigured"})
 	}
 	if cfg.ASN == 0 {
 		return r, nil
@@ -398,7 +402,7 @@ func (r *Relay) pass(ctx context.Context) {
 			o.Sessions = append(o.Sessions, sess)
 		}
 	}
-	r.observeRetiring(obs)
+	r.observeRetiring(w, obs)
 	for _, c := range w.conflicts {
 		obs[c.tenant].Sessions = append(obs[c.tenant].Sessions, &pb.TenantBGPSession{Peer: c.peer.addr.String(), State: "refused",
 			Attachment: namespaceOf(c.peer.space),
@@ -474,7 +478,7 @@ func (r *Relay) syncPeers(ctx context.Context, w *world) {
 			r.log.Warn("a tenant BGP peer has the address of an attached session's tunnel", "tenant", tenant, "peer", k)
 			continue
 		} else if _, old := r.retiring[a]; old {
-			continue // the speaker still has the old session to a (observed)
+			continue // the speaker still has the old session to a (observed as waiting)
 		}
 		p.Timers.Config.IdleHoldTimeAfterReset = uint64(max(r.cfg.ResetHold, time.Second) / time.Second)
 		r.dmu.Lock()

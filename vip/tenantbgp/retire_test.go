@@ -12,6 +12,7 @@ import (
 
 	gobgpapi "github.com/osrg/gobgp/v4/api"
 
+	"github.com/teapot-lb/teapot-lb/api/observe"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
 
@@ -132,4 +133,121 @@ func TestRelayPeerNotRemoved(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// A session of tenant kube to 127.0.0.2 that gobgp does not remove keeps
+// tenant other's speaker at the same address from being dialled until
+// it is gone: other's observation says so (a session waiting, naming the
+// old session, its error and since when) and shows the old session
+// removing, kube being gone. Once gobgp removes it, other's session is
+// made.
+func TestRelayRetiringSessionBlocksOtherTenant(t *testing.T) {
+	// Not parallel: gobgp's StartBgp writes package variables.
+	port := freePort(t)
+	r, err := New(Config{ASN: 65001, RouterID: "127.0.0.1", Routes: &memRoutes{}, PeerPort: port, NodeID: "lb1",
+		HostAddrs: func() []netip.Addr { return []netip.Addr{netip.MustParseAddr("127.0.0.1")} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	var refuse atomic.Bool
+	remove := r.deletePeer
+	r.deletePeer = func(ctx context.Context, a netip.Addr) error {
+		if refuse.Load() {
+			return errors.New("refused by the test")
+		}
+		return remove(ctx, a)
+	}
+	ctx := t.Context()
+	r.Update(kubeState(0, true))
+	r.pass(ctx)
+	if o := observed(r); len(o.GetSessions()) != 1 {
+		t.Fatalf("kube observed %v", o)
+	}
+	refuse.Store(true)
+	other := &pb.Tenant{Name: "other", Networks: []string{"127.0.0.2/32", "10.245.0.0/16"},
+		Bgp: &pb.TenantBGP{Asn: 64601, Peers: []string{"127.0.0.2"}}}
+	r.Update([]*pb.Object{{Kind: &pb.Object_Tenant{Tenant: other}}})
+	for range 2 {
+		r.pass(ctx)
+	}
+	if len(r.retiring) != 1 || r.sessions[netip.MustParseAddr("127.0.0.2")] != nil {
+		t.Fatalf("retiring %v, sessions %v", r.retiring, r.sessions)
+	}
+	obsOther := func() *pb.TenantBGPObservation {
+		var h pb.HostObservation
+		r.Observe(observe.Filter{Tenant: "other"}, &h)
+		if len(h.TenantBgp) != 1 {
+			t.Fatalf("observed %v", h.TenantBgp)
+		}
+		return h.TenantBgp[0]
+	}
+	states := map[string]*pb.TenantBGPSession{}
+	for _, s := range obsOther().GetSessions() {
+		states[s.GetState()] = s
+	}
+	w := states[stateWaiting]
+	if w == nil || w.GetPeer() != "127.0.0.2" || w.GetSince() == nil ||
+		!strings.Contains(w.GetReason(), "refused by the test") || !strings.Contains(w.GetReason(), "tenant kube") {
+		t.Errorf("other's speaker not observed waiting for kube's old session: %v", obsOther())
+	}
+	if old := states[stateRemoving]; old == nil || old.GetPeer() != "127.0.0.2" || !strings.Contains(old.GetReason(), "tenant kube was removed") {
+		t.Errorf("kube's old session not observed as removing under other: %v", obsOther())
+	}
+
+	refuse.Store(false)
+	r.pass(ctx)
+	ss := obsOther().GetSessions()
+	if len(r.retiring) != 0 || len(ss) != 1 || ss[0].GetState() == stateWaiting || ss[0].GetState() == stateRemoving {
+		t.Errorf("other's session not made once kube's was removed: retiring %v, observed %v", r.retiring, ss)
+	}
+	if !gobgpHas(t, r, "127.0.0.2") {
+		t.Error("gobgp has no peer for other's speaker")
+	}
+}
+
+// A session gobgp did not remove, and did not disable when the relay
+// asked, is disabled at a later pass.
+func TestRelayRetiringDisabledAgain(t *testing.T) {
+	// Not parallel: gobgp's StartBgp writes package variables.
+	port := freePort(t)
+	r, err := New(Config{ASN: 65001, RouterID: "127.0.0.1", Routes: &memRoutes{}, PeerPort: port, NodeID: "lb1",
+		HostAddrs: func() []netip.Addr { return []netip.Addr{netip.MustParseAddr("127.0.0.1")} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	var refuseDisable atomic.Bool
+	r.deletePeer = func(context.Context, netip.Addr) error { return errors.New("refused by the test") }
+	disable := r.disablePeer
+	r.disablePeer = func(ctx context.Context, a netip.Addr) error {
+		if refuseDisable.Load() {
+			return errors.New("disable refused by the test")
+		}
+		return disable(ctx, a)
+	}
+	ctx := t.Context()
+	r.Update(kubeState(0, true))
+	r.pass(ctx)
+	admin := func() gobgpapi.PeerState_AdminState {
+		var held *gobgpapi.Peer
+		if err := r.srv.ListPeer(ctx, &gobgpapi.ListPeerRequest{Address: "127.0.0.2"}, func(p *gobgpapi.Peer) { held = p }); err != nil || held == nil {
+			t.Fatalf("gobgp has no peer 127.0.0.2 (%v)", err)
+		}
+		return held.GetState().GetAdminState()
+	}
+	refuseDisable.Store(true)
+	r.Update(kubeState(0, true, "a new password"))
+	r.pass(ctx)
+	if len(r.retiring) != 1 {
+		t.Fatalf("retiring %v", r.retiring)
+	}
+	if got := admin(); got == gobgpapi.PeerState_ADMIN_STATE_DOWN {
+		t.Fatalf("disabled though the test refused it: %v", got)
+	}
+	refuseDisable.Store(false)
+	r.pass(ctx)
+	if got := admin(); got != gobgpapi.PeerState_ADMIN_STATE_DOWN {
+		t.Errorf("the session gobgp did not remove is not disabled at the next pass: %v", got)
+	}
 }
