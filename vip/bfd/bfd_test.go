@@ -659,3 +659,35 @@ func TestEndpointSetParamsInPlace(t *testing.T) {
 		t.Fatalf("changes after the new timers: a %+v, b %+v", ra.log[na:], rb.log[nb:])
 	}
 }
+
+// A session ended by Set, or by Close, tells its peer AdminDown: the
+// peer's session goes Down with the remote AdminDown (not by its
+// detection time), and Close takes at most byeMax for it.
+func TestEndpointEndSaysAdminDown(t *testing.T) {
+	t.Parallel()
+	p := Params{MinTx: 100 * time.Millisecond, MinRx: 100 * time.Millisecond, Multiplier: 3}
+	for _, how := range []string{"set", "close"} {
+		t.Run(how, func(t *testing.T) {
+			ea, eb, _, rb := pair(t, p, p)
+			waitFor(t, "up", 5*time.Second, stateIs(eb, Up))
+			start := time.Now()
+			if how == "set" {
+				if err := ea.Set(nil); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				ea.Close()
+				if took := time.Since(start); took > byeMax+200*time.Millisecond {
+					t.Errorf("Close took %s", took)
+				}
+			}
+			waitFor(t, "the peer down", 2*time.Second, stateIs(eb, Down))
+			rb.mu.Lock()
+			defer rb.mu.Unlock()
+			last := rb.log[len(rb.log)-1]
+			if last.Remote != AdminDown || last.Diag != DiagNeighborDown || last.Prev != Up {
+				t.Errorf("the peer's session went %+v, want Down from Up with the remote AdminDown", last)
+			}
+		})
+	}
+}

@@ -31,6 +31,8 @@ const (
 	rxQueue = 8
 	// lateCheck is how long a detection waits for packets not yet read.
 	lateCheck = 5 * time.Millisecond
+	// byeMax bounds how long an ending session tells its peer AdminDown.
+	byeMax = time.Second
 )
 
 // ErrClosed: the endpoint is closed.
@@ -87,8 +89,10 @@ type Endpoint struct {
 	cfg Config
 	log *slog.Logger
 
-	mu       sync.Mutex
-	closed   bool
+	mu     sync.Mutex
+	closed bool
+	// wg counts the sessions' goroutines, those ending included.
+	wg       sync.WaitGroup
 	sessions map[netip.Addr]*session
 	socks    map[bool]*sockets // by IPv6
 	// budget is the packets a second the sessions may be sent together
@@ -136,7 +140,8 @@ func (e *Endpoint) Set(peers map[netip.Addr]Params) error {
 		p, ok := peers[a]
 		switch {
 		case !ok:
-			s.stop()
+			// It tells the peer AdminDown on its own goroutine.
+			close(s.bye)
 			delete(e.sessions, a)
 		case p != s.params:
 			// In place: a session started again would tell the peer
@@ -207,9 +212,8 @@ func (e *Endpoint) Stats() Stats {
 		Received: e.stats.received.Load(), Sent: e.stats.sent.Load()}
 }
 
-// Close ends every session (without telling the peers: they go Down
-// after their detection time, as when the host stops) and closes the
-// sockets.
+// Close ends every session, each telling its peer AdminDown first (at
+// most byeMax, the sessions together), and closes the sockets.
 func (e *Endpoint) Close() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -218,9 +222,11 @@ func (e *Endpoint) Close() {
 	}
 	e.closed = true
 	for a, s := range e.sessions {
-		s.stop()
+		close(s.bye)
 		delete(e.sessions, a)
 	}
+	// Sessions that Set ended and that still say AdminDown too.
+	e.wg.Wait()
 	for _, sk := range e.socks {
 		close(sk.done)
 		sk.rx.Close()
@@ -428,10 +434,11 @@ type session struct {
 	params Params
 	myDisc uint32
 	rx     chan *packet
-	done   chan struct{}
+	// bye ends the session: it tells the peer AdminDown for the peer's
+	// detection time (RFC 5880 section 6.8.16), at most byeMax.
+	bye chan struct{}
 	// newParams takes the session's new Params (the latest only).
 	newParams chan Params
-	wg        sync.WaitGroup
 
 	mu sync.Mutex
 	st Status
@@ -443,18 +450,13 @@ func (e *Endpoint) start(peer netip.Addr, p Params, sk *sockets) *session {
 		disc = rand.Uint32()
 	}
 	s := &session{peer: netip.AddrPortFrom(peer, e.cfg.PeerPort), params: p, myDisc: disc,
-		rx: make(chan *packet, rxQueue), done: make(chan struct{}), newParams: make(chan Params, 1), st: Status{State: Down, Since: time.Now(), Remote: Down, Prev: Down}}
+		rx: make(chan *packet, rxQueue), bye: make(chan struct{}), newParams: make(chan Params, 1), st: Status{State: Down, Since: time.Now(), Remote: Down, Prev: Down}}
 	// The machine is made here, from p, not from s.params on the
 	// session's goroutine: Set changes s.params while the session runs.
 	m := newMachine(p, disc)
-	s.wg.Add(1)
+	e.wg.Add(1)
 	go e.run(s, m, sk)
 	return s
-}
-
-func (s *session) stop() {
-	close(s.done)
-	s.wg.Wait()
 }
 
 func (s *session) status() Status {
@@ -465,7 +467,7 @@ func (s *session) status() Status {
 
 func (e *Endpoint) run(s *session, m *machine, sk *sockets) {
 	tx := sk.tx
-	defer s.wg.Done()
+	defer e.wg.Done()
 	send := func(final bool) {
 		if _, err := tx.WriteToUDPAddrPort(m.packet(final).marshal(), s.peer); err != nil {
 			e.log.Debug("cannot send a BFD packet", "peer", s.peer, "err", err)
@@ -489,7 +491,8 @@ func (e *Endpoint) run(s *session, m *machine, sk *sockets) {
 	}
 	for {
 		select {
-		case <-s.done:
+		case <-s.bye:
+			e.goodbye(m, send)
 			return
 		case <-txTimer.C:
 			if d, ok := m.txInterval(); ok {
@@ -559,5 +562,30 @@ func (e *Endpoint) run(s *session, m *machine, sk *sockets) {
 				txTimer.Reset(jittered(d, m.p.Multiplier))
 			}
 		}
+	}
+}
+
+// goodbye tells the peer the session ends: AdminDown (diagnostic
+// AdminDown) at the interval the session sent at, for the peer's
+// detection time (RFC 5880 section 6.8.16), at most byeMax. A peer never
+// heard from is told nothing. The peer's BFD goes Down without its
+// client's session being ended (RFC 5882 section 3.2).
+func (e *Endpoint) goodbye(m *machine, send func(final bool)) {
+	if m.state == Down && !m.receivedSomeRx {
+		return
+	}
+	d, ok := m.txInterval()
+	if !ok {
+		return
+	}
+	m.state, m.diag, m.pollPending = AdminDown, DiagAdminDown, false
+	end := time.Now().Add(min(time.Duration(max(m.remoteMult, 1))*d, byeMax))
+	for {
+		send(false)
+		next := jittered(d, m.p.Multiplier)
+		if time.Now().Add(next).After(end) {
+			return
+		}
+		time.Sleep(next)
 	}
 }
