@@ -48,6 +48,37 @@ type bfdState struct {
 	// nothing (after a reset) and wakes no pass (after any Up->Down).
 	established map[netip.Addr]bool
 	held        map[bfdPeer]bfdHold
+	// eps are the tenants' endpoints (as r.bfd, for the metrics), and
+	// closed the counts of the endpoints each tenant had before.
+	eps    map[string]*bfd.Endpoint
+	closed map[string]bfd.Stats
+}
+
+// closeEndpoint closes tenant's endpoint e, keeping its counts.
+func (r *Relay) closeEndpoint(tenant string, e *bfd.Endpoint) {
+	e.Close()
+	delete(r.bfd, tenant)
+	st := e.Stats()
+	r.bfdSt.mu.Lock()
+	defer r.bfdSt.mu.Unlock()
+	delete(r.bfdSt.eps, tenant)
+	r.bfdSt.closed[tenant] = addStats(r.bfdSt.closed[tenant], st)
+}
+
+// stats are tenant's BFD counts, of its endpoints past and present
+// (under mu).
+func (b *bfdState) stats(tenant string) bfd.Stats {
+	st := b.closed[tenant]
+	if e := b.eps[tenant]; e != nil {
+		st = addStats(st, e.Stats())
+	}
+	return st
+}
+
+func addStats(a, b bfd.Stats) bfd.Stats {
+	return bfd.Stats{Invalid: a.Invalid + b.Invalid, UnknownPeer: a.UnknownPeer + b.UnknownPeer, BadTTL: a.BadTTL + b.BadTTL,
+		BadDisc: a.BadDisc + b.BadDisc, Overflow: a.Overflow + b.Overflow, Throttled: a.Throttled + b.Throttled, Late: a.Late + b.Late,
+		Received: a.Received + b.Received, Sent: a.Sent + b.Sent}
 }
 
 type bfdPeer struct {
@@ -136,8 +167,7 @@ func (r *Relay) syncBFD(w *world, now time.Time) {
 	r.bfdSt.mu.Unlock()
 	for tenant, e := range r.bfd {
 		if _, ok := want[tenant]; !ok {
-			e.Close()
-			delete(r.bfd, tenant)
+			r.closeEndpoint(tenant, e)
 			delete(r.bfdAllDown, tenant)
 			continue
 		}
@@ -145,8 +175,7 @@ func (r *Relay) syncBFD(w *world, now time.Time) {
 			if since, ok := r.bfdAllDown[tenant]; !ok {
 				r.bfdAllDown[tenant] = now
 			} else if now.Sub(since) >= bfdRebuild {
-				e.Close()
-				delete(r.bfd, tenant)
+				r.closeEndpoint(tenant, e)
 				delete(r.bfdAllDown, tenant)
 			}
 		} else {
@@ -158,6 +187,9 @@ func (r *Relay) syncBFD(w *world, now time.Time) {
 		if e == nil {
 			e = r.newBFD(tenant)
 			r.bfd[tenant] = e
+			r.bfdSt.mu.Lock()
+			r.bfdSt.eps[tenant] = e
+			r.bfdSt.mu.Unlock()
 		}
 		err := e.Set(peers)
 		r.bfdSt.mu.Lock()
@@ -252,15 +284,20 @@ func (r *Relay) observeBFD(s *session, sess *pb.TenantBGPSession) {
 		return
 	}
 	sess.Bfd, sess.BfdSince = st.State.String(), timestamppb.New(st.Since)
-	if st.State != bfd.Up && st.Diag != bfd.DiagNone {
+	switch {
+	case st.State != bfd.Up && st.Diag != bfd.DiagNone:
 		sess.BfdReason = st.Diag.String()
+	case st.State == bfd.Down && st.Prev == bfd.Down:
+		// Never up: no packet came that the host takes. Packets from
+		// off the hosts' segment (TTL under 255) are dropped in the
+		// kernel, so the host cannot tell them from none.
+		sess.BfdReason = "no BFD packet taken from the speaker: BFD must run at the speaker (BIRD: bfd on) towards this host's address, and only packets that arrive with TTL 255, from the hosts' own segment, are taken"
 	}
 }
 
 // closeBFD closes every endpoint.
 func (r *Relay) closeBFD() {
 	for tenant, e := range r.bfd {
-		e.Close()
-		delete(r.bfd, tenant)
+		r.closeEndpoint(tenant, e)
 	}
 }

@@ -217,7 +217,8 @@ func New(cfg Config) (*Relay, error) {
 		ribs: map[netip.Addr]*rib{}, totals: map[string]*tenantTotal{}, judged: map[netip.Addr]*peerRoutes{},
 		buckets: map[netip.Addr]*updateBucket{}, rateLimited: map[netip.Addr]rateLimit{},
 		bfd: map[string]*bfd.Endpoint{}, bfdAllDown: map[string]time.Time{},
-		bfdSt: bfdState{downs: map[string]uint64{}, errs: map[string]error{}, held: map[bfdPeer]bfdHold{}}}
+		bfdSt: bfdState{downs: map[string]uint64{}, errs: map[string]error{}, held: map[bfdPeer]bfdHold{},
+			eps: map[string]*bfd.Endpoint{}, closed: map[string]bfd.Stats{}}}
 	if cfg.ASN == 0 {
 		return r, nil
 	}
