@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestPacketRoundTrip(t *testing.T) {
@@ -549,8 +551,27 @@ func TestEndpointIPv6(t *testing.T) {
 			return nil
 		})
 	}
-	if s := ea.Stats(); s.BadTTL != 0 {
+	// A hop limit under 255 is dropped by the kernel filter (hop limit
+	// at offset 7), as is a source that is no peer (offset 8).
+	c, err := net.ListenPacket("udp6", "[::1]:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	rc, _ := c.(*net.UDPConn).SyscallConn()
+	_ = rc.Control(func(fd uintptr) { _ = unix.SetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_UNICAST_HOPS, 64) })
+	to := &net.UDPAddr{IP: net.IPv6loopback, Port: int(ea.cfg.Port)}
+	for range 5 {
+		if _, err := c.WriteTo((&packet{state: AdminDown, mult: 3, myDisc: 5}).marshal(), to); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(200 * time.Millisecond)
+	if s := ea.Stats(); s.BadTTL != 0 || s.Invalid != 0 || s.UnknownPeer != 0 {
 		t.Errorf("stats %+v", s)
+	}
+	if st, ok := ea.Status(lo); !ok || st.State != Up {
+		t.Errorf("after packets with hop limit 64: state %s", st.State)
 	}
 }
 
