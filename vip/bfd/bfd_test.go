@@ -248,13 +248,40 @@ var fast = Params{MinTx: 50 * time.Millisecond, MinRx: 50 * time.Millisecond, Mu
 // detection time expired, within its detection time and a little.
 func TestEndpointUpAndDetect(t *testing.T) {
 	t.Parallel()
-	ea, eb, ra, _ := pair(t, fast, fast)
+	lo := netip.MustParseAddr("127.0.0.1")
+	pa, pb := freeUDPPort(t), freeUDPPort(t)
+	ra := &recorder{}
+	ea := New(Config{Port: pa, PeerPort: pb, OnChange: ra.record})
+	t.Cleanup(ea.Close)
+	// b's sockets, closed under it as when its host stops (Close would
+	// tell a AdminDown).
+	var mu sync.Mutex
+	var conns []net.PacketConn
+	eb := New(Config{Port: pb, PeerPort: pa, ListenPacket: func(network, address string) (net.PacketConn, error) {
+		c, err := net.ListenPacket(network, address)
+		if err == nil {
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+		return c, err
+	}})
+	t.Cleanup(eb.Close)
+	for _, e := range []*Endpoint{ea, eb} {
+		if err := e.Set(map[netip.Addr]Params{lo: fast}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	waitFor(t, "a up", 5*time.Second, stateIs(ea, Up))
 	waitFor(t, "b up", 5*time.Second, stateIs(eb, Up))
 	// Both send at their own rate once Up: a's detection time is 150 ms.
 	time.Sleep(300 * time.Millisecond)
 	stopped := time.Now()
-	eb.Close()
+	mu.Lock()
+	for _, c := range conns {
+		c.Close()
+	}
+	mu.Unlock()
 	waitFor(t, "a down", 2*time.Second, stateIs(ea, Down))
 	took := time.Since(stopped)
 	st, _ := ea.Status(netip.MustParseAddr("127.0.0.1"))
