@@ -71,3 +71,16 @@ func TestTenantBFDFeatureLevel(t *testing.T) {
 		t.Fatalf("FeaturesUsed %v (level %d); want bgp.bfd at level 7", uses, LevelNeeded(uses))
 	}
 }
+
+// BFD is single hop: a speaker off a host's prefix (behind
+// attachment.gateway) is refused with bgp.bfd, and accepted without it.
+func TestValidateTenantBFDPeerOnSegment(t *testing.T) {
+	t.Parallel()
+	a := attached("a", 100)
+	a.Attachment.Hosts["lb1"] = "10.0.0.2/28"
+	a.Attachment.Gateway = "10.0.0.1"
+	a.Bgp = &pb.TenantBGP{Asn: 65001, Peers: []string{"10.0.0.9", "10.0.0.99"}}
+	check(t, ValidateTenant(a, catalogtest.New(publicPool())), pass())
+	a.Bgp.Bfd = &pb.TenantBGPBFD{}
+	check(t, ValidateTenant(a, catalogtest.New(publicPool())), bad("bgp.bfd", "bgp.peers[1] 10.0.0.99 is not on the prefix 10.0.0.0/28 of host lb1: single-hop BFD needs the speaker on the hosts' segment"))
+}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -81,6 +82,33 @@ func TenantBFD(b *pb.TenantBGP) (minTx, minRx time.Duration, mult uint8, ok bool
 	return minTx, minRx, mult, true
 }
 
+// checkTenantBFDPeers refuses bgp.bfd when a speaker is not on the
+// prefix of every host's address in the tenant's network: BFD is single
+// hop (RFC 5881), and a packet that comes through attachment.gateway
+// arrives with TTL 254, which every host drops. Malformed peers and hosts
+// are refused by their own checks.
+func checkTenantBFDPeers(ck *checker, t *pb.Tenant) {
+	var hosts []string
+	for id := range t.GetAttachment().GetHosts() {
+		hosts = append(hosts, id)
+	}
+	slices.Sort(hosts)
+	for i, s := range t.GetBgp().GetPeers() {
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			continue
+		}
+		for _, id := range hosts {
+			p, err := netip.ParsePrefix(t.GetAttachment().GetHosts()[id])
+			if err != nil || p.Addr().Is4() != a.Is4() || p.Contains(a) {
+				continue
+			}
+			ck.invalidf("bgp.bfd", "bgp.peers[%d] %s is not on the prefix %s of host %s: single-hop BFD needs the speaker on the hosts' segment (its packets must arrive with TTL 255; through attachment.gateway they arrive with 254 and are dropped). Put the speaker on that segment, or leave bfd out", i, a, p.Masked(), id)
+			break
+		}
+	}
+}
+
 // checkTenantBFD checks t.bgp.bfd.
 func checkTenantBFD(ck *checker, t *pb.Tenant) {
 	f := t.GetBgp().GetBfd()
@@ -90,6 +118,7 @@ func checkTenantBFD(ck *checker, t *pb.Tenant) {
 	if t.GetAttachment() == nil {
 		ck.invalidf("bgp.bfd", "needs attachment: a tenant's BFD runs from inside its namespace on each host, where port 3784 is its own; on the host's own addresses that port is the VIP speaker's BFD with the fabric routers, which would take (or lose) the tenant's packets. Attach the tenant's network, or leave bfd out")
 	}
+	checkTenantBFDPeers(ck, t)
 	for _, d := range []struct {
 		field string
 		v     *durationpb.Duration

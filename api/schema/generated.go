@@ -192,7 +192,7 @@ var protoComments = map[string]string{
 	"teapot.v1.TenantAttachment.mtu":                 "MTU of the VXLAN device (0: 1450; 1280 to 9000).",
 	"teapot.v1.TenantBGP":                            "TenantBGP is a tenant's BGP peering with the LB hosts' embedded speaker. Every LB host with a bgp: section in its serve config dials each peer (it opens no BGP port); a host without one reports that it has no tenant sessions.",
 	"teapot.v1.TenantBGP.asn":                        "The tenant speakers' autonomous system number.",
-	"teapot.v1.TenantBGP.bfd":                        "BFD (RFC 5880, single hop) on every session: when a speaker stops answering for multiplier intervals, the host closes its BGP session and withdraws its routes at once, without waiting for the hold time. Needs attachment.",
+	"teapot.v1.TenantBGP.bfd":                        "BFD (RFC 5880, single hop) on every session: when a speaker stops answering for multiplier intervals, the host closes its BGP session and withdraws its routes at once, without waiting for the hold time. Needs attachment, with every peer on the prefix of each host's address in it (a speaker behind attachment.gateway is not single hop).",
 	"teapot.v1.TenantBGP.community":                  "The BGP community (\"ASN:value\", each 0 to 65535) of the tenant's re-announced routes; only with reannounce.",
 	"teapot.v1.TenantBGP.max_prefix_length":          "The most specific IPv4 prefix accepted (0: 32) and IPv6 prefix (0: 128); more specific ones are dropped.",
 	"teapot.v1.TenantBGP.max_prefixes":               "Prefixes one session may announce (0: 1000; at most 100000). A session that announces more is closed and dialled again after 30s; its routes go with it.",

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestPacketRoundTrip(t *testing.T) {
@@ -246,13 +248,40 @@ var fast = Params{MinTx: 50 * time.Millisecond, MinRx: 50 * time.Millisecond, Mu
 // detection time expired, within its detection time and a little.
 func TestEndpointUpAndDetect(t *testing.T) {
 	t.Parallel()
-	ea, eb, ra, _ := pair(t, fast, fast)
+	lo := netip.MustParseAddr("127.0.0.1")
+	pa, pb := freeUDPPort(t), freeUDPPort(t)
+	ra := &recorder{}
+	ea := New(Config{Port: pa, PeerPort: pb, OnChange: ra.record})
+	t.Cleanup(ea.Close)
+	// b's sockets, closed under it as when its host stops (Close would
+	// tell a AdminDown).
+	var mu sync.Mutex
+	var conns []net.PacketConn
+	eb := New(Config{Port: pb, PeerPort: pa, ListenPacket: func(network, address string) (net.PacketConn, error) {
+		c, err := net.ListenPacket(network, address)
+		if err == nil {
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+		return c, err
+	}})
+	t.Cleanup(eb.Close)
+	for _, e := range []*Endpoint{ea, eb} {
+		if err := e.Set(map[netip.Addr]Params{lo: fast}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	waitFor(t, "a up", 5*time.Second, stateIs(ea, Up))
 	waitFor(t, "b up", 5*time.Second, stateIs(eb, Up))
 	// Both send at their own rate once Up: a's detection time is 150 ms.
 	time.Sleep(300 * time.Millisecond)
 	stopped := time.Now()
-	eb.Close()
+	mu.Lock()
+	for _, c := range conns {
+		c.Close()
+	}
+	mu.Unlock()
 	waitFor(t, "a down", 2*time.Second, stateIs(ea, Down))
 	took := time.Since(stopped)
 	st, _ := ea.Status(netip.MustParseAddr("127.0.0.1"))
@@ -271,7 +300,8 @@ func TestEndpointUpAndDetect(t *testing.T) {
 	}
 }
 
-// Packets from no peer of the endpoint, with a TTL under 255 or with a
+// Packets from no peer of the endpoint or with a TTL under 255 are
+// dropped by the socket's kernel filter (never read), those with a
 // discriminator not the session's are dropped and counted, and the
 // session stays Up.
 func TestEndpointDrops(t *testing.T) {
@@ -297,20 +327,81 @@ func TestEndpointDrops(t *testing.T) {
 		}
 	}
 	down := &packet{state: AdminDown, mult: 3, myDisc: 5}
-	send("127.0.0.2", 255, down) // not a peer
-	send("127.0.0.1", 64, down)  // not single hop
+	for range 5 {
+		send("127.0.0.2", 255, down) // not a peer
+		send("127.0.0.1", 64, down)  // not single hop
+		send("127.0.0.1", 254, down) // one router away
+	}
 	wrong := &packet{state: AdminDown, mult: 3, myDisc: 5, yourDisc: 12345}
 	send("127.0.0.1", 255, wrong) // not the session's discriminator (unless it drew 12345)
 	waitFor(t, "the drops counted", 2*time.Second, func() error {
 		s := ea.Stats()
-		if s.UnknownPeer < 1 || s.BadTTL < 1 || s.BadDisc+s.Overflow < 1 {
+		if s.BadDisc+s.Overflow < 1 {
 			return fmt.Errorf("stats %+v", s)
 		}
 		return nil
 	})
 	time.Sleep(200 * time.Millisecond)
+	if s := ea.Stats(); s.UnknownPeer != 0 || s.BadTTL != 0 || s.Invalid != 0 {
+		t.Errorf("packets the kernel filter drops were read: %+v", s)
+	}
 	if err := stateIs(ea, Up)(); err != nil {
 		t.Fatalf("after the foreign packets: %v", err)
+	}
+}
+
+// A flood from addresses that are not the endpoint's peers, or from
+// farther than one hop, is dropped in the kernel: the flooded endpoint's
+// own session stays Up throughout.
+func TestEndpointFloodKeepsOwnSession(t *testing.T) {
+	t.Parallel()
+	// The tenants' least interval: 50 ms sessions go Down on a loaded
+	// host without any flood.
+	p := Params{MinTx: 100 * time.Millisecond, MinRx: 100 * time.Millisecond, Multiplier: 3}
+	victim, _, rv, _ := pair(t, p, p)
+	waitFor(t, "victim up", 5*time.Second, stateIs(victim, Up))
+	// The Polls of coming Up end (until then the detection time is of
+	// the slow rate, 3 s).
+	time.Sleep(500 * time.Millisecond)
+	to := &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: int(victim.cfg.Port)}
+	flooder := func(from string, ttl int) net.PacketConn {
+		c, err := net.ListenPacket("udp4", from+":0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		rc, _ := c.(*net.UDPConn).SyscallConn()
+		_ = rc.Control(func(fd uintptr) { _ = setTTL(fd, ttl) })
+		return c
+	}
+	far := flooder("127.0.0.1", 64)    // the peer's address, not single hop
+	other := flooder("127.0.0.3", 255) // single hop, not a peer
+	junk := (&packet{state: Down, mult: 3, myDisc: 9}).marshal()
+	start := time.Now()
+	sent := 0
+	for time.Since(start) < 2*time.Second {
+		for range 100 {
+			_, _ = far.WriteTo(junk, to)
+			_, _ = other.WriteTo(junk, to)
+			sent += 2
+		}
+		// Some 50,000 packets a second: the endpoint would read 70.
+		time.Sleep(2 * time.Millisecond)
+	}
+	s := victim.Stats()
+	t.Logf("flood: %d sent in %s; stats %+v", sent, time.Since(start), s)
+	if read := s.UnknownPeer + s.Invalid + s.BadTTL + s.BadDisc + s.Overflow; read != 0 {
+		t.Errorf("%d flood packets read", read)
+	}
+	if err := stateIs(victim, Up)(); err != nil {
+		t.Fatal(err)
+	}
+	rv.mu.Lock()
+	defer rv.mu.Unlock()
+	for _, st := range rv.log {
+		if st.State == Down && st.Prev == Up {
+			t.Errorf("the flooded endpoint's session went Down (%s)", st.Diag)
+		}
 	}
 }
 
@@ -327,12 +418,17 @@ func TestEndpointFloodBounded(t *testing.T) {
 	before := len(rOther.log)
 	rOther.mu.Unlock()
 
-	c, err := net.ListenPacket("udp4", "127.0.0.3:0")
+	// From the peer's own address at TTL 255 (one that passes the
+	// kernel filter: a host on the segment that forges it).
+	c, err := net.ListenPacket("udp4", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	junk := (&packet{state: Down, mult: 3, myDisc: 9}).marshal()
+	if err := setSockopt(c.(*net.UDPConn), false, false); err != nil {
+		t.Fatal(err)
+	}
+	junk := (&packet{state: Down, mult: 3, myDisc: 9, yourDisc: 12345}).marshal()
 	to := &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: int(victim.cfg.Port)}
 	start := time.Now()
 	sent := 0
@@ -482,8 +578,27 @@ func TestEndpointIPv6(t *testing.T) {
 			return nil
 		})
 	}
-	if s := ea.Stats(); s.BadTTL != 0 {
+	// A hop limit under 255 is dropped by the kernel filter (hop limit
+	// at offset 7), as is a source that is no peer (offset 8).
+	c, err := net.ListenPacket("udp6", "[::1]:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	rc, _ := c.(*net.UDPConn).SyscallConn()
+	_ = rc.Control(func(fd uintptr) { _ = unix.SetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_UNICAST_HOPS, 64) })
+	to := &net.UDPAddr{IP: net.IPv6loopback, Port: int(ea.cfg.Port)}
+	for range 5 {
+		if _, err := c.WriteTo((&packet{state: AdminDown, mult: 3, myDisc: 5}).marshal(), to); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(200 * time.Millisecond)
+	if s := ea.Stats(); s.BadTTL != 0 || s.Invalid != 0 || s.UnknownPeer != 0 {
 		t.Errorf("stats %+v", s)
+	}
+	if st, ok := ea.Status(lo); !ok || st.State != Up {
+		t.Errorf("after packets with hop limit 64: state %s", st.State)
 	}
 }
 
@@ -512,6 +627,50 @@ func TestMachineSetParams(t *testing.T) {
 	m.receive(up, now) // the Final
 	if d, _ := m.txInterval(); m.pollPending || d != time.Second || m.detectTime() != 900*time.Millisecond {
 		t.Fatalf("after the Poll: sends every %s, detection %s", d, m.detectTime())
+	}
+}
+
+// Slower timers set during the Poll of coming Up keep the interval the
+// remote already counts on until that Poll ends (section 6.8.3).
+func TestMachineSetParamsComingUp(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1000, 0)
+	m := newMachine(fast, 1)
+	up := &packet{state: Init, mult: 3, myDisc: 42, yourDisc: 1, desiredMinTx: 50 * time.Millisecond, requiredMinRx: 50 * time.Millisecond}
+	m.receive(up, now)
+	if m.state != Up || !m.pollPending {
+		t.Fatalf("state %s poll %v", m.state, m.pollPending)
+	}
+	m.setParams(Params{MinTx: time.Second, MinRx: 50 * time.Millisecond, Multiplier: 3})
+	if d, _ := m.txInterval(); d != 50*time.Millisecond {
+		t.Fatalf("sends every %s during the Poll; the remote detects on 3 × 50ms", d)
+	}
+	up.state, up.final = Up, true
+	m.receive(up, now)
+	if d, _ := m.txInterval(); m.pollPending || d != time.Second {
+		t.Fatalf("after the Poll: sends every %s (poll %v), want 1s", d, m.pollPending)
+	}
+}
+
+// Set while sessions start and run: the session's goroutine does not
+// read what Set writes (run with -race).
+func TestEndpointSetWhileStarting(t *testing.T) {
+	t.Parallel()
+	e := New(Config{Port: freeUDPPort(t), PeerPort: freeUDPPort(t)})
+	defer e.Close()
+	lo := netip.MustParseAddr("127.0.0.1")
+	for i := range 50 {
+		p := fast
+		if err := e.Set(map[netip.Addr]Params{lo: p}); err != nil {
+			t.Fatal(err)
+		}
+		p.Multiplier = uint8(4 + i%2)
+		if err := e.Set(map[netip.Addr]Params{lo: p}); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Set(nil); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
@@ -546,5 +705,37 @@ func TestEndpointSetParamsInPlace(t *testing.T) {
 	defer rb.mu.Unlock()
 	if len(ra.log) != na || len(rb.log) != nb {
 		t.Fatalf("changes after the new timers: a %+v, b %+v", ra.log[na:], rb.log[nb:])
+	}
+}
+
+// A session ended by Set, or by Close, tells its peer AdminDown: the
+// peer's session goes Down with the remote AdminDown (not by its
+// detection time), and Close takes at most byeMax for it.
+func TestEndpointEndSaysAdminDown(t *testing.T) {
+	t.Parallel()
+	p := Params{MinTx: 100 * time.Millisecond, MinRx: 100 * time.Millisecond, Multiplier: 3}
+	for _, how := range []string{"set", "close"} {
+		t.Run(how, func(t *testing.T) {
+			ea, eb, _, rb := pair(t, p, p)
+			waitFor(t, "up", 5*time.Second, stateIs(eb, Up))
+			start := time.Now()
+			if how == "set" {
+				if err := ea.Set(nil); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				ea.Close()
+				if took := time.Since(start); took > byeMax+200*time.Millisecond {
+					t.Errorf("Close took %s", took)
+				}
+			}
+			waitFor(t, "the peer down", 2*time.Second, stateIs(eb, Down))
+			rb.mu.Lock()
+			defer rb.mu.Unlock()
+			last := rb.log[len(rb.log)-1]
+			if last.Remote != AdminDown || last.Diag != DiagNeighborDown || last.Prev != Up {
+				t.Errorf("the peer's session went %+v, want Down from Up with the remote AdminDown", last)
+			}
+		})
 	}
 }

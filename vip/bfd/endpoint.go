@@ -31,6 +31,8 @@ const (
 	rxQueue = 8
 	// lateCheck is how long a detection waits for packets not yet read.
 	lateCheck = 5 * time.Millisecond
+	// byeMax bounds how long an ending session tells its peer AdminDown.
+	byeMax = time.Second
 )
 
 // ErrClosed: the endpoint is closed.
@@ -67,7 +69,9 @@ type Status struct {
 // Stats count what an endpoint dropped: packets that failed the checks
 // of the packet, that came from an address with no session, with a TTL
 // under 255 or a discriminator not the session's, and those a session
-// had no room for; Throttled counts the times the endpoint stopped
+// had no room for (the sockets' kernel filter drops packets with a TTL
+// under 255 or from no peer before they are read: those counted came
+// while the filter was being changed, or past the peers it lists); Throttled counts the times the endpoint stopped
 // reading because packets came faster than its sessions' intervals allow
 // (the kernel drops the rest). Late counts the detection times put off
 // for packets that had come but were not read yet; Received and Sent the
@@ -85,8 +89,10 @@ type Endpoint struct {
 	cfg Config
 	log *slog.Logger
 
-	mu       sync.Mutex
-	closed   bool
+	mu     sync.Mutex
+	closed bool
+	// wg counts the sessions' goroutines, those ending included.
+	wg       sync.WaitGroup
 	sessions map[netip.Addr]*session
 	socks    map[bool]*sockets // by IPv6
 	// budget is the packets a second the sessions may be sent together
@@ -119,9 +125,11 @@ func New(cfg Config) *Endpoint {
 }
 
 // Set makes the endpoint's sessions those of peers (the whole set): a
-// new peer's session starts Down, one whose Params changed starts again,
-// one left out ends. It fails when a family's sockets cannot be opened;
-// the peers of the other family are set all the same.
+// new peer's session starts Down, one whose Params changed takes them in
+// place (a Poll Sequence while Up), one left out ends. The sockets'
+// kernel filters then take packets from the peers only. It fails when a
+// family's sockets cannot be opened; the peers of the other family are
+// set all the same.
 func (e *Endpoint) Set(peers map[netip.Addr]Params) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -132,11 +140,13 @@ func (e *Endpoint) Set(peers map[netip.Addr]Params) error {
 		p, ok := peers[a]
 		switch {
 		case !ok:
-			s.stop()
+			// It tells the peer AdminDown on its own goroutine.
+			close(s.bye)
 			delete(e.sessions, a)
 		case p != s.params:
 			// In place: a session started again would tell the peer
-			// Down, which ends its BGP session too.
+			// Down, which ends its BGP session too. s.params is Set's
+			// own (under mu); the session's goroutine has its machine.
 			s.params = p
 			select {
 			case <-s.newParams: // replaced
@@ -161,7 +171,27 @@ func (e *Endpoint) Set(peers map[netip.Addr]Params) error {
 		e.sessions[a] = e.start(a, p, sk)
 	}
 	e.budget = budget
+	for six, sk := range e.socks {
+		if err := e.filter(sk, six); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	return errors.Join(errs...)
+}
+
+// filter sets the kernel's filter of the family's socket to the current
+// sessions (under mu).
+func (e *Endpoint) filter(sk *sockets, six bool) error {
+	var peers []netip.Addr
+	for a := range e.sessions {
+		if a.Is6() == six {
+			peers = append(peers, a)
+		}
+	}
+	if err := attachFilter(sk.rx, rxFilter(six, peers)); err != nil {
+		return fmt.Errorf("filter BFD packets: %w", err)
+	}
+	return nil
 }
 
 // Status is the state of peer's session.
@@ -182,9 +212,8 @@ func (e *Endpoint) Stats() Stats {
 		Received: e.stats.received.Load(), Sent: e.stats.sent.Load()}
 }
 
-// Close ends every session (without telling the peers: they go Down
-// after their detection time, as when the host stops) and closes the
-// sockets.
+// Close ends every session, each telling its peer AdminDown first (at
+// most byeMax, the sessions together), and closes the sockets.
 func (e *Endpoint) Close() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -193,9 +222,11 @@ func (e *Endpoint) Close() {
 	}
 	e.closed = true
 	for a, s := range e.sessions {
-		s.stop()
+		close(s.bye)
 		delete(e.sessions, a)
 	}
+	// Sessions that Set ended and that still say AdminDown too.
+	e.wg.Wait()
 	for _, sk := range e.socks {
 		close(sk.done)
 		sk.rx.Close()
@@ -219,6 +250,12 @@ func (e *Endpoint) open(six bool) (*sockets, error) {
 	if err := setSockopt(rx, six, true); err != nil {
 		rx.Close()
 		return nil, err
+	}
+	// No session of the family yet (Set sets the filter to its
+	// sessions): nothing is taken until then.
+	if err := attachFilter(rx, rxFilter(six, nil)); err != nil {
+		rx.Close()
+		return nil, fmt.Errorf("filter BFD packets: %w", err)
 	}
 	var tx *net.UDPConn
 	for range 32 {
@@ -282,7 +319,9 @@ func setSockopt(c *net.UDPConn, six, rx bool) error {
 // read takes the family's packets until the endpoint closes, at most
 // budget a second (a token bucket): packets that come faster wait in
 // the socket's buffer, and the kernel drops what does not fit, so a
-// flood costs the host no more than the sessions' own rate.
+// flood costs the host no more than the sessions' own rate. Only what
+// the kernel filter let through (filter.go) takes tokens: a flood from
+// off the segment or from an address with no session costs none.
 func (e *Endpoint) read(sk *sockets, six bool) {
 	buf := make([]byte, 512)
 	oob := make([]byte, 128)
@@ -395,10 +434,11 @@ type session struct {
 	params Params
 	myDisc uint32
 	rx     chan *packet
-	done   chan struct{}
+	// bye ends the session: it tells the peer AdminDown for the peer's
+	// detection time (RFC 5880 section 6.8.16), at most byeMax.
+	bye chan struct{}
 	// newParams takes the session's new Params (the latest only).
 	newParams chan Params
-	wg        sync.WaitGroup
 
 	mu sync.Mutex
 	st Status
@@ -410,15 +450,13 @@ func (e *Endpoint) start(peer netip.Addr, p Params, sk *sockets) *session {
 		disc = rand.Uint32()
 	}
 	s := &session{peer: netip.AddrPortFrom(peer, e.cfg.PeerPort), params: p, myDisc: disc,
-		rx: make(chan *packet, rxQueue), done: make(chan struct{}), newParams: make(chan Params, 1), st: Status{State: Down, Since: time.Now(), Remote: Down, Prev: Down}}
-	s.wg.Add(1)
-	go e.run(s, sk)
+		rx: make(chan *packet, rxQueue), bye: make(chan struct{}), newParams: make(chan Params, 1), st: Status{State: Down, Since: time.Now(), Remote: Down, Prev: Down}}
+	// The machine is made here, from p, not from s.params on the
+	// session's goroutine: Set changes s.params while the session runs.
+	m := newMachine(p, disc)
+	e.wg.Add(1)
+	go e.run(s, m, sk)
 	return s
-}
-
-func (s *session) stop() {
-	close(s.done)
-	s.wg.Wait()
 }
 
 func (s *session) status() Status {
@@ -427,10 +465,9 @@ func (s *session) status() Status {
 	return s.st
 }
 
-func (e *Endpoint) run(s *session, sk *sockets) {
+func (e *Endpoint) run(s *session, m *machine, sk *sockets) {
 	tx := sk.tx
-	defer s.wg.Done()
-	m := newMachine(s.params, s.myDisc)
+	defer e.wg.Done()
 	send := func(final bool) {
 		if _, err := tx.WriteToUDPAddrPort(m.packet(final).marshal(), s.peer); err != nil {
 			e.log.Debug("cannot send a BFD packet", "peer", s.peer, "err", err)
@@ -454,7 +491,8 @@ func (e *Endpoint) run(s *session, sk *sockets) {
 	}
 	for {
 		select {
-		case <-s.done:
+		case <-s.bye:
+			e.goodbye(m, send)
 			return
 		case <-txTimer.C:
 			if d, ok := m.txInterval(); ok {
@@ -524,5 +562,30 @@ func (e *Endpoint) run(s *session, sk *sockets) {
 				txTimer.Reset(jittered(d, m.p.Multiplier))
 			}
 		}
+	}
+}
+
+// goodbye tells the peer the session ends: AdminDown (diagnostic
+// AdminDown) at the interval the session sent at, for the peer's
+// detection time (RFC 5880 section 6.8.16), at most byeMax. A peer never
+// heard from is told nothing. The peer's BFD goes Down without its
+// client's session being ended (RFC 5882 section 3.2).
+func (e *Endpoint) goodbye(m *machine, send func(final bool)) {
+	if m.state == Down && !m.receivedSomeRx {
+		return
+	}
+	d, ok := m.txInterval()
+	if !ok {
+		return
+	}
+	m.state, m.diag, m.pollPending = AdminDown, DiagAdminDown, false
+	end := time.Now().Add(min(time.Duration(max(m.remoteMult, 1))*d, byeMax))
+	for {
+		send(false)
+		next := jittered(d, m.p.Multiplier)
+		if time.Now().Add(next).After(end) {
+			return
+		}
+		time.Sleep(next)
 	}
 }

@@ -80,7 +80,11 @@ func (m *machine) txInterval() (time.Duration, bool) {
 // if that was longer.
 func (m *machine) setParams(p Params) {
 	if m.state == Up {
-		if m.pollPending {
+		// A Poll pending with no old interval is the one of coming Up:
+		// the remote already counts on what it announces (section
+		// 6.8.3), which the slower Params must not replace before it
+		// ends.
+		if m.pollPending && m.oldTx > 0 {
 			m.oldTx, m.oldRx = min(m.oldTx, m.desiredTx()), max(m.oldRx, m.p.MinRx)
 		} else {
 			m.oldTx, m.oldRx = m.desiredTx(), m.p.MinRx

@@ -26,7 +26,12 @@ import (
 // When a speaker's BFD session goes from Up to Down, the relay resets
 // its BGP session (gobgp sends a Cease and drops the session's routes),
 // and the pass that follows withdraws them from the namespace's table.
-// gobgp dials the speaker again as for any closed session.
+// gobgp dials the speaker again as for any closed session. A speaker
+// whose BFD flaps (three packets make an Up and a Down) costs a map
+// look-up per change: whether its BGP session is established is what the
+// last pass read, a reset holds further resets off for ResetHold, and
+// the loop is woken only by changes into or out of Up, once per
+// ResetHold after an Up->Down.
 
 // bfdState is the relay's BFD, shared between the loop and the
 // endpoints' goroutines (under mu).
@@ -38,6 +43,80 @@ type bfdState struct {
 	downs map[string]uint64
 	// errs is why a tenant's endpoint could not open its sockets.
 	errs map[string]error
+	// established holds the sessions (by gobgp address) the last pass
+	// read established; held, per speaker, until when an Up->Down resets
+	// nothing (after a reset) and wakes no pass (after any Up->Down).
+	established map[netip.Addr]bool
+	held        map[bfdPeer]bfdHold
+	// eps are the tenants' endpoints (as r.bfd, for the metrics), and
+	// closed the counts of the endpoints each tenant had before.
+	eps    map[string]*bfd.Endpoint
+	closed map[string]bfd.Stats
+}
+
+// closeEndpoint closes tenant's endpoint e, keeping its counts.
+func (r *Relay) closeEndpoint(tenant string, e *bfd.Endpoint) {
+	e.Close()
+	delete(r.bfd, tenant)
+	st := e.Stats()
+	r.bfdSt.mu.Lock()
+	defer r.bfdSt.mu.Unlock()
+	delete(r.bfdSt.eps, tenant)
+	r.bfdSt.closed[tenant] = addStats(r.bfdSt.closed[tenant], st)
+}
+
+// stats are tenant's BFD counts, of its endpoints past and present
+// (under mu).
+func (b *bfdState) stats(tenant string) bfd.Stats {
+	st := b.closed[tenant]
+	if e := b.eps[tenant]; e != nil {
+		st = addStats(st, e.Stats())
+	}
+	return st
+}
+
+func addStats(a, b bfd.Stats) bfd.Stats {
+	return bfd.Stats{Invalid: a.Invalid + b.Invalid, UnknownPeer: a.UnknownPeer + b.UnknownPeer, BadTTL: a.BadTTL + b.BadTTL,
+		BadDisc: a.BadDisc + b.BadDisc, Overflow: a.Overflow + b.Overflow, Throttled: a.Throttled + b.Throttled, Late: a.Late + b.Late,
+		Received: a.Received + b.Received, Sent: a.Sent + b.Sent}
+}
+
+type bfdPeer struct {
+	tenant string
+	peer   netip.Addr
+}
+
+type bfdHold struct{ reset, poke time.Time }
+
+// bfdDecision is what a change of a speaker's BFD session calls for.
+type bfdDecision struct {
+	reset bool
+	addr  netip.Addr // the session's gobgp address, to reset
+	poke  bool
+}
+
+// change decides on a change of peer's BFD session at now (under mu).
+// A session reset is counted here, once.
+func (b *bfdState) change(tenant string, peer netip.Addr, st bfd.Status, now time.Time, hold time.Duration) bfdDecision {
+	k := bfdPeer{tenant, peer}
+	h := b.held[k]
+	d := bfdDecision{poke: (st.State == bfd.Up || st.Prev == bfd.Up) && !now.Before(h.poke)}
+	if st.State != bfd.Down || st.Prev != bfd.Up {
+		return d
+	}
+	h.poke = now.Add(hold)
+	a, ok := b.keys[tenant][peer]
+	// A speaker that says AdminDown is being taken out of service on
+	// purpose: its BGP session is not its BFD's to end (RFC 5882
+	// section 3.2).
+	if ok && st.Remote != bfd.AdminDown && b.established[a] && !now.Before(h.reset) {
+		d.reset, d.addr = true, a
+		h.reset = now.Add(hold)
+		b.established[a] = false
+		b.downs[tenant]++
+	}
+	b.held[k] = h
+	return d
 }
 
 // bfdRebuild is how long a tenant's BFD sessions may all be down while
@@ -70,13 +149,25 @@ func (r *Relay) syncBFD(w *world, now time.Time) {
 			established[s.tenant] = true
 		}
 	}
+	est := map[netip.Addr]bool{}
+	for _, byPeer := range keys {
+		for _, a := range byPeer {
+			if r.states[a].state == "established" {
+				est[a] = true
+			}
+		}
+	}
 	r.bfdSt.mu.Lock()
-	r.bfdSt.keys = keys
+	r.bfdSt.keys, r.bfdSt.established = keys, est
+	for k, h := range r.bfdSt.held {
+		if _, ok := keys[k.tenant][k.peer]; !ok && now.After(h.reset) && now.After(h.poke) {
+			delete(r.bfdSt.held, k)
+		}
+	}
 	r.bfdSt.mu.Unlock()
 	for tenant, e := range r.bfd {
 		if _, ok := want[tenant]; !ok {
-			e.Close()
-			delete(r.bfd, tenant)
+			r.closeEndpoint(tenant, e)
 			delete(r.bfdAllDown, tenant)
 			continue
 		}
@@ -84,8 +175,7 @@ func (r *Relay) syncBFD(w *world, now time.Time) {
 			if since, ok := r.bfdAllDown[tenant]; !ok {
 				r.bfdAllDown[tenant] = now
 			} else if now.Sub(since) >= bfdRebuild {
-				e.Close()
-				delete(r.bfd, tenant)
+				r.closeEndpoint(tenant, e)
 				delete(r.bfdAllDown, tenant)
 			}
 		} else {
@@ -97,6 +187,9 @@ func (r *Relay) syncBFD(w *world, now time.Time) {
 		if e == nil {
 			e = r.newBFD(tenant)
 			r.bfd[tenant] = e
+			r.bfdSt.mu.Lock()
+			r.bfdSt.eps[tenant] = e
+			r.bfdSt.mu.Unlock()
 		}
 		err := e.Set(peers)
 		r.bfdSt.mu.Lock()
@@ -144,35 +237,28 @@ func (r *Relay) newBFD(tenant string) *bfd.Endpoint {
 
 // onBFD is told of a change of a speaker's BFD session (on the session's
 // goroutine): a session that goes Down from Up has its BGP session reset
-// if that is established. One that is not is left alone: a speaker such
-// as BIRD makes its BFD session anew when its BGP session starts again
-// (its new session says Down to the old one), and resetting the BGP
-// session then would close it while it opens, each time gobgp dials it.
+// if the last pass read it established, unless the speaker said
+// AdminDown or its last reset was less than ResetHold ago. One that is
+// not established is left alone: a speaker such as BIRD makes its BFD
+// session anew when its BGP session starts again (its new session says
+// Down to the old one), and resetting the BGP session then would close
+// it while it opens, each time gobgp dials it.
 func (r *Relay) onBFD(tenant string, peer netip.Addr, st bfd.Status) {
+	r.log.Debug("tenant BFD session", "tenant", tenant, "peer", peer, "state", st.State, "diag", st.Diag, "remote", st.Remote)
 	r.bfdSt.mu.Lock()
-	a, ok := r.bfdSt.keys[tenant][peer]
+	d := r.bfdSt.change(tenant, peer, st, time.Now(), r.cfg.ResetHold)
 	r.bfdSt.mu.Unlock()
-	r.log.Debug("tenant BFD session", "tenant", tenant, "peer", peer, "state", st.State, "diag", st.Diag)
-	if ok && st.State == bfd.Down && st.Prev == bfd.Up {
-		go r.resetForBFD(tenant, peer, a, st.Diag)
+	if d.reset {
+		go r.resetForBFD(tenant, peer, d.addr, st.Diag)
 	}
-	r.poke()
+	if d.poke {
+		r.poke()
+	}
 }
 
-// resetForBFD resets the BGP session gobgp knows as a, when it is
-// established, after its BFD session went down for diag.
+// resetForBFD resets the BGP session gobgp knows as a after its BFD
+// session went down for diag.
 func (r *Relay) resetForBFD(tenant string, peer, a netip.Addr, diag bfd.Diag) {
-	established := false
-	err := r.srv.ListPeer(r.ctx, &gobgpapi.ListPeerRequest{Address: a.String()}, func(p *gobgpapi.Peer) {
-		established = p.GetState().GetSessionState() == gobgpapi.PeerState_SESSION_STATE_ESTABLISHED
-	})
-	if err != nil || !established {
-		r.log.Info("tenant BFD session down while its BGP session is not established: left alone", "tenant", tenant, "peer", peer, "err", err)
-		return
-	}
-	r.bfdSt.mu.Lock()
-	r.bfdSt.downs[tenant]++
-	r.bfdSt.mu.Unlock()
 	r.log.Warn("tenant BGP session reset: its BFD session went down", "tenant", tenant, "peer", peer, "diag", diag)
 	r.event(tenant, fmt.Sprintf("BFD with %s went down (%s): its BGP session was reset and its routes withdrawn", peer, diag))
 	if err := r.srv.ResetPeer(r.ctx, &gobgpapi.ResetPeerRequest{Address: a.String(), Communication: "BFD is down"}); err != nil && r.ctx.Err() == nil {
@@ -198,15 +284,20 @@ func (r *Relay) observeBFD(s *session, sess *pb.TenantBGPSession) {
 		return
 	}
 	sess.Bfd, sess.BfdSince = st.State.String(), timestamppb.New(st.Since)
-	if st.State != bfd.Up && st.Diag != bfd.DiagNone {
+	switch {
+	case st.State != bfd.Up && st.Diag != bfd.DiagNone:
 		sess.BfdReason = st.Diag.String()
+	case st.State == bfd.Down && st.Prev == bfd.Down:
+		// Never up: no packet came that the host takes. Packets from
+		// off the hosts' segment (TTL under 255) are dropped in the
+		// kernel, so the host cannot tell them from none.
+		sess.BfdReason = "no BFD packet taken from the speaker: BFD must run at the speaker (BIRD: bfd on) towards this host's address, and only packets that arrive with TTL 255, from the hosts' own segment, are taken"
 	}
 }
 
 // closeBFD closes every endpoint.
 func (r *Relay) closeBFD() {
 	for tenant, e := range r.bfd {
-		e.Close()
-		delete(r.bfd, tenant)
+		r.closeEndpoint(tenant, e)
 	}
 }

@@ -269,7 +269,7 @@ func TestRelayBFDSpeakerWithout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.GetState() != "established" || s.GetBfd() != "down" || s.GetBfdSince() == nil {
+	if s.GetState() != "established" || s.GetBfd() != "down" || s.GetBfdSince() == nil || !strings.Contains(s.GetBfdReason(), "no BFD packet taken from the speaker") {
 		t.Errorf("session %v", s)
 	}
 	if got, err := nsRoutesOf(pa.host); err != nil || !maps.Equal(got, want) {

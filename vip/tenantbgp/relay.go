@@ -230,7 +230,8 @@ func New(cfg Config) (*Relay, error) {
 		buckets: map[netip.Addr]*updateBucket{}, rateLimited: map[netip.Addr]rateLimit{}, lists: map[string]*routeLists{},
 		installs: map[string]*spaceInstall{}, retiring: map[netip.Addr]*retiring{},
 		bfd: map[string]*bfd.Endpoint{}, bfdAllDown: map[string]time.Time{},
-		bfdSt: bfdState{downs: map[string]uint64{}, errs: map[string]error{}}}
+		bfdSt: bfdState{downs: map[string]uint64{}, errs: map[string]error{}, held: map[bfdPeer]bfdHold{},
+			eps: map[string]*bfd.Endpoint{}, closed: map[string]bfd.Stats{}}}
 	r.deletePeer = func(ctx context.Context, a netip.Addr) error {
 		return r.srv.DeletePeer(ctx, &gobgpapi.DeletePeerRequest{Address: a.String()})
 	}

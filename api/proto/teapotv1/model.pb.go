@@ -443,7 +443,9 @@ type TenantBGP struct {
 	// BFD (RFC 5880, single hop) on every session: when a speaker stops
 	// answering for multiplier intervals, the host closes its BGP session
 	// and withdraws its routes at once, without waiting for the hold
-	// time. Needs attachment.
+	// time. Needs attachment, with every peer on the prefix of each
+	// host's address in it (a speaker behind attachment.gateway is not
+	// single hop).
 	Bfd           *TenantBGPBFD `protobuf:"bytes,430,opt,name=bfd,proto3" json:"bfd,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
