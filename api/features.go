@@ -176,6 +176,10 @@ const (
 	// speakers from its own routing table, where another tenant or the
 	// host may own the same addresses, and install its routes there.
 	FeatureTenantBGPAttached = "tenant-bgp-attached"
+	// FeatureTenantBFD: BFD on a tenant's BGP sessions (bgp.bfd). A host
+	// of an earlier release ignores it and keeps a silent speaker's
+	// routes until the BGP hold time ends.
+	FeatureTenantBFD = "tenant-bfd"
 )
 
 // FeatureLevel is the highest cluster feature level this release
@@ -227,6 +231,7 @@ var featureLevels = map[string]uint32{
 	FeaturePoolAttachment:      6,
 	FeatureClientSource:        7,
 	FeatureTenantBGPAttached:   7,
+	FeatureTenantBFD:           7,
 }
 
 // LevelOf is the feature level a feature needs on every host (0 for a
@@ -301,6 +306,9 @@ func FeaturesUsed(obj *pb.Object) []FeatureUse {
 		}
 		if t.GetBgp().GetReannounce() {
 			out = append(out, FeatureUse{Feature: FeatureTenantBGPReannounce, Field: RefString(RefOf(obj)) + ": bgp.reannounce"})
+		}
+		if t.GetBgp().GetBfd() != nil {
+			out = append(out, FeatureUse{Feature: FeatureTenantBFD, Field: RefString(RefOf(obj)) + ": bgp.bfd"})
 		}
 		if t.GetAttachment() != nil {
 			out = append(out, FeatureUse{Feature: FeatureTenantAttachment, Field: RefString(RefOf(obj)) + ": attachment"})

@@ -4,8 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
@@ -41,7 +45,104 @@ const (
 	// 2.5-3 KB) whichever session it came from.
 	DefaultTenantBGPTotalSessions = 4
 	MaxTenantBGPMaxPrefixesTotal  = 200000
+	// DefaultTenantBFDInterval and DefaultTenantBFDMultiplier are a
+	// tenant's bgp.bfd timers when left 0, as the VIP speaker's.
+	// MinTenantBFDInterval is the shortest min-tx or min-rx: every host
+	// sends one packet per session each min-tx and takes one each min-rx,
+	// about 0.2 ms of CPU for the pair on a loaded 2-core host
+	// (vip/bfd BenchmarkSessionCPU), so a tenant with 16 speakers at
+	// 100ms costs each host about 3.5% of a core; at BIRD's least of 10ms
+	// it would be a third of a core per tenant. MaxTenantBFDInterval is the longest. A multiplier of 1 resets
+	// the BGP session (every host then takes the tenant's table again) on
+	// a single lost packet, so it starts at MinTenantBFDMultiplier.
+	DefaultTenantBFDInterval   = 300 * time.Millisecond
+	DefaultTenantBFDMultiplier = 3
+	MinTenantBFDInterval       = 100 * time.Millisecond
+	MaxTenantBFDInterval       = time.Minute
+	MinTenantBFDMultiplier     = 2
 )
+
+// TenantBFD is the BFD timers of b's sessions with the defaults filled
+// in: min-tx, min-rx and the multiplier; ok is false without bgp.bfd.
+func TenantBFD(b *pb.TenantBGP) (minTx, minRx time.Duration, mult uint8, ok bool) {
+	f := b.GetBfd()
+	if f == nil {
+		return 0, 0, 0, false
+	}
+	minTx, minRx, mult = DefaultTenantBFDInterval, DefaultTenantBFDInterval, DefaultTenantBFDMultiplier
+	if d := f.GetMinTx(); d != nil && d.AsDuration() > 0 {
+		minTx = d.AsDuration()
+	}
+	if d := f.GetMinRx(); d != nil && d.AsDuration() > 0 {
+		minRx = d.AsDuration()
+	}
+	if m := f.GetMultiplier(); m != 0 {
+		mult = uint8(min(m, 255))
+	}
+	return minTx, minRx, mult, true
+}
+
+// checkTenantBFDPeers refuses bgp.bfd when a speaker is not on the
+// prefix of every host's address in the tenant's network: BFD is single
+// hop (RFC 5881), and a packet that comes through attachment.gateway
+// arrives with TTL 254, which every host drops. Malformed peers and hosts
+// are refused by their own checks.
+func checkTenantBFDPeers(ck *checker, t *pb.Tenant) {
+	var hosts []string
+	for id := range t.GetAttachment().GetHosts() {
+		hosts = append(hosts, id)
+	}
+	slices.Sort(hosts)
+	for i, s := range t.GetBgp().GetPeers() {
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			continue
+		}
+		for _, id := range hosts {
+			p, err := netip.ParsePrefix(t.GetAttachment().GetHosts()[id])
+			if err != nil || p.Addr().Is4() != a.Is4() || p.Contains(a) {
+				continue
+			}
+			ck.invalidf("bgp.bfd", "bgp.peers[%d] %s is not on the prefix %s of host %s: single-hop BFD needs the speaker on the hosts' segment (its packets must arrive with TTL 255; through attachment.gateway they arrive with 254 and are dropped). Put the speaker on that segment, or leave bfd out", i, a, p.Masked(), id)
+			break
+		}
+	}
+}
+
+// checkTenantBFD checks t.bgp.bfd.
+func checkTenantBFD(ck *checker, t *pb.Tenant) {
+	f := t.GetBgp().GetBfd()
+	if f == nil {
+		return
+	}
+	if t.GetAttachment() == nil {
+		ck.invalidf("bgp.bfd", "needs attachment: a tenant's BFD runs from inside its namespace on each host, where port 3784 is its own; on the host's own addresses that port is the VIP speaker's BFD with the fabric routers, which would take (or lose) the tenant's packets. Attach the tenant's network, or leave bfd out")
+	}
+	checkTenantBFDPeers(ck, t)
+	for _, d := range []struct {
+		field string
+		v     *durationpb.Duration
+	}{{"bgp.bfd.minTx", f.GetMinTx()}, {"bgp.bfd.minRx", f.GetMinRx()}} {
+		if d.v == nil {
+			continue
+		}
+		checkPositive(ck, d.field, d.v)
+		if d.v.CheckValid() != nil || d.v.AsDuration() <= 0 {
+			continue
+		}
+		switch iv := d.v.AsDuration(); {
+		case iv < MinTenantBFDInterval:
+			ck.invalidf(d.field, "%s is shorter than %s: every host sends or reads a packet per speaker each interval, which it spends CPU on for the tenant", iv, MinTenantBFDInterval)
+		case iv > MaxTenantBFDInterval:
+			ck.invalidf(d.field, "%s is longer than %s", iv, MaxTenantBFDInterval)
+		case iv%time.Microsecond != 0:
+			ck.invalidf(d.field, "%s is not a whole number of microseconds (BFD's unit)", iv)
+		}
+	}
+	if m := f.GetMultiplier(); m != 0 && (m < MinTenantBFDMultiplier || m > 255) {
+		ck.invalidf("bgp.bfd.multiplier", "%d: use %d to 255 (1 would reset the BGP session on one lost packet)", m, MinTenantBFDMultiplier)
+	}
+}
 
 // TenantBGPMaxPrefixesTotal is the prefixes all the sessions of b may
 // hold together on one host.
@@ -167,6 +268,7 @@ func checkTenantBGP(ck *checker, t *pb.Tenant, nets []netip.Prefix) {
 	if n := b.GetMaxPrefixLength6(); n > 128 {
 		ck.invalidf("bgp.maxPrefixLength6", "%d is not an IPv6 prefix length (1 to 128)", n)
 	}
+	checkTenantBFD(ck, t)
 }
 
 func inPrefixes(ps []netip.Prefix, a netip.Addr) bool {

@@ -106,18 +106,24 @@ const (
 // startBird runs BIRD in the tenant's namespace as Calico runs it on a
 // node: an eBGP session with the LB host's address in the attachment,
 // 10.0.0.2, exporting the node's pod range with next hop itself; the
-// session is signed with password when it is set.
-func (s *tenantSide) startBird(t *testing.T, dir, password string) {
+// session is signed with password when it is set, and has BFD (300ms ×
+// 3) with bfd. It returns BIRD's process.
+func (s *tenantSide) startBird(t *testing.T, dir, password string, bfd bool) *os.Process {
 	t.Helper()
-	auth := ""
+	auth, bfdProto := "", ""
 	if password != "" {
 		auth = fmt.Sprintf("password %q;", password)
+	}
+	if bfd {
+		auth += " bfd on;"
+		bfdProto = `protocol bfd { interface "*" { min rx interval 300 ms; min tx interval 300 ms; multiplier 3; }; }`
 	}
 	log := filepath.Join(dir, "bird-"+s.name+".log")
 	conf := fmt.Sprintf(`log "%s" all;
 router id 10.0.0.10;
 protocol device { scan time 10; }
 protocol static pods { ipv4; route %s blackhole; }
+%s
 protocol bgp lb {
   local 10.0.0.10 as %d;
   neighbor 10.0.0.2 as %d;
@@ -125,7 +131,7 @@ protocol bgp lb {
   connect retry time 1; connect delay time 1; error wait time 1, 2;
   %s
 }
-`, log, attachPodRange, attachNodeASN, attachHostASN, auth)
+`, log, attachPodRange, bfdProto, attachNodeASN, attachHostASN, auth)
 	path := filepath.Join(dir, "bird-"+s.name+".conf")
 	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
@@ -142,6 +148,7 @@ protocol bgp lb {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGCONT)
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 		out.Close()
@@ -149,6 +156,7 @@ protocol bgp lb {
 			t.Logf("---- BIRD log of %s ----\n%s", s.name, tail(log, 30))
 		}
 	})
+	return cmd.Process
 }
 
 // attachedRoutes lists the routes of protocol 196 (the tenant BGP
@@ -316,11 +324,15 @@ func TestTenantAttachments(t *testing.T) {
 	webA, webB := freePortOn(t, attachVIPA), freePortOn(t, attachVIPB)
 	// Each tenant peers with its node's BIRD (tenant a's session signed
 	// with TCP MD5); /pod goes to the pod behind the node.
+	// Tenant b's sessions have BFD (the defaults, 300ms × 3).
 	password := map[string]string{ta: "att-s3cret"}
 	manifest := func(tenant string, side *tenantSide, vip string, webPort int) string {
 		auth := ""
 		if p := password[tenant]; p != "" {
 			auth = ", password: " + p
+		}
+		if tenant == tb {
+			auth += ", bfd: {}"
 		}
 		return fmt.Sprintf(`
 kind: Tenant
@@ -447,8 +459,8 @@ pools:
 	}
 	needTools(t, "bird")
 	bgpStart := time.Now()
-	sa.startBird(t, dir, password[ta])
-	sb.startBird(t, dir, "")
+	sa.startBird(t, dir, password[ta], false)
+	birdB := sb.startBird(t, dir, "", true)
 	pods := func() error {
 		for _, x := range []struct {
 			port   int
@@ -508,6 +520,53 @@ pools:
 		return nil
 	})
 	t.Logf("BGP part of the lab took %s", time.Since(bgpStart).Round(time.Millisecond))
+
+	// BFD: tenant b's session is up with BFD up (its sockets in b's
+	// namespace); b's BIRD stopped (SIGSTOP: its TCP session stays open,
+	// only BFD can tell) has its route leave b's namespace within the
+	// detection time and a little, where the BGP hold time is 90 s;
+	// tenant a's route stays.
+	waitFor(t, 15*time.Second, "tenant "+tb+"'s BFD up in explain tenant", func() error {
+		out, err := c.cli(n, "explain", "tenant", tb)
+		if err != nil || !regexpLine(out, `^\s+`+n.id+`\s+10\.0\.0\.10\s+teapot-att-`+tb+`\s+established\s.*\sup since `) {
+			return fmt.Errorf("%v\n%s", err, out)
+		}
+		return nil
+	})
+	if err := birdB.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	waitFor(t, 10*time.Second, "tenant "+tb+"'s route withdrawn after its BIRD stopped", func() error {
+		got, err := attachedRoutes("teapot-att-" + tb)
+		if err != nil {
+			return err
+		}
+		if len(got) != 0 {
+			return fmt.Errorf("teapot-att-%s keeps %v", tb, got)
+		}
+		return nil
+	})
+	withdrawn := time.Since(stopped)
+	load, _ := os.ReadFile("/proc/loadavg")
+	t.Logf("tenant %s's route withdrawn %s after its BIRD stopped (BFD 300ms × 3; load %s)", tb, withdrawn.Round(time.Millisecond), strings.TrimSpace(string(load)))
+	if withdrawn > 1500*time.Millisecond {
+		t.Errorf("tenant %s's route withdrawn %s after its BIRD stopped, want under 1.5s", tb, withdrawn)
+	}
+	if got, err := attachedRoutes("teapot-att-" + ta); err != nil || got[attachPodRange] != "10.0.0.10" {
+		t.Errorf("tenant %s's routes %v (%v) after %s's BIRD stopped", ta, got, err, tb)
+	}
+	out, err = c.cli(n, "explain", "tenant", tb)
+	if err != nil || !strings.Contains(out, "down (control detection time expired) since") {
+		t.Errorf("explain tenant after the BFD went down: %v\n%s", err, out)
+	}
+	if m, err := scrape(n); err != nil || sum(m, "teapot_lb_tenant_bgp_bfd_down_total", map[string]string{"tenant": tb}) != 1 {
+		t.Errorf("BFD downs of %s in /metrics: %v (%v)", tb, m["teapot_lb_tenant_bgp_bfd_down_total"], err)
+	}
+	// BIRD goes on; the restart below dials it again at once.
+	if err := birdB.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
 
 	// Overlapping networks without an attachment are still refused.
 	plain := filepath.Join(dir, "plain.yaml")

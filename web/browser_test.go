@@ -132,7 +132,7 @@ func TestTenantPagesInBrowser(t *testing.T) {
 	  if (!dns || !bgp) return "no tables yet: " + m.innerText.slice(0, 300);
 	  const t = m.innerText;
 	  const want = [`+"`"+hostile+"`"+`, "192.0.2.201", "no member of acme/shop is up", "closed for its prefix count", "closed for its update rate",
-	    "established", "172.16.0.0/24", "not inside the tenant's networks", "accepted", "dropped",
+	    "established", "BFD up since", "BFD down (", "172.16.0.0/24", "not inside the tenant's networks", "accepted", "dropped",
 	    "Attachment", "teapot-att-acme", "10.20.0.2/16", "error", "address already in use", "VIP pools in the attachment", "acme-private", "10.20.0.100/32",
 	    "from namespace teapot-att-acme", "sessions and routes in namespace teapot-att-acme"];
 	  const miss = want.filter(w => !t.includes(w));

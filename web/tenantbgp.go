@@ -100,6 +100,11 @@ type BGPSession struct {
 	// Attachment is the namespace the session is made from (empty: the
 	// host's own).
 	Attachment string `json:"attachment,omitempty"`
+	// BFD is the session's BFD state (with bgp.bfd), BFDReason why it
+	// last went down, BFDSince since when the state holds.
+	BFD       string     `json:"bfd,omitempty"`
+	BFDReason string     `json:"bfdReason,omitempty"`
+	BFDSince  *time.Time `json:"bfdSince,omitempty"`
 }
 
 // BGPRoute is one prefix a tenant speaker announced to a host.
@@ -148,8 +153,13 @@ func bgpViews(hosts []*pb.HostObservation, now time.Time) []TenantBGP {
 				if c != "" {
 					v.Closed++
 				}
-				v.Sessions = append(v.Sessions, BGPSession{Peer: clip(s.GetPeer()), State: clip(s.GetState()), Reason: clip(s.GetReason()),
-					Received: s.GetReceived(), Since: s.GetSince().AsTime(), Closed: c, Attachment: clip(s.GetAttachment())})
+				bs := BGPSession{Peer: clip(s.GetPeer()), State: clip(s.GetState()), Reason: clip(s.GetReason()),
+					Received: s.GetReceived(), Since: s.GetSince().AsTime(), Closed: c, BFD: clip(s.GetBfd()), BFDReason: clip(s.GetBfdReason()), Attachment: clip(s.GetAttachment())}
+				if s.GetBfdSince() != nil {
+					since := s.GetBfdSince().AsTime()
+					bs.BFDSince = &since
+				}
+				v.Sessions = append(v.Sessions, bs)
 			}
 			for _, r := range o.GetAccepted() {
 				v.routes = append(v.routes, BGPRoute{Node: v.Node, Prefix: clip(r.GetPrefix()), NextHop: clip(r.GetNextHop()), Peer: clip(r.GetPeer()), Accepted: true})

@@ -185,8 +185,8 @@ func TestDNSPages(t *testing.T) {
 func tenantBGP(id string, n int) *pb.HostObservation {
 	o := &pb.TenantBGPObservation{Tenant: "acme", AcceptedCount: uint32(n), DroppedCount: uint32(n) + 50,
 		Sessions: []*pb.TenantBGPSession{
-			{Peer: "10.1.0.2", State: "established", Received: uint32(2 * n), Since: timestamppb.New(time.Unix(1000, 0))},
-			{Peer: "10.1.0.3", State: "prefix-limit", Reason: "announced more than maxPrefixes (100)"},
+			{Peer: "10.1.0.2", State: "established", Received: uint32(2 * n), Since: timestamppb.New(time.Unix(1000, 0)), Bfd: "up", BfdSince: timestamppb.New(time.Unix(1001, 0))},
+			{Peer: "10.1.0.3", State: "prefix-limit", Reason: "announced more than maxPrefixes (100)", Bfd: "down", BfdReason: hostile + strings.Repeat("b", 1000)},
 			{Peer: hostile, State: "update-limit", Reason: "sent UPDATE messages faster than maxUpdatesPerSecond"},
 		}}
 	for i := range n {
@@ -233,6 +233,8 @@ func TestTenantBGPView(t *testing.T) {
 	h := snap.BGP[0].Hosts[0]
 	if h.Node != "n1" || !h.Reachable || !h.Observed.Equal(now) || h.Accepted != 100 || h.Dropped != 150 || h.Listed != 200 || h.Closed != 2 ||
 		h.Sessions[1].Closed != "prefix count" || h.Sessions[2].Closed != "update rate" || h.Sessions[0].Closed != "" ||
+		h.Sessions[0].BFD != "up" || h.Sessions[0].BFDSince == nil || !h.Sessions[0].BFDSince.Equal(time.Unix(1001, 0)) ||
+		h.Sessions[1].BFD != "down" || len(h.Sessions[1].BFDReason) > textMax+30 || h.Sessions[2].BFD != "" ||
 		h.Attachment != "teapot-att-acme" || h.Sessions[0].Attachment != "teapot-att-acme" || h.Sessions[1].Attachment != "" {
 		t.Errorf("n1's BGP: %+v", h)
 	}
@@ -241,7 +243,7 @@ func TestTenantBGPView(t *testing.T) {
 	}
 	// The stream sends sessions and counts, not the routes.
 	_, body := get("/api/snapshot")
-	if !strings.Contains(string(body), `"closed":"update rate"`) || !strings.Contains(string(body), `"attachment":"teapot-att-acme"`) || strings.Contains(string(body), "172.16.") || strings.Contains(string(body), "<img") {
+	if !strings.Contains(string(body), `"closed":"update rate"`) || !strings.Contains(string(body), `"bfd":"up"`) || !strings.Contains(string(body), `"attachment":"teapot-att-acme"`) || strings.Contains(string(body), "172.16.") || strings.Contains(string(body), "<img") {
 		t.Errorf("the streamed snapshot: sessions with their bounds, no routes, markup escaped: %.300s", body)
 	}
 

@@ -209,6 +209,7 @@ var goldenCases = []struct {
 	{name: "explain-tenant-bgp-upstream-refused", args: "explain tenant acme", hosts: tenantBGPUpstreamRefused},
 	{name: "explain-tenant-bgp-no-fabric", args: "explain tenant acme", hosts: tenantBGPNoFabric},
 	{name: "explain-tenant-bgp-attached", args: "explain tenant acme", hosts: tenantBGPAttached},
+	{name: "explain-tenant-bgp-bfd", args: "explain tenant acme", hosts: tenantBGPBFD},
 	{name: "explain-lb-http3", args: "explain lb acme/shop", hosts: http3Listeners},
 	{name: "explain-node", args: "explain node lb2", hosts: unboundOnLB2},
 	{name: "explain-node-dns", args: "explain node lb2", hosts: dnsZonesOnLB2},

@@ -74,3 +74,24 @@ func tenantBGPAttached(f *fakeAdmin) []*pb.HostObservation {
 		Problem: "the tenant's attachment lists no address for this host (attachment.hosts): its speakers are not dialled from here, where it has no namespace"}}
 	return hosts
 }
+
+// tenantBGPBFD: the attached tenant's sessions with BFD, one up and one
+// down for its detection time.
+func tenantBGPBFD(f *fakeAdmin) []*pb.HostObservation {
+	hosts := tenantAttached(f)
+	t := f.objs[key(&pb.ObjectRef{Kind: api.KindTenant, Name: "acme"})].GetTenant()
+	t.Bgp = &pb.TenantBGP{Asn: 64600, Peers: []string{"10.20.0.5", "10.20.0.6"}, Bfd: &pb.TenantBGPBFD{}}
+	since := timestamppb.New(f.now.Add(-90 * time.Second))
+	hosts[0].TenantBgp = []*pb.TenantBGPObservation{{
+		Tenant: "acme", Attachment: "teapot-att-acme",
+		Sessions: []*pb.TenantBGPSession{
+			{Peer: "10.20.0.5", Attachment: "teapot-att-acme", State: "established", Received: 1, Since: since, Bfd: "up", BfdSince: since},
+			{Peer: "10.20.0.6", Attachment: "teapot-att-acme", State: "active", Since: timestamppb.New(f.now.Add(-2 * time.Second)),
+				Reason: "BFD is down", Bfd: "down", BfdReason: "control detection time expired", BfdSince: timestamppb.New(f.now.Add(-3 * time.Second))},
+		},
+		Accepted: []*pb.TenantRoute{{Prefix: "10.20.64.0/26", NextHop: "10.20.0.5", Peer: "10.20.0.5"}}, AcceptedCount: 1,
+	}}
+	hosts[1].TenantBgp = []*pb.TenantBGPObservation{{Tenant: "acme", Attachment: "teapot-att-acme",
+		Problem: "the tenant's attachment lists no address for this host (attachment.hosts): its speakers are not dialled from here, where it has no namespace"}}
+	return hosts
+}

@@ -23,10 +23,18 @@ func writeTenantBGP(w io.Writer, now time.Time, tn *pb.Tenant, hosts []*pb.HostO
 	case b.GetReannounce():
 		up = "re-announced to the fabric routers with community " + b.GetCommunity()
 	}
+	if tx, rx, mult, ok := api.TenantBFD(b); ok {
+		up += fmt.Sprintf("; BFD minTx %s, minRx %s, multiplier %d", tx, rx, mult)
+	}
 	fmt.Fprintf(w, "\nBGP (asn %d, peers %s, at most %d prefixes per session and %d on each host together; %s)\n",
 		b.GetAsn(), list(b.GetPeers()), api.TenantBGPMaxPrefixes(b), api.TenantBGPMaxPrefixesTotal(b), up)
 	sessions, routes := newTable(w), newTable(w)
-	sessions.row("  HOST", "PEER", "FROM", "STATE", "SINCE", "PREFIXES", "REASON")
+	withBFD := b.GetBfd() != nil
+	if withBFD {
+		sessions.row("  HOST", "PEER", "FROM", "STATE", "SINCE", "PREFIXES", "BFD", "REASON")
+	} else {
+		sessions.row("  HOST", "PEER", "FROM", "STATE", "SINCE", "PREFIXES", "REASON")
+	}
 	routes.row("  HOST", "PREFIX", "NEXT HOP", "PEER", "ROUTE")
 	var problems, upstream []string
 	more := 0
@@ -43,6 +51,10 @@ func writeTenantBGP(w io.Writer, now time.Time, tn *pb.Tenant, hosts []*pb.HostO
 				upstream = append(upstream, "  "+h.GetNodeId()+": "+reannounceText(now, o))
 			}
 			for _, s := range o.GetSessions() {
+				if withBFD {
+					sessions.row("  "+h.GetNodeId(), s.GetPeer(), fromText(s.GetAttachment()), s.GetState(), stamp(now, s.GetSince()), fmt.Sprint(s.GetReceived()), bfdText(now, s), s.GetReason())
+					continue
+				}
 				sessions.row("  "+h.GetNodeId(), s.GetPeer(), fromText(s.GetAttachment()), s.GetState(), stamp(now, s.GetSince()), fmt.Sprint(s.GetReceived()), s.GetReason())
 			}
 			installed := "installed"
@@ -73,6 +85,21 @@ func writeTenantBGP(w io.Writer, now time.Time, tn *pb.Tenant, hosts []*pb.HostO
 	if more > 0 {
 		fmt.Fprintf(w, "  (%d more not listed; each host lists at most 100 accepted and 100 dropped)\n", more)
 	}
+}
+
+// bfdText is a session's BFD state, why it went down and since when.
+func bfdText(now time.Time, s *pb.TenantBGPSession) string {
+	if s.GetBfd() == "" {
+		return "-"
+	}
+	out := s.GetBfd()
+	if r := s.GetBfdReason(); r != "" {
+		out += " (" + r + ")"
+	}
+	if s.GetBfdSince() != nil {
+		out += " since " + age(now, s.GetBfdSince()) + " ago"
+	}
+	return out
 }
 
 // fromText says where a session is made from: the host's own routing

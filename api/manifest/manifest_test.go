@@ -251,3 +251,17 @@ func TestDocumentNumbers(t *testing.T) {
 		t.Errorf("err = %v\nwant  %s", err, want)
 	}
 }
+
+// A tenant's bgp.bfd is written like the rest of its bgp, durations as
+// Go durations.
+func TestDecodeTenantBFD(t *testing.T) {
+	t.Parallel()
+	objs, err := manifest.Decode(strings.NewReader("kind: Tenant\nname: a\nbgp: {asn: 64600, peers: [10.0.0.10], bfd: {minTx: 300ms, minRx: 1s, multiplier: 4}}\n"), "t.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := objs[0].GetTenant().GetBgp().GetBfd()
+	if f.GetMinTx().AsDuration() != 300*time.Millisecond || f.GetMinRx().AsDuration() != time.Second || f.GetMultiplier() != 4 {
+		t.Fatalf("bfd %v", f)
+	}
+}

@@ -67,6 +67,10 @@ var rules = map[string]rule{
 	"teapot.v1.TenantBGP.reannounce":             {def: "false", limits: "needs community; not with attachment (the tenant's routes are in its own address space); feature level 6 on every host"},
 	"teapot.v1.TenantBGP.max_prefixes_total":     {def: fmt.Sprintf("%d × maxPrefixes", api.DefaultTenantBGPTotalSessions), limits: fmt.Sprintf("at most %d; not under maxPrefixes when both are set", api.MaxTenantBGPMaxPrefixesTotal)},
 	"teapot.v1.TenantBGP.max_prefix_length6":     {def: "128", limits: "1 to 128"},
+	"teapot.v1.TenantBGP.bfd":                    {limits: "needs attachment; feature level 7 on every host", example: "{ minTx: 300ms, minRx: 300ms, multiplier: 3 }"},
+	"teapot.v1.TenantBGPBFD.min_tx":              {def: api.DefaultTenantBFDInterval.String(), limits: fmt.Sprintf("%s to 1m", api.MinTenantBFDInterval)},
+	"teapot.v1.TenantBGPBFD.min_rx":              {def: api.DefaultTenantBFDInterval.String(), limits: fmt.Sprintf("%s to 1m", api.MinTenantBFDInterval)},
+	"teapot.v1.TenantBGPBFD.multiplier":          {def: fmt.Sprint(api.DefaultTenantBFDMultiplier), limits: fmt.Sprintf("%d to 255", api.MinTenantBFDMultiplier)},
 
 	"teapot.v1.Quotas.load_balancers":           {doc: "Load balancers the tenant may have.", def: quotaDefault((*pb.Quotas).GetLoadBalancers)},
 	"teapot.v1.Quotas.addresses":                {doc: "Distinct VIP addresses the tenant may hold (a dual-stack load balancer holds two).", def: quotaDefault((*pb.Quotas).GetAddresses)},

@@ -275,53 +275,39 @@ func loopbackFor(taken func(netip.Addr) bool) (netip.Addr, error) {
 
 // nsRoutes installs an attached tenant's routes in its namespace's main
 // table, marked RouteProtocol. It keeps nothing: each Set reads the
-// namespace's routes so marked and converges them, so a namespace made
-// again (the attachment re-applied) gets its routes at the next Set.
+// namespace's routes so marked and converges them (convergeTable), so a
+// namespace made again (the attachment re-applied) gets its routes at the
+// next Set.
 type nsRoutes struct {
 	att    Attachments
 	tenant string
 }
 
-var _ Installer = nsRoutes{}
+var (
+	_ Installer = nsRoutes{}
+	_ rereader  = nsRoutes{}
+)
 
 func (n nsRoutes) Set(routes map[netip.Prefix]netip.Addr) map[netip.Prefix]error {
-	failed := map[netip.Prefix]error{}
-	err := n.att.InNamespace(n.tenant, func() error {
-		have := map[netip.Prefix]netip.Addr{}
-		for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
-			rs, err := netlink.RouteListFiltered(fam, &netlink.Route{Protocol: RouteProtocol, Table: unix.RT_TABLE_MAIN},
-				netlink.RT_FILTER_PROTOCOL|netlink.RT_FILTER_TABLE)
-			if err != nil {
-				return err
-			}
-			for i := range rs {
-				p, nh, ok := routeOf(&rs[i])
-				want, wanted := routes[p]
-				if !ok || !wanted || want != nh {
-					if err := netlink.RouteDel(&rs[i]); err != nil && err != unix.ESRCH && ok {
-						failed[p] = err
-					}
-					continue
-				}
-				have[p] = nh
-			}
-		}
-		for p, nh := range routes {
-			if _, ok := have[p]; ok {
-				continue
-			}
-			if err := netlink.RouteReplace(kernelRoute(p, nh)); err != nil {
-				failed[p] = err
-			}
-		}
-		return nil
-	})
+	failed, err := n.Reread(routes)
 	if err != nil {
+		failed = map[netip.Prefix]error{}
 		for p := range routes {
 			failed[p] = err
 		}
 	}
 	return failed
+}
+
+// Reread is Set, with the error of entering the namespace or reading its
+// table apart.
+func (n nsRoutes) Reread(routes map[netip.Prefix]netip.Addr) (map[netip.Prefix]error, error) {
+	var failed map[netip.Prefix]error
+	err := n.att.InNamespace(n.tenant, func() (err error) {
+		_, failed, err = convergeTable(routes)
+		return err
+	})
+	return failed, err
 }
 
 // Close removes the relay's routes from the namespace.

@@ -27,26 +27,69 @@ type judged struct {
 // pass judges again only the routes that changed since (rib.go), and all
 // of a session's routes only when the world or the host's addresses
 // changed, so a large table that does not change costs nothing, and one
-// tenant's churn costs the judging of its own changes.
+// tenant's churn costs the judging of its own changes. tenant and space
+// are the session's when they were judged.
 type peerRoutes struct {
-	routes map[netip.Prefix]*judged
+	routes        map[netip.Prefix]*judged
+	tenant, space string
+}
+
+// judgedChanges is what a pass's judging changed: the tenants whose
+// routes (accepted or dropped) changed, whose lists are built again, and
+// per space the tenants whose accepted routes in it changed, with how
+// many of them changed: the install of the space is theirs, shared by
+// those counts (install.go).
+type judgedChanges struct {
+	tenants map[string]bool
+	spaces  map[string]map[string]int
+}
+
+func newJudgedChanges() judgedChanges {
+	return judgedChanges{tenants: map[string]bool{}, spaces: map[string]map[string]int{}}
+}
+
+// listed notes that tenant's routes changed, and accepted that n of its
+// accepted routes in space did (one that was accepted, is, or both).
+func (c judgedChanges) listed(tenant string) { c.tenants[tenant] = true }
+
+func (c judgedChanges) accepted(space, tenant string, n int) {
+	c.tenants[tenant] = true
+	if n <= 0 {
+		return
+	}
+	if c.spaces[space] == nil {
+		c.spaces[space] = map[string]int{}
+	}
+	c.spaces[space][tenant] += n
+}
+
+// gone notes the routes of pr leaving.
+func (c judgedChanges) gone(pr *peerRoutes) {
+	c.listed(pr.tenant)
+	n := 0
+	for _, j := range pr.routes {
+		if j.reason == "" {
+			n++
+		}
+	}
+	c.accepted(pr.space, pr.tenant, n)
 }
 
 // judgeSessions takes what changed in each session's routes and judges
 // it, judges every route again when the world or the host's addresses
-// changed or every fullResync, and reports whether anything changed. The
-// time each session takes is charged to its tenant.
-func (r *Relay) judgeSessions(w *world, host []netip.Addr, now time.Time) bool {
+// changed or every fullResync, and returns what changed. The time each
+// session takes is charged to its tenant.
+func (r *Relay) judgeSessions(w *world, host []netip.Addr, now time.Time) judgedChanges {
 	changes := r.takeChanges(r.peers)
 	full := w != r.judgedWorld || !slices.Equal(host, r.judgedHost) || now.Sub(r.lastFull) >= fullResync
 	if full {
 		r.judgedWorld, r.judgedHost, r.lastFull = w, host, now
 	}
-	changed := false
-	for a := range r.judged {
+	ch := newJudgedChanges()
+	for a, pr := range r.judged {
 		if _, ok := r.peers[a]; !ok {
 			delete(r.judged, a)
-			changed = true
+			ch.gone(pr)
 		}
 	}
 	spent := map[string]time.Duration{}
@@ -57,7 +100,8 @@ func (r *Relay) judgeSessions(w *world, host []netip.Addr, now time.Time) bool {
 			continue
 		}
 		start := time.Now()
-		tenant := r.tenantOf(a)
+		s := r.sessions[a]
+		tenant, space := s.tenant, s.key.space
 		t := w.tenants[tenant]
 		judge := func(p netip.Prefix, nh netip.Addr) *judged {
 			j := &judged{prefix: p, nh: nh, reason: ReasonUnknownPeer}
@@ -66,171 +110,59 @@ func (r *Relay) judgeSessions(w *world, host []netip.Addr, now time.Time) bool {
 			}
 			return j
 		}
-		if pr == nil || c.whole {
-			pr = &peerRoutes{routes: make(map[netip.Prefix]*judged, len(c.routes))}
+		if pr == nil || c.whole || pr.tenant != tenant || pr.space != space {
+			if pr != nil {
+				ch.gone(pr)
+			}
+			pr = &peerRoutes{routes: make(map[netip.Prefix]*judged, len(c.routes)), tenant: tenant, space: space}
 			r.judged[a] = pr
-			changed = true
+			ch.listed(tenant)
 		}
 		for _, p := range c.gone {
-			delete(pr.routes, p)
+			if old := pr.routes[p]; old != nil {
+				delete(pr.routes, p)
+				ch.listed(tenant)
+				if old.reason == "" {
+					ch.accepted(space, tenant, 1)
+				}
+			}
 		}
 		for p, nh := range c.routes {
-			pr.routes[p] = judge(p, nh)
+			j := judge(p, nh)
+			old := pr.routes[p]
+			pr.routes[p] = j
+			ch.listed(tenant)
+			if j.reason == "" || (old != nil && old.reason == "") {
+				ch.accepted(space, tenant, 1)
+			}
 		}
 		if full {
 			for p, j := range pr.routes {
 				if why := judge(p, j.nh).reason; why != j.reason {
+					if why == "" || j.reason == "" {
+						ch.accepted(space, tenant, 1)
+					}
 					j.reason = why
-					changed = true
+					ch.listed(tenant)
 				}
 			}
 		}
 		spent[tenant] += time.Since(start)
-		if ok {
-			changed = true
-		}
 	}
-	if len(spent) > 0 {
-		r.mu.Lock()
-		for tenant, d := range spent {
-			r.judgeTime[tenant] += d
-		}
-		r.mu.Unlock()
-	}
-	return changed
+	r.charge(spent)
+	return ch
 }
 
-// routeRef is one route of the lists a pass builds: route j of the
-// session gobgp knows as peer, whose speaker is speaker.
-type routeRef struct {
-	peer    netip.Addr
-	speaker peerKey
-	j       *judged
-	why     string // the reason it is listed as dropped
-}
-
-// routeLists are a tenant's accepted and dropped routes as observed (the
-// first maxListed of each) with whole counts.
-type routeLists struct {
-	accepted, dropped   []*pb.TenantRoute
-	nAccepted, nDropped uint32
-}
-
-// install sets each table's routes to those the sessions' judged routes
-// allow (the host's, and each attached tenant's namespace's), builds
-// each tenant's lists and reports the new drops. It reports whether the
-// kernel refused any route (the next pass then runs it again).
-func (r *Relay) install(w *world) bool {
-	// want holds the routes of each space ("" the host's table).
-	want := map[string]map[netip.Prefix]netip.Addr{"": {}}
-	for _, name := range w.attached {
-		if r.cfg.Attachments != nil || r.cfg.SpaceRoutes != nil {
-			want[name] = map[netip.Prefix]netip.Addr{}
-		}
+// charge adds the time spent on each tenant's routes to its count.
+func (r *Relay) charge(spent map[string]time.Duration) {
+	if len(spent) == 0 {
+		return
 	}
-	type spaced struct {
-		space  string
-		prefix netip.Prefix
+	r.mu.Lock()
+	for tenant, d := range spent {
+		r.judgeTime[tenant] += d
 	}
-	from := map[spaced]routeRef{}
-	peers := sortedAddrs(r.judged)
-	for _, a := range peers {
-		s := r.sessions[a]
-		if s == nil || want[s.key.space] == nil {
-			continue
-		}
-		in := want[s.key.space]
-		for _, j := range r.judged[a].routes {
-			if j.reason != "" {
-				continue
-			}
-			// Several speakers of the tenant announce one prefix: the
-			// lowest next hop carries it, on every host alike.
-			if cur, ok := in[j.prefix]; !ok || j.nh.Less(cur) {
-				in[j.prefix] = j.nh
-				from[spaced{s.key.space, j.prefix}] = routeRef{peer: a, j: j}
-			}
-		}
-	}
-	failed := map[string]map[netip.Prefix]error{}
-	retry := false
-	for space, routes := range want {
-		in := r.cfg.Routes
-		if space != "" {
-			in = r.spaceRoutes(space)
-		}
-		failed[space] = in.Set(routes)
-		retry = retry || len(failed[space]) > 0
-	}
-	for space, in := range r.spaces {
-		if _, ok := want[space]; !ok {
-			// No longer attached here, or gone: its routes leave the
-			// namespace (if it is still there).
-			_ = in.Close()
-			delete(r.spaces, space)
-		}
-	}
-	r.failed = failed[""]
-	acc, drop := map[string][]routeRef{}, map[string][]routeRef{}
-	for _, a := range peers {
-		s := r.sessions[a]
-		if s == nil {
-			continue
-		}
-		tenant, space := s.tenant, s.key.space
-		for _, j := range r.judged[a].routes {
-			switch {
-			case j.reason != "":
-				drop[tenant] = append(drop[tenant], routeRef{peer: a, j: j, why: j.reason})
-			case from[spaced{space, j.prefix}].j != j:
-				// another speaker of the tenant carries it
-			case failed[space][j.prefix] != nil:
-				drop[tenant] = append(drop[tenant], routeRef{peer: a, j: j, why: ReasonInstallFailed + ": " + failed[space][j.prefix].Error()})
-			default:
-				acc[tenant] = append(acc[tenant], routeRef{peer: a, j: j})
-			}
-		}
-	}
-	for _, rs := range [](map[string][]routeRef){acc, drop} {
-		for _, list := range rs {
-			for i := range list {
-				list[i].speaker = r.sessions[list[i].peer].key
-			}
-		}
-	}
-	lists := map[string]*routeLists{}
-	for name := range w.tenants {
-		lists[name] = &routeLists{}
-	}
-	for tenant, rs := range acc {
-		if l := lists[tenant]; l != nil {
-			l.accepted, l.nAccepted = listed(rs)
-		}
-	}
-	var drops []routeRef
-	for tenant, rs := range drop {
-		if l := lists[tenant]; l != nil {
-			l.dropped, l.nDropped = listed(rs)
-		}
-		drops = append(drops, rs...)
-	}
-	r.lists = lists
-	r.reportDrops(drops)
-	return retry
-}
-
-// spaceRoutes is the installer of an attached tenant's namespace.
-func (r *Relay) spaceRoutes(tenant string) Installer {
-	in := r.spaces[tenant]
-	if in == nil {
-		if r.cfg.SpaceRoutes != nil {
-			in = r.cfg.SpaceRoutes(tenant)
-		} else {
-			in = nsRoutes{att: r.cfg.Attachments, tenant: tenant}
-		}
-		r.spaces[tenant] = in
-	}
-	return in
+	r.mu.Unlock()
 }
 
 // listed returns the first maxListed of rs by prefix and peer as
@@ -274,35 +206,38 @@ func cmpPrefix(a, b netip.Prefix) int {
 
 // dropKey is a drop as reported.
 type dropKey struct {
-	tenant string
 	peer   peerKey
 	prefix netip.Prefix
 	reason string
 }
 
-// reportDrops sends an event for each drop not reported in the previous
-// install, at most maxEvents per tenant and pass, then one that counts
-// the rest.
-func (r *Relay) reportDrops(drops []routeRef) {
+// reportDrops sends an event for each of tenant's drops not reported when
+// its lists were last built, at most maxEvents, then one that counts the
+// rest.
+func (r *Relay) reportDrops(tenant string, drops []routeRef) {
 	now := make(map[dropKey]bool, len(drops))
-	sent, more := map[string]int{}, map[string]int{}
+	sent, more := 0, 0
+	was := r.dropped[tenant]
 	for _, d := range drops {
-		tenant := r.tenantOf(d.peer)
-		key := dropKey{tenant: tenant, peer: d.speaker, prefix: d.j.prefix, reason: d.why}
+		key := dropKey{peer: d.speaker, prefix: d.j.prefix, reason: d.why}
 		now[key] = true
-		if r.dropped[key] {
+		if was[key] {
 			continue
 		}
-		if sent[tenant] >= maxEvents {
-			more[tenant]++
+		if sent >= maxEvents {
+			more++
 			continue
 		}
-		sent[tenant]++
+		sent++
 		r.log.Warn("tenant route dropped", "tenant", tenant, "peer", d.speaker, "prefix", d.j.prefix, "nextHop", addrString(d.j.nh), "reason", d.why)
 		r.event(tenant, fmt.Sprintf("route %s via %s from %s dropped: %s", d.j.prefix, addrString(d.j.nh), d.speaker, d.why))
 	}
-	for tenant, n := range more {
-		r.event(tenant, fmt.Sprintf("%d more routes from the tenant's speakers dropped (explain tenant %s lists them)", n, tenant))
+	if more > 0 {
+		r.event(tenant, fmt.Sprintf("%d more routes from the tenant's speakers dropped (explain tenant %s lists them)", more, tenant))
 	}
-	r.dropped = now
+	if len(now) == 0 {
+		delete(r.dropped, tenant)
+		return
+	}
+	r.dropped[tenant] = now
 }

@@ -48,8 +48,12 @@ func BenchmarkPass100k(b *testing.B) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	// gobgp's events for the table may still come: take them.
-	for r.judgeSessions(r.world, r.cfg.HostAddrs(), time.Now()) {
-		r.install(r.world)
+	for {
+		ch := r.judgeSessions(r.world, r.cfg.HostAddrs(), time.Now())
+		if len(ch.tenants) == 0 {
+			break
+		}
+		r.install(r.world, ch, time.Now())
 		time.Sleep(500 * time.Millisecond)
 	}
 	b.Run("steady", func(b *testing.B) {

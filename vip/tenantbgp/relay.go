@@ -23,6 +23,7 @@ import (
 	"github.com/teapot-lb/teapot-lb/api"
 	"github.com/teapot-lb/teapot-lb/api/observe"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+	"github.com/teapot-lb/teapot-lb/vip/bfd"
 	"github.com/teapot-lb/teapot-lb/vip/internal/quietlog"
 )
 
@@ -34,6 +35,11 @@ const (
 	// LimitHold is how long a session closed for announcing more than its
 	// maxPrefixes stays down before it is dialled again.
 	LimitHold = 30 * time.Second
+	// ResetHold is how long a session reset because its BFD went down
+	// stays idle before it is dialled again (gobgp's idle hold time
+	// after a reset): a speaker whose BFD flaps costs the hosts a table
+	// at most every ResetHold.
+	ResetHold = 30 * time.Second
 	// resync is the longest time between two passes; a change of a
 	// session or of its routes starts one at once, at most one per
 	// minGap.
@@ -71,6 +77,10 @@ type Config struct {
 	// down (default LimitHold); tests shorten them.
 	PeerPort  uint16
 	LimitHold time.Duration
+	// SpaceResync is how long a table of routes goes at most without an
+	// install that reads it (default SpaceResync; a shorter one, as tests
+	// set, also shortens the longest time between two passes).
+	SpaceResync time.Duration
 	// Reannounce, when set, announces the accepted routes of the tenants
 	// with bgp.reannounce on the host's fabric sessions: it is given the
 	// whole set, each prefix with its tenant's community, whenever it
@@ -89,6 +99,12 @@ type Config struct {
 	// SpaceRoutes, when set, installs an attached tenant's routes in
 	// place of its namespace's table (tests).
 	SpaceRoutes func(tenant string) Installer
+	// BFDPort is the UDP port of the tenants' BFD, ours and their
+	// speakers' (default 3784; bfd.go), and ResetHold how long a session
+	// reset for its BFD stays idle before it is dialled again (default
+	// ResetHold, whole seconds); tests change them.
+	BFDPort   uint16
+	ResetHold time.Duration
 }
 
 // Installer puts the desired set of routes in place (the whole set every
@@ -138,27 +154,39 @@ type Relay struct {
 	secret     string
 	states     map[netip.Addr]sessionState
 	limitSince map[netip.Addr]time.Time
-	dropped    map[dropKey]bool // as last reported
+	dropped    map[string]map[dropKey]bool // by tenant, as last reported
+	// retiring are the sessions gobgp did not remove when asked (their
+	// routes are installed nowhere; each pass asks again).
+	retiring map[netip.Addr]*retiring
+	// deletePeer removes a peer from the speaker, and disablePeer
+	// disables it (tests make them fail).
+	deletePeer, disablePeer func(ctx context.Context, a netip.Addr) error
 	// judged holds each session's routes as last read and judged, against
 	// judgedWorld and judgedHost (judged.go); lists are the tenants'
-	// lists the last install built, and retry says the kernel refused a
-	// route then.
+	// lists as last built, and installs what each space's last installs
+	// left (install.go).
 	judged      map[netip.Addr]*peerRoutes
 	judgedWorld *world
 	judgedHost  []netip.Addr
 	lastFull    time.Time
-	// installedWorld is the world of the last install.
-	installedWorld *world
-	lists          map[string]*routeLists
-	retry          bool
+	lists       map[string]*routeLists
+	installs    map[string]*spaceInstall
 	// buckets bound each established session's UPDATE messages, and
 	// rateLimited holds the sessions closed for going over (rate.go).
 	buckets     map[netip.Addr]*updateBucket
 	rateLimited map[netip.Addr]rateLimit
-	// failed are the routes the kernel refused at the last install, and
-	// up what was last announced upstream (upstream.go).
+	// failed are the routes the kernel refused at the last install of
+	// the host's table, and up what was last announced upstream
+	// (upstream.go).
 	failed map[netip.Prefix]error
 	up     upstream
+	// bfd are the attached tenants' BFD endpoints (bfd.go), bfdAllDown
+	// since when all of a tenant's BFD sessions are down while a BGP
+	// session of it is established, and bfdSt what the endpoints'
+	// goroutines share.
+	bfd        map[string]*bfd.Endpoint
+	bfdAllDown map[string]time.Time
+	bfdSt      bfdState
 }
 
 // session is one speaker's session: its key, tenant, and the tunnel
@@ -187,13 +215,29 @@ func New(cfg Config) (*Relay, error) {
 	if cfg.LimitHold == 0 {
 		cfg.LimitHold = LimitHold
 	}
+	if cfg.SpaceResync == 0 {
+		cfg.SpaceResync = SpaceResync
+	}
+	if cfg.ResetHold == 0 {
+		cfg.ResetHold = ResetHold
+	}
 	r := &Relay{cfg: cfg, log: cfg.Logger.With("component", "tenant-bgp"), kick: make(chan struct{}, 1), world: compile(nil, cfg.NodeID),
 		sessions: map[netip.Addr]*session{}, spaces: map[string]Installer{}, secret: newLoopbackSecret(),
 		obs: map[string]*pb.TenantBGPObservation{}, limits: map[string]uint64{}, rateLimits: map[string]uint64{},
 		peers: map[netip.Addr]string{}, states: map[netip.Addr]sessionState{},
-		limitSince: map[netip.Addr]time.Time{}, dropped: map[dropKey]bool{}, judgeTime: map[string]time.Duration{},
+		limitSince: map[netip.Addr]time.Time{}, dropped: map[string]map[dropKey]bool{}, judgeTime: map[string]time.Duration{},
 		ribs: map[netip.Addr]*rib{}, totals: map[string]*tenantTotal{}, judged: map[netip.Addr]*peerRoutes{},
-		buckets: map[netip.Addr]*updateBucket{}, rateLimited: map[netip.Addr]rateLimit{}}
+		buckets: map[netip.Addr]*updateBucket{}, rateLimited: map[netip.Addr]rateLimit{}, lists: map[string]*routeLists{},
+		installs: map[string]*spaceInstall{}, retiring: map[netip.Addr]*retiring{},
+		bfd: map[string]*bfd.Endpoint{}, bfdAllDown: map[string]time.Time{},
+		bfdSt: bfdState{downs: map[string]uint64{}, errs: map[string]error{}, held: map[bfdPeer]bfdHold{},
+			eps: map[string]*bfd.Endpoint{}, closed: map[string]bfd.Stats{}}}
+	r.deletePeer = func(ctx context.Context, a netip.Addr) error {
+		return r.srv.DeletePeer(ctx, &gobgpapi.DeletePeerRequest{Address: a.String()})
+	}
+	r.disablePeer = func(ctx context.Context, a netip.Addr) error {
+		return r.srv.DisablePeer(ctx, &gobgpapi.DisablePeerRequest{Address: a.String(), Communication: "session deconfigured"})
+	}
 	if cfg.ASN == 0 {
 		return r, nil
 	}
@@ -264,7 +308,7 @@ func (r *Relay) Run(ctx context.Context) {
 	if r == nil || r.srv == nil {
 		return
 	}
-	t := time.NewTicker(resync)
+	t := time.NewTicker(min(resync, r.cfg.SpaceResync))
 	defer t.Stop()
 	for {
 		select {
@@ -297,6 +341,7 @@ func (r *Relay) Close() error {
 	// would put routes back, and touch the table while it is cleared.
 	r.closeMu.Lock()
 	defer r.closeMu.Unlock()
+	r.closeBFD()
 	err := r.cfg.Routes.Close()
 	for _, s := range r.sessions {
 		if s.tun != nil {
@@ -310,8 +355,9 @@ func (r *Relay) Close() error {
 }
 
 // pass converges once: sessions to the world's peers, then the routes
-// of the sessions that changed (judgeSessions), then the kernel's table
-// and the lists when any did (install).
+// of the sessions that changed (judgeSessions), then the tables whose
+// accepted routes changed or are due a resync, and the lists of the
+// tenants whose routes changed (install).
 func (r *Relay) pass(ctx context.Context) {
 	r.closeMu.Lock()
 	defer r.closeMu.Unlock()
@@ -324,13 +370,9 @@ func (r *Relay) pass(ctx context.Context) {
 	r.syncPeers(ctx, w)
 	now := time.Now()
 	r.readStates(ctx, w, now)
-	full := now.Sub(r.lastFull) >= fullResync
-	installed := r.judgeSessions(w, r.cfg.HostAddrs(), now) || r.retry || w != r.installedWorld || (full && len(w.attached) > 0)
-	if installed {
-		r.retry = r.install(w)
-		r.installedWorld = w
-	}
-	r.reannounce(w, installed)
+	r.syncBFD(w, now)
+	host := r.install(w, r.judgeSessions(w, r.cfg.HostAddrs(), now), now)
+	r.reannounce(w, host)
 	obs := map[string]*pb.TenantBGPObservation{}
 	for name, t := range w.tenants {
 		o := &pb.TenantBGPObservation{Tenant: name, Attachment: namespaceOf(t.space)}
@@ -356,10 +398,12 @@ func (r *Relay) pass(ctx context.Context) {
 		if pr := r.judged[peer]; pr != nil {
 			sess.Received = uint32(len(pr.routes))
 		}
+		r.observeBFD(s, sess)
 		if o := obs[s.tenant]; o != nil {
 			o.Sessions = append(o.Sessions, sess)
 		}
 	}
+	r.observeRetiring(w, obs)
 	for _, c := range w.conflicts {
 		obs[c.tenant].Sessions = append(obs[c.tenant].Sessions, &pb.TenantBGPSession{Peer: c.peer.addr.String(), State: "refused",
 			Attachment: namespaceOf(c.peer.space),
@@ -383,6 +427,7 @@ func (r *Relay) syncPeers(ctx context.Context, w *world) {
 		b := t.bgp
 		prints[k] = fmt.Sprintf("%s %d %x %d %d", tenant, b.GetAsn(), b.GetPassword(), api.TenantBGPMaxPrefixes(b), api.TenantBGPMaxPrefixesTotal(b))
 	}
+	r.retryRetiring(ctx)
 	have := map[peerKey]netip.Addr{}
 	for a, fp := range r.peers {
 		s := r.sessions[a]
@@ -390,26 +435,11 @@ func (r *Relay) syncPeers(ctx context.Context, w *world) {
 			have[s.key] = a
 			continue
 		}
-		if err := r.srv.DeletePeer(ctx, &gobgpapi.DeletePeerRequest{Address: a.String()}); err != nil && ctx.Err() == nil {
-			r.log.Warn("cannot remove a tenant BGP peer", "peer", s.key, "err", err)
-			have[s.key] = a
+		if err := r.deletePeer(ctx, a); err != nil && ctx.Err() == nil && r.speakerHas(ctx, a) {
+			r.retire(a, s, err)
 			continue
 		}
-		if s.tun != nil {
-			s.tun.close()
-		}
-		delete(r.peers, a)
-		delete(r.sessions, a)
-		r.dmu.Lock()
-		if rb := r.ribs[a]; rb != nil {
-			rb.reset()
-		}
-		delete(r.ribs, a)
-		r.dmu.Unlock()
-		delete(r.states, a)
-		delete(r.limitSince, a)
-		delete(r.buckets, a)
-		delete(r.rateLimited, a)
+		r.forget(a, s)
 	}
 	keys := make([]peerKey, 0, len(prints))
 	for k := range prints {
@@ -429,8 +459,9 @@ func (r *Relay) syncPeers(ctx context.Context, w *world) {
 			var err error
 			a, err = loopbackFor(func(x netip.Addr) bool {
 				_, used := r.sessions[x]
+				_, old := r.retiring[x]
 				_, peer := w.peers[peerKey{addr: x}]
-				return used || peer
+				return used || old || peer
 			})
 			if err == nil {
 				ttl := 0
@@ -447,7 +478,10 @@ func (r *Relay) syncPeers(ctx context.Context, w *world) {
 		} else if _, used := r.sessions[a]; used {
 			r.log.Warn("a tenant BGP peer has the address of an attached session's tunnel", "tenant", tenant, "peer", k)
 			continue
+		} else if _, old := r.retiring[a]; old {
+			continue // the speaker still has the old session to a (observed as waiting)
 		}
+		p.Timers.Config.IdleHoldTimeAfterReset = uint64(max(r.cfg.ResetHold, time.Second) / time.Second)
 		r.dmu.Lock()
 		total := r.totals[tenant]
 		if total == nil {
@@ -468,6 +502,12 @@ func (r *Relay) syncPeers(ctx context.Context, w *world) {
 			if s.tun != nil {
 				s.tun.close()
 			}
+			r.dmu.Lock()
+			if r.ribs[a] == rb {
+				rb.reset()
+				delete(r.ribs, a)
+			}
+			r.dmu.Unlock()
 			continue
 		}
 		r.peers[a] = prints[k]

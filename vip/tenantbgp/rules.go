@@ -90,7 +90,10 @@ type world struct {
 	pools  []namedRange
 	// attached are the attached tenants with an address for this host,
 	// with or without BGP: the relay keeps their namespaces' tables.
-	attached []string
+	// attachedAs holds each one's tenant object (its attachment and
+	// networks, which the namespace's own routes follow).
+	attached   []string
+	attachedAs map[string]*pb.Tenant
 }
 
 // conflict is a peer that tenant lists and owner has.
@@ -110,7 +113,7 @@ type namedRange struct {
 // (tenants and VIP pools; the rest is skipped). It is pure.
 func compile(objs []*pb.Object, nodeID string) *world {
 	w := &world{tenants: map[string]*tenantRules{}, peers: map[peerKey]string{}, nets: map[string][]netip.Prefix{},
-		spaces: map[string]string{}, unlisted: map[string]bool{}}
+		spaces: map[string]string{}, unlisted: map[string]bool{}, attachedAs: map[string]*pb.Tenant{}}
 	var names []string
 	for _, o := range objs {
 		if p := o.GetVipPool(); p != nil {
@@ -142,6 +145,7 @@ func compile(objs []*pb.Object, nodeID string) *world {
 			if p, err := netip.ParsePrefix(a.GetHosts()[nodeID]); err == nil {
 				own = p.Addr()
 				w.attached = append(w.attached, t.GetName())
+				w.attachedAs[t.GetName()] = t
 				attRoutes = attachmentRoutes(p.Masked(), a.GetGateway(), nets)
 			}
 		}

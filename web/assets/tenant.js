@@ -101,7 +101,8 @@ function bgpSessions(s, name) {
     const host = `${hostLink(x.node)}` + (x.reachable ? "" : ` ${badge("unreachable", "bad")}`);
     if (x.problem) rows.push([host, `<span class="muted">—</span>`, "", "", "", `<div class="reason">${esc(x.problem)}</div>`, seen(x.observed)]);
     for (const ss of x.sessions) {
-      rows.push([host, `<b>${esc(ss.peer)}</b>` + (ss.attachment ? ` <div class="muted" data-attachment>from namespace ${esc(ss.attachment)}</div>` : ""), stateOf(ss) + (ss.closed ? ` <span class="reason">closed for its ${esc(ss.closed)}</span>` : ""),
+      rows.push([host, `<b>${esc(ss.peer)}</b>` + (ss.attachment ? ` <div class="muted" data-attachment>from namespace ${esc(ss.attachment)}</div>` : ""), stateOf(ss) + (ss.closed ? ` <span class="reason">closed for its ${esc(ss.closed)}</span>` : "") +
+        (ss.bfd ? ` <div class="muted" data-bfd="${esc(ss.bfd)}">BFD ${esc(ss.bfd)}${ss.bfdReason ? ` (${esc(ss.bfdReason)})` : ""}${ss.bfdSince ? ` since ${ago(ss.bfdSince)}` : ""}</div>` : ""),
         ago(ss.since), `<span class="num">${esc(ss.received)}</span>`, ss.reason ? `<div class="reason">${esc(ss.reason)}</div>` : "", seen(x.observed)]);
     }
     if (x.sessionsLeftOut) rows.push([host, `<span class="muted">${esc(x.sessionsLeftOut)} more sessions not shown (the page shows ${BGP_SESSIONS} per host)</span>`, "", "", "", "", ""]);

@@ -439,7 +439,14 @@ type TenantBGP struct {
 	Reannounce bool `protobuf:"varint,361,opt,name=reannounce,proto3" json:"reannounce,omitempty"`
 	// The BGP community ("ASN:value", each 0 to 65535) of the tenant's
 	// re-announced routes; only with reannounce.
-	Community     string `protobuf:"bytes,362,opt,name=community,proto3" json:"community,omitempty"`
+	Community string `protobuf:"bytes,362,opt,name=community,proto3" json:"community,omitempty"`
+	// BFD (RFC 5880, single hop) on every session: when a speaker stops
+	// answering for multiplier intervals, the host closes its BGP session
+	// and withdraws its routes at once, without waiting for the hold
+	// time. Needs attachment, with every peer on the prefix of each
+	// host's address in it (a speaker behind attachment.gateway is not
+	// single hop).
+	Bfd           *TenantBGPBFD `protobuf:"bytes,430,opt,name=bfd,proto3" json:"bfd,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -544,6 +551,79 @@ func (x *TenantBGP) GetCommunity() string {
 	return ""
 }
 
+func (x *TenantBGP) GetBfd() *TenantBGPBFD {
+	if x != nil {
+		return x.Bfd
+	}
+	return nil
+}
+
+// TenantBGPBFD is the BFD of a tenant's BGP sessions.
+type TenantBGPBFD struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The interval each host sends at (0: 300ms; 100ms to 1m).
+	MinTx *durationpb.Duration `protobuf:"bytes,1,opt,name=min_tx,json=minTx,proto3" json:"min_tx,omitempty"`
+	// The least interval each host takes the speaker's packets at (0:
+	// 300ms; 100ms to 1m).
+	MinRx *durationpb.Duration `protobuf:"bytes,2,opt,name=min_rx,json=minRx,proto3" json:"min_rx,omitempty"`
+	// Intervals without a packet after which the session is down (0: 3;
+	// 2 to 255).
+	Multiplier    uint32 `protobuf:"varint,3,opt,name=multiplier,proto3" json:"multiplier,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TenantBGPBFD) Reset() {
+	*x = TenantBGPBFD{}
+	mi := &file_teapotv1_model_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TenantBGPBFD) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TenantBGPBFD) ProtoMessage() {}
+
+func (x *TenantBGPBFD) ProtoReflect() protoreflect.Message {
+	mi := &file_teapotv1_model_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TenantBGPBFD.ProtoReflect.Descriptor instead.
+func (*TenantBGPBFD) Descriptor() ([]byte, []int) {
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *TenantBGPBFD) GetMinTx() *durationpb.Duration {
+	if x != nil {
+		return x.MinTx
+	}
+	return nil
+}
+
+func (x *TenantBGPBFD) GetMinRx() *durationpb.Duration {
+	if x != nil {
+		return x.MinRx
+	}
+	return nil
+}
+
+func (x *TenantBGPBFD) GetMultiplier() uint32 {
+	if x != nil {
+		return x.Multiplier
+	}
+	return 0
+}
+
 // Quotas bound what a tenant may write and use. Zero means the cluster's
 // default for that field (see api.DefaultQuotas), never "no limit"; an
 // operator raises a bound by setting it.
@@ -611,7 +691,7 @@ type Quotas struct {
 
 func (x *Quotas) Reset() {
 	*x = Quotas{}
-	mi := &file_teapotv1_model_proto_msgTypes[5]
+	mi := &file_teapotv1_model_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -623,7 +703,7 @@ func (x *Quotas) String() string {
 func (*Quotas) ProtoMessage() {}
 
 func (x *Quotas) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[5]
+	mi := &file_teapotv1_model_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -636,7 +716,7 @@ func (x *Quotas) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Quotas.ProtoReflect.Descriptor instead.
 func (*Quotas) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{5}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Quotas) GetLoadBalancers() uint32 {
@@ -832,7 +912,7 @@ type VIPPool struct {
 
 func (x *VIPPool) Reset() {
 	*x = VIPPool{}
-	mi := &file_teapotv1_model_proto_msgTypes[6]
+	mi := &file_teapotv1_model_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -844,7 +924,7 @@ func (x *VIPPool) String() string {
 func (*VIPPool) ProtoMessage() {}
 
 func (x *VIPPool) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[6]
+	mi := &file_teapotv1_model_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -857,7 +937,7 @@ func (x *VIPPool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VIPPool.ProtoReflect.Descriptor instead.
 func (*VIPPool) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{6}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *VIPPool) GetName() string {
@@ -955,7 +1035,7 @@ type LoadBalancer struct {
 
 func (x *LoadBalancer) Reset() {
 	*x = LoadBalancer{}
-	mi := &file_teapotv1_model_proto_msgTypes[7]
+	mi := &file_teapotv1_model_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -967,7 +1047,7 @@ func (x *LoadBalancer) String() string {
 func (*LoadBalancer) ProtoMessage() {}
 
 func (x *LoadBalancer) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[7]
+	mi := &file_teapotv1_model_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -980,7 +1060,7 @@ func (x *LoadBalancer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadBalancer.ProtoReflect.Descriptor instead.
 func (*LoadBalancer) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{7}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *LoadBalancer) GetName() string {
@@ -1067,7 +1147,7 @@ type AccessLog struct {
 
 func (x *AccessLog) Reset() {
 	*x = AccessLog{}
-	mi := &file_teapotv1_model_proto_msgTypes[8]
+	mi := &file_teapotv1_model_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1079,7 +1159,7 @@ func (x *AccessLog) String() string {
 func (*AccessLog) ProtoMessage() {}
 
 func (x *AccessLog) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[8]
+	mi := &file_teapotv1_model_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1092,7 +1172,7 @@ func (x *AccessLog) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AccessLog.ProtoReflect.Descriptor instead.
 func (*AccessLog) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{8}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *AccessLog) GetEnabled() bool {
@@ -1135,7 +1215,7 @@ type VIPRequest struct {
 
 func (x *VIPRequest) Reset() {
 	*x = VIPRequest{}
-	mi := &file_teapotv1_model_proto_msgTypes[9]
+	mi := &file_teapotv1_model_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1147,7 +1227,7 @@ func (x *VIPRequest) String() string {
 func (*VIPRequest) ProtoMessage() {}
 
 func (x *VIPRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[9]
+	mi := &file_teapotv1_model_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1160,7 +1240,7 @@ func (x *VIPRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VIPRequest.ProtoReflect.Descriptor instead.
 func (*VIPRequest) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{9}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *VIPRequest) GetPool() string {
@@ -1266,7 +1346,7 @@ type Listener struct {
 
 func (x *Listener) Reset() {
 	*x = Listener{}
-	mi := &file_teapotv1_model_proto_msgTypes[10]
+	mi := &file_teapotv1_model_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1278,7 +1358,7 @@ func (x *Listener) String() string {
 func (*Listener) ProtoMessage() {}
 
 func (x *Listener) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[10]
+	mi := &file_teapotv1_model_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1291,7 +1371,7 @@ func (x *Listener) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Listener.ProtoReflect.Descriptor instead.
 func (*Listener) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{10}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Listener) GetPort() uint32 {
@@ -1426,7 +1506,7 @@ type RateLimit struct {
 
 func (x *RateLimit) Reset() {
 	*x = RateLimit{}
-	mi := &file_teapotv1_model_proto_msgTypes[11]
+	mi := &file_teapotv1_model_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1438,7 +1518,7 @@ func (x *RateLimit) String() string {
 func (*RateLimit) ProtoMessage() {}
 
 func (x *RateLimit) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[11]
+	mi := &file_teapotv1_model_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1451,7 +1531,7 @@ func (x *RateLimit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RateLimit.ProtoReflect.Descriptor instead.
 func (*RateLimit) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{11}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RateLimit) GetRequestsPerSecond() uint32 {
@@ -1512,7 +1592,7 @@ type SNIRoute struct {
 
 func (x *SNIRoute) Reset() {
 	*x = SNIRoute{}
-	mi := &file_teapotv1_model_proto_msgTypes[12]
+	mi := &file_teapotv1_model_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1524,7 +1604,7 @@ func (x *SNIRoute) String() string {
 func (*SNIRoute) ProtoMessage() {}
 
 func (x *SNIRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[12]
+	mi := &file_teapotv1_model_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1537,7 +1617,7 @@ func (x *SNIRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SNIRoute.ProtoReflect.Descriptor instead.
 func (*SNIRoute) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{12}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SNIRoute) GetHost() string {
@@ -1589,7 +1669,7 @@ type TLSPolicy struct {
 
 func (x *TLSPolicy) Reset() {
 	*x = TLSPolicy{}
-	mi := &file_teapotv1_model_proto_msgTypes[13]
+	mi := &file_teapotv1_model_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1601,7 +1681,7 @@ func (x *TLSPolicy) String() string {
 func (*TLSPolicy) ProtoMessage() {}
 
 func (x *TLSPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[13]
+	mi := &file_teapotv1_model_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1614,7 +1694,7 @@ func (x *TLSPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TLSPolicy.ProtoReflect.Descriptor instead.
 func (*TLSPolicy) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{13}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *TLSPolicy) GetAcme() bool {
@@ -1676,7 +1756,7 @@ type ClientValidation struct {
 
 func (x *ClientValidation) Reset() {
 	*x = ClientValidation{}
-	mi := &file_teapotv1_model_proto_msgTypes[14]
+	mi := &file_teapotv1_model_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1688,7 +1768,7 @@ func (x *ClientValidation) String() string {
 func (*ClientValidation) ProtoMessage() {}
 
 func (x *ClientValidation) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[14]
+	mi := &file_teapotv1_model_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1701,7 +1781,7 @@ func (x *ClientValidation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientValidation.ProtoReflect.Descriptor instead.
 func (*ClientValidation) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{14}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ClientValidation) GetCaBundle() string {
@@ -1778,7 +1858,7 @@ type Route struct {
 
 func (x *Route) Reset() {
 	*x = Route{}
-	mi := &file_teapotv1_model_proto_msgTypes[15]
+	mi := &file_teapotv1_model_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1790,7 +1870,7 @@ func (x *Route) String() string {
 func (*Route) ProtoMessage() {}
 
 func (x *Route) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[15]
+	mi := &file_teapotv1_model_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1803,7 +1883,7 @@ func (x *Route) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Route.ProtoReflect.Descriptor instead.
 func (*Route) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{15}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Route) GetHost() string {
@@ -1927,7 +2007,7 @@ type RouteRetry struct {
 
 func (x *RouteRetry) Reset() {
 	*x = RouteRetry{}
-	mi := &file_teapotv1_model_proto_msgTypes[16]
+	mi := &file_teapotv1_model_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1939,7 +2019,7 @@ func (x *RouteRetry) String() string {
 func (*RouteRetry) ProtoMessage() {}
 
 func (x *RouteRetry) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[16]
+	mi := &file_teapotv1_model_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1952,7 +2032,7 @@ func (x *RouteRetry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteRetry.ProtoReflect.Descriptor instead.
 func (*RouteRetry) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{16}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RouteRetry) GetCodes() []uint32 {
@@ -2010,7 +2090,7 @@ type WAF struct {
 
 func (x *WAF) Reset() {
 	*x = WAF{}
-	mi := &file_teapotv1_model_proto_msgTypes[17]
+	mi := &file_teapotv1_model_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2022,7 +2102,7 @@ func (x *WAF) String() string {
 func (*WAF) ProtoMessage() {}
 
 func (x *WAF) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[17]
+	mi := &file_teapotv1_model_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2035,7 +2115,7 @@ func (x *WAF) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WAF.ProtoReflect.Descriptor instead.
 func (*WAF) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{17}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *WAF) GetMode() string {
@@ -2094,7 +2174,7 @@ type RouteMatch struct {
 
 func (x *RouteMatch) Reset() {
 	*x = RouteMatch{}
-	mi := &file_teapotv1_model_proto_msgTypes[18]
+	mi := &file_teapotv1_model_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2106,7 +2186,7 @@ func (x *RouteMatch) String() string {
 func (*RouteMatch) ProtoMessage() {}
 
 func (x *RouteMatch) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[18]
+	mi := &file_teapotv1_model_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2119,7 +2199,7 @@ func (x *RouteMatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteMatch.ProtoReflect.Descriptor instead.
 func (*RouteMatch) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{18}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RouteMatch) GetPath() string {
@@ -2177,7 +2257,7 @@ type ValueMatch struct {
 
 func (x *ValueMatch) Reset() {
 	*x = ValueMatch{}
-	mi := &file_teapotv1_model_proto_msgTypes[19]
+	mi := &file_teapotv1_model_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2189,7 +2269,7 @@ func (x *ValueMatch) String() string {
 func (*ValueMatch) ProtoMessage() {}
 
 func (x *ValueMatch) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[19]
+	mi := &file_teapotv1_model_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2202,7 +2282,7 @@ func (x *ValueMatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValueMatch.ProtoReflect.Descriptor instead.
 func (*ValueMatch) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{19}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ValueMatch) GetName() string {
@@ -2241,7 +2321,7 @@ type GRPCMethodMatch struct {
 
 func (x *GRPCMethodMatch) Reset() {
 	*x = GRPCMethodMatch{}
-	mi := &file_teapotv1_model_proto_msgTypes[20]
+	mi := &file_teapotv1_model_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2253,7 +2333,7 @@ func (x *GRPCMethodMatch) String() string {
 func (*GRPCMethodMatch) ProtoMessage() {}
 
 func (x *GRPCMethodMatch) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[20]
+	mi := &file_teapotv1_model_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2266,7 +2346,7 @@ func (x *GRPCMethodMatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GRPCMethodMatch.ProtoReflect.Descriptor instead.
 func (*GRPCMethodMatch) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{20}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GRPCMethodMatch) GetService() string {
@@ -2309,7 +2389,7 @@ type RouteBackend struct {
 
 func (x *RouteBackend) Reset() {
 	*x = RouteBackend{}
-	mi := &file_teapotv1_model_proto_msgTypes[21]
+	mi := &file_teapotv1_model_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2321,7 +2401,7 @@ func (x *RouteBackend) String() string {
 func (*RouteBackend) ProtoMessage() {}
 
 func (x *RouteBackend) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[21]
+	mi := &file_teapotv1_model_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2334,7 +2414,7 @@ func (x *RouteBackend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteBackend.ProtoReflect.Descriptor instead.
 func (*RouteBackend) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{21}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RouteBackend) GetPool() string {
@@ -2383,7 +2463,7 @@ type RouteFilter struct {
 
 func (x *RouteFilter) Reset() {
 	*x = RouteFilter{}
-	mi := &file_teapotv1_model_proto_msgTypes[22]
+	mi := &file_teapotv1_model_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2395,7 +2475,7 @@ func (x *RouteFilter) String() string {
 func (*RouteFilter) ProtoMessage() {}
 
 func (x *RouteFilter) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[22]
+	mi := &file_teapotv1_model_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2408,7 +2488,7 @@ func (x *RouteFilter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteFilter.ProtoReflect.Descriptor instead.
 func (*RouteFilter) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{22}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RouteFilter) GetRequestHeaderModifier() *HeaderModifier {
@@ -2486,7 +2566,7 @@ type CORS struct {
 
 func (x *CORS) Reset() {
 	*x = CORS{}
-	mi := &file_teapotv1_model_proto_msgTypes[23]
+	mi := &file_teapotv1_model_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2498,7 +2578,7 @@ func (x *CORS) String() string {
 func (*CORS) ProtoMessage() {}
 
 func (x *CORS) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[23]
+	mi := &file_teapotv1_model_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2511,7 +2591,7 @@ func (x *CORS) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CORS.ProtoReflect.Descriptor instead.
 func (*CORS) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{23}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CORS) GetAllowOrigins() []string {
@@ -2571,7 +2651,7 @@ type HeaderModifier struct {
 
 func (x *HeaderModifier) Reset() {
 	*x = HeaderModifier{}
-	mi := &file_teapotv1_model_proto_msgTypes[24]
+	mi := &file_teapotv1_model_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2583,7 +2663,7 @@ func (x *HeaderModifier) String() string {
 func (*HeaderModifier) ProtoMessage() {}
 
 func (x *HeaderModifier) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[24]
+	mi := &file_teapotv1_model_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2596,7 +2676,7 @@ func (x *HeaderModifier) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeaderModifier.ProtoReflect.Descriptor instead.
 func (*HeaderModifier) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{24}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *HeaderModifier) GetSet() []*HeaderValue {
@@ -2630,7 +2710,7 @@ type HeaderValue struct {
 
 func (x *HeaderValue) Reset() {
 	*x = HeaderValue{}
-	mi := &file_teapotv1_model_proto_msgTypes[25]
+	mi := &file_teapotv1_model_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2642,7 +2722,7 @@ func (x *HeaderValue) String() string {
 func (*HeaderValue) ProtoMessage() {}
 
 func (x *HeaderValue) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[25]
+	mi := &file_teapotv1_model_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2655,7 +2735,7 @@ func (x *HeaderValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeaderValue.ProtoReflect.Descriptor instead.
 func (*HeaderValue) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{25}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *HeaderValue) GetName() string {
@@ -2693,7 +2773,7 @@ type RequestRedirect struct {
 
 func (x *RequestRedirect) Reset() {
 	*x = RequestRedirect{}
-	mi := &file_teapotv1_model_proto_msgTypes[26]
+	mi := &file_teapotv1_model_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2705,7 +2785,7 @@ func (x *RequestRedirect) String() string {
 func (*RequestRedirect) ProtoMessage() {}
 
 func (x *RequestRedirect) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[26]
+	mi := &file_teapotv1_model_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2718,7 +2798,7 @@ func (x *RequestRedirect) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestRedirect.ProtoReflect.Descriptor instead.
 func (*RequestRedirect) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{26}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RequestRedirect) GetScheme() string {
@@ -2768,7 +2848,7 @@ type URLRewrite struct {
 
 func (x *URLRewrite) Reset() {
 	*x = URLRewrite{}
-	mi := &file_teapotv1_model_proto_msgTypes[27]
+	mi := &file_teapotv1_model_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2780,7 +2860,7 @@ func (x *URLRewrite) String() string {
 func (*URLRewrite) ProtoMessage() {}
 
 func (x *URLRewrite) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[27]
+	mi := &file_teapotv1_model_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2793,7 +2873,7 @@ func (x *URLRewrite) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use URLRewrite.ProtoReflect.Descriptor instead.
 func (*URLRewrite) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{27}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *URLRewrite) GetHostname() string {
@@ -2824,7 +2904,7 @@ type PathModifier struct {
 
 func (x *PathModifier) Reset() {
 	*x = PathModifier{}
-	mi := &file_teapotv1_model_proto_msgTypes[28]
+	mi := &file_teapotv1_model_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2836,7 +2916,7 @@ func (x *PathModifier) String() string {
 func (*PathModifier) ProtoMessage() {}
 
 func (x *PathModifier) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[28]
+	mi := &file_teapotv1_model_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2849,7 +2929,7 @@ func (x *PathModifier) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathModifier.ProtoReflect.Descriptor instead.
 func (*PathModifier) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{28}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *PathModifier) GetReplaceFullPath() string {
@@ -2881,7 +2961,7 @@ type RequestMirror struct {
 
 func (x *RequestMirror) Reset() {
 	*x = RequestMirror{}
-	mi := &file_teapotv1_model_proto_msgTypes[29]
+	mi := &file_teapotv1_model_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2893,7 +2973,7 @@ func (x *RequestMirror) String() string {
 func (*RequestMirror) ProtoMessage() {}
 
 func (x *RequestMirror) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[29]
+	mi := &file_teapotv1_model_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2906,7 +2986,7 @@ func (x *RequestMirror) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestMirror.ProtoReflect.Descriptor instead.
 func (*RequestMirror) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{29}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RequestMirror) GetPool() string {
@@ -2941,7 +3021,7 @@ type Fraction struct {
 
 func (x *Fraction) Reset() {
 	*x = Fraction{}
-	mi := &file_teapotv1_model_proto_msgTypes[30]
+	mi := &file_teapotv1_model_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2953,7 +3033,7 @@ func (x *Fraction) String() string {
 func (*Fraction) ProtoMessage() {}
 
 func (x *Fraction) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[30]
+	mi := &file_teapotv1_model_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2966,7 +3046,7 @@ func (x *Fraction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Fraction.ProtoReflect.Descriptor instead.
 func (*Fraction) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{30}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Fraction) GetNumerator() uint32 {
@@ -2998,7 +3078,7 @@ type RouteTimeouts struct {
 
 func (x *RouteTimeouts) Reset() {
 	*x = RouteTimeouts{}
-	mi := &file_teapotv1_model_proto_msgTypes[31]
+	mi := &file_teapotv1_model_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3010,7 +3090,7 @@ func (x *RouteTimeouts) String() string {
 func (*RouteTimeouts) ProtoMessage() {}
 
 func (x *RouteTimeouts) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[31]
+	mi := &file_teapotv1_model_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3023,7 +3103,7 @@ func (x *RouteTimeouts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteTimeouts.ProtoReflect.Descriptor instead.
 func (*RouteTimeouts) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{31}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RouteTimeouts) GetRequest() *durationpb.Duration {
@@ -3075,7 +3155,7 @@ type BackendPool struct {
 
 func (x *BackendPool) Reset() {
 	*x = BackendPool{}
-	mi := &file_teapotv1_model_proto_msgTypes[32]
+	mi := &file_teapotv1_model_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3087,7 +3167,7 @@ func (x *BackendPool) String() string {
 func (*BackendPool) ProtoMessage() {}
 
 func (x *BackendPool) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[32]
+	mi := &file_teapotv1_model_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3100,7 +3180,7 @@ func (x *BackendPool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackendPool.ProtoReflect.Descriptor instead.
 func (*BackendPool) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{32}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *BackendPool) GetAlgorithm() string {
@@ -3197,7 +3277,7 @@ type BackendTLS struct {
 
 func (x *BackendTLS) Reset() {
 	*x = BackendTLS{}
-	mi := &file_teapotv1_model_proto_msgTypes[33]
+	mi := &file_teapotv1_model_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3209,7 +3289,7 @@ func (x *BackendTLS) String() string {
 func (*BackendTLS) ProtoMessage() {}
 
 func (x *BackendTLS) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[33]
+	mi := &file_teapotv1_model_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3222,7 +3302,7 @@ func (x *BackendTLS) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackendTLS.ProtoReflect.Descriptor instead.
 func (*BackendTLS) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{33}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *BackendTLS) GetCaPem() string {
@@ -3274,7 +3354,7 @@ type SubjectAltName struct {
 
 func (x *SubjectAltName) Reset() {
 	*x = SubjectAltName{}
-	mi := &file_teapotv1_model_proto_msgTypes[34]
+	mi := &file_teapotv1_model_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3286,7 +3366,7 @@ func (x *SubjectAltName) String() string {
 func (*SubjectAltName) ProtoMessage() {}
 
 func (x *SubjectAltName) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[34]
+	mi := &file_teapotv1_model_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3299,7 +3379,7 @@ func (x *SubjectAltName) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubjectAltName.ProtoReflect.Descriptor instead.
 func (*SubjectAltName) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{34}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SubjectAltName) GetHostname() string {
@@ -3328,7 +3408,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_teapotv1_model_proto_msgTypes[35]
+	mi := &file_teapotv1_model_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3340,7 +3420,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[35]
+	mi := &file_teapotv1_model_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3353,7 +3433,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{35}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Member) GetAddress() string {
@@ -3393,7 +3473,7 @@ type HealthCheck struct {
 
 func (x *HealthCheck) Reset() {
 	*x = HealthCheck{}
-	mi := &file_teapotv1_model_proto_msgTypes[36]
+	mi := &file_teapotv1_model_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3405,7 +3485,7 @@ func (x *HealthCheck) String() string {
 func (*HealthCheck) ProtoMessage() {}
 
 func (x *HealthCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[36]
+	mi := &file_teapotv1_model_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3418,7 +3498,7 @@ func (x *HealthCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthCheck.ProtoReflect.Descriptor instead.
 func (*HealthCheck) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{36}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *HealthCheck) GetTcp() *TCPCheck {
@@ -3492,7 +3572,7 @@ type TCPCheck struct {
 
 func (x *TCPCheck) Reset() {
 	*x = TCPCheck{}
-	mi := &file_teapotv1_model_proto_msgTypes[37]
+	mi := &file_teapotv1_model_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3504,7 +3584,7 @@ func (x *TCPCheck) String() string {
 func (*TCPCheck) ProtoMessage() {}
 
 func (x *TCPCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[37]
+	mi := &file_teapotv1_model_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3517,7 +3597,7 @@ func (x *TCPCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TCPCheck.ProtoReflect.Descriptor instead.
 func (*TCPCheck) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{37}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{38}
 }
 
 type HTTPCheck struct {
@@ -3532,7 +3612,7 @@ type HTTPCheck struct {
 
 func (x *HTTPCheck) Reset() {
 	*x = HTTPCheck{}
-	mi := &file_teapotv1_model_proto_msgTypes[38]
+	mi := &file_teapotv1_model_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3544,7 +3624,7 @@ func (x *HTTPCheck) String() string {
 func (*HTTPCheck) ProtoMessage() {}
 
 func (x *HTTPCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[38]
+	mi := &file_teapotv1_model_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3557,7 +3637,7 @@ func (x *HTTPCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HTTPCheck.ProtoReflect.Descriptor instead.
 func (*HTTPCheck) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{38}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *HTTPCheck) GetPath() string {
@@ -3610,7 +3690,7 @@ type HTTPSCheck struct {
 
 func (x *HTTPSCheck) Reset() {
 	*x = HTTPSCheck{}
-	mi := &file_teapotv1_model_proto_msgTypes[39]
+	mi := &file_teapotv1_model_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3622,7 +3702,7 @@ func (x *HTTPSCheck) String() string {
 func (*HTTPSCheck) ProtoMessage() {}
 
 func (x *HTTPSCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[39]
+	mi := &file_teapotv1_model_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3635,7 +3715,7 @@ func (x *HTTPSCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HTTPSCheck.ProtoReflect.Descriptor instead.
 func (*HTTPSCheck) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{39}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *HTTPSCheck) GetPath() string {
@@ -3712,7 +3792,7 @@ type LoadBalancerStatus struct {
 
 func (x *LoadBalancerStatus) Reset() {
 	*x = LoadBalancerStatus{}
-	mi := &file_teapotv1_model_proto_msgTypes[40]
+	mi := &file_teapotv1_model_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3724,7 +3804,7 @@ func (x *LoadBalancerStatus) String() string {
 func (*LoadBalancerStatus) ProtoMessage() {}
 
 func (x *LoadBalancerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[40]
+	mi := &file_teapotv1_model_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3737,7 +3817,7 @@ func (x *LoadBalancerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadBalancerStatus.ProtoReflect.Descriptor instead.
 func (*LoadBalancerStatus) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{40}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *LoadBalancerStatus) GetAddress() string {
@@ -3785,7 +3865,7 @@ type ObservedStatus struct {
 
 func (x *ObservedStatus) Reset() {
 	*x = ObservedStatus{}
-	mi := &file_teapotv1_model_proto_msgTypes[41]
+	mi := &file_teapotv1_model_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3797,7 +3877,7 @@ func (x *ObservedStatus) String() string {
 func (*ObservedStatus) ProtoMessage() {}
 
 func (x *ObservedStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[41]
+	mi := &file_teapotv1_model_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3810,7 +3890,7 @@ func (x *ObservedStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObservedStatus.ProtoReflect.Descriptor instead.
 func (*ObservedStatus) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{41}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ObservedStatus) GetPhase() string {
@@ -3851,7 +3931,7 @@ type Problem struct {
 
 func (x *Problem) Reset() {
 	*x = Problem{}
-	mi := &file_teapotv1_model_proto_msgTypes[42]
+	mi := &file_teapotv1_model_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3863,7 +3943,7 @@ func (x *Problem) String() string {
 func (*Problem) ProtoMessage() {}
 
 func (x *Problem) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[42]
+	mi := &file_teapotv1_model_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3876,7 +3956,7 @@ func (x *Problem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Problem.ProtoReflect.Descriptor instead.
 func (*Problem) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{42}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *Problem) GetField() string {
@@ -3927,7 +4007,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_teapotv1_model_proto_msgTypes[43]
+	mi := &file_teapotv1_model_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3939,7 +4019,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[43]
+	mi := &file_teapotv1_model_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3952,7 +4032,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{43}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *Node) GetId() string {
@@ -4052,7 +4132,7 @@ type NodeService struct {
 
 func (x *NodeService) Reset() {
 	*x = NodeService{}
-	mi := &file_teapotv1_model_proto_msgTypes[44]
+	mi := &file_teapotv1_model_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4064,7 +4144,7 @@ func (x *NodeService) String() string {
 func (*NodeService) ProtoMessage() {}
 
 func (x *NodeService) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[44]
+	mi := &file_teapotv1_model_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4077,7 +4157,7 @@ func (x *NodeService) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeService.ProtoReflect.Descriptor instead.
 func (*NodeService) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{44}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *NodeService) GetName() string {
@@ -4113,7 +4193,7 @@ type Certificate struct {
 
 func (x *Certificate) Reset() {
 	*x = Certificate{}
-	mi := &file_teapotv1_model_proto_msgTypes[45]
+	mi := &file_teapotv1_model_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4125,7 +4205,7 @@ func (x *Certificate) String() string {
 func (*Certificate) ProtoMessage() {}
 
 func (x *Certificate) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[45]
+	mi := &file_teapotv1_model_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4138,7 +4218,7 @@ func (x *Certificate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Certificate.ProtoReflect.Descriptor instead.
 func (*Certificate) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{45}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *Certificate) GetName() string {
@@ -4217,7 +4297,7 @@ type JoinToken struct {
 
 func (x *JoinToken) Reset() {
 	*x = JoinToken{}
-	mi := &file_teapotv1_model_proto_msgTypes[46]
+	mi := &file_teapotv1_model_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4229,7 +4309,7 @@ func (x *JoinToken) String() string {
 func (*JoinToken) ProtoMessage() {}
 
 func (x *JoinToken) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[46]
+	mi := &file_teapotv1_model_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4242,7 +4322,7 @@ func (x *JoinToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinToken.ProtoReflect.Descriptor instead.
 func (*JoinToken) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{46}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *JoinToken) GetId() string {
@@ -4291,7 +4371,7 @@ type StorageItem struct {
 
 func (x *StorageItem) Reset() {
 	*x = StorageItem{}
-	mi := &file_teapotv1_model_proto_msgTypes[47]
+	mi := &file_teapotv1_model_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4303,7 +4383,7 @@ func (x *StorageItem) String() string {
 func (*StorageItem) ProtoMessage() {}
 
 func (x *StorageItem) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[47]
+	mi := &file_teapotv1_model_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4316,7 +4396,7 @@ func (x *StorageItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageItem.ProtoReflect.Descriptor instead.
 func (*StorageItem) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{47}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *StorageItem) GetKey() string {
@@ -4363,7 +4443,7 @@ type StorageLock struct {
 
 func (x *StorageLock) Reset() {
 	*x = StorageLock{}
-	mi := &file_teapotv1_model_proto_msgTypes[48]
+	mi := &file_teapotv1_model_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4375,7 +4455,7 @@ func (x *StorageLock) String() string {
 func (*StorageLock) ProtoMessage() {}
 
 func (x *StorageLock) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[48]
+	mi := &file_teapotv1_model_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4388,7 +4468,7 @@ func (x *StorageLock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageLock.ProtoReflect.Descriptor instead.
 func (*StorageLock) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{48}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *StorageLock) GetName() string {
@@ -4446,7 +4526,7 @@ type Object struct {
 
 func (x *Object) Reset() {
 	*x = Object{}
-	mi := &file_teapotv1_model_proto_msgTypes[49]
+	mi := &file_teapotv1_model_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4458,7 +4538,7 @@ func (x *Object) String() string {
 func (*Object) ProtoMessage() {}
 
 func (x *Object) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[49]
+	mi := &file_teapotv1_model_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4471,7 +4551,7 @@ func (x *Object) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Object.ProtoReflect.Descriptor instead.
 func (*Object) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{49}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *Object) GetKind() isObject_Kind {
@@ -4619,7 +4699,7 @@ type ObjectRef struct {
 
 func (x *ObjectRef) Reset() {
 	*x = ObjectRef{}
-	mi := &file_teapotv1_model_proto_msgTypes[50]
+	mi := &file_teapotv1_model_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4631,7 +4711,7 @@ func (x *ObjectRef) String() string {
 func (*ObjectRef) ProtoMessage() {}
 
 func (x *ObjectRef) ProtoReflect() protoreflect.Message {
-	mi := &file_teapotv1_model_proto_msgTypes[50]
+	mi := &file_teapotv1_model_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4644,7 +4724,7 @@ func (x *ObjectRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectRef.ProtoReflect.Descriptor instead.
 func (*ObjectRef) Descriptor() ([]byte, []int) {
-	return file_teapotv1_model_proto_rawDescGZIP(), []int{50}
+	return file_teapotv1_model_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ObjectRef) GetKind() string {
@@ -4707,7 +4787,7 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\x03vni\x18\x01 \x01(\rR\x03vni\x12\x18\n" +
 	"\aremotes\x18\x02 \x03(\tR\aremotes\x12\x12\n" +
 	"\x04port\x18\x03 \x01(\rR\x04port\x12\x1a\n" +
-	"\bunderlay\x18\x04 \x01(\tR\bunderlay\"\xf1\x02\n" +
+	"\bunderlay\x18\x04 \x01(\tR\bunderlay\"\x9d\x03\n" +
 	"\tTenantBGP\x12\x10\n" +
 	"\x03asn\x18\x01 \x01(\rR\x03asn\x12\x14\n" +
 	"\x05peers\x18\x02 \x03(\tR\x05peers\x12\x1a\n" +
@@ -4720,7 +4800,14 @@ const file_teapotv1_model_proto_rawDesc = "" +
 	"\n" +
 	"reannounce\x18\xe9\x02 \x01(\bR\n" +
 	"reannounce\x12\x1d\n" +
-	"\tcommunity\x18\xea\x02 \x01(\tR\tcommunity\"\xbb\x06\n" +
+	"\tcommunity\x18\xea\x02 \x01(\tR\tcommunity\x12*\n" +
+	"\x03bfd\x18\xae\x03 \x01(\v2\x17.teapot.v1.TenantBGPBFDR\x03bfd\"\x92\x01\n" +
+	"\fTenantBGPBFD\x120\n" +
+	"\x06min_tx\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x05minTx\x120\n" +
+	"\x06min_rx\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x05minRx\x12\x1e\n" +
+	"\n" +
+	"multiplier\x18\x03 \x01(\rR\n" +
+	"multiplier\"\xbb\x06\n" +
 	"\x06Quotas\x12%\n" +
 	"\x0eload_balancers\x18\x01 \x01(\rR\rloadBalancers\x12\x1c\n" +
 	"\taddresses\x18\x02 \x01(\rR\taddresses\x12\"\n" +
@@ -5063,148 +5150,152 @@ func file_teapotv1_model_proto_rawDescGZIP() []byte {
 	return file_teapotv1_model_proto_rawDescData
 }
 
-var file_teapotv1_model_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
+var file_teapotv1_model_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
 var file_teapotv1_model_proto_goTypes = []any{
 	(*Meta)(nil),                  // 0: teapot.v1.Meta
 	(*Tenant)(nil),                // 1: teapot.v1.Tenant
 	(*TenantAttachment)(nil),      // 2: teapot.v1.TenantAttachment
 	(*AttachmentVXLAN)(nil),       // 3: teapot.v1.AttachmentVXLAN
 	(*TenantBGP)(nil),             // 4: teapot.v1.TenantBGP
-	(*Quotas)(nil),                // 5: teapot.v1.Quotas
-	(*VIPPool)(nil),               // 6: teapot.v1.VIPPool
-	(*LoadBalancer)(nil),          // 7: teapot.v1.LoadBalancer
-	(*AccessLog)(nil),             // 8: teapot.v1.AccessLog
-	(*VIPRequest)(nil),            // 9: teapot.v1.VIPRequest
-	(*Listener)(nil),              // 10: teapot.v1.Listener
-	(*RateLimit)(nil),             // 11: teapot.v1.RateLimit
-	(*SNIRoute)(nil),              // 12: teapot.v1.SNIRoute
-	(*TLSPolicy)(nil),             // 13: teapot.v1.TLSPolicy
-	(*ClientValidation)(nil),      // 14: teapot.v1.ClientValidation
-	(*Route)(nil),                 // 15: teapot.v1.Route
-	(*RouteRetry)(nil),            // 16: teapot.v1.RouteRetry
-	(*WAF)(nil),                   // 17: teapot.v1.WAF
-	(*RouteMatch)(nil),            // 18: teapot.v1.RouteMatch
-	(*ValueMatch)(nil),            // 19: teapot.v1.ValueMatch
-	(*GRPCMethodMatch)(nil),       // 20: teapot.v1.GRPCMethodMatch
-	(*RouteBackend)(nil),          // 21: teapot.v1.RouteBackend
-	(*RouteFilter)(nil),           // 22: teapot.v1.RouteFilter
-	(*CORS)(nil),                  // 23: teapot.v1.CORS
-	(*HeaderModifier)(nil),        // 24: teapot.v1.HeaderModifier
-	(*HeaderValue)(nil),           // 25: teapot.v1.HeaderValue
-	(*RequestRedirect)(nil),       // 26: teapot.v1.RequestRedirect
-	(*URLRewrite)(nil),            // 27: teapot.v1.URLRewrite
-	(*PathModifier)(nil),          // 28: teapot.v1.PathModifier
-	(*RequestMirror)(nil),         // 29: teapot.v1.RequestMirror
-	(*Fraction)(nil),              // 30: teapot.v1.Fraction
-	(*RouteTimeouts)(nil),         // 31: teapot.v1.RouteTimeouts
-	(*BackendPool)(nil),           // 32: teapot.v1.BackendPool
-	(*BackendTLS)(nil),            // 33: teapot.v1.BackendTLS
-	(*SubjectAltName)(nil),        // 34: teapot.v1.SubjectAltName
-	(*Member)(nil),                // 35: teapot.v1.Member
-	(*HealthCheck)(nil),           // 36: teapot.v1.HealthCheck
-	(*TCPCheck)(nil),              // 37: teapot.v1.TCPCheck
-	(*HTTPCheck)(nil),             // 38: teapot.v1.HTTPCheck
-	(*HTTPSCheck)(nil),            // 39: teapot.v1.HTTPSCheck
-	(*LoadBalancerStatus)(nil),    // 40: teapot.v1.LoadBalancerStatus
-	(*ObservedStatus)(nil),        // 41: teapot.v1.ObservedStatus
-	(*Problem)(nil),               // 42: teapot.v1.Problem
-	(*Node)(nil),                  // 43: teapot.v1.Node
-	(*NodeService)(nil),           // 44: teapot.v1.NodeService
-	(*Certificate)(nil),           // 45: teapot.v1.Certificate
-	(*JoinToken)(nil),             // 46: teapot.v1.JoinToken
-	(*StorageItem)(nil),           // 47: teapot.v1.StorageItem
-	(*StorageLock)(nil),           // 48: teapot.v1.StorageLock
-	(*Object)(nil),                // 49: teapot.v1.Object
-	(*ObjectRef)(nil),             // 50: teapot.v1.ObjectRef
-	nil,                           // 51: teapot.v1.TenantAttachment.HostsEntry
-	nil,                           // 52: teapot.v1.LoadBalancer.PoolsEntry
-	(*timestamppb.Timestamp)(nil), // 53: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 54: google.protobuf.Duration
+	(*TenantBGPBFD)(nil),          // 5: teapot.v1.TenantBGPBFD
+	(*Quotas)(nil),                // 6: teapot.v1.Quotas
+	(*VIPPool)(nil),               // 7: teapot.v1.VIPPool
+	(*LoadBalancer)(nil),          // 8: teapot.v1.LoadBalancer
+	(*AccessLog)(nil),             // 9: teapot.v1.AccessLog
+	(*VIPRequest)(nil),            // 10: teapot.v1.VIPRequest
+	(*Listener)(nil),              // 11: teapot.v1.Listener
+	(*RateLimit)(nil),             // 12: teapot.v1.RateLimit
+	(*SNIRoute)(nil),              // 13: teapot.v1.SNIRoute
+	(*TLSPolicy)(nil),             // 14: teapot.v1.TLSPolicy
+	(*ClientValidation)(nil),      // 15: teapot.v1.ClientValidation
+	(*Route)(nil),                 // 16: teapot.v1.Route
+	(*RouteRetry)(nil),            // 17: teapot.v1.RouteRetry
+	(*WAF)(nil),                   // 18: teapot.v1.WAF
+	(*RouteMatch)(nil),            // 19: teapot.v1.RouteMatch
+	(*ValueMatch)(nil),            // 20: teapot.v1.ValueMatch
+	(*GRPCMethodMatch)(nil),       // 21: teapot.v1.GRPCMethodMatch
+	(*RouteBackend)(nil),          // 22: teapot.v1.RouteBackend
+	(*RouteFilter)(nil),           // 23: teapot.v1.RouteFilter
+	(*CORS)(nil),                  // 24: teapot.v1.CORS
+	(*HeaderModifier)(nil),        // 25: teapot.v1.HeaderModifier
+	(*HeaderValue)(nil),           // 26: teapot.v1.HeaderValue
+	(*RequestRedirect)(nil),       // 27: teapot.v1.RequestRedirect
+	(*URLRewrite)(nil),            // 28: teapot.v1.URLRewrite
+	(*PathModifier)(nil),          // 29: teapot.v1.PathModifier
+	(*RequestMirror)(nil),         // 30: teapot.v1.RequestMirror
+	(*Fraction)(nil),              // 31: teapot.v1.Fraction
+	(*RouteTimeouts)(nil),         // 32: teapot.v1.RouteTimeouts
+	(*BackendPool)(nil),           // 33: teapot.v1.BackendPool
+	(*BackendTLS)(nil),            // 34: teapot.v1.BackendTLS
+	(*SubjectAltName)(nil),        // 35: teapot.v1.SubjectAltName
+	(*Member)(nil),                // 36: teapot.v1.Member
+	(*HealthCheck)(nil),           // 37: teapot.v1.HealthCheck
+	(*TCPCheck)(nil),              // 38: teapot.v1.TCPCheck
+	(*HTTPCheck)(nil),             // 39: teapot.v1.HTTPCheck
+	(*HTTPSCheck)(nil),            // 40: teapot.v1.HTTPSCheck
+	(*LoadBalancerStatus)(nil),    // 41: teapot.v1.LoadBalancerStatus
+	(*ObservedStatus)(nil),        // 42: teapot.v1.ObservedStatus
+	(*Problem)(nil),               // 43: teapot.v1.Problem
+	(*Node)(nil),                  // 44: teapot.v1.Node
+	(*NodeService)(nil),           // 45: teapot.v1.NodeService
+	(*Certificate)(nil),           // 46: teapot.v1.Certificate
+	(*JoinToken)(nil),             // 47: teapot.v1.JoinToken
+	(*StorageItem)(nil),           // 48: teapot.v1.StorageItem
+	(*StorageLock)(nil),           // 49: teapot.v1.StorageLock
+	(*Object)(nil),                // 50: teapot.v1.Object
+	(*ObjectRef)(nil),             // 51: teapot.v1.ObjectRef
+	nil,                           // 52: teapot.v1.TenantAttachment.HostsEntry
+	nil,                           // 53: teapot.v1.LoadBalancer.PoolsEntry
+	(*timestamppb.Timestamp)(nil), // 54: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 55: google.protobuf.Duration
 }
 var file_teapotv1_model_proto_depIdxs = []int32{
-	53, // 0: teapot.v1.Meta.created:type_name -> google.protobuf.Timestamp
-	53, // 1: teapot.v1.Meta.updated:type_name -> google.protobuf.Timestamp
-	5,  // 2: teapot.v1.Tenant.quotas:type_name -> teapot.v1.Quotas
+	54, // 0: teapot.v1.Meta.created:type_name -> google.protobuf.Timestamp
+	54, // 1: teapot.v1.Meta.updated:type_name -> google.protobuf.Timestamp
+	6,  // 2: teapot.v1.Tenant.quotas:type_name -> teapot.v1.Quotas
 	0,  // 3: teapot.v1.Tenant.meta:type_name -> teapot.v1.Meta
 	4,  // 4: teapot.v1.Tenant.bgp:type_name -> teapot.v1.TenantBGP
 	2,  // 5: teapot.v1.Tenant.attachment:type_name -> teapot.v1.TenantAttachment
 	3,  // 6: teapot.v1.TenantAttachment.vxlan:type_name -> teapot.v1.AttachmentVXLAN
-	51, // 7: teapot.v1.TenantAttachment.hosts:type_name -> teapot.v1.TenantAttachment.HostsEntry
-	0,  // 8: teapot.v1.VIPPool.meta:type_name -> teapot.v1.Meta
-	9,  // 9: teapot.v1.LoadBalancer.vip:type_name -> teapot.v1.VIPRequest
-	10, // 10: teapot.v1.LoadBalancer.listeners:type_name -> teapot.v1.Listener
-	15, // 11: teapot.v1.LoadBalancer.routes:type_name -> teapot.v1.Route
-	52, // 12: teapot.v1.LoadBalancer.pools:type_name -> teapot.v1.LoadBalancer.PoolsEntry
-	8,  // 13: teapot.v1.LoadBalancer.access_log:type_name -> teapot.v1.AccessLog
-	0,  // 14: teapot.v1.LoadBalancer.meta:type_name -> teapot.v1.Meta
-	40, // 15: teapot.v1.LoadBalancer.status:type_name -> teapot.v1.LoadBalancerStatus
-	13, // 16: teapot.v1.Listener.tls:type_name -> teapot.v1.TLSPolicy
-	54, // 17: teapot.v1.Listener.idle_timeout:type_name -> google.protobuf.Duration
-	12, // 18: teapot.v1.Listener.sni_routes:type_name -> teapot.v1.SNIRoute
-	11, // 19: teapot.v1.Listener.rate_limit:type_name -> teapot.v1.RateLimit
-	14, // 20: teapot.v1.TLSPolicy.client_validation:type_name -> teapot.v1.ClientValidation
-	18, // 21: teapot.v1.Route.matches:type_name -> teapot.v1.RouteMatch
-	21, // 22: teapot.v1.Route.backends:type_name -> teapot.v1.RouteBackend
-	22, // 23: teapot.v1.Route.filters:type_name -> teapot.v1.RouteFilter
-	31, // 24: teapot.v1.Route.timeouts:type_name -> teapot.v1.RouteTimeouts
-	11, // 25: teapot.v1.Route.rate_limit:type_name -> teapot.v1.RateLimit
-	17, // 26: teapot.v1.Route.waf:type_name -> teapot.v1.WAF
-	16, // 27: teapot.v1.Route.retry:type_name -> teapot.v1.RouteRetry
-	54, // 28: teapot.v1.RouteRetry.backoff:type_name -> google.protobuf.Duration
-	19, // 29: teapot.v1.RouteMatch.headers:type_name -> teapot.v1.ValueMatch
-	19, // 30: teapot.v1.RouteMatch.query_params:type_name -> teapot.v1.ValueMatch
-	20, // 31: teapot.v1.RouteMatch.grpc:type_name -> teapot.v1.GRPCMethodMatch
-	24, // 32: teapot.v1.RouteBackend.request_header_modifier:type_name -> teapot.v1.HeaderModifier
-	24, // 33: teapot.v1.RouteFilter.request_header_modifier:type_name -> teapot.v1.HeaderModifier
-	24, // 34: teapot.v1.RouteFilter.response_header_modifier:type_name -> teapot.v1.HeaderModifier
-	26, // 35: teapot.v1.RouteFilter.request_redirect:type_name -> teapot.v1.RequestRedirect
-	27, // 36: teapot.v1.RouteFilter.url_rewrite:type_name -> teapot.v1.URLRewrite
-	29, // 37: teapot.v1.RouteFilter.request_mirror:type_name -> teapot.v1.RequestMirror
-	23, // 38: teapot.v1.RouteFilter.cors:type_name -> teapot.v1.CORS
-	25, // 39: teapot.v1.HeaderModifier.set:type_name -> teapot.v1.HeaderValue
-	25, // 40: teapot.v1.HeaderModifier.add:type_name -> teapot.v1.HeaderValue
-	28, // 41: teapot.v1.RequestRedirect.path:type_name -> teapot.v1.PathModifier
-	28, // 42: teapot.v1.URLRewrite.path:type_name -> teapot.v1.PathModifier
-	30, // 43: teapot.v1.RequestMirror.fraction:type_name -> teapot.v1.Fraction
-	54, // 44: teapot.v1.RouteTimeouts.request:type_name -> google.protobuf.Duration
-	54, // 45: teapot.v1.RouteTimeouts.backend_request:type_name -> google.protobuf.Duration
-	35, // 46: teapot.v1.BackendPool.members:type_name -> teapot.v1.Member
-	36, // 47: teapot.v1.BackendPool.health_check:type_name -> teapot.v1.HealthCheck
-	54, // 48: teapot.v1.BackendPool.connect_timeout:type_name -> google.protobuf.Duration
-	33, // 49: teapot.v1.BackendPool.tls:type_name -> teapot.v1.BackendTLS
-	34, // 50: teapot.v1.BackendTLS.subject_alt_names:type_name -> teapot.v1.SubjectAltName
-	37, // 51: teapot.v1.HealthCheck.tcp:type_name -> teapot.v1.TCPCheck
-	38, // 52: teapot.v1.HealthCheck.http:type_name -> teapot.v1.HTTPCheck
-	54, // 53: teapot.v1.HealthCheck.interval:type_name -> google.protobuf.Duration
-	54, // 54: teapot.v1.HealthCheck.timeout:type_name -> google.protobuf.Duration
-	39, // 55: teapot.v1.HealthCheck.https:type_name -> teapot.v1.HTTPSCheck
-	42, // 56: teapot.v1.LoadBalancerStatus.problems:type_name -> teapot.v1.Problem
-	41, // 57: teapot.v1.LoadBalancerStatus.observed:type_name -> teapot.v1.ObservedStatus
-	44, // 58: teapot.v1.Node.services:type_name -> teapot.v1.NodeService
-	0,  // 59: teapot.v1.Node.meta:type_name -> teapot.v1.Meta
-	53, // 60: teapot.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
-	0,  // 61: teapot.v1.Certificate.meta:type_name -> teapot.v1.Meta
-	53, // 62: teapot.v1.JoinToken.expires:type_name -> google.protobuf.Timestamp
-	0,  // 63: teapot.v1.JoinToken.meta:type_name -> teapot.v1.Meta
-	53, // 64: teapot.v1.StorageItem.modified:type_name -> google.protobuf.Timestamp
-	0,  // 65: teapot.v1.StorageItem.meta:type_name -> teapot.v1.Meta
-	53, // 66: teapot.v1.StorageLock.expires:type_name -> google.protobuf.Timestamp
-	54, // 67: teapot.v1.StorageLock.ttl:type_name -> google.protobuf.Duration
-	0,  // 68: teapot.v1.StorageLock.meta:type_name -> teapot.v1.Meta
-	1,  // 69: teapot.v1.Object.tenant:type_name -> teapot.v1.Tenant
-	6,  // 70: teapot.v1.Object.vip_pool:type_name -> teapot.v1.VIPPool
-	7,  // 71: teapot.v1.Object.load_balancer:type_name -> teapot.v1.LoadBalancer
-	43, // 72: teapot.v1.Object.node:type_name -> teapot.v1.Node
-	45, // 73: teapot.v1.Object.certificate:type_name -> teapot.v1.Certificate
-	46, // 74: teapot.v1.Object.join_token:type_name -> teapot.v1.JoinToken
-	47, // 75: teapot.v1.Object.storage_item:type_name -> teapot.v1.StorageItem
-	48, // 76: teapot.v1.Object.storage_lock:type_name -> teapot.v1.StorageLock
-	32, // 77: teapot.v1.LoadBalancer.PoolsEntry.value:type_name -> teapot.v1.BackendPool
-	78, // [78:78] is the sub-list for method output_type
-	78, // [78:78] is the sub-list for method input_type
-	78, // [78:78] is the sub-list for extension type_name
-	78, // [78:78] is the sub-list for extension extendee
-	0,  // [0:78] is the sub-list for field type_name
+	52, // 7: teapot.v1.TenantAttachment.hosts:type_name -> teapot.v1.TenantAttachment.HostsEntry
+	5,  // 8: teapot.v1.TenantBGP.bfd:type_name -> teapot.v1.TenantBGPBFD
+	55, // 9: teapot.v1.TenantBGPBFD.min_tx:type_name -> google.protobuf.Duration
+	55, // 10: teapot.v1.TenantBGPBFD.min_rx:type_name -> google.protobuf.Duration
+	0,  // 11: teapot.v1.VIPPool.meta:type_name -> teapot.v1.Meta
+	10, // 12: teapot.v1.LoadBalancer.vip:type_name -> teapot.v1.VIPRequest
+	11, // 13: teapot.v1.LoadBalancer.listeners:type_name -> teapot.v1.Listener
+	16, // 14: teapot.v1.LoadBalancer.routes:type_name -> teapot.v1.Route
+	53, // 15: teapot.v1.LoadBalancer.pools:type_name -> teapot.v1.LoadBalancer.PoolsEntry
+	9,  // 16: teapot.v1.LoadBalancer.access_log:type_name -> teapot.v1.AccessLog
+	0,  // 17: teapot.v1.LoadBalancer.meta:type_name -> teapot.v1.Meta
+	41, // 18: teapot.v1.LoadBalancer.status:type_name -> teapot.v1.LoadBalancerStatus
+	14, // 19: teapot.v1.Listener.tls:type_name -> teapot.v1.TLSPolicy
+	55, // 20: teapot.v1.Listener.idle_timeout:type_name -> google.protobuf.Duration
+	13, // 21: teapot.v1.Listener.sni_routes:type_name -> teapot.v1.SNIRoute
+	12, // 22: teapot.v1.Listener.rate_limit:type_name -> teapot.v1.RateLimit
+	15, // 23: teapot.v1.TLSPolicy.client_validation:type_name -> teapot.v1.ClientValidation
+	19, // 24: teapot.v1.Route.matches:type_name -> teapot.v1.RouteMatch
+	22, // 25: teapot.v1.Route.backends:type_name -> teapot.v1.RouteBackend
+	23, // 26: teapot.v1.Route.filters:type_name -> teapot.v1.RouteFilter
+	32, // 27: teapot.v1.Route.timeouts:type_name -> teapot.v1.RouteTimeouts
+	12, // 28: teapot.v1.Route.rate_limit:type_name -> teapot.v1.RateLimit
+	18, // 29: teapot.v1.Route.waf:type_name -> teapot.v1.WAF
+	17, // 30: teapot.v1.Route.retry:type_name -> teapot.v1.RouteRetry
+	55, // 31: teapot.v1.RouteRetry.backoff:type_name -> google.protobuf.Duration
+	20, // 32: teapot.v1.RouteMatch.headers:type_name -> teapot.v1.ValueMatch
+	20, // 33: teapot.v1.RouteMatch.query_params:type_name -> teapot.v1.ValueMatch
+	21, // 34: teapot.v1.RouteMatch.grpc:type_name -> teapot.v1.GRPCMethodMatch
+	25, // 35: teapot.v1.RouteBackend.request_header_modifier:type_name -> teapot.v1.HeaderModifier
+	25, // 36: teapot.v1.RouteFilter.request_header_modifier:type_name -> teapot.v1.HeaderModifier
+	25, // 37: teapot.v1.RouteFilter.response_header_modifier:type_name -> teapot.v1.HeaderModifier
+	27, // 38: teapot.v1.RouteFilter.request_redirect:type_name -> teapot.v1.RequestRedirect
+	28, // 39: teapot.v1.RouteFilter.url_rewrite:type_name -> teapot.v1.URLRewrite
+	30, // 40: teapot.v1.RouteFilter.request_mirror:type_name -> teapot.v1.RequestMirror
+	24, // 41: teapot.v1.RouteFilter.cors:type_name -> teapot.v1.CORS
+	26, // 42: teapot.v1.HeaderModifier.set:type_name -> teapot.v1.HeaderValue
+	26, // 43: teapot.v1.HeaderModifier.add:type_name -> teapot.v1.HeaderValue
+	29, // 44: teapot.v1.RequestRedirect.path:type_name -> teapot.v1.PathModifier
+	29, // 45: teapot.v1.URLRewrite.path:type_name -> teapot.v1.PathModifier
+	31, // 46: teapot.v1.RequestMirror.fraction:type_name -> teapot.v1.Fraction
+	55, // 47: teapot.v1.RouteTimeouts.request:type_name -> google.protobuf.Duration
+	55, // 48: teapot.v1.RouteTimeouts.backend_request:type_name -> google.protobuf.Duration
+	36, // 49: teapot.v1.BackendPool.members:type_name -> teapot.v1.Member
+	37, // 50: teapot.v1.BackendPool.health_check:type_name -> teapot.v1.HealthCheck
+	55, // 51: teapot.v1.BackendPool.connect_timeout:type_name -> google.protobuf.Duration
+	34, // 52: teapot.v1.BackendPool.tls:type_name -> teapot.v1.BackendTLS
+	35, // 53: teapot.v1.BackendTLS.subject_alt_names:type_name -> teapot.v1.SubjectAltName
+	38, // 54: teapot.v1.HealthCheck.tcp:type_name -> teapot.v1.TCPCheck
+	39, // 55: teapot.v1.HealthCheck.http:type_name -> teapot.v1.HTTPCheck
+	55, // 56: teapot.v1.HealthCheck.interval:type_name -> google.protobuf.Duration
+	55, // 57: teapot.v1.HealthCheck.timeout:type_name -> google.protobuf.Duration
+	40, // 58: teapot.v1.HealthCheck.https:type_name -> teapot.v1.HTTPSCheck
+	43, // 59: teapot.v1.LoadBalancerStatus.problems:type_name -> teapot.v1.Problem
+	42, // 60: teapot.v1.LoadBalancerStatus.observed:type_name -> teapot.v1.ObservedStatus
+	45, // 61: teapot.v1.Node.services:type_name -> teapot.v1.NodeService
+	0,  // 62: teapot.v1.Node.meta:type_name -> teapot.v1.Meta
+	54, // 63: teapot.v1.Certificate.not_after:type_name -> google.protobuf.Timestamp
+	0,  // 64: teapot.v1.Certificate.meta:type_name -> teapot.v1.Meta
+	54, // 65: teapot.v1.JoinToken.expires:type_name -> google.protobuf.Timestamp
+	0,  // 66: teapot.v1.JoinToken.meta:type_name -> teapot.v1.Meta
+	54, // 67: teapot.v1.StorageItem.modified:type_name -> google.protobuf.Timestamp
+	0,  // 68: teapot.v1.StorageItem.meta:type_name -> teapot.v1.Meta
+	54, // 69: teapot.v1.StorageLock.expires:type_name -> google.protobuf.Timestamp
+	55, // 70: teapot.v1.StorageLock.ttl:type_name -> google.protobuf.Duration
+	0,  // 71: teapot.v1.StorageLock.meta:type_name -> teapot.v1.Meta
+	1,  // 72: teapot.v1.Object.tenant:type_name -> teapot.v1.Tenant
+	7,  // 73: teapot.v1.Object.vip_pool:type_name -> teapot.v1.VIPPool
+	8,  // 74: teapot.v1.Object.load_balancer:type_name -> teapot.v1.LoadBalancer
+	44, // 75: teapot.v1.Object.node:type_name -> teapot.v1.Node
+	46, // 76: teapot.v1.Object.certificate:type_name -> teapot.v1.Certificate
+	47, // 77: teapot.v1.Object.join_token:type_name -> teapot.v1.JoinToken
+	48, // 78: teapot.v1.Object.storage_item:type_name -> teapot.v1.StorageItem
+	49, // 79: teapot.v1.Object.storage_lock:type_name -> teapot.v1.StorageLock
+	33, // 80: teapot.v1.LoadBalancer.PoolsEntry.value:type_name -> teapot.v1.BackendPool
+	81, // [81:81] is the sub-list for method output_type
+	81, // [81:81] is the sub-list for method input_type
+	81, // [81:81] is the sub-list for extension type_name
+	81, // [81:81] is the sub-list for extension extendee
+	0,  // [0:81] is the sub-list for field type_name
 }
 
 func init() { file_teapotv1_model_proto_init() }
@@ -5212,13 +5303,13 @@ func file_teapotv1_model_proto_init() {
 	if File_teapotv1_model_proto != nil {
 		return
 	}
-	file_teapotv1_model_proto_msgTypes[16].OneofWrappers = []any{}
-	file_teapotv1_model_proto_msgTypes[21].OneofWrappers = []any{}
-	file_teapotv1_model_proto_msgTypes[26].OneofWrappers = []any{}
-	file_teapotv1_model_proto_msgTypes[28].OneofWrappers = []any{}
+	file_teapotv1_model_proto_msgTypes[17].OneofWrappers = []any{}
+	file_teapotv1_model_proto_msgTypes[22].OneofWrappers = []any{}
+	file_teapotv1_model_proto_msgTypes[27].OneofWrappers = []any{}
 	file_teapotv1_model_proto_msgTypes[29].OneofWrappers = []any{}
-	file_teapotv1_model_proto_msgTypes[35].OneofWrappers = []any{}
-	file_teapotv1_model_proto_msgTypes[49].OneofWrappers = []any{
+	file_teapotv1_model_proto_msgTypes[30].OneofWrappers = []any{}
+	file_teapotv1_model_proto_msgTypes[36].OneofWrappers = []any{}
+	file_teapotv1_model_proto_msgTypes[50].OneofWrappers = []any{
 		(*Object_Tenant)(nil),
 		(*Object_VipPool)(nil),
 		(*Object_LoadBalancer)(nil),
@@ -5234,7 +5325,7 @@ func file_teapotv1_model_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_teapotv1_model_proto_rawDesc), len(file_teapotv1_model_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   53,
+			NumMessages:   54,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1231,7 +1231,12 @@ type TenantBGPSession struct {
 	Since    *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=since,proto3" json:"since,omitempty"`
 	// The namespace the session is made from (the tenant's attachment),
 	// empty for the host's own.
-	Attachment    string `protobuf:"bytes,430,opt,name=attachment,proto3" json:"attachment,omitempty"`
+	Attachment string `protobuf:"bytes,430,opt,name=attachment,proto3" json:"attachment,omitempty"`
+	// With bgp.bfd: the BFD session's state (down | init | up), why it
+	// last went down, and since when the state holds.
+	Bfd           string                 `protobuf:"bytes,431,opt,name=bfd,proto3" json:"bfd,omitempty"`
+	BfdReason     string                 `protobuf:"bytes,432,opt,name=bfd_reason,json=bfdReason,proto3" json:"bfd_reason,omitempty"`
+	BfdSince      *timestamppb.Timestamp `protobuf:"bytes,433,opt,name=bfd_since,json=bfdSince,proto3" json:"bfd_since,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1306,6 +1311,27 @@ func (x *TenantBGPSession) GetAttachment() string {
 		return x.Attachment
 	}
 	return ""
+}
+
+func (x *TenantBGPSession) GetBfd() string {
+	if x != nil {
+		return x.Bfd
+	}
+	return ""
+}
+
+func (x *TenantBGPSession) GetBfdReason() string {
+	if x != nil {
+		return x.BfdReason
+	}
+	return ""
+}
+
+func (x *TenantBGPSession) GetBfdSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.BfdSince
+	}
+	return nil
 }
 
 // TenantRoute is one prefix a tenant speaker announced.
@@ -3030,7 +3056,7 @@ const file_teapotv1_observe_proto_rawDesc = "" +
 	"\x0ffabric_sessions\x18\x9d\x03 \x01(\rR\x0efabricSessions\x12\x1f\n" +
 	"\n" +
 	"attachment\x18\xae\x03 \x01(\tR\n" +
-	"attachment\"\xc3\x01\n" +
+	"attachment\"\xb0\x02\n" +
 	"\x10TenantBGPSession\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\tR\x04peer\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x16\n" +
@@ -3039,7 +3065,11 @@ const file_teapotv1_observe_proto_rawDesc = "" +
 	"\x05since\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x1f\n" +
 	"\n" +
 	"attachment\x18\xae\x03 \x01(\tR\n" +
-	"attachment\"l\n" +
+	"attachment\x12\x11\n" +
+	"\x03bfd\x18\xaf\x03 \x01(\tR\x03bfd\x12\x1e\n" +
+	"\n" +
+	"bfd_reason\x18\xb0\x03 \x01(\tR\tbfdReason\x128\n" +
+	"\tbfd_since\x18\xb1\x03 \x01(\v2\x1a.google.protobuf.TimestampR\bbfdSince\"l\n" +
 	"\vTenantRoute\x12\x16\n" +
 	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x19\n" +
 	"\bnext_hop\x18\x02 \x01(\tR\anextHop\x12\x12\n" +
@@ -3264,31 +3294,32 @@ var file_teapotv1_observe_proto_depIdxs = []int32{
 	11, // 26: teapot.v1.TenantBGPObservation.dropped:type_name -> teapot.v1.TenantRoute
 	32, // 27: teapot.v1.TenantBGPObservation.reannounce_since:type_name -> google.protobuf.Timestamp
 	32, // 28: teapot.v1.TenantBGPSession.since:type_name -> google.protobuf.Timestamp
-	14, // 29: teapot.v1.DNSZoneObservation.push:type_name -> teapot.v1.DNSPushObservation
-	32, // 30: teapot.v1.DNSZoneObservation.rollover_started:type_name -> google.protobuf.Timestamp
-	32, // 31: teapot.v1.DNSZoneObservation.rollover_finish_after:type_name -> google.protobuf.Timestamp
-	32, // 32: teapot.v1.DNSPushObservation.last_success:type_name -> google.protobuf.Timestamp
-	32, // 33: teapot.v1.DNSPushObservation.last_error_at:type_name -> google.protobuf.Timestamp
-	32, // 34: teapot.v1.ListenerObservation.since:type_name -> google.protobuf.Timestamp
-	17, // 35: teapot.v1.PoolObservation.members:type_name -> teapot.v1.MemberObservation
-	32, // 36: teapot.v1.MemberObservation.last_check:type_name -> google.protobuf.Timestamp
-	18, // 37: teapot.v1.MemberObservation.passive:type_name -> teapot.v1.PassiveHealth
-	19, // 38: teapot.v1.PassiveHealth.failures:type_name -> teapot.v1.PassiveFailure
-	32, // 39: teapot.v1.CertificateObservation.not_after:type_name -> google.protobuf.Timestamp
-	29, // 40: teapot.v1.TrafficObservation.requests:type_name -> teapot.v1.TrafficObservation.RequestsEntry
-	8,  // 41: teapot.v1.TrafficObservation.members:type_name -> teapot.v1.MemberTraffic
-	4,  // 42: teapot.v1.TrafficObservation.last:type_name -> teapot.v1.HistoryPoint
-	32, // 43: teapot.v1.Event.time:type_name -> google.protobuf.Timestamp
-	30, // 44: teapot.v1.EventsRequest.after:type_name -> teapot.v1.EventsRequest.AfterEntry
-	23, // 45: teapot.v1.EventsResponse.events:type_name -> teapot.v1.Event
-	31, // 46: teapot.v1.EventsResponse.cursor:type_name -> teapot.v1.EventsResponse.CursorEntry
-	32, // 47: teapot.v1.VIPHolding.since:type_name -> google.protobuf.Timestamp
-	32, // 48: teapot.v1.TenantAttachmentObservation.since:type_name -> google.protobuf.Timestamp
-	49, // [49:49] is the sub-list for method output_type
-	49, // [49:49] is the sub-list for method input_type
-	49, // [49:49] is the sub-list for extension type_name
-	49, // [49:49] is the sub-list for extension extendee
-	0,  // [0:49] is the sub-list for field type_name
+	32, // 29: teapot.v1.TenantBGPSession.bfd_since:type_name -> google.protobuf.Timestamp
+	14, // 30: teapot.v1.DNSZoneObservation.push:type_name -> teapot.v1.DNSPushObservation
+	32, // 31: teapot.v1.DNSZoneObservation.rollover_started:type_name -> google.protobuf.Timestamp
+	32, // 32: teapot.v1.DNSZoneObservation.rollover_finish_after:type_name -> google.protobuf.Timestamp
+	32, // 33: teapot.v1.DNSPushObservation.last_success:type_name -> google.protobuf.Timestamp
+	32, // 34: teapot.v1.DNSPushObservation.last_error_at:type_name -> google.protobuf.Timestamp
+	32, // 35: teapot.v1.ListenerObservation.since:type_name -> google.protobuf.Timestamp
+	17, // 36: teapot.v1.PoolObservation.members:type_name -> teapot.v1.MemberObservation
+	32, // 37: teapot.v1.MemberObservation.last_check:type_name -> google.protobuf.Timestamp
+	18, // 38: teapot.v1.MemberObservation.passive:type_name -> teapot.v1.PassiveHealth
+	19, // 39: teapot.v1.PassiveHealth.failures:type_name -> teapot.v1.PassiveFailure
+	32, // 40: teapot.v1.CertificateObservation.not_after:type_name -> google.protobuf.Timestamp
+	29, // 41: teapot.v1.TrafficObservation.requests:type_name -> teapot.v1.TrafficObservation.RequestsEntry
+	8,  // 42: teapot.v1.TrafficObservation.members:type_name -> teapot.v1.MemberTraffic
+	4,  // 43: teapot.v1.TrafficObservation.last:type_name -> teapot.v1.HistoryPoint
+	32, // 44: teapot.v1.Event.time:type_name -> google.protobuf.Timestamp
+	30, // 45: teapot.v1.EventsRequest.after:type_name -> teapot.v1.EventsRequest.AfterEntry
+	23, // 46: teapot.v1.EventsResponse.events:type_name -> teapot.v1.Event
+	31, // 47: teapot.v1.EventsResponse.cursor:type_name -> teapot.v1.EventsResponse.CursorEntry
+	32, // 48: teapot.v1.VIPHolding.since:type_name -> google.protobuf.Timestamp
+	32, // 49: teapot.v1.TenantAttachmentObservation.since:type_name -> google.protobuf.Timestamp
+	50, // [50:50] is the sub-list for method output_type
+	50, // [50:50] is the sub-list for method input_type
+	50, // [50:50] is the sub-list for extension type_name
+	50, // [50:50] is the sub-list for extension extendee
+	0,  // [0:50] is the sub-list for field type_name
 }
 
 func init() { file_teapotv1_observe_proto_init() }
