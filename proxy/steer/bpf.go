@@ -161,6 +161,26 @@ type progAttr struct {
 	expectedAttachType uint32
 }
 
+// progLoadTries bounds the loads of one program that a signal
+// interrupts.
+const progLoadTries = 10
+
+// sysBPF is the bpf(2) call progLoad makes (tests replace it).
+var sysBPF = bpf
+
+// loadProg is BPF_PROG_LOAD, again while it fails with EAGAIN: the
+// verifier gives up with EAGAIN when a signal is pending, and the Go
+// runtime signals its threads to preempt goroutines (a host started under
+// systemd failed to start on it once).
+func loadProg(attr unsafe.Pointer, size uintptr) (fd int, err error) {
+	for range progLoadTries {
+		if fd, err = sysBPF(unix.BPF_PROG_LOAD, attr, size); !errors.Is(err, unix.EAGAIN) {
+			return fd, err
+		}
+	}
+	return fd, err
+}
+
 func progLoad(p []insn) (int, error) {
 	license := []byte("Apache-2.0\x00")
 	attr := progAttr{
@@ -171,14 +191,14 @@ func progLoad(p []insn) (int, error) {
 		expectedAttachType: unix.BPF_SK_LOOKUP,
 	}
 	copy(attr.name[:], "teapot_steer")
-	fd, err := bpf(unix.BPF_PROG_LOAD, unsafe.Pointer(&attr), unsafe.Sizeof(attr))
+	fd, err := loadProg(unsafe.Pointer(&attr), unsafe.Sizeof(attr))
 	if err == nil || !errors.Is(err, unix.EACCES) && !errors.Is(err, unix.EINVAL) {
 		return fd, err
 	}
 	// The verifier refused it: load again for its reasons.
 	log := make([]byte, 1<<16)
 	attr.logLevel, attr.logSize, attr.logBuf = 1, uint32(len(log)), unsafe.Pointer(&log[0])
-	if fd, err2 := bpf(unix.BPF_PROG_LOAD, unsafe.Pointer(&attr), unsafe.Sizeof(attr)); err2 == nil {
+	if fd, err2 := loadProg(unsafe.Pointer(&attr), unsafe.Sizeof(attr)); err2 == nil {
 		return fd, nil
 	}
 	if i := bytes.IndexByte(log, 0); i >= 0 {
