@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -564,6 +565,9 @@ func TestEndpointIPv6(t *testing.T) {
 	t.Parallel()
 	lo := netip.MustParseAddr("::1")
 	if c, err := net.ListenPacket("udp6", "[::1]:0"); err != nil {
+		if os.Getenv("CI") != "" { // CI's machine has ::1: its absence there is a failure
+			t.Fatal("CI: no IPv6 loopback:", err)
+		}
 		t.Skip("no IPv6 loopback:", err)
 	} else {
 		c.Close()
