@@ -97,10 +97,17 @@ func abortedOutcome(w any, body io.Reader) Outcome {
 	if !ok {
 		st, ok = body.(*h2Stream)
 	}
-	if !ok {
-		return OutcomeAborted
+	if ok {
+		st.c.mu.Lock()
+		defer st.c.mu.Unlock()
+		return st.abortedOutcome()
 	}
-	st.c.mu.Lock()
-	defer st.c.mu.Unlock()
-	return st.abortedOutcome()
+	if b, ok := body.(*h2ReqBody); ok {
+		b.c.mu.Lock()
+		defer b.c.mu.Unlock()
+		if st, ok := b.stream(); ok {
+			return st.abortedOutcome()
+		}
+	}
+	return OutcomeAborted
 }

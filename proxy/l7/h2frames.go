@@ -295,7 +295,9 @@ func (st *h2Stream) buildRequest() bool {
 	if st.endHeaders {
 		r.Body = http.NoBody
 	} else {
-		r.Body = st
+		// net/http's body writer (h2rt.go) is not waited for: it
+		// reads through a handle that the stream's recycling voids.
+		r.Body = &h2ReqBody{c: c, st: st, gen: st.gen}
 		r.ContentLength = st.declLen
 		r.Trailer = http.Header{}
 	}
@@ -458,6 +460,7 @@ type h2Stream struct {
 	stopBody     bool                // the request body is not wanted any more
 	finished     bool                // the handler returned: Read ends (run)
 	readers      int                 // goroutines in Read
+	gen          uint32              // counts the stream's recyclings (h2ReqBody)
 	tooLarge     bool                // the request body's writer hit the limit
 	rawHead      bool                // hblk holds the encoded response head
 	holding      bool                // flush holds the connection's writes
@@ -513,7 +516,7 @@ func (c *h2Conn) putStream(st *h2Stream) {
 		fields = nil
 	}
 	*st = h2Stream{
-		c: c, cond: st.cond, timer: st.timer, wbp: wbp, fields: fields,
+		c: c, cond: st.cond, timer: st.timer, wbp: wbp, fields: fields, gen: st.gen + 1,
 		// A large request's buffers are not kept idle.
 		hostBuf: smallBuf(st.hostBuf), pathBuf: smallBuf(st.pathBuf), head: smallBuf(st.head),
 		hblk: smallBuf(st.hblk), scratch: smallBuf(st.scratch), rbuf: smallBuf(st.rbuf), trailers: st.trailers[:0],

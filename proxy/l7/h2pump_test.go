@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -83,6 +84,103 @@ func TestH2BodyWriterEndsWithItsStream(t *testing.T) {
 	// The next request on the connection reaches its member whole.
 	body := bytes.Repeat([]byte("n"), 10000)
 	post(3, "/next", body, true)
+	for deadline := time.Now().Add(10 * time.Second); !done(3); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no answer to the next request")
+		}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if want := len(fmt.Sprintf("%d <nil>", len(body))); !h.ended[3] || h.data[3] != want {
+		t.Errorf("the next request: ended %v, %d bytes of answer, want %d (its member read its body whole)", h.ended[3], h.data[3], want)
+	}
+}
+
+// A body writer that first runs after its stream ended and was recycled
+// for the connection's next request reads nothing of that request's body:
+// the next request reaches its member whole. The first writer is held
+// back until the next request's body has arrived, then let go before the
+// next request's own writer.
+func TestH2LateBodyWriterReadsNothingOfTheNextRequest(t *testing.T) {
+	member := h2cServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/early" {
+			io.WriteString(w, "early")
+			return
+		}
+		n, err := io.Copy(io.Discard, r.Body)
+		fmt.Fprintf(w, "%d %v", n, err)
+	}))
+	be := newBackend(t, member)
+	be.opts.Protocol = H2C
+	router := oneRoute(be)
+	router[0].route.Ext = &RouteExt{}
+	addr := proxyUnder(t, New(Config{}), router, selfSigned(t))
+
+	first, second := make(chan struct{}), make(chan struct{})
+	secondStarted := make(chan struct{})
+	var calls atomic.Int32
+	hook := func() {
+		switch calls.Add(1) {
+		case 1:
+			<-first
+		case 2:
+			close(secondStarted)
+			<-second
+		}
+	}
+	pumpStarts.Store(&hook)
+	t.Cleanup(func() { pumpStarts.Store(nil) })
+	before := pumps()
+
+	h := dialH2Reader(t, addr)
+	post := func(id uint32, path string, body []byte, end bool) {
+		t.Helper()
+		h.hb.Reset()
+		for _, f := range [][2]string{{":method", "POST"}, {":scheme", "https"}, {":authority", "x"}, {":path", path}} {
+			_ = h.enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+		}
+		if end {
+			_ = h.enc.WriteField(hpack.HeaderField{Name: "content-length", Value: strconv.Itoa(len(body))})
+		}
+		if err := h.write(func(fr *http2.Framer) error {
+			if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: h.hb.Bytes(), EndHeaders: true}); err != nil {
+				return err
+			}
+			return fr.WriteData(id, end, body)
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done := func(id uint32) bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return h.ended[id] || h.reset[id] != 0
+	}
+	post(1, "/early", []byte("part of a body"), false)
+	for deadline := time.Now().Add(10 * time.Second); !done(1); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			close(first)
+			t.Fatal("no answer to the early request")
+		}
+	}
+	// Stream 1 ended, its writer has not read yet. The next request
+	// reuses the recycled stream; its body arrives whole.
+	body := bytes.Repeat([]byte("n"), 10000)
+	post(3, "/next", body, true)
+	select {
+	case <-secondStarted:
+	case <-time.After(10 * time.Second):
+		close(first)
+		t.Fatal("the next request's body writer did not start")
+	}
+	close(first)
+	for deadline := time.Now().Add(10 * time.Second); pumps() > before+1; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			close(second)
+			t.Fatalf("the first request's body writer still runs (%d writers)", pumps()-before)
+		}
+	}
+	close(second)
 	for deadline := time.Now().Add(10 * time.Second); !done(3); time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("no answer to the next request")

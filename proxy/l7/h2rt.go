@@ -218,10 +218,17 @@ func (b *h2RespBody) unref() {
 	}
 }
 
+// pumpStarts, when set, is called by every pump as it starts: tests
+// hold a pump back to start it after its stream ended.
+var pumpStarts atomic.Pointer[func()]
+
 // pump writes the request body, then its trailers, to the member.
 func (b *h2RespBody) pump(r *http.Request) {
 	defer b.unref()
 	defer closeBody(r)
+	if h := pumpStarts.Load(); h != nil {
+		(*h)()
+	}
 	up := b.up
 	bp := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(bp)

@@ -141,8 +141,43 @@ func (st *h2Stream) serve() (ok bool) {
 
 // Read reads the request body.
 func (st *h2Stream) Read(p []byte) (int, error) {
+	st.c.mu.Lock()
+	return st.readLocked(p)
+}
+
+// h2ReqBody is the request body of a stream served on the net/http path.
+// The goroutine that writes it to an HTTP/2 member (h2RespBody.pump) is
+// not waited for when the stream ends, and may first call Read after the
+// stream was recycled for the connection's next request: it then reads
+// nothing of that request's body, because putStream moved the stream's
+// gen on.
+type h2ReqBody struct {
+	c   *h2Conn // st.c, which recycling does not change
+	st  *h2Stream
+	gen uint32
+}
+
+func (b *h2ReqBody) Read(p []byte) (int, error) {
+	b.c.mu.Lock()
+	if b.st.gen != b.gen {
+		b.c.mu.Unlock()
+		return 0, errStreamReset
+	}
+	return b.st.readLocked(p)
+}
+
+// Close implements io.Closer for the request body.
+func (b *h2ReqBody) Close() error { return nil }
+
+// stream returns the stream of the body if it is still that request's
+// (c.mu held).
+func (b *h2ReqBody) stream() (*h2Stream, bool) {
+	return b.st, b.st.gen == b.gen
+}
+
+// readLocked is Read with c.mu held; it releases it.
+func (st *h2Stream) readLocked(p []byte) (int, error) {
 	c := st.c
-	c.mu.Lock()
 	defer c.mu.Unlock()
 	st.readers++
 	defer func() {

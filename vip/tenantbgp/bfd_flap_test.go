@@ -1,6 +1,7 @@
 package tenantbgp
 
 import (
+	"errors"
 	"net"
 	"net/netip"
 	"strings"
@@ -79,11 +80,23 @@ func TestBFDDropMetrics(t *testing.T) {
 	t.Parallel()
 	r := &Relay{srv: server.NewBgpServer(), world: compile([]*pb.Object{bfdTenant("a", 100)}, "lb1"),
 		bfdSt: bfdState{downs: map[string]uint64{}, eps: map[string]*bfd.Endpoint{}, closed: map[string]bfd.Stats{}}}
-	port, peerPort := udpPort(t), udpPort(t)
-	e := bfd.New(bfd.Config{Port: port, PeerPort: peerPort})
+	// The port was free when udpPort closed it; another package's
+	// tests, run at the same time, may take it before the endpoint
+	// binds it on every address: then another is tried.
+	var e *bfd.Endpoint
+	var port, peerPort uint16
 	lo := netip.MustParseAddr("127.0.0.1")
-	if err := e.Set(map[netip.Addr]bfd.Params{lo: {MinTx: time.Second, MinRx: time.Second, Multiplier: 3}}); err != nil {
-		t.Fatal(err)
+	for try := 1; ; try++ {
+		port, peerPort = udpPort(t), udpPort(t)
+		e = bfd.New(bfd.Config{Port: port, PeerPort: peerPort})
+		err := e.Set(map[netip.Addr]bfd.Params{lo: {MinTx: time.Second, MinRx: time.Second, Multiplier: 3}})
+		if err == nil {
+			break
+		}
+		e.Close()
+		if !errors.Is(err, unix.EADDRINUSE) || try == 5 {
+			t.Fatal(err)
+		}
 	}
 	r.bfdSt.eps["a"] = e
 	// Down, multiplier 3, length 24, my discriminator 5, your

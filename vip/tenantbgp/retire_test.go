@@ -13,6 +13,8 @@ import (
 	gobgpapi "github.com/osrg/gobgp/v4/api"
 
 	"github.com/teapot-lb/teapot-lb/api/observe"
+	"google.golang.org/protobuf/proto"
+
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
 
@@ -122,6 +124,9 @@ func TestRelayPeerNotRemoved(t *testing.T) {
 	if err := r.srv.DeletePeer(t.Context(), &gobgpapi.DeletePeerRequest{Address: tunnel}); err != nil {
 		t.Fatal(err)
 	}
+	// A new object, as the store hands out: the relay still reads the
+	// one it was given.
+	attached = proto.Clone(attached).(*pb.Tenant)
 	attached.Bgp.MaxPrefixes = 500
 	r.Update([]*pb.Object{{Kind: &pb.Object_Tenant{Tenant: attached}}})
 	waitUntil(t, "the attached session made again", func() error {
