@@ -252,7 +252,12 @@ func TestRelayRetiringDisabledAgain(t *testing.T) {
 	}
 	refuseDisable.Store(false)
 	r.pass(ctx)
-	if got := admin(); got != gobgpapi.PeerState_ADMIN_STATE_DOWN {
-		t.Errorf("the session gobgp did not remove is not disabled at the next pass: %v", got)
-	}
+	// gobgp's session goroutine applies a DisablePeer after the call
+	// returns.
+	waitUntil(t, "the session gobgp did not remove disabled at the next pass", func() error {
+		if got := admin(); got != gobgpapi.PeerState_ADMIN_STATE_DOWN {
+			return fmt.Errorf("admin state %v", got)
+		}
+		return nil
+	})
 }
