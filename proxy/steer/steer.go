@@ -124,10 +124,15 @@ func (s *Steer) SetSocket(slot uint32, conn syscall.RawConn) error {
 	return nil
 }
 
-// ClearSocket empties slot.
+// ClearSocket empties slot. A slot already empty is no error: the
+// kernel takes a socket out of the sockmap when it is closed, and a
+// sockmap answers the deletion of an empty slot with EINVAL.
 func (s *Steer) ClearSocket(slot uint32) error {
+	if slot >= MaxSockets {
+		return fmt.Errorf("steer: remove a socket: slot %d, want below %d", slot, MaxSockets)
+	}
 	err := mapDelete(s.sockets, unsafe.Pointer(&slot))
-	if err != nil && !errors.Is(err, unix.ENOENT) {
+	if err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EINVAL) {
 		return fmt.Errorf("steer: remove a socket: %w", err)
 	}
 	return nil

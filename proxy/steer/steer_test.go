@@ -290,3 +290,28 @@ func helperSteer() {
 	fmt.Printf("steered %s as uid %d\n", a.LocalAddr(), os.Getuid())
 	os.Exit(0)
 }
+
+// A socket closed before its slot is cleared has already left the
+// sockmap: clearing the slot then, or an empty one, is no error; a slot
+// past the map is.
+func TestClearSocketOfAClosedSocket(t *testing.T) {
+	s, err := Open(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	l := listen(t, "127.0.0.1:0")
+	if err := s.SetSocket(1, rawConn(t, l)); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	if err := s.ClearSocket(1); err != nil {
+		t.Errorf("clear the slot of a closed socket: %v", err)
+	}
+	if err := s.ClearSocket(2); err != nil {
+		t.Errorf("clear an empty slot: %v", err)
+	}
+	if err := s.ClearSocket(MaxSockets); err == nil {
+		t.Error("clearing a slot past the map: no error")
+	}
+}
