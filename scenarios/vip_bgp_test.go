@@ -107,6 +107,30 @@ func (l *vipLab) birdc(args ...string) (string, error) {
 	return string(out), err
 }
 
+// waitBFDUp waits until the router's BFD sessions with n, over IPv4 and
+// IPv6, are up.
+func (l *vipLab) waitBFDUp(tb testing.TB, n *lbHost) {
+	tb.Helper()
+	waitFor(tb, settleTimeout, fmt.Sprintf("the router's BFD sessions with %s up", n.id), func() error {
+		out, err := l.birdc("show", "bfd", "sessions")
+		if err != nil {
+			return err
+		}
+		up := map[string]bool{}
+		for _, line := range strings.Split(out, "\n") {
+			if f := strings.Fields(line); len(f) >= 3 && f[2] == "Up" {
+				up[f[0]] = true
+			}
+		}
+		for _, a := range []string{n.ip4.String(), n.ip6.String()} {
+			if !up[a] {
+				return fmt.Errorf("no session with %s up:\n%s", a, out)
+			}
+		}
+		return nil
+	})
+}
+
 var viaRE = regexp.MustCompile(`via ([0-9a-f.:]+) on eth0`)
 
 // nextHops returns the next hops BIRD has for a's host route, sorted.
@@ -329,6 +353,11 @@ func TestVIPBGP(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := l.lbs[1]
+			if tc.unplug {
+				// Only BFD can tell: its sessions with the host, made
+				// again after the host came back, must be up first.
+				l.waitBFDUp(t, n)
+			}
 			killed := l.killNoWait(n, tc.unplug)
 			gone := l.waitGone(t, n, killed, bgpVIP4, bgpVIP6)
 			l.reap(n)
@@ -347,6 +376,7 @@ func TestVIPBGP(t *testing.T) {
 
 	t.Run("a BFD reset: the host is back on the router within seconds, without a reset of its own", func(t *testing.T) {
 		n := l.lbs[0]
+		l.waitBFDUp(t, n)
 		sessions := len(logMoves(n, "BGP session"))
 		// A stall longer than the router's BFD detection time (300ms):
 		// the router drops the session, and the host, once it runs again,
