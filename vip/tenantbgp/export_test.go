@@ -19,8 +19,12 @@ import (
 // learned is what a tenant's speaker has learned from the host: prefix
 // -> next hop.
 func learned(srv *server.BgpServer) (map[netip.Prefix]netip.Addr, error) {
+	return learnedOf(srv, bgp.RF_IPv4_UC)
+}
+
+// learnedOf is learned in one family.
+func learnedOf(srv *server.BgpServer, fam bgp.Family) (map[netip.Prefix]netip.Addr, error) {
 	got := map[netip.Prefix]netip.Addr{}
-	fam := bgp.RF_IPv4_UC
 	err := srv.ListPath(apiutil.ListPathRequest{TableType: gobgpapi.TableType_TABLE_TYPE_GLOBAL, Family: fam},
 		func(n bgp.NLRI, ps []*apiutil.Path) {
 			for _, p := range ps {
@@ -152,4 +156,50 @@ func TestRelayAnnouncesVIPsToTheirTenantOnly(t *testing.T) {
 		return nil
 	})
 	expect("nothing more after c", map[netip.Prefix]netip.Addr{}, map[netip.Prefix]netip.Addr{p2: host})
+}
+
+// An IPv6 VIP goes to the tenant's IPv6 speaker with this host's IPv6
+// address in the attachment as next hop.
+func TestRelayAnnouncesIPv6VIP(t *testing.T) {
+	// Not parallel: gobgp's StartBgp writes package variables.
+	pa := newNSPair(t, "x6")
+	r, err := New(Config{ASN: 65001, RouterID: "127.0.0.1", Routes: &memRoutes{}, NodeID: "lb1", Attachments: pairs{"a": pa}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	sa := startNodeSpeakerAt(t, pa, "2001:db8::10", "2001:db8::2", "")
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go r.Run(ctx)
+	r.Update([]*pb.Object{{Kind: &pb.Object_Tenant{Tenant: &pb.Tenant{Name: "a", Networks: []string{"2001:db8::/64", "2001:db8:5::/64"},
+		Attachment: &pb.TenantAttachment{Vxlan: &pb.AttachmentVXLAN{Vni: 100, Remotes: []string{"203.0.113.2"}}, Hosts: map[string]string{"lb1": "2001:db8::2/64"}},
+		Bgp:        &pb.TenantBGP{Asn: 64600, Peers: []string{"2001:db8::10"}}}}}})
+	vip := netip.MustParseAddr("2001:db8:5::100")
+	if err := r.AnnounceVIP(vip, []string{"a"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	want := map[netip.Prefix]netip.Addr{netip.PrefixFrom(vip, 128): netip.MustParseAddr("2001:db8::2")}
+	waitUntil(t, "the IPv6 VIP at the speaker", func() error {
+		got, err := learnedOf(sa, bgp.RF_IPv6_UC)
+		if err != nil {
+			return err
+		}
+		if !maps.Equal(got, want) {
+			var h pb.HostObservation
+			r.Observe(observe.Filter{Tenant: "a"}, &h)
+			return fmt.Errorf("learned %v, want %v; observed %v", got, want, h.GetTenantBgp())
+		}
+		return nil
+	})
+	if err := r.WithdrawVIP(vip); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the IPv6 VIP withdrawn", func() error {
+		got, err := learnedOf(sa, bgp.RF_IPv6_UC)
+		if err != nil || len(got) != 0 {
+			return fmt.Errorf("learned %v (%v)", got, err)
+		}
+		return nil
+	})
 }
