@@ -156,6 +156,22 @@ func TestRelayAnnouncesVIPsToTheirTenantOnly(t *testing.T) {
 		return nil
 	})
 	expect("nothing more after c", map[netip.Prefix]netip.Addr{}, map[netip.Prefix]netip.Addr{p2: host})
+
+	// The policies of earlier plans are gone: the import policy and one
+	// for b, its two sets.
+	var pols []string
+	if err := r.srv.ListPolicy(ctx, &gobgpapi.ListPolicyRequest{}, func(p *gobgpapi.Policy) { pols = append(pols, p.GetName()) }); err != nil {
+		t.Fatal(err)
+	}
+	sets := 0
+	for _, typ := range []gobgpapi.DefinedType{gobgpapi.DefinedType_DEFINED_TYPE_PREFIX, gobgpapi.DefinedType_DEFINED_TYPE_NEIGHBOR} {
+		if err := r.srv.ListDefinedSet(ctx, &gobgpapi.ListDefinedSetRequest{DefinedType: typ}, func(*gobgpapi.DefinedSet) { sets++ }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(pols) != 2 || sets != 2 {
+		t.Errorf("gobgp holds policies %v and %d sets after the changes, want local-only and b's with its 2 sets", pols, sets)
+	}
 }
 
 // An IPv6 VIP goes to the tenant's IPv6 speaker with this host's IPv6
