@@ -115,7 +115,7 @@ func checkAttachmentPools(ck *checker, t *pb.Tenant, nets []netip.Prefix, c Cata
 			ck2 := &checker{}
 			checkBGPPoolAttachment(ck2, t, parseRanges(c.Pool(name).GetCidrs()))
 			if !ck2.ok() {
-				ck.conflictf("bgp", "VIP pool %s (a bgp pool in the tenant's attachment) is announced to the tenant's speakers, and this change leaves it none of a family it has (%s); change or delete the pool first", name, ck2.errs[0].Reason)
+				ck.conflictf("bgp", "VIP pool %s (a bgp pool in the tenant's attachment) is announced to the tenant's speakers, and this change would not let it be (%s); change or delete the pool first", name, ck2.errs[0].Reason)
 			}
 		}
 		for _, r := range parseRanges(c.Pool(name).GetCidrs()) {
@@ -143,7 +143,8 @@ func ownPool(p *pb.VIPPool, tenant string) bool {
 // checkBGPPoolAttachment checks a bgp pool in tenant t's attachment: its
 // VIPs go to t's speakers over t's sessions (bgp.peers), with each host's
 // address in the attachment as next hop, so t needs bgp, and each range
-// needs a speaker and host addresses of its family.
+// needs a speaker and host addresses of its family, and must lie outside
+// the attachment's segment (each announcing host holds the VIP there).
 func checkBGPPoolAttachment(ck *checker, t *pb.Tenant, ranges []poolRange) {
 	name := t.GetName()
 	if len(t.GetBgp().GetPeers()) == 0 {
@@ -157,11 +158,16 @@ func checkBGPPoolAttachment(ck *checker, t *pb.Tenant, ranges []poolRange) {
 		}
 	}
 	var hosts4, hosts6 bool
+	var segments []netip.Prefix
 	for _, h := range t.GetAttachment().GetHosts() {
 		if p, err := netip.ParsePrefix(h); err == nil {
 			hosts4, hosts6 = hosts4 || p.Addr().Is4(), hosts6 || !p.Addr().Is4()
+			if m := p.Masked(); !slices.Contains(segments, m) {
+				segments = append(segments, m)
+			}
 		}
 	}
+	slices.SortFunc(segments, netip.Prefix.Compare)
 	for i, r := range ranges {
 		f := fmt.Sprintf("cidrs[%d]", i)
 		is4 := r.From.Is4()
@@ -171,6 +177,15 @@ func checkBGPPoolAttachment(ck *checker, t *pb.Tenant, ranges []poolRange) {
 			ck.conflictf(f, "%s is %s and none of tenant %s's speakers (bgp.peers) is: a session of that family carries the route; add such a speaker, or leave the range out", r.text, fam, name)
 		case is4 && !hosts4 || !is4 && !hosts6:
 			ck.conflictf(f, "%s is %s and the hosts' addresses in tenant %s's attachment are not, so none can be its next hop; use a range of the attachment's family", r.text, fam, name)
+		}
+		// Every announcing host holds the VIP on its device in the
+		// attachment, where the kernel answers ARP for it: inside the
+		// segment, each would answer for the same address.
+		for _, seg := range segments {
+			if r.Overlaps(PrefixRange(seg)) {
+				ck.conflictf(f, "%s overlaps %s, the segment of tenant %s's attachment: a bgp pool's VIP is held by every announcing host, and on the segment each would answer ARP for it; use a range of the tenant's networks outside the segment, routed to the hosts by the announcement", r.text, seg, name)
+				break
+			}
 		}
 	}
 }

@@ -156,7 +156,7 @@ func TestValidateBGPPoolAttachment(t *testing.T) {
 	t.Parallel()
 	withBGP := func(peers ...string) *pb.Tenant {
 		a := attached("a", 100)
-		a.Networks = []string{"10.0.0.0/24", "2001:db8::/64"}
+		a.Networks = []string{"10.0.0.0/24", "10.0.1.0/24", "2001:db8::/64"}
 		a.Bgp = &pb.TenantBGP{Asn: 64600, Peers: peers}
 		return a
 	}
@@ -169,12 +169,14 @@ func TestValidateBGPPoolAttachment(t *testing.T) {
 		pool   *pb.VIPPool
 		want   expect
 	}{
-		{"valid", withBGP("10.0.0.10"), pool("10.0.0.96/28"), pass()},
-		{"no speaker of the family", withBGP("10.0.0.10"), pool("10.0.0.96/28", "2001:db8::100/124"),
+		{"valid", withBGP("10.0.0.10"), pool("10.0.1.96/28"), pass()},
+		{"no speaker of the family", withBGP("10.0.0.10"), pool("10.0.1.96/28", "2001:db8::100/124"),
 			clash("cidrs[1]", "2001:db8::100/124 is IPv6 and none of tenant a's speakers (bgp.peers) is")},
-		{"no host address of the family", withBGP("10.0.0.10", "2001:db8::10"), pool("10.0.0.96/28", "2001:db8::100/124"),
+		{"no host address of the family", withBGP("10.0.0.10", "2001:db8::10"), pool("10.0.1.96/28", "2001:db8::100/124"),
 			clash("cidrs[1]", "the hosts' addresses in tenant a's attachment are not, so none can be its next hop")},
-		{"no peers", withBGP(), pool("10.0.0.96/28"), clash("mode", "tenant a has no bgp peers")},
+		{"no peers", withBGP(), pool("10.0.1.96/28"), clash("mode", "tenant a has no bgp peers")},
+		{"inside the attachment's segment", withBGP("10.0.0.10"), pool("10.0.1.96/28", "10.0.0.96/28"),
+			clash("cidrs[1]", "10.0.0.96/28 overlaps 10.0.0.0/24, the segment of tenant a's attachment")},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -185,13 +187,17 @@ func TestValidateBGPPoolAttachment(t *testing.T) {
 
 	a := withBGP("10.0.0.10")
 	a.Pools = append(a.Pools, "a-bgp")
-	c := catalogtest.New(publicPool(), pool("10.0.0.96/28"), a, attached("b", 200))
+	c := catalogtest.New(publicPool(), pool("10.0.1.96/28"), a, attached("b", 200))
 	noBGP := withBGP("10.0.0.10")
 	noBGP.Pools, noBGP.Bgp = a.Pools, nil
-	check(t, ValidateTenant(noBGP, c), clash("bgp", "VIP pool a-bgp (a bgp pool in the tenant's attachment) is announced to the tenant's speakers, and this change leaves it none"))
+	check(t, ValidateTenant(noBGP, c), clash("bgp", "VIP pool a-bgp (a bgp pool in the tenant's attachment) is announced to the tenant's speakers, and this change would not let it be"))
 	check(t, ValidateTenant(a, c), pass())
+	wider := withBGP("10.0.0.10")
+	wider.Pools, wider.Networks = a.Pools, []string{"10.0.0.0/23", "2001:db8::/64"}
+	wider.Attachment.Hosts = map[string]string{"lb1": "10.0.0.2/23"}
+	check(t, ValidateTenant(wider, c), clash("bgp", "10.0.1.96/28 overlaps 10.0.0.0/23, the segment of tenant a's attachment"))
 
-	uses := FeaturesUsed(Wrap(pool("10.0.0.96/28")))
+	uses := FeaturesUsed(Wrap(pool("10.0.1.96/28")))
 	if LevelNeeded(uses) != 7 || uses[len(uses)-1].Feature != FeaturePoolAttachmentBGP {
 		t.Fatalf("uses %v (level %d), want %s at level 7", uses, LevelNeeded(uses), FeaturePoolAttachmentBGP)
 	}

@@ -905,7 +905,9 @@ type VIPPool struct {
 	// over the tenant's BGP sessions, each host's address in the
 	// attachment as next hop, and to no fabric router and no other tenant:
 	// the tenant needs bgp, with a speaker and host addresses of each
-	// family the pool has (feature level 7). A host where the attachment is
+	// family the pool has, and a bgp pool's addresses lie outside the
+	// attachment's segment (every announcing host holds the VIP there, and
+	// each would answer ARP for it) (feature level 7). A host where the attachment is
 	// not up does not hold the pool's VIPs and says why. Pools in
 	// different tenants' attachments may overlap (two attached tenants may
 	// each have a private VIP 10.0.0.100); no other pools may. Refused
