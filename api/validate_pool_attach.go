@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
@@ -132,6 +133,31 @@ func checkAttachmentPools(ck *checker, t *pb.Tenant, nets []netip.Prefix, c Cata
 // routing domain of its own on every host.
 func separateAttachments(p, o *pb.VIPPool) bool {
 	return p.GetAttachment() != "" && o.GetAttachment() != "" && p.GetAttachment() != o.GetAttachment()
+}
+
+// announcedAlike says why pools p and o, in different tenants'
+// attachments, may not share addresses: a host holds and announces an
+// address for every attachment that has it at once, one election and one
+// announcement (a bgp pool's communities and withdrawWhenDown), so the
+// pools must agree on how. Empty: they may.
+func announcedAlike(p, o *pb.VIPPool) string {
+	in := fmt.Sprintf(" in tenant %s's attachment", o.GetAttachment())
+	const how = "; a host holds an address for every attachment that has it at once, so pools in different attachments share addresses only when announced alike"
+	switch {
+	case p.GetMode() != o.GetMode():
+		return fmt.Sprintf("%s, which is %s (this pool is %s)%s: use the same mode, or other addresses", in, orUnset(o.GetMode()), orUnset(p.GetMode()), how)
+	case p.GetMode() != "bgp":
+		return ""
+	case !slices.Equal(sortedCopy(p.GetCommunities()), sortedCopy(o.GetCommunities())):
+		return fmt.Sprintf("%s, with communities [%s] (this pool has [%s])%s: use the same communities, or other addresses", in, strings.Join(o.GetCommunities(), ", "), strings.Join(p.GetCommunities(), ", "), how)
+	case p.GetWithdrawWhenDown() != o.GetWithdrawWhenDown():
+		return fmt.Sprintf("%s, whose withdrawWhenDown is %t%s: use the same, or other addresses", in, o.GetWithdrawWhenDown(), how)
+	}
+	return ""
+}
+
+func sortedCopy(s []string) []string {
+	return slices.Sorted(slices.Values(s))
 }
 
 // ownPool reports whether tenant may take addresses from p as far as

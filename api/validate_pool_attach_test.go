@@ -205,3 +205,31 @@ func TestValidateBGPPoolAttachment(t *testing.T) {
 		t.Fatalf("an arp pool in an attachment needs level %d, want 6", LevelNeeded(uses))
 	}
 }
+
+// TestAttachmentPoolsOverlapAnnouncedAlike: pools in two tenants'
+// attachments may share addresses only when announced alike (one host
+// election and one announcement serve the address in both): a bgp pool
+// over another tenant's arp pool, or with other communities or another
+// withdrawWhenDown, is refused naming the other pool and the difference.
+func TestAttachmentPoolsOverlapAnnouncedAlike(t *testing.T) {
+	t.Parallel()
+	tenant := func(name string, vni uint32) *pb.Tenant {
+		x := attached(name, vni)
+		x.Networks = []string{"10.0.0.0/24", "10.0.1.0/24"}
+		x.Bgp = &pb.TenantBGP{Asn: 64600, Peers: []string{"10.0.0.10"}}
+		x.Pools = []string{name + "-bgp"}
+		return x
+	}
+	bgpPool := func(att string, comms ...string) *pb.VIPPool {
+		return &pb.VIPPool{Name: att + "-bgp", Cidrs: []string{"10.0.1.96/28"}, Mode: "bgp", Attachment: att, Communities: comms}
+	}
+	c := catalogtest.New(publicPool(), bgpPool("a", "64600:7", "64600:8"), tenant("a", 100), tenant("b", 200))
+	check(t, ValidatePool(bgpPool("b", "64600:8", "64600:7"), c), pass())
+	check(t, ValidatePool(bgpPool("b", "64600:9"), c),
+		clash("cidrs[0]", "overlaps 10.0.1.96/28 of VIP pool a-bgp in tenant a's attachment, with communities [64600:7, 64600:8] (this pool has [64600:9])"))
+	wd := bgpPool("b", "64600:7", "64600:8")
+	wd.WithdrawWhenDown = true
+	check(t, ValidatePool(wd, c), clash("cidrs[0]", "of VIP pool a-bgp in tenant a's attachment, whose withdrawWhenDown is false"))
+	arp := &pb.VIPPool{Name: "b-bgp", Cidrs: []string{"10.0.1.100/32"}, Mode: "arp", Attachment: "b"}
+	check(t, ValidatePool(arp, c), clash("cidrs[0]", "10.0.1.100/32 overlaps 10.0.1.96/28 of VIP pool a-bgp in tenant a's attachment, which is bgp (this pool is arp)"))
+}

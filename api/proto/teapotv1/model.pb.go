@@ -910,7 +910,10 @@ type VIPPool struct {
 	// each would answer ARP for it) (feature level 7). A host where the attachment is
 	// not up does not hold the pool's VIPs and says why. Pools in
 	// different tenants' attachments may overlap (two attached tenants may
-	// each have a private VIP 10.0.0.100); no other pools may. Refused
+	// each have a private VIP 10.0.0.100) when announced alike (the same
+	// mode, and for bgp pools the same communities and withdrawWhenDown:
+	// one election and one announcement serve the address in both); no
+	// other pools may. Refused
 	// with interface, in static pools, and for a tenant without an
 	// attachment.
 	Attachment    string `protobuf:"bytes,400,opt,name=attachment,proto3" json:"attachment,omitempty"`
