@@ -34,14 +34,14 @@ var ErrNoRelay = errors.New("this host has no tenant BGP sessions (no bgp: secti
 // (syncExports).
 //
 // gobgp keeps one path per VIP in its RIB (two tenants may have a VIP of
-// the same address, each in its own attachment); the policy, made anew
-// for each change, holds one statement per tenant: its sessions (a
-// neighbor set of the addresses gobgp has for them, the tunnels'
-// loopback addresses), its VIPs (a prefix set), and its next hop. A
-// change of the policy is made under new names, assigned, and the old
-// names deleted, and the sessions of the tenants it touches are soft
-// reset out, so that gobgp withdraws what the new policy no longer sends
-// them.
+// the same address, each in its own attachment); the policy holds one
+// statement per tenant: its sessions (a neighbor set of the addresses
+// gobgp has for them, the tunnels' loopback addresses), its VIPs (a
+// prefix set), and its next hop. A change makes the statements of the
+// tenants whose part changed under new names, assigns the policy, and
+// deletes the names no longer assigned, and the sessions of those
+// tenants alone are soft reset out, so that gobgp withdraws what the new
+// policy no longer sends them.
 
 // vipExport is one VIP the VIP layer wants announced.
 type vipExport struct {
@@ -60,8 +60,8 @@ type exportPlan struct {
 // exports is what the relay last put in gobgp.
 type exports struct {
 	gen   int
-	names []exportName // the policy in place, to delete at the next change
-	print string       // the plan it was made for
+	names map[string]exportName // each tenant's statement in place, by tenant
+	print string                // the plan it was made for
 	plan  map[string]exportPlan
 	paths map[netip.Addr]string // each VIP's path in the RIB, by its attributes
 	err   string                // why the last sync failed
@@ -192,22 +192,12 @@ func (r *Relay) syncExports(ctx context.Context, w *world, now time.Time) {
 		delete(e.paths, a)
 	}
 	if print := planPrint(plan); print != e.print {
-		touched := map[netip.Addr]bool{}
-		for _, p := range e.plan {
-			for _, n := range p.neighbors {
-				touched[n] = true
-			}
-		}
-		for _, p := range plan {
-			for _, n := range p.neighbors {
-				touched[n] = true
-			}
-		}
+		touched := changedNeighbors(e.plan, plan)
 		if err := r.setExportPolicy(ctx, plan); err != nil {
 			errs = append(errs, err)
 		} else {
 			e.print, e.plan = print, plan
-			for _, n := range sortedAddrs(touched) {
+			for _, n := range touched {
 				if _, ok := r.sessions[n]; !ok {
 					continue
 				}
@@ -248,26 +238,73 @@ func (r *Relay) syncExports(ctx context.Context, w *world, now time.Time) {
 	e.err, e.problems = msg, problems
 }
 
-// announcedOf lists the VIPs each tenant is sent under plan.
+// changedNeighbors are the sessions, under old or next, of the tenants
+// whose plan differs between them: the only ones a change of the policy
+// sends or withdraws anything on, so the only ones soft reset. A tenant
+// whose VIPs, next hop and sessions stay is not charged for another's
+// change.
+func changedNeighbors(old, next map[string]exportPlan) []netip.Addr {
+	touched := map[netip.Addr]bool{}
+	for _, m := range []map[string]exportPlan{old, next} {
+		for name, p := range m {
+			if samePlan(old[name], next[name]) {
+				continue
+			}
+			for _, a := range p.neighbors {
+				touched[a] = true
+			}
+		}
+	}
+	return sortedAddrs(touched)
+}
+
+// samePlan reports whether a tenant's part of two plans is the same.
+func samePlan(a, b exportPlan) bool {
+	return a.nh == b.nh && slices.Equal(a.vips, b.vips) && slices.Equal(a.neighbors, b.neighbors)
+}
+
+// namesSession reports whether the policy in place names x as a session of a
+// tenant.
+func (e *exports) namesSession(x netip.Addr) bool {
+	for _, p := range e.plan {
+		if slices.Contains(p.neighbors, x) {
+			return true
+		}
+	}
+	return false
+}
+
+// announcedOf lists the VIPs each tenant is sent under plan: none while
+// it has no session to send them on.
 func announcedOf(plan map[string]exportPlan) map[string][]netip.Addr {
 	out := map[string][]netip.Addr{}
 	for name, p := range plan {
-		out[name] = p.vips
+		if len(p.neighbors) > 0 {
+			out[name] = p.vips
+		}
 	}
 	return out
 }
 
-// setExportPolicy makes plan the speaker's export policy: new names, the
-// assignment, then the old names deleted.
+// setExportPolicy makes plan the speaker's export policy: new names for
+// the tenants whose part changed (a tenant whose part stays keeps its
+// statement, and costs nothing), the assignment, then the names no
+// longer assigned deleted.
 func (r *Relay) setExportPolicy(ctx context.Context, plan map[string]exportPlan) error {
 	e := &r.exp
 	gen := e.gen + 1
-	var names []exportName
+	names := map[string]exportName{}
+	var fresh []exportName
 	var pols []*gobgpapi.Policy
 	for i, name := range sortedKeys(plan) {
 		p := plan[name]
 		if len(p.neighbors) == 0 {
 			continue // no session yet: one added later makes a new plan
+		}
+		if n, ok := e.names[name]; ok && samePlan(e.plan[name], p) {
+			names[name] = n
+			pols = append(pols, &gobgpapi.Policy{Name: n.policy})
+			continue
 		}
 		n := exportName{policy: fmt.Sprintf("vips-%d-%d", gen, i), neighbors: fmt.Sprintf("vips-%d-%d-n", gen, i), prefixes: fmt.Sprintf("vips-%d-%d-p", gen, i)}
 		var nbrs []string
@@ -280,11 +317,11 @@ func (r *Relay) setExportPolicy(ctx context.Context, plan map[string]exportPlan)
 		}
 		if err := r.srv.AddDefinedSet(ctx, &gobgpapi.AddDefinedSetRequest{DefinedSet: &gobgpapi.DefinedSet{
 			DefinedType: gobgpapi.DefinedType_DEFINED_TYPE_NEIGHBOR, Name: n.neighbors, List: nbrs}}); err != nil {
-			return r.dropNames(ctx, append(names, n), fmt.Errorf("set the sessions of tenant %s: %w", name, err))
+			return r.dropNames(ctx, append(fresh, n), fmt.Errorf("set the sessions of tenant %s: %w", name, err))
 		}
 		if err := r.srv.AddDefinedSet(ctx, &gobgpapi.AddDefinedSetRequest{DefinedSet: &gobgpapi.DefinedSet{
 			DefinedType: gobgpapi.DefinedType_DEFINED_TYPE_PREFIX, Name: n.prefixes, Prefixes: pfx}}); err != nil {
-			return r.dropNames(ctx, append(names, n), fmt.Errorf("set the VIPs of tenant %s: %w", name, err))
+			return r.dropNames(ctx, append(fresh, n), fmt.Errorf("set the VIPs of tenant %s: %w", name, err))
 		}
 		pol := &gobgpapi.Policy{Name: n.policy, Statements: []*gobgpapi.Statement{{
 			Name: n.policy,
@@ -296,18 +333,24 @@ func (r *Relay) setExportPolicy(ctx context.Context, plan map[string]exportPlan)
 			Actions: &gobgpapi.Actions{RouteAction: gobgpapi.RouteAction_ROUTE_ACTION_ACCEPT,
 				Nexthop: &gobgpapi.NexthopAction{Address: p.nh.String()}},
 		}}}
-		names = append(names, n)
+		fresh = append(fresh, n)
 		if err := r.srv.AddPolicy(ctx, &gobgpapi.AddPolicyRequest{Policy: pol}); err != nil {
-			return r.dropNames(ctx, names, fmt.Errorf("set the policy of tenant %s: %w", name, err))
+			return r.dropNames(ctx, fresh, fmt.Errorf("set the policy of tenant %s: %w", name, err))
 		}
+		names[name] = n
 		pols = append(pols, &gobgpapi.Policy{Name: n.policy})
 	}
 	if err := r.srv.SetPolicyAssignment(ctx, &gobgpapi.SetPolicyAssignmentRequest{Assignment: &gobgpapi.PolicyAssignment{
 		Name: "global", Direction: gobgpapi.PolicyDirection_POLICY_DIRECTION_EXPORT, Policies: pols,
 		DefaultAction: gobgpapi.RouteAction_ROUTE_ACTION_REJECT}}); err != nil {
-		return r.dropNames(ctx, names, fmt.Errorf("assign the export policy: %w", err))
+		return r.dropNames(ctx, fresh, fmt.Errorf("assign the export policy: %w", err))
 	}
-	old := e.names
+	var old []exportName
+	for _, name := range sortedKeys(e.names) {
+		if n := e.names[name]; names[name] != n {
+			old = append(old, n)
+		}
+	}
 	e.gen, e.names = gen, names
 	_ = r.dropNames(ctx, old, nil)
 	return nil
@@ -369,12 +412,16 @@ func vipPath(a netip.Addr, comms []uint32, withdraw bool) (*apiutil.Path, error)
 func (r *Relay) observeExports(name string, o *pb.TenantBGPObservation) {
 	e := &r.exp
 	p, ok := e.plan[name]
-	if ok {
+	msg := e.problems[name]
+	if ok && len(p.neighbors) == 0 {
+		// No statement sends them anywhere (setExportPolicy).
+		fam := map[bool]string{true: "IPv4", false: "IPv6"}[p.nh.Is4()]
+		msg = strings.TrimPrefix(msg+"; "+fmt.Sprintf("%d VIPs wait for a session with one of the tenant's %s speakers here to be announced on", len(p.vips), fam), "; ")
+	} else if ok {
 		for _, a := range p.vips {
 			o.Announced = append(o.Announced, &pb.TenantRoute{Prefix: netip.PrefixFrom(a, a.BitLen()).String(), NextHop: p.nh.String()})
 		}
 	}
-	msg := e.problems[name]
 	if e.err != "" && ok {
 		msg = strings.TrimPrefix(msg+"; "+e.err, "; ")
 	}

@@ -481,12 +481,7 @@ func (r *Relay) syncPeers(ctx context.Context, w *world) {
 		p := apiPeer(a, b, r.cfg.PeerPort)
 		if k.space != "" {
 			var err error
-			a, err = loopbackFor(func(x netip.Addr) bool {
-				_, used := r.sessions[x]
-				_, old := r.retiring[x]
-				_, peer := w.peers[peerKey{addr: x}]
-				return used || old || peer
-			})
+			a, err = loopbackFor(func(x netip.Addr) bool { return r.loopbackTaken(w, x) })
 			if err == nil {
 				ttl := 0
 				if b.GetAsn() != r.cfg.ASN {
@@ -545,6 +540,18 @@ func (r *Relay) syncPeers(ctx context.Context, w *world) {
 		}
 	}
 	r.dmu.Unlock()
+}
+
+// loopbackTaken reports whether a new attached session may not take the
+// loopback address x: a session has it, or one retiring, or a speaker of
+// the host's table, or the export policy in place names it for a tenant
+// (a new session there would be sent that tenant's VIPs until the next
+// policy is in place).
+func (r *Relay) loopbackTaken(w *world, x netip.Addr) bool {
+	_, used := r.sessions[x]
+	_, old := r.retiring[x]
+	_, peer := w.peers[peerKey{addr: x}]
+	return used || old || peer || r.exp.namesSession(x)
 }
 
 // sortedSessions are the sessions' addresses by speaker.
