@@ -157,6 +157,7 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 	}
 	stack.Push(relay.Close)
 	host.Add(relay)
+	vcfg.TenantVIPs = relay
 	vm, err := vip.Open(vcfg)
 	if err != nil {
 		return err

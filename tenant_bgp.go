@@ -42,3 +42,7 @@ func followTenantBGP(relay *tenantbgp.Relay, r proxy.Revision, state func() ([]*
 }
 
 func concernsTenantBGP(o *pb.Object) bool { return o.GetTenant() != nil || o.GetVipPool() != nil }
+
+// The relay announces the VIPs of bgp pools in tenants' attachments to
+// the tenants' speakers.
+var _ vip.TenantVIPs = (*tenantbgp.Relay)(nil)

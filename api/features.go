@@ -176,6 +176,12 @@ const (
 	// speakers from its own routing table, where another tenant or the
 	// host may own the same addresses, and install its routes there.
 	FeatureTenantBGPAttached = "tenant-bgp-attached"
+	// FeaturePoolAttachmentBGP: bgp pools in a tenant's attachment, whose
+	// VIPs are announced to the tenant's own speakers over its sessions
+	// (VIPPool.attachment with mode: bgp). A host of an earlier release
+	// would announce them to its fabric routers, which must never learn a
+	// tenant's private addresses.
+	FeaturePoolAttachmentBGP = "pool-attachment-bgp"
 	// FeatureTenantBFD: BFD on a tenant's BGP sessions (bgp.bfd). A host
 	// of an earlier release ignores it and keeps a silent speaker's
 	// routes until the BGP hold time ends.
@@ -231,6 +237,7 @@ var featureLevels = map[string]uint32{
 	FeaturePoolAttachment:      6,
 	FeatureClientSource:        7,
 	FeatureTenantBGPAttached:   7,
+	FeaturePoolAttachmentBGP:   7,
 	FeatureTenantBFD:           7,
 }
 
@@ -273,7 +280,7 @@ func FeatureRefusal(uses []FeatureUse, need uint32, older []string) error {
 
 // Features returns the features this release serves.
 func Features() []string {
-	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureNotFoundRoutes, FeatureCORS, FeatureClientValidation, FeatureRouteRetry, FeatureBackendHeaders, FeatureBackendTLS, FeatureWAFExclusions, FeatureTLSTerminate, FeatureMisdirectedRequests, FeatureRateLimitHeader, FeatureWriteBudget, FeaturePoolInterface, FeatureTenantBGPUpdateRate, FeatureACMEWildcard, FeatureHTTP3, FeatureWAFRules, FeatureDNSKeyRollover, FeatureTenantBGPTotal, FeatureTenantBGPReannounce, FeatureTenantAttachment, FeatureHTTP3ZeroRTT, FeatureTenantCPU, FeaturePoolAttachment, FeatureClientSource, FeatureTenantBGPAttached}
+	return []string{FeatureDryRun, FeatureCheckedWrites, FeatureHTTPSCheck, FeatureCloseOnDown, FeatureRouteRules, FeatureBackendH2, FeatureSNIRoutes, FeatureRoutePorts, FeatureTenantBGP, FeatureDualStack, FeatureHostnames, FeatureSourceRanges, FeatureRateLimits, FeatureWAF, FeatureNotFoundRoutes, FeatureCORS, FeatureClientValidation, FeatureRouteRetry, FeatureBackendHeaders, FeatureBackendTLS, FeatureWAFExclusions, FeatureTLSTerminate, FeatureMisdirectedRequests, FeatureRateLimitHeader, FeatureWriteBudget, FeaturePoolInterface, FeatureTenantBGPUpdateRate, FeatureACMEWildcard, FeatureHTTP3, FeatureWAFRules, FeatureDNSKeyRollover, FeatureTenantBGPTotal, FeatureTenantBGPReannounce, FeatureTenantAttachment, FeatureHTTP3ZeroRTT, FeatureTenantCPU, FeaturePoolAttachment, FeatureClientSource, FeatureTenantBGPAttached, FeaturePoolAttachmentBGP}
 }
 
 // FeatureUse is one place where a write uses a feature: the feature and
@@ -291,7 +298,11 @@ func FeaturesUsed(obj *pb.Object) []FeatureUse {
 	if p := obj.GetVipPool(); p.GetInterface() != "" {
 		return []FeatureUse{{Feature: FeaturePoolInterface, Field: RefString(RefOf(obj)) + ": interface"}}
 	} else if p.GetAttachment() != "" {
-		return []FeatureUse{{Feature: FeaturePoolAttachment, Field: RefString(RefOf(obj)) + ": attachment"}}
+		out := []FeatureUse{{Feature: FeaturePoolAttachment, Field: RefString(RefOf(obj)) + ": attachment"}}
+		if p.GetMode() == "bgp" {
+			out = append(out, FeatureUse{Feature: FeaturePoolAttachmentBGP, Field: RefString(RefOf(obj)) + ": mode bgp with attachment"})
+		}
+		return out
 	}
 	if t := obj.GetTenant(); t != nil {
 		var out []FeatureUse

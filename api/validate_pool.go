@@ -94,12 +94,18 @@ func checkPoolRanges(ck *checker, p *pb.VIPPool, c Catalog) []poolRange {
 		ok = append(ok, entry{pr, i})
 	other:
 		for _, o := range others {
-			if o.pool.GetName() == p.GetName() || separateAttachments(p, o.pool) {
+			if o.pool.GetName() == p.GetName() {
 				continue
+			}
+			why := ""
+			if separateAttachments(p, o.pool) {
+				if why = announcedAlike(p, o.pool); why == "" {
+					continue
+				}
 			}
 			for _, or := range o.ranges {
 				if pr.Overlaps(or.Range) {
-					ck.conflictf(f, "%s overlaps %s of VIP pool %s", pr.text, or.text, o.pool.GetName())
+					ck.conflictf(f, "%s overlaps %s of VIP pool %s%s", pr.text, or.text, o.pool.GetName(), why)
 					break other
 				}
 			}

@@ -26,8 +26,8 @@ func TestValidatePoolAttachment(t *testing.T) {
 		{"tenants is the attachment's", func(p *pb.VIPPool) { p.Tenants = []string{"a"} }, pass()},
 		{"range", func(p *pb.VIPPool) { p.Cidrs = []string{"10.0.0.100-10.0.0.110"} }, pass()},
 		{"with interface", func(p *pb.VIPPool) { p.Interface = "eth1" }, bad("attachment", "not both; remove interface or attachment")},
-		{"bgp", func(p *pb.VIPPool) { p.Mode = "bgp" }, bad("attachment", "applies to arp pools only (this pool is bgp)")},
-		{"static", func(p *pb.VIPPool) { p.Mode = "static" }, bad("attachment", "applies to arp pools only (this pool is static)")},
+		{"bgp, the tenant without bgp", func(p *pb.VIPPool) { p.Mode = "bgp" }, clash("mode", "tenant a has no bgp peers; give it bgp (tenant.bgp.peers) first, or use mode: arp")},
+		{"static", func(p *pb.VIPPool) { p.Mode = "static" }, bad("attachment", "applies to arp and bgp pools only (this pool is static)")},
 		{"other tenants", func(p *pb.VIPPool) { p.Tenants = []string{"b"} }, bad("tenants", "serves that tenant only; set tenants to [a]")},
 		{"no such tenant", func(p *pb.VIPPool) { p.Attachment = "z" }, clash("attachment", "tenant z does not exist")},
 		{"tenant not attached", func(p *pb.VIPPool) { p.Attachment = "c" }, clash("attachment", "tenant c has no attachment")},
@@ -146,4 +146,90 @@ func TestAttachmentPoolIsNoOtherTenantsVIP(t *testing.T) {
 	}
 	check(t, ValidateLoadBalancer(lb("b", "public"), c), pass())
 	check(t, ValidateLoadBalancer(lb("a", "public"), c), bad("pools.web.members[0]", "10.0.0.100 is a virtual IP of this cluster"))
+}
+
+// TestValidateBGPPoolAttachment: a bgp pool in a tenant's attachment is
+// valid when the tenant has bgp with a speaker, and the hosts' addresses in
+// the attachment, of each family the pool has; the tenant cannot then drop
+// its bgp while the pool exists; the pool needs feature level 7.
+func TestValidateBGPPoolAttachment(t *testing.T) {
+	t.Parallel()
+	withBGP := func(peers ...string) *pb.Tenant {
+		a := attached("a", 100)
+		a.Networks = []string{"10.0.0.0/24", "10.0.1.0/24", "2001:db8::/64"}
+		a.Bgp = &pb.TenantBGP{Asn: 64600, Peers: peers}
+		return a
+	}
+	pool := func(cidrs ...string) *pb.VIPPool {
+		return &pb.VIPPool{Name: "a-bgp", Cidrs: cidrs, Mode: "bgp", Attachment: "a", Communities: []string{"64600:7"}}
+	}
+	tests := []struct {
+		name   string
+		tenant *pb.Tenant
+		pool   *pb.VIPPool
+		want   expect
+	}{
+		{"valid", withBGP("10.0.0.10"), pool("10.0.1.96/28"), pass()},
+		{"no speaker of the family", withBGP("10.0.0.10"), pool("10.0.1.96/28", "2001:db8::100/124"),
+			clash("cidrs[1]", "2001:db8::100/124 is IPv6 and none of tenant a's speakers (bgp.peers) is")},
+		{"no host address of the family", withBGP("10.0.0.10", "2001:db8::10"), pool("10.0.1.96/28", "2001:db8::100/124"),
+			clash("cidrs[1]", "the hosts' addresses in tenant a's attachment are not, so none can be its next hop")},
+		{"no peers", withBGP(), pool("10.0.1.96/28"), clash("mode", "tenant a has no bgp peers")},
+		{"inside the attachment's segment", withBGP("10.0.0.10"), pool("10.0.1.96/28", "10.0.0.96/28"),
+			clash("cidrs[1]", "10.0.0.96/28 overlaps 10.0.0.0/24, the segment of tenant a's attachment")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			check(t, ValidatePool(tt.pool, catalogtest.New(publicPool(), tt.tenant, attached("b", 200))), tt.want)
+		})
+	}
+
+	a := withBGP("10.0.0.10")
+	a.Pools = append(a.Pools, "a-bgp")
+	c := catalogtest.New(publicPool(), pool("10.0.1.96/28"), a, attached("b", 200))
+	noBGP := withBGP("10.0.0.10")
+	noBGP.Pools, noBGP.Bgp = a.Pools, nil
+	check(t, ValidateTenant(noBGP, c), clash("bgp", "VIP pool a-bgp (a bgp pool in the tenant's attachment) is announced to the tenant's speakers, and this change would not let it be"))
+	check(t, ValidateTenant(a, c), pass())
+	wider := withBGP("10.0.0.10")
+	wider.Pools, wider.Networks = a.Pools, []string{"10.0.0.0/23", "2001:db8::/64"}
+	wider.Attachment.Hosts = map[string]string{"lb1": "10.0.0.2/23"}
+	check(t, ValidateTenant(wider, c), clash("bgp", "10.0.1.96/28 overlaps 10.0.0.0/23, the segment of tenant a's attachment"))
+
+	uses := FeaturesUsed(Wrap(pool("10.0.1.96/28")))
+	if LevelNeeded(uses) != 7 || uses[len(uses)-1].Feature != FeaturePoolAttachmentBGP {
+		t.Fatalf("uses %v (level %d), want %s at level 7", uses, LevelNeeded(uses), FeaturePoolAttachmentBGP)
+	}
+	if uses := FeaturesUsed(Wrap(attachedPool())); LevelNeeded(uses) != 6 {
+		t.Fatalf("an arp pool in an attachment needs level %d, want 6", LevelNeeded(uses))
+	}
+}
+
+// TestAttachmentPoolsOverlapAnnouncedAlike: pools in two tenants'
+// attachments may share addresses only when announced alike (one host
+// election and one announcement serve the address in both): a bgp pool
+// over another tenant's arp pool, or with other communities or another
+// withdrawWhenDown, is refused naming the other pool and the difference.
+func TestAttachmentPoolsOverlapAnnouncedAlike(t *testing.T) {
+	t.Parallel()
+	tenant := func(name string, vni uint32) *pb.Tenant {
+		x := attached(name, vni)
+		x.Networks = []string{"10.0.0.0/24", "10.0.1.0/24"}
+		x.Bgp = &pb.TenantBGP{Asn: 64600, Peers: []string{"10.0.0.10"}}
+		x.Pools = []string{name + "-bgp"}
+		return x
+	}
+	bgpPool := func(att string, comms ...string) *pb.VIPPool {
+		return &pb.VIPPool{Name: att + "-bgp", Cidrs: []string{"10.0.1.96/28"}, Mode: "bgp", Attachment: att, Communities: comms}
+	}
+	c := catalogtest.New(publicPool(), bgpPool("a", "64600:7", "64600:8"), tenant("a", 100), tenant("b", 200))
+	check(t, ValidatePool(bgpPool("b", "64600:8", "64600:7"), c), pass())
+	check(t, ValidatePool(bgpPool("b", "64600:9"), c),
+		clash("cidrs[0]", "overlaps 10.0.1.96/28 of VIP pool a-bgp in tenant a's attachment, with communities [64600:7, 64600:8] (this pool has [64600:9])"))
+	wd := bgpPool("b", "64600:7", "64600:8")
+	wd.WithdrawWhenDown = true
+	check(t, ValidatePool(wd, c), clash("cidrs[0]", "of VIP pool a-bgp in tenant a's attachment, whose withdrawWhenDown is false"))
+	arp := &pb.VIPPool{Name: "b-bgp", Cidrs: []string{"10.0.1.100/32"}, Mode: "arp", Attachment: "b"}
+	check(t, ValidatePool(arp, c), clash("cidrs[0]", "10.0.1.100/32 overlaps 10.0.1.96/28 of VIP pool a-bgp in tenant a's attachment, which is bgp (this pool is arp)"))
 }

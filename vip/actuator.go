@@ -265,7 +265,7 @@ func (a *actuator) converge(now time.Time) {
 func (a *actuator) take(addr netip.Addr, t target, now time.Time) error {
 	if h, ok := a.held[addr]; ok {
 		if t.mode == ModeBGP && h.route.key() != t.route.key() {
-			if err := a.m.spk.announce(t.route); err != nil {
+			if err := a.m.announce(t.route); err != nil {
 				return err
 			}
 			a.held[addr] = t
@@ -286,7 +286,7 @@ func (a *actuator) take(addr netip.Addr, t target, now time.Time) error {
 	case ModeARP:
 		a.queueBurst(addr, t.places(), now)
 	case ModeBGP:
-		if err := a.m.spk.announce(t.route); err != nil {
+		if err := a.m.announce(t.route); err != nil {
 			_ = t.remove(addr)
 			return err
 		}
@@ -351,7 +351,7 @@ func (a *actuator) movePlaces(addr netip.Addr, h, w target, now time.Time) error
 // release withdraws and removes one held VIP.
 func (a *actuator) release(addr netip.Addr, h target) error {
 	if h.mode == ModeBGP {
-		if err := a.m.spk.withdraw(addr); err != nil {
+		if err := a.m.withdraw(h.route); err != nil {
 			return err
 		}
 	}
@@ -420,4 +420,32 @@ func (a *actuator) sweep() {
 			a.m.log.Info("removed a VIP address this host does not hold", "addr", addr, "interface", f.String())
 		}
 	}
+}
+
+// errNoTenantVIPs: a VIP of a bgp pool in a tenant's attachment on a
+// host that was given no way to announce it.
+var errNoTenantVIPs = errors.New("this host announces no VIPs to tenants' speakers")
+
+// announce announces r: to the fabric routers through the speaker, or,
+// for a VIP of a bgp pool in tenants' attachments, to those tenants'
+// speakers alone.
+func (m *Manager) announce(r route) error {
+	if len(r.Spaces) > 0 {
+		if m.cfg.TenantVIPs == nil {
+			return errNoTenantVIPs
+		}
+		return m.cfg.TenantVIPs.AnnounceVIP(r.Addr, r.Spaces, r.Communities)
+	}
+	return m.spk.announce(r)
+}
+
+// withdraw withdraws r from wherever announce sent it.
+func (m *Manager) withdraw(r route) error {
+	if len(r.Spaces) > 0 {
+		if m.cfg.TenantVIPs == nil {
+			return nil
+		}
+		return m.cfg.TenantVIPs.WithdrawVIP(r.Addr)
+	}
+	return m.spk.withdraw(r.Addr)
 }

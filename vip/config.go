@@ -69,7 +69,11 @@ type Config struct {
 	// (default DefaultNetnsDir): the VIPs of a pool in a tenant's
 	// attachment (VIPPool.attachment) live on its AttachmentDevice there.
 	NetnsDir string
-	Logger   *slog.Logger
+	// TenantVIPs announces the VIPs of bgp pools in tenants' attachments
+	// to those tenants' own speakers (vip/tenantbgp's relay); nil: such
+	// VIPs cannot be announced here, and say so.
+	TenantVIPs TenantVIPs
+	Logger     *slog.Logger
 	// Events receives this host's VIP moves (taken, released, announced,
 	// withdrawn) with the reason; nil drops them.
 	Events func(*pb.Event)
@@ -292,4 +296,14 @@ func (b BGPConfig) withDefaults(heartbeatIP netip.Addr) (BGPConfig, error) {
 	}
 	b.Peers = peers
 	return b, nil
+}
+
+// TenantVIPs announces VIPs to attached tenants' speakers, over the
+// sessions this host has with them from inside their namespaces.
+type TenantVIPs interface {
+	// AnnounceVIP has a announced to the speakers of each of tenants,
+	// with communities, replacing what was asked for a before.
+	AnnounceVIP(a netip.Addr, tenants []string, communities []uint32) error
+	// WithdrawVIP withdraws a from every tenant's speakers.
+	WithdrawVIP(a netip.Addr) error
 }

@@ -4,6 +4,7 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"strings"
 	"time"
 
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
@@ -102,6 +103,17 @@ func (m *Manager) decideOne(vs vipSpec, now time.Time, v view, arpMe, bgpMe, me 
 		t = m.arpTarget(vs)
 	case ModeBGP:
 		d = decide(vs, nil, bgpMe, v, st.peers, m.dead, "")
+		if len(vs.Spaces) > 0 {
+			// A VIP of a bgp pool in tenants' attachments: on the device in
+			// each tenant's namespace, as an arp one, and announced to
+			// those tenants' own speakers alone.
+			t = m.arpTarget(vs)
+			t.mode, t.route = ModeBGP, route{Addr: vs.Addr, Communities: vs.Communities, Spaces: vs.Spaces}
+			if d.Hold {
+				d.Reason = "ready and current; announced to the speakers of tenant " + strings.Join(vs.Spaces, ", tenant ") + " from inside their attachments"
+			}
+			break
+		}
 		if d.Hold && m.spk != nil && st.sessions == 0 {
 			// The route stays in the speaker and goes out as soon as a
 			// session is up; the address stays for the flows in flight.

@@ -570,6 +570,13 @@ func (m *Manager) handOver() error {
 			m.log.Info("withdrew every route before shutting down", "routes", announced)
 		}
 	}
+	for _, a := range slices.SortedFunc(maps.Keys(held), netip.Addr.Compare) {
+		if h := held[a]; h.mode == ModeBGP && len(h.route.Spaces) > 0 {
+			if err := m.withdraw(h.route); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
 	grace := time.Duration(0)
 	for _, h := range held {
 		switch h.mode {

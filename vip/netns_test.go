@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -354,5 +355,95 @@ func TestActuatorMovesASharedVIPBetweenPlaces(t *testing.T) {
 	}
 	if errs := a.errors(); len(errs) != 0 {
 		t.Fatalf("errors: %v", errs)
+	}
+}
+
+// tenantVIPsRec records what the VIP layer asks the tenants' relay to
+// announce (the relay's own export is tested in vip/tenantbgp).
+type tenantVIPsRec struct{ announced map[netip.Addr][]string }
+
+func (r *tenantVIPsRec) AnnounceVIP(a netip.Addr, tenants []string, _ []uint32) error {
+	r.announced[a] = slices.Clone(tenants)
+	return nil
+}
+
+func (r *tenantVIPsRec) WithdrawVIP(a netip.Addr) error {
+	delete(r.announced, a)
+	return nil
+}
+
+// TestBGPPoolInAttachment: a VIP of a bgp pool in a tenant's attachment
+// is announced, when this host serves it, to that tenant's speakers
+// through TenantVIPs (never to the fabric speaker), put on the
+// attachment's device in the tenant's namespace with no gratuitous ARP,
+// and withdrawn and taken off it when released; a host where the
+// attachment is not up is not ready for it, with the reason.
+func TestBGPPoolInAttachment(t *testing.T) {
+	dir := t.TempDir()
+	pa := boundNetns(t, dir, api.AttachmentNamespace("a"))
+	rec := &tenantVIPsRec{announced: map[netip.Addr][]string{}}
+	m := &Manager{cfg: Config{NetnsDir: dir, TenantVIPs: rec, NodeID: "n1"}, log: slog.New(slog.DiscardHandler)}
+	m.loop.init()
+	m.act = newActuator(m)
+	defer func() {
+		for _, e := range m.pools.all() {
+			e.frames.close()
+		}
+	}()
+	lb := func(tenant, pool, addr string) *pb.LoadBalancer {
+		return &pb.LoadBalancer{Name: "web", Tenant: tenant, Vip: &pb.VIPRequest{Pool: pool}, Status: &pb.LoadBalancerStatus{Address: addr}}
+	}
+	d := desiredState([]*pb.Object{
+		api.Wrap(&pb.VIPPool{Name: "a-bgp", Cidrs: []string{"10.0.0.96/28"}, Mode: ModeBGP, Attachment: "a"}),
+		api.Wrap(&pb.VIPPool{Name: "b-bgp", Cidrs: []string{"10.0.0.96/28"}, Mode: ModeBGP, Attachment: "b"}),
+		api.Wrap(lb("a", "a-bgp", "10.0.0.100")), api.Wrap(lb("b", "b-bgp", "10.0.0.101")),
+	})
+	m.loop.want = &d
+	vip := netip.MustParseAddr("10.0.0.100")
+	vs, ok := d.vip(vip)
+	if !ok || vs.Mode != ModeBGP || !slices.Equal(vs.Spaces, []string{"a"}) || inRanges(d.Ranges, vip) {
+		t.Fatalf("the VIP: %+v, %t (ranges %v); want a bgp VIP in space a, outside the swept ranges", vs, ok, d.Ranges)
+	}
+	me := self{ID: "n1", NotReady: map[netip.Addr]string{}}
+	v := view{Alive: map[string]hostView{}, Quorum: true}
+	now := time.Now()
+	tg, hold := m.decideOne(vs, now, v, me, me, me)
+	if !hold || tg.mode != ModeBGP || tg.iface == nil || tg.iface.ns != pa || tg.iface.name != AttachmentDevice ||
+		!slices.Equal(tg.route.Spaces, []string{"a"}) {
+		t.Fatalf("decided %+v (hold %t); want it announced on %s in %s for tenant a", tg, hold, AttachmentDevice, pa)
+	}
+	if r := m.loop.records[vip]; !strings.Contains(r.reason, "announced to the speakers of tenant a") {
+		t.Errorf("reason %q", r.reason)
+	}
+	m.act.set(map[netip.Addr]target{vip: tg}, d.Ranges)
+	m.act.converge(now)
+	if errs := m.act.errors(); len(errs) != 0 {
+		t.Fatalf("errors: %v", errs)
+	}
+	if got, _ := tg.iface.hostAddrs(); !got[vip] {
+		t.Fatalf("the device in a's namespace: %v, want %s", got, vip)
+	}
+	if !slices.Equal(rec.announced[vip], []string{"a"}) || len(rec.announced) != 1 {
+		t.Fatalf("announced %v, want %s to a", rec.announced, vip)
+	}
+	if len(m.act.pending) != 0 {
+		t.Fatalf("gratuitous ARP queued for a bgp VIP: %v", m.act.pending)
+	}
+	m.act.set(map[netip.Addr]target{}, d.Ranges)
+	m.act.converge(now)
+	if got, _ := tg.iface.hostAddrs(); got[vip] {
+		t.Fatalf("the device keeps %s after the release", vip)
+	}
+	if len(rec.announced) != 0 {
+		t.Fatalf("still announced: %v", rec.announced)
+	}
+
+	// b's attachment is not up here: its bgp VIP is not ready, with why.
+	m.checkPoolIfaces()
+	m.loop.ready.have = true
+	m.loop.ready.ready = map[string]string{"a/web": "", "b/web": ""}
+	vb, _ := d.vip(netip.MustParseAddr("10.0.0.101"))
+	if why := m.loop.ready.why(vb); why != "pool b-bgp lives in tenant b's attachment, which is not up on this host (no namespace teapot-att-b)" {
+		t.Fatalf("why b's VIP is not ready: %q", why)
 	}
 }

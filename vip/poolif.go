@@ -159,7 +159,7 @@ func poolIfaceProblems(d *desired, vipIface string, up func(name string) (exists
 	}
 	for _, p := range d.pools {
 		if t := p.pool.GetAttachment(); t != "" {
-			if p.pool.GetMode() != ModeARP {
+			if m := p.pool.GetMode(); m != ModeARP && m != ModeBGP {
 				continue
 			}
 			if why := attached(t); why != "" {
@@ -244,7 +244,7 @@ func (m *Manager) attachmentProblem(tenant string) string {
 // of its pool (each tenant's attachment that carries it), then the data
 // plane's readiness.
 func (rd *readiness) why(vs vipSpec) string {
-	if vs.Mode == ModeARP {
+	if vs.Mode == ModeARP || vs.Mode == ModeBGP {
 		if p := rd.ifProblems[vs.Pool]; p != "" {
 			return p
 		}

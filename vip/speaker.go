@@ -52,6 +52,11 @@ func nextRedial(prev, up time.Duration) time.Duration {
 type route struct {
 	Addr        netip.Addr
 	Communities []uint32
+	// Spaces are the attached tenants whose speakers the route goes to,
+	// for a VIP of a bgp pool in tenants' attachments (vipSpec.Spaces):
+	// announced over the tenants' own sessions (Config.TenantVIPs), never
+	// to the fabric routers.
+	Spaces []string
 }
 
 func (r route) key() string {
@@ -59,6 +64,9 @@ func (r route) key() string {
 	b.WriteString(r.Addr.String())
 	for _, c := range r.Communities {
 		b.WriteString(" " + strconv.FormatUint(uint64(c), 10))
+	}
+	for _, t := range r.Spaces {
+		b.WriteString(" @" + t)
 	}
 	return b.String()
 }

@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/teapot-lb/teapot-lb/api"
@@ -36,7 +37,7 @@ func writeTenantBGP(w io.Writer, now time.Time, tn *pb.Tenant, hosts []*pb.HostO
 		sessions.row("  HOST", "PEER", "FROM", "STATE", "SINCE", "PREFIXES", "REASON")
 	}
 	routes.row("  HOST", "PREFIX", "NEXT HOP", "PEER", "ROUTE")
-	var problems, upstream []string
+	var problems, upstream, vips []string
 	more := 0
 	for _, h := range hosts {
 		for _, o := range h.GetTenantBgp() {
@@ -49,6 +50,9 @@ func writeTenantBGP(w io.Writer, now time.Time, tn *pb.Tenant, hosts []*pb.HostO
 			}
 			if b.GetReannounce() {
 				upstream = append(upstream, "  "+h.GetNodeId()+": "+reannounceText(now, o))
+			}
+			if t := announcedText(now, o); t != "" {
+				vips = append(vips, "  "+h.GetNodeId()+": "+t)
 			}
 			for _, s := range o.GetSessions() {
 				if withBFD {
@@ -73,6 +77,12 @@ func writeTenantBGP(w io.Writer, now time.Time, tn *pb.Tenant, hosts []*pb.HostO
 	_ = sessions.flush()
 	for _, p := range problems {
 		fmt.Fprintln(w, p)
+	}
+	if len(vips) > 0 {
+		fmt.Fprintln(w, "\nVIPs announced to the tenant's speakers (bgp pools in its attachment)")
+		for _, v := range vips {
+			fmt.Fprintln(w, v)
+		}
 	}
 	if len(upstream) > 0 {
 		fmt.Fprintln(w, "\nRe-announced to the fabric routers")
@@ -128,4 +138,38 @@ func reannounceText(now time.Time, o *pb.TenantBGPObservation) string {
 		return fmt.Sprintf("%d %s on %d established fabric sessions since %s", n, unit, o.GetFabricSessions(), stamp(now, o.GetReannounceSince()))
 	}
 	return "reports nothing (an older release, or the change has not reached it yet)"
+}
+
+// announcedText says which VIPs of bgp pools in the tenant's attachment
+// one host announces to the tenant's speakers, with their next hop, how
+// many prefixes its sessions are sent, and why one cannot be announced
+// ("" when it announces none and has nothing to say).
+func announcedText(now time.Time, o *pb.TenantBGPObservation) string {
+	if len(o.GetAnnounced()) == 0 && o.GetAnnounceError() == "" {
+		return ""
+	}
+	var out string
+	if len(o.GetAnnounced()) == 0 {
+		out = "none"
+	}
+	for i, r := range o.GetAnnounced() {
+		if i > 0 {
+			out += ", "
+		}
+		out += r.GetPrefix() + " via " + r.GetNextHop()
+	}
+	var sent []string
+	for _, s := range o.GetSessions() {
+		sent = append(sent, fmt.Sprintf("%s %d", s.GetPeer(), s.GetAdvertised()))
+	}
+	if len(sent) > 0 {
+		out += " (prefixes sent: " + strings.Join(sent, ", ") + ")"
+	}
+	if o.GetAnnounceSince() != nil {
+		out += " since " + stamp(now, o.GetAnnounceSince())
+	}
+	if e := o.GetAnnounceError(); e != "" {
+		out += "; not announced: " + e
+	}
+	return out
 }

@@ -101,7 +101,7 @@ var rules = map[string]rule{
 	"teapot.v1.VIPPool.allow_shared": {def: "false"},
 	"teapot.v1.VIPPool.communities":  {limits: atMost(api.MaxPoolCommunities, "communities, each ASN:VALUE with numbers from 0 to 65535"), example: "[\"65000:100\"]"},
 	"teapot.v1.VIPPool.interface":    {limits: "arp pools only; an interface name of at most 15 bytes", def: "the host's --vip-interface", example: "eth1"},
-	"teapot.v1.VIPPool.attachment":   {limits: "arp pools only; not with interface; a tenant with an attachment, whose networks hold every address of the pool and none of its hosts' addresses; feature level 6 on every host", example: "acme"},
+	"teapot.v1.VIPPool.attachment":   {limits: "arp and bgp pools only; not with interface; a tenant with an attachment, whose networks hold every address of the pool and none of its hosts' addresses; for a bgp pool, the tenant's bgp with a speaker, and host addresses in the attachment, of each family the pool has; feature level 6 on every host (7 for a bgp pool)", example: "acme"},
 	"teapot.v1.VIPPool.meta":         {readOnly: true, opaque: true, doc: "Revision, generation and times, stamped by the cluster."},
 
 	"teapot.v1.LoadBalancer.name":       {doc: "Name of the load balancer, unique within its tenant.", required: true, limits: nameLimits, example: "shop"},

@@ -3,5 +3,7 @@
 // only inside what the tenant owns, and installs the accepted routes in
 // the host's routing table (an attached tenant's: in its namespace, from
 // which its sessions are also made) so that members are dialled straight
-// at their pods. See DESIGN.md.
+// at their pods. Over an attached tenant's sessions it announces the VIPs
+// of bgp pools in the tenant's attachment, to that tenant alone. See
+// DESIGN.md.
 package tenantbgp

@@ -25,6 +25,8 @@ var (
 		"BFD packets this host read from the tenant's namespace and dropped: malformed (reason=invalid), from an address with no session (unknown-peer), with a TTL under 255 (ttl), with another session's discriminator (discriminator), or with the session's queue full (overflow).", []string{"tenant", "reason"}, nil)
 	descBFDThrottled = prometheus.NewDesc("teapot_lb_tenant_bgp_bfd_throttled_total",
 		"Times this host stopped reading the tenant's BFD socket because packets came faster than the tenant's sessions' intervals allow (the kernel drops what does not fit).", []string{"tenant"}, nil)
+	descVIPsAnnounced = prometheus.NewDesc("teapot_lb_tenant_bgp_vips_announced",
+		"VIPs of bgp pools in the tenant's attachment that this host announces to the tenant's speakers over its sessions from inside the attachment (named by attachment).", []string{"tenant", "attachment"}, nil)
 	descBFDPackets = prometheus.NewDesc("teapot_lb_tenant_bgp_bfd_packets_total",
 		"BFD packets this host took for the tenant's sessions (direction=received) and sent them (direction=sent).", []string{"tenant", "direction"}, nil)
 )
@@ -45,6 +47,7 @@ func (c relayCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descBFDDropped
 	ch <- descBFDThrottled
 	ch <- descBFDPackets
+	ch <- descVIPsAnnounced
 }
 
 func (c relayCollector) Collect(ch chan<- prometheus.Metric) {
@@ -79,6 +82,9 @@ func (c relayCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descLimits, prometheus.CounterValue, float64(r.limits[name]), name)
 		ch <- prometheus.MustNewConstMetric(descUpdateLimits, prometheus.CounterValue, float64(r.rateLimits[name]), name)
 		ch <- prometheus.MustNewConstMetric(descJudge, prometheus.CounterValue, r.judgeTime[name].Seconds(), name)
+		if att != "" {
+			ch <- prometheus.MustNewConstMetric(descVIPsAnnounced, prometheus.GaugeValue, float64(len(o.GetAnnounced())), name, att)
+		}
 		if r.world.tenants[name].bgp.GetBfd() != nil {
 			ch <- prometheus.MustNewConstMetric(descBFDDowns, prometheus.CounterValue, float64(downs[name]), name)
 			st := stats[name]

@@ -132,6 +132,9 @@ type Relay struct {
 	// judgeTime is the time spent reading and judging each tenant's
 	// routes.
 	judgeTime map[string]time.Duration
+	// vips are the VIPs of bgp pools in tenants' attachments this host
+	// announces to their speakers (export.go).
+	vips map[netip.Addr]vipExport
 
 	// ribs mirror the sessions' routes from gobgp's events (rib.go),
 	// under dmu; ctx ends when the relay closes.
@@ -187,6 +190,10 @@ type Relay struct {
 	bfd        map[string]*bfd.Endpoint
 	bfdAllDown map[string]time.Time
 	bfdSt      bfdState
+	// exp is what the speaker announces of the VIPs (export.go), and
+	// advertised how many prefixes gobgp sends each session.
+	exp        exports
+	advertised map[netip.Addr]uint32
 }
 
 // session is one speaker's session: its key, tenant, and the tunnel
@@ -266,10 +273,24 @@ func New(cfg Config) (*Relay, error) {
 	}
 	// Nothing a tenant announces enters the speaker's RIB, so nothing is
 	// ever sent on to another tenant or anywhere else: the relay reads
-	// each session's received routes and judges them itself.
+	// each session's received routes and judges them itself. The only
+	// paths the RIB takes are the relay's own (the VIPs of bgp pools in
+	// tenants' attachments), and the export policy sends each only to
+	// the sessions of its tenants (export.go).
+	if err := r.srv.AddPolicy(ctx, &gobgpapi.AddPolicyRequest{Policy: &gobgpapi.Policy{Name: "local-only", Statements: []*gobgpapi.Statement{{
+		Name:       "local-only",
+		Conditions: &gobgpapi.Conditions{RouteType: gobgpapi.Conditions_ROUTE_TYPE_LOCAL},
+		Actions:    &gobgpapi.Actions{RouteAction: gobgpapi.RouteAction_ROUTE_ACTION_ACCEPT},
+	}}}}); err != nil {
+		return fail("set the tenant BGP speaker's policy", err)
+	}
 	for _, dir := range []gobgpapi.PolicyDirection{gobgpapi.PolicyDirection_POLICY_DIRECTION_IMPORT, gobgpapi.PolicyDirection_POLICY_DIRECTION_EXPORT} {
+		var pols []*gobgpapi.Policy
+		if dir == gobgpapi.PolicyDirection_POLICY_DIRECTION_IMPORT {
+			pols = []*gobgpapi.Policy{{Name: "local-only"}}
+		}
 		if err := r.srv.SetPolicyAssignment(ctx, &gobgpapi.SetPolicyAssignmentRequest{Assignment: &gobgpapi.PolicyAssignment{
-			Name: "global", Direction: dir, DefaultAction: gobgpapi.RouteAction_ROUTE_ACTION_REJECT}}); err != nil {
+			Name: "global", Direction: dir, Policies: pols, DefaultAction: gobgpapi.RouteAction_ROUTE_ACTION_REJECT}}); err != nil {
 			return fail("set the tenant BGP speaker's policy", err)
 		}
 	}
@@ -371,6 +392,7 @@ func (r *Relay) pass(ctx context.Context) {
 	now := time.Now()
 	r.readStates(ctx, w, now)
 	r.syncBFD(w, now)
+	r.syncExports(ctx, w, now)
 	host := r.install(w, r.judgeSessions(w, r.cfg.HostAddrs(), now), now)
 	r.reannounce(w, host)
 	obs := map[string]*pb.TenantBGPObservation{}
@@ -386,6 +408,7 @@ func (r *Relay) pass(ctx context.Context) {
 			o.Problem = "this host does not attach tenants' networks: the tenant's speakers are not dialled from here"
 		}
 		r.observeUpstream(t, name, o)
+		r.observeExports(name, o)
 		obs[name] = o
 	}
 	for _, peer := range r.sortedSessions() {
@@ -399,6 +422,7 @@ func (r *Relay) pass(ctx context.Context) {
 			sess.Received = uint32(len(pr.routes))
 		}
 		r.observeBFD(s, sess)
+		sess.Advertised = r.advertised[peer]
 		if o := obs[s.tenant]; o != nil {
 			o.Sessions = append(o.Sessions, sess)
 		}
@@ -457,12 +481,7 @@ func (r *Relay) syncPeers(ctx context.Context, w *world) {
 		p := apiPeer(a, b, r.cfg.PeerPort)
 		if k.space != "" {
 			var err error
-			a, err = loopbackFor(func(x netip.Addr) bool {
-				_, used := r.sessions[x]
-				_, old := r.retiring[x]
-				_, peer := w.peers[peerKey{addr: x}]
-				return used || old || peer
-			})
+			a, err = loopbackFor(func(x netip.Addr) bool { return r.loopbackTaken(w, x) })
 			if err == nil {
 				ttl := 0
 				if b.GetAsn() != r.cfg.ASN {
@@ -523,6 +542,18 @@ func (r *Relay) syncPeers(ctx context.Context, w *world) {
 	r.dmu.Unlock()
 }
 
+// loopbackTaken reports whether a new attached session may not take the
+// loopback address x: a session has it, or one retiring, or a speaker of
+// the host's table, or the export policy in place names it for a tenant
+// (a new session there would be sent that tenant's VIPs until the next
+// policy is in place).
+func (r *Relay) loopbackTaken(w *world, x netip.Addr) bool {
+	_, used := r.sessions[x]
+	_, old := r.retiring[x]
+	_, peer := w.peers[peerKey{addr: x}]
+	return used || old || peer || r.exp.namesSession(x)
+}
+
 // sortedSessions are the sessions' addresses by speaker.
 func (r *Relay) sortedSessions() []netip.Addr {
 	out := sortedAddrs(r.sessions)
@@ -551,9 +582,17 @@ func (r *Relay) speaker(a netip.Addr) string {
 // or its rate LimitHold after it was closed.
 func (r *Relay) readStates(ctx context.Context, w *world, now time.Time) {
 	var peers []*gobgpapi.Peer
-	err := r.srv.ListPeer(ctx, &gobgpapi.ListPeerRequest{}, func(p *gobgpapi.Peer) { peers = append(peers, p) })
+	// What gobgp sends each session is counted only while the relay
+	// announces VIPs: it walks the RIB once per session.
+	err := r.srv.ListPeer(ctx, &gobgpapi.ListPeerRequest{EnableAdvertised: len(r.exp.paths) > 0}, func(p *gobgpapi.Peer) { peers = append(peers, p) })
+	r.advertised = map[netip.Addr]uint32{}
 	for _, p := range peers {
 		r.readState(ctx, w, p, now)
+		if a, err := netip.ParseAddr(p.GetConf().GetNeighborAddress()); err == nil {
+			for _, af := range p.GetAfiSafis() {
+				r.advertised[a] += uint32(af.GetState().GetAdvertised())
+			}
+		}
 	}
 	if err != nil && ctx.Err() == nil {
 		r.log.Warn("cannot read the tenant BGP sessions", "err", err)

@@ -98,6 +98,7 @@ func attachedWorld() *world {
 	return compile([]*pb.Object{
 		{Kind: &pb.Object_VipPool{VipPool: &pb.VIPPool{Name: "public", Cidrs: []string{"10.0.1.0/28"}}}},
 		{Kind: &pb.Object_VipPool{VipPool: &pb.VIPPool{Name: "a-private", Attachment: "a", Cidrs: []string{"10.0.1.100/32"}}}},
+		{Kind: &pb.Object_VipPool{VipPool: &pb.VIPPool{Name: "g-bgp", Attachment: "g", Mode: "bgp", Cidrs: []string{"10.0.1.200/32"}}}},
 		{Kind: &pb.Object_Tenant{Tenant: att("a", 100)}},
 		{Kind: &pb.Object_Tenant{Tenant: att("b", 200)}},
 		{Kind: &pb.Object_Tenant{Tenant: elsewhere}},
@@ -137,9 +138,11 @@ func TestJudgeAttached(t *testing.T) {
 		{"b", "10.0.1.0/24", "10.0.0.2", ReasonNextHopHost},  // the host in the attachment
 		{"b", "10.0.1.0/24", "10.0.0.1", ""},                 // an address of the host's own table
 		{"b", "10.0.2.0/24", "10.0.0.10", ReasonOutside},
-		{"b", "10.0.0.0/24", "10.0.0.10", ReasonAttachmentRoute}, // the attachment's segment
-		{"g", "10.0.1.0/24", "10.0.0.10", ReasonAttachmentRoute}, // g's attachment routes it through its gateway
-		{"g", "10.0.1.0/25", "10.0.0.10", ""},                    // more specific: beside the gateway's
+		{"b", "10.0.0.0/24", "10.0.0.10", ReasonAttachmentRoute},       // the attachment's segment
+		{"g", "10.0.1.0/24", "10.0.0.10", ReasonAttachmentRoute},       // g's attachment routes it through its gateway
+		{"g", "10.0.1.0/25", "10.0.0.10", ""},                          // more specific: beside the gateway's
+		{"g", "10.0.1.200/32", "10.0.0.11", "overlaps VIP pool g-bgp"}, // the VIP announced to g's speaker, sent back
+		{"b", "10.0.1.200/32", "10.0.0.10", ""},                        // g's VIP is not b's
 	} {
 		got := w.judge(w.tenants[tc.tenant], netip.MustParsePrefix(tc.prefix), netip.MustParseAddr(tc.nh), host)
 		if tc.want == "" && got != "" || tc.want != "" && !strings.HasPrefix(got, tc.want) {

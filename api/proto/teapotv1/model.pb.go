@@ -895,16 +895,27 @@ type VIPPool struct {
 	// interface, or whose interface is down, does not hold the pool's VIPs
 	// and says why (cluster status, explain); another host holds them.
 	Interface string `protobuf:"bytes,180,opt,name=interface,proto3" json:"interface,omitempty"`
-	// arp pools only: the tenant whose attachment (its network namespace
-	// and VXLAN device on each LB host) the pool's addresses live in,
-	// instead of an interface of the host. The addresses must lie inside
-	// that tenant's networks, only that tenant's load balancers take them,
-	// and they are announced (gratuitous ARP, unsolicited NA) and served
-	// inside the tenant's namespace only. A host where the attachment is
+	// arp and bgp pools: the tenant whose attachment (its network
+	// namespace and VXLAN device on each LB host) the pool's addresses live
+	// in, instead of an interface of the host. The addresses must lie
+	// inside that tenant's networks, only that tenant's load balancers take
+	// them, and they are served inside the tenant's namespace only. An arp
+	// pool's VIPs are announced there (gratuitous ARP, unsolicited NA); a
+	// bgp pool's are announced to the tenant's own speakers (bgp.peers)
+	// over the tenant's BGP sessions, each host's address in the
+	// attachment as next hop, and to no fabric router and no other tenant:
+	// the tenant needs bgp, with a speaker and host addresses of each
+	// family the pool has, and a bgp pool's addresses lie outside the
+	// attachment's segment (every announcing host holds the VIP there, and
+	// each would answer ARP for it) (feature level 7). A host where the attachment is
 	// not up does not hold the pool's VIPs and says why. Pools in
 	// different tenants' attachments may overlap (two attached tenants may
-	// each have a private VIP 10.0.0.100); no other pools may. Refused
-	// with interface, and for a tenant without an attachment.
+	// each have a private VIP 10.0.0.100) when announced alike (the same
+	// mode, and for bgp pools the same communities and withdrawWhenDown:
+	// one election and one announcement serve the address in both); no
+	// other pools may. Refused
+	// with interface, in static pools, and for a tenant without an
+	// attachment.
 	Attachment    string `protobuf:"bytes,400,opt,name=attachment,proto3" json:"attachment,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

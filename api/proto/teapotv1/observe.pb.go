@@ -1099,7 +1099,14 @@ type TenantBGPObservation struct {
 	FabricSessions uint32 `protobuf:"varint,413,opt,name=fabric_sessions,json=fabricSessions,proto3" json:"fabric_sessions,omitempty"`
 	// The tenant's attachment (its namespace on this host) when it has
 	// one: its sessions are made, and its routes installed, there.
-	Attachment    string `protobuf:"bytes,430,opt,name=attachment,proto3" json:"attachment,omitempty"`
+	Attachment string `protobuf:"bytes,430,opt,name=attachment,proto3" json:"attachment,omitempty"`
+	// The VIPs of bgp pools in the tenant's attachment that this host
+	// announces to the tenant's speakers now (prefix, next hop: this
+	// host's address in the attachment), why one cannot be announced
+	// (error), and since when the set holds.
+	Announced     []*TenantRoute         `protobuf:"bytes,431,rep,name=announced,proto3" json:"announced,omitempty"`
+	AnnounceError string                 `protobuf:"bytes,432,opt,name=announce_error,json=announceError,proto3" json:"announce_error,omitempty"`
+	AnnounceSince *timestamppb.Timestamp `protobuf:"bytes,433,opt,name=announce_since,json=announceSince,proto3" json:"announce_since,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1218,6 +1225,27 @@ func (x *TenantBGPObservation) GetAttachment() string {
 	return ""
 }
 
+func (x *TenantBGPObservation) GetAnnounced() []*TenantRoute {
+	if x != nil {
+		return x.Announced
+	}
+	return nil
+}
+
+func (x *TenantBGPObservation) GetAnnounceError() string {
+	if x != nil {
+		return x.AnnounceError
+	}
+	return ""
+}
+
+func (x *TenantBGPObservation) GetAnnounceSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.AnnounceSince
+	}
+	return nil
+}
+
 // TenantBGPSession is one tenant speaker's session with this host.
 type TenantBGPSession struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1234,9 +1262,12 @@ type TenantBGPSession struct {
 	Attachment string `protobuf:"bytes,430,opt,name=attachment,proto3" json:"attachment,omitempty"`
 	// With bgp.bfd: the BFD session's state (down | init | up), why it
 	// last went down, and since when the state holds.
-	Bfd           string                 `protobuf:"bytes,431,opt,name=bfd,proto3" json:"bfd,omitempty"`
-	BfdReason     string                 `protobuf:"bytes,432,opt,name=bfd_reason,json=bfdReason,proto3" json:"bfd_reason,omitempty"`
-	BfdSince      *timestamppb.Timestamp `protobuf:"bytes,433,opt,name=bfd_since,json=bfdSince,proto3" json:"bfd_since,omitempty"`
+	Bfd       string                 `protobuf:"bytes,431,opt,name=bfd,proto3" json:"bfd,omitempty"`
+	BfdReason string                 `protobuf:"bytes,432,opt,name=bfd_reason,json=bfdReason,proto3" json:"bfd_reason,omitempty"`
+	BfdSince  *timestamppb.Timestamp `protobuf:"bytes,433,opt,name=bfd_since,json=bfdSince,proto3" json:"bfd_since,omitempty"`
+	// Prefixes this host sends it now (the VIPs of bgp pools in the
+	// tenant's attachment), as gobgp counts them.
+	Advertised    uint32 `protobuf:"varint,434,opt,name=advertised,proto3" json:"advertised,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1332,6 +1363,13 @@ func (x *TenantBGPSession) GetBfdSince() *timestamppb.Timestamp {
 		return x.BfdSince
 	}
 	return nil
+}
+
+func (x *TenantBGPSession) GetAdvertised() uint32 {
+	if x != nil {
+		return x.Advertised
+	}
+	return 0
 }
 
 // TenantRoute is one prefix a tenant speaker announced.
@@ -3041,7 +3079,7 @@ const file_teapotv1_observe_proto_rawDesc = "" +
 	"\brequests\x18\x06 \x01(\x04R\brequests\x12\x16\n" +
 	"\x06errors\x18\a \x01(\x04R\x06errors\x12.\n" +
 	"\x04time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12)\n" +
-	"\x10interval_seconds\x18\t \x01(\rR\x0fintervalSeconds\"\x95\x04\n" +
+	"\x10interval_seconds\x18\t \x01(\rR\x0fintervalSeconds\"\xb8\x05\n" +
 	"\x14TenantBGPObservation\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x127\n" +
 	"\bsessions\x18\x02 \x03(\v2\x1b.teapot.v1.TenantBGPSessionR\bsessions\x122\n" +
@@ -3056,7 +3094,10 @@ const file_teapotv1_observe_proto_rawDesc = "" +
 	"\x0ffabric_sessions\x18\x9d\x03 \x01(\rR\x0efabricSessions\x12\x1f\n" +
 	"\n" +
 	"attachment\x18\xae\x03 \x01(\tR\n" +
-	"attachment\"\xb0\x02\n" +
+	"attachment\x125\n" +
+	"\tannounced\x18\xaf\x03 \x03(\v2\x16.teapot.v1.TenantRouteR\tannounced\x12&\n" +
+	"\x0eannounce_error\x18\xb0\x03 \x01(\tR\rannounceError\x12B\n" +
+	"\x0eannounce_since\x18\xb1\x03 \x01(\v2\x1a.google.protobuf.TimestampR\rannounceSince\"\xd1\x02\n" +
 	"\x10TenantBGPSession\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\tR\x04peer\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x16\n" +
@@ -3069,7 +3110,10 @@ const file_teapotv1_observe_proto_rawDesc = "" +
 	"\x03bfd\x18\xaf\x03 \x01(\tR\x03bfd\x12\x1e\n" +
 	"\n" +
 	"bfd_reason\x18\xb0\x03 \x01(\tR\tbfdReason\x128\n" +
-	"\tbfd_since\x18\xb1\x03 \x01(\v2\x1a.google.protobuf.TimestampR\bbfdSince\"l\n" +
+	"\tbfd_since\x18\xb1\x03 \x01(\v2\x1a.google.protobuf.TimestampR\bbfdSince\x12\x1f\n" +
+	"\n" +
+	"advertised\x18\xb2\x03 \x01(\rR\n" +
+	"advertised\"l\n" +
 	"\vTenantRoute\x12\x16\n" +
 	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x19\n" +
 	"\bnext_hop\x18\x02 \x01(\tR\anextHop\x12\x12\n" +
@@ -3293,33 +3337,35 @@ var file_teapotv1_observe_proto_depIdxs = []int32{
 	11, // 25: teapot.v1.TenantBGPObservation.accepted:type_name -> teapot.v1.TenantRoute
 	11, // 26: teapot.v1.TenantBGPObservation.dropped:type_name -> teapot.v1.TenantRoute
 	32, // 27: teapot.v1.TenantBGPObservation.reannounce_since:type_name -> google.protobuf.Timestamp
-	32, // 28: teapot.v1.TenantBGPSession.since:type_name -> google.protobuf.Timestamp
-	32, // 29: teapot.v1.TenantBGPSession.bfd_since:type_name -> google.protobuf.Timestamp
-	14, // 30: teapot.v1.DNSZoneObservation.push:type_name -> teapot.v1.DNSPushObservation
-	32, // 31: teapot.v1.DNSZoneObservation.rollover_started:type_name -> google.protobuf.Timestamp
-	32, // 32: teapot.v1.DNSZoneObservation.rollover_finish_after:type_name -> google.protobuf.Timestamp
-	32, // 33: teapot.v1.DNSPushObservation.last_success:type_name -> google.protobuf.Timestamp
-	32, // 34: teapot.v1.DNSPushObservation.last_error_at:type_name -> google.protobuf.Timestamp
-	32, // 35: teapot.v1.ListenerObservation.since:type_name -> google.protobuf.Timestamp
-	17, // 36: teapot.v1.PoolObservation.members:type_name -> teapot.v1.MemberObservation
-	32, // 37: teapot.v1.MemberObservation.last_check:type_name -> google.protobuf.Timestamp
-	18, // 38: teapot.v1.MemberObservation.passive:type_name -> teapot.v1.PassiveHealth
-	19, // 39: teapot.v1.PassiveHealth.failures:type_name -> teapot.v1.PassiveFailure
-	32, // 40: teapot.v1.CertificateObservation.not_after:type_name -> google.protobuf.Timestamp
-	29, // 41: teapot.v1.TrafficObservation.requests:type_name -> teapot.v1.TrafficObservation.RequestsEntry
-	8,  // 42: teapot.v1.TrafficObservation.members:type_name -> teapot.v1.MemberTraffic
-	4,  // 43: teapot.v1.TrafficObservation.last:type_name -> teapot.v1.HistoryPoint
-	32, // 44: teapot.v1.Event.time:type_name -> google.protobuf.Timestamp
-	30, // 45: teapot.v1.EventsRequest.after:type_name -> teapot.v1.EventsRequest.AfterEntry
-	23, // 46: teapot.v1.EventsResponse.events:type_name -> teapot.v1.Event
-	31, // 47: teapot.v1.EventsResponse.cursor:type_name -> teapot.v1.EventsResponse.CursorEntry
-	32, // 48: teapot.v1.VIPHolding.since:type_name -> google.protobuf.Timestamp
-	32, // 49: teapot.v1.TenantAttachmentObservation.since:type_name -> google.protobuf.Timestamp
-	50, // [50:50] is the sub-list for method output_type
-	50, // [50:50] is the sub-list for method input_type
-	50, // [50:50] is the sub-list for extension type_name
-	50, // [50:50] is the sub-list for extension extendee
-	0,  // [0:50] is the sub-list for field type_name
+	11, // 28: teapot.v1.TenantBGPObservation.announced:type_name -> teapot.v1.TenantRoute
+	32, // 29: teapot.v1.TenantBGPObservation.announce_since:type_name -> google.protobuf.Timestamp
+	32, // 30: teapot.v1.TenantBGPSession.since:type_name -> google.protobuf.Timestamp
+	32, // 31: teapot.v1.TenantBGPSession.bfd_since:type_name -> google.protobuf.Timestamp
+	14, // 32: teapot.v1.DNSZoneObservation.push:type_name -> teapot.v1.DNSPushObservation
+	32, // 33: teapot.v1.DNSZoneObservation.rollover_started:type_name -> google.protobuf.Timestamp
+	32, // 34: teapot.v1.DNSZoneObservation.rollover_finish_after:type_name -> google.protobuf.Timestamp
+	32, // 35: teapot.v1.DNSPushObservation.last_success:type_name -> google.protobuf.Timestamp
+	32, // 36: teapot.v1.DNSPushObservation.last_error_at:type_name -> google.protobuf.Timestamp
+	32, // 37: teapot.v1.ListenerObservation.since:type_name -> google.protobuf.Timestamp
+	17, // 38: teapot.v1.PoolObservation.members:type_name -> teapot.v1.MemberObservation
+	32, // 39: teapot.v1.MemberObservation.last_check:type_name -> google.protobuf.Timestamp
+	18, // 40: teapot.v1.MemberObservation.passive:type_name -> teapot.v1.PassiveHealth
+	19, // 41: teapot.v1.PassiveHealth.failures:type_name -> teapot.v1.PassiveFailure
+	32, // 42: teapot.v1.CertificateObservation.not_after:type_name -> google.protobuf.Timestamp
+	29, // 43: teapot.v1.TrafficObservation.requests:type_name -> teapot.v1.TrafficObservation.RequestsEntry
+	8,  // 44: teapot.v1.TrafficObservation.members:type_name -> teapot.v1.MemberTraffic
+	4,  // 45: teapot.v1.TrafficObservation.last:type_name -> teapot.v1.HistoryPoint
+	32, // 46: teapot.v1.Event.time:type_name -> google.protobuf.Timestamp
+	30, // 47: teapot.v1.EventsRequest.after:type_name -> teapot.v1.EventsRequest.AfterEntry
+	23, // 48: teapot.v1.EventsResponse.events:type_name -> teapot.v1.Event
+	31, // 49: teapot.v1.EventsResponse.cursor:type_name -> teapot.v1.EventsResponse.CursorEntry
+	32, // 50: teapot.v1.VIPHolding.since:type_name -> google.protobuf.Timestamp
+	32, // 51: teapot.v1.TenantAttachmentObservation.since:type_name -> google.protobuf.Timestamp
+	52, // [52:52] is the sub-list for method output_type
+	52, // [52:52] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_teapotv1_observe_proto_init() }
