@@ -57,6 +57,8 @@ func TestTenantPagesInBrowser(t *testing.T) {
 			b.Reannounced, b.FabricSessions = 3, 2
 		} else {
 			b.ReannounceError = "announce tenant route 10.2.0.0/24: " + hostile
+			// n2 cannot announce the attachment's bgp VIP.
+			b.AnnounceError, b.AnnounceSince = "no address in the attachment: "+hostile, timestamppb.New(time.Now().Add(-time.Minute))
 		}
 		return h
 	}
@@ -142,6 +144,10 @@ func TestTenantPagesInBrowser(t *testing.T) {
 	  const up = document.querySelector('#main [data-reannounce="ok"]'), down = document.querySelector('#main [data-reannounce="failed"]');
 	  if (!up || !up.innerText.includes("re-announced 3 on 2 fabric sessions since") || !down || !down.innerText.includes("not re-announced since") || !down.innerText.includes("announce tenant route 10.2.0.0/24: <img"))
 	    return "re-announcement: " + (up ? up.innerText : "none") + " / " + (down ? down.innerText : "none");
+	  const ann = document.querySelector('#main [data-announce="ok"]'), nann = document.querySelector('#main [data-announce="failed"]'), sent = document.querySelector("#main [data-advertised]");
+	  if (!ann || !ann.innerText.includes("VIPs announced to the tenant's speakers since") || !ann.innerText.includes("10.20.5.100/32 via 10.20.0.2") ||
+	    !nann || !nann.innerText.includes("VIPs not announced since") || !nann.innerText.includes("no address in the attachment: <img") || !sent || sent.innerText !== "sent 1")
+	    return "VIP announcements: " + (ann ? ann.innerText : "none") + " / " + (nann ? nann.innerText : "none") + " / " + (sent ? sent.innerText : "no sent count");
 	  if (document.querySelectorAll("#main time.seen.stale").length) return "stale ages while every host answers";
 	  return "";
 	})()`)

@@ -83,6 +83,16 @@ type BGPHost struct {
 	// attached: its sessions are made, and its routes installed, there
 	// (empty: the host's own).
 	Attachment string `json:"attachment,omitempty"`
+	// Announced are the VIPs of bgp pools in the tenant's attachment the
+	// host announces to the tenant's speakers (with the host's address
+	// in the attachment as next hop), AnnounceError why it could not,
+	// AnnounceSince since when that holds (nil: the host announces the
+	// tenant none, or does not say).
+	Announced     []BGPAnnounced `json:"announced,omitempty"`
+	AnnounceError string         `json:"announceError,omitempty"`
+	AnnounceSince *time.Time     `json:"announceSince,omitempty"`
+	// AnnouncedLeftOut counts those past announcedMax, not listed.
+	AnnouncedLeftOut int `json:"announcedLeftOut,omitempty"`
 	// routes are the prefixes listed, for /api/bgp (not streamed).
 	routes []BGPRoute
 }
@@ -105,7 +115,19 @@ type BGPSession struct {
 	BFD       string     `json:"bfd,omitempty"`
 	BFDReason string     `json:"bfdReason,omitempty"`
 	BFDSince  *time.Time `json:"bfdSince,omitempty"`
+	// Advertised is how many prefixes the host sends the speaker (the
+	// VIPs of bgp pools in the tenant's attachment).
+	Advertised uint32 `json:"advertised,omitempty"`
 }
+
+// BGPAnnounced is a VIP a host announces to a tenant's speakers.
+type BGPAnnounced struct {
+	Prefix  string `json:"prefix"`
+	NextHop string `json:"nextHop"`
+}
+
+// announcedMax bounds the VIPs listed per host and tenant on the page.
+const announcedMax = 100
 
 // BGPRoute is one prefix a tenant speaker announced to a host.
 type BGPRoute struct {
@@ -148,13 +170,23 @@ func bgpViews(hosts []*pb.HostObservation, now time.Time) []TenantBGP {
 				v.Reannounced, v.ReannounceError, v.ReannounceSince = o.GetReannounced(), clip(o.GetReannounceError()), &since
 				v.FabricSessions = o.GetFabricSessions()
 			}
+			if o.GetAnnounceSince() != nil {
+				since := o.GetAnnounceSince().AsTime()
+				v.AnnounceSince, v.AnnounceError = &since, clip(o.GetAnnounceError())
+				all := o.GetAnnounced()
+				v.AnnouncedLeftOut = max(len(all)-announcedMax, 0)
+				for _, r := range all[:min(len(all), announcedMax)] {
+					v.Announced = append(v.Announced, BGPAnnounced{Prefix: clip(r.GetPrefix()), NextHop: clip(r.GetNextHop())})
+				}
+			}
 			for _, s := range o.GetSessions() {
 				c := closedStates[s.GetState()]
 				if c != "" {
 					v.Closed++
 				}
 				bs := BGPSession{Peer: clip(s.GetPeer()), State: clip(s.GetState()), Reason: clip(s.GetReason()),
-					Received: s.GetReceived(), Since: s.GetSince().AsTime(), Closed: c, BFD: clip(s.GetBfd()), BFDReason: clip(s.GetBfdReason()), Attachment: clip(s.GetAttachment())}
+					Received: s.GetReceived(), Since: s.GetSince().AsTime(), Closed: c, BFD: clip(s.GetBfd()), BFDReason: clip(s.GetBfdReason()), Attachment: clip(s.GetAttachment()),
+					Advertised: s.GetAdvertised()}
 				if s.GetBfdSince() != nil {
 					since := s.GetBfdSince().AsTime()
 					bs.BFDSince = &since

@@ -201,6 +201,9 @@ func tenantBGP(id string, n int) *pb.HostObservation {
 		// n1 has the tenant attached: its sessions are made from the
 		// tenant's namespace there.
 		o.Attachment, o.Sessions[0].Attachment = "teapot-att-acme", "teapot-att-acme"
+		// and announces it the VIP of a bgp pool in its attachment.
+		o.Announced = []*pb.TenantRoute{{Prefix: "10.20.5.100/32", NextHop: "10.20.0.2"}}
+		o.AnnounceSince, o.Sessions[0].Advertised = timestamppb.New(time.Unix(1002, 0)), 1
 	}
 	return &pb.HostObservation{NodeId: id, Reachable: true, TenantBgp: []*pb.TenantBGPObservation{o}}
 }
@@ -235,15 +238,18 @@ func TestTenantBGPView(t *testing.T) {
 		h.Sessions[1].Closed != "prefix count" || h.Sessions[2].Closed != "update rate" || h.Sessions[0].Closed != "" ||
 		h.Sessions[0].BFD != "up" || h.Sessions[0].BFDSince == nil || !h.Sessions[0].BFDSince.Equal(time.Unix(1001, 0)) ||
 		h.Sessions[1].BFD != "down" || len(h.Sessions[1].BFDReason) > textMax+30 || h.Sessions[2].BFD != "" ||
-		h.Attachment != "teapot-att-acme" || h.Sessions[0].Attachment != "teapot-att-acme" || h.Sessions[1].Attachment != "" {
+		h.Attachment != "teapot-att-acme" || h.Sessions[0].Attachment != "teapot-att-acme" || h.Sessions[1].Attachment != "" ||
+		len(h.Announced) != 1 || h.Announced[0] != (BGPAnnounced{Prefix: "10.20.5.100/32", NextHop: "10.20.0.2"}) ||
+		h.AnnounceSince == nil || !h.AnnounceSince.Equal(time.Unix(1002, 0)) || h.Sessions[0].Advertised != 1 || h.Sessions[1].Advertised != 0 {
 		t.Errorf("n1's BGP: %+v", h)
 	}
-	if h := snap.BGP[0].Hosts[1]; h.Attachment != "" || h.Sessions[0].Attachment != "" {
+	if h := snap.BGP[0].Hosts[1]; h.Attachment != "" || h.Sessions[0].Attachment != "" || h.Announced != nil || h.AnnounceSince != nil {
 		t.Errorf("n2's BGP, not attached, names an attachment: %+v", h)
 	}
 	// The stream sends sessions and counts, not the routes.
 	_, body := get("/api/snapshot")
-	if !strings.Contains(string(body), `"closed":"update rate"`) || !strings.Contains(string(body), `"bfd":"up"`) || !strings.Contains(string(body), `"attachment":"teapot-att-acme"`) || strings.Contains(string(body), "172.16.") || strings.Contains(string(body), "<img") {
+	if !strings.Contains(string(body), `"closed":"update rate"`) || !strings.Contains(string(body), `"bfd":"up"`) || !strings.Contains(string(body), `"attachment":"teapot-att-acme"`) ||
+		!strings.Contains(string(body), `"announced":[{"prefix":"10.20.5.100/32","nextHop":"10.20.0.2"}]`) || strings.Contains(string(body), "172.16.") || strings.Contains(string(body), "<img") {
 		t.Errorf("the streamed snapshot: sessions with their bounds, no routes, markup escaped: %.300s", body)
 	}
 

@@ -103,11 +103,11 @@ function bgpSessions(s, name) {
     for (const ss of x.sessions) {
       rows.push([host, `<b>${esc(ss.peer)}</b>` + (ss.attachment ? ` <div class="muted" data-attachment>from namespace ${esc(ss.attachment)}</div>` : ""), stateOf(ss) + (ss.closed ? ` <span class="reason">closed for its ${esc(ss.closed)}</span>` : "") +
         (ss.bfd ? ` <div class="muted" data-bfd="${esc(ss.bfd)}">BFD ${esc(ss.bfd)}${ss.bfdReason ? ` (${esc(ss.bfdReason)})` : ""}${ss.bfdSince ? ` since ${ago(ss.bfdSince)}` : ""}</div>` : ""),
-        ago(ss.since), `<span class="num">${esc(ss.received)}</span>`, ss.reason ? `<div class="reason">${esc(ss.reason)}</div>` : "", seen(x.observed)]);
+        ago(ss.since), `<span class="num">${esc(ss.received)}</span>` + (ss.advertised ? ` <div class="muted" data-advertised>sent ${esc(ss.advertised)}</div>` : ""), ss.reason ? `<div class="reason">${esc(ss.reason)}</div>` : "", seen(x.observed)]);
     }
     if (x.sessionsLeftOut) rows.push([host, `<span class="muted">${esc(x.sessionsLeftOut)} more sessions not shown (the page shows ${BGP_SESSIONS} per host)</span>`, "", "", "", "", ""]);
   }
-  h += table(["Host", "Peer", "State", "Since", "Prefixes", "Reason", "Observed"], rows, "No session.");
+  h += table(["Host", "Peer", "State", "Since", "Prefixes received", "Reason", "Observed"], rows, "No session.");
   h += `<div class="cards">` + t.hosts.map(x => card(x.node, `${badge("accepted", "ok")} <span class="num">${esc(x.accepted)}</span> ` +
     `${badge("dropped", x.dropped ? "bad" : "ok")} <span class="num">${esc(x.dropped)}</span>` +
     (x.attachment ? ` <div data-attachment>sessions and routes in namespace ${esc(x.attachment)}</div>` : "") +
@@ -117,6 +117,11 @@ function bgpSessions(s, name) {
       : x.fabricSessions
         ? ` <div data-reannounce="ok">${badge("re-announced", "ok")} <span class="num">${esc(x.reannounced || 0)}</span> on ${esc(x.fabricSessions)} fabric sessions since ${ago(x.reannounceSince)}</div>`
         : ` <div data-reannounce="no-fabric">${badge("re-announced", "bad")} <span class="num">${esc(x.reannounced || 0)}</span> since ${ago(x.reannounceSince)} <span class="reason">no session with a fabric router is established: they reach none</span></div>`) : "") +
+    (x.announceSince ? (x.announceError
+      ? ` <div data-announce="failed">${badge("VIPs not announced", "bad")} since ${ago(x.announceSince)} <span class="reason">${esc(x.announceError)}</span></div>`
+      : ` <div data-announce="ok">${badge("VIPs announced", "ok")} to the tenant's speakers since ${ago(x.announceSince)}: ` +
+        ((x.announced || []).map(a => `<b>${esc(a.prefix)}</b> via ${esc(a.nextHop)}`).join(", ") || `<span class="muted">none</span>`) +
+        (x.announcedLeftOut ? ` <span class="muted">and ${esc(x.announcedLeftOut)} more</span>` : "") + `</div>`) : "") +
     ` <div class="muted">data from ${seen(x.observed)}</div>`, x.reachable ? "" : "bad")).join("") + `</div>`;
   return h;
 }
