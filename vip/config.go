@@ -306,4 +306,7 @@ type TenantVIPs interface {
 	AnnounceVIP(a netip.Addr, tenants []string, communities []uint32) error
 	// WithdrawVIP withdraws a from every tenant's speakers.
 	WithdrawVIP(a netip.Addr) error
+	// VIPProblem says why a, announced, does not reach a router of
+	// every tenant it is for (empty: it does).
+	VIPProblem(a netip.Addr) string
 }

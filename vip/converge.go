@@ -111,6 +111,13 @@ func (m *Manager) decideOne(vs vipSpec, now time.Time, v view, arpMe, bgpMe, me 
 			t.mode, t.route = ModeBGP, route{Addr: vs.Addr, Communities: vs.Communities, Spaces: vs.Spaces}
 			if d.Hold {
 				d.Reason = "ready and current; announced to the speakers of tenant " + strings.Join(vs.Spaces, ", tenant ") + " from inside their attachments"
+				if m.cfg.TenantVIPs == nil {
+					d.Reason = "ready and current; " + errNoTenantVIPs.Error()
+				} else if p := m.cfg.TenantVIPs.VIPProblem(vs.Addr); p != "" {
+					// The address stays for the flows in flight, as a
+					// fabric bgp VIP's without a session.
+					d.Reason = "ready and current; " + p
+				}
 			}
 			break
 		}

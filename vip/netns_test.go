@@ -360,7 +360,12 @@ func TestActuatorMovesASharedVIPBetweenPlaces(t *testing.T) {
 
 // tenantVIPsRec records what the VIP layer asks the tenants' relay to
 // announce (the relay's own export is tested in vip/tenantbgp).
-type tenantVIPsRec struct{ announced map[netip.Addr][]string }
+type tenantVIPsRec struct {
+	announced map[netip.Addr][]string
+	problem   map[netip.Addr]string
+}
+
+func (r *tenantVIPsRec) VIPProblem(a netip.Addr) string { return r.problem[a] }
 
 func (r *tenantVIPsRec) AnnounceVIP(a netip.Addr, tenants []string, _ []uint32) error {
 	r.announced[a] = slices.Clone(tenants)
@@ -415,6 +420,17 @@ func TestBGPPoolInAttachment(t *testing.T) {
 	if r := m.loop.records[vip]; !strings.Contains(r.reason, "announced to the speakers of tenant a") {
 		t.Errorf("reason %q", r.reason)
 	}
+	// The relay says the route reaches no router of the tenant: the
+	// reason says so, and the host still holds the address.
+	rec.problem = map[netip.Addr]string{vip: "tenant a: no session with its IPv4 speakers is established"}
+	if _, hold := m.decideOne(vs, now, v, me, me, me); !hold {
+		t.Error("released without an established session")
+	}
+	if r := m.loop.records[vip]; r.reason != "ready and current; tenant a: no session with its IPv4 speakers is established" {
+		t.Errorf("reason without a session %q", r.reason)
+	}
+	rec.problem = nil
+	m.decideOne(vs, now, v, me, me, me)
 	m.act.set(map[netip.Addr]target{vip: tg}, d.Ranges)
 	m.act.converge(now)
 	if errs := m.act.errors(); len(errs) != 0 {

@@ -430,3 +430,52 @@ func (r *Relay) observeExports(name string, o *pb.TenantBGPObservation) {
 		o.AnnounceSince = timestamppb.New(e.since)
 	}
 }
+
+// VIPProblem says why the VIP a, which the VIP layer asked to have
+// announced, does not reach a router of every tenant it is for, as of
+// the relay's last pass: the reason the relay could not announce it, that
+// it waits for the next pass, or that none of the tenant's sessions of
+// its family is established. Empty when it reaches them all.
+func (r *Relay) VIPProblem(a netip.Addr) string {
+	if r == nil || r.srv == nil {
+		return ErrNoRelay.Error()
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	want, ok := r.vips[a]
+	if !ok {
+		return ""
+	}
+	prefix := netip.PrefixFrom(a, a.BitLen()).String()
+	var problems []string
+	for _, name := range want.tenants {
+		o := r.obs[name]
+		switch {
+		case o == nil:
+			problems = append(problems, fmt.Sprintf("tenant %s: not announced (the relay reports no BGP of the tenant on this host, or has not passed since it was asked)", name))
+			continue
+		case !slices.ContainsFunc(o.GetAnnounced(), func(x *pb.TenantRoute) bool { return x.GetPrefix() == prefix }):
+			why := o.GetAnnounceError()
+			if why == "" {
+				why = "not announced yet (the relay has not passed since it was asked)"
+			}
+			problems = append(problems, fmt.Sprintf("tenant %s: %s", name, why))
+			continue
+		}
+		carried := false
+		for _, s := range o.GetSessions() {
+			// The policy sends each of the tenant's sessions of the VIP's
+			// family every VIP of that family (setExportPolicy).
+			peer, err := netip.ParseAddr(s.GetPeer())
+			if err == nil && s.GetState() == "established" && s.GetAttachment() != "" && peer.Is4() == a.Is4() {
+				carried = true
+				break
+			}
+		}
+		if !carried {
+			fam := map[bool]string{true: "IPv4", false: "IPv6"}[a.Is4()]
+			problems = append(problems, fmt.Sprintf("tenant %s: no session with its %s speakers is established, so no router of the tenant has the route", name, fam))
+		}
+	}
+	return strings.Join(problems, "; ")
+}

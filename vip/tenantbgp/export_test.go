@@ -2,6 +2,7 @@ package tenantbgp
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -126,6 +127,13 @@ func TestRelayAnnouncesVIPsToTheirTenantOnly(t *testing.T) {
 		return nil
 	})
 
+	waitUntil(t, "vip1 reaching a's router", func() error {
+		if p := r.VIPProblem(vip1); p != "" {
+			return errors.New(p)
+		}
+		return nil
+	})
+
 	// vip1 moves from a to b: a's speaker loses it.
 	if err := r.AnnounceVIP(vip1, []string{"b"}, nil); err != nil {
 		t.Fatal(err)
@@ -155,6 +163,9 @@ func TestRelayAnnouncesVIPsToTheirTenantOnly(t *testing.T) {
 		}
 		return nil
 	})
+	if p := r.VIPProblem(vip1); p != "tenant c: VIP 10.0.0.100: tenant c has no attachment" {
+		t.Errorf("vip1's problem for c: %q", p)
+	}
 	expect("nothing more after c", map[netip.Prefix]netip.Addr{}, map[netip.Prefix]netip.Addr{p2: host})
 
 	// The policies of earlier plans are gone: the import policy and one
@@ -218,4 +229,34 @@ func TestRelayAnnouncesIPv6VIP(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// VIPProblem says, per tenant a VIP is for, why it reaches none of its
+// routers: not announced (the reason, or no pass yet), or announced with
+// no established session of its family in the attachment.
+func TestVIPProblem(t *testing.T) {
+	vip4, vip6 := netip.MustParseAddr("10.0.1.100"), netip.MustParseAddr("2001:db8:1::100")
+	r := &Relay{srv: server.NewBgpServer(), vips: map[netip.Addr]vipExport{
+		vip4: {tenants: []string{"a", "b", "c"}}, vip6: {tenants: []string{"a"}}}}
+	announced := []*pb.TenantRoute{{Prefix: "10.0.1.100/32", NextHop: "10.0.0.2"}, {Prefix: "2001:db8:1::100/128", NextHop: "2001:db8::2"}}
+	r.obs = map[string]*pb.TenantBGPObservation{
+		"a": {Tenant: "a", Announced: announced, Sessions: []*pb.TenantBGPSession{
+			{Peer: "10.0.0.10", State: "established", Attachment: "teapot-att-a"},
+			{Peer: "2001:db8::10", State: "active", Attachment: "teapot-att-a"}}},
+		"b": {Tenant: "b", AnnounceError: "VIP 10.0.1.100: tenant b's attachment lists no address for this host"},
+	}
+	if p := r.VIPProblem(vip4); p != "tenant b: VIP 10.0.1.100: tenant b's attachment lists no address for this host; "+
+		"tenant c: not announced (the relay reports no BGP of the tenant on this host, or has not passed since it was asked)" {
+		t.Errorf("vip4: %q", p)
+	}
+	if p := r.VIPProblem(vip6); p != "tenant a: no session with its IPv6 speakers is established, so no router of the tenant has the route" {
+		t.Errorf("vip6: %q", p)
+	}
+	r.obs["a"].Sessions[1].State = "established"
+	if p := r.VIPProblem(vip6); p != "" {
+		t.Errorf("vip6 with an established session: %q", p)
+	}
+	if p := r.VIPProblem(netip.MustParseAddr("10.0.1.101")); p != "" {
+		t.Errorf("a VIP not asked for: %q", p)
+	}
 }
