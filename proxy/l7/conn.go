@@ -66,18 +66,22 @@ type clientConn struct {
 	scope *connScope
 
 	hostBuf, pathBuf []byte
-	rdl, wdl         int64
-	closing          bool
-	linger           bool  // unread request bytes may follow: drain before closing
-	start            int64 // nowNano when the request's first bytes came
-	headAt           int64 // nowNano when its head was complete
-	end              int64 // nowNano when its response was out (finish); 0 before
-	bodyCh           chan error
-	bodyAbort        atomic.Bool // stopBody is interrupting the copier
-	bodyN            int64       // body bytes the copier sent
-	bufs             net.Buffers
-	bufArr           [2][]byte
-	stats            RequestStats
+	// view, sink and fw make the head sent to a member (appendRequestHead).
+	view      reqView
+	sink      h1Sink
+	fw        fwdScratch
+	rdl, wdl  int64
+	closing   bool
+	linger    bool  // unread request bytes may follow: drain before closing
+	start     int64 // nowNano when the request's first bytes came
+	headAt    int64 // nowNano when its head was complete
+	end       int64 // nowNano when its response was out (finish); 0 before
+	bodyCh    chan error
+	bodyAbort atomic.Bool // stopBody is interrupting the copier
+	bodyN     int64       // body bytes the copier sent
+	bufs      net.Buffers
+	bufArr    [2][]byte
+	stats     RequestStats
 	// rx serves a bare TCP connection from its RawConn.Read callback.
 	rx rawServe
 	// cpuW is what a unit of the connection's body bytes counts in its
@@ -344,9 +348,6 @@ func (c *clientConn) handle() {
 	if c.info.AccessLog > 0 {
 		c.stats.AccessLog = c.info.AccessLog
 		c.stats.Host, c.stats.Method, c.stats.Path = string(host), strings.Clone(h.method(b)), string(b[h.pS:h.tE])
-		if h.requestID >= 0 && c.ca.trusted {
-			c.stats.RequestID = string(h.fieldValue(b, "X-Request-Id"))
-		}
 	}
 	d := c.s.decide(c.info, &c.ca, (*h1Request)(c), unsafeString(host), unsafeString(path), h.upgradeTo(b) != nil)
 	if d.route != nil {

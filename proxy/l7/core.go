@@ -108,7 +108,6 @@ func (s *Server) decide(info *ConnInfo, ca *clientAddrs, req Request, host, path
 		d.limit = s.cfg.MaxBodyBytes
 	}
 	switch {
-	case ca.certHeader != "":
 	case d.opts.Protocol == HTTP1 || d.opts.Protocol == HTTP1TLS:
 		d.act = actHTTP1
 	case h2Member(d.opts):

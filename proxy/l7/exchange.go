@@ -39,9 +39,9 @@ func (c *clientConn) proxy(b []byte, be Backend, opts *BackendOptions, limit int
 		key = h.fieldValue(b, opts.HashHeader)
 	}
 	upgrade := h.upgradeTo(b)
-	c.wb = appendRequestHead(c.wb[:0], b, h, &c.ca, path, cleaned, upgrade)
-	if c.stats.AccessLog > 0 && c.stats.RequestID == "" {
-		c.stats.RequestID = requestIDIn(c.wb)
+	id := c.appendRequestHead(b, path, cleaned, upgrade)
+	if c.stats.AccessLog > 0 {
+		c.stats.RequestID = string(id)
 	}
 	x := exchangeOpts{opts: opts, limit: limit, stream: h.hasBody(), upgrade: upgrade != nil, head: isHead}
 	if x.stream && !h.chunked && !h.expect100 && h.contentLength <= smallBody && int64(c.w-c.r) >= h.contentLength {

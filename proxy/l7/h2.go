@@ -30,7 +30,6 @@ func (hc *h2conn) serve(w http.ResponseWriter, r *http.Request, d *decision) {
 	stats := RequestStats{Listener: hc.info.Listener, LB: hc.info.LB, Tenant: hc.info.Tenant, HTTP2: !hc.h3, HTTP3: hc.h3, Client: hc.client}
 	if hc.info.AccessLog > 0 {
 		stats.AccessLog, stats.Host, stats.Method, stats.Path = hc.info.AccessLog, r.Host, r.Method, r.URL.RequestURI()
-		stats.RequestID = r.Header.Get("X-Request-Id")
 	}
 	start := time.Now()
 	var body *countedBody

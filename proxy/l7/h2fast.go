@@ -132,14 +132,15 @@ func (st *h2Stream) serveFast() bool {
 	if code != 0 {
 		return fail(code, OutcomeClientError)
 	}
+	var id []byte
 	if cleaned {
-		st.head = st.appendHead(st.head[:0], p, q)
+		st.head, id = st.appendHead(st.head[:0], p, q)
 	} else {
-		st.head = st.appendHead(st.head[:0], target, "")
+		st.head, id = st.appendHead(st.head[:0], target, "")
 	}
 	if hc.info.AccessLog > 0 {
 		stats.AccessLog, stats.Host, stats.Method, stats.Path = hc.info.AccessLog, string(host), st.method, st.path
-		stats.RequestID = requestIDIn(st.head)
+		stats.RequestID = string(id)
 	}
 	rht := rht(opts, s)
 	for retries := s.cfg.Retries; ; retries-- {
@@ -235,10 +236,9 @@ func (st *h2Stream) fail(code int, out Outcome) bool {
 }
 
 // appendHead appends the HTTP/1.1 head sent to the member: the request
-// line, the client's fields without the forwarding ones it may not set,
-// and the forwarding fields, as the HTTP/1.1 path sends them.
-func (st *h2Stream) appendHead(dst []byte, path, query string) []byte {
-	ca := &st.c.hc.ca
+// line, Host, the fields forwardFields decides, and the body's framing.
+// It returns the request id sent.
+func (st *h2Stream) appendHead(dst []byte, path, query string) ([]byte, []byte) {
 	dst = append(dst, st.method...)
 	dst = append(dst, ' ')
 	dst = append(dst, path...)
@@ -246,36 +246,12 @@ func (st *h2Stream) appendHead(dst []byte, path, query string) []byte {
 	dst = append(dst, " HTTP/1.1\r\nHost: "...)
 	dst = append(dst, st.authority...)
 	dst = append(dst, "\r\n"...)
-	var fs fieldsSeen
-	var cookie bool
-	for _, f := range st.fields {
-		if k, ok := fs.pass(f.Name, f.IsPseudo(), ca.trusted); !ok || k == hContentLength {
-			continue
-		}
-		if f.Name == "cookie" {
-			cookie = true
-			continue
-		}
-		dst = append(dst, f.Name...)
-		dst = append(dst, ": "...)
-		dst = append(dst, f.Value...)
-		dst = append(dst, "\r\n"...)
-	}
-	if cookie {
-		// Cookie fields are joined with "; " (RFC 9113 section 8.2.3).
-		sep := "Cookie: "
-		for _, f := range st.fields {
-			if f.Name == "cookie" {
-				dst = append(dst, sep...)
-				dst = append(dst, f.Value...)
-				sep = "; "
-			}
-		}
-		dst = append(dst, "\r\n"...)
-	}
-	if fs.te {
-		dst = append(dst, "TE: trailers\r\n"...)
-	}
+	st.view = reqView{h2: st.fields, authority: unsafeBytes(st.authority)}
+	st.sink = h1Sink{dst: dst, fromH2: true, cookie: st.sink.cookie[:0]}
+	id := forwardFields(&st.view, &st.c.hc.ca, &st.sink, &st.fw)
+	st.sink.done()
+	dst = st.sink.dst
+	st.sink.dst, st.view = nil, reqView{}
 	switch {
 	case !st.endHeaders && st.declLen >= 0:
 		dst = append(dst, "Content-Length: "...)
@@ -286,7 +262,7 @@ func (st *h2Stream) appendHead(dst []byte, path, query string) []byte {
 	case st.method == http.MethodPost || st.method == http.MethodPut || st.method == http.MethodPatch:
 		dst = append(dst, "Content-Length: 0\r\n"...)
 	}
-	return appendForwardFields(dst, ca, unsafeBytes(st.authority), fs.proto, fs.host, fs.id)
+	return append(dst, "\r\n"...), id
 }
 
 // exchange sends the head (and the body) to m and reads the response

@@ -439,8 +439,12 @@ type h2Stream struct {
 	method, scheme, path, authority string
 	endHeaders                      bool
 	hostBuf, pathBuf, head, hblk    []byte
-	scratch                         []byte
-	reqID                           string // X-Request-Id sent, HTTP/2 members
+	// view, sink, hsink and fw make the head sent to a member
+	// (appendHead, appendUpBlock).
+	view  reqView
+	sink  h1Sink
+	hsink hpackSink
+	fw    fwdScratch
 
 	// Request body.
 	req          *http.Request
@@ -516,7 +520,7 @@ func (c *h2Conn) putStream(st *h2Stream) {
 		c: c, cond: st.cond, timer: st.timer, wbp: wbp, fields: fields,
 		// A large request's buffers are not kept idle.
 		hostBuf: smallBuf(st.hostBuf), pathBuf: smallBuf(st.pathBuf), head: smallBuf(st.head),
-		hblk: smallBuf(st.hblk), scratch: smallBuf(st.scratch), rbuf: smallBuf(st.rbuf), trailers: st.trailers[:0],
+		hblk: smallBuf(st.hblk), sink: h1Sink{cookie: smallBuf(st.sink.cookie)}, fw: fwdScratch{fwd: smallBuf(st.fw.fwd)}, rbuf: smallBuf(st.rbuf), trailers: st.trailers[:0],
 	}
 	if wbp != nil {
 		st.wbuf = (*wbp)[:0]

@@ -53,16 +53,12 @@ type reqHead struct {
 	connKeepAlive bool
 	connUpgrade   bool
 	upgrade       int // index of the Upgrade field, -1 when absent
-	teTrailers    bool
 	expect100     bool
-	hasXFProto    bool
-	hasXFHost     bool
-	requestID     int // index of a usable X-Request-Id field, -1 when absent
 	connTokens    [][2]int
 }
 
 func (h *reqHead) reset() {
-	*h = reqHead{fields: h.fields[:0], connTokens: h.connTokens[:0], contentLength: -1, host: -1, upgrade: -1, requestID: -1}
+	*h = reqHead{fields: h.fields[:0], connTokens: h.connTokens[:0], contentLength: -1, host: -1, upgrade: -1}
 }
 
 // parse consumes the complete lines of b, the head received so far, and
@@ -185,23 +181,12 @@ func (h *reqHead) finish(b []byte) int {
 			}
 		case hTE:
 			f.drop = true
-			h.teTrailers = h.teTrailers || hasToken(v, "trailers")
 		case hExpect:
 			if eqFold(v, "100-continue") {
 				h.expect100 = true
 			}
 		case hKeepAlive, hProxyConnection, hProxyAuthorization, hProxyAuthenticate, hHTTP2Settings:
 			f.drop = true
-		case hXFProto:
-			h.hasXFProto = true
-		case hXFHost:
-			h.hasXFHost = true
-		case hRequestID:
-			if h.requestID < 0 && len(v) > 0 && len(v) <= 200 {
-				h.requestID = i
-			} else {
-				f.drop = true
-			}
 		}
 	}
 	if h.chunked && (h.contentLength >= 0 || h.minor == 0) {
@@ -270,9 +255,6 @@ func (h *reqHead) dropListed(b []byte) {
 		for _, t := range h.connTokens {
 			if eqFoldBytes(name, b[t[0]:t[1]]) {
 				f.drop = true
-				if f.kind == hRequestID && h.requestID == i {
-					h.requestID = -1
-				}
 				break
 			}
 		}

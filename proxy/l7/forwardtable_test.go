@@ -1,0 +1,362 @@
+package l7
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+)
+
+// rawFieldsMember is an HTTP/1.1 member that answers each request with
+// the header lines it received, as "name: value" (name in lower case),
+// one a line, in the order they came.
+func rawFieldsMember(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					if _, err := br.ReadString('\n'); err != nil { // request line
+						return
+					}
+					var lines []string
+					length := 0
+					for {
+						l, err := br.ReadString('\n')
+						if err != nil {
+							return
+						}
+						l = strings.TrimRight(l, "\r\n")
+						if l == "" {
+							break
+						}
+						k, v, _ := strings.Cut(l, ":")
+						k, v = strings.ToLower(k), strings.TrimSpace(v)
+						if k == "content-length" {
+							length, _ = strconv.Atoi(v)
+						}
+						lines = append(lines, k+": "+v)
+					}
+					if _, err := io.CopyN(io.Discard, br, int64(length)); err != nil {
+						return
+					}
+					body := strings.Join(lines, "\n")
+					fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// netFieldsHandler answers with the fields an HTTP/2 member received, as
+// rawFieldsMember does, the :authority as "host".
+func netFieldsHandler(w http.ResponseWriter, r *http.Request) {
+	lines := []string{"host: " + r.Host}
+	for k, vv := range r.Header {
+		for _, v := range vv {
+			lines = append(lines, strings.ToLower(k)+": "+v)
+		}
+	}
+	_, _ = io.WriteString(w, strings.Join(lines, "\n"))
+}
+
+// fwdCase is a request of TestForwardedFieldsAcrossProtocols: the fields
+// every client sends, the ones only an HTTP/1.x client can send (HTTP/2
+// forbids connection-specific fields), and what the member must (want)
+// and must not (deny, substrings) receive.
+type fwdCase struct {
+	name     string
+	fields   [][2]string
+	h1Only   [][2]string
+	// absolute: HTTP/1.x clients send the absolute-form target
+	// http://a.example/... with Host b.example; HTTP/2 clients, whose
+	// only authority is :authority, send a.example there.
+	absolute bool
+	want     func(trusted, cert bool) []string
+	deny     func(trusted, cert bool) []string
+}
+
+var generatedID = regexp.MustCompile(`^x-request-id: [0-9a-f]{32}$`)
+
+// normFields sorts what a member received and writes what the protocol
+// itself decides in one form: the LB's own request id, and the scheme
+// (https over TLS) in X-Forwarded-Proto and Forwarded.
+func normFields(body string) []string {
+	lines := strings.Split(strings.TrimSpace(body), "\n")
+	for i, l := range lines {
+		switch {
+		case generatedID.MatchString(l):
+			lines[i] = "x-request-id: <generated>"
+		case l == "x-forwarded-proto: http" || l == "x-forwarded-proto: https":
+			lines[i] = "x-forwarded-proto: <scheme>"
+		case strings.HasPrefix(l, "forwarded: for=127.0.0.1;"):
+			lines[i] = strings.TrimSuffix(strings.TrimSuffix(l, "=https"), "=http") + "=<scheme>"
+		}
+	}
+	slices.Sort(lines)
+	return lines
+}
+
+// TestForwardedFieldsAcrossProtocols sends the same requests over
+// HTTP/1.1 (cleartext and TLS), HTTP/2 over TLS and h2c, each through the
+// fast path and through the net/http path (a route with RouteExt), to an
+// HTTP/1.1 and to an HTTP/2 member, from an untrusted and a trusted
+// client, on a listener with and without a client-certificate field: the
+// member must receive the same fields every way (beyond the scheme and
+// the LB's random request id), and what each case wants.
+func TestForwardedFieldsAcrossProtocols(t *testing.T) {
+	t.Parallel()
+	h1m := newBackend(t, rawFieldsMember(t))
+	h2m := newBackend(t, h2cServer(t, http.HandlerFunc(netFieldsHandler)))
+	h2m.opts.Protocol = H2C
+	ext := func(be Backend) *Route {
+		return &Route{Name: "ext", Ext: &RouteExt{Backends: []WeightedBackend{{Backend: be, Weight: 1}}}}
+	}
+	router := testRouter{
+		{prefix: "/fast/h1", route: &Route{Name: "fast", Backend: h1m}},
+		{prefix: "/fast/h2", route: &Route{Name: "fast", Backend: h2m}},
+		{prefix: "/ext/h1", route: ext(h1m)},
+		{prefix: "/ext/h2", route: ext(h2m)},
+	}
+	common := [][2]string{{"User-Agent", "table"}, {"Accept-Encoding", "identity"}, {"X-App", "1"}}
+	spoof := [][2]string{
+		{"X-Forwarded-For", "10.6.6.9"}, {"Forwarded", "for=10.6.6.10"}, {"X-Real-IP", "10.6.6.6"},
+		{"X_Forwarded_For", "10.6.6.11"}, {"X-Forwarded-Proto", "gopher"}, {"X-Forwarded-Host", "evil.example"},
+		{"X-Client-Subject", "CN=mallory"}, {"x_client_subject", "CN=mallory2"},
+	}
+	none := func(bool, bool) []string { return nil }
+	cases := []fwdCase{{
+		name:   "spoofed",
+		fields: append(slices.Clone(common), spoof...),
+		want: func(trusted, cert bool) []string {
+			w := []string{"x-forwarded-for: 127.0.0.1", "x-request-id: <generated>", "host: a.example"}
+			if trusted {
+				w = append(w, "x-forwarded-for: 10.6.6.9", "x_forwarded_for: 10.6.6.11", "x-real-ip: 10.6.6.6",
+					"forwarded: for=10.6.6.10", "x-forwarded-proto: gopher", "x-forwarded-host: evil.example")
+			} else {
+				w = append(w, "x-forwarded-proto: <scheme>", "x-forwarded-host: a.example",
+					"forwarded: for=127.0.0.1;host=a.example;proto=<scheme>")
+			}
+			if cert {
+				w = append(w, "x-client-subject: CN=alice,O=acme")
+			} else {
+				w = append(w, "x-client-subject: CN=mallory", "x_client_subject: CN=mallory2")
+			}
+			return w
+		},
+		deny: func(trusted, cert bool) []string {
+			var d []string
+			if !trusted {
+				d = append(d, "10.6.6.", "evil.example", "gopher")
+			}
+			if cert {
+				d = append(d, "mallory")
+			}
+			return d
+		},
+	}, {
+		name:   "request id",
+		fields: append(slices.Clone(common), [2]string{"X-Request-Id", "client-chosen-id"}),
+		want: func(trusted, _ bool) []string {
+			if trusted {
+				return []string{"x-request-id: client-chosen-id"}
+			}
+			return []string{"x-request-id: <generated>"}
+		},
+		deny: func(trusted, _ bool) []string {
+			if trusted {
+				return []string{"<generated>"}
+			}
+			return []string{"client-chosen-id"}
+		},
+	}, {
+		name:   "connection-named",
+		fields: append(slices.Clone(common), [2]string{"X-Other", "o"}),
+		h1Only: [][2]string{{"Connection", "keep-alive, X-Secret, X-Forwarded-Host"}, {"X-Secret", "s"}, {"Keep-Alive", "timeout=5"},
+			{"Proxy-Connection", "keep-alive"}},
+		want: func(bool, bool) []string { return []string{"x-other: o", "x-forwarded-host: a.example"} },
+		deny: func(bool, bool) []string { return []string{"x-secret", "keep-alive", "connection"} },
+	}, {
+		name:   "te trailers",
+		fields: append(slices.Clone(common), [2]string{"TE", "trailers"}),
+		want:   func(bool, bool) []string { return []string{"te: trailers"} },
+		deny:   none,
+	}, {
+		name:   "hop-by-hop",
+		fields: append(slices.Clone(common), [2]string{"Proxy-Authorization", "Basic eDp5"}, [2]string{"Cookie", "a=1; b=2"}),
+		want:   func(bool, bool) []string { return []string{"cookie: a=1; b=2"} },
+		deny:   func(bool, bool) []string { return []string{"proxy-authorization"} },
+	}, {
+		name:     "absolute target",
+		fields:   common,
+		absolute: true,
+		want: func(bool, bool) []string {
+			return []string{"host: a.example", "x-forwarded-host: a.example", "forwarded: for=127.0.0.1;host=a.example;proto=<scheme>"}
+		},
+		deny: func(bool, bool) []string { return []string{"b.example"} },
+	}}
+
+	h2tls := h2TestClient()
+	h2c := &http.Client{Transport: &http2.Transport{AllowHTTP: true,
+		DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		}}}
+	h1 := func(addr string, secure bool, path string, c fwdCase) (string, error) {
+		var conn net.Conn
+		var err error
+		if secure {
+			conn, err = tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}})
+		} else {
+			conn, err = net.Dial("tcp", addr)
+		}
+		if err != nil {
+			return "", err
+		}
+		defer conn.Close()
+		_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+		req := "GET " + path + " HTTP/1.1\r\nHost: a.example\r\n"
+		if c.absolute {
+			req = "GET http://a.example" + path + " HTTP/1.1\r\nHost: b.example\r\n"
+		}
+		for _, f := range append(slices.Clone(c.fields), c.h1Only...) {
+			req += f[0] + ": " + f[1] + "\r\n"
+		}
+		if _, err := io.WriteString(conn, req+"\r\n"); err != nil {
+			return "", err
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			return "", err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 {
+			return "", fmt.Errorf("status %d: %s", resp.StatusCode, b)
+		}
+		return string(b), err
+	}
+	h2 := func(client *http.Client, url string, c fwdCase) (string, error) {
+		req, _ := http.NewRequest("GET", url, nil)
+		req.Host = "a.example"
+		for _, f := range c.fields {
+			req.Header[f[0]] = append(req.Header[f[0]], f[1])
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		resp, err := client.Do(req.WithContext(ctx))
+		if err != nil {
+			return "", err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 || resp.ProtoMajor != 2 {
+			return "", fmt.Errorf("%s %d: %s", resp.Proto, resp.StatusCode, b)
+		}
+		return string(b), err
+	}
+
+	for _, trusted := range []bool{false, true} {
+		for _, cert := range []bool{false, true} {
+			cfg := Config{}
+			if trusted {
+				cfg.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+			}
+			info := ConnInfo{Listener: "test", LB: "t/lb", Tenant: "t", Router: func() Router { return router }}
+			if cert {
+				info.ClientCertHeader, info.ClientSubject = "X-Client-Subject", "CN=alice,O=acme"
+			}
+			clear := proxyUnderInfo(t, New(cfg), info, nil)
+			tlsInfo := info
+			tlsInfo.TLS = true
+			secure := proxyUnderInfo(t, New(cfg), tlsInfo, selfSigned(t))
+			for _, c := range cases {
+				t.Run(fmt.Sprintf("%s trusted=%v cert=%v", c.name, trusted, cert), func(t *testing.T) {
+					var ref []string
+					var refName string
+					for _, path := range []string{"/fast/h1", "/fast/h2", "/ext/h1", "/ext/h2"} {
+						for _, client := range []string{"h1", "h1 tls", "h2 tls", "h2c"} {
+							var body string
+							var err error
+							switch client {
+							case "h1":
+								body, err = h1(clear, false, path, c)
+							case "h1 tls":
+								body, err = h1(secure, true, path, c)
+							case "h2 tls":
+								body, err = h2(h2tls, "https://"+secure+path, c)
+							case "h2c":
+								body, err = h2(h2c, "http://"+clear+path, c)
+							}
+							name := client + " " + path
+							if err != nil {
+								t.Fatalf("%s: %v", name, err)
+							}
+							got := normFields(body)
+							if ref == nil {
+								ref, refName = got, name
+								for _, w := range c.want(trusted, cert) {
+									if !slices.Contains(got, w) {
+										t.Errorf("%s: member did not receive %q:\n%s", name, w, strings.Join(got, "\n"))
+									}
+								}
+								for _, d := range c.deny(trusted, cert) {
+									if strings.Contains(strings.ToLower(strings.Join(got, "\n")), strings.ToLower(d)) {
+										t.Errorf("%s: member received %q:\n%s", name, d, strings.Join(got, "\n"))
+									}
+								}
+								continue
+							}
+							if !slices.Equal(got, ref) {
+								t.Errorf("%s differs from %s:\n%s", name, refName, lineDiff(ref, got))
+							}
+						}
+					}
+				})
+			}
+		}
+	}
+}
+
+// lineDiff shows the lines only a has (-) and only b has (+).
+func lineDiff(a, b []string) string {
+	var out []string
+	for _, l := range a {
+		if !slices.Contains(b, l) {
+			out = append(out, "- "+l)
+		}
+	}
+	for _, l := range b {
+		if !slices.Contains(a, l) {
+			out = append(out, "+ "+l)
+		}
+	}
+	if len(out) == 0 {
+		return fmt.Sprintf("(same lines, other counts)\n%q\n%q", a, b)
+	}
+	return strings.Join(out, "\n")
+}

@@ -1,0 +1,370 @@
+package l7
+
+import (
+	"maps"
+	"net/http"
+	"slices"
+
+	"golang.org/x/net/http2/hpack"
+)
+
+// One request form between the codecs. Each codec presents the request it
+// parsed as a reqView, over its own bytes (the HTTP/1.x parser's offsets,
+// the decoded HTTP/2 fields, net/http values), and forwardFields decides
+// once, for all of them, which fields a member receives; the codec only
+// serialises them through a fieldSink (HTTP/1.1 bytes, an HPACK block,
+// an http.Header). requestFigures fills RequestStats from the view the
+// same way.
+
+// reqView is a request as a codec presents it: read-only, over the codec's
+// own bytes. Exactly one of h1, h2 and hdr holds the client's fields.
+type reqView struct {
+	method    []byte
+	authority []byte // the Host field's or :authority, as the client sent it
+	target    []byte // path and query, as the client sent them
+	// h1b and h1: an HTTP/1.x head and its offsets.
+	h1b []byte
+	h1  *reqHead
+	// h2: an HTTP/2 client's decoded fields, pseudo-fields included.
+	h2 []hpack.HeaderField
+	// hdr: net/http values (the Host is not among them).
+	hdr http.Header
+}
+
+// viewField is one of the client's fields.
+type viewField struct {
+	name, value []byte
+	kind        hdrKind
+	// listed: the field is named by the client's Connection field, or
+	// its parser dropped it.
+	listed bool
+	// ls and le bound the field's whole line in the HTTP/1.x head (le 0:
+	// not a line of one), so that runs of lines are copied at once.
+	ls, le uint32
+}
+
+// fieldIter walks the client's fields of a view in the order it sent
+// them (net/http values: by name).
+type fieldIter struct {
+	v    *reqView
+	i, j int
+	keys []string
+}
+
+// fields returns an iterator over the client's fields of v.
+func (v *reqView) fields() fieldIter {
+	it := fieldIter{v: v}
+	if v.hdr != nil {
+		it.keys = slices.Sorted(maps.Keys(v.hdr))
+	}
+	return it
+}
+
+// next returns the next field; false past the last one.
+func (it *fieldIter) next() (f viewField, ok bool) {
+	v := it.v
+	switch {
+	case v.h1 != nil:
+		if it.i >= len(v.h1.fields) {
+			return f, false
+		}
+		hf := &v.h1.fields[it.i]
+		it.i++
+		return viewField{name: hf.name(v.h1b), value: hf.value(v.h1b), kind: hf.kind, listed: hf.drop, ls: hf.ns, le: hf.le}, true
+	case v.hdr != nil:
+		for it.i < len(it.keys) {
+			k := it.keys[it.i]
+			vv := v.hdr[k]
+			if it.j < len(vv) {
+				it.j++
+				name := unsafeBytes(k)
+				kind := classify(name)
+				return viewField{name: name, value: unsafeBytes(vv[it.j-1]), kind: kind, listed: connListed(v.hdr, name, kind)}, true
+			}
+			it.i, it.j = it.i+1, 0
+		}
+		return f, false
+	}
+	for it.i < len(v.h2) {
+		hf := &v.h2[it.i]
+		it.i++
+		if hf.IsPseudo() {
+			continue
+		}
+		name := unsafeBytes(hf.Name)
+		return viewField{name: name, value: unsafeBytes(hf.Value), kind: classify(name)}, true
+	}
+	return f, false
+}
+
+// connListed reports whether the Connection field of h names the field
+// name (the HTTP/1.x parser's dropListed, for net/http values).
+func connListed(h http.Header, name []byte, kind hdrKind) bool {
+	switch kind {
+	case hHost, hContentLength, hTransferEncoding:
+		return false
+	}
+	for _, cv := range h["Connection"] {
+		for v := unsafeBytes(cv); len(v) > 0; {
+			var t []byte
+			t, v = nextToken(v)
+			if eqFoldBytes(t, name) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// fieldSink serialises the fields forwardFields decides, in a codec's
+// form.
+type fieldSink interface {
+	// client passes on one of the client's fields.
+	client(f viewField)
+	// add adds a field of the proxy's; name is in canonical case.
+	add(name string, value []byte)
+}
+
+// fwdScratch holds what forwardFields makes for one request: the request
+// id it generates and the Forwarded value.
+type fwdScratch struct {
+	id  [32]byte
+	fwd []byte
+}
+
+var (
+	valTrailers = []byte("trailers")
+	valHTTP     = []byte("http")
+	valHTTPS    = []byte("https")
+)
+
+// forwardFields decides the fields a member receives for the request v of
+// the client ca, the same for every codec and member protocol, and hands
+// them to s. The client's fields go on as they came, except: the
+// hop-by-hop ones (Connection, Keep-Alive, Proxy-Connection, Upgrade, TE,
+// Proxy-Authorization, Proxy-Authenticate, HTTP2-Settings) and those
+// Connection names; Host (each codec sends v.authority its own way); the
+// fields naming the client or the request (forwardKind) unless ca is
+// trusted, and then every X-Request-Id but the first non-empty one of at
+// most 200 bytes; the field that carries the client's certificate
+// subject. Then come TE: trailers when the client asked for trailers,
+// X-Forwarded-For (a trusted client's own kept before it),
+// X-Forwarded-Proto and X-Forwarded-Host unless a trusted client sent
+// them, Forwarded (RFC 7239), X-Request-Id unless a trusted client's was
+// kept (32 hex digits), and the certificate subject. It returns the
+// request id sent, which is valid as long as v's bytes and fw are.
+func forwardFields(v *reqView, ca *clientAddrs, s fieldSink, fw *fwdScratch) []byte {
+	var te, proto, host bool
+	var id []byte
+	for it := v.fields(); ; {
+		f, ok := it.next()
+		if !ok {
+			break
+		}
+		switch f.kind {
+		case hHost:
+			continue
+		case hTE:
+			te = te || hasToken(f.value, "trailers")
+			continue
+		case hConnection, hKeepAlive, hProxyConnection, hUpgrade, hProxyAuthorization, hProxyAuthenticate, hHTTP2Settings:
+			continue
+		}
+		if f.listed {
+			continue
+		}
+		if forwardKind(f.kind) {
+			if !ca.trusted {
+				continue
+			}
+			switch f.kind {
+			case hXFProto:
+				proto = true
+			case hXFHost:
+				host = true
+			case hRequestID:
+				if id != nil || len(f.value) == 0 || len(f.value) > 200 {
+					continue
+				}
+				id = f.value
+			}
+		}
+		if ca.certHeader != "" && eqFoldFields(f.name, ca.certHeader) {
+			continue
+		}
+		s.client(f)
+	}
+	if te {
+		s.add("TE", valTrailers)
+	}
+	s.add("X-Forwarded-For", ca.ip)
+	scheme := valHTTP
+	if ca.https {
+		scheme = valHTTPS
+	}
+	if !proto {
+		s.add("X-Forwarded-Proto", scheme)
+	}
+	if len(v.authority) > 0 && !host {
+		s.add("X-Forwarded-Host", v.authority)
+	}
+	b := append(fw.fwd[:0], "for="...)
+	b = append(b, ca.fwdFor...)
+	if len(v.authority) > 0 {
+		b = append(b, ";host="...)
+		b = appendForwardedValue(b, v.authority)
+	}
+	b = append(b, ";proto="...)
+	b = append(b, scheme...)
+	fw.fwd = b
+	s.add("Forwarded", b)
+	if id == nil {
+		id = appendRequestID(fw.id[:0])
+		s.add("X-Request-Id", id)
+	}
+	if ca.certHeader != "" && ca.subject != "" {
+		s.add(ca.certHeader, unsafeBytes(ca.subject))
+	}
+	return id
+}
+
+// eqFoldFields reports whether two field names are the same in any case,
+// with '_' read as '-' in either (members of the CGI kind read both as one).
+func eqFoldFields(a []byte, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		x, y := a[i], b[i]
+		if x >= 'A' && x <= 'Z' {
+			x += 'a' - 'A'
+		} else if x == '_' {
+			x = '-'
+		}
+		if y >= 'A' && y <= 'Z' {
+			y += 'a' - 'A'
+		} else if y == '_' {
+			y = '-'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
+}
+
+// h1Sink writes fields as HTTP/1.1 header lines. Lines of an HTTP/1.x
+// client's head (b) are copied as runs of whole lines.
+type h1Sink struct {
+	dst        []byte
+	b          []byte
+	runS, runE uint32
+	// fromH2: the fields are an HTTP/2 client's: Content-Length is the
+	// codec's (it frames the body its own way) and the Cookie fields are
+	// joined into one (RFC 9113 section 8.2.3).
+	fromH2 bool
+	cookie []byte
+}
+
+func (s *h1Sink) client(f viewField) {
+	if f.le > 0 {
+		if s.runE != f.ls {
+			s.flush()
+			s.runS = f.ls
+		}
+		s.runE = f.le
+		return
+	}
+	if s.fromH2 {
+		switch {
+		case f.kind == hContentLength:
+			return
+		case eqFold(f.name, "cookie"):
+			if len(s.cookie) > 0 {
+				s.cookie = append(s.cookie, "; "...)
+			}
+			s.cookie = append(s.cookie, f.value...)
+			return
+		}
+	}
+	s.line(f.name, f.value)
+}
+
+func (s *h1Sink) add(name string, value []byte) {
+	s.flush()
+	s.line(unsafeBytes(name), value)
+}
+
+func (s *h1Sink) line(name, value []byte) {
+	s.dst = append(s.dst, name...)
+	s.dst = append(s.dst, ": "...)
+	s.dst = append(s.dst, value...)
+	s.dst = append(s.dst, "\r\n"...)
+}
+
+// flush copies the run of the client's lines not copied yet.
+func (s *h1Sink) flush() {
+	if s.runE > s.runS {
+		s.dst = append(s.dst, s.b[s.runS:s.runE]...)
+	}
+	s.runS, s.runE = 0, 0
+}
+
+// done ends the fields: what is held back goes out.
+func (s *h1Sink) done() {
+	s.flush()
+	if len(s.cookie) > 0 {
+		s.line([]byte("Cookie"), s.cookie)
+		s.cookie = s.cookie[:0]
+	}
+}
+
+// hpackSink writes fields as HPACK literals without indexing (no dynamic
+// table).
+type hpackSink struct{ dst []byte }
+
+func (s *hpackSink) client(f viewField) {
+	s.dst = appendLiteral(s.dst, unsafeString(f.name), unsafeString(f.value), false)
+}
+
+func (s *hpackSink) add(name string, value []byte) {
+	s.dst = appendLiteral(s.dst, name, unsafeString(value), true)
+}
+
+// headerSink fills an http.Header, for the net/http path.
+type headerSink struct{ h http.Header }
+
+func (s headerSink) client(f viewField) {
+	k := string(f.name)
+	s.h[k] = append(s.h[k], string(f.value))
+}
+
+func (s headerSink) add(name string, value []byte) {
+	s.h[name] = append(s.h[name], string(value))
+}
+
+// forwardHeader returns the fields sent to a member through net/http for
+// the client's fields in, asking for host.
+func forwardHeader(in http.Header, ca *clientAddrs, host string) (http.Header, string) {
+	out := make(http.Header, len(in)+5)
+	var fw fwdScratch
+	v := reqView{hdr: in, authority: unsafeBytes(host)}
+	id := forwardFields(&v, ca, headerSink{out}, &fw)
+	return out, string(id)
+}
+
+// requestFigures starts a request's RequestStats the same way for every
+// codec: the connection's listener, LB, tenant and client, the protocol,
+// the route, and for the access log's share of requests the host, method,
+// target and the request id sent to the member (id).
+func requestFigures(stats *RequestStats, info *ConnInfo, client RequestStats, v *reqView, route *Route) {
+	*stats = RequestStats{Listener: info.Listener, LB: info.LB, Tenant: info.Tenant, Client: client.Client,
+		HTTP2: client.HTTP2, HTTP3: client.HTTP3}
+	if route != nil {
+		stats.Route = route.Name
+	}
+	if info.AccessLog > 0 {
+		stats.AccessLog = info.AccessLog
+		stats.Host, stats.Method, stats.Path = string(v.authority), string(v.method), string(v.target)
+	}
+}
