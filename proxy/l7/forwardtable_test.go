@@ -89,9 +89,9 @@ func netFieldsHandler(w http.ResponseWriter, r *http.Request) {
 // forbids connection-specific fields), and what the member must (want)
 // and must not (deny, substrings) receive.
 type fwdCase struct {
-	name     string
-	fields   [][2]string
-	h1Only   [][2]string
+	name   string
+	fields [][2]string
+	h1Only [][2]string
 	// absolute: HTTP/1.x clients send the absolute-form target
 	// http://a.example/... with Host b.example; HTTP/2 clients, whose
 	// only authority is :authority, send a.example there.
