@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"net/netip"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -326,7 +325,8 @@ func (c *clientConn) handle() {
 	h := &c.h
 	b := c.rb[c.r : c.r+h.n]
 	c.r += h.n // b stays valid until the next fill
-	c.stats = RequestStats{Listener: c.info.Listener, LB: c.info.LB, Tenant: c.info.Tenant}
+	c.view = h.view(b)
+	startFigures(&c.stats, c.info, c.client, false, false, &c.view)
 	isHead := h.method(b) == "HEAD"
 
 	host, ok := normalizeHost(c.hostBuf, h.hostValue(b))
@@ -343,11 +343,6 @@ func (c *clientConn) handle() {
 	if cleaned {
 		c.pathBuf = cleanPath(c.pathBuf, path)
 		path = c.pathBuf
-	}
-	c.stats.Client = c.client
-	if c.info.AccessLog > 0 {
-		c.stats.AccessLog = c.info.AccessLog
-		c.stats.Host, c.stats.Method, c.stats.Path = string(host), strings.Clone(h.method(b)), string(b[h.pS:h.tE])
 	}
 	d := c.s.decide(c.info, &c.ca, (*h1Request)(c), unsafeString(host), unsafeString(path), h.upgradeTo(b) != nil)
 	if d.route != nil {

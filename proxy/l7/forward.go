@@ -87,8 +87,8 @@ func forwardKind(k hdrKind) bool {
 
 // appendRequestHead makes the head c forwards to a member (in c.wb): the
 // request line in origin form with HTTP/1.1, Host, the upgrade asked for,
-// and the fields forwardFields decides (the client's lines copied as
-// runs). path is the cleaned path when cleaned is set. It returns the
+// and the fields forwardFields decides from c.view (the client's lines
+// copied as runs). path is the cleaned path when cleaned is set. It returns the
 // request id sent.
 func (c *clientConn) appendRequestHead(b []byte, path []byte, cleaned bool, upgrade []byte) []byte {
 	h := &c.h
@@ -120,12 +120,11 @@ func (c *clientConn) appendRequestHead(b []byte, path []byte, cleaned bool, upgr
 		dst = append(dst, upgrade...)
 		dst = append(dst, "\r\n"...)
 	}
-	c.view = reqView{h1b: b, h1: h, authority: host}
 	c.sink = h1Sink{dst: dst, b: b}
 	id := forwardFields(&c.view, &c.ca, &c.sink, &c.fw)
 	c.sink.done()
 	c.wb = append(c.sink.dst, "\r\n"...)
-	c.sink.dst, c.sink.b, c.view = nil, nil, reqView{}
+	c.sink.dst, c.sink.b = nil, nil
 	return id
 }
 

@@ -286,22 +286,30 @@ func TestForwardedFieldsAcrossProtocols(t *testing.T) {
 			if trusted {
 				cfg.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
 			}
-			info := ConnInfo{Listener: "test", LB: "t/lb", Tenant: "t", Router: func() Router { return router }}
+			info := ConnInfo{Listener: "test", LB: "t/lb", Tenant: "t", Router: func() Router { return router }, AccessLog: 1}
 			if cert {
 				info.ClientCertHeader, info.ClientSubject = "X-Client-Subject", "CN=alice,O=acme"
 			}
+			clearStats, secureStats := &statsRecorder{}, &statsRecorder{}
+			cfg.Metrics = clearStats
 			clear := proxyUnderInfo(t, New(cfg), info, nil)
 			tlsInfo := info
 			tlsInfo.TLS = true
+			cfg.Metrics = secureStats
 			secure := proxyUnderInfo(t, New(cfg), tlsInfo, selfSigned(t))
 			for _, c := range cases {
 				t.Run(fmt.Sprintf("%s trusted=%v cert=%v", c.name, trusted, cert), func(t *testing.T) {
 					var ref []string
-					var refName string
+					var refName, refStats string
 					for _, path := range []string{"/fast/h1", "/fast/h2", "/ext/h1", "/ext/h2"} {
 						for _, client := range []string{"h1", "h1 tls", "h2 tls", "h2c"} {
 							var body string
 							var err error
+							rec := clearStats
+							if strings.Contains(client, "tls") {
+								rec = secureStats
+							}
+							seen := rec.count()
 							switch client {
 							case "h1":
 								body, err = h1(clear, false, path, c)
@@ -316,9 +324,19 @@ func TestForwardedFieldsAcrossProtocols(t *testing.T) {
 							if err != nil {
 								t.Fatalf("%s: %v", name, err)
 							}
+							// The access log names the request as every
+							// protocol does, with the id the member got.
+							s := rec.after(t, seen)
+							if want := memberID(body); s.RequestID != want {
+								t.Errorf("%s: access log request id %q, member received %q", name, s.RequestID, want)
+							}
+							if s.Path != path {
+								t.Errorf("%s: access log path %q", name, s.Path)
+							}
+							figures := fmt.Sprintf("%s %s status=%d client=%v", s.Method, s.Host, s.Status, s.Client.Addr())
 							got := normFields(body)
 							if ref == nil {
-								ref, refName = got, name
+								ref, refName, refStats = got, name, figures
 								for _, w := range c.want(trusted, cert) {
 									if !slices.Contains(got, w) {
 										t.Errorf("%s: member did not receive %q:\n%s", name, w, strings.Join(got, "\n"))
@@ -333,6 +351,9 @@ func TestForwardedFieldsAcrossProtocols(t *testing.T) {
 							}
 							if !slices.Equal(got, ref) {
 								t.Errorf("%s differs from %s:\n%s", name, refName, lineDiff(ref, got))
+							}
+							if figures != refStats {
+								t.Errorf("%s: figures %q, %s's %q", name, figures, refName, refStats)
 							}
 						}
 					}
@@ -359,4 +380,36 @@ func lineDiff(a, b []string) string {
 		return fmt.Sprintf("(same lines, other counts)\n%q\n%q", a, b)
 	}
 	return strings.Join(out, "\n")
+}
+
+// memberID returns the X-Request-Id a member received.
+func memberID(body string) string {
+	for _, l := range strings.Split(body, "\n") {
+		if v, ok := strings.CutPrefix(l, "x-request-id: "); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+func (r *statsRecorder) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.stats)
+}
+
+// after waits for the figures of the request after the first n.
+func (r *statsRecorder) after(t *testing.T, n int) RequestStats {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		r.mu.Lock()
+		if len(r.stats) > n {
+			s := r.stats[n]
+			r.mu.Unlock()
+			return s
+		}
+		r.mu.Unlock()
+	}
+	t.Fatal("no figures reported")
+	return RequestStats{}
 }

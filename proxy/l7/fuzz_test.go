@@ -57,6 +57,7 @@ func FuzzRequestHead(f *testing.F) {
 		}
 		ca := newClientAddrs(netip.MustParseAddrPort("192.0.2.1:1234"), false, nil)
 		fc := &clientConn{h: h, ca: ca}
+		fc.view = fc.h.view(b)
 		fc.appendRequestHead(b, path, cleaned, h.upgradeTo(b))
 		out := fc.wb
 		var r reqHead

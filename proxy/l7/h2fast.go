@@ -117,7 +117,7 @@ func (st *h2Stream) serveFast() bool {
 	d := s.decide(hc.info, &hc.ca, (*h2Request)(st), unsafeString(host), p, false)
 	switch {
 	case d.act == actHTTP2:
-		return st.serveUpH2(&d, host, p, q)
+		return st.serveUpH2(&d, p, q)
 	case d.act != actHTTP1 || d.opts.ProxyProtocol != 0:
 		// The net/http path answers as decided: Select and the Gate
 		// are not asked twice.
@@ -138,8 +138,7 @@ func (st *h2Stream) serveFast() bool {
 	} else {
 		st.head, id = st.appendHead(st.head[:0], target, "")
 	}
-	if hc.info.AccessLog > 0 {
-		stats.AccessLog, stats.Host, stats.Method, stats.Path = hc.info.AccessLog, string(host), st.method, st.path
+	if stats.AccessLog > 0 {
 		stats.RequestID = string(id)
 	}
 	rht := rht(opts, s)
@@ -193,8 +192,9 @@ func (st *h2Stream) serveFast() bool {
 // status to answer with instead (0: go on).
 func (st *h2Stream) begin(d *decision) (limit int64, key []byte, code int) {
 	s, hc := st.c.s, st.c.hc
-	st.stats = RequestStats{Listener: hc.info.Listener, LB: hc.info.LB, Tenant: hc.info.Tenant, HTTP2: true,
-		Client: hc.client, Route: d.route.Name}
+	st.view = reqView{method: unsafeBytes(st.method), authority: unsafeBytes(st.authority), target: unsafeBytes(st.path), h2: st.fields}
+	startFigures(&st.stats, hc.info, hc.client, true, false, &st.view)
+	st.stats.Route = d.route.Name
 	limit, opts := d.limit, d.opts
 	if limit > 0 && st.declLen > limit {
 		return limit, nil, 413
@@ -246,12 +246,11 @@ func (st *h2Stream) appendHead(dst []byte, path, query string) ([]byte, []byte) 
 	dst = append(dst, " HTTP/1.1\r\nHost: "...)
 	dst = append(dst, st.authority...)
 	dst = append(dst, "\r\n"...)
-	st.view = reqView{h2: st.fields, authority: unsafeBytes(st.authority)}
 	st.sink = h1Sink{dst: dst, fromH2: true, cookie: st.sink.cookie[:0]}
 	id := forwardFields(&st.view, &st.c.hc.ca, &st.sink, &st.fw)
 	st.sink.done()
 	dst = st.sink.dst
-	st.sink.dst, st.view = nil, reqView{}
+	st.sink.dst = nil
 	switch {
 	case !st.endHeaders && st.declLen >= 0:
 		dst = append(dst, "Content-Length: "...)

@@ -20,7 +20,7 @@ import (
 const h2BodyInline = 16 << 10
 
 // serveUpH2 proxies the stream to a member of d.be over the HTTP/2 client.
-func (st *h2Stream) serveUpH2(d *decision, host []byte, path, query string) bool {
+func (st *h2Stream) serveUpH2(d *decision, path, query string) bool {
 	c := st.c
 	s, hc := c.s, c.hc
 	be, opts := d.be, d.opts
@@ -37,8 +37,7 @@ func (st *h2Stream) serveUpH2(d *decision, host []byte, path, query string) bool
 	}
 	var id []byte
 	st.head, id = st.appendUpBlock(st.head[:0], scheme, path, query)
-	if hc.info.AccessLog > 0 {
-		stats.AccessLog, stats.Host, stats.Method, stats.Path = hc.info.AccessLog, string(host), st.method, st.path
+	if stats.AccessLog > 0 {
 		stats.RequestID = string(id)
 	}
 	// A body that is complete already leaves with the head, and can be
@@ -306,11 +305,10 @@ func (st *h2Stream) relayUp(up *h2UpStream) (n int64, err error) {
 // dynamic table. It returns the request id sent.
 func (st *h2Stream) appendUpBlock(dst []byte, scheme, path, query string) ([]byte, []byte) {
 	dst = appendPseudo(dst, st.method, scheme, st.authority, path, query)
-	st.view = reqView{h2: st.fields, authority: unsafeBytes(st.authority)}
 	st.hsink = hpackSink{dst: dst}
 	id := forwardFields(&st.view, &st.c.hc.ca, &st.hsink, &st.fw)
 	dst = st.hsink.dst
-	st.hsink.dst, st.view = nil, reqView{}
+	st.hsink.dst = nil
 	return dst, id
 }
 

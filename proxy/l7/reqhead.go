@@ -319,6 +319,11 @@ func (h *reqHead) hostValue(b []byte) []byte {
 	return nil
 }
 
+// view presents the request whose head is b.
+func (h *reqHead) view(b []byte) reqView {
+	return reqView{method: b[h.mS:h.mE], authority: h.hostValue(b), target: b[h.pS:h.tE], h1b: b, h1: h}
+}
+
 // keepAlive reports whether the client wants the connection kept open.
 func (h *reqHead) keepAlive() bool {
 	if h.connClose {

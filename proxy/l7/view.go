@@ -3,6 +3,7 @@ package l7
 import (
 	"maps"
 	"net/http"
+	"net/netip"
 	"slices"
 
 	"golang.org/x/net/http2/hpack"
@@ -353,18 +354,27 @@ func forwardHeader(in http.Header, ca *clientAddrs, host string) (http.Header, s
 	return out, string(id)
 }
 
-// requestFigures starts a request's RequestStats the same way for every
-// codec: the connection's listener, LB, tenant and client, the protocol,
-// the route, and for the access log's share of requests the host, method,
-// target and the request id sent to the member (id).
-func requestFigures(stats *RequestStats, info *ConnInfo, client RequestStats, v *reqView, route *Route) {
-	*stats = RequestStats{Listener: info.Listener, LB: info.LB, Tenant: info.Tenant, Client: client.Client,
-		HTTP2: client.HTTP2, HTTP3: client.HTTP3}
-	if route != nil {
-		stats.Route = route.Name
-	}
+// startFigures begins the RequestStats of the request v on a connection
+// of info from client, the same way for every codec: the listener, LB,
+// tenant, client and protocol (http2, http3; neither is HTTP/1.x), and
+// for the access log's share of requests the normalised host (the
+// authority as sent when it does not normalise), the method and the
+// target. The route, the request id sent, the member and the outcome
+// are added as the request is served.
+func startFigures(stats *RequestStats, info *ConnInfo, client netip.AddrPort, http2, http3 bool, v *reqView) {
+	*stats = RequestStats{Listener: info.Listener, LB: info.LB, Tenant: info.Tenant, Client: client, HTTP2: http2, HTTP3: http3}
 	if info.AccessLog > 0 {
 		stats.AccessLog = info.AccessLog
-		stats.Host, stats.Method, stats.Path = string(v.authority), string(v.method), string(v.target)
+		var buf [256]byte
+		host, ok := normalizeHost(buf[:0], v.authority)
+		if !ok {
+			host = v.authority
+		}
+		stats.Host, stats.Method, stats.Path = string(host), string(v.method), string(v.target)
 	}
+}
+
+// netView presents a net/http request.
+func netView(r *http.Request) *reqView {
+	return &reqView{method: unsafeBytes(r.Method), authority: unsafeBytes(r.Host), target: unsafeBytes(r.URL.RequestURI()), hdr: r.Header}
 }
