@@ -361,8 +361,7 @@ func (c *clientConn) handle() {
 			return
 		}
 		if d.act != actHTTP1 {
-			// HTTP/2 members, and a client certificate field (set in
-			// one place, forwardHeader), take net/http values.
+			// HTTP/2 members take net/http values.
 			c.bridge(b, &d, path, cleaned)
 			return
 		}

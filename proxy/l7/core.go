@@ -31,8 +31,7 @@ const (
 	// PROXY protocol.
 	actHTTP2
 	// actMember: forwarded to a member of decision.be through net/http
-	// values: the listener passes the client's certificate in a field
-	// (forwardHeader sets it), or an HTTP/2 member with PROXY protocol.
+	// values: an HTTP/2 member with PROXY protocol.
 	actMember
 )
 

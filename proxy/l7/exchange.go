@@ -113,21 +113,7 @@ func (c *clientConn) exchange(m Member, x *exchangeOpts, t0 int64) error {
 		up.resp.reset()
 		bodyStarted := false
 		up.pending = nil
-		err = up.setWriteDeadline(now, c.s.cfg.BodyTimeout)
-		switch {
-		case err != nil:
-		case x.stream:
-			_, err = up.nc.Write(c.wb)
-		default:
-			// The answer's wait is armed before the request leaves
-			// (sendAwait), so no read finds the socket empty.
-			if err = up.setReadDeadline(now, rht); err == nil {
-				err = up.sendAwait(c.wb)
-			}
-		}
-		if err != nil {
-			err = fmt.Errorf("%w: %w", ErrUpstreamClosed, err)
-		} else {
+		if err = up.sendHead(c.wb, x.stream, now, c.s.cfg.BodyTimeout, rht); err == nil {
 			if x.stream {
 				c.startBody(up, x.limit)
 				bodyStarted = true

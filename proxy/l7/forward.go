@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"math/rand/v2"
 	"net/netip"
+	"strings"
 )
 
 // appendRequestID appends 32 random hex digits. The runtime's per-thread
@@ -27,11 +28,15 @@ type clientAddrs struct {
 	// certHeader and subject are ConnInfo's ClientCertHeader and
 	// ClientSubject.
 	certHeader, subject string
+	// certField is certHeader in lower case with '-' for '_', as
+	// eqFoldDash compares.
+	certField string
 }
 
 // clientCert takes the client certificate fields of info.
 func (ca *clientAddrs) clientCert(info *ConnInfo) {
 	ca.certHeader, ca.subject = info.ClientCertHeader, info.ClientSubject
+	ca.certField = strings.ToLower(strings.ReplaceAll(ca.certHeader, "_", "-"))
 }
 
 func newClientAddrs(client netip.AddrPort, https bool, trusted []netip.Prefix) clientAddrs {

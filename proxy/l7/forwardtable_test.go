@@ -24,52 +24,37 @@ import (
 // one a line, in the order they came.
 func rawFieldsMember(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
+	return rawServer(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
 		for {
-			c, err := ln.Accept()
-			if err != nil {
+			if _, err := br.ReadString('\n'); err != nil { // request line
 				return
 			}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					if _, err := br.ReadString('\n'); err != nil { // request line
-						return
-					}
-					var lines []string
-					length := 0
-					for {
-						l, err := br.ReadString('\n')
-						if err != nil {
-							return
-						}
-						l = strings.TrimRight(l, "\r\n")
-						if l == "" {
-							break
-						}
-						k, v, _ := strings.Cut(l, ":")
-						k, v = strings.ToLower(k), strings.TrimSpace(v)
-						if k == "content-length" {
-							length, _ = strconv.Atoi(v)
-						}
-						lines = append(lines, k+": "+v)
-					}
-					if _, err := io.CopyN(io.Discard, br, int64(length)); err != nil {
-						return
-					}
-					body := strings.Join(lines, "\n")
-					fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+			var lines []string
+			length := 0
+			for {
+				l, err := br.ReadString('\n')
+				if err != nil {
+					return
 				}
-			}()
+				l = strings.TrimRight(l, "\r\n")
+				if l == "" {
+					break
+				}
+				k, v, _ := strings.Cut(l, ":")
+				k, v = strings.ToLower(k), strings.TrimSpace(v)
+				if k == "content-length" {
+					length, _ = strconv.Atoi(v)
+				}
+				lines = append(lines, k+": "+v)
+			}
+			if _, err := io.CopyN(io.Discard, br, int64(length)); err != nil {
+				return
+			}
+			body := strings.Join(lines, "\n")
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
 		}
-	}()
-	return ln.Addr().String()
+	})
 }
 
 // netFieldsHandler answers with the fields an HTTP/2 member received, as

@@ -3,7 +3,6 @@ package l7
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -289,21 +288,7 @@ func (st *h2Stream) exchange(m Member, opts *BackendOptions, rht time.Duration, 
 		u.got, u.r, u.w, u.pending = 0, 0, 0, nil
 		u.resp.reset()
 		var bodyDone chan error
-		err = u.setWriteDeadline(now, s.cfg.BodyTimeout)
-		switch {
-		case err != nil:
-		case hasBody:
-			_, err = u.nc.Write(st.head)
-		default:
-			// The wait for the answer is armed before the request
-			// leaves (sendAwait).
-			if err = u.setReadDeadline(now, rht); err == nil {
-				err = u.sendAwait(st.head)
-			}
-		}
-		if err != nil {
-			err = fmt.Errorf("%w: %w", ErrUpstreamClosed, err)
-		}
+		err = u.sendHead(st.head, hasBody, now, s.cfg.BodyTimeout, rht)
 		if err == nil && hasBody {
 			bodyDone = make(chan error, 1)
 			go func(u *upConn) { bodyDone <- st.sendBody(u, limit) }(u)

@@ -190,7 +190,7 @@ func forwardFields(v *reqView, ca *clientAddrs, s fieldSink, fw *fwdScratch) []b
 				id = f.value
 			}
 		}
-		if ca.certHeader != "" && eqFoldFields(f.name, ca.certHeader) {
+		if ca.certField != "" && eqFoldDash(f.name, ca.certField) {
 			continue
 		}
 		s.client(f)
@@ -227,31 +227,6 @@ func forwardFields(v *reqView, ca *clientAddrs, s fieldSink, fw *fwdScratch) []b
 		s.add(ca.certHeader, unsafeBytes(ca.subject))
 	}
 	return id
-}
-
-// eqFoldFields reports whether two field names are the same in any case,
-// with '_' read as '-' in either (members of the CGI kind read both as one).
-func eqFoldFields(a []byte, b string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := 0; i < len(a); i++ {
-		x, y := a[i], b[i]
-		if x >= 'A' && x <= 'Z' {
-			x += 'a' - 'A'
-		} else if x == '_' {
-			x = '-'
-		}
-		if y >= 'A' && y <= 'Z' {
-			y += 'a' - 'A'
-		} else if y == '_' {
-			y = '-'
-		}
-		if x != y {
-			return false
-		}
-	}
-	return true
 }
 
 // h1Sink writes fields as HTTP/1.1 header lines. Lines of an HTTP/1.x
