@@ -125,7 +125,7 @@ func (c *clientConn) appendRequestHead(b []byte, path []byte, cleaned bool, upgr
 		dst = append(dst, upgrade...)
 		dst = append(dst, "\r\n"...)
 	}
-	c.sink = h1Sink{dst: dst, b: b}
+	c.sink.dst, c.sink.b = dst, b
 	id := forwardFields(&c.view, &c.ca, &c.sink, &c.fw)
 	c.sink.done()
 	c.wb = append(c.sink.dst, "\r\n"...)

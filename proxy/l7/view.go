@@ -50,6 +50,10 @@ type fieldIter struct {
 	v    *reqView
 	i, j int
 	keys []string
+	// runs: consecutive HTTP/1.x lines of kind hOther that the parser
+	// kept come as one field (the first line's name and value, ls and le
+	// spanning them all), for a reader to whom their names do not matter.
+	runs bool
 }
 
 // fields returns an iterator over the client's fields of v.
@@ -61,17 +65,25 @@ func (v *reqView) fields() fieldIter {
 	return it
 }
 
-// next returns the next field; false past the last one.
-func (it *fieldIter) next() (f viewField, ok bool) {
+// next sets f to the next field; false past the last one. (f is filled
+// in place, not returned: the fast paths pass it on without a copy.)
+func (it *fieldIter) next(f *viewField) bool {
 	v := it.v
 	switch {
 	case v.h1 != nil:
 		if it.i >= len(v.h1.fields) {
-			return f, false
+			return false
 		}
 		hf := &v.h1.fields[it.i]
 		it.i++
-		return viewField{name: hf.name(v.h1b), value: hf.value(v.h1b), kind: hf.kind, listed: hf.drop, ls: hf.ns, le: hf.le}, true
+		f.name, f.value, f.kind, f.listed, f.ls, f.le = v.h1b[hf.ns:hf.ne], v.h1b[hf.vs:hf.ve], hf.kind, hf.drop, hf.ns, hf.le
+		if it.runs && hf.kind == hOther && !hf.drop {
+			for it.i < len(v.h1.fields) && v.h1.fields[it.i].kind == hOther && !v.h1.fields[it.i].drop {
+				f.le = v.h1.fields[it.i].le
+				it.i++
+			}
+		}
+		return true
 	case v.hdr != nil:
 		for it.i < len(it.keys) {
 			k := it.keys[it.i]
@@ -80,11 +92,12 @@ func (it *fieldIter) next() (f viewField, ok bool) {
 				it.j++
 				name := unsafeBytes(k)
 				kind := classify(name)
-				return viewField{name: name, value: unsafeBytes(vv[it.j-1]), kind: kind, listed: connListed(v.hdr, name, kind)}, true
+				*f = viewField{name: name, value: unsafeBytes(vv[it.j-1]), kind: kind, listed: connListed(v.hdr, name, kind)}
+				return true
 			}
 			it.i, it.j = it.i+1, 0
 		}
-		return f, false
+		return false
 	}
 	for it.i < len(v.h2) {
 		hf := &v.h2[it.i]
@@ -93,9 +106,10 @@ func (it *fieldIter) next() (f viewField, ok bool) {
 			continue
 		}
 		name := unsafeBytes(hf.Name)
-		return viewField{name: name, value: unsafeBytes(hf.Value), kind: classify(name)}, true
+		f.name, f.value, f.kind, f.listed, f.ls, f.le = name, unsafeBytes(hf.Value), classify(name), false, 0, 0
+		return true
 	}
-	return f, false
+	return false
 }
 
 // connListed reports whether the Connection field of h names the field
@@ -121,16 +135,22 @@ func connListed(h http.Header, name []byte, kind hdrKind) bool {
 // form.
 type fieldSink interface {
 	// client passes on one of the client's fields.
-	client(f viewField)
+	client(f *viewField)
 	// add adds a field of the proxy's; name is in canonical case.
 	add(name string, value []byte)
 }
 
 // fwdScratch holds what forwardFields makes for one request: the request
-// id it generates and the Forwarded value.
+// id it generates, the Forwarded value, and the iterator and field it
+// walks the client's fields with (kept here, in the connection or the
+// stream, so that handing a field to a sink copies nothing; they keep
+// pointing into the last request's bytes, which the connection or stream
+// owns).
 type fwdScratch struct {
 	id  [32]byte
 	fwd []byte
+	it  fieldIter
+	f   viewField
 }
 
 var (
@@ -157,11 +177,12 @@ var (
 func forwardFields(v *reqView, ca *clientAddrs, s fieldSink, fw *fwdScratch) []byte {
 	var te, proto, host bool
 	var id []byte
-	for it := v.fields(); ; {
-		f, ok := it.next()
-		if !ok {
-			break
-		}
+	it, f := &fw.it, &fw.f
+	*it = v.fields()
+	// Without a certificate field no name of kind hOther matters: the
+	// HTTP/1.x lines come in runs.
+	it.runs = ca.certField == ""
+	for it.next(f) {
 		switch f.kind {
 		case hHost:
 			continue
@@ -242,7 +263,7 @@ type h1Sink struct {
 	cookie []byte
 }
 
-func (s *h1Sink) client(f viewField) {
+func (s *h1Sink) client(f *viewField) {
 	if f.le > 0 {
 		if s.runE != f.ls {
 			s.flush()
@@ -272,10 +293,12 @@ func (s *h1Sink) add(name string, value []byte) {
 }
 
 func (s *h1Sink) line(name, value []byte) {
-	s.dst = append(s.dst, name...)
-	s.dst = append(s.dst, ": "...)
-	s.dst = append(s.dst, value...)
-	s.dst = append(s.dst, "\r\n"...)
+	n := len(s.dst)
+	s.dst = slices.Grow(s.dst, len(name)+len(value)+4)[:n+len(name)+len(value)+4]
+	n += copy(s.dst[n:], name)
+	s.dst[n], s.dst[n+1] = ':', ' '
+	n += 2 + copy(s.dst[n+2:], value)
+	s.dst[n], s.dst[n+1] = '\r', '\n'
 }
 
 // flush copies the run of the client's lines not copied yet.
@@ -299,7 +322,7 @@ func (s *h1Sink) done() {
 // table).
 type hpackSink struct{ dst []byte }
 
-func (s *hpackSink) client(f viewField) {
+func (s *hpackSink) client(f *viewField) {
 	s.dst = appendLiteral(s.dst, unsafeString(f.name), unsafeString(f.value), false)
 }
 
@@ -310,7 +333,7 @@ func (s *hpackSink) add(name string, value []byte) {
 // headerSink fills an http.Header, for the net/http path.
 type headerSink struct{ h http.Header }
 
-func (s headerSink) client(f viewField) {
+func (s headerSink) client(f *viewField) {
 	k := string(f.name)
 	s.h[k] = append(s.h[k], string(f.value))
 }
