@@ -164,6 +164,23 @@ func TestForwardedFieldsAcrossProtocols(t *testing.T) {
 			return d
 		},
 	}, {
+		// The certificate field among others of no kind the core acts
+		// on (an HTTP/1.x client's lines are copied in runs).
+		name:   "cert field after others",
+		fields: append(slices.Clone(common), [2]string{"x_client_subject", "CN=mallory"}, [2]string{"X-After", "1"}),
+		want: func(_, cert bool) []string {
+			if cert {
+				return []string{"x-client-subject: CN=alice,O=acme", "x-after: 1", "x-app: 1"}
+			}
+			return []string{"x_client_subject: CN=mallory", "x-after: 1"}
+		},
+		deny: func(_, cert bool) []string {
+			if cert {
+				return []string{"mallory"}
+			}
+			return nil
+		},
+	}, {
 		name:   "request id",
 		fields: append(slices.Clone(common), [2]string{"X-Request-Id", "client-chosen-id"}),
 		want: func(trusted, _ bool) []string {
