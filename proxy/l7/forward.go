@@ -91,10 +91,11 @@ func forwardKind(k hdrKind) bool {
 }
 
 // appendRequestHead makes the head c forwards to a member (in c.wb): the
-// request line in origin form with HTTP/1.1, Host, the upgrade asked for,
-// and the fields forwardFields decides from c.view (the client's lines
-// copied as runs). path is the cleaned path when cleaned is set. It returns the
-// request id sent.
+// request line in origin form with HTTP/1.1, Host (empty when the client
+// named no authority), the upgrade asked for, and the fields
+// forwardFields decides from c.view (the client's lines copied as runs).
+// path is the cleaned path when cleaned is set. It returns the request id
+// sent.
 func (c *clientConn) appendRequestHead(b []byte, path []byte, cleaned bool, upgrade []byte) []byte {
 	h := &c.h
 	dst := append(c.wb[:0], b[h.mS:h.mE]...)
@@ -114,12 +115,11 @@ func (c *clientConn) appendRequestHead(b []byte, path []byte, cleaned bool, upgr
 		dst = append(dst, b[h.tS:h.tE]...)
 	}
 	dst = append(dst, " HTTP/1.1\r\n"...)
-	host := h.hostValue(b)
-	if len(host) > 0 {
-		dst = append(dst, "Host: "...)
-		dst = append(dst, host...)
-		dst = append(dst, "\r\n"...)
-	}
+	// An HTTP/1.1 request carries Host, empty when the target has no
+	// authority (an empty Host field, HTTP/1.0 without one).
+	dst = append(dst, "Host: "...)
+	dst = append(dst, h.hostValue(b)...)
+	dst = append(dst, "\r\n"...)
 	if upgrade != nil {
 		dst = append(dst, "Connection: upgrade\r\nUpgrade: "...)
 		dst = append(dst, upgrade...)

@@ -415,3 +415,43 @@ func (r *statsRecorder) after(t *testing.T, n int) RequestStats {
 	t.Fatal("no figures reported")
 	return RequestStats{}
 }
+
+// TestForwardedEmptyHost: an HTTP/1.1 request whose Host field is empty
+// (a target without an authority, RFC 9112 section 3.2) and an HTTP/1.0
+// one without Host reach an HTTP/1.1 member with an empty Host field,
+// which an HTTP/1.1 request must carry, on the fast path and through
+// net/http alike.
+func TestForwardedEmptyHost(t *testing.T) {
+	t.Parallel()
+	h1m := newBackend(t, rawFieldsMember(t))
+	router := testRouter{
+		{prefix: "/fast", route: &Route{Name: "fast", Backend: h1m}},
+		{prefix: "/ext", route: &Route{Name: "ext", Ext: &RouteExt{Backends: []WeightedBackend{{Backend: h1m, Weight: 1}}}}},
+	}
+	addr := proxyUnderInfo(t, New(Config{}), ConnInfo{Listener: "test", Router: func() Router { return router }}, nil)
+	for _, path := range []string{"/fast", "/ext"} {
+		for _, req := range []string{"GET " + path + " HTTP/1.1\r\nHost:\r\n\r\n", "GET " + path + " HTTP/1.0\r\n\r\n"} {
+			conn, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+			if _, err := io.WriteString(conn, req); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			if err != nil {
+				t.Fatalf("%q: %v", req, err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			conn.Close()
+			if resp.StatusCode != 200 {
+				t.Fatalf("%q: status %d: %s", req, resp.StatusCode, b)
+			}
+			if lines := strings.Split(string(b), "\n"); lines[0] != "host: " || slices.Contains(lines[1:], "host: ") {
+				t.Errorf("%q: the member received, Host not first or not once:\n%s", req, b)
+			}
+		}
+	}
+}
