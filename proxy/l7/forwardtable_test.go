@@ -196,6 +196,25 @@ func TestForwardedFieldsAcrossProtocols(t *testing.T) {
 			return []string{"client-chosen-id"}
 		},
 	}, {
+		// A trusted client's first usable X-Request-Id is kept: printable
+		// ASCII without blanks, at most 200 bytes.
+		name: "unusable request ids",
+		fields: append(slices.Clone(common), [2]string{"X-Request-Id", "has space"}, [2]string{"X-Request-Id", "id-caf\u00e9"},
+			[2]string{"X-Request-Id", strings.Repeat("l", 201)}, [2]string{"X-Request-Id", "usable-id"}),
+		want: func(trusted, _ bool) []string {
+			if trusted {
+				return []string{"x-request-id: usable-id"}
+			}
+			return []string{"x-request-id: <generated>"}
+		},
+		deny: func(trusted, _ bool) []string {
+			d := []string{"has space", "caf", "lllll"}
+			if trusted {
+				return append(d, "<generated>")
+			}
+			return append(d, "usable-id")
+		},
+	}, {
 		name:   "connection-named",
 		fields: append(slices.Clone(common), [2]string{"X-Other", "o"}),
 		h1Only: [][2]string{{"Connection", "keep-alive, X-Secret, X-Forwarded-Host"}, {"X-Secret", "s"}, {"Keep-Alive", "timeout=5"},
@@ -335,7 +354,16 @@ func TestForwardedFieldsAcrossProtocols(t *testing.T) {
 							if s.Path != path {
 								t.Errorf("%s: access log path %q", name, s.Path)
 							}
-							figures := fmt.Sprintf("%s %s status=%d client=%v", s.Method, s.Host, s.Status, s.Client.Addr())
+							// Every codec and path counts the request
+							// alike: where it came, its route and member,
+							// its protocol and its bytes.
+							route := strings.Split(path, "/")[1]
+							h2 := strings.HasPrefix(client, "h2")
+							if s.Listener != "test" || s.LB != "t/lb" || s.Tenant != "t" || s.Route != route || !s.Member.IsValid() ||
+								s.HTTP2 != h2 || s.HTTP3 || s.ResponseBytes != int64(len(body)) || s.AccessLog != 1 {
+								t.Errorf("%s: figures %+v (body %d bytes)", name, s, len(body))
+							}
+							figures := fmt.Sprintf("%s %s status=%d outcome=%v client=%v", s.Method, s.Host, s.Status, s.Outcome, s.Client.Addr())
 							got := normFields(body)
 							if ref == nil {
 								ref, refName, refStats = got, name, figures

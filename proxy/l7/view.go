@@ -166,8 +166,8 @@ var (
 // Proxy-Authorization, Proxy-Authenticate, HTTP2-Settings) and those
 // Connection names; Host (each codec sends v.authority its own way); the
 // fields naming the client or the request (forwardKind) unless ca is
-// trusted, and then every X-Request-Id but the first non-empty one of at
-// most 200 bytes; the field that carries the client's certificate
+// trusted, and then every X-Request-Id but the first usable one
+// (usableRequestID); the field that carries the client's certificate
 // subject. Then come TE: trailers when the client asked for trailers,
 // X-Forwarded-For (a trusted client's own kept before it),
 // X-Forwarded-Proto and X-Forwarded-Host unless a trusted client sent
@@ -205,7 +205,7 @@ func forwardFields(v *reqView, ca *clientAddrs, s fieldSink, fw *fwdScratch) []b
 			case hXFHost:
 				host = true
 			case hRequestID:
-				if id != nil || len(f.value) == 0 || len(f.value) > 200 {
+				if id != nil || !usableRequestID(f.value) {
 					continue
 				}
 				id = f.value
@@ -248,6 +248,21 @@ func forwardFields(v *reqView, ca *clientAddrs, s fieldSink, fw *fwdScratch) []b
 		s.add(ca.certHeader, unsafeBytes(ca.subject))
 	}
 	return id
+}
+
+// usableRequestID reports whether a trusted client's X-Request-Id value
+// v is kept: 1 to 200 bytes of printable ASCII without blanks, so that
+// it reaches every member and the access log as it came.
+func usableRequestID(v []byte) bool {
+	if len(v) == 0 || len(v) > 200 {
+		return false
+	}
+	for _, c := range v {
+		if c < 0x21 || c > 0x7e {
+			return false
+		}
+	}
+	return true
 }
 
 // h1Sink writes fields as HTTP/1.1 header lines. Lines of an HTTP/1.x
