@@ -18,6 +18,12 @@ const (
 // (RFC 9112 section 2.2).
 const maxLeadingCRLF = 4
 
+// maxConnTokens bounds the elements of a request's Connection fields,
+// empty ones included: each field of the head is looked up among the
+// names they list (dropListed, connListed), so their number times the
+// fields' is the work a head costs.
+const maxConnTokens = 64
+
 // target forms.
 const (
 	formOrigin uint8 = iota
@@ -55,6 +61,7 @@ type reqHead struct {
 	upgrade       int // index of the Upgrade field, -1 when absent
 	expect100     bool
 	connTokens    [][2]int
+	connN         int // elements of the Connection fields seen
 }
 
 func (h *reqHead) reset() {
@@ -173,7 +180,9 @@ func (h *reqHead) finish(b []byte) int {
 			sawTE, h.chunked = true, true
 		case hConnection:
 			f.drop = true
-			h.connectionTokens(b, f)
+			if !h.connectionTokens(b, f) {
+				return stBadRequest
+			}
 		case hUpgrade:
 			f.drop = true
 			if h.upgrade < 0 {
@@ -223,11 +232,15 @@ func listToken(b []byte, i, end int) (s, e, next int) {
 }
 
 // connectionTokens records the options of a Connection field and the
-// names of the fields it lists.
-func (h *reqHead) connectionTokens(b []byte, f *field) {
+// names of the fields it lists; false when the Connection fields have
+// more than maxConnTokens elements.
+func (h *reqHead) connectionTokens(b []byte, f *field) bool {
 	for i, end := int(f.vs), int(f.ve); i < end; {
 		s, e, next := listToken(b, i, end)
 		i = next
+		if h.connN++; h.connN > maxConnTokens {
+			return false
+		}
 		tok := b[s:e]
 		switch {
 		case eqFold(tok, "close"):
@@ -240,6 +253,7 @@ func (h *reqHead) connectionTokens(b []byte, f *field) {
 			h.connTokens = append(h.connTokens, [2]int{s, e})
 		}
 	}
+	return true
 }
 
 // dropListed drops the fields named by Connection, except the ones that

@@ -50,6 +50,9 @@ type fieldIter struct {
 	v    *reqView
 	i, j int
 	keys []string
+	// conn: the names the Connection fields of net/http values list,
+	// split once.
+	conn [][]byte
 	// runs: consecutive HTTP/1.x lines of kind hOther that the parser
 	// kept come as one field (the first line's name and value, ls and le
 	// spanning them all), for a reader to whom their names do not matter.
@@ -61,6 +64,15 @@ func (v *reqView) fields() fieldIter {
 	it := fieldIter{v: v}
 	if v.hdr != nil {
 		it.keys = slices.Sorted(maps.Keys(v.hdr))
+		for _, cv := range v.hdr["Connection"] {
+			for b := unsafeBytes(cv); len(b) > 0; {
+				var t []byte
+				// The options are not field names (connectionTokens).
+				if t, b = nextToken(b); len(t) > 0 && !eqFold(t, "close") && !eqFold(t, "keep-alive") && !eqFold(t, "upgrade") {
+					it.conn = append(it.conn, t)
+				}
+			}
+		}
 	}
 	return it
 }
@@ -92,7 +104,7 @@ func (it *fieldIter) next(f *viewField) bool {
 				it.j++
 				name := unsafeBytes(k)
 				kind := classify(name)
-				*f = viewField{name: name, value: unsafeBytes(vv[it.j-1]), kind: kind, listed: connListed(v.hdr, name, kind)}
+				*f = viewField{name: name, value: unsafeBytes(vv[it.j-1]), kind: kind, listed: connListed(it.conn, name, kind)}
 				return true
 			}
 			it.i, it.j = it.i+1, 0
@@ -112,20 +124,17 @@ func (it *fieldIter) next(f *viewField) bool {
 	return false
 }
 
-// connListed reports whether the Connection field of h names the field
-// name (the HTTP/1.x parser's dropListed, for net/http values).
-func connListed(h http.Header, name []byte, kind hdrKind) bool {
+// connListed reports whether conn, the names Connection fields list,
+// holds the field name (the HTTP/1.x parser's dropListed, for net/http
+// values).
+func connListed(conn [][]byte, name []byte, kind hdrKind) bool {
 	switch kind {
 	case hHost, hContentLength, hTransferEncoding:
 		return false
 	}
-	for _, cv := range h["Connection"] {
-		for v := unsafeBytes(cv); len(v) > 0; {
-			var t []byte
-			t, v = nextToken(v)
-			if eqFoldBytes(t, name) {
-				return true
-			}
+	for _, t := range conn {
+		if eqFoldBytes(t, name) {
+			return true
 		}
 	}
 	return false
