@@ -2,6 +2,7 @@ package l7
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 )
 
 // rawFieldsMember is an HTTP/1.1 member that answers each request with
@@ -479,6 +481,72 @@ func TestForwardedEmptyHost(t *testing.T) {
 			}
 			if lines := strings.Split(string(b), "\n"); lines[0] != "host: " || slices.Contains(lines[1:], "host: ") {
 				t.Errorf("%q: the member received, Host not first or not once:\n%s", req, b)
+			}
+		}
+	}
+}
+
+// TestH2MalformedRequestLine: an HTTP/2 request whose :method is not a
+// token or whose :path holds a blank or a control byte is malformed
+// (RFC 9113 section 8.1.1): the stream is reset with PROTOCOL_ERROR and
+// no member receives it, where an HTTP/1.1 member would read another
+// target in the request line made of them ("GET /admin /open HTTP/1.1").
+func TestH2MalformedRequestLine(t *testing.T) {
+	t.Parallel()
+	lines := make(chan string, 16)
+	member := rawServer(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		l, err := br.ReadString('\n')
+		if err != nil {
+			return
+		}
+		lines <- strings.TrimRight(l, "\r\n")
+		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+	})
+	be := newBackend(t, member)
+	router := testRouter{{prefix: "/", route: &Route{Name: "r", Backend: be}}}
+	addr := proxyUnder(t, New(Config{}), router, selfSigned(t))
+	for _, tc := range []struct{ method, path string }{
+		{"GET /admin", "/open"},
+		{"GET", "/open /admin"},
+		{"GET", "/open\t/admin"},
+		{"G(ET", "/open"},
+		{"GET", "/open"}, // well-formed: reaches the member
+	} {
+		h := dialH2(t, addr)
+		h.hb.Reset()
+		for _, f := range [][2]string{{":method", tc.method}, {":scheme", "https"}, {":authority", "a.example"}, {":path", tc.path}} {
+			_ = h.enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+		}
+		blk := bytes.Clone(h.hb.Bytes())
+		if err := h.write(func(fr *http2.Framer) error {
+			return fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: blk, EndStream: true, EndHeaders: true})
+		}); err != nil {
+			t.Fatal(err)
+		}
+		ok := tc.method == "GET" && tc.path == "/open"
+		deadline := time.Now().Add(10 * time.Second)
+		for h.resets.Load() == 0 && time.Now().Before(deadline) {
+			if _, answered := h.status.Load(uint32(1)); answered {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		st, answered := h.status.Load(uint32(1))
+		switch {
+		case ok && (!answered || st != "200"):
+			t.Errorf("%q %q: status %v, resets %d", tc.method, tc.path, st, h.resets.Load())
+		case !ok && (answered || h.resets.Load() != 1):
+			t.Errorf("%q %q: answered %v (status %v), resets %d", tc.method, tc.path, answered, st, h.resets.Load())
+		}
+		select {
+		case l := <-lines:
+			if !ok {
+				t.Errorf("%q %q: the member received %q", tc.method, tc.path, l)
+			}
+		case <-time.After(50 * time.Millisecond):
+			if ok {
+				t.Errorf("the well-formed request did not reach the member")
 			}
 		}
 	}

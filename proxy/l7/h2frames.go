@@ -193,6 +193,16 @@ func (c *h2Conn) onTrailers(st *h2Stream, f *h2Head) http2.ErrCode {
 	return 0
 }
 
+// allIn reports whether every byte of s is in the set.
+func allIn(set *[256]bool, s string) bool {
+	for i := 0; i < len(s); i++ {
+		if !set[s[i]] {
+			return false
+		}
+	}
+	return true
+}
+
 // parseHead checks a request head (RFC 9113 section 8.3) and keeps its
 // fields; false is a malformed request.
 func (st *h2Stream) parseHead(f *h2Head) bool {
@@ -238,7 +248,10 @@ func (st *h2Stream) parseHead(f *h2Head) bool {
 			st.declLen = n
 		}
 	}
-	if !seen[0] {
+	// The method and the path go into an HTTP/1.1 member's request
+	// line: a token, and target bytes (no blank, no control byte), as an
+	// HTTP/1.x client's must be.
+	if !seen[0] || !allIn(&tchar, st.method) || !allIn(&tgtchar, st.path) {
 		return false
 	}
 	if st.method == http.MethodConnect {
