@@ -35,7 +35,7 @@ var protoComments = map[string]string{
 	"teapot.v1.ClientValidation":                     "ClientValidation checks the certificates of an https listener's clients. The check's CPU is charged to the tenant's handshake budget, like the handshake itself.",
 	"teapot.v1.ClientValidation.ca_bundle":           "PEM CA certificates a client certificate must chain to (at most 65536 bytes and 64 certificates; required).",
 	"teapot.v1.ClientValidation.mode":                "require (default): a client without a certificate the CAs signed fails the handshake | optional: every client is served, and only a verified certificate is passed on in subjectHeader.",
-	"teapot.v1.ClientValidation.subject_header":      "Request header that carries the subject of the client's verified certificate (RFC 4514, at most 1024 bytes) to the members, for example X-Client-Subject; what clients send in it themselves is dropped. Empty: no header is sent. A listener with one serves its requests through the general path (no WebSocket upgrades).",
+	"teapot.v1.ClientValidation.subject_header":      "Request header that carries the subject of the client's verified certificate (RFC 4514, at most 1024 bytes) to the members, for example X-Client-Subject; what clients send in it themselves (in any case, with _ for -) is dropped. Empty: no header is sent.",
 	"teapot.v1.Fraction.denominator":                 "default 100",
 	"teapot.v1.GRPCMethodMatch":                      "GRPCMethodMatch matches the path /SERVICE/METHOD of a gRPC call.",
 	"teapot.v1.GRPCMethodMatch.method":               "Method name (\"AddItem\"); empty matches any method of service.",

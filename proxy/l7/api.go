@@ -201,8 +201,8 @@ type ConnInfo struct {
 	// ClientCertHeader, when set, names the request field that carries
 	// ClientSubject, the subject of the client's verified certificate
 	// ("" when it sent none or it did not verify), to the members; what
-	// the client sent in that field is dropped. Requests of such a
-	// connection take the net/http path, where forwardHeader does both.
+	// the client sent in that field (in any case, with '_' for '-') is
+	// dropped. Every codec and path does both (forwardFields).
 	ClientCertHeader, ClientSubject string
 	// Streams, when not nil, bounds the HTTP/2 streams of the
 	// connection's tenant whose handlers run, over all its connections:

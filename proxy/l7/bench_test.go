@@ -14,43 +14,28 @@ const rawResponse = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Leng
 // allocating per request.
 func rawBackend(t testing.TB, resp string) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
+	return rawServer(t, func(c net.Conn) {
+		buf := make([]byte, 16<<10)
+		out := []byte(resp)
+		n := 0
 		for {
-			c, err := ln.Accept()
+			k, err := c.Read(buf[n:])
 			if err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				buf := make([]byte, 16<<10)
-				out := []byte(resp)
-				n := 0
-				for {
-					k, err := c.Read(buf[n:])
-					if err != nil {
-						return
-					}
-					n += k
-					for {
-						i := bytes.Index(buf[:n], []byte("\r\n\r\n"))
-						if i < 0 {
-							break
-						}
-						if _, err := c.Write(out); err != nil {
-							return
-						}
-						n = copy(buf, buf[i+4:n])
-					}
+			n += k
+			for {
+				i := bytes.Index(buf[:n], []byte("\r\n\r\n"))
+				if i < 0 {
+					break
 				}
-			}()
+				if _, err := c.Write(out); err != nil {
+					return
+				}
+				n = copy(buf, buf[i+4:n])
+			}
 		}
-	}()
-	return ln.Addr().String()
+	})
 }
 
 // rawClient sends one fixed request at a time and reads the fixed-size

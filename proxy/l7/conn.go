@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"net/netip"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -66,18 +65,22 @@ type clientConn struct {
 	scope *connScope
 
 	hostBuf, pathBuf []byte
-	rdl, wdl         int64
-	closing          bool
-	linger           bool  // unread request bytes may follow: drain before closing
-	start            int64 // nowNano when the request's first bytes came
-	headAt           int64 // nowNano when its head was complete
-	end              int64 // nowNano when its response was out (finish); 0 before
-	bodyCh           chan error
-	bodyAbort        atomic.Bool // stopBody is interrupting the copier
-	bodyN            int64       // body bytes the copier sent
-	bufs             net.Buffers
-	bufArr           [2][]byte
-	stats            RequestStats
+	// view, sink and fw make the head sent to a member (appendRequestHead).
+	view      reqView
+	sink      h1Sink
+	fw        fwdScratch
+	rdl, wdl  int64
+	closing   bool
+	linger    bool  // unread request bytes may follow: drain before closing
+	start     int64 // nowNano when the request's first bytes came
+	headAt    int64 // nowNano when its head was complete
+	end       int64 // nowNano when its response was out (finish); 0 before
+	bodyCh    chan error
+	bodyAbort atomic.Bool // stopBody is interrupting the copier
+	bodyN     int64       // body bytes the copier sent
+	bufs      net.Buffers
+	bufArr    [2][]byte
+	stats     RequestStats
 	// rx serves a bare TCP connection from its RawConn.Read callback.
 	rx rawServe
 	// cpuW is what a unit of the connection's body bytes counts in its
@@ -322,7 +325,8 @@ func (c *clientConn) handle() {
 	h := &c.h
 	b := c.rb[c.r : c.r+h.n]
 	c.r += h.n // b stays valid until the next fill
-	c.stats = RequestStats{Listener: c.info.Listener, LB: c.info.LB, Tenant: c.info.Tenant}
+	c.view = h.view(b)
+	startFigures(&c.stats, c.info, c.client, false, false, &c.view)
 	isHead := h.method(b) == "HEAD"
 
 	host, ok := normalizeHost(c.hostBuf, h.hostValue(b))
@@ -339,14 +343,6 @@ func (c *clientConn) handle() {
 	if cleaned {
 		c.pathBuf = cleanPath(c.pathBuf, path)
 		path = c.pathBuf
-	}
-	c.stats.Client = c.client
-	if c.info.AccessLog > 0 {
-		c.stats.AccessLog = c.info.AccessLog
-		c.stats.Host, c.stats.Method, c.stats.Path = string(host), strings.Clone(h.method(b)), string(b[h.pS:h.tE])
-		if h.requestID >= 0 && c.ca.trusted {
-			c.stats.RequestID = string(h.fieldValue(b, "X-Request-Id"))
-		}
 	}
 	d := c.s.decide(c.info, &c.ca, (*h1Request)(c), unsafeString(host), unsafeString(path), h.upgradeTo(b) != nil)
 	if d.route != nil {
@@ -365,8 +361,7 @@ func (c *clientConn) handle() {
 			return
 		}
 		if d.act != actHTTP1 {
-			// HTTP/2 members, and a client certificate field (set in
-			// one place, forwardHeader), take net/http values.
+			// HTTP/2 members take net/http values.
 			c.bridge(b, &d, path, cleaned)
 			return
 		}

@@ -31,8 +31,7 @@ const (
 	// PROXY protocol.
 	actHTTP2
 	// actMember: forwarded to a member of decision.be through net/http
-	// values: the listener passes the client's certificate in a field
-	// (forwardHeader sets it), or an HTTP/2 member with PROXY protocol.
+	// values: an HTTP/2 member with PROXY protocol.
 	actMember
 )
 
@@ -108,7 +107,6 @@ func (s *Server) decide(info *ConnInfo, ca *clientAddrs, req Request, host, path
 		d.limit = s.cfg.MaxBodyBytes
 	}
 	switch {
-	case ca.certHeader != "":
 	case d.opts.Protocol == HTTP1 || d.opts.Protocol == HTTP1TLS:
 		d.act = actHTTP1
 	case h2Member(d.opts):

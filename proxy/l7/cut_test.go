@@ -15,38 +15,25 @@ import (
 // the test ends. It tells got of each request.
 func stuckMember(t *testing.T, answer string, got chan<- struct{}) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	done := make(chan struct{})
-	t.Cleanup(func() { close(done); ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
+	addr := rawServer(t, func(c net.Conn) {
+		buf := make([]byte, 4096)
+		var head []byte
+		for !strings.Contains(string(head), "\r\n\r\n") {
+			n, err := c.Read(buf)
 			if err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				buf := make([]byte, 4096)
-				var head []byte
-				for !strings.Contains(string(head), "\r\n\r\n") {
-					n, err := c.Read(buf)
-					if err != nil {
-						return
-					}
-					head = append(head, buf[:n]...)
-				}
-				got <- struct{}{}
-				if answer != "" {
-					_, _ = io.WriteString(c, answer)
-				}
-				<-done
-			}()
+			head = append(head, buf[:n]...)
 		}
-	}()
-	return ln.Addr().String()
+		got <- struct{}{}
+		if answer != "" {
+			_, _ = io.WriteString(c, answer)
+		}
+		<-done
+	})
+	t.Cleanup(func() { close(done) }) // runs before rawServer's close
+	return addr
 }
 
 // TestCutEndsTheMemberExchange: ConnState.Cut, what an owner calls before

@@ -39,9 +39,9 @@ func (c *clientConn) proxy(b []byte, be Backend, opts *BackendOptions, limit int
 		key = h.fieldValue(b, opts.HashHeader)
 	}
 	upgrade := h.upgradeTo(b)
-	c.wb = appendRequestHead(c.wb[:0], b, h, &c.ca, path, cleaned, upgrade)
-	if c.stats.AccessLog > 0 && c.stats.RequestID == "" {
-		c.stats.RequestID = requestIDIn(c.wb)
+	id := c.appendRequestHead(b, path, cleaned, upgrade)
+	if c.stats.AccessLog > 0 {
+		c.stats.RequestID = string(id)
 	}
 	x := exchangeOpts{opts: opts, limit: limit, stream: h.hasBody(), upgrade: upgrade != nil, head: isHead}
 	if x.stream && !h.chunked && !h.expect100 && h.contentLength <= smallBody && int64(c.w-c.r) >= h.contentLength {
@@ -113,21 +113,7 @@ func (c *clientConn) exchange(m Member, x *exchangeOpts, t0 int64) error {
 		up.resp.reset()
 		bodyStarted := false
 		up.pending = nil
-		err = up.setWriteDeadline(now, c.s.cfg.BodyTimeout)
-		switch {
-		case err != nil:
-		case x.stream:
-			_, err = up.nc.Write(c.wb)
-		default:
-			// The answer's wait is armed before the request leaves
-			// (sendAwait), so no read finds the socket empty.
-			if err = up.setReadDeadline(now, rht); err == nil {
-				err = up.sendAwait(c.wb)
-			}
-		}
-		if err != nil {
-			err = fmt.Errorf("%w: %w", ErrUpstreamClosed, err)
-		} else {
+		if err = up.sendHead(c.wb, x.stream, now, c.s.cfg.BodyTimeout, rht); err == nil {
 			if x.stream {
 				c.startBody(up, x.limit)
 				bodyStarted = true

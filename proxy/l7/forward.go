@@ -1,11 +1,9 @@
 package l7
 
 import (
-	"bytes"
 	"encoding/binary"
 	"encoding/hex"
 	"math/rand/v2"
-	"net/http"
 	"net/netip"
 	"strings"
 )
@@ -30,24 +28,15 @@ type clientAddrs struct {
 	// certHeader and subject are ConnInfo's ClientCertHeader and
 	// ClientSubject.
 	certHeader, subject string
+	// certField is certHeader in lower case with '-' for '_', as
+	// eqFoldDash compares.
+	certField string
 }
 
 // clientCert takes the client certificate fields of info.
 func (ca *clientAddrs) clientCert(info *ConnInfo) {
 	ca.certHeader, ca.subject = info.ClientCertHeader, info.ClientSubject
-}
-
-// setClientCert drops the client's own certHeader field from h, in any
-// case and with '_' for '-', and sets it to the verified subject.
-func (ca *clientAddrs) setClientCert(h http.Header) {
-	for k := range h {
-		if len(k) == len(ca.certHeader) && strings.EqualFold(strings.ReplaceAll(k, "_", "-"), ca.certHeader) {
-			delete(h, k)
-		}
-	}
-	if ca.subject != "" {
-		h[ca.certHeader] = []string{ca.subject}
-	}
+	ca.certField = strings.ToLower(strings.ReplaceAll(ca.certHeader, "_", "-"))
 }
 
 func newClientAddrs(client netip.AddrPort, https bool, trusted []netip.Prefix) clientAddrs {
@@ -101,22 +90,15 @@ func forwardKind(k hdrKind) bool {
 	return false
 }
 
-// dropUntrustedFields deletes from h the fields forwardKind matches, for
-// the paths that forward net/http headers.
-func dropUntrustedFields(h http.Header) {
-	for k := range h {
-		if forwardKind(classify(unsafeBytes(k))) {
-			delete(h, k)
-		}
-	}
-}
-
-// appendRequestHead appends the head forwarded to a member: the request
-// line in origin form with HTTP/1.1, the client's fields without the
-// hop-by-hop ones (copied as runs of whole lines), and the forwarding
-// fields. path is the cleaned path when cleaned is set.
-func appendRequestHead(dst, b []byte, h *reqHead, ca *clientAddrs, path []byte, cleaned bool, upgrade []byte) []byte {
-	dst = append(dst, b[h.mS:h.mE]...)
+// appendRequestHead makes the head c forwards to a member (in c.wb): the
+// request line in origin form with HTTP/1.1, Host (empty when the client
+// named no authority), the upgrade asked for, and the fields
+// forwardFields decides from c.view (the client's lines copied as runs).
+// path is the cleaned path when cleaned is set. It returns the request id
+// sent.
+func (c *clientConn) appendRequestHead(b []byte, path []byte, cleaned bool, upgrade []byte) []byte {
+	h := &c.h
+	dst := append(c.wb[:0], b[h.mS:h.mE]...)
 	dst = append(dst, ' ')
 	switch {
 	case h.form == formAsterisk:
@@ -133,106 +115,22 @@ func appendRequestHead(dst, b []byte, h *reqHead, ca *clientAddrs, path []byte, 
 		dst = append(dst, b[h.tS:h.tE]...)
 	}
 	dst = append(dst, " HTTP/1.1\r\n"...)
-
-	run := -1
-	for i := range h.fields {
-		f := &h.fields[i]
-		if f.drop || (!ca.trusted && forwardKind(f.kind)) {
-			if run >= 0 {
-				dst = append(dst, b[run:f.ns]...)
-				run = -1
-			}
-			continue
-		}
-		if run < 0 {
-			run = int(f.ns)
-		}
-	}
-	if run >= 0 {
-		dst = append(dst, b[run:h.fields[len(h.fields)-1].le]...)
-	}
-
-	host := h.hostValue(b)
-	if h.form == formAbsolute {
-		dst = append(dst, "Host: "...)
-		dst = append(dst, host...)
-		dst = append(dst, "\r\n"...)
-	}
+	// An HTTP/1.1 request carries Host, empty when the target has no
+	// authority (an empty Host field, HTTP/1.0 without one).
+	dst = append(dst, "Host: "...)
+	dst = append(dst, h.hostValue(b)...)
+	dst = append(dst, "\r\n"...)
 	if upgrade != nil {
 		dst = append(dst, "Connection: upgrade\r\nUpgrade: "...)
 		dst = append(dst, upgrade...)
 		dst = append(dst, "\r\n"...)
 	}
-	if h.teTrailers {
-		dst = append(dst, "TE: trailers\r\n"...)
-	}
-	return appendForwardFields(dst, ca, host, h.hasXFProto, h.hasXFHost, h.requestID >= 0)
-}
-
-// fieldsSeen records, over the fields of an HTTP/2 client's request,
-// what the forwarding fields added after them depend on: TE: trailers was
-// asked for, and which of X-Forwarded-Proto, X-Forwarded-Host and
-// X-Request-Id a trusted client sent (they are kept, not added again).
-type fieldsSeen struct{ te, proto, host, id bool }
-
-// pass reports whether a client's field goes on to a member, and its
-// kind: pseudo-fields, Host and TE do not (TE is sent again as
-// "trailers" when it was asked for), nor the forwarding fields of a
-// client that is not trusted. HTTP/2 clients' fields take it to HTTP/1.1
-// members and to HTTP/2 members alike.
-func (fs *fieldsSeen) pass(name string, pseudo, trusted bool) (hdrKind, bool) {
-	if pseudo {
-		return 0, false
-	}
-	k := classify(unsafeBytes(name))
-	switch k {
-	case hHost:
-		return k, false
-	case hTE:
-		fs.te = true
-		return k, false
-	}
-	if forwardKind(k) {
-		if !trusted {
-			return k, false
-		}
-		fs.proto = fs.proto || k == hXFProto
-		fs.host = fs.host || k == hXFHost
-		fs.id = fs.id || k == hRequestID
-	}
-	return k, true
-}
-
-// appendForwardFields ends an HTTP/1.1 request head sent to a member with
-// the forwarding fields (X-Forwarded-For/-Proto/-Host, Forwarded,
-// X-Request-Id) for a client of ca asking for host, as every codec sends
-// them: a trusted client's own X-Forwarded-Proto, X-Forwarded-Host and
-// X-Request-Id (hasProto, hasHost, hasID: they were kept) are not added
-// again.
-func appendForwardFields(dst []byte, ca *clientAddrs, host []byte, hasProto, hasHost, hasID bool) []byte {
-	dst = append(dst, "X-Forwarded-For: "...)
-	dst = append(dst, ca.ip...)
-	if !ca.trusted || !hasProto {
-		dst = append(dst, "\r\nX-Forwarded-Proto: "...)
-		dst = append(dst, ca.proto()...)
-	}
-	if len(host) > 0 && (!ca.trusted || !hasHost) {
-		dst = append(dst, "\r\nX-Forwarded-Host: "...)
-		dst = append(dst, host...)
-	}
-	dst = append(dst, "\r\nForwarded: for="...)
-	dst = append(dst, ca.fwdFor...)
-	if len(host) > 0 {
-		dst = append(dst, ";host="...)
-		dst = appendForwardedValue(dst, host)
-	}
-	dst = append(dst, ";proto="...)
-	dst = append(dst, ca.proto()...)
-	if !hasID || !ca.trusted {
-		dst = append(dst, "\r\nX-Request-Id: "...)
-		dst = appendRequestID(dst)
-	}
-	return append(dst, "\r\n\r\n"...)
+	c.sink.dst, c.sink.b = dst, b
+	id := forwardFields(&c.view, &c.ca, &c.sink, &c.fw)
+	c.sink.done()
+	c.wb = append(c.sink.dst, "\r\n"...)
+	c.sink.dst, c.sink.b = nil, nil
+	return id
 }
 
 // appendForwardedValue appends v as a token, or quoted when it is not one
@@ -280,19 +178,4 @@ func appendResponseHead(dst, b []byte, h *respHead, conn, altSvc string, dechunk
 		dst = append(dst, "\r\n"...)
 	}
 	return append(dst, "\r\n"...)
-}
-
-// requestIDIn returns the X-Request-Id value of a request head built by
-// appendRequestHead, for the access log.
-func requestIDIn(head []byte) string {
-	const field = "\r\nX-Request-Id: "
-	i := bytes.Index(head, []byte(field))
-	if i < 0 {
-		return ""
-	}
-	v := head[i+len(field):]
-	if j := bytes.IndexByte(v, '\r'); j >= 0 {
-		v = v[:j]
-	}
-	return string(v)
 }

@@ -56,7 +56,10 @@ func FuzzRequestHead(f *testing.F) {
 			path = cleanPath(nil, path)
 		}
 		ca := newClientAddrs(netip.MustParseAddrPort("192.0.2.1:1234"), false, nil)
-		out := appendRequestHead(nil, b, &h, &ca, path, cleaned, h.upgradeTo(b))
+		fc := &clientConn{h: h, ca: ca}
+		fc.view = fc.h.view(b)
+		fc.appendRequestHead(b, path, cleaned, h.upgradeTo(b))
+		out := fc.wb
 		var r reqHead
 		r.reset()
 		done, st = r.parse(out, 1<<20, 1000)

@@ -27,11 +27,8 @@ func (hc *h2conn) ServeHTTP(w http.ResponseWriter, r *http.Request) { hc.serve(w
 // HTTP/2 fast path decided its route already (decide), else deciding it.
 func (hc *h2conn) serve(w http.ResponseWriter, r *http.Request, d *decision) {
 	s := hc.s
-	stats := RequestStats{Listener: hc.info.Listener, LB: hc.info.LB, Tenant: hc.info.Tenant, HTTP2: !hc.h3, HTTP3: hc.h3, Client: hc.client}
-	if hc.info.AccessLog > 0 {
-		stats.AccessLog, stats.Host, stats.Method, stats.Path = hc.info.AccessLog, r.Host, r.Method, r.URL.RequestURI()
-		stats.RequestID = r.Header.Get("X-Request-Id")
-	}
+	var stats RequestStats
+	startFigures(&stats, hc.info, hc.client, !hc.h3, hc.h3, netView(r))
 	start := time.Now()
 	var body *countedBody
 	var cpu CPU

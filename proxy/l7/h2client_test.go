@@ -412,20 +412,7 @@ func TestH2ClientIdleClose(t *testing.T) {
 // at once, or never speaks HTTP/2, and 504 when its SETTINGS never come
 // within the connect timeout.
 func TestH2ClientMemberGone(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	gone := rawServer(t, func(net.Conn) {}) // closes each connection at once
 	silent, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -451,7 +438,7 @@ func TestH2ClientMemberGone(t *testing.T) {
 		}
 		mu.Unlock()
 	})
-	closing := newBackend(t, ln.Addr().String())
+	closing := newBackend(t, gone)
 	closing.opts.Protocol = H2C
 	mute := newBackend(t, silent.Addr().String())
 	mute.opts.Protocol = H2C

@@ -3,7 +3,6 @@ package l7
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -117,7 +116,7 @@ func (st *h2Stream) serveFast() bool {
 	d := s.decide(hc.info, &hc.ca, (*h2Request)(st), unsafeString(host), p, false)
 	switch {
 	case d.act == actHTTP2:
-		return st.serveUpH2(&d, host, p, q)
+		return st.serveUpH2(&d, p, q)
 	case d.act != actHTTP1 || d.opts.ProxyProtocol != 0:
 		// The net/http path answers as decided: Select and the Gate
 		// are not asked twice.
@@ -132,14 +131,14 @@ func (st *h2Stream) serveFast() bool {
 	if code != 0 {
 		return fail(code, OutcomeClientError)
 	}
+	var id []byte
 	if cleaned {
-		st.head = st.appendHead(st.head[:0], p, q)
+		st.head, id = st.appendHead(st.head[:0], p, q)
 	} else {
-		st.head = st.appendHead(st.head[:0], target, "")
+		st.head, id = st.appendHead(st.head[:0], target, "")
 	}
-	if hc.info.AccessLog > 0 {
-		stats.AccessLog, stats.Host, stats.Method, stats.Path = hc.info.AccessLog, string(host), st.method, st.path
-		stats.RequestID = requestIDIn(st.head)
+	if stats.AccessLog > 0 {
+		stats.RequestID = string(id)
 	}
 	rht := rht(opts, s)
 	for retries := s.cfg.Retries; ; retries-- {
@@ -192,8 +191,9 @@ func (st *h2Stream) serveFast() bool {
 // status to answer with instead (0: go on).
 func (st *h2Stream) begin(d *decision) (limit int64, key []byte, code int) {
 	s, hc := st.c.s, st.c.hc
-	st.stats = RequestStats{Listener: hc.info.Listener, LB: hc.info.LB, Tenant: hc.info.Tenant, HTTP2: true,
-		Client: hc.client, Route: d.route.Name}
+	st.view = reqView{method: unsafeBytes(st.method), authority: unsafeBytes(st.authority), target: unsafeBytes(st.path), h2: st.fields}
+	startFigures(&st.stats, hc.info, hc.client, true, false, &st.view)
+	st.stats.Route = d.route.Name
 	limit, opts := d.limit, d.opts
 	if limit > 0 && st.declLen > limit {
 		return limit, nil, 413
@@ -235,10 +235,9 @@ func (st *h2Stream) fail(code int, out Outcome) bool {
 }
 
 // appendHead appends the HTTP/1.1 head sent to the member: the request
-// line, the client's fields without the forwarding ones it may not set,
-// and the forwarding fields, as the HTTP/1.1 path sends them.
-func (st *h2Stream) appendHead(dst []byte, path, query string) []byte {
-	ca := &st.c.hc.ca
+// line, Host, the fields forwardFields decides, and the body's framing.
+// It returns the request id sent.
+func (st *h2Stream) appendHead(dst []byte, path, query string) ([]byte, []byte) {
 	dst = append(dst, st.method...)
 	dst = append(dst, ' ')
 	dst = append(dst, path...)
@@ -246,36 +245,11 @@ func (st *h2Stream) appendHead(dst []byte, path, query string) []byte {
 	dst = append(dst, " HTTP/1.1\r\nHost: "...)
 	dst = append(dst, st.authority...)
 	dst = append(dst, "\r\n"...)
-	var fs fieldsSeen
-	var cookie bool
-	for _, f := range st.fields {
-		if k, ok := fs.pass(f.Name, f.IsPseudo(), ca.trusted); !ok || k == hContentLength {
-			continue
-		}
-		if f.Name == "cookie" {
-			cookie = true
-			continue
-		}
-		dst = append(dst, f.Name...)
-		dst = append(dst, ": "...)
-		dst = append(dst, f.Value...)
-		dst = append(dst, "\r\n"...)
-	}
-	if cookie {
-		// Cookie fields are joined with "; " (RFC 9113 section 8.2.3).
-		sep := "Cookie: "
-		for _, f := range st.fields {
-			if f.Name == "cookie" {
-				dst = append(dst, sep...)
-				dst = append(dst, f.Value...)
-				sep = "; "
-			}
-		}
-		dst = append(dst, "\r\n"...)
-	}
-	if fs.te {
-		dst = append(dst, "TE: trailers\r\n"...)
-	}
+	st.sink = h1Sink{dst: dst, fromH2: true, cookie: st.sink.cookie[:0]}
+	id := forwardFields(&st.view, &st.c.hc.ca, &st.sink, &st.fw)
+	st.sink.done()
+	dst = st.sink.dst
+	st.sink.dst = nil
 	switch {
 	case !st.endHeaders && st.declLen >= 0:
 		dst = append(dst, "Content-Length: "...)
@@ -286,7 +260,7 @@ func (st *h2Stream) appendHead(dst []byte, path, query string) []byte {
 	case st.method == http.MethodPost || st.method == http.MethodPut || st.method == http.MethodPatch:
 		dst = append(dst, "Content-Length: 0\r\n"...)
 	}
-	return appendForwardFields(dst, ca, unsafeBytes(st.authority), fs.proto, fs.host, fs.id)
+	return append(dst, "\r\n"...), id
 }
 
 // exchange sends the head (and the body) to m and reads the response
@@ -314,21 +288,7 @@ func (st *h2Stream) exchange(m Member, opts *BackendOptions, rht time.Duration, 
 		u.got, u.r, u.w, u.pending = 0, 0, 0, nil
 		u.resp.reset()
 		var bodyDone chan error
-		err = u.setWriteDeadline(now, s.cfg.BodyTimeout)
-		switch {
-		case err != nil:
-		case hasBody:
-			_, err = u.nc.Write(st.head)
-		default:
-			// The wait for the answer is armed before the request
-			// leaves (sendAwait).
-			if err = u.setReadDeadline(now, rht); err == nil {
-				err = u.sendAwait(st.head)
-			}
-		}
-		if err != nil {
-			err = fmt.Errorf("%w: %w", ErrUpstreamClosed, err)
-		}
+		err = u.sendHead(st.head, hasBody, now, s.cfg.BodyTimeout, rht)
 		if err == nil && hasBody {
 			bodyDone = make(chan error, 1)
 			go func(u *upConn) { bodyDone <- st.sendBody(u, limit) }(u)

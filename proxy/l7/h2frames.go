@@ -193,6 +193,16 @@ func (c *h2Conn) onTrailers(st *h2Stream, f *h2Head) http2.ErrCode {
 	return 0
 }
 
+// allIn reports whether every byte of s is in the set.
+func allIn(set *[256]bool, s string) bool {
+	for i := 0; i < len(s); i++ {
+		if !set[s[i]] {
+			return false
+		}
+	}
+	return true
+}
+
 // parseHead checks a request head (RFC 9113 section 8.3) and keeps its
 // fields; false is a malformed request.
 func (st *h2Stream) parseHead(f *h2Head) bool {
@@ -238,7 +248,10 @@ func (st *h2Stream) parseHead(f *h2Head) bool {
 			st.declLen = n
 		}
 	}
-	if !seen[0] {
+	// The method and the path go into an HTTP/1.1 member's request
+	// line: a token, and target bytes (no blank, no control byte), as an
+	// HTTP/1.x client's must be.
+	if !seen[0] || !allIn(&tchar, st.method) || !allIn(&tgtchar, st.path) {
 		return false
 	}
 	if st.method == http.MethodConnect {
@@ -441,8 +454,12 @@ type h2Stream struct {
 	method, scheme, path, authority string
 	endHeaders                      bool
 	hostBuf, pathBuf, head, hblk    []byte
-	scratch                         []byte
-	reqID                           string // X-Request-Id sent, HTTP/2 members
+	// view, sink, hsink and fw make the head sent to a member
+	// (appendHead, appendUpBlock).
+	view  reqView
+	sink  h1Sink
+	hsink hpackSink
+	fw    fwdScratch
 
 	// Request body.
 	req          *http.Request
@@ -519,7 +536,7 @@ func (c *h2Conn) putStream(st *h2Stream) {
 		c: c, cond: st.cond, timer: st.timer, wbp: wbp, fields: fields, gen: st.gen + 1,
 		// A large request's buffers are not kept idle.
 		hostBuf: smallBuf(st.hostBuf), pathBuf: smallBuf(st.pathBuf), head: smallBuf(st.head),
-		hblk: smallBuf(st.hblk), scratch: smallBuf(st.scratch), rbuf: smallBuf(st.rbuf), trailers: st.trailers[:0],
+		hblk: smallBuf(st.hblk), sink: h1Sink{cookie: smallBuf(st.sink.cookie)}, fw: fwdScratch{fwd: smallBuf(st.fw.fwd)}, rbuf: smallBuf(st.rbuf), trailers: st.trailers[:0],
 	}
 	if wbp != nil {
 		st.wbuf = (*wbp)[:0]

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"runtime"
-	"strings"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -21,7 +20,7 @@ import (
 const h2BodyInline = 16 << 10
 
 // serveUpH2 proxies the stream to a member of d.be over the HTTP/2 client.
-func (st *h2Stream) serveUpH2(d *decision, host []byte, path, query string) bool {
+func (st *h2Stream) serveUpH2(d *decision, path, query string) bool {
 	c := st.c
 	s, hc := c.s, c.hc
 	be, opts := d.be, d.opts
@@ -36,10 +35,10 @@ func (st *h2Stream) serveUpH2(d *decision, host []byte, path, query string) bool
 	if opts.Protocol == H2TLS {
 		scheme = "https"
 	}
-	st.head = st.appendUpBlock(st.head[:0], scheme, path, query)
-	if hc.info.AccessLog > 0 {
-		stats.AccessLog, stats.Host, stats.Method, stats.Path = hc.info.AccessLog, string(host), st.method, st.path
-		stats.RequestID = strings.Clone(st.reqID)
+	var id []byte
+	st.head, id = st.appendUpBlock(st.head[:0], scheme, path, query)
+	if stats.AccessLog > 0 {
+		stats.RequestID = string(id)
 	}
 	// A body that is complete already leaves with the head, and can be
 	// sent again if the member refuses the stream.
@@ -302,53 +301,15 @@ func (st *h2Stream) relayUp(up *h2UpStream) (n int64, err error) {
 }
 
 // appendUpBlock appends the header block sent to an HTTP/2 member: the
-// client's fields without the forwarding ones it may not set, and the
-// forwarding fields, as the HTTP/1.1 path sends them. The block uses no
-// dynamic table.
-func (st *h2Stream) appendUpBlock(dst []byte, scheme, path, query string) []byte {
-	ca := &st.c.hc.ca
+// pseudo-fields and the fields forwardFields decides. The block uses no
+// dynamic table. It returns the request id sent.
+func (st *h2Stream) appendUpBlock(dst []byte, scheme, path, query string) ([]byte, []byte) {
 	dst = appendPseudo(dst, st.method, scheme, st.authority, path, query)
-	var fs fieldsSeen
-	for _, f := range st.fields {
-		hadID := fs.id
-		k, ok := fs.pass(f.Name, f.IsPseudo(), ca.trusted)
-		if !ok {
-			continue
-		}
-		if k == hRequestID && !hadID {
-			st.reqID = f.Value
-		}
-		dst = appendLiteral(dst, f.Name, f.Value, false)
-	}
-	xfProto, xfHost, reqID := fs.proto, fs.host, fs.id
-	if fs.te {
-		dst = appendLiteral(dst, "te", "trailers", false)
-	}
-	host := st.authority
-	dst = appendLiteral(dst, "x-forwarded-for", unsafeString(ca.ip), false)
-	if !ca.trusted || !xfProto {
-		dst = appendLiteral(dst, "x-forwarded-proto", ca.proto(), false)
-	}
-	if len(host) > 0 && (!ca.trusted || !xfHost) {
-		dst = appendLiteral(dst, "x-forwarded-host", host, false)
-	}
-	v := append(st.scratch[:0], "for="...)
-	v = append(v, ca.fwdFor...)
-	if len(host) > 0 {
-		v = append(v, ";host="...)
-		v = appendForwardedValue(v, unsafeBytes(host))
-	}
-	v = append(v, ";proto="...)
-	v = append(v, ca.proto()...)
-	dst = appendLiteral(dst, "forwarded", unsafeString(v), false)
-	if !reqID || !ca.trusted {
-		n := len(v)
-		v = appendRequestID(v)
-		st.reqID = unsafeString(v[n:])
-		dst = appendLiteral(dst, "x-request-id", st.reqID, false)
-	}
-	st.scratch = v
-	return dst
+	st.hsink = hpackSink{dst: dst}
+	id := forwardFields(&st.view, &st.c.hc.ca, &st.hsink, &st.fw)
+	dst = st.hsink.dst
+	st.hsink.dst = nil
+	return dst, id
 }
 
 // h2Member reports whether the fast path serves a backend over the HTTP/2

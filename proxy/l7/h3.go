@@ -44,7 +44,8 @@ func (c *H3Conn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if !sb.TakeStream() {
 			w.Header().Set("Retry-After", "1")
 			s := c.hc.s
-			stats := RequestStats{Listener: c.hc.info.Listener, LB: c.hc.info.LB, Tenant: c.hc.info.Tenant, HTTP3: true, Client: c.hc.client}
+			var stats RequestStats
+			startFigures(&stats, c.hc.info, c.hc.client, false, true, netView(r))
 			s.failHTTP(w, &rtRequest{r: r, ca: &c.hc.ca, scope: c.hc.scope, stats: &stats}, 503, OutcomeMemberLimit)
 			s.cfg.Metrics.Request(stats)
 			return
@@ -69,7 +70,8 @@ func (c *H3Conn) ServeEarly(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s := c.hc.s
-	stats := RequestStats{Listener: c.hc.info.Listener, LB: c.hc.info.LB, Tenant: c.hc.info.Tenant, HTTP3: true, Client: c.hc.client}
+	var stats RequestStats
+	startFigures(&stats, c.hc.info, c.hc.client, false, true, netView(r))
 	s.failHTTP(w, &rtRequest{r: r, ca: &c.hc.ca, scope: c.hc.scope, stats: &stats}, http.StatusTooEarly, OutcomeClientError)
 	s.cfg.Metrics.Request(stats)
 }

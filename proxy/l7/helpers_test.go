@@ -154,6 +154,30 @@ func proxyUnderInfo(t testing.TB, s *Server, info ConnInfo, tlsCfg *tls.Config) 
 	return ln.Addr().String()
 }
 
+// rawServer starts a TCP server on loopback that serves each connection
+// with serve (and then closes it), and returns its address.
+func rawServer(t testing.TB, serve func(c net.Conn)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				serve(c)
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
 // backendServer starts an HTTP/1.1 server on loopback.
 func backendServer(t testing.TB, h http.Handler) string {
 	t.Helper()

@@ -22,29 +22,15 @@ func TestLargeResponses(t *testing.T) {
 		w.Header().Set("Content-Length", fmt.Sprint(len(payload)))
 		w.Write(payload)
 	}))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
-					return
-				}
-				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n\r\n")
-				c.Write(payload)
-			}()
+	byClose := rawServer(t, func(c net.Conn) {
+		if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
+			return
 		}
-	}()
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n\r\n")
+		c.Write(payload)
+	})
 	addr := proxyUnder(t, New(Config{}), testRouter{
-		{prefix: "/close", route: &Route{Backend: newBackend(t, ln.Addr().String())}},
+		{prefix: "/close", route: &Route{Backend: newBackend(t, byClose)}},
 		{prefix: "/", route: &Route{Backend: newBackend(t, byLength)}},
 	}, nil)
 	client := &http.Client{}

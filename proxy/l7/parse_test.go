@@ -1,6 +1,7 @@
 package l7
 
 import (
+	"strings"
 	"testing"
 )
 
@@ -145,5 +146,46 @@ func TestResponseFramingRules(t *testing.T) {
 				t.Fatalf("framing %d reusable %v; want %d %v", f, h.reusable(), tc.framing, tc.reusable)
 			}
 		})
+	}
+}
+
+// TestConnectionElementsBounded: a request's Connection fields may hold
+// maxConnTokens elements (empty ones and options included), over one
+// field or several; one more is a 400, so that looking each field up
+// among the names they list stays cheap (a 26 KB head of 12000 listed
+// names and 98 fields took 3 ms to parse without the bound).
+func TestConnectionElementsBounded(t *testing.T) {
+	list := func(n int) string {
+		e := make([]string, n)
+		for i := range e {
+			e[i] = "x-n" + strings.Repeat("a", i%3)
+		}
+		e[0], e[n/2] = "close", ""
+		return strings.Join(e, ",")
+	}
+	for _, tc := range []struct {
+		name   string
+		fields []string
+		ok     bool
+	}{
+		{"at the bound", []string{list(maxConnTokens)}, true},
+		{"over it", []string{list(maxConnTokens + 1)}, false},
+		{"over it in two fields", []string{list(maxConnTokens / 2), list(maxConnTokens/2 + 1)}, false},
+		{"commas only", []string{strings.Repeat(",", maxConnTokens+1)}, false},
+	} {
+		head := "GET / HTTP/1.1\r\nHost: a.example\r\n"
+		for _, f := range tc.fields {
+			head += "Connection: " + f + "\r\n"
+		}
+		head += "X-Na: 1\r\n\r\n"
+		var h reqHead
+		h.reset()
+		done, st := h.parse([]byte(head), 1<<20, 100)
+		if !done {
+			t.Fatalf("%s: head not complete (status %d)", tc.name, st)
+		}
+		if (st == 0) != tc.ok {
+			t.Errorf("%s: status %d", tc.name, st)
+		}
 	}
 }

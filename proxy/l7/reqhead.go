@@ -18,6 +18,12 @@ const (
 // (RFC 9112 section 2.2).
 const maxLeadingCRLF = 4
 
+// maxConnTokens bounds the elements of a request's Connection fields,
+// empty ones included: each field of the head is looked up among the
+// names they list (dropListed, connListed), so their number times the
+// fields' is the work a head costs.
+const maxConnTokens = 64
+
 // target forms.
 const (
 	formOrigin uint8 = iota
@@ -53,16 +59,13 @@ type reqHead struct {
 	connKeepAlive bool
 	connUpgrade   bool
 	upgrade       int // index of the Upgrade field, -1 when absent
-	teTrailers    bool
 	expect100     bool
-	hasXFProto    bool
-	hasXFHost     bool
-	requestID     int // index of a usable X-Request-Id field, -1 when absent
 	connTokens    [][2]int
+	connN         int // elements of the Connection fields seen
 }
 
 func (h *reqHead) reset() {
-	*h = reqHead{fields: h.fields[:0], connTokens: h.connTokens[:0], contentLength: -1, host: -1, upgrade: -1, requestID: -1}
+	*h = reqHead{fields: h.fields[:0], connTokens: h.connTokens[:0], contentLength: -1, host: -1, upgrade: -1}
 }
 
 // parse consumes the complete lines of b, the head received so far, and
@@ -177,7 +180,9 @@ func (h *reqHead) finish(b []byte) int {
 			sawTE, h.chunked = true, true
 		case hConnection:
 			f.drop = true
-			h.connectionTokens(b, f)
+			if !h.connectionTokens(b, f) {
+				return stBadRequest
+			}
 		case hUpgrade:
 			f.drop = true
 			if h.upgrade < 0 {
@@ -185,23 +190,12 @@ func (h *reqHead) finish(b []byte) int {
 			}
 		case hTE:
 			f.drop = true
-			h.teTrailers = h.teTrailers || hasToken(v, "trailers")
 		case hExpect:
 			if eqFold(v, "100-continue") {
 				h.expect100 = true
 			}
 		case hKeepAlive, hProxyConnection, hProxyAuthorization, hProxyAuthenticate, hHTTP2Settings:
 			f.drop = true
-		case hXFProto:
-			h.hasXFProto = true
-		case hXFHost:
-			h.hasXFHost = true
-		case hRequestID:
-			if h.requestID < 0 && len(v) > 0 && len(v) <= 200 {
-				h.requestID = i
-			} else {
-				f.drop = true
-			}
 		}
 	}
 	if h.chunked && (h.contentLength >= 0 || h.minor == 0) {
@@ -238,11 +232,15 @@ func listToken(b []byte, i, end int) (s, e, next int) {
 }
 
 // connectionTokens records the options of a Connection field and the
-// names of the fields it lists.
-func (h *reqHead) connectionTokens(b []byte, f *field) {
+// names of the fields it lists; false when the Connection fields have
+// more than maxConnTokens elements.
+func (h *reqHead) connectionTokens(b []byte, f *field) bool {
 	for i, end := int(f.vs), int(f.ve); i < end; {
 		s, e, next := listToken(b, i, end)
 		i = next
+		if h.connN++; h.connN > maxConnTokens {
+			return false
+		}
 		tok := b[s:e]
 		switch {
 		case eqFold(tok, "close"):
@@ -255,6 +253,7 @@ func (h *reqHead) connectionTokens(b []byte, f *field) {
 			h.connTokens = append(h.connTokens, [2]int{s, e})
 		}
 	}
+	return true
 }
 
 // dropListed drops the fields named by Connection, except the ones that
@@ -270,9 +269,6 @@ func (h *reqHead) dropListed(b []byte) {
 		for _, t := range h.connTokens {
 			if eqFoldBytes(name, b[t[0]:t[1]]) {
 				f.drop = true
-				if f.kind == hRequestID && h.requestID == i {
-					h.requestID = -1
-				}
 				break
 			}
 		}
@@ -335,6 +331,11 @@ func (h *reqHead) hostValue(b []byte) []byte {
 		return h.fields[h.host].value(b)
 	}
 	return nil
+}
+
+// view presents the request whose head is b.
+func (h *reqHead) view(b []byte) reqView {
+	return reqView{method: b[h.mS:h.mE], authority: h.hostValue(b), target: b[h.pS:h.tE], h1b: b, h1: h}
 }
 
 // keepAlive reports whether the client wants the connection kept open.

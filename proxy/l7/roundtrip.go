@@ -151,46 +151,6 @@ func removeHop(h http.Header) {
 	}
 }
 
-// forwardHeader returns the fields sent to a member for the inbound fields
-// in: without hop-by-hop fields, with the forwarding fields.
-func forwardHeader(in http.Header, ca *clientAddrs, host string) http.Header {
-	out := make(http.Header, len(in)+5)
-	for k, vv := range in {
-		out[k] = vv
-	}
-	teTrailers := false
-	for _, v := range in["Te"] {
-		teTrailers = teTrailers || hasToken([]byte(v), "trailers")
-	}
-	removeHop(out)
-	if teTrailers {
-		out["Te"] = []string{"trailers"}
-	}
-	if !ca.trusted {
-		dropUntrustedFields(out)
-	}
-	if ca.certHeader != "" {
-		ca.setClientCert(out)
-	}
-	out["X-Forwarded-For"] = append(out["X-Forwarded-For"][:len(out["X-Forwarded-For"]):len(out["X-Forwarded-For"])], string(ca.ip))
-	if out.Get("X-Forwarded-Proto") == "" {
-		out["X-Forwarded-Proto"] = []string{ca.proto()}
-	}
-	fwd := "for=" + string(ca.fwdFor)
-	if host != "" {
-		if out.Get("X-Forwarded-Host") == "" {
-			out["X-Forwarded-Host"] = []string{host}
-		}
-		fwd += ";host=" + string(appendForwardedValue(nil, []byte(host)))
-	}
-	fwd += ";proto=" + ca.proto()
-	out["Forwarded"] = append(out["Forwarded"][:len(out["Forwarded"]):len(out["Forwarded"])], fwd)
-	if id := out.Get("X-Request-Id"); id == "" || len(id) > 200 {
-		out["X-Request-Id"] = []string{string(appendRequestID(nil))}
-	}
-	return out
-}
-
 // limitedBody fails a request body that grows past its limit.
 type limitedBody struct {
 	io.ReadCloser
@@ -281,7 +241,10 @@ func (s *Server) proxyHTTP(w http.ResponseWriter, q *rtRequest, be Backend, opts
 		s.failHTTP(w, q, 400, OutcomeClientError)
 		return
 	}
-	hdr := forwardHeader(r.Header, q.ca, r.Host)
+	hdr, id := forwardHeader(r.Header, q.ca, r.Host)
+	if q.stats.AccessLog > 0 {
+		q.stats.RequestID = id
+	}
 	if q.reqEdit != nil {
 		q.reqEdit.apply(hdr)
 	}

@@ -1757,9 +1757,8 @@ type ClientValidation struct {
 	Mode string `protobuf:"bytes,2,opt,name=mode,proto3" json:"mode,omitempty"`
 	// Request header that carries the subject of the client's verified
 	// certificate (RFC 4514, at most 1024 bytes) to the members, for
-	// example X-Client-Subject; what clients send in it themselves is
-	// dropped. Empty: no header is sent. A listener with one serves its
-	// requests through the general path (no WebSocket upgrades).
+	// example X-Client-Subject; what clients send in it themselves (in
+	// any case, with _ for -) is dropped. Empty: no header is sent.
 	SubjectHeader string `protobuf:"bytes,3,opt,name=subject_header,json=subjectHeader,proto3" json:"subject_header,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
