@@ -16,6 +16,7 @@ import (
 	"github.com/osrg/gobgp/v4/pkg/packet/bgp"
 	"github.com/osrg/gobgp/v4/pkg/server"
 
+	"github.com/teapot-lb/teapot-lb/vip/internal/bgppath"
 	"github.com/teapot-lb/teapot-lb/vip/internal/quietlog"
 )
 
@@ -259,28 +260,7 @@ func (sp *speaker) path(r route, withdraw bool) (*apiutil.Path, error) {
 // selfPath is the gobgp path of prefix p, next hop self, with the extra
 // attributes.
 func selfPath(p netip.Prefix, withdraw bool, extra ...bgp.PathAttributeInterface) (*apiutil.Path, error) {
-	nlri, err := bgp.NewIPAddrPrefix(p)
-	if err != nil {
-		return nil, err
-	}
-	attrs := []bgp.PathAttributeInterface{bgp.NewPathAttributeOrigin(bgp.BGP_ORIGIN_ATTR_TYPE_IGP)}
-	fam := bgp.RF_IPv4_UC
-	if p.Addr().Is4() {
-		nh, err := bgp.NewPathAttributeNextHop(netip.IPv4Unspecified())
-		if err != nil {
-			return nil, err
-		}
-		attrs = append(attrs, nh)
-	} else {
-		fam = bgp.RF_IPv6_UC
-		mp, err := bgp.NewPathAttributeMpReachNLRI(fam, []bgp.PathNLRI{{NLRI: nlri}}, netip.IPv6Unspecified())
-		if err != nil {
-			return nil, err
-		}
-		attrs = append(attrs, mp)
-	}
-	attrs = append(attrs, extra...)
-	return &apiutil.Path{Family: fam, Nlri: nlri, Attrs: attrs, Withdrawal: withdraw}, nil
+	return bgppath.Self(p, withdraw, extra...)
 }
 
 // announce adds or updates a route.

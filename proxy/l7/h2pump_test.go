@@ -46,29 +46,8 @@ func TestH2BodyWriterEndsWithItsStream(t *testing.T) {
 	addr := proxyUnder(t, New(Config{}), router, selfSigned(t))
 	before := pumps()
 	h := dialH2Reader(t, addr)
-	post := func(id uint32, path string, body []byte, end bool) {
-		t.Helper()
-		h.hb.Reset()
-		for _, f := range [][2]string{{":method", "POST"}, {":scheme", "https"}, {":authority", "x"}, {":path", path}} {
-			_ = h.enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
-		}
-		if end {
-			_ = h.enc.WriteField(hpack.HeaderField{Name: "content-length", Value: strconv.Itoa(len(body))})
-		}
-		if err := h.write(func(fr *http2.Framer) error {
-			if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: h.hb.Bytes(), EndHeaders: true}); err != nil {
-				return err
-			}
-			return fr.WriteData(id, end, body)
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	done := func(id uint32) bool {
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		return h.ended[id] || h.reset[id] != 0
-	}
+	post := func(id uint32, path string, body []byte, end bool) { t.Helper(); postH2(t, h, id, path, body, end) }
+	done := h.done
 	// The upload stays open: the member answers at once.
 	post(1, "/early", []byte("part of a body"), false)
 	for deadline := time.Now().Add(10 * time.Second); !done(1); time.Sleep(5 * time.Millisecond) {
@@ -133,29 +112,8 @@ func TestH2LateBodyWriterReadsNothingOfTheNextRequest(t *testing.T) {
 	before := pumps()
 
 	h := dialH2Reader(t, addr)
-	post := func(id uint32, path string, body []byte, end bool) {
-		t.Helper()
-		h.hb.Reset()
-		for _, f := range [][2]string{{":method", "POST"}, {":scheme", "https"}, {":authority", "x"}, {":path", path}} {
-			_ = h.enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
-		}
-		if end {
-			_ = h.enc.WriteField(hpack.HeaderField{Name: "content-length", Value: strconv.Itoa(len(body))})
-		}
-		if err := h.write(func(fr *http2.Framer) error {
-			if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: h.hb.Bytes(), EndHeaders: true}); err != nil {
-				return err
-			}
-			return fr.WriteData(id, end, body)
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	done := func(id uint32) bool {
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		return h.ended[id] || h.reset[id] != 0
-	}
+	post := func(id uint32, path string, body []byte, end bool) { t.Helper(); postH2(t, h, id, path, body, end) }
+	done := h.done
 	post(1, "/early", []byte("part of a body"), false)
 	for deadline := time.Now().Add(10 * time.Second); !done(1); time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -191,4 +149,32 @@ func TestH2LateBodyWriterReadsNothingOfTheNextRequest(t *testing.T) {
 	if want := len(fmt.Sprintf("%d <nil>", len(body))); !h.ended[3] || h.data[3] != want {
 		t.Errorf("the next request: ended %v, %d bytes of answer, want %d (its member read its body whole)", h.ended[3], h.data[3], want)
 	}
+}
+
+// postH2 sends a POST for path on stream id with body, ending the stream
+// (with a content-length) when end is set.
+func postH2(t *testing.T, h *h2reader, id uint32, path string, body []byte, end bool) {
+	t.Helper()
+	h.hb.Reset()
+	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "https"}, {":authority", "x"}, {":path", path}} {
+		_ = h.enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	if end {
+		_ = h.enc.WriteField(hpack.HeaderField{Name: "content-length", Value: strconv.Itoa(len(body))})
+	}
+	if err := h.write(func(fr *http2.Framer) error {
+		if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: h.hb.Bytes(), EndHeaders: true}); err != nil {
+			return err
+		}
+		return fr.WriteData(id, end, body)
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// done reports whether stream id ended or was reset.
+func (h *h2reader) done(id uint32) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.ended[id] || h.reset[id] != 0
 }

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+	"github.com/teapot-lb/teapot-lb/vip/internal/bgppath"
 )
 
 // ErrNoRelay: this host has no relay (no bgp: section), so no session to
@@ -380,31 +381,11 @@ func pathPrint(comms []uint32) string {
 // vipPath is the gobgp path of VIP a (a host route); the policy sets its
 // next hop per tenant.
 func vipPath(a netip.Addr, comms []uint32, withdraw bool) (*apiutil.Path, error) {
-	p := netip.PrefixFrom(a, a.BitLen())
-	nlri, err := bgp.NewIPAddrPrefix(p)
-	if err != nil {
-		return nil, err
-	}
-	attrs := []bgp.PathAttributeInterface{bgp.NewPathAttributeOrigin(bgp.BGP_ORIGIN_ATTR_TYPE_IGP)}
-	fam := bgp.RF_IPv4_UC
-	if a.Is4() {
-		nh, err := bgp.NewPathAttributeNextHop(netip.IPv4Unspecified())
-		if err != nil {
-			return nil, err
-		}
-		attrs = append(attrs, nh)
-	} else {
-		fam = bgp.RF_IPv6_UC
-		mp, err := bgp.NewPathAttributeMpReachNLRI(fam, []bgp.PathNLRI{{NLRI: nlri}}, netip.IPv6Unspecified())
-		if err != nil {
-			return nil, err
-		}
-		attrs = append(attrs, mp)
-	}
+	var extra []bgp.PathAttributeInterface
 	if len(comms) > 0 {
-		attrs = append(attrs, bgp.NewPathAttributeCommunities(slices.Clone(comms)))
+		extra = append(extra, bgp.NewPathAttributeCommunities(slices.Clone(comms)))
 	}
-	return &apiutil.Path{Family: fam, Nlri: nlri, Attrs: attrs, Withdrawal: withdraw}, nil
+	return bgppath.Self(netip.PrefixFrom(a, a.BitLen()), withdraw, extra...)
 }
 
 // observeExports adds to o what this host announces to tenant's
