@@ -155,7 +155,7 @@ pools: { web: { members: ["192.0.2.50:8080"] } }
 
 	t.Run("partition releases and one MAC answers", func(t *testing.T) {
 		h := l.waitHolder(arpVIP4, settleTimeout)
-		settleRestart()
+		l.settleRestart()
 		if err := h.host.SetLink(false); err != nil {
 			t.Fatal(err)
 		}
@@ -178,7 +178,7 @@ pools: { web: { members: ["192.0.2.50:8080"] } }
 	t.Run("heartbeats cut, host still reachable: it releases", func(t *testing.T) {
 		needTools(t, "nft")
 		h := l.waitHolder(arpVIP4, settleTimeout)
-		settleRestart()
+		l.settleRestart()
 		// Drop every datagram to or from the heartbeat port: this host
 		// still reaches the client and its peers over Raft, but its
 		// failure detector hears nobody and nobody hears it.
@@ -204,7 +204,7 @@ pools: { web: { members: ["192.0.2.50:8080"] } }
 
 	t.Run("cluster drain moves the VIP away and it stays after undo", func(t *testing.T) {
 		h := l.waitHolder(arpVIP4, settleTimeout)
-		settleRestart()
+		l.settleRestart()
 		var other *lbHost
 		for _, n := range l.lbs {
 			if n != h {
@@ -273,11 +273,24 @@ pools: { web: { members: ["192.0.2.50:8080"] } }
 	})
 }
 
-// settleRestart waits out the first seconds of a host restarted by an
-// earlier subtest, in which it may take back the VIPs it ranks first for
-// from a holder of more than its fair share plus one (3s after it first
-// sees a majority); after them a VIP stays where it goes.
-func settleRestart() { time.Sleep(5 * time.Second) }
+// restartSettle is how long settleRestart waits: for 3s after it could
+// first hold them, a started host may take back the VIPs it ranks first
+// for from a holder of more than its fair share plus one; after that a
+// VIP stays where it goes.
+const restartSettle = 5 * time.Second
+
+// settleRestart waits restartSettle when a host of the lab started since
+// the last settle ended, and returns at once otherwise (a subtest that
+// settles after one that already did).
+func (l *vipLab) settleRestart() {
+	for _, n := range l.lbs {
+		if n.started.After(l.settled) {
+			time.Sleep(restartSettle)
+			l.settled = time.Now()
+			return
+		}
+	}
+}
 
 // requireStays fails tb unless want holds a, alone, for a few seconds
 // (longer than the settling time of a host that came back).
@@ -340,7 +353,7 @@ func (l *vipLab) waitBack(tb testing.TB, n *lbHost, a netip.Addr) {
 		}
 		return fmt.Errorf("not yet: %v", st.GetNodes())
 	})
-	settleRestart()
+	l.settleRestart()
 	waitFor(tb, settleTimeout, fmt.Sprintf("one host to hold %s", a), func() error {
 		hs, err := l.holders(a)
 		if err != nil {

@@ -103,6 +103,8 @@ type lbHost struct {
 	proc     *netlab.Process
 	// bin is the binary the host runs (empty: this tree's).
 	bin string
+	// started is when its process last started.
+	started time.Time
 }
 
 func (n *lbHost) apiAddr() string { return n.ip4.String() + ":7443" }
@@ -148,6 +150,8 @@ type vipLab struct {
 	bird    *netlab.Process
 	// peb is the ACME server on the client host (labOptions.acme).
 	peb *pebbletest.Pebble
+	// settled is when settleRestart last waited.
+	settled time.Time
 }
 
 // labOptions choose what a lab runs.
@@ -348,6 +352,7 @@ func (l *vipLab) start(n *lbHost, extra ...string) {
 		l.tb.Fatal(err)
 	}
 	n.proc = p
+	n.started = time.Now()
 }
 
 func (l *vipLab) binary() string {
