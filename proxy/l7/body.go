@@ -104,13 +104,41 @@ func (c *clientConn) copyBody(up *upConn, limit int64) error {
 	}
 	if h.chunked {
 		var ck chunked
+		holding := false // in a trailer section with fields: c.trailer holds it
 		for {
 			if c.r == c.w {
 				if err := c.readBody(bt); err != nil {
 					return fail(err)
 				}
 			}
-			k, err := ck.scan(c.rb[c.r:c.w])
+			if holding || (ck.inTrailer() && c.rb[c.r] != '\r') {
+				// The trailer fields are held until the section ends
+				// (maxTrailerBytes bounds it) and only those trailerKept
+				// keeps go on, with the final CRLF.
+				in := c.rb[c.r:c.w]
+				k, err := ck.scan(in)
+				if !holding {
+					holding, c.trailer = true, c.trailer[:0]
+				}
+				c.trailer = append(c.trailer, in[:k]...)
+				c.r += k
+				if err != nil {
+					return fail(err)
+				}
+				if !ck.done() {
+					continue
+				}
+				c.trailer = keepTrailer(c.trailer, c.ca.certField)
+				if err := c.writeUp(up, c.trailer, bt); err != nil {
+					return err
+				}
+				if cap(c.trailer) > 4<<10 {
+					c.trailer = nil // a large section is not kept for the next
+				}
+				c.bodyN = ck.total
+				return nil
+			}
+			k, err := ck.scanBody(c.rb[c.r:c.w])
 			if err != nil {
 				return fail(err)
 			}

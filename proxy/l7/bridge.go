@@ -2,6 +2,7 @@ package l7
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"io"
 	"net/http"
@@ -48,6 +49,8 @@ func (c *clientConn) bridge(b []byte, d *decision, path []byte, cleaned bool) {
 	}
 	if h.chunked {
 		r.ContentLength = -1
+		r.Trailer = http.Header{}
+		body.trailer = r.Trailer
 	}
 	if h.hasBody() {
 		r.Body = body
@@ -97,6 +100,10 @@ type h1Body struct {
 	left    int64
 	n       int64
 	done    bool // read to its end
+	// trailer receives the fields of a chunked body's trailer section
+	// once it ended; tbuf holds the section.
+	trailer http.Header
+	tbuf    []byte
 	closed  bool
 	err     error
 }
@@ -147,9 +154,13 @@ func (b *h1Body) read(p []byte) (int, error) {
 		if len(in) > len(p) {
 			in = in[:len(p)]
 		}
+		inTrailer := b.ck.inTrailer()
 		k, data, err := b.ck.step(in)
 		if data {
 			copy(p, in[:k])
+		}
+		if inTrailer {
+			b.tbuf = append(b.tbuf, in[:k]...)
 		}
 		c.r += k
 		if err != nil {
@@ -157,6 +168,14 @@ func (b *h1Body) read(p []byte) (int, error) {
 			return 0, err
 		}
 		b.done = b.ck.done()
+		if b.done && len(b.tbuf) > 2 && b.trailer != nil {
+			// trailerFiltered filters them before a transport reads them.
+			for _, line := range bytes.SplitAfter(b.tbuf, []byte("\r\n")) {
+				if k, v, ok := bytes.Cut(bytes.TrimSuffix(line, []byte("\r\n")), []byte(":")); ok {
+					b.trailer.Add(string(k), string(bytes.TrimSpace(v)))
+				}
+			}
+		}
 		if data {
 			b.n += int64(k)
 			return k, nil

@@ -1,6 +1,9 @@
 package l7
 
-import "errors"
+import (
+	"bytes"
+	"errors"
+)
 
 // errBadChunk reports chunked framing that does not follow RFC 9112
 // section 7.1: a bad size, a missing CRLF, a bare LF, a control character
@@ -178,6 +181,48 @@ func (c *chunked) step(b []byte) (n int, data bool, err error) {
 		}
 	}
 	return len(b), false, nil
+}
+
+// scanBody is scan that also stops at the start of a trailer section
+// that holds fields (its first byte is not the final CR, or is not there
+// yet), so that the caller can hold those fields back (trailerKept).
+func (c *chunked) scanBody(b []byte) (int, error) {
+	off := 0
+	for off < len(b) && c.st != csDone {
+		if c.st == csTrailerStart && b[off] != '\r' {
+			break
+		}
+		n, _, err := c.step(b[off:])
+		off += n
+		if err != nil {
+			return off, err
+		}
+	}
+	return off, nil
+}
+
+// keepTrailer compacts a whole chunked trailer section t (its fields and
+// the final CRLF, as chunked validated it) in place to the fields
+// trailerKept keeps, and returns it.
+func keepTrailer(t []byte, certField string) []byte {
+	out := t[:0]
+	for len(t) > 0 {
+		i := bytes.IndexByte(t, '\n')
+		if i < 0 {
+			break
+		}
+		line := t[:i+1]
+		t = t[i+1:]
+		if len(line) == 2 { // the final CRLF
+			out = append(out, line...)
+			break
+		}
+		name, _, _ := bytes.Cut(line, []byte(":"))
+		if trailerKept(name, certField) {
+			out = append(out, line...) // never overtakes t: it only shrinks
+		}
+	}
+	return out
 }
 
 // scan consumes as much of b as belongs to the body and reports how many

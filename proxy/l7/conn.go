@@ -78,6 +78,7 @@ type clientConn struct {
 	bodyCh    chan error
 	bodyAbort atomic.Bool // stopBody is interrupting the copier
 	bodyN     int64       // body bytes the copier sent
+	trailer   []byte      // a chunked request's trailer section, held (copyBody)
 	bufs      net.Buffers
 	bufArr    [2][]byte
 	stats     RequestStats

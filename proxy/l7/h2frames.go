@@ -186,8 +186,15 @@ func (c *h2Conn) onTrailers(st *h2Stream, f *h2Head) http2.ErrCode {
 		c.mu.Lock()
 		return 0
 	}
-	// The body's reader copies them into the request at its end.
-	st.trailer = append([]hpack.HeaderField(nil), f.fields...)
+	// The body's reader copies them into the request at its end; only
+	// the fields trailerKept keeps are taken.
+	var kept []hpack.HeaderField
+	for _, hf := range f.fields {
+		if trailerKept(unsafeBytes(hf.Name), c.hc.ca.certField) {
+			kept = append(kept, hf)
+		}
+	}
+	st.trailer = kept
 	st.remoteClosed = true
 	st.cond.Broadcast()
 	return 0

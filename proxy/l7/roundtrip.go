@@ -263,7 +263,7 @@ func (s *Server) proxyHTTP(w http.ResponseWriter, q *rtRequest, be Backend, opts
 			return
 		}
 		q.stats.Member, q.stats.Pool = m.Addr(), opts.Pool
-		body := rtr.nextBody(body)
+		body := trailerFiltered(rtr.nextBody(body), r.Trailer, q.ca.certField)
 		out := &http.Request{
 			Method:        r.Method,
 			URL:           &url.URL{Scheme: scheme, Host: m.Addr().String(), Path: unescaped, RawPath: q.path, RawQuery: r.URL.RawQuery},
@@ -407,4 +407,38 @@ func copyResponse(w http.ResponseWriter, resp *http.Response, cpu CPU) (int64, e
 		}
 	}
 	return n, err
+}
+
+// trailerBody filters a request's trailers (the Trailer map its body's
+// reader fills at the end of the body) in place when the body ends, to
+// the fields trailerKept keeps, before the transport reads them.
+type trailerBody struct {
+	io.ReadCloser
+	trailer   http.Header
+	certField string
+}
+
+// trailerFiltered wraps body in a trailerBody when it may carry trailers.
+func trailerFiltered(body io.ReadCloser, trailer http.Header, certField string) io.ReadCloser {
+	if body == nil || trailer == nil {
+		return body
+	}
+	return &trailerBody{ReadCloser: body, trailer: trailer, certField: certField}
+}
+
+func (b *trailerBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		filterTrailer(b.trailer, b.certField)
+	}
+	return n, err
+}
+
+// filterTrailer deletes the fields of h that trailerKept does not keep.
+func filterTrailer(h http.Header, certField string) {
+	for k := range h {
+		if !trailerKept(unsafeBytes(k), certField) {
+			delete(h, k)
+		}
+	}
 }

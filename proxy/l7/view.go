@@ -182,7 +182,8 @@ var (
 // X-Forwarded-Proto and X-Forwarded-Host unless a trusted client sent
 // them, Forwarded (RFC 7239), X-Request-Id unless a trusted client's was
 // kept (32 hex digits), and the certificate subject. It returns the
-// request id sent, which is valid as long as v's bytes and fw are.
+// request id sent, which is valid as long as v's bytes and fw are. The
+// request's trailers, which it never sees, are filtered by trailerKept.
 func forwardFields(v *reqView, ca *clientAddrs, s fieldSink, fw *fwdScratch) []byte {
 	var te, proto, host bool
 	var id []byte
@@ -257,6 +258,20 @@ func forwardFields(v *reqView, ca *clientAddrs, s fieldSink, fw *fwdScratch) []b
 		s.add(ca.certHeader, unsafeBytes(ca.subject))
 	}
 	return id
+}
+
+// trailerKept reports whether a field of a client's request trailer
+// section, named name, goes on to the member; certField is the listener's
+// certificate field (clientAddrs.certField). RFC 9110 section 6.5.1 bars
+// trailers from framing, routing and the like, and a member that merges
+// trailers into the head would take such a field as the proxy's own, so a
+// trailer keeps only fields of no kind the proxy acts on (classify says
+// hOther) other than the certificate field: never a hop-by-hop or framing
+// field, Host, nor one naming the client or the request, even from a
+// trusted client. Every codec and path filters request trailers with it:
+// copyBody (HTTP/1.x), onTrailers (HTTP/2) and trailerBody (net/http).
+func trailerKept(name []byte, certField string) bool {
+	return classify(name) == hOther && (certField == "" || !eqFoldDash(name, certField))
 }
 
 // usableRequestID reports whether a trusted client's X-Request-Id value
