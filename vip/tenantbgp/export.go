@@ -435,7 +435,7 @@ func (r *Relay) VIPProblem(a netip.Addr) string {
 		case o == nil:
 			problems = append(problems, fmt.Sprintf("tenant %s: not announced (the relay reports no BGP of the tenant on this host, or has not passed since it was asked)", name))
 			continue
-		case !slices.ContainsFunc(o.GetAnnounced(), func(x *pb.TenantRoute) bool { return x.GetPrefix() == prefix }):
+		case !r.announcedPrefixes()[name][prefix]:
 			why := o.GetAnnounceError()
 			if why == "" {
 				why = "not announced yet (the relay has not passed since it was asked)"
@@ -459,4 +459,21 @@ func (r *Relay) VIPProblem(a netip.Addr) string {
 		}
 	}
 	return strings.Join(problems, "; ")
+}
+
+// announcedPrefixes returns the prefixes each tenant's observation says
+// are announced, made once per pass rather than scanned for each VIP: the
+// VIP layer asks for every VIP at each evaluation (r.mu held).
+func (r *Relay) announcedPrefixes() map[string]map[string]bool {
+	if r.announced == nil {
+		r.announced = make(map[string]map[string]bool, len(r.obs))
+		for name, o := range r.obs {
+			set := make(map[string]bool, len(o.GetAnnounced()))
+			for _, x := range o.GetAnnounced() {
+				set[x.GetPrefix()] = true
+			}
+			r.announced[name] = set
+		}
+	}
+	return r.announced
 }

@@ -126,6 +126,9 @@ type Relay struct {
 	mu    sync.Mutex
 	world *world
 	obs   map[string]*pb.TenantBGPObservation
+	// announced holds the prefixes of obs's Announced by tenant, made
+	// when VIPProblem first needs it after a pass (nil until then).
+	announced map[string]map[string]bool
 	// limits counts the sessions closed for their prefix count, by
 	// tenant, and rateLimits those closed for their update rate.
 	limits, rateLimits map[string]uint64
@@ -434,7 +437,7 @@ func (r *Relay) pass(ctx context.Context) {
 			Reason:     fmt.Sprintf("%s is also a peer of tenant %s, which has the session", c.peer.addr, c.owner)})
 	}
 	r.mu.Lock()
-	r.obs = obs
+	r.obs, r.announced = obs, nil
 	r.mu.Unlock()
 }
 
