@@ -122,6 +122,7 @@ func (c *clientConn) copyBody(up *upConn, limit int64) error {
 				}
 				c.trailer = append(c.trailer, in[:k]...)
 				c.r += k
+				c.reqM.add(c.info.CPU, c.cpuW, int64(k)) // read, held and scanned as the body's bytes
 				if err != nil {
 					return fail(err)
 				}

@@ -99,7 +99,8 @@ type h1Body struct {
 	ck      chunked
 	left    int64
 	n       int64
-	done    bool // read to its end
+	raw     int64 // bytes read off the connection not charged yet (framing and trailers too)
+	done    bool  // read to its end
 	// trailer receives the fields of a chunked body's trailer section
 	// once it ended; tbuf holds the section.
 	trailer http.Header
@@ -111,7 +112,8 @@ type h1Body struct {
 func (b *h1Body) Read(p []byte) (int, error) {
 	b.mu.Lock()
 	n, err := b.read(p)
-	u := b.c.reqM.take(int64(n))
+	u := b.c.reqM.take(b.raw)
+	b.raw = 0
 	b.mu.Unlock()
 	if u > 0 && b.c.info.CPU != nil {
 		b.c.info.CPU.Relay(u * b.c.cpuW) // not under b.mu: close takes it
@@ -145,6 +147,7 @@ func (b *h1Body) read(p []byte) (int, error) {
 			k := int(min(int64(len(p)), b.left, int64(c.w-c.r)))
 			copy(p, c.rb[c.r:c.r+k])
 			c.r += k
+			b.raw += int64(k)
 			b.left -= int64(k)
 			b.n += int64(k)
 			b.done = b.left == 0
@@ -163,6 +166,7 @@ func (b *h1Body) read(p []byte) (int, error) {
 			b.tbuf = append(b.tbuf, in[:k]...)
 		}
 		c.r += k
+		b.raw += int64(k)
 		if err != nil {
 			b.err = err
 			return 0, err

@@ -413,3 +413,77 @@ func TestChunkedTrailerAllocs(t *testing.T) {
 		t.Errorf("%.2f allocations per request with trailers, %.2f without", allocs[1], allocs[0])
 	}
 }
+
+// TestHeldTrailerCharged: the trailer section of a chunked request is
+// charged to the tenant's CPU budget like the body bytes before it, on
+// the fast path (which holds it back) and on the net/http path: eight
+// requests on one connection, each a chunked body of no data with a
+// trailer section of 60,000 bytes (480,000 bytes, 7 units of
+// 1<<WorkBytesShift), count at least 7 units beyond what the same
+// requests count without their trailers.
+func TestHeldTrailerCharged(t *testing.T) {
+	t.Parallel()
+	member := rawServer(t, func(c net.Conn) {
+		br := bufio.NewReaderSize(c, 4096)
+		blanks := 0
+		for {
+			l, err := br.ReadSlice('\n')
+			if err == bufio.ErrBufferFull {
+				continue // a long trailer line
+			}
+			if err != nil {
+				return
+			}
+			if string(l) != "\r\n" {
+				continue
+			}
+			if blanks++; blanks%2 == 0 {
+				if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"); err != nil {
+					return
+				}
+			}
+		}
+	})
+	be := newBackend(t, member)
+	router := testRouter{
+		{prefix: "/fast", route: &Route{Name: "fast", Backend: be}},
+		{prefix: "/ext", route: &Route{Name: "ext", Ext: &RouteExt{Backends: []WeightedBackend{{Backend: be, Weight: 1}}}}},
+	}
+	units := func(path, trailer string) int64 {
+		cpu := &unitCount{}
+		info := ConnInfo{Listener: "test", LB: "t/lb", Tenant: "t", Router: func() Router { return router }, CPU: cpu}
+		addr := proxyUnderInfo(t, New(Config{}), info, nil)
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
+		br := bufio.NewReader(conn)
+		for i := range 8 {
+			req := "POST " + path + " HTTP/1.1\r\nHost: a.example\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n" + trailer + "\r\n"
+			if _, err := io.WriteString(conn, req); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("request %d: %v", i, err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				t.Fatalf("request %d: status %d", i, resp.StatusCode)
+			}
+		}
+		conn.Close()
+		return cpu.n.Load()
+	}
+	pad := "X-Pad: " + strings.Repeat("p", 60000-len("X-Pad: \r\n")) + "\r\n"
+	for _, path := range []string{"/fast", "/ext"} {
+		bare := units(path, "")
+		held := units(path, pad)
+		if held-bare < 7 {
+			t.Errorf("%s: with 60,000-byte trailer sections: %d units, without: %d; want at least 7 more", path, held, bare)
+		}
+	}
+}
