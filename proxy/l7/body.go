@@ -111,7 +111,9 @@ func (c *clientConn) copyBody(up *upConn, limit int64) error {
 					return fail(err)
 				}
 			}
-			if holding || (ck.inTrailer() && c.rb[c.r] != '\r') {
+			// A section whose final CRLF was split between reads
+			// (csEndLF) holds no fields: scanBody relays its LF.
+			if holding || (ck.st == csTrailerStart && c.rb[c.r] != '\r') {
 				// The trailer fields are held until the section ends
 				// (maxTrailerBytes bounds it) and only those trailerKept
 				// keeps go on, with the final CRLF.

@@ -487,3 +487,40 @@ func TestHeldTrailerCharged(t *testing.T) {
 		}
 	}
 }
+
+// TestEmptyTrailerSplitAtFinalLF: a chunked body without trailer fields
+// whose final CRLF is split between two reads ("0\r\n\r", then "\n" with
+// the next request right after it) reaches the member whole on the fast
+// path, and the next request on the connection is served.
+func TestEmptyTrailerSplitAtFinalLF(t *testing.T) {
+	t.Parallel()
+	member := newBackend(t, pairBackend(t, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"))
+	addr := proxyUnder(t, New(Config{}), oneRoute(member), nil)
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	req := "POST /s HTTP/1.1\r\nHost: a.example\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
+	first, rest := req[:len(req)-1], req[len(req)-1:]+req
+	if _, err := io.WriteString(conn, first); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if _, err := io.WriteString(conn, rest); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(conn)
+	for i := range 2 {
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("response %d: %v", i, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || string(b) != "ok" {
+			t.Fatalf("response %d: %d %q", i, resp.StatusCode, b)
+		}
+	}
+}
