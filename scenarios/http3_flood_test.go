@@ -377,9 +377,14 @@ func newH3FloodProbes(t testing.TB, addr, base string) *h3FloodProbes {
 	dial := func(ctx context.Context, network, _ string) (net.Conn, error) {
 		return d.DialContext(ctx, network, addr)
 	}
-	tlsConf := &tls.Config{InsecureSkipVerify: true, ServerName: benchTLSHost}
-	h1 := &http.Transport{TLSClientConfig: tlsConf, DialContext: dial, TLSNextProto: map[string]func(string, *tls.Conn) http.RoundTripper{}}
-	h2 := &http.Transport{TLSClientConfig: tlsConf, DialContext: dial, ForceAttemptHTTP2: true}
+	// A config of its own for each transport: an HTTP/2 one adds h2 to
+	// its config's NextProtos in place, and an HTTP/1.1 transport on the
+	// same config would then be given h2 by the server at its next dial.
+	tlsConf := func(protos ...string) *tls.Config {
+		return &tls.Config{InsecureSkipVerify: true, ServerName: benchTLSHost, NextProtos: protos}
+	}
+	h1 := &http.Transport{TLSClientConfig: tlsConf("http/1.1"), DialContext: dial, TLSNextProto: map[string]func(string, *tls.Conn) http.RoundTripper{}}
+	h2 := &http.Transport{TLSClientConfig: tlsConf(), DialContext: dial, ForceAttemptHTTP2: true}
 	h3 := newH3Client(t, addr)
 	t.Cleanup(h1.CloseIdleConnections)
 	t.Cleanup(h2.CloseIdleConnections)
