@@ -233,10 +233,10 @@ func (a *actuator) converge(now time.Time) {
 		if wanted && w.mode == h.mode && w.samePlaces(h) {
 			continue
 		}
-		if wanted && w.mode == ModeARP && h.mode == ModeARP && sharesAPlace(w, h) {
+		if wanted && w.mode == h.mode && inAttachments(w) && inAttachments(h) && sharesAPlace(w, h) {
 			// An address several tenants' attachments carry gains or
 			// loses one: the others keep it, with no gap and no new
-			// announcement.
+			// announcement (arp: no burst; bgp: no withdrawal).
 			if err := a.movePlaces(addr, h, w, now); err != nil {
 				errs[addr] = err.Error()
 			}
@@ -313,8 +313,26 @@ func sharesAPlace(t, o target) bool {
 	return slices.ContainsFunc(t.places(), func(f *iface) bool { return slices.Contains(o.places(), f) })
 }
 
+// inAttachments reports whether t is a VIP of pools in tenants'
+// attachments: an arp one (its places are the tenants' devices), or a bgp
+// one announced to the tenants' speakers (route.Spaces).
+func inAttachments(t target) bool {
+	switch t.mode {
+	case ModeARP:
+		return true
+	case ModeBGP:
+		return len(t.route.Spaces) > 0
+	}
+	return false
+}
+
 // movePlaces takes addr off the places of h that w leaves and puts it on
-// those w adds (announcing it there), leaving the common ones alone.
+// those w adds, leaving the common ones alone. An arp VIP is announced on
+// the places added only; a bgp VIP's route is handed to the relay with
+// the tenants of w (AnnounceVIP replaces those of h, so that the relay
+// withdraws it from the tenants w leaves and sends it to those it adds,
+// and the others' sessions are not touched), after the address is on the
+// places added and before it leaves the others.
 func (a *actuator) movePlaces(addr netip.Addr, h, w target, now time.Time) error {
 	var added []*iface
 	for _, f := range w.places() {
@@ -322,9 +340,25 @@ func (a *actuator) movePlaces(addr netip.Addr, h, w target, now time.Time) error
 			continue
 		}
 		if err := f.add(addr); err != nil {
+			for _, g := range added {
+				_ = g.remove(addr)
+			}
 			return err
 		}
 		added = append(added, f)
+	}
+	if w.mode == ModeBGP && h.route.key() != w.route.key() {
+		if err := a.m.announce(w.route); err != nil {
+			for _, g := range added {
+				_ = g.remove(addr)
+			}
+			return err
+		}
+		// The places w leaves lose the address below: h is held with
+		// w's route from here on, so that a failure there is retried
+		// without announcing again.
+		h.route = w.route
+		a.held[addr] = h
 	}
 	for _, f := range h.places() {
 		if slices.Contains(w.places(), f) {
@@ -335,13 +369,15 @@ func (a *actuator) movePlaces(addr netip.Addr, h, w target, now time.Time) error
 		}
 		a.pending = slices.DeleteFunc(a.pending, func(p pendingAnnouncement) bool { return p.addr == addr && p.iface == f })
 	}
-	for _, d := range burst {
-		for _, f := range added {
-			a.pending = append(a.pending, pendingAnnouncement{at: now.Add(d), addr: addr, iface: f})
+	if w.mode == ModeARP {
+		for _, d := range burst {
+			for _, f := range added {
+				a.pending = append(a.pending, pendingAnnouncement{at: now.Add(d), addr: addr, iface: f})
+			}
 		}
-	}
-	if len(added) > 0 {
-		a.announceDue(now)
+		if len(added) > 0 {
+			a.announceDue(now)
+		}
 	}
 	w.announce = h.announce // take announces them all again only for a new take
 	a.held[addr] = w

@@ -363,18 +363,36 @@ func TestActuatorMovesASharedVIPBetweenPlaces(t *testing.T) {
 type tenantVIPsRec struct {
 	announced map[netip.Addr][]string
 	problem   map[netip.Addr]string
+	// withdrawn counts the withdrawals; lost counts, by tenant, the calls
+	// after which a tenant the VIP was announced to no longer has it.
+	withdrawn int
+	lost      map[string]int
 }
 
 func (r *tenantVIPsRec) VIPProblem(a netip.Addr) string { return r.problem[a] }
 
 func (r *tenantVIPsRec) AnnounceVIP(a netip.Addr, tenants []string, _ []uint32) error {
+	r.lose(r.announced[a], tenants)
 	r.announced[a] = slices.Clone(tenants)
 	return nil
 }
 
 func (r *tenantVIPsRec) WithdrawVIP(a netip.Addr) error {
+	r.withdrawn++
+	r.lose(r.announced[a], nil)
 	delete(r.announced, a)
 	return nil
+}
+
+func (r *tenantVIPsRec) lose(before, after []string) {
+	for _, t := range before {
+		if !slices.Contains(after, t) {
+			if r.lost == nil {
+				r.lost = map[string]int{}
+			}
+			r.lost[t]++
+		}
+	}
 }
 
 // TestBGPPoolInAttachment: a VIP of a bgp pool in a tenant's attachment
@@ -461,5 +479,125 @@ func TestBGPPoolInAttachment(t *testing.T) {
 	vb, _ := d.vip(netip.MustParseAddr("10.0.0.101"))
 	if why := m.loop.ready.why(vb); why != "pool b-bgp lives in tenant b's attachment, which is not up on this host (no namespace teapot-att-b)" {
 		t.Fatalf("why b's VIP is not ready: %q", why)
+	}
+}
+
+// addrRemovals counts the removals of addresses (RTM_DELADDR) in the
+// namespace at path until the returned function is called, which returns
+// them by address.
+func addrRemovals(t *testing.T, path string) func() map[netip.Addr]int {
+	t.Helper()
+	ns, err := netns.GetFromPath(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Close() })
+	// A marker address added and removed last: its removal shows that
+	// every earlier update has been read.
+	marker := netip.MustParseAddr("192.0.2.254")
+	ch := make(chan netlink.AddrUpdate, 64)
+	done := make(chan struct{})
+	if err := netlink.AddrSubscribeWithOptions(ch, done, netlink.AddrSubscribeOptions{Namespace: &ns}); err != nil {
+		t.Fatal(err)
+	}
+	counts := map[netip.Addr]int{}
+	seen := make(chan struct{})
+	go func() {
+		for u := range ch {
+			a, ok := netip.AddrFromSlice(u.LinkAddress.IP)
+			if !ok || u.NewAddr {
+				continue
+			}
+			if a.Unmap() == marker {
+				close(seen)
+				return
+			}
+			counts[a.Unmap()]++
+		}
+	}()
+	return func() map[netip.Addr]int {
+		defer close(done)
+		f := &iface{name: AttachmentDevice, ns: path}
+		if err := f.add(marker); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.remove(marker); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-seen:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the removal of the marker address was never reported")
+		}
+		return counts
+	}
+}
+
+// TestActuatorMovesASharedBGPVIPBetweenPlaces: a VIP of bgp pools in
+// several tenants' attachments that gains or loses a tenant keeps its
+// address on the devices of the tenants that keep it and its route with
+// their speakers (no withdrawal, no removal), the tenant that leaves has
+// its route withdrawn and its address removed, and the tenant that joins
+// gets both.
+func TestActuatorMovesASharedBGPVIPBetweenPlaces(t *testing.T) {
+	dir := t.TempDir()
+	pa := boundNetns(t, dir, api.AttachmentNamespace("a"))
+	boundNetns(t, dir, api.AttachmentNamespace("b"))
+	rec := &tenantVIPsRec{announced: map[netip.Addr][]string{}}
+	m := &Manager{cfg: Config{NetnsDir: dir, TenantVIPs: rec}, log: slog.New(slog.DiscardHandler)}
+	m.act = newActuator(m)
+	vip := netip.MustParseAddr("10.0.0.100")
+	fa := m.pools.getIn(AttachmentDevice, m.attachmentNS("a")).f
+	fb := m.pools.getIn(AttachmentDevice, m.attachmentNS("b")).f
+	defer func() {
+		for _, e := range m.pools.all() {
+			e.frames.close()
+		}
+	}()
+	bgpTarget := func(spaces ...string) *target {
+		t := &target{mode: ModeBGP, route: route{Addr: vip, Spaces: spaces}}
+		for _, s := range spaces {
+			f := map[string]*iface{"a": fa, "b": fb}[s]
+			if t.iface == nil {
+				t.iface = f
+			} else {
+				t.more = append(t.more, f)
+			}
+		}
+		return t
+	}
+	a := m.act
+	now := time.Now()
+	a.set(map[netip.Addr]target{vip: *bgpTarget("a")}, nil)
+	a.converge(now)
+	if got, _ := fa.hostAddrs(); !got[vip] || !slices.Equal(rec.announced[vip], []string{"a"}) {
+		t.Fatalf("a's device %v, announced %v", got, rec.announced)
+	}
+	removals := addrRemovals(t, pa)
+
+	// b joins: b gets the address and the route; a keeps both.
+	a.change(map[netip.Addr]*target{vip: bgpTarget("a", "b")}, nil)
+	a.converge(now)
+	if got, _ := fb.hostAddrs(); !got[vip] || !slices.Equal(rec.announced[vip], []string{"a", "b"}) {
+		t.Fatalf("after b joined: b's device %v, announced %v", got, rec.announced)
+	}
+	// b leaves: b loses the address and the route; a keeps both.
+	a.change(map[netip.Addr]*target{vip: bgpTarget("a")}, nil)
+	a.converge(now)
+	if got, _ := fb.hostAddrs(); got[vip] {
+		t.Fatalf("b's device keeps %s after b left", vip)
+	}
+	if got, _ := fa.hostAddrs(); !got[vip] || !slices.Equal(rec.announced[vip], []string{"a"}) {
+		t.Fatalf("after b left: a's device %v, announced %v", got, rec.announced)
+	}
+	if errs := a.errors(); len(errs) != 0 {
+		t.Fatalf("errors: %v", errs)
+	}
+	if n := removals()[vip]; n != 0 || rec.withdrawn != 0 || rec.lost["a"] != 0 {
+		t.Fatalf("tenant a, which kept the VIP: address removed %d times, withdrawals %d, route lost %d times; want none",
+			n, rec.withdrawn, rec.lost["a"])
+	}
+	if rec.lost["b"] != 1 {
+		t.Fatalf("tenant b lost the route %d times, want once (when it left)", rec.lost["b"])
 	}
 }
