@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -113,5 +114,51 @@ func TestPeerThatLostThisHostTriggersAnAnnouncement(t *testing.T) {
 	beat("n2", true)
 	if !m.loop.reannounce {
 		t.Fatal("a peer that heard this host again after losing it asked for no announcement")
+	}
+}
+
+// TestPeerPartlyReady: a peer's heartbeat that lists an address as not
+// ready and partly ready makes it a candidate for that address among the
+// hosts that carry it for some of its tenants (hostView.Partly); an
+// address listed as partly ready alone is ignored; a change of the list
+// is a change of the peer (its version) that decides the arp VIPs again.
+func TestPeerPartlyReady(t *testing.T) {
+	m := &Manager{cfg: Config{NodeID: "n1", HeartbeatInterval: 20 * time.Millisecond}, dead: 100 * time.Millisecond,
+		log: slog.New(slog.DiscardHandler)}
+	m.loop.init()
+	m.loop.members = map[string]member{"n2": {}}
+	now := time.Now()
+	m.loop.lastTrigger = now.Add(time.Hour) // sends no heartbeats
+	a, b := netip.MustParseAddr("10.0.0.100"), netip.MustParseAddr("10.0.0.101")
+	seq := uint64(0)
+	beat := func(notReady, partly []netip.Addr) view {
+		seq++
+		now = now.Add(20 * time.Millisecond)
+		m.receive(received{hb: &heartbeat{ID: "n2", Incarnation: 1, Seq: seq, Eligible: true, Holdings: true, HoldingSent: true,
+			ReadsPartly: true, PartlySent: true, NotReady: notReady, Partly: partly}, at: now})
+		return m.view(now)
+	}
+	v := beat([]netip.Addr{a}, []netip.Addr{a, b})
+	version := m.loop.peers["n2"].Version
+	if hv := v.Alive["n2"]; !hv.Partly[a] || hv.Partly[b] || !m.loop.peers["n2"].ReadsPartly {
+		t.Fatalf("n2 in the view: %+v", hv)
+	}
+	if !usablePartly(v, "n2", a) || usable(v, "n2", a) {
+		t.Fatal("n2 is not a candidate of the partly ready hosts alone")
+	}
+	// This host's heartbeats carry its own list to n2, which reads it.
+	m.beats = newBeatSender(m)
+	m.arrivals.Store(&map[string]*peerArrival{})
+	m.key = testKey
+	d := desired{}
+	m.loop.want = &d
+	m.loop.ready.have = true
+	m.loop.ready.arpNotReady, m.loop.ready.arpPartly = []netip.Addr{b}, []netip.Addr{b}
+	m.planBeats(now)
+	if p := m.beats.plan.Load(); p == nil || !p.hb.ReadsPartly || !slices.Equal(p.hb.Partly, []netip.Addr{b}) || len(p.to) != 1 || !p.to[0].withPartly {
+		t.Fatalf("heartbeat plan %+v", p)
+	}
+	if v := beat([]netip.Addr{a}, nil); v.Alive["n2"].Partly[a] || m.loop.peers["n2"].Version == version {
+		t.Fatalf("n2 no longer partly ready: %+v, version %d (was %d)", v.Alive["n2"], m.loop.peers["n2"].Version, version)
 	}
 }

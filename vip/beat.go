@@ -51,8 +51,9 @@ type beatPlan struct {
 type beatDest struct {
 	id   string
 	addr netip.AddrPort
-	// withHolding: the peer reads held addresses.
-	withHolding bool
+	// withHolding: the peer reads held addresses; withPartly: it reads
+	// the partly ready ones too.
+	withHolding, withPartly bool
 }
 
 // beatSender encodes and sends the planned heartbeats.
@@ -67,7 +68,7 @@ type beatSender struct {
 	last, void time.Time
 	seq        uint64
 	sights     []sighting
-	bufs       [2][]byte
+	bufs       [3][]byte
 	mac        hash.Hash
 	macKey     []byte
 	sum        [sha256.Size]byte
@@ -116,14 +117,17 @@ func (s *beatSender) send(now time.Time) {
 	if !bytes.Equal(s.macKey, p.key) {
 		s.mac, s.macKey = hmac.New(sha256.New, p.key), p.key
 	}
-	var encoded [2]bool
+	var encoded [3]bool
 	for _, d := range p.to {
 		i := 0
-		if d.withHolding {
+		switch {
+		case d.withHolding && d.withPartly:
+			i = 2
+		case d.withHolding:
 			i = 1
 		}
 		if !encoded[i] {
-			b := hb.appendTo(s.bufs[i][:0], d.withHolding)
+			b := hb.appendTo(s.bufs[i][:0], d.withHolding, d.withPartly)
 			s.mac.Reset()
 			s.mac.Write(b)
 			s.bufs[i] = append(b, s.mac.Sum(s.sum[:0])[:macSize]...)

@@ -94,29 +94,46 @@ func (m *Manager) decideOne(vs vipSpec, now time.Time, v view, arpMe, bgpMe, me 
 	st.decided++
 	var d decision
 	var t target
+	// The tenants sharing the address whose attachment is not up here:
+	// it is carried for the others alone.
+	unserved := st.ready.unserved[vs.Addr]
 	switch vs.Mode {
 	case ModeARP:
 		d = decide(vs, st.ranks[vs.Addr], arpMe, v, st.peers, m.dead, st.prev[vs.Addr])
 		if d.Holder != "" {
 			st.prev[vs.Addr] = d.Holder
 		}
-		t = m.arpTarget(vs)
+		t = m.arpTarget(vs, unserved)
+		switch {
+		case len(unserved) > 0 && d.Hold && d.Holder == m.cfg.NodeID:
+			d.Reason += "; for tenant " + strings.Join(servedSpaces(vs.Spaces, unserved), ", tenant ") +
+				" only: no live host that can hold it has the attachments of all its tenants up, and here " + unservedWhy(unserved)
+		case len(unserved) > 0 && d.Hold:
+			d.Reason += "; for tenant " + strings.Join(servedSpaces(vs.Spaces, unserved), ", tenant ") + " only: " + unservedWhy(unserved)
+		case len(unserved) > 0:
+			d.Reason += "; here it could be carried for tenant " + strings.Join(servedSpaces(vs.Spaces, unserved), ", tenant ") +
+				" only: " + unservedWhy(unserved)
+		}
 	case ModeBGP:
 		d = decide(vs, nil, bgpMe, v, st.peers, m.dead, "")
 		if len(vs.Spaces) > 0 {
 			// A VIP of a bgp pool in tenants' attachments: on the device in
 			// each tenant's namespace, as an arp one, and announced to
 			// those tenants' own speakers alone.
-			t = m.arpTarget(vs)
-			t.mode, t.route = ModeBGP, route{Addr: vs.Addr, Communities: vs.Communities, Spaces: vs.Spaces}
+			spaces := servedSpaces(vs.Spaces, unserved)
+			t = m.arpTarget(vs, unserved)
+			t.mode, t.route = ModeBGP, route{Addr: vs.Addr, Communities: vs.Communities, Spaces: spaces}
 			if d.Hold {
-				d.Reason = "ready and current; announced to the speakers of tenant " + strings.Join(vs.Spaces, ", tenant ") + " from inside their attachments"
+				d.Reason = "ready and current; announced to the speakers of tenant " + strings.Join(spaces, ", tenant ") + " from inside their attachments"
 				if m.cfg.TenantVIPs == nil {
 					d.Reason = "ready and current; " + errNoTenantVIPs.Error()
 				} else if p := m.cfg.TenantVIPs.VIPProblem(vs.Addr); p != "" {
 					// The address stays for the flows in flight, as a
 					// fabric bgp VIP's without a session.
 					d.Reason = "ready and current; " + p
+				}
+				if len(unserved) > 0 {
+					d.Reason += "; not for the others: " + unservedWhy(unserved)
 				}
 			}
 			break
@@ -130,7 +147,7 @@ func (m *Manager) decideOne(vs vipSpec, now time.Time, v view, arpMe, bgpMe, me 
 	default:
 		d = decide(vs, nil, me, v, st.peers, m.dead, "")
 	}
-	m.note(vs, d, now)
+	m.note(vs, d, unserved, now)
 	if !d.Hold || (vs.Mode != ModeARP && vs.Mode != ModeBGP) {
 		return target{}, false
 	}
@@ -158,8 +175,17 @@ func (m *Manager) forget(a netip.Addr) {
 	delete(st.rebalanceOpen, a)
 }
 
+// unservedWhy says why a VIP is not carried for the tenants of unserved.
+func unservedWhy(unserved map[string]string) string {
+	var why []string
+	for _, t := range slices.Sorted(maps.Keys(unserved)) {
+		why = append(why, unserved[t])
+	}
+	return strings.Join(why, "; ")
+}
+
 // note records the outcome for one VIP and logs a move.
-func (m *Manager) note(vs vipSpec, d decision, now time.Time) {
+func (m *Manager) note(vs vipSpec, d decision, unserved map[string]string, now time.Time) {
 	st := &m.loop
 	r := st.records[vs.Addr]
 	if r == nil {
@@ -178,10 +204,11 @@ func (m *Manager) note(vs vipSpec, d decision, now time.Time) {
 	if d.Hold != r.held || d.Local != r.local {
 		r.since = now
 	}
-	if d.Hold != r.held || d.Reason != r.reason || d.Local != r.local || !slices.Equal(vs.LBs, r.spec.LBs) || vs.Mode != r.spec.Mode {
+	if d.Hold != r.held || d.Reason != r.reason || d.Local != r.local || !slices.Equal(vs.LBs, r.spec.LBs) || vs.Mode != r.spec.Mode ||
+		!maps.Equal(unserved, r.unserved) {
 		st.dirtyAddrs[vs.Addr] = true
 	}
-	r.spec, r.held, r.reason, r.local = vs, d.Hold, d.Reason, d.Local
+	r.spec, r.held, r.reason, r.local, r.unserved = vs, d.Hold, d.Reason, d.Local, unserved
 	if d.Hold {
 		r.everHeld = true
 	}

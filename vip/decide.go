@@ -26,6 +26,11 @@ type peerState struct {
 	Handover    bool
 	NotReadyAll bool
 	NotReady    map[netip.Addr]bool
+	// Partly holds the addresses of NotReady it can carry for some of
+	// the tenants that share them (their attachments up there, not every
+	// one's); ReadsPartly: its heartbeats are sent the same.
+	Partly      map[netip.Addr]bool
+	ReadsPartly bool
 	Sightings   []sighting
 	// AliveSince is when it was first heard after an absence of at least
 	// the gap (or ever): it counts towards a majority only once settled,
@@ -38,7 +43,7 @@ type peerState struct {
 	HoldingKnown bool
 	Holding      map[netip.Addr]bool
 	// Version counts changes of Eligible, Handover, NotReadyAll,
-	// NotReady and Holding.
+	// NotReady, Partly and Holding.
 	Version uint64
 	// LostMe: its last heartbeat did not report hearing this host, so it
 	// may have taken this host's VIPs.
@@ -100,6 +105,9 @@ type hostView struct {
 	Handover    bool
 	NotReadyAll bool
 	NotReady    map[netip.Addr]bool
+	// Partly: the addresses of NotReady it can carry for some of the
+	// tenants that share them (peerState.Partly).
+	Partly map[netip.Addr]bool
 	// Direct: its own heartbeat is fresh (else it is known through a
 	// peer that heard it).
 	Direct bool
@@ -181,7 +189,7 @@ func computeView(in viewInput) view {
 			continue
 		}
 		lastSeen[id] = p.Heard
-		v.Alive[id] = hostView{Eligible: p.Eligible, Handover: p.Handover, NotReadyAll: p.NotReadyAll, NotReady: p.NotReady, Direct: true,
+		v.Alive[id] = hostView{Eligible: p.Eligible, Handover: p.Handover, NotReadyAll: p.NotReadyAll, NotReady: p.NotReady, Partly: p.Partly, Direct: true,
 			Holdings: p.HoldingKnown, Holding: p.Holding, Returning: returning(p)}
 		next(p.Heard.Add(in.Dead))
 		if !counted[id] {
@@ -229,7 +237,7 @@ func computeView(in viewInput) view {
 			lastSeen[s.ID] = at
 			hv := hostView{Eligible: s.Eligible}
 			if q != nil {
-				hv.NotReadyAll, hv.NotReady, hv.Returning = q.NotReadyAll, q.NotReady, returning(q)
+				hv.NotReadyAll, hv.NotReady, hv.Partly, hv.Returning = q.NotReadyAll, q.NotReady, q.Partly, returning(q)
 			}
 			v.Alive[s.ID] = hv
 		}
@@ -389,6 +397,12 @@ type self struct {
 	Problem string
 	// NotReady says why the data plane cannot serve an address.
 	NotReady map[netip.Addr]string
+	// Partly holds the addresses it can carry for some of the tenants
+	// that share them only, and why not for each of the others, by tenant
+	// (their attachments are not up here: attachmentsStanding). It is a
+	// candidate for such an arp VIP only when no host can carry it for
+	// every one of them.
+	Partly map[netip.Addr]map[string]string
 	// KeepOnly: it has no majority in two-way contact but lost it less
 	// than the hold-down ago (HoldDown), or the others cannot make one
 	// without it yet (view.Keep): it keeps the arp VIPs it holds and
@@ -443,7 +457,13 @@ func (me self) withMajority(v view) self {
 // count it as a candidate only for the VIPs it says it holds: a holder
 // that stood in for it keeps the VIP rather than letting it go to a host
 // that will not take it. A VIP no candidate holds goes to
-// the first candidate. A host that just started takes back the VIPs it
+// the first candidate. The candidates are the hosts that can carry the
+// address for every tenant that shares it (a VIP of pools in several
+// tenants' attachments: each one's attachment up there); only when there
+// are none, those that can carry it for some of them (self.Partly,
+// hostView.Partly), so that a tenant whose attachment is down on every
+// host does not take the address from the others, and a host with all of
+// them up is preferred to one without. A host that just started takes back the VIPs it
 // ranks first for (Rebalance) from holders that hold more than their fair
 // share plus one (overloaded): a restart brings VIPs back only where they
 // are unbalanced, so that one VIP moves once in a rolling upgrade. A
@@ -456,17 +476,9 @@ func (me self) withMajority(v view) self {
 // as it sees the other's holding, and a host that loses its majority
 // takes nothing, so two sides of a partition never both take a VIP.
 func holderOf(a netip.Addr, ranked []string, me self, v view) string {
-	var cands []string
-	for _, h := range ranked {
-		if h == me.ID {
-			if me.Problem == "" && me.NotReady[a] == "" && (!me.KeepOnly && !me.Rejoining || me.Holding[a]) {
-				cands = append(cands, h)
-			}
-			continue
-		}
-		if usable(v, h, a) && !handsOver(v, h, a) && !returns(v, h, a) {
-			cands = append(cands, h)
-		}
+	cands := candidates(a, ranked, me, v, false)
+	if len(cands) == 0 {
+		cands = candidates(a, ranked, me, v, true)
 	}
 	if len(cands) == 0 {
 		return ""
@@ -485,6 +497,29 @@ func holderOf(a netip.Addr, ranked []string, me self, v view) string {
 		}
 	}
 	return cands[0]
+}
+
+// candidates returns, in the order of the ranking, the hosts that can
+// hold the arp VIP a: for every tenant that shares it, or with partly for
+// some of them only.
+func candidates(a netip.Addr, ranked []string, me self, v view, partly bool) []string {
+	var cands []string
+	for _, h := range ranked {
+		if h == me.ID {
+			if me.Problem == "" && me.NotReady[a] == "" && (len(me.Partly[a]) > 0) == partly && (!me.KeepOnly && !me.Rejoining || me.Holding[a]) {
+				cands = append(cands, h)
+			}
+			continue
+		}
+		ok := usable(v, h, a)
+		if partly {
+			ok = usablePartly(v, h, a)
+		}
+		if ok && !handsOver(v, h, a) && !returns(v, h, a) {
+			cands = append(cands, h)
+		}
+	}
+	return cands
 }
 
 // overloaded reports whether host h holds more than its fair share of the
@@ -535,9 +570,18 @@ func returns(v view, h string, a netip.Addr) bool {
 	return hv.Returning && !hv.Holding[a]
 }
 
+// usable reports whether peer h can hold a for every tenant that shares
+// it.
 func usable(v view, h string, a netip.Addr) bool {
 	hv, ok := v.Alive[h]
 	return ok && hv.Eligible && !hv.NotReadyAll && !hv.NotReady[a]
+}
+
+// usablePartly reports whether peer h can hold a for some of the tenants
+// that share it only (hostView.Partly).
+func usablePartly(v view, h string, a netip.Addr) bool {
+	hv, ok := v.Alive[h]
+	return ok && hv.Eligible && !hv.NotReadyAll && hv.NotReady[a] && hv.Partly[a]
 }
 
 // whyNot says why host h cannot hold a (in this host's view).
@@ -554,6 +598,8 @@ func whyNot(v view, h string, a netip.Addr, peers map[string]*peerState, dead ti
 		return h + " handed its clients over (drained or stopping)"
 	case !hv.Eligible:
 		return h + " lost its majority or its interface"
+	case !hv.NotReadyAll && hv.NotReady[a] && hv.Partly[a]:
+		return h + " can carry it for some of the tenants that share it only (their attachments are not all up there)"
 	case hv.NotReadyAll || hv.NotReady[a]:
 		return h + " is not ready to serve it"
 	case returns(v, h, a):

@@ -367,6 +367,13 @@ func TestHolderOf(t *testing.T) {
 		}
 		return hv
 	}
+	// partlyPeer carries a for some of the tenants sharing it only.
+	partlyPeer := func(holding bool) hostView {
+		hv := peer(holding, true)
+		hv.NotReady, hv.Partly = held, held
+		return hv
+	}
+	unservedHere := map[netip.Addr]map[string]string{a: {"ta": "tenant ta's attachment, which carries this VIP, is not up on this host"}}
 	tests := []struct {
 		name string
 		me   self
@@ -398,6 +405,23 @@ func TestHolderOf(t *testing.T) {
 			view{Alive: map[string]hostView{"n2": {Eligible: true, Returning: true}, "n3": peer(false, true)}}, "n1"},
 		{"a returning peer that holds it keeps it", self{ID: "n1", Holding: held},
 			view{Alive: map[string]hostView{"n2": {Eligible: true, Direct: true, Holdings: true, Holding: held, Returning: true}}}, "n2"},
+		// An address several tenants' attachments carry: a host that
+		// carries it for some of them only (one's attachment is down
+		// there) is a candidate only when none carries it for all.
+		{"carried for some tenants everywhere: the ranking", self{ID: "n1", Partly: unservedHere},
+			view{Alive: map[string]hostView{"n2": partlyPeer(false), "n3": partlyPeer(false)}}, "n2"},
+		{"carried for some tenants everywhere: it stays with its holder", self{ID: "n1", Partly: unservedHere},
+			view{Alive: map[string]hostView{"n2": partlyPeer(false), "n3": partlyPeer(true)}}, "n3"},
+		{"carried for some tenants here and there: this host when first", self{ID: "n2", Partly: unservedHere},
+			view{Alive: map[string]hostView{"n1": partlyPeer(false)}}, "n2"},
+		{"a host that carries it for all is preferred to a holder that does not", self{ID: "n1", Partly: unservedHere, Holding: held},
+			view{Alive: map[string]hostView{"n2": partlyPeer(false), "n3": peer(false, true)}}, "n3"},
+		{"this host carries it for all: preferred to the first in the ranking", self{ID: "n1"},
+			view{Alive: map[string]hostView{"n2": partlyPeer(true), "n3": partlyPeer(false)}}, "n1"},
+		{"not ready at all is no candidate, even among the partly ready", self{ID: "n1", NotReady: map[netip.Addr]string{a: "down"}},
+			view{Alive: map[string]hostView{"n2": {Eligible: true, Direct: true, Holdings: true, NotReady: held}, "n3": partlyPeer(false)}}, "n3"},
+		{"a peer of an earlier version never says partly ready: not a candidate", self{ID: "n1", Partly: unservedHere},
+			view{Alive: map[string]hostView{"n2": {Eligible: true, Direct: true, NotReady: held}}}, "n1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

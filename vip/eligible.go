@@ -1,6 +1,9 @@
 package vip
 
-import "time"
+import (
+	"strings"
+	"time"
+)
 
 // standing is what decides whether this host may hold VIPs, gathered by
 // the loop at one instant (evaluate): the view of the cluster, the
@@ -130,4 +133,32 @@ func eligible(in standing) eligibility {
 	}
 	out.BGP = bgp
 	return out
+}
+
+// attachmentsStanding says whether this host can carry a VIP that the
+// attachments of several tenants carry (vipSpec.Spaces), from why the
+// attachment of each tenant cannot carry VIPs here (problems, by tenant;
+// absent: it can). notReady, when none of them can, gives every reason;
+// otherwise unserved says, by tenant, why the address is not carried here
+// for the tenants whose attachment is not up (nil when every one is): the
+// host carries it for the others. So a tenant whose attachment is down
+// does not take the address from the tenants that share it; holderOf
+// prefers a host that carries it for all of them. It is pure.
+func attachmentsStanding(spaces []string, problems map[string]string) (notReady string, unserved map[string]string) {
+	var why []string
+	for _, t := range spaces {
+		p := problems[t]
+		if p == "" {
+			continue
+		}
+		why = append(why, p)
+		if unserved == nil {
+			unserved = map[string]string{}
+		}
+		unserved[t] = p
+	}
+	if len(spaces) > 0 && len(why) == len(spaces) {
+		return strings.Join(why, "; "), nil
+	}
+	return "", unserved
 }

@@ -1,6 +1,7 @@
 package vip
 
 import (
+	"maps"
 	"testing"
 	"time"
 )
@@ -102,6 +103,37 @@ func TestEligible(t *testing.T) {
 			}
 			if got.BGP.KeepOnly || got.BGP.Rejoining || got.BGP.Handover || got.BGP.HandOff || got.Any.KeepOnly {
 				t.Errorf("arp's flags reach other modes: %+v %+v", got.Any, got.BGP)
+			}
+		})
+	}
+}
+
+// TestAttachmentsStanding: a VIP that several tenants' attachments carry
+// is not ready on a host only when none of them is up there; otherwise
+// the tenants whose attachment is down are named, with why, and the host
+// carries it for the others.
+func TestAttachmentsStanding(t *testing.T) {
+	t.Parallel()
+	downA, downB := "tenant a's attachment is down", "tenant b's attachment is down"
+	for _, tt := range []struct {
+		name     string
+		spaces   []string
+		problems map[string]string
+		notReady string
+		unserved map[string]string
+	}{
+		{"all up", []string{"a", "b"}, nil, "", nil},
+		{"one down: carried for the other", []string{"a", "b"}, map[string]string{"a": downA}, "", map[string]string{"a": downA}},
+		{"all down: not ready, every reason", []string{"a", "b"}, map[string]string{"a": downA, "b": downB}, downA + "; " + downB, nil},
+		{"a tenant not sharing it is not looked at", []string{"b"}, map[string]string{"a": downA}, "", nil},
+		{"one tenant, down", []string{"a"}, map[string]string{"a": downA}, downA, nil},
+		{"three, two down", []string{"a", "b", "c"}, map[string]string{"a": downA, "b": downB}, "", map[string]string{"a": downA, "b": downB}},
+		{"no tenants", nil, map[string]string{"a": downA}, "", nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			notReady, unserved := attachmentsStanding(tt.spaces, tt.problems)
+			if notReady != tt.notReady || !maps.Equal(unserved, tt.unserved) {
+				t.Errorf("got %q, %q; want %q, %q", notReady, unserved, tt.notReady, tt.unserved)
 			}
 		})
 	}

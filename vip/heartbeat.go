@@ -171,8 +171,18 @@ func (m *Manager) receive(r received) {
 	for _, a := range hb.NotReady {
 		notReady[a] = true
 	}
-	if p.Eligible != hb.Eligible || p.Handover != hb.Handover || p.NotReadyAll != hb.NotReadyAll || !maps.Equal(p.NotReady, notReady) {
-		p.Eligible, p.Handover, p.NotReadyAll, p.NotReady = hb.Eligible, hb.Handover, hb.NotReadyAll, notReady
+	var partly map[netip.Addr]bool
+	for _, a := range hb.Partly {
+		if notReady[a] {
+			if partly == nil {
+				partly = map[netip.Addr]bool{}
+			}
+			partly[a] = true
+		}
+	}
+	p.ReadsPartly = hb.ReadsPartly
+	if p.Eligible != hb.Eligible || p.Handover != hb.Handover || p.NotReadyAll != hb.NotReadyAll || !maps.Equal(p.NotReady, notReady) || !maps.Equal(p.Partly, partly) {
+		p.Eligible, p.Handover, p.NotReadyAll, p.NotReady, p.Partly = hb.Eligible, hb.Handover, hb.NotReadyAll, notReady, partly
 		p.Version++
 	}
 	p.Sightings = hb.Sightings
@@ -223,7 +233,7 @@ func (m *Manager) planBeats(now time.Time) {
 	p.hb = heartbeat{
 		ID: m.cfg.NodeID, Incarnation: m.incarnation, Revision: st.revision,
 		Eligible: st.eligible && !st.leaving, Leaving: st.leaving, Handover: (st.eligible && st.handingOver || st.handedOff) && !st.leaving,
-		NotReadyAll: st.want == nil || !haveReady, Holdings: true,
+		NotReadyAll: st.want == nil || !haveReady, Holdings: true, ReadsPartly: true,
 	}
 	for _, id := range slices.Sorted(maps.Keys(st.peers)) {
 		pe := st.peers[id]
@@ -243,7 +253,7 @@ func (m *Manager) planBeats(now time.Time) {
 	// cost, not what the VIPs do.
 	p.hb.Holding = st.heldARP
 	if st.want != nil && haveReady {
-		p.hb.NotReady = st.ready.arpNotReady
+		p.hb.NotReady, p.hb.Partly, p.hb.PartlySent = st.ready.arpNotReady, st.ready.arpPartly, true
 	}
 	if len(p.hb.NotReady) > maxDatagram/20 {
 		// It would not fit next to the sightings: not ready for any.
@@ -251,7 +261,9 @@ func (m *Manager) planBeats(now time.Time) {
 	}
 	for _, id := range slices.Sorted(maps.Keys(st.members)) {
 		// Held addresses only to a peer that reads them.
-		p.to = append(p.to, beatDest{id: id, addr: st.members[id].Heartbeat, withHolding: st.peers[id] != nil && st.peers[id].Holdings})
+		pe := st.peers[id]
+		p.to = append(p.to, beatDest{id: id, addr: st.members[id].Heartbeat, withHolding: pe != nil && pe.Holdings,
+			withPartly: pe != nil && pe.Holdings && pe.ReadsPartly})
 	}
 	m.beats.plan.Store(p)
 }

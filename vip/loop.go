@@ -148,6 +148,9 @@ type record struct {
 	reason   string
 	local    bool
 	everHeld bool
+	// unserved: the tenants sharing the address whose attachment is not
+	// up here, with why (readiness.unserved): it is not carried for them.
+	unserved map[string]string
 	// takes counts this host's takes of the VIP, and also the times a
 	// peer came back into sight while it held it: each is a moment when
 	// another host may have announced the VIP last, so the actuator
@@ -557,6 +560,7 @@ func (r *record) holding(a netip.Addr) *pb.VIPHolding {
 	return &pb.VIPHolding{
 		Address: a.String(), Mode: r.spec.Mode, State: state, Reason: r.reason,
 		Since: timestamppb.New(r.since), LoadBalancers: slices.Clone(r.spec.LBs),
+		UnservedTenants: maps.Clone(r.unserved),
 	}
 }
 

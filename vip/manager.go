@@ -473,6 +473,7 @@ func cloneHolding(v *pb.VIPHolding) *pb.VIPHolding {
 	return &pb.VIPHolding{
 		Address: v.Address, Mode: v.Mode, State: v.State, Reason: v.Reason,
 		Since: timestamppb.New(v.Since.AsTime()), LoadBalancers: slices.Clone(v.LoadBalancers),
+		UnservedTenants: maps.Clone(v.UnservedTenants),
 	}
 }
 

@@ -210,7 +210,9 @@ func TestPoolInAttachmentLivesInItsNamespace(t *testing.T) {
 // both namespaces (Spaces); the holder puts the address on each tenant's
 // device and takes it off both; when one tenant's load balancer goes, the
 // VIP lives in the other's namespace only; a host where one of the
-// attachments is down is not ready for it, naming that tenant.
+// attachments is down carries it for the other tenant alone, naming the
+// one it does not carry it for and why, and one where both are down is
+// not ready for it.
 func TestSamePrivateVIPInTwoAttachments(t *testing.T) {
 	dir := t.TempDir()
 	pa := boundNetns(t, dir, api.AttachmentNamespace("a"))
@@ -231,7 +233,7 @@ func TestSamePrivateVIPInTwoAttachments(t *testing.T) {
 	if !ok || !slices.Equal(vs.LBs, []string{"a/web", "b/web"}) || !slices.Equal(vs.Spaces, []string{"a", "b"}) {
 		t.Fatalf("the VIP: %+v, %t; want both load balancers in spaces a and b", vs, ok)
 	}
-	tg := m.arpTarget(vs)
+	tg := m.arpTarget(vs, nil)
 	if ps := tg.places(); len(ps) != 2 || ps[0].ns != pa || ps[1].ns != pb2 || ps[0].name != AttachmentDevice {
 		t.Fatalf("places: %+v", ps)
 	}
@@ -287,8 +289,34 @@ func TestSamePrivateVIPInTwoAttachments(t *testing.T) {
 	m.checkPoolIfaces()
 	m.loop.ready.have = true
 	m.loop.ready.ready = map[string]string{"a/web": "", "b/web": ""}
-	if why := m.loop.ready.why(vs); why != "tenant b's attachment, which carries this VIP, is not up on this host (tpx0 in namespace teapot-att-b is down)" {
-		t.Fatalf("why the shared VIP is not ready: %q", why)
+	downB := "tenant b's attachment, which carries this VIP, is not up on this host (tpx0 in namespace teapot-att-b is down)"
+	if why, unserved := m.loop.ready.why(vs); why != "" || len(unserved) != 1 || unserved["b"] != downB {
+		t.Fatalf("the shared VIP with b's attachment down: not ready %q, unserved %q; want ready for a, b unserved: %q", why, unserved, downB)
+	}
+	if ps := m.arpTarget(vs, map[string]string{"b": downB}).places(); len(ps) != 1 || ps[0].ns != pa {
+		t.Fatalf("places with b's attachment down: %+v, want a's device alone", ps)
+	}
+	// a's device down too: not ready, naming both.
+	nsA, err := netns.GetFromPath(pa)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nsA.Close()
+	hA, err := netlink.NewHandleAt(nsA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hA.Close()
+	lA, err := hA.LinkByName(AttachmentDevice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := hA.LinkSetDown(lA); err != nil {
+		t.Fatal(err)
+	}
+	m.checkPoolIfaces()
+	if why, _ := m.loop.ready.why(vs); why != "tenant a's attachment, which carries this VIP, is not up on this host (tpx0 in namespace teapot-att-a is down); "+downB {
+		t.Fatalf("why the shared VIP is not ready with both attachments down: %q", why)
 	}
 }
 
@@ -477,7 +505,7 @@ func TestBGPPoolInAttachment(t *testing.T) {
 	m.loop.ready.have = true
 	m.loop.ready.ready = map[string]string{"a/web": "", "b/web": ""}
 	vb, _ := d.vip(netip.MustParseAddr("10.0.0.101"))
-	if why := m.loop.ready.why(vb); why != "pool b-bgp lives in tenant b's attachment, which is not up on this host (no namespace teapot-att-b)" {
+	if why, _ := m.loop.ready.why(vb); why != "pool b-bgp lives in tenant b's attachment, which is not up on this host (no namespace teapot-att-b)" {
 		t.Fatalf("why b's VIP is not ready: %q", why)
 	}
 }
@@ -599,5 +627,120 @@ func TestActuatorMovesASharedBGPVIPBetweenPlaces(t *testing.T) {
 	}
 	if rec.lost["b"] != 1 {
 		t.Fatalf("tenant b lost the route %d times, want once (when it left)", rec.lost["b"])
+	}
+}
+
+// TestSharedVIPWithOneAttachmentDownEverywhere: tenants a and b share the
+// private address of an arp VIP and of a bgp VIP; a's attachment is down
+// on every host (here: no namespace), b's is up. The hosts carry the
+// addresses for b: the arp VIP's holder is the first host in the ranking
+// among those that carry it for b (none carries it for both), puts it on
+// b's device alone and says that a is not served and why; a host that
+// carries it for both tenants is preferred; the bgp VIP is announced to
+// b's speakers alone. The heartbeats list the arp VIP as not ready and
+// partly ready, and the status names a as not served.
+func TestSharedVIPWithOneAttachmentDownEverywhere(t *testing.T) {
+	dir := t.TempDir()
+	pbPath := boundNetns(t, dir, api.AttachmentNamespace("b"))
+	rec := &tenantVIPsRec{announced: map[netip.Addr][]string{}}
+	m := &Manager{cfg: Config{NetnsDir: dir, TenantVIPs: rec, NodeID: "n1"}, log: slog.New(slog.DiscardHandler)}
+	m.loop.init()
+	m.act = newActuator(m)
+	defer func() {
+		for _, e := range m.pools.all() {
+			e.frames.close()
+		}
+	}()
+	lb := func(tenant, name, pool, addr string) *pb.LoadBalancer {
+		return &pb.LoadBalancer{Name: name, Tenant: tenant, Vip: &pb.VIPRequest{Pool: pool}, Status: &pb.LoadBalancerStatus{Address: addr}}
+	}
+	d := desiredState([]*pb.Object{
+		api.Wrap(&pb.VIPPool{Name: "a-private", Cidrs: []string{"10.0.0.100/32"}, Mode: ModeARP, Attachment: "a"}),
+		api.Wrap(&pb.VIPPool{Name: "b-private", Cidrs: []string{"10.0.0.100/32"}, Mode: ModeARP, Attachment: "b"}),
+		api.Wrap(&pb.VIPPool{Name: "a-bgp", Cidrs: []string{"10.0.0.101/32"}, Mode: ModeBGP, Attachment: "a"}),
+		api.Wrap(&pb.VIPPool{Name: "b-bgp", Cidrs: []string{"10.0.0.101/32"}, Mode: ModeBGP, Attachment: "b"}),
+		api.Wrap(lb("a", "web", "a-private", "10.0.0.100")), api.Wrap(lb("b", "web", "b-private", "10.0.0.100")),
+		api.Wrap(lb("a", "api", "a-bgp", "10.0.0.101")), api.Wrap(lb("b", "api", "b-bgp", "10.0.0.101")),
+	})
+	m.loop.want = &d
+	vip, vipBGP := netip.MustParseAddr("10.0.0.100"), netip.MustParseAddr("10.0.0.101")
+	m.checkPoolIfaces()
+	// The data plane serves b's load balancers (a's listeners live in its
+	// namespace, which is missing).
+	m.ready, m.haveReady, m.readyAll = map[string]string{"b/web": "", "b/api": "", "a/web": "no namespace", "a/api": "no namespace"}, true, true
+	m.takeReadiness(nil)
+	rd := &m.loop.ready
+	downA := "tenant a's attachment, which carries this VIP, is not up on this host (no namespace teapot-att-a)"
+	if why := rd.notReady[vip]; why != "" || rd.unserved[vip]["a"] != downA || len(rd.unserved[vip]) != 1 {
+		t.Fatalf("readiness of the arp VIP: not ready %q, unserved %q; want ready for b, a unserved", why, rd.unserved[vip])
+	}
+	if !slices.Equal(rd.arpNotReady, []netip.Addr{vip}) || !slices.Equal(rd.arpPartly, []netip.Addr{vip}) {
+		t.Fatalf("heartbeats: not ready %v, partly %v; want %s in both", rd.arpNotReady, rd.arpPartly, vip)
+	}
+
+	me := self{ID: "n1", NotReady: rd.notReady, Partly: rd.unserved}
+	partly := hostView{Eligible: true, Direct: true, Holdings: true, NotReady: map[netip.Addr]bool{vip: true}, Partly: map[netip.Addr]bool{vip: true}}
+	full := hostView{Eligible: true, Direct: true, Holdings: true}
+	now := time.Now()
+	vs, _ := d.vip(vip)
+
+	// Every host carries it for b only: the ranking among them.
+	m.loop.ranks[vip] = []string{"n1", "n2", "n3"}
+	v := view{Alive: map[string]hostView{"n2": partly, "n3": partly}, Quorum: true}
+	tg, hold := m.decideOne(vs, now, v, me, me, me)
+	if !hold {
+		t.Fatalf("not held though it ranks first among the hosts that carry it for b: %q", m.loop.records[vip].reason)
+	}
+	if ps := tg.places(); len(ps) != 1 || ps[0].ns != pbPath {
+		t.Fatalf("places %+v, want b's device alone", ps)
+	}
+	r := m.loop.records[vip]
+	if !strings.Contains(r.reason, "for tenant b only") || !strings.Contains(r.reason, downA) {
+		t.Errorf("reason %q: want it held for b only, and why not for a", r.reason)
+	}
+	if h := r.holding(vip); h.GetState() != "holding" || h.GetUnservedTenants()["a"] != downA || len(h.GetUnservedTenants()) != 1 {
+		t.Errorf("status %+v: want holding, a unserved", h)
+	}
+	m.act.set(map[netip.Addr]target{vip: tg}, d.Ranges)
+	m.act.converge(now)
+	if errs := m.act.errors(); len(errs) != 0 {
+		t.Fatalf("errors: %v", errs)
+	}
+	if got, _ := tg.iface.hostAddrs(); !got[vip] {
+		t.Fatalf("b's device: %v, want %s", got, vip)
+	}
+
+	// A host that carries it for both tenants is preferred, though it
+	// ranks lower.
+	v.Alive["n3"] = full
+	if _, hold := m.decideOne(vs, now, v, me, me, me); hold || m.loop.prev[vip] != "n3" {
+		t.Errorf("with n3 carrying it for both: held %t, holder %q; want n3", hold, m.loop.prev[vip])
+	}
+	// Among the hosts that carry it for b, the ranking.
+	m.loop.ranks[vip] = []string{"n2", "n1", "n3"}
+	v.Alive["n3"] = partly
+	if _, hold := m.decideOne(vs, now, v, me, me, me); hold || m.loop.prev[vip] != "n2" {
+		t.Errorf("n2 first: held %t, holder %q; want n2", hold, m.loop.prev[vip])
+	}
+	if r := m.loop.records[vip]; !strings.Contains(r.reason, downA) || r.holding(vip).GetUnservedTenants()["a"] != downA {
+		t.Errorf("a host that does not hold it: reason %q, status %+v; want a named as not served here", r.reason, r.holding(vip))
+	}
+
+	// The bgp VIP: announced to b's speakers alone, on b's device.
+	vb, _ := d.vip(vipBGP)
+	tb, hold := m.decideOne(vb, now, view{Alive: map[string]hostView{}, Quorum: true}, me, me, me)
+	if !hold || !slices.Equal(tb.route.Spaces, []string{"b"}) || len(tb.places()) != 1 || tb.iface.ns != pbPath {
+		t.Fatalf("the bgp VIP: held %t, %+v; want announced to b alone, on b's device", hold, tb)
+	}
+	if r := m.loop.records[vipBGP]; !strings.Contains(r.reason, "announced to the speakers of tenant b from") || !strings.Contains(r.reason, downA) {
+		t.Errorf("the bgp VIP's reason %q", r.reason)
+	}
+	m.act.change(map[netip.Addr]*target{vipBGP: &tb}, d.Ranges)
+	m.act.converge(now)
+	if !slices.Equal(rec.announced[vipBGP], []string{"b"}) {
+		t.Fatalf("announced %v, want %s to b alone", rec.announced, vipBGP)
+	}
+	if errs := m.act.errors(); len(errs) != 0 {
+		t.Fatalf("errors: %v", errs)
 	}
 }

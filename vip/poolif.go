@@ -121,21 +121,36 @@ func (m *Manager) arpIface(pool string) *iface {
 
 // arpTarget is where an arp VIP lives: the interface of its pool, or for
 // a VIP of pools in tenants' attachments the device in each of those
-// tenants' namespaces (vs.Spaces).
-func (m *Manager) arpTarget(vs vipSpec) target {
+// tenants' namespaces (vs.Spaces) but those of the tenants in unserved
+// (their attachment is not up here).
+func (m *Manager) arpTarget(vs vipSpec, unserved map[string]string) target {
 	if len(vs.Spaces) == 0 {
 		return target{mode: ModeARP, iface: m.arpIface(vs.Pool)}
 	}
 	t := target{mode: ModeARP}
-	for i, tenant := range vs.Spaces {
+	for _, tenant := range servedSpaces(vs.Spaces, unserved) {
 		f := m.pools.getIn(AttachmentDevice, m.attachmentNS(tenant)).f
-		if i == 0 {
+		if t.iface == nil {
 			t.iface = f
 		} else {
 			t.more = append(t.more, f)
 		}
 	}
 	return t
+}
+
+// servedSpaces returns the tenants of spaces not in unserved.
+func servedSpaces(spaces []string, unserved map[string]string) []string {
+	if len(unserved) == 0 {
+		return spaces
+	}
+	var out []string
+	for _, t := range spaces {
+		if _, ok := unserved[t]; !ok {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 // senderOf returns what sends the announcements on f.
@@ -241,18 +256,23 @@ func (m *Manager) attachmentProblem(tenant string) string {
 }
 
 // why says why this host cannot serve vs ("" when it can): the interface
-// of its pool (each tenant's attachment that carries it), then the data
-// plane's readiness.
-func (rd *readiness) why(vs vipSpec) string {
+// of its pool, or for a VIP that several tenants' attachments carry, all
+// of them (attachmentsStanding), then the data plane's readiness. When it
+// can, unserved says, by tenant, why it does not carry the address for
+// the tenants whose attachment is not up here (nil: it carries it for
+// all).
+func (rd *readiness) why(vs vipSpec) (why string, unserved map[string]string) {
 	if vs.Mode == ModeARP || vs.Mode == ModeBGP {
-		if p := rd.ifProblems[vs.Pool]; p != "" {
-			return p
-		}
-		for _, t := range vs.Spaces {
-			if p := rd.attProblems[t]; p != "" {
-				return p
+		if len(vs.Spaces) > 1 {
+			if why, unserved = attachmentsStanding(vs.Spaces, rd.attProblems); why != "" {
+				return why, nil
 			}
+		} else if p := rd.ifProblems[vs.Pool]; p != "" {
+			return p, nil
 		}
 	}
-	return notReady(vs, rd.ready, rd.have)
+	if why := notReady(vs, rd.ready, rd.have); why != "" {
+		return why, nil
+	}
+	return "", unserved
 }

@@ -58,10 +58,10 @@ func TestReadinessOfPoolIface(t *testing.T) {
 		ifProblems: map[string]string{"private": "interface eth1 of pool private does not exist on this host"}}
 	pub := vipSpec{Mode: ModeARP, Pool: "public", LBs: []string{"acme/a"}}
 	priv := vipSpec{Mode: ModeARP, Pool: "private", LBs: []string{"acme/b"}}
-	if why := rd.why(pub); why != "" {
+	if why, _ := rd.why(pub); why != "" {
 		t.Fatalf("public: %q", why)
 	}
-	if why := rd.why(priv); why != "interface eth1 of pool private does not exist on this host" {
+	if why, _ := rd.why(priv); why != "interface eth1 of pool private does not exist on this host" {
 		t.Fatalf("private: %q", why)
 	}
 }

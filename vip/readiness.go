@@ -23,10 +23,16 @@ type readiness struct {
 	want   *desired
 	vipsOf map[string][]netip.Addr
 	// notReady says why this host cannot serve each VIP it cannot serve;
-	// arpNotReady lists the arp ones, sorted. The slice is never changed
-	// once built: the heartbeat plan shares it.
+	// unserved says, for each VIP it can serve for some of the tenants
+	// that share it only, why not for the others, by tenant (readiness.why).
+	// arpNotReady lists the arp VIPs of either, sorted, and arpPartly
+	// those of unserved: the heartbeats' not-ready and partly ready
+	// addresses. The slices are never changed once built: the heartbeat
+	// plan shares them.
 	notReady    map[netip.Addr]string
+	unserved    map[netip.Addr]map[string]string
 	arpNotReady []netip.Addr
+	arpPartly   []netip.Addr
 	// full counts the whole recomputations; changed holds the VIPs
 	// whose readiness was recomputed since the last whole one, until
 	// rebalanceWindows has looked at them.
@@ -88,7 +94,7 @@ func (m *Manager) takeReadiness(delta map[netip.Addr]bool) bool {
 
 	switch {
 	case st.want == nil:
-		rd.want, rd.vipsOf, rd.notReady, rd.arpNotReady = nil, nil, map[netip.Addr]string{}, nil
+		rd.want, rd.vipsOf, rd.notReady, rd.unserved, rd.arpNotReady, rd.arpPartly = nil, nil, map[netip.Addr]string{}, map[netip.Addr]map[string]string{}, nil, nil
 		return all
 	case all:
 		rd.recompute(st.want)
@@ -117,11 +123,12 @@ func (m *Manager) takeReadiness(delta map[netip.Addr]bool) bool {
 				rd.vipsOf[lb] = append(rd.vipsOf[lb], a)
 			}
 		}
-		if had && old.Mode == ModeARP && rd.notReady[a] != "" {
+		if had && old.Mode == ModeARP && (rd.notReady[a] != "" || rd.unserved[a] != nil) {
 			arpChanged = true
 		}
 		if !has {
 			delete(rd.notReady, a)
+			delete(rd.unserved, a)
 			delete(rd.changed, a)
 			continue
 		}
@@ -138,8 +145,8 @@ func (m *Manager) takeReadiness(delta map[netip.Addr]bool) bool {
 		st.pending[a] = true
 		rd.changed[a] = true
 		rd.examined++
-		why := rd.why(vs)
-		if why == rd.notReady[a] {
+		why, unserved := rd.why(vs)
+		if why == rd.notReady[a] && maps.Equal(unserved, rd.unserved[a]) {
 			continue
 		}
 		if why == "" {
@@ -147,30 +154,42 @@ func (m *Manager) takeReadiness(delta map[netip.Addr]bool) bool {
 		} else {
 			rd.notReady[a] = why
 		}
+		if unserved == nil {
+			delete(rd.unserved, a)
+		} else {
+			rd.unserved[a] = unserved
+		}
 		if vs.Mode == ModeARP {
 			arpChanged = true
 		}
 	}
 	if arpChanged {
-		// A new slice: the one in the heartbeat plan stays as it is.
-		var out []netip.Addr
-		for _, a := range rd.arpNotReady {
-			if rd.notReady[a] != "" {
-				out = append(out, a)
-			}
-		}
-		for a := range seen {
-			vs, _ := st.want.vip(a)
-			if vs.Mode != ModeARP || rd.notReady[a] == "" {
-				continue
-			}
-			if j, found := slices.BinarySearchFunc(out, a, netip.Addr.Compare); !found {
-				out = slices.Insert(out, j, a)
-			}
-		}
-		rd.arpNotReady = out
+		// New slices: those in the heartbeat plan stay as they are.
+		rd.arpNotReady = rd.arpList(rd.arpNotReady, seen, func(a netip.Addr) bool { return rd.notReady[a] != "" || rd.unserved[a] != nil })
+		rd.arpPartly = rd.arpList(rd.arpPartly, seen, func(a netip.Addr) bool { return rd.unserved[a] != nil })
 	}
 	return true
+}
+
+// arpList returns a new sorted list of the addresses of old and of the
+// arp VIPs of seen for which in holds.
+func (rd *readiness) arpList(old []netip.Addr, seen map[netip.Addr]bool, in func(netip.Addr) bool) []netip.Addr {
+	var out []netip.Addr
+	for _, a := range old {
+		if in(a) {
+			out = append(out, a)
+		}
+	}
+	for a := range seen {
+		vs, _ := rd.want.vip(a)
+		if vs.Mode != ModeARP || !in(a) {
+			continue
+		}
+		if j, found := slices.BinarySearchFunc(out, a, netip.Addr.Compare); !found {
+			out = slices.Insert(out, j, a)
+		}
+	}
+	return out
 }
 
 // recompute derives everything from want and the readiness.
@@ -180,21 +199,31 @@ func (rd *readiness) recompute(want *desired) {
 	rd.changed = map[netip.Addr]bool{}
 	rd.vipsOf = make(map[string][]netip.Addr, want.VIPs.Len())
 	rd.notReady = map[netip.Addr]string{}
-	var arp []netip.Addr
+	rd.unserved = map[netip.Addr]map[string]string{}
+	var arp, partly []netip.Addr
 	for vs := range want.VIPs.All() {
 		for _, lb := range vs.LBs {
 			rd.vipsOf[lb] = append(rd.vipsOf[lb], vs.Addr)
 		}
 		rd.examined++
-		if why := rd.why(vs); why != "" {
+		why, unserved := rd.why(vs)
+		switch {
+		case why != "":
 			rd.notReady[vs.Addr] = why
+		case unserved != nil:
+			rd.unserved[vs.Addr] = unserved
 			if vs.Mode == ModeARP {
-				arp = append(arp, vs.Addr)
+				partly = append(partly, vs.Addr)
 			}
+		default:
+			continue
+		}
+		if vs.Mode == ModeARP {
+			arp = append(arp, vs.Addr)
 		}
 	}
-	// want.VIPs is sorted by address, and so is arp.
-	rd.arpNotReady = arp
+	// want.VIPs is sorted by address, and so are arp and partly.
+	rd.arpNotReady, rd.arpPartly = arp, partly
 }
 
 // rebalanceWindows returns the arp VIPs whose rebalance window is open

@@ -18,7 +18,8 @@ import (
 //	| sightings u8, each: id (u8 length, bytes), age in µs u32, flags u8
 //	| not-ready addresses u16, each: 4 or 16 (u8), address bytes
 //	[ | held addresses u16, each: 4 or 16 (u8), address bytes
-//	  | sightings u8, each: time heard without a gap in µs u32 ]
+//	  | sightings u8, each: time heard without a gap in µs u32
+//	  [ | partly ready addresses u16, each: 4 or 16 (u8), address bytes ] ]
 //	| HMAC-SHA256 of everything before, truncated to 16 bytes
 //
 // Flags of the heartbeat: eligible (1), leaving (2), not ready for any
@@ -28,7 +29,12 @@ import (
 // (16): the sender keeps the arp VIPs it holds while its clients are
 // handed over and takes no other, or, without eligible, has handed them
 // over and lets its VIPs go (a host of an earlier version ignores it and
-// reads only eligible, as every version before did). Flags of a
+// reads only eligible, as every version before did), partly (32): the
+// sender reads the inner brackets, sent only to a peer that sets it after
+// the held part: the not-ready addresses the sender can carry for some of
+// the tenants that share them (their attachments up here, not every
+// one's). Such an address stays in the not-ready list, so that a host of
+// an earlier version takes the sender for not ready, as it did. Flags of a
 // sighting: eligible (1), settled (2): the sender has heard the peer for
 // the whole settling time.
 
@@ -41,6 +47,7 @@ const (
 	flagNotReady = 1 << 2
 	flagHoldings = 1 << 3
 	flagHandover = 1 << 4
+	flagPartly   = 1 << 5
 	flagSettled  = 1 << 1 // of a sighting
 )
 
@@ -79,12 +86,21 @@ type heartbeat struct {
 	Holding  []netip.Addr
 	// HoldingSent: the datagram carried the held addresses.
 	HoldingSent bool
-	// NotReady lists the addresses the sender cannot serve.
+	// NotReady lists the addresses the sender cannot serve (for every
+	// tenant that shares them).
 	NotReady []netip.Addr
+	// ReadsPartly: the sender sets flagPartly (every host of this
+	// version does); Partly lists the addresses of NotReady that it can
+	// carry for some of the tenants sharing them, sent only with the held
+	// part, to peers that set it; PartlySent: the datagram carried them.
+	ReadsPartly bool
+	Partly      []netip.Addr
+	PartlySent  bool
 }
 
 // marshal encodes hb and signs it with key; the held addresses go in
-// only with withHolding (for a peer that reads them). A not-ready list
+// only with withHolding (for a peer that reads them), and after them the
+// partly ready addresses when hb.PartlySent. A not-ready list
 // that does not fit in one datagram becomes NotReadyAll; held addresses
 // that do not fit are left out, so that the peer falls back to the
 // ranking alone.
@@ -92,14 +108,16 @@ func (hb *heartbeat) marshal(key []byte, withHolding bool) ([]byte, error) {
 	if len(hb.ID) == 0 || len(hb.ID) > math.MaxUint8 {
 		return nil, fmt.Errorf("%w: node id must be 1 to 255 bytes", errBadHeartbeat)
 	}
-	b := hb.appendTo(make([]byte, 0, 64+len(hb.Sightings)*20+len(hb.NotReady)*5+len(hb.Holding)*5), withHolding)
+	b := hb.appendTo(make([]byte, 0, 64+len(hb.Sightings)*20+len(hb.NotReady)*5+len(hb.Holding)*5+len(hb.Partly)*5), withHolding, withHolding && hb.PartlySent)
 	return append(b, sign(key, b)...), nil
 }
 
-// appendTo appends the unsigned datagram to b. It allocates nothing when
-// b has room for it (maxDatagram), so that the heartbeat thread can send
-// without producing garbage.
-func (hb *heartbeat) appendTo(b []byte, withHolding bool) []byte {
+// appendTo appends the unsigned datagram to b, with the held part for a
+// peer that reads it (withHolding) and after that the partly ready
+// addresses (withPartly). It allocates nothing when b has room for it
+// (maxDatagram), so that the heartbeat thread can send without producing
+// garbage. A part that does not fit is left out.
+func (hb *heartbeat) appendTo(b []byte, withHolding, withPartly bool) []byte {
 	start := len(b)
 	b = append(b, wireMagic[:]...)
 	b = append(b, wireVersion, 0)
@@ -157,6 +175,13 @@ func (hb *heartbeat) appendTo(b []byte, withHolding bool) []byte {
 					b = binary.BigEndian.AppendUint32(b, micros(s.AliveFor))
 				}
 			}
+			size := len(b) - start + 2 + macSize
+			for _, a := range hb.Partly {
+				size += 1 + a.BitLen()/8
+			}
+			if withPartly && size <= maxDatagram && !notReadyAll {
+				b = appendAddrs(b, hb.Partly)
+			}
 		}
 	}
 	var f byte
@@ -171,6 +196,9 @@ func (hb *heartbeat) appendTo(b []byte, withHolding bool) []byte {
 	}
 	if hb.Handover {
 		f |= flagHandover
+	}
+	if hb.ReadsPartly {
+		f |= flagPartly
 	}
 	if notReadyAll {
 		f |= flagNotReady
@@ -241,6 +269,7 @@ func parseHeartbeat(b, key []byte) (*heartbeat, error) {
 		Handover:    flags&flagHandover != 0,
 		NotReadyAll: flags&flagNotReady != 0,
 		Holdings:    flags&flagHoldings != 0,
+		ReadsPartly: flags&flagPartly != 0,
 	}
 	hb.ID = r.str()
 	for range int(r.u8()) {
@@ -269,6 +298,14 @@ func parseHeartbeat(b, key []byte) (*heartbeat, error) {
 		}
 		for i := range hb.Sightings {
 			hb.Sightings[i].AliveFor = time.Duration(r.u32()) * time.Microsecond
+		}
+		// The partly ready addresses follow when there are bytes left
+		// (sent only to hosts that read them).
+		if len(r.b) > 0 && !r.err {
+			hb.PartlySent = true
+			if hb.Partly, ok = r.addrs(); !ok {
+				return bad("address length must be 4 or 16")
+			}
 		}
 	}
 	if r.err {

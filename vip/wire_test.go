@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/netip"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -40,6 +41,11 @@ func TestHeartbeatRoundTrip(t *testing.T) {
 			heartbeat{ID: "n2", Holdings: true}},
 		{"sub-microsecond ages are truncated", heartbeat{ID: "n1", Sightings: []sighting{{ID: "n2", Age: 1500 * time.Nanosecond}}},
 			heartbeat{ID: "n1", Sightings: []sighting{{ID: "n2", Age: time.Microsecond}}}},
+		{"partly ready addresses", heartbeat{ID: "n2", Holdings: true, HoldingSent: true, ReadsPartly: true, PartlySent: true,
+			NotReady: []netip.Addr{netip.MustParseAddr("10.0.0.100"), netip.MustParseAddr("10.0.0.101")},
+			Partly:   []netip.Addr{netip.MustParseAddr("10.0.0.100")}}, heartbeat{}},
+		{"partly ready addresses that do not fit are left out", heartbeat{ID: "n2", Holdings: true, HoldingSent: true, ReadsPartly: true, PartlySent: true,
+			Partly: manyAddrs(maxDatagram / 17)}, heartbeat{ID: "n2", Holdings: true, HoldingSent: true, ReadsPartly: true}},
 		{"a list that does not fit becomes not-ready-for-all", heartbeat{ID: "n1", NotReady: manyAddrs(maxDatagram / 17)},
 			heartbeat{ID: "n1", NotReadyAll: true}},
 	}
@@ -98,7 +104,8 @@ func TestHeartbeatRejects(t *testing.T) {
 		{"future version", func() []byte { b := append([]byte{}, good...); b[4] = 9; return resign(b) }(), testKey, "version 9"},
 		{"truncated", signed(body[:len(body)-2]), testKey, ""},
 		{"times heard that do not match", signed(append(append([]byte{}, body...), 0, 0, 2)), testKey, "do not match"},
-		{"trailing bytes after the held addresses", signed(append(append([]byte{}, body...), 0, 0, 0, 9)), testKey, "trailing bytes"},
+		{"trailing bytes after the partly ready addresses", signed(append(append([]byte{}, body...), 0, 0, 0, 0, 0, 9)), testKey, "trailing bytes"},
+		{"a partly ready address of another length", signed(append(append([]byte{}, body...), 0, 0, 0, 0, 1, 5, 1, 2, 3, 4, 5)), testKey, "4 or 16"},
 		{"too long", signed(make([]byte, maxDatagram)), testKey, "too long"},
 	}
 	for _, tt := range tests {
@@ -174,5 +181,23 @@ func TestArrivalUsesTheKernelStamp(t *testing.T) {
 				t.Errorf("arrival is %s before the read, want %s", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestHeldPartWithoutPartlyReadyAddresses: the held part as a host of the
+// previous version sends it (no partly ready addresses after it) is read,
+// with none; a peer that does not read them is not sent them.
+func TestHeldPartWithoutPartlyReadyAddresses(t *testing.T) {
+	a := netip.MustParseAddr("10.0.0.100")
+	hb := heartbeat{ID: "n2", Holdings: true, Holding: []netip.Addr{a}, NotReady: []netip.Addr{a}, Partly: []netip.Addr{a}}
+	for _, withPartly := range []bool{false, true} {
+		b := hb.appendTo(nil, true, withPartly)
+		got, err := parseHeartbeat(append(b, sign(testKey, b)...), testKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !got.HoldingSent || !slices.Equal(got.Holding, hb.Holding) || got.PartlySent != withPartly || (len(got.Partly) == 1) != withPartly {
+			t.Errorf("with partly %t: %+v", withPartly, got)
+		}
 	}
 }

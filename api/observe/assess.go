@@ -28,7 +28,9 @@ func Held(state string) bool { return state == "holding" || state == "announcing
 //   - Pending: no address yet, or no host serves the revision that wrote it.
 //   - Refused: every host that answered refused it (its data plane reports
 //     problems and opens none of its listeners).
-//   - Failing: no host holds its VIP while hosts report it, none of its
+//   - Failing: no host holds its VIP while hosts report it (for its
+//     tenant: a host that holds an address several tenants' attachments
+//     carry, without this tenant's attachment up, does not), none of its
 //     listeners is bound anywhere, or no member is healthy on any host.
 //     A member is not healthy when its active check says down, or when
 //     what clients get says Failing (JudgePassive) on a host and no host
@@ -62,6 +64,9 @@ func Assess(lb *pb.LoadBalancer, hosts []*pb.HostObservation) *pb.ObservedStatus
 	passiveDown := passiveDownMembers(name, hosts)
 	var reachable, refused, pending, unbound, noMember, serving int
 	vipReported := false
+	// unserved: a host holds the VIP for other tenants sharing it, not
+	// for this one (VIPHolding.unserved_tenants).
+	unserved := false
 	var released []string
 	// Per VIP of a dual-stack load balancer: reported by some host, and
 	// held by one.
@@ -78,7 +83,10 @@ func Assess(lb *pb.LoadBalancer, hosts []*pb.HostObservation) *pb.ObservedStatus
 			}
 			vipReported = true
 			vipSeen[v.GetAddress()] = true
-			if Held(v.GetState()) {
+			if why, ok := v.GetUnservedTenants()[lb.GetTenant()]; ok && Held(v.GetState()) {
+				unserved = true
+				released = append(released, id+": holds it for the other tenants that share it, not for "+lb.GetTenant()+": "+why)
+			} else if Held(v.GetState()) {
 				vipHeld[v.GetAddress()] = true
 				if !slices.Contains(out.HeldBy, id) {
 					out.HeldBy = append(out.HeldBy, id)
@@ -199,6 +207,9 @@ func Assess(lb *pb.LoadBalancer, hosts []*pb.HostObservation) *pb.ObservedStatus
 	case vipReported && len(out.HeldBy) == 0:
 		out.Phase = Failing
 		out.Reason = "no host holds VIP " + addr
+		if unserved {
+			out.Reason += " for tenant " + lb.GetTenant() + ", which shares the address with other tenants: no host that holds it has the tenant's attachment up"
+		}
 		if len(released) > 0 {
 			slices.Sort(released)
 			out.Reason += " (" + strings.Join(released, "; ") + ")"

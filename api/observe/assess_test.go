@@ -82,6 +82,25 @@ func TestAssess(t *testing.T) {
 	if got := Assess(dual, []*pb.HostObservation{h1}); got.Phase != Serving || strings.Join(got.HeldBy, ",") != "n1" {
 		t.Errorf("dual stack, both held: %s %q held by %v", got.Phase, got.Reason, got.HeldBy)
 	}
+	// An address several tenants' attachments carry, held for another
+	// tenant only: not held for this one, and the reason says why.
+	down := "tenant acme's attachment, which carries this VIP, is not up on this host (no namespace teapot-att-acme)"
+	shared := func(id, state string, unserved bool) *pb.HostObservation {
+		h := host(id, true, []bool{true}, state)
+		if unserved {
+			h.Vips[0].UnservedTenants = map[string]string{"acme": down}
+		}
+		return h
+	}
+	got := Assess(assessLB(), []*pb.HostObservation{shared("n1", "holding", true), shared("n2", "released", true)})
+	if got.Phase != Failing || len(got.HeldBy) != 0 ||
+		!strings.Contains(got.Reason, "no host holds VIP 192.0.2.10 for tenant acme, which shares the address with other tenants: no host that holds it has the tenant's attachment up") ||
+		!strings.Contains(got.Reason, "n1: holds it for the other tenants that share it, not for acme: "+down) {
+		t.Errorf("held for another tenant only: %s %q held by %v", got.Phase, got.Reason, got.HeldBy)
+	}
+	if got := Assess(assessLB(), []*pb.HostObservation{shared("n1", "released", true), shared("n2", "holding", false)}); got.Phase != Serving || strings.Join(got.HeldBy, ",") != "n2" {
+		t.Errorf("held for this tenant by n2: %s %q held by %v", got.Phase, got.Reason, got.HeldBy)
+	}
 	held := Assess(assessLB(), []*pb.HostObservation{host("n2", true, []bool{true}, "announcing"), host("n1", true, []bool{true}, "announcing")})
 	if strings.Join(held.HeldBy, ",") != "n1,n2" {
 		t.Errorf("held by %v", held.HeldBy)

@@ -2793,8 +2793,14 @@ type VIPHolding struct {
 	Reason string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
 	// Load balancers using the address ("tenant/name").
 	LoadBalancers []string `protobuf:"bytes,6,rep,name=load_balancers,json=loadBalancers,proto3" json:"load_balancers,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// For an address that several tenants' attachments carry (each with a
+	// private VIP of it): the tenants whose attachment is not up on this
+	// host, with why. Whatever the state, the host does not carry the
+	// address for them (not on their device, not announced to their
+	// speakers); it does for the others.
+	UnservedTenants map[string]string `protobuf:"bytes,7,rep,name=unserved_tenants,json=unservedTenants,proto3" json:"unserved_tenants,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *VIPHolding) Reset() {
@@ -2865,6 +2871,13 @@ func (x *VIPHolding) GetReason() string {
 func (x *VIPHolding) GetLoadBalancers() []string {
 	if x != nil {
 		return x.LoadBalancers
+	}
+	return nil
+}
+
+func (x *VIPHolding) GetUnservedTenants() map[string]string {
+	if x != nil {
+		return x.UnservedTenants
 	}
 	return nil
 }
@@ -3242,7 +3255,7 @@ const file_teapotv1_observe_proto_rawDesc = "" +
 	"\vunreachable\x18\x03 \x03(\tR\vunreachable\x1a9\n" +
 	"\vCursorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\xc1\x01\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\xdc\x02\n" +
 	"\n" +
 	"VIPHolding\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x12\n" +
@@ -3250,7 +3263,11 @@ const file_teapotv1_observe_proto_rawDesc = "" +
 	"\x05state\x18\x03 \x01(\tR\x05state\x120\n" +
 	"\x05since\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x16\n" +
 	"\x06reason\x18\x05 \x01(\tR\x06reason\x12%\n" +
-	"\x0eload_balancers\x18\x06 \x03(\tR\rloadBalancers\"\xdf\x01\n" +
+	"\x0eload_balancers\x18\x06 \x03(\tR\rloadBalancers\x12U\n" +
+	"\x10unserved_tenants\x18\a \x03(\v2*.teapot.v1.VIPHolding.UnservedTenantsEntryR\x0funservedTenants\x1aB\n" +
+	"\x14UnservedTenantsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xdf\x01\n" +
 	"\x1bTenantAttachmentObservation\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x14\n" +
@@ -3272,7 +3289,7 @@ func file_teapotv1_observe_proto_rawDescGZIP() []byte {
 	return file_teapotv1_observe_proto_rawDescData
 }
 
-var file_teapotv1_observe_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_teapotv1_observe_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_teapotv1_observe_proto_goTypes = []any{
 	(*ObserveRequest)(nil),              // 0: teapot.v1.ObserveRequest
 	(*ObserveResponse)(nil),             // 1: teapot.v1.ObserveResponse
@@ -3306,13 +3323,14 @@ var file_teapotv1_observe_proto_goTypes = []any{
 	nil,                                 // 29: teapot.v1.TrafficObservation.RequestsEntry
 	nil,                                 // 30: teapot.v1.EventsRequest.AfterEntry
 	nil,                                 // 31: teapot.v1.EventsResponse.CursorEntry
-	(*timestamppb.Timestamp)(nil),       // 32: google.protobuf.Timestamp
+	nil,                                 // 32: teapot.v1.VIPHolding.UnservedTenantsEntry
+	(*timestamppb.Timestamp)(nil),       // 33: google.protobuf.Timestamp
 }
 var file_teapotv1_observe_proto_depIdxs = []int32{
 	28, // 0: teapot.v1.ObserveRequest.events_after:type_name -> teapot.v1.ObserveRequest.EventsAfterEntry
 	2,  // 1: teapot.v1.ObserveResponse.hosts:type_name -> teapot.v1.HostObservation
-	32, // 2: teapot.v1.ObserveResponse.time:type_name -> google.protobuf.Timestamp
-	32, // 3: teapot.v1.HostObservation.time:type_name -> google.protobuf.Timestamp
+	33, // 2: teapot.v1.ObserveResponse.time:type_name -> google.protobuf.Timestamp
+	33, // 3: teapot.v1.HostObservation.time:type_name -> google.protobuf.Timestamp
 	15, // 4: teapot.v1.HostObservation.listeners:type_name -> teapot.v1.ListenerObservation
 	16, // 5: teapot.v1.HostObservation.pools:type_name -> teapot.v1.PoolObservation
 	26, // 6: teapot.v1.HostObservation.vips:type_name -> teapot.v1.VIPHolding
@@ -3328,44 +3346,45 @@ var file_teapotv1_observe_proto_depIdxs = []int32{
 	12, // 16: teapot.v1.HostObservation.dns_names:type_name -> teapot.v1.DNSNameObservation
 	13, // 17: teapot.v1.HostObservation.dns_zones:type_name -> teapot.v1.DNSZoneObservation
 	4,  // 18: teapot.v1.HistorySeries.points:type_name -> teapot.v1.HistoryPoint
-	32, // 19: teapot.v1.HistoryPoint.time:type_name -> google.protobuf.Timestamp
-	32, // 20: teapot.v1.HostResources.time:type_name -> google.protobuf.Timestamp
+	33, // 19: teapot.v1.HistoryPoint.time:type_name -> google.protobuf.Timestamp
+	33, // 20: teapot.v1.HostResources.time:type_name -> google.protobuf.Timestamp
 	7,  // 21: teapot.v1.TenantUsage.cpu:type_name -> teapot.v1.TenantCPUObservation
-	32, // 22: teapot.v1.TenantCPUObservation.time:type_name -> google.protobuf.Timestamp
-	32, // 23: teapot.v1.MemberTraffic.time:type_name -> google.protobuf.Timestamp
+	33, // 22: teapot.v1.TenantCPUObservation.time:type_name -> google.protobuf.Timestamp
+	33, // 23: teapot.v1.MemberTraffic.time:type_name -> google.protobuf.Timestamp
 	10, // 24: teapot.v1.TenantBGPObservation.sessions:type_name -> teapot.v1.TenantBGPSession
 	11, // 25: teapot.v1.TenantBGPObservation.accepted:type_name -> teapot.v1.TenantRoute
 	11, // 26: teapot.v1.TenantBGPObservation.dropped:type_name -> teapot.v1.TenantRoute
-	32, // 27: teapot.v1.TenantBGPObservation.reannounce_since:type_name -> google.protobuf.Timestamp
+	33, // 27: teapot.v1.TenantBGPObservation.reannounce_since:type_name -> google.protobuf.Timestamp
 	11, // 28: teapot.v1.TenantBGPObservation.announced:type_name -> teapot.v1.TenantRoute
-	32, // 29: teapot.v1.TenantBGPObservation.announce_since:type_name -> google.protobuf.Timestamp
-	32, // 30: teapot.v1.TenantBGPSession.since:type_name -> google.protobuf.Timestamp
-	32, // 31: teapot.v1.TenantBGPSession.bfd_since:type_name -> google.protobuf.Timestamp
+	33, // 29: teapot.v1.TenantBGPObservation.announce_since:type_name -> google.protobuf.Timestamp
+	33, // 30: teapot.v1.TenantBGPSession.since:type_name -> google.protobuf.Timestamp
+	33, // 31: teapot.v1.TenantBGPSession.bfd_since:type_name -> google.protobuf.Timestamp
 	14, // 32: teapot.v1.DNSZoneObservation.push:type_name -> teapot.v1.DNSPushObservation
-	32, // 33: teapot.v1.DNSZoneObservation.rollover_started:type_name -> google.protobuf.Timestamp
-	32, // 34: teapot.v1.DNSZoneObservation.rollover_finish_after:type_name -> google.protobuf.Timestamp
-	32, // 35: teapot.v1.DNSPushObservation.last_success:type_name -> google.protobuf.Timestamp
-	32, // 36: teapot.v1.DNSPushObservation.last_error_at:type_name -> google.protobuf.Timestamp
-	32, // 37: teapot.v1.ListenerObservation.since:type_name -> google.protobuf.Timestamp
+	33, // 33: teapot.v1.DNSZoneObservation.rollover_started:type_name -> google.protobuf.Timestamp
+	33, // 34: teapot.v1.DNSZoneObservation.rollover_finish_after:type_name -> google.protobuf.Timestamp
+	33, // 35: teapot.v1.DNSPushObservation.last_success:type_name -> google.protobuf.Timestamp
+	33, // 36: teapot.v1.DNSPushObservation.last_error_at:type_name -> google.protobuf.Timestamp
+	33, // 37: teapot.v1.ListenerObservation.since:type_name -> google.protobuf.Timestamp
 	17, // 38: teapot.v1.PoolObservation.members:type_name -> teapot.v1.MemberObservation
-	32, // 39: teapot.v1.MemberObservation.last_check:type_name -> google.protobuf.Timestamp
+	33, // 39: teapot.v1.MemberObservation.last_check:type_name -> google.protobuf.Timestamp
 	18, // 40: teapot.v1.MemberObservation.passive:type_name -> teapot.v1.PassiveHealth
 	19, // 41: teapot.v1.PassiveHealth.failures:type_name -> teapot.v1.PassiveFailure
-	32, // 42: teapot.v1.CertificateObservation.not_after:type_name -> google.protobuf.Timestamp
+	33, // 42: teapot.v1.CertificateObservation.not_after:type_name -> google.protobuf.Timestamp
 	29, // 43: teapot.v1.TrafficObservation.requests:type_name -> teapot.v1.TrafficObservation.RequestsEntry
 	8,  // 44: teapot.v1.TrafficObservation.members:type_name -> teapot.v1.MemberTraffic
 	4,  // 45: teapot.v1.TrafficObservation.last:type_name -> teapot.v1.HistoryPoint
-	32, // 46: teapot.v1.Event.time:type_name -> google.protobuf.Timestamp
+	33, // 46: teapot.v1.Event.time:type_name -> google.protobuf.Timestamp
 	30, // 47: teapot.v1.EventsRequest.after:type_name -> teapot.v1.EventsRequest.AfterEntry
 	23, // 48: teapot.v1.EventsResponse.events:type_name -> teapot.v1.Event
 	31, // 49: teapot.v1.EventsResponse.cursor:type_name -> teapot.v1.EventsResponse.CursorEntry
-	32, // 50: teapot.v1.VIPHolding.since:type_name -> google.protobuf.Timestamp
-	32, // 51: teapot.v1.TenantAttachmentObservation.since:type_name -> google.protobuf.Timestamp
-	52, // [52:52] is the sub-list for method output_type
-	52, // [52:52] is the sub-list for method input_type
-	52, // [52:52] is the sub-list for extension type_name
-	52, // [52:52] is the sub-list for extension extendee
-	0,  // [0:52] is the sub-list for field type_name
+	33, // 50: teapot.v1.VIPHolding.since:type_name -> google.protobuf.Timestamp
+	32, // 51: teapot.v1.VIPHolding.unserved_tenants:type_name -> teapot.v1.VIPHolding.UnservedTenantsEntry
+	33, // 52: teapot.v1.TenantAttachmentObservation.since:type_name -> google.protobuf.Timestamp
+	53, // [53:53] is the sub-list for method output_type
+	53, // [53:53] is the sub-list for method input_type
+	53, // [53:53] is the sub-list for extension type_name
+	53, // [53:53] is the sub-list for extension extendee
+	0,  // [0:53] is the sub-list for field type_name
 }
 
 func init() { file_teapotv1_observe_proto_init() }
@@ -3379,7 +3398,7 @@ func file_teapotv1_observe_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_teapotv1_observe_proto_rawDesc), len(file_teapotv1_observe_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   32,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
