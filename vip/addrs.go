@@ -126,14 +126,22 @@ func (f iface) add(a netip.Addr) error {
 	return nil
 }
 
-// remove takes a off the interface; an address already gone is no error.
+// remove takes a off the interface; an address already gone is no error,
+// nor is an interface or a namespace that is gone (and the address with
+// it: a tenant's attachment taken down).
 func (f iface) remove(a netip.Addr) error {
 	h, done, err := f.handle()
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
 	if err != nil {
 		return err
 	}
 	defer done()
 	l, err := f.linkWith(h)
+	if errors.As(err, new(netlink.LinkNotFoundError)) {
+		return nil
+	}
 	if err != nil {
 		return err
 	}

@@ -744,3 +744,60 @@ func TestSharedVIPWithOneAttachmentDownEverywhere(t *testing.T) {
 		t.Fatalf("errors: %v", errs)
 	}
 }
+
+// TestSharedVIPLeavesAnAttachmentThatWentAway: a holder of an address two
+// tenants' attachments carry whose namespace for one of them goes away
+// keeps it for the other (no removal there) and reports no error: the
+// address left with the namespace.
+func TestSharedVIPLeavesAnAttachmentThatWentAway(t *testing.T) {
+	dir := t.TempDir()
+	pa := boundNetns(t, dir, api.AttachmentNamespace("a"))
+	pb2 := boundNetns(t, dir, api.AttachmentNamespace("b"))
+	rec := &tenantVIPsRec{announced: map[netip.Addr][]string{}}
+	m := &Manager{cfg: Config{NetnsDir: dir, TenantVIPs: rec}, log: slog.New(slog.DiscardHandler)}
+	m.act = newActuator(m)
+	defer func() {
+		for _, e := range m.pools.all() {
+			e.frames.close()
+		}
+	}()
+	fa := m.pools.getIn(AttachmentDevice, m.attachmentNS("a")).f
+	fb := m.pools.getIn(AttachmentDevice, m.attachmentNS("b")).f
+	vip, vipBGP := netip.MustParseAddr("10.0.0.100"), netip.MustParseAddr("10.0.0.101")
+	both := map[netip.Addr]target{
+		vip:    {mode: ModeARP, iface: fa, more: []*iface{fb}},
+		vipBGP: {mode: ModeBGP, iface: fa, more: []*iface{fb}, route: route{Addr: vipBGP, Spaces: []string{"a", "b"}}},
+	}
+	a := m.act
+	now := time.Now()
+	a.set(both, nil)
+	a.converge(now)
+	if errs := a.errors(); len(errs) != 0 {
+		t.Fatalf("errors: %v", errs)
+	}
+	removals := addrRemovals(t, pb2)
+	// a's attachment goes away on this host.
+	if err := unix.Unmount(pa, unix.MNT_DETACH); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(pa); err != nil {
+		t.Fatal(err)
+	}
+	a.set(map[netip.Addr]target{
+		vip:    {mode: ModeARP, iface: fb},
+		vipBGP: {mode: ModeBGP, iface: fb, route: route{Addr: vipBGP, Spaces: []string{"b"}}},
+	}, nil)
+	a.converge(now)
+	if errs := a.errors(); len(errs) != 0 {
+		t.Fatalf("errors after a's attachment went away: %v", errs)
+	}
+	if got, _ := fb.hostAddrs(); !got[vip] || !got[vipBGP] {
+		t.Fatalf("b's device: %v", got)
+	}
+	if n := removals(); n[vip] != 0 || n[vipBGP] != 0 || rec.lost["b"] != 0 || !slices.Equal(rec.announced[vipBGP], []string{"b"}) {
+		t.Fatalf("b: removals %v, route lost %d times, announced %v; want kept", n, rec.lost["b"], rec.announced)
+	}
+	if h := a.held[vip]; !h.samePlaces(target{iface: fb}) {
+		t.Fatalf("held %+v, want b's device alone", h)
+	}
+}
