@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/net/http2/hpack"
 )
 
 // respCase is a member response of TestResponseFieldsAcrossProtocols:
@@ -478,6 +480,58 @@ func TestTransportResponseConnectionBound(t *testing.T) {
 		}
 		if strings.Contains(got, "x-secret") || strings.Contains(got, "x-l") {
 			t.Errorf("%d tokens: client received a field the Connection field names:\n%s", tc.tokens, got)
+		}
+	}
+}
+
+// TestResponseFieldsViews gives responseFields one member head as each
+// codec presents it (HTTP/1.x offsets, decoded HTTP/2 fields with the
+// connection-specific ones a malformed HTTP/2 response carries, net/http
+// values) and wants the same fields from each.
+func TestResponseFieldsViews(t *testing.T) {
+	fields := [][2]string{
+		{"Content-Type", "text/plain"}, {"Connection", "X-Hop, close"}, {"X-Hop", "1"}, {"Keep-Alive", "timeout=5"},
+		{"Proxy-Connection", "keep-alive"}, {"Upgrade", "h2c"}, {"TE", "trailers"}, {"HTTP2-Settings", "AAAA"},
+		{"Proxy-Authenticate", "Basic"}, {"Alt-Svc", `h2=":8443"`}, {"Trailer", "X-Sum, Set-Cookie, X-Hop"},
+		{"X-App", "a"}, {"Set-Cookie", "sid=1"},
+	}
+	want := "alt-svc: h3=\":443\"\ncontent-type: text/plain\nset-cookie: sid=1\ntrailer: X-Sum\nx-app: a"
+	head := "HTTP/1.1 200 OK\r\n"
+	h2 := []hpack.HeaderField{{Name: ":status", Value: "200"}}
+	hdr := http.Header{}
+	for _, f := range fields {
+		head += f[0] + ": " + f[1] + "\r\n"
+		h2 = append(h2, hpack.HeaderField{Name: strings.ToLower(f[0]), Value: f[1]})
+		hdr.Add(f[0], f[1])
+	}
+	head += "Content-Length: 0\r\n\r\n"
+	var rh respHead
+	rh.reset()
+	if done, ok := rh.parse([]byte(head), 4096); !done || !ok {
+		t.Fatal("head does not parse")
+	}
+	for name, v := range map[string]fieldsView{
+		"http1":  {h1b: []byte(head), h1: &rh.headLines},
+		"http2":  {h2: h2},
+		"values": {hdr: hdr},
+	} {
+		out := http.Header{}
+		var rs respScratch
+		if !responseFields(v, `h3=":443"`, false, headerSink{out}, &rs) {
+			t.Fatalf("%s: refused", name)
+		}
+		var lines []string
+		for k, vv := range out {
+			if strings.EqualFold(k, "content-length") {
+				continue
+			}
+			for _, x := range vv {
+				lines = append(lines, strings.ToLower(k)+": "+x)
+			}
+		}
+		slices.Sort(lines)
+		if got := strings.Join(lines, "\n"); got != want {
+			t.Errorf("%s: client gets\n%s\nwant\n%s", name, got, want)
 		}
 	}
 }

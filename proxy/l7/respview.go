@@ -4,7 +4,6 @@ import (
 	"maps"
 	"net/http"
 	"slices"
-	"strings"
 )
 
 // The response side of the one form between the codecs: a member's
@@ -69,7 +68,7 @@ func responseFields(v fieldsView, altSvc string, keepTE bool, s fieldSink, rs *r
 			}
 		case hTrailer:
 			var all bool
-			rs.tr, all = keptTrailerNames(rs.tr[:0], f.value, rs.v.listed())
+			rs.tr, all = keptTrailerNames(rs.tr[:0], f.value, it.names)
 			if !all {
 				if len(rs.tr) > 0 {
 					rs.tf = viewField{name: f.name, value: rs.tr, kind: hTrailer}
@@ -112,15 +111,6 @@ func keptTrailerNames(dst, v, listed []byte) ([]byte, bool) {
 	return dst, all
 }
 
-// listed returns the names an HTTP/1.x head's Connection fields list
-// (connList.names), nil for other views.
-func (v *fieldsView) listed() []byte {
-	if v.h1 != nil {
-		return v.h1.conn.names
-	}
-	return nil
-}
-
 // respHeader fills h, a net/http writer's fields, with the fields of the
 // member's response resp that the client receives (responseFields), the
 // Trailer field naming the trailers resp announced that trailerKept
@@ -142,17 +132,15 @@ func respHeader(h http.Header, resp *http.Response) bool {
 }
 
 // connNames returns the names the Connection fields of net/http values
-// list, as connList.names holds them.
+// list, as connList.names holds them (at most maxConnTokens elements are
+// read).
 func connNames(h http.Header) []byte {
-	var names []byte
+	var it fieldIter
+	n := 0
 	for _, cv := range h["Connection"] {
-		for _, t := range strings.Split(cv, ",") {
-			if t = strings.TrimSpace(t); t != "" {
-				names = append(append(names, t...), ',')
-			}
-		}
+		it.addConn(cv, &n)
 	}
-	return names
+	return it.names
 }
 
 // filterRespTrailer deletes the fields of a member's response trailers

@@ -57,13 +57,15 @@ type fieldIter struct {
 	v    *fieldsView
 	i, j int
 	keys []string
-	// conn: the names the Connection fields of net/http values list,
-	// split once.
-	conn [][]byte
-	// over: the Connection fields of net/http values have more than
-	// maxConnTokens elements; the iterator then walks no field. (Only a
-	// member's response comes so: the HTTP/1.x parser refuses such a
-	// request, and HTTP/2 and HTTP/3 requests carry no Connection field.)
+	// names: the names the view's Connection fields list, each followed
+	// by a comma (connList.names; for HTTP/2 fields and net/http values
+	// split once here).
+	names []byte
+	// over: the Connection fields of HTTP/2 fields or net/http values
+	// have more than maxConnTokens elements; the iterator then walks no
+	// field. (Only a member's response comes so: the HTTP/1.x parser
+	// refuses such a request, and the HTTP/2 and HTTP/3 servers refuse
+	// requests with a Connection field.)
 	over bool
 	// runs: consecutive HTTP/1.x lines of kind hOther that the parser
 	// kept come as one field (the first line's name and value, ls and le
@@ -74,24 +76,45 @@ type fieldIter struct {
 // fields returns an iterator over the fields of v.
 func (v *fieldsView) fields() fieldIter {
 	it := fieldIter{v: v}
-	if v.hdr != nil {
+	n := 0
+	switch {
+	case v.h1 != nil:
+		it.names = v.h1.conn.names
+	case v.hdr != nil:
 		it.keys = slices.Sorted(maps.Keys(v.hdr))
-		n := 0
 		for _, cv := range v.hdr["Connection"] {
-			for b := unsafeBytes(cv); len(b) > 0; {
-				if n++; n > maxConnTokens {
-					it.over, it.keys, it.conn = true, nil, nil
-					return it
-				}
-				var t []byte
-				// The options are not field names (connList.add).
-				if t, b = nextToken(b); len(t) > 0 && !eqFold(t, "close") && !eqFold(t, "keep-alive") && !eqFold(t, "upgrade") {
-					it.conn = append(it.conn, t)
-				}
+			it.addConn(cv, &n)
+		}
+	default:
+		// A Connection field makes an HTTP/2 message malformed (RFC 9113
+		// section 8.2.2); a member's that has one is read as an
+		// HTTP/1.1 one would be.
+		for i := range v.h2 {
+			if name := v.h2[i].Name; len(name) == len("connection") && eqFold(unsafeBytes(name), "connection") {
+				it.addConn(v.h2[i].Value, &n)
 			}
 		}
 	}
+	if it.over {
+		it.keys, it.names, it.i = nil, nil, len(v.h2)
+	}
 	return it
+}
+
+// addConn records the names the Connection field value cv lists; n
+// counts the elements seen, bounded by maxConnTokens.
+func (it *fieldIter) addConn(cv string, n *int) {
+	for b := unsafeBytes(cv); len(b) > 0 && !it.over; {
+		if *n++; *n > maxConnTokens {
+			it.over = true
+			return
+		}
+		var t []byte
+		// The options are not field names (connList.add).
+		if t, b = nextToken(b); len(t) > 0 && !eqFold(t, "close") && !eqFold(t, "keep-alive") && !eqFold(t, "upgrade") {
+			it.names = append(append(it.names, t...), ',')
+		}
+	}
 }
 
 // next sets f to the next field; false past the last one. (f is filled
@@ -121,7 +144,7 @@ func (it *fieldIter) next(f *viewField) bool {
 				it.j++
 				name := unsafeBytes(k)
 				kind := classify(name)
-				*f = viewField{name: name, value: unsafeBytes(vv[it.j-1]), kind: kind, listed: connListed(it.conn, name, kind)}
+				*f = viewField{name: name, value: unsafeBytes(vv[it.j-1]), kind: kind, listed: connListed(it.names, name, kind)}
 				return true
 			}
 			it.i, it.j = it.i+1, 0
@@ -135,24 +158,33 @@ func (it *fieldIter) next(f *viewField) bool {
 			continue
 		}
 		name := unsafeBytes(hf.Name)
-		f.name, f.value, f.kind, f.listed, f.ls, f.le = name, unsafeBytes(hf.Value), classify(name), false, 0, 0
+		f.name, f.value, f.kind, f.ls, f.le = name, unsafeBytes(hf.Value), classify(name), 0, 0
+		f.listed = len(it.names) > 0 && connListed(it.names, name, f.kind)
 		return true
 	}
 	return false
 }
 
-// connListed reports whether conn, the names Connection fields list,
-// holds the field name (the HTTP/1.x parser's dropListed, for net/http
-// values).
-func connListed(conn [][]byte, name []byte, kind hdrKind) bool {
+// connListed reports whether names, the names Connection fields list
+// (connList.names), holds the field name, of kind kind: the HTTP/1.x
+// parser's dropListed, for other views.
+func connListed(names, name []byte, kind hdrKind) bool {
 	switch kind {
 	case hHost, hContentLength, hTransferEncoding:
 		return false
 	}
-	for _, t := range conn {
-		if eqFoldBytes(t, name) {
+	return namedIn(names, name)
+}
+
+// namedIn reports whether names, each followed by a comma, holds name
+// (any case).
+func namedIn(names, name []byte) bool {
+	for len(names) > 0 {
+		i := bytes.IndexByte(names, ',')
+		if eqFoldBytes(names[:i], name) {
 			return true
 		}
+		names = names[i+1:]
 	}
 	return false
 }
@@ -307,14 +339,7 @@ func trailerKept(name []byte, certField string, listed []byte) bool {
 	if certField != "" && eqFoldDash(name, certField) {
 		return false
 	}
-	for b := listed; len(b) > 0; {
-		i := bytes.IndexByte(b, ',')
-		if eqFoldBytes(b[:i], name) {
-			return false
-		}
-		b = b[i+1:]
-	}
-	return true
+	return !namedIn(listed, name)
 }
 
 // trailerBarredNames are the fields of RFC 9110 section 6.5.1's
