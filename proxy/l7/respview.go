@@ -122,9 +122,8 @@ func respHeader(h http.Header, resp *http.Response) bool {
 		return false
 	}
 	delete(h, "Trailer")
-	listed := connNames(resp.Header)
 	for _, k := range slices.Sorted(maps.Keys(resp.Trailer)) {
-		if trailerKept(unsafeBytes(k), "", listed) {
+		if trailerKept(unsafeBytes(k), "", rs.it.names) {
 			h["Trailer"] = append(h["Trailer"], k)
 		}
 	}

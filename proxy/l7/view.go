@@ -312,8 +312,8 @@ func forwardFields(v *reqView, ca *clientAddrs, s fieldSink, fw *fwdScratch) []b
 // trailerKept reports whether a trailer field named name goes on, in a
 // request's trailer section to the member and in a response's to the
 // client, on every codec and path: copyBody, onTrailers and trailerBody
-// for requests; relayBody, relay (HTTP/2 fast path), relayUp and
-// copyResponse for responses. certField is the listener's certificate
+// for requests; relayBody, relay (HTTP/2 fast path), relayUp,
+// copyResponse and h1Response for responses. certField is the listener's certificate
 // field (clientAddrs.certField; "" for responses) and listed the names
 // the head's Connection fields list (connList.names; nil when none).
 //
@@ -325,9 +325,8 @@ func forwardFields(v *reqView, ca *clientAddrs, s fieldSink, fw *fwdScratch) []b
 // or as the message's, so a trailer keeps only fields
 //   - of no kind the proxy acts on (classify says hOther): never a
 //     hop-by-hop or framing field (Trailer too), Host, Expect, TE, nor a
-//     field naming
-//     the client or the request (forwarding fields), even from a trusted
-//     client;
+//     field naming the client or the request (forwarding fields), even
+//     from a trusted client;
 //   - that are no pseudo-field and not named by the head's Connection
 //     fields (hop-by-hop for this connection, RFC 9110 section 7.6.1);
 //   - not in trailerBarred (the rest of section 6.5.1's categories);
