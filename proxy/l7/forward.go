@@ -156,10 +156,11 @@ func (c *clientConn) appendResponseHead(b []byte, h *respHead, conn string, dech
 	dst := append(c.wb[:0], "HTTP/1.1"...)
 	dst = append(dst, b[8:h.sl]...)
 	c.sink.dst, c.sink.b = dst, b
-	responseFields(fieldsView{h1b: b, h1: &h.headLines}, c.info.AltSvc, !dechunk, &c.sink, &c.rs)
+	c.rs.v.h1b, c.rs.v.h1 = b, &h.headLines
+	responseFields(&c.rs.v, c.info.AltSvc, !dechunk, &c.sink, &c.rs)
 	c.sink.done()
 	dst = append(c.sink.dst, conn...)
 	c.wb = append(dst, "\r\n"...)
 	c.sink.dst, c.sink.b = nil, nil
-	c.rs.v = fieldsView{}
+	c.rs.v.h1b, c.rs.v.h1 = nil, nil
 }

@@ -305,7 +305,8 @@ func (st *h2Stream) relayUp(up *h2UpStream) (n int64, err error) {
 // connection's Alt-Svc last.
 func (st *h2Stream) respBlock(status int, v fieldsView) {
 	st.hsink = hpackSink{dst: appendStatus(st.hblk[:0], status), lower: true}
-	responseFields(v, st.c.hc.info.AltSvc, false, &st.hsink, &st.rs)
+	st.rs.v = v
+	responseFields(&st.rs.v, st.c.hc.info.AltSvc, false, &st.hsink, &st.rs)
 	st.hblk = st.hsink.dst
 	st.hsink = hpackSink{}
 	st.rs.v = fieldsView{}

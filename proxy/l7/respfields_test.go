@@ -517,7 +517,7 @@ func TestResponseFieldsViews(t *testing.T) {
 	} {
 		out := http.Header{}
 		var rs respScratch
-		if !responseFields(v, `h3=":443"`, false, headerSink{out}, &rs) {
+		if !responseFields(&v, `h3=":443"`, false, headerSink{out}, &rs) {
 			t.Fatalf("%s: refused", name)
 		}
 		var lines []string
@@ -533,5 +533,22 @@ func TestResponseFieldsViews(t *testing.T) {
 		if got := strings.Join(lines, "\n"); got != want {
 			t.Errorf("%s: client gets\n%s\nwant\n%s", name, got, want)
 		}
+	}
+}
+
+// BenchmarkRewrittenResponseHead makes the head the HTTP/1.1 fast path
+// relays for a member head it must change (Connection and Keep-Alive to
+// drop): responseFields through h1Sink.
+func BenchmarkRewrittenResponseHead(b *testing.B) {
+	head := []byte("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 13\r\nConnection: keep-alive\r\n" +
+		"Keep-Alive: timeout=5\r\nX-App: a\r\nDate: Mon, 30 Nov 2026 00:00:00 GMT\r\nServer: m\r\n\r\n")
+	var h respHead
+	h.reset()
+	if done, ok := h.parse(head, 4096); !done || !ok {
+		b.Fatal("head does not parse")
+	}
+	c := clientConn{info: &ConnInfo{}}
+	for b.Loop() {
+		c.appendResponseHead(head, &h, "", false)
 	}
 }

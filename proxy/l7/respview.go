@@ -13,9 +13,10 @@ import (
 // net/http values). The trailer section is filtered by trailerKept, as a
 // request's is.
 
-// respScratch holds what responseFields uses for one response: the
-// iterator and field it walks the member's fields with (see fwdScratch),
-// and the Trailer field it rewrites.
+// respScratch holds what responseFields uses for one response: the view
+// of the member's head (v, for a caller that keeps it here), the iterator
+// and field it walks the member's fields with (see fwdScratch), and the
+// Trailer field it rewrites.
 type respScratch struct {
 	v  fieldsView
 	it fieldIter
@@ -47,10 +48,9 @@ type respScratch struct {
 // HTTP/1.x parser refuses such a head itself). A route's response-header
 // edits are applied after it, on the net/http path (editWriter), and that
 // path's writers remove the hop-by-hop fields again after them.
-func responseFields(v fieldsView, altSvc string, keepTE bool, s fieldSink, rs *respScratch) bool {
-	rs.v = v
+func responseFields(v *fieldsView, altSvc string, keepTE bool, s fieldSink, rs *respScratch) bool {
 	it, f := &rs.it, &rs.f
-	*it = rs.v.fields()
+	v.fields(it)
 	if it.over {
 		return false
 	}
@@ -118,7 +118,8 @@ func keptTrailerNames(dst, v, listed []byte) ([]byte, bool) {
 // is the writer's (h1Writer, h2Stream).
 func respHeader(h http.Header, resp *http.Response) bool {
 	var rs respScratch
-	if !responseFields(fieldsView{hdr: resp.Header}, "", false, headerSink{h}, &rs) {
+	rs.v.hdr = resp.Header
+	if !responseFields(&rs.v, "", false, headerSink{h}, &rs) {
 		return false
 	}
 	delete(h, "Trailer")

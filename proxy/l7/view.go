@@ -73,9 +73,10 @@ type fieldIter struct {
 	runs bool
 }
 
-// fields returns an iterator over the fields of v.
-func (v *fieldsView) fields() fieldIter {
-	it := fieldIter{v: v}
+// fields sets it to walk the fields of v (in place: an iterator kept in a
+// connection or stream is not copied).
+func (v *fieldsView) fields(it *fieldIter) {
+	it.v, it.i, it.j, it.keys, it.names, it.over, it.runs = v, 0, 0, nil, nil, false, false
 	n := 0
 	switch {
 	case v.h1 != nil:
@@ -98,7 +99,6 @@ func (v *fieldsView) fields() fieldIter {
 	if it.over {
 		it.keys, it.names, it.i = nil, nil, len(v.h2)
 	}
-	return it
 }
 
 // addConn records the names the Connection field value cv lists; n
@@ -237,7 +237,7 @@ func forwardFields(v *reqView, ca *clientAddrs, s fieldSink, fw *fwdScratch) []b
 	var te, proto, host bool
 	var id []byte
 	it, f := &fw.it, &fw.f
-	*it = v.fieldsView.fields()
+	v.fieldsView.fields(it)
 	// Without a certificate field no name of kind hOther matters: the
 	// HTTP/1.x lines come in runs.
 	it.runs = ca.certField == ""
