@@ -104,40 +104,27 @@ func (c *clientConn) copyBody(up *upConn, limit int64) error {
 	}
 	if h.chunked {
 		var ck chunked
-		holding := false // in a trailer section with fields: c.trailer holds it
+		c.trailer.holding = false
 		for {
 			if c.r == c.w {
 				if err := c.readBody(bt); err != nil {
 					return fail(err)
 				}
 			}
-			// A section whose final CRLF was split between reads
-			// (csEndLF) holds no fields: scanBody relays its LF.
-			if holding || (ck.st == csTrailerStart && c.rb[c.r] != '\r') {
-				// The trailer fields are held until the section ends
-				// (maxTrailerBytes bounds it) and only those trailerKept
-				// keeps go on, with the final CRLF.
-				in := c.rb[c.r:c.w]
-				k, err := ck.scan(in)
-				if !holding {
-					holding, c.trailer = true, c.trailer[:0]
-				}
-				c.trailer = append(c.trailer, in[:k]...)
+			if in := c.rb[c.r:c.w]; c.trailer.holds(&ck, in) {
+				k, done, err := c.trailer.take(&ck, in, c.ca.certField, c.h.conn.names)
 				c.r += k
 				c.reqM.add(c.info.CPU, c.cpuW, int64(k)) // read, held and scanned as the body's bytes
 				if err != nil {
 					return fail(err)
 				}
-				if !ck.done() {
+				if !done {
 					continue
 				}
-				c.trailer = keepTrailer(c.trailer, c.ca.certField)
-				if err := c.writeUp(up, c.trailer, bt); err != nil {
+				if err := c.writeUp(up, c.trailer.buf, bt); err != nil {
 					return err
 				}
-				if cap(c.trailer) > 4<<10 {
-					c.trailer = nil // a large section is not kept for the next
-				}
+				c.trailer.sent()
 				c.bodyN = ck.total
 				return nil
 			}

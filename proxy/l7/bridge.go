@@ -173,9 +173,11 @@ func (b *h1Body) read(p []byte) (int, error) {
 		}
 		b.done = b.ck.done()
 		if b.done && len(b.tbuf) > 2 && b.trailer != nil {
-			// trailerFiltered filters them before a transport reads them.
+			// Those the head's Connection fields name are dropped here;
+			// trailerFiltered filters the rest before a transport reads
+			// them.
 			for _, line := range bytes.SplitAfter(b.tbuf, []byte("\r\n")) {
-				if k, v, ok := bytes.Cut(bytes.TrimSuffix(line, []byte("\r\n")), []byte(":")); ok {
+				if k, v, ok := bytes.Cut(bytes.TrimSuffix(line, []byte("\r\n")), []byte(":")); ok && trailerKept(k, c.ca.certField, c.h.conn.names) {
 					b.trailer.Add(string(k), string(bytes.TrimSpace(v)))
 				}
 			}
@@ -243,6 +245,9 @@ func (w *h1Writer) WriteHeader(code int) {
 	}
 	if !c.h.keepAlive() || c.draining() {
 		c.closing = true
+	}
+	if c.info.AltSvc != "" {
+		delete(w.hdr, "Alt-Svc") // the listener's is the one a client takes
 	}
 	bw := bufio.NewWriterSize(&connWriter{c}, 4096)
 	bw.WriteString("HTTP/1.1 " + strconv.Itoa(code) + " " + http.StatusText(code) + "\r\n")

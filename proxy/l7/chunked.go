@@ -201,10 +201,53 @@ func (c *chunked) scanBody(b []byte) (int, error) {
 	return off, nil
 }
 
+// heldTrailer holds a chunked trailer section that has fields until it
+// ends, so that only the fields trailerKept keeps go on, with the final
+// CRLF (copyBody for requests, relayBody for responses); maxTrailerBytes
+// bounds it.
+type heldTrailer struct {
+	buf     []byte
+	holding bool
+}
+
+// holds reports whether in, the rest of a chunked body ck decodes, is
+// (the rest of) a trailer section with fields. A section whose final
+// CRLF was split between reads (csEndLF) holds none: it is relayed as
+// it comes.
+func (t *heldTrailer) holds(ck *chunked, in []byte) bool {
+	return t.holding || (ck.st == csTrailerStart && in[0] != '\r')
+}
+
+// take holds the part of the section in in: n bytes of it. When the
+// section ended (done), t.buf is what goes on: the fields trailerKept
+// keeps (certField and listed are its) and the final CRLF.
+func (t *heldTrailer) take(ck *chunked, in []byte, certField string, listed []byte) (n int, done bool, err error) {
+	n, err = ck.scan(in)
+	if !t.holding {
+		t.holding, t.buf = true, t.buf[:0]
+	}
+	t.buf = append(t.buf, in[:n]...)
+	if err != nil || !ck.done() {
+		t.holding = err == nil
+		return n, false, err
+	}
+	t.holding = false
+	t.buf = keepTrailer(t.buf, certField, listed)
+	return n, true, nil
+}
+
+// sent lets a large section's buffer go once it is sent: it is not kept
+// for the next.
+func (t *heldTrailer) sent() {
+	if cap(t.buf) > 4<<10 {
+		t.buf = nil
+	}
+}
+
 // keepTrailer compacts a whole chunked trailer section t (its fields and
 // the final CRLF, as chunked validated it) in place to the fields
-// trailerKept keeps, and returns it.
-func keepTrailer(t []byte, certField string) []byte {
+// trailerKept keeps (certField and listed are its), and returns it.
+func keepTrailer(t []byte, certField string, listed []byte) []byte {
 	out := t[:0]
 	for len(t) > 0 {
 		i := bytes.IndexByte(t, '\n')
@@ -218,7 +261,7 @@ func keepTrailer(t []byte, certField string) []byte {
 			break
 		}
 		name, _, _ := bytes.Cut(line, []byte(":"))
-		if trailerKept(name, certField) {
+		if trailerKept(name, certField, listed) {
 			out = append(out, line...) // never overtakes t: it only shrinks
 		}
 	}

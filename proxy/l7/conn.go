@@ -78,10 +78,14 @@ type clientConn struct {
 	bodyCh    chan error
 	bodyAbort atomic.Bool // stopBody is interrupting the copier
 	bodyN     int64       // body bytes the copier sent
-	trailer   []byte      // a chunked request's trailer section, held (copyBody)
-	bufs      net.Buffers
-	bufArr    [2][]byte
-	stats     RequestStats
+	trailer   heldTrailer // a chunked request's trailer section (copyBody)
+	// rs: the scratch of responseFields.
+	rs respScratch
+	// respTrailer: a chunked response's trailer section (relayBody).
+	respTrailer heldTrailer
+	bufs        net.Buffers
+	bufArr      [2][]byte
+	stats       RequestStats
 	// rx serves a bare TCP connection from its RawConn.Read callback.
 	rx rawServe
 	// cpuW is what a unit of the connection's body bytes counts in its

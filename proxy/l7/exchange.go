@@ -274,7 +274,8 @@ func (c *clientConn) relay(m Member, up *upConn, x *exchangeOpts, t0 int64) {
 		first = int(min(int64(avail), rh.contentLength))
 	case bodyChunked:
 		if !dechunk {
-			n, err := ck.scan(up.rb[up.r:up.w])
+			// A trailer section with fields is relayBody's to filter.
+			n, err := ck.scanBody(up.rb[up.r:up.w])
 			if err != nil {
 				c.abortExchange(m, up, x, ErrUpstreamProtocol, d)
 				return
@@ -288,7 +289,7 @@ func (c *clientConn) relay(m Member, up *upConn, x *exchangeOpts, t0 int64) {
 	if !rh.edit && conn == "" && rh.minor == 1 && c.info.AltSvc == "" {
 		err = c.writeAt(up.rb[headStart:up.r+first], now)
 	} else {
-		c.wb = appendResponseHead(c.wb[:0], up.rb[headStart:up.r], rh, conn, c.info.AltSvc, dechunk)
+		c.appendResponseHead(up.rb[headStart:up.r], rh, conn, dechunk)
 		if first <= smallBody {
 			c.wb = append(c.wb, up.rb[up.r:up.r+first]...)
 			err = c.writeAt(c.wb, now)
@@ -389,12 +390,31 @@ func (c *clientConn) relayBody(up *upConn, framing uint8, dechunk bool, ck *chun
 			c.respM.add(c.info.CPU, c.cpuW, int64(k))
 		}
 	case bodyChunked:
+		c.respTrailer.holding = false
 		for !ck.done() {
 			if up.r == up.w {
 				up.r, up.w = 0, 0
 				if err := c.fillBody(up, bt); err != nil {
 					return n, err, nil
 				}
+			}
+			if in := up.rb[up.r:up.w]; !dechunk && c.respTrailer.holds(ck, in) {
+				k, done, cerr := c.respTrailer.take(ck, in, "", up.resp.conn.names)
+				up.r += k
+				c.respM.add(c.info.CPU, c.cpuW, int64(k)) // read, held and scanned as the body's bytes
+				if cerr != nil {
+					return n, ErrUpstreamProtocol, nil
+				}
+				if !done {
+					continue
+				}
+				err := c.write(c.respTrailer.buf)
+				n += int64(len(c.respTrailer.buf))
+				c.respTrailer.sent()
+				if err != nil {
+					return n, nil, err
+				}
+				break
 			}
 			k, data, cerr := ck.step(up.rb[up.r:up.w])
 			if !dechunk || data {

@@ -59,6 +59,7 @@ const (
 	hProxyAuthorization
 	hProxyAuthenticate
 	hHTTP2Settings
+	hTrailer
 	hClientAddr // another field naming the client or its path (clientAddrName)
 )
 
@@ -80,6 +81,9 @@ func classify(name []byte) hdrKind {
 	case 7:
 		if eqFold(name, "upgrade") {
 			return hUpgrade
+		}
+		if eqFold(name, "trailer") {
+			return hTrailer
 		}
 	case 9:
 		if eqFold(name, "forwarded") {

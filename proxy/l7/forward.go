@@ -147,35 +147,20 @@ func appendForwardedValue(dst, v []byte) []byte {
 	return append(dst, v...)
 }
 
-// appendResponseHead appends the head relayed to the client: the status
-// line with HTTP/1.1, the member's fields without the hop-by-hop ones, and
-// the connection fields the client needs, and Alt-Svc when altSvc is not
-// empty.
-func appendResponseHead(dst, b []byte, h *respHead, conn, altSvc string, dechunk bool) []byte {
-	dst = append(dst, "HTTP/1.1"...)
+// appendResponseHead makes the head relayed to the client (in c.wb): the
+// status line with HTTP/1.1, the fields responseFields decides from the
+// member's head b (its lines copied as runs), the member's chunked
+// framing unless dechunk, and conn, the connection field the client
+// needs.
+func (c *clientConn) appendResponseHead(b []byte, h *respHead, conn string, dechunk bool) {
+	dst := append(c.wb[:0], "HTTP/1.1"...)
 	dst = append(dst, b[8:h.sl]...)
-	run := -1
-	for i := range h.fields {
-		f := &h.fields[i]
-		if f.drop || (dechunk && f.kind == hTransferEncoding) {
-			if run >= 0 {
-				dst = append(dst, b[run:f.ns]...)
-				run = -1
-			}
-			continue
-		}
-		if run < 0 {
-			run = int(f.ns)
-		}
-	}
-	if run >= 0 {
-		dst = append(dst, b[run:h.fields[len(h.fields)-1].le]...)
-	}
-	dst = append(dst, conn...)
-	if altSvc != "" {
-		dst = append(dst, "Alt-Svc: "...)
-		dst = append(dst, altSvc...)
-		dst = append(dst, "\r\n"...)
-	}
-	return append(dst, "\r\n"...)
+	c.sink.dst, c.sink.b = dst, b
+	c.rs.v.h1b, c.rs.v.h1 = b, &h.headLines
+	responseFields(&c.rs.v, c.info.AltSvc, !dechunk, &c.sink, &c.rs)
+	c.sink.done()
+	dst = append(c.sink.dst, conn...)
+	c.wb = append(dst, "\r\n"...)
+	c.sink.dst, c.sink.b = nil, nil
+	c.rs.v.h1b, c.rs.v.h1 = nil, nil
 }

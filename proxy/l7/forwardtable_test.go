@@ -71,6 +71,57 @@ func netFieldsHandler(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.WriteString(w, strings.Join(lines, "\n"))
 }
 
+// tableMembers returns the backends of the cross-protocol tables: the
+// HTTP/1.1 member at h1 and an h2c member serving h2.
+func tableMembers(t testing.TB, h1 string, h2 http.Handler) (*testBackend, *testBackend) {
+	h1m := newBackend(t, h1)
+	h2m := newBackend(t, h2cServer(t, h2))
+	h2m.opts.Protocol = H2C
+	return h1m, h2m
+}
+
+// tableRoutes returns the routes of the cross-protocol tables: /fast/h1
+// and /fast/h2 serve h1 (an HTTP/1.1 member) and h2 (an HTTP/2 one)
+// through the fast paths, /ext/h1 and /ext/h2 through net/http (a
+// RouteExt, with respEdit as its response-header edits when not nil).
+func tableRoutes(h1, h2 Backend, respEdit *HeaderEdit) testRouter {
+	ext := func(be Backend) *Route {
+		return &Route{Name: "ext", Ext: &RouteExt{Backends: []WeightedBackend{{Backend: be, Weight: 1}}, ResponseHeaders: respEdit}}
+	}
+	return testRouter{
+		{prefix: "/fast/h1", route: &Route{Name: "fast", Backend: h1}},
+		{prefix: "/fast/h2", route: &Route{Name: "fast", Backend: h2}},
+		{prefix: "/ext/h1", route: ext(h1)},
+		{prefix: "/ext/h2", route: ext(h2)},
+	}
+}
+
+// h2cTestClient is an HTTP/2 client with prior knowledge over cleartext.
+func h2cTestClient() *http.Client {
+	return &http.Client{Transport: &http2.Transport{AllowHTTP: true,
+		DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		}}}
+}
+
+// dialTest dials addr, over TLS asking for proto when secure, with a
+// deadline of 10 seconds.
+func dialTest(addr string, secure bool, proto string) (net.Conn, error) {
+	var conn net.Conn
+	var err error
+	if secure {
+		conn, err = tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{proto}})
+	} else {
+		conn, err = net.Dial("tcp", addr)
+	}
+	if err != nil {
+		return nil, err
+	}
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	return conn, nil
+}
+
 // fwdCase is a request of TestForwardedFieldsAcrossProtocols: the fields
 // every client sends, the ones only an HTTP/1.x client can send (HTTP/2
 // forbids connection-specific fields), and what the member must (want)
@@ -117,18 +168,8 @@ func normFields(body string) []string {
 // the LB's random request id), and what each case wants.
 func TestForwardedFieldsAcrossProtocols(t *testing.T) {
 	t.Parallel()
-	h1m := newBackend(t, rawFieldsMember(t))
-	h2m := newBackend(t, h2cServer(t, http.HandlerFunc(netFieldsHandler)))
-	h2m.opts.Protocol = H2C
-	ext := func(be Backend) *Route {
-		return &Route{Name: "ext", Ext: &RouteExt{Backends: []WeightedBackend{{Backend: be, Weight: 1}}}}
-	}
-	router := testRouter{
-		{prefix: "/fast/h1", route: &Route{Name: "fast", Backend: h1m}},
-		{prefix: "/fast/h2", route: &Route{Name: "fast", Backend: h2m}},
-		{prefix: "/ext/h1", route: ext(h1m)},
-		{prefix: "/ext/h2", route: ext(h2m)},
-	}
+	h1m, h2m := tableMembers(t, rawFieldsMember(t), http.HandlerFunc(netFieldsHandler))
+	router := tableRoutes(h1m, h2m, nil)
 	common := [][2]string{{"User-Agent", "table"}, {"Accept-Encoding", "identity"}, {"X-App", "1"}}
 	spoof := [][2]string{
 		{"X-Forwarded-For", "10.6.6.9"}, {"Forwarded", "for=10.6.6.10"}, {"X-Real-IP", "10.6.6.6"},
@@ -243,25 +284,13 @@ func TestForwardedFieldsAcrossProtocols(t *testing.T) {
 		deny: func(bool, bool) []string { return []string{"b.example"} },
 	}}
 
-	h2tls := h2TestClient()
-	h2c := &http.Client{Transport: &http2.Transport{AllowHTTP: true,
-		DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, network, addr)
-		}}}
+	h2tls, h2c := h2TestClient(), h2cTestClient()
 	h1 := func(addr string, secure bool, path string, c fwdCase) (string, error) {
-		var conn net.Conn
-		var err error
-		if secure {
-			conn, err = tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}})
-		} else {
-			conn, err = net.Dial("tcp", addr)
-		}
+		conn, err := dialTest(addr, secure, "http/1.1")
 		if err != nil {
 			return "", err
 		}
 		defer conn.Close()
-		_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
 		req := "GET " + path + " HTTP/1.1\r\nHost: a.example\r\n"
 		if c.absolute {
 			req = "GET http://a.example" + path + " HTTP/1.1\r\nHost: b.example\r\n"

@@ -212,7 +212,9 @@ func h1Response(s *Server, req *http.Request, u *upConn, p *memberPool, bodyDone
 		resp.Trailer = http.Header{}
 		for _, v := range vv {
 			for _, k := range strings.Split(v, ",") {
-				if k = strings.TrimSpace(k); k != "" {
+				// A name the Connection fields list is not announced
+				// (trailerKept; copyResponse filters the rest).
+				if k = strings.TrimSpace(k); k != "" && trailerKept(unsafeBytes(k), "", rh.conn.names) {
 					resp.Trailer[http.CanonicalHeaderKey(k)] = nil
 				}
 			}
@@ -304,7 +306,9 @@ func (b *h1RespBody) Read(out []byte) (int, error) {
 	}
 }
 
-// parseTrailer fills resp.Trailer from the trailer section.
+// parseTrailer fills resp.Trailer from the trailer section, without the
+// fields the head's Connection fields name (copyResponse filters the
+// rest).
 func (b *h1RespBody) parseTrailer() {
 	t := b.trailer
 	for len(t) > 2 {
@@ -315,7 +319,7 @@ func (b *h1RespBody) parseTrailer() {
 		line := t[:i]
 		t = t[i+2:]
 		k, v, ok := strings.Cut(string(line), ":")
-		if !ok {
+		if !ok || !trailerKept(unsafeBytes(textproto.TrimString(k)), "", b.u.resp.conn.names) {
 			continue
 		}
 		if b.resp.Trailer == nil {

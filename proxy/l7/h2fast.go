@@ -191,7 +191,7 @@ func (st *h2Stream) serveFast() bool {
 // status to answer with instead (0: go on).
 func (st *h2Stream) begin(d *decision) (limit int64, key []byte, code int) {
 	s, hc := st.c.s, st.c.hc
-	st.view = reqView{method: unsafeBytes(st.method), authority: unsafeBytes(st.authority), target: unsafeBytes(st.path), h2: st.fields}
+	st.view = reqView{method: unsafeBytes(st.method), authority: unsafeBytes(st.authority), target: unsafeBytes(st.path), fieldsView: fieldsView{h2: st.fields}}
 	startFigures(&st.stats, hc.info, hc.client, true, false, &st.view)
 	st.stats.Route = d.route.Name
 	limit, opts := d.limit, d.opts
@@ -360,24 +360,7 @@ func (st *h2Stream) relay(u *upConn) (n int64, err error) {
 	c := st.c
 	s := c.s
 	rh := &u.resp
-	b := u.rb[u.r : u.r+rh.n]
-	st.hblk = appendStatus(st.hblk[:0], rh.status)
-	st.hblk = st.appendAltSvc(st.hblk)
-	for i := range rh.fields {
-		f := &rh.fields[i]
-		if f.drop {
-			continue
-		}
-		switch f.kind {
-		case hTransferEncoding, hConnection, hKeepAlive, hProxyConnection, hTE, hUpgrade, hProxyAuthenticate, hHTTP2Settings:
-			continue
-		}
-		name := f.name(b)
-		if eqFold(name, "trailer") {
-			continue
-		}
-		st.hblk = appendLiteral(st.hblk, unsafeString(name), unsafeString(f.value(b)), true)
-	}
+	st.respBlock(rh.status, fieldsView{h1b: u.rb[u.r : u.r+rh.n], h1: &rh.headLines})
 	framing := rh.framing(st.method == http.MethodHead)
 	left := rh.contentLength
 	reusable := rh.reusable() && framing != bodyClose
@@ -435,7 +418,7 @@ func (st *h2Stream) relay(u *upConn) (n int64, err error) {
 		}
 	}
 	if err == nil {
-		if tf := trailerFields(trailer); len(tf) > 0 {
+		if tf := trailerFields(trailer, rh.conn.names); len(tf) > 0 {
 			if err = st.flush(false); err == nil {
 				st.ended = true
 				err = st.sendFields(tf, true)
@@ -473,8 +456,9 @@ func (st *h2Stream) relay(u *upConn) (n int64, err error) {
 }
 
 // trailerFields parses a chunked trailer section ("0\r\n" excluded or
-// not) into HTTP/2 fields; hop-by-hop and framing fields are dropped.
-func trailerFields(t []byte) []hpack.HeaderField {
+// not) into HTTP/2 fields, those trailerKept keeps (listed are the names
+// the head's Connection fields list).
+func trailerFields(t, listed []byte) []hpack.HeaderField {
 	var out []hpack.HeaderField
 	for len(t) > 0 {
 		i := bytes.Index(t, []byte("\r\n"))
@@ -487,8 +471,7 @@ func trailerFields(t []byte) []hpack.HeaderField {
 		if !ok || len(k) == 0 {
 			continue
 		}
-		switch classify(k) {
-		case hContentLength, hTransferEncoding, hConnection, hKeepAlive, hProxyConnection, hTE, hUpgrade, hHost:
+		if !trailerKept(k, "", listed) {
 			continue
 		}
 		out = append(out, hpack.HeaderField{Name: strings.ToLower(string(k)), Value: string(bytes.TrimSpace(v))})

@@ -190,7 +190,7 @@ func (c *h2Conn) onTrailers(st *h2Stream, f *h2Head) http2.ErrCode {
 	// the fields trailerKept keeps are taken.
 	var kept []hpack.HeaderField
 	for _, hf := range f.fields {
-		if trailerKept(unsafeBytes(hf.Name), c.hc.ca.certField) {
+		if trailerKept(unsafeBytes(hf.Name), c.hc.ca.certField, nil) {
 			kept = append(kept, hf)
 		}
 	}
@@ -467,6 +467,8 @@ type h2Stream struct {
 	sink  h1Sink
 	hsink hpackSink
 	fw    fwdScratch
+	// rs: the scratch of responseFields.
+	rs respScratch
 
 	// Request body.
 	req          *http.Request

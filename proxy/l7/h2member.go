@@ -230,14 +230,7 @@ func (st *h2Stream) endUp(up *h2UpStream) {
 // trailers. Frames that are ready together leave in one write.
 func (st *h2Stream) relayUp(up *h2UpStream) (n int64, err error) {
 	c := st.c
-	st.hblk = appendStatus(st.hblk[:0], up.status)
-	st.hblk = st.appendAltSvc(st.hblk)
-	for _, f := range up.fields {
-		if connHeaders[f.Name] || f.Name == "te" {
-			continue
-		}
-		st.hblk = appendLiteral(st.hblk, f.Name, f.Value, false)
-	}
+	st.respBlock(up.status, fieldsView{h2: up.fields})
 	st.wrote, st.status, st.rawHead = true, up.status, true
 	c.hold()
 	st.holding = true
@@ -281,7 +274,14 @@ func (st *h2Stream) relayUp(up *h2UpStream) (n int64, err error) {
 	copyBufs.Put(bp)
 	if err == io.EOF {
 		err = nil
-		if len(up.trailer) > 0 {
+		// Only the fields trailerKept keeps go on.
+		kept := up.trailer[:0]
+		for _, f := range up.trailer {
+			if trailerKept(unsafeBytes(f.Name), "", nil) {
+				kept = append(kept, f)
+			}
+		}
+		if up.trailer = kept; len(up.trailer) > 0 {
 			if err = st.flush(false); err == nil {
 				st.ended = true
 				err = st.sendFields(up.trailer, true)
@@ -298,6 +298,18 @@ func (st *h2Stream) relayUp(up *h2UpStream) (n int64, err error) {
 	}
 	st.endUp(up)
 	return n, err
+}
+
+// respBlock makes the response head block (in st.hblk): :status and the
+// fields responseFields decides from the member's head v, the
+// connection's Alt-Svc last.
+func (st *h2Stream) respBlock(status int, v fieldsView) {
+	st.hsink = hpackSink{dst: appendStatus(st.hblk[:0], status), lower: true}
+	st.rs.v = v
+	responseFields(&st.rs.v, st.c.hc.info.AltSvc, false, &st.hsink, &st.rs)
+	st.hblk = st.hsink.dst
+	st.hsink = hpackSink{}
+	st.rs.v = fieldsView{}
 }
 
 // appendUpBlock appends the header block sent to an HTTP/2 member: the

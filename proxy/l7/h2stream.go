@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -254,7 +255,6 @@ func (st *h2Stream) WriteHeader(code int) {
 			}
 		}
 	}
-	delete(st.rh, "Trailer")
 }
 
 // Write implements http.ResponseWriter.
@@ -389,8 +389,12 @@ func (st *h2Stream) appendAltSvc(dst []byte) []byte {
 func (st *h2Stream) sendHead(end bool) error {
 	st.hblk = appendStatus(st.hblk[:0], st.status)
 	st.hblk = st.appendAltSvc(st.hblk)
+	altSvc := st.c.hc.info.AltSvc != ""
 	for k, vv := range st.rh {
-		if strings.HasPrefix(k, http.TrailerPrefix) {
+		// The listener's Alt-Svc is the one a client takes. The trailers
+		// a handler declared may be set by the time the head leaves (it
+		// goes with the first data): they leave in the trailer section.
+		if strings.HasPrefix(k, http.TrailerPrefix) || (altSvc && k == "Alt-Svc") || slices.Contains(st.trailers, k) {
 			continue
 		}
 		n := len(st.hblk)

@@ -82,7 +82,7 @@ func (c *clientConn) nextRaw() bool {
 // callback: it reads nothing more from the client.
 func (c *clientConn) rawSafe() bool {
 	h := &c.h
-	if h.connUpgrade && h.upgrade >= 0 {
+	if h.conn.upgrade && h.upgrade >= 0 {
 		return false
 	}
 	if !h.hasBody() {

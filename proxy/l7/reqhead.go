@@ -18,12 +18,6 @@ const (
 // (RFC 9112 section 2.2).
 const maxLeadingCRLF = 4
 
-// maxConnTokens bounds the elements of a request's Connection fields,
-// empty ones included: each field of the head is looked up among the
-// names they list (dropListed, connListed), so their number times the
-// fields' is the work a head costs.
-const maxConnTokens = 64
-
 // target forms.
 const (
 	formOrigin uint8 = iota
@@ -31,14 +25,10 @@ const (
 	formAsterisk
 )
 
-// reqHead is a parsed request head. Every position is an offset from the
-// start of the head, so the head may move inside its buffer while it is
-// parsed incrementally.
+// reqHead is a parsed request head; positions are offsets from its start.
 type reqHead struct {
-	pos     int  // next unparsed byte
-	started bool // the request line is parsed
-	blank   int  // empty lines skipped before the request line
-	n       int  // head length, set when complete
+	headLines
+	blank int // empty lines skipped before the request line
 
 	mS, mE int // method
 	tS, tE int // request target
@@ -50,45 +40,34 @@ type reqHead struct {
 	// (tE when none).
 	pS, pE, qS int
 
-	fields []field
-
 	contentLength int64 // -1 when absent
 	chunked       bool
 	host          int // index of the Host field, -1 when absent
-	connClose     bool
-	connKeepAlive bool
-	connUpgrade   bool
 	upgrade       int // index of the Upgrade field, -1 when absent
 	expect100     bool
-	connTokens    [][2]int
-	connN         int // elements of the Connection fields seen
 }
 
 func (h *reqHead) reset() {
-	*h = reqHead{fields: h.fields[:0], connTokens: h.connTokens[:0], contentLength: -1, host: -1, upgrade: -1}
+	h.headLines.reset()
+	*h = reqHead{headLines: h.headLines, contentLength: -1, host: -1, upgrade: -1}
 }
 
 // parse consumes the complete lines of b, the head received so far, and
 // reports whether the head is complete. A non-zero status refuses it.
 func (h *reqHead) parse(b []byte, maxBytes, maxCount int) (done bool, status int) {
 	for {
-		rest := b[h.pos:]
-		i := bytes.IndexByte(rest, '\n')
-		if i < 0 {
-			if len(b) > maxBytes {
-				return false, stTooLarge
-			}
+		le, st := h.line(b, maxBytes)
+		switch st {
+		case lineMore:
 			return false, 0
-		}
-		le := h.pos + i + 1
-		if le > maxBytes {
+		case lineLong:
 			return false, stTooLarge
-		}
-		if i == 0 || rest[i-1] != '\r' {
+		case lineBad:
 			return false, stBadRequest // bare LF
 		}
+		empty := le-h.pos == 2
 		switch {
-		case !h.started && i == 1:
+		case !h.started && empty:
 			if h.blank++; h.blank > maxLeadingCRLF {
 				return false, stBadRequest
 			}
@@ -97,15 +76,14 @@ func (h *reqHead) parse(b []byte, maxBytes, maxCount int) (done bool, status int
 				return false, st
 			}
 			h.started = true
-		case i == 1:
+		case empty:
 			h.n = le
 			return true, h.finish(b)
 		default:
-			if len(h.fields) >= maxCount {
+			switch h.addField(b, le, maxCount) {
+			case lineLong:
 				return false, stTooLarge
-			}
-			h.fields = append(h.fields, field{})
-			if !parseField(b, h.pos, le, &h.fields[len(h.fields)-1]) {
+			case lineBad:
 				return false, stBadRequest
 			}
 		}
@@ -180,7 +158,7 @@ func (h *reqHead) finish(b []byte) int {
 			sawTE, h.chunked = true, true
 		case hConnection:
 			f.drop = true
-			if !h.connectionTokens(b, f) {
+			if !h.conn.add(b, f) {
 				return stBadRequest
 			}
 		case hUpgrade:
@@ -207,72 +185,8 @@ func (h *reqHead) finish(b []byte) int {
 	if h.form == formAbsolute && h.host >= 0 {
 		h.fields[h.host].drop = true // the target's authority wins
 	}
-	if len(h.connTokens) > 0 {
-		h.dropListed(b)
-	}
+	h.conn.dropListed(b, h.fields, true)
 	return 0
-}
-
-// listToken returns the bounds of the token of a comma-separated list
-// that starts at b[i] (the list ends at end), without the blanks around
-// it, and where the next token starts.
-func listToken(b []byte, i, end int) (s, e, next int) {
-	j := i
-	for j < end && b[j] != ',' {
-		j++
-	}
-	s, e = i, j
-	for s < e && (b[s] == ' ' || b[s] == '\t') {
-		s++
-	}
-	for e > s && (b[e-1] == ' ' || b[e-1] == '\t') {
-		e--
-	}
-	return s, e, j + 1
-}
-
-// connectionTokens records the options of a Connection field and the
-// names of the fields it lists; false when the Connection fields have
-// more than maxConnTokens elements.
-func (h *reqHead) connectionTokens(b []byte, f *field) bool {
-	for i, end := int(f.vs), int(f.ve); i < end; {
-		s, e, next := listToken(b, i, end)
-		i = next
-		if h.connN++; h.connN > maxConnTokens {
-			return false
-		}
-		tok := b[s:e]
-		switch {
-		case eqFold(tok, "close"):
-			h.connClose = true
-		case eqFold(tok, "keep-alive"):
-			h.connKeepAlive = true
-		case eqFold(tok, "upgrade"):
-			h.connUpgrade = true
-		case e > s:
-			h.connTokens = append(h.connTokens, [2]int{s, e})
-		}
-	}
-	return true
-}
-
-// dropListed drops the fields named by Connection, except the ones that
-// frame the message or name its host.
-func (h *reqHead) dropListed(b []byte) {
-	for i := range h.fields {
-		f := &h.fields[i]
-		switch f.kind {
-		case hHost, hContentLength, hTransferEncoding:
-			continue
-		}
-		name := f.name(b)
-		for _, t := range h.connTokens {
-			if eqFoldBytes(name, b[t[0]:t[1]]) {
-				f.drop = true
-				break
-			}
-		}
-	}
 }
 
 // parseTarget sorts the request target into its form and finds its path.
@@ -335,15 +249,15 @@ func (h *reqHead) hostValue(b []byte) []byte {
 
 // view presents the request whose head is b.
 func (h *reqHead) view(b []byte) reqView {
-	return reqView{method: b[h.mS:h.mE], authority: h.hostValue(b), target: b[h.pS:h.tE], h1b: b, h1: h}
+	return reqView{method: b[h.mS:h.mE], authority: h.hostValue(b), target: b[h.pS:h.tE], fieldsView: fieldsView{h1b: b, h1: &h.headLines}}
 }
 
 // keepAlive reports whether the client wants the connection kept open.
 func (h *reqHead) keepAlive() bool {
-	if h.connClose {
+	if h.conn.close {
 		return false
 	}
-	return h.minor == 1 || h.connKeepAlive
+	return h.minor == 1 || h.conn.keepAlive
 }
 
 // hasBody reports whether a body follows the head.
@@ -353,7 +267,7 @@ func (h *reqHead) hasBody() bool { return h.chunked || h.contentLength > 0 }
 // an upgrade that may be forwarded: h2c upgrades and upgrades with a body
 // are served as plain requests.
 func (h *reqHead) upgradeTo(b []byte) []byte {
-	if h.upgrade < 0 || !h.connUpgrade || h.hasBody() || h.minor == 0 {
+	if h.upgrade < 0 || !h.conn.upgrade || h.hasBody() || h.minor == 0 {
 		return nil
 	}
 	v := h.fields[h.upgrade].value(b)

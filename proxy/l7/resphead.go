@@ -17,40 +17,33 @@ const (
 
 // respHead is a parsed response head; positions are offsets from its start.
 type respHead struct {
-	pos     int
-	started bool
-	n       int
-	sl      int // end of the status line, after its CRLF
+	headLines
+	sl int // end of the status line, after its CRLF
 
 	minor  uint8
 	status int
 
-	fields        []field
 	contentLength int64
 	chunked       bool
 	closeFraming  bool // Transfer-Encoding without a final chunked
-	connClose     bool
-	connKeepAlive bool
 	// edit is set when a field must be dropped before the head is relayed.
-	edit       bool
-	connTokens [][2]int
+	edit bool
 }
 
 func (h *respHead) reset() {
-	*h = respHead{fields: h.fields[:0], connTokens: h.connTokens[:0], contentLength: -1}
+	h.headLines.reset()
+	*h = respHead{headLines: h.headLines, contentLength: -1}
 }
 
 // parse consumes the complete lines of b and reports whether the head is
 // complete; ok=false means the member sent something that is not HTTP/1.x.
 func (h *respHead) parse(b []byte, maxBytes int) (done, ok bool) {
 	for {
-		rest := b[h.pos:]
-		i := bytes.IndexByte(rest, '\n')
-		if i < 0 {
-			return false, len(b) <= maxBytes
-		}
-		le := h.pos + i + 1
-		if le > maxBytes || i == 0 || rest[i-1] != '\r' {
+		le, st := h.line(b, maxBytes)
+		switch st {
+		case lineMore:
+			return false, true
+		case lineLong, lineBad:
 			return false, false
 		}
 		switch {
@@ -59,15 +52,11 @@ func (h *respHead) parse(b []byte, maxBytes int) (done, ok bool) {
 				return false, false
 			}
 			h.started, h.sl = true, le
-		case i == 1:
+		case le-h.pos == 2:
 			h.n = le
 			return true, h.finish(b)
 		default:
-			if len(h.fields) >= respMaxFields {
-				return false, false
-			}
-			h.fields = append(h.fields, field{})
-			if !parseField(b, h.pos, le, &h.fields[len(h.fields)-1]) {
+			if h.addField(b, le, respMaxFields) != lineOK {
 				return false, false
 			}
 		}
@@ -138,9 +127,13 @@ func (h *respHead) finish(b []byte) bool {
 			}
 		case hConnection:
 			f.drop, h.edit = true, true
-			h.connectionTokens(b, f)
+			if !h.conn.add(b, f) {
+				return false
+			}
 		case hKeepAlive, hProxyConnection, hTE, hUpgrade, hProxyAuthenticate, hHTTP2Settings:
 			f.drop, h.edit = true, true
+		case hTrailer:
+			h.edit = true // responseFields may rewrite it
 		}
 	}
 	if (h.chunked || h.closeFraming) && cl != nil {
@@ -149,37 +142,10 @@ func (h *respHead) finish(b []byte) bool {
 		cl.drop, h.edit = true, true
 		h.contentLength = -1
 	}
-	if len(h.connTokens) > 0 {
-		for i := range h.fields {
-			f := &h.fields[i]
-			if f.kind == hContentLength || f.kind == hTransferEncoding {
-				continue
-			}
-			for _, t := range h.connTokens {
-				if eqFoldBytes(f.name(b), b[t[0]:t[1]]) {
-					f.drop = true
-					break
-				}
-			}
-		}
+	if h.conn.dropListed(b, h.fields, false) {
+		h.edit = true
 	}
 	return true
-}
-
-func (h *respHead) connectionTokens(b []byte, f *field) {
-	for i, end := int(f.vs), int(f.ve); i < end; {
-		s, e, next := listToken(b, i, end)
-		i = next
-		tok := b[s:e]
-		switch {
-		case eqFold(tok, "close"):
-			h.connClose = true
-		case eqFold(tok, "keep-alive"):
-			h.connKeepAlive = true
-		case e > s:
-			h.connTokens = append(h.connTokens, [2]int{s, e})
-		}
-	}
 }
 
 // framing returns how the body of this response to a request is delimited.
@@ -199,10 +165,10 @@ func (h *respHead) framing(head bool) uint8 {
 
 // reusable reports whether the member keeps the connection open.
 func (h *respHead) reusable() bool {
-	if h.connClose {
+	if h.conn.close {
 		return false
 	}
-	return h.minor == 1 || h.connKeepAlive
+	return h.minor == 1 || h.conn.keepAlive
 }
 
 // dotSegment reports whether a path segment is "." (1) or ".." (2),

@@ -336,6 +336,13 @@ func (s *Server) proxyHTTP(w http.ResponseWriter, q *rtRequest, be Backend, opts
 			continue
 		}
 		q.stats.Upstream = d
+		if !respHeader(w.Header(), resp) {
+			discardResponse(resp)
+			cancel()
+			m.Done(ErrUpstreamProtocol, resp.StatusCode, d)
+			s.failHTTP(w, q, 502, OutcomeUpstreamError)
+			return
+		}
 		n, upErr := copyResponse(w, resp, q.cpu)
 		cancel()
 		q.stats.Status = resp.StatusCode
@@ -352,20 +359,19 @@ func (s *Server) failHTTP(w http.ResponseWriter, q *rtRequest, code int, out Out
 	q.stats.Outcome = out
 }
 
-// copyResponse relays a member's response to w, trailers included; with
-// cpu its body bytes count there (QUIC's crypto: WorkTLSBytes).
+// copyResponse relays a member's response to w, whose fields respHeader
+// filled, trailers included (those trailerKept keeps); with cpu its body
+// bytes count there (QUIC's crypto: WorkTLSBytes).
 func copyResponse(w http.ResponseWriter, resp *http.Response, cpu CPU) (int64, error) {
 	var m meter
 	defer resp.Body.Close()
 	h := w.Header()
-	for k, vv := range resp.Header {
-		h[k] = vv
-	}
-	removeHop(h)
-	delete(h, "Trailer")
-	announced := len(resp.Trailer) > 0
-	for k := range resp.Trailer {
-		h.Add("Trailer", k)
+	var declared map[string]bool
+	for _, k := range h["Trailer"] {
+		if declared == nil {
+			declared = map[string]bool{}
+		}
+		declared[k] = true
 	}
 	w.WriteHeader(resp.StatusCode)
 	// A body of unknown length may be a stream (gRPC, server-sent
@@ -399,8 +405,9 @@ func copyResponse(w http.ResponseWriter, resp *http.Response, cpu CPU) (int64, e
 			break
 		}
 	}
+	filterRespTrailer(resp.Trailer, resp.Header)
 	for k, vv := range resp.Trailer {
-		if announced {
+		if declared[k] {
 			h[k] = vv
 		} else {
 			h[http.TrailerPrefix+k] = vv
@@ -437,7 +444,7 @@ func (b *trailerBody) Read(p []byte) (int, error) {
 // filterTrailer deletes the fields of h that trailerKept does not keep.
 func filterTrailer(h http.Header, certField string) {
 	for k := range h {
-		if !trailerKept(unsafeBytes(k), certField) {
+		if !trailerKept(unsafeBytes(k), certField, nil) {
 			delete(h, k)
 		}
 	}

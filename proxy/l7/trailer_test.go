@@ -3,7 +3,6 @@ package l7
 import (
 	"bufio"
 	"bytes"
-	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -108,9 +107,12 @@ func trailerHandler(w http.ResponseWriter, r *http.Request) {
 }
 
 // trailerFieldsSent are the trailers of TestRequestTrailersFiltered: one
-// of no kind the proxy acts on, then fields a trailer must not carry.
+// of no kind the proxy acts on, then fields a trailer must not carry
+// (trailerKept: RFC 9110 section 6.5.1's authentication, request
+// modifiers and content format among them).
 var trailerFieldsSent = [][2]string{
 	{"X-Checksum", "abc"},
+	{"Cookie", "sid=1"}, {"If-Match", `"v1"`}, {"Content-Type", "text/evil"}, {"Authorization", "Basic eDp5"},
 	{"X-Forwarded-For", "6.6.6.6"}, {"X-Real-IP", "6.6.6.6"}, {"X_Forwarded_For", "6.6.6.6"},
 	{"X-Client-Subject", "CN=admin"}, {"x_client_subject", "CN=admin2"},
 	{"Forwarded", "for=6.6.6.6"}, {"X-Request-Id", "spoofed-id"}, {"Content-Length", "1"},
@@ -118,27 +120,20 @@ var trailerFieldsSent = [][2]string{
 
 // h1TrailerPost sends a chunked POST with trailerFieldsSent (and, over
 // HTTP/1.x, fields HTTP/2 forbids in a trailer: Host, Transfer-Encoding,
-// Connection) and returns the response body; split sends the trailer
-// section in pieces.
+// Connection, and X-Hop, which the head's Connection field names) and
+// returns the response body; split sends the trailer section in pieces.
 func h1TrailerPost(addr string, secure, split bool, path string) (string, error) {
-	var conn net.Conn
-	var err error
-	if secure {
-		conn, err = tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}})
-	} else {
-		conn, err = net.Dial("tcp", addr)
-	}
+	conn, err := dialTest(addr, secure, "http/1.1")
 	if err != nil {
 		return "", err
 	}
 	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
-	req := "POST " + path + " HTTP/1.1\r\nHost: a.example\r\nTransfer-Encoding: chunked\r\nTrailer: X-Checksum\r\n\r\n" +
+	req := "POST " + path + " HTTP/1.1\r\nHost: a.example\r\nTransfer-Encoding: chunked\r\nTrailer: X-Checksum\r\nConnection: X-Hop\r\n\r\n" +
 		"3\r\nhel\r\n2\r\nlo\r\n0\r\n"
 	for _, f := range trailerFieldsSent {
 		req += f[0] + ": " + f[1] + "\r\n"
 	}
-	req += "Host: evil.example\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+	req += "Host: evil.example\r\nTransfer-Encoding: chunked\r\nConnection: close\r\nX-Hop: h\r\n\r\n"
 	// split: the trailer section comes in pieces, the first with the
 	// last chunk.
 	cuts := []int{len(req)}
@@ -172,18 +167,11 @@ func h1TrailerPost(addr string, secure, split bool, path string) (string, error)
 // trailerFieldsSent over HTTP/2 (TLS, or h2c with prior knowledge) and
 // returns the response body.
 func h2TrailerPost(addr string, secure bool, path string) (string, error) {
-	var conn net.Conn
-	var err error
-	if secure {
-		conn, err = tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}})
-	} else {
-		conn, err = net.Dial("tcp", addr)
-	}
+	conn, err := dialTest(addr, secure, "h2")
 	if err != nil {
 		return "", err
 	}
 	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
 	if _, err := io.WriteString(conn, http2.ClientPreface); err != nil {
 		return "", err
 	}
@@ -302,18 +290,8 @@ func h3TrailerPost(s *Server, info ConnInfo, path string) (string, error) {
 // framing or routing fields the client put in its trailers.
 func TestRequestTrailersFiltered(t *testing.T) {
 	t.Parallel()
-	h1m := newBackend(t, trailerMember(t))
-	h2m := newBackend(t, h2cServer(t, http.HandlerFunc(trailerHandler)))
-	h2m.opts.Protocol = H2C
-	ext := func(be Backend) *Route {
-		return &Route{Name: "ext", Ext: &RouteExt{Backends: []WeightedBackend{{Backend: be, Weight: 1}}}}
-	}
-	router := testRouter{
-		{prefix: "/fast/h1", route: &Route{Name: "fast", Backend: h1m}},
-		{prefix: "/fast/h2", route: &Route{Name: "fast", Backend: h2m}},
-		{prefix: "/ext/h1", route: ext(h1m)},
-		{prefix: "/ext/h2", route: ext(h2m)},
-	}
+	h1m, h2m := tableMembers(t, trailerMember(t), http.HandlerFunc(trailerHandler))
+	router := tableRoutes(h1m, h2m, nil)
 	want := []string{"body: hello", "x-checksum: abc"}
 	for _, trusted := range []bool{false, true} {
 		cfg := Config{}

@@ -1,6 +1,7 @@
 package l7
 
 import (
+	"bytes"
 	"maps"
 	"net/http"
 	"net/netip"
@@ -18,21 +19,27 @@ import (
 // same way.
 
 // reqView is a request as a codec presents it: read-only, over the codec's
-// own bytes. Exactly one of h1, h2 and hdr holds the client's fields.
+// own bytes.
 type reqView struct {
 	method    []byte
 	authority []byte // the Host field's or :authority, as the client sent it
 	target    []byte // path and query, as the client sent them
+	fieldsView
+}
+
+// fieldsView is the fields of a request or a response as a codec
+// presents them. Exactly one of h1, h2 and hdr holds them.
+type fieldsView struct {
 	// h1b and h1: an HTTP/1.x head and its offsets.
 	h1b []byte
-	h1  *reqHead
-	// h2: an HTTP/2 client's decoded fields, pseudo-fields included.
+	h1  *headLines
+	// h2: decoded HTTP/2 fields, pseudo-fields included.
 	h2 []hpack.HeaderField
-	// hdr: net/http values (the Host is not among them).
+	// hdr: net/http values (a request's Host is not among them).
 	hdr http.Header
 }
 
-// viewField is one of the client's fields.
+// viewField is one field of a view.
 type viewField struct {
 	name, value []byte
 	kind        hdrKind
@@ -44,37 +51,70 @@ type viewField struct {
 	ls, le uint32
 }
 
-// fieldIter walks the client's fields of a view in the order it sent
-// them (net/http values: by name).
+// fieldIter walks the fields of a view in the order they were sent
+// (net/http values: by name).
 type fieldIter struct {
-	v    *reqView
+	v    *fieldsView
 	i, j int
 	keys []string
-	// conn: the names the Connection fields of net/http values list,
-	// split once.
-	conn [][]byte
+	// names: the names the view's Connection fields list, each followed
+	// by a comma (connList.names; for HTTP/2 fields and net/http values
+	// split once here).
+	names []byte
+	// over: the Connection fields of HTTP/2 fields or net/http values
+	// have more than maxConnTokens elements; the iterator then walks no
+	// field. (Only a member's response comes so: the HTTP/1.x parser
+	// refuses such a request, and the HTTP/2 and HTTP/3 servers refuse
+	// requests with a Connection field.)
+	over bool
 	// runs: consecutive HTTP/1.x lines of kind hOther that the parser
 	// kept come as one field (the first line's name and value, ls and le
 	// spanning them all), for a reader to whom their names do not matter.
 	runs bool
 }
 
-// fields returns an iterator over the client's fields of v.
-func (v *reqView) fields() fieldIter {
-	it := fieldIter{v: v}
-	if v.hdr != nil {
+// fields sets it to walk the fields of v (in place: an iterator kept in a
+// connection or stream is not copied).
+func (v *fieldsView) fields(it *fieldIter) {
+	it.v, it.i, it.j, it.keys, it.names, it.over, it.runs = v, 0, 0, nil, nil, false, false
+	n := 0
+	switch {
+	case v.h1 != nil:
+		it.names = v.h1.conn.names
+	case v.hdr != nil:
 		it.keys = slices.Sorted(maps.Keys(v.hdr))
 		for _, cv := range v.hdr["Connection"] {
-			for b := unsafeBytes(cv); len(b) > 0; {
-				var t []byte
-				// The options are not field names (connectionTokens).
-				if t, b = nextToken(b); len(t) > 0 && !eqFold(t, "close") && !eqFold(t, "keep-alive") && !eqFold(t, "upgrade") {
-					it.conn = append(it.conn, t)
-				}
+			it.addConn(cv, &n)
+		}
+	default:
+		// A Connection field makes an HTTP/2 message malformed (RFC 9113
+		// section 8.2.2); a member's that has one is read as an
+		// HTTP/1.1 one would be.
+		for i := range v.h2 {
+			if name := v.h2[i].Name; len(name) == len("connection") && eqFold(unsafeBytes(name), "connection") {
+				it.addConn(v.h2[i].Value, &n)
 			}
 		}
 	}
-	return it
+	if it.over {
+		it.keys, it.names, it.i = nil, nil, len(v.h2)
+	}
+}
+
+// addConn records the names the Connection field value cv lists; n
+// counts the elements seen, bounded by maxConnTokens.
+func (it *fieldIter) addConn(cv string, n *int) {
+	for b := unsafeBytes(cv); len(b) > 0 && !it.over; {
+		if *n++; *n > maxConnTokens {
+			it.over = true
+			return
+		}
+		var t []byte
+		// The options are not field names (connList.add).
+		if t, b = nextToken(b); len(t) > 0 && !eqFold(t, "close") && !eqFold(t, "keep-alive") && !eqFold(t, "upgrade") {
+			it.names = append(append(it.names, t...), ',')
+		}
+	}
 }
 
 // next sets f to the next field; false past the last one. (f is filled
@@ -104,7 +144,7 @@ func (it *fieldIter) next(f *viewField) bool {
 				it.j++
 				name := unsafeBytes(k)
 				kind := classify(name)
-				*f = viewField{name: name, value: unsafeBytes(vv[it.j-1]), kind: kind, listed: connListed(it.conn, name, kind)}
+				*f = viewField{name: name, value: unsafeBytes(vv[it.j-1]), kind: kind, listed: connListed(it.names, name, kind)}
 				return true
 			}
 			it.i, it.j = it.i+1, 0
@@ -118,24 +158,33 @@ func (it *fieldIter) next(f *viewField) bool {
 			continue
 		}
 		name := unsafeBytes(hf.Name)
-		f.name, f.value, f.kind, f.listed, f.ls, f.le = name, unsafeBytes(hf.Value), classify(name), false, 0, 0
+		f.name, f.value, f.kind, f.ls, f.le = name, unsafeBytes(hf.Value), classify(name), 0, 0
+		f.listed = len(it.names) > 0 && connListed(it.names, name, f.kind)
 		return true
 	}
 	return false
 }
 
-// connListed reports whether conn, the names Connection fields list,
-// holds the field name (the HTTP/1.x parser's dropListed, for net/http
-// values).
-func connListed(conn [][]byte, name []byte, kind hdrKind) bool {
+// connListed reports whether names, the names Connection fields list
+// (connList.names), holds the field name, of kind kind: the HTTP/1.x
+// parser's dropListed, for other views.
+func connListed(names, name []byte, kind hdrKind) bool {
 	switch kind {
 	case hHost, hContentLength, hTransferEncoding:
 		return false
 	}
-	for _, t := range conn {
-		if eqFoldBytes(t, name) {
+	return namedIn(names, name)
+}
+
+// namedIn reports whether names, each followed by a comma, holds name
+// (any case).
+func namedIn(names, name []byte) bool {
+	for len(names) > 0 {
+		i := bytes.IndexByte(names, ',')
+		if eqFoldBytes(names[:i], name) {
 			return true
 		}
+		names = names[i+1:]
 	}
 	return false
 }
@@ -188,7 +237,7 @@ func forwardFields(v *reqView, ca *clientAddrs, s fieldSink, fw *fwdScratch) []b
 	var te, proto, host bool
 	var id []byte
 	it, f := &fw.it, &fw.f
-	*it = v.fields()
+	v.fieldsView.fields(it)
 	// Without a certificate field no name of kind hOther matters: the
 	// HTTP/1.x lines come in runs.
 	it.runs = ca.certField == ""
@@ -260,18 +309,76 @@ func forwardFields(v *reqView, ca *clientAddrs, s fieldSink, fw *fwdScratch) []b
 	return id
 }
 
-// trailerKept reports whether a field of a client's request trailer
-// section, named name, goes on to the member; certField is the listener's
-// certificate field (clientAddrs.certField). RFC 9110 section 6.5.1 bars
-// trailers from framing, routing and the like, and a member that merges
-// trailers into the head would take such a field as the proxy's own, so a
-// trailer keeps only fields of no kind the proxy acts on (classify says
-// hOther) other than the certificate field: never a hop-by-hop or framing
-// field, Host, nor one naming the client or the request, even from a
-// trusted client. Every codec and path filters request trailers with it:
-// copyBody (HTTP/1.x), onTrailers (HTTP/2) and trailerBody (net/http).
-func trailerKept(name []byte, certField string) bool {
-	return classify(name) == hOther && (certField == "" || !eqFoldDash(name, certField))
+// trailerKept reports whether a trailer field named name goes on, in a
+// request's trailer section to the member and in a response's to the
+// client, on every codec and path: copyBody, onTrailers and trailerBody
+// for requests; relayBody, relay (HTTP/2 fast path), relayUp,
+// copyResponse and h1Response for responses. certField is the listener's certificate
+// field (clientAddrs.certField; "" for responses) and listed the names
+// the head's Connection fields list (connList.names; nil when none).
+//
+// RFC 9110 section 6.5.1: a recipient must not merge a trailer field
+// into the header section unless the field's definition permits it, and
+// framing, routing, authentication, request modifiers, response control
+// data and content format must be known before the content. A member or
+// client that merges trailers would take such a field as the proxy's own
+// or as the message's, so a trailer keeps only fields
+//   - of no kind the proxy acts on (classify says hOther): never a
+//     hop-by-hop or framing field (Trailer too), Host, Expect, TE, nor a
+//     field naming the client or the request (forwarding fields), even
+//     from a trusted client;
+//   - that are no pseudo-field and not named by the head's Connection
+//     fields (hop-by-hop for this connection, RFC 9110 section 7.6.1);
+//   - not in trailerBarred (the rest of section 6.5.1's categories);
+//   - other than the certificate field.
+func trailerKept(name []byte, certField string, listed []byte) bool {
+	if len(name) == 0 || name[0] == ':' || classify(name) != hOther || trailerBarred(name) {
+		return false
+	}
+	if certField != "" && eqFoldDash(name, certField) {
+		return false
+	}
+	return !namedIn(listed, name)
+}
+
+// trailerBarredNames are the fields of RFC 9110 section 6.5.1's
+// categories that classify does not tell apart, by category:
+//   - request modifiers: the controls of section 10.1 (Cache-Control,
+//     Max-Forwards, Pragma, Range; Expect, Host and TE are kinds) and the
+//     preconditions of section 13.1 (If-*);
+//   - authentication: Authorization, WWW-Authenticate (section 11;
+//     the Proxy-* fields are kinds), and the state fields Cookie and
+//     Set-Cookie (RFC 6265), which carry credentials. Authentication-Info
+//     and Proxy-Authentication-Info are defined to be sent as trailers
+//     (sections 11.6.3 and 11.7.3) and pass;
+//   - response control data (section 15's Age, Cache-Control, Date,
+//     Expires, Location, Retry-After, Vary) and Alt-Svc (RFC 7838, which
+//     the listener may set itself);
+//   - content format: the representation metadata of section 8
+//     (Content-Type, Content-Encoding, Content-Language,
+//     Content-Location, Content-Range).
+var trailerBarredNames = map[string]bool{
+	"cache-control": true, "max-forwards": true, "pragma": true, "range": true,
+	"if-match": true, "if-none-match": true, "if-modified-since": true, "if-unmodified-since": true, "if-range": true,
+	"authorization": true, "www-authenticate": true, "cookie": true, "set-cookie": true,
+	"age": true, "date": true, "expires": true, "location": true, "retry-after": true, "vary": true, "alt-svc": true,
+	"content-type": true, "content-encoding": true, "content-language": true, "content-location": true, "content-range": true,
+}
+
+// trailerBarred reports whether name (any case) is one of
+// trailerBarredNames.
+func trailerBarred(name []byte) bool {
+	var buf [20]byte // the longest name is 19 bytes
+	if len(name) > len(buf) {
+		return false
+	}
+	for i, c := range name {
+		if c >= 'A' && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		buf[i] = c
+	}
+	return trailerBarredNames[string(buf[:len(name)])]
 }
 
 // usableRequestID reports whether a trusted client's X-Request-Id value
@@ -311,6 +418,7 @@ func (s *h1Sink) client(f *viewField) {
 		s.runE = f.le
 		return
 	}
+	s.flush() // a field not of the head's lines, among them
 	if s.fromH2 {
 		switch {
 		case f.kind == hContentLength:
@@ -358,11 +466,15 @@ func (s *h1Sink) done() {
 }
 
 // hpackSink writes fields as HPACK literals without indexing (no dynamic
-// table).
-type hpackSink struct{ dst []byte }
+// table); lower: the names of the fields passed on are lower-cased
+// (an HTTP/1.x member's).
+type hpackSink struct {
+	dst   []byte
+	lower bool
+}
 
 func (s *hpackSink) client(f *viewField) {
-	s.dst = appendLiteral(s.dst, unsafeString(f.name), unsafeString(f.value), false)
+	s.dst = appendLiteral(s.dst, unsafeString(f.name), unsafeString(f.value), s.lower)
 }
 
 func (s *hpackSink) add(name string, value []byte) {
@@ -386,7 +498,7 @@ func (s headerSink) add(name string, value []byte) {
 func forwardHeader(in http.Header, ca *clientAddrs, host string) (http.Header, string) {
 	out := make(http.Header, len(in)+5)
 	var fw fwdScratch
-	v := reqView{hdr: in, authority: unsafeBytes(host)}
+	v := reqView{authority: unsafeBytes(host), fieldsView: fieldsView{hdr: in}}
 	id := forwardFields(&v, ca, headerSink{out}, &fw)
 	return out, string(id)
 }
@@ -413,5 +525,5 @@ func startFigures(stats *RequestStats, info *ConnInfo, client netip.AddrPort, ht
 
 // netView presents a net/http request.
 func netView(r *http.Request) *reqView {
-	return &reqView{method: unsafeBytes(r.Method), authority: unsafeBytes(r.Host), target: unsafeBytes(r.URL.RequestURI()), hdr: r.Header}
+	return &reqView{method: unsafeBytes(r.Method), authority: unsafeBytes(r.Host), target: unsafeBytes(r.URL.RequestURI()), fieldsView: fieldsView{hdr: r.Header}}
 }
