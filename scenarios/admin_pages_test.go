@@ -44,8 +44,10 @@ networks: [10.20.0.0/16]
 pools: [public]
 quotas: {loadBalancers: 30, routesPerLb: 2000, routes: 100000}
 `))
-	const lbs, routes = 16, 1500
-	segment := strings.Repeat("p", 200)
+	// Few routes of long paths: the state's size is what matters here,
+	// and each route costs the host a compile at every apply.
+	const lbs, routes = 16, 300
+	segment := strings.Repeat("p", 1000)
 	for i := range lbs {
 		var b strings.Builder
 		fmt.Fprintf(&b, "kind: LoadBalancer\nname: lb%02d\ntenant: big\nvip: {pool: public}\n", i)

@@ -19,11 +19,12 @@ import (
 // kept busy and a 200ms SIGSTOP of a random LB host every 10s, first
 // with all hosts alive, then with one dead. TEAPOT_SOAK sets the length
 // of each phase (make soak: 5m each, 10 minutes per mode, both modes at
-// once); the default is the short version make test runs.
+// once); the default is the short version make test runs: two stalls per
+// phase, each of a random host (make soak's phases have thirty).
 const (
 	soakStall      = 200 * time.Millisecond
 	soakEvery      = 10 * time.Second
-	soakShortPhase = 40 * time.Second
+	soakShortPhase = 2 * soakEvery
 	// soakAftermath: a move or a failed request this soon after a stall
 	// ends is the stall's doing.
 	soakAftermath = 3 * time.Second
