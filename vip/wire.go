@@ -310,6 +310,10 @@ func parseHeartbeat(b, key []byte) (*heartbeat, error) {
 		// The partly ready addresses follow when there are bytes left
 		// (sent only to hosts that read them).
 		if len(r.b) > 0 && !r.err {
+			if hb.NotReadyAll {
+				// No sender writes them then (appendTo).
+				return bad("partly ready addresses of a host not ready for any")
+			}
 			hb.PartlySent = true
 			if hb.Partly, ok = r.addrs(); !ok {
 				return bad("address length must be 4 or 16")
