@@ -288,6 +288,10 @@ func parseHeartbeat(b, key []byte) (*heartbeat, error) {
 		if r.err {
 			break
 		}
+		if s.ID == "" {
+			// No sender writes one (sighting.fits).
+			return bad("empty node id in a sighting")
+		}
 		hb.Sightings = append(hb.Sightings, s)
 	}
 	var ok bool

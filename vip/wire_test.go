@@ -111,6 +111,11 @@ func TestHeartbeatRejects(t *testing.T) {
 			b[5] |= flagNotReady
 			return signed(b)
 		}(), testKey, "not ready for any"},
+		{"an empty node id in a sighting", func() []byte {
+			b := (&heartbeat{ID: "n1"}).appendTo(nil, false, false)
+			b = append(b[:len(b)-3:len(b)-3], 1, 0, 0, 0, 0, 0, 0, 0, 0) // one sighting, no id; no not-ready address
+			return signed(b)
+		}(), testKey, "empty node id in a sighting"},
 		{"too long", signed(make([]byte, maxDatagram)), testKey, "too long"},
 	}
 	for _, tt := range tests {
