@@ -261,9 +261,16 @@ func (a *actuator) converge(now time.Time) {
 }
 
 // take puts addr in place (a no-op when it is, except for a changed
-// route, which is announced again).
+// route, which is announced again). An address held on other places than
+// t's is left as it is: converge moves or releases it first, and when
+// that failed (reported there) it is held as before and tried again at
+// the next converge, so that t is never recorded as held on places that
+// do not have the address.
 func (a *actuator) take(addr netip.Addr, t target, now time.Time) error {
 	if h, ok := a.held[addr]; ok {
+		if !t.samePlaces(h) {
+			return nil
+		}
 		if t.mode == ModeBGP && h.route.key() != t.route.key() {
 			if err := a.m.announce(t.route); err != nil {
 				return err

@@ -162,3 +162,57 @@ func TestPeerPartlyReady(t *testing.T) {
 		t.Fatalf("n2 no longer partly ready: %+v, version %d (was %d)", v.Alive["n2"], m.loop.peers["n2"].Version, version)
 	}
 }
+
+// TestPartlyReadyListThatDoesNotFit: a host whose partly ready list does
+// not fit in its heartbeats next to the rest (here 300 IPv6 addresses not
+// ready and partly ready) is taken by its peers for not ready for those
+// addresses; it is then no candidate for them in its own view either, so
+// that it lets go of one it holds rather than keep it while a peer that no
+// longer counts it takes it too (both would answer ARP for it in the
+// namespaces of the tenants they both carry it for). When the list fits
+// again, it is a candidate again.
+func TestPartlyReadyListThatDoesNotFit(t *testing.T) {
+	m := &Manager{cfg: Config{NodeID: "n1", HeartbeatInterval: 20 * time.Millisecond}, dead: 100 * time.Millisecond,
+		log: slog.New(slog.DiscardHandler)}
+	m.loop.init()
+	m.loop.members = map[string]member{"n2": {}}
+	now := time.Now()
+	m.loop.lastTrigger = now.Add(time.Hour) // sends no heartbeats
+	// n2 reads partly ready lists.
+	m.receive(received{hb: &heartbeat{ID: "n2", Incarnation: 1, Seq: 1, Eligible: true, Holdings: true, HoldingSent: true,
+		ReadsPartly: true, PartlySent: true}, at: now})
+	m.beats = newBeatSender(m)
+	m.arrivals.Store(&map[string]*peerArrival{})
+	m.key = testKey
+	m.loop.want = &desired{}
+	m.loop.ready.have = true
+	addrs := manyAddrs(300)
+	a := addrs[0]
+	m.loop.ready.unserved = map[netip.Addr]map[string]string{}
+	for _, x := range addrs {
+		m.loop.ready.unserved[x] = map[string]string{"ta": "tenant ta's attachment is not up on this host"}
+	}
+	// n2 carries a for some of its tenants too, and holds nothing.
+	v := view{Alive: map[string]hostView{"n2": {Eligible: true, Holdings: true, Direct: true,
+		NotReady: map[netip.Addr]bool{a: true}, Partly: map[netip.Addr]bool{a: true}}}}
+	holder := func() (string, bool) {
+		m.planBeats(now)
+		p := m.beats.plan.Load()
+		b := p.hb.appendTo(nil, true, true)
+		hb, err := parseHeartbeat(append(b, sign(testKey, b)...), testKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, arpMe, _ := m.selves(now, eligibility{ARP: self{ID: "n1"}})
+		arpMe.Holding = map[netip.Addr]bool{a: true}
+		return holderOf(a, []string{"n1", "n2"}, arpMe, v), hb.PartlySent
+	}
+	m.loop.ready.arpNotReady, m.loop.ready.arpPartly = addrs, addrs
+	if h, sent := holder(); sent || h != "n2" {
+		t.Fatalf("list sent to n2: %t; holder in n1's view %q, want n2 (n2 does not count n1)", sent, h)
+	}
+	m.loop.ready.arpNotReady, m.loop.ready.arpPartly = addrs[:1], addrs[:1]
+	if h, sent := holder(); !sent || h != "n1" {
+		t.Fatalf("list sent to n2: %t; holder in n1's view %q, want n1 (it holds it)", sent, h)
+	}
+}

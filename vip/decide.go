@@ -403,6 +403,10 @@ type self struct {
 	// candidate for such an arp VIP only when no host can carry it for
 	// every one of them.
 	Partly map[netip.Addr]map[string]string
+	// PartlyUnsent: its heartbeats leave out the addresses of Partly (the
+	// list did not fit), so its peers take it for not ready for them; it
+	// is no candidate for them either.
+	PartlyUnsent bool
 	// KeepOnly: it has no majority in two-way contact but lost it less
 	// than the hold-down ago (HoldDown), or the others cannot make one
 	// without it yet (view.Keep): it keeps the arp VIPs it holds and
@@ -506,7 +510,8 @@ func candidates(a netip.Addr, ranked []string, me self, v view, partly bool) []s
 	var cands []string
 	for _, h := range ranked {
 		if h == me.ID {
-			if me.Problem == "" && me.NotReady[a] == "" && (len(me.Partly[a]) > 0) == partly && (!me.KeepOnly && !me.Rejoining || me.Holding[a]) {
+			if me.Problem == "" && me.NotReady[a] == "" && (len(me.Partly[a]) > 0) == partly && !(partly && me.PartlyUnsent) &&
+				(!me.KeepOnly && !me.Rejoining || me.Holding[a]) {
 				cands = append(cands, h)
 			}
 			continue

@@ -165,6 +165,7 @@ func (m *Manager) selves(now time.Time, el eligibility) (me, arpMe, bgpMe self) 
 	me, arpMe, bgpMe = el.Any, el.ARP, el.BGP
 	me.NotReady, arpMe.NotReady, bgpMe.NotReady = notReady, notReady, notReady
 	me.Partly, arpMe.Partly, bgpMe.Partly = st.ready.unserved, st.ready.unserved, st.ready.unserved
+	arpMe.PartlyUnsent = st.partlyUnsent
 	arpMe.Rebalance = map[netip.Addr]bool{}
 	if el.Rebalancing {
 		// The window of each VIP opens when this host could first hold it

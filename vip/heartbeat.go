@@ -259,11 +259,32 @@ func (m *Manager) planBeats(now time.Time) {
 		// It would not fit next to the sightings: not ready for any.
 		p.hb.NotReady, p.hb.NotReadyAll = nil, true
 	}
+	readsPartly := false
 	for _, id := range slices.Sorted(maps.Keys(st.members)) {
 		// Held addresses only to a peer that reads them.
 		pe := st.peers[id]
 		p.to = append(p.to, beatDest{id: id, addr: st.members[id].Heartbeat, withHolding: pe != nil && pe.Holdings,
 			withPartly: pe != nil && pe.Holdings && pe.ReadsPartly})
+		readsPartly = readsPartly || p.to[len(p.to)-1].withPartly
+	}
+	// A partly ready list that does not fit next to the rest is left out,
+	// and the peers that read it take this host for not ready for those
+	// addresses: it is then no candidate for them in its own view either
+	// (self.PartlyUnsent), or it would keep one it holds while a peer that
+	// no longer counts it takes it too.
+	unsent := false
+	if readsPartly && len(p.hb.Partly) > 0 {
+		if cap(st.beatScratch) < maxDatagram {
+			st.beatScratch = make([]byte, 0, maxDatagram)
+		}
+		_, sent := p.hb.appendParts(st.beatScratch[:0], true, true)
+		unsent = !sent
+	}
+	if unsent != st.partlyUnsent {
+		st.partlyUnsent = unsent
+		for _, a := range st.ready.arpPartly {
+			st.pending[a] = true
+		}
 	}
 	m.beats.plan.Store(p)
 }

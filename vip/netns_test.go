@@ -395,11 +395,17 @@ type tenantVIPsRec struct {
 	// after which a tenant the VIP was announced to no longer has it.
 	withdrawn int
 	lost      map[string]int
+	// fail: the next calls of AnnounceVIP that fail (and change nothing).
+	fail int
 }
 
 func (r *tenantVIPsRec) VIPProblem(a netip.Addr) string { return r.problem[a] }
 
 func (r *tenantVIPsRec) AnnounceVIP(a netip.Addr, tenants []string, _ []uint32) error {
+	if r.fail > 0 {
+		r.fail--
+		return errors.New("relay refused the announcement")
+	}
 	r.lose(r.announced[a], tenants)
 	r.announced[a] = slices.Clone(tenants)
 	return nil
@@ -627,6 +633,60 @@ func TestActuatorMovesASharedBGPVIPBetweenPlaces(t *testing.T) {
 	}
 	if rec.lost["b"] != 1 {
 		t.Fatalf("tenant b lost the route %d times, want once (when it left)", rec.lost["b"])
+	}
+}
+
+// TestActuatorRetriesAFailedMoveOfASharedBGPVIP: when the relay refuses
+// the route of a bgp VIP that gains a tenant, the actuator keeps what it
+// held (the address on the kept tenant's device, its route as it was) and
+// moves it again at the next converge: it does not take the new tenants'
+// route as held while the address is not on the new tenant's device,
+// which would leave that device without it for good.
+func TestActuatorRetriesAFailedMoveOfASharedBGPVIP(t *testing.T) {
+	dir := t.TempDir()
+	boundNetns(t, dir, api.AttachmentNamespace("a"))
+	boundNetns(t, dir, api.AttachmentNamespace("b"))
+	rec := &tenantVIPsRec{announced: map[netip.Addr][]string{}}
+	m := &Manager{cfg: Config{NetnsDir: dir, TenantVIPs: rec}, log: slog.New(slog.DiscardHandler)}
+	m.act = newActuator(m)
+	vip := netip.MustParseAddr("10.0.0.100")
+	fa := m.pools.getIn(AttachmentDevice, m.attachmentNS("a")).f
+	fb := m.pools.getIn(AttachmentDevice, m.attachmentNS("b")).f
+	defer func() {
+		for _, e := range m.pools.all() {
+			e.frames.close()
+		}
+	}()
+	a := m.act
+	now := time.Now()
+	a.set(map[netip.Addr]target{vip: {mode: ModeBGP, iface: fa, route: route{Addr: vip, Spaces: []string{"a"}}}}, nil)
+	a.converge(now)
+	both := &target{mode: ModeBGP, iface: fa, more: []*iface{fb}, route: route{Addr: vip, Spaces: []string{"a", "b"}}}
+	a.change(map[netip.Addr]*target{vip: both}, nil)
+	rec.fail = 1
+	a.converge(now)
+	if errs := a.errors(); errs[vip] == "" {
+		t.Fatalf("the refused move is not reported: %v", errs)
+	}
+	if got, _ := fa.hostAddrs(); !got[vip] {
+		t.Fatal("a's device lost the address when the move failed")
+	}
+	if got := rec.announced[vip]; !slices.Equal(got, []string{"a"}) && !slices.Equal(got, []string{"a", "b"}) {
+		t.Fatalf("announced to %v after the refusal", got)
+	}
+	// The next converge moves it.
+	a.converge(now)
+	if got, _ := fb.hostAddrs(); !got[vip] || !slices.Equal(rec.announced[vip], []string{"a", "b"}) {
+		t.Fatalf("after the retry: b's device %v, announced %v", got, rec.announced)
+	}
+	if got, _ := fa.hostAddrs(); !got[vip] {
+		t.Fatal("a's device lost the address")
+	}
+	if errs := a.errors(); len(errs) != 0 {
+		t.Fatalf("errors after the retry: %v", errs)
+	}
+	if rec.lost["a"] != 0 || rec.withdrawn != 0 {
+		t.Fatalf("tenant a lost the route %d times, withdrawals %d; want none", rec.lost["a"], rec.withdrawn)
 	}
 }
 

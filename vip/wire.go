@@ -118,6 +118,14 @@ func (hb *heartbeat) marshal(key []byte, withHolding bool) ([]byte, error) {
 // (maxDatagram), so that the heartbeat thread can send without producing
 // garbage. A part that does not fit is left out.
 func (hb *heartbeat) appendTo(b []byte, withHolding, withPartly bool) []byte {
+	b, _ = hb.appendParts(b, withHolding, withPartly)
+	return b
+}
+
+// appendParts is appendTo, and says whether the partly ready addresses
+// went in (with withPartly, unless a part did not fit or the sender is
+// not ready for any address).
+func (hb *heartbeat) appendParts(b []byte, withHolding, withPartly bool) (_ []byte, partly bool) {
 	start := len(b)
 	b = append(b, wireMagic[:]...)
 	b = append(b, wireVersion, 0)
@@ -180,7 +188,7 @@ func (hb *heartbeat) appendTo(b []byte, withHolding, withPartly bool) []byte {
 				size += 1 + a.BitLen()/8
 			}
 			if withPartly && size <= maxDatagram && !notReadyAll {
-				b = appendAddrs(b, hb.Partly)
+				b, partly = appendAddrs(b, hb.Partly), true
 			}
 		}
 	}
@@ -204,7 +212,7 @@ func (hb *heartbeat) appendTo(b []byte, withHolding, withPartly bool) []byte {
 		f |= flagNotReady
 	}
 	b[start+5] = f
-	return b
+	return b, partly
 }
 
 // fits reports whether s goes on the wire after n others.
@@ -280,6 +288,10 @@ func parseHeartbeat(b, key []byte) (*heartbeat, error) {
 		if r.err {
 			break
 		}
+		if s.ID == "" {
+			// No sender writes one (sighting.fits).
+			return bad("empty node id in a sighting")
+		}
 		hb.Sightings = append(hb.Sightings, s)
 	}
 	var ok bool
@@ -302,6 +314,10 @@ func parseHeartbeat(b, key []byte) (*heartbeat, error) {
 		// The partly ready addresses follow when there are bytes left
 		// (sent only to hosts that read them).
 		if len(r.b) > 0 && !r.err {
+			if hb.NotReadyAll {
+				// No sender writes them then (appendTo).
+				return bad("partly ready addresses of a host not ready for any")
+			}
 			hb.PartlySent = true
 			if hb.Partly, ok = r.addrs(); !ok {
 				return bad("address length must be 4 or 16")

@@ -106,6 +106,16 @@ func TestHeartbeatRejects(t *testing.T) {
 		{"times heard that do not match", signed(append(append([]byte{}, body...), 0, 0, 2)), testKey, "do not match"},
 		{"trailing bytes after the partly ready addresses", signed(append(append([]byte{}, body...), 0, 0, 0, 0, 0, 9)), testKey, "trailing bytes"},
 		{"a partly ready address of another length", signed(append(append([]byte{}, body...), 0, 0, 0, 0, 1, 5, 1, 2, 3, 4, 5)), testKey, "4 or 16"},
+		{"partly ready addresses of a host not ready for any", func() []byte {
+			b := append(append([]byte{}, body...), 0, 0, 0, 0, 1, 4, 10, 0, 0, 1)
+			b[5] |= flagNotReady
+			return signed(b)
+		}(), testKey, "not ready for any"},
+		{"an empty node id in a sighting", func() []byte {
+			b := (&heartbeat{ID: "n1"}).appendTo(nil, false, false)
+			b = append(b[:len(b)-3:len(b)-3], 1, 0, 0, 0, 0, 0, 0, 0, 0) // one sighting, no id; no not-ready address
+			return signed(b)
+		}(), testKey, "empty node id in a sighting"},
 		{"too long", signed(make([]byte, maxDatagram)), testKey, "too long"},
 	}
 	for _, tt := range tests {
@@ -127,6 +137,9 @@ func FuzzParseHeartbeat(f *testing.F) {
 	for _, hb := range []heartbeat{
 		{ID: "n1"},
 		{ID: "n2", Eligible: true, Sightings: []sighting{{ID: "n1", Age: time.Millisecond}}, NotReady: []netip.Addr{netip.MustParseAddr("2001:db8::1")}},
+		{ID: "n3", Eligible: true, Holdings: true, ReadsPartly: true, PartlySent: true, Sightings: []sighting{{ID: "n1", Age: time.Millisecond}},
+			NotReady: []netip.Addr{netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("2001:db8::1")},
+			Partly:   []netip.Addr{netip.MustParseAddr("2001:db8::1")}},
 	} {
 		b, _ := hb.marshal(testKey, false)
 		f.Add(b)
