@@ -367,8 +367,10 @@ func (st *h2Stream) relay(u *upConn) (n int64, err error) {
 	u.r += rh.n
 	st.wrote, st.status, st.rawHead = true, rh.status, true
 	var ck chunked
+	// The trailer section gathers, over as many reads as it takes, in
+	// the spare capacity of the head block (which may not have left yet).
 	tstart := len(st.hblk)
-	var trailer []byte
+	trailer := st.hblk[tstart:]
 	for err == nil {
 		if framing == bodyNone || (framing == bodyLength && left == 0) || (framing == bodyChunked && ck.done()) {
 			break
@@ -404,8 +406,7 @@ func (st *h2Stream) relay(u *upConn) (n int64, err error) {
 			inTrailer := ck.inTrailer()
 			k, data, cerr := ck.step(in)
 			if inTrailer {
-				trailer = append(st.hblk[tstart:], in[:k]...)
-				st.hblk = st.hblk[:tstart]
+				trailer = append(trailer, in[:k]...)
 			}
 			u.r += k
 			switch {

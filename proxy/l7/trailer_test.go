@@ -502,3 +502,79 @@ func TestEmptyTrailerSplitAtFinalLF(t *testing.T) {
 		}
 	}
 }
+
+// TestResponseTrailerSplitBetweenReads: an HTTP/1.1 member whose trailer
+// section arrives in several reads (a gRPC member flushing grpc-status
+// before grpc-message) has every field of it reach the client, on the
+// HTTP/1.1 and the HTTP/2 fast paths.
+func TestResponseTrailerSplitBetweenReads(t *testing.T) {
+	t.Parallel()
+	parts := []string{
+		"HTTP/1.1 200 OK\r\nTrailer: Grpc-Status, Grpc-Message, X-Sum\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nbody\r\n0\r\n",
+		"Grpc-Status: 0\r\n",
+		"Grpc-Mess",
+		"age: ok\r\nX-Sum: 1\r\n",
+		"\r\n",
+	}
+	member := rawServer(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		for {
+			l, err := br.ReadString('\n')
+			if err != nil {
+				return
+			}
+			if l != "\r\n" {
+				continue
+			}
+			for _, p := range parts {
+				if _, err := io.WriteString(c, p); err != nil {
+					return
+				}
+				time.Sleep(20 * time.Millisecond) // each part a read of its own
+			}
+		}
+	})
+	router := testRouter{{prefix: "/", route: &Route{Name: "fast", Backend: newBackend(t, member)}}}
+	addr := proxyUnder(t, New(Config{}), router, nil)
+	want := map[string]string{"Grpc-Status": "0", "Grpc-Message": "ok", "X-Sum": "1"}
+
+	// HTTP/1.1 client: the held trailer section.
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(conn, "GET / HTTP/1.1\r\nHost: a.example\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := io.ReadAll(resp.Body); err != nil || string(b) != "body" {
+		t.Fatalf("h1: body %q, %v", b, err)
+	}
+	for k, v := range want {
+		if got := resp.Trailer.Get(k); got != v {
+			t.Errorf("h1: trailer %s %q, want %q (trailers %v)", k, got, v, resp.Trailer)
+		}
+	}
+
+	// HTTP/2 client: the fast path's trailer HEADERS.
+	req, _ := http.NewRequest("GET", "http://"+addr+"/", nil)
+	req.Host = "a.example"
+	resp, err = h2cTestClient().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if b, err := io.ReadAll(resp.Body); err != nil || string(b) != "body" {
+		t.Fatalf("h2: body %q, %v", b, err)
+	}
+	for k, v := range want {
+		if got := resp.Trailer.Get(k); got != v {
+			t.Errorf("h2: trailer %s %q, want %q (trailers %v)", k, got, v, resp.Trailer)
+		}
+	}
+}
