@@ -407,6 +407,14 @@ func (st *h2Stream) relay(u *upConn) (n int64, err error) {
 			k, data, cerr := ck.step(in)
 			if inTrailer {
 				trailer = append(trailer, in[:k]...)
+				// Read, held and parsed as the body's bytes, whether or
+				// not its fields go on: they count as the DATA sent.
+				c.lockW()
+				units := c.outM.take(int64(k))
+				c.unlockW()
+				if cpu := c.hc.info.CPU; cpu != nil && units > 0 {
+					cpu.Relay(units * c.cpuW)
+				}
 			}
 			u.r += k
 			switch {

@@ -3,6 +3,8 @@ package l7
 import (
 	"bufio"
 	"bytes"
+	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -576,5 +578,63 @@ func TestResponseTrailerSplitBetweenReads(t *testing.T) {
 		if got := resp.Trailer.Get(k); got != v {
 			t.Errorf("h2: trailer %s %q, want %q (trailers %v)", k, got, v, resp.Trailer)
 		}
+	}
+}
+
+// TestH2FastResponseTrailerCharged: the trailer section of an HTTP/1.1
+// member's response that the HTTP/2 fast path reads and parses counts
+// toward the tenant's CPU budget like the body bytes it relays, also when
+// none of its fields reaches the client (the member's Connection field
+// names them): eight responses with 60,000-byte sections charge at least
+// 7 units more than eight without.
+func TestH2FastResponseTrailerCharged(t *testing.T) {
+	t.Parallel()
+	units := func(trailer string) int64 {
+		member := rawServer(t, func(c net.Conn) {
+			br := bufio.NewReader(c)
+			resp := "HTTP/1.1 200 OK\r\nConnection: X-Pad\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n" + trailer + "\r\n"
+			for {
+				l, err := br.ReadString('\n')
+				if err != nil {
+					return
+				}
+				if l == "\r\n" {
+					if _, err := io.WriteString(c, resp); err != nil {
+						return
+					}
+				}
+			}
+		})
+		router := testRouter{{prefix: "/", route: &Route{Name: "fast", Backend: newBackend(t, member)}}}
+		cpu := &unitCount{}
+		info := ConnInfo{Listener: "test", LB: "t/lb", Tenant: "t", Router: func() Router { return router }, CPU: cpu}
+		addr := proxyUnderInfo(t, New(Config{}), info, nil)
+		tr := &http2.Transport{AllowHTTP: true, DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		}}
+		defer tr.CloseIdleConnections()
+		client := &http.Client{Transport: tr, Timeout: 20 * time.Second}
+		for i := range 8 {
+			req, _ := http.NewRequest("GET", "http://"+addr+"/", nil)
+			req.Host = "a.example"
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Fatalf("request %d: %v", i, err)
+			}
+			b, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil || string(b) != "ok" || len(resp.Trailer) != 0 {
+				t.Fatalf("request %d: body %q, trailers %v, %v", i, b, resp.Trailer, err)
+			}
+		}
+		tr.CloseIdleConnections()
+		return cpu.n.Load()
+	}
+	pad := "X-Pad: " + strings.Repeat("p", 60000-len("X-Pad: \r\n")) + "\r\n"
+	bare := units("")
+	held := units(pad)
+	if held-bare < 7 {
+		t.Errorf("with 60,000-byte trailer sections: %d units, without: %d; want at least 7 more", held, bare)
 	}
 }
