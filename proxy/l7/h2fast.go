@@ -360,6 +360,7 @@ func (st *h2Stream) relay(u *upConn) (n int64, err error) {
 	c := st.c
 	s := c.s
 	rh := &u.resp
+	// The HTTP/1.x parser refused a head respBlock would refuse.
 	st.respBlock(rh.status, fieldsView{h1b: u.rb[u.r : u.r+rh.n], h1: &rh.headLines})
 	framing := rh.framing(st.method == http.MethodHead)
 	left := rh.contentLength

@@ -2,6 +2,7 @@ package l7
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 )
 
@@ -550,5 +552,75 @@ func BenchmarkRewrittenResponseHead(b *testing.B) {
 	c := clientConn{info: &ConnInfo{}}
 	for b.Loop() {
 		c.appendResponseHead(head, &h, "", false)
+	}
+}
+
+// TestH2MemberConnectionBound: an HTTP/2 member's response whose
+// Connection fields (malformed in HTTP/2, read as an HTTP/1.1 member's)
+// have more than maxConnTokens elements is a broken response (502) on
+// the HTTP/2 fast path too, as on the others; within the bound, the
+// fields they name do not reach the client.
+func TestH2MemberConnectionBound(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		tokens int
+		status int
+	}{{64, 200}, {65, 502}} {
+		member := rawH2Member(t, func(n int, fr *http2.Framer, c net.Conn) {
+			for {
+				f, err := fr.ReadFrame()
+				if err != nil {
+					return
+				}
+				switch f := f.(type) {
+				case *http2.SettingsFrame:
+					if !f.IsAck() {
+						fr.WriteSettingsAck()
+					}
+				case *http2.MetaHeadersFrame:
+					var hb bytes.Buffer
+					enc := hpack.NewEncoder(&hb)
+					for _, hf := range [][2]string{{":status", "200"}, {"connection", strings.Repeat("x-l, ", tc.tokens-1) + "x-secret"},
+						{"x-secret", "s"}, {"x-app", "a"}, {"trailer", "x-sum, x-secret"}} {
+						enc.WriteField(hpack.HeaderField{Name: hf[0], Value: hf[1]})
+					}
+					if fr.WriteHeaders(http2.HeadersFrameParam{StreamID: f.StreamID, BlockFragment: hb.Bytes(), EndHeaders: true}) != nil {
+						return
+					}
+					if fr.WriteData(f.StreamID, false, []byte("body")) != nil {
+						return
+					}
+					hb.Reset()
+					enc.WriteField(hpack.HeaderField{Name: "x-sum", Value: "1"})
+					enc.WriteField(hpack.HeaderField{Name: "x-secret", Value: "t"})
+					if fr.WriteHeaders(http2.HeadersFrameParam{StreamID: f.StreamID, BlockFragment: hb.Bytes(), EndHeaders: true, EndStream: true}) != nil {
+						return
+					}
+				}
+			}
+		})
+		be := newBackend(t, member)
+		be.opts.Protocol = H2C
+		addr := proxyUnder(t, New(Config{}), oneRoute(be), nil)
+		req, _ := http.NewRequest("GET", "http://"+addr+"/", nil)
+		req.Host = "a.example"
+		resp, err := h2cTestClient().Do(req)
+		if err != nil {
+			t.Fatalf("%d tokens: %v", tc.tokens, err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != tc.status {
+			t.Fatalf("%d tokens: status %d, %v", tc.tokens, resp.StatusCode, err)
+		}
+		if tc.status != 200 {
+			continue
+		}
+		if string(b) != "body" || resp.Header.Get("X-App") != "a" || resp.Trailer.Get("X-Sum") != "1" {
+			t.Errorf("%d tokens: body %q, head %v, trailers %v", tc.tokens, b, resp.Header, resp.Trailer)
+		}
+		if resp.Header.Get("X-Secret") != "" {
+			t.Errorf("%d tokens: the client received a field the Connection field names: head %v, trailers %v", tc.tokens, resp.Header, resp.Trailer)
+		}
 	}
 }
