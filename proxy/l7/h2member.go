@@ -280,10 +280,11 @@ func (st *h2Stream) relayUp(up *h2UpStream) (n int64, err error) {
 	copyBufs.Put(bp)
 	if err == io.EOF {
 		err = nil
-		// Only the fields trailerKept keeps go on.
+		// Only the fields trailerKept keeps go on; the head's
+		// Connection fields name more (st.rs.it.names, from respBlock).
 		kept := up.trailer[:0]
 		for _, f := range up.trailer {
-			if trailerKept(unsafeBytes(f.Name), "", nil) {
+			if trailerKept(unsafeBytes(f.Name), "", st.rs.it.names) {
 				kept = append(kept, f)
 			}
 		}
@@ -309,7 +310,8 @@ func (st *h2Stream) relayUp(up *h2UpStream) (n int64, err error) {
 // respBlock makes the response head block (in st.hblk): :status and the
 // fields responseFields decides from the member's head v, the
 // connection's Alt-Svc last. False: the response must not be relayed
-// (responseFields).
+// (responseFields); the names the head's Connection fields list stay in
+// st.rs.it.names, for the trailer section.
 func (st *h2Stream) respBlock(status int, v fieldsView) bool {
 	st.hsink = hpackSink{dst: appendStatus(st.hblk[:0], status), lower: true}
 	st.rs.v = v
