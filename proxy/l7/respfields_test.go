@@ -625,3 +625,72 @@ func TestH2MemberConnectionBound(t *testing.T) {
 		}
 	}
 }
+
+// TestInterimResponseFields: an interim response (103 Early Hints) the
+// HTTP/1.1 fast path relays carries the fields responseFields lets
+// through, as the final response does: not the hop-by-hop ones, those
+// the member's Connection field names, Proxy-Authenticate, nor the
+// member's Alt-Svc beside the listener's; its other fields go on.
+func TestInterimResponseFields(t *testing.T) {
+	t.Parallel()
+	member := rawServer(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		for {
+			l, err := br.ReadString('\n')
+			if err != nil {
+				return
+			}
+			if l != "\r\n" {
+				continue
+			}
+			if _, err := io.WriteString(c, "HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload\r\nConnection: X-Hop\r\nX-Hop: 1\r\n"+
+				"Keep-Alive: timeout=5\r\nProxy-Authenticate: Basic\r\nUpgrade: h2c\r\nAlt-Svc: h2=\"evil:443\"\r\n\r\n"+
+				"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"); err != nil {
+				return
+			}
+		}
+	})
+	router := testRouter{{prefix: "/", route: &Route{Name: "fast", Backend: newBackend(t, member)}}}
+	info := ConnInfo{Listener: "test", LB: "t/lb", Tenant: "t", Router: func() Router { return router }, AltSvc: `h3=":443"`}
+	addr := proxyUnderInfo(t, New(Config{}), info, nil)
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(conn, "GET / HTTP/1.1\r\nHost: a.example\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(conn)
+	var interim []string
+	for {
+		l, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l == "\r\n" {
+			break
+		}
+		interim = append(interim, strings.ToLower(strings.TrimSuffix(l, "\r\n")))
+	}
+	if len(interim) == 0 || !strings.HasPrefix(interim[0], "http/1.1 103") {
+		t.Fatalf("interim response %q", interim)
+	}
+	got := strings.Join(interim[1:], "\n")
+	if !strings.Contains(got, "link: </s.css>; rel=preload") {
+		t.Errorf("the interim response lost its Link field:\n%s", got)
+	}
+	for _, d := range []string{"connection:", "x-hop:", "keep-alive:", "proxy-authenticate:", "upgrade:", "evil"} {
+		if strings.Contains(got, d) {
+			t.Errorf("the interim response carries %q:\n%s", d, got)
+		}
+	}
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := io.ReadAll(resp.Body); resp.StatusCode != 200 || string(b) != "ok" {
+		t.Fatalf("final response %d %q", resp.StatusCode, b)
+	}
+}
