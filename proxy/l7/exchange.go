@@ -212,6 +212,8 @@ func (c *clientConn) readResponseHead(up *upConn, now int64, rht time.Duration) 
 			if rh.status >= 200 || rh.status == 101 {
 				return nil
 			}
+			// Read (and relayed) as the body's bytes.
+			c.respM.add(c.info.CPU, c.cpuW, int64(rh.n))
 			if c.h.minor == 1 {
 				// Its fields are the ones responseFields lets through,
 				// as a final response's (it has no framing to relay).

@@ -294,7 +294,7 @@ func (st *h2Stream) exchange(m Member, opts *BackendOptions, rht time.Duration, 
 			go func(u *upConn) { bodyDone <- st.sendBody(u, limit) }(u)
 		}
 		if err == nil {
-			err = readH1Head(u, now, rht, s.cfg.MaxHeaderBytes)
+			err = readH1Head(u, now, rht, s.cfg.MaxHeaderBytes, st.c.chargeRead)
 		}
 		if err == nil {
 			st.bodyDone = bodyDone
@@ -409,13 +409,8 @@ func (st *h2Stream) relay(u *upConn) (n int64, err error) {
 			if inTrailer {
 				trailer = append(trailer, in[:k]...)
 				// Read, held and parsed as the body's bytes, whether or
-				// not its fields go on: they count as the DATA sent.
-				c.lockW()
-				units := c.outM.take(int64(k))
-				c.unlockW()
-				if cpu := c.hc.info.CPU; cpu != nil && units > 0 {
-					cpu.Relay(units * c.cpuW)
-				}
+				// not its fields go on.
+				c.chargeRead(int64(k))
 			}
 			u.r += k
 			switch {
@@ -463,6 +458,17 @@ func (st *h2Stream) relay(u *upConn) (n int64, err error) {
 	}
 	u.close()
 	return n, err
+}
+
+// chargeRead counts n bytes a stream read off a member and did not send
+// as DATA (a trailer section, interim responses) as the DATA sent count.
+func (c *h2Conn) chargeRead(n int64) {
+	c.lockW()
+	units := c.outM.take(n)
+	c.unlockW()
+	if cpu := c.hc.info.CPU; cpu != nil && units > 0 {
+		cpu.Relay(units * c.cpuW)
+	}
 }
 
 // trailerFields parses a chunked trailer section ("0\r\n" excluded or

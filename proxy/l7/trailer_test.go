@@ -638,3 +638,72 @@ func TestH2FastResponseTrailerCharged(t *testing.T) {
 		t.Errorf("with 60,000-byte trailer sections: %d units, without: %d; want at least 7 more", held, bare)
 	}
 }
+
+// TestInterimResponsesCharged: the interim (1xx) responses a member
+// sends before its final one count toward the tenant's CPU budget like
+// body bytes, relayed (HTTP/1.1 fast path) or read and skipped (HTTP/2
+// fast path): 160 3,000-byte 103 heads charge at least 7 units.
+func TestInterimResponsesCharged(t *testing.T) {
+	t.Parallel()
+	interim := strings.Repeat("HTTP/1.1 103 Early Hints\r\nX-Pad: "+strings.Repeat("p", 3000)+"\r\n\r\n", 160)
+	units := func(h2 bool, interim string) int64 {
+		member := rawServer(t, func(c net.Conn) {
+			br := bufio.NewReader(c)
+			for {
+				l, err := br.ReadString('\n')
+				if err != nil {
+					return
+				}
+				if l == "\r\n" {
+					if _, err := io.WriteString(c, interim+"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"); err != nil {
+						return
+					}
+				}
+			}
+		})
+		router := testRouter{{prefix: "/", route: &Route{Name: "fast", Backend: newBackend(t, member)}}}
+		cpu := &unitCount{}
+		info := ConnInfo{Listener: "test", LB: "t/lb", Tenant: "t", Router: func() Router { return router }, CPU: cpu}
+		addr := proxyUnderInfo(t, New(Config{}), info, nil)
+		if h2 {
+			tr := &http2.Transport{AllowHTTP: true, DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
+				var d net.Dialer
+				return d.DialContext(ctx, network, addr)
+			}}
+			defer tr.CloseIdleConnections()
+			req, _ := http.NewRequest("GET", "http://"+addr+"/", nil)
+			req.Host = "a.example"
+			resp, err := (&http.Client{Transport: tr, Timeout: 20 * time.Second}).Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 || string(b) != "ok" {
+				t.Fatalf("h2: %d %q", resp.StatusCode, b)
+			}
+			tr.CloseIdleConnections()
+		} else {
+			conn, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
+			if _, err := io.WriteString(conn, "GET / HTTP/1.1\r\nHost: a.example\r\nConnection: close\r\n\r\n"); err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(conn)
+			if !bytes.HasSuffix(b, []byte("\r\n\r\nok")) || bytes.Count(b, []byte(" 103 ")) != strings.Count(interim, " 103 ") {
+				t.Fatalf("h1: %d bytes, %d interim responses: %.200q", len(b), bytes.Count(b, []byte(" 103 ")), b)
+			}
+		}
+		return cpu.n.Load()
+	}
+	for _, h2 := range []bool{false, true} {
+		bare, with := units(h2, ""), units(h2, interim)
+		if with-bare < 7 {
+			t.Errorf("h2 %v: with 160 3,000-byte interim responses: %d units, without: %d; want at least 7 more", h2, with, bare)
+		}
+	}
+}
