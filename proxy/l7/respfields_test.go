@@ -498,6 +498,30 @@ func TestResponseFieldsViews(t *testing.T) {
 		{"X-App", "a"}, {"Set-Cookie", "sid=1"},
 	}
 	want := "alt-svc: h3=\":443\"\ncontent-type: text/plain\nset-cookie: sid=1\ntrailer: X-Sum\nx-app: a"
+	viewsGive(t, fields, want)
+}
+
+// TestConnectionNamedTrailerField: a Trailer field the member's
+// Connection field names is hop-by-hop and does not reach the client,
+// also when it names trailers trailerKept drops (the field would be
+// rewritten) — in every view.
+func TestConnectionNamedTrailerField(t *testing.T) {
+	for _, tr := range []string{"X-Sum", "X-Sum, Set-Cookie"} {
+		viewsGive(t, [][2]string{{"Connection", "Trailer"}, {"Trailer", tr}, {"X-App", "a"}}, "x-app: a")
+	}
+}
+
+// viewsGive gives responseFields the member head fields in each view
+// (HTTP/1.x offsets, decoded HTTP/2 fields, net/http values) and wants
+// the client's fields (lower-case names, sorted, Content-Length left
+// out) to be want in each, with the listener's Alt-Svc h3=":443" when
+// want holds an Alt-Svc.
+func viewsGive(t *testing.T, fields [][2]string, want string) {
+	t.Helper()
+	altSvc := ""
+	if strings.Contains(want, "alt-svc:") {
+		altSvc = `h3=":443"`
+	}
 	head := "HTTP/1.1 200 OK\r\n"
 	h2 := []hpack.HeaderField{{Name: ":status", Value: "200"}}
 	hdr := http.Header{}
@@ -519,7 +543,7 @@ func TestResponseFieldsViews(t *testing.T) {
 	} {
 		out := http.Header{}
 		var rs respScratch
-		if !responseFields(&v, `h3=":443"`, false, headerSink{out}, &rs) {
+		if !responseFields(&v, altSvc, false, headerSink{out}, &rs) {
 			t.Fatalf("%s: refused", name)
 		}
 		var lines []string
