@@ -718,3 +718,75 @@ func TestInterimResponseFields(t *testing.T) {
 		t.Fatalf("final response %d %q", resp.StatusCode, b)
 	}
 }
+
+// TestNoContentFraming: a member's 204 carrying Content-Length or
+// Transfer-Encoding, which a server must not send with it (RFC 9112
+// section 6.1, RFC 9110 section 8.6), reaches an HTTP/1.1 client
+// without them, on the fast path and through net/http: a client that
+// reads them as framing would take the next response for this one's
+// content. The next response on the connection is served.
+func TestNoContentFraming(t *testing.T) {
+	t.Parallel()
+	member := rawServer(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		for {
+			l, err := br.ReadString('\n')
+			if err != nil {
+				return
+			}
+			var framing string
+			switch {
+			case strings.Contains(l, "/cl"):
+				framing = "Content-Length: 5\r\n"
+			case strings.Contains(l, "/te"):
+				framing = "Transfer-Encoding: chunked\r\n"
+			}
+			for l != "\r\n" {
+				if l, err = br.ReadString('\n'); err != nil {
+					return
+				}
+			}
+			if _, err := io.WriteString(c, "HTTP/1.1 204 No Content\r\nX-App: a\r\n"+framing+"\r\n"); err != nil {
+				return
+			}
+		}
+	})
+	be := newBackend(t, member)
+	router := testRouter{
+		{prefix: "/fast", route: &Route{Name: "fast", Backend: be}},
+		{prefix: "/ext", route: &Route{Name: "ext", Ext: &RouteExt{Backends: []WeightedBackend{{Backend: be, Weight: 1}}}}},
+	}
+	addr := proxyUnder(t, New(Config{}), router, nil)
+	for _, p := range []string{"/fast/cl", "/fast/te", "/ext/cl", "/ext/te"} {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+		br := bufio.NewReader(conn)
+		for i := range 2 {
+			if _, err := io.WriteString(conn, "GET "+p+" HTTP/1.1\r\nHost: a.example\r\n\r\n"); err != nil {
+				t.Fatal(err)
+			}
+			var head []string
+			for {
+				l, err := br.ReadString('\n')
+				if err != nil {
+					t.Fatalf("%s request %d: %v (head so far %q)", p, i, err, head)
+				}
+				if l == "\r\n" {
+					break
+				}
+				head = append(head, strings.ToLower(strings.TrimSuffix(l, "\r\n")))
+			}
+			got := strings.Join(head, "\n")
+			if !strings.HasPrefix(got, "http/1.1 204") || !strings.Contains(got, "x-app: a") {
+				t.Fatalf("%s request %d: head\n%s", p, i, got)
+			}
+			if strings.Contains(got, "transfer-encoding") || (strings.Contains(got, "content-length") && !strings.Contains(got, "content-length: 0")) {
+				t.Errorf("%s request %d: framing in a 204:\n%s", p, i, got)
+			}
+		}
+		conn.Close()
+	}
+}
