@@ -790,3 +790,55 @@ func TestNoContentFraming(t *testing.T) {
 		conn.Close()
 	}
 }
+
+// TestH2MemberTrailerPseudoField: an HTTP/2 member's trailer section
+// with a pseudo-field is malformed (RFC 9113 section 8.1): the response
+// is a broken one the client sees cut short (its stream reset), not one
+// relayed whole without the field.
+func TestH2MemberTrailerPseudoField(t *testing.T) {
+	t.Parallel()
+	member := rawH2Member(t, func(n int, fr *http2.Framer, c net.Conn) {
+		for {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				return
+			}
+			switch f := f.(type) {
+			case *http2.SettingsFrame:
+				if !f.IsAck() {
+					fr.WriteSettingsAck()
+				}
+			case *http2.MetaHeadersFrame:
+				var hb bytes.Buffer
+				enc := hpack.NewEncoder(&hb)
+				enc.WriteField(hpack.HeaderField{Name: ":status", Value: "200"})
+				if fr.WriteHeaders(http2.HeadersFrameParam{StreamID: f.StreamID, BlockFragment: hb.Bytes(), EndHeaders: true}) != nil {
+					return
+				}
+				if fr.WriteData(f.StreamID, false, []byte("body")) != nil {
+					return
+				}
+				hb.Reset()
+				enc.WriteField(hpack.HeaderField{Name: ":status", Value: "500"})
+				enc.WriteField(hpack.HeaderField{Name: "grpc-status", Value: "0"})
+				if fr.WriteHeaders(http2.HeadersFrameParam{StreamID: f.StreamID, BlockFragment: hb.Bytes(), EndHeaders: true, EndStream: true}) != nil {
+					return
+				}
+			}
+		}
+	})
+	be := newBackend(t, member)
+	be.opts.Protocol = H2C
+	addr := proxyUnder(t, New(Config{}), oneRoute(be), nil)
+	req, _ := http.NewRequest("GET", "http://"+addr+"/", nil)
+	req.Host = "a.example"
+	resp, err := h2cTestClient().Do(req)
+	if err != nil {
+		return // refused before the head: also not relayed whole
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err == nil {
+		t.Errorf("the response was relayed whole: %d %q, trailers %v", resp.StatusCode, b, resp.Trailer)
+	}
+}
