@@ -243,6 +243,9 @@ type h1RespBody struct {
 	left     int64
 	ck       chunked
 	trailer  []byte
+	// trailerN: the bytes of the trailer section read (copyResponse
+	// charges them: no writer sends them as body).
+	trailerN int64
 	reusable bool
 	err      error
 	closed   bool
@@ -294,6 +297,7 @@ func (b *h1RespBody) Read(out []byte) (int, error) {
 		n, data, err := b.ck.step(in)
 		if inTrailer {
 			b.trailer = append(b.trailer, in[:n]...)
+			b.trailerN += int64(n)
 		}
 		u.r += n
 		if err != nil {

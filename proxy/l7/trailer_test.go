@@ -707,3 +707,88 @@ func TestInterimResponsesCharged(t *testing.T) {
 		}
 	}
 }
+
+// TestExtResponseTrailerCharged: the trailer section of an HTTP/1.1
+// member's response read through net/http (a route with RouteExt) counts
+// toward the tenant's CPU budget, also when none of its fields reaches
+// the client: eight responses with 60,000-byte sections charge at least
+// 7 units more than eight without, to an HTTP/1.1 and an HTTP/2 client.
+func TestExtResponseTrailerCharged(t *testing.T) {
+	t.Parallel()
+	units := func(h2 bool, trailer string) int64 {
+		member := rawServer(t, func(c net.Conn) {
+			br := bufio.NewReader(c)
+			resp := "HTTP/1.1 200 OK\r\nConnection: X-Pad\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n" + trailer + "\r\n"
+			for {
+				l, err := br.ReadString('\n')
+				if err != nil {
+					return
+				}
+				if l == "\r\n" {
+					if _, err := io.WriteString(c, resp); err != nil {
+						return
+					}
+				}
+			}
+		})
+		be := newBackend(t, member)
+		router := testRouter{{prefix: "/", route: &Route{Name: "ext", Ext: &RouteExt{Backends: []WeightedBackend{{Backend: be, Weight: 1}}}}}}
+		cpu := &unitCount{}
+		info := ConnInfo{Listener: "test", LB: "t/lb", Tenant: "t", Router: func() Router { return router }, CPU: cpu}
+		addr := proxyUnderInfo(t, New(Config{}), info, nil)
+		if h2 {
+			tr := &http2.Transport{AllowHTTP: true, DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
+				var d net.Dialer
+				return d.DialContext(ctx, network, addr)
+			}}
+			defer tr.CloseIdleConnections()
+			client := &http.Client{Transport: tr, Timeout: 20 * time.Second}
+			for i := range 8 {
+				req, _ := http.NewRequest("GET", "http://"+addr+"/", nil)
+				req.Host = "a.example"
+				resp, err := client.Do(req)
+				if err != nil {
+					t.Fatalf("request %d: %v", i, err)
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if string(b) != "ok" || len(resp.Trailer) != 0 {
+					t.Fatalf("request %d: body %q, trailers %v", i, b, resp.Trailer)
+				}
+			}
+			tr.CloseIdleConnections()
+			return cpu.n.Load()
+		}
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
+		br := bufio.NewReader(conn)
+		for i := range 8 {
+			if _, err := io.WriteString(conn, "GET / HTTP/1.1\r\nHost: a.example\r\n\r\n"); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("request %d: %v", i, err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if string(b) != "ok" || len(resp.Trailer) != 0 {
+				t.Fatalf("request %d: body %q, trailers %v", i, b, resp.Trailer)
+			}
+		}
+		conn.Close()
+		return cpu.n.Load()
+	}
+	pad := "X-Pad: " + strings.Repeat("p", 60000-len("X-Pad: \r\n")) + "\r\n"
+	for _, h2 := range []bool{false, true} {
+		bare := units(h2, "")
+		held := units(h2, pad)
+		if held-bare < 7 {
+			t.Errorf("h2 %v: with 60,000-byte trailer sections: %d units, without: %d; want at least 7 more", h2, held, bare)
+		}
+	}
+}
