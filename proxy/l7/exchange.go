@@ -195,7 +195,9 @@ func (c *clientConn) proxyAddrs(opts *BackendOptions) *proxyAddrs {
 }
 
 // readResponseHead reads the member's final response head, relaying
-// interim (1xx) responses other than 101 to HTTP/1.1 clients.
+// interim (1xx) responses other than 101 to HTTP/1.1 clients (their
+// heads made as a final response's, in c.wb: the request head there was
+// sent).
 func (c *clientConn) readResponseHead(up *upConn, now int64, rht time.Duration) error {
 	if err := up.setReadDeadline(now, rht); err != nil {
 		return err
@@ -210,8 +212,17 @@ func (c *clientConn) readResponseHead(up *upConn, now int64, rht time.Duration) 
 			if rh.status >= 200 || rh.status == 101 {
 				return nil
 			}
+			// Read (and relayed) as the body's bytes.
+			c.respM.add(c.info.CPU, c.cpuW, int64(rh.n))
 			if c.h.minor == 1 {
-				if err := c.write(up.rb[up.r : up.r+rh.n]); err != nil {
+				// Its fields are the ones responseFields lets through,
+				// as a final response's (it has no framing to relay).
+				b := up.rb[up.r : up.r+rh.n]
+				if rh.edit || rh.minor != 1 || c.info.AltSvc != "" {
+					c.appendResponseHead(b, rh, "", true)
+					b = c.wb
+				}
+				if err := c.write(b); err != nil {
 					return fmt.Errorf("%w: %w", errClientGone, err)
 				}
 			}

@@ -68,7 +68,7 @@ func (rt h1RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 			go func() { bodyDone <- writeH1Body(u, req, s.cfg.BodyTimeout) }()
 		}
 		if err == nil {
-			err = readH1Head(u, now, rht(opts, s), s.cfg.MaxHeaderBytes)
+			err = readH1Head(u, now, rht(opts, s), s.cfg.MaxHeaderBytes, nil)
 		}
 		if err == nil {
 			return h1Response(s, req, u, p, bodyDone, stop), nil
@@ -148,8 +148,9 @@ func writeH1Body(u *upConn, req *http.Request, bt time.Duration) error {
 	})
 }
 
-// readH1Head reads a final response head, skipping interim responses.
-func readH1Head(u *upConn, now int64, rht time.Duration, max int) error {
+// readH1Head reads a final response head, skipping interim responses;
+// interim, when not nil, is told the bytes of each (to charge them).
+func readH1Head(u *upConn, now int64, rht time.Duration, max int, interim func(n int64)) error {
 	if err := u.setReadDeadline(now, rht); err != nil {
 		return err
 	}
@@ -164,6 +165,9 @@ func readH1Head(u *upConn, now int64, rht time.Duration, max int) error {
 			}
 			if u.resp.status == 101 {
 				return ErrUpstreamProtocol
+			}
+			if interim != nil {
+				interim(int64(u.resp.n))
 			}
 			u.r += u.resp.n
 			u.resp.reset()
@@ -239,6 +243,9 @@ type h1RespBody struct {
 	left     int64
 	ck       chunked
 	trailer  []byte
+	// trailerN: the bytes of the trailer section read (copyResponse
+	// charges them: no writer sends them as body).
+	trailerN int64
 	reusable bool
 	err      error
 	closed   bool
@@ -290,6 +297,7 @@ func (b *h1RespBody) Read(out []byte) (int, error) {
 		n, data, err := b.ck.step(in)
 		if inTrailer {
 			b.trailer = append(b.trailer, in[:n]...)
+			b.trailerN += int64(n)
 		}
 		u.r += n
 		if err != nil {

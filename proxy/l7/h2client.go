@@ -542,6 +542,15 @@ func (c *h2UpConn) onHeaders(f *http2.MetaHeadersFrame) http2.ErrCode {
 		c.resetStream(id, http2.ErrCodeProtocol, nil)
 		c.mu.Lock()
 		return 0
+	case len(f.PseudoFields()) > 0:
+		// Malformed trailers (RFC 9113 section 8.1): the response is
+		// broken, not relayed whole without them.
+		st.fail(fmt.Errorf("%w: pseudo-field in trailers", ErrUpstreamProtocol))
+		delete(c.streams, id)
+		c.mu.Unlock()
+		c.resetStream(id, http2.ErrCodeProtocol, nil)
+		c.mu.Lock()
+		return 0
 	default:
 		st.trailer = f.RegularFields()
 	}

@@ -294,7 +294,7 @@ func (st *h2Stream) exchange(m Member, opts *BackendOptions, rht time.Duration, 
 			go func(u *upConn) { bodyDone <- st.sendBody(u, limit) }(u)
 		}
 		if err == nil {
-			err = readH1Head(u, now, rht, s.cfg.MaxHeaderBytes)
+			err = readH1Head(u, now, rht, s.cfg.MaxHeaderBytes, st.c.chargeRead)
 		}
 		if err == nil {
 			st.bodyDone = bodyDone
@@ -360,6 +360,7 @@ func (st *h2Stream) relay(u *upConn) (n int64, err error) {
 	c := st.c
 	s := c.s
 	rh := &u.resp
+	// The HTTP/1.x parser refused a head respBlock would refuse.
 	st.respBlock(rh.status, fieldsView{h1b: u.rb[u.r : u.r+rh.n], h1: &rh.headLines})
 	framing := rh.framing(st.method == http.MethodHead)
 	left := rh.contentLength
@@ -367,8 +368,10 @@ func (st *h2Stream) relay(u *upConn) (n int64, err error) {
 	u.r += rh.n
 	st.wrote, st.status, st.rawHead = true, rh.status, true
 	var ck chunked
+	// The trailer section gathers, over as many reads as it takes, in
+	// the spare capacity of the head block (which may not have left yet).
 	tstart := len(st.hblk)
-	var trailer []byte
+	trailer := st.hblk[tstart:]
 	for err == nil {
 		if framing == bodyNone || (framing == bodyLength && left == 0) || (framing == bodyChunked && ck.done()) {
 			break
@@ -404,8 +407,10 @@ func (st *h2Stream) relay(u *upConn) (n int64, err error) {
 			inTrailer := ck.inTrailer()
 			k, data, cerr := ck.step(in)
 			if inTrailer {
-				trailer = append(st.hblk[tstart:], in[:k]...)
-				st.hblk = st.hblk[:tstart]
+				trailer = append(trailer, in[:k]...)
+				// Read, held and parsed as the body's bytes, whether or
+				// not its fields go on.
+				c.chargeRead(int64(k))
 			}
 			u.r += k
 			switch {
@@ -453,6 +458,17 @@ func (st *h2Stream) relay(u *upConn) (n int64, err error) {
 	}
 	u.close()
 	return n, err
+}
+
+// chargeRead counts n bytes a stream read off a member and did not send
+// as DATA (a trailer section, interim responses) as the DATA sent count.
+func (c *h2Conn) chargeRead(n int64) {
+	c.lockW()
+	units := c.outM.take(n)
+	c.unlockW()
+	if cpu := c.hc.info.CPU; cpu != nil && units > 0 {
+		cpu.Relay(units * c.cpuW)
+	}
 }
 
 // trailerFields parses a chunked trailer section ("0\r\n" excluded or

@@ -108,6 +108,12 @@ func (st *h2Stream) serveUpH2(d *decision, path, query string) bool {
 			}
 			return fail(statusFor(err), outcomeFor(err))
 		}
+		if !st.respBlock(up.status, fieldsView{h2: up.fields}) {
+			// Connection fields over maxConnTokens: a broken response.
+			st.endUp(up)
+			m.Done(ErrUpstreamProtocol, up.status, d)
+			return fail(statusFor(ErrUpstreamProtocol), outcomeFor(ErrUpstreamProtocol))
+		}
 		stats.Upstream = d
 		stats.Status = up.status
 		m.Done(nil, up.status, d)
@@ -226,11 +232,11 @@ func (st *h2Stream) endUp(up *h2UpStream) {
 	up.close()
 }
 
-// relayUp sends the member's response on the stream: head, data and
-// trailers. Frames that are ready together leave in one write.
+// relayUp sends the member's response on the stream: head (the block
+// respBlock made), data and trailers. Frames that are ready together
+// leave in one write.
 func (st *h2Stream) relayUp(up *h2UpStream) (n int64, err error) {
 	c := st.c
-	st.respBlock(up.status, fieldsView{h2: up.fields})
 	st.wrote, st.status, st.rawHead = true, up.status, true
 	c.hold()
 	st.holding = true
@@ -274,10 +280,11 @@ func (st *h2Stream) relayUp(up *h2UpStream) (n int64, err error) {
 	copyBufs.Put(bp)
 	if err == io.EOF {
 		err = nil
-		// Only the fields trailerKept keeps go on.
+		// Only the fields trailerKept keeps go on; the head's
+		// Connection fields name more (st.rs.it.names, from respBlock).
 		kept := up.trailer[:0]
 		for _, f := range up.trailer {
-			if trailerKept(unsafeBytes(f.Name), "", nil) {
+			if trailerKept(unsafeBytes(f.Name), "", st.rs.it.names) {
 				kept = append(kept, f)
 			}
 		}
@@ -302,14 +309,17 @@ func (st *h2Stream) relayUp(up *h2UpStream) (n int64, err error) {
 
 // respBlock makes the response head block (in st.hblk): :status and the
 // fields responseFields decides from the member's head v, the
-// connection's Alt-Svc last.
-func (st *h2Stream) respBlock(status int, v fieldsView) {
+// connection's Alt-Svc last. False: the response must not be relayed
+// (responseFields); the names the head's Connection fields list stay in
+// st.rs.it.names, for the trailer section.
+func (st *h2Stream) respBlock(status int, v fieldsView) bool {
 	st.hsink = hpackSink{dst: appendStatus(st.hblk[:0], status), lower: true}
 	st.rs.v = v
-	responseFields(&st.rs.v, st.c.hc.info.AltSvc, false, &st.hsink, &st.rs)
+	ok := responseFields(&st.rs.v, st.c.hc.info.AltSvc, false, &st.hsink, &st.rs)
 	st.hblk = st.hsink.dst
 	st.hsink = hpackSink{}
 	st.rs.v = fieldsView{}
+	return ok
 }
 
 // appendUpBlock appends the header block sent to an HTTP/2 member: the

@@ -2,6 +2,7 @@ package l7
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 )
 
@@ -496,6 +498,30 @@ func TestResponseFieldsViews(t *testing.T) {
 		{"X-App", "a"}, {"Set-Cookie", "sid=1"},
 	}
 	want := "alt-svc: h3=\":443\"\ncontent-type: text/plain\nset-cookie: sid=1\ntrailer: X-Sum\nx-app: a"
+	viewsGive(t, fields, want)
+}
+
+// TestConnectionNamedTrailerField: a Trailer field the member's
+// Connection field names is hop-by-hop and does not reach the client,
+// also when it names trailers trailerKept drops (the field would be
+// rewritten) — in every view.
+func TestConnectionNamedTrailerField(t *testing.T) {
+	for _, tr := range []string{"X-Sum", "X-Sum, Set-Cookie"} {
+		viewsGive(t, [][2]string{{"Connection", "Trailer"}, {"Trailer", tr}, {"X-App", "a"}}, "x-app: a")
+	}
+}
+
+// viewsGive gives responseFields the member head fields in each view
+// (HTTP/1.x offsets, decoded HTTP/2 fields, net/http values) and wants
+// the client's fields (lower-case names, sorted, Content-Length left
+// out) to be want in each, with the listener's Alt-Svc h3=":443" when
+// want holds an Alt-Svc.
+func viewsGive(t *testing.T, fields [][2]string, want string) {
+	t.Helper()
+	altSvc := ""
+	if strings.Contains(want, "alt-svc:") {
+		altSvc = `h3=":443"`
+	}
 	head := "HTTP/1.1 200 OK\r\n"
 	h2 := []hpack.HeaderField{{Name: ":status", Value: "200"}}
 	hdr := http.Header{}
@@ -517,7 +543,7 @@ func TestResponseFieldsViews(t *testing.T) {
 	} {
 		out := http.Header{}
 		var rs respScratch
-		if !responseFields(&v, `h3=":443"`, false, headerSink{out}, &rs) {
+		if !responseFields(&v, altSvc, false, headerSink{out}, &rs) {
 			t.Fatalf("%s: refused", name)
 		}
 		var lines []string
@@ -550,5 +576,269 @@ func BenchmarkRewrittenResponseHead(b *testing.B) {
 	c := clientConn{info: &ConnInfo{}}
 	for b.Loop() {
 		c.appendResponseHead(head, &h, "", false)
+	}
+}
+
+// TestH2MemberConnectionBound: an HTTP/2 member's response whose
+// Connection fields (malformed in HTTP/2, read as an HTTP/1.1 member's)
+// have more than maxConnTokens elements is a broken response (502) on
+// the HTTP/2 fast path too, as on the others; within the bound, the
+// fields and trailers they name do not reach the client, in the head nor
+// in the trailer section.
+func TestH2MemberConnectionBound(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		tokens int
+		status int
+	}{{64, 200}, {65, 502}} {
+		member := rawH2Member(t, func(n int, fr *http2.Framer, c net.Conn) {
+			for {
+				f, err := fr.ReadFrame()
+				if err != nil {
+					return
+				}
+				switch f := f.(type) {
+				case *http2.SettingsFrame:
+					if !f.IsAck() {
+						fr.WriteSettingsAck()
+					}
+				case *http2.MetaHeadersFrame:
+					var hb bytes.Buffer
+					enc := hpack.NewEncoder(&hb)
+					for _, hf := range [][2]string{{":status", "200"}, {"connection", strings.Repeat("x-l, ", tc.tokens-1) + "x-secret"},
+						{"x-secret", "s"}, {"x-app", "a"}, {"trailer", "x-sum, x-secret"}} {
+						enc.WriteField(hpack.HeaderField{Name: hf[0], Value: hf[1]})
+					}
+					if fr.WriteHeaders(http2.HeadersFrameParam{StreamID: f.StreamID, BlockFragment: hb.Bytes(), EndHeaders: true}) != nil {
+						return
+					}
+					if fr.WriteData(f.StreamID, false, []byte("body")) != nil {
+						return
+					}
+					hb.Reset()
+					enc.WriteField(hpack.HeaderField{Name: "x-sum", Value: "1"})
+					enc.WriteField(hpack.HeaderField{Name: "x-secret", Value: "t"})
+					if fr.WriteHeaders(http2.HeadersFrameParam{StreamID: f.StreamID, BlockFragment: hb.Bytes(), EndHeaders: true, EndStream: true}) != nil {
+						return
+					}
+				}
+			}
+		})
+		be := newBackend(t, member)
+		be.opts.Protocol = H2C
+		addr := proxyUnder(t, New(Config{}), oneRoute(be), nil)
+		req, _ := http.NewRequest("GET", "http://"+addr+"/", nil)
+		req.Host = "a.example"
+		resp, err := h2cTestClient().Do(req)
+		if err != nil {
+			t.Fatalf("%d tokens: %v", tc.tokens, err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != tc.status {
+			t.Fatalf("%d tokens: status %d, %v", tc.tokens, resp.StatusCode, err)
+		}
+		if tc.status != 200 {
+			continue
+		}
+		if string(b) != "body" || resp.Header.Get("X-App") != "a" || resp.Trailer.Get("X-Sum") != "1" {
+			t.Errorf("%d tokens: body %q, head %v, trailers %v", tc.tokens, b, resp.Header, resp.Trailer)
+		}
+		if resp.Header.Get("X-Secret") != "" || resp.Trailer.Get("X-Secret") != "" {
+			t.Errorf("%d tokens: the client received a field the Connection field names: head %v, trailers %v", tc.tokens, resp.Header, resp.Trailer)
+		}
+	}
+}
+
+// TestInterimResponseFields: an interim response (103 Early Hints) the
+// HTTP/1.1 fast path relays carries the fields responseFields lets
+// through, as the final response does: not the hop-by-hop ones, those
+// the member's Connection field names, Proxy-Authenticate, nor the
+// member's Alt-Svc beside the listener's; its other fields go on.
+func TestInterimResponseFields(t *testing.T) {
+	t.Parallel()
+	member := rawServer(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		for {
+			l, err := br.ReadString('\n')
+			if err != nil {
+				return
+			}
+			if l != "\r\n" {
+				continue
+			}
+			if _, err := io.WriteString(c, "HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload\r\nConnection: X-Hop\r\nX-Hop: 1\r\n"+
+				"Keep-Alive: timeout=5\r\nProxy-Authenticate: Basic\r\nUpgrade: h2c\r\nAlt-Svc: h2=\"evil:443\"\r\n\r\n"+
+				"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"); err != nil {
+				return
+			}
+		}
+	})
+	router := testRouter{{prefix: "/", route: &Route{Name: "fast", Backend: newBackend(t, member)}}}
+	info := ConnInfo{Listener: "test", LB: "t/lb", Tenant: "t", Router: func() Router { return router }, AltSvc: `h3=":443"`}
+	addr := proxyUnderInfo(t, New(Config{}), info, nil)
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(conn, "GET / HTTP/1.1\r\nHost: a.example\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(conn)
+	var interim []string
+	for {
+		l, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l == "\r\n" {
+			break
+		}
+		interim = append(interim, strings.ToLower(strings.TrimSuffix(l, "\r\n")))
+	}
+	if len(interim) == 0 || !strings.HasPrefix(interim[0], "http/1.1 103") {
+		t.Fatalf("interim response %q", interim)
+	}
+	got := strings.Join(interim[1:], "\n")
+	if !strings.Contains(got, "link: </s.css>; rel=preload") {
+		t.Errorf("the interim response lost its Link field:\n%s", got)
+	}
+	for _, d := range []string{"connection:", "x-hop:", "keep-alive:", "proxy-authenticate:", "upgrade:", "evil"} {
+		if strings.Contains(got, d) {
+			t.Errorf("the interim response carries %q:\n%s", d, got)
+		}
+	}
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := io.ReadAll(resp.Body); resp.StatusCode != 200 || string(b) != "ok" {
+		t.Fatalf("final response %d %q", resp.StatusCode, b)
+	}
+}
+
+// TestNoContentFraming: a member's 204 carrying Content-Length or
+// Transfer-Encoding, which a server must not send with it (RFC 9112
+// section 6.1, RFC 9110 section 8.6), reaches an HTTP/1.1 client
+// without them, on the fast path and through net/http: a client that
+// reads them as framing would take the next response for this one's
+// content. The next response on the connection is served.
+func TestNoContentFraming(t *testing.T) {
+	t.Parallel()
+	member := rawServer(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		for {
+			l, err := br.ReadString('\n')
+			if err != nil {
+				return
+			}
+			var framing string
+			switch {
+			case strings.Contains(l, "/cl"):
+				framing = "Content-Length: 5\r\n"
+			case strings.Contains(l, "/te"):
+				framing = "Transfer-Encoding: chunked\r\n"
+			}
+			for l != "\r\n" {
+				if l, err = br.ReadString('\n'); err != nil {
+					return
+				}
+			}
+			if _, err := io.WriteString(c, "HTTP/1.1 204 No Content\r\nX-App: a\r\n"+framing+"\r\n"); err != nil {
+				return
+			}
+		}
+	})
+	be := newBackend(t, member)
+	router := testRouter{
+		{prefix: "/fast", route: &Route{Name: "fast", Backend: be}},
+		{prefix: "/ext", route: &Route{Name: "ext", Ext: &RouteExt{Backends: []WeightedBackend{{Backend: be, Weight: 1}}}}},
+	}
+	addr := proxyUnder(t, New(Config{}), router, nil)
+	for _, p := range []string{"/fast/cl", "/fast/te", "/ext/cl", "/ext/te"} {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+		br := bufio.NewReader(conn)
+		for i := range 2 {
+			if _, err := io.WriteString(conn, "GET "+p+" HTTP/1.1\r\nHost: a.example\r\n\r\n"); err != nil {
+				t.Fatal(err)
+			}
+			var head []string
+			for {
+				l, err := br.ReadString('\n')
+				if err != nil {
+					t.Fatalf("%s request %d: %v (head so far %q)", p, i, err, head)
+				}
+				if l == "\r\n" {
+					break
+				}
+				head = append(head, strings.ToLower(strings.TrimSuffix(l, "\r\n")))
+			}
+			got := strings.Join(head, "\n")
+			if !strings.HasPrefix(got, "http/1.1 204") || !strings.Contains(got, "x-app: a") {
+				t.Fatalf("%s request %d: head\n%s", p, i, got)
+			}
+			if strings.Contains(got, "transfer-encoding") || (strings.Contains(got, "content-length") && !strings.Contains(got, "content-length: 0")) {
+				t.Errorf("%s request %d: framing in a 204:\n%s", p, i, got)
+			}
+		}
+		conn.Close()
+	}
+}
+
+// TestH2MemberTrailerPseudoField: an HTTP/2 member's trailer section
+// with a pseudo-field is malformed (RFC 9113 section 8.1): the response
+// is a broken one the client sees cut short (its stream reset), not one
+// relayed whole without the field.
+func TestH2MemberTrailerPseudoField(t *testing.T) {
+	t.Parallel()
+	member := rawH2Member(t, func(n int, fr *http2.Framer, c net.Conn) {
+		for {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				return
+			}
+			switch f := f.(type) {
+			case *http2.SettingsFrame:
+				if !f.IsAck() {
+					fr.WriteSettingsAck()
+				}
+			case *http2.MetaHeadersFrame:
+				var hb bytes.Buffer
+				enc := hpack.NewEncoder(&hb)
+				enc.WriteField(hpack.HeaderField{Name: ":status", Value: "200"})
+				if fr.WriteHeaders(http2.HeadersFrameParam{StreamID: f.StreamID, BlockFragment: hb.Bytes(), EndHeaders: true}) != nil {
+					return
+				}
+				if fr.WriteData(f.StreamID, false, []byte("body")) != nil {
+					return
+				}
+				hb.Reset()
+				enc.WriteField(hpack.HeaderField{Name: ":status", Value: "500"})
+				enc.WriteField(hpack.HeaderField{Name: "grpc-status", Value: "0"})
+				if fr.WriteHeaders(http2.HeadersFrameParam{StreamID: f.StreamID, BlockFragment: hb.Bytes(), EndHeaders: true, EndStream: true}) != nil {
+					return
+				}
+			}
+		}
+	})
+	be := newBackend(t, member)
+	be.opts.Protocol = H2C
+	addr := proxyUnder(t, New(Config{}), oneRoute(be), nil)
+	req, _ := http.NewRequest("GET", "http://"+addr+"/", nil)
+	req.Host = "a.example"
+	resp, err := h2cTestClient().Do(req)
+	if err != nil {
+		return // refused before the head: also not relayed whole
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err == nil {
+		t.Errorf("the response was relayed whole: %d %q, trailers %v", resp.StatusCode, b, resp.Trailer)
 	}
 }

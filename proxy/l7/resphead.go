@@ -136,6 +136,19 @@ func (h *respHead) finish(b []byte) bool {
 			h.edit = true // responseFields may rewrite it
 		}
 	}
+	if (h.status < 200 && h.status != 101) || h.status == 204 {
+		// Such a response ends with its head, and a server must not
+		// send it Content-Length or Transfer-Encoding (RFC 9112 section
+		// 6.1, RFC 9110 section 8.6): a client that read them as framing
+		// would take what follows for its content. (A 101's head is the
+		// tunnel's.)
+		for i := range h.fields {
+			if f := &h.fields[i]; f.kind == hContentLength || f.kind == hTransferEncoding {
+				f.drop, h.edit = true, true
+			}
+		}
+		h.contentLength, h.chunked, h.closeFraming, cl = -1, false, false, nil
+	}
 	if (h.chunked || h.closeFraming) && cl != nil {
 		// Transfer-Encoding overrides Content-Length, which must not be
 		// relayed (RFC 9112 section 6.3).

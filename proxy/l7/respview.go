@@ -67,6 +67,9 @@ func responseFields(v *fieldsView, altSvc string, keepTE bool, s fieldSink, rs *
 				continue
 			}
 		case hTrailer:
+			if f.listed {
+				continue // hop-by-hop: not rewritten for the client
+			}
 			var all bool
 			rs.tr, all = keptTrailerNames(rs.tr[:0], f.value, it.names)
 			if !all {

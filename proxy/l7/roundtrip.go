@@ -405,6 +405,15 @@ func copyResponse(w http.ResponseWriter, resp *http.Response, cpu CPU) (int64, e
 			break
 		}
 	}
+	if hb, ok := resp.Body.(*h1RespBody); ok && hb.trailerN > 0 {
+		// Read and parsed as the body's bytes, whether or not its
+		// fields go on.
+		if cpu != nil {
+			m.add(cpu, WorkTLSBytes, hb.trailerN)
+		} else {
+			chargeRead(w, hb.trailerN)
+		}
+	}
 	filterRespTrailer(resp.Trailer, resp.Header)
 	for k, vv := range resp.Trailer {
 		if declared[k] {
@@ -414,6 +423,25 @@ func copyResponse(w http.ResponseWriter, resp *http.Response, cpu CPU) (int64, e
 		}
 	}
 	return n, err
+}
+
+// readCharger is a writer of a codec of ours that charges the tenant
+// for bytes read off a member that it does not send as body.
+type readCharger interface{ chargeRead(n int64) }
+
+// chargeRead charges n such bytes to the writer under w's wrappers.
+func chargeRead(w http.ResponseWriter, n int64) {
+	for {
+		if rc, ok := w.(readCharger); ok {
+			rc.chargeRead(n)
+			return
+		}
+		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			return
+		}
+		w = u.Unwrap()
+	}
 }
 
 // trailerBody filters a request's trailers (the Trailer map its body's

@@ -3,6 +3,8 @@ package l7
 import (
 	"bufio"
 	"bytes"
+	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -499,6 +501,294 @@ func TestEmptyTrailerSplitAtFinalLF(t *testing.T) {
 		resp.Body.Close()
 		if resp.StatusCode != 200 || string(b) != "ok" {
 			t.Fatalf("response %d: %d %q", i, resp.StatusCode, b)
+		}
+	}
+}
+
+// TestResponseTrailerSplitBetweenReads: an HTTP/1.1 member whose trailer
+// section arrives in several reads (a gRPC member flushing grpc-status
+// before grpc-message) has every field of it reach the client, on the
+// HTTP/1.1 and the HTTP/2 fast paths.
+func TestResponseTrailerSplitBetweenReads(t *testing.T) {
+	t.Parallel()
+	parts := []string{
+		"HTTP/1.1 200 OK\r\nTrailer: Grpc-Status, Grpc-Message, X-Sum\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nbody\r\n0\r\n",
+		"Grpc-Status: 0\r\n",
+		"Grpc-Mess",
+		"age: ok\r\nX-Sum: 1\r\n",
+		"\r\n",
+	}
+	member := rawServer(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		for {
+			l, err := br.ReadString('\n')
+			if err != nil {
+				return
+			}
+			if l != "\r\n" {
+				continue
+			}
+			for _, p := range parts {
+				if _, err := io.WriteString(c, p); err != nil {
+					return
+				}
+				time.Sleep(20 * time.Millisecond) // each part a read of its own
+			}
+		}
+	})
+	router := testRouter{{prefix: "/", route: &Route{Name: "fast", Backend: newBackend(t, member)}}}
+	addr := proxyUnder(t, New(Config{}), router, nil)
+	want := map[string]string{"Grpc-Status": "0", "Grpc-Message": "ok", "X-Sum": "1"}
+
+	// HTTP/1.1 client: the held trailer section.
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(conn, "GET / HTTP/1.1\r\nHost: a.example\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := io.ReadAll(resp.Body); err != nil || string(b) != "body" {
+		t.Fatalf("h1: body %q, %v", b, err)
+	}
+	for k, v := range want {
+		if got := resp.Trailer.Get(k); got != v {
+			t.Errorf("h1: trailer %s %q, want %q (trailers %v)", k, got, v, resp.Trailer)
+		}
+	}
+
+	// HTTP/2 client: the fast path's trailer HEADERS.
+	req, _ := http.NewRequest("GET", "http://"+addr+"/", nil)
+	req.Host = "a.example"
+	resp, err = h2cTestClient().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if b, err := io.ReadAll(resp.Body); err != nil || string(b) != "body" {
+		t.Fatalf("h2: body %q, %v", b, err)
+	}
+	for k, v := range want {
+		if got := resp.Trailer.Get(k); got != v {
+			t.Errorf("h2: trailer %s %q, want %q (trailers %v)", k, got, v, resp.Trailer)
+		}
+	}
+}
+
+// TestH2FastResponseTrailerCharged: the trailer section of an HTTP/1.1
+// member's response that the HTTP/2 fast path reads and parses counts
+// toward the tenant's CPU budget like the body bytes it relays, also when
+// none of its fields reaches the client (the member's Connection field
+// names them): eight responses with 60,000-byte sections charge at least
+// 7 units more than eight without.
+func TestH2FastResponseTrailerCharged(t *testing.T) {
+	t.Parallel()
+	units := func(trailer string) int64 {
+		member := rawServer(t, func(c net.Conn) {
+			br := bufio.NewReader(c)
+			resp := "HTTP/1.1 200 OK\r\nConnection: X-Pad\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n" + trailer + "\r\n"
+			for {
+				l, err := br.ReadString('\n')
+				if err != nil {
+					return
+				}
+				if l == "\r\n" {
+					if _, err := io.WriteString(c, resp); err != nil {
+						return
+					}
+				}
+			}
+		})
+		router := testRouter{{prefix: "/", route: &Route{Name: "fast", Backend: newBackend(t, member)}}}
+		cpu := &unitCount{}
+		info := ConnInfo{Listener: "test", LB: "t/lb", Tenant: "t", Router: func() Router { return router }, CPU: cpu}
+		addr := proxyUnderInfo(t, New(Config{}), info, nil)
+		tr := &http2.Transport{AllowHTTP: true, DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		}}
+		defer tr.CloseIdleConnections()
+		client := &http.Client{Transport: tr, Timeout: 20 * time.Second}
+		for i := range 8 {
+			req, _ := http.NewRequest("GET", "http://"+addr+"/", nil)
+			req.Host = "a.example"
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Fatalf("request %d: %v", i, err)
+			}
+			b, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil || string(b) != "ok" || len(resp.Trailer) != 0 {
+				t.Fatalf("request %d: body %q, trailers %v, %v", i, b, resp.Trailer, err)
+			}
+		}
+		tr.CloseIdleConnections()
+		return cpu.n.Load()
+	}
+	pad := "X-Pad: " + strings.Repeat("p", 60000-len("X-Pad: \r\n")) + "\r\n"
+	bare := units("")
+	held := units(pad)
+	if held-bare < 7 {
+		t.Errorf("with 60,000-byte trailer sections: %d units, without: %d; want at least 7 more", held, bare)
+	}
+}
+
+// TestInterimResponsesCharged: the interim (1xx) responses a member
+// sends before its final one count toward the tenant's CPU budget like
+// body bytes, relayed (HTTP/1.1 fast path) or read and skipped (HTTP/2
+// fast path): 160 3,000-byte 103 heads charge at least 7 units.
+func TestInterimResponsesCharged(t *testing.T) {
+	t.Parallel()
+	interim := strings.Repeat("HTTP/1.1 103 Early Hints\r\nX-Pad: "+strings.Repeat("p", 3000)+"\r\n\r\n", 160)
+	units := func(h2 bool, interim string) int64 {
+		member := rawServer(t, func(c net.Conn) {
+			br := bufio.NewReader(c)
+			for {
+				l, err := br.ReadString('\n')
+				if err != nil {
+					return
+				}
+				if l == "\r\n" {
+					if _, err := io.WriteString(c, interim+"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"); err != nil {
+						return
+					}
+				}
+			}
+		})
+		router := testRouter{{prefix: "/", route: &Route{Name: "fast", Backend: newBackend(t, member)}}}
+		cpu := &unitCount{}
+		info := ConnInfo{Listener: "test", LB: "t/lb", Tenant: "t", Router: func() Router { return router }, CPU: cpu}
+		addr := proxyUnderInfo(t, New(Config{}), info, nil)
+		if h2 {
+			tr := &http2.Transport{AllowHTTP: true, DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
+				var d net.Dialer
+				return d.DialContext(ctx, network, addr)
+			}}
+			defer tr.CloseIdleConnections()
+			req, _ := http.NewRequest("GET", "http://"+addr+"/", nil)
+			req.Host = "a.example"
+			resp, err := (&http.Client{Transport: tr, Timeout: 20 * time.Second}).Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 || string(b) != "ok" {
+				t.Fatalf("h2: %d %q", resp.StatusCode, b)
+			}
+			tr.CloseIdleConnections()
+		} else {
+			conn, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
+			if _, err := io.WriteString(conn, "GET / HTTP/1.1\r\nHost: a.example\r\nConnection: close\r\n\r\n"); err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(conn)
+			if !bytes.HasSuffix(b, []byte("\r\n\r\nok")) || bytes.Count(b, []byte(" 103 ")) != strings.Count(interim, " 103 ") {
+				t.Fatalf("h1: %d bytes, %d interim responses: %.200q", len(b), bytes.Count(b, []byte(" 103 ")), b)
+			}
+		}
+		return cpu.n.Load()
+	}
+	for _, h2 := range []bool{false, true} {
+		bare, with := units(h2, ""), units(h2, interim)
+		if with-bare < 7 {
+			t.Errorf("h2 %v: with 160 3,000-byte interim responses: %d units, without: %d; want at least 7 more", h2, with, bare)
+		}
+	}
+}
+
+// TestExtResponseTrailerCharged: the trailer section of an HTTP/1.1
+// member's response read through net/http (a route with RouteExt) counts
+// toward the tenant's CPU budget, also when none of its fields reaches
+// the client: eight responses with 60,000-byte sections charge at least
+// 7 units more than eight without, to an HTTP/1.1 and an HTTP/2 client.
+func TestExtResponseTrailerCharged(t *testing.T) {
+	t.Parallel()
+	units := func(h2 bool, trailer string) int64 {
+		member := rawServer(t, func(c net.Conn) {
+			br := bufio.NewReader(c)
+			resp := "HTTP/1.1 200 OK\r\nConnection: X-Pad\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n" + trailer + "\r\n"
+			for {
+				l, err := br.ReadString('\n')
+				if err != nil {
+					return
+				}
+				if l == "\r\n" {
+					if _, err := io.WriteString(c, resp); err != nil {
+						return
+					}
+				}
+			}
+		})
+		be := newBackend(t, member)
+		router := testRouter{{prefix: "/", route: &Route{Name: "ext", Ext: &RouteExt{Backends: []WeightedBackend{{Backend: be, Weight: 1}}}}}}
+		cpu := &unitCount{}
+		info := ConnInfo{Listener: "test", LB: "t/lb", Tenant: "t", Router: func() Router { return router }, CPU: cpu}
+		addr := proxyUnderInfo(t, New(Config{}), info, nil)
+		if h2 {
+			tr := &http2.Transport{AllowHTTP: true, DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
+				var d net.Dialer
+				return d.DialContext(ctx, network, addr)
+			}}
+			defer tr.CloseIdleConnections()
+			client := &http.Client{Transport: tr, Timeout: 20 * time.Second}
+			for i := range 8 {
+				req, _ := http.NewRequest("GET", "http://"+addr+"/", nil)
+				req.Host = "a.example"
+				resp, err := client.Do(req)
+				if err != nil {
+					t.Fatalf("request %d: %v", i, err)
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if string(b) != "ok" || len(resp.Trailer) != 0 {
+					t.Fatalf("request %d: body %q, trailers %v", i, b, resp.Trailer)
+				}
+			}
+			tr.CloseIdleConnections()
+			return cpu.n.Load()
+		}
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
+		br := bufio.NewReader(conn)
+		for i := range 8 {
+			if _, err := io.WriteString(conn, "GET / HTTP/1.1\r\nHost: a.example\r\n\r\n"); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("request %d: %v", i, err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if string(b) != "ok" || len(resp.Trailer) != 0 {
+				t.Fatalf("request %d: body %q, trailers %v", i, b, resp.Trailer)
+			}
+		}
+		conn.Close()
+		return cpu.n.Load()
+	}
+	pad := "X-Pad: " + strings.Repeat("p", 60000-len("X-Pad: \r\n")) + "\r\n"
+	for _, h2 := range []bool{false, true} {
+		bare := units(h2, "")
+		held := units(h2, pad)
+		if held-bare < 7 {
+			t.Errorf("h2 %v: with 60,000-byte trailer sections: %d units, without: %d; want at least 7 more", h2, held, bare)
 		}
 	}
 }
