@@ -24,7 +24,7 @@ import (
 const (
 	soakStall      = 200 * time.Millisecond
 	soakEvery      = 10 * time.Second
-	soakShortPhase = 2 * soakEvery
+	soakShortPhase = 2*soakEvery + time.Second // the second stall starts a little after 10 s
 	// soakAftermath: a move or a failed request this soon after a stall
 	// ends is the stall's doing.
 	soakAftermath = 3 * time.Second
