@@ -204,7 +204,7 @@ func checkClientValidation(ck *checker, f string, cv *pb.ClientValidation) {
 		ck.invalidf(f+".mode", "%s is not one of require, optional", Excerpt(m))
 	}
 	if h := cv.GetSubjectHeader(); h != "" {
-		if checkModifiedName(ck, f+".subjectHeader", h) && forwardingHeader(h) {
+		if checkModifiedName(ck, f+".subjectHeader", h, false) && forwardingHeader(h) {
 			ck.invalidf(f+".subjectHeader", "%s is a forwarding header the load balancer sets itself; name another", Excerpt(h))
 		}
 	}

@@ -58,9 +58,9 @@ func checkRouteFilters(ck *checker, lb *pb.LoadBalancer, f string, r *pb.Route) 
 		}
 		switch kind {
 		case "requestHeaderModifier":
-			checkHeaderModifier(ck, ff+".requestHeaderModifier", fl.GetRequestHeaderModifier())
+			checkHeaderModifier(ck, ff+".requestHeaderModifier", fl.GetRequestHeaderModifier(), true)
 		case "responseHeaderModifier":
-			checkHeaderModifier(ck, ff+".responseHeaderModifier", fl.GetResponseHeaderModifier())
+			checkHeaderModifier(ck, ff+".responseHeaderModifier", fl.GetResponseHeaderModifier(), false)
 		case "requestRedirect":
 			checkRedirect(ck, ff+".requestRedirect", fl.GetRequestRedirect(), r)
 		case "urlRewrite":
@@ -78,7 +78,9 @@ func checkRouteFilters(ck *checker, lb *pb.LoadBalancer, f string, r *pb.Route) 
 	}
 }
 
-func checkHeaderModifier(ck *checker, f string, m *pb.HeaderModifier) {
+// checkHeaderModifier checks a header modifier; request says it changes
+// the request sent to a member.
+func checkHeaderModifier(ck *checker, f string, m *pb.HeaderModifier, request bool) {
 	for _, list := range []struct {
 		name string
 		hs   []*pb.HeaderValue
@@ -90,7 +92,7 @@ func checkHeaderModifier(ck *checker, f string, m *pb.HeaderModifier) {
 		seen := map[string]bool{}
 		for i, h := range list.hs {
 			hf := fmt.Sprintf("%s[%d]", lf, i)
-			if checkModifiedName(ck, hf+".name", h.GetName()) {
+			if checkModifiedName(ck, hf+".name", h.GetName(), request) {
 				if k := strings.ToLower(h.GetName()); seen[k] {
 					ck.invalidf(hf+".name", "header %s is listed twice; keep one", h.GetName())
 				} else {
@@ -108,7 +110,7 @@ func checkHeaderModifier(ck *checker, f string, m *pb.HeaderModifier) {
 	seen := map[string]bool{}
 	for i, name := range m.GetRemove() {
 		rf := fmt.Sprintf("%s.remove[%d]", f, i)
-		if checkModifiedName(ck, rf, name) {
+		if checkModifiedName(ck, rf, name, request) {
 			if k := strings.ToLower(name); seen[k] {
 				ck.invalidf(rf, "header %s is listed twice; keep one", name)
 			} else {
@@ -118,8 +120,9 @@ func checkHeaderModifier(ck *checker, f string, m *pb.HeaderModifier) {
 	}
 }
 
-// checkModifiedName checks the name of a header a filter changes.
-func checkModifiedName(ck *checker, f, name string) bool {
+// checkModifiedName checks the name of a header a filter changes; request
+// says the filter changes the request sent to a member.
+func checkModifiedName(ck *checker, f, name string, request bool) bool {
 	switch {
 	case name == "":
 		ck.invalidf(f, "required: a header name")
@@ -128,6 +131,8 @@ func checkModifiedName(ck *checker, f, name string) bool {
 		ck.invalidf(f, "%q is not a header name (letters, digits and !#$%%&'*+-.^_`|~)", name)
 	case reservedHeaders[strings.ToLower(name)]:
 		ck.invalidf(f, "%s frames the message or connection and cannot be changed by a filter (use urlRewrite.hostname for Host)", name)
+	case request && strings.ReplaceAll(strings.ToLower(name), "_", "-") == "x-request-id":
+		ck.invalidf(f, "%s is the request id the proxy fixes before a route is chosen and writes to the access log: the member receives a trusted proxy's id or one the proxy makes, and a route cannot change it; remove this edit", name)
 	default:
 		return true
 	}

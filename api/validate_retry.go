@@ -62,7 +62,7 @@ func checkBackendHeaders(ck *checker, f string, b *pb.RouteBackend) {
 			ck.invalidf(f+".requestHeaderModifier", "an unavailable backend is answered with 500 and sends nothing; remove it")
 			return
 		}
-		checkHeaderModifier(ck, f+".requestHeaderModifier", m)
+		checkHeaderModifier(ck, f+".requestHeaderModifier", m, true)
 	}
 }
 

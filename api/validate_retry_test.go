@@ -54,6 +54,9 @@ func TestValidateRouteRetry(t *testing.T) {
 		{"backend headers reserved", func(lb *pb.LoadBalancer) {
 			r(lb).Backends[1].RequestHeaderModifier = &pb.HeaderModifier{Set: []*pb.HeaderValue{{Name: "Content-Length", Value: "1"}}}
 		}, bad(f+".backends[1].requestHeaderModifier.set[0].name", "frames the message")},
+		{"backend headers request id", func(lb *pb.LoadBalancer) {
+			r(lb).Backends[1].RequestHeaderModifier = &pb.HeaderModifier{Set: []*pb.HeaderValue{{Name: "X-Request-Id", Value: "1"}}}
+		}, bad(f+".backends[1].requestHeaderModifier.set[0].name", "request id the proxy fixes")},
 		{"backend headers value", func(lb *pb.LoadBalancer) {
 			r(lb).Backends[0].RequestHeaderModifier = &pb.HeaderModifier{Add: []*pb.HeaderValue{{Name: "X-A", Value: strings.Repeat("v", MaxHeaderValueLen+1)}}}
 		}, bad(f+".backends[0].requestHeaderModifier.add[0].value", "at most 4096")},

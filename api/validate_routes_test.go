@@ -126,6 +126,18 @@ func TestValidateRouteFeatures(t *testing.T) {
 		{"remove host", func(lb *pb.LoadBalancer) {
 			r(lb).Filters[0].RequestHeaderModifier.Remove[0] = "host"
 		}, bad(f+".filters[0].requestHeaderModifier.remove[0]", "urlRewrite.hostname")},
+		{"set the request id", func(lb *pb.LoadBalancer) {
+			r(lb).Filters[0].RequestHeaderModifier.Set[0].Name = "x-request-id"
+		}, bad(f+".filters[0].requestHeaderModifier.set[0].name", "request id the proxy fixes")},
+		{"add the request id", func(lb *pb.LoadBalancer) {
+			r(lb).Filters[0].RequestHeaderModifier.Add = []*pb.HeaderValue{{Name: "X_Request_Id", Value: "1"}}
+		}, bad(f+".filters[0].requestHeaderModifier.add[0].name", "request id the proxy fixes")},
+		{"remove the request id", func(lb *pb.LoadBalancer) {
+			r(lb).Filters[0].RequestHeaderModifier.Remove[0] = "X-Request-ID"
+		}, bad(f+".filters[0].requestHeaderModifier.remove[0]", "request id the proxy fixes")},
+		{"request id of the response", func(lb *pb.LoadBalancer) {
+			r(lb).Filters = append(r(lb).Filters, &pb.RouteFilter{ResponseHeaderModifier: &pb.HeaderModifier{Set: []*pb.HeaderValue{{Name: "X-Request-Id", Value: "1"}}}})
+		}, pass()},
 		{"modifier value CRLF", func(lb *pb.LoadBalancer) {
 			r(lb).Filters[0].RequestHeaderModifier.Set[0].Value = "a\nX-Evil: 1"
 		}, bad(f+".filters[0].requestHeaderModifier.set[0].value", "CR, LF")},

@@ -174,7 +174,7 @@ var rules = map[string]rule{
 	"teapot.v1.RouteMatch":              {doc: "Conditions a request must all meet."},
 	"teapot.v1.RouteMatch.path":         {def: "/", limits: atMost(api.MaxPathLen, "bytes; no spaces, '?' or '#' (prefix and exact)"), example: "/api/"},
 	"teapot.v1.RouteMatch.path_type":    {doc: "How path matches: as a prefix (by path segments), exactly, or as a regular expression (RE2) the whole path must match (a request path longer than " + fmt.Sprint(api.MaxRegexSubjectLen) + " bytes never matches a regex; a regex repeats nothing more than " + fmt.Sprint(api.MaxRegexRepeat) + " times and compiles to at most " + fmt.Sprint(api.MaxRegexInsts) + " instructions, those of a load balancer to at most " + fmt.Sprint(api.MaxRegexInstsPerLB) + " together; matching them is charged to quotas.regexCpuMillicores).", def: "prefix", enum: []string{"prefix", "exact", "regex"}},
-	"teapot.v1.RouteMatch.headers":      {limits: atMost(api.MaxMatchConditions, "headers, each name once")},
+	"teapot.v1.RouteMatch.headers":      {limits: atMost(api.MaxMatchConditions, "headers, each name once; X-Forwarded-For, X-Real-IP, Forwarded, X-Request-Id, the other forwarding headers and the client-certificate subject header match the values the member receives (what a client outside trustedProxies sends in them is never seen)")},
 	"teapot.v1.RouteMatch.query_params": {limits: atMost(api.MaxMatchConditions, "parameters, each name once")},
 	"teapot.v1.RouteMatch.method":       {enum: api.RouteMethods},
 	"teapot.v1.RouteMatch.grpc":         {limits: "not with path"},
@@ -192,9 +192,9 @@ var rules = map[string]rule{
 	"teapot.v1.RouteBackend.weight":      {def: "1", limits: fmt.Sprintf("0 to %d; when every backend weighs 0, requests get 500", api.MaxBackendWeight)},
 	"teapot.v1.RouteBackend.unavailable": {def: "false"},
 
-	"teapot.v1.HeaderModifier.set":    {limits: atMost(api.MaxHeaderEdits, "headers, each name once; not Host, Content-Length, Transfer-Encoding or connection headers")},
-	"teapot.v1.HeaderModifier.add":    {limits: atMost(api.MaxHeaderEdits, "headers, each name once; not Host, Content-Length, Transfer-Encoding or connection headers")},
-	"teapot.v1.HeaderModifier.remove": {limits: atMost(api.MaxHeaderEdits, "names; not Host, Content-Length, Transfer-Encoding or connection headers"), example: "[X-Debug]"},
+	"teapot.v1.HeaderModifier.set":    {limits: atMost(api.MaxHeaderEdits, "headers, each name once; not Host, Content-Length, Transfer-Encoding or connection headers; of the request, not X-Request-Id")},
+	"teapot.v1.HeaderModifier.add":    {limits: atMost(api.MaxHeaderEdits, "headers, each name once; not Host, Content-Length, Transfer-Encoding or connection headers; of the request, not X-Request-Id")},
+	"teapot.v1.HeaderModifier.remove": {limits: atMost(api.MaxHeaderEdits, "names; not Host, Content-Length, Transfer-Encoding or connection headers; of the request, not X-Request-Id"), example: "[X-Debug]"},
 	"teapot.v1.HeaderValue.name":      {required: true, limits: atMost(api.MaxHeaderNameLen, "bytes"), example: "X-Served-By"},
 	"teapot.v1.HeaderValue.value":     {limits: atMost(api.MaxHeaderValueLen, "bytes; no CR, LF or NUL"), example: "teapot"},
 

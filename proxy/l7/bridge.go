@@ -65,12 +65,12 @@ func (c *clientConn) bridge(b []byte, d *decision, path []byte, cleaned bool) {
 	}
 	switch d.act {
 	case actExt:
-		q := &rtRequest{r: r, path: string(path), ca: &c.ca, scope: c.scope, stats: &c.stats, retries: c.s.cfg.Retries}
+		q := &rtRequest{r: r, path: string(path), ca: &c.ca, scope: c.scope, stats: &c.stats, retries: c.s.cfg.Retries, fw: &c.fw}
 		c.s.serveExt(w, q, d.route, string(c.hostBuf), c.info.TLS, c.local.Port())
 	case actLocal:
 		serveLocal(w, r, d.route.Handler, &c.stats)
 	default:
-		q := &rtRequest{r: r, path: string(path), ca: &c.ca, scope: c.scope, stats: &c.stats, limit: d.limit, retries: c.s.cfg.Retries}
+		q := &rtRequest{r: r, path: string(path), ca: &c.ca, scope: c.scope, stats: &c.stats, limit: d.limit, retries: c.s.cfg.Retries, fw: &c.fw}
 		c.s.proxyHTTP(w, q, d.be, d.opts)
 	}
 	w.finish()

@@ -349,7 +349,7 @@ func (c *clientConn) handle() {
 		c.pathBuf = cleanPath(c.pathBuf, path)
 		path = c.pathBuf
 	}
-	d := c.s.decide(c.info, &c.ca, (*h1Request)(c), unsafeString(host), unsafeString(path), h.upgradeTo(b) != nil)
+	d := c.s.decide(c.info, &c.ca, (*h1Request)(c), &c.view, &c.fw, unsafeString(host), unsafeString(path), h.upgradeTo(b) != nil)
 	if d.route != nil {
 		c.stats.Route = d.route.Name
 	}

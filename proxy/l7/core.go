@@ -61,7 +61,14 @@ type decision struct {
 // protocols: a route that only spreads requests over weighted backends
 // then has its backend picked here, since only the HTTP/1.1 fast path
 // relays upgrades (not one the route inspects, which net/http does).
-func (s *Server) decide(info *ConnInfo, ca *clientAddrs, req Request, host, path string, upgrade bool) decision {
+// v is req as forwardFields reads it, and fw the request's scratch:
+// Select and Gate read the fields forwardFields decides as the member
+// receives them (routeRequest), the request id included, which fw keeps
+// for the forwarding.
+func (s *Server) decide(info *ConnInfo, ca *clientAddrs, req Request, v *reqView, fw *fwdScratch, host, path string, upgrade bool) decision {
+	fw.idMade = false
+	fw.rr = routeRequest{Request: req, v: v, ca: ca, fw: fw}
+	req = &fw.rr
 	var route *Route
 	if info.Router != nil {
 		if rt := info.Router(); rt != nil {

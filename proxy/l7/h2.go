@@ -21,11 +21,12 @@ type h2conn struct {
 	h3 bool
 }
 
-func (hc *h2conn) ServeHTTP(w http.ResponseWriter, r *http.Request) { hc.serve(w, r, nil) }
+func (hc *h2conn) ServeHTTP(w http.ResponseWriter, r *http.Request) { hc.serve(w, r, nil, nil) }
 
 // serve serves a request through net/http values: as d says when the
-// HTTP/2 fast path decided its route already (decide), else deciding it.
-func (hc *h2conn) serve(w http.ResponseWriter, r *http.Request, d *decision) {
+// HTTP/2 fast path decided its route already (decide, with the scratch
+// fw), else deciding it.
+func (hc *h2conn) serve(w http.ResponseWriter, r *http.Request, d *decision, fw *fwdScratch) {
 	s := hc.s
 	var stats RequestStats
 	startFigures(&stats, hc.info, hc.client, !hc.h3, hc.h3, netView(r))
@@ -47,7 +48,10 @@ func (hc *h2conn) serve(w http.ResponseWriter, r *http.Request, d *decision) {
 		}
 		s.cfg.Metrics.Request(stats)
 	}()
-	q := &rtRequest{r: r, ca: &hc.ca, scope: hc.scope, stats: &stats, retries: s.cfg.Retries, cpu: cpu}
+	if fw == nil {
+		fw = new(fwdScratch)
+	}
+	q := &rtRequest{r: r, ca: &hc.ca, scope: hc.scope, stats: &stats, retries: s.cfg.Retries, cpu: cpu, fw: fw}
 	if r.Method == http.MethodConnect {
 		s.failHTTP(w, q, 405, OutcomeClientError)
 		return
@@ -76,7 +80,7 @@ func (hc *h2conn) serve(w http.ResponseWriter, r *http.Request, d *decision) {
 	q.path = path
 	hs := string(host)
 	if d == nil {
-		dd := s.decide(hc.info, &hc.ca, reqview.HTTP{R: r}, hs, path, false)
+		dd := s.decide(hc.info, &hc.ca, reqview.HTTP{R: r}, netView(r), fw, hs, path, false)
 		d = &dd
 	}
 	if d.route != nil {

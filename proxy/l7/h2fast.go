@@ -113,7 +113,8 @@ func (st *h2Stream) serveFast() bool {
 		st.pathBuf = cleanPath(st.pathBuf[:0], unsafeBytes(p))
 		p, cleaned = unsafeString(st.pathBuf), true
 	}
-	d := s.decide(hc.info, &hc.ca, (*h2Request)(st), unsafeString(host), p, false)
+	st.view = reqView{method: unsafeBytes(st.method), authority: unsafeBytes(st.authority), target: unsafeBytes(st.path), fieldsView: fieldsView{h2: st.fields}}
+	d := s.decide(hc.info, &hc.ca, (*h2Request)(st), &st.view, &st.fw, unsafeString(host), p, false)
 	switch {
 	case d.act == actHTTP2:
 		return st.serveUpH2(&d, p, q)

@@ -133,7 +133,7 @@ func (st *h2Stream) serve() (ok bool) {
 	case !st.buildRequest():
 		writeErrorPage(st, 400)
 	case st.decided:
-		c.hc.serve(st, st.req, &st.dec)
+		c.hc.serve(st, st.req, &st.dec, &st.fw)
 	default:
 		c.hc.ServeHTTP(st, st.req)
 	}

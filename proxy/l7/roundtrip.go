@@ -197,6 +197,9 @@ type rtRequest struct {
 	upHost          string
 	deadline        time.Time
 	retry           *Retry
+	// fw is the request's scratch that decide used (nil: none), which
+	// holds the request id route matching saw.
+	fw *fwdScratch
 }
 
 // proxyHTTP forwards r to a member of be through a net/http transport and
@@ -241,7 +244,7 @@ func (s *Server) proxyHTTP(w http.ResponseWriter, q *rtRequest, be Backend, opts
 		s.failHTTP(w, q, 400, OutcomeClientError)
 		return
 	}
-	hdr, id := forwardHeader(r.Header, q.ca, r.Host)
+	hdr, id := forwardHeader(r.Header, q.ca, r.Host, q.fw)
 	if q.stats.AccessLog > 0 {
 		q.stats.RequestID = id
 	}

@@ -117,3 +117,51 @@ func (v *h2Request) RawQuery() string {
 	_, q, _ := strings.Cut(v.path, "?")
 	return q
 }
+
+// routeRequest is a request as route conditions (and a route's Gate)
+// read it: the codec's Request, except for the fields forwardFields
+// decides, those naming the client or the request (forwardKind) and the
+// listener's certificate field, which read as the member receives them.
+// A client that sends X-Forwarded-For: 10.0.0.1 thus matches a route on
+// it only when it is trusted, and then with the proxy's address after
+// its own (as Envoy appends before routing); an untrusted client's
+// fields of these names are not seen at all.
+type routeRequest struct {
+	Request
+	v  *reqView
+	ca *clientAddrs
+	fw *fwdScratch
+}
+
+func (r *routeRequest) Header(name string) (string, bool) {
+	nb := unsafeBytes(name)
+	if !forwardKind(classify(nb)) && (r.ca.certField == "" || !eqFoldDash(nb, r.ca.certField)) {
+		return r.Request.Header(name)
+	}
+	s := valueSink{name: name}
+	forwardFields(r.v, r.ca, &s, r.fw)
+	return unsafeString(s.out), s.n > 0
+}
+
+// valueSink collects the values of the fields of one name (any case) that
+// forwardFields hands it, joined with ", " as Request.Header joins them.
+type valueSink struct {
+	name string
+	out  []byte
+	n    int
+}
+
+func (s *valueSink) client(f *viewField) { s.value(f.name, f.value) }
+
+func (s *valueSink) add(name string, value []byte) { s.value(unsafeBytes(name), value) }
+
+func (s *valueSink) value(name, value []byte) {
+	if !strings.EqualFold(unsafeString(name), s.name) || len(s.out) >= maxCombinedValue {
+		return
+	}
+	if s.n > 0 {
+		s.out = append(s.out, ", "...)
+	}
+	s.n++
+	s.out = append(s.out, value[:min(len(value), maxCombinedValue+2-len(s.out))]...)
+}

@@ -209,6 +209,12 @@ type fwdScratch struct {
 	fwd []byte
 	it  fieldIter
 	f   viewField
+	// idMade: id holds the id generated for the current request (decide
+	// clears it), so that route matching and every forwarding of the
+	// request send the same one.
+	idMade bool
+	// rr is the request route conditions read (decide).
+	rr routeRequest
 }
 
 var (
@@ -300,7 +306,11 @@ func forwardFields(v *reqView, ca *clientAddrs, s fieldSink, fw *fwdScratch) []b
 	fw.fwd = b
 	s.add("Forwarded", b)
 	if id == nil {
-		id = appendRequestID(fw.id[:0])
+		if !fw.idMade {
+			appendRequestID(fw.id[:0])
+			fw.idMade = true
+		}
+		id = fw.id[:]
 		s.add("X-Request-Id", id)
 	}
 	if ca.certHeader != "" && ca.subject != "" {
@@ -494,12 +504,15 @@ func (s headerSink) add(name string, value []byte) {
 }
 
 // forwardHeader returns the fields sent to a member through net/http for
-// the client's fields in, asking for host.
-func forwardHeader(in http.Header, ca *clientAddrs, host string) (http.Header, string) {
+// the client's fields in, asking for host. fw, when not nil, is the
+// request's scratch that decide used (its request id is kept).
+func forwardHeader(in http.Header, ca *clientAddrs, host string, fw *fwdScratch) (http.Header, string) {
 	out := make(http.Header, len(in)+5)
-	var fw fwdScratch
+	if fw == nil {
+		fw = new(fwdScratch)
+	}
 	v := reqView{authority: unsafeBytes(host), fieldsView: fieldsView{hdr: in}}
-	id := forwardFields(&v, ca, headerSink{out}, &fw)
+	id := forwardFields(&v, ca, headerSink{out}, fw)
 	return out, string(id)
 }
 

@@ -324,6 +324,9 @@ func TestCompileRoutesProblems(t *testing.T) {
 		{Host: "x.acme.example", Path: "/", Pool: "nope"},
 		{Host: "x.acme.example", Path: "/", PathType: "glob", Pool: "app"},
 		{Host: "*.acme.example", Path: "/api/", Pool: "app"},
+		// Stored before the API refused an edit of the request id.
+		{Host: "x.acme.example", Path: "/id/", Pool: "app", Filters: []*pb.RouteFilter{{RequestHeaderModifier: &pb.HeaderModifier{
+			Set: []*pb.HeaderValue{{Name: "X-Request-Id", Value: "fixed"}}}}}},
 	}
 	s := Compile(objs(lb), 1, Defaults{}, nil)
 	want := []Problem{
@@ -332,6 +335,8 @@ func TestCompileRoutesProblems(t *testing.T) {
 		{"routes[3].host", `"Shop.acme.example" must be lowercase; use shop.acme.example; route skipped`},
 		{"routes[4].pool", "backend pool nope is not defined in pools; route skipped"},
 		{"routes[5].pathType", `"glob" is not one of prefix, exact, regex; route skipped`},
+		{"routes[7].filters[0].requestHeaderModifier.set[0].name", "X-Request-Id is the request id the proxy fixes before a route is chosen and writes to the access log: " +
+			"the member receives a trusted proxy's id or one the proxy makes, and a route cannot change it; remove this edit; route skipped"},
 	}
 	if got := problemsOf(s, "acme/web"); !slices.Equal(got, want) {
 		t.Errorf("problems = %q\nwant %q", got, want)

@@ -61,6 +61,13 @@ func TestGatewayHTTPRetryAndBackendFilters(t *testing.T) {
 		{"another filter type on a backendRef", func(r *gwv1.HTTPRouteRule) {
 			r.BackendRefs[1].Filters = []gwv1.HTTPRouteFilter{{Type: gwv1.HTTPRouteFilterResponseHeaderModifier, ResponseHeaderModifier: &gwv1.HTTPHeaderFilter{}}}
 		}, "rules[0].backendRefs[1].filters[0]: filter type ResponseHeaderModifier is not supported on a backendRef"},
+		{"the request id set on a backendRef", func(r *gwv1.HTTPRouteRule) {
+			r.BackendRefs[0].Filters = headers("X-Request-Id", "fixed")
+		}, "rules[0].backends[0].requestHeaderModifier.set[0].name: X-Request-Id is the request id the proxy fixes"},
+		{"the request id removed by the rule", func(r *gwv1.HTTPRouteRule) {
+			r.Filters = []gwv1.HTTPRouteFilter{{Type: gwv1.HTTPRouteFilterRequestHeaderModifier, RequestHeaderModifier: &gwv1.HTTPHeaderFilter{
+				Remove: []string{"x-request-id"}}}}
+		}, "rules[0].filters[0].requestHeaderModifier.remove[0]: x-request-id is the request id the proxy fixes"},
 		{"two header modifiers on a backendRef", func(r *gwv1.HTTPRouteRule) {
 			r.BackendRefs[0].Filters = append(r.BackendRefs[0].Filters, headers("X-Other", "1")...)
 		}, "rules[0].backendRefs[0].filters[1]: a second RequestHeaderModifier"},
