@@ -2,6 +2,7 @@ package vip
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -215,4 +216,115 @@ func TestPartlyReadyListThatDoesNotFit(t *testing.T) {
 	if h, sent := holder(); !sent || h != "n1" {
 		t.Fatalf("list sent to n2: %t; holder in n1's view %q, want n1 (it holds it)", sent, h)
 	}
+}
+
+// TestNotReadyOrHeldListThatDoesNotFit: a host whose heartbeats cannot
+// carry its not-ready list (more than 409 addresses) say that it is not
+// ready for any address, and its peers count it for none; one whose held
+// list does not fit leaves it out, and its peers take it for a host that
+// does not say what it holds (ranked alone: the holder of an address only
+// when it ranks first for it). Its own view of itself is what they read:
+// it lets go of an address it holds rather than keep it while a peer takes
+// it too (two hosts answering ARP for it, for good). When the list fits
+// again, it keeps the address.
+func TestNotReadyOrHeldListThatDoesNotFit(t *testing.T) {
+	setup := func(t *testing.T) (*Manager, time.Time) {
+		m := &Manager{cfg: Config{NodeID: "n1", HeartbeatInterval: 20 * time.Millisecond}, dead: 100 * time.Millisecond,
+			log: slog.New(slog.DiscardHandler)}
+		m.loop.init()
+		m.loop.members = map[string]member{"n2": {}}
+		now := time.Now()
+		m.loop.lastTrigger = now.Add(time.Hour) // sends no heartbeats
+		// n2 reads held and partly ready lists.
+		m.receive(received{hb: &heartbeat{ID: "n2", Incarnation: 1, Seq: 1, Eligible: true, Holdings: true, HoldingSent: true,
+			ReadsPartly: true, PartlySent: true}, at: now})
+		m.beats = newBeatSender(m)
+		m.arrivals.Store(&map[string]*peerArrival{})
+		m.key = testKey
+		m.loop.want = &desired{}
+		m.loop.ready.have = true
+		return m, now
+	}
+	// sent plans n1's heartbeat and reads it as n2 does.
+	sent := func(t *testing.T, m *Manager, now time.Time) *heartbeat {
+		t.Helper()
+		m.planBeats(now)
+		b := m.beats.plan.Load().hb.appendTo(nil, true, true)
+		hb, err := parseHeartbeat(append(b, sign(testKey, b)...), testKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return hb
+	}
+	addrs := manyAddrs(600)
+	a := addrs[0]
+	// n2 is ready for a, eligible, and holds nothing.
+	v := view{Alive: map[string]hostView{"n2": {Eligible: true, Holdings: true, Direct: true}}}
+
+	t.Run("not-ready list", func(t *testing.T) {
+		m, now := setup(t)
+		holder := func(notReady []netip.Addr) (string, bool) {
+			m.loop.ready.arpNotReady = notReady
+			m.loop.ready.notReady = map[netip.Addr]string{}
+			for _, x := range notReady {
+				m.loop.ready.notReady[x] = "tenant ta's attachment is not up on this host"
+			}
+			hb := sent(t, m, now)
+			_, arpMe, _ := m.selves(now, eligibility{ARP: self{ID: "n1"}})
+			arpMe.Holding = map[netip.Addr]bool{a: true}
+			return holderOf(a, []string{"n1", "n2"}, arpMe, v), hb.NotReadyAll
+		}
+		// Ready for a, not for 410 others: n2 reads "not ready for any".
+		if h, all := holder(addrs[1:411]); !all || h != "n2" {
+			t.Fatalf("not ready for any to n2: %t; holder in n1's view %q, want n2 (n2 does not count n1)", all, h)
+		}
+		if h, all := holder(addrs[1:2]); all || h != "n1" {
+			t.Fatalf("not ready for any to n2: %t; holder in n1's view %q, want n1 (it holds it)", all, h)
+		}
+	})
+
+	t.Run("not-ready list next to the sightings", func(t *testing.T) {
+		m, now := setup(t)
+		m.gap = time.Second
+		// 20 peers heard, with ids of 250 bytes: their sightings take
+		// 5 KB of the datagram, and 300 IPv6 addresses do not fit next
+		// to them.
+		for i := range 20 {
+			m.loop.peers[fmt.Sprintf("%0250d", i)] = &peerState{Heard: now}
+		}
+		m.loop.ready.arpNotReady = addrs[1:301]
+		m.loop.ready.notReady = map[netip.Addr]string{}
+		for _, x := range m.loop.ready.arpNotReady {
+			m.loop.ready.notReady[x] = "tenant ta's attachment is not up on this host"
+		}
+		hb := sent(t, m, now)
+		_, arpMe, _ := m.selves(now, eligibility{ARP: self{ID: "n1"}})
+		arpMe.Holding = map[netip.Addr]bool{a: true}
+		if h := holderOf(a, []string{"n1", "n2"}, arpMe, v); !hb.NotReadyAll || h != "n2" {
+			t.Fatalf("not ready for any to n2: %t; holder in n1's view %q, want n2 (n2 does not count n1)", hb.NotReadyAll, h)
+		}
+	})
+
+	t.Run("held list", func(t *testing.T) {
+		m, now := setup(t)
+		holder := func(held []netip.Addr) (string, bool) {
+			m.loop.heldARP = held
+			hb := sent(t, m, now)
+			_, arpMe, _ := m.selves(now, eligibility{ARP: self{ID: "n1"}})
+			arpMe.Holding = map[netip.Addr]bool{}
+			for _, x := range held {
+				arpMe.Holding[x] = true
+			}
+			// n2 ranks first for a; n1 took it while n2 was away.
+			return holderOf(a, []string{"n2", "n1"}, arpMe, v), hb.HoldingSent
+		}
+		// 600 IPv6 addresses held do not fit: n2 does not see that n1
+		// holds a, and takes it.
+		if h, held := holder(addrs); held || h != "n2" {
+			t.Fatalf("held list sent to n2: %t; holder in n1's view %q, want n2 (n2 does not see that n1 holds it)", held, h)
+		}
+		if h, held := holder(addrs[:1]); !held || h != "n1" {
+			t.Fatalf("held list sent to n2: %t; holder in n1's view %q, want n1 (n2 sees that it holds it)", held, h)
+		}
+	})
 }

@@ -407,6 +407,17 @@ type self struct {
 	// list did not fit), so its peers take it for not ready for them; it
 	// is no candidate for them either.
 	PartlyUnsent bool
+	// NotReadyAll: its heartbeats say that it is not ready for any address
+	// (its not-ready list does not fit in them), so its peers count it
+	// for no arp VIP; it is no candidate for any either.
+	NotReadyAll bool
+	// HoldingUnsent: its heartbeats leave out the arp VIPs it holds (the
+	// list does not fit), so its peers take it for a host that does not
+	// say what it holds: it ranks alone (the holder of an address when it
+	// comes first among the candidates), and those that count it as back
+	// from the dead count it for none (returns). In its own view it ranks
+	// alone too, and while Rejoining it keeps nothing.
+	HoldingUnsent bool
 	// KeepOnly: it has no majority in two-way contact but lost it less
 	// than the hold-down ago (HoldDown), or the others cannot make one
 	// without it yet (view.Keep): it keeps the arp VIPs it holds and
@@ -487,9 +498,10 @@ func holderOf(a netip.Addr, ranked []string, me self, v view) string {
 	if len(cands) == 0 {
 		return ""
 	}
-	if c := cands[0]; c != me.ID && !v.Alive[c].Holdings {
+	if c := cands[0]; c != me.ID && !v.Alive[c].Holdings || c == me.ID && me.HoldingUnsent {
 		// An earlier version ranks alone: it takes what it ranks first
-		// for, and nothing else.
+		// for, and nothing else. So does this host when its heartbeats
+		// leave out what it holds, as its peers see it that way.
 		return c
 	}
 	for _, h := range cands {
@@ -510,8 +522,8 @@ func candidates(a netip.Addr, ranked []string, me self, v view, partly bool) []s
 	var cands []string
 	for _, h := range ranked {
 		if h == me.ID {
-			if me.Problem == "" && me.NotReady[a] == "" && (len(me.Partly[a]) > 0) == partly && !(partly && me.PartlyUnsent) &&
-				(!me.KeepOnly && !me.Rejoining || me.Holding[a]) {
+			if me.Problem == "" && !me.NotReadyAll && me.NotReady[a] == "" && (len(me.Partly[a]) > 0) == partly && !(partly && me.PartlyUnsent) &&
+				(!me.KeepOnly && !me.Rejoining || me.Holding[a] && !(me.Rejoining && me.HoldingUnsent)) {
 				cands = append(cands, h)
 			}
 			continue
@@ -544,10 +556,11 @@ func overloaded(v view, me self, h string) bool {
 	return len(v.Alive[h].Holding) > fair+1
 }
 
-// holds reports whether h holds a (as far as this host knows).
+// holds reports whether h holds a (as far as this host knows; for this
+// host, as far as its peers know).
 func holds(v view, me self, h string, a netip.Addr) bool {
 	if h == me.ID {
-		return me.Holding[a]
+		return me.Holding[a] && !me.HoldingUnsent
 	}
 	return v.Alive[h].Holding[a]
 }
@@ -668,6 +681,8 @@ func decide(vs vipSpec, ranked []string, me self, v view, peers map[string]*peer
 		d.Reason, d.Local = me.Problem, true
 	case notReady != "":
 		d.Reason, d.Local = "not ready: "+notReady, true
+	case me.NotReadyAll:
+		d.Reason, d.Local = "its heartbeats say it is not ready for any address: the list of those it is not ready for does not fit in them", true
 	case h == "" && me.KeepOnly:
 		d.Reason, d.Local = "takes nothing without a majority in two-way contact", true
 	case h == "" && me.Rejoining:

@@ -422,6 +422,23 @@ func TestHolderOf(t *testing.T) {
 			view{Alive: map[string]hostView{"n2": {Eligible: true, Direct: true, Holdings: true, NotReady: held}, "n3": partlyPeer(false)}}, "n3"},
 		{"a peer of an earlier version never says partly ready: not a candidate", self{ID: "n1", Partly: unservedHere},
 			view{Alive: map[string]hostView{"n2": {Eligible: true, Direct: true, NotReady: held}}}, "n1"},
+		// Its heartbeats say it is not ready for any address (its
+		// not-ready list does not fit): its peers count it for none, and
+		// so does it.
+		{"not ready for any in its heartbeats: no candidate, even for what it holds", self{ID: "n2", NotReadyAll: true, Holding: held},
+			view{Alive: map[string]hostView{"n1": peer(false, true)}}, "n1"},
+		{"not ready for any in its heartbeats: no candidate among the partly ready either", self{ID: "n2", NotReadyAll: true, Partly: unservedHere, Holding: held},
+			view{Alive: map[string]hostView{"n1": partlyPeer(false)}}, "n1"},
+		// Its heartbeats leave out what it holds (the list does not fit):
+		// its peers rank it alone, and so does it.
+		{"held list left out, ranked lower: what it holds counts for nothing", self{ID: "n1", HoldingUnsent: true, Holding: held},
+			view{Alive: map[string]hostView{"n2": peer(false, true)}}, "n2"},
+		{"held list left out, ranked first: it takes it from a lower-ranked holder", self{ID: "n2", HoldingUnsent: true},
+			view{Alive: map[string]hostView{"n3": peer(true, true)}}, "n2"},
+		{"held list left out, keep-only and first: keeps what it holds", self{ID: "n2", KeepOnly: true, HoldingUnsent: true, Holding: held},
+			view{Alive: map[string]hostView{"n3": peer(false, true)}}, "n2"},
+		{"held list left out, rejoining: keeps nothing", self{ID: "n2", Rejoining: true, HoldingUnsent: true, Holding: held},
+			view{Alive: map[string]hostView{"n3": peer(false, true)}}, "n3"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -661,6 +678,8 @@ func TestDecide(t *testing.T) {
 			view{Alive: map[string]hostView{"n2": {Eligible: true, Direct: true, Holdings: true, Returning: true}}, Quorum: true}, "n2", true, "n1", "took over: n2 came back less than 100ms ago and does not hold it", false},
 		{"first in the ranking is not ready for anything", arp, self{ID: "n1"},
 			view{Alive: map[string]hostView{"n2": {Eligible: true, NotReadyAll: true}}, Quorum: true}, "", true, "n1", "ranks first among the live hosts", false},
+		{"its heartbeats say not ready for any", arp, self{ID: "n1", NotReadyAll: true, Holding: map[netip.Addr]bool{a: true}}, live("n3"), "n1", false, "n3",
+			"its heartbeats say it is not ready for any address: the list of those it is not ready for does not fit in them", true},
 		{"no majority", arp, self{ID: "n1", Problem: "sees 1 of the cluster's hosts, needs 2"}, live(), "n1", false, "", "sees 1 of the cluster's hosts, needs 2", true},
 		{"not ready here, the next one takes it", arp, self{ID: "n1", NotReady: map[netip.Addr]string{a: "no listener"}}, live("n3"), "", false, "n3", "not ready: no listener", true},
 		{"an unknown host is skipped", vipSpec{Addr: a, Mode: ModeARP}, self{ID: "n1"}, live("n3"), "", true, "n1", "ranks first among the live hosts", false},

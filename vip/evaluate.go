@@ -165,7 +165,7 @@ func (m *Manager) selves(now time.Time, el eligibility) (me, arpMe, bgpMe self) 
 	me, arpMe, bgpMe = el.Any, el.ARP, el.BGP
 	me.NotReady, arpMe.NotReady, bgpMe.NotReady = notReady, notReady, notReady
 	me.Partly, arpMe.Partly, bgpMe.Partly = st.ready.unserved, st.ready.unserved, st.ready.unserved
-	arpMe.PartlyUnsent = st.partlyUnsent
+	arpMe.PartlyUnsent, arpMe.NotReadyAll, arpMe.HoldingUnsent = st.partlyUnsent, st.notReadyAllSent, st.holdingUnsent
 	arpMe.Rebalance = map[netip.Addr]bool{}
 	if el.Rebalancing {
 		// The window of each VIP opens when this host could first hold it
@@ -258,7 +258,7 @@ func (m *Manager) decideChanged(now time.Time, v view, me, arpMe, bgpMe self, re
 		sessions = m.spk.established()
 	}
 	st.sessions = sessions
-	sigARP := signature(v, st.peers, arpMe.Problem, fmt.Sprint(arpMe.KeepOnly, arpMe.HoldDown, arpMe.Rejoining, arpMe.HandOff))
+	sigARP := signature(v, st.peers, arpMe.Problem, fmt.Sprint(arpMe.KeepOnly, arpMe.HoldDown, arpMe.Rejoining, arpMe.HandOff, arpMe.NotReadyAll, arpMe.HoldingUnsent))
 	sigBGP := fmt.Sprint(bgpMe.Problem, "|", sessions)
 	switch {
 	case st.want == nil:

@@ -221,3 +221,32 @@ func TestRestartedHostWaitsForItsPeersRevision(t *testing.T) {
 		t.Fatalf("once caught up: reason %v, want that it is drained", r)
 	}
 }
+
+// TestNotReadyForAnyInItsHeartbeatsLetsGo: when this host's heartbeats
+// start saying that it is not ready for any address (its not-ready list
+// grew past what they carry), its peers count it for none and take its
+// arp VIPs: it lets them go at its next evaluation, though no VIP's
+// readiness of its own changed; when the list fits again, it takes back
+// those nobody holds.
+func TestNotReadyForAnyInItsHeartbeatsLetsGo(t *testing.T) {
+	l := newPeerLoop(t, 20)
+	st := &l.m.loop
+	held := len(st.holding)
+	if held == 0 {
+		t.Fatal("n1 holds none of the VIPs: pick other addresses")
+	}
+	// Not ready for 410 addresses that are no VIP here (no VIP's
+	// decision reads them).
+	st.ready.arpNotReady = manyAddrs(410)
+	l.tick()
+	l.tick()
+	if len(st.holding) != 0 {
+		t.Fatalf("n1 holds %d VIPs while its heartbeats say it is not ready for any", len(st.holding))
+	}
+	st.ready.arpNotReady = nil
+	l.tick()
+	l.tick()
+	if len(st.holding) != held {
+		t.Fatalf("n1 holds %d VIPs once its not-ready list fits again, want %d", len(st.holding), held)
+	}
+}

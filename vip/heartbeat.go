@@ -227,6 +227,7 @@ func (m *Manager) planBeats(now time.Time) {
 	haveReady := st.ready.have
 	if len(key) == 0 || len(st.members) == 0 {
 		m.beats.plan.Store(nil)
+		m.noteSent(false, false, false)
 		return
 	}
 	p := &beatPlan{key: key, built: now, stale: m.gap, pause: m.quorum, settle: m.settle}
@@ -259,34 +260,42 @@ func (m *Manager) planBeats(now time.Time) {
 		// It would not fit next to the sightings: not ready for any.
 		p.hb.NotReady, p.hb.NotReadyAll = nil, true
 	}
-	readsPartly := false
+	withHolding, withPartly := false, false
 	for _, id := range slices.Sorted(maps.Keys(st.members)) {
 		// Held addresses only to a peer that reads them.
 		pe := st.peers[id]
-		p.to = append(p.to, beatDest{id: id, addr: st.members[id].Heartbeat, withHolding: pe != nil && pe.Holdings,
-			withPartly: pe != nil && pe.Holdings && pe.ReadsPartly})
-		readsPartly = readsPartly || p.to[len(p.to)-1].withPartly
+		d := beatDest{id: id, addr: st.members[id].Heartbeat, withHolding: pe != nil && pe.Holdings,
+			withPartly: pe != nil && pe.Holdings && pe.ReadsPartly}
+		p.to = append(p.to, d)
+		withHolding, withPartly = withHolding || d.withHolding, withPartly || d.withPartly
 	}
-	// A partly ready list that does not fit next to the rest is left out,
-	// and the peers that read it take this host for not ready for those
-	// addresses: it is then no candidate for them in its own view either
-	// (self.PartlyUnsent), or it would keep one it holds while a peer that
-	// no longer counts it takes it too.
-	unsent := false
-	if readsPartly && len(p.hb.Partly) > 0 {
-		if cap(st.beatScratch) < maxDatagram {
-			st.beatScratch = make([]byte, 0, maxDatagram)
-		}
-		_, sent := p.hb.appendParts(st.beatScratch[:0], true, true)
-		unsent = !sent
+	// This host counts on what its peers read of it, no more: a list that
+	// does not fit next to the rest is left out (the not-ready list
+	// becomes "not ready for any"), and the peers take this host for not
+	// ready for those addresses, or for a host that does not say what it
+	// holds. Counting on the list all the same, it would keep an address
+	// it holds while a peer takes it too (self.NotReadyAll,
+	// HoldingUnsent, PartlyUnsent).
+	if cap(st.beatScratch) < maxDatagram {
+		st.beatScratch = make([]byte, 0, maxDatagram)
 	}
-	if unsent != st.partlyUnsent {
-		st.partlyUnsent = unsent
+	_, sent := p.hb.appendParts(st.beatScratch[:0], withHolding, withPartly)
+	m.noteSent(sent.NotReadyAll, withHolding && !sent.Holding, withPartly && len(p.hb.Partly) > 0 && !sent.Partly)
+	m.beats.plan.Store(p)
+}
+
+// noteSent keeps what the heartbeats tell the peers, for the next
+// decisions: a change of the first two changes the signature of the arp
+// decisions, one of the last those of the partly ready addresses.
+func (m *Manager) noteSent(notReadyAll, holdingUnsent, partlyUnsent bool) {
+	st := &m.loop
+	st.notReadyAllSent, st.holdingUnsent = notReadyAll, holdingUnsent
+	if partlyUnsent != st.partlyUnsent {
+		st.partlyUnsent = partlyUnsent
 		for _, a := range st.ready.arpPartly {
 			st.pending[a] = true
 		}
 	}
-	m.beats.plan.Store(p)
 }
 
 // setSocketOptions marks heartbeats as network control traffic (DSCP

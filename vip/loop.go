@@ -73,11 +73,13 @@ type loopState struct {
 	rebalancePass uint64
 	// ready: the data plane's readiness and what it means for each VIP.
 	ready readiness
-	// partlyUnsent: the last heartbeats left out the partly ready
-	// addresses, which did not fit (planBeats); beatScratch is where
-	// planBeats encodes one to find out.
-	partlyUnsent bool
-	beatScratch  []byte
+	// What the last heartbeats told the peers (planBeats): partlyUnsent,
+	// they left out the partly ready addresses; notReadyAllSent, they
+	// said not ready for any address; holdingUnsent, they left out the
+	// held addresses (a list that does not fit is left out).
+	// beatScratch is where planBeats encodes one to find out.
+	partlyUnsent, notReadyAllSent, holdingUnsent bool
+	beatScratch                                  []byte
 	// holding and heldARP (sorted, never changed once built): the arp
 	// VIPs held here, rebuilt when a record's holding changes.
 	holding map[netip.Addr]bool

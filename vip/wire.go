@@ -122,10 +122,19 @@ func (hb *heartbeat) appendTo(b []byte, withHolding, withPartly bool) []byte {
 	return b
 }
 
-// appendParts is appendTo, and says whether the partly ready addresses
-// went in (with withPartly, unless a part did not fit or the sender is
-// not ready for any address).
-func (hb *heartbeat) appendParts(b []byte, withHolding, withPartly bool) (_ []byte, partly bool) {
+// sentParts says what a datagram tells its reader of the lists of a
+// heartbeat: not ready for any address (NotReadyAll, also when the
+// not-ready list did not fit), and whether the held addresses and the
+// partly ready addresses went in.
+type sentParts struct {
+	NotReadyAll, Holding, Partly bool
+}
+
+// appendParts is appendTo, and says what went in (the held addresses
+// with withHolding and the partly ready ones with withPartly, unless they
+// did not fit; the partly ready ones not when the sender is not ready for
+// any address).
+func (hb *heartbeat) appendParts(b []byte, withHolding, withPartly bool) (_ []byte, sent sentParts) {
 	start := len(b)
 	b = append(b, wireMagic[:]...)
 	b = append(b, wireVersion, 0)
@@ -174,7 +183,7 @@ func (hb *heartbeat) appendParts(b []byte, withHolding, withPartly bool) (_ []by
 			size += 1 + a.BitLen()/8
 		}
 		if size <= maxDatagram {
-			b = appendAddrs(b, hb.Holding)
+			b, sent.Holding = appendAddrs(b, hb.Holding), true
 			b = append(b, byte(n))
 			k := 0
 			for _, s := range hb.Sightings {
@@ -188,7 +197,7 @@ func (hb *heartbeat) appendParts(b []byte, withHolding, withPartly bool) (_ []by
 				size += 1 + a.BitLen()/8
 			}
 			if withPartly && size <= maxDatagram && !notReadyAll {
-				b, partly = appendAddrs(b, hb.Partly), true
+				b, sent.Partly = appendAddrs(b, hb.Partly), true
 			}
 		}
 	}
@@ -212,7 +221,8 @@ func (hb *heartbeat) appendParts(b []byte, withHolding, withPartly bool) (_ []by
 		f |= flagNotReady
 	}
 	b[start+5] = f
-	return b, partly
+	sent.NotReadyAll = notReadyAll
+	return b, sent
 }
 
 // fits reports whether s goes on the wire after n others.
