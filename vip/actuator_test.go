@@ -164,6 +164,26 @@ func TestPeerPartlyReady(t *testing.T) {
 	}
 }
 
+// beatingHost is host n1 of a cluster with n2, whose heartbeats n2 reads
+// with their held and partly ready lists; it is ready, wants nothing and
+// sends no heartbeats of its own (the test plans them).
+func beatingHost() (*Manager, time.Time) {
+	m := &Manager{cfg: Config{NodeID: "n1", HeartbeatInterval: 20 * time.Millisecond}, dead: 100 * time.Millisecond,
+		log: slog.New(slog.DiscardHandler)}
+	m.loop.init()
+	m.loop.members = map[string]member{"n2": {}}
+	now := time.Now()
+	m.loop.lastTrigger = now.Add(time.Hour) // sends no heartbeats
+	m.receive(received{hb: &heartbeat{ID: "n2", Incarnation: 1, Seq: 1, Eligible: true, Holdings: true, HoldingSent: true,
+		ReadsPartly: true, PartlySent: true}, at: now})
+	m.beats = newBeatSender(m)
+	m.arrivals.Store(&map[string]*peerArrival{})
+	m.key = testKey
+	m.loop.want = &desired{}
+	m.loop.ready.have = true
+	return m, now
+}
+
 // TestPartlyReadyListThatDoesNotFit: a host whose partly ready list does
 // not fit in its heartbeats next to the rest (here 300 IPv6 addresses not
 // ready and partly ready) is taken by its peers for not ready for those
@@ -173,20 +193,7 @@ func TestPeerPartlyReady(t *testing.T) {
 // namespaces of the tenants they both carry it for). When the list fits
 // again, it is a candidate again.
 func TestPartlyReadyListThatDoesNotFit(t *testing.T) {
-	m := &Manager{cfg: Config{NodeID: "n1", HeartbeatInterval: 20 * time.Millisecond}, dead: 100 * time.Millisecond,
-		log: slog.New(slog.DiscardHandler)}
-	m.loop.init()
-	m.loop.members = map[string]member{"n2": {}}
-	now := time.Now()
-	m.loop.lastTrigger = now.Add(time.Hour) // sends no heartbeats
-	// n2 reads partly ready lists.
-	m.receive(received{hb: &heartbeat{ID: "n2", Incarnation: 1, Seq: 1, Eligible: true, Holdings: true, HoldingSent: true,
-		ReadsPartly: true, PartlySent: true}, at: now})
-	m.beats = newBeatSender(m)
-	m.arrivals.Store(&map[string]*peerArrival{})
-	m.key = testKey
-	m.loop.want = &desired{}
-	m.loop.ready.have = true
+	m, now := beatingHost()
 	addrs := manyAddrs(300)
 	a := addrs[0]
 	m.loop.ready.unserved = map[netip.Addr]map[string]string{}
@@ -228,23 +235,6 @@ func TestPartlyReadyListThatDoesNotFit(t *testing.T) {
 // it too (two hosts answering ARP for it, for good). When the list fits
 // again, it keeps the address.
 func TestNotReadyOrHeldListThatDoesNotFit(t *testing.T) {
-	setup := func(t *testing.T) (*Manager, time.Time) {
-		m := &Manager{cfg: Config{NodeID: "n1", HeartbeatInterval: 20 * time.Millisecond}, dead: 100 * time.Millisecond,
-			log: slog.New(slog.DiscardHandler)}
-		m.loop.init()
-		m.loop.members = map[string]member{"n2": {}}
-		now := time.Now()
-		m.loop.lastTrigger = now.Add(time.Hour) // sends no heartbeats
-		// n2 reads held and partly ready lists.
-		m.receive(received{hb: &heartbeat{ID: "n2", Incarnation: 1, Seq: 1, Eligible: true, Holdings: true, HoldingSent: true,
-			ReadsPartly: true, PartlySent: true}, at: now})
-		m.beats = newBeatSender(m)
-		m.arrivals.Store(&map[string]*peerArrival{})
-		m.key = testKey
-		m.loop.want = &desired{}
-		m.loop.ready.have = true
-		return m, now
-	}
 	// sent plans n1's heartbeat and reads it as n2 does.
 	sent := func(t *testing.T, m *Manager, now time.Time) *heartbeat {
 		t.Helper()
@@ -262,7 +252,7 @@ func TestNotReadyOrHeldListThatDoesNotFit(t *testing.T) {
 	v := view{Alive: map[string]hostView{"n2": {Eligible: true, Holdings: true, Direct: true}}}
 
 	t.Run("not-ready list", func(t *testing.T) {
-		m, now := setup(t)
+		m, now := beatingHost()
 		holder := func(notReady []netip.Addr) (string, bool) {
 			m.loop.ready.arpNotReady = notReady
 			m.loop.ready.notReady = map[netip.Addr]string{}
@@ -284,7 +274,7 @@ func TestNotReadyOrHeldListThatDoesNotFit(t *testing.T) {
 	})
 
 	t.Run("not-ready list next to the sightings", func(t *testing.T) {
-		m, now := setup(t)
+		m, now := beatingHost()
 		m.gap = time.Second
 		// 20 peers heard, with ids of 250 bytes: their sightings take
 		// 5 KB of the datagram, and 300 IPv6 addresses do not fit next
@@ -306,7 +296,7 @@ func TestNotReadyOrHeldListThatDoesNotFit(t *testing.T) {
 	})
 
 	t.Run("held list", func(t *testing.T) {
-		m, now := setup(t)
+		m, now := beatingHost()
 		holder := func(held []netip.Addr) (string, bool) {
 			m.loop.heldARP = held
 			hb := sent(t, m, now)

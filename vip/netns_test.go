@@ -269,7 +269,30 @@ func TestSamePrivateVIPInTwoAttachments(t *testing.T) {
 	}
 
 	// b's device down: the shared VIP is not ready here, naming b.
-	ns, err := netns.GetFromPath(pb2)
+	setAttachmentDown(t, pb2)
+	m.checkPoolIfaces()
+	m.loop.ready.have = true
+	m.loop.ready.ready = map[string]string{"a/web": "", "b/web": ""}
+	downB := "tenant b's attachment, which carries this VIP, is not up on this host (tpx0 in namespace teapot-att-b is down)"
+	if why, unserved := m.loop.ready.why(vs); why != "" || len(unserved) != 1 || unserved["b"] != downB {
+		t.Fatalf("the shared VIP with b's attachment down: not ready %q, unserved %q; want ready for a, b unserved: %q", why, unserved, downB)
+	}
+	if ps := m.arpTarget(vs, map[string]string{"b": downB}).places(); len(ps) != 1 || ps[0].ns != pa {
+		t.Fatalf("places with b's attachment down: %+v, want a's device alone", ps)
+	}
+	// a's device down too: not ready, naming both.
+	setAttachmentDown(t, pa)
+	m.checkPoolIfaces()
+	if why, _ := m.loop.ready.why(vs); why != "tenant a's attachment, which carries this VIP, is not up on this host (tpx0 in namespace teapot-att-a is down); "+downB {
+		t.Fatalf("why the shared VIP is not ready with both attachments down: %q", why)
+	}
+}
+
+// setAttachmentDown sets the attachment device in the namespace bound at
+// path down.
+func setAttachmentDown(t *testing.T, path string) {
+	t.Helper()
+	ns, err := netns.GetFromPath(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,38 +308,6 @@ func TestSamePrivateVIPInTwoAttachments(t *testing.T) {
 	}
 	if err := h.LinkSetDown(l); err != nil {
 		t.Fatal(err)
-	}
-	m.checkPoolIfaces()
-	m.loop.ready.have = true
-	m.loop.ready.ready = map[string]string{"a/web": "", "b/web": ""}
-	downB := "tenant b's attachment, which carries this VIP, is not up on this host (tpx0 in namespace teapot-att-b is down)"
-	if why, unserved := m.loop.ready.why(vs); why != "" || len(unserved) != 1 || unserved["b"] != downB {
-		t.Fatalf("the shared VIP with b's attachment down: not ready %q, unserved %q; want ready for a, b unserved: %q", why, unserved, downB)
-	}
-	if ps := m.arpTarget(vs, map[string]string{"b": downB}).places(); len(ps) != 1 || ps[0].ns != pa {
-		t.Fatalf("places with b's attachment down: %+v, want a's device alone", ps)
-	}
-	// a's device down too: not ready, naming both.
-	nsA, err := netns.GetFromPath(pa)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nsA.Close()
-	hA, err := netlink.NewHandleAt(nsA)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hA.Close()
-	lA, err := hA.LinkByName(AttachmentDevice)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := hA.LinkSetDown(lA); err != nil {
-		t.Fatal(err)
-	}
-	m.checkPoolIfaces()
-	if why, _ := m.loop.ready.why(vs); why != "tenant a's attachment, which carries this VIP, is not up on this host (tpx0 in namespace teapot-att-a is down); "+downB {
-		t.Fatalf("why the shared VIP is not ready with both attachments down: %q", why)
 	}
 }
 
