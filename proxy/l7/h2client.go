@@ -489,6 +489,18 @@ func (c *h2UpConn) resetStream(id uint32, code http2.ErrCode, err error) {
 	c.writeReset(id, code)
 }
 
+// malformedLocked ends the stream id of a member's malformed response
+// (why): the request fails with ErrUpstreamProtocol and the member's stream
+// is reset. c.mu is held, and released while the reset is written.
+func (c *h2UpConn) malformedLocked(st *h2UpStream, id uint32, why string) http2.ErrCode {
+	st.fail(fmt.Errorf("%w: %s", ErrUpstreamProtocol, why))
+	delete(c.streams, id)
+	c.mu.Unlock()
+	c.resetStream(id, http2.ErrCodeProtocol, nil)
+	c.mu.Lock()
+	return 0
+}
+
 func (c *h2UpConn) onHeaders(f *http2.MetaHeadersFrame) http2.ErrCode {
 	id := f.StreamID
 	if id%2 == 0 {
@@ -520,12 +532,7 @@ func (c *h2UpConn) onHeaders(f *http2.MetaHeadersFrame) http2.ErrCode {
 			}
 		}
 		if status < 100 || status > 999 {
-			st.fail(fmt.Errorf("%w: bad :status", ErrUpstreamProtocol))
-			delete(c.streams, id)
-			c.mu.Unlock()
-			c.resetStream(id, http2.ErrCodeProtocol, nil)
-			c.mu.Lock()
-			return 0
+			return c.malformedLocked(st, id, "bad :status")
 		}
 		if status < 200 {
 			if f.StreamEnded() {
@@ -536,21 +543,11 @@ func (c *h2UpConn) onHeaders(f *http2.MetaHeadersFrame) http2.ErrCode {
 		}
 		st.status, st.fields, st.gotHead = status, f.RegularFields(), true
 	case !f.StreamEnded():
-		st.fail(fmt.Errorf("%w: trailers without END_STREAM", ErrUpstreamProtocol))
-		delete(c.streams, id)
-		c.mu.Unlock()
-		c.resetStream(id, http2.ErrCodeProtocol, nil)
-		c.mu.Lock()
-		return 0
+		return c.malformedLocked(st, id, "trailers without END_STREAM")
 	case len(f.PseudoFields()) > 0:
 		// Malformed trailers (RFC 9113 section 8.1): the response is
 		// broken, not relayed whole without them.
-		st.fail(fmt.Errorf("%w: pseudo-field in trailers", ErrUpstreamProtocol))
-		delete(c.streams, id)
-		c.mu.Unlock()
-		c.resetStream(id, http2.ErrCodeProtocol, nil)
-		c.mu.Lock()
-		return 0
+		return c.malformedLocked(st, id, "pseudo-field in trailers")
 	default:
 		st.trailer = f.RegularFields()
 	}
