@@ -84,8 +84,7 @@ func (l *peerLoop) tick() {
 		l.m.receive(received{at: l.now, hb: &heartbeat{ID: id, Incarnation: l.inc[id], Seq: l.seq[id], Eligible: true,
 			Handover: l.handover[id], Holdings: true, HoldingSent: true, Holding: held, Sightings: sights}})
 	}
-	l.m.evaluate(l.now, false)
-	l.m.planBeats(l.now)
+	l.m.beatTick(l.now)
 }
 
 // TestPeerHandingOverIsNoCandidateForOthersVIPs: a peer that hands its
@@ -225,9 +224,10 @@ func TestRestartedHostWaitsForItsPeersRevision(t *testing.T) {
 // TestNotReadyForAnyInItsHeartbeatsLetsGo: when this host's heartbeats
 // start saying that it is not ready for any address (its not-ready list
 // grew past what they carry), its peers count it for none and take its
-// arp VIPs: it lets them go at its next evaluation, though no VIP's
-// readiness of its own changed; when the list fits again, it takes back
-// those nobody holds.
+// arp VIPs: it lets them go in the tick that plans that heartbeat (it
+// decides again at once), though no VIP's readiness of its own changed;
+// when the list fits again, it takes back those nobody holds in one tick
+// too.
 func TestNotReadyForAnyInItsHeartbeatsLetsGo(t *testing.T) {
 	l := newPeerLoop(t, 20)
 	st := &l.m.loop
@@ -237,14 +237,14 @@ func TestNotReadyForAnyInItsHeartbeatsLetsGo(t *testing.T) {
 	}
 	// Not ready for 410 addresses that are no VIP here (no VIP's
 	// decision reads them).
+	// The tick that plans the heartbeat saying so decides again with it:
+	// the peers take the VIPs as that heartbeat arrives.
 	st.ready.arpNotReady = manyAddrs(410)
-	l.tick()
 	l.tick()
 	if len(st.holding) != 0 {
 		t.Fatalf("n1 holds %d VIPs while its heartbeats say it is not ready for any", len(st.holding))
 	}
 	st.ready.arpNotReady = nil
-	l.tick()
 	l.tick()
 	if len(st.holding) != held {
 		t.Fatalf("n1 holds %d VIPs once its not-ready list fits again, want %d", len(st.holding), held)

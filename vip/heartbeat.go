@@ -218,8 +218,9 @@ func (m *Manager) sendHeartbeats(now time.Time) {
 }
 
 // planBeats hands the heartbeat thread what this host's heartbeats say
-// from now on.
-func (m *Manager) planBeats(now time.Time) {
+// from now on, and reports whether that changes what the peers read of
+// this host's lists (noteSent).
+func (m *Manager) planBeats(now time.Time) bool {
 	st := &m.loop
 	m.mu.Lock()
 	key := m.key
@@ -227,8 +228,7 @@ func (m *Manager) planBeats(now time.Time) {
 	haveReady := st.ready.have
 	if len(key) == 0 || len(st.members) == 0 {
 		m.beats.plan.Store(nil)
-		m.noteSent(false, false, false)
-		return
+		return m.noteSent(false, false, false)
 	}
 	p := &beatPlan{key: key, built: now, stale: m.gap, pause: m.quorum, settle: m.settle}
 	p.hb = heartbeat{
@@ -280,15 +280,18 @@ func (m *Manager) planBeats(now time.Time) {
 		st.beatScratch = make([]byte, 0, maxDatagram)
 	}
 	_, sent := p.hb.appendParts(st.beatScratch[:0], withHolding, withPartly)
-	m.noteSent(sent.NotReadyAll, withHolding && !sent.Holding, withPartly && len(p.hb.Partly) > 0 && !sent.Partly)
+	changed := m.noteSent(sent.NotReadyAll, withHolding && !sent.Holding, withPartly && len(p.hb.Partly) > 0 && !sent.Partly)
 	m.beats.plan.Store(p)
+	return changed
 }
 
 // noteSent keeps what the heartbeats tell the peers, for the next
 // decisions: a change of the first two changes the signature of the arp
-// decisions, one of the last those of the partly ready addresses.
-func (m *Manager) noteSent(notReadyAll, holdingUnsent, partlyUnsent bool) {
+// decisions, one of the last those of the partly ready addresses. It
+// reports whether any of them changed.
+func (m *Manager) noteSent(notReadyAll, holdingUnsent, partlyUnsent bool) bool {
 	st := &m.loop
+	changed := notReadyAll != st.notReadyAllSent || holdingUnsent != st.holdingUnsent || partlyUnsent != st.partlyUnsent
 	st.notReadyAllSent, st.holdingUnsent = notReadyAll, holdingUnsent
 	if partlyUnsent != st.partlyUnsent {
 		st.partlyUnsent = partlyUnsent
@@ -296,6 +299,7 @@ func (m *Manager) noteSent(notReadyAll, holdingUnsent, partlyUnsent bool) {
 			st.pending[a] = true
 		}
 	}
+	return changed
 }
 
 // setSocketOptions marks heartbeats as network control traffic (DSCP

@@ -198,9 +198,7 @@ func (m *Manager) run(ctx context.Context) error {
 			// deciding on what came in: a process that was paused must
 			// not announce holdings or a majority it has lost meanwhile.
 			m.drainReceived()
-			now := time.Now()
-			arm(m.evaluate(now, false))
-			m.planBeats(now)
+			arm(m.beatTick(time.Now()))
 			continue
 		case <-eval.C:
 		case <-links.C:
@@ -212,6 +210,23 @@ func (m *Manager) run(ctx context.Context) error {
 		m.drainReceived()
 		arm(m.evaluate(time.Now(), false))
 	}
+}
+
+// beatTick decides on what came in, then plans what this host's
+// heartbeats say, and returns when to evaluate next. When the plan
+// changes what the peers read of this host's lists (not ready for any
+// address, the held or the partly ready list left out), it decides again
+// at once with what they read, and plans again: the peers act on the
+// heartbeat as it arrives, and a host that counted on the earlier one
+// until its next evaluation would keep, meanwhile, an address a peer
+// takes.
+func (m *Manager) beatTick(now time.Time) time.Time {
+	wake := m.evaluate(now, false)
+	if m.planBeats(now) {
+		wake = m.evaluate(now, false)
+		m.planBeats(now)
+	}
+	return wake
 }
 
 // drainReceived takes in the heartbeats waiting in the channel, and
