@@ -591,39 +591,8 @@ func TestH2MemberConnectionBound(t *testing.T) {
 		tokens int
 		status int
 	}{{64, 200}, {65, 502}} {
-		member := rawH2Member(t, func(n int, fr *http2.Framer, c net.Conn) {
-			for {
-				f, err := fr.ReadFrame()
-				if err != nil {
-					return
-				}
-				switch f := f.(type) {
-				case *http2.SettingsFrame:
-					if !f.IsAck() {
-						fr.WriteSettingsAck()
-					}
-				case *http2.MetaHeadersFrame:
-					var hb bytes.Buffer
-					enc := hpack.NewEncoder(&hb)
-					for _, hf := range [][2]string{{":status", "200"}, {"connection", strings.Repeat("x-l, ", tc.tokens-1) + "x-secret"},
-						{"x-secret", "s"}, {"x-app", "a"}, {"trailer", "x-sum, x-secret"}} {
-						enc.WriteField(hpack.HeaderField{Name: hf[0], Value: hf[1]})
-					}
-					if fr.WriteHeaders(http2.HeadersFrameParam{StreamID: f.StreamID, BlockFragment: hb.Bytes(), EndHeaders: true}) != nil {
-						return
-					}
-					if fr.WriteData(f.StreamID, false, []byte("body")) != nil {
-						return
-					}
-					hb.Reset()
-					enc.WriteField(hpack.HeaderField{Name: "x-sum", Value: "1"})
-					enc.WriteField(hpack.HeaderField{Name: "x-secret", Value: "t"})
-					if fr.WriteHeaders(http2.HeadersFrameParam{StreamID: f.StreamID, BlockFragment: hb.Bytes(), EndHeaders: true, EndStream: true}) != nil {
-						return
-					}
-				}
-			}
-		})
+		member := rawH2Responder(t, [][2]string{{":status", "200"}, {"connection", strings.Repeat("x-l, ", tc.tokens-1) + "x-secret"},
+			{"x-secret", "s"}, {"x-app", "a"}, {"trailer", "x-sum, x-secret"}}, [][2]string{{"x-sum", "1"}, {"x-secret", "t"}})
 		be := newBackend(t, member)
 		be.opts.Protocol = H2C
 		addr := proxyUnder(t, New(Config{}), oneRoute(be), nil)
@@ -797,36 +766,7 @@ func TestNoContentFraming(t *testing.T) {
 // relayed whole without the field.
 func TestH2MemberTrailerPseudoField(t *testing.T) {
 	t.Parallel()
-	member := rawH2Member(t, func(n int, fr *http2.Framer, c net.Conn) {
-		for {
-			f, err := fr.ReadFrame()
-			if err != nil {
-				return
-			}
-			switch f := f.(type) {
-			case *http2.SettingsFrame:
-				if !f.IsAck() {
-					fr.WriteSettingsAck()
-				}
-			case *http2.MetaHeadersFrame:
-				var hb bytes.Buffer
-				enc := hpack.NewEncoder(&hb)
-				enc.WriteField(hpack.HeaderField{Name: ":status", Value: "200"})
-				if fr.WriteHeaders(http2.HeadersFrameParam{StreamID: f.StreamID, BlockFragment: hb.Bytes(), EndHeaders: true}) != nil {
-					return
-				}
-				if fr.WriteData(f.StreamID, false, []byte("body")) != nil {
-					return
-				}
-				hb.Reset()
-				enc.WriteField(hpack.HeaderField{Name: ":status", Value: "500"})
-				enc.WriteField(hpack.HeaderField{Name: "grpc-status", Value: "0"})
-				if fr.WriteHeaders(http2.HeadersFrameParam{StreamID: f.StreamID, BlockFragment: hb.Bytes(), EndHeaders: true, EndStream: true}) != nil {
-					return
-				}
-			}
-		}
-	})
+	member := rawH2Responder(t, [][2]string{{":status", "200"}}, [][2]string{{":status", "500"}, {"grpc-status", "0"}})
 	be := newBackend(t, member)
 	be.opts.Protocol = H2C
 	addr := proxyUnder(t, New(Config{}), oneRoute(be), nil)
@@ -841,4 +781,44 @@ func TestH2MemberTrailerPseudoField(t *testing.T) {
 	if err == nil {
 		t.Errorf("the response was relayed whole: %d %q, trailers %v", resp.StatusCode, b, resp.Trailer)
 	}
+}
+
+// rawH2Responder is an HTTP/2 member that answers every request with the
+// head fields given, the body "body" and the trailer fields given, each
+// field as it is (pseudo-fields and connection-specific ones too).
+func rawH2Responder(t *testing.T, head, trailer [][2]string) string {
+	t.Helper()
+	block := func(enc *hpack.Encoder, hb *bytes.Buffer, fields [][2]string) []byte {
+		hb.Reset()
+		for _, hf := range fields {
+			enc.WriteField(hpack.HeaderField{Name: hf[0], Value: hf[1]})
+		}
+		return hb.Bytes()
+	}
+	return rawH2Member(t, func(n int, fr *http2.Framer, c net.Conn) {
+		var hb bytes.Buffer
+		enc := hpack.NewEncoder(&hb)
+		for {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				return
+			}
+			switch f := f.(type) {
+			case *http2.SettingsFrame:
+				if !f.IsAck() {
+					fr.WriteSettingsAck()
+				}
+			case *http2.MetaHeadersFrame:
+				if fr.WriteHeaders(http2.HeadersFrameParam{StreamID: f.StreamID, BlockFragment: block(enc, &hb, head), EndHeaders: true}) != nil {
+					return
+				}
+				if fr.WriteData(f.StreamID, false, []byte("body")) != nil {
+					return
+				}
+				if fr.WriteHeaders(http2.HeadersFrameParam{StreamID: f.StreamID, BlockFragment: block(enc, &hb, trailer), EndHeaders: true, EndStream: true}) != nil {
+					return
+				}
+			}
+		}
+	})
 }
