@@ -440,20 +440,7 @@ func TestTransportResponseConnectionBound(t *testing.T) {
 	}{{64, 200}, {65, 502}} {
 		resp := "HTTP/1.1 200 OK\r\nConnection: " + strings.Repeat("X-L, ", tc.tokens-1) + "X-Secret\r\nX-Secret: s\r\n" +
 			"X-App: a\r\nTrailer: X-Sum, X-Secret\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nbody\r\n0\r\nX-Sum: 1\r\nX-Secret: t\r\n\r\n"
-		member := rawServer(t, func(c net.Conn) {
-			br := bufio.NewReader(c)
-			for {
-				l, err := br.ReadString('\n')
-				if err != nil {
-					return
-				}
-				if l == "\r\n" {
-					if _, err := io.WriteString(c, resp); err != nil {
-						return
-					}
-				}
-			}
-		})
+		member := repliesMember(t, resp)
 		be := newBackend(t, member)
 		be.opts.ProxyProtocol = 1
 		// The route's RouteExt takes the request to net/http.
@@ -816,6 +803,26 @@ func rawH2Responder(t *testing.T, head, trailer [][2]string) string {
 					return
 				}
 				if fr.WriteHeaders(http2.HeadersFrameParam{StreamID: f.StreamID, BlockFragment: block(enc, &hb, trailer), EndHeaders: true, EndStream: true}) != nil {
+					return
+				}
+			}
+		}
+	})
+}
+
+// repliesMember is a raw HTTP/1.1 member that writes resp after each
+// request head it reads (requests without a body).
+func repliesMember(t *testing.T, resp string) string {
+	t.Helper()
+	return rawServer(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		for {
+			l, err := br.ReadString('\n')
+			if err != nil {
+				return
+			}
+			if l == "\r\n" {
+				if _, err := io.WriteString(c, resp); err != nil {
 					return
 				}
 			}

@@ -3,8 +3,6 @@ package l7
 import (
 	"bufio"
 	"bytes"
-	"context"
-	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -590,31 +588,14 @@ func TestResponseTrailerSplitBetweenReads(t *testing.T) {
 func TestH2FastResponseTrailerCharged(t *testing.T) {
 	t.Parallel()
 	units := func(trailer string) int64 {
-		member := rawServer(t, func(c net.Conn) {
-			br := bufio.NewReader(c)
-			resp := "HTTP/1.1 200 OK\r\nConnection: X-Pad\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n" + trailer + "\r\n"
-			for {
-				l, err := br.ReadString('\n')
-				if err != nil {
-					return
-				}
-				if l == "\r\n" {
-					if _, err := io.WriteString(c, resp); err != nil {
-						return
-					}
-				}
-			}
-		})
+		member := repliesMember(t, "HTTP/1.1 200 OK\r\nConnection: X-Pad\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n"+trailer+"\r\n")
 		router := testRouter{{prefix: "/", route: &Route{Name: "fast", Backend: newBackend(t, member)}}}
 		cpu := &unitCount{}
 		info := ConnInfo{Listener: "test", LB: "t/lb", Tenant: "t", Router: func() Router { return router }, CPU: cpu}
 		addr := proxyUnderInfo(t, New(Config{}), info, nil)
-		tr := &http2.Transport{AllowHTTP: true, DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, network, addr)
-		}}
-		defer tr.CloseIdleConnections()
-		client := &http.Client{Transport: tr, Timeout: 20 * time.Second}
+		client := h2cTestClient()
+		client.Timeout = 20 * time.Second
+		defer client.CloseIdleConnections()
 		for i := range 8 {
 			req, _ := http.NewRequest("GET", "http://"+addr+"/", nil)
 			req.Host = "a.example"
@@ -628,7 +609,7 @@ func TestH2FastResponseTrailerCharged(t *testing.T) {
 				t.Fatalf("request %d: body %q, trailers %v, %v", i, b, resp.Trailer, err)
 			}
 		}
-		tr.CloseIdleConnections()
+		client.CloseIdleConnections()
 		return cpu.n.Load()
 	}
 	pad := "X-Pad: " + strings.Repeat("p", 60000-len("X-Pad: \r\n")) + "\r\n"
@@ -647,33 +628,18 @@ func TestInterimResponsesCharged(t *testing.T) {
 	t.Parallel()
 	interim := strings.Repeat("HTTP/1.1 103 Early Hints\r\nX-Pad: "+strings.Repeat("p", 3000)+"\r\n\r\n", 160)
 	units := func(h2 bool, interim string) int64 {
-		member := rawServer(t, func(c net.Conn) {
-			br := bufio.NewReader(c)
-			for {
-				l, err := br.ReadString('\n')
-				if err != nil {
-					return
-				}
-				if l == "\r\n" {
-					if _, err := io.WriteString(c, interim+"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"); err != nil {
-						return
-					}
-				}
-			}
-		})
+		member := repliesMember(t, interim+"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 		router := testRouter{{prefix: "/", route: &Route{Name: "fast", Backend: newBackend(t, member)}}}
 		cpu := &unitCount{}
 		info := ConnInfo{Listener: "test", LB: "t/lb", Tenant: "t", Router: func() Router { return router }, CPU: cpu}
 		addr := proxyUnderInfo(t, New(Config{}), info, nil)
 		if h2 {
-			tr := &http2.Transport{AllowHTTP: true, DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
-				var d net.Dialer
-				return d.DialContext(ctx, network, addr)
-			}}
-			defer tr.CloseIdleConnections()
+			client := h2cTestClient()
+			client.Timeout = 20 * time.Second
+			defer client.CloseIdleConnections()
 			req, _ := http.NewRequest("GET", "http://"+addr+"/", nil)
 			req.Host = "a.example"
-			resp, err := (&http.Client{Transport: tr, Timeout: 20 * time.Second}).Do(req)
+			resp, err := client.Do(req)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -682,7 +648,7 @@ func TestInterimResponsesCharged(t *testing.T) {
 			if resp.StatusCode != 200 || string(b) != "ok" {
 				t.Fatalf("h2: %d %q", resp.StatusCode, b)
 			}
-			tr.CloseIdleConnections()
+			client.CloseIdleConnections()
 		} else {
 			conn, err := net.Dial("tcp", addr)
 			if err != nil {
@@ -716,33 +682,16 @@ func TestInterimResponsesCharged(t *testing.T) {
 func TestExtResponseTrailerCharged(t *testing.T) {
 	t.Parallel()
 	units := func(h2 bool, trailer string) int64 {
-		member := rawServer(t, func(c net.Conn) {
-			br := bufio.NewReader(c)
-			resp := "HTTP/1.1 200 OK\r\nConnection: X-Pad\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n" + trailer + "\r\n"
-			for {
-				l, err := br.ReadString('\n')
-				if err != nil {
-					return
-				}
-				if l == "\r\n" {
-					if _, err := io.WriteString(c, resp); err != nil {
-						return
-					}
-				}
-			}
-		})
+		member := repliesMember(t, "HTTP/1.1 200 OK\r\nConnection: X-Pad\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n"+trailer+"\r\n")
 		be := newBackend(t, member)
 		router := testRouter{{prefix: "/", route: &Route{Name: "ext", Ext: &RouteExt{Backends: []WeightedBackend{{Backend: be, Weight: 1}}}}}}
 		cpu := &unitCount{}
 		info := ConnInfo{Listener: "test", LB: "t/lb", Tenant: "t", Router: func() Router { return router }, CPU: cpu}
 		addr := proxyUnderInfo(t, New(Config{}), info, nil)
 		if h2 {
-			tr := &http2.Transport{AllowHTTP: true, DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
-				var d net.Dialer
-				return d.DialContext(ctx, network, addr)
-			}}
-			defer tr.CloseIdleConnections()
-			client := &http.Client{Transport: tr, Timeout: 20 * time.Second}
+			client := h2cTestClient()
+			client.Timeout = 20 * time.Second
+			defer client.CloseIdleConnections()
 			for i := range 8 {
 				req, _ := http.NewRequest("GET", "http://"+addr+"/", nil)
 				req.Host = "a.example"
@@ -756,7 +705,7 @@ func TestExtResponseTrailerCharged(t *testing.T) {
 					t.Fatalf("request %d: body %q, trailers %v", i, b, resp.Trailer)
 				}
 			}
-			tr.CloseIdleConnections()
+			client.CloseIdleConnections()
 			return cpu.n.Load()
 		}
 		conn, err := net.Dial("tcp", addr)
