@@ -194,5 +194,7 @@ func checkRateHeader(ck *checker, f string, rl *pb.RateLimit) {
 		ck.invalidf(f+".header", "%s is not a header field name", Excerpt(h))
 	case strings.EqualFold(h, "Host"):
 		ck.invalidf(f+".header", "Host is the route's; count by another header, or use one route per host")
+	case strings.ReplaceAll(strings.ToLower(h), "_", "-") == "x-request-id":
+		ck.invalidf(f+".header", "%s is the request id, one for each request (the proxy makes one when no trusted proxy sent it), so a limit counted by it limits nothing and fills the limiter's table; count by another header", h)
 	}
 }

@@ -82,6 +82,12 @@ func TestValidateEdgeFields(t *testing.T) {
 		{"header host", func(lb *pb.LoadBalancer) {
 			lb.Routes[0].RateLimit = &pb.RateLimit{RequestsPerSecond: 5, Key: "header", Header: "host"}
 		}, bad("routes[0].rateLimit.header", "Host")},
+		{"header request id", func(lb *pb.LoadBalancer) {
+			lb.Routes[0].RateLimit = &pb.RateLimit{RequestsPerSecond: 5, Key: "header", Header: "X_request-ID"}
+		}, bad("routes[0].rateLimit.header", "the request id")},
+		{"listener header request id", func(lb *pb.LoadBalancer) {
+			lb.Listeners[0].RateLimit = &pb.RateLimit{RequestsPerSecond: 5, Key: "header", Header: "x-request-id"}
+		}, bad("listeners[0].rateLimit.header", "the request id")},
 		{"connections with key header", func(lb *pb.LoadBalancer) {
 			lb.Listeners[0].RateLimit = &pb.RateLimit{RequestsPerSecond: 5, ConnectionsPerSecond: 5, Key: "header", Header: "X-API-Key"}
 		}, pass()},

@@ -143,7 +143,7 @@ var rules = map[string]rule{
 	"teapot.v1.RateLimit.connections_per_second": {limits: fmt.Sprintf("0 to %d; listeners only", api.MaxRateLimit), example: "20"},
 	"teapot.v1.RateLimit.burst":                  {limits: fmt.Sprintf("0 to %d", api.MaxRateBurst), def: "the rate"},
 	"teapot.v1.RateLimit.key":                    {def: api.RateKeyClient, enum: []string{api.RateKeyClient, api.RateKeyTotal, api.RateKeyHeader}},
-	"teapot.v1.RateLimit.header":                 {limits: atMost(api.MaxRateHeaderName, "bytes") + ", a header field name other than Host; with key header only", example: "X-API-Key"},
+	"teapot.v1.RateLimit.header":                 {limits: atMost(api.MaxRateHeaderName, "bytes") + ", a header field name other than Host and X-Request-Id; with key header only", example: "X-API-Key"},
 	"teapot.v1.WAF.mode":                         {required: true, enum: []string{api.WAFBlock, api.WAFDetect}},
 	"teapot.v1.WAF.paranoia_level":               {def: "1", limits: "1 to 4"},
 	"teapot.v1.WAF.max_body_bytes":               {def: fmt.Sprint(api.DefaultWAFBodyBytes), limits: fmt.Sprintf("at most %d", api.MaxWAFBodyBytes)},

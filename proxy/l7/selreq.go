@@ -126,11 +126,24 @@ func (v *h2Request) RawQuery() string {
 // it only when it is trusted, and then with the proxy's address after
 // its own (as Envoy appends before routing); an untrusted client's
 // fields of these names are not seen at all.
+//
+// The values of the last few such names asked for are kept (seen), so
+// that the conditions of many routes and a rate limit's key on one field
+// cost one walk of the request's fields and one copy, not one each.
 type routeRequest struct {
 	Request
-	v  *reqView
-	ca *clientAddrs
-	fw *fwdScratch
+	v     *reqView
+	ca    *clientAddrs
+	fw    *fwdScratch
+	seen  [4]seenField
+	nSeen int
+}
+
+// seenField is a forwarding field's value as routeRequest.Header
+// answered it.
+type seenField struct {
+	name, value string
+	ok          bool
 }
 
 func (r *routeRequest) Header(name string) (string, bool) {
@@ -138,9 +151,19 @@ func (r *routeRequest) Header(name string) (string, bool) {
 	if !forwardKind(classify(nb)) && (r.ca.certField == "" || !eqFoldDash(nb, r.ca.certField)) {
 		return r.Request.Header(name)
 	}
+	for i := range min(r.nSeen, len(r.seen)) {
+		if e := &r.seen[i]; strings.EqualFold(e.name, name) {
+			return e.value, e.ok
+		}
+	}
 	s := valueSink{name: name}
 	forwardFields(r.v, r.ca, &s, r.fw)
-	return unsafeString(s.out), s.n > 0
+	value := unsafeString(s.out)
+	// name is a condition's or a rate limit's, which outlive the request;
+	// value is a copy, which Header never writes again.
+	r.seen[r.nSeen%len(r.seen)] = seenField{name: name, value: value, ok: s.n > 0}
+	r.nSeen++
+	return value, s.n > 0
 }
 
 // valueSink collects the values of the fields of one name (any case) that

@@ -327,6 +327,8 @@ func TestCompileRoutesProblems(t *testing.T) {
 		// Stored before the API refused an edit of the request id.
 		{Host: "x.acme.example", Path: "/id/", Pool: "app", Filters: []*pb.RouteFilter{{RequestHeaderModifier: &pb.HeaderModifier{
 			Set: []*pb.HeaderValue{{Name: "X-Request-Id", Value: "fixed"}}}}}},
+		// Stored before the API refused a limit counted by the request id.
+		{Host: "x.acme.example", Path: "/rid/", Pool: "app", RateLimit: &pb.RateLimit{RequestsPerSecond: 5, Key: "header", Header: "X-Request-Id"}},
 	}
 	s := Compile(objs(lb), 1, Defaults{}, nil)
 	want := []Problem{
@@ -337,6 +339,8 @@ func TestCompileRoutesProblems(t *testing.T) {
 		{"routes[5].pathType", `"glob" is not one of prefix, exact, regex; route skipped`},
 		{"routes[7].filters[0].requestHeaderModifier.set[0].name", "X-Request-Id is the request id the proxy fixes before a route is chosen and writes to the access log: " +
 			"the member receives a trusted proxy's id or one the proxy makes, and a route cannot change it; remove this edit; route skipped"},
+		{"routes[8].rateLimit.header", "X-Request-Id is the request id, one for each request (the proxy makes one when no trusted proxy sent it), " +
+			"so a limit counted by it limits nothing and fills the limiter's table; count by another header; route skipped"},
 	}
 	if got := problemsOf(s, "acme/web"); !slices.Equal(got, want) {
 		t.Errorf("problems = %q\nwant %q", got, want)
