@@ -192,9 +192,9 @@ var rules = map[string]rule{
 	"teapot.v1.RouteBackend.weight":      {def: "1", limits: fmt.Sprintf("0 to %d; when every backend weighs 0, requests get 500", api.MaxBackendWeight)},
 	"teapot.v1.RouteBackend.unavailable": {def: "false"},
 
-	"teapot.v1.HeaderModifier.set":    {limits: atMost(api.MaxHeaderEdits, "headers, each name once; not Host, Content-Length, Transfer-Encoding or connection headers; of the request, not X-Request-Id")},
-	"teapot.v1.HeaderModifier.add":    {limits: atMost(api.MaxHeaderEdits, "headers, each name once; not Host, Content-Length, Transfer-Encoding or connection headers; of the request, not X-Request-Id")},
-	"teapot.v1.HeaderModifier.remove": {limits: atMost(api.MaxHeaderEdits, "names; not Host, Content-Length, Transfer-Encoding or connection headers; of the request, not X-Request-Id"), example: "[X-Debug]"},
+	"teapot.v1.HeaderModifier.set":    {limits: atMost(api.MaxHeaderEdits, "headers, each name once; not Host, Content-Length, Transfer-Encoding or connection headers; in a request modifier, not X-Request-Id (response modifiers may edit it)")},
+	"teapot.v1.HeaderModifier.add":    {limits: atMost(api.MaxHeaderEdits, "headers, each name once; not Host, Content-Length, Transfer-Encoding or connection headers; in a request modifier, not X-Request-Id (response modifiers may edit it)")},
+	"teapot.v1.HeaderModifier.remove": {limits: atMost(api.MaxHeaderEdits, "names; not Host, Content-Length, Transfer-Encoding or connection headers; in a request modifier, not X-Request-Id (response modifiers may edit it)"), example: "[X-Debug]"},
 	"teapot.v1.HeaderValue.name":      {required: true, limits: atMost(api.MaxHeaderNameLen, "bytes"), example: "X-Served-By"},
 	"teapot.v1.HeaderValue.value":     {limits: atMost(api.MaxHeaderValueLen, "bytes; no CR, LF or NUL"), example: "teapot"},
 
