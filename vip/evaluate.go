@@ -49,8 +49,13 @@ func (m *Manager) evaluate(now time.Time, all bool) time.Time {
 	}
 	el := eligible(m.standing(now, v, in, contact, drained, handingOver))
 	wake = earliest(wake, el.Wake)
+	// A change of the standing sends heartbeats at once, and planning
+	// them notes what they tell the peers of this host's lists (not
+	// ready for any address, the held or the partly ready list left
+	// out): selves reads that after, so that these decisions count on
+	// what the peers act on.
+	m.noteEligibility(now, el)
 	me, arpMe, bgpMe := m.selves(now, el)
-	m.noteEligibility(now, el, arpMe)
 	m.noteQuorum(v)
 	m.decideChanged(now, v, me, arpMe, bgpMe, reannounce)
 	m.publish(v)
@@ -203,14 +208,14 @@ func (m *Manager) selves(now time.Time, el eligibility) (me, arpMe, bgpMe self) 
 
 // noteEligibility tells the peers at once when this host's arp standing
 // changes (eligible, handing over, handed off).
-func (m *Manager) noteEligibility(now time.Time, el eligibility, arpMe self) {
+func (m *Manager) noteEligibility(now time.Time, el eligibility) {
 	st := &m.loop
 	handedOff := st.handover.done && !el.Eligible
-	if el.Eligible == st.eligible && arpMe.Handover == st.handingOver && handedOff == st.handedOff {
+	if el.Eligible == st.eligible && el.ARP.Handover == st.handingOver && handedOff == st.handedOff {
 		return
 	}
 	lost := st.eligible && !el.Eligible
-	st.eligible, st.handingOver, st.handedOff = el.Eligible, arpMe.Handover, handedOff
+	st.eligible, st.handingOver, st.handedOff = el.Eligible, el.ARP.Handover, handedOff
 	if lost {
 		// Its arp VIPs go below, in this evaluation: the peers hear
 		// first, even when a heartbeat went out a moment ago (a
