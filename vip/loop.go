@@ -128,6 +128,9 @@ type loopState struct {
 	// reannounce: a peer hears this host again after taking it for dead;
 	// the VIPs held here are announced again (record.takes).
 	reannounce bool
+	// nsLinks: the subscriptions to the links of the attachments'
+	// namespaces, while Run runs.
+	nsLinks nsLinks
 }
 
 func (st *loopState) init() {

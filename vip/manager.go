@@ -536,6 +536,8 @@ func (m *Manager) Run(ctx context.Context) error {
 	watchDone := make(chan struct{})
 	defer close(watchDone)
 	m.watchLinks(watchDone)
+	m.loop.nsLinks.open(m)
+	defer m.loop.nsLinks.close()
 	beatStop, beatDone := make(chan struct{}), make(chan struct{})
 	go func() { defer close(beatDone); m.beatThread(beatStop) }()
 	obsCtx, obsStop := context.WithCancel(ctx)

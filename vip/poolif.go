@@ -73,6 +73,14 @@ func (p *poolIfaces) has(name string) bool {
 	return p.byName[name] != nil
 }
 
+// hasIn reports whether a pool lives on the interface named in the
+// namespace at ns (a tenant's attachment).
+func (p *poolIfaces) hasIn(name, ns string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.byName[ns+"/"+name] != nil
+}
+
 // all returns the entries, by name.
 func (p *poolIfaces) all() []*poolIface {
 	p.mu.Lock()
@@ -202,6 +210,8 @@ func poolIfaceProblems(d *desired, vipIface string, up func(name string) (exists
 // here, and the heartbeats say so, so that another host holds it.
 func (m *Manager) checkPoolIfaces() {
 	st := &m.loop
+	// Subscribe first: a change after the reads below wakes the loop.
+	st.nsLinks.sync(m.attachmentPaths())
 	att := map[string]string{} // by tenant, for VIPs of several tenants' pools
 	vipIface := ""
 	if m.arp != nil {
@@ -237,6 +247,22 @@ func (m *Manager) checkPoolIfaces() {
 		}
 	}
 	rd.ifProblems, rd.ifChanged = probs, true
+}
+
+// attachmentPaths returns the paths of the namespaces of the tenants'
+// attachments that arp and bgp pools live in (those checkPoolIfaces
+// reads).
+func (m *Manager) attachmentPaths() map[string]bool {
+	out := map[string]bool{}
+	if m.loop.want == nil {
+		return out
+	}
+	for _, p := range m.loop.want.pools {
+		if t, mode := p.pool.GetAttachment(), p.pool.GetMode(); t != "" && (mode == ModeARP || mode == ModeBGP) {
+			out[m.attachmentNS(t)] = true
+		}
+	}
+	return out
 }
 
 // attachmentProblem says why the device of tenant's attachment cannot
