@@ -19,14 +19,33 @@ type handoverState struct {
 	// vips are the addresses handed over (nil: no handover).
 	vips    atomic.Pointer[map[netip.Addr]bool]
 	pending atomic.Int64
+	// afterAnswer counts the connections closed by their own timer just
+	// after an answer (closeAtPauseLocked) since CloseConnections last
+	// logged.
+	afterAnswer atomic.Int64
 }
 
 // HandoverQuiet is how long a TCP, TLS passthrough or WebSocket connection
 // must have carried nothing either way, its last bytes going to its
-// client, for CloseConnections to end it without force: a pause between
-// an answer and the client's next message, so that the close does not
-// meet a message in flight (the client would lose it and see a reset).
+// client, for CloseConnections to end it without force: a pause after an
+// answer, so that the close does not cut the answer short.
 const HandoverQuiet = 10 * time.Millisecond
+
+// HandoverAfterAnswer is the latest, after the last bytes to its client,
+// that CloseConnections ends such a connection without force (unless it
+// has been idle for HandoverIdle): the close comes just after an answer,
+// when its client has what it asked for and its next message is furthest
+// away. A pause that has lasted longer may end at any moment with the
+// client's next message, which the close would meet: the client would
+// lose it and see its connection end under it. Such a connection waits
+// for its next answer.
+const HandoverAfterAnswer = 3 * HandoverQuiet
+
+// HandoverIdle is how long a connection must have carried nothing either
+// way, its last bytes going to its client, for CloseConnections to end it
+// without force at any moment: its client sends rarely, and there may be
+// no answer to wait for.
+const HandoverIdle = time.Second
 
 // handingOver reports whether connections to a are being handed over.
 func (h *handoverState) handingOver(a netip.Addr) bool {
@@ -83,9 +102,14 @@ func (p *Proxy) EndHandover() {
 				t.pending = false
 				p.handover.pending.Add(-1)
 			}
+			if t.recheck != nil {
+				t.recheck.Stop()
+				t.recheck = nil
+			}
 		}
 		s.mu.Unlock()
 	}
+	p.handover.afterAnswer.Store(0)
 	p.log.Info("handover ended: connections stay open again")
 }
 
@@ -100,16 +124,15 @@ func (p *Proxy) HandoverPending() int {
 // that is about to let its VIPs go ends the connections that the next
 // holder, which never saw them, would otherwise reset once their clients
 // send again. It never cuts an HTTP request or a message: it closes the
-// TCP, TLS passthrough and upgraded (WebSocket) connections that are
-// quiet (nothing either way for HandoverQuiet, the last bytes to the
-// client) and the HTTP/1.x connections idle between two requests, while
-// those that serve a request close after its response (it says
-// Connection: close) and HTTP/2 connections once their streams have
-// ended. An HTTP connection that has not sent its first request yet is
-// left to send it. It returns how many connections are still busy (HTTP
-// requests in progress, connections not quiet yet): the caller calls
-// again until none is, within a short grace, and then once with force,
-// which closes every connection left.
+// TCP, TLS passthrough and upgraded (WebSocket) connections just after an
+// answer (see pauseOf) and the HTTP/1.x connections idle between two
+// requests, while those that serve a request close after its response
+// (it says Connection: close) and HTTP/2 connections once their streams
+// have ended. An HTTP connection that has not sent its first request yet
+// is left to send it. It returns how many connections are still busy
+// (HTTP requests in progress, connections waiting for their pause): the
+// caller calls again until none is, within a short grace, and then once
+// with force, which closes every connection left.
 func (p *Proxy) CloseConnections(force bool) (busy int) {
 	m := p.handover.vips.Load()
 	if m == nil {
@@ -127,11 +150,10 @@ func (p *Proxy) CloseConnections(force bool) (busy int) {
 				}
 				cs = append(cs, t)
 			case !t.l7 || t.state.Upgraded():
-				if !quiet(t.c, HandoverQuiet) {
+				if !p.closeAtPauseLocked(s, t) {
 					busy++
 					continue
 				}
-				t.cancel()
 				cs = append(cs, t)
 			case t.l7 && t.state.Busy():
 				busy++
@@ -145,38 +167,82 @@ func (p *Proxy) CloseConnections(force bool) (busy int) {
 	for _, hs := range p.h3Sockets(*m) {
 		busy += hs.closeIdle(force)
 	}
-	if len(cs) > 0 {
-		p.log.Info("closed connections before the VIPs move", "connections", len(cs), "busy", busy, "force", force)
+	if n := p.handover.afterAnswer.Swap(0); len(cs) > 0 || n > 0 {
+		p.log.Info("closed connections before the VIPs move", "connections", len(cs), "after_answer", n, "busy", busy, "force", force)
 	}
 	return busy
 }
 
-// quiet reports whether the kernel says c has received nothing from its
-// client and sent nothing to it for at least d, and sent last (what the
-// client sent last was answered). The kernel counts these times in its
-// clock ticks (1 to 10ms): bytes received in the tick of the last answer
-// count as answered. A connection the kernel cannot say this of counts as
-// quiet.
-func quiet(c net.Conn, d time.Duration) bool {
-	if tc, ok := c.(*tls.Conn); ok {
+// closeAtPauseLocked reports whether t, a TCP, TLS passthrough or
+// upgraded connection of s, is at a pause where the handover may end it
+// (pauseOf), and then cancels it for the caller to close. One whose answer
+// went out less than HandoverQuiet ago is looked at again by a timer of
+// its own when that time has passed, and closed then if it is at its
+// pause: it closes just after that answer however long the caller takes
+// to call again. s.mu is held.
+func (p *Proxy) closeAtPauseLocked(s *socket, t *tracked) bool {
+	ok, wait := pauseOf(t.c)
+	if ok {
+		t.cancel()
+		return true
+	}
+	if wait > 0 && t.recheck == nil {
+		t.recheck = time.AfterFunc(wait, func() { p.recheckPause(s, t) })
+	}
+	return false
+}
+
+// recheckPause is the timer of closeAtPauseLocked: it closes t if the
+// handover of its address still runs, t is still open (not closed by
+// force meanwhile) and at its pause.
+func (p *Proxy) recheckPause(s *socket, t *tracked) {
+	s.mu.Lock()
+	t.recheck = nil
+	_, open := s.conns[t]
+	closeIt := open && !t.closing.Load() && p.handover.handingOver(s.key.Addr.Addr()) && p.closeAtPauseLocked(s, t)
+	s.mu.Unlock()
+	if closeIt {
+		t.close()
+		p.handover.afterAnswer.Add(1)
+	}
+}
+
+// pauseOf reports whether the kernel says c is at a pause that follows
+// an answer: nothing received from its client since its last bytes to
+// it, which are all out and went between HandoverQuiet and
+// HandoverAfterAnswer ago, or HandoverIdle or more ago. When they went
+// less than HandoverQuiet ago, wait is how long until they are that old.
+// The kernel counts these times in its clock ticks (1 to 10ms): bytes
+// received in the tick of the last answer count as answered. A connection
+// the kernel cannot say this of is at a pause.
+func pauseOf(c net.Conn) (ok bool, wait time.Duration) {
+	if tc, isTLS := c.(*tls.Conn); isTLS {
 		c = tc.NetConn()
 	}
-	tcp, ok := c.(*net.TCPConn)
-	if !ok {
-		return true
+	tcp, isTCP := c.(*net.TCPConn)
+	if !isTCP {
+		return true, 0
 	}
 	rc, err := tcp.SyscallConn()
 	if err != nil {
-		return true
+		return true, 0
 	}
 	var info *unix.TCPInfo
 	if rc.Control(func(fd uintptr) { info, err = unix.GetsockoptTCPInfo(int(fd), unix.SOL_TCP, unix.TCP_INFO) }) != nil || err != nil {
-		return true
+		return true, 0
 	}
 	// Milliseconds since the last bytes received from the client and the
 	// last bytes sent to it.
 	recv, sent := time.Duration(info.Last_data_recv)*time.Millisecond, time.Duration(info.Last_data_sent)*time.Millisecond
-	return sent >= d && recv >= sent && info.Notsent_bytes == 0
+	switch {
+	case recv < sent || info.Notsent_bytes != 0:
+		// The client's last bytes are not answered, or the answer is
+		// still going out.
+		return false, 0
+	case sent < HandoverQuiet:
+		return false, HandoverQuiet - sent
+	}
+	return sent <= HandoverAfterAnswer || sent >= HandoverIdle, 0
 }
 
 // tcpSockets returns the TCP listening sockets open now on the addresses

@@ -149,12 +149,10 @@ func TestHandoverClosesHTTPAfterItsNextResponse(t *testing.T) {
 	eventually(t, "the kept-alive connection to leave the pending count", func() bool { return p.HandoverPending() == 2 })
 
 	cleanEOF(plain, "connection to a new member accepted during the handover")
-	// The stream and the WebSocket, and the HTTP connections that closed
-	// above if they are not untracked yet.
 	// HTTP connections that answered with Connection: close and are not
-	// untracked yet count as busy until they are.
-	// The stream and the WebSocket close once they have been quiet for
-	// HandoverQuiet.
+	// untracked yet count as busy until they are. The stream and the
+	// WebSocket close at the pause just after their last answer (once it
+	// is HandoverQuiet old).
 	eventually(t, "CloseConnections to find nothing busy", func() bool { return p.CloseConnections(false) == 0 })
 	if err := roundTrip(otherStream, []byte("other, after")); err != nil {
 		t.Fatalf("a connection to a VIP not handed over: %v", err)
@@ -298,8 +296,9 @@ func TestCloseConnectionsLetsRequestsInProgressFinish(t *testing.T) {
 	}
 	fresh := dial()
 	// The fresh connection is accepted before CloseConnections; the idle
-	// connection closes at once, the WebSocket once it has been quiet for
-	// HandoverQuiet (neither is pending then).
+	// connection closes at once, the WebSocket just after its last answer
+	// or, when that went more than HandoverAfterAnswer ago, once it has
+	// been idle for HandoverIdle (neither is pending then).
 	eventually(t, "both connections accepted during the handover busy, the others closed", func() bool {
 		return p.CloseConnections(false) == 2 && p.HandoverPending() == 0
 	})

@@ -62,6 +62,9 @@ type tracked struct {
 	relay atomic.Pointer[uring.Handle]
 	// closing: close was called (the relay, set after, stops at once).
 	closing atomic.Bool
+	// recheck: the handover looks at the connection again when its last
+	// answer is HandoverQuiet old (guarded by the socket's mu).
+	recheck *time.Timer
 }
 
 // close closes the connection: one in an io_uring relay leaves its ring

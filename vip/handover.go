@@ -13,9 +13,10 @@ import (
 // after their next response), HandoverPending counts the connections open
 // when it began that are still open, CloseConnections ends those left
 // before the VIPs move (without force: the HTTP connections idle between
-// requests and the TCP and WebSocket connections at a pause of their
-// traffic, returning how many are still busy: HTTP requests in progress,
-// messages not answered yet; with force: all), and EndHandover cancels it
+// requests and the TCP and WebSocket connections at the pause just after
+// an answer, returning how many are still busy: HTTP requests in progress,
+// messages not answered yet, connections waiting for their next answer;
+// with force: all), and EndHandover cancels it
 // when the host is undrained. The proxy implements it.
 type Handover interface {
 	HandOver(vips []netip.Addr)
