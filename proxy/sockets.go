@@ -329,8 +329,17 @@ func (p *Proxy) acceptFor(s *socket, c *net.TCPConn, tenant string) {
 		defer tenantDone()
 		defer s.untrack(t)
 		// A tenant in debt of its host CPU budget has its new
-		// connections wait here, its neighbours' never.
-		if !l.cpu.ThrottleCtx(t.ctx) {
+		// connections wait here, its neighbours' never. A drain (a
+		// handover, the listener removed) ends an HTTP connection's
+		// context so that its answers say Connection: close; it does not
+		// end this wait, or the client would lose its connection without
+		// an answer. A forced close closes the connection under the wait,
+		// which the tenant's debt bounds.
+		wait := t.ctx
+		if t.l7 && l.cpu != nil {
+			wait = context.WithoutCancel(t.ctx)
+		}
+		if !l.cpu.ThrottleCtx(wait) {
 			c.Close()
 			return
 		}
