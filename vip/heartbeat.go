@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
 
@@ -341,33 +340,4 @@ func arrival(now time.Time, oob []byte) time.Time {
 		return now.Add(-delay)
 	}
 	return now
-}
-
-// watchLinks wakes the loop when an interface this manager uses changes
-// state (a pool's interface included, or one that appears or goes), so
-// that a dead link releases its VIPs without waiting for the next lease
-// tick.
-func (m *Manager) watchLinks(done <-chan struct{}) {
-	names := map[string]bool{}
-	for _, f := range m.ifaces() {
-		names[f.name] = true
-	}
-	updates := make(chan netlink.LinkUpdate, 16)
-	err := netlink.LinkSubscribeWithOptions(updates, done, netlink.LinkSubscribeOptions{
-		ErrorCallback: func(err error) { m.log.Debug("link updates", "err", err) },
-	})
-	if err != nil {
-		m.log.Warn("cannot watch interface state; checking it every second", "err", err)
-		return
-	}
-	go func() {
-		for u := range updates {
-			if u.Link != nil && (names[u.Link.Attrs().Name] || m.pools.has(u.Link.Attrs().Name)) {
-				m.mu.Lock()
-				m.linkChanged = true
-				m.mu.Unlock()
-				m.pokeAll()
-			}
-		}
-	}()
 }

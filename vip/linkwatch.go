@@ -2,6 +2,7 @@ package vip
 
 import (
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 
 	"github.com/vishvananda/netlink"
@@ -9,26 +10,31 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// nsLinks watches the links inside the tenants' attachment namespaces
-// that pools live in, one netlink subscription per namespace: a netlink
-// socket hears the changes of the namespace it was made in only, so the
-// host's subscription (watchLinks) never sees the attachments' devices.
-// A device of a pool's attachment that goes down or up wakes the loop at
-// once, as an interface of the host's does; the check of the links every
-// second (checkPoolIfaces) still reads them all.
+// nsLinks watches the links this manager uses, one netlink subscription
+// per network namespace: the host's (path "", hostLinks: the VIP
+// interfaces and the pools' interfaces there) and each tenant's
+// attachment namespace that pools live in. A netlink socket hears the
+// changes of the namespace it was made in only. A device that goes down
+// or up wakes the loop at once, so that a dead link releases its VIPs
+// without waiting for the check of the links every second
+// (checkPoolIfaces, checkLinks), which still reads them all.
 //
-// The loop owns it: checkPoolIfaces, which runs on every new state and
-// at every check of the links, brings the subscriptions up to the
-// namespaces the pools name (sync). A subscription ends when no pool
-// lives in its namespace any more, when the namespace is gone from its
-// path or another one is bound there (an open socket keeps a namespace
-// alive, so one deleted under the watch is let go at the next check), and
-// when Run returns. One whose socket failed is made again at the next
-// check, never sooner.
+// The loop owns it: Run subscribes to the host's namespace, and
+// checkPoolIfaces, which runs on every new state and at every check of
+// the links, brings the subscriptions up to the namespaces the pools name
+// (sync). A subscription ends when no pool lives in its namespace any
+// more, when the namespace is gone from its path or another one is bound
+// there (an open socket keeps a namespace alive, so one deleted under the
+// watch is let go at the next check), and when Run returns. One whose
+// socket failed (the kernel drops a subscriber that cannot keep up with
+// a burst of changes) is made again at the next check, never sooner; that
+// check reads every link, so no change it missed stays unseen.
 type nsLinks struct {
 	m *Manager
-	// subs are the subscriptions, by the namespace's path; nil while Run
-	// does not run (sync then does nothing).
+	// mu guards subs, which the loop changes and tests read.
+	mu sync.Mutex
+	// subs are the subscriptions, by the namespace's path ("" the
+	// host's); nil while Run does not run (sync then does nothing).
 	subs map[string]*nsSub
 	// failed: the last error of subscribing to a namespace, by path.
 	failed map[string]string
@@ -47,25 +53,37 @@ type nsSub struct {
 // nsID tells a namespace from another bound at the same path later.
 type nsID struct{ dev, ino uint64 }
 
-// open lets sync subscribe, until close.
+// hostLinks is the path nsLinks keeps the host's own namespace under.
+const hostLinks = ""
+
+// open lets sync subscribe, until close, and subscribes to the host's
+// namespace.
 func (w *nsLinks) open(m *Manager) {
+	w.mu.Lock()
 	w.m, w.subs, w.failed = m, map[string]*nsSub{}, map[string]string{}
+	w.mu.Unlock()
+	w.sync(map[string]bool{hostLinks: true})
 }
 
 // close ends every subscription and waits for their readers.
 func (w *nsLinks) close() {
-	for _, s := range w.subs {
+	w.mu.Lock()
+	subs := w.subs
+	w.subs = nil
+	w.mu.Unlock()
+	for _, s := range subs {
 		s.end()
 	}
-	for _, s := range w.subs {
+	for _, s := range subs {
 		<-s.ended
 	}
-	w.subs = nil
 }
 
 // sync subscribes to the links of each namespace in paths that exists
 // and ends the other subscriptions.
 func (w *nsLinks) sync(paths map[string]bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	if w.subs == nil {
 		return
 	}
@@ -76,7 +94,10 @@ func (w *nsLinks) sync(paths map[string]bool) {
 		}
 	}
 	for path := range paths {
-		id, ok := boundNamespace(path)
+		id, ok := nsID{}, true
+		if path != hostLinks {
+			id, ok = boundNamespace(path)
+		}
 		s := w.subs[path]
 		if s != nil && (!ok || s.id != id || s.over()) {
 			s.end()
@@ -93,7 +114,11 @@ func (w *nsLinks) sync(paths map[string]bool) {
 		case w.failed[path] != err.Error():
 			// Said once for each new error: it is tried again at each check.
 			w.failed[path] = err.Error()
-			w.m.log.Warn("cannot watch the links of a namespace; checking them every second", "namespace", filepath.Base(path), "err", err)
+			if path == hostLinks {
+				w.m.log.Warn("cannot watch interface state; checking it every second", "err", err)
+			} else {
+				w.m.log.Warn("cannot watch the links of a namespace; checking them every second", "namespace", filepath.Base(path), "err", err)
+			}
 		}
 	}
 	for path := range w.failed {
@@ -138,24 +163,13 @@ func boundNamespace(path string) (nsID, bool) {
 	return nsID{dev: st.Dev, ino: st.Ino}, true
 }
 
-// subscribe subscribes to the links of the namespace at path: an update
-// of an interface a pool uses there wakes the loop, as watchLinks does
-// for the host's.
+// subscribe subscribes to the links of the namespace at path (hostLinks:
+// the host's): an update of an interface this manager uses there (a VIP
+// interface, a pool's) wakes the loop. w.mu is held.
 func (w *nsLinks) subscribe(path string) error {
 	m := w.m
-	h, err := netns.GetFromPath(path)
-	if err != nil {
-		return err
-	}
-	defer h.Close() // the socket keeps the namespace
-	var st unix.Stat_t
-	if err := unix.Fstat(int(h), &st); err != nil {
-		return err
-	}
-	s := &nsSub{id: nsID{dev: st.Dev, ino: st.Ino}, stop: make(chan struct{}), ended: make(chan struct{})}
-	updates := make(chan netlink.LinkUpdate, 16)
-	err = netlink.LinkSubscribeWithOptions(updates, s.stop, netlink.LinkSubscribeOptions{
-		Namespace: &h,
+	s := &nsSub{stop: make(chan struct{}), ended: make(chan struct{})}
+	opts := netlink.LinkSubscribeOptions{
 		ErrorCallback: func(err error) {
 			select {
 			case <-s.stop: // the socket was closed to end it
@@ -163,7 +177,29 @@ func (w *nsLinks) subscribe(path string) error {
 				m.log.Debug("link updates", "namespace", filepath.Base(path), "err", err)
 			}
 		},
-	})
+	}
+	uses := func(name string) bool { return m.pools.hasIn(name, path) }
+	if path == hostLinks {
+		names := map[string]bool{}
+		for _, f := range m.ifaces() {
+			names[f.name] = true
+		}
+		uses = func(name string) bool { return names[name] || m.pools.has(name) }
+	} else {
+		h, err := netns.GetFromPath(path)
+		if err != nil {
+			return err
+		}
+		defer h.Close() // the socket keeps the namespace
+		var st unix.Stat_t
+		if err := unix.Fstat(int(h), &st); err != nil {
+			return err
+		}
+		s.id = nsID{dev: st.Dev, ino: st.Ino}
+		opts.Namespace = &h
+	}
+	updates := make(chan netlink.LinkUpdate, 16)
+	err := netlink.LinkSubscribeWithOptions(updates, s.stop, opts)
 	if err != nil {
 		close(s.stop)
 		return err
@@ -176,7 +212,7 @@ func (w *nsLinks) subscribe(path string) error {
 		defer w.live.Add(-1)
 		// Netlink closes updates once the socket is closed or failed.
 		for u := range updates {
-			if u.Link != nil && m.pools.hasIn(u.Link.Attrs().Name, path) {
+			if u.Link != nil && uses(u.Link.Attrs().Name) {
 				m.mu.Lock()
 				m.linkChanged = true
 				m.mu.Unlock()

@@ -169,14 +169,14 @@ func TestAttachmentLinkWatchFollowsTheAttachments(t *testing.T) {
 	m, state, update := attachmentHost(t, dir, vip)
 	w := &m.loop.nsLinks
 	waitHolding(t, state, true, 10*time.Second)
-	if n := w.live.Load(); n != 1 {
-		t.Fatalf("%d subscriptions to namespaces, want 1", n)
+	if n := w.live.Load(); n != 2 {
+		t.Fatalf("%d subscriptions to namespaces, want 2 (the host's and the attachment's)", n)
 	}
 
 	update(false)
-	waitFor(t, "the subscription outlived the pool in the attachment", 2*time.Second, func() bool { return w.live.Load() == 0 })
+	waitFor(t, "the subscription outlived the pool in the attachment", 2*time.Second, func() bool { return w.live.Load() == 1 })
 	update(true)
-	waitFor(t, "no subscription to the attachment's namespace once a pool lives in it again", 2*time.Second, func() bool { return w.live.Load() == 1 })
+	waitFor(t, "no subscription to the attachment's namespace once a pool lives in it again", 2*time.Second, func() bool { return w.live.Load() == 2 })
 	waitHolding(t, state, true, 5*time.Second)
 
 	// Deleted under the watch.
@@ -186,7 +186,7 @@ func TestAttachmentLinkWatchFollowsTheAttachments(t *testing.T) {
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
-	gone := waitFor(t, "the subscription keeps a deleted namespace", 3*time.Second, func() bool { return w.live.Load() == 0 })
+	gone := waitFor(t, "the subscription keeps a deleted namespace", 3*time.Second, func() bool { return w.live.Load() == 1 })
 	t.Logf("let the deleted namespace go after %s", gone)
 	// Released at the check; the renewal of its lease may fail first.
 	waitFor(t, "not released for the missing namespace", 3*time.Second, func() bool {
@@ -195,18 +195,53 @@ func TestAttachmentLinkWatchFollowsTheAttachments(t *testing.T) {
 	})
 	made := w.made.Load()
 	time.Sleep(2500 * time.Millisecond) // two checks of the links at least
-	if n := w.made.Load(); n != made || w.live.Load() != 0 {
+	if n := w.made.Load(); n != made || w.live.Load() != 1 {
 		t.Errorf("while the namespace is missing: %d subscriptions made, %d live; want none", n-made, w.live.Load())
 	}
 
 	// A new namespace at the same path.
 	boundNetns(t, dir, api.AttachmentNamespace("a"))
-	waitFor(t, "no subscription to the new namespace", 3*time.Second, func() bool { return w.live.Load() == 1 })
+	waitFor(t, "no subscription to the new namespace", 3*time.Second, func() bool { return w.live.Load() == 2 })
 	waitHolding(t, state, true, 5*time.Second)
 	setAttachmentUp(t, path, false)
 	down := waitHolding(t, state, false, 5*time.Second)
 	t.Logf("released %s after the device in the new namespace went down", down)
 	if down > 300*time.Millisecond {
 		t.Errorf("released %s after the device in the new namespace went down, want within 300ms", down)
+	}
+}
+
+// TestLinkWatchMadeAgainAfterItFails: a subscription whose socket failed
+// (the kernel drops a subscriber that cannot keep up with a burst of
+// changes), the host's or an attachment namespace's, is made again at the
+// next check of the links, and a change after that is acted on at once
+// again. Before, the host's was made once, at start: after a failure its
+// interfaces were seen only at the check every second, for the rest of
+// the process.
+func TestLinkWatchMadeAgainAfterItFails(t *testing.T) {
+	dir := t.TempDir()
+	path := boundNetns(t, dir, api.AttachmentNamespace("a"))
+	vip := netip.MustParseAddr("10.0.0.100")
+	m, state, _ := attachmentHost(t, dir, vip)
+	w := &m.loop.nsLinks
+	waitHolding(t, state, true, 10*time.Second)
+	waitFor(t, "the host's and the attachment's subscriptions", 3*time.Second, func() bool { return w.live.Load() == 2 })
+	for _, p := range []string{hostLinks, path} {
+		w.mu.Lock()
+		s := w.subs[p]
+		w.mu.Unlock()
+		if s == nil {
+			t.Fatalf("no subscription to %q", p)
+		}
+		made := w.made.Load()
+		s.end() // as a failed socket: its reader ends
+		waitFor(t, "the failed subscription's reader to end", 2*time.Second, func() bool { return w.live.Load() == 1 })
+		again := waitFor(t, "the failed subscription made again", 3*time.Second, func() bool { return w.made.Load() == made+1 && w.live.Load() == 2 })
+		t.Logf("subscription to %q made again %s after it failed", p, again)
+	}
+	setAttachmentUp(t, path, false)
+	down := waitHolding(t, state, false, 5*time.Second)
+	if down > 300*time.Millisecond {
+		t.Errorf("released %s after the device went down, want within 300ms", down)
 	}
 }

@@ -211,7 +211,9 @@ func poolIfaceProblems(d *desired, vipIface string, up func(name string) (exists
 func (m *Manager) checkPoolIfaces() {
 	st := &m.loop
 	// Subscribe first: a change after the reads below wakes the loop.
-	st.nsLinks.sync(m.attachmentPaths())
+	paths := m.attachmentPaths()
+	paths[hostLinks] = true
+	st.nsLinks.sync(paths)
 	att := map[string]string{} // by tenant, for VIPs of several tenants' pools
 	vipIface := ""
 	if m.arp != nil {
