@@ -1,0 +1,145 @@
+package proxy
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/netip"
+	"strings"
+	"testing"
+
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+	"github.com/teapot-lb/teapot-lb/proxy/balance"
+	"github.com/teapot-lb/teapot-lb/proxy/l7"
+)
+
+// hashedForwardLB spreads requests over the members bes by the
+// X-Forwarded-For the member receives, on the fast paths ("/") and the
+// net/http one ("/ext/", a route that edits the request). The listener
+// trusts 127.0.0.3.
+func hashedForwardLB(port int, bes []*routingBackend, https bool) *pb.LoadBalancer {
+	var ms []*pb.Member
+	for _, be := range bes {
+		ms = append(ms, &pb.Member{Address: be.addr})
+	}
+	ls := &pb.Listener{Port: uint32(port), Protocol: "http", TrustedProxies: []string{"127.0.0.3/32"}}
+	if https {
+		ls.Protocol, ls.Http3, ls.Tls = "https", true, &pb.TLSPolicy{Certificates: []string{"gw"}}
+	}
+	return &pb.LoadBalancer{
+		Name: "gw", Tenant: "acme",
+		Listeners: []*pb.Listener{ls},
+		Status:    &pb.LoadBalancerStatus{Address: "127.0.0.2"},
+		Pools:     map[string]*pb.BackendPool{"app": {Algorithm: "hash", HashOn: "header:X-Forwarded-For", Members: ms}},
+		Routes: []*pb.Route{
+			{Host: "gw.acme.example", Path: "/", Pool: "app"},
+			{Host: "gw.acme.example", Path: "/ext/", Pool: "app", Filters: []*pb.RouteFilter{{RequestHeaderModifier: &pb.HeaderModifier{Set: []*pb.HeaderValue{{Name: "X-Ext", Value: "1"}}}}}},
+		},
+	}
+}
+
+// TestHashingSeesForwardedFields: a backend hashing on X-Forwarded-For
+// hashes the value its member receives, over HTTP/1.1 and HTTP/2
+// (cleartext and over TLS) and HTTP/3, on the fast paths and the net/http
+// one. An outside client's forged X-Forwarded-For values all land on the
+// member its own address hashes to; a trusted proxy's chain, with the
+// proxy's address appended, is what is hashed.
+func TestHashingSeesForwardedFields(t *testing.T) {
+	for _, https := range []bool{false, true} {
+		var bes []*routingBackend
+		for i := range 4 {
+			bes = append(bes, startRoutingBackend(t, fmt.Sprintf("m%d", i)))
+		}
+		// The member each key hashes to, as the pool's balancer picks.
+		var ms []*balance.Member
+		name := map[netip.AddrPort]string{}
+		for i, be := range bes {
+			ap := netip.MustParseAddrPort(be.addr)
+			ms = append(ms, &balance.Member{Addr: ap, Weight: 1})
+			name[ap] = fmt.Sprintf("m%d", i)
+		}
+		ring := balance.New(balance.Hash, ms)
+		memberOf := func(key string) string { return name[ring.Pick([]byte(key)).Addr] }
+
+		srv := l7.New(l7.Config{})
+		t.Cleanup(func() { srv.Close() })
+		var p *Proxy
+		if https {
+			p, _ = newProxy(t, Config{HTTP: newH3Term(t, srv)})
+		} else {
+			p, _ = newProxy(t, Config{HTTP: NewHTTP(srv, nil)})
+		}
+		port := freePort(t)
+		if err := p.Update(labObjects(hashedForwardLB(port, bes, https)), 1); err != nil {
+			t.Fatal(err)
+		}
+		if st := p.Status()["acme/gw"]; len(st) != 0 {
+			t.Fatalf("problems: %v", st)
+		}
+		target := vipAddr("127.0.0.2", port)
+		protos := []string{"h1", "h2c"}
+		scheme := "http"
+		if https {
+			protos, scheme = []string{"h1", "h2", "h3"}, "https"
+		}
+		forged := [][]string{nil, {"127.0.0.1"}, {"10.0.0.1"}, {"10.0.0.2"}, {"192.0.2.7"}, {"198.51.100.1, 203.0.113.9"},
+			{"203.0.113.1", "203.0.113.2"}, {"2001:db8::1"}, {"unknown"}}
+		for _, proto := range protos {
+			origin := scheme + "://gw.acme.example:" + portOf(target)
+			outside, trusted := forwardedClient(t, proto, "127.0.0.4", target), forwardedClient(t, proto, "127.0.0.3", target)
+			for _, path := range []string{"/a", "/ext/a"} {
+				t.Run(scheme+"/"+proto+path, func(t *testing.T) {
+					for _, xff := range forged {
+						s := hashedGet(t, outside, origin+path, xff)
+						if got := strings.Join(s.Header.Values("X-Forwarded-For"), ", "); got != "127.0.0.4" {
+							t.Errorf("forged %q: member saw X-Forwarded-For %q, want 127.0.0.4", xff, got)
+						}
+						if want := memberOf("127.0.0.4"); s.Backend != want {
+							t.Errorf("outside client forging %q: served by %s, want %s (its own address's member)", xff, s.Backend, want)
+						}
+					}
+					served := map[string]bool{}
+					for _, xff := range forged[1:] {
+						chain := strings.Join(xff, ", ") + ", 127.0.0.3"
+						s := hashedGet(t, trusted, origin+path, xff)
+						if got := strings.Join(s.Header.Values("X-Forwarded-For"), ", "); got != chain {
+							t.Errorf("trusted proxy sending %q: member saw X-Forwarded-For %q, want %q", xff, got, chain)
+						}
+						if want := memberOf(chain); s.Backend != want {
+							t.Errorf("trusted proxy sending %q: served by %s, want %s (the member of %q)", xff, s.Backend, want, chain)
+						}
+						served[s.Backend] = true
+					}
+					if len(served) < 2 {
+						t.Errorf("the trusted proxy's chains all went to %v; the test needs chains that spread", served)
+					}
+				})
+			}
+		}
+	}
+}
+
+// hashedGet sends a GET to url with the X-Forwarded-For fields xff and
+// returns what the member saw.
+func hashedGet(t *testing.T, c *http.Client, url string, xff []string) seen {
+	t.Helper()
+	req, err := http.NewRequest("GET", url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if xff != nil {
+		req.Header["X-Forwarded-For"] = xff
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	var s seen
+	if resp.StatusCode != 200 || json.Unmarshal(data, &s) != nil {
+		t.Fatalf("%s: status %d: %s", url, resp.StatusCode, data)
+	}
+	return s
+}
