@@ -186,9 +186,14 @@ func (r *routeRequest) hashKey(name string) (key []byte, fwd bool) {
 // there is one. fw is the request's scratch: a request id made for it is
 // the one forwarded.
 func forwardedValue(v *reqView, ca *clientAddrs, fw *fwdScratch, name string) (string, bool) {
-	s := valueSink{name: name}
-	forwardFields(v, ca, &s, fw)
-	return unsafeString(s.out), s.n > 0
+	// The sink lives in fw, so that handing it to forwardFields as a
+	// fieldSink does not move it to the heap for each read.
+	s := &fw.vs
+	*s = valueSink{name: name}
+	forwardFields(v, ca, s, fw)
+	out, ok := unsafeString(s.out), s.n > 0
+	*s = valueSink{}
+	return out, ok
 }
 
 // valueSink collects the values of the fields of one name (any case) that
