@@ -143,3 +143,92 @@ func hashedGet(t *testing.T, c *http.Client, url string, xff []string) seen {
 	}
 	return s
 }
+
+// TestHashingWithoutTheField: a pool hashing on a header hashes the
+// client's address for a request without that header (or with it empty),
+// over HTTP/1.1 and h2c, fast and net/http paths: clients that send none
+// spread over the members, each on the member its own address hashes to,
+// every time; a request with the header is hashed by its value.
+func TestHashingWithoutTheField(t *testing.T) {
+	var bes []*routingBackend
+	for i := range 4 {
+		bes = append(bes, startRoutingBackend(t, fmt.Sprintf("m%d", i)))
+	}
+	var ms []*balance.Member
+	name := map[netip.AddrPort]string{}
+	for i, be := range bes {
+		ap := netip.MustParseAddrPort(be.addr)
+		ms = append(ms, &balance.Member{Addr: ap, Weight: 1})
+		name[ap] = fmt.Sprintf("m%d", i)
+	}
+	ring := balance.New(balance.Hash, ms)
+
+	srv := l7.New(l7.Config{})
+	t.Cleanup(func() { srv.Close() })
+	p, _ := newProxy(t, Config{HTTP: NewHTTP(srv, nil)})
+	port := freePort(t)
+	lb := hashedForwardLB(port, bes, false)
+	lb.Pools["app"].HashOn = "header:X-User"
+	if err := p.Update(labObjects(lb), 1); err != nil {
+		t.Fatal(err)
+	}
+	if st := p.Status()["acme/gw"]; len(st) != 0 {
+		t.Fatalf("problems: %v", st)
+	}
+	target := vipAddr("127.0.0.2", port)
+	origin := "http://gw.acme.example:" + portOf(target)
+	get := func(c *http.Client, url string, user []string) string {
+		t.Helper()
+		req, err := http.NewRequest("GET", url, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if user != nil {
+			req.Header["X-User"] = user
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		io.Copy(io.Discard, resp.Body)
+		if resp.StatusCode != 200 {
+			t.Fatalf("%s: status %d", url, resp.StatusCode)
+		}
+		return resp.Header.Get("X-Backend")
+	}
+	for _, proto := range []string{"h1", "h2c"} {
+		var clients []*http.Client
+		var addrs []netip.Addr
+		for i := range 12 {
+			a := netip.AddrFrom4([4]byte{127, 0, 0, byte(10 + i)})
+			addrs = append(addrs, a)
+			clients = append(clients, forwardedClient(t, proto, a.String(), target))
+		}
+		for _, path := range []string{"/a", "/ext/a"} {
+			t.Run(proto+path, func(t *testing.T) {
+				served := map[string]bool{}
+				for i, c := range clients {
+					want := name[balance.PickAddr(ring, addrs[i]).Addr]
+					for j, user := range [][]string{nil, {""}, nil} {
+						if got := get(c, origin+path, user); got != want {
+							t.Errorf("client %s without X-User (request %d, %q): served by %s, want %s (its own address's member)", addrs[i], j, user, got, want)
+						}
+					}
+					served[want] = true
+				}
+				if len(served) < 2 {
+					t.Fatalf("the clients' addresses all hash to %v; the test needs addresses that spread", served)
+				}
+				for _, user := range []string{"alice", "bob", "carol"} {
+					want := name[ring.Pick([]byte(user)).Addr]
+					for i, c := range clients[:3] {
+						if got := get(c, origin+path, []string{user}); got != want {
+							t.Errorf("client %s with X-User %s: served by %s, want %s (the member of %q)", addrs[i], user, got, want, user)
+						}
+					}
+				}
+			})
+		}
+	}
+}
