@@ -203,6 +203,16 @@ func TestCompilePoolDefaultsAndMembers(t *testing.T) {
 				Health: &HealthCheck{HTTP: true, Path: "/", Interval: time.Second, Timeout: time.Second, Rise: 2, Fall: 3, Port: 10256}},
 		},
 		{
+			// Stored before the API refused it: hashing the request id,
+			// one for each request, spread requests at random; the pool
+			// hashes the client's address instead, as with hashOn unset.
+			name: "hash on the request id hashes the client IP",
+			pool: &pb.BackendPool{Algorithm: "hash", HashOn: "header:X-Request-Id"},
+			want: &Pool{Algorithm: Hash, BackendProtocol: "http1", ConnectTimeout: 5 * time.Second, Members: []Member{}},
+			problems: []Problem{{"pools.app.hashOn", "X-Request-Id is the request id, one for each request (the proxy makes one when no trusted proxy sent it), " +
+				"so hashing it sends each request to a member at random and no client keeps one; hash on client-ip, or on a header that names the client or its session (like header:X-User); hashing the client IP"}},
+		},
+		{
 			name: "https check keeps its TLS settings",
 			pool: &pb.BackendPool{Algorithm: "least-request",
 				HealthCheck: &pb.HealthCheck{Https: &pb.HTTPSCheck{Path: "/readyz", ExpectStatus: 200, Host: "api.acme.example",
