@@ -232,3 +232,66 @@ func TestHashingWithoutTheField(t *testing.T) {
 		}
 	}
 }
+
+// TestHashingOnHost: a pool hashing on Host hashes the authority its
+// member receives as Host, over HTTP/1.1 and h2c (where it comes as
+// :authority), fast and net/http paths: every request lands on the
+// member its Host hashes to, whichever client sends it.
+func TestHashingOnHost(t *testing.T) {
+	var bes []*routingBackend
+	for i := range 4 {
+		bes = append(bes, startRoutingBackend(t, fmt.Sprintf("m%d", i)))
+	}
+	var ms []*balance.Member
+	name := map[netip.AddrPort]string{}
+	for i, be := range bes {
+		ap := netip.MustParseAddrPort(be.addr)
+		ms = append(ms, &balance.Member{Addr: ap, Weight: 1})
+		name[ap] = fmt.Sprintf("m%d", i)
+	}
+	ring := balance.New(balance.Hash, ms)
+
+	srv := l7.New(l7.Config{})
+	t.Cleanup(func() { srv.Close() })
+	p, _ := newProxy(t, Config{HTTP: NewHTTP(srv, nil)})
+	port := freePort(t)
+	lb := hashedForwardLB(port, bes, false)
+	lb.Pools["app"].HashOn = "header:Host"
+	for _, r := range lb.Routes {
+		r.Host = "*.acme.example"
+	}
+	if err := p.Update(labObjects(lb), 1); err != nil {
+		t.Fatal(err)
+	}
+	if st := p.Status()["acme/gw"]; len(st) != 0 {
+		t.Fatalf("problems: %v", st)
+	}
+	target := vipAddr("127.0.0.2", port)
+	for _, proto := range []string{"h1", "h2c"} {
+		var clients []*http.Client
+		for i := range 3 {
+			clients = append(clients, forwardedClient(t, proto, fmt.Sprintf("127.0.0.%d", 10+i), target))
+		}
+		for _, path := range []string{"/a", "/ext/a"} {
+			t.Run(proto+path, func(t *testing.T) {
+				served := map[string]bool{}
+				for h := range 8 {
+					host := fmt.Sprintf("h%d.acme.example:%s", h, portOf(target))
+					for _, c := range clients {
+						s := hashedGet(t, c, "http://"+host+path, nil)
+						if s.Host != host {
+							t.Fatalf("member saw Host %q, want %q", s.Host, host)
+						}
+						if want := name[ring.Pick([]byte(host)).Addr]; s.Backend != want {
+							t.Errorf("Host %s: served by %s, want %s (the member of its Host)", host, s.Backend, want)
+						}
+						served[s.Backend] = true
+					}
+				}
+				if len(served) < 2 {
+					t.Fatalf("the hosts all hash to %v; the test needs hosts that spread", served)
+				}
+			})
+		}
+	}
+}

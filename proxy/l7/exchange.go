@@ -36,8 +36,8 @@ func (c *clientConn) proxy(b []byte, be Backend, opts *BackendOptions, limit int
 	h := &c.h
 	var key []byte
 	if name := opts.HashHeader; name != "" {
-		var fwd bool
-		if key, fwd = c.fw.rr.hashKey(name); !fwd {
+		var decided bool
+		if key, decided = c.fw.rr.hashKey(name); !decided {
 			key = h.fieldValue(b, name)
 		}
 	}

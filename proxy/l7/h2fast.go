@@ -210,8 +210,8 @@ func (st *h2Stream) begin(d *decision) (limit int64, key []byte, code int) {
 		return limit, nil, 431
 	}
 	if name := opts.HashHeader; name != "" {
-		var fwd bool
-		if key, fwd = st.fw.rr.hashKey(name); !fwd {
+		var decided bool
+		if key, decided = st.fw.rr.hashKey(name); !decided {
 			for _, f := range st.fields {
 				if !f.IsPseudo() && strings.EqualFold(f.Name, name) {
 					key = unsafeBytes(f.Value)

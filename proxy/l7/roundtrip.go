@@ -244,16 +244,21 @@ func (s *Server) proxyHTTP(w http.ResponseWriter, q *rtRequest, be Backend, opts
 	}
 	var key []byte
 	if name := opts.HashHeader; name != "" {
-		// A forwarding field is hashed as the member receives it, as
-		// route conditions read it (routeRequest.hashKey), before this
-		// route's edits.
-		if q.ca.forwarded(unsafeBytes(name)) {
+		// Host and a forwarding field are hashed as the member receives
+		// them, as route conditions read them (routeRequest.hashKey),
+		// before this route's edits.
+		switch nb := unsafeBytes(name); {
+		case classify(nb) == hHost:
+			key = unsafeBytes(r.Host)
+		case q.ca.forwarded(nb):
 			v := reqView{authority: unsafeBytes(r.Host), fieldsView: fieldsView{hdr: r.Header}}
 			if val, ok := forwardedValue(&v, q.ca, fw, name); ok {
 				key = unsafeBytes(val)
 			}
-		} else if v := r.Header.Get(name); v != "" {
-			key = []byte(v)
+		default:
+			if v := r.Header.Get(name); v != "" {
+				key = []byte(v)
+			}
 		}
 	}
 	hdr, id := forwardHeader(r.Header, q.ca, r.Host, fw)

@@ -164,14 +164,22 @@ func (r *routeRequest) Header(name string) (string, bool) {
 }
 
 // hashKey returns the balancing key of a backend that hashes on the field
-// name (BackendOptions.HashHeader) when forwardFields decides that field
-// (clientAddrs.forwarded): its value as the member receives it, as route
-// conditions read it, or nil when the member gets none; fwd is false for
-// any other field, whose key the codec reads from the client's fields.
-// So an untrusted client's X-Forwarded-For does not steer the hashing,
-// and hashing on it spreads clients by the address the member sees.
-func (r *routeRequest) hashKey(name string) (key []byte, fwd bool) {
-	if !r.ca.forwarded(unsafeBytes(name)) {
+// name (BackendOptions.HashHeader) when the proxy decides what the member
+// receives in that field: for Host, the request's authority (the Host
+// field or :authority, as the client sent it; each codec sends it as
+// Host); for a field forwardFields decides (clientAddrs.forwarded), its
+// value as the member receives it, as route conditions read it, or nil
+// when the member gets none. decided is false for any other field, whose
+// key the codec reads from the client's fields. So an untrusted client's
+// X-Forwarded-For does not steer the hashing, hashing on it spreads
+// clients by the address the member sees, and hashing on Host hashes the
+// same value over HTTP/1.x, HTTP/2 and HTTP/3.
+func (r *routeRequest) hashKey(name string) (key []byte, decided bool) {
+	nb := unsafeBytes(name)
+	if classify(nb) == hHost {
+		return r.v.authority, true
+	}
+	if !r.ca.forwarded(nb) {
 		return nil, false
 	}
 	if v, ok := r.Header(name); ok {
