@@ -113,10 +113,13 @@ func checkAlgorithm(ck *checker, f string, bp *pb.BackendPool) {
 	if tooLong(ck, f+".hashOn", on, len("header:")+MaxHeaderNameLen) {
 		return
 	}
-	if name, ok := strings.CutPrefix(on, "header:"); ok && IsToken(name) {
-		return
+	name, ok := strings.CutPrefix(on, "header:")
+	switch {
+	case !ok || !IsToken(name):
+		ck.invalidf(f+".hashOn", "%q is not client-ip or header:NAME (like header:X-User)", on)
+	case IsRequestID(name):
+		ck.invalidf(f+".hashOn", "%s is the request id, one for each request (the proxy makes one when no trusted proxy sent it), so hashing it sends each request to a member at random and no client keeps one; hash on client-ip, or on a header that names the client or its session (like header:X-User)", name)
 	}
-	ck.invalidf(f+".hashOn", "%q is not client-ip or header:NAME (like header:X-User)", on)
 }
 
 // IsToken reports whether s is an HTTP header name (RFC 9110 token).

@@ -194,7 +194,38 @@ func checkRateHeader(ck *checker, f string, rl *pb.RateLimit) {
 		ck.invalidf(f+".header", "%s is not a header field name", Excerpt(h))
 	case strings.EqualFold(h, "Host"):
 		ck.invalidf(f+".header", "Host is the route's; count by another header, or use one route per host")
-	case strings.ReplaceAll(strings.ToLower(h), "_", "-") == "x-request-id":
+	case IsRequestID(h):
 		ck.invalidf(f+".header", "%s is the request id, one for each request (the proxy makes one when no trusted proxy sent it), so a limit counted by it limits nothing and fills the limiter's table; count by another header", h)
 	}
+}
+
+// IsRequestID reports whether name is X-Request-Id, in any case and with
+// _ for -: the request id the proxy fixes for each request before a
+// route is chosen (a trusted proxy's, or one it makes).
+func IsRequestID(name string) bool {
+	const id = "x-request-id"
+	if len(name) != len(id) {
+		return false
+	}
+	for i := range len(id) {
+		c := name[i]
+		switch {
+		case c == '_':
+			c = '-'
+		case 'A' <= c && c <= 'Z':
+			c += 'a' - 'A'
+		}
+		if c != id[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// RequestIDRate reports whether rl is counted by the request id (key
+// header, header X-Request-Id), which checkRateHeader refuses: each
+// request has its own id, so such a limit limits no request. A listener
+// or route stored before the rule is served without its request limit.
+func RequestIDRate(rl *pb.RateLimit) bool {
+	return rl.GetKey() == RateKeyHeader && IsRequestID(rl.GetHeader())
 }

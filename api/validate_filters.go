@@ -131,7 +131,7 @@ func checkModifiedName(ck *checker, f, name string, request bool) bool {
 		ck.invalidf(f, "%q is not a header name (letters, digits and !#$%%&'*+-.^_`|~)", name)
 	case reservedHeaders[strings.ToLower(name)]:
 		ck.invalidf(f, "%s frames the message or connection and cannot be changed by a filter (use urlRewrite.hostname for Host)", name)
-	case request && strings.ReplaceAll(strings.ToLower(name), "_", "-") == "x-request-id":
+	case request && IsRequestID(name):
 		ck.invalidf(f, "%s is the request id the proxy fixes before a route is chosen and writes to the access log: the member receives a trusted proxy's id or one the proxy makes, and a route cannot change it; remove this edit", name)
 	default:
 		return true

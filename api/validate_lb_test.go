@@ -138,6 +138,10 @@ func TestValidateLoadBalancerSpec(t *testing.T) {
 		}, pass()},
 		{"hash on client ip", func(lb *pb.LoadBalancer) { lb.Pools["web"].Algorithm = "hash"; lb.Pools["web"].HashOn = "client-ip" }, pass()},
 		{"hash on bad", func(lb *pb.LoadBalancer) { lb.Pools["web"].Algorithm = "hash"; lb.Pools["web"].HashOn = "header:" }, bad("pools.web.hashOn", "client-ip or header:NAME")},
+		{"hash on the request id", func(lb *pb.LoadBalancer) {
+			lb.Pools["web"].Algorithm = "hash"
+			lb.Pools["web"].HashOn = "header:x_request-ID"
+		}, bad("pools.web.hashOn", "x_request-ID is the request id, one for each request")},
 		{"hash on without hash", func(lb *pb.LoadBalancer) { lb.Pools["web"].HashOn = "client-ip" }, bad("pools.web.hashOn", "only used with algorithm: hash")},
 		{"member bad", func(lb *pb.LoadBalancer) { lb.Pools["web"].Members[0].Address = "10.20.0.11" }, bad("pools.web.members[0]", "is not IP:port")},
 		{"member hostname", func(lb *pb.LoadBalancer) { lb.Pools["web"].Members[0].Address = "web.acme.example:80" }, bad("pools.web.members[0]", "is not IP:port")},

@@ -66,6 +66,12 @@ func servedPath(t *testing.T) string {
 			{Host: shopHost, Path: "/rr/", Pool: "rr"},
 			{Host: shopHost, Path: "/least/", Pool: "least"},
 			{Host: shopHost, Path: "/hash/", Pool: "hash"},
+			// Hashing on a field that is not a forwarding one reads the
+			// client's field in place.
+			{Host: shopHost, Path: "/hashua/", Pool: "hashua"},
+			// Hashing on X-Forwarded-For hashes a copy of the value the
+			// member receives.
+			{Host: shopHost, Path: "/hashxff/", Pool: "hashxff"},
 			// Chosen by the whole request: method, header and query.
 			{Host: shopHost, Matches: []*pb.RouteMatch{{Path: "/cond/", Method: "GET",
 				Headers:     []*pb.ValueMatch{{Name: "x-variant", Value: "b"}},
@@ -75,9 +81,11 @@ func servedPath(t *testing.T) string {
 			{Host: shopHost, Path: "/re/[a-z]+/[0-9]+", PathType: "regex", Pool: "rr"},
 		},
 		Pools: map[string]*pb.BackendPool{
-			"rr":    {Members: []*pb.Member{{Address: member.addr}}},
-			"least": {Algorithm: "least-request", Members: []*pb.Member{{Address: member.addr}}},
-			"hash":  {Algorithm: "hash", Members: []*pb.Member{{Address: member.addr}}},
+			"rr":      {Members: []*pb.Member{{Address: member.addr}}},
+			"least":   {Algorithm: "least-request", Members: []*pb.Member{{Address: member.addr}}},
+			"hash":    {Algorithm: "hash", Members: []*pb.Member{{Address: member.addr}}},
+			"hashua":  {Algorithm: "hash", HashOn: "header:User-Agent", Members: []*pb.Member{{Address: member.addr}}},
+			"hashxff": {Algorithm: "hash", HashOn: "header:X-Forwarded-For", Members: []*pb.Member{{Address: member.addr}}},
 		},
 		Status: &pb.LoadBalancerStatus{Address: "127.0.0.7"},
 	}
@@ -98,13 +106,19 @@ func servedPath(t *testing.T) string {
 // data plane as serve runs it (listener, compiled router, pools and
 // their balancers, health accounting, access log and metrics), for
 // HTTP/1.1 and for HTTP/2 (cleartext, prior knowledge), with the client
-// and the member in this process allocating nothing per request. "cond"
-// is a route chosen by method, header and query (a mismatch is a 404),
-// "re" one chosen by a regular expression.
+// and the member in this process allocating nothing per request. "hashua"
+// hashes on User-Agent, "hashxff" on X-Forwarded-For (one allocation: the
+// value the member receives), "cond" is a route chosen by method, header
+// and query (a mismatch is a 404), "re" one chosen by a regular
+// expression.
 func TestServedPathAllocs(t *testing.T) {
 	addr := servedPath(t)
-	for _, pool := range []string{"rr", "least", "hash", "cond", "re"} {
+	for _, pool := range []string{"rr", "least", "hash", "hashua", "hashxff", "cond", "re"} {
 		path, fields := "/"+pool+"/x", "User-Agent: wrk\r\n"
+		want := 0.0
+		if pool == "hashxff" {
+			want = 1
+		}
 		if pool == "re" {
 			path = "/re/items/42"
 		}
@@ -140,8 +154,8 @@ func TestServedPathAllocs(t *testing.T) {
 			for range 20 {
 				do()
 			}
-			if a := testing.AllocsPerRun(1000, do); a > 0 {
-				t.Errorf("%.2f allocations per request, want 0", a)
+			if a := testing.AllocsPerRun(1000, do); a > want {
+				t.Errorf("%.2f allocations per request, want %v", a, want)
 			}
 		})
 		t.Run("h2c/"+pool, func(t *testing.T) {
@@ -149,8 +163,8 @@ func TestServedPathAllocs(t *testing.T) {
 			for range 20 {
 				h.do(t)
 			}
-			if a := testing.AllocsPerRun(1000, func() { h.do(t) }); a > 0 {
-				t.Errorf("%.2f allocations per request, want 0", a)
+			if a := testing.AllocsPerRun(1000, func() { h.do(t) }); a > want {
+				t.Errorf("%.2f allocations per request, want %v", a, want)
 			}
 		})
 	}

@@ -291,7 +291,7 @@ func (p *Pool) httpBackend(budget *l7.MemberBudget, tenant *tenantBudget) *httpB
 	if p.Spec.TLS != nil && (b.opts.Protocol == l7.HTTP1TLS || b.opts.Protocol == l7.H2TLS) {
 		b.opts.TLS = memberTLSConfig(p.Spec.TLS, tenant)
 	}
-	b.hashClient = p.Spec.Algorithm == snapshot.Hash && p.Spec.HashHeader == ""
+	b.hashed = p.Spec.Algorithm == snapshot.Hash
 	for _, m := range p.members {
 		b.members[m] = &httpMember{addr: m.Addr, target: Target(m)}
 	}
@@ -302,15 +302,23 @@ func (p *Pool) httpBackend(budget *l7.MemberBudget, tenant *tenantBudget) *httpB
 }
 
 type httpBackend struct {
-	pool       *Pool
-	opts       l7.BackendOptions
-	hashClient bool
-	members    map[*balance.Member]*httpMember
+	pool *Pool
+	opts l7.BackendOptions
+	// hashed: the pool's algorithm is hash.
+	hashed  bool
+	members map[*balance.Member]*httpMember
 }
 
+// Pick picks a member for a request of client. A hash pool hashes
+// hashKey, the value of its HashHeader field; a pool hashing the client
+// IP, and a request without that field or with an empty one, hash the
+// client's address, the one its rate limits and access log count it by,
+// so that such requests spread over the members by client and each
+// client keeps its member, rather than all hashing the empty key to one
+// member.
 func (b *httpBackend) Pick(client netip.Addr, hashKey []byte) (l7.Member, bool) {
 	var m *balance.Member
-	if hashKey == nil && b.hashClient {
+	if len(hashKey) == 0 && b.hashed {
 		m = b.pool.PickAddr(client)
 	} else {
 		m = b.pool.Pick(hashKey)

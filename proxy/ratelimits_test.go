@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -351,5 +352,43 @@ func TestAllowRequestByHeaderAllocatesNothing(t *testing.T) {
 	}
 	if st := tb.Stats(); st.Keys != 1 {
 		t.Fatalf("keys %d, want the one header value", st.Keys)
+	}
+}
+
+// TestStoredRequestIDRateLimit: a load balancer stored before the API
+// refused rate limits counted by X-Request-Id, on its listener and on a
+// route, is served over real sockets, listener and route, without those
+// limits (each request has its own id, so they limited no request): no
+// request is refused, no key is kept, and the status names each limit
+// and says it is not enforced.
+func TestStoredRequestIDRateLimit(t *testing.T) {
+	member := startCountingMember(t)
+	srv := l7.New(l7.Config{})
+	t.Cleanup(func() { srv.Close() })
+	p, _ := newProxy(t, Config{HTTP: NewHTTP(srv, nil)})
+	port := freePort(t)
+	lb := httpLB("acme", "web", "127.0.0.2", port, member.addr)
+	byID := &pb.RateLimit{RequestsPerSecond: 1, Burst: 1, Key: "header", Header: "X-Request-Id"}
+	lb.Listeners[0].RateLimit = byID
+	lb.Routes = []*pb.Route{{Path: "/api/", Pool: "app", RateLimit: byID}, {Path: "/web/", Pool: "app"}}
+	update(t, p, lb)
+	const why = "X-Request-Id is the request id, one for each request (the proxy makes one when no trusted proxy sent it), " +
+		"so a limit counted by it limits nothing and fills the limiter's table; count by another header; requestsPerSecond not enforced"
+	want := []Problem{{Field: "routes[0].rateLimit.header", Reason: why}, {Field: "listeners[0].rateLimit.header", Reason: why}}
+	if st := p.Status()["acme/web"]; !slices.Equal(st, want) {
+		t.Errorf("status %q\nwant %q", st, want)
+	}
+	c := sourceClient(t, "127.0.0.3")
+	for _, path := range []string{"/api/a", "/web/a"} {
+		for i := range 5 {
+			for _, id := range []string{"", "fixed"} {
+				if code := getWith(t, c, "http://"+vipAddr("127.0.0.2", port)+path, "X-Request-Id", id); code != 200 {
+					t.Fatalf("%s, request %d with id %q: status %d, want 200", path, i, id, code)
+				}
+			}
+		}
+	}
+	if st := p.RateLimitStats("acme"); st.Keys != 0 {
+		t.Errorf("table %+v, want no key", st)
 	}
 }

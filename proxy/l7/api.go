@@ -122,7 +122,9 @@ type BackendOptions struct {
 	// connections carry one client's requests only.
 	ProxyProtocol uint8
 	// HashHeader names the request header whose value is passed to Pick
-	// as the hash key; "" passes nil (hash on the client IP).
+	// as the hash key: for Host the request's authority, for a
+	// forwarding field its value as the member receives it
+	// (routeRequest.hashKey); "" passes nil (hash on the client IP).
 	HashHeader string
 	// MaxBodyBytes refuses larger request bodies with 413; 0 takes
 	// Config.MaxBodyBytes.
@@ -147,8 +149,9 @@ type Dialer interface {
 // Backend is a pool of members.
 type Backend interface {
 	// Pick returns a member for a request, or ok=false when every member
-	// is down or drained (503). hashKey is the HashHeader value, nil when
-	// the option is unset or the header absent. Every successful Pick is
+	// is down or drained (503). hashKey is the HashHeader value, nil or
+	// empty when the option is unset or the header absent or empty (a
+	// hashing backend then hashes client). Every successful Pick is
 	// followed by exactly one Done on the member.
 	Pick(client netip.Addr, hashKey []byte) (m Member, ok bool)
 	// Options returns the backend's options; the result is not modified.

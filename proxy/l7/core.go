@@ -4,6 +4,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 )
 
@@ -169,17 +170,22 @@ func (w *localWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // RequestStats.RequestBytes on the net/http path of HTTP/2 and HTTP/3
 // (HTTP/1.x counts in its own body reader).
 // With cpu (HTTP/3) it counts them in the tenant's CPU budget too.
+// n is atomic: the goroutine that writes the body to an HTTP/2 member
+// (h2RespBody.pump) may still read it after the member answered and the
+// handler took the count.
 type countedBody struct {
 	io.ReadCloser
-	n   int64
+	n   atomic.Int64
 	cpu CPU
-	m   meter
+	m   meter // Read's alone
 }
 
 func (b *countedBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
-	b.n += int64(n)
-	b.m.add(b.cpu, WorkTLSBytes, int64(n))
+	if n > 0 {
+		b.n.Add(int64(n))
+		b.m.add(b.cpu, WorkTLSBytes, int64(n))
+	}
 	return n, err
 }
 

@@ -35,8 +35,11 @@ type exchangeOpts struct {
 func (c *clientConn) proxy(b []byte, be Backend, opts *BackendOptions, limit int64, path []byte, cleaned, isHead bool) {
 	h := &c.h
 	var key []byte
-	if opts.HashHeader != "" {
-		key = h.fieldValue(b, opts.HashHeader)
+	if name := opts.HashHeader; name != "" {
+		var decided bool
+		if key, decided = c.fw.rr.hashKey(name); !decided {
+			key = h.fieldValue(b, name)
+		}
 	}
 	upgrade := h.upgradeTo(b)
 	id := c.appendRequestHead(b, path, cleaned, upgrade)
@@ -55,7 +58,8 @@ func (c *clientConn) proxy(b []byte, be Backend, opts *BackendOptions, limit int
 	retries := c.s.cfg.Retries
 	t0 := c.headAt
 	for {
-		// key aliases b, which stays valid: nothing was read since.
+		// key aliases b, which stays valid: nothing was read since (or
+		// is a forwarding field's value, a copy).
 		m, ok := be.Pick(c.client.Addr(), key)
 		if !ok {
 			c.localError(503, OutcomeNoMember, isHead)

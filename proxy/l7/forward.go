@@ -77,6 +77,15 @@ func (ca *clientAddrs) proto() string {
 	return "http"
 }
 
+// forwarded reports whether the field name (any case) is one that
+// forwardFields decides for the member: a field naming the client or the
+// request (forwardKind) or the listener's certificate field. Route
+// conditions, rate-limit keys and a backend's hashing key read such a
+// field as the member receives it, never as the client sent it.
+func (ca *clientAddrs) forwarded(name []byte) bool {
+	return forwardKind(classify(name)) || ca.certField != "" && eqFoldDash(name, ca.certField)
+}
+
 // forwardKind reports whether a field carries forwarding information that
 // an untrusted client may not set: the LB drops it and, for the fields it
 // owns (X-Forwarded-For, -Proto, -Host, Forwarded, X-Request-Id), sends

@@ -44,7 +44,9 @@ func (hc *h2conn) serve(w http.ResponseWriter, r *http.Request, d *decision, fw 
 	defer func() {
 		stats.Duration = time.Since(start)
 		if body != nil {
-			stats.RequestBytes = body.n
+			// What was read by now: a body writer may go on after the
+			// response (countedBody).
+			stats.RequestBytes = body.n.Load()
 		}
 		s.cfg.Metrics.Request(stats)
 	}()

@@ -188,8 +188,9 @@ func (st *h2Stream) serveFast() bool {
 // HTTP/2 members) serves as d says, and checks what both check before a
 // member is picked: the declared body length against the backend's limit
 // (413) and the number of fields (431). It returns the body limit, the
-// balancing key (the value of the backend's HashHeader field) and the
-// status to answer with instead (0: go on).
+// balancing key (the value of the backend's HashHeader field; a
+// forwarding field's as the member receives it, routeRequest.hashKey) and
+// the status to answer with instead (0: go on).
 func (st *h2Stream) begin(d *decision) (limit int64, key []byte, code int) {
 	s, hc := st.c.s, st.c.hc
 	st.view = reqView{method: unsafeBytes(st.method), authority: unsafeBytes(st.authority), target: unsafeBytes(st.path), fieldsView: fieldsView{h2: st.fields}}
@@ -204,12 +205,20 @@ func (st *h2Stream) begin(d *decision) (limit int64, key []byte, code int) {
 		if !f.IsPseudo() {
 			nf++
 		}
-		if opts.HashHeader != "" && key == nil && strings.EqualFold(f.Name, opts.HashHeader) {
-			key = unsafeBytes(f.Value)
-		}
 	}
 	if nf > s.cfg.MaxHeaderCount {
 		return limit, nil, 431
+	}
+	if name := opts.HashHeader; name != "" {
+		var decided bool
+		if key, decided = st.fw.rr.hashKey(name); !decided {
+			for _, f := range st.fields {
+				if !f.IsPseudo() && strings.EqualFold(f.Name, name) {
+					key = unsafeBytes(f.Value)
+					break
+				}
+			}
+		}
 	}
 	return limit, key, 0
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
 	"runtime"
 	"strconv"
 	"strings"
@@ -177,4 +178,76 @@ func (h *h2reader) done(id uint32) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.ended[id] || h.reset[id] != 0
+}
+
+// doneHolds is a backend whose members, once a request's response is
+// relayed (Member.Done, the last thing the net/http path does before its
+// handler returns), signal in and then hold the handler for hold.
+type doneHolds struct {
+	*testBackend
+	in   chan struct{}
+	hold time.Duration
+}
+
+func (b *doneHolds) Pick(a netip.Addr, key []byte) (Member, bool) {
+	m, ok := b.testBackend.Pick(a, key)
+	if !ok {
+		return nil, false
+	}
+	return &heldMember{Member: m, b: b}, true
+}
+
+type heldMember struct {
+	Member
+	b *doneHolds
+}
+
+func (m *heldMember) Done(err error, status int, d time.Duration) {
+	m.Member.Done(err, status, d)
+	select {
+	case m.b.in <- struct{}{}:
+	default:
+	}
+	// A sleep, not a wait on the test: the request body's writer must
+	// run without any synchronisation with this handler.
+	time.Sleep(m.b.hold)
+}
+
+// A member answers before it read the request body, and the client goes
+// on uploading while the handler finishes: the body writer (pump) reads
+// the new bytes while the handler takes the request's byte count for its
+// figures. Under the race detector this fails unless the count is read
+// and written atomically.
+func TestH2BodyCountWhileItsWriterRuns(t *testing.T) {
+	member := h2cServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "early")
+	}))
+	be := &doneHolds{testBackend: newBackend(t, member), in: make(chan struct{}, 1), hold: 300 * time.Millisecond}
+	be.opts.Protocol = H2C
+	router := oneRoute(be)
+	router[0].route.Ext = &RouteExt{}
+	addr := proxyUnder(t, New(Config{}), router, selfSigned(t))
+
+	h := dialH2Reader(t, addr)
+	postH2(t, h, 1, "/early", []byte("part of a body"), false)
+	select {
+	case <-be.in:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the response was not relayed")
+	}
+	// The handler is held in Done: more of the body arrives, which the
+	// writer reads meanwhile.
+	if err := h.write(func(fr *http2.Framer) error { return fr.WriteData(1, false, []byte("and more of it")) }); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); !h.done(1); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the stream did not end")
+		}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.data[1] != len("early") {
+		t.Errorf("%d bytes of answer, want %d", h.data[1], len("early"))
+	}
 }

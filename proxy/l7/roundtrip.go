@@ -229,12 +229,6 @@ func (s *Server) proxyHTTP(w http.ResponseWriter, q *rtRequest, be Backend, opts
 	if opts.Protocol == HTTP1TLS || opts.Protocol == H2TLS {
 		scheme = "https"
 	}
-	var key []byte
-	if opts.HashHeader != "" {
-		if v := r.Header.Get(opts.HashHeader); v != "" {
-			key = []byte(v)
-		}
-	}
 	rht := opts.ResponseHeaderTimeout
 	if rht <= 0 {
 		rht = s.cfg.ResponseHeaderTimeout
@@ -244,7 +238,30 @@ func (s *Server) proxyHTTP(w http.ResponseWriter, q *rtRequest, be Backend, opts
 		s.failHTTP(w, q, 400, OutcomeClientError)
 		return
 	}
-	hdr, id := forwardHeader(r.Header, q.ca, r.Host, q.fw)
+	fw := q.fw
+	if fw == nil {
+		fw = new(fwdScratch)
+	}
+	var key []byte
+	if name := opts.HashHeader; name != "" {
+		// Host and a forwarding field are hashed as the member receives
+		// them, as route conditions read them (routeRequest.hashKey),
+		// before this route's edits.
+		switch nb := unsafeBytes(name); {
+		case classify(nb) == hHost:
+			key = unsafeBytes(r.Host)
+		case q.ca.forwarded(nb):
+			v := reqView{authority: unsafeBytes(r.Host), fieldsView: fieldsView{hdr: r.Header}}
+			if val, ok := forwardedValue(&v, q.ca, fw, name); ok {
+				key = unsafeBytes(val)
+			}
+		default:
+			if v := r.Header.Get(name); v != "" {
+				key = []byte(v)
+			}
+		}
+	}
+	hdr, id := forwardHeader(r.Header, q.ca, r.Host, fw)
 	if q.stats.AccessLog > 0 {
 		q.stats.RequestID = id
 	}

@@ -147,8 +147,7 @@ type seenField struct {
 }
 
 func (r *routeRequest) Header(name string) (string, bool) {
-	nb := unsafeBytes(name)
-	if !forwardKind(classify(nb)) && (r.ca.certField == "" || !eqFoldDash(nb, r.ca.certField)) {
+	if !r.ca.forwarded(unsafeBytes(name)) {
 		return r.Request.Header(name)
 	}
 	for i := range min(r.nSeen, len(r.seen)) {
@@ -156,14 +155,53 @@ func (r *routeRequest) Header(name string) (string, bool) {
 			return e.value, e.ok
 		}
 	}
-	s := valueSink{name: name}
-	forwardFields(r.v, r.ca, &s, r.fw)
-	value := unsafeString(s.out)
-	// name is a condition's or a rate limit's, which outlive the request;
-	// value is a copy, which Header never writes again.
-	r.seen[r.nSeen%len(r.seen)] = seenField{name: name, value: value, ok: s.n > 0}
+	value, ok := forwardedValue(r.v, r.ca, r.fw, name)
+	// name is a condition's, a rate limit's or a backend's, which outlive
+	// the request; value is a copy, which Header never writes again.
+	r.seen[r.nSeen%len(r.seen)] = seenField{name: name, value: value, ok: ok}
 	r.nSeen++
-	return value, s.n > 0
+	return value, ok
+}
+
+// hashKey returns the balancing key of a backend that hashes on the field
+// name (BackendOptions.HashHeader) when the proxy decides what the member
+// receives in that field: for Host, the request's authority (the Host
+// field or :authority, as the client sent it; each codec sends it as
+// Host); for a field forwardFields decides (clientAddrs.forwarded), its
+// value as the member receives it, as route conditions read it, or nil
+// when the member gets none. decided is false for any other field, whose
+// key the codec reads from the client's fields. So an untrusted client's
+// X-Forwarded-For does not steer the hashing, hashing on it spreads
+// clients by the address the member sees, and hashing on Host hashes the
+// same value over HTTP/1.x, HTTP/2 and HTTP/3.
+func (r *routeRequest) hashKey(name string) (key []byte, decided bool) {
+	nb := unsafeBytes(name)
+	if classify(nb) == hHost {
+		return r.v.authority, true
+	}
+	if !r.ca.forwarded(nb) {
+		return nil, false
+	}
+	if v, ok := r.Header(name); ok {
+		return unsafeBytes(v), true
+	}
+	return nil, true
+}
+
+// forwardedValue returns the values of the fields named name (any case)
+// that forwardFields hands the member for the request v of the client ca,
+// joined with ", " as Request.Header joins them (a copy), and whether
+// there is one. fw is the request's scratch: a request id made for it is
+// the one forwarded.
+func forwardedValue(v *reqView, ca *clientAddrs, fw *fwdScratch, name string) (string, bool) {
+	// The sink lives in fw, so that handing it to forwardFields as a
+	// fieldSink does not move it to the heap for each read.
+	s := &fw.vs
+	*s = valueSink{name: name}
+	forwardFields(v, ca, s, fw)
+	out, ok := unsafeString(s.out), s.n > 0
+	*s = valueSink{}
+	return out, ok
 }
 
 // valueSink collects the values of the fields of one name (any case) that

@@ -215,6 +215,8 @@ type fwdScratch struct {
 	idMade bool
 	// rr is the request route conditions read (decide).
 	rr routeRequest
+	// vs collects a forwarding field's value for forwardedValue.
+	vs valueSink
 }
 
 var (

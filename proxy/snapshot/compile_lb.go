@@ -257,9 +257,16 @@ func (b *lbCompile) listener(f string, i int, l *pb.Listener, lb *pb.LoadBalance
 	proto := Protocol(l.GetProtocol())
 	errs := api.CheckListener("", l, lb.GetPools())
 	skip, scopesBroken := false, false
+	rate := rateSpec(l.GetRateLimit())
 	for _, e := range errs {
 		then := "ignored"
 		switch e.Field {
+		case ".rateLimit.header":
+			if api.RequestIDRate(l.GetRateLimit()) {
+				rate, then = requestIDRate(l.GetRateLimit())
+				break
+			}
+			skip = true
 		case ".port", ".protocol":
 			skip = true
 		case ".pool":
@@ -304,7 +311,7 @@ func (b *lbCompile) listener(f string, i int, l *pb.Listener, lb *pb.LoadBalance
 		Protocol: proto,
 		Limits:   Limits{MaxConnections: d.MaxConnections, IdleTimeout: d.TCPIdleTimeout},
 		Sources:  listenerSources(l),
-		Rate:     rateSpec(l.GetRateLimit()),
+		Rate:     rate,
 	}
 	out.Name = out.Key.String()
 	t := b.c.tenants[lb.GetTenant()]
@@ -386,12 +393,19 @@ func (b *lbCompile) routes(lb *pb.LoadBalancer, pools poolSet, t *tenantInfo) []
 			continue
 		}
 		insts, err := api.CheckRoute(lb, "", r)
+		rate := rateSpec(r.GetRateLimit())
 		if err != nil {
 			var ve *api.ValidationError
-			if errors.As(err, &ve) {
-				b.report(f, ve.Errors, "route skipped")
+			if !errors.As(err, &ve) {
+				continue
 			}
-			continue
+			if len(ve.Errors) != 1 || ve.Errors[0].Field != ".rateLimit.header" || !api.RequestIDRate(r.GetRateLimit()) {
+				b.report(f, ve.Errors, "route skipped")
+				continue
+			}
+			var then string
+			rate, then = requestIDRate(r.GetRateLimit())
+			b.report(f, ve.Errors, then)
 		}
 		if extended(r) {
 			// The API refuses a load balancer over its regex budget; a
@@ -405,7 +419,7 @@ func (b *lbCompile) routes(lb *pb.LoadBalancer, pools poolSet, t *tenantInfo) []
 			start := len(out)
 			out = append(out, b.extRoutes(f, i, host, r, pools)...)
 			for j := start; j < len(out); j++ {
-				out[j].Rate, out[j].WAF, out[j].NotFound = rateSpec(r.GetRateLimit()), wafSpec(r.GetWaf()), r.GetNotFound()
+				out[j].Rate, out[j].WAF, out[j].NotFound = rate, wafSpec(r.GetWaf()), r.GetNotFound()
 			}
 			continue
 		}
@@ -426,7 +440,7 @@ func (b *lbCompile) routes(lb *pb.LoadBalancer, pools poolSet, t *tenantInfo) []
 			continue
 		}
 		seen[k] = i
-		out = append(out, Route{Host: host, Path: path, PathType: pt, Pool: pools.get(r.GetPool()), Index: i, Rate: rateSpec(r.GetRateLimit()), WAF: wafSpec(r.GetWaf()), NotFound: r.GetNotFound()})
+		out = append(out, Route{Host: host, Path: path, PathType: pt, Pool: pools.get(r.GetPool()), Index: i, Rate: rate, WAF: wafSpec(r.GetWaf()), NotFound: r.GetNotFound()})
 	}
 	return out
 }

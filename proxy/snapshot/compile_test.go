@@ -203,6 +203,16 @@ func TestCompilePoolDefaultsAndMembers(t *testing.T) {
 				Health: &HealthCheck{HTTP: true, Path: "/", Interval: time.Second, Timeout: time.Second, Rise: 2, Fall: 3, Port: 10256}},
 		},
 		{
+			// Stored before the API refused it: hashing the request id,
+			// one for each request, spread requests at random; the pool
+			// hashes the client's address instead, as with hashOn unset.
+			name: "hash on the request id hashes the client IP",
+			pool: &pb.BackendPool{Algorithm: "hash", HashOn: "header:X-Request-Id"},
+			want: &Pool{Algorithm: Hash, BackendProtocol: "http1", ConnectTimeout: 5 * time.Second, Members: []Member{}},
+			problems: []Problem{{"pools.app.hashOn", "X-Request-Id is the request id, one for each request (the proxy makes one when no trusted proxy sent it), " +
+				"so hashing it sends each request to a member at random and no client keeps one; hash on client-ip, or on a header that names the client or its session (like header:X-User); hashing the client IP"}},
+		},
+		{
 			name: "https check keeps its TLS settings",
 			pool: &pb.BackendPool{Algorithm: "least-request",
 				HealthCheck: &pb.HealthCheck{Https: &pb.HTTPSCheck{Path: "/readyz", ExpectStatus: 200, Host: "api.acme.example",
@@ -340,7 +350,7 @@ func TestCompileRoutesProblems(t *testing.T) {
 		{"routes[7].filters[0].requestHeaderModifier.set[0].name", "X-Request-Id is the request id the proxy fixes before a route is chosen and writes to the access log: " +
 			"the member receives a trusted proxy's id or one the proxy makes, and a route cannot change it; remove this edit; route skipped"},
 		{"routes[8].rateLimit.header", "X-Request-Id is the request id, one for each request (the proxy makes one when no trusted proxy sent it), " +
-			"so a limit counted by it limits nothing and fills the limiter's table; count by another header; route skipped"},
+			"so a limit counted by it limits nothing and fills the limiter's table; count by another header; requestsPerSecond not enforced"},
 	}
 	if got := problemsOf(s, "acme/web"); !slices.Equal(got, want) {
 		t.Errorf("problems = %q\nwant %q", got, want)
@@ -349,9 +359,59 @@ func TestCompileRoutesProblems(t *testing.T) {
 	var got []string
 	for _, r := range rt.Routes() {
 		got = append(got, r.Host+r.Path)
+		if r.Rate.Set() {
+			t.Errorf("route %s%s limited by %+v, want no limit", r.Host, r.Path, r.Rate)
+		}
 	}
-	if want := []string{"shop.acme.example/", "*.acme.example/api"}; !slices.Equal(got, want) {
+	// The route limited by the request id is served, without its limit.
+	if want := []string{"shop.acme.example/", "*.acme.example/api", "x.acme.example/rid"}; !slices.Equal(got, want) {
 		t.Errorf("routes = %q, want %q", got, want)
+	}
+}
+
+// TestCompileRequestIDRateLimit: a listener whose rate limit is counted
+// by X-Request-Id, stored before the API refused it, is served without
+// its requestsPerSecond (which limited no request: each has its own id),
+// keeps its connectionsPerSecond, and its problems say so; a listener
+// whose rate limit is broken otherwise is still not served.
+func TestCompileRequestIDRateLimit(t *testing.T) {
+	const why = "X-Request-Id is the request id, one for each request (the proxy makes one when no trusted proxy sent it), " +
+		"so a limit counted by it limits nothing and fills the limiter's table; count by another header; "
+	tests := []struct {
+		name    string
+		rl      *pb.RateLimit
+		want    *RateSpec // nil: the listener is skipped
+		problem Problem
+	}{
+		{"requests", &pb.RateLimit{RequestsPerSecond: 5, Key: "header", Header: "X-Request-Id"},
+			&RateSpec{}, Problem{"listeners[1].rateLimit.header", why + "requestsPerSecond not enforced"}},
+		{"requests and connections", &pb.RateLimit{RequestsPerSecond: 5, ConnectionsPerSecond: 3, Burst: 7, Key: "header", Header: "x_request-ID"},
+			&RateSpec{Conns: 3, Burst: 7}, Problem{"listeners[1].rateLimit.header", "x_request-ID" + why[len("X-Request-Id"):] +
+				"requestsPerSecond not enforced; connectionsPerSecond counted by client address"}},
+		{"connections", &pb.RateLimit{ConnectionsPerSecond: 3, Key: "header", Header: "X-Request-Id"},
+			&RateSpec{Conns: 3}, Problem{"listeners[1].rateLimit.header", why + "connectionsPerSecond counted by client address"}},
+		{"another broken header", &pb.RateLimit{RequestsPerSecond: 5, Key: "header", Header: "Host"},
+			nil, Problem{"listeners[1].rateLimit.header", "Host is the route's; count by another header, or use one route per host; listener skipped"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			lb := tcpLB("web", "192.0.2.1", 22, "10.20.0.1:22")
+			lb.Listeners = append(lb.Listeners, &pb.Listener{Port: 80, Protocol: "http", RateLimit: tt.rl})
+			lb.Routes = []*pb.Route{{Host: "shop.acme.example", Path: "/", Pool: "app"}}
+			s := Compile(objs(lb), 1, Defaults{}, nil)
+			if got := problemsOf(s, "acme/web"); !slices.Equal(got, []Problem{tt.problem}) {
+				t.Errorf("problems = %q\nwant %q", got, []Problem{tt.problem})
+			}
+			l := s.Listener(key("192.0.2.1:80", TCP))
+			switch {
+			case tt.want == nil && l != nil:
+				t.Errorf("listener served with rate %+v, want it skipped", l.Rate)
+			case tt.want != nil && l == nil:
+				t.Fatal("listener skipped, want it served")
+			case tt.want != nil && l.Rate != *tt.want:
+				t.Errorf("rate = %+v, want %+v", l.Rate, *tt.want)
+			}
+		})
 	}
 }
 

@@ -183,6 +183,28 @@ func rateSpec(rl *pb.RateLimit) RateSpec {
 	return s
 }
 
+// requestIDRate compiles a rate limit counted by the request id
+// (api.RequestIDRate), which a listener or route may hold from before
+// the API refused it, and says what the data plane does instead. Every
+// request has its own id (the proxy makes one when no trusted proxy sent
+// it), so the limit as written limits no request and fills the tenant's
+// key table: its requestsPerSecond is left out, and the listener or
+// route is served, not skipped, since a limit that holds back no request
+// protects nothing that serving without it opens. A listener's
+// connectionsPerSecond is counted by client address whatever the key, so
+// it still holds.
+func requestIDRate(rl *pb.RateLimit) (RateSpec, string) {
+	s := rateSpec(rl)
+	s.Requests, s.Header = 0, ""
+	switch {
+	case rl.GetRequestsPerSecond() == 0:
+		return s, "connectionsPerSecond counted by client address"
+	case s.Conns > 0:
+		return s, "requestsPerSecond not enforced; connectionsPerSecond counted by client address"
+	}
+	return s, "requestsPerSecond not enforced"
+}
+
 // edgeField reports whether field names a source-range or rate-limit
 // field of a listener: such a listener is not served rather than served
 // open.
