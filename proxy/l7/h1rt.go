@@ -243,9 +243,11 @@ type h1RespBody struct {
 	left     int64
 	ck       chunked
 	trailer  []byte
-	// trailerN: the bytes of the trailer section read (copyResponse
-	// charges them: no writer sends them as body).
-	trailerN int64
+	// unsent: the bytes of a chunked body read and parsed but not
+	// returned as data (chunk-size lines with their extensions, the
+	// CRLFs, the trailer section); copyResponse charges them, as no
+	// writer sends them as body.
+	unsent   int64
 	reusable bool
 	err      error
 	closed   bool
@@ -297,7 +299,9 @@ func (b *h1RespBody) Read(out []byte) (int, error) {
 		n, data, err := b.ck.step(in)
 		if inTrailer {
 			b.trailer = append(b.trailer, in[:n]...)
-			b.trailerN += int64(n)
+		}
+		if !data {
+			b.unsent += int64(n)
 		}
 		u.r += n
 		if err != nil {

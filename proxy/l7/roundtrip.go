@@ -389,8 +389,21 @@ func copyResponse(w http.ResponseWriter, resp *http.Response, cpu CPU) (int64, e
 	buf := *bufp
 	var n int64
 	var err error
+	// The framing and trailer section of an HTTP/1.1 member's chunked
+	// body are read and parsed as the body's bytes, whether or not
+	// anything of them goes on: charged after each read.
+	hb, _ := resp.Body.(*h1RespBody)
+	var unsent int64
 	for {
 		k, rerr := resp.Body.Read(buf)
+		if hb != nil && hb.unsent > unsent {
+			if cpu != nil {
+				m.add(cpu, WorkTLSBytes, hb.unsent-unsent)
+			} else {
+				chargeRead(w, hb.unsent-unsent)
+			}
+			unsent = hb.unsent
+		}
 		if k > 0 {
 			if _, werr := w.Write(buf[:k]); werr != nil {
 				return n, werr
@@ -406,15 +419,6 @@ func copyResponse(w http.ResponseWriter, resp *http.Response, cpu CPU) (int64, e
 				err = rerr
 			}
 			break
-		}
-	}
-	if hb, ok := resp.Body.(*h1RespBody); ok && hb.trailerN > 0 {
-		// Read and parsed as the body's bytes, whether or not its
-		// fields go on.
-		if cpu != nil {
-			m.add(cpu, WorkTLSBytes, hb.trailerN)
-		} else {
-			chargeRead(w, hb.trailerN)
 		}
 	}
 	filterRespTrailer(resp.Trailer, resp.Header)

@@ -1,0 +1,144 @@
+package l7
+
+import (
+	"bytes"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// chargedGet sends one GET / through a proxy serving router from client
+// ("h1", "h1.0": HTTP/1.0, "h2c", or "h3": an H3Conn as the HTTP/3 codec
+// hands it requests), fails unless the response is 200 with body want,
+// and returns the units the tenant's CPU budget counted.
+func chargedGet(t *testing.T, router Router, client, want string) int64 {
+	t.Helper()
+	cpu := &unitCount{}
+	info := ConnInfo{Listener: "test", LB: "t/lb", Tenant: "t", Router: func() Router { return router }, CPU: cpu}
+	if client == "h3" {
+		s := New(Config{})
+		defer s.Close()
+		info.TLS = true
+		c := s.NewH3Conn(&info, netip.MustParseAddrPort("127.0.0.1:40000"), netip.MustParseAddrPort("127.0.0.1:443"))
+		defer c.Close()
+		r := httptest.NewRequest("GET", "https://a.example/", nil)
+		r.Proto, r.ProtoMajor, r.ProtoMinor = "HTTP/3.0", 3, 0
+		w := httptest.NewRecorder()
+		c.ServeHTTP(w, r)
+		if w.Code != 200 || w.Body.String() != want {
+			t.Fatalf("%s: %d %.100q", client, w.Code, w.Body)
+		}
+		return cpu.n.Load()
+	}
+	addr := proxyUnderInfo(t, New(Config{}), info, nil)
+	if client == "h2c" {
+		c := h2cTestClient()
+		c.Timeout = 20 * time.Second
+		defer c.CloseIdleConnections()
+		req, _ := http.NewRequest("GET", "http://"+addr+"/", nil)
+		req.Host = "a.example"
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatalf("%s: %v", client, err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != 200 || string(b) != want {
+			t.Fatalf("%s: %d %.100q, %v", client, resp.StatusCode, b, err)
+		}
+		c.CloseIdleConnections()
+		return cpu.n.Load()
+	}
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
+	proto := "HTTP/1.1"
+	if client == "h1.0" {
+		proto = "HTTP/1.0"
+	}
+	if _, err := io.WriteString(conn, "GET / "+proto+"\r\nHost: a.example\r\nConnection: close\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	// Read as it came: net/http's client refuses a chunked body with
+	// as much framing as the tests send.
+	raw, err := io.ReadAll(conn)
+	head, body, _ := bytes.Cut(raw, []byte("\r\n\r\n"))
+	if bytes.Contains(bytes.ToLower(head), []byte("transfer-encoding: chunked")) {
+		body = dechunk(body)
+	}
+	if err != nil || len(head) < 12 || string(head[9:12]) != "200" || string(body) != want {
+		t.Fatalf("%s: %.100q, body %.100q, %v", client, head, body, err)
+	}
+	conn.Close()
+	return cpu.n.Load()
+}
+
+// dechunk returns the data of a chunked body (extensions skipped, the
+// trailer section dropped), nil when it is malformed.
+func dechunk(b []byte) []byte {
+	var out []byte
+	for {
+		line, rest, ok := bytes.Cut(b, []byte("\r\n"))
+		if !ok {
+			return nil
+		}
+		size, _, _ := bytes.Cut(line, []byte(";"))
+		n, err := strconv.ParseInt(string(size), 16, 64)
+		if err != nil || int64(len(rest)) < n+2 {
+			return nil
+		}
+		if n == 0 {
+			return out
+		}
+		out = append(out, rest[:n]...)
+		b = rest[n+2:]
+	}
+}
+
+// fastAndExt are the routes of the charge tests: the fast path to be,
+// and the net/http path (RouteExt) to be.
+func fastAndExt(be *testBackend) map[string]Router {
+	return map[string]Router{
+		"fast": testRouter{{prefix: "/", route: &Route{Name: "fast", Backend: be}}},
+		"ext":  testRouter{{prefix: "/", route: &Route{Name: "ext", Ext: &RouteExt{Backends: []WeightedBackend{{Backend: be, Weight: 1}}}}}},
+	}
+}
+
+// TestChunkFramingCharged: the chunk-size lines and chunk extensions of
+// an HTTP/1.1 member's chunked response count toward the tenant's CPU
+// budget as the body's bytes, also where they are not relayed: the
+// HTTP/2 fast path (which sends the data as DATA), the net/http path
+// (h1RespBody, to an HTTP/1.1 and an HTTP/2 client) and the HTTP/1.1 fast
+// path to an HTTP/1.0 client (which gets the body de-chunked); the
+// HTTP/1.1 fast path relays them as they came. 1,000 1-byte chunks with
+// 4,000-byte extensions (about 4,009,000 bytes, 61 units) charge at least
+// 60 units more than 1,000 1-byte chunks without.
+func TestChunkFramingCharged(t *testing.T) {
+	t.Parallel()
+	response := func(ext string) string {
+		return "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" +
+			strings.Repeat("1"+ext+"\r\nx\r\n", 1000) + "0\r\n\r\n"
+	}
+	want := strings.Repeat("x", 1000)
+	ext := ";x=" + strings.Repeat("p", 4000)
+	for _, c := range []struct{ route, client string }{{"fast", "h2c"}, {"fast", "h1"}, {"fast", "h1.0"}, {"ext", "h2c"}, {"ext", "h1"}, {"ext", "h3"}} {
+		units := func(ext string) int64 {
+			be := newBackend(t, repliesMember(t, response(ext)))
+			return chargedGet(t, fastAndExt(be)[c.route], c.client, want)
+		}
+		bare, with := units(""), units(ext)
+		t.Logf("%s route, %s client: %d units with bare chunk-size lines, %d with extensions", c.route, c.client, bare, with)
+		if with-bare < 60 {
+			t.Errorf("%s route, %s client: with 4,000-byte chunk extensions: %d units, without: %d; want at least 60 more", c.route, c.client, with, bare)
+		}
+	}
+}
