@@ -61,7 +61,7 @@ func (c *clientConn) bridge(b []byte, d *decision, path []byte, cleaned bool) {
 	r = r.WithContext(ctx)
 	w := &h1Writer{c: c, hdr: make(http.Header), isHead: isHead}
 	if c.scope == nil {
-		c.scope = &connScope{s: c.s, pp: proxyAddrs{src: c.client, dst: c.local}, cpu: c.info.CPU}
+		c.scope = &connScope{s: c.s, pp: proxyAddrs{src: c.client, dst: c.local}, cpu: c.info.CPU, cpuW: c.cpuW}
 	}
 	switch d.act {
 	case actExt:

@@ -52,6 +52,7 @@ func (rt h1RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	// A cancelled request (stream reset) unblocks the member connection.
 	stop := context.AfterFunc(ctx, func() { _ = u.nc.SetDeadline(aLongTimeAgo) })
 	hasBody := req.Body != nil && req.Body != http.NoBody
+	interim := interimOf(ctx)
 	for {
 		u.got, u.r, u.w = 0, 0, 0
 		u.resp.reset()
@@ -68,7 +69,7 @@ func (rt h1RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 			go func() { bodyDone <- writeH1Body(u, req, s.cfg.BodyTimeout) }()
 		}
 		if err == nil {
-			err = readH1Head(u, now, rht(opts, s), s.cfg.MaxHeaderBytes, nil)
+			err = readH1Head(u, now, rht(opts, s), s.cfg.MaxHeaderBytes, interim)
 		}
 		if err == nil {
 			return h1Response(s, req, u, p, bodyDone, stop), nil

@@ -113,6 +113,32 @@ func fastAndExt(be *testBackend) map[string]Router {
 	}
 }
 
+// TestExtInterimResponsesCharged: the interim (1xx) responses an
+// HTTP/1.1 member sends before its final one count toward the tenant's
+// CPU budget on the net/http path (a route with RouteExt), read by our
+// transport and by net/http's (a PROXY protocol member, through
+// httptrace's Got1xxResponse), to an HTTP/1.1 and an HTTP/2 client: 160
+// 3,000-byte 103 heads (480,000 bytes) charge at least 7 units more than
+// none.
+func TestExtInterimResponsesCharged(t *testing.T) {
+	t.Parallel()
+	interim := strings.Repeat("HTTP/1.1 103 Early Hints\r\nX-Pad: "+strings.Repeat("p", 3000)+"\r\n\r\n", 160)
+	for _, pp := range []uint8{0, 1} {
+		for _, client := range []string{"h1", "h2c", "h3"} {
+			units := func(interim string) int64 {
+				be := newBackend(t, repliesMember(t, interim+"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"))
+				be.opts.ProxyProtocol = pp
+				return chargedGet(t, fastAndExt(be)["ext"], client, "ok")
+			}
+			bare, with := units(""), units(interim)
+			t.Logf("proxy protocol %d, %s client: %d units without interim responses, %d with", pp, client, bare, with)
+			if with-bare < 7 {
+				t.Errorf("proxy protocol %d, %s client: with 160 3,000-byte interim responses: %d units, without: %d; want at least 7 more", pp, client, with, bare)
+			}
+		}
+	}
+}
+
 // TestChunkFramingCharged: the chunk-size lines and chunk extensions of
 // an HTTP/1.1 member's chunked response count toward the tenant's CPU
 // budget as the body's bytes, also where they are not relayed: the

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/netip"
 	"net/textproto"
 	"net/url"
@@ -86,11 +87,14 @@ type connScope struct {
 	pp proxyAddrs
 	// cpu is the connection's tenant's CPU budget (ConnInfo.CPU, may be
 	// nil): the engine counts there the work it adds of its own, the
-	// copies of mirrored requests.
-	cpu CPU
-	mu  sync.Mutex
-	h1  *http.Transport
-	h2  *h2Client
+	// copies of mirrored requests, and the interim responses members
+	// send on the round-trip path (interimCharge), whose units of bytes
+	// count cpuW (cpuWeight; WorkTLSBytes for HTTP/3).
+	cpu  CPU
+	cpuW int64
+	mu   sync.Mutex
+	h1   *http.Transport
+	h2   *h2Client
 }
 
 func (sc *connScope) transport(opts *BackendOptions) http.RoundTripper {
@@ -200,6 +204,66 @@ type rtRequest struct {
 	// fw is the request's scratch that decide used (nil: none), which
 	// holds the request id route matching saw.
 	fw *fwdScratch
+	// interim charges the interim responses of every attempt.
+	interim interimCharge
+}
+
+// interimKey is the context key of a round trip's *interimCharge.
+type interimKey struct{}
+
+// interimCharge charges the tenant of a round trip for the interim (1xx)
+// responses members send before the final one, which no writer sends
+// on: a member may send them until the response head timeout. Our
+// transports read them on the caller's goroutine, net/http's on its
+// connection's reader, and attempts may overlap: the count is atomic,
+// and each call charges the units of 1<<WorkBytesShift bytes its bytes
+// complete.
+type interimCharge struct {
+	cpu  CPU
+	cpuW int64
+	n    atomic.Int64
+}
+
+// add charges k bytes of interim responses (and may wait there).
+func (ic *interimCharge) add(k int64) {
+	if ic == nil || ic.cpu == nil || k <= 0 {
+		return
+	}
+	n := ic.n.Add(k)
+	if u := n>>WorkBytesShift - (n-k)>>WorkBytesShift; u > 0 {
+		ic.cpu.Relay(u * ic.cpuW)
+	}
+}
+
+// interimOf returns the interim charge of the round trip of ctx, nil
+// when none is set.
+func interimOf(ctx context.Context) func(n int64) {
+	ic, _ := ctx.Value(interimKey{}).(*interimCharge)
+	if ic == nil || ic.cpu == nil {
+		return nil
+	}
+	return ic.add
+}
+
+// interimTrace tells net/http's transport to report the interim
+// responses it reads to ic, which charges their size as HTTP/1.1 lines
+// (the transport does not give their bytes). With it, the transport no
+// longer counts the interim heads against MaxResponseHeaderBytes
+// together with the final one: each head is bounded by it, and their
+// number by the response head timeout, as on our transports.
+func interimTrace(ctx context.Context, ic *interimCharge) context.Context {
+	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+			n := len("HTTP/1.1 100 \r\n\r\n")
+			for k, vv := range h {
+				for _, v := range vv {
+					n += len(k) + len(": \r\n") + len(v)
+				}
+			}
+			ic.add(int64(n))
+			return nil
+		},
+	})
 }
 
 // proxyHTTP forwards r to a member of be through a net/http transport and
@@ -259,6 +323,7 @@ func (s *Server) proxyHTTP(w http.ResponseWriter, q *rtRequest, be Backend, opts
 		upHost = q.upHost
 	}
 	rt := q.scope.transport(opts)
+	q.interim.cpu, q.interim.cpuW = q.scope.cpu, q.scope.cpuW
 	for retries := q.retries; ; retries-- {
 		m, ok := be.Pick(q.ca.addr, key)
 		if !ok {
@@ -290,7 +355,11 @@ func (s *Server) proxyHTTP(w http.ResponseWriter, q *rtRequest, be Backend, opts
 				return
 			}
 		}
-		ctx, cancel := context.WithCancel(context.WithValue(r.Context(), optsKey{}, opts))
+		ctx := context.WithValue(context.WithValue(r.Context(), optsKey{}, opts), interimKey{}, &q.interim)
+		if _, ok := rt.(*http.Transport); ok {
+			ctx = interimTrace(ctx, &q.interim)
+		}
+		ctx, cancel := context.WithCancel(ctx)
 		var timedOut atomic.Bool
 		timer := time.AfterFunc(wait, func() { timedOut.Store(true); cancel() })
 		t0 := time.Now()
