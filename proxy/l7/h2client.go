@@ -539,7 +539,14 @@ func (c *h2UpConn) onHeaders(f *http2.MetaHeadersFrame) http2.ErrCode {
 				st.fail(fmt.Errorf("%w: stream ended on an informational status", ErrUpstreamProtocol))
 				delete(c.streams, id)
 			}
-			return 0 // informational: not relayed
+			// Informational: not relayed, but read and decoded for the
+			// request's tenant, which awaitHead charges.
+			st.interim += interimBytes(f)
+			select {
+			case st.rwake <- struct{}{}:
+			default:
+			}
+			return 0
 		}
 		st.status, st.fields, st.gotHead = status, f.RegularFields(), true
 	case !f.StreamEnded():
@@ -557,6 +564,19 @@ func (c *h2UpConn) onHeaders(f *http2.MetaHeadersFrame) http2.ErrCode {
 	}
 	st.signal()
 	return 0
+}
+
+// interimBytes is what an interim response's HEADERS frame counts: the
+// bytes of its frame, or those of its fields as HTTP/1.1 lines when they
+// decode to more (a field from the dynamic table costs its decoded
+// length; CONTINUATION frames are not told apart by the framer).
+func interimBytes(f *http2.MetaHeadersFrame) int64 {
+	wire := int64(9 + f.Header().Length)
+	var decoded int64
+	for _, hf := range f.Fields {
+		decoded += int64(len(hf.Name) + len(": \r\n") + len(hf.Value))
+	}
+	return max(wire, decoded)
 }
 
 // lastOpened is the next stream id to open: ids below it were used.

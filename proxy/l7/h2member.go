@@ -79,7 +79,7 @@ func (st *h2Stream) serveUpH2(d *decision, path, query string) bool {
 		t0 := nowNano()
 		up, err := st.openUp(m, opts, rt, body, inline, limit)
 		if err == nil {
-			err = up.awaitHead(t0 + int64(rt))
+			err = up.awaitHead(t0+int64(rt), c.chargeRead)
 		}
 		d := time.Duration(nowNano() - t0)
 		if err != nil {

@@ -57,6 +57,7 @@ func (t h2Transport) RoundTrip(r *http.Request) (*http.Response, error) {
 		blk = appendLiteral(blk, "content-length", strconv.FormatInt(r.ContentLength, 10), false)
 	}
 	ctx := r.Context()
+	interim := interimOf(ctx)
 	deadline := nowNano() + int64(rht(opts, s))
 	for refusals := 0; ; refusals++ {
 		uc, err := t.cl.acquire(ctx, key, opts, timeAt(deadline))
@@ -77,7 +78,7 @@ func (t h2Transport) RoundTrip(r *http.Request) (*http.Response, error) {
 			go b.pump(r)
 		}
 		if err == nil {
-			err = up.awaitHead(deadline)
+			err = up.awaitHead(deadline, interim)
 		}
 		if err != nil {
 			b.Close()

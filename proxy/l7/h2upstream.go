@@ -38,6 +38,9 @@ type h2UpStream struct {
 	status  int
 	fields  []hpack.HeaderField
 	gotHead bool
+	// interim: the bytes of interim (1xx) responses received that
+	// awaitHead has not charged yet.
+	interim int64
 	rbuf    []byte
 	rr      int
 	held    int64 // bytes received and not yet returned to the member's window
@@ -247,13 +250,19 @@ func (st *h2UpStream) writeTrailers(fields []hpack.HeaderField, scratch []byte) 
 }
 
 // awaitHead waits for the response head until deadline (UnixNano). A
-// member that does not answer in time is probed with a PING.
-func (st *h2UpStream) awaitHead(deadline int64) error {
+// member that does not answer in time is probed with a PING. The bytes
+// of the interim responses before the head are told to interim as they
+// come, when it is not nil (to charge them).
+func (st *h2UpStream) awaitHead(deadline int64, interim func(n int64)) error {
 	c := st.c
 	for {
 		c.mu.Lock()
-		got, err := st.gotHead, st.err
+		got, err, n := st.gotHead, st.err, st.interim
+		st.interim = 0
 		c.mu.Unlock()
+		if n > 0 && interim != nil {
+			interim(n)
+		}
 		switch {
 		case got:
 			return nil
@@ -264,6 +273,12 @@ func (st *h2UpStream) awaitHead(deadline int64) error {
 		}
 		if !waitOn(st.rwake, &st.rtimer, deadline) {
 			c.probeDead()
+			c.mu.Lock()
+			n, st.interim = st.interim, 0
+			c.mu.Unlock()
+			if n > 0 && interim != nil {
+				interim(n)
+			}
 			return fmt.Errorf("%w: no http2 response head", ErrUpstreamTimeout)
 		}
 	}

@@ -11,6 +11,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 )
 
 // chargedGet sends one GET / through a proxy serving router from client
@@ -135,6 +138,65 @@ func TestExtInterimResponsesCharged(t *testing.T) {
 			if with-bare < 7 {
 				t.Errorf("proxy protocol %d, %s client: with 160 3,000-byte interim responses: %d units, without: %d; want at least 7 more", pp, client, with, bare)
 			}
+		}
+	}
+}
+
+// interimH2Member is an HTTP/2 member that answers each request with n
+// interim responses (103, with a field of 3,000 bytes that its encoder
+// indexes after the first: each later HEADERS frame is a few bytes that
+// decode to 3,000), then 200 with body "ok".
+func interimH2Member(t *testing.T, n int) string {
+	t.Helper()
+	return rawH2Member(t, func(_ int, fr *http2.Framer, c net.Conn) {
+		var hb bytes.Buffer
+		enc := hpack.NewEncoder(&hb)
+		pad := strings.Repeat("p", 3000)
+		for {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				return
+			}
+			switch f := f.(type) {
+			case *http2.SettingsFrame:
+				if !f.IsAck() {
+					fr.WriteSettingsAck()
+				}
+			case *http2.MetaHeadersFrame:
+				for range n {
+					hb.Reset()
+					enc.WriteField(hpack.HeaderField{Name: ":status", Value: "103"})
+					enc.WriteField(hpack.HeaderField{Name: "x-pad", Value: pad})
+					if fr.WriteHeaders(http2.HeadersFrameParam{StreamID: f.StreamID, BlockFragment: hb.Bytes(), EndHeaders: true}) != nil {
+						return
+					}
+				}
+				if answerH2(fr, f.StreamID, "ok") != nil {
+					return
+				}
+			}
+		}
+	})
+}
+
+// TestH2MemberInterimCharged: the interim (1xx) HEADERS frames of an
+// HTTP/2 member count toward the tenant's CPU budget, by the bytes their
+// fields decode to, on the HTTP/2 fast path (awaitHead, h2Conn's
+// chargeRead) and through the net/http path (h2Transport), to an HTTP/1.1
+// and an HTTP/2 client: 160 103 responses with a 3,000-byte field charge
+// at least 7 units more than none.
+func TestH2MemberInterimCharged(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ route, client string }{{"fast", "h2c"}, {"fast", "h1"}, {"ext", "h2c"}, {"ext", "h1"}, {"ext", "h3"}} {
+		units := func(n int) int64 {
+			be := newBackend(t, interimH2Member(t, n))
+			be.opts.Protocol = H2C
+			return chargedGet(t, fastAndExt(be)[c.route], c.client, "ok")
+		}
+		bare, with := units(0), units(160)
+		t.Logf("%s route, %s client: %d units without interim responses, %d with", c.route, c.client, bare, with)
+		if with-bare < 7 {
+			t.Errorf("%s route, %s client: with 160 interim responses of 3,000 bytes: %d units, without: %d; want at least 7 more", c.route, c.client, with, bare)
 		}
 	}
 }
