@@ -179,12 +179,53 @@ func interimH2Member(t *testing.T, n int) string {
 	})
 }
 
+// continuationH2Member is an HTTP/2 member that answers each request with
+// n interim responses (103) whose HEADERS frame holds the status alone,
+// each followed by 10 CONTINUATION frames of 16,000 bytes that decode to
+// nothing (dynamic table size updates, which the decoder takes anywhere
+// in a block while its table is empty), then 200 with body "ok".
+func continuationH2Member(t *testing.T, n int) string {
+	t.Helper()
+	status := []byte{0x08, 3, '1', '0', '3'} // :status 103, literal, not indexed
+	fill := bytes.Repeat([]byte{0x20}, 16000)
+	return rawH2Member(t, func(_ int, fr *http2.Framer, c net.Conn) {
+		for {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				return
+			}
+			switch f := f.(type) {
+			case *http2.SettingsFrame:
+				if !f.IsAck() {
+					fr.WriteSettingsAck()
+				}
+			case *http2.MetaHeadersFrame:
+				for range n {
+					if fr.WriteHeaders(http2.HeadersFrameParam{StreamID: f.StreamID, BlockFragment: status}) != nil {
+						return
+					}
+					for i := range 10 {
+						if fr.WriteContinuation(f.StreamID, i == 9, fill) != nil {
+							return
+						}
+					}
+				}
+				if answerH2(fr, f.StreamID, "ok") != nil {
+					return
+				}
+			}
+		}
+	})
+}
+
 // TestH2MemberInterimCharged: the interim (1xx) HEADERS frames of an
 // HTTP/2 member count toward the tenant's CPU budget, by the bytes their
 // fields decode to, on the HTTP/2 fast path (awaitHead, h2Conn's
 // chargeRead) and through the net/http path (h2Transport), to an HTTP/1.1
 // and an HTTP/2 client: 160 103 responses with a 3,000-byte field charge
-// at least 7 units more than none.
+// at least 7 units more than none, and 10 whose header blocks go on in
+// 160,000 bytes of CONTINUATION frames that decode to no field (1,601,040
+// bytes) at least 24 more, by the bytes of their frames.
 func TestH2MemberInterimCharged(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct{ route, client string }{{"fast", "h2c"}, {"fast", "h1"}, {"ext", "h2c"}, {"ext", "h1"}, {"ext", "h3"}} {
@@ -197,6 +238,16 @@ func TestH2MemberInterimCharged(t *testing.T) {
 		t.Logf("%s route, %s client: %d units without interim responses, %d with", c.route, c.client, bare, with)
 		if with-bare < 7 {
 			t.Errorf("%s route, %s client: with 160 interim responses of 3,000 bytes: %d units, without: %d; want at least 7 more", c.route, c.client, with, bare)
+		}
+		cont := func(n int) int64 {
+			be := newBackend(t, continuationH2Member(t, n))
+			be.opts.Protocol = H2C
+			return chargedGet(t, fastAndExt(be)[c.route], c.client, "ok")
+		}
+		bare, with = cont(0), cont(10)
+		t.Logf("%s route, %s client: %d units without interim responses, %d with 10 in 160,000 bytes of CONTINUATION frames each", c.route, c.client, bare, with)
+		if with-bare < 24 {
+			t.Errorf("%s route, %s client: with 10 interim responses in 160,000 bytes of CONTINUATION frames each: %d units, without: %d; want at least 24 more", c.route, c.client, with, bare)
 		}
 	}
 }
