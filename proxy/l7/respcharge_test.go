@@ -1,6 +1,7 @@
 package l7
 
 import (
+	"bufio"
 	"bytes"
 	"io"
 	"net"
@@ -9,6 +10,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -279,5 +281,81 @@ func TestChunkFramingCharged(t *testing.T) {
 		if with-bare < 60 {
 			t.Errorf("%s route, %s client: with 4,000-byte chunk extensions: %d units, without: %d; want at least 60 more", c.route, c.client, with, bare)
 		}
+	}
+}
+
+// chunkedAnswer is a chunked response with status code whose body is
+// 1,000 1-byte chunks, each with extension ext.
+func chunkedAnswer(code int, ext string) string {
+	return "HTTP/1.1 " + strconv.Itoa(code) + " " + http.StatusText(code) + "\r\nTransfer-Encoding: chunked\r\n\r\n" +
+		strings.Repeat("1"+ext+"\r\nx\r\n", 1000) + "0\r\n\r\n"
+}
+
+// TestDroppedResponseFramingCharged: the framing of a chunked response
+// the proxy reads and drops counts toward the tenant's CPU budget as the
+// relayed ones' does: a retried attempt's response (discardResponse, to
+// an HTTP/1.1, an HTTP/2 and an HTTP/3 client) and a mirrored request's
+// (discardWriter). 1,000 1-byte chunks with 4,000-byte extensions (about
+// 4,009,000 bytes, 61 units) charge at least 60 units more than 1,000
+// bare ones.
+func TestDroppedResponseFramingCharged(t *testing.T) {
+	t.Parallel()
+	ext := ";x=" + strings.Repeat("p", 4000)
+	for _, client := range []string{"h1", "h2c", "h3"} {
+		units := func(ext string) int64 {
+			// Odd requests get a 503 with the chunked body, even ones 200.
+			var n atomic.Int32
+			member := rawServer(t, func(c net.Conn) {
+				br := bufio.NewReader(c)
+				for {
+					l, err := br.ReadString('\n')
+					if err != nil {
+						return
+					}
+					if l != "\r\n" {
+						continue
+					}
+					resp := "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+					if n.Add(1)%2 == 1 {
+						resp = chunkedAnswer(503, ext)
+					}
+					if _, err := io.WriteString(c, resp); err != nil {
+						return
+					}
+				}
+			})
+			be := newBackend(t, member)
+			route := &Route{Name: "retry", Ext: &RouteExt{Backends: []WeightedBackend{{Backend: be, Weight: 1}},
+				Retry: &Retry{Codes: []int{503}, Attempts: 1, Backoff: time.Millisecond}}}
+			return chargedGet(t, testRouter{{prefix: "/", route: route}}, client, "ok")
+		}
+		bare, with := units(""), units(ext)
+		t.Logf("retried response, %s client: %d units with bare chunk-size lines, %d with extensions", client, bare, with)
+		if with-bare < 60 {
+			t.Errorf("retried response, %s client: with 4,000-byte chunk extensions: %d units, without: %d; want at least 60 more", client, with, bare)
+		}
+	}
+	mirrored := func(ext string) int64 {
+		member := newBackend(t, repliesMember(t, chunkedAnswer(200, ext)))
+		s := New(Config{})
+		defer s.Close()
+		cpu := &unitCount{}
+		r, _ := http.NewRequest("GET", "http://a.example/", nil)
+		ca := newClientAddrs(netip.MustParseAddrPort("192.0.2.1:1234"), false, nil)
+		q := &rtRequest{r: r, path: "/", ca: &ca, scope: &connScope{s: s, cpu: cpu}, stats: &RequestStats{Tenant: "t"}}
+		if !s.mirror(q, []Mirror{{Backend: member, Numerator: 1, Denominator: 1}}) {
+			t.Fatal("mirror refused a request")
+		}
+		waitUntil(t, 20*time.Second, "the copy answered", func() bool {
+			s.mirrors.mu.Lock()
+			defer s.mirrors.mu.Unlock()
+			return s.mirrors.total == 0
+		})
+		return cpu.n.Load()
+	}
+	bare, with := mirrored(""), mirrored(ext)
+	t.Logf("mirrored response: %d units with bare chunk-size lines, %d with extensions", bare, with)
+	if with-bare < 60 {
+		t.Errorf("mirrored response: with 4,000-byte chunk extensions: %d units, without: %d; want at least 60 more", with, bare)
 	}
 }

@@ -398,7 +398,7 @@ func (s *Server) proxyHTTP(w http.ResponseWriter, q *rtRequest, be Backend, opts
 			return
 		}
 		if rtr != nil && rtr.pol.retriesStatus(resp.StatusCode) && rtr.may(q) {
-			discardResponse(resp)
+			discardResponse(w, resp, q.cpu)
 			cancel()
 			m.Done(nil, resp.StatusCode, d)
 			if !rtr.again(q) {
@@ -409,7 +409,7 @@ func (s *Server) proxyHTTP(w http.ResponseWriter, q *rtRequest, be Backend, opts
 		}
 		q.stats.Upstream = d
 		if !respHeader(w.Header(), resp) {
-			discardResponse(resp)
+			discardResponse(w, resp, q.cpu)
 			cancel()
 			m.Done(ErrUpstreamProtocol, resp.StatusCode, d)
 			s.failHTTP(w, q, 502, OutcomeUpstreamError)
