@@ -284,6 +284,99 @@ func TestChunkFramingCharged(t *testing.T) {
 	}
 }
 
+// TestEndlessInterimHeadTimeout: a member that sends interim (1xx)
+// responses without end, one every few milliseconds, is answered by the
+// response head timeout (504) on every path, also through net/http's
+// transport (PROXY protocol), where each interim head is bounded by
+// MaxResponseHeaderBytes alone and their number by that timeout only.
+func TestEndlessInterimHeadTimeout(t *testing.T) {
+	t.Parallel()
+	h1 := rawServer(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		for {
+			l, err := br.ReadString('\n')
+			if err != nil {
+				return
+			}
+			if l == "\r\n" {
+				break
+			}
+		}
+		for {
+			if _, err := io.WriteString(c, "HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n"); err != nil {
+				return
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	})
+	h2 := rawH2Member(t, func(_ int, fr *http2.Framer, c net.Conn) {
+		var hb bytes.Buffer
+		enc := hpack.NewEncoder(&hb)
+		for {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				return
+			}
+			switch f := f.(type) {
+			case *http2.SettingsFrame:
+				if !f.IsAck() {
+					fr.WriteSettingsAck()
+				}
+			case *http2.MetaHeadersFrame:
+				for {
+					hb.Reset()
+					enc.WriteField(hpack.HeaderField{Name: ":status", Value: "103"})
+					if fr.WriteHeaders(http2.HeadersFrameParam{StreamID: f.StreamID, BlockFragment: hb.Bytes(), EndHeaders: true}) != nil {
+						return
+					}
+					time.Sleep(2 * time.Millisecond)
+				}
+			}
+		}
+	})
+	const rht = 300 * time.Millisecond
+	for _, c := range []struct {
+		member, route string
+		pp            uint8
+	}{{"h1", "fast", 0}, {"h1", "ext", 0}, {"h1", "ext", 1}, {"h2", "fast", 0}, {"h2", "ext", 0}, {"h2", "ext", 1}} {
+		addr := h1
+		if c.member == "h2" {
+			addr = h2
+		}
+		be := newBackend(t, addr)
+		be.opts.ProxyProtocol = c.pp
+		be.opts.ResponseHeaderTimeout = rht
+		if c.member == "h2" {
+			be.opts.Protocol = H2C
+		}
+		info := ConnInfo{Listener: "test", LB: "t/lb", Tenant: "t", Router: func() Router { return fastAndExt(be)[c.route] }}
+		paddr := proxyUnderInfo(t, New(Config{}), info, nil)
+		conn, err := net.Dial("tcp", paddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
+		t0 := time.Now()
+		io.WriteString(conn, "GET / HTTP/1.1\r\nHost: a.example\r\nConnection: close\r\n\r\n")
+		// The HTTP/1.1 fast path relays interim responses: skip them.
+		br := bufio.NewReader(conn)
+		resp, err := http.ReadResponse(br, nil)
+		for err == nil && resp.StatusCode < 200 && time.Since(t0) < 10*rht {
+			resp, err = http.ReadResponse(br, nil)
+		}
+		d := time.Since(t0)
+		if err != nil {
+			t.Errorf("%s member, %s route, proxy protocol %d: %v after %v", c.member, c.route, c.pp, err, d)
+			continue
+		}
+		t.Logf("%s member, %s route, proxy protocol %d: %d after %v", c.member, c.route, c.pp, resp.StatusCode, d)
+		if resp.StatusCode != 504 || d > 10*rht {
+			t.Errorf("%s member, %s route, proxy protocol %d: %d after %v; want 504 after about %v", c.member, c.route, c.pp, resp.StatusCode, d, rht)
+		}
+	}
+}
+
 // chunkedAnswer is a chunked response with status code whose body is
 // 1,000 1-byte chunks, each with extension ext.
 func chunkedAnswer(code int, ext string) string {
