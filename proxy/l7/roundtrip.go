@@ -324,6 +324,11 @@ func (s *Server) proxyHTTP(w http.ResponseWriter, q *rtRequest, be Backend, opts
 	}
 	rt := q.scope.transport(opts)
 	q.interim.cpu, q.interim.cpuW = q.scope.cpu, q.scope.cpuW
+	// What every attempt's context carries, made once.
+	actx := context.WithValue(context.WithValue(r.Context(), optsKey{}, opts), interimKey{}, &q.interim)
+	if _, ok := rt.(*http.Transport); ok {
+		actx = interimTrace(actx, &q.interim)
+	}
 	for retries := q.retries; ; retries-- {
 		m, ok := be.Pick(q.ca.addr, key)
 		if !ok {
@@ -355,11 +360,7 @@ func (s *Server) proxyHTTP(w http.ResponseWriter, q *rtRequest, be Backend, opts
 				return
 			}
 		}
-		ctx := context.WithValue(context.WithValue(r.Context(), optsKey{}, opts), interimKey{}, &q.interim)
-		if _, ok := rt.(*http.Transport); ok {
-			ctx = interimTrace(ctx, &q.interim)
-		}
-		ctx, cancel := context.WithCancel(ctx)
+		ctx, cancel := context.WithCancel(actx)
 		var timedOut atomic.Bool
 		timer := time.AfterFunc(wait, func() { timedOut.Store(true); cancel() })
 		t0 := time.Now()
