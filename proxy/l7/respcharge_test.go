@@ -124,10 +124,21 @@ func fastAndExt(be *testBackend) map[string]Router {
 // transport and by net/http's (a PROXY protocol member, through
 // httptrace's Got1xxResponse), to an HTTP/1.1 and an HTTP/2 client: 160
 // 3,000-byte 103 heads (480,000 bytes) charge at least 7 units more than
-// none.
+// none, whether their bytes are in a field or where net/http's hook does
+// not see them (a reason phrase, blanks before a value).
 func TestExtInterimResponsesCharged(t *testing.T) {
 	t.Parallel()
-	interim := strings.Repeat("HTTP/1.1 103 Early Hints\r\nX-Pad: "+strings.Repeat("p", 3000)+"\r\n\r\n", 160)
+	for _, c := range []struct{ name, interim string }{
+		{"field", strings.Repeat("HTTP/1.1 103 Early Hints\r\nX-Pad: "+strings.Repeat("p", 3000)+"\r\n\r\n", 160)},
+		// Bytes net/http's transport reads and does not give its hook.
+		{"reason phrase", strings.Repeat("HTTP/1.1 103 "+strings.Repeat("p", 3000)+"\r\n\r\n", 160)},
+		{"blank value", strings.Repeat("HTTP/1.1 103 Early Hints\r\nX-Pad:"+strings.Repeat(" ", 3000)+"\r\n\r\n", 160)},
+	} {
+		testExtInterimResponsesCharged(t, c.name, c.interim)
+	}
+}
+
+func testExtInterimResponsesCharged(t *testing.T, name, interim string) {
 	for _, pp := range []uint8{0, 1} {
 		for _, client := range []string{"h1", "h2c", "h3"} {
 			units := func(interim string) int64 {
@@ -136,9 +147,9 @@ func TestExtInterimResponsesCharged(t *testing.T) {
 				return chargedGet(t, fastAndExt(be)["ext"], client, "ok")
 			}
 			bare, with := units(""), units(interim)
-			t.Logf("proxy protocol %d, %s client: %d units without interim responses, %d with", pp, client, bare, with)
+			t.Logf("%s, proxy protocol %d, %s client: %d units without interim responses, %d with", name, pp, client, bare, with)
 			if with-bare < 7 {
-				t.Errorf("proxy protocol %d, %s client: with 160 3,000-byte interim responses: %d units, without: %d; want at least 7 more", pp, client, with, bare)
+				t.Errorf("%s, proxy protocol %d, %s client: with 160 3,000-byte interim responses: %d units, without: %d; want at least 7 more", name, pp, client, with, bare)
 			}
 		}
 	}

@@ -43,23 +43,40 @@ func (s *Server) dialConn(ctx context.Context, addr string, pp *proxyAddrs, tlsD
 	if err != nil {
 		return nil, err
 	}
-	if opts.Budget == nil {
-		return u.nc, nil
+	mc := &memberConn{Conn: u.nc}
+	if opts.Budget != nil {
+		mc.u = u
 	}
-	return chargedConn{u.nc, u}, nil
+	return mc, nil
 }
 
-// chargedConn is a member connection of the net/http transports that
-// gives its descriptor back to its budget when it closes.
-type chargedConn struct {
+// memberConn is a member connection of the net/http transports. It
+// counts the bytes read off it (interimTrace tells the interim responses'
+// from them) and, with u, gives its descriptor back to its budget when
+// it closes.
+type memberConn struct {
 	net.Conn
-	u *upConn
+	u    *upConn
+	read atomic.Int64
 }
 
-func (c chargedConn) Close() error {
+func (c *memberConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.read.Add(int64(n))
+	return n, err
+}
+
+func (c *memberConn) Close() error {
+	if c.u == nil {
+		return c.Conn.Close()
+	}
 	c.u.close()
 	return nil
 }
+
+// h1TransportReadBuf is the read buffer of the net/http transports' member
+// connections: what they may have read past a response head.
+const h1TransportReadBuf = 4 << 10
 
 // newH1Transport returns the HTTP/1.1 transport for round trips; pp is set
 // for the private transport of one client connection.
@@ -76,6 +93,7 @@ func (s *Server) newH1Transport(pp *proxyAddrs) *http.Transport {
 		MaxIdleConnsPerHost:    s.cfg.MaxIdlePerMember,
 		IdleConnTimeout:        s.cfg.UpstreamIdleTimeout,
 		MaxResponseHeaderBytes: int64(s.cfg.MaxHeaderBytes),
+		ReadBufferSize:         h1TransportReadBuf,
 		ExpectContinueTimeout:  time.Second,
 	}
 }
@@ -246,21 +264,40 @@ func interimOf(ctx context.Context) func(n int64) {
 }
 
 // interimTrace tells net/http's transport to report the interim
-// responses it reads to ic, which charges their size as HTTP/1.1 lines
-// (the transport does not give their bytes). With it, the transport no
-// longer counts the interim heads against MaxResponseHeaderBytes
-// together with the final one: each head is bounded by it, and their
-// number by the response head timeout, as on our transports.
+// responses it reads for one attempt to ic, which charges their bytes:
+// those read off the member connection (memberConn) from the attempt's
+// start to each interim head, less what the connection's buffer may hold
+// past it (counted again as the final head or body), or their fields as
+// HTTP/1.1 lines when those are more. The transport does not give a
+// head's bytes, and its fields leave out some (a reason phrase, the
+// blanks around a value). With the trace, the transport no longer counts
+// the interim heads against MaxResponseHeaderBytes together with the
+// final one: each head is bounded by it, and their number by the
+// response head timeout, as on our transports.
 func interimTrace(ctx context.Context, ic *interimCharge) context.Context {
+	// GotConn runs before the transport hands the request to the
+	// connection's reader, which runs Got1xxResponse.
+	var conn *memberConn
+	var base, lines, charged int64
 	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		GotConn: func(info httptrace.GotConnInfo) {
+			if mc, ok := info.Conn.(*memberConn); ok {
+				conn, base = mc, mc.read.Load()
+			}
+		},
 		Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
-			n := len("HTTP/1.1 100 \r\n\r\n")
+			lines += int64(len("HTTP/1.1 100 \r\n\r\n"))
 			for k, vv := range h {
 				for _, v := range vv {
-					n += len(k) + len(": \r\n") + len(v)
+					lines += int64(len(k) + len(": \r\n") + len(v))
 				}
 			}
-			ic.add(int64(n))
+			n := lines
+			if conn != nil {
+				n = max(n, conn.read.Load()-base-h1TransportReadBuf)
+			}
+			ic.add(n - charged)
+			charged = n
 			return nil
 		},
 	})
@@ -326,9 +363,7 @@ func (s *Server) proxyHTTP(w http.ResponseWriter, q *rtRequest, be Backend, opts
 	q.interim.cpu, q.interim.cpuW = q.scope.cpu, q.scope.cpuW
 	// What every attempt's context carries, made once.
 	actx := context.WithValue(context.WithValue(r.Context(), optsKey{}, opts), interimKey{}, &q.interim)
-	if _, ok := rt.(*http.Transport); ok {
-		actx = interimTrace(actx, &q.interim)
-	}
+	_, netHTTP := rt.(*http.Transport)
 	for retries := q.retries; ; retries-- {
 		m, ok := be.Pick(q.ca.addr, key)
 		if !ok {
@@ -360,7 +395,11 @@ func (s *Server) proxyHTTP(w http.ResponseWriter, q *rtRequest, be Backend, opts
 				return
 			}
 		}
-		ctx, cancel := context.WithCancel(actx)
+		ctx := actx
+		if netHTTP {
+			ctx = interimTrace(ctx, &q.interim)
+		}
+		ctx, cancel := context.WithCancel(ctx)
 		var timedOut atomic.Bool
 		timer := time.AfterFunc(wait, func() { timedOut.Store(true); cancel() })
 		t0 := time.Now()
