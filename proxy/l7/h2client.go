@@ -561,7 +561,7 @@ func (c *h2UpConn) onHeaders(f *http2.MetaHeadersFrame, wire int64) http2.ErrCod
 			}
 			// Informational: not relayed, but read and decoded for the
 			// request's tenant, which awaitHead charges.
-			st.interim += interimBytes(f, wire)
+			st.unsent += interimBytes(f, wire)
 			select {
 			case st.rwake <- struct{}{}:
 			default:
@@ -569,6 +569,10 @@ func (c *h2UpConn) onHeaders(f *http2.MetaHeadersFrame, wire int64) http2.ErrCod
 			return 0
 		}
 		st.status, st.fields, st.gotHead = status, f.RegularFields(), true
+		// Its fields are bounded (MaxHeaderBytes), not the frames they
+		// come in: a block may go on in CONTINUATION frames that decode
+		// to no field.
+		st.unsent += wire
 	case !f.StreamEnded():
 		return c.malformedLocked(st, id, "trailers without END_STREAM")
 	case len(f.PseudoFields()) > 0:
@@ -577,6 +581,7 @@ func (c *h2UpConn) onHeaders(f *http2.MetaHeadersFrame, wire int64) http2.ErrCod
 		return c.malformedLocked(st, id, "pseudo-field in trailers")
 	default:
 		st.trailer = f.RegularFields()
+		st.unsent += wire
 	}
 	if f.StreamEnded() {
 		st.end = true

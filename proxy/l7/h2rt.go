@@ -171,6 +171,9 @@ type h2RespBody struct {
 	refs      atomic.Int32
 	closed    atomic.Bool
 	eof       bool
+	// unsent: the bytes of the trailers' header block, read and not
+	// returned as data (copyResponse charges them).
+	unsent int64
 }
 
 func (b *h2RespBody) Read(p []byte) (int, error) {
@@ -183,6 +186,7 @@ func (b *h2RespBody) Read(p []byte) (int, error) {
 	n, err := b.up.read(p)
 	if err == io.EOF {
 		b.eof = true
+		b.unsent += b.up.takeUnsent()
 		if b.resp != nil && len(b.up.trailer) > 0 {
 			if b.resp.Trailer == nil {
 				b.resp.Trailer = make(http.Header)

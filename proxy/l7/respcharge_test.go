@@ -295,6 +295,73 @@ func TestChunkFramingCharged(t *testing.T) {
 	}
 }
 
+// blockH2Member is an HTTP/2 member that answers each request with 200
+// and body "ok"; with frames, the header block of its head (or of its
+// trailers, with trailers) goes on in that many CONTINUATION frames of
+// 16,000 bytes that decode to no field (dynamic table size updates).
+func blockH2Member(t *testing.T, frames int, trailers bool) string {
+	t.Helper()
+	head := []byte{0x08, 3, '2', '0', '0'}         // :status 200, literal, not indexed
+	trailer := []byte{0, 3, 'x', '-', 't', 1, '1'} // x-t: 1, literal, not indexed
+	fill := bytes.Repeat([]byte{0x20}, 16000)
+	block := func(fr *http2.Framer, id uint32, frag []byte, end, long bool) error {
+		err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: frag, EndStream: end, EndHeaders: !long || frames == 0})
+		for i := 0; long && i < frames && err == nil; i++ {
+			err = fr.WriteContinuation(id, i == frames-1, fill)
+		}
+		return err
+	}
+	return rawH2Member(t, func(_ int, fr *http2.Framer, c net.Conn) {
+		for {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				return
+			}
+			switch f := f.(type) {
+			case *http2.SettingsFrame:
+				if !f.IsAck() {
+					fr.WriteSettingsAck()
+				}
+			case *http2.MetaHeadersFrame:
+				if block(fr, f.StreamID, head, false, !trailers) != nil ||
+					fr.WriteData(f.StreamID, !trailers, []byte("ok")) != nil ||
+					(trailers && block(fr, f.StreamID, trailer, true, true) != nil) {
+					return
+				}
+			}
+		}
+	})
+}
+
+// TestH2MemberHeadBlocksCharged: the header blocks of an HTTP/2 member's
+// head and trailers count toward the tenant's CPU budget by the bytes of
+// their frames, on the HTTP/2 fast path and through the net/http path
+// (h2Transport), to HTTP/1.1, HTTP/2 and HTTP/3 clients: their fields are
+// bounded, not the CONTINUATION frames they come in. A block that goes
+// on in 100 frames of 16,000 bytes that decode to no field (about
+// 1,600,000 bytes) charges at least 24 units more than one that does not.
+func TestH2MemberHeadBlocksCharged(t *testing.T) {
+	t.Parallel()
+	for _, trailers := range []bool{false, true} {
+		what := "head"
+		if trailers {
+			what = "trailers"
+		}
+		for _, c := range []struct{ route, client string }{{"fast", "h2c"}, {"fast", "h1"}, {"ext", "h2c"}, {"ext", "h1"}, {"ext", "h3"}} {
+			units := func(frames int) int64 {
+				be := newBackend(t, blockH2Member(t, frames, trailers))
+				be.opts.Protocol = H2C
+				return chargedGet(t, fastAndExt(be)[c.route], c.client, "ok")
+			}
+			bare, with := units(0), units(100)
+			t.Logf("%s, %s route, %s client: %d units in one frame, %d in 100 CONTINUATION frames more", what, c.route, c.client, bare, with)
+			if with-bare < 24 {
+				t.Errorf("%s, %s route, %s client: with 1,600,000 bytes of CONTINUATION frames: %d units, without: %d; want at least 24 more", what, c.route, c.client, with, bare)
+			}
+		}
+	}
+}
+
 // TestEndlessInterimHeadTimeout: a member that sends interim (1xx)
 // responses without end, one every few milliseconds, is answered by the
 // response head timeout (504) on every path, also through net/http's

@@ -275,8 +275,8 @@ func retriesError(err error) bool {
 // body: reading retryDrain bytes of data may take far more of them.
 func discardResponse(w http.ResponseWriter, resp *http.Response, cpu CPU) {
 	n, _ := io.CopyN(io.Discard, resp.Body, retryDrain)
-	if hb, ok := resp.Body.(*h1RespBody); ok {
-		n += hb.unsent
+	if hb, ok := resp.Body.(unsentBody); ok {
+		n += hb.unsentBytes()
 	}
 	resp.Body.Close()
 	if cpu != nil {

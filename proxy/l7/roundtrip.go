@@ -499,19 +499,22 @@ func copyResponse(w http.ResponseWriter, resp *http.Response, cpu CPU) (int64, e
 	var n int64
 	var err error
 	// The framing and trailer section of an HTTP/1.1 member's chunked
-	// body are read and parsed as the body's bytes, whether or not
-	// anything of them goes on: charged after each read.
-	hb, _ := resp.Body.(*h1RespBody)
+	// body, and an HTTP/2 member's trailers, are read and parsed as the
+	// body's bytes, whether or not anything of them goes on: charged
+	// after each read.
+	hb, _ := resp.Body.(unsentBody)
 	var unsent int64
 	for {
 		k, rerr := resp.Body.Read(buf)
-		if hb != nil && hb.unsent > unsent {
-			if cpu != nil {
-				m.add(cpu, WorkTLSBytes, hb.unsent-unsent)
-			} else {
-				chargeRead(w, hb.unsent-unsent)
+		if hb != nil {
+			if u := hb.unsentBytes(); u > unsent {
+				if cpu != nil {
+					m.add(cpu, WorkTLSBytes, u-unsent)
+				} else {
+					chargeRead(w, u-unsent)
+				}
+				unsent = u
 			}
-			unsent = hb.unsent
 		}
 		if k > 0 {
 			if _, werr := w.Write(buf[:k]); werr != nil {
@@ -540,6 +543,14 @@ func copyResponse(w http.ResponseWriter, resp *http.Response, cpu CPU) (int64, e
 	}
 	return n, err
 }
+
+// unsentBody is a member's response body that reads bytes it does not
+// return as data (chunk framing, trailers): unsentBytes counts them so
+// far.
+type unsentBody interface{ unsentBytes() int64 }
+
+func (b *h1RespBody) unsentBytes() int64 { return b.unsent }
+func (b *h2RespBody) unsentBytes() int64 { return b.unsent }
 
 // readCharger is a writer of a codec of ours that charges the tenant
 // for bytes read off a member that it does not send as body.
