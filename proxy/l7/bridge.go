@@ -61,7 +61,7 @@ func (c *clientConn) bridge(b []byte, d *decision, path []byte, cleaned bool) {
 	r = r.WithContext(ctx)
 	w := &h1Writer{c: c, hdr: make(http.Header), isHead: isHead}
 	if c.scope == nil {
-		c.scope = &connScope{s: c.s, pp: proxyAddrs{src: c.client, dst: c.local}, cpu: c.info.CPU}
+		c.scope = &connScope{s: c.s, pp: proxyAddrs{src: c.client, dst: c.local}, cpu: c.info.CPU, cpuW: c.cpuW}
 	}
 	switch d.act {
 	case actExt:
@@ -283,8 +283,8 @@ func sanitizeValue(v string) string {
 	return v
 }
 
-// chargeRead counts n bytes read off a member and not written (a
-// trailer section) as the body's bytes (readCharger).
+// chargeRead counts n bytes read off a member and not written (chunk
+// framing, a trailer section) as the body's bytes (readCharger).
 func (w *h1Writer) chargeRead(n int64) { w.c.respM.add(w.c.info.CPU, w.c.cpuW, n) }
 
 func (w *h1Writer) Write(p []byte) (int, error) {

@@ -437,8 +437,10 @@ func (c *clientConn) relayBody(up *upConn, framing uint8, dechunk bool, ck *chun
 					return n, nil, err
 				}
 				n += int64(k)
-				c.respM.add(c.info.CPU, c.cpuW, int64(k))
 			}
+			// Framing that dechunking drops was read and parsed as the
+			// body's bytes too.
+			c.respM.add(c.info.CPU, c.cpuW, int64(k))
 			up.r += k
 			if cerr != nil {
 				return n, ErrUpstreamProtocol, nil

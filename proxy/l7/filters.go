@@ -408,12 +408,15 @@ func (s *Server) mirror(q *rtRequest, ms []Mirror) bool {
 	return true
 }
 
-// discardWriter drops a mirrored request's response, counting its body
-// bytes (n).
+// discardWriter drops a mirrored request's response, counting the bytes
+// of its body read off the member (n): its data, and the framing and
+// trailer section of a chunked one (readCharger).
 type discardWriter struct {
 	h http.Header
 	n int64
 }
+
+func (d *discardWriter) chargeRead(n int64) { d.n += n }
 
 func (d *discardWriter) Header() http.Header { return d.h }
 func (d *discardWriter) WriteHeader(int)     {}

@@ -52,6 +52,7 @@ func (rt h1RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	// A cancelled request (stream reset) unblocks the member connection.
 	stop := context.AfterFunc(ctx, func() { _ = u.nc.SetDeadline(aLongTimeAgo) })
 	hasBody := req.Body != nil && req.Body != http.NoBody
+	interim := interimOf(ctx)
 	for {
 		u.got, u.r, u.w = 0, 0, 0
 		u.resp.reset()
@@ -68,7 +69,7 @@ func (rt h1RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 			go func() { bodyDone <- writeH1Body(u, req, s.cfg.BodyTimeout) }()
 		}
 		if err == nil {
-			err = readH1Head(u, now, rht(opts, s), s.cfg.MaxHeaderBytes, nil)
+			err = readH1Head(u, now, rht(opts, s), s.cfg.MaxHeaderBytes, interim)
 		}
 		if err == nil {
 			return h1Response(s, req, u, p, bodyDone, stop), nil
@@ -243,9 +244,11 @@ type h1RespBody struct {
 	left     int64
 	ck       chunked
 	trailer  []byte
-	// trailerN: the bytes of the trailer section read (copyResponse
-	// charges them: no writer sends them as body).
-	trailerN int64
+	// unsent: the bytes of a chunked body read and parsed but not
+	// returned as data (chunk-size lines with their extensions, the
+	// CRLFs, the trailer section); copyResponse charges them, as no
+	// writer sends them as body.
+	unsent   int64
 	reusable bool
 	err      error
 	closed   bool
@@ -297,7 +300,9 @@ func (b *h1RespBody) Read(out []byte) (int, error) {
 		n, data, err := b.ck.step(in)
 		if inTrailer {
 			b.trailer = append(b.trailer, in[:n]...)
-			b.trailerN += int64(n)
+		}
+		if !data {
+			b.unsent += int64(n)
 		}
 		u.r += n
 		if err != nil {

@@ -215,6 +215,22 @@ type h2UpConn struct {
 
 	// Read side, owned by the reading goroutine.
 	recv h2Recv
+	// rd is the framer's input: the bytes it counts around ReadFrame are
+	// those of a frame, or of a header block with its CONTINUATION
+	// frames.
+	rd countingReader
+}
+
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r *bufio.Reader
+	n int64
+}
+
+func (r *countingReader) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	r.n += int64(n)
+	return n, err
 }
 
 // dialConn connects to a member, sends the preface and waits for the
@@ -234,7 +250,8 @@ func (cl *h2Client) dialConn(ctx context.Context, key poolKey, opts *BackendOpti
 		recv:       h2Recv{left: h2UpConnWindow},
 		ready:      make(chan struct{}), gone: make(chan struct{}),
 	}
-	c.initWire(u.nc, bufio.NewReaderSize(u.nc, h2ReadBufSize), s.cfg.MaxHeaderBytes, s.cfg.BodyTimeout, &c.inflight)
+	c.rd.r = bufio.NewReaderSize(u.nc, h2ReadBufSize)
+	c.initWire(u.nc, &c.rd, s.cfg.MaxHeaderBytes, s.cfg.BodyTimeout, &c.inflight)
 	c.failed = c.kill
 	// Before the first write: a failed write kills the connection, which
 	// stops the timer.
@@ -412,6 +429,7 @@ func (c *h2UpConn) readLoop() {
 func (c *h2UpConn) read() error {
 	first := true
 	for {
+		start := c.rd.n
 		f, err := c.fr.ReadFrame()
 		if err != nil {
 			var se http2.StreamError
@@ -436,7 +454,7 @@ func (c *h2UpConn) read() error {
 		var code http2.ErrCode
 		switch f := f.(type) {
 		case *http2.MetaHeadersFrame:
-			code = c.onHeaders(f)
+			code = c.onHeaders(f, c.rd.n-start)
 		case *http2.DataFrame:
 			code = c.onData(f)
 		case *http2.SettingsFrame:
@@ -501,7 +519,9 @@ func (c *h2UpConn) malformedLocked(st *h2UpStream, id uint32, why string) http2.
 	return 0
 }
 
-func (c *h2UpConn) onHeaders(f *http2.MetaHeadersFrame) http2.ErrCode {
+// onHeaders takes a header block the member sent in wire bytes (its
+// HEADERS and CONTINUATION frames).
+func (c *h2UpConn) onHeaders(f *http2.MetaHeadersFrame, wire int64) http2.ErrCode {
 	id := f.StreamID
 	if id%2 == 0 {
 		return http2.ErrCodeProtocol
@@ -539,9 +559,20 @@ func (c *h2UpConn) onHeaders(f *http2.MetaHeadersFrame) http2.ErrCode {
 				st.fail(fmt.Errorf("%w: stream ended on an informational status", ErrUpstreamProtocol))
 				delete(c.streams, id)
 			}
-			return 0 // informational: not relayed
+			// Informational: not relayed, but read and decoded for the
+			// request's tenant, which awaitHead charges.
+			st.unsent += interimBytes(f, wire)
+			select {
+			case st.rwake <- struct{}{}:
+			default:
+			}
+			return 0
 		}
 		st.status, st.fields, st.gotHead = status, f.RegularFields(), true
+		// Its fields are bounded (MaxHeaderBytes), not the frames they
+		// come in: a block may go on in CONTINUATION frames that decode
+		// to no field.
+		st.unsent += wire
 	case !f.StreamEnded():
 		return c.malformedLocked(st, id, "trailers without END_STREAM")
 	case len(f.PseudoFields()) > 0:
@@ -550,6 +581,7 @@ func (c *h2UpConn) onHeaders(f *http2.MetaHeadersFrame) http2.ErrCode {
 		return c.malformedLocked(st, id, "pseudo-field in trailers")
 	default:
 		st.trailer = f.RegularFields()
+		st.unsent += wire
 	}
 	if f.StreamEnded() {
 		st.end = true
@@ -557,6 +589,19 @@ func (c *h2UpConn) onHeaders(f *http2.MetaHeadersFrame) http2.ErrCode {
 	}
 	st.signal()
 	return 0
+}
+
+// interimBytes is what an interim response's header block counts: its
+// wire bytes (HEADERS and CONTINUATION frames, which may carry bytes that
+// decode to no field, as dynamic table size updates), or those of its
+// fields as HTTP/1.1 lines when they decode to more (a field from the
+// dynamic table costs its decoded length).
+func interimBytes(f *http2.MetaHeadersFrame, wire int64) int64 {
+	var decoded int64
+	for _, hf := range f.Fields {
+		decoded += int64(len(hf.Name) + len(": \r\n") + len(hf.Value))
+	}
+	return max(wire, decoded)
 }
 
 // lastOpened is the next stream id to open: ids below it were used.

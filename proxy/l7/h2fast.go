@@ -382,11 +382,20 @@ func (st *h2Stream) relay(u *upConn) (n int64, err error) {
 	// the spare capacity of the head block (which may not have left yet).
 	tstart := len(st.hblk)
 	trailer := st.hblk[tstart:]
+	// unsent: the bytes of a chunked body read and parsed but not sent
+	// as DATA (chunk-size lines with their extensions, the CRLFs, the
+	// trailer section), charged as the DATA sent count once per read
+	// off the member and at the end.
+	var unsent int64
 	for err == nil {
 		if framing == bodyNone || (framing == bodyLength && left == 0) || (framing == bodyChunked && ck.done()) {
 			break
 		}
 		if u.r == u.w {
+			if unsent > 0 {
+				c.chargeRead(unsent)
+				unsent = 0
+			}
 			u.r, u.w = 0, 0
 			err = u.setReadDeadline(nowNano(), s.cfg.BodyTimeout)
 			if err == nil {
@@ -418,19 +427,23 @@ func (st *h2Stream) relay(u *upConn) (n int64, err error) {
 			k, data, cerr := ck.step(in)
 			if inTrailer {
 				trailer = append(trailer, in[:k]...)
-				// Read, held and parsed as the body's bytes, whether or
-				// not its fields go on.
-				c.chargeRead(int64(k))
 			}
 			u.r += k
-			switch {
-			case cerr != nil:
-				err = ErrUpstreamProtocol
-			case data:
+			if data {
 				n += int64(k)
 				_, err = st.Write(in[:k])
+			} else {
+				// Read and parsed as the body's bytes, whether or not
+				// anything of them goes on.
+				unsent += int64(k)
+			}
+			if cerr != nil {
+				err = ErrUpstreamProtocol
 			}
 		}
+	}
+	if unsent > 0 {
+		c.chargeRead(unsent)
 	}
 	if err == nil {
 		if tf := trailerFields(trailer, rh.conn.names); len(tf) > 0 {
@@ -471,7 +484,8 @@ func (st *h2Stream) relay(u *upConn) (n int64, err error) {
 }
 
 // chargeRead counts n bytes a stream read off a member and did not send
-// as DATA (a trailer section, interim responses) as the DATA sent count.
+// as DATA (chunk framing, a trailer section, interim responses) as the
+// DATA sent count.
 func (c *h2Conn) chargeRead(n int64) {
 	c.lockW()
 	units := c.outM.take(n)

@@ -79,7 +79,7 @@ func (st *h2Stream) serveUpH2(d *decision, path, query string) bool {
 		t0 := nowNano()
 		up, err := st.openUp(m, opts, rt, body, inline, limit)
 		if err == nil {
-			err = up.awaitHead(t0 + int64(rt))
+			err = up.awaitHead(t0+int64(rt), c.chargeRead)
 		}
 		d := time.Duration(nowNano() - t0)
 		if err != nil {
@@ -280,6 +280,11 @@ func (st *h2Stream) relayUp(up *h2UpStream) (n int64, err error) {
 	copyBufs.Put(bp)
 	if err == io.EOF {
 		err = nil
+		// The trailers' header block was read as the body's bytes,
+		// whether or not its fields go on.
+		if k := up.takeUnsent(); k > 0 {
+			c.chargeRead(k)
+		}
 		// Only the fields trailerKept keeps go on; the head's
 		// Connection fields name more (st.rs.it.names, from respBlock).
 		kept := up.trailer[:0]

@@ -57,6 +57,7 @@ func (t h2Transport) RoundTrip(r *http.Request) (*http.Response, error) {
 		blk = appendLiteral(blk, "content-length", strconv.FormatInt(r.ContentLength, 10), false)
 	}
 	ctx := r.Context()
+	interim := interimOf(ctx)
 	deadline := nowNano() + int64(rht(opts, s))
 	for refusals := 0; ; refusals++ {
 		uc, err := t.cl.acquire(ctx, key, opts, timeAt(deadline))
@@ -77,7 +78,7 @@ func (t h2Transport) RoundTrip(r *http.Request) (*http.Response, error) {
 			go b.pump(r)
 		}
 		if err == nil {
-			err = up.awaitHead(deadline)
+			err = up.awaitHead(deadline, interim)
 		}
 		if err != nil {
 			b.Close()
@@ -170,6 +171,9 @@ type h2RespBody struct {
 	refs      atomic.Int32
 	closed    atomic.Bool
 	eof       bool
+	// unsent: the bytes of the trailers' header block, read and not
+	// returned as data (copyResponse charges them).
+	unsent int64
 }
 
 func (b *h2RespBody) Read(p []byte) (int, error) {
@@ -182,6 +186,7 @@ func (b *h2RespBody) Read(p []byte) (int, error) {
 	n, err := b.up.read(p)
 	if err == io.EOF {
 		b.eof = true
+		b.unsent += b.up.takeUnsent()
 		if b.resp != nil && len(b.up.trailer) > 0 {
 			if b.resp.Trailer == nil {
 				b.resp.Trailer = make(http.Header)

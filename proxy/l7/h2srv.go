@@ -193,7 +193,7 @@ func (s *Server) serveH2Conn(ctx context.Context, nc, raw net.Conn, cs tls.Conne
 		hc: &h2conn{
 			s: s, info: info, client: client,
 			ca:    newClientAddrs(client, info.TLS, s.trusted(info)),
-			scope: &connScope{s: s, pp: proxyAddrs{src: client, dst: local}, cpu: info.CPU},
+			scope: &connScope{s: s, pp: proxyAddrs{src: client, dst: local}, cpu: info.CPU, cpuW: cpuWeight(info)},
 		},
 		streams: make(map[uint32]*h2Stream),
 		h2Flow:  newH2Flow(),

@@ -257,8 +257,9 @@ func (st *h2Stream) WriteHeader(code int) {
 	}
 }
 
-// chargeRead counts n bytes read off a member and not sent as DATA (a
-// trailer section) as the DATA sent count (readCharger).
+// chargeRead counts n bytes read off a member and not sent as DATA
+// (chunk framing, a trailer section) as the DATA sent count
+// (readCharger).
 func (st *h2Stream) chargeRead(n int64) { st.c.chargeRead(n) }
 
 // Write implements http.ResponseWriter.

@@ -38,6 +38,11 @@ type h2UpStream struct {
 	status  int
 	fields  []hpack.HeaderField
 	gotHead bool
+	// unsent: the bytes of header blocks received (interim responses,
+	// the head, the trailers) not charged yet: awaitHead charges those
+	// before the head and the head's, the body's reader the trailers'
+	// (takeUnsent).
+	unsent  int64
 	rbuf    []byte
 	rr      int
 	held    int64 // bytes received and not yet returned to the member's window
@@ -247,13 +252,19 @@ func (st *h2UpStream) writeTrailers(fields []hpack.HeaderField, scratch []byte) 
 }
 
 // awaitHead waits for the response head until deadline (UnixNano). A
-// member that does not answer in time is probed with a PING.
-func (st *h2UpStream) awaitHead(deadline int64) error {
+// member that does not answer in time is probed with a PING. The bytes
+// of the interim responses before the head, and the head's, are told to
+// interim as they come, when it is not nil (to charge them).
+func (st *h2UpStream) awaitHead(deadline int64, interim func(n int64)) error {
 	c := st.c
 	for {
 		c.mu.Lock()
-		got, err := st.gotHead, st.err
+		got, err, n := st.gotHead, st.err, st.unsent
+		st.unsent = 0
 		c.mu.Unlock()
+		if n > 0 && interim != nil {
+			interim(n)
+		}
 		switch {
 		case got:
 			return nil
@@ -264,6 +275,12 @@ func (st *h2UpStream) awaitHead(deadline int64) error {
 		}
 		if !waitOn(st.rwake, &st.rtimer, deadline) {
 			c.probeDead()
+			c.mu.Lock()
+			n, st.unsent = st.unsent, 0
+			c.mu.Unlock()
+			if n > 0 && interim != nil {
+				interim(n)
+			}
 			return fmt.Errorf("%w: no http2 response head", ErrUpstreamTimeout)
 		}
 	}
@@ -276,6 +293,16 @@ func (st *h2UpStream) ready() bool {
 	ok := st.rr < len(st.rbuf) || st.end || st.err != nil
 	c.mu.Unlock()
 	return ok || st.cancelled.Load()
+}
+
+// takeUnsent returns the bytes of header blocks received and not charged
+// yet (the trailers', once read returned io.EOF), as charged from then.
+func (st *h2UpStream) takeUnsent() int64 {
+	st.c.mu.Lock()
+	n := st.unsent
+	st.unsent = 0
+	st.c.mu.Unlock()
+	return n
 }
 
 // read reads response body bytes; io.EOF once the stream ended (the

@@ -28,7 +28,7 @@ func (s *Server) NewH3Conn(info *ConnInfo, client, local netip.AddrPort) *H3Conn
 	c := &H3Conn{hc: h2conn{
 		s: s, info: info, client: client, h3: true,
 		ca:    newClientAddrs(client, true, s.trusted(info)),
-		scope: &connScope{s: s, pp: proxyAddrs{src: client, dst: local}, cpu: info.CPU},
+		scope: &connScope{s: s, pp: proxyAddrs{src: client, dst: local}, cpu: info.CPU, cpuW: WorkTLSBytes},
 	}}
 	c.hc.ca.clientCert(info)
 	s.cfg.Metrics.Conn(info, true)

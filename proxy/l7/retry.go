@@ -268,8 +268,21 @@ func retriesError(err error) bool {
 	return errors.Is(err, ErrConnect) || errors.Is(err, ErrUpstreamClosed) || errors.Is(err, ErrUpstreamTimeout)
 }
 
-// discardResponse drops a retried attempt's response.
-func discardResponse(resp *http.Response) {
-	_, _ = io.CopyN(io.Discard, resp.Body, retryDrain)
+// discardResponse drops a response that is not relayed (a retried
+// attempt's, one respHeader refuses). What it reads of the body counts
+// toward the tenant's CPU budget as copyResponse counts a relayed one,
+// with the framing and trailer section of an HTTP/1.1 member's chunked
+// body: reading retryDrain bytes of data may take far more of them.
+func discardResponse(w http.ResponseWriter, resp *http.Response, cpu CPU) {
+	n, _ := io.CopyN(io.Discard, resp.Body, retryDrain)
+	if hb, ok := resp.Body.(unsentBody); ok {
+		n += hb.unsentBytes()
+	}
 	resp.Body.Close()
+	if cpu != nil {
+		var m meter
+		m.add(cpu, WorkTLSBytes, n)
+	} else {
+		chargeRead(w, n)
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/netip"
 	"net/textproto"
 	"net/url"
@@ -42,23 +43,40 @@ func (s *Server) dialConn(ctx context.Context, addr string, pp *proxyAddrs, tlsD
 	if err != nil {
 		return nil, err
 	}
-	if opts.Budget == nil {
-		return u.nc, nil
+	mc := &memberConn{Conn: u.nc}
+	if opts.Budget != nil {
+		mc.u = u
 	}
-	return chargedConn{u.nc, u}, nil
+	return mc, nil
 }
 
-// chargedConn is a member connection of the net/http transports that
-// gives its descriptor back to its budget when it closes.
-type chargedConn struct {
+// memberConn is a member connection of the net/http transports. It
+// counts the bytes read off it (interimTrace tells the interim responses'
+// from them) and, with u, gives its descriptor back to its budget when
+// it closes.
+type memberConn struct {
 	net.Conn
-	u *upConn
+	u    *upConn
+	read atomic.Int64
 }
 
-func (c chargedConn) Close() error {
+func (c *memberConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.read.Add(int64(n))
+	return n, err
+}
+
+func (c *memberConn) Close() error {
+	if c.u == nil {
+		return c.Conn.Close()
+	}
 	c.u.close()
 	return nil
 }
+
+// h1TransportReadBuf is the read buffer of the net/http transports' member
+// connections: what they may have read past a response head.
+const h1TransportReadBuf = 4 << 10
 
 // newH1Transport returns the HTTP/1.1 transport for round trips; pp is set
 // for the private transport of one client connection.
@@ -75,6 +93,7 @@ func (s *Server) newH1Transport(pp *proxyAddrs) *http.Transport {
 		MaxIdleConnsPerHost:    s.cfg.MaxIdlePerMember,
 		IdleConnTimeout:        s.cfg.UpstreamIdleTimeout,
 		MaxResponseHeaderBytes: int64(s.cfg.MaxHeaderBytes),
+		ReadBufferSize:         h1TransportReadBuf,
 		ExpectContinueTimeout:  time.Second,
 	}
 }
@@ -86,11 +105,14 @@ type connScope struct {
 	pp proxyAddrs
 	// cpu is the connection's tenant's CPU budget (ConnInfo.CPU, may be
 	// nil): the engine counts there the work it adds of its own, the
-	// copies of mirrored requests.
-	cpu CPU
-	mu  sync.Mutex
-	h1  *http.Transport
-	h2  *h2Client
+	// copies of mirrored requests, and the interim responses members
+	// send on the round-trip path (interimCharge), whose units of bytes
+	// count cpuW (cpuWeight; WorkTLSBytes for HTTP/3).
+	cpu  CPU
+	cpuW int64
+	mu   sync.Mutex
+	h1   *http.Transport
+	h2   *h2Client
 }
 
 func (sc *connScope) transport(opts *BackendOptions) http.RoundTripper {
@@ -200,6 +222,85 @@ type rtRequest struct {
 	// fw is the request's scratch that decide used (nil: none), which
 	// holds the request id route matching saw.
 	fw *fwdScratch
+	// interim charges the interim responses of every attempt.
+	interim interimCharge
+}
+
+// interimKey is the context key of a round trip's *interimCharge.
+type interimKey struct{}
+
+// interimCharge charges the tenant of a round trip for the interim (1xx)
+// responses members send before the final one, which no writer sends
+// on: a member may send them until the response head timeout. Our
+// transports read them on the caller's goroutine, net/http's on its
+// connection's reader, and attempts may overlap: the count is atomic,
+// and each call charges the units of 1<<WorkBytesShift bytes its bytes
+// complete.
+type interimCharge struct {
+	cpu  CPU
+	cpuW int64
+	n    atomic.Int64
+}
+
+// add charges k bytes of interim responses (and may wait there).
+func (ic *interimCharge) add(k int64) {
+	if ic == nil || ic.cpu == nil || k <= 0 {
+		return
+	}
+	n := ic.n.Add(k)
+	if u := n>>WorkBytesShift - (n-k)>>WorkBytesShift; u > 0 {
+		ic.cpu.Relay(u * ic.cpuW)
+	}
+}
+
+// interimOf returns the interim charge of the round trip of ctx, nil
+// when none is set.
+func interimOf(ctx context.Context) func(n int64) {
+	ic, _ := ctx.Value(interimKey{}).(*interimCharge)
+	if ic == nil || ic.cpu == nil {
+		return nil
+	}
+	return ic.add
+}
+
+// interimTrace tells net/http's transport to report the interim
+// responses it reads for one attempt to ic, which charges their bytes:
+// those read off the member connection (memberConn) from the attempt's
+// start to each interim head, less what the connection's buffer may hold
+// past it (counted again as the final head or body), or their fields as
+// HTTP/1.1 lines when those are more. The transport does not give a
+// head's bytes, and its fields leave out some (a reason phrase, the
+// blanks around a value). With the trace, the transport no longer counts
+// the interim heads against MaxResponseHeaderBytes together with the
+// final one: each head is bounded by it, and their number by the
+// response head timeout, as on our transports.
+func interimTrace(ctx context.Context, ic *interimCharge) context.Context {
+	// GotConn runs before the transport hands the request to the
+	// connection's reader, which runs Got1xxResponse.
+	var conn *memberConn
+	var base, lines, charged int64
+	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		GotConn: func(info httptrace.GotConnInfo) {
+			if mc, ok := info.Conn.(*memberConn); ok {
+				conn, base = mc, mc.read.Load()
+			}
+		},
+		Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+			lines += int64(len("HTTP/1.1 100 \r\n\r\n"))
+			for k, vv := range h {
+				for _, v := range vv {
+					lines += int64(len(k) + len(": \r\n") + len(v))
+				}
+			}
+			n := lines
+			if conn != nil {
+				n = max(n, conn.read.Load()-base-h1TransportReadBuf)
+			}
+			ic.add(n - charged)
+			charged = n
+			return nil
+		},
+	})
 }
 
 // proxyHTTP forwards r to a member of be through a net/http transport and
@@ -276,6 +377,10 @@ func (s *Server) proxyHTTP(w http.ResponseWriter, q *rtRequest, be Backend, opts
 		upHost = q.upHost
 	}
 	rt := q.scope.transport(opts)
+	q.interim.cpu, q.interim.cpuW = q.scope.cpu, q.scope.cpuW
+	// What every attempt's context carries, made once.
+	actx := context.WithValue(context.WithValue(r.Context(), optsKey{}, opts), interimKey{}, &q.interim)
+	_, netHTTP := rt.(*http.Transport)
 	for retries := q.retries; ; retries-- {
 		m, ok := be.Pick(q.ca.addr, key)
 		if !ok {
@@ -307,7 +412,11 @@ func (s *Server) proxyHTTP(w http.ResponseWriter, q *rtRequest, be Backend, opts
 				return
 			}
 		}
-		ctx, cancel := context.WithCancel(context.WithValue(r.Context(), optsKey{}, opts))
+		ctx := actx
+		if netHTTP {
+			ctx = interimTrace(ctx, &q.interim)
+		}
+		ctx, cancel := context.WithCancel(ctx)
 		var timedOut atomic.Bool
 		timer := time.AfterFunc(wait, func() { timedOut.Store(true); cancel() })
 		t0 := time.Now()
@@ -346,7 +455,7 @@ func (s *Server) proxyHTTP(w http.ResponseWriter, q *rtRequest, be Backend, opts
 			return
 		}
 		if rtr != nil && rtr.pol.retriesStatus(resp.StatusCode) && rtr.may(q) {
-			discardResponse(resp)
+			discardResponse(w, resp, q.cpu)
 			cancel()
 			m.Done(nil, resp.StatusCode, d)
 			if !rtr.again(q) {
@@ -357,7 +466,7 @@ func (s *Server) proxyHTTP(w http.ResponseWriter, q *rtRequest, be Backend, opts
 		}
 		q.stats.Upstream = d
 		if !respHeader(w.Header(), resp) {
-			discardResponse(resp)
+			discardResponse(w, resp, q.cpu)
 			cancel()
 			m.Done(ErrUpstreamProtocol, resp.StatusCode, d)
 			s.failHTTP(w, q, 502, OutcomeUpstreamError)
@@ -406,8 +515,24 @@ func copyResponse(w http.ResponseWriter, resp *http.Response, cpu CPU) (int64, e
 	buf := *bufp
 	var n int64
 	var err error
+	// The framing and trailer section of an HTTP/1.1 member's chunked
+	// body, and an HTTP/2 member's trailers, are read and parsed as the
+	// body's bytes, whether or not anything of them goes on: charged
+	// after each read.
+	hb, _ := resp.Body.(unsentBody)
+	var unsent int64
 	for {
 		k, rerr := resp.Body.Read(buf)
+		if hb != nil {
+			if u := hb.unsentBytes(); u > unsent {
+				if cpu != nil {
+					m.add(cpu, WorkTLSBytes, u-unsent)
+				} else {
+					chargeRead(w, u-unsent)
+				}
+				unsent = u
+			}
+		}
 		if k > 0 {
 			if _, werr := w.Write(buf[:k]); werr != nil {
 				return n, werr
@@ -425,15 +550,6 @@ func copyResponse(w http.ResponseWriter, resp *http.Response, cpu CPU) (int64, e
 			break
 		}
 	}
-	if hb, ok := resp.Body.(*h1RespBody); ok && hb.trailerN > 0 {
-		// Read and parsed as the body's bytes, whether or not its
-		// fields go on.
-		if cpu != nil {
-			m.add(cpu, WorkTLSBytes, hb.trailerN)
-		} else {
-			chargeRead(w, hb.trailerN)
-		}
-	}
 	filterRespTrailer(resp.Trailer, resp.Header)
 	for k, vv := range resp.Trailer {
 		if declared[k] {
@@ -444,6 +560,14 @@ func copyResponse(w http.ResponseWriter, resp *http.Response, cpu CPU) (int64, e
 	}
 	return n, err
 }
+
+// unsentBody is a member's response body that reads bytes it does not
+// return as data (chunk framing, trailers): unsentBytes counts them so
+// far.
+type unsentBody interface{ unsentBytes() int64 }
+
+func (b *h1RespBody) unsentBytes() int64 { return b.unsent }
+func (b *h2RespBody) unsentBytes() int64 { return b.unsent }
 
 // readCharger is a writer of a codec of ours that charges the tenant
 // for bytes read off a member that it does not send as body.
