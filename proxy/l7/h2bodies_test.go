@@ -199,7 +199,7 @@ func dialH2Reader(t *testing.T, addr string) *h2reader {
 
 // The HTTP/2 response body bytes a server holds for one tenant's members
 // are bounded too (MaxTenantH2Bodies, on the tenant's member budget).
-// Tenant t's clients open 4 connections of 100 GETs of 1 MiB to an h2c
+// Tenant t's clients open 4 connections of 100 GETs of 256 KiB to an h2c
 // member and grant no flow-control credit: each member stream fills its
 // 128 KiB window on the server, 50 MiB asked for. The server holds at
 // most 32 MiB; the member streams whose DATA would pass it are reset, and
@@ -207,7 +207,7 @@ func dialH2Reader(t *testing.T, addr string) *h2reader {
 // body-limit while the others get their whole response. Tenant u's
 // download, on a budget of its own, meanwhile goes through.
 func TestH2ResponsesPerTenant(t *testing.T) {
-	const conns, streams, size = 4, 100, 1 << 20
+	const conns, streams, size = 4, 100, 256 << 10
 	big := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Length", strconv.Itoa(size))
 		chunk := bytes.Repeat([]byte("r"), 16<<10)
@@ -291,7 +291,7 @@ func TestH2ResponsesPerTenant(t *testing.T) {
 		}
 	}
 	var whole, reset int
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(120 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		whole, reset = 0, 0
 		for _, h := range clients {
 			h.mu.Lock()
