@@ -308,6 +308,12 @@ func parseHeartbeat(b, key []byte) (*heartbeat, error) {
 	if hb.NotReady, ok = r.addrs(); !ok {
 		return bad("address length must be 4 or 16")
 	}
+	if hb.NotReadyAll {
+		// No sender lists addresses then (appendParts), and no reader
+		// looks at them: taken as none, so that the heartbeat encodes
+		// back to the same bytes.
+		hb.NotReady = nil
+	}
 	// Held addresses follow when there are bytes left (a peer sends them
 	// only to hosts that read them).
 	if len(r.b) > 0 {
