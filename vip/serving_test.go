@@ -1,7 +1,14 @@
 package vip
 
 import (
+	"log/slog"
+	"maps"
 	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/teapot-lb/teapot-lb/api"
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 	"testing"
 )
 
@@ -37,5 +44,211 @@ func TestServedSomewhere(t *testing.T) {
 				t.Fatalf("served %t, want %t", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestServedFor: the serving rule of an address that the attachments of
+// tenants ta, tb and tc share, by tenant: this host carries it for the
+// tenants it holds it for; a peer that holds it for every tenant (not in
+// its partly ready list) for every one; a peer that holds it for some of
+// them (partly ready) for those its tenant set names, and for none when
+// it sends no set, or one made from another list of tenants (the two
+// hosts' states differ by an entry) or is not ready for any address; a
+// bgp peer for those of its set, every one when its heartbeats carry sets
+// but none for the address, and none when they carry no sets. Several
+// hosts add up.
+func TestServedFor(t *testing.T) {
+	t.Parallel()
+	a := netip.MustParseAddr("10.0.0.100")
+	spaces := []string{"ta", "tb", "tc"}
+	arp := vipSpec{Addr: a, Mode: ModeARP, Spaces: spaces}
+	bgp := vipSpec{Addr: a, Mode: ModeBGP, Spaces: spaces}
+	only := func(tenants ...string) map[string]string {
+		out := map[string]string{}
+		for _, t := range spaces {
+			if !slices.Contains(tenants, t) {
+				out[t] = "tenant " + t + "'s attachment is not up on this host"
+			}
+		}
+		return out
+	}
+	set := func(tenants ...string) map[netip.Addr]tenantSet {
+		s, _ := newTenantSet(a, spaces, only(tenants...))
+		return map[netip.Addr]tenantSet{a: s}
+	}
+	// A set made from tenants ta and tb alone: the sender has not applied
+	// the entry that gave the address to tc.
+	lagging, _ := newTenantSet(a, []string{"ta", "tb"}, map[string]string{"ta": "down"})
+	holds := map[netip.Addr]bool{a: true}
+	partly := hostView{Eligible: true, NotReady: holds, Partly: holds}
+	full := hostView{Eligible: true}
+	type peer struct {
+		hv hostView
+		ps *peerState
+	}
+	cases := []struct {
+		name  string
+		r     *record
+		peers map[string]peer
+		want  []string // nil: not served
+	}{
+		{"held here for every tenant", &record{spec: arp, held: true}, nil, spaces},
+		{"held here for some", &record{spec: arp, held: true, unserved: only("tb")}, nil, []string{"tb"}},
+		{"not held anywhere", &record{spec: arp}, map[string]peer{"n2": {full, &peerState{HoldingKnown: true}}}, nil},
+		{"a peer holds it for every tenant", &record{spec: arp},
+			map[string]peer{"n2": {full, &peerState{HoldingKnown: true, Holding: holds}}}, spaces},
+		{"a peer holds it partly, with its set", &record{spec: arp},
+			map[string]peer{"n2": {partly, &peerState{HoldingKnown: true, Holding: holds, TenantsKnown: true, Tenants: set("tb")}}}, []string{"tb"}},
+		{"a peer holds it partly, without sets (an earlier version, or they did not fit)", &record{spec: arp},
+			map[string]peer{"n2": {partly, &peerState{HoldingKnown: true, Holding: holds}}}, nil},
+		{"a peer holds it partly, its sets lack this address", &record{spec: arp},
+			map[string]peer{"n2": {partly, &peerState{HoldingKnown: true, Holding: holds, TenantsKnown: true}}}, nil},
+		{"a peer holds it partly, its set is of other tenants", &record{spec: arp},
+			map[string]peer{"n2": {partly, &peerState{HoldingKnown: true, Holding: holds, TenantsKnown: true,
+				Tenants: map[netip.Addr]tenantSet{a: lagging}}}}, nil},
+		{"a peer holds it and is not ready for any address", &record{spec: arp},
+			map[string]peer{"n2": {hostView{Eligible: true, NotReadyAll: true}, &peerState{HoldingKnown: true, Holding: holds}}}, nil},
+		{"a peer holds it partly and does not say what it holds", &record{spec: arp},
+			map[string]peer{"n2": {partly, &peerState{TenantsKnown: true, Tenants: set("tb")}}}, nil},
+		{"here and a partly peer add up", &record{spec: arp, held: true, unserved: only("ta")},
+			map[string]peer{"n2": {partly, &peerState{HoldingKnown: true, Holding: holds, TenantsKnown: true, Tenants: set("tc")}}}, []string{"ta", "tc"}},
+		{"bgp: a peer's set", &record{spec: bgp},
+			map[string]peer{"n2": {full, &peerState{TenantsKnown: true, Tenants: set("ta", "tc")}}}, []string{"ta", "tc"}},
+		{"bgp: a peer's empty set (ready for none of them)", &record{spec: bgp},
+			map[string]peer{"n2": {full, &peerState{TenantsKnown: true, Tenants: set()}}}, nil},
+		{"bgp: a peer with sets, none for the address", &record{spec: bgp},
+			map[string]peer{"n2": {full, &peerState{TenantsKnown: true}}}, spaces},
+		{"bgp: a peer without sets", &record{spec: bgp}, map[string]peer{"n2": {full, &peerState{}}}, nil},
+		{"bgp: a peer with a set of other tenants", &record{spec: bgp},
+			map[string]peer{"n2": {full, &peerState{TenantsKnown: true, Tenants: map[netip.Addr]tenantSet{a: lagging}}}}, nil},
+		{"bgp: a peer not eligible", &record{spec: bgp},
+			map[string]peer{"n2": {hostView{}, &peerState{TenantsKnown: true, Tenants: set("ta")}}}, nil},
+		{"bgp: held here for some", &record{spec: bgp, held: true, unserved: only("ta", "tb")}, nil, []string{"ta", "tb"}},
+		{"one tenant: a peer that holds it", &record{spec: vipSpec{Addr: a, Mode: ModeARP, Spaces: []string{"ta"}}},
+			map[string]peer{"n2": {hostView{Eligible: true, NotReadyAll: true}, &peerState{HoldingKnown: true, Holding: holds}}}, []string{"ta"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			v := view{Alive: map[string]hostView{}}
+			peers := map[string]*peerState{}
+			for id, p := range tc.peers {
+				v.Alive[id], peers[id] = p.hv, p.ps
+			}
+			got, ok := servedFor(a, tc.r, v, peers)
+			if ok != (tc.want != nil) || !slices.Equal(got, tc.want) {
+				t.Fatalf("served for %q (%t), want %q", got, ok, tc.want)
+			}
+		})
+	}
+	// An address of the hosts' network: every tenant (none listed).
+	if got, ok := servedFor(a, &record{spec: vipSpec{Addr: a, Mode: ModeARP}, held: true}, view{}, nil); !ok || got != nil {
+		t.Errorf("the hosts' network: %q (%t), want every tenant", got, ok)
+	}
+}
+
+// TestTenantSetsReachThePeersServingWatch: host n1, whose attachment of
+// tenant a is down, holds the arp VIP that the attachments of tenants a
+// and b share for b alone and announces the bgp VIP they share for b
+// alone; its heartbeats carry the tenant sets to n2, which reads them,
+// and n2's serving watch reports both VIPs served for b only. When n1's
+// data plane is ready for neither bgp load balancer, the set of the bgp
+// VIP names no tenant and n2 reports it served for none; when it is
+// ready again, for b. A peer that does not read the sets gets none.
+func TestTenantSetsReachThePeersServingWatch(t *testing.T) {
+	lb := func(tenant, name, pool, addr string) *pb.LoadBalancer {
+		return &pb.LoadBalancer{Name: name, Tenant: tenant, Vip: &pb.VIPRequest{Pool: pool}, Status: &pb.LoadBalancerStatus{Address: addr}}
+	}
+	d := desiredState([]*pb.Object{
+		api.Wrap(&pb.VIPPool{Name: "a-private", Cidrs: []string{"10.0.0.100/32"}, Mode: ModeARP, Attachment: "a"}),
+		api.Wrap(&pb.VIPPool{Name: "b-private", Cidrs: []string{"10.0.0.100/32"}, Mode: ModeARP, Attachment: "b"}),
+		api.Wrap(&pb.VIPPool{Name: "a-bgp", Cidrs: []string{"10.0.0.101/32"}, Mode: ModeBGP, Attachment: "a"}),
+		api.Wrap(&pb.VIPPool{Name: "b-bgp", Cidrs: []string{"10.0.0.101/32"}, Mode: ModeBGP, Attachment: "b"}),
+		api.Wrap(lb("a", "web", "a-private", "10.0.0.100")), api.Wrap(lb("b", "web", "b-private", "10.0.0.100")),
+		api.Wrap(lb("a", "api", "a-bgp", "10.0.0.101")), api.Wrap(lb("b", "api", "b-bgp", "10.0.0.101")),
+	})
+	vip, vipBGP := netip.MustParseAddr("10.0.0.100"), netip.MustParseAddr("10.0.0.101")
+	host := func(id, peer string) *Manager {
+		m := &Manager{cfg: Config{NodeID: id, HeartbeatInterval: 20 * time.Millisecond}, dead: 100 * time.Millisecond,
+			log: slog.New(slog.DiscardHandler)}
+		m.loop.init()
+		m.loop.members = map[string]member{peer: {}}
+		m.loop.lastTrigger = time.Now().Add(time.Hour) // sends no heartbeats
+		m.loop.want = &d
+		return m
+	}
+	now := time.Now()
+	n1 := host("n1", "n2")
+	n1.beats = newBeatSender(n1)
+	n1.arrivals.Store(&map[string]*peerArrival{})
+	n1.key = testKey
+	n1.loop.eligible = true
+	n1.loop.heldARP = []netip.Addr{vip}
+	n1.loop.ready.attProblems = map[string]string{"a": "tenant a's attachment is not up on this host"}
+	n1.ready, n1.haveReady, n1.readyAll = map[string]string{"a/web": "", "b/web": "", "a/api": "", "b/api": ""}, true, true
+	n1.takeReadiness(nil)
+
+	n2 := host("n2", "n1")
+	for vs := range d.VIPs.All() {
+		n2.loop.records[vs.Addr] = &record{spec: vs}
+	}
+	var served map[netip.Addr][]string
+	n2.SetServingWatch(func(m map[netip.Addr][]string) { served = m })
+	seq := uint64(0)
+	// beat has n2 read what n1 sends it now; readsTenants: n2 sets the
+	// flag in its own heartbeats, which n1 reads first.
+	beat := func(readsTenants bool) *heartbeat {
+		t.Helper()
+		seq++
+		now = now.Add(20 * time.Millisecond)
+		n1.receive(received{hb: &heartbeat{ID: "n2", Incarnation: 1, Seq: seq, Eligible: true, Holdings: true, HoldingSent: true,
+			ReadsPartly: true, PartlySent: true, ReadsTenants: readsTenants}, at: now})
+		n1.planBeats(now)
+		p := n1.beats.plan.Load()
+		if len(p.to) != 1 || p.to[0].withTenants != readsTenants {
+			t.Fatalf("sent to %+v; want the tenant sets sent: %t", p.to, readsTenants)
+		}
+		d := p.to[0]
+		b := p.hb.appendTo(nil, d.withHolding, d.withPartly, d.withTenants)
+		hb, err := parseHeartbeat(append(b, sign(testKey, b)...), testKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hb.Seq = seq
+		n2.receive(received{hb: hb, at: now})
+		n2.publishServing(n2.view(now), false)
+		return hb
+	}
+	check := func(what string, want map[netip.Addr][]string) {
+		t.Helper()
+		if !maps.EqualFunc(served, want, slices.Equal) {
+			t.Errorf("%s: served %q, want %q", what, served, want)
+		}
+	}
+	if hb := beat(true); !hb.TenantsSent || len(hb.Tenants) != 2 {
+		t.Fatalf("n1's heartbeat carries the sets %+v (sent %t), want those of both VIPs", hb.Tenants, hb.TenantsSent)
+	}
+	check("n1 carries both for b", map[netip.Addr][]string{vip: {"b"}, vipBGP: {"b"}})
+
+	n1.mu.Lock()
+	n1.readyDelta = map[string]bool{"a/api": true, "b/api": true}
+	n1.ready["a/api"], n1.ready["b/api"] = "no listener", "no listener"
+	n1.mu.Unlock()
+	n1.takeReadiness(nil)
+	beat(true)
+	check("n1 is not ready for the bgp VIP", map[netip.Addr][]string{vip: {"b"}})
+
+	n1.mu.Lock()
+	n1.readyDelta = map[string]bool{"b/api": true}
+	n1.ready["b/api"] = ""
+	n1.mu.Unlock()
+	n1.takeReadiness(nil)
+	beat(true)
+	check("ready again", map[netip.Addr][]string{vip: {"b"}, vipBGP: {"b"}})
+
+	// A peer that does not read the sets gets a datagram without them,
+	// as a host of the previous version reads it.
+	if hb := beat(false); hb.TenantsSent || !hb.PartlySent {
+		t.Fatalf("to a peer that does not read them: sets sent %t, partly ready addresses sent %t", hb.TenantsSent, hb.PartlySent)
 	}
 }
