@@ -172,7 +172,17 @@ func (m *Manager) takeReadiness(delta map[netip.Addr]bool) bool {
 		rd.arpNotReady = rd.arpList(rd.arpNotReady, seen, func(a netip.Addr) bool { return rd.notReady[a] != "" || rd.unserved[a] != nil })
 		rd.arpPartly = rd.arpList(rd.arpPartly, seen, func(a netip.Addr) bool { return rd.unserved[a] != nil })
 	}
-	rd.updateSets(func(a netip.Addr) bool { return seen[a] || derived && delta[a] }, seen)
+	// The tenant sets of the VIPs looked at, and of those gone.
+	redo := seen
+	for _, a := range vips {
+		if !seen[a] {
+			if len(redo) == len(seen) {
+				redo = maps.Clone(seen)
+			}
+			redo[a] = true
+		}
+	}
+	rd.updateSets(redo)
 	return true
 }
 
@@ -209,21 +219,32 @@ func allTenants(spaces []string) map[string]string {
 	return out
 }
 
-// updateSets makes tenantSets again for the addresses for which redo
-// holds (their VIP or its readiness changed; those not in seen are gone),
-// keeping it when nothing differs.
-func (rd *readiness) updateSets(redo func(netip.Addr) bool, seen map[netip.Addr]bool) {
-	var out []tenantSet
+// updateSets makes tenantSets again for the addresses of redo (their VIP
+// or its readiness changed, or the VIP is gone): a new slice when one of
+// them has a set or had one, as the heartbeat plan shares the old one;
+// else, the common case of addresses that no tenants share, it looks at
+// those addresses alone.
+func (rd *readiness) updateSets(redo map[netip.Addr]bool) {
+	var fresh []tenantSet
+	touched := false
+	for a := range redo {
+		_, had := slices.BinarySearchFunc(rd.tenantSets, a, func(s tenantSet, a netip.Addr) int { return s.Addr.Compare(a) })
+		s, has := rd.setOf(a)
+		if has {
+			fresh = append(fresh, s)
+		}
+		touched = touched || had || has
+	}
+	if !touched {
+		return
+	}
+	out := make([]tenantSet, 0, len(rd.tenantSets)+len(fresh))
 	for _, s := range rd.tenantSets {
-		if !redo(s.Addr) {
+		if !redo[s.Addr] {
 			out = append(out, s)
 		}
 	}
-	for a := range seen {
-		if s, ok := rd.setOf(a); ok {
-			out = append(out, s)
-		}
-	}
+	out = append(out, fresh...)
 	slices.SortFunc(out, func(x, y tenantSet) int { return x.Addr.Compare(y.Addr) })
 	if !slices.EqualFunc(out, rd.tenantSets, tenantSet.equal) {
 		rd.tenantSets = out

@@ -147,6 +147,14 @@ func TestServedFor(t *testing.T) {
 	}
 }
 
+func setOfAddrs(as []netip.Addr) map[netip.Addr]bool {
+	out := map[netip.Addr]bool{}
+	for _, a := range as {
+		out[a] = true
+	}
+	return out
+}
+
 // TestTenantSetsReachThePeersServingWatch: host n1, whose attachment of
 // tenant a is down, holds the arp VIP that the attachments of tenants a
 // and b share for b alone and announces the bgp VIP they share for b
@@ -154,7 +162,10 @@ func TestServedFor(t *testing.T) {
 // and n2's serving watch reports both VIPs served for b only. When n1's
 // data plane is ready for neither bgp load balancer, the set of the bgp
 // VIP names no tenant and n2 reports it served for none; when it is
-// ready again, for b. A peer that does not read the sets gets none.
+// ready again, for b. While n1 has applied an entry that adds tenant c
+// to the arp VIP and n2 has not, n2 cannot read n1's set of it and counts
+// n1 for none of its tenants. A VIP that goes takes its set along. A peer
+// that does not read the sets gets none.
 func TestTenantSetsReachThePeersServingWatch(t *testing.T) {
 	lb := func(tenant, name, pool, addr string) *pb.LoadBalancer {
 		return &pb.LoadBalancer{Name: name, Tenant: tenant, Vip: &pb.VIPRequest{Pool: pool}, Status: &pb.LoadBalancerStatus{Address: addr}}
@@ -164,6 +175,7 @@ func TestTenantSetsReachThePeersServingWatch(t *testing.T) {
 		api.Wrap(&pb.VIPPool{Name: "b-private", Cidrs: []string{"10.0.0.100/32"}, Mode: ModeARP, Attachment: "b"}),
 		api.Wrap(&pb.VIPPool{Name: "a-bgp", Cidrs: []string{"10.0.0.101/32"}, Mode: ModeBGP, Attachment: "a"}),
 		api.Wrap(&pb.VIPPool{Name: "b-bgp", Cidrs: []string{"10.0.0.101/32"}, Mode: ModeBGP, Attachment: "b"}),
+		api.Wrap(&pb.VIPPool{Name: "c-private", Cidrs: []string{"10.0.0.100/32"}, Mode: ModeARP, Attachment: "c"}),
 		api.Wrap(lb("a", "web", "a-private", "10.0.0.100")), api.Wrap(lb("b", "web", "b-private", "10.0.0.100")),
 		api.Wrap(lb("a", "api", "a-bgp", "10.0.0.101")), api.Wrap(lb("b", "api", "b-bgp", "10.0.0.101")),
 	})
@@ -245,6 +257,34 @@ func TestTenantSetsReachThePeersServingWatch(t *testing.T) {
 	n1.takeReadiness(nil)
 	beat(true)
 	check("ready again", map[netip.Addr][]string{vip: {"b"}, vipBGP: {"b"}})
+
+	// Tenant c's load balancer joins the arp VIP; n1 applies it first
+	// (a state derived from the last): its set is made from a, b and c,
+	// which n2 cannot read yet (not known: n1 counts for no tenant of
+	// it), and can once it applies the entry too: b and c.
+	cweb := lb("c", "web", "c-private", "10.0.0.100")
+	d2, touched := d.withLoadBalancers([]lbChange{{next: cweb}})
+	n1.loop.want = d2
+	n1.ready["c/web"] = ""
+	n1.mu.Lock()
+	n1.readyDelta = map[string]bool{"c/web": true}
+	n1.mu.Unlock()
+	n1.takeReadiness(setOfAddrs(touched))
+	beat(true)
+	check("n1 applied c's load balancer, n2 not yet", map[netip.Addr][]string{vipBGP: {"b"}})
+	n2.loop.want = d2
+	vs, _ := d2.vip(vip)
+	n2.loop.records[vip] = &record{spec: vs}
+	n2.publishServing(n2.view(now), true)
+	check("both applied it", map[netip.Addr][]string{vip: {"b", "c"}, vipBGP: {"b"}})
+	// The arp VIP goes: so does its set.
+	d3, touched := d2.withLoadBalancers([]lbChange{{prev: lb("a", "web", "a-private", "10.0.0.100")},
+		{prev: lb("b", "web", "b-private", "10.0.0.100")}, {prev: cweb}})
+	n1.loop.want = d3
+	n1.takeReadiness(setOfAddrs(touched))
+	if sets := n1.loop.ready.tenantSets; len(sets) != 1 || sets[0].Addr != vipBGP {
+		t.Fatalf("sets %+v once the arp VIP is gone, want the bgp VIP's alone", sets)
+	}
 
 	// A peer that does not read the sets gets a datagram without them,
 	// as a host of the previous version reads it.
