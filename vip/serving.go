@@ -110,10 +110,14 @@ func servedFor(a netip.Addr, r *record, v view, peers map[string]*peerState) ([]
 		return nil, servedSomewhere(a, r, v, peers)
 	}
 	carried := make([]bool, len(spaces))
+	// mark takes tenants in the order of spaces, as servedSpaces and
+	// tenantSet.tenants give them.
 	mark := func(tenants []string) {
+		j := 0
 		for i, t := range spaces {
-			if slices.Contains(tenants, t) {
+			if j < len(tenants) && tenants[j] == t {
 				carried[i] = true
+				j++
 			}
 		}
 	}
