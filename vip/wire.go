@@ -554,8 +554,13 @@ func (r *reader) addrs() ([]netip.Addr, bool) {
 // sets reads a u16 count and that many tenant sets ("" when they are
 // well formed, else what is wrong).
 func (r *reader) sets() ([]tenantSet, string) {
-	var out []tenantSet
-	for range int(r.u16()) {
+	count := int(r.u16())
+	// The bit sets are kept from one copy of the rest of the datagram
+	// (the reader's buffer takes the next one), and each set takes at
+	// least 11 bytes.
+	r.b = bytes.Clone(r.b)
+	out := make([]tenantSet, 0, min(count, len(r.b)/11))
+	for range count {
 		n := int(r.u8())
 		if r.err {
 			break
@@ -565,8 +570,7 @@ func (r *reader) sets() ([]tenantSet, string) {
 		}
 		a, ok := netip.AddrFromSlice(r.bytes(n))
 		s := tenantSet{Addr: a, Digest: r.u32(), N: r.u16()}
-		// A copy: the reader's buffer takes the next datagram.
-		s.Bits = append([]byte{}, r.bytes((int(s.N)+7)/8)...)
+		s.Bits = r.bytes((int(s.N) + 7) / 8)
 		if r.err || !ok {
 			break
 		}
