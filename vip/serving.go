@@ -96,10 +96,14 @@ func servingSignature(v view, peers map[string]*peerState) string {
 //     which tenants it binds it for, and its pool's interface decides
 //     alone (readiness.why).
 //
+// A peer that sends a set for the address counts for the tenants of its
+// set alone, also where this host's state gives the address a single
+// tenant.
+//
 // A peer whose tenants of the address are not known (no tenant set where
 // one is needed: it sends none, of an earlier version, or its list did
-// not fit; or a set made from another list of tenants: one of the two
-// has not applied the latest committed entry) carries it for none of
+// not fit; a set made from another list of tenants: one of the two has
+// not applied the latest committed entry) carries it for none of
 // them: a tenant's name is answered only with an address some host is
 // known to carry for that tenant, and a lag of one entry costs the
 // answer for as long as it lasts, where the other choice would answer it
@@ -133,23 +137,17 @@ func servedFor(a netip.Addr, r *record, v view, peers map[string]*peerState) ([]
 		}
 		switch {
 		case r.spec.Mode == ModeARP && (p == nil || !p.HoldingKnown || !p.Holding[a]):
-			continue
 		case r.spec.Mode == ModeBGP && !(h.Eligible && !h.NotReadyAll && !h.NotReady[a]):
-			continue
-		case len(spaces) == 1:
+		case hasSet:
+			// For some of the tenants of its state: those of its set,
+			// when that state gives the address this host's tenants.
+			if tenants, ok := set.tenants(spaces); ok {
+				mark(tenants)
+			}
+		case r.spec.Mode == ModeARP && h.Partly[a]:
+			// For some, and it does not say which: not known.
+		case len(spaces) == 1, r.spec.Mode == ModeARP && !h.NotReadyAll, r.spec.Mode == ModeBGP && p != nil && p.TenantsKnown:
 			mark(spaces)
-			continue
-		case r.spec.Mode == ModeARP && !h.NotReadyAll && !h.Partly[a]:
-			mark(spaces)
-			continue
-		case r.spec.Mode == ModeBGP && p != nil && p.TenantsKnown && !hasSet:
-			mark(spaces)
-			continue
-		case !hasSet:
-			continue // not known
-		}
-		if tenants, ok := set.tenants(spaces); ok {
-			mark(tenants)
 		}
 	}
 	var out []string

@@ -56,7 +56,9 @@ func TestServedSomewhere(t *testing.T) {
 // hosts' states differ by an entry) or is not ready for any address; a
 // bgp peer for those of its set, every one when its heartbeats carry sets
 // but none for the address, and none when they carry no sets. Several
-// hosts add up.
+// hosts add up. Where this host's state gives the address one tenant and
+// a peer's lists it as partly ready or sends a set of it (its state gives
+// the address more tenants), the set decides, as for several.
 func TestServedFor(t *testing.T) {
 	t.Parallel()
 	a := netip.MustParseAddr("10.0.0.100")
@@ -126,6 +128,17 @@ func TestServedFor(t *testing.T) {
 		{"bgp: held here for some", &record{spec: bgp, held: true, unserved: only("ta", "tb")}, nil, []string{"ta", "tb"}},
 		{"one tenant: a peer that holds it", &record{spec: vipSpec{Addr: a, Mode: ModeARP, Spaces: []string{"ta"}}},
 			map[string]peer{"n2": {hostView{Eligible: true, NotReadyAll: true}, &peerState{HoldingKnown: true, Holding: holds}}}, []string{"ta"}},
+		// The states of two hosts one entry apart: this host's gives the
+		// address tenant ta alone, the peer's ta and tb (tb's load
+		// balancer came in an entry this host has not applied), and the
+		// peer holds it for tb, ta's attachment down there.
+		{"one tenant here: a peer that holds it partly, with a set of its tenants", &record{spec: vipSpec{Addr: a, Mode: ModeARP, Spaces: []string{"ta"}}},
+			map[string]peer{"n2": {partly, &peerState{HoldingKnown: true, Holding: holds, TenantsKnown: true,
+				Tenants: map[netip.Addr]tenantSet{a: lagging}}}}, nil},
+		{"one tenant here: a peer that holds it partly, without sets", &record{spec: vipSpec{Addr: a, Mode: ModeARP, Spaces: []string{"ta"}}},
+			map[string]peer{"n2": {partly, &peerState{HoldingKnown: true, Holding: holds}}}, nil},
+		{"bgp, one tenant here: a peer with a set of its tenants", &record{spec: vipSpec{Addr: a, Mode: ModeBGP, Spaces: []string{"ta"}}},
+			map[string]peer{"n2": {full, &peerState{TenantsKnown: true, Tenants: map[netip.Addr]tenantSet{a: lagging}}}}, nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
