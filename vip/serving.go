@@ -16,6 +16,10 @@ type servingState struct {
 	watch atomic.Pointer[func(map[netip.Addr][]string)]
 	sig   string
 	last  map[netip.Addr][]string
+	// latestSince is the latest revision of the records' tenantsSince: a
+	// peer's revision that reaches one of them (servedFor) is below it
+	// until then.
+	latestSince uint64
 }
 
 // SetServingWatch has the loop call f, from its own goroutine, with the
@@ -45,7 +49,7 @@ func (m *Manager) publishServing(v view, recordsChanged bool) {
 		return
 	}
 	st := &m.loop
-	sig := servingSignature(v, st.peers)
+	sig := servingSignature(v, st.peers, m.serving.latestSince)
 	if !recordsChanged && sig == m.serving.sig && m.serving.last != nil {
 		return
 	}
@@ -63,14 +67,24 @@ func (m *Manager) publishServing(v view, recordsChanged bool) {
 	(*f)(out)
 }
 
-// servingSignature is the signature of the decisions with the versions of
-// the live peers' tenant sets, which only the serving rule reads.
-func servingSignature(v view, peers map[string]*peerState) string {
+// servingSignature is the signature of the decisions with what only the
+// serving rule reads of the live peers: the versions of their tenant
+// sets, and their revisions up to since (serving.latestSince), which
+// change while a peer's state catches up with one that gave an address a
+// tenant here, and no more once it has.
+func servingSignature(v view, peers map[string]*peerState, since uint64) string {
 	var b strings.Builder
 	b.WriteString(signature(v, peers))
 	for _, id := range slices.Sorted(maps.Keys(v.Alive)) {
-		if p := peers[id]; p != nil && p.TenantsVersion > 0 {
+		p := peers[id]
+		if p == nil {
+			continue
+		}
+		if p.TenantsVersion > 0 {
 			b.WriteString("|" + id + ":" + strconv.FormatUint(p.TenantsVersion, 10))
+		}
+		if p.Revision < since {
+			b.WriteString("|" + id + "@" + strconv.FormatUint(p.Revision, 10))
 		}
 	}
 	return b.String()
@@ -98,16 +112,23 @@ func servingSignature(v view, peers map[string]*peerState) string {
 //
 // A peer that sends a set for the address counts for the tenants of its
 // set alone, also where this host's state gives the address a single
-// tenant.
+// tenant. A peer that holds it for every tenant of its state counts for
+// those that the address has had here since a revision no later than
+// the one its heartbeats act on (record.tenantsSince): a state behind
+// this host's may lack a tenant added since, and the peer does not carry
+// the address for it, though it lists it neither as partly ready nor in
+// a set.
 //
 // A peer whose tenants of the address are not known (no tenant set where
 // one is needed: it sends none, of an earlier version, or its list did
 // not fit; a set made from another list of tenants: one of the two has
-// not applied the latest committed entry) carries it for none of
-// them: a tenant's name is answered only with an address some host is
-// known to carry for that tenant, and a lag of one entry costs the
-// answer for as long as it lasts, where the other choice would answer it
-// with an address that may reach another tenant's load balancer.
+// not applied the latest committed entry; or, for a tenant, a state
+// behind the one that gave the address that tenant here) carries it for
+// none of them: a tenant's name is answered only with an address some
+// host is known to carry for that tenant, and a lag of one entry costs
+// the answer for as long as it lasts, where the other choice would
+// answer it with an address that may reach another tenant's load
+// balancer.
 func servedFor(a netip.Addr, r *record, v view, peers map[string]*peerState) ([]string, bool) {
 	spaces := r.spec.Spaces
 	if len(spaces) == 0 || r.spec.Mode == ModeStatic {
@@ -146,8 +167,15 @@ func servedFor(a netip.Addr, r *record, v view, peers map[string]*peerState) ([]
 			}
 		case r.spec.Mode == ModeARP && h.Partly[a]:
 			// For some, and it does not say which: not known.
-		case len(spaces) == 1, r.spec.Mode == ModeARP && !h.NotReadyAll, r.spec.Mode == ModeBGP && p != nil && p.TenantsKnown:
-			mark(spaces)
+		case p == nil:
+		case len(spaces) == 1, r.spec.Mode == ModeARP && !h.NotReadyAll, r.spec.Mode == ModeBGP && p.TenantsKnown:
+			// For every tenant of its state, which has those that this
+			// host's has had since a revision it acts on; others not known.
+			for i := range spaces {
+				if i >= len(r.tenantsSince) || r.tenantsSince[i] <= p.Revision {
+					carried[i] = true
+				}
+			}
 		}
 	}
 	var out []string
@@ -157,6 +185,20 @@ func servedFor(a netip.Addr, r *record, v view, peers map[string]*peerState) ([]
 		}
 	}
 	return out, len(out) > 0
+}
+
+// sinceFor returns, for each tenant of spaces (sorted), the revision from
+// which an address has had it: that of old (sorted, its revisions in
+// oldSince) for a tenant it had, revision for one it did not.
+func sinceFor(spaces, old []string, oldSince []uint64, revision uint64) []uint64 {
+	out := make([]uint64, len(spaces))
+	for i, t := range spaces {
+		out[i] = revision
+		if j, ok := slices.BinarySearch(old, t); ok && j < len(oldSince) {
+			out[i] = oldSince[j]
+		}
+	}
+	return out
 }
 
 // servedSomewhere is the serving rule of a VIP of the hosts' own network.

@@ -58,7 +58,9 @@ func TestServedSomewhere(t *testing.T) {
 // but none for the address, and none when they carry no sets. Several
 // hosts add up. Where this host's state gives the address one tenant and
 // a peer's lists it as partly ready or sends a set of it (its state gives
-// the address more tenants), the set decides, as for several.
+// the address more tenants), the set decides, as for several. A peer
+// that holds it for every tenant of a state behind the revision that gave
+// the address a tenant here counts for the others alone.
 func TestServedFor(t *testing.T) {
 	t.Parallel()
 	a := netip.MustParseAddr("10.0.0.100")
@@ -139,6 +141,21 @@ func TestServedFor(t *testing.T) {
 			map[string]peer{"n2": {partly, &peerState{HoldingKnown: true, Holding: holds}}}, nil},
 		{"bgp, one tenant here: a peer with a set of its tenants", &record{spec: vipSpec{Addr: a, Mode: ModeBGP, Spaces: []string{"ta"}}},
 			map[string]peer{"n2": {full, &peerState{TenantsKnown: true, Tenants: map[netip.Addr]tenantSet{a: lagging}}}}, nil},
+		// The other way round: this host's state gave the address tenants
+		// ta and tb at revision 3 and tc at 10; a peer acting on revision
+		// 9 holds it for every tenant of its own state, which lacks tc.
+		{"a peer holds it for every tenant of a state behind the one that gave the address tc here", &record{spec: arp, tenantsSince: []uint64{3, 3, 10}},
+			map[string]peer{"n2": {full, &peerState{Revision: 9, HoldingKnown: true, Holding: holds}}}, []string{"ta", "tb"}},
+		{"a peer holds it for every tenant, its state as recent as this host's tenants of the address", &record{spec: arp, tenantsSince: []uint64{3, 3, 10}},
+			map[string]peer{"n2": {full, &peerState{Revision: 10, HoldingKnown: true, Holding: holds}}}, spaces},
+		{"a peer behind all of them", &record{spec: arp, tenantsSince: []uint64{3, 3, 10}},
+			map[string]peer{"n2": {full, &peerState{Revision: 2, HoldingKnown: true, Holding: holds}}}, nil},
+		{"a peer with a set, its state behind: the set's digest decides", &record{spec: arp, tenantsSince: []uint64{3, 3, 10}},
+			map[string]peer{"n2": {partly, &peerState{Revision: 9, HoldingKnown: true, Holding: holds, TenantsKnown: true, Tenants: set("tc")}}}, []string{"tc"}},
+		{"one tenant here, a peer behind that holds it", &record{spec: vipSpec{Addr: a, Mode: ModeARP, Spaces: []string{"ta"}}, tenantsSince: []uint64{10}},
+			map[string]peer{"n2": {full, &peerState{Revision: 9, HoldingKnown: true, Holding: holds}}}, nil},
+		{"bgp: a peer behind with sets, none for the address", &record{spec: bgp, tenantsSince: []uint64{3, 3, 10}},
+			map[string]peer{"n2": {full, &peerState{Revision: 9, TenantsKnown: true}}}, []string{"ta", "tb"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -303,5 +320,68 @@ func TestTenantSetsReachThePeersServingWatch(t *testing.T) {
 	// as a host of the previous version reads it.
 	if hb := beat(false); hb.TenantsSent || !hb.PartlySent {
 		t.Fatalf("to a peer that does not read them: sets sent %t, partly ready addresses sent %t", hb.TenantsSent, hb.PartlySent)
+	}
+}
+
+// TestRecordKeepsTheRevisionOfItsTenants: a record notes, for each tenant
+// of its address, the revision of the committed state from which the
+// address has had it (servedFor compares the peers' with them): a tenant
+// that comes takes the revision, those that stay keep theirs, also when
+// the address's load balancers of the same tenants change.
+func TestRecordKeepsTheRevisionOfItsTenants(t *testing.T) {
+	m := &Manager{log: slog.New(slog.DiscardHandler)}
+	m.loop.init()
+	a := netip.MustParseAddr("10.0.0.100")
+	now := time.Now()
+	steps := []struct {
+		revision uint64
+		lbs      []string
+		spaces   []string
+		want     []uint64
+	}{
+		{5, []string{"tb/web"}, []string{"tb"}, []uint64{5}},
+		{7, []string{"tb/api", "tb/web"}, []string{"tb"}, []uint64{5}},
+		{9, []string{"ta/web", "tb/api", "tb/web"}, []string{"ta", "tb"}, []uint64{9, 5}},
+		{11, []string{"ta/web", "tb/api"}, []string{"ta", "tb"}, []uint64{9, 5}},
+		{12, []string{"ta/web", "tb/api", "tc/web"}, []string{"ta", "tb", "tc"}, []uint64{9, 5, 12}},
+		{13, []string{"ta/web", "tc/web"}, []string{"ta", "tc"}, []uint64{9, 12}},
+		{14, []string{"ta/web", "tb/web", "tc/web"}, []string{"ta", "tb", "tc"}, []uint64{9, 14, 12}},
+	}
+	for _, s := range steps {
+		m.loop.revision = s.revision
+		m.note(vipSpec{Addr: a, Mode: ModeARP, LBs: s.lbs, Spaces: s.spaces}, decision{}, nil, now)
+		if got := m.loop.records[a].tenantsSince; !slices.Equal(got, s.want) {
+			t.Errorf("at revision %d with tenants %q: tenants since %v, want %v", s.revision, s.spaces, got, s.want)
+		}
+	}
+}
+
+// TestServingWatchFollowsAPeerThatCatchesUp: a peer that holds an address
+// for every tenant of its state, behind the one that gave the address
+// tenant tb here, counts for ta alone; once its heartbeats act on that
+// state, with nothing else changed in them, the serving watch reports
+// the address served for both.
+func TestServingWatchFollowsAPeerThatCatchesUp(t *testing.T) {
+	m := &Manager{log: slog.New(slog.DiscardHandler)}
+	m.loop.init()
+	a := netip.MustParseAddr("10.0.0.100")
+	now := time.Now()
+	m.loop.revision = 5
+	m.note(vipSpec{Addr: a, Mode: ModeARP, LBs: []string{"ta/web"}, Spaces: []string{"ta"}}, decision{}, nil, now)
+	m.loop.revision = 10
+	m.note(vipSpec{Addr: a, Mode: ModeARP, LBs: []string{"ta/web", "tb/web"}, Spaces: []string{"ta", "tb"}}, decision{}, nil, now)
+	peer := &peerState{Revision: 9, HoldingKnown: true, Holding: map[netip.Addr]bool{a: true}}
+	m.loop.peers["n2"] = peer
+	v := view{Alive: map[string]hostView{"n2": {Eligible: true}}}
+	var served map[netip.Addr][]string
+	m.SetServingWatch(func(s map[netip.Addr][]string) { served = s })
+	m.publishServing(v, true)
+	if want := map[netip.Addr][]string{a: {"ta"}}; !maps.EqualFunc(served, want, slices.Equal) {
+		t.Fatalf("peer behind: served %q, want %q", served, want)
+	}
+	peer.Revision = 10
+	m.publishServing(v, false)
+	if want := map[netip.Addr][]string{a: {"ta", "tb"}}; !maps.EqualFunc(served, want, slices.Equal) {
+		t.Fatalf("peer caught up: served %q, want %q", served, want)
 	}
 }
