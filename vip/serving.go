@@ -2,6 +2,7 @@ package vip
 
 import (
 	"maps"
+	"math"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -112,12 +113,14 @@ func servingSignature(v view, peers map[string]*peerState, since uint64) string 
 //
 // A peer that sends a set for the address counts for the tenants of its
 // set alone, also where this host's state gives the address a single
-// tenant. A peer that holds it for every tenant of its state counts for
-// those that the address has had here since a revision no later than
-// the one its heartbeats act on (record.tenantsSince): a state behind
-// this host's may lack a tenant added since, and the peer does not carry
-// the address for it, though it lists it neither as partly ready nor in
-// a set.
+// tenant. A peer counts for those tenants alone that the address has
+// had here since a revision no later than the one its heartbeats act on
+// (record.tenantsSince): a state behind this host's may lack a tenant
+// added since, and a peer that holds the address for every tenant of its
+// state does not carry it for that one, though it lists it neither as
+// partly ready nor in a set; a set from a state behind matches this
+// host's list of tenants only by chance, or by a tenant's name chosen to
+// match its 32-bit digest.
 //
 // A peer whose tenants of the address are not known (no tenant set where
 // one is needed: it sends none, of an earlier version, or its list did
@@ -136,18 +139,19 @@ func servedFor(a netip.Addr, r *record, v view, peers map[string]*peerState) ([]
 	}
 	carried := make([]bool, len(spaces))
 	// mark takes tenants in the order of spaces, as servedSpaces and
-	// tenantSet.tenants give them.
-	mark := func(tenants []string) {
+	// tenantSet.tenants give them, those that the address has had here
+	// since revision or earlier.
+	mark := func(tenants []string, revision uint64) {
 		j := 0
 		for i, t := range spaces {
 			if j < len(tenants) && tenants[j] == t {
-				carried[i] = true
+				carried[i] = carried[i] || i >= len(r.tenantsSince) || r.tenantsSince[i] <= revision
 				j++
 			}
 		}
 	}
 	if r.held {
-		mark(servedSpaces(spaces, r.unserved))
+		mark(servedSpaces(spaces, r.unserved), math.MaxUint64)
 	}
 	for id, h := range v.Alive {
 		p := peers[id]
@@ -161,9 +165,12 @@ func servedFor(a netip.Addr, r *record, v view, peers map[string]*peerState) ([]
 		case r.spec.Mode == ModeBGP && !(h.Eligible && !h.NotReadyAll && !h.NotReady[a]):
 		case hasSet:
 			// For some of the tenants of its state: those of its set,
-			// when that state gives the address this host's tenants.
+			// when that state gives the address this host's tenants
+			// (and, for a tenant, is not behind the one that gave it
+			// here: their lists then match by chance, or by a name
+			// chosen to match the digest).
 			if tenants, ok := set.tenants(spaces); ok {
-				mark(tenants)
+				mark(tenants, p.Revision)
 			}
 		case r.spec.Mode == ModeARP && h.Partly[a]:
 			// For some, and it does not say which: not known.
@@ -171,11 +178,7 @@ func servedFor(a netip.Addr, r *record, v view, peers map[string]*peerState) ([]
 		case len(spaces) == 1, r.spec.Mode == ModeARP && !h.NotReadyAll, r.spec.Mode == ModeBGP && p.TenantsKnown:
 			// For every tenant of its state, which has those that this
 			// host's has had since a revision it acts on; others not known.
-			for i := range spaces {
-				if i >= len(r.tenantsSince) || r.tenantsSince[i] <= p.Revision {
-					carried[i] = true
-				}
-			}
+			mark(spaces, p.Revision)
 		}
 	}
 	var out []string

@@ -59,8 +59,9 @@ func TestServedSomewhere(t *testing.T) {
 // hosts add up. Where this host's state gives the address one tenant and
 // a peer's lists it as partly ready or sends a set of it (its state gives
 // the address more tenants), the set decides, as for several. A peer
-// that holds it for every tenant of a state behind the revision that gave
-// the address a tenant here counts for the others alone.
+// whose state is behind the revision that gave the address a tenant here
+// counts for the others alone, whether it holds it for every tenant of
+// its state or sends a set (whose digest can match by chance).
 func TestServedFor(t *testing.T) {
 	t.Parallel()
 	a := netip.MustParseAddr("10.0.0.100")
@@ -150,8 +151,12 @@ func TestServedFor(t *testing.T) {
 			map[string]peer{"n2": {full, &peerState{Revision: 10, HoldingKnown: true, Holding: holds}}}, spaces},
 		{"a peer behind all of them", &record{spec: arp, tenantsSince: []uint64{3, 3, 10}},
 			map[string]peer{"n2": {full, &peerState{Revision: 2, HoldingKnown: true, Holding: holds}}}, nil},
-		{"a peer with a set, its state behind: the set's digest decides", &record{spec: arp, tenantsSince: []uint64{3, 3, 10}},
-			map[string]peer{"n2": {partly, &peerState{Revision: 9, HoldingKnown: true, Holding: holds, TenantsKnown: true, Tenants: set("tc")}}}, []string{"tc"}},
+		{"a peer with a set, its state behind the one that gave the address tc: its bit for tc is not read", &record{spec: arp, tenantsSince: []uint64{3, 3, 10}},
+			map[string]peer{"n2": {partly, &peerState{Revision: 9, HoldingKnown: true, Holding: holds, TenantsKnown: true, Tenants: set("ta", "tc")}}}, []string{"ta"}},
+		{"a peer with a set, its state as recent as this host's tenants", &record{spec: arp, tenantsSince: []uint64{3, 3, 10}},
+			map[string]peer{"n2": {partly, &peerState{Revision: 10, HoldingKnown: true, Holding: holds, TenantsKnown: true, Tenants: set("ta", "tc")}}}, []string{"ta", "tc"}},
+		{"held here for a tenant whatever the peers' revisions", &record{spec: arp, held: true, unserved: only("ta", "tb"), tenantsSince: []uint64{3, 3, 10}},
+			map[string]peer{"n2": {partly, &peerState{Revision: 9, HoldingKnown: true, Holding: holds, TenantsKnown: true, Tenants: set("tc")}}}, []string{"ta", "tb"}},
 		{"one tenant here, a peer behind that holds it", &record{spec: vipSpec{Addr: a, Mode: ModeARP, Spaces: []string{"ta"}}, tenantsSince: []uint64{10}},
 			map[string]peer{"n2": {full, &peerState{Revision: 9, HoldingKnown: true, Holding: holds}}}, nil},
 		{"bgp: a peer behind with sets, none for the address", &record{spec: bgp, tenantsSince: []uint64{3, 3, 10}},
