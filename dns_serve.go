@@ -16,8 +16,8 @@ import (
 
 // openDNS starts the authoritative DNS server when --dns-addr is set
 // (nil when it is not): it answers from state and learns from the VIP
-// manager which VIPs some host holds and follows the data plane's
-// readiness through plane.
+// manager which VIPs some host holds, for which tenants, and follows the
+// data plane's readiness through plane.
 // Zones of --dns-dnssec keep their keys in keys (the replicated store).
 // The ACME DNS-01 challenges come from the store items that watch yields.
 // Zones of --dns-push are pushed only while leader says this host leads.
@@ -38,7 +38,7 @@ func openDNS(ctx context.Context, cfg serveConfig, log *slog.Logger, state func(
 	if vm == nil {
 		srv.HeldHere()
 	}
-	vm.SetServingWatch(srv.SetHeld)
+	vm.SetServingWatch(srv.SetServed)
 	go srv.FollowObserved(ctx, plane)
 	keyChange := make(chan struct{}, 1)
 	go followChallenges(ctx, watch().Only(api.KindStorageItem), srv, keyChange)

@@ -206,7 +206,7 @@ func TestPartlyReadyListThatDoesNotFit(t *testing.T) {
 	holder := func() (string, bool) {
 		m.planBeats(now)
 		p := m.beats.plan.Load()
-		b := p.hb.appendTo(nil, true, true)
+		b := p.hb.appendTo(nil, true, true, true)
 		hb, err := parseHeartbeat(append(b, sign(testKey, b)...), testKey)
 		if err != nil {
 			t.Fatal(err)
@@ -239,7 +239,7 @@ func TestNotReadyOrHeldListThatDoesNotFit(t *testing.T) {
 	sent := func(t *testing.T, m *Manager, now time.Time) *heartbeat {
 		t.Helper()
 		m.planBeats(now)
-		b := m.beats.plan.Load().hb.appendTo(nil, true, true)
+		b := m.beats.plan.Load().hb.appendTo(nil, true, true, true)
 		hb, err := parseHeartbeat(append(b, sign(testKey, b)...), testKey)
 		if err != nil {
 			t.Fatal(err)

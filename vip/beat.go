@@ -52,8 +52,8 @@ type beatDest struct {
 	id   string
 	addr netip.AddrPort
 	// withHolding: the peer reads held addresses; withPartly: it reads
-	// the partly ready ones too.
-	withHolding, withPartly bool
+	// the partly ready ones too; withTenants: and the tenant sets.
+	withHolding, withPartly, withTenants bool
 }
 
 // beatSender encodes and sends the planned heartbeats.
@@ -68,7 +68,7 @@ type beatSender struct {
 	last, void time.Time
 	seq        uint64
 	sights     []sighting
-	bufs       [3][]byte
+	bufs       [4][]byte
 	mac        hash.Hash
 	macKey     []byte
 	sum        [sha256.Size]byte
@@ -117,17 +117,19 @@ func (s *beatSender) send(now time.Time) {
 	if !bytes.Equal(s.macKey, p.key) {
 		s.mac, s.macKey = hmac.New(sha256.New, p.key), p.key
 	}
-	var encoded [3]bool
+	var encoded [4]bool
 	for _, d := range p.to {
 		i := 0
 		switch {
+		case d.withHolding && d.withPartly && d.withTenants:
+			i = 3
 		case d.withHolding && d.withPartly:
 			i = 2
 		case d.withHolding:
 			i = 1
 		}
 		if !encoded[i] {
-			b := hb.appendTo(s.bufs[i][:0], d.withHolding, d.withPartly)
+			b := hb.appendTo(s.bufs[i][:0], d.withHolding, d.withPartly, i == 3)
 			s.mac.Reset()
 			s.mac.Write(b)
 			s.bufs[i] = append(b, s.mac.Sum(s.sum[:0])[:macSize]...)

@@ -76,6 +76,28 @@ func TestBeatSenderAllocatesNothing(t *testing.T) {
 	if allocs != 0 {
 		t.Errorf("send allocates %v times per call, want 0", allocs)
 	}
+	// With the partly ready addresses and the tenant sets, to a peer that
+	// reads them.
+	p := testPlan(now, to)
+	a := netip.MustParseAddr("10.0.0.100")
+	p.hb.ReadsPartly, p.hb.PartlySent, p.hb.Partly = true, true, []netip.Addr{a}
+	p.hb.ReadsTenants, p.hb.TenantsSent, p.hb.Tenants = true, true, []tenantSet{mustSet(a, []string{"ta", "tb"}, "tb")}
+	p.hb.NotReady = []netip.Addr{a}
+	p.to = []beatDest{{id: "n2", addr: to, withHolding: true, withPartly: true, withTenants: true}}
+	m.beats.plan.Store(p)
+	for { // what the runs above sent
+		_ = rx.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+		if _, err := rx.Read(buf); err != nil {
+			break
+		}
+	}
+	m.beats.send(now)
+	if hb := read(); !hb.TenantsSent || len(hb.Tenants) != 1 || !hb.Tenants[0].equal(p.hb.Tenants[0]) {
+		t.Fatalf("with tenant sets: %+v", hb)
+	}
+	if allocs := testing.AllocsPerRun(200, func() { m.beats.send(now) }); allocs != 0 {
+		t.Errorf("with tenant sets, send allocates %v times per call, want 0", allocs)
+	}
 }
 
 // TestBeatSenderSkipsAStalePlan: a loop stuck for longer than the bound

@@ -208,6 +208,10 @@ func (m *Manager) note(vs vipSpec, d decision, unserved map[string]string, now t
 		!maps.Equal(unserved, r.unserved) {
 		st.dirtyAddrs[vs.Addr] = true
 	}
+	if !slices.Equal(vs.Spaces, r.spec.Spaces) {
+		r.tenantsSince = sinceFor(vs.Spaces, r.spec.Spaces, r.tenantsSince, st.revision)
+		m.serving.latestSince = max(m.serving.latestSince, st.revision)
+	}
 	r.spec, r.held, r.reason, r.local, r.unserved = vs, d.Hold, d.Reason, d.Local, unserved
 	if d.Hold {
 		r.everHeld = true

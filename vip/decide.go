@@ -31,7 +31,17 @@ type peerState struct {
 	// one's); ReadsPartly: its heartbeats are sent the same.
 	Partly      map[netip.Addr]bool
 	ReadsPartly bool
-	Sightings   []sighting
+	// Tenants holds its tenant sets by address, when its last heartbeat
+	// carried them (TenantsKnown): for each address several tenants
+	// share that it can carry for some of them only, which. ReadsTenants:
+	// its heartbeats are sent the same. TenantsVersion counts their
+	// changes; they decide what the serving watch reports, not who holds
+	// a VIP, so Version does not count them.
+	Tenants        map[netip.Addr]tenantSet
+	TenantsKnown   bool
+	ReadsTenants   bool
+	TenantsVersion uint64
+	Sightings      []sighting
 	// AliveSince is when it was first heard after an absence of at least
 	// the gap (or ever): it counts towards a majority only once settled,
 	// Settle after that.

@@ -179,7 +179,19 @@ func (m *Manager) receive(r received) {
 			partly[a] = true
 		}
 	}
-	p.ReadsPartly = hb.ReadsPartly
+	p.ReadsPartly, p.ReadsTenants = hb.ReadsPartly, hb.ReadsTenants
+	var sets map[netip.Addr]tenantSet
+	if hb.TenantsSent {
+		sets = make(map[netip.Addr]tenantSet, len(hb.Tenants))
+		for _, s := range hb.Tenants {
+			sets[s.Addr] = s
+		}
+	}
+	if p.TenantsKnown != hb.TenantsSent || !maps.EqualFunc(p.Tenants, sets, tenantSet.equal) {
+		// They decide what the serving watch reports, not who holds a VIP.
+		p.TenantsKnown, p.Tenants = hb.TenantsSent, sets
+		p.TenantsVersion++
+	}
 	if p.Eligible != hb.Eligible || p.Handover != hb.Handover || p.NotReadyAll != hb.NotReadyAll || !maps.Equal(p.NotReady, notReady) || !maps.Equal(p.Partly, partly) {
 		p.Eligible, p.Handover, p.NotReadyAll, p.NotReady, p.Partly = hb.Eligible, hb.Handover, hb.NotReadyAll, notReady, partly
 		p.Version++
@@ -233,7 +245,7 @@ func (m *Manager) planBeats(now time.Time) bool {
 	p.hb = heartbeat{
 		ID: m.cfg.NodeID, Incarnation: m.incarnation, Revision: st.revision,
 		Eligible: st.eligible && !st.leaving, Leaving: st.leaving, Handover: (st.eligible && st.handingOver || st.handedOff) && !st.leaving,
-		NotReadyAll: st.want == nil || !haveReady, Holdings: true, ReadsPartly: true,
+		NotReadyAll: st.want == nil || !haveReady, Holdings: true, ReadsPartly: true, ReadsTenants: true,
 	}
 	for _, id := range slices.Sorted(maps.Keys(st.peers)) {
 		pe := st.peers[id]
@@ -254,19 +266,20 @@ func (m *Manager) planBeats(now time.Time) bool {
 	p.hb.Holding = st.heldARP
 	if st.want != nil && haveReady {
 		p.hb.NotReady, p.hb.Partly, p.hb.PartlySent = st.ready.arpNotReady, st.ready.arpPartly, true
+		p.hb.Tenants, p.hb.TenantsSent = st.ready.tenantSets, true
 	}
 	if len(p.hb.NotReady) > maxDatagram/20 {
 		// It would not fit next to the sightings: not ready for any.
 		p.hb.NotReady, p.hb.NotReadyAll = nil, true
 	}
-	withHolding, withPartly := false, false
+	withHolding, withPartly, withTenants := false, false, false
 	for _, id := range slices.Sorted(maps.Keys(st.members)) {
 		// Held addresses only to a peer that reads them.
 		pe := st.peers[id]
 		d := beatDest{id: id, addr: st.members[id].Heartbeat, withHolding: pe != nil && pe.Holdings,
-			withPartly: pe != nil && pe.Holdings && pe.ReadsPartly}
+			withPartly: pe != nil && pe.Holdings && pe.ReadsPartly, withTenants: pe != nil && pe.Holdings && pe.ReadsPartly && pe.ReadsTenants}
 		p.to = append(p.to, d)
-		withHolding, withPartly = withHolding || d.withHolding, withPartly || d.withPartly
+		withHolding, withPartly, withTenants = withHolding || d.withHolding, withPartly || d.withPartly, withTenants || d.withTenants
 	}
 	// This host counts on what its peers read of it, no more: a list that
 	// does not fit next to the rest is left out (the not-ready list
@@ -278,7 +291,11 @@ func (m *Manager) planBeats(now time.Time) bool {
 	if cap(st.beatScratch) < maxDatagram {
 		st.beatScratch = make([]byte, 0, maxDatagram)
 	}
-	_, sent := p.hb.appendParts(st.beatScratch[:0], withHolding, withPartly)
+	// The tenant sets decide no holder: a peer that does not get them
+	// takes this host's tenants of those addresses for not known and does
+	// not claim the addresses for them (servedFor); this host's own
+	// serving watch reads what it carries itself.
+	_, sent := p.hb.appendParts(st.beatScratch[:0], withHolding, withPartly, withTenants)
 	changed := m.noteSent(sent.NotReadyAll, withHolding && !sent.Holding, withPartly && len(p.hb.Partly) > 0 && !sent.Partly)
 	m.beats.plan.Store(p)
 	return changed

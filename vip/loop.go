@@ -161,6 +161,11 @@ type record struct {
 	// unserved: the tenants sharing the address whose attachment is not
 	// up here, with why (readiness.unserved): it is not carried for them.
 	unserved map[string]string
+	// tenantsSince holds, for each tenant of spec.Spaces, the revision of
+	// the committed state from which the address has had that tenant here
+	// (sinceFor): a peer whose heartbeats act on an earlier one may not
+	// give it the tenant (servedFor).
+	tenantsSince []uint64
 	// takes counts this host's takes of the VIP, and also the times a
 	// peer came back into sight while it held it: each is a moment when
 	// another host may have announced the VIP last, so the actuator

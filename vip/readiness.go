@@ -33,6 +33,9 @@ type readiness struct {
 	unserved    map[netip.Addr]map[string]string
 	arpNotReady []netip.Addr
 	arpPartly   []netip.Addr
+	// tenantSets are the heartbeats' tenant sets (setOf), sorted by
+	// address; never changed once built, as the lists above.
+	tenantSets []tenantSet
 	// full counts the whole recomputations; changed holds the VIPs
 	// whose readiness was recomputed since the last whole one, until
 	// rebalanceWindows has looked at them.
@@ -95,6 +98,7 @@ func (m *Manager) takeReadiness(delta map[netip.Addr]bool) bool {
 	switch {
 	case st.want == nil:
 		rd.want, rd.vipsOf, rd.notReady, rd.unserved, rd.arpNotReady, rd.arpPartly = nil, nil, map[netip.Addr]string{}, map[netip.Addr]map[string]string{}, nil, nil
+		rd.tenantSets = nil
 		return all
 	case all:
 		rd.recompute(st.want)
@@ -168,7 +172,83 @@ func (m *Manager) takeReadiness(delta map[netip.Addr]bool) bool {
 		rd.arpNotReady = rd.arpList(rd.arpNotReady, seen, func(a netip.Addr) bool { return rd.notReady[a] != "" || rd.unserved[a] != nil })
 		rd.arpPartly = rd.arpList(rd.arpPartly, seen, func(a netip.Addr) bool { return rd.unserved[a] != nil })
 	}
+	// The tenant sets of the VIPs looked at, and of those gone.
+	redo := seen
+	for _, a := range vips {
+		if !seen[a] {
+			if len(redo) == len(seen) {
+				redo = maps.Clone(seen)
+			}
+			redo[a] = true
+		}
+	}
+	rd.updateSets(redo)
 	return true
+}
+
+// setOf returns the tenant set the heartbeats carry for the VIP at a
+// (false: none): that of an address the attachments of several tenants
+// share (vipSpec.Spaces) and that this host can carry for some of them
+// only, an arp VIP of the partly ready list or a bgp VIP, for which also
+// none of them (its peers otherwise count every eligible host as
+// announcing a bgp VIP). A peer reads the tenants whose names' digest
+// matches those of its own state for the address (tenantSet.tenants).
+func (rd *readiness) setOf(a netip.Addr) (tenantSet, bool) {
+	vs, ok := rd.want.vip(a)
+	if !ok || len(vs.Spaces) < 2 {
+		return tenantSet{}, false
+	}
+	unserved := rd.unserved[a]
+	switch {
+	case vs.Mode == ModeARP && unserved != nil && rd.notReady[a] == "":
+	case vs.Mode == ModeBGP && rd.notReady[a] != "":
+		return newTenantSet(a, vs.Spaces, allTenants(vs.Spaces))
+	case vs.Mode == ModeBGP && unserved != nil:
+	default:
+		return tenantSet{}, false
+	}
+	return newTenantSet(a, vs.Spaces, unserved)
+}
+
+// allTenants is unserved with every tenant of spaces.
+func allTenants(spaces []string) map[string]string {
+	out := make(map[string]string, len(spaces))
+	for _, t := range spaces {
+		out[t] = "not ready"
+	}
+	return out
+}
+
+// updateSets makes tenantSets again for the addresses of redo (their VIP
+// or its readiness changed, or the VIP is gone): a new slice when one of
+// them has a set or had one, as the heartbeat plan shares the old one;
+// else, the common case of addresses that no tenants share, it looks at
+// those addresses alone.
+func (rd *readiness) updateSets(redo map[netip.Addr]bool) {
+	var fresh []tenantSet
+	touched := false
+	for a := range redo {
+		_, had := slices.BinarySearchFunc(rd.tenantSets, a, func(s tenantSet, a netip.Addr) int { return s.Addr.Compare(a) })
+		s, has := rd.setOf(a)
+		if has {
+			fresh = append(fresh, s)
+		}
+		touched = touched || had || has
+	}
+	if !touched {
+		return
+	}
+	out := make([]tenantSet, 0, len(rd.tenantSets)+len(fresh))
+	for _, s := range rd.tenantSets {
+		if !redo[s.Addr] {
+			out = append(out, s)
+		}
+	}
+	out = append(out, fresh...)
+	slices.SortFunc(out, func(x, y tenantSet) int { return x.Addr.Compare(y.Addr) })
+	if !slices.EqualFunc(out, rd.tenantSets, tenantSet.equal) {
+		rd.tenantSets = out
+	}
 }
 
 // arpList returns a new sorted list of the addresses of old and of the
@@ -201,6 +281,7 @@ func (rd *readiness) recompute(want *desired) {
 	rd.notReady = map[netip.Addr]string{}
 	rd.unserved = map[netip.Addr]map[string]string{}
 	var arp, partly []netip.Addr
+	var sets []tenantSet
 	for vs := range want.VIPs.All() {
 		for _, lb := range vs.LBs {
 			rd.vipsOf[lb] = append(rd.vipsOf[lb], vs.Addr)
@@ -218,12 +299,15 @@ func (rd *readiness) recompute(want *desired) {
 		default:
 			continue
 		}
+		if s, ok := rd.setOf(vs.Addr); ok {
+			sets = append(sets, s)
+		}
 		if vs.Mode == ModeARP {
 			arp = append(arp, vs.Addr)
 		}
 	}
-	// want.VIPs is sorted by address, and so are arp and partly.
-	rd.arpNotReady, rd.arpPartly = arp, partly
+	// want.VIPs is sorted by address, and so are arp, partly and sets.
+	rd.arpNotReady, rd.arpPartly, rd.tenantSets = arp, partly, sets
 }
 
 // rebalanceWindows returns the arp VIPs whose rebalance window is open

@@ -1,6 +1,7 @@
 package vip
 
 import (
+	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/binary"
@@ -19,7 +20,9 @@ import (
 //	| not-ready addresses u16, each: 4 or 16 (u8), address bytes
 //	[ | held addresses u16, each: 4 or 16 (u8), address bytes
 //	  | sightings u8, each: time heard without a gap in µs u32
-//	  [ | partly ready addresses u16, each: 4 or 16 (u8), address bytes ] ]
+//	  [ | partly ready addresses u16, each: 4 or 16 (u8), address bytes
+//	    [ | tenant sets u16, each: 4 or 16 (u8), address bytes, digest u32,
+//	        tenants u16, bit set of (tenants+7)/8 bytes ] ] ]
 //	| HMAC-SHA256 of everything before, truncated to 16 bytes
 //
 // Flags of the heartbeat: eligible (1), leaving (2), not ready for any
@@ -34,9 +37,19 @@ import (
 // the held part: the not-ready addresses the sender can carry for some of
 // the tenants that share them (their attachments up here, not every
 // one's). Such an address stays in the not-ready list, so that a host of
-// an earlier version takes the sender for not ready, as it did. Flags of a
-// sighting: eligible (1), settled (2): the sender has heard the peer for
-// the whole settling time.
+// an earlier version takes the sender for not ready, as it did. Tenants
+// (64): the sender reads the tenant sets, sent only to a peer that sets
+// it after the partly ready addresses: for each address that the
+// attachments of several tenants share (vipSpec.Spaces) and that the
+// sender can carry for some of them only (an arp VIP of the partly ready
+// list; a bgp VIP, also for none of them), the tenants it carries it for.
+// Bit i of the set (byte i/8, from its lowest bit) stands for the i-th of
+// the address's tenants, sorted, in the sender's committed state; the
+// digest (spacesDigest) and the count are those of that list, so that a
+// peer whose state lists other tenants for the address (one of the two
+// has not applied the latest entry) knows that it cannot read the bits.
+// Bits past the count are zero. Flags of a sighting: eligible (1),
+// settled (2): the sender has heard the peer for the whole settling time.
 
 const (
 	wireVersion  = 1
@@ -48,6 +61,7 @@ const (
 	flagHoldings = 1 << 3
 	flagHandover = 1 << 4
 	flagPartly   = 1 << 5
+	flagTenants  = 1 << 6
 	flagSettled  = 1 << 1 // of a sighting
 )
 
@@ -96,11 +110,89 @@ type heartbeat struct {
 	ReadsPartly bool
 	Partly      []netip.Addr
 	PartlySent  bool
+	// ReadsTenants: the sender sets flagTenants (every host of this
+	// version does); Tenants are the tenant sets of the shared addresses
+	// it can carry for some of their tenants only, sorted by address,
+	// sent only after the partly ready addresses, to peers that set it;
+	// TenantsSent: the datagram carried them.
+	ReadsTenants bool
+	Tenants      []tenantSet
+	TenantsSent  bool
+}
+
+// tenantSet says for which of the tenants that share an address
+// (vipSpec.Spaces, sorted) a host carries it: bit i of Bits (byte i/8,
+// from its lowest bit) for the i-th of them. Digest and N are the
+// spacesDigest and the number of those tenants in the sender's state: a
+// reader whose state gives the address other tenants cannot read Bits.
+type tenantSet struct {
+	Addr   netip.Addr
+	Digest uint32
+	N      uint16
+	Bits   []byte
+}
+
+// maxSetTenants bounds the tenants of one set: an address shared by more
+// goes without a set (its peers take the sender's tenants for not known).
+const maxSetTenants = math.MaxUint16
+
+// newTenantSet returns the set of the tenants of spaces (sorted) not in
+// unserved.
+func newTenantSet(a netip.Addr, spaces []string, unserved map[string]string) (tenantSet, bool) {
+	if len(spaces) > maxSetTenants {
+		return tenantSet{}, false
+	}
+	s := tenantSet{Addr: a, Digest: spacesDigest(spaces), N: uint16(len(spaces)), Bits: make([]byte, (len(spaces)+7)/8)}
+	for i, t := range spaces {
+		if _, ok := unserved[t]; !ok {
+			s.Bits[i/8] |= 1 << (i % 8)
+		}
+	}
+	return s, true
+}
+
+// tenants returns the tenants of spaces (the address's in the reader's
+// state, sorted) the set carries it for, and false when the set was made
+// from another list of tenants (not known).
+func (s tenantSet) tenants(spaces []string) ([]string, bool) {
+	if int(s.N) != len(spaces) || s.Digest != spacesDigest(spaces) {
+		return nil, false
+	}
+	var out []string
+	for i, t := range spaces {
+		if s.Bits[i/8]&(1<<(i%8)) != 0 {
+			out = append(out, t)
+		}
+	}
+	return out, true
+}
+
+func (s tenantSet) equal(o tenantSet) bool {
+	return s.Addr == o.Addr && s.Digest == o.Digest && s.N == o.N && bytes.Equal(s.Bits, o.Bits)
+}
+
+// wireSize is what s takes in a datagram.
+func (s tenantSet) wireSize() int {
+	return 1 + s.Addr.BitLen()/8 + 4 + 2 + len(s.Bits)
+}
+
+// spacesDigest is the 32-bit FNV-1a hash of the tenants, each followed by
+// a zero byte (a tenant name holds none).
+func spacesDigest(spaces []string) uint32 {
+	h := uint32(2166136261)
+	for _, t := range spaces {
+		for i := 0; i < len(t); i++ {
+			h = (h ^ uint32(t[i])) * 16777619
+		}
+		h *= 16777619 // ^0
+	}
+	return h
 }
 
 // marshal encodes hb and signs it with key; the held addresses go in
-// only with withHolding (for a peer that reads them), and after them the
-// partly ready addresses when hb.PartlySent. A not-ready list
+// only with withHolding (for a peer that reads them), after them the
+// partly ready addresses when hb.PartlySent, and after those the tenant
+// sets when hb.TenantsSent. A not-ready list
 // that does not fit in one datagram becomes NotReadyAll; held addresses
 // that do not fit are left out, so that the peer falls back to the
 // ranking alone.
@@ -108,33 +200,35 @@ func (hb *heartbeat) marshal(key []byte, withHolding bool) ([]byte, error) {
 	if len(hb.ID) == 0 || len(hb.ID) > math.MaxUint8 {
 		return nil, fmt.Errorf("%w: node id must be 1 to 255 bytes", errBadHeartbeat)
 	}
-	b := hb.appendTo(make([]byte, 0, 64+len(hb.Sightings)*20+len(hb.NotReady)*5+len(hb.Holding)*5+len(hb.Partly)*5), withHolding, withHolding && hb.PartlySent)
+	b := hb.appendTo(make([]byte, 0, 64+len(hb.Sightings)*20+len(hb.NotReady)*5+len(hb.Holding)*5+len(hb.Partly)*5+len(hb.Tenants)*12),
+		withHolding, withHolding && hb.PartlySent, withHolding && hb.PartlySent && hb.TenantsSent)
 	return append(b, sign(key, b)...), nil
 }
 
 // appendTo appends the unsigned datagram to b, with the held part for a
-// peer that reads it (withHolding) and after that the partly ready
-// addresses (withPartly). It allocates nothing when b has room for it
-// (maxDatagram), so that the heartbeat thread can send without producing
-// garbage. A part that does not fit is left out.
-func (hb *heartbeat) appendTo(b []byte, withHolding, withPartly bool) []byte {
-	b, _ = hb.appendParts(b, withHolding, withPartly)
+// peer that reads it (withHolding), after that the partly ready
+// addresses (withPartly) and after those the tenant sets (withTenants).
+// It allocates nothing when b has room for it (maxDatagram), so that the
+// heartbeat thread can send without producing garbage. A part that does
+// not fit is left out.
+func (hb *heartbeat) appendTo(b []byte, withHolding, withPartly, withTenants bool) []byte {
+	b, _ = hb.appendParts(b, withHolding, withPartly, withTenants)
 	return b
 }
 
 // sentParts says what a datagram tells its reader of the lists of a
 // heartbeat: not ready for any address (NotReadyAll, also when the
-// not-ready list did not fit), and whether the held addresses and the
-// partly ready addresses went in.
+// not-ready list did not fit), and whether the held addresses, the
+// partly ready addresses and the tenant sets went in.
 type sentParts struct {
-	NotReadyAll, Holding, Partly bool
+	NotReadyAll, Holding, Partly, Tenants bool
 }
 
 // appendParts is appendTo, and says what went in (the held addresses
-// with withHolding and the partly ready ones with withPartly, unless they
-// did not fit; the partly ready ones not when the sender is not ready for
-// any address).
-func (hb *heartbeat) appendParts(b []byte, withHolding, withPartly bool) (_ []byte, sent sentParts) {
+// with withHolding, the partly ready ones with withPartly and the tenant
+// sets after them with withTenants, unless they did not fit; the partly
+// ready ones not when the sender is not ready for any address).
+func (hb *heartbeat) appendParts(b []byte, withHolding, withPartly, withTenants bool) (_ []byte, sent sentParts) {
 	start := len(b)
 	b = append(b, wireMagic[:]...)
 	b = append(b, wireVersion, 0)
@@ -198,6 +292,13 @@ func (hb *heartbeat) appendParts(b []byte, withHolding, withPartly bool) (_ []by
 			}
 			if withPartly && size <= maxDatagram && !notReadyAll {
 				b, sent.Partly = appendAddrs(b, hb.Partly), true
+				size := len(b) - start + 2 + macSize
+				for _, s := range hb.Tenants {
+					size += s.wireSize()
+				}
+				if withTenants && size <= maxDatagram && len(hb.Tenants) <= math.MaxUint16 {
+					b, sent.Tenants = appendSets(b, hb.Tenants), true
+				}
 			}
 		}
 	}
@@ -216,6 +317,9 @@ func (hb *heartbeat) appendParts(b []byte, withHolding, withPartly bool) (_ []by
 	}
 	if hb.ReadsPartly {
 		f |= flagPartly
+	}
+	if hb.ReadsTenants {
+		f |= flagTenants
 	}
 	if notReadyAll {
 		f |= flagNotReady
@@ -251,6 +355,25 @@ func appendAddrs(b []byte, as []netip.Addr) []byte {
 	return b
 }
 
+func appendSets(b []byte, sets []tenantSet) []byte {
+	b = binary.BigEndian.AppendUint16(b, uint16(len(sets)))
+	for _, s := range sets {
+		if s.Addr.Is4() {
+			v := s.Addr.As4()
+			b = append(b, 4)
+			b = append(b, v[:]...)
+		} else {
+			v := s.Addr.As16()
+			b = append(b, 16)
+			b = append(b, v[:]...)
+		}
+		b = binary.BigEndian.AppendUint32(b, s.Digest)
+		b = binary.BigEndian.AppendUint16(b, s.N)
+		b = append(b, s.Bits...)
+	}
+	return b
+}
+
 func sign(key, b []byte) []byte {
 	m := hmac.New(sha256.New, key)
 	m.Write(b)
@@ -282,12 +405,13 @@ func parseHeartbeat(b, key []byte) (*heartbeat, error) {
 	r := reader{b: body[6:]}
 	hb := &heartbeat{
 		Incarnation: r.u64(), Seq: r.u64(), Revision: r.u64(),
-		Eligible:    flags&flagEligible != 0,
-		Leaving:     flags&flagLeaving != 0,
-		Handover:    flags&flagHandover != 0,
-		NotReadyAll: flags&flagNotReady != 0,
-		Holdings:    flags&flagHoldings != 0,
-		ReadsPartly: flags&flagPartly != 0,
+		Eligible:     flags&flagEligible != 0,
+		Leaving:      flags&flagLeaving != 0,
+		Handover:     flags&flagHandover != 0,
+		NotReadyAll:  flags&flagNotReady != 0,
+		Holdings:     flags&flagHoldings != 0,
+		ReadsPartly:  flags&flagPartly != 0,
+		ReadsTenants: flags&flagTenants != 0,
 	}
 	hb.ID = r.str()
 	for range int(r.u8()) {
@@ -305,8 +429,15 @@ func parseHeartbeat(b, key []byte) (*heartbeat, error) {
 		hb.Sightings = append(hb.Sightings, s)
 	}
 	var ok bool
+	var what string
 	if hb.NotReady, ok = r.addrs(); !ok {
 		return bad("address length must be 4 or 16")
+	}
+	if hb.NotReadyAll {
+		// No sender lists addresses then (appendParts), and no reader
+		// looks at them: taken as none, so that the heartbeat encodes
+		// back to the same bytes.
+		hb.NotReady = nil
 	}
 	// Held addresses follow when there are bytes left (a peer sends them
 	// only to hosts that read them).
@@ -331,6 +462,14 @@ func parseHeartbeat(b, key []byte) (*heartbeat, error) {
 			hb.PartlySent = true
 			if hb.Partly, ok = r.addrs(); !ok {
 				return bad("address length must be 4 or 16")
+			}
+			// The tenant sets follow when there are bytes left (sent
+			// only to hosts that read them).
+			if len(r.b) > 0 && !r.err {
+				hb.TenantsSent = true
+				if hb.Tenants, what = r.sets(); what != "" {
+					return bad(what)
+				}
 			}
 		}
 	}
@@ -410,6 +549,38 @@ func (r *reader) addrs() ([]netip.Addr, bool) {
 		out = append(out, a)
 	}
 	return out, true
+}
+
+// sets reads a u16 count and that many tenant sets ("" when they are
+// well formed, else what is wrong).
+func (r *reader) sets() ([]tenantSet, string) {
+	count := int(r.u16())
+	// The bit sets are kept from one copy of the rest of the datagram
+	// (the reader's buffer takes the next one), and each set takes at
+	// least 11 bytes.
+	r.b = bytes.Clone(r.b)
+	out := make([]tenantSet, 0, min(count, len(r.b)/11))
+	for range count {
+		n := int(r.u8())
+		if r.err {
+			break
+		}
+		if n != 4 && n != 16 {
+			return nil, "address length must be 4 or 16"
+		}
+		a, ok := netip.AddrFromSlice(r.bytes(n))
+		s := tenantSet{Addr: a, Digest: r.u32(), N: r.u16()}
+		s.Bits = r.bytes((int(s.N) + 7) / 8)
+		if r.err || !ok {
+			break
+		}
+		if s.N%8 != 0 && s.Bits[len(s.Bits)-1]>>(s.N%8) != 0 {
+			// No sender writes them (newTenantSet).
+			return nil, "bits set past the tenants of a set"
+		}
+		out = append(out, s)
+	}
+	return out, ""
 }
 
 func (r *reader) str() string {

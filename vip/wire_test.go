@@ -3,6 +3,7 @@ package vip
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net/netip"
 	"reflect"
 	"slices"
@@ -44,6 +45,20 @@ func TestHeartbeatRoundTrip(t *testing.T) {
 		{"partly ready addresses", heartbeat{ID: "n2", Holdings: true, HoldingSent: true, ReadsPartly: true, PartlySent: true,
 			NotReady: []netip.Addr{netip.MustParseAddr("10.0.0.100"), netip.MustParseAddr("10.0.0.101")},
 			Partly:   []netip.Addr{netip.MustParseAddr("10.0.0.100")}}, heartbeat{}},
+		{"tenant sets", heartbeat{ID: "n2", Holdings: true, HoldingSent: true, ReadsPartly: true, PartlySent: true, ReadsTenants: true, TenantsSent: true,
+			NotReady: []netip.Addr{netip.MustParseAddr("10.0.0.100")},
+			Partly:   []netip.Addr{netip.MustParseAddr("10.0.0.100")},
+			Tenants: []tenantSet{
+				mustSet(netip.MustParseAddr("10.0.0.100"), []string{"ta", "tb", "tc"}, "ta"),
+				mustSet(netip.MustParseAddr("10.0.0.101"), []string{"ta", "tb"}, "ta", "tb"),
+				mustSet(netip.MustParseAddr("2001:db8::101"), manyTenants(20), "t00", "t07", "t08", "t19"),
+			}}, heartbeat{}},
+		{"no tenant sets, the flag still is", heartbeat{ID: "n2", Holdings: true, HoldingSent: true, ReadsPartly: true, PartlySent: true, ReadsTenants: true},
+			heartbeat{}},
+		{"tenant sets that do not fit are left out", heartbeat{ID: "n2", Holdings: true, HoldingSent: true, ReadsPartly: true, PartlySent: true, TenantsSent: true,
+			Tenants: manySets(maxDatagram / 12)}, heartbeat{ID: "n2", Holdings: true, HoldingSent: true, ReadsPartly: true, PartlySent: true}},
+		{"tenant sets go only after the partly ready addresses", heartbeat{ID: "n2", Holdings: true, HoldingSent: true, TenantsSent: true,
+			Tenants: manySets(1)}, heartbeat{ID: "n2", Holdings: true, HoldingSent: true}},
 		{"partly ready addresses that do not fit are left out", heartbeat{ID: "n2", Holdings: true, HoldingSent: true, ReadsPartly: true, PartlySent: true,
 			Partly: manyAddrs(maxDatagram / 17)}, heartbeat{ID: "n2", Holdings: true, HoldingSent: true, ReadsPartly: true}},
 		{"a list that does not fit becomes not-ready-for-all", heartbeat{ID: "n1", NotReady: manyAddrs(maxDatagram / 17)},
@@ -71,6 +86,42 @@ func TestHeartbeatRoundTrip(t *testing.T) {
 			}
 		})
 	}
+}
+
+// mustSet is the tenant set of a among spaces that carries it for the
+// tenants of served.
+func mustSet(a netip.Addr, spaces []string, served ...string) tenantSet {
+	unserved := map[string]string{}
+	for _, t := range spaces {
+		if !slices.Contains(served, t) {
+			unserved[t] = "down"
+		}
+	}
+	s, ok := newTenantSet(a, spaces, unserved)
+	if !ok {
+		panic("no set")
+	}
+	return s
+}
+
+func manyTenants(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("t%02d", i)
+	}
+	return out
+}
+
+// manySets returns n tenant sets of IPv4 addresses shared by two tenants
+// (12 bytes each on the wire).
+func manySets(n int) []tenantSet {
+	out := make([]tenantSet, n)
+	a := netip.MustParseAddr("10.0.0.0")
+	for i := range out {
+		a = a.Next()
+		out[i] = mustSet(a, []string{"ta", "tb"}, "tb")
+	}
+	return out
 }
 
 func manyAddrs(n int) []netip.Addr {
@@ -104,7 +155,11 @@ func TestHeartbeatRejects(t *testing.T) {
 		{"future version", func() []byte { b := append([]byte{}, good...); b[4] = 9; return resign(b) }(), testKey, "version 9"},
 		{"truncated", signed(body[:len(body)-2]), testKey, ""},
 		{"times heard that do not match", signed(append(append([]byte{}, body...), 0, 0, 2)), testKey, "do not match"},
-		{"trailing bytes after the partly ready addresses", signed(append(append([]byte{}, body...), 0, 0, 0, 0, 0, 9)), testKey, "trailing bytes"},
+		{"trailing bytes after the tenant sets", signed(append(append([]byte{}, body...), 0, 0, 0, 0, 0, 0, 0, 9)), testKey, "trailing bytes"},
+		{"tenant sets cut short", signed(append(append([]byte{}, body...), 0, 0, 0, 0, 0, 9)), testKey, "truncated"},
+		{"a tenant set of another address length", signed(append(append([]byte{}, body...), 0, 0, 0, 0, 0, 0, 1, 5, 1, 2, 3, 4, 5, 0, 0, 0, 0, 0, 0)), testKey, "4 or 16"},
+		{"a tenant set with bits past its tenants", signed(append(append([]byte{}, body...), 0, 0, 0, 0, 0, 0, 1, 4, 10, 0, 0, 1, 1, 2, 3, 4, 0, 3, 0x09)), testKey, "bits set past"},
+		{"a tenant set without its bits", signed(append(append([]byte{}, body...), 0, 0, 0, 0, 0, 0, 1, 4, 10, 0, 0, 1, 1, 2, 3, 4, 0, 9, 0xff)), testKey, "truncated"},
 		{"a partly ready address of another length", signed(append(append([]byte{}, body...), 0, 0, 0, 0, 1, 5, 1, 2, 3, 4, 5)), testKey, "4 or 16"},
 		{"partly ready addresses of a host not ready for any", func() []byte {
 			b := append(append([]byte{}, body...), 0, 0, 0, 0, 1, 4, 10, 0, 0, 1)
@@ -112,7 +167,7 @@ func TestHeartbeatRejects(t *testing.T) {
 			return signed(b)
 		}(), testKey, "not ready for any"},
 		{"an empty node id in a sighting", func() []byte {
-			b := (&heartbeat{ID: "n1"}).appendTo(nil, false, false)
+			b := (&heartbeat{ID: "n1"}).appendTo(nil, false, false, false)
 			b = append(b[:len(b)-3:len(b)-3], 1, 0, 0, 0, 0, 0, 0, 0, 0) // one sighting, no id; no not-ready address
 			return signed(b)
 		}(), testKey, "empty node id in a sighting"},
@@ -140,6 +195,10 @@ func FuzzParseHeartbeat(f *testing.F) {
 		{ID: "n3", Eligible: true, Holdings: true, ReadsPartly: true, PartlySent: true, Sightings: []sighting{{ID: "n1", Age: time.Millisecond}},
 			NotReady: []netip.Addr{netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("2001:db8::1")},
 			Partly:   []netip.Addr{netip.MustParseAddr("2001:db8::1")}},
+		{ID: "n4", Eligible: true, Holdings: true, ReadsPartly: true, PartlySent: true, ReadsTenants: true, TenantsSent: true,
+			NotReady: []netip.Addr{netip.MustParseAddr("10.0.0.1")}, Partly: []netip.Addr{netip.MustParseAddr("10.0.0.1")},
+			Tenants: []tenantSet{mustSet(netip.MustParseAddr("10.0.0.1"), manyTenants(10), "t03", "t09"),
+				mustSet(netip.MustParseAddr("2001:db8::1"), []string{"ta", "tb"})}},
 	} {
 		b, _ := hb.marshal(testKey, false)
 		f.Add(b)
@@ -204,13 +263,41 @@ func TestHeldPartWithoutPartlyReadyAddresses(t *testing.T) {
 	a := netip.MustParseAddr("10.0.0.100")
 	hb := heartbeat{ID: "n2", Holdings: true, Holding: []netip.Addr{a}, NotReady: []netip.Addr{a}, Partly: []netip.Addr{a}}
 	for _, withPartly := range []bool{false, true} {
-		b := hb.appendTo(nil, true, withPartly)
+		b := hb.appendTo(nil, true, withPartly, false)
 		got, err := parseHeartbeat(append(b, sign(testKey, b)...), testKey)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !got.HoldingSent || !slices.Equal(got.Holding, hb.Holding) || got.PartlySent != withPartly || (len(got.Partly) == 1) != withPartly {
 			t.Errorf("with partly %t: %+v", withPartly, got)
+		}
+	}
+}
+
+// BenchmarkHeartbeatTenantSets encodes the heartbeat of a host with 100
+// partly ready IPv4 addresses, each shared by 2 or by 20 tenants, with and
+// without their tenant sets (the beat thread's work for one datagram, its
+// signature apart), and reports its size.
+func BenchmarkHeartbeatTenantSets(b *testing.B) {
+	for _, tenants := range []int{2, 20} {
+		hb := heartbeat{ID: "lb-host-1", Eligible: true, Holdings: true, ReadsPartly: true, PartlySent: true, ReadsTenants: true, TenantsSent: true,
+			Sightings: []sighting{{ID: "lb-host-2"}, {ID: "lb-host-3"}}}
+		a := netip.MustParseAddr("10.0.0.0")
+		for range 100 {
+			a = a.Next()
+			hb.NotReady, hb.Partly = append(hb.NotReady, a), append(hb.Partly, a)
+			hb.Tenants = append(hb.Tenants, mustSet(a, manyTenants(tenants), "t01"))
+		}
+		for _, sets := range []bool{false, true} {
+			b.Run(fmt.Sprintf("tenants=%d/sets=%t", tenants, sets), func(b *testing.B) {
+				buf := make([]byte, 0, maxDatagram)
+				var n int
+				b.ReportAllocs()
+				for b.Loop() {
+					n = len(hb.appendTo(buf[:0], true, true, sets))
+				}
+				b.ReportMetric(float64(n), "bytes")
+			})
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,8 +27,10 @@ type Server struct {
 	now    func() time.Time
 
 	table atomic.Pointer[Table]
-	// held: the VIPs held or announced somewhere (nil: not known yet).
-	held atomic.Pointer[map[netip.Addr]bool]
+	// held: the VIPs held or announced somewhere, each with the tenants
+	// it is carried for (none listed: every one; SetServed), nil: not
+	// known yet.
+	held atomic.Pointer[map[netip.Addr][]string]
 	// heldHere: no VIP manager; the data plane binds every VIP here.
 	heldHere atomic.Bool
 	// ready: each load balancer's readiness on this host ("": ready).
@@ -171,11 +174,27 @@ func (s *Server) Update(objs []*pb.Object, revision uint64) {
 // Table returns the table served now.
 func (s *Server) Table() *Table { return s.table.Load() }
 
-// SetHeld takes the VIPs that some host holds or announces (the VIP
-// manager's serving watch). The map is not changed after the call.
-func (s *Server) SetHeld(held map[netip.Addr]bool) {
-	s.held.Store(&held)
+// SetServed takes the VIPs that some host holds or announces (the VIP
+// manager's serving watch), each with the tenants it is carried for,
+// sorted: none listed for an address of the hosts' own network, carried
+// for every tenant; else those of the tenants whose attachments share
+// the address that some host carries it for. A VIP carried for none is
+// left out. The map is not changed after the call.
+func (s *Server) SetServed(served map[netip.Addr][]string) {
+	s.held.Store(&served)
 	s.touch()
+}
+
+// SetHeld takes the VIPs that some host holds or announces, each for
+// every tenant that uses it (SetServed).
+func (s *Server) SetHeld(held map[netip.Addr]bool) {
+	served := make(map[netip.Addr][]string, len(held))
+	for a, ok := range held {
+		if ok {
+			served[a] = nil
+		}
+	}
+	s.SetServed(served)
 }
 
 // HeldHere says that this host runs no VIP manager: its data plane binds
@@ -219,12 +238,25 @@ func (s *Server) SetReadyFor(ready map[string]string, gone []string) {
 }
 
 // Serves is the answer rule: a load balancer's address is answered while
-// some host holds or announces it and the load balancer is ready here
-// (a listener open and a member up).
+// some host holds or announces it for the load balancer's tenant (an
+// address that the attachments of several tenants share may be carried
+// for some of them only) and the load balancer is ready here (a listener
+// open and a member up).
 func (s *Server) Serves(t Target) string {
-	held := s.held.Load()
-	if !s.heldHere.Load() && (held == nil || !(*held)[t.Addr]) {
-		return "no host holds or announces " + t.Addr.String()
+	if !s.heldHere.Load() {
+		var tenants []string
+		ok := false
+		if held := s.held.Load(); held != nil {
+			tenants, ok = (*held)[t.Addr]
+		}
+		switch {
+		case !ok:
+			return "no host holds or announces " + t.Addr.String()
+		case len(tenants) > 0 && !slices.Contains(tenants, t.Tenant):
+			// The reason reaches the tenant (Observe): it names no other.
+			return "no host holds or announces " + t.Addr.String() + " for tenant " + t.Tenant +
+				" (tenants' attachments share it, and no host is known to carry it in this one's)"
+		}
 	}
 	s.readyMu.RLock()
 	why, ok := s.ready[t.LB]

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -293,5 +295,60 @@ func TestTenantFloodSparesNeighbours(t *testing.T) {
 	}
 	if m := ask(t, "udp", addr, "www.beta.example.", mdns.TypeA, false); len(m.Answer) != 1 {
 		t.Fatalf("beta's name during acme's flood: %v", m)
+	}
+}
+
+// TestSharedAddressAnsweredPerTenant: tenants ta and tb each have a load
+// balancer on 10.0.0.100, an address their attachments share. While the
+// VIP manager reports it carried for tb alone (ta's attachment is down
+// wherever it is held), tb's name is answered with it and ta's gets the
+// answer of a load balancer whose address no host holds (NODATA), and
+// this host's observation says why without naming tb. Carried for both,
+// or an address of the hosts' network (every tenant), both are answered.
+func TestSharedAddressAnsweredPerTenant(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig()
+	cfg.Zones = []string{"ta.example", "tb.example"}
+	cfg.ResponsesPerSecond = -1
+	state := []*pb.Object{
+		tenant("ta", "ta.example"), tenant("tb", "tb.example"),
+		lb("ta", "web", "10.0.0.100", "web.ta.example"), lb("tb", "web", "10.0.0.100", "web.tb.example"),
+	}
+	s, addr := startServer(t, cfg, state)
+	a := netip.MustParseAddr("10.0.0.100")
+	answers := func(name string) []string {
+		t.Helper()
+		m := ask(t, "udp", addr, name, mdns.TypeA, false)
+		if m.Rcode != mdns.RcodeSuccess {
+			t.Fatalf("%s: rcode %d", name, m.Rcode)
+		}
+		if len(m.Answer) == 0 && len(m.Ns) != 1 {
+			t.Fatalf("%s: NODATA without the SOA: %v", name, m)
+		}
+		return addrsOf(m)
+	}
+	s.SetServed(map[netip.Addr][]string{a: {"tb"}})
+	if got := answers("web.ta.example."); len(got) != 0 {
+		t.Errorf("ta's name, the address carried for tb alone: %v, want no answer", got)
+	}
+	if got := answers("web.tb.example."); !slices.Equal(got, []string{"10.0.0.100"}) {
+		t.Errorf("tb's name: %v, want 10.0.0.100", got)
+	}
+	h := &pb.HostObservation{}
+	s.Observe(observe.Filter{Tenant: "ta", LB: "ta/web"}, h)
+	if len(h.DnsNames) != 1 || h.DnsNames[0].Answered || !strings.Contains(h.DnsNames[0].Reason, "for tenant ta") || strings.Contains(h.DnsNames[0].Reason, "tb") {
+		t.Errorf("ta's observation %v: want not answered, why, and no other tenant named", h.DnsNames)
+	}
+	for _, served := range []map[netip.Addr][]string{{a: {"ta", "tb"}}, {a: nil}} {
+		s.SetServed(served)
+		for _, name := range []string{"web.ta.example.", "web.tb.example."} {
+			if got := answers(name); !slices.Equal(got, []string{"10.0.0.100"}) {
+				t.Errorf("%s, served %q: %v, want 10.0.0.100", name, served, got)
+			}
+		}
+	}
+	s.SetServed(map[netip.Addr][]string{})
+	if got := answers("web.tb.example."); len(got) != 0 {
+		t.Errorf("held nowhere: %v", got)
 	}
 }
