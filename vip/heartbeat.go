@@ -123,6 +123,30 @@ func (m *Manager) heardAt(a *peerArrival) time.Time {
 	return m.epoch.Add(time.Duration(ns))
 }
 
+// incarnationLive reports whether the process of peer id whose
+// heartbeats this host takes is still heard at now: its last one came
+// less than the dead time before, and it did not say it leaves. A
+// heartbeat of another process of the peer (another incarnation) is taken
+// only once it is not: a host that restarts has stopped sending from its
+// earlier process by then.
+func (m *Manager) incarnationLive(id string, now time.Time) bool {
+	p := m.loop.peers[id]
+	return p != nil && !p.Left && !p.Heard.IsZero() && now.Sub(p.Heard) < m.dead
+}
+
+// refuseIncarnation notes a heartbeat of peer id refused as of another
+// process than the one heard, and says so at most once a minute per peer.
+func (m *Manager) refuseIncarnation(id string, now time.Time) {
+	st := &m.loop
+	st.refusedIncarnations++
+	if last, ok := st.refusedIncarnationLog[id]; ok && now.Sub(last) < time.Minute {
+		return
+	}
+	st.refusedIncarnationLog[id] = now
+	m.log.Warn("refused heartbeats of another process of a peer while the one heard still sends: replayed, or two hosts with one node id",
+		"peer", id, "refused_so_far", st.refusedIncarnations)
+}
+
 // receive takes one heartbeat into the peers' state.
 func (m *Manager) receive(r received) {
 	st := &m.loop
@@ -130,8 +154,19 @@ func (m *Manager) receive(r received) {
 	if _, ok := st.members[hb.ID]; !ok || hb.ID == m.cfg.NodeID {
 		return
 	}
-	if last, ok := st.lastSeq[hb.ID]; ok && last[0] == hb.Incarnation && hb.Seq <= last[1] {
-		return
+	if last, ok := st.lastSeq[hb.ID]; ok {
+		if last[0] == hb.Incarnation && hb.Seq <= last[1] {
+			return
+		}
+		if last[0] != hb.Incarnation && m.incarnationLive(hb.ID, r.at) {
+			// Another process of the peer while the one heard is still
+			// heard (and did not say it leaves): a heartbeat of an
+			// earlier process replayed, or two hosts with one node id.
+			// Taken, it would stand for the peer: a replayed "leaving"
+			// would have the others take a live host's VIPs.
+			m.refuseIncarnation(hb.ID, r.at)
+			return
+		}
 	}
 	st.lastSeq[hb.ID] = [2]uint64{hb.Incarnation, hb.Seq}
 	p := st.peers[hb.ID]

@@ -50,7 +50,12 @@ type loopState struct {
 
 	peers   map[string]*peerState
 	lastSeq map[string][2]uint64 // incarnation, seq
-	want    *desired
+	// refusedIncarnations counts the heartbeats refused as of another
+	// process of a peer than the one heard (receive);
+	// refusedIncarnationLog is when that was last logged, by peer.
+	refusedIncarnations   uint64
+	refusedIncarnationLog map[string]time.Time
+	want                  *desired
 	// afterAdopt, when set, runs between taking the inputs and taking the
 	// readiness; tests land inputs there.
 	afterAdopt func()
@@ -136,6 +141,7 @@ type loopState struct {
 func (st *loopState) init() {
 	st.peers = map[string]*peerState{}
 	st.lastSeq = map[string][2]uint64{}
+	st.refusedIncarnationLog = map[string]time.Time{}
 	st.members = map[string]member{}
 	st.seenAt = map[string]time.Time{}
 	st.ranks = map[netip.Addr][]string{}
@@ -432,6 +438,7 @@ func (m *Manager) adopt(d *desired, now time.Time, delta map[netip.Addr]bool) {
 		if _, ok := members[id]; !ok {
 			delete(st.peers, id)
 			delete(st.lastSeq, id)
+			delete(st.refusedIncarnationLog, id)
 			delete(st.seenAt, id)
 		}
 	}
