@@ -172,6 +172,20 @@ func writeSpecListeners(w io.Writer, lb *pb.LoadBalancer) {
 			label = "listeners:"
 		}
 		fmt.Fprintf(w, "  %-10s %s\n", label, listenerText(l, lb.GetPools()[l.GetPool()]))
+		writeNotAsWritten(w, lb, fmt.Sprintf("listeners[%d]", i))
+	}
+}
+
+// writeNotAsWritten lists, under a listener or route of the spec, the
+// load balancer's problems that name a field of it (path "listeners[0]",
+// "routes[2]"): what the hosts do differs from what the line above says
+// (a part left out, a default used instead).
+func writeNotAsWritten(w io.Writer, lb *pb.LoadBalancer, path string) {
+	for _, p := range lb.GetStatus().GetProblems() {
+		f := p.GetField()
+		if f == path || strings.HasPrefix(f, path+".") {
+			fmt.Fprintf(w, "  %-10s   not as written: %s: %s\n", "", f, p.GetReason())
+		}
 	}
 }
 
@@ -188,5 +202,6 @@ func writeSpecRoutes(w io.Writer, lb *pb.LoadBalancer) {
 			label = "routes:"
 		}
 		fmt.Fprintf(w, "  %-10s %s\n", label, routeText(r))
+		writeNotAsWritten(w, lb, fmt.Sprintf("routes[%d]", i))
 	}
 }

@@ -48,3 +48,36 @@ func TestExplainSpecShowsWhatRoutesDo(t *testing.T) {
 		t.Errorf("%d routes listed of %d:\n%s", n, len(lb.Routes), b.String())
 	}
 }
+
+// TestExplainSpecSaysWhatIsNotAsWritten: a listener or route whose
+// stored form the hosts do not serve as written (a rate limit left out of
+// the compile, a default used instead) has the problem naming one of its
+// fields under its line, and no other's: the line alone would show the
+// limit as in force.
+func TestExplainSpecSaysWhatIsNotAsWritten(t *testing.T) {
+	t.Parallel()
+	rl := &pb.RateLimit{RequestsPerSecond: 10, Key: "header:X-Request-Id"}
+	lb := &pb.LoadBalancer{Tenant: "acme", Name: "web",
+		Listeners: []*pb.Listener{{Port: 80, Protocol: "http", RateLimit: rl}, {Port: 81, Protocol: "http"}},
+		Routes:    []*pb.Route{{Path: "/", Pool: "web", RateLimit: rl}, {Path: "/b", Pool: "web"}},
+		Status: &pb.LoadBalancerStatus{Problems: []*pb.Problem{
+			{Field: "listeners[0].rateLimit.header", Reason: "x-request-id is made per request; requestsPerSecond not enforced"},
+			{Field: "routes[0].rateLimit.header", Reason: "x-request-id is made per request; requestsPerSecond not enforced"},
+			{Field: "listeners[10].port", Reason: "another listener's"},
+		}}}
+	for _, tc := range []struct {
+		name  string
+		write func(*strings.Builder)
+		item  string
+	}{
+		{"listeners", func(b *strings.Builder) { writeSpecListeners(b, lb) }, "listeners[0].rateLimit.header"},
+		{"routes", func(b *strings.Builder) { writeSpecRoutes(b, lb) }, "routes[0].rateLimit.header"},
+	} {
+		var b strings.Builder
+		tc.write(&b)
+		lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+		if len(lines) != 3 || !strings.Contains(lines[1], "not as written: "+tc.item+": ") || !strings.Contains(lines[1], "requestsPerSecond not enforced") {
+			t.Errorf("%s: want the problem under the first line and nothing under the second:\n%s", tc.name, b.String())
+		}
+	}
+}
