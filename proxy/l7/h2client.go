@@ -219,7 +219,15 @@ type h2UpConn struct {
 	// those of a frame, or of a header block with its CONTINUATION
 	// frames.
 	rd countingReader
+	// late counts the header blocks the member sent for streams this
+	// side had ended or reset (onHeaders).
+	late int64
 }
+
+// maxLateHeaderBlocks is how many header blocks beyond two per stream
+// opened a member connection may send for streams this side had ended or
+// reset before the connection ends (ENHANCE_YOUR_CALM).
+const maxLateHeaderBlocks = 16
 
 // countingReader counts the bytes read through it.
 type countingReader struct {
@@ -530,10 +538,20 @@ func (c *h2UpConn) onHeaders(f *http2.MetaHeadersFrame, wire int64) http2.ErrCod
 	st := c.streams[id]
 	c.mu.Unlock()
 	if st == nil {
-		if id >= c.lastOpened() {
+		next := c.lastOpened()
+		if id >= next {
 			return http2.ErrCodeProtocol
 		}
-		return 0 // a stream we reset
+		// A stream this side ended or reset: the member may have sent
+		// its head and trailers before it saw that. More than two
+		// blocks a stream opened is a member that has the proxy decode
+		// header blocks for no request, which no tenant is charged for:
+		// the connection ends.
+		c.late++
+		if c.late > 2*int64(next/2)+maxLateHeaderBlocks {
+			return http2.ErrCodeEnhanceYourCalm
+		}
+		return 0
 	}
 	if f.Truncated {
 		c.resetStream(id, http2.ErrCodeCancel, fmt.Errorf("%w: response head over the size limit", ErrUpstreamProtocol))
