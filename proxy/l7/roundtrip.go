@@ -346,17 +346,12 @@ func (s *Server) proxyHTTP(w http.ResponseWriter, q *rtRequest, be Backend, opts
 	var key []byte
 	if name := opts.HashHeader; name != "" {
 		// Host and a forwarding field are hashed as the member receives
-		// them, as route conditions read them (routeRequest.hashKey),
-		// before this route's edits.
-		switch nb := unsafeBytes(name); {
-		case classify(nb) == hHost:
-			key = unsafeBytes(r.Host)
-		case q.ca.forwarded(nb):
-			v := reqView{authority: unsafeBytes(r.Host), fieldsView: fieldsView{hdr: r.Header}}
-			if val, ok := forwardedValue(&v, q.ca, fw, name); ok {
-				key = unsafeBytes(val)
-			}
-		default:
+		// them, by the rule of the fast paths (routeRequest.hashKey) on
+		// this request's fields, before this route's edits.
+		v := reqView{authority: unsafeBytes(r.Host), fieldsView: fieldsView{hdr: r.Header}}
+		rr := routeRequest{v: &v, ca: q.ca, fw: fw}
+		var decided bool
+		if key, decided = rr.hashKey(name); !decided {
 			if v := r.Header.Get(name); v != "" {
 				key = []byte(v)
 			}
