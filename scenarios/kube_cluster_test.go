@@ -21,6 +21,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
@@ -386,6 +387,16 @@ func (l *kubeLab) echoDeployment(ns, name string, replicas int32, node string) {
 							ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt(8080)}},
 							PeriodSeconds: 1,
 						},
+						// A CPU request, as a Service that answers clients
+						// has in production: without one the pod is
+						// BestEffort, whose whole class weighs 2 shares on
+						// its node against the agent's 50m (51), and the
+						// nodes here share two CPUs with everything else: an
+						// agent busy on the same node (its API server gone,
+						// a relist) can hold the echo pods off the CPU, and
+						// requests through the LB time out whatever it does.
+						Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+							corev1.ResourceCPU: resource.MustParse("100m")}},
 					}},
 				},
 			},

@@ -1,6 +1,7 @@
 package scenarios
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -45,13 +47,14 @@ func startEchoProber(h *netlab.Host, to netip.AddrPort, interval time.Duration) 
 		defer tick.Stop()
 		for {
 			wg.Go(func() {
+				sent := time.Now()
 				a, err := echoHTTP(h, to, 3*time.Second)
 				now := time.Now()
 				p.mu.Lock()
 				defer p.mu.Unlock()
 				p.sent++
 				if err != nil {
-					p.failures = append(p.failures, probeFailure{now, err})
+					p.failures = append(p.failures, probeFailure{sent, now, err})
 					return
 				}
 				if _, ok := p.firstBy[a.pod]; !ok {
@@ -80,13 +83,16 @@ func reportFailures(t *testing.T, when string, failures []probeFailure) {
 	}
 }
 
-// probeFailure is a request that failed, and when.
+// probeFailure is a request that failed: when it was sent, when it
+// failed, and why.
 type probeFailure struct {
-	at  time.Time
-	err error
+	sent, at time.Time
+	err      error
 }
 
-func (f probeFailure) String() string { return f.at.Format("15:04:05.000") + ": " + f.err.Error() }
+func (f probeFailure) String() string {
+	return f.at.Format("15:04:05.000") + " (sent " + f.sent.Format("15:04:05.000") + "): " + f.err.Error()
+}
 
 func (p *echoProber) finish() (sent int, failures []probeFailure) {
 	close(p.stop)
@@ -132,6 +138,7 @@ func (l *kubeLab) scaleEcho(t *testing.T, replicas int32) {
 func (l *kubeLab) testScale(t *testing.T, vip netip.Addr) {
 	before := l.podNodes("shop", "echo")
 	counted := l.sideStats()
+	cpu := l.sampleCPU()
 	p := startEchoProber(l.client, netip.AddrPortFrom(vip, 80), 20*time.Millisecond)
 	l.scaleEcho(t, 10)
 	l.waitDeployment("shop", "echo", 10)
@@ -189,6 +196,7 @@ func (l *kubeLab) testScale(t *testing.T, vip netip.Addr) {
 		}
 	}
 	t.Logf("scaled 2 -> 10 -> 1 under %d requests: %d failed while scaling up, %d while scaling down", sent, len(upFailed), len(downFailed))
+	cpu.finish(t, failures)
 	if len(failures) > 0 {
 		l.logLBSide(t, counted)
 	}
@@ -331,6 +339,8 @@ func (l *kubeLab) testKillAgent(t *testing.T, vip netip.Addr) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	counted := l.sideStats()
+	cpu := l.sampleCPU()
 	p := startEchoProber(l.client, netip.AddrPortFrom(vip, 80), 20*time.Millisecond)
 	ctx, cancel := l.ctx()
 	defer cancel()
@@ -354,6 +364,10 @@ func (l *kubeLab) testKillAgent(t *testing.T, vip netip.Addr) {
 	time.Sleep(2 * time.Second)
 	sent, failures := p.finish()
 	t.Logf("active agent pod %s deleted: %s leads after %s; %d requests, %d failed", old, next, took.Round(time.Millisecond), sent, len(failures))
+	cpu.finish(t, failures)
+	if len(failures) > 0 {
+		l.logLBSide(t, counted)
+	}
 	reportFailures(t, "while the agent failed over", failures)
 	l.waitDeployment("teapot-lb-system", "teapot-lb-agent", 2)
 }
@@ -362,8 +376,12 @@ func (l *kubeLab) testKillAgent(t *testing.T, vip netip.Addr) {
 // client is served: nothing on the LB side depends on it, so no request
 // fails; the cluster carries on once it is back.
 func (l *kubeLab) testStopAPIServer(t *testing.T, vip netip.Addr) {
+	counted := l.sideStats()
+	cpu := l.sampleCPU()
 	p := startEchoProber(l.client, netip.AddrPortFrom(vip, 80), 20*time.Millisecond)
+	began := time.Now()
 	l.k.StopAPIServer()
+	stopped := time.Now()
 	time.Sleep(10 * time.Second)
 	if err := l.k.StartAPIServer(); err != nil {
 		t.Fatal(err)
@@ -374,7 +392,12 @@ func (l *kubeLab) testStopAPIServer(t *testing.T, vip netip.Addr) {
 		t.Fatal(err)
 	}
 	sent, failures := p.finish()
-	t.Logf("tenant kube-apiserver stopped for 10s: %d requests, %d failed", sent, len(failures))
+	t.Logf("tenant kube-apiserver stopped for 10s: %d requests, %d failed; first request %s, stop began then and took %s",
+		sent, len(failures), began.Format("15:04:05.000"), stopped.Sub(began).Round(time.Millisecond))
+	cpu.finish(t, failures)
+	if len(failures) > 0 {
+		l.logLBSide(t, counted)
+	}
 	reportFailures(t, "while the tenant's apiserver was stopped", failures)
 	if err := l.k.WaitNodesReady(ctx, kubeLabTimeout); err != nil {
 		t.Fatal(err)
@@ -527,7 +550,153 @@ func (l *kubeLab) sideStats() sideStats {
 	for _, nd := range l.k.Nodes {
 		st["node "+nd.Name] = netStats(nd.Host)
 	}
+	st["CPU seconds"] = l.cpuSeconds()
 	return st
+}
+
+// cpuSeconds is the CPU time spent so far by each LB host's process, by
+// the tests' own process (the client), by the machine (every CPU, busy
+// or not), and by every tenant cluster's nodes and pods on it: beside a
+// request that timed out, it tells who had the CPUs meanwhile.
+func (l *kubeLab) cpuSeconds() map[string]float64 {
+	m := map[string]float64{}
+	for _, n := range l.lbs {
+		if n.proc != nil {
+			if s, ok := processCPU(n.proc.Pid()); ok {
+				m["LB host "+n.id] = s
+			}
+		}
+	}
+	if s, ok := processCPU(os.Getpid()); ok {
+		m["tests (client)"] = s
+	}
+	if b, err := os.ReadFile("/proc/stat"); err == nil {
+		if f := strings.Fields(strings.SplitN(string(b), "\n", 2)[0]); len(f) > 4 && f[0] == "cpu" {
+			var busy, all float64
+			for i, v := range f[1:min(len(f), 9)] { // to steal: guest time is in user's
+				x, _ := strconv.ParseFloat(v, 64)
+				all += x
+				if i != 3 && i != 4 { // idle, iowait
+					busy += x
+				}
+			}
+			m["machine busy"], m["machine all"] = busy/100, all/100
+		}
+	}
+	for k, v := range kubecluster.CPUUse() {
+		m["cgroup "+k] = v.Seconds()
+	}
+	return m
+}
+
+// cpuSampler takes cpuSeconds every cpuSampleEvery while a prober runs,
+// so that a request that failed can be set beside who had the CPUs in
+// the seconds it waited.
+type cpuSampler struct {
+	mu      sync.Mutex
+	samples []cpuSample
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+type cpuSample struct {
+	at  time.Time
+	use map[string]float64
+}
+
+const cpuSampleEvery = 250 * time.Millisecond
+
+func (l *kubeLab) sampleCPU() *cpuSampler {
+	c := &cpuSampler{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(c.done)
+		tick := time.NewTicker(cpuSampleEvery)
+		defer tick.Stop()
+		for {
+			s := cpuSample{time.Now(), l.cpuSeconds()}
+			c.mu.Lock()
+			c.samples = append(c.samples, s)
+			c.mu.Unlock()
+			select {
+			case <-c.stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return c
+}
+
+// finish stops the sampler and, when requests failed, logs the CPU time
+// each process and pod took from the last sample before the first
+// failed request was sent to the first sample after it failed: the ten
+// that took the most.
+func (c *cpuSampler) finish(t *testing.T, failures []probeFailure) {
+	t.Helper()
+	close(c.stop)
+	<-c.done
+	if len(failures) == 0 {
+		return
+	}
+	f := failures[0]
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	from, to := -1, -1
+	for i, s := range c.samples {
+		if !s.at.After(f.sent) {
+			from = i
+		}
+		if to < 0 && s.at.After(f.at) {
+			to = i
+		}
+	}
+	if from < 0 || to < 0 {
+		t.Logf("CPU use: no samples around the first failed request (%d samples)", len(c.samples))
+		return
+	}
+	a, b := c.samples[from], c.samples[to]
+	type use struct {
+		who string
+		s   float64
+	}
+	var uses []use
+	for k, v := range b.use {
+		if k == "machine all" {
+			continue
+		}
+		if d := v - a.use[k]; d > 0 {
+			uses = append(uses, use{k, d})
+		}
+	}
+	slices.SortFunc(uses, func(x, y use) int { return cmp.Compare(y.s, x.s) })
+	var parts []string
+	for i, u := range uses {
+		if i == 10 {
+			break
+		}
+		parts = append(parts, fmt.Sprintf("%s %.2fs", u.who, u.s))
+	}
+	t.Logf("CPU use from %s to %s (%.2fs of %d CPUs' %.2fs): %s", a.at.Format("15:04:05.000"), b.at.Format("15:04:05.000"),
+		b.at.Sub(a.at).Seconds(), runtime.NumCPU(), b.use["machine all"]-a.use["machine all"], strings.Join(parts, "; "))
+}
+
+// processCPU reads the CPU time (user and system, in seconds) process
+// pid has spent.
+func processCPU(pid int) (float64, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, false
+	}
+	// The fields after the command's closing parenthesis: utime and
+	// stime are the 12th and 13th of them, in clock ticks (100 a second).
+	_, rest, ok := strings.Cut(string(b), ") ")
+	f := strings.Fields(rest)
+	if !ok || len(f) < 13 {
+		return 0, false
+	}
+	u, _ := strconv.ParseFloat(f[11], 64)
+	s, _ := strconv.ParseFloat(f[12], 64)
+	return (u + s) / 100, true
 }
 
 // netStats reads, inside h's network namespace, the kernel's counters of
