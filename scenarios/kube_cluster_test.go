@@ -14,8 +14,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -195,24 +197,53 @@ func newKubeLabWith(t *testing.T, o kubeLabOptions) *kubeLab {
 // kubeAgentVersion is the version of the agent image the lab builds.
 const kubeAgentVersion = "0.0.0-kubelab"
 
-// buildImages builds pause and echo images, and the agent's image the way
-// `make image` does (packaging/image, tagged with its version and the
-// floating tag the committed manifests use), each as a tarball that `ctr
-// images import` reads.
+// buildImages returns the tarballs of the pause and echo images, and of
+// the agent's image built the way `make image` does (packaging/image,
+// tagged with its version and the floating tag the committed manifests
+// use), each as `ctr images import` reads it. They are built once for the
+// package's run, in the directory of its teapot-lb binary: the Kubernetes
+// labs run side by side, and each built the same three images (over 3
+// minutes of the machine's two CPUs under make test's load).
 func (l *kubeLab) buildImages() []string {
 	l.tb.Helper()
+	began := time.Now()
+	kubeImages.once.Do(func() {
+		kubeImages.tarballs, kubeImages.err = buildKubeImages(filepath.Join(binary.dir, "kube-images"))
+		kubeImages.took = time.Since(began)
+	})
+	if kubeImages.err != nil {
+		l.tb.Fatal(kubeImages.err)
+	}
+	l.tb.Logf("images ready after %s (built once for the package in %s)",
+		time.Since(began).Round(100*time.Millisecond), kubeImages.took.Round(100*time.Millisecond))
+	return slices.Clone(kubeImages.tarballs)
+}
+
+// kubeImages holds the images the Kubernetes labs share.
+var kubeImages struct {
+	once     sync.Once
+	tarballs []string
+	took     time.Duration
+	err      error
+}
+
+// buildKubeImages builds the labs' images in dir.
+func buildKubeImages(dir string) ([]string, error) {
 	root, err := moduleRoot()
 	if err != nil {
-		l.tb.Fatal(err)
+		return nil, err
 	}
-	began := time.Now()
-	build := func(pkg, out, ldflags string) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	build := func(pkg, out, ldflags string) error {
 		cmd := exec.Command("go", "build", "-trimpath", "-buildvcs=false", "-ldflags", ldflags, "-o", out, pkg)
 		cmd.Dir = root
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux")
 		if out, err := cmd.CombinedOutput(); err != nil {
-			l.tb.Fatalf("build %s: %v\n%s", pkg, err, out)
+			return fmt.Errorf("build %s: %v\n%s", pkg, err, out)
 		}
+		return nil
 	}
 	var tarballs []string
 	for _, img := range []struct {
@@ -223,43 +254,47 @@ func (l *kubeLab) buildImages() []string {
 		{"pause", "./scenarios/images/pause", []string{"/pause"}, ""},
 		{"echo", "./scenarios/images/echo", []string{"/echo"}, "65532:65532"},
 	} {
-		bin := filepath.Join(l.dir, img.name)
-		build(img.pkg, bin, "-s -w")
-		out := filepath.Join(l.dir, img.name+".tar")
+		bin := filepath.Join(dir, img.name)
+		if err := build(img.pkg, bin, "-s -w"); err != nil {
+			return nil, err
+		}
+		out := filepath.Join(dir, img.name+".tar")
 		if err := kubecluster.WriteImage(kubecluster.Image{
 			Ref: "teapot.test/" + img.name + ":" + kubeImageTag, Binary: bin,
 			Entrypoint: img.entry, User: img.user,
 		}, out); err != nil {
-			l.tb.Fatal(err)
+			return nil, err
 		}
 		tarballs = append(tarballs, out)
 	}
-	bin := filepath.Join(l.dir, "teapot-lb")
+	bin := filepath.Join(dir, "teapot-lb")
 	const module = "github.com/teapot-lb/teapot-lb"
-	build(".", bin, "-s -w -X "+module+"/api/cli.Version="+kubeAgentVersion+" -X "+module+"/api/cli.Commit=kubelab")
+	if err := build(".", bin, "-s -w -X "+module+"/api/cli.Version="+kubeAgentVersion+" -X "+module+"/api/cli.Commit=kubelab"); err != nil {
+		return nil, err
+	}
 	created := time.Unix(0, 0).UTC()
 	idx, err := image.Build(image.Config{Version: kubeAgentVersion, Revision: "kubelab", Created: created,
 		Binaries: map[string]string{runtime.GOARCH: bin}})
 	if err != nil {
-		l.tb.Fatal(err)
+		return nil, err
 	}
-	layoutDir := filepath.Join(l.dir, "agent-layout")
+	layoutDir := filepath.Join(dir, "agent-layout")
 	if err := image.WriteLayout(layoutDir, idx, image.Names(kubeAgentVersion)); err != nil {
-		l.tb.Fatal(err)
+		return nil, err
 	}
-	out := filepath.Join(l.dir, "teapot-lb-agent.oci.tar")
+	out := filepath.Join(dir, "teapot-lb-agent.oci.tar")
 	f, err := os.Create(out)
 	if err != nil {
-		l.tb.Fatal(err)
+		return nil, err
 	}
 	if err := image.TarDir(f, layoutDir, created); err != nil {
-		l.tb.Fatal(err)
+		f.Close()
+		return nil, err
 	}
 	if err := f.Close(); err != nil {
-		l.tb.Fatal(err)
+		return nil, err
 	}
-	l.tb.Logf("images built in %s", time.Since(began).Round(100*time.Millisecond))
-	return append(tarballs, out)
+	return append(tarballs, out), nil
 }
 
 func (l *kubeLab) kube() *kube { return &kube{tb: l.tb, client: l.k.Client} }
