@@ -201,8 +201,12 @@ type entry struct {
 	claims []claim
 	// problems are the load balancer's own, without lost claims.
 	problems []Problem
-	created  int64
-	pools    poolSet
+	// held are the findings of its claiming listeners that hold only
+	// while the listener is served: resolve rewords them when another
+	// load balancer wins every key of the listener.
+	held    []heldFindings
+	created int64
+	pools   poolSet
 }
 
 // poolSet is a load balancer's compiled pools, sorted by name: the few
@@ -303,6 +307,13 @@ type compiler struct {
 	keys  map[Key]bool
 	lbs   map[string]bool
 	stats Stats
+}
+
+// heldFindings are a listener's findings that hold only while it is
+// served (field: the listener's, as its claims name it).
+type heldFindings struct {
+	field string
+	held  []provisional
 }
 
 // claim is a listener that wants a listen key.
@@ -543,10 +554,11 @@ func (b *lbCompile) compile(lb *pb.LoadBalancer, t *tenantInfo, e *entry) {
 				byPort[l.GetPort()] = lr
 			}
 		}
-		first := b.listener(field, i, l, lb, vips[0], e.pools, lr)
+		first, held := b.listener(field, i, l, lb, vips[0], e.pools, lr)
 		if first == nil {
 			continue
 		}
+		claimed := len(e.claims)
 		if al := lb.GetAccessLog(); al.GetEnabled() && (first.Protocol == ProtoHTTP || first.Protocol == ProtoHTTPS) {
 			first.AccessLog = cmp.Or(al.GetSample(), 1)
 		}
@@ -567,6 +579,14 @@ func (b *lbCompile) compile(lb *pb.LoadBalancer, t *tenantInfo, e *entry) {
 			}
 			seen[cl.Key] = i
 			e.claims = append(e.claims, claim{l: cl, field: field})
+		}
+		switch {
+		case len(held) == 0:
+		case len(e.claims) == claimed:
+			// Every key duplicates an earlier listener's.
+			b.withdraw(held, "listener", field+".port")
+		default:
+			e.held = append(e.held, heldFindings{field: field, held: held})
 		}
 	}
 }
@@ -645,17 +665,47 @@ func (c *compiler) resolve() {
 			continue
 		}
 		ps := slices.Clip(e.problems)
+		lost := false
 		for _, cl := range e.claims {
 			k := cl.l.Key
 			if w, _ := c.listeners.Get(k); w != nil && w.LB != id {
 				ps = append(ps, Problem{Field: cl.field,
 					Reason: fmt.Sprintf("%s is already served by LoadBalancer %s; use another port or address", k, w.LB)})
+				lost = true
 			}
+		}
+		if lost && len(e.held) > 0 {
+			ps = c.withdrawLost(id, e, ps)
 		}
 		if old, ok := c.problems.Get(id); !ok || !slices.Equal(old, ps) {
 			c.problems.Set(id, ps)
 		}
 	}
+}
+
+// withdrawLost rewords, in a copy of ps (the problems of the load
+// balancer id, whose entry is e), the held findings of each of its
+// listeners that serves no key: another load balancer serves each.
+func (c *compiler) withdrawLost(id string, e *entry, ps []Problem) []Problem {
+	served := map[string]bool{}
+	for _, cl := range e.claims {
+		if w, _ := c.listeners.Get(cl.l.Key); w == nil || w.LB == id {
+			served[cl.field] = true
+		}
+	}
+	copied := false
+	for _, h := range e.held {
+		if served[h.field] {
+			continue
+		}
+		if !copied {
+			ps, copied = slices.Clone(ps), true
+		}
+		for _, p := range h.held {
+			ps[p.at].Reason = skippedFor(p.reason, "listener", h.field)
+		}
+	}
+	return ps
 }
 
 // winner picks the claimant that serves a contested key: the one prev

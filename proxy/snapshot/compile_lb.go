@@ -36,6 +36,35 @@ func (b *lbCompile) finding(field, reason, then string) {
 	b.problems = append(b.problems, Problem{Field: api.Clip(field, api.MaxFieldPath), Reason: reason + "; " + then})
 }
 
+// provisional is a finding that says what the data plane does in place
+// of a field of a listener or route ("using tls1.2", "requestsPerSecond
+// not enforced"): true only while the listener or route is served.
+type provisional struct {
+	at     int    // its index in the load balancer's problems
+	reason string // the rule broken, without what is done instead
+}
+
+// provisional adds a finding that holds only while its listener or route
+// is served.
+func (b *lbCompile) provisional(field, reason, then string) provisional {
+	b.finding(field, reason, then)
+	return provisional{at: len(b.problems) - 1, reason: reason}
+}
+
+// withdraw rewords the findings held of a listener or route (what) that
+// is skipped after all, for the problem under the field cause: what they
+// said is done in place of a field is not done, since nothing of it is
+// served.
+func (b *lbCompile) withdraw(held []provisional, what, cause string) {
+	for _, p := range held {
+		b.problems[p.at].Reason = skippedFor(p.reason, what, cause)
+	}
+}
+
+func skippedFor(reason, what, cause string) string {
+	return reason + "; " + what + " skipped for " + cause
+}
+
 // broken reports whether one of errs is about field itself.
 func broken(errs []api.FieldError, field string) bool {
 	for _, e := range errs {
@@ -253,13 +282,19 @@ func (b *lbCompile) httpRequest(errs []api.FieldError, f string, h *HealthCheck,
 	}
 }
 
-func (b *lbCompile) listener(f string, i int, l *pb.Listener, lb *pb.LoadBalancer, vip netip.Addr, pools poolSet, routes *RouteTable) *Listener {
+// listener compiles one listener, or returns nil when it is skipped. It
+// also returns its findings that say what the data plane does in place of
+// a field: they hold only while the listener is served, which the caller
+// decides for its listen keys (see withdraw).
+func (b *lbCompile) listener(f string, i int, l *pb.Listener, lb *pb.LoadBalancer, vip netip.Addr, pools poolSet, routes *RouteTable) (*Listener, []provisional) {
 	proto := Protocol(l.GetProtocol())
 	errs := api.CheckListener("", l, lb.GetPools())
-	skip, scopesBroken := false, false
+	scopesBroken := false
+	cause := -1 // the problem of the first field that skips the listener
+	var held []provisional
 	rate := rateSpec(l.GetRateLimit())
 	for _, e := range errs {
-		then := "ignored"
+		then, skip := "ignored", false
 		switch e.Field {
 		case ".rateLimit.header":
 			if api.RequestIDRate(l.GetRateLimit()) {
@@ -270,12 +305,12 @@ func (b *lbCompile) listener(f string, i int, l *pb.Listener, lb *pb.LoadBalance
 		case ".port", ".protocol":
 			skip = true
 		case ".pool":
-			skip = skip || proto == ProtoTCP || proto == ProtoUDP || proto == ProtoTLSPassthrough
+			skip = proto == ProtoTCP || proto == ProtoUDP || proto == ProtoTLSPassthrough
 		case ".tls":
-			skip = skip || proto == ProtoHTTPS
+			skip = proto == ProtoHTTPS
 		case ".tls.acme", ".tls.certificates":
 			// Terminated names would be served without a certificate.
-			skip = skip || proto == ProtoTLSPassthrough
+			skip = proto == ProtoTLSPassthrough
 		case ".tls.minVersion":
 			then = "using tls1.2"
 		case ".idleTimeout":
@@ -292,15 +327,20 @@ func (b *lbCompile) listener(f string, i int, l *pb.Listener, lb *pb.LoadBalance
 			}
 			// Served without its source ranges or rate limit, a listener
 			// would be open to what the tenant closed it to.
-			skip = skip || edgeField(e.Field)
+			skip = edgeField(e.Field)
 		}
-		if skip {
-			then = "listener skipped"
+		if !skip {
+			held = append(held, b.provisional(f+e.Field, e.Reason, then))
+			continue
 		}
-		b.finding(f+e.Field, e.Reason, then)
+		if cause < 0 {
+			cause = len(b.problems)
+		}
+		b.finding(f+e.Field, e.Reason, "listener skipped")
 	}
-	if skip {
-		return nil
+	if cause >= 0 {
+		b.withdraw(held, "listener", b.problems[cause].Field)
+		return nil, nil
 	}
 	d := b.c.d
 	out := &Listener{
@@ -368,7 +408,7 @@ func (b *lbCompile) listener(f string, i int, l *pb.Listener, lb *pb.LoadBalance
 		out.Limits.MaxConnections = int(m)
 	}
 	out.Limits.IdleTimeout = duration(errs, ".idleTimeout", l.GetIdleTimeout(), out.Limits.IdleTimeout)
-	return out
+	return out, held
 }
 
 type routeKey struct {
@@ -394,6 +434,7 @@ func (b *lbCompile) routes(lb *pb.LoadBalancer, pools poolSet, t *tenantInfo) []
 		}
 		insts, err := api.CheckRoute(lb, "", r)
 		rate := rateSpec(r.GetRateLimit())
+		var held []provisional
 		if err != nil {
 			var ve *api.ValidationError
 			if !errors.As(err, &ve) {
@@ -405,7 +446,14 @@ func (b *lbCompile) routes(lb *pb.LoadBalancer, pools poolSet, t *tenantInfo) []
 			}
 			var then string
 			rate, then = requestIDRate(r.GetRateLimit())
-			b.report(f, ve.Errors, then)
+			held = append(held, b.provisional(f+ve.Errors[0].Field, ve.Errors[0].Reason, then))
+		}
+		// skipped rewords the findings held once a later check skips the
+		// route, for the problem that check added last.
+		skipped := func() {
+			if len(held) > 0 {
+				b.withdraw(held, "route", b.problems[len(b.problems)-1].Field)
+			}
 		}
 		if extended(r) {
 			// The API refuses a load balancer over its regex budget; a
@@ -413,14 +461,19 @@ func (b *lbCompile) routes(lb *pb.LoadBalancer, pools poolSet, t *tenantInfo) []
 			// reason.
 			if err := (api.RegexUsage{Insts: regex.Insts + insts}).CheckLB(); err != nil {
 				b.problem(f, "%v; route skipped", err)
+				skipped()
 				continue
 			}
 			regex.Insts += insts
-			start := len(out)
-			out = append(out, b.extRoutes(f, i, host, r, pools)...)
-			for j := start; j < len(out); j++ {
-				out[j].Rate, out[j].WAF, out[j].NotFound = rate, wafSpec(r.GetWaf()), r.GetNotFound()
+			rs := b.extRoutes(f, i, host, r, pools)
+			if rs == nil {
+				skipped()
+				continue
 			}
+			for j := range rs {
+				rs[j].Rate, rs[j].WAF, rs[j].NotFound = rate, wafSpec(r.GetWaf()), r.GetNotFound()
+			}
+			out = append(out, rs...)
 			continue
 		}
 		pt := PathPrefix
@@ -437,6 +490,7 @@ func (b *lbCompile) routes(lb *pb.LoadBalancer, pools poolSet, t *tenantInfo) []
 		k := routeKey{host, path, pt, ports}
 		if j, dup := seen[k]; dup {
 			b.problem(f, "duplicates routes[%d]; route skipped", j)
+			skipped()
 			continue
 		}
 		seen[k] = i

@@ -21,7 +21,8 @@ func extended(r *pb.Route) bool {
 
 // extRoutes compiles a route with matches, backends, filters or timeouts
 // into one Route per match. The route has passed api.CheckRoute: every
-// pool it names is one of pools, every regular expression compiles.
+// pool it names is one of pools, every regular expression compiles. It
+// returns nil when the route is skipped, after a problem that says why.
 func (b *lbCompile) extRoutes(f string, index int, host string, r *pb.Route, pools poolSet) []Route {
 	ext := RouteExt{
 		RequestTimeout: r.GetTimeouts().GetRequest().AsDuration(),
