@@ -23,7 +23,8 @@ const incarnationFile = "vip-incarnation"
 // recorded heartbeat of an earlier process for good (receive), not only
 // while the process it hears still sends. With dir "" the clock alone
 // orders the processes, as long as it is not set back by more than the
-// time between two starts.
+// time between two starts; so with a dir that does not exist yet (a
+// host's first start), which it does not make.
 func nextIncarnation(dir string, now time.Time) (uint64, error) {
 	inc := uint64(max(now.UnixNano(), 1))
 	if dir == "" {
@@ -43,8 +44,11 @@ func nextIncarnation(dir string, now time.Time) (uint64, error) {
 	default:
 		return 0, fmt.Errorf("read %s: %w", path, err)
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return 0, fmt.Errorf("create %s for %s: %w", dir, incarnationFile, err)
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		// A host's first start: no earlier process of it to order
+		// against but by the clock. The data dir is made, and checked
+		// with what to do when it fails, by the state's own store.
+		return inc, nil
 	}
 	if err := writeSynced(path, []byte(strconv.FormatUint(inc, 10)+"\n")); err != nil {
 		return 0, fmt.Errorf("keep this process's incarnation: %w", err)

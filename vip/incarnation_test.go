@@ -252,7 +252,7 @@ func TestArrivalNotesNoEarlierProcess(t *testing.T) {
 // hold a number is refused, saying what to do.
 func TestNextIncarnation(t *testing.T) {
 	t.Parallel()
-	dir := filepath.Join(t.TempDir(), "data")
+	dir := t.TempDir()
 	now := time.Unix(1_700_000_000, 0)
 	first, err := nextIncarnation(dir, now)
 	if err != nil || first != uint64(now.UnixNano()) {
@@ -268,6 +268,13 @@ func TestNextIncarnation(t *testing.T) {
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, incarnationFile)); err != nil || strings.TrimSpace(string(b)) != strconv.FormatUint(third, 10) {
 		t.Fatalf("kept %q, %v; want %d", b, err, third)
+	}
+	missing := filepath.Join(t.TempDir(), "not-yet")
+	if inc, err := nextIncarnation(missing, now); err != nil || inc != uint64(now.UnixNano()) {
+		t.Fatalf("a data dir not made yet: %d, %v; want the clock, %d", inc, err, now.UnixNano())
+	}
+	if _, err := os.Stat(missing); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the data dir was made (%v): its store makes and checks it", err)
 	}
 	if inc, err := nextIncarnation("", now); err != nil || inc != uint64(now.UnixNano()) {
 		t.Fatalf("without a directory: %d, %v", inc, err)
