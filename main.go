@@ -135,7 +135,7 @@ func serve(ctx context.Context, cfg serveConfig) (err error) {
 		NodeID: cfg.NodeID, Interface: cfg.VIPInterface, HeartbeatAddr: cfg.HeartbeatAddr, RaftAddr: cfg.RaftAddr,
 		HeartbeatInterval: time.Duration(cfg.HeartbeatInterval), HeartbeatMisses: cfg.HeartbeatMisses,
 		BGP: cfg.BGP, Logger: log, Events: host.Events().Add, HandoverTimeout: time.Duration(cfg.DrainTimeout),
-		Observed: plane, NetnsDir: cfg.NetnsDir,
+		Observed: plane, NetnsDir: cfg.NetnsDir, StateDir: cfg.DataDir,
 	}
 	// The tenants' BGP sessions: before the VIP manager (see
 	// vip.BGPIdentity), stopped after it.

@@ -55,6 +55,11 @@ type Config struct {
 	// RaftAddr is this host's Raft IP:port; Open derives the default
 	// HeartbeatAddr from it.
 	RaftAddr string
+	// StateDir is the directory of this host's state (serve's
+	// --data-dir); the incarnation of its latest process is kept there,
+	// so that each process's heartbeats carry a greater one than the
+	// last ("": the clock alone orders them; see nextIncarnation).
+	StateDir string
 	// HeartbeatInterval between heartbeats to every peer (default 20ms);
 	// a peer is dead after HeartbeatMisses intervals without one
 	// (default 5).

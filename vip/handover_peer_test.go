@@ -26,6 +26,10 @@ type peerLoop struct {
 	// (the others report them) but whose own heartbeats do not reach
 	// this host.
 	alive, handover, quiet map[string]bool
+	// ordered: the peers' incarnations are ordered (hosts of this
+	// version); sent: every heartbeat the peers sent, in order.
+	ordered bool
+	sent    []received
 }
 
 func newPeerLoop(t *testing.T, n int) *peerLoop {
@@ -81,8 +85,10 @@ func (l *peerLoop) tick() {
 			held = append(held, a)
 		}
 		l.seq[id]++
-		l.m.receive(received{at: l.now, hb: &heartbeat{ID: id, Incarnation: l.inc[id], Seq: l.seq[id], Eligible: true,
-			Handover: l.handover[id], Holdings: true, HoldingSent: true, Holding: held, Sightings: sights}})
+		r := received{at: l.now, hb: &heartbeat{ID: id, Incarnation: l.inc[id], Seq: l.seq[id], Ordered: l.ordered, Eligible: true,
+			Handover: l.handover[id], Holdings: true, HoldingSent: true, Holding: held, Sightings: sights}}
+		l.sent = append(l.sent, r)
+		l.m.receive(r)
 	}
 	l.m.beatTick(l.now)
 }

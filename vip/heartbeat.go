@@ -93,8 +93,7 @@ func (m *Manager) readHeartbeats(done <-chan struct{}) {
 			}
 			continue
 		}
-		if arr := (*m.arrivals.Load())[hb.ID]; arr != nil && !hb.Leaving && (hb.Incarnation != arr.inc || hb.Seq > arr.seq) {
-			arr.inc, arr.seq = hb.Incarnation, hb.Seq
+		if arr := (*m.arrivals.Load())[hb.ID]; arr != nil && arr.note(hb) {
 			arr.at.Store(int64(at.Sub(m.epoch)))
 		}
 		select {
@@ -109,6 +108,24 @@ func (m *Manager) readHeartbeats(done <-chan struct{}) {
 type peerArrival struct {
 	at       atomic.Int64 // since Manager.epoch (0: none)
 	inc, seq uint64       // the reader's own
+	top      uint64       // the highest ordered incarnation noted
+}
+
+// note reports whether hb is newer than the heartbeats of the peer noted
+// so far, and notes it then: not one that says the peer leaves, one of
+// the same process with a sequence not above the last, nor one of an
+// earlier process than the latest (an ordered incarnation below top). A
+// recorded heartbeat sent again then does not have this host's own
+// heartbeats say that it heard the peer a moment ago.
+func (a *peerArrival) note(hb *heartbeat) bool {
+	if hb.Leaving || hb.Ordered && hb.Incarnation < a.top || hb.Incarnation == a.inc && hb.Seq <= a.seq {
+		return false
+	}
+	a.inc, a.seq = hb.Incarnation, hb.Seq
+	if hb.Ordered {
+		a.top = hb.Incarnation
+	}
+	return true
 }
 
 // heardAt returns when the peer's latest heartbeat arrived (zero: none).
@@ -135,14 +152,20 @@ func (m *Manager) incarnationLive(id string, now time.Time) bool {
 }
 
 // refuseIncarnation notes a heartbeat of peer id refused as of another
-// process than the one heard, and says so at most once a minute per peer.
-func (m *Manager) refuseIncarnation(id string, now time.Time) {
+// process than the one heard, or (earlier) of an earlier process than
+// the latest taken, and says so at most once a minute per peer.
+func (m *Manager) refuseIncarnation(id string, now time.Time, earlier bool) {
 	st := &m.loop
 	st.refusedIncarnations++
 	if last, ok := st.refusedIncarnationLog[id]; ok && now.Sub(last) < time.Minute {
 		return
 	}
 	st.refusedIncarnationLog[id] = now
+	if earlier {
+		m.log.Warn("refused heartbeats of an earlier process of a peer than the latest heard: recorded and sent again, or a second host with its node id",
+			"peer", id, "refused_so_far", st.refusedIncarnations)
+		return
+	}
 	m.log.Warn("refused heartbeats of another process of a peer while the one heard still sends: replayed, or two hosts with one node id",
 		"peer", id, "refused_so_far", st.refusedIncarnations)
 }
@@ -152,6 +175,14 @@ func (m *Manager) receive(r received) {
 	st := &m.loop
 	hb := r.hb
 	if _, ok := st.members[hb.ID]; !ok || hb.ID == m.cfg.NodeID {
+		return
+	}
+	if top, ok := st.topIncarnation[hb.ID]; ok && hb.Ordered && hb.Incarnation < top {
+		// A process of the peer earlier than one taken, live or not:
+		// its heartbeat recorded and sent again. Taken once the peer
+		// is dead or has left, it would have the peer look alive and
+		// keep its VIPs, nobody taking them over.
+		m.refuseIncarnation(hb.ID, r.at, true)
 		return
 	}
 	if last, ok := st.lastSeq[hb.ID]; ok {
@@ -164,11 +195,29 @@ func (m *Manager) receive(r received) {
 			// earlier process replayed, or two hosts with one node id.
 			// Taken, it would stand for the peer: a replayed "leaving"
 			// would have the others take a live host's VIPs.
-			m.refuseIncarnation(hb.ID, r.at)
+			m.refuseIncarnation(hb.ID, r.at, false)
 			return
 		}
 	}
+	// What is left open: a heartbeat without Ordered (a host of an
+	// earlier version, or one rolled back to it) is refused only as
+	// above, so that a host that runs such a version is heard; a
+	// recording made while the peer ran it can still stand for a dead
+	// peer, as before. This host keeps the highest incarnation and the
+	// last sequence in memory only: after it restarts, or after the
+	// peer was out of the cluster's members, the first heartbeat it
+	// takes of the peer sets them again, so that a recording of any
+	// earlier process of a peer dead by then is taken until the peer's
+	// own heartbeats come (a greater incarnation) or the recording
+	// ends. The same holds for heartbeats of the latest process kept
+	// from this host and delivered late: the datagram carries no clock
+	// of the sender's to refuse them by age, and one would be a new
+	// trailing part that hosts of earlier versions refuse unless sent
+	// only to peers that read it.
 	st.lastSeq[hb.ID] = [2]uint64{hb.Incarnation, hb.Seq}
+	if hb.Ordered {
+		st.topIncarnation[hb.ID] = max(st.topIncarnation[hb.ID], hb.Incarnation)
+	}
 	p := st.peers[hb.ID]
 	if p == nil {
 		p = &peerState{}
@@ -278,7 +327,7 @@ func (m *Manager) planBeats(now time.Time) bool {
 	}
 	p := &beatPlan{key: key, built: now, stale: m.gap, pause: m.quorum, settle: m.settle}
 	p.hb = heartbeat{
-		ID: m.cfg.NodeID, Incarnation: m.incarnation, Revision: st.revision,
+		ID: m.cfg.NodeID, Incarnation: m.incarnation, Ordered: true, Revision: st.revision,
 		Eligible: st.eligible && !st.leaving, Leaving: st.leaving, Handover: (st.eligible && st.handingOver || st.handedOff) && !st.leaving,
 		NotReadyAll: st.want == nil || !haveReady, Holdings: true, ReadsPartly: true, ReadsTenants: true,
 	}

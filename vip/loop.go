@@ -50,8 +50,12 @@ type loopState struct {
 
 	peers   map[string]*peerState
 	lastSeq map[string][2]uint64 // incarnation, seq
+	// topIncarnation is the highest ordered incarnation taken of each
+	// peer (heartbeat.Ordered): one below it is of an earlier process.
+	topIncarnation map[string]uint64
 	// refusedIncarnations counts the heartbeats refused as of another
-	// process of a peer than the one heard (receive);
+	// process of a peer than the one heard, or of an earlier one than the
+	// latest taken (receive);
 	// refusedIncarnationLog is when that was last logged, by peer.
 	refusedIncarnations   uint64
 	refusedIncarnationLog map[string]time.Time
@@ -141,6 +145,7 @@ type loopState struct {
 func (st *loopState) init() {
 	st.peers = map[string]*peerState{}
 	st.lastSeq = map[string][2]uint64{}
+	st.topIncarnation = map[string]uint64{}
 	st.refusedIncarnationLog = map[string]time.Time{}
 	st.members = map[string]member{}
 	st.seenAt = map[string]time.Time{}
@@ -438,6 +443,7 @@ func (m *Manager) adopt(d *desired, now time.Time, delta map[netip.Addr]bool) {
 		if _, ok := members[id]; !ok {
 			delete(st.peers, id)
 			delete(st.lastSeq, id)
+			delete(st.topIncarnation, id)
 			delete(st.refusedIncarnationLog, id)
 			delete(st.seenAt, id)
 		}

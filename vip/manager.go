@@ -3,9 +3,7 @@ package vip
 import (
 	"context"
 	"crypto/hmac"
-	"crypto/rand"
 	"crypto/sha256"
-	"encoding/binary"
 	"fmt"
 	"iter"
 	"log/slog"
@@ -33,7 +31,7 @@ type Manager struct {
 	holdDown    time.Duration // a holder keeps its arp VIPs this long after losing its majority
 	settle      time.Duration // a peer back from the dead counts towards a majority after this
 	gap         time.Duration // an absence this long makes a peer settle again
-	incarnation uint64
+	incarnation uint64        // nextIncarnation
 
 	// carriers: the interfaces, the speaker and the actuator that
 	// converges them (actuator.go).
@@ -117,9 +115,9 @@ func New(cfg Config) (*Manager, error) {
 	m.holdDown = m.dead - m.quorum
 	m.settle = settleMultiple * m.dead
 	m.gap = gapMultiple * m.dead
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	m.incarnation = binary.BigEndian.Uint64(b[:])
+	if m.incarnation, err = nextIncarnation(cfg.StateDir, time.Now()); err != nil {
+		return nil, err
+	}
 	m.recv = make(chan received, 256)
 	m.loop.init()
 	m.act = newActuator(m)

@@ -48,8 +48,13 @@ import (
 // digest (spacesDigest) and the count are those of that list, so that a
 // peer whose state lists other tenants for the address (one of the two
 // has not applied the latest entry) knows that it cannot read the bits.
-// Bits past the count are zero. Flags of a sighting: eligible (1),
-// settled (2): the sender has heard the peer for the whole settling time.
+// Bits past the count are zero. Ordered (128): the sender's incarnation
+// is greater than that of every earlier process of the same host
+// (nextIncarnation), so that a reader refuses one below the highest it
+// took from that host; without it (a host of an earlier version, whose
+// incarnation is random) the incarnation is only compared for equality.
+// Flags of a sighting: eligible (1), settled (2): the sender has heard
+// the peer for the whole settling time.
 
 const (
 	wireVersion  = 1
@@ -62,6 +67,7 @@ const (
 	flagHandover = 1 << 4
 	flagPartly   = 1 << 5
 	flagTenants  = 1 << 6
+	flagOrdered  = 1 << 7
 	flagSettled  = 1 << 1 // of a sighting
 )
 
@@ -73,9 +79,13 @@ var errBadHeartbeat = errors.New("bad heartbeat")
 // heartbeat is one datagram of the failure detector.
 type heartbeat struct {
 	ID string
-	// Incarnation is random per process start; Seq counts up within it.
+	// Incarnation stands for the sender's process; Seq counts up within
+	// it. Ordered: the incarnation is greater than that of any earlier
+	// process of the sender's host (flagOrdered); without it, it is
+	// random (a host of an earlier version).
 	Incarnation uint64
 	Seq         uint64
+	Ordered     bool
 	// Revision is the state revision the sender acts on.
 	Revision uint64
 	// Eligible: the sender may hold VIPs (it sees a majority, its
@@ -321,6 +331,9 @@ func (hb *heartbeat) appendParts(b []byte, withHolding, withPartly, withTenants 
 	if hb.ReadsTenants {
 		f |= flagTenants
 	}
+	if hb.Ordered {
+		f |= flagOrdered
+	}
 	if notReadyAll {
 		f |= flagNotReady
 	}
@@ -412,6 +425,7 @@ func parseHeartbeat(b, key []byte) (*heartbeat, error) {
 		Holdings:     flags&flagHoldings != 0,
 		ReadsPartly:  flags&flagPartly != 0,
 		ReadsTenants: flags&flagTenants != 0,
+		Ordered:      flags&flagOrdered != 0,
 	}
 	hb.ID = r.str()
 	for range int(r.u8()) {

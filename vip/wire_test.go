@@ -30,6 +30,7 @@ func TestHeartbeatRoundTrip(t *testing.T) {
 			NotReady:  []netip.Addr{netip.MustParseAddr("192.0.2.10"), netip.MustParseAddr("2001:db8::10")},
 		}, heartbeat{}},
 		{"leaving", heartbeat{ID: "n1", Leaving: true, NotReadyAll: true}, heartbeat{}},
+		{"ordered incarnation", heartbeat{ID: "n1", Incarnation: 1_700_000_000_000_000_000, Seq: 3, Ordered: true, Eligible: true}, heartbeat{}},
 		{"handing over", heartbeat{ID: "n1", Eligible: true, Handover: true, Holdings: true, HoldingSent: true,
 			Holding: []netip.Addr{netip.MustParseAddr("192.0.2.200")}}, heartbeat{}},
 		{"held addresses and settled sightings", heartbeat{
