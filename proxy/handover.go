@@ -132,7 +132,11 @@ func (p *Proxy) HandoverPending() int {
 // is left to send it. It returns how many connections are still busy
 // (HTTP requests in progress, connections waiting for their pause): the
 // caller calls again until none is, within a short grace, and then once
-// with force, which closes every connection left.
+// with force, which closes every connection left. A connection closed
+// already (by an earlier call, its own timer, or another closer) stays
+// registered until its serving ends, a moment later or, at the gate of a
+// tenant in debt, up to about a second: a call that finds it leaves it,
+// so that each close is counted once and none is busy.
 func (p *Proxy) CloseConnections(force bool) (busy int) {
 	m := p.handover.vips.Load()
 	if m == nil {
@@ -143,17 +147,20 @@ func (p *Proxy) CloseConnections(force bool) (busy int) {
 		s.mu.Lock()
 		for t := range s.conns {
 			switch {
+			case t.handoverClosed || t.closing.Load():
 			case force, t.l7 && t.state.CloseIfIdle():
 				t.cancel()
 				if force {
 					t.cut()
 				}
+				t.handoverClosed = true
 				cs = append(cs, t)
 			case !t.l7 || t.state.Upgraded():
 				if !p.closeAtPauseLocked(s, t) {
 					busy++
 					continue
 				}
+				t.handoverClosed = true
 				cs = append(cs, t)
 			case t.l7 && t.state.Busy():
 				busy++
@@ -199,7 +206,8 @@ func (p *Proxy) recheckPause(s *socket, t *tracked) {
 	s.mu.Lock()
 	t.recheck = nil
 	_, open := s.conns[t]
-	closeIt := open && !t.closing.Load() && p.handover.handingOver(s.key.Addr.Addr()) && p.closeAtPauseLocked(s, t)
+	closeIt := open && !t.handoverClosed && !t.closing.Load() && p.handover.handingOver(s.key.Addr.Addr()) && p.closeAtPauseLocked(s, t)
+	t.handoverClosed = t.handoverClosed || closeIt
 	s.mu.Unlock()
 	if closeIt {
 		t.close()

@@ -2,16 +2,20 @@ package proxy
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
+	"sync"
 	"testing"
 	"time"
 
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+	"github.com/teapot-lb/teapot-lb/proxy/cpubudget"
 	"github.com/teapot-lb/teapot-lb/proxy/l7"
 	"golang.org/x/net/websocket"
 	"golang.org/x/sys/unix"
@@ -441,4 +445,150 @@ func lastReceived(t *testing.T, c net.Conn) time.Duration {
 		t.Fatal(cerr, err)
 	}
 	return time.Duration(info.Last_data_recv) * time.Millisecond
+}
+
+// closeLog keeps the connections that CloseConnections' log lines say it
+// closed, by the sum of their counts.
+type closeLog struct {
+	mu          sync.Mutex
+	closed      int64 // "connections"
+	afterAnswer int64 // "after_answer"
+}
+
+func (l *closeLog) Enabled(context.Context, slog.Level) bool { return true }
+func (l *closeLog) WithAttrs([]slog.Attr) slog.Handler       { return l }
+func (l *closeLog) WithGroup(string) slog.Handler            { return l }
+
+func (l *closeLog) Handle(_ context.Context, r slog.Record) error {
+	if r.Message != "closed connections before the VIPs move" {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r.Attrs(func(a slog.Attr) bool {
+		switch a.Key {
+		case "connections":
+			l.closed += a.Value.Int64()
+		case "after_answer":
+			l.afterAnswer += a.Value.Int64()
+		}
+		return true
+	})
+	return nil
+}
+
+func (l *closeLog) counts() (closed, afterAnswer int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.closed, l.afterAnswer
+}
+
+// TestCloseConnectionsCountsEachCloseOnce: a connection that
+// CloseConnections closed stays registered until its serving ends, a
+// moment later for most, up to a second for one waiting at the gate of a
+// tenant in debt of its CPU budget (a forced close does not end that
+// wait). The VIP manager calls without force, then at once with force
+// when none is busy any more or its grace is over, and a later call may
+// come while such a connection is still registered: it is neither closed
+// nor counted again, nor busy. 4 idle HTTP/1.1 connections, 4 idle TCP
+// streams and one HTTP connection at the gate are 9 closes in the log,
+// however often CloseConnections is called after, with or without force.
+func TestCloseConnectionsCountsEachCloseOnce(t *testing.T) {
+	t.Parallel()
+	web := startWebBackend(t, "web")
+	echoAddr := startBackend(t, "127.0.0.1", echo).addr
+	cpu := cpubudget.New(cpubudget.Options{HostMillicores: 1000})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go cpu.Run(ctx)
+	// The drained connections' idle grace outlasts the test: only
+	// CloseConnections ends the idle ones.
+	srv := l7.New(l7.Config{DrainIdleGrace: time.Minute})
+	t.Cleanup(func() { srv.Close() })
+	logs := &closeLog{}
+	p, _ := newProxy(t, Config{HTTP: NewHTTP(srv, nil), CPU: cpu, DrainTimeout: time.Minute, Logger: slog.New(logs)})
+	httpPort, tcpPort := freePort(t), freePort(t)
+	objs := labObjects(mainL7LB("127.0.0.5", httpPort, tcpPort, []string{web}, []string{echoAddr}))
+	objs[0].GetTenant().Quotas = &pb.Quotas{CpuMillicores: 100}
+	if err := p.Update(objs, 1); err != nil {
+		t.Fatal(err)
+	}
+	dial := func(port int) (net.Conn, *bufio.Reader) {
+		t.Helper()
+		c, err := net.DialTimeout("tcp", vipAddr("127.0.0.5", port), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		_ = c.SetDeadline(time.Now().Add(time.Minute))
+		return c, bufio.NewReader(c)
+	}
+	var conns []net.Conn
+	var brs []*bufio.Reader
+	for i := range 4 {
+		c, br := dial(httpPort)
+		path := fmt.Sprintf("/%d", i)
+		if _, err := fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s\r\n\r\n", path, shopHost); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || string(body) != "hello "+path || resp.Close {
+			t.Fatalf("%s: %q, %v, Connection: close %v", path, body, err, resp.Close)
+		}
+		conns, brs = append(conns, c), append(brs, br)
+	}
+	for i := range 4 {
+		c, br := dial(tcpPort)
+		if err := roundTrip(c, fmt.Appendf(nil, "stream %d", i)); err != nil {
+			t.Fatal(err)
+		}
+		conns, brs = append(conns, c), append(brs, br)
+	}
+	// The streams are idle: CloseConnections ends them without waiting
+	// for an answer (the kernel's clock ticks are up to 10ms).
+	for _, c := range conns[4:] {
+		eventually(t, "the stream to be idle", func() bool { return lastReceived(t, c) >= HandoverIdle+2*HandoverQuiet })
+	}
+	// A second's worth of the tenant's budget: its gate closes at the
+	// accountant's next tick and opens about a second later.
+	a := cpu.Tenant("acme")
+	a.ChargeDirect(100 * time.Millisecond)
+	eventually(t, "the tenant in debt", func() bool { return a.HostStat().InDebt })
+	waits := a.HostStat().Waits
+	gated, gatedBR := dial(httpPort)
+	eventually(t, "the connection at the tenant's gate", func() bool { return a.HostStat().Waits > waits })
+	conns, brs = append(conns, gated), append(brs, gatedBR)
+
+	p.HandOver([]netip.Addr{netip.MustParseAddr("127.0.0.5")})
+	if busy := p.CloseConnections(false); busy != 1 {
+		t.Fatalf("CloseConnections: %d busy, want 1 (the connection at the gate: its first request is due)", busy)
+	}
+	p.CloseConnections(true)
+	if busy := p.CloseConnections(false); busy != 0 {
+		t.Errorf("CloseConnections after the forced close: %d busy, want 0", busy)
+	}
+	p.CloseConnections(true)
+	if a.HostStat().InDebt {
+		// Still at the gate: the calls after the forced close found it.
+		if closed, afterAnswer := logs.counts(); closed != int64(len(conns)) || afterAnswer != 0 {
+			t.Fatalf("the log says %d connections closed, %d after an answer; want %d, 0", closed, afterAnswer, len(conns))
+		}
+	} else {
+		t.Log("the tenant's gate opened before the last call")
+	}
+	for i, c := range conns {
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if n, err := brs[i].Read(make([]byte, 1)); err != io.EOF {
+			t.Fatalf("connection %d: read %d, %v; want a clean close (EOF)", i, n, err)
+		}
+	}
+	p.CloseConnections(true)
+	if closed, afterAnswer := logs.counts(); closed != int64(len(conns)) || afterAnswer != 0 {
+		t.Fatalf("the log says %d connections closed, %d after an answer; want %d, 0", closed, afterAnswer, len(conns))
+	}
 }

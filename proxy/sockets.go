@@ -65,6 +65,10 @@ type tracked struct {
 	// recheck: the handover looks at the connection again when its last
 	// answer is HandoverQuiet old (guarded by the socket's mu).
 	recheck *time.Timer
+	// handoverClosed: the handover closes it, by CloseConnections or its
+	// timer (guarded by the socket's mu): closing is set only once the
+	// close begins, after the mu is let go.
+	handoverClosed bool
 }
 
 // close closes the connection: one in an io_uring relay leaves its ring

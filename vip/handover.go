@@ -32,8 +32,12 @@ type handoverState struct {
 	closing time.Time
 	// doneAt: when it ended and the VIPs were let go (see self.HandOff).
 	doneAt time.Time
-	begun  bool // HandOver was called (EndHandover is due when want ends)
-	done   bool
+	// closedAt: the evaluation that last asked the data plane to close
+	// the connections left without force; busy: what it answered.
+	closedAt time.Time
+	busy     int
+	begun    bool // HandOver was called (EndHandover is due when want ends)
+	done     bool
 }
 
 // handoverStep advances the handover of a host that gives its arp VIPs
@@ -43,7 +47,11 @@ type handoverState struct {
 // handover began have all ended, at most HandoverTimeout. Then it closes
 // the connections left, letting the HTTP requests in progress finish and
 // the other connections reach a pause for at most HandoverCloseGrace, and
-// lets the VIPs go; the peers take them at once.
+// lets the VIPs go; the peers take them at once. It asks the data plane to
+// close them once an instant: an evaluation again at the same instant
+// (beatTick decides again at once with the heartbeat it plans) takes the
+// answer of the first instead of going over every connection of the VIPs
+// again.
 // A host that holds none has nothing to hand over. When want ends (the
 // host was undrained) the data plane keeps connections open again.
 func (m *Manager) handoverStep(now time.Time, want bool) bool {
@@ -80,7 +88,10 @@ func (m *Manager) handoverStep(now time.Time, want bool) bool {
 		}
 		h.closing = now
 	}
-	busy := m.cfg.Handover.CloseConnections(false)
+	if !h.closedAt.Equal(now) {
+		h.closedAt, h.busy = now, m.cfg.Handover.CloseConnections(false)
+	}
+	busy := h.busy
 	if busy > 0 && now.Sub(h.closing) < m.cfg.HandoverCloseGrace {
 		return true
 	}

@@ -67,7 +67,7 @@ func (f *fakeDataPlane) state() ([]bool, int) {
 
 // loopHarness runs n1's loop of a three-host cluster by hand with n arp
 // VIPs: tick advances the clock one interval with heartbeats from n2 and
-// n3 that see everyone.
+// n3 that see everyone, then runs the loop's heartbeat tick (beatTick).
 type loopHarness struct {
 	m     *Manager
 	now   time.Time
@@ -119,8 +119,7 @@ func (h *loopHarness) tick() {
 		h.m.receive(received{at: h.now, hb: &heartbeat{ID: id, Incarnation: 1, Seq: h.seq[id], Eligible: true, Holdings: true,
 			Sightings: []sighting{{ID: "n1", Eligible: true, Settled: true}, {ID: other(id), Eligible: true, Settled: true}}}})
 	}
-	h.m.evaluate(h.now, false)
-	h.m.planBeats(h.now)
+	h.m.beatTick(h.now)
 	h.ticks++
 }
 
@@ -298,6 +297,56 @@ func TestHandoverLetsRequestsInProgressFinish(t *testing.T) {
 				t.Fatalf("CloseConnections with force called %d times, want 1", closed)
 			}
 		})
+	}
+}
+
+// TestHandoverClosesOncePerTick: while the connections left close, a
+// heartbeat tick that decides again at once (its heartbeat changes what
+// the peers read of this host's lists: here its not-ready list grows past
+// what fits, then fits again) asks the data plane to close them once, not
+// once per decision: each call goes over every connection of the VIPs.
+func TestHandoverClosesOncePerTick(t *testing.T) {
+	dp := &fakeDataPlane{pending: 1, busy: 2}
+	h := newLoopHarness(t, 10, dp, time.Minute)
+	st := &h.m.loop
+	h.update(true)
+	h.tick()
+	dp.mu.Lock()
+	dp.pending = 0 // the connections open at the drain ended
+	dp.mu.Unlock()
+	calls := func() int {
+		dp.mu.Lock()
+		defer dp.mu.Unlock()
+		return dp.gentle
+	}
+	h.tick()
+	if n := calls(); n != 1 {
+		t.Fatalf("the tick the connections began to close: %d calls without force, want 1", n)
+	}
+	for i, notReady := range [][]netip.Addr{manyAddrs(410), nil} {
+		before := calls()
+		st.ready.arpNotReady = notReady
+		h.tick()
+		if st.notReadyAllSent != (notReady != nil) {
+			t.Fatalf("tick %d: heartbeats say not ready for any: %v, want %v", i, st.notReadyAllSent, notReady != nil)
+		}
+		if n := calls() - before; n != 1 {
+			t.Fatalf("tick %d, decided twice: %d calls without force, want 1", i, n)
+		}
+	}
+	if h.m.handedOver.Load() {
+		t.Fatal("handed over while requests are in progress")
+	}
+	dp.mu.Lock()
+	dp.busy = 0 // the last response went out
+	dp.mu.Unlock()
+	before := calls()
+	h.tick()
+	if n := calls() - before; n != 1 || !h.m.handedOver.Load() {
+		t.Fatalf("the tick the last request ended: %d calls without force, handed over %v; want 1, true", n, h.m.handedOver.Load())
+	}
+	if _, closed := dp.state(); closed != 1 {
+		t.Fatalf("CloseConnections with force called %d times, want 1", closed)
 	}
 }
 
