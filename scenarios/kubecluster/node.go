@@ -201,12 +201,14 @@ podLogsDir: %[4]s
 	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
 		return err
 	}
-	p, err := start(n.dir, n.Host.NS, "kubelet", filepath.Join(n.c.cfg.Bins, "kubelet"), n.c.cfg.Env,
-		"--config", confPath, "--kubeconfig", kc,
-		"--root-dir", filepath.Join(n.dir, "kubelet"),
-		"--cert-dir", filepath.Join(n.dir, "kubelet-pki"),
-		"--hostname-override", n.Name, "--node-ip", n.Addr.String(),
-		"--v", "1")
+	p, err := startKubeletAlone(func() (*Proc, error) {
+		return start(n.dir, n.Host.NS, "kubelet", filepath.Join(n.c.cfg.Bins, "kubelet"), n.c.cfg.Env,
+			"--config", confPath, "--kubeconfig", kc,
+			"--root-dir", filepath.Join(n.dir, "kubelet"),
+			"--cert-dir", filepath.Join(n.dir, "kubelet-pki"),
+			"--hostname-override", n.Name, "--node-ip", n.Addr.String(),
+			"--v", "1")
+	})
 	if err != nil {
 		return err
 	}
