@@ -29,7 +29,7 @@ import (
 // VXLAN tunnel would join them.
 type nsPair struct{ host, node string }
 
-func newNSPair(t *testing.T, tag string) nsPair {
+func newNSPair(t testing.TB, tag string) nsPair {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		if os.Getenv("CI") != "" { // CI runs as root: not being root there is a failure
@@ -101,14 +101,14 @@ func (p pairs) InNamespace(tenant string, fn func() error) error { return inNetn
 // 10.0.0.10:179, peering with the host's 10.0.0.2 (password signs it when
 // set), and announces prefixes via 10.0.0.10. gobgp makes its listener
 // on the goroutine that serves it, which runs inside the namespace.
-func startNodeSpeaker(t *testing.T, p nsPair, password string, prefixes ...string) *server.BgpServer {
+func startNodeSpeaker(t testing.TB, p nsPair, password string, prefixes ...string) *server.BgpServer {
 	t.Helper()
 	return startNodeSpeakerAt(t, p, "10.0.0.10", "10.0.0.2", password, prefixes...)
 }
 
 // startNodeSpeakerAt is startNodeSpeaker on the node's address self,
 // peering with the host's address host.
-func startNodeSpeakerAt(t *testing.T, p nsPair, self, host, password string, prefixes ...string) *server.BgpServer {
+func startNodeSpeakerAt(t testing.TB, p nsPair, self, host, password string, prefixes ...string) *server.BgpServer {
 	t.Helper()
 	srv := server.NewBgpServer()
 	go func() { _ = inNetns(p.node, func() error { srv.Serve(); return nil }) }()

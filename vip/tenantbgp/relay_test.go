@@ -65,12 +65,18 @@ func freePort(t testing.TB) uint16 {
 // either has work (which is also why these tests do not run in parallel).
 func startTenantSpeaker(t testing.TB, password string, port uint16) *tenantSpeaker {
 	t.Helper()
+	return startTenantSpeakerAt(t, "127.0.0.2", password, port)
+}
+
+// startTenantSpeakerAt is startTenantSpeaker listening on self.
+func startTenantSpeakerAt(t testing.TB, self, password string, port uint16) *tenantSpeaker {
+	t.Helper()
 	srv := server.NewBgpServer()
 	go srv.Serve()
 	t.Cleanup(srv.Stop)
 	ctx := t.Context()
-	if err := srv.StartBgp(ctx, &gobgpapi.StartBgpRequest{Global: &gobgpapi.Global{Asn: 64600, RouterId: "127.0.0.2",
-		ListenPort: int32(port), ListenAddresses: []string{"127.0.0.2"}}}); err != nil {
+	if err := srv.StartBgp(ctx, &gobgpapi.StartBgpRequest{Global: &gobgpapi.Global{Asn: 64600, RouterId: self,
+		ListenPort: int32(port), ListenAddresses: []string{self}}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := srv.AddPeer(ctx, &gobgpapi.AddPeerRequest{Peer: &gobgpapi.Peer{
