@@ -52,15 +52,17 @@ func TestPlaneReaderMissesNoChange(t *testing.T) {
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a loaded 2-core machine under -race
 	defer cancel()
+	// A Next waits for the next change; the writer's end wakes one that
+	// waits when the last change was read already.
+	writing, wrote := context.WithCancel(ctx)
+	defer wrote()
+	go func() { <-done; wrote() }()
 	w := p.Watch(0)
 	got := view{}
 	var last uint64
 	nexts, resets := 0, 0
-	for {
-		ch, err := w.Next(ctx)
-		if err != nil {
-			t.Fatalf("Next after revision %d: %v", last, err)
-		}
+	take := func(ch PlaneChange) {
+		t.Helper()
 		nexts++
 		if ch.Reset {
 			resets++
@@ -79,24 +81,35 @@ func TestPlaneReaderMissesNoChange(t *testing.T) {
 		}
 		got.apply(ch)
 		last = ch.Revision
-		select {
-		case <-done:
-			if last == p.Revision() {
-				want := view{}
-				for i := range lbs {
-					if s, ok := p.Get(fmt.Sprintf("t/lb-%d", i)); ok {
-						want[fmt.Sprintf("t/lb-%d", i)] = s
-					}
-				}
-				if !maps.EqualFunc(got, want, LBState.Equal) {
-					t.Fatalf("the reader has %v at revision %d, the plane %v", got, last, want)
-				}
-				t.Logf("%d writes read in %d Nexts (%d resets)", writes, nexts, resets)
-				return
+	}
+	for writing.Err() == nil {
+		ch, err := w.Next(writing)
+		if err != nil {
+			if ctx.Err() != nil {
+				t.Fatalf("Next after revision %d: %v", last, err)
 			}
-		default:
+			break // the writer ended
+		}
+		take(ch)
+	}
+	// Every change is written: read what is left.
+	for last != p.Revision() {
+		ch, err := w.Next(ctx)
+		if err != nil {
+			t.Fatalf("Next after revision %d (the plane's last %d): %v", last, p.Revision(), err)
+		}
+		take(ch)
+	}
+	want := view{}
+	for i := range lbs {
+		if s, ok := p.Get(fmt.Sprintf("t/lb-%d", i)); ok {
+			want[fmt.Sprintf("t/lb-%d", i)] = s
 		}
 	}
+	if !maps.EqualFunc(got, want, LBState.Equal) {
+		t.Fatalf("the reader has %v at revision %d, the plane %v", got, last, want)
+	}
+	t.Logf("%d writes read in %d Nexts (%d resets)", writes, nexts, resets)
 }
 
 // TestPlaneReaderBehindTheHistoryGetsAReset: a reader further behind than
