@@ -153,10 +153,16 @@ func (m *Manager) incarnationLive(id string, now time.Time) bool {
 
 // refuseIncarnation notes a heartbeat of peer id refused as of another
 // process than the one heard, or (earlier) of an earlier process than
-// the latest taken, and says so at most once a minute per peer.
+// the latest taken: it counts it for teapot_lb_vip_heartbeats_refused_total
+// and says so at most once a minute per peer.
 func (m *Manager) refuseIncarnation(id string, now time.Time, earlier bool) {
 	st := &m.loop
 	st.refusedIncarnations++
+	reason := refusedAnother
+	if earlier {
+		reason = refusedEarlier
+	}
+	m.refused.note(id, reason)
 	if last, ok := st.refusedIncarnationLog[id]; ok && now.Sub(last) < time.Minute {
 		return
 	}

@@ -448,6 +448,7 @@ func (m *Manager) adopt(d *desired, now time.Time, delta map[netip.Addr]bool) {
 			delete(st.seenAt, id)
 		}
 	}
+	m.refused.forget(members)
 	changed := first || !maps.Equal(members, st.members)
 	st.members = members
 	if changed {

@@ -77,6 +77,8 @@ type Manager struct {
 	// (its fields but watch are the loop's).
 	serving servingState
 	moves   moveCounters
+	// refused: the heartbeats refused for their process, by peer.
+	refused refusalCounters
 }
 
 // published is what Describe shows, copied out of the loop.

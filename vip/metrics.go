@@ -2,6 +2,7 @@ package vip
 
 import (
 	"io"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -27,6 +28,54 @@ func (c *moveCounters) note(take bool, now time.Time) {
 	c.last.Store(now.UnixNano())
 }
 
+// The reasons a heartbeat of a peer is refused for its process
+// (Manager.refuseIncarnation), as the reason label says them.
+const (
+	refusedAnother = iota // another process while the one heard still sends
+	refusedEarlier        // an earlier process than the latest taken
+)
+
+var refusalReasons = [2]string{refusedAnother: "another-process", refusedEarlier: "earlier-process"}
+
+// refusalCounters count, by peer, the heartbeats refused for their
+// process, for Collector. The loop counts (only heartbeats of cluster
+// members reach it) and drops a peer's counts when the peer leaves the
+// members; a scrape exports them for the members it publishes, so the
+// peer label takes the members' ids and no other.
+type refusalCounters struct {
+	mu     sync.Mutex
+	byPeer map[string][2]uint64
+}
+
+func (c *refusalCounters) note(id string, reason int) {
+	c.mu.Lock()
+	if c.byPeer == nil {
+		c.byPeer = map[string][2]uint64{}
+	}
+	n := c.byPeer[id]
+	n[reason]++
+	c.byPeer[id] = n
+	c.mu.Unlock()
+}
+
+// forget drops the counts of the peers not in members.
+func (c *refusalCounters) forget(members map[string]member) {
+	c.mu.Lock()
+	for id := range c.byPeer {
+		if _, ok := members[id]; !ok {
+			delete(c.byPeer, id)
+		}
+	}
+	c.mu.Unlock()
+}
+
+// of returns the counts of peer id.
+func (c *refusalCounters) of(id string) [2]uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.byPeer[id]
+}
+
 // The families the collector exports, with their help.
 const (
 	nameVIPHeld     = "teapot_lb_vip_held"
@@ -39,20 +88,24 @@ const (
 	helpPeers       = "LB hosts the failure detector expects heartbeats from."
 	namePeersAlive  = "teapot_lb_vip_peers_alive"
 	helpPeersAlive  = "LB hosts the failure detector hears from now."
+	nameRefused     = "teapot_lb_vip_heartbeats_refused_total"
+	helpRefused     = "Heartbeats of the peer refused for their process: of another process while the one heard still sends (reason=another-process), or of an earlier process than the latest taken (reason=earlier-process); replayed, or two hosts with one node id."
 )
 
 var (
 	vipHeldLabels   = []string{"vip", "mode"}
 	vipMovesLabels  = []string{"direction"}
+	refusedLabels   = []string{"peer", "reason"}
 	descVIPHeld     = prometheus.NewDesc(nameVIPHeld, helpVIPHeld, vipHeldLabels, nil)
 	descVIPMoves    = prometheus.NewDesc(nameVIPMoves, helpVIPMoves, vipMovesLabels, nil)
 	descVIPLastMove = prometheus.NewDesc(nameVIPLastMove, helpVIPLastMove, nil, nil)
 	descPeers       = prometheus.NewDesc(namePeers, helpPeers, nil, nil)
 	descPeersAlive  = prometheus.NewDesc(namePeersAlive, helpPeersAlive, nil, nil)
+	descRefused     = prometheus.NewDesc(nameRefused, helpRefused, refusedLabels, nil)
 )
 
-// Collector exports this host's VIPs, moves and failure-detector peers
-// to Prometheus. It is a TextWriter of the metrics server
+// Collector exports this host's VIPs, moves, failure-detector peers and
+// the heartbeats it refused of each peer to Prometheus. It is a TextWriter of the metrics server
 // (proxy/metricsserver): a host announcing 100,000 VIPs has a series for
 // each, and a scrape writes them from the published list instead of
 // building a metric (and a copy of each VIP) per series. The disabled manager's describes the metrics and exports
@@ -62,7 +115,7 @@ func (m *Manager) Collector() prometheus.Collector { return vipCollector{m} }
 type vipCollector struct{ m *Manager }
 
 func (c vipCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descVIPHeld, descVIPMoves, descVIPLastMove, descPeers, descPeersAlive} {
+	for _, d := range []*prometheus.Desc{descVIPHeld, descVIPMoves, descVIPLastMove, descPeers, descPeersAlive, descRefused} {
 		ch <- d
 	}
 }
@@ -88,6 +141,12 @@ func (c vipCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(descPeers, prometheus.GaugeValue, float64(len(ns.Peers)))
 	ch <- prometheus.MustNewConstMetric(descPeersAlive, prometheus.GaugeValue, float64(alive))
+	for _, p := range ns.Peers {
+		n := c.m.refused.of(p.NodeId)
+		for r, reason := range refusalReasons {
+			ch <- prometheus.MustNewConstMetric(descRefused, prometheus.CounterValue, float64(n[r]), p.NodeId, reason)
+		}
+	}
 }
 
 // held is the teapot_lb_vip_held value of a VIP in state.
@@ -130,6 +189,13 @@ func (c vipCollector) WriteText(w io.Writer) error {
 	t.Sample(namePeers, "", nil, nil, "", "", float64(len(peers)))
 	t.Family(namePeersAlive, helpPeersAlive, "gauge", 1)
 	t.Sample(namePeersAlive, "", nil, nil, "", "", float64(alive))
+	t.Family(nameRefused, helpRefused, "counter", len(peers)*len(refusalReasons))
+	for _, p := range peers {
+		n := m.refused.of(p.id)
+		for r, reason := range refusalReasons {
+			t.Sample(nameRefused, "", refusedLabels, []string{p.id, reason}, "", "", float64(n[r]))
+		}
+	}
 	return t.Flush()
 }
 

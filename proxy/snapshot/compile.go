@@ -201,9 +201,11 @@ type entry struct {
 	claims []claim
 	// problems are the load balancer's own, without lost claims.
 	problems []Problem
-	// held are the findings of its claiming listeners that hold only
-	// while the listener is served: resolve rewords them when another
-	// load balancer wins every key of the listener.
+	// held are the findings of its claiming listeners, and of its routes
+	// that such a listener carries, that hold only while the listener or
+	// route is served: resolve rewords them when another load balancer
+	// wins every key of the listener, or of every listener that carries
+	// the route.
 	held    []heldFindings
 	created int64
 	pools   poolSet
@@ -309,11 +311,21 @@ type compiler struct {
 	stats Stats
 }
 
-// heldFindings are a listener's findings that hold only while it is
-// served (field: the listener's, as its claims name it).
+// heldFindings are the findings of a listener or a route that hold only
+// while it is served. A listener's (field: the listener's, as its claims
+// name it; carriers nil) hold while one of its keys is served; a route's
+// (field: the route's) while one of the http or https listeners that
+// carry it (carriers, as their claims name them) is.
 type heldFindings struct {
-	field string
-	held  []provisional
+	field    string
+	carriers []string
+	held     []provisional
+}
+
+// servedBy reports whether a route's held findings hold: one of its
+// carriers is served.
+func (h heldFindings) servedBy(served map[string]bool) bool {
+	return slices.ContainsFunc(h.carriers, func(f string) bool { return served[f] })
 }
 
 // claim is a listener that wants a listen key.
@@ -532,9 +544,10 @@ func (b *lbCompile) compile(lb *pb.LoadBalancer, t *tenantInfo, e *entry) {
 	}
 	var routes *RouteTable
 	var compiled []Route
+	var routesHeld []heldFindings
 	for _, l := range lb.GetListeners() {
 		if Protocol(l.GetProtocol()).L7() {
-			compiled = b.routes(lb, e.pools, t)
+			compiled, routesHeld = b.routes(lb, e.pools, t)
 			routes = NewRouteTable(compiled)
 			break
 		}
@@ -588,6 +601,38 @@ func (b *lbCompile) compile(lb *pb.LoadBalancer, t *tenantInfo, e *entry) {
 		default:
 			e.held = append(e.held, heldFindings{field: field, held: held})
 		}
+	}
+	if len(routesHeld) == 0 {
+		return
+	}
+	// A route is served only while a listener that carries it is: its
+	// findings that say what is done instead are reworded when none of
+	// them claims a key.
+	claimed := make(map[string]bool, len(e.claims))
+	for _, cl := range e.claims {
+		claimed[cl.field] = true
+	}
+	for _, h := range routesHeld {
+		if h.servedBy(claimed) {
+			e.held = append(e.held, h)
+			continue
+		}
+		b.withdraw(h.held, "route", carriersCause(h))
+	}
+}
+
+// carriersCause names, for the findings of a route that no listener
+// serves, the listeners that would carry it (at most three, then how
+// many more), or its ports when none would.
+func carriersCause(h heldFindings) string {
+	const named = 3
+	switch n := len(h.carriers); {
+	case n == 0:
+		return h.field + ".ports"
+	case n <= named:
+		return strings.Join(h.carriers, ", ")
+	default:
+		return strings.Join(h.carriers[:named], ", ") + " and " + strconv.Itoa(n-named) + " more"
 	}
 }
 
@@ -685,7 +730,8 @@ func (c *compiler) resolve() {
 
 // withdrawLost rewords, in a copy of ps (the problems of the load
 // balancer id, whose entry is e), the held findings of each of its
-// listeners that serves no key: another load balancer serves each.
+// listeners that serves no key (another load balancer serves each), and
+// of each of its routes that no listener carrying it serves.
 func (c *compiler) withdrawLost(id string, e *entry, ps []Problem) []Problem {
 	served := map[string]bool{}
 	for _, cl := range e.claims {
@@ -695,14 +741,20 @@ func (c *compiler) withdrawLost(id string, e *entry, ps []Problem) []Problem {
 	}
 	copied := false
 	for _, h := range e.held {
-		if served[h.field] {
+		what, cause := "listener", h.field
+		if h.carriers != nil {
+			if h.servedBy(served) {
+				continue
+			}
+			what, cause = "route", carriersCause(h)
+		} else if served[h.field] {
 			continue
 		}
 		if !copied {
 			ps, copied = slices.Clone(ps), true
 		}
 		for _, p := range h.held {
-			ps[p.at].Reason = skippedFor(p.reason, "listener", h.field)
+			ps[p.at].Reason = skippedFor(p.reason, what, cause)
 		}
 	}
 	return ps

@@ -419,10 +419,14 @@ type routeKey struct {
 
 // routes compiles the load balancer's routes, in order, before a
 // RouteTable drops the plain ones that an earlier route shadows (per
-// listener port when routes have ports).
-func (b *lbCompile) routes(lb *pb.LoadBalancer, pools poolSet, t *tenantInfo) []Route {
+// listener port when routes have ports). It also returns the findings of
+// the compiled routes that say what the data plane does in place of a
+// field: they hold only while a listener that carries the route is
+// served, which the caller decides.
+func (b *lbCompile) routes(lb *pb.LoadBalancer, pools poolSet, t *tenantInfo) ([]Route, []heldFindings) {
 	rs := lb.GetRoutes()
 	out := make([]Route, 0, len(rs))
+	var kept []heldFindings
 	seen := map[routeKey]int{}
 	var regex api.RegexUsage
 	for i, r := range rs {
@@ -474,6 +478,9 @@ func (b *lbCompile) routes(lb *pb.LoadBalancer, pools poolSet, t *tenantInfo) []
 				rs[j].Rate, rs[j].WAF, rs[j].NotFound = rate, wafSpec(r.GetWaf()), r.GetNotFound()
 			}
 			out = append(out, rs...)
+			if len(held) > 0 {
+				kept = append(kept, heldFindings{field: f, carriers: carriers(lb, r), held: held})
+			}
 			continue
 		}
 		pt := PathPrefix
@@ -495,6 +502,21 @@ func (b *lbCompile) routes(lb *pb.LoadBalancer, pools poolSet, t *tenantInfo) []
 		}
 		seen[k] = i
 		out = append(out, Route{Host: host, Path: path, PathType: pt, Pool: pools.get(r.GetPool()), Index: i, Rate: rate, WAF: wafSpec(r.GetWaf()), NotFound: r.GetNotFound()})
+		if len(held) > 0 {
+			kept = append(kept, heldFindings{field: f, carriers: carriers(lb, r), held: held})
+		}
+	}
+	return out, kept
+}
+
+// carriers returns the fields of lb's http and https listeners that carry
+// route r: those on one of its ports, or all of them when it names none.
+func carriers(lb *pb.LoadBalancer, r *pb.Route) []string {
+	out := []string{}
+	for i, l := range lb.GetListeners() {
+		if Protocol(l.GetProtocol()).L7() && (len(r.GetPorts()) == 0 || slices.Contains(r.GetPorts(), l.GetPort())) {
+			out = append(out, "listeners["+strconv.Itoa(i)+"]")
+		}
 	}
 	return out
 }

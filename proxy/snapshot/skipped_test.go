@@ -220,3 +220,117 @@ func TestSkippedRouteFindings(t *testing.T) {
 		})
 	}
 }
+
+// TestRouteFindingsWithoutAServedListener: a route limited by the request
+// id is compiled without its requestsPerSecond, but served only while an
+// http or https listener that carries it is. When none is (each skipped
+// for a field of its own, every key of it a duplicate of an earlier
+// listener's, or every key served by another load balancer), its finding
+// says the route is skipped and for which listeners, not that it is
+// served without the limit; once one is served again it reads as before.
+func TestRouteFindingsWithoutAServedListener(t *testing.T) {
+	const requests = "X-Request-Id is the request id, one for each request (the proxy makes one when no trusted proxy sent it), " +
+		"so a limit counted by it limits nothing and fills the limiter's table; count by another header; "
+	const enforced = requests + "requestsPerSecond not enforced"
+	requestID := &pb.RateLimit{RequestsPerSecond: 5, Key: "header", Header: "X-Request-Id"}
+	broken := []string{"10.0.0.300/8"}
+	tests := []struct {
+		name string
+		ls   []*pb.Listener // listeners[1:] of "web", after a tcp listener on port 22
+		// ports are the route's; old, when set, is an older load balancer
+		// with a tcp listener on port 80 of web's address; dual serves web
+		// on an IPv6 address as well.
+		ports []uint32
+		old   bool
+		dual  bool
+		want  string // the route's rateLimit.header finding
+	}{
+		{
+			name: "its only listener skipped for a source range",
+			ls:   []*pb.Listener{{Port: 80, Protocol: "http", AllowedSources: broken}},
+			want: requests + "route skipped for listeners[1]",
+		},
+		{
+			name: "both listeners skipped",
+			ls: []*pb.Listener{{Port: 80, Protocol: "http", AllowedSources: broken},
+				{Port: 443, Protocol: "https", Tls: &pb.TLSPolicy{Acme: true}, DeniedSources: broken}},
+			want: requests + "route skipped for listeners[1], listeners[2]",
+		},
+		{
+			name: "four listeners skipped",
+			ls: []*pb.Listener{{Port: 80, Protocol: "http", AllowedSources: broken}, {Port: 81, Protocol: "http", AllowedSources: broken},
+				{Port: 82, Protocol: "http", AllowedSources: broken}, {Port: 83, Protocol: "http", AllowedSources: broken}},
+			want: requests + "route skipped for listeners[1], listeners[2], listeners[3] and 1 more",
+		},
+		{
+			name: "its listener's port an earlier listener's",
+			ls:   []*pb.Listener{{Port: 22, Protocol: "http"}},
+			want: requests + "route skipped for listeners[1]",
+		},
+		{
+			name:  "the listener of its port skipped, another served",
+			ls:    []*pb.Listener{{Port: 80, Protocol: "http"}, {Port: 8080, Protocol: "http", AllowedSources: broken}},
+			ports: []uint32{8080},
+			want:  requests + "route skipped for listeners[2]",
+		},
+		{
+			name: "its listener's key served by another load balancer",
+			ls:   []*pb.Listener{{Port: 80, Protocol: "http"}},
+			old:  true,
+			want: requests + "route skipped for listeners[1]",
+		},
+		{
+			name: "one listener skipped, another served",
+			ls:   []*pb.Listener{{Port: 80, Protocol: "http", AllowedSources: broken}, {Port: 8080, Protocol: "http"}},
+			want: enforced,
+		},
+		{
+			name: "its listener served on its IPv6 address while another load balancer has the IPv4 one",
+			ls:   []*pb.Listener{{Port: 80, Protocol: "http"}},
+			old:  true,
+			dual: true,
+			want: enforced,
+		},
+		{
+			name: "served",
+			ls:   []*pb.Listener{{Port: 80, Protocol: "http"}},
+			want: enforced,
+		},
+	}
+	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	finding := func(s *Snapshot) string {
+		for _, p := range problemsOf(s, "acme/web") {
+			if p.Field == "routes[0].rateLimit.header" {
+				return p.Reason
+			}
+		}
+		return ""
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			web := withCreated(tcpLB("web", "192.0.2.1", 22, "10.20.0.1:22"), t0.Add(time.Hour))
+			web.Listeners = append(web.Listeners, tt.ls...)
+			web.Routes = []*pb.Route{{Host: "shop.acme.example", Path: "/", Pool: "app", RateLimit: requestID, Ports: tt.ports}}
+			if tt.dual {
+				web.Status = &pb.LoadBalancerStatus{Addresses: []string{"192.0.2.1", "2001:db8:10::1"}}
+			}
+			lbs := []*pb.LoadBalancer{web}
+			if tt.old {
+				lbs = append(lbs, withCreated(tcpLB("old", "192.0.2.1", 80, "10.20.0.2:80"), t0))
+			}
+			s := Compile(objs(lbs...), 1, Defaults{}, nil)
+			if got := finding(s); got != tt.want {
+				t.Errorf("routes[0].rateLimit.header: %q\nwant %q\n(all: %q)", got, tt.want, problemsOf(s, "acme/web"))
+			}
+			if !tt.old {
+				return
+			}
+			// Once the other load balancer is gone, the route is served
+			// and its finding says again what is done instead.
+			s = Compile(objs(web), 2, Defaults{}, s)
+			if got := finding(s); got != enforced {
+				t.Errorf("without the other load balancer: %q\nwant %q", got, enforced)
+			}
+		})
+	}
+}
