@@ -169,11 +169,11 @@ func (m *Manager) refuseIncarnation(id string, now time.Time, earlier bool) {
 	st.refusedIncarnationLog[id] = now
 	if earlier {
 		m.log.Warn("refused heartbeats of an earlier process of a peer than the latest heard: recorded and sent again, or a second host with its node id",
-			"peer", id, "refused_so_far", st.refusedIncarnations)
+			"peer", id, "refused_from_all_peers", st.refusedIncarnations)
 		return
 	}
 	m.log.Warn("refused heartbeats of another process of a peer while the one heard still sends: replayed, or two hosts with one node id",
-		"peer", id, "refused_so_far", st.refusedIncarnations)
+		"peer", id, "refused_from_all_peers", st.refusedIncarnations)
 }
 
 // receive takes one heartbeat into the peers' state.
