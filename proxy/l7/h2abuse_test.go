@@ -105,6 +105,10 @@ func (h *h2raw) block(extra ...hpack.HeaderField) []byte {
 func (h *h2raw) write(f func(fr *http2.Framer) error) error {
 	h.wmu.Lock()
 	defer h.wmu.Unlock()
+	// 10 s from now, not from the dial: a test may write again long
+	// after it dialled (once a tenant's bound is reached, on a loaded
+	// machine over 30 s later).
+	_ = h.c.SetWriteDeadline(time.Now().Add(10 * time.Second))
 	return f(h.fr)
 }
 
