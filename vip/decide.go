@@ -34,13 +34,14 @@ type peerState struct {
 	// Tenants holds its tenant sets by address, when its last heartbeat
 	// carried them (TenantsKnown): for each address several tenants
 	// share that it can carry for some of them only, which. ReadsTenants:
-	// its heartbeats are sent the same. TenantsVersion counts their
-	// changes; they decide what the serving watch reports, not who holds
-	// a VIP, so Version does not count them.
+	// its heartbeats are sent the same. ServingVersion counts their
+	// changes, and those of NotReady in bgp VIPs of this host's state
+	// alone: they decide what the serving watch reports, not who holds a
+	// VIP, so Version does not count them.
 	Tenants        map[netip.Addr]tenantSet
 	TenantsKnown   bool
 	ReadsTenants   bool
-	TenantsVersion uint64
+	ServingVersion uint64
 	Sightings      []sighting
 	// AliveSince is when it was first heard after an absence of at least
 	// the gap (or ever): it counts towards a majority only once settled,
@@ -53,7 +54,9 @@ type peerState struct {
 	HoldingKnown bool
 	Holding      map[netip.Addr]bool
 	// Version counts changes of Eligible, Handover, NotReadyAll,
-	// NotReady, Partly and Holding.
+	// NotReady, Partly and Holding, but for a change of NotReady in bgp
+	// VIPs of this host's state alone, which decides no holder:
+	// ServingVersion counts those.
 	Version uint64
 	// LostMe: its last heartbeat did not report hearing this host, so it
 	// may have taken this host's VIPs.

@@ -48,6 +48,7 @@ func TestStateLandingWhileAdoptingKeepsTheDelta(t *testing.T) {
 		again.ready, again.have = st.ready.ready, st.ready.have
 		again.recompute(st.want)
 		if !maps.Equal(again.notReady, st.ready.notReady) || !slices.Equal(again.arpNotReady, st.ready.arpNotReady) ||
+			!slices.Equal(again.bgpNotReady, st.ready.bgpNotReady) ||
 			!maps.EqualFunc(again.vipsOf, st.ready.vipsOf, slices.Equal) {
 			t.Errorf("%s: readiness kept up to date differs from a recomputation: not ready %v, want %v",
 				what, st.ready.arpNotReady, again.arpNotReady)

@@ -280,11 +280,18 @@ func (m *Manager) receive(r received) {
 	if p.TenantsKnown != hb.TenantsSent || !maps.EqualFunc(p.Tenants, sets, tenantSet.equal) {
 		// They decide what the serving watch reports, not who holds a VIP.
 		p.TenantsKnown, p.Tenants = hb.TenantsSent, sets
-		p.TenantsVersion++
+		p.ServingVersion++
 	}
-	if p.Eligible != hb.Eligible || p.Handover != hb.Handover || p.NotReadyAll != hb.NotReadyAll || !maps.Equal(p.NotReady, notReady) || !maps.Equal(p.Partly, partly) {
+	notReadyChanged := !maps.Equal(p.NotReady, notReady)
+	if p.Eligible != hb.Eligible || p.Handover != hb.Handover || p.NotReadyAll != hb.NotReadyAll || !maps.Equal(p.Partly, partly) ||
+		notReadyChanged && m.decisionsRead(p.NotReady, notReady) {
 		p.Eligible, p.Handover, p.NotReadyAll, p.NotReady, p.Partly = hb.Eligible, hb.Handover, hb.NotReadyAll, notReady, partly
 		p.Version++
+	} else if notReadyChanged {
+		// Only bgp VIPs of this host's state came or went: no decision
+		// reads them, the serving watch does.
+		p.NotReady = notReady
+		p.ServingVersion++
 	}
 	p.Sightings = hb.Sightings
 	seesMe := slices.ContainsFunc(hb.Sightings, func(s sighting) bool { return s.ID == m.cfg.NodeID && s.Age < m.dead })
@@ -299,6 +306,33 @@ func (m *Manager) receive(r received) {
 		// towards its majority without waiting for the next tick.
 		m.trigger(r.at)
 	}
+}
+
+// decisionsRead reports whether the not-ready lists old and new of a peer
+// differ in an address that a decision of this host reads: any but a bgp
+// VIP of its committed state (a bgp decision reads this host's readiness
+// alone). A VIP that changes its mode in a later state is decided again
+// then, with the list as it is.
+func (m *Manager) decisionsRead(old, new map[netip.Addr]bool) bool {
+	want := m.loop.want
+	read := func(a netip.Addr) bool {
+		if want == nil {
+			return true
+		}
+		vs, ok := want.vip(a)
+		return !ok || vs.Mode != ModeBGP
+	}
+	for a := range old {
+		if !new[a] && read(a) {
+			return true
+		}
+	}
+	for a := range new {
+		if !old[a] && read(a) {
+			return true
+		}
+	}
+	return false
 }
 
 // trigger sends heartbeats now, at most four times per interval.
@@ -356,11 +390,12 @@ func (m *Manager) planBeats(now time.Time) bool {
 	p.hb.Holding = st.heldARP
 	if st.want != nil && haveReady {
 		p.hb.NotReady, p.hb.Partly, p.hb.PartlySent = st.ready.arpNotReady, st.ready.arpPartly, true
+		p.hb.NotReadyBGP = st.ready.bgpNotReady
 		p.hb.Tenants, p.hb.TenantsSent = st.ready.tenantSets, true
 	}
 	if len(p.hb.NotReady) > maxDatagram/20 {
 		// It would not fit next to the sightings: not ready for any.
-		p.hb.NotReady, p.hb.NotReadyAll = nil, true
+		p.hb.NotReady, p.hb.NotReadyBGP, p.hb.NotReadyAll = nil, nil, true
 	}
 	withHolding, withPartly, withTenants := false, false, false
 	for _, id := range slices.Sorted(maps.Keys(st.members)) {

@@ -620,7 +620,7 @@ func signature(v view, peers map[string]*peerState, problems ...string) string {
 		if p := peers[id]; p != nil {
 			version = p.Version
 		}
-		fmt.Fprintf(&b, "|%s:%t:%t:%d:%d:%t", id, h.Eligible, h.NotReadyAll, len(h.NotReady), version, h.Returning)
+		fmt.Fprintf(&b, "|%s:%t:%t:%d:%t", id, h.Eligible, h.NotReadyAll, version, h.Returning)
 	}
 	return b.String()
 }

@@ -27,12 +27,16 @@ type readiness struct {
 	// that share it only, why not for the others, by tenant (readiness.why).
 	// arpNotReady lists the arp VIPs of either, sorted, and arpPartly
 	// those of unserved: the heartbeats' not-ready and partly ready
-	// addresses. The slices are never changed once built: the heartbeat
-	// plan shares them.
+	// addresses. bgpNotReady lists the bgp VIPs of notReady, sorted,
+	// which this host announces to no tenant's speaker and no router: the
+	// heartbeats add them to the not-ready list when they fit, so that
+	// the peers' serving watches leave them out (servedFor). The slices
+	// are never changed once built: the heartbeat plan shares them.
 	notReady    map[netip.Addr]string
 	unserved    map[netip.Addr]map[string]string
 	arpNotReady []netip.Addr
 	arpPartly   []netip.Addr
+	bgpNotReady []netip.Addr
 	// tenantSets are the heartbeats' tenant sets (setOf), sorted by
 	// address; never changed once built, as the lists above.
 	tenantSets []tenantSet
@@ -98,7 +102,7 @@ func (m *Manager) takeReadiness(delta map[netip.Addr]bool) bool {
 	switch {
 	case st.want == nil:
 		rd.want, rd.vipsOf, rd.notReady, rd.unserved, rd.arpNotReady, rd.arpPartly = nil, nil, map[netip.Addr]string{}, map[netip.Addr]map[string]string{}, nil, nil
-		rd.tenantSets = nil
+		rd.bgpNotReady, rd.tenantSets = nil, nil
 		return all
 	case all:
 		rd.recompute(st.want)
@@ -107,7 +111,7 @@ func (m *Manager) takeReadiness(delta map[netip.Addr]bool) bool {
 	case len(lbs) == 0 && !derived:
 		return false
 	}
-	arpChanged := false
+	arpChanged, bgpChanged := false, false
 	seen := map[netip.Addr]bool{}
 	// The VIPs the new state changed: their load balancers, then their
 	// readiness.
@@ -129,6 +133,10 @@ func (m *Manager) takeReadiness(delta map[netip.Addr]bool) bool {
 		}
 		if had && old.Mode == ModeARP && (rd.notReady[a] != "" || rd.unserved[a] != nil) {
 			arpChanged = true
+		}
+		// The bgp list filters by the mode of the VIP now at the address.
+		if had && old.Mode == ModeBGP || has && vs.Mode == ModeBGP {
+			bgpChanged = true
 		}
 		if !has {
 			delete(rd.notReady, a)
@@ -163,14 +171,20 @@ func (m *Manager) takeReadiness(delta map[netip.Addr]bool) bool {
 		} else {
 			rd.unserved[a] = unserved
 		}
-		if vs.Mode == ModeARP {
+		switch vs.Mode {
+		case ModeARP:
 			arpChanged = true
+		case ModeBGP:
+			bgpChanged = true
 		}
 	}
 	if arpChanged {
 		// New slices: those in the heartbeat plan stay as they are.
 		rd.arpNotReady = rd.arpList(rd.arpNotReady, seen, func(a netip.Addr) bool { return rd.notReady[a] != "" || rd.unserved[a] != nil })
 		rd.arpPartly = rd.arpList(rd.arpPartly, seen, func(a netip.Addr) bool { return rd.unserved[a] != nil })
+	}
+	if bgpChanged {
+		rd.bgpNotReady = rd.modeList(ModeBGP, rd.bgpNotReady, seen, func(a netip.Addr) bool { return rd.notReady[a] != "" })
 	}
 	// The tenant sets of the VIPs looked at, and of those gone.
 	redo := seen
@@ -272,6 +286,30 @@ func (rd *readiness) arpList(old []netip.Addr, seen map[netip.Addr]bool, in func
 	return out
 }
 
+// modeList returns a new sorted list of the addresses of old and of seen
+// whose VIP is of mode and for which in holds.
+func (rd *readiness) modeList(mode string, old []netip.Addr, seen map[netip.Addr]bool, in func(netip.Addr) bool) []netip.Addr {
+	of := func(a netip.Addr) bool {
+		vs, ok := rd.want.vip(a)
+		return ok && vs.Mode == mode && in(a)
+	}
+	var out []netip.Addr
+	for _, a := range old {
+		if of(a) {
+			out = append(out, a)
+		}
+	}
+	for a := range seen {
+		if !of(a) {
+			continue
+		}
+		if j, found := slices.BinarySearchFunc(out, a, netip.Addr.Compare); !found {
+			out = slices.Insert(out, j, a)
+		}
+	}
+	return out
+}
+
 // recompute derives everything from want and the readiness.
 func (rd *readiness) recompute(want *desired) {
 	rd.full++
@@ -280,7 +318,7 @@ func (rd *readiness) recompute(want *desired) {
 	rd.vipsOf = make(map[string][]netip.Addr, want.VIPs.Len())
 	rd.notReady = map[netip.Addr]string{}
 	rd.unserved = map[netip.Addr]map[string]string{}
-	var arp, partly []netip.Addr
+	var arp, partly, bgp []netip.Addr
 	var sets []tenantSet
 	for vs := range want.VIPs.All() {
 		for _, lb := range vs.LBs {
@@ -302,12 +340,15 @@ func (rd *readiness) recompute(want *desired) {
 		if s, ok := rd.setOf(vs.Addr); ok {
 			sets = append(sets, s)
 		}
-		if vs.Mode == ModeARP {
+		switch {
+		case vs.Mode == ModeARP:
 			arp = append(arp, vs.Addr)
+		case vs.Mode == ModeBGP && why != "":
+			bgp = append(bgp, vs.Addr)
 		}
 	}
-	// want.VIPs is sorted by address, and so are arp, partly and sets.
-	rd.arpNotReady, rd.arpPartly, rd.tenantSets = arp, partly, sets
+	// want.VIPs is sorted by address, and so are arp, partly, bgp and sets.
+	rd.arpNotReady, rd.arpPartly, rd.bgpNotReady, rd.tenantSets = arp, partly, bgp, sets
 }
 
 // rebalanceWindows returns the arp VIPs whose rebalance window is open

@@ -251,6 +251,7 @@ func TestLoadBalancerChangesRecomputeTheirVIPsOnly(t *testing.T) {
 		again.ready, again.have = st.ready.ready, st.ready.have
 		again.recompute(st.want)
 		if !maps.Equal(again.notReady, st.ready.notReady) || !slices.Equal(again.arpNotReady, st.ready.arpNotReady) ||
+			!slices.Equal(again.bgpNotReady, st.ready.bgpNotReady) ||
 			!maps.EqualFunc(again.vipsOf, st.ready.vipsOf, slices.Equal) {
 			t.Errorf("%s: readiness kept up to date differs from a recomputation: not ready %v, want %v", what, st.ready.arpNotReady, again.arpNotReady)
 		}
@@ -314,6 +315,7 @@ func TestViewChangesDecideTheVIPsThatReadIt(t *testing.T) {
 	now := time.Now()
 	seq := map[string]uint64{}
 	quiet := map[string]bool{}
+	notReady := map[string][]netip.Addr{}
 	tick := func() {
 		now = now.Add(m.cfg.HeartbeatInterval)
 		for _, id := range []string{"n2", "n3"} {
@@ -327,7 +329,8 @@ func TestViewChangesDecideTheVIPsThatReadIt(t *testing.T) {
 				}
 			}
 			seq[id]++
-			m.receive(received{at: now, hb: &heartbeat{ID: id, Incarnation: 1, Seq: seq[id], Eligible: true, Holdings: true, Sightings: sights}})
+			m.receive(received{at: now, hb: &heartbeat{ID: id, Incarnation: 1, Seq: seq[id], Eligible: true, Holdings: true, Sightings: sights,
+				NotReady: notReady[id]}})
 		}
 		m.evaluate(now, false)
 		m.planBeats(now)
@@ -379,6 +382,36 @@ func TestViewChangesDecideTheVIPsThatReadIt(t *testing.T) {
 	}
 	quiet["n3"] = false
 	run("n3 comes back", int(2*rebalanceMultiple*m.settle/m.cfg.HeartbeatInterval))
+
+	// A peer's heartbeats that list bgp VIPs as not ready, and then no
+	// more, decide no VIP again: no decision reads them (the serving
+	// watch does).
+	var bgp []netip.Addr
+	for vs := range st.want.VIPs.All() {
+		if vs.Mode == ModeBGP && len(bgp) < nBGP/2 {
+			bgp = append(bgp, vs.Addr)
+		}
+	}
+	for _, list := range [][]netip.Addr{bgp, bgp[:10], nil} {
+		st.converges, st.decided = 0, 0
+		sig := st.sigARP
+		notReady["n2"] = list
+		tick()
+		if p := st.peers["n2"]; len(p.NotReady) != len(list) {
+			t.Fatalf("n2 read not ready for %d VIPs, want %d", len(p.NotReady), len(list))
+		}
+		if st.sigARP != sig || st.converges != 0 || st.decided != 0 {
+			t.Errorf("n2 not ready for %d bgp VIPs: arp signature changed %t, %d whole decisions and %d VIPs decided; want none",
+				len(list), st.sigARP != sig, st.converges, st.decided)
+		}
+	}
+	// One arp VIP among them decides the arp VIPs again.
+	st.decided = 0
+	notReady["n2"] = []netip.Addr{netip.MustParseAddr("198.18.0.1")}
+	tick()
+	if st.decided == 0 {
+		t.Errorf("n2 not ready for an arp VIP decided no VIP again")
+	}
 }
 
 // sameAsDecidedAgain checks that deciding every VIP again (pokeAll, then

@@ -26,8 +26,10 @@ type servingState struct {
 // SetServingWatch has the loop call f, from its own goroutine, with the
 // VIPs that some host holds (arp) or announces or binds (bgp, static) as
 // far as this host knows: itself, and the live peers by their last
-// heartbeats (an arp VIP held by a peer that lists its holdings; a bgp or
-// static VIP of a live, eligible peer that does not report it not ready).
+// heartbeats (an arp VIP held by a peer that lists its holdings; a bgp VIP
+// of a live, eligible peer whose not-ready list is known whole and does
+// not name it; a static VIP of a live, eligible peer that does not report
+// it not ready).
 // Each VIP maps to the tenants it is carried for: none listed for an
 // address of the hosts' own network (every tenant that uses it), else
 // those of the tenants whose attachments share it (vipSpec.Spaces) that
@@ -70,7 +72,8 @@ func (m *Manager) publishServing(v view, recordsChanged bool) {
 
 // servingSignature is the signature of the decisions with what only the
 // serving rule reads of the live peers: the versions of their tenant
-// sets, and their revisions up to since (serving.latestSince), which
+// sets and of the bgp VIPs of their not-ready lists (ServingVersion), and
+// their revisions up to since (serving.latestSince), which
 // change while a peer's state catches up with one that gave an address a
 // tenant here, and no more once it has.
 func servingSignature(v view, peers map[string]*peerState, since uint64) string {
@@ -81,8 +84,8 @@ func servingSignature(v view, peers map[string]*peerState, since uint64) string 
 		if p == nil {
 			continue
 		}
-		if p.TenantsVersion > 0 {
-			b.WriteString("|" + id + ":" + strconv.FormatUint(p.TenantsVersion, 10))
+		if p.ServingVersion > 0 {
+			b.WriteString("|" + id + ":" + strconv.FormatUint(p.ServingVersion, 10))
 		}
 		if p.Revision < since {
 			b.WriteString("|" + id + "@" + strconv.FormatUint(p.Revision, 10))
@@ -94,8 +97,9 @@ func servingSignature(v view, peers map[string]*peerState, since uint64) string 
 // servedFor is the serving rule of one VIP: whether some host carries it
 // (ok), and for which tenants. An address of the hosts' own network
 // (no Spaces) is carried for every tenant (nil) by this host when it holds
-// it, by a live peer that says it holds it (arp) or by a live eligible
-// peer not reporting it not ready (bgp, static). An address that the
+// it, by a live peer that says it holds it (arp), by a live eligible peer
+// not reporting it not ready in a not-ready list known whole (bgp:
+// bgpKnown) or not reporting it not ready (static). An address that the
 // attachments of tenants share is carried for those of r.spec.Spaces
 // that a host carries it for (sorted):
 //
@@ -162,7 +166,7 @@ func servedFor(a netip.Addr, r *record, v view, peers map[string]*peerState) ([]
 		}
 		switch {
 		case r.spec.Mode == ModeARP && (p == nil || !p.HoldingKnown || !p.Holding[a]):
-		case r.spec.Mode == ModeBGP && !(h.Eligible && !h.NotReadyAll && !h.NotReady[a]):
+		case r.spec.Mode == ModeBGP && !(h.Eligible && !h.NotReadyAll && !h.NotReady[a] && bgpKnown(p)):
 		case hasSet:
 			// For some of the tenants of its state: those of its set,
 			// when that state gives the address this host's tenants
@@ -204,6 +208,17 @@ func sinceFor(spaces, old []string, oldSince []uint64, revision uint64) []uint64
 	return out
 }
 
+// bgpKnown reports whether the last heartbeat of peer p listed the bgp
+// VIPs it is not ready for: it carried the tenant sets, which a sender
+// leaves out when those addresses do not fit in its not-ready list (a
+// host of an earlier version sends no sets, and lists no bgp VIP). A peer
+// whose list is not known whole is taken for announcing no bgp VIP, as
+// one of them may be withdrawn there: a name is answered only with an
+// address some host is known to announce.
+func bgpKnown(p *peerState) bool {
+	return p != nil && p.TenantsKnown
+}
+
 // servedSomewhere is the serving rule of a VIP of the hosts' own network.
 func servedSomewhere(a netip.Addr, r *record, v view, peers map[string]*peerState) bool {
 	if r.held {
@@ -211,7 +226,7 @@ func servedSomewhere(a netip.Addr, r *record, v view, peers map[string]*peerStat
 	}
 	for id, h := range v.Alive {
 		if r.spec.Mode != ModeARP {
-			if h.Eligible && !h.NotReadyAll && !h.NotReady[a] {
+			if h.Eligible && !h.NotReadyAll && !h.NotReady[a] && (r.spec.Mode != ModeBGP || bgpKnown(peers[id])) {
 				return true
 			}
 			continue

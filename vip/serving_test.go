@@ -20,6 +20,9 @@ func TestServedSomewhere(t *testing.T) {
 	held := &record{spec: vipSpec{Addr: a, Mode: ModeARP}, held: true}
 	alive := func(h hostView) view { return view{Alive: map[string]hostView{"n2": h}} }
 	holding := map[string]*peerState{"n2": {HoldingKnown: true, Holding: map[netip.Addr]bool{a: true}}}
+	// sets: the peer's heartbeats carry tenant sets, and so list the bgp
+	// VIPs it is not ready for.
+	sets := map[string]*peerState{"n2": {TenantsKnown: true}}
 	cases := []struct {
 		name  string
 		r     *record
@@ -32,10 +35,13 @@ func TestServedSomewhere(t *testing.T) {
 		{"arp: a live peer holds it", arp, alive(hostView{Eligible: true}), holding, true},
 		{"arp: a dead peer held it", arp, view{}, holding, false},
 		{"arp: a peer of an earlier release says nothing", arp, alive(hostView{Eligible: true}), map[string]*peerState{"n2": {}}, false},
-		{"bgp: a live eligible peer announces it", bgp, alive(hostView{Eligible: true}), nil, true},
-		{"bgp: the peer is not ready for it", bgp, alive(hostView{Eligible: true, NotReady: map[netip.Addr]bool{a: true}}), nil, false},
-		{"bgp: the peer is not ready at all", bgp, alive(hostView{Eligible: true, NotReadyAll: true}), nil, false},
-		{"bgp: the peer is not eligible", bgp, alive(hostView{}), nil, false},
+		{"bgp: a live eligible peer announces it", bgp, alive(hostView{Eligible: true}), sets, true},
+		{"bgp: the peer is not ready for it", bgp, alive(hostView{Eligible: true, NotReady: map[netip.Addr]bool{a: true}}), sets, false},
+		{"bgp: the peer is not ready at all", bgp, alive(hostView{Eligible: true, NotReadyAll: true}), sets, false},
+		{"bgp: the peer is not eligible", bgp, alive(hostView{}), sets, false},
+		{"bgp: the peer's not-ready list did not fit with its bgp VIPs (no sets)", bgp, alive(hostView{Eligible: true}), map[string]*peerState{"n2": {}}, false},
+		{"bgp: a peer of an earlier release lists no bgp VIP", bgp, alive(hostView{Eligible: true}), nil, false},
+		{"static: a live eligible peer binds it", &record{spec: vipSpec{Addr: a, Mode: ModeStatic}}, alive(hostView{Eligible: true}), nil, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -56,7 +62,9 @@ func TestServedSomewhere(t *testing.T) {
 // hosts' states differ by an entry) or is not ready for any address; a
 // bgp peer for those of its set, every one when its heartbeats carry sets
 // but none for the address, and none when they carry no sets. Several
-// hosts add up. Where this host's state gives the address one tenant and
+// hosts add up. A bgp peer that lists the address as not ready counts for
+// none of its tenants, and so does one whose sets, and with them its bgp
+// not-ready addresses, did not fit. Where this host's state gives the address one tenant and
 // a peer's lists it as partly ready or sends a set of it (its state gives
 // the address more tenants), the set decides, as for several. A peer
 // whose state is behind the revision that gave the address a tenant here
@@ -129,6 +137,12 @@ func TestServedFor(t *testing.T) {
 		{"bgp: a peer not eligible", &record{spec: bgp},
 			map[string]peer{"n2": {hostView{}, &peerState{TenantsKnown: true, Tenants: set("ta")}}}, nil},
 		{"bgp: held here for some", &record{spec: bgp, held: true, unserved: only("ta", "tb")}, nil, []string{"ta", "tb"}},
+		{"bgp, one tenant: a peer that announces it", &record{spec: vipSpec{Addr: a, Mode: ModeBGP, Spaces: []string{"ta"}}},
+			map[string]peer{"n2": {full, &peerState{TenantsKnown: true}}}, []string{"ta"}},
+		{"bgp, one tenant: a peer not ready for it", &record{spec: vipSpec{Addr: a, Mode: ModeBGP, Spaces: []string{"ta"}}},
+			map[string]peer{"n2": {hostView{Eligible: true, NotReady: holds}, &peerState{TenantsKnown: true}}}, nil},
+		{"bgp, one tenant: a peer whose bgp VIPs did not fit in its not-ready list (no sets)", &record{spec: vipSpec{Addr: a, Mode: ModeBGP, Spaces: []string{"ta"}}},
+			map[string]peer{"n2": {full, &peerState{}}}, nil},
 		{"one tenant: a peer that holds it", &record{spec: vipSpec{Addr: a, Mode: ModeARP, Spaces: []string{"ta"}}},
 			map[string]peer{"n2": {hostView{Eligible: true, NotReadyAll: true}, &peerState{HoldingKnown: true, Holding: holds}}}, []string{"ta"}},
 		// The states of two hosts one entry apart: this host's gives the
@@ -388,5 +402,130 @@ func TestServingWatchFollowsAPeerThatCatchesUp(t *testing.T) {
 	m.publishServing(v, false)
 	if want := map[netip.Addr][]string{a: {"ta", "tb"}}; !maps.EqualFunc(served, want, slices.Equal) {
 		t.Fatalf("peer caught up: served %q, want %q", served, want)
+	}
+}
+
+// TestBGPNotReadyReachesThePeersServingWatch: host n1 announces a bgp VIP
+// of the hosts' network and one of tenant a's attachment, and holds an arp
+// VIP; n2, which carries none, reports the three served by n1. When n1's data plane is
+// ready for neither load balancer, n1 withdraws them and its heartbeats
+// list them as not ready: n2 leaves both out, so that DNS does not answer
+// with them; ready again, both are in. n1's arp standing is unchanged
+// meanwhile (its heartbeats still say what it holds, and not "not ready
+// for any"). A bgp VIP that goes leaves the list.
+func TestBGPNotReadyReachesThePeersServingWatch(t *testing.T) {
+	lb := func(tenant, name, pool, addr string) *pb.LoadBalancer {
+		return &pb.LoadBalancer{Name: name, Tenant: tenant, Vip: &pb.VIPRequest{Pool: pool}, Status: &pb.LoadBalancerStatus{Address: addr}}
+	}
+	d := desiredState([]*pb.Object{
+		api.Wrap(&pb.VIPPool{Name: "fabric", Cidrs: []string{"192.0.2.10/32"}, Mode: ModeBGP}),
+		api.Wrap(&pb.VIPPool{Name: "a-bgp", Cidrs: []string{"10.0.5.100/32"}, Mode: ModeBGP, Attachment: "a"}),
+		api.Wrap(&pb.VIPPool{Name: "lan", Cidrs: []string{"192.0.2.20/32"}, Mode: ModeARP}),
+		api.Wrap(lb("a", "web", "fabric", "192.0.2.10")), api.Wrap(lb("a", "api", "a-bgp", "10.0.5.100")),
+		api.Wrap(lb("b", "web", "lan", "192.0.2.20")),
+	})
+	fabric, private, lan := netip.MustParseAddr("192.0.2.10"), netip.MustParseAddr("10.0.5.100"), netip.MustParseAddr("192.0.2.20")
+	host := func(id, peer string) *Manager {
+		m := &Manager{cfg: Config{NodeID: id, HeartbeatInterval: 20 * time.Millisecond}, dead: 100 * time.Millisecond,
+			log: slog.New(slog.DiscardHandler)}
+		m.loop.init()
+		m.loop.members = map[string]member{peer: {}}
+		m.loop.lastTrigger = time.Now().Add(time.Hour) // sends no heartbeats
+		m.loop.want = &d
+		return m
+	}
+	now := time.Now()
+	n1 := host("n1", "n2")
+	n1.beats = newBeatSender(n1)
+	n1.arrivals.Store(&map[string]*peerArrival{})
+	n1.key = testKey
+	n1.loop.eligible = true
+	n1.loop.heldARP = []netip.Addr{lan}
+	n1.ready, n1.haveReady, n1.readyAll = map[string]string{"a/web": "", "a/api": "", "b/web": ""}, true, true
+	n1.takeReadiness(nil)
+
+	n2 := host("n2", "n1")
+	for vs := range d.VIPs.All() {
+		n2.loop.records[vs.Addr] = &record{spec: vs}
+	}
+	var served map[netip.Addr][]string
+	n2.SetServingWatch(func(m map[netip.Addr][]string) { served = m })
+	seq := uint64(0)
+	beat := func() *heartbeat {
+		t.Helper()
+		seq++
+		now = now.Add(20 * time.Millisecond)
+		n1.receive(received{hb: &heartbeat{ID: "n2", Incarnation: 1, Seq: seq, Eligible: true, Holdings: true, HoldingSent: true,
+			ReadsPartly: true, PartlySent: true, ReadsTenants: true}, at: now})
+		n1.planBeats(now)
+		p := n1.beats.plan.Load()
+		d := p.to[0]
+		b := p.hb.appendTo(nil, d.withHolding, d.withPartly, d.withTenants)
+		hb, err := parseHeartbeat(append(b, sign(testKey, b)...), testKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if hb.NotReadyAll || !slices.Equal(hb.Holding, []netip.Addr{lan}) || !hb.TenantsSent {
+			t.Fatalf("n1's heartbeat: not ready for any %t, holds %v, sets sent %t; want its arp VIP held and the sets sent", hb.NotReadyAll, hb.Holding, hb.TenantsSent)
+		}
+		hb.Seq = seq
+		n2.receive(received{hb: hb, at: now})
+		n2.publishServing(n2.view(now), false)
+		return hb
+	}
+	// setReady changes n1's readiness as the data plane does, and checks
+	// the list kept up to date against one recomputed.
+	setReady := func(why string, lbs ...string) {
+		t.Helper()
+		n1.mu.Lock()
+		n1.readyDelta = map[string]bool{}
+		for _, l := range lbs {
+			n1.readyDelta[l] = true
+			n1.ready[l] = why
+		}
+		n1.mu.Unlock()
+		n1.takeReadiness(nil)
+		var again readiness
+		again.ready, again.have = n1.loop.ready.ready, true
+		again.recompute(n1.loop.want)
+		if !slices.Equal(again.bgpNotReady, n1.loop.ready.bgpNotReady) {
+			t.Fatalf("bgp not-ready list %v, recomputed %v", n1.loop.ready.bgpNotReady, again.bgpNotReady)
+		}
+	}
+	check := func(what string, want map[netip.Addr][]string) {
+		t.Helper()
+		if !maps.EqualFunc(served, want, slices.Equal) {
+			t.Errorf("%s: served %q, want %q", what, served, want)
+		}
+	}
+	if hb := beat(); len(hb.NotReady) != 0 {
+		t.Fatalf("n1 ready for every VIP lists %v as not ready", hb.NotReady)
+	}
+	check("n1 announces both", map[netip.Addr][]string{fabric: nil, private: {"a"}, lan: nil})
+
+	setReady("listener 192.0.2.10:443: address already in use", "a/web")
+	setReady("not compiled: over the tenant's budget", "a/api")
+	if hb := beat(); !slices.Equal(hb.NotReady, []netip.Addr{private, fabric}) {
+		t.Errorf("n1 not ready for its bgp VIPs lists %v as not ready, want %v", hb.NotReady, []netip.Addr{private, fabric})
+	}
+	check("n1 is ready for neither", map[netip.Addr][]string{lan: nil})
+
+	setReady("", "a/api")
+	beat()
+	check("n1 is ready for the tenant's VIP again", map[netip.Addr][]string{private: {"a"}, lan: nil})
+	setReady("", "a/web")
+	beat()
+	check("ready for both again", map[netip.Addr][]string{fabric: nil, private: {"a"}, lan: nil})
+
+	// Not ready for the fabric VIP again, which then goes from the state.
+	setReady("no listener", "a/web")
+	if hb := beat(); !slices.Equal(hb.NotReady, []netip.Addr{fabric}) {
+		t.Fatalf("not ready %v, want %v", hb.NotReady, []netip.Addr{fabric})
+	}
+	d2, touched := d.withLoadBalancers([]lbChange{{prev: lb("a", "web", "fabric", "192.0.2.10")}})
+	n1.loop.want = d2
+	n1.takeReadiness(setOfAddrs(touched))
+	if got := n1.loop.ready.bgpNotReady; len(got) != 0 {
+		t.Fatalf("bgp not-ready list %v once the VIP is gone, want none", got)
 	}
 }

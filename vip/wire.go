@@ -17,7 +17,8 @@ import (
 //	magic "TPHB" | version 1 | flags | incarnation u64 | seq u64 | revision u64
 //	| id (u8 length, bytes)
 //	| sightings u8, each: id (u8 length, bytes), age in µs u32, flags u8
-//	| not-ready addresses u16, each: 4 or 16 (u8), address bytes
+//	| not-ready addresses u16 (arp VIPs, then bgp VIPs), each: 4 or 16 (u8),
+//	  address bytes
 //	[ | held addresses u16, each: 4 or 16 (u8), address bytes
 //	  | sightings u8, each: time heard without a gap in µs u32
 //	  [ | partly ready addresses u16, each: 4 or 16 (u8), address bytes
@@ -48,11 +49,18 @@ import (
 // digest (spacesDigest) and the count are those of that list, so that a
 // peer whose state lists other tenants for the address (one of the two
 // has not applied the latest entry) knows that it cannot read the bits.
-// Bits past the count are zero. Ordered (128): the sender's incarnation
-// is greater than that of every earlier process of the same host
-// (nextIncarnation), so that a reader refuses one below the highest it
-// took from that host; without it (a host of an earlier version, whose
-// incarnation is random) the incarnation is only compared for equality.
+// Bits past the count are zero. The sets are sent only after a whole
+// not-ready list: one that names the bgp VIPs the sender is not ready for
+// too, after its arp ones. Those go in only when every part that goes
+// without them still fits with them; when they do not, the sets are left
+// out, and a reader takes the sender's bgp VIPs for not known
+// (servedFor). A host of an earlier version reads the list as before:
+// its decisions look in it for arp VIPs alone. Ordered (128): the
+// sender's incarnation is greater than that of every earlier process of
+// the same host (nextIncarnation), so that a reader refuses one below the
+// highest it took from that host; without it (a host of an earlier
+// version, whose incarnation is random) the incarnation is only compared
+// for equality.
 // Flags of a sighting: eligible (1), settled (2): the sender has heard
 // the peer for the whole settling time.
 
@@ -111,8 +119,11 @@ type heartbeat struct {
 	// HoldingSent: the datagram carried the held addresses.
 	HoldingSent bool
 	// NotReady lists the addresses the sender cannot serve (for every
-	// tenant that shares them).
-	NotReady []netip.Addr
+	// tenant that shares them). A sender puts its arp VIPs there and
+	// NotReadyBGP after them, when they fit (sentParts.BGP); a reader
+	// gets both in NotReady.
+	NotReady    []netip.Addr
+	NotReadyBGP []netip.Addr
 	// ReadsPartly: the sender sets flagPartly (every host of this
 	// version does); Partly lists the addresses of NotReady that it can
 	// carry for some of the tenants sharing them, sent only with the held
@@ -210,7 +221,7 @@ func (hb *heartbeat) marshal(key []byte, withHolding bool) ([]byte, error) {
 	if len(hb.ID) == 0 || len(hb.ID) > math.MaxUint8 {
 		return nil, fmt.Errorf("%w: node id must be 1 to 255 bytes", errBadHeartbeat)
 	}
-	b := hb.appendTo(make([]byte, 0, 64+len(hb.Sightings)*20+len(hb.NotReady)*5+len(hb.Holding)*5+len(hb.Partly)*5+len(hb.Tenants)*12),
+	b := hb.appendTo(make([]byte, 0, 64+len(hb.Sightings)*20+len(hb.NotReady)*5+len(hb.NotReadyBGP)*5+len(hb.Holding)*5+len(hb.Partly)*5+len(hb.Tenants)*12),
 		withHolding, withHolding && hb.PartlySent, withHolding && hb.PartlySent && hb.TenantsSent)
 	return append(b, sign(key, b)...), nil
 }
@@ -228,16 +239,59 @@ func (hb *heartbeat) appendTo(b []byte, withHolding, withPartly, withTenants boo
 
 // sentParts says what a datagram tells its reader of the lists of a
 // heartbeat: not ready for any address (NotReadyAll, also when the
-// not-ready list did not fit), and whether the held addresses, the
-// partly ready addresses and the tenant sets went in.
+// not-ready list did not fit), and whether the bgp addresses of the
+// not-ready list, the held addresses, the partly ready addresses and the
+// tenant sets went in.
 type sentParts struct {
-	NotReadyAll, Holding, Partly, Tenants bool
+	NotReadyAll, BGP, Holding, Partly, Tenants bool
+}
+
+// fit decides which parts go into a datagram (appendParts) whose header
+// and n sightings take head bytes.
+func (hb *heartbeat) fit(head, n int, withHolding, withPartly, withTenants bool) (sent sentParts) {
+	size := head + 2 + addrsSize(hb.NotReady) + macSize
+	sent.NotReadyAll = hb.NotReadyAll || size > maxDatagram
+	if sent.NotReadyAll {
+		size = head + 2 + macSize
+	}
+	if withHolding {
+		if s := size + 2 + addrsSize(hb.Holding) + 1 + 4*n; s <= maxDatagram {
+			size, sent.Holding = s, true
+			if s := size + 2 + addrsSize(hb.Partly); withPartly && s <= maxDatagram && !sent.NotReadyAll {
+				size, sent.Partly = s, true
+				ts := size + 2
+				for _, t := range hb.Tenants {
+					ts += t.wireSize()
+				}
+				if withTenants && ts <= maxDatagram && len(hb.Tenants) <= math.MaxUint16 {
+					size, sent.Tenants = ts, true
+				}
+			}
+		}
+	}
+	// The bgp addresses take no room from the other parts: without them
+	// the sets go too, so that the reader knows the list lacks them.
+	if !sent.NotReadyAll {
+		sent.BGP = size+addrsSize(hb.NotReadyBGP) <= maxDatagram && len(hb.NotReady)+len(hb.NotReadyBGP) <= math.MaxUint16
+		sent.Tenants = sent.Tenants && sent.BGP
+	}
+	return sent
+}
+
+// addrsSize is what the addresses take in a datagram, after their count.
+func addrsSize(as []netip.Addr) int {
+	n := 0
+	for _, a := range as {
+		n += 1 + a.BitLen()/8
+	}
+	return n
 }
 
 // appendParts is appendTo, and says what went in (the held addresses
 // with withHolding, the partly ready ones with withPartly and the tenant
 // sets after them with withTenants, unless they did not fit; the partly
-// ready ones not when the sender is not ready for any address).
+// ready ones not when the sender is not ready for any address; the bgp
+// addresses of the not-ready list as fit says).
 func (hb *heartbeat) appendParts(b []byte, withHolding, withPartly, withTenants bool) (_ []byte, sent sentParts) {
 	start := len(b)
 	b = append(b, wireMagic[:]...)
@@ -268,49 +322,33 @@ func (hb *heartbeat) appendParts(b []byte, withHolding, withPartly, withTenants 
 		b = append(b, f)
 	}
 	b[at] = byte(n)
-	notReadyAll := hb.NotReadyAll
-	size := len(b) - start + 2 + macSize
-	for _, a := range hb.NotReady {
-		size += 1 + a.BitLen()/8
-	}
-	if size > maxDatagram {
-		notReadyAll = true
-	}
-	if notReadyAll {
+	sent = hb.fit(len(b)-start, n, withHolding, withPartly, withTenants)
+	switch {
+	case sent.NotReadyAll:
 		b = append(b, 0, 0)
-	} else {
+	case sent.BGP:
+		b = binary.BigEndian.AppendUint16(b, uint16(len(hb.NotReady)+len(hb.NotReadyBGP)))
+		b = appendAddrBytes(b, hb.NotReady)
+		b = appendAddrBytes(b, hb.NotReadyBGP)
+	default:
 		b = appendAddrs(b, hb.NotReady)
 	}
-	if withHolding {
-		size := len(b) - start + 2 + macSize + 1 + 4*n
-		for _, a := range hb.Holding {
-			size += 1 + a.BitLen()/8
-		}
-		if size <= maxDatagram {
-			b, sent.Holding = appendAddrs(b, hb.Holding), true
-			b = append(b, byte(n))
-			k := 0
-			for _, s := range hb.Sightings {
-				if s.fits(k) {
-					k++
-					b = binary.BigEndian.AppendUint32(b, micros(s.AliveFor))
-				}
-			}
-			size := len(b) - start + 2 + macSize
-			for _, a := range hb.Partly {
-				size += 1 + a.BitLen()/8
-			}
-			if withPartly && size <= maxDatagram && !notReadyAll {
-				b, sent.Partly = appendAddrs(b, hb.Partly), true
-				size := len(b) - start + 2 + macSize
-				for _, s := range hb.Tenants {
-					size += s.wireSize()
-				}
-				if withTenants && size <= maxDatagram && len(hb.Tenants) <= math.MaxUint16 {
-					b, sent.Tenants = appendSets(b, hb.Tenants), true
-				}
+	if sent.Holding {
+		b = appendAddrs(b, hb.Holding)
+		b = append(b, byte(n))
+		k := 0
+		for _, s := range hb.Sightings {
+			if s.fits(k) {
+				k++
+				b = binary.BigEndian.AppendUint32(b, micros(s.AliveFor))
 			}
 		}
+	}
+	if sent.Partly {
+		b = appendAddrs(b, hb.Partly)
+	}
+	if sent.Tenants {
+		b = appendSets(b, hb.Tenants)
 	}
 	var f byte
 	if hb.Holdings {
@@ -334,11 +372,10 @@ func (hb *heartbeat) appendParts(b []byte, withHolding, withPartly, withTenants 
 	if hb.Ordered {
 		f |= flagOrdered
 	}
-	if notReadyAll {
+	if sent.NotReadyAll {
 		f |= flagNotReady
 	}
 	b[start+5] = f
-	sent.NotReadyAll = notReadyAll
 	return b, sent
 }
 
@@ -354,6 +391,11 @@ func micros(d time.Duration) uint32 {
 
 func appendAddrs(b []byte, as []netip.Addr) []byte {
 	b = binary.BigEndian.AppendUint16(b, uint16(len(as)))
+	return appendAddrBytes(b, as)
+}
+
+// appendAddrBytes appends the addresses without their count.
+func appendAddrBytes(b []byte, as []netip.Addr) []byte {
 	for _, a := range as {
 		if a.Is4() {
 			v := a.As4()

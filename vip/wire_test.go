@@ -302,3 +302,48 @@ func BenchmarkHeartbeatTenantSets(b *testing.B) {
 		}
 	}
 }
+
+// TestNotReadyListWithBGPAddresses: the bgp VIPs a host is not ready for
+// go into its not-ready list after the arp ones, and a reader gets both
+// in one list, as a host of an earlier version reads it. When they would
+// crowd out another part (here the held addresses), they are left out and
+// so are the tenant sets, which tell a reader that the list is whole; the
+// arp part reads as without them.
+func TestNotReadyListWithBGPAddresses(t *testing.T) {
+	arp := manyAddrs(2)
+	held := manyAddrs(302)[2:]
+	set := mustSet(arp[0], manyTenants(2), "t01")
+	for _, tc := range []struct {
+		name     string
+		bgp      int
+		fits     bool
+		withSets bool
+	}{
+		{"a few", 50, true, true},
+		{"a few, to a peer that reads no sets", 50, true, false},
+		{"too many next to the held addresses", 200, false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bgp := manyAddrs(2000)[1000 : 1000+tc.bgp]
+			hb := heartbeat{ID: "n1", Eligible: true, Holdings: true, ReadsPartly: true, ReadsTenants: true,
+				NotReady: arp, NotReadyBGP: bgp, Holding: held, Partly: arp[:1], PartlySent: true, Tenants: []tenantSet{set}, TenantsSent: true}
+			b, sent := hb.appendParts(nil, true, true, tc.withSets)
+			if sent.NotReadyAll || !sent.Holding || !sent.Partly || sent.BGP != tc.fits || sent.Tenants != (tc.fits && tc.withSets) {
+				t.Fatalf("sent %+v; want the bgp addresses in: %t", sent, tc.fits)
+			}
+			got, err := parseHeartbeat(append(b, sign(testKey, b)...), testKey)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := arp
+			if tc.fits {
+				want = append(slices.Clone(arp), bgp...)
+			}
+			if got.NotReadyAll || !slices.Equal(got.NotReady, want) || !slices.Equal(got.Holding, held) || !slices.Equal(got.Partly, arp[:1]) ||
+				got.TenantsSent != (tc.fits && tc.withSets) {
+				t.Fatalf("read not ready for all %t, %d not ready (want %d), %d held, partly %v, sets sent %t",
+					got.NotReadyAll, len(got.NotReady), len(want), len(got.Holding), got.Partly, got.TenantsSent)
+			}
+		})
+	}
+}
