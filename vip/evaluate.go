@@ -49,6 +49,7 @@ func (m *Manager) evaluate(now time.Time, all bool) time.Time {
 	}
 	el := eligible(m.standing(now, v, in, contact, drained, handingOver))
 	wake = earliest(wake, el.Wake)
+	st.bgpProblem = el.BGP.Problem
 	// A change of the standing sends heartbeats at once, and planning
 	// them notes what they tell the peers of this host's lists (not
 	// ready for any address, the held or the partly ready list left

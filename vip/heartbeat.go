@@ -391,6 +391,10 @@ func (m *Manager) planBeats(now time.Time) bool {
 	if st.want != nil && haveReady {
 		p.hb.NotReady, p.hb.Partly, p.hb.PartlySent = st.ready.arpNotReady, st.ready.arpPartly, true
 		p.hb.NotReadyBGP = st.ready.bgpNotReady
+		if st.bgpProblem != "" {
+			// It announces none of them: withdrawn everywhere.
+			p.hb.NotReadyBGP = st.bgpVIPs()
+		}
 		p.hb.Tenants, p.hb.TenantsSent = st.ready.tenantSets, true
 	}
 	if len(p.hb.NotReady) > maxDatagram/20 {
@@ -424,6 +428,22 @@ func (m *Manager) planBeats(now time.Time) bool {
 	changed := m.noteSent(sent.NotReadyAll, withHolding && !sent.Holding, withPartly && len(p.hb.Partly) > 0 && !sent.Partly)
 	m.beats.plan.Store(p)
 	return changed
+}
+
+// bgpVIPs returns every bgp VIP of the loop's state, sorted, built once
+// a state and never changed once built (the heartbeat plan shares it).
+func (st *loopState) bgpVIPs() []netip.Addr {
+	if st.allBGPFor != st.want {
+		st.allBGP, st.allBGPFor = nil, st.want
+		if st.want != nil {
+			for vs := range st.want.VIPs.All() {
+				if vs.Mode == ModeBGP {
+					st.allBGP = append(st.allBGP, vs.Addr)
+				}
+			}
+		}
+	}
+	return st.allBGP
 }
 
 // noteSent keeps what the heartbeats tell the peers, for the next

@@ -93,6 +93,14 @@ type loopState struct {
 	// VIPs held here, rebuilt when a record's holding changes.
 	holding map[netip.Addr]bool
 	heldARP []netip.Addr
+	// bgpProblem is why this host announces no bgp VIP at all (eligible's
+	// bgp standing: its bgp interface down, its state too old, no bgp:
+	// section), "" when it can; its heartbeats then list every bgp VIP of
+	// the state as not ready (allBGP, built once a state), so that the
+	// peers' serving watches do not count it for any.
+	bgpProblem string
+	allBGP     []netip.Addr
+	allBGPFor  *desired
 	// converges counts the passes that decide every VIP (converge): only
 	// a change of the view's signature or of the whole state causes one.
 	// decided counts single decisions, those passes' and the others'.

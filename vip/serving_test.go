@@ -517,6 +517,18 @@ func TestBGPNotReadyReachesThePeersServingWatch(t *testing.T) {
 	beat()
 	check("ready for both again", map[netip.Addr][]string{fabric: nil, private: {"a"}, lan: nil})
 
+	// A problem of n1's whole bgp side (eligible's bgp standing: its
+	// state too old, its bgp interface down): it withdraws every bgp VIP
+	// while its data plane is ready for them, and stays eligible for arp.
+	n1.loop.bgpProblem = "interface bgp0 is down"
+	if hb := beat(); !slices.Equal(hb.NotReady, []netip.Addr{private, fabric}) || !hb.Eligible {
+		t.Errorf("n1 with its bgp side down lists %v as not ready (eligible %t), want %v and eligible", hb.NotReady, hb.Eligible, []netip.Addr{private, fabric})
+	}
+	check("n1's bgp side is down", map[netip.Addr][]string{lan: nil})
+	n1.loop.bgpProblem = ""
+	beat()
+	check("n1's bgp side is up again", map[netip.Addr][]string{fabric: nil, private: {"a"}, lan: nil})
+
 	// Not ready for the fabric VIP again, which then goes from the state.
 	setReady("no listener", "a/web")
 	if hb := beat(); !slices.Equal(hb.NotReady, []netip.Addr{fabric}) {
