@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -63,9 +64,9 @@ func TestHostPackageInstall(t *testing.T) {
 	if os.Geteuid() != 0 {
 		unavailable(t, "installing a package needs root")
 	}
-	for _, tool := range []string{"apt-get", "dpkg", "dpkg-query", "setpriv", "ip", "ss", "adduser", "deluser"} {
+	for _, tool := range []string{"apt-get", "dpkg", "dpkg-query", "setpriv", "ip", "ss", "adduser", "deluser", "make"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			unavailable(t, "%s is not installed (Debian packages apt, dpkg, util-linux, iproute2, adduser)", tool)
+			unavailable(t, "%s is not installed (Debian packages apt, dpkg, util-linux, iproute2, adduser, make)", tool)
 		}
 	}
 	if out, _ := exec.Command("dpkg-query", "-W", "-f", "${Status}", "teapot-lb").Output(); strings.Contains(string(out), "installed") {
@@ -77,9 +78,7 @@ func TestHostPackageInstall(t *testing.T) {
 
 	parallelScenarioTaking(t, 70*time.Second)
 	start := time.Now()
-	old := hostDeb(t, "v0.1.0")
-	newer := hostDeb(t, "v0.2.0")
-	t.Logf("two amd64 debs built in %s", time.Since(start).Round(time.Second))
+	old, newer := hostDebs(t)
 
 	l := &installLab{t: t, ns: fmt.Sprintf("tpinst%d", os.Getpid()), dir: t.TempDir()}
 	t.Cleanup(l.cleanup)
@@ -178,34 +177,118 @@ func TestHostPackageInstall(t *testing.T) {
 	t.Logf("install, serve, upgrade, serve, purge: %s in all", time.Since(start).Round(time.Second))
 }
 
-// hostDeb builds the amd64 deb of version into a temporary folder (the
-// cross-build of arm64 that make package does is left out) and returns
-// its path.
-func hostDeb(t *testing.T, version string) string {
-	t.Helper()
+// hostDebs returns the amd64 debs of 0.1.0 and 0.2.0 that
+// TestHostPackageInstall and TestHostUnderSystemd install, or fails tb.
+// They are built once for the package's run (buildHostDebs): the two
+// scenarios run side by side, and each built its own with make dist-bin
+// and teapot-pkg.
+func hostDebs(tb testing.TB) (old, newer string) {
+	tb.Helper()
+	began := time.Now()
+	old, newer, err := buildHostDebs()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Logf("the debs of 0.1.0 and 0.2.0 ready after %s (built once for the package in %s)",
+		time.Since(began).Round(100*time.Millisecond), sharedDebs.took.Round(100*time.Millisecond))
+	return old, newer
+}
+
+// sharedDebs holds the debs hostDebs returns. dir is made on the first
+// call of hostDebFolder, before the build, so that TestHostUnderSystemd
+// can bind it into its container while the debs are built.
+var sharedDebs struct {
+	dirOnce sync.Once
+	dir     string
+	dirErr  error
+
+	once       sync.Once
+	old, newer string
+	took       time.Duration
+	err        error
+}
+
+// hostDebFolder returns the folder buildHostDebs writes the debs into
+// (nothing else): a fresh folder under binary.dir for this process, so a
+// later run of the package sharing binary.dir ($TEAPOT_SCENARIO_BINARY_DIR)
+// builds its own and never installs debs of an earlier source tree or a
+// build cut short. Its mode is 0755 and the debs' 0644, so that apt-get
+// reads them as its unprivileged user and says nothing about it.
+func hostDebFolder() (string, error) {
+	sharedDebs.dirOnce.Do(func() {
+		parent, err := os.MkdirTemp(binary.dir, "host-debs-")
+		if err == nil {
+			err = os.Chmod(parent, 0o755)
+		}
+		if err != nil {
+			sharedDebs.dirErr = fmt.Errorf("host debs: %w", err)
+			return
+		}
+		sharedDebs.dir = filepath.Join(parent, "debs")
+		if err := os.Mkdir(sharedDebs.dir, 0o755); err != nil {
+			sharedDebs.dirErr = fmt.Errorf("host debs: %w", err)
+		}
+	})
+	return sharedDebs.dir, sharedDebs.dirErr
+}
+
+// buildHostDebs builds, on its first call, the amd64 debs of v0.1.0 and
+// v0.2.0 as make package does (make dist-bin, then teapot-pkg; the
+// cross-build of arm64 and the rpm are left out), each version from its
+// own build so that the binary of 0.2.0 says 0.2.0, and puts them in
+// hostDebFolder. Every later call waits for that build and returns its
+// paths or its error.
+func buildHostDebs() (old, newer string, err error) {
+	sharedDebs.once.Do(func() {
+		began := time.Now()
+		sharedDebs.old, sharedDebs.newer, sharedDebs.err = buildDebs()
+		sharedDebs.took = time.Since(began)
+	})
+	return sharedDebs.old, sharedDebs.newer, sharedDebs.err
+}
+
+// buildDebs is the build buildHostDebs runs once.
+func buildDebs() (old, newer string, err error) {
 	root, err := moduleRoot()
 	if err != nil {
-		t.Fatal(err)
+		return "", "", err
 	}
-	dist := t.TempDir()
-	makeTarget(t, 10*time.Minute, "dist-bin", "ARCHES=amd64", "DIST="+dist, "VERSION="+version)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	debs, err := hostDebFolder()
+	if err != nil {
+		return "", "", err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "nice", "-n", "10", "go", "run", "./packaging/cmd/teapot-pkg", "package",
-		"--arch", "amd64", "--version", version, "--revision", "test", "--dist", dist)
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	env := append(os.Environ(), "CGO_ENABLED=0")
 	if os.Getenv("SOURCE_DATE_EPOCH") == "" {
-		cmd.Env = append(cmd.Env, "SOURCE_DATE_EPOCH=1700000000")
+		env = append(env, "SOURCE_DATE_EPOCH=1700000000")
 	}
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("teapot-pkg package %s: %v\n%s", version, err, out)
+	var paths []string
+	for _, version := range []string{"v0.1.0", "v0.2.0"} {
+		// dist-bin and teapot-pkg work in a dist folder of the version's
+		// own beside debs, which holds only the debs.
+		dist := filepath.Join(filepath.Dir(debs), version)
+		for _, args := range [][]string{
+			{"nice", "-n", "10", "make", "--no-print-directory", "dist-bin", "ARCHES=amd64", "DIST=" + dist, "VERSION=" + version},
+			{"nice", "-n", "10", "go", "run", "./packaging/cmd/teapot-pkg", "package", "--arch", "amd64", "--version", version, "--revision", "test", "--dist", dist},
+		} {
+			cmd := exec.CommandContext(ctx, args[0], args[1:]...)
+			cmd.Dir, cmd.Env, cmd.WaitDelay = root, env, 10*time.Second
+			if out, err := cmd.CombinedOutput(); err != nil {
+				return "", "", fmt.Errorf("%s: %w\n%s", strings.Join(args, " "), err, out)
+			}
+		}
+		name := fmt.Sprintf("teapot-lb_%s-1_amd64.deb", strings.TrimPrefix(version, "v"))
+		deb := filepath.Join(debs, name)
+		if err := os.Rename(filepath.Join(dist, name), deb); err != nil {
+			return "", "", err
+		}
+		if err := os.Chmod(deb, 0o644); err != nil {
+			return "", "", err
+		}
+		paths = append(paths, deb)
 	}
-	deb := filepath.Join(dist, fmt.Sprintf("teapot-lb_%s-1_amd64.deb", strings.TrimPrefix(version, "v")))
-	if _, err := os.Stat(deb); err != nil {
-		t.Fatal(err)
-	}
-	return deb
+	return paths[0], paths[1], nil
 }
 
 func readFile(t *testing.T, path string) string {

@@ -2,7 +2,6 @@ package scenarios
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -61,30 +60,30 @@ func TestHostUnderSystemd(t *testing.T) {
 	if os.Geteuid() != 0 {
 		unavailable(t, "booting a container needs root")
 	}
-	for _, tool := range []string{"debootstrap", "systemd-nspawn", "nsenter", "mount"} {
+	for _, tool := range []string{"debootstrap", "systemd-nspawn", "nsenter", "mount", "make"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			unavailable(t, "%s is not installed (Debian packages debootstrap, systemd-container, util-linux)", tool)
+			unavailable(t, "%s is not installed (Debian packages debootstrap, systemd-container, util-linux, make)", tool)
 		}
 	}
 	parallelScenarioTaking(t, 120*time.Second)
 	start := time.Now()
-	root, err := moduleRoot()
+	// The debs are built (once for the package: hostDebs) while the
+	// container boots; their folder is bound into it at /mnt/debs.
+	debs, err := hostDebFolder()
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The debs are built while the container boots; the folder is bound
-	// into it at /mnt/debs.
-	debs := t.TempDir()
-	if err := os.Chmod(debs, 0o755); err != nil {
-		t.Fatal(err)
-	}
 	built := make(chan error, 1)
-	go func() { built <- unitDebs(root, debs) }()
+	go func() {
+		_, _, err := buildHostDebs()
+		built <- err
+	}()
 	b := newBox(t, debs)
 	if err := <-built; err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("the debs of 0.1.0 and 0.2.0 built and the container booted in %s", time.Since(start).Round(time.Second))
+	t.Logf("the debs of 0.1.0 and 0.2.0 ready (built once for the package in %s) and the container booted in %s",
+		sharedDebs.took.Round(100*time.Millisecond), time.Since(start).Round(time.Second))
 	u := &unitLab{t: t, b: b}
 
 	// Install: apt-get starts the unit, Type=notify.
@@ -204,40 +203,6 @@ teapot-lb cluster status`); err != nil {
 		}
 	}
 	t.Logf("TestHostUnderSystemd: %s in all", time.Since(start).Round(time.Second))
-}
-
-// unitDebs builds the amd64 deb of 0.1.0 as make package does, and from
-// it the deb of 0.2.0 (the same files, a higher version: dpkg-deb), into
-// dist.
-func unitDebs(root, dist string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	env := append(os.Environ(), "CGO_ENABLED=0")
-	if os.Getenv("SOURCE_DATE_EPOCH") == "" {
-		env = append(env, "SOURCE_DATE_EPOCH=1700000000")
-	}
-	old, newer := filepath.Join(dist, "teapot-lb_0.1.0-1_amd64.deb"), filepath.Join(dist, "teapot-lb_0.2.0-1_amd64.deb")
-	tree := filepath.Join(dist, "tree")
-	control := filepath.Join(tree, "DEBIAN", "control")
-	for _, args := range [][]string{
-		{"nice", "-n", "10", "make", "--no-print-directory", "dist-bin", "ARCHES=amd64", "DIST=" + dist, "VERSION=v0.1.0"},
-		{"nice", "-n", "10", "go", "run", "./packaging/cmd/teapot-pkg", "package", "--arch", "amd64", "--version", "v0.1.0", "--revision", "test", "--dist", dist},
-		{"dpkg-deb", "--raw-extract", old, tree},
-		{"sed", "-i", "s/^Version: .*/Version: 0.2.0-1/", control},
-		{"dpkg-deb", "-Zgzip", "--root-owner-group", "--build", tree, newer},
-	} {
-		cmd := exec.CommandContext(ctx, args[0], args[1:]...)
-		cmd.Dir, cmd.Env, cmd.WaitDelay = root, env, 10*time.Second
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("%s: %w\n%s", strings.Join(args, " "), err, out)
-		}
-	}
-	for _, f := range []string{old, newer} {
-		if err := os.Chmod(f, 0o644); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // unitLab drives teapot-lb.service inside the container.
