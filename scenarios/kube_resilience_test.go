@@ -562,13 +562,13 @@ func (l *kubeLab) cpuSeconds() map[string]float64 {
 	m := map[string]float64{}
 	for _, n := range l.lbs {
 		if n.proc != nil {
-			if s, ok := processCPU(n.proc.Pid()); ok {
-				m["LB host "+n.id] = s
+			if u, err := procUsage(n.proc.Pid()); err == nil {
+				m["LB host "+n.id] = u.cpu.Seconds()
 			}
 		}
 	}
-	if s, ok := processCPU(os.Getpid()); ok {
-		m["tests (client)"] = s
+	if u, err := procUsage(os.Getpid()); err == nil {
+		m["tests (client)"] = u.cpu.Seconds()
 	}
 	if b, err := os.ReadFile("/proc/stat"); err == nil {
 		if f := strings.Fields(strings.SplitN(string(b), "\n", 2)[0]); len(f) > 4 && f[0] == "cpu" {
@@ -678,25 +678,6 @@ func (c *cpuSampler) finish(t *testing.T, failures []probeFailure) {
 	}
 	t.Logf("CPU use from %s to %s (%.2fs of %d CPUs' %.2fs): %s", a.at.Format("15:04:05.000"), b.at.Format("15:04:05.000"),
 		b.at.Sub(a.at).Seconds(), runtime.NumCPU(), b.use["machine all"]-a.use["machine all"], strings.Join(parts, "; "))
-}
-
-// processCPU reads the CPU time (user and system, in seconds) process
-// pid has spent.
-func processCPU(pid int) (float64, bool) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, false
-	}
-	// The fields after the command's closing parenthesis: utime and
-	// stime are the 12th and 13th of them, in clock ticks (100 a second).
-	_, rest, ok := strings.Cut(string(b), ") ")
-	f := strings.Fields(rest)
-	if !ok || len(f) < 13 {
-		return 0, false
-	}
-	u, _ := strconv.ParseFloat(f[11], 64)
-	s, _ := strconv.ParseFloat(f[12], 64)
-	return (u + s) / 100, true
 }
 
 // netStats reads, inside h's network namespace, the kernel's counters of
