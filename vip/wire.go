@@ -278,8 +278,14 @@ func (hb *heartbeat) fit(head, n int, withHolding, withPartly, withTenants bool)
 	return sent
 }
 
-// addrsSize is what the addresses take in a datagram, after their count.
+// addrsSize is what the addresses take in a datagram, after their count;
+// more than maxDatagram for a list that cannot fit in one, whatever its
+// length: an address takes at least 5 bytes, so a heartbeat's sizing does
+// not go over every bgp VIP of a host that lists them all.
 func addrsSize(as []netip.Addr) int {
+	if len(as) > maxDatagram/5 {
+		return maxDatagram + 1
+	}
 	n := 0
 	for _, a := range as {
 		n += 1 + a.BitLen()/8
