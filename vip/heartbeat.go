@@ -430,10 +430,14 @@ func (m *Manager) planBeats(now time.Time) bool {
 	return changed
 }
 
-// bgpVIPs returns every bgp VIP of the loop's state, sorted, built once
-// a state and never changed once built (the heartbeat plan shares it).
+// bgpVIPs returns every bgp VIP of the loop's state, sorted, never
+// changed once built (the heartbeat plan shares it). It is built again
+// for a whole new state, or a derived one that changed a bgp VIP
+// (takeReadiness keeps it for the others): a host that announces none
+// (no bgp: section) does not go over every VIP at each change.
 func (st *loopState) bgpVIPs() []netip.Addr {
 	if st.allBGPFor != st.want {
+		st.allBGPBuilds++
 		st.allBGP, st.allBGPFor = nil, st.want
 		if st.want != nil {
 			for vs := range st.want.VIPs.All() {

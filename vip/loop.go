@@ -98,9 +98,10 @@ type loopState struct {
 	// section), "" when it can; its heartbeats then list every bgp VIP of
 	// the state as not ready (allBGP, built once a state), so that the
 	// peers' serving watches do not count it for any.
-	bgpProblem string
-	allBGP     []netip.Addr
-	allBGPFor  *desired
+	bgpProblem   string
+	allBGP       []netip.Addr
+	allBGPFor    *desired
+	allBGPBuilds int
 	// converges counts the passes that decide every VIP (converge): only
 	// a change of the view's signature or of the whole state causes one.
 	// decided counts single decisions, those passes' and the others'.

@@ -113,6 +113,7 @@ func (m *Manager) takeReadiness(delta map[netip.Addr]bool) bool {
 	}
 	arpChanged, bgpChanged := false, false
 	seen := map[netip.Addr]bool{}
+	prev, bgpSet := rd.want, false
 	// The VIPs the new state changed: their load balancers, then their
 	// readiness.
 	for _, a := range vips {
@@ -136,7 +137,7 @@ func (m *Manager) takeReadiness(delta map[netip.Addr]bool) bool {
 		}
 		// The bgp list filters by the mode of the VIP now at the address.
 		if had && old.Mode == ModeBGP || has && vs.Mode == ModeBGP {
-			bgpChanged = true
+			bgpChanged, bgpSet = true, true
 		}
 		if !has {
 			delete(rd.notReady, a)
@@ -147,6 +148,11 @@ func (m *Manager) takeReadiness(delta map[netip.Addr]bool) bool {
 		seen[a] = true
 	}
 	rd.want = st.want
+	if !bgpSet && st.allBGPFor == prev {
+		// No bgp VIP came, went or changed: the list of every one
+		// (bgpVIPs) is the new state's too.
+		st.allBGPFor = st.want
+	}
 	for _, lb := range lbs {
 		for _, a := range rd.vipsOf[lb] {
 			seen[a] = true

@@ -218,9 +218,15 @@ func TestLoadBalancerChangesRecomputeTheirVIPsOnly(t *testing.T) {
 	}
 	check := func(what string, wantExamined int) {
 		t.Helper()
-		full := st.ready.full
+		full, builds := st.ready.full, st.allBGPBuilds
 		st.ready.examined, st.converges, st.decided = 0, 0, 0
 		tick()
+		if st.bgpProblem == "" || st.allBGPBuilds != builds {
+			// This host announces none (no bgp: section), and its
+			// heartbeats list every bgp VIP as not ready: that list holds
+			// while no bgp VIP changes.
+			t.Errorf("%s: bgp problem %q; the list of every bgp VIP built %d times, want 0", what, st.bgpProblem, st.allBGPBuilds-builds)
+		}
 		if st.ready.full != full || st.ready.examined > wantExamined {
 			t.Errorf("%s: recomputed the readiness of every VIP %d times and looked at %d VIPs; want 0 and at most %d",
 				what, st.ready.full-full, st.ready.examined, wantExamined)

@@ -540,4 +540,7 @@ func TestBGPNotReadyReachesThePeersServingWatch(t *testing.T) {
 	if got := n1.loop.ready.bgpNotReady; len(got) != 0 {
 		t.Fatalf("bgp not-ready list %v once the VIP is gone, want none", got)
 	}
+	if got := n1.loop.bgpVIPs(); !slices.Equal(got, []netip.Addr{private}) {
+		t.Fatalf("every bgp VIP, once the fabric one is gone: %v, want %v", got, []netip.Addr{private})
+	}
 }
