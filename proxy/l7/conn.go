@@ -54,10 +54,9 @@ type clientConn struct {
 	state   atomic.Int32
 	drainWG sync.WaitGroup
 
-	rb   []byte
-	r, w int
-	wb   []byte
-	h    reqHead
+	readBuf
+	wb []byte
+	h  reqHead
 	// up is the member connection kept from the previous request.
 	up *upConn
 	// scope holds what belongs to this connection alone (h2c transports
@@ -173,23 +172,8 @@ func (c *clientConn) fill() error {
 		// that read more outside, this keeps a mistake from hanging.
 		return errRawRead
 	}
-	if c.w == len(c.rb) {
-		if c.r == 0 {
-			return errBufFull
-		}
-		c.w = copy(c.rb, c.rb[c.r:c.w])
-		c.r = 0
-	}
-	for {
-		n, err := c.nc.Read(c.rb[c.w:])
-		c.w += n
-		if n > 0 {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-	}
+	_, err := c.fillFrom(c.nc, errBufFull)
+	return err
 }
 
 func (c *clientConn) setReadDeadline(now int64, d time.Duration) error {
@@ -530,4 +514,36 @@ func (c *clientConn) close() {
 		_, _ = io.CopyN(io.Discard, c.tcp, lingerBytes)
 	}
 	_ = c.nc.Close()
+}
+
+// readBuf is a connection's read buffer: rb[r:w] read and not yet
+// parsed. The client's and the member's connections fill theirs the same
+// way.
+type readBuf struct {
+	rb   []byte
+	r, w int
+}
+
+// fillFrom reads more of nc into rb, moving what is unparsed to the front
+// first when rb is full to its end; full is the error when rb holds
+// nothing but unparsed bytes. It returns the bytes read: at least one,
+// or an error.
+func (b *readBuf) fillFrom(nc net.Conn, full error) (int, error) {
+	if b.w == len(b.rb) {
+		if b.r == 0 {
+			return 0, full
+		}
+		b.w = copy(b.rb, b.rb[b.r:b.w])
+		b.r = 0
+	}
+	for {
+		n, err := nc.Read(b.rb[b.w:])
+		b.w += n
+		if n > 0 {
+			return n, nil
+		}
+		if err != nil {
+			return 0, err
+		}
+	}
 }

@@ -31,7 +31,7 @@ func FuzzRequestViews(f *testing.F) {
 		if !done || st != 0 {
 			return
 		}
-		c := &clientConn{rb: in, r: h.n, h: h}
+		c := &clientConn{readBuf: readBuf{rb: in, r: h.n}, h: h}
 		v := (*h1Request)(c)
 		b := in[:h.n]
 		want := reqview.HTTP{R: &http.Request{Method: string(b[h.mS:h.mE]), Header: h.netHeader(b)}}
@@ -97,7 +97,7 @@ func TestRepeatedFieldsCombineInOneCopy(t *testing.T) {
 		t.Fatalf("parse: %v %v", done, st)
 	}
 	views := map[string]reqview.Request{
-		"HTTP/1.x": (*h1Request)(&clientConn{rb: in, r: h.n, h: h}),
+		"HTTP/1.x": (*h1Request)(&clientConn{readBuf: readBuf{rb: in, r: h.n}, h: h}),
 		"HTTP/2":   (*h2Request)(&h2Stream{fields: fields, method: "GET", path: "/"}),
 	}
 	for name, v := range views {

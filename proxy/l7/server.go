@@ -169,7 +169,7 @@ func (s *Server) getConn() *clientConn {
 	if c, ok := s.conns.Get().(*clientConn); ok {
 		return c
 	}
-	c := &clientConn{s: s, rb: make([]byte, clientBufSize), wb: make([]byte, 0, 4096)}
+	c := &clientConn{s: s, readBuf: readBuf{rb: make([]byte, clientBufSize)}, wb: make([]byte, 0, 4096)}
 	c.rx.step = c.stepRaw
 	return c
 }

@@ -68,8 +68,7 @@ type upConn struct {
 	// single client connection.
 	private bool
 
-	rb   []byte
-	r, w int
+	readBuf
 	resp respHead
 
 	idleAt   int64 // unix nanos when it was last released
@@ -90,24 +89,9 @@ func (u *upConn) fill() error {
 		u.pending = nil
 		return err
 	}
-	if u.w == len(u.rb) {
-		if u.r == 0 {
-			return ErrUpstreamProtocol
-		}
-		u.w = copy(u.rb, u.rb[u.r:u.w])
-		u.r = 0
-	}
-	for {
-		n, err := u.nc.Read(u.rb[u.w:])
-		u.w += n
-		u.got += n
-		if n > 0 {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-	}
+	n, err := u.fillFrom(u.nc, ErrUpstreamProtocol)
+	u.got += n
+	return err
 }
 
 func (u *upConn) setReadDeadline(now int64, d time.Duration) error {
@@ -336,7 +320,7 @@ func (s *Server) dialCharged(ctx context.Context, key poolKey, opts *BackendOpti
 			return nil, dialError(err)
 		}
 	}
-	u := &upConn{nc: nc, raw: raw, tcp: raw, key: key, private: opts.ProxyProtocol != 0, rb: make([]byte, upBufSize)}
+	u := &upConn{nc: nc, raw: raw, tcp: raw, key: key, private: opts.ProxyProtocol != 0, readBuf: readBuf{rb: make([]byte, upBufSize)}}
 	if key.proto == HTTP1TLS || key.proto == H2TLS {
 		cfg := opts.TLS
 		if cfg == nil {
