@@ -216,7 +216,10 @@ func BenchmarkNoisyNeighbour(b *testing.B) {
 }
 
 func runNoisyNeighbour(tb testing.TB) []noisyRow {
+	began := time.Now()
 	l := newNoisyLab(tb)
+	// The phases' own durations end each row's notes.
+	tb.Logf("the lab set up in %s", time.Since(began).Round(100*time.Millisecond))
 	if dir := os.Getenv("TEAPOT_NOISY_PROFILES"); dir != "" {
 		// The host's whole log beside the profiles (the failure shows its
 		// last lines only).

@@ -27,6 +27,12 @@ const (
 	rlRate    = 400 // requests a second, all clients together: each route 10 times its limit
 	rlLimit   = 20  // each route's requests per second, and its burst
 	rlHeader  = "x-api-key"
+	// rlCatchUp is how long after abuseFor a client that fell behind
+	// still sends: its route has met its limit by then (a route's
+	// clients send ten times it, each alone more than it), and the
+	// phase stays within about twice abuseFor however late the attacker
+	// runs.
+	rlCatchUp = abuseFor
 )
 
 // rateLimitResult is what the rate-limit attacker got: responses by
@@ -38,7 +44,11 @@ type rateLimitResult struct {
 
 // attackRateLimit reads "addr host" and sends rlRate requests a second
 // for abuseFor over rlClients connections, half to /client (limited per
-// client address) and half to /key with a new rlHeader value each.
+// client address) and half to /key with a new rlHeader value each. A
+// client that falls behind its schedule sends what it is late with at
+// once, until rlCatchUp after the schedule's end: what it has not sent
+// by then is left out (on a machine at a load of 15 the attacker
+// process, at nice 19, took 20.6 s over the 3,200 requests of 8 s).
 func attackRateLimit(in *bufio.Scanner, out *json.Encoder) error {
 	if !in.Scan() {
 		return nil
@@ -73,7 +83,7 @@ func attackRateLimit(in *bufio.Scanner, out *json.Encoder) error {
 			every := time.Second * rlClients / rlRate
 			for i := 0; ; i++ {
 				at := start.Add(every*time.Duration(i) + every*time.Duration(c)/rlClients)
-				if at.After(stop) {
+				if at.After(stop) || time.Now().After(stop.Add(rlCatchUp)) {
 					return
 				}
 				time.Sleep(time.Until(at))

@@ -78,7 +78,7 @@ func TestHostPackageInstall(t *testing.T) {
 
 	parallelScenarioTaking(t, 70*time.Second)
 	start := time.Now()
-	old, newer := hostDebs(t)
+	old := hostDeb(t, "v0.1.0")
 
 	l := &installLab{t: t, ns: fmt.Sprintf("tpinst%d", os.Getpid()), dir: t.TempDir()}
 	t.Cleanup(l.cleanup)
@@ -135,6 +135,7 @@ func TestHostPackageInstall(t *testing.T) {
 	l.stopUnit()
 
 	// Upgrade: state and the conffile edit stay.
+	newer := hostDeb(t, "v0.2.0")
 	l.run("apt-get", "install", "-y", "--no-install-recommends", newer)
 	if got := l.run("dpkg-query", "-W", "-f", "${Status} ${Version}", "teapot-lb"); got != "install ok installed 0.2.0-1" {
 		t.Fatalf("after upgrade dpkg-query: %q", got)
@@ -177,24 +178,29 @@ func TestHostPackageInstall(t *testing.T) {
 	t.Logf("install, serve, upgrade, serve, purge: %s in all", time.Since(start).Round(time.Second))
 }
 
-// hostDebs returns the amd64 debs of 0.1.0 and 0.2.0 that
-// TestHostPackageInstall and TestHostUnderSystemd install, or fails tb.
-// They are built once for the package's run (buildHostDebs): the two
-// scenarios run side by side, and each built its own with make dist-bin
-// and teapot-pkg.
-func hostDebs(tb testing.TB) (old, newer string) {
+// hostDeb returns the amd64 deb of version (hostDebVersions: 0.1.0 or
+// 0.2.0) that TestHostPackageInstall and TestHostUnderSystemd install, or
+// fails tb. The debs are built once for the package's run
+// (startHostDebs), 0.1.0 first: the two scenarios run side by side, and
+// each installs 0.1.0 and works with it before it upgrades, while 0.2.0
+// is built.
+func hostDeb(tb testing.TB, version string) string {
 	tb.Helper()
 	began := time.Now()
-	old, newer, err := buildHostDebs()
+	path, took, err := waitHostDeb(version)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	tb.Logf("the debs of 0.1.0 and 0.2.0 ready after %s (built once for the package in %s)",
-		time.Since(began).Round(100*time.Millisecond), sharedDebs.took.Round(100*time.Millisecond))
-	return old, newer
+	tb.Logf("the deb of %s ready after %s (its build took %s)", version,
+		time.Since(began).Round(100*time.Millisecond), took.Round(100*time.Millisecond))
+	return path
 }
 
-// sharedDebs holds the debs hostDebs returns. dir is made on the first
+// hostDebVersions are the versions of the debs, in the order they are
+// built.
+var hostDebVersions = []string{"v0.1.0", "v0.2.0"}
+
+// sharedDebs holds the debs hostDeb returns. dir is made on the first
 // call of hostDebFolder, before the build, so that TestHostUnderSystemd
 // can bind it into its container while the debs are built.
 var sharedDebs struct {
@@ -202,18 +208,24 @@ var sharedDebs struct {
 	dir     string
 	dirErr  error
 
-	once       sync.Once
-	old, newer string
-	took       time.Duration
-	err        error
+	once  sync.Once
+	built map[string]*builtDeb
 }
 
-// hostDebFolder returns the folder buildHostDebs writes the debs into
-// (nothing else): a fresh folder under binary.dir for this process, so a
-// later run of the package sharing binary.dir ($TEAPOT_SCENARIO_BINARY_DIR)
-// builds its own and never installs debs of an earlier source tree or a
-// build cut short. Its mode is 0755 and the debs' 0644, so that apt-get
-// reads them as its unprivileged user and says nothing about it.
+// builtDeb is one version's deb: done closes once path or err is set.
+type builtDeb struct {
+	done chan struct{}
+	path string
+	took time.Duration
+	err  error
+}
+
+// hostDebFolder returns the folder the debs are built into (nothing
+// else): a fresh folder under binary.dir for this process, so a later run
+// of the package sharing binary.dir ($TEAPOT_SCENARIO_BINARY_DIR) builds
+// its own and never installs debs of an earlier source tree or a build
+// cut short. Its mode is 0755 and the debs' 0644, so that apt-get reads
+// them as its unprivileged user and says nothing about it.
 func hostDebFolder() (string, error) {
 	sharedDebs.dirOnce.Do(func() {
 		parent, err := os.MkdirTemp(binary.dir, "host-debs-")
@@ -232,30 +244,55 @@ func hostDebFolder() (string, error) {
 	return sharedDebs.dir, sharedDebs.dirErr
 }
 
-// buildHostDebs builds, on its first call, the amd64 debs of v0.1.0 and
-// v0.2.0 as make package does (make dist-bin, then teapot-pkg; the
-// cross-build of arm64 and the rpm are left out), each version from its
-// own build so that the binary of 0.2.0 says 0.2.0, and puts them in
-// hostDebFolder. Every later call waits for that build and returns its
-// paths or its error.
-func buildHostDebs() (old, newer string, err error) {
+// startHostDebs starts, on its first call, the build of the amd64 debs of
+// hostDebVersions as make package does (make dist-bin, then teapot-pkg;
+// the cross-build of arm64 and the rpm are left out), one version after
+// the other, each from its own build so that the binary of 0.2.0 says
+// 0.2.0, into hostDebFolder. Later calls do nothing.
+func startHostDebs() {
 	sharedDebs.once.Do(func() {
-		began := time.Now()
-		sharedDebs.old, sharedDebs.newer, sharedDebs.err = buildDebs()
-		sharedDebs.took = time.Since(began)
+		sharedDebs.built = map[string]*builtDeb{}
+		for _, v := range hostDebVersions {
+			sharedDebs.built[v] = &builtDeb{done: make(chan struct{})}
+		}
+		go func() {
+			var failed error
+			for _, v := range hostDebVersions {
+				d := sharedDebs.built[v]
+				if failed != nil {
+					d.err = fmt.Errorf("the deb of %s is not built: the build of an earlier version failed", v)
+				} else {
+					began := time.Now()
+					d.path, d.err = buildDeb(v)
+					d.took, failed = time.Since(began), d.err
+				}
+				close(d.done)
+			}
+		}()
 	})
-	return sharedDebs.old, sharedDebs.newer, sharedDebs.err
 }
 
-// buildDebs is the build buildHostDebs runs once.
-func buildDebs() (old, newer string, err error) {
+// waitHostDeb starts the build (startHostDebs) and waits for the deb of
+// version.
+func waitHostDeb(version string) (path string, took time.Duration, err error) {
+	startHostDebs()
+	d, ok := sharedDebs.built[version]
+	if !ok {
+		return "", 0, fmt.Errorf("no deb of %s is built (%v)", version, hostDebVersions)
+	}
+	<-d.done
+	return d.path, d.took, d.err
+}
+
+// buildDeb builds the deb of one version into hostDebFolder.
+func buildDeb(version string) (string, error) {
 	root, err := moduleRoot()
 	if err != nil {
-		return "", "", err
+		return "", err
 	}
 	debs, err := hostDebFolder()
 	if err != nil {
-		return "", "", err
+		return "", err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
@@ -263,32 +300,34 @@ func buildDebs() (old, newer string, err error) {
 	if os.Getenv("SOURCE_DATE_EPOCH") == "" {
 		env = append(env, "SOURCE_DATE_EPOCH=1700000000")
 	}
-	var paths []string
-	for _, version := range []string{"v0.1.0", "v0.2.0"} {
-		// dist-bin and teapot-pkg work in a dist folder of the version's
-		// own beside debs, which holds only the debs.
-		dist := filepath.Join(filepath.Dir(debs), version)
-		for _, args := range [][]string{
-			{"nice", "-n", "10", "make", "--no-print-directory", "dist-bin", "ARCHES=amd64", "DIST=" + dist, "VERSION=" + version},
-			{"nice", "-n", "10", "go", "run", "./packaging/cmd/teapot-pkg", "package", "--arch", "amd64", "--version", version, "--revision", "test", "--dist", dist},
-		} {
-			cmd := exec.CommandContext(ctx, args[0], args[1:]...)
-			cmd.Dir, cmd.Env, cmd.WaitDelay = root, env, 10*time.Second
-			if out, err := cmd.CombinedOutput(); err != nil {
-				return "", "", fmt.Errorf("%s: %w\n%s", strings.Join(args, " "), err, out)
-			}
+	// dist-bin and teapot-pkg work in a dist folder of the version's own
+	// beside debs, which holds only the debs.
+	dist := filepath.Join(filepath.Dir(debs), version)
+	for _, args := range [][]string{
+		{"nice", "-n", "10", "make", "--no-print-directory", "dist-bin", "ARCHES=amd64", "DIST=" + dist, "VERSION=" + version},
+		{"nice", "-n", "10", "go", "run", "./packaging/cmd/teapot-pkg", "package", "--arch", "amd64", "--format", "deb",
+			"--version", version, "--revision", "test", "--dist", dist},
+	} {
+		cmd := exec.CommandContext(ctx, args[0], args[1:]...)
+		cmd.Dir, cmd.Env, cmd.WaitDelay = root, env, 10*time.Second
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return "", fmt.Errorf("%s: %w\n%s", strings.Join(args, " "), err, out)
 		}
-		name := fmt.Sprintf("teapot-lb_%s-1_amd64.deb", strings.TrimPrefix(version, "v"))
-		deb := filepath.Join(debs, name)
-		if err := os.Rename(filepath.Join(dist, name), deb); err != nil {
-			return "", "", err
-		}
-		if err := os.Chmod(deb, 0o644); err != nil {
-			return "", "", err
-		}
-		paths = append(paths, deb)
 	}
-	return paths[0], paths[1], nil
+	// --format deb builds no rpm: each one of the binary costs as much
+	// compression as the deb.
+	if rpms, _ := filepath.Glob(filepath.Join(dist, "*.rpm")); len(rpms) > 0 {
+		return "", fmt.Errorf("teapot-pkg package --format deb built %v", rpms)
+	}
+	name := fmt.Sprintf("teapot-lb_%s-1_amd64.deb", strings.TrimPrefix(version, "v"))
+	deb := filepath.Join(debs, name)
+	if err := os.Rename(filepath.Join(dist, name), deb); err != nil {
+		return "", err
+	}
+	if err := os.Chmod(deb, 0o644); err != nil {
+		return "", err
+	}
+	return deb, nil
 }
 
 func readFile(t *testing.T, path string) string {

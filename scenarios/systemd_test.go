@@ -67,24 +67,19 @@ func TestHostUnderSystemd(t *testing.T) {
 	}
 	parallelScenarioTaking(t, 120*time.Second)
 	start := time.Now()
-	// The debs are built (once for the package: hostDebs) while the
-	// container boots; their folder is bound into it at /mnt/debs.
+	// The debs are built (once for the package: startHostDebs) while the
+	// container boots, 0.1.0 first; 0.2.0 is built while the test works
+	// with 0.1.0. Their folder is bound into the container at /mnt/debs.
 	debs, err := hostDebFolder()
 	if err != nil {
 		t.Fatal(err)
 	}
-	built := make(chan error, 1)
-	go func() {
-		_, _, err := buildHostDebs()
-		built <- err
-	}()
+	startHostDebs()
 	b := newBox(t, debs)
-	if err := <-built; err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("the debs of 0.1.0 and 0.2.0 ready (built once for the package in %s) and the container booted in %s",
-		sharedDebs.took.Round(100*time.Millisecond), time.Since(start).Round(time.Second))
-	u := &unitLab{t: t, b: b}
+	u := &unitLab{t: t, b: b, last: start}
+	u.step("the container booted")
+	hostDeb(t, "v0.1.0")
+	u.step("the deb of 0.1.0 built")
 
 	// Install: apt-get starts the unit, Type=notify.
 	out := b.must("apt-get", "install", "-y", "--no-install-recommends", "/mnt/debs/teapot-lb_0.1.0-1_amd64.deb")
@@ -97,6 +92,7 @@ func TestHostUnderSystemd(t *testing.T) {
 			p["Type"], p["ActiveState"], p["SubState"], u.journal(30))
 	}
 	u.checkEnabled()
+	u.step("apt-get install of 0.1.0")
 
 	// READY=1 only once admin.conf is written and the CLI answers: five
 	// fresh bootstraps, each checked the moment systemctl start returns.
@@ -113,17 +109,27 @@ teapot-lb cluster status`); err != nil {
 		}
 	}
 
+	u.step("five fresh starts")
+
 	// Only the unit's capabilities.
 	u.checkCaps()
 
 	// systemd-analyze security: printed, kept at or below today's.
 	u.checkExposure()
+	u.step("capabilities and systemd-analyze security")
 
 	// The operator's configuration: VIP on eth0, sk_lookup listeners, the
-	// access log in /var/log/teapot-lb.
+	// access log in /var/log/teapot-lb. The watchdog's shorter timeout
+	// (shortWatchdog) starts with it, so that the work below is the time
+	// the process spends unfrozen before checkWatchdog freezes it.
 	conf := b.read("etc/teapot-lb/serve.yaml") + unitConf
 	b.write("etc/teapot-lb/serve.yaml", conf, 0o644)
+	u.shortWatchdog()
 	u.restart()
+	unfrozen, p := time.Now(), u.props()
+	if p["WatchdogUSec"] != "6s" {
+		t.Fatalf("WatchdogUSec is %q after the drop-in, want 6s", p["WatchdogUSec"])
+	}
 	clusterID := u.clusterID()
 	b.write("root/lab.yaml", unitManifest, 0o644)
 	b.must("teapot-lb", "apply", "-f", "/root/lab.yaml")
@@ -132,21 +138,25 @@ teapot-lb cluster status`); err != nil {
 	u.get("through the VIP with listen-sockets: tenant")
 	u.checkAccessLog()
 	u.checkNoRestarts("listen-sockets: tenant and the access log")
+	u.step("the operator's configuration served")
 
 	// The watchdog restarts a frozen process.
-	u.checkWatchdog()
+	u.checkWatchdog(unfrozen, p)
 	u.waitVIP()
 	u.get("after the watchdog's restart")
+	u.step("the watchdog")
 
 	// Stop with a connection open: it is answered or closed cleanly.
 	u.checkDrainOnStop()
 	b.must("systemctl", "start", "teapot-lb")
 	u.waitVIP()
 	u.get("after the stop and start")
+	u.step("the drain on stop")
 
 	// A refused bpf(2) names the syscall filter, and a host that keeps
 	// failing ends in the failed state.
 	u.checkBPFDenied()
+	u.step("bpf(2) denied")
 
 	// Reboot: the unit starts at boot with its state.
 	b.reboot()
@@ -157,8 +167,11 @@ teapot-lb cluster status`); err != nil {
 	}
 	u.waitVIP()
 	u.get("after the reboot")
+	u.step("the reboot")
 
 	// Upgrade: the conffile edit and the state stay.
+	hostDeb(t, "v0.2.0")
+	u.step("the deb of 0.2.0 built")
 	out = b.must("apt-get", "install", "-y", "--no-install-recommends", "/mnt/debs/teapot-lb_0.2.0-1_amd64.deb")
 	u.noWarnings("apt-get install of the upgrade", out)
 	if got := b.must("dpkg-query", "-W", "-f", "${Status} ${Version}", "teapot-lb"); got != "install ok installed 0.2.0-1" {
@@ -176,6 +189,7 @@ teapot-lb cluster status`); err != nil {
 	}
 	u.waitVIP()
 	u.get("after the upgrade")
+	u.step("the upgrade")
 
 	// Remove keeps the state and the configuration; purge removes them,
 	// the logs and the user, without a warning.
@@ -202,14 +216,24 @@ teapot-lb cluster status`); err != nil {
 			t.Errorf("after apt-get purge the %s entry is still there: %s", db, out)
 		}
 	}
+	u.step("remove and purge")
 	t.Logf("TestHostUnderSystemd: %s in all", time.Since(start).Round(time.Second))
 }
 
 // unitLab drives teapot-lb.service inside the container.
 type unitLab struct {
-	t  *testing.T
-	b  *box
-	ln net.Listener // the backend, in the container's network namespace
+	t    *testing.T
+	b    *box
+	ln   net.Listener // the backend, in the container's network namespace
+	last time.Time    // when the last step ended
+}
+
+// step logs how long the step that ends now took.
+func (u *unitLab) step(what string) {
+	u.t.Helper()
+	now := time.Now()
+	u.t.Logf("step: %s in %s", what, now.Sub(u.last).Round(100*time.Millisecond))
+	u.last = now
 }
 
 // props returns properties of the unit.
@@ -421,25 +445,31 @@ func (u *unitLab) checkAccessLog() {
 	})
 }
 
-// checkWatchdog freezes the unit's process and waits for systemd's
-// watchdog to restart it. The unit's WatchdogSec (30s) is shortened to 6s
-// by a drop-in so the test stays short; the process pings at half
-// of what $WATCHDOG_USEC says.
-func (u *unitLab) checkWatchdog() {
+// watchdogDropIn shortens the unit's WatchdogSec (30s) to 6s so that
+// checkWatchdog stays short; the process pings at half of what
+// $WATCHDOG_USEC says.
+const watchdogDropIn = "etc/systemd/system/teapot-lb.service.d/watchdog.conf"
+
+// shortWatchdog installs watchdogDropIn, for the unit's next start.
+func (u *unitLab) shortWatchdog() {
+	u.t.Helper()
+	u.b.write(watchdogDropIn, "[Service]\nWatchdogSec=6s\n", 0o644)
+	u.b.must("systemctl", "daemon-reload")
+}
+
+// checkWatchdog checks that the process the unit started at unfrozen
+// (with shortWatchdog, its properties then p) kept the watchdog fed for
+// at least ten seconds, then freezes it and waits for systemd's watchdog
+// to restart it, and removes the drop-in.
+func (u *unitLab) checkWatchdog(unfrozen time.Time, p map[string]string) {
 	u.t.Helper()
 	b := u.b
-	b.write("etc/systemd/system/teapot-lb.service.d/watchdog.conf", "[Service]\nWatchdogSec=6s\n", 0o644)
-	b.must("systemctl", "daemon-reload")
-	u.restart()
-	p := u.props()
-	if p["WatchdogUSec"] != "6s" {
-		u.t.Fatalf("WatchdogUSec is %q after the drop-in, want 6s", p["WatchdogUSec"])
-	}
-	// Ten seconds unfrozen: the pings keep it alive.
-	time.Sleep(10 * time.Second)
+	// Ten seconds unfrozen, more than the 6s timeout: the pings keep it
+	// alive. The operator's configuration was served in that time.
+	time.Sleep(time.Until(unfrozen.Add(10 * time.Second)))
 	if q := u.props(); q["MainPID"] != p["MainPID"] || q["NRestarts"] != p["NRestarts"] {
-		u.t.Fatalf("the unit restarted while its process was not frozen (pid %s -> %s, NRestarts %s -> %s)\n%s",
-			p["MainPID"], q["MainPID"], p["NRestarts"], q["NRestarts"], u.journal(30))
+		u.t.Fatalf("the unit restarted while its process was not frozen (pid %s -> %s, NRestarts %s -> %s in %s)\n%s",
+			p["MainPID"], q["MainPID"], p["NRestarts"], q["NRestarts"], time.Since(unfrozen).Round(100*time.Millisecond), u.journal(30))
 	}
 	pid, _ := strconv.Atoi(p["MainPID"])
 	before, _ := strconv.Atoi(p["NRestarts"])
@@ -457,7 +487,7 @@ func (u *unitLab) checkWatchdog() {
 	if j, _ := b.exec("journalctl", "-u", "teapot-lb.service", "--no-pager", "-o", "cat", "--since", "-2min"); !strings.Contains(j, "Watchdog timeout") {
 		u.t.Errorf("the journal does not say the watchdog timed out:\n%s", tail2([]byte(j), 20))
 	}
-	_ = os.Remove(filepath.Join(b.root, "etc/systemd/system/teapot-lb.service.d/watchdog.conf"))
+	_ = os.Remove(filepath.Join(b.root, watchdogDropIn))
 	b.must("systemctl", "daemon-reload")
 }
 

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -58,13 +59,44 @@ func PackageVersion(describe string) string {
 	return v
 }
 
+// packageFormats are the formats package builds, in the order it builds
+// them.
+var packageFormats = []string{"deb", "rpm"}
+
+// formatsOf checks the formats --format names and returns them in
+// packageFormats' order, each once.
+func formatsOf(names []string) ([]string, error) {
+	want := map[string]bool{}
+	for _, n := range names {
+		if !slices.Contains(packageFormats, n) {
+			return nil, fmt.Errorf("--format %q: not a package format (%s)", n, strings.Join(packageFormats, ", "))
+		}
+		want[n] = true
+	}
+	if len(want) == 0 {
+		return nil, fmt.Errorf("--format: no format named (%s)", strings.Join(packageFormats, ", "))
+	}
+	var out []string
+	for _, f := range packageFormats {
+		if want[f] {
+			out = append(out, f)
+		}
+	}
+	return out, nil
+}
+
 func packageCmd() *cobra.Command {
 	var c common
+	var formatNames []string
 	cmd := &cobra.Command{
 		Use:   "package",
-		Short: "Build DIST/teapot-lb_VERSION_ARCH.deb and .rpm for every architecture",
+		Short: "Build DIST/teapot-lb_VERSION_ARCH.deb and .rpm (--format) for every architecture",
 		Args:  cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
+			formats, err := formatsOf(formatNames)
+			if err != nil {
+				return err
+			}
 			t, err := epoch()
 			if err != nil {
 				return err
@@ -79,7 +111,7 @@ func packageCmd() *cobra.Command {
 				return err
 			}
 			for _, arch := range c.arches {
-				for _, format := range []string{"deb", "rpm"} {
+				for _, format := range formats {
 					out, err := buildPackage(work, c.dist, format, arch, c.binaries()[arch], version, t)
 					if err != nil {
 						return fmt.Errorf("%s %s: %w", format, arch, err)
@@ -91,6 +123,7 @@ func packageCmd() *cobra.Command {
 		},
 	}
 	c.flags(cmd)
+	cmd.Flags().StringSliceVar(&formatNames, "format", packageFormats, "package formats: deb, rpm")
 	return cmd
 }
 
