@@ -17,6 +17,8 @@ import (
 
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
+	"github.com/quic-go/quic-go/qlog"
+	"github.com/quic-go/quic-go/qlogwriter"
 
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 	"github.com/teapot-lb/teapot-lb/proxy/l7"
@@ -35,6 +37,10 @@ type gatedConn struct {
 	kick    sync.Once
 	opened  sync.Once
 	retries atomic.Int64
+	// control is closed once the client sent its HTTP/3 control stream
+	// in 0-RTT (controlSent).
+	control     chan struct{}
+	controlOnce sync.Once
 }
 
 func newGatedConn(t testing.TB, open bool) *gatedConn {
@@ -43,7 +49,7 @@ func newGatedConn(t testing.TB, open bool) *gatedConn {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &gatedConn{c: c, gate: make(chan struct{}), done: make(chan struct{}), kicked: make(chan struct{})}
+	g := &gatedConn{c: c, gate: make(chan struct{}), done: make(chan struct{}), kicked: make(chan struct{}), control: make(chan struct{})}
 	if open {
 		g.open()
 	}
@@ -86,6 +92,40 @@ func (g *gatedConn) SetReadDeadline(t time.Time) error {
 }
 func (g *gatedConn) SetWriteDeadline(t time.Time) error { return g.c.SetWriteDeadline(t) }
 
+// controlSent is the qlog trace of a client connection dialled over g:
+// it closes g.control once a 0-RTT packet carried the client's HTTP/3
+// control stream (stream 2, its SETTINGS). http3.ClientConn opens that
+// stream on a goroutine of its own; quic-go's client reads the server's
+// transport parameters as it opens a stream without a lock
+// (quic-go#4303), and a control stream opened after a 0-RTT rejection
+// fails and closes the connection. Waiting for it before opening the
+// gate orders both before the client reads the server's handshake.
+type controlSent struct{ g *gatedConn }
+
+func (c controlSent) AddProducer() qlogwriter.Recorder { return c }
+func (c controlSent) RecordEvent(ev qlogwriter.Event) {
+	ps, ok := ev.(qlog.PacketSent)
+	if !ok || ps.Header.PacketType != qlog.PacketType0RTT {
+		return
+	}
+	for _, f := range ps.Frames {
+		if sf, ok := f.Frame.(*qlog.StreamFrame); ok && sf.StreamID == 2 {
+			c.g.controlOnce.Do(func() { close(c.g.control) })
+		}
+	}
+}
+func (controlSent) Close() error { return nil }
+
+// waitControl waits until the client's control stream went out in 0-RTT.
+func (g *gatedConn) waitControl(t testing.TB) {
+	t.Helper()
+	select {
+	case <-g.control:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the client's control stream was not sent in 0-RTT")
+	}
+}
+
 // ticketCache is a client's session cache that counts the tickets put
 // in it.
 type ticketCache struct {
@@ -118,6 +158,7 @@ func newResumingClient(t *testing.T, target string) *resumingClient {
 
 // dial connects over g (0-RTT when early and the client holds a ticket
 // that allows it) and returns the connection and an HTTP/3 client on it.
+// An early connection is traced by controlSent (g.waitControl).
 func (rc *resumingClient) dial(g *gatedConn, early bool) (*quic.Conn, *http3.ClientConn) {
 	rc.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -126,7 +167,12 @@ func (rc *resumingClient) dial(g *gatedConn, early bool) (*quic.Conn, *http3.Cli
 	if early {
 		dial = quic.DialEarly
 	}
-	c, err := dial(ctx, g, rc.target, rc.tls, rc.qconf)
+	qconf := rc.qconf
+	if early {
+		qconf = qconf.Clone()
+		qconf.Tracer = func(context.Context, bool, quic.ConnectionID) qlogwriter.Trace { return controlSent{g} }
+	}
+	c, err := dial(ctx, g, rc.target, rc.tls, qconf)
 	if err != nil {
 		rc.t.Fatalf("dial (early %v): %v", early, err)
 	}
@@ -179,6 +225,17 @@ func h3Get(cc *http3.ClientConn, method, path string) (*http.Response, error) {
 // data (quic-go's client leaves the retry to its caller), it checks that
 // the connection went on resumed without 0-RTT and sends the GET again
 // on a new connection; rejected says so.
+//
+// The response is read only when the 0-RTT was accepted. On a rejected
+// attempt quic-go's client (v0.65.0) ends the streams of the attempt
+// without marking a stream whose FIN was queued as ended, and the
+// ReadResponse that fails with Err0RTTRejected calls CancelWrite on it:
+// a RESET_STREAM for stream 0 goes out in 1-RTT, where stream 0 is not
+// open on the client's side. The server takes it for the client's
+// stream 0 and resets its side too, as it must to free the stream; the
+// client then closes its connection with "STREAM_STATE_ERROR (local):
+// peer attempted to open stream 0", which NextConnection returns when
+// the close comes first (on a loaded machine).
 func (rc *resumingClient) getEarly(g *gatedConn, c *quic.Conn, cc *http3.ClientConn, path string, ready func()) (resp *http.Response, rejected bool, err error) {
 	rc.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
@@ -193,7 +250,16 @@ func (rc *resumingClient) getEarly(g *gatedConn, c *quic.Conn, cc *http3.ClientC
 	}
 	_ = str.Close()
 	ready()
+	g.waitControl(rc.t)
 	g.open()
+	select {
+	case <-c.HandshakeComplete():
+	case <-ctx.Done():
+		return nil, false, fmt.Errorf("handshake: %w", ctx.Err())
+	}
+	if c.Context().Err() == nil && !c.ConnectionState().Used0RTT {
+		return rc.afterEarly(c, path, nil, quic.Err0RTTRejected)
+	}
 	resp, err = str.ReadResponse()
 	if err == nil {
 		b, _ := io.ReadAll(resp.Body)
@@ -335,6 +401,7 @@ func TestHTTP3ZeroRTTSafeMethodsOnly(t *testing.T) {
 		t.Fatal("the handshake completed while the client's reads were held")
 	default:
 	}
+	g.waitControl(t)
 	g.open()
 
 	select {
