@@ -515,9 +515,96 @@ func TestHTTP3ZeroRTTBoundedPerTenant(t *testing.T) {
 		rc.waitTicket(n)
 		_ = c.CloseWithError(0, "")
 	}
-	// The client offers early data again on its new connection (crypto/tls
-	// does whenever its ticket allows it): rejected too.
-	if a, r := acct.earlyAccepted.Load(), acct.earlyRejected.Load(); a != 2 || r < 1 {
-		t.Errorf("0-RTT accepted %d, rejected %d; want 2 and at least 1", a, r)
+	// The third client's GET sent again on a new connection resumes
+	// without offering early data (quic.Dial): nothing is charged for it,
+	// though its ticket allows 0-RTT.
+	if a, r := acct.earlyAccepted.Load(), acct.earlyRejected.Load(); a != 2 || r != 1 {
+		t.Errorf("0-RTT accepted %d, rejected %d; want 2 and 1", a, r)
 	}
+}
+
+// TestHTTP3ZeroRTTOneReadingPerConnection: the listener changes between
+// the QUIC layer's reading of it for a new connection (quicConfig, which
+// sets Allow0RTT) and the rest of the connection's setup. The connection
+// is decided by that one reading: with http3ZeroRtt when it was read,
+// its 0-RTT is accepted and charged to the tenant; without, rejected and
+// not charged. Before, the TLS layer read the listener again: 0-RTT was
+// accepted uncharged in the first case, and charged though rejected in
+// the second.
+func TestHTTP3ZeroRTTOneReadingPerConnection(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name         string
+		read, then   bool // http3ZeroRtt at the reading, and after it
+		wantAccepted bool
+	}{
+		{"off after the reading", true, false, true},
+		{"on after the reading", false, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			p, target, main, _, lb := startH3Early(t, Config{}, true)
+			rc := newResumingClient(t, target)
+			rc.prime()
+			nextSeen(t, main)
+			at := clone(lb)
+			at.Listeners[0].Http3ZeroRtt = tc.read
+			update(t, p, at)
+			then := clone(lb)
+			then.Listeners[0].Http3ZeroRtt = tc.then
+			var once sync.Once
+			changed := make(chan error, 1)
+			hook := func() {
+				once.Do(func() {
+					err := p.Update(labObjects(then), 1)
+					if errors.Is(err, ErrNoChanges) {
+						err = nil
+					}
+					changed <- err
+				})
+			}
+			hs := h3SocketOf(t, p)
+			hs.afterQUICConfig.Store(&hook)
+
+			acct := p.h3Limits("acme")
+			g := newGatedConn(t, false)
+			c, cc := rc.dial(g, true)
+			resp, rejected, err := rc.getEarly(g, c, cc, "/changed", func() {})
+			if err != nil || resp.StatusCode != 200 {
+				t.Fatalf("GET: %v %v", resp, err)
+			}
+			select {
+			case err := <-changed:
+				if err != nil {
+					t.Fatalf("update in the hook: %v", err)
+				}
+			default:
+				t.Fatal("the listener was not changed after the QUIC layer's reading")
+			}
+			if accepted := !rejected; accepted != tc.wantAccepted {
+				t.Errorf("0-RTT accepted %v, want %v", accepted, tc.wantAccepted)
+			}
+			charged := int64(0)
+			if tc.wantAccepted {
+				charged = 1
+			}
+			if n := acct.earlyAccepted.Load(); n != charged {
+				t.Errorf("%d 0-RTT connections charged to the tenant, want %d", n, charged)
+			}
+		})
+	}
+}
+
+// h3SocketOf returns p's one HTTP/3 socket.
+func h3SocketOf(t *testing.T, p *Proxy) *h3Socket {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, s := range p.sockets {
+		if s.h3 != nil {
+			return s.h3
+		}
+	}
+	t.Fatal("no HTTP/3 socket")
+	return nil
 }
