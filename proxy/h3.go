@@ -101,8 +101,12 @@ type h3Socket struct {
 	// are in (before the handshake completes), so that 0-RTT requests
 	// are served; acceptLoop holds the others until it completes.
 	ln *quic.EarlyListener
-	// early is the TLS configuration of a listener with 0-RTT.
-	early atomic.Pointer[h3EarlyTLS]
+	// reading is the listener quicConfig read for the connection it
+	// configures, which admit takes up (see h3Reading).
+	reading atomic.Pointer[h3Reading]
+	// afterQUICConfig, when set, runs after quicConfig read the
+	// listener (tests change the listener there).
+	afterQUICConfig atomic.Pointer[func()]
 	// handshakes counts the QUIC handshakes in flight.
 	handshakes atomic.Int64
 	// retryAbove is H3RetryAbove (tests lower it).
@@ -127,11 +131,40 @@ type h3Conn struct {
 
 type h3ConnKey struct{}
 
-// h3Admitted is what ConnContext admitted: the listener and what undoes
-// the charges.
+// h3Admitted is what ConnContext admitted: the listener the connection
+// is decided by and what undoes the charges.
 type h3Admitted struct {
-	hs   sync.Once
-	done func()
+	// l is the one reading of the listener that every decision about the
+	// connection takes: its quic.Config (idle timeout, window charged to
+	// the tenant, 0-RTT), its admission, its TLS configuration and
+	// whether its early data is accepted and charged. A listener changed
+	// while the connection is set up changes the next connection.
+	l *ListenerSnapshot
+	// early is whether the connection may accept 0-RTT: the quic.Config
+	// of the same reading allowed it (the listener has http3ZeroRtt).
+	early bool
+	hs    sync.Once
+	done  func()
+}
+
+// h3Reading hands the listener that quicConfig read for a client's first
+// Initial to admit: quic-go asks quic.Config.GetConfigForClient and then
+// Transport.ConnContext, with the same ClientInfo, on the goroutine that
+// reads the socket's Initials, one connection after the other.
+type h3Reading struct {
+	info *quic.ClientInfo
+	l    *ListenerSnapshot
+}
+
+// take returns the listener quicConfig read for info, and whether it did:
+// when it did not (quic-go asked in another order), admit reads the
+// listener itself and the connection rejects 0-RTT, which its quic.Config
+// might not have allowed.
+func (hs *h3Socket) take(info *quic.ClientInfo) (*ListenerSnapshot, bool) {
+	if r := hs.reading.Swap(nil); r != nil && r.info == info {
+		return r.l, true
+	}
+	return hs.listener(), false
 }
 
 // openH3 binds the UDP port of s's key (or, with Config.Steer, steers
@@ -201,14 +234,17 @@ func (hs *h3Socket) listener() *ListenerSnapshot {
 	return l
 }
 
-// tlsConfig is the listener's QUIC TLS configuration for a ClientHello,
-// after the admission of its own GetConfigForClient (the tenant's
-// handshake CPU budget), which crypto/tls asks only of the first.
+// tlsConfig is the QUIC TLS configuration for a ClientHello of the
+// listener its connection was admitted on, after the admission of its
+// own GetConfigForClient (the tenant's handshake CPU budget), which
+// crypto/tls asks only of the first. quic-go starts the handshake with
+// the connection's context, which carries what admit decided.
 func (hs *h3Socket) tlsConfig(hello *tls.ClientHelloInfo) (*tls.Config, error) {
-	l := hs.listener()
-	if l == nil {
+	ad, _ := hello.Context().Value(h3ConnKey{}).(*h3Admitted)
+	if ad == nil || ad.l == nil {
 		return nil, errH3Refused
 	}
+	l := ad.l
 	cfg := hs.h.QUICConfig(l.Listener)
 	if cfg == nil {
 		return nil, errH3Refused
@@ -222,18 +258,24 @@ func (hs *h3Socket) tlsConfig(hello *tls.ClientHelloInfo) (*tls.Config, error) {
 			cfg = c
 		}
 	}
-	if l.HTTP3ZeroRTT {
-		return hs.earlyTLS(cfg), nil
+	if ad.early && offersEarlyData(hello) {
+		return hs.earlyTLS(cfg, ad), nil
 	}
 	return cfg, nil
 }
 
-// quicConfig takes the listener's idle timeout and 0-RTT for a new
-// connection.
-func (hs *h3Socket) quicConfig(*quic.ClientInfo) (*quic.Config, error) {
+// quicConfig reads the listener for a new connection (the reading admit
+// and the TLS configuration take up) and takes its idle timeout and
+// 0-RTT from it.
+func (hs *h3Socket) quicConfig(info *quic.ClientInfo) (*quic.Config, error) {
 	l := hs.listener()
 	if l == nil {
+		hs.reading.Store(nil)
 		return nil, errH3Refused
+	}
+	hs.reading.Store(&h3Reading{info: info, l: l})
+	if f := hs.afterQUICConfig.Load(); f != nil {
+		(*f)()
 	}
 	w := &h3Window{t: hs.s.p.tenantBudget(l.Tenant), limit: hs.s.p.cfg.Limits.H3WindowGrowthPerTenant, lb: l.LB, name: l.Name}
 	if w.limit <= 0 {
@@ -259,9 +301,11 @@ func (hs *h3Socket) quicConfig(*quic.ClientInfo) (*quic.Config, error) {
 // and its tenant's (and the host's) connections and descriptors. A
 // refusal costs the client a CONNECTION_REFUSED and its neighbours
 // nothing. The charges end with the connection (or its failed handshake).
+// It charges the listener quicConfig read for the connection, and keeps
+// that reading for the TLS configuration and the 0-RTT decision.
 func (hs *h3Socket) admit(ctx context.Context, info *quic.ClientInfo) (context.Context, error) {
 	p := hs.s.p
-	l := hs.listener()
+	l, read := hs.take(info)
 	if l == nil {
 		return nil, errH3Refused
 	}
@@ -285,7 +329,7 @@ func (hs *h3Socket) admit(ctx context.Context, info *quic.ClientInfo) (context.C
 		return nil, errH3Refused
 	}
 	hs.handshakes.Add(1)
-	ad := &h3Admitted{}
+	ad := &h3Admitted{l: l, early: read && l.HTTP3ZeroRTT}
 	ad.done = func() {
 		hs.handshakeDone(ad)
 		hs.s.active.Add(-1)

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"crypto/tls"
+	"slices"
 	"time"
 
 	"github.com/quic-go/quic-go"
@@ -29,21 +30,19 @@ const (
 // without it), over the tenant's H3EarlyRate.
 const RefusedEarlyData = "early-data"
 
-// h3EarlyTLS is the TLS configuration of a listener with 0-RTT: base with
-// each resumption that offers early data charged to the tenant.
-type h3EarlyTLS struct {
-	base, cfg *tls.Config
-}
-
-// earlyTLS returns base, made once per base, with the resumptions that
-// offer early data charged to the tenant of the listener in service
-// (past its bucket the early data is rejected). quic-go accepts early
-// data only when the connection's quic.Config allows it (quicConfig) and
-// the ticket was issued by a connection that allowed it.
-func (hs *h3Socket) earlyTLS(base *tls.Config) *tls.Config {
-	if e := hs.early.Load(); e != nil && e.base == base {
-		return e.cfg
-	}
+// earlyTLS returns base for one connection admitted with 0-RTT (ad)
+// whose ClientHello offers early data: the resumption is charged to the
+// tenant of the listener the connection was admitted on (past its bucket
+// the early data is rejected). quic-go accepts early data only when the
+// connection's quic.Config allows it (quicConfig, from the same reading
+// of the listener as ad) and the ticket was issued by a connection that
+// allowed it. The configuration is made per connection, since
+// UnwrapSession is not told which connection it unwraps for.
+func (hs *h3Socket) earlyTLS(base *tls.Config, ad *h3Admitted) *tls.Config {
+	// A clone of a configuration whose automatic ticket keys are not made
+	// yet makes keys of its own (golang/go#60506): make them first, so
+	// that every clone issues and reads the tickets of base.
+	_, _ = base.DecryptTicket(nil, tls.ConnectionState{})
 	cfg := base.Clone()
 	cfg.GetConfigForClient = nil
 	unwrap := base.UnwrapSession
@@ -58,19 +57,25 @@ func (hs *h3Socket) earlyTLS(base *tls.Config) *tls.Config {
 		if err != nil || ss == nil || !ss.EarlyData {
 			return ss, err
 		}
-		ss.EarlyData = hs.admitEarly()
+		ss.EarlyData = hs.admitEarly(ad.l)
 		return ss, nil
 	}
-	hs.early.Store(&h3EarlyTLS{base: base, cfg: cfg})
 	return cfg
 }
 
-// admitEarly takes a token of the tenant's 0-RTT bucket.
-func (hs *h3Socket) admitEarly() bool {
-	l := hs.listener()
-	if l == nil || !l.HTTP3ZeroRTT {
-		return false
-	}
+// offersEarlyData reports whether a ClientHello carries the early_data
+// extension (RFC 8446 section 4.2.10): its client sends 0-RTT. A client
+// that resumes without it costs no early data, whatever its ticket
+// allows.
+func offersEarlyData(hello *tls.ClientHelloInfo) bool {
+	return slices.Contains(hello.Extensions, extensionEarlyData)
+}
+
+// extensionEarlyData is the early_data extension's number.
+const extensionEarlyData = 42
+
+// admitEarly takes a token of the 0-RTT bucket of l's tenant.
+func (hs *h3Socket) admitEarly(l *ListenerSnapshot) bool {
 	p := hs.s.p
 	acct := p.h3Limits(l.Tenant)
 	if !acct.early.take(p.cfg.H3EarlyRate, p.cfg.H3EarlyBurst, time.Now()) {

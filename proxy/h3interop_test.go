@@ -310,6 +310,7 @@ func TestInteropZeroRTT(t *testing.T) {
 		t.Fatal("the handshake completed while the client's reads were held")
 	default:
 	}
+	g.waitControl(t)
 	g.open()
 	for range 4 {
 		if err := <-errs; err != nil {
