@@ -143,8 +143,9 @@ func (h *host) open(t testing.TB, tenant string) *agentStream {
 	t.Helper()
 	cc := h.dial(t, pki.Identity{Role: pki.RoleTenant, Name: tenant, UID: h.uid(t, tenant)})
 	// The stream's whole life, hundreds of writes on a loaded 2-core CI
-	// machine included; a test that hangs still ends.
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	// machine included (TestLargeWritesDoNotDelayANeighbour took 2.9
+	// minutes at a load of 30); a test that hangs still ends.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
 	s, err := pb.NewTenantSyncClient(cc).Sync(ctx)
 	if err != nil {

@@ -85,17 +85,24 @@ func TestLargeWritesDoNotDelayANeighbour(t *testing.T) {
 	t.Parallel() // a host of its own, in a temporary directory on free ports
 	h := startHost(t, tenantsync.Config{})
 	h.seed(t)
+	// beta may write 64 KiB a second, a quarter of the default: under
+	// the race detector on a loaded 2-core machine (a load of 30) beta's
+	// four streams wrote 9-10 load balancers of 1.2 MB in 60 s, under
+	// the default's 256 KiB, and were never throttled.
+	h.setQuotas(t, "beta", &pb.Quotas{WriteBytesPerSecond: 64 << 10})
 	acme := h.open(t, "acme")
 	// The operator writes through the admin API all along, one write
 	// after the other (a tenant's domains).
 	admin := pb.NewAdminClient(h.dial(t, pki.Identity{Role: pki.RoleAdmin, Name: "admin"}))
-	var phase atomic.Int32 // 0 quiet, 1 beta's burst, 2 beta throttled, 3 over
+	// 0 quiet, 1 beta's burst, 2 beta throttled, 3 beta stopping, 4
+	// quiet again, 5 over
+	var phase atomic.Int32
 	var adminMu sync.Mutex
-	adminLat := make([]latencies, 3)
+	adminLat := make([]latencies, 5)
 	adminDone := make(chan struct{})
 	go func() {
 		defer close(adminDone)
-		for i := 0; phase.Load() < 3; i++ {
+		for i := 0; phase.Load() < 5; i++ {
 			ph := phase.Load()
 			start := time.Now()
 			tn := &pb.Tenant{Name: "gamma", Domains: []string{fmt.Sprintf("g%d.example", i)}}
@@ -103,7 +110,7 @@ func TestLargeWritesDoNotDelayANeighbour(t *testing.T) {
 				t.Errorf("admin write: %v", err)
 				return
 			}
-			if d := time.Since(start); ph < 3 && phase.Load() == ph {
+			if d := time.Since(start); ph < 5 && ph != 3 && phase.Load() == ph {
 				adminMu.Lock()
 				adminLat[ph] = append(adminLat[ph], d)
 				adminMu.Unlock()
@@ -119,6 +126,12 @@ func TestLargeWritesDoNotDelayANeighbour(t *testing.T) {
 	var bigWrites atomic.Int64
 	var throttles atomic.Int64
 	var firstThrottle atomic.Value
+	// How long each of beta's writes took once its budget let it go, from
+	// its send or its throttle notice's end to its ack: all of them
+	// (betaLat), and those acked while beta waits for its budget (phase
+	// 2) that waited (betaHeld).
+	var betaMu sync.Mutex
+	var betaLat, betaHeld latencies
 	var betas []*agentStream
 	for s := range streams {
 		b := h.open(t, "beta")
@@ -131,6 +144,7 @@ func TestLargeWritesDoNotDelayANeighbour(t *testing.T) {
 				b.seq++
 				ch := upsert(bigLB(name, gen))
 				ch.Seq = b.seq
+				from, held := time.Now(), false
 				if err := b.stream.Send(&pb.SyncRequest{Msg: &pb.SyncRequest_Change{Change: ch}}); err != nil {
 					return
 				}
@@ -142,9 +156,17 @@ func TestLargeWritesDoNotDelayANeighbour(t *testing.T) {
 					if th := m.GetStatus().GetThrottled(); th != nil {
 						throttles.Add(1)
 						firstThrottle.CompareAndSwap(nil, th)
+						from, held = time.Now().Add(th.GetWait().AsDuration()), true
 					}
 					if m.GetAck() != nil {
 						bigWrites.Add(1)
+						d := max(0, time.Since(from))
+						betaMu.Lock()
+						betaLat = append(betaLat, d)
+						if held && phase.Load() == 2 {
+							betaHeld = append(betaHeld, d)
+						}
+						betaMu.Unlock()
 						break
 					}
 				}
@@ -152,26 +174,49 @@ func TestLargeWritesDoNotDelayANeighbour(t *testing.T) {
 		}()
 	}
 	// acme writes while beta spends its burst, and for 8 s once beta
-	// waits for its budget.
-	burstEnd := time.Now().Add(20 * time.Second)
+	// waits for its budget. On a loaded 2-core machine beta's first
+	// writes took more than 20 s under the race detector.
+	burstEnd := time.Now().Add(60 * time.Second)
 	burst := smallWritesUntil(t, acme, func() bool { return throttles.Load() > 0 || time.Now().After(burstEnd) }, 1000)
 	if throttles.Load() == 0 {
-		t.Fatalf("beta wrote %d load balancers of 1.2 MB in 20 s and was never throttled", bigWrites.Load())
+		t.Fatalf("beta wrote %d load balancers of 1.2 MB in 60 s and was never throttled", bigWrites.Load())
 	}
 	phase.Store(2)
+	abusedStart := time.Now()
 	abused := smallWrites(t, acme, 8*time.Second, 10000)
 	phase.Store(3)
-	<-adminDone
+	abusedTime := time.Since(abusedStart)
 	cancel()
 	for _, b := range betas {
 		b.cancel()
 	}
 	wg.Wait()
-	t.Logf("acme's writes alone: %s", quiet)
+	// acme's and the operator's writes alone again, under the load the
+	// rest of the machine puts on it now.
+	phase.Store(4)
+	afterEnd, afterCap := time.Now().Add(2*time.Second), time.Now().Add(30*time.Second)
+	var n int
+	after := smallWritesUntil(t, acme, func() bool {
+		// At least 2 s and 10 writes of acme's, and 5 of the operator's
+		// (whose write begun before beta stopped may wait for beta's last
+		// writes in the loop), for 30 s at most.
+		n++
+		adminMu.Lock()
+		admins := len(adminLat[4])
+		adminMu.Unlock()
+		now := time.Now()
+		return n > 10 && !now.Before(afterEnd) && (admins >= 5 || now.After(afterCap))
+	}, 20000)
+	phase.Store(5)
+	<-adminDone
+	betaMu.Lock()
+	betaWrites, betaHeldWrites := slices.Clone(betaLat), slices.Clone(betaHeld)
+	betaMu.Unlock()
+	t.Logf("acme's writes alone: %s; alone again after beta's: %s", quiet, after)
 	t.Logf("acme's writes while beta spends its burst: %s", burst)
-	t.Logf("acme's writes while beta rewrites %d load balancers of %d bytes on %d streams: %s (beta wrote %d, throttled %d times)",
-		streams, proto.Size(bigLB("svc-big-0", 0)), streams, abused, bigWrites.Load(), throttles.Load())
-	t.Logf("the admin API's writes: alone %s; while beta spends its burst %s; while beta is throttled %s", adminLat[0], adminLat[1], adminLat[2])
+	t.Logf("acme's writes while beta rewrites %d load balancers of %d bytes on %d streams: %s (beta wrote %d, throttled %d times; its writes once let go: %s; those that waited, acked then: %s)",
+		streams, proto.Size(bigLB("svc-big-0", 0)), streams, abused, bigWrites.Load(), throttles.Load(), betaWrites, betaHeldWrites)
+	t.Logf("the admin API's writes: alone %s and %s; while beta spends its burst %s; while beta is throttled %s", adminLat[0], adminLat[4], adminLat[1], adminLat[2])
 	if th, _ := firstThrottle.Load().(*pb.SyncThrottle); th != nil {
 		t.Logf("beta was told: %s", th.GetReason())
 	}
@@ -179,21 +224,40 @@ func TestLargeWritesDoNotDelayANeighbour(t *testing.T) {
 	// leader's write loop the share of the time its budget allows. Those
 	// that do wait for one of beta's writes at most, which the loop takes
 	// in turns with acme's (70-170 ms each without -race; 0.4-1.4 s with
-	// -race on a 2-core machine at load 12). Without the budget and the
-	// turns acme's median was 1.6-2.2 s and its p99 2.4-2.6 s.
-	if p, bound := abused.pct(0.50), quiet.pct(0.50)+250*time.Millisecond; p > bound {
-		t.Errorf("acme's write p50 %s while beta writes large objects, want at most %s (alone: %s)", p, bound, quiet.pct(0.50))
+	// -race on a 2-core machine at load 12, 5-9 s at load 34). Without
+	// the budget and the turns acme's median was 1.6-2.2 s and its p99
+	// 2.4-2.6 s.
+	//
+	// The bounds are measured in the run: the baseline of each
+	// percentile is the slower of the two measured alone, before and
+	// after beta's writes, so that a machine whose load grew meanwhile
+	// does not count against beta; the p99 may add one of beta's writes
+	// (the median of their times once let go; at least 1.5 s), and the
+	// median 250 ms or, when beta's writes are slow enough to hold the
+	// loop a large share of the time at its budget (share: the time of
+	// those that waited for it over the phase's), that share of the
+	// median of beta's writes.
+	var betaTime time.Duration
+	for _, d := range betaHeldWrites {
+		betaTime += d
 	}
-	if p, bound := abused.pct(0.99), quiet.pct(0.99)+1500*time.Millisecond; p > bound {
-		t.Errorf("acme's write p99 %s while beta writes large objects, want at most %s (alone: %s)", p, bound, quiet.pct(0.99))
+	share := min(1, betaTime.Seconds()/abusedTime.Seconds())
+	slack50 := max(250*time.Millisecond, time.Duration(share*float64(betaWrites.pct(0.50))))
+	slack99 := max(1500*time.Millisecond, betaWrites.pct(0.50))
+	t.Logf("beta's writes held the write loop %.0f%% of the %s acme measured while beta was throttled: the median may add %s, the p99 %s", 100*share, abusedTime.Round(time.Millisecond), slack50, slack99)
+	check := func(who string, alone []latencies, abused latencies) {
+		t.Helper()
+		p50, p99 := max(alone[0].pct(0.50), alone[1].pct(0.50)), max(alone[0].pct(0.99), alone[1].pct(0.99))
+		if p, bound := abused.pct(0.50), p50+slack50; p > bound {
+			t.Errorf("%s write p50 %s while beta writes large objects, want at most %s (alone: %s and %s)", who, p, bound, alone[0].pct(0.50), alone[1].pct(0.50))
+		}
+		if p, bound := abused.pct(0.99), p99+slack99; p > bound {
+			t.Errorf("%s write p99 %s while beta writes large objects, want at most %s (alone: %s and %s; beta's median write %s)", who, p, bound, alone[0].pct(0.99), alone[1].pct(0.99), betaWrites.pct(0.50))
+		}
 	}
+	check("acme's", []latencies{quiet, after}, abused)
 	// The operator's writes take their turns as acme's do.
-	if p, bound := adminLat[2].pct(0.50), adminLat[0].pct(0.50)+250*time.Millisecond; p > bound {
-		t.Errorf("the admin API's write p50 %s while beta writes large objects, want at most %s (alone: %s)", p, bound, adminLat[0].pct(0.50))
-	}
-	if p, bound := adminLat[2].pct(0.99), adminLat[0].pct(0.99)+1500*time.Millisecond; p > bound {
-		t.Errorf("the admin API's write p99 %s while beta writes large objects, want at most %s (alone: %s)", p, bound, adminLat[0].pct(0.99))
-	}
+	check("the admin API's", []latencies{adminLat[0], adminLat[4]}, adminLat[2])
 	if throttles.Load() == 0 {
 		t.Errorf("beta was never told that its writes are throttled")
 	}
