@@ -113,10 +113,14 @@ type kubeLabOptions struct {
 	bgp bool
 }
 
-// newKubeLab starts the LB hosts, then the tenant cluster with its images
+// newKubeLab starts the LB hosts and the tenant cluster with its images
 // imported, then installs the agent from packaging/k8s as a Deployment.
 func newKubeLab(t *testing.T) *kubeLab { return newKubeLabWith(t, kubeLabOptions{}) }
 
+// newKubeLabWith starts the tenant cluster while the LB cluster forms:
+// neither needs the other until the agent is installed, and each spends
+// most of its start waiting (a Raft election and joins; an API server,
+// kubelets and image imports).
 func newKubeLabWith(t *testing.T, o kubeLabOptions) *kubeLab {
 	t.Helper()
 	needKubeTools(t)
@@ -124,73 +128,121 @@ func newKubeLabWith(t *testing.T, o kubeLabOptions) *kubeLab {
 		o.manifest = kubeLabManifest
 	}
 	bins := kubeBinaries(t)
-	l := &kubeLab{vipLab: newVIPLab(t, labOptions{teapot: true, acme: true, bgp: o.bgp, misses: kubeLabMisses, args: o.args}), start: time.Now()}
-	l.dir = filepath.Join(l.vipLab.dir, "kube")
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
+	began := time.Now()
+	// The images build in the background from the start: the first lab
+	// of the package builds them (under a minute alone, minutes under
+	// make test's load), the others find them built.
+	type built struct {
+		tarballs []string
+		err      error
 	}
-	must(os.MkdirAll(l.dir, 0o755))
+	imagesBuilt := make(chan built, 1)
+	go func() {
+		tarballs, err := kubeImagesOnce()
+		imagesBuilt <- built{tarballs, err}
+	}()
+	l := &kubeLab{}
+	// The tenant cluster's start, in the background from before the LB
+	// cluster forms until its nodes are Ready: its result is in started
+	// once done is closed.
+	var started struct {
+		k    *kubecluster.Cluster
+		err  error
+		took time.Duration
+	}
+	done := make(chan struct{})
+	beforeLB := func(v *vipLab) {
+		l.vipLab = v
+		l.dir = filepath.Join(v.dir, "kube")
+		must := func(err error) {
+			t.Helper()
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		must(os.MkdirAll(l.dir, 0o755))
+		var more []string
+		if o.images != nil {
+			more = o.images(l.dir)
+		}
+		cp, err := v.lab.AddHost("kcp", "192.0.2.30/24")
+		must(err)
+		var nodes []kubecluster.NodeConfig
+		for i := range 2 {
+			name := fmt.Sprintf("node%d", i+1)
+			addr := netip.AddrFrom4([4]byte{192, 0, 2, byte(31 + i)})
+			h, err := v.lab.AddHost(name, addr.String()+"/24")
+			must(err)
+			nodes = append(nodes, kubecluster.NodeConfig{Name: name, Host: h, Addr: addr,
+				PodCIDR: netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 51, 100, byte(64 * i)}), 26)})
+		}
+		stop, cancel := context.WithCancel(context.Background())
+		// Runs before the lab's own cleanup (registered earlier), which
+		// removes the hosts the cluster lives in. A lab that failed
+		// while the cluster started stops its start.
+		t.Cleanup(func() {
+			cancel()
+			<-done
+			if t.Failed() {
+				logs, _ := filepath.Glob(filepath.Join(l.dir, "*.log"))
+				more, _ := filepath.Glob(filepath.Join(l.dir, "*", "*.log"))
+				pods, _ := filepath.Glob(filepath.Join(l.dir, "*", "pod-logs", "*", "*", "*.log"))
+				for _, p := range append(append(logs, more...), pods...) {
+					t.Logf("---- %s, last 30 lines ----\n%s", p, tail(p, 30))
+				}
+			}
+			if started.k == nil {
+				return
+			}
+			if err := started.k.Close(); err != nil {
+				t.Errorf("close the tenant cluster: %v", err)
+			}
+		})
+		go func() {
+			defer close(done)
+			b := <-imagesBuilt
+			if b.err != nil {
+				started.err = b.err
+				return
+			}
+			t.Logf("images ready %s after the lab's start", time.Since(began).Round(100*time.Millisecond))
+			ctx, cancel := context.WithTimeout(stop, 5*time.Minute)
+			defer cancel()
+			from := time.Now()
+			started.k, started.err = kubecluster.Start(ctx, kubecluster.Config{
+				Bins: bins, Dir: l.dir,
+				ControlPlane: cp, ControlAddr: netip.MustParseAddr("192.0.2.30"),
+				Nodes:       nodes,
+				ServiceCIDR: netip.MustParsePrefix("203.0.113.0/24"),
+				ClusterCIDR: netip.MustParsePrefix("198.51.100.0/25"),
+				Images:      append(b.tarballs, more...), PauseImage: "teapot.test/pause:" + kubeImageTag,
+				Env: os.Environ(),
+			})
+			started.took = time.Since(from)
+		}()
+	}
+	l.vipLab = newVIPLab(t, labOptions{teapot: true, acme: true, bgp: o.bgp, misses: kubeLabMisses, args: o.args, beforeLB: beforeLB})
 	manifest := filepath.Join(l.dir, "tenant.yaml")
-	must(os.WriteFile(manifest, []byte(o.manifest), 0o644))
+	if err := os.WriteFile(manifest, []byte(o.manifest), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := l.cli(l.lbs[0], "apply", "-f", manifest); err != nil {
 		t.Fatal(err)
 	}
-	images := l.buildImages()
-	if o.images != nil {
-		images = append(images, o.images(l.dir)...)
+	lbReady := time.Now()
+	<-done
+	l.start = time.Now()
+	if started.err != nil {
+		t.Fatalf("start the tenant cluster: %v", started.err)
 	}
-	cp, err := l.lab.AddHost("kcp", "192.0.2.30/24")
-	must(err)
-	var nodes []kubecluster.NodeConfig
-	for i := range 2 {
-		name := fmt.Sprintf("node%d", i+1)
-		addr := netip.AddrFrom4([4]byte{192, 0, 2, byte(31 + i)})
-		h, err := l.lab.AddHost(name, addr.String()+"/24")
-		must(err)
-		nodes = append(nodes, kubecluster.NodeConfig{Name: name, Host: h, Addr: addr,
-			PodCIDR: netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 51, 100, byte(64 * i)}), 26)})
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	began := time.Now()
-	k, err := kubecluster.Start(ctx, kubecluster.Config{
-		Bins: bins, Dir: l.dir,
-		ControlPlane: cp, ControlAddr: netip.MustParseAddr("192.0.2.30"),
-		Nodes:       nodes,
-		ServiceCIDR: netip.MustParsePrefix("203.0.113.0/24"),
-		ClusterCIDR: netip.MustParsePrefix("198.51.100.0/25"),
-		Images:      images, PauseImage: "teapot.test/pause:" + kubeImageTag,
-		Env: os.Environ(),
-	})
-	if k != nil {
-		l.k = k
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			logs, _ := filepath.Glob(filepath.Join(l.dir, "*.log"))
-			more, _ := filepath.Glob(filepath.Join(l.dir, "*", "*.log"))
-			pods, _ := filepath.Glob(filepath.Join(l.dir, "*", "pod-logs", "*", "*", "*.log"))
-			for _, p := range append(append(logs, more...), pods...) {
-				t.Logf("---- %s, last 30 lines ----\n%s", p, tail(p, 30))
-			}
-		}
-		if l.k == nil {
-			return
-		}
-		if err := l.k.Close(); err != nil {
-			t.Errorf("close the tenant cluster: %v", err)
-		}
-	})
-	if err != nil {
-		t.Fatalf("start the tenant cluster: %v", err)
-	}
-	t.Logf("tenant cluster (control plane and 2 nodes) Ready in %s", time.Since(began).Round(100*time.Millisecond))
+	l.k = started.k
+	t.Logf("tenant cluster (control plane and 2 nodes) Ready in %s, %s after the lab's start; the LB cluster, formed and with the tenant's manifest, waited %s for it",
+		started.took.Round(100*time.Millisecond), time.Since(began).Round(100*time.Millisecond), l.start.Sub(lbReady).Round(100*time.Millisecond))
 	// The agent finds the Gateway API when it starts.
+	installing := time.Now()
 	l.installGatewayCRDs(o.gatewayChannel)
 	l.installAgent()
+	t.Logf("Gateway API CRDs and the agent installed in %s (both replicas Ready, one holds the Lease)", time.Since(installing).Round(100*time.Millisecond))
 	return l
 }
 
@@ -207,16 +259,24 @@ const kubeAgentVersion = "0.0.0-kubelab"
 func (l *kubeLab) buildImages() []string {
 	l.tb.Helper()
 	began := time.Now()
-	kubeImages.once.Do(func() {
-		kubeImages.tarballs, kubeImages.err = buildKubeImages(filepath.Join(binary.dir, "kube-images"))
-		kubeImages.took = time.Since(began)
-	})
-	if kubeImages.err != nil {
-		l.tb.Fatal(kubeImages.err)
+	tarballs, err := kubeImagesOnce()
+	if err != nil {
+		l.tb.Fatal(err)
 	}
 	l.tb.Logf("images ready after %s (built once for the package in %s)",
 		time.Since(began).Round(100*time.Millisecond), kubeImages.took.Round(100*time.Millisecond))
-	return slices.Clone(kubeImages.tarballs)
+	return tarballs
+}
+
+// kubeImagesOnce builds the labs' images, the first time it is called,
+// and returns their tarballs.
+func kubeImagesOnce() ([]string, error) {
+	kubeImages.once.Do(func() {
+		began := time.Now()
+		kubeImages.tarballs, kubeImages.err = buildKubeImages(filepath.Join(binary.dir, "kube-images"))
+		kubeImages.took = time.Since(began)
+	})
+	return slices.Clone(kubeImages.tarballs), kubeImages.err
 }
 
 // kubeImages holds the images the Kubernetes labs share.
@@ -673,8 +733,13 @@ func TestKubeClusterLoadBalancer(t *testing.T) {
 	parallelScenarioTaking(t, 200*time.Second)
 	l := newKubeLabWith(t, kubeLabOptions{args: kubeDNSArgs})
 	l.createNamespace("shop")
+	podsFrom := time.Now()
 	l.echoDeployment("shop", "echo", 2, "")
+	// The ExternalTrafficPolicyLocal subtest's pods, all on node1: they
+	// start with the echo pods rather than after them.
+	l.echoDeployment("shop", "local", 2, "node1")
 	l.waitDeployment("shop", "echo", 2)
+	t.Logf("2 echo pods Ready %s after their Deployment was created", time.Since(podsFrom).Round(100*time.Millisecond))
 
 	began := time.Now()
 	vip := l.createService(lbServiceFor("shop", "web", "echo", corev1.ProtocolTCP, 80))

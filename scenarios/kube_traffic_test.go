@@ -22,9 +22,9 @@ import (
 // healthCheckNodePort, so node2 (no local pod: kube-proxy drops the
 // traffic) gets none and every request is answered, from node1's pods,
 // which see the client's own address in the PROXY header. Moved to node2,
-// the traffic follows.
+// the traffic follows. The pods are those of the Deployment shop/local
+// (two, on node1), which the scenario made with its echo pods.
 func (l *kubeLab) testLocalTraffic(t *testing.T) {
-	l.echoDeployment("shop", "local", 2, "node1")
 	l.waitDeployment("shop", "local", 2)
 	svc := lbServiceFor("shop", "local", "local", corev1.ProtocolTCP, 80)
 	svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal

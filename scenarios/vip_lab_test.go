@@ -174,6 +174,10 @@ type labOptions struct {
 	args []string
 	// hostArgs, when set, gives more serve flags for one LB host.
 	hostArgs func(n *lbHost) []string
+	// beforeLB, when set, runs once the lab's hosts are made and before
+	// the first LB host starts: what it starts in the background (a
+	// tenant cluster) comes up while the LB cluster forms.
+	beforeLB func(l *vipLab)
 }
 
 // needTools skips tb when the lab cannot run here.
@@ -290,6 +294,16 @@ func newVIPLab(tb testing.TB, opt labOptions) *vipLab {
 			n.args = append(n.args, "--config", cfg)
 		}
 	}
+	if opt.beforeLB != nil {
+		opt.beforeLB(l)
+	}
+	// The first scenario of the process builds the binary here.
+	building := time.Now()
+	l.binary()
+	formed := time.Now()
+	if d := formed.Sub(building); d > time.Second {
+		tb.Logf("teapot-lb binary built in %s", d.Round(100*time.Millisecond))
+	}
 	l.start(l.lbs[0])
 	l.waitMember(l.lbs[0])
 	for _, n := range l.lbs[1:] {
@@ -304,6 +318,7 @@ func newVIPLab(tb testing.TB, opt labOptions) *vipLab {
 	if _, err := l.cli(l.lbs[0], "apply", "-f", manifest); err != nil {
 		tb.Fatal(err)
 	}
+	tb.Logf("LB cluster of %d hosts formed, its manifest applied, in %s", len(l.lbs), time.Since(formed).Round(100*time.Millisecond))
 	return l
 }
 

@@ -116,18 +116,44 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if err := c.writeRecord(); err != nil {
 		return nil, fmt.Errorf("note the cluster for cleanup: %w", err)
 	}
-	if err := c.startControlPlane(ctx); err != nil {
-		c.Close()
-		return nil, err
+	// The control plane and each node's containerd with its images
+	// start side by side: none of them needs another until the kubelets
+	// start, and each mostly waits (etcd and the API server for their
+	// readiness, containerd for its socket, the imports for the disk).
+	cpErr := make(chan error, 1)
+	go func() { cpErr <- c.startControlPlane(ctx) }()
+	nodes := make([]*Node, len(cfg.Nodes))
+	nodeErrs := make([]error, len(cfg.Nodes))
+	var wg sync.WaitGroup
+	for i, nc := range cfg.Nodes {
+		nodes[i], nodeErrs[i] = c.newNode(nc)
+		if nodeErrs[i] != nil {
+			break
+		}
 	}
-	for _, nc := range cfg.Nodes {
-		n, err := c.startNode(ctx, nc)
+	for i, n := range nodes {
+		if n != nil && nodeErrs[i] == nil {
+			wg.Go(func() { nodeErrs[i] = n.startRuntime(ctx) })
+		}
+	}
+	wg.Wait()
+	err := <-cpErr
+	for i, n := range nodes {
 		if n != nil {
 			c.Nodes = append(c.Nodes, n)
 		}
-		if err != nil {
+		if nodeErrs[i] != nil && err == nil {
+			err = fmt.Errorf("node %s: %w", cfg.Nodes[i].Name, nodeErrs[i])
+		}
+	}
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	for _, n := range c.Nodes {
+		if err := n.startAgents(); err != nil {
 			c.Close()
-			return nil, fmt.Errorf("node %s: %w", nc.Name, err)
+			return nil, fmt.Errorf("node %s: %w", n.Name, err)
 		}
 	}
 	if err := c.WaitNodesReady(ctx, NodeTimeout); err != nil {

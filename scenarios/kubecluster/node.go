@@ -36,7 +36,9 @@ func (n *Node) socket() string { return filepath.Join(n.dir, "containerd.sock") 
 // hierarchy.
 func (n *Node) cgroupRoot() string { return "/" + n.c.cgroup + "/" + n.Name }
 
-func (c *Cluster) startNode(ctx context.Context, nc NodeConfig) (*Node, error) {
+// newNode sets up a node's network and cgroup, the parts it shares with
+// the other nodes (its routes to their pods, the cluster's cgroup).
+func (c *Cluster) newNode(nc NodeConfig) (*Node, error) {
 	n := &Node{NodeConfig: nc, c: c, dir: filepath.Join(c.cfg.Dir, nc.Name), netnsSeen: map[string]bool{}}
 	if entries, err := os.ReadDir("/run/netns"); err == nil {
 		for _, e := range entries {
@@ -55,18 +57,31 @@ func (c *Cluster) startNode(ctx context.Context, nc NodeConfig) (*Node, error) {
 	if err := weighCgroup("/" + c.cgroup); err != nil {
 		return n, err
 	}
+	return n, nil
+}
+
+// startRuntime starts the node's containerd and imports the cluster's
+// images into it: what the node needs before its kubelet starts, and
+// nothing the API server serves.
+func (n *Node) startRuntime(ctx context.Context) error {
 	if err := n.startContainerd(ctx); err != nil {
-		return n, err
+		return err
 	}
-	for _, img := range c.cfg.Images {
+	for _, img := range n.c.cfg.Images {
 		if err := n.Import(ctx, img); err != nil {
-			return n, err
+			return err
 		}
 	}
+	return nil
+}
+
+// startAgents starts the node's kubelet and kube-proxy, which register
+// with the API server.
+func (n *Node) startAgents() error {
 	if err := n.startKubelet(); err != nil {
-		return n, err
+		return err
 	}
-	return n, n.startKubeProxy()
+	return n.startKubeProxy()
 }
 
 // network turns on forwarding and routes the other nodes' pods.
