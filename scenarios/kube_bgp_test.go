@@ -327,12 +327,7 @@ func TestKubeTenantBGP(t *testing.T) {
 	for _, c := range clusters {
 		t.Cleanup(func() {
 			if t.Failed() {
-				logs, _ := filepath.Glob(filepath.Join(c.dir, "*.log"))
-				more, _ := filepath.Glob(filepath.Join(c.dir, "*", "*.log"))
-				pods, _ := filepath.Glob(filepath.Join(c.dir, "*", "pod-logs", "*", "*", "*.log"))
-				for _, p := range append(append(logs, more...), pods...) {
-					t.Logf("---- %s, last 30 lines ----\n%s", p, tail(p, 30))
-				}
+				logKubeCluster(t, c.dir)
 			}
 			if c.k == nil {
 				return

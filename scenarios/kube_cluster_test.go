@@ -184,12 +184,7 @@ func newKubeLabWith(t *testing.T, o kubeLabOptions) *kubeLab {
 			cancel()
 			<-done
 			if t.Failed() {
-				logs, _ := filepath.Glob(filepath.Join(l.dir, "*.log"))
-				more, _ := filepath.Glob(filepath.Join(l.dir, "*", "*.log"))
-				pods, _ := filepath.Glob(filepath.Join(l.dir, "*", "pod-logs", "*", "*", "*.log"))
-				for _, p := range append(append(logs, more...), pods...) {
-					t.Logf("---- %s, last 30 lines ----\n%s", p, tail(p, 30))
-				}
+				logKubeCluster(t, l.dir)
 			}
 			if started.k == nil {
 				return
@@ -244,6 +239,18 @@ func newKubeLabWith(t *testing.T, o kubeLabOptions) *kubeLab {
 	l.installAgent()
 	t.Logf("Gateway API CRDs and the agent installed in %s (both replicas Ready, one holds the Lease)", time.Since(installing).Round(100*time.Millisecond))
 	return l
+}
+
+// logKubeCluster logs the last 30 lines of each log of the tenant
+// cluster in dir: its components', its nodes' and its pods'.
+func logKubeCluster(t *testing.T, dir string) {
+	t.Helper()
+	logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
+	more, _ := filepath.Glob(filepath.Join(dir, "*", "*.log"))
+	pods, _ := filepath.Glob(filepath.Join(dir, "*", "pod-logs", "*", "*", "*.log"))
+	for _, p := range append(append(logs, more...), pods...) {
+		t.Logf("---- %s, last 30 lines ----\n%s", p, tail(p, 30))
+	}
 }
 
 // kubeAgentVersion is the version of the agent image the lab builds.
