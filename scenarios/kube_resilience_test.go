@@ -308,6 +308,9 @@ func (l *kubeLab) testDelete(t *testing.T) {
 		return nil
 	})
 	t.Logf("%d Services deleted: every VIP released %s later", len(vips), time.Since(began).Round(time.Millisecond))
+	// The wait may outlast ctx (cliTimeout), made before the deletes.
+	ctx, cancel = l.ctx()
+	defer cancel()
 	left, err := l.k.Client.CoreV1().Services("").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=teapot-lb-agent"})
 	if err != nil {
 		t.Fatal(err)
