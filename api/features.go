@@ -128,9 +128,10 @@ const (
 	// interface of their own (VIPPool.interface). A host of an earlier
 	// release ignores it and puts them on its --vip-interface.
 	FeaturePoolInterface = "pool-interface"
-	// FeatureTenantBGPUpdateRate: a bound on the UPDATE messages a
-	// tenant's BGP session may send (bgp.maxUpdatesPerSecond). A host of
-	// an earlier release ignores it and bounds nothing.
+	// FeatureTenantBGPUpdateRate: a bound on the route changes, and the
+	// UPDATE messages, a tenant's BGP session may send
+	// (bgp.maxUpdatesPerSecond). A host of an earlier release ignores it
+	// and bounds nothing.
 	FeatureTenantBGPUpdateRate = "tenant-bgp-update-rate"
 	// FeatureACMEWildcard: wildcard route hosts ("*.acme.example") on
 	// https listeners with tls.acme, issued through ACME DNS-01 from the

@@ -27,8 +27,9 @@ const (
 	// MaxBGPPasswordLen is the longest TCP MD5 key Linux takes.
 	MaxBGPPasswordLen = 80
 	// DefaultTenantBGPUpdateRate is bgp.maxUpdatesPerSecond when it is 0,
-	// and MaxTenantBGPUpdateRate the most an operator may set: each
-	// UPDATE a session sends costs every LB host's speaker and relay work.
+	// and MaxTenantBGPUpdateRate the most an operator may set: each route
+	// a session announces or withdraws, and each UPDATE message it sends,
+	// costs every LB host's speaker and relay work.
 	DefaultTenantBGPUpdateRate = 100
 	MaxTenantBGPUpdateRate     = 10000
 	// MaxTenantBGPUpdateBurst bounds the burst of UPDATE messages beyond
@@ -153,10 +154,16 @@ func TenantBGPMaxPrefixesTotal(b *pb.TenantBGP) uint32 {
 	return min(DefaultTenantBGPTotalSessions*TenantBGPMaxPrefixes(b), MaxTenantBGPMaxPrefixesTotal)
 }
 
-// TenantBGPUpdateRate is the UPDATE messages per second one session of b
-// may send; TenantBGPUpdateBurst how many it may send at once beyond
-// that: a whole table of maxPrefixes routes, one per message, up to
-// MaxTenantBGPUpdateBurst.
+// TenantBGPUpdateRate is the route changes per second one session of b
+// may send: the prefixes its UPDATE messages announce and withdraw, an
+// UPDATE that carries none (an End-of-RIB, one that changes only
+// attributes) counting one. TenantBGPRouteBurst is how many it may send
+// at once: the rate and a whole table of maxPrefixes routes, however
+// they are packed. TenantBGPUpdateBurst bounds the UPDATE messages at
+// the same rate, in bursts of maxPrefixes more, at most
+// MaxTenantBGPUpdateBurst: a message costs a host more than a route it
+// carries, so a table of more than 1,000 routes sent one a message is
+// cut there.
 func TenantBGPUpdateRate(b *pb.TenantBGP) uint32 {
 	if n := b.GetMaxUpdatesPerSecond(); n != 0 {
 		return n
@@ -164,8 +171,12 @@ func TenantBGPUpdateRate(b *pb.TenantBGP) uint32 {
 	return DefaultTenantBGPUpdateRate
 }
 
-// TenantBGPUpdateBurst: see TenantBGPUpdateRate. The burst beyond the
-// rate is maxPrefixes, at most MaxTenantBGPUpdateBurst.
+// TenantBGPRouteBurst: see TenantBGPUpdateRate.
+func TenantBGPRouteBurst(b *pb.TenantBGP) uint32 {
+	return TenantBGPUpdateRate(b) + TenantBGPMaxPrefixes(b)
+}
+
+// TenantBGPUpdateBurst: see TenantBGPUpdateRate.
 func TenantBGPUpdateBurst(b *pb.TenantBGP) uint32 {
 	return TenantBGPUpdateRate(b) + min(TenantBGPMaxPrefixes(b), MaxTenantBGPUpdateBurst)
 }
@@ -260,7 +271,7 @@ func checkTenantBGP(ck *checker, t *pb.Tenant, nets []netip.Prefix) {
 		}
 	}
 	if n := b.GetMaxUpdatesPerSecond(); n > MaxTenantBGPUpdateRate {
-		ck.invalidf("bgp.maxUpdatesPerSecond", "%d is over the bound of %d UPDATE messages per second and session", n, MaxTenantBGPUpdateRate)
+		ck.invalidf("bgp.maxUpdatesPerSecond", "%d is over the bound of %d route changes per second and session", n, MaxTenantBGPUpdateRate)
 	}
 	if n := b.GetMaxPrefixLength(); n > 32 {
 		ck.invalidf("bgp.maxPrefixLength", "%d is not an IPv4 prefix length (1 to 32)", n)

@@ -72,7 +72,7 @@ func TestValidateTenant(t *testing.T) {
 		}, pass()},
 		{"bgp update rate over", func(t *pb.Tenant) {
 			t.Bgp = &pb.TenantBGP{Asn: 1, Peers: []string{"10.20.0.5"}, MaxUpdatesPerSecond: MaxTenantBGPUpdateRate + 1}
-		}, bad("bgp.maxUpdatesPerSecond", "10001 is over the bound of 10000 UPDATE messages per second")},
+		}, bad("bgp.maxUpdatesPerSecond", "10001 is over the bound of 10000 route changes per second")},
 		{"bgp prefix total", func(t *pb.Tenant) {
 			t.Bgp = &pb.TenantBGP{Asn: 1, Peers: []string{"10.20.0.5"}, MaxPrefixesTotal: MaxTenantBGPMaxPrefixesTotal}
 		}, pass()},

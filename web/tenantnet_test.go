@@ -187,7 +187,7 @@ func tenantBGP(id string, n int) *pb.HostObservation {
 		Sessions: []*pb.TenantBGPSession{
 			{Peer: "10.1.0.2", State: "established", Received: uint32(2 * n), Since: timestamppb.New(time.Unix(1000, 0)), Bfd: "up", BfdSince: timestamppb.New(time.Unix(1001, 0))},
 			{Peer: "10.1.0.3", State: "prefix-limit", Reason: "announced more than maxPrefixes (100)", Bfd: "down", BfdReason: hostile + strings.Repeat("b", 1000)},
-			{Peer: hostile, State: "update-limit", Reason: "sent UPDATE messages faster than maxUpdatesPerSecond"},
+			{Peer: hostile, State: "update-limit", Reason: "sent route changes faster than maxUpdatesPerSecond"},
 		}}
 	for i := range n {
 		o.Accepted = append(o.Accepted, &pb.TenantRoute{Prefix: fmt.Sprintf("10.2.%d.0/24", i), NextHop: "10.1.0.2", Peer: "10.1.0.2"})

@@ -37,7 +37,7 @@ func (r *Reference) Markdown(w io.Writer) error {
 		"a share of its requests in flight), DNS queries for its names\n" +
 		"(`serve --dns-queries-per-tenant`), new DNSSEC signatures for its names\n" +
 		"(`serve --dns-signatures-per-tenant`), the routes its BGP speakers announce\n" +
-		"(`bgp.maxPrefixes` per session, `bgp.maxPrefixesTotal` per host) and the UPDATE messages they send\n" +
+		"(`bgp.maxPrefixes` per session, `bgp.maxPrefixesTotal` per host) and the route changes they send\n" +
 		"(`bgp.maxUpdatesPerSecond` per session), the bytes its agents write through the hosts' streams\n" +
 		"(`quotas.writeBytesPerSecond`), and, on hosts with `serve --data-path io_uring`, the io_uring\n" +
 		"buffers its TCP connections hold. The README's\n" +

@@ -62,7 +62,7 @@ var rules = map[string]rule{
 	"teapot.v1.TenantBGP.password":               {limits: fmt.Sprintf("at most %d characters", api.MaxBGPPasswordLen)},
 	"teapot.v1.TenantBGP.max_prefixes":           {def: fmt.Sprint(api.DefaultTenantBGPMaxPrefixes), limits: fmt.Sprintf("at most %d", api.MaxTenantBGPMaxPrefixes)},
 	"teapot.v1.TenantBGP.max_prefix_length":      {def: "32", limits: "1 to 32"},
-	"teapot.v1.TenantBGP.max_updates_per_second": {def: fmt.Sprint(api.DefaultTenantBGPUpdateRate), limits: fmt.Sprintf("at most %d; bursts of maxPrefixes more, at most %d", api.MaxTenantBGPUpdateRate, api.MaxTenantBGPUpdateBurst)},
+	"teapot.v1.TenantBGP.max_updates_per_second": {def: fmt.Sprint(api.DefaultTenantBGPUpdateRate), limits: fmt.Sprintf("at most %d; bursts of maxPrefixes more (UPDATE messages: at most %d more)", api.MaxTenantBGPUpdateRate, api.MaxTenantBGPUpdateBurst)},
 	"teapot.v1.TenantBGP.community":              {example: "64512:100", limits: "required with reannounce, and only with it"},
 	"teapot.v1.TenantBGP.reannounce":             {def: "false", limits: "needs community; not with attachment (the tenant's routes are in its own address space); feature level 6 on every host"},
 	"teapot.v1.TenantBGP.max_prefixes_total":     {def: fmt.Sprintf("%d × maxPrefixes", api.DefaultTenantBGPTotalSessions), limits: fmt.Sprintf("at most %d; not under maxPrefixes when both are set", api.MaxTenantBGPMaxPrefixesTotal)},

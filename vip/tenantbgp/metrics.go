@@ -18,7 +18,7 @@ var (
 	descJudge = prometheus.NewDesc("teapot_lb_tenant_bgp_judge_seconds_total",
 		"Time this host spent taking in, judging and installing the routes the tenant's speakers announced (its namespace's table, or its share of the host's).", []string{"tenant"}, nil)
 	descUpdateLimits = prometheus.NewDesc("teapot_lb_tenant_bgp_update_limit_total",
-		"Sessions this host closed for sending UPDATE messages faster than the tenant's bgp.maxUpdatesPerSecond.", []string{"tenant"}, nil)
+		"Sessions this host closed for sending route changes (prefixes announced or withdrawn) or UPDATE messages faster than the tenant's bgp.maxUpdatesPerSecond.", []string{"tenant"}, nil)
 	descBFDDowns = prometheus.NewDesc("teapot_lb_tenant_bgp_bfd_down_total",
 		"BGP sessions this host reset because their BFD session (bgp.bfd) went down.", []string{"tenant"}, nil)
 	descBFDDropped = prometheus.NewDesc("teapot_lb_tenant_bgp_bfd_dropped_total",

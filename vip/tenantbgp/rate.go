@@ -9,16 +9,24 @@ import (
 	gobgpapi "github.com/osrg/gobgp/v4/api"
 
 	"github.com/teapot-lb/teapot-lb/api"
+	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
 
-// updateBucket bounds the UPDATE messages one session sends: a token
-// bucket that refills at the tenant's bgp.maxUpdatesPerSecond up to the
-// burst (api.TenantBGPUpdateBurst), each UPDATE taking one. The relay
-// reads the session's count of received UPDATEs on every pass (at least
-// every 2s, within 100ms of a change).
+// updateBucket bounds what one session sends: a token bucket that
+// refills at the tenant's bgp.maxUpdatesPerSecond up to a burst, each
+// thing counted taking one. Each session has two as gobgp's events come
+// (onPaths): one of the route changes its UPDATE messages carry (each
+// prefix announced or withdrawn, an End-of-RIB one; bursts of
+// api.TenantBGPRouteBurst, a whole table), one of the messages (bursts
+// of api.TenantBGPUpdateBurst). On every pass (at least every 2s, within
+// 100ms of a change) the relay also reads gobgp's count of the session's
+// received UPDATE messages into a third, of messages: that count holds
+// those that came without an event (an UPDATE without prefixes), and
+// gobgp counts no route changes, so the pass's bucket is a floor in
+// messages.
 type updateBucket struct {
 	tokens float64
-	count  uint64 // UPDATE messages received, as last read
+	count  uint64 // things counted, as last read
 	at     time.Time
 }
 
@@ -51,9 +59,10 @@ type rateLimit struct {
 }
 
 // checkRate bounds the UPDATE messages of the established session with
-// a (tenant b): one over its rate is closed (the relay disables the peer,
-// so gobgp sends a Cease and forgets its routes), counted and reported,
-// and dialled again LimitHold later. It returns the state and reason to
+// a (tenant b) as gobgp counts them, and takes up a session onPaths
+// closed for its route changes or messages: one over its rate is closed
+// (the relay disables the peer, so gobgp sends a Cease and forgets its
+// routes), counted and reported, and dialled again LimitHold later. It returns the state and reason to
 // show while the session is held back ("" when it is not).
 func (r *Relay) checkRate(ctx context.Context, a netip.Addr, b *gobgpapi.Peer, tb *tenantRules, now time.Time) (string, string) {
 	if lim, ok := r.rateLimited[a]; ok {
@@ -64,6 +73,7 @@ func (r *Relay) checkRate(ctx context.Context, a netip.Addr, b *gobgpapi.Peer, t
 				r.dmu.Lock()
 				if rb := r.ribs[a]; rb != nil {
 					rb.rateClosedAt, rb.bucket, rb.updates = time.Time{}, nil, 0
+					rb.changeBucket, rb.changes = nil, 0
 					rb.reset()
 				}
 				r.dmu.Unlock()
@@ -76,12 +86,11 @@ func (r *Relay) checkRate(ctx context.Context, a netip.Addr, b *gobgpapi.Peer, t
 		return "", ""
 	}
 	rate, burst := float64(api.TenantBGPUpdateRate(tb.bgp)), float64(api.TenantBGPUpdateBurst(tb.bgp))
-	reason := fmt.Sprintf("sent UPDATE messages faster than maxUpdatesPerSecond (%d per second, bursts of %d); dialled again %s after it was closed",
-		api.TenantBGPUpdateRate(tb.bgp), api.TenantBGPUpdateBurst(tb.bgp), r.cfg.LimitHold)
+	reason := rateReason(tb.bgp, r.cfg.LimitHold)
 	var since time.Time
 	r.dmu.Lock()
 	if rb := r.ribs[a]; rb != nil {
-		rb.rate, rb.burst = rate, burst
+		rb.rate, rb.burst, rb.changeBurst = rate, burst, float64(api.TenantBGPRouteBurst(tb.bgp))
 		since = rb.rateClosedAt
 	}
 	r.dmu.Unlock()
@@ -125,13 +134,24 @@ func (r *Relay) checkRate(ctx context.Context, a netip.Addr, b *gobgpapi.Peer, t
 	return stateUpdateLimit, reason
 }
 
+// rateReason is why a session of b was closed for its update rate, for
+// the operator and the tenant.
+func rateReason(b *pb.TenantBGP, hold time.Duration) string {
+	burst := fmt.Sprintf("bursts of %d", api.TenantBGPRouteBurst(b))
+	if msgs := api.TenantBGPUpdateBurst(b); msgs != api.TenantBGPRouteBurst(b) {
+		burst = fmt.Sprintf("bursts of %d route changes or %d UPDATE messages", api.TenantBGPRouteBurst(b), msgs)
+	}
+	return fmt.Sprintf("sent route changes faster than maxUpdatesPerSecond (%d per second, %s); dialled again %s after it was closed",
+		api.TenantBGPUpdateRate(b), burst, hold)
+}
+
 // stateUpdateLimit is the state of a session held back for its update
 // rate.
 const stateUpdateLimit = "update-limit"
 
-// closeOverRate closes a's session for sending UPDATE messages faster
-// than its bound, as onPaths found: gobgp sends a Cease and drops the
-// session's routes; the next pass reports it (checkRate).
+// closeOverRate closes a's session for sending route changes or UPDATE
+// messages faster than its bound, as onPaths found: gobgp sends a Cease
+// and drops the session's routes; the next pass reports it (checkRate).
 func (r *Relay) closeOverRate(a netip.Addr) {
 	if err := r.srv.DisablePeer(r.ctx, &gobgpapi.DisablePeerRequest{Address: a.String(), Communication: "update rate over the bound"}); err != nil && r.ctx.Err() == nil {
 		r.log.Warn("cannot close a tenant BGP session over its update rate", "peer", a, "err", err)

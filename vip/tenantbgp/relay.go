@@ -177,8 +177,10 @@ type Relay struct {
 	lastFull    time.Time
 	lists       map[string]*routeLists
 	installs    map[string]*spaceInstall
-	// buckets bound each established session's UPDATE messages, and
-	// rateLimited holds the sessions closed for going over (rate.go).
+	// buckets bound each established session's UPDATE messages as gobgp
+	// counts them (a floor: gobgp's events are charged as they come, in
+	// the sessions' mirrors), and rateLimited holds the sessions closed
+	// for going over (rate.go).
 	buckets     map[netip.Addr]*updateBucket
 	rateLimited map[netip.Addr]rateLimit
 	// failed are the routes the kernel refused at the last install of
@@ -514,7 +516,7 @@ func (r *Relay) syncPeers(ctx context.Context, w *world) {
 		// bound (the fingerprint holds it) sends its table again.
 		total.limit = int(api.TenantBGPMaxPrefixesTotal(b))
 		rb := newRIB(api.TenantBGPMaxPrefixes(b), total)
-		rb.rate, rb.burst = float64(api.TenantBGPUpdateRate(b)), float64(api.TenantBGPUpdateBurst(b))
+		rb.rate, rb.burst, rb.changeBurst = float64(api.TenantBGPUpdateRate(b)), float64(api.TenantBGPUpdateBurst(b)), float64(api.TenantBGPRouteBurst(b))
 		r.ribs[a] = rb
 		r.dmu.Unlock()
 		if err := r.srv.AddPeer(ctx, &gobgpapi.AddPeerRequest{Peer: p}); err != nil {

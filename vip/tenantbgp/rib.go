@@ -32,13 +32,15 @@ type rib struct {
 	// (zero while it is not).
 	closedAt time.Time
 	// updates counts the UPDATE messages of the session's events into
-	// bucket (rate.go), at rate and burst a second; rateClosedAt is when
-	// the session was closed for going over (zero while it is not; the
-	// pass then reports it and dials it again).
-	updates      uint64
-	bucket       *updateBucket
-	rate, burst  float64
-	rateClosedAt time.Time
+	// bucket, and changes the route changes they carry into changeBucket
+	// (rate.go), both at rate a second, in bursts of burst messages and
+	// changeBurst changes; rateClosedAt is when the session was closed
+	// for going over (zero while it is not; the pass then reports it and
+	// dials it again).
+	updates, changes         uint64
+	bucket, changeBucket     *updateBucket
+	rate, burst, changeBurst float64
+	rateClosedAt             time.Time
 }
 
 // tenantTotal is the count of the routes all of a tenant's sessions
@@ -66,22 +68,35 @@ func (r *Relay) onPaths(ps []*apiutil.Path) {
 	var counted netip.Addr
 	now := time.Now()
 	r.dmu.Lock()
-	for _, p := range ps {
+	for i, p := range ps {
 		a := p.PeerAddress.Unmap()
 		rb := r.ribs[a]
 		if rb == nil || !rb.closedAt.IsZero() || !rb.rateClosedAt.IsZero() {
 			continue
 		}
 		if a != counted {
-			// The paths of one UPDATE message: one from the session's
-			// bucket, here as gobgp's events come rather than at the next
-			// pass, so a flood is cut at its burst.
+			// The paths of one UPDATE message, here as gobgp's events
+			// come rather than at the next pass, so a flood is cut at its
+			// burst: one from the session's bucket of messages, and one
+			// a prefix announced or withdrawn (an End-of-RIB is a path
+			// too) from its bucket of route changes.
 			counted = a
+			n := 0
+			for _, q := range ps[i:] {
+				if q.PeerAddress.Unmap() == a {
+					n++
+				}
+			}
 			rb.updates++
+			rb.changes += uint64(n)
 			if rb.bucket == nil {
 				rb.bucket = newBucket(0, now, rb.burst)
 			}
-			if rb.bucket.take(rb.updates, now, rb.rate, rb.burst) {
+			if rb.changeBucket == nil {
+				rb.changeBucket = newBucket(0, now, rb.changeBurst)
+			}
+			overMsgs := rb.bucket.take(rb.updates, now, rb.rate, rb.burst)
+			if rb.changeBucket.take(rb.changes, now, rb.rate, rb.changeBurst) || overMsgs {
 				rb.reset()
 				rb.rateClosedAt = now
 				fast = append(fast, a)

@@ -422,10 +422,14 @@ type TenantBGP struct {
 	// (0: 128); more specific ones are dropped.
 	MaxPrefixLength  uint32 `protobuf:"varint,5,opt,name=max_prefix_length,json=maxPrefixLength,proto3" json:"max_prefix_length,omitempty"`
 	MaxPrefixLength6 uint32 `protobuf:"varint,6,opt,name=max_prefix_length6,json=maxPrefixLength6,proto3" json:"max_prefix_length6,omitempty"`
-	// UPDATE messages per second one session may send (0: 100; at most
-	// 10000), with bursts of maxPrefixes more, at most 1000 (a table of
-	// that many routes at once, one a message). A session that sends faster
-	// is closed, counted and dialled again after 30s; its routes go with it.
+	// Route changes per second one session may send (0: 100; at most
+	// 10000): the prefixes its UPDATE messages announce and withdraw, an
+	// UPDATE that carries none counting one, with bursts of maxPrefixes
+	// more (a whole table at once, however packed). Its UPDATE messages are
+	// bounded at the same rate with bursts of maxPrefixes more, at most
+	// 1000 (a table of that many routes, one a message). A session that
+	// sends faster is closed, counted and dialled again after 30s; its
+	// routes go with it.
 	MaxUpdatesPerSecond uint32 `protobuf:"varint,180,opt,name=max_updates_per_second,json=maxUpdatesPerSecond,proto3" json:"max_updates_per_second,omitempty"`
 	// Prefixes all the tenant's sessions together may hold on one LB host
 	// (0: four times maxPrefixes, at most 200000; at most 200000). The
