@@ -280,7 +280,7 @@ func (st *h2Stream) exchange(m Member, opts *BackendOptions, rht time.Duration, 
 	s := c.s
 	key := keyOf(m.Addr(), opts.Protocol, opts)
 	now := nowNano()
-	u, _ := s.takeIdle(key, now)
+	u, _ := s.takeIdle(key, now, &c.pool)
 	reused := true
 	var err error
 	if u == nil {
@@ -470,12 +470,12 @@ func (st *h2Stream) relay(u *upConn) (n int64, err error) {
 		}
 		st.bodyDone = nil
 	}
-	if err == nil && reusable && !cut && u.r == u.w && s.pools.get(u.key) != nil {
+	if err == nil && reusable && !cut && u.r == u.w {
 		// The deadlines stay as rdl and wdl record them: whoever takes
 		// the connection next moves them only when they are too short
 		// (setDeadline), not twice per request.
 		u.idleAt = nowNano()
-		if s.pools.get(u.key).put(u, s.cfg.MaxIdlePerMember) {
+		if s.pools.putBack(u, s.cfg.MaxIdlePerMember) {
 			return n, nil
 		}
 	}
