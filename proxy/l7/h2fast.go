@@ -125,7 +125,7 @@ func (st *h2Stream) serveFast() bool {
 		return false
 	}
 	be, opts := d.be, d.opts
-	defer st.report(time.Now())
+	defer st.report(nowNano())
 	stats := &st.stats
 	fail := st.fail
 	limit, key, code := st.begin(&d)
@@ -148,13 +148,13 @@ func (st *h2Stream) serveFast() bool {
 			return fail(503, OutcomeNoMember)
 		}
 		stats.Member, stats.Pool = m.Addr(), opts.Pool
-		t0 := time.Now()
+		t0 := nowNano()
 		if err := hc.members.acquire(c.ctx, s.cfg.MaxMembersPerConn, rht); err != nil {
-			m.Done(nil, 0, time.Since(t0))
+			m.Done(nil, 0, time.Duration(nowNano()-t0))
 			return fail(statusFor(err), outcomeFor(err))
 		}
 		u, err := st.exchange(m, opts, rht, limit)
-		d := time.Since(t0)
+		d := time.Duration(nowNano() - t0)
 		if err != nil {
 			hc.members.release()
 			st.c.mu.Lock()
@@ -231,9 +231,10 @@ func (st *h2Stream) relayed(n int64, err error) bool {
 	return true
 }
 
-// report hands the request's figures to the metrics.
-func (st *h2Stream) report(start time.Time) {
-	st.stats.Duration = time.Since(start)
+// report hands the request's figures to the metrics; start is when the
+// request began (nowNano).
+func (st *h2Stream) report(start int64) {
+	st.stats.Duration = time.Duration(nowNano() - start)
 	st.c.s.cfg.Metrics.Request(st.stats)
 }
 
