@@ -455,7 +455,7 @@ func (c *clientConn) finish(status int, out Outcome) {
 
 // release returns a member connection to its pool, or closes it.
 func (c *clientConn) release(u *upConn) {
-	if u.private || !c.s.pools.get(u.key).put(u, c.s.cfg.MaxIdlePerMember) {
+	if u.private || !c.s.pools.putBack(u, c.s.cfg.MaxIdlePerMember) {
 		u.close()
 	}
 }

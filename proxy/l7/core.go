@@ -256,9 +256,15 @@ func sendH1Body(u *upConn, body io.Reader, chunked bool, limit int64, bt time.Du
 // takeIdle takes an idle pooled connection of key for a request sent
 // through net/http values or from an HTTP/2 client, passing over those
 // idle for staleAfter that the member has closed (nil when there is
-// none), and the pool.
-func (s *Server) takeIdle(key poolKey, now int64) (*upConn, *memberPool) {
-	p := s.pools.get(key)
+// none), and the pool. last, when not nil, is the caller's pool of its
+// previous request (pools.poolOf).
+func (s *Server) takeIdle(key poolKey, now int64, last *atomic.Pointer[memberPool]) (*upConn, *memberPool) {
+	var p *memberPool
+	if last != nil {
+		p = s.pools.poolOf(key, last)
+	} else {
+		p = s.pools.get(key)
+	}
 	u := p.take(now, s.cfg.UpstreamIdleTimeout)
 	for u != nil && now-u.idleAt >= staleAfter && u.closedByPeer() {
 		u.close()

@@ -41,7 +41,7 @@ func (rt h1RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	defer wbufs.Put(bp)
 
 	now := nowNano()
-	u, p := s.takeIdle(key, now)
+	u, p := s.takeIdle(key, now, nil)
 	reused := true
 	if u == nil {
 		if u, err = s.dial(ctx, key, opts, nil); err != nil {
@@ -365,13 +365,13 @@ func (b *h1RespBody) end(err error) error {
 			reusable = false
 		}
 	}
-	if reusable && b.s.pools.get(u.key) == b.p {
+	if reusable {
 		u.idleAt = nowNano()
 		// Disarm the deadlines of an idle connection: armed timers of
 		// hundreds of pooled connections cost more than re-arming.
 		_ = u.nc.SetDeadline(time.Time{})
 		u.rdl, u.wdl = 0, 0
-		if b.p.put(u, b.s.cfg.MaxIdlePerMember) {
+		if kept, _ := b.p.put(u, b.s.cfg.MaxIdlePerMember); kept {
 			return b.err
 		}
 	}

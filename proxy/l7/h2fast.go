@@ -125,7 +125,7 @@ func (st *h2Stream) serveFast() bool {
 		return false
 	}
 	be, opts := d.be, d.opts
-	defer st.report(time.Now())
+	defer st.report(nowNano())
 	stats := &st.stats
 	fail := st.fail
 	limit, key, code := st.begin(&d)
@@ -148,13 +148,13 @@ func (st *h2Stream) serveFast() bool {
 			return fail(503, OutcomeNoMember)
 		}
 		stats.Member, stats.Pool = m.Addr(), opts.Pool
-		t0 := time.Now()
+		t0 := nowNano()
 		if err := hc.members.acquire(c.ctx, s.cfg.MaxMembersPerConn, rht); err != nil {
-			m.Done(nil, 0, time.Since(t0))
+			m.Done(nil, 0, time.Duration(nowNano()-t0))
 			return fail(statusFor(err), outcomeFor(err))
 		}
 		u, err := st.exchange(m, opts, rht, limit)
-		d := time.Since(t0)
+		d := time.Duration(nowNano() - t0)
 		if err != nil {
 			hc.members.release()
 			st.c.mu.Lock()
@@ -231,9 +231,10 @@ func (st *h2Stream) relayed(n int64, err error) bool {
 	return true
 }
 
-// report hands the request's figures to the metrics.
-func (st *h2Stream) report(start time.Time) {
-	st.stats.Duration = time.Since(start)
+// report hands the request's figures to the metrics; start is when the
+// request began (nowNano).
+func (st *h2Stream) report(start int64) {
+	st.stats.Duration = time.Duration(nowNano() - start)
 	st.c.s.cfg.Metrics.Request(st.stats)
 }
 
@@ -280,7 +281,7 @@ func (st *h2Stream) exchange(m Member, opts *BackendOptions, rht time.Duration, 
 	s := c.s
 	key := keyOf(m.Addr(), opts.Protocol, opts)
 	now := nowNano()
-	u, _ := s.takeIdle(key, now)
+	u, _ := s.takeIdle(key, now, &c.pool)
 	reused := true
 	var err error
 	if u == nil {
@@ -470,12 +471,12 @@ func (st *h2Stream) relay(u *upConn) (n int64, err error) {
 		}
 		st.bodyDone = nil
 	}
-	if err == nil && reusable && !cut && u.r == u.w && s.pools.get(u.key) != nil {
+	if err == nil && reusable && !cut && u.r == u.w {
 		// The deadlines stay as rdl and wdl record them: whoever takes
 		// the connection next moves them only when they are too short
 		// (setDeadline), not twice per request.
 		u.idleAt = nowNano()
-		if s.pools.get(u.key).put(u, s.cfg.MaxIdlePerMember) {
+		if s.pools.putBack(u, s.cfg.MaxIdlePerMember) {
 			return n, nil
 		}
 	}

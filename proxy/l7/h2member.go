@@ -24,7 +24,7 @@ func (st *h2Stream) serveUpH2(d *decision, path, query string) bool {
 	c := st.c
 	s, hc := c.s, c.hc
 	be, opts := d.be, d.opts
-	defer st.report(time.Now())
+	defer st.report(nowNano())
 	stats := &st.stats
 	fail := st.fail
 	limit, key, code := st.begin(d)

@@ -121,6 +121,9 @@ type h2Conn struct {
 	scan   frameScan
 	br     *bufio.Reader
 	cs     tls.ConnectionState
+	// pool is the member pool of the last request the fast path sent
+	// (pools.poolOf).
+	pool atomic.Pointer[memberPool]
 
 	// Write side (h2Wire), flushed within WriteTimeout.
 	h2Wire

@@ -64,6 +64,9 @@ type upConn struct {
 	raw *net.TCPConn // the TCP connection under nc
 	tcp *net.TCPConn // nc itself when it is bare TCP (splice)
 	key poolKey
+	// pool is the pool u was last kept in (nil before it first was):
+	// putting u back there takes no lookup of key (see pools.putBack).
+	pool *memberPool
 	// private connections carry a PROXY protocol header and serve a
 	// single client connection.
 	private bool
@@ -120,6 +123,9 @@ type memberPool struct {
 	mu   sync.Mutex
 	idle []*upConn
 	used atomic.Int64
+	// gone is set (under mu) when the pool leaves its map (pools.prune,
+	// pools.closeAll): it keeps no connection from then on.
+	gone atomic.Bool
 }
 
 // take returns the newest idle connection, closing the ones idle longer
@@ -144,16 +150,19 @@ func (p *memberPool) take(now int64, maxIdle time.Duration) *upConn {
 	return nil
 }
 
-// put keeps u for reuse, or reports false when the pool is full.
-func (p *memberPool) put(u *upConn, max int) bool {
+// put keeps u for reuse, or reports false when the pool is full or has
+// left its map (gone).
+func (p *memberPool) put(u *upConn, max int) (kept, gone bool) {
 	p.mu.Lock()
-	if len(p.idle) >= max {
+	if p.gone.Load() || len(p.idle) >= max {
+		gone = p.gone.Load()
 		p.mu.Unlock()
-		return false
+		return false, gone
 	}
+	u.pool = p
 	p.idle = append(p.idle, u)
 	p.mu.Unlock()
-	return true
+	return true, false
 }
 
 // prune closes the connections idle since before cutoff and reports
@@ -180,6 +189,7 @@ func (p *memberPool) closeAll() {
 	p.mu.Lock()
 	idle := p.idle
 	p.idle = nil
+	p.gone.Store(true)
 	p.mu.Unlock()
 	for _, u := range idle {
 		u.close()
@@ -230,6 +240,39 @@ func (ps *pools) get(k poolKey) *memberPool {
 	return p
 }
 
+// poolOf returns the pool of key: the one last holds when it is key's
+// and still in its map, else the map's, which last then holds. A
+// connection's streams mostly go to one member; last saves them the
+// lookup.
+func (ps *pools) poolOf(key poolKey, last *atomic.Pointer[memberPool]) *memberPool {
+	if p := last.Load(); p != nil && p.key == key && !p.gone.Load() {
+		return p
+	}
+	p := ps.get(key)
+	last.Store(p)
+	return p
+}
+
+// putBack keeps u for reuse in its member's pool, or reports false when
+// that pool is full. The pool u was last kept in serves while it is in
+// its map, without a lookup of u.key (whose Dialer, an interface, costs
+// a hash of its type): an HTTP/2 stream's connection goes back each
+// request. One that has left the map (gone) sends u to the member's
+// current pool.
+func (ps *pools) putBack(u *upConn, max int) bool {
+	for {
+		p := u.pool
+		if p == nil {
+			p = ps.get(u.key)
+		}
+		kept, gone := p.put(u, max)
+		if !gone {
+			return kept
+		}
+		u.pool = nil
+	}
+}
+
 // prune closes connections idle since before cutoff and forgets pools
 // unused since before forget.
 func (ps *pools) prune(cutoff, forget int64) {
@@ -250,6 +293,7 @@ func (ps *pools) prune(cutoff, forget int64) {
 				gone := len(p.idle) == 0
 				if gone {
 					delete(sh.m, p.key)
+					p.gone.Store(true)
 				}
 				p.mu.Unlock()
 				sh.mu.Unlock()
