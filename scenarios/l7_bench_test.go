@@ -270,6 +270,10 @@ pools:
 	n.mu.Lock()
 	teapotPid := n.cmd.Process.Pid
 	n.mu.Unlock()
+	// serve sized its processors from the CPU set it started with (this
+	// process's core 1, inherited): one CPU and the spare processor serve
+	// adds (GOMAXPROCS 2), as for a user who gives it one core.
+	startCPUs := cpusAllowed(b, teapotPid)
 	pin(b, teapotPid, "0")
 
 	proxies := []*l7Proxy{
@@ -339,7 +343,7 @@ pools:
 	perSec := func(s l7Sample) float64 { return s.perSec }
 	perCPU := func(s l7Sample) float64 { return s.perCPU }
 	var out strings.Builder
-	fmt.Fprintf(&out, "\nL7 through `teapot-lb serve`, proxies on core 0, member and generators on core 1, %d interleaved rounds of %v, medians\n", l7BenchRounds, l7BenchRun)
+	fmt.Fprintf(&out, "\nL7 through `teapot-lb serve` (started on CPUs %s), proxies on core 0, member and generators on core 1, %d interleaved rounds of %v, medians\n", startCPUs, l7BenchRounds, l7BenchRun)
 	fmt.Fprintf(&out, "| workload | proxy | req/s | req per proxy CPU-s | req/s vs haproxy | per CPU-s vs haproxy | read(2)/req | write(2)/req |\n|---|---|---:|---:|---:|---:|---:|---:|\n")
 	for _, w := range workloads {
 		hs, hc := med(w.name+"/haproxy", perSec), med(w.name+"/haproxy", perCPU)
@@ -562,4 +566,21 @@ func startProcess(tb testing.TB, dir, name, cpu string, args ...string) int {
 		log.Close()
 	})
 	return cmd.Process.Pid
+}
+
+// cpusAllowed returns the CPUs process pid may run on, as
+// /proc/PID/status lists them (Cpus_allowed_list).
+func cpusAllowed(tb testing.TB, pid int) string {
+	tb.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for line := range strings.Lines(string(data)) {
+		if v, ok := strings.CutPrefix(line, "Cpus_allowed_list:"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	tb.Fatalf("no Cpus_allowed_list in /proc/%d/status", pid)
+	return ""
 }
