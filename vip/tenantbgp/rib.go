@@ -83,9 +83,10 @@ func (r *Relay) onPaths(ps []*apiutil.Path) {
 			counted = a
 			n := 0
 			for _, q := range ps[i:] {
-				if q.PeerAddress.Unmap() == a {
-					n++
+				if q.PeerAddress.Unmap() != a {
+					break
 				}
+				n++
 			}
 			rb.updates++
 			rb.changes += uint64(n)
