@@ -356,7 +356,7 @@ pools:
 			b.ReportMetric(c, k+"-req/cpu-s")
 		}
 	}
-	out.WriteString("read(2) and write(2) per request from /proc/pid/io (syscr, syscw); recv(2) and send(2), which HAProxy and nginx use on sockets, are not counted there\n")
+	out.WriteString("read(2) and write(2) per request from /proc/pid/io (syscr, syscw); recv(2) and send(2) are not counted there: HAProxy and nginx use them on sockets, and so does serve on its HTTP/1.1 fast path, so its columns show what it reads and writes through net.Conn (HTTP/2, TLS)\n")
 	fmt.Print(out.String())
 	b.ReportMetric(0, "ns/op")
 }
