@@ -14,6 +14,7 @@ func TestClusterFormsAndSurvivesLeaderKills(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: starts a three-node cluster")
 	}
+	raceHosts(t) // leader kills under writes
 	c := newCluster(t)
 	began := time.Now()
 	c.start3()

@@ -273,6 +273,7 @@ func TestBackupUnderWritesAndRestoreIntoFreshHosts(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: starts teapot-lb processes")
 	}
+	raceHosts(t) // a backup under writes
 	c := newCluster(t)
 	c.start3()
 	lb := newLifeLB(t, "127.0.0.90/31")
@@ -631,6 +632,7 @@ func TestStopDrainsOpenConnections(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: starts teapot-lb processes")
 	}
+	raceHosts(t) // a drain with connections open
 	c := newCluster(t)
 	n := c.newNode()
 	c.start(n, "--drain-timeout", "20s")

@@ -5,26 +5,78 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 )
 
-// binary is the teapot-lb binary built once for all scenarios, on the
-// first call of teapotBinary, or the reason it could not be built.
-var binary struct {
-	once   sync.Once
-	dir    string
-	shared bool // dir is $TEAPOT_SCENARIO_BINARY_DIR
-	path   string
-	err    error
+// hostBuild is one build of the teapot-lb binary, made on the first call
+// of teapotBinary that needs it, or the reason it could not be made.
+type hostBuild struct {
+	once sync.Once
+	path string
+	err  error
 }
 
-// TestMain makes the directory of the teapot-lb binary, which the first
-// scenario that needs it builds (so the rule tests run without it). When
-// the tests run with the race detector, so does the binary (set
-// TEAPOT_SCENARIO_RACE=0 to build it without). It also sets how many
-// parallel scenarios run at a time (setParallelWidth), and which tests run
-// when $TEAPOT_SCENARIOS names a phase (setScenarioPhase).
+// binary holds the directory the scenarios' teapot-lb binaries are built
+// in and the two builds: as users run it (CGO off, as make build makes
+// it) and with the race detector.
+var binary struct {
+	dir    string
+	shared bool // dir is $TEAPOT_SCENARIO_BINARY_DIR
+	plain  hostBuild
+	race   hostBuild
+}
+
+// raceHostsEnv chooses which scenarios' hosts are built with the race
+// detector when the tests run with it: unset, those that call raceHosts;
+// "1", every scenario's; "0", none.
+const raceHostsEnv = "TEAPOT_SCENARIO_RACE"
+
+// raceHostNames are the top-level scenarios that called raceHosts.
+var raceHostNames sync.Map
+
+// raceHosts marks t, a top-level scenario, as one whose hosts run built
+// with the race detector (when the tests do). Every package's unit tests
+// run with the race detector; a race-built host costs 3-10 times the CPU
+// of one built as users run it, and most scenarios check behaviour a race
+// build adds nothing to while they wait for it. Those that call raceHosts
+// drive, across packages and processes, the concurrency unit tests cannot:
+// leader kills under writes, VIP failover under traffic, the agent's
+// streams through reconnects, drains, backups under writes, and mixed
+// releases. Call it before the scenario's first host is built.
+func raceHosts(t *testing.T) {
+	t.Helper()
+	if strings.Contains(t.Name(), "/") {
+		t.Fatalf("%s calls raceHosts outside its own top-level body", t.Name())
+	}
+	raceHostNames.Store(t.Name(), true)
+}
+
+// hostRace reports whether tb's hosts are built with the race detector.
+func hostRace(tb testing.TB) bool {
+	if !raceEnabled {
+		return false
+	}
+	switch os.Getenv(raceHostsEnv) {
+	case "0":
+		return false
+	case "1":
+		return true
+	}
+	name, _, _ := strings.Cut(tb.Name(), "/")
+	_, ok := raceHostNames.Load(name)
+	return ok
+}
+
+// TestMain makes the directory of the teapot-lb binaries, which the first
+// scenario that needs one builds (so the rule tests run without it): one
+// built as users run it, and, when the tests run with the race detector,
+// one built with it for the scenarios that call raceHosts
+// ($TEAPOT_SCENARIO_RACE=1 gives it to every scenario, =0 to none). It
+// also sets how many parallel scenarios run at a time (setParallelWidth),
+// and which tests run when $TEAPOT_SCENARIOS names a phase
+// (setScenarioPhase).
 func TestMain(m *testing.M) {
 	if role := os.Getenv(attackerEnv); role != "" {
 		os.Exit(attackerMain(role))
@@ -38,6 +90,12 @@ func TestMain(m *testing.M) {
 	}
 	if err := setScenarioPhase(); err != nil {
 		fmt.Fprintln(os.Stderr, "scenarios:", err)
+		os.Exit(2)
+	}
+	switch v := os.Getenv(raceHostsEnv); v {
+	case "", "0", "1":
+	default:
+		fmt.Fprintf(os.Stderr, "scenarios: $%s=%q: want 1 (every scenario's hosts built with the race detector), 0 (none), or unset (those of the scenarios that call raceHosts)\n", raceHostsEnv, v)
 		os.Exit(2)
 	}
 	if dir := os.Getenv(binaryDirEnv); dir != "" {
@@ -57,18 +115,23 @@ func TestMain(m *testing.M) {
 }
 
 // binaryDirEnv names a directory that runs of the package one after
-// another share the teapot-lb binary in: the first to need it builds it
+// another share the teapot-lb binaries in: the first to need one builds it
 // there, the later ones use it (make test's two phases, in a directory it
 // makes for the one make test and removes). Build settings must not change
 // between those runs.
 const binaryDirEnv = "TEAPOT_SCENARIO_BINARY_DIR"
 
-func build(dir string) (string, error) {
+// build builds teapot-lb into dir: with the race detector, or as make
+// build does (CGO off).
+func build(dir string, race bool) (string, error) {
 	root, err := moduleRoot()
 	if err != nil {
 		return "", err
 	}
 	out := filepath.Join(dir, "teapot-lb")
+	if race {
+		out += "-race"
+	}
 	if binary.shared {
 		if _, err := os.Stat(out); err == nil {
 			return out, nil // built by an earlier run
@@ -76,13 +139,15 @@ func build(dir string) (string, error) {
 	}
 	tmp := out + ".building"
 	args := []string{"build", "-o", tmp}
-	if raceEnabled && os.Getenv("TEAPOT_SCENARIO_RACE") != "0" {
-		args = append(args, "-race")
+	cgo := "CGO_ENABLED=0"
+	if race {
+		args, cgo = append(args, "-race"), "CGO_ENABLED=1"
 	}
 	cmd := exec.Command("go", append(args, ".")...)
 	cmd.Dir = root
+	cmd.Env = append(os.Environ(), cgo)
 	if msg, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go %v: %w\n%s", args, err, msg)
+		return "", fmt.Errorf("%s go %v: %w\n%s", cgo, args, err, msg)
 	}
 	// Whole or not at all, for a later run that shares the directory.
 	if err := os.Rename(tmp, out); err != nil {
@@ -91,13 +156,18 @@ func build(dir string) (string, error) {
 	return out, nil
 }
 
-// teapotBinary returns the path of the built binary, building it on the
-// first call, or fails tb.
+// teapotBinary returns the path of the binary tb's hosts run (hostRace),
+// building it on the first call, or fails tb.
 func teapotBinary(tb testing.TB) string {
 	tb.Helper()
-	binary.once.Do(func() { binary.path, binary.err = build(binary.dir) })
-	if binary.err != nil {
-		tb.Fatalf("build teapot-lb: %v", binary.err)
+	race := hostRace(tb)
+	b := &binary.plain
+	if race {
+		b = &binary.race
 	}
-	return binary.path
+	b.once.Do(func() { b.path, b.err = build(binary.dir, race) })
+	if b.err != nil {
+		tb.Fatalf("build teapot-lb: %v", b.err)
+	}
+	return b.path
 }

@@ -128,6 +128,7 @@ func TestMetricsDuringTrafficAndFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: starts a three-node cluster")
 	}
+	raceHosts(t) // scrapes during traffic and a failover
 	backend := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "hello from the member\n")
 	})}

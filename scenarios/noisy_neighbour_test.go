@@ -113,6 +113,10 @@ func TestNoisyNeighbour(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: runs a serve process through about two minutes of abuse")
 	}
+	// Its phases last as long with either build, and the bounds a host
+	// built as users run it is held to were set for probers in a test
+	// process without the race detector.
+	raceHosts(t)
 	rows := runNoisyNeighbour(t)
 	t.Logf("tenant a while tenant b misbehaves (one LB host, %d descriptors):\n%s", noisyServeNofile, noisyTable(rows))
 	// The race detector's runtime multiplies what every request costs

@@ -47,6 +47,7 @@ func TestTenantSyncResilience(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: starts etcd, kube-apiserver and a three-node cluster")
 	}
+	raceHosts(t) // the agent's streams through reconnects
 	l := newTenantLab(t)
 	pods := newPodNet(t, 4)
 	creds := l.seedTenant("acme", "acme.example", pods.network())

@@ -601,6 +601,7 @@ func TestRollingUpgradeInARPLab(t *testing.T) {
 	if os.Getenv("TEAPOT_SCENARIO_UPGRADE") == "" {
 		t.Skip("runs with make upgrade-test (TEAPOT_SCENARIO_UPGRADE=1): building the previous release takes longer than make test's 3-minute budget per scenario")
 	}
+	raceHosts(t) // mixed releases under traffic
 	needTools(t, "nft")
 	oldVersion := previousRelease.version()
 	old := buildRelease(t, previousRelease)

@@ -117,11 +117,13 @@ func buildRelease(t *testing.T, rel release) string {
 	bin := filepath.Join(dir, "teapot-lb-"+version)
 	// Built as the scenarios' binary is, so that both share the build cache.
 	args := []string{"build", "-o", bin, "-ldflags", "-X github.com/teapot-lb/teapot-lb/api/cli.Version=" + version}
-	if raceEnabled && os.Getenv("TEAPOT_SCENARIO_RACE") != "0" {
-		args = append(args, "-race")
+	cgo := "CGO_ENABLED=0"
+	if hostRace(t) {
+		args, cgo = append(args, "-race"), "CGO_ENABLED=1"
 	}
 	build := exec.Command("go", append(args, ".")...)
 	build.Dir = src
+	build.Env = append(os.Environ(), cgo)
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build %s: %v: %s", ref, err, out)
 	}
@@ -188,6 +190,7 @@ func TestRollingUpgradeFromLevelOneRelease(t *testing.T) {
 	if os.Getenv("TEAPOT_SCENARIO_UPGRADE") == "" {
 		t.Skip("runs with make upgrade-test (TEAPOT_SCENARIO_UPGRADE=1): building the previous release takes longer than make test's 3-minute budget per scenario")
 	}
+	raceHosts(t) // mixed releases
 	oldVersion := levelOneRelease.version()
 	old := buildRelease(t, levelOneRelease)
 	c := newCluster(t)

@@ -30,6 +30,7 @@ func TestVIPARP(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: builds a network lab with a three-host cluster")
 	}
+	raceHosts(t) // VIP failover under traffic
 	needTools(t)
 	l := newVIPLab(t, labOptions{teapot: true})
 	for _, a := range []netip.Addr{arpVIP4, arpVIP6} {
