@@ -29,9 +29,13 @@ import (
 // (interleaved, so that all see the same machine); medians are reported.
 // The generator's core saturates near the member's own speed on a 2-core
 // machine, so requests per second of proxy CPU (from /proc) are the
-// headline; req/s are reported beside them.
+// headline; req/s are reported beside them. System calls per request are
+// counted after the measured rounds, in one l7CountRun round per workload
+// and proxy with perf stat attached (see sysCounter): counting slows the
+// proxy, so that round's rates are not reported.
 const (
 	l7BenchRun     = 5 * time.Second
+	l7CountRun     = 3 * time.Second
 	l7BenchRounds  = 3
 	l7BenchTeapot  = "127.0.0.83"
 	l7BenchHAProxy = "127.0.0.84"
@@ -41,25 +45,25 @@ const (
 // l7Workload is one load generator run.
 type l7Workload struct {
 	name string
-	run  func(tb testing.TB, host string, port, tlsPort int) (requests int64, err error)
+	run  func(tb testing.TB, host string, port, tlsPort int, d time.Duration) (requests int64, err error)
 }
 
 var l7Workloads = []l7Workload{
-	{"http1", func(tb testing.TB, host string, port, _ int) (int64, error) {
-		return runWrk(fmt.Sprintf("http://%s:%d/", host, port))
+	{"http1", func(tb testing.TB, host string, port, _ int, d time.Duration) (int64, error) {
+		return runWrk(d, fmt.Sprintf("http://%s:%d/", host, port))
 	}},
-	{"https1", func(tb testing.TB, host string, _, tlsPort int) (int64, error) {
-		return runWrk(fmt.Sprintf("https://%s:%d/", host, tlsPort))
+	{"https1", func(tb testing.TB, host string, _, tlsPort int, d time.Duration) (int64, error) {
+		return runWrk(d, fmt.Sprintf("https://%s:%d/", host, tlsPort))
 	}},
-	{"h2-tls", func(tb testing.TB, host string, _, tlsPort int) (int64, error) {
-		return runH2load(fmt.Sprintf("https://%s:%d/", host, tlsPort))
+	{"h2-tls", func(tb testing.TB, host string, _, tlsPort int, d time.Duration) (int64, error) {
+		return runH2load(d, fmt.Sprintf("https://%s:%d/", host, tlsPort))
 	}},
-	{"grpc-unary", func(tb testing.TB, host string, _, tlsPort int) (int64, error) {
-		return runH2load(fmt.Sprintf("https://%s:%d%s", host, tlsPort, l7GRPCPath), "-d", l7GRPCRequest,
+	{"grpc-unary", func(tb testing.TB, host string, _, tlsPort int, d time.Duration) (int64, error) {
+		return runH2load(d, fmt.Sprintf("https://%s:%d%s", host, tlsPort, l7GRPCPath), "-d", l7GRPCRequest,
 			"-H", "content-type: application/grpc", "-H", "te: trailers")
 	}},
-	{"grpc-stream", func(tb testing.TB, host string, _, tlsPort int) (int64, error) {
-		return runH2load(fmt.Sprintf("https://%s:%d%s", host, tlsPort, l7GRPCStreamPath), "-d", l7GRPCRequest,
+	{"grpc-stream", func(tb testing.TB, host string, _, tlsPort int, d time.Duration) (int64, error) {
+		return runH2load(d, fmt.Sprintf("https://%s:%d%s", host, tlsPort, l7GRPCStreamPath), "-d", l7GRPCRequest,
 			"-H", "content-type: application/grpc", "-H", "te: trailers")
 	}},
 }
@@ -117,25 +121,25 @@ var (
 	h2Requests  = regexp.MustCompile(`requests: \d+ total, \d+ started, \d+ done, (\d+) succeeded, (\d+) failed`)
 )
 
-// runBounded runs a load generator and returns its output. A generator
-// still running a minute after its run should have ended waits for
-// answers that do not come (a stalled stream or connection): it is
-// killed and that is the error, so a stall fails the benchmark instead
-// of hanging it.
-func runBounded(name string, args ...string) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), l7BenchRun+time.Minute)
+// runBounded runs a load generator for a run of d and returns its
+// output. A generator still running a minute after its run should have
+// ended waits for answers that do not come (a stalled stream or
+// connection): it is killed and that is the error, so a stall fails the
+// benchmark instead of hanging it.
+func runBounded(d time.Duration, name string, args ...string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), d+time.Minute)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
 	if ctx.Err() != nil {
-		err = fmt.Errorf("still running %v after its %v run, killed: answers stalled", l7BenchRun+time.Minute, l7BenchRun)
+		err = fmt.Errorf("still running %v after its %v run, killed: answers stalled", d+time.Minute, d)
 	}
 	return out, err
 }
 
-// runWrk runs wrk with 64 connections on core 1 and returns the requests
-// answered with 2xx.
-func runWrk(url string) (int64, error) {
-	out, err := runBounded("taskset", "-c", "1", "wrk", "-t1", "-c64", "-d"+strconv.Itoa(int(l7BenchRun.Seconds()))+"s", url)
+// runWrk runs wrk with 64 connections on core 1 for d and returns the
+// requests answered with 2xx.
+func runWrk(d time.Duration, url string) (int64, error) {
+	out, err := runBounded(d, "taskset", "-c", "1", "wrk", "-t1", "-c64", "-d"+strconv.Itoa(int(d.Seconds()))+"s", url)
 	if err != nil {
 		return 0, fmt.Errorf("wrk %s: %v\n%s", url, err, out)
 	}
@@ -158,10 +162,10 @@ func runWrk(url string) (int64, error) {
 }
 
 // runH2load runs h2load over TLS with 32 connections of 10 streams each on
-// core 1 and returns the requests that succeeded.
-func runH2load(url string, extra ...string) (int64, error) {
-	args := append([]string{"-c", "1", "h2load", "-c32", "-m10", "-D", strconv.Itoa(int(l7BenchRun.Seconds()))}, extra...)
-	out, err := runBounded("taskset", append(args, url)...)
+// core 1 for d and returns the requests that succeeded.
+func runH2load(d time.Duration, url string, extra ...string) (int64, error) {
+	args := append([]string{"-c", "1", "h2load", "-c32", "-m10", "-D", strconv.Itoa(int(d.Seconds()))}, extra...)
+	out, err := runBounded(d, "taskset", append(args, url)...)
 	if err != nil {
 		return 0, fmt.Errorf("h2load %s: %v\n%s", url, err, out)
 	}
@@ -185,27 +189,7 @@ type l7Proxy struct {
 	pid           int
 }
 
-type l7Sample struct{ perSec, perCPU, reads, writes float64 }
-
-// ioCalls returns how many read and write system calls process pid made
-// (syscr and syscw of /proc/pid/io: failed ones and socket calls too).
-func ioCalls(tb testing.TB, pid int) (reads, writes int64) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		k, v, _ := strings.Cut(line, ": ")
-		n, _ := strconv.ParseInt(v, 10, 64)
-		switch k {
-		case "syscr":
-			reads = n
-		case "syscw":
-			writes = n
-		}
-	}
-	return reads, writes
-}
+type l7Sample struct{ perSec, perCPU float64 }
 
 func BenchmarkL7Serve(b *testing.B) {
 	for _, tool := range []string{"haproxy", "nginx", "taskset", "wrk", "h2load"} {
@@ -214,6 +198,7 @@ func BenchmarkL7Serve(b *testing.B) {
 		}
 	}
 	dir := b.TempDir()
+	counter := newSysCounter(dir)
 	certFile, keyFile := benchCert(b, dir)
 	port, tlsPort := freeL7Ports(b)
 	member := startNginxMember(b, dir)
@@ -312,9 +297,8 @@ pools:
 						profiled <- saveProfile(n.metricsAddr, l7BenchRun-time.Second, filepath.Join(profileDir, w.name+".pprof"))
 					}()
 				}
-				r0, w0 := ioCalls(b, p.pid)
 				cpu0, t0 := cpuTime(b, p.pid), time.Now()
-				reqs, err := w.run(b, p.host, p.port, p.tlsPort)
+				reqs, err := w.run(b, p.host, p.port, p.tlsPort, l7BenchRun)
 				if profiled != nil {
 					if err := <-profiled; err != nil {
 						b.Fatalf("profile of %s: %v", w.name, err)
@@ -324,9 +308,7 @@ pools:
 					b.Fatalf("round %d, %s through %s: %v", round+1, w.name, p.name, err)
 				}
 				el, cpu := time.Since(t0), cpuTime(b, p.pid)-cpu0
-				r1, w1 := ioCalls(b, p.pid)
-				s := l7Sample{perSec: float64(reqs) / el.Seconds(),
-					reads: float64(r1-r0) / float64(reqs), writes: float64(w1-w0) / float64(reqs)}
+				s := l7Sample{perSec: float64(reqs) / el.Seconds()}
 				if cpu > 0 {
 					s.perCPU = float64(reqs) / cpu.Seconds()
 				}
@@ -336,6 +318,7 @@ pools:
 		}
 	}
 	b.StopTimer()
+	calls := countL7Calls(b, counter, workloads, proxies)
 	med := func(k string, f func(l7Sample) float64) float64 {
 		v := slices.SortedFunc(slices.Values(samples[k]), func(x, y l7Sample) int { return cmp.Compare(f(x), f(y)) })
 		return f(v[len(v)/2])
@@ -344,21 +327,93 @@ pools:
 	perCPU := func(s l7Sample) float64 { return s.perCPU }
 	var out strings.Builder
 	fmt.Fprintf(&out, "\nL7 through `teapot-lb serve` (started on CPUs %s), proxies on core 0, member and generators on core 1, %d interleaved rounds of %v, medians\n", startCPUs, l7BenchRounds, l7BenchRun)
-	fmt.Fprintf(&out, "| workload | proxy | req/s | req per proxy CPU-s | req/s vs haproxy | per CPU-s vs haproxy | read(2)/req | write(2)/req |\n|---|---|---:|---:|---:|---:|---:|---:|\n")
+	out.WriteString("| workload | proxy | req/s | req per proxy CPU-s | req/s vs haproxy | per CPU-s vs haproxy |")
+	if counter.err == nil {
+		for _, g := range sysGroups {
+			fmt.Fprintf(&out, " %s/req |", g.name)
+		}
+	}
+	out.WriteString("\n|---|---|---:|---:|---:|---:|")
+	if counter.err == nil {
+		out.WriteString(strings.Repeat("---:|", len(sysGroups)))
+	}
+	out.WriteString("\n")
 	for _, w := range workloads {
 		hs, hc := med(w.name+"/haproxy", perSec), med(w.name+"/haproxy", perCPU)
 		for _, p := range proxies {
 			k := w.name + "/" + p.name
 			s, c := med(k, perSec), med(k, perCPU)
-			fmt.Fprintf(&out, "| %s | %s | %.0f | %.0f | %.2f× | %.2f× | %.2f | %.2f |\n", w.name, p.name, s, c, s/hs, c/hc,
-				med(k, func(s l7Sample) float64 { return s.reads }), med(k, func(s l7Sample) float64 { return s.writes }))
+			fmt.Fprintf(&out, "| %s | %s | %.0f | %.0f | %.2f× | %.2f× |", w.name, p.name, s, c, s/hs, c/hc)
+			if counter.err == nil {
+				for _, n := range calls[k] {
+					fmt.Fprintf(&out, " %.2f |", n)
+				}
+			}
+			out.WriteString("\n")
 			b.ReportMetric(s, k+"-req/s")
 			b.ReportMetric(c, k+"-req/cpu-s")
 		}
 	}
-	out.WriteString("read(2) and write(2) per request from /proc/pid/io (syscr, syscw); recv(2) and send(2) are not counted there: HAProxy and nginx use them on sockets, and so does serve on its HTTP/1.1 fast path, so its columns show what it reads and writes through net.Conn (HTTP/2, TLS)\n")
+	out.WriteString(l7CallsLegend(counter))
 	fmt.Print(out.String())
 	b.ReportMetric(0, "ns/op")
+}
+
+// countL7Calls runs each workload through each proxy once more, for
+// l7CountRun, with perf stat counting the proxy's system calls, and
+// returns them per request by workload/proxy. The first failure of perf
+// sets counter.err and ends the counting: the table then has no system
+// call columns and says why. A load generator's failure fails the
+// benchmark, as in the measured rounds.
+func countL7Calls(b *testing.B, counter *sysCounter, workloads []l7Workload, proxies []*l7Proxy) map[string]sysCalls {
+	calls := map[string]sysCalls{}
+	if counter.err != nil {
+		return calls
+	}
+	for _, w := range workloads {
+		for _, p := range proxies {
+			perf, err := counter.start(b, p.pid)
+			if err != nil {
+				counter.err = fmt.Errorf("%s through %s: %w", w.name, p.name, err)
+				return calls
+			}
+			reqs, err := w.run(b, p.host, p.port, p.tlsPort, l7CountRun)
+			if err != nil {
+				perf.kill()
+				b.Fatalf("counting round, %s through %s: %v", w.name, p.name, err)
+			}
+			n, err := perf.stop(reqs)
+			if err != nil {
+				counter.err = fmt.Errorf("%s through %s: %w", w.name, p.name, err)
+				return calls
+			}
+			calls[w.name+"/"+p.name] = n
+		}
+	}
+	return calls
+}
+
+// l7CallsLegend says how the system call columns were counted, or why
+// there are none.
+func l7CallsLegend(c *sysCounter) string {
+	if c.err != nil {
+		return fmt.Sprintf("system calls not counted: %v\n", c.err)
+	}
+	var groups []string
+	for _, g := range sysGroups {
+		var names []string
+		for _, e := range g.events {
+			names = append(names, strings.TrimPrefix(e, "syscalls:sys_enter_"))
+		}
+		groups = append(groups, g.name+": "+strings.Join(names, ", "))
+	}
+	s := fmt.Sprintf("System calls per request by all the proxy's threads, counted by perf stat on the kernel's tracepoints (%s) "+
+		"in one unmeasured %v round per workload and proxy after the measured rounds, and divided by the requests that round completed; "+
+		"counting costs the proxy CPU, so req/s and per CPU-s come from the measured rounds only\n", strings.Join(groups, "; "), l7CountRun)
+	if len(c.missing) > 0 {
+		s += fmt.Sprintf("This kernel has no tracepoint for %s: counted as 0\n", strings.Join(c.missing, ", "))
+	}
+	return s
 }
 
 // saveProfile writes a CPU profile of the serve process listening for

@@ -151,7 +151,7 @@ var wrkNon2xx = regexp.MustCompile(`Non-2xx or 3xx responses: (\d+)`)
 // runWrkCorpus replays a corpus with wrk (64 connections, core 1) and
 // returns the requests answered and how many were not 2xx/3xx.
 func runWrkCorpus(url, script string) (total, non2xx int64, err error) {
-	out, err := runBounded("taskset", "-c", "1", "wrk", "-t1", "-c64", "-d"+strconv.Itoa(int(l7BenchRun.Seconds()))+"s", "-s", script, url)
+	out, err := runBounded(l7BenchRun, "taskset", "-c", "1", "wrk", "-t1", "-c64", "-d"+strconv.Itoa(int(l7BenchRun.Seconds()))+"s", "-s", script, url)
 	if err != nil {
 		return 0, 0, fmt.Errorf("wrk %s: %v\n%s", url, err, out)
 	}
