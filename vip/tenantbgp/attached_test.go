@@ -228,20 +228,25 @@ func TestRelayAttached(t *testing.T) {
 	if got := host.get(); len(got) != 0 {
 		t.Errorf("the host's table got %v", got)
 	}
+	// The pass that installs the routes publishes its observation after:
+	// it is waited for.
 	for _, name := range []string{"a", "b"} {
-		var h pb.HostObservation
-		r.Observe(observe.Filter{Tenant: name}, &h)
-		o := h.GetTenantBgp()[0]
-		if o.GetAttachment() != "teapot-att-"+name || len(o.GetSessions()) != 1 {
-			t.Fatalf("%s observed %v", name, o)
-		}
-		s := o.GetSessions()[0]
-		if s.GetPeer() != "10.0.0.10" || s.GetAttachment() != "teapot-att-"+name || s.GetState() != "established" {
-			t.Errorf("%s's session %v", name, s)
-		}
-		if len(o.GetAccepted()) == 0 || o.GetAccepted()[0].GetPeer() != "10.0.0.10" {
-			t.Errorf("%s's routes %v", name, o.GetAccepted())
-		}
+		waitUntil(t, name+"'s observation", func() error {
+			var h pb.HostObservation
+			r.Observe(observe.Filter{Tenant: name}, &h)
+			o := h.GetTenantBgp()[0]
+			if o.GetAttachment() != "teapot-att-"+name || len(o.GetSessions()) != 1 {
+				return fmt.Errorf("%s observed %v", name, o)
+			}
+			s := o.GetSessions()[0]
+			if s.GetPeer() != "10.0.0.10" || s.GetAttachment() != "teapot-att-"+name || s.GetState() != "established" {
+				return fmt.Errorf("%s's session %v", name, s)
+			}
+			if len(o.GetAccepted()) == 0 || o.GetAccepted()[0].GetPeer() != "10.0.0.10" {
+				return fmt.Errorf("%s's routes %v", name, o.GetAccepted())
+			}
+			return nil
+		})
 	}
 
 	closed = true
