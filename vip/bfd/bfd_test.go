@@ -242,6 +242,21 @@ func stateIs(e *Endpoint, want State) func() error {
 	}
 }
 
+// told is whether r's last change told (OnChange) is to want. The
+// session's goroutine sets the state Status reads, then tells OnChange:
+// a test that waited for a state with stateIs waits for this before it
+// reads r.
+func told(r *recorder, want State) func() error {
+	return func() error {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if n := len(r.log); n == 0 || r.log[n-1].State != want {
+			return fmt.Errorf("changes told %+v, want the last to %s", r.log, want)
+		}
+		return nil
+	}
+}
+
 var fast = Params{MinTx: 50 * time.Millisecond, MinRx: 50 * time.Millisecond, Multiplier: 3}
 
 // Two endpoints bring their session Up (three-way, through the slow
@@ -285,6 +300,7 @@ func TestEndpointUpAndDetect(t *testing.T) {
 	mu.Unlock()
 	waitFor(t, "a down", 2*time.Second, stateIs(ea, Down))
 	took := time.Since(stopped)
+	waitFor(t, "a's change to down told", 2*time.Second, told(ra, Down))
 	st, _ := ea.Status(netip.MustParseAddr("127.0.0.1"))
 	if st.Diag != DiagDetectExpired {
 		t.Errorf("diagnostic %s", st.Diag)
@@ -415,6 +431,7 @@ func TestEndpointFloodBounded(t *testing.T) {
 	victim, _, _, _ := pair(t, fast, fast)
 	waitFor(t, "other up", 5*time.Second, stateIs(other, Up))
 	waitFor(t, "victim up", 5*time.Second, stateIs(victim, Up))
+	waitFor(t, "other's change to up told", 5*time.Second, told(rOther, Up))
 	rOther.mu.Lock()
 	before := len(rOther.log)
 	rOther.mu.Unlock()
@@ -541,6 +558,7 @@ func TestEndpointReadsBeforeDetecting(t *testing.T) {
 	ea, _, ra, _ := pair(t, p, p)
 	waitFor(t, "up", 5*time.Second, stateIs(ea, Up))
 	time.Sleep(300 * time.Millisecond) // both at 50 ms: a's detection time is 200 ms
+	waitFor(t, "the change to up told", 5*time.Second, told(ra, Up))
 	ra.mu.Lock()
 	before := len(ra.log)
 	ra.mu.Unlock()
@@ -686,6 +704,8 @@ func TestEndpointSetParamsInPlace(t *testing.T) {
 	waitFor(t, "a up", 5*time.Second, stateIs(ea, Up))
 	waitFor(t, "b up", 5*time.Second, stateIs(eb, Up))
 	time.Sleep(200 * time.Millisecond)
+	waitFor(t, "a's change to up told", 5*time.Second, told(ra, Up))
+	waitFor(t, "b's change to up told", 5*time.Second, told(rb, Up))
 	ra.mu.Lock()
 	na := len(ra.log)
 	ra.mu.Unlock()
@@ -734,6 +754,7 @@ func TestEndpointEndSaysAdminDown(t *testing.T) {
 				}
 			}
 			waitFor(t, "the peer down", 2*time.Second, stateIs(eb, Down))
+			waitFor(t, "the peer's change to down told", 2*time.Second, told(rb, Down))
 			rb.mu.Lock()
 			defer rb.mu.Unlock()
 			last := rb.log[len(rb.log)-1]
