@@ -111,13 +111,19 @@ func TestRelayAnnouncesVIPsToTheirTenantOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	expect("each VIP at its tenant's speaker only", map[netip.Prefix]netip.Addr{p1: host}, map[netip.Prefix]netip.Addr{p2: host})
-	var h pb.HostObservation
-	r.Observe(observe.Filter{Tenant: "a"}, &h)
-	o := h.GetTenantBgp()[0]
-	if len(o.GetAnnounced()) != 1 || o.GetAnnounced()[0].GetPrefix() != "10.0.0.100/32" || o.GetAnnounced()[0].GetNextHop() != "10.0.0.2" ||
-		o.GetAnnounceSince() == nil || o.GetAnnounceError() != "" {
-		t.Errorf("a's observation: %v", o)
-	}
+	// The pass that puts the VIPs in gobgp (syncExports) publishes its
+	// observation at its end, after gobgp may have sent them: it is
+	// waited for.
+	waitUntil(t, "a's observation announcing vip1", func() error {
+		var h pb.HostObservation
+		r.Observe(observe.Filter{Tenant: "a"}, &h)
+		o := h.GetTenantBgp()[0]
+		if len(o.GetAnnounced()) != 1 || o.GetAnnounced()[0].GetPrefix() != "10.0.0.100/32" || o.GetAnnounced()[0].GetNextHop() != "10.0.0.2" ||
+			o.GetAnnounceSince() == nil || o.GetAnnounceError() != "" {
+			return fmt.Errorf("a's observation: %v", o)
+		}
+		return nil
+	})
 	waitUntil(t, "the session's advertised count", func() error {
 		var h pb.HostObservation
 		r.Observe(observe.Filter{Tenant: "a"}, &h)
