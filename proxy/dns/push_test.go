@@ -130,8 +130,17 @@ func TestPushToBINDPrimary(t *testing.T) {
 	askNamed(t, namedAddr, "x.y.apps.acme.example.", func(got []string) bool { return slices.Equal(got, []string{"192.0.2.20"}) }, "under the wildcard")
 	askNamed(t, namedAddr, "stale.acme.example.", func(got []string) bool { return len(got) == 0 }, "without the stale record")
 	askNamed(t, namedAddr, "ns1.acme.example.", func(got []string) bool { return slices.Equal(got, []string{"127.0.0.1"}) }, "with its glue kept")
-	if st := pushStatus(s); !st.Active || st.Updates == 0 || st.LastSuccess.IsZero() || st.LastError != "" {
-		t.Errorf("status after the first push: %+v", st)
+	// BIND answers the last update's records before the pusher has its
+	// answer: the push's status (LastSuccess once pushOnce returns) is
+	// waited for.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		st := pushStatus(s)
+		if st.Active && st.Updates != 0 && !st.LastSuccess.IsZero() && st.LastError == "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status after the first push: %+v", st)
+		}
 	}
 
 	// shop2's members all down: its address leaves the primary.
