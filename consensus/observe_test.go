@@ -42,10 +42,34 @@ func TestObserveFansInFromEveryHost(t *testing.T) {
 	hosts := observedHosts(t)
 	n1 := hosts[0].node
 
-	resp, err := n1.Observe(ctxT(t), &pb.ObserveRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Each host records the leader it learns on a goroutine of its own
+	// (watchLeader), which the joins and promotions that make the three
+	// voters do not wait for: the fan-in is asked until every host has
+	// the event.
+	var resp *pb.ObserveResponse
+	defer func() {
+		// waitFor's Fatalf runs this: what the last fan-in got.
+		if t.Failed() {
+			t.Logf("observed %v", resp.GetHosts())
+		}
+	}()
+	waitFor(t, "every host's leader-change event", func() bool {
+		var err error
+		resp, err = n1.Observe(ctxT(t), &pb.ObserveRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range resp.Hosts {
+			leader := false
+			for _, ev := range h.Events {
+				leader = leader || ev.Type == observe.EventLeaderChange
+			}
+			if !leader {
+				return false
+			}
+		}
+		return true
+	})
 	if len(resp.Hosts) != 3 {
 		t.Fatalf("observed %d hosts, want 3", len(resp.Hosts))
 	}
