@@ -476,9 +476,10 @@ func notSteeredCounted(t *testing.T, p *Proxy, sh *udpShared) {
 	t.Helper()
 	var got float64
 	var dropped int64
+	waited := false
 	defer func() {
 		// eventually's Fatalf runs this: the last values read.
-		if t.Failed() {
+		if !waited {
 			t.Logf("teapot_lb_steered_datagrams_dropped_total{tenant=%s,reason=not-steered} = %v, want at least %s's socket's %d", sh.key.tenant, got, sh.key.tenant, dropped)
 		}
 	}()
@@ -487,6 +488,7 @@ func notSteeredCounted(t *testing.T, p *Proxy, sh *udpShared) {
 		got = steeredDropMetric(t, p, sh.key.tenant, "not-steered")
 		return got >= float64(dropped)
 	})
+	waited = true
 }
 
 // steeredDropMetric reads teapot_lb_steered_datagrams_dropped_total for

@@ -279,15 +279,15 @@ func (l *kubeLab) buildImages() []string {
 // and returns their tarballs.
 func kubeImagesOnce() ([]string, error) {
 	kubeImages.once.Do(func() {
-		began := time.Now()
 		// The LB hosts' binary first (a lab's hosts wait for it too): the
 		// agent's binary is built with its compile flags, so it is then
-		// only linked (see build).
+		// only linked (see build). took is the images' own time, after it.
 		if _, err := binary.plain.get(false); err != nil {
 			kubeImages.err = fmt.Errorf("build teapot-lb: %w", err)
-		} else {
-			kubeImages.tarballs, kubeImages.err = buildKubeImages(filepath.Join(binary.dir, "kube-images"))
+			return
 		}
+		began := time.Now()
+		kubeImages.tarballs, kubeImages.err = buildKubeImages(filepath.Join(binary.dir, "kube-images"))
 		kubeImages.took = time.Since(began)
 	})
 	return slices.Clone(kubeImages.tarballs), kubeImages.err
