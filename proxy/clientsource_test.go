@@ -328,6 +328,11 @@ func clientSourceChild(t *testing.T, env string) {
 			t.Errorf("%s: the pod answered %q, want the connection refused", tc.name, got)
 		}
 		_, _ = ask("udp", "8053")
+		// The datagram gets no answer either way: its refusal is counted
+		// when the proxy reads it, which the ask's timeout does not wait for.
+		for deadline := time.Now().Add(10 * time.Second); refusedFor(m, RefusedClientSource) < 2 && time.Now().Before(deadline); {
+			time.Sleep(5 * time.Millisecond)
+		}
 		if n := refusedFor(m, RefusedClientSource); n != 2 {
 			t.Errorf("%s: %d connections refused as client-source, want 2 (tcp and udp)", tc.name, n)
 		}
