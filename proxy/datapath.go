@@ -130,7 +130,8 @@ func rawFD(c *net.TCPConn) (int, bool) {
 func (p *Proxy) pipeRing(l *ListenerSnapshot, client, up *net.TCPConn, member, downWatch *health.Target, t *tracked) bool {
 	idle := l.Limits.IdleTimeout
 	// Each direction's bytes count in the tenant's host CPU budget as
-	// they are sent; while the tenant is in debt (or paced), the ring
+	// they are sent, each buffer sent at least a unit (a small message
+	// costs its receive and send whatever its size); while the tenant is in debt (or paced), the ring
 	// pauses that direction's receives instead of waiting: its thread
 	// relays other tenants' connections too.
 	var in, out byteMeter
@@ -142,13 +143,13 @@ func (p *Proxy) pipeRing(l *ListenerSnapshot, client, up *net.TCPConn, member, d
 			if n > 0 {
 				p.metrics.BytesIn(l.LB, l.Name, n)
 			}
-			return l.cpu.Hold(in.units(n))
+			return l.cpu.Hold(in.message(n))
 		},
 		BtoA: func(n int64) time.Duration {
 			if n > 0 {
 				p.metrics.BytesOut(l.LB, l.Name, n)
 			}
-			return l.cpu.Hold(out.units(n))
+			return l.cpu.Hold(out.message(n))
 		},
 	}
 	if downWatch != nil {

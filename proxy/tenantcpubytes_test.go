@@ -302,6 +302,64 @@ func testOpenL4ConnectionSlows(t *testing.T, dp DataPath) {
 	}
 }
 
+// TestSmallL4MessagesAreCharged: tenant b exchanges 1,000 one-byte
+// messages through an open tcp connection with an echo member, on each
+// data path. Each message costs the host its system calls each way (on
+// epoll a read, a write and an empty read, about what 64 KiB spliced
+// costs), so each counts a unit in b's host CPU budget: at least 2,000 for
+// the 1,000 round trips. Counted by their bytes, as before, the 2,000
+// bytes made one unit at most, and a tenant could spend the host's CPU on
+// small messages charged almost nothing.
+func TestSmallL4MessagesAreCharged(t *testing.T) {
+	t.Parallel()
+	for _, dp := range []DataPath{DataPathEpoll, DataPathIOURing} {
+		t.Run(string(dp), func(t *testing.T) {
+			if _, _, err := ChooseDataPath(dp); err != nil {
+				t.Skipf("io_uring unavailable here: %v (the epoll half runs)", err)
+			}
+			testSmallL4MessagesAreCharged(t, dp)
+		})
+	}
+}
+
+func testSmallL4MessagesAreCharged(t *testing.T, dp DataPath) {
+	cpu := runCPUBudgets(t, 8000)
+	p, _ := newProxy(t, Config{CPU: cpu, DataPath: dp})
+	be := startBackend(t, "127.0.0.1", echoCopying)
+	port := freePort(t)
+	lbB := l4LB("b", "127.0.0.3", port, "tcp", be.addr)
+	lbB.Tenant = "b"
+	if err := p.Update(twoTenants(lbB), 1); err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.Dial("tcp", vipAddr("127.0.0.3", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := roundTrip(c, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	tb := cpu.Tenant("b")
+	before := tb.HostStat().Work
+	const exchanges = 1000
+	for i := range exchanges {
+		if err := roundTrip(c, []byte{byte('a' + i%26)}); err != nil {
+			t.Fatalf("exchange %d: %v", i, err)
+		}
+	}
+	// On epoll a direction counts what it moved every 4 units
+	// (relayQuantum): at most 3 messages a direction wait for the next
+	// look.
+	want := int64(2*exchanges - 6)
+	for deadline := time.Now().Add(20 * time.Second); tb.HostStat().Work-before < want && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got := tb.HostStat().Work - before; got < want {
+		t.Fatalf("%s: tenant b was charged %d units for %d one-byte round trips: want at least %d", dp, got, exchanges, want)
+	}
+}
+
 // TestL7WorkUnitsMatchTheBudget: the engine counts its units as the
 // budget does (proxy/l7 imports nothing of ours, so it has its own).
 func TestL7WorkUnitsMatchTheBudget(t *testing.T) {

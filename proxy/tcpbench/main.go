@@ -6,7 +6,10 @@
 // The proxy under test runs alone on one core (taskset); the iperf3
 // client and server share another. With perf installed it also counts
 // the proxy's system calls per MiB relayed, and, in a second phase of
-// short connections to an echo member, per connection.
+// short connections to an echo member, per connection. A third phase
+// echoes small messages on kept-alive connections (-exchange-conns,
+// -exchange-bytes), the pattern of HTTP/1.1 keep-alive traffic, and gives
+// exchanges per proxy CPU-second and system calls per exchange.
 //
 //	go run ./proxy/tcpbench -duration 10s -streams 1,4 -data-path epoll,io_uring
 //
@@ -45,6 +48,9 @@ type options struct {
 	loadCPU  string
 	paths    []string
 	conns    int
+	// exchangeConns kept-alive connections echo exchangeBytes at a time
+	// in the exchange phase (exchangePhase); 0 skips it.
+	exchangeConns, exchangeBytes int
 }
 
 // target is one way to reach the iperf3 server.
@@ -75,6 +81,8 @@ func parseOptions(args []string) (options, error) {
 	var paths string
 	fs.StringVar(&paths, "data-path", "epoll,io_uring", "comma-separated data paths of teapot-lb to measure (epoll, io_uring)")
 	fs.IntVar(&o.conns, "conns", 1000, "short connections per proxy in the per-connection phase (0 skips it)")
+	fs.IntVar(&o.exchangeConns, "exchange-conns", 64, "kept-alive connections per target in the exchange phase, each echoing -exchange-bytes at a time (0 skips it)")
+	fs.IntVar(&o.exchangeBytes, "exchange-bytes", 256, "bytes of each exchange in the exchange phase")
 	fs.StringVar(&o.proxyCPU, "proxy-cpu", "0", "core of the proxy under test")
 	fs.StringVar(&o.loadCPU, "load-cpu", "1", "core of the iperf3 client and server")
 	if err := fs.Parse(args); err != nil {
@@ -85,6 +93,12 @@ func parseOptions(args []string) (options, error) {
 	}
 	if o.rounds < 1 || o.rounds > 10 {
 		return o, errors.New("-rounds must be in [1, 10]")
+	}
+	if o.exchangeConns < 0 || o.exchangeConns > 1000 {
+		return o, errors.New("-exchange-conns must be in [0, 1000]")
+	}
+	if o.exchangeBytes < 1 || o.exchangeBytes > 64<<10 {
+		return o, errors.New("-exchange-bytes must be in [1, 65536]")
 	}
 	for _, s := range strings.Split(streams, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
@@ -208,7 +222,12 @@ func run(args []string) error {
 	}
 	printTable(targets, o.streams, samples)
 	if o.conns > 0 {
-		return connPhase(dir, targets, o)
+		if err := connPhase(dir, targets, o); err != nil {
+			return err
+		}
+	}
+	if o.exchangeConns > 0 {
+		return exchangePhase(dir, targets, o)
 	}
 	return nil
 }

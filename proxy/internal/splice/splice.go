@@ -6,7 +6,6 @@ package splice
 import (
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"sync"
@@ -19,10 +18,18 @@ import (
 // direction for as long as the copy waits for bytes, so an idle
 // connection holds four descriptors besides its two sockets, and keeps
 // its pipes in a sync.Pool that only a garbage collection empties. Here a
-// direction waits for bytes without a pipe, takes one from the host's
-// pool only while it moves them, and gives it back empty; the pool holds
-// at most its bound of pipes and keeps at most FreePipes idle, and a
-// direction that finds none copies through a buffer instead.
+// direction waits for bytes without a pipe or a buffer, takes a pipe from
+// the host's pool only while it moves a burst, and gives it back empty;
+// the pool holds at most its bound of pipes and keeps at most FreePipes
+// idle, and a direction that finds none copies through a buffer instead.
+//
+// Small messages are copied, not spliced: a direction reads what came into
+// a pooled buffer of copyBufSize and writes it, inside one
+// syscall.RawConn.Read callback, until a read finds the socket empty, and
+// waits there for the next bytes, whose readiness the callback has kept.
+// A message costs a read, a write and the empty read; spliced, it cost a
+// peek, two splices and the empty splice and peek that find nothing more.
+// A read that fills the buffer means a burst: the rest of it is spliced.
 
 // FreePipes bounds the idle pipes a pool keeps open.
 const FreePipes = 16
@@ -31,8 +38,12 @@ const FreePipes = 16
 // moves.
 const spliceChunk = 1 << 20
 
-// copyBufSize is the buffer of a direction that copies.
-const copyBufSize = 32 << 10
+// copyBufSize is the buffer a direction copies through. A read that fills
+// it is taken for a burst, spliced from then on. It is held only while its
+// bytes are written, never while the direction waits for bytes: a
+// destination that reads nothing holds at most this much of the direction
+// besides what the kernel buffers.
+const copyBufSize = 8 << 10
 
 var copyBufs = sync.Pool{New: func() any { b := make([]byte, copyBufSize); return &b }}
 
@@ -137,23 +148,38 @@ type Splicer struct {
 	dstRaw   syscall.RawConn
 	// noSplice: the kernel refused to splice these sockets; copy.
 	noSplice bool
-	// quantum, when not 0, is what one Move moves at most before it
-	// returns ErrQuantum (a pipe's worth more at most).
+	// quantum, when not 0, is the weight one Move moves at most before
+	// it returns ErrQuantum (a pipe's worth more at most).
 	quantum int64
+	// readCost is the least weight of a copied read (SetReadCost); mw is
+	// the weight the current Move moved, weight what moved since
+	// TakeWeight.
+	readCost, mw, weight int64
 	// held is a pipe whose bytes a failed write left (holding is set).
 	held    kpipe
 	holding bool
+	// buf holds bytes read and not yet written; wbuf is what is left to
+	// write of them. A write deadline leaves them (pending) for the next
+	// Move.
+	buf     *[]byte
+	wbuf    []byte
+	pending bool
+	// burst: the last read filled buf; the next bytes are spliced.
+	burst bool
 
 	// State of the callbacks.
-	p        kpipe
-	inPipe   int
-	moved    int
-	eof      bool
-	err      error
-	peekF    func(uintptr) bool
-	drainF   func(uintptr) bool
-	pumpF    func(uintptr) bool
-	peekByte [1]byte
+	p      kpipe
+	inPipe int
+	moved  int
+	// copied is what the copy callback wrote in the current Move.
+	copied int64
+	eof    bool
+	err    error
+	werr   error
+	copyF  func(uintptr) bool
+	writeF func(uintptr) bool
+	drainF func(uintptr) bool
+	pumpF  func(uintptr) bool
 }
 
 // New returns the splicer of src to dst over pl's pipes.
@@ -166,18 +192,38 @@ func New(pl *Pool, dst, src *net.TCPConn) *Splicer {
 	if sp.dstRaw, err = dst.SyscallConn(); err != nil {
 		sp.noSplice = true
 	}
-	sp.peekF, sp.drainF, sp.pumpF = sp.peek, sp.drain, sp.pump
+	sp.copyF, sp.writeF, sp.drainF, sp.pumpF = sp.copy, sp.write, sp.drain, sp.pump
 	return sp
 }
 
-// SetQuantum makes each Move return ErrQuantum once it moved n bytes (a
-// pipe's capacity more at most), so that its caller counts the bytes as
-// they move, not only when the direction pauses; 0 (the default) moves
-// until a pause, the end or a failure.
+// SetQuantum makes each Move return ErrQuantum once it moved a weight of
+// n (a pipe's capacity more at most), so that its caller counts the bytes
+// as they move, not only when the direction pauses; 0 (the default) moves
+// until a pause, the end or a failure. The weight is the bytes moved,
+// each copied read counting at least its read cost (SetReadCost).
 func (sp *Splicer) SetQuantum(n int64) { sp.quantum = n }
 
-// full reports whether total reached the quantum.
-func (sp *Splicer) full(total int64) bool { return sp.quantum > 0 && total >= sp.quantum }
+// SetReadCost makes each copied read weigh at least n bytes, in the
+// quantum and in TakeWeight: a message costs its system calls whatever
+// its size, so a stream of small ones weighs what it costs, not its few
+// bytes.
+func (sp *Splicer) SetReadCost(n int64) { sp.readCost = n }
+
+// TakeWeight returns the weight moved since it was last called.
+func (sp *Splicer) TakeWeight() int64 {
+	w := sp.weight
+	sp.weight = 0
+	return w
+}
+
+// add counts w of weight moved.
+func (sp *Splicer) add(w int64) {
+	sp.mw += w
+	sp.weight += w
+}
+
+// full reports whether the current Move reached the quantum.
+func (sp *Splicer) full() bool { return sp.quantum > 0 && sp.mw >= sp.quantum }
 
 // Dst and Src are the splicer's sockets.
 func (sp *Splicer) Dst() *net.TCPConn { return sp.dst }
@@ -186,53 +232,60 @@ func (sp *Splicer) Src() *net.TCPConn { return sp.src }
 // Move moves bytes until src's half ends (nil, as io.Copy), a deadline
 // passes (os.ErrDeadlineExceeded), a side fails or, with a quantum, it
 // moved the quantum (ErrQuantum). Bytes a write deadline
-// left in the pipe go first at the next Move.
+// left in the pipe or the buffer go first at the next Move.
 func (sp *Splicer) Move() (int64, error) {
+	if sp.srcRaw == nil || sp.dstRaw == nil {
+		return 0, syscall.EINVAL // a socket New could not reach
+	}
 	var total int64
+	sp.mw = 0
 	if sp.holding {
 		// What a write deadline left in the pipe goes first.
 		sp.holding = false
 		sp.p = sp.held
 		n, err := sp.pumpHeld()
+		sp.add(n)
 		total += n
 		if err != nil {
 			return total, err
 		}
 		sp.pl.put(sp.p)
 	}
-	for {
-		if sp.full(total) {
-			return total, ErrQuantum
-		}
-		if sp.noSplice {
-			n, err := sp.copyOnce()
-			total += n
-			if err != nil || n == 0 {
-				return total, err
-			}
-			continue
-		}
-		// Wait for bytes (or the end) without holding a pipe.
-		sp.eof, sp.err = false, nil
-		if err := sp.srcRaw.Read(sp.peekF); err != nil {
+	if sp.pending {
+		// And what it left in the buffer.
+		sp.pending = false
+		n, err := sp.flush()
+		total += n
+		if err != nil {
 			return total, err
 		}
-		if sp.err != nil {
-			return total, sp.err
+	}
+	for {
+		if sp.full() {
+			return total, ErrQuantum
 		}
-		if sp.eof {
-			return total, nil
-		}
-		p, ok := sp.pl.get()
-		if !ok {
-			n, err := sp.copyOnce()
-			total += n
-			if err != nil || n == 0 {
-				return total, err
+		if !sp.burst || sp.noSplice {
+			// Wait for bytes and copy them, until a read fills the
+			// buffer (a burst), the quantum, the end or a failure.
+			sp.copied, sp.eof, sp.err = 0, false, nil
+			rerr := sp.srcRaw.Read(sp.copyF)
+			total += sp.copied
+			switch {
+			case sp.err != nil:
+				return total, sp.err
+			case rerr != nil:
+				return total, rerr
+			case sp.eof:
+				return total, nil
 			}
 			continue
 		}
-		n, done, err := sp.through(p, total)
+		sp.burst = false
+		p, ok := sp.pl.get()
+		if !ok {
+			continue // the pool is spent: copy
+		}
+		n, done, err := sp.through(p)
 		total += n
 		if err != nil || done {
 			return total, err
@@ -241,14 +294,13 @@ func (sp *Splicer) Move() (int64, error) {
 }
 
 // through moves what src has through p until src has no more for now
-// or, with before bytes moved already, the quantum is reached; done
-// reports src's end. p goes back to the pool, stays with the splicer
-// when a write deadline left bytes in it, or is closed when another
-// failure did.
-func (sp *Splicer) through(p kpipe, before int64) (total int64, done bool, err error) {
+// or the quantum is reached; done reports src's end. p goes back to the
+// pool, stays with the splicer when a write deadline left bytes in it, or
+// is closed when another failure did.
+func (sp *Splicer) through(p kpipe) (total int64, done bool, err error) {
 	sp.p = p
 	for {
-		if sp.full(before + total) {
+		if sp.full() {
 			sp.pl.put(p)
 			return total, false, nil
 		}
@@ -276,6 +328,7 @@ func (sp *Splicer) through(p kpipe, before int64) (total int64, done bool, err e
 			return total, false, nil
 		}
 		n, err := sp.pumpHeld()
+		sp.add(n)
 		total += n
 		if err != nil {
 			return total, false, err
@@ -303,30 +356,116 @@ func (sp *Splicer) pumpHeld() (int64, error) {
 	return int64(sp.moved), werr
 }
 
-// Close gives back a pipe the splicer still holds (with bytes a write
-// deadline left in it: they are dropped).
+// Close gives back a pipe or buffer the splicer still holds (with bytes a
+// write deadline left in it: they are dropped).
 func (sp *Splicer) Close() {
 	if sp.holding {
 		sp.holding = false
 		sp.pl.discard(sp.held)
 	}
+	if sp.pending {
+		sp.pending = false
+		sp.putBuf()
+	}
 }
 
-// peek waits for src to be readable: bytes, the end or an error.
-func (sp *Splicer) peek(fd uintptr) bool {
+// copy is the callback of src's RawConn.Read that copies: it reads what
+// src has into buf and writes it to dst until a read finds src empty,
+// then returns false, so that Read waits for the next bytes (their
+// readiness is kept from the callback's start). It returns true at a
+// burst (a read filled buf, and src can be spliced), the quantum, src's
+// end or a failure (sp.err).
+func (sp *Splicer) copy(fd uintptr) bool {
 	for {
-		n, _, err := unix.Recvfrom(int(fd), sp.peekByte[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		if sp.full() {
+			return true
+		}
+		if sp.buf == nil {
+			sp.buf = copyBufs.Get().(*[]byte)
+		}
+		n, err := unix.Read(int(fd), *sp.buf)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err == unix.EAGAIN:
+			sp.putBuf()
+			return false
+		case err != nil:
+			sp.putBuf()
+			sp.err = os.NewSyscallError("read", err)
+			return true
+		case n == 0:
+			sp.putBuf()
+			sp.eof = true
+			return true
+		}
+		sp.add(max(int64(n), sp.readCost))
+		sp.wbuf = (*sp.buf)[:n]
+		full := n == len(*sp.buf)
+		w, err := sp.flush()
+		sp.copied += w
+		if err != nil {
+			sp.err = err
+			return true
+		}
+		if full && !sp.noSplice {
+			sp.burst = true
+			return true
+		}
+		// A read that left bytes in src is not a sign that src is empty:
+		// an end (or reset) that came with the bytes read waits behind
+		// them, and its readiness may have been taken with theirs. So
+		// read again: an empty read (EAGAIN) waits.
+	}
+}
+
+// flush writes wbuf to dst, waiting while dst is full, and gives buf
+// back once it is all written. On a write deadline the rest stays for the
+// next Move (pending); another failure drops it.
+func (sp *Splicer) flush() (int64, error) {
+	before := len(sp.wbuf)
+	err := sp.dstRaw.Write(sp.writeF)
+	written := int64(before - len(sp.wbuf))
+	if err == nil && len(sp.wbuf) > 0 {
+		err = sp.werr
+	}
+	switch {
+	case err == nil:
+		sp.putBuf()
+		return written, nil
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		sp.pending = true
+	default:
+		sp.putBuf()
+	}
+	return written, fmt.Errorf("write: %w", err)
+}
+
+// write is dst's RawConn.Write callback: it writes wbuf, returning false
+// to wait while dst is full.
+func (sp *Splicer) write(fd uintptr) bool {
+	sp.werr = nil
+	for len(sp.wbuf) > 0 {
+		n, err := unix.Write(int(fd), sp.wbuf)
 		switch {
 		case err == unix.EINTR:
 			continue
 		case err == unix.EAGAIN:
 			return false
 		case err != nil:
-			sp.err = os.NewSyscallError("recvfrom", err)
-		case n == 0:
-			sp.eof = true
+			sp.werr = os.NewSyscallError("write", err)
+			return true
 		}
-		return true
+		sp.wbuf = sp.wbuf[n:]
+	}
+	return true
+}
+
+// putBuf gives buf back to the pool.
+func (sp *Splicer) putBuf() {
+	if sp.buf != nil {
+		copyBufs.Put(sp.buf)
+		sp.buf, sp.wbuf = nil, nil
 	}
 }
 
@@ -367,24 +506,4 @@ func (sp *Splicer) pump(fd uintptr) bool {
 		sp.moved += int(n)
 	}
 	return true
-}
-
-// copyOnce copies what one read of src returns; 0 bytes and no error is
-// the end of src.
-func (sp *Splicer) copyOnce() (int64, error) {
-	bp := copyBufs.Get().(*[]byte)
-	defer copyBufs.Put(bp)
-	n, err := sp.src.Read(*bp)
-	if n > 0 {
-		if _, werr := sp.dst.Write((*bp)[:n]); werr != nil {
-			return 0, fmt.Errorf("write: %w", werr)
-		}
-	}
-	if errors.Is(err, io.EOF) {
-		if n > 0 {
-			return int64(n), nil // the end comes with the next read
-		}
-		return 0, nil
-	}
-	return int64(n), err
 }

@@ -148,3 +148,129 @@ func TestQuantumReturnsAsBytesMove(t *testing.T) {
 		}
 	}
 }
+
+// TestSmallMessagesAreCopied: messages smaller than the copy buffer, one
+// at a time, are copied and take no pipe; a burst that fills the buffer
+// is spliced through one; every byte arrives in order.
+func TestSmallMessagesAreCopied(t *testing.T) {
+	t.Parallel()
+	client, srcEnd := tcpPair(t)
+	dstEnd, reader := tcpPair(t)
+	pl := NewPool(4)
+	defer pl.Close()
+	sp := New(pl, dstEnd, srcEnd)
+	defer sp.Close()
+	moved := make(chan error, 1)
+	go func() {
+		for {
+			_, err := sp.Move()
+			if err == nil {
+				dstEnd.CloseWrite()
+			}
+			if !errors.Is(err, ErrQuantum) {
+				moved <- err
+				return
+			}
+		}
+	}()
+
+	// Kept-alive exchanges: each message is read by the far end before
+	// the next is sent.
+	got := make([]byte, 4<<20)
+	for i := range 200 {
+		msg := bytes.Repeat([]byte{byte('a' + i%26)}, 1+i*37%(copyBufSize-1))
+		if _, err := client.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+		reader.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.ReadFull(reader, got[:len(msg)]); err != nil || !bytes.Equal(got[:len(msg)], msg) {
+			t.Fatalf("message %d of %d bytes: %v, equal %v", i, len(msg), err, bytes.Equal(got[:len(msg)], msg))
+		}
+	}
+	if n := pl.Open(); n != 0 {
+		t.Fatalf("%d pipes opened for messages smaller than the copy buffer, want none", n)
+	}
+
+	// A burst.
+	burst := make([]byte, 4<<20)
+	rand.Read(burst)
+	go func() {
+		client.Write(burst)
+		client.CloseWrite()
+	}()
+	if _, err := io.ReadFull(reader, got); err != nil || !bytes.Equal(got, burst) {
+		t.Fatalf("burst: %v, equal %v", err, bytes.Equal(got, burst))
+	}
+	if err := <-moved; err != nil {
+		t.Fatalf("Move: %v", err)
+	}
+	if n := pl.Open(); n != 1 {
+		t.Errorf("%d pipes open after a 4 MiB burst, want the one it was spliced through, idle", n)
+	}
+}
+
+// TestCopyKeepsBytesAWriteDeadlineLeft: a small message to a destination
+// whose buffers are full: the Move that copies it fails on its write
+// deadline with bytes read and not written, and the next Move writes them
+// first: every byte arrives in order, and no pipe was taken.
+func TestCopyKeepsBytesAWriteDeadlineLeft(t *testing.T) {
+	t.Parallel()
+	client, srcEnd := tcpPair(t)
+	dstEnd, reader := tcpPair(t)
+	pl := NewPool(4)
+	defer pl.Close()
+	sp := New(pl, dstEnd, srcEnd)
+	defer sp.Close()
+
+	// Fill the destination's buffers, and the reader's: nothing reads.
+	var want []byte
+	chunk := bytes.Repeat([]byte("junk"), 16<<10)
+	dstEnd.SetWriteDeadline(time.Now().Add(200 * time.Millisecond))
+	for {
+		n, err := dstEnd.Write(chunk)
+		want = append(want, chunk[:n]...)
+		if err != nil {
+			if !errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	msg := bytes.Repeat([]byte("m"), 1<<10)
+	if _, err := client.Write(msg); err != nil {
+		t.Fatal(err)
+	}
+	want = append(want, msg...)
+	dstEnd.SetWriteDeadline(time.Now().Add(300 * time.Millisecond))
+	first, err := sp.Move()
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("Move with a destination that reads nothing: %d bytes, %v; want a deadline", first, err)
+	}
+	if !sp.pending {
+		t.Fatalf("the deadline left no bytes read and not written (moved %d, burst %v, pipes %d)", first, sp.burst, pl.Open())
+	}
+	got := make(chan []byte, 1)
+	go func() {
+		b, _ := io.ReadAll(reader)
+		got <- b
+	}()
+	last := bytes.Repeat([]byte("z"), 100)
+	want = append(want, last...)
+	go func() {
+		client.Write(last)
+		client.CloseWrite()
+	}()
+	dstEnd.SetWriteDeadline(time.Time{})
+	rest, err := sp.Move()
+	if err != nil {
+		t.Fatalf("second Move: %v", err)
+	}
+	dstEnd.CloseWrite()
+	b := <-got
+	if first+rest != int64(len(msg)+len(last)) || !bytes.Equal(b, want) {
+		t.Fatalf("moved %d+%d bytes, received %d of %d, equal %v", first, rest, len(b), len(want), bytes.Equal(b, want))
+	}
+	if n := pl.Open(); n != 0 {
+		t.Errorf("%d pipes opened for small messages", n)
+	}
+}
