@@ -105,7 +105,6 @@ func TestTCPUsesSplice(t *testing.T) {
 	p, _ := newProxy(t, Config{DataPath: DataPathEpoll}) // splice is the epoll path's
 	port := freePort(t)
 	update(t, p, l4LB("echo", "127.0.0.2", port, "tcp", be.addr))
-	others := pipeFDs(t) // the test's own output, for one
 	c, err := net.Dial("tcp", vipAddr("127.0.0.2", port))
 	if err != nil {
 		t.Fatal(err)
@@ -131,8 +130,11 @@ func TestTCPUsesSplice(t *testing.T) {
 	if n := p.pipes.Open(); n < 1 || n > 2 {
 		t.Errorf("%d pipes open after a burst; splice(2) takes one per direction moving bytes", n)
 	}
-	if n := pipeFDs(t) - others; n != 2*p.pipes.Open() {
-		t.Errorf("%d pipe descriptors opened, the pool has %d pipes", n, p.pipes.Open())
+	// The pool's pipes are open descriptors (the process's count moves
+	// with other tests' closing connections: TestPipesReturnToTheBaseline
+	// and TestSplicePipesBounded count them alone).
+	if n := pipeFDs(t); n < 2*p.pipes.Open() {
+		t.Errorf("%d pipe descriptors open, the pool has %d pipes", n, p.pipes.Open())
 	}
 }
 

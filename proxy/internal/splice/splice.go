@@ -24,12 +24,12 @@ import (
 // idle, and a direction that finds none copies through a buffer instead.
 //
 // Small messages are copied, not spliced: a direction reads what came into
-// a pooled buffer of copyBufSize and writes it, inside one
-// syscall.RawConn.Read callback, until a read finds the socket empty, and
-// waits there for the next bytes, whose readiness the callback has kept.
-// A message costs a read, a write and the empty read; spliced, it cost a
-// peek, two splices and the empty splice and peek that find nothing more.
-// A read that fills the buffer means a burst: the rest of it is spliced.
+// a pooled buffer of copyBufSize (in a syscall.RawConn.Read callback, whose
+// empty read waits there for the next bytes, their readiness kept), then
+// writes it outside the callback. A message costs a read, a write and the
+// empty read; spliced, it cost a peek, two splices and the empty splice
+// and peek that find nothing more. A read that fills the buffer means a
+// burst: the rest of it is spliced.
 
 // FreePipes bounds the idle pipes a pool keeps open.
 const FreePipes = 16
@@ -171,8 +171,6 @@ type Splicer struct {
 	p      kpipe
 	inPipe int
 	moved  int
-	// copied is what the copy callback wrote in the current Move.
-	copied int64
 	eof    bool
 	err    error
 	werr   error
@@ -265,11 +263,13 @@ func (sp *Splicer) Move() (int64, error) {
 			return total, ErrQuantum
 		}
 		if !sp.burst || sp.noSplice {
-			// Wait for bytes and copy them, until a read fills the
-			// buffer (a burst), the quantum, the end or a failure.
-			sp.copied, sp.eof, sp.err = 0, false, nil
+			// Wait for bytes, read them and write them. A read that
+			// left bytes in src is not a sign that src is empty: an end
+			// (or reset) that came with the bytes waits behind them, and
+			// its readiness may have been taken with theirs. So the
+			// next read comes before any wait.
+			sp.eof, sp.err = false, nil
 			rerr := sp.srcRaw.Read(sp.copyF)
-			total += sp.copied
 			switch {
 			case sp.err != nil:
 				return total, sp.err
@@ -277,6 +277,11 @@ func (sp *Splicer) Move() (int64, error) {
 				return total, rerr
 			case sp.eof:
 				return total, nil
+			}
+			n, err := sp.flush()
+			total += n
+			if err != nil {
+				return total, err
 			}
 			continue
 		}
@@ -370,16 +375,15 @@ func (sp *Splicer) Close() {
 }
 
 // copy is the callback of src's RawConn.Read that copies: it reads what
-// src has into buf and writes it to dst until a read finds src empty,
-// then returns false, so that Read waits for the next bytes (their
-// readiness is kept from the callback's start). It returns true at a
-// burst (a read filled buf, and src can be spliced), the quantum, src's
-// end or a failure (sp.err).
+// src has into buf and returns true with it in wbuf, for Move to write
+// outside the callback: a write that waits for dst must not hold src's
+// read lock, which a Close of src waits for (evicting src's poller wakes
+// nothing waiting on dst). A read that fills buf marks a burst. An empty
+// read (EAGAIN) returns false: Read waits for the next bytes, whose
+// readiness is kept from the callback's start. It returns true too at
+// src's end or a failure (sp.err).
 func (sp *Splicer) copy(fd uintptr) bool {
 	for {
-		if sp.full() {
-			return true
-		}
 		if sp.buf == nil {
 			sp.buf = copyBufs.Get().(*[]byte)
 		}
@@ -401,21 +405,8 @@ func (sp *Splicer) copy(fd uintptr) bool {
 		}
 		sp.add(max(int64(n), sp.readCost))
 		sp.wbuf = (*sp.buf)[:n]
-		full := n == len(*sp.buf)
-		w, err := sp.flush()
-		sp.copied += w
-		if err != nil {
-			sp.err = err
-			return true
-		}
-		if full && !sp.noSplice {
-			sp.burst = true
-			return true
-		}
-		// A read that left bytes in src is not a sign that src is empty:
-		// an end (or reset) that came with the bytes read waits behind
-		// them, and its readiness may have been taken with theirs. So
-		// read again: an empty read (EAGAIN) waits.
+		sp.burst = n == len(*sp.buf) && !sp.noSplice
+		return true
 	}
 }
 

@@ -323,16 +323,18 @@ func (c *conn) sent(w *worker, d int, res int32) {
 	f.sent += res
 	dir.bytes += int64(res)
 	c.last = w.now
-	count := c.h.spec.AtoB
-	if d == 1 {
-		count = c.h.spec.BtoA
-	}
-	if count != nil {
-		if hold := count(int64(res)); hold > 0 {
-			c.pause(w, d, hold)
-		}
-	}
 	if f.sent >= f.n {
+		// Counted once sent whole: a buffer is a receive, however many
+		// sends it took (the tenant's CPU budget charges it as one).
+		count := c.h.spec.AtoB
+		if d == 1 {
+			count = c.h.spec.BtoA
+		}
+		if count != nil {
+			if hold := count(int64(f.n)); hold > 0 {
+				c.pause(w, d, hold)
+			}
+		}
 		w.giveBack(c, dir.pop(w))
 	}
 	c.pump(w, d)

@@ -45,8 +45,10 @@ type Spec struct {
 	Tick time.Duration
 	// Down, when set, ends the relay (gracefully) once it reports true.
 	Down func() bool
-	// AtoB and BtoA count the bytes sent each way (called on the relay's
-	// thread, which they must not block) and return how long that
+	// AtoB and BtoA count the bytes sent each way, a buffer at a time
+	// once it is sent whole (called on the relay's thread, which they
+	// must not block; bytes of a buffer a failure left half sent are in
+	// Result only) and return how long that
 	// direction should pause before it receives more (0: no pause); at
 	// the end of a pause they are asked again with 0 bytes.
 	AtoB, BtoA func(int64) time.Duration
