@@ -216,14 +216,20 @@ func TestOpenL4ConnectionSlowsWhenItsTenantIsInDebt(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a flood: make test runs it; -short (make test-quick) skips it")
 	}
-	for _, dp := range []DataPath{DataPathEpoll, DataPathIOURing} {
-		t.Run(string(dp), func(t *testing.T) {
-			if _, _, err := ChooseDataPath(dp); err != nil {
-				t.Skipf("io_uring unavailable here: %v (the epoll half runs)", err)
-			}
-			testOpenL4ConnectionSlows(t, dp)
-		})
-	}
+	onEachDataPath(t, testOpenL4ConnectionSlows)
+}
+
+// onEachDataPath runs f on epoll, then on io_uring where this kernel and
+// sandbox offer it (ChooseDataPath says why not, and that half is
+// skipped with that reason).
+func onEachDataPath(t *testing.T, f func(*testing.T, DataPath)) {
+	t.Run(string(DataPathEpoll), func(t *testing.T) { f(t, DataPathEpoll) })
+	t.Run(string(DataPathIOURing), func(t *testing.T) {
+		if _, _, err := ChooseDataPath(DataPathIOURing); err != nil {
+			t.Skipf("io_uring is unavailable on this host: %v (the epoll half ran)", err)
+		}
+		f(t, DataPathIOURing)
+	})
 }
 
 func testOpenL4ConnectionSlows(t *testing.T, dp DataPath) {
@@ -312,14 +318,7 @@ func testOpenL4ConnectionSlows(t *testing.T, dp DataPath) {
 // small messages charged almost nothing.
 func TestSmallL4MessagesAreCharged(t *testing.T) {
 	t.Parallel()
-	for _, dp := range []DataPath{DataPathEpoll, DataPathIOURing} {
-		t.Run(string(dp), func(t *testing.T) {
-			if _, _, err := ChooseDataPath(dp); err != nil {
-				t.Skipf("io_uring unavailable here: %v (the epoll half runs)", err)
-			}
-			testSmallL4MessagesAreCharged(t, dp)
-		})
-	}
+	onEachDataPath(t, testSmallL4MessagesAreCharged)
 }
 
 func testSmallL4MessagesAreCharged(t *testing.T, dp DataPath) {
