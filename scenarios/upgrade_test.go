@@ -96,7 +96,12 @@ func findRelease(t *testing.T, root string, rel release) string {
 }
 
 // buildRelease builds teapot-lb at rel into a temporary directory, with
-// Version set to rel.version().
+// Version set to rel.version(). The source is extracted once per commit
+// into the user's cache (releaseSource), not into the test's directory:
+// go's build cache keys a package compiled without -trimpath by its
+// directory, so a source that moved each run was compiled anew each run
+// (two releases, about 220 s of make upgrade-test with a warm cache), and
+// scenarios/prebuild.sh could not compile it ahead.
 func buildRelease(t *testing.T, rel release) string {
 	t.Helper()
 	version := rel.version()
@@ -105,17 +110,13 @@ func buildRelease(t *testing.T, rel release) string {
 		t.Fatal(err)
 	}
 	ref := findRelease(t, root, rel)
-	dir := t.TempDir()
-	src := filepath.Join(dir, "src")
-	if err := os.Mkdir(src, 0o755); err != nil {
+	src, err := releaseSource(root, ref)
+	if err != nil {
 		t.Fatal(err)
 	}
-	archive := exec.Command("sh", "-c", fmt.Sprintf(`git -C "%s" archive "%s" | tar -x -C "%s"`, root, ref, src))
-	if out, err := archive.CombinedOutput(); err != nil {
-		t.Fatalf("extract %s: %v: %s", ref, err, out)
-	}
-	bin := filepath.Join(dir, "teapot-lb-"+version)
-	// Built as the scenarios' binary is, so that both share the build cache.
+	bin := filepath.Join(t.TempDir(), "teapot-lb-"+version)
+	// Built as the scenarios' binary is, so that both share the build
+	// cache, and as scenarios/prebuild.sh builds it ahead.
 	args := []string{"build", "-o", bin, "-ldflags", "-X github.com/teapot-lb/teapot-lb/api/cli.Version=" + version}
 	cgo := "CGO_ENABLED=0"
 	if hostRace(t) {
@@ -128,6 +129,46 @@ func buildRelease(t *testing.T, rel release) string {
 		t.Fatalf("build %s: %v: %s", ref, err, out)
 	}
 	return bin
+}
+
+// releaseSource returns the directory holding the source of commit ref,
+// $XDG_CACHE_HOME/teapot-lb/releases/REF (scenarios/prebuild.sh extracts
+// there too), extracting it with git archive when it is not there yet.
+// A source appears whole or not at all (extracted beside it, then
+// renamed), so a run that finds it may use it while another extracts.
+func releaseSource(root, ref string) (string, error) {
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		return "", err
+	}
+	parent := filepath.Join(cache, "teapot-lb", "releases")
+	dir := filepath.Join(parent, ref)
+	if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+		return dir, nil
+	}
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return "", err
+	}
+	tmp, err := os.MkdirTemp(parent, ".extract-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tmp)
+	archive := exec.Command("sh", "-c", fmt.Sprintf(`git -C "%s" archive "%s" | tar -x -C "%s"`, root, ref, tmp))
+	if out, err := archive.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("extract %s: %v: %s", ref, err, out)
+	}
+	if _, err := os.Stat(filepath.Join(tmp, "go.mod")); err != nil {
+		return "", fmt.Errorf("extract %s: no go.mod in what git archive gave: %v", ref, err)
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		// Another run extracted it meanwhile.
+		if _, statErr := os.Stat(filepath.Join(dir, "go.mod")); statErr == nil {
+			return dir, nil
+		}
+		return "", err
+	}
+	return dir, nil
 }
 
 // joinAs joins a new node running bin through via.
