@@ -61,10 +61,10 @@ run: build ## run a single-node cluster with default settings (data in ./teapot-
 	./$(BIN) serve --acme-ca $(ACME_CA) $(if $(ACME_CA_ROOT),--acme-ca-root $(ACME_CA_ROOT))
 
 # go vet compiles every package it checks and their dependencies. With make
-# build's flags (CGO off, -trimpath) it compiles what the scenarios' hosts run
-# and the conformance run's echo and DNS servers, so that they only link
-# later; with go's defaults it compiled them a second time for itself.
-# Nothing here uses cgo, so CGO off hides no file from vet.
+# build's flags (CGO off, -trimpath) that is what the scenarios' hosts run,
+# the conformance run's echo and DNS servers and make test-quick's tests, so
+# they only link after it; with go's defaults (cgo on, full paths) each would
+# be compiled twice. Nothing here uses cgo, so CGO off hides no file from vet.
 lint: ## go vet (the appliance and the conformance module) and gofmt
 	CGO_ENABLED=0 go vet -trimpath ./...
 	CGO_ENABLED=0 go -C conformance vet -trimpath ./...
@@ -93,20 +93,26 @@ test: $(TEST_PREREQS) ## lint, then every test with the race detector, then the 
 # sizes): they read `go list` and the tree, and start nothing.
 RULE_TESTS := ^(TestDependencyRules|TestImportProblems|TestForbiddenDependencies|TestDepProblems|TestPackagesHaveDocComments|TestFileSizes)$$
 
+# test-quick compiles with lint's flags (CGO off, -trimpath), so that its
+# tests find what go vet compiled.
+#
 # Packages test-quick runs at once: three per CPU. Most of its tests wait
 # (Raft elections, BGP sessions, timeouts) rather than compute, so more
 # packages than CPUs overlap their waits.
 QUICK_PACKAGES ?= $(shell echo $$(( $$(nproc) * 3 )))
 
 test-quick: lint ## the inner loop (goal 2 min warm on 2 idle cores; see README, Test time): lint, the unit tests of every package but scenarios (-short: without the scale and flood tests, which test runs; no race detector) and the rule tests
-	go test -short -count=1 -p $(QUICK_PACKAGES) -timeout 10m $$(go list ./... | grep -v '/scenarios$$')
-	go test -count=1 -timeout 5m -run '$(RULE_TESTS)' ./scenarios
+	CGO_ENABLED=0 go test -trimpath -short -count=1 -p $(QUICK_PACKAGES) -timeout 10m $$(go list ./... | grep -v '/scenarios$$')
+	CGO_ENABLED=0 go test -trimpath -count=1 -timeout 5m -run '$(RULE_TESTS)' ./scenarios
 
 upgrade-test: ## the rolling-upgrade scenarios (CI runs it after test; not in test: they build two earlier releases from git, 8-12 min): three hosts of the previous release upgraded one by one under traffic in the ARP lab, and of the last level-1 release on loopback, then one downgraded
 	TEAPOT_SCENARIO_UPGRADE=1 CGO_ENABLED=1 go test -race -count=1 -p 1 -timeout 30m ./scenarios -run 'TestRollingUpgradeFromLevelOneRelease|TestRollingUpgradeInARPLab' -v
 
+# Its test binary is compiled with lint's flags, whose go vet compiled what it
+# imports (with go's defaults it compiled for more than 4 minutes after a
+# cold lint on a fresh machine).
 conformance: kube-tools ## the official Gateway API conformance suite (the version conformance/go.mod pins) against a tenant cluster and three LB hosts in network namespaces; writes docs/conformance/gateway-api-report.yaml (CI runs it after test; not in test: it runs for longer than a scenario may)
-	TEAPOT_CONFORMANCE=1 TEAPOT_CONFORMANCE_REPORT=docs go test -count=1 -p 1 -timeout 120m ./scenarios -run '^TestGatewayAPIConformance$$' -v
+	TEAPOT_CONFORMANCE=1 TEAPOT_CONFORMANCE_REPORT=docs CGO_ENABLED=0 go test -trimpath -count=1 -p 1 -timeout 120m ./scenarios -run '^TestGatewayAPIConformance$$' -v
 
 kube-tools: ## build etcd and the Kubernetes components for the tenant scenarios (cached in ~/.cache/teapot-lb/kube)
 	bash scenarios/kubetools/build.sh >/dev/null
@@ -131,7 +137,7 @@ generate: ## regenerate the Go code for api/proto with pinned plugins, and the m
 		--go_out=$(PROTO_DIR) --go_opt=paths=source_relative \
 		--go-grpc_out=$(PROTO_DIR) --go-grpc_opt=paths=source_relative \
 		$(PROTO_FILES)
-	go run ./api/schema/gen
+	CGO_ENABLED=0 go run -trimpath ./api/schema/gen # lint's flags: what it compiles, lint finds compiled
 
 generate-check: generate ## fail if the committed generated code, reference or JSON Schema is stale
 	@git diff --exit-code -- $(PROTO_DIR) $(SCHEMA_OUT) || { echo "generated files differ from the commit: run make generate and commit"; exit 1; }
