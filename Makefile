@@ -137,7 +137,8 @@ generate: ## regenerate the Go code for api/proto with pinned plugins, and the m
 		--go_out=$(PROTO_DIR) --go_opt=paths=source_relative \
 		--go-grpc_out=$(PROTO_DIR) --go-grpc_opt=paths=source_relative \
 		$(PROTO_FILES)
-	CGO_ENABLED=0 go run -trimpath ./api/schema/gen # lint's flags: what it compiles, lint finds compiled
+# The generator compiles with lint's flags, so it finds compiled what lint did.
+	CGO_ENABLED=0 go run -trimpath ./api/schema/gen
 
 generate-check: generate ## fail if the committed generated code, reference or JSON Schema is stale
 	@git diff --exit-code -- $(PROTO_DIR) $(SCHEMA_OUT) || { echo "generated files differ from the commit: run make generate and commit"; exit 1; }
