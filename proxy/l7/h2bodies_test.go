@@ -348,3 +348,36 @@ func (m *recordingMetrics) outcomes(tenant string, out Outcome) int {
 	}
 	return k
 }
+
+// TestH2AbortDropsHeldBody: a stream whose client reset it or went away
+// gives its unread body back to its tenant at once, and its reader (a
+// relay copying the body to a member) gets the error, not the rest of the
+// body: the host does no more work for a gone client.
+func TestH2AbortDropsHeldBody(t *testing.T) {
+	for _, reason := range []error{errClientGone, errStreamReset} {
+		s := New(Config{})
+		c := &h2Conn{s: s, hc: &h2conn{info: &ConnInfo{Tenant: "t"}}}
+		st := &h2Stream{c: c, cond: sync.NewCond(&c.mu)}
+		const size = 48 << 10
+		c.mu.Lock()
+		if !c.holdBody(size) {
+			t.Fatal("the tenant's first body refused")
+		}
+		st.rbuf = append(st.rbuf, bytes.Repeat([]byte("b"), size)...)
+		c.mu.Unlock()
+		// A reader took part of it before the client left.
+		p := make([]byte, 1000)
+		if n, err := st.Read(p); n != len(p) || err != nil {
+			t.Fatalf("read before the abort: %d, %v", n, err)
+		}
+		c.mu.Lock()
+		st.abort(reason)
+		c.mu.Unlock()
+		if h := s.h2bodies.held("t"); h != 0 {
+			t.Errorf("%v: %d bytes still held for the tenant after the abort, want 0", reason, h)
+		}
+		if n, err := st.Read(p); n != 0 || err != reason {
+			t.Errorf("%v: a read after the abort got %d bytes and %v, want 0 and the abort's error", reason, n, err)
+		}
+	}
+}

@@ -375,8 +375,6 @@ func (c *h2Conn) onData(f *http2.DataFrame) http2.ErrCode {
 		// handler may run on a while); its tenant's neighbours are not
 		// touched.
 		st.abort(errTenantBodies)
-		c.releaseBody(len(st.rbuf) - st.rr)
-		st.rbuf, st.rr = st.rbuf[:0], 0
 		c.forget(st)
 		c.mu.Unlock()
 		c.resetStream(id, http2.ErrCodeEnhanceYourCalm)
@@ -570,10 +568,18 @@ func smallBuf(b []byte) []byte {
 	return b[:0]
 }
 
-// abort ends the stream's body and cancels its request. c.mu held.
+// abort ends the stream's body and cancels its request. c.mu held. What
+// the client sent and no reader took yet is dropped and given back to its
+// tenant at once: the request is dead (its client reset it or is gone, or
+// its body broke a rule), so a relay to a member that still reads gets no
+// more of it (readLocked returns err).
 func (st *h2Stream) abort(err error) {
 	if st.err == nil {
 		st.err = err
+	}
+	if n := len(st.rbuf) - st.rr; n > 0 {
+		st.c.releaseBody(n)
+		st.rbuf, st.rr = st.rbuf[:0], 0
 	}
 	if st.cancel != nil {
 		st.cancel()
