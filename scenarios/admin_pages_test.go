@@ -16,6 +16,7 @@ func TestGetFollowsPagesPastMessageLimit(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: writes about 5 MB of state through a real node")
 	}
+	parallelScenario(t)
 	c := newCluster(t)
 	n := c.bootstrap()
 	dir := t.TempDir()
@@ -48,10 +49,13 @@ quotas: {loadBalancers: 30, routesPerLb: 2000, routes: 100000}
 	// and each route costs the host a compile at every apply.
 	const lbs, routes = 16, 300
 	segment := strings.Repeat("p", 1000)
+	// Nothing dials the listeners: a port picked free keeps them off
+	// the addresses of the scenarios beside this one.
+	port := freePort(t)
 	for i := range lbs {
 		var b strings.Builder
 		fmt.Fprintf(&b, "kind: LoadBalancer\nname: lb%02d\ntenant: big\nvip: {pool: public}\n", i)
-		b.WriteString("listeners:\n  - {port: 80, protocol: http}\nroutes:\n")
+		fmt.Fprintf(&b, "listeners:\n  - {port: %d, protocol: http}\nroutes:\n", port)
 		for j := range routes {
 			fmt.Fprintf(&b, "  - {host: shop.big.example, path: /%s/%d, pool: web}\n", segment, j)
 		}

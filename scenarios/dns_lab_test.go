@@ -71,6 +71,7 @@ func TestDNSAnswersFollowVIPMoves(t *testing.T) {
 		t.Skip("-short: builds a network lab with a three-host cluster")
 	}
 	needTools(t)
+	parallelScenario(t)
 	l := newVIPLab(t, labOptions{teapot: true, args: []string{
 		"--dns-addr", "0.0.0.0:53", "--dns-zones", "acme.example", "--dns-ns", "ns1.acme.example=192.0.2.11", "--dns-ttl", "5s",
 	}})

@@ -26,6 +26,7 @@ func TestDNSPushToBINDPrimary(t *testing.T) {
 	if err != nil {
 		unavailable(t, "BIND 9 (named) is not installed: apt-get install bind9")
 	}
+	parallelScenario(t)
 	dir := t.TempDir()
 	keyFile := filepath.Join(dir, "push.key")
 	key := fmt.Sprintf("key \"push\" {\n\talgorithm hmac-sha256;\n\tsecret \"%s\";\n};\n", xfrSecret)

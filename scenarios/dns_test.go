@@ -40,6 +40,7 @@ func dnsAddrs(m *mdns.Msg) []string {
 // VIPs use too); names outside the zones are refused, unknown names get
 // NXDOMAIN.
 func TestDNSAnswersFollowMemberHealth(t *testing.T) {
+	parallelScenario(t)
 	c := newCluster(t)
 	n := c.newNode()
 	dnsAddr := freeAddrs(t, 1)[0]

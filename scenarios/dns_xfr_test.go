@@ -29,6 +29,7 @@ func TestDNSSecondaryFollowsTheBinary(t *testing.T) {
 	if err != nil {
 		unavailable(t, "BIND 9 (named) is not installed: apt-get install bind9")
 	}
+	parallelScenario(t)
 	dir := t.TempDir()
 	keyFile := filepath.Join(dir, "xfr.key")
 	key := fmt.Sprintf("key \"xfr\" {\n\talgorithm hmac-sha256;\n\tsecret \"%s\";\n};\n", xfrSecret)

@@ -273,6 +273,7 @@ func TestBackupUnderWritesAndRestoreIntoFreshHosts(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: starts teapot-lb processes")
 	}
+	parallelScenario(t)
 	raceHosts(t) // a backup under writes
 	c := newCluster(t)
 	c.start3()
@@ -632,6 +633,7 @@ func TestStopDrainsOpenConnections(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: starts teapot-lb processes")
 	}
+	parallelScenario(t)
 	raceHosts(t) // a drain with connections open
 	c := newCluster(t)
 	n := c.newNode()
