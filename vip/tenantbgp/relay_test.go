@@ -62,7 +62,8 @@ func freePort(t testing.TB) uint16 {
 // startTenantSpeaker starts the speaker; the relay must exist already:
 // gobgp's StartBgp writes package variables that a running server reads,
 // so two servers of one process start one after the other and before
-// either has work (which is also why these tests do not run in parallel).
+// either has work (which is also why each such test runs in a process of
+// its own: ownProcess).
 func startTenantSpeaker(t testing.TB, password string, port uint16) *tenantSpeaker {
 	t.Helper()
 	return startTenantSpeakerAt(t, "127.0.0.2", password, port)
@@ -150,8 +151,9 @@ func waitUntil(t *testing.T, what string, cond func() error) {
 // it again after the hold, and forgets the tenant's routes and session
 // when its bgp goes.
 func TestRelaySession(t *testing.T) {
-	// Not parallel: gobgp's StartBgp writes package variables, which
-	// two servers starting at once race on.
+	if ownProcess(t) {
+		return
+	}
 	port := freePort(t)
 	routes := &memRoutes{}
 	var evMu sync.Mutex
@@ -248,8 +250,9 @@ func TestRelayWithoutSpeaker(t *testing.T) {
 // another password gets no session and no route in; with the same one,
 // it does.
 func TestRelayPassword(t *testing.T) {
-	// Not parallel: gobgp's StartBgp writes package variables, which
-	// two servers starting at once race on.
+	if ownProcess(t) {
+		return
+	}
 	port := freePort(t)
 	routes := &memRoutes{}
 	r, err := New(Config{ASN: 65001, RouterID: "127.0.0.1", Routes: routes, PeerPort: port,
