@@ -121,7 +121,7 @@ func TestHandoverClosesWebSocketsBetweenMessages(t *testing.T) {
 				defer wg.Done()
 				defer w.c.Close()
 				time.Sleep(time.Until(start))
-				beat0 := time.Now() // its beats: beat0, then every period
+				beat := time.Now() // the beat of the exchange: then each tick's
 				tick := time.NewTicker(period)
 				defer tick.Stop()
 				worked := false
@@ -135,7 +135,7 @@ func TestHandoverClosesWebSocketsBetweenMessages(t *testing.T) {
 				late := time.Duration(0)
 				for seq := 0; ; seq++ {
 					out, err := w.exchange(fmt.Sprintf("%s-%d", name, seq))
-					if d := time.Since(beat0.Add(time.Duration(seq) * period)); out == wsOpen {
+					if d := time.Since(beat); out == wsOpen {
 						late = 0
 						if d > period-HandoverAfterAnswer {
 							late = d
@@ -157,7 +157,7 @@ func TestHandoverClosesWebSocketsBetweenMessages(t *testing.T) {
 						return
 					}
 					worked = true
-					<-tick.C
+					beat = <-tick.C
 				}
 			}
 			open := func(name string) {

@@ -31,7 +31,6 @@ func TestDNSSECValidatesFromTheRealBinary(t *testing.T) {
 	if err != nil {
 		unavailable(t, "delv is not installed: apt-get install bind9-dnsutils")
 	}
-	parallelScenario(t)
 	c := newCluster(t)
 	n := c.newNode()
 	dnsAddr := freeAddrs(t, 1)[0]

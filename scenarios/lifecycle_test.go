@@ -633,7 +633,6 @@ func TestStopDrainsOpenConnections(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: starts teapot-lb processes")
 	}
-	parallelScenario(t)
 	raceHosts(t) // a drain with connections open
 	c := newCluster(t)
 	n := c.newNode()

@@ -23,7 +23,6 @@ func TestExplainThroughARealHost(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: starts a teapot-lb process")
 	}
-	parallelScenario(t)
 	c := newCluster(t)
 	n := c.bootstrap()
 

@@ -50,7 +50,15 @@ func ownProcess(t *testing.T) bool {
 	t.Parallel()
 	ownProcesses <- struct{}{}
 	defer func() { <-ownProcesses }()
-	args := []string{"-test.run=^" + t.Name() + "$", "-test.count=1", "-test.v", "-test.timeout=5m"}
+	// The child ends before the parent's deadline: a parent that times out
+	// leaves no test running on. (Not Pdeathsig: it follows the thread
+	// that started the child, and the tests end threads they moved into
+	// network namespaces.)
+	timeout := 5 * time.Minute
+	if d, ok := t.Deadline(); ok {
+		timeout = max(min(timeout, time.Until(d)-5*time.Second), time.Second)
+	}
+	args := []string{"-test.run=^" + t.Name() + "$", "-test.count=1", "-test.v", "-test.timeout=" + timeout.String()}
 	if testing.Short() {
 		args = append(args, "-test.short")
 	}

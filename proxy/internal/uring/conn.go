@@ -17,38 +17,17 @@ type direction struct {
 	n          int
 	recvArmed  bool // a multishot receive is outstanding
 	cancelSent bool
-	// recvBytes (with the kernel's multishot bound): the bytes the kernel
-	// still lets the outstanding receive take. Each completion takes a
-	// buffer, a short one too, so after short receives those bytes may
-	// fill more buffers than the direction or its tenant has room for:
-	// the receive is then cancelled (pump).
-	recvBytes int64
-	listed    bool // in the worker's list of receives to start again
-	eof       bool
-	sending   bool
-	shutSent  bool
-	shutDone  bool
-	bytes     int64
+	listed     bool // in the worker's list of receives to start again
+	eof        bool
+	sending    bool
+	shutSent   bool
+	shutDone   bool
+	bytes      int64
 	// pausedUntil (the worker's clock, ns): the direction receives
 	// nothing before then (Spec's count asked for a pause); pauseListed:
 	// it is in the worker's list of paused directions.
 	pausedUntil int64
 	pauseListed bool
-}
-
-// mayOverfill reports whether the outstanding receive, taking what the
-// kernel still lets it take, could hold more buffers than the direction
-// or its tenant may (MaxHeld, TenantShare). The kernel's bound is in
-// bytes, and a receive that comes short takes a whole buffer for fewer:
-// after one, the receive is cancelled rather than left to take the
-// bytes it still may in more buffers than there is room for. The cancel
-// is submitted with the next entry, so receives the kernel makes in the
-// run that posted the short one still arrive (and its last receive takes
-// a whole buffer even when fewer bytes were left): a direction may hold
-// a few buffers past MaxHeld.
-func (d *direction) mayOverfill(t *tenantBufs) bool {
-	more := int((d.recvBytes + BufSize - 1) / BufSize)
-	return d.n+more > MaxHeld || t.held+more > TenantShare
 }
 
 // paused reports whether the direction waits out a pause at now.
@@ -140,7 +119,6 @@ func (c *conn) arm(w *worker, d int) {
 		// armed together cannot take more than it has left between them.
 		lim := min(MaxHeld-dir.n, free)
 		s.fileIndex = int32(lim * BufSize)
-		dir.recvBytes = int64(lim) * BufSize
 		if t.pending == 0 {
 			w.pendingTenants = append(w.pendingTenants, t)
 		}
@@ -173,7 +151,7 @@ func (c *conn) pump(w *worker, d int) {
 		dir.sending = true
 		c.inflight++
 	}
-	if dir.recvArmed && !dir.cancelSent && (dir.n >= MaxHeld || c.tenant.held >= TenantShare || w.mshotLimit && dir.mayOverfill(c.tenant)) {
+	if dir.recvArmed && !dir.cancelSent && (dir.n >= MaxHeld || c.tenant.held >= TenantShare) {
 		c.cancel(w, c.ud(kRecv0+d))
 		dir.cancelSent = true
 	}
@@ -305,9 +283,6 @@ func (c *conn) received(w *worker, d int, res int32, flags uint32) {
 		id := uint16(flags >> cqeBufferShift)
 		c.tenant.held++
 		w.rl.held.Add(1)
-		if res > 0 {
-			dir.recvBytes -= int64(res)
-		}
 		if res <= 0 || c.ending {
 			w.giveBack(c, id)
 		} else {

@@ -203,9 +203,9 @@ func TestRelayBackpressure(t *testing.T) {
 		return held == before
 	})
 	// The kernel's bound (6.17) is in bytes: receives that come short in
-	// the run that ends a receive take a buffer each (conn.mayOverfill),
-	// so the direction may hold a few past MaxHeld; before 6.17 the cancel
-	// comes after a few more receives.
+	// the run that ends a receive take a buffer each, so the direction may
+	// hold a few past MaxHeld (DESIGN.md); before 6.17 the cancel comes
+	// after a few more receives.
 	bound := int64(MaxHeld + MaxHeld/2)
 	if !mshotLimit() {
 		bound = TenantShare
