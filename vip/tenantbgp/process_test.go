@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -72,7 +73,11 @@ func ownProcess(t *testing.T) bool {
 	}
 	switch {
 	case bytes.Contains(out, []byte("--- SKIP: "+t.Name()+" ")):
-		t.Skip("skipped in its process")
+		// Pass on the child's reason, the last line it logged before its
+		// SKIP line: a missing condition, such as root or 127.0.0.2.
+		before, _, _ := bytes.Cut(out, []byte("--- SKIP: "+t.Name()+" "))
+		lines := strings.Split(strings.TrimRight(string(before), "\n"), "\n")
+		t.Skipf("its process skipped it: %s", strings.TrimSpace(lines[len(lines)-1]))
 	case !bytes.Contains(out, []byte("--- PASS: "+t.Name()+" ")):
 		t.Fatal("the test's process did not run it")
 	}
