@@ -35,7 +35,7 @@ import (
 // listener and DNS on ports picked free and measures no time.
 func TestACMEWildcardThroughOwnDNS(t *testing.T) {
 	pebbletest.Binaries(t)
-	parallelScenarioTaking(t, 50*time.Second)
+	parallelScenarioTaking(t, 10*time.Second)
 	dnsAddr := freeAddrs(t, 1)[0]
 	peb := pebbletest.Start(t, pebbletest.Options{HTTPPort: 5002, TLSPort: 5001, DNSServer: dnsAddr})
 

@@ -45,7 +45,7 @@ func TestControlPlaneBehindVIP(t *testing.T) {
 		t.Skip("-short: builds a network lab with a three-host cluster and three kube-apiservers")
 	}
 	needTools(t)
-	parallelScenario(t)
+	parallelScenarioTaking(t, 45*time.Second)
 	bins := kubeBinaries(t)
 	// Three API servers and etcd share the cores with the LB hosts: as in
 	// the tenant cluster lab, a host is taken for dead after 500ms of

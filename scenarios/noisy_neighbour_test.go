@@ -23,8 +23,13 @@ import (
 
 // Bounds of the noisy-neighbour scenario.
 const (
-	quietPhase    = 10 * time.Second // baseline
-	minPhase      = 8 * time.Second  // every abuse phase lasts at least this
+	quietPhase = 10 * time.Second // baseline
+	// minPhase: every abuse phase lasts at least this. With a's probes
+	// every aProbeInterval and the admin's every adminInterval, a phase
+	// of minPhase holds about 500 of a's samples of each kind (the p99 is
+	// the fifth slowest) and about 33 admin calls (the p99 is the
+	// slowest).
+	minPhase      = 5 * time.Second
 	idleConns     = 16000            // b's idle connections, four times the LB host's descriptors
 	idleDialFor   = 20 * time.Second // longest time spent opening them
 	idleRate      = 2000             // connections opened per second

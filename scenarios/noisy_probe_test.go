@@ -20,9 +20,9 @@ import (
 
 // Probing of tenant a and of the admin API while tenant b misbehaves.
 const (
-	aProbeInterval = 15 * time.Millisecond  // a's HTTP and TCP probes, each
+	aProbeInterval = 10 * time.Millisecond  // a's HTTP and TCP probes, each
 	aProbeTimeout  = 2 * time.Second        // one probe of a
-	adminInterval  = 250 * time.Millisecond // one admin call (alternately get lbs and cluster status)
+	adminInterval  = 150 * time.Millisecond // one admin call (alternately get lbs and cluster status)
 	adminTimeout   = 10 * time.Second       // an admin call slower than this did not answer
 )
 

@@ -48,7 +48,7 @@ type rateLimitResult struct {
 // client that falls behind its schedule sends what it is late with at
 // once, until rlCatchUp after the schedule's end: what it has not sent
 // by then is left out (on a machine at a load of 15 the attacker
-// process, at nice 19, took 20.6 s over the 3,200 requests of 8 s).
+// process, at nice 19, took 20.6 s over the 3,200 requests of an 8 s phase).
 func attackRateLimit(in *bufio.Scanner, out *json.Encoder) error {
 	if !in.Scan() {
 		return nil

@@ -39,7 +39,7 @@ const (
 	fanOutStreams  = 40
 	fanOutHold     = 3 * time.Second
 	handshakeConns = 8 // clients doing full handshakes in a loop
-	abuseFor       = 8 * time.Second
+	abuseFor       = minPhase
 	regexClients   = 16
 	regexRate      = 64 // requests a second, all clients together (the attack measured 53)
 	regexRoutes    = 1000

@@ -53,7 +53,7 @@ func TestAgentImageInContainerd(t *testing.T) {
 	if os.Geteuid() != 0 {
 		unavailable(t, "containerd needs root")
 	}
-	parallelScenario(t)
+	parallelScenarioTaking(t, 45*time.Second)
 	const version = "0.0.0-imagetest"
 	dist1, dist2 := t.TempDir(), t.TempDir()
 	makeTarget(t, 15*time.Minute, "image", "DIST="+dist1, "VERSION="+version)

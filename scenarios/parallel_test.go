@@ -65,6 +65,19 @@ func parallelScenarioTaking(t *testing.T, d time.Duration) {
 	t.Log("testreport: running")
 }
 
+// parallelScenarioWaiting is parallelScenario for a scenario that spends
+// nearly all its time waiting on a clock with one idle host (a token's
+// expiry): it takes no place among the width, so it starts with the first
+// parallel scenarios and waits beside them, and its minute is not added to
+// the part's length. Its waits must not need the CPU on time: its bounds
+// are tens of seconds.
+func parallelScenarioWaiting(t *testing.T) {
+	t.Helper()
+	checkPhase(t)
+	t.Parallel()
+	t.Log("testreport: running")
+}
+
 // setParallelWidth runs in TestMain before the tests: unless -parallel
 // was given, it sets the width of the parallel scenarios from
 // $TEAPOT_SCENARIO_PARALLEL (default 2) and lifts the testing package's

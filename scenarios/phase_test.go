@@ -26,8 +26,9 @@ const scenarioPhaseEnv = "TEAPOT_SCENARIOS"
 // scenarioPhase is $TEAPOT_SCENARIOS as setScenarioPhase found it.
 var scenarioPhase string
 
-// parallelNames are the tests that call parallelScenario or
-// parallelScenarioTaking in their own body, found in the package's source.
+// parallelNames are the tests that call parallelScenario,
+// parallelScenarioTaking or parallelScenarioWaiting in their own body,
+// found in the package's source.
 var parallelNames map[string]bool
 
 // setScenarioPhase runs in TestMain before the tests: with
@@ -75,8 +76,8 @@ func checkPhase(t *testing.T) {
 }
 
 // scanTests returns the names of the top-level tests in the _test.go files
-// of dir, and those of them whose body calls parallelScenario or
-// parallelScenarioTaking.
+// of dir, and those of them whose body calls parallelScenario,
+// parallelScenarioTaking or parallelScenarioWaiting.
 func scanTests(dir string) (all []string, parallel map[string]bool, err error) {
 	files, err := filepath.Glob(filepath.Join(dir, "*_test.go"))
 	if err != nil {
@@ -97,7 +98,7 @@ func scanTests(dir string) (all []string, parallel map[string]bool, err error) {
 			all = append(all, fn.Name.Name)
 			ast.Inspect(fn.Body, func(n ast.Node) bool {
 				if c, ok := n.(*ast.CallExpr); ok {
-					if id, ok := c.Fun.(*ast.Ident); ok && (id.Name == "parallelScenario" || id.Name == "parallelScenarioTaking") {
+					if id, ok := c.Fun.(*ast.Ident); ok && (id.Name == "parallelScenario" || id.Name == "parallelScenarioTaking" || id.Name == "parallelScenarioWaiting") {
 						parallel[fn.Name.Name] = true
 					}
 				}

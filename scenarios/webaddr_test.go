@@ -24,7 +24,7 @@ import (
 // JSON endpoint answers, and a token that expired (and its session) is
 // refused.
 func TestServeWebAddr(t *testing.T) {
-	parallelScenarioTaking(t, 65*time.Second) // a minute of it for a token to expire
+	parallelScenarioWaiting(t) // a minute of it for a token to expire
 	c := newCluster(t)
 	n := c.newNode()
 	webAddr := freeAddrs(t, 1)[0]
