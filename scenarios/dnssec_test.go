@@ -31,9 +31,12 @@ func TestDNSSECValidatesFromTheRealBinary(t *testing.T) {
 	if err != nil {
 		unavailable(t, "delv is not installed: apt-get install bind9-dnsutils")
 	}
+	parallelScenarioTaking(t, 4*time.Second)
+	// Each host listens on a loopback address of its own (ownaddr_test.go):
+	// the first binds its ports again after its restart.
 	c := newCluster(t)
-	n := c.newNode()
-	dnsAddr := freeAddrs(t, 1)[0]
+	n, more := c.newNodeOn(dnssecHostA, 1)
+	dnsAddr := more[0]
 	flags := []string{"--dns-addr", dnsAddr, "--dns-zones", "acme.example", "--dns-ns", "ns1.acme.example=127.0.0.1",
 		"--dns-ttl", "5s", "--dns-dnssec", "acme.example"}
 	c.start(n, flags...)
@@ -101,14 +104,18 @@ func TestDNSSECValidatesFromTheRealBinary(t *testing.T) {
 	if again := dnskey(); again != key {
 		t.Fatalf("after a restart the zone's key changed:\n%s\n%s", key, again)
 	}
-	m, _, err := (&mdns.Client{Timeout: 2 * time.Second}).Exchange(func() *mdns.Msg {
+	waitFor(t, 20*time.Second, "the DNSKEY after the restart", func() error {
 		q := new(mdns.Msg)
 		q.SetQuestion("acme.example.", mdns.TypeDNSKEY)
-		return q
-	}(), dnsAddr)
-	if err != nil || len(m.Answer) != 1 || !strings.HasSuffix(m.Answer[0].String(), f[3]) {
-		t.Fatalf("DNSKEY after the restart: %v %v", m, err)
-	}
+		m, _, err := (&mdns.Client{Timeout: 2 * time.Second}).Exchange(q, dnsAddr)
+		if err != nil {
+			return err
+		}
+		if len(m.Answer) != 1 || !strings.HasSuffix(m.Answer[0].String(), f[3]) {
+			return errStop(fmt.Errorf("DNSKEY after the restart: %v", m))
+		}
+		return nil
+	})
 	logs, _ := os.ReadFile(n.logPath)
 	if strings.Contains(string(logs), "PRIVATE KEY") {
 		t.Fatal("the log holds a private key")
@@ -120,8 +127,8 @@ func TestDNSSECValidatesFromTheRealBinary(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n2 := c.newNode()
-	dns2 := freeAddrs(t, 1)[0]
+	n2, more := c.newNodeOn(dnssecHostB, 1)
+	dns2 := more[0]
 	flags2 := append([]string{"--join", n.apiAddr, "--token", strings.TrimSpace(token)}, flags...)
 	flags2[slices.Index(flags2, dnsAddr)] = dns2
 	c.start(n2, flags2...)

@@ -633,12 +633,16 @@ func TestStopDrainsOpenConnections(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: starts teapot-lb processes")
 	}
+	parallelScenarioTaking(t, 6*time.Second)
 	raceHosts(t) // a drain with connections open
+	// The host listens on a loopback address of its own and the load
+	// balancer's VIP is another (ownaddr_test.go): both bind their ports
+	// again when the host starts again.
 	c := newCluster(t)
-	n := c.newNode()
+	n, _ := c.newNodeOn(drainHost, 0)
 	c.start(n, "--drain-timeout", "20s")
 	c.waitMember(n)
-	lb := newLifeLB(t, "127.0.0.94/32")
+	lb := newLifeLB(t, drainVIP+"/32")
 	lb.setup(t, c, n)
 	vip := lb.vip(t, c, n)
 	waitFor(t, startTimeout, "traffic through the VIP", func() error { return lb.echoOnce(vip) })

@@ -11,9 +11,6 @@ import (
 	"time"
 )
 
-// observeVIP is a loopback address the scenario's load balancer listens on.
-const observeVIP = "127.0.0.61"
-
 // A real host explains what it sees: a listener whose port another
 // process holds is reported not bound with the reason, a member that does
 // not answer is down, and both show in get lbs, explain and events. Once
@@ -23,21 +20,24 @@ func TestExplainThroughARealHost(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: starts a teapot-lb process")
 	}
+	parallelScenarioTaking(t, 4*time.Second)
+	// The host, the VIP and the member each have a loopback address of
+	// their own (ownaddr_test.go): the host binds the VIP's port once the
+	// test frees it, and the test binds the member's port again later.
 	c := newCluster(t)
-	n := c.bootstrap()
+	n, _ := c.newNodeOn(explainHost, 0)
+	c.start(n)
+	c.waitMember(n)
 
-	busy, err := net.Listen("tcp", observeVIP+":0")
+	busy, err := net.Listen("tcp", explainVIP+":0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer busy.Close()
 	port := busy.Addr().(*net.TCPAddr).Port
-	member, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	memberAddr := member.Addr().String()
-	member.Close() // nothing answers there until the backend starts below
+	// Nothing answers at the member's address until the backend starts
+	// below.
+	memberAddr := freeAddrsOn(t, explainMember, 1)[0]
 
 	manifest := fmt.Sprintf(`
 kind: VIPPool
@@ -47,7 +47,7 @@ mode: static
 ---
 kind: Tenant
 name: acme
-networks: [127.0.0.1/32]
+networks: [%[4]s/32]
 pools: [lab]
 ---
 kind: LoadBalancer
@@ -59,7 +59,7 @@ pools:
   app:
     members: ["%[3]s"]
     healthCheck: { tcp: {}, interval: 1s, timeout: 500ms }
-`, observeVIP, port, memberAddr)
+`, explainVIP, port, memberAddr, explainMember)
 	path := filepath.Join(t.TempDir(), "web.yaml")
 	if err := os.WriteFile(path, []byte(manifest), 0o644); err != nil {
 		t.Fatal(err)
@@ -117,7 +117,7 @@ pools:
 		out = explain()
 		return strings.Contains(out, "Load balancer acme/web: Serving")
 	}, func() string { return out })
-	conn, err := net.DialTimeout("tcp", net.JoinHostPort(observeVIP, fmt.Sprint(port)), 5*time.Second)
+	conn, err := net.DialTimeout("tcp", net.JoinHostPort(explainVIP, fmt.Sprint(port)), 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
