@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"regexp"
 	"strconv"
@@ -173,7 +174,7 @@ func (l *tenantLab) planeLogs() []*planeLog {
 // API server accepting it to the new member set live in the data plane of
 // every LB host.
 func BenchmarkTenantEndpointChange(b *testing.B) {
-	l := newTenantLab(b)
+	l := newTenantLab(b, benchLabVIPs)
 	pods := newPodNet(b, 4)
 	creds := l.seedTenant("acme", "acme.example", pods.network())
 	l.agent("agent-1", creds)
@@ -260,9 +261,9 @@ func BenchmarkTenantInitialSync(b *testing.B) {
 // fresh lab, starts the agent and times its first sync.
 func tenantInitialSync(b *testing.B, n int) (stored, live, statuses time.Duration) {
 	raiseNoFile(b, uint64(n)+2000)
-	l := newTenantLab(b)
 	// A /18 of loopback addresses: 16,384 VIPs.
-	l.cliOK("pool", "create", "bulk", "--cidr", "127.0.128.0/18", "--mode", "static")
+	l := newTenantLab(b, netip.MustParsePrefix("127.0.128.0/18"))
+	l.cliOK("pool", "create", "bulk", "--cidr", l.vips.String(), "--mode", "static")
 	quota := func(k int) string { return strconv.Itoa(max(2000, k)) }
 	l.cliOK("tenant", "create", "acme", "--domains", "acme.example", "--networks", "10.0.0.0/8", "--pools", "bulk", "--pods-routable",
 		"--max-lbs", quota(2*n), "--max-addresses", quota(2*n), "--max-listeners", quota(2*n), "--max-members", quota(2*n*initialEndpoints))

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -100,7 +101,8 @@ func TestTenantEdgePolicy(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: starts etcd, kube-apiserver and a three-node cluster")
 	}
-	l := newTenantLab(t)
+	parallelScenarioTaking(t, 10*time.Second)
+	l := newTenantLab(t, edgePolicyLabVIPs)
 	creds := l.seedTenant("acme", "acme.example", "198.51.100.0/24")
 	rc := l.k.restConfig(l.k.token)
 	dc, err := dynamic.NewForConfig(rc)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -26,10 +27,48 @@ import (
 	"github.com/teapot-lb/teapot-lb/api"
 	"github.com/teapot-lb/teapot-lb/api/client"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
+	"github.com/teapot-lb/teapot-lb/tenantsync/agent"
 )
 
 // syncTimeout bounds one change reaching the LB cluster and back.
 const syncTimeout = 60 * time.Second
+
+// The tenant labs' VIP pools: loopback addresses, which every LB process
+// on this machine can bind. Each lab has a /28 of 127.0.110.0/24 of its
+// own, a range no other test uses, so that labs running at once never
+// bind the same VIP and port.
+var (
+	agentLabVIPs      = netip.MustParsePrefix("127.0.110.0/28")  // TestTenantAgentAgainstKubeAPIServer
+	isolationLabVIPs  = netip.MustParsePrefix("127.0.110.16/28") // TestTenantIsolation
+	resilienceLabVIPs = netip.MustParsePrefix("127.0.110.32/28") // TestTenantSyncResilience
+	edgePolicyLabVIPs = netip.MustParsePrefix("127.0.110.48/28") // TestTenantEdgePolicy
+	benchLabVIPs      = netip.MustParsePrefix("127.0.110.64/28") // BenchmarkTenantEndpointChange
+)
+
+// leaseTimes are the leader election of a lab's agents: how long a Lease
+// lasts unrenewed, how long its holder tries to renew it before it steps
+// down (and exits), and how long the replicas wait between attempts.
+type leaseTimes struct {
+	duration, renewDeadline, retryPeriod time.Duration
+}
+
+func (lt leaseTimes) flags() []string {
+	return []string{"--lease-duration", lt.duration.String(), "--renew-deadline", lt.renewDeadline.String(), "--retry-period", lt.retryPeriod.String()}
+}
+
+// The labs' leader elections. A lab's API server shares a loaded machine
+// with other Kubernetes labs and may answer a renew late; a holder that
+// cannot renew within its renew deadline steps down and exits, and its
+// tenant goes unsynced. defaultLease, the agent's own defaults (15 s,
+// 10 s, 2 s), is for the scenarios that never lose a holder. Those that
+// kill it, or stop its API server, wait for what follows: the other
+// replica's takeover a lease's duration later, or the holder's exit a
+// renew deadline later. takeoverLease brings both sooner and still gives
+// a holder 6 s, six attempts, to renew.
+var (
+	defaultLease  = leaseTimes{duration: agent.DefaultLeaseDuration, renewDeadline: agent.DefaultRenewDeadline, retryPeriod: agent.DefaultRetryPeriod}
+	takeoverLease = leaseTimes{duration: 8 * time.Second, renewDeadline: 6 * time.Second, retryPeriod: time.Second}
+)
 
 // tenantLab is a 3-node LB cluster and a real Kubernetes API with the agent's
 // manifests applied.
@@ -41,14 +80,21 @@ type tenantLab struct {
 	// agentToken is the token of the agent's service account (least
 	// privilege, from packaging/k8s/10-rbac.yaml).
 	agentToken string
+	// vips is the range of the lab's VIP pool (seedTenant).
+	vips netip.Prefix
+	// lease is the leader election of the agents started after it is set
+	// (defaultLease unless the test sets another).
+	lease leaseTimes
 }
 
-func newTenantLab(t testing.TB) *tenantLab {
+// newTenantLab starts a lab whose VIP pool will be vips, a range of the
+// lab's own.
+func newTenantLab(t testing.TB, vips netip.Prefix) *tenantLab {
 	t.Helper()
 	k := startKube(t)
 	c := newCluster(t)
 	c.start3()
-	l := &tenantLab{t: t, c: c, k: k, conn: dialAll(t, c)}
+	l := &tenantLab{t: t, c: c, k: k, conn: dialAll(t, c), vips: vips, lease: defaultLease}
 	k.applyManifest("00-namespace.yaml")
 	k.applyManifest("10-rbac.yaml")
 	l.agentToken = k.serviceAccountToken("teapot-lb-system", "teapot-lb-agent")
@@ -117,7 +163,8 @@ func (l *tenantLab) credentials(tenant string) string {
 	return dir
 }
 
-// agent starts teapot-lb agent with the service account's kubeconfig.
+// agent starts teapot-lb agent with the service account's kubeconfig and
+// the lab's leader election.
 func (l *tenantLab) agent(name, creds string, extra ...string) *proc {
 	l.t.Helper()
 	args := append([]string{"agent",
@@ -125,8 +172,8 @@ func (l *tenantLab) agent(name, creds string, extra ...string) *proc {
 		"--credentials", creds,
 		"--namespace", "teapot-lb-system",
 		"--id", name,
-		"--lease-duration", "4s", "--renew-deadline", "3s", "--retry-period", "500ms",
-	}, extra...)
+	}, l.lease.flags()...)
+	args = append(args, extra...)
 	return startProc(l.t, l.c.dir, name, l.c.bin, args...)
 }
 
@@ -280,7 +327,8 @@ func (l *tenantLab) serviceVIP(ns, name string) (string, *corev1.Service, error)
 	return "", svc, nil
 }
 
-// waitServiceVIP waits until the Service's status carries a VIP.
+// waitServiceVIP waits until the Service's status carries a VIP and
+// checks that it is from the lab's pool.
 func (l *tenantLab) waitServiceVIP(ns, name string) (string, *corev1.Service) {
 	l.t.Helper()
 	var vip string
@@ -296,6 +344,9 @@ func (l *tenantLab) waitServiceVIP(ns, name string) (string, *corev1.Service) {
 		}
 		return nil
 	})
+	if a, err := netip.ParseAddr(vip); err != nil || !l.vips.Contains(a) {
+		l.t.Fatalf("Service %s/%s has VIP %q, not one of the lab's pool %s", ns, name, vip, l.vips)
+	}
 	return vip, svc
 }
 
@@ -353,8 +404,11 @@ func httpName(addr string) (string, error) { return httpNameFor(addr, "") }
 
 // httpNameFor asks http://addr/ for host (when not empty) and returns the
 // answering backend's name.
-func httpNameFor(addr, host string) (string, error) {
-	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+func httpNameFor(addr, host string) (string, error) { return httpNameWithin(addr, host, 2*time.Second) }
+
+// httpNameWithin is httpNameFor with the time the answer may take.
+func httpNameWithin(addr, host string, timeout time.Duration) (string, error) {
+	hc := &http.Client{Timeout: timeout, Transport: &http.Transport{DisableKeepAlives: true}}
 	req, err := http.NewRequest(http.MethodGet, "http://"+addr+"/", nil)
 	if err != nil {
 		return "", err

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/teapot-lb/teapot-lb/api/client"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
@@ -17,7 +18,8 @@ func TestTenantIsolation(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: starts etcd, kube-apiserver and a three-node cluster")
 	}
-	l := newTenantLab(t)
+	parallelScenarioTaking(t, 6*time.Second)
+	l := newTenantLab(t, isolationLabVIPs)
 	pods := newPodNet(t, 2)
 	acmeCreds := l.seedTenant("acme", "acme.example", pods.network())
 	betaCreds := l.seedTenant("beta", "beta.example", "10.99.0.0/16")
