@@ -29,7 +29,13 @@ const (
 	// of minPhase holds about 500 of a's samples of each kind (the p99 is
 	// the fifth slowest) and about 33 admin calls (the p99 is the
 	// slowest).
-	minPhase      = 5 * time.Second
+	minPhase = 5 * time.Second
+	// routesFor: how long b rewrites its load balancers in the routes
+	// phase (less a second). The check of what b sent allows a full
+	// bucket and 4 MiB over the rate: only writes that go on well past
+	// those can show a budget that tells b to wait but lets its writes
+	// through.
+	routesFor     = 8 * time.Second
 	idleConns     = 16000            // b's idle connections, four times the LB host's descriptors
 	idleDialFor   = 20 * time.Second // longest time spent opening them
 	idleRate      = 2000             // connections opened per second
@@ -500,13 +506,13 @@ func phaseListeners(tb testing.TB, l *noisyLab, b *tenantAgent) []string {
 
 // phaseRoutes: 60,000 routes, a 3 MiB path, and three load balancers at
 // the per-LB route bound with 1000-byte paths, which b then rewrites in
-// turn, until the phase's minimum time is up: b's writes are held to its
+// turn, for routesFor: b's writes are held to its
 // write budget (quotas.writeBytesPerSecond) and b is told when they wait.
 // A change still waiting then is dropped with its stream: the phase is no
 // longer for the budget.
 func phaseRoutes(tb testing.TB, l *noisyLab, b *tenantAgent) []string {
 	start := time.Now()
-	until := start.Add(minPhase - time.Second)
+	until := start.Add(routesFor - time.Second)
 	throttled := b.throttled.Load()
 	web := &pb.BackendPool{Members: memberList(l.bWeb.addr)}
 	http := []*pb.Listener{{Port: noisyHTTPPort, Protocol: "http"}}

@@ -69,8 +69,9 @@ func parallelScenarioTaking(t *testing.T, d time.Duration) {
 // nearly all its time waiting on a clock with one idle host (a token's
 // expiry): it takes no place among the width, so it starts with the first
 // parallel scenarios and waits beside them, and its minute is not added to
-// the part's length. Its waits must not need the CPU on time: its bounds
-// are tens of seconds.
+// the part's length (with -parallel n given, the testing package still
+// counts it among its n). Its waits must not need the CPU on time: its
+// bounds are tens of seconds.
 func parallelScenarioWaiting(t *testing.T) {
 	t.Helper()
 	checkPhase(t)

@@ -27,7 +27,6 @@ import (
 	"github.com/teapot-lb/teapot-lb/api"
 	"github.com/teapot-lb/teapot-lb/api/client"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
-	"github.com/teapot-lb/teapot-lb/tenantsync/agent"
 )
 
 // syncTimeout bounds one change reaching the LB cluster and back.
@@ -45,31 +44,6 @@ var (
 	benchLabVIPs      = netip.MustParsePrefix("127.0.110.64/28") // BenchmarkTenantEndpointChange
 )
 
-// leaseTimes are the leader election of a lab's agents: how long a Lease
-// lasts unrenewed, how long its holder tries to renew it before it steps
-// down (and exits), and how long the replicas wait between attempts.
-type leaseTimes struct {
-	duration, renewDeadline, retryPeriod time.Duration
-}
-
-func (lt leaseTimes) flags() []string {
-	return []string{"--lease-duration", lt.duration.String(), "--renew-deadline", lt.renewDeadline.String(), "--retry-period", lt.retryPeriod.String()}
-}
-
-// The labs' leader elections. A lab's API server shares a loaded machine
-// with other Kubernetes labs and may answer a renew late; a holder that
-// cannot renew within its renew deadline steps down and exits, and its
-// tenant goes unsynced. defaultLease, the agent's own defaults (15 s,
-// 10 s, 2 s), is for the scenarios that never lose a holder. Those that
-// kill it, or stop its API server, wait for what follows: the other
-// replica's takeover a lease's duration later, or the holder's exit a
-// renew deadline later. takeoverLease brings both sooner and still gives
-// a holder 6 s, six attempts, to renew.
-var (
-	defaultLease  = leaseTimes{duration: agent.DefaultLeaseDuration, renewDeadline: agent.DefaultRenewDeadline, retryPeriod: agent.DefaultRetryPeriod}
-	takeoverLease = leaseTimes{duration: 8 * time.Second, renewDeadline: 6 * time.Second, retryPeriod: time.Second}
-)
-
 // tenantLab is a 3-node LB cluster and a real Kubernetes API with the agent's
 // manifests applied.
 type tenantLab struct {
@@ -82,9 +56,6 @@ type tenantLab struct {
 	agentToken string
 	// vips is the range of the lab's VIP pool (seedTenant).
 	vips netip.Prefix
-	// lease is the leader election of the agents started after it is set
-	// (defaultLease unless the test sets another).
-	lease leaseTimes
 }
 
 // newTenantLab starts a lab whose VIP pool will be vips, a range of the
@@ -94,7 +65,7 @@ func newTenantLab(t testing.TB, vips netip.Prefix) *tenantLab {
 	k := startKube(t)
 	c := newCluster(t)
 	c.start3()
-	l := &tenantLab{t: t, c: c, k: k, conn: dialAll(t, c), vips: vips, lease: defaultLease}
+	l := &tenantLab{t: t, c: c, k: k, conn: dialAll(t, c), vips: vips}
 	k.applyManifest("00-namespace.yaml")
 	k.applyManifest("10-rbac.yaml")
 	l.agentToken = k.serviceAccountToken("teapot-lb-system", "teapot-lb-agent")
@@ -164,7 +135,12 @@ func (l *tenantLab) credentials(tenant string) string {
 }
 
 // agent starts teapot-lb agent with the service account's kubeconfig and
-// the lab's leader election.
+// the agent's own leader election (a 15 s Lease, renewed within 10 s):
+// the lab's API server shares a loaded machine with other Kubernetes labs
+// and may answer a renew late, and a holder that cannot renew within its
+// deadline steps down and exits. A test that kills the holder waits a
+// Lease's duration for the other replica's takeover; one that stops the
+// API server, a renew deadline for the holder's exit.
 func (l *tenantLab) agent(name, creds string, extra ...string) *proc {
 	l.t.Helper()
 	args := append([]string{"agent",
@@ -172,8 +148,7 @@ func (l *tenantLab) agent(name, creds string, extra ...string) *proc {
 		"--credentials", creds,
 		"--namespace", "teapot-lb-system",
 		"--id", name,
-	}, l.lease.flags()...)
-	args = append(args, extra...)
+	}, extra...)
 	return startProc(l.t, l.c.dir, name, l.c.bin, args...)
 }
 

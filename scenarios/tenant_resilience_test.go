@@ -50,9 +50,6 @@ func TestTenantSyncResilience(t *testing.T) {
 	parallelScenarioTaking(t, 30*time.Second)
 	raceHosts(t) // the agent's streams through reconnects
 	l := newTenantLab(t, resilienceLabVIPs)
-	// The test waits for the agent's exit after its API server stops,
-	// which comes a renew deadline later.
-	l.lease = takeoverLease
 	pods := newPodNet(t, 4)
 	creds := l.seedTenant("acme", "acme.example", pods.network())
 	agent := l.agent("agent-1", creds)

@@ -60,9 +60,6 @@ func TestTenantAgentAgainstKubeAPIServer(t *testing.T) {
 	}
 	parallelScenarioTaking(t, 15*time.Second)
 	l := newTenantLab(t, agentLabVIPs)
-	// The test kills the holder of the agents' Lease and waits for the
-	// other replica to take over.
-	l.lease = takeoverLease
 	pods := newPodNet(t, 2)
 	creds := l.seedTenant("acme", "acme.example", pods.network())
 	probes := freeAddrs(t, 2)

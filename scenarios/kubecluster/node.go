@@ -298,13 +298,21 @@ func (n *Node) close() error {
 	if err := unmountUnder(n.dir); err != nil {
 		errs = append(errs, err)
 	}
+	// Another lab's containerd, running at the same time, makes cni-
+	// namespaces too: one a live process is in (its pods' pause
+	// containers) is not this node's, whose processes are dead by now.
 	if entries, err := os.ReadDir("/run/netns"); err == nil {
+		inUse := netnsInUse()
 		for _, e := range entries {
 			if !strings.HasPrefix(e.Name(), "cni-") || n.netnsSeen[e.Name()] {
 				continue
 			}
 			path := filepath.Join("/run/netns", e.Name())
 			if fi, err := os.Stat(path); err == nil && fi.ModTime().Before(n.c.started()) {
+				continue
+			}
+			var st syscall.Stat_t
+			if syscall.Stat(path, &st) == nil && inUse[st.Ino] {
 				continue
 			}
 			_ = syscall.Unmount(path, syscall.MNT_DETACH)

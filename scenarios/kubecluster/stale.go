@@ -114,17 +114,7 @@ func removeUnusedNetns(before time.Time) {
 	if err != nil {
 		return
 	}
-	inUse := map[uint64]bool{}
-	procs, _ := os.ReadDir("/proc")
-	for _, e := range procs {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue
-		}
-		var st syscall.Stat_t
-		if syscall.Stat(filepath.Join("/proc", e.Name(), "ns", "net"), &st) == nil {
-			inUse[st.Ino] = true
-		}
-	}
+	inUse := netnsInUse()
 	for _, e := range entries {
 		if !strings.HasPrefix(e.Name(), "cni-") {
 			continue
@@ -138,4 +128,21 @@ func removeUnusedNetns(before time.Time) {
 		_ = syscall.Unmount(path, syscall.MNT_DETACH)
 		_ = os.Remove(path)
 	}
+}
+
+// netnsInUse returns the inodes of the network namespaces that a live
+// process is in.
+func netnsInUse() map[uint64]bool {
+	inUse := map[uint64]bool{}
+	procs, _ := os.ReadDir("/proc")
+	for _, e := range procs {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		var st syscall.Stat_t
+		if syscall.Stat(filepath.Join("/proc", e.Name(), "ns", "net"), &st) == nil {
+			inUse[st.Ino] = true
+		}
+	}
+	return inUse
 }
