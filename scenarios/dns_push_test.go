@@ -87,7 +87,7 @@ zone "acme.example" {
 	c.waitMember(n)
 
 	member := acceptingMember(t)
-	spec := shopZoneSpec(t, member.Addr().String(), true)
+	spec := shopZoneSpec(t, dnsPushVIP, member.Addr().String(), true)
 	path := filepath.Join(dir, "shop.yaml")
 	if err := os.WriteFile(path, []byte(spec), 0o600); err != nil {
 		t.Fatal(err)
@@ -108,9 +108,9 @@ zone "acme.example" {
 			return nil
 		}
 	}
-	waitFor(t, 20*time.Second, "BIND answered the name", bindAnswers("shop.acme.example.", []string{"203.0.113.5"}))
+	waitFor(t, 20*time.Second, "BIND answered the name", bindAnswers("shop.acme.example.", []string{dnsPushVIP}))
 	t.Logf("apply to BIND's answer: %s", time.Since(applied))
-	waitFor(t, 10*time.Second, "BIND answered under the wildcard", bindAnswers("a.apps.acme.example.", []string{"203.0.113.5"}))
+	waitFor(t, 10*time.Second, "BIND answered under the wildcard", bindAnswers("a.apps.acme.example.", []string{dnsPushVIP}))
 
 	// A second host with the same flags: it answers, but does not push.
 	token, err := c.cli(n, "cluster", "join-token")

@@ -50,7 +50,7 @@ func TestDNSAnswersFollowMemberHealth(t *testing.T) {
 
 	member := acceptingMember(t)
 	memberAddr := member.Addr().String()
-	spec := shopZoneSpec(t, member.Addr().String(), true)
+	spec := shopZoneSpec(t, dnsHealthVIP, member.Addr().String(), true)
 	path := filepath.Join(t.TempDir(), "shop.yaml")
 	if err := os.WriteFile(path, []byte(spec), 0o600); err != nil {
 		t.Fatal(err)
@@ -66,7 +66,7 @@ func TestDNSAnswersFollowMemberHealth(t *testing.T) {
 				return err
 			}
 			got := dnsAddrs(m)
-			if want && !slices.Equal(got, []string{"203.0.113.5"}) || !want && len(got) != 0 || m.Rcode != mdns.RcodeSuccess {
+			if want && !slices.Equal(got, []string{dnsHealthVIP}) || !want && len(got) != 0 || m.Rcode != mdns.RcodeSuccess {
 				return fmt.Errorf("%s: %s %v", name, mdns.RcodeToString[m.Rcode], got)
 			}
 			return nil
@@ -76,7 +76,7 @@ func TestDNSAnswersFollowMemberHealth(t *testing.T) {
 	t.Logf("apply to answer: %s", time.Since(applied))
 	waitFor(t, 5*time.Second, "the wildcard answered", answered("a.b.apps.acme.example.", true))
 	m, err := dnsAsk("tcp", dnsAddr, "shop.acme.example.", mdns.TypeA)
-	if err != nil || !slices.Equal(dnsAddrs(m), []string{"203.0.113.5"}) || !m.Authoritative {
+	if err != nil || !slices.Equal(dnsAddrs(m), []string{dnsHealthVIP}) || !m.Authoritative {
 		t.Fatalf("over TCP: %v %v", m, err)
 	}
 	for _, q := range []struct {
@@ -122,19 +122,30 @@ func acceptingMember(t *testing.T) net.Listener {
 	return member
 }
 
+// The DNS scenarios' VIPs, one each: they run beside one another and
+// beside the admin API's pages (whose pool is 203.0.113.0/27), each
+// host listening on its VIP at a port picked free on 127.0.0.1, which
+// cannot tell that a neighbour listens on the same port of another
+// address.
+const (
+	dnsHealthVIP = "203.0.113.49" // TestDNSAnswersFollowMemberHealth
+	dnsPushVIP   = "203.0.113.50" // TestDNSPushToBINDPrimary
+	dnsXfrVIP    = "203.0.113.51" // TestDNSSecondaryFollowsTheBinary
+	dnssecVIP    = "203.0.113.52" // TestDNSSECValidatesFromTheRealBinary
+)
+
 // shopZoneSpec is what the DNS scenarios serve: pool public (static,
-// 203.0.113.0/28), tenant acme (domains acme.example) and its load
-// balancer shop on 203.0.113.5 routing shop.acme.example (and, with
-// wildcard, *.apps.acme.example) to the member at member, checked every
-// second.
-func shopZoneSpec(t *testing.T, member string, wildcard bool) string {
+// vip/32), tenant acme (domains acme.example) and its load balancer shop
+// on vip routing shop.acme.example (and, with wildcard,
+// *.apps.acme.example) to the member at member, checked every second.
+func shopZoneSpec(t *testing.T, vip, member string, wildcard bool) string {
 	extra := ""
 	if wildcard {
 		extra = "  - {host: \"*.apps.acme.example\", path: /, pool: web}\n"
 	}
 	return fmt.Sprintf(`kind: VIPPool
 name: public
-cidrs: [203.0.113.0/28]
+cidrs: [%s/32]
 mode: static
 ---
 kind: Tenant
@@ -146,7 +157,7 @@ pools: [public]
 kind: LoadBalancer
 name: shop
 tenant: acme
-vip: {address: 203.0.113.5}
+vip: {address: %s}
 listeners:
   - {port: %d, protocol: http}
 routes:
@@ -155,7 +166,7 @@ routes:
   web:
     members: [%s]
     healthCheck: {tcp: {}, interval: 1s, rise: 1, fall: 1}
-`, freePort(t), extra, member)
+`, vip, vip, freePort(t), extra, member)
 }
 
 func acceptAll(l net.Listener) {

@@ -89,7 +89,7 @@ zone "acme.example" {
 	})
 
 	member := acceptingMember(t)
-	spec := shopZoneSpec(t, member.Addr().String(), false)
+	spec := shopZoneSpec(t, dnsXfrVIP, member.Addr().String(), false)
 	path := filepath.Join(dir, "shop.yaml")
 	if err := os.WriteFile(path, []byte(spec), 0o600); err != nil {
 		t.Fatal(err)
@@ -110,7 +110,7 @@ zone "acme.example" {
 			return nil
 		}
 	}
-	waitFor(t, 20*time.Second, "BIND answered the name", bindAnswers([]string{"203.0.113.5"}))
+	waitFor(t, 20*time.Second, "BIND answered the name", bindAnswers([]string{dnsXfrVIP}))
 	t.Logf("apply to BIND's answer: %s", time.Since(applied))
 
 	// At the socket: another address with the key, and the secondary's

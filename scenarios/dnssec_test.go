@@ -44,7 +44,7 @@ func TestDNSSECValidatesFromTheRealBinary(t *testing.T) {
 
 	member := acceptingMember(t)
 	defer member.Close()
-	spec := shopZoneSpec(t, member.Addr().String(), false)
+	spec := shopZoneSpec(t, dnssecVIP, member.Addr().String(), false)
 	path := filepath.Join(t.TempDir(), "shop.yaml")
 	if err := os.WriteFile(path, []byte(spec), 0o600); err != nil {
 		t.Fatal(err)
@@ -88,7 +88,7 @@ func TestDNSSECValidatesFromTheRealBinary(t *testing.T) {
 	delv := func(name string) (string, error) { return delvAt(host, port, name, "A") }
 	waitFor(t, 30*time.Second, "delv validates the answer", func() error {
 		out, _ := delv("shop.acme.example")
-		if !strings.Contains(out, "; fully validated") || !strings.Contains(out, "203.0.113.5") {
+		if !strings.Contains(out, "; fully validated") || !strings.Contains(out, dnssecVIP) {
 			return fmt.Errorf("delv:\n%s", out)
 		}
 		return nil
