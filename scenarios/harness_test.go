@@ -81,6 +81,9 @@ type cluster struct {
 	// netns, when set, is the network namespace (`ip netns`) every node
 	// and every CLI command runs in.
 	netns string
+	// hostIP, when set, is the loopback address new nodes' raft, API and
+	// metrics listeners are on (ports picked free there), else 127.0.0.1.
+	hostIP string
 }
 
 // command runs the teapot-lb binary with args, in the cluster's network
@@ -173,7 +176,7 @@ func (c *cluster) start3() {
 }
 
 func (c *cluster) newNode() *node {
-	addrs := freeAddrs(c.tb, 3)
+	addrs := freeAddrsOn(c.tb, cmp.Or(c.hostIP, "127.0.0.1"), 3)
 	id := fmt.Sprintf("n%d", len(c.nodes)+1)
 	n := &node{
 		id:          id,

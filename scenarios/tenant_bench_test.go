@@ -174,7 +174,7 @@ func (l *tenantLab) planeLogs() []*planeLog {
 // API server accepting it to the new member set live in the data plane of
 // every LB host.
 func BenchmarkTenantEndpointChange(b *testing.B) {
-	l := newTenantLab(b, benchLabVIPs)
+	l := newTenantLab(b, benchLab)
 	pods := newPodNet(b, 4)
 	creds := l.seedTenant("acme", "acme.example", pods.network())
 	l.agent("agent-1", creds)
@@ -262,7 +262,7 @@ func BenchmarkTenantInitialSync(b *testing.B) {
 func tenantInitialSync(b *testing.B, n int) (stored, live, statuses time.Duration) {
 	raiseNoFile(b, uint64(n)+2000)
 	// A /18 of loopback addresses: 16,384 VIPs.
-	l := newTenantLab(b, netip.MustParsePrefix("127.0.128.0/18"))
+	l := newTenantLab(b, tenantLabAddrs{netip.MustParsePrefix("127.0.128.0/18"), "127.0.111.6"})
 	l.cliOK("pool", "create", "bulk", "--cidr", l.vips.String(), "--mode", "static")
 	quota := func(k int) string { return strconv.Itoa(max(2000, k)) }
 	l.cliOK("tenant", "create", "acme", "--domains", "acme.example", "--networks", "10.0.0.0/8", "--pools", "bulk", "--pods-routable",

@@ -102,7 +102,7 @@ func TestTenantEdgePolicy(t *testing.T) {
 		t.Skip("-short: starts etcd, kube-apiserver and a three-node cluster")
 	}
 	parallelScenarioTaking(t, 10*time.Second)
-	l := newTenantLab(t, edgePolicyLabVIPs)
+	l := newTenantLab(t, edgePolicyLab)
 	creds := l.seedTenant("acme", "acme.example", "198.51.100.0/24")
 	rc := l.k.restConfig(l.k.token)
 	dc, err := dynamic.NewForConfig(rc)

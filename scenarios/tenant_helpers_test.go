@@ -32,16 +32,24 @@ import (
 // syncTimeout bounds one change reaching the LB cluster and back.
 const syncTimeout = 60 * time.Second
 
-// The tenant labs' VIP pools: loopback addresses, which every LB process
-// on this machine can bind. Each lab has a /28 of 127.0.110.0/24 of its
-// own, a range no other test uses, so that labs running at once never
-// bind the same VIP and port.
+// tenantLabAddrs are a tenant lab's addresses on loopback, which every
+// LB process on this machine can bind: its VIP pool, and the address its
+// LB hosts' raft, API and metrics listeners are on (ports picked free
+// there). Each lab has a /28 of 127.0.110.0/24 and an address of
+// 127.0.111.0/24, ranges no other test uses, so that labs running at
+// once never bind the same VIP and port, and a host that restarts binds
+// its ports again where no other scenario picks one.
+type tenantLabAddrs struct {
+	vips  netip.Prefix
+	hosts string
+}
+
 var (
-	agentLabVIPs      = netip.MustParsePrefix("127.0.110.0/28")  // TestTenantAgentAgainstKubeAPIServer
-	isolationLabVIPs  = netip.MustParsePrefix("127.0.110.16/28") // TestTenantIsolation
-	resilienceLabVIPs = netip.MustParsePrefix("127.0.110.32/28") // TestTenantSyncResilience
-	edgePolicyLabVIPs = netip.MustParsePrefix("127.0.110.48/28") // TestTenantEdgePolicy
-	benchLabVIPs      = netip.MustParsePrefix("127.0.110.64/28") // BenchmarkTenantEndpointChange
+	agentLab      = tenantLabAddrs{netip.MustParsePrefix("127.0.110.0/28"), "127.0.111.1"}  // TestTenantAgentAgainstKubeAPIServer
+	isolationLab  = tenantLabAddrs{netip.MustParsePrefix("127.0.110.16/28"), "127.0.111.2"} // TestTenantIsolation
+	resilienceLab = tenantLabAddrs{netip.MustParsePrefix("127.0.110.32/28"), "127.0.111.3"} // TestTenantSyncResilience
+	edgePolicyLab = tenantLabAddrs{netip.MustParsePrefix("127.0.110.48/28"), "127.0.111.4"} // TestTenantEdgePolicy
+	benchLab      = tenantLabAddrs{netip.MustParsePrefix("127.0.110.64/28"), "127.0.111.5"} // BenchmarkTenantEndpointChange
 )
 
 // tenantLab is a 3-node LB cluster and a real Kubernetes API with the agent's
@@ -58,14 +66,15 @@ type tenantLab struct {
 	vips netip.Prefix
 }
 
-// newTenantLab starts a lab whose VIP pool will be vips, a range of the
-// lab's own.
-func newTenantLab(t testing.TB, vips netip.Prefix) *tenantLab {
+// newTenantLab starts a lab on addresses of its own: its LB hosts listen
+// on a.hosts, and its VIP pool will be a.vips.
+func newTenantLab(t testing.TB, a tenantLabAddrs) *tenantLab {
 	t.Helper()
 	k := startKube(t)
 	c := newCluster(t)
+	c.hostIP = a.hosts
 	c.start3()
-	l := &tenantLab{t: t, c: c, k: k, conn: dialAll(t, c), vips: vips}
+	l := &tenantLab{t: t, c: c, k: k, conn: dialAll(t, c), vips: a.vips}
 	k.applyManifest("00-namespace.yaml")
 	k.applyManifest("10-rbac.yaml")
 	l.agentToken = k.serviceAccountToken("teapot-lb-system", "teapot-lb-agent")

@@ -19,7 +19,7 @@ func TestTenantIsolation(t *testing.T) {
 		t.Skip("-short: starts etcd, kube-apiserver and a three-node cluster")
 	}
 	parallelScenarioTaking(t, 6*time.Second)
-	l := newTenantLab(t, isolationLabVIPs)
+	l := newTenantLab(t, isolationLab)
 	pods := newPodNet(t, 2)
 	acmeCreds := l.seedTenant("acme", "acme.example", pods.network())
 	betaCreds := l.seedTenant("beta", "beta.example", "10.99.0.0/16")

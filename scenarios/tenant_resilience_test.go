@@ -49,7 +49,7 @@ func TestTenantSyncResilience(t *testing.T) {
 	}
 	parallelScenarioTaking(t, 30*time.Second)
 	raceHosts(t) // the agent's streams through reconnects
-	l := newTenantLab(t, resilienceLabVIPs)
+	l := newTenantLab(t, resilienceLab)
 	pods := newPodNet(t, 4)
 	creds := l.seedTenant("acme", "acme.example", pods.network())
 	agent := l.agent("agent-1", creds)

@@ -59,7 +59,7 @@ func TestTenantAgentAgainstKubeAPIServer(t *testing.T) {
 		t.Skip("-short: starts etcd, kube-apiserver and a three-node cluster")
 	}
 	parallelScenarioTaking(t, 15*time.Second)
-	l := newTenantLab(t, agentLabVIPs)
+	l := newTenantLab(t, agentLab)
 	pods := newPodNet(t, 2)
 	creds := l.seedTenant("acme", "acme.example", pods.network())
 	probes := freeAddrs(t, 2)
