@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -127,16 +126,7 @@ func newCluster(tb testing.TB) *cluster {
 // freeAddrs returns n distinct free TCP addresses on 127.0.0.1.
 func freeAddrs(tb testing.TB, n int) []string {
 	tb.Helper()
-	var addrs []string
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			tb.Fatalf("pick a free port: %v", err)
-		}
-		defer l.Close()
-		addrs = append(addrs, l.Addr().String())
-	}
-	return addrs
+	return freeAddrsOn(tb, "127.0.0.1", n)
 }
 
 // bootstrap starts the first node of a new cluster and waits until it is a
@@ -175,8 +165,14 @@ func (c *cluster) start3() {
 	c.waitHealthy(first, 3)
 }
 
+// newNode adds a node whose raft, API and metrics listeners are on ports
+// picked free on the cluster's hostIP (127.0.0.1 when unset).
 func (c *cluster) newNode() *node {
-	addrs := freeAddrsOn(c.tb, cmp.Or(c.hostIP, "127.0.0.1"), 3)
+	return c.nodeAt(freeAddrsOn(c.tb, cmp.Or(c.hostIP, "127.0.0.1"), 3))
+}
+
+// nodeAt adds a node whose raft, API and metrics listeners are addrs.
+func (c *cluster) nodeAt(addrs []string) *node {
 	id := fmt.Sprintf("n%d", len(c.nodes)+1)
 	n := &node{
 		id:          id,

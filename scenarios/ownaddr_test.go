@@ -47,7 +47,5 @@ func freeAddrsOn(tb testing.TB, ip string, n int) []string {
 func (c *cluster) newNodeOn(ip string, extra int) (*node, []string) {
 	c.tb.Helper()
 	addrs := freeAddrsOn(c.tb, ip, 3+extra)
-	n := c.newNode()
-	n.raftAddr, n.apiAddr, n.metricsAddr = addrs[0], addrs[1], addrs[2]
-	return n, addrs[3:]
+	return c.nodeAt(addrs[:3]), addrs[3:]
 }

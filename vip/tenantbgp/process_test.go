@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -73,13 +74,41 @@ func ownProcess(t *testing.T) bool {
 	}
 	switch {
 	case bytes.Contains(out, []byte("--- SKIP: "+t.Name()+" ")):
-		// Pass on the child's reason, the last line it logged before its
-		// SKIP line: a missing condition, such as root or 127.0.0.2.
-		before, _, _ := bytes.Cut(out, []byte("--- SKIP: "+t.Name()+" "))
-		lines := strings.Split(strings.TrimRight(string(before), "\n"), "\n")
-		t.Skipf("its process skipped it: %s", strings.TrimSpace(lines[len(lines)-1]))
+		// The child exited 0 and skipped the test: pass on its reason, a
+		// missing condition such as root, BIRD or 127.0.0.2.
+		t.Skipf("its process skipped it: %s", skipReason(out, t.Name()))
 	case !bytes.Contains(out, []byte("--- PASS: "+t.Name()+" ")):
 		t.Fatal("the test's process did not run it")
 	}
 	return true
+}
+
+// skipReason is the reason a child's verbose output gives for skipping
+// test: the last line the test logged (file_test.go:N: ...) before its
+// SKIP line, which other output (gobgp's log) may come between.
+func skipReason(out []byte, test string) string {
+	before, _, _ := bytes.Cut(out, []byte("--- SKIP: "+test+" "))
+	lines := strings.Split(string(before), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if l := strings.TrimSpace(lines[i]); testLogLine.MatchString(l) {
+			return l
+		}
+	}
+	return "it logged no reason (its output is above)"
+}
+
+// testLogLine is a line t.Log, t.Skip and their kin print: file:line: text.
+var testLogLine = regexp.MustCompile(`^[\w.-]+_test\.go:\d+: `)
+
+// A child's skip reason is the test's last log line before its SKIP line,
+// past output that is not the test's.
+func TestSkipReason(t *testing.T) {
+	out := "=== RUN   TestRelayBFD\n    bfd_test.go:37: needs BIRD 2 (the bird2 package)\n{\"level\":\"info\",\"msg\":\"gobgp stopped\"}\n--- SKIP: TestRelayBFD (0.00s)\nPASS\n"
+	if got, want := skipReason([]byte(out), "TestRelayBFD"), "bfd_test.go:37: needs BIRD 2 (the bird2 package)"; got != want {
+		t.Errorf("skipReason = %q, want %q", got, want)
+	}
+	out = "=== RUN   TestRelayBFD\n--- SKIP: TestRelayBFD (0.00s)\n"
+	if got := skipReason([]byte(out), "TestRelayBFD"); !strings.Contains(got, "no reason") {
+		t.Errorf("skipReason of a silent skip = %q, want it to say there is no reason", got)
+	}
 }
