@@ -210,11 +210,16 @@ func underAbuse(t *testing.T, addr string, rounds int, attack func(t *testing.T)
 }
 
 // h2Goroutines counts the goroutines of the HTTP/2 server: connection
-// readers and request handlers.
+// readers and request handlers. Idle stream workers, which the server
+// keeps up to its bound for any connection's next streams
+// (TestH2IdleWorkersAreBounded), are not counted.
 func h2Goroutines() int {
 	buf := make([]byte, 4<<20)
 	n := 0
 	for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+		if strings.Contains(g, "l7.(*Server).h2Worker(") && !strings.Contains(g, "l7.(*h2Stream)") {
+			continue
+		}
 		if strings.Contains(g, "l7.(*h2Conn)") || strings.Contains(g, "l7.(*h2Stream)") {
 			n++
 		}
@@ -422,18 +427,20 @@ func TestH2StreamCountAbuse(t *testing.T) {
 	}
 }
 
-// h2Workers counts the stream workers of the HTTP/2 server, busy or idle.
+// h2Workers counts the HTTP/2 stream workers of the package's servers,
+// busy or idle.
 func h2Workers() int {
 	buf := make([]byte, 4<<20)
-	return strings.Count(string(buf[:runtime.Stack(buf, true)]), "l7.(*h2Conn).worker(")
+	return strings.Count(string(buf[:runtime.Stack(buf, true)]), "l7.(*Server).h2Worker(")
 }
 
-// TestH2IdleConnectionKeepsFewWorkers runs 16 requests at once, with
-// request bodies, on each of 4 connections, then lets them finish: the
-// idle connections keep at most h2KeepWorkers workers each of the 64, and
-// still serve the next request.
-func TestH2IdleConnectionKeepsFewWorkers(t *testing.T) {
-	const conns, perConn = 4, 16
+// TestH2IdleWorkersAreBounded runs 16 requests at once, with request
+// bodies, on each of 4 connections, then lets them finish: of the 64
+// workers, the server keeps its bound of idle ones (8 here), the others
+// end; the next request of each connection runs on a kept worker, not a
+// new one, whichever connection its first stream came from.
+func TestH2IdleWorkersAreBounded(t *testing.T) {
+	const conns, perConn, idleMax = 4, 16, 8
 	const n = conns * perConn
 	var inflight atomic.Int64
 	release := make(chan struct{})
@@ -445,7 +452,10 @@ func TestH2IdleConnectionKeepsFewWorkers(t *testing.T) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		_, _ = io.WriteString(w, "ok")
 	})
-	addr := abuseProxy(t, Config{}, h)
+	s := New(Config{})
+	s.h2idleMax = idleMax
+	be := newBackend(t, backendServer(t, h))
+	addr := proxyUnder(t, s, oneRoute(be), selfSigned(t))
 	clients := make([]*http.Client, conns)
 	body := bytes.Repeat([]byte("b"), 20<<10)
 	get := func(c *http.Client, path string) error {
@@ -492,18 +502,29 @@ func TestH2IdleConnectionKeepsFewWorkers(t *testing.T) {
 	if busy < n {
 		t.Fatalf("%d workers with %d requests in flight: the requests did not run at once", busy, n)
 	}
-	limit := conns * h2KeepWorkers
 	deadline = time.Now().Add(10 * time.Second)
-	for h2Workers() > limit && time.Now().Before(deadline) {
+	for (h2Workers() > idleMax || s.h2parked.Load() != idleMax) && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
-	if idle := h2Workers(); idle > limit {
-		t.Errorf("%d idle connections keep %d workers (%d while busy), limit %d", conns, idle, busy, limit)
+	if idle, parked := h2Workers(), s.h2parked.Load(); idle > idleMax || parked != idleMax {
+		t.Errorf("after the burst: %d workers, %d parked (%d while busy), want %d", idle, parked, busy, idleMax)
 	}
+	started := s.h2started.Load()
 	for _, c := range clients {
 		if err := get(c, "/"); err != nil {
 			t.Fatalf("after the burst: %v", err)
 		}
+	}
+	if more := s.h2started.Load() - started; more != 0 {
+		t.Errorf("the requests after the burst started %d workers, want 0: the idle ones take any connection's streams", more)
+	}
+	s.Close()
+	deadline = time.Now().Add(10 * time.Second)
+	for s.h2parked.Load() != 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if parked := s.h2parked.Load(); parked != 0 {
+		t.Errorf("%d workers still idle after Close", parked)
 	}
 }
 
@@ -529,8 +550,7 @@ func TestH2RecycledStreamDropsLargeBody(t *testing.T) {
 	if bigHead.head != nil || bigHead.hblk != nil {
 		t.Errorf("a recycled stream keeps head buffers of %d and %d bytes", cap(bigHead.head), cap(bigHead.hblk))
 	}
-	// Of a burst's streams, only as many as idle workers keep a response
-	// buffer.
+	// Of a burst's streams, only h2KeepBuffers keep a response buffer.
 	c = &h2Conn{}
 	for range h2KeepStreams + 4 {
 		wbp := h2bufs.Get().(*[]byte)
@@ -542,8 +562,8 @@ func TestH2RecycledStreamDropsLargeBody(t *testing.T) {
 			kept++
 		}
 	}
-	if len(c.free) != h2KeepStreams || kept > h2KeepWorkers {
-		t.Errorf("%d free streams keep %d response buffers, want %d streams and at most %d buffers", len(c.free), kept, h2KeepStreams, h2KeepWorkers)
+	if len(c.free) != h2KeepStreams || kept > h2KeepBuffers {
+		t.Errorf("%d free streams keep %d response buffers, want %d streams and at most %d buffers", len(c.free), kept, h2KeepStreams, h2KeepBuffers)
 	}
 }
 

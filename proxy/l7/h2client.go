@@ -222,6 +222,58 @@ type h2UpConn struct {
 	// late counts the header blocks the member sent for streams this
 	// side had ended or reset (onHeaders).
 	late int64
+	// wakes are the streams a response event (head, body bytes,
+	// trailers) was read for, not woken yet: they are woken together
+	// once no whole frame is left in the read buffer (read), so that a
+	// response read at once (HEADERS, DATA and trailers in one read)
+	// wakes its request once, not three times.
+	wakes []h2Wake
+}
+
+// h2Wake is a stream's wake-up channels: a stream may be recycled
+// before the reader wakes it, and its channels stay with it (a late
+// wake is one its waits re-check).
+type h2Wake struct{ r, w chan struct{} }
+
+// wakeLater queues the wake of st for when the read buffer holds no
+// whole frame. c.mu held; on the reading goroutine.
+func (c *h2UpConn) wakeLater(st *h2UpStream) {
+	if n := len(c.wakes); n > 0 && c.wakes[n-1].r == st.rwake {
+		return
+	}
+	c.wakes = append(c.wakes, h2Wake{st.rwake, st.wwake})
+}
+
+// wakeQueued wakes the queued streams.
+func (c *h2UpConn) wakeQueued() {
+	for i, w := range c.wakes {
+		select {
+		case w.r <- struct{}{}:
+		default:
+		}
+		select {
+		case w.w <- struct{}{}:
+		default:
+		}
+		c.wakes[i] = h2Wake{}
+	}
+	c.wakes = c.wakes[:0]
+}
+
+// frameBuffered reports whether the read buffer holds the next frame
+// whole (a HEADERS frame that ends its header block), so that reading
+// it does not wait on the member.
+func (c *h2UpConn) frameBuffered() bool {
+	r := c.rd.r
+	if r.Buffered() < 9 {
+		return false
+	}
+	h, _ := r.Peek(9)
+	n := int(h[0])<<16 | int(h[1])<<8 | int(h[2])
+	if http2.FrameType(h[3]) == http2.FrameHeaders && http2.Flags(h[4])&http2.FlagHeadersEndHeaders == 0 {
+		return false
+	}
+	return r.Buffered() >= 9+n
 }
 
 // maxLateHeaderBlocks is how many header blocks beyond two per stream
@@ -435,8 +487,12 @@ func (c *h2UpConn) readLoop() {
 
 // read dispatches frames; it returns why the connection ended.
 func (c *h2UpConn) read() error {
+	defer c.wakeQueued()
 	first := true
 	for {
+		if len(c.wakes) > 0 && !c.frameBuffered() {
+			c.wakeQueued()
+		}
 		start := c.rd.n
 		f, err := c.fr.ReadFrame()
 		if err != nil {
@@ -605,7 +661,7 @@ func (c *h2UpConn) onHeaders(f *http2.MetaHeadersFrame, wire int64) http2.ErrCod
 		st.end = true
 		c.closeIfDoneLocked(st)
 	}
-	st.signal()
+	c.wakeLater(st)
 	return 0
 }
 
@@ -689,7 +745,7 @@ func (c *h2UpConn) onData(f *http2.DataFrame) http2.ErrCode {
 			st.end = true
 			c.closeIfDoneLocked(st)
 		}
-		st.signal()
+		c.wakeLater(st)
 		c.mu.Unlock()
 	}
 	c.recv.refund(&c.h2Wire, h2UpConnWindow)

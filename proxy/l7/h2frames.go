@@ -146,13 +146,14 @@ func (c *h2Conn) onHeaders(f *h2Head) http2.ErrCode {
 		st.remoteClosed = true
 	}
 	c.mu.Unlock()
-	// An idle worker of this connection takes the stream, or a new one
+	// An idle worker of the server takes the stream, or a new one
 	// starts.
+	c.wg.Add(1)
 	select {
-	case c.work <- st:
+	case c.s.h2work <- st:
 	default:
-		c.wg.Add(1)
-		go c.worker(st)
+		c.s.h2started.Add(1)
+		go c.s.h2Worker(st)
 	}
 	return 0
 }
@@ -529,8 +530,8 @@ func (c *h2Conn) putStream(st *h2Stream) {
 	c.releaseBody(len(st.rbuf) - st.rr) // what no one read
 	keep := len(c.free) < h2KeepStreams
 	wbp := st.wbp
-	if wbp != nil && len(c.free) >= h2KeepWorkers {
-		// Response buffers stay with as many streams as idle workers.
+	if wbp != nil && len(c.free) >= h2KeepBuffers {
+		// Response buffers stay with a few streams.
 		*wbp = st.wbuf[:0]
 		h2bufs.Put(wbp)
 		wbp = nil
@@ -555,6 +556,9 @@ func (c *h2Conn) putStream(st *h2Stream) {
 
 // h2KeepStreams is how many finished streams a connection keeps for reuse.
 const h2KeepStreams = 16
+
+// h2KeepBuffers is how many of them keep a response buffer.
+const h2KeepBuffers = 4
 
 // h2KeepBody is the largest buffer (request body, heads) a finished
 // stream keeps.

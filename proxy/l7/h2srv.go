@@ -140,9 +140,7 @@ type h2Conn struct {
 	bodiesDone bool         // the connection ended: bodyHeld was given back
 	active     atomic.Int32 // requests whose handler still runs, for unlockW
 	free       []*h2Stream
-	work       chan *h2Stream // idle workers wait here
-	parked     atomic.Int32   // idle workers, at most h2KeepWorkers
-	wg         sync.WaitGroup
+	wg         sync.WaitGroup // streams whose worker has not finished
 
 	maxSeen    atomic.Uint32 // highest client stream id seen
 	goAwaySent atomic.Bool
@@ -213,7 +211,6 @@ func (s *Server) serveH2Conn(ctx context.Context, nc, raw net.Conn, cs tls.Conne
 	c.initWire(nc, c.br, s.cfg.MaxHeaderBytes, s.cfg.WriteTimeout, &c.active)
 	c.hdec = hpack.NewDecoder(4096, c.emit)
 	c.hdec.SetMaxStringLength(s.cfg.MaxHeaderBytes)
-	c.work = make(chan *h2Stream)
 	c.resets.init(s.cfg.H2MaxResetsPerSecond, s.cfg.H2ResetBurst)
 	c.control.init(s.cfg.H2MaxControlFramesPerSecond, 2*s.cfg.H2MaxControlFramesPerSecond)
 	stop := context.AfterFunc(ctx, c.drain)

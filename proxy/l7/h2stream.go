@@ -20,23 +20,29 @@ import (
 
 var h2bufs = sync.Pool{New: func() any { b := make([]byte, 0, h2MaxFrame); return &b }}
 
-// worker runs streams of its connection until the connection ends.
-func (c *h2Conn) worker(st *h2Stream) {
-	defer c.wg.Done()
+// h2Worker runs the stream it was started for, then waits, among at most
+// h2idleMax idle workers of the server, for the next stream any client
+// connection hands it. A worker outlives the connection of its stream, so
+// that a connection whose concurrency comes and goes does not start and
+// end a goroutine (and grow its stack, growStack) for most of its
+// streams, and an idle connection holds none.
+func (s *Server) h2Worker(st *h2Stream) {
 	growStack(nil)
 	for {
+		c := st.c
 		st.run()
-		// A few workers stay for the connection's next streams; the
-		// others end, so that an idle connection holds no more
-		// goroutines than that whatever its peak concurrency was.
-		if c.parked.Add(1) > h2KeepWorkers {
-			c.parked.Add(-1)
+		c.wg.Done()
+		if s.h2parked.Add(1) > s.h2idleMax {
+			s.h2parked.Add(-1)
 			return
 		}
 		select {
-		case st = <-c.work:
-			c.parked.Add(-1)
-		case <-c.ctx.Done():
+		case st = <-s.h2work:
+			s.h2parked.Add(-1)
+			// The collector may have shrunk the stack while it waited.
+			growStack(nil)
+		case <-s.stop:
+			s.h2parked.Add(-1)
 			return
 		}
 	}
@@ -67,8 +73,9 @@ func keep([]byte) {}
 // h2StackBytes is what growStack takes from the stack.
 const h2StackBytes = 12 << 10
 
-// h2KeepWorkers is how many idle workers a connection keeps.
-const h2KeepWorkers = 4
+// h2IdleWorkers is how many idle HTTP/2 stream workers a server keeps,
+// for the streams of all its client connections.
+const h2IdleWorkers = 256
 
 // run serves the request and ends the stream.
 func (st *h2Stream) run() {

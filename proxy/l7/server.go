@@ -33,6 +33,12 @@ type Server struct {
 	h2bodies tenantBytes
 
 	conns sync.Pool // *clientConn
+	// h2work hands an HTTP/2 stream of any client connection to an idle
+	// stream worker; h2parked counts those, at most h2idleMax (h2Worker).
+	h2work    chan *h2Stream
+	h2parked  atomic.Int32
+	h2idleMax int32
+	h2started atomic.Int64 // workers started
 	// pipes, once set, carries the bytes of WebSocket tunnels (SetPipes).
 	pipes atomic.Pointer[splice.Pool]
 	stop  chan struct{}
@@ -43,7 +49,7 @@ type Server struct {
 // New returns a server with cfg's zero fields defaulted. Close releases
 // its member connections.
 func New(cfg Config) *Server {
-	s := &Server{cfg: cfg.withDefaults(), stop: make(chan struct{})}
+	s := &Server{cfg: cfg.withDefaults(), stop: make(chan struct{}), h2work: make(chan *h2Stream), h2idleMax: h2IdleWorkers}
 	s.h2up = newH2Client(s, nil)
 	s.wg.Add(1)
 	go s.janitor()
