@@ -72,8 +72,39 @@ func (cl *h2Client) pool(key poolKey) (*h2Pool, error) {
 	return p, nil
 }
 
-// notify wakes the streams waiting for a slot. p.mu held.
+// reserveFree takes a stream slot on a connection of key's pool that
+// has one, without waiting or dialling; nil when none has (acquire).
+func (cl *h2Client) reserveFree(key poolKey) *h2UpConn {
+	p, err := cl.pool(key)
+	if err != nil {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.gone {
+		return nil
+	}
+	return p.reserveLocked()
+}
+
+// reserveLocked takes a stream slot on the first connection with one.
+// p.mu held.
+func (p *h2Pool) reserveLocked() *h2UpConn {
+	for _, c := range p.conns {
+		if c.reserve() {
+			return c
+		}
+	}
+	return nil
+}
+
+// notify wakes the streams waiting for a slot. p.mu held. A waiter
+// counts itself (waiters) before it takes wake, under p.mu: with none,
+// the channel stays.
 func (p *h2Pool) notify() {
+	if p.waiters == 0 {
+		return
+	}
 	close(p.wake)
 	p.wake = make(chan struct{})
 }
@@ -121,11 +152,9 @@ func (cl *h2Client) acquire(ctx context.Context, key poolKey, opts *BackendOptio
 			p.mu.Unlock()
 			continue
 		}
-		for _, c := range p.conns {
-			if c.reserve() {
-				p.mu.Unlock()
-				return c, nil
-			}
+		if c := p.reserveLocked(); c != nil {
+			p.mu.Unlock()
+			return c, nil
 		}
 		if len(p.conns)+p.dialing < h2UpMaxConns {
 			p.dialing++
@@ -228,6 +257,10 @@ type h2UpConn struct {
 	// response read at once (HEADERS, DATA and trailers in one read)
 	// wakes its request once, not three times.
 	wakes []h2Wake
+	// The header blocks the member sends (h2Blocks) and the wire bytes
+	// of the one being read.
+	h2Blocks
+	blockWire int64
 }
 
 // h2Wake is a stream's wake-up channels: a stream may be recycled
@@ -317,8 +350,7 @@ func (cl *h2Client) dialConn(ctx context.Context, key poolKey, opts *BackendOpti
 	// stops the timer.
 	c.idle = time.AfterFunc(time.Hour, c.idleCheck)
 	c.idle.Stop()
-	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
-	c.fr.ReadMetaHeaders.SetMaxStringLength(s.cfg.MaxHeaderBytes)
+	c.initBlocks(s.cfg.MaxHeaderBytes)
 	timeout := opts.ConnectTimeout
 	if timeout <= 0 {
 		timeout = s.cfg.ConnectTimeout
@@ -493,22 +525,33 @@ func (c *h2UpConn) read() error {
 		if len(c.wakes) > 0 && !c.frameBuffered() {
 			c.wakeQueued()
 		}
-		start := c.rd.n
-		f, err := c.fr.ReadFrame()
+		fh, err := c.fr.ReadFrameHeader()
+		if err != nil {
+			return c.readError(err)
+		}
+		if !first && plainHeaders(fh) {
+			// The common HEADERS frame is read here: the framer would
+			// allocate a HeadersFrame for it.
+			frag, err := c.readPayload(c.rd.r, fh.Length)
+			if err != nil {
+				return err
+			}
+			if code := c.beginBlock(fh.StreamID, fh.Flags.Has(http2.FlagHeadersEndStream), frag, fh.Flags.Has(http2.FlagHeadersEndHeaders), fh.Length); code != 0 {
+				c.goAwayWith(code)
+				return fmt.Errorf("%w: http2 connection error %v", ErrUpstreamProtocol, code)
+			}
+			continue
+		}
+		f, err := c.fr.ReadFrameForHeader(fh)
 		if err != nil {
 			var se http2.StreamError
 			if errors.As(err, &se) {
-				// A malformed header block: the stream fails, the
+				// A malformed frame of a stream: the stream fails, the
 				// connection goes on.
 				c.resetStream(se.StreamID, se.Code, fmt.Errorf("%w: %w", ErrUpstreamProtocol, se))
 				continue
 			}
-			var ce http2.ConnectionError
-			if errors.As(err, &ce) {
-				c.goAwayWith(http2.ErrCode(ce))
-				return fmt.Errorf("%w: %w", ErrUpstreamProtocol, err)
-			}
-			return err
+			return c.readError(err)
 		}
 		if first {
 			if sf, ok := f.(*http2.SettingsFrame); !ok || sf.IsAck() {
@@ -517,8 +560,10 @@ func (c *h2UpConn) read() error {
 		}
 		var code http2.ErrCode
 		switch f := f.(type) {
-		case *http2.MetaHeadersFrame:
-			code = c.onHeaders(f, c.rd.n-start)
+		case *http2.HeadersFrame:
+			code = c.beginBlock(f.StreamID, f.StreamEnded(), f.HeaderBlockFragment(), f.HeadersEnded(), fh.Length)
+		case *http2.ContinuationFrame:
+			code = c.continueBlock(f.HeaderBlockFragment(), f.HeadersEnded(), fh.Length)
 		case *http2.DataFrame:
 			code = c.onData(f)
 		case *http2.SettingsFrame:
@@ -549,6 +594,17 @@ func (c *h2UpConn) read() error {
 			return fmt.Errorf("%w: http2 connection error %v", ErrUpstreamProtocol, code)
 		}
 	}
+}
+
+// readError is why the connection ends after a failed read: a
+// connection error the framer found is told to the member.
+func (c *h2UpConn) readError(err error) error {
+	var ce http2.ConnectionError
+	if errors.As(err, &ce) {
+		c.goAwayWith(http2.ErrCode(ce))
+		return fmt.Errorf("%w: %w", ErrUpstreamProtocol, err)
+	}
+	return err
 }
 
 // goAwayWith tells the member why the connection ends.
@@ -583,10 +639,29 @@ func (c *h2UpConn) malformedLocked(st *h2UpStream, id uint32, why string) http2.
 	return 0
 }
 
-// onHeaders takes a header block the member sent in wire bytes (its
-// HEADERS and CONTINUATION frames).
-func (c *h2UpConn) onHeaders(f *http2.MetaHeadersFrame, wire int64) http2.ErrCode {
-	id := f.StreamID
+// beginBlock begins the header block of stream id with the fragment of
+// its HEADERS frame, of length bytes.
+func (c *h2UpConn) beginBlock(id uint32, end bool, frag []byte, ended bool, length uint32) http2.ErrCode {
+	c.begin(id, end, c.cl.s.cfg.MaxHeaderBytes)
+	c.blockWire = 0
+	return c.continueBlock(frag, ended, length)
+}
+
+// continueBlock decodes a fragment of the header block, from a frame of
+// length bytes; at its end the block is handled (onBlock).
+func (c *h2UpConn) continueBlock(frag []byte, ended bool, length uint32) http2.ErrCode {
+	c.blockWire += int64(length) + 9
+	if code := c.decode(frag, ended); code != 0 || !ended {
+		return code
+	}
+	return c.onBlock(&c.head, c.blockWire)
+}
+
+// onBlock takes a header block the member sent in wire bytes (its
+// HEADERS and CONTINUATION frames). Its fields are copied to the
+// stream: the next block reuses h's.
+func (c *h2UpConn) onBlock(h *h2Head, wire int64) http2.ErrCode {
+	id := h.id
 	if id%2 == 0 {
 		return http2.ErrCodeProtocol
 	}
@@ -609,9 +684,20 @@ func (c *h2UpConn) onHeaders(f *http2.MetaHeadersFrame, wire int64) http2.ErrCod
 		}
 		return 0
 	}
-	if f.Truncated {
+	if h.invalid {
+		// A field broke the rules of RFC 9113 section 8.2: the
+		// response is malformed, the connection goes on.
+		c.resetStream(id, http2.ErrCodeProtocol, fmt.Errorf("%w: malformed header field in the response", ErrUpstreamProtocol))
+		return 0
+	}
+	if h.truncated {
 		c.resetStream(id, http2.ErrCodeCancel, fmt.Errorf("%w: response head over the size limit", ErrUpstreamProtocol))
 		return 0
+	}
+	// Pseudo-fields come first (h2Head.emit).
+	pseudo := 0
+	for pseudo < len(h.fields) && h.fields[pseudo].IsPseudo() {
+		pseudo++
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -619,45 +705,46 @@ func (c *h2UpConn) onHeaders(f *http2.MetaHeadersFrame, wire int64) http2.ErrCod
 	case st.end:
 		return http2.ErrCodeStreamClosed
 	case !st.gotHead:
+		// A response head has one pseudo-field, :status (RFC 9113
+		// section 8.3.2).
 		status := 0
-		for _, hf := range f.Fields {
-			if hf.Name == ":status" {
-				status = parseStatus(hf.Value)
-			}
+		if pseudo == 1 && h.fields[0].Name == ":status" {
+			status = parseStatus(h.fields[0].Value)
 		}
 		if status < 100 || status > 999 {
 			return c.malformedLocked(st, id, "bad :status")
 		}
 		if status < 200 {
-			if f.StreamEnded() {
+			if h.end {
 				st.fail(fmt.Errorf("%w: stream ended on an informational status", ErrUpstreamProtocol))
 				delete(c.streams, id)
 			}
 			// Informational: not relayed, but read and decoded for the
 			// request's tenant, which awaitHead charges.
-			st.unsent += interimBytes(f, wire)
+			st.unsent += interimBytes(h.fields, wire)
 			select {
 			case st.rwake <- struct{}{}:
 			default:
 			}
 			return 0
 		}
-		st.status, st.fields, st.gotHead = status, f.RegularFields(), true
+		st.status, st.gotHead = status, true
+		st.fields = append(st.fields[:0], h.fields[pseudo:]...)
 		// Its fields are bounded (MaxHeaderBytes), not the frames they
 		// come in: a block may go on in CONTINUATION frames that decode
 		// to no field.
 		st.unsent += wire
-	case !f.StreamEnded():
+	case !h.end:
 		return c.malformedLocked(st, id, "trailers without END_STREAM")
-	case len(f.PseudoFields()) > 0:
+	case pseudo > 0:
 		// Malformed trailers (RFC 9113 section 8.1): the response is
 		// broken, not relayed whole without them.
 		return c.malformedLocked(st, id, "pseudo-field in trailers")
 	default:
-		st.trailer = f.RegularFields()
+		st.trailer = append(st.trailer[:0], h.fields...)
 		st.unsent += wire
 	}
-	if f.StreamEnded() {
+	if h.end {
 		st.end = true
 		c.closeIfDoneLocked(st)
 	}
@@ -670,9 +757,9 @@ func (c *h2UpConn) onHeaders(f *http2.MetaHeadersFrame, wire int64) http2.ErrCod
 // decode to no field, as dynamic table size updates), or those of its
 // fields as HTTP/1.1 lines when they decode to more (a field from the
 // dynamic table costs its decoded length).
-func interimBytes(f *http2.MetaHeadersFrame, wire int64) int64 {
+func interimBytes(fields []hpack.HeaderField, wire int64) int64 {
 	var decoded int64
-	for _, hf := range f.Fields {
+	for _, hf := range fields {
 		decoded += int64(len(hf.Name) + len(": \r\n") + len(hf.Value))
 	}
 	return max(wire, decoded)

@@ -3,14 +3,12 @@ package l7
 import (
 	"context"
 	"errors"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
 	"sync"
 	"time"
 
-	"golang.org/x/net/http/httpguts"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 )
@@ -628,19 +626,6 @@ func (st *h2Stream) wait(deadline int64) bool {
 	return nowNano() < deadline
 }
 
-// h2Head is a header block being decoded and the HEADERS frame that
-// started it.
-type h2Head struct {
-	id        uint32
-	end, prio bool
-	dep       uint32
-	fields    []hpack.HeaderField
-	remain    uint32 // header list bytes still allowed
-	truncated bool
-	invalid   bool // a field broke the rules: the stream is reset
-	regular   bool // a regular field was seen
-}
-
 // startBlock begins a header block. The framer guarantees that only
 // CONTINUATION frames of the same stream follow until it ends.
 func (c *h2Conn) startBlock(f *http2.HeadersFrame) http2.ErrCode {
@@ -650,54 +635,20 @@ func (c *h2Conn) startBlock(f *http2.HeadersFrame) http2.ErrCode {
 // beginBlock begins the header block of stream id with the fragment of
 // its HEADERS frame.
 func (c *h2Conn) beginBlock(id uint32, end, prio bool, dep uint32, frag []byte, ended bool) http2.ErrCode {
-	h := &c.head
-	*h = h2Head{id: id, end: end, prio: prio, fields: h.fields[:0], remain: uint32(c.s.cfg.MaxHeaderBytes)}
+	h := c.begin(id, end, c.s.cfg.MaxHeaderBytes)
 	if prio {
-		h.dep = dep
+		h.prio, h.dep = true, dep
 	}
 	return c.continueBlock(frag, ended)
 }
 
-// plainHeaders reports whether fh starts a HEADERS frame without padding
-// or priority on a stream: its payload is all header block fragment.
-// Other HEADERS frames, with their checks, are left to the framer.
-func plainHeaders(fh http2.FrameHeader) bool {
-	return fh.Type == http2.FrameHeaders && fh.StreamID != 0 &&
-		fh.Flags&(http2.FlagHeadersPadded|http2.FlagHeadersPriority) == 0
-}
-
-// readPayload reads the payload of the frame whose header the framer
-// just read (its length is within the frame size the framer enforces)
-// into a buffer reused by the connection.
-func (c *h2Conn) readPayload(n uint32) ([]byte, error) {
-	if uint32(cap(c.hpay)) < n {
-		c.hpay = make([]byte, n)
-	}
-	p := c.hpay[:n]
-	if _, err := io.ReadFull(c.br, p); err != nil {
-		return nil, err
-	}
-	return p, nil
-}
-
 // continueBlock decodes a fragment of the header block; at its end the
-// request head is handled. Header lists far over the limit, and fragments
-// after a field that broke the rules, end the connection as x/net/http2's
-// framer does.
+// request head is handled.
 func (c *h2Conn) continueBlock(frag []byte, ended bool) http2.ErrCode {
+	if code := c.decode(frag, ended); code != 0 || !ended {
+		return code
+	}
 	h := &c.head
-	if int64(len(frag)) > 2*int64(h.remain) || h.invalid {
-		return http2.ErrCodeProtocol
-	}
-	if _, err := c.hdec.Write(frag); err != nil {
-		return http2.ErrCodeCompression
-	}
-	if !ended {
-		return 0
-	}
-	if err := c.hdec.Close(); err != nil {
-		return http2.ErrCodeCompression
-	}
 	if h.invalid {
 		c.mu.Lock()
 		st := c.streams[h.id]
@@ -709,51 +660,6 @@ func (c *h2Conn) continueBlock(frag []byte, ended bool) http2.ErrCode {
 		return 0
 	}
 	return c.onHeaders(h)
-}
-
-// emit receives the decoded fields of the current header block.
-func (c *h2Conn) emit(f hpack.HeaderField) {
-	h := &c.head
-	if h.invalid || h.truncated {
-		return
-	}
-	if !httpguts.ValidHeaderFieldValue(f.Value) {
-		h.invalid = true
-		return
-	}
-	if f.IsPseudo() {
-		if h.regular {
-			h.invalid = true
-			return
-		}
-	} else {
-		h.regular = true
-		if !validFieldName(f.Name) {
-			h.invalid = true
-			return
-		}
-	}
-	size := f.Size()
-	if size > h.remain {
-		h.truncated, h.remain = true, 0
-		return
-	}
-	h.remain -= size
-	h.fields = append(h.fields, f)
-}
-
-// validFieldName reports whether name is a token in lower case.
-func validFieldName(name string) bool {
-	if name == "" {
-		return false
-	}
-	for i := 0; i < len(name); i++ {
-		b := name[i]
-		if !httpguts.IsTokenRune(rune(b)) || ('A' <= b && b <= 'Z') {
-			return false
-		}
-	}
-	return true
 }
 
 // h2NetHeader returns the header of a stream's net/http request: the

@@ -134,23 +134,28 @@ func (st *h2Stream) openUp(m Member, opts *BackendOptions, rt time.Duration, bod
 	c := st.c
 	s := c.s
 	key := keyOf(m.Addr(), opts.Protocol, opts)
-	// Waiting for a stream slot (or a dial) ends when this stream does:
-	// a client's reset cancels it (abort), not only the connection's end.
-	ctx, cancel := context.WithCancel(c.ctx)
-	c.mu.Lock()
-	prev := st.cancel
-	st.cancel = cancel
-	if st.err != nil {
+	var err error
+	uc := s.h2up.reserveFree(key)
+	if uc == nil {
+		// Waiting for a stream slot (or a dial) ends when this stream
+		// does: a client's reset cancels it (abort), not only the
+		// connection's end.
+		ctx, cancel := context.WithCancel(c.ctx)
+		c.mu.Lock()
+		prev := st.cancel
+		st.cancel = cancel
+		if st.err != nil {
+			cancel()
+		}
+		c.mu.Unlock()
+		uc, err = s.h2up.acquire(ctx, key, opts, time.Now().Add(rt))
+		c.mu.Lock()
+		st.cancel = prev
+		c.mu.Unlock()
 		cancel()
-	}
-	c.mu.Unlock()
-	uc, err := s.h2up.acquire(ctx, key, opts, time.Now().Add(rt))
-	c.mu.Lock()
-	st.cancel = prev
-	c.mu.Unlock()
-	cancel()
-	if err != nil {
-		return nil, err
+		if err != nil {
+			return nil, err
+		}
 	}
 	up := newH2UpStream(uc)
 	c.mu.Lock()

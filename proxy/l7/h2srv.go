@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
-	"golang.org/x/net/http2/hpack"
 )
 
 // The HTTP/2 server. One goroutine per connection reads and dispatches
@@ -161,10 +160,8 @@ type h2Conn struct {
 	resets     bucket
 	control    bucket
 	badHeaders int
-	hdec       *hpack.Decoder
-	head       h2Head // the header block being read
-	hpay       []byte // the payload of a HEADERS frame read by readPayload
-	idle       time.Duration
+	h2Blocks
+	idle time.Duration
 
 	// Read deadlines (c.mu): rdl is the one set on the connection (0:
 	// none; -1: pinned by stall or linger, left alone); headDL ends an
@@ -209,8 +206,7 @@ func (s *Server) serveH2Conn(ctx context.Context, nc, raw net.Conn, cs tls.Conne
 	c.scan = frameScan{r: nc, preface: len(http2.ClientPreface)}
 	c.br = bufio.NewReaderSize(&c.scan, h2ReadBufSize)
 	c.initWire(nc, c.br, s.cfg.MaxHeaderBytes, s.cfg.WriteTimeout, &c.active)
-	c.hdec = hpack.NewDecoder(4096, c.emit)
-	c.hdec.SetMaxStringLength(s.cfg.MaxHeaderBytes)
+	c.initBlocks(s.cfg.MaxHeaderBytes)
 	c.resets.init(s.cfg.H2MaxResetsPerSecond, s.cfg.H2ResetBurst)
 	c.control.init(s.cfg.H2MaxControlFramesPerSecond, 2*s.cfg.H2MaxControlFramesPerSecond)
 	stop := context.AfterFunc(ctx, c.drain)
@@ -271,7 +267,7 @@ func (c *h2Conn) serve() {
 		if !first && plainHeaders(fh) {
 			// The common HEADERS frame is read here: the framer would
 			// allocate a HeadersFrame for it.
-			frag, err := c.readPayload(fh.Length)
+			frag, err := c.readPayload(c.br, fh.Length)
 			if err != nil {
 				c.readError(err)
 				return

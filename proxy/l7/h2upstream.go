@@ -374,7 +374,8 @@ func (st *h2UpStream) close() {
 	if cap(rbuf) > 32<<10 {
 		rbuf = nil
 	}
-	*st = h2UpStream{rwake: st.rwake, wwake: st.wwake, rtimer: st.rtimer, wtimer: st.wtimer, rbuf: rbuf}
+	*st = h2UpStream{rwake: st.rwake, wwake: st.wwake, rtimer: st.rtimer, wtimer: st.wtimer, rbuf: rbuf,
+		fields: keptFields(st.fields), trailer: keptFields(st.trailer)}
 	select {
 	case <-st.rwake:
 	default:
@@ -384,6 +385,16 @@ func (st *h2UpStream) close() {
 	default:
 	}
 	h2UpStreams.Put(st)
+}
+
+// keptFields empties a recycled stream's fields, or drops them when
+// they are many: the reader decodes the next response's into them.
+func keptFields(f []hpack.HeaderField) []hpack.HeaderField {
+	if cap(f) > 32 {
+		return nil
+	}
+	clear(f[:cap(f)])
+	return f[:0]
 }
 
 // appendIndexedName appends a literal field without indexing whose name

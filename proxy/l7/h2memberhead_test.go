@@ -1,0 +1,302 @@
+package l7
+
+import (
+	"bytes"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+)
+
+// memberBlock encodes fields (name, value pairs) with enc, which keeps
+// its dynamic table across the blocks of one member connection.
+func memberBlock(enc *hpack.Encoder, hb *bytes.Buffer, kv ...string) []byte {
+	hb.Reset()
+	for i := 0; i+1 < len(kv); i += 2 {
+		_ = enc.WriteField(hpack.HeaderField{Name: kv[i], Value: kv[i+1]})
+	}
+	return bytes.Clone(hb.Bytes())
+}
+
+// TestH2MemberResponseHeads sends an HTTP/2 member's response heads and
+// trailers as members may frame them, well-formed or not, through the
+// proxy to an HTTP/2 client: a well-formed head is relayed whatever
+// frames carry it; a malformed one fails its request with 502 (its
+// stream reset, the connection kept) or, for a block that cannot be
+// decoded, ends the member connection; the next request is served
+// either way.
+func TestH2MemberResponseHeads(t *testing.T) {
+	t.Parallel()
+	type answer func(fr *http2.Framer, enc *hpack.Encoder, hb *bytes.Buffer, id uint32) error
+	long := strings.Repeat("v", 6000)
+	for _, tc := range []struct {
+		name    string
+		answer  answer
+		status  int
+		header  string // a field the client must see, name: value
+		trailer string // a trailer the client must see, name: value
+	}{
+		{name: "one HEADERS frame", status: 200, header: "x-a: 1", answer: func(fr *http2.Framer, enc *hpack.Encoder, hb *bytes.Buffer, id uint32) error {
+			_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: memberBlock(enc, hb, ":status", "200", "x-a", "1"), EndHeaders: true})
+			return fr.WriteData(id, true, []byte("ok"))
+		}},
+		{name: "head in HEADERS and two CONTINUATION frames, trailers", status: 200, header: "x-split: abcdef", trailer: "grpc-status: 0", answer: func(fr *http2.Framer, enc *hpack.Encoder, hb *bytes.Buffer, id uint32) error {
+			blk := memberBlock(enc, hb, ":status", "200", "x-split", "abcdef", "trailer", "grpc-status")
+			a, b := len(blk)/3, 2*len(blk)/3
+			_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: blk[:a]})
+			_ = fr.WriteContinuation(id, false, blk[a:b])
+			_ = fr.WriteContinuation(id, true, blk[b:])
+			_ = fr.WriteData(id, false, []byte("ok"))
+			return fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: memberBlock(enc, hb, "grpc-status", "0"), EndHeaders: true, EndStream: true})
+		}},
+		{name: "padded HEADERS with a priority", status: 200, header: "x-p: 2", answer: func(fr *http2.Framer, enc *hpack.Encoder, hb *bytes.Buffer, id uint32) error {
+			_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: memberBlock(enc, hb, ":status", "200", "x-p", "2"), EndHeaders: true,
+				PadLength: 7, Priority: http2.PriorityParam{StreamDep: 0, Weight: 9}})
+			return fr.WriteData(id, true, []byte("ok"))
+		}},
+		{name: "an interim 103 first", status: 200, header: "x-final: yes", answer: func(fr *http2.Framer, enc *hpack.Encoder, hb *bytes.Buffer, id uint32) error {
+			_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: memberBlock(enc, hb, ":status", "103", "link", "</a>"), EndHeaders: true})
+			_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: memberBlock(enc, hb, ":status", "200", "x-final", "yes"), EndHeaders: true})
+			return fr.WriteData(id, true, []byte("ok"))
+		}},
+		{name: "a field name in upper case", status: 502, answer: func(fr *http2.Framer, enc *hpack.Encoder, hb *bytes.Buffer, id uint32) error {
+			_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: memberBlock(enc, hb, ":status", "200", "X-Up", "1"), EndHeaders: true})
+			return fr.WriteData(id, true, []byte("ok"))
+		}},
+		{name: "a value with a line feed", status: 502, answer: func(fr *http2.Framer, enc *hpack.Encoder, hb *bytes.Buffer, id uint32) error {
+			_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: memberBlock(enc, hb, ":status", "200", "x-v", "a\nb"), EndHeaders: true})
+			return fr.WriteData(id, true, []byte("ok"))
+		}},
+		{name: "a pseudo-field after a regular one", status: 502, answer: func(fr *http2.Framer, enc *hpack.Encoder, hb *bytes.Buffer, id uint32) error {
+			_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: memberBlock(enc, hb, "x-a", "1", ":status", "200"), EndHeaders: true})
+			return fr.WriteData(id, true, []byte("ok"))
+		}},
+		{name: "a request pseudo-field in a response", status: 502, answer: func(fr *http2.Framer, enc *hpack.Encoder, hb *bytes.Buffer, id uint32) error {
+			_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: memberBlock(enc, hb, ":status", "200", ":path", "/"), EndHeaders: true})
+			return fr.WriteData(id, true, []byte("ok"))
+		}},
+		{name: "two :status fields", status: 502, answer: func(fr *http2.Framer, enc *hpack.Encoder, hb *bytes.Buffer, id uint32) error {
+			_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: memberBlock(enc, hb, ":status", "200", ":status", "204"), EndHeaders: true})
+			return fr.WriteData(id, true, []byte("ok"))
+		}},
+		{name: "no :status", status: 502, answer: func(fr *http2.Framer, enc *hpack.Encoder, hb *bytes.Buffer, id uint32) error {
+			_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: memberBlock(enc, hb, "x-a", "1"), EndHeaders: true})
+			return fr.WriteData(id, true, []byte("ok"))
+		}},
+		{name: "a head over MaxHeaderBytes", status: 502, answer: func(fr *http2.Framer, enc *hpack.Encoder, hb *bytes.Buffer, id uint32) error {
+			blk := memberBlock(enc, hb, ":status", "200", "x-long", long)
+			_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: blk[:len(blk)/2]})
+			_ = fr.WriteContinuation(id, true, blk[len(blk)/2:])
+			return fr.WriteData(id, true, []byte("ok"))
+		}},
+		{name: "a block HPACK cannot decode", status: 502, answer: func(fr *http2.Framer, enc *hpack.Encoder, hb *bytes.Buffer, id uint32) error {
+			return fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: []byte{0x80}, EndHeaders: true}) // index 0
+		}},
+		{name: "trailers with END_STREAM after a body, in two frames", status: 200, trailer: "x-t: done", answer: func(fr *http2.Framer, enc *hpack.Encoder, hb *bytes.Buffer, id uint32) error {
+			_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: memberBlock(enc, hb, ":status", "200", "trailer", "x-t"), EndHeaders: true})
+			_ = fr.WriteData(id, false, []byte("ok"))
+			blk := memberBlock(enc, hb, "x-t", "done")
+			_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: blk[:len(blk)/2], EndStream: true})
+			return fr.WriteContinuation(id, true, blk[len(blk)/2:])
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			member := rawH2Member(t, func(n int, fr *http2.Framer, c net.Conn) {
+				var hb bytes.Buffer
+				enc := hpack.NewEncoder(&hb)
+				for {
+					f, err := fr.ReadFrame()
+					if err != nil {
+						return
+					}
+					switch f := f.(type) {
+					case *http2.SettingsFrame:
+						if !f.IsAck() {
+							_ = fr.WriteSettingsAck()
+						}
+					case *http2.MetaHeadersFrame:
+						var err error
+						if f.PseudoValue("path") == "/case" {
+							err = tc.answer(fr, enc, &hb, f.StreamID)
+						} else {
+							_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: f.StreamID, BlockFragment: memberBlock(enc, &hb, ":status", "200", "x-next", "1"), EndHeaders: true})
+							err = fr.WriteData(f.StreamID, true, []byte("next"))
+						}
+						if err != nil {
+							return
+						}
+					}
+				}
+			})
+			be := newBackend(t, member)
+			be.opts.Protocol = H2C
+			addr := proxyUnder(t, New(Config{MaxHeaderBytes: 4096}), oneRoute(be), nil)
+			client := h2cTestClient()
+			get := func(path string) (*http.Response, []byte, error) {
+				req, _ := http.NewRequest("GET", "http://"+addr+path, nil)
+				req.Host = "a.example"
+				resp, err := client.Do(req)
+				if err != nil {
+					return nil, nil, err
+				}
+				defer resp.Body.Close()
+				b, err := io.ReadAll(resp.Body)
+				return resp, b, err
+			}
+			for round := range 2 { // the second round meets the member's dynamic table filled
+				resp, body, err := get("/case")
+				if err != nil {
+					t.Fatalf("round %d: %v", round, err)
+				}
+				if resp.StatusCode != tc.status {
+					t.Fatalf("round %d: status %d, want %d (body %q)", round, resp.StatusCode, tc.status, body)
+				}
+				if tc.status == 200 && string(body) != "ok" {
+					t.Errorf("round %d: body %q, want ok", round, body)
+				}
+				if tc.header != "" {
+					name, value, _ := strings.Cut(tc.header, ": ")
+					if got := resp.Header.Get(name); got != value {
+						t.Errorf("round %d: %s: %q, want %q", round, name, got, value)
+					}
+				}
+				if tc.trailer != "" {
+					name, value, _ := strings.Cut(tc.trailer, ": ")
+					if got := resp.Trailer.Get(name); got != value {
+						t.Errorf("round %d: trailer %s: %q, want %q (trailers %v)", round, name, got, value, resp.Trailer)
+					}
+				}
+				resp, body, err = get("/next")
+				if err != nil || resp.StatusCode != 200 || string(body) != "next" || resp.Header.Get("x-next") != "1" {
+					t.Fatalf("round %d: the next request: %v %v %q", round, err, resp, body)
+				}
+			}
+		})
+	}
+}
+
+// quietH2Member is an HTTP/2 member that answers every request with the
+// head, body and trailers of a gRPC call, pre-encoded, reading and
+// writing frames without allocating: what TestH2MemberAllocs counts is
+// the proxy's.
+func quietH2Member(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var hb bytes.Buffer
+	enc := hpack.NewEncoder(&hb)
+	var w bytes.Buffer
+	fr := http2.NewFramer(&w, nil)
+	// The first answer of a connection has its fields as literals,
+	// which both encoders index; the others refer to them, as a
+	// member's encoder would.
+	var answers [2][]byte
+	for i := range answers {
+		_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: memberBlock(enc, &hb, ":status", "200", "content-type", "application/grpc", "grpc-accept-encoding", "gzip"), EndHeaders: true})
+		_ = fr.WriteData(1, false, []byte{0, 0, 0, 0, 3, 'a', 'b', 'c'})
+		_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: memberBlock(enc, &hb, "grpc-status", "0", "grpc-message", "ok"), EndHeaders: true, EndStream: true})
+		answers[i] = bytes.Clone(w.Bytes())
+		w.Reset()
+	}
+	_ = fr.WriteSettings()
+	_ = fr.WriteSettingsAck()
+	settings := bytes.Clone(w.Bytes())
+	ack := settings[9:]
+	// Where the stream id of each of an answer's three frames is.
+	ids := func(answer []byte) []int {
+		var at []int
+		for off := 0; off < len(answer); {
+			at = append(at, off+5)
+			off += 9 + (int(answer[off])<<16 | int(answer[off+1])<<8 | int(answer[off+2]))
+		}
+		return at
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				out, at, first := bytes.Clone(answers[0]), ids(answers[0]), true
+				var pre [len(http2.ClientPreface)]byte
+				if _, err := io.ReadFull(c, pre[:]); err != nil {
+					return
+				}
+				if _, err := c.Write(settings[:9]); err != nil {
+					return
+				}
+				var h [9]byte
+				buf := make([]byte, 1<<16)
+				for {
+					if _, err := io.ReadFull(c, h[:]); err != nil {
+						return
+					}
+					n := int(h[0])<<16 | int(h[1])<<8 | int(h[2])
+					if _, err := io.ReadFull(c, buf[:n]); err != nil {
+						return
+					}
+					typ, flags := http2.FrameType(h[3]), http2.Flags(h[4])
+					switch {
+					case typ == http2.FrameSettings && flags&http2.FlagSettingsAck == 0:
+						if _, err := c.Write(ack); err != nil {
+							return
+						}
+					case (typ == http2.FrameHeaders || typ == http2.FrameData) && flags&http2.FlagDataEndStream != 0:
+						for _, i := range at {
+							copy(out[i:i+4], h[5:9])
+						}
+						if _, err := c.Write(out); err != nil {
+							return
+						}
+						if first {
+							out, at, first = bytes.Clone(answers[1]), ids(answers[1]), false
+						}
+					}
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// TestH2MemberAllocs counts the allocations of one HTTP/2 request over
+// TLS proxied to an HTTP/2 member whose answer is a gRPC call's (head,
+// body, trailers), all in this process: the member and the client
+// allocate nothing per request, and crypto/tls allocates one per record
+// read on each side of the client connection (TestH2Allocs). Before the
+// proxy read the member's header blocks itself (h2Blocks) and took a
+// free stream slot without a context (reserveFree), a request cost 27.
+func TestH2MemberAllocs(t *testing.T) {
+	be := newBackend(t, quietH2Member(t))
+	be.opts.Protocol = H2C
+	addr := proxyUnder(t, New(Config{}), oneRoute(allocFree{be}), selfSigned(t))
+	rc := newH2RawClient(t, addr)
+	for range 20 {
+		if n := rc.do(t); n != 8 {
+			t.Fatalf("body of %d bytes, want 8", n)
+		}
+	}
+	allocs := testing.AllocsPerRun(1000, func() { rc.do(t) })
+	limit := 2.0
+	if raceEnabled {
+		// sync.Pool drops entries at random: crypto/tls's record
+		// buffers, and the pooled member stream with its two channels
+		// and field buffers, are then allocated again. (Decoding the
+		// member's header blocks with x/net/http2's framer cost 25.)
+		limit += 6
+	}
+	t.Logf("%.1f allocations per request", allocs)
+	if allocs > limit {
+		t.Errorf("%.1f allocations per HTTP/2 request to an HTTP/2 member, want at most %.1f", allocs, limit)
+	}
+}
