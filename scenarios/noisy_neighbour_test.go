@@ -36,7 +36,7 @@ const (
 	// those can show a budget that tells b to wait but lets its writes
 	// through.
 	routesFor     = 8 * time.Second
-	idleConns     = 16000            // b's idle connections, four times the LB host's descriptors
+	idleConns     = 8000             // b's idle connections, twice the LB host's descriptors
 	idleDialFor   = 20 * time.Second // longest time spent opening them
 	idleRate      = 2000             // connections opened per second
 	idleHold      = 5 * time.Second

@@ -20,26 +20,29 @@ import (
 // with all hosts alive, then with one dead. TEAPOT_SOAK sets the length
 // of each phase (make soak: 5m each, 10 minutes per mode, both modes at
 // once); the default is the short version make test runs: two stalls per
-// phase, each of a random host (make soak's phases have thirty).
+// phase, each of a random host, 5s apart (make soak's phases have thirty).
 const (
 	soakStall      = 200 * time.Millisecond
 	soakEvery      = 10 * time.Second
-	soakShortPhase = 2*soakEvery + time.Second // the second stall starts a little after 10 s
+	soakShortEvery = 5 * time.Second // still past a stall's aftermath
+	soakShortPhase = 2*soakShortEvery + time.Second // the second stall starts a little after 5 s
 	// soakAftermath: a move or a failed request this soon after a stall
 	// ends is the stall's doing.
 	soakAftermath = 3 * time.Second
 )
 
-func soakPhase(tb testing.TB) time.Duration {
+// soakPhase is the length of each phase and how often a host stalls in
+// it.
+func soakPhase(tb testing.TB) (phase, every time.Duration) {
 	v := os.Getenv("TEAPOT_SOAK")
 	if v == "" {
-		return soakShortPhase
+		return soakShortPhase, soakShortEvery
 	}
 	d, err := time.ParseDuration(v)
 	if err != nil || d < soakEvery {
 		tb.Fatalf("TEAPOT_SOAK=%q: want the length of each phase, at least %s (for example 5m)", v, soakEvery)
 	}
-	return d
+	return d, soakEvery
 }
 
 // stall is one SIGSTOP of an LB host, with the arp holders at its start.
@@ -174,9 +177,9 @@ func burnCPUs(tb testing.TB) {
 	}
 }
 
-// soakRun stalls a random running host every soakEvery for phase, with
+// soakRun stalls a random running host once each every, for phase, with
 // probers on an arp and a bgp VIP, and returns the phase's figures.
-func (l *vipLab) soakRun(tb testing.TB, phase time.Duration, rng *rand.Rand) soakCounts {
+func (l *vipLab) soakRun(tb testing.TB, phase, every time.Duration, rng *rand.Rand) soakCounts {
 	tb.Helper()
 	const interval = 20 * time.Millisecond
 	max := int(phase/interval) + 100
@@ -186,8 +189,8 @@ func (l *vipLab) soakRun(tb testing.TB, phase time.Duration, rng *rand.Rand) soa
 	}
 	from := time.Now()
 	var stalls []stall
-	for time.Since(from)+soakEvery <= phase {
-		time.Sleep(soakEvery - soakStall)
+	for time.Since(from)+every <= phase {
+		time.Sleep(every - soakStall)
 		var live []*lbHost
 		for _, n := range l.lbs {
 			if n.proc != nil && n.proc.Running() {
@@ -228,7 +231,7 @@ func TestVIPSoak(t *testing.T) {
 		t.Skip("-short: a soak of the network lab")
 	}
 	needTools(t, "bird", "birdc")
-	phase := soakPhase(t)
+	phase, every := soakPhase(t)
 	l := newVIPLab(t, labOptions{bgp: true, teapot: true})
 	for _, a := range []netip.Addr{bgpVIP4, bgpVIP6} {
 		l.waitHops(t, a, l.lbs)
@@ -246,7 +249,7 @@ func TestVIPSoak(t *testing.T) {
 		}
 	}
 	t.Run("all hosts alive", func(t *testing.T) {
-		check(t, l.soakRun(t, phase, rng))
+		check(t, l.soakRun(t, phase, every, rng))
 	})
 	t.Run("one host dead", func(t *testing.T) {
 		dead := l.lbs[rng.IntN(len(l.lbs))]
@@ -262,6 +265,6 @@ func TestVIPSoak(t *testing.T) {
 			l.waitHolder(a, settleTimeout)
 		}
 		time.Sleep(3 * time.Second) // the survivors settle
-		check(t, l.soakRun(t, phase, rng))
+		check(t, l.soakRun(t, phase, every, rng))
 	})
 }
