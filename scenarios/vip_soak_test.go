@@ -24,7 +24,7 @@ import (
 const (
 	soakStall      = 200 * time.Millisecond
 	soakEvery      = 10 * time.Second
-	soakShortEvery = 5 * time.Second // still past a stall's aftermath
+	soakShortEvery = 5 * time.Second                // still past a stall's aftermath
 	soakShortPhase = 2*soakShortEvery + time.Second // the second stall starts a little after 5 s
 	// soakAftermath: a move or a failed request this soon after a stall
 	// ends is the stall's doing.
