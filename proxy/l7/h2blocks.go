@@ -13,7 +13,7 @@ import (
 // responses and trailers) alike: a plain HEADERS frame's payload is read
 // without the framer, which would allocate a frame for it, and the fields
 // are decoded with the connection's HPACK decoder into a buffer the next
-// block reuses, checked and bounded as they come (h2Head.emit).
+// block reuses, checked and bounded as they come (emit).
 type h2Blocks struct {
 	hdec *hpack.Decoder
 	head h2Head // the header block being read
@@ -22,9 +22,13 @@ type h2Blocks struct {
 
 // initBlocks makes the decoder; maxHeader bounds a field's strings.
 func (b *h2Blocks) initBlocks(maxHeader int) {
-	b.hdec = hpack.NewDecoder(4096, b.head.emit)
+	b.hdec = hpack.NewDecoder(4096, b.emit)
 	b.hdec.SetMaxStringLength(maxHeader)
 }
+
+// h2KeepFields is the most fields a connection's block buffer keeps
+// between blocks; a larger one is dropped.
+const h2KeepFields = 64
 
 // h2Head is a header block being decoded and the HEADERS frame that
 // started it.
@@ -44,7 +48,16 @@ type h2Head struct {
 // sizes).
 func (b *h2Blocks) begin(id uint32, end bool, maxHeader int) *h2Head {
 	h := &b.head
-	*h = h2Head{id: id, end: end, fields: h.fields[:0], remain: uint32(maxHeader)}
+	// The last block's strings go: a peer could otherwise have the
+	// slots past a shorter block's fields hold those of longer ones
+	// (each slot below len was cleared at the block after it was set).
+	fields := h.fields
+	clear(fields)
+	if cap(fields) > h2KeepFields {
+		fields = nil
+	}
+	*h = h2Head{id: id, end: end, fields: fields[:0], remain: uint32(maxHeader)}
+	b.hdec.SetEmitEnabled(true)
 	return h
 }
 
@@ -90,30 +103,38 @@ func (b *h2Blocks) decode(frag []byte, ended bool) http2.ErrCode {
 	return 0
 }
 
-// emit receives the decoded fields of the current header block.
-func (h *h2Head) emit(f hpack.HeaderField) {
+// emit receives the decoded fields of the current header block. After a
+// field that breaks the rules, or one past the size bound, the block's
+// other literals are decoded without being made strings (the decoder's
+// emission is off until the next block).
+func (b *h2Blocks) emit(f hpack.HeaderField) {
+	h := &b.head
 	if h.invalid || h.truncated {
 		return
 	}
 	if !httpguts.ValidHeaderFieldValue(f.Value) {
 		h.invalid = true
+		b.hdec.SetEmitEnabled(false)
 		return
 	}
 	if f.IsPseudo() {
 		if h.regular {
 			h.invalid = true
+			b.hdec.SetEmitEnabled(false)
 			return
 		}
 	} else {
 		h.regular = true
 		if !validFieldName(f.Name) {
 			h.invalid = true
+			b.hdec.SetEmitEnabled(false)
 			return
 		}
 	}
 	size := f.Size()
 	if size > h.remain {
 		h.truncated, h.remain = true, 0
+		b.hdec.SetEmitEnabled(false)
 		return
 	}
 	h.remain -= size

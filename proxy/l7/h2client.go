@@ -244,12 +244,11 @@ type h2UpConn struct {
 
 	// Read side, owned by the reading goroutine.
 	recv h2Recv
-	// rd is the framer's input: the bytes it counts around ReadFrame are
-	// those of a frame, or of a header block with its CONTINUATION
-	// frames.
-	rd countingReader
+	// br is the framer's input, which readPayload and frameBuffered
+	// read too.
+	br *bufio.Reader
 	// late counts the header blocks the member sent for streams this
-	// side had ended or reset (onHeaders).
+	// side had ended or reset (onBlock).
 	late int64
 	// wakes are the streams a response event (head, body bytes,
 	// trailers) was read for, not woken yet: they are woken together
@@ -297,7 +296,7 @@ func (c *h2UpConn) wakeQueued() {
 // whole (a HEADERS frame that ends its header block), so that reading
 // it does not wait on the member.
 func (c *h2UpConn) frameBuffered() bool {
-	r := c.rd.r
+	r := c.br
 	if r.Buffered() < 9 {
 		return false
 	}
@@ -313,18 +312,6 @@ func (c *h2UpConn) frameBuffered() bool {
 // opened a member connection may send for streams this side had ended or
 // reset before the connection ends (ENHANCE_YOUR_CALM).
 const maxLateHeaderBlocks = 16
-
-// countingReader counts the bytes read through it.
-type countingReader struct {
-	r *bufio.Reader
-	n int64
-}
-
-func (r *countingReader) Read(p []byte) (int, error) {
-	n, err := r.r.Read(p)
-	r.n += int64(n)
-	return n, err
-}
 
 // dialConn connects to a member, sends the preface and waits for the
 // member's SETTINGS.
@@ -343,8 +330,8 @@ func (cl *h2Client) dialConn(ctx context.Context, key poolKey, opts *BackendOpti
 		recv:       h2Recv{left: h2UpConnWindow},
 		ready:      make(chan struct{}), gone: make(chan struct{}),
 	}
-	c.rd.r = bufio.NewReaderSize(u.nc, h2ReadBufSize)
-	c.initWire(u.nc, &c.rd, s.cfg.MaxHeaderBytes, s.cfg.BodyTimeout, &c.inflight)
+	c.br = bufio.NewReaderSize(u.nc, h2ReadBufSize)
+	c.initWire(u.nc, c.br, s.cfg.MaxHeaderBytes, s.cfg.BodyTimeout, &c.inflight)
 	c.failed = c.kill
 	// Before the first write: a failed write kills the connection, which
 	// stops the timer.
@@ -532,7 +519,7 @@ func (c *h2UpConn) read() error {
 		if !first && plainHeaders(fh) {
 			// The common HEADERS frame is read here: the framer would
 			// allocate a HeadersFrame for it.
-			frag, err := c.readPayload(c.rd.r, fh.Length)
+			frag, err := c.readPayload(c.br, fh.Length)
 			if err != nil {
 				return err
 			}
@@ -557,6 +544,14 @@ func (c *h2UpConn) read() error {
 			if sf, ok := f.(*http2.SettingsFrame); !ok || sf.IsAck() {
 				return fmt.Errorf("%w: member did not start with SETTINGS", ErrUpstreamProtocol)
 			}
+		}
+		switch f.(type) {
+		case *http2.HeadersFrame, *http2.ContinuationFrame, *http2.DataFrame:
+		default:
+			// A frame that may have this goroutine write (an ACK, a
+			// reset): what it read before is woken first, not kept
+			// behind a writer that waits on the member.
+			c.wakeQueued()
 		}
 		var code http2.ErrCode
 		switch f := f.(type) {
@@ -694,13 +689,22 @@ func (c *h2UpConn) onBlock(h *h2Head, wire int64) http2.ErrCode {
 		c.resetStream(id, http2.ErrCodeCancel, fmt.Errorf("%w: response head over the size limit", ErrUpstreamProtocol))
 		return 0
 	}
-	// Pseudo-fields come first (h2Head.emit).
+	// Pseudo-fields come first (h2Blocks.emit).
 	pseudo := 0
 	for pseudo < len(h.fields) && h.fields[pseudo].IsPseudo() {
 		pseudo++
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.streams[id] != st {
+		// Its request ended it meanwhile, and st may serve another
+		// one now: a late block.
+		c.late++
+		if c.late > 2*int64(c.nextID/2)+maxLateHeaderBlocks {
+			return http2.ErrCodeEnhanceYourCalm
+		}
+		return 0
+	}
 	switch {
 	case st.end:
 		return http2.ErrCodeStreamClosed
@@ -834,6 +838,9 @@ func (c *h2UpConn) onData(f *http2.DataFrame) http2.ErrCode {
 		}
 		c.wakeLater(st)
 		c.mu.Unlock()
+	}
+	if c.recv.due(h2UpConnWindow) {
+		c.wakeQueued() // before the WINDOW_UPDATE's write
 	}
 	c.recv.refund(&c.h2Wire, h2UpConnWindow)
 	return 0

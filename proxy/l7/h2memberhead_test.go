@@ -300,3 +300,66 @@ func TestH2MemberAllocs(t *testing.T) {
 		t.Errorf("%.1f allocations per HTTP/2 request to an HTTP/2 member, want at most %.1f", allocs, limit)
 	}
 }
+
+// TestH2BlocksKeepNoOldFields decodes a block of many literal fields,
+// then shorter ones, as a peer (a member, a client) may send them: no
+// slot of the connection's field buffer keeps a string of an earlier
+// block, and after a field that breaks the rules the decoder makes no
+// more strings of that block's literals.
+func TestH2BlocksKeepNoOldFields(t *testing.T) {
+	var b h2Blocks
+	b.initBlocks(1 << 20)
+	var hb bytes.Buffer
+	enc := hpack.NewEncoder(&hb)
+	enc.SetMaxDynamicTableSizeLimit(0) // literals every time
+	enc.SetMaxDynamicTableSize(0)
+	block := func(n int, name string) []byte {
+		hb.Reset()
+		for i := range n {
+			_ = enc.WriteField(hpack.HeaderField{Name: name, Value: strings.Repeat("v", 100+i)})
+		}
+		return bytes.Clone(hb.Bytes())
+	}
+	for _, n := range []int{40, 20, 5, 1} {
+		h := b.begin(1, true, 1<<20)
+		if code := b.decode(block(n, "x-f"), true); code != 0 {
+			t.Fatalf("block of %d fields: %v", n, code)
+		}
+		if len(h.fields) != n {
+			t.Fatalf("block of %d fields decoded to %d", n, len(h.fields))
+		}
+		for i, f := range h.fields[len(h.fields):cap(h.fields)] {
+			if f.Name != "" || f.Value != "" {
+				t.Fatalf("after a block of %d fields, slot %d keeps %q (%d bytes) of an earlier block", n, n+i, f.Name, len(f.Value))
+			}
+		}
+	}
+	// A field name in upper case, then many literals: the block is
+	// invalid, and its later fields are not kept.
+	h := b.begin(3, true, 1<<20)
+	bad := append(block(1, "X-Bad"), block(30, "x-after")...)
+	if code := b.decode(bad, true); code != 0 {
+		t.Fatalf("invalid block: connection error %v", code)
+	}
+	if !h.invalid || len(h.fields) != 0 {
+		t.Fatalf("invalid block: invalid %v, %d fields kept", h.invalid, len(h.fields))
+	}
+	// What decoding costs: the invalid block's later literals are not
+	// made strings (with the encoder's table off, every literal of a
+	// valid block is one).
+	good := block(31, "x-good")
+	cost := func(blk []byte) float64 {
+		return testing.AllocsPerRun(20, func() {
+			b.begin(7, true, 1<<20)
+			_ = b.decode(blk, true)
+		})
+	}
+	if valid, invalid := cost(good), cost(bad); invalid > 5 || valid < 30 {
+		t.Errorf("allocations decoding a block of 31 literals: %.0f valid, %.0f with the first field invalid (want at most 5)", valid, invalid)
+	}
+	// The next block decodes again.
+	h = b.begin(5, true, 1<<20)
+	if code := b.decode(block(2, "x-ok"), true); code != 0 || h.invalid || len(h.fields) != 2 {
+		t.Fatalf("block after an invalid one: code %v, invalid %v, %d fields", code, h.invalid, len(h.fields))
+	}
+}

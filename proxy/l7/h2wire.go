@@ -139,10 +139,13 @@ func (r *h2Recv) take(n int64) bool {
 	return true
 }
 
+// due reports whether refund would write a WINDOW_UPDATE now.
+func (r *h2Recv) due(window int64) bool { return r.unacked >= window/4 }
+
 // refund gives back what was consumed, with a WINDOW_UPDATE, once a
 // quarter of window is: stream windows bound what each stream buffers.
 func (r *h2Recv) refund(w *h2Wire, window int64) {
-	if r.unacked < window/4 {
+	if !r.due(window) {
 		return
 	}
 	k := r.unacked
