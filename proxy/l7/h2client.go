@@ -276,17 +276,22 @@ func (c *h2UpConn) wakeLater(st *h2UpStream) {
 	c.wakes = append(c.wakes, h2Wake{st.rwake, st.wwake})
 }
 
+// send wakes the response reader and the body writer of a stream.
+func (w h2Wake) send() {
+	select {
+	case w.r <- struct{}{}:
+	default:
+	}
+	select {
+	case w.w <- struct{}{}:
+	default:
+	}
+}
+
 // wakeQueued wakes the queued streams.
 func (c *h2UpConn) wakeQueued() {
 	for i, w := range c.wakes {
-		select {
-		case w.r <- struct{}{}:
-		default:
-		}
-		select {
-		case w.w <- struct{}{}:
-		default:
-		}
+		w.send()
 		c.wakes[i] = h2Wake{}
 	}
 	c.wakes = c.wakes[:0]

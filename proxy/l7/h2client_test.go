@@ -257,6 +257,32 @@ func rawH2Member(t testing.TB, serve func(n int, fr *http2.Framer, c net.Conn)) 
 	return ln.Addr().String()
 }
 
+// rawH2Streams is a rawH2Member that acknowledges the proxy's SETTINGS
+// and has each request's header block answered by the function that
+// conn returns for its connection (the n-th); an error from it ends the
+// connection.
+func rawH2Streams(t testing.TB, conn func(n int, fr *http2.Framer) func(f *http2.MetaHeadersFrame) error) string {
+	return rawH2Member(t, func(n int, fr *http2.Framer, _ net.Conn) {
+		answer := conn(n, fr)
+		for {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				return
+			}
+			switch f := f.(type) {
+			case *http2.SettingsFrame:
+				if !f.IsAck() {
+					_ = fr.WriteSettingsAck()
+				}
+			case *http2.MetaHeadersFrame:
+				if answer(f) != nil {
+					return
+				}
+			}
+		}
+	})
+}
+
 // answerH2 answers a stream with status 200 and body.
 func answerH2(fr *http2.Framer, id uint32, body string) error {
 	var hb bytes.Buffer
@@ -274,32 +300,22 @@ func answerH2(fr *http2.Framer, id uint32, body string) error {
 // sent again, on the same member, and succeed.
 func TestH2ClientRetriesUnprocessed(t *testing.T) {
 	var served [3]atomic.Int32
-	member := rawH2Member(t, func(n int, fr *http2.Framer, c net.Conn) {
+	member := rawH2Streams(t, func(n int, fr *http2.Framer) func(*http2.MetaHeadersFrame) error {
 		streams := 0
-		for {
-			f, err := fr.ReadFrame()
-			if err != nil {
-				return
+		return func(f *http2.MetaHeadersFrame) error {
+			streams++
+			switch {
+			case n == 1 && streams == 1:
+				fr.WriteRSTStream(f.StreamID, http2.ErrCodeRefusedStream)
+			case n == 1 && streams == 3:
+				fr.WriteGoAway(f.StreamID-2, http2.ErrCodeNo, nil)
+				time.Sleep(100 * time.Millisecond)
+				return io.EOF
+			default:
+				served[min(n, 2)].Add(1)
+				answerH2(fr, f.StreamID, fmt.Sprintf("conn%d", n))
 			}
-			switch f := f.(type) {
-			case *http2.SettingsFrame:
-				if !f.IsAck() {
-					fr.WriteSettingsAck()
-				}
-			case *http2.MetaHeadersFrame:
-				streams++
-				switch {
-				case n == 1 && streams == 1:
-					fr.WriteRSTStream(f.StreamID, http2.ErrCodeRefusedStream)
-				case n == 1 && streams == 3:
-					fr.WriteGoAway(f.StreamID-2, http2.ErrCodeNo, nil)
-					time.Sleep(100 * time.Millisecond)
-					return
-				default:
-					served[min(n, 2)].Add(1)
-					answerH2(fr, f.StreamID, fmt.Sprintf("conn%d", n))
-				}
-			}
+			return nil
 		}
 	})
 	be := newBackend(t, member)

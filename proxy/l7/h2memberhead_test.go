@@ -106,31 +106,15 @@ func TestH2MemberResponseHeads(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			member := rawH2Member(t, func(n int, fr *http2.Framer, c net.Conn) {
+			member := rawH2Streams(t, func(_ int, fr *http2.Framer) func(*http2.MetaHeadersFrame) error {
 				var hb bytes.Buffer
 				enc := hpack.NewEncoder(&hb)
-				for {
-					f, err := fr.ReadFrame()
-					if err != nil {
-						return
+				return func(f *http2.MetaHeadersFrame) error {
+					if f.PseudoValue("path") == "/case" {
+						return tc.answer(fr, enc, &hb, f.StreamID)
 					}
-					switch f := f.(type) {
-					case *http2.SettingsFrame:
-						if !f.IsAck() {
-							_ = fr.WriteSettingsAck()
-						}
-					case *http2.MetaHeadersFrame:
-						var err error
-						if f.PseudoValue("path") == "/case" {
-							err = tc.answer(fr, enc, &hb, f.StreamID)
-						} else {
-							_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: f.StreamID, BlockFragment: memberBlock(enc, &hb, ":status", "200", "x-next", "1"), EndHeaders: true})
-							err = fr.WriteData(f.StreamID, true, []byte("next"))
-						}
-						if err != nil {
-							return
-						}
-					}
+					_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: f.StreamID, BlockFragment: memberBlock(enc, &hb, ":status", "200", "x-next", "1"), EndHeaders: true})
+					return fr.WriteData(f.StreamID, true, []byte("next"))
 				}
 			})
 			be := newBackend(t, member)

@@ -75,16 +75,7 @@ func (st *h2UpStream) addSendWindow(d int64) bool {
 }
 
 // signal wakes the response reader and the body writer.
-func (st *h2UpStream) signal() {
-	select {
-	case st.rwake <- struct{}{}:
-	default:
-	}
-	select {
-	case st.wwake <- struct{}{}:
-	default:
-	}
-}
+func (st *h2UpStream) signal() { h2Wake{st.rwake, st.wwake}.send() }
 
 // fail ends the stream with err. c.mu held.
 func (st *h2UpStream) fail(err error) {

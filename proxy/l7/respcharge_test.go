@@ -161,33 +161,20 @@ func testExtInterimResponsesCharged(t *testing.T, name, interim string) {
 // decode to 3,000), then 200 with body "ok".
 func interimH2Member(t *testing.T, n int) string {
 	t.Helper()
-	return rawH2Member(t, func(_ int, fr *http2.Framer, c net.Conn) {
+	return rawH2Streams(t, func(_ int, fr *http2.Framer) func(*http2.MetaHeadersFrame) error {
 		var hb bytes.Buffer
 		enc := hpack.NewEncoder(&hb)
 		pad := strings.Repeat("p", 3000)
-		for {
-			f, err := fr.ReadFrame()
-			if err != nil {
-				return
-			}
-			switch f := f.(type) {
-			case *http2.SettingsFrame:
-				if !f.IsAck() {
-					fr.WriteSettingsAck()
-				}
-			case *http2.MetaHeadersFrame:
-				for range n {
-					hb.Reset()
-					enc.WriteField(hpack.HeaderField{Name: ":status", Value: "103"})
-					enc.WriteField(hpack.HeaderField{Name: "x-pad", Value: pad})
-					if fr.WriteHeaders(http2.HeadersFrameParam{StreamID: f.StreamID, BlockFragment: hb.Bytes(), EndHeaders: true}) != nil {
-						return
-					}
-				}
-				if answerH2(fr, f.StreamID, "ok") != nil {
-					return
+		return func(f *http2.MetaHeadersFrame) error {
+			for range n {
+				hb.Reset()
+				enc.WriteField(hpack.HeaderField{Name: ":status", Value: "103"})
+				enc.WriteField(hpack.HeaderField{Name: "x-pad", Value: pad})
+				if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: f.StreamID, BlockFragment: hb.Bytes(), EndHeaders: true}); err != nil {
+					return err
 				}
 			}
+			return answerH2(fr, f.StreamID, "ok")
 		}
 	})
 }
@@ -387,28 +374,17 @@ func TestEndlessInterimHeadTimeout(t *testing.T) {
 			time.Sleep(2 * time.Millisecond)
 		}
 	})
-	h2 := rawH2Member(t, func(_ int, fr *http2.Framer, c net.Conn) {
+	h2 := rawH2Streams(t, func(_ int, fr *http2.Framer) func(*http2.MetaHeadersFrame) error {
 		var hb bytes.Buffer
 		enc := hpack.NewEncoder(&hb)
-		for {
-			f, err := fr.ReadFrame()
-			if err != nil {
-				return
-			}
-			switch f := f.(type) {
-			case *http2.SettingsFrame:
-				if !f.IsAck() {
-					fr.WriteSettingsAck()
+		return func(f *http2.MetaHeadersFrame) error {
+			for {
+				hb.Reset()
+				enc.WriteField(hpack.HeaderField{Name: ":status", Value: "103"})
+				if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: f.StreamID, BlockFragment: hb.Bytes(), EndHeaders: true}); err != nil {
+					return err
 				}
-			case *http2.MetaHeadersFrame:
-				for {
-					hb.Reset()
-					enc.WriteField(hpack.HeaderField{Name: ":status", Value: "103"})
-					if fr.WriteHeaders(http2.HeadersFrameParam{StreamID: f.StreamID, BlockFragment: hb.Bytes(), EndHeaders: true}) != nil {
-						return
-					}
-					time.Sleep(2 * time.Millisecond)
-				}
+				time.Sleep(2 * time.Millisecond)
 			}
 		}
 	})

@@ -782,30 +782,17 @@ func rawH2Responder(t *testing.T, head, trailer [][2]string) string {
 		}
 		return hb.Bytes()
 	}
-	return rawH2Member(t, func(n int, fr *http2.Framer, c net.Conn) {
+	return rawH2Streams(t, func(_ int, fr *http2.Framer) func(*http2.MetaHeadersFrame) error {
 		var hb bytes.Buffer
 		enc := hpack.NewEncoder(&hb)
-		for {
-			f, err := fr.ReadFrame()
-			if err != nil {
-				return
+		return func(f *http2.MetaHeadersFrame) error {
+			if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: f.StreamID, BlockFragment: block(enc, &hb, head), EndHeaders: true}); err != nil {
+				return err
 			}
-			switch f := f.(type) {
-			case *http2.SettingsFrame:
-				if !f.IsAck() {
-					fr.WriteSettingsAck()
-				}
-			case *http2.MetaHeadersFrame:
-				if fr.WriteHeaders(http2.HeadersFrameParam{StreamID: f.StreamID, BlockFragment: block(enc, &hb, head), EndHeaders: true}) != nil {
-					return
-				}
-				if fr.WriteData(f.StreamID, false, []byte("body")) != nil {
-					return
-				}
-				if fr.WriteHeaders(http2.HeadersFrameParam{StreamID: f.StreamID, BlockFragment: block(enc, &hb, trailer), EndHeaders: true, EndStream: true}) != nil {
-					return
-				}
+			if err := fr.WriteData(f.StreamID, false, []byte("body")); err != nil {
+				return err
 			}
+			return fr.WriteHeaders(http2.HeadersFrameParam{StreamID: f.StreamID, BlockFragment: block(enc, &hb, trailer), EndHeaders: true, EndStream: true})
 		}
 	})
 }
