@@ -2,11 +2,14 @@ package l7
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
@@ -346,4 +349,117 @@ func TestH2BlocksKeepNoOldFields(t *testing.T) {
 	if code := b.decode(block(2, "x-ok"), true); code != 0 || h.invalid || len(h.fields) != 2 {
 		t.Fatalf("block after an invalid one: code %v, invalid %v, %d fields", code, h.invalid, len(h.fields))
 	}
+}
+
+// FuzzH2MemberResponse has an HTTP/2 member answer the proxy's first
+// request on a connection (stream 1) with arbitrary frames, then close
+// the connection: whatever the member sends, the proxy must not panic,
+// and the client's request must end (with the member's response or an
+// error status) within the proxy's own timeouts (2 s each here: a member
+// that allows no stream has the request wait for a slot that long).
+func FuzzH2MemberResponse(f *testing.F) {
+	var hb bytes.Buffer
+	enc := hpack.NewEncoder(&hb)
+	seed := func(write func(fr *http2.Framer)) {
+		var w bytes.Buffer
+		write(http2.NewFramer(&w, nil))
+		f.Add(w.Bytes())
+	}
+	head := memberBlock(enc, &hb, ":status", "200", "content-type", "application/grpc", "x-a", "1")
+	trailer := memberBlock(enc, &hb, "grpc-status", "0")
+	seed(func(fr *http2.Framer) {
+		_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: head, EndHeaders: true})
+		_ = fr.WriteData(1, false, []byte{0, 0, 0, 0, 2, 'o', 'k'})
+		_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: trailer, EndHeaders: true, EndStream: true})
+	})
+	seed(func(fr *http2.Framer) {
+		_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: head[:3]})
+		_ = fr.WriteContinuation(1, false, head[3:6])
+		_ = fr.WriteContinuation(1, true, head[6:])
+		_ = fr.WriteData(1, true, []byte("ok"))
+	})
+	seed(func(fr *http2.Framer) {
+		_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: memberBlock(enc, &hb, ":status", "103"), EndHeaders: true, PadLength: 3})
+		_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: head, EndHeaders: true, Priority: http2.PriorityParam{Weight: 7}})
+		_ = fr.WriteWindowUpdate(0, 100)
+		_ = fr.WritePing(false, [8]byte{1})
+		_ = fr.WriteData(1, true, nil)
+		_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: trailer, EndHeaders: true, EndStream: true}) // late
+	})
+	seed(func(fr *http2.Framer) {
+		_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: memberBlock(enc, &hb, ":status", "200", "X-Up", "1"), EndHeaders: true})
+		_ = fr.WriteRSTStream(1, http2.ErrCodeRefusedStream)
+		_ = fr.WriteGoAway(1, http2.ErrCodeNo, nil)
+	})
+	seed(func(fr *http2.Framer) {
+		_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: []byte{0x80}, EndHeaders: true})
+	})
+	seed(func(fr *http2.Framer) {
+		_ = fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0}, http2.Setting{ID: http2.SettingMaxFrameSize, Val: 1 << 14})
+		_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 2, BlockFragment: head, EndHeaders: true})
+		_ = fr.WriteContinuation(1, true, nil)
+	})
+
+	var input atomic.Pointer[[]byte]
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				var pre [len(http2.ClientPreface)]byte
+				if _, err := io.ReadFull(c, pre[:]); err != nil {
+					return
+				}
+				fr := http2.NewFramer(c, c)
+				if fr.WriteSettings() != nil {
+					return
+				}
+				for {
+					fm, err := fr.ReadFrame()
+					if err != nil {
+						return
+					}
+					if _, ok := fm.(*http2.HeadersFrame); ok {
+						break
+					}
+				}
+				if in := input.Load(); in != nil {
+					_, _ = c.Write(*in)
+				}
+				_ = c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+				_, _ = io.Copy(io.Discard, c) // let the proxy read before the close
+			}()
+		}
+	}()
+	be := newBackend(f, ln.Addr().String())
+	be.opts.Protocol = H2C
+	addr := proxyUnder(f, New(Config{ResponseHeaderTimeout: 2 * time.Second, BodyTimeout: 2 * time.Second, ConnectTimeout: 2 * time.Second}), oneRoute(be), nil)
+	client := h2cTestClient()
+	f.Fuzz(func(t *testing.T, in []byte) {
+		input.Store(&in)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+addr+"/", nil)
+		req.Host = "a.example"
+		resp, err := client.Do(req)
+		if err != nil {
+			if ctx.Err() != nil {
+				t.Fatalf("the request did not end: %v", err)
+			}
+			return
+		}
+		_, err = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if ctx.Err() != nil {
+			t.Fatalf("the response did not end: %v", err)
+		}
+	})
 }
