@@ -173,11 +173,6 @@ func TestH2MemberResponseHeads(t *testing.T) {
 // the proxy's.
 func quietH2Member(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
 	var hb bytes.Buffer
 	enc := hpack.NewEncoder(&hb)
 	var w bytes.Buffer
@@ -206,54 +201,44 @@ func quietH2Member(t testing.TB) string {
 		}
 		return at
 	}
-	go func() {
+	return rawServer(t, func(c net.Conn) {
+		out, at, first := bytes.Clone(answers[0]), ids(answers[0]), true
+		var pre [len(http2.ClientPreface)]byte
+		if _, err := io.ReadFull(c, pre[:]); err != nil {
+			return
+		}
+		if _, err := c.Write(settings[:9]); err != nil {
+			return
+		}
+		var h [9]byte
+		buf := make([]byte, 1<<16)
 		for {
-			c, err := ln.Accept()
-			if err != nil {
+			if _, err := io.ReadFull(c, h[:]); err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				out, at, first := bytes.Clone(answers[0]), ids(answers[0]), true
-				var pre [len(http2.ClientPreface)]byte
-				if _, err := io.ReadFull(c, pre[:]); err != nil {
+			n := int(h[0])<<16 | int(h[1])<<8 | int(h[2])
+			if _, err := io.ReadFull(c, buf[:n]); err != nil {
+				return
+			}
+			typ, flags := http2.FrameType(h[3]), http2.Flags(h[4])
+			switch {
+			case typ == http2.FrameSettings && flags&http2.FlagSettingsAck == 0:
+				if _, err := c.Write(ack); err != nil {
 					return
 				}
-				if _, err := c.Write(settings[:9]); err != nil {
+			case (typ == http2.FrameHeaders || typ == http2.FrameData) && flags&http2.FlagDataEndStream != 0:
+				for _, i := range at {
+					copy(out[i:i+4], h[5:9])
+				}
+				if _, err := c.Write(out); err != nil {
 					return
 				}
-				var h [9]byte
-				buf := make([]byte, 1<<16)
-				for {
-					if _, err := io.ReadFull(c, h[:]); err != nil {
-						return
-					}
-					n := int(h[0])<<16 | int(h[1])<<8 | int(h[2])
-					if _, err := io.ReadFull(c, buf[:n]); err != nil {
-						return
-					}
-					typ, flags := http2.FrameType(h[3]), http2.Flags(h[4])
-					switch {
-					case typ == http2.FrameSettings && flags&http2.FlagSettingsAck == 0:
-						if _, err := c.Write(ack); err != nil {
-							return
-						}
-					case (typ == http2.FrameHeaders || typ == http2.FrameData) && flags&http2.FlagDataEndStream != 0:
-						for _, i := range at {
-							copy(out[i:i+4], h[5:9])
-						}
-						if _, err := c.Write(out); err != nil {
-							return
-						}
-						if first {
-							out, at, first = bytes.Clone(answers[1]), ids(answers[1]), false
-						}
-					}
+				if first {
+					out, at, first = bytes.Clone(answers[1]), ids(answers[1]), false
 				}
-			}()
+			}
 		}
-	}()
-	return ln.Addr().String()
+	})
 }
 
 // TestH2MemberAllocs counts the allocations of one HTTP/2 request over
@@ -401,45 +386,31 @@ func FuzzH2MemberResponse(f *testing.F) {
 	})
 
 	var input atomic.Pointer[[]byte]
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() { ln.Close() })
-	go func() {
+	member := rawServer(f, func(c net.Conn) {
+		var pre [len(http2.ClientPreface)]byte
+		if _, err := io.ReadFull(c, pre[:]); err != nil {
+			return
+		}
+		fr := http2.NewFramer(c, c)
+		if fr.WriteSettings() != nil {
+			return
+		}
 		for {
-			c, err := ln.Accept()
+			fm, err := fr.ReadFrame()
 			if err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				var pre [len(http2.ClientPreface)]byte
-				if _, err := io.ReadFull(c, pre[:]); err != nil {
-					return
-				}
-				fr := http2.NewFramer(c, c)
-				if fr.WriteSettings() != nil {
-					return
-				}
-				for {
-					fm, err := fr.ReadFrame()
-					if err != nil {
-						return
-					}
-					if _, ok := fm.(*http2.HeadersFrame); ok {
-						break
-					}
-				}
-				if in := input.Load(); in != nil {
-					_, _ = c.Write(*in)
-				}
-				_ = c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
-				_, _ = io.Copy(io.Discard, c) // let the proxy read before the close
-			}()
+			if _, ok := fm.(*http2.HeadersFrame); ok {
+				break
+			}
 		}
-	}()
-	be := newBackend(f, ln.Addr().String())
+		if in := input.Load(); in != nil {
+			_, _ = c.Write(*in)
+		}
+		_ = c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		_, _ = io.Copy(io.Discard, c) // let the proxy read before the close
+	})
+	be := newBackend(f, member)
 	be.opts.Protocol = H2C
 	addr := proxyUnder(f, New(Config{ResponseHeaderTimeout: 2 * time.Second, BodyTimeout: 2 * time.Second, ConnectTimeout: 2 * time.Second}), oneRoute(be), nil)
 	client := h2cTestClient()
