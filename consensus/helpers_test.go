@@ -17,6 +17,7 @@ import (
 
 	"github.com/teapot-lb/teapot-lb/api"
 	"github.com/teapot-lb/teapot-lb/api/adminserver"
+	"github.com/teapot-lb/teapot-lb/api/porttest"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
 
@@ -30,12 +31,7 @@ type testHost struct {
 
 func freeAddr(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return porttest.Addr(t, "127.0.0.1")
 }
 
 func testLogger() *slog.Logger {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/teapot-lb/teapot-lb/api/porttest"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 	"github.com/teapot-lb/teapot-lb/proxy/metrics"
 	"google.golang.org/protobuf/proto"
@@ -80,35 +81,7 @@ func update(t testing.TB, p *Proxy, lbs ...*pb.LoadBalancer) {
 // used by the tests.
 func freePort(t testing.TB) int {
 	t.Helper()
-	for range 20 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		ok := true
-		for _, a := range []string{"127.0.0.2", "127.0.0.3", "127.0.0.4", "[::1]"} {
-			if u, err := net.ListenPacket("udp", fmt.Sprintf("%s:%d", a, port)); err != nil {
-				ok = false
-			} else {
-				u.Close()
-			}
-			// TCP too: another package's test may hold the port on
-			// one of these addresses (a listener, or a connection's
-			// local port).
-			if l, err := net.Listen("tcp", fmt.Sprintf("%s:%d", a, port)); err != nil {
-				ok = false
-			} else {
-				l.Close()
-			}
-		}
-		if ok {
-			return port
-		}
-	}
-	t.Fatal("no free port")
-	return 0
+	return porttest.Pick(t, "127.0.0.1", "127.0.0.2", "127.0.0.3", "127.0.0.4", "::1")
 }
 
 // backend is a TCP test server whose connections it can cut.

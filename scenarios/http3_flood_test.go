@@ -28,6 +28,8 @@ import (
 
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
+
+	"github.com/teapot-lb/teapot-lb/api/porttest"
 )
 
 // The addresses of the HTTP/3 flood scenario: a's and b's VIPs and
@@ -236,34 +238,7 @@ func startNamedMember(t testing.TB, addr, name string) string {
 // freeUDPTCPPort returns a port free for TCP and UDP on every address.
 func freeUDPTCPPort(t testing.TB, addrs ...string) int {
 	t.Helper()
-	for range 50 {
-		l, err := net.Listen("tcp", addrs[0]+":0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		free := true
-		for _, a := range addrs {
-			tl, err := net.Listen("tcp", net.JoinHostPort(a, strconv.Itoa(port)))
-			if err != nil {
-				free = false
-				break
-			}
-			tl.Close()
-			ul, err := net.ListenPacket("udp", net.JoinHostPort(a, strconv.Itoa(port)))
-			if err != nil {
-				free = false
-				break
-			}
-			ul.Close()
-		}
-		if free {
-			return port
-		}
-	}
-	t.Fatal("no port free on every address")
-	return 0
+	return porttest.Pick(t, addrs...)
 }
 
 // applyDoc writes doc to dir/name and applies it.

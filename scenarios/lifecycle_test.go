@@ -20,6 +20,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/teapot-lb/teapot-lb/api/porttest"
 )
 
 // lifeLB is a load balancer of the lifecycle scenarios: a TCP echo
@@ -96,12 +98,7 @@ func newLifeLB(t *testing.T, vipCIDR string) *lifeLB {
 
 func freePort(t *testing.T) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return porttest.Pick(t)
 }
 
 // setup writes the pool, the tenant, the certificate and the load balancer.

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/teapot-lb/teapot-lb/api/porttest"
 )
 
 const metricsVIP = "127.0.0.81"
@@ -377,12 +379,7 @@ func terminate(t *testing.T, c *cluster, n *node) {
 // freePortOn returns a TCP port free on addr.
 func freePortOn(tb testing.TB, addr string) int {
 	tb.Helper()
-	l, err := net.Listen("tcp", addr+":0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return porttest.Pick(tb, addr)
 }
 
 // checkDashboard parses every query of the Grafana dashboard and fails

@@ -1,8 +1,9 @@
 package scenarios
 
 import (
-	"net"
 	"testing"
+
+	"github.com/teapot-lb/teapot-lb/api/porttest"
 )
 
 // Loopback addresses of 127.0.44.0/24, which no other test uses, for the
@@ -29,16 +30,7 @@ const (
 // free when it returned.
 func freeAddrsOn(tb testing.TB, ip string, n int) []string {
 	tb.Helper()
-	var addrs []string
-	for range n {
-		l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
-		if err != nil {
-			tb.Fatalf("pick a free port on %s: %v", ip, err)
-		}
-		defer l.Close()
-		addrs = append(addrs, l.Addr().String())
-	}
-	return addrs
+	return porttest.Addrs(tb, ip, n)
 }
 
 // newNodeOn is newNode with the node's raft, API and metrics addresses

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/teapot-lb/teapot-lb/api/porttest"
 )
 
 // tenantSide is a tenant's network behind a VXLAN tunnel: a namespace
@@ -264,12 +266,7 @@ func listenInNetns(ns, addr string) (net.Listener, error) {
 // freeUDPPort returns a UDP port free on every address of this namespace.
 func freeUDPPort(t *testing.T) int {
 	t.Helper()
-	c, err := net.ListenPacket("udp", ":0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	return c.LocalAddr().(*net.UDPAddr).Port
+	return porttest.Pick(t, "0.0.0.0")
 }
 
 // The two tenants' VIPs (a static pool: the host only binds).

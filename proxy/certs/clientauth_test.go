@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/teapot-lb/teapot-lb/api/porttest"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 	"github.com/teapot-lb/teapot-lb/proxy"
 	"github.com/teapot-lb/teapot-lb/proxy/cpubudget"
@@ -57,12 +58,11 @@ func TestClientCertificateValidation(t *testing.T) {
 	}
 	good, foreign := clientPair(clientCA, "alice"), clientPair(otherCA, "mallory")
 	serve := func(required bool) string {
-		ln, _ := net.Listen("tcp", "127.0.0.1:0")
-		ln.Close()
+		addr := porttest.Addr(t, "127.0.0.1")
 		l := listener("a", false, []string{"shop"})
 		l.TLS.Client = &snapshot.ClientTLS{CAs: clientCA.pool, Bundle: "bundle", Required: required, SubjectHeader: "X-Client-Subject"}
-		serveTLS(t, ln.Addr().String(), term, l)
-		return ln.Addr().String()
+		serveTLS(t, addr, term, l)
+		return addr
 	}
 	get := func(addr string, c *tls.Certificate) (string, error) {
 		cfg := &tls.Config{ServerName: "shop.a.example", RootCAs: ca.pool}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/teapot-lb/teapot-lb/api/porttest"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 	"github.com/teapot-lb/teapot-lb/proxy/cpubudget"
 )
@@ -58,9 +59,7 @@ func newHandshakeLab(t *testing.T, cpu *cpubudget.Budgets) *handshakeLab {
 		tenant string
 		addr   *string
 	}{{"a", &l.a}, {"b", &l.b}} {
-		ln, _ := net.Listen("tcp", "127.0.0.1:0")
-		ln.Close()
-		*x.addr = ln.Addr().String()
+		*x.addr = porttest.Addr(t, "127.0.0.1")
 		serveTLS(t, *x.addr, term, listener(x.tenant, false, []string{"shop"}))
 	}
 	return l

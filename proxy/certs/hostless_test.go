@@ -4,12 +4,12 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"io"
-	"net"
 	"net/url"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/teapot-lb/teapot-lb/api/porttest"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
 
@@ -69,9 +69,7 @@ func TestHostlessCertificateIsOnlyItsListenersDefault(t *testing.T) {
 		// never its.
 		{"globex-anon", "globex", []string{"shop", "anon"}},
 	} {
-		ln, _ := net.Listen("tcp", "127.0.0.1:0")
-		ln.Close()
-		addrs[l.key] = ln.Addr().String()
+		addrs[l.key] = porttest.Addr(t, "127.0.0.1")
 		serveTLS(t, addrs[l.key], term, listener(l.tenant, false, l.uploads))
 	}
 	// hello returns the subject common name of the certificate served.

@@ -3,11 +3,11 @@ package certs
 import (
 	"crypto/tls"
 	"io"
-	"net"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/teapot-lb/teapot-lb/api/porttest"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 	"github.com/teapot-lb/teapot-lb/proxy/snapshot"
 )
@@ -67,10 +67,9 @@ func TestSessionsNeverResumeAcrossTenants(t *testing.T) {
 		m.reconcile(m.latest.Load())
 		term := m.Terminator(greeter{})
 		return func(l *snapshot.Listener) string {
-			ln, _ := net.Listen("tcp", "127.0.0.1:0")
-			ln.Close()
-			serveTLS(t, ln.Addr().String(), term, l)
-			return ln.Addr().String()
+			addr := porttest.Addr(t, "127.0.0.1")
+			serveTLS(t, addr, term, l)
+			return addr
 		}
 	}
 	h1, h2 := host(), host()

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/teapot-lb/teapot-lb/api/porttest"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 	"github.com/teapot-lb/teapot-lb/proxy"
 )
@@ -44,10 +45,9 @@ func TestTerminatorUsesClientTransport(t *testing.T) {
 	t.Cleanup(m.Close)
 	m.Update(store.objectsWith())
 	m.reconcile(m.latest.Load())
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	ln.Close()
-	serveTLS(t, ln.Addr().String(), m.Terminator(transportReporter{}), listener("acme", false, []string{"shop"}))
-	c, err := tls.Dial("tcp", ln.Addr().String(), &tls.Config{ServerName: "shop.acme.example", RootCAs: ca.pool})
+	addr := porttest.Addr(t, "127.0.0.1")
+	serveTLS(t, addr, m.Terminator(transportReporter{}), listener("acme", false, []string{"shop"}))
+	c, err := tls.Dial("tcp", addr, &tls.Config{ServerName: "shop.acme.example", RootCAs: ca.pool})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/teapot-lb/teapot-lb/api"
+	"github.com/teapot-lb/teapot-lb/api/porttest"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
 
@@ -237,9 +238,7 @@ func TestUploadedCertificatesStayWithTheirTenant(t *testing.T) {
 		// globex lists a certificate named "shop": its own, never acme's.
 		{"globex", "globex", []string{"shop"}},
 	} {
-		ln, _ := net.Listen("tcp", "127.0.0.1:0")
-		ln.Close()
-		addrs[l.key] = ln.Addr().String()
+		addrs[l.key] = porttest.Addr(t, "127.0.0.1")
 		serveTLS(t, addrs[l.key], term, listener(l.tenant, false, l.uploads))
 	}
 	hello := func(addr, name string) (string, error) {
@@ -377,10 +376,9 @@ func TestSessionsResumeAcrossHosts(t *testing.T) {
 		t.Cleanup(m.Close)
 		m.Update(store.objectsWith())
 		m.reconcile(m.latest.Load())
-		ln, _ := net.Listen("tcp", "127.0.0.1:0")
-		ln.Close()
-		serveTLS(t, ln.Addr().String(), m.Terminator(greeter{}), listener("acme", false, []string{"shop"}, "shop.acme.example"))
-		return ln.Addr().String()
+		addr := porttest.Addr(t, "127.0.0.1")
+		serveTLS(t, addr, m.Terminator(greeter{}), listener("acme", false, []string{"shop"}, "shop.acme.example"))
+		return addr
 	}
 	a, b, other := host("cluster secret"), host("cluster secret"), host("another cluster")
 	for _, v := range []uint16{tls.VersionTLS12, tls.VersionTLS13} {

@@ -16,19 +16,14 @@ import (
 	"time"
 
 	mdns "github.com/miekg/dns"
+
+	"github.com/teapot-lb/teapot-lb/api/porttest"
 )
 
 // freePort returns a loopback port free for UDP and TCP now.
 func freePort(t *testing.T) int {
 	t.Helper()
-	pc, ln, err := listenBoth("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	pc.Close()
-	ln.Close()
-	return port
+	return porttest.Pick(t)
 }
 
 // syncBuffer is a log both named and the test touch.

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/teapot-lb/teapot-lb/api/porttest"
 )
 
 func TestPacketRoundTrip(t *testing.T) {
@@ -209,12 +211,7 @@ func (r *recorder) record(_ netip.Addr, st Status) {
 
 func freeUDPPort(t testing.TB) uint16 {
 	t.Helper()
-	c, err := net.ListenPacket("udp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	return uint16(c.LocalAddr().(*net.UDPAddr).Port)
+	return uint16(porttest.Pick(t))
 }
 
 func waitFor(t testing.TB, what string, d time.Duration, ok func() error) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"net"
 	"net/netip"
 	"strings"
 	"sync"
@@ -17,6 +16,7 @@ import (
 	"github.com/osrg/gobgp/v4/pkg/server"
 
 	"github.com/teapot-lb/teapot-lb/api/observe"
+	"github.com/teapot-lb/teapot-lb/api/porttest"
 	pb "github.com/teapot-lb/teapot-lb/api/proto/teapotv1"
 )
 
@@ -51,12 +51,7 @@ type tenantSpeaker struct {
 // freePort is a port free on 127.0.0.2.
 func freePort(t testing.TB) uint16 {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.2:0")
-	if err != nil {
-		t.Skipf("no 127.0.0.2 here: %v", err)
-	}
-	defer ln.Close()
-	return uint16(ln.Addr().(*net.TCPAddr).Port)
+	return uint16(porttest.Pick(t, "127.0.0.2"))
 }
 
 // startTenantSpeaker starts the speaker; the relay must exist already:

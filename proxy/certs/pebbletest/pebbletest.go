@@ -26,6 +26,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/teapot-lb/teapot-lb/api/porttest"
 )
 
 // Options configure a Pebble.
@@ -270,26 +272,7 @@ func (p *Pebble) IssuerRoots(tb testing.TB) *x509.CertPool {
 // freePorts returns n distinct free TCP (and UDP) ports on 127.0.0.1.
 func freePorts(tb testing.TB, n int) []int {
 	tb.Helper()
-	var out []int
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	for len(out) < n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			tb.Fatal(err)
-		}
-		ls = append(ls, l)
-		port := l.Addr().(*net.TCPAddr).Port
-		if u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
-			u.Close()
-			out = append(out, port)
-		}
-	}
-	return out
+	return porttest.Ports(tb, n)
 }
 
 // FreePorts returns n distinct free TCP ports on 127.0.0.1.
