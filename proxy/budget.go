@@ -153,7 +153,13 @@ func (p *Proxy) tenantBudget(tenant string) *tenantBudget {
 	t := &tenantBudget{p: p, name: tenant, cpu: p.cfg.CPU.Tenant(tenant)}
 	t.limit.Store(int64(p.cfg.Limits.MaxDescriptorsPerTenant))
 	t.streamLimit.Store(int64(p.cfg.Limits.MaxConnectionsPerTenant))
-	t.member = l7.NewMemberBudget(t)
+	var cpu l7.CPU
+	if t.cpu != nil {
+		// Its HTTP/2 members' frames that no request pays for where it
+		// is relayed count in its host CPU budget.
+		cpu = t.cpu
+	}
+	t.member = l7.NewMemberBudget(t, cpu)
 	if p.cfg.Attachments != nil {
 		t.dialer = tenantDialer{a: p.cfg.Attachments, tenant: tenant}
 	}

@@ -31,8 +31,13 @@ type Descriptors interface {
 // an idle connection of the same budget to make room, or waits briefly
 // for one to close, and fails with ErrMemberLimit otherwise. Connections
 // of different budgets never share a pool.
+//
+// The same tenant's host CPU budget, when set, counts what its HTTP/2
+// members make the proxy read that no request is charged for where it is
+// relayed (h2UpConn.chargeFrame, onData).
 type MemberBudget struct {
-	d Descriptors
+	d   Descriptors
+	cpu CPU
 
 	mu sync.Mutex
 	// pools are this budget's member pools, for a dial at the limit to
@@ -70,9 +75,19 @@ func (b *MemberBudget) releaseResponse(n int64) {
 	}
 }
 
-// NewMemberBudget returns a budget charging d.
-func NewMemberBudget(d Descriptors) *MemberBudget {
-	return &MemberBudget{d: d, pools: map[*memberPool]struct{}{}}
+// NewMemberBudget returns a budget charging d, and cpu (when not nil)
+// with the work of its members' HTTP/2 frames.
+func NewMemberBudget(d Descriptors, cpu CPU) *MemberBudget {
+	return &MemberBudget{d: d, cpu: cpu, pools: map[*memberPool]struct{}{}}
+}
+
+// tenantCPU is the CPU budget that b's members' frames count in; nil for
+// a nil budget or none set.
+func (b *MemberBudget) tenantCPU() CPU {
+	if b == nil {
+		return nil
+	}
+	return b.cpu
 }
 
 func (b *MemberBudget) addPool(p *memberPool) {

@@ -38,7 +38,7 @@ func TestMemberWaitersBounded(t *testing.T) {
 	s := New(Config{MemberBudgetWait: 2 * time.Second})
 	t.Cleanup(func() { s.Close() })
 	d := &spentDescriptors{}
-	key := poolKey{budget: NewMemberBudget(d)}
+	key := poolKey{budget: NewMemberBudget(d, nil)}
 	const dials = 500
 	var refusedAtOnce, charged, waitedOut atomic.Int64
 	var wg sync.WaitGroup

@@ -226,7 +226,7 @@ func TestH2ResponsesPerTenant(t *testing.T) {
 	budget := func() *MemberBudget {
 		d := &spentDescriptors{}
 		d.free.Store(1 << 20)
-		return NewMemberBudget(d)
+		return NewMemberBudget(d, nil)
 	}
 	tb, ub := newBackend(t, member), newBackend(t, member)
 	tb.opts.Protocol, ub.opts.Protocol = H2C, H2C

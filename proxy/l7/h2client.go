@@ -250,6 +250,13 @@ type h2UpConn struct {
 	// late counts the header blocks the member sent for streams this
 	// side had ended or reset (onBlock).
 	late int64
+	// ctrl counts the control frames read and not charged yet, dropM
+	// the DATA bytes no stream took (chargeFrame, onData); smallConts
+	// the CONTINUATION frames of the block being read that carried
+	// less than h2SmallFrame bytes.
+	ctrl       int
+	dropM      meter
+	smallConts int
 	// wakes are the streams a response event (head, body bytes,
 	// trailers) was read for, not woken yet: they are woken together
 	// once no whole frame is left in the read buffer (read), so that a
@@ -317,6 +324,13 @@ func (c *h2UpConn) frameBuffered() bool {
 // opened a member connection may send for streams this side had ended or
 // reset before the connection ends (ENHANCE_YOUR_CALM).
 const maxLateHeaderBlocks = 16
+
+// h2SmallFrame: a member's header block may go on in at most
+// h2MaxContinue CONTINUATION frames of fewer bytes than this (an encoder
+// splits a block into frames of the largest size, only its last frame is
+// short); one more ends the connection (ENHANCE_YOUR_CALM), as a block of
+// empty frames would never end.
+const h2SmallFrame = 1024
 
 // dialConn connects to a member, sends the preface and waits for the
 // member's SETTINGS.
@@ -521,6 +535,7 @@ func (c *h2UpConn) read() error {
 		if err != nil {
 			return c.readError(err)
 		}
+		c.chargeFrame(fh)
 		if !first && plainHeaders(fh) {
 			// The common HEADERS frame is read here: the framer would
 			// allocate a HeadersFrame for it.
@@ -563,6 +578,12 @@ func (c *h2UpConn) read() error {
 		case *http2.HeadersFrame:
 			code = c.beginBlock(f.StreamID, f.StreamEnded(), f.HeaderBlockFragment(), f.HeadersEnded(), fh.Length)
 		case *http2.ContinuationFrame:
+			if fh.Length < h2SmallFrame {
+				if c.smallConts++; c.smallConts > h2MaxContinue {
+					code = http2.ErrCodeEnhanceYourCalm
+					break
+				}
+			}
 			code = c.continueBlock(f.HeaderBlockFragment(), f.HeadersEnded(), fh.Length)
 		case *http2.DataFrame:
 			code = c.onData(f)
@@ -643,7 +664,7 @@ func (c *h2UpConn) malformedLocked(st *h2UpStream, id uint32, why string) http2.
 // its HEADERS frame, of length bytes.
 func (c *h2UpConn) beginBlock(id uint32, end bool, frag []byte, ended bool, length uint32) http2.ErrCode {
 	c.begin(id, end, c.cl.s.cfg.MaxHeaderBytes)
-	c.blockWire = 0
+	c.blockWire, c.smallConts = 0, 0
 	return c.continueBlock(frag, ended, length)
 }
 
@@ -812,6 +833,7 @@ func (c *h2UpConn) onData(f *http2.DataFrame) http2.ErrCode {
 	data := f.Data()
 	c.mu.Lock()
 	st := c.streams[id]
+	dropped := true
 	switch {
 	case st == nil:
 		c.mu.Unlock()
@@ -832,6 +854,7 @@ func (c *h2UpConn) onData(f *http2.DataFrame) http2.ErrCode {
 		c.mu.Unlock()
 		c.resetStream(id, http2.ErrCodeEnhanceYourCalm, errTenantResponses)
 	default:
+		dropped = false
 		st.charged += int64(len(data))
 		st.held += n
 		// Padding goes back to the stream window with the next update.
@@ -844,11 +867,64 @@ func (c *h2UpConn) onData(f *http2.DataFrame) http2.ErrCode {
 		c.wakeLater(st)
 		c.mu.Unlock()
 	}
+	if dropped {
+		// Bytes no client will be charged for as it takes them: the
+		// member's tenant pays for them here (they were read, and their
+		// window is given back).
+		if u := c.dropM.take(n); u > 0 {
+			if cpu := c.pool.key.budget.tenantCPU(); cpu != nil {
+				c.wakeQueued()
+				cpu.Relay(u * c.cpuWeight())
+			}
+		}
+	}
 	if c.recv.due(h2UpConnWindow) {
 		c.wakeQueued() // before the WINDOW_UPDATE's write
 	}
 	c.recv.refund(&c.h2Wire, h2UpConnWindow)
 	return 0
+}
+
+// chargeFrame counts a frame the member sent in its tenant's CPU budget
+// (MemberBudget.cpu) and waits there while the tenant is over it: this
+// connection, which only that tenant's requests use, reads no more
+// meanwhile. A PING or a SETTINGS the proxy answers counts
+// WorkAnsweredFrame; any other frame that carries neither a response
+// head nor body bytes (WINDOW_UPDATE, RST_STREAM, PRIORITY, CONTINUATION,
+// an empty DATA, an ACK, GOAWAY, an unknown type) a unit per
+// WorkControlFrames of them. A response's head and body bytes count where
+// they are relayed (awaitHead, the client connection's meter), the bytes
+// of DATA that no stream takes in onData.
+func (c *h2UpConn) chargeFrame(fh http2.FrameHeader) {
+	cpu := c.pool.key.budget.tenantCPU()
+	if cpu == nil {
+		return
+	}
+	var units int64
+	switch {
+	case fh.Type == http2.FrameData && fh.Length > 0, fh.Type == http2.FrameHeaders:
+		return
+	case (fh.Type == http2.FramePing || fh.Type == http2.FrameSettings) && !fh.Flags.Has(http2.FlagPingAck):
+		// FlagSettingsAck is the same bit.
+		units = WorkAnsweredFrame
+	default:
+		if c.ctrl++; c.ctrl < WorkControlFrames {
+			return
+		}
+		c.ctrl, units = 0, 1
+	}
+	// What was read before is woken first, not kept behind a wait.
+	c.wakeQueued()
+	cpu.Relay(units)
+}
+
+// cpuWeight is the units of work a unit of bytes read off the member
+// counts: WorkTLSBytes over TLS, else 1.
+func (c *h2UpConn) cpuWeight() int64 {
+	if c.pool.key.proto == H2TLS {
+		return WorkTLSBytes
+	}
+	return 1
 }
 
 func (c *h2UpConn) onSettings(f *http2.SettingsFrame) http2.ErrCode {

@@ -109,7 +109,7 @@ func (tenantDialerLike) DialContext(ctx context.Context, d *net.Dialer, network,
 // serve sets one.
 func BenchmarkPoolOf(b *testing.B) {
 	s := &Server{}
-	opts := &BackendOptions{Protocol: HTTP1, Dialer: tenantDialerLike{tenant: "acme"}, Budget: NewMemberBudget(nil)}
+	opts := &BackendOptions{Protocol: HTTP1, Dialer: tenantDialerLike{tenant: "acme"}, Budget: NewMemberBudget(nil, nil)}
 	k := keyOf(netip.MustParseAddrPort("192.0.2.10:80"), HTTP1, opts)
 	b.Run("get", func(b *testing.B) {
 		for b.Loop() {

@@ -1,0 +1,172 @@
+package l7
+
+import (
+	"bytes"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+)
+
+// memberFramesProxy serves every request from member, an h2c member
+// whose connections are charged to a tenant budget counting into cpu;
+// the client connection has no CPU budget, so cpu counts what the
+// member's frames cost alone.
+func memberFramesProxy(t *testing.T, s *Server, member string, cpu CPU) (string, *http.Client) {
+	t.Helper()
+	d := &spentDescriptors{}
+	d.free.Store(1 << 10)
+	be := newBackend(t, member)
+	be.opts.Protocol = H2C
+	be.opts.Budget = NewMemberBudget(d, cpu)
+	addr := proxyUnder(t, s, oneRoute(be), selfSigned(t))
+	client := h2TestClient()
+	client.Timeout = 20 * time.Second
+	t.Cleanup(client.CloseIdleConnections)
+	return "https://" + addr + "/", client
+}
+
+func getBody(t *testing.T, client *http.Client, url string) (int, string) {
+	t.Helper()
+	resp, err := client.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestH2MemberFramesAreCharged: what a tenant's HTTP/2 member makes the
+// proxy read and answer without a response to show for it counts in the
+// tenant's CPU budget: PINGs and SETTINGS the proxy acknowledges a unit
+// each, WINDOW_UPDATEs a unit per WorkControlFrames, and DATA for a
+// stream that already ended a unit per 64 KiB, as body bytes do.
+func TestH2MemberFramesAreCharged(t *testing.T) {
+	const pings, settings, updates, dropped = 10, 10, 10 * WorkControlFrames, 8 * 16384
+	member := rawH2Streams(t, func(_ int, fr *http2.Framer) func(*http2.MetaHeadersFrame) error {
+		n := 0
+		return func(f *http2.MetaHeadersFrame) error {
+			n++
+			if err := answerH2(fr, f.StreamID, "ok"); err != nil || n > 1 {
+				return err
+			}
+			for range pings {
+				fr.WritePing(false, [8]byte{'f', 'l', 'o', 'o', 'd'})
+			}
+			for range settings {
+				fr.WriteSettings()
+			}
+			for range updates {
+				fr.WriteWindowUpdate(0, 1)
+			}
+			chunk := bytes.Repeat([]byte("x"), 16384)
+			for range dropped / len(chunk) {
+				fr.WriteData(f.StreamID, false, chunk)
+			}
+			return nil
+		}
+	})
+	cpu := &unitCount{}
+	url, client := memberFramesProxy(t, New(Config{}), member, cpu)
+	if code, body := getBody(t, client, url); code != 200 || body != "ok" {
+		t.Fatalf("first request: %d %q", code, body)
+	}
+	// The member wrote its frames before it read the second request, so
+	// the proxy has read them all once the second response is in.
+	if code, body := getBody(t, client, url); code != 200 || body != "ok" {
+		t.Fatalf("second request: %d %q", code, body)
+	}
+	want := int64(pings*WorkAnsweredFrame + settings*WorkAnsweredFrame + updates/WorkControlFrames + dropped>>WorkBytesShift)
+	// The member's first SETTINGS and its ACKs count too.
+	if got := cpu.n.Load(); got < want || got > want+4 {
+		t.Errorf("the member's frames charged %d units to its tenant, want %d to %d", got, want, want+4)
+	}
+}
+
+// TestH2MemberEmptyContinuations: a member whose response head goes on in
+// CONTINUATION frames that carry (nearly) nothing has its connection
+// ended after h2MaxContinue of them (GOAWAY ENHANCE_YOUR_CALM), and the
+// request fails at once rather than at its ResponseHeaderTimeout; a head
+// in more CONTINUATION frames of a real size is served.
+func TestH2MemberEmptyContinuations(t *testing.T) {
+	goAway := make(chan http2.ErrCode, 1)
+	big := strings.Repeat("v", 30<<10)
+	member := rawH2Member(t, func(_ int, fr *http2.Framer, _ net.Conn) {
+		for {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				return
+			}
+			switch f := f.(type) {
+			case *http2.SettingsFrame:
+				if !f.IsAck() {
+					fr.WriteSettingsAck()
+				}
+			case *http2.GoAwayFrame:
+				select {
+				case goAway <- f.ErrCode:
+				default:
+				}
+			case *http2.MetaHeadersFrame:
+				var hb bytes.Buffer
+				enc := hpack.NewEncoder(&hb)
+				enc.WriteField(hpack.HeaderField{Name: ":status", Value: "200"})
+				enc.WriteField(hpack.HeaderField{Name: "content-length", Value: "2"})
+				if f.PseudoValue("path") == "/empty" {
+					fr.WriteHeaders(http2.HeadersFrameParam{StreamID: f.StreamID, BlockFragment: hb.Bytes()})
+					for i := 0; i < 1000; i++ {
+						if fr.WriteContinuation(f.StreamID, false, nil) != nil {
+							return
+						}
+					}
+					continue
+				}
+				// 30 KiB of field in frames of 1 KiB: 30 CONTINUATION frames.
+				enc.WriteField(hpack.HeaderField{Name: "x-big", Value: big})
+				block := hb.Bytes()
+				fr.WriteHeaders(http2.HeadersFrameParam{StreamID: f.StreamID, BlockFragment: block[:h2SmallFrame]})
+				for block = block[h2SmallFrame:]; len(block) > 0; {
+					k := min(len(block), h2SmallFrame)
+					fr.WriteContinuation(f.StreamID, k == len(block), block[:k])
+					block = block[k:]
+				}
+				fr.WriteData(f.StreamID, true, []byte("ok"))
+			}
+		}
+	})
+	url, client := memberFramesProxy(t, New(Config{ResponseHeaderTimeout: 30 * time.Second}), member, nil)
+	resp, err := client.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(b) != "ok" || len(resp.Header.Get("X-Big")) != len(big) {
+		t.Fatalf("a head in 1 KiB CONTINUATION frames: %d %q, x-big of %d bytes", resp.StatusCode, b, len(resp.Header.Get("X-Big")))
+	}
+
+	req, _ := http.NewRequest("GET", url+"empty", nil)
+	start := time.Now()
+	resp, err = client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if took := time.Since(start); resp.StatusCode != http.StatusBadGateway || took > 10*time.Second {
+		t.Errorf("empty CONTINUATION frames: %d after %v, want 502 at once", resp.StatusCode, took)
+	}
+	select {
+	case code := <-goAway:
+		if code != http2.ErrCodeEnhanceYourCalm {
+			t.Errorf("the member's connection ended with %v, want ENHANCE_YOUR_CALM", code)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("the member got no GOAWAY")
+	}
+}
