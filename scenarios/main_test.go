@@ -102,7 +102,10 @@ func TestMain(m *testing.M) {
 	if dir := os.Getenv(binaryDirEnv); dir != "" {
 		// A directory the caller made and removes (make test).
 		binary.dir, binary.shared = dir, true
-		os.Exit(m.Run())
+		startPrebuilds()
+		code := m.Run()
+		<-prebuilt
+		os.Exit(code)
 	}
 	dir, err := os.MkdirTemp("", "teapot-scenarios-")
 	if err != nil {
@@ -110,7 +113,10 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binary.dir = dir
+	startPrebuilds()
 	code := m.Run()
+	// The builds write under dir: they end before it goes.
+	<-prebuilt
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

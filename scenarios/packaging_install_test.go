@@ -209,6 +209,7 @@ var sharedDebs struct {
 	dirErr  error
 
 	once  sync.Once
+	build sync.Once
 	built map[string]*builtDeb
 }
 
@@ -245,30 +246,43 @@ func hostDebFolder() (string, error) {
 }
 
 // startHostDebs starts, on its first call, the build of the amd64 debs of
-// hostDebVersions as make package does (make dist-bin, then teapot-pkg;
-// the cross-build of arm64 and the rpm are left out), one version after
-// the other, each from its own build so that the binary of 0.2.0 says
-// 0.2.0, into hostDebFolder. Later calls do nothing.
+// hostDebVersions (buildHostDebs) on a goroutine of its own. Later calls
+// do nothing.
 func startHostDebs() {
+	initHostDebs()
+	go buildHostDebs()
+}
+
+// initHostDebs makes the debs' records, once.
+func initHostDebs() {
 	sharedDebs.once.Do(func() {
 		sharedDebs.built = map[string]*builtDeb{}
 		for _, v := range hostDebVersions {
 			sharedDebs.built[v] = &builtDeb{done: make(chan struct{})}
 		}
-		go func() {
-			var failed error
-			for _, v := range hostDebVersions {
-				d := sharedDebs.built[v]
-				if failed != nil {
-					d.err = fmt.Errorf("the deb of %s is not built: the build of an earlier version failed", v)
-				} else {
-					began := time.Now()
-					d.path, d.err = buildDeb(v)
-					d.took, failed = time.Since(began), d.err
-				}
-				close(d.done)
+	})
+}
+
+// buildHostDebs builds, on its first call, the amd64 debs of
+// hostDebVersions as make package does (make dist-bin, then teapot-pkg;
+// the cross-build of arm64 and the rpm are left out), one version after
+// the other, each from its own build so that the binary of 0.2.0 says
+// 0.2.0, into hostDebFolder. Later calls wait for the first one's end.
+func buildHostDebs() {
+	initHostDebs()
+	sharedDebs.build.Do(func() {
+		var failed error
+		for _, v := range hostDebVersions {
+			d := sharedDebs.built[v]
+			if failed != nil {
+				d.err = fmt.Errorf("the deb of %s is not built: the build of an earlier version failed", v)
+			} else {
+				began := time.Now()
+				d.path, d.err = buildDeb(v)
+				d.took, failed = time.Since(began), d.err
 			}
-		}()
+			close(d.done)
+		}
 	})
 }
 

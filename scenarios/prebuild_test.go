@@ -1,0 +1,46 @@
+package scenarios
+
+import (
+	"flag"
+	"runtime"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// prebuilt is closed when startPrebuilds' builds are done (at once when
+// it starts none).
+var prebuilt = make(chan struct{})
+
+// startPrebuilds runs in TestMain before the tests. When the run is the
+// whole package as make test runs it (no -run, no -short, both phases),
+// it builds in the background what the parallel scenarios would build
+// once they start, at a low CPU priority (nice 10, as the debs were
+// built): the Kubernetes labs'
+// images (kubeImagesOnce) and the host debs (buildHostDebs). The
+// scenarios that run alone come first and leave the CPUs 30–50 % idle
+// for minutes (README, Test time), which the builds then take, while the
+// parallel scenarios keep both CPUs busy: built there, the images and
+// the debs held the Kubernetes lab and the systemd host about 90 s each.
+// A scenario that needs one of them before it is done waits for it, as
+// it did for its own build.
+func startPrebuilds() {
+	if testing.Short() || scenarioPhase != "" || flag.Lookup("test.run").Value.String() != "" {
+		close(prebuilt)
+		return
+	}
+	go func() {
+		defer close(prebuilt)
+		// The LB hosts' binary at the tests' own priority: the first
+		// scenario waits for it.
+		if _, err := binary.plain.get(false); err != nil {
+			return
+		}
+		// A thread's nice value is its own, and what it forks inherits
+		// it: this goroutine keeps its thread, which ends with it.
+		runtime.LockOSThread()
+		_ = unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), 10)
+		_, _ = kubeImagesOnce()
+		buildHostDebs()
+	}()
+}
