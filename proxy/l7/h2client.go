@@ -332,6 +332,12 @@ const maxLateHeaderBlocks = 16
 // empty frames would never end.
 const h2SmallFrame = 1024
 
+// h2BlockSlack: a member's header block may take twice MaxHeaderBytes on
+// the wire and this much more (its frames' headers); past that its bytes
+// decode to nothing a response carries, and the connection ends
+// (ENHANCE_YOUR_CALM).
+const h2BlockSlack = 4096
+
 // dialConn connects to a member, sends the preface and waits for the
 // member's SETTINGS.
 func (cl *h2Client) dialConn(ctx context.Context, key poolKey, opts *BackendOptions, p *h2Pool) (*h2UpConn, error) {
@@ -535,7 +541,11 @@ func (c *h2UpConn) read() error {
 		if err != nil {
 			return c.readError(err)
 		}
-		c.chargeFrame(fh)
+		if !first {
+			// The member's first SETTINGS ends the dial, within its
+			// connect timeout: it is not waited for in the budget.
+			c.chargeFrame(fh)
+		}
 		if !first && plainHeaders(fh) {
 			// The common HEADERS frame is read here: the framer would
 			// allocate a HeadersFrame for it.
@@ -672,6 +682,12 @@ func (c *h2UpConn) beginBlock(id uint32, end bool, frag []byte, ended bool, leng
 // length bytes; at its end the block is handled (onBlock).
 func (c *h2UpConn) continueBlock(frag []byte, ended bool, length uint32) http2.ErrCode {
 	c.blockWire += int64(length) + 9
+	if c.blockWire > 2*int64(c.cl.s.cfg.MaxHeaderBytes)+h2BlockSlack {
+		// Its fields are bounded (MaxHeaderBytes, each counted with
+		// the 32 bytes of RFC 7541 section 4.1, more than a literal's
+		// encoding adds), not the bytes that decode to none.
+		return http2.ErrCodeEnhanceYourCalm
+	}
 	if code := c.decode(frag, ended); code != 0 || !ended {
 		return code
 	}
@@ -833,7 +849,9 @@ func (c *h2UpConn) onData(f *http2.DataFrame) http2.ErrCode {
 	data := f.Data()
 	c.mu.Lock()
 	st := c.streams[id]
-	dropped := true
+	// dropped is the bytes read that no client takes: a frame no stream
+	// takes, or a frame's padding.
+	dropped := n
 	switch {
 	case st == nil:
 		c.mu.Unlock()
@@ -854,7 +872,7 @@ func (c *h2UpConn) onData(f *http2.DataFrame) http2.ErrCode {
 		c.mu.Unlock()
 		c.resetStream(id, http2.ErrCodeEnhanceYourCalm, errTenantResponses)
 	default:
-		dropped = false
+		dropped = n - int64(len(data))
 		st.charged += int64(len(data))
 		st.held += n
 		// Padding goes back to the stream window with the next update.
@@ -867,16 +885,16 @@ func (c *h2UpConn) onData(f *http2.DataFrame) http2.ErrCode {
 		c.wakeLater(st)
 		c.mu.Unlock()
 	}
-	if dropped {
+	if dropped > 0 {
 		// Bytes no client will be charged for as it takes them: the
 		// member's tenant pays for them here (they were read, and their
-		// window is given back).
-		if u := c.dropM.take(n); u > 0 {
-			if cpu := c.pool.key.budget.tenantCPU(); cpu != nil {
-				c.wakeQueued()
-				cpu.Relay(u * c.cpuWeight())
-			}
+		// window is given back), and for a frame no stream takes as for
+		// a control frame too (chargeFrame passed it as body bytes).
+		u := c.dropM.take(dropped) * c.cpuWeight()
+		if dropped == n {
+			u += c.countControl()
 		}
+		c.relay(u)
 	}
 	if c.recv.due(h2UpConnWindow) {
 		c.wakeQueued() // before the WINDOW_UPDATE's write
@@ -893,27 +911,47 @@ func (c *h2UpConn) onData(f *http2.DataFrame) http2.ErrCode {
 // head nor body bytes (WINDOW_UPDATE, RST_STREAM, PRIORITY, CONTINUATION,
 // an empty DATA, an ACK, GOAWAY, an unknown type) a unit per
 // WorkControlFrames of them. A response's head and body bytes count where
-// they are relayed (awaitHead, the client connection's meter), the bytes
-// of DATA that no stream takes in onData.
+// they are relayed (awaitHead, the client connection's meter); the bytes
+// of DATA that no stream takes, and padding, in onData.
 func (c *h2UpConn) chargeFrame(fh http2.FrameHeader) {
-	cpu := c.pool.key.budget.tenantCPU()
-	if cpu == nil {
+	if c.pool.key.budget.tenantCPU() == nil {
 		return
 	}
-	var units int64
 	switch {
 	case fh.Type == http2.FrameData && fh.Length > 0, fh.Type == http2.FrameHeaders:
-		return
 	case (fh.Type == http2.FramePing || fh.Type == http2.FrameSettings) && !fh.Flags.Has(http2.FlagPingAck):
 		// FlagSettingsAck is the same bit.
-		units = WorkAnsweredFrame
+		c.relay(WorkAnsweredFrame)
 	default:
-		if c.ctrl++; c.ctrl < WorkControlFrames {
-			return
-		}
-		c.ctrl, units = 0, 1
+		c.relay(c.countControl())
 	}
-	// What was read before is woken first, not kept behind a wait.
+}
+
+// countControl counts a control frame and returns the units it completes
+// (a unit per WorkControlFrames).
+func (c *h2UpConn) countControl() int64 {
+	if c.ctrl++; c.ctrl < WorkControlFrames {
+		return 0
+	}
+	c.ctrl = 0
+	return 1
+}
+
+// relay charges units to the member's tenant, and waits there while the
+// tenant is over its budget, unless the connection is dead or its PING
+// probe is out (the member's answer must not be held past the probe's
+// timeout). What was read before is woken first, not kept behind a wait.
+func (c *h2UpConn) relay(units int64) {
+	cpu := c.pool.key.budget.tenantCPU()
+	if units <= 0 || cpu == nil {
+		return
+	}
+	c.mu.Lock()
+	skip := c.dead != nil || c.probing
+	c.mu.Unlock()
+	if skip {
+		return
+	}
 	c.wakeQueued()
 	cpu.Relay(units)
 }

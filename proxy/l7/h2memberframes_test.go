@@ -45,15 +45,29 @@ func getBody(t *testing.T, client *http.Client, url string) (int, string) {
 // TestH2MemberFramesAreCharged: what a tenant's HTTP/2 member makes the
 // proxy read and answer without a response to show for it counts in the
 // tenant's CPU budget: PINGs and SETTINGS the proxy acknowledges a unit
-// each, WINDOW_UPDATEs a unit per WorkControlFrames, and DATA for a
-// stream that already ended a unit per 64 KiB, as body bytes do.
+// each, WINDOW_UPDATEs a unit per WorkControlFrames, DATA for a stream
+// that already ended as control frames and its bytes a unit per 64 KiB,
+// as body bytes do, and so does a response's padding.
 func TestH2MemberFramesAreCharged(t *testing.T) {
-	const pings, settings, updates, dropped = 10, 10, 10 * WorkControlFrames, 8 * 16384
+	const pings, settings, updates, dropped, small = 10, 10, 10 * WorkControlFrames, 8 * 16384, 160
+	const padded, pad = 258, 255
 	member := rawH2Streams(t, func(_ int, fr *http2.Framer) func(*http2.MetaHeadersFrame) error {
 		n := 0
 		return func(f *http2.MetaHeadersFrame) error {
 			n++
-			if err := answerH2(fr, f.StreamID, "ok"); err != nil || n > 1 {
+			if n > 1 {
+				// The second response's body comes in frames of padding.
+				var hb bytes.Buffer
+				enc := hpack.NewEncoder(&hb)
+				enc.WriteField(hpack.HeaderField{Name: ":status", Value: "200"})
+				enc.WriteField(hpack.HeaderField{Name: "content-length", Value: "2"})
+				fr.WriteHeaders(http2.HeadersFrameParam{StreamID: f.StreamID, BlockFragment: hb.Bytes(), EndHeaders: true})
+				for range padded {
+					fr.WriteDataPadded(f.StreamID, false, nil, make([]byte, pad))
+				}
+				return fr.WriteData(f.StreamID, true, []byte("ok"))
+			}
+			if err := answerH2(fr, f.StreamID, "ok"); err != nil {
 				return err
 			}
 			for range pings {
@@ -69,6 +83,9 @@ func TestH2MemberFramesAreCharged(t *testing.T) {
 			for range dropped / len(chunk) {
 				fr.WriteData(f.StreamID, false, chunk)
 			}
+			for range small {
+				fr.WriteData(f.StreamID, false, []byte("x"))
+			}
 			return nil
 		}
 	})
@@ -82,8 +99,12 @@ func TestH2MemberFramesAreCharged(t *testing.T) {
 	if code, body := getBody(t, client, url); code != 200 || body != "ok" {
 		t.Fatalf("second request: %d %q", code, body)
 	}
-	want := int64(pings*WorkAnsweredFrame + settings*WorkAnsweredFrame + updates/WorkControlFrames + dropped>>WorkBytesShift)
-	// The member's first SETTINGS and its ACKs count too.
+	// Frames that carry no byte a client takes count as control frames:
+	// those no stream takes, and those of padding alone.
+	frames := updates + dropped/16384 + small + padded
+	bytes := dropped + small + padded*(pad+1) // a padded frame's length byte is padding too
+	want := int64(pings*WorkAnsweredFrame + settings*WorkAnsweredFrame + frames/WorkControlFrames + bytes>>WorkBytesShift)
+	// The member's ACKs count too.
 	if got := cpu.n.Load(); got < want || got > want+4 {
 		t.Errorf("the member's frames charged %d units to its tenant, want %d to %d", got, want, want+4)
 	}
@@ -91,13 +112,16 @@ func TestH2MemberFramesAreCharged(t *testing.T) {
 
 // TestH2MemberEmptyContinuations: a member whose response head goes on in
 // CONTINUATION frames that carry (nearly) nothing has its connection
-// ended after h2MaxContinue of them (GOAWAY ENHANCE_YOUR_CALM), and the
-// request fails at once rather than at its ResponseHeaderTimeout; a head
-// in more CONTINUATION frames of a real size is served.
+// ended after h2MaxContinue of them (GOAWAY ENHANCE_YOUR_CALM), and so
+// does one whose frames are full of bytes that decode to no field, past
+// twice MaxHeaderBytes; the request fails at once rather than at its
+// ResponseHeaderTimeout. A head in more CONTINUATION frames of a real
+// size is served.
 func TestH2MemberEmptyContinuations(t *testing.T) {
-	goAway := make(chan http2.ErrCode, 1)
+	goAway := make(chan http2.ErrCode, 4)
 	big := strings.Repeat("v", 30<<10)
 	member := rawH2Member(t, func(_ int, fr *http2.Framer, _ net.Conn) {
+		told := false // this connection's first GOAWAY is told
 		for {
 			f, err := fr.ReadFrame()
 			if err != nil {
@@ -109,20 +133,30 @@ func TestH2MemberEmptyContinuations(t *testing.T) {
 					fr.WriteSettingsAck()
 				}
 			case *http2.GoAwayFrame:
-				select {
-				case goAway <- f.ErrCode:
-				default:
+				if !told {
+					told = true
+					goAway <- f.ErrCode
 				}
 			case *http2.MetaHeadersFrame:
 				var hb bytes.Buffer
 				enc := hpack.NewEncoder(&hb)
 				enc.WriteField(hpack.HeaderField{Name: ":status", Value: "200"})
 				enc.WriteField(hpack.HeaderField{Name: "content-length", Value: "2"})
-				if f.PseudoValue("path") == "/empty" {
-					fr.WriteHeaders(http2.HeadersFrameParam{StreamID: f.StreamID, BlockFragment: hb.Bytes()})
-					for i := 0; i < 1000; i++ {
-						if fr.WriteContinuation(f.StreamID, false, nil) != nil {
-							return
+				if path := f.PseudoValue("path"); path == "/empty" || path == "/fill" {
+					// A block that never ends: empty frames, or frames
+					// of 16 KiB of HPACK table size updates to 0, which
+					// decode to no field. The proxy ends the connection
+					// while they are written: the writes stop, the
+					// reads go on to its GOAWAY.
+					block, fill := hb.Bytes(), []byte(nil)
+					if path == "/fill" {
+						// Size updates come before the block's fields.
+						block, fill = nil, bytes.Repeat([]byte{0x20}, 16384)
+					}
+					fr.WriteHeaders(http2.HeadersFrameParam{StreamID: f.StreamID, BlockFragment: block})
+					for range 1000 {
+						if fr.WriteContinuation(f.StreamID, false, fill) != nil {
+							break
 						}
 					}
 					continue
@@ -151,22 +185,23 @@ func TestH2MemberEmptyContinuations(t *testing.T) {
 		t.Fatalf("a head in 1 KiB CONTINUATION frames: %d %q, x-big of %d bytes", resp.StatusCode, b, len(resp.Header.Get("X-Big")))
 	}
 
-	req, _ := http.NewRequest("GET", url+"empty", nil)
-	start := time.Now()
-	resp, err = client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if took := time.Since(start); resp.StatusCode != http.StatusBadGateway || took > 10*time.Second {
-		t.Errorf("empty CONTINUATION frames: %d after %v, want 502 at once", resp.StatusCode, took)
-	}
-	select {
-	case code := <-goAway:
-		if code != http2.ErrCodeEnhanceYourCalm {
-			t.Errorf("the member's connection ended with %v, want ENHANCE_YOUR_CALM", code)
+	for _, path := range []string{"empty", "fill"} {
+		start := time.Now()
+		resp, err = client.Get(url + path)
+		if err != nil {
+			t.Fatal(err)
 		}
-	case <-time.After(10 * time.Second):
-		t.Error("the member got no GOAWAY")
+		resp.Body.Close()
+		if took := time.Since(start); resp.StatusCode != http.StatusBadGateway || took > 10*time.Second {
+			t.Errorf("/%s: %d after %v, want 502 at once", path, resp.StatusCode, took)
+		}
+		select {
+		case code := <-goAway:
+			if code != http2.ErrCodeEnhanceYourCalm {
+				t.Errorf("/%s: the member's connection ended with %v, want ENHANCE_YOUR_CALM", path, code)
+			}
+		case <-time.After(10 * time.Second):
+			t.Errorf("/%s: the member got no GOAWAY", path)
+		}
 	}
 }
