@@ -2,6 +2,7 @@ package scenarios
 
 import (
 	"flag"
+	"os"
 	"runtime"
 	"testing"
 
@@ -14,16 +15,17 @@ var prebuilt = make(chan struct{})
 
 // startPrebuilds runs in TestMain before the tests. When the run is the
 // whole package as make test runs it (no -run, no -short, both phases),
-// it builds in the background what the parallel scenarios would build
-// once they start, at a low CPU priority (nice 10, as the debs were
-// built): the Kubernetes labs'
-// images (kubeImagesOnce) and the host debs (buildHostDebs). The
-// scenarios that run alone come first and leave the CPUs 30–50 % idle
-// for minutes (README, Test time), which the builds then take, while the
-// parallel scenarios keep both CPUs busy: built there, the images and
-// the debs held the Kubernetes lab and the systemd host about 90 s each.
-// A scenario that needs one of them before it is done waits for it, as
-// it did for its own build.
+// it builds from the start the LB hosts' binaries the scenarios run
+// (without and with the race detector), and then, in the background at a
+// low CPU priority (nice 10, as the debs were built), what the parallel
+// scenarios would build once they start: the Kubernetes labs' images
+// (kubeImagesOnce) and the host debs (buildHostDebs). The scenarios that
+// run alone come first and leave the CPUs 30–50 % idle for minutes
+// (README, Test time), which the builds then take, while the parallel
+// scenarios keep both CPUs busy: built there, the images and the debs
+// held the Kubernetes lab and the systemd host about 90 s each. A
+// scenario that needs one of them before it is done waits for it, as it
+// did for its own build.
 func startPrebuilds() {
 	if testing.Short() || scenarioPhase != "" || flag.Lookup("test.run").Value.String() != "" {
 		close(prebuilt)
@@ -35,6 +37,14 @@ func startPrebuilds() {
 		// scenario waits for it.
 		if _, err := binary.plain.get(false); err != nil {
 			return
+		}
+		// The race detector's build of it too, which the scenarios that
+		// call raceHosts run (the third scenario of the package does):
+		// built here while the first two run, not while it waits.
+		if raceEnabled && os.Getenv(raceHostsEnv) != "0" {
+			if _, err := binary.race.get(true); err != nil {
+				return
+			}
 		}
 		// A thread's nice value is its own, and what it forks inherits
 		// it: this goroutine keeps its thread, which ends with it.
