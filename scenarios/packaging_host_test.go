@@ -10,6 +10,9 @@ import (
 	"time"
 )
 
+// hostPackagesVersion is the version of TestHostPackages' packages.
+const hostPackagesVersion = "v0.1.0"
+
 // TestHostPackages builds the deb and rpm with make package and checks
 // them with the distribution's tools: lintian reports no error on the deb,
 // rpm -qp lists the files, the conffile and the scripts, and
@@ -24,8 +27,7 @@ func TestHostPackages(t *testing.T) {
 		}
 	}
 	parallelScenarioTaking(t, 75*time.Second)
-	dist := t.TempDir()
-	makeTarget(t, 15*time.Minute, "package", "DIST="+dist, "VERSION=v0.1.0")
+	dist := needMadeDist(t, &madePackages, "package", "VERSION="+hostPackagesVersion)
 	deb := filepath.Join(dist, "teapot-lb_0.1.0-1_amd64.deb")
 	rpmFile := filepath.Join(dist, "teapot-lb-0.1.0-1.x86_64.rpm")
 	for _, f := range []string{deb, rpmFile, filepath.Join(dist, "teapot-lb_0.1.0-1_arm64.deb"), filepath.Join(dist, "teapot-lb-0.1.0-1.aarch64.rpm")} {

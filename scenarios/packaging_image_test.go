@@ -8,35 +8,82 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/teapot-lb/teapot-lb/packaging/image"
 )
 
-// makeTarget runs one make target of the module with extra variables and
-// returns its output. It runs under nice: these builds may run beside
-// scenarios that wait on timers (parallelScenario), and give way to them.
-func makeTarget(t *testing.T, timeout time.Duration, target string, vars ...string) string {
+// madeDist is the output folder (DIST) of a make target run once for the
+// package's run: by startPrebuilds in the background, or by the scenario
+// that needs it first.
+type madeDist struct {
+	once sync.Once
+	dir  string
+	took time.Duration
+	err  error
+}
+
+// madePackages is make package's (TestHostPackages), madeImages make
+// image's, twice (TestAgentImageInContainerd: the two must be equal).
+var (
+	madePackages madeDist
+	madeImages   [2]madeDist
+)
+
+// make runs, on its first call, make target with vars and DIST set to a
+// new folder under the package's binary folder, and returns that folder
+// and how long make took. Later calls wait for the first one's end.
+func (d *madeDist) make(target string, vars ...string) (string, time.Duration, error) {
+	d.once.Do(func() {
+		d.dir, d.err = os.MkdirTemp(binary.dir, "dist-"+target+"-")
+		if d.err != nil {
+			return
+		}
+		began := time.Now()
+		d.err = runMake(15*time.Minute, target, append([]string{"DIST=" + d.dir}, vars...)...)
+		d.took = time.Since(began)
+	})
+	return d.dir, d.took, d.err
+}
+
+// needMadeDist gets d's folder for t, and fails t when make did.
+func needMadeDist(t *testing.T, d *madeDist, target string, vars ...string) string {
 	t.Helper()
-	root, err := moduleRoot()
+	if _, err := exec.LookPath("make"); err != nil {
+		unavailable(t, "make is not installed (Debian package make)")
+	}
+	began := time.Now()
+	dir, took, err := d.make(target, vars...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := exec.LookPath("make"); err != nil {
-		unavailable(t, "make is not installed (Debian package make)")
+	t.Logf("make %s %v ready after %s (it took %s)", target, vars, time.Since(began).Round(100*time.Millisecond), took.Round(100*time.Millisecond))
+	return dir
+}
+
+// runMake runs one make target of the module with extra variables. It runs
+// under nice: these builds may run beside scenarios that wait on timers
+// (parallelScenario), and give way to them.
+func runMake(timeout time.Duration, target string, vars ...string) error {
+	root, err := moduleRoot()
+	if err != nil {
+		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "nice", append([]string{"-n", "10", "make", "--no-print-directory", target}, vars...)...)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("make %s %v: %v\n%s", target, vars, err, out)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("make %s %v: %w\n%s", target, vars, err, out)
 	}
-	return string(out)
+	return nil
 }
+
+// imageTestVersion is the version of TestAgentImageInContainerd's image.
+const imageTestVersion = "0.0.0-imagetest"
 
 // TestAgentImageInContainerd builds the agent's image twice with make
 // image (equal bytes), imports it into a containerd of its own with ctr and
@@ -54,10 +101,9 @@ func TestAgentImageInContainerd(t *testing.T) {
 		unavailable(t, "containerd needs root")
 	}
 	parallelScenarioTaking(t, 45*time.Second)
-	const version = "0.0.0-imagetest"
-	dist1, dist2 := t.TempDir(), t.TempDir()
-	makeTarget(t, 15*time.Minute, "image", "DIST="+dist1, "VERSION="+version)
-	makeTarget(t, 15*time.Minute, "image", "DIST="+dist2, "VERSION="+version)
+	version := imageTestVersion
+	dist1 := needMadeDist(t, &madeImages[0], "image", "VERSION="+version)
+	dist2 := needMadeDist(t, &madeImages[1], "image", "VERSION="+version)
 	name := "teapot-lb-agent_" + version + ".oci.tar"
 	a, err := os.ReadFile(filepath.Join(dist1, name))
 	if err != nil {

@@ -3,6 +3,7 @@ package scenarios
 import (
 	"flag"
 	"os"
+	"os/exec"
 	"runtime"
 	"testing"
 
@@ -19,7 +20,8 @@ var prebuilt = make(chan struct{})
 // (without and with the race detector), and then, in the background at a
 // low CPU priority (nice 10, as the debs were built), what the parallel
 // scenarios would build once they start: the Kubernetes labs' images
-// (kubeImagesOnce) and the host debs (buildHostDebs). The scenarios that
+// (kubeImagesOnce), the host debs (buildHostDebs), make package's
+// packages and make image's images (madePackages, madeImages). The scenarios that
 // run alone come first and leave the CPUs 30–50 % idle for minutes
 // (README, Test time), which the builds then take, while the parallel
 // scenarios keep both CPUs busy: built there, the images and the debs
@@ -52,5 +54,23 @@ func startPrebuilds() {
 		_ = unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), 10)
 		_, _ = kubeImagesOnce()
 		buildHostDebs()
+		if tools("lintian", "rpm", "dpkg-deb", "systemd-analyze", "make") {
+			_, _, _ = madePackages.make("package", "VERSION="+hostPackagesVersion)
+		}
+		if os.Geteuid() == 0 && tools("containerd", "ctr", "runc", "make") {
+			for i := range madeImages {
+				_, _, _ = madeImages[i].make("image", "VERSION="+imageTestVersion)
+			}
+		}
 	}()
+}
+
+// tools reports whether every one of names is on the PATH.
+func tools(names ...string) bool {
+	for _, n := range names {
+		if _, err := exec.LookPath(n); err != nil {
+			return false
+		}
+	}
+	return true
 }
