@@ -10,6 +10,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// prebuildShEnv is set by .ci/run while scenarios/prebuild.sh runs
+// beside make test.
+const prebuildShEnv = "TEAPOT_PREBUILD_SH"
+
 // prebuilt is closed when startPrebuilds' builds are done (at once when
 // it starts none).
 var prebuilt = make(chan struct{})
@@ -54,6 +58,13 @@ func startPrebuilds() {
 		_ = unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), 10)
 		_, _ = kubeImagesOnce()
 		buildHostDebs()
+		// make package and make image cross-build for arm64, which
+		// scenarios/prebuild.sh compiles into the build cache beside a
+		// .ci/run: two builds of the same packages at once compile each
+		// twice, so under it those are left to their scenarios.
+		if os.Getenv(prebuildShEnv) != "" {
+			return
+		}
 		if tools("lintian", "rpm", "dpkg-deb", "systemd-analyze", "make") {
 			_, _, _ = madePackages.make("package", "VERSION="+hostPackagesVersion)
 		}
