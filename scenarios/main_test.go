@@ -104,6 +104,7 @@ func TestMain(m *testing.M) {
 		binary.dir, binary.shared = dir, true
 		startPrebuilds()
 		code := m.Run()
+		close(testsDone)
 		<-prebuilt
 		os.Exit(code)
 	}
@@ -115,6 +116,7 @@ func TestMain(m *testing.M) {
 	binary.dir = dir
 	startPrebuilds()
 	code := m.Run()
+	close(testsDone)
 	// The builds write under dir: they end before it goes.
 	<-prebuilt
 	os.RemoveAll(dir)

@@ -6,13 +6,34 @@ import (
 	"os/exec"
 	"runtime"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
 
-// prebuildShEnv is set by .ci/run while scenarios/prebuild.sh runs
-// beside make test.
+// prebuildShEnv names, when .ci/run runs scenarios/prebuild.sh beside
+// make test, the file it makes once prebuild.sh ended.
 const prebuildShEnv = "TEAPOT_PREBUILD_SH"
+
+// testsDone is closed when the package's tests have ended.
+var testsDone = make(chan struct{})
+
+// waitPrebuildSh waits until the file $TEAPOT_PREBUILD_SH names exists
+// (at once when it is unset); false when the tests ended first.
+func waitPrebuildSh() bool {
+	done := os.Getenv(prebuildShEnv)
+	for done != "" {
+		if _, err := os.Stat(done); err == nil {
+			return true
+		}
+		select {
+		case <-testsDone:
+			return false
+		case <-time.After(2 * time.Second):
+		}
+	}
+	return true
+}
 
 // prebuilt is closed when startPrebuilds' builds are done (at once when
 // it starts none).
@@ -61,8 +82,8 @@ func startPrebuilds() {
 		// make package and make image cross-build for arm64, which
 		// scenarios/prebuild.sh compiles into the build cache beside a
 		// .ci/run: two builds of the same packages at once compile each
-		// twice, so under it those are left to their scenarios.
-		if os.Getenv(prebuildShEnv) != "" {
+		// twice, so under it they wait for its end.
+		if !waitPrebuildSh() {
 			return
 		}
 		if tools("lintian", "rpm", "dpkg-deb", "systemd-analyze", "make") {
