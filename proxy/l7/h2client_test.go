@@ -257,28 +257,41 @@ func rawH2Member(t testing.TB, serve func(n int, fr *http2.Framer, c net.Conn)) 
 	return ln.Addr().String()
 }
 
-// rawH2Streams is a rawH2Member that acknowledges the proxy's SETTINGS
-// and has each request's header block answered by the function that
-// conn returns for its connection (the n-th); an error from it ends the
-// connection.
-func rawH2Streams(t testing.TB, conn func(n int, fr *http2.Framer) func(f *http2.MetaHeadersFrame) error) string {
+// rawH2Frames is a rawH2Member that acknowledges the proxy's SETTINGS
+// and passes every other frame it reads to the function that conn
+// returns for its connection (the n-th), and nil once the connection
+// ends; an error from it ends the connection.
+func rawH2Frames(t testing.TB, conn func(n int, fr *http2.Framer) func(f http2.Frame) error) string {
 	return rawH2Member(t, func(n int, fr *http2.Framer, _ net.Conn) {
-		answer := conn(n, fr)
+		handle := conn(n, fr)
+		defer func() { _ = handle(nil) }()
 		for {
 			f, err := fr.ReadFrame()
 			if err != nil {
 				return
 			}
-			switch f := f.(type) {
-			case *http2.SettingsFrame:
-				if !f.IsAck() {
-					_ = fr.WriteSettingsAck()
-				}
-			case *http2.MetaHeadersFrame:
-				if answer(f) != nil {
-					return
-				}
+			if sf, ok := f.(*http2.SettingsFrame); ok && !sf.IsAck() {
+				_ = fr.WriteSettingsAck()
+				continue
 			}
+			if handle(f) != nil {
+				return
+			}
+		}
+	})
+}
+
+// rawH2Streams is a rawH2Frames that has each request's header block
+// answered by the function that conn returns for its connection (the
+// n-th); an error from it ends the connection.
+func rawH2Streams(t testing.TB, conn func(n int, fr *http2.Framer) func(f *http2.MetaHeadersFrame) error) string {
+	return rawH2Frames(t, func(n int, fr *http2.Framer) func(http2.Frame) error {
+		answer := conn(n, fr)
+		return func(f http2.Frame) error {
+			if h, ok := f.(*http2.MetaHeadersFrame); ok {
+				return answer(h)
+			}
+			return nil
 		}
 	})
 }
@@ -388,21 +401,15 @@ func TestH2ClientTLSMember(t *testing.T) {
 // UpstreamIdleTimeout.
 func TestH2ClientIdleClose(t *testing.T) {
 	closed := make(chan int, 4)
-	member := rawH2Member(t, func(n int, fr *http2.Framer, c net.Conn) {
-		defer func() { closed <- n }()
-		for {
-			f, err := fr.ReadFrame()
-			if err != nil {
-				return
-			}
+	member := rawH2Frames(t, func(n int, fr *http2.Framer) func(http2.Frame) error {
+		return func(f http2.Frame) error {
 			switch f := f.(type) {
-			case *http2.SettingsFrame:
-				if !f.IsAck() {
-					fr.WriteSettingsAck()
-				}
+			case nil:
+				closed <- n
 			case *http2.MetaHeadersFrame:
 				answerH2(fr, f.StreamID, "ok")
 			}
+			return nil
 		}
 	})
 	be := newBackend(t, member)

@@ -3,7 +3,6 @@ package l7
 import (
 	"bytes"
 	"io"
-	"net"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -32,8 +31,7 @@ func TestH2MemberLateHeaderBlocksBounded(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			var ended atomic.Bool // the proxy closed the member connection
-			member := rawH2Member(t, func(n int, fr *http2.Framer, c net.Conn) {
-				defer ended.Store(true)
+			member := rawH2Frames(t, func(_ int, fr *http2.Framer) func(http2.Frame) error {
 				var hb bytes.Buffer
 				enc := hpack.NewEncoder(&hb)
 				enc.WriteField(hpack.HeaderField{Name: ":status", Value: "200"})
@@ -41,29 +39,26 @@ func TestH2MemberLateHeaderBlocksBounded(t *testing.T) {
 				hb.Reset()
 				enc.WriteField(hpack.HeaderField{Name: "x-late", Value: string(bytes.Repeat([]byte("l"), 1000))})
 				late := append([]byte(nil), hb.Bytes()...)
-				for {
-					f, err := fr.ReadFrame()
-					if err != nil {
-						return
-					}
+				return func(f http2.Frame) error {
 					switch f := f.(type) {
-					case *http2.SettingsFrame:
-						if !f.IsAck() {
-							fr.WriteSettingsAck()
-						}
+					case nil:
+						ended.Store(true)
 					case *http2.MetaHeadersFrame:
-						if fr.WriteHeaders(http2.HeadersFrameParam{StreamID: f.StreamID, BlockFragment: head, EndHeaders: true}) != nil ||
-							fr.WriteData(f.StreamID, true, []byte("body")) != nil {
-							return
+						if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: f.StreamID, BlockFragment: head, EndHeaders: true}); err != nil {
+							return err
+						}
+						if err := fr.WriteData(f.StreamID, true, []byte("body")); err != nil {
+							return err
 						}
 						for range tc.late {
 							// The literal is indexed once; later blocks
 							// refer to it, as a member's would.
-							if fr.WriteHeaders(http2.HeadersFrameParam{StreamID: f.StreamID, BlockFragment: late, EndHeaders: true, EndStream: true}) != nil {
-								return
+							if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: f.StreamID, BlockFragment: late, EndHeaders: true, EndStream: true}); err != nil {
+								return err
 							}
 						}
 					}
+					return nil
 				}
 			})
 			be := newBackend(t, member)

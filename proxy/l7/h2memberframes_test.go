@@ -3,7 +3,6 @@ package l7
 import (
 	"bytes"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -120,18 +119,10 @@ func TestH2MemberFramesAreCharged(t *testing.T) {
 func TestH2MemberEmptyContinuations(t *testing.T) {
 	goAway := make(chan http2.ErrCode, 4)
 	big := strings.Repeat("v", 30<<10)
-	member := rawH2Member(t, func(_ int, fr *http2.Framer, _ net.Conn) {
+	member := rawH2Frames(t, func(_ int, fr *http2.Framer) func(http2.Frame) error {
 		told := false // this connection's first GOAWAY is told
-		for {
-			f, err := fr.ReadFrame()
-			if err != nil {
-				return
-			}
+		return func(f http2.Frame) error {
 			switch f := f.(type) {
-			case *http2.SettingsFrame:
-				if !f.IsAck() {
-					fr.WriteSettingsAck()
-				}
 			case *http2.GoAwayFrame:
 				if !told {
 					told = true
@@ -159,7 +150,7 @@ func TestH2MemberEmptyContinuations(t *testing.T) {
 							break
 						}
 					}
-					continue
+					return nil
 				}
 				// 30 KiB of field in frames of 1 KiB: 30 CONTINUATION frames.
 				enc.WriteField(hpack.HeaderField{Name: "x-big", Value: big})
@@ -170,8 +161,9 @@ func TestH2MemberEmptyContinuations(t *testing.T) {
 					fr.WriteContinuation(f.StreamID, k == len(block), block[:k])
 					block = block[k:]
 				}
-				fr.WriteData(f.StreamID, true, []byte("ok"))
+				return fr.WriteData(f.StreamID, true, []byte("ok"))
 			}
+			return nil
 		}
 	})
 	url, client := memberFramesProxy(t, New(Config{ResponseHeaderTimeout: 30 * time.Second}), member, nil)

@@ -190,32 +190,19 @@ func continuationH2Member(t *testing.T, n int) string {
 	t.Helper()
 	status := []byte{0x08, 3, '1', '0', '3'} // :status 103, literal, not indexed
 	fill := bytes.Repeat([]byte{0x20}, 12800)
-	return rawH2Member(t, func(_ int, fr *http2.Framer, c net.Conn) {
-		for {
-			f, err := fr.ReadFrame()
-			if err != nil {
-				return
-			}
-			switch f := f.(type) {
-			case *http2.SettingsFrame:
-				if !f.IsAck() {
-					fr.WriteSettingsAck()
+	return rawH2Streams(t, func(_ int, fr *http2.Framer) func(*http2.MetaHeadersFrame) error {
+		return func(f *http2.MetaHeadersFrame) error {
+			for range n {
+				if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: f.StreamID, BlockFragment: status}); err != nil {
+					return err
 				}
-			case *http2.MetaHeadersFrame:
-				for range n {
-					if fr.WriteHeaders(http2.HeadersFrameParam{StreamID: f.StreamID, BlockFragment: status}) != nil {
-						return
-					}
-					for i := range 10 {
-						if fr.WriteContinuation(f.StreamID, i == 9, fill) != nil {
-							return
-						}
+				for i := range 10 {
+					if err := fr.WriteContinuation(f.StreamID, i == 9, fill); err != nil {
+						return err
 					}
 				}
-				if answerH2(fr, f.StreamID, "ok") != nil {
-					return
-				}
 			}
+			return answerH2(fr, f.StreamID, "ok")
 		}
 	})
 }
